@@ -1,0 +1,72 @@
+# Makefile — builds the streaming GPU trainer (train_gpt), the CPU reference trainer (train_gpt_cpu)
+# and the GoogleTest suites; `make test` runs them all and ends with `tests: N passed, M failed`.
+# No CMake, on purpose: everything there is to know about the build is on this page.
+
+CXX      ?= g++
+CXXFLAGS ?= -O3 -march=native -fopenmp -std=c++17 -Wall -Wextra -Wno-unused-parameter -Wno-unused-function
+LDLIBS   ?= -lm -lpthread
+GTEST_LIBS ?= -lgtest -lgtest_main -lpthread
+
+# ---- CUDA (optional: without nvcc only the CPU targets are built) ----
+NVCC := $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+# GPU arch: the one of the GPU in this machine, else sm_90 (H100/H200) plus PTX for newer GPUs.
+GPU_CC := $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d '.' | tr -d ' ')
+ifeq ($(GPU_CC),)
+  GENCODE := -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
+else
+  GENCODE := -gencode arch=compute_$(GPU_CC),code=sm_$(GPU_CC)
+endif
+NVCCFLAGS ?= -O3 -std=c++17 $(GENCODE) --use_fast_math -Xcompiler -fopenmp,-march=native,-Wall,-Wno-unused-function -Wno-deprecated-gpu-targets
+CUDA_LIBS ?= -lcublas -lcublasLt -lgomp -lm -lpthread
+
+BUILD := build
+CPU_TESTS := $(patsubst test/%.cpp,$(BUILD)/%,$(wildcard test/test_*.cpp))
+GPU_TESTS := $(patsubst test/%.cu,$(BUILD)/%,$(wildcard test/test_*.cu))
+HEADERS := $(wildcard *.h)
+
+ifneq ($(NVCC),)
+all: train_gpt train_gpt_cpu tests bench
+tests: $(CPU_TESTS) $(GPU_TESTS)
+else
+all: cpu_only_notice train_gpt_cpu tests bench
+tests: $(CPU_TESTS)
+cpu_only_notice:
+	@echo "nvcc not found: building the CPU targets only (train_gpt_cpu and the CPU tests)"
+endif
+bench: $(BUILD)/bench_cpu_adam
+
+$(BUILD):
+	@mkdir -p $(BUILD)
+
+$(BUILD)/cpu_adam.o: cpu_adam.cpp cpu_adam.h | $(BUILD)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+
+train_gpt_cpu: train_gpt_cpu.cpp $(BUILD)/cpu_adam.o $(HEADERS)
+	$(CXX) $(CXXFLAGS) $< $(BUILD)/cpu_adam.o -o $@ $(LDLIBS)
+
+$(BUILD)/stream.o: stream.cu stream.h | $(BUILD)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+train_gpt: train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard *.cuh)
+	$(NVCC) $(NVCCFLAGS) $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o -o $@ $(CUDA_LIBS)
+
+$(BUILD)/test_%: test/test_%.cpp $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard dev/data/*.h) | $(BUILD)
+	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
+
+$(BUILD)/test_%: test/test_%.cu train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard *.cuh) | $(BUILD)
+	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o -o $@ -lgtest $(CUDA_LIBS)
+
+$(BUILD)/bench_cpu_adam: dev/bench/bench_cpu_adam.cpp $(BUILD)/cpu_adam.o cpu_adam.h | $(BUILD)
+	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(LDLIBS)
+
+# The tokenizer tool that made the shipped shards (dev/data/README.md says how to re-make them).
+tokenize: dev/data/tokenize.cpp dev/data/gpt2_bpe.h | $(BUILD)
+	$(CXX) $(CXXFLAGS) -I. $< -o $(BUILD)/tokenize
+
+test: tests
+	@./test/run_tests.sh $(CPU_TESTS) $(if $(NVCC),$(GPU_TESTS),)
+
+clean:
+	rm -rf $(BUILD) train_gpt train_gpt_cpu
+
+.PHONY: all tests test bench clean tokenize cpu_only_notice

@@ -1,0 +1,258 @@
+// model.h — GPT-2 shapes and the LAYER-MAJOR parameter layout shared by the CPU reference and the
+// streaming GPU trainer; loading/saving llm.c model files (which are tensor-major, so we convert);
+// GPT-2 initialization from a seed; host-memory estimates.
+// It does no forward/backward math (see gpt2_cpu.h, train_gpt.cu) and no I/O besides model files.
+//
+// Layout of the one flat fp32 parameter array (64-bit offsets everywhere):
+//   [ embeddings: wte (Vp x C) | wpe (maxT x C) | lnfw (C) | lnfb (C) ]
+//   [ layer 0: ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw fcprojb ]
+//   [ layer 1: ... ] ... [ layer L-1 ]
+// All tensors of one transformer layer are contiguous, so a layer is ONE block to copy to the GPU,
+// to receive gradients for and to update with AdamW. Weight matrices are (out, in) row-major as in
+// PyTorch's nn.Linear and llm.c: out = in @ W^T + b.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MODEL_MAGIC 20240326
+#define MODEL_VERSION_FP32 3
+
+typedef struct {
+    int max_seq_len;        // maxT: rows of the position embedding
+    int vocab_size;         // V: real tokens (50257 for GPT-2)
+    int padded_vocab_size;  // Vp: V rounded up to a multiple of 128 so the lm_head GEMM has friendly shapes
+    int num_layers;         // L
+    int num_heads;          // NH
+    int channels;           // C
+} GPTConfig;
+
+enum LayerTensor {
+    LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, NUM_LAYER_TENSORS
+};
+static const char* const layer_tensor_names[NUM_LAYER_TENSORS] = {
+    "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb"};
+// Which layer tensors are 2-D weight matrices: only these get weight decay (as in llm.c / nanoGPT).
+static const int layer_tensor_is_matrix[NUM_LAYER_TENSORS] = {0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0};
+
+enum EmbedTensor { WTE, WPE, LNFW, LNFB, NUM_EMBED_TENSORS };
+static const char* const embed_tensor_names[NUM_EMBED_TENSORS] = {"wte", "wpe", "lnfw", "lnfb"};
+static const int embed_tensor_is_matrix[NUM_EMBED_TENSORS] = {1, 1, 0, 0};
+
+typedef struct {
+    int64_t layer_size[NUM_LAYER_TENSORS];    // elements of each tensor of one layer
+    int64_t layer_offset[NUM_LAYER_TENSORS];  // offset of each tensor inside a layer block
+    int64_t layer_stride;                     // elements of one layer block
+    int64_t embed_size[NUM_EMBED_TENSORS];
+    int64_t embed_offset[NUM_EMBED_TENSORS];  // offsets inside the embedding block (which starts at 0)
+    int64_t embed_count;                      // elements of the embedding block
+    int64_t total;                            // embed_count + L * layer_stride
+} ParamLayout;
+
+static inline int64_t round_up64(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
+
+// Checks the shapes the kernels rely on. Returns 0 and fills err on a bad config.
+static inline int gpt_config_check(const GPTConfig* c, char* err, size_t errlen) {
+    if (c->num_layers < 1 || c->channels < 1 || c->num_heads < 1 || c->max_seq_len < 1 || c->vocab_size < 1) {
+        snprintf(err, errlen, "all model dimensions must be positive (L=%d C=%d NH=%d maxT=%d V=%d)",
+                 c->num_layers, c->channels, c->num_heads, c->max_seq_len, c->vocab_size);
+        return 0;
+    }
+    // 32: vectorized bf16 kernels load 8 elements (16 bytes) at a time, and every tensor offset stays
+    // 64-byte aligned because all tensor sizes are then multiples of 32.
+    if (c->channels % 32 != 0) { snprintf(err, errlen, "channels C=%d must be a multiple of 32", c->channels); return 0; }
+    if (c->channels % c->num_heads != 0) {
+        snprintf(err, errlen, "channels C=%d must be divisible by num_heads NH=%d", c->channels, c->num_heads);
+        return 0;
+    }
+    if (c->padded_vocab_size < c->vocab_size || c->padded_vocab_size % 128 != 0) {
+        snprintf(err, errlen, "padded vocab Vp=%d must be >= V=%d and a multiple of 128", c->padded_vocab_size, c->vocab_size);
+        return 0;
+    }
+    if (c->vocab_size > 65536) { snprintf(err, errlen, "vocab V=%d does not fit uint16 token ids", c->vocab_size); return 0; }
+    return 1;
+}
+
+static inline ParamLayout gpt_layout(const GPTConfig* c) {
+    ParamLayout p;
+    const int64_t C = c->channels, Vp = c->padded_vocab_size, maxT = c->max_seq_len;
+    const int64_t sizes[NUM_LAYER_TENSORS] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, C * 4 * C, C};
+    int64_t off = 0;
+    for (int i = 0; i < NUM_LAYER_TENSORS; i++) { p.layer_size[i] = sizes[i]; p.layer_offset[i] = off; off += sizes[i]; }
+    p.layer_stride = off;
+    const int64_t esizes[NUM_EMBED_TENSORS] = {Vp * C, maxT * C, C, C};
+    off = 0;
+    for (int i = 0; i < NUM_EMBED_TENSORS; i++) { p.embed_size[i] = esizes[i]; p.embed_offset[i] = off; off += esizes[i]; }
+    p.embed_count = off;
+    p.total = p.embed_count + (int64_t)c->num_layers * p.layer_stride;
+    return p;
+}
+
+// Offset of layer l's block in the flat array.
+static inline int64_t gpt_layer_offset(const ParamLayout* p, int l) { return p->embed_count + (int64_t)l * p->layer_stride; }
+
+// Parameters counted the way papers do: without the padded vocab rows.
+static inline int64_t gpt_num_real_params(const GPTConfig* c, const ParamLayout* p) {
+    return p->total - (int64_t)(c->padded_vocab_size - c->vocab_size) * c->channels;
+}
+
+// ----------------------------------------------------------------------------
+// Initialization: counter-based RNG, so init is deterministic, parallel (OpenMP) and identical on every
+// machine and thread count — a 100B model initializes in seconds, not an hour.
+
+static inline uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+// Standard normal for (seed, stream, index) via Box-Muller on two 53-bit uniforms.
+static inline float normal_at(uint64_t seed, uint64_t stream, uint64_t index) {
+    uint64_t h = splitmix64(seed ^ splitmix64(stream * 0x632BE59BD9B4E019ull + index));
+    uint64_t h2 = splitmix64(h);
+    double u1 = ((h >> 11) + 1.0) * (1.0 / 9007199254740993.0);  // (0, 1]
+    double u2 = (h2 >> 11) * (1.0 / 9007199254740992.0);         // [0, 1)
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+static inline void fill_normal(float* x, int64_t n, float std, uint64_t seed, uint64_t stream) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) x[i] = std * normal_at(seed, stream, (uint64_t)i);
+}
+static inline void fill_const(float* x, int64_t n, float v) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) x[i] = v;
+}
+
+// GPT-2 init: weights N(0, 0.02), residual projections (attprojw, fcprojw) scaled by 1/sqrt(2L),
+// LayerNorm weights 1, biases 0. Padded vocab rows of wte are zero (they are never a target).
+static inline void gpt_init_params(const GPTConfig* c, float* params, uint64_t seed) {
+    ParamLayout p = gpt_layout(c);
+    const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * c->num_layers);
+    float* e = params;
+    fill_normal(e + p.embed_offset[WTE], (int64_t)c->vocab_size * c->channels, std, seed, 1);
+    fill_const(e + p.embed_offset[WTE] + (int64_t)c->vocab_size * c->channels,
+               (int64_t)(c->padded_vocab_size - c->vocab_size) * c->channels, 0.0f);
+    fill_normal(e + p.embed_offset[WPE], p.embed_size[WPE], std, seed, 2);
+    fill_const(e + p.embed_offset[LNFW], p.embed_size[LNFW], 1.0f);
+    fill_const(e + p.embed_offset[LNFB], p.embed_size[LNFB], 0.0f);
+    for (int l = 0; l < c->num_layers; l++) {
+        float* base = params + gpt_layer_offset(&p, l);
+        for (int t = 0; t < NUM_LAYER_TENSORS; t++) {
+            float* x = base + p.layer_offset[t];
+            int64_t n = p.layer_size[t];
+            uint64_t stream = 100 + (uint64_t)l * NUM_LAYER_TENSORS + t;
+            if (t == LN1W || t == LN2W) fill_const(x, n, 1.0f);
+            else if (!layer_tensor_is_matrix[t]) fill_const(x, n, 0.0f);
+            else fill_normal(x, n, (t == ATTPROJW || t == FCPROJW) ? resid_std : std, seed, stream);
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// llm.c model files: header of 256 int32 {magic 20240326, version 3, maxT, V, L, NH, C, Vp}, then fp32
+// tensors in llm.c's order, each holding ALL layers: wte wpe ln1w[L] ln1b[L] qkvw[L] ... fcprojb[L] lnfw lnfb.
+// We convert to/from our layer-major layout while reading/writing, tensor by tensor.
+
+// Order of tensors in an llm.c file, by (is_layer_tensor, index).
+static const int llmc_file_order[16][2] = {
+    {0, WTE}, {0, WPE}, {1, LN1W}, {1, LN1B}, {1, QKVW}, {1, QKVB}, {1, ATTPROJW}, {1, ATTPROJB},
+    {1, LN2W}, {1, LN2B}, {1, FCW}, {1, FCB}, {1, FCPROJW}, {1, FCPROJB}, {0, LNFW}, {0, LNFB}};
+
+// Reads only the header. Returns 0 with a one-line reason in err on any problem.
+static inline int gpt_read_header(const char* path, GPTConfig* cfg, char* err, size_t errlen) {
+    FILE* f = fopen(path, "rb");
+    if (!f) { snprintf(err, errlen, "cannot open model file %s", path); return 0; }
+    int header[256];
+    size_t got = fread(header, sizeof(int), 256, f);
+    fclose(f);
+    if (got != 256) { snprintf(err, errlen, "model file %s: too short for its 1024-byte header", path); return 0; }
+    if (header[0] != MODEL_MAGIC) { snprintf(err, errlen, "model file %s: bad magic %d (want %d)", path, header[0], MODEL_MAGIC); return 0; }
+    if (header[1] != MODEL_VERSION_FP32) {
+        snprintf(err, errlen, "model file %s: version %d not supported (want %d = fp32)", path, header[1], MODEL_VERSION_FP32);
+        return 0;
+    }
+    cfg->max_seq_len = header[2]; cfg->vocab_size = header[3]; cfg->num_layers = header[4];
+    cfg->num_heads = header[5]; cfg->channels = header[6]; cfg->padded_vocab_size = header[7];
+    char why[256];
+    if (!gpt_config_check(cfg, why, sizeof why)) { snprintf(err, errlen, "model file %s: %s", path, why); return 0; }
+    return 1;
+}
+
+// Loads parameters into `params` (layout total elements, allocated by the caller after gpt_read_header).
+static inline int gpt_load_params(const char* path, const GPTConfig* cfg, float* params, char* err, size_t errlen) {
+    ParamLayout p = gpt_layout(cfg);
+    FILE* f = fopen(path, "rb");
+    if (!f) { snprintf(err, errlen, "cannot open model file %s", path); return 0; }
+    fseeko(f, 0, SEEK_END);
+    int64_t bytes = (int64_t)ftello(f);
+    int64_t want = 256 * 4 + p.total * 4;
+    if (bytes != want) {
+        fclose(f);
+        snprintf(err, errlen, "model file %s: size %lld bytes, header implies %lld", path, (long long)bytes, (long long)want);
+        return 0;
+    }
+    fseeko(f, 256 * 4, SEEK_SET);
+    for (int k = 0; k < 16; k++) {
+        int is_layer = llmc_file_order[k][0], t = llmc_file_order[k][1];
+        int reps = is_layer ? cfg->num_layers : 1;
+        for (int l = 0; l < reps; l++) {
+            float* dst = is_layer ? params + gpt_layer_offset(&p, l) + p.layer_offset[t] : params + p.embed_offset[t];
+            int64_t n = is_layer ? p.layer_size[t] : p.embed_size[t];
+            if ((int64_t)fread(dst, sizeof(float), (size_t)n, f) != n) {
+                fclose(f);
+                snprintf(err, errlen, "model file %s: short read", path);
+                return 0;
+            }
+        }
+    }
+    fclose(f);
+    return 1;
+}
+
+// Saves atomically: writes path.tmp then renames, so a crash mid-save never destroys the old file.
+static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const float* params, char* err, size_t errlen) {
+    ParamLayout p = gpt_layout(cfg);
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE* f = fopen(tmp, "wb");
+    if (!f) { snprintf(err, errlen, "cannot create %s", tmp); return 0; }
+    int header[256] = {0};
+    header[0] = MODEL_MAGIC; header[1] = MODEL_VERSION_FP32; header[2] = cfg->max_seq_len; header[3] = cfg->vocab_size;
+    header[4] = cfg->num_layers; header[5] = cfg->num_heads; header[6] = cfg->channels; header[7] = cfg->padded_vocab_size;
+    int ok = fwrite(header, sizeof(int), 256, f) == 256;
+    for (int k = 0; k < 16 && ok; k++) {
+        int is_layer = llmc_file_order[k][0], t = llmc_file_order[k][1];
+        int reps = is_layer ? cfg->num_layers : 1;
+        for (int l = 0; l < reps && ok; l++) {
+            const float* src = is_layer ? params + gpt_layer_offset(&p, l) + p.layer_offset[t] : params + p.embed_offset[t];
+            int64_t n = is_layer ? p.layer_size[t] : p.embed_size[t];
+            ok = (int64_t)fwrite(src, sizeof(float), (size_t)n, f) == n;
+        }
+    }
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        remove(tmp);
+        snprintf(err, errlen, "failed writing model file %s (disk full?)", path);
+        return 0;
+    }
+    return 1;
+}
+
+// ----------------------------------------------------------------------------
+// Host memory
+
+// Available host RAM in bytes (MemAvailable from /proc/meminfo), or -1 if unknown.
+static inline int64_t host_available_bytes(void) {
+    FILE* f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[256];
+    int64_t kb = -1;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemAvailable: %lld kB", (long long*)&kb) == 1) break;
+    }
+    fclose(f);
+    return kb < 0 ? -1 : kb * 1024;
+}
