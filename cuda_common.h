@@ -1,0 +1,41 @@
+// cuda_common.h — error checking for every CUDA and cuBLAS call, the bf16 type, and small launch helpers.
+// It holds no kernels (kernels.cuh) and no streaming logic (stream.cu).
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+// Activations and streamed weights are bf16 on the GPU; every reduction accumulates in fp32.
+typedef __nv_bfloat16 bf16;
+
+// A failed CUDA call is a bug or a broken device: print where and why, and stop with a non-zero code.
+static inline void cuda_check(cudaError_t err, const char* file, int line) {
+    if (err != cudaSuccess) {
+        fprintf(stderr, "error: CUDA: %s at %s:%d\n", cudaGetErrorString(err), file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define cudaCheck(err) (cuda_check((err), __FILE__, __LINE__))
+
+static inline void cublas_check(cublasStatus_t status, const char* file, int line) {
+    if (status != CUBLAS_STATUS_SUCCESS) {
+        fprintf(stderr, "error: cuBLAS: %s (%d) at %s:%d\n", cublasGetStatusString(status), (int)status, file, line);
+        exit(EXIT_FAILURE);
+    }
+}
+#define cublasCheck(status) (cublas_check((status), __FILE__, __LINE__))
+
+// Kernel launches return no status: check the launch right after it.
+#define cudaCheckLaunch() cudaCheck(cudaGetLastError())
+
+static inline int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Grid size for a grid-stride loop over n elements: enough blocks to fill the GPU, never more than n needs.
+static inline unsigned grid_for(int64_t n, int block) {
+    int64_t blocks = ceil_div64(n, block);
+    const int64_t cap = 132 * 16;  // 132 SMs on an H100 SXM, 16 blocks each: plenty of warps in flight
+    return (unsigned)(blocks < cap ? (blocks > 0 ? blocks : 1) : cap);
+}

@@ -1,0 +1,380 @@
+// kernels.cuh — the GPU kernels of one GPT-2 layer and of the embeddings/loss, each next to its launcher.
+// Activations are bf16, every sum is fp32, parameter gradients are accumulated in fp32 (+=), so several
+// micro-batches add into the same gradient buffer. The matrix multiplies are cuBLAS (see train_gpt.cu);
+// this file has only the element-wise, normalization, softmax and reduction kernels.
+// Launchers take the stream; every launch is checked. Element counts are int64_t.
+#pragma once
+#include "cuda_common.h"
+
+#define WARP 32
+
+__device__ __forceinline__ float warp_sum(float x) {
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffff, x, o);
+    return x;
+}
+__device__ __forceinline__ float warp_max(float x) {
+    for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, o));
+    return x;
+}
+// Sum over a block of up to 1024 threads; every thread gets the result. `shared` holds >= 32 floats.
+__device__ __forceinline__ float block_sum(float x, float* shared) {
+    const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP, nwarps = (blockDim.x + WARP - 1) / WARP;
+    x = warp_sum(x);
+    __syncthreads();  // protect `shared` from a previous call
+    if (lane == 0) shared[warp] = x;
+    __syncthreads();
+    x = lane < nwarps ? shared[lane] : 0.0f;
+    return warp_sum(x);
+}
+__device__ __forceinline__ float block_max(float x, float* shared) {
+    const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP, nwarps = (blockDim.x + WARP - 1) / WARP;
+    x = warp_max(x);
+    __syncthreads();
+    if (lane == 0) shared[warp] = x;
+    __syncthreads();
+    x = lane < nwarps ? shared[lane] : -INFINITY;
+    return warp_max(x);
+}
+
+// ----------------------------------------------------------------------------
+// Embeddings: x[b,t,:] = wte[token] + wpe[t]
+
+__global__ void embedding_forward_kernel(bf16* out, const int* tokens, const bf16* wte, const bf16* wpe,
+                                         int64_t BT, int T, int C) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < BT * C; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t row = i / C; int c = (int)(i % C);
+        int t = (int)(row % T);
+        out[i] = __float2bfloat16((float)wte[(int64_t)tokens[row] * C + c] + (float)wpe[(int64_t)t * C + c]);
+    }
+}
+static void embedding_forward(bf16* out, const int* tokens, const bf16* wte, const bf16* wpe, int64_t BT, int T, int C,
+                              cudaStream_t s) {
+    embedding_forward_kernel<<<grid_for(BT * C, 256), 256, 0, s>>>(out, tokens, wte, wpe, BT, T, C);
+    cudaCheckLaunch();
+}
+
+// dwte[token] += dout, dwpe[t] += dout (fp32 atomics: the same token can appear many times in a batch).
+__global__ void embedding_backward_kernel(float* dwte, float* dwpe, const bf16* dout, const int* tokens,
+                                          int64_t BT, int T, int C) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < BT * C; i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t row = i / C; int c = (int)(i % C);
+        float d = (float)dout[i];
+        atomicAdd(&dwte[(int64_t)tokens[row] * C + c], d);
+        atomicAdd(&dwpe[(int64_t)(row % T) * C + c], d);
+    }
+}
+static void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int* tokens, int64_t BT, int T, int C,
+                               cudaStream_t s) {
+    embedding_backward_kernel<<<grid_for(BT * C, 256), 256, 0, s>>>(dwte, dwpe, dout, tokens, BT, T, C);
+    cudaCheckLaunch();
+}
+
+// ----------------------------------------------------------------------------
+// LayerNorm (eps 1e-5). One warp per row; mean and rstd are kept for the backward pass.
+
+__global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w,
+                                         const bf16* b, int64_t N, int C) {
+    int64_t row = blockIdx.x * (int64_t)(blockDim.x / WARP) + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP;
+    if (row >= N) return;
+    const bf16* x = inp + row * C;
+    float sum = 0.0f;
+    for (int c = lane; c < C; c += WARP) sum += (float)x[c];
+    float m = warp_sum(sum) / C;
+    float var = 0.0f;
+    for (int c = lane; c < C; c += WARP) { float d = (float)x[c] - m; var += d * d; }
+    float s = rsqrtf(warp_sum(var) / C + 1e-5f);
+    bf16* o = out + row * C;
+    for (int c = lane; c < C; c += WARP) o[c] = __float2bfloat16(((float)x[c] - m) * s * (float)w[c] + (float)b[c]);
+    if (lane == 0) { mean[row] = m; rstd[row] = s; }
+}
+static void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w, const bf16* b,
+                              int64_t N, int C, cudaStream_t s) {
+    const int block = 256, rows_per_block = block / WARP;
+    layernorm_forward_kernel<<<(unsigned)ceil_div64(N, rows_per_block), block, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
+    cudaCheckLaunch();
+}
+
+// dinp += d(LN)/d(inp) . dout  (accumulates, because the residual stream's gradient flows around the LN too)
+__global__ void layernorm_backward_input_kernel(bf16* dinp, const bf16* dout, const bf16* inp, const bf16* w,
+                                                const float* mean, const float* rstd, int64_t N, int C) {
+    int64_t row = blockIdx.x * (int64_t)(blockDim.x / WARP) + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP;
+    if (row >= N) return;
+    const bf16* x = inp + row * C; const bf16* dy = dout + row * C;
+    const float m = mean[row], s = rstd[row];
+    float sum_dnorm = 0.0f, sum_dnorm_norm = 0.0f;
+    for (int c = lane; c < C; c += WARP) {
+        float dnorm = (float)w[c] * (float)dy[c];
+        sum_dnorm += dnorm;
+        sum_dnorm_norm += dnorm * ((float)x[c] - m) * s;
+    }
+    sum_dnorm = warp_sum(sum_dnorm) / C;
+    sum_dnorm_norm = warp_sum(sum_dnorm_norm) / C;
+    bf16* dx = dinp + row * C;
+    for (int c = lane; c < C; c += WARP) {
+        float norm = ((float)x[c] - m) * s;
+        float dnorm = (float)w[c] * (float)dy[c];
+        dx[c] = __float2bfloat16((float)dx[c] + s * (dnorm - sum_dnorm - norm * sum_dnorm_norm));
+    }
+}
+
+// Column reductions over rows: tiles of 32 columns x ROWS_PER_TILE rows per block, a (32 x 8) thread block,
+// reduced in shared memory and added into the fp32 gradient with one atomic per column per block.
+#define ROWS_PER_TILE 256
+__global__ void layernorm_backward_params_kernel(float* dw, float* db, const bf16* dout, const bf16* inp,
+                                                 const float* mean, const float* rstd, int64_t N, int C) {
+    __shared__ float sw[8][WARP + 1], sb[8][WARP + 1];
+    int c = blockIdx.x * WARP + threadIdx.x;
+    int64_t r0 = blockIdx.y * (int64_t)ROWS_PER_TILE, r1 = min(N, r0 + ROWS_PER_TILE);
+    float aw = 0.0f, ab = 0.0f;
+    if (c < C) {
+        for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+            float dy = (float)dout[r * C + c];
+            aw += dy * ((float)inp[r * C + c] - mean[r]) * rstd[r];
+            ab += dy;
+        }
+    }
+    sw[threadIdx.y][threadIdx.x] = aw; sb[threadIdx.y][threadIdx.x] = ab;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        for (int k = 1; k < (int)blockDim.y; k++) { aw += sw[k][threadIdx.x]; ab += sb[k][threadIdx.x]; }
+        atomicAdd(&dw[c], aw);
+        atomicAdd(&db[c], ab);
+    }
+}
+static void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
+                               const float* mean, const float* rstd, int64_t N, int C, cudaStream_t s) {
+    const int block = 256, rows_per_block = block / WARP;
+    layernorm_backward_input_kernel<<<(unsigned)ceil_div64(N, rows_per_block), block, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    cudaCheckLaunch();
+    dim3 grid((unsigned)ceil_div64(C, WARP), (unsigned)ceil_div64(N, ROWS_PER_TILE));
+    layernorm_backward_params_kernel<<<grid, dim3(WARP, 8), 0, s>>>(dw, db, dout, inp, mean, rstd, N, C);
+    cudaCheckLaunch();
+}
+
+// dbias[oc] += sum over rows of dout[row, oc]
+__global__ void bias_backward_kernel(float* dbias, const bf16* dout, int64_t N, int OC) {
+    __shared__ float sb[8][WARP + 1];
+    int c = blockIdx.x * WARP + threadIdx.x;
+    int64_t r0 = blockIdx.y * (int64_t)ROWS_PER_TILE, r1 = min(N, r0 + ROWS_PER_TILE);
+    float acc = 0.0f;
+    if (c < OC) for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) acc += (float)dout[r * OC + c];
+    sb[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < OC) {
+        for (int k = 1; k < (int)blockDim.y; k++) acc += sb[k][threadIdx.x];
+        atomicAdd(&dbias[c], acc);
+    }
+}
+static void bias_backward(float* dbias, const bf16* dout, int64_t N, int OC, cudaStream_t s) {
+    dim3 grid((unsigned)ceil_div64(OC, WARP), (unsigned)ceil_div64(N, ROWS_PER_TILE));
+    bias_backward_kernel<<<grid, dim3(WARP, 8), 0, s>>>(dbias, dout, N, OC);
+    cudaCheckLaunch();
+}
+
+// ----------------------------------------------------------------------------
+// Element-wise: bias, residual, GELU
+
+// out[row, :] += bias (+ residual[row, :] when residual is not NULL)
+__global__ void add_bias_kernel(bf16* out, const bf16* bias, const bf16* residual, int64_t N, int OC) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N * OC; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = (float)out[i] + (float)bias[i % OC];
+        if (residual) v += (float)residual[i];
+        out[i] = __float2bfloat16(v);
+    }
+}
+static void add_bias(bf16* out, const bf16* bias, const bf16* residual, int64_t N, int OC, cudaStream_t s) {
+    add_bias_kernel<<<grid_for(N * OC, 256), 256, 0, s>>>(out, bias, residual, N, OC);
+    cudaCheckLaunch();
+}
+
+#define GELU_SCALE 0.7978845608028654f  // sqrt(2/pi), GPT-2's tanh approximation
+__global__ void gelu_forward_kernel(bf16* out, const bf16* inp, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float x = (float)inp[i];
+        out[i] = __float2bfloat16(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x))));
+    }
+}
+static void gelu_forward(bf16* out, const bf16* inp, int64_t n, cudaStream_t s) {
+    gelu_forward_kernel<<<grid_for(n, 256), 256, 0, s>>>(out, inp, n);
+    cudaCheckLaunch();
+}
+
+// d_inout = gelu'(inp) * d_inout, in place
+__global__ void gelu_backward_kernel(bf16* d_inout, const bf16* inp, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float x = (float)inp[i];
+        float u = GELU_SCALE * (x + 0.044715f * x * x * x);
+        float th = tanhf(u);
+        float sech2 = 1.0f - th * th;
+        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        d_inout[i] = __float2bfloat16(grad * (float)d_inout[i]);
+    }
+}
+static void gelu_backward(bf16* d_inout, const bf16* inp, int64_t n, cudaStream_t s) {
+    gelu_backward_kernel<<<grid_for(n, 256), 256, 0, s>>>(d_inout, inp, n);
+    cudaCheckLaunch();
+}
+
+// ----------------------------------------------------------------------------
+// Attention layout changes. qkv rows are (B, T, 3, NH, hs); the batched GEMMs want (B, NH, T, hs).
+
+__global__ void split_heads_kernel(bf16* q, bf16* k, bf16* v, const bf16* qkv, int B, int T, int NH, int hs) {
+    const int64_t n = (int64_t)B * NH * T * hs;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int d = (int)(i % hs); int64_t r = i / hs;
+        int t = (int)(r % T); r /= T;
+        int h = (int)(r % NH); int b = (int)(r / NH);
+        int64_t src = (((int64_t)b * T + t) * 3 * NH + h) * hs + d;
+        q[i] = qkv[src];
+        k[i] = qkv[src + (int64_t)NH * hs];
+        v[i] = qkv[src + 2 * (int64_t)NH * hs];
+    }
+}
+// Inverse of split_heads for gradients: dqkv (B, T, 3, NH, hs) from dq, dk, dv (B, NH, T, hs).
+__global__ void merge_qkv_grads_kernel(bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv, int B, int T, int NH, int hs) {
+    const int64_t n = (int64_t)B * NH * T * hs;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int d = (int)(i % hs); int64_t r = i / hs;
+        int t = (int)(r % T); r /= T;
+        int h = (int)(r % NH); int b = (int)(r / NH);
+        int64_t dst = (((int64_t)b * T + t) * 3 * NH + h) * hs + d;
+        dqkv[dst] = dq[i];
+        dqkv[dst + (int64_t)NH * hs] = dk[i];
+        dqkv[dst + 2 * (int64_t)NH * hs] = dv[i];
+    }
+}
+// (B, NH, T, hs) <-> (B, T, NH, hs); `to_heads` chooses the direction.
+__global__ void permute_heads_kernel(bf16* out, const bf16* inp, int B, int T, int NH, int hs, int to_heads) {
+    const int64_t n = (int64_t)B * NH * T * hs;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        int d = (int)(i % hs); int64_t r = i / hs;
+        int t = (int)(r % T); r /= T;
+        int h = (int)(r % NH); int b = (int)(r / NH);
+        int64_t btc = (((int64_t)b * T + t) * NH + h) * hs + d;  // i is the (B, NH, T, hs) index
+        if (to_heads) out[i] = inp[btc]; else out[btc] = inp[i];
+    }
+}
+static void split_heads(bf16* q, bf16* k, bf16* v, const bf16* qkv, int B, int T, int NH, int hs, cudaStream_t s) {
+    split_heads_kernel<<<grid_for((int64_t)B * T * NH * hs, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
+    cudaCheckLaunch();
+}
+static void merge_qkv_grads(bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv, int B, int T, int NH, int hs, cudaStream_t s) {
+    merge_qkv_grads_kernel<<<grid_for((int64_t)B * T * NH * hs, 256), 256, 0, s>>>(dqkv, dq, dk, dv, B, T, NH, hs);
+    cudaCheckLaunch();
+}
+static void permute_heads(bf16* out, const bf16* inp, int B, int T, int NH, int hs, int to_heads, cudaStream_t s) {
+    permute_heads_kernel<<<grid_for((int64_t)B * T * NH * hs, 256), 256, 0, s>>>(out, inp, B, T, NH, hs, to_heads);
+    cudaCheckLaunch();
+}
+
+// ----------------------------------------------------------------------------
+// Causal softmax over rows of the (B*NH, T, T) score matrix, in place; one warp per row.
+// Row t1 keeps columns 0..t1 and writes exact zeros above the diagonal, so att @ v needs no mask.
+// The 1/sqrt(hs) scale was already applied by the GEMM that produced the scores.
+
+__global__ void softmax_causal_forward_kernel(bf16* att, int64_t rows, int T) {
+    int64_t row = blockIdx.x * (int64_t)(blockDim.x / WARP) + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP;
+    if (row >= rows) return;
+    int t1 = (int)(row % T);
+    bf16* a = att + row * T;
+    float mx = -INFINITY;
+    for (int j = lane; j <= t1; j += WARP) mx = fmaxf(mx, (float)a[j]);
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int j = lane; j <= t1; j += WARP) sum += expf((float)a[j] - mx);
+    float inv = 1.0f / warp_sum(sum);
+    for (int j = lane; j < T; j += WARP) a[j] = __float2bfloat16(j <= t1 ? expf((float)a[j] - mx) * inv : 0.0f);
+}
+static void softmax_causal_forward(bf16* att, int64_t rows, int T, cudaStream_t s) {
+    const int block = 256;
+    softmax_causal_forward_kernel<<<(unsigned)ceil_div64(rows, block / WARP), block, 0, s>>>(att, rows, T);
+    cudaCheckLaunch();
+}
+
+// d_score = att * (d_att - sum_j att_j d_att_j), written in place over d_att; zero above the diagonal.
+__global__ void softmax_causal_backward_kernel(bf16* datt, const bf16* att, int64_t rows, int T) {
+    int64_t row = blockIdx.x * (int64_t)(blockDim.x / WARP) + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP;
+    if (row >= rows) return;
+    int t1 = (int)(row % T);
+    const bf16* a = att + row * T;
+    bf16* d = datt + row * T;
+    float dot = 0.0f;
+    for (int j = lane; j <= t1; j += WARP) dot += (float)a[j] * (float)d[j];
+    dot = warp_sum(dot);
+    for (int j = lane; j < T; j += WARP) d[j] = __float2bfloat16(j <= t1 ? (float)a[j] * ((float)d[j] - dot) : 0.0f);
+}
+static void softmax_causal_backward(bf16* datt, const bf16* att, int64_t rows, int T, cudaStream_t s) {
+    const int block = 256;
+    softmax_causal_backward_kernel<<<(unsigned)ceil_div64(rows, block / WARP), block, 0, s>>>(datt, att, rows, T);
+    cudaCheckLaunch();
+}
+
+// ----------------------------------------------------------------------------
+// Fused softmax + cross-entropy over the real vocabulary V of each row of logits (N, Vp).
+// losses[row] = logsumexp - logit[target]. With dloss_scale != 0 the logits are overwritten in place by
+// d(loss)/d(logits) * dloss_scale (softmax - one_hot), and the padded columns V..Vp-1 get exact zeros.
+
+__global__ void fused_classifier_kernel(bf16* logits, float* losses, const int* targets, int64_t N, int V, int Vp,
+                                        float dloss_scale) {
+    __shared__ float shared[WARP];
+    int64_t row = blockIdx.x;
+    bf16* x = logits + row * Vp;
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, (float)x[i]);
+    mx = block_max(mx, shared);
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf((float)x[i] - mx);
+    sum = block_sum(sum, shared);
+    const int target = targets[row];
+    if (threadIdx.x == 0) losses[row] = logf(sum) + mx - (float)x[target];
+    if (dloss_scale == 0.0f) return;
+    __syncthreads();  // everyone has read x[target] before it is overwritten
+    const float inv = 1.0f / sum;
+    for (int i = threadIdx.x; i < Vp; i += blockDim.x) {
+        float g = 0.0f;
+        if (i < V) g = (expf((float)x[i] - mx) * inv - (i == target ? 1.0f : 0.0f)) * dloss_scale;
+        x[i] = __float2bfloat16(g);
+    }
+}
+static void fused_classifier(bf16* logits, float* losses, const int* targets, int64_t N, int V, int Vp, float dloss_scale,
+                             cudaStream_t s) {
+    fused_classifier_kernel<<<(unsigned)N, 1024, 0, s>>>(logits, losses, targets, N, V, Vp, dloss_scale);
+    cudaCheckLaunch();
+}
+
+// ----------------------------------------------------------------------------
+// Gradient hand-off: fp32 gradients -> bf16 for the trip to the host, and their sum of squares (in double)
+// for the exact global-norm clip. Reading the fp32 values once serves both.
+
+__global__ void grads_to_bf16_sumsq_kernel(bf16* out, const float* in, int64_t n, double* sumsq) {
+    __shared__ float shared[WARP];
+    float acc = 0.0f;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float g = in[i];
+        acc += g * g;
+        if (out) out[i] = __float2bfloat16(g);
+    }
+    acc = block_sum(acc, shared);
+    if (threadIdx.x == 0) atomicAdd(sumsq, (double)acc);
+}
+static void grads_to_bf16_sumsq(bf16* out, const float* in, int64_t n, double* sumsq, cudaStream_t s) {
+    grads_to_bf16_sumsq_kernel<<<grid_for(n, 512), 512, 0, s>>>(out, in, n, sumsq);
+    cudaCheckLaunch();
+}
+
+// Mean of the per-position losses into one float (one block; N is at most a few hundred thousand).
+__global__ void mean_loss_kernel(float* out, const float* losses, int64_t N) {
+    __shared__ float shared[WARP];
+    float acc = 0.0f;
+    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) acc += losses[i];
+    acc = block_sum(acc, shared);
+    if (threadIdx.x == 0) *out = acc / (float)N;
+}
+static void mean_loss(float* out, const float* losses, int64_t N, cudaStream_t s) {
+    mean_loss_kernel<<<1, 1024, 0, s>>>(out, losses, N);
+    cudaCheckLaunch();
+}

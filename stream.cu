@@ -1,0 +1,204 @@
+// stream.cu — host<->GPU movement for the streaming trainer: pinned buffers, the ring of weight slots,
+// the copy streams and the events that order them against the compute stream (see stream.h for the map).
+// No math here and no optimizer: this file only decides what is copied where, and when.
+#include "stream.h"
+#include <string.h>
+
+static void* pinned_alloc(int64_t bytes, const char* what) {
+    void* p = NULL;
+    cudaError_t err = cudaHostAlloc(&p, (size_t)bytes, cudaHostAllocDefault);
+    if (err != cudaSuccess) {
+        fprintf(stderr, "error: cannot pin %.2f GiB of host memory for %s: %s\n", bytes / 1073741824.0, what,
+                cudaGetErrorString(err));
+        exit(EXIT_FAILURE);
+    }
+    return p;
+}
+static void* device_alloc(int64_t bytes, const char* what) {
+    void* p = NULL;
+    cudaError_t err = cudaMalloc(&p, (size_t)bytes);
+    if (err != cudaSuccess) {
+        fprintf(stderr, "error: cannot allocate %.2f GiB of GPU memory for %s: %s\n", bytes / 1073741824.0, what,
+                cudaGetErrorString(err));
+        exit(EXIT_FAILURE);
+    }
+    return p;
+}
+
+int64_t stream_host_bytes(int num_layers, int64_t layer_stride, int64_t embed_count) {
+    const int64_t total = embed_count + (int64_t)num_layers * layer_stride;
+    return total * 2 + (int64_t)num_layers * layer_stride * 2 + embed_count * 4;
+}
+int64_t stream_gpu_bytes(int64_t layer_stride, int num_slots) {
+    return (int64_t)num_slots * layer_stride * 2 + 2 * layer_stride * 2;
+}
+
+void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t embed_count, int num_slots,
+                 HostReadyFn host_ready, void* host_ready_ctx) {
+    memset(ws, 0, sizeof *ws);
+    if (num_slots < 2 || num_slots > MAX_SLOTS) {
+        // 2 is the minimum for overlap: one slot computes while the next layer lands in the other.
+        fprintf(stderr, "error: weight slots must be between 2 and %d (got %d)\n", MAX_SLOTS, num_slots);
+        exit(EXIT_FAILURE);
+    }
+    ws->num_layers = num_layers; ws->num_slots = num_slots;
+    ws->layer_stride = layer_stride; ws->embed_count = embed_count;
+    ws->host_ready = host_ready; ws->host_ready_ctx = host_ready_ctx;
+    const int64_t total = embed_count + (int64_t)num_layers * layer_stride;
+
+    ws->weights_host_bf16 = (uint16_t*)pinned_alloc(total * 2, "the bf16 weights");
+    ws->grads_host_bf16 = (uint16_t*)pinned_alloc((int64_t)num_layers * layer_stride * 2, "the layer gradients");
+    ws->embed_grads_host_fp32 = (float*)pinned_alloc(embed_count * 4, "the embedding gradients");
+
+    ws->slots = (bf16*)device_alloc((int64_t)num_slots * layer_stride * 2, "the weight slots");
+    for (int k = 0; k < 2; k++) ws->grad_staging[k] = (bf16*)device_alloc(layer_stride * 2, "gradient staging");
+
+    // Copy streams get the same (default) priority; the compute stream never waits on the host.
+    cudaCheck(cudaStreamCreateWithFlags(&ws->compute, cudaStreamNonBlocking));
+    cudaCheck(cudaStreamCreateWithFlags(&ws->h2d, cudaStreamNonBlocking));
+    cudaCheck(cudaStreamCreateWithFlags(&ws->d2h, cudaStreamNonBlocking));
+    for (int s = 0; s < num_slots; s++) {
+        ws->slot_layer[s] = -1;
+        cudaCheck(cudaEventCreateWithFlags(&ws->slot_ready[s], cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&ws->slot_free[s], cudaEventDisableTiming));
+    }
+    for (int k = 0; k < 2; k++) cudaCheck(cudaEventCreateWithFlags(&ws->staging_free[k], cudaEventDisableTiming));
+    ws->grads_on_host = (cudaEvent_t*)malloc(sizeof(cudaEvent_t) * num_layers);
+    for (int l = 0; l < num_layers; l++) cudaCheck(cudaEventCreateWithFlags(&ws->grads_on_host[l], cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&ws->embed_grads_on_host, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&ws->embeddings_ready, cudaEventDisableTiming));
+    cudaCheck(cudaEventCreateWithFlags(&ws->compute_mark, cudaEventDisableTiming));
+    ws->schedule = (int*)malloc(sizeof(int) * (num_layers > 0 ? num_layers : 1));
+}
+
+void stream_free(WeightStream* ws) {
+    cudaCheck(cudaDeviceSynchronize());
+    for (int s = 0; s < ws->num_slots; s++) {
+        cudaCheck(cudaEventDestroy(ws->slot_ready[s]));
+        cudaCheck(cudaEventDestroy(ws->slot_free[s]));
+    }
+    for (int k = 0; k < 2; k++) { cudaCheck(cudaEventDestroy(ws->staging_free[k])); cudaCheck(cudaFree(ws->grad_staging[k])); }
+    for (int l = 0; l < ws->num_layers; l++) cudaCheck(cudaEventDestroy(ws->grads_on_host[l]));
+    cudaCheck(cudaEventDestroy(ws->embed_grads_on_host));
+    cudaCheck(cudaEventDestroy(ws->embeddings_ready));
+    cudaCheck(cudaEventDestroy(ws->compute_mark));
+    cudaCheck(cudaStreamDestroy(ws->compute)); cudaCheck(cudaStreamDestroy(ws->h2d)); cudaCheck(cudaStreamDestroy(ws->d2h));
+    cudaCheck(cudaFree(ws->slots));
+    cudaCheck(cudaFreeHost(ws->weights_host_bf16));
+    cudaCheck(cudaFreeHost(ws->grads_host_bf16));
+    cudaCheck(cudaFreeHost(ws->embed_grads_host_fp32));
+    free(ws->grads_on_host);
+    free(ws->schedule);
+    memset(ws, 0, sizeof *ws);
+}
+
+static int slot_of(const WeightStream* ws, int l) {
+    for (int s = 0; s < ws->num_slots; s++) if (ws->slot_layer[s] == l) return s;
+    return -1;
+}
+
+// Makes sure layer l is in (or on its way to) a slot, and pins that slot for this pass.
+static void request_layer(WeightStream* ws, int l) {
+    int s = slot_of(ws, l);
+    if (s >= 0) {  // still resident from the previous pass (e.g. the last layers of the forward pass)
+        ws->slot_pinned[s] = 1;
+        ws->layer_reuses++;
+        return;
+    }
+    // Victim: the least recently used slot that this pass is not holding.
+    int victim = -1;
+    for (int k = 0; k < ws->num_slots; k++)
+        if (!ws->slot_pinned[k] && (victim < 0 || ws->slot_last_use[k] < ws->slot_last_use[victim])) victim = k;
+    if (victim < 0) {
+        fprintf(stderr, "error: internal: no free weight slot for layer %d\n", l);
+        exit(EXIT_FAILURE);
+    }
+    ws->host_ready(ws->host_ready_ctx, l);  // the CPU optimizer has written layer l's new bf16 weights
+    cudaCheck(cudaStreamWaitEvent(ws->h2d, ws->slot_free[victim], 0));
+    const int64_t bytes = ws->layer_stride * 2;
+    const uint16_t* src = ws->weights_host_bf16 + ws->embed_count + (int64_t)l * ws->layer_stride;
+    cudaCheck(cudaMemcpyAsync(ws->slots + (int64_t)victim * ws->layer_stride, src, (size_t)bytes, cudaMemcpyHostToDevice, ws->h2d));
+    cudaCheck(cudaEventRecord(ws->slot_ready[victim], ws->h2d));
+    ws->slot_layer[victim] = l;
+    ws->slot_pinned[victim] = 1;
+    ws->slot_last_use[victim] = ++ws->use_clock;
+    ws->bytes_h2d += bytes;
+    ws->layer_copies++;
+}
+
+void stream_begin_pass(WeightStream* ws, const int* order, int n) {
+    for (int s = 0; s < ws->num_slots; s++) ws->slot_pinned[s] = 0;
+    memcpy(ws->schedule, order, sizeof(int) * n);
+    ws->schedule_len = n;
+    ws->schedule_next = 0;
+    // Layers already resident are requested first so that the copies below never evict them.
+    int first = n < ws->num_slots ? n : ws->num_slots;
+    for (int i = 0; i < first; i++) if (slot_of(ws, order[i]) >= 0) request_layer(ws, order[i]);
+    for (int i = 0; i < first; i++) request_layer(ws, order[i]);  // no-op for those already pinned above
+    ws->schedule_next = first;
+}
+
+const bf16* stream_wait_layer(WeightStream* ws, int l) {
+    int s = slot_of(ws, l);
+    if (s < 0 || !ws->slot_pinned[s]) {
+        fprintf(stderr, "error: internal: layer %d was not requested before use\n", l);
+        exit(EXIT_FAILURE);
+    }
+    cudaCheck(cudaStreamWaitEvent(ws->compute, ws->slot_ready[s], 0));
+    ws->slot_last_use[s] = ++ws->use_clock;
+    return ws->slots + (int64_t)s * ws->layer_stride;
+}
+
+void stream_release_layer(WeightStream* ws, int l) {
+    int s = slot_of(ws, l);
+    if (s < 0) { fprintf(stderr, "error: internal: release of layer %d that holds no slot\n", l); exit(EXIT_FAILURE); }
+    cudaCheck(cudaEventRecord(ws->slot_free[s], ws->compute));
+    ws->slot_pinned[s] = 0;
+    if (ws->schedule_next < ws->schedule_len) request_layer(ws, ws->schedule[ws->schedule_next++]);
+}
+
+void stream_invalidate(WeightStream* ws) {
+    for (int s = 0; s < ws->num_slots; s++) { ws->slot_layer[s] = -1; ws->slot_pinned[s] = 0; }
+}
+
+void stream_upload_embeddings(WeightStream* ws, bf16* dev) {
+    ws->host_ready(ws->host_ready_ctx, -1);
+    // Nothing still queued on compute may read the old embeddings while they are overwritten.
+    cudaCheck(cudaEventRecord(ws->compute_mark, ws->compute));
+    cudaCheck(cudaStreamWaitEvent(ws->h2d, ws->compute_mark, 0));
+    cudaCheck(cudaMemcpyAsync(dev, ws->weights_host_bf16, (size_t)(ws->embed_count * 2), cudaMemcpyHostToDevice, ws->h2d));
+    cudaCheck(cudaEventRecord(ws->embeddings_ready, ws->h2d));
+    cudaCheck(cudaStreamWaitEvent(ws->compute, ws->embeddings_ready, 0));
+    ws->bytes_h2d += ws->embed_count * 2;
+}
+
+bf16* stream_grad_staging(WeightStream* ws) {
+    const int k = ws->staging_next;
+    cudaCheck(cudaStreamWaitEvent(ws->compute, ws->staging_free[k], 0));
+    return ws->grad_staging[k];
+}
+
+void stream_send_layer_grads(WeightStream* ws, int l) {
+    const int k = ws->staging_next;
+    ws->staging_next ^= 1;
+    const int64_t bytes = ws->layer_stride * 2;
+    cudaCheck(cudaEventRecord(ws->compute_mark, ws->compute));
+    cudaCheck(cudaStreamWaitEvent(ws->d2h, ws->compute_mark, 0));
+    cudaCheck(cudaMemcpyAsync(ws->grads_host_bf16 + (int64_t)l * ws->layer_stride, ws->grad_staging[k], (size_t)bytes,
+                              cudaMemcpyDeviceToHost, ws->d2h));
+    cudaCheck(cudaEventRecord(ws->staging_free[k], ws->d2h));
+    cudaCheck(cudaEventRecord(ws->grads_on_host[l], ws->d2h));
+    ws->bytes_d2h += bytes;
+}
+
+void stream_send_embed_grads(WeightStream* ws, const float* dev) {
+    cudaCheck(cudaEventRecord(ws->compute_mark, ws->compute));
+    cudaCheck(cudaStreamWaitEvent(ws->d2h, ws->compute_mark, 0));
+    cudaCheck(cudaMemcpyAsync(ws->embed_grads_host_fp32, dev, (size_t)(ws->embed_count * 4), cudaMemcpyDeviceToHost, ws->d2h));
+    cudaCheck(cudaEventRecord(ws->embed_grads_on_host, ws->d2h));
+    ws->bytes_d2h += ws->embed_count * 4;
+}
+
+void stream_wait_grads_on_host(WeightStream* ws, int l) {
+    cudaCheck(cudaEventSynchronize(l < 0 ? ws->embed_grads_on_host : ws->grads_on_host[l]));
+}

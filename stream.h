@@ -1,0 +1,88 @@
+// stream.h — everything that moves between host and GPU during training: the pinned host copies of the
+// weights (bf16) and gradients, the ring of GPU weight slots, the three CUDA streams and their events.
+// The model code asks for "layer l's weights" and "send layer l's grads"; it never calls cudaMemcpy itself.
+// It does no math (train_gpt.cu, kernels.cuh) and no optimizer update (cpu_adam.cpp).
+//
+// Streams:  compute — every kernel and GEMM;  h2d — weights host->GPU;  d2h — gradients GPU->host.
+// Ordering is by events only (no device-wide synchronization inside a pass):
+//   slot_ready[s]  (h2d)     : the weights in slot s have arrived      -> compute waits before using them
+//   slot_free[s]   (compute) : the last kernel reading slot s is done  -> h2d waits before overwriting it
+//   staging_free[k] (d2h)    : gradient staging buffer k is on the host -> compute waits before refilling it
+//   grads_on_host[l] (d2h)   : layer l's gradients are in host memory   -> the CPU optimizer thread waits on it
+#pragma once
+#include <stdint.h>
+#include "cuda_common.h"
+
+#define MAX_SLOTS 8
+
+// Called on the main thread right before layer l's weights are copied to the GPU (l = -1: embeddings);
+// blocks until the CPU optimizer has written that block's updated bf16 copy. This is the one place where
+// the next step's forward pass waits for the previous step's AdamW.
+typedef void (*HostReadyFn)(void* ctx, int layer);
+
+typedef struct {
+    int num_layers, num_slots;
+    int64_t layer_stride;  // elements of one layer block (model.h ParamLayout)
+    int64_t embed_count;   // elements of the embedding block
+
+    // Host, pinned (DMA-able, so copies run at full PCIe speed and asynchronously)
+    uint16_t* weights_host_bf16;    // [embeddings | layer 0 | ... | layer L-1], written by the CPU AdamW
+    uint16_t* grads_host_bf16;      // L * layer_stride: each layer's gradient, sent once per step
+    float* embed_grads_host_fp32;   // embeddings' gradient (kept fp32: it is accumulated on the GPU anyway)
+
+    // GPU
+    bf16* slots;                    // num_slots * layer_stride: the weights of the layers in flight
+    int slot_layer[MAX_SLOTS];      // which layer each slot holds (-1: none / stale)
+    int slot_pinned[MAX_SLOTS];     // requested in this pass and not yet released
+    int64_t slot_last_use[MAX_SLOTS];
+    int64_t use_clock;
+    cudaEvent_t slot_ready[MAX_SLOTS], slot_free[MAX_SLOTS];
+    bf16* grad_staging[2];          // two bf16 buffers: one is filled while the other travels to the host
+    cudaEvent_t staging_free[2];
+    int staging_next;
+    cudaEvent_t* grads_on_host;     // one per layer
+    cudaEvent_t embed_grads_on_host, embeddings_ready, compute_mark;
+
+    cudaStream_t compute, h2d, d2h;
+
+    // The order in which the current pass visits layers, and how far ahead we have requested.
+    int* schedule;
+    int schedule_len, schedule_next;
+
+    HostReadyFn host_ready;
+    void* host_ready_ctx;
+
+    // Counters for the config table and the timeline
+    int64_t bytes_h2d, bytes_d2h, layer_copies, layer_reuses;
+} WeightStream;
+
+// Allocates the pinned host buffers (the caller fills weights_host_bf16), the GPU slots and staging, the
+// streams and events. Exits with a one-line error if an allocation fails.
+void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t embed_count, int num_slots,
+                 HostReadyFn host_ready, void* host_ready_ctx);
+void stream_free(WeightStream* ws);
+// Bytes of pinned host memory and of GPU memory stream_init will allocate (for the fit check before it).
+int64_t stream_host_bytes(int num_layers, int64_t layer_stride, int64_t embed_count);
+int64_t stream_gpu_bytes(int64_t layer_stride, int num_slots);
+
+// A pass visits layers in `order` (forward: 0..L-1, backward: L-1..0). Starts copying the first
+// num_slots of them; a layer still resident from the previous pass (and not stale) is not copied again.
+void stream_begin_pass(WeightStream* ws, const int* order, int n);
+// Makes the compute stream wait until layer l is in its slot; returns the slot's weights.
+const bf16* stream_wait_layer(WeightStream* ws, int l);
+// The compute stream has been given every kernel that reads layer l: free its slot once they have run,
+// and start copying the next layer of the pass into it.
+void stream_release_layer(WeightStream* ws, int l);
+// The host weights changed (optimizer step): no slot content may be reused.
+void stream_invalidate(WeightStream* ws);
+
+// Copies the embeddings' bf16 weights to `dev` (after host_ready(-1)); compute waits for them.
+void stream_upload_embeddings(WeightStream* ws, bf16* dev);
+
+// Gradients: get a staging buffer for layer l (compute waits until it is free), fill it on the compute
+// stream, then send it: the copy to grads_host_bf16[l] runs on the d2h stream.
+bf16* stream_grad_staging(WeightStream* ws);
+void stream_send_layer_grads(WeightStream* ws, int l);
+void stream_send_embed_grads(WeightStream* ws, const float* dev);
+// Blocks the calling (optimizer) thread until layer l's gradients (l = -1: embeddings) are in host memory.
+void stream_wait_grads_on_host(WeightStream* ws, int l);
