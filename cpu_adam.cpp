@@ -1,0 +1,348 @@
+// cpu_adam.cpp — AdamW, sum of squares and fp32 -> bf16 conversion over large host arrays: OpenMP across
+// threads (static, contiguous chunks), SIMD within a thread (AVX-512 when compiled with it, else AVX2+FMA,
+// else a portable scalar loop), one pass over memory per call.
+// It holds no training logic (which tensors decay, clipping, lr schedule: train_common.h / the trainers).
+//
+// Why it looks like this: an update touches ~30 bytes per parameter and does ~15 flops, so it is bound by
+// memory bandwidth. Everything that reads or writes the arrays is fused into a single pass (moments, weight,
+// and the bf16 copy for the GPU), and the arithmetic only has to keep up. Every SIMD path and the scalar
+// tail perform the same IEEE operations (mul, fma, sqrt, div: all correctly rounded) in the same order, so
+// an element's result is identical whichever path, thread or chunk boundary it lands on.
+#include "cpu_adam.h"
+
+#include <math.h>
+#include <atomic>
+#include <vector>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+// GCC 12 reports "'__Y' may be used uninitialized" inside its own AVX-512 headers once their intrinsics are
+// inlined (GCC bug 105593, fixed in later releases); the warning is about the header, not this code.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+#pragma GCC diagnostic pop
+#endif
+#if defined(__SSE__)
+#include <xmmintrin.h>  // _mm_getcsr / _mm_setcsr
+#endif
+
+#if defined(__AVX512F__)
+#define CPU_ADAM_VEC 16
+#elif defined(__AVX2__) && defined(__FMA__)
+#define CPU_ADAM_VEC 8
+#else
+#define CPU_ADAM_VEC 1
+#endif
+
+// Below this many elements a call runs on the calling thread: waking a team costs a few microseconds,
+// more than updating a small tensor takes.
+#define PARALLEL_MIN ((int64_t)1 << 15)
+// Give no thread fewer than this many elements (a 40k-element tensor does not need 16 threads).
+#define MIN_PER_THREAD ((int64_t)8192)
+// Chunk boundaries are multiples of 64 elements: every thread starts on a 64-byte line of each array
+// (when the arrays themselves are 64-byte aligned), so no two threads write the same cache line, not even
+// of the 2-byte bf16 output, and only the last chunk has a scalar tail.
+#define CHUNK_ALIGN ((int64_t)64)
+
+static std::atomic<int> g_threads{0};
+
+void cpu_adam_set_threads(int n) { g_threads.store(n > 0 ? n : 0, std::memory_order_relaxed); }
+
+const char* cpu_adam_simd_name(void) {
+#if CPU_ADAM_VEC == 16
+    return "avx512";
+#elif CPU_ADAM_VEC == 8
+    return "avx2";
+#else
+    return "scalar";
+#endif
+}
+
+// ----------------------------------------------------------------------------
+// Splitting a range over threads
+
+static int team_size(int64_t n) {
+    if (n < PARALLEL_MIN) return 1;
+#ifdef _OPENMP
+    int t = g_threads.load(std::memory_order_relaxed);
+    if (t <= 0) t = omp_get_max_threads();
+    const int64_t cap = n / MIN_PER_THREAD;
+    if (t > cap) t = (int)cap;
+    return t > 1 ? t : 1;
+#else
+    return 1;
+#endif
+}
+
+// Calls body(tid, lo, hi) on contiguous chunks covering [0, n), at most one chunk per thread; tid < team_size(n).
+template <typename Body>
+static void for_chunks(int64_t n, Body body) {
+    const int t = team_size(n);
+    if (t <= 1) {
+        if (n > 0) body(0, (int64_t)0, n);
+        return;
+    }
+#ifdef _OPENMP
+#pragma omp parallel num_threads(t)
+    {
+        // The team may be smaller than asked (nested regions, thread limits): split by the real size.
+        const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
+        const int64_t chunk = ((n + nt - 1) / nt + CHUNK_ALIGN - 1) / CHUNK_ALIGN * CHUNK_ALIGN;
+        const int64_t lo = tid * chunk < n ? tid * chunk : n;
+        const int64_t hi = lo + chunk < n ? lo + chunk : n;
+        if (lo < hi) body((int)tid, lo, hi);
+    }
+#endif
+}
+
+// ----------------------------------------------------------------------------
+// Scalar building blocks (the tail of every SIMD loop, and the whole loop without SIMD)
+
+static inline float fmadd1(float a, float b, float c) {
+#if defined(__FMA__) || defined(FP_FAST_FMAF)
+    return fmaf(a, b, c);  // one rounding, like the SIMD fmadd: keeps scalar and vector results identical
+#else
+    return a * b + c;  // no FMA hardware: then there is no FMA SIMD path to agree with either
+#endif
+}
+
+static inline float load_grad1(const float* g, int64_t i) { return g[i]; }
+static inline float load_grad1(const uint16_t* g, int64_t i) { return bf16_to_float(g[i]); }
+
+// The per-step constants, rounded to float once. 1/(1-beta^t) and 1/sqrt(1-beta2^t) are computed in double
+// so the bias corrections carry no error of their own.
+typedef struct {
+    float b1, b2, omb1, omb2;  // beta1, beta2, 1-beta1, 1-beta2
+    float ibc1;                // 1 / (1 - beta1^t)
+    float irs2;                // 1 / sqrt(1 - beta2^t): sqrt(vhat) = sqrt(v) * irs2
+    float eps, neg_lr, wd, scale;
+} AdamConsts;
+
+static AdamConsts adam_consts(const AdamWArgs* a) {
+    AdamConsts c;
+    const double t = (double)a->t;
+    c.b1 = a->beta1;
+    c.b2 = a->beta2;
+    c.omb1 = (float)(1.0 - (double)a->beta1);
+    c.omb2 = (float)(1.0 - (double)a->beta2);
+    c.ibc1 = (float)(1.0 / (1.0 - pow((double)a->beta1, t)));
+    c.irs2 = (float)(1.0 / sqrt(1.0 - pow((double)a->beta2, t)));
+    c.eps = a->eps;
+    c.neg_lr = -a->lr;
+    c.wd = a->weight_decay;
+    c.scale = a->grad_scale;
+    return c;
+}
+
+// The one definition of the update's operation order; the SIMD loops below mirror it op for op.
+static inline float adam1(float p, float grad, float* m, float* v, const AdamConsts* c) {
+    const float g = grad * c->scale;
+    const float mm = fmadd1(c->b1, *m, c->omb1 * g);
+    const float vv = fmadd1(c->b2, *v, (c->omb2 * g) * g);
+    const float denom = fmadd1(sqrtf(vv), c->irs2, c->eps);   // sqrt(vhat) + eps
+    const float upd = (mm * c->ibc1) / denom;                 // mhat / (sqrt(vhat) + eps)
+    *m = mm;
+    *v = vv;
+    return fmadd1(c->neg_lr, fmadd1(c->wd, p, upd), p);       // p - lr * (upd + wd * p)
+}
+
+// ----------------------------------------------------------------------------
+// SIMD building blocks. bf16 rounding uses the integer trick of float_to_bf16, not the AVX512_BF16
+// instruction (vcvtneps2bf16): that one flushes subnormal inputs to zero and so differs from the scalar
+// conversion (and from the GPU's __float2bfloat16).
+
+#if CPU_ADAM_VEC == 16
+static inline __m512 load_grad16(const float* g) { return _mm512_loadu_ps(g); }
+static inline __m512 load_grad16(const uint16_t* g) {
+    const __m512i h = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)g));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(h, 16));
+}
+static inline __m256i bf16x16(__m512 x) {
+    const __m512i b = _mm512_castps_si512(x);
+    const __m512i hi = _mm512_srli_epi32(b, 16);
+    const __m512i bias = _mm512_add_epi32(_mm512_and_si512(hi, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7FFF));
+    const __m512i rne = _mm512_srli_epi32(_mm512_add_epi32(b, bias), 16);
+    const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7FFFFFFF)),
+                                                  _mm512_set1_epi32(0x7F800000));
+    const __m512i r = _mm512_mask_mov_epi32(rne, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+    return _mm512_cvtepi32_epi16(r);  // every lane is < 2^16: plain truncation packs it
+}
+#elif CPU_ADAM_VEC == 8
+static inline __m256 load_grad8(const float* g) { return _mm256_loadu_ps(g); }
+static inline __m256 load_grad8(const uint16_t* g) {
+    const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)g));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
+}
+static inline __m128i bf16x8(__m256 x) {
+    const __m256i b = _mm256_castps_si256(x);
+    const __m256i hi = _mm256_srli_epi32(b, 16);
+    const __m256i bias = _mm256_add_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(1)), _mm256_set1_epi32(0x7FFF));
+    const __m256i rne = _mm256_srli_epi32(_mm256_add_epi32(b, bias), 16);
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7FFFFFFF)),
+                                           _mm256_set1_epi32(0x7F800000));
+    const __m256i r = _mm256_blendv_epi8(rne, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
+    // packus saturates int32 -> uint16; every lane is in [0, 2^16), so it only packs
+    return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+}
+#endif
+
+// ----------------------------------------------------------------------------
+// AdamW
+
+template <typename G>
+static void adam_range(float* __restrict p, const G* __restrict g, float* __restrict m, float* __restrict v,
+                       uint16_t* __restrict out, int64_t lo, int64_t hi, const AdamConsts* c) {
+    int64_t i = lo;
+#if CPU_ADAM_VEC == 16
+    const __m512 b1 = _mm512_set1_ps(c->b1), b2 = _mm512_set1_ps(c->b2), omb1 = _mm512_set1_ps(c->omb1),
+                 omb2 = _mm512_set1_ps(c->omb2), ibc1 = _mm512_set1_ps(c->ibc1), irs2 = _mm512_set1_ps(c->irs2),
+                 eps = _mm512_set1_ps(c->eps), neg_lr = _mm512_set1_ps(c->neg_lr), wd = _mm512_set1_ps(c->wd),
+                 scale = _mm512_set1_ps(c->scale);
+    for (; i + 16 <= hi; i += 16) {
+        const __m512 gr = _mm512_mul_ps(load_grad16(g + i), scale);
+        const __m512 mm = _mm512_fmadd_ps(b1, _mm512_loadu_ps(m + i), _mm512_mul_ps(omb1, gr));
+        const __m512 vv = _mm512_fmadd_ps(b2, _mm512_loadu_ps(v + i), _mm512_mul_ps(_mm512_mul_ps(omb2, gr), gr));
+        const __m512 denom = _mm512_fmadd_ps(_mm512_sqrt_ps(vv), irs2, eps);
+        const __m512 upd = _mm512_div_ps(_mm512_mul_ps(mm, ibc1), denom);
+        const __m512 pp = _mm512_loadu_ps(p + i);
+        const __m512 np = _mm512_fmadd_ps(neg_lr, _mm512_fmadd_ps(wd, pp, upd), pp);
+        _mm512_storeu_ps(m + i, mm);
+        _mm512_storeu_ps(v + i, vv);
+        _mm512_storeu_ps(p + i, np);
+        if (out) _mm256_storeu_si256((__m256i*)(out + i), bf16x16(np));
+    }
+#elif CPU_ADAM_VEC == 8
+    const __m256 b1 = _mm256_set1_ps(c->b1), b2 = _mm256_set1_ps(c->b2), omb1 = _mm256_set1_ps(c->omb1),
+                 omb2 = _mm256_set1_ps(c->omb2), ibc1 = _mm256_set1_ps(c->ibc1), irs2 = _mm256_set1_ps(c->irs2),
+                 eps = _mm256_set1_ps(c->eps), neg_lr = _mm256_set1_ps(c->neg_lr), wd = _mm256_set1_ps(c->wd),
+                 scale = _mm256_set1_ps(c->scale);
+    for (; i + 8 <= hi; i += 8) {
+        const __m256 gr = _mm256_mul_ps(load_grad8(g + i), scale);
+        const __m256 mm = _mm256_fmadd_ps(b1, _mm256_loadu_ps(m + i), _mm256_mul_ps(omb1, gr));
+        const __m256 vv = _mm256_fmadd_ps(b2, _mm256_loadu_ps(v + i), _mm256_mul_ps(_mm256_mul_ps(omb2, gr), gr));
+        const __m256 denom = _mm256_fmadd_ps(_mm256_sqrt_ps(vv), irs2, eps);
+        const __m256 upd = _mm256_div_ps(_mm256_mul_ps(mm, ibc1), denom);
+        const __m256 pp = _mm256_loadu_ps(p + i);
+        const __m256 np = _mm256_fmadd_ps(neg_lr, _mm256_fmadd_ps(wd, pp, upd), pp);
+        _mm256_storeu_ps(m + i, mm);
+        _mm256_storeu_ps(v + i, vv);
+        _mm256_storeu_ps(p + i, np);
+        if (out) _mm_storeu_si128((__m128i*)(out + i), bf16x8(np));
+    }
+#endif
+    for (; i < hi; i++) {
+        p[i] = adam1(p[i], load_grad1(g, i), m + i, v + i, c);
+        if (out) out[i] = float_to_bf16(p[i]);
+    }
+}
+
+// Subnormal floats are flushed to zero (FTZ and DAZ) while a thread runs the update, and the thread's own
+// setting is restored afterwards. Why: v of a rarely seen token's embedding row decays by beta2 every
+// step and reaches the subnormal range after a few thousand steps; x86 cores handle subnormal operands
+// in slow microcode (measured 1.7x slower per element on Zen 4 here, Intel cores pay more). Values below
+// 1.2e-38 cannot matter to the update (sqrt(v) is then < 1e-19, far below eps), and the GPU side,
+// compiled with --use_fast_math, flushes them as well.
+#if defined(__SSE__)
+static inline unsigned flush_subnormals_begin(void) {
+    const unsigned old = _mm_getcsr();
+    _mm_setcsr(old | 0x8040u);  // bit 15: flush-to-zero, bit 6: denormals-are-zero
+    return old;
+}
+static inline void flush_subnormals_end(unsigned old) { _mm_setcsr(old); }
+#else
+static inline unsigned flush_subnormals_begin(void) { return 0; }
+static inline void flush_subnormals_end(unsigned) {}
+#endif
+
+template <typename G>
+static void adam_any(float* params, const G* grads, float* m, float* v, uint16_t* out, int64_t n, const AdamWArgs* a) {
+    const AdamConsts c = adam_consts(a);
+    for_chunks(n, [&](int, int64_t lo, int64_t hi) {
+        const unsigned csr = flush_subnormals_begin();
+        adam_range(params, grads, m, v, out, lo, hi, &c);
+        flush_subnormals_end(csr);
+    });
+}
+
+void adamw_update_f32grad(float* params, const float* grads, float* m, float* v, uint16_t* params_bf16_out,
+                          int64_t n, const AdamWArgs* a) {
+    adam_any(params, grads, m, v, params_bf16_out, n, a);
+}
+
+void adamw_update_bf16grad(float* params, const uint16_t* grads, float* m, float* v, uint16_t* params_bf16_out,
+                           int64_t n, const AdamWArgs* a) {
+    adam_any(params, grads, m, v, params_bf16_out, n, a);
+}
+
+// ----------------------------------------------------------------------------
+// Sum of squares. Two (AVX2: four) double accumulators hide the FMA latency; x*x of a float is exact in
+// double, so the only rounding is in the additions.
+
+template <typename G>
+static double sumsq_range(const G* __restrict x, int64_t lo, int64_t hi) {
+    int64_t i = lo;
+    double s = 0.0;
+#if CPU_ADAM_VEC == 16
+    __m512d a0 = _mm512_setzero_pd(), a1 = _mm512_setzero_pd();
+    for (; i + 16 <= hi; i += 16) {
+        const __m512 f = load_grad16(x + i);
+        const __m512d d0 = _mm512_cvtps_pd(_mm512_castps512_ps256(f));
+        const __m512d d1 = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1)));
+        a0 = _mm512_fmadd_pd(d0, d0, a0);
+        a1 = _mm512_fmadd_pd(d1, d1, a1);
+    }
+    s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
+#elif CPU_ADAM_VEC == 8
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd(), a2 = _mm256_setzero_pd(), a3 = _mm256_setzero_pd();
+    for (; i + 16 <= hi; i += 16) {
+        const __m256 f0 = load_grad8(x + i), f1 = load_grad8(x + i + 8);
+        const __m256d d0 = _mm256_cvtps_pd(_mm256_castps256_ps128(f0)), d1 = _mm256_cvtps_pd(_mm256_extractf128_ps(f0, 1));
+        const __m256d d2 = _mm256_cvtps_pd(_mm256_castps256_ps128(f1)), d3 = _mm256_cvtps_pd(_mm256_extractf128_ps(f1, 1));
+        a0 = _mm256_fmadd_pd(d0, d0, a0);
+        a1 = _mm256_fmadd_pd(d1, d1, a1);
+        a2 = _mm256_fmadd_pd(d2, d2, a2);
+        a3 = _mm256_fmadd_pd(d3, d3, a3);
+    }
+    double lanes[4];
+    _mm256_storeu_pd(lanes, _mm256_add_pd(_mm256_add_pd(a0, a1), _mm256_add_pd(a2, a3)));
+    s = (lanes[0] + lanes[1]) + (lanes[2] + lanes[3]);
+#endif
+    for (; i < hi; i++) {
+        const double d = (double)load_grad1(x, i);
+        s += d * d;
+    }
+    return s;
+}
+
+// Each thread's partial sum goes to its own slot and the slots are added in thread order afterwards:
+// unlike an OpenMP reduction clause, the result is the same on every call.
+template <typename G>
+static double sumsq_any(const G* x, int64_t n) {
+    std::vector<double> partial((size_t)team_size(n), 0.0);
+    for_chunks(n, [&](int tid, int64_t lo, int64_t hi) { partial[(size_t)tid] = sumsq_range(x, lo, hi); });
+    double s = 0.0;
+    for (double d : partial) s += d;
+    return s;
+}
+
+double sumsq_f32(const float* x, int64_t n) { return sumsq_any(x, n); }
+double sumsq_bf16(const uint16_t* x, int64_t n) { return sumsq_any(x, n); }
+
+// ----------------------------------------------------------------------------
+// fp32 -> bf16
+
+static void convert_range(const float* __restrict in, uint16_t* __restrict out, int64_t lo, int64_t hi) {
+    int64_t i = lo;
+#if CPU_ADAM_VEC == 16
+    for (; i + 16 <= hi; i += 16) _mm256_storeu_si256((__m256i*)(out + i), bf16x16(_mm512_loadu_ps(in + i)));
+#elif CPU_ADAM_VEC == 8
+    for (; i + 8 <= hi; i += 8) _mm_storeu_si128((__m128i*)(out + i), bf16x8(_mm256_loadu_ps(in + i)));
+#endif
+    for (; i < hi; i++) out[i] = float_to_bf16(in[i]);
+}
+
+void convert_f32_to_bf16(const float* in, uint16_t* out, int64_t n) {
+    for_chunks(n, [&](int, int64_t lo, int64_t hi) { convert_range(in, out, lo, hi); });
+}

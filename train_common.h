@@ -1,0 +1,473 @@
+// train_common.h — what the CPU trainer (train_gpt_cpu.cpp) and the streaming GPU trainer (train_gpt.cu)
+// share: command-line flags (llm.c's train_gpt2.cu flags where they overlap), model specs ("d12",
+// "L4:C128:NH4", "7b", ...), the learning-rate schedule, the global-norm clip factor, AdamW over one
+// parameter block tensor by tensor (weight decay on matrices only), the main.log logger, and sampling.
+// It does no model math (gpt2_cpu.h / train_gpt.cu) and no AdamW arithmetic itself (cpu_adam.cpp).
+// Host C++17 only, no intrinsics and no OpenMP, so nvcc can compile it as part of a .cu file.
+#pragma once
+#include <errno.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include "cpu_adam.h"
+#include "model.h"
+#include "tokenizer.h"
+
+// ----------------------------------------------------------------------------
+// Flags
+
+typedef struct {
+    const char* train_data;      // -i  train shard pattern (glob)
+    const char* val_data;        // -j  val shard pattern
+    const char* model;           // -e  llm.c model file, or a spec (parse_model_spec)
+    const char* output_dir;      // -o  log + checkpoint directory, NULL: none
+    int B;                       // -b  micro-batch size
+    int T;                       // -t  sequence length
+    int64_t total_batch_tokens;  // -d  tokens per optimizer step; 0 = B*T (no accumulation)
+    float lr;                    // -l  peak learning rate
+    int warmup_steps;            // -u  linear warmup steps
+    float final_lr_frac;         // -q  cosine decay ends at lr * final_lr_frac (1 = constant lr)
+    float weight_decay;          // -c  AdamW decoupled weight decay, 2-D matrices only
+    float grad_clip;             // -k  global gradient-norm clip; 0 = off
+    int max_steps;               // -x  optimizer steps; -1 = one epoch of the train data
+    int val_every;               // -v  validation every N steps (and at the end); 0 = never
+    int val_max_batches;         // -m  batches per validation; 0 = the whole val set
+    int sample_every;            // -s  generate a sample every N steps; 0 = only at the end
+    int gen_tokens;              // -g  tokens per generated sample; 0 = no sampling
+    int checkpoint_every;        // -n  checkpoint every N steps (needs -o); 0 = never
+    int resume;                  // -y  1 = resume from the latest checkpoint in -o
+} TrainArgs;
+
+// llm.c's defaults (a trainer overrides what differs for it before parsing argv).
+static inline void train_args_defaults(TrainArgs* a) {
+    memset(a, 0, sizeof *a);
+    a->train_data = "dev/data/tinyshakespeare/tiny_shakespeare_train.bin";
+    a->val_data = "dev/data/tinyshakespeare/tiny_shakespeare_val.bin";
+    a->model = "d12";
+    a->output_dir = NULL;
+    a->B = 4; a->T = 1024; a->total_batch_tokens = 0;
+    a->lr = 3e-4f; a->warmup_steps = 0; a->final_lr_frac = 1.0f; a->weight_decay = 0.0f; a->grad_clip = 1.0f;
+    a->max_steps = -1; a->val_every = 20; a->val_max_batches = 20; a->sample_every = 0; a->gen_tokens = 64;
+    a->checkpoint_every = 0; a->resume = 0;
+}
+
+// Prints the flags with the defaults in `d` (NULL: train_args_defaults).
+static inline void train_usage(FILE* f, const TrainArgs* d = NULL) {
+    TrainArgs def;
+    if (!d) { train_args_defaults(&def); d = &def; }
+    fprintf(f,
+            "flags (every flag takes a value: -X value):\n"
+            "  -i <glob>   train data shards (default %s)\n"
+            "  -j <glob>   val data shards (default %s)\n"
+            "  -e <model>  llm.c model file, or a spec (default %s):\n"
+            "              dN (d12 d24 d36 d48 are GPT-2; other N: L=N C=64N NH=N), L<n>:C<n>:NH<n>[:T<n>][:V<n>],\n"
+            "              124m 350m 774m 1558m 1.3b 2.7b 5b 7b 13b 30b 70b 100b 175b (any spec may add :T<n> :V<n>)\n"
+            "  -o <dir>    output dir for main.log and checkpoints (default none)\n"
+            "  -b <int>    micro-batch size B (default %d)\n"
+            "  -t <int>    sequence length T (default %d)\n"
+            "  -d <int>    tokens per step, a multiple of B*T: gradient accumulation (default B*T)\n"
+            "  -l <float>  peak learning rate (default %g)\n"
+            "  -u <int>    warmup steps (default %d)\n"
+            "  -q <float>  final lr fraction of the cosine decay (default %g)\n"
+            "  -c <float>  weight decay, matrices only (default %g)\n"
+            "  -k <float>  gradient global-norm clip, 0 = off (default %g)\n"
+            "  -x <int>    max steps, -1 = one epoch (default %d)\n"
+            "  -v <int>    val loss every N steps, 0 = never (default %d)\n"
+            "  -m <int>    val batches, 0 = all (default %d)\n"
+            "  -s <int>    sample every N steps, 0 = only at the end (default %d)\n"
+            "  -g <int>    generated tokens per sample, 0 = none (default %d)\n"
+            "  -n <int>    checkpoint every N steps, 0 = never (default %d)\n"
+            "  -y <0|1>    resume from the latest checkpoint in -o (default %d)\n"
+            "  -h          this help\n",
+            d->train_data, d->val_data, d->model, d->B, d->T, d->lr, d->warmup_steps, d->final_lr_frac,
+            d->weight_decay, d->grad_clip, d->max_steps, d->val_every, d->val_max_batches, d->sample_every,
+            d->gen_tokens, d->checkpoint_every, d->resume);
+}
+
+// Whole-string integer / float parse with a range check; 0 and a one-line err on failure.
+static inline int parse_int_in(const char* flag, const char* s, int64_t lo, int64_t hi, int64_t* out, char* err,
+                               size_t errlen) {
+    char* end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (end == s || *end != '\0' || errno == ERANGE) {
+        snprintf(err, errlen, "flag %s: '%s' is not an integer", flag, s);
+        return 0;
+    }
+    if (v < lo || v > hi) {
+        snprintf(err, errlen, "flag %s: %lld out of range [%lld, %lld]", flag, v, (long long)lo, (long long)hi);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+static inline int parse_float_in(const char* flag, const char* s, double lo, double hi, float* out, char* err,
+                                 size_t errlen) {
+    char* end = NULL;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (end == s || *end != '\0' || errno == ERANGE || !isfinite(v)) {
+        snprintf(err, errlen, "flag %s: '%s' is not a finite number", flag, s);
+        return 0;
+    }
+    if (v < lo || v > hi) {
+        snprintf(err, errlen, "flag %s: %g out of range [%g, %g]", flag, v, lo, hi);
+        return 0;
+    }
+    *out = (float)v;
+    return 1;
+}
+
+// Applies one "-X value" pair. Returns 1 if consumed, 0 on a bad value (err says why), -1 if the flag is
+// not one of ours (a trainer tries its own flags first or after, then reports unknown flags itself).
+static inline int parse_train_arg(TrainArgs* a, const char* flag, const char* value, char* err, size_t errlen) {
+    if (flag[0] != '-' || flag[1] == '\0' || flag[2] != '\0') return -1;
+    if (!value) { snprintf(err, errlen, "flag %s needs a value", flag); return 0; }
+    const int64_t IMAX = 2147483647;
+    int64_t i = 0;
+    int ok = 1;
+    switch (flag[1]) {
+        case 'i': a->train_data = value; break;
+        case 'j': a->val_data = value; break;
+        case 'e': a->model = value; break;
+        case 'o': a->output_dir = value; break;
+        case 'b': ok = parse_int_in(flag, value, 1, 1 << 20, &i, err, errlen); a->B = (int)i; break;
+        case 't': ok = parse_int_in(flag, value, 1, 1 << 20, &i, err, errlen); a->T = (int)i; break;
+        case 'd': ok = parse_int_in(flag, value, 0, (int64_t)1 << 40, &i, err, errlen); a->total_batch_tokens = i; break;
+        case 'l': ok = parse_float_in(flag, value, 0.0, 10.0, &a->lr, err, errlen); break;
+        case 'u': ok = parse_int_in(flag, value, 0, IMAX, &i, err, errlen); a->warmup_steps = (int)i; break;
+        case 'q': ok = parse_float_in(flag, value, 0.0, 1.0, &a->final_lr_frac, err, errlen); break;
+        case 'c': ok = parse_float_in(flag, value, 0.0, 10.0, &a->weight_decay, err, errlen); break;
+        case 'k': ok = parse_float_in(flag, value, 0.0, 1e30, &a->grad_clip, err, errlen); break;
+        case 'x': ok = parse_int_in(flag, value, -1, IMAX, &i, err, errlen); a->max_steps = (int)i; break;
+        case 'v': ok = parse_int_in(flag, value, 0, IMAX, &i, err, errlen); a->val_every = (int)i; break;
+        case 'm': ok = parse_int_in(flag, value, 0, IMAX, &i, err, errlen); a->val_max_batches = (int)i; break;
+        case 's': ok = parse_int_in(flag, value, 0, IMAX, &i, err, errlen); a->sample_every = (int)i; break;
+        case 'g': ok = parse_int_in(flag, value, 0, 1 << 20, &i, err, errlen); a->gen_tokens = (int)i; break;
+        case 'n': ok = parse_int_in(flag, value, 0, IMAX, &i, err, errlen); a->checkpoint_every = (int)i; break;
+        case 'y': ok = parse_int_in(flag, value, 0, 1, &i, err, errlen); a->resume = (int)i; break;
+        default: return -1;
+    }
+    return ok;
+}
+
+// Checks what single flags cannot: -d against B*T, -n/-y need -o. Call after all flags are parsed.
+static inline int train_args_check(const TrainArgs* a, char* err, size_t errlen) {
+    const int64_t bt = (int64_t)a->B * a->T;
+    if (a->total_batch_tokens != 0 && a->total_batch_tokens % bt != 0) {
+        snprintf(err, errlen, "-d %lld is not a multiple of B*T = %d*%d = %lld", (long long)a->total_batch_tokens, a->B,
+                 a->T, (long long)bt);
+        return 0;
+    }
+    if (a->total_batch_tokens / bt > (1 << 20)) {
+        snprintf(err, errlen, "-d %lld asks for more than 2^20 micro-batches per step", (long long)a->total_batch_tokens);
+        return 0;
+    }
+    if ((a->checkpoint_every > 0 || a->resume) && !a->output_dir) {
+        snprintf(err, errlen, "-n and -y need an output directory (-o)");
+        return 0;
+    }
+    return 1;
+}
+
+// Micro-batches per optimizer step (-d / (B*T)).
+static inline int grad_accum_steps(const TrainArgs* a) {
+    return a->total_batch_tokens == 0 ? 1 : (int)(a->total_batch_tokens / ((int64_t)a->B * a->T));
+}
+
+// Parses argv[1..] with only the shared flags (the CPU trainer; the GPU trainer runs its own loop over
+// parse_train_arg). Returns 1 ok, 2 when -h was given, 0 on any error with err set.
+static inline int parse_train_argv(int argc, char** argv, TrainArgs* a, char* err, size_t errlen) {
+    for (int i = 1; i < argc; i += 2) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return 2;
+        if (i + 1 >= argc) { snprintf(err, errlen, "flag %s needs a value", argv[i]); return 0; }
+        int r = parse_train_arg(a, argv[i], argv[i + 1], err, errlen);
+        if (r < 0) { snprintf(err, errlen, "unknown flag %s", argv[i]); return 0; }
+        if (r == 0) return 0;
+    }
+    return train_args_check(a, err, errlen);
+}
+
+// ----------------------------------------------------------------------------
+// Model specs
+
+typedef struct { const char* name; int L, C, NH; } ModelPreset;
+static const ModelPreset model_presets[] = {
+    {"124m", 12, 768, 12},  {"350m", 24, 1024, 16}, {"774m", 36, 1280, 20},  {"1558m", 48, 1600, 25},
+    {"1.3b", 24, 2048, 16}, {"2.7b", 32, 2560, 32}, {"5b", 24, 4096, 32},    {"7b", 32, 4096, 32},
+    {"13b", 40, 5120, 40},  {"30b", 48, 7168, 56},  {"70b", 80, 8192, 64},   {"100b", 100, 9216, 72},
+    {"175b", 96, 12288, 96}};
+
+// Reads "<key><digits>" (e.g. "NH12") into *v if the token starts with key; 1 on a match.
+static inline int spec_key_value(const char* tok, size_t len, const char* key, int64_t* v) {
+    size_t k = strlen(key);
+    if (len <= k || strncmp(tok, key, k) != 0) return 0;
+    int64_t x = 0;
+    for (size_t i = k; i < len; i++) {
+        if (tok[i] < '0' || tok[i] > '9') return 0;
+        x = x * 10 + (tok[i] - '0');
+        if (x > 100000000) return 0;
+    }
+    *v = x;
+    return 1;
+}
+
+// Turns a model spec into a config. Returns 1 for a valid spec, 2 when `spec` is not a spec at all (the
+// caller treats it as an llm.c model file path), 0 for a malformed or invalid spec (err says why).
+// Grammar: BASE[:T<n>][:V<n>] where BASE is dN, a preset name (case-insensitive) or L<n>:C<n>:NH<n>.
+// Defaults: maxT 1024, V 50257, Vp = V rounded up to a multiple of 128 (50304).
+static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, size_t errlen) {
+    if (!spec || !*spec || strchr(spec, '/') || strchr(spec, '\\')) return 2;
+    const size_t n = strlen(spec);
+    if (n >= 4 && strcmp(spec + n - 4, ".bin") == 0) return 2;
+    int64_t L = -1, C = -1, NH = -1, T = 1024, V = 50257, x;
+    const char* tok = spec;
+    size_t len = strcspn(tok, ":");
+    // the first token decides whether this is a spec
+    int is_shape = spec_key_value(tok, len, "L", &x);
+    if (is_shape) L = x;
+    else if (len > 1 && (tok[0] == 'd' || tok[0] == 'D') && spec_key_value(tok + 1, len - 1, "", &x)) {
+        if (x == 12) { L = 12; C = 768; NH = 12; }
+        else if (x == 24) { L = 24; C = 1024; NH = 16; }
+        else if (x == 36) { L = 36; C = 1280; NH = 20; }
+        else if (x == 48) { L = 48; C = 1600; NH = 25; }
+        else { L = x; C = 64 * x; NH = x; }
+    } else {
+        for (size_t i = 0; i < sizeof model_presets / sizeof model_presets[0]; i++) {
+            const ModelPreset* p = &model_presets[i];
+            if (strlen(p->name) == len && strncasecmp(p->name, tok, len) == 0) { L = p->L; C = p->C; NH = p->NH; }
+        }
+        if (L < 0) return 2;
+    }
+    // the remaining ":KEYvalue" tokens
+    while (tok[len] == ':') {
+        tok += len + 1;
+        len = strcspn(tok, ":");
+        if (spec_key_value(tok, len, "NH", &x)) NH = x;  // before "C"/"L": no key is a prefix of another
+        else if (spec_key_value(tok, len, "C", &x)) C = x;
+        else if (spec_key_value(tok, len, "L", &x)) L = x;
+        else if (spec_key_value(tok, len, "T", &x)) T = x;
+        else if (spec_key_value(tok, len, "V", &x)) V = x;
+        else {
+            snprintf(err, errlen, "model spec '%s': bad part '%.*s' (want L<n> C<n> NH<n> T<n> V<n>)", spec, (int)len, tok);
+            return 0;
+        }
+    }
+    if (L < 0 || C < 0 || NH < 0) {
+        snprintf(err, errlen, "model spec '%s': a shape needs L<n>:C<n>:NH<n>", spec);
+        return 0;
+    }
+    if (L > 100000 || C > 1000000 || NH > 100000 || T > 10000000 || V > 10000000) {
+        snprintf(err, errlen, "model spec '%s': dimensions too large", spec);
+        return 0;
+    }
+    cfg->num_layers = (int)L; cfg->channels = (int)C; cfg->num_heads = (int)NH;
+    cfg->max_seq_len = (int)T; cfg->vocab_size = (int)V; cfg->padded_vocab_size = (int)round_up64(V, 128);
+    char why[256];
+    if (!gpt_config_check(cfg, why, sizeof why)) {
+        snprintf(err, errlen, "model spec '%.64s': %.160s", spec, why);
+        return 0;
+    }
+    return 1;
+}
+
+// ----------------------------------------------------------------------------
+// Schedule and clip
+
+// llm.c's schedule: linear warmup to lr over warmup_steps (step 0 gets lr/warmup), then cosine decay from
+// lr to lr*final_lr_frac at the last step. step is 0-based; total_steps is the number of steps of the run.
+static inline float learning_rate_at(const TrainArgs* a, int step, int total_steps) {
+    if (step < a->warmup_steps) return a->lr * (float)(step + 1) / (float)a->warmup_steps;
+    const float min_lr = a->lr * a->final_lr_frac;
+    if (total_steps <= a->warmup_steps) return a->lr;
+    float ratio = (float)(step - a->warmup_steps) / (float)(total_steps - a->warmup_steps);
+    if (ratio > 1.0f) ratio = 1.0f;
+    const float coeff = 0.5f * (1.0f + cosf(3.14159265358979f * ratio));
+    return min_lr + coeff * (a->lr - min_lr);
+}
+
+// Factor that scales the gradients so their global norm is at most clip (torch.nn.utils.clip_grad_norm_:
+// clip / (norm + 1e-6), capped at 1). 1 when clip <= 0. norm must be finite: the trainers check first.
+static inline float clip_scale(float norm, float clip) {
+    if (clip <= 0.0f) return 1.0f;
+    const float s = clip / (norm + 1e-6f);
+    return s < 1.0f ? s : 1.0f;
+}
+
+// ----------------------------------------------------------------------------
+// AdamW over one block, tensor by tensor: the block's matrices get args->weight_decay, all other tensors
+// (biases, LayerNorm) none. params, grads, m, v (and bf16_out, which may be NULL) point at the START of the
+// block (the embedding block at 0, layer l at gpt_layer_offset(p, l)); args->t etc. as in cpu_adam.h.
+
+static inline void adamw_tensors_f32grad(int count, const int64_t* offset, const int64_t* size, const int* is_matrix,
+                                         float* params, const float* grads, float* m, float* v, uint16_t* bf16_out,
+                                         const AdamWArgs* args) {
+    for (int i = 0; i < count; i++) {
+        AdamWArgs a = *args;
+        if (!is_matrix[i]) a.weight_decay = 0.0f;
+        const int64_t o = offset[i];
+        adamw_update_f32grad(params + o, grads + o, m + o, v + o, bf16_out ? bf16_out + o : NULL, size[i], &a);
+    }
+}
+static inline void adamw_tensors_bf16grad(int count, const int64_t* offset, const int64_t* size, const int* is_matrix,
+                                          float* params, const uint16_t* grads, float* m, float* v, uint16_t* bf16_out,
+                                          const AdamWArgs* args) {
+    for (int i = 0; i < count; i++) {
+        AdamWArgs a = *args;
+        if (!is_matrix[i]) a.weight_decay = 0.0f;
+        const int64_t o = offset[i];
+        adamw_update_bf16grad(params + o, grads + o, m + o, v + o, bf16_out ? bf16_out + o : NULL, size[i], &a);
+    }
+}
+
+static inline void adamw_layer_block_f32grad(const ParamLayout* p, float* params, const float* grads, float* m, float* v,
+                                             uint16_t* bf16_out, const AdamWArgs* args) {
+    adamw_tensors_f32grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_tensor_is_matrix, params, grads, m,
+                          v, bf16_out, args);
+}
+static inline void adamw_layer_block_bf16grad(const ParamLayout* p, float* params, const uint16_t* grads, float* m,
+                                              float* v, uint16_t* bf16_out, const AdamWArgs* args) {
+    adamw_tensors_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_tensor_is_matrix, params, grads, m,
+                           v, bf16_out, args);
+}
+static inline void adamw_embed_block_f32grad(const ParamLayout* p, float* params, const float* grads, float* m, float* v,
+                                             uint16_t* bf16_out, const AdamWArgs* args) {
+    adamw_tensors_f32grad(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_tensor_is_matrix, params, grads, m,
+                          v, bf16_out, args);
+}
+static inline void adamw_embed_block_bf16grad(const ParamLayout* p, float* params, const uint16_t* grads, float* m,
+                                              float* v, uint16_t* bf16_out, const AdamWArgs* args) {
+    adamw_tensors_bf16grad(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_tensor_is_matrix, params, grads, m,
+                           v, bf16_out, args);
+}
+
+// The whole model with fp32 gradients (the CPU trainer): the embedding block, then every layer block.
+static inline void adamw_model_f32grad(const GPTConfig* c, const ParamLayout* p, float* params, const float* grads,
+                                       float* m, float* v, const AdamWArgs* args) {
+    adamw_embed_block_f32grad(p, params, grads, m, v, NULL, args);
+    for (int l = 0; l < c->num_layers; l++) {
+        const int64_t o = gpt_layer_offset(p, l);
+        adamw_layer_block_f32grad(p, params + o, grads + o, m + o, v + o, NULL, args);
+    }
+}
+
+// llm.c's AdamW constants (beta1, beta2, eps); the lr comes from the schedule, weight decay from -c.
+#define ADAMW_BETA1 0.9f
+#define ADAMW_BETA2 0.95f
+#define ADAMW_EPS 1e-8f
+
+// One optimizer step of a whole model whose fp32 grads hold the SUM of accum micro-batch mean-loss
+// gradients (gpt2_cpu_backward accumulates): norm of the averaged gradient, clip (-k), AdamW with
+// grad_scale = clip factor / accum. t is the 1-based step. Returns that norm; when it is not finite
+// nothing is updated and the caller reports the divergence.
+static inline float adamw_step_model_f32grad(const GPTConfig* c, const ParamLayout* p, float* params,
+                                             const float* grads, float* m, float* v, int accum, float lr,
+                                             const TrainArgs* a, int64_t t) {
+    const float norm = (float)(sqrt(sumsq_f32(grads, p->total)) / accum);
+    if (!isfinite(norm)) return norm;
+    AdamWArgs args = {lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, a->weight_decay,
+                      clip_scale(norm, a->grad_clip) / (float)accum, t};
+    adamw_model_f32grad(c, p, params, grads, m, v, &args);
+    return norm;
+}
+
+// ----------------------------------------------------------------------------
+// Logger: DIR/main.log with lines "s:STEP trl:LOSS" (train) and "s:STEP tel:LOSS" (val), as llm.c writes.
+
+typedef struct { FILE* f; } TrainLogger;
+
+// Creates dir (and its parents) if missing; mode 0755. Returns 0 with err set on failure.
+static inline int make_dirs(const char* dir, char* err, size_t errlen) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+        snprintf(err, errlen, "output dir path too long");
+        return 0;
+    }
+    for (char* s = path + 1; ; s++) {
+        if (*s == '/' || *s == '\0') {
+            const char saved = *s;
+            *s = '\0';
+            if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+                snprintf(err, errlen, "cannot create directory %.160s: %.60s", path, strerror(errno));
+                return 0;
+            }
+            *s = saved;
+            if (saved == '\0') break;
+        }
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "output path %.200s is not a directory", dir);
+        return 0;
+    }
+    return 1;
+}
+
+// Opens DIR/main.log (dir NULL: a disabled logger, returns 1). append=0 starts a fresh log, 1 (resume) appends.
+static inline int logger_open(TrainLogger* lg, const char* dir, int append, char* err, size_t errlen) {
+    lg->f = NULL;
+    if (!dir) return 1;
+    if (!make_dirs(dir, err, errlen)) return 0;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/main.log", dir);
+    lg->f = fopen(path, append ? "a" : "w");
+    if (!lg->f) { snprintf(err, errlen, "cannot open log file %.160s: %.60s", path, strerror(errno)); return 0; }
+    return 1;
+}
+static inline void logger_train(TrainLogger* lg, int step, float loss) {
+    if (lg->f) { fprintf(lg->f, "s:%d trl:%.6f\n", step, loss); fflush(lg->f); }
+}
+static inline void logger_val(TrainLogger* lg, int step, float loss) {
+    if (lg->f) { fprintf(lg->f, "s:%d tel:%.6f\n", step, loss); fflush(lg->f); }
+}
+static inline void logger_close(TrainLogger* lg) {
+    if (lg->f) fclose(lg->f);
+    lg->f = NULL;
+}
+
+// ----------------------------------------------------------------------------
+// Sampling
+
+// xorshift64* (Vigna): a tiny RNG for sampling; state must not be 0.
+static inline uint64_t random_u64(uint64_t* state) {
+    *state ^= *state >> 12;
+    *state ^= *state << 25;
+    *state ^= *state >> 27;
+    return *state * 0x2545F4914F6CDD1Dull;
+}
+// Uniform in [0, 1), 24 random bits.
+static inline float random_f32(uint64_t* state) { return (float)(random_u64(state) >> 40) / 16777216.0f; }
+
+// Draws a token from softmax(logits[0..V)) with coin in [0, 1) by walking the CDF; the padded columns
+// of the logits row (>= V) are never looked at.
+static inline int sample_softmax(const float* logits, int V, float coin) {
+    float maxv = logits[0];
+    for (int i = 1; i < V; i++) maxv = logits[i] > maxv ? logits[i] : maxv;
+    double sum = 0.0;
+    for (int i = 0; i < V; i++) sum += exp((double)(logits[i] - maxv));
+    const double target = coin * sum;
+    double cdf = 0.0;
+    for (int i = 0; i < V; i++) {
+        cdf += exp((double)(logits[i] - maxv));
+        if (target < cdf) return i;
+    }
+    return V - 1;  // coin * sum rounded up past the last bucket
+}
+
+// Prints one generated token: its text when a tokenizer is loaded, else its id.
+static inline void print_sample_token(const Tokenizer* tok, int id) {
+    if (tok && tok->init_ok) print_token(tok, (uint32_t)id);
+    else printf("%d ", id);
+}
+
+// Prints a whole generated sample between "---" lines (tokens[0] is the prompt token and is not printed).
+static inline void print_sample(const Tokenizer* tok, const int* tokens, int n) {
+    printf("generated:\n---\n");
+    for (int i = 1; i < n; i++) print_sample_token(tok, tokens[i]);
+    printf("\n---\n");
+    fflush(stdout);
+}

@@ -1,0 +1,229 @@
+// train_gpt_cpu.cpp — trains a GPT-2 on the CPU with the reference model (gpt2_cpu.h): the same flags,
+// data, schedule, clip and AdamW (train_common.h + cpu_adam.cpp) as the streaming GPU trainer, so the two
+// can be compared line by line. With no arguments it trains a small model (L4 C128 NH4, T 64) from a
+// GPT-2-style random init on the shipped tinyshakespeare shards, in a few minutes on 2 cores.
+// Prints llm.c-style step lines, validation loss, and a generated sample; with -o writes DIR/main.log and,
+// with -n, model files DIR/model_STEP.bin. It does not resume (-y 1 is refused) and uses no GPU.
+#include <chrono>
+#include <stdarg.h>
+#include <omp.h>
+#include "cpu_adam.h"
+#include "dataloader.h"
+#include "gpt2_cpu.h"
+#include "model.h"
+#include "tokenizer.h"
+#include "train_common.h"
+
+#define INIT_SEED 1337ull       // weights of a model made from a spec
+#define SHUFFLE_SEED 42ull      // order of the train batches
+#define SAMPLE_SEED 1234567ull  // sampling RNG
+static const char* kTokenizerPath = "gpt2_tokenizer.bin";
+
+// Prints "error: ..." and exits 1: every user-facing failure ends here, never in a crash.
+static void die(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "error: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+static double seconds_now(void) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// One "| key | value |" line of the config table.
+static void table_row(const char* key, const char* fmt, ...) {
+    char value[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(value, sizeof value, fmt, ap);
+    va_end(ap);
+    printf("| %-20s | %-48s |\n", key, value);
+}
+static void table_rule(void) { printf("+----------------------+--------------------------------------------------+\n"); }
+
+// The defaults of this trainer: small enough that the loss falls clearly within a few minutes on 2 cores.
+static void cpu_train_defaults(TrainArgs* a) {
+    train_args_defaults(a);
+    a->model = "L4:C128:NH4:T64";
+    a->B = 8;
+    a->T = 64;
+    a->lr = 2e-3f;
+    a->warmup_steps = 20;
+    a->final_lr_frac = 0.1f;
+    a->max_steps = 300;
+    a->val_every = 50;
+    a->val_max_batches = 10;
+    a->gen_tokens = 64;
+}
+
+// Builds the model from a spec (random init) or an llm.c model file, per -e.
+static void build_model(GPT2CPU* model, const char* spec, const char** source) {
+    GPTConfig cfg;
+    char err[4352];
+    const int kind = parse_model_spec(spec, &cfg, err, sizeof err);
+    if (kind == 0) die("%s", err);
+    if (kind == 2 && !gpt_read_header(spec, &cfg, err, sizeof err)) die("%s", err);
+    if (!gpt2_cpu_build(model, &cfg)) die("%s", model->error);
+    if (kind == 1) {
+        gpt_init_params(&cfg, model->params, INIT_SEED);
+        *source = "spec, GPT-2 init";
+    } else {
+        if (!gpt_load_params(spec, &cfg, model->params, err, sizeof err)) die("%s", err);
+        *source = "llm.c model file";
+    }
+}
+
+// Mean loss over the first `batches` batches of the val loader (reset first, so every evaluation sees the
+// same tokens).
+static float validation_loss(GPT2CPU* model, DataLoader* val, int64_t batches) {
+    dataloader_reset(val);
+    double sum = 0.0;
+    for (int64_t i = 0; i < batches; i++) {
+        if (!dataloader_next_batch(val)) die("%s", val->err);
+        if (!gpt2_cpu_forward(model, val->inputs, val->targets, val->B, val->T)) die("%s", model->error);
+        sum += model->mean_loss;
+    }
+    return (float)(sum / (double)batches);
+}
+
+// Generates n tokens after <|endoftext|> and prints them as they come. Each token is one forward pass
+// with B=1 over the context, cropped to the last maxT tokens once it grows longer.
+static void generate(GPT2CPU* model, const Tokenizer* tok, int n, uint64_t* rng) {
+    const int maxT = model->config.max_seq_len, V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
+    const int eot = tok->init_ok ? tok->eot_token : 50256;
+    int* tokens = (int*)malloc(sizeof(int) * (size_t)(n + 1));
+    tokens[0] = eot < V ? eot : V - 1;
+    printf("generating:\n---\n");
+    for (int i = 1; i <= n; i++) {
+        const int ctx = i < maxT ? i : maxT;
+        if (!gpt2_cpu_forward(model, tokens + i - ctx, NULL, 1, ctx)) die("%s", model->error);
+        const float* logits = model->acts.logits + (int64_t)(ctx - 1) * Vp;
+        tokens[i] = sample_softmax(logits, V, random_f32(rng));
+        print_sample_token(tok, tokens[i]);
+        fflush(stdout);
+    }
+    printf("\n---\n");
+    free(tokens);
+}
+
+int main(int argc, char** argv) {
+    TrainArgs args, defaults;
+    cpu_train_defaults(&defaults);
+    args = defaults;
+    char err[4352];  // model.h may report a 4 KiB path; a smaller buffer draws -Wformat-truncation
+    const int parsed = parse_train_argv(argc, argv, &args, err, sizeof err);
+    if (parsed == 2) { printf("usage: %s [flags]\n", argv[0]); train_usage(stdout, &defaults); return 0; }
+    if (parsed == 0) {
+        fprintf(stderr, "error: %s\n(run %s -h for the flags)\n", err, argv[0]);
+        return 1;
+    }
+    if (args.resume) die("train_gpt_cpu cannot resume (-y 1); it only writes model files");
+
+    // model
+    GPT2CPU model;
+    const char* source = "";
+    build_model(&model, args.model, &source);
+    const GPTConfig* cfg = &model.config;
+    if (args.T > cfg->max_seq_len) die("-t %d exceeds the model's max sequence length %d", args.T, cfg->max_seq_len);
+    if (!gpt2_cpu_layout_activations(&model, args.B, args.T)) die("%s", model.error);
+    const ParamLayout* p = &model.layout;
+    float* adam_m = (float*)calloc((size_t)p->total, sizeof(float));
+    float* adam_v = (float*)calloc((size_t)p->total, sizeof(float));
+    if (!adam_m || !adam_v) die("out of memory for the AdamW state (%lld parameters)", (long long)p->total);
+
+    // data, tokenizer, log
+    DataLoader train, val;
+    if (!dataloader_init(&train, args.train_data, args.B, args.T, 1, SHUFFLE_SEED, err, sizeof err)) die("%s", err);
+    if (!dataloader_init(&val, args.val_data, args.B, args.T, 0, 0, err, sizeof err)) die("%s", err);
+    const int accum = grad_accum_steps(&args);
+    if (train.num_batches < 1) die("train data %s has no full batch of B*T = %d tokens", args.train_data, args.B * args.T);
+    if (val.num_batches < 1) die("val data %s has no full batch of B*T = %d tokens", args.val_data, args.B * args.T);
+    const int total_steps = args.max_steps >= 0 ? args.max_steps : (int)(train.num_batches / accum);
+    const int64_t val_batches = dataloader_eval_batches(&val, args.val_max_batches);
+    Tokenizer tok;
+    if (!tokenizer_init(&tok, kTokenizerPath, err, sizeof err))
+        fprintf(stderr, "warning: %s; samples are printed as token ids\n", err);
+    TrainLogger logger;
+    if (!logger_open(&logger, args.output_dir, 0, err, sizeof err)) die("%s", err);
+
+    // the config table
+    const double mib = 1.0 / (1 << 20);
+    const int64_t padded_rows = (int64_t)(cfg->padded_vocab_size - cfg->vocab_size) * cfg->channels;
+    table_rule();
+    table_row("model", "%s (%s)", args.model, source);
+    table_row("L / C / NH / maxT", "%d / %d / %d / %d", cfg->num_layers, cfg->channels, cfg->num_heads, cfg->max_seq_len);
+    table_row("V / Vp", "%d / %d", cfg->vocab_size, cfg->padded_vocab_size);
+    table_row("parameters", "%lld (%lld with the padded vocab)", (long long)(p->total - padded_rows), (long long)p->total);
+    table_row("B / T / accumulation", "%d / %d / %d = %lld tokens per step", args.B, args.T, accum,
+              (long long)accum * args.B * args.T);
+    table_row("lr / warmup / final", "%.2e / %d / %.2f", args.lr, args.warmup_steps, args.final_lr_frac);
+    table_row("weight decay / clip", "%.2f / %.2f", args.weight_decay, args.grad_clip);
+    table_row("steps", "%d", total_steps);
+    table_row("train / val batches", "%lld / %lld (val uses %lld)", (long long)train.num_batches,
+              (long long)val.num_batches, (long long)val_batches);
+    table_row("host memory", "%.1f MiB params+grads+adam, %.1f MiB acts", 4.0 * p->total * 4 * mib,
+              (double)model.act_capacity * 4 * mib);
+    table_row("threads", "%d", omp_get_max_threads());
+    table_rule();
+    fflush(stdout);
+
+    // training
+    uint64_t rng = SAMPLE_SEED;
+    double train_seconds = 0.0;
+    int64_t train_tokens = 0;
+    for (int step = 0; step <= total_steps; step++) {
+        const int last = step == total_steps;
+        if (args.val_every > 0 && (step % args.val_every == 0 || last)) {
+            const float vl = validation_loss(&model, &val, val_batches);
+            printf("val loss %.6f\n", vl);
+            logger_val(&logger, step, vl);
+        }
+        if (args.gen_tokens > 0 && ((args.sample_every > 0 && step > 0 && step % args.sample_every == 0) || last))
+            generate(&model, &tok, args.gen_tokens, &rng);
+        if (last) break;
+
+        const double t0 = seconds_now();
+        gpt2_cpu_zero_grad(&model);
+        double loss = 0.0;
+        for (int micro = 0; micro < accum; micro++) {
+            if (!dataloader_next_batch(&train)) die("%s", train.err);
+            if (!gpt2_cpu_forward(&model, train.inputs, train.targets, args.B, args.T)) die("%s", model.error);
+            if (!gpt2_cpu_backward(&model)) die("%s", model.error);
+            loss += model.mean_loss;
+        }
+        loss /= accum;
+        const float lr = learning_rate_at(&args, step, total_steps);
+        const float norm = adamw_step_model_f32grad(cfg, p, model.params, model.grads, adam_m, adam_v, accum, lr, &args,
+                                                    step + 1);
+        if (!isfinite(loss) || !isfinite(norm)) die("training diverged at step %d (loss %f, grad norm %f)", step + 1, loss, norm);
+        const double dt = seconds_now() - t0;
+        const int64_t tokens = (int64_t)accum * args.B * args.T;
+        if (step > 0) { train_seconds += dt; train_tokens += tokens; }  // step 1 includes warm-up costs
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f\n", step + 1, total_steps, loss,
+               norm, lr, dt * 1e3, tokens / dt);
+        fflush(stdout);
+        logger_train(&logger, step + 1, (float)loss);
+        if (args.output_dir && args.checkpoint_every > 0 && ((step + 1) % args.checkpoint_every == 0 || step + 1 == total_steps)) {
+            char path[2048];
+            snprintf(path, sizeof path, "%s/model_%08d.bin", args.output_dir, step + 1);
+            if (!gpt_save_params(path, cfg, model.params, err, sizeof err)) die("%s", err);
+            printf("saved %s\n", path);
+        }
+    }
+    if (train_tokens > 0)
+        printf("total average iteration time: %.1f ms, %.0f tok/s\n", 1e3 * train_seconds / (total_steps - 1),
+               train_tokens / train_seconds);
+
+    logger_close(&logger);
+    tokenizer_free(&tok);
+    dataloader_free(&train);
+    dataloader_free(&val);
+    free(adam_m);
+    free(adam_v);
+    gpt2_cpu_free(&model);
+    return 0;
+}
