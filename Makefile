@@ -54,13 +54,13 @@ $(BUILD)/test_%: test/test_%.cpp $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard dev/d
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
 
 $(BUILD)/test_%: test/test_%.cu train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard *.cuh) | $(BUILD)
-	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o -o $@ -lgtest $(CUDA_LIBS)
+	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o -o $@ -lgtest -lgtest_main $(CUDA_LIBS)
 
 $(BUILD)/bench_cpu_adam: dev/bench/bench_cpu_adam.cpp $(BUILD)/cpu_adam.o cpu_adam.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(LDLIBS)
 
 # The tokenizer tool that made the shipped shards (dev/data/README.md says how to re-make them).
-tokenize: dev/data/tokenize.cpp dev/data/gpt2_bpe.h | $(BUILD)
+tokenize: dev/data/tokenize.cpp dev/data/gpt2_bpe.h dev/data/unicode_ranges.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< -o $(BUILD)/tokenize
 
 test: tests

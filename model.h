@@ -164,20 +164,20 @@ static const int llmc_file_order[16][2] = {
 // Reads only the header. Returns 0 with a one-line reason in err on any problem.
 static inline int gpt_read_header(const char* path, GPTConfig* cfg, char* err, size_t errlen) {
     FILE* f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "cannot open model file %s", path); return 0; }
+    if (!f) { snprintf(err, errlen, "cannot open model file %.400s", path); return 0; }
     int header[256];
     size_t got = fread(header, sizeof(int), 256, f);
     fclose(f);
-    if (got != 256) { snprintf(err, errlen, "model file %s: too short for its 1024-byte header", path); return 0; }
-    if (header[0] != MODEL_MAGIC) { snprintf(err, errlen, "model file %s: bad magic %d (want %d)", path, header[0], MODEL_MAGIC); return 0; }
+    if (got != 256) { snprintf(err, errlen, "model file %.400s: too short for its 1024-byte header", path); return 0; }
+    if (header[0] != MODEL_MAGIC) { snprintf(err, errlen, "model file %.400s: bad magic %d (want %d)", path, header[0], MODEL_MAGIC); return 0; }
     if (header[1] != MODEL_VERSION_FP32) {
-        snprintf(err, errlen, "model file %s: version %d not supported (want %d = fp32)", path, header[1], MODEL_VERSION_FP32);
+        snprintf(err, errlen, "model file %.400s: version %d not supported (want %d = fp32)", path, header[1], MODEL_VERSION_FP32);
         return 0;
     }
     cfg->max_seq_len = header[2]; cfg->vocab_size = header[3]; cfg->num_layers = header[4];
     cfg->num_heads = header[5]; cfg->channels = header[6]; cfg->padded_vocab_size = header[7];
     char why[256];
-    if (!gpt_config_check(cfg, why, sizeof why)) { snprintf(err, errlen, "model file %s: %s", path, why); return 0; }
+    if (!gpt_config_check(cfg, why, sizeof why)) { snprintf(err, errlen, "model file %.400s: %.90s", path, why); return 0; }
     return 1;
 }
 
@@ -185,13 +185,13 @@ static inline int gpt_read_header(const char* path, GPTConfig* cfg, char* err, s
 static inline int gpt_load_params(const char* path, const GPTConfig* cfg, float* params, char* err, size_t errlen) {
     ParamLayout p = gpt_layout(cfg);
     FILE* f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "cannot open model file %s", path); return 0; }
+    if (!f) { snprintf(err, errlen, "cannot open model file %.400s", path); return 0; }
     fseeko(f, 0, SEEK_END);
     int64_t bytes = (int64_t)ftello(f);
     int64_t want = 256 * 4 + p.total * 4;
     if (bytes != want) {
         fclose(f);
-        snprintf(err, errlen, "model file %s: size %lld bytes, header implies %lld", path, (long long)bytes, (long long)want);
+        snprintf(err, errlen, "model file %.400s: size %lld bytes, header implies %lld", path, (long long)bytes, (long long)want);
         return 0;
     }
     fseeko(f, 256 * 4, SEEK_SET);
@@ -203,7 +203,7 @@ static inline int gpt_load_params(const char* path, const GPTConfig* cfg, float*
             int64_t n = is_layer ? p.layer_size[t] : p.embed_size[t];
             if ((int64_t)fread(dst, sizeof(float), (size_t)n, f) != n) {
                 fclose(f);
-                snprintf(err, errlen, "model file %s: short read", path);
+                snprintf(err, errlen, "model file %.400s: short read", path);
                 return 0;
             }
         }
@@ -215,10 +215,11 @@ static inline int gpt_load_params(const char* path, const GPTConfig* cfg, float*
 // Saves atomically: writes path.tmp then renames, so a crash mid-save never destroys the old file.
 static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const float* params, char* err, size_t errlen) {
     ParamLayout p = gpt_layout(cfg);
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    char tmp[4200];
+    if (strlen(path) > 4000) { snprintf(err, errlen, "model file path too long"); return 0; }
+    snprintf(tmp, sizeof tmp, "%.4000s.tmp", path);
     FILE* f = fopen(tmp, "wb");
-    if (!f) { snprintf(err, errlen, "cannot create %s", tmp); return 0; }
+    if (!f) { snprintf(err, errlen, "cannot create %.400s", tmp); return 0; }
     int header[256] = {0};
     header[0] = MODEL_MAGIC; header[1] = MODEL_VERSION_FP32; header[2] = cfg->max_seq_len; header[3] = cfg->vocab_size;
     header[4] = cfg->num_layers; header[5] = cfg->num_heads; header[6] = cfg->channels; header[7] = cfg->padded_vocab_size;
@@ -235,7 +236,7 @@ static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const 
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
         remove(tmp);
-        snprintf(err, errlen, "failed writing model file %s (disk full?)", path);
+        snprintf(err, errlen, "failed writing model file %.400s (disk full?)", path);
         return 0;
     }
     return 1;

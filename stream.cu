@@ -3,6 +3,7 @@
 // No math here and no optimizer: this file only decides what is copied where, and when.
 #include "stream.h"
 #include <string.h>
+#include "timeline.h"
 
 static void* pinned_alloc(int64_t bytes, const char* what) {
     void* p = NULL;
@@ -117,7 +118,9 @@ static void request_layer(WeightStream* ws, int l) {
     cudaCheck(cudaStreamWaitEvent(ws->h2d, ws->slot_free[victim], 0));
     const int64_t bytes = ws->layer_stride * 2;
     const uint16_t* src = ws->weights_host_bf16 + ws->embed_count + (int64_t)l * ws->layer_stride;
+    const int span = timeline_begin(ws->timeline, TRACK_H2D, "weights", l, ws->h2d);
     cudaCheck(cudaMemcpyAsync(ws->slots + (int64_t)victim * ws->layer_stride, src, (size_t)bytes, cudaMemcpyHostToDevice, ws->h2d));
+    timeline_end(ws->timeline, span, ws->h2d);
     cudaCheck(cudaEventRecord(ws->slot_ready[victim], ws->h2d));
     ws->slot_layer[victim] = l;
     ws->slot_pinned[victim] = 1;
@@ -166,7 +169,9 @@ void stream_upload_embeddings(WeightStream* ws, bf16* dev) {
     // Nothing still queued on compute may read the old embeddings while they are overwritten.
     cudaCheck(cudaEventRecord(ws->compute_mark, ws->compute));
     cudaCheck(cudaStreamWaitEvent(ws->h2d, ws->compute_mark, 0));
+    const int span = timeline_begin(ws->timeline, TRACK_H2D, "embeddings", -1, ws->h2d);
     cudaCheck(cudaMemcpyAsync(dev, ws->weights_host_bf16, (size_t)(ws->embed_count * 2), cudaMemcpyHostToDevice, ws->h2d));
+    timeline_end(ws->timeline, span, ws->h2d);
     cudaCheck(cudaEventRecord(ws->embeddings_ready, ws->h2d));
     cudaCheck(cudaStreamWaitEvent(ws->compute, ws->embeddings_ready, 0));
     ws->bytes_h2d += ws->embed_count * 2;
@@ -184,8 +189,10 @@ void stream_send_layer_grads(WeightStream* ws, int l) {
     const int64_t bytes = ws->layer_stride * 2;
     cudaCheck(cudaEventRecord(ws->compute_mark, ws->compute));
     cudaCheck(cudaStreamWaitEvent(ws->d2h, ws->compute_mark, 0));
+    const int span = timeline_begin(ws->timeline, TRACK_D2H, "grads", l, ws->d2h);
     cudaCheck(cudaMemcpyAsync(ws->grads_host_bf16 + (int64_t)l * ws->layer_stride, ws->grad_staging[k], (size_t)bytes,
                               cudaMemcpyDeviceToHost, ws->d2h));
+    timeline_end(ws->timeline, span, ws->d2h);
     cudaCheck(cudaEventRecord(ws->staging_free[k], ws->d2h));
     cudaCheck(cudaEventRecord(ws->grads_on_host[l], ws->d2h));
     ws->bytes_d2h += bytes;
@@ -194,7 +201,9 @@ void stream_send_layer_grads(WeightStream* ws, int l) {
 void stream_send_embed_grads(WeightStream* ws, const float* dev) {
     cudaCheck(cudaEventRecord(ws->compute_mark, ws->compute));
     cudaCheck(cudaStreamWaitEvent(ws->d2h, ws->compute_mark, 0));
+    const int span = timeline_begin(ws->timeline, TRACK_D2H, "embed grads", -1, ws->d2h);
     cudaCheck(cudaMemcpyAsync(ws->embed_grads_host_fp32, dev, (size_t)(ws->embed_count * 4), cudaMemcpyDeviceToHost, ws->d2h));
+    timeline_end(ws->timeline, span, ws->d2h);
     cudaCheck(cudaEventRecord(ws->embed_grads_on_host, ws->d2h));
     ws->bytes_d2h += ws->embed_count * 4;
 }

@@ -14,6 +14,7 @@
 #include "cuda_common.h"
 
 #define MAX_SLOTS 8
+struct Timeline;
 
 // Called on the main thread right before layer l's weights are copied to the GPU (l = -1: embeddings);
 // blocks until the CPU optimizer has written that block's updated bf16 copy. This is the one place where
@@ -54,6 +55,7 @@ typedef struct {
 
     // Counters for the config table and the timeline
     int64_t bytes_h2d, bytes_d2h, layer_copies, layer_reuses;
+    struct Timeline* timeline;      // NULL, or where each copy records its span (timeline.h, flag -Y)
 } WeightStream;
 
 // Allocates the pinned host buffers (the caller fills weights_host_bf16), the GPU slots and staging, the

@@ -27,6 +27,7 @@
 #include <mutex>
 #include <thread>
 #include <dirent.h>
+#include <stdarg.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "cpu_adam.h"      // adamw_update_*, bf16 conversion
@@ -35,6 +36,7 @@
 #include "kernels.cuh"     // layernorm, gelu, attention softmax, classifier, embedding kernels
 #include "model.h"         // GPTConfig, ParamLayout (layer-major), model files, init
 #include "stream.h"        // WeightStream: slots, pinned buffers, copy streams
+#include "timeline.h"      // optional per-step timeline (-Y 1)
 #include "tokenizer.h"     // decoding samples
 #include "train_common.h"  // flags, lr schedule, clip scale, logger, sampler, per-block AdamW
 
@@ -43,25 +45,37 @@
 // column-major, so each call computes the transposed product (C^T = B^T A^T) and no data is moved.
 
 static cublasHandle_t cublas_handle;
+static cudaStream_t cublas_stream;       // the stream cublas_handle is bound to
+static void* cublas_workspace;           // our own workspace, so the trainer's GPU bytes are all counted
+static const size_t kCublasWorkspaceBytes = 32u << 20;
+
+// Binds cuBLAS to stream s (once: every GEMM runs on the compute stream). cublasSetStream resets the
+// workspace to cuBLAS's own pool, so ours is set again right after it.
+static void cublas_use_stream(cudaStream_t s) {
+    if (s == cublas_stream) return;
+    cublasCheck(cublasSetStream(cublas_handle, s));
+    cublasCheck(cublasSetWorkspace(cublas_handle, cublas_workspace, kCublasWorkspaceBytes));
+    cublas_stream = s;
+}
 
 // out (N, OC) = inp (N, C) @ w (OC, C)^T          [bias added separately]
 static void matmul_forward(bf16* out, const bf16* inp, const bf16* w, int64_t N, int C, int OC, cudaStream_t s) {
     const float one = 1.0f, zero = 0.0f;
-    cublasCheck(cublasSetStream(cublas_handle, s));
+    cublas_use_stream(s);
     cublasCheck(cublasGemmEx(cublas_handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, (int)N, C, &one, w, CUDA_R_16BF, C, inp,
                              CUDA_R_16BF, C, &zero, out, CUDA_R_16BF, OC, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 // dinp (N, C) = dout (N, OC) @ w (OC, C)
 static void matmul_backward_input(bf16* dinp, const bf16* dout, const bf16* w, int64_t N, int C, int OC, cudaStream_t s) {
     const float one = 1.0f, zero = 0.0f;
-    cublasCheck(cublasSetStream(cublas_handle, s));
+    cublas_use_stream(s);
     cublasCheck(cublasGemmEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_N, C, (int)N, OC, &one, w, CUDA_R_16BF, C, dout,
                              CUDA_R_16BF, OC, &zero, dinp, CUDA_R_16BF, C, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 // dw (OC, C) += dout (N, OC)^T @ inp (N, C), accumulated in fp32 across micro-batches
 static void matmul_backward_weight(float* dw, const bf16* dout, const bf16* inp, int64_t N, int C, int OC, cudaStream_t s) {
     const float one = 1.0f;
-    cublasCheck(cublasSetStream(cublas_handle, s));
+    cublas_use_stream(s);
     cublasCheck(cublasGemmEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, (int)N, &one, inp, CUDA_R_16BF, C, dout,
                              CUDA_R_16BF, OC, &one, dw, CUDA_R_32F, C, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
@@ -70,7 +84,7 @@ static void matmul_batched(cublasOperation_t ta, cublasOperation_t tb, int m, in
                            const bf16* A, int lda, int64_t strideA, const bf16* B, int ldb, int64_t strideB,
                            bf16* Cm, int ldc, int64_t strideC, int batch, cudaStream_t s) {
     const float zero = 0.0f;
-    cublasCheck(cublasSetStream(cublas_handle, s));
+    cublas_use_stream(s);
     cublasCheck(cublasGemmStridedBatchedEx(cublas_handle, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, strideA, B,
                                            CUDA_R_16BF, ldb, strideB, &zero, Cm, CUDA_R_16BF, ldc, strideC, batch,
                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -130,6 +144,7 @@ typedef struct {
     float lr, grad_scale;
     int64_t t;        // AdamW step, 1-based
     double last_round_seconds;
+    double *block_t0, *block_t1;  // host clock at the start / end of each block of the last round (timeline)
 } Optimizer;
 
 struct GPT {
@@ -163,6 +178,8 @@ struct GPT {
     Optimizer* opt;             // owned; separate so this struct stays plain data
     int64_t step;               // optimizer steps taken
     double last_norm;
+    int64_t gpu_bytes;          // every byte this trainer allocated on the GPU (the "peak GPU" figure)
+    Timeline* timeline;         // NULL unless -Y 1
 };
 
 static inline bf16* ckpt_at(GPT* g, int l, int mb) {
@@ -293,7 +310,7 @@ static void head_backward(GPT* g, const bf16* x, bf16* dres, cudaStream_t s) {
 
 static void adamw_block(GPT* g, int block) {
     Optimizer* o = g->opt;
-    AdamWArgs args = {o->lr, 0.9f, 0.95f, 1e-8f, g->args.weight_decay, o->grad_scale, o->t};
+    AdamWArgs args = {o->lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, g->args.weight_decay, o->grad_scale, o->t};
     const ParamLayout* p = &g->layout;
     if (block == 0) {
         adamw_embed_block_f32grad(p, g->master, g->ws.embed_grads_host_fp32, g->adam_m, g->adam_v, g->ws.weights_host_bf16, &args);
@@ -316,8 +333,11 @@ static void optimizer_thread_main(GPT* g) {
         auto t0 = std::chrono::steady_clock::now();
         for (int block = 0; block <= g->config.num_layers; block++) {
             stream_wait_grads_on_host(&g->ws, block - 1);
+            const double b0 = timeline_now();
             adamw_block(g, block);
             std::lock_guard<std::mutex> lock(o->mu);
+            o->block_t0[block] = b0;
+            o->block_t1[block] = timeline_now();
             o->blocks_done = block + 1;
             o->cv.notify_all();
         }
@@ -362,48 +382,76 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     const int64_t act = (int64_t)B * T * c->channels * 2;
     m.gpu_bytes = p.embed_count * (2 + 4) + p.layer_stride * 4 + stream_gpu_bytes(p.layer_stride, num_slots) +
                   (int64_t)(c->num_layers + 1) * max_micro * act + (int64_t)max_micro * act +
-                  (int64_t)max_micro * B * T * (4 + 4 + 4) + workspace_bytes(c, B, T) +
-                  ((int64_t)512 << 20);  // cuBLAS workspace and the CUDA context's own allocations
+                  (int64_t)max_micro * B * T * (4 + 4 + 4) + 4 + 8 + workspace_bytes(c, B, T) + (int64_t)kCublasWorkspaceBytes;
     return m;
 }
 
 // ----------------------------------------------------------------------------
-// Build / free
+// Build / free. gpt_build allocates everything (nothing is allocated later); the caller then fills
+// g->master (GPT-2 init or an llm.c model file) and calls gpt_weights_ready.
 
-static void gpt_build(GPT* g, const GPTConfig* cfg, const float* init_params, int B, int T, int max_micro, int num_slots,
-                      const TrainArgs* args) {
+// cudaMalloc that counts, so the trainer reports exactly what it holds on the GPU.
+static void* gpu_alloc(GPT* g, int64_t bytes) {
+    void* p = NULL;
+    const cudaError_t err = cudaMalloc(&p, (size_t)bytes);
+    if (err != cudaSuccess) {
+        fprintf(stderr, "error: out of GPU memory allocating %.3f GiB (%s)\n", bytes / 1073741824.0, cudaGetErrorString(err));
+        exit(1);
+    }
+    g->gpu_bytes += bytes;
+    return p;
+}
+
+static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro, int num_slots, const TrainArgs* args) {
     memset(g, 0, sizeof *g);
     g->config = *cfg; g->layout = gpt_layout(cfg);
     g->B = B; g->T = T; g->max_micro = max_micro; g->args = *args;
     const ParamLayout* p = &g->layout;
     const GPTConfig* c = &g->config;
 
+    // host: malloc'd (not pinned: only the CPU touches them); pages are faulted in by whoever writes first
     g->master = (float*)malloc((size_t)(p->total * 4));
     g->adam_m = (float*)calloc((size_t)p->total, 4);
     g->adam_v = (float*)calloc((size_t)p->total, 4);
-    if (!g->master || !g->adam_m || !g->adam_v) { fprintf(stderr, "error: out of host memory for the fp32 weights and AdamW state\n"); exit(1); }
-    memcpy(g->master, init_params, (size_t)(p->total * 4));
-
+    if (!g->master || !g->adam_m || !g->adam_v) {
+        fprintf(stderr, "error: out of host memory for the fp32 weights and AdamW state (%.1f GiB)\n", p->total * 12 / 1073741824.0);
+        exit(1);
+    }
     g->opt = new Optimizer();
+    g->opt->block_t0 = (double*)calloc((size_t)c->num_layers + 1, sizeof(double));
+    g->opt->block_t1 = (double*)calloc((size_t)c->num_layers + 1, sizeof(double));
     stream_init(&g->ws, c->num_layers, p->layer_stride, p->embed_count, num_slots, optimizer_wait_block, g);
-    convert_f32_to_bf16(g->master, g->ws.weights_host_bf16, p->total);
+    g->gpu_bytes += stream_gpu_bytes(p->layer_stride, num_slots);
 
+    // GPU
+    cublasCheck(cublasCreate(&cublas_handle));
+    cublas_workspace = gpu_alloc(g, (int64_t)kCublasWorkspaceBytes);
+    cublas_stream = NULL;
+    cublas_use_stream(g->ws.compute);
     const int64_t N = (int64_t)B * T, act = N * c->channels;
-    cudaCheck(cudaMalloc(&g->embed, (size_t)(p->embed_count * 2)));
-    cudaCheck(cudaMalloc(&g->embed_grads, (size_t)(p->embed_count * 4)));
-    cudaCheck(cudaMalloc(&g->layer_grads, (size_t)(p->layer_stride * 4)));
-    cudaCheck(cudaMalloc(&g->ckpt, (size_t)((int64_t)(c->num_layers + 1) * max_micro * act * 2)));
-    cudaCheck(cudaMalloc(&g->dresid, (size_t)(max_micro * act * 2)));
-    cudaCheck(cudaMalloc(&g->tokens_in, (size_t)(max_micro * N * 4)));
-    cudaCheck(cudaMalloc(&g->tokens_out, (size_t)(max_micro * N * 4)));
-    cudaCheck(cudaMalloc(&g->losses, (size_t)(max_micro * N * 4)));
-    cudaCheck(cudaMalloc(&g->loss_dev, 4));
-    cudaCheck(cudaMalloc(&g->sumsq_dev, 8));
+    g->embed = (bf16*)gpu_alloc(g, p->embed_count * 2);
+    g->embed_grads = (float*)gpu_alloc(g, p->embed_count * 4);
+    g->layer_grads = (float*)gpu_alloc(g, p->layer_stride * 4);
+    g->ckpt = (bf16*)gpu_alloc(g, (int64_t)(c->num_layers + 1) * max_micro * act * 2);
+    g->dresid = (bf16*)gpu_alloc(g, (int64_t)max_micro * act * 2);
+    g->tokens_in = (int*)gpu_alloc(g, (int64_t)max_micro * N * 4);
+    g->tokens_out = (int*)gpu_alloc(g, (int64_t)max_micro * N * 4);
+    g->losses = (float*)gpu_alloc(g, (int64_t)max_micro * N * 4);
+    g->loss_dev = (float*)gpu_alloc(g, 4);
+    g->sumsq_dev = (double*)gpu_alloc(g, 8);
     cudaCheck(cudaMallocHost(&g->loss_host, 4));
     cudaCheck(cudaMallocHost(&g->sumsq_host, 8));
     workspace_alloc(&g->ws_act, c, B, T);
+    g->gpu_bytes += g->ws_act.bytes;
 
     g->opt->thread = std::thread(optimizer_thread_main, g);
+}
+
+// The master weights changed outside the optimizer (init, model file, resume): refresh the bf16 copy
+// that is streamed, and drop whatever the GPU slots hold.
+static void gpt_weights_ready(GPT* g) {
+    convert_f32_to_bf16(g->master, g->ws.weights_host_bf16, g->layout.total);
+    stream_invalidate(&g->ws);
 }
 
 static void gpt_free(GPT* g) {
@@ -419,7 +467,11 @@ static void gpt_free(GPT* g) {
     cudaCheck(cudaFree(g->tokens_out)); cudaCheck(cudaFree(g->losses)); cudaCheck(cudaFree(g->loss_dev));
     cudaCheck(cudaFree(g->sumsq_dev)); cudaCheck(cudaFreeHost(g->loss_host)); cudaCheck(cudaFreeHost(g->sumsq_host));
     cudaCheck(cudaFree(g->ws_act.memory));
+    cublasCheck(cublasDestroy(cublas_handle));
+    cudaCheck(cudaFree(cublas_workspace));
+    cublas_handle = NULL; cublas_workspace = NULL; cublas_stream = NULL;
     free(g->master); free(g->adam_m); free(g->adam_v);
+    free(g->opt->block_t0); free(g->opt->block_t1);
     delete g->opt;
 }
 
@@ -436,6 +488,9 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     Workspace* a = &g->ws_act;
     if (n_micro < 1 || n_micro > g->max_micro) { fprintf(stderr, "error: internal: %d micro-batches\n", n_micro); exit(1); }
 
+    Timeline* tl = g->timeline;
+    timeline_start_step(tl, s);
+
     // 1. tokens and the (updated) embeddings
     cudaCheck(cudaMemcpyAsync(g->tokens_in, inputs, (size_t)(n_micro * N * 4), cudaMemcpyHostToDevice, s));
     cudaCheck(cudaMemcpyAsync(g->tokens_out, targets, (size_t)(n_micro * N * 4), cudaMemcpyHostToDevice, s));
@@ -450,24 +505,29 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     stream_begin_pass(&g->ws, order, L);
     for (int l = 0; l < L; l++) {
         const bf16* w = stream_wait_layer(&g->ws, l);
+        const int span = timeline_begin(tl, TRACK_COMPUTE, "fwd", l, s);
         for (int mb = 0; mb < n_micro; mb++) layer_forward(g, w, ckpt_at(g, l, mb), ckpt_at(g, l + 1, mb), a, s);
+        timeline_end(tl, span, s);
         stream_release_layer(&g->ws, l);
     }
 
     // 3. loss and its backward through lm_head and the final LayerNorm (dlogits scaled to the step's mean)
     cudaCheck(cudaMemsetAsync(g->embed_grads, 0, (size_t)(p->embed_count * 4), s));
     cudaCheck(cudaMemsetAsync(g->sumsq_dev, 0, 8, s));
+    int span = timeline_begin(tl, TRACK_COMPUTE, "head", -1, s);
     for (int mb = 0; mb < n_micro; mb++) {
         head_forward(g, ckpt_at(g, L, mb), g->tokens_out + mb * N, g->losses + mb * N, 1.0f / (float)(N * n_micro), s);
         head_backward(g, ckpt_at(g, L, mb), dresid_at(g, mb), s);
     }
     mean_loss(g->loss_dev, g->losses, n_micro * N, s);
+    timeline_end(tl, span, s);
 
     // 4. backward, last layer first, recomputing each layer from its checkpoint
     for (int l = 0; l < L; l++) order[l] = L - 1 - l;
     stream_begin_pass(&g->ws, order, L);
     for (int l = L - 1; l >= 0; l--) {
         const bf16* w = stream_wait_layer(&g->ws, l);
+        span = timeline_begin(tl, TRACK_COMPUTE, "bwd", l, s);
         cudaCheck(cudaMemsetAsync(g->layer_grads, 0, (size_t)(p->layer_stride * 4), s));
         for (int mb = 0; mb < n_micro; mb++) {
             layer_forward(g, w, ckpt_at(g, l, mb), NULL, a, s);
@@ -476,13 +536,16 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
         stream_release_layer(&g->ws, l);
         bf16* staging = stream_grad_staging(&g->ws);
         grads_to_bf16_sumsq(staging, g->layer_grads, p->layer_stride, g->sumsq_dev, s);
+        timeline_end(tl, span, s);
         stream_send_layer_grads(&g->ws, l);
     }
     free(order);
+    span = timeline_begin(tl, TRACK_COMPUTE, "embed bwd", -1, s);
     for (int mb = 0; mb < n_micro; mb++)
         embedding_backward(g->embed_grads + p->embed_offset[WTE], g->embed_grads + p->embed_offset[WPE], dresid_at(g, mb),
                            g->tokens_in + mb * N, N, T, C, s);
     grads_to_bf16_sumsq(NULL, g->embed_grads, p->embed_count, g->sumsq_dev, s);
+    timeline_end(tl, span, s);
     stream_send_embed_grads(&g->ws, g->embed_grads);
 
     // 5. the one synchronization of the step: loss and global norm
@@ -490,11 +553,17 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     cudaCheck(cudaMemcpyAsync(g->sumsq_host, g->sumsq_dev, 8, cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
     g->last_norm = sqrt(*g->sumsq_host);
+    const float loss = *g->loss_host;
+    if (tl && g->step > 0) {  // the AdamW round of the previous step ran during this step's forward pass
+        for (int b = 0; b <= L; b++) timeline_host_span(tl, TRACK_ADAM, "adamw", b - 1, g->opt->block_t0[b], g->opt->block_t1[b]);
+    }
+    // A non-finite loss or norm: no update (the caller stops; the weights stay those of the last step).
+    if (!isfinite(loss) || !isfinite(g->last_norm)) return loss;
 
     // 6. AdamW on the CPU thread; the next step's forward pass picks up each block as soon as it is done
     stream_invalidate(&g->ws);
     optimizer_submit(g, lr, clip_scale((float)g->last_norm, g->args.grad_clip));
-    return *g->loss_host;
+    return loss;
 }
 
 // Forward only, on micro-batch slot 0: validation loss (targets given) or logits for sampling (targets NULL).
@@ -539,3 +608,439 @@ static void gpt_copy_logits(GPT* g, int b, int t, float* out) {
     for (int i = 0; i < Vp; i++) out[i] = bf16_to_float(tmp[i]);
     free(tmp);
 }
+
+// ----------------------------------------------------------------------------
+// Checkpoints: DIR/model_STEP.bin (llm.c model file, fp32 master weights) + DIR/state_STEP.bin (AdamW m and
+// v, step, data position) + DIR/DONE_STEP written last, so a checkpoint without DONE is never resumed from.
+
+#define STATE_MAGIC 20241122
+#define STATE_VERSION 1
+
+static int write_all(FILE* f, const void* p, int64_t bytes) { return (int64_t)fwrite(p, 1, (size_t)bytes, f) == bytes; }
+static int read_all(FILE* f, void* p, int64_t bytes) { return (int64_t)fread(p, 1, (size_t)bytes, f) == bytes; }
+
+static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data_state) {
+    optimizer_wait_all(g);  // the master weights and m, v of the last step must be complete
+    char path[4096], tmp[4200], err[512];
+    const int64_t step = g->step;
+    snprintf(path, sizeof path, "%s/model_%08lld.bin", dir, (long long)step);
+    if (!gpt_save_params(path, &g->config, g->master, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); exit(1); }
+    snprintf(path, sizeof path, "%s/state_%08lld.bin", dir, (long long)step);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE* f = fopen(tmp, "wb");
+    if (!f) { fprintf(stderr, "error: cannot create %s\n", tmp); exit(1); }
+    int64_t header[16] = {STATE_MAGIC, STATE_VERSION, step, g->layout.total, (int64_t)sizeof(DataLoaderState)};
+    int ok = write_all(f, header, sizeof header) && write_all(f, data_state, sizeof *data_state) &&
+             write_all(f, g->adam_m, g->layout.total * 4) && write_all(f, g->adam_v, g->layout.total * 4);
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) { remove(tmp); fprintf(stderr, "error: failed writing %s (disk full?)\n", path); exit(1); }
+    snprintf(path, sizeof path, "%s/DONE_%08lld", dir, (long long)step);
+    f = fopen(path, "w");
+    if (!f || fclose(f) != 0) { fprintf(stderr, "error: cannot write %s\n", path); exit(1); }
+    printf("saved checkpoint step %lld to %s\n", (long long)step, dir);
+}
+
+// Latest step with a DONE marker in dir, or -1.
+static int64_t latest_checkpoint(const char* dir) {
+    DIR* d = opendir(dir);
+    if (!d) return -1;
+    int64_t best = -1;
+    struct dirent* e;
+    while ((e = readdir(d))) {
+        long long s;
+        if (sscanf(e->d_name, "DONE_%lld", &s) == 1 && s > best) best = s;
+    }
+    closedir(d);
+    return best;
+}
+
+// Loads AdamW state and the data position; the model file was loaded separately.
+static void load_state(GPT* g, const char* path, DataLoaderState* data_state) {
+    FILE* f = fopen(path, "rb");
+    if (!f) { fprintf(stderr, "error: cannot open optimizer state %s\n", path); exit(1); }
+    int64_t header[16];
+    if (!read_all(f, header, sizeof header) || header[0] != STATE_MAGIC || header[1] != STATE_VERSION) {
+        fprintf(stderr, "error: optimizer state %s: bad header (magic/version)\n", path); exit(1);
+    }
+    if (header[3] != g->layout.total || header[4] != (int64_t)sizeof(DataLoaderState)) {
+        fprintf(stderr, "error: optimizer state %s: holds %lld parameters, the model has %lld\n", path,
+                (long long)header[3], (long long)g->layout.total);
+        exit(1);
+    }
+    if (!read_all(f, data_state, sizeof *data_state) || !read_all(f, g->adam_m, g->layout.total * 4) ||
+        !read_all(f, g->adam_v, g->layout.total * 4) || fgetc(f) != EOF) {
+        fprintf(stderr, "error: optimizer state %s: truncated or too long\n", path); exit(1);
+    }
+    fclose(f);
+    g->step = header[2];
+}
+
+// ----------------------------------------------------------------------------
+// Sampling: generate from <|endoftext|> with full forward passes (each one streams the model once).
+
+static void gpt_sample(GPT* g, const Tokenizer* tok, int gen_tokens, uint64_t* rng) {
+    const int64_t N = (int64_t)g->B * g->T;
+    const int V = g->config.vocab_size, eot = 50256 < V ? 50256 : V - 1;
+    int* tokens = (int*)malloc(sizeof(int) * N);
+    float* logits = (float*)malloc(sizeof(float) * g->config.padded_vocab_size);
+    for (int64_t i = 0; i < N; i++) tokens[i] = eot;
+    printf("generating:\n---\n");
+    for (int t = 1; t < gen_tokens + 1 && t < g->T; t++) {
+        gpt_forward_eval(g, tokens, NULL);
+        gpt_copy_logits(g, 0, t - 1, logits);
+        int next = sample_softmax(logits, V, random_f32(rng));
+        tokens[t] = next;
+        print_sample_token(tok, next);
+        fflush(stdout);
+    }
+    printf("\n---\n");
+    free(tokens);
+    free(logits);
+}
+
+// Model FLOPs of one step, counted as PyTorch peers do: 6 * params * tokens + causal attention (no recompute).
+static double step_flops(const GPT* g, int64_t tokens) {
+    const GPTConfig* c = &g->config;
+    return 6.0 * (double)g->layout.total * tokens + 6.0 * c->num_layers * (double)c->channels * g->T * tokens;
+}
+#define H100_BF16_PEAK_FLOPS 989e12  // dense bf16 tensor-core peak of an H100 SXM, the MFU denominator
+
+// ----------------------------------------------------------------------------
+// main: flags, fit check, config table, the training loop (or the benchmark loop with -B).
+
+#ifndef TESTING
+
+#define INIT_SEED 1337ull       // weights of a model made from a spec (the CPU trainer uses the same)
+#define SHUFFLE_SEED 42ull      // order of the train batches
+#define SAMPLE_SEED 1234567ull  // sampling RNG
+#define SYNTHETIC_SEED 7ull     // tokens of the benchmark mode
+static const char* kTokenizerPath = "gpt2_tokenizer.bin";
+
+// Prints "error: ..." and exits 1: every user-facing failure ends here, never in a crash.
+static void die(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "error: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+static void table_row(const char* key, const char* fmt, ...) {
+    char value[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(value, sizeof value, fmt, ap);
+    va_end(ap);
+    printf("| %-22s | %-56s |\n", key, value);
+}
+static void table_rule(void) {
+    printf("+------------------------+----------------------------------------------------------+\n");
+}
+
+// The flags only this trainer has (the shared ones are in train_common.h).
+typedef struct {
+    int num_slots;      // -S  GPU weight slots (>= 2)
+    int bench_steps;    // -B  > 0: benchmark mode, that many timed steps on synthetic tokens
+    int bench_warmup;   // -W  untimed steps before them
+    int timeline;       // -Y  1: per-step timeline (and DIR/trace.json with -o)
+    int adam_threads;   // -A  OpenMP threads of the CPU AdamW, 0 = all cores
+} GpuArgs;
+
+static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
+    train_args_defaults(a);
+    a->model = "d12";         // GPT-2 124M shape, from a random init
+    a->B = 8;
+    a->T = 1024;
+    a->lr = 6e-4f;
+    a->warmup_steps = 10;
+    a->final_lr_frac = 0.1f;
+    a->max_steps = 70;        // about two epochs of the shipped train shard at 8K tokens per step
+    a->val_every = 10;
+    a->val_max_batches = 4;   // the whole val shard (32,768 tokens) at B*T = 8192
+    a->gen_tokens = 64;
+    ga->num_slots = 2; ga->bench_steps = 0; ga->bench_warmup = 2; ga->timeline = 0; ga->adam_threads = 0;
+}
+
+static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
+    printf("usage: ./train_gpt [flags]   (no flags: train GPT-2 small (d12) on the shipped tinyshakespeare shards)\n");
+    train_usage(stdout, d);
+    printf("flags of the streaming trainer:\n"
+           "  -S <int>    GPU weight slots, 2..%d (default %d)\n"
+           "  -B <int>    benchmark mode: N timed steps on synthetic tokens, then a RESULT json line (default off)\n"
+           "  -W <int>    benchmark warm-up steps, not timed (default %d)\n"
+           "  -Y <0|1>    per-step timeline: busy time per stream and of the CPU AdamW, GPU idle; with -o also\n"
+           "              DIR/trace.json, a Chrome trace of the last step (default %d)\n"
+           "  -A <int>    CPU AdamW threads, 0 = all cores (default %d)\n",
+           MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads);
+}
+
+// Parses argv: our flags first, then the shared ones. Exits on any error, prints usage on -h.
+static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
+    TrainArgs d;
+    GpuArgs gd;
+    gpu_train_defaults(&d, &gd);
+    *a = d;
+    *ga = gd;
+    char err[512];
+    for (int i = 1; i < argc; i += 2) {
+        const char* flag = argv[i];
+        if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) { gpu_usage(&d, &gd); exit(0); }
+        if (i + 1 >= argc) die("flag %s needs a value (run ./train_gpt -h for the flags)", flag);
+        const char* value = argv[i + 1];
+        int64_t v = 0;
+        int ok = 1;
+        if (strcmp(flag, "-S") == 0) { ok = parse_int_in(flag, value, 2, MAX_SLOTS, &v, err, sizeof err); ga->num_slots = (int)v; }
+        else if (strcmp(flag, "-B") == 0) { ok = parse_int_in(flag, value, 0, 1000000, &v, err, sizeof err); ga->bench_steps = (int)v; }
+        else if (strcmp(flag, "-W") == 0) { ok = parse_int_in(flag, value, 0, 1000000, &v, err, sizeof err); ga->bench_warmup = (int)v; }
+        else if (strcmp(flag, "-Y") == 0) { ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err); ga->timeline = (int)v; }
+        else if (strcmp(flag, "-A") == 0) { ok = parse_int_in(flag, value, 0, 4096, &v, err, sizeof err); ga->adam_threads = (int)v; }
+        else {
+            const int r = parse_train_arg(a, flag, value, err, sizeof err);
+            if (r < 0) die("unknown flag %s (run ./train_gpt -h for the flags)", flag);
+            ok = r;
+        }
+        if (!ok) die("%s", err);
+    }
+    if (!train_args_check(a, err, sizeof err)) die("%s", err);
+}
+
+// Model config from -e: a spec (random init) or an llm.c model file (its header).
+static int resolve_model(const char* spec, GPTConfig* cfg) {
+    char err[4352];
+    const int kind = parse_model_spec(spec, cfg, err, sizeof err);
+    if (kind == 0) die("%s", err);
+    if (kind == 2 && !gpt_read_header(spec, cfg, err, sizeof err)) die("%s", err);
+    return kind;
+}
+
+// Fills n_micro micro-batches from the loader into contiguous host arrays.
+static void next_step_batches(DataLoader* dl, int n_micro, int* inputs, int* targets) {
+    const int64_t N = (int64_t)dl->B * dl->T;
+    for (int mb = 0; mb < n_micro; mb++) {
+        if (!dataloader_next_batch(dl)) die("%s", dl->err);
+        memcpy(inputs + mb * N, dl->inputs, (size_t)N * sizeof(int));
+        memcpy(targets + mb * N, dl->targets, (size_t)N * sizeof(int));
+    }
+}
+
+static float validation_loss(GPT* g, DataLoader* val, int64_t batches) {
+    dataloader_reset(val);
+    double sum = 0.0;
+    for (int64_t i = 0; i < batches; i++) {
+        if (!dataloader_next_batch(val)) die("%s", val->err);
+        sum += gpt_forward_eval(g, val->inputs, val->targets);
+    }
+    return (float)(sum / (double)batches);
+}
+
+static void print_timeline(GPT* g, const char* output_dir) {
+    TimelineSummary t = timeline_summarize(g->timeline);
+    printf("TIMELINE {\"step_s\": %.4f, \"compute_busy_s\": %.4f, \"h2d_busy_s\": %.4f, \"d2h_busy_s\": %.4f, "
+           "\"adam_busy_s\": %.4f, \"gpu_idle_s\": %.4f}\n",
+           t.step_s, t.busy_s[TRACK_COMPUTE], t.busy_s[TRACK_H2D], t.busy_s[TRACK_D2H], t.busy_s[TRACK_ADAM], t.gpu_idle_s);
+    if (output_dir) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/trace.json", output_dir);
+        if (!timeline_write_chrome_trace(g->timeline, path)) fprintf(stderr, "warning: cannot write %s\n", path);
+    }
+}
+
+static int compare_double(const void* a, const void* b) {
+    const double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char** argv) {
+    TrainArgs args;
+    GpuArgs ga;
+    parse_args(argc, argv, &args, &ga);
+    const int bench = ga.bench_steps > 0;
+    char err[4352];
+
+    // resume: the model file of the latest complete checkpoint replaces -e
+    int64_t resume_step = -1;
+    char resume_model[4200] = "", resume_state[4200] = "";
+    if (args.resume) {
+        resume_step = latest_checkpoint(args.output_dir);
+        if (resume_step < 0) {
+            printf("no complete checkpoint in %s: starting from scratch\n", args.output_dir);
+        } else {
+            snprintf(resume_model, sizeof resume_model, "%s/model_%08lld.bin", args.output_dir, (long long)resume_step);
+            snprintf(resume_state, sizeof resume_state, "%s/state_%08lld.bin", args.output_dir, (long long)resume_step);
+            args.model = resume_model;
+        }
+    }
+    GPTConfig cfg;
+    const int kind = resolve_model(args.model, &cfg);
+    if (args.T > cfg.max_seq_len) die("-t %d exceeds the model's max sequence length %d", args.T, cfg.max_seq_len);
+    const int n_micro = grad_accum_steps(&args);
+    const int64_t step_tokens = (int64_t)n_micro * args.B * args.T;
+
+    // data (not in benchmark mode: synthetic tokens there, so any T and -d work without a big corpus)
+    DataLoader train, val;
+    memset(&train, 0, sizeof train);
+    memset(&val, 0, sizeof val);
+    int total_steps = bench ? ga.bench_warmup + ga.bench_steps : args.max_steps;
+    int64_t val_batches = 0;
+    if (!bench) {
+        if (!dataloader_init(&train, args.train_data, args.B, args.T, 1, SHUFFLE_SEED, err, sizeof err)) die("%s", err);
+        if (!dataloader_init(&val, args.val_data, args.B, args.T, 0, 0, err, sizeof err)) die("%s", err);
+        if (total_steps < 0) total_steps = (int)(train.num_batches / n_micro);
+        if (total_steps < 1) die("train data %s holds fewer than %d batches of B*T: one step needs that many", args.train_data, n_micro);
+        val_batches = dataloader_eval_batches(&val, args.val_max_batches);
+    }
+
+    // fit check, before any large allocation: host RAM first (no GPU needed to know it will not fit)
+    const MemoryPlan plan = gpt_memory_plan(&cfg, args.B, args.T, n_micro, ga.num_slots);
+    const int64_t host_avail = host_available_bytes();
+    const double GiB = 1073741824.0;
+    if (host_avail >= 0 && plan.host_bytes > host_avail)
+        die("host RAM too small for this config: needs %.1f GiB (fp32 weights + AdamW m, v + pinned bf16 weights and "
+            "grads), %.1f GiB available", plan.host_bytes / GiB, host_avail / GiB);
+    int num_devices = 0;
+    if (cudaGetDeviceCount(&num_devices) != cudaSuccess || num_devices == 0)
+        die("no CUDA device found: this trainer needs an NVIDIA GPU; ./train_gpt_cpu trains on the CPU");
+    cudaDeviceProp prop;
+    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    cudaCheck(cudaSetDevice(0));
+    size_t gpu_free = 0, gpu_total = 0;
+    cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
+    if (plan.gpu_bytes + ((int64_t)256 << 20) > (int64_t)gpu_free)
+        die("GPU memory too small for this config: needs %.2f GiB (of which %.2f GiB layer-input checkpoints: lower -d, "
+            "-b or -t), %.2f GiB free on %s", plan.gpu_bytes / GiB,
+            (double)(cfg.num_layers + 1) * n_micro * args.B * args.T * cfg.channels * 2 / GiB, gpu_free / GiB, prop.name);
+
+    // build and fill the weights
+    if (ga.adam_threads > 0) cpu_adam_set_threads(ga.adam_threads);
+    GPT g;
+    gpt_build(&g, &cfg, args.B, args.T, n_micro, ga.num_slots, &args);
+    if (kind == 1) gpt_init_params(&cfg, g.master, INIT_SEED);
+    else if (!gpt_load_params(args.model, &cfg, g.master, err, sizeof err)) die("%s", err);
+    gpt_weights_ready(&g);
+    Timeline timeline;
+    if (ga.timeline) {
+        timeline_init(&timeline, 8 * cfg.num_layers + 64);
+        g.timeline = &timeline;
+        g.ws.timeline = &timeline;
+    }
+
+    int start_step = 0;
+    if (resume_step >= 0) {
+        DataLoaderState data_state;
+        load_state(&g, resume_state, &data_state);
+        if (!dataloader_set_state(&train, &data_state, err, sizeof err)) die("resume: %s", err);
+        start_step = (int)g.step;
+        printf("resumed from %s (step %d)\n", resume_model, start_step);
+    }
+    Tokenizer tok;
+    memset(&tok, 0, sizeof tok);
+    if (!bench && !tokenizer_init(&tok, kTokenizerPath, err, sizeof err))
+        fprintf(stderr, "warning: %s; samples are printed as token ids\n", err);
+    TrainLogger logger;
+    if (!logger_open(&logger, bench ? NULL : args.output_dir, resume_step >= 0, err, sizeof err)) die("%s", err);
+
+    // the config table
+    const ParamLayout* p = &g.layout;
+    const int64_t real_params = gpt_num_real_params(&cfg, p);
+    table_rule();
+    table_row("model", "%s (%s)", args.model, kind == 1 ? "spec, GPT-2 init" : "llm.c model file");
+    table_row("L / C / NH / maxT", "%d / %d / %d / %d", cfg.num_layers, cfg.channels, cfg.num_heads, cfg.max_seq_len);
+    table_row("V / Vp", "%d / %d", cfg.vocab_size, cfg.padded_vocab_size);
+    table_row("parameters", "%.3f B (%lld; %lld with the padded vocab)", real_params / 1e9, (long long)real_params,
+              (long long)p->total);
+    table_row("B / T / accumulation", "%d / %d / %d = %lld tokens per step", args.B, args.T, n_micro, (long long)step_tokens);
+    table_row("lr / warmup / final", "%.2e / %d / %.2f", args.lr, args.warmup_steps, args.final_lr_frac);
+    table_row("weight decay / clip", "%.2f / %.2f", args.weight_decay, args.grad_clip);
+    table_row("steps", bench ? "%d (benchmark: %d warm-up + %d timed)" : "%d", total_steps, ga.bench_warmup, ga.bench_steps);
+    table_row("host memory", "%.2f GiB (fp32 master+m+v %.2f, pinned bf16 %.2f)", plan.host_bytes / GiB,
+              p->total * 12 / GiB, (plan.host_bytes - p->total * 12) / GiB);
+    table_row("GPU memory", "%.2f GiB (checkpoints %.2f, %d weight slots %.3f)", g.gpu_bytes / GiB,
+              (double)(cfg.num_layers + 1) * n_micro * args.B * args.T * cfg.channels * 2 / GiB, ga.num_slots,
+              ga.num_slots * p->layer_stride * 2 / GiB);
+    table_row("device", "%s, %.1f GiB", prop.name, gpu_total / GiB);
+    table_rule();
+    fflush(stdout);
+
+    // training
+    int* inputs = (int*)malloc((size_t)step_tokens * sizeof(int));
+    int* targets = (int*)malloc((size_t)step_tokens * sizeof(int));
+    double* step_seconds = (double*)calloc((size_t)total_steps + 1, sizeof(double));
+    if (!inputs || !targets || !step_seconds) die("out of host memory for the token buffers");
+    if (bench) {  // one fixed batch of random tokens, as the PyTorch peers use
+        uint64_t rng = SYNTHETIC_SEED;
+        for (int64_t i = 0; i < step_tokens; i++) { inputs[i] = (int)(random_u64(&rng) % 50257); targets[i] = (int)(random_u64(&rng) % 50257); }
+    }
+    uint64_t sample_rng = SAMPLE_SEED;
+    const double flops_per_step = step_flops(&g, step_tokens);
+    double last_return = timeline_now();
+    for (int step = start_step; step <= total_steps; step++) {
+        const int last = step == total_steps;
+        if (!bench && args.val_every > 0 && (step % args.val_every == 0 || last)) {
+            const float vl = validation_loss(&g, &val, val_batches);
+            printf("val loss %.6f\n", vl);
+            logger_val(&logger, step, vl);
+            last_return = timeline_now();  // evaluation is not part of the step time
+        }
+        if (!bench && args.gen_tokens > 0 && ((args.sample_every > 0 && step > 0 && step % args.sample_every == 0) || last)) {
+            gpt_sample(&g, &tok, args.gen_tokens, &sample_rng);
+            last_return = timeline_now();
+        }
+        if (last) break;
+
+        if (!bench) next_step_batches(&train, n_micro, inputs, targets);
+        const float lr = learning_rate_at(&args, step, total_steps);
+        const float loss = gpt_step(&g, inputs, targets, n_micro, lr);
+        // Time between consecutive returns: it includes waiting for the previous step's AdamW, which is
+        // where an unhidden optimizer shows up.
+        const double now = timeline_now(), dt = now - last_return;
+        last_return = now;
+        if (!isfinite(loss) || !isfinite(g.last_norm))
+            die("training diverged at step %d (loss %f, grad norm %f); no update was applied", step + 1, loss, g.last_norm);
+        step_seconds[step] = dt;
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f | MFU %.1f%%\n", step + 1, total_steps,
+               loss, g.last_norm, lr, dt * 1e3, step_tokens / dt, 100.0 * flops_per_step / dt / H100_BF16_PEAK_FLOPS);
+        if (g.timeline) print_timeline(&g, bench ? NULL : args.output_dir);
+        fflush(stdout);
+        logger_train(&logger, step + 1, loss);
+        if (!bench && args.checkpoint_every > 0 && ((step + 1) % args.checkpoint_every == 0 || step + 1 == total_steps)) {
+            DataLoaderState data_state = dataloader_get_state(&train);
+            save_checkpoint(&g, args.output_dir, &data_state);
+            last_return = timeline_now();
+        }
+    }
+    optimizer_wait_all(&g);
+
+    // summary: median over the timed steps (benchmark) or over all but the first step
+    const int first_timed = bench ? ga.bench_warmup : start_step + 1;
+    const int timed = total_steps - first_timed;
+    if (timed > 0) {
+        double* sorted = (double*)malloc(sizeof(double) * (size_t)timed);
+        memcpy(sorted, step_seconds + first_timed, sizeof(double) * (size_t)timed);
+        qsort(sorted, (size_t)timed, sizeof(double), compare_double);
+        const double median = sorted[timed / 2];
+        free(sorted);
+        printf("median step time over %d steps: %.1f ms, %.0f tok/s, %.1f model TFLOP/s (MFU %.1f%%)\n", timed, median * 1e3,
+               step_tokens / median, flops_per_step / median / 1e12, 100.0 * flops_per_step / median / H100_BF16_PEAK_FLOPS);
+        if (bench)
+            printf("RESULT {\"mode\": \"stream\", \"model\": \"%s\", \"params_B\": %.4f, \"L\": %d, \"C\": %d, \"NH\": %d, "
+                   "\"B\": %d, \"T\": %d, \"tokens_per_step\": %lld, \"grad_accum\": %d, \"slots\": %d, \"step_s\": %.5f, "
+                   "\"tok_per_s\": %.1f, \"model_TFLOPs\": %.2f, \"mfu\": %.4f, \"peak_gpu_GiB\": %.3f, \"host_GiB\": %.2f}\n",
+                   args.model, p->total / 1e9, cfg.num_layers, cfg.channels, cfg.num_heads, args.B, args.T,
+                   (long long)step_tokens, n_micro, ga.num_slots, median, step_tokens / median,
+                   flops_per_step / median / 1e12, flops_per_step / median / H100_BF16_PEAK_FLOPS, g.gpu_bytes / GiB,
+                   plan.host_bytes / GiB);
+    }
+    fflush(stdout);
+
+    free(inputs); free(targets); free(step_seconds);
+    logger_close(&logger);
+    tokenizer_free(&tok);
+    if (!bench) { dataloader_free(&train); dataloader_free(&val); }
+    if (g.timeline) { g.timeline = NULL; g.ws.timeline = NULL; timeline_free(&timeline); }
+    gpt_free(&g);
+    return 0;
+}
+
+#endif  // TESTING

@@ -1,0 +1,127 @@
+// timeline.h — an optional per-step timeline of the streaming trainer (flag -Y 1): CUDA events around each
+// layer's compute, each weight copy (H2D) and each gradient copy (D2H), plus the wall times of the CPU
+// AdamW blocks. Summarized per step as busy seconds per resource and the compute stream's idle time, so the
+// bottleneck of a step is visible; optionally written as a Chrome trace (chrome://tracing or Perfetto).
+// With the timeline off (a NULL Timeline*) every function returns at once, so the hot path pays nothing.
+// It only measures: nothing here changes what runs or in which order.
+#pragma once
+#include <chrono>
+#include <stdio.h>
+#include <stdlib.h>
+#include "cuda_common.h"
+
+enum { TRACK_COMPUTE, TRACK_H2D, TRACK_D2H, TRACK_ADAM, NUM_TRACKS };
+static const char* const track_names[NUM_TRACKS] = {"compute stream", "h2d stream (weights)", "d2h stream (grads)",
+                                                    "cpu adamw thread"};
+
+typedef struct {
+    int track, layer;       // layer -1: embeddings / head
+    const char* what;       // static string: "fwd", "bwd", "weights", "grads", "adamw", ...
+    cudaEvent_t begin, end; // GPU spans
+    double t0, t1;          // seconds since the step's origin (filled for host spans, and by summarize)
+    int on_host;            // 1: measured on the host clock, the events are unused
+} TimelineSpan;
+
+typedef struct Timeline {
+    TimelineSpan* spans;
+    int cap, n;
+    cudaEvent_t origin;  // recorded on the compute stream when the step starts (the GPU is idle then)
+    double origin_host;  // host clock at that moment
+} Timeline;
+
+typedef struct {
+    double step_s;             // origin to the end of the last span
+    double busy_s[NUM_TRACKS]; // sum of span lengths per track (spans of one track never overlap)
+    double gpu_idle_s;         // step_s minus the compute stream's busy time
+} TimelineSummary;
+
+static inline double timeline_now(void) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+static inline void timeline_init(Timeline* tl, int cap) {
+    tl->spans = (TimelineSpan*)calloc((size_t)cap, sizeof(TimelineSpan));
+    if (!tl->spans) { fprintf(stderr, "error: out of host memory for the timeline\n"); exit(1); }
+    tl->cap = cap;
+    tl->n = 0;
+    for (int i = 0; i < cap; i++) {
+        cudaCheck(cudaEventCreate(&tl->spans[i].begin));
+        cudaCheck(cudaEventCreate(&tl->spans[i].end));
+    }
+    cudaCheck(cudaEventCreate(&tl->origin));
+}
+
+static inline void timeline_free(Timeline* tl) {
+    for (int i = 0; i < tl->cap; i++) {
+        cudaCheck(cudaEventDestroy(tl->spans[i].begin));
+        cudaCheck(cudaEventDestroy(tl->spans[i].end));
+    }
+    cudaCheck(cudaEventDestroy(tl->origin));
+    free(tl->spans);
+}
+
+static inline void timeline_start_step(Timeline* tl, cudaStream_t compute) {
+    if (!tl) return;
+    tl->n = 0;
+    tl->origin_host = timeline_now();
+    cudaCheck(cudaEventRecord(tl->origin, compute));
+}
+
+// Opens a GPU span on stream s; returns its index for timeline_end (-1 when off or full).
+static inline int timeline_begin(Timeline* tl, int track, const char* what, int layer, cudaStream_t s) {
+    if (!tl || tl->n >= tl->cap) return -1;
+    TimelineSpan* sp = &tl->spans[tl->n];
+    sp->track = track; sp->layer = layer; sp->what = what; sp->on_host = 0;
+    cudaCheck(cudaEventRecord(sp->begin, s));
+    return tl->n++;
+}
+static inline void timeline_end(Timeline* tl, int index, cudaStream_t s) {
+    if (!tl || index < 0) return;
+    cudaCheck(cudaEventRecord(tl->spans[index].end, s));
+}
+
+// A span measured on the host clock (t0, t1 from timeline_now), e.g. one AdamW block.
+static inline void timeline_host_span(Timeline* tl, int track, const char* what, int layer, double t0, double t1) {
+    if (!tl || tl->n >= tl->cap) return;
+    TimelineSpan* sp = &tl->spans[tl->n++];
+    sp->track = track; sp->layer = layer; sp->what = what;
+    sp->t0 = t0 - tl->origin_host;
+    sp->t1 = t1 - tl->origin_host;
+    sp->on_host = 1;
+}
+
+// Waits for every recorded event, converts GPU spans to seconds since the origin, and sums them up.
+static inline TimelineSummary timeline_summarize(Timeline* tl) {
+    TimelineSummary s = {};
+    for (int i = 0; i < tl->n; i++) {
+        TimelineSpan* sp = &tl->spans[i];
+        if (!sp->on_host) {
+            float a = 0.0f, b = 0.0f;
+            cudaCheck(cudaEventSynchronize(sp->end));
+            cudaCheck(cudaEventElapsedTime(&a, tl->origin, sp->begin));
+            cudaCheck(cudaEventElapsedTime(&b, tl->origin, sp->end));
+            sp->t0 = a * 1e-3; sp->t1 = b * 1e-3;
+        }
+        s.busy_s[sp->track] += sp->t1 - sp->t0;
+        if (sp->t1 > s.step_s) s.step_s = sp->t1;
+    }
+    s.gpu_idle_s = s.step_s - s.busy_s[TRACK_COMPUTE];
+    return s;
+}
+
+// Chrome trace ("traceEvents", complete events in microseconds), one row per track. Returns 0 on failure.
+static inline int timeline_write_chrome_trace(const Timeline* tl, const char* path) {
+    FILE* f = fopen(path, "w");
+    if (!f) return 0;
+    fprintf(f, "{\"traceEvents\":[\n");
+    for (int t = 0; t < NUM_TRACKS; t++)
+        fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n", t,
+                track_names[t]);
+    for (int i = 0; i < tl->n; i++) {
+        const TimelineSpan* sp = &tl->spans[i];
+        fprintf(f, "{\"name\":\"%s L%d\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}%s\n", sp->what,
+                sp->layer, sp->track, sp->t0 * 1e6, (sp->t1 - sp->t0) * 1e6, i + 1 < tl->n ? "," : "");
+    }
+    fprintf(f, "]}\n");
+    return fclose(f) == 0;
+}
