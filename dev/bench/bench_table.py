@@ -1,0 +1,189 @@
+# bench_table.py — reads the logs that dev/bench/run_bench.sh leaves in a folder (ours-CFG.log,
+# gpu_ckpt-CFG.log, fsdp_offload-CFG.log, cpu_adam.log, torch_adam.log, device.txt) and prints one markdown
+# report: throughput per config (ours vs the PyTorch peers), our step timeline, CPU AdamW (ours vs torch),
+# and PASS/MISS for the issue's targets. A missing, skipped or failed run shows as such; nothing is guessed.
+# It runs nothing and measures nothing. Python 3 standard library only.
+#
+# usage: python3 dev/bench/bench_table.py [DIR=$OUT or ./out]
+import json, os, re, statistics, sys
+
+CONFIGS = [("1.3b-8k", "1.3B (L24 C2048 NH16)", 8192), ("1.3b-32k", "1.3B (L24 C2048 NH16)", 32768),
+           ("5b-8k", "5B (L24 C4096 NH32)", 8192), ("5b-32k", "5B (L24 C4096 NH32)", 32768)]
+PEERS = {"1.3b-8k": ["gpu_ckpt", "fsdp_offload"], "1.3b-32k": ["gpu_ckpt", "fsdp_offload"],
+         "5b-8k": ["fsdp_offload"], "5b-32k": ["fsdp_offload"]}
+PEAK_TFLOPS = 989.0  # H100 SXM dense bf16, the same MFU denominator as train_gpt
+TIMELINE_KEYS = ["step_s", "compute_busy_s", "h2d_busy_s", "d2h_busy_s", "adam_busy_s", "gpu_idle_s"]
+ERROR_RE = re.compile(r"error|exception|out of memory|killed|fatal|abort|assert|no such file|not found", re.I)
+
+
+def load(d, name):
+    """One run's log -> dict(status ok|failed|skipped|missing, result, msg, timeline)."""
+    path = os.path.join(d, name + ".log")
+    if not os.path.exists(path):
+        return dict(status="missing", msg="not run")
+    with open(path, errors="replace") as f:
+        lines = [l.rstrip("\n") for l in f]
+    for l in lines:
+        if l.startswith("SKIPPED:"):
+            return dict(status="skipped", msg="skipped: " + l[len("SKIPPED:"):].strip())
+    result = None
+    for l in lines:
+        if l.startswith("RESULT "):
+            try:
+                result = json.loads(l[len("RESULT "):])
+            except ValueError:
+                pass
+    if result is not None:
+        return dict(status="ok", result=result, timeline=timeline_median(lines))
+    exit_line = next((l for l in reversed(lines) if l.startswith("EXIT rc=")), "")
+    m = re.match(r"EXIT rc=(\d+).*?timeout_s=(\d+)", exit_line)
+    if m and m.group(1) in ("124", "137"):
+        return dict(status="failed", msg="failed: timeout after %s s" % m.group(2))
+    body = [l.strip() for l in lines if l.strip() and not l.startswith(("CMD:", "EXIT rc="))]
+    errs = [l for l in body if ERROR_RE.search(l) and not l.startswith("Traceback")]
+    last = (errs or body or ["(empty log)"])[-1]
+    rc = " (rc=%s)" % m.group(1) if m else ""
+    return dict(status="failed", msg="failed: " + last[:140] + rc)
+
+
+def timeline_median(lines):
+    """Per-key median of the TIMELINE lines of the timed steps (the last N, N from the median line)."""
+    tl = []
+    for l in lines:
+        if l.startswith("TIMELINE "):
+            try:
+                tl.append(json.loads(l[len("TIMELINE "):]))
+            except ValueError:
+                pass
+    if not tl:
+        return None
+    m = next((re.search(r"median step time over (\d+) steps", l) for l in lines if "median step time over" in l), None)
+    n = int(m.group(1)) if m else len(tl)
+    tl = tl[-n:] if 0 < n <= len(tl) else tl
+    return {k: statistics.median(t.get(k, float("nan")) for t in tl) for k in TIMELINE_KEYS}
+
+
+def cell(x, fmt):
+    return fmt.format(x) if isinstance(x, (int, float)) else "-"
+
+
+def esc(s):
+    return s.replace("|", "\\|")
+
+
+def main():
+    d = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("OUT", "./out")
+    out = []
+    p = out.append
+    p("# Benchmark: streaming trainer vs PyTorch peers (T=1024)")
+    dev = os.path.join(d, "device.txt")
+    if os.path.exists(dev):
+        with open(dev, errors="replace") as f:
+            p("")
+            p("  \n".join(l.strip() for l in f if l.strip()))
+
+    # ---- throughput ----
+    p("")
+    p("| config | run | tok/s | model TFLOP/s | MFU | step s | peak GPU GiB | host GiB | ours / this, tok/s |")
+    p("|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    runs = {}
+    for cfg, label, tokens in CONFIGS:
+        ours = runs[("ours", cfg)] = load(d, "ours-" + cfg)
+        for who in PEERS[cfg]:
+            runs[(who, cfg)] = load(d, "%s-%s" % (who, cfg))
+        if all(runs[(w, cfg)]["status"] == "missing" for w in ["ours"] + PEERS[cfg]):
+            continue  # a config not selected (CONFIGS): no rows
+        for who in ["ours"] + PEERS[cfg]:
+            r = runs[(who, cfg)]
+            name = "%s %s" % (label, "%dK tok/step" % (tokens // 1024))
+            run = who if who == "ours" else "torch " + who
+            if r["status"] != "ok":
+                p("| %s | %s | %s | | | | | | |" % (name, run, esc(r["msg"])))
+                continue
+            res = r["result"]
+            tf = res.get("model_TFLOPs")
+            ratio = "-"
+            if who != "ours" and ours["status"] == "ok" and res.get("tok_per_s"):
+                ratio = "%.2fx" % (ours["result"]["tok_per_s"] / res["tok_per_s"])
+            host = cell(res.get("host_GiB"), "{:.1f}")
+            p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                name, run, cell(res.get("tok_per_s"), "{:,.0f}"),
+                cell(tf, "{:.1f}"), cell(tf / PEAK_TFLOPS * 100 if tf else None, "{:.1f}%"),
+                cell(res.get("step_s"), "{:.3f}"), cell(res.get("peak_gpu_GiB"), "{:.1f}"), host, ratio))
+
+    # ---- our timeline ----
+    tls = [(cfg, runs[("ours", cfg)].get("timeline")) for cfg, _, _ in CONFIGS]
+    if any(t for _, t in tls):
+        p("")
+        p("Our step timeline, median over the timed steps (seconds; busy = time that resource worked in the step):")
+        p("")
+        p("| config | step | compute busy | H2D busy | D2H busy | CPU AdamW busy | GPU idle | idle % |")
+        p("|---|---:|---:|---:|---:|---:|---:|---:|")
+        for cfg, t in tls:
+            if t:
+                p("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                    cfg, *(cell(t[k], "{:.3f}") for k in TIMELINE_KEYS),
+                    cell(100 * t["gpu_idle_s"] / t["step_s"] if t["step_s"] else None, "{:.0f}%")))
+
+    # ---- CPU AdamW ----
+    ca, ta = load(d, "cpu_adam"), load(d, "torch_adam")
+
+    def g(r, k):
+        return r["result"].get(k) if r["status"] == "ok" else None
+
+    impl = ta["result"].get("impl", "?") if ta["status"] == "ok" else "?"
+    if not (ca["status"] == "missing" and ta["status"] == "missing"):
+        info = ca.get("result") or ta.get("result") or {}
+        p("")
+        p("CPU AdamW, %s params, %s threads (Gparam/s, best of reps; ours writes the bf16 copy in the same pass):" % (
+            cell(info.get("n"), "{:,}"), cell(info.get("threads"), "{}")))
+        p("")
+        p("| optimizer | Gparam/s | ours / torch |")
+        p("|---|---:|---:|")
+        # label, run, its key, the torch key it is compared with (ours only)
+        rows = [("ours, fp32 grad, AdamW + bf16 copy", ca, "adamw_f32grad", "adamw_plus_cast"),
+                ("ours, bf16 grad, AdamW + bf16 copy", ca, "adamw_bf16grad", "bf16grad_upcast_adamw_cast"),
+                ("torch AdamW(%s) only" % impl, ta, "adamw_only", None),
+                ("torch AdamW(%s) + separate bf16 cast" % impl, ta, "adamw_plus_cast", None),
+                ("torch bf16 grad upcast + AdamW(%s) + cast" % impl, ta, "bf16grad_upcast_adamw_cast", None)]
+        for label, r, k, vs in rows:
+            if r["status"] != "ok":
+                p("| %s | %s | |" % (label, esc(r["msg"])))
+                continue
+            a, b = g(r, k), g(ta, vs) if vs else None
+            p("| %s | %s | %s |" % (label, cell(a, "{:.2f}"), "%.2fx" % (a / b) if a and b else ""))
+
+    # ---- targets ----
+    def tgt(label, measured, ok):
+        return "| %s | %s | %s |" % (label, measured, "n/a" if ok is None else ("PASS" if ok else "MISS"))
+
+    def res(who, cfg, key):
+        r = runs[(who, cfg)]
+        return r["result"].get(key) if r["status"] == "ok" else None
+
+    def why(*rs):
+        return "; ".join("%s: %s" % (n, r["msg"]) for n, r in rs if r["status"] != "ok")
+
+    p("")
+    p("| target | measured | result |")
+    p("|---|---|---|")
+    v = res("ours", "5b-32k", "model_TFLOPs")
+    p(tgt("5B, 32K tok/step: ours >= 400 model TFLOP/s", "%.1f TFLOP/s" % v if v else esc(why(("ours", runs[("ours", "5b-32k")]))),
+          None if v is None else v >= 400))
+    for cfg, peer, k, label in (("5b-8k", "fsdp_offload", 6.0, "5B, 8K tok/step: ours tok/s >= 6x fsdp_offload"),
+                                ("1.3b-32k", "gpu_ckpt", 0.9, "1.3B, 32K tok/step: ours tok/s >= 0.9x gpu_ckpt")):
+        a, b = res("ours", cfg, "tok_per_s"), res(peer, cfg, "tok_per_s")
+        ok = None if not (a and b) else a / b >= k
+        meas = "%.2fx (%.0f vs %.0f tok/s)" % (a / b, a, b) if ok is not None else esc(
+            why(("ours", runs[("ours", cfg)]), (peer, runs[(peer, cfg)])))
+        p(tgt(label, meas, ok))
+    a, b = g(ca, "adamw_f32grad"), g(ta, "adamw_plus_cast")
+    ok = None if not (a and b) else a / b >= 1.2
+    meas = "%.2fx (%.2f vs %.2f Gparam/s, torch AdamW %s)" % (a / b, a, b, impl) if ok is not None else esc(
+        why(("cpu_adam", ca), ("torch_adam", ta)))
+    p(tgt("CPU AdamW + bf16 copy: ours >= 1.2x torch fused AdamW + separate cast", meas, ok))
+    print("\n".join(out))
+
+
+if __name__ == "__main__":
+    main()

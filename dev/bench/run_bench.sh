@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# run_bench.sh — the one-call benchmark on the GPU device: builds train_gpt and bench_cpu_adam, runs our
+# streaming trainer and the PyTorch peers (.carry/peers/gpt_baseline.py) on the same shapes and tokens per
+# step, times CPU AdamW (ours vs torch), and prints one markdown table (dev/bench/bench_table.py), also
+# written to $OUT/table.md. Every run has a timeout and the whole script a time budget; what does not fit
+# is skipped, never half-waited for. It changes no source and checks no numerics (make test does).
+#
+# usage (repo root): OUT=dir bash dev/bench/run_bench.sh          (OUT defaults to ./out)
+# env: CONFIGS="1.3b-8k 1.3b-32k 5b-8k 5b-32k" (subset), PEERS=0 (no peers), ADAM=0 (no AdamW benches),
+#      TIMELINE=0 (our runs without -Y 1), SLOTS=N (our -S), OURS_ARGS="..." (more flags for train_gpt),
+#      BUDGET_S=540 (no run starts after this many seconds; each is cut at it), RUN_TIMEOUT_S=240 (per run),
+#      ADAM_N=268435456 ADAM_THREADS=16 (AdamW bench size: 268M params = 1 GiB per fp32 array)
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+OUT=${OUT:-./out}
+mkdir -p "$OUT"
+CONFIGS=${CONFIGS:-"1.3b-8k 1.3b-32k 5b-8k 5b-32k"}
+PEERS=${PEERS:-1}
+ADAM=${ADAM:-1}
+TIMELINE=${TIMELINE:-1}
+BUDGET_S=${BUDGET_S:-540}
+RUN_TIMEOUT_S=${RUN_TIMEOUT_S:-240}
+ADAM_N=${ADAM_N:-268435456}
+ADAM_THREADS=${ADAM_THREADS:-16}
+PEER_PY=${PEER_PY:-.carry/peers/gpt_baseline.py}
+START=$SECONDS
+
+say() { printf '[%4ds] %s\n' $((SECONDS - START)) "$*"; }
+table() { python3 dev/bench/bench_table.py "$OUT" > "$OUT/table.md" 2> "$OUT/table.err"; }
+
+# shape of a config name: L C NH, and tokens per step
+model_of() { case $1 in 1.3b-*) echo "24 2048 16";; 5b-*) echo "24 4096 32";; *) return 1;; esac; }
+tokens_of() { case $1 in *-8k) echo 8192;; *-32k) echo 32768;; *) return 1;; esac; }
+wanted() { case " $CONFIGS " in *" $1 "*) return 0;; *) return 1;; esac; }
+
+# run NAME CMD...: runs CMD with its output in $OUT/NAME.log, under min(RUN_TIMEOUT_S, what is left of the
+# budget); appends an `EXIT rc=..` line that bench_table.py reads. Skips (with a SKIPPED line) when under
+# 20 s of budget is left.
+run() {
+    local name=$1; shift
+    local log="$OUT/$name.log" left=$((BUDGET_S - (SECONDS - START)))
+    local t=$RUN_TIMEOUT_S
+    [ "$left" -lt "$t" ] && t=$left
+    if [ "$t" -lt 20 ]; then
+        say "skip $name: time budget spent"
+        echo "SKIPPED: time budget spent (BUDGET_S=$BUDGET_S)" > "$log"; table; return
+    fi
+    say "run  $name (timeout ${t}s): $*"
+    local t0=$SECONDS
+    { echo "CMD: $*"; timeout -k 10 "$t" "$@"; echo "EXIT rc=$? wall_s=$((SECONDS - t0)) timeout_s=$t"; } > "$log" 2>&1
+    local res; res=$(grep '^RESULT ' "$log" | tail -n1)
+    if [ -n "$res" ]; then say "  ok   $name (${res:0:200})"
+    else say "  FAIL $name: $(grep -v '^EXIT ' "$log" | grep -v '^\s*$' | tail -n1 | cut -c1-200) [$(tail -n1 "$log")]"; fi
+    table
+}
+
+skip() { echo "SKIPPED: $2" > "$OUT/$1.log"; say "skip $1: $2"; }
+
+# ---- (a) build, (b) device ----
+say "build: make -j16 train_gpt build/bench_cpu_adam (log: $OUT/build.log)"
+make -j16 -k train_gpt build/bench_cpu_adam > "$OUT/build.log" 2>&1 || say "build FAILED: $(grep -m1 -i error "$OUT/build.log")"
+{
+    echo "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -n1)"
+    echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+    echo "cpu: $(nproc) cores, $(free -g | awk '/^Mem:/{print $2}') GiB RAM"
+    echo "torch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -n1)"
+} > "$OUT/device.txt"
+cat "$OUT/device.txt"
+rm -f "$OUT"/ours-*.log "$OUT"/gpu_ckpt-*.log "$OUT"/fsdp_offload-*.log "$OUT"/cpu_adam.log "$OUT"/torch_adam.log
+
+# ---- (c) our trainer, every config first (the product), then (d) AdamW, then the peers ----
+for cfg in 5b-32k 5b-8k 1.3b-32k 1.3b-8k; do
+    wanted "$cfg" || continue
+    read -r L C NH <<< "$(model_of "$cfg")"
+    if [ ! -x ./train_gpt ]; then skip "ours-$cfg" "train_gpt did not build (see build.log)"; continue; fi
+    extra=()
+    [ -n "${SLOTS:-}" ] && extra+=(-S "$SLOTS")
+    [ "$TIMELINE" = 1 ] && extra+=(-Y 1)
+    # shellcheck disable=SC2206
+    extra+=(${OURS_ARGS:-})
+    run "ours-$cfg" ./train_gpt -e "L$L:C$C:NH$NH" -t 1024 -b 8 -d "$(tokens_of "$cfg")" -B 6 -W 2 "${extra[@]}"
+done
+
+if [ "$ADAM" = 1 ]; then
+    if [ -x build/bench_cpu_adam ]; then run cpu_adam build/bench_cpu_adam "$ADAM_N" "$ADAM_THREADS" 5
+    else skip cpu_adam "build/bench_cpu_adam did not build"; fi
+    run torch_adam python3 dev/bench/bench_torch_adam.py "$ADAM_N" "$ADAM_THREADS" 5
+fi
+
+# peers in order of importance: the two that targets need first, the slowest last
+port=29511
+for pc in gpu_ckpt:1.3b-32k fsdp_offload:5b-8k gpu_ckpt:1.3b-8k fsdp_offload:1.3b-8k fsdp_offload:1.3b-32k \
+          fsdp_offload:5b-32k; do
+    mode=${pc%%:*}; cfg=${pc#*:}
+    wanted "$cfg" || continue
+    if [ "$PEERS" != 1 ]; then skip "$mode-$cfg" "PEERS=$PEERS"; continue; fi
+    if [ ! -f "$PEER_PY" ]; then skip "$mode-$cfg" "$PEER_PY not found (carry .carry)"; continue; fi
+    read -r L C NH <<< "$(model_of "$cfg")"
+    port=$((port + 1))  # a fresh rendezvous port per run, in case a killed run left one in use
+    MASTER_PORT=$port run "$mode-$cfg" python3 "$PEER_PY" "$mode" "$L" "$C" "$NH" $(($(tokens_of "$cfg") / 1024)) 1024
+done
+
+# ---- (e) the table ----
+table
+say "done; table also in $OUT/table.md"
+echo
+cat "$OUT/table.md"
+[ -s "$OUT/table.err" ] && { echo "bench_table.py errors:"; cat "$OUT/table.err"; }
+exit 0
