@@ -27,6 +27,7 @@
 #include <mutex>
 #include <thread>
 #include <dirent.h>
+#include <sys/mman.h>
 #include <stdarg.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -402,6 +403,20 @@ static void* gpu_alloc(GPT* g, int64_t bytes) {
     return p;
 }
 
+// Host arrays for the fp32 master weights and AdamW state: anonymous mmap, so they are page-aligned (the
+// AdamW threads' chunks then start on cache lines), zero-filled lazily by the kernel (no memset of tens of
+// GiB), and backed by transparent huge pages where available (fewer TLB misses when streaming them).
+static float* host_alloc_floats(int64_t n) {
+    const size_t bytes = (size_t)n * 4;
+    void* p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    madvise(p, bytes, MADV_HUGEPAGE);  // a hint: failure is harmless
+    return (float*)p;
+}
+static void host_free_floats(float* p, int64_t n) {
+    if (p) munmap(p, (size_t)n * 4);
+}
+
 static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro, int num_slots, const TrainArgs* args) {
     memset(g, 0, sizeof *g);
     g->config = *cfg; g->layout = gpt_layout(cfg);
@@ -409,10 +424,10 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     const ParamLayout* p = &g->layout;
     const GPTConfig* c = &g->config;
 
-    // host: malloc'd (not pinned: only the CPU touches them); pages are faulted in by whoever writes first
-    g->master = (float*)malloc((size_t)(p->total * 4));
-    g->adam_m = (float*)calloc((size_t)p->total, 4);
-    g->adam_v = (float*)calloc((size_t)p->total, 4);
+    // host: not pinned (only the CPU touches them); pages are faulted in by whoever writes first
+    g->master = host_alloc_floats(p->total);
+    g->adam_m = host_alloc_floats(p->total);
+    g->adam_v = host_alloc_floats(p->total);
     if (!g->master || !g->adam_m || !g->adam_v) {
         fprintf(stderr, "error: out of host memory for the fp32 weights and AdamW state (%.1f GiB)\n", p->total * 12 / 1073741824.0);
         exit(1);
@@ -470,7 +485,9 @@ static void gpt_free(GPT* g) {
     cublasCheck(cublasDestroy(cublas_handle));
     cudaCheck(cudaFree(cublas_workspace));
     cublas_handle = NULL; cublas_workspace = NULL; cublas_stream = NULL;
-    free(g->master); free(g->adam_m); free(g->adam_v);
+    host_free_floats(g->master, g->layout.total);
+    host_free_floats(g->adam_m, g->layout.total);
+    host_free_floats(g->adam_v, g->layout.total);
     free(g->opt->block_t0); free(g->opt->block_t1);
     delete g->opt;
 }
@@ -745,7 +762,7 @@ typedef struct {
     int bench_steps;    // -B  > 0: benchmark mode, that many timed steps on synthetic tokens
     int bench_warmup;   // -W  untimed steps before them
     int timeline;       // -Y  1: per-step timeline (and DIR/trace.json with -o)
-    int adam_threads;   // -A  OpenMP threads of the CPU AdamW, 0 = all cores
+    int adam_threads;   // -A  OpenMP threads of the CPU AdamW, 0 = all cores but one
 } GpuArgs;
 
 static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
@@ -772,7 +789,7 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
            "  -W <int>    benchmark warm-up steps, not timed (default %d)\n"
            "  -Y <0|1>    per-step timeline: busy time per stream and of the CPU AdamW, GPU idle; with -o also\n"
            "              DIR/trace.json, a Chrome trace of the last step (default %d)\n"
-           "  -A <int>    CPU AdamW threads, 0 = all cores (default %d)\n",
+           "  -A <int>    CPU AdamW threads, 0 = all cores but one (default %d)\n",
            MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads);
 }
 
@@ -913,7 +930,10 @@ int main(int argc, char** argv) {
             (double)(cfg.num_layers + 1) * n_micro * args.B * args.T * cfg.channels * 2 / GiB, gpu_free / GiB, prop.name);
 
     // build and fill the weights
-    if (ga.adam_threads > 0) cpu_adam_set_threads(ga.adam_threads);
+    // AdamW threads: all cores but one by default, which stays free to launch kernels and issue copies
+    const int cores = (int)std::thread::hardware_concurrency();
+    const int adam_threads = ga.adam_threads > 0 ? ga.adam_threads : (cores > 2 ? cores - 1 : 1);
+    cpu_adam_set_threads(adam_threads);
     GPT g;
     gpt_build(&g, &cfg, args.B, args.T, n_micro, ga.num_slots, &args);
     if (kind == 1) gpt_init_params(&cfg, g.master, INIT_SEED);
@@ -960,6 +980,7 @@ int main(int argc, char** argv) {
               (double)(cfg.num_layers + 1) * n_micro * args.B * args.T * cfg.channels * 2 / GiB, ga.num_slots,
               ga.num_slots * p->layer_stride * 2 / GiB);
     table_row("device", "%s, %.1f GiB", prop.name, gpu_total / GiB);
+    table_row("cpu adamw", "%d threads, %s", adam_threads, cpu_adam_simd_name());
     table_rule();
     fflush(stdout);
 
