@@ -134,8 +134,13 @@ void stream_begin_pass(WeightStream* ws, const int* order, int n) {
     memcpy(ws->schedule, order, sizeof(int) * n);
     ws->schedule_len = n;
     ws->schedule_next = 0;
-    // Layers already resident are requested first so that the copies below never evict them.
-    int first = n < ws->num_slots ? n : ws->num_slots;
+    // Request num_slots - 1 layers now and one more each time a layer is released: the slot that is free
+    // then is the one whose layer finished longest ago, and the request (which may block the host on the
+    // CPU AdamW, see HostReadyFn) comes right AFTER the compute stream was given a layer's kernels, so
+    // the GPU has work while the host waits. Layers already resident are requested first so that the
+    // copies below never evict them.
+    const int ahead = ws->num_slots - 1;
+    int first = n < ahead ? n : ahead;
     for (int i = 0; i < first; i++) if (slot_of(ws, order[i]) >= 0) request_layer(ws, order[i]);
     for (int i = 0; i < first; i++) request_layer(ws, order[i]);  // no-op for those already pinned above
     ws->schedule_next = first;

@@ -68,7 +68,7 @@ int64_t stream_host_bytes(int num_layers, int64_t layer_stride, int64_t embed_co
 int64_t stream_gpu_bytes(int64_t layer_stride, int num_slots);
 
 // A pass visits layers in `order` (forward: 0..L-1, backward: L-1..0). Starts copying the first
-// num_slots of them; a layer still resident from the previous pass (and not stale) is not copied again.
+// num_slots - 1 of them; a layer still resident from the previous pass (and not stale) is not copied again.
 void stream_begin_pass(WeightStream* ws, const int* order, int n);
 // Makes the compute stream wait until layer l is in its slot; returns the slot's weights.
 const bf16* stream_wait_layer(WeightStream* ws, int l);
