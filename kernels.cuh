@@ -122,17 +122,25 @@ __global__ void layernorm_backward_input_kernel(bf16* dinp, const bf16* dout, co
 // Column reductions over rows: tiles of 32 columns x ROWS_PER_TILE rows per block, a (32 x 8) thread block,
 // reduced in shared memory and added into the fp32 gradient with one atomic per column per block.
 #define ROWS_PER_TILE 256
+// gridDim.y for the row tiles: at most 65535 (the y limit); the kernels loop over the remaining tiles.
+static inline unsigned row_tiles_grid(int64_t N) {
+    const int64_t tiles = ceil_div64(N, ROWS_PER_TILE);
+    return (unsigned)(tiles < 65535 ? (tiles > 0 ? tiles : 1) : 65535);
+}
 __global__ void layernorm_backward_params_kernel(float* dw, float* db, const bf16* dout, const bf16* inp,
                                                  const float* mean, const float* rstd, int64_t N, int C) {
     __shared__ float sw[8][WARP + 1], sb[8][WARP + 1];
     int c = blockIdx.x * WARP + threadIdx.x;
-    int64_t r0 = blockIdx.y * (int64_t)ROWS_PER_TILE, r1 = min(N, r0 + ROWS_PER_TILE);
     float aw = 0.0f, ab = 0.0f;
     if (c < C) {
-        for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
-            float dy = (float)dout[r * C + c];
-            aw += dy * ((float)inp[r * C + c] - mean[r]) * rstd[r];
-            ab += dy;
+        // tiles stride by gridDim.y: the launcher caps it at 65535, so any N is covered
+        for (int64_t r0 = blockIdx.y * (int64_t)ROWS_PER_TILE; r0 < N; r0 += (int64_t)gridDim.y * ROWS_PER_TILE) {
+            const int64_t r1 = min(N, r0 + ROWS_PER_TILE);
+            for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+                float dy = (float)dout[r * C + c];
+                aw += dy * ((float)inp[r * C + c] - mean[r]) * rstd[r];
+                ab += dy;
+            }
         }
     }
     sw[threadIdx.y][threadIdx.x] = aw; sb[threadIdx.y][threadIdx.x] = ab;
@@ -148,7 +156,7 @@ static void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dou
     const int block = 256, rows_per_block = block / WARP;
     layernorm_backward_input_kernel<<<(unsigned)ceil_div64(N, rows_per_block), block, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
     cudaCheckLaunch();
-    dim3 grid((unsigned)ceil_div64(C, WARP), (unsigned)ceil_div64(N, ROWS_PER_TILE));
+    dim3 grid((unsigned)ceil_div64(C, WARP), row_tiles_grid(N));
     layernorm_backward_params_kernel<<<grid, dim3(WARP, 8), 0, s>>>(dw, db, dout, inp, mean, rstd, N, C);
     cudaCheckLaunch();
 }
@@ -157,9 +165,12 @@ static void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dou
 __global__ void bias_backward_kernel(float* dbias, const bf16* dout, int64_t N, int OC) {
     __shared__ float sb[8][WARP + 1];
     int c = blockIdx.x * WARP + threadIdx.x;
-    int64_t r0 = blockIdx.y * (int64_t)ROWS_PER_TILE, r1 = min(N, r0 + ROWS_PER_TILE);
     float acc = 0.0f;
-    if (c < OC) for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) acc += (float)dout[r * OC + c];
+    if (c < OC)
+        for (int64_t r0 = blockIdx.y * (int64_t)ROWS_PER_TILE; r0 < N; r0 += (int64_t)gridDim.y * ROWS_PER_TILE) {
+            const int64_t r1 = min(N, r0 + ROWS_PER_TILE);
+            for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) acc += (float)dout[r * OC + c];
+        }
     sb[threadIdx.y][threadIdx.x] = acc;
     __syncthreads();
     if (threadIdx.y == 0 && c < OC) {
@@ -168,7 +179,7 @@ __global__ void bias_backward_kernel(float* dbias, const bf16* dout, int64_t N, 
     }
 }
 static void bias_backward(float* dbias, const bf16* dout, int64_t N, int OC, cudaStream_t s) {
-    dim3 grid((unsigned)ceil_div64(OC, WARP), (unsigned)ceil_div64(N, ROWS_PER_TILE));
+    dim3 grid((unsigned)ceil_div64(OC, WARP), row_tiles_grid(N));
     bias_backward_kernel<<<grid, dim3(WARP, 8), 0, s>>>(dbias, dout, N, OC);
     cudaCheckLaunch();
 }

@@ -65,11 +65,12 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
     }
     for (int k = 0; k < 2; k++) cudaCheck(cudaEventCreateWithFlags(&ws->staging_free[k], cudaEventDisableTiming));
     ws->grads_on_host = (cudaEvent_t*)malloc(sizeof(cudaEvent_t) * num_layers);
+    ws->schedule = (int*)malloc(sizeof(int) * (num_layers > 0 ? num_layers : 1));
+    if (!ws->grads_on_host || !ws->schedule) { fprintf(stderr, "error: out of host memory in stream_init\n"); exit(EXIT_FAILURE); }
     for (int l = 0; l < num_layers; l++) cudaCheck(cudaEventCreateWithFlags(&ws->grads_on_host[l], cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&ws->embed_grads_on_host, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&ws->embeddings_ready, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&ws->compute_mark, cudaEventDisableTiming));
-    ws->schedule = (int*)malloc(sizeof(int) * (num_layers > 0 ? num_layers : 1));
 }
 
 void stream_free(WeightStream* ws) {
@@ -142,7 +143,8 @@ void stream_begin_pass(WeightStream* ws, const int* order, int n) {
     const int ahead = ws->num_slots - 1;
     int first = n < ahead ? n : ahead;
     for (int i = 0; i < first; i++) if (slot_of(ws, order[i]) >= 0) request_layer(ws, order[i]);
-    for (int i = 0; i < first; i++) request_layer(ws, order[i]);  // no-op for those already pinned above
+    // only the missing ones: request_layer on a resident layer would count it as a reuse a second time
+    for (int i = 0; i < first; i++) if (slot_of(ws, order[i]) < 0) request_layer(ws, order[i]);
     ws->schedule_next = first;
 }
 
