@@ -63,7 +63,8 @@ $(BUILD)/bench_cpu_adam: dev/bench/bench_cpu_adam.cpp $(BUILD)/cpu_adam.o cpu_ad
 tokenize: dev/data/tokenize.cpp dev/data/gpt2_bpe.h dev/data/unicode_ranges.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< -o $(BUILD)/tokenize
 
-test: tests
+# the CLI suite runs the trainers themselves, so they are built first
+test: tests train_gpt_cpu $(if $(NVCC),train_gpt,)
 	@./test/run_tests.sh $(CPU_TESTS) $(if $(NVCC),$(GPU_TESTS),)
 
 clean:

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 #define DATALOADER_MAGIC 20240520
@@ -103,6 +104,9 @@ static inline void dataloader_reset(DataLoader* dl) {
 
 // Reads and checks one shard's header and size; returns its token count, or -1 with err filled.
 static inline int64_t dl_check_shard(const char* path, int64_t BT, char* err, size_t errlen) {
+    // a directory opens fine on Linux and then reports a nonsense size: refuse anything but a file
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) { snprintf(err, errlen, "shard %s is not a regular file", path); return -1; }
     FILE* f = fopen(path, "rb");
     if (!f) { snprintf(err, errlen, "cannot open shard %s", path); return -1; }
     int32_t h[256];

@@ -11,11 +11,13 @@
 // to receive gradients for and to update with AdamW. Weight matrices are (out, in) row-major as in
 // PyTorch's nn.Linear and llm.c: out = in @ W^T + b.
 #pragma once
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define MODEL_MAGIC 20240326
 #define MODEL_VERSION_FP32 3
@@ -58,6 +60,13 @@ static inline int gpt_config_check(const GPTConfig* c, char* err, size_t errlen)
     if (c->num_layers < 1 || c->channels < 1 || c->num_heads < 1 || c->max_seq_len < 1 || c->vocab_size < 1) {
         snprintf(err, errlen, "all model dimensions must be positive (L=%d C=%d NH=%d maxT=%d V=%d)",
                  c->num_layers, c->channels, c->num_heads, c->max_seq_len, c->vocab_size);
+        return 0;
+    }
+    // bounds (those of parse_model_spec) that keep every size and byte count of gpt_layout far from int64
+    // overflow, whatever a model file's header says
+    if (c->num_layers > 100000 || c->channels > 1000000 || c->max_seq_len > 10000000 || c->padded_vocab_size > 10000000) {
+        snprintf(err, errlen, "model dimensions too large (L=%d C=%d maxT=%d Vp=%d)", c->num_layers, c->channels,
+                 c->max_seq_len, c->padded_vocab_size);
         return 0;
     }
     // 32: vectorized bf16 kernels load 8 elements (16 bytes) at a time, and every tensor offset stays
@@ -161,10 +170,14 @@ static const int llmc_file_order[16][2] = {
     {0, WTE}, {0, WPE}, {1, LN1W}, {1, LN1B}, {1, QKVW}, {1, QKVB}, {1, ATTPROJW}, {1, ATTPROJB},
     {1, LN2W}, {1, LN2B}, {1, FCW}, {1, FCB}, {1, FCPROJW}, {1, FCPROJB}, {0, LNFW}, {0, LNFB}};
 
-// Reads only the header. Returns 0 with a one-line reason in err on any problem.
+// Reads the header and checks the file size against it (so a truncated file fails here, before a trainer
+// allocates or initializes anything). Returns 0 with a one-line reason in err on any problem.
 static inline int gpt_read_header(const char* path, GPTConfig* cfg, char* err, size_t errlen) {
+    struct stat st;
+    if (stat(path, &st) != 0) { snprintf(err, errlen, "cannot open model file %.400s: %.60s", path, strerror(errno)); return 0; }
+    if (!S_ISREG(st.st_mode)) { snprintf(err, errlen, "model file %.400s is not a regular file", path); return 0; }
     FILE* f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "cannot open model file %.400s", path); return 0; }
+    if (!f) { snprintf(err, errlen, "cannot open model file %.400s: %.60s", path, strerror(errno)); return 0; }
     int header[256];
     size_t got = fread(header, sizeof(int), 256, f);
     fclose(f);
@@ -178,6 +191,12 @@ static inline int gpt_read_header(const char* path, GPTConfig* cfg, char* err, s
     cfg->num_heads = header[5]; cfg->channels = header[6]; cfg->padded_vocab_size = header[7];
     char why[256];
     if (!gpt_config_check(cfg, why, sizeof why)) { snprintf(err, errlen, "model file %.400s: %.90s", path, why); return 0; }
+    const int64_t want = 256 * 4 + gpt_layout(cfg).total * 4;
+    if ((int64_t)st.st_size != want) {
+        snprintf(err, errlen, "model file %.400s: size %lld bytes, its header implies %lld (truncated or not this format)",
+                 path, (long long)st.st_size, (long long)want);
+        return 0;
+    }
     return 1;
 }
 

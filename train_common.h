@@ -134,7 +134,10 @@ static inline int parse_train_arg(TrainArgs* a, const char* flag, const char* va
         case 'i': a->train_data = value; break;
         case 'j': a->val_data = value; break;
         case 'e': a->model = value; break;
-        case 'o': a->output_dir = value; break;
+        case 'o':  // "" would pass the -n/-y check and then fail (or worse) at the first write
+            if (!*value) { snprintf(err, errlen, "flag -o: the output directory must not be empty"); return 0; }
+            a->output_dir = value;
+            break;
         case 'b': ok = parse_int_in(flag, value, 1, 1 << 20, &i, err, errlen); a->B = (int)i; break;
         case 't': ok = parse_int_in(flag, value, 1, 1 << 20, &i, err, errlen); a->T = (int)i; break;
         case 'd': ok = parse_int_in(flag, value, 0, (int64_t)1 << 40, &i, err, errlen); a->total_batch_tokens = i; break;
@@ -241,7 +244,16 @@ static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, 
             const ModelPreset* p = &model_presets[i];
             if (strlen(p->name) == len && strncasecmp(p->name, tok, len) == 0) { L = p->L; C = p->C; NH = p->NH; }
         }
-        if (L < 0) return 2;
+        if (L < 0) {
+            // "Lx:C128" is a mistyped spec, not a file name, unless such a file really exists
+            struct stat st;
+            if (strchr(spec, ':') && stat(spec, &st) != 0) {
+                snprintf(err, errlen, "model spec '%s': bad part '%.*s' (want dN, a preset such as 124m, or "
+                         "L<n>:C<n>:NH<n>), and no model file has that name", spec, (int)len, tok);
+                return 0;
+            }
+            return 2;
+        }
     }
     // the remaining ":KEYvalue" tokens
     while (tok[len] == ':') {
@@ -383,6 +395,8 @@ typedef struct { FILE* f; } TrainLogger;
 // Creates dir (and its parents) if missing; mode 0755. Returns 0 with err set on failure.
 static inline int make_dirs(const char* dir, char* err, size_t errlen) {
     char path[4096];
+    // the loop below starts at path + 1: an empty path would make it walk past the terminator
+    if (!dir[0]) { snprintf(err, errlen, "output dir path is empty"); return 0; }
     if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
         snprintf(err, errlen, "output dir path too long");
         return 0;

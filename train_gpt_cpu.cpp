@@ -60,14 +60,33 @@ static void cpu_train_defaults(TrainArgs* a) {
     a->gen_tokens = 64;
 }
 
-// Builds the model from a spec (random init) or an llm.c model file, per -e.
-static void build_model(GPT2CPU* model, const char* spec, const char** source) {
+// Dies unless `bytes` fit the available host RAM. Allocations are lazy (overcommit), so without this a
+// model too big for the machine gets through malloc and is OOM-killed while it is initialized or trained.
+static void check_host_fit(double bytes) {
+    const int64_t avail = host_available_bytes();
+    const double GiB = 1073741824.0;
+    if (avail >= 0 && bytes > avail)
+        die("host RAM too small for this config: needs %.1f GiB (fp32 weights, grads, AdamW m, v and activations), "
+            "%.1f GiB available", bytes / GiB, avail / GiB);
+}
+
+// Builds the model from a spec (random init) or an llm.c model file, per -e, with activations for (B, T).
+static void build_model(GPT2CPU* model, const char* spec, int B, int T, const char** source) {
     GPTConfig cfg;
     char err[4352];
     const int kind = parse_model_spec(spec, &cfg, err, sizeof err);
     if (kind == 0) die("%s", err);
     if (kind == 2 && !gpt_read_header(spec, &cfg, err, sizeof err)) die("%s", err);
+    if (T > cfg.max_seq_len) die("-t %d exceeds the model's max sequence length %d", T, cfg.max_seq_len);
+    const double state_bytes = 16.0 * gpt_layout(&cfg).total;  // params, grads, m, v
+    // Before any malloc, in double: the main activation terms (per-layer (N, 12C), attention (B, NH, T, T),
+    // logits and probs (N, Vp)), whose int64 sizes in gpt2_cpu_layout_activations can overflow for absurd B, T.
+    const double N = (double)B * T, L = cfg.num_layers;
+    check_host_fit(state_bytes + 4.0 * (L * N * 12 * cfg.channels + L * B * cfg.num_heads * (double)T * T +
+                                        2 * N * cfg.padded_vocab_size));
     if (!gpt2_cpu_build(model, &cfg)) die("%s", model->error);
+    if (!gpt2_cpu_layout_activations(model, B, T)) die("%s", model->error);
+    check_host_fit(state_bytes + 4.0 * model->act_capacity);  // exact, before the init touches a page
     if (kind == 1) {
         gpt_init_params(&cfg, model->params, INIT_SEED);
         *source = "spec, GPT-2 init";
@@ -118,7 +137,7 @@ int main(int argc, char** argv) {
     const int parsed = parse_train_argv(argc, argv, &args, err, sizeof err);
     if (parsed == 2) { printf("usage: %s [flags]\n", argv[0]); train_usage(stdout, &defaults); return 0; }
     if (parsed == 0) {
-        fprintf(stderr, "error: %s\n(run %s -h for the flags)\n", err, argv[0]);
+        fprintf(stderr, "error: %s (run %s -h for the flags)\n", err, argv[0]);  // one line, as die() prints
         return 1;
     }
     if (args.resume) die("train_gpt_cpu cannot resume (-y 1); it only writes model files");
@@ -126,10 +145,8 @@ int main(int argc, char** argv) {
     // model
     GPT2CPU model;
     const char* source = "";
-    build_model(&model, args.model, &source);
+    build_model(&model, args.model, args.B, args.T, &source);
     const GPTConfig* cfg = &model.config;
-    if (args.T > cfg->max_seq_len) die("-t %d exceeds the model's max sequence length %d", args.T, cfg->max_seq_len);
-    if (!gpt2_cpu_layout_activations(&model, args.B, args.T)) die("%s", model.error);
     const ParamLayout* p = &model.layout;
     float* adam_m = (float*)calloc((size_t)p->total, sizeof(float));
     float* adam_v = (float*)calloc((size_t)p->total, sizeof(float));
@@ -140,9 +157,13 @@ int main(int argc, char** argv) {
     if (!dataloader_init(&train, args.train_data, args.B, args.T, 1, SHUFFLE_SEED, err, sizeof err)) die("%s", err);
     if (!dataloader_init(&val, args.val_data, args.B, args.T, 0, 0, err, sizeof err)) die("%s", err);
     const int accum = grad_accum_steps(&args);
-    if (train.num_batches < 1) die("train data %s has no full batch of B*T = %d tokens", args.train_data, args.B * args.T);
-    if (val.num_batches < 1) die("val data %s has no full batch of B*T = %d tokens", args.val_data, args.B * args.T);
+    if (train.num_batches < 1) die("train data %s has no full batch of B*T = %lld tokens", args.train_data, (long long)args.B * args.T);
+    if (val.num_batches < 1) die("val data %s has no full batch of B*T = %lld tokens", args.val_data, (long long)args.B * args.T);
     const int total_steps = args.max_steps >= 0 ? args.max_steps : (int)(train.num_batches / accum);
+    // -x -1 (one epoch) with fewer batches than one step accumulates would silently train nothing
+    if (total_steps < 1 && args.max_steps < 0)
+        die("train data %s holds %lld batches of B*T, fewer than the %d one step needs (-d)", args.train_data,
+            (long long)train.num_batches, accum);
     const int64_t val_batches = dataloader_eval_batches(&val, args.val_max_batches);
     Tokenizer tok;
     if (!tokenizer_init(&tok, kTokenizerPath, err, sizeof err))
