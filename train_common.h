@@ -6,6 +6,7 @@
 // Host C++17 only, no intrinsics and no OpenMP, so nvcc can compile it as part of a .cu file.
 #pragma once
 #include <errno.h>
+#include <stdarg.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +17,40 @@
 #include "cpu_adam.h"
 #include "model.h"
 #include "tokenizer.h"
+
+// ----------------------------------------------------------------------------
+// Reporting
+
+// Prints "error: ..." and exits 1: every user-facing failure of a trainer ends here, never in a crash.
+static inline void die(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "error: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+    exit(1);
+}
+
+// One "| key | value |" line of a trainer's config table, and the rule around it.
+static inline void table_row(const char* key, const char* fmt, ...) {
+    char value[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(value, sizeof value, fmt, ap);
+    va_end(ap);
+    printf("| %-22s | %-56s |\n", key, value);
+}
+static inline void table_rule(void) {
+    printf("+------------------------+----------------------------------------------------------+\n");
+}
+
+// Dies when a token id is outside the model's vocabulary (a model with a smaller V than the data's
+// tokenizer): the embedding lookup would read outside wte.
+static inline void check_token_ids(const int* tokens, int64_t n, int V, const char* what) {
+    for (int64_t i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V) die("%s holds token id %d, outside the model's vocabulary of %d", what, tokens[i], V);
+}
 
 // ----------------------------------------------------------------------------
 // Flags

@@ -733,29 +733,6 @@ static double step_flops(const GPT* g, int64_t tokens) {
 #define SYNTHETIC_SEED 7ull     // tokens of the benchmark mode
 static const char* kTokenizerPath = "gpt2_tokenizer.bin";
 
-// Prints "error: ..." and exits 1: every user-facing failure ends here, never in a crash.
-static void die(const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    exit(1);
-}
-
-static void table_row(const char* key, const char* fmt, ...) {
-    char value[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(value, sizeof value, fmt, ap);
-    va_end(ap);
-    printf("| %-22s | %-56s |\n", key, value);
-}
-static void table_rule(void) {
-    printf("+------------------------+----------------------------------------------------------+\n");
-}
-
 // The flags only this trainer has (the shared ones are in train_common.h).
 typedef struct {
     int num_slots;      // -S  GPU weight slots (>= 2)
@@ -833,10 +810,12 @@ static int resolve_model(const char* spec, GPTConfig* cfg) {
 }
 
 // Fills n_micro micro-batches from the loader into contiguous host arrays.
-static void next_step_batches(DataLoader* dl, int n_micro, int* inputs, int* targets) {
+static void next_step_batches(DataLoader* dl, int n_micro, int* inputs, int* targets, int V) {
     const int64_t N = (int64_t)dl->B * dl->T;
     for (int mb = 0; mb < n_micro; mb++) {
         if (!dataloader_next_batch(dl)) die("%s", dl->err);
+        check_token_ids(dl->inputs, N, V, "the train data");
+        check_token_ids(dl->targets, N, V, "the train data");
         memcpy(inputs + mb * N, dl->inputs, (size_t)N * sizeof(int));
         memcpy(targets + mb * N, dl->targets, (size_t)N * sizeof(int));
     }
@@ -847,6 +826,8 @@ static float validation_loss(GPT* g, DataLoader* val, int64_t batches) {
     double sum = 0.0;
     for (int64_t i = 0; i < batches; i++) {
         if (!dataloader_next_batch(val)) die("%s", val->err);
+        check_token_ids(val->inputs, (int64_t)val->B * val->T, g->config.vocab_size, "the val data");
+        check_token_ids(val->targets, (int64_t)val->B * val->T, g->config.vocab_size, "the val data");
         sum += gpt_forward_eval(g, val->inputs, val->targets);
     }
     return (float)(sum / (double)batches);
@@ -875,6 +856,7 @@ int main(int argc, char** argv) {
     parse_args(argc, argv, &args, &ga);
     const int bench = ga.bench_steps > 0;
     char err[4352];
+    if (args.output_dir && !bench && !make_dirs(args.output_dir, err, sizeof err)) die("%s", err);
 
     // resume: the model file of the latest complete checkpoint replaces -e
     int64_t resume_step = -1;
@@ -905,9 +887,13 @@ int main(int argc, char** argv) {
         if (!dataloader_init(&train, args.train_data, args.B, args.T, 1, SHUFFLE_SEED, err, sizeof err)) die("%s", err);
         if (!dataloader_init(&val, args.val_data, args.B, args.T, 0, 0, err, sizeof err)) die("%s", err);
         if (total_steps < 0) total_steps = (int)(train.num_batches / n_micro);
-        if (total_steps < 1) die("train data %s holds fewer than %d batches of B*T: one step needs that many", args.train_data, n_micro);
+        if (args.max_steps < 0 && total_steps < 1)
+            die("train data %s holds fewer than %d batches of B*T: one step needs that many", args.train_data, n_micro);
         val_batches = dataloader_eval_batches(&val, args.val_max_batches);
     }
+    if (resume_step >= total_steps)
+        die("resume: the checkpoint in %s is at step %lld, the run ends at step %d: nothing to train (raise -x)",
+            args.output_dir, (long long)resume_step, total_steps);
 
     // fit check, before any large allocation: host RAM first (no GPU needed to know it will not fit)
     const MemoryPlan plan = gpt_memory_plan(&cfg, args.B, args.T, n_micro, ga.num_slots);
@@ -1010,7 +996,7 @@ int main(int argc, char** argv) {
         }
         if (last) break;
 
-        if (!bench) next_step_batches(&train, n_micro, inputs, targets);
+        if (!bench) next_step_batches(&train, n_micro, inputs, targets, cfg.vocab_size);
         const float lr = learning_rate_at(&args, step, total_steps);
         const float loss = gpt_step(&g, inputs, targets, n_micro, lr);
         // Time between consecutive returns: it includes waiting for the previous step's AdamW, which is

@@ -19,31 +19,10 @@
 #define SAMPLE_SEED 1234567ull  // sampling RNG
 static const char* kTokenizerPath = "gpt2_tokenizer.bin";
 
-// Prints "error: ..." and exits 1: every user-facing failure ends here, never in a crash.
-static void die(const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    exit(1);
-}
-
 static double seconds_now(void) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// One "| key | value |" line of the config table.
-static void table_row(const char* key, const char* fmt, ...) {
-    char value[256];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(value, sizeof value, fmt, ap);
-    va_end(ap);
-    printf("| %-20s | %-48s |\n", key, value);
-}
-static void table_rule(void) { printf("+----------------------+--------------------------------------------------+\n"); }
 
 // The defaults of this trainer: small enough that the loss falls clearly within a few minutes on 2 cores.
 static void cpu_train_defaults(TrainArgs* a) {
