@@ -306,7 +306,9 @@ TEST(GpuTrainer, GpuMemoryGrowsWithDepthOnlyByCheckpoints) {
     EXPECT_NEAR((double)(measured[1] - measured[0]), (double)ckpt_delta, 8.0 * (1 << 20));  // 2 MiB pages
 }
 
-// With the timeline on, the H2D copies of layer weights must overlap the compute stream's kernels.
+// With the timeline on, the H2D copies of layer weights must overlap the compute stream's kernels. We look
+// at the backward pass: in the forward pass a copy may also wait for the CPU AdamW of the previous step
+// (by design, see gpt_step), which on this small, fast-to-compute model can leave nothing to overlap.
 TEST(GpuTrainer, WeightCopiesOverlapCompute) {
     REQUIRE_GPU();
     const GPTConfig c = tiny_config(8, 1024, 16, 512, 1000);
@@ -322,21 +324,26 @@ TEST(GpuTrainer, WeightCopiesOverlapCompute) {
     g.ws.timeline = &tl;
     gpt_step(&g, in.data(), tg.data(), 1, 1e-4f);
     const TimelineSummary s = timeline_summarize(&tl);
-    double overlap = 0.0;
+    double backward_start = 1e30;
+    for (int j = 0; j < tl.n; j++)
+        if (tl.spans[j].track == TRACK_COMPUTE && strcmp(tl.spans[j].what, "bwd") == 0) backward_start = fmin(backward_start, tl.spans[j].t0);
+    double overlap = 0.0, backward_h2d = 0.0;
     for (int i = 0; i < tl.n; i++) {
-        if (tl.spans[i].track != TRACK_H2D) continue;
+        if (tl.spans[i].track != TRACK_H2D || tl.spans[i].t0 < backward_start) continue;
+        backward_h2d += tl.spans[i].t1 - tl.spans[i].t0;
         for (int j = 0; j < tl.n; j++) {
             if (tl.spans[j].track != TRACK_COMPUTE) continue;
             const double lo = fmax(tl.spans[i].t0, tl.spans[j].t0), hi = fmin(tl.spans[i].t1, tl.spans[j].t1);
             if (hi > lo) overlap += hi - lo;
         }
     }
-    printf("step %.2f ms: compute %.2f ms, h2d %.2f ms, d2h %.2f ms, adam %.2f ms, h2d overlapped with compute %.2f ms\n",
-           s.step_s * 1e3, s.busy_s[TRACK_COMPUTE] * 1e3, s.busy_s[TRACK_H2D] * 1e3, s.busy_s[TRACK_D2H] * 1e3,
-           s.busy_s[TRACK_ADAM] * 1e3, overlap * 1e3);
-    EXPECT_GT(s.busy_s[TRACK_H2D], 0.0);
-    // at least half of the shorter of the two activities runs concurrently with the other
-    EXPECT_GT(overlap, 0.5 * fmin(s.busy_s[TRACK_H2D], s.busy_s[TRACK_COMPUTE]));
+    printf("step %.2f ms: compute %.2f ms, h2d %.2f ms, d2h %.2f ms, adam %.2f ms; backward h2d %.2f ms, of it "
+           "overlapped with compute %.2f ms\n", s.step_s * 1e3, s.busy_s[TRACK_COMPUTE] * 1e3, s.busy_s[TRACK_H2D] * 1e3,
+           s.busy_s[TRACK_D2H] * 1e3, s.busy_s[TRACK_ADAM] * 1e3, backward_h2d * 1e3, overlap * 1e3);
+    // 8 layers, 2 slots: the last 2 stay resident from the forward pass, the other 6 are copied back
+    ASSERT_GT(backward_h2d, 0.0);
+    // each backward copy runs while the previous layer's recompute + backward computes (longer than the copy)
+    EXPECT_GT(overlap, 0.5 * backward_h2d);
     g.timeline = NULL;
     g.ws.timeline = NULL;
     optimizer_wait_all(&g);
