@@ -671,25 +671,34 @@ static int64_t latest_checkpoint(const char* dir) {
     return best;
 }
 
-// Loads AdamW state and the data position; the model file was loaded separately.
-static void load_state(GPT* g, const char* path, DataLoaderState* data_state) {
+// Checks an optimizer state file against a model of `total` parameters without reading the bulk of it
+// (so a bad file is refused before any GPU or large host allocation); returns its step. Exits on a problem.
+static int64_t check_state_file(const char* path, int64_t total) {
     FILE* f = fopen(path, "rb");
-    if (!f) { fprintf(stderr, "error: cannot open optimizer state %s\n", path); exit(1); }
+    if (!f) die("cannot open optimizer state %s", path);
     int64_t header[16];
-    if (!read_all(f, header, sizeof header) || header[0] != STATE_MAGIC || header[1] != STATE_VERSION) {
-        fprintf(stderr, "error: optimizer state %s: bad header (magic/version)\n", path); exit(1);
-    }
-    if (header[3] != g->layout.total || header[4] != (int64_t)sizeof(DataLoaderState)) {
-        fprintf(stderr, "error: optimizer state %s: holds %lld parameters, the model has %lld\n", path,
-                (long long)header[3], (long long)g->layout.total);
-        exit(1);
-    }
-    if (!read_all(f, data_state, sizeof *data_state) || !read_all(f, g->adam_m, g->layout.total * 4) ||
-        !read_all(f, g->adam_v, g->layout.total * 4) || fgetc(f) != EOF) {
-        fprintf(stderr, "error: optimizer state %s: truncated or too long\n", path); exit(1);
-    }
+    if (!read_all(f, header, sizeof header) || header[0] != STATE_MAGIC || header[1] != STATE_VERSION)
+        die("optimizer state %s: bad header (magic/version)", path);
+    if (header[3] != total || header[4] != (int64_t)sizeof(DataLoaderState))
+        die("optimizer state %s: holds %lld parameters, the model has %lld", path, (long long)header[3], (long long)total);
+    if (header[2] < 1) die("optimizer state %s: bad step %lld", path, (long long)header[2]);
+    const int64_t want = (int64_t)sizeof header + (int64_t)sizeof(DataLoaderState) + total * 8;
+    if (fseeko(f, 0, SEEK_END) != 0 || (int64_t)ftello(f) != want)
+        die("optimizer state %s: %lld bytes, expected %lld (truncated or too long)", path, (long long)ftello(f), (long long)want);
     fclose(f);
-    g->step = header[2];
+    return header[2];
+}
+
+// Loads AdamW state and the data position (after check_state_file); the model file was loaded separately.
+static void load_state(GPT* g, const char* path, DataLoaderState* data_state) {
+    const int64_t step = check_state_file(path, g->layout.total);
+    FILE* f = fopen(path, "rb");
+    int64_t header[16];
+    if (!f || !read_all(f, header, sizeof header) || !read_all(f, data_state, sizeof *data_state) ||
+        !read_all(f, g->adam_m, g->layout.total * 4) || !read_all(f, g->adam_v, g->layout.total * 4))
+        die("optimizer state %s: read failed", path);
+    fclose(f);
+    g->step = step;
 }
 
 // ----------------------------------------------------------------------------
@@ -891,6 +900,8 @@ int main(int argc, char** argv) {
             die("train data %s holds fewer than %d batches of B*T: one step needs that many", args.train_data, n_micro);
         val_batches = dataloader_eval_batches(&val, args.val_max_batches);
     }
+    if (resume_step >= 0 && check_state_file(resume_state, gpt_layout(&cfg).total) != resume_step)
+        die("resume: %s does not hold step %lld", resume_state, (long long)resume_step);
     if (resume_step >= total_steps)
         die("resume: the checkpoint in %s is at step %lld, the run ends at step %d: nothing to train (raise -x)",
             args.output_dir, (long long)resume_step, total_steps);

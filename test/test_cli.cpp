@@ -432,6 +432,49 @@ TEST_F(CliTest, TrainGptWithoutGpu) {
     EXPECT_TRUE(CleanError(r, {"no CUDA device found", "train_gpt_cpu"}));
 }
 
+// Resuming (-y 1) checks the latest complete checkpoint's optimizer state file before any GPU work, so
+// these run (and must fail cleanly) on a machine without a GPU too.
+TEST_F(CliTest, TrainGptResumeChecksStateFile) {
+    if (!have_binary(kGpu)) GTEST_SKIP() << kGpu << " not built (train_gpt is built only where nvcc is present)";
+    const std::string out = dir + "/ckpt";
+    ASSERT_EQ(mkdir(out.c_str(), 0755), 0);
+    model_file("ckpt/model_00000002.bin");
+    FILE* done = fopen((out + "/DONE_00000002").c_str(), "w");
+    ASSERT_NE(done, nullptr);
+    fclose(done);
+    GPTConfig c = {32, 50257, 50304, 2, 4, 64};
+    const int64_t total = gpt_layout(&c).total;
+    const std::string state = out + "/state_00000002.bin";
+    // header {magic, version, step, total, sizeof(DataLoaderState)} (16 int64), the data position, m, v
+    auto write_state = [&](int64_t magic, int64_t step, int64_t params, int64_t body_floats) {
+        FILE* f = fopen(state.c_str(), "wb");
+        ASSERT_NE(f, nullptr);
+        int64_t h[16] = {magic, 1, step, params, (int64_t)sizeof(DataLoaderState)};
+        fwrite(h, sizeof h, 1, f);
+        DataLoaderState ds;
+        memset(&ds, 0, sizeof ds);
+        fwrite(&ds, sizeof ds, 1, f);
+        std::vector<float> zeros((size_t)body_floats, 0.0f);
+        fwrite(zeros.data(), 4, zeros.size(), f);
+        fclose(f);
+    };
+    const Args resume = base_args() + Args{"-o", out, "-y", "1", "-x", "5"};
+    EXPECT_TRUE(CleanError(run_bin(kGpu, resume), {"cannot open optimizer state", state}));
+    write_state(12345, 2, total, 2 * total);
+    EXPECT_TRUE(CleanError(run_bin(kGpu, resume), {"optimizer state", "bad header"}));
+    write_state(20241122, 2, total + 1, 2 * total);
+    EXPECT_TRUE(CleanError(run_bin(kGpu, resume), {"optimizer state", "parameters"}));
+    write_state(20241122, 2, total, 2 * total - 1);
+    EXPECT_TRUE(CleanError(run_bin(kGpu, resume), {"optimizer state", "truncated"}));
+    write_state(20241122, 3, total, 2 * total);
+    EXPECT_TRUE(CleanError(run_bin(kGpu, resume), {"does not hold step 2"}));
+    write_state(20241122, 2, total, 2 * total);
+    EXPECT_TRUE(CleanError(run_bin(kGpu, base_args() + Args{"-o", out, "-y", "1", "-x", "2"}), {"nothing to train"}));
+    if (!gpu_present()) {  // a valid checkpoint passes every check and only then meets the missing GPU
+        EXPECT_TRUE(CleanError(run_bin(kGpu, resume), {"no CUDA device found"}));
+    }
+}
+
 TEST_F(CliTest, CpuOnlyErrors) {
     if (!have_binary(kCpu)) GTEST_SKIP() << kCpu << " not built";
     // it does not resume
