@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# gpu_check.sh — the one device call that verifies the streaming trainer (issue: train_gpt.cu + stream.cu):
+# builds for the device's GPU, runs every test suite (the GPU suites run for real there), trains the default
+# model for a few steps on the shipped data, checks that resume continues a run, and prints the peak-GPU
+# figures of L and 2L layers of one width. Logs go to $OUT (default ./out); a short table is printed last.
+# It measures speed only in passing (dev/bench/run_bench.sh is the benchmark) and changes no source.
+#
+# usage (repo root, on the device): OUT=dir bash dev/bench/gpu_check.sh
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+OUT=${OUT:-./out}
+mkdir -p "$OUT"
+START=$SECONDS
+say() { printf '[%4ds] %s\n' $((SECONDS - START)) "$*"; }
+
+say "build (log: $OUT/build.log)"
+make -j16 > "$OUT/build.log" 2>&1 || { say "build FAILED"; grep -m5 -i error "$OUT/build.log"; }
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/device.txt"
+
+say "make test (log: $OUT/test.log)"
+timeout 400 make test > "$OUT/test.log" 2>&1
+grep -E '^\[  FAILED|^\[  SKIPPED|rel-L2|loss cpu|GPU bytes|overlapped|^tests:' "$OUT/test.log" | head -80
+
+say "default run, 12 steps (log: $OUT/default.log)"
+rm -rf "$OUT/run"
+timeout 180 ./train_gpt -x 12 -v 6 -g 16 -n 6 -o "$OUT/run" > "$OUT/default.log" 2>&1
+echo "exit $?" >> "$OUT/default.log"
+sed -n '1,20p' "$OUT/default.log"; grep -E '^step|^val|exit' "$OUT/default.log" | tail -8
+
+say "resume from step 6 to 12 (log: $OUT/resume.log): the step 7..12 losses must match the first run's"
+rm -f "$OUT/run/DONE_00000012"
+timeout 120 ./train_gpt -x 12 -v 0 -g 0 -n 0 -o "$OUT/run" -y 1 > "$OUT/resume.log" 2>&1
+echo "exit $?" >> "$OUT/resume.log"
+grep -E '^resumed|^step|exit' "$OUT/resume.log" | tail -8
+
+say "peak GPU memory, L=12 vs L=24 at C=1024 (logs: $OUT/mem_*.log)"
+for L in 12 24; do
+    timeout 120 ./train_gpt -e "L$L:C1024:NH16" -b 8 -t 1024 -d 16384 -B 2 -W 1 > "$OUT/mem_$L.log" 2>&1
+done
+
+echo
+echo "| check | result |"
+echo "|---|---|"
+echo "| tests | $(grep -E '^tests:' "$OUT/test.log" | tail -n1) |"
+echo "| default run | $(grep -E '^step' "$OUT/default.log" | head -n1 | cut -c1-60) ... $(grep -E '^step' "$OUT/default.log" | tail -n1 | cut -c1-90) |"
+echo "| resume | $(grep -E '^step' "$OUT/resume.log" | tail -n1 | cut -c1-60) vs $(grep -E '^step +12/' "$OUT/default.log" | cut -c1-60) |"
+for L in 12 24; do
+    echo "| L$L C1024 16K tok | $(grep -E 'GPU memory' "$OUT/mem_$L.log" | cut -c1-90) ; $(grep -E '^RESULT' "$OUT/mem_$L.log" | grep -o '"tok_per_s": [0-9.]*') |"
+done
+say "done"
