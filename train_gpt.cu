@@ -180,6 +180,8 @@ struct GPT {
     int64_t step;               // optimizer steps taken
     double last_norm;
     int64_t gpu_bytes;          // every byte this trainer allocated on the GPU (the "peak GPU" figure)
+    int* forward_order;         // 0, 1, ..., L-1: the layer order of a forward pass
+    int* backward_order;        // L-1, ..., 0
     Timeline* timeline;         // NULL unless -Y 1
 };
 
@@ -435,6 +437,13 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     g->opt = new Optimizer();
     g->opt->block_t0 = (double*)calloc((size_t)c->num_layers + 1, sizeof(double));
     g->opt->block_t1 = (double*)calloc((size_t)c->num_layers + 1, sizeof(double));
+    g->forward_order = (int*)malloc(sizeof(int) * (size_t)c->num_layers);
+    g->backward_order = (int*)malloc(sizeof(int) * (size_t)c->num_layers);
+    if (!g->opt->block_t0 || !g->opt->block_t1 || !g->forward_order || !g->backward_order) {
+        fprintf(stderr, "error: out of host memory\n");
+        exit(1);
+    }
+    for (int l = 0; l < c->num_layers; l++) { g->forward_order[l] = l; g->backward_order[l] = c->num_layers - 1 - l; }
     stream_init(&g->ws, c->num_layers, p->layer_stride, p->embed_count, num_slots, optimizer_wait_block, g);
     g->gpu_bytes += stream_gpu_bytes(p->layer_stride, num_slots);
 
@@ -489,6 +498,7 @@ static void gpt_free(GPT* g) {
     host_free_floats(g->adam_m, g->layout.total);
     host_free_floats(g->adam_v, g->layout.total);
     free(g->opt->block_t0); free(g->opt->block_t1);
+    free(g->forward_order); free(g->backward_order);
     delete g->opt;
 }
 
@@ -517,9 +527,7 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     for (int mb = 0; mb < n_micro; mb++) embedding_forward(ckpt_at(g, 0, mb), g->tokens_in + mb * N, wte, wpe, N, T, C, s);
 
     // 2. forward: each layer's weights arrive once and serve every micro-batch
-    int* order = (int*)malloc(sizeof(int) * L);
-    for (int l = 0; l < L; l++) order[l] = l;
-    stream_begin_pass(&g->ws, order, L);
+    stream_begin_pass(&g->ws, g->forward_order, L);
     for (int l = 0; l < L; l++) {
         const bf16* w = stream_wait_layer(&g->ws, l);
         const int span = timeline_begin(tl, TRACK_COMPUTE, "fwd", l, s);
@@ -540,8 +548,7 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     timeline_end(tl, span, s);
 
     // 4. backward, last layer first, recomputing each layer from its checkpoint
-    for (int l = 0; l < L; l++) order[l] = L - 1 - l;
-    stream_begin_pass(&g->ws, order, L);
+    stream_begin_pass(&g->ws, g->backward_order, L);
     for (int l = L - 1; l >= 0; l--) {
         const bf16* w = stream_wait_layer(&g->ws, l);
         span = timeline_begin(tl, TRACK_COMPUTE, "bwd", l, s);
@@ -556,7 +563,6 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
         timeline_end(tl, span, s);
         stream_send_layer_grads(&g->ws, l);
     }
-    free(order);
     span = timeline_begin(tl, TRACK_COMPUTE, "embed bwd", -1, s);
     for (int mb = 0; mb < n_micro; mb++)
         embedding_backward(g->embed_grads + p->embed_offset[WTE], g->embed_grads + p->embed_offset[WPE], dresid_at(g, mb),
@@ -595,10 +601,7 @@ static float gpt_forward_eval(GPT* g, const int* inputs, const int* targets) {
     stream_upload_embeddings(&g->ws, g->embed);
     embedding_forward(ckpt_at(g, 0, 0), g->tokens_in, g->embed + g->layout.embed_offset[WTE],
                       g->embed + g->layout.embed_offset[WPE], N, T, C, s);
-    int* order = (int*)malloc(sizeof(int) * L);
-    for (int l = 0; l < L; l++) order[l] = l;
-    stream_begin_pass(&g->ws, order, L);
-    free(order);
+    stream_begin_pass(&g->ws, g->forward_order, L);
     for (int l = 0; l < L; l++) {
         const bf16* w = stream_wait_layer(&g->ws, l);
         layer_forward(g, w, ckpt_at(g, l, 0), ckpt_at(g, l + 1, 0), &g->ws_act, s);
