@@ -6,6 +6,7 @@
 // It only measures: nothing here changes what runs or in which order.
 #pragma once
 #include <chrono>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include "cuda_common.h"
@@ -80,13 +81,14 @@ static inline void timeline_end(Timeline* tl, int index, cudaStream_t s) {
     cudaCheck(cudaEventRecord(tl->spans[index].end, s));
 }
 
-// A span measured on the host clock (t0, t1 from timeline_now), e.g. one AdamW block.
+// A span measured on the host clock (t0, t1 from timeline_now), e.g. one AdamW block. Only the part after
+// the step's origin counts: AdamW that ran earlier (during a validation pass, say) belongs to no step.
 static inline void timeline_host_span(Timeline* tl, int track, const char* what, int layer, double t0, double t1) {
     if (!tl || tl->n >= tl->cap) return;
     TimelineSpan* sp = &tl->spans[tl->n++];
     sp->track = track; sp->layer = layer; sp->what = what;
-    sp->t0 = t0 - tl->origin_host;
-    sp->t1 = t1 - tl->origin_host;
+    sp->t0 = fmax(t0 - tl->origin_host, 0.0);
+    sp->t1 = fmax(t1 - tl->origin_host, 0.0);
     sp->on_host = 1;
 }
 

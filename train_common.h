@@ -14,6 +14,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include "cpu_adam.h"
 #include "model.h"
 #include "tokenizer.h"
@@ -29,7 +30,10 @@ static inline void die(const char* fmt, ...) {
     vfprintf(stderr, fmt, ap);
     fprintf(stderr, "\n");
     va_end(ap);
-    exit(1);
+    // _exit, not exit: the GPU trainer's optimizer thread may be inside a CUDA call, and exit() would tear
+    // down the CUDA runtime under it. Nothing is lost: files are written synchronously, buffers flushed here.
+    fflush(NULL);
+    _exit(1);
 }
 
 // One "| key | value |" line of a trainer's config table, and the rule around it.

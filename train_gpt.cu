@@ -485,15 +485,16 @@ static void gpt_free(GPT* g) {
         g->opt->cv.notify_all();
     }
     g->opt->thread.join();
+    // the cuBLAS handle first: it is bound to the compute stream, which stream_free destroys
+    cublasCheck(cublasDestroy(cublas_handle));
+    cudaCheck(cudaFree(cublas_workspace));
+    cublas_handle = NULL; cublas_workspace = NULL; cublas_stream = NULL;
     stream_free(&g->ws);
     cudaCheck(cudaFree(g->embed)); cudaCheck(cudaFree(g->embed_grads)); cudaCheck(cudaFree(g->layer_grads));
     cudaCheck(cudaFree(g->ckpt)); cudaCheck(cudaFree(g->dresid)); cudaCheck(cudaFree(g->tokens_in));
     cudaCheck(cudaFree(g->tokens_out)); cudaCheck(cudaFree(g->losses)); cudaCheck(cudaFree(g->loss_dev));
     cudaCheck(cudaFree(g->sumsq_dev)); cudaCheck(cudaFreeHost(g->loss_host)); cudaCheck(cudaFreeHost(g->sumsq_host));
     cudaCheck(cudaFree(g->ws_act.memory));
-    cublasCheck(cublasDestroy(cublas_handle));
-    cudaCheck(cudaFree(cublas_workspace));
-    cublas_handle = NULL; cublas_workspace = NULL; cublas_stream = NULL;
     host_free_floats(g->master, g->layout.total);
     host_free_floats(g->adam_m, g->layout.total);
     host_free_floats(g->adam_v, g->layout.total);
@@ -868,12 +869,13 @@ int main(int argc, char** argv) {
     parse_args(argc, argv, &args, &ga);
     const int bench = ga.bench_steps > 0;
     char err[4352];
-    if (args.output_dir && !bench && !make_dirs(args.output_dir, err, sizeof err)) die("%s", err);
+    // benchmark mode writes nothing to -o but the timeline's trace.json (-Y 1)
+    if (args.output_dir && (!bench || ga.timeline) && !make_dirs(args.output_dir, err, sizeof err)) die("%s", err);
 
     // resume: the model file of the latest complete checkpoint replaces -e
     int64_t resume_step = -1;
     char resume_model[4200] = "", resume_state[4200] = "";
-    if (args.resume) {
+    if (args.resume && !bench) {  // benchmark steps count from 0: a resumed start would leave timed steps unrun
         resume_step = latest_checkpoint(args.output_dir);
         if (resume_step < 0) {
             printf("no complete checkpoint in %s: starting from scratch\n", args.output_dir);
@@ -1022,7 +1024,10 @@ int main(int argc, char** argv) {
         step_seconds[step] = dt;
         printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f | MFU %.1f%%\n", step + 1, total_steps,
                loss, g.last_norm, lr, dt * 1e3, step_tokens / dt, 100.0 * flops_per_step / dt / H100_BF16_PEAK_FLOPS);
-        if (g.timeline) print_timeline(&g, bench ? NULL : args.output_dir);
+        if (g.timeline) {
+            print_timeline(&g, args.output_dir);
+            last_return = timeline_now();  // writing the trace is not part of the next step
+        }
         fflush(stdout);
         logger_train(&logger, step + 1, loss);
         if (!bench && args.checkpoint_every > 0 && ((step + 1) % args.checkpoint_every == 0 || step + 1 == total_steps)) {

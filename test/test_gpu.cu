@@ -282,6 +282,14 @@ TEST(GpuTrainer, GpuMemoryGrowsWithDepthOnlyByCheckpoints) {
     const TrainArgs a = test_args(1.0f);
     int64_t counted[2], measured[2];
     const int depths[2] = {4, 8};
+    {   // warm-up, not measured: lazily loaded kernels and cuBLAS's one-time allocations stay for good
+        const GPTConfig c = tiny_config(2, C, 8, T, 1000);
+        GPT g;
+        build_gpu(&g, c, B, T, n_micro, 2, a, 1);
+        auto in = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 5), tg = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 6);
+        gpt_step(&g, in.data(), tg.data(), n_micro, 1e-4f);
+        gpt_free(&g);
+    }
     for (int i = 0; i < 2; i++) {
         const GPTConfig c = tiny_config(depths[i], C, 8, T, 1000);
         cudaCheck(cudaDeviceSynchronize());

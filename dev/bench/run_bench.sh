@@ -75,7 +75,7 @@ for cfg in 5b-32k 5b-8k 1.3b-32k 1.3b-8k; do
     if [ ! -x ./train_gpt ]; then skip "ours-$cfg" "train_gpt did not build (see build.log)"; continue; fi
     extra=()
     [ -n "${SLOTS:-}" ] && extra+=(-S "$SLOTS")
-    [ "$TIMELINE" = 1 ] && extra+=(-Y 1)
+    [ "$TIMELINE" = 1 ] && extra+=(-Y 1 -o "$OUT/trace-$cfg")  # -o: DIR/trace.json, a Chrome trace of the last step
     # shellcheck disable=SC2206
     extra+=(${OURS_ARGS:-})
     run "ours-$cfg" ./train_gpt -e "L$L:C$C:NH$NH" -t 1024 -b 8 -d "$(tokens_of "$cfg")" -B 6 -W 2 "${extra[@]}"
