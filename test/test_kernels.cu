@@ -1,0 +1,743 @@
+// test_kernels.cu — kernel-level GPU tests: when test_gpu.cu's end-to-end comparison fails, the failing test
+// here names the kernel. Each GPU kernel of kernels.cuh, each cuBLAS wrapper of train_gpt.cu (matmul_batched
+// through the attention path only), the whole attention path (split_heads -> batched GEMMs ->
+// softmax_causal_* -> permute_heads, attention_forward/backward on a GPT's workspace), and one whole layer
+// (layer_forward, then layer_forward(NULL) + layer_backward) are compared with the fp32 functions of
+// gpt2_cpu.h on the same inputs. Shapes exercise the edges: T = 37 (not a multiple of 32) and 64, C = 96
+// and 128 with hs = 32, N = 296 rows (not a multiple of the 8 rows per block, more than one 256-row tile),
+// V = 2500 with Vp = 2560 (more than the 1024 threads of a row block), element counts past grid_for's cap
+// (so the grid-stride loops loop), and parameter gradients accumulated by two calls (they must ADD).
+// Not checked here: head_forward/head_backward as a unit (their kernels are checked one by one),
+// stream.cu (weight streaming, gradient hand-off), the optimizer, gpt_step's orchestration and micro-batch
+// accumulation (test_gpu.cu covers those), int64 indexing past 2^31 elements and the 65535 row-tile cap.
+// Every test skips (GTEST_SKIP) when no CUDA device is present.
+//
+// Method: random inputs are ROUNDED TO bf16 first and the very same values go to both sides, so a GPU
+// result differs from the CPU's only by its bf16 output rounding and fp32 summation order. Errors are the
+// relative L2 error ||gpu - cpu|| / ||cpu|| over a whole tensor, printed for the device log. Tolerances:
+//   1e-2  bf16 output of fp32 math on identical inputs: one rounding, <= 2^-9 ~ 2e-3 per element (a bug in
+//         an index or a formula gives O(1));
+//   1e-5 / 1e-4  fp32 results our kernels sum from identical inputs (only the order differs: ~1e-6);
+//   1e-3  fp32 results of cuBLAS (dW): its tensor-core accumulation order is unspecified;
+//   2e-2 / 3e-2  results behind several bf16 intermediates (attention, a whole layer forward / the layer's
+//         gradients): a CPU emulation of the GPU's bf16 rounding points on these inputs gave <= 5e-3 forward,
+//         <= 8e-3 for gradients, so the margin is ~4x;
+//   exact  layout kernels, the bf16 conversion, dloss_scale = 0, padded dlogits columns, recompute.
+#define TESTING
+#include "../train_gpt.cu"
+#include "../gpt2_cpu.h"
+#include <gtest/gtest.h>
+#include <algorithm>
+#include <vector>
+
+namespace {
+
+bool have_gpu() {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+#define REQUIRE_GPU() \
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device: GPU kernel suite skipped"
+
+// ----------------------------------------------------------------------------
+// Helpers: random bf16-exact inputs, device buffers, upload/download, the error measure.
+
+// x[0..n) uniform in [lo, hi), rounded to bf16 so the bf16 GPU copy and the fp32 CPU copy are equal.
+void fill_bf16(float* x, int64_t n, float lo, float hi, uint64_t seed) {
+    uint64_t s = splitmix64(seed) | 1;  // xorshift needs a non-zero state
+    for (int64_t i = 0; i < n; i++) x[i] = bf16_to_float(float_to_bf16(lo + (hi - lo) * random_f32(&s)));
+}
+std::vector<float> rand_bf16(int64_t n, float lo, float hi, uint64_t seed) {
+    std::vector<float> v((size_t)n);
+    fill_bf16(v.data(), n, lo, hi, seed);
+    return v;
+}
+std::vector<int> rand_tokens(int64_t n, int V, uint64_t seed) {
+    std::vector<int> t((size_t)n);
+    uint64_t s = splitmix64(seed) | 1;
+    for (auto& x : t) x = (int)(random_u64(&s) % (uint64_t)V);
+    return t;
+}
+
+// Host -> device, then a device sync: our kernels run on non-blocking streams, which do not wait for the
+// legacy stream cudaMemcpy uses.
+void upload(bf16* d, const std::vector<float>& h) {
+    std::vector<uint16_t> raw(h.size());
+    for (size_t i = 0; i < h.size(); i++) raw[i] = float_to_bf16(h[i]);
+    cudaCheck(cudaMemcpy(d, raw.data(), raw.size() * 2, cudaMemcpyHostToDevice));
+    cudaCheck(cudaDeviceSynchronize());
+}
+template <typename X> void upload(X* d, const std::vector<X>& h) {
+    cudaCheck(cudaMemcpy(d, h.data(), h.size() * sizeof(X), cudaMemcpyHostToDevice));
+    cudaCheck(cudaDeviceSynchronize());
+}
+// Device -> host, after everything queued on any stream has finished.
+std::vector<float> download(const bf16* d, int64_t n) {
+    std::vector<uint16_t> raw((size_t)n);
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaMemcpy(raw.data(), d, (size_t)n * 2, cudaMemcpyDeviceToHost));
+    std::vector<float> out((size_t)n);
+    for (int64_t i = 0; i < n; i++) out[(size_t)i] = bf16_to_float(raw[(size_t)i]);
+    return out;
+}
+template <typename X> std::vector<X> download(const X* d, int64_t n) {
+    std::vector<X> out((size_t)n);
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaMemcpy(out.data(), d, (size_t)n * sizeof(X), cudaMemcpyDeviceToHost));
+    return out;
+}
+
+// The device buffers of one test, zero-filled, freed when it ends (also when an ASSERT returns early).
+struct DeviceMem {
+    std::vector<void*> ptrs;
+    ~DeviceMem() { for (void* p : ptrs) cudaCheck(cudaFree(p)); }
+    template <typename X> X* zeros(int64_t n) {
+        void* p = nullptr;
+        cudaCheck(cudaMalloc(&p, (size_t)n * sizeof(X)));
+        cudaCheck(cudaMemset(p, 0, (size_t)n * sizeof(X)));
+        cudaCheck(cudaDeviceSynchronize());
+        ptrs.push_back(p);
+        return (X*)p;
+    }
+    bf16* bf16s(const std::vector<float>& h) { bf16* d = zeros<bf16>((int64_t)h.size()); upload(d, h); return d; }
+    template <typename X> X* copy(const std::vector<X>& h) { X* d = zeros<X>((int64_t)h.size()); upload(d, h); return d; }
+};
+
+double rel_l2(const float* got, const float* ref, int64_t n) {
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = (double)got[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+// Prints ||got - ref|| / ||ref|| for the device log and returns it (NaN fails every EXPECT_LT).
+double check(const char* what, const float* got, const float* ref, int64_t n) {
+    const double e = rel_l2(got, ref, n);
+    printf("  %-52s rel-L2 %.3e\n", what, e);
+    return e;
+}
+double check(const char* what, const std::vector<float>& got, const std::vector<float>& ref) {
+    if (got.size() != ref.size()) { printf("  %s: size %zu vs %zu\n", what, got.size(), ref.size()); return INFINITY; }
+    return check(what, got.data(), ref.data(), (int64_t)ref.size());
+}
+// Elements that differ (for the results that must be exact).
+int64_t count_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    if (a.size() != b.size()) return -1;
+    int64_t n = 0;
+    for (size_t i = 0; i < a.size(); i++) n += !(a[i] == b[i]);
+    return n;
+}
+// Non-zero entries above the diagonal of (rows, T) causal score rows, row r being query t1 = r % T.
+int64_t above_diagonal_nonzeros(const std::vector<float>& att, int64_t rows, int T) {
+    int64_t n = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int j = (int)(r % T) + 1; j < T; j++) n += att[(size_t)(r * T + j)] != 0.0f;
+    return n;
+}
+
+GPTConfig tiny_config(int L, int C, int NH, int maxT, int V) {
+    GPTConfig c;
+    c.num_layers = L; c.channels = C; c.num_heads = NH; c.max_seq_len = maxT; c.vocab_size = V;
+    c.padded_vocab_size = (int)round_up64(V, 128);
+    return c;
+}
+
+// A small GPT built for what the train_gpt.cu functions under test take from it: the cuBLAS handle (bound
+// to g.ws.compute), B, T and the config, one layer's workspace g.ws_act and g.layer_grads. No weights.
+struct TestGPT {
+    GPT g;
+    TestGPT(const GPTConfig& c, int B, int T) {
+        TrainArgs a;
+        train_args_defaults(&a);
+        gpt_build(&g, &c, B, T, 1, 2, &a);
+    }
+    ~TestGPT() { gpt_free(&g); }
+    TestGPT(const TestGPT&) = delete;
+    TestGPT& operator=(const TestGPT&) = delete;
+};
+
+const cudaStream_t kStream = 0;       // the kernels that need no cuBLAS run on the legacy stream
+const int kB = 8, kT = 37, kC = 96;   // N = 296 rows: not a multiple of 8 rows per block, two 256-row tiles
+const int64_t kN = (int64_t)kB * kT;
+
+// ----------------------------------------------------------------------------
+// Embeddings
+
+TEST(Kernels, EmbeddingForwardMatchesEncoderForward) {
+    REQUIRE_GPU();
+    const int B = 2, T = 37, C = kC, V = 100, Vp = 128, maxT = 64;
+    const int64_t N = (int64_t)B * T;
+    auto wte = rand_bf16((int64_t)Vp * C, -1, 1, 1), wpe = rand_bf16((int64_t)maxT * C, -1, 1, 2);
+    auto tok = rand_tokens(N, V, 3);
+    tok[1] = V - 1;
+    DeviceMem m;
+    bf16* out = m.zeros<bf16>(N * C);
+    embedding_forward(out, m.copy(tok), m.bf16s(wte), m.bf16s(wpe), N, T, C, kStream);
+    std::vector<float> ref((size_t)(N * C));
+    encoder_forward(ref.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
+    EXPECT_LT(check("embedding_forward out", download(out, N * C), ref), 1e-2);  // bf16 output: one rounding
+}
+
+TEST(Kernels, EmbeddingBackwardMatchesEncoderBackward) {
+    REQUIRE_GPU();
+    const int B = 2, T = 37, C = kC, V = 100, Vp = 128, maxT = 64;
+    const int64_t N = (int64_t)B * T;
+    auto dout = rand_bf16(N * C, -1, 1, 4);
+    auto tok = rand_tokens(N, V, 5);
+    tok[N - 1] = tok[N - 2] = tok[0];  // the same token at several positions: colliding atomics
+    DeviceMem m;
+    float* dwte = m.zeros<float>((int64_t)Vp * C);
+    float* dwpe = m.zeros<float>((int64_t)maxT * C);
+    bf16* d_dout = m.bf16s(dout);
+    int* d_tok = m.copy(tok);
+    std::vector<float> ref_wte((size_t)Vp * C, 0.0f), ref_wpe((size_t)maxT * C, 0.0f);
+    for (int rep = 0; rep < 2; rep++) {  // twice: the second call must add to the first
+        embedding_backward(dwte, dwpe, d_dout, d_tok, N, T, C, kStream);
+        encoder_backward(ref_wte.data(), ref_wpe.data(), dout.data(), tok.data(), B, T, C);
+    }
+    // fp32 sums of a few identical bf16 values, only the order differs
+    EXPECT_LT(check("embedding_backward dwte", download(dwte, (int64_t)Vp * C), ref_wte), 1e-5);
+    EXPECT_LT(check("embedding_backward dwpe", download(dwpe, (int64_t)maxT * C), ref_wpe), 1e-5);
+}
+
+// ----------------------------------------------------------------------------
+// LayerNorm
+
+TEST(Kernels, LayerNormForwardMatchesCpu) {
+    REQUIRE_GPU();
+    const int64_t N = kN;
+    const int C = kC;
+    auto inp = rand_bf16(N * C, -2, 3, 10), w = rand_bf16(C, 0.5f, 1.5f, 11), b = rand_bf16(C, -0.5f, 0.5f, 12);
+    DeviceMem m;
+    bf16* out = m.zeros<bf16>(N * C);
+    float *mean = m.zeros<float>(N), *rstd = m.zeros<float>(N);
+    layernorm_forward(out, mean, rstd, m.bf16s(inp), m.bf16s(w), m.bf16s(b), N, C, kStream);
+    std::vector<float> ref((size_t)(N * C)), ref_mean((size_t)N), ref_rstd((size_t)N);
+    layernorm_forward(ref.data(), ref_mean.data(), ref_rstd.data(), inp.data(), w.data(), b.data(), N, C);
+    EXPECT_LT(check("layernorm_forward out", download(out, N * C), ref), 1e-2);  // bf16 output
+    // fp32 from identical inputs (the mean is ~0.5, not near 0): order of sums and rsqrtf only
+    EXPECT_LT(check("layernorm_forward mean", download(mean, N), ref_mean), 1e-5);
+    EXPECT_LT(check("layernorm_forward rstd", download(rstd, N), ref_rstd), 1e-5);
+}
+
+TEST(Kernels, LayerNormBackwardMatchesCpu) {
+    REQUIRE_GPU();
+    const int64_t N = kN;
+    const int C = kC;
+    auto inp = rand_bf16(N * C, -2, 3, 13), w = rand_bf16(C, 0.5f, 1.5f, 14), b = rand_bf16(C, -0.5f, 0.5f, 15);
+    auto dout = rand_bf16(N * C, -1, 1, 16);
+    std::vector<float> ln((size_t)(N * C)), mean((size_t)N), rstd((size_t)N);
+    layernorm_forward(ln.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+    DeviceMem m;  // both sides get the CPU's mean and rstd
+    bf16* dinp = m.zeros<bf16>(N * C);
+    float *dw = m.zeros<float>(C), *db = m.zeros<float>(C);
+    bf16 *d_dout = m.bf16s(dout), *d_inp = m.bf16s(inp), *d_w = m.bf16s(w);
+    float *d_mean = m.copy(mean), *d_rstd = m.copy(rstd);
+    std::vector<float> ref_dinp((size_t)(N * C), 0.0f), ref_dw((size_t)C, 0.0f), ref_db((size_t)C, 0.0f);
+    for (int rep = 0; rep < 2; rep++) {  // twice: dinp, dw and db must all accumulate
+        layernorm_backward(dinp, dw, db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, kStream);
+        layernorm_backward(ref_dinp.data(), ref_dw.data(), ref_db.data(), dout.data(), inp.data(), w.data(), mean.data(),
+                           rstd.data(), N, C);
+    }
+    EXPECT_LT(check("layernorm_backward dinp", download(dinp, N * C), ref_dinp), 1e-2);  // bf16, rounded twice
+    EXPECT_LT(check("layernorm_backward dw", download(dw, C), ref_dw), 1e-4);  // fp32 sums over 296 rows
+    EXPECT_LT(check("layernorm_backward db", download(db, C), ref_db), 1e-4);
+}
+
+// ----------------------------------------------------------------------------
+// Bias, GELU
+
+TEST(Kernels, AddBiasMatchesCpu) {
+    REQUIRE_GPU();
+    const int64_t N = 2001;
+    const int OC = 3 * kC;  // N * OC = 576288 > grid_for's 2112 blocks x 256 threads: the loop runs
+    auto out0 = rand_bf16(N * OC, -2, 2, 20), bias = rand_bf16(OC, -1, 1, 21), res = rand_bf16(N * OC, -2, 2, 22);
+    DeviceMem m;
+    for (int with_res = 0; with_res < 2; with_res++) {
+        bf16* out = m.bf16s(out0);
+        add_bias(out, m.bf16s(bias), with_res ? m.bf16s(res) : NULL, N, OC, kStream);
+        std::vector<float> ref(out0);  // gpt2_cpu.h adds the bias inside matmul_forward, then residual_forward
+        for (int64_t i = 0; i < N; i++)
+            for (int o = 0; o < OC; o++) ref[(size_t)(i * OC + o)] += bias[(size_t)o];
+        if (with_res) residual_forward(ref.data(), ref.data(), res.data(), N * OC);
+        EXPECT_LT(check(with_res ? "add_bias + residual" : "add_bias", download(out, N * OC), ref), 1e-2);  // bf16
+    }
+}
+
+TEST(Kernels, BiasBackwardMatchesMatmulBackwardDbias) {
+    REQUIRE_GPU();
+    const int64_t N = 2001;  // 8 row tiles of 256, the last one partial
+    const int IC = 32;       // matmul_backward needs an input width; only its dbias is compared
+    for (int OC : {kC, 3 * kC, 4 * kC}) {
+        auto dout = rand_bf16(N * OC, -1, 1, 30 + OC);
+        DeviceMem m;
+        float* db = m.zeros<float>(OC);
+        bf16* d_dout = m.bf16s(dout);
+        std::vector<float> ref_db((size_t)OC, 0.0f), dinp((size_t)(N * IC)), dw((size_t)OC * IC, 0.0f);
+        std::vector<float> zero_inp((size_t)(N * IC), 0.0f), zero_w((size_t)OC * IC, 0.0f);
+        for (int rep = 0; rep < 2; rep++) {  // twice: it must add
+            bias_backward(db, d_dout, N, OC, kStream);
+            matmul_backward(dinp.data(), dw.data(), ref_db.data(), dout.data(), zero_inp.data(), zero_w.data(), N, IC, OC);
+        }
+        char name[64];
+        snprintf(name, sizeof name, "bias_backward OC=%d", OC);
+        EXPECT_LT(check(name, download(db, OC), ref_db), 1e-4);  // fp32 sums of 2001 identical values, any order
+    }
+}
+
+TEST(Kernels, GeluForwardMatchesCpu) {
+    REQUIRE_GPU();
+    const int64_t n = 600001;  // > grid_for's cap of 2112 x 256 threads, odd
+    auto inp = rand_bf16(n, -5, 5, 40);
+    DeviceMem m;
+    bf16* out = m.zeros<bf16>(n);
+    gelu_forward(out, m.bf16s(inp), n, kStream);
+    std::vector<float> ref((size_t)n);
+    gelu_forward(ref.data(), inp.data(), n);
+    EXPECT_LT(check("gelu_forward", download(out, n), ref), 1e-2);  // bf16 output
+}
+
+TEST(Kernels, GeluBackwardMatchesCpu) {
+    REQUIRE_GPU();
+    const int64_t n = 600001;
+    auto inp = rand_bf16(n, -5, 5, 41), dout = rand_bf16(n, -1, 1, 42);
+    DeviceMem m;
+    bf16* d = m.bf16s(dout);
+    gelu_backward(d, m.bf16s(inp), n, kStream);  // in place
+    std::vector<float> ref((size_t)n);
+    gelu_backward(ref.data(), inp.data(), dout.data(), n);
+    EXPECT_LT(check("gelu_backward", download(d, n), ref), 1e-2);  // bf16 output
+}
+
+// ----------------------------------------------------------------------------
+// cuBLAS wrappers (train_gpt.cu): out = inp @ w^T; dinp = dout @ w; dw += dout^T @ inp
+
+struct GemmShape { int IC, OC; };
+// the layer's GEMMs (qkv, attproj, fc, fcproj) and the lm_head's (Vp = 640, a multiple of 128)
+const GemmShape kGemmShapes[] = {{kC, 3 * kC}, {kC, kC}, {kC, 4 * kC}, {4 * kC, kC}, {kC, 640}};
+
+TEST(Kernels, MatmulForwardMatchesCpu) {
+    REQUIRE_GPU();
+    TestGPT tg(tiny_config(1, kC, 3, 64, 100), 1, 1);  // for its cuBLAS handle
+    const cudaStream_t s = tg.g.ws.compute;
+    const int64_t N = kN;
+    for (const GemmShape& sh : kGemmShapes) {
+        auto inp = rand_bf16(N * sh.IC, -1, 1, 50 + sh.OC), w = rand_bf16((int64_t)sh.OC * sh.IC, -1, 1, 51 + sh.IC);
+        DeviceMem m;
+        bf16* out = m.zeros<bf16>(N * sh.OC);
+        matmul_forward(out, m.bf16s(inp), m.bf16s(w), N, sh.IC, sh.OC, s);
+        std::vector<float> ref((size_t)(N * sh.OC)), w_t((size_t)sh.OC * sh.IC);
+        matmul_forward(ref.data(), inp.data(), w.data(), NULL, N, sh.IC, sh.OC, w_t.data());
+        char name[64];
+        snprintf(name, sizeof name, "matmul_forward (%lld,%d) -> %d", (long long)N, sh.IC, sh.OC);
+        EXPECT_LT(check(name, download(out, N * sh.OC), ref), 1e-2);  // bf16 output of an fp32-accumulated GEMM
+    }
+}
+
+TEST(Kernels, MatmulBackwardInputMatchesCpu) {
+    REQUIRE_GPU();
+    TestGPT tg(tiny_config(1, kC, 3, 64, 100), 1, 1);
+    const cudaStream_t s = tg.g.ws.compute;
+    const int64_t N = kN;
+    for (const GemmShape& sh : kGemmShapes) {
+        auto dout = rand_bf16(N * sh.OC, -1, 1, 52 + sh.OC), w = rand_bf16((int64_t)sh.OC * sh.IC, -1, 1, 53 + sh.IC);
+        DeviceMem m;
+        bf16* dinp = m.zeros<bf16>(N * sh.IC);
+        matmul_backward_input(dinp, m.bf16s(dout), m.bf16s(w), N, sh.IC, sh.OC, s);
+        std::vector<float> ref((size_t)(N * sh.IC)), dw_unused((size_t)sh.OC * sh.IC, 0.0f), inp_unused((size_t)(N * sh.IC), 0.0f);
+        matmul_backward(ref.data(), dw_unused.data(), NULL, dout.data(), inp_unused.data(), w.data(), N, sh.IC, sh.OC);
+        char name[64];
+        snprintf(name, sizeof name, "matmul_backward_input (%lld,%d) <- %d", (long long)N, sh.IC, sh.OC);
+        EXPECT_LT(check(name, download(dinp, N * sh.IC), ref), 1e-2);  // bf16 output
+    }
+}
+
+TEST(Kernels, MatmulBackwardWeightMatchesCpu) {
+    REQUIRE_GPU();
+    TestGPT tg(tiny_config(1, kC, 3, 64, 100), 1, 1);
+    const cudaStream_t s = tg.g.ws.compute;
+    const int64_t N = kN;
+    for (const GemmShape& sh : kGemmShapes) {
+        auto dout = rand_bf16(N * sh.OC, -1, 1, 54 + sh.OC), inp = rand_bf16(N * sh.IC, -1, 1, 55 + sh.IC);
+        DeviceMem m;
+        float* dw = m.zeros<float>((int64_t)sh.OC * sh.IC);
+        bf16 *d_dout = m.bf16s(dout), *d_inp = m.bf16s(inp);
+        std::vector<float> ref((size_t)sh.OC * sh.IC, 0.0f), dinp_unused((size_t)(N * sh.IC)), w_unused((size_t)sh.OC * sh.IC, 0.0f);
+        for (int rep = 0; rep < 2; rep++) {  // twice: beta = 1, it must add
+            matmul_backward_weight(dw, d_dout, d_inp, N, sh.IC, sh.OC, s);
+            matmul_backward(dinp_unused.data(), ref.data(), NULL, dout.data(), inp.data(), w_unused.data(), N, sh.IC, sh.OC);
+        }
+        char name[64];
+        snprintf(name, sizeof name, "matmul_backward_weight (%d,%d)", sh.OC, sh.IC);
+        EXPECT_LT(check(name, download(dw, (int64_t)sh.OC * sh.IC), ref), 1e-3);  // fp32 output of cuBLAS
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Attention pieces. Layouts: qkv (N, 3C) with q | k | v and head h at channels h*hs.. of each (gpt2_cpu.h);
+// per-head tensors (B, NH, T, hs); att (B, NH, T, T). These kernels move data only: results must be exact.
+
+TEST(Kernels, SplitHeadsAndMergeQkvGradsFollowTheCpuQkvLayout) {
+    REQUIRE_GPU();
+    const int B = 2, T = 37, NH = 3, hs = 32, C = NH * hs;
+    const int64_t N = (int64_t)B * T;
+    auto qkv = rand_bf16(N * 3 * C, -1, 1, 60);
+    auto dq = rand_bf16(N * C, -1, 1, 61), dk = rand_bf16(N * C, -1, 1, 62), dv = rand_bf16(N * C, -1, 1, 63);
+    DeviceMem m;
+    bf16 *q = m.zeros<bf16>(N * C), *k = m.zeros<bf16>(N * C), *v = m.zeros<bf16>(N * C), *dqkv = m.zeros<bf16>(N * 3 * C);
+    split_heads(q, k, v, m.bf16s(qkv), B, T, NH, hs, kStream);
+    merge_qkv_grads(dqkv, m.bf16s(dq), m.bf16s(dk), m.bf16s(dv), B, T, NH, hs, kStream);
+    auto gq = download(q, N * C), gk = download(k, N * C), gv = download(v, N * C), gd = download(dqkv, N * 3 * C);
+    int64_t bad_split = 0, bad_merge = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++)
+                for (int d = 0; d < hs; d++) {
+                    const size_t i = (size_t)((((int64_t)b * NH + h) * T + t) * hs + d);  // (B, NH, T, hs)
+                    const size_t r = (size_t)(((int64_t)b * T + t) * 3 * C + h * hs + d);  // q; k at +C, v at +2C
+                    bad_split += gq[i] != qkv[r] || gk[i] != qkv[r + C] || gv[i] != qkv[r + 2 * C];
+                    bad_merge += gd[r] != dq[i] || gd[r + C] != dk[i] || gd[r + 2 * C] != dv[i];
+                }
+    printf("  split_heads misplaced %lld, merge_qkv_grads misplaced %lld (of %lld)\n", (long long)bad_split,
+           (long long)bad_merge, (long long)(N * C));
+    EXPECT_EQ(bad_split, 0);
+    EXPECT_EQ(bad_merge, 0);
+}
+
+TEST(Kernels, PermuteHeadsFollowsTheCpuAttentionOutputLayout) {
+    REQUIRE_GPU();
+    const int B = 2, T = 37, NH = 3, hs = 32, C = NH * hs;
+    const int64_t N = (int64_t)B * T;
+    auto x = rand_bf16(N * C, -1, 1, 64), y = rand_bf16(N * C, -1, 1, 65);  // x: (N, C); y: (B, NH, T, hs)
+    DeviceMem m;
+    bf16 *heads = m.zeros<bf16>(N * C), *rows = m.zeros<bf16>(N * C);
+    permute_heads(heads, m.bf16s(x), B, T, NH, hs, 1, kStream);
+    permute_heads(rows, m.bf16s(y), B, T, NH, hs, 0, kStream);
+    auto gh = download(heads, N * C), gr = download(rows, N * C);
+    int64_t bad_to = 0, bad_from = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++)
+                for (int d = 0; d < hs; d++) {
+                    const size_t i = (size_t)((((int64_t)b * NH + h) * T + t) * hs + d);  // (B, NH, T, hs)
+                    const size_t r = (size_t)(((int64_t)b * T + t) * C + h * hs + d);      // (N, C) as gpt2_cpu.h's out
+                    bad_to += gh[i] != x[r];
+                    bad_from += gr[r] != y[i];
+                }
+    printf("  permute_heads to heads misplaced %lld, back misplaced %lld\n", (long long)bad_to, (long long)bad_from);
+    EXPECT_EQ(bad_to, 0);
+    EXPECT_EQ(bad_from, 0);
+}
+
+// gpt2_cpu.h has no standalone causal softmax: these restate the softmax lines of its attention_forward /
+// attention_backward, in double. Row r of (rows, T) is query t1 = r % T; columns above t1 are 0.
+std::vector<float> causal_softmax_ref(const std::vector<float>& scores, int64_t rows, int T) {
+    std::vector<float> p(scores.size(), 0.0f);
+    for (int64_t r = 0; r < rows; r++) {
+        const int t1 = (int)(r % T);
+        const float* s = scores.data() + r * T;
+        double mx = -INFINITY, sum = 0.0;
+        for (int j = 0; j <= t1; j++) mx = std::max(mx, (double)s[j]);
+        for (int j = 0; j <= t1; j++) sum += exp(s[j] - mx);
+        for (int j = 0; j <= t1; j++) p[(size_t)(r * T + j)] = (float)(exp(s[j] - mx) / sum);
+    }
+    return p;
+}
+std::vector<float> causal_softmax_backward_ref(const std::vector<float>& datt, const std::vector<float>& att, int64_t rows, int T) {
+    std::vector<float> ds(datt.size(), 0.0f);
+    for (int64_t r = 0; r < rows; r++) {
+        const int t1 = (int)(r % T);
+        const float *a = att.data() + r * T, *d = datt.data() + r * T;
+        double dot = 0.0;
+        for (int j = 0; j <= t1; j++) dot += (double)a[j] * d[j];
+        for (int j = 0; j <= t1; j++) ds[(size_t)(r * T + j)] = (float)(a[j] * (d[j] - dot));
+    }
+    return ds;
+}
+
+TEST(Kernels, SoftmaxCausalForwardMatchesCpuSoftmax) {
+    REQUIRE_GPU();
+    for (int T : {37, 64}) {
+        const int64_t rows = 2 * 3 * (int64_t)T;  // B = 2, NH = 3: 222 rows (not a multiple of 8 per block) / 384
+        auto scores = rand_bf16(rows * T, -4, 4, 70 + T);  // above the diagonal too: junk that must be ignored
+        DeviceMem m;
+        bf16* att = m.bf16s(scores);
+        softmax_causal_forward(att, rows, T, kStream);
+        auto got = download(att, rows * T);
+        char name[64];
+        snprintf(name, sizeof name, "softmax_causal_forward T=%d", T);
+        EXPECT_LT(check(name, got, causal_softmax_ref(scores, rows, T)), 1e-2);  // bf16 output
+        EXPECT_EQ(above_diagonal_nonzeros(got, rows, T), 0) << "att @ v relies on exact zeros above the diagonal";
+    }
+}
+
+TEST(Kernels, SoftmaxCausalBackwardMatchesCpuSoftmaxBackward) {
+    REQUIRE_GPU();
+    for (int T : {37, 64}) {
+        const int64_t rows = 2 * 3 * (int64_t)T;
+        auto att = causal_softmax_ref(rand_bf16(rows * T, -4, 4, 72 + T), rows, T);
+        for (auto& a : att) a = bf16_to_float(float_to_bf16(a));  // the probabilities as the forward stored them
+        auto datt = rand_bf16(rows * T, -1, 1, 74 + T);          // full rows: the part above the diagonal is junk
+        DeviceMem m;
+        bf16* d = m.bf16s(datt);
+        softmax_causal_backward(d, m.bf16s(att), rows, T, kStream);
+        auto got = download(d, rows * T);
+        char name[64];
+        snprintf(name, sizeof name, "softmax_causal_backward T=%d", T);
+        EXPECT_LT(check(name, got, causal_softmax_backward_ref(datt, att, rows, T)), 1e-2);  // bf16 output
+        EXPECT_EQ(above_diagonal_nonzeros(got, rows, T), 0);
+    }
+}
+
+// The whole GPU attention path on a GPT's workspace vs gpt2_cpu.h attention_forward / attention_backward.
+struct AttnShape { int T, C, NH; };
+const AttnShape kAttnShapes[] = {{37, 96, 3}, {64, 128, 4}};  // hs = 32 in both
+
+TEST(Kernels, AttentionForwardMatchesCpu) {
+    REQUIRE_GPU();
+    for (const AttnShape& sh : kAttnShapes) {
+        const int B = 2, T = sh.T, C = sh.C, NH = sh.NH;
+        const int64_t N = (int64_t)B * T, natt = (int64_t)B * NH * T * T;
+        TestGPT tg(tiny_config(1, C, NH, 64, 100), B, T);
+        Workspace* a = &tg.g.ws_act;
+        auto qkv = rand_bf16(N * 3 * C, -1.5f, 1.5f, 80 + T);  // scores ~ N(0, 0.75^2): a non-flat softmax
+        upload(a->p[ACT_QKV], qkv);
+        attention_forward(&tg.g, a, tg.g.ws.compute);
+        std::vector<float> out((size_t)(N * C)), att((size_t)natt);
+        attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+        printf("  B=%d T=%d C=%d NH=%d\n", B, T, C, NH);
+        auto gatt = download(a->p[ACT_ATT], natt);
+        // probabilities: scores rounded to bf16 before the softmax, then the probabilities: 2 roundings;
+        // y: 3 (scores, probabilities, y)
+        EXPECT_LT(check("attention_forward att (B, NH, T, T)", gatt, att), 2e-2);
+        EXPECT_EQ(above_diagonal_nonzeros(gatt, (int64_t)B * NH * T, T), 0);
+        EXPECT_LT(check("attention_forward out (N, C)", download(a->p[ACT_ATTY], N * C), out), 2e-2);
+    }
+}
+
+TEST(Kernels, AttentionBackwardMatchesCpu) {
+    REQUIRE_GPU();
+    for (const AttnShape& sh : kAttnShapes) {
+        const int B = 2, T = sh.T, C = sh.C, NH = sh.NH;
+        const int64_t N = (int64_t)B * T, natt = (int64_t)B * NH * T * T;
+        TestGPT tg(tiny_config(1, C, NH, 64, 100), B, T);
+        Workspace* a = &tg.g.ws_act;
+        const cudaStream_t s = tg.g.ws.compute;
+        auto qkv = rand_bf16(N * 3 * C, -1.5f, 1.5f, 90 + T), datty = rand_bf16(N * C, -1, 1, 91 + T);
+        upload(a->p[ACT_QKV], qkv);
+        upload(a->p[ACT_DC], datty);  // where layer_backward passes it from
+        attention_forward(&tg.g, a, s);  // fills q, k, v and att for the backward pass
+        attention_backward(&tg.g, a, a->p[ACT_DC], s);
+        auto got = download(a->p[ACT_DQKV], N * 3 * C);
+        std::vector<float> out((size_t)(N * C)), att((size_t)natt), dqkv((size_t)(N * 3 * C)), dscore((size_t)B * NH * T);
+        attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+        attention_backward(dqkv.data(), dscore.data(), datty.data(), qkv.data(), att.data(), B, T, C, NH);
+        printf("  B=%d T=%d C=%d NH=%d\n", B, T, C, NH);
+        // dq, dk, dv apart, to tell which GEMM of attention_backward is off: q | k | v columns of each row.
+        // Behind bf16 att (forward), datt, d(scores) and the output: ~4 roundings (emulated: ~3.5e-3) -> 2e-2.
+        const char* names[3] = {"attention_backward dq", "attention_backward dk", "attention_backward dv"};
+        for (int part = 0; part < 3; part++) {
+            std::vector<float> g_part, c_part;
+            for (int64_t r = 0; r < N; r++)
+                for (int c = part * C; c < (part + 1) * C; c++) {
+                    g_part.push_back(got[(size_t)(r * 3 * C + c)]);
+                    c_part.push_back(dqkv[(size_t)(r * 3 * C + c)]);
+                }
+            EXPECT_LT(check(names[part], g_part, c_part), 2e-2) << names[part];
+        }
+        EXPECT_LT(check("attention_backward dqkv (N, 3C)", got, dqkv), 2e-2);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Loss and gradient hand-off
+
+TEST(Kernels, FusedClassifierMatchesSoftmaxCrossEntropy) {
+    REQUIRE_GPU();
+    const int V = 2500, Vp = 2560;  // V not a multiple of 128; more columns than the 1024 threads of a row
+    const int64_t N = 74;           // B = 2, T = 37
+    auto logits = rand_bf16(N * Vp, -4, 4, 100);  // the padded columns hold junk too: it must not count
+    auto tg = rand_tokens(N, V, 101);
+    tg[0] = 0;
+    tg[1] = V - 1;
+    std::vector<float> probs((size_t)(N * Vp)), losses((size_t)N), dlogits((size_t)(N * Vp));
+    softmax_crossentropy_forward(probs.data(), losses.data(), logits.data(), tg.data(), N, V, Vp);
+    const float scale = 1.0f / (float)N;  // the trainer's dloss_scale: d(mean loss)
+    crossentropy_softmax_backward(dlogits.data(), probs.data(), tg.data(), scale, N, V, Vp);
+    DeviceMem m;
+    bf16* d_logits = m.bf16s(logits);
+    float *losses_eval = m.zeros<float>(N), *losses_train = m.zeros<float>(N);
+    int* d_tg = m.copy(tg);
+    // losses are fp32 from identical inputs (fast-math expf/logf vs the CPU's polynomial exp): 1e-4
+    // 1. dloss_scale = 0 (evaluation): the losses only, the logits untouched
+    fused_classifier(d_logits, losses_eval, d_tg, N, V, Vp, 0.0f, kStream);
+    EXPECT_LT(check("fused_classifier losses (dloss_scale = 0)", download(losses_eval, N), losses), 1e-4);
+    EXPECT_EQ(count_diff(download(d_logits, N * Vp), logits), 0) << "dloss_scale = 0 must leave the logits untouched";
+    // 2. training: the logits become dlogits
+    fused_classifier(d_logits, losses_train, d_tg, N, V, Vp, scale, kStream);
+    EXPECT_LT(check("fused_classifier losses", download(losses_train, N), losses), 1e-4);
+    auto got = download(d_logits, N * Vp);
+    EXPECT_LT(check("fused_classifier dlogits", got, dlogits), 1e-2);  // bf16 output
+    // the target entries (p - 1)/N dominate the norm above: the softmax part alone, on the other real columns
+    std::vector<float> g_soft, c_soft;
+    int64_t pad_nonzero = 0;
+    for (int64_t i = 0; i < N; i++) {
+        for (int v = 0; v < V; v++)
+            if (v != tg[(size_t)i]) { g_soft.push_back(got[(size_t)(i * Vp + v)]); c_soft.push_back(dlogits[(size_t)(i * Vp + v)]); }
+        for (int v = V; v < Vp; v++) pad_nonzero += got[(size_t)(i * Vp + v)] != 0.0f;
+    }
+    EXPECT_LT(check("fused_classifier dlogits, non-target columns", g_soft, c_soft), 1e-2);
+    EXPECT_EQ(pad_nonzero, 0) << "padded columns of dlogits must be exactly 0";
+}
+
+TEST(Kernels, GradsToBf16SumsqMatchesDoubleSum) {
+    REQUIRE_GPU();
+    const int64_t n1 = 1000, n2 = 1500007;  // n2 > grid_for's 2112 blocks x 512 threads: threads loop
+    std::vector<float> g1((size_t)n1), g2((size_t)n2);
+    uint64_t rng = 12345;
+    for (auto& x : g1) x = (random_f32(&rng) - 0.5f) * 3.7f;  // full fp32 mantissas, so the bf16 rounding matters
+    for (auto& x : g2) x = (random_f32(&rng) - 0.5f) * 3.7f;
+    double ref1 = 0.0, ref2 = 0.0;
+    for (float x : g1) ref1 += (double)x * x;
+    for (float x : g2) ref2 += (double)x * x;
+    DeviceMem m;
+    float *d1 = m.copy(g1), *d2 = m.copy(g2);
+    bf16* out = m.zeros<bf16>(n2);
+    double* sumsq = m.zeros<double>(1);
+    grads_to_bf16_sumsq(NULL, d1, n1, sumsq, kStream);  // out == NULL: the norm only
+    const double got1 = download(sumsq, 1)[0];
+    grads_to_bf16_sumsq(out, d2, n2, sumsq, kStream);   // adds to the first
+    const double got2 = download(sumsq, 1)[0];
+    printf("  sumsq (out NULL) gpu %.9e cpu %.9e; after the second call gpu %.9e cpu %.9e\n", got1, ref1, got2, ref1 + ref2);
+    // fp32 partial sums of <= 512 squares per block, added in double: ~1e-7 relative
+    EXPECT_NEAR(got1, ref1, 1e-5 * ref1);
+    EXPECT_NEAR(got2, ref1 + ref2, 1e-5 * (ref1 + ref2));
+    std::vector<float> rounded(g2);
+    for (auto& x : rounded) x = bf16_to_float(float_to_bf16(x));
+    const int64_t bad = count_diff(download(out, n2), rounded);
+    printf("  bf16 conversion: %lld of %lld differ from round-to-nearest-even\n", (long long)bad, (long long)n2);
+    EXPECT_EQ(bad, 0);  // both are IEEE round-to-nearest-even
+}
+
+TEST(Kernels, MeanLossMatchesDoubleMean) {
+    REQUIRE_GPU();
+    for (int64_t N : {(int64_t)74, (int64_t)3001}) {  // fewer and more than the 1024 threads of the block
+        std::vector<float> losses((size_t)N);
+        uint64_t rng = 777 + (uint64_t)N;
+        for (auto& x : losses) x = 10.0f * random_f32(&rng);
+        double ref = 0.0;
+        for (float x : losses) ref += x;
+        ref /= (double)N;
+        DeviceMem m;
+        float* out = m.zeros<float>(1);
+        mean_loss(out, m.copy(losses), N, kStream);
+        const float got = download(out, 1)[0];
+        printf("  mean_loss N=%lld gpu %.7f cpu %.7f\n", (long long)N, got, ref);
+        EXPECT_NEAR(got, ref, 1e-5 * ref);  // fp32 sum of <= 3001 values
+    }
+}
+
+// ----------------------------------------------------------------------------
+// One whole layer: layer_forward(out), then layer_forward(NULL) + layer_backward, vs the body of
+// gpt2_cpu_forward's / gpt2_cpu_backward's layer loop on the same (bf16-exact) weights, input and dout.
+
+TEST(Kernels, LayerForwardBackwardMatchCpuLayer) {
+    REQUIRE_GPU();
+    const int B = 2, T = 37, C = kC, NH = 3;
+    const int64_t N = (int64_t)B * T;
+    TestGPT tg(tiny_config(1, C, NH, 64, 100), B, T);
+    GPT* g = &tg.g;
+    Workspace* a = &g->ws_act;
+    const cudaStream_t s = g->ws.compute;
+    const ParamLayout* p = &g->layout;
+    const int64_t* off = p->layer_offset;
+    // weights of std ~ 1/sqrt(fan_in), so that both branches change the residual stream by O(1) and an error
+    // in either shows in the layer's output (GPT-2's init would hide them behind the residual)
+    std::vector<float> w((size_t)p->layer_stride);
+    for (int t = 0; t < NUM_LAYER_TENSORS; t++) {
+        float lo = -0.2f, hi = 0.2f;  // biases
+        if (t == LN1W || t == LN2W) { lo = 0.5f; hi = 1.5f; }
+        else if (layer_tensor_is_matrix[t]) { hi = sqrtf(3.0f / (float)(t == FCPROJW ? 4 * C : C)); lo = -hi; }
+        fill_bf16(w.data() + off[t], p->layer_size[t], lo, hi, 200 + t);
+    }
+    auto x = rand_bf16(N * C, -1, 1, 220), dout = rand_bf16(N * C, -1, 1, 221);
+    auto W = [&](int t) { return w.data() + off[t]; };
+
+    // CPU forward
+    std::vector<float> ln1((size_t)(N * C)), ln1_mean((size_t)N), ln1_rstd((size_t)N), qkv((size_t)(N * 3 * C)),
+        atty((size_t)(N * C)), att((size_t)B * NH * T * T), res2((size_t)(N * C)), ln2((size_t)(N * C)), ln2_mean((size_t)N),
+        ln2_rstd((size_t)N), fch((size_t)(N * 4 * C)), fch_gelu((size_t)(N * 4 * C)), out((size_t)(N * C)),
+        w_t((size_t)4 * C * C);
+    layernorm_forward(ln1.data(), ln1_mean.data(), ln1_rstd.data(), x.data(), W(LN1W), W(LN1B), N, C);
+    matmul_forward(qkv.data(), ln1.data(), W(QKVW), W(QKVB), N, C, 3 * C, w_t.data());
+    attention_forward(atty.data(), att.data(), qkv.data(), B, T, C, NH);
+    matmul_forward(res2.data(), atty.data(), W(ATTPROJW), W(ATTPROJB), N, C, C, w_t.data());
+    residual_forward(res2.data(), x.data(), res2.data(), N * C);
+    layernorm_forward(ln2.data(), ln2_mean.data(), ln2_rstd.data(), res2.data(), W(LN2W), W(LN2B), N, C);
+    matmul_forward(fch.data(), ln2.data(), W(FCW), W(FCB), N, C, 4 * C, w_t.data());
+    gelu_forward(fch_gelu.data(), fch.data(), N * 4 * C);
+    matmul_forward(out.data(), fch_gelu.data(), W(FCPROJW), W(FCPROJB), N, 4 * C, C, w_t.data());
+    residual_forward(out.data(), res2.data(), out.data(), N * C);
+
+    // GPU forward; each workspace tensor is compared, so the first one off names the stage
+    DeviceMem m;
+    const bf16 *w_d = m.bf16s(w), *x_d = m.bf16s(x);
+    bf16* out_d = m.zeros<bf16>(N * C);
+    layer_forward(g, w_d, x_d, out_d, a, s);
+    const struct { const char* name; int act; const std::vector<float>* ref; } acts[] = {
+        {"layer fwd ln1", ACT_LN1, &ln1},       {"layer fwd qkv (+bias)", ACT_QKV, &qkv}, {"layer fwd att", ACT_ATT, &att},
+        {"layer fwd atty", ACT_ATTY, &atty},    {"layer fwd res2", ACT_RES2, &res2},      {"layer fwd ln2", ACT_LN2, &ln2},
+        {"layer fwd fch (+bias)", ACT_FCH, &fch}, {"layer fwd fch_gelu", ACT_FCH_GELU, &fch_gelu}};
+    std::vector<std::vector<float>> first;
+    for (const auto& t : acts) {
+        first.push_back(download(a->p[t.act], (int64_t)t.ref->size()));
+        // up to ~6 bf16 roundings deep (LN, GEMM, bias, 3 in attention, residual); emulated <= 5e-3
+        EXPECT_LT(check(t.name, first.back(), *t.ref), 2e-2) << t.name;
+    }
+    EXPECT_LT(check("layer fwd out", download(out_d, N * C), out), 2e-2);
+    EXPECT_LT(check("layer fwd ln1 rstd", download(a->ln1_rstd, N), ln1_rstd), 1e-3);  // fp32 of a bf16 input
+    EXPECT_LT(check("layer fwd ln2 rstd", download(a->ln2_rstd, N), ln2_rstd), 2e-2);  // of res2 (bf16 behind attention)
+
+    // the recompute (out = NULL) must refill the workspace bit for bit: cuBLAS and our kernels are
+    // deterministic on one stream, and the backward pass relies on it
+    layer_forward(g, w_d, x_d, NULL, a, s);
+    for (size_t i = 0; i < first.size(); i++)
+        EXPECT_EQ(count_diff(download(a->p[acts[i].act], (int64_t)first[i].size()), first[i]), 0)
+            << "layer_forward(NULL) recomputed a different " << acts[i].name;
+
+    // GPU backward
+    bf16* dres_d = m.bf16s(dout);
+    cudaCheck(cudaMemsetAsync(g->layer_grads, 0, (size_t)p->layer_stride * 4, s));
+    layer_backward(g, w_d, x_d, dres_d, a, s);
+    auto dw_gpu = download(g->layer_grads, p->layer_stride);
+    auto dx_gpu = download(dres_d, N * C);
+
+    // CPU backward
+    std::vector<float> dres(dout), dw((size_t)p->layer_stride, 0.0f), dfch((size_t)(N * 4 * C)), dln((size_t)(N * C)),
+        dqkv((size_t)(N * 3 * C)), dscore((size_t)B * NH * T);
+    auto DW = [&](int t) { return dw.data() + off[t]; };
+    matmul_backward(dfch.data(), DW(FCPROJW), DW(FCPROJB), dres.data(), fch_gelu.data(), W(FCPROJW), N, 4 * C, C);
+    gelu_backward(dfch.data(), fch.data(), dfch.data(), N * 4 * C);
+    matmul_backward(dln.data(), DW(FCW), DW(FCB), dfch.data(), ln2.data(), W(FCW), N, C, 4 * C);
+    layernorm_backward(dres.data(), DW(LN2W), DW(LN2B), dln.data(), res2.data(), W(LN2W), ln2_mean.data(),
+                       ln2_rstd.data(), N, C);
+    matmul_backward(dln.data(), DW(ATTPROJW), DW(ATTPROJB), dres.data(), atty.data(), W(ATTPROJW), N, C, C);
+    attention_backward(dqkv.data(), dscore.data(), dln.data(), qkv.data(), att.data(), B, T, C, NH);
+    matmul_backward(dln.data(), DW(QKVW), DW(QKVB), dqkv.data(), ln1.data(), W(QKVW), N, C, 3 * C);
+    layernorm_backward(dres.data(), DW(LN1W), DW(LN1B), dln.data(), x.data(), W(LN1W), ln1_mean.data(),
+                       ln1_rstd.data(), N, C);
+
+    // gradients pass through about twice as many bf16 roundings as the forward (emulated <= 8e-3): 3e-2
+    EXPECT_LT(check("layer bwd dfch (after gelu_backward)", download(a->p[ACT_DFCH], N * 4 * C), dfch), 3e-2);
+    EXPECT_LT(check("layer bwd dqkv", download(a->p[ACT_DQKV], N * 3 * C), dqkv), 3e-2);
+    for (int t = 0; t < NUM_LAYER_TENSORS; t++) {
+        char name[64];
+        snprintf(name, sizeof name, "layer bwd grad %s", layer_tensor_names[t]);
+        EXPECT_LT(check(name, dw_gpu.data() + off[t], dw.data() + off[t], p->layer_size[t]), 3e-2) << name;
+    }
+    EXPECT_LT(check("layer bwd dx (dres on return)", dx_gpu, dres), 3e-2);
+}
+
+}  // namespace
