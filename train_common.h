@@ -460,14 +460,33 @@ static inline int make_dirs(const char* dir, char* err, size_t errlen) {
     return 1;
 }
 
-// Opens DIR/main.log (dir NULL: a disabled logger, returns 1). append=0 starts a fresh log, 1 (resume) appends.
-static inline int logger_open(TrainLogger* lg, const char* dir, int append, char* err, size_t errlen) {
+// Opens DIR/main.log (dir NULL: a disabled logger, returns 1). resume_step < 0 starts a fresh log; a
+// resumed run (resume_step >= 0) keeps the lines of steps up to resume_step and appends after them, so
+// the steps an interrupted run logged after its last checkpoint do not appear twice.
+static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_step, char* err, size_t errlen) {
     lg->f = NULL;
     if (!dir) return 1;
     if (!make_dirs(dir, err, errlen)) return 0;
-    char path[4200];
+    char path[4200], tmp[4300];
     snprintf(path, sizeof path, "%s/main.log", dir);
-    lg->f = fopen(path, append ? "a" : "w");
+    if (resume_step >= 0) {
+        FILE* in = fopen(path, "r");
+        if (in) {
+            snprintf(tmp, sizeof tmp, "%s.tmp", path);
+            FILE* out = fopen(tmp, "w");
+            if (!out) { fclose(in); snprintf(err, errlen, "cannot write %.160s: %.60s", tmp, strerror(errno)); return 0; }
+            char line[512];
+            long long step;
+            while (fgets(line, sizeof line, in))
+                if (sscanf(line, "s:%lld", &step) == 1 && step <= resume_step) fputs(line, out);
+            fclose(in);
+            if (fclose(out) != 0 || rename(tmp, path) != 0) {
+                snprintf(err, errlen, "cannot rewrite %.160s: %.60s", path, strerror(errno));
+                return 0;
+            }
+        }
+    }
+    lg->f = fopen(path, resume_step >= 0 ? "a" : "w");
     if (!lg->f) { snprintf(err, errlen, "cannot open log file %.160s: %.60s", path, strerror(errno)); return 0; }
     return 1;
 }

@@ -961,7 +961,7 @@ int main(int argc, char** argv) {
     if (!bench && !tokenizer_init(&tok, kTokenizerPath, err, sizeof err))
         fprintf(stderr, "warning: %s; samples are printed as token ids\n", err);
     TrainLogger logger;
-    if (!logger_open(&logger, bench ? NULL : args.output_dir, resume_step >= 0, err, sizeof err)) die("%s", err);
+    if (!logger_open(&logger, bench ? NULL : args.output_dir, resume_step, err, sizeof err)) die("%s", err);
 
     // the config table
     const ParamLayout* p = &g.layout;

@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
     if (!tokenizer_init(&tok, kTokenizerPath, err, sizeof err))
         fprintf(stderr, "warning: %s; samples are printed as token ids\n", err);
     TrainLogger logger;
-    if (!logger_open(&logger, args.output_dir, 0, err, sizeof err)) die("%s", err);
+    if (!logger_open(&logger, args.output_dir, -1, err, sizeof err)) die("%s", err);
 
     // the config table
     const double mib = 1.0 / (1 << 20);

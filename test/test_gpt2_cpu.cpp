@@ -664,20 +664,24 @@ TEST(Logger, WritesTrainAndValLines) {
     const std::string dir = "build/test_logger_" + std::to_string((long long)getpid()) + "/sub";
     TrainLogger lg;
     char e[256];
-    ASSERT_TRUE(logger_open(&lg, dir.c_str(), 0, e, sizeof e)) << e;
+    ASSERT_TRUE(logger_open(&lg, dir.c_str(), -1, e, sizeof e)) << e;
     logger_train(&lg, 1, 3.5f);
     logger_val(&lg, 1, 4.25f);
+    logger_train(&lg, 2, 3.25f);  // logged after the checkpoint of step 1, then the run died
     logger_close(&lg);
-    ASSERT_TRUE(logger_open(&lg, dir.c_str(), 1, e, sizeof e)) << e;  // append
+    ASSERT_TRUE(logger_open(&lg, dir.c_str(), 1, e, sizeof e)) << e;  // resumed from step 1
     logger_train(&lg, 2, 3.0f);
     logger_close(&lg);
     std::vector<char> b = read_bytes(dir + "/main.log");
     EXPECT_EQ(std::string(b.begin(), b.end()), "s:1 trl:3.500000\ns:1 tel:4.250000\ns:2 trl:3.000000\n");
+    ASSERT_TRUE(logger_open(&lg, dir.c_str(), -1, e, sizeof e)) << e;  // a fresh run starts a fresh log
+    logger_close(&lg);
+    EXPECT_TRUE(read_bytes(dir + "/main.log").empty());
     remove((dir + "/main.log").c_str());
     rmdir(dir.c_str());
     rmdir(dir.substr(0, dir.size() - 4).c_str());
-    ASSERT_TRUE(logger_open(&lg, NULL, 0, e, sizeof e));  // no -o: a disabled logger
+    ASSERT_TRUE(logger_open(&lg, NULL, -1, e, sizeof e));  // no -o: a disabled logger
     logger_train(&lg, 1, 1.0f);
     logger_close(&lg);
-    EXPECT_FALSE(logger_open(&lg, "/proc/no_such_dir/x", 0, e, sizeof e));
+    EXPECT_FALSE(logger_open(&lg, "/proc/no_such_dir/x", -1, e, sizeof e));
 }
