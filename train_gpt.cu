@@ -1037,6 +1037,9 @@ int main(int argc, char** argv) {
         }
     }
     optimizer_wait_all(&g);
+    printf("streamed over the run: %.2f GB host->GPU (%lld layer copies, %lld layers reused from the previous pass), "
+           "%.2f GB GPU->host; last CPU AdamW round %.3f s\n", g.ws.bytes_h2d / 1e9, (long long)g.ws.layer_copies,
+           (long long)g.ws.layer_reuses, g.ws.bytes_d2h / 1e9, g.opt->last_round_seconds);
 
     // summary: median over the timed steps (benchmark) or over all but the first step
     const int first_timed = bench ? ga.bench_warmup : start_step + 1;
