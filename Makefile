@@ -53,7 +53,7 @@ train_gpt: train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(HEADERS) $(wildc
 $(BUILD)/test_%: test/test_%.cpp $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard dev/data/*.h) | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
 
-$(BUILD)/test_%: test/test_%.cu train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard *.cuh) | $(BUILD)
+$(BUILD)/test_%: test/test_%.cu test/gpu_test_common.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard *.cuh) | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o -o $@ -lgtest -lgtest_main $(CUDA_LIBS)
 
 $(BUILD)/bench_cpu_adam: dev/bench/bench_cpu_adam.cpp $(BUILD)/cpu_adam.o cpu_adam.h | $(BUILD)

@@ -12,27 +12,10 @@
 //   loss and gradient norm 2e-2 relative, 10-step losses within 2e-2 relative of the CPU trainer's.
 // Runs of the GPU trainer that must agree with each other (slot count, accumulation split, resume) do the
 // same bf16 math in the same order, up to fp32 atomics in reductions: 1e-3 relative.
-#define TESTING
-#include "../train_gpt.cu"
-#include "../gpt2_cpu.h"
-#include <gtest/gtest.h>
+#include "gpu_test_common.h"
 #include <vector>
 
 namespace {
-
-bool have_gpu() {
-    int n = 0;
-    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-#define REQUIRE_GPU() \
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device: GPU suite skipped"
-
-GPTConfig tiny_config(int L, int C, int NH, int maxT, int V) {
-    GPTConfig c;
-    c.num_layers = L; c.channels = C; c.num_heads = NH; c.max_seq_len = maxT; c.vocab_size = V;
-    c.padded_vocab_size = (int)round_up64(V, 128);
-    return c;
-}
 
 TrainArgs test_args(float clip) {
     TrainArgs a;
@@ -47,16 +30,6 @@ std::vector<int> random_tokens(int64_t n, int V, uint64_t seed) {
     uint64_t s = seed;
     for (auto& x : t) x = (int)(random_u64(&s) % (uint64_t)V);
     return t;
-}
-
-double rel_l2(const float* a, const float* ref, int64_t n) {
-    double num = 0.0, den = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        const double d = (double)a[i] - ref[i];
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
 // A GPU trainer with the GPT-2 init of `seed`.

@@ -23,21 +23,11 @@
 //         gradients): a CPU emulation of the GPU's bf16 rounding points on these inputs gave <= 5e-3 forward,
 //         <= 8e-3 for gradients, so the margin is ~4x;
 //   exact  layout kernels, the bf16 conversion, dloss_scale = 0, padded dlogits columns, recompute.
-#define TESTING
-#include "../train_gpt.cu"
-#include "../gpt2_cpu.h"
-#include <gtest/gtest.h>
+#include "gpu_test_common.h"
 #include <algorithm>
 #include <vector>
 
 namespace {
-
-bool have_gpu() {
-    int n = 0;
-    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-#define REQUIRE_GPU() \
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device: GPU kernel suite skipped"
 
 // ----------------------------------------------------------------------------
 // Helpers: random bf16-exact inputs, device buffers, upload/download, the error measure.
@@ -103,15 +93,6 @@ struct DeviceMem {
     template <typename X> X* copy(const std::vector<X>& h) { X* d = zeros<X>((int64_t)h.size()); upload(d, h); return d; }
 };
 
-double rel_l2(const float* got, const float* ref, int64_t n) {
-    double num = 0.0, den = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        const double d = (double)got[i] - ref[i];
-        num += d * d;
-        den += (double)ref[i] * ref[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
 // Prints ||got - ref|| / ||ref|| for the device log and returns it (NaN fails every EXPECT_LT).
 double check(const char* what, const float* got, const float* ref, int64_t n) {
     const double e = rel_l2(got, ref, n);
@@ -135,13 +116,6 @@ int64_t above_diagonal_nonzeros(const std::vector<float>& att, int64_t rows, int
     for (int64_t r = 0; r < rows; r++)
         for (int j = (int)(r % T) + 1; j < T; j++) n += att[(size_t)(r * T + j)] != 0.0f;
     return n;
-}
-
-GPTConfig tiny_config(int L, int C, int NH, int maxT, int V) {
-    GPTConfig c;
-    c.num_layers = L; c.channels = C; c.num_heads = NH; c.max_seq_len = maxT; c.vocab_size = V;
-    c.padded_vocab_size = (int)round_up64(V, 128);
-    return c;
 }
 
 // A small GPT built for what the train_gpt.cu functions under test take from it: the cuBLAS handle (bound
