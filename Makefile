@@ -44,7 +44,7 @@ $(BUILD)/cpu_adam.o: cpu_adam.cpp cpu_adam.h | $(BUILD)
 train_gpt_cpu: train_gpt_cpu.cpp $(BUILD)/cpu_adam.o $(HEADERS)
 	$(CXX) $(CXXFLAGS) $< $(BUILD)/cpu_adam.o -o $@ $(LDLIBS)
 
-$(BUILD)/stream.o: stream.cu stream.h | $(BUILD)
+$(BUILD)/stream.o: stream.cu stream.h timeline.h cuda_common.h | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 train_gpt: train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard *.cuh)

@@ -8,7 +8,8 @@
 
 #define WARP 32
 
-__device__ __forceinline__ float warp_sum(float x) {
+template <typename Real>
+__device__ __forceinline__ Real warp_sum(Real x) {
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffff, x, o);
     return x;
 }
@@ -16,14 +17,15 @@ __device__ __forceinline__ float warp_max(float x) {
     for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, o));
     return x;
 }
-// Sum over a block of up to 1024 threads; every thread gets the result. `shared` holds >= 32 floats.
-__device__ __forceinline__ float block_sum(float x, float* shared) {
+// Sum over a block of up to 1024 threads; every thread gets the result. `shared` holds >= 32 values.
+template <typename Real>
+__device__ __forceinline__ Real block_sum(Real x, Real* shared) {
     const int lane = threadIdx.x % WARP, warp = threadIdx.x / WARP, nwarps = (blockDim.x + WARP - 1) / WARP;
     x = warp_sum(x);
     __syncthreads();  // protect `shared` from a previous call
     if (lane == 0) shared[warp] = x;
     __syncthreads();
-    x = lane < nwarps ? shared[lane] : 0.0f;
+    x = lane < nwarps ? shared[lane] : (Real)0;
     return warp_sum(x);
 }
 __device__ __forceinline__ float block_max(float x, float* shared) {
@@ -359,18 +361,20 @@ static void fused_classifier(bf16* logits, float* losses, const int* targets, in
 
 // ----------------------------------------------------------------------------
 // Gradient hand-off: fp32 gradients -> bf16 for the trip to the host, and their sum of squares (in double)
-// for the exact global-norm clip. Reading the fp32 values once serves both.
+// for the exact global-norm clip. Reading the fp32 values once serves both. The squares are summed in double
+// all the way (a thread adds ~1000 of them in a billion-parameter layer; fp32 would lose ~1e-4 of the norm),
+// which costs nothing here: the kernel is bound by memory, not by the FP64 units.
 
 __global__ void grads_to_bf16_sumsq_kernel(bf16* out, const float* in, int64_t n, double* sumsq) {
-    __shared__ float shared[WARP];
-    float acc = 0.0f;
+    __shared__ double shared[WARP];
+    double acc = 0.0;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float g = in[i];
-        acc += g * g;
+        const float g = in[i];
+        acc += (double)g * g;
         if (out) out[i] = __float2bfloat16(g);
     }
     acc = block_sum(acc, shared);
-    if (threadIdx.x == 0) atomicAdd(sumsq, (double)acc);
+    if (threadIdx.x == 0) atomicAdd(sumsq, acc);
 }
 static void grads_to_bf16_sumsq(bf16* out, const float* in, int64_t n, double* sumsq, cudaStream_t s) {
     grads_to_bf16_sumsq_kernel<<<grid_for(n, 512), 512, 0, s>>>(out, in, n, sumsq);

@@ -67,8 +67,10 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
     ws->grads_on_host = (cudaEvent_t*)malloc(sizeof(cudaEvent_t) * num_layers);
     ws->schedule = (int*)malloc(sizeof(int) * (num_layers > 0 ? num_layers : 1));
     if (!ws->grads_on_host || !ws->schedule) { fprintf(stderr, "error: out of host memory in stream_init\n"); exit(EXIT_FAILURE); }
-    for (int l = 0; l < num_layers; l++) cudaCheck(cudaEventCreateWithFlags(&ws->grads_on_host[l], cudaEventDisableTiming));
-    cudaCheck(cudaEventCreateWithFlags(&ws->embed_grads_on_host, cudaEventDisableTiming));
+    // The CPU optimizer thread waits on these: blocking sync, so the wait does not spin a core.
+    const unsigned host_wait_flags = cudaEventDisableTiming | cudaEventBlockingSync;
+    for (int l = 0; l < num_layers; l++) cudaCheck(cudaEventCreateWithFlags(&ws->grads_on_host[l], host_wait_flags));
+    cudaCheck(cudaEventCreateWithFlags(&ws->embed_grads_on_host, host_wait_flags));
     cudaCheck(cudaEventCreateWithFlags(&ws->embeddings_ready, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&ws->compute_mark, cudaEventDisableTiming));
 }
@@ -99,12 +101,12 @@ static int slot_of(const WeightStream* ws, int l) {
     return -1;
 }
 
-// Makes sure layer l is in (or on its way to) a slot, and pins that slot for this pass.
+// Makes sure layer l is in (or on its way to) a slot, and pins that slot for this pass. A layer that is not
+// resident must have its host bf16 copy ready (HostReadyFn) before this is called.
 static void request_layer(WeightStream* ws, int l) {
     int s = slot_of(ws, l);
     if (s >= 0) {  // still resident from the previous pass (e.g. the last layers of the forward pass)
-        ws->slot_pinned[s] = 1;
-        ws->layer_reuses++;
+        if (!ws->slot_pinned[s]) { ws->slot_pinned[s] = 1; ws->layer_reuses++; }
         return;
     }
     // Victim: the least recently used slot that this pass is not holding.
@@ -115,7 +117,6 @@ static void request_layer(WeightStream* ws, int l) {
         fprintf(stderr, "error: internal: no free weight slot for layer %d\n", l);
         exit(EXIT_FAILURE);
     }
-    ws->host_ready(ws->host_ready_ctx, l);  // the CPU optimizer has written layer l's new bf16 weights
     cudaCheck(cudaStreamWaitEvent(ws->h2d, ws->slot_free[victim], 0));
     const int64_t bytes = ws->layer_stride * 2;
     const uint16_t* src = ws->weights_host_bf16 + ws->embed_count + (int64_t)l * ws->layer_stride;
@@ -130,26 +131,42 @@ static void request_layer(WeightStream* ws, int l) {
     ws->layer_copies++;
 }
 
+// Requests the pass's next layers, in order, while they are at most `until` (a schedule position) and their
+// weights are ready on the host; stops at the first one that is not (the optimizer works in order too).
+// Never blocks: a layer left unrequested here is requested by stream_wait_layer, which may wait.
+static void request_ready_layers(WeightStream* ws, int until) {
+    while (ws->schedule_next < ws->schedule_len && ws->schedule_next <= until) {
+        const int l = ws->schedule[ws->schedule_next];
+        if (slot_of(ws, l) < 0 && !ws->host_ready(ws->host_ready_ctx, l, 0)) return;
+        request_layer(ws, l);
+        ws->schedule_next++;
+    }
+}
+
 void stream_begin_pass(WeightStream* ws, const int* order, int n) {
     for (int s = 0; s < ws->num_slots; s++) ws->slot_pinned[s] = 0;
     memcpy(ws->schedule, order, sizeof(int) * n);
     ws->schedule_len = n;
     ws->schedule_next = 0;
-    // Request num_slots - 1 layers now and one more each time a layer is released: the slot that is free
-    // then is the one whose layer finished longest ago, and the request (which may block the host on the
-    // CPU AdamW, see HostReadyFn) comes right AFTER the compute stream was given a layer's kernels, so
-    // the GPU has work while the host waits. Layers already resident are requested first so that the
-    // copies below never evict them.
+    // Up to num_slots - 1 layers are requested ahead of the one computing; each release lets one more in.
+    // The slot that is free then is the one whose layer finished longest ago, and the request comes right
+    // AFTER the compute stream was given a layer's kernels. A layer whose AdamW is not finished is not
+    // waited for there (that would hold back kernels of layers that are ready): stream_wait_layer waits.
+    // Layers already resident are pinned first so that the copies below never evict them.
     const int ahead = ws->num_slots - 1;
-    int first = n < ahead ? n : ahead;
+    const int first = n < ahead ? n : ahead;
     for (int i = 0; i < first; i++) if (slot_of(ws, order[i]) >= 0) request_layer(ws, order[i]);
-    // only the missing ones: request_layer on a resident layer would count it as a reuse a second time
-    for (int i = 0; i < first; i++) if (slot_of(ws, order[i]) < 0) request_layer(ws, order[i]);
-    ws->schedule_next = first;
+    request_ready_layers(ws, first - 1);
 }
 
 const bf16* stream_wait_layer(WeightStream* ws, int l) {
     int s = slot_of(ws, l);
+    if (s < 0 && ws->schedule_next < ws->schedule_len && ws->schedule[ws->schedule_next] == l) {
+        ws->host_ready(ws->host_ready_ctx, l, 1);  // the CPU AdamW of layer l: the GPU waits for it here
+        request_layer(ws, l);
+        ws->schedule_next++;
+        s = slot_of(ws, l);
+    }
     if (s < 0 || !ws->slot_pinned[s]) {
         fprintf(stderr, "error: internal: layer %d was not requested before use\n", l);
         exit(EXIT_FAILURE);
@@ -164,7 +181,10 @@ void stream_release_layer(WeightStream* ws, int l) {
     if (s < 0) { fprintf(stderr, "error: internal: release of layer %d that holds no slot\n", l); exit(EXIT_FAILURE); }
     cudaCheck(cudaEventRecord(ws->slot_free[s], ws->compute));
     ws->slot_pinned[s] = 0;
-    if (ws->schedule_next < ws->schedule_len) request_layer(ws, ws->schedule[ws->schedule_next++]);
+    // l's position in the pass: layers up to num_slots - 1 positions after it may now be in flight
+    int pos = 0;
+    while (pos < ws->schedule_len && ws->schedule[pos] != l) pos++;
+    request_ready_layers(ws, pos + ws->num_slots - 1);
 }
 
 void stream_invalidate(WeightStream* ws) {
@@ -172,7 +192,7 @@ void stream_invalidate(WeightStream* ws) {
 }
 
 void stream_upload_embeddings(WeightStream* ws, bf16* dev) {
-    ws->host_ready(ws->host_ready_ctx, -1);
+    ws->host_ready(ws->host_ready_ctx, -1, 1);
     // Nothing still queued on compute may read the old embeddings while they are overwritten.
     cudaCheck(cudaEventRecord(ws->compute_mark, ws->compute));
     cudaCheck(cudaStreamWaitEvent(ws->h2d, ws->compute_mark, 0));
@@ -213,6 +233,10 @@ void stream_send_embed_grads(WeightStream* ws, const float* dev) {
     timeline_end(ws->timeline, span, ws->d2h);
     cudaCheck(cudaEventRecord(ws->embed_grads_on_host, ws->d2h));
     ws->bytes_d2h += ws->embed_count * 4;
+}
+
+void stream_embed_grads_reusable(WeightStream* ws) {
+    cudaCheck(cudaStreamWaitEvent(ws->compute, ws->embed_grads_on_host, 0));
 }
 
 void stream_wait_grads_on_host(WeightStream* ws, int l) {

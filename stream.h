@@ -16,10 +16,11 @@
 #define MAX_SLOTS 8
 struct Timeline;
 
-// Called on the main thread right before layer l's weights are copied to the GPU (l = -1: embeddings);
-// blocks until the CPU optimizer has written that block's updated bf16 copy. This is the one place where
-// the next step's forward pass waits for the previous step's AdamW.
-typedef void (*HostReadyFn)(void* ctx, int layer);
+// Called on the main thread before layer l's weights are copied to the GPU (l = -1: embeddings): returns 1
+// when the CPU optimizer has written that block's updated bf16 copy. With wait = 1 it blocks until then
+// (and returns 1); with wait = 0 it only asks. This is the one place where the next step's forward pass
+// waits for the previous step's AdamW.
+typedef int (*HostReadyFn)(void* ctx, int layer, int wait);
 
 typedef struct {
     int num_layers, num_slots;
@@ -68,12 +69,15 @@ int64_t stream_host_bytes(int num_layers, int64_t layer_stride, int64_t embed_co
 int64_t stream_gpu_bytes(int64_t layer_stride, int num_slots);
 
 // A pass visits layers in `order` (forward: 0..L-1, backward: L-1..0). Starts copying the first
-// num_slots - 1 of them; a layer still resident from the previous pass (and not stale) is not copied again.
+// num_slots - 1 of them whose weights are ready on the host; a layer still resident from the previous pass
+// (and not stale) is not copied again.
 void stream_begin_pass(WeightStream* ws, const int* order, int n);
-// Makes the compute stream wait until layer l is in its slot; returns the slot's weights.
+// Makes the compute stream wait until layer l is in its slot; returns the slot's weights. If l's copy has
+// not been started yet (its AdamW was not done when a slot came free), the host waits for the optimizer
+// here and starts it.
 const bf16* stream_wait_layer(WeightStream* ws, int l);
 // The compute stream has been given every kernel that reads layer l: free its slot once they have run,
-// and start copying the next layer of the pass into it.
+// and start copying the next layers of the pass (up to num_slots - 1 ahead) whose weights are ready.
 void stream_release_layer(WeightStream* ws, int l);
 // The host weights changed (optimizer step): no slot content may be reused.
 void stream_invalidate(WeightStream* ws);
@@ -86,5 +90,7 @@ void stream_upload_embeddings(WeightStream* ws, bf16* dev);
 bf16* stream_grad_staging(WeightStream* ws);
 void stream_send_layer_grads(WeightStream* ws, int l);
 void stream_send_embed_grads(WeightStream* ws, const float* dev);
+// The compute stream waits until the previous step's embedding gradients have left `dev` (before zeroing it).
+void stream_embed_grads_reusable(WeightStream* ws);
 // Blocks the calling (optimizer) thread until layer l's gradients (l = -1: embeddings) are in host memory.
 void stream_wait_grads_on_host(WeightStream* ws, int l);

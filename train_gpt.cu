@@ -352,11 +352,13 @@ static void optimizer_thread_main(GPT* g) {
     }
 }
 
-// HostReadyFn for the stream: block until the optimizer has finished layer `layer` (-1: embeddings).
-static void optimizer_wait_block(void* ctx, int layer) {
+// HostReadyFn for the stream: has the optimizer finished layer `layer` (-1: embeddings)? wait: block until so.
+static int optimizer_block_ready(void* ctx, int layer, int wait) {
     Optimizer* o = ((GPT*)ctx)->opt;
     std::unique_lock<std::mutex> lock(o->mu);
-    o->cv.wait(lock, [o, layer] { return o->rounds_done == o->rounds_submitted || o->blocks_done > layer + 1; });
+    auto done = [o, layer] { return o->rounds_done == o->rounds_submitted || o->blocks_done > layer + 1; };
+    if (wait) o->cv.wait(lock, done);
+    return done() ? 1 : 0;
 }
 static void optimizer_wait_all(GPT* g) {
     Optimizer* o = g->opt;
@@ -444,7 +446,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
         exit(1);
     }
     for (int l = 0; l < c->num_layers; l++) { g->forward_order[l] = l; g->backward_order[l] = c->num_layers - 1 - l; }
-    stream_init(&g->ws, c->num_layers, p->layer_stride, p->embed_count, num_slots, optimizer_wait_block, g);
+    stream_init(&g->ws, c->num_layers, p->layer_stride, p->embed_count, num_slots, optimizer_block_ready, g);
     g->gpu_bytes += stream_gpu_bytes(p->layer_stride, num_slots);
 
     // GPU
@@ -538,6 +540,7 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     }
 
     // 3. loss and its backward through lm_head and the final LayerNorm (dlogits scaled to the step's mean)
+    stream_embed_grads_reusable(&g->ws);  // the last step's copy of them to the host has finished
     cudaCheck(cudaMemsetAsync(g->embed_grads, 0, (size_t)(p->embed_count * 4), s));
     cudaCheck(cudaMemsetAsync(g->sumsq_dev, 0, 8, s));
     int span = timeline_begin(tl, TRACK_COMPUTE, "head", -1, s);
@@ -578,7 +581,8 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     cudaCheck(cudaStreamSynchronize(s));
     g->last_norm = sqrt(*g->sumsq_host);
     const float loss = *g->loss_host;
-    if (tl && g->step > 0) {  // the AdamW round of the previous step ran during this step's forward pass
+    if (tl) optimizer_wait_all(g);  // its bookkeeping: the forward pass already waited for every block
+    if (tl && g->opt->rounds_done > 0) {  // the AdamW round of the previous step ran during this step's forward pass
         for (int b = 0; b <= L; b++) timeline_host_span(tl, TRACK_ADAM, "adamw", b - 1, g->opt->block_t0[b], g->opt->block_t1[b]);
     }
     // A non-finite loss or norm: no update (the caller stops; the weights stay those of the last step).

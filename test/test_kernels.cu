@@ -4,7 +4,9 @@
 // softmax_causal_* -> permute_heads, attention_forward/backward on a GPT's workspace), and one whole layer
 // (layer_forward, then layer_forward(NULL) + layer_backward) are compared with the fp32 functions of
 // gpt2_cpu.h on the same inputs. Shapes exercise the edges: T = 37 (not a multiple of 32) and 64, C = 96
-// and 128 with hs = 32, N = 296 rows (not a multiple of the 8 rows per block, more than one 256-row tile),
+// and 128 with hs = 32, attention also at hs = 64 (GPT-2's) and hs = 20 (not a multiple of 8: cuBLAS
+// strides without 16-byte alignment), N = 259 rows (not a multiple of the 8 rows per block, more than one
+// 256-row tile),
 // V = 2500 with Vp = 2560 (more than the 1024 threads of a row block), element counts past grid_for's cap
 // (so the grid-stride loops loop), and parameter gradients accumulated by two calls (they must ADD).
 // Not checked here: head_forward/head_backward as a unit (their kernels are checked one by one),
@@ -133,7 +135,7 @@ struct TestGPT {
 };
 
 const cudaStream_t kStream = 0;       // the kernels that need no cuBLAS run on the legacy stream
-const int kB = 8, kT = 37, kC = 96;   // N = 296 rows: not a multiple of 8 rows per block, two 256-row tiles
+const int kB = 7, kT = 37, kC = 96;   // N = 259 rows: not a multiple of 8 rows per block, two 256-row tiles
 const int64_t kN = (int64_t)kB * kT;
 
 // ----------------------------------------------------------------------------
@@ -216,7 +218,7 @@ TEST(Kernels, LayerNormBackwardMatchesCpu) {
                            rstd.data(), N, C);
     }
     EXPECT_LT(check("layernorm_backward dinp", download(dinp, N * C), ref_dinp), 1e-2);  // bf16, rounded twice
-    EXPECT_LT(check("layernorm_backward dw", download(dw, C), ref_dw), 1e-4);  // fp32 sums over 296 rows
+    EXPECT_LT(check("layernorm_backward dw", download(dw, C), ref_dw), 1e-4);  // fp32 sums over 259 rows
     EXPECT_LT(check("layernorm_backward db", download(db, C), ref_db), 1e-4);
 }
 
@@ -467,7 +469,7 @@ TEST(Kernels, SoftmaxCausalBackwardMatchesCpuSoftmaxBackward) {
 
 // The whole GPU attention path on a GPT's workspace vs gpt2_cpu.h attention_forward / attention_backward.
 struct AttnShape { int T, C, NH; };
-const AttnShape kAttnShapes[] = {{37, 96, 3}, {64, 128, 4}};  // hs = 32 in both
+const AttnShape kAttnShapes[] = {{37, 96, 3}, {64, 128, 4}, {64, 128, 2}, {37, 60, 3}};  // hs = 32, 32, 64, 20
 
 TEST(Kernels, AttentionForwardMatchesCpu) {
     REQUIRE_GPU();
