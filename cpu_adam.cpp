@@ -111,17 +111,8 @@ static inline float fmadd1(float a, float b, float c) {
 static inline float load_grad1(const float* g, int64_t i) { return g[i]; }
 static inline float load_grad1(const uint16_t* g, int64_t i) { return bf16_to_float(g[i]); }
 
-// The per-step constants, rounded to float once. 1/(1-beta^t) and 1/sqrt(1-beta2^t) are computed in double
-// so the bias corrections carry no error of their own.
-typedef struct {
-    float b1, b2, omb1, omb2;  // beta1, beta2, 1-beta1, 1-beta2
-    float ibc1;                // 1 / (1 - beta1^t)
-    float irs2;                // 1 / sqrt(1 - beta2^t): sqrt(vhat) = sqrt(v) * irs2
-    float eps, neg_lr, wd, scale;
-} AdamConsts;
-
-static AdamConsts adam_consts(const AdamWArgs* a) {
-    AdamConsts c;
+AdamWConstants adamw_constants(const AdamWArgs* a) {
+    AdamWConstants c;
     const double t = (double)a->t;
     c.b1 = a->beta1;
     c.b2 = a->beta2;
@@ -137,7 +128,7 @@ static AdamConsts adam_consts(const AdamWArgs* a) {
 }
 
 // The one definition of the update's operation order; the SIMD loops below mirror it op for op.
-static inline float adam1(float p, float grad, float* m, float* v, const AdamConsts* c) {
+static inline float adam1(float p, float grad, float* m, float* v, const AdamWConstants* c) {
     const float g = grad * c->scale;
     const float mm = fmadd1(c->b1, *m, c->omb1 * g);
     const float vv = fmadd1(c->b2, *v, (c->omb2 * g) * g);
@@ -193,7 +184,7 @@ static inline __m128i bf16x8(__m256 x) {
 
 template <typename G>
 static void adam_range(float* __restrict p, const G* __restrict g, float* __restrict m, float* __restrict v,
-                       uint16_t* __restrict out, int64_t lo, int64_t hi, const AdamConsts* c) {
+                       uint16_t* __restrict out, int64_t lo, int64_t hi, const AdamWConstants* c) {
     int64_t i = lo;
 #if CPU_ADAM_VEC == 16
     const __m512 b1 = _mm512_set1_ps(c->b1), b2 = _mm512_set1_ps(c->b2), omb1 = _mm512_set1_ps(c->omb1),
@@ -258,7 +249,7 @@ static inline void flush_subnormals_end(unsigned) {}
 
 template <typename G>
 static void adam_any(float* params, const G* grads, float* m, float* v, uint16_t* out, int64_t n, const AdamWArgs* a) {
-    const AdamConsts c = adam_consts(a);
+    const AdamWConstants c = adamw_constants(a);
     for_chunks(n, [&](int, int64_t lo, int64_t hi) {
         const unsigned csr = flush_subnormals_begin();
         adam_range(params, grads, m, v, out, lo, hi, &c);

@@ -44,6 +44,19 @@ typedef struct {
     int64_t t;           // 1-based step number, for the bias corrections; must be >= 1
 } AdamWArgs;
 
+// The per-step constants of the update, rounded to float once; 1/(1-beta1^t) and 1/sqrt(1-beta2^t) are
+// computed in double so the bias corrections carry no error of their own. Public so that the GPU's AdamW
+// (kernels.cuh, for the GPU-resident embeddings) uses the very same constants and operation order:
+//   g = grad*scale;  m = fma(b1, m, omb1*g);  v = fma(b2, v, (omb2*g)*g);
+//   upd = (m*ibc1) / fma(sqrt(v), irs2, eps);  param = fma(neg_lr, fma(wd, param, upd), param)
+typedef struct {
+    float b1, b2, omb1, omb2;  // beta1, beta2, 1-beta1, 1-beta2
+    float ibc1;                // 1 / (1 - beta1^t)
+    float irs2;                // 1 / sqrt(1 - beta2^t): sqrt(vhat) = sqrt(v) * irs2
+    float eps, neg_lr, wd, scale;
+} AdamWConstants;
+AdamWConstants adamw_constants(const AdamWArgs* a);
+
 // Threads for the parallel regions below: 0 (the start value) = the OpenMP default (OMP_NUM_THREADS or
 // omp_set_num_threads of the calling thread). The GPU trainer calls these from its own optimizer thread
 // and may set fewer, to leave cores for the copy threads. Ranges under 32768 elements always run on the

@@ -5,6 +5,7 @@
 // Launchers take the stream; every launch is checked. Element counts are int64_t.
 #pragma once
 #include "cuda_common.h"
+#include "cpu_adam.h"  // AdamWConstants: the GPU AdamW below uses the CPU's constants and operation order
 
 #define WARP 32
 
@@ -378,6 +379,31 @@ __global__ void grads_to_bf16_sumsq_kernel(bf16* out, const float* in, int64_t n
 }
 static void grads_to_bf16_sumsq(bf16* out, const float* in, int64_t n, double* sumsq, cudaStream_t s) {
     grads_to_bf16_sumsq_kernel<<<grid_for(n, 512), 512, 0, s>>>(out, in, n, sumsq);
+    cudaCheckLaunch();
+}
+
+// AdamW for the few parameters that live on the GPU with their fp32 master copy and moments (the embedding
+// block, see train_gpt.cu). The operation order and the per-step constants are cpu_adam.cpp's (explicitly
+// rounded intrinsics, so --use_fast_math cannot reorder or approximate them), so a parameter gets the same
+// update wherever it is updated. p_bf16: the bf16 copy the kernels read, written in the same pass.
+
+__global__ void adamw_kernel(float* p, const float* grad, float* m, float* v, bf16* p_bf16, int64_t n, AdamWConstants c) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float g = __fmul_rn(grad[i], c.scale);
+        const float mm = __fmaf_rn(c.b1, m[i], __fmul_rn(c.omb1, g));
+        const float vv = __fmaf_rn(c.b2, v[i], __fmul_rn(__fmul_rn(c.omb2, g), g));
+        const float denom = __fmaf_rn(__fsqrt_rn(vv), c.irs2, c.eps);
+        const float upd = __fdiv_rn(__fmul_rn(mm, c.ibc1), denom);
+        const float pp = __fmaf_rn(c.neg_lr, __fmaf_rn(c.wd, p[i], upd), p[i]);
+        m[i] = mm;
+        v[i] = vv;
+        p[i] = pp;
+        p_bf16[i] = __float2bfloat16(pp);
+    }
+}
+static void adamw_gpu(float* p, const float* grad, float* m, float* v, bf16* p_bf16, int64_t n, const AdamWArgs* args,
+                      cudaStream_t s) {
+    adamw_kernel<<<grid_for(n, 256), 256, 0, s>>>(p, grad, m, v, p_bf16, n, adamw_constants(args));
     cudaCheckLaunch();
 }
 

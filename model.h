@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define MODEL_MAGIC 20240326
 #define MODEL_VERSION_FP32 3
@@ -231,12 +232,16 @@ static inline int gpt_load_params(const char* path, const GPTConfig* cfg, float*
     return 1;
 }
 
-// Saves atomically: writes path.tmp then renames, so a crash mid-save never destroys the old file.
+// Saves atomically: writes path.tmp, fsyncs it, then renames, so a crash mid-save never destroys the old file
+// and the new name never points at data still in the page cache. The caller fsyncs the directory (fsync_dir
+// in train_common.h) to make the rename itself durable.
 static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const float* params, char* err, size_t errlen) {
     ParamLayout p = gpt_layout(cfg);
     char tmp[4200];
-    if (strlen(path) > 4000) { snprintf(err, errlen, "model file path too long"); return 0; }
-    snprintf(tmp, sizeof tmp, "%.4000s.tmp", path);
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        snprintf(err, errlen, "model file path too long (%zu characters)", strlen(path));
+        return 0;
+    }
     FILE* f = fopen(tmp, "wb");
     if (!f) { snprintf(err, errlen, "cannot create %.400s", tmp); return 0; }
     int header[256] = {0};
@@ -252,6 +257,7 @@ static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const 
             ok = (int64_t)fwrite(src, sizeof(float), (size_t)n, f) == n;
         }
     }
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok = (fclose(f) == 0) && ok;
     if (!ok || rename(tmp, path) != 0) {
         remove(tmp);

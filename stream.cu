@@ -28,7 +28,7 @@ static void* device_alloc(int64_t bytes, const char* what) {
 
 int64_t stream_host_bytes(int num_layers, int64_t layer_stride, int64_t embed_count) {
     const int64_t total = embed_count + (int64_t)num_layers * layer_stride;
-    return total * 2 + (int64_t)num_layers * layer_stride * 2 + embed_count * 4;
+    return total * 2 + (int64_t)num_layers * layer_stride * 2;
 }
 int64_t stream_gpu_bytes(int64_t layer_stride, int num_slots) {
     return (int64_t)num_slots * layer_stride * 2 + 2 * layer_stride * 2;
@@ -49,7 +49,6 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
 
     ws->weights_host_bf16 = (uint16_t*)pinned_alloc(total * 2, "the bf16 weights");
     ws->grads_host_bf16 = (uint16_t*)pinned_alloc((int64_t)num_layers * layer_stride * 2, "the layer gradients");
-    ws->embed_grads_host_fp32 = (float*)pinned_alloc(embed_count * 4, "the embedding gradients");
 
     ws->slots = (bf16*)device_alloc((int64_t)num_slots * layer_stride * 2, "the weight slots");
     for (int k = 0; k < 2; k++) ws->grad_staging[k] = (bf16*)device_alloc(layer_stride * 2, "gradient staging");
@@ -70,8 +69,6 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
     // The CPU optimizer thread waits on these: blocking sync, so the wait does not spin a core.
     const unsigned host_wait_flags = cudaEventDisableTiming | cudaEventBlockingSync;
     for (int l = 0; l < num_layers; l++) cudaCheck(cudaEventCreateWithFlags(&ws->grads_on_host[l], host_wait_flags));
-    cudaCheck(cudaEventCreateWithFlags(&ws->embed_grads_on_host, host_wait_flags));
-    cudaCheck(cudaEventCreateWithFlags(&ws->embeddings_ready, cudaEventDisableTiming));
     cudaCheck(cudaEventCreateWithFlags(&ws->compute_mark, cudaEventDisableTiming));
 }
 
@@ -83,14 +80,11 @@ void stream_free(WeightStream* ws) {
     }
     for (int k = 0; k < 2; k++) { cudaCheck(cudaEventDestroy(ws->staging_free[k])); cudaCheck(cudaFree(ws->grad_staging[k])); }
     for (int l = 0; l < ws->num_layers; l++) cudaCheck(cudaEventDestroy(ws->grads_on_host[l]));
-    cudaCheck(cudaEventDestroy(ws->embed_grads_on_host));
-    cudaCheck(cudaEventDestroy(ws->embeddings_ready));
     cudaCheck(cudaEventDestroy(ws->compute_mark));
     cudaCheck(cudaStreamDestroy(ws->compute)); cudaCheck(cudaStreamDestroy(ws->h2d)); cudaCheck(cudaStreamDestroy(ws->d2h));
     cudaCheck(cudaFree(ws->slots));
     cudaCheck(cudaFreeHost(ws->weights_host_bf16));
     cudaCheck(cudaFreeHost(ws->grads_host_bf16));
-    cudaCheck(cudaFreeHost(ws->embed_grads_host_fp32));
     free(ws->grads_on_host);
     free(ws->schedule);
     memset(ws, 0, sizeof *ws);
@@ -191,19 +185,6 @@ void stream_invalidate(WeightStream* ws) {
     for (int s = 0; s < ws->num_slots; s++) { ws->slot_layer[s] = -1; ws->slot_pinned[s] = 0; }
 }
 
-void stream_upload_embeddings(WeightStream* ws, bf16* dev) {
-    ws->host_ready(ws->host_ready_ctx, -1, 1);
-    // Nothing still queued on compute may read the old embeddings while they are overwritten.
-    cudaCheck(cudaEventRecord(ws->compute_mark, ws->compute));
-    cudaCheck(cudaStreamWaitEvent(ws->h2d, ws->compute_mark, 0));
-    const int span = timeline_begin(ws->timeline, TRACK_H2D, "embeddings", -1, ws->h2d);
-    cudaCheck(cudaMemcpyAsync(dev, ws->weights_host_bf16, (size_t)(ws->embed_count * 2), cudaMemcpyHostToDevice, ws->h2d));
-    timeline_end(ws->timeline, span, ws->h2d);
-    cudaCheck(cudaEventRecord(ws->embeddings_ready, ws->h2d));
-    cudaCheck(cudaStreamWaitEvent(ws->compute, ws->embeddings_ready, 0));
-    ws->bytes_h2d += ws->embed_count * 2;
-}
-
 bf16* stream_grad_staging(WeightStream* ws) {
     const int k = ws->staging_next;
     cudaCheck(cudaStreamWaitEvent(ws->compute, ws->staging_free[k], 0));
@@ -225,20 +206,6 @@ void stream_send_layer_grads(WeightStream* ws, int l) {
     ws->bytes_d2h += bytes;
 }
 
-void stream_send_embed_grads(WeightStream* ws, const float* dev) {
-    cudaCheck(cudaEventRecord(ws->compute_mark, ws->compute));
-    cudaCheck(cudaStreamWaitEvent(ws->d2h, ws->compute_mark, 0));
-    const int span = timeline_begin(ws->timeline, TRACK_D2H, "embed grads", -1, ws->d2h);
-    cudaCheck(cudaMemcpyAsync(ws->embed_grads_host_fp32, dev, (size_t)(ws->embed_count * 4), cudaMemcpyDeviceToHost, ws->d2h));
-    timeline_end(ws->timeline, span, ws->d2h);
-    cudaCheck(cudaEventRecord(ws->embed_grads_on_host, ws->d2h));
-    ws->bytes_d2h += ws->embed_count * 4;
-}
-
-void stream_embed_grads_reusable(WeightStream* ws) {
-    cudaCheck(cudaStreamWaitEvent(ws->compute, ws->embed_grads_on_host, 0));
-}
-
 void stream_wait_grads_on_host(WeightStream* ws, int l) {
-    cudaCheck(cudaEventSynchronize(l < 0 ? ws->embed_grads_on_host : ws->grads_on_host[l]));
+    cudaCheck(cudaEventSynchronize(ws->grads_on_host[l]));
 }

@@ -9,6 +9,8 @@
 //   slot_free[s]   (compute) : the last kernel reading slot s is done  -> h2d waits before overwriting it
 //   staging_free[k] (d2h)    : gradient staging buffer k is on the host -> compute waits before refilling it
 //   grads_on_host[l] (d2h)   : layer l's gradients are in host memory   -> the CPU optimizer thread waits on it
+// The embeddings (wte, wpe, final LayerNorm) and any GPU-resident layers (-R) are not streamed: they stay on
+// the GPU (train_gpt.cu), and a pass's `order` lists only the streamed layers.
 #pragma once
 #include <stdint.h>
 #include "cuda_common.h"
@@ -16,7 +18,7 @@
 #define MAX_SLOTS 8
 struct Timeline;
 
-// Called on the main thread before layer l's weights are copied to the GPU (l = -1: embeddings): returns 1
+// Called on the main thread before layer l's weights are copied to the GPU: returns 1
 // when the CPU optimizer has written that block's updated bf16 copy. With wait = 1 it blocks until then
 // (and returns 1); with wait = 0 it only asks. This is the one place where the next step's forward pass
 // waits for the previous step's AdamW.
@@ -28,9 +30,10 @@ typedef struct {
     int64_t embed_count;   // elements of the embedding block
 
     // Host, pinned (DMA-able, so copies run at full PCIe speed and asynchronously)
-    uint16_t* weights_host_bf16;    // [embeddings | layer 0 | ... | layer L-1], written by the CPU AdamW
+    uint16_t* weights_host_bf16;    // [embeddings | layer 0 | ... | layer L-1], written by the CPU AdamW; laid out
+                                    // like the fp32 master weights (the embedding part is only used to load them:
+                                    // the embeddings live and are updated on the GPU, train_gpt.cu)
     uint16_t* grads_host_bf16;      // L * layer_stride: each layer's gradient, sent once per step
-    float* embed_grads_host_fp32;   // embeddings' gradient (kept fp32: it is accumulated on the GPU anyway)
 
     // GPU
     bf16* slots;                    // num_slots * layer_stride: the weights of the layers in flight
@@ -43,7 +46,7 @@ typedef struct {
     cudaEvent_t staging_free[2];
     int staging_next;
     cudaEvent_t* grads_on_host;     // one per layer
-    cudaEvent_t embed_grads_on_host, embeddings_ready, compute_mark;
+    cudaEvent_t compute_mark;
 
     cudaStream_t compute, h2d, d2h;
 
@@ -82,15 +85,9 @@ void stream_release_layer(WeightStream* ws, int l);
 // The host weights changed (optimizer step): no slot content may be reused.
 void stream_invalidate(WeightStream* ws);
 
-// Copies the embeddings' bf16 weights to `dev` (after host_ready(-1)); compute waits for them.
-void stream_upload_embeddings(WeightStream* ws, bf16* dev);
-
 // Gradients: get a staging buffer for layer l (compute waits until it is free), fill it on the compute
 // stream, then send it: the copy to grads_host_bf16[l] runs on the d2h stream.
 bf16* stream_grad_staging(WeightStream* ws);
 void stream_send_layer_grads(WeightStream* ws, int l);
-void stream_send_embed_grads(WeightStream* ws, const float* dev);
-// The compute stream waits until the previous step's embedding gradients have left `dev` (before zeroing it).
-void stream_embed_grads_reusable(WeightStream* ws);
-// Blocks the calling (optimizer) thread until layer l's gradients (l = -1: embeddings) are in host memory.
+// Blocks the calling (optimizer) thread until layer l's gradients are in host memory.
 void stream_wait_grads_on_host(WeightStream* ws, int l);

@@ -5,7 +5,9 @@
 // It does no model math (gpt2_cpu.h / train_gpt.cu) and no AdamW arithmetic itself (cpu_adam.cpp).
 // Host C++17 only, no intrinsics and no OpenMP, so nvcc can compile it as part of a .cu file.
 #pragma once
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <math.h>
 #include <stdint.h>
@@ -211,6 +213,13 @@ static inline int train_args_check(const TrainArgs* a, char* err, size_t errlen)
     }
     if ((a->checkpoint_every > 0 || a->resume) && !a->output_dir) {
         snprintf(err, errlen, "-n and -y need an output directory (-o)");
+        return 0;
+    }
+    // every file name under -o ("/model_00000000.bin.tmp" is the longest) must fit PATH_MAX and our 4200-byte
+    // path buffers, so a long -o is refused here, not by a truncated name after hours of training
+    if (a->output_dir && strlen(a->output_dir) > 4000) {
+        snprintf(err, errlen, "flag -o: the output directory path is too long (%zu characters, at most 4000)",
+                 strlen(a->output_dir));
         return 0;
     }
     return 1;
@@ -460,9 +469,49 @@ static inline int make_dirs(const char* dir, char* err, size_t errlen) {
     return 1;
 }
 
+// Makes the renames, creations and removals of files in dir durable (a power loss after this cannot bring
+// back an old name or lose a new one). Checkpoints call it between their data files and their DONE marker,
+// so the marker can never reach the disk before what it vouches for. Returns 0 with err set on failure.
+static inline int fsync_dir(const char* dir, char* err, size_t errlen) {
+    const int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) { snprintf(err, errlen, "cannot open directory %.160s: %.60s", dir, strerror(errno)); return 0; }
+    const int ok = fsync(fd) == 0;
+    if (!ok) snprintf(err, errlen, "cannot fsync directory %.160s: %.60s", dir, strerror(errno));
+    close(fd);
+    return ok;
+}
+
+// Step N of a file named exactly <prefix>N<suffix> (N: decimal digits only, 1..INT_MAX, as the trainers write
+// it), else -1: "DONE_00000200x", "DONE_-5" or a 30-digit step are not checkpoints.
+static inline int64_t checkpoint_name_step(const char* name, const char* prefix, const char* suffix) {
+    const size_t np = strlen(prefix);
+    if (strncmp(name, prefix, np) != 0 || name[np] < '0' || name[np] > '9') return -1;  // strtoll skips spaces, signs
+    char* end = NULL;
+    errno = 0;
+    const long long v = strtoll(name + np, &end, 10);
+    if (errno == ERANGE || strcmp(end, suffix) != 0 || v < 1 || v > 2147483647) return -1;
+    return v;
+}
+
+// Largest step below `below` among the files <prefix>N<suffix> in dir, or -1 (none, or no such dir). Callers
+// walk down from INT64_MAX to visit the checkpoints newest first.
+static inline int64_t dir_latest_step(const char* dir, const char* prefix, const char* suffix, int64_t below) {
+    DIR* d = opendir(dir);
+    if (!d) return -1;
+    int64_t best = -1;
+    struct dirent* e;
+    while ((e = readdir(d))) {
+        const int64_t s = checkpoint_name_step(e->d_name, prefix, suffix);
+        if (s > best && s < below) best = s;
+    }
+    closedir(d);
+    return best;
+}
+
 // Opens DIR/main.log (dir NULL: a disabled logger, returns 1). resume_step < 0 starts a fresh log; a
-// resumed run (resume_step >= 0) keeps the lines of steps up to resume_step and appends after them, so
-// the steps an interrupted run logged after its last checkpoint do not appear twice.
+// resumed run (resume_step >= 0) keeps the train lines of steps up to resume_step and the val lines of steps
+// before it, and appends after them: the resumed run logs step resume_step's validation again itself, and the
+// steps an interrupted run logged after its last checkpoint do not appear twice.
 static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_step, char* err, size_t errlen) {
     lg->f = NULL;
     if (!dir) return 1;
@@ -475,15 +524,20 @@ static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_s
             snprintf(tmp, sizeof tmp, "%s.tmp", path);
             FILE* out = fopen(tmp, "w");
             if (!out) { fclose(in); snprintf(err, errlen, "cannot write %.160s: %.60s", tmp, strerror(errno)); return 0; }
-            char line[512];
+            char line[512], kind[4] = "";
             long long step;
-            while (fgets(line, sizeof line, in))
-                if (sscanf(line, "s:%lld", &step) == 1 && step <= resume_step) fputs(line, out);
+            while (fgets(line, sizeof line, in)) {
+                if (sscanf(line, "s:%lld %3[a-z]", &step, kind) != 2) continue;
+                if (strcmp(kind, "tel") == 0 ? step < resume_step : step <= resume_step) fputs(line, out);
+            }
             fclose(in);
-            if (fclose(out) != 0 || rename(tmp, path) != 0) {
+            // durable before the rename replaces the old log: a crash must leave the old or the new one whole
+            const int synced = fflush(out) == 0 && fsync(fileno(out)) == 0;
+            if (fclose(out) != 0 || !synced || rename(tmp, path) != 0) {
                 snprintf(err, errlen, "cannot rewrite %.160s: %.60s", path, strerror(errno));
                 return 0;
             }
+            if (!fsync_dir(dir, err, errlen)) return 0;
         }
     }
     lg->f = fopen(path, resume_step >= 0 ? "a" : "w");

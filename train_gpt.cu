@@ -5,8 +5,13 @@
 //              of the weights that is streamed to the GPU and the bf16 gradients that come back (stream.cu).
 //   GPU      : a ring of >= 2 layer-sized weight slots, one layer of fp32 gradient accumulator, each
 //              layer's INPUT as a bf16 checkpoint (per micro-batch), one layer of recompute workspace, and
-//              the embeddings (wte/wpe/final LN) resident with their fp32 gradients: they are needed at both
-//              ends of every pass and are a constant that does not grow with depth.
+//              the embeddings (wte/wpe/final LN) resident with their fp32 gradients, fp32 master copy and
+//              AdamW moments (16 bytes per parameter, a constant that does not grow with depth): they are
+//              needed at both ends of every pass, so updating them in place on the GPU takes the last
+//              gradient copy, the first AdamW block and the first weight copy off the step boundary.
+//              Optionally (-R) the first R layers too, where GPU memory would otherwise sit idle: they are
+//              then neither copied nor updated by the CPU, which shortens the CPU AdamW round that bounds a
+//              step at few tokens per step. -R 0 (the default) is the pure streaming trainer.
 //   forward  : layer-outer, micro-batch-inner: layer l's weights are copied once per step and applied to
 //              every micro-batch while layer l+1 is copied on the h2d stream. Only layer inputs are kept.
 //   loss     : final LN + tied lm_head + fused softmax/cross-entropy, backward through them right away.
@@ -15,10 +20,11 @@
 //              into one fp32 gradient buffer (so gradient accumulation needs no second copy), convert to bf16
 //              and add the squared norm on the GPU, send it to the host on the d2h stream.
 //   optimizer: once the global norm is known (one sync per step), a CPU thread runs AdamW (cpu_adam.cpp)
-//              block by block — embeddings, layer 0, 1, ... — writing the bf16 copy in the same pass. The NEXT
-//              step's forward starts at once and copies layer l as soon as its update is done, so the CPU
-//              update of layer l+k overlaps the GPU forward of layer l. The clip is exact: no update uses a
-//              gradient before the norm of all gradients is known.
+//              layer by layer — 0, 1, ... — writing the bf16 copy in the same pass, while the GPU updates the
+//              embeddings (same constants and operation order, kernels.cuh). The NEXT step's forward starts at
+//              once and copies layer l as soon as its update is done, so the CPU update of layer l+k overlaps
+//              the GPU forward of layer l. The clip is exact: no update uses a gradient before the norm of
+//              all gradients is known.
 // Not here: kernels (kernels.cuh), host<->GPU copies (stream.cu), AdamW math (cpu_adam.cpp), the CPU
 // reference model (gpt2_cpu.h).
 #include <atomic>
@@ -112,10 +118,29 @@ static void workspace_sizes(const GPTConfig* c, int B, int T, int64_t sizes[NUM_
                                  N * 4 * C, N * C, N * C, N * C, N * C, N * 3 * C, att, N * C, N * C, N * c->padded_vocab_size};
     memcpy(sizes, s, sizeof s);
 }
+// Byte counts of the memory plan, overflow-checked: an absurd shape (-e, -b, -t) must be refused here, not
+// wrap to a negative count that passes the fit check and fails later in cudaMalloc.
+static int64_t plan_mul(int64_t a, int64_t b, const char* what) {
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) die("config too large: the byte count of %s overflows int64", what);
+    return r;
+}
+static int64_t plan_add(int64_t a, int64_t b, const char* what) {
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r)) die("config too large: the byte count of %s overflows int64", what);
+    return r;
+}
 static int64_t workspace_bytes(const GPTConfig* c, int B, int T) {
-    int64_t sizes[NUM_ACTS], bytes = 6 * (int64_t)B * T * 4;
+    // the largest entries of workspace_sizes (every other one is smaller), checked first so that table cannot wrap
+    const char* what = "the activation workspace of one layer (B*T*4C, B*NH*T*T attention scores or B*T*Vp logits; lower -b or -t)";
+    const int64_t N = (int64_t)B * T;
+    const int64_t largest[3] = {plan_mul(N, 4 * (int64_t)c->channels, what),
+                                plan_mul(plan_mul((int64_t)B * c->num_heads, T, what), T, what),
+                                plan_mul(N, c->padded_vocab_size, what)};
+    for (int i = 0; i < 3; i++) plan_add(plan_mul(largest[i], 2, what), 255, what);  // bf16, round_up64 to 256
+    int64_t sizes[NUM_ACTS], bytes = plan_mul(N, 6 * 4, what);
     workspace_sizes(c, B, T, sizes);
-    for (int i = 0; i < NUM_ACTS; i++) bytes += round_up64(sizes[i] * 2, 256);
+    for (int i = 0; i < NUM_ACTS; i++) bytes = plan_add(bytes, round_up64(sizes[i] * 2, 256), what);
     return bytes;
 }
 static void workspace_alloc(Workspace* w, const GPTConfig* c, int B, int T) {
@@ -134,7 +159,7 @@ static void workspace_alloc(Workspace* w, const GPTConfig* c, int B, int T) {
 
 typedef struct GPT GPT;
 
-// The CPU optimizer thread: one "round" per step updates block 0 (embeddings) then blocks 1..L (layers).
+// The CPU optimizer thread: one "round" per step updates the streamed layers R..L-1 in order.
 typedef struct {
     std::thread thread;
     std::mutex mu;
@@ -145,7 +170,7 @@ typedef struct {
     float lr, grad_scale;
     int64_t t;        // AdamW step, 1-based
     double last_round_seconds;
-    double *block_t0, *block_t1;  // host clock at the start / end of each block of the last round (timeline)
+    double *block_t0, *block_t1;  // host clock at the start / end of each layer of the last round (timeline)
 } Optimizer;
 
 struct GPT {
@@ -161,10 +186,19 @@ struct GPT {
     float* adam_v;              // fp32 AdamW second moment
     WeightStream ws;            // pinned bf16 weights/grads, GPU slots, streams
 
-    // GPU
-    bf16* embed;                // resident bf16 embeddings block: wte | wpe | lnfw | lnfb
-    float* embed_grads;         // fp32, accumulated over micro-batches
-    float* layer_grads;         // fp32 gradient accumulator of the layer in flight
+    // GPU. The GPU-resident prefix of the layout, [embeddings | layers 0..R-1], is not streamed: its bf16
+    // weights, fp32 gradients, fp32 master weights and AdamW moments stay on the GPU and a GPU AdamW updates
+    // it. The embeddings always (wte | wpe | lnfw | lnfb: both ends of every pass need them); the first R
+    // layers only when asked (-R), to use GPU memory that would sit idle: their CPU update and both copies
+    // leave the step. The host's master / adam_m / adam_v hold the prefix only for files (gpt_resident_*).
+    int resident_layers;        // R
+    int64_t resident_count;     // parameters in the prefix: embed_count + R * layer_stride
+    bf16* resident;             // bf16 weights of the prefix (what the kernels read)
+    float* resident_grads;      // fp32, accumulated over micro-batches
+    float* resident_master;
+    float* resident_m;
+    float* resident_v;
+    float* layer_grads;         // fp32 gradient accumulator of the streamed layer in flight
     bf16* ckpt;                 // (L+1) x max_micro x (B*T*C): each layer's input (and the final residual)
     bf16* dresid;               // max_micro x (B*T*C): gradient of the residual stream, per micro-batch
     int* tokens_in;             // max_micro x B*T
@@ -180,8 +214,8 @@ struct GPT {
     int64_t step;               // optimizer steps taken
     double last_norm;
     int64_t gpu_bytes;          // every byte this trainer allocated on the GPU (the "peak GPU" figure)
-    int* forward_order;         // 0, 1, ..., L-1: the layer order of a forward pass
-    int* backward_order;        // L-1, ..., 0
+    int* forward_order;         // R, R+1, ..., L-1: the streamed layers in the order of a forward pass
+    int* backward_order;        // L-1, ..., R
     Timeline* timeline;         // NULL unless -Y 1
 };
 
@@ -191,7 +225,8 @@ static inline bf16* ckpt_at(GPT* g, int l, int mb) {
 }
 static inline bf16* dresid_at(GPT* g, int mb) { return g->dresid + (int64_t)mb * g->B * g->T * g->config.channels; }
 static inline const bf16* wt(const GPT* g, const bf16* layer, int t) { return layer + g->layout.layer_offset[t]; }
-static inline float* gt(GPT* g, int t) { return g->layer_grads + g->layout.layer_offset[t]; }
+// Layer l's weights: its slot in the GPU-resident prefix, or (streamed) what stream_wait_layer returned.
+static inline bf16* resident_layer(GPT* g, int l) { return g->resident + gpt_layer_offset(&g->layout, l); }
 
 // ----------------------------------------------------------------------------
 // One transformer layer, forward. x: the layer's input (its checkpoint). out: where to write the layer's
@@ -234,7 +269,8 @@ static void layer_forward(GPT* g, const bf16* w, const bf16* x, bf16* out, Works
 // ----------------------------------------------------------------------------
 // One transformer layer, backward, after layer_forward(out = NULL) refilled the workspace.
 // dres: gradient w.r.t. the layer's output on entry, w.r.t. its input on return (updated in place, since
-// the residual connections pass it through unchanged). Parameter gradients are ADDED to g->layer_grads.
+// the residual connections pass it through unchanged). Parameter gradients are ADDED to `grads` (the
+// layer's block: g->layer_grads for a streamed layer, its place in g->resident_grads for a resident one).
 
 static void attention_backward(GPT* g, Workspace* a, const bf16* datty, cudaStream_t s) {
     const int B = g->B, T = g->T, NH = g->config.num_heads, hs = g->config.channels / NH;
@@ -256,28 +292,29 @@ static void attention_backward(GPT* g, Workspace* a, const bf16* datty, cudaStre
     merge_qkv_grads(a->p[ACT_DQKV], a->p[ACT_DQ], a->p[ACT_DK], a->p[ACT_DV], B, T, NH, hs, s);
 }
 
-static void layer_backward(GPT* g, const bf16* w, const bf16* x, bf16* dres, Workspace* a, cudaStream_t s) {
+static void layer_backward(GPT* g, const bf16* w, float* grads, const bf16* x, bf16* dres, Workspace* a, cudaStream_t s) {
     const int64_t N = (int64_t)g->B * g->T;
     const int C = g->config.channels;
+    auto gt = [g, grads](int t) { return grads + g->layout.layer_offset[t]; };  // tensor t's gradient
     // MLP: out = res2 + fcproj(gelu(fc(ln2(res2))))
-    matmul_backward_weight(gt(g, FCPROJW), dres, a->p[ACT_FCH_GELU], N, 4 * C, C, s);
-    bias_backward(gt(g, FCPROJB), dres, N, C, s);
+    matmul_backward_weight(gt(FCPROJW), dres, a->p[ACT_FCH_GELU], N, 4 * C, C, s);
+    bias_backward(gt(FCPROJB), dres, N, C, s);
     matmul_backward_input(a->p[ACT_DFCH], dres, wt(g, w, FCPROJW), N, 4 * C, C, s);
     gelu_backward(a->p[ACT_DFCH], a->p[ACT_FCH], N * 4 * C, s);
-    matmul_backward_weight(gt(g, FCW), a->p[ACT_DFCH], a->p[ACT_LN2], N, C, 4 * C, s);
-    bias_backward(gt(g, FCB), a->p[ACT_DFCH], N, 4 * C, s);
+    matmul_backward_weight(gt(FCW), a->p[ACT_DFCH], a->p[ACT_LN2], N, C, 4 * C, s);
+    bias_backward(gt(FCB), a->p[ACT_DFCH], N, 4 * C, s);
     matmul_backward_input(a->p[ACT_DC], a->p[ACT_DFCH], wt(g, w, FCW), N, C, 4 * C, s);
-    layernorm_backward(dres, gt(g, LN2W), gt(g, LN2B), a->p[ACT_DC], a->p[ACT_RES2], wt(g, w, LN2W), a->ln2_mean,
+    layernorm_backward(dres, gt(LN2W), gt(LN2B), a->p[ACT_DC], a->p[ACT_RES2], wt(g, w, LN2W), a->ln2_mean,
                        a->ln2_rstd, N, C, s);
     // attention: res2 = x + attproj(attention(qkv(ln1(x))))
-    matmul_backward_weight(gt(g, ATTPROJW), dres, a->p[ACT_ATTY], N, C, C, s);
-    bias_backward(gt(g, ATTPROJB), dres, N, C, s);
+    matmul_backward_weight(gt(ATTPROJW), dres, a->p[ACT_ATTY], N, C, C, s);
+    bias_backward(gt(ATTPROJB), dres, N, C, s);
     matmul_backward_input(a->p[ACT_DC], dres, wt(g, w, ATTPROJW), N, C, C, s);
     attention_backward(g, a, a->p[ACT_DC], s);
-    matmul_backward_weight(gt(g, QKVW), a->p[ACT_DQKV], a->p[ACT_LN1], N, C, 3 * C, s);
-    bias_backward(gt(g, QKVB), a->p[ACT_DQKV], N, 3 * C, s);
+    matmul_backward_weight(gt(QKVW), a->p[ACT_DQKV], a->p[ACT_LN1], N, C, 3 * C, s);
+    bias_backward(gt(QKVB), a->p[ACT_DQKV], N, 3 * C, s);
     matmul_backward_input(a->p[ACT_DC], a->p[ACT_DQKV], wt(g, w, QKVW), N, C, 3 * C, s);
-    layernorm_backward(dres, gt(g, LN1W), gt(g, LN1B), a->p[ACT_DC], x, wt(g, w, LN1W), a->ln1_mean, a->ln1_rstd, N, C, s);
+    layernorm_backward(dres, gt(LN1W), gt(LN1B), a->p[ACT_DC], x, wt(g, w, LN1W), a->ln1_mean, a->ln1_rstd, N, C, s);
 }
 
 // ----------------------------------------------------------------------------
@@ -288,7 +325,7 @@ static void head_forward(GPT* g, const bf16* x, const int* targets, float* losse
     const int64_t N = (int64_t)g->B * g->T;
     const int C = g->config.channels;
     Workspace* a = &g->ws_act;
-    const bf16* e = g->embed;
+    const bf16* e = g->resident;
     layernorm_forward(a->p[ACT_LNF], a->lnf_mean, a->lnf_rstd, x, e + g->layout.embed_offset[LNFW],
                       e + g->layout.embed_offset[LNFB], N, C, s);
     matmul_forward(a->p[ACT_LOGITS], a->p[ACT_LNF], e + g->layout.embed_offset[WTE], N, C, g->config.padded_vocab_size, s);
@@ -301,28 +338,23 @@ static void head_backward(GPT* g, const bf16* x, bf16* dres, cudaStream_t s) {
     const int C = g->config.channels, Vp = g->config.padded_vocab_size;
     Workspace* a = &g->ws_act;
     const ParamLayout* p = &g->layout;
-    matmul_backward_weight(g->embed_grads + p->embed_offset[WTE], a->p[ACT_LOGITS], a->p[ACT_LNF], N, C, Vp, s);
-    matmul_backward_input(a->p[ACT_DLNF], a->p[ACT_LOGITS], g->embed + p->embed_offset[WTE], N, C, Vp, s);
+    matmul_backward_weight(g->resident_grads + p->embed_offset[WTE], a->p[ACT_LOGITS], a->p[ACT_LNF], N, C, Vp, s);
+    matmul_backward_input(a->p[ACT_DLNF], a->p[ACT_LOGITS], g->resident + p->embed_offset[WTE], N, C, Vp, s);
     cudaCheck(cudaMemsetAsync(dres, 0, (size_t)(N * C * 2), s));
-    layernorm_backward(dres, g->embed_grads + p->embed_offset[LNFW], g->embed_grads + p->embed_offset[LNFB],
-                       a->p[ACT_DLNF], x, g->embed + p->embed_offset[LNFW], a->lnf_mean, a->lnf_rstd, N, C, s);
+    layernorm_backward(dres, g->resident_grads + p->embed_offset[LNFW], g->resident_grads + p->embed_offset[LNFB],
+                       a->p[ACT_DLNF], x, g->resident + p->embed_offset[LNFW], a->lnf_mean, a->lnf_rstd, N, C, s);
 }
 
 // ----------------------------------------------------------------------------
 // The CPU optimizer thread (see the file comment for how it overlaps the next step's forward pass).
 
-static void adamw_block(GPT* g, int block) {
+static void adamw_layer(GPT* g, int l) {
     Optimizer* o = g->opt;
     AdamWArgs args = {o->lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, g->args.weight_decay, o->grad_scale, o->t};
     const ParamLayout* p = &g->layout;
-    if (block == 0) {
-        adamw_embed_block_f32grad(p, g->master, g->ws.embed_grads_host_fp32, g->adam_m, g->adam_v, g->ws.weights_host_bf16, &args);
-    } else {
-        const int l = block - 1;
-        const int64_t off = gpt_layer_offset(p, l);
-        adamw_layer_block_bf16grad(p, g->master + off, g->ws.grads_host_bf16 + (int64_t)l * p->layer_stride, g->adam_m + off,
-                                   g->adam_v + off, g->ws.weights_host_bf16 + off, &args);
-    }
+    const int64_t off = gpt_layer_offset(p, l);
+    adamw_layer_block_bf16grad(p, g->master + off, g->ws.grads_host_bf16 + (int64_t)l * p->layer_stride, g->adam_m + off,
+                               g->adam_v + off, g->ws.weights_host_bf16 + off, &args);
 }
 
 static void optimizer_thread_main(GPT* g) {
@@ -334,14 +366,14 @@ static void optimizer_thread_main(GPT* g) {
             if (o->quit && o->rounds_submitted == o->rounds_done) return;
         }
         auto t0 = std::chrono::steady_clock::now();
-        for (int block = 0; block <= g->config.num_layers; block++) {
-            stream_wait_grads_on_host(&g->ws, block - 1);
+        for (int l = g->resident_layers; l < g->config.num_layers; l++) {
+            stream_wait_grads_on_host(&g->ws, l);
             const double b0 = timeline_now();
-            adamw_block(g, block);
+            adamw_layer(g, l);
             std::lock_guard<std::mutex> lock(o->mu);
-            o->block_t0[block] = b0;
-            o->block_t1[block] = timeline_now();
-            o->blocks_done = block + 1;
+            o->block_t0[l] = b0;
+            o->block_t1[l] = timeline_now();
+            o->blocks_done = l + 1;
             o->cv.notify_all();
         }
         std::lock_guard<std::mutex> lock(o->mu);
@@ -352,11 +384,11 @@ static void optimizer_thread_main(GPT* g) {
     }
 }
 
-// HostReadyFn for the stream: has the optimizer finished layer `layer` (-1: embeddings)? wait: block until so.
+// HostReadyFn for the stream: has the optimizer finished layer `layer`? wait: block until so.
 static int optimizer_block_ready(void* ctx, int layer, int wait) {
     Optimizer* o = ((GPT*)ctx)->opt;
     std::unique_lock<std::mutex> lock(o->mu);
-    auto done = [o, layer] { return o->rounds_done == o->rounds_submitted || o->blocks_done > layer + 1; };
+    auto done = [o, layer] { return o->rounds_done == o->rounds_submitted || o->blocks_done > layer; };
     if (wait) o->cv.wait(lock, done);
     return done() ? 1 : 0;
 }
@@ -380,14 +412,26 @@ static void optimizer_submit(GPT* g, float lr, float grad_scale) {
 
 typedef struct { int64_t host_bytes, gpu_bytes; } MemoryPlan;
 
-static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micro, int num_slots) {
+// Every term that grows with -b, -t, -d is overflow-checked (plan_mul / plan_add): an absurd config dies with
+// "config too large" instead of returning a wrapped count. The terms are exactly gpt_build's allocations.
+static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micro, int num_slots, int resident_layers) {
     ParamLayout p = gpt_layout(c);
     MemoryPlan m;
+    // the per-parameter terms come to well under 64 bytes per parameter (12 + stream_host_bytes' < 8 on the
+    // host; 18 + 4 + stream_gpu_bytes' 2 * (MAX_SLOTS + 2) on the GPU): checking that bound covers them and their sums
+    plan_mul(p.total, 64, "the parameters (fp32 weights, AdamW m and v, bf16 copies: choose a smaller model)");
     m.host_bytes = p.total * 4 * 3 + stream_host_bytes(c->num_layers, p.layer_stride, p.embed_count);
-    const int64_t act = (int64_t)B * T * c->channels * 2;
-    m.gpu_bytes = p.embed_count * (2 + 4) + p.layer_stride * 4 + stream_gpu_bytes(p.layer_stride, num_slots) +
-                  (int64_t)(c->num_layers + 1) * max_micro * act + (int64_t)max_micro * act +
-                  (int64_t)max_micro * B * T * (4 + 4 + 4) + 4 + 8 + workspace_bytes(c, B, T) + (int64_t)kCublasWorkspaceBytes;
+    const char* ckpt = "the layer-input checkpoints ((L+1) * micro-batches * B*T*C; lower -d, -b or -t)";
+    const int64_t act = plan_mul(plan_mul((int64_t)B * T, c->channels, ckpt), 2, ckpt);
+    // the GPU-resident prefix (embeddings + R layers): bf16 weights, fp32 gradients, fp32 master + AdamW m, v
+    const int64_t resident_count = p.embed_count + (int64_t)resident_layers * p.layer_stride;
+    int64_t gpu = resident_count * (2 + 4 + 12) + p.layer_stride * 4 + stream_gpu_bytes(p.layer_stride, num_slots);
+    gpu = plan_add(gpu, plan_mul(plan_mul(c->num_layers + 1, max_micro, ckpt), act, ckpt), ckpt);
+    const char* micro = "the per-micro-batch buffers (residual gradients, tokens, losses; lower -d, -b or -t)";
+    gpu = plan_add(gpu, plan_mul(max_micro, act, micro), micro);
+    gpu = plan_add(gpu, plan_mul(plan_mul(max_micro, (int64_t)B * T, micro), 4 + 4 + 4, micro), micro);
+    gpu = plan_add(gpu, 4 + 8 + (int64_t)kCublasWorkspaceBytes, micro);
+    m.gpu_bytes = plan_add(gpu, workspace_bytes(c, B, T), "the whole GPU plan (lower -b or -t)");
     return m;
 }
 
@@ -421,12 +465,19 @@ static void host_free_floats(float* p, int64_t n) {
     if (p) munmap(p, (size_t)n * 4);
 }
 
-static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro, int num_slots, const TrainArgs* args) {
+static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro, int num_slots, int resident_layers,
+                      const TrainArgs* args) {
     memset(g, 0, sizeof *g);
     g->config = *cfg; g->layout = gpt_layout(cfg);
     g->B = B; g->T = T; g->max_micro = max_micro; g->args = *args;
     const ParamLayout* p = &g->layout;
     const GPTConfig* c = &g->config;
+    if (resident_layers < 0 || resident_layers > c->num_layers) {
+        fprintf(stderr, "error: internal: %d GPU-resident layers of %d\n", resident_layers, c->num_layers);
+        exit(1);
+    }
+    g->resident_layers = resident_layers;
+    g->resident_count = p->embed_count + (int64_t)resident_layers * p->layer_stride;
 
     // host: not pinned (only the CPU touches them); pages are faulted in by whoever writes first
     g->master = host_alloc_floats(p->total);
@@ -437,15 +488,16 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
         exit(1);
     }
     g->opt = new Optimizer();
-    g->opt->block_t0 = (double*)calloc((size_t)c->num_layers + 1, sizeof(double));
-    g->opt->block_t1 = (double*)calloc((size_t)c->num_layers + 1, sizeof(double));
+    g->opt->block_t0 = (double*)calloc((size_t)c->num_layers, sizeof(double));
+    g->opt->block_t1 = (double*)calloc((size_t)c->num_layers, sizeof(double));
     g->forward_order = (int*)malloc(sizeof(int) * (size_t)c->num_layers);
     g->backward_order = (int*)malloc(sizeof(int) * (size_t)c->num_layers);
     if (!g->opt->block_t0 || !g->opt->block_t1 || !g->forward_order || !g->backward_order) {
         fprintf(stderr, "error: out of host memory\n");
         exit(1);
     }
-    for (int l = 0; l < c->num_layers; l++) { g->forward_order[l] = l; g->backward_order[l] = c->num_layers - 1 - l; }
+    const int streamed = c->num_layers - resident_layers;
+    for (int i = 0; i < streamed; i++) { g->forward_order[i] = resident_layers + i; g->backward_order[i] = c->num_layers - 1 - i; }
     stream_init(&g->ws, c->num_layers, p->layer_stride, p->embed_count, num_slots, optimizer_block_ready, g);
     g->gpu_bytes += stream_gpu_bytes(p->layer_stride, num_slots);
 
@@ -455,8 +507,11 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     cublas_stream = NULL;
     cublas_use_stream(g->ws.compute);
     const int64_t N = (int64_t)B * T, act = N * c->channels;
-    g->embed = (bf16*)gpu_alloc(g, p->embed_count * 2);
-    g->embed_grads = (float*)gpu_alloc(g, p->embed_count * 4);
+    g->resident = (bf16*)gpu_alloc(g, g->resident_count * 2);
+    g->resident_grads = (float*)gpu_alloc(g, g->resident_count * 4);
+    g->resident_master = (float*)gpu_alloc(g, g->resident_count * 4);
+    g->resident_m = (float*)gpu_alloc(g, g->resident_count * 4);
+    g->resident_v = (float*)gpu_alloc(g, g->resident_count * 4);
     g->layer_grads = (float*)gpu_alloc(g, p->layer_stride * 4);
     g->ckpt = (bf16*)gpu_alloc(g, (int64_t)(c->num_layers + 1) * max_micro * act * 2);
     g->dresid = (bf16*)gpu_alloc(g, (int64_t)max_micro * act * 2);
@@ -473,10 +528,33 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     g->opt->thread = std::thread(optimizer_thread_main, g);
 }
 
+// The GPU-resident prefix's fp32 weights and AdamW moments: host arrays (g->master, adam_m, adam_v, where
+// files are read and written; the prefix is their first resident_count floats) <-> their GPU home.
+// Synchronous: only at load and checkpoint time.
+static void gpt_resident_state_to_device(GPT* g) {
+    const size_t bytes = (size_t)g->resident_count * 4;
+    cudaStream_t s = g->ws.compute;
+    cudaCheck(cudaMemcpyAsync(g->resident_master, g->master, bytes, cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(g->resident_m, g->adam_m, bytes, cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(g->resident_v, g->adam_v, bytes, cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(g->resident, g->ws.weights_host_bf16, (size_t)g->resident_count * 2, cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaStreamSynchronize(s));
+}
+static void gpt_resident_state_to_host(GPT* g) {
+    const size_t bytes = (size_t)g->resident_count * 4;
+    cudaStream_t s = g->ws.compute;  // after the last step's GPU AdamW, which runs on this stream
+    cudaCheck(cudaMemcpyAsync(g->master, g->resident_master, bytes, cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaMemcpyAsync(g->adam_m, g->resident_m, bytes, cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaMemcpyAsync(g->adam_v, g->resident_v, bytes, cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaStreamSynchronize(s));
+}
+
 // The master weights changed outside the optimizer (init, model file, resume): refresh the bf16 copy
-// that is streamed, and drop whatever the GPU slots hold.
+// that is streamed and the GPU-resident prefix (with the host's AdamW moments: zero, or a resumed
+// state's), and drop whatever the GPU slots hold.
 static void gpt_weights_ready(GPT* g) {
     convert_f32_to_bf16(g->master, g->ws.weights_host_bf16, g->layout.total);
+    gpt_resident_state_to_device(g);
     stream_invalidate(&g->ws);
 }
 
@@ -492,7 +570,8 @@ static void gpt_free(GPT* g) {
     cudaCheck(cudaFree(cublas_workspace));
     cublas_handle = NULL; cublas_workspace = NULL; cublas_stream = NULL;
     stream_free(&g->ws);
-    cudaCheck(cudaFree(g->embed)); cudaCheck(cudaFree(g->embed_grads)); cudaCheck(cudaFree(g->layer_grads));
+    cudaCheck(cudaFree(g->resident)); cudaCheck(cudaFree(g->resident_grads)); cudaCheck(cudaFree(g->layer_grads));
+    cudaCheck(cudaFree(g->resident_master)); cudaCheck(cudaFree(g->resident_m)); cudaCheck(cudaFree(g->resident_v));
     cudaCheck(cudaFree(g->ckpt)); cudaCheck(cudaFree(g->dresid)); cudaCheck(cudaFree(g->tokens_in));
     cudaCheck(cudaFree(g->tokens_out)); cudaCheck(cudaFree(g->losses)); cudaCheck(cudaFree(g->loss_dev));
     cudaCheck(cudaFree(g->sumsq_dev)); cudaCheck(cudaFreeHost(g->loss_host)); cudaCheck(cudaFreeHost(g->sumsq_host));
@@ -503,6 +582,22 @@ static void gpt_free(GPT* g) {
     free(g->opt->block_t0); free(g->opt->block_t1);
     free(g->forward_order); free(g->backward_order);
     delete g->opt;
+}
+
+// AdamW of the GPU-resident prefix, tensor by tensor (weight decay on matrices only, as train_common.h's
+// block updates do), with the step number optimizer_submit just took.
+static void resident_adamw(GPT* g, float lr, float grad_scale, cudaStream_t s) {
+    const ParamLayout* p = &g->layout;
+    const AdamWArgs args = {lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, g->args.weight_decay, grad_scale, g->step};
+    auto update = [&](int64_t o, int64_t n, int is_matrix) {
+        AdamWArgs a = args;
+        if (!is_matrix) a.weight_decay = 0.0f;
+        adamw_gpu(g->resident_master + o, g->resident_grads + o, g->resident_m + o, g->resident_v + o, g->resident + o, n, &a, s);
+    };
+    for (int t = 0; t < NUM_EMBED_TENSORS; t++) update(p->embed_offset[t], p->embed_size[t], embed_tensor_is_matrix[t]);
+    for (int l = 0; l < g->resident_layers; l++)
+        for (int t = 0; t < NUM_LAYER_TENSORS; t++)
+            update(gpt_layer_offset(p, l) + p->layer_offset[t], p->layer_size[t], layer_tensor_is_matrix[t]);
 }
 
 // ----------------------------------------------------------------------------
@@ -521,27 +616,27 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     Timeline* tl = g->timeline;
     timeline_start_step(tl, s);
 
-    // 1. tokens and the (updated) embeddings
+    // 1. tokens (the GPU-resident prefix is already up to date: the last step's GPU AdamW ran on this stream)
     cudaCheck(cudaMemcpyAsync(g->tokens_in, inputs, (size_t)(n_micro * N * 4), cudaMemcpyHostToDevice, s));
     cudaCheck(cudaMemcpyAsync(g->tokens_out, targets, (size_t)(n_micro * N * 4), cudaMemcpyHostToDevice, s));
-    stream_upload_embeddings(&g->ws, g->embed);
-    const bf16* wte = g->embed + p->embed_offset[WTE];
-    const bf16* wpe = g->embed + p->embed_offset[WPE];
+    const bf16* wte = g->resident + p->embed_offset[WTE];
+    const bf16* wpe = g->resident + p->embed_offset[WPE];
     for (int mb = 0; mb < n_micro; mb++) embedding_forward(ckpt_at(g, 0, mb), g->tokens_in + mb * N, wte, wpe, N, T, C, s);
 
-    // 2. forward: each layer's weights arrive once and serve every micro-batch
-    stream_begin_pass(&g->ws, g->forward_order, L);
+    // 2. forward: each layer's weights arrive once and serve every micro-batch (GPU-resident layers first:
+    // while they compute, the CPU AdamW works on the first streamed layers)
+    const int R = g->resident_layers;
+    stream_begin_pass(&g->ws, g->forward_order, L - R);
     for (int l = 0; l < L; l++) {
-        const bf16* w = stream_wait_layer(&g->ws, l);
+        const bf16* w = l < R ? resident_layer(g, l) : stream_wait_layer(&g->ws, l);
         const int span = timeline_begin(tl, TRACK_COMPUTE, "fwd", l, s);
         for (int mb = 0; mb < n_micro; mb++) layer_forward(g, w, ckpt_at(g, l, mb), ckpt_at(g, l + 1, mb), a, s);
         timeline_end(tl, span, s);
-        stream_release_layer(&g->ws, l);
+        if (l >= R) stream_release_layer(&g->ws, l);
     }
 
     // 3. loss and its backward through lm_head and the final LayerNorm (dlogits scaled to the step's mean)
-    stream_embed_grads_reusable(&g->ws);  // the last step's copy of them to the host has finished
-    cudaCheck(cudaMemsetAsync(g->embed_grads, 0, (size_t)(p->embed_count * 4), s));
+    cudaCheck(cudaMemsetAsync(g->resident_grads, 0, (size_t)(g->resident_count * 4), s));
     cudaCheck(cudaMemsetAsync(g->sumsq_dev, 0, 8, s));
     int span = timeline_begin(tl, TRACK_COMPUTE, "head", -1, s);
     for (int mb = 0; mb < n_micro; mb++) {
@@ -551,29 +646,33 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     mean_loss(g->loss_dev, g->losses, n_micro * N, s);
     timeline_end(tl, span, s);
 
-    // 4. backward, last layer first, recomputing each layer from its checkpoint
-    stream_begin_pass(&g->ws, g->backward_order, L);
+    // 4. backward, last layer first, recomputing each layer from its checkpoint. A streamed layer's gradient
+    // goes to the host; a GPU-resident layer's stays in its place in resident_grads.
+    stream_begin_pass(&g->ws, g->backward_order, L - R);
     for (int l = L - 1; l >= 0; l--) {
-        const bf16* w = stream_wait_layer(&g->ws, l);
+        const int streamed = l >= R;
+        const bf16* w = streamed ? stream_wait_layer(&g->ws, l) : resident_layer(g, l);
+        float* grads = streamed ? g->layer_grads : g->resident_grads + gpt_layer_offset(p, l);
         span = timeline_begin(tl, TRACK_COMPUTE, "bwd", l, s);
-        cudaCheck(cudaMemsetAsync(g->layer_grads, 0, (size_t)(p->layer_stride * 4), s));
+        if (streamed) cudaCheck(cudaMemsetAsync(g->layer_grads, 0, (size_t)(p->layer_stride * 4), s));
         for (int mb = 0; mb < n_micro; mb++) {
             layer_forward(g, w, ckpt_at(g, l, mb), NULL, a, s);
-            layer_backward(g, w, ckpt_at(g, l, mb), dresid_at(g, mb), a, s);
+            layer_backward(g, w, grads, ckpt_at(g, l, mb), dresid_at(g, mb), a, s);
         }
-        stream_release_layer(&g->ws, l);
-        bf16* staging = stream_grad_staging(&g->ws);
-        grads_to_bf16_sumsq(staging, g->layer_grads, p->layer_stride, g->sumsq_dev, s);
+        if (streamed) {
+            stream_release_layer(&g->ws, l);
+            bf16* staging = stream_grad_staging(&g->ws);
+            grads_to_bf16_sumsq(staging, g->layer_grads, p->layer_stride, g->sumsq_dev, s);
+        }
         timeline_end(tl, span, s);
-        stream_send_layer_grads(&g->ws, l);
+        if (streamed) stream_send_layer_grads(&g->ws, l);
     }
     span = timeline_begin(tl, TRACK_COMPUTE, "embed bwd", -1, s);
     for (int mb = 0; mb < n_micro; mb++)
-        embedding_backward(g->embed_grads + p->embed_offset[WTE], g->embed_grads + p->embed_offset[WPE], dresid_at(g, mb),
-                           g->tokens_in + mb * N, N, T, C, s);
-    grads_to_bf16_sumsq(NULL, g->embed_grads, p->embed_count, g->sumsq_dev, s);
+        embedding_backward(g->resident_grads + p->embed_offset[WTE], g->resident_grads + p->embed_offset[WPE],
+                           dresid_at(g, mb), g->tokens_in + mb * N, N, T, C, s);
+    grads_to_bf16_sumsq(NULL, g->resident_grads, g->resident_count, g->sumsq_dev, s);  // embeddings + resident layers
     timeline_end(tl, span, s);
-    stream_send_embed_grads(&g->ws, g->embed_grads);
 
     // 5. the one synchronization of the step: loss and global norm
     cudaCheck(cudaMemcpyAsync(g->loss_host, g->loss_dev, 4, cudaMemcpyDeviceToHost, s));
@@ -583,14 +682,19 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     const float loss = *g->loss_host;
     if (tl) optimizer_wait_all(g);  // its bookkeeping: the forward pass already waited for every block
     if (tl && g->opt->rounds_done > 0) {  // the AdamW round of the previous step ran during this step's forward pass
-        for (int b = 0; b <= L; b++) timeline_host_span(tl, TRACK_ADAM, "adamw", b - 1, g->opt->block_t0[b], g->opt->block_t1[b]);
+        for (int l = R; l < L; l++) timeline_host_span(tl, TRACK_ADAM, "adamw", l, g->opt->block_t0[l], g->opt->block_t1[l]);
     }
     // A non-finite loss or norm: no update (the caller stops; the weights stay those of the last step).
     if (!isfinite(loss) || !isfinite(g->last_norm)) return loss;
 
-    // 6. AdamW on the CPU thread; the next step's forward pass picks up each block as soon as it is done
+    // 6. AdamW: the streamed layers on the CPU thread (the next step's forward pass picks up each one as soon
+    // as it is done), the GPU-resident prefix right here on the compute stream, before the next step's kernels
+    const float grad_scale = clip_scale((float)g->last_norm, g->args.grad_clip);
     stream_invalidate(&g->ws);
-    optimizer_submit(g, lr, clip_scale((float)g->last_norm, g->args.grad_clip));
+    optimizer_submit(g, lr, grad_scale);
+    span = timeline_begin(tl, TRACK_COMPUTE, "resident adamw", -1, s);
+    resident_adamw(g, lr, grad_scale, s);
+    timeline_end(tl, span, s);
     return loss;
 }
 
@@ -603,14 +707,14 @@ static float gpt_forward_eval(GPT* g, const int* inputs, const int* targets) {
     cudaStream_t s = g->ws.compute;
     cudaCheck(cudaMemcpyAsync(g->tokens_in, inputs, (size_t)(N * 4), cudaMemcpyHostToDevice, s));
     if (targets) cudaCheck(cudaMemcpyAsync(g->tokens_out, targets, (size_t)(N * 4), cudaMemcpyHostToDevice, s));
-    stream_upload_embeddings(&g->ws, g->embed);
-    embedding_forward(ckpt_at(g, 0, 0), g->tokens_in, g->embed + g->layout.embed_offset[WTE],
-                      g->embed + g->layout.embed_offset[WPE], N, T, C, s);
-    stream_begin_pass(&g->ws, g->forward_order, L);
+    embedding_forward(ckpt_at(g, 0, 0), g->tokens_in, g->resident + g->layout.embed_offset[WTE],
+                      g->resident + g->layout.embed_offset[WPE], N, T, C, s);
+    const int R = g->resident_layers;
+    stream_begin_pass(&g->ws, g->forward_order, L - R);
     for (int l = 0; l < L; l++) {
-        const bf16* w = stream_wait_layer(&g->ws, l);
+        const bf16* w = l < R ? resident_layer(g, l) : stream_wait_layer(&g->ws, l);
         layer_forward(g, w, ckpt_at(g, l, 0), ckpt_at(g, l + 1, 0), &g->ws_act, s);
-        stream_release_layer(&g->ws, l);
+        if (l >= R) stream_release_layer(&g->ws, l);
     }
     head_forward(g, ckpt_at(g, L, 0), targets ? g->tokens_out : NULL, g->losses, 0.0f, s);
     float loss = 0.0f;
@@ -636,65 +740,184 @@ static void gpt_copy_logits(GPT* g, int b, int t, float* out) {
 
 // ----------------------------------------------------------------------------
 // Checkpoints: DIR/model_STEP.bin (llm.c model file, fp32 master weights) + DIR/state_STEP.bin (AdamW m and
-// v, step, data position) + DIR/DONE_STEP written last, so a checkpoint without DONE is never resumed from.
+// v, step, data position, the run's hyperparameters) + DIR/DONE_STEP written last, after both files and their
+// names are fsynced, so a checkpoint without DONE is never resumed from, even after a power loss.
 
 #define STATE_MAGIC 20241122
-#define STATE_VERSION 1
+#define STATE_VERSION 2  // 2: the run's hyperparameters in the header; version 1 files are refused
+
+// The 16 int64 of a state file's header. Floats are stored bit-exact (their 32 bits), so a resumed run can tell
+// exactly whether it uses the same values.
+enum {
+    ST_MAGIC, ST_VERSION, ST_STEP, ST_PARAMS, ST_DATA_STATE_BYTES,  // all that version 1 had
+    ST_TOTAL_STEPS, ST_STEP_TOKENS, ST_B, ST_T, ST_LR, ST_WARMUP, ST_FINAL_LR_FRAC, ST_WEIGHT_DECAY, ST_GRAD_CLIP,
+    ST_HEADER_SLOTS = 16
+};
+static int64_t float_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return (int64_t)u; }
+static float bits_float(int64_t b) { const uint32_t u = (uint32_t)b; float x; memcpy(&x, &u, 4); return x; }
 
 static int write_all(FILE* f, const void* p, int64_t bytes) { return (int64_t)fwrite(p, 1, (size_t)bytes, f) == bytes; }
 static int read_all(FILE* f, void* p, int64_t bytes) { return (int64_t)fread(p, 1, (size_t)bytes, f) == bytes; }
 
 static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data_state) {
     optimizer_wait_all(g);  // the master weights and m, v of the last step must be complete
-    char path[4096], tmp[4200], err[512];
+    gpt_resident_state_to_host(g);  // the GPU-resident prefix of them lives on the GPU
+    char model[4200], path[4200], tmp[4300], done[4200], err[4352];  // -o is at most 4000 characters
     const int64_t step = g->step;
-    snprintf(path, sizeof path, "%s/model_%08lld.bin", dir, (long long)step);
-    if (!gpt_save_params(path, &g->config, g->master, err, sizeof err)) { fprintf(stderr, "error: %s\n", err); exit(1); }
-    snprintf(path, sizeof path, "%s/state_%08lld.bin", dir, (long long)step);
+    if (snprintf(model, sizeof model, "%s/model_%08lld.bin", dir, (long long)step) >= (int)sizeof model)
+        die("checkpoint path too long in %.200s...", dir);
+    snprintf(path, sizeof path, "%s/state_%08lld.bin", dir, (long long)step);  // as long as model
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    snprintf(done, sizeof done, "%s/DONE_%08lld", dir, (long long)step);
+    // a DONE of this step from an earlier pass over it (a run resumed from an older checkpoint) must not vouch
+    // for the files about to be rewritten: it goes first, durably
+    if (unlink(done) == 0) {
+        if (!fsync_dir(dir, err, sizeof err)) die("%s", err);
+    } else if (errno != ENOENT) {
+        die("cannot remove the old marker %s: %s", done, strerror(errno));
+    }
+    if (!gpt_save_params(model, &g->config, g->master, err, sizeof err)) die("%s", err);
     FILE* f = fopen(tmp, "wb");
-    if (!f) { fprintf(stderr, "error: cannot create %s\n", tmp); exit(1); }
-    int64_t header[16] = {STATE_MAGIC, STATE_VERSION, step, g->layout.total, (int64_t)sizeof(DataLoaderState)};
+    if (!f) die("cannot create %s: %s", tmp, strerror(errno));
+    const TrainArgs* a = &g->args;
+    int64_t header[ST_HEADER_SLOTS] = {0};
+    header[ST_MAGIC] = STATE_MAGIC;
+    header[ST_VERSION] = STATE_VERSION;
+    header[ST_STEP] = step;
+    header[ST_PARAMS] = g->layout.total;
+    header[ST_DATA_STATE_BYTES] = (int64_t)sizeof(DataLoaderState);
+    header[ST_TOTAL_STEPS] = a->max_steps;  // main resolves -x -1 (one epoch) to the number of steps first
+    header[ST_STEP_TOKENS] = a->total_batch_tokens ? a->total_batch_tokens : (int64_t)g->B * g->T;
+    header[ST_B] = g->B;
+    header[ST_T] = g->T;
+    header[ST_LR] = float_bits(a->lr);
+    header[ST_WARMUP] = a->warmup_steps;
+    header[ST_FINAL_LR_FRAC] = float_bits(a->final_lr_frac);
+    header[ST_WEIGHT_DECAY] = float_bits(a->weight_decay);
+    header[ST_GRAD_CLIP] = float_bits(a->grad_clip);
     int ok = write_all(f, header, sizeof header) && write_all(f, data_state, sizeof *data_state) &&
              write_all(f, g->adam_m, g->layout.total * 4) && write_all(f, g->adam_v, g->layout.total * 4);
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) { remove(tmp); fprintf(stderr, "error: failed writing %s (disk full?)\n", path); exit(1); }
-    snprintf(path, sizeof path, "%s/DONE_%08lld", dir, (long long)step);
-    f = fopen(path, "w");
-    if (!f || fclose(f) != 0) { fprintf(stderr, "error: cannot write %s\n", path); exit(1); }
+    if (!ok || rename(tmp, path) != 0) { remove(tmp); die("failed writing %s (disk full?)", path); }
+    // both files and their new names on disk before the marker that vouches for them exists
+    if (!fsync_dir(dir, err, sizeof err)) die("%s", err);
+    f = fopen(done, "w");
+    if (!f || fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0) die("cannot write %s", done);
+    if (!fsync_dir(dir, err, sizeof err)) die("%s", err);
     printf("saved checkpoint step %lld to %s\n", (long long)step, dir);
 }
 
-// Latest step with a DONE marker in dir, or -1.
-static int64_t latest_checkpoint(const char* dir) {
-    DIR* d = opendir(dir);
-    if (!d) return -1;
-    int64_t best = -1;
-    struct dirent* e;
-    while ((e = readdir(d))) {
-        long long s;
-        if (sscanf(e->d_name, "DONE_%lld", &s) == 1 && s > best) best = s;
+// Latest step with a DONE marker in dir (exactly DONE_<digits>, see checkpoint_name_step), or -1.
+static int64_t latest_checkpoint(const char* dir) { return dir_latest_step(dir, "DONE_", "", INT64_MAX); }
+
+// Checks an optimizer state file against a model of `total` parameters without reading the bulk of it (so a
+// bad file is refused before any GPU or large host allocation) and reads its header. 0 with a one-line err.
+static int state_file_check(const char* path, int64_t total, int64_t header[ST_HEADER_SLOTS], char* err, size_t errlen) {
+    FILE* f = fopen(path, "rb");
+    if (!f) { snprintf(err, errlen, "cannot open optimizer state %.400s: %.60s", path, strerror(errno)); return 0; }
+    memset(header, 0, ST_HEADER_SLOTS * sizeof(int64_t));
+    const int got = read_all(f, header, ST_HEADER_SLOTS * sizeof(int64_t));
+    const int64_t size = fseeko(f, 0, SEEK_END) == 0 ? (int64_t)ftello(f) : -1;
+    fclose(f);
+    const int64_t data_bytes = (int64_t)sizeof(DataLoaderState);
+    if (!got || header[ST_MAGIC] != STATE_MAGIC) {
+        snprintf(err, errlen, "optimizer state %.400s: bad header (not a state file, or shorter than its header)", path);
+        return 0;
     }
-    closedir(d);
-    return best;
+    if (header[ST_VERSION] == 1) {
+        snprintf(err, errlen, "optimizer state %.400s: version 1 (an older train_gpt's, without the run's "
+                 "hyperparameters) is not supported: this build reads version %d", path, STATE_VERSION);
+        return 0;
+    }
+    if (header[ST_VERSION] != STATE_VERSION) {
+        snprintf(err, errlen, "optimizer state %.400s: bad header (version %lld, want %d)", path,
+                 (long long)header[ST_VERSION], STATE_VERSION);
+        return 0;
+    }
+    if (header[ST_DATA_STATE_BYTES] != data_bytes) {
+        snprintf(err, errlen, "optimizer state %.400s: its data-loader position is %lld bytes, this build's is %lld "
+                 "(written by another build of train_gpt)", path, (long long)header[ST_DATA_STATE_BYTES], (long long)data_bytes);
+        return 0;
+    }
+    if (header[ST_PARAMS] != total) {
+        snprintf(err, errlen, "optimizer state %.400s: holds %lld parameters, the model has %lld", path,
+                 (long long)header[ST_PARAMS], (long long)total);
+        return 0;
+    }
+    if (header[ST_STEP] < 1) {
+        snprintf(err, errlen, "optimizer state %.400s: bad step %lld", path, (long long)header[ST_STEP]);
+        return 0;
+    }
+    const int64_t want = ST_HEADER_SLOTS * 8 + data_bytes + total * 8;
+    if (size != want) {
+        snprintf(err, errlen, "optimizer state %.400s: %lld bytes, expected %lld (truncated or too long)", path,
+                 (long long)size, (long long)want);
+        return 0;
+    }
+    return 1;
 }
 
-// Checks an optimizer state file against a model of `total` parameters without reading the bulk of it
-// (so a bad file is refused before any GPU or large host allocation); returns its step. Exits on a problem.
+// state_file_check for callers that cannot go on without the file: exits on a problem, else returns its step.
 static int64_t check_state_file(const char* path, int64_t total) {
-    FILE* f = fopen(path, "rb");
-    if (!f) die("cannot open optimizer state %s", path);
-    int64_t header[16];
-    if (!read_all(f, header, sizeof header) || header[0] != STATE_MAGIC || header[1] != STATE_VERSION)
-        die("optimizer state %s: bad header (magic/version)", path);
-    if (header[3] != total || header[4] != (int64_t)sizeof(DataLoaderState))
-        die("optimizer state %s: holds %lld parameters, the model has %lld", path, (long long)header[3], (long long)total);
-    if (header[2] < 1) die("optimizer state %s: bad step %lld", path, (long long)header[2]);
-    const int64_t want = (int64_t)sizeof header + (int64_t)sizeof(DataLoaderState) + total * 8;
-    if (fseeko(f, 0, SEEK_END) != 0 || (int64_t)ftello(f) != want)
-        die("optimizer state %s: %lld bytes, expected %lld (truncated or too long)", path, (long long)ftello(f), (long long)want);
-    fclose(f);
-    return header[2];
+    int64_t header[ST_HEADER_SLOTS];
+    char err[4352];
+    if (!state_file_check(path, total, header, err, sizeof err)) die("%s", err);
+    return header[ST_STEP];
+}
+
+// The checkpoint a resume starts from: the newest DONE_N in dir whose model file header reads and whose state
+// file passes state_file_check for step N. A damaged one is skipped with a warning and the next older one tried
+// (a marker can outlive its files: disk errors, hand edits). Fills the paths, cfg and the state header; -1 when
+// dir holds no DONE marker. Dies when it holds some but none is valid: starting over would silently drop the
+// run the user asked to resume.
+static int64_t pick_checkpoint(const char* dir, char* model, char* state, size_t pathlen, GPTConfig* cfg,
+                               int64_t header[ST_HEADER_SLOTS]) {
+    char err[4352], newest_err[4352] = "";
+    int skipped = 0;
+    for (int64_t step = latest_checkpoint(dir); step >= 0; step = dir_latest_step(dir, "DONE_", "", step)) {
+        snprintf(model, pathlen, "%s/model_%08lld.bin", dir, (long long)step);
+        snprintf(state, pathlen, "%s/state_%08lld.bin", dir, (long long)step);
+        int ok = gpt_read_header(model, cfg, err, sizeof err) &&
+                 state_file_check(state, gpt_layout(cfg).total, header, err, sizeof err);
+        if (ok && header[ST_STEP] != step) {
+            snprintf(err, sizeof err, "optimizer state %.400s does not hold step %lld (it holds %lld)", state,
+                     (long long)step, (long long)header[ST_STEP]);
+            ok = 0;
+        }
+        if (ok) return step;
+        fprintf(stderr, "warning: resume: skipping the checkpoint of step %lld: %s\n", (long long)step, err);
+        if (!skipped++) snprintf(newest_err, sizeof newest_err, "%s", err);
+    }
+    if (skipped)
+        die("resume: no valid checkpoint in %s (%d with a DONE marker, all skipped; the newest: %s)", dir, skipped, newest_err);
+    return -1;
+}
+
+// A resumed run's flags against the hyperparameters its checkpoint was written with. B, T and the tokens per
+// step must stay: the data position counts B*T batches, and a step's gradient is the mean over its micro-batches.
+// The others may change (raising -x extends a run), with one warning each, since the run is then not the same.
+static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_steps, int64_t step_tokens, const char* dir) {
+    if (h[ST_B] != a->B || h[ST_T] != a->T || h[ST_STEP_TOKENS] != step_tokens)
+        die("resume: -b %d -t %d, %lld tokens per step (-d) differ from the checkpoint in %s (-b %lld -t %lld, %lld "
+            "tokens per step): keep them to resume, or choose another -o", a->B, a->T, (long long)step_tokens, dir,
+            (long long)h[ST_B], (long long)h[ST_T], (long long)h[ST_STEP_TOKENS]);
+    const char* sched = "the lr schedule changes from here";
+    if (h[ST_TOTAL_STEPS] != total_steps)
+        fprintf(stderr, "warning: resume: -x %d differs from the checkpoint's %lld: %s\n", total_steps,
+                (long long)h[ST_TOTAL_STEPS], sched);
+    if (h[ST_WARMUP] != a->warmup_steps)
+        fprintf(stderr, "warning: resume: -u %d differs from the checkpoint's %lld: %s\n", a->warmup_steps,
+                (long long)h[ST_WARMUP], sched);
+    const struct { const char* flag; float now; int slot; const char* effect; } f[] = {
+        {"-l", a->lr, ST_LR, sched},
+        {"-q", a->final_lr_frac, ST_FINAL_LR_FRAC, sched},
+        {"-c", a->weight_decay, ST_WEIGHT_DECAY, "the weight decay changes from here"},
+        {"-k", a->grad_clip, ST_GRAD_CLIP, "the gradient clip changes from here"}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (float_bits(f[i].now) != h[f[i].slot])
+            fprintf(stderr, "warning: resume: %s %g differs from the checkpoint's %g: %s\n", f[i].flag, f[i].now,
+                    bits_float(h[f[i].slot]), f[i].effect);
 }
 
 // Loads AdamW state and the data position (after check_state_file); the model file was loaded separately.
@@ -707,6 +930,7 @@ static void load_state(GPT* g, const char* path, DataLoaderState* data_state) {
         die("optimizer state %s: read failed", path);
     fclose(f);
     g->step = step;
+    gpt_resident_state_to_device(g);  // the GPU-resident prefix's weights and moments live on the GPU
 }
 
 // ----------------------------------------------------------------------------
@@ -757,6 +981,8 @@ typedef struct {
     int bench_warmup;   // -W  untimed steps before them
     int timeline;       // -Y  1: per-step timeline (and DIR/trace.json with -o)
     int adam_threads;   // -A  OpenMP threads of the CPU AdamW, 0 = all cores but one
+    int model_given;    // -e was on the command line (with -y 1 it must then match the checkpoint)
+    int resident;       // -R  layers kept on the GPU with their AdamW state: 0 = stream them all, -1 = all that fit
 } GpuArgs;
 
 static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
@@ -769,9 +995,11 @@ static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
     a->final_lr_frac = 0.1f;
     a->max_steps = 70;        // about two epochs of the shipped train shard at 8K tokens per step
     a->val_every = 10;
-    a->val_max_batches = 4;   // the whole val shard (32,768 tokens) at B*T = 8192
+    a->val_max_batches = 4;   // a cap for big val sets: the shipped val shard (32,768 tokens) holds only 3 batches of
+                              // B*T = 8192 (the last, partial one is never read), so it is validated whole
     a->gen_tokens = 64;
     ga->num_slots = 2; ga->bench_steps = 0; ga->bench_warmup = 2; ga->timeline = 0; ga->adam_threads = 0;
+    ga->model_given = 0; ga->resident = 0;
 }
 
 static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
@@ -783,8 +1011,11 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
            "  -W <int>    benchmark warm-up steps, not timed (default %d)\n"
            "  -Y <0|1>    per-step timeline: busy time per stream and of the CPU AdamW, GPU idle; with -o also\n"
            "              DIR/trace.json, a Chrome trace of the last step (default %d)\n"
-           "  -A <int>    CPU AdamW threads, 0 = all cores but one (default %d)\n",
-           MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads);
+           "  -A <int>    CPU AdamW threads, 0 = all cores but one (default %d)\n"
+           "  -R <int>    keep the first N layers on the GPU with their fp32 weights and AdamW state (updated there,\n"
+           "              never copied): uses GPU memory the streaming leaves free to shorten the CPU AdamW;\n"
+           "              0 = stream every layer, -1 = as many as fit (default %d)\n",
+           MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident);
 }
 
 // Parses argv: our flags first, then the shared ones. Exits on any error, prints usage on -h.
@@ -807,7 +1038,9 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         else if (strcmp(flag, "-W") == 0) { ok = parse_int_in(flag, value, 0, 1000000, &v, err, sizeof err); ga->bench_warmup = (int)v; }
         else if (strcmp(flag, "-Y") == 0) { ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err); ga->timeline = (int)v; }
         else if (strcmp(flag, "-A") == 0) { ok = parse_int_in(flag, value, 0, 4096, &v, err, sizeof err); ga->adam_threads = (int)v; }
+        else if (strcmp(flag, "-R") == 0) { ok = parse_int_in(flag, value, -1, 1 << 20, &v, err, sizeof err); ga->resident = (int)v; }
         else {
+            if (strcmp(flag, "-e") == 0) ga->model_given = 1;
             const int r = parse_train_arg(a, flag, value, err, sizeof err);
             if (r < 0) die("unknown flag %s (run ./train_gpt -h for the flags)", flag);
             ok = r;
@@ -875,17 +1108,31 @@ int main(int argc, char** argv) {
     char err[4352];
     // benchmark mode writes nothing to -o but the timeline's trace.json (-Y 1)
     if (args.output_dir && (!bench || ga.timeline) && !make_dirs(args.output_dir, err, sizeof err)) die("%s", err);
+    // a fresh run's main.log and checkpoints would silently mix with those of the run already in -o
+    if (args.output_dir && !bench && !args.resume) {
+        const int64_t old_step = latest_checkpoint(args.output_dir);
+        if (old_step >= 0)
+            die("%s already holds checkpoints (latest step %lld): resume with -y 1, or choose another -o",
+                args.output_dir, (long long)old_step);
+    }
 
-    // resume: the model file of the latest complete checkpoint replaces -e
-    int64_t resume_step = -1;
+    // resume: the model file of the newest valid checkpoint replaces -e (which, if given, must describe it)
+    int64_t resume_step = -1, resume_header[ST_HEADER_SLOTS];
     char resume_model[4200] = "", resume_state[4200] = "";
     if (args.resume && !bench) {  // benchmark steps count from 0: a resumed start would leave timed steps unrun
-        resume_step = latest_checkpoint(args.output_dir);
+        GPTConfig ckpt;
+        resume_step = pick_checkpoint(args.output_dir, resume_model, resume_state, sizeof resume_model, &ckpt, resume_header);
         if (resume_step < 0) {
             printf("no complete checkpoint in %s: starting from scratch\n", args.output_dir);
         } else {
-            snprintf(resume_model, sizeof resume_model, "%s/model_%08lld.bin", args.output_dir, (long long)resume_step);
-            snprintf(resume_state, sizeof resume_state, "%s/state_%08lld.bin", args.output_dir, (long long)resume_step);
+            if (ga.model_given) {
+                GPTConfig want;
+                resolve_model(args.model, &want);
+                if (memcmp(&want, &ckpt, sizeof want) != 0)  // GPTConfig is six ints, no padding
+                    die("-e %s does not match the checkpoint in %s (L%d C%d NH%d maxT%d V%d): drop -e or choose another -o",
+                        args.model, args.output_dir, ckpt.num_layers, ckpt.channels, ckpt.num_heads, ckpt.max_seq_len,
+                        ckpt.vocab_size);
+            }
             args.model = resume_model;
         }
     }
@@ -894,6 +1141,11 @@ int main(int argc, char** argv) {
     if (args.T > cfg.max_seq_len) die("-t %d exceeds the model's max sequence length %d", args.T, cfg.max_seq_len);
     const int n_micro = grad_accum_steps(&args);
     const int64_t step_tokens = (int64_t)n_micro * args.B * args.T;
+    if (ga.resident > cfg.num_layers) die("-R %d: the model has only %d layers", ga.resident, cfg.num_layers);
+    // the byte counts of the fit check below, now: it dies on a config whose counts overflow int64 (with -R -1
+    // the resident layers are chosen once the GPU's free memory is known; 0 of them until then)
+    int resident = ga.resident > 0 ? ga.resident : 0;
+    MemoryPlan plan = gpt_memory_plan(&cfg, args.B, args.T, n_micro, ga.num_slots, resident);
 
     // data (not in benchmark mode: synthetic tokens there, so any T and -d work without a big corpus)
     DataLoader train, val;
@@ -908,15 +1160,14 @@ int main(int argc, char** argv) {
         if (args.max_steps < 0 && total_steps < 1)
             die("train data %s holds fewer than %d batches of B*T: one step needs that many", args.train_data, n_micro);
         val_batches = dataloader_eval_batches(&val, args.val_max_batches);
+        args.max_steps = total_steps;  // -x -1 resolved: checkpoints record the run's length (before gpt_build copies args)
     }
-    if (resume_step >= 0 && check_state_file(resume_state, gpt_layout(&cfg).total) != resume_step)
-        die("resume: %s does not hold step %lld", resume_state, (long long)resume_step);
+    if (resume_step >= 0) check_resume_args(resume_header, &args, total_steps, step_tokens, args.output_dir);
     if (resume_step >= total_steps)
         die("resume: the checkpoint in %s is at step %lld, the run ends at step %d: nothing to train (raise -x)",
             args.output_dir, (long long)resume_step, total_steps);
 
     // fit check, before any large allocation: host RAM first (no GPU needed to know it will not fit)
-    const MemoryPlan plan = gpt_memory_plan(&cfg, args.B, args.T, n_micro, ga.num_slots);
     const int64_t host_avail = host_available_bytes();
     const double GiB = 1073741824.0;
     if (host_avail >= 0 && plan.host_bytes > host_avail)
@@ -930,10 +1181,20 @@ int main(int argc, char** argv) {
     cudaCheck(cudaSetDevice(0));
     size_t gpu_free = 0, gpu_total = 0;
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
-    if (plan.gpu_bytes + ((int64_t)256 << 20) > (int64_t)gpu_free)
+    const int64_t gpu_reserve = (int64_t)256 << 20;  // CUDA context growth, cuBLAS's own small allocations
+    if (ga.resident < 0) {
+        // as many layers as fit, each 18 bytes per parameter (bf16 weights, fp32 grads, master, m, v), with
+        // another GiB left free so the allocator and the driver are never squeezed
+        const int64_t per_layer = gpt_layout(&cfg).layer_stride * 18;
+        const int64_t spare = (int64_t)gpu_free - gpu_reserve - ((int64_t)1 << 30) - plan.gpu_bytes;
+        resident = spare > 0 ? (int)(spare / per_layer < cfg.num_layers ? spare / per_layer : cfg.num_layers) : 0;
+        plan = gpt_memory_plan(&cfg, args.B, args.T, n_micro, ga.num_slots, resident);
+    }
+    if (plan.gpu_bytes + gpu_reserve > (int64_t)gpu_free)
         die("GPU memory too small for this config: needs %.2f GiB (of which %.2f GiB layer-input checkpoints: lower -d, "
-            "-b or -t), %.2f GiB free on %s", plan.gpu_bytes / GiB,
-            (double)(cfg.num_layers + 1) * n_micro * args.B * args.T * cfg.channels * 2 / GiB, gpu_free / GiB, prop.name);
+            "-b or -t; %.2f GiB for %d GPU-resident layers: lower -R), %.2f GiB free on %s", plan.gpu_bytes / GiB,
+            (double)(cfg.num_layers + 1) * n_micro * args.B * args.T * cfg.channels * 2 / GiB,
+            (double)resident * gpt_layout(&cfg).layer_stride * 18 / GiB, resident, gpu_free / GiB, prop.name);
 
     // build and fill the weights
     // AdamW threads: all cores but one by default, which stays free to launch kernels and issue copies
@@ -941,7 +1202,7 @@ int main(int argc, char** argv) {
     const int adam_threads = ga.adam_threads > 0 ? ga.adam_threads : (cores > 2 ? cores - 1 : 1);
     cpu_adam_set_threads(adam_threads);
     GPT g;
-    gpt_build(&g, &cfg, args.B, args.T, n_micro, ga.num_slots, &args);
+    gpt_build(&g, &cfg, args.B, args.T, n_micro, ga.num_slots, resident, &args);
     if (kind == 1) gpt_init_params(&cfg, g.master, INIT_SEED);
     else if (!gpt_load_params(args.model, &cfg, g.master, err, sizeof err)) die("%s", err);
     gpt_weights_ready(&g);
@@ -985,6 +1246,9 @@ int main(int argc, char** argv) {
     table_row("GPU memory", "%.2f GiB (checkpoints %.2f, %d weight slots %.3f)", g.gpu_bytes / GiB,
               (double)(cfg.num_layers + 1) * n_micro * args.B * args.T * cfg.channels * 2 / GiB, ga.num_slots,
               ga.num_slots * p->layer_stride * 2 / GiB);
+    table_row("GPU-resident layers", resident ? "%d of %d (%.2f GiB: weights, grads, fp32 master, m, v; AdamW on the GPU)"
+                                              : "%d of %d (every layer streamed)", resident, cfg.num_layers,
+              (double)resident * p->layer_stride * 18 / GiB);
     table_row("device", "%s, %.1f GiB", prop.name, gpu_total / GiB);
     table_row("cpu adamw", "%d threads, %s", adam_threads, cpu_adam_simd_name());
     table_rule();
@@ -1058,10 +1322,11 @@ int main(int argc, char** argv) {
                step_tokens / median, flops_per_step / median / 1e12, 100.0 * flops_per_step / median / H100_BF16_PEAK_FLOPS);
         if (bench)
             printf("RESULT {\"mode\": \"stream\", \"model\": \"%s\", \"params_B\": %.4f, \"L\": %d, \"C\": %d, \"NH\": %d, "
-                   "\"B\": %d, \"T\": %d, \"tokens_per_step\": %lld, \"grad_accum\": %d, \"slots\": %d, \"step_s\": %.5f, "
+                   "\"B\": %d, \"T\": %d, \"tokens_per_step\": %lld, \"grad_accum\": %d, \"slots\": %d, \"resident_layers\": %d, "
+                   "\"step_s\": %.5f, "
                    "\"tok_per_s\": %.1f, \"model_TFLOPs\": %.2f, \"mfu\": %.4f, \"peak_gpu_GiB\": %.3f, \"host_GiB\": %.2f}\n",
                    args.model, p->total / 1e9, cfg.num_layers, cfg.channels, cfg.num_heads, args.B, args.T,
-                   (long long)step_tokens, n_micro, ga.num_slots, median, step_tokens / median,
+                   (long long)step_tokens, n_micro, ga.num_slots, resident, median, step_tokens / median,
                    flops_per_step / median / 1e12, flops_per_step / median / H100_BF16_PEAK_FLOPS, g.gpu_bytes / GiB,
                    plan.host_bytes / GiB);
     }

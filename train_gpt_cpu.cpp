@@ -3,7 +3,8 @@
 // can be compared line by line. With no arguments it trains a small model (L4 C128 NH4, T 64) from a
 // GPT-2-style random init on the shipped tinyshakespeare shards, in a few minutes on 2 cores.
 // Prints llm.c-style step lines, validation loss, and a generated sample; with -o writes DIR/main.log and,
-// with -n, model files DIR/model_STEP.bin. It does not resume (-y 1 is refused) and uses no GPU.
+// with -n, model files DIR/model_STEP.bin. It does not resume (-y 1 is refused), refuses an -o that already
+// holds checkpoints (its own model files or train_gpt's), and uses no GPU.
 #include <chrono>
 #include <stdarg.h>
 #include <omp.h>
@@ -120,6 +121,15 @@ int main(int argc, char** argv) {
         return 1;
     }
     if (args.resume) die("train_gpt_cpu cannot resume (-y 1); it only writes model files");
+    // a fresh log and model files in a directory of another run would silently mix with (and overwrite) its
+    // own: train_gpt's complete checkpoints (DONE_N) or this trainer's model files
+    if (args.output_dir) {
+        const int64_t done = dir_latest_step(args.output_dir, "DONE_", "", INT64_MAX);
+        const int64_t saved = dir_latest_step(args.output_dir, "model_", ".bin", INT64_MAX);
+        if (done >= 0 || saved >= 0)
+            die("%s already holds checkpoints (latest step %lld): choose another -o (train_gpt_cpu does not resume)",
+                args.output_dir, (long long)(done > saved ? done : saved));
+    }
 
     // model
     GPT2CPU model;
@@ -208,9 +218,11 @@ int main(int argc, char** argv) {
         fflush(stdout);
         logger_train(&logger, step + 1, (float)loss);
         if (args.output_dir && args.checkpoint_every > 0 && ((step + 1) % args.checkpoint_every == 0 || step + 1 == total_steps)) {
-            char path[2048];
-            snprintf(path, sizeof path, "%s/model_%08d.bin", args.output_dir, step + 1);
+            char path[4200];  // -o is at most 4000 characters (train_args_check)
+            if (snprintf(path, sizeof path, "%s/model_%08d.bin", args.output_dir, step + 1) >= (int)sizeof path)
+                die("output path %.200s... too long", args.output_dir);
             if (!gpt_save_params(path, cfg, model.params, err, sizeof err)) die("%s", err);
+            if (!fsync_dir(args.output_dir, err, sizeof err)) die("%s", err);  // the rename, durable
             printf("saved %s\n", path);
         }
     }

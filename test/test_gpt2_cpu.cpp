@@ -665,15 +665,23 @@ TEST(Logger, WritesTrainAndValLines) {
     TrainLogger lg;
     char e[256];
     ASSERT_TRUE(logger_open(&lg, dir.c_str(), -1, e, sizeof e)) << e;
+    logger_val(&lg, 0, 4.5f);
     logger_train(&lg, 1, 3.5f);
     logger_val(&lg, 1, 4.25f);
     logger_train(&lg, 2, 3.25f);  // logged after the checkpoint of step 1, then the run died
+    logger_val(&lg, 2, 4.0f);
     logger_close(&lg);
-    ASSERT_TRUE(logger_open(&lg, dir.c_str(), 1, e, sizeof e)) << e;  // resumed from step 1
+    // resumed from step 1: the train lines up to step 1 stay, the val lines before it; the resumed run
+    // validates at step 1 again and logs that line itself, so it appears once
+    ASSERT_TRUE(logger_open(&lg, dir.c_str(), 1, e, sizeof e)) << e;
+    std::vector<char> b = read_bytes(dir + "/main.log");
+    EXPECT_EQ(std::string(b.begin(), b.end()), "s:0 tel:4.500000\ns:1 trl:3.500000\n");
+    logger_val(&lg, 1, 4.25f);
     logger_train(&lg, 2, 3.0f);
     logger_close(&lg);
-    std::vector<char> b = read_bytes(dir + "/main.log");
-    EXPECT_EQ(std::string(b.begin(), b.end()), "s:1 trl:3.500000\ns:1 tel:4.250000\ns:2 trl:3.000000\n");
+    b = read_bytes(dir + "/main.log");
+    EXPECT_EQ(std::string(b.begin(), b.end()), "s:0 tel:4.500000\ns:1 trl:3.500000\ns:1 tel:4.250000\ns:2 trl:3.000000\n");
+    EXPECT_EQ(access((dir + "/main.log.tmp").c_str(), F_OK), -1) << "temporary file left behind";
     ASSERT_TRUE(logger_open(&lg, dir.c_str(), -1, e, sizeof e)) << e;  // a fresh run starts a fresh log
     logger_close(&lg);
     EXPECT_TRUE(read_bytes(dir + "/main.log").empty());

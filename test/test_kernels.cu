@@ -10,7 +10,7 @@
 // V = 2500 with Vp = 2560 (more than the 1024 threads of a row block), element counts past grid_for's cap
 // (so the grid-stride loops loop), and parameter gradients accumulated by two calls (they must ADD).
 // Not checked here: head_forward/head_backward as a unit (their kernels are checked one by one),
-// stream.cu (weight streaming, gradient hand-off), the optimizer, gpt_step's orchestration and micro-batch
+// stream.cu (weight streaming, gradient hand-off), the optimizer thread, gpt_step's orchestration and micro-batch
 // accumulation (test_gpu.cu covers those), int64 indexing past 2^31 elements and the 65535 row-tile cap.
 // Every test skips (GTEST_SKIP) when no CUDA device is present.
 //
@@ -24,7 +24,8 @@
 //   2e-2 / 3e-2  results behind several bf16 intermediates (attention, a whole layer forward / the layer's
 //         gradients): a CPU emulation of the GPU's bf16 rounding points on these inputs gave <= 5e-3 forward,
 //         <= 8e-3 for gradients, so the margin is ~4x;
-//   exact  layout kernels, the bf16 conversion, dloss_scale = 0, padded dlogits columns, recompute.
+//   exact  layout kernels, the bf16 conversion, dloss_scale = 0, padded dlogits columns, recompute, and
+//         the GPU AdamW against cpu_adam.cpp (both use the same correctly rounded operations in one order).
 #include "gpu_test_common.h"
 #include <algorithm>
 #include <vector>
@@ -127,7 +128,7 @@ struct TestGPT {
     TestGPT(const GPTConfig& c, int B, int T) {
         TrainArgs a;
         train_args_defaults(&a);
-        gpt_build(&g, &c, B, T, 1, 2, &a);
+        gpt_build(&g, &c, B, T, 1, 2, 0, &a);
     }
     ~TestGPT() { gpt_free(&g); }
     TestGPT(const TestGPT&) = delete;
@@ -587,14 +588,46 @@ TEST(Kernels, GradsToBf16SumsqMatchesDoubleSum) {
     grads_to_bf16_sumsq(out, d2, n2, sumsq, kStream);   // adds to the first
     const double got2 = download(sumsq, 1)[0];
     printf("  sumsq (out NULL) gpu %.9e cpu %.9e; after the second call gpu %.9e cpu %.9e\n", got1, ref1, got2, ref1 + ref2);
-    // fp32 partial sums of <= 512 squares per block, added in double: ~1e-7 relative
-    EXPECT_NEAR(got1, ref1, 1e-5 * ref1);
-    EXPECT_NEAR(got2, ref1 + ref2, 1e-5 * (ref1 + ref2));
+    // every square and sum in double, only the order differs from the CPU's: ~1e-15 relative
+    EXPECT_NEAR(got1, ref1, 1e-10 * ref1);
+    EXPECT_NEAR(got2, ref1 + ref2, 1e-10 * (ref1 + ref2));
     std::vector<float> rounded(g2);
     for (auto& x : rounded) x = bf16_to_float(float_to_bf16(x));
     const int64_t bad = count_diff(download(out, n2), rounded);
     printf("  bf16 conversion: %lld of %lld differ from round-to-nearest-even\n", (long long)bad, (long long)n2);
     EXPECT_EQ(bad, 0);  // both are IEEE round-to-nearest-even
+}
+
+// The GPU AdamW (the embeddings' update) against cpu_adam.cpp: same constants, same IEEE operations in the
+// same order, so weights, moments and the bf16 copy must be bit-identical, step after step.
+TEST(Kernels, AdamwGpuMatchesCpuAdamBitForBit) {
+    REQUIRE_GPU();
+    const int64_t n = 1500007;  // > grid_for's 2112 blocks x 256 threads: threads loop
+    std::vector<float> p((size_t)n), g((size_t)n), m((size_t)n), v((size_t)n);
+    uint64_t rng = 777;
+    for (int64_t i = 0; i < n; i++) {
+        p[(size_t)i] = (random_f32(&rng) - 0.5f) * 0.2f;
+        m[(size_t)i] = (random_f32(&rng) - 0.5f) * 1e-2f;
+        v[(size_t)i] = random_f32(&rng) * 1e-4f;
+    }
+    DeviceMem d;
+    float *dp = d.copy(p), *dg = d.zeros<float>(n), *dm = d.copy(m), *dv = d.copy(v);
+    bf16* dout = d.zeros<bf16>(n);
+    std::vector<uint16_t> out((size_t)n);
+    for (int t = 1; t <= 3; t++) {
+        for (auto& x : g) x = (random_f32(&rng) - 0.5f) * 2.0f;
+        upload(dg, g);
+        const AdamWArgs a = {1e-3f * t, 0.9f, 0.95f, 1e-8f, t == 2 ? 0.0f : 0.1f, 0.75f, (int64_t)t};
+        adamw_update_f32grad(p.data(), g.data(), m.data(), v.data(), out.data(), n, &a);
+        adamw_gpu(dp, dg, dm, dv, dout, n, &a, kStream);
+        std::vector<float> out_f((size_t)n);
+        for (int64_t i = 0; i < n; i++) out_f[(size_t)i] = bf16_to_float(out[(size_t)i]);
+        const int64_t bp = count_diff(download(dp, n), p), bm = count_diff(download(dm, n), m),
+                      bv = count_diff(download(dv, n), v), bo = count_diff(download(dout, n), out_f);
+        printf("  step %d: elements that differ: param %lld, m %lld, v %lld, bf16 %lld of %lld\n", t, (long long)bp,
+               (long long)bm, (long long)bv, (long long)bo, (long long)n);
+        EXPECT_EQ(bp, 0); EXPECT_EQ(bm, 0); EXPECT_EQ(bv, 0); EXPECT_EQ(bo, 0);
+    }
 }
 
 TEST(Kernels, MeanLossMatchesDoubleMean) {
@@ -686,7 +719,7 @@ TEST(Kernels, LayerForwardBackwardMatchCpuLayer) {
     // GPU backward
     bf16* dres_d = m.bf16s(dout);
     cudaCheck(cudaMemsetAsync(g->layer_grads, 0, (size_t)p->layer_stride * 4, s));
-    layer_backward(g, w_d, x_d, dres_d, a, s);
+    layer_backward(g, w_d, g->layer_grads, x_d, dres_d, a, s);
     auto dw_gpu = download(g->layer_grads, p->layer_stride);
     auto dx_gpu = download(dres_d, N * C);
 
