@@ -7,6 +7,8 @@
 #
 # usage (repo root): OUT=dir bash dev/bench/run_bench.sh          (OUT defaults to ./out)
 # env: CONFIGS="1.3b-8k 1.3b-32k 5b-8k 5b-32k" (subset), PEERS=0 (no peers), ADAM=0 (no AdamW benches),
+#      RESIDENT_CONFIGS="5b-8k 1.3b-32k 5b-32k" (configs also run with -R -1: layers kept on the GPU where
+#      memory allows, logs ours_res-CFG.log; "" = none),
 #      TIMELINE=0 (our runs without -Y 1), SLOTS=N (our -S), OURS_ARGS="..." (more flags for train_gpt),
 #      BUDGET_S=540 (no run starts after this many seconds; each is cut at it), RUN_TIMEOUT_S=240 (per run),
 #      ADAM_N=268435456 ADAM_THREADS=16 (AdamW bench size: 268M params = 1 GiB per fp32 array)
@@ -15,6 +17,7 @@ cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-./out}
 mkdir -p "$OUT"
 CONFIGS=${CONFIGS:-"1.3b-8k 1.3b-32k 5b-8k 5b-32k"}
+RESIDENT_CONFIGS=${RESIDENT_CONFIGS-"5b-8k 1.3b-32k 5b-32k"}
 PEERS=${PEERS:-1}
 ADAM=${ADAM:-1}
 TIMELINE=${TIMELINE:-1}
@@ -66,19 +69,39 @@ make -j16 -k train_gpt build/bench_cpu_adam > "$OUT/build.log" 2>&1 || say "buil
     echo "torch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -n1)"
 } > "$OUT/device.txt"
 cat "$OUT/device.txt"
-rm -f "$OUT"/ours-*.log "$OUT"/gpu_ckpt-*.log "$OUT"/fsdp_offload-*.log "$OUT"/cpu_adam.log "$OUT"/torch_adam.log
+rm -f "$OUT"/ours-*.log "$OUT"/ours_res-*.log "$OUT"/gpu_ckpt-*.log "$OUT"/fsdp_offload-*.log "$OUT"/cpu_adam.log "$OUT"/torch_adam.log
 
-# ---- (c) our trainer, every config first (the product), then (d) AdamW, then the peers ----
-for cfg in 5b-32k 5b-8k 1.3b-32k 1.3b-8k; do
-    wanted "$cfg" || continue
+# ---- (c) our trainer, every config first (the product), then the two peers the targets need, then our
+# runs with GPU-resident layers (-R -1), then (d) AdamW, then the other peers ----
+ours() {  # ours NAME CFG [flags...]: one run of train_gpt in benchmark mode on config CFG
+    local name=$1 cfg=$2; shift 2
     read -r L C NH <<< "$(model_of "$cfg")"
-    if [ ! -x ./train_gpt ]; then skip "ours-$cfg" "train_gpt did not build (see build.log)"; continue; fi
-    extra=()
+    if [ ! -x ./train_gpt ]; then skip "$name" "train_gpt did not build (see build.log)"; return; fi
+    local extra=()
     [ -n "${SLOTS:-}" ] && extra+=(-S "$SLOTS")
-    [ "$TIMELINE" = 1 ] && extra+=(-Y 1 -o "$OUT/trace-$cfg")  # -o: DIR/trace.json, a Chrome trace of the last step
+    [ "$TIMELINE" = 1 ] && extra+=(-Y 1 -o "$OUT/trace-$name")  # -o: DIR/trace.json, a Chrome trace of the last step
     # shellcheck disable=SC2206
     extra+=(${OURS_ARGS:-})
-    run "ours-$cfg" ./train_gpt -e "L$L:C$C:NH$NH" -t 1024 -b 8 -d "$(tokens_of "$cfg")" -B 6 -W 2 "${extra[@]}"
+    run "$name" ./train_gpt -e "L$L:C$C:NH$NH" -t 1024 -b 8 -d "$(tokens_of "$cfg")" -B 6 -W 2 "$@" "${extra[@]}"
+}
+port=29511
+peer() {  # peer MODE CFG: one PyTorch peer run
+    local mode=$1 cfg=$2
+    if [ "$PEERS" != 1 ]; then skip "$mode-$cfg" "PEERS=$PEERS"; return; fi
+    if [ ! -f "$PEER_PY" ]; then skip "$mode-$cfg" "$PEER_PY not found (carry .carry)"; return; fi
+    read -r L C NH <<< "$(model_of "$cfg")"
+    port=$((port + 1))  # a fresh rendezvous port per run, in case a killed run left one in use
+    MASTER_PORT=$port run "$mode-$cfg" python3 "$PEER_PY" "$mode" "$L" "$C" "$NH" $(($(tokens_of "$cfg") / 1024)) 1024
+}
+
+for cfg in 5b-32k 5b-8k 1.3b-32k 1.3b-8k; do
+    wanted "$cfg" && ours "ours-$cfg" "$cfg"
+done
+for pc in gpu_ckpt:1.3b-32k fsdp_offload:5b-8k; do
+    wanted "${pc#*:}" && peer "${pc%%:*}" "${pc#*:}"
+done
+for cfg in $RESIDENT_CONFIGS; do
+    wanted "$cfg" && ours "ours_res-$cfg" "$cfg" -R -1
 done
 
 if [ "$ADAM" = 1 ]; then
@@ -87,17 +110,9 @@ if [ "$ADAM" = 1 ]; then
     run torch_adam python3 dev/bench/bench_torch_adam.py "$ADAM_N" "$ADAM_THREADS" 5
 fi
 
-# peers in order of importance: the two that targets need first, the slowest last
-port=29511
-for pc in gpu_ckpt:1.3b-32k fsdp_offload:5b-8k gpu_ckpt:1.3b-8k fsdp_offload:1.3b-8k fsdp_offload:1.3b-32k \
-          fsdp_offload:5b-32k; do
-    mode=${pc%%:*}; cfg=${pc#*:}
-    wanted "$cfg" || continue
-    if [ "$PEERS" != 1 ]; then skip "$mode-$cfg" "PEERS=$PEERS"; continue; fi
-    if [ ! -f "$PEER_PY" ]; then skip "$mode-$cfg" "$PEER_PY not found (carry .carry)"; continue; fi
-    read -r L C NH <<< "$(model_of "$cfg")"
-    port=$((port + 1))  # a fresh rendezvous port per run, in case a killed run left one in use
-    MASTER_PORT=$port run "$mode-$cfg" python3 "$PEER_PY" "$mode" "$L" "$C" "$NH" $(($(tokens_of "$cfg") / 1024)) 1024
+# the other peers, the slowest last
+for pc in gpu_ckpt:1.3b-8k fsdp_offload:1.3b-8k fsdp_offload:1.3b-32k fsdp_offload:5b-32k; do
+    wanted "${pc#*:}" && peer "${pc%%:*}" "${pc#*:}"
 done
 
 # ---- (e) the table ----
