@@ -106,6 +106,13 @@ double check(const char* what, const std::vector<float>& got, const std::vector<
     if (got.size() != ref.size()) { printf("  %s: size %zu vs %zu\n", what, got.size(), ref.size()); return INFINITY; }
     return check(what, got.data(), ref.data(), (int64_t)ref.size());
 }
+// Elements whose bits differ (+0 vs -0 too): for results that must be bit-identical.
+int64_t count_bit_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    if (a.size() != b.size()) return -1;
+    int64_t n = 0;
+    for (size_t i = 0; i < a.size(); i++) n += memcmp(&a[i], &b[i], 4) != 0;
+    return n;
+}
 // Elements that differ (for the results that must be exact).
 int64_t count_diff(const std::vector<float>& a, const std::vector<float>& b) {
     if (a.size() != b.size()) return -1;
@@ -622,8 +629,8 @@ TEST(Kernels, AdamwGpuMatchesCpuAdamBitForBit) {
         adamw_gpu(dp, dg, dm, dv, dout, n, &a, kStream);
         std::vector<float> out_f((size_t)n);
         for (int64_t i = 0; i < n; i++) out_f[(size_t)i] = bf16_to_float(out[(size_t)i]);
-        const int64_t bp = count_diff(download(dp, n), p), bm = count_diff(download(dm, n), m),
-                      bv = count_diff(download(dv, n), v), bo = count_diff(download(dout, n), out_f);
+        const int64_t bp = count_bit_diff(download(dp, n), p), bm = count_bit_diff(download(dm, n), m),
+                      bv = count_bit_diff(download(dv, n), v), bo = count_bit_diff(download(dout, n), out_f);
         printf("  step %d: elements that differ: param %lld, m %lld, v %lld, bf16 %lld of %lld\n", t, (long long)bp,
                (long long)bm, (long long)bv, (long long)bo, (long long)n);
         EXPECT_EQ(bp, 0); EXPECT_EQ(bm, 0); EXPECT_EQ(bv, 0); EXPECT_EQ(bo, 0);
