@@ -50,6 +50,11 @@ $(BUILD)/stream.o: stream.cu stream.h timeline.h cuda_common.h | $(BUILD)
 train_gpt: train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard *.cuh)
 	$(NVCC) $(NVCCFLAGS) $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o -o $@ $(CUDA_LIBS)
 
+# stream.cu's protocol on the CPU: compiled by the host compiler against the CUDA ordering model in
+# test/fake_cuda (found before any real CUDA headers), so it runs in CI without a GPU or nvcc.
+$(BUILD)/test_stream: test/test_stream.cpp stream.cu stream.h timeline.h cuda_common.h $(wildcard test/fake_cuda/*.h) | $(BUILD)
+	$(CXX) $(CXXFLAGS) -I. -Itest/fake_cuda $< -o $@ $(GTEST_LIBS) $(LDLIBS)
+
 $(BUILD)/test_%: test/test_%.cpp $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard dev/data/*.h) | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
 

@@ -10,7 +10,7 @@
 // V = 2500 with Vp = 2560 (more than the 1024 threads of a row block), element counts past grid_for's cap
 // (so the grid-stride loops loop), and parameter gradients accumulated by two calls (they must ADD).
 // Not checked here: head_forward/head_backward as a unit (their kernels are checked one by one),
-// stream.cu (weight streaming, gradient hand-off), the optimizer thread, gpt_step's orchestration and micro-batch
+// stream.cu (weight streaming, gradient hand-off: test_stream.cpp), the optimizer thread, gpt_step's orchestration and micro-batch
 // accumulation (test_gpu.cu covers those), int64 indexing past 2^31 elements and the 65535 row-tile cap.
 // Every test skips (GTEST_SKIP) when no CUDA device is present.
 //

@@ -1,0 +1,146 @@
+// test/fake_cuda/cuda_runtime.h — a host-only stand-in for the CUDA runtime that stream.cu uses, for
+// test/test_stream.cpp: it runs nothing on a device, it MODELS the ordering CUDA guarantees. Every stream,
+// and the host, carries a vector clock; an operation enqueued on a stream is ordered after the stream's
+// previous operations and after everything the host did before enqueueing it; cudaEventRecord captures a
+// stream's clock, cudaStreamWaitEvent joins it into another stream, cudaEventSynchronize /
+// cudaStreamSynchronize / cudaDeviceSynchronize join it into the host's. Memory the test registers
+// (fake_cuda_track) gets every access checked: two accesses of which one writes must be ordered by that
+// model, or the pair is recorded as a race (fake_cuda_races).
+// Not modelled: kernels (the test declares what its stand-in kernels read and write), timing, errors.
+#pragma once
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <array>
+#include <string>
+#include <vector>
+
+typedef int cudaError_t;
+#define cudaSuccess 0
+enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2 };
+#define cudaHostAllocDefault 0u
+#define cudaStreamNonBlocking 1u
+#define cudaEventDisableTiming 2u
+#define cudaEventBlockingSync 1u
+
+namespace fake_cuda {
+constexpr int kMaxAgents = 8;                 // agent 0 is the host, streams are 1..7
+typedef std::array<uint64_t, kMaxAgents> Clock;
+inline void join(Clock& a, const Clock& b) { for (int i = 0; i < kMaxAgents; i++) a[i] = a[i] > b[i] ? a[i] : b[i]; }
+
+struct Access { int agent; uint64_t tick; bool write; std::string what; };
+struct Region { const char* base; int64_t bytes; std::string name; std::vector<Access> since_write; bool has_write = false; Access last_write; };
+
+struct State {
+    Clock host{};
+    int next_agent = 1;
+    std::vector<Region> regions;
+    std::vector<std::string> races;
+};
+inline State& state() { static State s; return s; }
+}  // namespace fake_cuda
+
+struct FakeStream { int agent; fake_cuda::Clock clock{}; };
+struct FakeEvent { bool recorded = false; fake_cuda::Clock clock{}; };
+typedef FakeStream* cudaStream_t;
+typedef FakeEvent* cudaEvent_t;
+
+namespace fake_cuda {
+// The agent performing an access and the clock it sees then.
+inline void access(int agent, const Clock& view, const void* p, int64_t bytes, bool write, const std::string& what) {
+    State& s = state();
+    const char* a = (const char*)p;
+    for (Region& r : s.regions) {
+        if (a + bytes <= r.base || r.base + r.bytes <= a) continue;
+        auto ordered = [&](const Access& prev) { return prev.agent == agent || prev.tick <= view[prev.agent]; };
+        auto report = [&](const Access& prev) {
+            s.races.push_back(r.name + ": " + (write ? "write" : "read") + " by " + what + " not ordered after " +
+                              (prev.write ? "write" : "read") + " by " + prev.what);
+        };
+        if (r.has_write && !ordered(r.last_write)) report(r.last_write);
+        Access now{agent, view[agent], write, what};
+        if (write) {
+            for (const Access& prev : r.since_write) if (!ordered(prev)) report(prev);
+            r.since_write.clear();
+            r.last_write = now;
+            r.has_write = true;
+        } else {
+            r.since_write.push_back(now);
+        }
+    }
+}
+// A new operation on stream s: after the host's past and the stream's own.
+inline const Clock& enqueue(cudaStream_t s) {
+    join(s->clock, state().host);
+    s->clock[s->agent]++;
+    return s->clock;
+}
+}  // namespace fake_cuda
+
+// --- what the test uses ---
+// Registers memory whose accesses are checked; `name` appears in race reports.
+inline void fake_cuda_track(const void* p, int64_t bytes, const std::string& name) {
+    fake_cuda::Region r;
+    r.base = (const char*)p; r.bytes = bytes; r.name = name;
+    fake_cuda::state().regions.push_back(r);
+}
+// A stand-in kernel on stream s that reads and/or writes the given memory.
+inline void fake_cuda_kernel(cudaStream_t s, const void* reads, int64_t read_bytes, const void* writes, int64_t write_bytes,
+                             const std::string& what) {
+    const fake_cuda::Clock& c = fake_cuda::enqueue(s);
+    if (reads) fake_cuda::access(s->agent, c, reads, read_bytes, false, what);
+    if (writes) fake_cuda::access(s->agent, c, writes, write_bytes, true, what);
+}
+// The host reads or writes memory (e.g. the CPU optimizer).
+inline void fake_cuda_host_access(const void* p, int64_t bytes, bool write, const std::string& what) {
+    fake_cuda::State& s = fake_cuda::state();
+    s.host[0]++;
+    fake_cuda::access(0, s.host, p, bytes, write, what);
+}
+inline std::vector<std::string>& fake_cuda_races() { return fake_cuda::state().races; }
+inline void fake_cuda_reset() { fake_cuda::state() = fake_cuda::State(); }
+
+// --- the runtime API stream.cu and timeline.h call ---
+inline const char* cudaGetErrorString(cudaError_t) { return "fake"; }
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+inline cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) { *p = calloc(1, bytes ? bytes : 1); return *p ? cudaSuccess : 2; }
+inline cudaError_t cudaMalloc(void** p, size_t bytes) { *p = calloc(1, bytes ? bytes : 1); return *p ? cudaSuccess : 2; }
+inline cudaError_t cudaFree(void* p) { free(p); return cudaSuccess; }
+inline cudaError_t cudaFreeHost(void* p) { free(p); return cudaSuccess; }
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
+    fake_cuda::State& st = fake_cuda::state();
+    if (st.next_agent >= fake_cuda::kMaxAgents) return 3;
+    *s = new FakeStream();
+    (*s)->agent = st.next_agent++;
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { *e = new FakeEvent(); return cudaSuccess; }
+inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new FakeEvent(); return cudaSuccess; }
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    e->clock = fake_cuda::enqueue(s);
+    e->recorded = true;
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+    if (e->recorded) fake_cuda::join(s->clock, e->clock);  // waiting on a never-recorded event is a no-op
+    return cudaSuccess;
+}
+inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    if (e->recorded) fake_cuda::join(fake_cuda::state().host, e->clock);
+    return cudaSuccess;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s) { fake_cuda::join(fake_cuda::state().host, s->clock); return cudaSuccess; }
+inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }  // stream.cu calls it only before freeing
+inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 0.0f; return cudaSuccess; }
+// Copies at once (so a test can see WHICH data a copy would deliver; WHEN it may run is the clocks' business).
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t s) {
+    const fake_cuda::Clock& c = fake_cuda::enqueue(s);
+    const std::string what = "a copy on stream " + std::to_string(s->agent);
+    fake_cuda::access(s->agent, c, src, (int64_t)bytes, false, what);
+    fake_cuda::access(s->agent, c, dst, (int64_t)bytes, true, what);
+    memcpy(dst, src, bytes);
+    return cudaSuccess;
+}
