@@ -258,8 +258,7 @@ static void layer_forward(GPT* g, const bf16* w, const bf16* x, bf16* out, Works
     add_bias(a->p[ACT_RES2], wt(g, w, ATTPROJB), x, N, C, s);  // res2 = x + attn(x)
     layernorm_forward(a->p[ACT_LN2], a->ln2_mean, a->ln2_rstd, a->p[ACT_RES2], wt(g, w, LN2W), wt(g, w, LN2B), N, C, s);
     matmul_forward(a->p[ACT_FCH], a->p[ACT_LN2], wt(g, w, FCW), N, C, 4 * C, s);
-    add_bias(a->p[ACT_FCH], wt(g, w, FCB), NULL, N, 4 * C, s);
-    gelu_forward(a->p[ACT_FCH_GELU], a->p[ACT_FCH], N * 4 * C, s);
+    bias_gelu_forward(a->p[ACT_FCH], a->p[ACT_FCH_GELU], wt(g, w, FCB), N, 4 * C, s);  // fch += bias; gelu
     if (out) {
         matmul_forward(out, a->p[ACT_FCH_GELU], wt(g, w, FCPROJW), N, 4 * C, C, s);
         add_bias(out, wt(g, w, FCPROJB), a->p[ACT_RES2], N, C, s);  // out = res2 + mlp(res2)

@@ -283,6 +283,27 @@ TEST(Kernels, GeluForwardMatchesCpu) {
     EXPECT_LT(check("gelu_forward", download(out, n), ref), 1e-2);  // bf16 output
 }
 
+// The fused MLP bias + GELU (layer_forward uses it) against the two kernels it replaces: bit for bit (the
+// same bf16 roundings of the same values, the same GELU code). N*OC past grid_for's cap, OC not a power of 2.
+TEST(Kernels, BiasGeluForwardEqualsAddBiasThenGelu) {
+    REQUIRE_GPU();
+    const int64_t N = 1501;
+    const int OC = 384;
+    auto pre = rand_bf16(N * OC, -4, 4, 43), bias = rand_bf16(OC, -1, 1, 44);
+    DeviceMem m;
+    bf16 *pre_two = m.bf16s(pre), *pre_one = m.bf16s(pre), *bias_d = m.bf16s(bias);
+    bf16 *out_two = m.zeros<bf16>(N * OC), *out_one = m.zeros<bf16>(N * OC);
+    add_bias(pre_two, bias_d, NULL, N, OC, kStream);
+    gelu_forward(out_two, pre_two, N * OC, kStream);
+    bias_gelu_forward(pre_one, out_one, bias_d, N, OC, kStream);
+    const int64_t bad_pre = count_bit_diff(download(pre_one, N * OC), download(pre_two, N * OC));
+    const int64_t bad_out = count_bit_diff(download(out_one, N * OC), download(out_two, N * OC));
+    printf("  bias_gelu_forward vs add_bias + gelu_forward: %lld / %lld elements differ (pre-activation / gelu)\n",
+           (long long)bad_pre, (long long)bad_out);
+    EXPECT_EQ(bad_pre, 0);
+    EXPECT_EQ(bad_out, 0);
+}
+
 TEST(Kernels, GeluBackwardMatchesCpu) {
     REQUIRE_GPU();
     const int64_t n = 600001;
