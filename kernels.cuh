@@ -248,58 +248,6 @@ static void gelu_backward(bf16* d_inout, const bf16* inp, int64_t n, cudaStream_
 }
 
 // ----------------------------------------------------------------------------
-// Attention layout changes. qkv rows are (B, T, 3, NH, hs); the batched GEMMs want (B, NH, T, hs).
-
-__global__ void split_heads_kernel(bf16* q, bf16* k, bf16* v, const bf16* qkv, int B, int T, int NH, int hs) {
-    const int64_t n = (int64_t)B * NH * T * hs;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        int d = (int)(i % hs); int64_t r = i / hs;
-        int t = (int)(r % T); r /= T;
-        int h = (int)(r % NH); int b = (int)(r / NH);
-        int64_t src = (((int64_t)b * T + t) * 3 * NH + h) * hs + d;
-        q[i] = qkv[src];
-        k[i] = qkv[src + (int64_t)NH * hs];
-        v[i] = qkv[src + 2 * (int64_t)NH * hs];
-    }
-}
-// Inverse of split_heads for gradients: dqkv (B, T, 3, NH, hs) from dq, dk, dv (B, NH, T, hs).
-__global__ void merge_qkv_grads_kernel(bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv, int B, int T, int NH, int hs) {
-    const int64_t n = (int64_t)B * NH * T * hs;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        int d = (int)(i % hs); int64_t r = i / hs;
-        int t = (int)(r % T); r /= T;
-        int h = (int)(r % NH); int b = (int)(r / NH);
-        int64_t dst = (((int64_t)b * T + t) * 3 * NH + h) * hs + d;
-        dqkv[dst] = dq[i];
-        dqkv[dst + (int64_t)NH * hs] = dk[i];
-        dqkv[dst + 2 * (int64_t)NH * hs] = dv[i];
-    }
-}
-// (B, NH, T, hs) <-> (B, T, NH, hs); `to_heads` chooses the direction.
-__global__ void permute_heads_kernel(bf16* out, const bf16* inp, int B, int T, int NH, int hs, int to_heads) {
-    const int64_t n = (int64_t)B * NH * T * hs;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        int d = (int)(i % hs); int64_t r = i / hs;
-        int t = (int)(r % T); r /= T;
-        int h = (int)(r % NH); int b = (int)(r / NH);
-        int64_t btc = (((int64_t)b * T + t) * NH + h) * hs + d;  // i is the (B, NH, T, hs) index
-        if (to_heads) out[i] = inp[btc]; else out[btc] = inp[i];
-    }
-}
-static void split_heads(bf16* q, bf16* k, bf16* v, const bf16* qkv, int B, int T, int NH, int hs, cudaStream_t s) {
-    split_heads_kernel<<<grid_for((int64_t)B * T * NH * hs, 256), 256, 0, s>>>(q, k, v, qkv, B, T, NH, hs);
-    cudaCheckLaunch();
-}
-static void merge_qkv_grads(bf16* dqkv, const bf16* dq, const bf16* dk, const bf16* dv, int B, int T, int NH, int hs, cudaStream_t s) {
-    merge_qkv_grads_kernel<<<grid_for((int64_t)B * T * NH * hs, 256), 256, 0, s>>>(dqkv, dq, dk, dv, B, T, NH, hs);
-    cudaCheckLaunch();
-}
-static void permute_heads(bf16* out, const bf16* inp, int B, int T, int NH, int hs, int to_heads, cudaStream_t s) {
-    permute_heads_kernel<<<grid_for((int64_t)B * T * NH * hs, 256), 256, 0, s>>>(out, inp, B, T, NH, hs, to_heads);
-    cudaCheckLaunch();
-}
-
-// ----------------------------------------------------------------------------
 // Causal softmax over rows of the (B*NH, T, T) score matrix, in place; one warp per row.
 // Row t1 keeps columns 0..t1 and writes exact zeros above the diagonal, so att @ v needs no mask.
 // The 1/sqrt(hs) scale was already applied by the GEMM that produced the scores.

@@ -25,8 +25,8 @@
 //              once and copies layer l as soon as its update is done, so the CPU update of layer l+k overlaps
 //              the GPU forward of layer l. The clip is exact: no update uses a gradient before the norm of
 //              all gradients is known.
-// Not here: kernels (kernels.cuh), host<->GPU copies (stream.cu), AdamW math (cpu_adam.cpp), the CPU
-// reference model (gpt2_cpu.h).
+// Not here: kernels (kernels.cuh), attention's GEMMs (attention.cuh), host<->GPU copies (stream.cu), AdamW
+// math (cpu_adam.cpp), the CPU reference model (gpt2_cpu.h).
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -86,7 +86,7 @@ static void matmul_backward_weight(float* dw, const bf16* dout, const bf16* inp,
     cublasCheck(cublasGemmEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, (int)N, &one, inp, CUDA_R_16BF, C, dout,
                              CUDA_R_16BF, OC, &one, dw, CUDA_R_32F, C, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
-// One (B*NH)-batched GEMM over per-head (T x hs) / (T x T) matrices, all bf16.
+// A batched GEMM, all bf16 (batch i uses A + i*strideA, B + i*strideB, C + i*strideC).
 static void matmul_batched(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
                            const bf16* A, int lda, int64_t strideA, const bf16* B, int ldb, int64_t strideB,
                            bf16* Cm, int ldc, int64_t strideC, int batch, cudaStream_t s) {
@@ -97,13 +97,15 @@ static void matmul_batched(cublasOperation_t ta, cublasOperation_t tb, int m, in
                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+#include "attention.cuh"  // per-head GEMMs + causal softmax (uses matmul_batched above and kernels.cuh)
+
 // ----------------------------------------------------------------------------
 // Workspace of ONE layer for ONE micro-batch: what the backward pass needs, recomputed from the checkpoint.
 // One allocation carved by a table of sizes (the layout is data, as in llm.c).
 
 enum {
-    ACT_LN1, ACT_QKV, ACT_Q, ACT_K, ACT_V, ACT_ATT, ACT_YHEADS, ACT_ATTY, ACT_RES2, ACT_LN2, ACT_FCH, ACT_FCH_GELU,
-    ACT_DFCH, ACT_DC, ACT_DQ, ACT_DK, ACT_DV, ACT_DQKV, ACT_DATT, ACT_LNF, ACT_DLNF, ACT_LOGITS, NUM_ACTS
+    ACT_LN1, ACT_QKV, ACT_ATT, ACT_ATTY, ACT_RES2, ACT_LN2, ACT_FCH, ACT_FCH_GELU,
+    ACT_DFCH, ACT_DC, ACT_DQKV, ACT_DATT, ACT_LNF, ACT_DLNF, ACT_LOGITS, NUM_ACTS
 };
 typedef struct {
     bf16* p[NUM_ACTS];
@@ -114,8 +116,8 @@ typedef struct {
 
 static void workspace_sizes(const GPTConfig* c, int B, int T, int64_t sizes[NUM_ACTS]) {
     const int64_t N = (int64_t)B * T, C = c->channels, att = (int64_t)B * c->num_heads * T * T;
-    const int64_t s[NUM_ACTS] = {N * C, N * 3 * C, N * C, N * C, N * C, att, N * C, N * C, N * C, N * C, N * 4 * C, N * 4 * C,
-                                 N * 4 * C, N * C, N * C, N * C, N * C, N * 3 * C, att, N * C, N * C, N * c->padded_vocab_size};
+    const int64_t s[NUM_ACTS] = {N * C, N * 3 * C, att, N * C, N * C, N * C, N * 4 * C, N * 4 * C,
+                                 N * 4 * C, N * C, N * 3 * C, att, N * C, N * C, N * c->padded_vocab_size};
     memcpy(sizes, s, sizeof s);
 }
 // Byte counts of the memory plan, overflow-checked: an absurd shape (-e, -b, -t) must be refused here, not
@@ -233,27 +235,13 @@ static inline bf16* resident_layer(GPT* g, int l) { return g->resident + gpt_lay
 // output, or NULL when recomputing for the backward pass (the output itself is not needed there, so the
 // last GEMM is skipped). Everything the backward pass needs stays in the workspace.
 
-static void attention_forward(GPT* g, Workspace* a, cudaStream_t s) {
-    const int B = g->B, T = g->T, NH = g->config.num_heads, hs = g->config.channels / NH;
-    const int64_t head = (int64_t)T * hs, scores = (int64_t)T * T;
-    split_heads(a->p[ACT_Q], a->p[ACT_K], a->p[ACT_V], a->p[ACT_QKV], B, T, NH, hs, s);
-    // scores = q @ k^T / sqrt(hs), per (batch, head)
-    matmul_batched(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f / sqrtf((float)hs), a->p[ACT_K], hs, head, a->p[ACT_Q], hs,
-                   head, a->p[ACT_ATT], T, scores, B * NH, s);
-    softmax_causal_forward(a->p[ACT_ATT], (int64_t)B * NH * T, T, s);
-    // y = att @ v
-    matmul_batched(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, a->p[ACT_V], hs, head, a->p[ACT_ATT], T, scores,
-                   a->p[ACT_YHEADS], hs, head, B * NH, s);
-    permute_heads(a->p[ACT_ATTY], a->p[ACT_YHEADS], B, T, NH, hs, 0, s);
-}
-
 static void layer_forward(GPT* g, const bf16* w, const bf16* x, bf16* out, Workspace* a, cudaStream_t s) {
     const int64_t N = (int64_t)g->B * g->T;
     const int C = g->config.channels;
     layernorm_forward(a->p[ACT_LN1], a->ln1_mean, a->ln1_rstd, x, wt(g, w, LN1W), wt(g, w, LN1B), N, C, s);
     matmul_forward(a->p[ACT_QKV], a->p[ACT_LN1], wt(g, w, QKVW), N, C, 3 * C, s);
     add_bias(a->p[ACT_QKV], wt(g, w, QKVB), NULL, N, 3 * C, s);
-    attention_forward(g, a, s);
+    attention_forward(a->p[ACT_ATTY], a->p[ACT_ATT], a->p[ACT_QKV], g->B, g->T, C, g->config.num_heads, s);
     matmul_forward(a->p[ACT_RES2], a->p[ACT_ATTY], wt(g, w, ATTPROJW), N, C, C, s);
     add_bias(a->p[ACT_RES2], wt(g, w, ATTPROJB), x, N, C, s);  // res2 = x + attn(x)
     layernorm_forward(a->p[ACT_LN2], a->ln2_mean, a->ln2_rstd, a->p[ACT_RES2], wt(g, w, LN2W), wt(g, w, LN2B), N, C, s);
@@ -270,26 +258,6 @@ static void layer_forward(GPT* g, const bf16* w, const bf16* x, bf16* out, Works
 // dres: gradient w.r.t. the layer's output on entry, w.r.t. its input on return (updated in place, since
 // the residual connections pass it through unchanged). Parameter gradients are ADDED to `grads` (the
 // layer's block: g->layer_grads for a streamed layer, its place in g->resident_grads for a resident one).
-
-static void attention_backward(GPT* g, Workspace* a, const bf16* datty, cudaStream_t s) {
-    const int B = g->B, T = g->T, NH = g->config.num_heads, hs = g->config.channels / NH;
-    const int64_t head = (int64_t)T * hs, scores = (int64_t)T * T;
-    const float scale = 1.0f / sqrtf((float)hs);
-    bf16* dy = a->p[ACT_YHEADS];  // the forward's y is not needed any more: reuse its space for dy
-    permute_heads(dy, datty, B, T, NH, hs, 1, s);
-    // datt = dy @ v^T ; dv = att^T @ dy
-    matmul_batched(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, a->p[ACT_V], hs, head, dy, hs, head, a->p[ACT_DATT], T,
-                   scores, B * NH, s);
-    matmul_batched(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, dy, hs, head, a->p[ACT_ATT], T, scores, a->p[ACT_DV], hs,
-                   head, B * NH, s);
-    softmax_causal_backward(a->p[ACT_DATT], a->p[ACT_ATT], (int64_t)B * NH * T, T, s);  // now d(scores)
-    // dq = dscores @ k * scale ; dk = dscores^T @ q * scale
-    matmul_batched(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, a->p[ACT_K], hs, head, a->p[ACT_DATT], T, scores,
-                   a->p[ACT_DQ], hs, head, B * NH, s);
-    matmul_batched(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, a->p[ACT_Q], hs, head, a->p[ACT_DATT], T, scores,
-                   a->p[ACT_DK], hs, head, B * NH, s);
-    merge_qkv_grads(a->p[ACT_DQKV], a->p[ACT_DQ], a->p[ACT_DK], a->p[ACT_DV], B, T, NH, hs, s);
-}
 
 static void layer_backward(GPT* g, const bf16* w, float* grads, const bf16* x, bf16* dres, Workspace* a, cudaStream_t s) {
     const int64_t N = (int64_t)g->B * g->T;
@@ -309,7 +277,8 @@ static void layer_backward(GPT* g, const bf16* w, float* grads, const bf16* x, b
     matmul_backward_weight(gt(ATTPROJW), dres, a->p[ACT_ATTY], N, C, C, s);
     bias_backward(gt(ATTPROJB), dres, N, C, s);
     matmul_backward_input(a->p[ACT_DC], dres, wt(g, w, ATTPROJW), N, C, C, s);
-    attention_backward(g, a, a->p[ACT_DC], s);
+    attention_backward(a->p[ACT_DQKV], a->p[ACT_DATT], a->p[ACT_DC], a->p[ACT_ATT], a->p[ACT_QKV], g->B, g->T, C,
+                       g->config.num_heads, s);
     matmul_backward_weight(gt(QKVW), a->p[ACT_DQKV], a->p[ACT_LN1], N, C, 3 * C, s);
     bias_backward(gt(QKVB), a->p[ACT_DQKV], N, 3 * C, s);
     matmul_backward_input(a->p[ACT_DC], a->p[ACT_DQKV], wt(g, w, QKVW), N, C, 3 * C, s);
