@@ -7,8 +7,9 @@
 // optimizer progress, and checks:
 //   - no race: every pair of accesses to a weight slot, a gradient staging buffer, a layer's pinned bf16
 //     weights or its pinned gradients, one of them a write, is ordered by events / syncs / stream order;
-//   - the data: the weights a layer's kernels read are that layer's, of the latest optimizer step (the fake
-//     copies really copy, and the optimizer stamps each layer's weights with (layer, version));
+//   - the data: the weights a layer's kernels read are that layer's, of the latest optimizer step, and the
+//     gradients the optimizer reads are that layer's, of the latest backward pass (the fake copies really
+//     copy; weights and gradients carry a (layer, version) stamp);
 //   - the bookkeeping: each pass copies or reuses each of its layers exactly once and leaves no slot pinned.
 // Not checked here: the kernels and what they compute (test_kernels.cu, test_gpu.cu), timing, and the
 // optimizer thread's own locking (train_gpt.cu): the optimizer is modelled as running in program order.
@@ -32,6 +33,8 @@ struct Driver {
     std::vector<int> version;  // the optimizer step whose weights each layer's host bf16 copy holds
     bool round_active = false;
     int rounds = 0;            // optimizer rounds submitted: a pass after round r must read version r
+    int backward_passes = 0;   // gradients are stamped with the backward pass that made them
+    int round_grads = 0;       // ... and the round in progress must read those of this backward pass
     int done_upto = 0;         // layers R..done_upto-1 are updated in the current round
     std::vector<std::string> errors;
 
@@ -55,7 +58,10 @@ struct Driver {
     // The CPU optimizer's work on layer l: wait for its gradients, read them, write the new bf16 weights.
     void optimizer_layer(int l) {
         stream_wait_grads_on_host(&ws, l);
-        fake_cuda_host_access(ws.grads_host_bf16 + l * kStride, kStride * 2, false, "the optimizer (grads of layer " + std::to_string(l) + ")");
+        const uint16_t* grads = ws.grads_host_bf16 + l * kStride;
+        fake_cuda_host_access(grads, kStride * 2, false, "the optimizer (grads of layer " + std::to_string(l) + ")");
+        if (grads[0] != stamp(l, round_grads) || grads[kStride - 1] != stamp(l, round_grads))
+            errors.push_back("the optimizer read stale or foreign gradients of layer " + std::to_string(l));
         version[l]++;
         fake_cuda_host_access(host_weights(l), kStride * 2, true, "the optimizer (weights of layer " + std::to_string(l) + ")");
         write_stamp(l);
@@ -114,15 +120,18 @@ struct Driver {
             stream_release_layer(&ws, l);
             bf16* staging = stream_grad_staging(&ws);
             fake_cuda_kernel(ws.compute, NULL, 0, staging, kStride * 2, "the gradient kernel of layer " + std::to_string(l));
+            for (int64_t i = 0; i < kStride; i++) ((uint16_t*)staging)[i] = stamp(l, backward_passes + 1);
             stream_send_layer_grads(&ws, l);
         }
         check_pass(c0, r0, (int)o.size(), "backward");
+        backward_passes++;
         cudaCheck(cudaStreamSynchronize(ws.compute));  // gpt_step's one sync: loss and norm
         if (skip_update) return;                        // non-finite: no update, the slots stay valid
         finish_round();                                 // optimizer_submit waits for the last round first
         stream_invalidate(&ws);
         round_active = true;
         rounds++;
+        round_grads = backward_passes;
         done_upto = R;
     }
 };
@@ -154,7 +163,7 @@ TEST(StreamProtocol, NoRacesAndFreshWeightsOverEverySmallShape) {
                     if (HasFatalFailure()) return;
                     cases++;
                 }
-    printf("%d cases, 5 steps each, no race, every layer read its latest weights\n", cases);
+    printf("%d cases, 5 steps each, no race, every layer read its latest weights, the optimizer its latest gradients\n", cases);
 }
 
 // The checker itself: a protocol with one ordering removed must be caught. Here the host rewrites a layer's
