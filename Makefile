@@ -55,6 +55,10 @@ train_gpt: train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(HEADERS) $(wildc
 $(BUILD)/test_stream: test/test_stream.cpp stream.cu stream.h timeline.h cuda_common.h $(wildcard test/fake_cuda/*.h) | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. -Itest/fake_cuda $< -o $@ $(GTEST_LIBS) $(LDLIBS)
 
+# the cuBLAS wrappers on the CPU, against test/fake_cuda's emulation of cuBLAS
+$(BUILD)/test_matmul: test/test_matmul.cpp matmul.cuh cuda_common.h $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard test/fake_cuda/*.h) | $(BUILD)
+	$(CXX) $(CXXFLAGS) -I. -Itest/fake_cuda $< $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
+
 # attention.cuh's index math on the CPU (CPU stand-ins for cuBLAS and the softmax kernels, see the test)
 $(BUILD)/test_attention: test/test_attention.cpp attention.cuh $(BUILD)/cpu_adam.o $(HEADERS) | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)

@@ -1,0 +1,117 @@
+// test_matmul.cpp — the trainer's cuBLAS wrappers (matmul.cuh) run on the CPU in CI: compiled against
+// test/fake_cuda, whose cuBLAS computes what cuBLAS documents (column-major, op(A) op(B), leading dimensions,
+// strided batches, bf16 / fp32 storage) and refuses the arguments cuBLAS refuses. Each wrapper must give
+// gpt2_cpu.h's result: out = inp @ w^T, dinp = dout @ w, dw += dout^T @ inp (accumulating in fp32 across
+// calls), and matmul_batched a plain per-batch product. Tolerances: a bf16 output is one rounding of an exact
+// sum (<= 2^-9 relative per element: rel-L2 < 4e-3); fp32 outputs differ only in summation order (< 1e-5).
+// Not checked here: real cuBLAS (test_kernels.cu on a GPU), performance.
+#include <gtest/gtest.h>
+#include <math.h>
+#include <vector>
+#include "cpu_adam.h"  // float_to_bf16, bf16_to_float
+#include "gpt2_cpu.h"
+#include "matmul.cuh"
+
+namespace {
+
+std::vector<float> rand_vec(int64_t n, uint64_t seed) {  // values exactly representable in bf16
+    std::vector<float> v((size_t)n);
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (auto& x : v) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x = bf16_to_float(float_to_bf16((float)((s >> 40) / 16777216.0) * 2.0f - 1.0f));
+    }
+    return v;
+}
+std::vector<bf16> to_bf16(const std::vector<float>& v) {
+    std::vector<bf16> out(v.size());
+    for (size_t i = 0; i < v.size(); i++) out[i].x = float_to_bf16(v[i]);
+    return out;
+}
+std::vector<float> to_float(const std::vector<bf16>& v) {
+    std::vector<float> out(v.size());
+    for (size_t i = 0; i < v.size(); i++) out[i] = bf16_to_float(v[i].x);
+    return out;
+}
+double rel_l2(const std::vector<float>& got, const std::vector<float>& ref) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < ref.size(); i++) { num += ((double)got[i] - ref[i]) * ((double)got[i] - ref[i]); den += (double)ref[i] * ref[i]; }
+    return sqrt(num / den);
+}
+
+struct Cublas {
+    cudaStream_t s;
+    Cublas() {
+        cublasCheck(cublasCreate(&cublas_handle));
+        cublas_workspace = malloc(16);
+        cublas_stream = NULL;
+        cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    }
+    ~Cublas() {
+        cublasCheck(cublasDestroy(cublas_handle));
+        free(cublas_workspace);
+        cudaCheck(cudaStreamDestroy(s));
+        cublas_handle = NULL; cublas_workspace = NULL; cublas_stream = NULL;
+    }
+};
+
+const int64_t kN = 37;  // rows (tokens): none of the sizes is a multiple of another or of 8
+const int kC = 24, kOC = 40;
+
+TEST(Matmul, ForwardIsInputTimesWeightTransposed) {
+    Cublas cb;
+    auto inp = rand_vec(kN * kC, 1), w = rand_vec((int64_t)kOC * kC, 2);
+    auto inp_b = to_bf16(inp), w_b = to_bf16(w);
+    std::vector<bf16> out((size_t)(kN * kOC));
+    matmul_forward(out.data(), inp_b.data(), w_b.data(), kN, kC, kOC, cb.s);
+    std::vector<float> ref((size_t)(kN * kOC)), w_t((size_t)kOC * kC);
+    matmul_forward(ref.data(), inp.data(), w.data(), NULL, kN, kC, kOC, w_t.data());  // gpt2_cpu.h
+    EXPECT_LT(rel_l2(to_float(out), ref), 4e-3);
+}
+
+TEST(Matmul, BackwardInputIsDoutTimesWeight) {
+    Cublas cb;
+    auto dout = rand_vec(kN * kOC, 3), w = rand_vec((int64_t)kOC * kC, 4), inp = rand_vec(kN * kC, 5);
+    auto dout_b = to_bf16(dout), w_b = to_bf16(w);
+    std::vector<bf16> dinp((size_t)(kN * kC));
+    matmul_backward_input(dinp.data(), dout_b.data(), w_b.data(), kN, kC, kOC, cb.s);
+    std::vector<float> ref((size_t)(kN * kC)), dw((size_t)kOC * kC, 0.0f);
+    matmul_backward(ref.data(), dw.data(), NULL, dout.data(), inp.data(), w.data(), kN, kC, kOC);  // gpt2_cpu.h
+    EXPECT_LT(rel_l2(to_float(dinp), ref), 4e-3);
+}
+
+TEST(Matmul, BackwardWeightAccumulatesInFp32) {
+    Cublas cb;
+    std::vector<float> dw((size_t)kOC * kC, 0.0f), ref((size_t)kOC * kC, 0.0f), dinp((size_t)(kN * kC));
+    auto w = rand_vec((int64_t)kOC * kC, 6);
+    for (int call = 0; call < 2; call++) {  // two micro-batches: the second must ADD to the first
+        auto dout = rand_vec(kN * kOC, 10 + call), inp = rand_vec(kN * kC, 20 + call);
+        auto dout_b = to_bf16(dout), inp_b = to_bf16(inp);
+        matmul_backward_weight(dw.data(), dout_b.data(), inp_b.data(), kN, kC, kOC, cb.s);
+        matmul_backward(dinp.data(), ref.data(), NULL, dout.data(), inp.data(), w.data(), kN, kC, kOC);
+    }
+    EXPECT_LT(rel_l2(dw, ref), 1e-5);
+}
+
+TEST(Matmul, BatchedIsAPerBatchProduct) {
+    Cublas cb;
+    // row-major per batch: C (M x N) = A (M x K) @ B (K x N) as the column-major C^T = B^T A^T, with padded rows
+    const int M = 5, K = 7, N = 6, batch = 3, lda = K + 2, ldb = N + 1, ldc = N + 3;
+    const int64_t sa = (int64_t)M * lda + 4, sb = (int64_t)K * ldb + 1, sc = (int64_t)M * ldc + 2;
+    auto a = rand_vec(sa * batch, 30), b = rand_vec(sb * batch, 31);
+    auto a_b = to_bf16(a), b_b = to_bf16(b);
+    std::vector<bf16> c((size_t)(sc * batch));
+    matmul_batched(CUBLAS_OP_N, CUBLAS_OP_N, N, M, K, 0.5f, b_b.data(), ldb, sb, a_b.data(), lda, sa, c.data(), ldc, sc, batch, cb.s);
+    std::vector<float> got = to_float(c), want, seen;
+    for (int t = 0; t < batch; t++)
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) {
+                double acc = 0.0;
+                for (int l = 0; l < K; l++) acc += (double)a[(size_t)(t * sa + i * lda + l)] * b[(size_t)(t * sb + l * ldb + j)];
+                want.push_back((float)(0.5 * acc));
+                seen.push_back(got[(size_t)(t * sc + i * ldc + j)]);
+            }
+    EXPECT_LT(rel_l2(seen, want), 4e-3);
+}
+
+}  // namespace
