@@ -6,9 +6,10 @@
 //   GPU      : a ring of >= 2 layer-sized weight slots, one layer of fp32 gradient accumulator, each
 //              layer's INPUT as a bf16 checkpoint (per micro-batch), one layer of recompute workspace, and
 //              the embeddings (wte/wpe/final LN) resident with their fp32 gradients, fp32 master copy and
-//              AdamW moments (18 bytes per parameter with the bf16 copy; a constant that does not grow with depth): they are
-//              needed at both ends of every pass, so updating them in place on the GPU takes the last
-//              gradient copy, the first AdamW block and the first weight copy off the step boundary.
+//              AdamW moments (18 bytes per parameter with the bf16 copy; a constant that does not grow with
+//              depth): they are needed at both ends of every pass, so updating them in place on the GPU
+//              takes the last gradient copy, the first AdamW block and the first weight copy off the step
+//              boundary.
 //              Optionally (-R) the first R layers too, where GPU memory would otherwise sit idle: they are
 //              then neither copied nor updated by the CPU, which shortens the CPU AdamW round that bounds a
 //              step at few tokens per step. -R 0 (the default) is the pure streaming trainer.
