@@ -207,18 +207,9 @@ static void add_bias(bf16* out, const bf16* bias, const bf16* residual, int64_t 
 __device__ __forceinline__ float gelu_tanh(float x) {
     return 0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + 0.044715f * x * x * x)));
 }
-__global__ void gelu_forward_kernel(bf16* out, const bf16* inp, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        out[i] = __float2bfloat16(gelu_tanh((float)inp[i]));
-}
-static void gelu_forward(bf16* out, const bf16* inp, int64_t n, cudaStream_t s) {
-    gelu_forward_kernel<<<grid_for(n, 256), 256, 0, s>>>(out, inp, n);
-    cudaCheckLaunch();
-}
 
 // The MLP's bias and GELU in one pass (one read of the GEMM output instead of two): pre[row, :] += bias,
-// kept for the backward pass, and out = gelu(pre). Bit for bit what add_bias then gelu_forward give: the
-// GELU reads the bf16-rounded pre-activation, as it would from memory.
+// kept (bf16) for the backward pass, and out = gelu(pre) of that bf16-rounded pre-activation.
 __global__ void bias_gelu_forward_kernel(bf16* pre, bf16* out, const bf16* bias, int64_t N, int OC) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N * OC; i += (int64_t)gridDim.x * blockDim.x) {
         const bf16 x = __float2bfloat16((float)pre[i] + (float)bias[i % OC]);

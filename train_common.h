@@ -399,11 +399,6 @@ static inline void adamw_embed_block_f32grad(const ParamLayout* p, float* params
     adamw_tensors_f32grad(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_tensor_is_matrix, params, grads, m,
                           v, bf16_out, args);
 }
-static inline void adamw_embed_block_bf16grad(const ParamLayout* p, float* params, const uint16_t* grads, float* m,
-                                              float* v, uint16_t* bf16_out, const AdamWArgs* args) {
-    adamw_tensors_bf16grad(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_tensor_is_matrix, params, grads, m,
-                           v, bf16_out, args);
-}
 
 // The whole model with fp32 gradients (the CPU trainer): the embedding block, then every layer block.
 static inline void adamw_model_f32grad(const GPTConfig* c, const ParamLayout* p, float* params, const float* grads,
