@@ -1,5 +1,5 @@
 // test_kernels.cu — kernel-level GPU tests: when test_gpu.cu's end-to-end comparison fails, the failing test
-// here names the kernel. Each GPU kernel of kernels.cuh, each cuBLAS wrapper of train_gpt.cu (matmul_batched
+// here names the kernel. Each GPU kernel of kernels.cuh, each cuBLAS wrapper of matmul.cuh (matmul_batched
 // through the attention path only), the whole attention path (per-head batched GEMMs reading q, k, v in
 // place in qkv -> softmax_causal_* -> y written in place, attention_forward/backward on a GPT's
 // workspace), and one whole layer
@@ -306,7 +306,7 @@ TEST(Kernels, GeluBackwardMatchesCpu) {
 }
 
 // ----------------------------------------------------------------------------
-// cuBLAS wrappers (train_gpt.cu): out = inp @ w^T; dinp = dout @ w; dw += dout^T @ inp
+// cuBLAS wrappers (matmul.cuh): out = inp @ w^T; dinp = dout @ w; dw += dout^T @ inp
 
 struct GemmShape { int IC, OC; };
 // the layer's GEMMs (qkv, attproj, fc, fcproj) and the lm_head's (Vp = 640, a multiple of 128)
