@@ -1,7 +1,7 @@
 // kernels.cuh — the GPU kernels of one GPT-2 layer and of the embeddings/loss, each next to its launcher.
 // Activations are bf16, every sum is fp32, parameter gradients are accumulated in fp32 (+=), so several
 // micro-batches add into the same gradient buffer. The matrix multiplies are cuBLAS (matmul.cuh);
-// this file has only the element-wise, normalization, softmax and reduction kernels.
+// this file has the element-wise, normalization, softmax and reduction kernels, and the GPU AdamW.
 // Launchers take the stream; every launch is checked. Element counts are int64_t.
 #pragma once
 #include "cuda_common.h"
