@@ -22,14 +22,16 @@ CUDA_LIBS ?= -lcublas -lcublasLt -lgomp -lm -lpthread
 BUILD := build
 CPU_TESTS := $(patsubst test/%.cpp,$(BUILD)/%,$(wildcard test/test_*.cpp))
 GPU_TESTS := $(patsubst test/%.cu,$(BUILD)/%,$(wildcard test/test_*.cu))
+# The GPU suites again, with the kernels run on the CPU (test/fake_cuda/fake_device.h): everywhere, no nvcc needed
+EMU_TESTS := $(patsubst test/%.cu,$(BUILD)/emu_%,$(wildcard test/test_*.cu))
 HEADERS := $(wildcard *.h)
 
 ifneq ($(NVCC),)
 all: train_gpt train_gpt_cpu tests bench
-tests: $(CPU_TESTS) $(GPU_TESTS)
+tests: $(CPU_TESTS) $(GPU_TESTS) $(EMU_TESTS)
 else
 all: cpu_only_notice train_gpt_cpu tests bench
-tests: $(CPU_TESTS)
+tests: $(CPU_TESTS) $(EMU_TESTS)
 cpu_only_notice:
 	@echo "nvcc not found: building the CPU targets only (train_gpt_cpu and the CPU tests)"
 endif
@@ -69,6 +71,21 @@ $(BUILD)/test_%: test/test_%.cpp $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard dev/d
 $(BUILD)/test_%: test/test_%.cu test/gpu_test_common.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard *.cuh) | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o -o $@ -lgtest -lgtest_main $(CUDA_LIBS)
 
+# The emulated GPU suites: the sources copied with every kernel<<<grid, block, smem, stream>>>(...) launch
+# rewritten to FAKE_LAUNCH(kernel, grid, block, smem, stream)(...), then compiled by the host compiler against
+# test/fake_cuda (the CUDA runtime's ordering model, cuBLAS emulated, kernels run as CPU fibers). A smaller
+# grid cap keeps the fiber count low (the grid-stride loops loop sooner). _FORTIFY_SOURCE off: the fibers
+# switch stacks with longjmp, which its checked variant refuses.
+EMU := $(BUILD)/emu
+EMU_SOURCES := $(wildcard *.cu *.cuh *.h)
+$(EMU)/.sources: $(EMU_SOURCES) | $(BUILD)
+	@mkdir -p $(EMU)
+	@for f in $(EMU_SOURCES); do sed 's/\([A-Za-z_0-9]*\)<<<\([^>]*\)>>>/FAKE_LAUNCH(\1, \2)/g' $$f > $(EMU)/$$f; done
+	@touch $@
+EMU_FLAGS := -DFAKE_CUDA_DEVICE -DGRID_FOR_CAP=64 -U_FORTIFY_SOURCE -I$(EMU) -Itest/fake_cuda -I.
+$(BUILD)/emu_test_%: test/test_%.cu test/gpu_test_common.h $(EMU)/.sources $(BUILD)/cpu_adam.o $(wildcard test/fake_cuda/*.h) | $(BUILD)
+	$(CXX) $(CXXFLAGS) $(EMU_FLAGS) -x c++ $< -x c++ $(EMU)/stream.cu -x none $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
+
 $(BUILD)/bench_cpu_adam: dev/bench/bench_cpu_adam.cpp $(BUILD)/cpu_adam.o cpu_adam.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(LDLIBS)
 
@@ -78,7 +95,7 @@ tokenize: dev/data/tokenize.cpp dev/data/gpt2_bpe.h dev/data/unicode_ranges.h | 
 
 # the CLI suite runs the trainers themselves, so they are built first
 test: tests train_gpt_cpu $(if $(NVCC),train_gpt,)
-	@./test/run_tests.sh $(CPU_TESTS) $(if $(NVCC),$(GPU_TESTS),)
+	@./test/run_tests.sh $(CPU_TESTS) $(EMU_TESTS) $(if $(NVCC),$(GPU_TESTS),)
 
 clean:
 	rm -rf $(BUILD) train_gpt train_gpt_cpu

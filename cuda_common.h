@@ -34,8 +34,13 @@ static inline void cublas_check(cublasStatus_t status, const char* file, int lin
 static inline int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Grid size for a grid-stride loop over n elements: enough blocks to fill the GPU, never more than n needs.
+// The cap: 132 SMs on an H100 SXM, 16 blocks each, plenty of warps in flight (the CPU emulation of the
+// kernels in make test sets a smaller one, so its grid-stride loops loop sooner).
+#ifndef GRID_FOR_CAP
+#define GRID_FOR_CAP (132 * 16)
+#endif
 static inline unsigned grid_for(int64_t n, int block) {
     int64_t blocks = ceil_div64(n, block);
-    const int64_t cap = 132 * 16;  // 132 SMs on an H100 SXM, 16 blocks each: plenty of warps in flight
+    const int64_t cap = GRID_FOR_CAP;
     return (unsigned)(blocks < cap ? (blocks > 0 ? blocks : 1) : cap);
 }

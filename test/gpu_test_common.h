@@ -3,8 +3,8 @@
 // relative L2 error every comparison uses. No tests and no tolerances here: each suite states its own.
 #pragma once
 #define TESTING
-#include "../train_gpt.cu"
-#include "../gpt2_cpu.h"
+#include "train_gpt.cu"  // from -I. (or the emulated build's copy, see the Makefile)
+#include "gpt2_cpu.h"
 #include <gtest/gtest.h>
 #include <vector>
 
@@ -15,6 +15,13 @@ static inline bool have_gpu() {
 // First line of every GPU test: CI machines have no GPU, and a skipped test says why.
 #define REQUIRE_GPU() \
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device: GPU suite skipped"
+// The same suites also run with the kernels emulated on the CPU (build/emu_test_*, test/fake_cuda): a test
+// that measures time, or is too large to emulate in make test's time, says so and skips there.
+#ifdef FAKE_CUDA_DEVICE
+#define SKIP_IN_EMULATION(why) GTEST_SKIP() << "CPU emulation: " << why
+#else
+#define SKIP_IN_EMULATION(why)
+#endif
 
 static inline GPTConfig tiny_config(int L, int C, int NH, int maxT, int V) {
     GPTConfig c;

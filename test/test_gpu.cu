@@ -2,7 +2,9 @@
 // logits, loss and every gradient tensor on the same init and batch; 10 AdamW steps' losses; independence of
 // the number of weight slots and of the gradient-accumulation split; a checkpoint round trip; GPU memory
 // that grows with depth only by the layer-input checkpoints; and H2D copies that overlap compute.
-// Every test skips (GTEST_SKIP) when no CUDA device is present, so CI without a GPU passes cleanly.
+// Every test skips (GTEST_SKIP) when no CUDA device is present. make test also builds this suite with the
+// kernels emulated on the CPU (build/emu_test_gpu, test/fake_cuda): there everything but the two tests that
+// measure time or are too large to emulate runs in CI, the real GPU's numerics, speed and concurrency aside.
 //
 // Tolerances, and why: the GPU computes in bf16 (8-bit mantissa, relative rounding 2^-9 = 0.2%) with fp32
 // accumulation, on bf16 copies of the fp32 weights; the CPU reference is fp32 throughout. Errors of a few
@@ -355,6 +357,7 @@ int64_t device_used_bytes() {
 // both as the trainer counts them and as the device reports after a step.
 TEST(GpuTrainer, GpuMemoryGrowsWithDepthOnlyByCheckpoints) {
     REQUIRE_GPU();
+    SKIP_IN_EMULATION("C=512 models at 4K tokens per step take minutes there");
     const int B = 8, T = 256, C = 512, n_micro = 2;
     const TrainArgs a = test_args(1.0f);
     int64_t counted[2], measured[2];
@@ -396,6 +399,7 @@ TEST(GpuTrainer, GpuMemoryGrowsWithDepthOnlyByCheckpoints) {
 // (by design, see gpt_step), which on this small, fast-to-compute model can leave nothing to overlap.
 TEST(GpuTrainer, WeightCopiesOverlapCompute) {
     REQUIRE_GPU();
+    SKIP_IN_EMULATION("it measures time (and a 100M-parameter model)");
     const GPTConfig c = tiny_config(8, 1024, 16, 512, 1000);
     const int B = 8, T = 512;
     const TrainArgs a = test_args(1.0f);

@@ -13,7 +13,8 @@
 // Not checked here: head_forward/head_backward as a unit (their kernels are checked one by one),
 // stream.cu (weight streaming, gradient hand-off: test_stream.cpp), the optimizer thread, gpt_step's orchestration and micro-batch
 // accumulation (test_gpu.cu covers those), int64 indexing past 2^31 elements and the 65535 row-tile cap.
-// Every test skips (GTEST_SKIP) when no CUDA device is present.
+// Every test skips (GTEST_SKIP) when no CUDA device is present; make test also runs them all with the kernels
+// emulated on the CPU (build/emu_test_kernels, test/fake_cuda/fake_device.h: CPU math, not the GPU's).
 //
 // Method: random inputs are ROUNDED TO bf16 first and the very same values go to both sides, so a GPU
 // result differs from the CPU's only by its bf16 output rounding and fp32 summation order. Errors are the

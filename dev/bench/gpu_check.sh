@@ -18,8 +18,10 @@ say "build (log: $OUT/build.log)"
 make -j16 > "$OUT/build.log" 2>&1 || { say "build FAILED"; grep -m5 -i error "$OUT/build.log"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/device.txt"
 
-say "make test (log: $OUT/test.log)"
-timeout 400 make test > "$OUT/test.log" 2>&1
+# the GPU suites on the real GPU first (the point of this call); the CPU suites and the CPU-emulated GPU
+# suites of `make test` run in CI and need no device time
+say "GPU suites: build/test_gpu, build/test_kernels (log: $OUT/test.log)"
+timeout 300 ./test/run_tests.sh build/test_kernels build/test_gpu > "$OUT/test.log" 2>&1
 grep -E '^\[  FAILED|^\[  SKIPPED|rel-L2|loss cpu|GPU bytes|overlapped|^tests:' "$OUT/test.log" | head -80
 
 say "default run, 12 steps (log: $OUT/default.log)"

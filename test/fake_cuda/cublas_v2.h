@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <vector>
 #include "cuda_runtime.h"
 #include "cuda_bf16.h"
 
@@ -53,16 +54,24 @@ inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation
     const int a_rows = ta == CUBLAS_OP_N ? m : k, b_rows = tb == CUBLAS_OP_N ? k : n;
     if (m <= 0 || n <= 0 || k <= 0 || batch <= 0 || lda < a_rows || ldb < b_rows || ldc < m) return CUBLAS_STATUS_INVALID_VALUE;
     const double al = *(const float*)alpha, be = *(const float*)beta;
+    // op(A) as m rows of k and op(B)^T as n rows of k, in float (exact for bf16): then every C element is a
+    // contiguous dot product (the emulated GPU suites run thousands of these)
+    std::vector<float> a((size_t)m * k), b((size_t)n * k);
     for (int bt = 0; bt < batch; bt++) {
         const int64_t oa = (int64_t)bt * strideA, ob = (int64_t)bt * strideB, oc = (int64_t)bt * strideC;
         for (int i = 0; i < m; i++)
-            for (int j = 0; j < n; j++) {
+            for (int l = 0; l < k; l++)
+                a[(size_t)i * k + l] = (float)fake_cublas::load(A, Atype, oa + (ta == CUBLAS_OP_N ? i + (int64_t)l * lda : l + (int64_t)i * lda));
+        for (int j = 0; j < n; j++)
+            for (int l = 0; l < k; l++)
+                b[(size_t)j * k + l] = (float)fake_cublas::load(B, Btype, ob + (tb == CUBLAS_OP_N ? l + (int64_t)j * ldb : j + (int64_t)l * ldb));
+#pragma omp parallel for schedule(static)
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                const float* x = a.data() + (size_t)i * k;
+                const float* y = b.data() + (size_t)j * k;
                 double acc = 0.0;
-                for (int l = 0; l < k; l++) {
-                    const double x = fake_cublas::load(A, Atype, oa + (ta == CUBLAS_OP_N ? i + (int64_t)l * lda : l + (int64_t)i * lda));
-                    const double y = fake_cublas::load(B, Btype, ob + (tb == CUBLAS_OP_N ? l + (int64_t)j * ldb : j + (int64_t)l * ldb));
-                    acc += x * y;
-                }
+                for (int l = 0; l < k; l++) acc += (double)x[l] * y[l];
                 const int64_t ci = oc + i + (int64_t)j * ldc;
                 fake_cublas::store(C, Ctype, ci, al * acc + (be != 0.0 ? be * fake_cublas::load(C, Ctype, ci) : 0.0));
             }

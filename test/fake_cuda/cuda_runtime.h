@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <array>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -37,7 +39,12 @@ struct State {
     int next_agent = 1;
     std::vector<Region> regions;
     std::vector<std::string> races;
+    std::map<void*, size_t> device_allocations;  // for cudaMemGetInfo
+    size_t device_bytes = 0;
 };
+// One lock for all of the fake runtime: the trainer's optimizer thread calls it concurrently with the main one.
+inline std::recursive_mutex& lock() { static std::recursive_mutex m; return m; }
+#define FAKE_CUDA_LOCKED std::lock_guard<std::recursive_mutex> fake_cuda_guard(fake_cuda::lock())
 inline State& state() { static State s; return s; }
 }  // namespace fake_cuda
 
@@ -70,11 +77,18 @@ inline void access(int agent, const Clock& view, const void* p, int64_t bytes, b
         }
     }
 }
+inline cudaStream_t legacy_stream();
 // A new operation on stream s: after the host's past and the stream's own.
 inline const Clock& enqueue(cudaStream_t s) {
+    if (!s) s = legacy_stream();
     join(s->clock, state().host);
     s->clock[s->agent]++;
     return s->clock;
+}
+inline cudaStream_t legacy_stream() {  // stream 0: an agent of its own
+    static FakeStream* s = nullptr;
+    if (!s) { s = new FakeStream(); s->agent = state().next_agent++; }
+    return s;
 }
 }  // namespace fake_cuda
 
@@ -88,12 +102,15 @@ inline void fake_cuda_track(const void* p, int64_t bytes, const std::string& nam
 // A stand-in kernel on stream s that reads and/or writes the given memory.
 inline void fake_cuda_kernel(cudaStream_t s, const void* reads, int64_t read_bytes, const void* writes, int64_t write_bytes,
                              const std::string& what) {
+    FAKE_CUDA_LOCKED;
+    if (!s) s = fake_cuda::legacy_stream();
     const fake_cuda::Clock& c = fake_cuda::enqueue(s);
     if (reads) fake_cuda::access(s->agent, c, reads, read_bytes, false, what);
     if (writes) fake_cuda::access(s->agent, c, writes, write_bytes, true, what);
 }
 // The host reads or writes memory (e.g. the CPU optimizer).
 inline void fake_cuda_host_access(const void* p, int64_t bytes, bool write, const std::string& what) {
+    FAKE_CUDA_LOCKED;
     fake_cuda::State& s = fake_cuda::state();
     s.host[0]++;
     fake_cuda::access(0, s.host, p, bytes, write, what);
@@ -105,11 +122,30 @@ inline void fake_cuda_reset() { fake_cuda::state() = fake_cuda::State(); }
 inline const char* cudaGetErrorString(cudaError_t) { return "fake"; }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) { *p = calloc(1, bytes ? bytes : 1); return *p ? cudaSuccess : 2; }
-inline cudaError_t cudaMalloc(void** p, size_t bytes) { *p = calloc(1, bytes ? bytes : 1); return *p ? cudaSuccess : 2; }
-inline cudaError_t cudaFree(void* p) { free(p); return cudaSuccess; }
+inline cudaError_t cudaMalloc(void** p, size_t bytes) {
+    FAKE_CUDA_LOCKED;
+    *p = calloc(1, bytes ? bytes : 1);
+    if (!*p) return 2;
+    fake_cuda::state().device_allocations[*p] = bytes;
+    fake_cuda::state().device_bytes += bytes;
+    return cudaSuccess;
+}
+inline cudaError_t cudaFree(void* p) {
+    FAKE_CUDA_LOCKED;
+    auto& a = fake_cuda::state().device_allocations;
+    auto it = a.find(p);
+    if (it != a.end()) { fake_cuda::state().device_bytes -= it->second; a.erase(it); }
+    free(p);
+    return cudaSuccess;
+}
 inline cudaError_t cudaFreeHost(void* p) { free(p); return cudaSuccess; }
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
+    FAKE_CUDA_LOCKED;
     fake_cuda::State& st = fake_cuda::state();
+#ifdef FAKE_CUDA_DEVICE
+    // the emulated GPU suites create streams by the dozen and check no races: agents are reused
+    if (st.next_agent >= fake_cuda::kMaxAgents) st.next_agent = 1;
+#endif
     if (st.next_agent >= fake_cuda::kMaxAgents) return 3;
     *s = new FakeStream();
     (*s)->agent = st.next_agent++;
@@ -120,23 +156,34 @@ inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { *e = new
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new FakeEvent(); return cudaSuccess; }
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    FAKE_CUDA_LOCKED;
     e->clock = fake_cuda::enqueue(s);
     e->recorded = true;
     return cudaSuccess;
 }
 inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+    FAKE_CUDA_LOCKED;
+    if (!s) s = fake_cuda::legacy_stream();
     if (e->recorded) fake_cuda::join(s->clock, e->clock);  // waiting on a never-recorded event is a no-op
     return cudaSuccess;
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    FAKE_CUDA_LOCKED;
     if (e->recorded) fake_cuda::join(fake_cuda::state().host, e->clock);
     return cudaSuccess;
 }
-inline cudaError_t cudaStreamSynchronize(cudaStream_t s) { fake_cuda::join(fake_cuda::state().host, s->clock); return cudaSuccess; }
+inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    FAKE_CUDA_LOCKED;
+    if (!s) s = fake_cuda::legacy_stream();
+    fake_cuda::join(fake_cuda::state().host, s->clock);
+    return cudaSuccess;
+}
 inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }  // stream.cu calls it only before freeing
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 0.0f; return cudaSuccess; }
 // Copies at once (so a test can see WHICH data a copy would deliver; WHEN it may run is the clocks' business).
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t s) {
+    FAKE_CUDA_LOCKED;
+    if (!s) s = fake_cuda::legacy_stream();
     const fake_cuda::Clock& c = fake_cuda::enqueue(s);
     const std::string what = "a copy on stream " + std::to_string(s->agent);
     fake_cuda::access(s->agent, c, src, (int64_t)bytes, false, what);
@@ -144,3 +191,36 @@ inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cud
     memcpy(dst, src, bytes);
     return cudaSuccess;
 }
+
+// --- the rest of the runtime the GPU suites use, for the emulated build (fake_device.h runs the kernels) ---
+#ifdef FAKE_CUDA_DEVICE
+#include "fake_device.h"
+typedef struct { char name[256]; size_t totalGlobalMem; int major, minor; } cudaDeviceProp;
+#define FAKE_CUDA_DEVICE_BYTES ((size_t)8 << 30)
+inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "fake CUDA device (CPU emulation)");
+    p->totalGlobalMem = FAKE_CUDA_DEVICE_BYTES;
+    p->major = 9;
+    return cudaSuccess;
+}
+inline cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
+    FAKE_CUDA_LOCKED;
+    *total_b = FAKE_CUDA_DEVICE_BYTES;
+    *free_b = FAKE_CUDA_DEVICE_BYTES - fake_cuda::state().device_bytes;
+    return cudaSuccess;
+}
+inline cudaError_t cudaMallocHost(void** p, size_t bytes) { return cudaHostAlloc(p, bytes, 0); }
+template <typename T> cudaError_t cudaMallocHost(T** p, size_t bytes) { return cudaHostAlloc((void**)p, bytes, 0); }  // as cuda_runtime.h
+template <typename T> cudaError_t cudaMalloc(T** p, size_t bytes) { return cudaMalloc((void**)p, bytes); }
+inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) { memcpy(dst, src, bytes); return cudaSuccess; }
+inline cudaError_t cudaMemset(void* p, int v, size_t bytes) { memset(p, v, bytes); return cudaSuccess; }
+inline cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t s) {
+    FAKE_CUDA_LOCKED;
+    fake_cuda::enqueue(s);
+    memset(p, v, bytes);
+    return cudaSuccess;
+}
+#endif

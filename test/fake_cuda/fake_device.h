@@ -1,0 +1,207 @@
+// test/fake_cuda/fake_device.h — runs CUDA kernels on the CPU, for test/test_kernels.cpp's emulated build
+// (make test): the device-side names kernels.cuh uses (__global__, threadIdx, __shared__, __syncthreads,
+// __shfl_xor_sync, atomicAdd, the _rn intrinsics) and a launcher. A block's threads are fibers on the
+// launching thread, so __syncthreads and warp shuffles have their CUDA meaning; a kernel whose first thread
+// finishes without either runs its other threads as plain calls (fast). Launches are synchronous. Fibers
+// switch with _setjmp/_longjmp across stacks, so this is built with _FORTIFY_SOURCE off (Makefile).
+// Math is the host's IEEE math (no --use_fast_math approximations): results can differ from a GPU's in the
+// last bits, never in meaning. Not emulated: timing, concurrency between streams, memory spaces.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <setjmp.h>
+#include <ucontext.h>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+struct dim3 {
+    unsigned x, y, z;
+    dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+
+namespace fake_device {
+// A pool of fibers (one per thread of a block, created once, reused by every block of every launch). The
+// first entry into a fiber goes through ucontext; every later switch is _setjmp/_longjmp (no signal-mask
+// system call), so a barrier costs two cheap switches per thread.
+struct Fiber {
+    ucontext_t ctx;
+    jmp_buf jb;
+    dim3 tid;
+    int warp, lane;
+    bool done;
+};
+struct Warp { int live = 0, arrived = 0; uint64_t gen = 0; double xchg[32]; };
+struct State {
+    dim3 grid, block, block_idx;
+    void (*body)(void*) = nullptr;  // runs one thread of the current kernel
+    void* args = nullptr;
+    std::vector<Fiber*> pool;
+    std::vector<Warp> warps;
+    int block_live = 0, block_arrived = 0;
+    uint64_t block_gen = 0;
+    Fiber* cur = nullptr;
+    bool used_barrier = false;      // the current launch's threads met __syncthreads or a shuffle
+    bool direct = false;            // threads run as plain calls: a barrier is then a fatal error
+    jmp_buf sched;
+    dim3 direct_tid;
+};
+inline State& st() { static State s; return s; }
+const size_t kStack = 128 * 1024;
+
+inline dim3 thread_idx() { State& s = st(); return s.direct ? s.direct_tid : s.cur->tid; }
+inline void yield() { State& s = st(); if (!_setjmp(s.cur->jb)) _longjmp(s.sched, 1); }
+inline void no_barrier_in_direct_mode(const char* what) {
+    if (st().direct) {
+        fprintf(stderr, "fake_device: %s in a kernel whose first thread used none: not emulated\n", what);
+        abort();
+    }
+}
+inline void syncthreads() {
+    State& s = st();
+    no_barrier_in_direct_mode("__syncthreads");
+    s.used_barrier = true;
+    const uint64_t gen = s.block_gen;
+    if (++s.block_arrived == s.block_live) { s.block_arrived = 0; s.block_gen++; return; }
+    while (s.block_gen == gen) yield();
+}
+inline void warp_barrier() {
+    State& s = st();
+    Warp& w = s.warps[(size_t)s.cur->warp];
+    const uint64_t gen = w.gen;
+    if (++w.arrived == w.live) { w.arrived = 0; w.gen++; return; }
+    while (w.gen == gen) yield();
+}
+template <typename T> inline T shfl_xor(T x, int o) {
+    State& s = st();
+    no_barrier_in_direct_mode("__shfl_xor_sync");
+    s.used_barrier = true;
+    Warp& w = s.warps[(size_t)s.cur->warp];
+    w.xchg[s.cur->lane] = (double)x;
+    warp_barrier();
+    const T y = (T)w.xchg[s.cur->lane ^ o];
+    warp_barrier();  // everyone has read before the slots are written again
+    return y;
+}
+// A fiber's whole life: wait for a thread to run, run it, leave the barriers, repeat.
+inline void fiber_main(unsigned lo, unsigned hi) {
+    Fiber* f = (Fiber*)(((uintptr_t)hi << 32) | lo);
+    State& s = st();
+    for (;;) {
+        if (!_setjmp(f->jb)) _longjmp(s.sched, 1);  // idle until the scheduler hands it a thread
+        s.body(s.args);
+        f->done = true;
+        // an exited thread no longer counts at the barriers: release them if it was the last one missing
+        s.block_live--;
+        if (s.block_live > 0 && s.block_arrived == s.block_live) { s.block_arrived = 0; s.block_gen++; }
+        Warp& w = s.warps[(size_t)f->warp];
+        w.live--;
+        if (w.live > 0 && w.arrived == w.live) { w.arrived = 0; w.gen++; }
+    }
+}
+inline void grow_pool(size_t n) {
+    State& s = st();
+    while (s.pool.size() < n) {
+        Fiber* f = new Fiber();
+        getcontext(&f->ctx);
+        f->ctx.uc_stack.ss_sp = malloc(kStack);
+        f->ctx.uc_stack.ss_size = kStack;
+        f->ctx.uc_link = NULL;  // fiber_main never returns
+        const uintptr_t p = (uintptr_t)f;
+        makecontext(&f->ctx, (void (*)())fiber_main, 2, (unsigned)(p & 0xffffffffu), (unsigned)(p >> 32));
+        ucontext_t here;
+        if (!_setjmp(s.sched)) swapcontext(&here, &f->ctx);  // runs to its first idle point, jumps back
+        s.pool.push_back(f);
+    }
+}
+inline void resume(Fiber* f) {
+    State& s = st();
+    s.cur = f;
+    if (!_setjmp(s.sched)) _longjmp(f->jb, 1);
+}
+// Runs one block on the fibers. probe: fiber 0 alone first; if it finishes without a barrier, returns false
+// (the caller runs the other threads as plain calls). Else runs the whole block and returns true.
+inline bool run_block(bool probe) {
+    State& s = st();
+    const int n = (int)(s.block.x * s.block.y);
+    grow_pool((size_t)n);
+    s.warps.assign((size_t)((n + 31) / 32), Warp());
+    s.block_live = n; s.block_arrived = 0;
+    for (int i = 0; i < n; i++) {
+        Fiber* f = s.pool[(size_t)i];
+        f->tid = dim3((unsigned)i % s.block.x, (unsigned)i / s.block.x, 0);
+        f->warp = i / 32; f->lane = i % 32; f->done = false;
+        s.warps[(size_t)f->warp].live++;
+    }
+    resume(s.pool[0]);
+    if (probe && s.pool[0]->done && !s.used_barrier) return false;
+    for (bool pending = true; pending;) {
+        pending = false;
+        for (int i = 0; i < n; i++)
+            if (!s.pool[(size_t)i]->done) { resume(s.pool[(size_t)i]); pending = true; }
+    }
+    return true;
+}
+// A launch: every block, synchronously.
+inline void launch(dim3 grid, dim3 block, void (*body)(void*), void* args) {
+    State& s = st();
+    if ((uint64_t)block.x * block.y > 1024 || grid.y > 65535 || grid.x == 0 || block.x == 0) {
+        fprintf(stderr, "fake_device: invalid launch configuration\n");
+        abort();
+    }
+    s.grid = grid; s.block = block; s.body = body; s.args = args; s.used_barrier = false;
+    bool direct = false;
+    const unsigned n = block.x * block.y;
+    for (unsigned by = 0; by < grid.y; by++)
+        for (unsigned bx = 0; bx < grid.x; bx++) {
+            s.block_idx = dim3(bx, by, 0);
+            if (!direct) {
+                if (run_block(bx == 0 && by == 0)) continue;
+                direct = true;  // the first thread met no barrier: the others of this block run as plain calls
+                s.direct = true;
+                for (unsigned i = 1; i < n; i++) { s.direct_tid = dim3(i % block.x, i / block.x, 0); body(args); }
+                continue;
+            }
+            for (unsigned i = 0; i < n; i++) { s.direct_tid = dim3(i % block.x, i / block.x, 0); body(args); }
+        }
+    s.direct = false;
+}
+}  // namespace fake_device
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __shared__ static
+#define threadIdx (fake_device::thread_idx())
+#define blockIdx (fake_device::st().block_idx)
+#define blockDim (fake_device::st().block)
+#define gridDim (fake_device::st().grid)
+inline void __syncthreads() { fake_device::syncthreads(); }
+inline float __shfl_xor_sync(unsigned, float x, int o) { return fake_device::shfl_xor(x, o); }
+inline double __shfl_xor_sync(unsigned, double x, int o) { return fake_device::shfl_xor(x, o); }
+inline float atomicAdd(float* p, float v) { const float old = *p; *p = old + v; return old; }
+inline double atomicAdd(double* p, double v) { const double old = *p; *p = old + v; return old; }
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+inline float __fsqrt_rn(float a) { return sqrtf(a); }
+inline float __fdiv_rn(float a, float b) { return a / b; }
+inline float rsqrtf(float a) { return 1.0f / sqrtf(a); }
+template <typename A, typename B> inline typename std::common_type<A, B>::type min(A a, B b) { return a < b ? a : b; }
+template <typename A, typename B> inline typename std::common_type<A, B>::type max(A a, B b) { return a < b ? b : a; }
+
+// kernel<<<grid, block, smem, stream>>>(args...) is rewritten (Makefile, sed) to
+// FAKE_LAUNCH(kernel, grid, block, smem, stream)(args...)
+template <typename... P>
+struct FakeLaunch {
+    void (*kernel)(P...);
+    dim3 grid, block;
+    template <typename... A> void operator()(A&&... a) {
+        struct Args { void (*k)(P...); std::tuple<P...> t; } args{kernel, std::tuple<P...>((P)a...)};
+        fake_device::launch(grid, block, [](void* p) { Args* x = (Args*)p; std::apply(x->k, x->t); }, &args);
+    }
+};
+template <typename... P> FakeLaunch<P...> fake_launch(void (*k)(P...), dim3 grid, dim3 block) { return FakeLaunch<P...>{k, grid, block}; }
+#define FAKE_LAUNCH(kernel, grid, block, smem, stream) fake_launch(kernel, dim3(grid), dim3(block))
