@@ -28,10 +28,10 @@ HEADERS := $(wildcard *.h)
 
 ifneq ($(NVCC),)
 all: train_gpt train_gpt_cpu tests bench
-tests: $(CPU_TESTS) $(GPU_TESTS) $(EMU_TESTS)
+tests: $(CPU_TESTS) $(GPU_TESTS) $(EMU_TESTS) $(BUILD)/emu_train_gpt
 else
 all: cpu_only_notice train_gpt_cpu tests bench
-tests: $(CPU_TESTS) $(EMU_TESTS)
+tests: $(CPU_TESTS) $(EMU_TESTS) $(BUILD)/emu_train_gpt
 cpu_only_notice:
 	@echo "nvcc not found: building the CPU targets only (train_gpt_cpu and the CPU tests)"
 endif
@@ -83,6 +83,8 @@ $(EMU)/.sources: $(EMU_SOURCES) | $(BUILD)
 	@for f in $(EMU_SOURCES); do sed 's/\([A-Za-z_0-9]*\)<<<\([^>]*\)>>>/FAKE_LAUNCH(\1, \2)/g' $$f > $(EMU)/$$f; done
 	@touch $@
 EMU_FLAGS := -DFAKE_CUDA_DEVICE -DGRID_FOR_CAP=64 -U_FORTIFY_SOURCE -I$(EMU) -Itest/fake_cuda -I.
+$(BUILD)/emu_train_gpt: train_gpt.cu $(EMU)/.sources $(BUILD)/cpu_adam.o $(wildcard test/fake_cuda/*.h) | $(BUILD)
+	$(CXX) $(CXXFLAGS) $(EMU_FLAGS) -x c++ $(EMU)/train_gpt.cu -x c++ $(EMU)/stream.cu -x none $(BUILD)/cpu_adam.o -o $@ $(LDLIBS)
 $(BUILD)/emu_test_%: test/test_%.cu test/gpu_test_common.h $(EMU)/.sources $(BUILD)/cpu_adam.o $(wildcard test/fake_cuda/*.h) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $(EMU_FLAGS) -x c++ $< -x c++ $(EMU)/stream.cu -x none $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
 

@@ -1166,9 +1166,8 @@ int main(int argc, char** argv) {
     table_row("GPU memory", "%.2f GiB (checkpoints %.2f, %d weight slots %.3f)", g.gpu_bytes / GiB,
               (double)(cfg.num_layers + 1) * n_micro * args.B * args.T * cfg.channels * 2 / GiB, ga.num_slots,
               ga.num_slots * p->layer_stride * 2 / GiB);
-    table_row("GPU-resident layers", resident ? "%d of %d (%.2f GiB: weights, grads, fp32 master, m, v; AdamW on the GPU)"
-                                              : "%d of %d (every layer streamed)", resident, cfg.num_layers,
-              (double)resident * p->layer_stride * 18 / GiB);
+    table_row("GPU-resident layers", resident ? "%d of %d (%.2f GiB with their AdamW state)" : "%d of %d (all streamed)",
+              resident, cfg.num_layers, (double)resident * p->layer_stride * 18 / GiB);
     table_row("device", "%s, %.1f GiB", prop.name, gpu_total / GiB);
     table_row("cpu adamw", "%d threads, %s", adam_threads, cpu_adam_simd_name());
     table_rule();

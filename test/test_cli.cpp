@@ -7,9 +7,11 @@
 // valid checkpoint, refuses a changed B/T/-d or -e and warns about other changed hyperparameters, and the
 // memory plan refuses shapes whose byte counts overflow. It also runs a 3-step CPU training smoke test (step
 // lines, main.log, a model file that loads back).
-// It does not check training math (test_gpt2_cpu, test_gpu do) and never lets train_gpt train: every
+// It does not check training math (test_gpt2_cpu, test_gpu do) and never lets the real train_gpt train: every
 // train_gpt run here is refused before the GPU is touched, and the one valid-input run ("no CUDA device") is
 // skipped when `nvidia-smi -L` finds a GPU. A trainer that is not built (train_gpt without nvcc) is skipped.
+// The emulated train_gpt (kEmu) does train, a tiny model for 6 steps: the step lines, validation, sampling,
+// checkpoints, a resume that continues with the very same losses, and -R -1 (every layer GPU-resident).
 // Scratch files live in a mkdtemp directory under /tmp, removed at the end.
 #include <gtest/gtest.h>
 #include <fcntl.h>
@@ -24,6 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -33,6 +36,9 @@
 
 static const char* const kCpu = "./train_gpt_cpu";
 static const char* const kGpu = "./train_gpt";
+// train_gpt built with its kernels emulated on the CPU (Makefile: build/emu, test/fake_cuda): the whole main()
+// runs in CI, on a fake 8 GiB device
+static const char* const kEmu = "./build/emu_train_gpt";
 static const char* const kTrain = "dev/data/tinyshakespeare/tiny_shakespeare_train.bin";
 static const char* const kVal = "dev/data/tinyshakespeare/tiny_shakespeare_val.bin";
 
@@ -746,4 +752,47 @@ TEST_F(CliTest, CpuSmokeRun) {
     const Result r2 = run_bin(kCpu, base_args() + Args{"-e", model});
     EXPECT_EQ(r2.code, 0) << r2.cmd << "\n" << r2.err;
     EXPECT_NE(r2.out.find("llm.c model file"), std::string::npos) << r2.out;
+}
+
+// ----------------------------------------------------------------------------
+// train_gpt end to end, with its kernels emulated on the CPU
+
+// step -> the loss printed on its `step n/N | loss X | ...` line
+static std::map<int, std::string> step_losses(const std::string& out) {
+    std::map<int, std::string> m;
+    const std::regex re("step +([0-9]+)/[0-9]+ \\| loss ([0-9.]+)");
+    for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) m[std::stoi((*it)[1])] = (*it)[2];
+    return m;
+}
+
+TEST_F(CliTest, EmulatedTrainGptTrainsCheckpointsAndResumes) {
+    if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
+    const std::string out = dir + "/emu";
+    const Args run = {"-e", "L2:C64:NH4:T32", "-b", "4", "-t", "32", "-x", "6", "-i", kTrain, "-j", kVal};
+    const Result a = run_bin(kEmu, run + Args{"-v", "3", "-m", "2", "-g", "8", "-n", "3", "-o", out});
+    ASSERT_EQ(a.code, 0) << a.cmd << "\nsignal " << a.signal << "\n" << a.err << a.out;
+    EXPECT_TRUE(error_lines(a.err).empty()) << a.err;
+    for (const char* s : {"GPU memory", "GPU-resident layers", "val loss", "generating:", "saved checkpoint step 3",
+                          "saved checkpoint step 6", "streamed over the run"})
+        EXPECT_NE(a.out.find(s), std::string::npos) << s << " not in:\n" << a.out;
+    const auto first = step_losses(a.out);
+    ASSERT_EQ(first.size(), 6u) << a.out;
+    EXPECT_LT(atof(first.at(6).c_str()), atof(first.at(1).c_str())) << "6 steps on the same small data: the loss falls";
+
+    // resume from step 3 (the step-6 checkpoint's marker removed): steps 4..6 again, with the same losses
+    ASSERT_EQ(unlink((out + "/DONE_00000006").c_str()), 0);
+    const Result b = run_bin(kEmu, run + Args{"-v", "0", "-g", "0", "-n", "0", "-o", out, "-y", "1"});
+    ASSERT_EQ(b.code, 0) << b.cmd << "\n" << b.err << b.out;
+    EXPECT_NE(b.out.find("resumed from"), std::string::npos) << b.out;
+    const auto resumed = step_losses(b.out);
+    ASSERT_EQ(resumed.size(), 3u) << b.out;
+    for (int s = 4; s <= 6; s++) EXPECT_EQ(resumed.at(s), first.at(s)) << "step " << s << " after the resume";
+
+    // every layer GPU-resident (-R -1 on the fake device's memory): the same run, to bf16 gradient rounding
+    const Result c = run_bin(kEmu, run + Args{"-v", "0", "-g", "0", "-R", "-1"});
+    ASSERT_EQ(c.code, 0) << c.cmd << "\n" << c.err << c.out;
+    EXPECT_NE(c.out.find("2 of 2"), std::string::npos) << c.out;
+    const auto resident = step_losses(c.out);
+    ASSERT_EQ(resident.size(), 6u) << c.out;
+    for (int s = 1; s <= 6; s++) EXPECT_NEAR(atof(resident.at(s).c_str()), atof(first.at(s).c_str()), 1e-3 * atof(first.at(s).c_str())) << "step " << s;
 }
