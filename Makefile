@@ -28,10 +28,10 @@ HEADERS := $(wildcard *.h)
 
 ifneq ($(NVCC),)
 all: train_gpt train_gpt_cpu tests bench
-tests: $(CPU_TESTS) $(GPU_TESTS) $(EMU_TESTS) $(BUILD)/emu_train_gpt
+tests: $(CPU_TESTS) $(GPU_TESTS)
 else
 all: cpu_only_notice train_gpt_cpu tests bench
-tests: $(CPU_TESTS) $(EMU_TESTS) $(BUILD)/emu_train_gpt
+tests: $(CPU_TESTS)
 cpu_only_notice:
 	@echo "nvcc not found: building the CPU targets only (train_gpt_cpu and the CPU tests)"
 endif
@@ -95,8 +95,9 @@ $(BUILD)/bench_cpu_adam: dev/bench/bench_cpu_adam.cpp $(BUILD)/cpu_adam.o cpu_ad
 tokenize: dev/data/tokenize.cpp dev/data/gpt2_bpe.h dev/data/unicode_ranges.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< -o $(BUILD)/tokenize
 
-# the CLI suite runs the trainers themselves, so they are built first
-test: tests train_gpt_cpu $(if $(NVCC),train_gpt,)
+# the CLI suite runs the trainers themselves, so they are built first; the emulated GPU suites and the
+# emulated train_gpt are built only here (plain `make` does not need them)
+test: tests train_gpt_cpu $(if $(NVCC),train_gpt,) $(EMU_TESTS) $(BUILD)/emu_train_gpt
 	@./test/run_tests.sh $(CPU_TESTS) $(EMU_TESTS) $(if $(NVCC),$(GPU_TESTS),)
 
 clean:
