@@ -96,9 +96,11 @@ tokenize: dev/data/tokenize.cpp dev/data/gpt2_bpe.h dev/data/unicode_ranges.h | 
 	$(CXX) $(CXXFLAGS) -I. $< -o $(BUILD)/tokenize
 
 # the CLI suite runs the trainers themselves, so they are built first; the emulated GPU suites and the
-# emulated train_gpt are built only here (plain `make` does not need them)
+# emulated train_gpt are built only here (plain `make` does not need them). The kernel suite runs again under
+# the emulator's two warp-at-a-time schedules, which expose a missing __syncthreads (fake_device.h).
 test: tests train_gpt_cpu $(if $(NVCC),train_gpt,) $(EMU_TESTS) $(BUILD)/emu_train_gpt
-	@./test/run_tests.sh $(CPU_TESTS) $(EMU_TESTS) $(if $(NVCC),$(GPU_TESTS),)
+	@./test/run_tests.sh $(CPU_TESTS) $(EMU_TESTS) "FAKE_SCHED=1 $(BUILD)/emu_test_kernels" \
+		"FAKE_SCHED=2 $(BUILD)/emu_test_kernels" $(if $(NVCC),$(GPU_TESTS),)
 
 clean:
 	rm -rf $(BUILD) train_gpt train_gpt_cpu

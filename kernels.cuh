@@ -287,7 +287,7 @@ static void softmax_causal_backward(bf16* datt, const bf16* att, int64_t rows, i
 // losses[row] = logsumexp - logit[target]. With dloss_scale != 0 the logits are overwritten in place by
 // d(loss)/d(logits) * dloss_scale (softmax - one_hot), and the padded columns V..Vp-1 get exact zeros.
 
-__global__ void fused_classifier_kernel(bf16* logits, float* losses, const int* targets, int64_t N, int V, int Vp,
+__global__ void __launch_bounds__(1024) fused_classifier_kernel(bf16* logits, float* losses, const int* targets, int64_t N, int V, int Vp,
                                         float dloss_scale) {
     __shared__ float shared[WARP];
     int64_t row = blockIdx.x;
@@ -363,7 +363,7 @@ static void adamw_gpu(float* p, const float* grad, float* m, float* v, bf16* p_b
 }
 
 // Mean of the per-position losses into one float (one block; N is at most a few hundred thousand).
-__global__ void mean_loss_kernel(float* out, const float* losses, int64_t N) {
+__global__ void __launch_bounds__(1024) mean_loss_kernel(float* out, const float* losses, int64_t N) {
     __shared__ float shared[WARP];
     float acc = 0.0f;
     for (int64_t i = threadIdx.x; i < N; i += blockDim.x) acc += losses[i];

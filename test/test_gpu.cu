@@ -268,6 +268,7 @@ TEST(GpuTrainer, ResidentAdamwMatchesCpuBlockUpdatesBitForBit) {
     memcpy(g.adam_v, v.data(), (size_t)n * 4);
     gpt_weights_ready(&g);  // uploads the prefix: master, m, v and the bf16 weights
     cudaCheck(cudaMemcpy(g.resident_grads, grads.data(), (size_t)n * 4, cudaMemcpyHostToDevice));
+    cudaCheck(cudaDeviceSynchronize());  // a pageable copy may return before it lands; compute does not wait for it
     g.step = 5;  // resident_adamw uses the step optimizer_submit took
     resident_adamw(&g, 3e-4f, 0.8f, g.ws.compute);
     cudaCheck(cudaStreamSynchronize(g.ws.compute));

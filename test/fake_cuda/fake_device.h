@@ -32,6 +32,8 @@ struct Fiber {
     dim3 tid;
     int warp, lane;
     bool done;
+    bool at_syncthreads;  // parked at __syncthreads of generation wait_gen
+    uint64_t wait_gen;
 };
 struct Warp { int live = 0, arrived = 0; uint64_t gen = 0; double xchg[32]; };
 struct State {
@@ -42,6 +44,7 @@ struct State {
     std::vector<Warp> warps;
     int block_live = 0, block_arrived = 0;
     uint64_t block_gen = 0;
+    uint64_t progress = 0;          // barrier arrivals and thread exits: a pass without any is a deadlock
     Fiber* cur = nullptr;
     bool used_barrier = false;      // the current launch's threads met __syncthreads or a shuffle
     bool direct = false;            // threads run as plain calls: a barrier is then a fatal error
@@ -63,13 +66,18 @@ inline void syncthreads() {
     State& s = st();
     no_barrier_in_direct_mode("__syncthreads");
     s.used_barrier = true;
+    s.progress++;
     const uint64_t gen = s.block_gen;
     if (++s.block_arrived == s.block_live) { s.block_arrived = 0; s.block_gen++; return; }
+    s.cur->at_syncthreads = true;
+    s.cur->wait_gen = gen;
     while (s.block_gen == gen) yield();
+    s.cur->at_syncthreads = false;
 }
 inline void warp_barrier() {
     State& s = st();
     Warp& w = s.warps[(size_t)s.cur->warp];
+    s.progress++;
     const uint64_t gen = w.gen;
     if (++w.arrived == w.live) { w.arrived = 0; w.gen++; return; }
     while (w.gen == gen) yield();
@@ -79,6 +87,10 @@ template <typename T> inline T shfl_xor(T x, int o) {
     no_barrier_in_direct_mode("__shfl_xor_sync");
     s.used_barrier = true;
     Warp& w = s.warps[(size_t)s.cur->warp];
+    if (w.live != 32) {  // a partial warp or an exited lane: the value read would be undefined on a GPU
+        fprintf(stderr, "fake_device: __shfl_xor_sync in a warp of %d live lanes: not emulated\n", w.live);
+        abort();
+    }
     w.xchg[s.cur->lane] = (double)x;
     warp_barrier();
     const T y = (T)w.xchg[s.cur->lane ^ o];
@@ -93,6 +105,7 @@ inline void fiber_main(unsigned lo, unsigned hi) {
         if (!_setjmp(f->jb)) _longjmp(s.sched, 1);  // idle until the scheduler hands it a thread
         s.body(s.args);
         f->done = true;
+        s.progress++;
         // an exited thread no longer counts at the barriers: release them if it was the last one missing
         s.block_live--;
         if (s.block_live > 0 && s.block_arrived == s.block_live) { s.block_arrived = 0; s.block_gen++; }
@@ -132,22 +145,51 @@ inline bool run_block(bool probe) {
     for (int i = 0; i < n; i++) {
         Fiber* f = s.pool[(size_t)i];
         f->tid = dim3((unsigned)i % s.block.x, (unsigned)i / s.block.x, 0);
-        f->warp = i / 32; f->lane = i % 32; f->done = false;
+        f->warp = i / 32; f->lane = i % 32; f->done = false; f->at_syncthreads = false;
         s.warps[(size_t)f->warp].live++;
     }
     resume(s.pool[0]);
     if (probe && s.pool[0]->done && !s.used_barrier) return false;
+    // The order threads advance in. 0: round robin, every thread one barrier step at a time. 1 and 2: one warp
+    // runs as far as it can (until done or parked at __syncthreads) before the next, in warp order or in
+    // reverse: a missing __syncthreads between shared-memory writes and reads of different warps shows there
+    // (a fast warp overwrites what a slow one has not read yet), as it can on a GPU. FAKE_SCHED picks it.
+    static const int mode = getenv("FAKE_SCHED") ? atoi(getenv("FAKE_SCHED")) : 0;
+    const int nw = (n + 31) / 32;
     for (bool pending = true; pending;) {
         pending = false;
-        for (int i = 0; i < n; i++)
-            if (!s.pool[(size_t)i]->done) { resume(s.pool[(size_t)i]); pending = true; }
+        const uint64_t before = s.progress;
+        if (mode == 0) {
+            for (int i = 0; i < n; i++)
+                if (!s.pool[(size_t)i]->done) { resume(s.pool[(size_t)i]); pending = true; }
+        } else {
+            for (int wi = 0; wi < nw; wi++) {
+                const int w = mode == 1 ? wi : nw - 1 - wi;
+                for (bool moved = true; moved;) {
+                    moved = false;
+                    for (int l = 0; l < 32 && w * 32 + l < n; l++) {
+                        Fiber* f = s.pool[(size_t)(w * 32 + l)];
+                        if (f->done) continue;
+                        pending = true;
+                        if (f->at_syncthreads && s.block_gen == f->wait_gen) continue;  // parked: other warps first
+                        const uint64_t p = s.progress;
+                        resume(f);
+                        moved = moved || s.progress != p;
+                    }
+                }
+            }
+        }
+        if (pending && s.progress == before) {
+            fprintf(stderr, "fake_device: deadlock: threads wait at barriers the others never reach\n");
+            abort();
+        }
     }
     return true;
 }
 // A launch: every block, synchronously.
 inline void launch(dim3 grid, dim3 block, void (*body)(void*), void* args) {
     State& s = st();
-    if ((uint64_t)block.x * block.y > 1024 || grid.y > 65535 || grid.x == 0 || block.x == 0) {
+    if ((uint64_t)block.x * block.y > 1024 || grid.y > 65535 || grid.x == 0 || block.x == 0 || grid.z != 1 || block.z != 1) {
         fprintf(stderr, "fake_device: invalid launch configuration\n");
         abort();
     }
@@ -174,6 +216,7 @@ inline void launch(dim3 grid, dim3 block, void (*body)(void*), void* args) {
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 #define __shared__ static
 #define threadIdx (fake_device::thread_idx())
 #define blockIdx (fake_device::st().block_idx)
@@ -204,4 +247,5 @@ struct FakeLaunch {
     }
 };
 template <typename... P> FakeLaunch<P...> fake_launch(void (*k)(P...), dim3 grid, dim3 block) { return FakeLaunch<P...>{k, grid, block}; }
-#define FAKE_LAUNCH(kernel, grid, block, smem, stream) fake_launch(kernel, dim3(grid), dim3(block))
+// (dynamic shared memory is not emulated: every launch of the trainer passes 0)
+#define FAKE_LAUNCH(kernel, grid, block, smem, stream) ((smem) == 0 ? (void)0 : abort(), fake_launch(kernel, dim3(grid), dim3(block)))
