@@ -50,6 +50,15 @@
 
 #include "matmul.cuh"     // the cuBLAS GEMMs: matmul_forward / _backward_input / _backward_weight / _batched
 #include "attention.cuh"  // per-head GEMMs + causal softmax (uses matmul_batched above and kernels.cuh)
+#include "flash_attention.cuh"  // the same attention fused into tensor-core kernels (the default)
+
+// Which attention the layers use: the fused kernels (flash_attention.cuh) wherever they take the head size,
+// else the cuBLAS + softmax path (attention.cuh), which also holds every (T x T) score matrix of the
+// micro-batch in the workspace. -F 0 forces the cuBLAS path (a GPT records its choice when built).
+static int flash_attention_flag = 1;
+static bool use_flash_attention(const GPTConfig* c) {
+    return flash_attention_flag && flash_attention_supports(c->channels / c->num_heads);
+}
 
 // ----------------------------------------------------------------------------
 // Workspace of ONE layer for ONE micro-batch: what the backward pass needs, recomputed from the checkpoint.
@@ -62,12 +71,14 @@ enum {
 typedef struct {
     bf16* p[NUM_ACTS];
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lnf_mean, *lnf_rstd;  // (N) each
+    float *att_lse, *att_dsum;  // (B, NH, T) each: the fused attention's row log-sum-exp and rowsum(dy * y)
     void* memory;
     int64_t bytes;
 } Workspace;
 
 static void workspace_sizes(const GPTConfig* c, int B, int T, int64_t sizes[NUM_ACTS]) {
-    const int64_t N = (int64_t)B * T, C = c->channels, att = (int64_t)B * c->num_heads * T * T;
+    // the (T x T) scores and their gradient only for the cuBLAS path: the fused kernels keep them in registers
+    const int64_t N = (int64_t)B * T, C = c->channels, att = use_flash_attention(c) ? 0 : (int64_t)B * c->num_heads * T * T;
     const int64_t s[NUM_ACTS] = {N * C, N * 3 * C, att, N * C, N * C, N * C, N * 4 * C, N * 4 * C,
                                  N * 4 * C, N * C, N * 3 * C, att, N * C, N * C, N * c->padded_vocab_size};
     memcpy(sizes, s, sizeof s);
@@ -92,7 +103,7 @@ static int64_t workspace_bytes(const GPTConfig* c, int B, int T) {
                                 plan_mul(plan_mul((int64_t)B * c->num_heads, T, what), T, what),
                                 plan_mul(N, c->padded_vocab_size, what)};
     for (int i = 0; i < 3; i++) plan_add(plan_mul(largest[i], 2, what), 255, what);  // bf16, round_up64 to 256
-    int64_t sizes[NUM_ACTS], bytes = plan_mul(N, 6 * 4, what);
+    int64_t sizes[NUM_ACTS], bytes = plan_add(plan_mul(N, 6 * 4, what), plan_mul(plan_mul(N, c->num_heads, what), 2 * 4, what), what);
     workspace_sizes(c, B, T, sizes);
     for (int i = 0; i < NUM_ACTS; i++) bytes = plan_add(bytes, round_up64(sizes[i] * 2, 256), what);
     return bytes;
@@ -106,6 +117,8 @@ static void workspace_alloc(Workspace* w, const GPTConfig* c, int B, int T) {
     for (int i = 0; i < NUM_ACTS; i++) { w->p[i] = (bf16*)ptr; ptr += round_up64(sizes[i] * 2, 256); }
     float** stats[6] = {&w->ln1_mean, &w->ln1_rstd, &w->ln2_mean, &w->ln2_rstd, &w->lnf_mean, &w->lnf_rstd};
     for (int i = 0; i < 6; i++) { *stats[i] = (float*)ptr; ptr += (int64_t)B * T * 4; }
+    w->att_lse = (float*)ptr;
+    w->att_dsum = (float*)ptr + (int64_t)B * T * c->num_heads;
 }
 
 // ----------------------------------------------------------------------------
@@ -131,6 +144,7 @@ struct GPT {
     GPTConfig config;
     ParamLayout layout;
     int B, T;                   // micro-batch
+    bool flash;                 // attention: fused kernels (flash_attention.cuh) or cuBLAS + softmax
     int max_micro;              // micro-batches per step the buffers are sized for
     TrainArgs args;             // hyperparameters (lr, betas are llm.c's, weight decay, clip)
 
@@ -193,7 +207,8 @@ static void layer_forward(GPT* g, const bf16* w, const bf16* x, bf16* out, Works
     layernorm_forward(a->p[ACT_LN1], a->ln1_mean, a->ln1_rstd, x, wt(g, w, LN1W), wt(g, w, LN1B), N, C, s);
     matmul_forward(a->p[ACT_QKV], a->p[ACT_LN1], wt(g, w, QKVW), N, C, 3 * C, s);
     add_bias(a->p[ACT_QKV], wt(g, w, QKVB), NULL, N, 3 * C, s);
-    attention_forward(a->p[ACT_ATTY], a->p[ACT_ATT], a->p[ACT_QKV], g->B, g->T, C, g->config.num_heads, s);
+    if (g->flash) flash_attention_forward(a->p[ACT_ATTY], a->att_lse, a->p[ACT_QKV], g->B, g->T, C, g->config.num_heads, s);
+    else attention_forward(a->p[ACT_ATTY], a->p[ACT_ATT], a->p[ACT_QKV], g->B, g->T, C, g->config.num_heads, s);
     matmul_forward(a->p[ACT_RES2], a->p[ACT_ATTY], wt(g, w, ATTPROJW), N, C, C, s);
     add_bias(a->p[ACT_RES2], wt(g, w, ATTPROJB), x, N, C, s);  // res2 = x + attn(x)
     layernorm_forward(a->p[ACT_LN2], a->ln2_mean, a->ln2_rstd, a->p[ACT_RES2], wt(g, w, LN2W), wt(g, w, LN2B), N, C, s);
@@ -229,8 +244,12 @@ static void layer_backward(GPT* g, const bf16* w, float* grads, const bf16* x, b
     matmul_backward_weight(gt(ATTPROJW), dres, a->p[ACT_ATTY], N, C, C, s);
     bias_backward(gt(ATTPROJB), dres, N, C, s);
     matmul_backward_input(a->p[ACT_DC], dres, wt(g, w, ATTPROJW), N, C, C, s);
-    attention_backward(a->p[ACT_DQKV], a->p[ACT_DATT], a->p[ACT_DC], a->p[ACT_ATT], a->p[ACT_QKV], g->B, g->T, C,
-                       g->config.num_heads, s);
+    if (g->flash)
+        flash_attention_backward(a->p[ACT_DQKV], a->att_dsum, a->p[ACT_DC], a->p[ACT_ATTY], a->p[ACT_QKV], a->att_lse,
+                                 g->B, g->T, C, g->config.num_heads, s);
+    else
+        attention_backward(a->p[ACT_DQKV], a->p[ACT_DATT], a->p[ACT_DC], a->p[ACT_ATT], a->p[ACT_QKV], g->B, g->T, C,
+                           g->config.num_heads, s);
     matmul_backward_weight(gt(QKVW), a->p[ACT_DQKV], a->p[ACT_LN1], N, C, 3 * C, s);
     bias_backward(gt(QKVB), a->p[ACT_DQKV], N, 3 * C, s);
     matmul_backward_input(a->p[ACT_DC], a->p[ACT_DQKV], wt(g, w, QKVW), N, C, 3 * C, s);
@@ -390,6 +409,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     memset(g, 0, sizeof *g);
     g->config = *cfg; g->layout = gpt_layout(cfg);
     g->B = B; g->T = T; g->max_micro = max_micro; g->args = *args;
+    g->flash = use_flash_attention(cfg);
     const ParamLayout* p = &g->layout;
     const GPTConfig* c = &g->config;
     if (resident_layers < 0 || resident_layers > c->num_layers) {
@@ -903,6 +923,7 @@ typedef struct {
     int adam_threads;   // -A  OpenMP threads of the CPU AdamW, 0 = all cores but one
     int model_given;    // -e was on the command line (with -y 1 it must then match the checkpoint)
     int resident;       // -R  layers kept on the GPU with their AdamW state: 0 = stream them all, -1 = all that fit
+    int flash;          // -F  1: fused attention kernels where the head size allows, 0: cuBLAS + softmax
 } GpuArgs;
 
 static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
@@ -919,7 +940,7 @@ static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
                               // B*T = 8192 (the last, partial one is never read), so it is validated whole
     a->gen_tokens = 64;
     ga->num_slots = 2; ga->bench_steps = 0; ga->bench_warmup = 2; ga->timeline = 0; ga->adam_threads = 0;
-    ga->model_given = 0; ga->resident = 0;
+    ga->model_given = 0; ga->resident = 0; ga->flash = 1;
 }
 
 static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
@@ -934,8 +955,10 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
            "  -A <int>    CPU AdamW threads, 0 = all cores but one (default %d)\n"
            "  -R <int>    keep the first N layers on the GPU with their fp32 weights and AdamW state (updated there,\n"
            "              never copied): uses GPU memory the streaming leaves free to shorten the CPU AdamW;\n"
-           "              0 = stream every layer, -1 = as many as fit (default %d)\n",
-           MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident);
+           "              0 = stream every layer, -1 = as many as fit (default %d)\n"
+           "  -F <0|1>    attention: 1 = fused tensor-core kernels (head sizes 32, 64, 128; others use the\n"
+           "              cuBLAS path), 0 = cuBLAS GEMMs + softmax over stored (T x T) scores (default %d)\n",
+           MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->flash);
 }
 
 // Parses argv: our flags first, then the shared ones. Exits on any error, prints usage on -h.
@@ -959,6 +982,7 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         else if (strcmp(flag, "-Y") == 0) { ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err); ga->timeline = (int)v; }
         else if (strcmp(flag, "-A") == 0) { ok = parse_int_in(flag, value, 0, 4096, &v, err, sizeof err); ga->adam_threads = (int)v; }
         else if (strcmp(flag, "-R") == 0) { ok = parse_int_in(flag, value, -1, 1 << 20, &v, err, sizeof err); ga->resident = (int)v; }
+        else if (strcmp(flag, "-F") == 0) { ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err); ga->flash = (int)v; }
         else {
             if (strcmp(flag, "-e") == 0) ga->model_given = 1;
             const int r = parse_train_arg(a, flag, value, err, sizeof err);
@@ -1024,6 +1048,7 @@ int main(int argc, char** argv) {
     TrainArgs args;
     GpuArgs ga;
     parse_args(argc, argv, &args, &ga);
+    flash_attention_flag = ga.flash;  // before the memory plan: the cuBLAS path's workspace holds the scores
     const int bench = ga.bench_steps > 0;
     char err[4352];
     // benchmark mode writes nothing to -o but the timeline's trace.json (-Y 1)
@@ -1168,6 +1193,9 @@ int main(int argc, char** argv) {
               ga.num_slots * p->layer_stride * 2 / GiB);
     table_row("GPU-resident layers", resident ? "%d of %d (%.2f GiB with their AdamW state)" : "%d of %d (all streamed)",
               resident, cfg.num_layers, (double)resident * p->layer_stride * 18 / GiB);
+    table_row("attention", "%s", g.flash ? "fused tensor-core kernels (flash_attention.cuh)"
+                                 : ga.flash ? "cuBLAS GEMMs + softmax, T x T scores stored (head size not 32, 64, 128)"
+                                            : "cuBLAS GEMMs + softmax, T x T scores stored (-F 0)");
     table_row("device", "%s, %.1f GiB", prop.name, gpu_total / GiB);
     table_row("cpu adamw", "%d threads, %s", adam_threads, cpu_adam_simd_name());
     table_rule();
@@ -1242,10 +1270,11 @@ int main(int argc, char** argv) {
         if (bench)
             printf("RESULT {\"mode\": \"stream\", \"model\": \"%s\", \"params_B\": %.4f, \"L\": %d, \"C\": %d, \"NH\": %d, "
                    "\"B\": %d, \"T\": %d, \"tokens_per_step\": %lld, \"grad_accum\": %d, \"slots\": %d, \"resident_layers\": %d, "
+                   "\"flash\": %d, "
                    "\"step_s\": %.5f, "
                    "\"tok_per_s\": %.1f, \"model_TFLOPs\": %.2f, \"mfu\": %.4f, \"peak_gpu_GiB\": %.3f, \"host_GiB\": %.2f}\n",
                    args.model, p->total / 1e9, cfg.num_layers, cfg.channels, cfg.num_heads, args.B, args.T,
-                   (long long)step_tokens, n_micro, ga.num_slots, resident, median, step_tokens / median,
+                   (long long)step_tokens, n_micro, ga.num_slots, resident, (int)g.flash, median, step_tokens / median,
                    flops_per_step / median / 1e12, flops_per_step / median / H100_BF16_PEAK_FLOPS, g.gpu_bytes / GiB,
                    plan.host_bytes / GiB);
     }

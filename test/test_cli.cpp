@@ -279,7 +279,7 @@ TEST_P(Both, BadValues) {
 
 TEST_F(CliTest, GpuOnlyFlagValues) {
     if (!have_binary(kGpu)) GTEST_SKIP() << kGpu << " not built (train_gpt is built only where nvcc is present)";
-    const Args bad[] = {{"-S", "1"}, {"-S", "x"}, {"-Y", "2"}, {"-A", "-1"}, {"-B", "-3"}, {"-W", "1.5"}, {"-R", "-2"}};
+    const Args bad[] = {{"-S", "1"}, {"-S", "x"}, {"-Y", "2"}, {"-A", "-1"}, {"-B", "-3"}, {"-W", "1.5"}, {"-R", "-2"}, {"-F", "2"}, {"-F", "x"}};
     for (const Args& a : bad) EXPECT_TRUE(CleanError(run_bin(kGpu, base_args() + a), {"flag " + a[0]}));
     // more GPU-resident layers than the model has (base_args' model has 2)
     EXPECT_TRUE(CleanError(run_bin(kGpu, base_args() + Args{"-R", "3"}), {"-R 3", "only 2 layers"}));
@@ -768,11 +768,11 @@ static std::map<int, std::string> step_losses(const std::string& out) {
 TEST_F(CliTest, EmulatedTrainGptTrainsCheckpointsAndResumes) {
     if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
     const std::string out = dir + "/emu";
-    const Args run = {"-e", "L2:C64:NH4:T32", "-b", "4", "-t", "32", "-x", "6", "-i", kTrain, "-j", kVal};
+    const Args run = {"-e", "L2:C64:NH2:T32", "-b", "4", "-t", "32", "-x", "6", "-i", kTrain, "-j", kVal};  // hs 32
     const Result a = run_bin(kEmu, run + Args{"-v", "3", "-m", "2", "-g", "8", "-n", "3", "-o", out});
     ASSERT_EQ(a.code, 0) << a.cmd << "\nsignal " << a.signal << "\n" << a.err << a.out;
     EXPECT_TRUE(error_lines(a.err).empty()) << a.err;
-    for (const char* s : {"GPU memory", "GPU-resident layers", "val loss", "generating:", "saved checkpoint step 3",
+    for (const char* s : {"GPU memory", "GPU-resident layers", "fused tensor-core kernels", "val loss", "generating:", "saved checkpoint step 3",
                           "saved checkpoint step 6", "streamed over the run"})
         EXPECT_NE(a.out.find(s), std::string::npos) << s << " not in:\n" << a.out;
     const auto first = step_losses(a.out);
@@ -795,4 +795,13 @@ TEST_F(CliTest, EmulatedTrainGptTrainsCheckpointsAndResumes) {
     const auto resident = step_losses(c.out);
     ASSERT_EQ(resident.size(), 6u) << c.out;
     for (int s = 1; s <= 6; s++) EXPECT_NEAR(atof(resident.at(s).c_str()), atof(first.at(s).c_str()), 1e-3 * atof(first.at(s).c_str())) << "step " << s;
+
+    // the cuBLAS + softmax attention (-F 0): the same run, to the two paths' rounding (test_gpu's
+    // FusedAndCublasAttentionTrainAlike: 5e-3)
+    const Result d = run_bin(kEmu, run + Args{"-v", "0", "-g", "0", "-F", "0"});
+    ASSERT_EQ(d.code, 0) << d.cmd << "\n" << d.err << d.out;
+    EXPECT_NE(d.out.find("T x T scores stored (-F 0)"), std::string::npos) << d.out;
+    const auto cublas = step_losses(d.out);
+    ASSERT_EQ(cublas.size(), 6u) << d.out;
+    for (int s = 1; s <= 6; s++) EXPECT_NEAR(atof(cublas.at(s).c_str()), atof(first.at(s).c_str()), 5e-3 * atof(first.at(s).c_str())) << "step " << s;
 }

@@ -440,11 +440,19 @@ TEST(Kernels, SoftmaxCausalBackwardMatchesCpuSoftmaxBackward) {
 struct AttnShape { int T, C, NH; };
 const AttnShape kAttnShapes[] = {{37, 96, 3}, {64, 128, 4}, {64, 128, 2}, {37, 60, 3}};  // hs = 32, 32, 64, 20
 
+// Which attention a GPT built in its scope uses (train_gpt.cu's -F), restored at the end of the scope.
+struct AttentionChoice {
+    int saved;
+    explicit AttentionChoice(int flash) : saved(flash_attention_flag) { flash_attention_flag = flash; }
+    ~AttentionChoice() { flash_attention_flag = saved; }
+};
+
 TEST(Kernels, AttentionForwardMatchesCpu) {
     REQUIRE_GPU();
     for (const AttnShape& sh : kAttnShapes) {
         const int B = 2, T = sh.T, C = sh.C, NH = sh.NH;
         const int64_t N = (int64_t)B * T, natt = (int64_t)B * NH * T * T;
+        AttentionChoice cublas_path(0);  // the workspace then holds att
         TestGPT tg(tiny_config(1, C, NH, 64, 100), B, T);
         Workspace* a = &tg.g.ws_act;
         auto qkv = rand_bf16(N * 3 * C, -1.5f, 1.5f, 80 + T);  // scores ~ N(0, 0.75^2): a non-flat softmax
@@ -467,6 +475,7 @@ TEST(Kernels, AttentionBackwardMatchesCpu) {
     for (const AttnShape& sh : kAttnShapes) {
         const int B = 2, T = sh.T, C = sh.C, NH = sh.NH;
         const int64_t N = (int64_t)B * T, natt = (int64_t)B * NH * T * T;
+        AttentionChoice cublas_path(0);
         TestGPT tg(tiny_config(1, C, NH, 64, 100), B, T);
         Workspace* a = &tg.g.ws_act;
         const cudaStream_t s = tg.g.ws.compute;
@@ -493,6 +502,148 @@ TEST(Kernels, AttentionBackwardMatchesCpu) {
             EXPECT_LT(check(names[part], g_part, c_part), 2e-2) << names[part];
         }
         EXPECT_LT(check("attention_backward dqkv (N, 3C)", got, dqkv), 2e-2);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Fused attention (flash_attention.cuh)
+
+#ifdef FAKE_CUDA_DEVICE
+#define TEST_LAUNCH(kernel, grid, block) FAKE_LAUNCH(kernel, grid, block, 0, 0)
+#else
+#define TEST_LAUNCH(kernel, grid, block) kernel<<<grid, block>>>
+#endif
+
+// One warp, one mma_bf16_16816: D (16 x 8) = C + A (16 x 16) B (16 x 8), the fragments built and read by the
+// PTX ISA's table as flash_attention.cuh states it. On a GPU this checks that table against the hardware.
+__global__ void mma_layout_kernel(float* d, const float* c, const bf16* a, const bf16* b) {
+    const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+    const uint32_t af[4] = {join_pair(a[g * 16 + 2 * t], a[g * 16 + 2 * t + 1]),
+                            join_pair(a[(g + 8) * 16 + 2 * t], a[(g + 8) * 16 + 2 * t + 1]),
+                            join_pair(a[g * 16 + 2 * t + 8], a[g * 16 + 2 * t + 9]),
+                            join_pair(a[(g + 8) * 16 + 2 * t + 8], a[(g + 8) * 16 + 2 * t + 9])};
+    const uint32_t bf[2] = {join_pair(b[(2 * t) * 8 + g], b[(2 * t + 1) * 8 + g]),
+                            join_pair(b[(2 * t + 8) * 8 + g], b[(2 * t + 9) * 8 + g])};
+    float acc[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t], c[(g + 8) * 8 + 2 * t + 1]};
+    mma_bf16_16816(acc, af, bf);
+    d[g * 8 + 2 * t] = acc[0];
+    d[g * 8 + 2 * t + 1] = acc[1];
+    d[(g + 8) * 8 + 2 * t] = acc[2];
+    d[(g + 8) * 8 + 2 * t + 1] = acc[3];
+}
+
+TEST(Kernels, MmaFragmentLayoutMatchesMatmul) {
+    REQUIRE_GPU();
+    // small integers: every product and sum is exact in fp32, so any misplaced element shows as a difference
+    std::vector<float> a(16 * 16), b(16 * 8), c(16 * 8), ref(16 * 8);
+    uint64_t st = splitmix64(31) | 1;
+    for (auto& x : a) x = (float)((int)(random_u64(&st) % 9) - 4);
+    for (auto& x : b) x = (float)((int)(random_u64(&st) % 9) - 4);
+    for (auto& x : c) x = (float)((int)(random_u64(&st) % 9) - 4);
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 8; j++) {
+            float sum = c[(size_t)(i * 8 + j)];
+            for (int k = 0; k < 16; k++) sum += a[(size_t)(i * 16 + k)] * b[(size_t)(k * 8 + j)];
+            ref[(size_t)(i * 8 + j)] = sum;
+        }
+    DeviceMem m;
+    const bf16 *a_d = m.bf16s(a), *b_d = m.bf16s(b);
+    const float* c_d = m.copy(c);
+    float* d_d = m.zeros<float>(16 * 8);
+    TEST_LAUNCH(mma_layout_kernel, 1, 32)(d_d, c_d, a_d, b_d);
+    cudaCheckLaunch();
+    EXPECT_EQ(count_diff(download(d_d, 16 * 8), ref), 0) << "the mma.m16n8k16 fragment table is off";
+}
+
+// The fused forward's lse on the CPU: log2(sum_{j <= t} exp(q_t . k_j / sqrt(hs))), in double.
+std::vector<float> cpu_attention_lse(const std::vector<float>& qkv, int B, int T, int C, int NH) {
+    const int hs = C / NH;
+    std::vector<float> lse((size_t)B * NH * T);
+    std::vector<double> sc((size_t)T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const float* q = &qkv[((size_t)b * T + t) * 3 * C + (size_t)h * hs];
+                double mx = -INFINITY, sum = 0.0;
+                for (int j = 0; j <= t; j++) {
+                    const float* k = &qkv[((size_t)b * T + j) * 3 * C + C + (size_t)h * hs];
+                    double dot = 0.0;
+                    for (int i = 0; i < hs; i++) dot += (double)q[i] * k[i];
+                    sc[(size_t)j] = dot / sqrt((double)hs);
+                    mx = std::max(mx, sc[(size_t)j]);
+                }
+                for (int j = 0; j <= t; j++) sum += exp(sc[(size_t)j] - mx);
+                lse[((size_t)b * NH + h) * T + t] = (float)((mx + log(sum)) / log(2.0));
+            }
+    return lse;
+}
+
+// Head sizes 32, 64, 128; T = 1, T below one tile, T not a multiple of the 64/32-row tiles (padded rows),
+// several key tiles per query tile, B and NH > 1.
+struct FlashShape { int B, T, C, NH; };
+const FlashShape kFlashShapes[] = {{2, 37, 96, 3}, {1, 1, 64, 1}, {2, 200, 128, 2}, {1, 130, 256, 2}, {1, 64, 128, 4}};
+
+TEST(Kernels, FlashAttentionForwardMatchesCpu) {
+    REQUIRE_GPU();
+    for (const FlashShape& sh : kFlashShapes) {
+        const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH;
+        const int64_t N = (int64_t)B * T;
+        printf("  B=%d T=%d C=%d NH=%d (hs %d)\n", B, T, C, NH, C / NH);
+        auto qkv = rand_bf16(N * 3 * C, -1.5f, 1.5f, 300 + T);
+        DeviceMem m;
+        const bf16* qkv_d = m.bf16s(qkv);
+        bf16* y_d = m.zeros<bf16>(N * C);
+        float* lse_d = m.zeros<float>((int64_t)B * NH * T);
+        cudaCheck(cudaMemset(y_d, 0xff, (size_t)(N * C) * 2));  // NaN: an element never written fails the check
+        cudaCheck(cudaMemset(lse_d, 0xff, (size_t)B * NH * T * 4));
+        flash_attention_forward(y_d, lse_d, qkv_d, B, T, C, NH, kStream);
+        std::vector<float> out((size_t)(N * C)), att((size_t)B * NH * T * T);
+        attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+        // y: behind the probabilities rounded to bf16 for the second product and y's own rounding (the scores
+        // stay fp32): 2 roundings of <= 2^-9 each -> 1e-2. lse: fp32 sums of exact products, fast-math
+        // exp2/log2: 1e-4.
+        EXPECT_LT(check("flash forward y (N, C)", download(y_d, N * C), out), 1e-2);
+        EXPECT_LT(check("flash forward lse (B, NH, T)", download(lse_d, (int64_t)B * NH * T),
+                        cpu_attention_lse(qkv, B, T, C, NH)), 1e-4);
+    }
+}
+
+TEST(Kernels, FlashAttentionBackwardMatchesCpu) {
+    REQUIRE_GPU();
+    for (const FlashShape& sh : kFlashShapes) {
+        const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH;
+        const int64_t N = (int64_t)B * T;
+        printf("  B=%d T=%d C=%d NH=%d (hs %d)\n", B, T, C, NH, C / NH);
+        auto qkv = rand_bf16(N * 3 * C, -1.5f, 1.5f, 400 + T), dy = rand_bf16(N * C, -1, 1, 401 + T);
+        DeviceMem m;
+        const bf16 *qkv_d = m.bf16s(qkv), *dy_d = m.bf16s(dy);
+        bf16* y_d = m.zeros<bf16>(N * C);
+        bf16* dqkv_d = m.zeros<bf16>(N * 3 * C);
+        float* lse_d = m.zeros<float>((int64_t)B * NH * T);
+        float* dsum_d = m.zeros<float>((int64_t)B * NH * T);
+        cudaCheck(cudaMemset(dqkv_d, 0xff, (size_t)(N * 3 * C) * 2));  // NaN: every element must be written
+        flash_attention_forward(y_d, lse_d, qkv_d, B, T, C, NH, kStream);
+        flash_attention_backward(dqkv_d, dsum_d, dy_d, y_d, qkv_d, lse_d, B, T, C, NH, kStream);
+        auto got = download(dqkv_d, N * 3 * C);
+        std::vector<float> out((size_t)(N * C)), att((size_t)B * NH * T * T), dqkv((size_t)(N * 3 * C)),
+            dscore((size_t)B * NH * T);
+        attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+        attention_backward(dqkv.data(), dscore.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH);
+        // behind bf16 y (in D = rowsum(dy * y)), P and dS rounded to bf16 for the products, and the output:
+        // ~4 roundings, as the cuBLAS path -> 2e-2
+        const char* names[3] = {"flash backward dq", "flash backward dk", "flash backward dv"};
+        for (int part = 0; part < 3; part++) {
+            std::vector<float> g_part, c_part;
+            for (int64_t r = 0; r < N; r++)
+                for (int c = part * C; c < (part + 1) * C; c++) {
+                    g_part.push_back(got[(size_t)(r * 3 * C + c)]);
+                    c_part.push_back(dqkv[(size_t)(r * 3 * C + c)]);
+                }
+            EXPECT_LT(check(names[part], g_part, c_part), 2e-2) << names[part];
+        }
+        // no atomics: a second backward pass gives the very same bits
+        flash_attention_backward(dqkv_d, dsum_d, dy_d, y_d, qkv_d, lse_d, B, T, C, NH, kStream);
+        EXPECT_EQ(count_bit_diff(download(dqkv_d, N * 3 * C), got), 0) << "the fused backward is not deterministic";
     }
 }
 
@@ -620,12 +771,13 @@ TEST(Kernels, MeanLossMatchesDoubleMean) {
 // One whole layer: layer_forward(out), then layer_forward(NULL) + layer_backward, vs the body of
 // gpt2_cpu_forward's / gpt2_cpu_backward's layer loop on the same (bf16-exact) weights, input and dout.
 
-TEST(Kernels, LayerForwardBackwardMatchCpuLayer) {
-    REQUIRE_GPU();
-    const int B = 2, T = 37, C = kC, NH = 3;
+void check_layer_against_cpu(int flash) {
+    const int B = 2, T = 37, C = kC, NH = 3;  // hs 32: either attention path
     const int64_t N = (int64_t)B * T;
+    AttentionChoice choice(flash);
     TestGPT tg(tiny_config(1, C, NH, 64, 100), B, T);
     GPT* g = &tg.g;
+    ASSERT_EQ(g->flash, flash != 0);
     Workspace* a = &g->ws_act;
     const cudaStream_t s = g->ws.compute;
     const ParamLayout* p = &g->layout;
@@ -669,6 +821,7 @@ TEST(Kernels, LayerForwardBackwardMatchCpuLayer) {
         {"layer fwd fch (+bias)", ACT_FCH, &fch}, {"layer fwd fch_gelu", ACT_FCH_GELU, &fch_gelu}};
     std::vector<std::vector<float>> first;
     for (const auto& t : acts) {
+        if (t.act == ACT_ATT && g->flash) { first.emplace_back(); continue; }  // the fused path stores no att
         first.push_back(download(a->p[t.act], (int64_t)t.ref->size()));
         // up to ~6 bf16 roundings deep (LN, GEMM, bias, 3 in attention, residual); emulated <= 5e-3
         EXPECT_LT(check(t.name, first.back(), *t.ref), 2e-2) << t.name;
@@ -715,6 +868,14 @@ TEST(Kernels, LayerForwardBackwardMatchCpuLayer) {
         EXPECT_LT(check(name, dw_gpu.data() + off[t], dw.data() + off[t], p->layer_size[t]), 3e-2) << name;
     }
     EXPECT_LT(check("layer bwd dx (dres on return)", dx_gpu, dres), 3e-2);
+}
+TEST(Kernels, LayerForwardBackwardMatchCpuLayer) {
+    REQUIRE_GPU();
+    check_layer_against_cpu(1);
+}
+TEST(Kernels, LayerForwardBackwardMatchCpuLayerCublasAttention) {
+    REQUIRE_GPU();
+    check_layer_against_cpu(0);
 }
 
 }  // namespace

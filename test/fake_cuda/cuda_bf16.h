@@ -17,3 +17,5 @@ inline __nv_bfloat16 __float2bfloat16(float f) {
     r.x = (uint16_t)(u >> 16);
     return r;
 }
+inline unsigned short __bfloat16_as_ushort(__nv_bfloat16 h) { return h.x; }
+inline __nv_bfloat16 __ushort_as_bfloat16(unsigned short u) { __nv_bfloat16 h; h.x = u; return h; }

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <setjmp.h>
+#include <string.h>
 #include <ucontext.h>
 #include <tuple>
 #include <type_traits>
@@ -35,7 +36,7 @@ struct Fiber {
     bool at_syncthreads;  // parked at __syncthreads of generation wait_gen
     uint64_t wait_gen;
 };
-struct Warp { int live = 0, arrived = 0; uint64_t gen = 0; double xchg[32]; };
+struct Warp { int live = 0, arrived = 0; uint64_t gen = 0; double xchg[32]; uint32_t mma_a[32][4], mma_b[32][2]; };
 struct State {
     dim3 grid, block, block_idx;
     void (*body)(void*) = nullptr;  // runs one thread of the current kernel
@@ -96,6 +97,46 @@ template <typename T> inline T shfl_xor(T x, int o) {
     const T y = (T)w.xchg[s.cur->lane ^ o];
     warp_barrier();  // everyone has read before the slots are written again
     return y;
+}
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, warp-collective: every lane hands in its A and B
+// registers, then computes its own C elements from all of them, by the fragment table of the PTX ISA that
+// flash_attention.cuh restates (g = lane / 4, t = lane % 4; pairs packed low element first):
+//   A[r][k] is in lane (r % 8) * 4 + (k % 8) / 2, register (r >= 8) + 2 * (k >= 8), half k % 2
+//   B[k][n] is in lane n * 4 + (k % 8) / 2, register (k >= 8), half k % 2
+//   C[g][2t + j] is c[j], C[g + 8][2t + j] is c[2 + j]
+// Products of bf16 values are exact in fp32; the sum over k is in k order (the GPU's order is unspecified).
+inline float bf16_half(uint32_t reg, int half) {
+    const uint32_t u = half ? (reg & 0xffff0000u) : (reg << 16);
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+inline void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+    State& s = st();
+    no_barrier_in_direct_mode("mma.sync");
+    s.used_barrier = true;
+    Warp& w = s.warps[(size_t)s.cur->warp];
+    if (w.live != 32) {  // mma.sync needs the whole warp
+        fprintf(stderr, "fake_device: mma.sync in a warp of %d live lanes: not emulated\n", w.live);
+        abort();
+    }
+    const int lane = s.cur->lane, g = lane / 4, t = lane % 4;
+    for (int i = 0; i < 4; i++) w.mma_a[lane][i] = a[i];
+    for (int i = 0; i < 2; i++) w.mma_b[lane][i] = b[i];
+    warp_barrier();
+    float out[4];
+    for (int j = 0; j < 4; j++) {
+        const int r = g + (j >= 2 ? 8 : 0), n = 2 * t + (j % 2);
+        float sum = 0.0f;
+        for (int k = 0; k < 16; k++) {
+            const float x = bf16_half(w.mma_a[(r % 8) * 4 + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)], k % 2);
+            const float y = bf16_half(w.mma_b[n * 4 + (k % 8) / 2][k >= 8], k % 2);
+            sum += x * y;
+        }
+        out[j] = c[j] + sum;
+    }
+    warp_barrier();  // everyone has read before the registers are handed in again
+    for (int j = 0; j < 4; j++) c[j] = out[j];
 }
 // A fiber's whole life: wait for a thread to run, run it, leave the barriers, repeat.
 inline void fiber_main(unsigned lo, unsigned hi) {
@@ -217,6 +258,7 @@ inline void launch(dim3 grid, dim3 block, void (*body)(void*), void* args) {
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static
 #define threadIdx (fake_device::thread_idx())
 #define blockIdx (fake_device::st().block_idx)

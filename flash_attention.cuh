@@ -1,0 +1,463 @@
+// flash_attention.cuh — causal self-attention of one layer as fused tensor-core kernels (the FlashAttention-2
+// scheme): the (T x T) scores and probabilities live only in registers, tile by tile, never in memory. The
+// forward pass keeps one float per query row (the log-sum-exp of its scores) so the backward pass can
+// recompute any probability exactly; the backward pass is two kernels (dq by query tiles, dk/dv by key tiles),
+// so every gradient element is written once, without atomics, deterministically.
+// Reads q, k, v in place in qkv (B, T, 3C) and writes y (B, T, C) and dq, dk, dv into dqkv (B, T, 3C), the
+// same layouts as attention.cuh (the cuBLAS + softmax path, kept for head sizes these kernels do not take and
+// as the reference). Head sizes 32, 64, 128 (a template parameter); any T; bf16 in, fp32 accumulation.
+// Not here: the choice between the two paths (train_gpt.cu), tuning beyond the plain mma.sync tiles below
+// (ldmatrix, cp.async double buffering and Hopper's wgmma are the next steps once a GPU has measured this).
+#pragma once
+#include "cuda_common.h"
+
+// ----------------------------------------------------------------------------
+// The tensor-core instruction and its register layout (PTX ISA, "Matrix Fragments for mma.m16n8k16 with
+// floating point type"). One warp multiplies A (16 x 16, bf16) by B (16 x 8, bf16) into C (16 x 8, fp32).
+// Lane l holds, with g = l / 4 and t = l % 4 (pairs are packed low element first):
+//   A: a[0] = A[g][2t, 2t+1]  a[1] = A[g+8][2t, 2t+1]  a[2] = A[g][2t+8, 2t+9]  a[3] = A[g+8][2t+8, 2t+9]
+//   B: b[0] = B[2t, 2t+1][g]  b[1] = B[2t+8, 2t+9][g]
+//   C: c[0], c[1] = C[g][2t, 2t+1]  c[2], c[3] = C[g+8][2t, 2t+1]
+// So the C fragments of two neighbouring 8-column tiles are, element for element, the A fragment of the
+// 16-column block they form: P = softmax(S) feeds the next product straight from registers.
+// The CPU emulation (test/fake_cuda/fake_device.h) implements exactly this table; test_kernels.cu's
+// MmaFragmentLayoutMatchesMatmul checks it against the real instruction.
+
+__device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+#ifdef FAKE_CUDA_DEVICE
+    fake_device::mma_bf16_16816(c, a, b);
+#else
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+// Moves of bf16 data in 4- and 16-byte units (memcpy in the emulation: no type punning on the host compiler).
+__device__ __forceinline__ uint32_t load_pair(const bf16* p) {  // p[0], p[1]; p 4-byte aligned
+#ifdef FAKE_CUDA_DEVICE
+    uint32_t u;
+    memcpy(&u, p, 4);
+    return u;
+#else
+    return *reinterpret_cast<const uint32_t*>(p);
+#endif
+}
+__device__ __forceinline__ void store_pair(bf16* p, uint32_t u) {
+#ifdef FAKE_CUDA_DEVICE
+    memcpy(p, &u, 4);
+#else
+    *reinterpret_cast<uint32_t*>(p) = u;
+#endif
+}
+__device__ __forceinline__ void copy16(bf16* dst, const bf16* src) {  // 8 elements; both 16-byte aligned
+#ifdef FAKE_CUDA_DEVICE
+    memcpy(dst, src, 16);
+#else
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+#endif
+}
+__device__ __forceinline__ void zero16(bf16* dst) {
+#ifdef FAKE_CUDA_DEVICE
+    memset(dst, 0, 16);
+#else
+    *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
+#endif
+}
+__device__ __forceinline__ uint32_t join_pair(bf16 lo, bf16 hi) {
+    return (uint32_t)__bfloat16_as_ushort(lo) | ((uint32_t)__bfloat16_as_ushort(hi) << 16);
+}
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {  // rounded to nearest even, as everywhere
+    return join_pair(__float2bfloat16(lo), __float2bfloat16(hi));
+}
+// The A fragment of the 16 x 16 block formed by the C fragments of two neighbouring 8-column tiles.
+__device__ __forceinline__ void c_to_a(uint32_t a[4], const float left[4], const float right[4]) {
+    a[0] = pack_pair(left[0], left[1]);
+    a[1] = pack_pair(left[2], left[3]);
+    a[2] = pack_pair(right[0], right[1]);
+    a[3] = pack_pair(right[2], right[3]);
+}
+
+// Shared-memory tiles are [rows][HS + FA_PAD]: the padding keeps rows 16-byte aligned and puts the 8 rows a
+// fragment load touches in different banks.
+#define FA_PAD 8
+
+// Rows [row0, row0 + ROWS) of a head's (T, HS) matrix (row stride ld) into a shared tile; rows >= T are zeros.
+template <int ROWS, int HS>
+__device__ __forceinline__ void load_tile(bf16 (*tile)[HS + FA_PAD], const bf16* head, int64_t ld, int row0, int T) {
+    for (int i = threadIdx.x; i < ROWS * HS / 8; i += blockDim.x) {
+        const int r = i / (HS / 8), c = (i % (HS / 8)) * 8;
+        if (row0 + r < T) copy16(&tile[r][c], head + (int64_t)(row0 + r) * ld + c);
+        else zero16(&tile[r][c]);
+    }
+}
+// A fragments (rows r0 = g, r1 = g + 8 of a warp's 16) of a (T, HS) head matrix read from global memory,
+// rows >= T as zeros; f[kk] covers columns [16kk, 16kk + 16).
+template <int HS>
+__device__ __forceinline__ void load_a_rows(uint32_t f[HS / 16][4], const bf16* head, int64_t ld, int r0, int r1, int T) {
+    const int t = threadIdx.x % 4;
+    for (int kk = 0; kk < HS / 16; kk++) {
+        const int c = kk * 16 + 2 * t;
+        f[kk][0] = r0 < T ? load_pair(head + (int64_t)r0 * ld + c) : 0u;
+        f[kk][1] = r1 < T ? load_pair(head + (int64_t)r1 * ld + c) : 0u;
+        f[kk][2] = r0 < T ? load_pair(head + (int64_t)r0 * ld + c + 8) : 0u;
+        f[kk][3] = r1 < T ? load_pair(head + (int64_t)r1 * ld + c + 8) : 0u;
+    }
+}
+// The A fragment of rows [row, row + 16), columns [col, col + 16) of a shared tile.
+template <int HS>
+__device__ __forceinline__ void a_from_tile(uint32_t a[4], const bf16 (*tile)[HS + FA_PAD], int row, int col) {
+    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+    a[0] = load_pair(&tile[row + g][col + 2 * t]);
+    a[1] = load_pair(&tile[row + g + 8][col + 2 * t]);
+    a[2] = load_pair(&tile[row + g][col + 2 * t + 8]);
+    a[3] = load_pair(&tile[row + g + 8][col + 2 * t + 8]);
+}
+// The B fragment of B = tile^T: B[k][n] = tile[n0 + n][k0 + k] (a row of the tile is a column of B: pairs).
+template <int HS>
+__device__ __forceinline__ void b_from_tile_rows(uint32_t b[2], const bf16 (*tile)[HS + FA_PAD], int n0, int k0) {
+    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+    b[0] = load_pair(&tile[n0 + g][k0 + 2 * t]);
+    b[1] = load_pair(&tile[n0 + g][k0 + 2 * t + 8]);
+}
+// The B fragment of B = tile: B[k][n] = tile[k0 + k][n0 + n] (a column of B runs down the tile: two loads each).
+template <int HS>
+__device__ __forceinline__ void b_from_tile_cols(uint32_t b[2], const bf16 (*tile)[HS + FA_PAD], int k0, int n0) {
+    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+    const int k = k0 + 2 * t, n = n0 + g;
+    b[0] = join_pair(tile[k][n], tile[k + 1][n]);
+    b[1] = join_pair(tile[k + 8][n], tile[k + 9][n]);
+}
+
+// ----------------------------------------------------------------------------
+// Forward. Block: 64 queries of one (sequence, head), 4 warps of 16 query rows; keys in tiles of 64 up to the
+// diagonal. Per key tile: S = q k^T (mma), scaled to base 2, causal mask, running row max m and row sum l
+// (online softmax), O = O * exp2(m_old - m_new) + P v (mma, P from S's registers). At the end
+// y = O / l and lse = m + log2(l) (base 2, scaled scores: p = exp2(score * scale_log2 - lse)).
+// grid: (B * NH, ceil(T / 64)); the tiles nearest the end of the sequence (most keys) are scheduled first.
+
+template <int HS>
+__global__ void __launch_bounds__(128)
+    flash_attention_forward_kernel(bf16* y, float* lse, const bf16* qkv, int T, int NH, float scale_log2) {
+    constexpr int BQ = 64, BK = 64;
+    __shared__ __align__(16) bf16 ks[BK][HS + FA_PAD];
+    __shared__ __align__(16) bf16 vs[BK][HS + FA_PAD];
+    const int C = NH * HS;
+    const int64_t ld = 3 * (int64_t)C;
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int q_tile = (int)gridDim.y - 1 - (int)blockIdx.y;
+    const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+    const bf16* q_head = qkv + (int64_t)b * T * ld + (int64_t)h * HS;
+    const bf16* k_head = q_head + C;
+    const bf16* v_head = q_head + 2 * C;
+    const int r0 = q_tile * BQ + warp * 16 + g, r1 = r0 + 8;  // this lane's two query rows
+
+    uint32_t qf[HS / 16][4];
+    load_a_rows<HS>(qf, q_head, ld, r0, r1, T);
+    float o[HS / 8][4];
+    for (int n = 0; n < HS / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    // Running max (scaled, base 2) and this lane's part of the running sum, for rows r0 and r1. Key 0 is in
+    // every row's first tile, so m is finite after the first tile, and exp2(-inf - m) = 0 on that first rescale.
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+
+    for (int kt = 0; kt <= q_tile; kt++) {  // BK == BQ: key tiles up to and including the diagonal one
+        __syncthreads();                    // every warp is done with the previous tile
+        load_tile<BK, HS>(ks, k_head, ld, kt * BK, T);
+        load_tile<BK, HS>(vs, v_head, ld, kt * BK, T);
+        __syncthreads();
+
+        float s[BK / 8][4];
+        for (int n = 0; n < BK / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        for (int kk = 0; kk < HS / 16; kk++)
+            for (int n = 0; n < BK / 8; n++) {
+                uint32_t bk[2];
+                b_from_tile_rows<HS>(bk, ks, n * 8, kk * 16);
+                mma_bf16_16816(s[n], qf[kk], bk);
+            }
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+        for (int n = 0; n < BK / 8; n++)
+            for (int e = 0; e < 2; e++) {
+                const int key = kt * BK + n * 8 + 2 * t + e;
+                s[n][e] = key <= r0 ? s[n][e] * scale_log2 : -INFINITY;
+                s[n][2 + e] = key <= r1 ? s[n][2 + e] * scale_log2 : -INFINITY;
+                mx0 = fmaxf(mx0, s[n][e]);
+                mx1 = fmaxf(mx1, s[n][2 + e]);
+            }
+        // a row's 64 scores are spread over the 4 lanes of its group (lanes 4g .. 4g+3)
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
+        const float new_m0 = fmaxf(m0, mx0), new_m1 = fmaxf(m1, mx1);
+        const float alpha0 = exp2f(m0 - new_m0), alpha1 = exp2f(m1 - new_m1);
+        m0 = new_m0;
+        m1 = new_m1;
+        float sum0 = 0.0f, sum1 = 0.0f;
+        for (int n = 0; n < BK / 8; n++)
+            for (int e = 0; e < 2; e++) {
+                s[n][e] = exp2f(s[n][e] - m0);  // masked: exp2(-inf) = 0
+                s[n][2 + e] = exp2f(s[n][2 + e] - m1);
+                sum0 += s[n][e];
+                sum1 += s[n][2 + e];
+            }
+        l0 = l0 * alpha0 + sum0;
+        l1 = l1 * alpha1 + sum1;
+        for (int n = 0; n < HS / 8; n++) {
+            o[n][0] *= alpha0; o[n][1] *= alpha0;
+            o[n][2] *= alpha1; o[n][3] *= alpha1;
+        }
+        for (int kk = 0; kk < BK / 16; kk++) {  // O += P v, P (bf16) straight from S's registers
+            uint32_t pa[4];
+            c_to_a(pa, s[2 * kk], s[2 * kk + 1]);
+            for (int n = 0; n < HS / 8; n++) {
+                uint32_t bv[2];
+                b_from_tile_cols<HS>(bv, vs, kk * 16, n * 8);
+                mma_bf16_16816(o[n], pa, bv);
+            }
+        }
+    }
+    l0 += __shfl_xor_sync(0xffffffff, l0, 1);
+    l0 += __shfl_xor_sync(0xffffffff, l0, 2);
+    l1 += __shfl_xor_sync(0xffffffff, l1, 1);
+    l1 += __shfl_xor_sync(0xffffffff, l1, 2);
+    const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
+    bf16* y_head = y + (int64_t)b * T * C + (int64_t)h * HS;
+    for (int n = 0; n < HS / 8; n++) {
+        if (r0 < T) store_pair(y_head + (int64_t)r0 * C + n * 8 + 2 * t, pack_pair(o[n][0] * inv0, o[n][1] * inv0));
+        if (r1 < T) store_pair(y_head + (int64_t)r1 * C + n * 8 + 2 * t, pack_pair(o[n][2] * inv1, o[n][3] * inv1));
+    }
+    if (t == 0) {
+        if (r0 < T) lse[(int64_t)bh * T + r0] = m0 + log2f(l0);
+        if (r1 < T) lse[(int64_t)bh * T + r1] = m1 + log2f(l1);
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Backward. With P = exp2(S * scale_log2 - lse) recomputed from q, k and lse, and D = rowsum(dy * y):
+//   dv = P^T dy,  dP = dy v^T,  dS = P * (dP - D),  dq = scale * dS k,  dk = scale * dS^T q.
+
+// D (B, NH, T) = rowsum(dy * y) over each head's HS columns; one warp per (b, t, h) row.
+__global__ void flash_attention_dsum_kernel(float* dsum, const bf16* y, const bf16* dy, int64_t rows, int T, int NH, int HS) {
+    const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
+    for (int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
+        float sum = 0.0f;
+        for (int i = threadIdx.x % 32; i < HS; i += 32) sum += (float)y[row * HS + i] * (float)dy[row * HS + i];
+        sum = warp_sum(sum);
+        const int64_t bt = row / NH;  // row = (b * T + t) * NH + h
+        const int h = (int)(row % NH), tpos = (int)(bt % T);
+        const int64_t b = bt / T;
+        if (threadIdx.x % 32 == 0) dsum[(b * NH + h) * T + tpos] = sum;
+    }
+}
+
+// dq. Block: 64 queries of one (sequence, head), 4 warps of 16 query rows (q and dy rows held as A fragments);
+// keys in tiles of 32 up to the diagonal. grid: (B * NH, ceil(T / 64)), longest rows first.
+template <int HS>
+__global__ void __launch_bounds__(128)
+    flash_attention_backward_dq_kernel(bf16* dqkv, const bf16* qkv, const bf16* dy, const float* lse, const float* dsum,
+                                       int T, int NH, float scale, float scale_log2) {
+    constexpr int BQ = 64, BK = 32;
+    __shared__ __align__(16) bf16 ks[BK][HS + FA_PAD];
+    __shared__ __align__(16) bf16 vs[BK][HS + FA_PAD];
+    const int C = NH * HS;
+    const int64_t ld = 3 * (int64_t)C;
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int q_tile = (int)gridDim.y - 1 - (int)blockIdx.y;
+    const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+    const bf16* q_head = qkv + (int64_t)b * T * ld + (int64_t)h * HS;
+    const bf16* k_head = q_head + C;
+    const bf16* v_head = q_head + 2 * C;
+    const bf16* dy_head = dy + (int64_t)b * T * C + (int64_t)h * HS;
+    const int r0 = q_tile * BQ + warp * 16 + g, r1 = r0 + 8;
+
+    uint32_t qf[HS / 16][4], df[HS / 16][4];
+    load_a_rows<HS>(qf, q_head, ld, r0, r1, T);
+    load_a_rows<HS>(df, dy_head, C, r0, r1, T);
+    // rows past T compute finite garbage that is never stored (zero q and dy, lse = D = 0)
+    const float lse0 = r0 < T ? lse[(int64_t)bh * T + r0] : 0.0f, lse1 = r1 < T ? lse[(int64_t)bh * T + r1] : 0.0f;
+    const float d0 = r0 < T ? dsum[(int64_t)bh * T + r0] : 0.0f, d1 = r1 < T ? dsum[(int64_t)bh * T + r1] : 0.0f;
+    float dq[HS / 8][4];
+    for (int n = 0; n < HS / 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
+
+    const int last_key = min(q_tile * BQ + BQ, T) - 1;
+    for (int kt = 0; kt <= last_key / BK; kt++) {
+        __syncthreads();
+        load_tile<BK, HS>(ks, k_head, ld, kt * BK, T);
+        load_tile<BK, HS>(vs, v_head, ld, kt * BK, T);
+        __syncthreads();
+        float s[BK / 8][4], dp[BK / 8][4];
+        for (int n = 0; n < BK / 8; n++)
+            for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
+        for (int kk = 0; kk < HS / 16; kk++)
+            for (int n = 0; n < BK / 8; n++) {
+                uint32_t bk[2], bv[2];
+                b_from_tile_rows<HS>(bk, ks, n * 8, kk * 16);
+                mma_bf16_16816(s[n], qf[kk], bk);  // S = q k^T
+                b_from_tile_rows<HS>(bv, vs, n * 8, kk * 16);
+                mma_bf16_16816(dp[n], df[kk], bv);  // dP = dy v^T
+            }
+        for (int n = 0; n < BK / 8; n++)
+            for (int e = 0; e < 2; e++) {
+                const int key = kt * BK + n * 8 + 2 * t + e;
+                const float p0 = key <= r0 ? exp2f(s[n][e] * scale_log2 - lse0) : 0.0f;
+                const float p1 = key <= r1 ? exp2f(s[n][2 + e] * scale_log2 - lse1) : 0.0f;
+                s[n][e] = p0 * (dp[n][e] - d0);  // now dS
+                s[n][2 + e] = p1 * (dp[n][2 + e] - d1);
+            }
+        for (int kk = 0; kk < BK / 16; kk++) {  // dq += dS k
+            uint32_t da[4];
+            c_to_a(da, s[2 * kk], s[2 * kk + 1]);
+            for (int n = 0; n < HS / 8; n++) {
+                uint32_t bk[2];
+                b_from_tile_cols<HS>(bk, ks, kk * 16, n * 8);
+                mma_bf16_16816(dq[n], da, bk);
+            }
+        }
+    }
+    bf16* dq_head = dqkv + (int64_t)b * T * ld + (int64_t)h * HS;
+    for (int n = 0; n < HS / 8; n++) {
+        if (r0 < T) store_pair(dq_head + (int64_t)r0 * ld + n * 8 + 2 * t, pack_pair(dq[n][0] * scale, dq[n][1] * scale));
+        if (r1 < T) store_pair(dq_head + (int64_t)r1 * ld + n * 8 + 2 * t, pack_pair(dq[n][2] * scale, dq[n][3] * scale));
+    }
+}
+
+// dk and dv. Block: 32 keys of one (sequence, head), 2 warps of 16 key rows (S^T = k q^T computed key-major,
+// so P^T and dS^T come out as A fragments for dv += P^T dy and dk += dS^T q); queries in tiles of 32 from the
+// diagonal to the end. grid: (B * NH, ceil(T / 32)), the first keys (seen by the most queries) first.
+template <int HS>
+__global__ void __launch_bounds__(64)
+    flash_attention_backward_dkdv_kernel(bf16* dqkv, const bf16* qkv, const bf16* dy, const float* lse,
+                                         const float* dsum, int T, int NH, float scale, float scale_log2) {
+    constexpr int BKEY = 32, BQ = 32;
+    __shared__ __align__(16) bf16 ks[BKEY][HS + FA_PAD];
+    __shared__ __align__(16) bf16 vs[BKEY][HS + FA_PAD];
+    __shared__ __align__(16) bf16 qs[BQ][HS + FA_PAD];
+    __shared__ __align__(16) bf16 dys[BQ][HS + FA_PAD];
+    __shared__ float lse_s[BQ], dsum_s[BQ];
+    const int C = NH * HS;
+    const int64_t ld = 3 * (int64_t)C;
+    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    const int key_tile = blockIdx.y;
+    const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
+    const bf16* q_head = qkv + (int64_t)b * T * ld + (int64_t)h * HS;
+    const bf16* k_head = q_head + C;
+    const bf16* v_head = q_head + 2 * C;
+    const bf16* dy_head = dy + (int64_t)b * T * C + (int64_t)h * HS;
+    const int k0 = key_tile * BKEY + warp * 16 + g, k1 = k0 + 8;  // this lane's two key rows
+
+    load_tile<BKEY, HS>(ks, k_head, ld, key_tile * BKEY, T);
+    load_tile<BKEY, HS>(vs, v_head, ld, key_tile * BKEY, T);
+    float dk[HS / 8][4], dv[HS / 8][4];
+    for (int n = 0; n < HS / 8; n++)
+        for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
+
+    const int q_tiles = (T + BQ - 1) / BQ;
+    for (int qt = key_tile * BKEY / BQ; qt < q_tiles; qt++) {  // earlier queries see none of these keys
+        __syncthreads();  // the previous tile is consumed (and, the first time, ks and vs are loaded)
+        load_tile<BQ, HS>(qs, q_head, ld, qt * BQ, T);
+        load_tile<BQ, HS>(dys, dy_head, C, qt * BQ, T);
+        for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
+            const int q = qt * BQ + i;
+            lse_s[i] = q < T ? lse[(int64_t)bh * T + q] : 0.0f;
+            dsum_s[i] = q < T ? dsum[(int64_t)bh * T + q] : 0.0f;
+        }
+        __syncthreads();
+        float st[BQ / 8][4], dpt[BQ / 8][4];
+        for (int n = 0; n < BQ / 8; n++)
+            for (int e = 0; e < 4; e++) st[n][e] = dpt[n][e] = 0.0f;
+        for (int kk = 0; kk < HS / 16; kk++) {
+            uint32_t ka[4], va[4];
+            a_from_tile<HS>(ka, ks, warp * 16, kk * 16);
+            a_from_tile<HS>(va, vs, warp * 16, kk * 16);
+            for (int n = 0; n < BQ / 8; n++) {
+                uint32_t bq[2], bd[2];
+                b_from_tile_rows<HS>(bq, qs, n * 8, kk * 16);
+                mma_bf16_16816(st[n], ka, bq);  // S^T = k q^T
+                b_from_tile_rows<HS>(bd, dys, n * 8, kk * 16);
+                mma_bf16_16816(dpt[n], va, bd);  // dP^T = v dy^T
+            }
+        }
+        for (int n = 0; n < BQ / 8; n++)
+            for (int e = 0; e < 2; e++) {
+                const int qi = n * 8 + 2 * t + e, q = qt * BQ + qi;
+                const bool real = q < T;  // a padded query must add nothing to dk, dv
+                const float p0 = real && q >= k0 ? exp2f(st[n][e] * scale_log2 - lse_s[qi]) : 0.0f;
+                const float p1 = real && q >= k1 ? exp2f(st[n][2 + e] * scale_log2 - lse_s[qi]) : 0.0f;
+                st[n][e] = p0;  // now P^T
+                st[n][2 + e] = p1;
+                dpt[n][e] = p0 * (dpt[n][e] - dsum_s[qi]);  // now dS^T
+                dpt[n][2 + e] = p1 * (dpt[n][2 + e] - dsum_s[qi]);
+            }
+        for (int kk = 0; kk < BQ / 16; kk++) {
+            uint32_t pa[4], da[4];
+            c_to_a(pa, st[2 * kk], st[2 * kk + 1]);
+            c_to_a(da, dpt[2 * kk], dpt[2 * kk + 1]);
+            for (int n = 0; n < HS / 8; n++) {
+                uint32_t bd[2], bq[2];
+                b_from_tile_cols<HS>(bd, dys, kk * 16, n * 8);
+                mma_bf16_16816(dv[n], pa, bd);  // dv += P^T dy
+                b_from_tile_cols<HS>(bq, qs, kk * 16, n * 8);
+                mma_bf16_16816(dk[n], da, bq);  // dk += dS^T q
+            }
+        }
+    }
+    bf16* dk_head = dqkv + (int64_t)b * T * ld + C + (int64_t)h * HS;
+    bf16* dv_head = dk_head + C;
+    for (int n = 0; n < HS / 8; n++) {
+        const int c = n * 8 + 2 * t;
+        if (k0 < T) {
+            store_pair(dk_head + (int64_t)k0 * ld + c, pack_pair(dk[n][0] * scale, dk[n][1] * scale));
+            store_pair(dv_head + (int64_t)k0 * ld + c, pack_pair(dv[n][0], dv[n][1]));
+        }
+        if (k1 < T) {
+            store_pair(dk_head + (int64_t)k1 * ld + c, pack_pair(dk[n][2] * scale, dk[n][3] * scale));
+            store_pair(dv_head + (int64_t)k1 * ld + c, pack_pair(dv[n][2], dv[n][3]));
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// Launchers
+
+static bool flash_attention_supports(int head_size) { return head_size == 32 || head_size == 64 || head_size == 128; }
+
+static dim3 flash_grid(int B, int NH, int T, int tile) {
+    const int64_t heads = (int64_t)B * NH, tiles = ceil_div64(T, tile);
+    if (heads > 0x7fffffff || tiles > 65535) {
+        fprintf(stderr, "error: flash attention: B*NH = %lld or T = %d out of the kernels' grid range\n", (long long)heads, T);
+        exit(EXIT_FAILURE);
+    }
+    return dim3((unsigned)heads, (unsigned)tiles);
+}
+
+// y (B, T, C) = causal softmax(q k^T / sqrt(hs)) v per head; lse (B, NH, T): each row's log2-sum-exp2 of its
+// scaled scores, all the backward pass needs besides qkv and y.
+static void flash_attention_forward(bf16* y, float* lse, const bf16* qkv, int B, int T, int C, int NH, cudaStream_t s) {
+    const int hs = C / NH;
+    const float scale_log2 = 1.0f / sqrtf((float)hs) * 1.4426950408889634f;  // exp(x) = exp2(x * log2(e))
+    void (*kernel)(bf16*, float*, const bf16*, int, int, float) =
+        hs == 32 ? flash_attention_forward_kernel<32> : hs == 64 ? flash_attention_forward_kernel<64>
+                                                                 : flash_attention_forward_kernel<128>;
+    kernel<<<flash_grid(B, NH, T, 64), 128, 0, s>>>(y, lse, qkv, T, NH, scale_log2);
+    cudaCheckLaunch();
+}
+
+// dqkv (B, T, 3C), every element, from dy (B, T, C), the forward's qkv, y and lse. dsum (B, NH, T) is scratch.
+static void flash_attention_backward(bf16* dqkv, float* dsum, const bf16* dy, const bf16* y, const bf16* qkv,
+                                     const float* lse, int B, int T, int C, int NH, cudaStream_t s) {
+    const int hs = C / NH;
+    const float scale = 1.0f / sqrtf((float)hs), scale_log2 = scale * 1.4426950408889634f;
+    const int64_t rows = (int64_t)B * T * NH;
+    flash_attention_dsum_kernel<<<grid_for(rows * 32, 256), 256, 0, s>>>(dsum, y, dy, rows, T, NH, hs);
+    cudaCheckLaunch();
+    typedef void (*Kernel)(bf16*, const bf16*, const bf16*, const float*, const float*, int, int, float, float);
+    Kernel dq = hs == 32 ? flash_attention_backward_dq_kernel<32> : hs == 64 ? flash_attention_backward_dq_kernel<64>
+                                                                             : flash_attention_backward_dq_kernel<128>;
+    Kernel dkdv = hs == 32 ? flash_attention_backward_dkdv_kernel<32>
+                           : hs == 64 ? flash_attention_backward_dkdv_kernel<64> : flash_attention_backward_dkdv_kernel<128>;
+    dq<<<flash_grid(B, NH, T, 64), 128, 0, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, scale, scale_log2);
+    cudaCheckLaunch();
+    dkdv<<<flash_grid(B, NH, T, 32), 64, 0, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, scale, scale_log2);
+    cudaCheckLaunch();
+}
