@@ -10,6 +10,7 @@
 // (ldmatrix, cp.async double buffering and Hopper's wgmma are the next steps once a GPU has measured this).
 #pragma once
 #include "cuda_common.h"
+#include "kernels.cuh"  // warp_sum
 
 // ----------------------------------------------------------------------------
 // The tensor-core instruction and its register layout (PTX ISA, "Matrix Fragments for mma.m16n8k16 with
@@ -26,6 +27,8 @@
 __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
 #ifdef FAKE_CUDA_DEVICE
     fake_device::mma_bf16_16816(c, a, b);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
+    __trap();  // no bf16 mma.sync before Ampere (sm_80): flash_attention_usable() keeps these kernels off such GPUs
 #else
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
                  "{%8, %9}, {%0, %1, %2, %3};\n"
@@ -69,7 +72,12 @@ __device__ __forceinline__ uint32_t join_pair(bf16 lo, bf16 hi) {
     return (uint32_t)__bfloat16_as_ushort(lo) | ((uint32_t)__bfloat16_as_ushort(hi) << 16);
 }
 __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {  // rounded to nearest even, as everywhere
+#ifdef FAKE_CUDA_DEVICE
     return join_pair(__float2bfloat16(lo), __float2bfloat16(hi));
+#else
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // one cvt.rn.bf16x2.f32; .x = lo is the low half
+    return *reinterpret_cast<const uint32_t*>(&v);
+#endif
 }
 // The A fragment of the 16 x 16 block formed by the C fragments of two neighbouring 8-column tiles.
 __device__ __forceinline__ void c_to_a(uint32_t a[4], const float left[4], const float right[4]) {
@@ -79,17 +87,32 @@ __device__ __forceinline__ void c_to_a(uint32_t a[4], const float left[4], const
     a[3] = pack_pair(right[2], right[3]);
 }
 
-// Shared-memory tiles are [rows][HS + FA_PAD]: the padding keeps rows 16-byte aligned and puts the 8 rows a
-// fragment load touches in different banks.
+// Shared-memory tiles are [rows][W + FA_PAD] for W columns: the padding keeps rows 16-byte aligned and puts
+// the 8 rows a fragment load touches in different banks. Every fragment is read as 32-bit pairs of one row,
+// so an operand whose pairs run down a column of its (T, HS) matrix is stored transposed ([HS][rows]).
 #define FA_PAD 8
 
-// Rows [row0, row0 + ROWS) of a head's (T, HS) matrix (row stride ld) into a shared tile; rows >= T are zeros.
+// Rows [row0, row0 + ROWS) of a head's (T, HS) matrix (row stride ld) into a shared tile [ROWS][HS + FA_PAD];
+// rows >= T are zeros.
 template <int ROWS, int HS>
 __device__ __forceinline__ void load_tile(bf16 (*tile)[HS + FA_PAD], const bf16* head, int64_t ld, int row0, int T) {
     for (int i = threadIdx.x; i < ROWS * HS / 8; i += blockDim.x) {
         const int r = i / (HS / 8), c = (i % (HS / 8)) * 8;
         if (row0 + r < T) copy16(&tile[r][c], head + (int64_t)(row0 + r) * ld + c);
         else zero16(&tile[r][c]);
+    }
+}
+// The same rows transposed: tile_t[c][r] = head[row0 + r][c], a tile [HS][ROWS + FA_PAD]. Neighbouring
+// threads take neighbouring rows, so a warp's 2-byte stores fill one shared row without bank conflicts.
+template <int ROWS, int HS>
+__device__ __forceinline__ void load_tile_transposed(bf16 (*tile_t)[ROWS + FA_PAD], const bf16* head, int64_t ld,
+                                                     int row0, int T) {
+    for (int i = threadIdx.x; i < ROWS * HS / 8; i += blockDim.x) {
+        const int r = i % ROWS, c = (i / ROWS) * 8;
+        __align__(16) bf16 v[8];
+        if (row0 + r < T) copy16(v, head + (int64_t)(row0 + r) * ld + c);
+        else zero16(v);
+        for (int j = 0; j < 8; j++) tile_t[c + j][r] = v[j];
     }
 }
 // A fragments (rows r0 = g, r1 = g + 8 of a warp's 16) of a (T, HS) head matrix read from global memory,
@@ -105,29 +128,22 @@ __device__ __forceinline__ void load_a_rows(uint32_t f[HS / 16][4], const bf16* 
         f[kk][3] = r1 < T ? load_pair(head + (int64_t)r1 * ld + c + 8) : 0u;
     }
 }
-// The A fragment of rows [row, row + 16), columns [col, col + 16) of a shared tile.
-template <int HS>
-__device__ __forceinline__ void a_from_tile(uint32_t a[4], const bf16 (*tile)[HS + FA_PAD], int row, int col) {
+// The A fragment of rows [row, row + 16), columns [col, col + 16) of a shared tile of W columns.
+template <int W>
+__device__ __forceinline__ void a_from_tile(uint32_t a[4], const bf16 (*tile)[W + FA_PAD], int row, int col) {
     const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
     a[0] = load_pair(&tile[row + g][col + 2 * t]);
     a[1] = load_pair(&tile[row + g + 8][col + 2 * t]);
     a[2] = load_pair(&tile[row + g][col + 2 * t + 8]);
     a[3] = load_pair(&tile[row + g + 8][col + 2 * t + 8]);
 }
-// The B fragment of B = tile^T: B[k][n] = tile[n0 + n][k0 + k] (a row of the tile is a column of B: pairs).
-template <int HS>
-__device__ __forceinline__ void b_from_tile_rows(uint32_t b[2], const bf16 (*tile)[HS + FA_PAD], int n0, int k0) {
+// The B fragment of B[k][n] = tile[n0 + n][k0 + k]: a row of a tile of W columns is a column of B. For
+// B = k^T (S = q k^T) that is the row-major tile of k; for B = v (O += P v) the transposed tile of v.
+template <int W>
+__device__ __forceinline__ void b_from_tile(uint32_t b[2], const bf16 (*tile)[W + FA_PAD], int n0, int k0) {
     const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
     b[0] = load_pair(&tile[n0 + g][k0 + 2 * t]);
     b[1] = load_pair(&tile[n0 + g][k0 + 2 * t + 8]);
-}
-// The B fragment of B = tile: B[k][n] = tile[k0 + k][n0 + n] (a column of B runs down the tile: two loads each).
-template <int HS>
-__device__ __forceinline__ void b_from_tile_cols(uint32_t b[2], const bf16 (*tile)[HS + FA_PAD], int k0, int n0) {
-    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
-    const int k = k0 + 2 * t, n = n0 + g;
-    b[0] = join_pair(tile[k][n], tile[k + 1][n]);
-    b[1] = join_pair(tile[k + 8][n], tile[k + 9][n]);
 }
 
 // ----------------------------------------------------------------------------
@@ -141,8 +157,8 @@ template <int HS>
 __global__ void __launch_bounds__(128)
     flash_attention_forward_kernel(bf16* y, float* lse, const bf16* qkv, int T, int NH, float scale_log2) {
     constexpr int BQ = 64, BK = 64;
-    __shared__ __align__(16) bf16 ks[BK][HS + FA_PAD];
-    __shared__ __align__(16) bf16 vs[BK][HS + FA_PAD];
+    __shared__ __align__(16) bf16 ks[BK][HS + FA_PAD];   // k rows: B of S = q k^T
+    __shared__ __align__(16) bf16 vt[HS][BK + FA_PAD];   // v transposed: B of O += P v
     const int C = NH * HS;
     const int64_t ld = 3 * (int64_t)C;
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
@@ -164,7 +180,7 @@ __global__ void __launch_bounds__(128)
     for (int kt = 0; kt <= q_tile; kt++) {  // BK == BQ: key tiles up to and including the diagonal one
         __syncthreads();                    // every warp is done with the previous tile
         load_tile<BK, HS>(ks, k_head, ld, kt * BK, T);
-        load_tile<BK, HS>(vs, v_head, ld, kt * BK, T);
+        load_tile_transposed<BK, HS>(vt, v_head, ld, kt * BK, T);
         __syncthreads();
 
         float s[BK / 8][4];
@@ -172,7 +188,7 @@ __global__ void __launch_bounds__(128)
         for (int kk = 0; kk < HS / 16; kk++)
             for (int n = 0; n < BK / 8; n++) {
                 uint32_t bk[2];
-                b_from_tile_rows<HS>(bk, ks, n * 8, kk * 16);
+                b_from_tile<HS>(bk, ks, n * 8, kk * 16);
                 mma_bf16_16816(s[n], qf[kk], bk);
             }
         float mx0 = -INFINITY, mx1 = -INFINITY;
@@ -212,7 +228,7 @@ __global__ void __launch_bounds__(128)
             c_to_a(pa, s[2 * kk], s[2 * kk + 1]);
             for (int n = 0; n < HS / 8; n++) {
                 uint32_t bv[2];
-                b_from_tile_cols<HS>(bv, vs, kk * 16, n * 8);
+                b_from_tile<BK>(bv, vt, n * 8, kk * 16);
                 mma_bf16_16816(o[n], pa, bv);
             }
         }
@@ -258,8 +274,9 @@ __global__ void __launch_bounds__(128)
     flash_attention_backward_dq_kernel(bf16* dqkv, const bf16* qkv, const bf16* dy, const float* lse, const float* dsum,
                                        int T, int NH, float scale, float scale_log2) {
     constexpr int BQ = 64, BK = 32;
-    __shared__ __align__(16) bf16 ks[BK][HS + FA_PAD];
-    __shared__ __align__(16) bf16 vs[BK][HS + FA_PAD];
+    __shared__ __align__(16) bf16 ks[BK][HS + FA_PAD];  // k rows: B of S = q k^T
+    __shared__ __align__(16) bf16 vs[BK][HS + FA_PAD];  // v rows: B of dP = dy v^T
+    __shared__ __align__(16) bf16 kt[HS][BK + FA_PAD];  // k transposed: B of dq += dS k
     const int C = NH * HS;
     const int64_t ld = 3 * (int64_t)C;
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
@@ -281,10 +298,11 @@ __global__ void __launch_bounds__(128)
     for (int n = 0; n < HS / 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 
     const int last_key = min(q_tile * BQ + BQ, T) - 1;
-    for (int kt = 0; kt <= last_key / BK; kt++) {
+    for (int key_tile = 0; key_tile <= last_key / BK; key_tile++) {
         __syncthreads();
-        load_tile<BK, HS>(ks, k_head, ld, kt * BK, T);
-        load_tile<BK, HS>(vs, v_head, ld, kt * BK, T);
+        load_tile<BK, HS>(ks, k_head, ld, key_tile * BK, T);
+        load_tile<BK, HS>(vs, v_head, ld, key_tile * BK, T);
+        load_tile_transposed<BK, HS>(kt, k_head, ld, key_tile * BK, T);
         __syncthreads();
         float s[BK / 8][4], dp[BK / 8][4];
         for (int n = 0; n < BK / 8; n++)
@@ -292,14 +310,14 @@ __global__ void __launch_bounds__(128)
         for (int kk = 0; kk < HS / 16; kk++)
             for (int n = 0; n < BK / 8; n++) {
                 uint32_t bk[2], bv[2];
-                b_from_tile_rows<HS>(bk, ks, n * 8, kk * 16);
+                b_from_tile<HS>(bk, ks, n * 8, kk * 16);
                 mma_bf16_16816(s[n], qf[kk], bk);  // S = q k^T
-                b_from_tile_rows<HS>(bv, vs, n * 8, kk * 16);
+                b_from_tile<HS>(bv, vs, n * 8, kk * 16);
                 mma_bf16_16816(dp[n], df[kk], bv);  // dP = dy v^T
             }
         for (int n = 0; n < BK / 8; n++)
             for (int e = 0; e < 2; e++) {
-                const int key = kt * BK + n * 8 + 2 * t + e;
+                const int key = key_tile * BK + n * 8 + 2 * t + e;
                 const float p0 = key <= r0 ? exp2f(s[n][e] * scale_log2 - lse0) : 0.0f;
                 const float p1 = key <= r1 ? exp2f(s[n][2 + e] * scale_log2 - lse1) : 0.0f;
                 s[n][e] = p0 * (dp[n][e] - d0);  // now dS
@@ -310,7 +328,7 @@ __global__ void __launch_bounds__(128)
             c_to_a(da, s[2 * kk], s[2 * kk + 1]);
             for (int n = 0; n < HS / 8; n++) {
                 uint32_t bk[2];
-                b_from_tile_cols<HS>(bk, ks, kk * 16, n * 8);
+                b_from_tile<BK>(bk, kt, n * 8, kk * 16);
                 mma_bf16_16816(dq[n], da, bk);
             }
         }
@@ -324,17 +342,35 @@ __global__ void __launch_bounds__(128)
 
 // dk and dv. Block: 32 keys of one (sequence, head), 2 warps of 16 key rows (S^T = k q^T computed key-major,
 // so P^T and dS^T come out as A fragments for dv += P^T dy and dk += dS^T q); queries in tiles of 32 from the
-// diagonal to the end. grid: (B * NH, ceil(T / 32)), the first keys (seen by the most queries) first.
+// diagonal to the end. q and dy are needed both as rows (B of S^T, dP^T) and transposed (B of dv, dk): with
+// k and v that is more than the 48 KiB of static shared memory at HS = 128, so the tiles are one struct in
+// dynamic shared memory. grid: (B * NH, ceil(T / 32)), the first keys (seen by the most queries) first.
+#define FA_DKDV_KEYS 32
+#define FA_DKDV_QUERIES 32
+template <int HS>
+struct DkdvShared {
+    bf16 ks[FA_DKDV_KEYS][HS + FA_PAD];         // k rows: A of S^T = k q^T
+    bf16 vs[FA_DKDV_KEYS][HS + FA_PAD];         // v rows: A of dP^T = v dy^T
+    bf16 qs[FA_DKDV_QUERIES][HS + FA_PAD];      // q rows: B of S^T
+    bf16 dys[FA_DKDV_QUERIES][HS + FA_PAD];     // dy rows: B of dP^T
+    bf16 qt[HS][FA_DKDV_QUERIES + FA_PAD];      // q transposed: B of dk += dS^T q
+    bf16 dyt[HS][FA_DKDV_QUERIES + FA_PAD];     // dy transposed: B of dv += P^T dy
+    float lse[FA_DKDV_QUERIES], dsum[FA_DKDV_QUERIES];
+};
+
+#ifdef FAKE_CUDA_DEVICE
+#define FA_DYNAMIC_SHARED(name) unsigned char* name = FAKE_DYNAMIC_SHARED()
+#else
+#define FA_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+
 template <int HS>
 __global__ void __launch_bounds__(64)
     flash_attention_backward_dkdv_kernel(bf16* dqkv, const bf16* qkv, const bf16* dy, const float* lse,
                                          const float* dsum, int T, int NH, float scale, float scale_log2) {
-    constexpr int BKEY = 32, BQ = 32;
-    __shared__ __align__(16) bf16 ks[BKEY][HS + FA_PAD];
-    __shared__ __align__(16) bf16 vs[BKEY][HS + FA_PAD];
-    __shared__ __align__(16) bf16 qs[BQ][HS + FA_PAD];
-    __shared__ __align__(16) bf16 dys[BQ][HS + FA_PAD];
-    __shared__ float lse_s[BQ], dsum_s[BQ];
+    constexpr int BKEY = FA_DKDV_KEYS, BQ = FA_DKDV_QUERIES;
+    FA_DYNAMIC_SHARED(shared_bytes);
+    DkdvShared<HS>& sm = *reinterpret_cast<DkdvShared<HS>*>(shared_bytes);
     const int C = NH * HS;
     const int64_t ld = 3 * (int64_t)C;
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
@@ -346,8 +382,8 @@ __global__ void __launch_bounds__(64)
     const bf16* dy_head = dy + (int64_t)b * T * C + (int64_t)h * HS;
     const int k0 = key_tile * BKEY + warp * 16 + g, k1 = k0 + 8;  // this lane's two key rows
 
-    load_tile<BKEY, HS>(ks, k_head, ld, key_tile * BKEY, T);
-    load_tile<BKEY, HS>(vs, v_head, ld, key_tile * BKEY, T);
+    load_tile<BKEY, HS>(sm.ks, k_head, ld, key_tile * BKEY, T);
+    load_tile<BKEY, HS>(sm.vs, v_head, ld, key_tile * BKEY, T);
     float dk[HS / 8][4], dv[HS / 8][4];
     for (int n = 0; n < HS / 8; n++)
         for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
@@ -355,12 +391,14 @@ __global__ void __launch_bounds__(64)
     const int q_tiles = (T + BQ - 1) / BQ;
     for (int qt = key_tile * BKEY / BQ; qt < q_tiles; qt++) {  // earlier queries see none of these keys
         __syncthreads();  // the previous tile is consumed (and, the first time, ks and vs are loaded)
-        load_tile<BQ, HS>(qs, q_head, ld, qt * BQ, T);
-        load_tile<BQ, HS>(dys, dy_head, C, qt * BQ, T);
+        load_tile<BQ, HS>(sm.qs, q_head, ld, qt * BQ, T);
+        load_tile<BQ, HS>(sm.dys, dy_head, C, qt * BQ, T);
+        load_tile_transposed<BQ, HS>(sm.qt, q_head, ld, qt * BQ, T);
+        load_tile_transposed<BQ, HS>(sm.dyt, dy_head, C, qt * BQ, T);
         for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
             const int q = qt * BQ + i;
-            lse_s[i] = q < T ? lse[(int64_t)bh * T + q] : 0.0f;
-            dsum_s[i] = q < T ? dsum[(int64_t)bh * T + q] : 0.0f;
+            sm.lse[i] = q < T ? lse[(int64_t)bh * T + q] : 0.0f;
+            sm.dsum[i] = q < T ? dsum[(int64_t)bh * T + q] : 0.0f;
         }
         __syncthreads();
         float st[BQ / 8][4], dpt[BQ / 8][4];
@@ -368,13 +406,13 @@ __global__ void __launch_bounds__(64)
             for (int e = 0; e < 4; e++) st[n][e] = dpt[n][e] = 0.0f;
         for (int kk = 0; kk < HS / 16; kk++) {
             uint32_t ka[4], va[4];
-            a_from_tile<HS>(ka, ks, warp * 16, kk * 16);
-            a_from_tile<HS>(va, vs, warp * 16, kk * 16);
+            a_from_tile<HS>(ka, sm.ks, warp * 16, kk * 16);
+            a_from_tile<HS>(va, sm.vs, warp * 16, kk * 16);
             for (int n = 0; n < BQ / 8; n++) {
                 uint32_t bq[2], bd[2];
-                b_from_tile_rows<HS>(bq, qs, n * 8, kk * 16);
+                b_from_tile<HS>(bq, sm.qs, n * 8, kk * 16);
                 mma_bf16_16816(st[n], ka, bq);  // S^T = k q^T
-                b_from_tile_rows<HS>(bd, dys, n * 8, kk * 16);
+                b_from_tile<HS>(bd, sm.dys, n * 8, kk * 16);
                 mma_bf16_16816(dpt[n], va, bd);  // dP^T = v dy^T
             }
         }
@@ -382,12 +420,12 @@ __global__ void __launch_bounds__(64)
             for (int e = 0; e < 2; e++) {
                 const int qi = n * 8 + 2 * t + e, q = qt * BQ + qi;
                 const bool real = q < T;  // a padded query must add nothing to dk, dv
-                const float p0 = real && q >= k0 ? exp2f(st[n][e] * scale_log2 - lse_s[qi]) : 0.0f;
-                const float p1 = real && q >= k1 ? exp2f(st[n][2 + e] * scale_log2 - lse_s[qi]) : 0.0f;
+                const float p0 = real && q >= k0 ? exp2f(st[n][e] * scale_log2 - sm.lse[qi]) : 0.0f;
+                const float p1 = real && q >= k1 ? exp2f(st[n][2 + e] * scale_log2 - sm.lse[qi]) : 0.0f;
                 st[n][e] = p0;  // now P^T
                 st[n][2 + e] = p1;
-                dpt[n][e] = p0 * (dpt[n][e] - dsum_s[qi]);  // now dS^T
-                dpt[n][2 + e] = p1 * (dpt[n][2 + e] - dsum_s[qi]);
+                dpt[n][e] = p0 * (dpt[n][e] - sm.dsum[qi]);  // now dS^T
+                dpt[n][2 + e] = p1 * (dpt[n][2 + e] - sm.dsum[qi]);
             }
         for (int kk = 0; kk < BQ / 16; kk++) {
             uint32_t pa[4], da[4];
@@ -395,9 +433,9 @@ __global__ void __launch_bounds__(64)
             c_to_a(da, dpt[2 * kk], dpt[2 * kk + 1]);
             for (int n = 0; n < HS / 8; n++) {
                 uint32_t bd[2], bq[2];
-                b_from_tile_cols<HS>(bd, dys, kk * 16, n * 8);
+                b_from_tile<BQ>(bd, sm.dyt, n * 8, kk * 16);
                 mma_bf16_16816(dv[n], pa, bd);  // dv += P^T dy
-                b_from_tile_cols<HS>(bq, qs, kk * 16, n * 8);
+                b_from_tile<BQ>(bq, sm.qt, n * 8, kk * 16);
                 mma_bf16_16816(dk[n], da, bq);  // dk += dS^T q
             }
         }
@@ -420,7 +458,26 @@ __global__ void __launch_bounds__(64)
 // ----------------------------------------------------------------------------
 // Launchers
 
-static bool flash_attention_supports(int head_size) { return head_size == 32 || head_size == 64 || head_size == 128; }
+// The head sizes the kernels are built for, on a GPU with bf16 mma.sync (compute capability 8.0 and up).
+static bool flash_attention_usable(int head_size) {
+    static int major = -1;  // of device 0 (the trainer's), asked once
+    if (major < 0) {
+        cudaDeviceProp p;
+        int device = 0;
+        major = cudaGetDevice(&device) == cudaSuccess && cudaGetDeviceProperties(&p, device) == cudaSuccess ? p.major : 0;
+        cudaGetLastError();  // no device: not an error here (the trainer reports it); clear it for the next check
+    }
+    return major >= 8 && (head_size == 32 || head_size == 64 || head_size == 128);
+}
+
+// The kernels move 16 bytes at a time from rows of q, k, v, y and dy: their bases must be 16-byte aligned
+// (cudaMalloc and the trainer's workspace align to 256; a C = NH * HS row is a multiple of 64 bytes).
+static void flash_check_aligned(const void* a, const void* b, const void* c, const void* d) {
+    if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d) & 15) {
+        fprintf(stderr, "error: flash attention: a tensor is not 16-byte aligned\n");
+        exit(EXIT_FAILURE);
+    }
+}
 
 static dim3 flash_grid(int B, int NH, int T, int tile) {
     const int64_t heads = (int64_t)B * NH, tiles = ceil_div64(T, tile);
@@ -435,6 +492,7 @@ static dim3 flash_grid(int B, int NH, int T, int tile) {
 // scaled scores, all the backward pass needs besides qkv and y.
 static void flash_attention_forward(bf16* y, float* lse, const bf16* qkv, int B, int T, int C, int NH, cudaStream_t s) {
     const int hs = C / NH;
+    flash_check_aligned(y, qkv, qkv, qkv);
     const float scale_log2 = 1.0f / sqrtf((float)hs) * 1.4426950408889634f;  // exp(x) = exp2(x * log2(e))
     void (*kernel)(bf16*, float*, const bf16*, int, int, float) =
         hs == 32 ? flash_attention_forward_kernel<32> : hs == 64 ? flash_attention_forward_kernel<64>
@@ -447,6 +505,7 @@ static void flash_attention_forward(bf16* y, float* lse, const bf16* qkv, int B,
 static void flash_attention_backward(bf16* dqkv, float* dsum, const bf16* dy, const bf16* y, const bf16* qkv,
                                      const float* lse, int B, int T, int C, int NH, cudaStream_t s) {
     const int hs = C / NH;
+    flash_check_aligned(dqkv, dy, y, qkv);
     const float scale = 1.0f / sqrtf((float)hs), scale_log2 = scale * 1.4426950408889634f;
     const int64_t rows = (int64_t)B * T * NH;
     flash_attention_dsum_kernel<<<grid_for(rows * 32, 256), 256, 0, s>>>(dsum, y, dy, rows, T, NH, hs);
@@ -456,8 +515,12 @@ static void flash_attention_backward(bf16* dqkv, float* dsum, const bf16* dy, co
                                                                              : flash_attention_backward_dq_kernel<128>;
     Kernel dkdv = hs == 32 ? flash_attention_backward_dkdv_kernel<32>
                            : hs == 64 ? flash_attention_backward_dkdv_kernel<64> : flash_attention_backward_dkdv_kernel<128>;
+    const int dkdv_smem = hs == 32 ? (int)sizeof(DkdvShared<32>) : hs == 64 ? (int)sizeof(DkdvShared<64>)
+                                                                          : (int)sizeof(DkdvShared<128>);
+    // past 48 KiB a kernel must opt in (once per kernel; the call is cheap, so simply every time)
+    cudaCheck(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, dkdv_smem));
     dq<<<flash_grid(B, NH, T, 64), 128, 0, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, scale, scale_log2);
     cudaCheckLaunch();
-    dkdv<<<flash_grid(B, NH, T, 32), 64, 0, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, scale, scale_log2);
+    dkdv<<<flash_grid(B, NH, T, FA_DKDV_KEYS), 64, dkdv_smem, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, scale, scale_log2);
     cudaCheckLaunch();
 }

@@ -26,7 +26,9 @@
 //              once and copies layer l as soon as its update is done, so the CPU update of layer l+k overlaps
 //              the GPU forward of layer l. The clip is exact: no update uses a gradient before the norm of
 //              all gradients is known.
-// Not here: kernels (kernels.cuh), the cuBLAS calls (matmul.cuh), attention's GEMMs (attention.cuh),
+//   attention: fused tensor-core kernels (flash_attention.cuh) keep the (T x T) scores in registers, so the
+//              recompute workspace holds none; -F 0 (or a head size they do not take) uses cuBLAS + softmax.
+// Not here: kernels (kernels.cuh, flash_attention.cuh), the cuBLAS calls (matmul.cuh, attention.cuh),
 // host<->GPU copies (stream.cu), AdamW math (cpu_adam.cpp), the CPU reference model (gpt2_cpu.h).
 #include <atomic>
 #include <chrono>
@@ -52,12 +54,12 @@
 #include "attention.cuh"  // per-head GEMMs + causal softmax (uses matmul_batched above and kernels.cuh)
 #include "flash_attention.cuh"  // the same attention fused into tensor-core kernels (the default)
 
-// Which attention the layers use: the fused kernels (flash_attention.cuh) wherever they take the head size,
-// else the cuBLAS + softmax path (attention.cuh), which also holds every (T x T) score matrix of the
-// micro-batch in the workspace. -F 0 forces the cuBLAS path (a GPT records its choice when built).
+// Which attention the layers use: the fused kernels (flash_attention.cuh) wherever they take the head size
+// and the GPU has bf16 mma.sync (sm_80+), else the cuBLAS + softmax path (attention.cuh), which also holds
+// every (T x T) score matrix of the micro-batch in the workspace. -F 0 forces the cuBLAS path (a GPT records its choice when built).
 static int flash_attention_flag = 1;
 static bool use_flash_attention(const GPTConfig* c) {
-    return flash_attention_flag && flash_attention_supports(c->channels / c->num_heads);
+    return flash_attention_flag && flash_attention_usable(c->channels / c->num_heads);
 }
 
 // ----------------------------------------------------------------------------
@@ -1194,7 +1196,7 @@ int main(int argc, char** argv) {
     table_row("GPU-resident layers", resident ? "%d of %d (%.2f GiB with their AdamW state)" : "%d of %d (all streamed)",
               resident, cfg.num_layers, (double)resident * p->layer_stride * 18 / GiB);
     table_row("attention", "%s", g.flash ? "fused tensor-core kernels (flash_attention.cuh)"
-                                 : ga.flash ? "cuBLAS GEMMs + softmax, T x T scores stored (head size not 32, 64, 128)"
+                                 : ga.flash ? "cuBLAS GEMMs + softmax, T x T scores stored (head size not 32, 64, 128 or GPU before sm_80)"
                                             : "cuBLAS GEMMs + softmax, T x T scores stored (-F 0)");
     table_row("device", "%s, %.1f GiB", prop.name, gpu_total / GiB);
     table_row("cpu adamw", "%d threads, %s", adam_threads, cpu_adam_simd_name());

@@ -2,7 +2,9 @@
 // here names the kernel. Each GPU kernel of kernels.cuh, each cuBLAS wrapper of matmul.cuh (matmul_batched
 // through the attention path only), the whole attention path (per-head batched GEMMs reading q, k, v in
 // place in qkv -> softmax_causal_* -> y written in place, attention_forward/backward on a GPT's
-// workspace), and one whole layer
+// workspace), the fused attention (flash_attention.cuh: the mma.sync fragment table against an exact integer
+// matmul, forward y and lse, backward dq/dk/dv, at head sizes 32/64/128 and T = 1, 37, 64, 130, 200), and one
+// whole layer with either attention
 // (layer_forward, then layer_forward(NULL) + layer_backward) are compared with the fp32 functions of
 // gpt2_cpu.h on the same inputs. Shapes exercise the edges: T = 37 (not a multiple of 32) and 64, C = 96
 // and 128 with hs = 32, attention also at hs = 64 (GPT-2's) and hs = 20 (not a multiple of 8: cuBLAS
@@ -235,20 +237,24 @@ TEST(Kernels, LayerNormBackwardMatchesCpu) {
 // ----------------------------------------------------------------------------
 // Bias, GELU
 
+// Element-wise kernels: OC a multiple of 8 (the 16-byte path) and not (element by element).
 TEST(Kernels, AddBiasMatchesCpu) {
     REQUIRE_GPU();
     const int64_t N = 2001;
-    const int OC = 3 * kC;  // N * OC = 576288 > grid_for's 2112 blocks x 256 threads: the loop runs
-    auto out0 = rand_bf16(N * OC, -2, 2, 20), bias = rand_bf16(OC, -1, 1, 21), res = rand_bf16(N * OC, -2, 2, 22);
-    DeviceMem m;
-    for (int with_res = 0; with_res < 2; with_res++) {
-        bf16* out = m.bf16s(out0);
-        add_bias(out, m.bf16s(bias), with_res ? m.bf16s(res) : NULL, N, OC, kStream);
-        std::vector<float> ref(out0);  // gpt2_cpu.h adds the bias inside matmul_forward, then residual_forward
-        for (int64_t i = 0; i < N; i++)
-            for (int o = 0; o < OC; o++) ref[(size_t)(i * OC + o)] += bias[(size_t)o];
-        if (with_res) residual_forward(ref.data(), ref.data(), res.data(), N * OC);
-        EXPECT_LT(check(with_res ? "add_bias + residual" : "add_bias", download(out, N * OC), ref), 1e-2);  // bf16
+    // 3 * kC: N * OC = 576288 > grid_for's 2112 blocks x 256 threads x 8: the loop runs; 60: the scalar path
+    for (int OC : {3 * kC, 60}) {
+        auto out0 = rand_bf16(N * OC, -2, 2, 20), bias = rand_bf16(OC, -1, 1, 21), res = rand_bf16(N * OC, -2, 2, 22);
+        DeviceMem m;
+        printf("  OC = %d\n", OC);
+        for (int with_res = 0; with_res < 2; with_res++) {
+            bf16* out = m.bf16s(out0);
+            add_bias(out, m.bf16s(bias), with_res ? m.bf16s(res) : NULL, N, OC, kStream);
+            std::vector<float> ref(out0);  // gpt2_cpu.h adds the bias inside matmul_forward, then residual_forward
+            for (int64_t i = 0; i < N; i++)
+                for (int o = 0; o < OC; o++) ref[(size_t)(i * OC + o)] += bias[(size_t)o];
+            if (with_res) residual_forward(ref.data(), ref.data(), res.data(), N * OC);
+            EXPECT_LT(check(with_res ? "add_bias + residual" : "add_bias", download(out, N * OC), ref), 1e-2);  // bf16
+        }
     }
 }
 
@@ -279,31 +285,33 @@ TEST(Kernels, BiasBackwardMatchesMatmulBackwardDbias) {
 TEST(Kernels, BiasGeluForwardMatchesCpu) {
     REQUIRE_GPU();
     const int64_t N = 1501;
-    const int OC = 384;
-    auto pre = rand_bf16(N * OC, -4, 4, 43), bias = rand_bf16(OC, -1, 1, 44);
-    DeviceMem m;
-    bf16 *pre_d = m.bf16s(pre), *out_d = m.zeros<bf16>(N * OC);
-    bias_gelu_forward(pre_d, out_d, m.bf16s(bias), N, OC, kStream);
-    std::vector<float> with_bias((size_t)(N * OC)), ref((size_t)(N * OC));
-    for (int64_t i = 0; i < N * OC; i++) with_bias[(size_t)i] = bf16_to_float(float_to_bf16(pre[(size_t)i] + bias[(size_t)(i % OC)]));
-    gelu_forward(ref.data(), with_bias.data(), N * OC);  // gpt2_cpu.h
-    const int64_t bad_pre = count_bit_diff(download(pre_d, N * OC), with_bias);
-    printf("  bias_gelu_forward: %lld of %lld kept pre-activations differ from bf16(pre + bias)\n", (long long)bad_pre,
-           (long long)(N * OC));
-    EXPECT_EQ(bad_pre, 0);
-    EXPECT_LT(check("bias_gelu_forward gelu", download(out_d, N * OC), ref), 1e-2);  // bf16 output
+    for (int OC : {384, 60}) {  // the 16-byte path and the scalar one
+        auto pre = rand_bf16(N * OC, -4, 4, 43), bias = rand_bf16(OC, -1, 1, 44);
+        DeviceMem m;
+        bf16 *pre_d = m.bf16s(pre), *out_d = m.zeros<bf16>(N * OC);
+        bias_gelu_forward(pre_d, out_d, m.bf16s(bias), N, OC, kStream);
+        std::vector<float> with_bias((size_t)(N * OC)), ref((size_t)(N * OC));
+        for (int64_t i = 0; i < N * OC; i++) with_bias[(size_t)i] = bf16_to_float(float_to_bf16(pre[(size_t)i] + bias[(size_t)(i % OC)]));
+        gelu_forward(ref.data(), with_bias.data(), N * OC);  // gpt2_cpu.h
+        const int64_t bad_pre = count_bit_diff(download(pre_d, N * OC), with_bias);
+        printf("  bias_gelu_forward: %lld of %lld kept pre-activations differ from bf16(pre + bias)\n", (long long)bad_pre,
+               (long long)(N * OC));
+        EXPECT_EQ(bad_pre, 0);
+        EXPECT_LT(check("bias_gelu_forward gelu", download(out_d, N * OC), ref), 1e-2);  // bf16 output
+    }
 }
 
 TEST(Kernels, GeluBackwardMatchesCpu) {
     REQUIRE_GPU();
-    const int64_t n = 600001;
-    auto inp = rand_bf16(n, -5, 5, 41), dout = rand_bf16(n, -1, 1, 42);
-    DeviceMem m;
-    bf16* d = m.bf16s(dout);
-    gelu_backward(d, m.bf16s(inp), n, kStream);  // in place
-    std::vector<float> ref((size_t)n);
-    gelu_backward(ref.data(), inp.data(), dout.data(), n);
-    EXPECT_LT(check("gelu_backward", download(d, n), ref), 1e-2);  // bf16 output
+    for (int64_t n : {600001, 600000}) {  // scalar, then the 16-byte path
+        auto inp = rand_bf16(n, -5, 5, 41), dout = rand_bf16(n, -1, 1, 42);
+        DeviceMem m;
+        bf16* d = m.bf16s(dout);
+        gelu_backward(d, m.bf16s(inp), n, kStream);  // in place
+        std::vector<float> ref((size_t)n);
+        gelu_backward(ref.data(), inp.data(), dout.data(), n);
+        EXPECT_LT(check("gelu_backward", download(d, n), ref), 1e-2);  // bf16 output
+    }
 }
 
 // ----------------------------------------------------------------------------

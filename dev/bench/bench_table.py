@@ -1,5 +1,5 @@
 # bench_table.py — reads the logs that dev/bench/run_bench.sh leaves in a folder (ours-CFG.log,
-# ours_res-CFG.log (with GPU-resident layers, -R -1), gpu_ckpt-CFG.log, fsdp_offload-CFG.log, cpu_adam.log, torch_adam.log, device.txt) and prints one markdown
+# ours_res-CFG.log (with GPU-resident layers, -R -1), ours_cublas-CFG.log (-F 0: the cuBLAS attention), attention.log, gpu_ckpt-CFG.log, fsdp_offload-CFG.log, cpu_adam.log, torch_adam.log, device.txt) and prints one markdown
 # report: throughput per config (ours vs the PyTorch peers), our step timeline, CPU AdamW (ours vs torch),
 # and PASS/MISS for the targets. A missing, skipped or failed run shows as such; nothing is guessed.
 # It runs nothing and measures nothing. Python 3 standard library only.
@@ -90,11 +90,12 @@ def main():
     for cfg, label, tokens in CONFIGS:
         ours = runs[("ours", cfg)] = load(d, "ours-" + cfg)
         runs[("ours_res", cfg)] = load(d, "ours_res-" + cfg)
+        runs[("ours_cublas", cfg)] = load(d, "ours_cublas-" + cfg)
         for who in PEERS[cfg]:
             runs[(who, cfg)] = load(d, "%s-%s" % (who, cfg))
-        if all(runs[(w, cfg)]["status"] == "missing" for w in ["ours", "ours_res"] + PEERS[cfg]):
+        if all(runs[(w, cfg)]["status"] == "missing" for w in ["ours", "ours_res", "ours_cublas"] + PEERS[cfg]):
             continue  # a config not selected (CONFIGS): no rows
-        ours_runs = ["ours"] + (["ours_res"] if runs[("ours_res", cfg)]["status"] != "missing" else [])
+        ours_runs = ["ours"] + [w for w in ("ours_res", "ours_cublas") if runs[(w, cfg)]["status"] != "missing"]
         for who in ours_runs + PEERS[cfg]:
             r = runs[(who, cfg)]
             name = "%s %s" % (label, "%dK tok/step" % (tokens // 1024))
@@ -104,13 +105,15 @@ def main():
             elif who == "ours_res":
                 R = r["result"].get("resident_layers", "?") if r["status"] == "ok" else "?"
                 run = "ours, -R -1 (%s layers GPU-resident)" % R
+            elif who == "ours_cublas":
+                run = "ours, -F 0 (cuBLAS + softmax attention)"
             if r["status"] != "ok":
                 p("| %s | %s | %s | | | | | | |" % (name, run, esc(r["msg"])))
                 continue
             res = r["result"]
             tf = res.get("model_TFLOPs")
             ratio = "-"
-            if who not in ("ours", "ours_res") and res.get("tok_per_s"):
+            if not who.startswith("ours") and res.get("tok_per_s"):
                 parts = ["%.2fx%s" % (runs[(o, cfg)]["result"]["tok_per_s"] / res["tok_per_s"], tag)
                          for o, tag in (("ours", ""), ("ours_res", " (-R -1)")) if runs[(o, cfg)]["status"] == "ok"]
                 ratio = ", ".join(parts) or "-"
@@ -134,6 +137,30 @@ def main():
                 p("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
                     cfg, *(cell(t[k], "{:.3f}") for k in TIMELINE_KEYS),
                     cell(100 * t["gpu_idle_s"] / t["step_s"] if t["step_s"] else None, "{:.0f}%")))
+
+    # ---- attention paths (build/bench_attention: fused kernels vs cuBLAS + softmax, one micro-batch) ----
+    att_path = os.path.join(d, "attention.log")
+    if os.path.exists(att_path):
+        with open(att_path, errors="replace") as f:
+            att = []
+            for l in f:
+                if l.startswith("RESULT "):
+                    try:
+                        att.append(json.loads(l[len("RESULT "):]))
+                    except ValueError:
+                        pass
+        p("")
+        if not att:
+            p("Attention micro-benchmark: %s" % esc(load(d, "attention")["msg"]))
+        else:
+            p("Attention alone (build/bench_attention; causal FLOPs, forward 2*B*NH*T*T*hs, backward 2.5x):")
+            p("")
+            p("| shape | path | forward ms | fwd TFLOP/s | backward ms | bwd TFLOP/s | fused vs cuBLAS rel-L2 (y, dqkv) |")
+            p("|---|---|---:|---:|---:|---:|---|")
+            for r in att:
+                p("| B%d T%d C%d NH%d | %s | %.3f | %.1f | %.3f | %.1f | %.1e, %.1e |" % (
+                    r["B"], r["T"], r["C"], r["NH"], r["path"], r["fwd_ms"], r["fwd_TFLOPs"], r["bwd_ms"],
+                    r["bwd_TFLOPs"], r["y_rel_l2"], r["dqkv_rel_l2"]))
 
     # ---- CPU AdamW ----
     ca, ta = load(d, "cpu_adam"), load(d, "torch_adam")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # gpu_check.sh — the one device call that verifies the streaming trainer (issue: train_gpt.cu + stream.cu):
-# builds for the device's GPU, runs every test suite (the GPU suites run for real there), trains the default
+# builds for the device's GPU, runs every test suite (the GPU suites run for real there), compares the fused
+# and the cuBLAS attention at the benchmark's shapes (build/bench_attention), trains the default
 # model for a few steps on the shipped data, checks that resume continues a run and that -R -1 (every layer
 # GPU-resident) trains the same, and prints the peak-GPU
 # figures of L and 2L layers of one width. Logs go to $OUT (default ./out); a short table is printed last.
@@ -15,7 +16,7 @@ START=$SECONDS
 say() { printf '[%4ds] %s\n' $((SECONDS - START)) "$*"; }
 
 say "build (log: $OUT/build.log)"
-make -j16 > "$OUT/build.log" 2>&1 || { say "build FAILED"; grep -m5 -i error "$OUT/build.log"; }
+make -j16 all build/bench_attention > "$OUT/build.log" 2>&1 || { say "build FAILED"; grep -m5 -i error "$OUT/build.log"; }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/device.txt"
 
 # the GPU suites on the real GPU first (the point of this call); the CPU suites and the CPU-emulated GPU
@@ -23,6 +24,10 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 say "GPU suites: build/test_gpu, build/test_kernels (log: $OUT/test.log)"
 timeout 300 ./test/run_tests.sh build/test_kernels build/test_gpu > "$OUT/test.log" 2>&1
 grep -E '^\[  FAILED|^\[  SKIPPED|rel-L2|loss cpu|GPU bytes|overlapped|^tests:' "$OUT/test.log" | head -80
+
+say "fused vs cuBLAS attention at the 1.3B/5B shapes, T = 1024 (log: $OUT/attention.log)"
+timeout 120 ./build/bench_attention > "$OUT/attention.log" 2>&1
+grep -vE '^RESULT' "$OUT/attention.log" | head -12
 
 say "default run, 12 steps (log: $OUT/default.log)"
 rm -rf "$OUT/run"
@@ -50,6 +55,7 @@ echo
 echo "| check | result |"
 echo "|---|---|"
 echo "| tests | $(grep -E '^tests:' "$OUT/test.log" | tail -n1) |"
+echo "| attention, fused vs cuBLAS | $(grep -E 'fused vs cuBLAS path' "$OUT/attention.log" | tr -s ' ' | tr '\n' ';') |"
 echo "| default run | $(grep -E '^step' "$OUT/default.log" | head -n1 | cut -c1-60) ... $(grep -E '^step' "$OUT/default.log" | tail -n1 | cut -c1-90) |"
 echo "| resume | $(grep -E '^step' "$OUT/resume.log" | tail -n1 | cut -c1-60) vs $(grep -E '^step +12/' "$OUT/default.log" | cut -c1-60) |"
 echo "| -R -1 | $(grep -E 'GPU-resident' "$OUT/resident.log" | cut -c1-60) ; $(grep -E '^step +12/' "$OUT/resident.log" | cut -c1-60) |"

@@ -9,6 +9,8 @@
 # env: CONFIGS="1.3b-8k 1.3b-32k 5b-8k 5b-32k" (subset), PEERS=0 (no peers), ADAM=0 (no AdamW benches),
 #      RESIDENT_CONFIGS="5b-8k 1.3b-32k 5b-32k" (configs also run with -R -1: layers kept on the GPU where
 #      memory allows, logs ours_res-CFG.log; "" = none),
+#      CUBLAS_ATTN_CONFIGS="1.3b-32k" (configs also run with -F 0, the cuBLAS + softmax attention instead of
+#      the fused kernels, logs ours_cublas-CFG.log: what the fused attention gains; "" = none),
 #      TIMELINE=0 (our runs without -Y 1), SLOTS=N (our -S), OURS_ARGS="..." (more flags for train_gpt),
 #      BUDGET_S=540 (no run starts after this many seconds; each is cut at it), RUN_TIMEOUT_S=240 (per run),
 #      ADAM_N=268435456 ADAM_THREADS=16 (AdamW bench size: 268M params = 1 GiB per fp32 array)
@@ -18,6 +20,7 @@ OUT=${OUT:-./out}
 mkdir -p "$OUT"
 CONFIGS=${CONFIGS:-"1.3b-8k 1.3b-32k 5b-8k 5b-32k"}
 RESIDENT_CONFIGS=${RESIDENT_CONFIGS-"5b-8k 1.3b-32k 5b-32k"}
+CUBLAS_ATTN_CONFIGS=${CUBLAS_ATTN_CONFIGS-"1.3b-32k"}
 PEERS=${PEERS:-1}
 ADAM=${ADAM:-1}
 TIMELINE=${TIMELINE:-1}
@@ -60,8 +63,8 @@ run() {
 skip() { echo "SKIPPED: $2" > "$OUT/$1.log"; say "skip $1: $2"; }
 
 # ---- (a) build, (b) device ----
-say "build: make -j16 train_gpt build/bench_cpu_adam (log: $OUT/build.log)"
-make -j16 -k train_gpt build/bench_cpu_adam > "$OUT/build.log" 2>&1 || say "build FAILED: $(grep -m1 -i error "$OUT/build.log")"
+say "build: make -j16 train_gpt build/bench_cpu_adam build/bench_attention (log: $OUT/build.log)"
+make -j16 -k train_gpt build/bench_cpu_adam build/bench_attention > "$OUT/build.log" 2>&1 || say "build FAILED: $(grep -m1 -i error "$OUT/build.log")"
 {
     echo "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -n1)"
     echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
@@ -69,9 +72,9 @@ make -j16 -k train_gpt build/bench_cpu_adam > "$OUT/build.log" 2>&1 || say "buil
     echo "torch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -n1)"
 } > "$OUT/device.txt"
 cat "$OUT/device.txt"
-rm -f "$OUT"/ours-*.log "$OUT"/ours_res-*.log "$OUT"/gpu_ckpt-*.log "$OUT"/fsdp_offload-*.log "$OUT"/cpu_adam.log "$OUT"/torch_adam.log
+rm -f "$OUT"/attention.log "$OUT"/ours-*.log "$OUT"/ours_res-*.log "$OUT"/ours_cublas-*.log "$OUT"/gpu_ckpt-*.log "$OUT"/fsdp_offload-*.log "$OUT"/cpu_adam.log "$OUT"/torch_adam.log
 
-# ---- (c) our trainer, every config first (the product), then the two peers the targets need, then our
+# ---- (c) the attention micro-benchmark, our trainer on every config (the product), then the two peers the targets need, then our
 # runs with GPU-resident layers (-R -1), then (d) AdamW, then the other peers ----
 ours() {  # ours NAME CFG [flags...]: one run of train_gpt in benchmark mode on config CFG
     local name=$1 cfg=$2; shift 2
@@ -94,6 +97,10 @@ peer() {  # peer MODE CFG: one PyTorch peer run
     MASTER_PORT=$port run "$mode-$cfg" python3 "$PEER_PY" "$mode" "$L" "$C" "$NH" $(($(tokens_of "$cfg") / 1024)) 1024
 }
 
+# the two attention paths alone at the 1.3B and 5B shapes: agreement at T = 1024 and their speed (~20 s)
+if [ -x build/bench_attention ]; then run attention build/bench_attention
+else skip attention "build/bench_attention did not build (see build.log)"; fi
+
 for cfg in 5b-32k 5b-8k 1.3b-32k 1.3b-8k; do
     wanted "$cfg" && ours "ours-$cfg" "$cfg"
 done
@@ -109,6 +116,10 @@ if [ "$ADAM" = 1 ]; then
     else skip cpu_adam "build/bench_cpu_adam did not build"; fi
     run torch_adam python3 dev/bench/bench_torch_adam.py "$ADAM_N" "$ADAM_THREADS" 5
 fi
+
+for cfg in $CUBLAS_ATTN_CONFIGS; do
+    wanted "$cfg" && ours "ours_cublas-$cfg" "$cfg" -F 0
+done
 
 # the other peers, the slowest last
 for pc in gpu_ckpt:1.3b-8k fsdp_offload:1.3b-8k fsdp_offload:1.3b-32k fsdp_offload:5b-32k; do

@@ -199,6 +199,7 @@ typedef struct { char name[256]; size_t totalGlobalMem; int major, minor; } cuda
 #define FAKE_CUDA_DEVICE_BYTES ((size_t)8 << 30)
 inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
 inline cudaError_t cudaSetDevice(int) { return cudaSuccess; }
+inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "fake CUDA device (CPU emulation)");
@@ -210,6 +211,13 @@ inline cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
     FAKE_CUDA_LOCKED;
     *total_b = FAKE_CUDA_DEVICE_BYTES;
     *free_b = FAKE_CUDA_DEVICE_BYTES - fake_cuda::state().device_bytes;
+    return cudaSuccess;
+}
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+// the H100's limit: 227 KiB of shared memory per block
+template <typename F> cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attr, int value) {
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > 227 * 1024) return 1;  // invalid value
+    fake_device::st().max_dynamic_shared[(const void*)kernel] = value;
     return cudaSuccess;
 }
 inline cudaError_t cudaMallocHost(void** p, size_t bytes) { return cudaHostAlloc(p, bytes, 0); }

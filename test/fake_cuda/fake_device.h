@@ -1,8 +1,9 @@
 // test/fake_cuda/fake_device.h — runs CUDA kernels on the CPU, for test/test_kernels.cpp's emulated build
 // (make test): the device-side names kernels.cuh uses (__global__, threadIdx, __shared__, __syncthreads,
-// __shfl_xor_sync, atomicAdd, the _rn intrinsics) and a launcher. A block's threads are fibers on the
-// launching thread, so __syncthreads and warp shuffles have their CUDA meaning; a kernel whose first thread
-// finishes without either runs its other threads as plain calls (fast). Launches are synchronous. Fibers
+// __shfl_xor_sync, atomicAdd, the _rn intrinsics; mma.sync m16n8k16 for flash_attention.cuh) and a
+// launcher. A block's threads are fibers on the launching thread, so __syncthreads, warp shuffles and
+// mma.sync have their CUDA meaning; a kernel whose first thread finishes without any of them runs its other
+// threads as plain calls (fast). Launches are synchronous. Fibers
 // switch with _setjmp/_longjmp across stacks, so this is built with _FORTIFY_SOURCE off (Makefile).
 // Math is the host's IEEE math (no --use_fast_math approximations): results can differ from a GPU's in the
 // last bits, never in meaning. Not emulated: timing, concurrency between streams, memory spaces.
@@ -14,6 +15,7 @@
 #include <setjmp.h>
 #include <string.h>
 #include <ucontext.h>
+#include <map>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -51,6 +53,8 @@ struct State {
     bool direct = false;            // threads run as plain calls: a barrier is then a fatal error
     jmp_buf sched;
     dim3 direct_tid;
+    std::vector<unsigned char> dynamic_shared;  // the current launch's dynamic shared memory
+    std::map<const void*, int> max_dynamic_shared;  // cudaFuncSetAttribute(MaxDynamicSharedMemorySize) per kernel
 };
 inline State& st() { static State s; return s; }
 const size_t kStack = 128 * 1024;
@@ -278,16 +282,28 @@ template <typename A, typename B> inline typename std::common_type<A, B>::type m
 template <typename A, typename B> inline typename std::common_type<A, B>::type max(A a, B b) { return a < b ? b : a; }
 
 // kernel<<<grid, block, smem, stream>>>(args...) is rewritten (Makefile, sed) to
-// FAKE_LAUNCH(kernel, grid, block, smem, stream)(args...)
+// FAKE_LAUNCH(kernel, grid, block, smem, stream)(args...). Dynamic shared memory (smem bytes) is one buffer
+// per launch that FAKE_DYNAMIC_SHARED returns (the blocks run one after another); more than 48 KiB needs the
+// kernel's cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize) first, as on a GPU.
 template <typename... P>
 struct FakeLaunch {
     void (*kernel)(P...);
     dim3 grid, block;
+    size_t smem;
     template <typename... A> void operator()(A&&... a) {
+        fake_device::State& s = fake_device::st();
+        const auto limit = s.max_dynamic_shared.find((const void*)kernel);
+        if (smem > 48 * 1024 && (limit == s.max_dynamic_shared.end() || (size_t)limit->second < smem)) {
+            fprintf(stderr, "fake_device: launch with %zu bytes of dynamic shared memory without cudaFuncSetAttribute\n", smem);
+            abort();
+        }
+        s.dynamic_shared.assign(smem, 0xA5);  // not zero: a kernel must write what it reads
         struct Args { void (*k)(P...); std::tuple<P...> t; } args{kernel, std::tuple<P...>((P)a...)};
         fake_device::launch(grid, block, [](void* p) { Args* x = (Args*)p; std::apply(x->k, x->t); }, &args);
     }
 };
-template <typename... P> FakeLaunch<P...> fake_launch(void (*k)(P...), dim3 grid, dim3 block) { return FakeLaunch<P...>{k, grid, block}; }
-// (dynamic shared memory is not emulated: every launch of the trainer passes 0)
-#define FAKE_LAUNCH(kernel, grid, block, smem, stream) ((smem) == 0 ? (void)0 : abort(), fake_launch(kernel, dim3(grid), dim3(block)))
+template <typename... P> FakeLaunch<P...> fake_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem) {
+    return FakeLaunch<P...>{k, grid, block, smem};
+}
+#define FAKE_LAUNCH(kernel, grid, block, smem, stream) fake_launch(kernel, dim3(grid), dim3(block), (size_t)(smem))
+#define FAKE_DYNAMIC_SHARED() (fake_device::st().dynamic_shared.data())
