@@ -1,9 +1,13 @@
 // matmul.cuh — every matrix multiply of the trainer, as cuBLAS calls: bf16 inputs, fp32 accumulation, one
 // handle bound to the compute stream with a workspace the trainer allocates (so its GPU bytes are all
-// counted). No kernels and no training logic. test/test_matmul.cpp runs these very wrappers on the CPU
-// against an emulation of cuBLAS (test/fake_cuda), so their transposes and leading dimensions are checked
-// in CI; on a GPU test_kernels.cu checks them against the real cuBLAS.
+// counted); and cuBLASLt's matmul with an epilogue (bias, bias + GELU, GELU backward) that fuses the
+// element-wise pass after a GEMM into it (lt_matmul; train_gpt.cu falls back to cuBLAS + kernels.cuh where
+// cuBLASLt offers no algorithm). No kernels and no training logic. test/test_matmul.cpp runs these very
+// wrappers on the CPU against an emulation of cuBLAS and cuBLASLt (test/fake_cuda), so their transposes,
+// leading dimensions and epilogues are checked in CI; on a GPU test_kernels.cu checks them against the real
+// libraries.
 #pragma once
+#include <cublasLt.h>
 #include "cuda_common.h"
 
 // Matrix multiplies: cuBLAS, bf16 inputs, fp32 accumulation. Our matrices are row-major; cuBLAS is
@@ -53,4 +57,57 @@ static void matmul_batched(cublasOperation_t ta, cublasOperation_t tb, int m, in
     cublasCheck(cublasGemmStridedBatchedEx(cublas_handle, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, strideA, B,
                                            CUDA_R_16BF, ldb, strideB, &zero, Cm, CUDA_R_16BF, ldc, strideC, batch,
                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+// ----------------------------------------------------------------------------
+// cuBLASLt with an epilogue: D = epilogue(op(A) op(B) [+ C]), column-major like the calls above (so the
+// row-major out (N, OC) = inp @ w^T is D (OC x N) = w^T inp^T, m = OC, n = N, as in matmul_forward). Epilogues:
+//   CUBLASLT_EPILOGUE_BIAS           D += bias[row of D] (a row of column-major D is an output channel)
+//   CUBLASLT_EPILOGUE_GELU_AUX_BIAS  D += bias; aux = D (the GELU input, bf16); D = gelu(D) (tanh form)
+//   CUBLASLT_EPILOGUE_DGELU          D *= gelu'(aux)
+// C, when given, is added with beta = 1 (a residual stream) and has D's layout. Returns false, having done
+// nothing, when cuBLASLt has no algorithm for the problem (the caller then runs the unfused path).
+
+static cublasLtHandle_t cublaslt_handle;  // NULL: never created, every call takes the unfused path
+static int cublaslt_fusion = 1;           // 0: do not use the epilogues (the tests compare both paths)
+
+static bool lt_matmul(bf16* D, int ldd, const bf16* A, cublasOperation_t ta, int lda, const bf16* B,
+                      cublasOperation_t tb, int ldb, int m, int n, int k, const bf16* C, cublasLtEpilogue_t epilogue,
+                      const bf16* bias, const bf16* aux, int64_t aux_ld, cudaStream_t s) {
+    if (!cublaslt_handle || !cublaslt_fusion) return false;
+    cublasLtMatmulDesc_t desc;
+    cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    const int32_t op_a = ta, op_b = tb;
+    const uint32_t epi = epilogue;
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
+    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
+    if (bias) cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (aux) {
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
+    }
+    cublasLtMatrixLayout_t la, lb, ld;
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, m, n, ldd));
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    const uint64_t workspace = kCublasWorkspaceBytes;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace));
+    cublasLtMatmulHeuristicResult_t heuristic;
+    int found = 0;
+    const bool ok = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, la, lb, ld, ld, pref, 1, &heuristic, &found) ==
+                        CUBLAS_STATUS_SUCCESS && found > 0;
+    if (ok) {
+        const float one = 1.0f, beta = C ? 1.0f : 0.0f;
+        cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &one, A, la, B, lb, &beta, C ? C : D, ld, D, ld, &heuristic.algo,
+                                   cublas_workspace, kCublasWorkspaceBytes, s));
+    }
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    cublasCheck(cublasLtMatrixLayoutDestroy(la));
+    cublasCheck(cublasLtMatrixLayoutDestroy(lb));
+    cublasCheck(cublasLtMatrixLayoutDestroy(ld));
+    cublasCheck(cublasLtMatmulDescDestroy(desc));
+    return ok;
 }

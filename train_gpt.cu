@@ -62,6 +62,46 @@ static bool use_flash_attention(const GPTConfig* c) {
     return flash_attention_flag && flash_attention_usable(c->channels / c->num_heads);
 }
 
+// The GEMMs that an element-wise pass follows (bias; bias + residual; bias + GELU; GELU backward), as one
+// cuBLASLt call with that pass as its epilogue (matmul.cuh lt_matmul): the GEMM's output is not written and
+// read back once more. Where cuBLASLt offers no algorithm, cuBLAS and the kernels.cuh pass (with a warning,
+// once). The epilogue's GELU reads the fp32 sum, the unfused pass its bf16 rounding: the same to bf16.
+static int64_t cublaslt_fallbacks = 0;  // unfused calls made while fusion was asked for (the tests expect 0)
+static void lt_fell_back(const char* what) {
+    if (cublaslt_fusion && cublaslt_handle && cublaslt_fallbacks++ == 0)
+        fprintf(stderr, "warning: cuBLASLt has no fused algorithm for %s; using cuBLAS and a separate kernel\n", what);
+}
+// out (N, OC) = inp (N, C) @ w (OC, C)^T + bias, + residual (N, OC) when not NULL (residual != out)
+static void matmul_forward_bias(bf16* out, const bf16* inp, const bf16* w, const bf16* bias, const bf16* residual,
+                                int64_t N, int C, int OC, cudaStream_t s) {
+    if (lt_matmul(out, OC, w, CUBLAS_OP_T, C, inp, CUBLAS_OP_N, C, OC, (int)N, C, residual, CUBLASLT_EPILOGUE_BIAS, bias,
+                  NULL, 0, s))
+        return;
+    lt_fell_back("a GEMM + bias");
+    matmul_forward(out, inp, w, N, C, OC, s);
+    add_bias(out, bias, residual, N, OC, s);
+}
+// pre (N, OC) = inp @ w^T + bias (kept for the backward pass), out = gelu(pre)
+static void matmul_forward_bias_gelu(bf16* pre, bf16* out, const bf16* inp, const bf16* w, const bf16* bias, int64_t N,
+                                     int C, int OC, cudaStream_t s) {
+    if (lt_matmul(out, OC, w, CUBLAS_OP_T, C, inp, CUBLAS_OP_N, C, OC, (int)N, C, NULL, CUBLASLT_EPILOGUE_GELU_AUX_BIAS,
+                  bias, pre, OC, s))
+        return;
+    lt_fell_back("a GEMM + bias + GELU");
+    matmul_forward(pre, inp, w, N, C, OC, s);
+    bias_gelu_forward(pre, out, bias, N, OC, s);
+}
+// dinp (N, C) = (dout (N, OC) @ w (OC, C)) * gelu'(pre (N, C))
+static void matmul_backward_input_gelu(bf16* dinp, const bf16* dout, const bf16* w, const bf16* pre, int64_t N, int C,
+                                       int OC, cudaStream_t s) {
+    if (lt_matmul(dinp, C, w, CUBLAS_OP_N, C, dout, CUBLAS_OP_N, OC, C, (int)N, OC, NULL, CUBLASLT_EPILOGUE_DGELU, NULL, pre,
+                  C, s))
+        return;
+    lt_fell_back("a GEMM + GELU backward");
+    matmul_backward_input(dinp, dout, w, N, C, OC, s);
+    gelu_backward(dinp, pre, N * C, s);
+}
+
 // ----------------------------------------------------------------------------
 // Workspace of ONE layer for ONE micro-batch: what the backward pass needs, recomputed from the checkpoint.
 // One allocation carved by a table of sizes (the layout is data, as in llm.c).
@@ -207,19 +247,15 @@ static void layer_forward(GPT* g, const bf16* w, const bf16* x, bf16* out, Works
     const int64_t N = (int64_t)g->B * g->T;
     const int C = g->config.channels;
     layernorm_forward(a->p[ACT_LN1], a->ln1_mean, a->ln1_rstd, x, wt(g, w, LN1W), wt(g, w, LN1B), N, C, s);
-    matmul_forward(a->p[ACT_QKV], a->p[ACT_LN1], wt(g, w, QKVW), N, C, 3 * C, s);
-    add_bias(a->p[ACT_QKV], wt(g, w, QKVB), NULL, N, 3 * C, s);
+    matmul_forward_bias(a->p[ACT_QKV], a->p[ACT_LN1], wt(g, w, QKVW), wt(g, w, QKVB), NULL, N, C, 3 * C, s);
     if (g->flash) flash_attention_forward(a->p[ACT_ATTY], a->att_lse, a->p[ACT_QKV], g->B, g->T, C, g->config.num_heads, s);
     else attention_forward(a->p[ACT_ATTY], a->p[ACT_ATT], a->p[ACT_QKV], g->B, g->T, C, g->config.num_heads, s);
-    matmul_forward(a->p[ACT_RES2], a->p[ACT_ATTY], wt(g, w, ATTPROJW), N, C, C, s);
-    add_bias(a->p[ACT_RES2], wt(g, w, ATTPROJB), x, N, C, s);  // res2 = x + attn(x)
+    // res2 = x + attn(x)
+    matmul_forward_bias(a->p[ACT_RES2], a->p[ACT_ATTY], wt(g, w, ATTPROJW), wt(g, w, ATTPROJB), x, N, C, C, s);
     layernorm_forward(a->p[ACT_LN2], a->ln2_mean, a->ln2_rstd, a->p[ACT_RES2], wt(g, w, LN2W), wt(g, w, LN2B), N, C, s);
-    matmul_forward(a->p[ACT_FCH], a->p[ACT_LN2], wt(g, w, FCW), N, C, 4 * C, s);
-    bias_gelu_forward(a->p[ACT_FCH], a->p[ACT_FCH_GELU], wt(g, w, FCB), N, 4 * C, s);  // fch += bias; gelu
-    if (out) {
-        matmul_forward(out, a->p[ACT_FCH_GELU], wt(g, w, FCPROJW), N, 4 * C, C, s);
-        add_bias(out, wt(g, w, FCPROJB), a->p[ACT_RES2], N, C, s);  // out = res2 + mlp(res2)
-    }
+    matmul_forward_bias_gelu(a->p[ACT_FCH], a->p[ACT_FCH_GELU], a->p[ACT_LN2], wt(g, w, FCW), wt(g, w, FCB), N, C, 4 * C, s);
+    if (out)  // out = res2 + mlp(res2)
+        matmul_forward_bias(out, a->p[ACT_FCH_GELU], wt(g, w, FCPROJW), wt(g, w, FCPROJB), a->p[ACT_RES2], N, 4 * C, C, s);
 }
 
 // ----------------------------------------------------------------------------
@@ -235,8 +271,7 @@ static void layer_backward(GPT* g, const bf16* w, float* grads, const bf16* x, b
     // MLP: out = res2 + fcproj(gelu(fc(ln2(res2))))
     matmul_backward_weight(gt(FCPROJW), dres, a->p[ACT_FCH_GELU], N, 4 * C, C, s);
     bias_backward(gt(FCPROJB), dres, N, C, s);
-    matmul_backward_input(a->p[ACT_DFCH], dres, wt(g, w, FCPROJW), N, 4 * C, C, s);
-    gelu_backward(a->p[ACT_DFCH], a->p[ACT_FCH], N * 4 * C, s);
+    matmul_backward_input_gelu(a->p[ACT_DFCH], dres, wt(g, w, FCPROJW), a->p[ACT_FCH], N, 4 * C, C, s);
     matmul_backward_weight(gt(FCW), a->p[ACT_DFCH], a->p[ACT_LN2], N, C, 4 * C, s);
     bias_backward(gt(FCB), a->p[ACT_DFCH], N, 4 * C, s);
     matmul_backward_input(a->p[ACT_DC], a->p[ACT_DFCH], wt(g, w, FCW), N, C, 4 * C, s);
@@ -445,6 +480,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
 
     // GPU
     cublasCheck(cublasCreate(&cublas_handle));
+    cublasCheck(cublasLtCreate(&cublaslt_handle));
     cublas_workspace = gpu_alloc(g, (int64_t)kCublasWorkspaceBytes);
     cublas_stream = NULL;
     cublas_use_stream(g->ws.compute);
@@ -509,8 +545,9 @@ static void gpt_free(GPT* g) {
     g->opt->thread.join();
     // the cuBLAS handle first: it is bound to the compute stream, which stream_free destroys
     cublasCheck(cublasDestroy(cublas_handle));
+    cublasCheck(cublasLtDestroy(cublaslt_handle));
     cudaCheck(cudaFree(cublas_workspace));
-    cublas_handle = NULL; cublas_workspace = NULL; cublas_stream = NULL;
+    cublas_handle = NULL; cublaslt_handle = NULL; cublas_workspace = NULL; cublas_stream = NULL;
     stream_free(&g->ws);
     cudaCheck(cudaFree(g->resident)); cudaCheck(cudaFree(g->resident_grads)); cudaCheck(cudaFree(g->layer_grads));
     cudaCheck(cudaFree(g->resident_master)); cudaCheck(cudaFree(g->resident_m)); cudaCheck(cudaFree(g->resident_v));
@@ -926,6 +963,7 @@ typedef struct {
     int model_given;    // -e was on the command line (with -y 1 it must then match the checkpoint)
     int resident;       // -R  layers kept on the GPU with their AdamW state: 0 = stream them all, -1 = all that fit
     int flash;          // -F  1: fused attention kernels where the head size allows, 0: cuBLAS + softmax
+    int epilogues;      // -G  1: bias / GELU fused into the GEMMs (cuBLASLt epilogues), 0: separate kernels
 } GpuArgs;
 
 static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
@@ -942,7 +980,7 @@ static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
                               // B*T = 8192 (the last, partial one is never read), so it is validated whole
     a->gen_tokens = 64;
     ga->num_slots = 2; ga->bench_steps = 0; ga->bench_warmup = 2; ga->timeline = 0; ga->adam_threads = 0;
-    ga->model_given = 0; ga->resident = 0; ga->flash = 1;
+    ga->model_given = 0; ga->resident = 0; ga->flash = 1; ga->epilogues = 1;
 }
 
 static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
@@ -959,8 +997,11 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
            "              never copied): uses GPU memory the streaming leaves free to shorten the CPU AdamW;\n"
            "              0 = stream every layer, -1 = as many as fit (default %d)\n"
            "  -F <0|1>    attention: 1 = fused tensor-core kernels (head sizes 32, 64, 128; others use the\n"
-           "              cuBLAS path), 0 = cuBLAS GEMMs + softmax over stored (T x T) scores (default %d)\n",
-           MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->flash);
+           "              cuBLAS path), 0 = cuBLAS GEMMs + softmax over stored (T x T) scores (default %d)\n"
+           "  -G <0|1>    1 = the bias, residual and GELU passes after the GEMMs run as cuBLASLt epilogues,\n"
+           "              0 = as separate kernels (default %d)\n",
+           MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->flash,
+           gd->epilogues);
 }
 
 // Parses argv: our flags first, then the shared ones. Exits on any error, prints usage on -h.
@@ -985,6 +1026,7 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         else if (strcmp(flag, "-A") == 0) { ok = parse_int_in(flag, value, 0, 4096, &v, err, sizeof err); ga->adam_threads = (int)v; }
         else if (strcmp(flag, "-R") == 0) { ok = parse_int_in(flag, value, -1, 1 << 20, &v, err, sizeof err); ga->resident = (int)v; }
         else if (strcmp(flag, "-F") == 0) { ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err); ga->flash = (int)v; }
+        else if (strcmp(flag, "-G") == 0) { ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err); ga->epilogues = (int)v; }
         else {
             if (strcmp(flag, "-e") == 0) ga->model_given = 1;
             const int r = parse_train_arg(a, flag, value, err, sizeof err);
@@ -1051,6 +1093,7 @@ int main(int argc, char** argv) {
     GpuArgs ga;
     parse_args(argc, argv, &args, &ga);
     flash_attention_flag = ga.flash;  // before the memory plan: the cuBLAS path's workspace holds the scores
+    cublaslt_fusion = ga.epilogues;
     const int bench = ga.bench_steps > 0;
     char err[4352];
     // benchmark mode writes nothing to -o but the timeline's trace.json (-Y 1)
@@ -1198,6 +1241,7 @@ int main(int argc, char** argv) {
     table_row("attention", "%s", g.flash ? "fused tensor-core kernels (flash_attention.cuh)"
                                  : ga.flash ? "cuBLAS GEMMs + softmax, T x T scores stored (head size not 32, 64, 128 or GPU before sm_80)"
                                             : "cuBLAS GEMMs + softmax, T x T scores stored (-F 0)");
+    table_row("GEMM epilogues", "%s", ga.epilogues ? "bias, residual, GELU fused (cuBLASLt)" : "separate kernels (-G 0)");
     table_row("device", "%s, %.1f GiB", prop.name, gpu_total / GiB);
     table_row("cpu adamw", "%d threads, %s", adam_threads, cpu_adam_simd_name());
     table_rule();
@@ -1272,11 +1316,11 @@ int main(int argc, char** argv) {
         if (bench)
             printf("RESULT {\"mode\": \"stream\", \"model\": \"%s\", \"params_B\": %.4f, \"L\": %d, \"C\": %d, \"NH\": %d, "
                    "\"B\": %d, \"T\": %d, \"tokens_per_step\": %lld, \"grad_accum\": %d, \"slots\": %d, \"resident_layers\": %d, "
-                   "\"flash\": %d, "
+                   "\"flash\": %d, \"epilogues\": %d, "
                    "\"step_s\": %.5f, "
                    "\"tok_per_s\": %.1f, \"model_TFLOPs\": %.2f, \"mfu\": %.4f, \"peak_gpu_GiB\": %.3f, \"host_GiB\": %.2f}\n",
                    args.model, p->total / 1e9, cfg.num_layers, cfg.channels, cfg.num_heads, args.B, args.T,
-                   (long long)step_tokens, n_micro, ga.num_slots, resident, (int)g.flash, median, step_tokens / median,
+                   (long long)step_tokens, n_micro, ga.num_slots, resident, (int)g.flash, ga.epilogues, median, step_tokens / median,
                    flops_per_step / median / 1e12, flops_per_step / median / H100_BF16_PEAK_FLOPS, g.gpu_bytes / GiB,
                    plan.host_bytes / GiB);
     }

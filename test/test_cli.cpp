@@ -279,7 +279,7 @@ TEST_P(Both, BadValues) {
 
 TEST_F(CliTest, GpuOnlyFlagValues) {
     if (!have_binary(kGpu)) GTEST_SKIP() << kGpu << " not built (train_gpt is built only where nvcc is present)";
-    const Args bad[] = {{"-S", "1"}, {"-S", "x"}, {"-Y", "2"}, {"-A", "-1"}, {"-B", "-3"}, {"-W", "1.5"}, {"-R", "-2"}, {"-F", "2"}, {"-F", "x"}};
+    const Args bad[] = {{"-S", "1"}, {"-S", "x"}, {"-Y", "2"}, {"-A", "-1"}, {"-B", "-3"}, {"-W", "1.5"}, {"-R", "-2"}, {"-F", "2"}, {"-F", "x"}, {"-G", "-1"}};
     for (const Args& a : bad) EXPECT_TRUE(CleanError(run_bin(kGpu, base_args() + a), {"flag " + a[0]}));
     // more GPU-resident layers than the model has (base_args' model has 2)
     EXPECT_TRUE(CleanError(run_bin(kGpu, base_args() + Args{"-R", "3"}), {"-R 3", "only 2 layers"}));
@@ -796,11 +796,13 @@ TEST_F(CliTest, EmulatedTrainGptTrainsCheckpointsAndResumes) {
     ASSERT_EQ(resident.size(), 6u) << c.out;
     for (int s = 1; s <= 6; s++) EXPECT_NEAR(atof(resident.at(s).c_str()), atof(first.at(s).c_str()), 1e-3 * atof(first.at(s).c_str())) << "step " << s;
 
-    // the cuBLAS + softmax attention (-F 0): the same run, to the two paths' rounding (test_gpu's
-    // FusedAndCublasAttentionTrainAlike: 5e-3)
-    const Result d = run_bin(kEmu, run + Args{"-v", "0", "-g", "0", "-F", "0"});
+    // unfused: the cuBLAS + softmax attention (-F 0) and the bias / GELU passes as separate kernels (-G 0): the
+    // same run, to the paths' rounding (test_gpu's FusedAndCublasAttentionTrainAlike: 5e-3)
+    EXPECT_NE(a.out.find("fused (cuBLASLt)"), std::string::npos) << a.out;
+    const Result d = run_bin(kEmu, run + Args{"-v", "0", "-g", "0", "-F", "0", "-G", "0"});
     ASSERT_EQ(d.code, 0) << d.cmd << "\n" << d.err << d.out;
     EXPECT_NE(d.out.find("T x T scores stored (-F 0)"), std::string::npos) << d.out;
+    EXPECT_NE(d.out.find("separate kernels (-G 0)"), std::string::npos) << d.out;
     const auto cublas = step_losses(d.out);
     ASSERT_EQ(cublas.size(), 6u) << d.out;
     for (int s = 1; s <= 6; s++) EXPECT_NEAR(atof(cublas.at(s).c_str()), atof(first.at(s).c_str()), 5e-3 * atof(first.at(s).c_str())) << "step " << s;

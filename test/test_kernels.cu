@@ -779,10 +779,16 @@ TEST(Kernels, MeanLossMatchesDoubleMean) {
 // One whole layer: layer_forward(out), then layer_forward(NULL) + layer_backward, vs the body of
 // gpt2_cpu_forward's / gpt2_cpu_backward's layer loop on the same (bf16-exact) weights, input and dout.
 
-void check_layer_against_cpu(int flash) {
+// flash: the fused attention or the cuBLAS one; fused: the GEMMs' bias / GELU passes as cuBLASLt epilogues
+// (where cuBLASLt offers an algorithm, which it must for these shapes) or as separate kernels.
+void check_layer_against_cpu(int flash, int fused) {
     const int B = 2, T = 37, C = kC, NH = 3;  // hs 32: either attention path
     const int64_t N = (int64_t)B * T;
     AttentionChoice choice(flash);
+    const int saved_fusion = cublaslt_fusion;
+    cublaslt_fusion = fused;
+    const int64_t fallbacks_before = cublaslt_fallbacks;
+    struct Restore { int v; ~Restore() { cublaslt_fusion = v; } } restore{saved_fusion};
     TestGPT tg(tiny_config(1, C, NH, 64, 100), B, T);
     GPT* g = &tg.g;
     ASSERT_EQ(g->flash, flash != 0);
@@ -876,14 +882,15 @@ void check_layer_against_cpu(int flash) {
         EXPECT_LT(check(name, dw_gpu.data() + off[t], dw.data() + off[t], p->layer_size[t]), 3e-2) << name;
     }
     EXPECT_LT(check("layer bwd dx (dres on return)", dx_gpu, dres), 3e-2);
+    EXPECT_EQ(cublaslt_fallbacks, fallbacks_before) << "a fused GEMM fell back to cuBLAS + a kernel";
 }
-TEST(Kernels, LayerForwardBackwardMatchCpuLayer) {
+TEST(Kernels, LayerForwardBackwardMatchCpuLayer) {  // the default: fused attention, cuBLASLt epilogues
     REQUIRE_GPU();
-    check_layer_against_cpu(1);
+    check_layer_against_cpu(1, 1);
 }
-TEST(Kernels, LayerForwardBackwardMatchCpuLayerCublasAttention) {
+TEST(Kernels, LayerForwardBackwardMatchCpuLayerUnfused) {  // -F 0 and the GEMMs' passes as separate kernels
     REQUIRE_GPU();
-    check_layer_against_cpu(0);
+    check_layer_against_cpu(0, 0);
 }
 
 }  // namespace

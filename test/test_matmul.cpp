@@ -43,15 +43,17 @@ struct Cublas {
     cudaStream_t s;
     Cublas() {
         cublasCheck(cublasCreate(&cublas_handle));
+        cublasCheck(cublasLtCreate(&cublaslt_handle));
         cublas_workspace = malloc(16);
         cublas_stream = NULL;
         cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     }
     ~Cublas() {
         cublasCheck(cublasDestroy(cublas_handle));
+        cublasCheck(cublasLtDestroy(cublaslt_handle));
         free(cublas_workspace);
         cudaCheck(cudaStreamDestroy(s));
-        cublas_handle = NULL; cublas_workspace = NULL; cublas_stream = NULL;
+        cublas_handle = NULL; cublaslt_handle = NULL; cublas_workspace = NULL; cublas_stream = NULL;
     }
 };
 
@@ -112,6 +114,61 @@ TEST(Matmul, BatchedIsAPerBatchProduct) {
                 seen.push_back(got[(size_t)(t * sc + i * ldc + j)]);
             }
     EXPECT_LT(rel_l2(seen, want), 4e-3);
+}
+
+// cuBLASLt with epilogues, called as train_gpt.cu calls lt_matmul (row-major tensors, the transposed products):
+// out = inp @ w^T + bias + residual; pre = inp @ w^T + bias with out = gelu(pre); dinp = (dout @ w) * gelu'(pre).
+// The bf16 results are one rounding of exact sums (4e-3 as above); gelu(pre) is taken of the fp32 sum while the
+// CPU side rounds nothing: still one rounding.
+TEST(Matmul, LtBiasResidualEpilogue) {
+    Cublas cb;
+    auto inp = rand_vec(kN * kC, 40), w = rand_vec((int64_t)kOC * kC, 41), bias = rand_vec(kOC, 42), res = rand_vec(kN * kOC, 43);
+    auto inp_b = to_bf16(inp), w_b = to_bf16(w), bias_b = to_bf16(bias), res_b = to_bf16(res);
+    std::vector<bf16> out((size_t)(kN * kOC));
+    for (int with_res = 0; with_res < 2; with_res++) {
+        ASSERT_TRUE(lt_matmul(out.data(), kOC, w_b.data(), CUBLAS_OP_T, kC, inp_b.data(), CUBLAS_OP_N, kC, kOC, (int)kN, kC,
+                              with_res ? res_b.data() : NULL, CUBLASLT_EPILOGUE_BIAS, bias_b.data(), NULL, 0, cb.s));
+        std::vector<float> ref((size_t)(kN * kOC)), w_t((size_t)kOC * kC);
+        matmul_forward(ref.data(), inp.data(), w.data(), bias.data(), kN, kC, kOC, w_t.data());  // gpt2_cpu.h
+        if (with_res) residual_forward(ref.data(), ref.data(), res.data(), kN * kOC);
+        EXPECT_LT(rel_l2(to_float(out), ref), 4e-3) << "with residual: " << with_res;
+    }
+}
+
+TEST(Matmul, LtBiasGeluEpilogueKeepsThePreActivation) {
+    Cublas cb;
+    const int OC = 48;  // the aux leading dimension must be a multiple of 8
+    auto inp = rand_vec(kN * kC, 50), w = rand_vec((int64_t)OC * kC, 51), bias = rand_vec(OC, 52);
+    auto inp_b = to_bf16(inp), w_b = to_bf16(w), bias_b = to_bf16(bias);
+    std::vector<bf16> pre((size_t)(kN * OC)), out((size_t)(kN * OC));
+    ASSERT_TRUE(lt_matmul(out.data(), OC, w_b.data(), CUBLAS_OP_T, kC, inp_b.data(), CUBLAS_OP_N, kC, OC, (int)kN, kC, NULL,
+                          CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias_b.data(), pre.data(), OC, cb.s));
+    std::vector<float> ref_pre((size_t)(kN * OC)), ref_out((size_t)(kN * OC)), w_t((size_t)OC * kC);
+    matmul_forward(ref_pre.data(), inp.data(), w.data(), bias.data(), kN, kC, OC, w_t.data());
+    gelu_forward(ref_out.data(), ref_pre.data(), kN * OC);
+    EXPECT_LT(rel_l2(to_float(pre), ref_pre), 4e-3);
+    EXPECT_LT(rel_l2(to_float(out), ref_out), 4e-3);
+    // an aux leading dimension cuBLASLt refuses (not a multiple of 8): no algorithm, nothing written
+    std::vector<bf16> untouched(out);
+    EXPECT_FALSE(lt_matmul(out.data(), OC, w_b.data(), CUBLAS_OP_T, kC, inp_b.data(), CUBLAS_OP_N, kC, OC, (int)kN, kC, NULL,
+                           CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias_b.data(), pre.data(), OC + 1, cb.s));
+    EXPECT_EQ(memcmp(out.data(), untouched.data(), out.size() * sizeof(bf16)), 0);
+}
+
+TEST(Matmul, LtGeluBackwardEpilogue) {
+    Cublas cb;
+    const int C = 48, OC = kOC;  // dinp (N, C) = (dout (N, OC) @ w (OC, C)) * gelu'(pre (N, C))
+    auto dout = rand_vec(kN * OC, 60), w = rand_vec((int64_t)OC * C, 61), pre = rand_vec(kN * C, 62), inp = rand_vec(kN * C, 63);
+    for (auto& x : pre) x *= 3.0f;  // across GELU's curved part
+    auto dout_b = to_bf16(dout), w_b = to_bf16(w), pre_b = to_bf16(pre);
+    std::vector<bf16> dinp((size_t)(kN * C));
+    ASSERT_TRUE(lt_matmul(dinp.data(), C, w_b.data(), CUBLAS_OP_N, C, dout_b.data(), CUBLAS_OP_N, OC, C, (int)kN, OC, NULL,
+                          CUBLASLT_EPILOGUE_DGELU, NULL, pre_b.data(), C, cb.s));
+    std::vector<float> dx((size_t)(kN * C)), dw((size_t)OC * C, 0.0f), ref((size_t)(kN * C));
+    pre = to_float(pre_b);
+    matmul_backward(dx.data(), dw.data(), NULL, dout.data(), inp.data(), w.data(), kN, C, OC);  // gpt2_cpu.h
+    gelu_backward(ref.data(), pre.data(), dx.data(), kN * C);
+    EXPECT_LT(rel_l2(to_float(dinp), ref), 4e-3);
 }
 
 }  // namespace

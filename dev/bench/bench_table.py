@@ -1,5 +1,5 @@
 # bench_table.py — reads the logs that dev/bench/run_bench.sh leaves in a folder (ours-CFG.log,
-# ours_res-CFG.log (with GPU-resident layers, -R -1), ours_cublas-CFG.log (-F 0: the cuBLAS attention), attention.log, gpu_ckpt-CFG.log, fsdp_offload-CFG.log, cpu_adam.log, torch_adam.log, device.txt) and prints one markdown
+# ours_res-CFG.log (with GPU-resident layers, -R -1), ours_unfused-CFG.log (-F 0 -G 0: unfused attention and bias/GELU), attention.log, gpu_ckpt-CFG.log, fsdp_offload-CFG.log, cpu_adam.log, torch_adam.log, device.txt) and prints one markdown
 # report: throughput per config (ours vs the PyTorch peers), our step timeline, CPU AdamW (ours vs torch),
 # and PASS/MISS for the targets. A missing, skipped or failed run shows as such; nothing is guessed.
 # It runs nothing and measures nothing. Python 3 standard library only.
@@ -90,12 +90,12 @@ def main():
     for cfg, label, tokens in CONFIGS:
         ours = runs[("ours", cfg)] = load(d, "ours-" + cfg)
         runs[("ours_res", cfg)] = load(d, "ours_res-" + cfg)
-        runs[("ours_cublas", cfg)] = load(d, "ours_cublas-" + cfg)
+        runs[("ours_unfused", cfg)] = load(d, "ours_unfused-" + cfg)
         for who in PEERS[cfg]:
             runs[(who, cfg)] = load(d, "%s-%s" % (who, cfg))
-        if all(runs[(w, cfg)]["status"] == "missing" for w in ["ours", "ours_res", "ours_cublas"] + PEERS[cfg]):
+        if all(runs[(w, cfg)]["status"] == "missing" for w in ["ours", "ours_res", "ours_unfused"] + PEERS[cfg]):
             continue  # a config not selected (CONFIGS): no rows
-        ours_runs = ["ours"] + [w for w in ("ours_res", "ours_cublas") if runs[(w, cfg)]["status"] != "missing"]
+        ours_runs = ["ours"] + [w for w in ("ours_res", "ours_unfused") if runs[(w, cfg)]["status"] != "missing"]
         for who in ours_runs + PEERS[cfg]:
             r = runs[(who, cfg)]
             name = "%s %s" % (label, "%dK tok/step" % (tokens // 1024))
@@ -105,8 +105,8 @@ def main():
             elif who == "ours_res":
                 R = r["result"].get("resident_layers", "?") if r["status"] == "ok" else "?"
                 run = "ours, -R -1 (%s layers GPU-resident)" % R
-            elif who == "ours_cublas":
-                run = "ours, -F 0 (cuBLAS + softmax attention)"
+            elif who == "ours_unfused":
+                run = "ours, -F 0 -G 0 (unfused: cuBLAS attention, separate bias/GELU kernels)"
             if r["status"] != "ok":
                 p("| %s | %s | %s | | | | | | |" % (name, run, esc(r["msg"])))
                 continue

@@ -9,8 +9,8 @@
 # env: CONFIGS="1.3b-8k 1.3b-32k 5b-8k 5b-32k" (subset), PEERS=0 (no peers), ADAM=0 (no AdamW benches),
 #      RESIDENT_CONFIGS="5b-8k 1.3b-32k 5b-32k" (configs also run with -R -1: layers kept on the GPU where
 #      memory allows, logs ours_res-CFG.log; "" = none),
-#      CUBLAS_ATTN_CONFIGS="1.3b-32k" (configs also run with -F 0, the cuBLAS + softmax attention instead of
-#      the fused kernels, logs ours_cublas-CFG.log: what the fused attention gains; "" = none),
+#      UNFUSED_CONFIGS="1.3b-32k" (configs also run with -F 0 -G 0: the cuBLAS + softmax attention and the
+#      bias / GELU passes as separate kernels, logs ours_unfused-CFG.log: what the fusions gain; "" = none),
 #      TIMELINE=0 (our runs without -Y 1), SLOTS=N (our -S), OURS_ARGS="..." (more flags for train_gpt),
 #      BUDGET_S=540 (no run starts after this many seconds; each is cut at it), RUN_TIMEOUT_S=240 (per run),
 #      ADAM_N=268435456 ADAM_THREADS=16 (AdamW bench size: 268M params = 1 GiB per fp32 array)
@@ -20,7 +20,7 @@ OUT=${OUT:-./out}
 mkdir -p "$OUT"
 CONFIGS=${CONFIGS:-"1.3b-8k 1.3b-32k 5b-8k 5b-32k"}
 RESIDENT_CONFIGS=${RESIDENT_CONFIGS-"5b-8k 1.3b-32k 5b-32k"}
-CUBLAS_ATTN_CONFIGS=${CUBLAS_ATTN_CONFIGS-"1.3b-32k"}
+UNFUSED_CONFIGS=${UNFUSED_CONFIGS-"1.3b-32k"}
 PEERS=${PEERS:-1}
 ADAM=${ADAM:-1}
 TIMELINE=${TIMELINE:-1}
@@ -72,7 +72,7 @@ make -j16 -k train_gpt build/bench_cpu_adam build/bench_attention > "$OUT/build.
     echo "torch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -n1)"
 } > "$OUT/device.txt"
 cat "$OUT/device.txt"
-rm -f "$OUT"/attention.log "$OUT"/ours-*.log "$OUT"/ours_res-*.log "$OUT"/ours_cublas-*.log "$OUT"/gpu_ckpt-*.log "$OUT"/fsdp_offload-*.log "$OUT"/cpu_adam.log "$OUT"/torch_adam.log
+rm -f "$OUT"/attention.log "$OUT"/ours-*.log "$OUT"/ours_res-*.log "$OUT"/ours_unfused-*.log "$OUT"/gpu_ckpt-*.log "$OUT"/fsdp_offload-*.log "$OUT"/cpu_adam.log "$OUT"/torch_adam.log
 
 # ---- (c) the attention micro-benchmark, our trainer on every config (the product), then the two peers the targets need, then our
 # runs with GPU-resident layers (-R -1), then (d) AdamW, then the other peers ----
@@ -117,8 +117,8 @@ if [ "$ADAM" = 1 ]; then
     run torch_adam python3 dev/bench/bench_torch_adam.py "$ADAM_N" "$ADAM_THREADS" 5
 fi
 
-for cfg in $CUBLAS_ATTN_CONFIGS; do
-    wanted "$cfg" && ours "ours_cublas-$cfg" "$cfg" -F 0
+for cfg in $UNFUSED_CONFIGS; do
+    wanted "$cfg" && ours "ours_unfused-$cfg" "$cfg" -F 0 -G 0
 done
 
 # the other peers, the slowest last
