@@ -39,6 +39,37 @@ __device__ __forceinline__ float block_max(float x, float* shared) {
     return warp_max(x);
 }
 
+// 8 bf16 = 16 bytes per memory access where a row length is a multiple of 8 and the buffers are 16-byte
+// aligned (every GPT shape: C is a multiple of 8, and cudaMalloc / the workspace align to 256). Kernels that
+// use it keep an element-by-element twin for other shapes; both do the same float operations per element.
+// 8 bf16 as four 32-bit words (element 2i in the low half of w[i]): one 128-bit memory access.
+struct Pack8 { uint32_t w[4]; };
+__device__ __forceinline__ Pack8 load_pack8(const bf16* p) {
+    Pack8 r;
+#ifdef FAKE_CUDA_DEVICE
+    memcpy(r.w, p, 16);
+#else
+    const uint4 u = *reinterpret_cast<const uint4*>(p);
+    r.w[0] = u.x; r.w[1] = u.y; r.w[2] = u.z; r.w[3] = u.w;
+#endif
+    return r;
+}
+__device__ __forceinline__ void store_pack8(bf16* p, const Pack8& x) {
+#ifdef FAKE_CUDA_DEVICE
+    memcpy(p, x.w, 16);
+#else
+    *reinterpret_cast<uint4*>(p) = make_uint4(x.w[0], x.w[1], x.w[2], x.w[3]);
+#endif
+}
+__device__ __forceinline__ float pack8_get(const Pack8& x, int i) {  // exact, as (float)bf16
+    return (float)__ushort_as_bfloat16((unsigned short)(i % 2 ? x.w[i / 2] >> 16 : x.w[i / 2] & 0xffffu));
+}
+__device__ __forceinline__ void pack8_set(Pack8& x, int i, float f) {  // rounded as __float2bfloat16
+    const uint32_t b = __bfloat16_as_ushort(__float2bfloat16(f));
+    x.w[i / 2] = i % 2 ? (x.w[i / 2] & 0xffffu) | (b << 16) : (x.w[i / 2] & 0xffff0000u) | b;
+}
+static inline bool aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
+
 // ----------------------------------------------------------------------------
 // Embeddings: x[b,t,:] = wte[token] + wpe[t]
 
@@ -91,10 +122,42 @@ __global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, co
     for (int c = lane; c < C; c += WARP) o[c] = __float2bfloat16(((float)x[c] - m) * s * (float)w[c] + (float)b[c]);
     if (lane == 0) { mean[row] = m; rstd[row] = s; }
 }
+// the same in Pack8s: lane l reads elements [8l, 8l + 8) of every 256
+__global__ void layernorm_forward_kernel8(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w,
+                                          const bf16* b, int64_t N, int C) {
+    int64_t row = blockIdx.x * (int64_t)(blockDim.x / WARP) + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP;
+    if (row >= N) return;  // the whole warp: one row per warp
+    const bf16* x = inp + row * C;
+    float sum = 0.0f;
+    for (int c = lane * 8; c < C; c += WARP * 8) {
+        const Pack8 v = load_pack8(x + c);
+        for (int k = 0; k < 8; k++) sum += pack8_get(v, k);
+    }
+    float m = warp_sum(sum) / C;
+    float var = 0.0f;
+    for (int c = lane * 8; c < C; c += WARP * 8) {
+        const Pack8 v = load_pack8(x + c);
+        for (int k = 0; k < 8; k++) { float d = pack8_get(v, k) - m; var += d * d; }
+    }
+    float s = rsqrtf(warp_sum(var) / C + 1e-5f);
+    bf16* o = out + row * C;
+    for (int c = lane * 8; c < C; c += WARP * 8) {
+        const Pack8 v = load_pack8(x + c), wv = load_pack8(w + c), bv = load_pack8(b + c);
+        Pack8 y = {{0, 0, 0, 0}};
+        for (int k = 0; k < 8; k++) pack8_set(y, k, (pack8_get(v, k) - m) * s * pack8_get(wv, k) + pack8_get(bv, k));
+        store_pack8(o + c, y);
+    }
+    if (lane == 0) { mean[row] = m; rstd[row] = s; }
+}
 static void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w, const bf16* b,
                               int64_t N, int C, cudaStream_t s) {
     const int block = 256, rows_per_block = block / WARP;
-    layernorm_forward_kernel<<<(unsigned)ceil_div64(N, rows_per_block), block, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
+    const unsigned grid = (unsigned)ceil_div64(N, rows_per_block);
+    if (C % 8 == 0 && aligned16(out) && aligned16(inp) && aligned16(w) && aligned16(b))
+        layernorm_forward_kernel8<<<grid, block, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
+    else
+        layernorm_forward_kernel<<<grid, block, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
     cudaCheckLaunch();
 }
 
@@ -119,6 +182,37 @@ __global__ void layernorm_backward_input_kernel(bf16* dinp, const bf16* dout, co
         float norm = ((float)x[c] - m) * s;
         float dnorm = (float)w[c] * (float)dy[c];
         dx[c] = __float2bfloat16((float)dx[c] + s * (dnorm - sum_dnorm - norm * sum_dnorm_norm));
+    }
+}
+
+__global__ void layernorm_backward_input_kernel8(bf16* dinp, const bf16* dout, const bf16* inp, const bf16* w,
+                                                 const float* mean, const float* rstd, int64_t N, int C) {
+    int64_t row = blockIdx.x * (int64_t)(blockDim.x / WARP) + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP;
+    if (row >= N) return;
+    const bf16* x = inp + row * C; const bf16* dy = dout + row * C;
+    const float m = mean[row], s = rstd[row];
+    float sum_dnorm = 0.0f, sum_dnorm_norm = 0.0f;
+    for (int c = lane * 8; c < C; c += WARP * 8) {
+        const Pack8 xv = load_pack8(x + c), dv = load_pack8(dy + c), wv = load_pack8(w + c);
+        for (int k = 0; k < 8; k++) {
+            float dnorm = pack8_get(wv, k) * pack8_get(dv, k);
+            sum_dnorm += dnorm;
+            sum_dnorm_norm += dnorm * (pack8_get(xv, k) - m) * s;
+        }
+    }
+    sum_dnorm = warp_sum(sum_dnorm) / C;
+    sum_dnorm_norm = warp_sum(sum_dnorm_norm) / C;
+    bf16* dx = dinp + row * C;
+    for (int c = lane * 8; c < C; c += WARP * 8) {
+        const Pack8 xv = load_pack8(x + c), dv = load_pack8(dy + c), wv = load_pack8(w + c);
+        Pack8 g = load_pack8(dx + c);
+        for (int k = 0; k < 8; k++) {
+            float norm = (pack8_get(xv, k) - m) * s;
+            float dnorm = pack8_get(wv, k) * pack8_get(dv, k);
+            pack8_set(g, k, pack8_get(g, k) + s * (dnorm - sum_dnorm - norm * sum_dnorm_norm));
+        }
+        store_pack8(dx + c, g);
     }
 }
 
@@ -157,7 +251,11 @@ __global__ void layernorm_backward_params_kernel(float* dw, float* db, const bf1
 static void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
                                const float* mean, const float* rstd, int64_t N, int C, cudaStream_t s) {
     const int block = 256, rows_per_block = block / WARP;
-    layernorm_backward_input_kernel<<<(unsigned)ceil_div64(N, rows_per_block), block, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    const unsigned grid_rows = (unsigned)ceil_div64(N, rows_per_block);
+    if (C % 8 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w))
+        layernorm_backward_input_kernel8<<<grid_rows, block, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    else
+        layernorm_backward_input_kernel<<<grid_rows, block, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
     cudaCheckLaunch();
     dim3 grid((unsigned)ceil_div64(C, WARP), row_tiles_grid(N));
     layernorm_backward_params_kernel<<<grid, dim3(WARP, 8), 0, s>>>(dw, db, dout, inp, mean, rstd, N, C);
@@ -188,38 +286,8 @@ static void bias_backward(float* dbias, const bf16* dout, int64_t N, int OC, cud
 }
 
 // ----------------------------------------------------------------------------
-// Element-wise: bias, residual, GELU. Each kernel moves 8 bf16 (16 bytes) per load and store where the row
-// length is a multiple of 8 and the buffers are 16-byte aligned (every GPT shape: C is a multiple of 8 and
-// cudaMalloc / the workspace align to 256), with one column index per 8 elements; element by element
-// otherwise (both forms do the same float operations per element).
+// Element-wise: bias, residual, GELU; in Pack8s (one column index per 8 elements) where the shape allows.
 
-// 8 bf16 as four 32-bit words (element 2i in the low half of w[i]): one 128-bit memory access.
-struct Pack8 { uint32_t w[4]; };
-__device__ __forceinline__ Pack8 load_pack8(const bf16* p) {
-    Pack8 r;
-#ifdef FAKE_CUDA_DEVICE
-    memcpy(r.w, p, 16);
-#else
-    const uint4 u = *reinterpret_cast<const uint4*>(p);
-    r.w[0] = u.x; r.w[1] = u.y; r.w[2] = u.z; r.w[3] = u.w;
-#endif
-    return r;
-}
-__device__ __forceinline__ void store_pack8(bf16* p, const Pack8& x) {
-#ifdef FAKE_CUDA_DEVICE
-    memcpy(p, x.w, 16);
-#else
-    *reinterpret_cast<uint4*>(p) = make_uint4(x.w[0], x.w[1], x.w[2], x.w[3]);
-#endif
-}
-__device__ __forceinline__ float pack8_get(const Pack8& x, int i) {  // exact, as (float)bf16
-    return (float)__ushort_as_bfloat16((unsigned short)(i % 2 ? x.w[i / 2] >> 16 : x.w[i / 2] & 0xffffu));
-}
-__device__ __forceinline__ void pack8_set(Pack8& x, int i, float f) {  // rounded as __float2bfloat16
-    const uint32_t b = __bfloat16_as_ushort(__float2bfloat16(f));
-    x.w[i / 2] = i % 2 ? (x.w[i / 2] & 0xffffu) | (b << 16) : (x.w[i / 2] & 0xffff0000u) | b;
-}
-static inline bool aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
 
 // out[row, :] += bias (+ residual[row, :] when residual is not NULL)
 __global__ void add_bias_kernel(bf16* out, const bf16* bias, const bf16* residual, int64_t N, int OC) {

@@ -193,45 +193,48 @@ TEST(Kernels, EmbeddingBackwardMatchesEncoderBackward) {
 // ----------------------------------------------------------------------------
 // LayerNorm
 
+// LayerNorm: C = 96 (in 16-byte Pack8s) and C = 60 (element by element)
 TEST(Kernels, LayerNormForwardMatchesCpu) {
     REQUIRE_GPU();
     const int64_t N = kN;
-    const int C = kC;
-    auto inp = rand_bf16(N * C, -2, 3, 10), w = rand_bf16(C, 0.5f, 1.5f, 11), b = rand_bf16(C, -0.5f, 0.5f, 12);
-    DeviceMem m;
-    bf16* out = m.zeros<bf16>(N * C);
-    float *mean = m.zeros<float>(N), *rstd = m.zeros<float>(N);
-    layernorm_forward(out, mean, rstd, m.bf16s(inp), m.bf16s(w), m.bf16s(b), N, C, kStream);
-    std::vector<float> ref((size_t)(N * C)), ref_mean((size_t)N), ref_rstd((size_t)N);
-    layernorm_forward(ref.data(), ref_mean.data(), ref_rstd.data(), inp.data(), w.data(), b.data(), N, C);
-    EXPECT_LT(check("layernorm_forward out", download(out, N * C), ref), 1e-2);  // bf16 output
-    // fp32 from identical inputs (the mean is ~0.5, not near 0): order of sums and rsqrtf only
-    EXPECT_LT(check("layernorm_forward mean", download(mean, N), ref_mean), 1e-5);
-    EXPECT_LT(check("layernorm_forward rstd", download(rstd, N), ref_rstd), 1e-5);
+    for (int C : {kC, 60}) {
+        auto inp = rand_bf16(N * C, -2, 3, 10), w = rand_bf16(C, 0.5f, 1.5f, 11), b = rand_bf16(C, -0.5f, 0.5f, 12);
+        DeviceMem m;
+        bf16* out = m.zeros<bf16>(N * C);
+        float *mean = m.zeros<float>(N), *rstd = m.zeros<float>(N);
+        layernorm_forward(out, mean, rstd, m.bf16s(inp), m.bf16s(w), m.bf16s(b), N, C, kStream);
+        std::vector<float> ref((size_t)(N * C)), ref_mean((size_t)N), ref_rstd((size_t)N);
+        layernorm_forward(ref.data(), ref_mean.data(), ref_rstd.data(), inp.data(), w.data(), b.data(), N, C);
+        EXPECT_LT(check("layernorm_forward out", download(out, N * C), ref), 1e-2);  // bf16 output
+        // fp32 from identical inputs (the mean is ~0.5, not near 0): order of sums and rsqrtf only
+        EXPECT_LT(check("layernorm_forward mean", download(mean, N), ref_mean), 1e-5);
+        EXPECT_LT(check("layernorm_forward rstd", download(rstd, N), ref_rstd), 1e-5);
+    }
 }
 
 TEST(Kernels, LayerNormBackwardMatchesCpu) {
     REQUIRE_GPU();
     const int64_t N = kN;
-    const int C = kC;
-    auto inp = rand_bf16(N * C, -2, 3, 13), w = rand_bf16(C, 0.5f, 1.5f, 14), b = rand_bf16(C, -0.5f, 0.5f, 15);
-    auto dout = rand_bf16(N * C, -1, 1, 16);
-    std::vector<float> ln((size_t)(N * C)), mean((size_t)N), rstd((size_t)N);
-    layernorm_forward(ln.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
-    DeviceMem m;  // both sides get the CPU's mean and rstd
-    bf16* dinp = m.zeros<bf16>(N * C);
-    float *dw = m.zeros<float>(C), *db = m.zeros<float>(C);
-    bf16 *d_dout = m.bf16s(dout), *d_inp = m.bf16s(inp), *d_w = m.bf16s(w);
-    float *d_mean = m.copy(mean), *d_rstd = m.copy(rstd);
-    std::vector<float> ref_dinp((size_t)(N * C), 0.0f), ref_dw((size_t)C, 0.0f), ref_db((size_t)C, 0.0f);
-    for (int rep = 0; rep < 2; rep++) {  // twice: dinp, dw and db must all accumulate
-        layernorm_backward(dinp, dw, db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, kStream);
-        layernorm_backward(ref_dinp.data(), ref_dw.data(), ref_db.data(), dout.data(), inp.data(), w.data(), mean.data(),
-                           rstd.data(), N, C);
+    for (int C : {kC, 60}) {
+        auto inp = rand_bf16(N * C, -2, 3, 13), w = rand_bf16(C, 0.5f, 1.5f, 14), b = rand_bf16(C, -0.5f, 0.5f, 15);
+        auto dout = rand_bf16(N * C, -1, 1, 16);
+        std::vector<float> ln((size_t)(N * C)), mean((size_t)N), rstd((size_t)N);
+        layernorm_forward(ln.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
+        DeviceMem m;  // both sides get the CPU's mean and rstd
+        bf16* dinp = m.zeros<bf16>(N * C);
+        float *dw = m.zeros<float>(C), *db = m.zeros<float>(C);
+        bf16 *d_dout = m.bf16s(dout), *d_inp = m.bf16s(inp), *d_w = m.bf16s(w);
+        float *d_mean = m.copy(mean), *d_rstd = m.copy(rstd);
+        std::vector<float> ref_dinp((size_t)(N * C), 0.0f), ref_dw((size_t)C, 0.0f), ref_db((size_t)C, 0.0f);
+        for (int rep = 0; rep < 2; rep++) {  // twice: dinp, dw and db must all accumulate
+            layernorm_backward(dinp, dw, db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, kStream);
+            layernorm_backward(ref_dinp.data(), ref_dw.data(), ref_db.data(), dout.data(), inp.data(), w.data(), mean.data(),
+                               rstd.data(), N, C);
+        }
+        EXPECT_LT(check("layernorm_backward dinp", download(dinp, N * C), ref_dinp), 1e-2);  // bf16, rounded twice
+        EXPECT_LT(check("layernorm_backward dw", download(dw, C), ref_dw), 1e-4);  // fp32 sums over 259 rows
+        EXPECT_LT(check("layernorm_backward db", download(db, C), ref_db), 1e-4);
     }
-    EXPECT_LT(check("layernorm_backward dinp", download(dinp, N * C), ref_dinp), 1e-2);  // bf16, rounded twice
-    EXPECT_LT(check("layernorm_backward dw", download(dw, C), ref_dw), 1e-4);  // fp32 sums over 259 rows
-    EXPECT_LT(check("layernorm_backward db", download(db, C), ref_db), 1e-4);
 }
 
 // ----------------------------------------------------------------------------
