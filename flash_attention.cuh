@@ -6,8 +6,8 @@
 // Reads q, k, v in place in qkv (B, T, 3C) and writes y (B, T, C) and dq, dk, dv into dqkv (B, T, 3C), the
 // same layouts as attention.cuh (the cuBLAS + softmax path, kept for head sizes these kernels do not take and
 // as the reference). Head sizes 32, 64, 128 (a template parameter); any T; bf16 in, fp32 accumulation.
-// Not here: the choice between the two paths (train_gpt.cu), tuning beyond the plain mma.sync tiles below
-// (ldmatrix, cp.async double buffering and Hopper's wgmma are the next steps once a GPU has measured this).
+// Not here: the choice between the two paths (train_gpt.cu), tuning beyond mma.sync + ldmatrix tiles
+// (cp.async double buffering and Hopper's wgmma are the next steps once a GPU has measured this).
 #pragma once
 #include "cuda_common.h"
 #include "kernels.cuh"  // warp_sum
@@ -34,6 +34,27 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], 
                  "{%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#endif
+}
+
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: the warp loads four 8 x 8 bf16 matrices from shared
+// memory; lanes 8i .. 8i+7 give the addresses of matrix i's 8 rows (16 contiguous bytes each, 16-byte aligned).
+// Lane l receives in r[i], with g = l / 4 and t = l % 4:
+//   plain:  matrix i's elements [g][2t], [g][2t+1]
+//   .trans: matrix i's elements [2t][g], [2t+1][g]   (the transposed matrix's [g][2t, 2t+1])
+// which is the register layout of the mma fragments above: one instruction loads four fragment registers.
+// The CPU emulation (fake_device.h) implements this table; test_kernels.cu's LdmatrixMatchesItsTable checks it.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const bf16* row, bool transpose) {
+#ifdef FAKE_CUDA_DEVICE
+    fake_device::ldmatrix_x4(r, row, transpose);
+#else
+    const uint32_t address = (uint32_t)__cvta_generic_to_shared(row);
+    if (transpose)
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
+    else
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
 #endif
 }
 
@@ -87,9 +108,9 @@ __device__ __forceinline__ void c_to_a(uint32_t a[4], const float left[4], const
     a[3] = pack_pair(right[2], right[3]);
 }
 
-// Shared-memory tiles are [rows][W + FA_PAD] for W columns: the padding keeps rows 16-byte aligned and puts
-// the 8 rows a fragment load touches in different banks. Every fragment is read as 32-bit pairs of one row,
-// so an operand whose pairs run down a column of its (T, HS) matrix is stored transposed ([HS][rows]).
+// Shared-memory tiles are [rows][W + FA_PAD] for W columns, rows of q, k, v or dy as they are in memory: the
+// padding keeps rows 16-byte aligned (ldmatrix) and puts the 8 rows one ldmatrix phase reads in different
+// banks. An operand whose fragment pairs run down a column of the tile is loaded with ldmatrix .trans.
 #define FA_PAD 8
 
 // Rows [row0, row0 + ROWS) of a head's (T, HS) matrix (row stride ld) into a shared tile [ROWS][HS + FA_PAD];
@@ -100,19 +121,6 @@ __device__ __forceinline__ void load_tile(bf16 (*tile)[HS + FA_PAD], const bf16*
         const int r = i / (HS / 8), c = (i % (HS / 8)) * 8;
         if (row0 + r < T) copy16(&tile[r][c], head + (int64_t)(row0 + r) * ld + c);
         else zero16(&tile[r][c]);
-    }
-}
-// The same rows transposed: tile_t[c][r] = head[row0 + r][c], a tile [HS][ROWS + FA_PAD]. Neighbouring
-// threads take neighbouring rows, so a warp's 2-byte stores fill one shared row without bank conflicts.
-template <int ROWS, int HS>
-__device__ __forceinline__ void load_tile_transposed(bf16 (*tile_t)[ROWS + FA_PAD], const bf16* head, int64_t ld,
-                                                     int row0, int T) {
-    for (int i = threadIdx.x; i < ROWS * HS / 8; i += blockDim.x) {
-        const int r = i % ROWS, c = (i / ROWS) * 8;
-        __align__(16) bf16 v[8];
-        if (row0 + r < T) copy16(v, head + (int64_t)(row0 + r) * ld + c);
-        else zero16(v);
-        for (int j = 0; j < 8; j++) tile_t[c + j][r] = v[j];
     }
 }
 // A fragments (rows r0 = g, r1 = g + 8 of a warp's 16) of a (T, HS) head matrix read from global memory,
@@ -128,22 +136,27 @@ __device__ __forceinline__ void load_a_rows(uint32_t f[HS / 16][4], const bf16* 
         f[kk][3] = r1 < T ? load_pair(head + (int64_t)r1 * ld + c + 8) : 0u;
     }
 }
-// The A fragment of rows [row, row + 16), columns [col, col + 16) of a shared tile of W columns.
+// Fragments from a shared tile of W columns, one ldmatrix each. Lane l addresses row l % 8 of matrix l / 8.
+// The A fragment of rows [row, row + 16), columns [col, col + 16): matrices (row, col), (row + 8, col),
+// (row, col + 8), (row + 8, col + 8) are a[0..3].
 template <int W>
 __device__ __forceinline__ void a_from_tile(uint32_t a[4], const bf16 (*tile)[W + FA_PAD], int row, int col) {
-    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
-    a[0] = load_pair(&tile[row + g][col + 2 * t]);
-    a[1] = load_pair(&tile[row + g + 8][col + 2 * t]);
-    a[2] = load_pair(&tile[row + g][col + 2 * t + 8]);
-    a[3] = load_pair(&tile[row + g + 8][col + 2 * t + 8]);
+    const int lane = threadIdx.x % 32, i = lane / 8;
+    ldmatrix_x4(a, &tile[row + (i % 2) * 8 + lane % 8][col + (i / 2) * 8], false);
 }
-// The B fragment of B[k][n] = tile[n0 + n][k0 + k]: a row of a tile of W columns is a column of B. For
-// B = k^T (S = q k^T) that is the row-major tile of k; for B = v (O += P v) the transposed tile of v.
+// B fragments of two neighbouring 8-column tiles n0 and n0 + 8 of B[k][n] = tile[n][k] (k0 .. k0 + 15): B's
+// columns are rows of the tile (k rows for S = q k^T). b[0], b[1] are tile n0's, b[2], b[3] tile n0 + 8's.
 template <int W>
-__device__ __forceinline__ void b_from_tile(uint32_t b[2], const bf16 (*tile)[W + FA_PAD], int n0, int k0) {
-    const int g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
-    b[0] = load_pair(&tile[n0 + g][k0 + 2 * t]);
-    b[1] = load_pair(&tile[n0 + g][k0 + 2 * t + 8]);
+__device__ __forceinline__ void b2_from_rows(uint32_t b[4], const bf16 (*tile)[W + FA_PAD], int n0, int k0) {
+    const int lane = threadIdx.x % 32, i = lane / 8;
+    ldmatrix_x4(b, &tile[n0 + (i / 2) * 8 + lane % 8][k0 + (i % 2) * 8], false);
+}
+// The same for B[k][n] = tile[k][n]: B's columns run down the tile (v rows for O += P v), so ldmatrix
+// transposes: matrices (k0, n0), (k0 + 8, n0), (k0, n0 + 8), (k0 + 8, n0 + 8).
+template <int W>
+__device__ __forceinline__ void b2_from_cols(uint32_t b[4], const bf16 (*tile)[W + FA_PAD], int k0, int n0) {
+    const int lane = threadIdx.x % 32, i = lane / 8;
+    ldmatrix_x4(b, &tile[k0 + (i % 2) * 8 + lane % 8][n0 + (i / 2) * 8], true);
 }
 
 // ----------------------------------------------------------------------------
@@ -157,8 +170,8 @@ template <int HS>
 __global__ void __launch_bounds__(128)
     flash_attention_forward_kernel(bf16* y, float* lse, const bf16* qkv, int T, int NH, float scale_log2) {
     constexpr int BQ = 64, BK = 64;
-    __shared__ __align__(16) bf16 ks[BK][HS + FA_PAD];   // k rows: B of S = q k^T
-    __shared__ __align__(16) bf16 vt[HS][BK + FA_PAD];   // v transposed: B of O += P v
+    __shared__ __align__(16) bf16 ks[BK][HS + FA_PAD];  // k rows: B of S = q k^T
+    __shared__ __align__(16) bf16 vs[BK][HS + FA_PAD];  // v rows: B of O += P v (ldmatrix .trans)
     const int C = NH * HS;
     const int64_t ld = 3 * (int64_t)C;
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
@@ -180,16 +193,17 @@ __global__ void __launch_bounds__(128)
     for (int kt = 0; kt <= q_tile; kt++) {  // BK == BQ: key tiles up to and including the diagonal one
         __syncthreads();                    // every warp is done with the previous tile
         load_tile<BK, HS>(ks, k_head, ld, kt * BK, T);
-        load_tile_transposed<BK, HS>(vt, v_head, ld, kt * BK, T);
+        load_tile<BK, HS>(vs, v_head, ld, kt * BK, T);
         __syncthreads();
 
         float s[BK / 8][4];
         for (int n = 0; n < BK / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
         for (int kk = 0; kk < HS / 16; kk++)
-            for (int n = 0; n < BK / 8; n++) {
-                uint32_t bk[2];
-                b_from_tile<HS>(bk, ks, n * 8, kk * 16);
+            for (int n = 0; n < BK / 8; n += 2) {
+                uint32_t bk[4];
+                b2_from_rows<HS>(bk, ks, n * 8, kk * 16);
                 mma_bf16_16816(s[n], qf[kk], bk);
+                mma_bf16_16816(s[n + 1], qf[kk], bk + 2);
             }
         float mx0 = -INFINITY, mx1 = -INFINITY;
         for (int n = 0; n < BK / 8; n++)
@@ -226,10 +240,11 @@ __global__ void __launch_bounds__(128)
         for (int kk = 0; kk < BK / 16; kk++) {  // O += P v, P (bf16) straight from S's registers
             uint32_t pa[4];
             c_to_a(pa, s[2 * kk], s[2 * kk + 1]);
-            for (int n = 0; n < HS / 8; n++) {
-                uint32_t bv[2];
-                b_from_tile<BK>(bv, vt, n * 8, kk * 16);
+            for (int n = 0; n < HS / 8; n += 2) {
+                uint32_t bv[4];
+                b2_from_cols<HS>(bv, vs, kk * 16, n * 8);
                 mma_bf16_16816(o[n], pa, bv);
+                mma_bf16_16816(o[n + 1], pa, bv + 2);
             }
         }
     }
@@ -274,9 +289,8 @@ __global__ void __launch_bounds__(128)
     flash_attention_backward_dq_kernel(bf16* dqkv, const bf16* qkv, const bf16* dy, const float* lse, const float* dsum,
                                        int T, int NH, float scale, float scale_log2) {
     constexpr int BQ = 64, BK = 32;
-    __shared__ __align__(16) bf16 ks[BK][HS + FA_PAD];  // k rows: B of S = q k^T
+    __shared__ __align__(16) bf16 ks[BK][HS + FA_PAD];  // k rows: B of S = q k^T and (.trans) of dq += dS k
     __shared__ __align__(16) bf16 vs[BK][HS + FA_PAD];  // v rows: B of dP = dy v^T
-    __shared__ __align__(16) bf16 kt[HS][BK + FA_PAD];  // k transposed: B of dq += dS k
     const int C = NH * HS;
     const int64_t ld = 3 * (int64_t)C;
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
@@ -302,18 +316,19 @@ __global__ void __launch_bounds__(128)
         __syncthreads();
         load_tile<BK, HS>(ks, k_head, ld, key_tile * BK, T);
         load_tile<BK, HS>(vs, v_head, ld, key_tile * BK, T);
-        load_tile_transposed<BK, HS>(kt, k_head, ld, key_tile * BK, T);
         __syncthreads();
         float s[BK / 8][4], dp[BK / 8][4];
         for (int n = 0; n < BK / 8; n++)
             for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
         for (int kk = 0; kk < HS / 16; kk++)
-            for (int n = 0; n < BK / 8; n++) {
-                uint32_t bk[2], bv[2];
-                b_from_tile<HS>(bk, ks, n * 8, kk * 16);
+            for (int n = 0; n < BK / 8; n += 2) {
+                uint32_t bk[4], bv[4];
+                b2_from_rows<HS>(bk, ks, n * 8, kk * 16);
                 mma_bf16_16816(s[n], qf[kk], bk);  // S = q k^T
-                b_from_tile<HS>(bv, vs, n * 8, kk * 16);
+                mma_bf16_16816(s[n + 1], qf[kk], bk + 2);
+                b2_from_rows<HS>(bv, vs, n * 8, kk * 16);
                 mma_bf16_16816(dp[n], df[kk], bv);  // dP = dy v^T
+                mma_bf16_16816(dp[n + 1], df[kk], bv + 2);
             }
         for (int n = 0; n < BK / 8; n++)
             for (int e = 0; e < 2; e++) {
@@ -326,10 +341,11 @@ __global__ void __launch_bounds__(128)
         for (int kk = 0; kk < BK / 16; kk++) {  // dq += dS k
             uint32_t da[4];
             c_to_a(da, s[2 * kk], s[2 * kk + 1]);
-            for (int n = 0; n < HS / 8; n++) {
-                uint32_t bk[2];
-                b_from_tile<BK>(bk, kt, n * 8, kk * 16);
+            for (int n = 0; n < HS / 8; n += 2) {
+                uint32_t bk[4];
+                b2_from_cols<HS>(bk, ks, kk * 16, n * 8);
                 mma_bf16_16816(dq[n], da, bk);
+                mma_bf16_16816(dq[n + 1], da, bk + 2);
             }
         }
     }
@@ -342,35 +358,18 @@ __global__ void __launch_bounds__(128)
 
 // dk and dv. Block: 32 keys of one (sequence, head), 2 warps of 16 key rows (S^T = k q^T computed key-major,
 // so P^T and dS^T come out as A fragments for dv += P^T dy and dk += dS^T q); queries in tiles of 32 from the
-// diagonal to the end. q and dy are needed both as rows (B of S^T, dP^T) and transposed (B of dv, dk): with
-// k and v that is more than the 48 KiB of static shared memory at HS = 128, so the tiles are one struct in
-// dynamic shared memory. grid: (B * NH, ceil(T / 32)), the first keys (seen by the most queries) first.
-#define FA_DKDV_KEYS 32
-#define FA_DKDV_QUERIES 32
-template <int HS>
-struct DkdvShared {
-    bf16 ks[FA_DKDV_KEYS][HS + FA_PAD];         // k rows: A of S^T = k q^T
-    bf16 vs[FA_DKDV_KEYS][HS + FA_PAD];         // v rows: A of dP^T = v dy^T
-    bf16 qs[FA_DKDV_QUERIES][HS + FA_PAD];      // q rows: B of S^T
-    bf16 dys[FA_DKDV_QUERIES][HS + FA_PAD];     // dy rows: B of dP^T
-    bf16 qt[HS][FA_DKDV_QUERIES + FA_PAD];      // q transposed: B of dk += dS^T q
-    bf16 dyt[HS][FA_DKDV_QUERIES + FA_PAD];     // dy transposed: B of dv += P^T dy
-    float lse[FA_DKDV_QUERIES], dsum[FA_DKDV_QUERIES];
-};
-
-#ifdef FAKE_CUDA_DEVICE
-#define FA_DYNAMIC_SHARED(name) unsigned char* name = FAKE_DYNAMIC_SHARED()
-#else
-#define FA_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
-#endif
-
+// diagonal to the end. q and dy rows are B of S^T and dP^T as they are and (ldmatrix .trans) of dk and dv.
+// grid: (B * NH, ceil(T / 32)), the first keys (seen by the most queries) first.
 template <int HS>
 __global__ void __launch_bounds__(64)
     flash_attention_backward_dkdv_kernel(bf16* dqkv, const bf16* qkv, const bf16* dy, const float* lse,
                                          const float* dsum, int T, int NH, float scale, float scale_log2) {
-    constexpr int BKEY = FA_DKDV_KEYS, BQ = FA_DKDV_QUERIES;
-    FA_DYNAMIC_SHARED(shared_bytes);
-    DkdvShared<HS>& sm = *reinterpret_cast<DkdvShared<HS>*>(shared_bytes);
+    constexpr int BKEY = 32, BQ = 32;
+    __shared__ __align__(16) bf16 ks[BKEY][HS + FA_PAD];  // k rows: A of S^T = k q^T
+    __shared__ __align__(16) bf16 vs[BKEY][HS + FA_PAD];  // v rows: A of dP^T = v dy^T
+    __shared__ __align__(16) bf16 qs[BQ][HS + FA_PAD];    // q rows: B of S^T, and of dk += dS^T q
+    __shared__ __align__(16) bf16 dys[BQ][HS + FA_PAD];   // dy rows: B of dP^T, and of dv += P^T dy
+    __shared__ float lse_s[BQ], dsum_s[BQ];
     const int C = NH * HS;
     const int64_t ld = 3 * (int64_t)C;
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
@@ -382,8 +381,8 @@ __global__ void __launch_bounds__(64)
     const bf16* dy_head = dy + (int64_t)b * T * C + (int64_t)h * HS;
     const int k0 = key_tile * BKEY + warp * 16 + g, k1 = k0 + 8;  // this lane's two key rows
 
-    load_tile<BKEY, HS>(sm.ks, k_head, ld, key_tile * BKEY, T);
-    load_tile<BKEY, HS>(sm.vs, v_head, ld, key_tile * BKEY, T);
+    load_tile<BKEY, HS>(ks, k_head, ld, key_tile * BKEY, T);
+    load_tile<BKEY, HS>(vs, v_head, ld, key_tile * BKEY, T);
     float dk[HS / 8][4], dv[HS / 8][4];
     for (int n = 0; n < HS / 8; n++)
         for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
@@ -391,14 +390,12 @@ __global__ void __launch_bounds__(64)
     const int q_tiles = (T + BQ - 1) / BQ;
     for (int qt = key_tile * BKEY / BQ; qt < q_tiles; qt++) {  // earlier queries see none of these keys
         __syncthreads();  // the previous tile is consumed (and, the first time, ks and vs are loaded)
-        load_tile<BQ, HS>(sm.qs, q_head, ld, qt * BQ, T);
-        load_tile<BQ, HS>(sm.dys, dy_head, C, qt * BQ, T);
-        load_tile_transposed<BQ, HS>(sm.qt, q_head, ld, qt * BQ, T);
-        load_tile_transposed<BQ, HS>(sm.dyt, dy_head, C, qt * BQ, T);
+        load_tile<BQ, HS>(qs, q_head, ld, qt * BQ, T);
+        load_tile<BQ, HS>(dys, dy_head, C, qt * BQ, T);
         for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
             const int q = qt * BQ + i;
-            sm.lse[i] = q < T ? lse[(int64_t)bh * T + q] : 0.0f;
-            sm.dsum[i] = q < T ? dsum[(int64_t)bh * T + q] : 0.0f;
+            lse_s[i] = q < T ? lse[(int64_t)bh * T + q] : 0.0f;
+            dsum_s[i] = q < T ? dsum[(int64_t)bh * T + q] : 0.0f;
         }
         __syncthreads();
         float st[BQ / 8][4], dpt[BQ / 8][4];
@@ -406,37 +403,41 @@ __global__ void __launch_bounds__(64)
             for (int e = 0; e < 4; e++) st[n][e] = dpt[n][e] = 0.0f;
         for (int kk = 0; kk < HS / 16; kk++) {
             uint32_t ka[4], va[4];
-            a_from_tile<HS>(ka, sm.ks, warp * 16, kk * 16);
-            a_from_tile<HS>(va, sm.vs, warp * 16, kk * 16);
-            for (int n = 0; n < BQ / 8; n++) {
-                uint32_t bq[2], bd[2];
-                b_from_tile<HS>(bq, sm.qs, n * 8, kk * 16);
+            a_from_tile<HS>(ka, ks, warp * 16, kk * 16);
+            a_from_tile<HS>(va, vs, warp * 16, kk * 16);
+            for (int n = 0; n < BQ / 8; n += 2) {
+                uint32_t bq[4], bd[4];
+                b2_from_rows<HS>(bq, qs, n * 8, kk * 16);
                 mma_bf16_16816(st[n], ka, bq);  // S^T = k q^T
-                b_from_tile<HS>(bd, sm.dys, n * 8, kk * 16);
+                mma_bf16_16816(st[n + 1], ka, bq + 2);
+                b2_from_rows<HS>(bd, dys, n * 8, kk * 16);
                 mma_bf16_16816(dpt[n], va, bd);  // dP^T = v dy^T
+                mma_bf16_16816(dpt[n + 1], va, bd + 2);
             }
         }
         for (int n = 0; n < BQ / 8; n++)
             for (int e = 0; e < 2; e++) {
                 const int qi = n * 8 + 2 * t + e, q = qt * BQ + qi;
                 const bool real = q < T;  // a padded query must add nothing to dk, dv
-                const float p0 = real && q >= k0 ? exp2f(st[n][e] * scale_log2 - sm.lse[qi]) : 0.0f;
-                const float p1 = real && q >= k1 ? exp2f(st[n][2 + e] * scale_log2 - sm.lse[qi]) : 0.0f;
+                const float p0 = real && q >= k0 ? exp2f(st[n][e] * scale_log2 - lse_s[qi]) : 0.0f;
+                const float p1 = real && q >= k1 ? exp2f(st[n][2 + e] * scale_log2 - lse_s[qi]) : 0.0f;
                 st[n][e] = p0;  // now P^T
                 st[n][2 + e] = p1;
-                dpt[n][e] = p0 * (dpt[n][e] - sm.dsum[qi]);  // now dS^T
-                dpt[n][2 + e] = p1 * (dpt[n][2 + e] - sm.dsum[qi]);
+                dpt[n][e] = p0 * (dpt[n][e] - dsum_s[qi]);  // now dS^T
+                dpt[n][2 + e] = p1 * (dpt[n][2 + e] - dsum_s[qi]);
             }
         for (int kk = 0; kk < BQ / 16; kk++) {
             uint32_t pa[4], da[4];
             c_to_a(pa, st[2 * kk], st[2 * kk + 1]);
             c_to_a(da, dpt[2 * kk], dpt[2 * kk + 1]);
-            for (int n = 0; n < HS / 8; n++) {
-                uint32_t bd[2], bq[2];
-                b_from_tile<BQ>(bd, sm.dyt, n * 8, kk * 16);
+            for (int n = 0; n < HS / 8; n += 2) {
+                uint32_t bd[4], bq[4];
+                b2_from_cols<HS>(bd, dys, kk * 16, n * 8);
                 mma_bf16_16816(dv[n], pa, bd);  // dv += P^T dy
-                b_from_tile<BQ>(bq, sm.qt, n * 8, kk * 16);
+                mma_bf16_16816(dv[n + 1], pa, bd + 2);
+                b2_from_cols<HS>(bq, qs, kk * 16, n * 8);
                 mma_bf16_16816(dk[n], da, bq);  // dk += dS^T q
+                mma_bf16_16816(dk[n + 1], da, bq + 2);
             }
         }
     }
@@ -515,12 +516,8 @@ static void flash_attention_backward(bf16* dqkv, float* dsum, const bf16* dy, co
                                                                              : flash_attention_backward_dq_kernel<128>;
     Kernel dkdv = hs == 32 ? flash_attention_backward_dkdv_kernel<32>
                            : hs == 64 ? flash_attention_backward_dkdv_kernel<64> : flash_attention_backward_dkdv_kernel<128>;
-    const int dkdv_smem = hs == 32 ? (int)sizeof(DkdvShared<32>) : hs == 64 ? (int)sizeof(DkdvShared<64>)
-                                                                          : (int)sizeof(DkdvShared<128>);
-    // past 48 KiB a kernel must opt in (once per kernel; the call is cheap, so simply every time)
-    cudaCheck(cudaFuncSetAttribute(dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize, dkdv_smem));
     dq<<<flash_grid(B, NH, T, 64), 128, 0, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, scale, scale_log2);
     cudaCheckLaunch();
-    dkdv<<<flash_grid(B, NH, T, FA_DKDV_KEYS), 64, dkdv_smem, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, scale, scale_log2);
+    dkdv<<<flash_grid(B, NH, T, 32), 64, 0, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, scale, scale_log2);
     cudaCheckLaunch();
 }

@@ -3,7 +3,7 @@
 // through the attention path only), the whole attention path (per-head batched GEMMs reading q, k, v in
 // place in qkv -> softmax_causal_* -> y written in place, attention_forward/backward on a GPT's
 // workspace), the fused attention (flash_attention.cuh: the mma.sync fragment table against an exact integer
-// matmul, forward y and lse, backward dq/dk/dv, at head sizes 32/64/128 and T = 1, 37, 64, 130, 200), and one
+// matmul, the ldmatrix fragment loads, forward y and lse, backward dq/dk/dv, at head sizes 32/64/128 and T = 1, 37, 64, 130, 200), and one
 // whole layer with either attention
 // (layer_forward, then layer_forward(NULL) + layer_backward) are compared with the fp32 functions of
 // gpt2_cpu.h on the same inputs. Shapes exercise the edges: T = 37 (not a multiple of 32) and 64, C = 96
@@ -564,6 +564,54 @@ TEST(Kernels, MmaFragmentLayoutMatchesMatmul) {
     TEST_LAUNCH(mma_layout_kernel, 1, 32)(d_d, c_d, a_d, b_d);
     cudaCheckLaunch();
     EXPECT_EQ(count_diff(download(d_d, 16 * 8), ref), 0) << "the mma.m16n8k16 fragment table is off";
+}
+
+// One warp: a 16 x 16 shared tile of distinct values (bf16-exact integers); a_from_tile, b2_from_rows and
+// b2_from_cols (ldmatrix, plain and .trans) must hand each lane the mma fragments the PTX table defines. On a
+// GPU this checks ldmatrix's table and the helpers' row addresses against the hardware.
+__global__ void ldmatrix_fragments_kernel(uint32_t* out, const bf16* src) {
+    __shared__ __align__(16) bf16 tile[16][16 + FA_PAD];
+    for (int i = threadIdx.x; i < 16 * 16; i += 32) tile[i / 16][i % 16] = src[i];
+    __syncthreads();
+    uint32_t a[4], brow[4], bcol[4];
+    a_from_tile<16>(a, tile, 0, 0);
+    b2_from_rows<16>(brow, tile, 0, 0);
+    b2_from_cols<16>(bcol, tile, 0, 0);
+    for (int i = 0; i < 4; i++) {
+        out[threadIdx.x * 12 + i] = a[i];
+        out[threadIdx.x * 12 + 4 + i] = brow[i];
+        out[threadIdx.x * 12 + 8 + i] = bcol[i];
+    }
+}
+
+TEST(Kernels, LdmatrixMatchesItsTable) {
+    REQUIRE_GPU();
+    std::vector<float> v(16 * 16);
+    for (int i = 0; i < 256; i++) v[(size_t)i] = (float)i;  // tile[r][c] = 16 r + c, exact in bf16
+    DeviceMem m;
+    const bf16* src = m.bf16s(v);
+    uint32_t* out = m.zeros<uint32_t>(32 * 12);
+    TEST_LAUNCH(ldmatrix_fragments_kernel, 1, 32)(out, src);
+    cudaCheckLaunch();
+    const auto got = download(out, 32 * 12);
+    auto tile = [](int r, int c) { return (uint32_t)float_to_bf16((float)(16 * r + c)); };
+    auto pair = [&](int r0, int c0, int r1, int c1) { return tile(r0, c0) | (tile(r1, c1) << 16); };
+    int64_t wrong = 0;
+    for (int l = 0; l < 32; l++) {
+        const int g = l / 4, t = l % 4;
+        const uint32_t want[12] = {
+            // A = tile: a[0..3] = A[g][2t..], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..]
+            pair(g, 2 * t, g, 2 * t + 1), pair(g + 8, 2 * t, g + 8, 2 * t + 1), pair(g, 2 * t + 8, g, 2 * t + 9),
+            pair(g + 8, 2 * t + 8, g + 8, 2 * t + 9),
+            // B[k][n] = tile[n][k]: n-tile 0 then 8, b = B[2t..][g], B[2t+8..][g]
+            pair(g, 2 * t, g, 2 * t + 1), pair(g, 2 * t + 8, g, 2 * t + 9), pair(g + 8, 2 * t, g + 8, 2 * t + 1),
+            pair(g + 8, 2 * t + 8, g + 8, 2 * t + 9),
+            // B[k][n] = tile[k][n]
+            pair(2 * t, g, 2 * t + 1, g), pair(2 * t + 8, g, 2 * t + 9, g), pair(2 * t, g + 8, 2 * t + 1, g + 8),
+            pair(2 * t + 8, g + 8, 2 * t + 9, g + 8)};
+        for (int i = 0; i < 12; i++) wrong += got[(size_t)(l * 12 + i)] != want[i];
+    }
+    EXPECT_EQ(wrong, 0) << "registers off the ldmatrix / fragment table (of 384)";
 }
 
 // The fused forward's lse on the CPU: log2(sum_{j <= t} exp(q_t . k_j / sqrt(hs))), in double.

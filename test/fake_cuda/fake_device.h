@@ -1,6 +1,6 @@
 // test/fake_cuda/fake_device.h — runs CUDA kernels on the CPU, for test/test_kernels.cpp's emulated build
 // (make test): the device-side names kernels.cuh uses (__global__, threadIdx, __shared__, __syncthreads,
-// __shfl_xor_sync, atomicAdd, the _rn intrinsics; mma.sync m16n8k16 for flash_attention.cuh) and a
+// __shfl_xor_sync, atomicAdd, the _rn intrinsics; mma.sync m16n8k16 and ldmatrix for flash_attention.cuh) and a
 // launcher. A block's threads are fibers on the launching thread, so __syncthreads, warp shuffles and
 // mma.sync have their CUDA meaning; a kernel whose first thread finishes without any of them runs its other
 // threads as plain calls (fast). Launches are synchronous. Fibers
@@ -38,7 +38,7 @@ struct Fiber {
     bool at_syncthreads;  // parked at __syncthreads of generation wait_gen
     uint64_t wait_gen;
 };
-struct Warp { int live = 0, arrived = 0; uint64_t gen = 0; double xchg[32]; uint32_t mma_a[32][4], mma_b[32][2]; };
+struct Warp { int live = 0, arrived = 0; uint64_t gen = 0; double xchg[32]; uint32_t mma_a[32][4], mma_b[32][2]; const uint16_t* ldm_row[32]; bool ldm_trans[32]; };
 struct State {
     dim3 grid, block, block_idx;
     void (*body)(void*) = nullptr;  // runs one thread of the current kernel
@@ -141,6 +141,36 @@ inline void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2])
     }
     warp_barrier();  // everyone has read before the registers are handed in again
     for (int j = 0; j < 4; j++) c[j] = out[j];
+}
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16, warp-collective: lanes 8i .. 8i+7 hand in the addresses
+// of matrix i's rows (16-byte aligned, 8 bf16 each); lane l (g = l / 4, t = l % 4) gets in r[i] matrix i's
+// [g][2t], [g][2t+1] (plain) or [2t][g], [2t+1][g] (.trans), low element first: the PTX ISA's table, which
+// flash_attention.cuh restates.
+inline void ldmatrix_x4(uint32_t r[4], const void* row, bool transpose) {
+    State& s = st();
+    no_barrier_in_direct_mode("ldmatrix");
+    s.used_barrier = true;
+    Warp& w = s.warps[(size_t)s.cur->warp];
+    if (w.live != 32 || ((uintptr_t)row & 15) != 0) {
+        fprintf(stderr, "fake_device: ldmatrix in a warp of %d live lanes or from a row not 16-byte aligned\n", w.live);
+        abort();
+    }
+    const int lane = s.cur->lane, g = lane / 4, t = lane % 4;
+    w.ldm_row[lane] = (const uint16_t*)row;
+    w.ldm_trans[lane] = transpose;
+    warp_barrier();
+    for (int l = 0; l < 32; l++)
+        if (w.ldm_trans[l] != transpose) {
+            fprintf(stderr, "fake_device: ldmatrix with and without .trans in one warp\n");
+            abort();
+        }
+    for (int i = 0; i < 4; i++) {
+        const uint16_t* const* m = &w.ldm_row[8 * i];  // matrix i's 8 rows
+        const uint16_t lo = transpose ? m[2 * t][g] : m[g][2 * t];
+        const uint16_t hi = transpose ? m[2 * t + 1][g] : m[g][2 * t + 1];
+        r[i] = (uint32_t)lo | ((uint32_t)hi << 16);
+    }
+    warp_barrier();  // everyone has read before the addresses are handed in again
 }
 // A fiber's whole life: wait for a thread to run, run it, leave the barriers, repeat.
 inline void fiber_main(unsigned lo, unsigned hi) {
