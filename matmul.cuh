@@ -71,10 +71,18 @@ static void matmul_batched(cublasOperation_t ta, cublasOperation_t tb, int m, in
 static cublasLtHandle_t cublaslt_handle;  // NULL: never created, every call takes the unfused path
 static int cublaslt_fusion = 1;           // 0: do not use the epilogues (the tests compare both paths)
 
+// The largest power of two <= 256 that divides p's address: what the heuristic may assume of a matrix (it
+// never sees the pointers and assumes 256 otherwise; our tensors sit at multiples of C elements).
+static uint32_t lt_alignment(const void* p) {
+    uint32_t a = 256;
+    while (a > 1 && (uintptr_t)p % a != 0) a /= 2;
+    return a;
+}
 static bool lt_matmul(bf16* D, int ldd, const bf16* A, cublasOperation_t ta, int lda, const bf16* B,
                       cublasOperation_t tb, int ldb, int m, int n, int k, const bf16* C, cublasLtEpilogue_t epilogue,
                       const bf16* bias, const bf16* aux, int64_t aux_ld, cudaStream_t s) {
     if (!cublaslt_handle || !cublaslt_fusion) return false;
+    cublas_use_stream(s);  // the workspace is shared with cuBLAS: one stream for both
     cublasLtMatmulDesc_t desc;
     cublasCheck(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
     const int32_t op_a = ta, op_b = tb;
@@ -95,10 +103,19 @@ static bool lt_matmul(bf16* D, int ldd, const bf16* A, cublasOperation_t ta, int
     cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
     const uint64_t workspace = kCublasWorkspaceBytes;
     cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace));
+    const uint32_t align[4] = {lt_alignment(A), lt_alignment(B), lt_alignment(C ? C : D), lt_alignment(D)};
+    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+    for (int i = 0; i < 4; i++)
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]));
     cublasLtMatmulHeuristicResult_t heuristic;
     int found = 0;
-    const bool ok = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, la, lb, ld, ld, pref, 1, &heuristic, &found) ==
-                        CUBLAS_STATUS_SUCCESS && found > 0;
+    // no algorithm is the one outcome that means "not fusable here"; any other failure is a bug and stops
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, la, lb, ld, ld, pref, 1, &heuristic, &found);
+    if (status != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(status);
+    const bool ok = status == CUBLAS_STATUS_SUCCESS && found > 0;
     if (ok) {
         const float one = 1.0f, beta = C ? 1.0f : 0.0f;
         cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &one, A, la, B, lb, &beta, C ? C : D, ld, D, ld, &heuristic.algo,

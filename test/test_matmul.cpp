@@ -6,6 +6,7 @@
 // sum (<= 2^-9 relative per element: rel-L2 < 4e-3); fp32 outputs differ only in summation order (< 1e-5).
 // Not checked here: real cuBLAS (test_kernels.cu on a GPU), performance.
 #include <gtest/gtest.h>
+#include <algorithm>
 #include <math.h>
 #include <vector>
 #include "cpu_adam.h"  // float_to_bf16, bf16_to_float
@@ -133,6 +134,16 @@ TEST(Matmul, LtBiasResidualEpilogue) {
         if (with_res) residual_forward(ref.data(), ref.data(), res.data(), kN * kOC);
         EXPECT_LT(rel_l2(to_float(out), ref), 4e-3) << "with residual: " << with_res;
     }
+    // every matrix 2-byte aligned only (one bf16 into its buffer): the heuristic must be told (MIN_ALIGNMENT),
+    // or cuBLASLt may pick an algorithm that needs 256 (the emulation refuses such a call, and cublasCheck exits)
+    std::vector<bf16> inp1(inp_b.size() + 1), w1(w_b.size() + 1), res1(res_b.size() + 1), out1(out.size() + 1);
+    std::copy(inp_b.begin(), inp_b.end(), inp1.begin() + 1);
+    std::copy(w_b.begin(), w_b.end(), w1.begin() + 1);
+    std::copy(res_b.begin(), res_b.end(), res1.begin() + 1);
+    ASSERT_TRUE(lt_matmul(out1.data() + 1, kOC, w1.data() + 1, CUBLAS_OP_T, kC, inp1.data() + 1, CUBLAS_OP_N, kC, kOC,
+                          (int)kN, kC, res1.data() + 1, CUBLASLT_EPILOGUE_BIAS, bias_b.data(), NULL, 0, cb.s));
+    std::vector<bf16> shifted(out1.begin() + 1, out1.end());
+    EXPECT_EQ(memcmp(shifted.data(), out.data(), out.size() * sizeof(bf16)), 0) << "the same product, wherever it lies";
 }
 
 TEST(Matmul, LtBiasGeluEpilogueKeepsThePreActivation) {

@@ -1,5 +1,5 @@
 # bench_table.py — reads the logs that dev/bench/run_bench.sh leaves in a folder (ours-CFG.log,
-# ours_res-CFG.log (with GPU-resident layers, -R -1), ours_unfused-CFG.log (-F 0 -G 0: unfused attention and bias/GELU), attention.log, gpu_ckpt-CFG.log, fsdp_offload-CFG.log, cpu_adam.log, torch_adam.log, device.txt) and prints one markdown
+# ours_res-CFG.log (with GPU-resident layers, -R -1), ours_unfused-CFG.log (-F 0 -G 0: unfused attention and bias/GELU), attention.log, layer.log, layer_unfused.log, gpu_ckpt-CFG.log, fsdp_offload-CFG.log, cpu_adam.log, torch_adam.log, device.txt) and prints one markdown
 # report: throughput per config (ours vs the PyTorch peers), our step timeline, CPU AdamW (ours vs torch),
 # and PASS/MISS for the targets. A missing, skipped or failed run shows as such; nothing is guessed.
 # It runs nothing and measures nothing. Python 3 standard library only.
@@ -161,6 +161,30 @@ def main():
                 p("| B%d T%d C%d NH%d | %s | %.3f | %.1f | %.3f | %.1f | %.1e, %.1e |" % (
                     r["B"], r["T"], r["C"], r["NH"], r["path"], r["fwd_ms"], r["fwd_TFLOPs"], r["bwd_ms"],
                     r["bwd_TFLOPs"], r["y_rel_l2"], r["dqkv_rel_l2"]))
+
+    # ---- one layer (build/bench_layer; per-stage lines in layer.log / layer_unfused.log) ----
+    lay = []
+    for name in ("layer", "layer_unfused"):
+        path = os.path.join(d, name + ".log")
+        if os.path.exists(path):
+            with open(path, errors="replace") as f:
+                for l in f:
+                    if l.startswith("RESULT "):
+                        try:
+                            lay.append(json.loads(l[len("RESULT "):]))
+                        except ValueError:
+                            pass
+    if lay:
+        p("")
+        p("One layer, one micro-batch (build/bench_layer; each stage's time in layer.log, layer_unfused.log):")
+        p("")
+        p("| shape | attention | epilogues | forward ms | fwd TFLOP/s | recompute + backward ms | TFLOP/s |")
+        p("|---|---|---|---:|---:|---:|---:|")
+        for r in lay:
+            p("| B%d T%d C%d NH%d | %s | %s | %.3f | %.1f | %.3f | %.1f |" % (
+                r["B"], r["T"], r["C"], r["NH"], "fused" if r["flash"] else "cuBLAS",
+                "cuBLASLt" if r["epilogues"] else "separate", r["fwd_ms"], r["fwd_TFLOPs"], r["recompute_bwd_ms"],
+                r["recompute_bwd_TFLOPs"]))
 
     # ---- CPU AdamW ----
     ca, ta = load(d, "cpu_adam"), load(d, "torch_adam")

@@ -63,8 +63,8 @@ run() {
 skip() { echo "SKIPPED: $2" > "$OUT/$1.log"; say "skip $1: $2"; }
 
 # ---- (a) build, (b) device ----
-say "build: make -j16 train_gpt build/bench_cpu_adam build/bench_attention (log: $OUT/build.log)"
-make -j16 -k train_gpt build/bench_cpu_adam build/bench_attention > "$OUT/build.log" 2>&1 || say "build FAILED: $(grep -m1 -i error "$OUT/build.log")"
+say "build: make -j16 train_gpt build/bench_cpu_adam build/bench_attention build/bench_layer (log: $OUT/build.log)"
+make -j16 -k train_gpt build/bench_cpu_adam build/bench_attention build/bench_layer > "$OUT/build.log" 2>&1 || say "build FAILED: $(grep -m1 -i error "$OUT/build.log")"
 {
     echo "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -n1)"
     echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
@@ -72,10 +72,11 @@ make -j16 -k train_gpt build/bench_cpu_adam build/bench_attention > "$OUT/build.
     echo "torch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -n1)"
 } > "$OUT/device.txt"
 cat "$OUT/device.txt"
-rm -f "$OUT"/attention.log "$OUT"/ours-*.log "$OUT"/ours_res-*.log "$OUT"/ours_unfused-*.log "$OUT"/gpu_ckpt-*.log "$OUT"/fsdp_offload-*.log "$OUT"/cpu_adam.log "$OUT"/torch_adam.log
+rm -f "$OUT"/attention.log "$OUT"/layer.log "$OUT"/layer_unfused.log "$OUT"/ours-*.log "$OUT"/ours_res-*.log "$OUT"/ours_unfused-*.log "$OUT"/gpu_ckpt-*.log "$OUT"/fsdp_offload-*.log "$OUT"/cpu_adam.log "$OUT"/torch_adam.log
 
-# ---- (c) the attention micro-benchmark, our trainer on every config (the product), then the two peers the targets need, then our
-# runs with GPU-resident layers (-R -1), then (d) AdamW, then the other peers ----
+# ---- (c) our trainer on every config (the product), then the two peers the targets need, then our
+# runs with GPU-resident layers (-R -1), then the attention and layer micro-benchmarks, then (d) AdamW, then
+# the unfused run and the other peers ----
 ours() {  # ours NAME CFG [flags...]: one run of train_gpt in benchmark mode on config CFG
     local name=$1 cfg=$2; shift 2
     read -r L C NH <<< "$(model_of "$cfg")"
@@ -97,10 +98,6 @@ peer() {  # peer MODE CFG: one PyTorch peer run
     MASTER_PORT=$port run "$mode-$cfg" python3 "$PEER_PY" "$mode" "$L" "$C" "$NH" $(($(tokens_of "$cfg") / 1024)) 1024
 }
 
-# the two attention paths alone at the 1.3B and 5B shapes: agreement at T = 1024 and their speed (~20 s)
-if [ -x build/bench_attention ]; then run attention build/bench_attention
-else skip attention "build/bench_attention did not build (see build.log)"; fi
-
 for cfg in 5b-32k 5b-8k 1.3b-32k 1.3b-8k; do
     wanted "$cfg" && ours "ours-$cfg" "$cfg"
 done
@@ -110,6 +107,13 @@ done
 for cfg in $RESIDENT_CONFIGS; do
     wanted "$cfg" && ours "ours_res-$cfg" "$cfg" -R -1
 done
+
+# the two attention paths alone at the 1.3B and 5B shapes: agreement at T = 1024 and their speed (~20 s)
+if [ -x build/bench_attention ]; then run attention build/bench_attention
+else skip attention "build/bench_attention did not build (see build.log)"; fi
+# one layer stage by stage at the same shapes, fused and unfused (~30 s): which stage a layer's time goes to
+if [ -x build/bench_layer ]; then run layer build/bench_layer; run layer_unfused build/bench_layer -F 0 -G 0
+else skip layer "build/bench_layer did not build (see build.log)"; fi
 
 if [ "$ADAM" = 1 ]; then
     if [ -x build/bench_cpu_adam ]; then run cpu_adam build/bench_cpu_adam "$ADAM_N" "$ADAM_THREADS" 5

@@ -4,7 +4,8 @@
 // the aux matrix as bf16, then GELU, tanh form) and DGELU (times GELU'(aux)), as cublasLt.h documents them.
 // It refuses what cuBLASLt refuses for these cases: a leading dimension smaller than its matrix's rows, sizes
 // that do not chain, an attribute of the wrong size, an aux leading dimension that is not a multiple of 8 or
-// smaller than D's rows, a bias or aux pointer missing for an epilogue that needs it. Workspace and stream are
+// smaller than D's rows, a bias or aux pointer missing for an epilogue that needs it, a matrix less aligned than
+// the preference's MIN_ALIGNMENT promised (256 bytes unless set, as in cuBLASLt). Workspace and stream are
 // accepted and ignored.
 #pragma once
 #include <math.h>
@@ -28,7 +29,13 @@ typedef enum {
     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER = 11,
     CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD = 12,
 } cublasLtMatmulDescAttributes_t;
-typedef enum { CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1 } cublasLtMatmulPreferenceAttributes_t;
+typedef enum {
+    CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,
+    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES = 8,
+} cublasLtMatmulPreferenceAttributes_t;
 
 struct FakeLtHandle { int unused; };
 struct FakeLtDesc {
@@ -39,7 +46,7 @@ struct FakeLtDesc {
     int64_t aux_ld = 0;
 };
 struct FakeLtLayout { cudaDataType type; uint64_t rows, cols; int64_t ld; };
-struct FakeLtPreference { uint64_t workspace = 0; };
+struct FakeLtPreference { uint64_t workspace = 0; uint32_t align[4] = {256, 256, 256, 256}; };  // A, B, C, D
 typedef FakeLtHandle* cublasLtHandle_t;
 typedef FakeLtDesc* cublasLtMatmulDesc_t;
 typedef FakeLtLayout* cublasLtMatrixLayout_t;
@@ -84,9 +91,12 @@ inline cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t*
 inline cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) { delete p; return CUBLAS_STATUS_SUCCESS; }
 inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p, cublasLtMatmulPreferenceAttributes_t attr,
                                                            const void* buf, size_t size) {
-    if (attr != CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES || size != 8) return CUBLAS_STATUS_INVALID_VALUE;
-    memcpy(&p->workspace, buf, 8);
-    return CUBLAS_STATUS_SUCCESS;
+    if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES && size == 8) { memcpy(&p->workspace, buf, 8); return CUBLAS_STATUS_SUCCESS; }
+    if (attr >= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES && attr <= CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES && size == 4) {
+        memcpy(&p->align[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], buf, 4);
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    return CUBLAS_STATUS_INVALID_VALUE;
 }
 
 namespace fake_cublaslt {
@@ -108,13 +118,16 @@ inline double gelu_grad(double x) {
 }
 }  // namespace fake_cublaslt
 
+// The algorithm "chosen" records the alignments the preference promised: cublasLtMatmul refuses pointers less
+// aligned than that (a real algorithm may need them), so a caller that over-promises fails here too.
 inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t d, cublasLtMatrixLayout_t a,
                                                      cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t dd,
-                                                     cublasLtMatmulPreference_t, int requested,
+                                                     cublasLtMatmulPreference_t pref, int requested,
                                                      cublasLtMatmulHeuristicResult_t* results, int* returned) {
     *returned = 0;
     if (requested < 1 || !fake_cublaslt::valid(d, a, b, c, dd)) return CUBLAS_STATUS_NOT_SUPPORTED;
     memset(&results[0], 0, sizeof results[0]);
+    for (int i = 0; i < 4; i++) results[0].algo.data[i] = pref->align[i];
     results[0].state = CUBLAS_STATUS_SUCCESS;
     *returned = 1;
     return CUBLAS_STATUS_SUCCESS;
@@ -124,6 +137,9 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
                                      const void* C, cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t dd,
                                      const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t) {
     if (!algo || !fake_cublaslt::valid(d, a, b, c, dd)) return CUBLAS_STATUS_INVALID_VALUE;
+    const void* ptrs[4] = {A, B, C, D};
+    for (int i = 0; i < 4; i++)
+        if ((uintptr_t)ptrs[i] % algo->data[i] != 0) return CUBLAS_STATUS_INVALID_VALUE;  // less aligned than promised
     const int m = (int)dd->rows, n = (int)dd->cols, k = (int)(d->transa == CUBLAS_OP_N ? a->cols : a->rows);
     const double al = *(const float*)alpha, be = *(const float*)beta;
     std::vector<float> ab((size_t)m * n);
