@@ -90,10 +90,10 @@ $(BUILD)/emu_test_%: test/test_%.cu test/gpu_test_common.h $(EMU)/.sources $(BUI
 
 # the attention paths, and one layer stage by stage, at the benchmark's shapes (GPU only; built by
 # dev/bench/run_bench.sh and gpu_check.sh, not by `make`)
-$(BUILD)/bench_attention: dev/bench/bench_attention.cu train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard *.cuh)
+$(BUILD)/bench_attention: dev/bench/bench_attention.cu dev/bench/gpu_timing.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard *.cuh)
 	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o -o $@ $(CUDA_LIBS)
 
-$(BUILD)/bench_layer: dev/bench/bench_layer.cu train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard *.cuh)
+$(BUILD)/bench_layer: dev/bench/bench_layer.cu dev/bench/gpu_timing.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard *.cuh)
 	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o -o $@ $(CUDA_LIBS)
 
 $(BUILD)/bench_cpu_adam: dev/bench/bench_cpu_adam.cpp $(BUILD)/cpu_adam.o cpu_adam.h | $(BUILD)

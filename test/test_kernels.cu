@@ -32,6 +32,7 @@
 //         the GPU AdamW against cpu_adam.cpp (both use the same correctly rounded operations in one order).
 #include "gpu_test_common.h"
 #include <algorithm>
+#include <string>
 #include <vector>
 
 namespace {
@@ -109,6 +110,22 @@ double check(const char* what, const float* got, const float* ref, int64_t n) {
 double check(const char* what, const std::vector<float>& got, const std::vector<float>& ref) {
     if (got.size() != ref.size()) { printf("  %s: size %zu vs %zu\n", what, got.size(), ref.size()); return INFINITY; }
     return check(what, got.data(), ref.data(), (int64_t)ref.size());
+}
+// dq, dk, dv of a (N, 3C) gradient apart (the q | k | v columns of each row), each within tol of ref: tells
+// which of an attention backward's products is off.
+void check_dqkv_parts(const char* what, const std::vector<float>& got, const std::vector<float>& ref, int64_t N, int C,
+                      double tol) {
+    const char* part_names[3] = {"dq", "dk", "dv"};
+    for (int part = 0; part < 3; part++) {
+        std::vector<float> g_part, r_part;
+        for (int64_t r = 0; r < N; r++)
+            for (int c = part * C; c < (part + 1) * C; c++) {
+                g_part.push_back(got[(size_t)(r * 3 * C + c)]);
+                r_part.push_back(ref[(size_t)(r * 3 * C + c)]);
+            }
+        const std::string name = std::string(what) + " " + part_names[part];
+        EXPECT_LT(check(name.c_str(), g_part, r_part), tol) << name;
+    }
 }
 // Elements whose bits differ (+0 vs -0 too): for results that must be bit-identical.
 int64_t count_bit_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -502,16 +519,7 @@ TEST(Kernels, AttentionBackwardMatchesCpu) {
         printf("  B=%d T=%d C=%d NH=%d\n", B, T, C, NH);
         // dq, dk, dv apart, to tell which GEMM of attention_backward is off: q | k | v columns of each row.
         // Behind bf16 att (forward), datt, d(scores) and the output: ~4 roundings (emulated: ~3.5e-3) -> 2e-2.
-        const char* names[3] = {"attention_backward dq", "attention_backward dk", "attention_backward dv"};
-        for (int part = 0; part < 3; part++) {
-            std::vector<float> g_part, c_part;
-            for (int64_t r = 0; r < N; r++)
-                for (int c = part * C; c < (part + 1) * C; c++) {
-                    g_part.push_back(got[(size_t)(r * 3 * C + c)]);
-                    c_part.push_back(dqkv[(size_t)(r * 3 * C + c)]);
-                }
-            EXPECT_LT(check(names[part], g_part, c_part), 2e-2) << names[part];
-        }
+        check_dqkv_parts("attention_backward", got, dqkv, N, C, 2e-2);
         EXPECT_LT(check("attention_backward dqkv (N, 3C)", got, dqkv), 2e-2);
     }
 }
@@ -690,16 +698,7 @@ TEST(Kernels, FlashAttentionBackwardMatchesCpu) {
         attention_backward(dqkv.data(), dscore.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH);
         // behind bf16 y (in D = rowsum(dy * y)), P and dS rounded to bf16 for the products, and the output:
         // ~4 roundings, as the cuBLAS path -> 2e-2
-        const char* names[3] = {"flash backward dq", "flash backward dk", "flash backward dv"};
-        for (int part = 0; part < 3; part++) {
-            std::vector<float> g_part, c_part;
-            for (int64_t r = 0; r < N; r++)
-                for (int c = part * C; c < (part + 1) * C; c++) {
-                    g_part.push_back(got[(size_t)(r * 3 * C + c)]);
-                    c_part.push_back(dqkv[(size_t)(r * 3 * C + c)]);
-                }
-            EXPECT_LT(check(names[part], g_part, c_part), 2e-2) << names[part];
-        }
+        check_dqkv_parts("flash backward", got, dqkv, N, C, 2e-2);
         // no atomics: a second backward pass gives the very same bits
         flash_attention_backward(dqkv_d, dsum_d, dy_d, y_d, qkv_d, lse_d, B, T, C, NH, kStream);
         EXPECT_EQ(count_bit_diff(download(dqkv_d, N * 3 * C), got), 0) << "the fused backward is not deterministic";

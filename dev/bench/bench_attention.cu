@@ -9,6 +9,7 @@
 // usage: build/bench_attention [B T C NH]...   (default: the 1.3B and 5B shapes, B = 8, T = 1024)
 #define TESTING
 #include "train_gpt.cu"
+#include "gpu_timing.h"  // median_ms
 #include <algorithm>
 #include <vector>
 
@@ -30,26 +31,6 @@ static double rel_l2(const std::vector<float>& a, const std::vector<float>& ref)
     double num = 0, den = 0;
     for (size_t i = 0; i < a.size(); i++) { const double d = (double)a[i] - ref[i]; num += d * d; den += (double)ref[i] * ref[i]; }
     return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-// median milliseconds of fn over 10 runs after 3 warm-ups
-template <typename F> static double time_ms(F fn, cudaStream_t s) {
-    cudaEvent_t a, b;
-    cudaCheck(cudaEventCreate(&a));
-    cudaCheck(cudaEventCreate(&b));
-    std::vector<float> ms;
-    for (int i = 0; i < 13; i++) {
-        cudaCheck(cudaEventRecord(a, s));
-        fn();
-        cudaCheck(cudaEventRecord(b, s));
-        cudaCheck(cudaEventSynchronize(b));
-        float t = 0;
-        cudaCheck(cudaEventElapsedTime(&t, a, b));
-        if (i >= 3) ms.push_back(t);
-    }
-    cudaCheck(cudaEventDestroy(a));
-    cudaCheck(cudaEventDestroy(b));
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
 }
 
 static void bench_shape(int B, int T, int C, int NH) {
@@ -87,10 +68,10 @@ static void bench_shape(int B, int T, int C, int NH) {
     printf("  fused vs cuBLAS path: y rel-L2 %.2e, dqkv rel-L2 %.2e\n", ey, edqkv);
 
     const double fwd_flop = 4.0 * B * NH * (double)T * T * hs / 2, bwd_flop = 2.5 * fwd_flop;
-    const double f_fwd = time_ms([&] { flash_attention_forward(y, lse, qkv, B, T, C, NH, s); }, s);
-    const double f_bwd = time_ms([&] { flash_attention_backward(dqkv, dsum, dy, y, qkv, lse, B, T, C, NH, s); }, s);
-    const double c_fwd = time_ms([&] { attention_forward(y_ref, scores, qkv, B, T, C, NH, s); }, s);
-    const double c_bwd = time_ms([&] { attention_backward(dqkv_ref, dscores, dy, scores, qkv, B, T, C, NH, s); }, s);
+    const double f_fwd = median_ms([&] { flash_attention_forward(y, lse, qkv, B, T, C, NH, s); }, s);
+    const double f_bwd = median_ms([&] { flash_attention_backward(dqkv, dsum, dy, y, qkv, lse, B, T, C, NH, s); }, s);
+    const double c_fwd = median_ms([&] { attention_forward(y_ref, scores, qkv, B, T, C, NH, s); }, s);
+    const double c_bwd = median_ms([&] { attention_backward(dqkv_ref, dscores, dy, scores, qkv, B, T, C, NH, s); }, s);
     const struct { const char* path; double fwd, bwd; } r[2] = {{"fused", f_fwd, f_bwd}, {"cublas", c_fwd, c_bwd}};
     for (const auto& x : r) {
         printf("  %-7s forward %8.3f ms (%6.1f TFLOP/s)  backward %8.3f ms (%6.1f TFLOP/s)\n", x.path, x.fwd,

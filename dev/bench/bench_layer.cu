@@ -9,6 +9,7 @@
 // usage: build/bench_layer [-F 0|1] [-G 0|1] [B T C NH]...   (-F: fused attention, -G: cuBLASLt epilogues)
 #define TESTING
 #include "train_gpt.cu"
+#include "gpu_timing.h"  // median_ms
 #include <algorithm>
 #include <functional>
 #include <string>
@@ -16,25 +17,6 @@
 
 struct Stage { std::string name; double ms; double flop; double bytes; };
 
-template <typename F> static double median_ms(F fn, cudaStream_t s) {
-    cudaEvent_t a, b;
-    cudaCheck(cudaEventCreate(&a));
-    cudaCheck(cudaEventCreate(&b));
-    std::vector<float> ms;
-    for (int i = 0; i < 13; i++) {
-        cudaCheck(cudaEventRecord(a, s));
-        fn();
-        cudaCheck(cudaEventRecord(b, s));
-        cudaCheck(cudaEventSynchronize(b));
-        float t = 0;
-        cudaCheck(cudaEventElapsedTime(&t, a, b));
-        if (i >= 3) ms.push_back(t);
-    }
-    cudaCheck(cudaEventDestroy(a));
-    cudaCheck(cudaEventDestroy(b));
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-}
 
 static void bench_shape(int B, int T, int C, int NH) {
     GPTConfig cfg;

@@ -46,6 +46,22 @@ def load(d, name):
     return dict(status="failed", msg="failed: " + last[:140] + rc)
 
 
+def results(d, name):
+    """Every RESULT json of a log that prints one per shape (None when the log is missing)."""
+    path = os.path.join(d, name + ".log")
+    if not os.path.exists(path):
+        return None
+    out = []
+    with open(path, errors="replace") as f:
+        for l in f:
+            if l.startswith("RESULT "):
+                try:
+                    out.append(json.loads(l[len("RESULT "):]))
+                except ValueError:
+                    pass
+    return out
+
+
 def timeline_median(lines):
     """Per-key median of the TIMELINE lines of the timed steps (the last N, N from the median line)."""
     tl = []
@@ -139,16 +155,8 @@ def main():
                     cell(100 * t["gpu_idle_s"] / t["step_s"] if t["step_s"] else None, "{:.0f}%")))
 
     # ---- attention paths (build/bench_attention: fused kernels vs cuBLAS + softmax, one micro-batch) ----
-    att_path = os.path.join(d, "attention.log")
-    if os.path.exists(att_path):
-        with open(att_path, errors="replace") as f:
-            att = []
-            for l in f:
-                if l.startswith("RESULT "):
-                    try:
-                        att.append(json.loads(l[len("RESULT "):]))
-                    except ValueError:
-                        pass
+    att = results(d, "attention")
+    if att is not None:
         p("")
         if not att:
             p("Attention micro-benchmark: %s" % esc(load(d, "attention")["msg"]))
@@ -163,17 +171,7 @@ def main():
                     r["bwd_TFLOPs"], r["y_rel_l2"], r["dqkv_rel_l2"]))
 
     # ---- one layer (build/bench_layer; per-stage lines in layer.log / layer_unfused.log) ----
-    lay = []
-    for name in ("layer", "layer_unfused"):
-        path = os.path.join(d, name + ".log")
-        if os.path.exists(path):
-            with open(path, errors="replace") as f:
-                for l in f:
-                    if l.startswith("RESULT "):
-                        try:
-                            lay.append(json.loads(l[len("RESULT "):]))
-                        except ValueError:
-                            pass
+    lay = (results(d, "layer") or []) + (results(d, "layer_unfused") or [])
     if lay:
         p("")
         p("One layer, one micro-batch (build/bench_layer; each stage's time in layer.log, layer_unfused.log):")
