@@ -56,7 +56,8 @@
 
 // Which attention the layers use: the fused kernels (flash_attention.cuh) wherever they take the head size
 // and the GPU has bf16 mma.sync (sm_80+), else the cuBLAS + softmax path (attention.cuh), which also holds
-// every (T x T) score matrix of the micro-batch in the workspace. -F 0 forces the cuBLAS path (a GPT records its choice when built).
+// every (T x T) score matrix of the micro-batch in the workspace. -F 0 forces the cuBLAS path (a GPT
+// records its choice when built).
 static int flash_attention_flag = 1;
 static bool use_flash_attention(const GPTConfig* c) {
     return flash_attention_flag && flash_attention_usable(c->channels / c->num_heads);

@@ -213,13 +213,6 @@ inline cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
     *free_b = FAKE_CUDA_DEVICE_BYTES - fake_cuda::state().device_bytes;
     return cudaSuccess;
 }
-enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
-// the H100's limit: 227 KiB of shared memory per block
-template <typename F> cudaError_t cudaFuncSetAttribute(F* kernel, cudaFuncAttribute attr, int value) {
-    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > 227 * 1024) return 1;  // invalid value
-    fake_device::st().max_dynamic_shared[(const void*)kernel] = value;
-    return cudaSuccess;
-}
 inline cudaError_t cudaMallocHost(void** p, size_t bytes) { return cudaHostAlloc(p, bytes, 0); }
 template <typename T> cudaError_t cudaMallocHost(T** p, size_t bytes) { return cudaHostAlloc((void**)p, bytes, 0); }  // as cuda_runtime.h
 template <typename T> cudaError_t cudaMalloc(T** p, size_t bytes) { return cudaMalloc((void**)p, bytes); }

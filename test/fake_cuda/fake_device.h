@@ -15,7 +15,6 @@
 #include <setjmp.h>
 #include <string.h>
 #include <ucontext.h>
-#include <map>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -53,8 +52,6 @@ struct State {
     bool direct = false;            // threads run as plain calls: a barrier is then a fatal error
     jmp_buf sched;
     dim3 direct_tid;
-    std::vector<unsigned char> dynamic_shared;  // the current launch's dynamic shared memory
-    std::map<const void*, int> max_dynamic_shared;  // cudaFuncSetAttribute(MaxDynamicSharedMemorySize) per kernel
 };
 inline State& st() { static State s; return s; }
 const size_t kStack = 128 * 1024;
@@ -312,28 +309,16 @@ template <typename A, typename B> inline typename std::common_type<A, B>::type m
 template <typename A, typename B> inline typename std::common_type<A, B>::type max(A a, B b) { return a < b ? b : a; }
 
 // kernel<<<grid, block, smem, stream>>>(args...) is rewritten (Makefile, sed) to
-// FAKE_LAUNCH(kernel, grid, block, smem, stream)(args...). Dynamic shared memory (smem bytes) is one buffer
-// per launch that FAKE_DYNAMIC_SHARED returns (the blocks run one after another); more than 48 KiB needs the
-// kernel's cudaFuncSetAttribute(cudaFuncAttributeMaxDynamicSharedMemorySize) first, as on a GPU.
+// FAKE_LAUNCH(kernel, grid, block, smem, stream)(args...)
 template <typename... P>
 struct FakeLaunch {
     void (*kernel)(P...);
     dim3 grid, block;
-    size_t smem;
     template <typename... A> void operator()(A&&... a) {
-        fake_device::State& s = fake_device::st();
-        const auto limit = s.max_dynamic_shared.find((const void*)kernel);
-        if (smem > 48 * 1024 && (limit == s.max_dynamic_shared.end() || (size_t)limit->second < smem)) {
-            fprintf(stderr, "fake_device: launch with %zu bytes of dynamic shared memory without cudaFuncSetAttribute\n", smem);
-            abort();
-        }
-        s.dynamic_shared.assign(smem, 0xA5);  // not zero: a kernel must write what it reads
         struct Args { void (*k)(P...); std::tuple<P...> t; } args{kernel, std::tuple<P...>((P)a...)};
         fake_device::launch(grid, block, [](void* p) { Args* x = (Args*)p; std::apply(x->k, x->t); }, &args);
     }
 };
-template <typename... P> FakeLaunch<P...> fake_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem) {
-    return FakeLaunch<P...>{k, grid, block, smem};
-}
-#define FAKE_LAUNCH(kernel, grid, block, smem, stream) fake_launch(kernel, dim3(grid), dim3(block), (size_t)(smem))
-#define FAKE_DYNAMIC_SHARED() (fake_device::st().dynamic_shared.data())
+template <typename... P> FakeLaunch<P...> fake_launch(void (*k)(P...), dim3 grid, dim3 block) { return FakeLaunch<P...>{k, grid, block}; }
+// (dynamic shared memory is not emulated: every kernel of the trainer uses static shared memory only)
+#define FAKE_LAUNCH(kernel, grid, block, smem, stream) ((smem) == 0 ? (void)0 : abort(), fake_launch(kernel, dim3(grid), dim3(block)))
