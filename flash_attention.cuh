@@ -5,7 +5,7 @@
 // so every gradient element is written once, without atomics, deterministically.
 // Reads q, k, v in place in qkv (B, T, 3C) and writes y (B, T, C) and dq, dk, dv into dqkv (B, T, 3C), the
 // same layouts as attention.cuh (the cuBLAS + softmax path, kept for head sizes these kernels do not take and
-// as the reference). Head sizes 32, 64, 128 (a template parameter); any T; bf16 in, fp32 accumulation.
+// as the reference). Head sizes 32, 64, 80, 96, 128 (a template parameter); any T; bf16 in, fp32 accumulation.
 // Not here: the choice between the two paths (train_gpt.cu), tuning beyond mma.sync + ldmatrix tiles
 // (cp.async double buffering and Hopper's wgmma are the next steps once a GPU has measured this).
 #pragma once
@@ -459,7 +459,8 @@ __global__ void __launch_bounds__(64)
 // ----------------------------------------------------------------------------
 // Launchers
 
-// The head sizes the kernels are built for, on a GPU with bf16 mma.sync (compute capability 8.0 and up).
+// The head sizes the kernels are built for (multiples of 16; 80 for the 2.7b preset), on a GPU with bf16
+// mma.sync (compute capability 8.0 and up).
 static bool flash_attention_usable(int head_size) {
     static int major = -1;  // of device 0 (the trainer's), asked once
     if (major < 0) {
@@ -468,7 +469,7 @@ static bool flash_attention_usable(int head_size) {
         major = cudaGetDevice(&device) == cudaSuccess && cudaGetDeviceProperties(&p, device) == cudaSuccess ? p.major : 0;
         cudaGetLastError();  // no device: not an error here (the trainer reports it); clear it for the next check
     }
-    return major >= 8 && (head_size == 32 || head_size == 64 || head_size == 128);
+    return major >= 8 && (head_size == 32 || head_size == 64 || head_size == 80 || head_size == 96 || head_size == 128);
 }
 
 // The kernels move 16 bytes at a time from rows of q, k, v, y and dy: their bases must be 16-byte aligned
@@ -497,6 +498,7 @@ static void flash_attention_forward(bf16* y, float* lse, const bf16* qkv, int B,
     const float scale_log2 = 1.0f / sqrtf((float)hs) * 1.4426950408889634f;  // exp(x) = exp2(x * log2(e))
     void (*kernel)(bf16*, float*, const bf16*, int, int, float) =
         hs == 32 ? flash_attention_forward_kernel<32> : hs == 64 ? flash_attention_forward_kernel<64>
+        : hs == 80 ? flash_attention_forward_kernel<80> : hs == 96 ? flash_attention_forward_kernel<96>
                                                                  : flash_attention_forward_kernel<128>;
     kernel<<<flash_grid(B, NH, T, 64), 128, 0, s>>>(y, lse, qkv, T, NH, scale_log2);
     cudaCheckLaunch();
@@ -513,9 +515,11 @@ static void flash_attention_backward(bf16* dqkv, float* dsum, const bf16* dy, co
     cudaCheckLaunch();
     typedef void (*Kernel)(bf16*, const bf16*, const bf16*, const float*, const float*, int, int, float, float);
     Kernel dq = hs == 32 ? flash_attention_backward_dq_kernel<32> : hs == 64 ? flash_attention_backward_dq_kernel<64>
+              : hs == 80 ? flash_attention_backward_dq_kernel<80> : hs == 96 ? flash_attention_backward_dq_kernel<96>
                                                                              : flash_attention_backward_dq_kernel<128>;
-    Kernel dkdv = hs == 32 ? flash_attention_backward_dkdv_kernel<32>
-                           : hs == 64 ? flash_attention_backward_dkdv_kernel<64> : flash_attention_backward_dkdv_kernel<128>;
+    Kernel dkdv = hs == 32 ? flash_attention_backward_dkdv_kernel<32> : hs == 64 ? flash_attention_backward_dkdv_kernel<64>
+                : hs == 80 ? flash_attention_backward_dkdv_kernel<80> : hs == 96 ? flash_attention_backward_dkdv_kernel<96>
+                                                                               : flash_attention_backward_dkdv_kernel<128>;
     dq<<<flash_grid(B, NH, T, 64), 128, 0, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, scale, scale_log2);
     cudaCheckLaunch();
     dkdv<<<flash_grid(B, NH, T, 32), 64, 0, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, scale, scale_log2);

@@ -997,8 +997,8 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
            "  -R <int>    keep the first N layers on the GPU with their fp32 weights and AdamW state (updated there,\n"
            "              never copied): uses GPU memory the streaming leaves free to shorten the CPU AdamW;\n"
            "              0 = stream every layer, -1 = as many as fit (default %d)\n"
-           "  -F <0|1>    attention: 1 = fused tensor-core kernels (head sizes 32, 64, 128; others use the\n"
-           "              cuBLAS path), 0 = cuBLAS GEMMs + softmax over stored (T x T) scores (default %d)\n"
+           "  -F <0|1>    attention: 1 = fused tensor-core kernels (head sizes 32, 64, 80, 96, 128; others use\n"
+           "              the cuBLAS path), 0 = cuBLAS GEMMs + softmax over stored (T x T) scores (default %d)\n"
            "  -G <0|1>    1 = the bias, residual and GELU passes after the GEMMs run as cuBLASLt epilogues,\n"
            "              0 = as separate kernels (default %d)\n",
            MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->flash,
@@ -1240,7 +1240,7 @@ int main(int argc, char** argv) {
     table_row("GPU-resident layers", resident ? "%d of %d (%.2f GiB with their AdamW state)" : "%d of %d (all streamed)",
               resident, cfg.num_layers, (double)resident * p->layer_stride * 18 / GiB);
     table_row("attention", "%s", g.flash ? "fused tensor-core kernels (flash_attention.cuh)"
-                                 : ga.flash ? "cuBLAS GEMMs + softmax, T x T scores stored (head size not 32, 64, 128 or GPU before sm_80)"
+                                 : ga.flash ? "cuBLAS GEMMs + softmax, T x T scores stored (head size not 32, 64, 80, 96, 128 or GPU before sm_80)"
                                             : "cuBLAS GEMMs + softmax, T x T scores stored (-F 0)");
     table_row("GEMM epilogues", "%s", ga.epilogues ? "bias, residual, GELU fused (cuBLASLt)" : "separate kernels (-G 0)");
     table_row("device", "%s, %.1f GiB", prop.name, gpu_total / GiB);

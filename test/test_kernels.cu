@@ -3,7 +3,8 @@
 // through the attention path only), the whole attention path (per-head batched GEMMs reading q, k, v in
 // place in qkv -> softmax_causal_* -> y written in place, attention_forward/backward on a GPT's
 // workspace), the fused attention (flash_attention.cuh: the mma.sync fragment table against an exact integer
-// matmul, the ldmatrix fragment loads, forward y and lse, backward dq/dk/dv, at head sizes 32/64/128 and T = 1, 37, 64, 130, 200), and one
+// matmul, the ldmatrix fragment loads, forward y and lse, backward dq/dk/dv, at head sizes 32/64/80/96/128 and
+// T = 1, 37, 64, 70, 100, 130, 200), and one
 // whole layer with either attention
 // (layer_forward, then layer_forward(NULL) + layer_backward) are compared with the fp32 functions of
 // gpt2_cpu.h on the same inputs. Shapes exercise the edges: T = 37 (not a multiple of 32) and 64, C = 96
@@ -645,10 +646,11 @@ std::vector<float> cpu_attention_lse(const std::vector<float>& qkv, int B, int T
     return lse;
 }
 
-// Head sizes 32, 64, 128; T = 1, T below one tile, T not a multiple of the 64/32-row tiles (padded rows),
+// Head sizes 32, 64, 80, 96, 128; T = 1, T below one tile, T not a multiple of the 64/32-row tiles (padded rows),
 // several key tiles per query tile, B and NH > 1.
 struct FlashShape { int B, T, C, NH; };
-const FlashShape kFlashShapes[] = {{2, 37, 96, 3}, {1, 1, 64, 1}, {2, 200, 128, 2}, {1, 130, 256, 2}, {1, 64, 128, 4}};
+const FlashShape kFlashShapes[] = {{2, 37, 96, 3}, {1, 1, 64, 1}, {2, 200, 128, 2}, {1, 130, 256, 2}, {1, 64, 128, 4},
+                                   {1, 100, 160, 2}, {1, 70, 192, 2}};  // ... hs 80 (the 2.7b preset's), 96
 
 TEST(Kernels, FlashAttentionForwardMatchesCpu) {
     REQUIRE_GPU();
