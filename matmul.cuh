@@ -8,6 +8,8 @@
 // libraries.
 #pragma once
 #include <cublasLt.h>
+#include <string.h>
+#include <vector>
 #include "cuda_common.h"
 
 // Matrix multiplies: cuBLAS, bf16 inputs, fp32 accumulation. Our matrices are row-major; cuBLAS is
@@ -78,6 +80,16 @@ static uint32_t lt_alignment(const void* p) {
     while (a > 1 && (uintptr_t)p % a != 0) a /= 2;
     return a;
 }
+// The heuristic's answer for one kind of call: the trainer makes the same few calls (a handful of shapes and
+// epilogues) every layer of every step, and one query costs tens of microseconds of host time. The key is all
+// the heuristic sees: shapes, transposes, epilogue, C or not, and every pointer's alignment.
+typedef struct {
+    int64_t key[16];
+    bool found;
+    cublasLtMatmulAlgo_t algo;
+} LtAlgoCacheEntry;
+static std::vector<LtAlgoCacheEntry> lt_algo_cache;
+
 static bool lt_matmul(bf16* D, int ldd, const bf16* A, cublasOperation_t ta, int lda, const bf16* B,
                       cublasOperation_t tb, int ldb, int m, int n, int k, const bf16* C, cublasLtEpilogue_t epilogue,
                       const bf16* bias, const bf16* aux, int64_t aux_ld, cudaStream_t s) {
@@ -99,29 +111,44 @@ static bool lt_matmul(bf16* D, int ldd, const bf16* A, cublasOperation_t ta, int
     cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda));
     cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb));
     cublasCheck(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, m, n, ldd));
-    cublasLtMatmulPreference_t pref;
-    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
-    const uint64_t workspace = kCublasWorkspaceBytes;
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace, sizeof workspace));
     const uint32_t align[4] = {lt_alignment(A), lt_alignment(B), lt_alignment(C ? C : D), lt_alignment(D)};
-    const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-        CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
-    for (int i = 0; i < 4; i++)
-        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]));
-    cublasLtMatmulHeuristicResult_t heuristic;
-    int found = 0;
-    // no algorithm is the one outcome that means "not fusable here"; any other failure is a bug and stops
-    const cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, la, lb, ld, ld, pref, 1, &heuristic, &found);
-    if (status != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(status);
-    const bool ok = status == CUBLAS_STATUS_SUCCESS && found > 0;
+    const int64_t key[16] = {m, n, k, lda, ldb, ldd, ta, tb, epilogue, C != NULL, aux_ld, align[0], align[1], align[2],
+                             align[3], (int64_t)lt_alignment(bias) * 1024 + lt_alignment(aux)};
+    const LtAlgoCacheEntry* known = NULL;
+    for (const LtAlgoCacheEntry& e : lt_algo_cache)
+        if (memcmp(e.key, key, sizeof key) == 0) { known = &e; break; }
+    if (!known) {
+        cublasLtMatmulPreference_t pref;
+        cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+        const uint64_t workspace = kCublasWorkspaceBytes;
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                         sizeof workspace));
+        const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+            CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
+        for (int i = 0; i < 4; i++)
+            cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]));
+        cublasLtMatmulHeuristicResult_t heuristic;
+        memset(&heuristic, 0, sizeof heuristic);
+        int found = 0;
+        // no algorithm is the one outcome that means "not fusable here"; any other failure is a bug and stops
+        const cublasStatus_t status =
+            cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, la, lb, ld, ld, pref, 1, &heuristic, &found);
+        if (status != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(status);
+        cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+        LtAlgoCacheEntry e;
+        memcpy(e.key, key, sizeof key);
+        e.found = status == CUBLAS_STATUS_SUCCESS && found > 0;
+        e.algo = heuristic.algo;
+        lt_algo_cache.push_back(e);
+        known = &lt_algo_cache.back();
+    }
+    const bool ok = known->found;
     if (ok) {
         const float one = 1.0f, beta = C ? 1.0f : 0.0f;
-        cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &one, A, la, B, lb, &beta, C ? C : D, ld, D, ld, &heuristic.algo,
+        cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &one, A, la, B, lb, &beta, C ? C : D, ld, D, ld, &known->algo,
                                    cublas_workspace, kCublasWorkspaceBytes, s));
     }
-    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatrixLayoutDestroy(lb));
     cublasCheck(cublasLtMatrixLayoutDestroy(ld));

@@ -547,6 +547,7 @@ static void gpt_free(GPT* g) {
     // the cuBLAS handle first: it is bound to the compute stream, which stream_free destroys
     cublasCheck(cublasDestroy(cublas_handle));
     cublasCheck(cublasLtDestroy(cublaslt_handle));
+    lt_algo_cache.clear();  // the answers of that handle
     cudaCheck(cudaFree(cublas_workspace));
     cublas_handle = NULL; cublaslt_handle = NULL; cublas_workspace = NULL; cublas_stream = NULL;
     stream_free(&g->ws);

@@ -40,20 +40,25 @@ double rel_l2(const std::vector<float>& got, const std::vector<float>& ref) {
     return sqrt(num / den);
 }
 
+// One stream for the whole suite (the CUDA model in test/fake_cuda hands out a handful of stream ids); fresh
+// handles, workspace and cuBLASLt answers per test.
+cudaStream_t suite_stream() {
+    static cudaStream_t s = [] { cudaStream_t x; cudaCheck(cudaStreamCreateWithFlags(&x, cudaStreamNonBlocking)); return x; }();
+    return s;
+}
 struct Cublas {
     cudaStream_t s;
-    Cublas() {
+    Cublas() : s(suite_stream()) {
         cublasCheck(cublasCreate(&cublas_handle));
         cublasCheck(cublasLtCreate(&cublaslt_handle));
         cublas_workspace = malloc(16);
         cublas_stream = NULL;
-        cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     }
     ~Cublas() {
         cublasCheck(cublasDestroy(cublas_handle));
         cublasCheck(cublasLtDestroy(cublaslt_handle));
+        lt_algo_cache.clear();
         free(cublas_workspace);
-        cudaCheck(cudaStreamDestroy(s));
         cublas_handle = NULL; cublaslt_handle = NULL; cublas_workspace = NULL; cublas_stream = NULL;
     }
 };
@@ -144,6 +149,26 @@ TEST(Matmul, LtBiasResidualEpilogue) {
                           (int)kN, kC, res1.data() + 1, CUBLASLT_EPILOGUE_BIAS, bias_b.data(), NULL, 0, cb.s));
     std::vector<bf16> shifted(out1.begin() + 1, out1.end());
     EXPECT_EQ(memcmp(shifted.data(), out.data(), out.size() * sizeof(bf16)), 0) << "the same product, wherever it lies";
+}
+
+// The heuristic is asked once per kind of call: a repeated call reuses its answer (same result), a call with
+// another shape or alignment asks again.
+TEST(Matmul, LtAlgoCacheAsksOncePerKindOfCall) {
+    Cublas cb;
+    auto inp = rand_vec(kN * kC, 70), w = rand_vec((int64_t)kOC * kC, 71), bias = rand_vec(kOC, 72);
+    auto inp_b = to_bf16(inp), w_b = to_bf16(w), bias_b = to_bf16(bias);
+    std::vector<bf16> out((size_t)(kN * kOC));
+    ASSERT_EQ(lt_algo_cache.size(), 0u);
+    ASSERT_TRUE(lt_matmul(out.data(), kOC, w_b.data(), CUBLAS_OP_T, kC, inp_b.data(), CUBLAS_OP_N, kC, kOC, (int)kN, kC, NULL,
+                          CUBLASLT_EPILOGUE_BIAS, bias_b.data(), NULL, 0, cb.s));
+    const std::vector<bf16> first(out);
+    ASSERT_TRUE(lt_matmul(out.data(), kOC, w_b.data(), CUBLAS_OP_T, kC, inp_b.data(), CUBLAS_OP_N, kC, kOC, (int)kN, kC, NULL,
+                          CUBLASLT_EPILOGUE_BIAS, bias_b.data(), NULL, 0, cb.s));  // the same buffers: the same alignments
+    EXPECT_EQ(lt_algo_cache.size(), 1u);
+    EXPECT_EQ(memcmp(out.data(), first.data(), out.size() * sizeof(bf16)), 0);
+    ASSERT_TRUE(lt_matmul(out.data(), kOC, w_b.data(), CUBLAS_OP_T, kC, inp_b.data(), CUBLAS_OP_N, kC, kOC, (int)kN - 1, kC,
+                          NULL, CUBLASLT_EPILOGUE_BIAS, bias_b.data(), NULL, 0, cb.s));  // one row fewer: another shape
+    EXPECT_EQ(lt_algo_cache.size(), 2u);
 }
 
 TEST(Matmul, LtBiasGeluEpilogueKeepsThePreActivation) {
