@@ -72,15 +72,16 @@ $(BUILD)/test_%: test/test_%.cu test/gpu_test_common.h train_gpt.cu $(BUILD)/str
 	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o -o $@ -lgtest -lgtest_main $(CUDA_LIBS)
 
 # The emulated GPU suites: the sources copied with every kernel<<<grid, block, smem, stream>>>(...) launch
-# rewritten to FAKE_LAUNCH(kernel, grid, block, smem, stream)(...), then compiled by the host compiler against
+# rewritten to FAKE_LAUNCH(kernel, grid, block, smem, stream)(...) and each __shared__ array cleared to NaN
+# bytes per block (test/fake_cuda/emu_rewrite.sh), then compiled by the host compiler against
 # test/fake_cuda (the CUDA runtime's ordering model, cuBLAS emulated, kernels run as CPU fibers). A smaller
 # grid cap keeps the fiber count low (the grid-stride loops loop sooner). _FORTIFY_SOURCE off: the fibers
 # switch stacks with longjmp, which its checked variant refuses.
 EMU := $(BUILD)/emu
 EMU_SOURCES := $(wildcard *.cu *.cuh *.h)
-$(EMU)/.sources: $(EMU_SOURCES) | $(BUILD)
+$(EMU)/.sources: $(EMU_SOURCES) test/fake_cuda/emu_rewrite.sh | $(BUILD)
 	@mkdir -p $(EMU)
-	@for f in $(EMU_SOURCES); do sed 's/\([A-Za-z_0-9]*\)<<<\([^>]*\)>>>/FAKE_LAUNCH(\1, \2)/g' $$f > $(EMU)/$$f; done
+	@for f in $(EMU_SOURCES); do sh test/fake_cuda/emu_rewrite.sh $$f > $(EMU)/$$f || exit 1; done
 	@touch $@
 EMU_FLAGS := -DFAKE_CUDA_DEVICE -DGRID_FOR_CAP=64 -U_FORTIFY_SOURCE -I$(EMU) -Itest/fake_cuda -I.
 $(BUILD)/emu_train_gpt: train_gpt.cu $(EMU)/.sources $(BUILD)/cpu_adam.o $(wildcard test/fake_cuda/*.h) | $(BUILD)

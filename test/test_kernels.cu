@@ -74,6 +74,7 @@ template <typename X> void upload(X* d, const std::vector<X>& h) {
 std::vector<float> download(const bf16* d, int64_t n) {
     std::vector<uint16_t> raw((size_t)n);
     cudaCheck(cudaDeviceSynchronize());
+    if (n == 0) return {};  // e.g. the attention scores' workspace, empty with the fused attention
     cudaCheck(cudaMemcpy(raw.data(), d, (size_t)n * 2, cudaMemcpyDeviceToHost));
     std::vector<float> out((size_t)n);
     for (int64_t i = 0; i < n; i++) out[(size_t)i] = bf16_to_float(raw[(size_t)i]);

@@ -121,10 +121,17 @@ inline void fake_cuda_reset() { fake_cuda::state() = fake_cuda::State(); }
 // --- the runtime API stream.cu and timeline.h call ---
 inline const char* cudaGetErrorString(cudaError_t) { return "fake"; }
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
-inline cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) { *p = calloc(1, bytes ? bytes : 1); return *p ? cudaSuccess : 2; }
+// Fresh device and pinned memory holds garbage on a GPU (cudaMalloc does not clear it): here it is 0xFF bytes,
+// a NaN as float and as bf16, so a result that depends on memory nobody wrote shows up as NaN, not as zero.
+inline void* fake_cuda_garbage_alloc(size_t bytes) {
+    void* p = malloc(bytes ? bytes : 1);
+    if (p) memset(p, 0xFF, bytes ? bytes : 1);
+    return p;
+}
+inline cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) { *p = fake_cuda_garbage_alloc(bytes); return *p ? cudaSuccess : 2; }
 inline cudaError_t cudaMalloc(void** p, size_t bytes) {
     FAKE_CUDA_LOCKED;
-    *p = calloc(1, bytes ? bytes : 1);
+    *p = fake_cuda_garbage_alloc(bytes);
     if (!*p) return 2;
     fake_cuda::state().device_allocations[*p] = bytes;
     fake_cuda::state().device_bytes += bytes;

@@ -15,6 +15,7 @@
 #include <setjmp.h>
 #include <string.h>
 #include <ucontext.h>
+#include <map>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -52,6 +53,8 @@ struct State {
     bool direct = false;            // threads run as plain calls: a barrier is then a fatal error
     jmp_buf sched;
     dim3 direct_tid;
+    uint64_t block_serial = 0;                         // one per block run: shared_fresh's "new block"
+    std::map<const void*, uint64_t> shared_block_serial;  // per __shared__ array: the block that last cleared it
 };
 inline State& st() { static State s; return s; }
 const size_t kStack = 128 * 1024;
@@ -206,10 +209,23 @@ inline void resume(Fiber* f) {
     s.cur = f;
     if (!_setjmp(s.sched)) _longjmp(f->jb, 1);
 }
+// A block's shared memory starts as garbage on a GPU; here each __shared__ array of the trainer's kernels
+// starts every block as 0xFF bytes (a NaN as float and as bf16), so a kernel that reads a shared element its
+// block never wrote (a padding row of a tile, say) computes NaN instead of quietly reusing the previous
+// block's values. The emulated sources call this right after each __shared__ declaration (FAKE_SHARED_FRESH,
+// added by test/fake_cuda/emu_rewrite.sh); the first thread of a block to get there clears the array.
+inline void shared_fresh(void* p, size_t bytes) {
+    State& s = st();
+    uint64_t& serial = s.shared_block_serial[p];
+    if (serial == s.block_serial) return;
+    serial = s.block_serial;
+    memset(p, 0xFF, bytes);
+}
 // Runs one block on the fibers. probe: fiber 0 alone first; if it finishes without a barrier, returns false
 // (the caller runs the other threads as plain calls). Else runs the whole block and returns true.
 inline bool run_block(bool probe) {
     State& s = st();
+    s.block_serial++;
     const int n = (int)(s.block.x * s.block.y);
     grow_pool((size_t)n);
     s.warps.assign((size_t)((n + 31) / 32), Warp());
@@ -278,6 +294,7 @@ inline void launch(dim3 grid, dim3 block, void (*body)(void*), void* args) {
                 for (unsigned i = 1; i < n; i++) { s.direct_tid = dim3(i % block.x, i / block.x, 0); body(args); }
                 continue;
             }
+            s.block_serial++;
             for (unsigned i = 0; i < n; i++) { s.direct_tid = dim3(i % block.x, i / block.x, 0); body(args); }
         }
     s.direct = false;
@@ -291,6 +308,7 @@ inline void launch(dim3 grid, dim3 block, void (*body)(void*), void* args) {
 #define __launch_bounds__(...)
 #define __align__(n) __attribute__((aligned(n)))
 #define __shared__ static
+#define FAKE_SHARED_FRESH(a) fake_device::shared_fresh((void*)(a), sizeof(a))
 #define threadIdx (fake_device::thread_idx())
 #define blockIdx (fake_device::st().block_idx)
 #define blockDim (fake_device::st().block)
