@@ -139,7 +139,7 @@ static void request_ready_layers(WeightStream* ws, int until) {
 
 void stream_begin_pass(WeightStream* ws, const int* order, int n) {
     for (int s = 0; s < ws->num_slots; s++) ws->slot_pinned[s] = 0;
-    memcpy(ws->schedule, order, sizeof(int) * n);
+    if (n > 0) memcpy(ws->schedule, order, sizeof(int) * n);  // a pass over no streamed layer may pass NULL
     ws->schedule_len = n;
     ws->schedule_next = 0;
     // Up to num_slots - 1 layers are requested ahead of the one computing; each release lets one more in.

@@ -300,7 +300,8 @@ TEST(AdamW, NullBf16OutputGivesSameResult) {
 }
 
 // The SIMD body and the scalar tail do the same IEEE operations: updating the array at once, one element
-// per call (scalar path only), and with 1 or 3 threads must all give the same bits.
+// per call (scalar path only), with 1 or 3 threads, and in two calls split at element 7 (the second starts
+// off the streaming stores' alignment: scalar until aligned) must all give the same bits.
 TEST(AdamW, ResultIndependentOfPositionAndThreads) {
     ThreadsGuard guard;
     const int64_t n = 1000003;
@@ -309,9 +310,9 @@ TEST(AdamW, ResultIndependentOfPositionAndThreads) {
     std::vector<uint16_t> gb(n);
     for (int64_t i = 0; i < n; i++) { p0[i] = random_grad(rng); g[i] = random_grad(rng); gb[i] = float_to_bf16(g[i]); }
     for (int bf : {0, 1}) {
-        std::vector<float> pr[4], mr[4], vr[4];
-        std::vector<uint16_t> outr[4];
-        for (int variant = 0; variant < 4; variant++) {
+        std::vector<float> pr[5], mr[5], vr[5];
+        std::vector<uint16_t> outr[5];
+        for (int variant = 0; variant < 5; variant++) {
             std::vector<float>& p = pr[variant] = p0;
             std::vector<float>& m = mr[variant] = std::vector<float>(n, 0.0f);
             std::vector<float>& v = vr[variant] = std::vector<float>(n, 0.0f);
@@ -324,6 +325,12 @@ TEST(AdamW, ResultIndependentOfPositionAndThreads) {
                         if (bf) adamw_update_bf16grad(&p[i], &gb[i], &m[i], &v[i], &out[i], 1, &a);
                         else adamw_update_f32grad(&p[i], &g[i], &m[i], &v[i], &out[i], 1, &a);
                     }
+                } else if (variant == 4) {  // [0, 7) and [7, n)
+                    for (int64_t lo : {(int64_t)0, (int64_t)7}) {
+                        const int64_t len = lo == 0 ? 7 : n - 7;
+                        if (bf) adamw_update_bf16grad(&p[lo], &gb[lo], &m[lo], &v[lo], &out[lo], len, &a);
+                        else adamw_update_f32grad(&p[lo], &g[lo], &m[lo], &v[lo], &out[lo], len, &a);
+                    }
                 } else if (bf) {
                     adamw_update_bf16grad(p.data(), gb.data(), m.data(), v.data(), out.data(), n, &a);
                 } else {
@@ -331,7 +338,7 @@ TEST(AdamW, ResultIndependentOfPositionAndThreads) {
                 }
             }
         }
-        for (int variant = 1; variant < 4; variant++) {
+        for (int variant = 1; variant < 5; variant++) {
             EXPECT_EQ(0, memcmp(pr[0].data(), pr[variant].data(), n * 4)) << "params, variant " << variant << " bf16grad=" << bf;
             EXPECT_EQ(0, memcmp(mr[0].data(), mr[variant].data(), n * 4)) << "m, variant " << variant;
             EXPECT_EQ(0, memcmp(vr[0].data(), vr[variant].data(), n * 4)) << "v, variant " << variant;

@@ -31,7 +31,7 @@ constexpr int kMaxAgents = 8;                 // agent 0 is the host, streams ar
 typedef std::array<uint64_t, kMaxAgents> Clock;
 inline void join(Clock& a, const Clock& b) { for (int i = 0; i < kMaxAgents; i++) a[i] = a[i] > b[i] ? a[i] : b[i]; }
 
-struct Access { int agent; uint64_t tick; bool write; std::string what; };
+struct Access { int agent = 0; uint64_t tick = 0; bool write = false; std::string what; };
 struct Region { const char* base; int64_t bytes; std::string name; std::vector<Access> since_write; bool has_write = false; Access last_write; };
 
 struct State {
