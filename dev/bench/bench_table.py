@@ -156,7 +156,8 @@ def main():
 
     # ---- attention paths (build/bench_attention: fused kernels vs cuBLAS + softmax, one micro-batch) ----
     att = results(d, "attention")
-    if att is not None:
+    if att is not None or results(d, "attention_sdpa"):
+        att = (att or []) + (results(d, "attention_sdpa") or [])  # + PyTorch's SDPA at the same shapes
         p("")
         if not att:
             p("Attention micro-benchmark: %s" % esc(load(d, "attention")["msg"]))
@@ -165,10 +166,11 @@ def main():
             p("")
             p("| shape | path | forward ms | fwd TFLOP/s | backward ms | bwd TFLOP/s | fused vs cuBLAS rel-L2 (y, dqkv) |")
             p("|---|---|---:|---:|---:|---:|---|")
-            for r in att:
-                p("| B%d T%d C%d NH%d | %s | %.3f | %.1f | %.3f | %.1f | %.1e, %.1e |" % (
+            for r in sorted(att, key=lambda r: (r["C"], r["NH"], r["B"], r["T"])):  # stable: paths in log order
+                agree = "-" if r.get("y_rel_l2") is None else "%.1e, %.1e" % (r["y_rel_l2"], r["dqkv_rel_l2"])
+                p("| B%d T%d C%d NH%d | %s | %.3f | %.1f | %.3f | %.1f | %s |" % (
                     r["B"], r["T"], r["C"], r["NH"], r["path"], r["fwd_ms"], r["fwd_TFLOPs"], r["bwd_ms"],
-                    r["bwd_TFLOPs"], r["y_rel_l2"], r["dqkv_rel_l2"]))
+                    r["bwd_TFLOPs"], agree))
 
     # ---- one layer (build/bench_layer; per-stage lines in layer.log / layer_unfused.log) ----
     lay = (results(d, "layer") or []) + (results(d, "layer_unfused") or [])

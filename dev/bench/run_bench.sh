@@ -72,7 +72,7 @@ make -j16 -k train_gpt build/bench_cpu_adam build/bench_attention build/bench_la
     echo "torch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -n1)"
 } > "$OUT/device.txt"
 cat "$OUT/device.txt"
-rm -f "$OUT"/attention.log "$OUT"/layer.log "$OUT"/layer_unfused.log "$OUT"/ours-*.log "$OUT"/ours_res-*.log "$OUT"/ours_unfused-*.log "$OUT"/gpu_ckpt-*.log "$OUT"/fsdp_offload-*.log "$OUT"/cpu_adam.log "$OUT"/torch_adam.log
+rm -f "$OUT"/attention.log "$OUT"/attention_sdpa.log "$OUT"/layer.log "$OUT"/layer_unfused.log "$OUT"/ours-*.log "$OUT"/ours_res-*.log "$OUT"/ours_unfused-*.log "$OUT"/gpu_ckpt-*.log "$OUT"/fsdp_offload-*.log "$OUT"/cpu_adam.log "$OUT"/torch_adam.log
 
 # ---- (c) our trainer on every config (the product), then the two peers the targets need, then our
 # runs with GPU-resident layers (-R -1), then the attention and layer micro-benchmarks, then (d) AdamW, then
@@ -111,6 +111,8 @@ done
 # the two attention paths alone at the 1.3B and 5B shapes: agreement at T = 1024 and their speed (~20 s)
 if [ -x build/bench_attention ]; then run attention build/bench_attention
 else skip attention "build/bench_attention did not build (see build.log)"; fi
+# PyTorch's fused attention (SDPA) at the same shapes: what the peers' attention costs (~10 s)
+if [ "$PEERS" = 1 ]; then run attention_sdpa python3 dev/bench/bench_sdpa.py; else skip attention_sdpa "PEERS=$PEERS"; fi
 # one layer stage by stage at the same shapes, fused and unfused (~30 s): which stage a layer's time goes to
 if [ -x build/bench_layer ]; then run layer build/bench_layer; run layer_unfused build/bench_layer -F 0 -G 0
 else skip layer "build/bench_layer did not build (see build.log)"; fi
