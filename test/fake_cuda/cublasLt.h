@@ -136,6 +136,7 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
                                      cublasLtMatrixLayout_t a, const void* B, cublasLtMatrixLayout_t b, const void* beta,
                                      const void* C, cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t dd,
                                      const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t) {
+    FAKE_CUDA_DEVICE_ACCESS;
     if (!algo || !fake_cublaslt::valid(d, a, b, c, dd)) return CUBLAS_STATUS_INVALID_VALUE;
     const void* ptrs[4] = {A, B, C, D};
     for (int i = 0; i < 4; i++)

@@ -51,6 +51,7 @@ inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation
                                                  long long strideA, const void* B, cudaDataType Btype, int ldb,
                                                  long long strideB, const void* beta, void* C, cudaDataType Ctype, int ldc,
                                                  long long strideC, int batch, cublasComputeType_t, cublasGemmAlgo_t) {
+    FAKE_CUDA_DEVICE_ACCESS;
     const int a_rows = ta == CUBLAS_OP_N ? m : k, b_rows = tb == CUBLAS_OP_N ? k : n;
     if (m <= 0 || n <= 0 || k <= 0 || batch <= 0 || lda < a_rows || ldb < b_rows || ldc < m) return CUBLAS_STATUS_INVALID_VALUE;
     const double al = *(const float*)alpha, be = *(const float*)beta;

@@ -129,9 +129,90 @@ inline void* fake_cuda_garbage_alloc(size_t bytes) {
     return p;
 }
 inline cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) { *p = fake_cuda_garbage_alloc(bytes); return *p ? cudaSuccess : 2; }
+
+// On a GPU, host code that dereferences a device pointer crashes. In the emulated build (FAKE_CUDA_DEVICE)
+// each device buffer is its own mapping, readable and writable only while the emulated GPU works (a kernel,
+// a cuBLAS call, a copy or a memset: FAKE_CUDA_DEVICE_ACCESS) and PROT_NONE otherwise, so such host code
+// crashes here too. A buffer ends less than 256 bytes (cudaMalloc's alignment) before a guard page that is
+// never mapped readable: running off its end faults as well. Under AddressSanitizer (make sanitize) buffers
+// stay malloc'd, which it checks byte by byte.
+#if defined(FAKE_CUDA_DEVICE) && !defined(__SANITIZE_ADDRESS__)
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+namespace fake_cuda {
+struct DeviceMapping { char* map; size_t data_pages; };  // data_pages bytes of data, then one guard page
+inline std::map<void*, DeviceMapping>& device_mappings() { static std::map<void*, DeviceMapping> m; return m; }
+inline int& device_access_depth() { static int d = 0; return d; }
+inline size_t page_bytes() { static const size_t b = (size_t)sysconf(_SC_PAGESIZE); return b; }
+inline void protect_device(const DeviceMapping& m, int prot) {
+    if (mprotect(m.map, m.data_pages, prot) != 0) { perror("fake_cuda: mprotect"); abort(); }
+}
+// A fault inside a device mapping gets a sentence instead of a bare "Segmentation fault".
+inline void device_fault(int sig, siginfo_t* info, void*) {
+    const char* a = (const char*)info->si_addr;
+    for (auto& m : device_mappings())
+        if (a >= m.second.map && a < m.second.map + m.second.data_pages + page_bytes()) {
+            fprintf(stderr, "fake_cuda: %s at %p: %s\n", "memory fault", info->si_addr,
+                    a >= m.second.map + m.second.data_pages
+                        ? "past the end of a device buffer"
+                        : "device memory touched outside a kernel, cuBLAS call or copy (host code dereferencing a device pointer?)");
+            break;
+        }
+    signal(sig, SIG_DFL);  // then die of the signal as before
+    raise(sig);
+}
+inline void* device_alloc(size_t bytes) {
+    static const bool handler = [] {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = device_fault;
+        sa.sa_flags = SA_SIGINFO;
+        return sigaction(SIGSEGV, &sa, NULL) == 0;
+    }();
+    (void)handler;
+    const size_t page = page_bytes(), data = (bytes + page - 1) / page * page + (bytes == 0 ? page : 0);
+    void* map = mmap(NULL, data + page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (map == MAP_FAILED) return NULL;
+    const DeviceMapping m{(char*)map, data};
+    char* p = m.map + data - (bytes + 255) / 256 * 256;
+    protect_device(m, PROT_READ | PROT_WRITE);
+    memset(p, 0xFF, bytes);  // garbage, as fake_cuda_garbage_alloc
+    if (device_access_depth() == 0) protect_device(m, PROT_NONE);
+    device_mappings()[p] = m;
+    return p;
+}
+inline void device_free(void* p) {
+    auto it = device_mappings().find(p);
+    if (it == device_mappings().end()) return;
+    munmap(it->second.map, it->second.data_pages + page_bytes());
+    device_mappings().erase(it);
+}
+struct DeviceAccess {
+    DeviceAccess() {
+        FAKE_CUDA_LOCKED;
+        if (device_access_depth()++ == 0)
+            for (auto& m : device_mappings()) protect_device(m.second, PROT_READ | PROT_WRITE);
+    }
+    ~DeviceAccess() {
+        FAKE_CUDA_LOCKED;
+        if (--device_access_depth() == 0)
+            for (auto& m : device_mappings()) protect_device(m.second, PROT_NONE);
+    }
+};
+}  // namespace fake_cuda
+#define FAKE_CUDA_DEVICE_ACCESS fake_cuda::DeviceAccess fake_cuda_device_access
+#define FAKE_CUDA_DEVICE_ALLOC(bytes) fake_cuda::device_alloc(bytes)
+#define FAKE_CUDA_DEVICE_FREE(p) fake_cuda::device_free(p)
+#else
+#define FAKE_CUDA_DEVICE_ACCESS (void)0
+#define FAKE_CUDA_DEVICE_ALLOC(bytes) fake_cuda_garbage_alloc(bytes)
+#define FAKE_CUDA_DEVICE_FREE(p) free(p)
+#endif
+
 inline cudaError_t cudaMalloc(void** p, size_t bytes) {
     FAKE_CUDA_LOCKED;
-    *p = fake_cuda_garbage_alloc(bytes);
+    *p = FAKE_CUDA_DEVICE_ALLOC(bytes);
     if (!*p) return 2;
     fake_cuda::state().device_allocations[*p] = bytes;
     fake_cuda::state().device_bytes += bytes;
@@ -141,8 +222,10 @@ inline cudaError_t cudaFree(void* p) {
     FAKE_CUDA_LOCKED;
     auto& a = fake_cuda::state().device_allocations;
     auto it = a.find(p);
-    if (it != a.end()) { fake_cuda::state().device_bytes -= it->second; a.erase(it); }
-    free(p);
+    if (it == a.end()) return cudaSuccess;  // cudaFree(NULL), as CUDA's
+    fake_cuda::state().device_bytes -= it->second;
+    a.erase(it);
+    FAKE_CUDA_DEVICE_FREE(p);
     return cudaSuccess;
 }
 inline cudaError_t cudaFreeHost(void* p) { free(p); return cudaSuccess; }
@@ -190,6 +273,7 @@ inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { *
 // Copies at once (so a test can see WHICH data a copy would deliver; WHEN it may run is the clocks' business).
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t s) {
     FAKE_CUDA_LOCKED;
+    FAKE_CUDA_DEVICE_ACCESS;
     if (!s) s = fake_cuda::legacy_stream();
     const fake_cuda::Clock& c = fake_cuda::enqueue(s);
     const std::string what = "a copy on stream " + std::to_string(s->agent);
@@ -223,10 +307,11 @@ inline cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
 inline cudaError_t cudaMallocHost(void** p, size_t bytes) { return cudaHostAlloc(p, bytes, 0); }
 template <typename T> cudaError_t cudaMallocHost(T** p, size_t bytes) { return cudaHostAlloc((void**)p, bytes, 0); }  // as cuda_runtime.h
 template <typename T> cudaError_t cudaMalloc(T** p, size_t bytes) { return cudaMalloc((void**)p, bytes); }
-inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) { memcpy(dst, src, bytes); return cudaSuccess; }
-inline cudaError_t cudaMemset(void* p, int v, size_t bytes) { memset(p, v, bytes); return cudaSuccess; }
+inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) { FAKE_CUDA_DEVICE_ACCESS; memcpy(dst, src, bytes); return cudaSuccess; }
+inline cudaError_t cudaMemset(void* p, int v, size_t bytes) { FAKE_CUDA_DEVICE_ACCESS; memset(p, v, bytes); return cudaSuccess; }
 inline cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t s) {
     FAKE_CUDA_LOCKED;
+    FAKE_CUDA_DEVICE_ACCESS;
     fake_cuda::enqueue(s);
     memset(p, v, bytes);
     return cudaSuccess;

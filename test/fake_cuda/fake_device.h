@@ -333,6 +333,7 @@ struct FakeLaunch {
     void (*kernel)(P...);
     dim3 grid, block;
     template <typename... A> void operator()(A&&... a) {
+        FAKE_CUDA_DEVICE_ACCESS;  // device memory is readable while the kernel runs (cuda_runtime.h)
         struct Args { void (*k)(P...); std::tuple<P...> t; } args{kernel, std::tuple<P...>((P)a...)};
         fake_device::launch(grid, block, [](void* p) { Args* x = (Args*)p; std::apply(x->k, x->t); }, &args);
     }
