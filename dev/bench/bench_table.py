@@ -46,31 +46,30 @@ def load(d, name):
     return dict(status="failed", msg="failed: " + last[:140] + rc)
 
 
+def json_lines(lines, prefix):
+    """The json objects of the lines that start with prefix ("RESULT ", "TIMELINE "); unparsable ones skipped."""
+    out = []
+    for l in lines:
+        if l.startswith(prefix):
+            try:
+                out.append(json.loads(l[len(prefix):]))
+            except ValueError:
+                pass
+    return out
+
+
 def results(d, name):
     """Every RESULT json of a log that prints one per shape (None when the log is missing)."""
     path = os.path.join(d, name + ".log")
     if not os.path.exists(path):
         return None
-    out = []
     with open(path, errors="replace") as f:
-        for l in f:
-            if l.startswith("RESULT "):
-                try:
-                    out.append(json.loads(l[len("RESULT "):]))
-                except ValueError:
-                    pass
-    return out
+        return json_lines(f, "RESULT ")
 
 
 def timeline_median(lines):
     """Per-key median of the TIMELINE lines of the timed steps (the last N, N from the median line)."""
-    tl = []
-    for l in lines:
-        if l.startswith("TIMELINE "):
-            try:
-                tl.append(json.loads(l[len("TIMELINE "):]))
-            except ValueError:
-                pass
+    tl = json_lines(lines, "TIMELINE ")
     if not tl:
         return None
     m = next((re.search(r"median step time over (\d+) steps", l) for l in lines if "median step time over" in l), None)
