@@ -19,7 +19,9 @@
 //   backward : last layer first: wait for the layer's weights (the last layers of the forward pass are still
 //              resident), recompute its forward from the checkpoint, run its backward for every micro-batch
 //              into one fp32 gradient buffer (so gradient accumulation needs no second copy), convert to bf16
-//              and add the squared norm on the GPU, send it to the host on the d2h stream.
+//              and add the squared norm on the GPU, send it to the host on the d2h stream. Optionally (-K)
+//              the last K layers keep their forward activations until their backward, which then skips the
+//              recompute (a quarter of their compute) where GPU memory allows.
 //   optimizer: once the global norm is known (one sync per step), a CPU thread runs AdamW (cpu_adam.cpp)
 //              layer by layer — 0, 1, ... — writing the bf16 copy in the same pass, while the GPU updates the
 //              embeddings (same constants and operation order, kernels.cuh). The NEXT step's forward starts at
@@ -105,12 +107,15 @@ static void matmul_backward_input_gelu(bf16* dinp, const bf16* dout, const bf16*
 
 // ----------------------------------------------------------------------------
 // Workspace of ONE layer for ONE micro-batch: what the backward pass needs, recomputed from the checkpoint.
-// One allocation carved by a table of sizes (the layout is data, as in llm.c).
+// One allocation carved by a table of sizes (the layout is data, as in llm.c). Its first part, the forward
+// pass's outputs that the backward pass reads (ACT_LN1 .. ACT_FCH_GELU, the LayerNorm statistics, the
+// attention's row log-sum-exp), is also what a layer with kept activations (-K) holds per micro-batch.
 
 enum {
     ACT_LN1, ACT_QKV, ACT_ATT, ACT_ATTY, ACT_RES2, ACT_LN2, ACT_FCH, ACT_FCH_GELU,
     ACT_DFCH, ACT_DC, ACT_DQKV, ACT_DATT, ACT_LNF, ACT_DLNF, ACT_LOGITS, NUM_ACTS
 };
+#define NUM_FORWARD_ACTS ACT_DFCH  // ACT_LN1 .. ACT_FCH_GELU: a layer's forward activations
 typedef struct {
     bf16* p[NUM_ACTS];
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lnf_mean, *lnf_rstd;  // (N) each
@@ -138,7 +143,9 @@ static int64_t plan_add(int64_t a, int64_t b, const char* what) {
     if (__builtin_add_overflow(a, b, &r)) die("config too large: the byte count of %s overflows int64", what);
     return r;
 }
-static int64_t workspace_bytes(const GPTConfig* c, int B, int T) {
+// The one description of a workspace's layout: returns its bytes and, given the allocation's base, points w's
+// arrays into it. forward_only: just the forward activations (a kept layer's), else the whole workspace.
+static int64_t workspace_layout(const GPTConfig* c, int B, int T, bool forward_only, char* base, Workspace* w) {
     // the largest entries of workspace_sizes (every other one is smaller), checked first so that table cannot wrap
     const char* what = "the activation workspace of one layer (B*T*4C, B*NH*T*T attention scores or B*T*Vp logits; lower -b or -t)";
     const int64_t N = (int64_t)B * T;
@@ -146,22 +153,33 @@ static int64_t workspace_bytes(const GPTConfig* c, int B, int T) {
                                 plan_mul(plan_mul((int64_t)B * c->num_heads, T, what), T, what),
                                 plan_mul(N, c->padded_vocab_size, what)};
     for (int i = 0; i < 3; i++) plan_add(plan_mul(largest[i], 2, what), 255, what);  // bf16, round_up64 to 256
-    int64_t sizes[NUM_ACTS], bytes = plan_add(plan_mul(N, 6 * 4, what), plan_mul(plan_mul(N, c->num_heads, what), 2 * 4, what), what);
+    const int64_t row_stats = plan_mul(plan_mul(N, c->num_heads, what), 4, what);      // (B, NH, T) floats
+    int64_t sizes[NUM_ACTS], bytes = 0;
     workspace_sizes(c, B, T, sizes);
-    for (int i = 0; i < NUM_ACTS; i++) bytes = plan_add(bytes, round_up64(sizes[i] * 2, 256), what);
-    return bytes;
+    for (int i = 0; i < (forward_only ? NUM_FORWARD_ACTS : NUM_ACTS); i++) {
+        if (base) w->p[i] = (bf16*)(base + bytes);
+        bytes = plan_add(bytes, round_up64(sizes[i] * 2, 256), what);
+    }
+    float** stats[6] = {&w->ln1_mean, &w->ln1_rstd, &w->ln2_mean, &w->ln2_rstd, &w->lnf_mean, &w->lnf_rstd};
+    for (int i = 0; i < (forward_only ? 4 : 6); i++) {  // the final LayerNorm's two only in the whole workspace
+        if (base) *stats[i] = (float*)(base + bytes);
+        bytes = plan_add(bytes, N * 4, what);
+    }
+    float** rows[2] = {&w->att_lse, &w->att_dsum};
+    for (int i = 0; i < (forward_only ? 1 : 2); i++) {
+        if (base) *rows[i] = (float*)(base + bytes);
+        bytes = plan_add(bytes, row_stats, what);
+    }
+    return round_up64(bytes, 256);  // so that kept blocks laid end to end each start 256-byte aligned
+}
+static int64_t workspace_bytes(const GPTConfig* c, int B, int T, bool forward_only) {
+    Workspace unused;
+    return workspace_layout(c, B, T, forward_only, NULL, &unused);
 }
 static void workspace_alloc(Workspace* w, const GPTConfig* c, int B, int T) {
-    int64_t sizes[NUM_ACTS];
-    workspace_sizes(c, B, T, sizes);
-    w->bytes = workspace_bytes(c, B, T);
+    w->bytes = workspace_bytes(c, B, T, false);
     cudaCheck(cudaMalloc(&w->memory, (size_t)w->bytes));
-    char* ptr = (char*)w->memory;
-    for (int i = 0; i < NUM_ACTS; i++) { w->p[i] = (bf16*)ptr; ptr += round_up64(sizes[i] * 2, 256); }
-    float** stats[6] = {&w->ln1_mean, &w->ln1_rstd, &w->ln2_mean, &w->ln2_rstd, &w->lnf_mean, &w->lnf_rstd};
-    for (int i = 0; i < 6; i++) { *stats[i] = (float*)ptr; ptr += (int64_t)B * T * 4; }
-    w->att_lse = (float*)ptr;
-    w->att_dsum = (float*)ptr + (int64_t)B * T * c->num_heads;
+    workspace_layout(c, B, T, false, (char*)w->memory, w);
 }
 
 // ----------------------------------------------------------------------------
@@ -219,7 +237,13 @@ struct GPT {
     double* sumsq_dev;          // squared gradient norm accumulator
     float* loss_host;           // pinned: mean loss and
     double* sumsq_host;         //   squared norm, read once per step
-    Workspace ws_act;
+    Workspace ws_act;           // one layer, one micro-batch: recompute, backward scratch, the head's buffers
+    // -K: the last K layers keep their forward activations (per micro-batch) from the forward pass to the
+    // backward pass, which then skips their recompute. kept[(l - (L - K)) * max_micro + mb] is ws_act with
+    // its forward part (NUM_FORWARD_ACTS, LayerNorm statistics, att_lse) pointed into kept_memory.
+    int kept_layers;            // K
+    Workspace* kept;
+    void* kept_memory;
 
     Optimizer* opt;             // owned; separate so this struct stays plain data
     int64_t step;               // optimizer steps taken
@@ -238,6 +262,12 @@ static inline bf16* dresid_at(GPT* g, int mb) { return g->dresid + (int64_t)mb *
 static inline const bf16* wt(const GPT* g, const bf16* layer, int t) { return layer + g->layout.layer_offset[t]; }
 // Layer l's weights: its slot in the GPU-resident prefix, or (streamed) what stream_wait_layer returned.
 static inline bf16* resident_layer(GPT* g, int l) { return g->resident + gpt_layer_offset(&g->layout, l); }
+// Where layer l's forward pass for micro-batch mb leaves what its backward pass reads: its own kept
+// activations (-K), or the one workspace the backward pass refills by recomputing.
+static inline bool layer_kept(const GPT* g, int l) { return l >= g->config.num_layers - g->kept_layers; }
+static inline Workspace* layer_workspace(GPT* g, int l, int mb) {
+    return layer_kept(g, l) ? &g->kept[(int64_t)(l - (g->config.num_layers - g->kept_layers)) * g->max_micro + mb] : &g->ws_act;
+}
 
 // ----------------------------------------------------------------------------
 // One transformer layer, forward. x: the layer's input (its checkpoint). out: where to write the layer's
@@ -391,7 +421,8 @@ typedef struct { int64_t host_bytes, gpu_bytes; } MemoryPlan;
 
 // Every term that grows with -b, -t, -d is overflow-checked (plan_mul / plan_add): an absurd config dies with
 // "config too large" instead of returning a wrapped count. The terms are exactly gpt_build's allocations.
-static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micro, int num_slots, int resident_layers) {
+static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micro, int num_slots, int resident_layers,
+                                  int kept_layers) {
     ParamLayout p = gpt_layout(c);
     MemoryPlan m;
     // the per-parameter terms come to well under 64 bytes per parameter (12 + stream_host_bytes' < 8 on the
@@ -408,7 +439,9 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     gpu = plan_add(gpu, plan_mul(max_micro, act, micro), micro);
     gpu = plan_add(gpu, plan_mul(plan_mul(max_micro, (int64_t)B * T, micro), 4 + 4 + 4, micro), micro);
     gpu = plan_add(gpu, 4 + 8 + (int64_t)kCublasWorkspaceBytes, micro);
-    m.gpu_bytes = plan_add(gpu, workspace_bytes(c, B, T), "the whole GPU plan (lower -b or -t)");
+    const char* kept = "the kept activations (-K layers * micro-batches * one layer's forward activations; lower -K)";
+    gpu = plan_add(gpu, plan_mul(plan_mul(kept_layers, max_micro, kept), workspace_bytes(c, B, T, true), kept), kept);
+    m.gpu_bytes = plan_add(gpu, workspace_bytes(c, B, T, false), "the whole GPU plan (lower -b or -t)");
     return m;
 }
 
@@ -443,15 +476,16 @@ static void host_free_floats(float* p, int64_t n) {
 }
 
 static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro, int num_slots, int resident_layers,
-                      const TrainArgs* args) {
+                      int kept_layers, const TrainArgs* args) {
     memset(g, 0, sizeof *g);
     g->config = *cfg; g->layout = gpt_layout(cfg);
     g->B = B; g->T = T; g->max_micro = max_micro; g->args = *args;
     g->flash = use_flash_attention(cfg);
     const ParamLayout* p = &g->layout;
     const GPTConfig* c = &g->config;
-    if (resident_layers < 0 || resident_layers > c->num_layers) {
-        fprintf(stderr, "error: internal: %d GPU-resident layers of %d\n", resident_layers, c->num_layers);
+    if (resident_layers < 0 || resident_layers > c->num_layers || kept_layers < 0 || kept_layers > c->num_layers) {
+        fprintf(stderr, "error: internal: %d GPU-resident layers, %d with kept activations, of %d\n", resident_layers,
+                kept_layers, c->num_layers);
         exit(1);
     }
     g->resident_layers = resident_layers;
@@ -503,6 +537,17 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     cudaCheck(cudaMallocHost(&g->sumsq_host, 8));
     workspace_alloc(&g->ws_act, c, B, T);
     g->gpu_bytes += g->ws_act.bytes;
+    g->kept_layers = kept_layers;
+    if (kept_layers > 0) {
+        const int64_t n = (int64_t)kept_layers * max_micro, each = workspace_bytes(c, B, T, true);
+        g->kept_memory = gpu_alloc(g, n * each);
+        g->kept = (Workspace*)malloc(sizeof(Workspace) * (size_t)n);
+        if (!g->kept) { fprintf(stderr, "error: out of host memory\n"); exit(1); }
+        for (int64_t i = 0; i < n; i++) {  // the backward scratch and the head's buffers stay ws_act's
+            g->kept[i] = g->ws_act;
+            workspace_layout(c, B, T, true, (char*)g->kept_memory + i * each, &g->kept[i]);
+        }
+    }
 
     g->opt->thread = std::thread(optimizer_thread_main, g);
 }
@@ -557,6 +602,8 @@ static void gpt_free(GPT* g) {
     cudaCheck(cudaFree(g->tokens_out)); cudaCheck(cudaFree(g->losses)); cudaCheck(cudaFree(g->loss_dev));
     cudaCheck(cudaFree(g->sumsq_dev)); cudaCheck(cudaFreeHost(g->loss_host)); cudaCheck(cudaFreeHost(g->sumsq_host));
     cudaCheck(cudaFree(g->ws_act.memory));
+    if (g->kept_memory) cudaCheck(cudaFree(g->kept_memory));
+    free(g->kept);
     host_free_floats(g->master, g->layout.total);
     host_free_floats(g->adam_m, g->layout.total);
     host_free_floats(g->adam_v, g->layout.total);
@@ -591,7 +638,6 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     const int L = c->num_layers, C = c->channels, T = g->T;
     const int64_t N = (int64_t)g->B * T;
     cudaStream_t s = g->ws.compute;
-    Workspace* a = &g->ws_act;
     if (n_micro < 1 || n_micro > g->max_micro) { fprintf(stderr, "error: internal: %d micro-batches\n", n_micro); exit(1); }
 
     Timeline* tl = g->timeline;
@@ -611,7 +657,8 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     for (int l = 0; l < L; l++) {
         const bf16* w = l < R ? resident_layer(g, l) : stream_wait_layer(&g->ws, l);
         const int span = timeline_begin(tl, TRACK_COMPUTE, "fwd", l, s);
-        for (int mb = 0; mb < n_micro; mb++) layer_forward(g, w, ckpt_at(g, l, mb), ckpt_at(g, l + 1, mb), a, s);
+        for (int mb = 0; mb < n_micro; mb++)
+            layer_forward(g, w, ckpt_at(g, l, mb), ckpt_at(g, l + 1, mb), layer_workspace(g, l, mb), s);
         timeline_end(tl, span, s);
         if (l >= R) stream_release_layer(&g->ws, l);
     }
@@ -627,8 +674,9 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     mean_loss(g->loss_dev, g->losses, n_micro * N, s);
     timeline_end(tl, span, s);
 
-    // 4. backward, last layer first, recomputing each layer from its checkpoint. A streamed layer's gradient
-    // goes to the host; a GPU-resident layer's stays in its place in resident_grads.
+    // 4. backward, last layer first, recomputing each layer from its checkpoint (a layer with kept activations,
+    // -K, has them from the forward pass). A streamed layer's gradient goes to the host; a GPU-resident
+    // layer's stays in its place in resident_grads.
     stream_begin_pass(&g->ws, g->backward_order, L - R);
     for (int l = L - 1; l >= 0; l--) {
         const int streamed = l >= R;
@@ -637,8 +685,9 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
         span = timeline_begin(tl, TRACK_COMPUTE, "bwd", l, s);
         if (streamed) cudaCheck(cudaMemsetAsync(g->layer_grads, 0, (size_t)(p->layer_stride * 4), s));
         for (int mb = 0; mb < n_micro; mb++) {
-            layer_forward(g, w, ckpt_at(g, l, mb), NULL, a, s);
-            layer_backward(g, w, grads, ckpt_at(g, l, mb), dresid_at(g, mb), a, s);
+            Workspace* acts = layer_workspace(g, l, mb);
+            if (!layer_kept(g, l)) layer_forward(g, w, ckpt_at(g, l, mb), NULL, acts, s);  // recompute
+            layer_backward(g, w, grads, ckpt_at(g, l, mb), dresid_at(g, mb), acts, s);
         }
         if (streamed) {
             stream_release_layer(&g->ws, l);
@@ -964,6 +1013,7 @@ typedef struct {
     int adam_threads;   // -A  OpenMP threads of the CPU AdamW, 0 = all cores but one
     int model_given;    // -e was on the command line (with -y 1 it must then match the checkpoint)
     int resident;       // -R  layers kept on the GPU with their AdamW state: 0 = stream them all, -1 = all that fit
+    int kept;           // -K  last layers whose activations are kept (no recompute): 0 = none, -1 = all that fit
     int flash;          // -F  1: fused attention kernels where the head size allows, 0: cuBLAS + softmax
     int epilogues;      // -G  1: bias / GELU fused into the GEMMs (cuBLASLt epilogues), 0: separate kernels
 } GpuArgs;
@@ -982,7 +1032,7 @@ static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
                               // B*T = 8192 (the last, partial one is never read), so it is validated whole
     a->gen_tokens = 64;
     ga->num_slots = 2; ga->bench_steps = 0; ga->bench_warmup = 2; ga->timeline = 0; ga->adam_threads = 0;
-    ga->model_given = 0; ga->resident = 0; ga->flash = 1; ga->epilogues = 1;
+    ga->model_given = 0; ga->resident = 0; ga->kept = 0; ga->flash = 1; ga->epilogues = 1;
 }
 
 static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
@@ -998,12 +1048,15 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
            "  -R <int>    keep the first N layers on the GPU with their fp32 weights and AdamW state (updated there,\n"
            "              never copied): uses GPU memory the streaming leaves free to shorten the CPU AdamW;\n"
            "              0 = stream every layer, -1 = as many as fit (default %d)\n"
+           "  -K <int>    keep the last N layers' activations from the forward to the backward pass, which then\n"
+           "              skips their recompute (a quarter of their compute); costs about 30*C*tokens-per-step\n"
+           "              bytes per layer: 0 = recompute every layer, -1 = as many as fit after -R (default %d)\n"
            "  -F <0|1>    attention: 1 = fused tensor-core kernels (head sizes 32, 64, 80, 96, 128; others use\n"
            "              the cuBLAS path), 0 = cuBLAS GEMMs + softmax over stored (T x T) scores (default %d)\n"
            "  -G <0|1>    1 = the bias, residual and GELU passes after the GEMMs run as cuBLASLt epilogues,\n"
            "              0 = as separate kernels (default %d)\n",
-           MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->flash,
-           gd->epilogues);
+           MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->kept,
+           gd->flash, gd->epilogues);
 }
 
 // Parses argv: our flags first, then the shared ones. Exits on any error, prints usage on -h.
@@ -1027,6 +1080,7 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         else if (strcmp(flag, "-Y") == 0) { ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err); ga->timeline = (int)v; }
         else if (strcmp(flag, "-A") == 0) { ok = parse_int_in(flag, value, 0, 4096, &v, err, sizeof err); ga->adam_threads = (int)v; }
         else if (strcmp(flag, "-R") == 0) { ok = parse_int_in(flag, value, -1, 1 << 20, &v, err, sizeof err); ga->resident = (int)v; }
+        else if (strcmp(flag, "-K") == 0) { ok = parse_int_in(flag, value, -1, 1 << 20, &v, err, sizeof err); ga->kept = (int)v; }
         else if (strcmp(flag, "-F") == 0) { ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err); ga->flash = (int)v; }
         else if (strcmp(flag, "-G") == 0) { ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err); ga->epilogues = (int)v; }
         else {
@@ -1134,10 +1188,11 @@ int main(int argc, char** argv) {
     const int n_micro = grad_accum_steps(&args);
     const int64_t step_tokens = (int64_t)n_micro * args.B * args.T;
     if (ga.resident > cfg.num_layers) die("-R %d: the model has only %d layers", ga.resident, cfg.num_layers);
+    if (ga.kept > cfg.num_layers) die("-K %d: the model has only %d layers", ga.kept, cfg.num_layers);
     // the byte counts of the fit check below, now: it dies on a config whose counts overflow int64 (with -R -1
-    // the resident layers are chosen once the GPU's free memory is known; 0 of them until then)
-    int resident = ga.resident > 0 ? ga.resident : 0;
-    MemoryPlan plan = gpt_memory_plan(&cfg, args.B, args.T, n_micro, ga.num_slots, resident);
+    // or -K -1 the layers are chosen once the GPU's free memory is known; 0 of them until then)
+    int resident = ga.resident > 0 ? ga.resident : 0, kept = ga.kept > 0 ? ga.kept : 0;
+    MemoryPlan plan = gpt_memory_plan(&cfg, args.B, args.T, n_micro, ga.num_slots, resident, kept);
 
     // data (not in benchmark mode: synthetic tokens there, so any T and -d work without a big corpus)
     DataLoader train, val;
@@ -1174,19 +1229,30 @@ int main(int argc, char** argv) {
     size_t gpu_free = 0, gpu_total = 0;
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
     const int64_t gpu_reserve = (int64_t)256 << 20;  // CUDA context growth, cuBLAS's own small allocations
-    if (ga.resident < 0) {
-        // as many layers as fit, each 18 bytes per parameter (bf16 weights, fp32 grads, master, m, v), with
-        // another GiB left free so the allocator and the driver are never squeezed
-        const int64_t per_layer = gpt_layout(&cfg).layer_stride * 18;
+    // -R -1, then -K -1: as many layers as fit in what the plan leaves free, with another GiB left free so the
+    // allocator and the driver are never squeezed. The resident layers first: where the CPU AdamW bounds the
+    // step, a GiB of them saves more time than a GiB of kept activations.
+    const int64_t resident_layer_bytes = gpt_layout(&cfg).layer_stride * 18;  // bf16 weights, fp32 grads, master, m, v
+    const int64_t kept_layer_bytes = (int64_t)n_micro * workspace_bytes(&cfg, args.B, args.T, true);
+    auto layers_that_fit = [&](int64_t per_layer) {
         const int64_t spare = (int64_t)gpu_free - gpu_reserve - ((int64_t)1 << 30) - plan.gpu_bytes;
-        resident = spare > 0 ? (int)(spare / per_layer < cfg.num_layers ? spare / per_layer : cfg.num_layers) : 0;
-        plan = gpt_memory_plan(&cfg, args.B, args.T, n_micro, ga.num_slots, resident);
+        return spare > 0 ? (int)(spare / per_layer < cfg.num_layers ? spare / per_layer : cfg.num_layers) : 0;
+    };
+    if (ga.resident < 0) {
+        resident = layers_that_fit(resident_layer_bytes);
+        plan = gpt_memory_plan(&cfg, args.B, args.T, n_micro, ga.num_slots, resident, kept);
+    }
+    if (ga.kept < 0) {
+        kept = layers_that_fit(kept_layer_bytes);
+        plan = gpt_memory_plan(&cfg, args.B, args.T, n_micro, ga.num_slots, resident, kept);
     }
     if (plan.gpu_bytes + gpu_reserve > (int64_t)gpu_free)
         die("GPU memory too small for this config: needs %.2f GiB (of which %.2f GiB layer-input checkpoints: lower -d, "
-            "-b or -t; %.2f GiB for %d GPU-resident layers: lower -R), %.2f GiB free on %s", plan.gpu_bytes / GiB,
+            "-b or -t; %.2f GiB for %d GPU-resident layers: lower -R; %.2f GiB for %d layers' kept activations: lower "
+            "-K), %.2f GiB free on %s", plan.gpu_bytes / GiB,
             (double)(cfg.num_layers + 1) * n_micro * args.B * args.T * cfg.channels * 2 / GiB,
-            (double)resident * gpt_layout(&cfg).layer_stride * 18 / GiB, resident, gpu_free / GiB, prop.name);
+            (double)resident * resident_layer_bytes / GiB, resident, (double)kept * kept_layer_bytes / GiB, kept,
+            gpu_free / GiB, prop.name);
 
     // build and fill the weights
     // AdamW threads: all cores but one by default, which stays free to launch kernels and issue copies
@@ -1194,7 +1260,7 @@ int main(int argc, char** argv) {
     const int adam_threads = ga.adam_threads > 0 ? ga.adam_threads : (cores > 2 ? cores - 1 : 1);
     cpu_adam_set_threads(adam_threads);
     GPT g;
-    gpt_build(&g, &cfg, args.B, args.T, n_micro, ga.num_slots, resident, &args);
+    gpt_build(&g, &cfg, args.B, args.T, n_micro, ga.num_slots, resident, kept, &args);
     if (kind == 1) gpt_init_params(&cfg, g.master, INIT_SEED);
     else if (!gpt_load_params(args.model, &cfg, g.master, err, sizeof err)) die("%s", err);
     gpt_weights_ready(&g);
@@ -1239,7 +1305,9 @@ int main(int argc, char** argv) {
               (double)(cfg.num_layers + 1) * n_micro * args.B * args.T * cfg.channels * 2 / GiB, ga.num_slots,
               ga.num_slots * p->layer_stride * 2 / GiB);
     table_row("GPU-resident layers", resident ? "%d of %d (%.2f GiB with their AdamW state)" : "%d of %d (all streamed)",
-              resident, cfg.num_layers, (double)resident * p->layer_stride * 18 / GiB);
+              resident, cfg.num_layers, (double)resident * resident_layer_bytes / GiB);
+    table_row("kept activations", kept ? "last %d of %d layers (%.2f GiB; no recompute there)" : "%d of %d layers (all recomputed)",
+              kept, cfg.num_layers, (double)kept * kept_layer_bytes / GiB);
     table_row("attention", "%s", g.flash ? "fused tensor-core kernels (flash_attention.cuh)"
                                  : ga.flash ? "cuBLAS GEMMs + softmax, T x T scores stored (head size not 32, 64, 80, 96, 128 or GPU before sm_80)"
                                             : "cuBLAS GEMMs + softmax, T x T scores stored (-F 0)");
@@ -1318,11 +1386,11 @@ int main(int argc, char** argv) {
         if (bench)
             printf("RESULT {\"mode\": \"stream\", \"model\": \"%s\", \"params_B\": %.4f, \"L\": %d, \"C\": %d, \"NH\": %d, "
                    "\"B\": %d, \"T\": %d, \"tokens_per_step\": %lld, \"grad_accum\": %d, \"slots\": %d, \"resident_layers\": %d, "
-                   "\"flash\": %d, \"epilogues\": %d, "
+                   "\"kept_layers\": %d, \"flash\": %d, \"epilogues\": %d, "
                    "\"step_s\": %.5f, "
                    "\"tok_per_s\": %.1f, \"model_TFLOPs\": %.2f, \"mfu\": %.4f, \"peak_gpu_GiB\": %.3f, \"host_GiB\": %.2f}\n",
                    args.model, p->total / 1e9, cfg.num_layers, cfg.channels, cfg.num_heads, args.B, args.T,
-                   (long long)step_tokens, n_micro, ga.num_slots, resident, (int)g.flash, ga.epilogues, median, step_tokens / median,
+                   (long long)step_tokens, n_micro, ga.num_slots, resident, kept, (int)g.flash, ga.epilogues, median, step_tokens / median,
                    flops_per_step / median / 1e12, flops_per_step / median / H100_BF16_PEAK_FLOPS, g.gpu_bytes / GiB,
                    plan.host_bytes / GiB);
     }

@@ -279,10 +279,11 @@ TEST_P(Both, BadValues) {
 
 TEST_F(CliTest, GpuOnlyFlagValues) {
     if (!have_binary(kGpu)) GTEST_SKIP() << kGpu << " not built (train_gpt is built only where nvcc is present)";
-    const Args bad[] = {{"-S", "1"}, {"-S", "x"}, {"-Y", "2"}, {"-A", "-1"}, {"-B", "-3"}, {"-W", "1.5"}, {"-R", "-2"}, {"-F", "2"}, {"-F", "x"}, {"-G", "-1"}};
+    const Args bad[] = {{"-S", "1"}, {"-S", "x"}, {"-Y", "2"}, {"-A", "-1"}, {"-B", "-3"}, {"-W", "1.5"}, {"-R", "-2"}, {"-K", "-2"}, {"-K", "y"}, {"-F", "2"}, {"-F", "x"}, {"-G", "-1"}};
     for (const Args& a : bad) EXPECT_TRUE(CleanError(run_bin(kGpu, base_args() + a), {"flag " + a[0]}));
     // more GPU-resident layers than the model has (base_args' model has 2)
     EXPECT_TRUE(CleanError(run_bin(kGpu, base_args() + Args{"-R", "3"}), {"-R 3", "only 2 layers"}));
+    EXPECT_TRUE(CleanError(run_bin(kGpu, base_args() + Args{"-K", "3"}), {"-K 3", "only 2 layers"}));
 }
 
 TEST_P(Both, InconsistentFlags) {
@@ -795,6 +796,15 @@ TEST_F(CliTest, EmulatedTrainGptTrainsCheckpointsAndResumes) {
     const auto resident = step_losses(c.out);
     ASSERT_EQ(resident.size(), 6u) << c.out;
     for (int s = 1; s <= 6; s++) EXPECT_NEAR(atof(resident.at(s).c_str()), atof(first.at(s).c_str()), 1e-3 * atof(first.at(s).c_str())) << "step " << s;
+
+    // every layer's activations kept (-K -1): the backward pass reads what the recompute would produce, and the
+    // emulation adds in a fixed order, so the same losses to the last printed digit
+    const Result k = run_bin(kEmu, run + Args{"-v", "0", "-g", "0", "-K", "-1"});
+    ASSERT_EQ(k.code, 0) << k.cmd << "\n" << k.err << k.out;
+    EXPECT_NE(k.out.find("last 2 of 2 layers"), std::string::npos) << k.out;
+    const auto kept = step_losses(k.out);
+    ASSERT_EQ(kept.size(), 6u) << k.out;
+    for (int s = 1; s <= 6; s++) EXPECT_EQ(kept.at(s), first.at(s)) << "step " << s << " with kept activations";
 
     // unfused: the cuBLAS + softmax attention (-F 0) and the bias / GELU passes as separate kernels (-G 0): the
     // same run, to the paths' rounding (test_gpu's FusedAndCublasAttentionTrainAlike: 5e-3)

@@ -34,10 +34,11 @@ std::vector<int> random_tokens(int64_t n, int V, uint64_t seed) {
     return t;
 }
 
-// A GPU trainer with the GPT-2 init of `seed`; `resident` of its layers GPU-resident (-R).
+// A GPU trainer with the GPT-2 init of `seed`; `resident` of its layers GPU-resident (-R), the last `kept`
+// keeping their activations (-K).
 void build_gpu(GPT* g, const GPTConfig& c, int B, int T, int max_micro, int slots, const TrainArgs& a, uint64_t seed,
-               int resident = 0) {
-    gpt_build(g, &c, B, T, max_micro, slots, resident, &a);
+               int resident = 0, int kept = 0) {
+    gpt_build(g, &c, B, T, max_micro, slots, resident, kept, &a);
     gpt_init_params(&c, g->master, seed);
     gpt_weights_ready(g);
 }
@@ -175,11 +176,11 @@ TEST(GpuTrainer, TenStepsTrackCpuTrainer) {
 
 // Runs `steps` steps on fixed batches and returns the losses and norms.
 std::vector<double> run_gpu(const GPTConfig& c, int B, int T, int n_micro, int slots, int steps, uint64_t seed,
-                            int resident = 0) {
+                            int resident = 0, int kept = 0) {
     const TrainArgs a = test_args(1.0f);
     GPT g;
-    build_gpu(&g, c, B, T, n_micro, slots, a, seed, resident);
-    EXPECT_EQ(gpt_memory_plan(&c, B, T, n_micro, slots, resident).gpu_bytes, g.gpu_bytes)
+    build_gpu(&g, c, B, T, n_micro, slots, a, seed, resident, kept);
+    EXPECT_EQ(gpt_memory_plan(&c, B, T, n_micro, slots, resident, kept).gpu_bytes, g.gpu_bytes)
         << "the fit check must plan exactly what is allocated";
     const int64_t n = (int64_t)n_micro * B * T;
     std::vector<double> out;
@@ -233,6 +234,31 @@ TEST(GpuTrainer, ResultsIndependentOfResidentLayers) {
         auto other = run_gpu(c, 4, 64, 1, 2, 4, 5, resident);
         for (size_t i = 0; i < streamed.size(); i++)
             EXPECT_NEAR(other[i], streamed[i], 1e-3 * fabs(streamed[i])) << resident << " resident layers, value " << i;
+    }
+}
+
+// The last K layers keeping their forward activations (-K) instead of recomputing them: the backward pass
+// reads the values the same kernels computed from the same inputs, so the run is the same. Two micro-batches
+// (each keeps its own activations); K = L; and R = K = 2 of 3 layers: one recomputed resident layer, one kept
+// resident layer, one kept streamed layer. Tolerance: on a GPU,
+// runs of this trainer differ only by the order of fp32 atomic additions (bias and LayerNorm gradients, the
+// norm), so 1e-3 relative as above; the emulation adds in a fixed order, so there it must be bit for bit.
+TEST(GpuTrainer, KeptActivationsTrainLikeRecompute) {
+    REQUIRE_GPU();
+#ifdef FAKE_CUDA_DEVICE
+    const double tol = 0.0;
+#else
+    const double tol = 1e-3;
+#endif
+    const GPTConfig c = tiny_config(3, 128, 4, 64, 500);
+    auto recomputed = run_gpu(c, 4, 64, 2, 2, 3, 13);
+    struct { int resident, kept; } cases[] = {{0, 3}, {2, 2}};
+    for (auto k : cases) {
+        auto kept = run_gpu(c, 4, 64, 2, 2, 3, 13, k.resident, k.kept);
+        std::vector<double> reference = k.resident ? run_gpu(c, 4, 64, 2, 2, 3, 13, k.resident) : recomputed;
+        for (size_t i = 0; i < reference.size(); i++)
+            EXPECT_NEAR(kept[i], reference[i], tol * fabs(reference[i]))
+                << k.kept << " kept, " << k.resident << " resident, value " << i;
     }
 }
 
@@ -341,7 +367,7 @@ void checkpoint_resume(int resident_saving, int resident_resuming) {
     GPTConfig loaded;
     ASSERT_TRUE(gpt_read_header(path, &loaded, err, sizeof err)) << err;
     GPT r;
-    gpt_build(&r, &loaded, B, T, 1, 3, resident_resuming, &a);
+    gpt_build(&r, &loaded, B, T, 1, 3, resident_resuming, 0, &a);
     ASSERT_TRUE(gpt_load_params(path, &loaded, r.master, err, sizeof err)) << err;
     gpt_weights_ready(&r);
     DataLoaderState rs;
@@ -403,7 +429,7 @@ TEST(GpuTrainer, GpuMemoryGrowsWithDepthOnlyByCheckpoints) {
         cudaCheck(cudaDeviceSynchronize());
         measured[i] = device_used_bytes() - before;
         counted[i] = g.gpu_bytes;
-        const MemoryPlan plan = gpt_memory_plan(&c, B, T, n_micro, 2, 0);
+        const MemoryPlan plan = gpt_memory_plan(&c, B, T, n_micro, 2, 0, 0);
         EXPECT_EQ(plan.gpu_bytes, g.gpu_bytes) << "the fit check must plan exactly what is allocated";
         gpt_free(&g);
     }

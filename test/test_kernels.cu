@@ -158,7 +158,7 @@ struct TestGPT {
     TestGPT(const GPTConfig& c, int B, int T) {
         TrainArgs a;
         train_args_defaults(&a);
-        gpt_build(&g, &c, B, T, 1, 2, 0, &a);
+        gpt_build(&g, &c, B, T, 1, 2, 0, 0, &a);
     }
     ~TestGPT() { gpt_free(&g); }
     TestGPT(const TestGPT&) = delete;

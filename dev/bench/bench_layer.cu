@@ -25,7 +25,7 @@ static void bench_shape(int B, int T, int C, int NH) {
     TrainArgs args;
     train_args_defaults(&args);
     GPT g;
-    gpt_build(&g, &cfg, B, T, 1, 2, 0, &args);
+    gpt_build(&g, &cfg, B, T, 1, 2, 0, 0, &args);
     Workspace* a = &g.ws_act;
     const cudaStream_t s = g.ws.compute;
     const ParamLayout* p = &g.layout;

@@ -1,5 +1,6 @@
 # bench_table.py — reads the logs that dev/bench/run_bench.sh leaves in a folder (ours-CFG.log,
-# ours_res-CFG.log (with GPU-resident layers, -R -1), ours_unfused-CFG.log (-F 0 -G 0: unfused attention and bias/GELU), attention.log, layer.log, layer_unfused.log, gpu_ckpt-CFG.log, fsdp_offload-CFG.log, cpu_adam.log, torch_adam.log, device.txt) and prints one markdown
+# ours_res-CFG.log (with GPU-resident layers, -R -1), ours_keep-CFG.log (resident layers and kept activations,
+# -R and -K), ours_unfused-CFG.log (-F 0 -G 0: unfused attention and bias/GELU), attention.log, layer.log, layer_unfused.log, gpu_ckpt-CFG.log, fsdp_offload-CFG.log, cpu_adam.log, torch_adam.log, device.txt) and prints one markdown
 # report: throughput per config (ours vs the PyTorch peers), our step timeline, CPU AdamW (ours vs torch),
 # and PASS/MISS for the issue's targets. A missing, skipped or failed run shows as such; nothing is guessed.
 # It runs nothing and measures nothing. Python 3 standard library only.
@@ -12,6 +13,9 @@ CONFIGS = [("1.3b-8k", "1.3B (L24 C2048 NH16)", 8192), ("1.3b-32k", "1.3B (L24 C
 PEERS = {"1.3b-8k": ["gpu_ckpt", "fsdp_offload"], "1.3b-32k": ["gpu_ckpt", "fsdp_offload"],
          "5b-8k": ["fsdp_offload"], "5b-32k": ["fsdp_offload"]}
 PEAK_TFLOPS = 989.0  # H100 SXM dense bf16, the same MFU denominator as train_gpt
+# our runs per config: log prefix, short tag; the first three are held to the targets
+OURS = [("ours", "streaming"), ("ours_res", "-R -1"), ("ours_keep", "-R, -K"), ("ours_unfused", "-F 0 -G 0")]
+TARGETED = ("ours", "ours_res", "ours_keep")
 TIMELINE_KEYS = ["step_s", "compute_busy_s", "h2d_busy_s", "d2h_busy_s", "adam_busy_s", "gpu_idle_s"]
 ERROR_RE = re.compile(r"error|exception|out of memory|killed|fatal|abort|assert|no such file|not found", re.I)
 
@@ -34,7 +38,9 @@ def load(d, name):
             except ValueError:
                 pass
     if result is not None:
-        return dict(status="ok", result=result, timeline=timeline_median(lines))
+        cmd = next((l for l in lines if l.startswith("CMD:")), "")
+        flags = " ".join(re.findall(r"(-[RK] -?\d+)", cmd))  # the -R / -K a variant ran with
+        return dict(status="ok", result=result, timeline=timeline_median(lines), flags=flags or "-R, -K")
     exit_line = next((l for l in reversed(lines) if l.startswith("EXIT rc=")), "")
     m = re.match(r"EXIT rc=(\d+).*?timeout_s=(\d+)", exit_line)
     if m and m.group(1) in ("124", "137"):
@@ -103,23 +109,25 @@ def main():
     p("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     runs = {}
     for cfg, label, tokens in CONFIGS:
-        ours = runs[("ours", cfg)] = load(d, "ours-" + cfg)
-        runs[("ours_res", cfg)] = load(d, "ours_res-" + cfg)
-        runs[("ours_unfused", cfg)] = load(d, "ours_unfused-" + cfg)
+        for who, _ in OURS:
+            runs[(who, cfg)] = load(d, "%s-%s" % (who, cfg))
         for who in PEERS[cfg]:
             runs[(who, cfg)] = load(d, "%s-%s" % (who, cfg))
-        if all(runs[(w, cfg)]["status"] == "missing" for w in ["ours", "ours_res", "ours_unfused"] + PEERS[cfg]):
+        if all(runs[(w, cfg)]["status"] == "missing" for w in [o for o, _ in OURS] + PEERS[cfg]):
             continue  # a config not selected (CONFIGS): no rows
-        ours_runs = ["ours"] + [w for w in ("ours_res", "ours_unfused") if runs[(w, cfg)]["status"] != "missing"]
+        ours_runs = ["ours"] + [w for w, _ in OURS[1:] if runs[(w, cfg)]["status"] != "missing"]
         for who in ours_runs + PEERS[cfg]:
             r = runs[(who, cfg)]
             name = "%s %s" % (label, "%dK tok/step" % (tokens // 1024))
+            got = r["result"] if r["status"] == "ok" else {}
+            R, K = got.get("resident_layers", "?"), got.get("kept_layers", "?")
             run = "torch " + who
             if who == "ours":
                 run = "ours (streaming)"
             elif who == "ours_res":
-                R = r["result"].get("resident_layers", "?") if r["status"] == "ok" else "?"
                 run = "ours, -R -1 (%s layers GPU-resident)" % R
+            elif who == "ours_keep":
+                run = "ours, %s layers GPU-resident, %s with kept activations (%s)" % (R, K, r.get("flags", "-R, -K"))
             elif who == "ours_unfused":
                 run = "ours, -F 0 -G 0 (unfused: cuBLAS attention, separate bias/GELU kernels)"
             if r["status"] != "ok":
@@ -129,8 +137,8 @@ def main():
             tf = res.get("model_TFLOPs")
             ratio = "-"
             if not who.startswith("ours") and res.get("tok_per_s"):
-                parts = ["%.2fx%s" % (runs[(o, cfg)]["result"]["tok_per_s"] / res["tok_per_s"], tag)
-                         for o, tag in (("ours", ""), ("ours_res", " (-R -1)")) if runs[(o, cfg)]["status"] == "ok"]
+                parts = ["%.2fx%s" % (runs[(o, cfg)]["result"]["tok_per_s"] / res["tok_per_s"], "" if o == "ours" else " (%s)" % tag)
+                         for o, tag in OURS if o in TARGETED and runs[(o, cfg)]["status"] == "ok"]
                 ratio = ", ".join(parts) or "-"
             host = cell(res.get("host_GiB"), "{:.1f}")
             p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
@@ -139,8 +147,8 @@ def main():
                 cell(res.get("step_s"), "{:.3f}"), cell(res.get("peak_gpu_GiB"), "{:.1f}"), host, ratio))
 
     # ---- our timeline ----
-    tls = [(("" if who == "ours" else "-R -1 ") + cfg, runs[(who, cfg)].get("timeline"))
-           for cfg, _, _ in CONFIGS for who in ("ours", "ours_res")]
+    tls = [(("" if who == "ours" else tag + " ") + cfg, runs[(who, cfg)].get("timeline"))
+           for cfg, _, _ in CONFIGS for who, tag in OURS if who in TARGETED]
     if any(t for _, t in tls):
         p("")
         p("Our step timeline, median over the timed steps (seconds; busy = time that resource worked in the step):")
@@ -227,9 +235,9 @@ def main():
     p("")
     p("| target | measured | result |")
     p("|---|---|---|")
-    # each throughput target for the pure streaming run, and again for the -R -1 run where there is one
-    for who, tag in (("ours", "streaming"), ("ours_res", "-R -1")):
-        if who == "ours_res" and all(runs[(who, c)]["status"] == "missing" for c, _, _ in CONFIGS):
+    # each throughput target for the pure streaming run, and again for the -R / -K runs where there are some
+    for who, tag in OURS:
+        if who not in TARGETED or (who != "ours" and all(runs[(who, c)]["status"] == "missing" for c, _, _ in CONFIGS)):
             continue
         v = res(who, "5b-32k", "model_TFLOPs")
         p(tgt("5B, 32K tok/step: ours (%s) >= 400 model TFLOP/s" % tag,

@@ -3,7 +3,7 @@
 # builds for the device's GPU, runs every test suite (the GPU suites run for real there), compares the fused
 # and the cuBLAS attention at the benchmark's shapes (build/bench_attention), trains the default
 # model for a few steps on the shipped data, checks that resume continues a run and that -R -1 (every layer
-# GPU-resident) trains the same, and prints the peak-GPU
+# GPU-resident) and -K -1 (every layer's activations kept) train the same, and prints the peak-GPU
 # figures of L and 2L layers of one width. Logs go to $OUT (default ./out); a short table is printed last.
 # It measures speed only in passing (dev/bench/run_bench.sh is the benchmark) and changes no source.
 #
@@ -46,6 +46,11 @@ timeout 120 ./train_gpt -x 12 -v 0 -g 0 -R -1 > "$OUT/resident.log" 2>&1
 echo "exit $?" >> "$OUT/resident.log"
 grep -E 'GPU-resident|^step|exit' "$OUT/resident.log" | tail -4
 
+say "the default run again with every layer's activations kept (-K -1; log: $OUT/kept.log): losses must track the first run's"
+timeout 120 ./train_gpt -x 12 -v 0 -g 0 -K -1 > "$OUT/kept.log" 2>&1
+echo "exit $?" >> "$OUT/kept.log"
+grep -E 'kept activations|^step|exit' "$OUT/kept.log" | tail -4
+
 say "peak GPU memory, L=12 vs L=24 at C=1024 (logs: $OUT/mem_*.log)"
 for L in 12 24; do
     timeout 120 ./train_gpt -e "L$L:C1024:NH16" -b 8 -t 1024 -d 16384 -B 2 -W 1 > "$OUT/mem_$L.log" 2>&1
@@ -59,6 +64,7 @@ echo "| attention, fused vs cuBLAS | $(grep -E 'fused vs cuBLAS path' "$OUT/atte
 echo "| default run | $(grep -E '^step' "$OUT/default.log" | head -n1 | cut -c1-60) ... $(grep -E '^step' "$OUT/default.log" | tail -n1 | cut -c1-90) |"
 echo "| resume | $(grep -E '^step' "$OUT/resume.log" | tail -n1 | cut -c1-60) vs $(grep -E '^step +12/' "$OUT/default.log" | cut -c1-60) |"
 echo "| -R -1 | $(grep -E 'GPU-resident' "$OUT/resident.log" | cut -c1-60) ; $(grep -E '^step +12/' "$OUT/resident.log" | cut -c1-60) |"
+echo "| -K -1 | $(grep -E 'kept activations' "$OUT/kept.log" | cut -c1-60) ; $(grep -E '^step +12/' "$OUT/kept.log" | cut -c1-60) |"
 for L in 12 24; do
     echo "| L$L C1024 16K tok | $(grep -E 'GPU memory' "$OUT/mem_$L.log" | cut -c1-90) ; $(grep -E '^RESULT' "$OUT/mem_$L.log" | grep -o '"tok_per_s": [0-9.]*') |"
 done

@@ -9,6 +9,9 @@
 # env: CONFIGS="1.3b-8k 1.3b-32k 5b-8k 5b-32k" (subset), PEERS=0 (no peers), ADAM=0 (no AdamW benches),
 #      RESIDENT_CONFIGS="5b-8k 1.3b-32k 5b-32k" (configs also run with -R -1: layers kept on the GPU where
 #      memory allows, logs ours_res-CFG.log; "" = none),
+#      KEEP_CONFIGS="1.3b-32k 5b-32k" (configs also run with GPU-resident layers AND kept activations, -K -1:
+#      the backward pass of those layers skips its recompute; flags from keep_args_of below, logs
+#      ours_keep-CFG.log; "" = none),
 #      UNFUSED_CONFIGS="1.3b-32k" (configs also run with -F 0 -G 0: the cuBLAS + softmax attention and the
 #      bias / GELU passes as separate kernels, logs ours_unfused-CFG.log: what the fusions gain; "" = none),
 #      TIMELINE=0 (our runs without -Y 1), SLOTS=N (our -S), OURS_ARGS="..." (more flags for train_gpt),
@@ -20,6 +23,7 @@ OUT=${OUT:-./out}
 mkdir -p "$OUT"
 CONFIGS=${CONFIGS:-"1.3b-8k 1.3b-32k 5b-8k 5b-32k"}
 RESIDENT_CONFIGS=${RESIDENT_CONFIGS-"5b-8k 1.3b-32k 5b-32k"}
+KEEP_CONFIGS=${KEEP_CONFIGS-"1.3b-32k 5b-32k"}
 UNFUSED_CONFIGS=${UNFUSED_CONFIGS-"1.3b-32k"}
 PEERS=${PEERS:-1}
 ADAM=${ADAM:-1}
@@ -37,6 +41,12 @@ table() { python3 dev/bench/bench_table.py "$OUT" > "$OUT/table.md" 2> "$OUT/tab
 # shape of a config name: L C NH, and tokens per step
 model_of() { case $1 in 1.3b-*) echo "24 2048 16";; 5b-*) echo "24 4096 32";; *) return 1;; esac; }
 tokens_of() { case $1 in *-8k) echo 8192;; *-32k) echo 32768;; *) return 1;; esac; }
+# -R / -K of the kept-activations run of a config. At 5B, 32K tokens: the resident layers (3.6 GiB each) pay
+# only until the CPU AdamW of the streamed ones fits in the forward pass, about 10 of 24 by an estimate (~44 ms
+# of AdamW vs ~26 ms of forward per layer: to be checked against the timeline), then the memory is better
+# spent on kept activations (4 GiB per layer, saving ~26 ms of recompute each). At 1.3B everything fits more
+# or less: all resident layers, then as many kept ones as fit.
+keep_args_of() { case $1 in 5b-32k) echo "-R 10 -K -1";; *) echo "-R -1 -K -1";; esac; }
 wanted() { case " $CONFIGS " in *" $1 "*) return 0;; *) return 1;; esac; }
 
 # run NAME CMD...: runs CMD with its output in $OUT/NAME.log, under min(RUN_TIMEOUT_S, what is left of the
@@ -72,7 +82,7 @@ make -j16 -k train_gpt build/bench_cpu_adam build/bench_attention build/bench_la
     echo "torch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -n1)"
 } > "$OUT/device.txt"
 cat "$OUT/device.txt"
-rm -f "$OUT"/attention.log "$OUT"/attention_sdpa.log "$OUT"/layer.log "$OUT"/layer_unfused.log "$OUT"/ours-*.log "$OUT"/ours_res-*.log "$OUT"/ours_unfused-*.log "$OUT"/gpu_ckpt-*.log "$OUT"/fsdp_offload-*.log "$OUT"/cpu_adam.log "$OUT"/torch_adam.log
+rm -f "$OUT"/attention.log "$OUT"/attention_sdpa.log "$OUT"/layer.log "$OUT"/layer_unfused.log "$OUT"/ours-*.log "$OUT"/ours_res-*.log "$OUT"/ours_keep-*.log "$OUT"/ours_unfused-*.log "$OUT"/gpu_ckpt-*.log "$OUT"/fsdp_offload-*.log "$OUT"/cpu_adam.log "$OUT"/torch_adam.log
 
 # ---- (c) our trainer on every config (the product), then the two peers the targets need, then our
 # runs with GPU-resident layers (-R -1), then the attention and layer micro-benchmarks, then (d) AdamW, then
@@ -106,6 +116,10 @@ for pc in gpu_ckpt:1.3b-32k fsdp_offload:5b-8k; do
 done
 for cfg in $RESIDENT_CONFIGS; do
     wanted "$cfg" && ours "ours_res-$cfg" "$cfg" -R -1
+done
+for cfg in $KEEP_CONFIGS; do
+    # shellcheck disable=SC2046
+    wanted "$cfg" && ours "ours_keep-$cfg" "$cfg" $(keep_args_of "$cfg")
 done
 
 # the two attention paths alone at the 1.3B and 5B shapes: agreement at T = 1024 and their speed (~20 s)
