@@ -3,7 +3,8 @@
 # builds for the device's GPU, runs every test suite (the GPU suites run for real there), compares the fused
 # and the cuBLAS attention at the benchmark's shapes (build/bench_attention), trains the default
 # model for a few steps on the shipped data, checks that resume continues a run and that -R -1 (every layer
-# GPU-resident) and -K -1 (every layer's activations kept) train the same, and prints the peak-GPU
+# GPU-resident) and -K -1 (every layer's activations kept) train the same, runs compute-sanitizer's memcheck
+# and racecheck over the kernel tests where installed, and prints the peak-GPU
 # figures of L and 2L layers of one width. Logs go to $OUT (default ./out); a short table is printed last.
 # It measures speed only in passing (dev/bench/run_bench.sh is the benchmark) and changes no source.
 #
@@ -56,6 +57,25 @@ for L in 12 24; do
     timeout 120 ./train_gpt -e "L$L:C1024:NH16" -b 8 -t 1024 -d 16384 -B 2 -W 1 > "$OUT/mem_$L.log" 2>&1
 done
 
+# compute-sanitizer, where the toolkit has it: memcheck (out-of-bounds and misaligned device accesses, CUDA
+# API errors) over the kernel suite, racecheck (shared-memory hazards between threads) over the tensor-core
+# attention kernels. The emulation checks both in its own way (guard pages, reversed warp schedules); this is
+# the hardware's word. Each is capped so that the rest of the call keeps its time.
+SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+if [ -n "$SANITIZER" ]; then
+    say "compute-sanitizer memcheck on build/test_kernels (log: $OUT/memcheck.log)"
+    timeout 150 "$SANITIZER" --tool memcheck --error-exitcode 1 build/test_kernels > "$OUT/memcheck.log" 2>&1
+    echo "exit $?" >> "$OUT/memcheck.log"
+    say "compute-sanitizer racecheck on the fused attention tests (log: $OUT/racecheck.log)"
+    timeout 100 "$SANITIZER" --tool racecheck --error-exitcode 1 build/test_kernels \
+        --gtest_filter='Kernels.Flash*:Kernels.Mma*:Kernels.Ldmatrix*' > "$OUT/racecheck.log" 2>&1
+    echo "exit $?" >> "$OUT/racecheck.log"
+    grep -hE 'ERROR SUMMARY|RACECHECK SUMMARY|^exit' "$OUT/memcheck.log" "$OUT/racecheck.log"
+else
+    say "compute-sanitizer not found: memcheck / racecheck skipped"
+    echo "compute-sanitizer not installed" > "$OUT/memcheck.log"; cp "$OUT/memcheck.log" "$OUT/racecheck.log"
+fi
+
 echo
 echo "| check | result |"
 echo "|---|---|"
@@ -68,4 +88,6 @@ echo "| -K -1 | $(grep -E 'kept activations' "$OUT/kept.log" | cut -c1-60) ; $(g
 for L in 12 24; do
     echo "| L$L C1024 16K tok | $(grep -E 'GPU memory' "$OUT/mem_$L.log" | cut -c1-90) ; $(grep -E '^RESULT' "$OUT/mem_$L.log" | grep -o '"tok_per_s": [0-9.]*') |"
 done
+echo "| memcheck (test_kernels) | $(grep -hE 'ERROR SUMMARY|not installed|^exit' "$OUT/memcheck.log" | tr '\n' ' ') |"
+echo "| racecheck (fused attention) | $(grep -hE 'RACECHECK SUMMARY|ERROR SUMMARY|not installed|^exit' "$OUT/racecheck.log" | tr '\n' ' ') |"
 say "done"
