@@ -393,6 +393,31 @@ TEST(GpuTrainer, CheckpointResumeContinuesTheRun) {
     checkpoint_resume(1, 2);  // saved with layer 0 on the GPU, resumed with both layers there
 }
 
+// The point of the design, on paper: the largest preset (175B: L96 C12288) at B=8, T=1024, 8K tokens per step
+// plans under 78 GiB of GPU memory (an H100's 80 GB less the driver's share), whichever attention path the
+// plan assumes (no GPU: the cuBLAS path, with its (T x T) scores), and halving its depth saves exactly the
+// checkpoints of the layers removed. A plan only: nothing is allocated, so it runs without a GPU.
+TEST(GpuTrainer, LargestPresetPlansToFitOneH100) {
+    GPTConfig c;
+    char err[256];
+    ASSERT_EQ(parse_model_spec("175b", &c, err, sizeof err), 1) << err;
+    const int B = 8, T = 1024;
+    const MemoryPlan full = gpt_memory_plan(&c, B, T, 1, 2, 0, 0);
+    GPTConfig half = c;
+    half.num_layers /= 2;
+    const MemoryPlan shallow = gpt_memory_plan(&half, B, T, 1, 2, 0, 0);
+    const double GiB = 1073741824.0;
+    printf("175b at B=%d T=%d: GPU plan %.2f GiB (L=%d), %.2f GiB (L=%d); host %.1f GiB\n", B, T, full.gpu_bytes / GiB,
+           c.num_layers, shallow.gpu_bytes / GiB, half.num_layers, full.host_bytes / GiB);
+    EXPECT_LT(full.gpu_bytes, (int64_t)78 << 30);
+    EXPECT_EQ(full.gpu_bytes - shallow.gpu_bytes, (int64_t)(c.num_layers - half.num_layers) * B * T * c.channels * 2);
+    // the host holds fp32 weights, AdamW m and v, the pinned bf16 weights and the layers' pinned bf16 gradients
+    // (the embeddings' stay on the GPU): just under 16 bytes per parameter
+    const int64_t params = gpt_layout(&c).total;
+    EXPECT_GT(full.host_bytes, params * 15);
+    EXPECT_LT(full.host_bytes, params * 17);
+}
+
 // Bytes the device has in use right now (all processes, so compare differences only).
 int64_t device_used_bytes() {
     size_t free_b = 0, total_b = 0;
