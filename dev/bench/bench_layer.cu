@@ -3,7 +3,7 @@
 // (GEMMs, attention) or GB/s (the memory-bound kernels: bytes each must move at least), then the real
 // layer_forward / layer_backward whole. The stages below restate those two functions' calls in order; the
 // "whole" rows time the functions themselves, so a stage list that drifted from them shows as a sum that
-// does not match. Default shapes: one micro-batch (B 8, T 1024) of the 1.3B and 5B benchmark models.
+// does not match; layer_backward alone is what a layer with kept activations (-K) costs in the backward pass. Default shapes: one micro-batch (B 8, T 1024) of the 1.3B and 5B benchmark models.
 // Last lines: one `RESULT {json}` per shape. Not a test: it checks no numerics (make test does).
 //
 // usage: build/bench_layer [-F 0|1] [-G 0|1] [B T C NH]...   (-F: fused attention, -G: cuBLASLt epilogues)
@@ -90,6 +90,7 @@ static void bench_shape(int B, int T, int C, int NH) {
     stage("bwd ln1", 0, 5 * act, [&] { layernorm_backward(dres, G(LN1W), G(LN1B), a->p[ACT_DC], x, W(LN1W), a->ln1_mean, a->ln1_rstd, N, C, s); });
     const double whole_fwd = median_ms([&] { layer_forward(&g, w, x, out, a, s); }, s);
     const double whole_bwd = median_ms([&] { layer_forward(&g, w, x, NULL, a, s); layer_backward(&g, w, grads, x, dres, a, s); }, s);
+    const double kept_bwd = median_ms([&] { layer_backward(&g, w, grads, x, dres, a, s); }, s);  // -K: no recompute
 
     printf("B=%d T=%d C=%d NH=%d: attention %s, GEMM epilogues %s\n", B, T, C, NH, g.flash ? "fused" : "cuBLAS",
            cublaslt_fusion ? "cuBLASLt" : "separate kernels");
@@ -104,10 +105,13 @@ static void bench_shape(int B, int T, int C, int NH) {
     printf("  %-26s %8.3f ms  (stages sum %.3f)  %6.1f TFLOP/s\n", "layer_forward, whole", whole_fwd, sum_fwd, flop_fwd / whole_fwd / 1e9);
     printf("  %-26s %8.3f ms  (stages sum %.3f + forward)  %6.1f TFLOP/s with the recompute\n", "recompute + layer_backward",
            whole_bwd, sum_bwd, (flop_fwd + flop_bwd) / whole_bwd / 1e9);
+    printf("  %-26s %8.3f ms  (a layer with kept activations, -K: %.0f%% of the above)  %6.1f TFLOP/s\n",
+           "layer_backward alone", kept_bwd, 100 * kept_bwd / whole_bwd, flop_bwd / kept_bwd / 1e9);
     printf("RESULT {\"bench\": \"layer\", \"B\": %d, \"T\": %d, \"C\": %d, \"NH\": %d, \"flash\": %d, \"epilogues\": %d, "
-           "\"fwd_ms\": %.4f, \"recompute_bwd_ms\": %.4f, \"fwd_TFLOPs\": %.2f, \"recompute_bwd_TFLOPs\": %.2f}\n",
-           B, T, C, NH, (int)g.flash, cublaslt_fusion, whole_fwd, whole_bwd, flop_fwd / whole_fwd / 1e9,
-           (flop_fwd + flop_bwd) / whole_bwd / 1e9);
+           "\"fwd_ms\": %.4f, \"recompute_bwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwd_TFLOPs\": %.2f, "
+           "\"recompute_bwd_TFLOPs\": %.2f, \"bwd_TFLOPs\": %.2f}\n",
+           B, T, C, NH, (int)g.flash, cublaslt_fusion, whole_fwd, whole_bwd, kept_bwd, flop_fwd / whole_fwd / 1e9,
+           (flop_fwd + flop_bwd) / whole_bwd / 1e9, flop_bwd / kept_bwd / 1e9);
     for (void* ptr : {(void*)w, (void*)x, (void*)out, (void*)dres}) cudaCheck(cudaFree(ptr));
     gpt_free(&g);
 }

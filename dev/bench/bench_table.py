@@ -185,13 +185,13 @@ def main():
         p("")
         p("One layer, one micro-batch (build/bench_layer; each stage's time in layer.log, layer_unfused.log):")
         p("")
-        p("| shape | attention | epilogues | forward ms | fwd TFLOP/s | recompute + backward ms | TFLOP/s |")
-        p("|---|---|---|---:|---:|---:|---:|")
+        p("| shape | attention | epilogues | forward ms | fwd TFLOP/s | recompute + backward ms | TFLOP/s | backward alone (-K) ms | TFLOP/s |")
+        p("|---|---|---|---:|---:|---:|---:|---:|---:|")
         for r in lay:
-            p("| B%d T%d C%d NH%d | %s | %s | %.3f | %.1f | %.3f | %.1f |" % (
+            p("| B%d T%d C%d NH%d | %s | %s | %.3f | %.1f | %.3f | %.1f | %s | %s |" % (
                 r["B"], r["T"], r["C"], r["NH"], "fused" if r["flash"] else "cuBLAS",
                 "cuBLASLt" if r["epilogues"] else "separate", r["fwd_ms"], r["fwd_TFLOPs"], r["recompute_bwd_ms"],
-                r["recompute_bwd_TFLOPs"]))
+                r["recompute_bwd_TFLOPs"], cell(r.get("bwd_ms"), "{:.3f}"), cell(r.get("bwd_TFLOPs"), "{:.1f}")))
 
     # ---- CPU AdamW ----
     ca, ta = load(d, "cpu_adam"), load(d, "torch_adam")
