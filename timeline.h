@@ -1,7 +1,7 @@
 // timeline.h — an optional per-step timeline of the streaming trainer (flag -Y 1): CUDA events around each
 // layer's compute, each weight copy (H2D) and each gradient copy (D2H), plus the wall times of the CPU
-// AdamW blocks. Summarized per step as busy seconds per resource and the compute stream's idle time, so the
-// bottleneck of a step is visible; optionally written as a Chrome trace (chrome://tracing or Perfetto).
+// AdamW blocks. Summarized per step as busy seconds per resource and the compute stream's idle time (and how
+// much of it falls in the forward and in the backward pass), so the bottleneck of a step is visible; optionally written as a Chrome trace (chrome://tracing or Perfetto).
 // With the timeline off (a NULL Timeline*) every function returns at once, so the hot path pays nothing.
 // It only measures: nothing here changes what runs or in which order.
 #pragma once
@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include "cuda_common.h"
 
 enum { TRACK_COMPUTE, TRACK_H2D, TRACK_D2H, TRACK_ADAM, NUM_TRACKS };
@@ -34,6 +35,10 @@ typedef struct {
     double step_s;             // origin to the end of the last span
     double busy_s[NUM_TRACKS]; // sum of span lengths per track (spans of one track never overlap)
     double gpu_idle_s;         // step_s minus the compute stream's busy time
+    // where the idle time is: the forward pass (origin to its last layer: waiting for weights, i.e. for the
+    // CPU AdamW or a copy) and the backward pass (first to last layer: waiting for a copy)
+    double fwd_busy_s, fwd_wait_s, bwd_wait_s;
+    int fwd_layers, adam_layers;  // "fwd" compute spans and "adamw" host spans counted
 } TimelineSummary;
 
 static inline double timeline_now(void) {
@@ -95,6 +100,7 @@ static inline void timeline_host_span(Timeline* tl, int track, const char* what,
 // Waits for every recorded event, converts GPU spans to seconds since the origin, and sums them up.
 static inline TimelineSummary timeline_summarize(Timeline* tl) {
     TimelineSummary s = {};
+    double fwd_end = 0.0, bwd_begin = INFINITY, bwd_end = 0.0, bwd_busy = 0.0;
     for (int i = 0; i < tl->n; i++) {
         TimelineSpan* sp = &tl->spans[i];
         if (!sp->on_host) {
@@ -106,8 +112,21 @@ static inline TimelineSummary timeline_summarize(Timeline* tl) {
         }
         s.busy_s[sp->track] += sp->t1 - sp->t0;
         if (sp->t1 > s.step_s) s.step_s = sp->t1;
+        if (sp->track == TRACK_COMPUTE && strcmp(sp->what, "fwd") == 0) {
+            s.fwd_busy_s += sp->t1 - sp->t0;
+            fwd_end = fmax(fwd_end, sp->t1);
+            s.fwd_layers++;
+        } else if (sp->track == TRACK_COMPUTE && strcmp(sp->what, "bwd") == 0) {
+            bwd_busy += sp->t1 - sp->t0;
+            bwd_begin = fmin(bwd_begin, sp->t0);
+            bwd_end = fmax(bwd_end, sp->t1);
+        } else if (sp->track == TRACK_ADAM && strcmp(sp->what, "adamw") == 0) {
+            s.adam_layers++;
+        }
     }
     s.gpu_idle_s = s.step_s - s.busy_s[TRACK_COMPUTE];
+    s.fwd_wait_s = fwd_end - s.fwd_busy_s;
+    s.bwd_wait_s = bwd_end > bwd_begin ? bwd_end - bwd_begin - bwd_busy : 0.0;
     return s;
 }
 

@@ -32,6 +32,7 @@
 //              recompute workspace holds none; -F 0 (or a head size they do not take) uses cuBLAS + softmax.
 // Not here: kernels (kernels.cuh, flash_attention.cuh), the cuBLAS calls (matmul.cuh, attention.cuh),
 // host<->GPU copies (stream.cu), AdamW math (cpu_adam.cpp), the CPU reference model (gpt2_cpu.h).
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -443,6 +444,26 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     gpu = plan_add(gpu, plan_mul(plan_mul(kept_layers, max_micro, kept), workspace_bytes(c, B, T, true), kept), kept);
     m.gpu_bytes = plan_add(gpu, workspace_bytes(c, B, T, false), "the whole GPU plan (lower -b or -t)");
     return m;
+}
+
+// -R / -K worth trying next, from a step's timeline and the GPU memory still free (spare_bytes). While the
+// forward pass waits for the CPU AdamW (more than 2% of the step), each more GPU-resident layer takes about
+// one layer's AdamW off that wait (the resident layers are computed first, the AdamW works on the streamed
+// ones meanwhile); the memory left after that goes to kept activations, each saving one layer's recompute.
+// A model of the step, not a measurement of the suggestion: the next run's timeline tells.
+typedef struct { int resident, kept; } Placement;
+static Placement suggest_placement(const TimelineSummary* t, int L, Placement now, int64_t spare_bytes,
+                                   int64_t resident_layer_bytes, int64_t kept_layer_bytes) {
+    Placement next = now;
+    const double adam_per_layer = t->adam_layers > 0 ? t->busy_s[TRACK_ADAM] / t->adam_layers : 0.0;
+    if (adam_per_layer > 0.0 && t->fwd_wait_s > 0.02 * t->step_s && spare_bytes > 0) {
+        int64_t more = (int64_t)ceil(t->fwd_wait_s / adam_per_layer - 1e-6);  // a whole number of layers stays one
+        more = std::min<int64_t>(std::min<int64_t>(more, L - now.resident), spare_bytes / resident_layer_bytes);
+        next.resident += (int)more;
+        spare_bytes -= more * resident_layer_bytes;
+    }
+    if (spare_bytes > 0) next.kept += (int)std::min<int64_t>(L - now.kept, spare_bytes / kept_layer_bytes);
+    return next;
 }
 
 // ----------------------------------------------------------------------------
@@ -1043,7 +1064,8 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
            "  -B <int>    benchmark mode: N timed steps on synthetic tokens, then a RESULT json line (default off)\n"
            "  -W <int>    benchmark warm-up steps, not timed (default %d)\n"
            "  -Y <0|1>    per-step timeline: busy time per stream and of the CPU AdamW, GPU idle; with -o also\n"
-           "              DIR/trace.json, a Chrome trace of the last step (default %d)\n"
+           "              DIR/trace.json, a Chrome trace of the last step; at the end, the -R / -K that the\n"
+           "              last step's timeline suggests (default %d)\n"
            "  -A <int>    CPU AdamW threads, 0 = all cores but one (default %d)\n"
            "  -R <int>    keep the first N layers on the GPU with their fp32 weights and AdamW state (updated there,\n"
            "              never copied): uses GPU memory the streaming leaves free to shorten the CPU AdamW;\n"
@@ -1127,16 +1149,18 @@ static float validation_loss(GPT* g, DataLoader* val, int64_t batches) {
     return (float)(sum / (double)batches);
 }
 
-static void print_timeline(GPT* g, const char* output_dir) {
+static TimelineSummary print_timeline(GPT* g, const char* output_dir) {
     TimelineSummary t = timeline_summarize(g->timeline);
     printf("TIMELINE {\"step_s\": %.4f, \"compute_busy_s\": %.4f, \"h2d_busy_s\": %.4f, \"d2h_busy_s\": %.4f, "
-           "\"adam_busy_s\": %.4f, \"gpu_idle_s\": %.4f}\n",
-           t.step_s, t.busy_s[TRACK_COMPUTE], t.busy_s[TRACK_H2D], t.busy_s[TRACK_D2H], t.busy_s[TRACK_ADAM], t.gpu_idle_s);
+           "\"adam_busy_s\": %.4f, \"gpu_idle_s\": %.4f, \"fwd_wait_s\": %.4f, \"bwd_wait_s\": %.4f}\n",
+           t.step_s, t.busy_s[TRACK_COMPUTE], t.busy_s[TRACK_H2D], t.busy_s[TRACK_D2H], t.busy_s[TRACK_ADAM], t.gpu_idle_s,
+           t.fwd_wait_s, t.bwd_wait_s);
     if (output_dir) {
         char path[4200];
         snprintf(path, sizeof path, "%s/trace.json", output_dir);
         if (!timeline_write_chrome_trace(g->timeline, path)) fprintf(stderr, "warning: cannot write %s\n", path);
     }
+    return t;
 }
 
 static int compare_double(const void* a, const void* b) {
@@ -1329,6 +1353,7 @@ int main(int argc, char** argv) {
     uint64_t sample_rng = SAMPLE_SEED;
     const double flops_per_step = step_flops(&g, step_tokens);
     double last_return = timeline_now();
+    TimelineSummary last_timeline = {};
     for (int step = start_step; step <= total_steps; step++) {
         const int last = step == total_steps;
         if (!bench && args.val_every > 0 && (step % args.val_every == 0 || last)) {
@@ -1356,7 +1381,7 @@ int main(int argc, char** argv) {
         printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f | MFU %.1f%%\n", step + 1, total_steps,
                loss, g.last_norm, lr, dt * 1e3, step_tokens / dt, 100.0 * flops_per_step / dt / H100_BF16_PEAK_FLOPS);
         if (g.timeline) {
-            print_timeline(&g, args.output_dir);
+            last_timeline = print_timeline(&g, args.output_dir);
             last_return = timeline_now();  // writing the trace is not part of the next step
         }
         fflush(stdout);
@@ -1393,6 +1418,20 @@ int main(int argc, char** argv) {
                    (long long)step_tokens, n_micro, ga.num_slots, resident, kept, (int)g.flash, ga.epilogues, median, step_tokens / median,
                    flops_per_step / median / 1e12, flops_per_step / median / H100_BF16_PEAK_FLOPS, g.gpu_bytes / GiB,
                    plan.host_bytes / GiB);
+    }
+    if (g.timeline && timed > 0) {  // -Y 1: what the last step's timeline says about -R and -K
+        cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
+        const int64_t spare = (int64_t)gpu_free - gpu_reserve - ((int64_t)1 << 30);  // the margin of -R -1 / -K -1
+        const TimelineSummary* t = &last_timeline;
+        const Placement next = suggest_placement(t, cfg.num_layers, {resident, kept}, spare, resident_layer_bytes, kept_layer_bytes);
+        printf("tuning, from the last step's timeline: the forward pass waited %.3f s for weights (CPU AdamW %.1f ms per "
+               "streamed layer, forward %.1f ms per layer), the backward pass %.3f s; %.2f GiB of GPU memory to spare "
+               "(%.2f GiB per GPU-resident layer, %.2f GiB per kept one)", t->fwd_wait_s,
+               t->adam_layers ? 1e3 * t->busy_s[TRACK_ADAM] / t->adam_layers : 0.0,
+               t->fwd_layers ? 1e3 * t->fwd_busy_s / t->fwd_layers : 0.0, t->bwd_wait_s, std::max<int64_t>(spare, 0) / GiB,
+               resident_layer_bytes / GiB, kept_layer_bytes / GiB);
+        if (next.resident != resident || next.kept != kept) printf(": try -R %d -K %d\n", next.resident, next.kept);
+        else printf(": -R %d -K %d fit this step\n", resident, kept);
     }
     fflush(stdout);
 

@@ -418,6 +418,46 @@ TEST(GpuTrainer, LargestPresetPlansToFitOneH100) {
     EXPECT_LT(full.host_bytes, params * 17);
 }
 
+// The timeline's split of the idle time (forward pass: waiting for weights; backward pass: for copies) and the
+// -R / -K it suggests from it, on a hand-made step (host-clock spans: no GPU needed). 4 layers, R = K = 0:
+// forward layers of 10 ms that start late (the CPU AdamW, 30 ms per layer, holds them back), backward layers of
+// 30 ms with a 5 ms gap. Exact arithmetic on the spans, so exact expectations (to double rounding).
+TEST(GpuTrainer, TimelineSplitsIdleTimeAndSuggestsPlacement) {
+    TimelineSpan spans[32] = {};
+    Timeline tl = {spans, 32, 0, NULL, 0.0};
+    for (int l = 0; l < 4; l++) {
+        timeline_host_span(&tl, TRACK_ADAM, "adamw", l, 0.030 * l, 0.030 * (l + 1));
+        timeline_host_span(&tl, TRACK_COMPUTE, "fwd", l, 0.030 * (l + 1), 0.030 * (l + 1) + 0.010);
+    }
+    timeline_host_span(&tl, TRACK_COMPUTE, "head", -1, 0.130, 0.140);
+    for (int l = 3; l >= 0; l--) {
+        const double t0 = 0.140 + 0.035 * (3 - l);
+        timeline_host_span(&tl, TRACK_COMPUTE, "bwd", l, t0, t0 + 0.030);
+        timeline_host_span(&tl, TRACK_D2H, "grads", l, t0 + 0.030, t0 + 0.034);
+    }
+    const TimelineSummary t = timeline_summarize(&tl);
+    EXPECT_NEAR(t.step_s, 0.140 + 0.035 * 3 + 0.034, 1e-12);
+    EXPECT_NEAR(t.fwd_busy_s, 0.040, 1e-12);
+    EXPECT_NEAR(t.fwd_wait_s, 0.130 - 0.040, 1e-12);  // the forward pass ends at 130 ms having computed 40 ms
+    EXPECT_NEAR(t.bwd_wait_s, 3 * 0.005, 1e-12);
+    EXPECT_EQ(t.fwd_layers, 4);
+    EXPECT_EQ(t.adam_layers, 4);
+    const int64_t GiB = (int64_t)1 << 30;
+    // 90 ms of waiting / 30 ms of AdamW per layer = 3 more resident layers (3 GiB each), then kept ones (2 GiB)
+    Placement p = suggest_placement(&t, 4, {0, 0}, 13 * GiB, 3 * GiB, 2 * GiB);
+    EXPECT_EQ(p.resident, 3);
+    EXPECT_EQ(p.kept, 2);
+    p = suggest_placement(&t, 4, {0, 0}, 7 * GiB, 3 * GiB, 2 * GiB);  // memory for 2 resident layers only
+    EXPECT_EQ(p.resident, 2);
+    EXPECT_EQ(p.kept, 0);
+    p = suggest_placement(&t, 4, {2, 3}, 100 * GiB, 3 * GiB, 2 * GiB);  // never more layers than the model has
+    EXPECT_EQ(p.resident, 4);
+    EXPECT_EQ(p.kept, 4);
+    p = suggest_placement(&t, 4, {1, 1}, -GiB, 3 * GiB, 2 * GiB);  // nothing to spare: no change
+    EXPECT_EQ(p.resident, 1);
+    EXPECT_EQ(p.kept, 1);
+}
+
 // Bytes the device has in use right now (all processes, so compare differences only).
 int64_t device_used_bytes() {
     size_t free_b = 0, total_b = 0;

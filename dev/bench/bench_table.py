@@ -16,7 +16,8 @@ PEAK_TFLOPS = 989.0  # H100 SXM dense bf16, the same MFU denominator as train_gp
 # our runs per config: log prefix, short tag; the first three are held to the targets
 OURS = [("ours", "streaming"), ("ours_res", "-R -1"), ("ours_keep", "-R, -K"), ("ours_unfused", "-F 0 -G 0")]
 TARGETED = ("ours", "ours_res", "ours_keep")
-TIMELINE_KEYS = ["step_s", "compute_busy_s", "h2d_busy_s", "d2h_busy_s", "adam_busy_s", "gpu_idle_s"]
+TIMELINE_KEYS = ["step_s", "compute_busy_s", "h2d_busy_s", "d2h_busy_s", "adam_busy_s", "gpu_idle_s", "fwd_wait_s",
+                 "bwd_wait_s"]
 ERROR_RE = re.compile(r"error|exception|out of memory|killed|fatal|abort|assert|no such file|not found", re.I)
 
 
@@ -40,7 +41,8 @@ def load(d, name):
     if result is not None:
         cmd = next((l for l in lines if l.startswith("CMD:")), "")
         flags = " ".join(re.findall(r"(-[RK] -?\d+)", cmd))  # the -R / -K a variant ran with
-        return dict(status="ok", result=result, timeline=timeline_median(lines), flags=flags or "-R, -K")
+        tuning = next((l for l in lines if l.startswith("tuning, ")), None)  # train_gpt -Y 1: its -R / -K advice
+        return dict(status="ok", result=result, timeline=timeline_median(lines), flags=flags or "-R, -K", tuning=tuning)
     exit_line = next((l for l in reversed(lines) if l.startswith("EXIT rc=")), "")
     m = re.match(r"EXIT rc=(\d+).*?timeout_s=(\d+)", exit_line)
     if m and m.group(1) in ("124", "137"):
@@ -85,7 +87,7 @@ def timeline_median(lines):
 
 
 def cell(x, fmt):
-    return fmt.format(x) if isinstance(x, (int, float)) else "-"
+    return fmt.format(x) if isinstance(x, (int, float)) and x == x else "-"  # x != x: nan, a key the log lacks
 
 
 def esc(s):
@@ -153,13 +155,22 @@ def main():
         p("")
         p("Our step timeline, median over the timed steps (seconds; busy = time that resource worked in the step):")
         p("")
-        p("| config | step | compute busy | H2D busy | D2H busy | CPU AdamW busy | GPU idle | idle % |")
-        p("|---|---:|---:|---:|---:|---:|---:|---:|")
+        p("| config | step | compute busy | H2D busy | D2H busy | CPU AdamW busy | GPU idle | of it in fwd | in bwd | idle % |")
+        p("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for cfg, t in tls:
             if t:
-                p("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
                     cfg, *(cell(t[k], "{:.3f}") for k in TIMELINE_KEYS),
                     cell(100 * t["gpu_idle_s"] / t["step_s"] if t["step_s"] else None, "{:.0f}%")))
+        advice = [(cfg, runs[(who, c)].get("tuning")) for c, _, _ in CONFIGS for who, tag in OURS
+                  if who in TARGETED for cfg in [("" if who == "ours" else tag + " ") + c]]
+        if any(a for _, a in advice):
+            p("")
+            p("What each run's last step suggests for -R / -K (train_gpt's own model of the step, not a measurement):")
+            p("")
+            for cfg, a in advice:
+                if a:
+                    p("- %s: %s" % (cfg, esc(a[len("tuning, "):])))
 
     # ---- attention paths (build/bench_attention: fused kernels vs cuBLAS + softmax, one micro-batch) ----
     att = results(d, "attention")
