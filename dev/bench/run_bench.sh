@@ -41,12 +41,17 @@ table() { python3 dev/bench/bench_table.py "$OUT" > "$OUT/table.md" 2> "$OUT/tab
 # shape of a config name: L C NH, and tokens per step
 model_of() { case $1 in 1.3b-*) echo "24 2048 16";; 5b-*) echo "24 4096 32";; *) return 1;; esac; }
 tokens_of() { case $1 in *-8k) echo 8192;; *-32k) echo 32768;; *) return 1;; esac; }
-# -R / -K of the kept-activations run of a config. At 5B, 32K tokens: the resident layers (3.6 GiB each) pay
-# only until the CPU AdamW of the streamed ones fits in the forward pass, about 10 of 24 by an estimate (~44 ms
-# of AdamW vs ~26 ms of forward per layer: to be checked against the timeline), then the memory is better
-# spent on kept activations (4 GiB per layer, saving ~26 ms of recompute each). At 1.3B everything fits more
-# or less: all resident layers, then as many kept ones as fit.
-keep_args_of() { case $1 in 5b-32k) echo "-R 10 -K -1";; *) echo "-R -1 -K -1";; esac; }
+# -R / -K of the kept-activations run of a config: what the pure streaming run's last step suggested (its
+# `tuning` line, -Y 1: one more resident layer per layer of CPU AdamW the forward pass waited for, the rest of
+# the memory to kept activations), else an estimate. At 5B, 32K tokens the resident layers (3.6 GiB each) pay
+# only until the CPU AdamW of the streamed ones fits in the forward pass, about 10 of 24 (~44 ms of AdamW vs
+# ~26 ms of forward per layer), then the memory is better spent on kept activations (4 GiB per layer, saving
+# ~26 ms of recompute each). At 1.3B everything fits more or less: all resident layers, then kept ones.
+keep_args_of() {
+    local tried; tried=$(grep -o 'try -R [0-9]* -K [0-9]*' "$OUT/ours-$1.log" 2>/dev/null | tail -n1)
+    if [ -n "$tried" ]; then echo "${tried#try }"; return; fi
+    case $1 in 5b-32k) echo "-R 10 -K -1";; *) echo "-R -1 -K -1";; esac
+}
 wanted() { case " $CONFIGS " in *" $1 "*) return 0;; *) return 1;; esac; }
 
 # run NAME CMD...: runs CMD with its output in $OUT/NAME.log, under min(RUN_TIMEOUT_S, what is left of the
