@@ -1,8 +1,11 @@
 // test_gpu.cu — checks the streaming GPU trainer (train_gpt.cu) against the fp32 CPU reference (gpt2_cpu.h):
 // logits, loss and every gradient tensor on the same init and batch; 10 AdamW steps' losses; independence of
-// the number of weight slots and of the gradient-accumulation split; a checkpoint round trip; GPU memory
-// that grows with depth only by the layer-input checkpoints; and H2D copies that overlap compute.
-// Every test skips (GTEST_SKIP) when no CUDA device is present. make test also builds this suite with the
+// the number of weight slots, of GPU-resident layers (-R), of kept activations (-K) and of the
+// gradient-accumulation split; a checkpoint round trip; GPU memory that grows with depth only by the
+// layer-input checkpoints (measured, and on paper for the 175B preset); H2D copies that overlap compute; the
+// timeline's idle-time split and its -R / -K advice.
+// Every test that needs a GPU skips (GTEST_SKIP) when no CUDA device is present (the two that only compute,
+// the 175B plan and the timeline advice, run anyway). make test also builds this suite with the
 // kernels emulated on the CPU (build/emu_test_gpu, test/fake_cuda): there everything but the two tests that
 // measure time or are too large to emulate runs in CI, the real GPU's numerics, speed and concurrency aside.
 //
