@@ -80,6 +80,8 @@ typedef struct {
     int sample_every;            // -s  generate a sample every N steps; 0 = only at the end
     int gen_tokens;              // -g  tokens per generated sample; 0 = no sampling
     int checkpoint_every;        // -n  checkpoint every N steps (needs -o); 0 = never
+    int keep_checkpoints;        // -nk keep only the newest N checkpoints (llm.c's flag); 0 = keep all
+    int major_checkpoint_every;  // -nm checkpoints at multiples of N steps are kept whatever -nk says; 0 = none
     int resume;                  // -y  1 = resume from the latest checkpoint in -o
 } TrainArgs;
 
@@ -93,7 +95,7 @@ static inline void train_args_defaults(TrainArgs* a) {
     a->B = 4; a->T = 1024; a->total_batch_tokens = 0;
     a->lr = 3e-4f; a->warmup_steps = 0; a->final_lr_frac = 1.0f; a->weight_decay = 0.0f; a->grad_clip = 1.0f;
     a->max_steps = -1; a->val_every = 20; a->val_max_batches = 20; a->sample_every = 0; a->gen_tokens = 64;
-    a->checkpoint_every = 0; a->resume = 0;
+    a->checkpoint_every = 0; a->keep_checkpoints = 0; a->major_checkpoint_every = 0; a->resume = 0;
 }
 
 // Prints the flags with the defaults in `d` (NULL: train_args_defaults).
@@ -122,11 +124,14 @@ static inline void train_usage(FILE* f, const TrainArgs* d = NULL) {
             "  -s <int>    sample every N steps, 0 = only at the end (default %d)\n"
             "  -g <int>    generated tokens per sample, 0 = none (default %d)\n"
             "  -n <int>    checkpoint every N steps, 0 = never (default %d)\n"
+            "  -nk <int>   keep only the newest N checkpoints, removing older ones once a new one is complete,\n"
+            "              0 = keep all (default %d)\n"
+            "  -nm <int>   checkpoints at multiples of N steps are never removed by -nk, 0 = none (default %d)\n"
             "  -y <0|1>    resume from the latest checkpoint in -o (default %d)\n"
             "  -h          this help\n",
             d->train_data, d->val_data, d->model, d->B, d->T, d->lr, d->warmup_steps, d->final_lr_frac,
             d->weight_decay, d->grad_clip, d->max_steps, d->val_every, d->val_max_batches, d->sample_every,
-            d->gen_tokens, d->checkpoint_every, d->resume);
+            d->gen_tokens, d->checkpoint_every, d->keep_checkpoints, d->major_checkpoint_every, d->resume);
 }
 
 // Whole-string integer / float parse with a range check; 0 and a one-line err on failure.
@@ -166,11 +171,17 @@ static inline int parse_float_in(const char* flag, const char* s, double lo, dou
 // Applies one "-X value" pair. Returns 1 if consumed, 0 on a bad value (err says why), -1 if the flag is
 // not one of ours (a trainer tries its own flags first or after, then reports unknown flags itself).
 static inline int parse_train_arg(TrainArgs* a, const char* flag, const char* value, char* err, size_t errlen) {
-    if (flag[0] != '-' || flag[1] == '\0' || flag[2] != '\0') return -1;
-    if (!value) { snprintf(err, errlen, "flag %s needs a value", flag); return 0; }
     const int64_t IMAX = 2147483647;
     int64_t i = 0;
     int ok = 1;
+    if (strcmp(flag, "-nk") == 0 || strcmp(flag, "-nm") == 0) {  // llm.c's two-letter checkpoint flags
+        if (!value) { snprintf(err, errlen, "flag %s needs a value", flag); return 0; }
+        ok = parse_int_in(flag, value, 0, IMAX, &i, err, errlen);
+        (flag[2] == 'k' ? a->keep_checkpoints : a->major_checkpoint_every) = (int)i;
+        return ok;
+    }
+    if (flag[0] != '-' || flag[1] == '\0' || flag[2] != '\0') return -1;
+    if (!value) { snprintf(err, errlen, "flag %s needs a value", flag); return 0; }
     switch (flag[1]) {
         case 'i': a->train_data = value; break;
         case 'j': a->val_data = value; break;
@@ -213,6 +224,10 @@ static inline int train_args_check(const TrainArgs* a, char* err, size_t errlen)
     }
     if ((a->checkpoint_every > 0 || a->resume) && !a->output_dir) {
         snprintf(err, errlen, "-n and -y need an output directory (-o)");
+        return 0;
+    }
+    if ((a->keep_checkpoints > 0 || a->major_checkpoint_every > 0) && a->checkpoint_every == 0) {
+        snprintf(err, errlen, "-nk and -nm choose which checkpoints to keep: they need checkpoints (-n N and -o)");
         return 0;
     }
     // every file name under -o ("/model_00000000.bin.tmp" is the longest) must fit PATH_MAX and our 4200-byte
@@ -501,6 +516,39 @@ static inline int64_t dir_latest_step(const char* dir, const char* prefix, const
     }
     closedir(d);
     return best;
+}
+
+// The files of one checkpoint are <prefix><step, 8 digits><suffix> in the -o directory.
+typedef struct { const char* prefix; const char* suffix; } CheckpointFile;
+
+// -nk / -nm, called once the checkpoint of step `newest` is complete: removes every older complete checkpoint
+// that is neither among the `keep` newest (the new one included) nor at a multiple of `major_every` (> 0).
+// files[0] is the file whose presence makes a checkpoint complete (train_gpt: its DONE marker; train_gpt_cpu:
+// its model file); it is removed first, durably, so a crash part way through never leaves a marker vouching for
+// removed files. Checkpoints after `newest` (of an earlier pass over those steps, which this run rewrites when it
+// gets there) and incomplete ones (no files[0]) are left alone. The new checkpoint is always written before the
+// old ones go, so the disk must hold keep + 1 of them for a moment. Returns 0 with err set on failure.
+static inline int prune_checkpoints(const char* dir, int64_t newest, int keep, int major_every,
+                                    const CheckpointFile* files, int n_files, char* err, size_t errlen) {
+    if (keep <= 0) return 1;
+    int rank = 0;
+    for (int64_t s = dir_latest_step(dir, files[0].prefix, files[0].suffix, newest + 1); s >= 0;
+         s = dir_latest_step(dir, files[0].prefix, files[0].suffix, s)) {
+        if (++rank <= keep || (major_every > 0 && s % major_every == 0)) continue;
+        for (int i = 0; i < n_files; i++) {
+            char path[4200];  // -o is at most 4000 characters (train_args_check)
+            snprintf(path, sizeof path, "%s/%s%08lld%s", dir, files[i].prefix, (long long)s, files[i].suffix);
+            const int removed = unlink(path) == 0;
+            if (!removed && errno != ENOENT) {
+                snprintf(err, errlen, "-nk: cannot remove %.300s: %.60s", path, strerror(errno));
+                return 0;
+            }
+            if (i == 0 && !removed) break;  // a marker not named as we write it (fewer digits): not ours
+            if (i == 0 && !fsync_dir(dir, err, errlen)) return 0;
+            if (i == n_files - 1) printf("removed checkpoint step %lld (-nk %d)\n", (long long)s, keep);
+        }
+    }
+    return 1;
 }
 
 // Opens DIR/main.log (dir NULL: a disabled logger, returns 1). resume_step < 0 starts a fresh log; a

@@ -792,7 +792,8 @@ static void gpt_copy_logits(GPT* g, int b, int t, float* out) {
 // ----------------------------------------------------------------------------
 // Checkpoints: DIR/model_STEP.bin (llm.c model file, fp32 master weights) + DIR/state_STEP.bin (AdamW m and
 // v, step, data position, the run's hyperparameters) + DIR/DONE_STEP written last, after both files and their
-// names are fsynced, so a checkpoint without DONE is never resumed from, even after a power loss.
+// names are fsynced, so a checkpoint without DONE is never resumed from, even after a power loss. With -nk N
+// only the newest N stay (and those at multiples of -nm): a 5B model's checkpoint is 60 GB, a 175B one's 2 TB.
 
 #define STATE_MAGIC 20241122
 #define STATE_VERSION 2  // 2: the run's hyperparameters in the header; version 1 files are refused
@@ -857,6 +858,9 @@ static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data
     if (!f || fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0) die("cannot write %s", done);
     if (!fsync_dir(dir, err, sizeof err)) die("%s", err);
     printf("saved checkpoint step %lld to %s\n", (long long)step, dir);
+    static const CheckpointFile files[] = {{"DONE_", ""}, {"model_", ".bin"}, {"state_", ".bin"}};
+    if (!prune_checkpoints(dir, step, a->keep_checkpoints, a->major_checkpoint_every, files, 3, err, sizeof err))
+        die("%s", err);
 }
 
 // Latest step with a DONE marker in dir (exactly DONE_<digits>, see checkpoint_name_step), or -1.

@@ -3,7 +3,7 @@
 // can be compared line by line. With no arguments it trains a small model (L4 C128 NH4, T 64) from a
 // GPT-2-style random init on the shipped tinyshakespeare shards, in a few minutes on 2 cores.
 // Prints llm.c-style step lines, validation loss, and a generated sample; with -o writes DIR/main.log and,
-// with -n, model files DIR/model_STEP.bin. It does not resume (-y 1 is refused), refuses an -o that already
+// with -n, model files DIR/model_STEP.bin (the newest -nk of them). It does not resume (-y 1 is refused), refuses an -o that already
 // holds checkpoints (its own model files or train_gpt's), and uses no GPU.
 #include <chrono>
 #include <stdarg.h>
@@ -224,6 +224,10 @@ int main(int argc, char** argv) {
             if (!gpt_save_params(path, cfg, model.params, err, sizeof err)) die("%s", err);
             if (!fsync_dir(args.output_dir, err, sizeof err)) die("%s", err);  // the rename, durable
             printf("saved %s\n", path);
+            static const CheckpointFile files[] = {{"model_", ".bin"}};
+            if (!prune_checkpoints(args.output_dir, step + 1, args.keep_checkpoints, args.major_checkpoint_every, files, 1,
+                                   err, sizeof err))
+                die("%s", err);
         }
     }
     if (train_tokens > 0)

@@ -11,7 +11,8 @@
 // train_gpt run here is refused before the GPU is touched, and the one valid-input run ("no CUDA device") is
 // skipped when `nvidia-smi -L` finds a GPU. A trainer that is not built (train_gpt without nvcc) is skipped.
 // The emulated train_gpt (kEmu) does train, a tiny model for 6 steps: the step lines, validation, sampling,
-// checkpoints, a resume that continues with the very same losses, and -R -1 (every layer GPU-resident).
+// checkpoints (and -nk pruning them), a resume that continues with the very same losses, and -R -1 (every layer
+// GPU-resident).
 // Scratch files live in a mkdtemp directory under /tmp, removed at the end.
 #include <gtest/gtest.h>
 #include <fcntl.h>
@@ -270,6 +271,7 @@ TEST_P(Both, BadValues) {
         {"-x", "-2", "out of range"},         {"-x", "99999999999", "out of range"},
         {"-x", "99999999999999999999999", "not an integer"}, {"-g", "abc", "not an integer"},
         {"-v", "-1", "out of range"},         {"-n", "1e3", "not an integer"},
+        {"-nk", "-1", "out of range"},        {"-nm", "x", "not an integer"},
     };
     for (const Case& c : cases)
         EXPECT_TRUE(CleanError(run_it(base_args() + Args{c.flag, c.value}),
@@ -291,6 +293,7 @@ TEST_P(Both, InconsistentFlags) {
     EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-d", "1099511627776"}), {"2^20 micro-batches"}));
     EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-n", "1"}), {"-n and -y need an output directory"}));
     EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-y", "1"}), {"-n and -y need an output directory"}));
+    EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-o", dir + "/nk", "-nm", "10"}), {"-nk and -nm", "need checkpoints"}));
     // -t longer than the model's position table
     EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-e", "L2:C64:NH4:T16"}),
                            {"-t 32 exceeds the model's max sequence length 16"}));
@@ -755,6 +758,22 @@ TEST_F(CliTest, CpuSmokeRun) {
     EXPECT_NE(r2.out.find("llm.c model file"), std::string::npos) << r2.out;
 }
 
+// -nk 2 -nm 2 over 4 steps with a model file every step: the two newest (3, 4) and the major ones (2, 4) stay
+TEST_F(CliTest, CpuKeepsTheNewestCheckpoints) {
+    if (!have_binary(kCpu)) GTEST_SKIP() << kCpu << " not built";
+    const std::string out = dir + "/keep";
+    const Result r = run_bin(kCpu, base_args() + Args{"-x", "4", "-o", out, "-n", "1", "-nk", "2", "-nm", "2"});
+    ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.err;
+    EXPECT_NE(r.out.find("removed checkpoint step 1 (-nk 2)"), std::string::npos) << r.out;
+    for (int s = 1; s <= 4; s++) {
+        char name[64];
+        snprintf(name, sizeof name, "/model_%08d.bin", s);
+        EXPECT_EQ(access((out + name).c_str(), F_OK) == 0, s != 1) << name;
+    }
+    // without checkpoints there is nothing to keep: refused, so a user never believes -nk is at work
+    EXPECT_TRUE(CleanError(run_bin(kCpu, base_args() + Args{"-nk", "2"}), {"-nk and -nm", "-n"}));
+}
+
 // ----------------------------------------------------------------------------
 // train_gpt end to end, with its kernels emulated on the CPU
 
@@ -788,6 +807,19 @@ TEST_F(CliTest, EmulatedTrainGptTrainsCheckpointsAndResumes) {
     const auto resumed = step_losses(b.out);
     ASSERT_EQ(resumed.size(), 3u) << b.out;
     for (int s = 4; s <= 6; s++) EXPECT_EQ(resumed.at(s), first.at(s)) << "step " << s << " after the resume";
+
+    // -nk 1: only the newest checkpoint stays, the older ones go once it is complete (DONE, model and state file)
+    const std::string keep = dir + "/emu_keep";
+    const Result n = run_bin(kEmu, run + Args{"-x", "3", "-v", "0", "-g", "0", "-n", "1", "-nk", "1", "-o", keep});
+    ASSERT_EQ(n.code, 0) << n.cmd << "\n" << n.err << n.out;
+    for (const char* s : {"removed checkpoint step 1 (-nk 1)", "removed checkpoint step 2 (-nk 1)"})
+        EXPECT_NE(n.out.find(s), std::string::npos) << s << " not in:\n" << n.out;
+    for (int s = 1; s <= 3; s++)
+        for (const char* f : {"/DONE_%08d", "/model_%08d.bin", "/state_%08d.bin"}) {
+            char name[64];
+            snprintf(name, sizeof name, f, s);
+            EXPECT_EQ(access((keep + name).c_str(), F_OK) == 0, s == 3) << name;
+        }
 
     // every layer GPU-resident (-R -1 on the fake device's memory): the same run, to bf16 gradient rounding
     const Result c = run_bin(kEmu, run + Args{"-v", "0", "-g", "0", "-R", "-1"});

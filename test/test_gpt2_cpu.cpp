@@ -4,6 +4,8 @@
 // trip and corrupt files, gradient accumulation, and flag / model-spec parsing.
 // Run from the repo root (fixture paths are relative). It does not test the GPU trainer or the data loader.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <algorithm>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -506,6 +508,8 @@ TEST(TrainArgs, GoodFlags) {
     EXPECT_EQ(parse(&a, "-s", "100", &err), 1);
     EXPECT_EQ(parse(&a, "-g", "32", &err), 1);
     EXPECT_EQ(parse(&a, "-n", "50", &err), 1);
+    EXPECT_EQ(parse(&a, "-nk", "3", &err), 1);
+    EXPECT_EQ(parse(&a, "-nm", "500", &err), 1);
     EXPECT_EQ(parse(&a, "-y", "1", &err), 1);
     EXPECT_EQ(parse(&a, "-i", "data/train_*.bin", &err), 1);
     EXPECT_EQ(parse(&a, "-j", "data/val_*.bin", &err), 1);
@@ -515,6 +519,7 @@ TEST(TrainArgs, GoodFlags) {
     EXPECT_EQ(a.warmup_steps, 10); EXPECT_FLOAT_EQ(a.final_lr_frac, 0.1f); EXPECT_FLOAT_EQ(a.weight_decay, 0.1f);
     EXPECT_EQ(a.grad_clip, 0.0f); EXPECT_EQ(a.max_steps, -1); EXPECT_EQ(a.val_every, 25); EXPECT_EQ(a.val_max_batches, 0);
     EXPECT_EQ(a.sample_every, 100); EXPECT_EQ(a.gen_tokens, 32); EXPECT_EQ(a.checkpoint_every, 50); EXPECT_EQ(a.resume, 1);
+    EXPECT_EQ(a.keep_checkpoints, 3); EXPECT_EQ(a.major_checkpoint_every, 500);
     EXPECT_STREQ(a.train_data, "data/train_*.bin"); EXPECT_STREQ(a.val_data, "data/val_*.bin");
     EXPECT_STREQ(a.model, "d12"); EXPECT_STREQ(a.output_dir, "log_x");
     char e[256];
@@ -545,6 +550,12 @@ TEST(TrainArgs, BadFlags) {
     EXPECT_EQ(parse(&a, "-x", "-2", &err), 0);
     EXPECT_EQ(parse(&a, "-b", NULL, &err), 0);
     EXPECT_NE(err.find("needs a value"), std::string::npos) << err;
+    EXPECT_EQ(parse(&a, "-nk", NULL, &err), 0);
+    EXPECT_NE(err.find("needs a value"), std::string::npos) << err;
+    EXPECT_EQ(parse(&a, "-nk", "-1", &err), 0);
+    EXPECT_EQ(parse(&a, "-nm", "two", &err), 0);
+    EXPECT_EQ(parse(&a, "-nx", "1", &err), -1);
+    EXPECT_EQ(parse(&a, "-nkk", "1", &err), -1);
     // -d must be a multiple of B*T
     train_args_defaults(&a);
     a.B = 4; a.T = 64; a.total_batch_tokens = 1000;
@@ -553,6 +564,14 @@ TEST(TrainArgs, BadFlags) {
     EXPECT_NE(strstr(e, "multiple"), nullptr) << e;
     a.total_batch_tokens = 0;
     a.checkpoint_every = 10;  // checkpoints need -o
+    EXPECT_FALSE(train_args_check(&a, e, sizeof e));
+    a.output_dir = "log_x";
+    EXPECT_TRUE(train_args_check(&a, e, sizeof e)) << e;
+    a.checkpoint_every = 0;   // -nk / -nm choose among checkpoints: without -n there are none
+    a.keep_checkpoints = 2;
+    EXPECT_FALSE(train_args_check(&a, e, sizeof e));
+    EXPECT_NE(strstr(e, "-nk and -nm"), nullptr) << e;
+    a.keep_checkpoints = 0; a.major_checkpoint_every = 5;
     EXPECT_FALSE(train_args_check(&a, e, sizeof e));
 }
 
@@ -692,4 +711,65 @@ TEST(Logger, WritesTrainAndValLines) {
     logger_train(&lg, 1, 1.0f);
     logger_close(&lg);
     EXPECT_FALSE(logger_open(&lg, "/proc/no_such_dir/x", -1, e, sizeof e));
+}
+
+// -nk / -nm on a directory of train_gpt checkpoints (DONE marker, model and state file per step): after the one
+// of step 12, the 3 newest complete ones stay, and every one at a multiple of 4; incomplete ones (no DONE: step
+// 5), ones after the newest (an earlier pass over steps the run rewrites: 14) and files that only look like
+// checkpoint files stay too.
+TEST(Checkpoints, PruneKeepsTheNewestAndTheMajorOnes) {
+    const std::string dir = "build/test_prune_" + std::to_string((long long)getpid());
+    ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+    auto name = [](const char* prefix, int step, const char* suffix) {
+        char n[64];
+        snprintf(n, sizeof n, "%s%08d%s", prefix, step, suffix);
+        return std::string(n);
+    };
+    auto touch = [&](const std::string& n) { FILE* f = fopen((dir + "/" + n).c_str(), "w"); ASSERT_NE(f, nullptr); fclose(f); };
+    auto exists = [&](const std::string& n) { return access((dir + "/" + n).c_str(), F_OK) == 0; };
+    const int complete[] = {1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 14};
+    for (int s : complete) {
+        touch(name("DONE_", s, ""));
+        touch(name("model_", s, ".bin"));
+        touch(name("state_", s, ".bin"));
+    }
+    touch(name("model_", 5, ".bin"));                                      // a save that died before its DONE
+    for (const char* other : {"DONE_7x", "model_00000002.bin.tmp", "main.log", "DONE_0000005"}) touch(other);
+    const CheckpointFile files[] = {{"DONE_", ""}, {"model_", ".bin"}, {"state_", ".bin"}};
+    char e[512] = "";
+    ASSERT_TRUE(prune_checkpoints(dir.c_str(), 12, 3, 4, files, 3, e, sizeof e)) << e;
+    // "DONE_0000005" reads as step 5 but is not a name the trainer writes: it is left alone, and so are the files
+    // of step 5
+    const std::vector<int> kept = {4, 8, 10, 11, 12, 14};
+    for (int s : complete) {
+        const bool keep = std::find(kept.begin(), kept.end(), s) != kept.end();
+        for (const char* pre : {"DONE_", "model_", "state_"}) {
+            const std::string n = name(pre, s, pre[0] == 'D' ? "" : ".bin");
+            EXPECT_EQ(exists(n), keep) << n;
+        }
+    }
+    EXPECT_TRUE(exists(name("model_", 5, ".bin")));
+    for (const char* other : {"DONE_7x", "model_00000002.bin.tmp", "main.log", "DONE_0000005"}) EXPECT_TRUE(exists(other)) << other;
+    // -nk 0 keeps everything; a train_gpt_cpu directory has model files only, which are then the markers
+    ASSERT_TRUE(prune_checkpoints(dir.c_str(), 12, 0, 0, files, 3, e, sizeof e)) << e;
+    EXPECT_TRUE(exists(name("DONE_", 10, "")));
+    const CheckpointFile models[] = {{"model_", ".bin"}};
+    ASSERT_TRUE(prune_checkpoints(dir.c_str(), 12, 1, 0, models, 1, e, sizeof e)) << e;
+    EXPECT_TRUE(exists(name("model_", 12, ".bin")));
+    EXPECT_TRUE(exists(name("model_", 14, ".bin")));
+    for (int s : {4, 5, 8, 10, 11}) EXPECT_FALSE(exists(name("model_", s, ".bin"))) << s;
+    EXPECT_TRUE(exists(name("DONE_", 10, "")));  // only the files named in `files` are touched
+    // a directory it cannot change: a one-line error, not a crash (skipped as root, who may write anyway)
+    if (geteuid() != 0) {
+        ASSERT_EQ(chmod(dir.c_str(), 0555), 0);
+        EXPECT_FALSE(prune_checkpoints(dir.c_str(), 14, 1, 0, files, 3, e, sizeof e));
+        EXPECT_NE(strstr(e, "cannot remove"), nullptr) << e;
+        chmod(dir.c_str(), 0755);
+    }
+    DIR* d = opendir(dir.c_str());
+    ASSERT_NE(d, nullptr);
+    while (struct dirent* ent = readdir(d))
+        if (ent->d_name[0] != '.') remove((dir + "/" + ent->d_name).c_str());
+    closedir(d);
+    rmdir(dir.c_str());
 }
