@@ -351,6 +351,28 @@ static void bias_gelu_forward(bf16* pre, bf16* out, const bf16* bias, int64_t N,
     cudaCheckLaunch();
 }
 
+// out = gelu(inp): the GELU bias_gelu_forward applies, of the bf16 pre-activation it kept, so the same values
+// bit for bit (a layer with kept activations redoes its GELU with it instead of keeping the output, train_gpt.cu).
+__global__ void gelu_forward_kernel(bf16* out, const bf16* inp, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = __float2bfloat16(gelu_tanh((float)inp[i]));
+}
+__global__ void gelu_forward_kernel8(bf16* out, const bf16* inp, int64_t n) {
+    for (int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * 8; i < n; i += (int64_t)gridDim.x * blockDim.x * 8) {
+        const Pack8 x = load_pack8(inp + i);
+        Pack8 y = {{0, 0, 0, 0}};
+        for (int k = 0; k < 8; k++) pack8_set(y, k, gelu_tanh(pack8_get(x, k)));
+        store_pack8(out + i, y);
+    }
+}
+static void gelu_forward(bf16* out, const bf16* inp, int64_t n, cudaStream_t s) {
+    if (n % 8 == 0 && aligned16(out) && aligned16(inp))
+        gelu_forward_kernel8<<<grid_for(n / 8, 256), 256, 0, s>>>(out, inp, n);
+    else
+        gelu_forward_kernel<<<grid_for(n, 256), 256, 0, s>>>(out, inp, n);
+    cudaCheckLaunch();
+}
+
 // d_inout = gelu'(inp) * d_inout, in place
 __device__ __forceinline__ float gelu_tanh_grad(float x) {
     const float u = GELU_SCALE * (x + 0.044715f * x * x * x);

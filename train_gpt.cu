@@ -20,8 +20,8 @@
 //              resident), recompute its forward from the checkpoint, run its backward for every micro-batch
 //              into one fp32 gradient buffer (so gradient accumulation needs no second copy), convert to bf16
 //              and add the squared norm on the GPU, send it to the host on the d2h stream. Optionally (-K)
-//              the last K layers keep their forward activations until their backward, which then skips the
-//              recompute (a quarter of their compute) where GPU memory allows.
+//              the last K layers keep their GEMMs' and attention's outputs until their backward, which then
+//              skips the recompute (a quarter of their compute) where GPU memory allows.
 //   optimizer: once the global norm is known (one sync per step), a CPU thread runs AdamW (cpu_adam.cpp)
 //              layer by layer — 0, 1, ... — writing the bf16 copy in the same pass, while the GPU updates the
 //              embeddings (same constants and operation order, kernels.cuh). The NEXT step's forward starts at
@@ -108,15 +108,22 @@ static void matmul_backward_input_gelu(bf16* dinp, const bf16* dout, const bf16*
 
 // ----------------------------------------------------------------------------
 // Workspace of ONE layer for ONE micro-batch: what the backward pass needs, recomputed from the checkpoint.
-// One allocation carved by a table of sizes (the layout is data, as in llm.c). Its first part, the forward
-// pass's outputs that the backward pass reads (ACT_LN1 .. ACT_FCH_GELU, the LayerNorm statistics, the
-// attention's row log-sum-exp), is also what a layer with kept activations (-K) holds per micro-batch.
+// One allocation carved by a table of sizes (the layout is data, as in llm.c). ACT_LN1 .. ACT_FCH_GELU, the
+// LayerNorm statistics and the attention's row log-sum-exp are the forward pass's outputs that the backward
+// pass reads.
+// A layer with kept activations (-K) holds, per micro-batch, only those that cost GEMMs or attention to
+// redo (act_is_kept: q k v, the attention's output and lse, res2, the MLP's pre-activation: 9C values per
+// token); its two LayerNorm outputs and its GELU output (6C more) are redone before its backward pass
+// (layer_redo_cheap_part: memory-bound passes, ~2% of the layer's backward time), so a GiB keeps 5/3 as many
+// layers as keeping them all would.
 
 enum {
     ACT_LN1, ACT_QKV, ACT_ATT, ACT_ATTY, ACT_RES2, ACT_LN2, ACT_FCH, ACT_FCH_GELU,
     ACT_DFCH, ACT_DC, ACT_DQKV, ACT_DATT, ACT_LNF, ACT_DLNF, ACT_LOGITS, NUM_ACTS
 };
-#define NUM_FORWARD_ACTS ACT_DFCH  // ACT_LN1 .. ACT_FCH_GELU: a layer's forward activations
+static inline bool act_is_kept(int i) {  // ACT_ATT: the cuBLAS path's (T x T) probabilities (none when fused)
+    return i == ACT_QKV || i == ACT_ATT || i == ACT_ATTY || i == ACT_RES2 || i == ACT_FCH;
+}
 typedef struct {
     bf16* p[NUM_ACTS];
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lnf_mean, *lnf_rstd;  // (N) each
@@ -145,8 +152,9 @@ static int64_t plan_add(int64_t a, int64_t b, const char* what) {
     return r;
 }
 // The one description of a workspace's layout: returns its bytes and, given the allocation's base, points w's
-// arrays into it. forward_only: just the forward activations (a kept layer's), else the whole workspace.
-static int64_t workspace_layout(const GPTConfig* c, int B, int T, bool forward_only, char* base, Workspace* w) {
+// arrays into it. kept_only: just what a layer with kept activations holds (act_is_kept and att_lse; w's other
+// arrays are left as they are), else the whole workspace.
+static int64_t workspace_layout(const GPTConfig* c, int B, int T, bool kept_only, char* base, Workspace* w) {
     // the largest entries of workspace_sizes (every other one is smaller), checked first so that table cannot wrap
     const char* what = "the activation workspace of one layer (B*T*4C, B*NH*T*T attention scores or B*T*Vp logits; lower -b or -t)";
     const int64_t N = (int64_t)B * T;
@@ -157,25 +165,26 @@ static int64_t workspace_layout(const GPTConfig* c, int B, int T, bool forward_o
     const int64_t row_stats = plan_mul(plan_mul(N, c->num_heads, what), 4, what);      // (B, NH, T) floats
     int64_t sizes[NUM_ACTS], bytes = 0;
     workspace_sizes(c, B, T, sizes);
-    for (int i = 0; i < (forward_only ? NUM_FORWARD_ACTS : NUM_ACTS); i++) {
+    for (int i = 0; i < NUM_ACTS; i++) {
+        if (kept_only && !act_is_kept(i)) continue;
         if (base) w->p[i] = (bf16*)(base + bytes);
         bytes = plan_add(bytes, round_up64(sizes[i] * 2, 256), what);
     }
     float** stats[6] = {&w->ln1_mean, &w->ln1_rstd, &w->ln2_mean, &w->ln2_rstd, &w->lnf_mean, &w->lnf_rstd};
-    for (int i = 0; i < (forward_only ? 4 : 6); i++) {  // the final LayerNorm's two only in the whole workspace
+    for (int i = 0; i < (kept_only ? 0 : 6); i++) {  // a kept layer's are redone with its LayerNorm outputs
         if (base) *stats[i] = (float*)(base + bytes);
         bytes = plan_add(bytes, N * 4, what);
     }
     float** rows[2] = {&w->att_lse, &w->att_dsum};
-    for (int i = 0; i < (forward_only ? 1 : 2); i++) {
+    for (int i = 0; i < (kept_only ? 1 : 2); i++) {
         if (base) *rows[i] = (float*)(base + bytes);
         bytes = plan_add(bytes, row_stats, what);
     }
     return round_up64(bytes, 256);  // so that kept blocks laid end to end each start 256-byte aligned
 }
-static int64_t workspace_bytes(const GPTConfig* c, int B, int T, bool forward_only) {
+static int64_t workspace_bytes(const GPTConfig* c, int B, int T, bool kept_only) {
     Workspace unused;
-    return workspace_layout(c, B, T, forward_only, NULL, &unused);
+    return workspace_layout(c, B, T, kept_only, NULL, &unused);
 }
 static void workspace_alloc(Workspace* w, const GPTConfig* c, int B, int T) {
     w->bytes = workspace_bytes(c, B, T, false);
@@ -239,9 +248,9 @@ struct GPT {
     float* loss_host;           // pinned: mean loss and
     double* sumsq_host;         //   squared norm, read once per step
     Workspace ws_act;           // one layer, one micro-batch: recompute, backward scratch, the head's buffers
-    // -K: the last K layers keep their forward activations (per micro-batch) from the forward pass to the
-    // backward pass, which then skips their recompute. kept[(l - (L - K)) * max_micro + mb] is ws_act with
-    // its forward part (NUM_FORWARD_ACTS, LayerNorm statistics, att_lse) pointed into kept_memory.
+    // -K: the last K layers keep their costly forward activations (per micro-batch) from the forward pass to
+    // the backward pass, which then skips their recompute. kept[(l - (L - K)) * max_micro + mb] is ws_act with
+    // the kept arrays (act_is_kept, att_lse) pointed into kept_memory.
     int kept_layers;            // K
     Workspace* kept;
     void* kept_memory;
@@ -288,6 +297,19 @@ static void layer_forward(GPT* g, const bf16* w, const bf16* x, bf16* out, Works
     matmul_forward_bias_gelu(a->p[ACT_FCH], a->p[ACT_FCH_GELU], a->p[ACT_LN2], wt(g, w, FCW), wt(g, w, FCB), N, C, 4 * C, s);
     if (out)  // out = res2 + mlp(res2)
         matmul_forward_bias(out, a->p[ACT_FCH_GELU], wt(g, w, FCPROJW), wt(g, w, FCPROJB), a->p[ACT_RES2], N, 4 * C, C, s);
+}
+
+// Before the backward pass of a layer with kept activations: what it did not keep, from what it did. Both
+// LayerNorms (same kernel, same input: the same outputs and statistics as in the forward pass) and the GELU of
+// the kept pre-activation (bias_gelu_forward's very values; with the cuBLASLt epilogue (-G 1) the forward's
+// came from cuBLASLt and may differ in the last bf16 bit). Three memory-bound passes instead of the GEMMs and
+// attention of a recompute.
+static void layer_redo_cheap_part(GPT* g, const bf16* w, const bf16* x, Workspace* a, cudaStream_t s) {
+    const int64_t N = (int64_t)g->B * g->T;
+    const int C = g->config.channels;
+    layernorm_forward(a->p[ACT_LN1], a->ln1_mean, a->ln1_rstd, x, wt(g, w, LN1W), wt(g, w, LN1B), N, C, s);
+    layernorm_forward(a->p[ACT_LN2], a->ln2_mean, a->ln2_rstd, a->p[ACT_RES2], wt(g, w, LN2W), wt(g, w, LN2B), N, C, s);
+    gelu_forward(a->p[ACT_FCH_GELU], a->p[ACT_FCH], N * 4 * C, s);
 }
 
 // ----------------------------------------------------------------------------
@@ -564,7 +586,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
         g->kept_memory = gpu_alloc(g, n * each);
         g->kept = (Workspace*)malloc(sizeof(Workspace) * (size_t)n);
         if (!g->kept) { fprintf(stderr, "error: out of host memory\n"); exit(1); }
-        for (int64_t i = 0; i < n; i++) {  // the backward scratch and the head's buffers stay ws_act's
+        for (int64_t i = 0; i < n; i++) {  // what is not kept (redone, backward scratch, the head's) stays ws_act's
             g->kept[i] = g->ws_act;
             workspace_layout(c, B, T, true, (char*)g->kept_memory + i * each, &g->kept[i]);
         }
@@ -696,7 +718,7 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     timeline_end(tl, span, s);
 
     // 4. backward, last layer first, recomputing each layer from its checkpoint (a layer with kept activations,
-    // -K, has them from the forward pass). A streamed layer's gradient goes to the host; a GPU-resident
+    // -K, has the costly ones from the forward pass and redoes the rest). A streamed layer's gradient goes to the host; a GPU-resident
     // layer's stays in its place in resident_grads.
     stream_begin_pass(&g->ws, g->backward_order, L - R);
     for (int l = L - 1; l >= 0; l--) {
@@ -708,6 +730,7 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
         for (int mb = 0; mb < n_micro; mb++) {
             Workspace* acts = layer_workspace(g, l, mb);
             if (!layer_kept(g, l)) layer_forward(g, w, ckpt_at(g, l, mb), NULL, acts, s);  // recompute
+            else layer_redo_cheap_part(g, w, ckpt_at(g, l, mb), acts, s);
             layer_backward(g, w, grads, ckpt_at(g, l, mb), dresid_at(g, mb), acts, s);
         }
         if (streamed) {
@@ -1075,7 +1098,7 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
            "              never copied): uses GPU memory the streaming leaves free to shorten the CPU AdamW;\n"
            "              0 = stream every layer, -1 = as many as fit (default %d)\n"
            "  -K <int>    keep the last N layers' activations from the forward to the backward pass, which then\n"
-           "              skips their recompute (a quarter of their compute); costs about 30*C*tokens-per-step\n"
+           "              skips their recompute (a quarter of their compute); costs about 18*C*tokens-per-step\n"
            "              bytes per layer: 0 = recompute every layer, -1 = as many as fit after -R (default %d)\n"
            "  -F <0|1>    attention: 1 = fused tensor-core kernels (head sizes 32, 64, 80, 96, 128; others use\n"
            "              the cuBLAS path), 0 = cuBLAS GEMMs + softmax over stored (T x T) scores (default %d)\n"

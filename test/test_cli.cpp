@@ -829,9 +829,11 @@ TEST_F(CliTest, EmulatedTrainGptTrainsCheckpointsAndResumes) {
     ASSERT_EQ(resident.size(), 6u) << c.out;
     for (int s = 1; s <= 6; s++) EXPECT_NEAR(atof(resident.at(s).c_str()), atof(first.at(s).c_str()), 1e-3 * atof(first.at(s).c_str())) << "step " << s;
 
-    // every layer's activations kept (-K -1): the backward pass reads what the recompute would produce, and the
-    // emulation adds in a fixed order, so the same losses to the last printed digit. With the timeline (-Y 1,
-    // which only measures; the emulation's clocks read 0): its lines and the -R / -K advice at the end.
+    // every layer's activations kept (-K -1): the backward pass reads what the recompute would produce, but for
+    // the GELU it redoes with its own kernel where the forward's came from the cuBLASLt epilogue (last-bit
+    // differences; bit for bit with -G 0: test_gpu's KeptActivationsTrainLikeRecompute), so the losses agree
+    // to 1e-3 relative (seen: 4e-6). With the timeline (-Y 1, which only measures; the emulation's clocks read
+    // 0): its lines and the -R / -K advice at the end.
     const Result k = run_bin(kEmu, run + Args{"-v", "0", "-g", "0", "-K", "-1", "-Y", "1"});
     ASSERT_EQ(k.code, 0) << k.cmd << "\n" << k.err << k.out;
     EXPECT_NE(k.out.find("last 2 of 2 layers"), std::string::npos) << k.out;
@@ -840,7 +842,8 @@ TEST_F(CliTest, EmulatedTrainGptTrainsCheckpointsAndResumes) {
     EXPECT_NE(k.out.find("-R 0 -K 2 fit this step"), std::string::npos) << k.out;
     const auto kept = step_losses(k.out);
     ASSERT_EQ(kept.size(), 6u) << k.out;
-    for (int s = 1; s <= 6; s++) EXPECT_EQ(kept.at(s), first.at(s)) << "step " << s << " with kept activations";
+    for (int s = 1; s <= 6; s++)
+        EXPECT_NEAR(atof(kept.at(s).c_str()), atof(first.at(s).c_str()), 1e-3 * atof(first.at(s).c_str())) << "step " << s << " with kept activations";
 
     // unfused: the cuBLAS + softmax attention (-F 0) and the bias / GELU passes as separate kernels (-G 0): the
     // same run, to the paths' rounding (test_gpu's FusedAndCublasAttentionTrainAlike: 5e-3)

@@ -323,6 +323,22 @@ TEST(Kernels, BiasGeluForwardMatchesCpu) {
     }
 }
 
+// The GELU a layer with kept activations redoes before its backward pass (train_gpt.cu) must give the values
+// bias_gelu_forward gave in the forward pass, bit for bit, from the pre-activation it kept.
+TEST(Kernels, GeluForwardRedoesBiasGeluForward) {
+    REQUIRE_GPU();
+    const int64_t N = 1501;
+    for (int OC : {384, 60}) {  // the 16-byte paths, then the scalar ones (N * 60 is not a multiple of 8)
+        auto pre = rand_bf16(N * OC, -6, 6, 45), bias = rand_bf16(OC, -1, 1, 46);
+        DeviceMem m;
+        bf16 *pre_d = m.bf16s(pre), *out_d = m.zeros<bf16>(N * OC), *redo_d = m.zeros<bf16>(N * OC);
+        bias_gelu_forward(pre_d, out_d, m.bf16s(bias), N, OC, kStream);
+        gelu_forward(redo_d, pre_d, N * OC, kStream);
+        const std::vector<float> out = download(out_d, N * OC);
+        EXPECT_EQ(count_bit_diff(download(redo_d, N * OC), out), 0) << "OC " << OC;
+    }
+}
+
 TEST(Kernels, GeluBackwardMatchesCpu) {
     REQUIRE_GPU();
     for (int64_t n : {600001, 600000}) {  // scalar, then the 16-byte path
