@@ -45,7 +45,7 @@ tokens_of() { case $1 in *-8k) echo 8192;; *-32k) echo 32768;; *) return 1;; esa
 # `tuning` line, -Y 1: one more resident layer per layer of CPU AdamW the forward pass waited for, the rest of
 # the memory to kept activations), else an estimate. At 5B, 32K tokens the resident layers (3.6 GiB each) pay
 # only until the CPU AdamW of the streamed ones fits in the forward pass, about 10 of 24 (~44 ms of AdamW vs
-# ~26 ms of forward per layer), then the memory is better spent on kept activations (2.4 GiB per layer, saving
+# ~26 ms of forward per layer), then the memory is better spent on kept activations (2.4 GB per layer, saving
 # ~26 ms of recompute each). At 1.3B everything fits more or less: all resident layers, then kept ones.
 keep_args_of() {
     local tried; tried=$(grep -o 'try -R [0-9]* -K [0-9]*' "$OUT/ours-$1.log" 2>/dev/null | tail -n1)
