@@ -247,8 +247,9 @@ TEST(GpuTrainer, ResultsIndependentOfResidentLayers) {
 // layer, one kept resident layer, one kept streamed layer. Tolerance: on a GPU, runs of this trainer differ
 // only by the order of fp32 atomic additions (bias and LayerNorm gradients, the norm), so 1e-3 relative as
 // above; the emulation adds in a fixed order, so there it must be bit for bit. With the cuBLASLt epilogues
-// (-G 1, the default) the forward's GELU comes from cuBLASLt, the kept layers' redone one from our kernel:
-// they may differ in the last bf16 bit, so 1e-3 relative everywhere. (Mutations this catches: a kept layer
+// (-G 1, the default) the forward's GELU comes from cuBLASLt, the kept layers' redone one from our kernel: two
+// paths that round differently (last bf16 bits), so the bound of the other cross-path tests here, 5e-3 relative
+// (seen in the emulation over 3 steps: < 1e-3 built at -O3, 1.3e-3 at -O1). (Mutations this catches: a kept layer
 // reading a GELU output that was not redone moves the gradient norms by 1.5-9%; all micro-batches sharing one
 // kept block, by 0.5-4%.)
 TEST(GpuTrainer, KeptActivationsTrainLikeRecompute) {
@@ -262,7 +263,7 @@ TEST(GpuTrainer, KeptActivationsTrainLikeRecompute) {
     const int saved = cublaslt_fusion;
     for (int fusion : {0, 1}) {
         cublaslt_fusion = fusion;
-        const double tol = fusion ? 1e-3 : exact_tol;
+        const double tol = fusion ? 5e-3 : exact_tol;
         auto recomputed = run_gpu(c, 4, 64, 2, 2, 3, 13);
         struct { int resident, kept; } cases[] = {{0, 3}, {2, 2}};
         for (auto k : cases) {
