@@ -61,6 +61,7 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const bf16* row, bool
 // Moves of bf16 data in 4- and 16-byte units (memcpy in the emulation: no type punning on the host compiler).
 __device__ __forceinline__ uint32_t load_pair(const bf16* p) {  // p[0], p[1]; p 4-byte aligned
 #ifdef FAKE_CUDA_DEVICE
+    fake_device::require_aligned(p, 4, "load_pair");
     uint32_t u;
     memcpy(&u, p, 4);
     return u;
@@ -70,6 +71,7 @@ __device__ __forceinline__ uint32_t load_pair(const bf16* p) {  // p[0], p[1]; p
 }
 __device__ __forceinline__ void store_pair(bf16* p, uint32_t u) {
 #ifdef FAKE_CUDA_DEVICE
+    fake_device::require_aligned(p, 4, "store_pair");
     memcpy(p, &u, 4);
 #else
     *reinterpret_cast<uint32_t*>(p) = u;
@@ -77,6 +79,8 @@ __device__ __forceinline__ void store_pair(bf16* p, uint32_t u) {
 }
 __device__ __forceinline__ void copy16(bf16* dst, const bf16* src) {  // 8 elements; both 16-byte aligned
 #ifdef FAKE_CUDA_DEVICE
+    fake_device::require_aligned(dst, 16, "copy16 store");
+    fake_device::require_aligned(src, 16, "copy16 load");
     memcpy(dst, src, 16);
 #else
     *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
@@ -84,6 +88,7 @@ __device__ __forceinline__ void copy16(bf16* dst, const bf16* src) {  // 8 eleme
 }
 __device__ __forceinline__ void zero16(bf16* dst) {
 #ifdef FAKE_CUDA_DEVICE
+    fake_device::require_aligned(dst, 16, "zero16");
     memset(dst, 0, 16);
 #else
     *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);

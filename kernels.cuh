@@ -47,6 +47,7 @@ struct Pack8 { uint32_t w[4]; };
 __device__ __forceinline__ Pack8 load_pack8(const bf16* p) {
     Pack8 r;
 #ifdef FAKE_CUDA_DEVICE
+    fake_device::require_aligned(p, 16, "load_pack8");
     memcpy(r.w, p, 16);
 #else
     const uint4 u = *reinterpret_cast<const uint4*>(p);
@@ -56,6 +57,7 @@ __device__ __forceinline__ Pack8 load_pack8(const bf16* p) {
 }
 __device__ __forceinline__ void store_pack8(bf16* p, const Pack8& x) {
 #ifdef FAKE_CUDA_DEVICE
+    fake_device::require_aligned(p, 16, "store_pack8");
     memcpy(p, x.w, 16);
 #else
     *reinterpret_cast<uint4*>(p) = make_uint4(x.w[0], x.w[1], x.w[2], x.w[3]);

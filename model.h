@@ -247,6 +247,7 @@ static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const 
     int header[256] = {0};
     header[0] = MODEL_MAGIC; header[1] = MODEL_VERSION_FP32; header[2] = cfg->max_seq_len; header[3] = cfg->vocab_size;
     header[4] = cfg->num_layers; header[5] = cfg->num_heads; header[6] = cfg->channels; header[7] = cfg->padded_vocab_size;
+    errno = 0;
     int ok = fwrite(header, sizeof(int), 256, f) == 256;
     for (int k = 0; k < 16 && ok; k++) {
         int is_layer = llmc_file_order[k][0], t = llmc_file_order[k][1];
@@ -258,10 +259,12 @@ static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const 
         }
     }
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
+    int why = ok ? 0 : errno;  // the first failure's reason (no space, file too large, I/O error)
+    if (fclose(f) != 0 && ok) { ok = 0; why = errno; }
+    if (ok && rename(tmp, path) != 0) { ok = 0; why = errno; }
+    if (!ok) {
         remove(tmp);
-        snprintf(err, errlen, "failed writing model file %.400s (disk full?)", path);
+        snprintf(err, errlen, "failed writing model file %.400s: %.80s", path, why ? strerror(why) : "short write");
         return 0;
     }
     return 1;

@@ -448,7 +448,8 @@ static inline float adamw_step_model_f32grad(const GPTConfig* c, const ParamLayo
 // ----------------------------------------------------------------------------
 // Logger: DIR/main.log with lines "s:STEP trl:LOSS" (train) and "s:STEP tel:LOSS" (val), as llm.c writes.
 
-typedef struct { FILE* f; } TrainLogger;
+// f: DIR/main.log open for appending (NULL: no log); lost: a write failed (warned once, then no more tries).
+typedef struct { FILE* f; int lost; char path[4200]; } TrainLogger;
 
 // Creates dir (and its parents) if missing; mode 0755. Returns 0 with err set on failure.
 static inline int make_dirs(const char* dir, char* err, size_t errlen) {
@@ -557,10 +558,13 @@ static inline int prune_checkpoints(const char* dir, int64_t newest, int keep, i
 // steps an interrupted run logged after its last checkpoint do not appear twice.
 static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_step, char* err, size_t errlen) {
     lg->f = NULL;
+    lg->lost = 0;
+    lg->path[0] = '\0';
     if (!dir) return 1;
     if (!make_dirs(dir, err, errlen)) return 0;
-    char path[4200], tmp[4300];
-    snprintf(path, sizeof path, "%s/main.log", dir);
+    char tmp[4300];
+    char* path = lg->path;
+    snprintf(path, sizeof lg->path, "%s/main.log", dir);
     if (resume_step >= 0) {
         FILE* in = fopen(path, "r");
         if (in) {
@@ -587,12 +591,20 @@ static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_s
     if (!lg->f) { snprintf(err, errlen, "cannot open log file %.160s: %.60s", path, strerror(errno)); return 0; }
     return 1;
 }
-static inline void logger_train(TrainLogger* lg, int step, float loss) {
-    if (lg->f) { fprintf(lg->f, "s:%d trl:%.6f\n", step, loss); fflush(lg->f); }
+// One line, flushed. A failed write (a full disk) does not stop the run, whose state is in memory and in its
+// checkpoints, but it is said once on stderr, since the log no longer holds every step; the same losses are on
+// stdout.
+static inline void logger_line(TrainLogger* lg, int step, const char* kind, float loss) {
+    if (!lg->f || lg->lost) return;
+    errno = 0;
+    if (fprintf(lg->f, "s:%d %s:%.6f\n", step, kind, loss) < 0 || fflush(lg->f) != 0) {
+        lg->lost = 1;
+        fprintf(stderr, "warning: cannot write %.200s (%s): its lines from step %d on are missing (stdout has them)\n",
+                lg->path, errno ? strerror(errno) : "short write", step);
+    }
 }
-static inline void logger_val(TrainLogger* lg, int step, float loss) {
-    if (lg->f) { fprintf(lg->f, "s:%d tel:%.6f\n", step, loss); fflush(lg->f); }
-}
+static inline void logger_train(TrainLogger* lg, int step, float loss) { logger_line(lg, step, "trl", loss); }
+static inline void logger_val(TrainLogger* lg, int step, float loss) { logger_line(lg, step, "tel", loss); }
 static inline void logger_close(TrainLogger* lg) {
     if (lg->f) fclose(lg->f);
     lg->f = NULL;

@@ -5,7 +5,8 @@
 // signal), a hang (each run is under `timeout 60`) or a training run on garbage. It checks train_gpt's
 // checkpoint handling up to the device: a fresh run refuses an -o with checkpoints, a resume picks the newest
 // valid checkpoint, refuses a changed B/T/-d or -e and warns about other changed hyperparameters, and the
-// memory plan refuses shapes whose byte counts overflow. It also runs a 3-step CPU training smoke test (step
+// memory plan refuses shapes whose byte counts overflow. A checkpoint that cannot be written (a file-size limit
+// standing for a full disk) is one error line, leaves no partial file, and the checkpoint before it resumes. It also runs a 3-step CPU training smoke test (step
 // lines, main.log, a model file that loads back).
 // It does not check training math (test_gpt2_cpu, test_gpu do) and never lets the real train_gpt train: every
 // train_gpt run here is refused before the GPU is touched, and the one valid-input run ("no CUDA device") is
@@ -15,6 +16,7 @@
 // GPU-resident).
 // Scratch files live in a mkdtemp directory under /tmp, removed at the end.
 #include <gtest/gtest.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
@@ -23,9 +25,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -74,7 +79,10 @@ static std::string slurp(const std::string& path) {
 
 // Runs `timeout -k 5 60 bin args...` (no shell, so arguments need no quoting) with stdout and stderr captured
 // in files (pipes could fill up and block a chatty child).
-static Result run(const std::string& bin, const Args& args, const std::string& scratch) {
+// max_file_bytes > 0: no file the run writes may grow past that (RLIMIT_FSIZE, with SIGXFSZ ignored so the
+// write fails with EFBIG instead of killing it): a full disk, as far as a writer can tell. Its stdout and stderr
+// files are under the limit too.
+static Result run(const std::string& bin, const Args& args, const std::string& scratch, int64_t max_file_bytes = 0) {
     Result r;
     r.cmd = bin;
     for (const std::string& a : args) r.cmd += " '" + a + "'";
@@ -91,6 +99,10 @@ static Result run(const std::string& bin, const Args& args, const std::string& s
         const int fo = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
         const int fe = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fo < 0 || fe < 0 || dup2(fo, 1) < 0 || dup2(fe, 2) < 0) _exit(126);
+        if (max_file_bytes > 0) {
+            const struct rlimit lim = {(rlim_t)max_file_bytes, (rlim_t)max_file_bytes};
+            if (signal(SIGXFSZ, SIG_IGN) == SIG_ERR || setrlimit(RLIMIT_FSIZE, &lim) != 0) _exit(126);
+        }
         execvp("timeout", argv.data());
         _exit(127);
     }
@@ -181,7 +193,18 @@ class CliTest : public ::testing::Test {
     void TearDown() override {
         if (!dir.empty()) nftw(dir.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     }
-    Result run_bin(const char* bin, const Args& args) { return run(bin, args, dir); }
+    Result run_bin(const char* bin, const Args& args, int64_t max_file_bytes = 0) { return run(bin, args, dir, max_file_bytes); }
+    // The names in a directory, sorted, without . and ..
+    static std::vector<std::string> names_in(const std::string& path) {
+        std::vector<std::string> names;
+        if (DIR* d = opendir(path.c_str())) {
+            while (const struct dirent* e = readdir(d))
+                if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) names.push_back(e->d_name);
+            closedir(d);
+        }
+        std::sort(names.begin(), names.end());
+        return names;
+    }
 
     // A shard with header {magic, version, header_tokens (default: tokens)} followed by `tokens` uint16 ids (ids < 50257).
     std::string shard(const std::string& name, int64_t tokens, int32_t magic = DATALOADER_MAGIC,
@@ -772,6 +795,51 @@ TEST_F(CliTest, CpuKeepsTheNewestCheckpoints) {
     }
     // without checkpoints there is nothing to keep: refused, so a user never believes -nk is at work
     EXPECT_TRUE(CleanError(run_bin(kCpu, base_args() + Args{"-nk", "2"}), {"-nk and -nm", "-n"}));
+}
+
+// A checkpoint that cannot be written (here: no file may exceed 1 MB, the model file is 13 MB) ends the run with
+// one error line that says why, leaves no half-written file and no marker behind, and an earlier checkpoint
+// stays whole: train_gpt resumes from it. The trainers are the CPU one and, where built, the emulated train_gpt.
+TEST_F(CliTest, FullDiskIsACleanErrorAndLosesNoCheckpoint) {
+    const int64_t limit = 1 << 20;
+    {
+        const std::string out = dir + "/full_cpu";
+        const Result r = run_bin(kCpu, base_args() + Args{"-x", "2", "-n", "1", "-o", out}, limit);
+        EXPECT_FALSE(r.timed_out || r.signal) << r.cmd << "\nsignal " << r.signal << "\n" << r.err;
+        EXPECT_NE(r.code, 0) << r.cmd;
+        const std::vector<std::string> lines = error_lines(r.err);
+        ASSERT_EQ(lines.size(), 1u) << r.err;
+        EXPECT_EQ(lines[0].rfind("error: failed writing model file", 0), 0u) << lines[0];
+        EXPECT_NE(lines[0].find("model_00000001.bin: File too large"), std::string::npos) << lines[0];
+        EXPECT_EQ(names_in(out), std::vector<std::string>{"main.log"}) << "no partial model file is left";
+        EXPECT_EQ(slurp(out + "/main.log").rfind("s:1 trl:", 0), 0u) << "the step before the failure is logged";
+    }
+    if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
+    const std::string out = dir + "/full_emu";
+    const Args run = {"-e", "L2:C64:NH2:T32", "-b", "4", "-t", "32", "-v", "0", "-g", "0", "-n", "1", "-o", out,
+                      "-i", kTrain, "-j", kVal};
+    const Result a = run_bin(kEmu, run + Args{"-x", "1"});
+    ASSERT_EQ(a.code, 0) << a.cmd << "\n" << a.err << a.out;
+    const std::vector<std::string> saved = names_in(out);
+    const std::string model1 = slurp(out + "/model_00000001.bin"), state1 = slurp(out + "/state_00000001.bin");
+    ASSERT_GT(model1.size(), (size_t)limit);
+
+    // the resumed run trains step 2 and cannot save it
+    const Result b = run_bin(kEmu, run + Args{"-x", "2", "-y", "1"}, limit);
+    EXPECT_FALSE(b.timed_out || b.signal) << b.cmd << "\nsignal " << b.signal << "\n" << b.err;
+    EXPECT_NE(b.code, 0) << b.cmd;
+    EXPECT_NE(b.out.find("step    2/2"), std::string::npos) << b.out;
+    const std::vector<std::string> lines = error_lines(b.err);
+    ASSERT_EQ(lines.size(), 1u) << b.err;
+    EXPECT_NE(lines[0].find("model_00000002.bin: File too large"), std::string::npos) << lines[0];
+    EXPECT_EQ(names_in(out), saved) << "step 2 left no file, step 1's checkpoint is all there";
+    EXPECT_TRUE(slurp(out + "/model_00000001.bin") == model1 && slurp(out + "/state_00000001.bin") == state1);
+
+    // with room again, the run resumes from step 1 and saves step 2
+    const Result c = run_bin(kEmu, run + Args{"-x", "2", "-y", "1"});
+    ASSERT_EQ(c.code, 0) << c.cmd << "\n" << c.err << c.out;
+    EXPECT_NE(c.out.find("resumed from"), std::string::npos) << c.out;
+    EXPECT_NE(c.out.find("saved checkpoint step 2"), std::string::npos) << c.out;
 }
 
 // ----------------------------------------------------------------------------

@@ -713,6 +713,25 @@ TEST(Logger, WritesTrainAndValLines) {
     EXPECT_FALSE(logger_open(&lg, "/proc/no_such_dir/x", -1, e, sizeof e));
 }
 
+// A log on a full disk (/dev/full: every write fails with ENOSPC): one warning that names the file, the reason
+// and the first step missing, then silence; the run goes on.
+TEST(Logger, FullDiskWarnsOnceAndGoesOn) {
+    TrainLogger lg;
+    lg.f = fopen("/dev/full", "w");
+    if (!lg.f) GTEST_SKIP() << "no /dev/full here";
+    lg.lost = 0;
+    snprintf(lg.path, sizeof lg.path, "%s", "/dev/full");
+    testing::internal::CaptureStderr();
+    logger_train(&lg, 7, 3.5f);
+    logger_val(&lg, 7, 4.0f);
+    logger_train(&lg, 8, 3.25f);
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(err, "warning: cannot write /dev/full (No space left on device): its lines from step 7 on are missing "
+                   "(stdout has them)\n");
+    EXPECT_EQ(lg.lost, 1);
+    logger_close(&lg);
+}
+
 // -nk / -nm on a directory of train_gpt checkpoints (DONE marker, model and state file per step): after the one
 // of step 12, the 3 newest complete ones stay, and every one at a multiple of 4; incomplete ones (no DONE: step
 // 5), ones after the newest (an earlier pass over steps the run rewrites: 14) and files that only look like

@@ -67,6 +67,16 @@ inline void no_barrier_in_direct_mode(const char* what) {
         abort();
     }
 }
+// A vector access (4, 8 or 16 bytes in one instruction) at an address that is not a multiple of its size
+// faults on a GPU ("misaligned address"); on the CPU it would just work, so the emulated helpers that stand
+// for such accesses call this first.
+inline void require_aligned(const void* p, size_t bytes, const char* what) {
+    if (((uintptr_t)p % bytes) != 0) {
+        fprintf(stderr, "fake_device: %s of %zu bytes at %p, not %zu-byte aligned (misaligned address on a GPU)\n",
+                what, bytes, p, bytes);
+        abort();
+    }
+}
 inline void syncthreads() {
     State& s = st();
     no_barrier_in_direct_mode("__syncthreads");
