@@ -22,6 +22,7 @@
 
 #define MODEL_MAGIC 20240326
 #define MODEL_VERSION_FP32 3
+#define MODEL_VERSION_BF16 5  // llm.c's train_gpt2.cu writes its bf16 runs' checkpoints so (gpt2_124M_bf16.bin)
 
 typedef struct {
     int max_seq_len;        // maxT: rows of the position embedding
@@ -164,7 +165,8 @@ static inline void gpt_init_params(const GPTConfig* c, float* params, uint64_t s
 // ----------------------------------------------------------------------------
 // llm.c model files: header of 256 int32 {magic 20240326, version 3, maxT, V, L, NH, C, Vp}, then fp32
 // tensors in llm.c's order, each holding ALL layers: wte wpe ln1w[L] ln1b[L] qkvw[L] ... fcprojb[L] lnfw lnfb.
-// We convert to/from our layer-major layout while reading/writing, tensor by tensor.
+// We convert to/from our layer-major layout while reading/writing, tensor by tensor. Version 5 is the same
+// with bf16 tensors (what llm.c's CUDA trainer saves): read too, widened exactly to fp32; we write version 3.
 
 // Order of tensors in an llm.c file, by (is_layer_tensor, index).
 static const int llmc_file_order[16][2] = {
@@ -184,15 +186,16 @@ static inline int gpt_read_header(const char* path, GPTConfig* cfg, char* err, s
     fclose(f);
     if (got != 256) { snprintf(err, errlen, "model file %.400s: too short for its 1024-byte header", path); return 0; }
     if (header[0] != MODEL_MAGIC) { snprintf(err, errlen, "model file %.400s: bad magic %d (want %d)", path, header[0], MODEL_MAGIC); return 0; }
-    if (header[1] != MODEL_VERSION_FP32) {
-        snprintf(err, errlen, "model file %.400s: version %d not supported (want %d = fp32)", path, header[1], MODEL_VERSION_FP32);
+    if (header[1] != MODEL_VERSION_FP32 && header[1] != MODEL_VERSION_BF16) {
+        snprintf(err, errlen, "model file %.400s: version %d not supported (want %d = fp32 or %d = bf16)", path, header[1],
+                 MODEL_VERSION_FP32, MODEL_VERSION_BF16);
         return 0;
     }
     cfg->max_seq_len = header[2]; cfg->vocab_size = header[3]; cfg->num_layers = header[4];
     cfg->num_heads = header[5]; cfg->channels = header[6]; cfg->padded_vocab_size = header[7];
     char why[256];
     if (!gpt_config_check(cfg, why, sizeof why)) { snprintf(err, errlen, "model file %.400s: %.90s", path, why); return 0; }
-    const int64_t want = 256 * 4 + gpt_layout(cfg).total * 4;
+    const int64_t want = 256 * 4 + gpt_layout(cfg).total * (header[1] == MODEL_VERSION_BF16 ? 2 : 4);
     if ((int64_t)st.st_size != want) {
         snprintf(err, errlen, "model file %.400s: size %lld bytes, its header implies %lld (truncated or not this format)",
                  path, (long long)st.st_size, (long long)want);
@@ -202,34 +205,45 @@ static inline int gpt_read_header(const char* path, GPTConfig* cfg, char* err, s
 }
 
 // Loads parameters into `params` (layout total elements, allocated by the caller after gpt_read_header).
+// A version 5 file's bf16 values become the fp32 weights they stand for (bits << 16: exact).
 static inline int gpt_load_params(const char* path, const GPTConfig* cfg, float* params, char* err, size_t errlen) {
     ParamLayout p = gpt_layout(cfg);
     FILE* f = fopen(path, "rb");
     if (!f) { snprintf(err, errlen, "cannot open model file %.400s", path); return 0; }
+    int header[256];
+    const int is_bf16 = fread(header, sizeof(int), 256, f) == 256 && header[1] == MODEL_VERSION_BF16;
     fseeko(f, 0, SEEK_END);
     int64_t bytes = (int64_t)ftello(f);
-    int64_t want = 256 * 4 + p.total * 4;
+    int64_t want = 256 * 4 + p.total * (is_bf16 ? 2 : 4);
     if (bytes != want) {
         fclose(f);
         snprintf(err, errlen, "model file %.400s: size %lld bytes, header implies %lld", path, (long long)bytes, (long long)want);
         return 0;
     }
     fseeko(f, 256 * 4, SEEK_SET);
-    for (int k = 0; k < 16; k++) {
+    int ok = 1;
+    for (int k = 0; k < 16 && ok; k++) {
         int is_layer = llmc_file_order[k][0], t = llmc_file_order[k][1];
         int reps = is_layer ? cfg->num_layers : 1;
-        for (int l = 0; l < reps; l++) {
+        for (int l = 0; l < reps && ok; l++) {
             float* dst = is_layer ? params + gpt_layer_offset(&p, l) + p.layer_offset[t] : params + p.embed_offset[t];
             int64_t n = is_layer ? p.layer_size[t] : p.embed_size[t];
-            if ((int64_t)fread(dst, sizeof(float), (size_t)n, f) != n) {
-                fclose(f);
-                snprintf(err, errlen, "model file %.400s: short read", path);
-                return 0;
+            if (!is_bf16) { ok = (int64_t)fread(dst, sizeof(float), (size_t)n, f) == n; continue; }
+            // bf16: read into the upper half of dst's own bytes, then widen front to back: value j sits at byte
+            // 2n + 2j, float i goes to bytes 4i .. 4i+3 < 2n + 2(i+1), so it overwrites only values already read
+            unsigned char* half = (unsigned char*)dst + 2 * n;
+            ok = (int64_t)fread(half, 2, (size_t)n, f) == n;
+            for (int64_t i = 0; i < n && ok; i++) {
+                uint16_t b;
+                memcpy(&b, half + 2 * i, 2);
+                const uint32_t bits = (uint32_t)b << 16;
+                memcpy(dst + i, &bits, 4);
             }
         }
     }
     fclose(f);
-    return 1;
+    if (!ok) snprintf(err, errlen, "model file %.400s: short read", path);
+    return ok;
 }
 
 // Saves atomically: writes path.tmp, fsyncs it, then renames, so a crash mid-save never destroys the old file

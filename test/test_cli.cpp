@@ -361,7 +361,9 @@ TEST_P(Both, BadModelFiles) {
     const std::string magic = model_file("magic.bin");
     patch_int(magic, 0, 12345);
     const std::string version = model_file("version.bin");
-    patch_int(version, 1, 5);  // llm.c's bf16 files are version 5
+    patch_int(version, 1, 4);
+    const std::string bf16_size = model_file("bf16_size.bin");
+    patch_int(bf16_size, 1, 5);  // llm.c's bf16 files are version 5: 2 bytes per parameter, not 4
     const std::string trunc = model_file("trunc.bin");
     ASSERT_EQ(truncate(trunc.c_str(), size - 4), 0);
     const std::string longer = model_file("long.bin");
@@ -381,7 +383,8 @@ TEST_P(Both, BadModelFiles) {
     const Case cases[] = {
         {dir + "/missing.bin", "cannot open model file"},
         {magic, "bad magic 12345"},
-        {version, "version 5 not supported"},
+        {version, "version 4 not supported"},
+        {bf16_size, "header implies"},
         {trunc, "header implies"},
         {longer, "header implies"},
         {tiny, "too short for its 1024-byte header"},
@@ -398,6 +401,17 @@ TEST_P(Both, BadModelFiles) {
         EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.err;
         EXPECT_NE(r.out.find("llm.c model file"), std::string::npos) << r.out;
         EXPECT_NE(r.out.find("step    1/1"), std::string::npos) << r.out;
+        // the same weights as llm.c's CUDA trainer saves them (version 5, bf16: the top half of each fp32)
+        std::string bytes = slurp(good);
+        const int32_t v5 = 5;
+        memcpy(&bytes[4], &v5, 4);
+        for (size_t i = 0; 1024 + 4 * i < bytes.size(); i++) memmove(&bytes[1024 + 2 * i], &bytes[1024 + 4 * i + 2], 2);
+        bytes.resize(1024 + (bytes.size() - 1024) / 2);
+        const std::string bf16 = dir + "/bf16.bin";
+        { FILE* f = fopen(bf16.c_str(), "wb"); ASSERT_NE(f, nullptr); fwrite(bytes.data(), 1, bytes.size(), f); fclose(f); }
+        const Result h = run_it(base_args() + Args{"-e", bf16});
+        EXPECT_EQ(h.code, 0) << h.cmd << "\n" << h.err;
+        EXPECT_NE(h.out.find("step    1/1"), std::string::npos) << h.out;
     }
 }
 

@@ -437,6 +437,45 @@ TEST(ModelFile, RoundTripIsBitIdentical) {
     gpt2_cpu_free(&m); gpt2_cpu_free(&m2); gpt2_cpu_free(&m3); gpt2_cpu_free(&m4);
 }
 
+// llm.c's bf16 model files (version 5: its CUDA trainer's checkpoints, gpt2_124M_bf16.bin): made here from the
+// fp32 fixture by rounding every value to bf16 (nearest even) in the file's own tensor order; they load as
+// exactly those bf16 values, in the same layer-major places as the fp32 file's values.
+TEST(ModelFile, ReadsLlmcBf16Files) {
+    const std::vector<char> fp32 = read_bytes(kTinyModel);
+    ASSERT_GT(fp32.size(), 1024u);
+    const size_t n = (fp32.size() - 1024) / 4;
+    std::vector<char> bf16(fp32.begin(), fp32.begin() + 1024);
+    const int version = 5;
+    memcpy(bf16.data() + 4, &version, 4);
+    bf16.resize(1024 + 2 * n);
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, fp32.data() + 1024 + 4 * i, 4);
+        const uint16_t h = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);  // finite values only here
+        memcpy(bf16.data() + 1024 + 2 * i, &h, 2);
+    }
+    const std::string path = temp_path("bf16");
+    write_bytes(path, bf16);
+    GPT2CPU a, b;
+    std::string why;
+    ASSERT_TRUE(load_model(&a, kTinyModel, &why)) << why;
+    ASSERT_TRUE(load_model(&b, path.c_str(), &why)) << why;
+    EXPECT_EQ(memcmp(&a.config, &b.config, sizeof(GPTConfig)), 0);
+    int64_t mismatches = 0, rounded = 0;
+    for (int64_t i = 0; i < a.layout.total; i++) {
+        uint32_t u, got;
+        memcpy(&u, &a.params[i], 4);
+        memcpy(&got, &b.params[i], 4);
+        const uint32_t want = ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16) << 16;
+        mismatches += got != want;
+        rounded += got != u;
+    }
+    EXPECT_EQ(mismatches, 0) << "of " << a.layout.total;
+    EXPECT_GT(rounded, a.layout.total / 2) << "the fixture's values are not all bf16 already";
+    remove(path.c_str());
+    gpt2_cpu_free(&a); gpt2_cpu_free(&b);
+}
+
 // Corrupt files give a one-line error, never a crash.
 TEST(ModelFile, BadFilesGiveErrors) {
     const std::vector<char> good = read_bytes(kTinyModel);
@@ -457,9 +496,13 @@ TEST(ModelFile, BadFilesGiveErrors) {
     memcpy(b.data(), &v, 4);
     expect_error(b, "bad magic");
     b = good;
-    v = 5;
+    v = 4;
     memcpy(b.data() + 4, &v, 4);
-    expect_error(b, "version");
+    expect_error(b, "version 4 not supported");
+    b = good;
+    v = 5;  // bf16 says the header, fp32-sized says the file
+    memcpy(b.data() + 4, &v, 4);
+    expect_error(b, "size");
     b = good;
     b.resize(b.size() - 4);
     expect_error(b, "size");
