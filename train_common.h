@@ -83,6 +83,8 @@ typedef struct {
     int keep_checkpoints;        // -nk keep only the newest N checkpoints (llm.c's flag); 0 = keep all
     int major_checkpoint_every;  // -nm checkpoints at multiples of N steps are kept whatever -nk says; 0 = none
     int resume;                  // -y  1 = resume from the latest checkpoint in -o
+    int overfit_single_batch;    // -a  1 = every step trains on the train data's first step of tokens again
+                                 //     (llm.c's debugging aid: a model that learns drives that loss toward 0)
 } TrainArgs;
 
 // llm.c's defaults (a trainer overrides what differs for it before parsing argv).
@@ -96,6 +98,7 @@ static inline void train_args_defaults(TrainArgs* a) {
     a->lr = 3e-4f; a->warmup_steps = 0; a->final_lr_frac = 1.0f; a->weight_decay = 0.0f; a->grad_clip = 1.0f;
     a->max_steps = -1; a->val_every = 20; a->val_max_batches = 20; a->sample_every = 0; a->gen_tokens = 64;
     a->checkpoint_every = 0; a->keep_checkpoints = 0; a->major_checkpoint_every = 0; a->resume = 0;
+    a->overfit_single_batch = 0;
 }
 
 // Prints the flags with the defaults in `d` (NULL: train_args_defaults).
@@ -128,10 +131,12 @@ static inline void train_usage(FILE* f, const TrainArgs* d = NULL) {
             "              0 = keep all (default %d)\n"
             "  -nm <int>   checkpoints at multiples of N steps are never removed by -nk, 0 = none (default %d)\n"
             "  -y <0|1>    resume from the latest checkpoint in -o (default %d)\n"
+            "  -a <0|1>    overfit one batch: every step trains on the first -d tokens again (default %d)\n"
             "  -h          this help\n",
             d->train_data, d->val_data, d->model, d->B, d->T, d->lr, d->warmup_steps, d->final_lr_frac,
             d->weight_decay, d->grad_clip, d->max_steps, d->val_every, d->val_max_batches, d->sample_every,
-            d->gen_tokens, d->checkpoint_every, d->keep_checkpoints, d->major_checkpoint_every, d->resume);
+            d->gen_tokens, d->checkpoint_every, d->keep_checkpoints, d->major_checkpoint_every, d->resume,
+            d->overfit_single_batch);
 }
 
 // Whole-string integer / float parse with a range check; 0 and a one-line err on failure.
@@ -205,6 +210,7 @@ static inline int parse_train_arg(TrainArgs* a, const char* flag, const char* va
         case 'g': ok = parse_int_in(flag, value, 0, 1 << 20, &i, err, errlen); a->gen_tokens = (int)i; break;
         case 'n': ok = parse_int_in(flag, value, 0, IMAX, &i, err, errlen); a->checkpoint_every = (int)i; break;
         case 'y': ok = parse_int_in(flag, value, 0, 1, &i, err, errlen); a->resume = (int)i; break;
+        case 'a': ok = parse_int_in(flag, value, 0, 1, &i, err, errlen); a->overfit_single_batch = (int)i; break;
         default: return -1;
     }
     return ok;

@@ -1398,7 +1398,10 @@ int main(int argc, char** argv) {
         }
         if (last) break;
 
-        if (!bench) next_step_batches(&train, n_micro, inputs, targets, cfg.vocab_size);
+        if (!bench) {
+            if (args.overfit_single_batch) dataloader_reset(&train);  // -a 1: the same first batches every step
+            next_step_batches(&train, n_micro, inputs, targets, cfg.vocab_size);
+        }
         const float lr = learning_rate_at(&args, step, total_steps);
         const float loss = gpt_step(&g, inputs, targets, n_micro, lr);
         // Time between consecutive returns: it includes waiting for the previous step's AdamW, which is

@@ -198,6 +198,7 @@ int main(int argc, char** argv) {
 
         const double t0 = seconds_now();
         gpt2_cpu_zero_grad(&model);
+        if (args.overfit_single_batch) dataloader_reset(&train);  // -a 1: the same first batches every step
         double loss = 0.0;
         for (int micro = 0; micro < accum; micro++) {
             if (!dataloader_next_batch(&train)) die("%s", train.err);

@@ -554,6 +554,7 @@ TEST(TrainArgs, GoodFlags) {
     EXPECT_EQ(parse(&a, "-nk", "3", &err), 1);
     EXPECT_EQ(parse(&a, "-nm", "500", &err), 1);
     EXPECT_EQ(parse(&a, "-y", "1", &err), 1);
+    EXPECT_EQ(parse(&a, "-a", "1", &err), 1);
     EXPECT_EQ(parse(&a, "-i", "data/train_*.bin", &err), 1);
     EXPECT_EQ(parse(&a, "-j", "data/val_*.bin", &err), 1);
     EXPECT_EQ(parse(&a, "-e", "d12", &err), 1);
@@ -562,7 +563,7 @@ TEST(TrainArgs, GoodFlags) {
     EXPECT_EQ(a.warmup_steps, 10); EXPECT_FLOAT_EQ(a.final_lr_frac, 0.1f); EXPECT_FLOAT_EQ(a.weight_decay, 0.1f);
     EXPECT_EQ(a.grad_clip, 0.0f); EXPECT_EQ(a.max_steps, -1); EXPECT_EQ(a.val_every, 25); EXPECT_EQ(a.val_max_batches, 0);
     EXPECT_EQ(a.sample_every, 100); EXPECT_EQ(a.gen_tokens, 32); EXPECT_EQ(a.checkpoint_every, 50); EXPECT_EQ(a.resume, 1);
-    EXPECT_EQ(a.keep_checkpoints, 3); EXPECT_EQ(a.major_checkpoint_every, 500);
+    EXPECT_EQ(a.keep_checkpoints, 3); EXPECT_EQ(a.major_checkpoint_every, 500); EXPECT_EQ(a.overfit_single_batch, 1);
     EXPECT_STREQ(a.train_data, "data/train_*.bin"); EXPECT_STREQ(a.val_data, "data/val_*.bin");
     EXPECT_STREQ(a.model, "d12"); EXPECT_STREQ(a.output_dir, "log_x");
     char e[256];
