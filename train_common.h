@@ -61,6 +61,8 @@ static inline void check_token_ids(const int* tokens, int64_t n, int V, const ch
 // ----------------------------------------------------------------------------
 // Flags
 
+#define OUTLIER_WINDOW 128  // -sl / -sg compare a step with this many steps before it
+
 typedef struct {
     const char* train_data;      // -i  train shard pattern (glob)
     const char* val_data;        // -j  val shard pattern
@@ -85,6 +87,9 @@ typedef struct {
     int resume;                  // -y  1 = resume from the latest checkpoint in -o
     int overfit_single_batch;    // -a  1 = every step trains on the train data's first step of tokens again
                                  //     (llm.c's debugging aid: a model that learns drives that loss toward 0)
+    float skip_loss_z;           // -sl skip the update of a step whose loss is this many standard deviations
+                                 //     above the mean of the last OUTLIER_WINDOW steps' (llm.c's flag); 0 = off
+    float skip_grad_z;           // -sg the same for the gradient norm; 0 = off
 } TrainArgs;
 
 // llm.c's defaults (a trainer overrides what differs for it before parsing argv).
@@ -132,11 +137,14 @@ static inline void train_usage(FILE* f, const TrainArgs* d = NULL) {
             "  -nm <int>   checkpoints at multiples of N steps are never removed by -nk, 0 = none (default %d)\n"
             "  -y <0|1>    resume from the latest checkpoint in -o (default %d)\n"
             "  -a <0|1>    overfit one batch: every step trains on the first -d tokens again (default %d)\n"
+            "  -sl <float> skip the update of a step whose loss is more than this many standard deviations\n"
+            "              above the mean of the last %d steps' (a loss spike), 0 = off (default %g)\n"
+            "  -sg <float> the same for the gradient norm, 0 = off (default %g)\n"
             "  -h          this help\n",
             d->train_data, d->val_data, d->model, d->B, d->T, d->lr, d->warmup_steps, d->final_lr_frac,
             d->weight_decay, d->grad_clip, d->max_steps, d->val_every, d->val_max_batches, d->sample_every,
             d->gen_tokens, d->checkpoint_every, d->keep_checkpoints, d->major_checkpoint_every, d->resume,
-            d->overfit_single_batch);
+            d->overfit_single_batch, OUTLIER_WINDOW, d->skip_loss_z, d->skip_grad_z);
 }
 
 // Whole-string integer / float parse with a range check; 0 and a one-line err on failure.
@@ -184,6 +192,10 @@ static inline int parse_train_arg(TrainArgs* a, const char* flag, const char* va
         ok = parse_int_in(flag, value, 0, IMAX, &i, err, errlen);
         (flag[2] == 'k' ? a->keep_checkpoints : a->major_checkpoint_every) = (int)i;
         return ok;
+    }
+    if (strcmp(flag, "-sl") == 0 || strcmp(flag, "-sg") == 0) {  // llm.c's outlier thresholds (z-scores)
+        if (!value) { snprintf(err, errlen, "flag %s needs a value", flag); return 0; }
+        return parse_float_in(flag, value, 0.0, 1e30, flag[2] == 'l' ? &a->skip_loss_z : &a->skip_grad_z, err, errlen);
     }
     if (flag[0] != '-' || flag[1] == '\0' || flag[2] != '\0') return -1;
     if (!value) { snprintf(err, errlen, "flag %s needs a value", flag); return 0; }
@@ -440,15 +452,62 @@ static inline void adamw_model_f32grad(const GPTConfig* c, const ParamLayout* p,
 // gradients (gpt2_cpu_backward accumulates): norm of the averaged gradient, clip (-k), AdamW with
 // grad_scale = clip factor / accum. t is the 1-based step. Returns that norm; when it is not finite
 // nothing is updated and the caller reports the divergence.
-static inline float adamw_step_model_f32grad(const GPTConfig* c, const ParamLayout* p, float* params,
-                                             const float* grads, float* m, float* v, int accum, float lr,
-                                             const TrainArgs* a, int64_t t) {
-    const float norm = (float)(sqrt(sumsq_f32(grads, p->total)) / accum);
-    if (!isfinite(norm)) return norm;
+static inline float grad_norm_f32grad(const ParamLayout* p, const float* grads, int accum) {
+    return (float)(sqrt(sumsq_f32(grads, p->total)) / accum);
+}
+// The update with a norm from grad_norm_f32grad (finite).
+static inline void adamw_apply_model_f32grad(const GPTConfig* c, const ParamLayout* p, float* params, const float* grads,
+                                             float* m, float* v, int accum, float lr, const TrainArgs* a, int64_t t,
+                                             float norm) {
     AdamWArgs args = {lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, a->weight_decay,
                       clip_scale(norm, a->grad_clip) / (float)accum, t};
     adamw_model_f32grad(c, p, params, grads, m, v, &args);
+}
+static inline float adamw_step_model_f32grad(const GPTConfig* c, const ParamLayout* p, float* params,
+                                             const float* grads, float* m, float* v, int accum, float lr,
+                                             const TrainArgs* a, int64_t t) {
+    const float norm = grad_norm_f32grad(p, grads, accum);
+    if (isfinite(norm)) adamw_apply_model_f32grad(c, p, params, grads, m, v, accum, lr, a, t, norm);
     return norm;
+}
+
+// ----------------------------------------------------------------------------
+// Skipping outlier updates (-sl, -sg): a step whose loss or gradient norm jumps far above the recent ones (a
+// data glitch, the start of a divergence) updates nothing; the next step starts from the same weights and
+// AdamW state. Each value is compared with the OUTLIER_WINDOW values before it and then joins them (a lasting
+// change of level thus becomes the norm within a window). The windows live only in memory: a resumed run
+// refills them before it skips again.
+
+typedef struct { double values[OUTLIER_WINDOW]; int count, next; } OutlierWindow;
+
+// How many standard deviations x lies above the window's mean (NaN until the window is full); x then joins it.
+static inline double outlier_z(OutlierWindow* w, double x) {
+    double z = NAN;
+    if (w->count == OUTLIER_WINDOW) {
+        double mean = 0.0, var = 0.0;
+        for (int i = 0; i < OUTLIER_WINDOW; i++) mean += w->values[i];
+        mean /= OUTLIER_WINDOW;
+        for (int i = 0; i < OUTLIER_WINDOW; i++) var += (w->values[i] - mean) * (w->values[i] - mean);
+        const double sd = sqrt(var / OUTLIER_WINDOW);
+        z = sd > 0.0 ? (x - mean) / sd : (x > mean ? INFINITY : 0.0);
+    }
+    w->values[w->next] = x;
+    w->next = (w->next + 1) % OUTLIER_WINDOW;
+    if (w->count < OUTLIER_WINDOW) w->count++;
+    return z;
+}
+
+// Feeds a step's loss and gradient norm to their windows; 1 when -sl or -sg says to skip its update, with a
+// few words on why in `why` (empty otherwise).
+static inline int outlier_skip(const TrainArgs* a, OutlierWindow* losses, OutlierWindow* norms, double loss,
+                               double norm, char* why, size_t whylen) {
+    const double zl = outlier_z(losses, loss), zg = outlier_z(norms, norm);
+    why[0] = '\0';
+    if (a->skip_loss_z > 0.0f && zl > a->skip_loss_z)
+        snprintf(why, whylen, "loss z-score %.2f > %g", zl, a->skip_loss_z);
+    else if (a->skip_grad_z > 0.0f && zg > a->skip_grad_z)
+        snprintf(why, whylen, "grad norm z-score %.2f > %g", zg, a->skip_grad_z);
+    return why[0] != '\0';
 }
 
 // ----------------------------------------------------------------------------

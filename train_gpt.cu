@@ -256,8 +256,11 @@ struct GPT {
     void* kept_memory;
 
     Optimizer* opt;             // owned; separate so this struct stays plain data
-    int64_t step;               // optimizer steps taken
+    int64_t step;               // training steps taken (names the checkpoints)
+    int64_t adam_t;             // updates applied (AdamW's t): step less the updates -sl / -sg skipped
     double last_norm;
+    OutlierWindow loss_window, norm_window;  // -sl / -sg
+    char skipped[96];           // why the last step updated nothing (-sl / -sg), or ""
     int64_t gpu_bytes;          // every byte this trainer allocated on the GPU (the "peak GPU" figure)
     int* forward_order;         // R, R+1, ..., L-1: the streamed layers in the order of a forward pass
     int* backward_order;        // L-1, ..., R
@@ -431,7 +434,7 @@ static void optimizer_submit(GPT* g, float lr, float grad_scale) {
     optimizer_wait_all(g);  // never true in practice: this step's forward already waited for every block
     Optimizer* o = g->opt;
     std::lock_guard<std::mutex> lock(o->mu);
-    o->lr = lr; o->grad_scale = grad_scale; o->t = ++g->step;
+    o->lr = lr; o->grad_scale = grad_scale; o->t = ++g->adam_t;
     o->blocks_done = 0;
     o->rounds_submitted++;
     o->cv.notify_all();
@@ -656,10 +659,10 @@ static void gpt_free(GPT* g) {
 }
 
 // AdamW of the GPU-resident prefix, tensor by tensor (weight decay on matrices only, as train_common.h's
-// block updates do), with the step number optimizer_submit just took.
+// block updates do), with the t optimizer_submit just took.
 static void resident_adamw(GPT* g, float lr, float grad_scale, cudaStream_t s) {
     const ParamLayout* p = &g->layout;
-    const AdamWArgs args = {lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, g->args.weight_decay, grad_scale, g->step};
+    const AdamWArgs args = {lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, g->args.weight_decay, grad_scale, g->adam_t};
     auto update = [&](int64_t o, int64_t n, int is_matrix) {
         AdamWArgs a = args;
         if (!is_matrix) a.weight_decay = 0.0f;
@@ -755,11 +758,18 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     g->last_norm = sqrt(*g->sumsq_host);
     const float loss = *g->loss_host;
     if (tl) optimizer_wait_all(g);  // its bookkeeping: the forward pass already waited for every block
-    if (tl && g->opt->rounds_done > 0) {  // the AdamW round of the previous step ran during this step's forward pass
+    // the AdamW round of the previous step ran during this step's forward pass (none if -sl / -sg skipped it)
+    if (tl && g->opt->rounds_done > 0 && !g->skipped[0]) {
         for (int l = R; l < L; l++) timeline_host_span(tl, TRACK_ADAM, "adamw", l, g->opt->block_t0[l], g->opt->block_t1[l]);
     }
     // A non-finite loss or norm: no update (the caller stops; the weights stay those of the last step).
     if (!isfinite(loss) || !isfinite(g->last_norm)) return loss;
+    g->step++;
+    // -sl / -sg: an outlier step updates nothing either; the weights (on the host, in the GPU slots, resident)
+    // and the AdamW state stay those of the last step, and no gradient is read again (the next step's backward
+    // pass overwrites them)
+    if (outlier_skip(&g->args, &g->loss_window, &g->norm_window, loss, g->last_norm, g->skipped, sizeof g->skipped))
+        return loss;
 
     // 6. AdamW: the streamed layers on the CPU thread (the next step's forward pass picks up each one as soon
     // as it is done), the GPU-resident prefix right here on the compute stream, before the next step's kernels
@@ -826,6 +836,7 @@ static void gpt_copy_logits(GPT* g, int b, int t, float* out) {
 enum {
     ST_MAGIC, ST_VERSION, ST_STEP, ST_PARAMS, ST_DATA_STATE_BYTES,  // all that version 1 had
     ST_TOTAL_STEPS, ST_STEP_TOKENS, ST_B, ST_T, ST_LR, ST_WARMUP, ST_FINAL_LR_FRAC, ST_WEIGHT_DECAY, ST_GRAD_CLIP,
+    ST_ADAM_T,  // updates applied (< ST_STEP after -sl / -sg skipped some); 0 in files written before it: = ST_STEP
     ST_HEADER_SLOTS = 16
 };
 static int64_t float_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return (int64_t)u; }
@@ -870,6 +881,7 @@ static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data
     header[ST_FINAL_LR_FRAC] = float_bits(a->final_lr_frac);
     header[ST_WEIGHT_DECAY] = float_bits(a->weight_decay);
     header[ST_GRAD_CLIP] = float_bits(a->grad_clip);
+    header[ST_ADAM_T] = g->adam_t;
     errno = 0;
     int ok = write_all(f, header, sizeof header) && write_all(f, data_state, sizeof *data_state) &&
              write_all(f, g->adam_m, g->layout.total * 4) && write_all(f, g->adam_v, g->layout.total * 4);
@@ -928,6 +940,11 @@ static int state_file_check(const char* path, int64_t total, int64_t header[ST_H
     }
     if (header[ST_STEP] < 1) {
         snprintf(err, errlen, "optimizer state %.400s: bad step %lld", path, (long long)header[ST_STEP]);
+        return 0;
+    }
+    if (header[ST_ADAM_T] < 0 || header[ST_ADAM_T] > header[ST_STEP]) {
+        snprintf(err, errlen, "optimizer state %.400s: bad update count %lld for step %lld", path,
+                 (long long)header[ST_ADAM_T], (long long)header[ST_STEP]);
         return 0;
     }
     const int64_t want = ST_HEADER_SLOTS * 8 + data_bytes + total * 8;
@@ -1011,6 +1028,7 @@ static void load_state(GPT* g, const char* path, DataLoaderState* data_state) {
         die("optimizer state %s: read failed", path);
     fclose(f);
     g->step = step;
+    g->adam_t = header[ST_ADAM_T] > 0 ? header[ST_ADAM_T] : step;
     gpt_resident_state_to_device(g);  // the GPU-resident prefix's weights and moments live on the GPU
 }
 
@@ -1411,8 +1429,9 @@ int main(int argc, char** argv) {
         if (!isfinite(loss) || !isfinite(g.last_norm))
             die("training diverged at step %d (loss %f, grad norm %f); no update was applied", step + 1, loss, g.last_norm);
         step_seconds[step] = dt;
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f | MFU %.1f%%\n", step + 1, total_steps,
-               loss, g.last_norm, lr, dt * 1e3, step_tokens / dt, 100.0 * flops_per_step / dt / H100_BF16_PEAK_FLOPS);
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f | MFU %.1f%%%s%s\n", step + 1, total_steps,
+               loss, g.last_norm, lr, dt * 1e3, step_tokens / dt, 100.0 * flops_per_step / dt / H100_BF16_PEAK_FLOPS,
+               g.skipped[0] ? " | update skipped: " : "", g.skipped);
         if (g.timeline) {
             last_timeline = print_timeline(&g, args.output_dir);
             last_return = timeline_now();  // writing the trace is not part of the next step

@@ -185,6 +185,8 @@ int main(int argc, char** argv) {
     uint64_t rng = SAMPLE_SEED;
     double train_seconds = 0.0;
     int64_t train_tokens = 0;
+    static OutlierWindow loss_window, norm_window;  // -sl / -sg (static: zeroed, and off the stack)
+    int64_t adam_t = 0;  // updates applied: the step count less the steps -sl / -sg skipped
     for (int step = 0; step <= total_steps; step++) {
         const int last = step == total_steps;
         if (args.val_every > 0 && (step % args.val_every == 0 || last)) {
@@ -208,14 +210,16 @@ int main(int argc, char** argv) {
         }
         loss /= accum;
         const float lr = learning_rate_at(&args, step, total_steps);
-        const float norm = adamw_step_model_f32grad(cfg, p, model.params, model.grads, adam_m, adam_v, accum, lr, &args,
-                                                    step + 1);
+        const float norm = grad_norm_f32grad(p, model.grads, accum);
         if (!isfinite(loss) || !isfinite(norm)) die("training diverged at step %d (loss %f, grad norm %f)", step + 1, loss, norm);
+        char skipped[96];  // -sl / -sg: why this step updates nothing, or ""
+        if (!outlier_skip(&args, &loss_window, &norm_window, loss, norm, skipped, sizeof skipped))
+            adamw_apply_model_f32grad(cfg, p, model.params, model.grads, adam_m, adam_v, accum, lr, &args, ++adam_t, norm);
         const double dt = seconds_now() - t0;
         const int64_t tokens = (int64_t)accum * args.B * args.T;
         if (step > 0) { train_seconds += dt; train_tokens += tokens; }  // step 1 includes warm-up costs
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f\n", step + 1, total_steps, loss,
-               norm, lr, dt * 1e3, tokens / dt);
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f%s%s\n", step + 1, total_steps, loss,
+               norm, lr, dt * 1e3, tokens / dt, skipped[0] ? " | update skipped: " : "", skipped);
         fflush(stdout);
         logger_train(&logger, step + 1, (float)loss);
         if (args.output_dir && args.checkpoint_every > 0 && ((step + 1) % args.checkpoint_every == 0 || step + 1 == total_steps)) {

@@ -39,6 +39,7 @@
 #include <vector>
 #include "dataloader.h"
 #include "model.h"
+#include "train_common.h"
 
 static const char* const kCpu = "./train_gpt_cpu";
 static const char* const kGpu = "./train_gpt";
@@ -295,7 +296,8 @@ TEST_P(Both, BadValues) {
         {"-x", "99999999999999999999999", "not an integer"}, {"-g", "abc", "not an integer"},
         {"-v", "-1", "out of range"},         {"-n", "1e3", "not an integer"},
         {"-nk", "-1", "out of range"},        {"-nm", "x", "not an integer"},
-        {"-a", "2", "out of range"},
+        {"-a", "2", "out of range"},          {"-sl", "-1", "out of range"},
+        {"-sg", "x", "not a finite number"},
     };
     for (const Case& c : cases)
         EXPECT_TRUE(CleanError(run_it(base_args() + Args{c.flag, c.value}),
@@ -503,9 +505,10 @@ TEST_F(CliTest, TrainGptPlanOverflow) {
 // (and with one would train): the tests stop it first with -x at the checkpoint's step ("nothing to train"),
 // whose message names the step the resume picked.
 
-// The state file header train_gpt.cu writes (STATE_VERSION 2): 16 int64, floats as their 32 bits.
+// The state file header train_gpt.cu writes (STATE_VERSION 2): 16 int64, floats as their 32 bits. ST_ADAM_T is
+// left 0 here, as in files written before -sl / -sg: a resume then takes the step as the update count.
 enum { ST_MAGIC, ST_VERSION, ST_STEP, ST_PARAMS, ST_DATA_STATE_BYTES, ST_TOTAL_STEPS, ST_STEP_TOKENS, ST_B, ST_T,
-       ST_LR, ST_WARMUP, ST_FINAL_LR_FRAC, ST_WEIGHT_DECAY, ST_GRAD_CLIP, ST_HEADER_SLOTS = 16 };
+       ST_LR, ST_WARMUP, ST_FINAL_LR_FRAC, ST_WEIGHT_DECAY, ST_GRAD_CLIP, ST_ADAM_T, ST_HEADER_SLOTS = 16 };
 static int64_t float_bits(float x) {
     uint32_t u;
     memcpy(&u, &x, 4);
@@ -583,6 +586,8 @@ TEST_F(ResumeTest, ChecksStateFile) {
         {ST_PARAMS, total + 1, {"holds " + std::to_string(total + 1) + " parameters"}},
         {ST_DATA_STATE_BYTES, (int64_t)sizeof(DataLoaderState) + 8, {"data-loader position is"}},
         {ST_STEP, 3, {"does not hold step 2"}},
+        {ST_ADAM_T, 3, {"bad update count 3 for step 2"}},  // more updates than steps (0: a file from before -sl)
+        {ST_ADAM_T, -1, {"bad update count -1"}},
     };
     for (const Case& c : cases) {
         std::vector<int64_t> h = header(2);
@@ -883,6 +888,45 @@ TEST_F(CliTest, OverfitSingleBatch) {
     const std::vector<double> fit = losses(kCpu, {"-x", "30", "-l", "0.003", "-a", "1"});
     ASSERT_EQ(fit.size(), 30u);
     EXPECT_LT(fit.back(), 4.0) << "from " << fit.front();
+}
+
+// -sl: a loss spike's update is skipped. The train data: 100 batches of 16 tokens, all the same token but 4
+// batches of random ones; -b 1 -t 16 -x 200 is two shuffled epochs. The model soon predicts the constant batches
+// (loss < 0.1) while a random batch costs > 10: in the first epoch the window of OUTLIER_WINDOW = 128 losses is not
+// full yet, so nothing is skipped; in the second, exactly the 4 random batches are (seen at steps 160, 175, 181,
+// 199, z-scores 4.2 to 7.5). Whether a skipped step leaves the weights and AdamW state untouched is test_gpu's
+// OutlierStepUpdatesNothing (the streaming trainer); here the CPU trainer's flag end to end.
+TEST_F(CliTest, CpuSkipsLossSpikes) {
+    const int bt = 16, batches = 100;
+    std::vector<uint16_t> tokens((size_t)(batches * bt + 1), 100);
+    uint64_t rng = 1;
+    for (int k : {10, 35, 60, 85})
+        for (int i = 0; i < bt; i++) tokens[(size_t)(k * bt + i)] = (uint16_t)(random_u64(&rng) % 50257);
+    const std::string path = dir + "/spikes.bin";
+    FILE* f = fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    int32_t h[256] = {DATALOADER_MAGIC, DATALOADER_VERSION, (int32_t)tokens.size()};
+    fwrite(h, sizeof h, 1, f);
+    fwrite(tokens.data(), 2, tokens.size(), f);
+    fclose(f);
+    const Result r = run_bin(kCpu, base_args() + Args{"-b", "1", "-t", "16", "-x", "200", "-i", path, "-sl", "3"});
+    ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.err;
+    const std::regex re("step +([0-9]+)/200 \\| loss ([0-9.]+)[^\n]*?( \\| update skipped: loss z-score [0-9.]+ > 3)?\n");
+    int steps = 0, skipped = 0;
+    for (std::sregex_iterator it(r.out.begin(), r.out.end(), re), end; it != end; ++it) {
+        const int step = std::stoi((*it)[1]);
+        const double loss = atof((*it)[2].str().c_str());
+        const bool skip = (*it)[3].matched;
+        steps++;
+        skipped += skip;
+        if (step > 100 + OUTLIER_WINDOW / 4) {  // the second epoch, the model well trained by then
+            EXPECT_EQ(skip, loss > 5.0) << "step " << step << ": loss " << loss;
+        } else {
+            EXPECT_FALSE(skip && step <= OUTLIER_WINDOW) << "step " << step << " skipped before the window was full";
+        }
+    }
+    EXPECT_EQ(steps, 200) << r.out.substr(0, 2000);
+    EXPECT_EQ(skipped, 4) << r.out;
 }
 
 // ----------------------------------------------------------------------------

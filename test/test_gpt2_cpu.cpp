@@ -555,6 +555,8 @@ TEST(TrainArgs, GoodFlags) {
     EXPECT_EQ(parse(&a, "-nm", "500", &err), 1);
     EXPECT_EQ(parse(&a, "-y", "1", &err), 1);
     EXPECT_EQ(parse(&a, "-a", "1", &err), 1);
+    EXPECT_EQ(parse(&a, "-sl", "4.5", &err), 1);
+    EXPECT_EQ(parse(&a, "-sg", "6", &err), 1);
     EXPECT_EQ(parse(&a, "-i", "data/train_*.bin", &err), 1);
     EXPECT_EQ(parse(&a, "-j", "data/val_*.bin", &err), 1);
     EXPECT_EQ(parse(&a, "-e", "d12", &err), 1);
@@ -564,6 +566,7 @@ TEST(TrainArgs, GoodFlags) {
     EXPECT_EQ(a.grad_clip, 0.0f); EXPECT_EQ(a.max_steps, -1); EXPECT_EQ(a.val_every, 25); EXPECT_EQ(a.val_max_batches, 0);
     EXPECT_EQ(a.sample_every, 100); EXPECT_EQ(a.gen_tokens, 32); EXPECT_EQ(a.checkpoint_every, 50); EXPECT_EQ(a.resume, 1);
     EXPECT_EQ(a.keep_checkpoints, 3); EXPECT_EQ(a.major_checkpoint_every, 500); EXPECT_EQ(a.overfit_single_batch, 1);
+    EXPECT_FLOAT_EQ(a.skip_loss_z, 4.5f); EXPECT_FLOAT_EQ(a.skip_grad_z, 6.0f);
     EXPECT_STREQ(a.train_data, "data/train_*.bin"); EXPECT_STREQ(a.val_data, "data/val_*.bin");
     EXPECT_STREQ(a.model, "d12"); EXPECT_STREQ(a.output_dir, "log_x");
     char e[256];
@@ -755,6 +758,55 @@ TEST(Logger, WritesTrainAndValLines) {
     logger_train(&lg, 1, 1.0f);
     logger_close(&lg);
     EXPECT_FALSE(logger_open(&lg, "/proc/no_such_dir/x", -1, e, sizeof e));
+}
+
+// -sl / -sg: the z-score of a value against the OUTLIER_WINDOW values before it (NaN until there are that many),
+// and the skip decision on it.
+TEST(Outliers, ZScoreAgainstTheWindowBefore) {
+    // a window of 1, 3, 1, 3, ...: mean 2, standard deviation 1
+    auto alternating = [](OutlierWindow* w, double lo, double hi) {
+        memset(w, 0, sizeof *w);
+        for (int i = 0; i < OUTLIER_WINDOW; i++) EXPECT_TRUE(std::isnan(outlier_z(w, i % 2 ? hi : lo))) << i;
+    };
+    OutlierWindow w;
+    alternating(&w, 1.0, 3.0);
+    EXPECT_DOUBLE_EQ(outlier_z(&w, 5.0), 3.0);
+    // now 5 stands where the oldest 1 was: 63 ones, 64 threes, a five
+    EXPECT_NEAR(outlier_z(&w, 5.0), (5.0 - 260.0 / 128) / sqrt((63 + 64 * 9 + 25) / 128.0 - pow(260.0 / 128, 2)), 1e-12);
+
+    auto flat = [](OutlierWindow* w, double x) {
+        memset(w, 0, sizeof *w);
+        for (int i = 0; i < OUTLIER_WINDOW; i++) outlier_z(w, x);
+    };
+    flat(&w, 7.0);
+    EXPECT_EQ(outlier_z(&w, 7.0), 0.0);       // a flat window: the same value is no outlier,
+    EXPECT_EQ(outlier_z(&w, 6.0), 0.0);       // nor a lower one (not a spike),
+    flat(&w, 7.0);
+    EXPECT_EQ(outlier_z(&w, 7.5), INFINITY);  // but any higher one is
+    for (int i = 0; i < OUTLIER_WINDOW; i++) outlier_z(&w, 9.0);
+    EXPECT_EQ(outlier_z(&w, 9.0), 0.0) << "a new level becomes the norm once it fills the window";
+
+    TrainArgs a;
+    train_args_defaults(&a);
+    OutlierWindow losses, norms;
+    char why[96];
+    alternating(&losses, 1.0, 3.0);
+    alternating(&norms, 0.1, 0.3);
+    EXPECT_FALSE(outlier_skip(&a, &losses, &norms, 100.0, 100.0, why, sizeof why)) << "off by default: " << why;
+    a.skip_loss_z = 4.0f;
+    a.skip_grad_z = 4.0f;
+    alternating(&losses, 1.0, 3.0);
+    alternating(&norms, 0.1, 0.3);
+    EXPECT_TRUE(outlier_skip(&a, &losses, &norms, 6.5, 0.2, why, sizeof why));
+    EXPECT_STREQ(why, "loss z-score 4.50 > 4");
+    alternating(&losses, 1.0, 3.0);
+    alternating(&norms, 0.1, 0.3);
+    EXPECT_TRUE(outlier_skip(&a, &losses, &norms, 2.0, 0.65, why, sizeof why));
+    EXPECT_EQ(std::string(why).rfind("grad norm z-score 4.50 > 4", 0), 0u) << why;
+    alternating(&losses, 1.0, 3.0);
+    alternating(&norms, 0.1, 0.3);
+    EXPECT_FALSE(outlier_skip(&a, &losses, &norms, 5.5, 0.55, why, sizeof why)) << "z 3.5 is under 4";
+    EXPECT_STREQ(why, "");
 }
 
 // A log on a full disk (/dev/full: every write fails with ENOSPC): one warning that names the file, the reason

@@ -308,6 +308,64 @@ TEST(GpuTrainer, ResidentLayersAccumulateMicroBatches) {
     for (size_t i = 0; i < one.size(); i++) EXPECT_NEAR(two[i], one[i], 1e-3 * fabs(one[i])) << "value " << i;
 }
 
+// -sl: a step whose loss is an outlier updates nothing. Its window is filled with losses far below a fresh
+// model's (~ln V), so the first step is skipped. Then, with the bound off, the same batch gives the very same
+// loss (the weights in the slots, the GPU-resident prefix and the host copy are untouched: a forward pass is
+// deterministic), AdamW's t is 1, and the weights are those of a fresh trainer after its first step: bit for
+// bit in the emulation; on a GPU all but 1 in 10^4 within 1e-6 (the backward pass's atomics add in any order,
+// and at t = 1 AdamW moves each weight by lr times the sign of its gradient, which may flip where the gradient is
+// within rounding of 0). Streamed and GPU-resident layers (-R 1).
+TEST(GpuTrainer, OutlierStepUpdatesNothing) {
+    REQUIRE_GPU();
+    const GPTConfig c = tiny_config(3, 128, 4, 64, 500);
+    const int B = 4, T = 64;
+    auto in = random_tokens((int64_t)B * T, c.vocab_size, 5), tg = random_tokens((int64_t)B * T, c.vocab_size, 6);
+    for (int resident : {0, 1}) {
+        TrainArgs a = test_args(1.0f);
+        a.skip_loss_z = 3.0f;
+        GPT g, fresh;
+        build_gpu(&g, c, B, T, 1, 2, a, 42, resident);
+        const int64_t n = g.layout.total;
+        const std::vector<float> master0(g.master, g.master + n);
+        for (int i = 0; i < OUTLIER_WINDOW; i++) outlier_z(&g.loss_window, i % 2 ? 1.0 : 1.1);
+        const float skipped_loss = gpt_step(&g, in.data(), tg.data(), 1, 1e-3f);
+        EXPECT_EQ(std::string(g.skipped).rfind("loss z-score ", 0), 0u) << "R " << resident << ": " << g.skipped;
+        EXPECT_EQ(g.step, 1);
+        EXPECT_EQ(g.adam_t, 0);
+        optimizer_wait_all(&g);
+        gpt_resident_state_to_host(&g);
+        EXPECT_EQ(memcmp(g.master, master0.data(), (size_t)n * 4), 0) << "R " << resident;
+        int64_t moved = 0;
+        for (int64_t i = 0; i < n; i++) moved += g.adam_m[i] != 0.0f || g.adam_v[i] != 0.0f;
+        EXPECT_EQ(moved, 0) << "R " << resident << ": AdamW moments changed by a skipped step";
+
+        g.args.skip_loss_z = 0.0f;
+        const float loss = gpt_step(&g, in.data(), tg.data(), 1, 1e-3f);
+        EXPECT_EQ(loss, skipped_loss) << "R " << resident << ": the skipped step changed the weights the GPU reads";
+        EXPECT_STREQ(g.skipped, "");
+        EXPECT_EQ(g.step, 2);
+        EXPECT_EQ(g.adam_t, 1);
+        a.skip_loss_z = 0.0f;
+        build_gpu(&fresh, c, B, T, 1, 2, a, 42, resident);
+        EXPECT_EQ(gpt_step(&fresh, in.data(), tg.data(), 1, 1e-3f), loss);
+        for (GPT* x : {&g, &fresh}) {
+            optimizer_wait_all(x);
+            gpt_resident_state_to_host(x);
+        }
+#ifdef FAKE_CUDA_DEVICE
+        EXPECT_EQ(memcmp(g.master, fresh.master, (size_t)n * 4), 0) << "R " << resident;
+        EXPECT_EQ(memcmp(g.adam_v, fresh.adam_v, (size_t)n * 4), 0) << "R " << resident;
+#else
+        int64_t differ = 0;
+        for (int64_t i = 0; i < n; i++) differ += fabsf(g.master[i] - fresh.master[i]) > 1e-6f;
+        EXPECT_LE(differ, n / 10000) << "R " << resident << ": weights that moved differently (of " << n << ")";
+        EXPECT_LT(rel_l2(g.adam_v, fresh.adam_v, n), 1e-3) << "R " << resident;
+#endif
+        gpt_free(&g);
+        gpt_free(&fresh);
+    }
+}
+
 // resident_adamw against the CPU trainer's block updates (train_common.h: decay on matrices only) on the
 // same fp32 state and gradients: the GPU AdamW repeats cpu_adam's arithmetic, so bit for bit.
 TEST(GpuTrainer, ResidentAdamwMatchesCpuBlockUpdatesBitForBit) {
@@ -330,7 +388,7 @@ TEST(GpuTrainer, ResidentAdamwMatchesCpuBlockUpdatesBitForBit) {
     gpt_weights_ready(&g);  // uploads the prefix: master, m, v and the bf16 weights
     cudaCheck(cudaMemcpy(g.resident_grads, grads.data(), (size_t)n * 4, cudaMemcpyHostToDevice));
     cudaCheck(cudaDeviceSynchronize());  // a pageable copy may return before it lands; compute does not wait for it
-    g.step = 5;  // resident_adamw uses the step optimizer_submit took
+    g.adam_t = 5;  // resident_adamw uses the t optimizer_submit took
     resident_adamw(&g, 3e-4f, 0.8f, g.ws.compute);
     cudaCheck(cudaStreamSynchronize(g.ws.compute));
     AdamWArgs args = {3e-4f, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, a.weight_decay, 0.8f, 5};
