@@ -126,7 +126,7 @@ struct Driver {
         check_pass(c0, r0, (int)o.size(), "backward");
         backward_passes++;
         cudaCheck(cudaStreamSynchronize(ws.compute));  // gpt_step's one sync: loss and norm
-        if (skip_update) return;                        // non-finite: no update, the slots stay valid
+        if (skip_update) return;                        // -sl / -sg outlier (or non-finite): no update, slots stay valid
         finish_round();                                 // optimizer_submit waits for the last round first
         stream_invalidate(&ws);
         round_active = true;
