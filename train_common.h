@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "cpu_adam.h"
@@ -543,6 +544,34 @@ static inline int make_dirs(const char* dir, char* err, size_t errlen) {
         return 0;
     }
     return 1;
+}
+
+// One run per output directory: makes dir and holds DIR/LOCK (flock) until the process ends, however it ends
+// (the kernel releases it). Two runs in one directory would interleave main.log and overwrite each other's
+// checkpoints; the second is refused instead, with the pid the first wrote into LOCK. flock is advisory and
+// per file system: where it is not supported (some network file systems) the run goes on unchecked.
+static inline int lock_output_dir(const char* dir, char* err, size_t errlen) {
+    if (!make_dirs(dir, err, errlen)) return 0;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/LOCK", dir);
+    const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) { snprintf(err, errlen, "cannot create %.200s: %.60s", path, strerror(errno)); return 0; }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        const int busy = errno == EWOULDBLOCK;
+        char pid[24] = "";
+        const ssize_t n = busy ? pread(fd, pid, sizeof pid - 1, 0) : 0;
+        close(fd);
+        if (!busy) return 1;  // no flock here (ENOLCK, EINVAL)
+        pid[n > 0 ? n : 0] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        snprintf(err, errlen, "%.200s is in use by another run (pid %s holds its LOCK): let it finish, or choose another -o",
+                 dir, pid[0] ? pid : "unknown");
+        return 0;
+    }
+    char pid[24];
+    const int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) {}  // the pid only helps the message
+    return 1;  // fd stays open, and the lock held, for the rest of the run
 }
 
 // Makes the renames, creations and removals of files in dir durable (a power loss after this cannot bring

@@ -1225,7 +1225,7 @@ int main(int argc, char** argv) {
     const int bench = ga.bench_steps > 0;
     char err[4352];
     // benchmark mode writes nothing to -o but the timeline's trace.json (-Y 1)
-    if (args.output_dir && (!bench || ga.timeline) && !make_dirs(args.output_dir, err, sizeof err)) die("%s", err);
+    if (args.output_dir && (!bench || ga.timeline) && !lock_output_dir(args.output_dir, err, sizeof err)) die("%s", err);
     // a fresh run's main.log and checkpoints would silently mix with those of the run already in -o
     if (args.output_dir && !bench && !args.resume) {
         const int64_t old_step = latest_checkpoint(args.output_dir);

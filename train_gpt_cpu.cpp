@@ -124,6 +124,7 @@ int main(int argc, char** argv) {
     // a fresh log and model files in a directory of another run would silently mix with (and overwrite) its
     // own: train_gpt's complete checkpoints (DONE_N) or this trainer's model files
     if (args.output_dir) {
+        if (!lock_output_dir(args.output_dir, err, sizeof err)) die("%s", err);  // one run per directory
         const int64_t done = dir_latest_step(args.output_dir, "DONE_", "", INT64_MAX);
         const int64_t saved = dir_latest_step(args.output_dir, "model_", ".bin", INT64_MAX);
         if (done >= 0 || saved >= 0)

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -831,7 +832,7 @@ TEST_F(CliTest, FullDiskIsACleanErrorAndLosesNoCheckpoint) {
         ASSERT_EQ(lines.size(), 1u) << r.err;
         EXPECT_EQ(lines[0].rfind("error: failed writing model file", 0), 0u) << lines[0];
         EXPECT_NE(lines[0].find("model_00000001.bin: File too large"), std::string::npos) << lines[0];
-        EXPECT_EQ(names_in(out), std::vector<std::string>{"main.log"}) << "no partial model file is left";
+        EXPECT_EQ(names_in(out), (std::vector<std::string>{"LOCK", "main.log"})) << "no partial model file is left";
         EXPECT_EQ(slurp(out + "/main.log").rfind("s:1 trl:", 0), 0u) << "the step before the failure is logged";
     }
     if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
@@ -860,6 +861,32 @@ TEST_F(CliTest, FullDiskIsACleanErrorAndLosesNoCheckpoint) {
     ASSERT_EQ(c.code, 0) << c.cmd << "\n" << c.err << c.out;
     EXPECT_NE(c.out.find("resumed from"), std::string::npos) << c.out;
     EXPECT_NE(c.out.find("saved checkpoint step 2"), std::string::npos) << c.out;
+}
+
+// One run per -o: while a run holds DIR/LOCK (here this test, as a running trainer would), a second one, fresh or
+// resuming, is refused with the holder's pid before it writes anything; once the lock is free the run goes on
+// (a LOCK file left behind by an ended run holds nothing). Every trainer that is built.
+TEST_F(CliTest, OneRunPerOutputDir) {
+    const std::string out = dir + "/busy";
+    ASSERT_EQ(mkdir(out.c_str(), 0755), 0);
+    const int fd = open((out + "/LOCK").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(flock(fd, LOCK_EX | LOCK_NB), 0);
+    const std::string pid = std::to_string((int)getpid());
+    ASSERT_EQ(pwrite(fd, (pid + "\n").c_str(), pid.size() + 1, 0), (ssize_t)pid.size() + 1);
+    for (const char* bin : {kCpu, kGpu, kEmu}) {
+        if (!have_binary(bin)) continue;
+        EXPECT_TRUE(CleanError(run_bin(bin, base_args() + Args{"-o", out}), {out, "in use by another run", "pid " + pid}))
+            << bin;
+        if (bin != kCpu) {
+            EXPECT_TRUE(CleanError(run_bin(bin, base_args() + Args{"-o", out, "-y", "1"}), {"in use by another run"})) << bin;
+        }
+    }
+    EXPECT_EQ(names_in(out), std::vector<std::string>{"LOCK"}) << "a refused run writes nothing";
+    close(fd);  // the lock goes with it
+    const Result r = run_bin(kCpu, base_args() + Args{"-o", out});
+    EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.err;
+    EXPECT_EQ(slurp(out + "/LOCK").find(pid), std::string::npos) << "the run wrote its own pid";
 }
 
 // -a 1 (llm.c's overfit_single_batch): every step trains on the same first -d tokens. With lr 0 every step's loss
