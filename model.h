@@ -246,6 +246,18 @@ static inline int gpt_load_params(const char* path, const GPTConfig* cfg, float*
     return ok;
 }
 
+// The end of an atomic save: flushes and fsyncs f (written as tmp), closes it and renames tmp to path; ok says
+// whether the writes so far succeeded. Returns 1, or 0 with tmp removed and the first failure's reason in *why
+// (an errno value, 0 for a short write that set none).
+static inline int finish_atomic_write(FILE* f, int ok, const char* tmp, const char* path, int* why) {
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    *why = ok ? 0 : errno;
+    if (fclose(f) != 0 && ok) { ok = 0; *why = errno; }
+    if (ok && rename(tmp, path) != 0) { ok = 0; *why = errno; }
+    if (!ok) remove(tmp);
+    return ok;
+}
+
 // Saves atomically: writes path.tmp, fsyncs it, then renames, so a crash mid-save never destroys the old file
 // and the new name never points at data still in the page cache. The caller fsyncs the directory (fsync_dir
 // in train_common.h) to make the rename itself durable.
@@ -272,12 +284,8 @@ static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const 
             ok = (int64_t)fwrite(src, sizeof(float), (size_t)n, f) == n;
         }
     }
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int why = ok ? 0 : errno;  // the first failure's reason (no space, file too large, I/O error)
-    if (fclose(f) != 0 && ok) { ok = 0; why = errno; }
-    if (ok && rename(tmp, path) != 0) { ok = 0; why = errno; }
-    if (!ok) {
-        remove(tmp);
+    int why;
+    if (!finish_atomic_write(f, ok, tmp, path, &why)) {
         snprintf(err, errlen, "failed writing model file %.400s: %.80s", path, why ? strerror(why) : "short write");
         return 0;
     }

@@ -885,11 +885,8 @@ static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data
     errno = 0;
     int ok = write_all(f, header, sizeof header) && write_all(f, data_state, sizeof *data_state) &&
              write_all(f, g->adam_m, g->layout.total * 4) && write_all(f, g->adam_v, g->layout.total * 4);
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int why = ok ? 0 : errno;  // the first failure's reason (no space, file too large, I/O error)
-    if (fclose(f) != 0 && ok) { ok = 0; why = errno; }
-    if (ok && rename(tmp, path) != 0) { ok = 0; why = errno; }
-    if (!ok) { remove(tmp); die("failed writing %s: %s", path, why ? strerror(why) : "short write"); }
+    int why;
+    if (!finish_atomic_write(f, ok, tmp, path, &why)) die("failed writing %s: %s", path, why ? strerror(why) : "short write");
     // both files and their new names on disk before the marker that vouches for them exists
     if (!fsync_dir(dir, err, sizeof err)) die("%s", err);
     f = fopen(done, "w");

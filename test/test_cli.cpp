@@ -211,16 +211,20 @@ class CliTest : public ::testing::Test {
     // A shard with header {magic, version, header_tokens (default: tokens)} followed by `tokens` uint16 ids (ids < 50257).
     std::string shard(const std::string& name, int64_t tokens, int32_t magic = DATALOADER_MAGIC,
                       int32_t version = DATALOADER_VERSION, int64_t header_tokens = INT64_MIN) {
+        std::vector<uint16_t> t((size_t)tokens);
+        for (int64_t i = 0; i < tokens; i++) t[(size_t)i] = (uint16_t)((i * 7919) % 50257);
+        return shard_of(name, t, magic, version, header_tokens != INT64_MIN ? header_tokens : tokens);
+    }
+    std::string shard_of(const std::string& name, const std::vector<uint16_t>& tokens, int32_t magic = DATALOADER_MAGIC,
+                         int32_t version = DATALOADER_VERSION, int64_t header_tokens = INT64_MIN) {
         const std::string path = dir + "/" + name;
         FILE* f = fopen(path.c_str(), "wb");
         EXPECT_NE(f, nullptr) << path;
         if (!f) return path;
         int32_t h[256] = {0};
-        h[0] = magic; h[1] = version; h[2] = (int32_t)(header_tokens != INT64_MIN ? header_tokens : tokens);
+        h[0] = magic; h[1] = version; h[2] = (int32_t)(header_tokens != INT64_MIN ? header_tokens : (int64_t)tokens.size());
         fwrite(h, sizeof h, 1, f);
-        std::vector<uint16_t> t((size_t)tokens);
-        for (int64_t i = 0; i < tokens; i++) t[(size_t)i] = (uint16_t)((i * 7919) % 50257);
-        fwrite(t.data(), 2, t.size(), f);
+        fwrite(tokens.data(), 2, tokens.size(), f);
         fclose(f);
         return path;
     }
@@ -929,13 +933,7 @@ TEST_F(CliTest, CpuSkipsLossSpikes) {
     uint64_t rng = 1;
     for (int k : {10, 35, 60, 85})
         for (int i = 0; i < bt; i++) tokens[(size_t)(k * bt + i)] = (uint16_t)(random_u64(&rng) % 50257);
-    const std::string path = dir + "/spikes.bin";
-    FILE* f = fopen(path.c_str(), "wb");
-    ASSERT_NE(f, nullptr);
-    int32_t h[256] = {DATALOADER_MAGIC, DATALOADER_VERSION, (int32_t)tokens.size()};
-    fwrite(h, sizeof h, 1, f);
-    fwrite(tokens.data(), 2, tokens.size(), f);
-    fclose(f);
+    const std::string path = shard_of("spikes.bin", tokens);
     const Result r = run_bin(kCpu, base_args() + Args{"-b", "1", "-t", "16", "-x", "200", "-i", path, "-sl", "3"});
     ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.err;
     const std::regex re("step +([0-9]+)/200 \\| loss ([0-9.]+)[^\n]*?( \\| update skipped: loss z-score [0-9.]+ > 3)?\n");
