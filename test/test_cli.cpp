@@ -40,6 +40,7 @@
 #include <vector>
 #include "dataloader.h"
 #include "model.h"
+#include "checkpoint.h"
 #include "train_common.h"
 
 static const char* const kCpu = "./train_gpt_cpu";
@@ -510,15 +511,8 @@ TEST_F(CliTest, TrainGptPlanOverflow) {
 // (and with one would train): the tests stop it first with -x at the checkpoint's step ("nothing to train"),
 // whose message names the step the resume picked.
 
-// The state file header train_gpt.cu writes (STATE_VERSION 2): 16 int64, floats as their 32 bits. ST_ADAM_T is
-// left 0 here, as in files written before -sl / -sg: a resume then takes the step as the update count.
-enum { ST_MAGIC, ST_VERSION, ST_STEP, ST_PARAMS, ST_DATA_STATE_BYTES, ST_TOTAL_STEPS, ST_STEP_TOKENS, ST_B, ST_T,
-       ST_LR, ST_WARMUP, ST_FINAL_LR_FRAC, ST_WEIGHT_DECAY, ST_GRAD_CLIP, ST_ADAM_T, ST_HEADER_SLOTS = 16 };
-static int64_t float_bits(float x) {
-    uint32_t u;
-    memcpy(&u, &x, 4);
-    return (int64_t)u;
-}
+// The state file header (checkpoint.h) is ST_HEADER_SLOTS int64, floats as their 32 bits. The tests leave
+// ST_ADAM_T 0, as in files written before -sl / -sg: a resume then takes the step as the update count.
 static std::string step_name(const char* prefix, int64_t step, const char* suffix) {
     char name[64];
     snprintf(name, sizeof name, "%s%08lld%s", prefix, (long long)step, suffix);
@@ -538,6 +532,7 @@ class ResumeTest : public CliTest {
     // What train_gpt with base_args() + {"-x", "5"} and its defaults (-l 6e-4 -u 10 -q 0.1 -c 0 -k 1) writes at step.
     std::vector<int64_t> header(int64_t step) const {
         std::vector<int64_t> h(ST_HEADER_SLOTS, 0);
+        // literals, not checkpoint.h's names: files already on disk must stay readable
         h[ST_MAGIC] = 20241122; h[ST_VERSION] = 2; h[ST_STEP] = step; h[ST_PARAMS] = gpt_layout(&cfg).total;
         h[ST_DATA_STATE_BYTES] = (int64_t)sizeof(DataLoaderState);
         h[ST_TOTAL_STEPS] = 5; h[ST_STEP_TOKENS] = 128; h[ST_B] = 4; h[ST_T] = 32;
