@@ -466,8 +466,10 @@ __global__ void __launch_bounds__(64)
 
 // The head sizes the kernels are built for (multiples of 16; 80 for the 2.7b preset), on a GPU with bf16
 // mma.sync (compute capability 8.0 and up).
+static int flash_attention_device_major = -1;  // compute capability of device 0 (the trainer's), asked once; set
+                                               // beforehand to plan for a GPU that is not here (train_gpt -P)
 static bool flash_attention_usable(int head_size) {
-    static int major = -1;  // of device 0 (the trainer's), asked once
+    int& major = flash_attention_device_major;
     if (major < 0) {
         cudaDeviceProp p;
         int device = 0;

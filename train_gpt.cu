@@ -893,6 +893,7 @@ typedef struct {
     int kept;           // -K  last layers whose activations are kept (no recompute): 0 = none, -1 = all that fit
     int flash;          // -F  1: fused attention kernels where the head size allows, 0: cuBLAS + softmax
     int epilogues;      // -G  1: bias / GELU fused into the GEMMs (cuBLASLt epilogues), 0: separate kernels
+    int plan_only;      // -P  1: print the memory this run would need and exit (no GPU, no data needed)
 } GpuArgs;
 
 static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
@@ -910,6 +911,7 @@ static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
     a->gen_tokens = 64;
     ga->num_slots = 2; ga->bench_steps = 0; ga->bench_warmup = 2; ga->timeline = 0; ga->adam_threads = 0;
     ga->model_given = 0; ga->resident = 0; ga->kept = 0; ga->flash = 1; ga->epilogues = 1;
+    ga->plan_only = 0;
 }
 
 static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
@@ -932,9 +934,11 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
            "  -F <0|1>    attention: 1 = fused tensor-core kernels (head sizes 32, 64, 80, 96, 128; others use\n"
            "              the cuBLAS path), 0 = cuBLAS GEMMs + softmax over stored (T x T) scores (default %d)\n"
            "  -G <0|1>    1 = the bias, residual and GELU passes after the GEMMs run as cuBLASLt epilogues,\n"
-           "              0 = as separate kernels (default %d)\n",
+           "              0 = as separate kernels (default %d)\n"
+           "  -P <0|1>    print the host and GPU memory this run would need, part by part, and exit: a capacity\n"
+           "              check that needs no GPU and no data (default %d)\n",
            MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->kept,
-           gd->flash, gd->epilogues);
+           gd->flash, gd->epilogues, gd->plan_only);
 }
 
 // Parses argv: our flags first, then the shared ones. Exits on any error, prints usage on -h.
@@ -960,6 +964,7 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         else if (strcmp(flag, "-R") == 0) { ok = parse_int_in(flag, value, -1, 1 << 20, &v, err, sizeof err); ga->resident = (int)v; }
         else if (strcmp(flag, "-K") == 0) { ok = parse_int_in(flag, value, -1, 1 << 20, &v, err, sizeof err); ga->kept = (int)v; }
         else if (strcmp(flag, "-F") == 0) { ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err); ga->flash = (int)v; }
+        else if (strcmp(flag, "-P") == 0) { ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err); ga->plan_only = (int)v; }
         else if (strcmp(flag, "-G") == 0) { ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err); ga->epilogues = (int)v; }
         else {
             if (strcmp(flag, "-e") == 0) ga->model_given = 1;
@@ -979,6 +984,34 @@ static int resolve_model(const char* spec, GPTConfig* cfg) {
     if (kind == 0) die("%s", err);
     if (kind == 2 && !gpt_read_header(spec, cfg, err, sizeof err)) die("%s", err);
     return kind;
+}
+
+// -P 1: what gpt_build would allocate for this run, part by part, and whether the host RAM here holds it.
+static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int slots, int resident, int kept,
+                              const GpuArgs* ga, MemoryPlan plan, bool no_gpu_here) {
+    const double GiB = 1073741824.0;
+    const ParamLayout p = gpt_layout(c);
+    const int64_t host_avail = host_available_bytes();
+    const double ckpt = (double)(c->num_layers + 1) * n_micro * B * T * c->channels * 2;
+    const double slot_bytes = (double)stream_gpu_bytes(p.layer_stride, slots), embed = (double)p.embed_count * 18;
+    const double res = (double)resident * p.layer_stride * 18, work = (double)workspace_bytes(c, B, T, false);
+    const double keep = (double)kept * n_micro * workspace_bytes(c, B, T, true), grad = (double)p.layer_stride * 4;
+    printf("memory plan: L%d C%d NH%d, %.3f B parameters, %d x %d tokens x %d micro-batches per step\n", c->num_layers,
+           c->channels, c->num_heads, gpt_num_real_params(c, &p) / 1e9, B, T, n_micro);
+    printf("attention: %s%s\n", use_flash_attention(c) ? "fused kernels (no T x T scores stored)"
+                                                        : "cuBLAS + softmax (T x T scores stored in the workspace)",
+           no_gpu_here ? "; no GPU here: planned for an sm_90 one" : "");
+    printf("host %9.2f GiB: fp32 master weights and AdamW m, v %.2f; pinned bf16 weights and gradients %.2f",
+           plan.host_bytes / GiB, p.total * 12 / GiB, (plan.host_bytes - p.total * 12) / GiB);
+    if (host_avail >= 0)
+        printf(" (%s: %.1f GiB available here)", plan.host_bytes <= host_avail ? "fits" : "does NOT fit", host_avail / GiB);
+    printf("\nGPU  %9.2f GiB: layer-input checkpoints %.2f; %d weight slots %.2f; embeddings with their AdamW state %.2f; "
+           "%d resident layers %.2f; %d layers' kept activations %.2f; one layer's workspace %.2f and fp32 gradient %.2f; "
+           "the rest %.2f\n", plan.gpu_bytes / GiB, ckpt / GiB, slots, slot_bytes / GiB, embed / GiB, resident, res / GiB, kept,
+           keep / GiB, work / GiB, grad / GiB, (plan.gpu_bytes - ckpt - slot_bytes - embed - res - keep - work - grad) / GiB);
+    printf("each further -R layer %.2f GiB, each further -K layer %.2f GiB%s\n", p.layer_stride * 18 / GiB,
+           n_micro * workspace_bytes(c, B, T, true) / GiB,
+           ga->resident < 0 || ga->kept < 0 ? " (-R -1 / -K -1 are chosen on the GPU from its free memory: 0 here)" : "");
 }
 
 // Fills n_micro micro-batches from the loader into contiguous host arrays.
@@ -1072,7 +1105,15 @@ int main(int argc, char** argv) {
     // the byte counts of the fit check below, now: it dies on a config whose counts overflow int64 (with -R -1
     // or -K -1 the layers are chosen once the GPU's free memory is known; 0 of them until then)
     int resident = ga.resident > 0 ? ga.resident : 0, kept = ga.kept > 0 ? ga.kept : 0;
+    int devices = 0;
+    const bool no_gpu_here = cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0;
+    cudaGetLastError();
+    if (ga.plan_only && no_gpu_here) flash_attention_device_major = 9;  // plan for an H100's (sm_90) attention path
     MemoryPlan plan = gpt_memory_plan(&cfg, args.B, args.T, n_micro, ga.num_slots, resident, kept);
+    if (ga.plan_only) {
+        print_memory_plan(&cfg, args.B, args.T, n_micro, ga.num_slots, resident, kept, &ga, plan, no_gpu_here);
+        return 0;
+    }
 
     // data (not in benchmark mode: synthetic tokens there, so any T and -d work without a big corpus)
     DataLoader train, val;
@@ -1100,8 +1141,7 @@ int main(int argc, char** argv) {
     if (host_avail >= 0 && plan.host_bytes > host_avail)
         die("host RAM too small for this config: needs %.1f GiB (fp32 weights + AdamW m, v + pinned bf16 weights and "
             "grads), %.1f GiB available", plan.host_bytes / GiB, host_avail / GiB);
-    int num_devices = 0;
-    if (cudaGetDeviceCount(&num_devices) != cudaSuccess || num_devices == 0)
+    if (no_gpu_here)
         die("no CUDA device found: this trainer needs an NVIDIA GPU; ./train_gpt_cpu trains on the CPU");
     cudaDeviceProp prop;
     cudaCheck(cudaGetDeviceProperties(&prop, 0));

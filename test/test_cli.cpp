@@ -862,6 +862,32 @@ TEST_F(CliTest, FullDiskIsACleanErrorAndLosesNoCheckpoint) {
     EXPECT_NE(c.out.find("saved checkpoint step 2"), std::string::npos) << c.out;
 }
 
+// -P 1 prints the memory plan and exits, with no GPU and no data (-i names no file here): the 175B preset at
+// B=8, T=1024 needs 2600.45 GiB of host memory and 54.69 GiB of GPU memory (README's figures; test_gpu's
+// plan test checks them against the allocations), and at half the depth exactly the checkpoints less.
+TEST_F(CliTest, MemoryPlanNeedsNoGpu) {
+    auto plan = [&](const char* bin, const char* model, double* host, double* gpu, double* ckpt) {
+        const Result r = run_bin(bin, Args{"-e", model, "-b", "8", "-t", "1024", "-i", dir + "/none_*.bin", "-P", "1"});
+        EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.err << r.out;
+        std::smatch m;
+        const std::regex re("host +([0-9.]+) GiB[^\n]*\nGPU +([0-9.]+) GiB: layer-input checkpoints ([0-9.]+);");
+        ASSERT_TRUE(std::regex_search(r.out, m, re)) << r.out;
+        *host = atof(m[1].str().c_str());
+        *gpu = atof(m[2].str().c_str());
+        *ckpt = atof(m[3].str().c_str());
+    };
+    for (const char* bin : {kGpu, kEmu}) {
+        if (!have_binary(bin)) continue;
+        double host, gpu, ckpt, host2, gpu2, ckpt2;
+        plan(bin, "175b", &host, &gpu, &ckpt);
+        EXPECT_EQ(host, 2600.45) << bin;
+        EXPECT_EQ(gpu, 54.69) << bin;
+        plan(bin, "L48:C12288:NH96", &host2, &gpu2, &ckpt2);
+        EXPECT_NEAR(gpu - gpu2, ckpt - ckpt2, 0.011) << bin << ": GPU memory grows with depth only by the checkpoints";
+        EXPECT_NEAR(ckpt, 2 * ckpt2 - 0.19, 0.011) << bin << ": (L + 1) layer inputs of 0.19 GiB each";
+    }
+}
+
 // One run per -o: while a run holds DIR/LOCK (here this test, as a running trainer would), a second one, fresh or
 // resuming, is refused with the holder's pid before it writes anything; once the lock is free the run goes on
 // (a LOCK file left behind by an ended run holds nothing). Every trainer that is built.
