@@ -1065,10 +1065,11 @@ int main(int argc, char** argv) {
     cublaslt_fusion = ga.epilogues;
     const int bench = ga.bench_steps > 0;
     char err[4352];
-    // benchmark mode writes nothing to -o but the timeline's trace.json (-Y 1)
-    if (args.output_dir && (!bench || ga.timeline) && !lock_output_dir(args.output_dir, err, sizeof err)) die("%s", err);
+    // benchmark mode writes nothing to -o but the timeline's trace.json (-Y 1); the plan (-P 1) nothing
+    const bool writes_output = args.output_dir && !ga.plan_only && (!bench || ga.timeline);
+    if (writes_output && !lock_output_dir(args.output_dir, err, sizeof err)) die("%s", err);
     // a fresh run's main.log and checkpoints would silently mix with those of the run already in -o
-    if (args.output_dir && !bench && !args.resume) {
+    if (writes_output && !bench && !args.resume) {
         const int64_t old_step = latest_checkpoint(args.output_dir);
         if (old_step >= 0)
             die("%s already holds checkpoints (latest step %lld): resume with -y 1, or choose another -o",

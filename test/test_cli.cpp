@@ -885,6 +885,10 @@ TEST_F(CliTest, MemoryPlanNeedsNoGpu) {
         plan(bin, "L48:C12288:NH96", &host2, &gpu2, &ckpt2);
         EXPECT_NEAR(gpu - gpu2, ckpt - ckpt2, 0.011) << bin << ": GPU memory grows with depth only by the checkpoints";
         EXPECT_NEAR(ckpt, 2 * ckpt2 - 0.19, 0.011) << bin << ": (L + 1) layer inputs of 0.19 GiB each";
+        // it writes nothing, not even to an -o it is given
+        const Result r = run_bin(bin, Args{"-e", "d12", "-P", "1", "-o", dir + "/plan_out", "-n", "1"});
+        EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.err;
+        EXPECT_NE(access((dir + "/plan_out").c_str(), F_OK), 0) << bin;
     }
 }
 
