@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 #include "gpt2_cpu.h"
+#include "checkpoint.h"
 #include "train_common.h"
 
 static const char* kTinyModel = "test/fixtures/tiny_model.bin";
@@ -832,6 +833,60 @@ TEST(Logger, FullDiskWarnsOnceAndGoesOn) {
 // of step 12, the 3 newest complete ones stay, and every one at a multiple of 4; incomplete ones (no DONE: step
 // 5), ones after the newest (an earlier pass over steps the run rewrites: 14) and files that only look like
 // checkpoint files stay too.
+// checkpoint.h end to end on the host: a checkpoint saved at step 7 after 5 updates (-sl skipped 2) reads back
+// whole (model file, m, v, data position, step, update count), is the one a resume picks, and its header holds
+// the run's hyperparameters (the same flags: no warning; another -l: one).
+TEST(Checkpoints, SaveThenResumeRoundTrip) {
+    const std::string dir = "build/test_ckpt_" + std::to_string((long long)getpid());
+    const GPTConfig cfg = {32, 300, 384, 2, 2, 64};
+    const int64_t n = gpt_layout(&cfg).total;
+    std::vector<float> master((size_t)n), m((size_t)n), v((size_t)n);
+    uint64_t rng = 3;
+    for (int64_t i = 0; i < n; i++) {
+        master[(size_t)i] = random_f32(&rng) - 0.5f;
+        m[(size_t)i] = random_f32(&rng) * 1e-3f;
+        v[(size_t)i] = random_f32(&rng) * 1e-6f;
+    }
+    TrainArgs a;
+    train_args_defaults(&a);
+    a.B = 2; a.T = 32; a.total_batch_tokens = 128; a.max_steps = 20; a.lr = 1e-3f;
+    DataLoaderState ds;
+    memset(&ds, 0, sizeof ds);
+    ds.epoch = 1; ds.shard_index = 0; ds.batch_index = 3; ds.seed = 42; ds.shuffle = 1; ds.B = 2; ds.T = 32;
+    ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
+    checkpoint_save(dir.c_str(), 7, 5, &cfg, master.data(), m.data(), v.data(), &a, 2, 32, &ds);
+
+    char model[4200], state[4200];
+    GPTConfig got_cfg;
+    int64_t header[ST_HEADER_SLOTS];
+    ASSERT_EQ(pick_checkpoint(dir.c_str(), model, state, sizeof model, &got_cfg, header), 7);
+    EXPECT_EQ(memcmp(&got_cfg, &cfg, sizeof cfg), 0);
+    EXPECT_EQ(header[ST_ADAM_T], 5);
+    std::vector<float> master2((size_t)n), m2((size_t)n), v2((size_t)n);
+    char err[4352];
+    ASSERT_TRUE(gpt_load_params(model, &cfg, master2.data(), err, sizeof err)) << err;
+    DataLoaderState ds2;
+    int64_t step = 0, adam_t = 0;
+    state_file_read(state, n, m2.data(), v2.data(), &ds2, &step, &adam_t);
+    EXPECT_EQ(step, 7);
+    EXPECT_EQ(adam_t, 5);
+    EXPECT_EQ(memcmp(master2.data(), master.data(), (size_t)n * 4), 0);
+    EXPECT_EQ(memcmp(m2.data(), m.data(), (size_t)n * 4), 0);
+    EXPECT_EQ(memcmp(v2.data(), v.data(), (size_t)n * 4), 0);
+    EXPECT_EQ(memcmp(&ds2, &ds, sizeof ds), 0);
+
+    testing::internal::CaptureStderr();
+    check_resume_args(header, &a, 20, 128, dir.c_str());
+    EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+    a.lr = 2e-3f;
+    testing::internal::CaptureStderr();
+    check_resume_args(header, &a, 20, 128, dir.c_str());
+    EXPECT_EQ(testing::internal::GetCapturedStderr(),
+              "warning: resume: -l 0.002 differs from the checkpoint's 0.001: the lr schedule changes from here\n");
+    for (const char* f : {"DONE_00000007", "model_00000007.bin", "state_00000007.bin"}) remove((dir + "/" + f).c_str());
+    EXPECT_EQ(rmdir(dir.c_str()), 0) << "checkpoint_save left other files";
+}
+
 TEST(Checkpoints, PruneKeepsTheNewestAndTheMajorOnes) {
     const std::string dir = "build/test_prune_" + std::to_string((long long)getpid());
     ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
