@@ -25,8 +25,10 @@ enum {
     ST_MAGIC, ST_VERSION, ST_STEP, ST_PARAMS, ST_DATA_STATE_BYTES,  // all that version 1 had
     ST_TOTAL_STEPS, ST_STEP_TOKENS, ST_B, ST_T, ST_LR, ST_WARMUP, ST_FINAL_LR_FRAC, ST_WEIGHT_DECAY, ST_GRAD_CLIP,
     ST_ADAM_T,  // updates applied (< ST_STEP after -sl / -sg skipped some); 0 in files written before it: = ST_STEP
+    ST_LR_SCHEDULE,  // -k (LR_COSINE ...); 0 = cosine in files written before it, which is what they ran
     ST_HEADER_SLOTS = 16
 };
+static_assert(ST_LR_SCHEDULE < ST_HEADER_SLOTS, "the state header is full");
 static int64_t float_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return (int64_t)u; }
 static float bits_float(int64_t b) { const uint32_t u = (uint32_t)b; float x; memcpy(&x, &u, 4); return x; }
 
@@ -72,6 +74,7 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     header[ST_WEIGHT_DECAY] = float_bits(a->weight_decay);
     header[ST_GRAD_CLIP] = float_bits(a->grad_clip);
     header[ST_ADAM_T] = adam_t;
+    header[ST_LR_SCHEDULE] = a->lr_schedule;
     errno = 0;
     int ok = write_all(f, header, sizeof header) && write_all(f, data_state, sizeof *data_state) &&
              write_all(f, m, total * 4) && write_all(f, v, total * 4);
@@ -134,6 +137,10 @@ static int state_file_check(const char* path, int64_t total, int64_t header[ST_H
                  (long long)header[ST_ADAM_T], (long long)header[ST_STEP]);
         return 0;
     }
+    if (header[ST_LR_SCHEDULE] < 0 || header[ST_LR_SCHEDULE] >= LR_SCHEDULES) {
+        snprintf(err, errlen, "optimizer state %.400s: bad lr schedule %lld", path, (long long)header[ST_LR_SCHEDULE]);
+        return 0;
+    }
     const int64_t want = ST_HEADER_SLOTS * 8 + data_bytes + total * 8;
     if (size != want) {
         snprintf(err, errlen, "optimizer state %.400s: %lld bytes, expected %lld (truncated or too long)", path,
@@ -194,11 +201,14 @@ static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_st
     if (h[ST_WARMUP] != a->warmup_steps)
         fprintf(stderr, "warning: resume: -u %d differs from the checkpoint's %lld: %s\n", a->warmup_steps,
                 (long long)h[ST_WARMUP], sched);
+    if (h[ST_LR_SCHEDULE] != a->lr_schedule)
+        fprintf(stderr, "warning: resume: -k %s differs from the checkpoint's %s: %s\n", lr_schedule_name(a->lr_schedule),
+                lr_schedule_name(h[ST_LR_SCHEDULE]), sched);
     const struct { const char* flag; float now; int slot; const char* effect; } f[] = {
         {"-l", a->lr, ST_LR, sched},
         {"-q", a->final_lr_frac, ST_FINAL_LR_FRAC, sched},
         {"-c", a->weight_decay, ST_WEIGHT_DECAY, "the weight decay changes from here"},
-        {"-k", a->grad_clip, ST_GRAD_CLIP, "the gradient clip changes from here"}};
+        {"-gc", a->grad_clip, ST_GRAD_CLIP, "the gradient clip changes from here"}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (float_bits(f[i].now) != h[f[i].slot])
             fprintf(stderr, "warning: resume: %s %g differs from the checkpoint's %g: %s\n", f[i].flag, f[i].now,

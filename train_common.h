@@ -6,6 +6,7 @@
 // Host C++17 only, no intrinsics and no OpenMP, so nvcc can compile it as part of a .cu file.
 #pragma once
 #include <dirent.h>
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -64,6 +65,12 @@ static inline void check_token_ids(const int* tokens, int64_t n, int V, const ch
 
 #define OUTLIER_WINDOW 128  // -sl / -sg compare a step with this many steps before it
 
+// -k: what the learning rate does after the warmup (llm.c's schedulers). The values are saved in checkpoints;
+// cosine is 0 because state files written before -k had a schedule stored 0 there and ran cosine.
+enum { LR_COSINE = 0, LR_LINEAR = 1, LR_CONSTANT = 2, LR_WSD = 3, LR_SCHEDULES };
+static const char* const LR_SCHEDULE_NAMES[LR_SCHEDULES] = {"cosine", "linear", "constant", "wsd"};
+static inline const char* lr_schedule_name(int64_t s) { return s >= 0 && s < LR_SCHEDULES ? LR_SCHEDULE_NAMES[s] : "unknown"; }
+
 typedef struct {
     const char* train_data;      // -i  train shard pattern (glob)
     const char* val_data;        // -j  val shard pattern
@@ -74,9 +81,10 @@ typedef struct {
     int64_t total_batch_tokens;  // -d  tokens per optimizer step; 0 = B*T (no accumulation)
     float lr;                    // -l  peak learning rate
     int warmup_steps;            // -u  linear warmup steps
-    float final_lr_frac;         // -q  cosine decay ends at lr * final_lr_frac (1 = constant lr)
+    float final_lr_frac;         // -q  the decay ends at lr * final_lr_frac (1 = constant lr)
+    int lr_schedule;             // -k  LR_COSINE, LR_LINEAR, LR_CONSTANT or LR_WSD (after the warmup)
     float weight_decay;          // -c  AdamW decoupled weight decay, 2-D matrices only
-    float grad_clip;             // -k  global gradient-norm clip; 0 = off
+    float grad_clip;             // -gc global gradient-norm clip; 0 = off (llm.c has no flag: 1.0 always)
     int max_steps;               // -x  optimizer steps; -1 = one epoch of the train data
     int val_every;               // -v  validation every N steps (and at the end); 0 = never
     int val_max_batches;         // -m  batches per validation; 0 = the whole val set
@@ -101,7 +109,8 @@ static inline void train_args_defaults(TrainArgs* a) {
     a->model = "d12";
     a->output_dir = NULL;
     a->B = 4; a->T = 1024; a->total_batch_tokens = 0;
-    a->lr = 3e-4f; a->warmup_steps = 0; a->final_lr_frac = 1.0f; a->weight_decay = 0.0f; a->grad_clip = 1.0f;
+    a->lr = 3e-4f; a->warmup_steps = 0; a->final_lr_frac = 1.0f; a->lr_schedule = LR_COSINE;
+    a->weight_decay = 0.0f; a->grad_clip = 1.0f;
     a->max_steps = -1; a->val_every = 20; a->val_max_batches = 20; a->sample_every = 0; a->gen_tokens = 64;
     a->checkpoint_every = 0; a->keep_checkpoints = 0; a->major_checkpoint_every = 0; a->resume = 0;
     a->overfit_single_batch = 0;
@@ -124,9 +133,11 @@ static inline void train_usage(FILE* f, const TrainArgs* d = NULL) {
             "  -d <int>    tokens per step, a multiple of B*T: gradient accumulation (default B*T)\n"
             "  -l <float>  peak learning rate (default %g)\n"
             "  -u <int>    warmup steps (default %d)\n"
-            "  -q <float>  final lr fraction of the cosine decay (default %g)\n"
+            "  -q <float>  final lr fraction, where the decay ends (default %g)\n"
+            "  -k <name>   lr schedule after the warmup: cosine, linear (decay to -q x lr over the run),\n"
+            "              constant, wsd (constant, then 1 - sqrt decay over the last 20%% of steps) (default %s)\n"
             "  -c <float>  weight decay, matrices only (default %g)\n"
-            "  -k <float>  gradient global-norm clip, 0 = off (default %g)\n"
+            "  -gc <float> gradient global-norm clip, 0 = off (default %g)\n"
             "  -x <int>    max steps, -1 = one epoch (default %d)\n"
             "  -v <int>    val loss every N steps, 0 = never (default %d)\n"
             "  -m <int>    val batches, 0 = all (default %d)\n"
@@ -143,7 +154,7 @@ static inline void train_usage(FILE* f, const TrainArgs* d = NULL) {
             "  -sg <float> the same for the gradient norm, 0 = off (default %g)\n"
             "  -h          this help\n",
             d->train_data, d->val_data, d->model, d->B, d->T, d->lr, d->warmup_steps, d->final_lr_frac,
-            d->weight_decay, d->grad_clip, d->max_steps, d->val_every, d->val_max_batches, d->sample_every,
+            lr_schedule_name(d->lr_schedule), d->weight_decay, d->grad_clip, d->max_steps, d->val_every, d->val_max_batches, d->sample_every,
             d->gen_tokens, d->checkpoint_every, d->keep_checkpoints, d->major_checkpoint_every, d->resume,
             d->overfit_single_batch, OUTLIER_WINDOW, d->skip_loss_z, d->skip_grad_z);
 }
@@ -194,6 +205,10 @@ static inline int parse_train_arg(TrainArgs* a, const char* flag, const char* va
         (flag[2] == 'k' ? a->keep_checkpoints : a->major_checkpoint_every) = (int)i;
         return ok;
     }
+    if (strcmp(flag, "-gc") == 0) {
+        if (!value) { snprintf(err, errlen, "flag %s needs a value", flag); return 0; }
+        return parse_float_in(flag, value, 0.0, 1e30, &a->grad_clip, err, errlen);
+    }
     if (strcmp(flag, "-sl") == 0 || strcmp(flag, "-sg") == 0) {  // llm.c's outlier thresholds (z-scores)
         if (!value) { snprintf(err, errlen, "flag %s needs a value", flag); return 0; }
         return parse_float_in(flag, value, 0.0, 1e30, flag[2] == 'l' ? &a->skip_loss_z : &a->skip_grad_z, err, errlen);
@@ -215,7 +230,15 @@ static inline int parse_train_arg(TrainArgs* a, const char* flag, const char* va
         case 'u': ok = parse_int_in(flag, value, 0, IMAX, &i, err, errlen); a->warmup_steps = (int)i; break;
         case 'q': ok = parse_float_in(flag, value, 0.0, 1.0, &a->final_lr_frac, err, errlen); break;
         case 'c': ok = parse_float_in(flag, value, 0.0, 10.0, &a->weight_decay, err, errlen); break;
-        case 'k': ok = parse_float_in(flag, value, 0.0, 1e30, &a->grad_clip, err, errlen); break;
+        case 'k':
+            for (i = 0; i < LR_SCHEDULES && strcmp(value, LR_SCHEDULE_NAMES[i]) != 0; i++) {}
+            if (i == LR_SCHEDULES) {  // an earlier train_gpt took the clip here: say where it went
+                snprintf(err, errlen, "flag -k: '%.40s' is not an lr schedule (cosine, linear, constant or wsd)%s", value,
+                         isdigit((unsigned char)value[0]) || value[0] == '.' || value[0] == '-' ? "; the gradient clip is -gc" : "");
+                return 0;
+            }
+            a->lr_schedule = (int)i;
+            break;
         case 'x': ok = parse_int_in(flag, value, -1, IMAX, &i, err, errlen); a->max_steps = (int)i; break;
         case 'v': ok = parse_int_in(flag, value, 0, IMAX, &i, err, errlen); a->val_every = (int)i; break;
         case 'm': ok = parse_int_in(flag, value, 0, IMAX, &i, err, errlen); a->val_max_batches = (int)i; break;
@@ -372,15 +395,27 @@ static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, 
 // ----------------------------------------------------------------------------
 // Schedule and clip
 
-// llm.c's schedule: linear warmup to lr over warmup_steps (step 0 gets lr/warmup), then cosine decay from
-// lr to lr*final_lr_frac at the last step. step is 0-based; total_steps is the number of steps of the run.
+// llm.c's schedules: linear warmup to lr over warmup_steps (step 0 gets lr/warmup), then
+//   cosine:   cosine decay from lr to lr*final_lr_frac at the last step,
+//   linear:   linear decay from lr to lr*final_lr_frac at the last step,
+//   constant: lr (llm.c's has no warmup: use -u 0 for that),
+//   wsd:      warmup-stable-decay (arXiv 2405.18392): lr until 80% of the steps, then 1 - sqrt(ratio) decay to
+//             lr*final_lr_frac (llm.c's; -q 0 is what that paper does).
+// step is 0-based; total_steps is the number of steps of the run. A step past total_steps (a resumed run that
+// lowered -x) stays at the end of the decay.
 static inline float learning_rate_at(const TrainArgs* a, int step, int total_steps) {
     if (step < a->warmup_steps) return a->lr * (float)(step + 1) / (float)a->warmup_steps;
     const float min_lr = a->lr * a->final_lr_frac;
-    if (total_steps <= a->warmup_steps) return a->lr;
-    float ratio = (float)(step - a->warmup_steps) / (float)(total_steps - a->warmup_steps);
+    int decay_start = a->warmup_steps;
+    if (a->lr_schedule == LR_CONSTANT) return a->lr;
+    if (a->lr_schedule == LR_WSD) decay_start = (int)(0.8f * (float)total_steps);
+    if (step < decay_start || total_steps <= decay_start) return a->lr;
+    float ratio = (float)(step - decay_start) / (float)(total_steps - decay_start);
     if (ratio > 1.0f) ratio = 1.0f;
-    const float coeff = 0.5f * (1.0f + cosf(3.14159265358979f * ratio));
+    float coeff;  // 1 at the start of the decay, 0 at its end
+    if (a->lr_schedule == LR_LINEAR) coeff = 1.0f - ratio;
+    else if (a->lr_schedule == LR_WSD) coeff = 1.0f - sqrtf(ratio);
+    else coeff = 0.5f * (1.0f + cosf(3.14159265358979f * ratio));
     return min_lr + coeff * (a->lr - min_lr);
 }
 
@@ -450,7 +485,7 @@ static inline void adamw_model_f32grad(const GPTConfig* c, const ParamLayout* p,
 #define ADAMW_EPS 1e-8f
 
 // One optimizer step of a whole model whose fp32 grads hold the SUM of accum micro-batch mean-loss
-// gradients (gpt2_cpu_backward accumulates): norm of the averaged gradient, clip (-k), AdamW with
+// gradients (gpt2_cpu_backward accumulates): norm of the averaged gradient, clip (-gc), AdamW with
 // grad_scale = clip factor / accum. t is the 1-based step. Returns that norm; when it is not finite
 // nothing is updated and the caller reports the divergence.
 static inline float grad_norm_f32grad(const ParamLayout* p, const float* grads, int accum) {

@@ -1217,7 +1217,8 @@ int main(int argc, char** argv) {
     table_row("parameters", "%.3f B (%lld; %lld with the padded vocab)", real_params / 1e9, (long long)real_params,
               (long long)p->total);
     table_row("B / T / accumulation", "%d / %d / %d = %lld tokens per step", args.B, args.T, n_micro, (long long)step_tokens);
-    table_row("lr / warmup / final", "%.2e / %d / %.2f", args.lr, args.warmup_steps, args.final_lr_frac);
+    table_row("lr / warmup / schedule", "%.2e / %d / %s to %.2f x lr", args.lr, args.warmup_steps,
+              lr_schedule_name(args.lr_schedule), args.final_lr_frac);
     table_row("weight decay / clip", "%.2f / %.2f", args.weight_decay, args.grad_clip);
     table_row("steps", bench ? "%d (benchmark: %d warm-up + %d timed)" : "%d", total_steps, ga.bench_warmup, ga.bench_steps);
     table_row("host memory", "%.2f GiB (fp32 master+m+v %.2f, pinned bf16 %.2f)", plan.host_bytes / GiB,

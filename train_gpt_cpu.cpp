@@ -171,7 +171,8 @@ int main(int argc, char** argv) {
     table_row("parameters", "%lld (%lld with the padded vocab)", (long long)(p->total - padded_rows), (long long)p->total);
     table_row("B / T / accumulation", "%d / %d / %d = %lld tokens per step", args.B, args.T, accum,
               (long long)accum * args.B * args.T);
-    table_row("lr / warmup / final", "%.2e / %d / %.2f", args.lr, args.warmup_steps, args.final_lr_frac);
+    table_row("lr / warmup / schedule", "%.2e / %d / %s to %.2f x lr", args.lr, args.warmup_steps,
+              lr_schedule_name(args.lr_schedule), args.final_lr_frac);
     table_row("weight decay / clip", "%.2f / %.2f", args.weight_decay, args.grad_clip);
     table_row("steps", "%d", total_steps);
     table_row("train / val batches", "%lld / %lld (val uses %lld)", (long long)train.num_batches,

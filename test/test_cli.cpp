@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -297,7 +298,8 @@ TEST_P(Both, BadValues) {
         {"-b", "4x", "not an integer"},       {"-b", "", "not an integer"},
         {"-t", "1.5", "not an integer"},      {"-l", "nan", "not a finite number"},
         {"-l", "1e999", "not a finite number"}, {"-q", "2", "out of range"},
-        {"-k", "-1", "out of range"},         {"-d", "-128", "out of range"},
+        {"-gc", "-1", "out of range"},        {"-d", "-128", "out of range"},
+        {"-k", "cos", "not an lr schedule"},  {"-k", "1.0", "the gradient clip is -gc"},
         {"-x", "-2", "out of range"},         {"-x", "99999999999", "out of range"},
         {"-x", "99999999999999999999999", "not an integer"}, {"-g", "abc", "not an integer"},
         {"-v", "-1", "out of range"},         {"-n", "1e3", "not an integer"},
@@ -529,7 +531,8 @@ class ResumeTest : public CliTest {
         out = dir + "/ckpt";
         ASSERT_EQ(mkdir(out.c_str(), 0755), 0);
     }
-    // What train_gpt with base_args() + {"-x", "5"} and its defaults (-l 6e-4 -u 10 -q 0.1 -c 0 -k 1) writes at step.
+    // What train_gpt with base_args() + {"-x", "5"} and its defaults (-l 6e-4 -u 10 -q 0.1 -c 0 -gc 1 -k cosine) writes at step
+    // (ST_LR_SCHEDULE stays 0, as in files written before -k: cosine).
     std::vector<int64_t> header(int64_t step) const {
         std::vector<int64_t> h(ST_HEADER_SLOTS, 0);
         // literals, not checkpoint.h's names: files already on disk must stay readable
@@ -588,6 +591,7 @@ TEST_F(ResumeTest, ChecksStateFile) {
         {ST_STEP, 3, {"does not hold step 2"}},
         {ST_ADAM_T, 3, {"bad update count 3 for step 2"}},  // more updates than steps (0: a file from before -sl)
         {ST_ADAM_T, -1, {"bad update count -1"}},
+        {ST_LR_SCHEDULE, LR_SCHEDULES, {"bad lr schedule " + std::to_string(LR_SCHEDULES)}},
     };
     for (const Case& c : cases) {
         std::vector<int64_t> h = header(2);
@@ -640,14 +644,16 @@ TEST_F(ResumeTest, ChecksHyperparameters) {
     for (const Args& a : shape_changes)
         EXPECT_TRUE(CleanError(resume(a), {"resume:", "differ from the checkpoint in " + out, "(-b 4 -t 32, 128 tokens per step)"}));
     // the others may: one warning each
-    const Result r = resume({"-x", "2", "-l", "0.001", "-u", "3", "-q", "0.5", "-c", "0.1", "-k", "0.5"});
+    const Result r = resume({"-x", "2", "-l", "0.001", "-u", "3", "-q", "0.5", "-c", "0.1", "-gc", "0.5",
+                             "-k", "wsd"});
     EXPECT_TRUE(CleanError(r, {"nothing to train"}));
     for (const char* w : {"warning: resume: -x 2 differs from the checkpoint's 5: the lr schedule changes from here\n",
                           "warning: resume: -l 0.001 differs from the checkpoint's 0.0006: the lr schedule changes",
                           "warning: resume: -u 3 differs from the checkpoint's 10: the lr schedule changes",
                           "warning: resume: -q 0.5 differs from the checkpoint's 0.1: the lr schedule changes",
                           "warning: resume: -c 0.1 differs from the checkpoint's 0: the weight decay changes",
-                          "warning: resume: -k 0.5 differs from the checkpoint's 1: the gradient clip changes"})
+                          "warning: resume: -k wsd differs from the checkpoint's cosine: the lr schedule changes",
+                          "warning: resume: -gc 0.5 differs from the checkpoint's 1: the gradient clip changes"})
         EXPECT_TRUE(has(r.err, w)) << w << " not in:\n" << r.err;
     // the same values: no warning (a checkpoint of a 2-step run)
     std::vector<int64_t> h = header(2);
@@ -944,6 +950,41 @@ TEST_F(CliTest, OverfitSingleBatch) {
     const std::vector<double> fit = losses(kCpu, {"-x", "30", "-l", "0.003", "-a", "1"});
     ASSERT_EQ(fit.size(), 30u);
     EXPECT_LT(fit.back(), 4.0) << "from " << fit.front();
+}
+
+// -k: each trainer's step lines print the lr that learning_rate_at gives for the schedule (4 steps, 1 warmup step).
+TEST_F(CliTest, LrSchedules) {
+    for (const char* bin : {kCpu, kEmu}) {
+        if (!have_binary(bin)) continue;
+        for (const char* name : {"linear", "wsd", "constant", "cosine"}) {
+            if (bin == kEmu && strcmp(name, "linear") != 0) continue;  // the wiring is shared; the emulation is slow
+            const Result r = run_bin(bin, base_args() + Args{"-x", "6", "-u", "1", "-l", "1e-3", "-q", "0.1", "-k", name});
+            ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.err;
+            EXPECT_TRUE(has(r.out, std::string(name) + " to 0.10 x lr")) << r.out;  // the config table
+            TrainArgs a;
+            train_args_defaults(&a);
+            char err[256];
+            ASSERT_EQ(parse_train_arg(&a, "-k", name, err, sizeof err), 1) << err;
+            a.lr = 1e-3f; a.warmup_steps = 1; a.final_lr_frac = 0.1f;
+            std::set<std::string> distinct;
+            for (int step = 0; step < 6; step++) {
+                char want[64];
+                snprintf(want, sizeof want, "step %4d/6 | ", step + 1);
+                const size_t at = r.out.find(want);
+                ASSERT_NE(at, std::string::npos) << want << " not in:\n" << r.out;
+                const size_t lr_at = r.out.find("| lr ", at);
+                ASSERT_NE(lr_at, std::string::npos) << r.out;
+                char lr[32];
+                snprintf(lr, sizeof lr, "| lr %.2e |", learning_rate_at(&a, step, 6));
+                EXPECT_EQ(r.out.compare(lr_at, strlen(lr), lr), 0) << bin << " -k " << name << " step " << step + 1
+                                                                   << ": want " << lr << " in " << r.out.substr(at, 120);
+                distinct.insert(lr);
+            }
+            // the schedules differ where they should: warmup + 5 decaying steps, wsd's last step only, none
+            const size_t want_distinct = strcmp(name, "constant") == 0 ? 1 : strcmp(name, "wsd") == 0 ? 2 : 5;
+            EXPECT_EQ(distinct.size(), want_distinct) << bin << " -k " << name;
+        }
+    }
 }
 
 // -sl: a loss spike's update is skipped. The train data: 100 batches of 16 tokens, all the same token but 4

@@ -545,7 +545,8 @@ TEST(TrainArgs, GoodFlags) {
     EXPECT_EQ(parse(&a, "-u", "10", &err), 1);
     EXPECT_EQ(parse(&a, "-q", "0.1", &err), 1);
     EXPECT_EQ(parse(&a, "-c", "0.1", &err), 1);
-    EXPECT_EQ(parse(&a, "-k", "0", &err), 1);
+    EXPECT_EQ(parse(&a, "-k", "wsd", &err), 1);
+    EXPECT_EQ(parse(&a, "-gc", "0", &err), 1);
     EXPECT_EQ(parse(&a, "-x", "-1", &err), 1);
     EXPECT_EQ(parse(&a, "-v", "25", &err), 1);
     EXPECT_EQ(parse(&a, "-m", "0", &err), 1);
@@ -564,7 +565,7 @@ TEST(TrainArgs, GoodFlags) {
     EXPECT_EQ(parse(&a, "-o", "log_x", &err), 1);
     EXPECT_EQ(a.B, 8); EXPECT_EQ(a.T, 64); EXPECT_EQ(a.total_batch_tokens, 1024); EXPECT_FLOAT_EQ(a.lr, 1e-3f);
     EXPECT_EQ(a.warmup_steps, 10); EXPECT_FLOAT_EQ(a.final_lr_frac, 0.1f); EXPECT_FLOAT_EQ(a.weight_decay, 0.1f);
-    EXPECT_EQ(a.grad_clip, 0.0f); EXPECT_EQ(a.max_steps, -1); EXPECT_EQ(a.val_every, 25); EXPECT_EQ(a.val_max_batches, 0);
+    EXPECT_EQ(a.lr_schedule, LR_WSD); EXPECT_EQ(a.grad_clip, 0.0f); EXPECT_EQ(a.max_steps, -1); EXPECT_EQ(a.val_every, 25); EXPECT_EQ(a.val_max_batches, 0);
     EXPECT_EQ(a.sample_every, 100); EXPECT_EQ(a.gen_tokens, 32); EXPECT_EQ(a.checkpoint_every, 50); EXPECT_EQ(a.resume, 1);
     EXPECT_EQ(a.keep_checkpoints, 3); EXPECT_EQ(a.major_checkpoint_every, 500); EXPECT_EQ(a.overfit_single_batch, 1);
     EXPECT_FLOAT_EQ(a.skip_loss_z, 4.5f); EXPECT_FLOAT_EQ(a.skip_grad_z, 6.0f);
@@ -705,9 +706,43 @@ TEST(Schedule, WarmupCosineAndClip) {
     EXPECT_FLOAT_EQ(learning_rate_at(&a, 70, 100), 1e-3f);
     a.warmup_steps = 0;
     EXPECT_FLOAT_EQ(learning_rate_at(&a, 0, 100), 1e-3f);
+    // a resumed run that lowered -x stays at the end of the decay
+    a.final_lr_frac = 0.1f; a.warmup_steps = 10;
+    EXPECT_NEAR(learning_rate_at(&a, 120, 100), 1e-4f, 1e-9);
     EXPECT_FLOAT_EQ(clip_scale(0.5f, 1.0f), 1.0f);
     EXPECT_NEAR(clip_scale(4.0f, 1.0f), 0.25f, 1e-6);
     EXPECT_FLOAT_EQ(clip_scale(1000.0f, 0.0f), 1.0f);
+}
+
+// -k linear / constant / wsd: llm.c's schedulers after the same warmup (a 100-step run, lr 1e-3, 10 warmup steps).
+TEST(Schedule, LinearConstantAndWsd) {
+    TrainArgs a;
+    train_args_defaults(&a);
+    a.lr = 1e-3f; a.warmup_steps = 10; a.final_lr_frac = 0.1f;
+    for (int s : {LR_LINEAR, LR_CONSTANT, LR_WSD}) {  // the warmup is the same for every schedule
+        a.lr_schedule = s;
+        EXPECT_FLOAT_EQ(learning_rate_at(&a, 0, 100), 1e-4f) << s;
+        EXPECT_FLOAT_EQ(learning_rate_at(&a, 4, 100), 5e-4f) << s;
+        EXPECT_FLOAT_EQ(learning_rate_at(&a, 10, 100), 1e-3f) << s;
+    }
+    a.lr_schedule = LR_LINEAR;  // 90 steps of decay from 1e-3 to 1e-4: 1e-5 per step
+    EXPECT_NEAR(learning_rate_at(&a, 40, 100), 0.7e-3f, 1e-9);
+    EXPECT_NEAR(learning_rate_at(&a, 55, 100), 0.55e-3f, 1e-9);  // halfway, like the cosine
+    EXPECT_NEAR(learning_rate_at(&a, 99, 100), 0.11e-3f, 1e-9);
+    EXPECT_NEAR(learning_rate_at(&a, 100, 100), 1e-4f, 1e-9);
+    a.lr_schedule = LR_CONSTANT;
+    for (int step : {11, 50, 99, 150}) EXPECT_FLOAT_EQ(learning_rate_at(&a, step, 100), 1e-3f) << step;
+    a.lr_schedule = LR_WSD;  // stable until step 80 (80% of 100), then lr_min + (1 - sqrt((step - 80) / 20)) (lr - lr_min)
+    EXPECT_FLOAT_EQ(learning_rate_at(&a, 50, 100), 1e-3f);
+    EXPECT_FLOAT_EQ(learning_rate_at(&a, 79, 100), 1e-3f);
+    EXPECT_FLOAT_EQ(learning_rate_at(&a, 80, 100), 1e-3f);
+    EXPECT_NEAR(learning_rate_at(&a, 85, 100), 1e-4f + 0.5f * 0.9e-3f, 1e-9);  // sqrt(5/20) = 1/2
+    EXPECT_NEAR(learning_rate_at(&a, 100, 100), 1e-4f, 1e-9);
+    a.warmup_steps = 90;  // a warmup past the decay's start: the decay then starts from lr where the warmup ends
+    EXPECT_FLOAT_EQ(learning_rate_at(&a, 89, 100), 1e-3f);
+    EXPECT_NEAR(learning_rate_at(&a, 95, 100), 1e-4f + (1.0f - sqrtf(0.75f)) * 0.9e-3f, 1e-9);
+    for (int s = 0; s < LR_SCHEDULES; s++) EXPECT_STRNE(lr_schedule_name(s), "unknown");
+    EXPECT_STREQ(lr_schedule_name(LR_SCHEDULES), "unknown");
 }
 
 TEST(Sampling, SoftmaxSamplerIgnoresPadding) {
