@@ -547,7 +547,8 @@ static inline int outlier_skip(const TrainArgs* a, OutlierWindow* losses, Outlie
 }
 
 // ----------------------------------------------------------------------------
-// Logger: DIR/main.log with lines "s:STEP trl:LOSS" (train) and "s:STEP tel:LOSS" (val), as llm.c writes.
+// Logger: DIR/main.log with lines "s:STEP trl:LOSS lr:LR norm:NORM" (train) and "s:STEP tel:LOSS" (val), as
+// llm.c writes them.
 
 // f: DIR/main.log open for appending (NULL: no log); lost: a write failed (warned once, then no more tries).
 typedef struct { FILE* f; int lost; char path[4200]; } TrainLogger;
@@ -723,17 +724,23 @@ static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_s
 // One line, flushed. A failed write (a full disk) does not stop the run, whose state is in memory and in its
 // checkpoints, but it is said once on stderr, since the log no longer holds every step; the same losses are on
 // stdout.
-static inline void logger_line(TrainLogger* lg, int step, const char* kind, float loss) {
+// Train lines carry the step's lr and gradient norm after the loss, as llm.c's do (tools that split a line on
+// spaces and read "s:" and the second field keep working).
+static inline void logger_line(TrainLogger* lg, int step, const char* kind, float loss, const char* more) {
     if (!lg->f || lg->lost) return;
     errno = 0;
-    if (fprintf(lg->f, "s:%d %s:%.6f\n", step, kind, loss) < 0 || fflush(lg->f) != 0) {
+    if (fprintf(lg->f, "s:%d %s:%.6f%s\n", step, kind, loss, more) < 0 || fflush(lg->f) != 0) {
         lg->lost = 1;
         fprintf(stderr, "warning: cannot write %.200s (%s): its lines from step %d on are missing (stdout has them)\n",
                 lg->path, errno ? strerror(errno) : "short write", step);
     }
 }
-static inline void logger_train(TrainLogger* lg, int step, float loss) { logger_line(lg, step, "trl", loss); }
-static inline void logger_val(TrainLogger* lg, int step, float loss) { logger_line(lg, step, "tel", loss); }
+static inline void logger_train(TrainLogger* lg, int step, float loss, float lr, float norm) {
+    char more[64];
+    snprintf(more, sizeof more, " lr:%.4e norm:%.4f", lr, norm);
+    logger_line(lg, step, "trl", loss, more);
+}
+static inline void logger_val(TrainLogger* lg, int step, float loss) { logger_line(lg, step, "tel", loss, ""); }
 static inline void logger_close(TrainLogger* lg) {
     if (lg->f) fclose(lg->f);
     lg->f = NULL;

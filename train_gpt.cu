@@ -1287,7 +1287,7 @@ int main(int argc, char** argv) {
             last_return = timeline_now();  // writing the trace is not part of the next step
         }
         fflush(stdout);
-        logger_train(&logger, step + 1, loss);
+        logger_train(&logger, step + 1, loss, lr, (float)g.last_norm);
         if (!bench && args.checkpoint_every > 0 && ((step + 1) % args.checkpoint_every == 0 || step + 1 == total_steps)) {
             DataLoaderState data_state = dataloader_get_state(&train);
             save_checkpoint(&g, args.output_dir, &data_state);

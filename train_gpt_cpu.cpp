@@ -223,7 +223,7 @@ int main(int argc, char** argv) {
         printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f%s%s\n", step + 1, total_steps, loss,
                norm, lr, dt * 1e3, tokens / dt, skipped[0] ? " | update skipped: " : "", skipped);
         fflush(stdout);
-        logger_train(&logger, step + 1, (float)loss);
+        logger_train(&logger, step + 1, (float)loss, lr, (float)norm);
         if (args.output_dir && args.checkpoint_every > 0 && ((step + 1) % args.checkpoint_every == 0 || step + 1 == total_steps)) {
             char path[4200];  // -o is at most 4000 characters (train_args_check)
             if (snprintf(path, sizeof path, "%s/model_%08d.bin", args.output_dir, step + 1) >= (int)sizeof path)

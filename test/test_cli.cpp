@@ -771,15 +771,24 @@ TEST_F(CliTest, CpuSmokeRun) {
     const std::string log = slurp(out + "/main.log");
     for (const char* line : {"s:0 tel:", "s:1 trl:", "s:3 trl:", "s:3 tel:"})
         EXPECT_NE(log.find(line), std::string::npos) << line << " not in main.log:\n" << log;
-    // every logged loss is a finite number near ln(50257) = 10.8 for this tiny, barely trained model
+    // every logged loss is a finite number near ln(50257) = 10.8 for this tiny, barely trained model; train lines
+    // also carry the step's lr and gradient norm, as llm.c's do, and the stdout step line has the same values
     std::stringstream ss(log);
     std::string line;
     int n = 0;
+    const std::regex train_line("s:([0-9]+) trl:([0-9.]+) lr:([0-9.e+-]+) norm:([0-9.]+)"), val_line("s:[0-9]+ tel:([0-9.]+)");
     while (std::getline(ss, line)) {
-        const size_t colon = line.rfind(':');
-        ASSERT_NE(colon, std::string::npos) << line;
-        const double loss = atof(line.c_str() + colon + 1);
+        std::smatch m;
+        const bool train = std::regex_match(line, m, train_line);
+        ASSERT_TRUE(train || std::regex_match(line, m, val_line)) << line;
+        const double loss = atof(m[train ? 2 : 1].str().c_str());
         EXPECT_TRUE(isfinite(loss) && loss > 5.0 && loss < 12.0) << line;
+        if (train) {
+            char step_line[160];
+            snprintf(step_line, sizeof step_line, "step %4d/3 | loss %.6f | norm %.4f | lr %.2e |", atoi(m[1].str().c_str()),
+                     loss, atof(m[4].str().c_str()), atof(m[3].str().c_str()));
+            EXPECT_TRUE(has(r.out, step_line)) << step_line << " not in:\n" << r.out;
+        }
         n++;
     }
     EXPECT_EQ(n, 5) << log;  // tel at 0 and 3, trl at 1, 2, 3

@@ -768,21 +768,22 @@ TEST(Logger, WritesTrainAndValLines) {
     char e[256];
     ASSERT_TRUE(logger_open(&lg, dir.c_str(), -1, e, sizeof e)) << e;
     logger_val(&lg, 0, 4.5f);
-    logger_train(&lg, 1, 3.5f);
+    logger_train(&lg, 1, 3.5f, 6e-4f, 1.25f);
     logger_val(&lg, 1, 4.25f);
-    logger_train(&lg, 2, 3.25f);  // logged after the checkpoint of step 1, then the run died
+    logger_train(&lg, 2, 3.25f, 5e-4f, 0.5f);  // logged after the checkpoint of step 1, then the run died
     logger_val(&lg, 2, 4.0f);
     logger_close(&lg);
     // resumed from step 1: the train lines up to step 1 stay, the val lines before it; the resumed run
     // validates at step 1 again and logs that line itself, so it appears once
     ASSERT_TRUE(logger_open(&lg, dir.c_str(), 1, e, sizeof e)) << e;
     std::vector<char> b = read_bytes(dir + "/main.log");
-    EXPECT_EQ(std::string(b.begin(), b.end()), "s:0 tel:4.500000\ns:1 trl:3.500000\n");
+    EXPECT_EQ(std::string(b.begin(), b.end()), "s:0 tel:4.500000\ns:1 trl:3.500000 lr:6.0000e-04 norm:1.2500\n");
     logger_val(&lg, 1, 4.25f);
-    logger_train(&lg, 2, 3.0f);
+    logger_train(&lg, 2, 3.0f, 4e-4f, 0.75f);
     logger_close(&lg);
     b = read_bytes(dir + "/main.log");
-    EXPECT_EQ(std::string(b.begin(), b.end()), "s:0 tel:4.500000\ns:1 trl:3.500000\ns:1 tel:4.250000\ns:2 trl:3.000000\n");
+    EXPECT_EQ(std::string(b.begin(), b.end()), "s:0 tel:4.500000\ns:1 trl:3.500000 lr:6.0000e-04 norm:1.2500\ns:1 tel:4.250000\n"
+                                                     "s:2 trl:3.000000 lr:4.0000e-04 norm:0.7500\n");
     EXPECT_EQ(access((dir + "/main.log.tmp").c_str(), F_OK), -1) << "temporary file left behind";
     ASSERT_TRUE(logger_open(&lg, dir.c_str(), -1, e, sizeof e)) << e;  // a fresh run starts a fresh log
     logger_close(&lg);
@@ -791,7 +792,7 @@ TEST(Logger, WritesTrainAndValLines) {
     rmdir(dir.c_str());
     rmdir(dir.substr(0, dir.size() - 4).c_str());
     ASSERT_TRUE(logger_open(&lg, NULL, -1, e, sizeof e));  // no -o: a disabled logger
-    logger_train(&lg, 1, 1.0f);
+    logger_train(&lg, 1, 1.0f, 1e-3f, 1.0f);
     logger_close(&lg);
     EXPECT_FALSE(logger_open(&lg, "/proc/no_such_dir/x", -1, e, sizeof e));
 }
@@ -854,9 +855,9 @@ TEST(Logger, FullDiskWarnsOnceAndGoesOn) {
     lg.lost = 0;
     snprintf(lg.path, sizeof lg.path, "%s", "/dev/full");
     testing::internal::CaptureStderr();
-    logger_train(&lg, 7, 3.5f);
+    logger_train(&lg, 7, 3.5f, 1e-3f, 1.0f);
     logger_val(&lg, 7, 4.0f);
-    logger_train(&lg, 8, 3.25f);
+    logger_train(&lg, 8, 3.25f, 1e-3f, 1.0f);
     const std::string err = testing::internal::GetCapturedStderr();
     EXPECT_EQ(err, "warning: cannot write /dev/full (No space left on device): its lines from step 7 on are missing "
                    "(stdout has them)\n");
