@@ -894,7 +894,15 @@ typedef struct {
     int flash;          // -F  1: fused attention kernels where the head size allows, 0: cuBLAS + softmax
     int epilogues;      // -G  1: bias / GELU fused into the GEMMs (cuBLASLt epilogues), 0: separate kernels
     int plan_only;      // -P  1: print the memory this run would need and exit (no GPU, no data needed)
+    float host_gib;     // -M  host memory the fit check counts on, GiB; 0 = MemAvailable
 } GpuArgs;
+
+// What the host-memory fit check counts on, in bytes: -M where given, else MemAvailable (-1: unknown, no check).
+// A VM whose memory grows as it is used (memory hotplug, some cloud and sandbox machines) starts with a small
+// MemAvailable that says nothing of what it can grow to: -M tells the trainer.
+static int64_t host_memory_to_count_on(const GpuArgs* ga) {
+    return ga->host_gib > 0 ? (int64_t)((double)ga->host_gib * 1073741824.0) : host_available_bytes();
+}
 
 static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
     train_args_defaults(a);
@@ -911,7 +919,7 @@ static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
     a->gen_tokens = 64;
     ga->num_slots = 2; ga->bench_steps = 0; ga->bench_warmup = 2; ga->timeline = 0; ga->adam_threads = 0;
     ga->model_given = 0; ga->resident = 0; ga->kept = 0; ga->flash = 1; ga->epilogues = 1;
-    ga->plan_only = 0;
+    ga->plan_only = 0; ga->host_gib = 0;
 }
 
 static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
@@ -936,9 +944,11 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
            "  -G <0|1>    1 = the bias, residual and GELU passes after the GEMMs run as cuBLASLt epilogues,\n"
            "              0 = as separate kernels (default %d)\n"
            "  -P <0|1>    print the host and GPU memory this run would need, part by part, and exit: a capacity\n"
-           "              check that needs no GPU and no data (default %d)\n",
+           "              check that needs no GPU and no data (default %d)\n"
+           "  -M <GiB>    host memory the fit check may count on, 0 = MemAvailable of /proc/meminfo: for machines\n"
+           "              whose memory grows as it is used (VMs with memory hotplug) (default %g)\n",
            MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->kept,
-           gd->flash, gd->epilogues, gd->plan_only);
+           gd->flash, gd->epilogues, gd->plan_only, gd->host_gib);
 }
 
 // Parses argv: our flags first, then the shared ones. Exits on any error, prints usage on -h.
@@ -966,6 +976,7 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         else if (strcmp(flag, "-F") == 0) { ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err); ga->flash = (int)v; }
         else if (strcmp(flag, "-P") == 0) { ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err); ga->plan_only = (int)v; }
         else if (strcmp(flag, "-G") == 0) { ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err); ga->epilogues = (int)v; }
+        else if (strcmp(flag, "-M") == 0) ok = parse_float_in(flag, value, 0.0, 1 << 24, &ga->host_gib, err, sizeof err);
         else {
             if (strcmp(flag, "-e") == 0) ga->model_given = 1;
             const int r = parse_train_arg(a, flag, value, err, sizeof err);
@@ -991,7 +1002,7 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
                               const GpuArgs* ga, MemoryPlan plan, bool no_gpu_here) {
     const double GiB = 1073741824.0;
     const ParamLayout p = gpt_layout(c);
-    const int64_t host_avail = host_available_bytes();
+    const int64_t host_avail = host_memory_to_count_on(ga);
     const double ckpt = (double)(c->num_layers + 1) * n_micro * B * T * c->channels * 2;
     const double slot_bytes = (double)stream_gpu_bytes(p.layer_stride, slots), embed = (double)p.embed_count * 18;
     const double res = (double)resident * p.layer_stride * 18, work = (double)workspace_bytes(c, B, T, false);
@@ -1004,7 +1015,8 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
     printf("host %9.2f GiB: fp32 master weights and AdamW m, v %.2f; pinned bf16 weights and gradients %.2f",
            plan.host_bytes / GiB, p.total * 12 / GiB, (plan.host_bytes - p.total * 12) / GiB);
     if (host_avail >= 0)
-        printf(" (%s: %.1f GiB available here)", plan.host_bytes <= host_avail ? "fits" : "does NOT fit", host_avail / GiB);
+        printf(" (%s: %.1f GiB %s)", plan.host_bytes <= host_avail ? "fits" : "does NOT fit", host_avail / GiB,
+               ga->host_gib > 0 ? "given by -M" : "available here");
     printf("\nGPU  %9.2f GiB: layer-input checkpoints %.2f; %d weight slots %.2f; embeddings with their AdamW state %.2f; "
            "%d resident layers %.2f; %d layers' kept activations %.2f; one layer's workspace %.2f and fp32 gradient %.2f; "
            "the rest %.2f\n", plan.gpu_bytes / GiB, ckpt / GiB, slots, slot_bytes / GiB, embed / GiB, resident, res / GiB, kept,
@@ -1137,11 +1149,12 @@ int main(int argc, char** argv) {
             args.output_dir, (long long)resume_step, total_steps);
 
     // fit check, before any large allocation: host RAM first (no GPU needed to know it will not fit)
-    const int64_t host_avail = host_available_bytes();
+    const int64_t host_avail = host_memory_to_count_on(&ga);
     const double GiB = 1073741824.0;
     if (host_avail >= 0 && plan.host_bytes > host_avail)
         die("host RAM too small for this config: needs %.1f GiB (fp32 weights + AdamW m, v + pinned bf16 weights and "
-            "grads), %.1f GiB available", plan.host_bytes / GiB, host_avail / GiB);
+            "grads), %.1f GiB %s", plan.host_bytes / GiB, host_avail / GiB,
+            ga.host_gib > 0 ? "given by -M" : "available (MemAvailable; where memory grows as it is used, -M GiB says how much)");
     if (no_gpu_here)
         die("no CUDA device found: this trainer needs an NVIDIA GPU; ./train_gpt_cpu trains on the CPU");
     cudaDeviceProp prop;

@@ -315,7 +315,7 @@ TEST_P(Both, BadValues) {
 
 TEST_F(CliTest, GpuOnlyFlagValues) {
     if (!have_binary(kGpu)) GTEST_SKIP() << kGpu << " not built (train_gpt is built only where nvcc is present)";
-    const Args bad[] = {{"-S", "1"}, {"-S", "x"}, {"-Y", "2"}, {"-A", "-1"}, {"-B", "-3"}, {"-W", "1.5"}, {"-R", "-2"}, {"-K", "-2"}, {"-K", "y"}, {"-F", "2"}, {"-F", "x"}, {"-G", "-1"}};
+    const Args bad[] = {{"-S", "1"}, {"-S", "x"}, {"-Y", "2"}, {"-A", "-1"}, {"-B", "-3"}, {"-W", "1.5"}, {"-R", "-2"}, {"-K", "-2"}, {"-K", "y"}, {"-F", "2"}, {"-F", "x"}, {"-G", "-1"}, {"-M", "-1"}, {"-M", "x"}};
     for (const Args& a : bad) EXPECT_TRUE(CleanError(run_bin(kGpu, base_args() + a), {"flag " + a[0]}));
     // more GPU-resident layers than the model has (base_args' model has 2)
     EXPECT_TRUE(CleanError(run_bin(kGpu, base_args() + Args{"-R", "3"}), {"-R 3", "only 2 layers"}));
@@ -477,7 +477,7 @@ TEST_P(Both, BadDataShards) {
 TEST_P(Both, HostRamTooSmall) {
     if (host_available_bytes() < 0) GTEST_SKIP() << "no MemAvailable in /proc/meminfo: the trainers cannot check";
     if (host_available_bytes() > ((int64_t)4 << 40)) GTEST_SKIP() << "more than 4 TiB of RAM: 175b fits";
-    const std::regex amounts("needs [0-9]+\\.[0-9] GiB .*[0-9]+\\.[0-9] GiB available");
+    const std::regex amounts("needs [0-9]+\\.[0-9] GiB .*[0-9]+\\.[0-9] GiB available");  // (train_gpt: "... -M")
     const Result r = run_it(base_args() + Args{"-e", "175b"});
     EXPECT_TRUE(CleanError(r, {"host RAM too small"}));
     EXPECT_TRUE(std::regex_search(r.err, amounts)) << r.err;
@@ -900,6 +900,13 @@ TEST_F(CliTest, MemoryPlanNeedsNoGpu) {
         plan(bin, "L48:C12288:NH96", &host2, &gpu2, &ckpt2);
         EXPECT_NEAR(gpu - gpu2, ckpt - ckpt2, 0.011) << bin << ": GPU memory grows with depth only by the checkpoints";
         EXPECT_NEAR(ckpt, 2 * ckpt2 - 0.19, 0.011) << bin << ": (L + 1) layer inputs of 0.19 GiB each";
+        // -M: the host memory to count on instead of MemAvailable (a VM whose memory grows as it is used)
+        const Result big = run_bin(bin, Args{"-e", "175b", "-b", "8", "-t", "1024", "-P", "1", "-M", "3000"});
+        EXPECT_TRUE(has(big.out, "(fits: 3000.0 GiB given by -M)")) << bin << "\n" << big.out;
+        const Result tight = run_bin(bin, Args{"-e", "175b", "-b", "8", "-t", "1024", "-P", "1", "-M", "2600"});
+        EXPECT_TRUE(has(tight.out, "(does NOT fit: 2600.0 GiB given by -M)")) << bin << "\n" << tight.out;
+        EXPECT_TRUE(CleanError(run_bin(bin, base_args() + Args{"-M", "0.01"}),
+                               {"host RAM too small", "0.0 GiB given by -M"})) << bin;
         // it writes nothing, not even to an -o it is given
         const Result r = run_bin(bin, Args{"-e", "d12", "-P", "1", "-o", dir + "/plan_out", "-n", "1"});
         EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.err;
