@@ -287,14 +287,54 @@ static inline int grad_accum_steps(const TrainArgs* a) {
     return a->total_batch_tokens == 0 ? 1 : (int)(a->total_batch_tokens / ((int64_t)a->B * a->T));
 }
 
+// What an llm.c train_gpt2.cu flag that neither trainer takes did there, and why it is not here: appended to the
+// unknown-flag error, so a script written for llm.c fails with a reason instead of a bare "unknown flag".
+static inline const char* llmc_flag_note(const char* flag) {
+    static const struct { const char* flag; const char* note; } notes[] = {
+        {"-r", "llm.c's recompute setting: here every layer's forward is recomputed in the backward pass (-K keeps some)"},
+        {"-z", "llm.c's ZeRO stage, for several GPUs: this trainer runs on one GPU and keeps the optimizer on the host"},
+        {"-w", "llm.c's master-weights switch: here the master weights are always fp32"},
+        {"-f", "llm.c's TF32 switch: here the GEMMs are bf16 with fp32 accumulation"},
+        {"-ge", "llm.c's GELU fusion: see -G (train_gpt)"},
+        {"-lg", "llm.c's GPU logging interval: not supported"},
+        {"-pn", "llm.c's multi-process setting: this trainer runs on one GPU"},
+        {"-pr", "llm.c's multi-process setting: this trainer runs on one GPU"},
+        {"-pg", "llm.c's multi-process setting: this trainer runs on one GPU"},
+        {"-pm", "llm.c's multi-process setting: this trainer runs on one GPU"},
+        {"-ps", "llm.c's multi-process setting: this trainer runs on one GPU"},
+        {"-pp", "llm.c's multi-process setting: this trainer runs on one GPU"},
+        {"-pi", "llm.c's multi-process setting: this trainer runs on one GPU"},
+        {"-pf", "llm.c's multi-process setting: this trainer runs on one GPU"},
+    };
+    for (size_t i = 0; i < sizeof notes / sizeof notes[0]; i++)
+        if (strcmp(flag, notes[i].flag) == 0) return notes[i].note;
+    return NULL;
+}
+// llm.c's "-h 1" turns on its HellaSwag evaluation; here -h alone is the help. A value after it is refused, so a
+// script that asks for the evaluation does not get the help text and a zero exit instead.
+static inline int help_flag(int argc, char** argv, int i, char* err, size_t errlen) {
+    if (strcmp(argv[i], "-h") != 0 && strcmp(argv[i], "--help") != 0) return 0;
+    if (i + 1 < argc && argv[i + 1][0] != '-') {
+        snprintf(err, errlen, "flag %s takes no value (llm.c's -h %.20s, its HellaSwag evaluation, is not supported here)",
+                 argv[i], argv[i + 1]);
+        return -1;
+    }
+    return 1;
+}
+static inline void unknown_flag_error(const char* flag, char* err, size_t errlen) {
+    const char* note = llmc_flag_note(flag);
+    snprintf(err, errlen, "unknown flag %.100s%s%s", flag, note ? ": " : "", note ? note : "");
+}
+
 // Parses argv[1..] with only the shared flags (the CPU trainer; the GPU trainer runs its own loop over
 // parse_train_arg). Returns 1 ok, 2 when -h was given, 0 on any error with err set.
 static inline int parse_train_argv(int argc, char** argv, TrainArgs* a, char* err, size_t errlen) {
     for (int i = 1; i < argc; i += 2) {
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) return 2;
+        const int help = help_flag(argc, argv, i, err, errlen);
+        if (help) return help > 0 ? 2 : 0;
         if (i + 1 >= argc) { snprintf(err, errlen, "flag %s needs a value", argv[i]); return 0; }
         int r = parse_train_arg(a, argv[i], argv[i + 1], err, errlen);
-        if (r < 0) { snprintf(err, errlen, "unknown flag %s", argv[i]); return 0; }
+        if (r < 0) { unknown_flag_error(argv[i], err, errlen); return 0; }
         if (r == 0) return 0;
     }
     return train_args_check(a, err, errlen);

@@ -961,7 +961,9 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
     char err[512];
     for (int i = 1; i < argc; i += 2) {
         const char* flag = argv[i];
-        if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) { gpu_usage(&d, &gd); exit(0); }
+        const int help = help_flag(argc, argv, i, err, sizeof err);
+        if (help < 0) die("%s", err);
+        if (help) { gpu_usage(&d, &gd); exit(0); }
         if (i + 1 >= argc) die("flag %s needs a value (run ./train_gpt -h for the flags)", flag);
         const char* value = argv[i + 1];
         int64_t v = 0;
@@ -980,7 +982,7 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         else {
             if (strcmp(flag, "-e") == 0) ga->model_given = 1;
             const int r = parse_train_arg(a, flag, value, err, sizeof err);
-            if (r < 0) die("unknown flag %s (run ./train_gpt -h for the flags)", flag);
+            if (r < 0) { unknown_flag_error(flag, err, sizeof err); die("%s (run ./train_gpt -h for the flags)", err); }
             ok = r;
         }
         if (!ok) die("%s", err);

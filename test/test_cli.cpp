@@ -59,6 +59,7 @@ typedef std::vector<std::string> Args;
 static Args base_args() {
     return {"-e", "L2:C64:NH4:T32", "-b", "4", "-t", "32", "-x", "1", "-v", "0", "-g", "0", "-i", kTrain, "-j", kVal};
 }
+static bool has(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
 static Args operator+(Args a, const Args& b) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
@@ -279,6 +280,15 @@ TEST_P(Both, UnknownFlag) {
     EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-w", "1"}), {"unknown flag -w"}));
     EXPECT_TRUE(CleanError(run_it(base_args() + Args{"--bogus", "1"}), {"unknown flag --bogus"}));
     EXPECT_TRUE(CleanError(run_it(base_args() + Args{"stray", "word"}), {"unknown flag stray"}));
+    // llm.c's flags that neither trainer takes say what they were for there
+    EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-z", "1"}), {"unknown flag -z: llm.c's ZeRO stage", "one GPU"}));
+    EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-r", "1"}), {"unknown flag -r: llm.c's recompute"}));
+    EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-pn", "2"}), {"unknown flag -pn: llm.c's multi-process"}));
+    // llm.c's -h 1 (HellaSwag) is refused rather than read as a request for the help text
+    EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-h", "1"}), {"flag -h takes no value", "HellaSwag"}));
+    const Result help = run_it(Args{"-b", "4", "-h"});
+    EXPECT_EQ(help.code, 0) << help.err;
+    EXPECT_TRUE(has(help.out, "-gc <float>")) << help.out;
     if (bin == kCpu) {  // the streaming trainer's own flags are unknown to the CPU one
         EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-S", "2"}), {"unknown flag -S"}));
     }
@@ -572,7 +582,6 @@ class ResumeTest : public CliTest {
     Result resume(const Args& extra) { return run_bin(kGpu, base_args() + Args{"-o", out, "-y", "1", "-x", "5"} + extra); }
 };
 
-static bool has(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
 
 TEST_F(ResumeTest, ChecksStateFile) {
     model_file("ckpt/model_00000002.bin");

@@ -632,6 +632,11 @@ TEST(TrainArgs, ArgvLoop) {
     EXPECT_EQ(parse_train_argv(5, (char**)ok, &a, e, sizeof e), 1) << e;
     const char* help[] = {"prog", "-h"};
     EXPECT_EQ(parse_train_argv(2, (char**)help, &a, e, sizeof e), 2);
+    const char* help_then_flags[] = {"prog", "-h", "-b", "2"};
+    EXPECT_EQ(parse_train_argv(4, (char**)help_then_flags, &a, e, sizeof e), 2);
+    const char* hellaswag[] = {"prog", "-h", "1"};  // llm.c's HellaSwag switch: refused, not the help
+    EXPECT_EQ(parse_train_argv(3, (char**)hellaswag, &a, e, sizeof e), 0);
+    EXPECT_NE(strstr(e, "HellaSwag"), nullptr) << e;
     const char* missing[] = {"prog", "-b"};
     EXPECT_EQ(parse_train_argv(2, (char**)missing, &a, e, sizeof e), 0);
     EXPECT_NE(strstr(e, "needs a value"), nullptr) << e;
