@@ -723,7 +723,9 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
 
     // 4. backward, last layer first, recomputing each layer from its checkpoint (a layer with kept activations,
     // -K, has the costly ones from the forward pass and redoes the rest). A streamed layer's gradient goes to the host; a GPU-resident
-    // layer's stays in its place in resident_grads.
+    // layer's stays in its place in resident_grads. Micro-batches go last first: the workspace still holds the
+    // last layer's activations of the last micro-batch from the forward pass (the head has buffers of its own),
+    // so that one recompute is skipped.
     stream_begin_pass(&g->ws, g->backward_order, L - R);
     for (int l = L - 1; l >= 0; l--) {
         const int streamed = l >= R;
@@ -731,10 +733,10 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
         float* grads = streamed ? g->layer_grads : g->resident_grads + gpt_layer_offset(p, l);
         span = timeline_begin(tl, TRACK_COMPUTE, "bwd", l, s);
         if (streamed) cudaCheck(cudaMemsetAsync(g->layer_grads, 0, (size_t)(p->layer_stride * 4), s));
-        for (int mb = 0; mb < n_micro; mb++) {
+        for (int mb = n_micro - 1; mb >= 0; mb--) {
             Workspace* acts = layer_workspace(g, l, mb);
-            if (!layer_kept(g, l)) layer_forward(g, w, ckpt_at(g, l, mb), NULL, acts, s);  // recompute
-            else layer_redo_cheap_part(g, w, ckpt_at(g, l, mb), acts, s);
+            if (layer_kept(g, l)) layer_redo_cheap_part(g, w, ckpt_at(g, l, mb), acts, s);
+            else if (l < L - 1 || mb < n_micro - 1) layer_forward(g, w, ckpt_at(g, l, mb), NULL, acts, s);  // recompute
             layer_backward(g, w, grads, ckpt_at(g, l, mb), dresid_at(g, mb), acts, s);
         }
         if (streamed) {
