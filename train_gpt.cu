@@ -17,7 +17,8 @@
 //              every micro-batch while layer l+1 is copied on the h2d stream. Only layer inputs are kept.
 //   loss     : final LN + tied lm_head + fused softmax/cross-entropy, backward through them right away.
 //   backward : last layer first: wait for the layer's weights (the last layers of the forward pass are still
-//              resident), recompute its forward from the checkpoint, run its backward for every micro-batch
+//              resident), recompute its forward from the checkpoint (not for the last layer's last
+//              micro-batch: its activations are still in the workspace), run its backward for every micro-batch
 //              into one fp32 gradient buffer (so gradient accumulation needs no second copy), convert to bf16
 //              and add the squared norm on the GPU, send it to the host on the d2h stream. Optionally (-K)
 //              the last K layers keep their GEMMs' and attention's outputs until their backward, which then
