@@ -898,6 +898,7 @@ typedef struct {
     int epilogues;      // -G  1: bias / GELU fused into the GEMMs (cuBLASLt epilogues), 0: separate kernels
     int plan_only;      // -P  1: print the memory this run would need and exit (no GPU, no data needed)
     float host_gib;     // -M  host memory the fit check counts on, GiB; 0 = MemAvailable
+    float gpu_gib;      // -V  GPU memory this run may use, GiB; 0 = all that is free on the device
 } GpuArgs;
 
 // What the host-memory fit check counts on, in bytes: -M where given, else MemAvailable (-1: unknown, no check).
@@ -905,6 +906,41 @@ typedef struct {
 // MemAvailable that says nothing of what it can grow to: -M tells the trainer.
 static int64_t host_memory_to_count_on(const GpuArgs* ga) {
     return ga->host_gib > 0 ? (int64_t)((double)ga->host_gib * 1073741824.0) : host_available_bytes();
+}
+
+// GPU memory: the fit check leaves gpu_reserve_bytes free (CUDA context growth, cuBLAS's own small allocations);
+// -R -1 and -K -1 leave another gpu_margin_bytes, so the allocator and the driver are never squeezed. The budget
+// is what is free on the device, or -V where that is less: a run on a larger GPU then places its layers as on
+// the GPU that -V describes (e.g. -V 79 on an H200: an H100 80GB's placement), or leaves room for another process.
+static const int64_t gpu_reserve_bytes = (int64_t)256 << 20;
+static const int64_t gpu_margin_bytes = (int64_t)1 << 30;
+static int64_t gpu_memory_budget(const GpuArgs* ga, int64_t gpu_free) {
+    const int64_t given = (int64_t)((double)ga->gpu_gib * 1073741824.0);
+    return ga->gpu_gib > 0 && given < gpu_free ? given : gpu_free;
+}
+static int64_t resident_layer_bytes(const GPTConfig* c) { return gpt_layout(c).layer_stride * 18; }  // bf16 w, fp32 grad, master, m, v
+static int64_t kept_layer_bytes(const GPTConfig* c, int B, int T, int n_micro) {
+    return (int64_t)n_micro * workspace_bytes(c, B, T, true);
+}
+// -R -1, then -K -1 (ga->resident / ga->kept < 0): as many layers as fit in the budget after the rest of the plan.
+// The resident layers first: where the CPU AdamW bounds the step, a GiB of them saves more time than a GiB of
+// kept activations. Updates *resident / *kept and returns the plan with them.
+static MemoryPlan place_layers(const GPTConfig* c, int B, int T, int n_micro, int slots, const GpuArgs* ga,
+                               int64_t budget, int* resident, int* kept) {
+    MemoryPlan plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept);
+    auto layers_that_fit = [&](int64_t per_layer) {
+        const int64_t spare = budget - gpu_reserve_bytes - gpu_margin_bytes - plan.gpu_bytes;
+        return spare > 0 ? (int)std::min<int64_t>(spare / per_layer, c->num_layers) : 0;
+    };
+    if (ga->resident < 0) {
+        *resident = layers_that_fit(resident_layer_bytes(c));
+        plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept);
+    }
+    if (ga->kept < 0) {
+        *kept = layers_that_fit(kept_layer_bytes(c, B, T, n_micro));
+        plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept);
+    }
+    return plan;
 }
 
 static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
@@ -922,7 +958,7 @@ static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
     a->gen_tokens = 64;
     ga->num_slots = 2; ga->bench_steps = 0; ga->bench_warmup = 2; ga->timeline = 0; ga->adam_threads = 0;
     ga->model_given = 0; ga->resident = 0; ga->kept = 0; ga->flash = 1; ga->epilogues = 1;
-    ga->plan_only = 0; ga->host_gib = 0;
+    ga->plan_only = 0; ga->host_gib = 0; ga->gpu_gib = 0;
 }
 
 static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
@@ -949,9 +985,11 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
            "  -P <0|1>    print the host and GPU memory this run would need, part by part, and exit: a capacity\n"
            "              check that needs no GPU and no data (default %d)\n"
            "  -M <GiB>    host memory the fit check may count on, 0 = MemAvailable of /proc/meminfo: for machines\n"
-           "              whose memory grows as it is used (VMs with memory hotplug) (default %g)\n",
+           "              whose memory grows as it is used (VMs with memory hotplug) (default %g)\n"
+           "  -V <GiB>    GPU memory this run may use (its fit check, -R -1, -K -1; with -P 1 they are planned\n"
+           "              for it), 0 = all that is free: e.g. -V 79 places layers as on an H100 80GB (default %g)\n",
            MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->kept,
-           gd->flash, gd->epilogues, gd->plan_only, gd->host_gib);
+           gd->flash, gd->epilogues, gd->plan_only, gd->host_gib, gd->gpu_gib);
 }
 
 // Parses argv: our flags first, then the shared ones. Exits on any error, prints usage on -h.
@@ -982,6 +1020,7 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         else if (strcmp(flag, "-P") == 0) { ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err); ga->plan_only = (int)v; }
         else if (strcmp(flag, "-G") == 0) { ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err); ga->epilogues = (int)v; }
         else if (strcmp(flag, "-M") == 0) ok = parse_float_in(flag, value, 0.0, 1 << 24, &ga->host_gib, err, sizeof err);
+        else if (strcmp(flag, "-V") == 0) ok = parse_float_in(flag, value, 0.0, 1 << 20, &ga->gpu_gib, err, sizeof err);
         else {
             if (strcmp(flag, "-e") == 0) ga->model_given = 1;
             const int r = parse_train_arg(a, flag, value, err, sizeof err);
@@ -1024,11 +1063,15 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
                ga->host_gib > 0 ? "given by -M" : "available here");
     printf("\nGPU  %9.2f GiB: layer-input checkpoints %.2f; %d weight slots %.2f; embeddings with their AdamW state %.2f; "
            "%d resident layers %.2f; %d layers' kept activations %.2f; one layer's workspace %.2f and fp32 gradient %.2f; "
-           "the rest %.2f\n", plan.gpu_bytes / GiB, ckpt / GiB, slots, slot_bytes / GiB, embed / GiB, resident, res / GiB, kept,
+           "the rest %.2f", plan.gpu_bytes / GiB, ckpt / GiB, slots, slot_bytes / GiB, embed / GiB, resident, res / GiB, kept,
            keep / GiB, work / GiB, grad / GiB, (plan.gpu_bytes - ckpt - slot_bytes - embed - res - keep - work - grad) / GiB);
-    printf("each further -R layer %.2f GiB, each further -K layer %.2f GiB%s\n", p.layer_stride * 18 / GiB,
-           n_micro * workspace_bytes(c, B, T, true) / GiB,
-           ga->resident < 0 || ga->kept < 0 ? " (-R -1 / -K -1 are chosen on the GPU from its free memory: 0 here)" : "");
+    if (ga->gpu_gib > 0)  // the fit check of a run: the plan and the reserve within the budget
+        printf(" (%s: %.1f GiB given by -V)", plan.gpu_bytes + gpu_reserve_bytes <= gpu_memory_budget(ga, INT64_MAX)
+               ? "fits" : "does NOT fit", ga->gpu_gib);
+    printf("\neach further -R layer %.2f GiB, each further -K layer %.2f GiB%s\n", resident_layer_bytes(c) / GiB,
+           kept_layer_bytes(c, B, T, n_micro) / GiB,
+           (ga->resident < 0 || ga->kept < 0) && ga->gpu_gib <= 0
+               ? " (-R -1 / -K -1 are chosen on the GPU from its free memory: 0 here; -V GiB plans them for that much)" : "");
 }
 
 // Fills n_micro micro-batches from the loader into contiguous host arrays.
@@ -1128,7 +1171,9 @@ int main(int argc, char** argv) {
     cudaGetLastError();
     if (ga.plan_only && no_gpu_here) flash_attention_device_major = 9;  // plan for an H100's (sm_90) attention path
     MemoryPlan plan = gpt_memory_plan(&cfg, args.B, args.T, n_micro, ga.num_slots, resident, kept);
-    if (ga.plan_only) {
+    if (ga.plan_only) {  // with -V, -R -1 / -K -1 are placed for that much GPU memory, as a run there would
+        if (ga.gpu_gib > 0)
+            plan = place_layers(&cfg, args.B, args.T, n_micro, ga.num_slots, &ga, gpu_memory_budget(&ga, INT64_MAX), &resident, &kept);
         print_memory_plan(&cfg, args.B, args.T, n_micro, ga.num_slots, resident, kept, &ga, plan, no_gpu_here);
         return 0;
     }
@@ -1167,31 +1212,21 @@ int main(int argc, char** argv) {
     cudaCheck(cudaSetDevice(0));
     size_t gpu_free = 0, gpu_total = 0;
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
-    const int64_t gpu_reserve = (int64_t)256 << 20;  // CUDA context growth, cuBLAS's own small allocations
-    // -R -1, then -K -1: as many layers as fit in what the plan leaves free, with another GiB left free so the
-    // allocator and the driver are never squeezed. The resident layers first: where the CPU AdamW bounds the
-    // step, a GiB of them saves more time than a GiB of kept activations.
-    const int64_t resident_layer_bytes = gpt_layout(&cfg).layer_stride * 18;  // bf16 weights, fp32 grads, master, m, v
-    const int64_t kept_layer_bytes = (int64_t)n_micro * workspace_bytes(&cfg, args.B, args.T, true);
-    auto layers_that_fit = [&](int64_t per_layer) {
-        const int64_t spare = (int64_t)gpu_free - gpu_reserve - ((int64_t)1 << 30) - plan.gpu_bytes;
-        return spare > 0 ? (int)(spare / per_layer < cfg.num_layers ? spare / per_layer : cfg.num_layers) : 0;
-    };
-    if (ga.resident < 0) {
-        resident = layers_that_fit(resident_layer_bytes);
-        plan = gpt_memory_plan(&cfg, args.B, args.T, n_micro, ga.num_slots, resident, kept);
-    }
-    if (ga.kept < 0) {
-        kept = layers_that_fit(kept_layer_bytes);
-        plan = gpt_memory_plan(&cfg, args.B, args.T, n_micro, ga.num_slots, resident, kept);
-    }
-    if (plan.gpu_bytes + gpu_reserve > (int64_t)gpu_free)
+    const int64_t gpu_free_at_start = (int64_t)gpu_free, gpu_budget = gpu_memory_budget(&ga, gpu_free_at_start);
+    plan = place_layers(&cfg, args.B, args.T, n_micro, ga.num_slots, &ga, gpu_budget, &resident, &kept);
+    const int64_t resident_bytes = resident_layer_bytes(&cfg), kept_bytes = kept_layer_bytes(&cfg, args.B, args.T, n_micro);
+    if (plan.gpu_bytes + gpu_reserve_bytes > gpu_budget) {
+        char budget_text[512];
+        if (gpu_budget < gpu_free_at_start)
+            snprintf(budget_text, sizeof budget_text, "%.2f GiB given by -V (%.2f GiB free on %s)", gpu_budget / GiB,
+                     gpu_free_at_start / GiB, prop.name);
+        else snprintf(budget_text, sizeof budget_text, "%.2f GiB free on %s", gpu_free_at_start / GiB, prop.name);
         die("GPU memory too small for this config: needs %.2f GiB (of which %.2f GiB layer-input checkpoints: lower -d, "
             "-b or -t; %.2f GiB for %d GPU-resident layers: lower -R; %.2f GiB for %d layers' kept activations: lower "
-            "-K), %.2f GiB free on %s", plan.gpu_bytes / GiB,
+            "-K), %s", plan.gpu_bytes / GiB,
             (double)(cfg.num_layers + 1) * n_micro * args.B * args.T * cfg.channels * 2 / GiB,
-            (double)resident * resident_layer_bytes / GiB, resident, (double)kept * kept_layer_bytes / GiB, kept,
-            gpu_free / GiB, prop.name);
+            (double)resident * resident_bytes / GiB, resident, (double)kept * kept_bytes / GiB, kept, budget_text);
+    }
 
     // build and fill the weights
     // AdamW threads: all cores but one by default, which stays free to launch kernels and issue copies
@@ -1245,9 +1280,9 @@ int main(int argc, char** argv) {
               (double)(cfg.num_layers + 1) * n_micro * args.B * args.T * cfg.channels * 2 / GiB, ga.num_slots,
               ga.num_slots * p->layer_stride * 2 / GiB);
     table_row("GPU-resident layers", resident ? "%d of %d (%.2f GiB with their AdamW state)" : "%d of %d (all streamed)",
-              resident, cfg.num_layers, (double)resident * resident_layer_bytes / GiB);
+              resident, cfg.num_layers, (double)resident * resident_bytes / GiB);
     table_row("kept activations", kept ? "last %d of %d layers (%.2f GiB; no recompute there)" : "%d of %d layers (all recomputed)",
-              kept, cfg.num_layers, (double)kept * kept_layer_bytes / GiB);
+              kept, cfg.num_layers, (double)kept * kept_bytes / GiB);
     table_row("attention", "%s", g.flash ? "fused tensor-core kernels (flash_attention.cuh)"
                                  : ga.flash ? "cuBLAS GEMMs + softmax, T x T scores stored (head size not 32, 64, 80, 96, 128 or GPU before sm_80)"
                                             : "cuBLAS GEMMs + softmax, T x T scores stored (-F 0)");
@@ -1341,15 +1376,17 @@ int main(int argc, char** argv) {
     }
     if (g.timeline && timed > 0) {  // -Y 1: what the last step's timeline says about -R and -K
         cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
-        const int64_t spare = (int64_t)gpu_free - gpu_reserve - ((int64_t)1 << 30);  // the margin of -R -1 / -K -1
+        // what is left of the budget (all that is free, or -V less what this run took), less -R -1's margins
+        const int64_t spare = std::min<int64_t>((int64_t)gpu_free, gpu_budget - (gpu_free_at_start - (int64_t)gpu_free)) -
+                              gpu_reserve_bytes - gpu_margin_bytes;
         const TimelineSummary* t = &last_timeline;
-        const Placement next = suggest_placement(t, cfg.num_layers, {resident, kept}, spare, resident_layer_bytes, kept_layer_bytes);
+        const Placement next = suggest_placement(t, cfg.num_layers, {resident, kept}, spare, resident_bytes, kept_bytes);
         printf("tuning, from the last step's timeline: the forward pass waited %.3f s for weights (CPU AdamW %.1f ms per "
                "streamed layer, forward %.1f ms per layer), the backward pass %.3f s; %.2f GiB of GPU memory to spare "
                "(%.2f GiB per GPU-resident layer, %.2f GiB per kept one)", t->fwd_wait_s,
                t->adam_layers ? 1e3 * t->busy_s[TRACK_ADAM] / t->adam_layers : 0.0,
                t->fwd_layers ? 1e3 * t->fwd_busy_s / t->fwd_layers : 0.0, t->bwd_wait_s, std::max<int64_t>(spare, 0) / GiB,
-               resident_layer_bytes / GiB, kept_layer_bytes / GiB);
+               resident_bytes / GiB, kept_bytes / GiB);
         if (next.resident != resident || next.kept != kept) printf(": try -R %d -K %d\n", next.resident, next.kept);
         else printf(": -R %d -K %d fit this step\n", resident, kept);
     }

@@ -325,7 +325,7 @@ TEST_P(Both, BadValues) {
 
 TEST_F(CliTest, GpuOnlyFlagValues) {
     if (!have_binary(kGpu)) GTEST_SKIP() << kGpu << " not built (train_gpt is built only where nvcc is present)";
-    const Args bad[] = {{"-S", "1"}, {"-S", "x"}, {"-Y", "2"}, {"-A", "-1"}, {"-B", "-3"}, {"-W", "1.5"}, {"-R", "-2"}, {"-K", "-2"}, {"-K", "y"}, {"-F", "2"}, {"-F", "x"}, {"-G", "-1"}, {"-M", "-1"}, {"-M", "x"}};
+    const Args bad[] = {{"-S", "1"}, {"-S", "x"}, {"-Y", "2"}, {"-A", "-1"}, {"-B", "-3"}, {"-W", "1.5"}, {"-R", "-2"}, {"-K", "-2"}, {"-K", "y"}, {"-F", "2"}, {"-F", "x"}, {"-G", "-1"}, {"-M", "-1"}, {"-M", "x"}, {"-V", "-1"}, {"-V", "x"}};
     for (const Args& a : bad) EXPECT_TRUE(CleanError(run_bin(kGpu, base_args() + a), {"flag " + a[0]}));
     // more GPU-resident layers than the model has (base_args' model has 2)
     EXPECT_TRUE(CleanError(run_bin(kGpu, base_args() + Args{"-R", "3"}), {"-R 3", "only 2 layers"}));
@@ -916,6 +916,19 @@ TEST_F(CliTest, MemoryPlanNeedsNoGpu) {
         EXPECT_TRUE(has(tight.out, "(does NOT fit: 2600.0 GiB given by -M)")) << bin << "\n" << tight.out;
         EXPECT_TRUE(CleanError(run_bin(bin, base_args() + Args{"-M", "0.01"}),
                                {"host RAM too small", "0.0 GiB given by -M"})) << bin;
+        // -V: -R -1 / -K -1 placed for that much GPU memory, as on such a GPU (79 GiB: an H100 80GB), and its fit
+        // check. 5B at 8K tokens: 3.38 GiB per resident layer; 20 of 24 leave 79 - 77.28 - 0.25 < the 1 GiB margin
+        const Result h100 = run_bin(bin, Args{"-e", "5b", "-b", "8", "-t", "1024", "-R", "-1", "-V", "79", "-P", "1"});
+        EXPECT_TRUE(has(h100.out, "GPU      77.28 GiB:")) << bin << "\n" << h100.out;
+        EXPECT_TRUE(has(h100.out, "; 20 resident layers 67.52;")) << bin << "\n" << h100.out;
+        EXPECT_TRUE(has(h100.out, "(fits: 79.0 GiB given by -V)")) << bin << "\n" << h100.out;
+        const Result h200 = run_bin(bin, Args{"-e", "5b", "-b", "8", "-t", "1024", "-R", "-1", "-K", "-1", "-V", "130", "-P", "1"});
+        EXPECT_TRUE(has(h200.out, "; 24 resident layers 81.02; 24 layers' kept activations 13.52;")) << bin << "\n" << h200.out;
+        const Result too_big = run_bin(bin, Args{"-e", "70b", "-b", "8", "-t", "1024", "-R", "10", "-V", "79", "-P", "1"});
+        EXPECT_TRUE(has(too_big.out, "(does NOT fit: 79.0 GiB given by -V)")) << bin << "\n" << too_big.out;
+        const Result unplaced = run_bin(bin, Args{"-e", "5b", "-b", "8", "-t", "1024", "-R", "-1", "-P", "1"});
+        EXPECT_TRUE(has(unplaced.out, "; 0 resident layers 0.00;")) << bin << "\n" << unplaced.out;
+        EXPECT_TRUE(has(unplaced.out, "-V GiB plans them for that much")) << bin << "\n" << unplaced.out;
         // it writes nothing, not even to an -o it is given
         const Result r = run_bin(bin, Args{"-e", "d12", "-P", "1", "-o", dir + "/plan_out", "-n", "1"});
         EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.err;
@@ -1099,6 +1112,15 @@ TEST_F(CliTest, EmulatedTrainGptTrainsCheckpointsAndResumes) {
     const auto resident = step_losses(c.out);
     ASSERT_EQ(resident.size(), 6u) << c.out;
     for (int s = 1; s <= 6; s++) EXPECT_NEAR(atof(resident.at(s).c_str()), atof(first.at(s).c_str()), 1e-3 * atof(first.at(s).c_str())) << "step " << s;
+    // -V: what the run may use of the fake device's 8 GiB. 1.2 GiB leaves nothing after -R -1's reserve and
+    // margin (1.25 GiB): every layer streamed, the run as the first; a budget under the plan is refused
+    const Result v = run_bin(kEmu, run + Args{"-x", "1", "-v", "0", "-g", "0", "-R", "-1", "-V", "1.2"});
+    ASSERT_EQ(v.code, 0) << v.cmd << "\n" << v.err << v.out;
+    EXPECT_NE(v.out.find("0 of 2 (all streamed)"), std::string::npos) << v.out;
+    ASSERT_EQ(step_losses(v.out).size(), 1u) << v.out;
+    EXPECT_EQ(step_losses(v.out).at(1), first.at(1));
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run + Args{"-x", "1", "-V", "0.2"}),
+                           {"GPU memory too small", "0.20 GiB given by -V (", "GiB free on"}));
 
     // every layer's activations kept (-K -1): the backward pass reads what the recompute would produce, but for
     // the GELU it redoes with its own kernel where the forward's came from the cuBLASLt epilogue (last-bit

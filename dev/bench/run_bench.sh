@@ -18,7 +18,9 @@
 #      BUDGET_S=540 (no run starts after this many seconds; each is cut at it), RUN_TIMEOUT_S=240 (per run),
 #      ADAM_N=268435456 ADAM_THREADS=16 (AdamW bench size: 268M params = 1 GiB per fp32 array),
 #      HOST_GIB=120 (our -M: the host memory train_gpt's fit check counts on; "" = MemAvailable. The device is a VM
-#      whose RAM may grow as it is used, so MemAvailable at the start can be far below its 128 GiB)
+#      whose RAM may grow as it is used, so MemAvailable at the start can be far below its 128 GiB),
+#      GPU_GIB=79 (our -V: the GPU memory train_gpt may use. The targets are an H100 80GB's, so on a larger GPU
+#      (an H200 may be lent) -R -1 / -K -1 place layers as on the H100; "" = all that is free)
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 OUT=${OUT:-./out}
@@ -36,6 +38,7 @@ ADAM_N=${ADAM_N:-268435456}
 ADAM_THREADS=${ADAM_THREADS:-16}
 PEER_PY=${PEER_PY:-.carry/peers/gpt_baseline.py}
 HOST_GIB=${HOST_GIB-120}
+GPU_GIB=${GPU_GIB-79}
 START=$SECONDS
 
 say() { printf '[%4ds] %s\n' $((SECONDS - START)) "$*"; }
@@ -86,7 +89,7 @@ make -j16 -k train_gpt build/bench_cpu_adam build/bench_attention build/bench_la
 {
     echo "gpu: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | head -n1)"
     echo "date: $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-    echo "cpu: $(nproc) cores, $(free -g | awk '/^Mem:/{print $2}') GiB RAM ($(awk '/^MemAvailable:/{printf "%.1f", $2 / 1048576}' /proc/meminfo) GiB available at the start; train_gpt -M ${HOST_GIB:-none})"
+    echo "cpu: $(nproc) cores, $(free -g | awk '/^Mem:/{print $2}') GiB RAM ($(awk '/^MemAvailable:/{printf "%.1f", $2 / 1048576}' /proc/meminfo) GiB available at the start; train_gpt -M ${HOST_GIB:-none} -V ${GPU_GIB:-none})"
     echo "torch: $(python3 -c 'import torch; print(torch.__version__)' 2>&1 | tail -n1)"
 } > "$OUT/device.txt"
 cat "$OUT/device.txt"
@@ -102,6 +105,7 @@ ours() {  # ours NAME CFG [flags...]: one run of train_gpt in benchmark mode on 
     local extra=()
     [ -n "${SLOTS:-}" ] && extra+=(-S "$SLOTS")
     [ -n "$HOST_GIB" ] && extra+=(-M "$HOST_GIB")
+    [ -n "$GPU_GIB" ] && extra+=(-V "$GPU_GIB")
     [ "$TIMELINE" = 1 ] && extra+=(-Y 1 -o "$OUT/trace-$name")  # -o: DIR/trace.json, a Chrome trace of the last step
     # shellcheck disable=SC2206
     extra+=(${OURS_ARGS:-})
