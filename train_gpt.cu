@@ -388,8 +388,10 @@ static void adamw_layer(GPT* g, int l) {
     AdamWArgs args = {o->lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, g->args.weight_decay, o->grad_scale, o->t};
     const ParamLayout* p = &g->layout;
     const int64_t off = gpt_layer_offset(p, l);
-    adamw_layer_block_bf16grad(p, g->master + off, g->ws.grads_host_bf16 + (int64_t)l * p->layer_stride, g->adam_m + off,
-                               g->adam_v + off, g->ws.weights_host_bf16 + off, &args);
+    const uint16_t* grads = g->ws.grads_host_bf16 + (int64_t)l * p->layer_stride;
+    FAKE_CUDA_HOST_ACCESS(grads, p->layer_stride * 2, false, "the CPU AdamW reading a layer's gradients");
+    FAKE_CUDA_HOST_ACCESS(g->ws.weights_host_bf16 + off, p->layer_stride * 2, true, "the CPU AdamW writing a layer's bf16 copy");
+    adamw_layer_block_bf16grad(p, g->master + off, grads, g->adam_m + off, g->adam_v + off, g->ws.weights_host_bf16 + off, &args);
 }
 
 static void optimizer_thread_main(GPT* g) {
@@ -399,6 +401,7 @@ static void optimizer_thread_main(GPT* g) {
             std::unique_lock<std::mutex> lock(o->mu);
             o->cv.wait(lock, [o] { return o->quit || o->rounds_submitted > o->rounds_done; });
             if (o->quit && o->rounds_submitted == o->rounds_done) return;
+            FAKE_CUDA_HOST_ACQUIRE(o);  // the step's gradients (the main thread synchronized with the GPU)
         }
         auto t0 = std::chrono::steady_clock::now();
         for (int l = g->resident_layers; l < g->config.num_layers; l++) {
@@ -409,6 +412,7 @@ static void optimizer_thread_main(GPT* g) {
             o->block_t0[l] = b0;
             o->block_t1[l] = timeline_now();
             o->blocks_done = l + 1;
+            FAKE_CUDA_HOST_RELEASE(o);  // layer l's bf16 copy, for the next forward pass to send
             o->cv.notify_all();
         }
         std::lock_guard<std::mutex> lock(o->mu);
@@ -425,12 +429,15 @@ static int optimizer_block_ready(void* ctx, int layer, int wait) {
     std::unique_lock<std::mutex> lock(o->mu);
     auto done = [o, layer] { return o->rounds_done == o->rounds_submitted || o->blocks_done > layer; };
     if (wait) o->cv.wait(lock, done);
-    return done() ? 1 : 0;
+    if (!done()) return 0;
+    FAKE_CUDA_HOST_ACQUIRE(o);
+    return 1;
 }
 static void optimizer_wait_all(GPT* g) {
     Optimizer* o = g->opt;
     std::unique_lock<std::mutex> lock(o->mu);
     o->cv.wait(lock, [o] { return o->rounds_done == o->rounds_submitted; });
+    FAKE_CUDA_HOST_ACQUIRE(o);
 }
 static void optimizer_submit(GPT* g, float lr, float grad_scale) {
     optimizer_wait_all(g);  // never true in practice: this step's forward already waited for every block
@@ -439,6 +446,7 @@ static void optimizer_submit(GPT* g, float lr, float grad_scale) {
     o->lr = lr; o->grad_scale = grad_scale; o->t = ++g->adam_t;
     o->blocks_done = 0;
     o->rounds_submitted++;
+    FAKE_CUDA_HOST_RELEASE(o);
     o->cv.notify_all();
 }
 
@@ -625,6 +633,7 @@ static void gpt_resident_state_to_host(GPT* g) {
 // that is streamed and the GPU-resident prefix (with the host's AdamW moments: zero, or a resumed
 // state's), and drop whatever the GPU slots hold.
 static void gpt_weights_ready(GPT* g) {
+    FAKE_CUDA_HOST_ACCESS(g->ws.weights_host_bf16, g->layout.total * 2, true, "the host writing the bf16 copy (load)");
     convert_f32_to_bf16(g->master, g->ws.weights_host_bf16, g->layout.total);
     gpt_resident_state_to_device(g);
     stream_invalidate(&g->ws);

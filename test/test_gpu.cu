@@ -218,6 +218,86 @@ TEST(GpuTrainer, ResultsIndependentOfSlotCount) {
     }
 }
 
+// Every hand-over between the streams and the CPU AdamW thread, in the real trainer: under the CPU emulation
+// every copy, memset, kernel launch and cuBLAS call is an operation on its stream in test/fake_cuda's model of
+// CUDA's ordering (vector clocks: a stream's work is ordered after what its events waited for, the host after
+// what it synchronized with), and so are the CPU AdamW's reads of the pinned gradients and writes of the
+// pinned bf16 copy. Two accesses to the same buffer, one of them a write, that nothing orders are a race:
+// a missing event wait that a fast GPU might forgive on one run and not on the next. Buffers are tracked at
+// the granularity the trainer hands them over (a weight slot, a staging buffer, a layer's pinned weights or
+// gradients, a layer's checkpoint per micro-batch). Cases: pure streaming with 2 slots; a resident and a kept
+// layer with 3 slots; each over 3 steps of 2 micro-batches with a validation pass between steps (which runs
+// while the CPU AdamW updates the layers the next pass will copy). A GPU runs the streams for real: there
+// gpu_check.sh runs the suites under compute-sanitizer instead.
+#ifdef FAKE_CUDA_DEVICE
+static void track_trainer_buffers(GPT* g) {
+    fake_cuda_untrack_all();
+    const WeightStream* ws = &g->ws;
+    const ParamLayout* p = &g->layout;
+    const int64_t S = p->layer_stride, act = (int64_t)g->B * g->T * g->config.channels, N = (int64_t)g->B * g->T;
+    const int L = g->config.num_layers;
+    for (int s = 0; s < ws->num_slots; s++) fake_cuda_track(ws->slots + s * S, S * 2, "weight slot " + std::to_string(s));
+    for (int k = 0; k < 2; k++) fake_cuda_track(ws->grad_staging[k], S * 2, "gradient staging " + std::to_string(k));
+    fake_cuda_track(ws->weights_host_bf16, p->embed_count * 2, "pinned bf16 embeddings");
+    for (int l = 0; l < L; l++) {
+        fake_cuda_track(ws->weights_host_bf16 + gpt_layer_offset(p, l), S * 2, "pinned bf16 weights of layer " + std::to_string(l));
+        fake_cuda_track(ws->grads_host_bf16 + l * S, S * 2, "pinned gradients of layer " + std::to_string(l));
+    }
+    for (int l = 0; l <= L; l++)
+        for (int mb = 0; mb < g->max_micro; mb++)
+            fake_cuda_track(ckpt_at(g, l, mb), act * 2, "checkpoint " + std::to_string(l) + "/" + std::to_string(mb));
+    for (int mb = 0; mb < g->max_micro; mb++) fake_cuda_track(dresid_at(g, mb), act * 2, "dresid " + std::to_string(mb));
+    fake_cuda_track(g->layer_grads, S * 4, "layer gradient accumulator");
+    fake_cuda_track(g->resident, g->resident_count * 2, "resident bf16 weights");
+    fake_cuda_track(g->resident_grads, g->resident_count * 4, "resident gradients");
+    fake_cuda_track(g->resident_master, g->resident_count * 4, "resident master weights");
+    fake_cuda_track(g->resident_m, g->resident_count * 4, "resident AdamW m");
+    fake_cuda_track(g->resident_v, g->resident_count * 4, "resident AdamW v");
+    fake_cuda_track(g->tokens_in, g->max_micro * N * 4, "input tokens");
+    fake_cuda_track(g->tokens_out, g->max_micro * N * 4, "target tokens");
+    fake_cuda_track(g->losses, g->max_micro * N * 4, "losses");
+    fake_cuda_track(g->loss_dev, 4, "mean loss");
+    fake_cuda_track(g->sumsq_dev, 8, "squared norm");
+    fake_cuda_track(g->loss_host, 4, "pinned mean loss");
+    fake_cuda_track(g->sumsq_host, 8, "pinned squared norm");
+    fake_cuda_track(g->ws_act.memory, g->ws_act.bytes, "workspace");
+    if (g->kept_memory)
+        fake_cuda_track(g->kept_memory, workspace_bytes(&g->config, g->B, g->T, true) * g->kept_layers * g->max_micro, "kept activations");
+}
+#endif
+
+TEST(GpuTrainer, StreamsOrderEveryHandOver) {
+    REQUIRE_GPU();
+#ifndef FAKE_CUDA_DEVICE
+    GTEST_SKIP() << "the ordering model is the CPU emulation's (build/emu_test_gpu); on a GPU, gpu_check.sh runs compute-sanitizer";
+#else
+    const TrainArgs a = test_args(1.0f);
+    const int n_micro = 2;
+    struct { int C, B, T, slots, resident, kept; } cases[] = {{64, 2, 32, 2, 0, 0}, {64, 2, 32, 3, 1, 1}, {512, 1, 16, 2, 0, 0}};
+    for (auto k : cases) {
+        const GPTConfig c = tiny_config(4, k.C, k.C / 64, 32, 300);
+        const int B = k.B, T = k.T;
+        GPT g;
+        build_gpu(&g, c, B, T, n_micro, k.slots, a, 21, k.resident, k.kept);
+        track_trainer_buffers(&g);
+        auto in = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 22), tg = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 23);
+        for (int step = 0; step < 3; step++) {
+            const float loss = gpt_step(&g, in.data(), tg.data(), n_micro, 1e-3f);
+            EXPECT_TRUE(isfinite(loss));
+            if (step == 1) {
+                EXPECT_TRUE(isfinite(gpt_forward_eval(&g, in.data(), tg.data())));
+            }
+        }
+        optimizer_wait_all(&g);
+        const auto& races = fake_cuda_races();
+        EXPECT_TRUE(races.empty()) << "C " << k.C << ", " << k.slots << " slots, -R " << k.resident << " -K " << k.kept << ": " << races.size()
+                                   << " races, the first: " << (races.empty() ? "" : races[0]);
+        fake_cuda_untrack_all();  // before the buffers are freed (and their addresses reused)
+        gpt_free(&g);
+    }
+#endif
+}
+
 // The fused attention kernels (the default where the head size allows) and the cuBLAS + softmax path train the
 // same model: each is checked per tensor against the CPU reference in test_kernels; here whole steps (loss
 // and gradient norm, 4 steps) agree to 5e-3 relative (emulated: <= 1.3e-3; a wrong mask or index moves the loss

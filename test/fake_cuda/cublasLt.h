@@ -5,8 +5,9 @@
 // It refuses what cuBLASLt refuses for these cases: a leading dimension smaller than its matrix's rows, sizes
 // that do not chain, an attribute of the wrong size, an aux leading dimension that is not a multiple of 8 or
 // smaller than D's rows, a bias or aux pointer missing for an epilogue that needs it, a matrix less aligned than
-// the preference's MIN_ALIGNMENT promised (256 bytes unless set, as in cuBLASLt). Workspace and stream are
-// accepted and ignored.
+// the preference's MIN_ALIGNMENT promised (256 bytes unless set, as in cuBLASLt). A call is an operation on its
+// stream for cuda_runtime.h's ordering model (A, B, C, bias read; D and a GELU_AUX_BIAS aux written); the
+// workspace is accepted and ignored.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -135,8 +136,11 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtM
 inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, const void* alpha, const void* A,
                                      cublasLtMatrixLayout_t a, const void* B, cublasLtMatrixLayout_t b, const void* beta,
                                      const void* C, cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t dd,
-                                     const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t) {
+                                     const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t stream) {
     FAKE_CUDA_DEVICE_ACCESS;
+    const FakeDeviceAccess acc[6] = {{A, false}, {B, false}, {C, false}, {d->bias, false},
+                                     {d->aux, d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS}, {D, true}};
+    fake_cuda_device_op(stream, "a cuBLASLt matmul", acc, 6);
     if (!algo || !fake_cublaslt::valid(d, a, b, c, dd)) return CUBLAS_STATUS_INVALID_VALUE;
     const void* ptrs[4] = {A, B, C, D};
     for (int i = 0; i < 4; i++)

@@ -2,8 +2,9 @@
 // (test_matmul.cpp): cublasGemmEx / cublasGemmStridedBatchedEx compute what cuBLAS documents — column-major
 // C = alpha * op(A) op(B) + beta * C per batch, bf16 or fp32 storage, double accumulation, round to nearest
 // even into bf16 — and refuse what cuBLAS refuses (a size <= 0 here, a leading dimension smaller than its
-// matrix's rows) with CUBLAS_STATUS_INVALID_VALUE, so a wrapper with swapped arguments fails in CI. The
-// stream and workspace are accepted and ignored; nothing is timed or ordered.
+// matrix's rows) with CUBLAS_STATUS_INVALID_VALUE, so a wrapper with swapped arguments fails in CI. A call is
+// an operation on the handle's stream for cuda_runtime.h's ordering model (A, B read, C written); the workspace
+// is accepted and ignored; nothing is timed.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -46,12 +47,16 @@ inline void store(void* p, cudaDataType t, int64_t i, double v) {
 }
 }  // namespace fake_cublas
 
-inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                                                  int k, const void* alpha, const void* A, cudaDataType Atype, int lda,
                                                  long long strideA, const void* B, cudaDataType Btype, int ldb,
                                                  long long strideB, const void* beta, void* C, cudaDataType Ctype, int ldc,
                                                  long long strideC, int batch, cublasComputeType_t, cublasGemmAlgo_t) {
     FAKE_CUDA_DEVICE_ACCESS;
+    if (h) {  // an operation on the handle's stream for the ordering model (cublasLtMatmul calls this with none)
+        const FakeDeviceAccess acc[3] = {{A, false}, {B, false}, {C, true}};
+        fake_cuda_device_op(h->stream, "a cuBLAS GEMM", acc, 3);
+    }
     const int a_rows = ta == CUBLAS_OP_N ? m : k, b_rows = tb == CUBLAS_OP_N ? k : n;
     if (m <= 0 || n <= 0 || k <= 0 || batch <= 0 || lda < a_rows || ldb < b_rows || ldc < m) return CUBLAS_STATUS_INVALID_VALUE;
     const double al = *(const float*)alpha, be = *(const float*)beta;

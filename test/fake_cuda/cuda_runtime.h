@@ -1,12 +1,16 @@
 // test/fake_cuda/cuda_runtime.h — a host-only stand-in for the CUDA runtime that stream.cu uses, for
-// test/test_stream.cpp: it runs nothing on a device, it MODELS the ordering CUDA guarantees. Every stream,
+// test/test_stream.cpp and (with fake_device.h) the emulated GPU suites: it MODELS the ordering CUDA guarantees. Every stream,
 // and the host, carries a vector clock; an operation enqueued on a stream is ordered after the stream's
 // previous operations and after everything the host did before enqueueing it; cudaEventRecord captures a
 // stream's clock, cudaStreamWaitEvent joins it into another stream, cudaEventSynchronize /
-// cudaStreamSynchronize / cudaDeviceSynchronize join it into the host's. Memory the test registers
+// cudaStreamSynchronize / cudaDeviceSynchronize join it into the host's. Each host thread is an agent of its
+// own; what orders them is declared where they hand over (FAKE_CUDA_HOST_RELEASE / _ACQUIRE around a mutex-
+// protected hand-over, e.g. the trainer's CPU optimizer thread). Memory the test registers
 // (fake_cuda_track) gets every access checked: two accesses of which one writes must be ordered by that
 // model, or the pair is recorded as a race (fake_cuda_races).
-// Not modelled: kernels (the test declares what its stand-in kernels read and write), timing, errors.
+// Kernels: test_stream.cpp declares what its stand-in kernels read and write (fake_cuda_kernel); in the emulated
+// build, fake_device.h's launches and the cuBLAS emulation declare theirs (fake_cuda_device_op). Not modelled:
+// timing, errors.
 #pragma once
 #include <stdint.h>
 #include <stdio.h>
@@ -26,8 +30,10 @@ enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2 };
 #define cudaEventDisableTiming 2u
 #define cudaEventBlockingSync 1u
 
+struct FakeStream;
 namespace fake_cuda {
-constexpr int kMaxAgents = 8;                 // agent 0 is the host, streams are 1..7
+// agent 0: the first host thread (main); 1: the legacy stream; 2..7: streams; 8..11: other host threads
+constexpr int kMaxAgents = 12, kFirstStream = 2, kEndStreams = 8, kFirstHostThread = 8;
 typedef std::array<uint64_t, kMaxAgents> Clock;
 inline void join(Clock& a, const Clock& b) { for (int i = 0; i < kMaxAgents; i++) a[i] = a[i] > b[i] ? a[i] : b[i]; }
 
@@ -35,10 +41,14 @@ struct Access { int agent = 0; uint64_t tick = 0; bool write = false; std::strin
 struct Region { const char* base; int64_t bytes; std::string name; std::vector<Access> since_write; bool has_write = false; Access last_write; };
 
 struct State {
-    Clock host{};
-    int next_agent = 1;
+    std::array<Clock, kMaxAgents> host{};  // each host thread's clock, by its agent
+    Clock seen{};                 // the highest tick of each agent anyone has seen (a reused agent starts above it)
+    int next_agent = kFirstStream;
+    int next_host_agent = kFirstHostThread;
+    std::map<const void*, Clock> handovers;  // FAKE_CUDA_HOST_RELEASE's clocks, by the object handed over
     std::vector<Region> regions;
     std::vector<std::string> races;
+    std::vector<::FakeStream*> streams;   // live streams, for cudaDeviceSynchronize
     std::map<void*, size_t> device_allocations;  // for cudaMemGetInfo
     size_t device_bytes = 0;
 };
@@ -77,17 +87,36 @@ inline void access(int agent, const Clock& view, const void* p, int64_t bytes, b
         }
     }
 }
+// The calling host thread's agent: the first thread to ask is 0, every later one gets one of its own (reused
+// round-robin, its ticks starting above the last user's).
+inline int host_agent() {
+    thread_local int agent = -1;
+    State& s = state();
+    if (agent < 0) {
+        static bool main_taken = false;
+        if (!main_taken) { main_taken = true; agent = 0; }
+        else {
+            agent = s.next_host_agent++;
+            if (s.next_host_agent >= kMaxAgents) s.next_host_agent = kFirstHostThread;
+            s.host[agent] = Clock{};
+            s.host[agent][agent] = s.seen[agent];
+        }
+    }
+    return agent;
+}
+inline Clock& host_clock() { return state().host[host_agent()]; }
 inline cudaStream_t legacy_stream();
-// A new operation on stream s: after the host's past and the stream's own.
+// A new operation on stream s: after the calling host thread's past and the stream's own.
 inline const Clock& enqueue(cudaStream_t s) {
     if (!s) s = legacy_stream();
-    join(s->clock, state().host);
+    join(s->clock, host_clock());
     s->clock[s->agent]++;
+    if (state().seen[s->agent] < s->clock[s->agent]) state().seen[s->agent] = s->clock[s->agent];
     return s->clock;
 }
-inline cudaStream_t legacy_stream() {  // stream 0: an agent of its own
+inline cudaStream_t legacy_stream() {  // stream 0 (cudaMemcpy, cudaMemset, a NULL stream): agent 1, never reused
     static FakeStream* s = nullptr;
-    if (!s) { s = new FakeStream(); s->agent = state().next_agent++; }
+    if (!s) { s = new FakeStream(); s->agent = 1; }
     return s;
 }
 }  // namespace fake_cuda
@@ -112,11 +141,52 @@ inline void fake_cuda_kernel(cudaStream_t s, const void* reads, int64_t read_byt
 inline void fake_cuda_host_access(const void* p, int64_t bytes, bool write, const std::string& what) {
     FAKE_CUDA_LOCKED;
     fake_cuda::State& s = fake_cuda::state();
-    s.host[0]++;
-    fake_cuda::access(0, s.host, p, bytes, write, what);
+    const int a = fake_cuda::host_agent();
+    fake_cuda::Clock& c = s.host[a];
+    c[a]++;
+    if (s.seen[a] < c[a]) s.seen[a] = c[a];
+    fake_cuda::access(a, c, p, bytes, write, what);
 }
 inline std::vector<std::string>& fake_cuda_races() { return fake_cuda::state().races; }
 inline void fake_cuda_reset() { fake_cuda::state() = fake_cuda::State(); }
+// Forgets the tracked regions and the races seen, and nothing else (allocations and clocks stay): for the
+// emulated suites, which track one trainer's buffers at a time.
+inline void fake_cuda_untrack_all() {
+    FAKE_CUDA_LOCKED;
+    fake_cuda::state().regions.clear();
+    fake_cuda::state().races.clear();
+    fake_cuda::state().handovers.clear();
+}
+// An emulated device operation (a kernel launch, a cuBLAS call) on stream s that reads or writes at each pointer.
+// Its extent is not known from a pointer, so an access at p counts for the tracked region that holds p, all of
+// it: a test tracks buffers at the granularity it wants checked (a weight slot, a layer's checkpoint).
+struct FakeDeviceAccess { const void* p; bool write; };
+inline void fake_cuda_device_op(cudaStream_t s, const char* what, const FakeDeviceAccess* acc, int n) {
+    FAKE_CUDA_LOCKED;
+    if (fake_cuda::state().regions.empty()) return;  // nothing tracked: nothing to order (the common case)
+    if (!s) s = fake_cuda::legacy_stream();
+    const fake_cuda::Clock& c = fake_cuda::enqueue(s);
+    const std::string w = std::string(what) + " on stream " + std::to_string(s->agent);
+    for (int i = 0; i < n; i++)
+        if (acc[i].p) fake_cuda::access(s->agent, c, acc[i].p, 1, acc[i].write, w);
+}
+// Host code the emulated build checks (cuda_common.h FAKE_CUDA_HOST_ACCESS): the CPU optimizer's reads of the
+// pinned gradients and writes of the pinned bf16 weights, the host writing the bf16 copy at load.
+#define FAKE_CUDA_HOST_ACCESS(p, bytes, write, what) fake_cuda_host_access((p), (int64_t)(bytes), (write), (what))
+// A hand-over between host threads through a mutex-protected object: the releasing thread calls RELEASE(obj)
+// while it holds the mutex, after what it hands over; the acquiring thread calls ACQUIRE(obj) while it holds
+// the mutex, having seen what it waited for. Everything the releaser did before is then ordered before what the
+// acquirer does next (with a mutex, an acquire sees the latest release, which is what joining clocks models).
+inline void fake_cuda_host_release(const void* obj) {
+    FAKE_CUDA_LOCKED;
+    fake_cuda::join(fake_cuda::state().handovers[obj], fake_cuda::host_clock());
+}
+inline void fake_cuda_host_acquire(const void* obj) {
+    FAKE_CUDA_LOCKED;
+    fake_cuda::join(fake_cuda::host_clock(), fake_cuda::state().handovers[obj]);
+}
+#define FAKE_CUDA_HOST_RELEASE(obj) fake_cuda_host_release(obj)
+#define FAKE_CUDA_HOST_ACQUIRE(obj) fake_cuda_host_acquire(obj)
 
 // --- the runtime API stream.cu and timeline.h call ---
 inline const char* cudaGetErrorString(cudaError_t) { return "fake"; }
@@ -234,14 +304,23 @@ inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
     fake_cuda::State& st = fake_cuda::state();
 #ifdef FAKE_CUDA_DEVICE
     // the emulated GPU suites create streams by the dozen and check no races: agents are reused
-    if (st.next_agent >= fake_cuda::kMaxAgents) st.next_agent = 1;
+    if (st.next_agent >= fake_cuda::kEndStreams) st.next_agent = fake_cuda::kFirstStream;
 #endif
-    if (st.next_agent >= fake_cuda::kMaxAgents) return 3;
+    if (st.next_agent >= fake_cuda::kEndStreams) return 3;
     *s = new FakeStream();
     (*s)->agent = st.next_agent++;
+    (*s)->clock[(*s)->agent] = st.seen[(*s)->agent];  // a reused agent's ticks start where its last stream's ended
+    st.streams.push_back(*s);
     return cudaSuccess;
 }
-inline cudaError_t cudaStreamDestroy(cudaStream_t s) { delete s; return cudaSuccess; }
+inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    FAKE_CUDA_LOCKED;
+    auto& v = fake_cuda::state().streams;
+    for (size_t i = 0; i < v.size(); i++)
+        if (v[i] == s) { v.erase(v.begin() + (long)i); break; }
+    delete s;
+    return cudaSuccess;
+}
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) { *e = new FakeEvent(); return cudaSuccess; }
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { *e = new FakeEvent(); return cudaSuccess; }
 inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
@@ -259,16 +338,21 @@ inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) 
 }
 inline cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     FAKE_CUDA_LOCKED;
-    if (e->recorded) fake_cuda::join(fake_cuda::state().host, e->clock);
+    if (e->recorded) fake_cuda::join(fake_cuda::host_clock(), e->clock);
     return cudaSuccess;
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     FAKE_CUDA_LOCKED;
     if (!s) s = fake_cuda::legacy_stream();
-    fake_cuda::join(fake_cuda::state().host, s->clock);
+    fake_cuda::join(fake_cuda::host_clock(), s->clock);
     return cudaSuccess;
 }
-inline cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }  // stream.cu calls it only before freeing
+inline cudaError_t cudaDeviceSynchronize() {  // the host waits for every stream
+    FAKE_CUDA_LOCKED;
+    for (FakeStream* s : fake_cuda::state().streams) fake_cuda::join(fake_cuda::host_clock(), s->clock);
+    fake_cuda::join(fake_cuda::host_clock(), fake_cuda::legacy_stream()->clock);
+    return cudaSuccess;
+}
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 0.0f; return cudaSuccess; }
 // Copies at once (so a test can see WHICH data a copy would deliver; WHEN it may run is the clocks' business).
 inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t s) {
@@ -307,13 +391,25 @@ inline cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
 inline cudaError_t cudaMallocHost(void** p, size_t bytes) { return cudaHostAlloc(p, bytes, 0); }
 template <typename T> cudaError_t cudaMallocHost(T** p, size_t bytes) { return cudaHostAlloc((void**)p, bytes, 0); }  // as cuda_runtime.h
 template <typename T> cudaError_t cudaMalloc(T** p, size_t bytes) { return cudaMalloc((void**)p, bytes); }
-inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind) { FAKE_CUDA_DEVICE_ACCESS; memcpy(dst, src, bytes); return cudaSuccess; }
-inline cudaError_t cudaMemset(void* p, int v, size_t bytes) { FAKE_CUDA_DEVICE_ACCESS; memset(p, v, bytes); return cudaSuccess; }
+// cudaMemcpy and cudaMemset run on the legacy stream and return when done. The trainer's streams are
+// non-blocking (stream.cu), so the legacy stream does NOT wait for their work: only events order them.
+inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
+    FAKE_CUDA_LOCKED;
+    cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
+    return cudaStreamSynchronize(nullptr);
+}
 inline cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t s) {
     FAKE_CUDA_LOCKED;
     FAKE_CUDA_DEVICE_ACCESS;
-    fake_cuda::enqueue(s);
+    if (!s) s = fake_cuda::legacy_stream();
+    const fake_cuda::Clock& c = fake_cuda::enqueue(s);
+    fake_cuda::access(s->agent, c, p, (int64_t)bytes, true, "a memset on stream " + std::to_string(s->agent));
     memset(p, v, bytes);
     return cudaSuccess;
+}
+inline cudaError_t cudaMemset(void* p, int v, size_t bytes) {
+    FAKE_CUDA_LOCKED;
+    cudaMemsetAsync(p, v, bytes, nullptr);
+    return cudaStreamSynchronize(nullptr);
 }
 #endif

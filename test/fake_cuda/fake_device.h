@@ -6,7 +6,8 @@
 // threads as plain calls (fast). Launches are synchronous. Fibers
 // switch with _setjmp/_longjmp across stacks, so this is built with _FORTIFY_SOURCE off (Makefile).
 // Math is the host's IEEE math (no --use_fast_math approximations): results can differ from a GPU's in the
-// last bits, never in meaning. Not emulated: timing, concurrency between streams, memory spaces.
+// last bits, never in meaning. Not emulated: timing, concurrency between streams (their ORDER is modelled:
+// cuda_runtime.h), memory spaces.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -337,17 +338,31 @@ template <typename A, typename B> inline typename std::common_type<A, B>::type m
 template <typename A, typename B> inline typename std::common_type<A, B>::type max(A a, B b) { return a < b ? b : a; }
 
 // kernel<<<grid, block, smem, stream>>>(args...) is rewritten (Makefile, sed) to
-// FAKE_LAUNCH(kernel, grid, block, smem, stream)(args...)
+// FAKE_LAUNCH(kernel, grid, block, smem, stream)(args...). Before it runs, the launch is an operation on its stream
+// for cuda_runtime.h's ordering model: a kernel reads through its const pointer parameters and writes through the
+// others, which is how every kernel of the trainer declares them.
+namespace fake_device {
+template <typename T> inline void note_access(std::vector<FakeDeviceAccess>&, const T&) {}
+template <typename T> inline void note_access(std::vector<FakeDeviceAccess>& v, T* p) { v.push_back({(const void*)p, !std::is_const<T>::value}); }
+}  // namespace fake_device
 template <typename... P>
 struct FakeLaunch {
     void (*kernel)(P...);
     dim3 grid, block;
+    cudaStream_t stream;
+    const char* name;
     template <typename... A> void operator()(A&&... a) {
         FAKE_CUDA_DEVICE_ACCESS;  // device memory is readable while the kernel runs (cuda_runtime.h)
         struct Args { void (*k)(P...); std::tuple<P...> t; } args{kernel, std::tuple<P...>((P)a...)};
+        std::vector<FakeDeviceAccess> accesses;
+        std::apply([&](const P&... x) { (fake_device::note_access(accesses, x), ...); }, args.t);
+        fake_cuda_device_op(stream, name, accesses.data(), (int)accesses.size());
         fake_device::launch(grid, block, [](void* p) { Args* x = (Args*)p; std::apply(x->k, x->t); }, &args);
     }
 };
-template <typename... P> FakeLaunch<P...> fake_launch(void (*k)(P...), dim3 grid, dim3 block) { return FakeLaunch<P...>{k, grid, block}; }
+template <typename... P> FakeLaunch<P...> fake_launch(void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s, const char* name) {
+    return FakeLaunch<P...>{k, grid, block, s, name};
+}
 // (dynamic shared memory is not emulated: every kernel of the trainer uses static shared memory only)
-#define FAKE_LAUNCH(kernel, grid, block, smem, stream) ((smem) == 0 ? (void)0 : abort(), fake_launch(kernel, dim3(grid), dim3(block)))
+#define FAKE_LAUNCH(kernel, grid, block, smem, stream) \
+    ((smem) == 0 ? (void)0 : abort(), fake_launch(kernel, dim3(grid), dim3(block), (stream), #kernel))
