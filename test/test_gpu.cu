@@ -226,9 +226,12 @@ TEST(GpuTrainer, ResultsIndependentOfSlotCount) {
 // a missing event wait that a fast GPU might forgive on one run and not on the next. Buffers are tracked at
 // the granularity the trainer hands them over (a weight slot, a staging buffer, a layer's pinned weights or
 // gradients, a layer's checkpoint per micro-batch). Cases: pure streaming with 2 slots; a resident and a kept
-// layer with 3 slots; each over 3 steps of 2 micro-batches with a validation pass between steps (which runs
-// while the CPU AdamW updates the layers the next pass will copy). A GPU runs the streams for real: there
-// gpu_check.sh runs the suites under compute-sanitizer instead.
+// layer with 3 slots; a wider model (C 512) with few tokens, whose CPU AdamW takes long enough that the next
+// forward pass really waits for it. Each: 3 steps of 2 micro-batches with a validation pass between steps
+// (which runs while the CPU AdamW updates the layers the next pass will copy), then a checkpoint, sampling,
+// reloading the weights and one more step. The model checks the interleaving the run took: a hand-over that is
+// wrong only when the CPU AdamW lags behind shows where it does (the C 512 case). A GPU runs the streams for
+// real: there gpu_check.sh runs the suites under compute-sanitizer instead.
 #ifdef FAKE_CUDA_DEVICE
 static void track_trainer_buffers(GPT* g) {
     fake_cuda_untrack_all();
@@ -281,6 +284,8 @@ TEST(GpuTrainer, StreamsOrderEveryHandOver) {
         build_gpu(&g, c, B, T, n_micro, k.slots, a, 21, k.resident, k.kept);
         track_trainer_buffers(&g);
         auto in = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 22), tg = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 23);
+        char dir[] = "/tmp/test_gpu_racesXXXXXX";
+        ASSERT_TRUE(mkdtemp(dir));
         for (int step = 0; step < 3; step++) {
             const float loss = gpt_step(&g, in.data(), tg.data(), n_micro, 1e-3f);
             EXPECT_TRUE(isfinite(loss));
@@ -288,12 +293,25 @@ TEST(GpuTrainer, StreamsOrderEveryHandOver) {
                 EXPECT_TRUE(isfinite(gpt_forward_eval(&g, in.data(), tg.data())));
             }
         }
+        // what the CLI does between steps besides validation: a checkpoint (gathering the GPU-resident state),
+        // sampling (a forward pass and one position's logits), and loading weights (as a resume does)
+        DataLoaderState ds;
+        memset(&ds, 0, sizeof ds);
+        save_checkpoint(&g, dir, &ds);
+        gpt_forward_eval(&g, in.data(), NULL);
+        std::vector<float> logits((size_t)c.padded_vocab_size);
+        gpt_copy_logits(&g, 0, T - 1, logits.data());
+        gpt_weights_ready(&g);
+        EXPECT_TRUE(isfinite(gpt_step(&g, in.data(), tg.data(), n_micro, 1e-3f)));
         optimizer_wait_all(&g);
         const auto& races = fake_cuda_races();
         EXPECT_TRUE(races.empty()) << "C " << k.C << ", " << k.slots << " slots, -R " << k.resident << " -K " << k.kept << ": " << races.size()
                                    << " races, the first: " << (races.empty() ? "" : races[0]);
         fake_cuda_untrack_all();  // before the buffers are freed (and their addresses reused)
         gpt_free(&g);
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        EXPECT_EQ(system(cmd), 0);
     }
 #endif
 }
