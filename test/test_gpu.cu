@@ -230,8 +230,9 @@ TEST(GpuTrainer, ResultsIndependentOfSlotCount) {
 // forward pass really waits for it. Each: 3 steps of 2 micro-batches with a validation pass between steps
 // (which runs while the CPU AdamW updates the layers the next pass will copy), then a checkpoint, sampling,
 // reloading the weights and one more step. The model checks the interleaving the run took: a hand-over that is
-// wrong only when the CPU AdamW lags behind shows where it does (the C 512 case). A GPU runs the streams for
-// real: there gpu_check.sh runs the suites under compute-sanitizer instead.
+// wrong only when the CPU AdamW lags behind shows where it does (the C 512 case). The real build skips it: it
+// checks the emulation's model of the order, which make test runs (build/emu_test_gpu); compute-sanitizer
+// (gpu_check.sh) checks memory accesses and shared-memory hazards on the GPU, not the order across streams.
 #ifdef FAKE_CUDA_DEVICE
 static void track_trainer_buffers(GPT* g) {
     fake_cuda_untrack_all();
@@ -272,7 +273,7 @@ static void track_trainer_buffers(GPT* g) {
 TEST(GpuTrainer, StreamsOrderEveryHandOver) {
     REQUIRE_GPU();
 #ifndef FAKE_CUDA_DEVICE
-    GTEST_SKIP() << "the ordering model is the CPU emulation's (build/emu_test_gpu); on a GPU, gpu_check.sh runs compute-sanitizer";
+    GTEST_SKIP() << "checks the CPU emulation's model of the order across streams: build/emu_test_gpu runs it";
 #else
     const TrainArgs a = test_args(1.0f);
     const int n_micro = 2;
