@@ -17,6 +17,10 @@ else
   GENCODE := -gencode arch=compute_$(GPU_CC),code=sm_$(GPU_CC)
 endif
 NVCCFLAGS ?= -O3 -std=c++17 $(GENCODE) --use_fast_math -Xcompiler -fopenmp,-march=native,-Wall,-Wno-unused-function -Wno-deprecated-gpu-targets
+# Subnormals flushed to zero on the GPU as cpu_adam.cpp flushes them on the CPU (FTZ/DAZ), so the GPU AdamW
+# (embeddings, -R layers) and the CPU one give a parameter the same bits: --use_fast_math implies it; `override`
+# keeps it when NVCCFLAGS is set on the command line.
+override NVCCFLAGS += -ftz=true
 CUDA_LIBS ?= -lcublas -lcublasLt -lgomp -lm -lpthread
 
 BUILD := build

@@ -307,8 +307,8 @@ static void layer_forward(GPT* g, const bf16* w, const bf16* x, bf16* out, Works
 // Before the backward pass of a layer with kept activations: what it did not keep, from what it did. Both
 // LayerNorms (same kernel, same input: the same outputs and statistics as in the forward pass) and the GELU of
 // the kept pre-activation (bias_gelu_forward's very values; with the cuBLASLt epilogue (-G 1) the forward's
-// came from cuBLASLt and may differ in the last bf16 bit). Three memory-bound passes instead of the GEMMs and
-// attention of a recompute.
+// came from cuBLASLt's own GELU, not necessarily bit-identical to this one). Three memory-bound passes instead of
+// the GEMMs and attention of a recompute.
 static void layer_redo_cheap_part(GPT* g, const bf16* w, const bf16* x, Workspace* a, cudaStream_t s) {
     const int64_t N = (int64_t)g->B * g->T;
     const int C = g->config.channels;

@@ -352,6 +352,51 @@ TEST(Kernels, GeluBackwardMatchesCpu) {
     }
 }
 
+// GELU and its derivative at every normal bf16 value in [-9, 9] (beyond -9 the exp leaves fp32's normal range),
+// element by element against double precision: the bf16 result within one bf16 ulp of the exact value rounded
+// to bf16 (the fp32 result may fall on the other side of a rounding boundary), or within 1e-37 where the exact
+// value is that small (subnormal in fp32: flushed to zero under --use_fast_math, e.g. GELU(1e-38)). rel-L2 (the
+// tests above) cannot see errors where GELU is tiny, x < -2; this can: the
+// textbook 0.5 x (1 + tanhf(u)) in fp32 fails it at x < -4 (1 + tanh(u) below an fp32 ulp of 1), and on a GPU
+// under --use_fast_math (tanh.approx.f32) already at x = -3.
+TEST(Kernels, GeluIsAccurateAtEveryBf16Input) {
+    REQUIRE_GPU();
+    std::vector<float> xs;
+    for (uint32_t bits = 0; bits < 0x10000; bits++) {
+        const float x = bf16_to_float((uint16_t)bits);
+        if (std::isfinite(x) && fabsf(x) <= 9.0f && (x == 0.0f || fabsf(x) >= 1.17549435e-38f)) xs.push_back(x);
+    }
+    const int64_t n = (int64_t)xs.size();
+    DeviceMem m;
+    bf16* y = m.zeros<bf16>(n);
+    bf16* dy = m.bf16s(std::vector<float>((size_t)n, 1.0f));
+    gelu_forward(y, m.bf16s(xs), n, kStream);
+    gelu_backward(dy, m.bf16s(xs), n, kStream);  // gelu'(x) * 1
+    const std::vector<float> got_y = download(y, n), got_dy = download(dy, n);
+    auto off = [](float got, double exact) {  // how far from bf16(exact), in bf16 ulps of it; 0 if within 1e-37
+        const float ref = bf16_to_float(float_to_bf16((float)exact));
+        if (fabs((double)got - exact) <= 1e-37) return 0.0;
+        int e;
+        frexp((double)ref, &e);
+        return fabs((double)got - (double)ref) / ldexp(1.0, e - 8);  // bf16: 8 significant bits
+    };
+    double worst_y = 0.0, worst_dy = 0.0;
+    float at_y = 0.0f, at_dy = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        // 0.5 (1 + tanh u) and 1 - tanh^2 u without their cancellation (in double, 1 - tanh^2 is 0 from |u| = 19 on)
+        const double x = xs[(size_t)i], u = 0.7978845608028654 * (x + 0.044715 * x * x * x), e = exp(-2.0 * fabs(u));
+        const double s = u >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e), sech2 = 4.0 * e / ((1.0 + e) * (1.0 + e));
+        const double gelu = x * s, grad = s + 0.5 * x * sech2 * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x);
+        const double oy = off(got_y[(size_t)i], gelu), ody = off(got_dy[(size_t)i], grad);
+        if (!(oy <= worst_y)) { worst_y = oy; at_y = (float)x; }
+        if (!(ody <= worst_dy)) { worst_dy = ody; at_dy = (float)x; }
+    }
+    printf("  %lld inputs: GELU within %.2f bf16 ulps (worst at x = %g), GELU' within %.2f (at x = %g)\n",
+           (long long)n, worst_y, at_y, worst_dy, at_dy);
+    EXPECT_LE(worst_y, 1.0) << "at x = " << at_y;
+    EXPECT_LE(worst_dy, 1.0) << "at x = " << at_dy;
+}
+
 // ----------------------------------------------------------------------------
 // cuBLAS wrappers (matmul.cuh): out = inp @ w^T; dinp = dout @ w; dw += dout^T @ inp
 
