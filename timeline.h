@@ -27,7 +27,8 @@ typedef struct {
 typedef struct Timeline {
     TimelineSpan* spans;
     int cap, n;
-    cudaEvent_t origin;  // recorded on the compute stream when the step starts (the GPU is idle then)
+    cudaEvent_t origin;  // recorded on the compute stream when the step starts; the GPU is idle then, as the
+                         // summary of the step before waited for all of its spans (its resident AdamW's too)
     double origin_host;  // host clock at that moment
 } Timeline;
 
