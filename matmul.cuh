@@ -15,6 +15,8 @@
 // Matrix multiplies: cuBLAS, bf16 inputs, fp32 accumulation. Our matrices are row-major; cuBLAS is
 // column-major, so each call computes the transposed product (C^T = B^T A^T) and no data is moved.
 
+// One set per process (created by gpt_build, destroyed by gpt_free, which is why only one GPT may be alive at a
+// time; gpt_build refuses a second).
 static cublasHandle_t cublas_handle;
 static cudaStream_t cublas_stream;       // the stream cublas_handle is bound to
 static void* cublas_workspace;           // our own workspace, so the trainer's GPU bytes are all counted

@@ -544,6 +544,10 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
                 kept_layers, c->num_layers);
         exit(1);
     }
+    if (cublas_handle) {  // matmul.cuh's handles, workspace and algorithm cache are one per process
+        fprintf(stderr, "error: internal: a second GPT built while one is alive (gpt_free the first)\n");
+        exit(1);
+    }
     g->resident_layers = resident_layers;
     g->resident_count = p->embed_count + (int64_t)resident_layers * p->layer_stride;
 

@@ -208,13 +208,47 @@ std::vector<double> run_gpu(const GPTConfig& c, int B, int T, int n_micro, int s
     return out;
 }
 
+// Whether the emulation adds every sum in one fixed order (atomics included): then two paths that compute the
+// same sums give the same bits. Not on a GPU, nor under FAKE_ATOMIC_JITTER (make test runs the run comparisons
+// below with it too, as a stand-in for a GPU's atomics).
+bool runs_are_bit_exact() {
+#ifdef FAKE_CUDA_DEVICE
+    return !(getenv("FAKE_ATOMIC_JITTER") && atoi(getenv("FAKE_ATOMIC_JITTER")) > 0);
+#else
+    return false;
+#endif
+}
+
+// Two runs (run_gpu: loss and norm per step) of what must be the same training, taken by two paths. `exact`: bit
+// for bit. Else step 1, the same weights on the same batch, may differ only by the order of fp32 sums (atomics,
+// another GEMM kernel): 1e-5 relative. From step 2 on, two runs that differ at all diverge as any two runs of a
+// training do: AdamW's first steps move each weight by about lr * sign(gradient), so a gradient within rounding of
+// 0 moves a weight by lr in one run and not in the other. Measured in the emulation over the tests below, with
+// FAKE_ATOMIC_JITTER=4 and =50 (4% or 50% of the atomic sums one ulp off) and without: step 1 within 1.7e-9,
+// later losses within 2.7e-5 (resident vs streamed layers, whose runs differ by design), later norms within
+// 8.2e-4; bounds 1e-5, 2.5e-4, 5e-3. A lost micro-batch or a stale layer moves step 1 or every step after it by
+// far more. Prints the worst of each, for the device log.
+void expect_same_training(const std::vector<double>& got, const std::vector<double>& ref, bool exact, const std::string& what) {
+    ASSERT_EQ(got.size(), ref.size()) << what;
+    double worst[3] = {0, 0, 0};  // step 1 (loss and norm), later losses, later norms
+    for (size_t i = 0; i < ref.size(); i++) {
+        const int kind = i < 2 ? 0 : i % 2 == 0 ? 1 : 2;
+        const double tol = exact ? 0.0 : kind == 0 ? 1e-5 : kind == 1 ? 2.5e-4 : 5e-3;
+        const double rel = fabs(got[i] - ref[i]) / fabs(ref[i]);
+        worst[kind] = fmax(worst[kind], rel);
+        EXPECT_LE(fabs(got[i] - ref[i]), tol * fabs(ref[i])) << what << ": step " << i / 2 + 1 << (i % 2 ? " norm" : " loss");
+    }
+    printf("  %-40s step 1 within %.1e, later losses %.1e, later norms %.1e (relative)%s\n", what.c_str(), worst[0],
+           worst[1], worst[2], exact ? ", bit for bit required" : "");
+}
+
 TEST(GpuTrainer, ResultsIndependentOfSlotCount) {
     REQUIRE_GPU();
     const GPTConfig c = tiny_config(5, 128, 4, 64, 500);
     auto two = run_gpu(c, 4, 64, 1, 2, 4, 5);
     for (int slots : {3, 5, 8}) {  // 5: the whole model resident; 8: more slots than layers
         auto other = run_gpu(c, 4, 64, 1, slots, 4, 5);
-        for (size_t i = 0; i < two.size(); i++) EXPECT_NEAR(other[i], two[i], 1e-3 * fabs(two[i])) << slots << " slots, value " << i;
+        expect_same_training(other, two, runs_are_bit_exact(), std::to_string(slots) + " slots vs 2");
     }
 }
 
@@ -338,16 +372,15 @@ TEST(GpuTrainer, FusedAndCublasAttentionTrainAlike) {
 }
 
 // The first R layers kept on the GPU (their AdamW on the GPU, no copies) train the same model. Not bit for
-// bit: a resident layer's AdamW reads its fp32 gradient, a streamed layer's the bf16-rounded copy (<= 2^-9
-// relative per element, and Adam's m/sqrt(v) is insensitive to a common scale), so the same 1e-3 as above.
+// bit even in the emulation: a resident layer's AdamW reads its fp32 gradient, a streamed layer's the bf16-rounded
+// copy (<= 2^-9 relative per element), which from step 2 on is one more way for two runs to differ.
 TEST(GpuTrainer, ResultsIndependentOfResidentLayers) {
     REQUIRE_GPU();
     const GPTConfig c = tiny_config(5, 128, 4, 64, 500);
     auto streamed = run_gpu(c, 4, 64, 1, 2, 4, 5, 0);
     for (int resident : {2, 5}) {  // 5: every layer resident, nothing streamed
         auto other = run_gpu(c, 4, 64, 1, 2, 4, 5, resident);
-        for (size_t i = 0; i < streamed.size(); i++)
-            EXPECT_NEAR(other[i], streamed[i], 1e-3 * fabs(streamed[i])) << resident << " resident layers, value " << i;
+        expect_same_training(other, streamed, false, std::to_string(resident) + " resident layers vs 0");
     }
 }
 
@@ -355,34 +388,32 @@ TEST(GpuTrainer, ResultsIndependentOfResidentLayers) {
 // pass reads the values the same kernels computed from the same inputs, and redoes the LayerNorms and the GELU
 // with the forward's kernels, so with the GEMMs' passes as separate kernels (-G 0) the run is the same. Two
 // micro-batches (each keeps its own activations); K = L; and R = K = 2 of 3 layers: one recomputed resident
-// layer, one kept resident layer, one kept streamed layer. Tolerance: on a GPU, runs of this trainer differ
-// only by the order of fp32 atomic additions (bias and LayerNorm gradients, the norm), so 1e-3 relative as
-// above; the emulation adds in a fixed order, so there it must be bit for bit. With the cuBLASLt epilogues
+// layer, one kept resident layer, one kept streamed layer. With -G 0 the two runs compute the same sums:
+// expect_same_training, bit for bit where the emulation adds in a fixed order. With the cuBLASLt epilogues
 // (-G 1, the default) the forward's GELU comes from cuBLASLt, the kept layers' redone one from our kernel: two
-// paths that round differently (last bf16 bits), so the bound of the other cross-path tests here, 5e-3 relative
-// (seen in the emulation over 3 steps: < 1e-3 built at -O3, 1.3e-3 at -O1). (Mutations this catches: a kept layer
-// reading a GELU output that was not redone moves the gradient norms by 1.5-9%; all micro-batches sharing one
-// kept block, by 0.5-4%.)
+// paths that need not round alike, already at step 1, so the bound of the other cross-path tests here, 5e-3
+// relative on every loss and norm (seen in the emulation over 3 steps: < 1e-3 built at -O3, 1.3e-3 at -O1).
+// (Mutations this catches: a kept layer reading a GELU output that was not redone moves the gradient norms by
+// 1.5-9%; all micro-batches sharing one kept block, by 0.5-4%.)
 TEST(GpuTrainer, KeptActivationsTrainLikeRecompute) {
     REQUIRE_GPU();
-#ifdef FAKE_CUDA_DEVICE
-    const double exact_tol = 0.0;
-#else
-    const double exact_tol = 1e-3;
-#endif
     const GPTConfig c = tiny_config(3, 128, 4, 64, 500);
     const int saved = cublaslt_fusion;
     for (int fusion : {0, 1}) {
         cublaslt_fusion = fusion;
-        const double tol = fusion ? 5e-3 : exact_tol;
         auto recomputed = run_gpu(c, 4, 64, 2, 2, 3, 13);
         struct { int resident, kept; } cases[] = {{0, 3}, {2, 2}};
         for (auto k : cases) {
             auto kept = run_gpu(c, 4, 64, 2, 2, 3, 13, k.resident, k.kept);
             std::vector<double> reference = k.resident ? run_gpu(c, 4, 64, 2, 2, 3, 13, k.resident) : recomputed;
+            const std::string what = std::to_string(k.kept) + " kept, " + std::to_string(k.resident) + " resident, -G " +
+                                     std::to_string(fusion);
+            if (!fusion) {
+                expect_same_training(kept, reference, runs_are_bit_exact(), what);
+                continue;
+            }
             for (size_t i = 0; i < reference.size(); i++)
-                EXPECT_NEAR(kept[i], reference[i], tol * fabs(reference[i]))
-                    << k.kept << " kept, " << k.resident << " resident, -G " << fusion << ", value " << i;
+                EXPECT_NEAR(kept[i], reference[i], 5e-3 * fabs(reference[i])) << what << ", value " << i;
         }
     }
     cublaslt_fusion = saved;
@@ -416,7 +447,7 @@ TEST(GpuTrainer, ResidentLayersAccumulateMicroBatches) {
     const GPTConfig c = tiny_config(3, 128, 4, 64, 500);
     auto one = run_gpu(c, 8, 64, 1, 2, 3, 9, 2);
     auto two = run_gpu(c, 4, 64, 2, 2, 3, 9, 2);
-    for (size_t i = 0; i < one.size(); i++) EXPECT_NEAR(two[i], one[i], 1e-3 * fabs(one[i])) << "value " << i;
+    expect_same_training(two, one, false, "2 micro-batches vs 1, 2 resident");
 }
 
 // -sl: a step whose loss is an outlier updates nothing. Its window is filled with losses far below a fresh
@@ -456,23 +487,25 @@ TEST(GpuTrainer, OutlierStepUpdatesNothing) {
         EXPECT_STREQ(g.skipped, "");
         EXPECT_EQ(g.step, 2);
         EXPECT_EQ(g.adam_t, 1);
+        optimizer_wait_all(&g);
+        gpt_resident_state_to_host(&g);
+        const std::vector<float> master(g.master, g.master + n), adam_v(g.adam_v, g.adam_v + n);
+        gpt_free(&g);  // one GPT at a time (the cuBLAS handles are per process)
+
         a.skip_loss_z = 0.0f;
         build_gpu(&fresh, c, B, T, 1, 2, a, 42, resident);
         EXPECT_EQ(gpt_step(&fresh, in.data(), tg.data(), 1, 1e-3f), loss);
-        for (GPT* x : {&g, &fresh}) {
-            optimizer_wait_all(x);
-            gpt_resident_state_to_host(x);
-        }
+        optimizer_wait_all(&fresh);
+        gpt_resident_state_to_host(&fresh);
 #ifdef FAKE_CUDA_DEVICE
-        EXPECT_EQ(memcmp(g.master, fresh.master, (size_t)n * 4), 0) << "R " << resident;
-        EXPECT_EQ(memcmp(g.adam_v, fresh.adam_v, (size_t)n * 4), 0) << "R " << resident;
+        EXPECT_EQ(memcmp(master.data(), fresh.master, (size_t)n * 4), 0) << "R " << resident;
+        EXPECT_EQ(memcmp(adam_v.data(), fresh.adam_v, (size_t)n * 4), 0) << "R " << resident;
 #else
         int64_t differ = 0;
-        for (int64_t i = 0; i < n; i++) differ += fabsf(g.master[i] - fresh.master[i]) > 1e-6f;
+        for (int64_t i = 0; i < n; i++) differ += fabsf(master[(size_t)i] - fresh.master[i]) > 1e-6f;
         EXPECT_LE(differ, n / 10000) << "R " << resident << ": weights that moved differently (of " << n << ")";
-        EXPECT_LT(rel_l2(g.adam_v, fresh.adam_v, n), 1e-3) << "R " << resident;
+        EXPECT_LT(rel_l2(adam_v.data(), fresh.adam_v, n), 1e-3) << "R " << resident;
 #endif
-        gpt_free(&g);
         gpt_free(&fresh);
     }
 }
@@ -520,7 +553,7 @@ TEST(GpuTrainer, ResultsIndependentOfAccumulationSplit) {
     auto one = run_gpu(c, 8, 64, 1, 2, 3, 9);
     for (int split : {2, 4}) {
         auto other = run_gpu(c, 8 / split, 64, split, 2, 3, 9);
-        for (size_t i = 0; i < one.size(); i++) EXPECT_NEAR(other[i], one[i], 1e-3 * fabs(one[i])) << split << " micro-batches, value " << i;
+        expect_same_training(other, one, false, std::to_string(split) + " micro-batches vs 1");
     }
 }
 
@@ -696,8 +729,10 @@ TEST(GpuTrainer, GpuMemoryGrowsWithDepthOnlyByCheckpoints) {
 TEST(GpuTrainer, WeightCopiesOverlapCompute) {
     REQUIRE_GPU();
     SKIP_IN_EMULATION("it measures time (and a 100M-parameter model)");
-    const GPTConfig c = tiny_config(8, 1024, 16, 512, 1000);
-    const int B = 8, T = 512;
+    // T = 1024: a layer's recompute + backward (~0.8 TFLOP) takes ~3x its 25 MB copy at PCIe Gen5 speed, so a
+    // copy that runs alongside it is wholly overlapped even if the link or the GEMMs are slower than expected
+    const GPTConfig c = tiny_config(8, 1024, 16, 1024, 1000);
+    const int B = 8, T = 1024;
     const TrainArgs a = test_args(1.0f);
     GPT g;
     build_gpu(&g, c, B, T, 1, 2, a, 3);

@@ -327,8 +327,34 @@ inline void launch(dim3 grid, dim3 block, void (*body)(void*), void* args) {
 inline void __syncthreads() { fake_device::syncthreads(); }
 inline float __shfl_xor_sync(unsigned, float x, int o) { return fake_device::shfl_xor(x, o); }
 inline double __shfl_xor_sync(unsigned, double x, int o) { return fake_device::shfl_xor(x, o); }
-inline float atomicAdd(float* p, float v) { const float old = *p; *p = old + v; return old; }
-inline double atomicAdd(double* p, double v) { const double old = *p; *p = old + v; return old; }
+// Atomic additions land here in program order, so every run adds the same sums the same way; on a GPU they land
+// in whatever order the blocks reach them, and two runs of the same training differ in the last bits of those
+// sums. FAKE_ATOMIC_JITTER=P stands in for that: P percent of the additions to a non-zero accumulator (a fixed
+// pseudo-random choice, different for each addition of a process) land one ulp above or below their exact sum,
+// so the tests that compare two runs can be checked against what they will meet on a GPU (make test runs them
+// with P = 4).
+namespace fake_device {
+inline int atomic_jitter() {  // -1, 0 or +1 ulp
+    static const int percent = getenv("FAKE_ATOMIC_JITTER") ? atoi(getenv("FAKE_ATOMIC_JITTER")) : 0;
+    if (percent <= 0) return 0;
+    static uint64_t s = 0x9E3779B97F4A7C15ull;
+    s ^= s >> 12; s ^= s << 25; s ^= s >> 27;
+    const uint64_t r = s * 0x2545F4914F6CDD1Dull;
+    return (int)(r % 100) >= percent ? 0 : (r >> 63) ? 1 : -1;
+}
+}  // namespace fake_device
+inline float atomicAdd(float* p, float v) {
+    const float old = *p;
+    const int j = old != 0.0f ? fake_device::atomic_jitter() : 0;
+    *p = j ? nextafterf(old + v, j * INFINITY) : old + v;
+    return old;
+}
+inline double atomicAdd(double* p, double v) {
+    const double old = *p;
+    const int j = old != 0.0 ? fake_device::atomic_jitter() : 0;
+    *p = j ? nextafter(old + v, j * INFINITY) : old + v;
+    return old;
+}
 inline float __fmul_rn(float a, float b) { return a * b; }
 inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline float __fsqrt_rn(float a) { return sqrtf(a); }
