@@ -110,9 +110,8 @@ tokenize: dev/data/tokenize.cpp dev/data/gpt2_bpe.h dev/data/unicode_ranges.h | 
 
 # the CLI suite runs the trainers themselves, so they are built first; the emulated GPU suites and the
 # emulated train_gpt are built only here (plain `make` does not need them). The kernel suite runs again under
-# the emulator's two warp-at-a-time schedules, which expose a missing __syncthreads (fake_device.h).
-# The emulated suites again: the kernels under two warp-at-a-time schedules (a missing __syncthreads), and the
-# trainer tests that compare two runs with 4% of the atomic sums one ulp off, as a GPU's atomics would leave them.
+# the emulator's two warp-at-a-time schedules, which expose a missing __syncthreads (fake_device.h), and the
+# trainer tests that compare two runs again with 4% of the atomic sums one ulp off, as a GPU's atomics leave them.
 RUN_COMPARISONS := *IndependentOf*:*AccumulateMicroBatches:*KeptActivationsTrainLikeRecompute
 test: tests train_gpt_cpu $(if $(NVCC),train_gpt,) $(EMU_TESTS) $(BUILD)/emu_train_gpt
 	@./test/run_tests.sh $(CPU_TESTS) $(EMU_TESTS) "FAKE_SCHED=1 $(BUILD)/emu_test_kernels" \

@@ -226,8 +226,8 @@ bool runs_are_bit_exact() {
 // 0 moves a weight by lr in one run and not in the other. Measured in the emulation over the tests below, with
 // FAKE_ATOMIC_JITTER=4 and =50 (4% or 50% of the atomic sums one ulp off) and without: step 1 within 1.7e-9,
 // later losses within 2.7e-5 (resident vs streamed layers, whose runs differ by design), later norms within
-// 8.2e-4; bounds 1e-5, 2.5e-4, 5e-3. A lost micro-batch or a stale layer moves step 1 or every step after it by
-// far more. Prints the worst of each, for the device log.
+// 8.2e-4; bounds 1e-5, 2.5e-4, 5e-3. (A recompute skipped at the wrong micro-batch moves step 1 by 2.5e-3: caught,
+// where a flat 1e-3 on every value was not.) Prints the worst of each, for the device log.
 void expect_same_training(const std::vector<double>& got, const std::vector<double>& ref, bool exact, const std::string& what) {
     ASSERT_EQ(got.size(), ref.size()) << what;
     double worst[3] = {0, 0, 0};  // step 1 (loss and norm), later losses, later norms
