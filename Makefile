@@ -139,7 +139,18 @@ sanitize:
 	@$(SAN_ENV) ./test/run_tests.sh $(filter-out %/emu_test_gpu,$(SAN_TESTS)) \
 		"build/asan/emu_test_gpu --gtest_filter=-*$(SAN_SLOW)"
 
+# libFuzzer (clang, ASan + UBSan) over every input parser: model files, shards and a saved data position, state
+# files, tokenizer files, flags, model specs, the BPE encoder (dev/fuzz/fuzz_inputs.cpp). FUZZ_SECONDS per target;
+# corpora stay in build/fuzz/corpus. Then, where Python has the `regex` module (Debian: python3-regex), the BPE
+# encoder against GPT-2's regex and encoder.py on random text. Not part of `make test`: it finds bugs by time
+# spent, not a fixed check.
+FUZZ_SECONDS ?= 60
+fuzz:
+	bash dev/fuzz/run.sh $(FUZZ_SECONDS)
+	@if /usr/bin/python3 -c 'import regex' 2>/dev/null; then /usr/bin/python3 dev/fuzz/pretokenize_vs_regex.py; \
+	else echo "pretokenize_vs_regex: skipped (no python3-regex: apt-get install python3-regex)"; fi
+
 clean:
 	rm -rf $(BUILD) train_gpt train_gpt_cpu
 
-.PHONY: all tests test bench clean tokenize cpu_only_notice sanitize
+.PHONY: all tests test bench clean tokenize cpu_only_notice sanitize fuzz

@@ -26,14 +26,20 @@
 // ----------------------------------------------------------------------------
 // Reporting
 
-// Prints "error: ..." and exits 1: every user-facing failure of a trainer ends here, never in a crash.
+// Prints "error: ..." and exits 1: every user-facing failure of a trainer ends here, never in a crash. One
+// line whatever the message quotes: control characters (a newline in a flag or a file name) print as \xNN.
 static inline void die(const char* fmt, ...) {
+    char msg[8192];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "error: ");
+    for (const unsigned char* c = (const unsigned char*)msg; *c; c++) {
+        if (*c < 0x20 || *c == 0x7f) fprintf(stderr, "\\x%02x", *c);
+        else fputc(*c, stderr);
+    }
+    fprintf(stderr, "\n");
     // _exit, not exit: the GPU trainer's optimizer thread may be inside a CUDA call, and exit() would tear
     // down the CUDA runtime under it. Nothing is lost: files are written synchronously, buffers flushed here.
     fflush(NULL);

@@ -116,10 +116,7 @@ int main(int argc, char** argv) {
     char err[4352];  // model.h may report a 4 KiB path; a smaller buffer draws -Wformat-truncation
     const int parsed = parse_train_argv(argc, argv, &args, err, sizeof err);
     if (parsed == 2) { printf("usage: %s [flags]\n", argv[0]); train_usage(stdout, &defaults); return 0; }
-    if (parsed == 0) {
-        fprintf(stderr, "error: %s (run %s -h for the flags)\n", err, argv[0]);  // one line, as die() prints
-        return 1;
-    }
+    if (parsed == 0) die("%s (run %s -h for the flags)", err, argv[0]);
     if (args.resume) die("train_gpt_cpu cannot resume (-y 1); it only writes model files");
     // a fresh log and model files in a directory of another run would silently mix with (and overwrite) its
     // own: train_gpt's complete checkpoints (DONE_N) or this trainer's model files

@@ -280,6 +280,9 @@ TEST_P(Both, UnknownFlag) {
     EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-w", "1"}), {"unknown flag -w"}));
     EXPECT_TRUE(CleanError(run_it(base_args() + Args{"--bogus", "1"}), {"unknown flag --bogus"}));
     EXPECT_TRUE(CleanError(run_it(base_args() + Args{"stray", "word"}), {"unknown flag stray"}));
+    // what the error quotes cannot break it into lines: control characters print as \xNN
+    EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-b\nx", "1"}), {"unknown flag -b\\x0ax"}));
+    EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-i", "no\nsuch\r.bin"}), {"no\\x0asuch\\x0d.bin"}));
     // llm.c's flags that neither trainer takes say what they were for there
     EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-z", "1"}), {"unknown flag -z: llm.c's ZeRO stage", "one GPU"}));
     EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-r", "1"}), {"unknown flag -r: llm.c's recompute"}));

@@ -1,0 +1,294 @@
+// fuzz_inputs.cpp — libFuzzer harness for everything a user hands the trainers: llm.c model files, token
+// shards and a saved data-loader position, optimizer state headers, tokenizer files, command-line flags, model
+// specs, and the data-prep BPE encoder's input text. Each input is run through the real parsers (host code,
+// built with clang's ASan + UBSan), which must answer with a one-line error or with something usable; what is
+// accepted is then used and checked, so a parser that accepts garbage fails as surely as one that crashes:
+//   model      gpt_read_header accepts => gpt_load_params loads it, and save + reload gives the same bits
+//   shard      dataloader_init accepts => every batch reads, targets are inputs shifted by one, a saved position
+//              restores the same next batch elsewhere, and any position set_state accepts (one field of a real
+//              one changed by a small delta or overwritten with fuzz bytes) reads a batch
+//   state      state_file_check accepts => the header's step / update count / schedule are in range
+//   tokenizer  tokenizer_init accepts => every id decodes to a NUL-terminated string
+//   args       parse_train_argv accepts => train_args_check agrees and -d splits into whole micro-batches
+//   spec       parse_model_spec accepts => gpt_config_check agrees and the parameter count is positive
+//   bpe        any byte string encodes to ids < 50257 that decode to the same bytes (gpt2_bpe.h's promise)
+// Not here: train_gpt's own GPU flags (-S -R -K -V ...: test_cli runs those) and the checkpoint directory scan.
+//
+// usage (repo root; see dev/fuzz/run.sh, or `make fuzz`):
+//   FUZZ_TARGET=shard build/fuzz/fuzz_inputs build/fuzz/corpus/shard -max_total_time=60
+//   FUZZ_SEEDS=dir build/fuzz/fuzz_inputs     writes a few valid inputs per target into dir/<target>/ and exits
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <string>
+#include <vector>
+#include "checkpoint.h"
+#include "dataloader.h"
+#include "dev/data/gpt2_bpe.h"
+#include "model.h"
+#include "tokenizer.h"
+#include "train_common.h"
+
+enum { T_MODEL, T_SHARD, T_STATE, T_TOKENIZER, T_ARGS, T_SPEC, T_BPE, NUM_TARGETS };
+static const char* const target_names[NUM_TARGETS] = {"model", "shard", "state", "tokenizer", "args", "spec", "bpe"};
+static int target = -1;
+static char dir[256];  // this process's scratch directory for the files the parsers read
+static GPT2BPE bpe;
+
+// A fuzz-found contradiction: print it and abort, so libFuzzer saves the input as a crash.
+#define REQUIRE(cond, ...)                                             \
+    do {                                                               \
+        if (!(cond)) {                                                 \
+            fprintf(stderr, "fuzz_inputs: %s: ", target_names[target]); \
+            fprintf(stderr, __VA_ARGS__);                              \
+            fprintf(stderr, "\n");                                     \
+            abort();                                                   \
+        }                                                              \
+    } while (0)
+
+static void write_file(const char* path, const void* p, size_t n) {
+    FILE* f = fopen(path, "wb");
+    if (!f || fwrite(p, 1, n, f) != n || fclose(f) != 0) { perror(path); abort(); }
+}
+static std::string scratch(const char* name) { return std::string(dir) + "/" + name; }
+
+// ---- model files ----
+static void fuzz_model(const uint8_t* data, size_t n) {
+    const std::string path = scratch("model.bin"), copy = scratch("copy.bin");
+    write_file(path.c_str(), data, n);
+    GPTConfig cfg;
+    char err[4400];
+    if (!gpt_read_header(path.c_str(), &cfg, err, sizeof err)) return;
+    const int64_t total = gpt_layout(&cfg).total;
+    std::vector<float> params((size_t)total), again((size_t)total);
+    REQUIRE(gpt_load_params(path.c_str(), &cfg, params.data(), err, sizeof err), "header accepted, load refused: %s", err);
+    REQUIRE(gpt_save_params(copy.c_str(), &cfg, params.data(), err, sizeof err), "save failed: %s", err);
+    GPTConfig cfg2;
+    REQUIRE(gpt_read_header(copy.c_str(), &cfg2, err, sizeof err), "own file refused: %s", err);
+    REQUIRE(memcmp(&cfg, &cfg2, sizeof cfg) == 0, "config changed by save + reload");
+    REQUIRE(gpt_load_params(copy.c_str(), &cfg2, again.data(), err, sizeof err), "own file not loaded: %s", err);
+    REQUIRE(memcmp(params.data(), again.data(), sizeof(float) * (size_t)total) == 0, "weights changed by save + reload");
+}
+
+// ---- token shards and the data-loader position ----
+// Input: B-1, T-1, flags (bit 0 shuffle, bit 1 a second shard: the same bytes again), batches to read, the
+// index of the state field to overwrite, how (odd: add the next byte as a signed delta, so off-by-one values
+// are near; even: the 8 bytes after it), then the shard file.
+static const size_t kShardParams = 15;
+static void fuzz_shard(const uint8_t* data, size_t n) {
+    if (n < kShardParams) return;
+    const int B = 1 + data[0] % 4, T = 1 + data[1] % 32, shuffle = data[2] & 1, two = (data[2] >> 1) & 1;
+    const int reads = data[3] % 24, field = data[4] % (int)(sizeof(DataLoaderState) / 8), add = data[5] & 1;
+    const int64_t delta = (int8_t)data[6];
+    uint64_t value;
+    memcpy(&value, data + 7, 8);
+    const std::string a = scratch("shard_a.bin"), b = scratch("shard_b.bin"), pattern = scratch("shard_*.bin");
+    write_file(a.c_str(), data + kShardParams, n - kShardParams);
+    if (two) write_file(b.c_str(), data + kShardParams, n - kShardParams);
+    else unlink(b.c_str());
+    DataLoader dl, other;
+    char err[1024];
+    if (!dataloader_init(&dl, pattern.c_str(), B, T, shuffle, 1234, err, sizeof err)) { dataloader_free(&dl); return; }
+    REQUIRE(dl.num_batches >= 1, "accepted with no batch");
+    const int64_t BT = (int64_t)B * T;
+    for (int r = 0; r < reads; r++) {
+        REQUIRE(dataloader_next_batch(&dl), "batch %d of an accepted shard: %s", r, dl.err);
+        for (int64_t i = 0; i + 1 < BT; i++) REQUIRE(dl.targets[i] == dl.inputs[i + 1], "targets are not the inputs shifted");
+    }
+    // a saved position restores the same next batch in another loader
+    DataLoaderState s = dataloader_get_state(&dl);
+    REQUIRE(dataloader_init(&other, pattern.c_str(), B, T, 0, 99, err, sizeof err), "second loader refused: %s", err);
+    REQUIRE(dataloader_set_state(&other, &s, err, sizeof err), "own state refused: %s", err);
+    REQUIRE(dataloader_next_batch(&dl) && dataloader_next_batch(&other), "batch after a restore failed");
+    REQUIRE(memcmp(dl.inputs, other.inputs, sizeof(int) * (size_t)BT) == 0, "restored loader reads another batch");
+    // a corrupted position is refused, or reads a real batch
+    s = dataloader_get_state(&dl);
+    uint64_t old;
+    memcpy(&old, (char*)&s + 8 * field, 8);
+    if (add) value = old + (uint64_t)delta;
+    memcpy((char*)&s + 8 * field, &value, 8);
+    if (dataloader_set_state(&other, &s, err, sizeof err))
+        REQUIRE(dataloader_next_batch(&other), "accepted state (field %d = %llx) reads nothing: %s", field,
+                (unsigned long long)value, other.err);
+    dataloader_free(&dl);
+    dataloader_free(&other);
+}
+
+// ---- optimizer state files ----
+// The parameter count the file is checked against: what its size implies, so the size check can pass.
+static void fuzz_state(const uint8_t* data, size_t n) {
+    const std::string path = scratch("state.bin");
+    write_file(path.c_str(), data, n);
+    const int64_t rest = (int64_t)n - ST_HEADER_SLOTS * 8 - (int64_t)sizeof(DataLoaderState);
+    const int64_t total = rest > 0 ? rest / 8 : 1;
+    int64_t header[ST_HEADER_SLOTS];
+    char err[4400];
+    if (!state_file_check(path.c_str(), total, header, err, sizeof err)) return;
+    REQUIRE(header[ST_STEP] >= 1 && header[ST_ADAM_T] >= 0 && header[ST_ADAM_T] <= header[ST_STEP], "bad step accepted");
+    REQUIRE(header[ST_LR_SCHEDULE] >= 0 && header[ST_LR_SCHEDULE] < LR_SCHEDULES, "bad schedule accepted");
+    REQUIRE(header[ST_PARAMS] == total, "wrong parameter count accepted");
+}
+
+// ---- tokenizer files ----
+static void fuzz_tokenizer(const uint8_t* data, size_t n) {
+    const std::string path = scratch("tokenizer.bin");
+    write_file(path.c_str(), data, n);
+    Tokenizer t;
+    char err[1024];
+    if (tokenizer_init(&t, path.c_str(), err, sizeof err)) {
+        REQUIRE(t.eot_token >= 0, "no eot token");
+        size_t bytes = 0;
+        for (uint32_t id = 0; id < t.vocab_size; id++) {
+            const char* piece = tokenizer_decode(&t, id);
+            REQUIRE(piece != NULL, "id %u of %u does not decode", id, t.vocab_size);
+            bytes += strlen(piece);
+        }
+        REQUIRE(bytes <= n, "decoded more bytes than the file holds");
+        REQUIRE(tokenizer_decode(&t, t.vocab_size) == NULL, "an id past the vocabulary decodes");
+    }
+    tokenizer_free(&t);
+}
+
+// ---- flags and model specs ----
+// Input: NUL-separated argv[1..].
+static void fuzz_args(const uint8_t* data, size_t n) {
+    std::string text((const char*)data, n);
+    std::vector<char*> argv = {(char*)"train_gpt_cpu"};
+    for (size_t i = 0; i <= text.size() && argv.size() < 64;) {
+        argv.push_back(&text[i]);
+        i += strlen(&text[i]) + 1;
+    }
+    TrainArgs a;
+    train_args_defaults(&a);
+    char err[4400];
+    const int r = parse_train_argv((int)argv.size(), argv.data(), &a, err, sizeof err);
+    REQUIRE(r == 0 || r == 1 || r == 2, "parse returned %d", r);
+    if (r == 0) REQUIRE(err[0] != '\0', "refused without a reason");  // (die() prints it on one line, escaped)
+    if (r != 1) return;
+    REQUIRE(train_args_check(&a, err, sizeof err), "accepted, then refused: %s", err);
+    REQUIRE(a.B >= 1 && a.T >= 1, "B=%d T=%d accepted", a.B, a.T);
+    const int micro = grad_accum_steps(&a);
+    REQUIRE(micro >= 1 && (a.total_batch_tokens == 0 || (int64_t)micro * a.B * a.T == a.total_batch_tokens),
+            "-d %lld is not %d micro-batches of %d x %d", (long long)a.total_batch_tokens, micro, a.B, a.T);
+}
+static void fuzz_spec(const uint8_t* data, size_t n) {
+    const std::string spec((const char*)data, strnlen((const char*)data, n));
+    GPTConfig cfg;
+    char err[1024] = "";
+    const int r = parse_model_spec(spec.c_str(), &cfg, err, sizeof err);
+    REQUIRE(r == 0 || r == 1 || r == 2, "parse returned %d", r);
+    if (r == 0) REQUIRE(err[0] != '\0', "refused without a reason");
+    if (r != 1) return;
+    REQUIRE(gpt_config_check(&cfg, err, sizeof err), "spec accepted, config refused: %s", err);
+    const ParamLayout p = gpt_layout(&cfg);
+    REQUIRE(p.total > 0 && gpt_num_real_params(&cfg, &p) > 0, "parameter count %lld", (long long)p.total);
+}
+
+// ---- the data-prep encoder ----
+static void fuzz_bpe(const uint8_t* data, size_t n) {
+    const std::string text((const char*)data, n);
+    const std::vector<int> ids = gpt2_bpe_encode(&bpe, text);
+    for (int id : ids) REQUIRE(id >= 0 && id < 50257, "id %d", id);
+    REQUIRE(gpt2_bpe_decode(&bpe, ids) == text, "decode(encode(text)) != text (%zu bytes, %zu ids)", n, ids.size());
+    REQUIRE(ids.size() <= n, "%zu ids for %zu bytes", ids.size(), n);
+}
+
+// ---- seeds: valid inputs written by the project's own writers, so the fuzzer starts past the headers ----
+static void put(const std::string& d, const char* name, const void* p, size_t n) {
+    mkdir(d.c_str(), 0755);
+    write_file((d + "/" + name).c_str(), p, n);
+}
+static void write_seeds(const char* root) {
+    mkdir(root, 0755);
+    const std::string r(root);
+    char err[4400];
+    // model: the smallest legal shape, fp32 (our writer) and the same as bf16 (llm.c's version 5)
+    GPTConfig cfg = {4, 3, 128, 1, 1, 32};
+    std::vector<float> params((size_t)gpt_layout(&cfg).total);
+    gpt_init_params(&cfg, params.data(), 7);
+    mkdir((r + "/model").c_str(), 0755);
+    if (!gpt_save_params((r + "/model/fp32.bin").c_str(), &cfg, params.data(), err, sizeof err)) { fprintf(stderr, "%s\n", err); exit(1); }
+    std::vector<uint8_t> bf16(1024 + 2 * params.size());
+    int header[256] = {MODEL_MAGIC, MODEL_VERSION_BF16, 4, 3, 1, 1, 32, 128};
+    memcpy(bf16.data(), header, 1024);
+    for (size_t i = 0; i < params.size(); i++) {  // tensor order differs, but any bits are weights
+        uint32_t u;
+        memcpy(&u, &params[i], 4);
+        const uint16_t h = (uint16_t)(u >> 16);
+        memcpy(&bf16[1024 + 2 * i], &h, 2);
+    }
+    put(r + "/model", "bf16.bin", bf16.data(), bf16.size());
+    // shard: B=2, T=4 over 40 tokens, and the shuffled two-shard variant
+    std::vector<uint8_t> shard(kShardParams + 1024 + 80, 0);
+    const uint8_t params_plain[kShardParams] = {1, 3, 0, 5, 2, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0};  // batch index + 2
+    memcpy(shard.data(), params_plain, kShardParams);
+    const int shard_header[3] = {DATALOADER_MAGIC, DATALOADER_VERSION, 40};
+    memcpy(shard.data() + kShardParams, shard_header, sizeof shard_header);
+    for (int i = 0; i < 40; i++) {
+        const uint16_t t = (uint16_t)(i * 997 % 50257);
+        memcpy(&shard[kShardParams + 1024 + 2 * i], &t, 2);
+    }
+    put(r + "/shard", "plain", shard.data(), shard.size());
+    shard[2] = 3;  // shuffled, two shards; shard index + 1
+    shard[4] = 1;
+    shard[6] = 1;
+    put(r + "/shard", "shuffled_two", shard.data(), shard.size());
+    // state: a header the check accepts for 4 parameters
+    std::vector<uint8_t> state(ST_HEADER_SLOTS * 8 + sizeof(DataLoaderState) + 4 * 8, 0);
+    int64_t sh[ST_HEADER_SLOTS] = {0};
+    sh[ST_MAGIC] = STATE_MAGIC; sh[ST_VERSION] = STATE_VERSION; sh[ST_STEP] = 3; sh[ST_PARAMS] = 4;
+    sh[ST_DATA_STATE_BYTES] = sizeof(DataLoaderState); sh[ST_ADAM_T] = 3;
+    memcpy(state.data(), sh, sizeof sh);
+    put(r + "/state", "ok", state.data(), state.size());
+    // tokenizer: the shipped one is large; a 3-token version 2 file
+    std::vector<uint8_t> tok(1024, 0);
+    const uint32_t th[4] = {TOKENIZER_MAGIC, 2, 3, 2};
+    memcpy(tok.data(), th, sizeof th);
+    const char* pieces[3] = {"a", " bc", "<|endoftext|>"};
+    for (const char* p : pieces) { tok.push_back((uint8_t)strlen(p)); tok.insert(tok.end(), p, p + strlen(p)); }
+    put(r + "/tokenizer", "three", tok.data(), tok.size());
+    // args, spec, bpe
+    const char args[] = "-b\0" "8\0" "-t\0" "64\0" "-d\0" "1024\0" "-k\0" "wsd\0" "-o\0" "out\0" "-n\0" "5\0" "-nk\0" "2\0" "-gc\0" "0.5";
+    put(r + "/args", "some", args, sizeof args - 1);
+    const char* specs[] = {"d12", "L2:C64:NH2:T32", "5b:T2048:V65536", "124M"};
+    for (int i = 0; i < 4; i++) put(r + "/spec", std::to_string(i).c_str(), specs[i], strlen(specs[i]));
+    const char text[] = "First Citizen:\nBefore we proceed any further, hear me speak.\n\n  It's 2026 \xc3\xa9t\xc3\xa9 \xff\xfe!";
+    put(r + "/bpe", "text", text, sizeof text - 1);
+}
+
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+    if (const char* seeds = getenv("FUZZ_SEEDS")) { write_seeds(seeds); exit(0); }
+    const char* name = getenv("FUZZ_TARGET");
+    for (int i = 0; name && i < NUM_TARGETS; i++)
+        if (strcmp(name, target_names[i]) == 0) target = i;
+    if (target < 0) {
+        fprintf(stderr, "fuzz_inputs: set FUZZ_TARGET to one of: model shard state tokenizer args spec bpe\n");
+        exit(2);
+    }
+    snprintf(dir, sizeof dir, "/tmp/fuzz_inputs.XXXXXX");
+    if (!mkdtemp(dir)) { perror("mkdtemp"); exit(2); }
+    if (target == T_BPE) {
+        std::string err;
+        if (!gpt2_bpe_load(&bpe, "dev/data/gpt2/encoder.json", "dev/data/gpt2/vocab.bpe", &err)) {
+            fprintf(stderr, "fuzz_inputs: %s (run from the repo root)\n", err.c_str());
+            exit(2);
+        }
+    }
+    return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t n) {
+    switch (target) {
+        case T_MODEL: fuzz_model(data, n); break;
+        case T_SHARD: fuzz_shard(data, n); break;
+        case T_STATE: fuzz_state(data, n); break;
+        case T_TOKENIZER: fuzz_tokenizer(data, n); break;
+        case T_ARGS: fuzz_args(data, n); break;
+        case T_SPEC: fuzz_spec(data, n); break;
+        case T_BPE: fuzz_bpe(data, n); break;
+    }
+    return 0;
+}
