@@ -1,6 +1,6 @@
 // attention.cuh — causal self-attention of one layer on the GPU, forward and backward: per-head cuBLAS batched
 // GEMMs and the causal softmax kernels, on the activations' own layouts (no copies into a per-head layout).
-// It holds no kernels and calls no CUDA API itself: it needs matmul_batched (train_gpt.cu, cuBLAS) and
+// It holds no kernels and calls no CUDA API itself: it needs matmul_batched (matmul.cuh, cuBLAS) and
 // softmax_causal_forward / softmax_causal_backward (kernels.cuh) declared before it is included. That is on
 // purpose: test/test_attention.cpp includes it with CPU stand-ins for those three (an emulation of cuBLAS's
 // column-major semantics that also checks the leading dimensions), so the index and stride math below is

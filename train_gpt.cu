@@ -1111,8 +1111,7 @@ static float validation_loss(GPT* g, DataLoader* val, int64_t batches) {
     return (float)(sum / (double)batches);
 }
 
-static TimelineSummary print_timeline(GPT* g, const char* output_dir) {
-    TimelineSummary t = timeline_summarize(g->timeline);
+static void print_timeline(GPT* g, const TimelineSummary& t, const char* output_dir) {
     printf("TIMELINE {\"step_s\": %.4f, \"compute_busy_s\": %.4f, \"h2d_busy_s\": %.4f, \"d2h_busy_s\": %.4f, "
            "\"adam_busy_s\": %.4f, \"gpu_idle_s\": %.4f, \"fwd_wait_s\": %.4f, \"bwd_wait_s\": %.4f}\n",
            t.step_s, t.busy_s[TRACK_COMPUTE], t.busy_s[TRACK_H2D], t.busy_s[TRACK_D2H], t.busy_s[TRACK_ADAM], t.gpu_idle_s,
@@ -1122,7 +1121,6 @@ static TimelineSummary print_timeline(GPT* g, const char* output_dir) {
         snprintf(path, sizeof path, "%s/trace.json", output_dir);
         if (!timeline_write_chrome_trace(g->timeline, path)) fprintf(stderr, "warning: cannot write %s\n", path);
     }
-    return t;
 }
 
 static int compare_double(const void* a, const void* b) {
@@ -1338,6 +1336,9 @@ int main(int argc, char** argv) {
         }
         const float lr = learning_rate_at(&args, step, total_steps);
         const float loss = gpt_step(&g, inputs, targets, n_micro, lr);
+        // -Y 1: the summary waits for the step's last GPU work (the GPU AdamW, the last gradients' copy), which
+        // then belongs to this step's time; without it that tail is in the next step's time: the same in a run.
+        if (g.timeline) last_timeline = timeline_summarize(g.timeline);
         // Time between consecutive returns: it includes waiting for the previous step's AdamW, which is
         // where an unhidden optimizer shows up.
         const double now = timeline_now(), dt = now - last_return;
@@ -1349,8 +1350,8 @@ int main(int argc, char** argv) {
                loss, g.last_norm, lr, dt * 1e3, step_tokens / dt, 100.0 * flops_per_step / dt / H100_BF16_PEAK_FLOPS,
                g.skipped[0] ? " | update skipped: " : "", g.skipped);
         if (g.timeline) {
-            last_timeline = print_timeline(&g, args.output_dir);
-            last_return = timeline_now();  // writing the trace is not part of the next step
+            print_timeline(&g, last_timeline, args.output_dir);
+            last_return = timeline_now();  // printing and writing the trace are not part of the next step
         }
         fflush(stdout);
         logger_train(&logger, step + 1, loss, lr, (float)g.last_norm);

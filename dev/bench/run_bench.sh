@@ -96,8 +96,8 @@ cat "$OUT/device.txt"
 rm -f "$OUT"/attention.log "$OUT"/attention_sdpa.log "$OUT"/layer.log "$OUT"/layer_unfused.log "$OUT"/ours-*.log "$OUT"/ours_res-*.log "$OUT"/ours_keep-*.log "$OUT"/ours_unfused-*.log "$OUT"/gpu_ckpt-*.log "$OUT"/fsdp_offload-*.log "$OUT"/cpu_adam.log "$OUT"/torch_adam.log
 
 # ---- (c) our trainer on every config (the product), then the two peers the targets need, then our
-# runs with GPU-resident layers (-R -1), then the attention and layer micro-benchmarks, then (d) AdamW, then
-# the unfused run and the other peers ----
+# runs with GPU-resident layers (-R -1) and kept activations, then (d) AdamW, then the attention and layer
+# micro-benchmarks, the unfused run and the other peers ----
 ours() {  # ours NAME CFG [flags...]: one run of train_gpt in benchmark mode on config CFG
     local name=$1 cfg=$2; shift 2
     read -r L C NH <<< "$(model_of "$cfg")"
@@ -134,6 +134,12 @@ for cfg in $KEEP_CONFIGS; do
     # shellcheck disable=SC2046
     wanted "$cfg" && ours "ours_keep-$cfg" "$cfg" $(keep_args_of "$cfg")
 done
+# (d) AdamW (~15 s): a target of its own, so before the micro-benchmarks that only explain
+if [ "$ADAM" = 1 ]; then
+    if [ -x build/bench_cpu_adam ]; then run cpu_adam build/bench_cpu_adam "$ADAM_N" "$ADAM_THREADS" 5
+    else skip cpu_adam "build/bench_cpu_adam did not build"; fi
+    run torch_adam python3 dev/bench/bench_torch_adam.py "$ADAM_N" "$ADAM_THREADS" 5
+fi
 
 # the two attention paths alone at the 1.3B and 5B shapes: agreement at T = 1024 and their speed (~20 s)
 if [ -x build/bench_attention ]; then run attention build/bench_attention
@@ -143,12 +149,6 @@ if [ "$PEERS" = 1 ]; then run attention_sdpa python3 dev/bench/bench_sdpa.py; el
 # one layer stage by stage at the same shapes, fused and unfused (~30 s): which stage a layer's time goes to
 if [ -x build/bench_layer ]; then run layer build/bench_layer; run layer_unfused build/bench_layer -F 0 -G 0
 else skip layer "build/bench_layer did not build (see build.log)"; fi
-
-if [ "$ADAM" = 1 ]; then
-    if [ -x build/bench_cpu_adam ]; then run cpu_adam build/bench_cpu_adam "$ADAM_N" "$ADAM_THREADS" 5
-    else skip cpu_adam "build/bench_cpu_adam did not build"; fi
-    run torch_adam python3 dev/bench/bench_torch_adam.py "$ADAM_N" "$ADAM_THREADS" 5
-fi
 
 for cfg in $UNFUSED_CONFIGS; do
     wanted "$cfg" && ours "ours_unfused-$cfg" "$cfg" -F 0 -G 0
