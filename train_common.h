@@ -9,6 +9,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <math.h>
 #include <stdint.h>
@@ -590,6 +591,41 @@ static inline int outlier_skip(const TrainArgs* a, OutlierWindow* losses, Outlie
     else if (a->skip_grad_z > 0.0f && zg > a->skip_grad_z)
         snprintf(why, whylen, "grad norm z-score %.2f > %g", zg, a->skip_grad_z);
     return why[0] != '\0';
+}
+
+// ----------------------------------------------------------------------------
+// CPU cores
+
+// The cores a cgroup's CPU quota allows ("QUOTA PERIOD" in microseconds, as cgroup v2's cpu.max holds; "max" or a
+// negative quota: no limit), rounded up; -1 when unlimited or unreadable.
+static inline int cgroup_quota_cores(const char* cpu_max) {
+    long long quota = 0, period = 0;
+    if (!cpu_max || sscanf(cpu_max, "%lld %lld", &quota, &period) != 2 || quota <= 0 || period <= 0) return -1;
+    return (int)((quota + period - 1) / period);
+}
+// The cores this process can really use: its affinity mask (taskset, numactl, a container's cpuset), further
+// limited by a cgroup CPU quota (docker --cpus) when there is one. A thread team larger than that would
+// time-slice every parallel region on fewer cores than it has threads.
+static inline int usable_cpu_cores(void) {
+    cpu_set_t allowed;
+    int cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    char text[64] = "";
+    FILE* f = fopen("/sys/fs/cgroup/cpu.max", "r");  // cgroup v2
+    if (f) {
+        if (!fgets(text, sizeof text, f)) text[0] = '\0';
+        fclose(f);
+    } else {  // cgroup v1: two files
+        long long quota = -1, period = -1;
+        FILE* q = fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r");
+        FILE* pf = fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r");
+        if (q && pf && fscanf(q, "%lld", &quota) == 1 && fscanf(pf, "%lld", &period) == 1)
+            snprintf(text, sizeof text, "%lld %lld", quota, period);
+        if (q) fclose(q);
+        if (pf) fclose(pf);
+    }
+    const int quota_cores = cgroup_quota_cores(text);
+    if (quota_cores > 0 && quota_cores < cores) cores = quota_cores;
+    return cores > 0 ? cores : 1;
 }
 
 // ----------------------------------------------------------------------------

@@ -38,7 +38,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
-#include <sched.h>
 #include <thread>
 #include <dirent.h>
 #include <sys/mman.h>
@@ -1241,12 +1240,10 @@ int main(int argc, char** argv) {
     }
 
     // build and fill the weights
-    // AdamW threads: all cores but one by default, which stays free to launch kernels and issue copies. The cores
-    // this process may run on (taskset, numactl, a container's cpuset), not all the host has: more threads than
+    // AdamW threads: all cores but one by default, which stays free to launch kernels and issue copies; the cores
+    // this process may use (usable_cpu_cores: affinity mask, cgroup quota), not all the host has: more threads than
     // cores would time-slice every parallel region and take the launching thread's core.
-    cpu_set_t allowed;
-    const int cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed)
-                                                                          : (int)std::thread::hardware_concurrency();
+    const int cores = usable_cpu_cores();
     const int adam_threads = ga.adam_threads > 0 ? ga.adam_threads : (cores > 2 ? cores - 1 : 1);
     cpu_adam_set_threads(adam_threads);
     GPT g;

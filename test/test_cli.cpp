@@ -274,6 +274,25 @@ INSTANTIATE_TEST_SUITE_P(Trainers, Both, ::testing::Values(kCpu, kGpu),
                          });
 
 // ----------------------------------------------------------------------------
+// CPU cores: a cgroup CPU quota (cgroup v2's cpu.max: "QUOTA PERIOD" or "max PERIOD") in whole cores, rounded up
+
+TEST(CpuCores, CgroupQuota) {
+    EXPECT_EQ(cgroup_quota_cores("1600000 100000\n"), 16);
+    EXPECT_EQ(cgroup_quota_cores("150000 100000"), 2);  // 1.5 cores: 2 threads, not 1
+    EXPECT_EQ(cgroup_quota_cores("100000 100000"), 1);
+    EXPECT_EQ(cgroup_quota_cores("max 100000\n"), -1);  // no limit
+    EXPECT_EQ(cgroup_quota_cores("-1 100000"), -1);       // cgroup v1's "no limit"
+    EXPECT_EQ(cgroup_quota_cores(""), -1);
+    EXPECT_EQ(cgroup_quota_cores(NULL), -1);
+    EXPECT_EQ(cgroup_quota_cores("100000 0"), -1);
+    const int cores = usable_cpu_cores();
+    EXPECT_GE(cores, 1);
+    cpu_set_t allowed;
+    ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+    EXPECT_LE(cores, CPU_COUNT(&allowed));
+}
+
+// ----------------------------------------------------------------------------
 // Flags
 
 TEST_P(Both, UnknownFlag) {
