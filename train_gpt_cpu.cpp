@@ -118,7 +118,8 @@ int main(int argc, char** argv) {
     if (parsed == 2) { printf("usage: %s [flags]\n", argv[0]); train_usage(stdout, &defaults); return 0; }
     if (parsed == 0) die("%s (run %s -h for the flags)", err, argv[0]);
     // OpenMP's default team follows the affinity mask but not a cgroup CPU quota (docker --cpus)
-    if (!getenv("OMP_NUM_THREADS") && usable_cpu_cores() < omp_get_max_threads()) omp_set_num_threads(usable_cpu_cores());
+    const int cores = usable_cpu_cores();
+    if (!getenv("OMP_NUM_THREADS") && cores < omp_get_max_threads()) omp_set_num_threads(cores);
     if (args.resume) die("train_gpt_cpu cannot resume (-y 1); it only writes model files");
     // a fresh log and model files in a directory of another run would silently mix with (and overwrite) its
     // own: train_gpt's complete checkpoints (DONE_N) or this trainer's model files
