@@ -101,7 +101,7 @@ $(BUILD)/bench_attention: dev/bench/bench_attention.cu dev/bench/gpu_timing.h tr
 $(BUILD)/bench_layer: dev/bench/bench_layer.cu dev/bench/gpu_timing.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard *.cuh)
 	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o -o $@ $(CUDA_LIBS)
 
-$(BUILD)/bench_cpu_adam: dev/bench/bench_cpu_adam.cpp $(BUILD)/cpu_adam.o cpu_adam.h | $(BUILD)
+$(BUILD)/bench_cpu_adam: dev/bench/bench_cpu_adam.cpp $(BUILD)/cpu_adam.o cpu_adam.h crc32c.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(LDLIBS)
 
 # The tokenizer tool that made the shipped shards (dev/data/README.md says how to re-make them).

@@ -32,12 +32,132 @@ static_assert(ST_LR_SCHEDULE < ST_HEADER_SLOTS, "the state header is full");
 static int64_t float_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return (int64_t)u; }
 static float bits_float(int64_t b) { const uint32_t u = (uint32_t)b; float x; memcpy(&x, &u, 4); return x; }
 
-static int write_all(FILE* f, const void* p, int64_t bytes) { return (int64_t)fwrite(p, 1, (size_t)bytes, f) == bytes; }
 static int read_all(FILE* f, void* p, int64_t bytes) { return (int64_t)fread(p, 1, (size_t)bytes, f) == bytes; }
 
+// A file being written and the CRC-32C (crc32c.h) of what went into it so far.
+typedef struct { FILE* f; uint32_t crc; } CrcWriter;
+static int crc_write(CrcWriter* w, const void* p, int64_t bytes) {
+    w->crc = crc32c_update(w->crc, p, (size_t)bytes);
+    return (int64_t)fwrite(p, 1, (size_t)bytes, w->f) == bytes;
+}
+
+// Opens path for reading only if it is a regular file: a FIFO or a device in its place would block the open
+// or the read forever. NULL with err set otherwise. `what` names the file in the message.
+static FILE* open_regular(const char* path, const char* what, char* err, size_t errlen) {
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) { snprintf(err, errlen, "cannot open %s %.400s: %.60s", what, path, strerror(errno)); return NULL; }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        snprintf(err, errlen, "%s %.400s is not a regular file", what, path);
+        return NULL;
+    }
+    FILE* f = fdopen(fd, "rb");
+    if (!f) { close(fd); snprintf(err, errlen, "cannot open %s %.400s: %.60s", what, path, strerror(errno)); }
+    return f;
+}
+
+// Size and CRC-32C of a whole file, read in 8 MiB pieces. 0 with err set on failure.
+static int file_crc32c(const char* path, int64_t* bytes, uint32_t* crc, char* err, size_t errlen) {
+    FILE* f = open_regular(path, "checkpoint file", err, errlen);
+    if (!f) return 0;
+    const size_t chunk = (size_t)8 << 20;
+    unsigned char* buf = (unsigned char*)malloc(chunk);
+    if (!buf) { fclose(f); snprintf(err, errlen, "out of memory checking %.400s", path); return 0; }
+    *bytes = 0;
+    *crc = 0;
+    size_t n;
+    while ((n = fread(buf, 1, chunk, f)) > 0) { *crc = crc32c_update(*crc, buf, n); *bytes += (int64_t)n; }
+    const int ok = !ferror(f);
+    free(buf);
+    fclose(f);
+    if (!ok) snprintf(err, errlen, "read error in %.400s", path);
+    return ok;
+}
+
+// The DONE marker of a checkpoint, written last, names its two files with their sizes and CRC-32C:
+//   checkpoint 1 crc32c
+//   model_00000012.bin 1234567 1a2b3c4d
+//   state_00000012.bin 2345678 5e6f7081
+// A checksum beside the model file, not inside it, keeps that an llm.c model file. Markers of builds before
+// checksums are empty: such a checkpoint is resumed unverified, with a warning.
+#define DONE_HEADER "checkpoint 1 crc32c\n"
+typedef struct { int64_t bytes; uint32_t crc; } FileSum;
+
+// Writes dir/DONE_<step> naming sums[0] (the model file) and sums[1] (the state file), atomically (a .tmp,
+// fsynced, renamed; the caller fsyncs dir): a marker is there whole or not at all. 0 with err set on failure.
+static int checkpoint_write_done(const char* dir, int64_t step, const FileSum sums[2], char* err, size_t errlen) {
+    char done[4200], tmp[4300];
+    snprintf(done, sizeof done, "%s/DONE_%08lld", dir, (long long)step);
+    snprintf(tmp, sizeof tmp, "%s.tmp", done);
+    FILE* f = fopen(tmp, "w");
+    if (!f) { snprintf(err, errlen, "cannot create %.400s: %.60s", tmp, strerror(errno)); return 0; }
+    errno = 0;
+    const int ok = fprintf(f, DONE_HEADER "model_%08lld.bin %lld %08x\nstate_%08lld.bin %lld %08x\n", (long long)step,
+                           (long long)sums[0].bytes, sums[0].crc, (long long)step, (long long)sums[1].bytes, sums[1].crc) > 0;
+    int why;
+    if (!finish_atomic_write(f, ok, tmp, done, &why)) {
+        snprintf(err, errlen, "cannot write %.400s: %.60s", done, why ? strerror(why) : "short write");
+        return 0;
+    }
+    return 1;
+}
+
+// Checks the files of the checkpoint of `step` against its DONE marker: sizes, then CRC-32C over every byte
+// (one read of each file; at resume only). 1 if they match (*verified = 1) or the marker is an older build's
+// empty one (*verified = 0); 0 with err naming the bad file otherwise.
+static int checkpoint_verify(const char* dir, int64_t step, int* verified, char* err, size_t errlen) {
+    char done[4200];
+    snprintf(done, sizeof done, "%s/DONE_%08lld", dir, (long long)step);
+    *verified = 0;
+    FILE* f = open_regular(done, "checkpoint marker", err, errlen);
+    if (!f) return 0;
+    char text[512];
+    const size_t n = fread(text, 1, sizeof text - 1, f);
+    const int more = fgetc(f) != EOF;
+    fclose(f);
+    text[n] = '\0';
+    if (n == 0) return 1;  // an older build's marker: nothing to check against
+    char name[2][64];
+    long long bytes[2];
+    unsigned crc[2];
+    int used = 0;
+    if (more || strncmp(text, DONE_HEADER, strlen(DONE_HEADER)) != 0 ||
+        sscanf(text + strlen(DONE_HEADER), "%63s %lld %8x\n%63s %lld %8x\n%n", name[0], &bytes[0], &crc[0], name[1],
+               &bytes[1], &crc[1], &used) != 6 || text[strlen(DONE_HEADER) + used] != '\0') {
+        snprintf(err, errlen, "checkpoint marker %.400s: not a marker this build writes (damaged?)", done);
+        return 0;
+    }
+    for (int i = 0; i < 2; i++) {
+        char want[64], path[4300];
+        snprintf(want, sizeof want, "%s_%08lld.bin", i == 0 ? "model" : "state", (long long)step);
+        if (strcmp(name[i], want) != 0) {
+            snprintf(err, errlen, "checkpoint marker %.400s names %.63s, not %s (damaged?)", done, name[i], want);
+            return 0;
+        }
+        snprintf(path, sizeof path, "%s/%s", dir, want);
+        int64_t got_bytes;
+        uint32_t got_crc;
+        if (!file_crc32c(path, &got_bytes, &got_crc, err, errlen)) return 0;
+        if (got_bytes != bytes[i]) {
+            snprintf(err, errlen, "%.400s: %lld bytes, its checkpoint marker says %lld (truncated or replaced)", path,
+                     (long long)got_bytes, bytes[i]);
+            return 0;
+        }
+        if (got_crc != crc[i]) {
+            snprintf(err, errlen, "%.400s: checksum mismatch (CRC-32C %08x, its checkpoint marker says %08x): the file is "
+                     "damaged", path, got_crc, crc[i]);
+            return 0;
+        }
+    }
+    *verified = 1;
+    return 1;
+}
+
 // Writes the checkpoint of `step` (adam_t updates applied) into dir: the model file, the state file (m, v, the
-// data position and a's hyperparameters for a run of B x T micro-batches), then DONE; then removes what -nk / -nm
-// no longer keep. Exits with one error line on any failure: the checkpoints already there stay valid.
+// data position and a's hyperparameters for a run of B x T micro-batches), then DONE with both files' sizes and
+// checksums; then removes what -nk / -nm no longer keep. Exits with one error line on any failure: the
+// checkpoints already there stay valid. Both trainers write this format, so a run moves between them.
 static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const GPTConfig* cfg, const float* master,
                             const float* m, const float* v, const TrainArgs* a, int B, int T,
                             const DataLoaderState* data_state) {
@@ -55,9 +175,11 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     } else if (errno != ENOENT) {
         die("cannot remove the old marker %s: %s", done, strerror(errno));
     }
-    if (!gpt_save_params(model, cfg, master, err, sizeof err)) die("%s", err);
-    FILE* f = fopen(tmp, "wb");
-    if (!f) die("cannot create %s: %s", tmp, strerror(errno));
+    FileSum sums[2];
+    sums[0].bytes = 256 * 4 + total * 4;
+    if (!gpt_save_params(model, cfg, master, err, sizeof err, &sums[0].crc)) die("%s", err);
+    CrcWriter w = {fopen(tmp, "wb"), 0};
+    if (!w.f) die("cannot create %s: %s", tmp, strerror(errno));
     int64_t header[ST_HEADER_SLOTS] = {0};
     header[ST_MAGIC] = STATE_MAGIC;
     header[ST_VERSION] = STATE_VERSION;
@@ -76,14 +198,15 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     header[ST_ADAM_T] = adam_t;
     header[ST_LR_SCHEDULE] = a->lr_schedule;
     errno = 0;
-    int ok = write_all(f, header, sizeof header) && write_all(f, data_state, sizeof *data_state) &&
-             write_all(f, m, total * 4) && write_all(f, v, total * 4);
+    int ok = crc_write(&w, header, sizeof header) && crc_write(&w, data_state, sizeof *data_state) &&
+             crc_write(&w, m, total * 4) && crc_write(&w, v, total * 4);
+    sums[1].bytes = (int64_t)sizeof header + (int64_t)sizeof *data_state + total * 8;
+    sums[1].crc = w.crc;
     int why;
-    if (!finish_atomic_write(f, ok, tmp, path, &why)) die("failed writing %s: %s", path, why ? strerror(why) : "short write");
+    if (!finish_atomic_write(w.f, ok, tmp, path, &why)) die("failed writing %s: %s", path, why ? strerror(why) : "short write");
     // both files and their new names on disk before the marker that vouches for them exists
     if (!fsync_dir(dir, err, sizeof err)) die("%s", err);
-    f = fopen(done, "w");
-    if (!f || fflush(f) != 0 || fsync(fileno(f)) != 0 || fclose(f) != 0) die("cannot write %s", done);
+    if (!checkpoint_write_done(dir, step, sums, err, sizeof err)) die("%s", err);
     if (!fsync_dir(dir, err, sizeof err)) die("%s", err);
     printf("saved checkpoint step %lld to %s\n", (long long)step, dir);
     static const CheckpointFile files[] = {{"DONE_", ""}, {"model_", ".bin"}, {"state_", ".bin"}};
@@ -97,8 +220,8 @@ static int64_t latest_checkpoint(const char* dir) { return dir_latest_step(dir, 
 // Checks an optimizer state file against a model of `total` parameters without reading the bulk of it (so a
 // bad file is refused before any GPU or large host allocation) and reads its header. 0 with a one-line err.
 static int state_file_check(const char* path, int64_t total, int64_t header[ST_HEADER_SLOTS], char* err, size_t errlen) {
-    FILE* f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "cannot open optimizer state %.400s: %.60s", path, strerror(errno)); return 0; }
+    FILE* f = open_regular(path, "optimizer state", err, errlen);
+    if (!f) return 0;
     memset(header, 0, ST_HEADER_SLOTS * sizeof(int64_t));
     const int got = read_all(f, header, ST_HEADER_SLOTS * sizeof(int64_t));
     const int64_t size = fseeko(f, 0, SEEK_END) == 0 ? (int64_t)ftello(f) : -1;
@@ -158,8 +281,9 @@ static int64_t check_state_file(const char* path, int64_t total) {
     return header[ST_STEP];
 }
 
-// The checkpoint a resume starts from: the newest DONE_N in dir whose model file header reads and whose state
-// file passes state_file_check for step N. A damaged one is skipped with a warning and the next older one tried
+// The checkpoint a resume starts from: the newest DONE_N in dir whose model file header reads, whose state
+// file passes state_file_check for step N and whose files match the sizes and checksums of their marker
+// (checkpoint_verify: one read of both files). A damaged one is skipped with a warning and the next older one tried
 // (a marker can outlive its files: disk errors, hand edits). Fills the paths, cfg and the state header; -1 when
 // dir holds no DONE marker. Dies when it holds some but none is valid: starting over would silently drop the
 // run the user asked to resume.
@@ -177,7 +301,14 @@ static int64_t pick_checkpoint(const char* dir, char* model, char* state, size_t
                      (long long)step, (long long)header[ST_STEP]);
             ok = 0;
         }
-        if (ok) return step;
+        int verified = 0;
+        if (ok) ok = checkpoint_verify(dir, step, &verified, err, sizeof err);
+        if (ok) {
+            if (!verified)
+                fprintf(stderr, "warning: resume: the checkpoint of step %lld has no checksums (an older build's): "
+                        "resumed unverified\n", (long long)step);
+            return step;
+        }
         fprintf(stderr, "warning: resume: skipping the checkpoint of step %lld: %s\n", (long long)step, err);
         if (!skipped++) snprintf(newest_err, sizeof newest_err, "%s", err);
     }
@@ -220,11 +351,95 @@ static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_st
 static void state_file_read(const char* path, int64_t total, float* m, float* v, DataLoaderState* data_state,
                             int64_t* step, int64_t* adam_t) {
     *step = check_state_file(path, total);
-    FILE* f = fopen(path, "rb");
+    char err[4352];
+    FILE* f = open_regular(path, "optimizer state", err, sizeof err);
+    if (!f) die("%s", err);
     int64_t header[ST_HEADER_SLOTS];
-    if (!f || !read_all(f, header, sizeof header) || !read_all(f, data_state, sizeof *data_state) ||
+    if ( !read_all(f, header, sizeof header) || !read_all(f, data_state, sizeof *data_state) ||
         !read_all(f, m, total * 4) || !read_all(f, v, total * 4))
         die("optimizer state %s: read failed", path);
     fclose(f);
     *adam_t = header[ST_ADAM_T] > 0 ? header[ST_ADAM_T] : *step;
+}
+
+// ----------------------------------------------------------------------------
+// The output directory of a run: one run per directory, and a run never overwrites what it did not write.
+
+// Removes the temporary files of saves that were interrupted (a kill or a power loss between a .tmp's creation
+// and its rename): <checkpoint file>.tmp and main.log.tmp, only names this project writes. Called with the
+// directory's LOCK held, so no running save owns them.
+static void remove_stale_tmp_files(const char* dir) {
+    DIR* d = opendir(dir);
+    if (!d) return;
+    int removed = 0;
+    struct dirent* e;
+    while ((e = readdir(d))) {
+        char base[256];
+        const size_t len = strlen(e->d_name);
+        if (len < 5 || len >= sizeof base || strcmp(e->d_name + len - 4, ".tmp") != 0) continue;
+        memcpy(base, e->d_name, len - 4);
+        base[len - 4] = '\0';
+        if (strcmp(base, "main.log") != 0 && checkpoint_name_step(base, "DONE_", "") < 0 &&
+            checkpoint_name_step(base, "model_", ".bin") < 0 && checkpoint_name_step(base, "state_", ".bin") < 0)
+            continue;
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (unlink(path) == 0) removed++;
+    }
+    closedir(d);
+    if (removed) printf("removed %d temporary file%s of an interrupted save in %s\n", removed, removed > 1 ? "s" : "", dir);
+}
+
+// The files in dir that a run of either trainer writes (main.log, DONE_N, model_N.bin, state_N.bin), listed
+// into `found` ("main.log, model_00000004.bin and 2 more"); returns how many there are.
+static int dir_run_files(const char* dir, char* found, size_t len) {
+    found[0] = '\0';
+    DIR* d = opendir(dir);
+    if (!d) return 0;
+    int count = 0;
+    struct dirent* e;
+    while ((e = readdir(d))) {
+        const char* n = e->d_name;
+        if (strcmp(n, "main.log") != 0 && checkpoint_name_step(n, "DONE_", "") < 0 &&
+            checkpoint_name_step(n, "model_", ".bin") < 0 && checkpoint_name_step(n, "state_", ".bin") < 0)
+            continue;
+        if (++count <= 2) {
+            const size_t used = strlen(found);
+            snprintf(found + used, len - used, "%s%.100s", count > 1 ? ", " : "", n);
+        }
+    }
+    closedir(d);
+    if (count > 2) {
+        const size_t used = strlen(found);
+        snprintf(found + used, len - used, " and %d more", count - 2);
+    }
+    return count;
+}
+
+// Makes and locks the -o directory of a training run (not a benchmark) and decides where the run starts. With
+// -y 1: the newest valid checkpoint (pick_checkpoint fills model, state, cfg and header) and its step. Otherwise,
+// or with -y 1 and no checkpoint at all, -1, a fresh start, allowed only where no run left anything: a fresh
+// run in a directory holding a main.log or checkpoint files of either trainer dies naming them, since it would
+// overwrite them. Removes leftover temporary files first. Without -o: -1.
+static int64_t open_run_dir(const TrainArgs* a, char* model, char* state, size_t pathlen, GPTConfig* cfg,
+                            int64_t header[ST_HEADER_SLOTS]) {
+    if (!a->output_dir) return -1;
+    const char* dir = a->output_dir;
+    char err[4352];
+    if (!lock_output_dir(dir, err, sizeof err)) die("%s", err);  // one run per directory
+    remove_stale_tmp_files(dir);
+    const int64_t latest = latest_checkpoint(dir);
+    if (a->resume) {
+        const int64_t step = pick_checkpoint(dir, model, state, pathlen, cfg, header);  // dies if none is valid
+        if (step >= 0) return step;
+    } else if (latest >= 0) {
+        die("%s already holds checkpoints (latest step %lld): resume with -y 1, or choose another -o", dir, (long long)latest);
+    }
+    char found[400];
+    if (dir_run_files(dir, found, sizeof found) > 0)
+        die("%s already holds files of another run (%s) but no complete checkpoint: %s; choose another -o", dir,
+            found, a->resume ? "nothing to resume (-y 1), and starting over would overwrite them"
+                             : "a fresh run would overwrite them");
+    if (a->resume) printf("no checkpoint in %s: starting from scratch\n", dir);
+    return -1;
 }

@@ -59,6 +59,8 @@ typedef struct {
     uint16_t* buf;           // B*T+1 raw tokens
     int* inputs;             // B*T token ids
     int* targets;            // B*T next-token ids: targets[i] = token after inputs[i]
+    int64_t last_file;       // the shard and token index (after the header) of the last batch's first token
+    int64_t last_token;
     char err[512];           // why dataloader_next_batch returned 0
 } DataLoader;
 
@@ -222,10 +224,27 @@ static inline int dataloader_next_batch(DataLoader* dl) {
         return 0;
     }
     for (int64_t i = 0; i < BT; i++) { dl->inputs[i] = dl->buf[i]; dl->targets[i] = dl->buf[i + 1]; }
+    dl->last_file = fi;
+    dl->last_token = k * BT;
     if (++dl->batch_index == nb) {
         dl->batch_index = 0;
         if (++dl->shard_index == dl->num_shards) { dl->shard_index = 0; dl->epoch++; }
     }
+    return 1;
+}
+
+// Checks the last batch's B*T+1 tokens against a model's vocabulary of V (a model with a smaller V than the
+// data's tokenizer: the embedding lookup would read outside wte). 0 with err naming the shard, the token's index
+// in it (counted from the first token after the header) and its value.
+static inline int dataloader_check_tokens(const DataLoader* dl, int V, char* err, size_t errlen) {
+    const int64_t n = (int64_t)dl->B * dl->T + 1;
+    for (int64_t i = 0; i < n; i++)
+        if ((int)dl->buf[i] >= V) {
+            snprintf(err, errlen, "shard %.400s: token %lld (byte %lld) is %d, outside the model's vocabulary of %d",
+                     dl->paths[dl->last_file], (long long)(dl->last_token + i),
+                     (long long)(DATALOADER_HEADER_BYTES + 2 * (dl->last_token + i)), (int)dl->buf[i], V);
+            return 0;
+        }
     return 1;
 }
 

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "crc32c.h"
 
 #define MODEL_MAGIC 20240326
 #define MODEL_VERSION_FP32 3
@@ -260,8 +261,10 @@ static inline int finish_atomic_write(FILE* f, int ok, const char* tmp, const ch
 
 // Saves atomically: writes path.tmp, fsyncs it, then renames, so a crash mid-save never destroys the old file
 // and the new name never points at data still in the page cache. The caller fsyncs the directory (fsync_dir
-// in train_common.h) to make the rename itself durable.
-static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const float* params, char* err, size_t errlen) {
+// in train_common.h) to make the rename itself durable. crc (optional) gets the CRC-32C of the file's bytes,
+// computed as they are written (checkpoints record it beside the file: the file stays llm.c's format).
+static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const float* params, char* err, size_t errlen,
+                                  uint32_t* crc = NULL) {
     ParamLayout p = gpt_layout(cfg);
     char tmp[4200];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
@@ -275,6 +278,7 @@ static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const 
     header[4] = cfg->num_layers; header[5] = cfg->num_heads; header[6] = cfg->channels; header[7] = cfg->padded_vocab_size;
     errno = 0;
     int ok = fwrite(header, sizeof(int), 256, f) == 256;
+    uint32_t sum = crc32c_update(0, header, sizeof header);
     for (int k = 0; k < 16 && ok; k++) {
         int is_layer = llmc_file_order[k][0], t = llmc_file_order[k][1];
         int reps = is_layer ? cfg->num_layers : 1;
@@ -282,8 +286,10 @@ static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const 
             const float* src = is_layer ? params + gpt_layer_offset(&p, l) + p.layer_offset[t] : params + p.embed_offset[t];
             int64_t n = is_layer ? p.layer_size[t] : p.embed_size[t];
             ok = (int64_t)fwrite(src, sizeof(float), (size_t)n, f) == n;
+            sum = crc32c_update(sum, src, (size_t)n * sizeof(float));
         }
     }
+    if (crc) *crc = sum;
     int why;
     if (!finish_atomic_write(f, ok, tmp, path, &why)) {
         snprintf(err, errlen, "failed writing model file %.400s: %.80s", path, why ? strerror(why) : "short write");

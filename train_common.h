@@ -60,11 +60,19 @@ static inline void table_rule(void) {
     printf("+------------------------+----------------------------------------------------------+\n");
 }
 
-// Dies when a token id is outside the model's vocabulary (a model with a smaller V than the data's
-// tokenizer): the embedding lookup would read outside wte.
-static inline void check_token_ids(const int* tokens, int64_t n, int V, const char* what) {
-    for (int64_t i = 0; i < n; i++)
-        if (tokens[i] < 0 || tokens[i] >= V) die("%s holds token id %d, outside the model's vocabulary of %d", what, tokens[i], V);
+// The one rule both trainers stop by, checked after a step's backward pass and before its update, so a bad
+// update is never applied and the last checkpoint stays the last good one. Diverged: a loss or gradient norm
+// that is not finite; a mean loss over 10 x ln(V) (10x that of a uniform guess: the model gives the targets
+// less than V^-10 on average; no run that still learns gets there, an exploding one passes it within a step
+// or two while staying finite); or a norm over 1e10 (a GPU's fp32 sum of squares overflows at ~1.3e19, so past
+// this the trainers could no longer agree on it). Returns 1 with why filled, else 0.
+static inline int training_diverged(double loss, double norm, int V, char* why, size_t len) {
+    const double loss_cap = 10.0 * log((double)V), norm_cap = 1e10;
+    if (!isfinite(loss) || !isfinite(norm)) snprintf(why, len, "not finite");
+    else if (loss > loss_cap) snprintf(why, len, "loss above %.1f = 10 x ln(V)", loss_cap);
+    else if (norm > norm_cap) snprintf(why, len, "grad norm above %.0e", norm_cap);
+    else return 0;
+    return 1;
 }
 
 // ----------------------------------------------------------------------------
@@ -96,7 +104,7 @@ typedef struct {
     int val_every;               // -v  validation every N steps (and at the end); 0 = never
     int val_max_batches;         // -m  batches per validation; 0 = the whole val set
     int sample_every;            // -s  generate a sample every N steps; 0 = only at the end
-    int gen_tokens;              // -g  tokens per generated sample; 0 = no sampling
+    int gen_tokens;              // -g  tokens per generated sample; 0 = no sampling; -1 = the default (sample_tokens)
     int checkpoint_every;        // -n  checkpoint every N steps (needs -o); 0 = never
     int keep_checkpoints;        // -nk keep only the newest N checkpoints (llm.c's flag); 0 = keep all
     int major_checkpoint_every;  // -nm checkpoints at multiples of N steps are kept whatever -nk says; 0 = none
@@ -118,7 +126,7 @@ static inline void train_args_defaults(TrainArgs* a) {
     a->B = 4; a->T = 1024; a->total_batch_tokens = 0;
     a->lr = 3e-4f; a->warmup_steps = 0; a->final_lr_frac = 1.0f; a->lr_schedule = LR_COSINE;
     a->weight_decay = 0.0f; a->grad_clip = 1.0f;
-    a->max_steps = -1; a->val_every = 20; a->val_max_batches = 20; a->sample_every = 0; a->gen_tokens = 64;
+    a->max_steps = -1; a->val_every = 20; a->val_max_batches = 20; a->sample_every = 0; a->gen_tokens = -1;
     a->checkpoint_every = 0; a->keep_checkpoints = 0; a->major_checkpoint_every = 0; a->resume = 0;
     a->overfit_single_batch = 0;
 }
@@ -149,7 +157,7 @@ static inline void train_usage(FILE* f, const TrainArgs* d = NULL) {
             "  -v <int>    val loss every N steps, 0 = never (default %d)\n"
             "  -m <int>    val batches, 0 = all (default %d)\n"
             "  -s <int>    sample every N steps, 0 = only at the end (default %d)\n"
-            "  -g <int>    generated tokens per sample, 0 = none (default %d)\n"
+            "  -g <int>    generated tokens per sample, at most T - 1, 0 = none (default 64, or T - 1 if less)\n"
             "  -n <int>    checkpoint every N steps, 0 = never (default %d)\n"
             "  -nk <int>   keep only the newest N checkpoints, removing older ones once a new one is complete,\n"
             "              0 = keep all (default %d)\n"
@@ -162,7 +170,7 @@ static inline void train_usage(FILE* f, const TrainArgs* d = NULL) {
             "  -h          this help\n",
             d->train_data, d->val_data, d->model, d->B, d->T, d->lr, d->warmup_steps, d->final_lr_frac,
             lr_schedule_name(d->lr_schedule), d->weight_decay, d->grad_clip, d->max_steps, d->val_every, d->val_max_batches, d->sample_every,
-            d->gen_tokens, d->checkpoint_every, d->keep_checkpoints, d->major_checkpoint_every, d->resume,
+            d->checkpoint_every, d->keep_checkpoints, d->major_checkpoint_every, d->resume,
             d->overfit_single_batch, OUTLIER_WINDOW, d->skip_loss_z, d->skip_grad_z);
 }
 
@@ -193,7 +201,7 @@ static inline int parse_float_in(const char* flag, const char* s, double lo, dou
         return 0;
     }
     if (v < lo || v > hi) {
-        snprintf(err, errlen, "flag %s: %g out of range [%g, %g]", flag, v, lo, hi);
+        snprintf(err, errlen, "flag %s: %.9g out of range [%.9g, %.9g]", flag, v, lo, hi);
         return 0;
     }
     *out = (float)v;
@@ -271,6 +279,12 @@ static inline int train_args_check(const TrainArgs* a, char* err, size_t errlen)
         snprintf(err, errlen, "-d %lld asks for more than 2^20 micro-batches per step", (long long)a->total_batch_tokens);
         return 0;
     }
+    // a sample is one sequence of T positions after <|endoftext|>: both trainers generate exactly -g tokens
+    if (a->gen_tokens >= 0 && a->gen_tokens > a->T - 1) {
+        snprintf(err, errlen, "-g %d: a sample is generated within one sequence of -t %d positions after "
+                 "<|endoftext|>, so at most %d tokens: lower -g or raise -t", a->gen_tokens, a->T, a->T - 1);
+        return 0;
+    }
     if ((a->checkpoint_every > 0 || a->resume) && !a->output_dir) {
         snprintf(err, errlen, "-n and -y need an output directory (-o)");
         return 0;
@@ -287,6 +301,11 @@ static inline int train_args_check(const TrainArgs* a, char* err, size_t errlen)
         return 0;
     }
     return 1;
+}
+
+// Tokens per generated sample: -g, or by default 64 (llm.c's) or T - 1 if less.
+static inline int sample_tokens(const TrainArgs* a) {
+    return a->gen_tokens >= 0 ? a->gen_tokens : (a->T - 1 < 64 ? a->T - 1 : 64);
 }
 
 // Micro-batches per optimizer step (-d / (B*T)).
@@ -354,7 +373,7 @@ typedef struct { const char* name; int L, C, NH; } ModelPreset;
 static const ModelPreset model_presets[] = {
     {"124m", 12, 768, 12},  {"350m", 24, 1024, 16}, {"774m", 36, 1280, 20},  {"1558m", 48, 1600, 25},
     {"1.3b", 24, 2048, 16}, {"2.7b", 32, 2560, 32}, {"5b", 24, 4096, 32},    {"7b", 32, 4096, 32},
-    {"13b", 40, 5120, 40},  {"30b", 48, 7168, 56},  {"70b", 80, 8192, 64},   {"100b", 100, 9216, 72},
+    {"13b", 40, 5120, 40},  {"30b", 48, 7168, 56},  {"70b", 86, 8192, 64},   {"100b", 100, 9216, 72},
     {"175b", 96, 12288, 96}};
 
 // Reads "<key><digits>" (e.g. "NH12") into *v if the token starts with key; 1 on a match.

@@ -38,6 +38,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <dirent.h>
 #include <sys/mman.h>
@@ -46,7 +47,8 @@
 #include <unistd.h>
 #include "cpu_adam.h"      // adamw_update_*, bf16 conversion
 #include "cuda_common.h"   // cudaCheck, cublasCheck, bf16
-#include "checkpoint.h"    // checkpoint files: save, check, pick the one to resume
+#include "checkpoint.h"    // checkpoint files: save, check, pick the one to resume; the -o directory
+#include "stop_signal.h"   // SIGINT / SIGTERM: finish the step, checkpoint, exit
 #include "dataloader.h"    // DataLoader: llm.c token shards
 #include "kernels.cuh"     // layernorm, gelu, attention softmax, classifier, embedding kernels
 #include "model.h"         // GPTConfig, ParamLayout (layer-major), model files, init
@@ -779,8 +781,10 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     if (tl && g->opt->rounds_done > 0 && !g->skipped[0]) {
         for (int l = R; l < L; l++) timeline_host_span(tl, TRACK_ADAM, "adamw", l, g->opt->block_t0[l], g->opt->block_t1[l]);
     }
-    // A non-finite loss or norm: no update (the caller stops; the weights stay those of the last step).
-    if (!isfinite(loss) || !isfinite(g->last_norm)) return loss;
+    // A diverged step (training_diverged: the rule both trainers stop by): no update (the caller stops; the
+    // weights stay those of the last step).
+    char diverged[96];
+    if (training_diverged(loss, g->last_norm, g->config.vocab_size, diverged, sizeof diverged)) return loss;
     g->step++;
     // -sl / -sg: an outlier step updates nothing either; the weights (on the host, in the GPU slots, resident)
     // and the AdamW state stay those of the last step, and no gradient is read again (the next step's backward
@@ -968,7 +972,6 @@ static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
     a->val_every = 10;
     a->val_max_batches = 4;   // a cap for big val sets: the shipped val shard (32,768 tokens) holds only 3 batches of
                               // B*T = 8192 (the last, partial one is never read), so it is validated whole
-    a->gen_tokens = 64;
     ga->num_slots = 2; ga->bench_steps = 0; ga->bench_warmup = 2; ga->timeline = 0; ga->adam_threads = 0;
     ga->model_given = 0; ga->resident = 0; ga->kept = 0; ga->flash = 1; ga->epilogues = 1;
     ga->plan_only = 0; ga->host_gib = 0; ga->gpu_gib = 0;
@@ -1040,9 +1043,9 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
             if (r < 0) { unknown_flag_error(flag, err, sizeof err); die("%s (run ./train_gpt -h for the flags)", err); }
             ok = r;
         }
-        if (!ok) die("%s", err);
+        if (!ok) die("%s (run ./train_gpt -h for the flags)", err);
     }
-    if (!train_args_check(a, err, sizeof err)) die("%s", err);
+    if (!train_args_check(a, err, sizeof err)) die("%s (run ./train_gpt -h for the flags)", err);
 }
 
 // Model config from -e: a spec (random init) or an llm.c model file (its header).
@@ -1092,8 +1095,8 @@ static void next_step_batches(DataLoader* dl, int n_micro, int* inputs, int* tar
     const int64_t N = (int64_t)dl->B * dl->T;
     for (int mb = 0; mb < n_micro; mb++) {
         if (!dataloader_next_batch(dl)) die("%s", dl->err);
-        check_token_ids(dl->inputs, N, V, "the train data");
-        check_token_ids(dl->targets, N, V, "the train data");
+        char err[600];
+        if (!dataloader_check_tokens(dl, V, err, sizeof err)) die("train data: %s", err);
         memcpy(inputs + mb * N, dl->inputs, (size_t)N * sizeof(int));
         memcpy(targets + mb * N, dl->targets, (size_t)N * sizeof(int));
     }
@@ -1104,8 +1107,8 @@ static float validation_loss(GPT* g, DataLoader* val, int64_t batches) {
     double sum = 0.0;
     for (int64_t i = 0; i < batches; i++) {
         if (!dataloader_next_batch(val)) die("%s", val->err);
-        check_token_ids(val->inputs, (int64_t)val->B * val->T, g->config.vocab_size, "the val data");
-        check_token_ids(val->targets, (int64_t)val->B * val->T, g->config.vocab_size, "the val data");
+        char err[600];
+        if (!dataloader_check_tokens(val, g->config.vocab_size, err, sizeof err)) die("val data: %s", err);
         sum += gpt_forward_eval(g, val->inputs, val->targets);
     }
     return (float)(sum / (double)batches);
@@ -1136,26 +1139,17 @@ int main(int argc, char** argv) {
     cublaslt_fusion = ga.epilogues;
     const int bench = ga.bench_steps > 0;
     char err[4352];
-    // benchmark mode writes nothing to -o but the timeline's trace.json (-Y 1); the plan (-P 1) nothing
-    const bool writes_output = args.output_dir && !ga.plan_only && (!bench || ga.timeline);
-    if (writes_output && !lock_output_dir(args.output_dir, err, sizeof err)) die("%s", err);
-    // a fresh run's main.log and checkpoints would silently mix with those of the run already in -o
-    if (writes_output && !bench && !args.resume) {
-        const int64_t old_step = latest_checkpoint(args.output_dir);
-        if (old_step >= 0)
-            die("%s already holds checkpoints (latest step %lld): resume with -y 1, or choose another -o",
-                args.output_dir, (long long)old_step);
-    }
-
-    // resume: the model file of the newest valid checkpoint replaces -e (which, if given, must describe it)
+    // -o: one run per directory, a fresh run only where no run left files, -y 1 from the newest valid checkpoint
+    // (open_run_dir). Benchmark mode writes nothing there but the timeline's trace.json (-Y 1), and resumes
+    // nothing (its steps count from 0); the plan (-P 1) writes nothing.
+    if (args.output_dir && bench && ga.timeline && !ga.plan_only && !lock_output_dir(args.output_dir, err, sizeof err))
+        die("%s", err);
     int64_t resume_step = -1, resume_header[ST_HEADER_SLOTS];
     char resume_model[4200] = "", resume_state[4200] = "";
-    if (args.resume && !bench) {  // benchmark steps count from 0: a resumed start would leave timed steps unrun
+    if (!bench && !ga.plan_only) {
         GPTConfig ckpt;
-        resume_step = pick_checkpoint(args.output_dir, resume_model, resume_state, sizeof resume_model, &ckpt, resume_header);
-        if (resume_step < 0) {
-            printf("no complete checkpoint in %s: starting from scratch\n", args.output_dir);
-        } else {
+        resume_step = open_run_dir(&args, resume_model, resume_state, sizeof resume_model, &ckpt, resume_header);
+        if (resume_step >= 0) {  // its model file replaces -e, which, if given, must describe it
             if (ga.model_given) {
                 GPTConfig want;
                 resolve_model(args.model, &want);
@@ -1318,7 +1312,27 @@ int main(int argc, char** argv) {
     const double flops_per_step = step_flops(&g, step_tokens);
     double last_return = timeline_now();
     TimelineSummary last_timeline = {};
+    // Ctrl-C / SIGTERM (stop_signal.h): the step in progress finishes, a checkpoint is written (with -o), exit.
+    stop_signal_install();
+    int64_t saved_step = resume_step;  // the step of the newest checkpoint in -o (-1: none)
+    auto stop_if_asked = [&](int steps_done) {
+        const int sig = stop_signal_pending();
+        if (!sig) return;
+        if (bench || !args.output_dir) printf("stopped by %s after step %d (no -o: nothing saved)\n", sig == SIGINT ? "SIGINT" : "SIGTERM", steps_done);
+        else if (steps_done == start_step && saved_step < 0) printf("stopped by %s before the first step: nothing to save\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+        else {
+            if (saved_step != steps_done) {
+                DataLoaderState data_state = dataloader_get_state(&train);
+                save_checkpoint(&g, args.output_dir, &data_state);
+            }
+            printf("stopped by %s after step %d: resume with -y 1 -o %s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
+                   steps_done, args.output_dir);
+        }
+        fflush(NULL);
+        _exit(128 + sig);  // as die(): the optimizer thread may be inside a CUDA call
+    };
     for (int step = start_step; step <= total_steps; step++) {
+        stop_if_asked(step);  // a signal during validation or sampling
         const int last = step == total_steps;
         if (!bench && args.val_every > 0 && (step % args.val_every == 0 || last)) {
             const float vl = validation_loss(&g, &val, val_batches);
@@ -1326,8 +1340,8 @@ int main(int argc, char** argv) {
             logger_val(&logger, step, vl);
             last_return = timeline_now();  // evaluation is not part of the step time
         }
-        if (!bench && args.gen_tokens > 0 && ((args.sample_every > 0 && step > 0 && step % args.sample_every == 0) || last)) {
-            gpt_sample(&g, &tok, args.gen_tokens, &sample_rng);
+        if (!bench && sample_tokens(&args) > 0 && ((args.sample_every > 0 && step > 0 && step % args.sample_every == 0) || last)) {
+            gpt_sample(&g, &tok, sample_tokens(&args), &sample_rng);
             last_return = timeline_now();
         }
         if (last) break;
@@ -1345,8 +1359,11 @@ int main(int argc, char** argv) {
         // where an unhidden optimizer shows up.
         const double now = timeline_now(), dt = now - last_return;
         last_return = now;
-        if (!isfinite(loss) || !isfinite(g.last_norm))
-            die("training diverged at step %d (loss %f, grad norm %f); no update was applied", step + 1, loss, g.last_norm);
+        char diverged[96];
+        if (training_diverged(loss, g.last_norm, cfg.vocab_size, diverged, sizeof diverged))
+            die("training diverged at step %d (loss %g, grad norm %g: %s); no update was applied%s%s", step + 1, loss,
+                g.last_norm, diverged, saved_step >= 0 ? "; the last checkpoint in -o is of step " : "",
+                saved_step >= 0 ? std::to_string(saved_step).c_str() : "");
         step_seconds[step] = dt;
         printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f | MFU %.1f%%%s%s\n", step + 1, total_steps,
                loss, g.last_norm, lr, dt * 1e3, step_tokens / dt, 100.0 * flops_per_step / dt / H100_BF16_PEAK_FLOPS,
@@ -1360,9 +1377,12 @@ int main(int argc, char** argv) {
         if (!bench && args.checkpoint_every > 0 && ((step + 1) % args.checkpoint_every == 0 || step + 1 == total_steps)) {
             DataLoaderState data_state = dataloader_get_state(&train);
             save_checkpoint(&g, args.output_dir, &data_state);
+            saved_step = step + 1;
             last_return = timeline_now();
         }
+        stop_if_asked(step + 1);
     }
+    stop_if_asked(total_steps);  // a signal during the last validation or sample
     optimizer_wait_all(&g);
     printf("streamed over the run: %.2f GB host->GPU (%lld layer copies, %lld layers reused from the previous pass), "
            "%.2f GB GPU->host; last CPU AdamW round %.3f s\n", g.ws.bytes_h2d / 1e9, (long long)g.ws.layer_copies,

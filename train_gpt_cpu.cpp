@@ -3,15 +3,19 @@
 // can be compared line by line. With no arguments it trains a small model (L4 C128 NH4, T 64) from a
 // GPT-2-style random init on the shipped tinyshakespeare shards, in a few minutes on 2 cores.
 // Prints llm.c-style step lines, validation loss, and a generated sample; with -o writes DIR/main.log and,
-// with -n, model files DIR/model_STEP.bin (the newest -nk of them). It does not resume (-y 1 is refused), refuses an -o that already
-// holds checkpoints (its own model files or train_gpt's), and uses no GPU.
+// with -n, train_gpt's checkpoints (checkpoint.h: model file, AdamW state, DONE marker with checksums), so a
+// run resumes with -y 1 here or in train_gpt and moves between the two. Ctrl-C / SIGTERM finish the step and
+// save a checkpoint (stop_signal.h). It uses no GPU.
 #include <chrono>
+#include <string>
 #include <stdarg.h>
 #include <omp.h>
+#include "checkpoint.h"
 #include "cpu_adam.h"
 #include "dataloader.h"
 #include "gpt2_cpu.h"
 #include "model.h"
+#include "stop_signal.h"
 #include "tokenizer.h"
 #include "train_common.h"
 
@@ -37,7 +41,6 @@ static void cpu_train_defaults(TrainArgs* a) {
     a->max_steps = 300;
     a->val_every = 50;
     a->val_max_batches = 10;
-    a->gen_tokens = 64;
 }
 
 // Dies unless `bytes` fit the available host RAM. Allocations are lazy (overcommit), so without this a
@@ -83,6 +86,8 @@ static float validation_loss(GPT2CPU* model, DataLoader* val, int64_t batches) {
     double sum = 0.0;
     for (int64_t i = 0; i < batches; i++) {
         if (!dataloader_next_batch(val)) die("%s", val->err);
+        char err[600];
+        if (!dataloader_check_tokens(val, model->config.vocab_size, err, sizeof err)) die("val data: %s", err);
         if (!gpt2_cpu_forward(model, val->inputs, val->targets, val->B, val->T)) die("%s", model->error);
         sum += model->mean_loss;
     }
@@ -120,16 +125,23 @@ int main(int argc, char** argv) {
     // OpenMP's default team follows the affinity mask but not a cgroup CPU quota (docker --cpus)
     const int cores = usable_cpu_cores();
     if (!getenv("OMP_NUM_THREADS") && cores < omp_get_max_threads()) omp_set_num_threads(cores);
-    if (args.resume) die("train_gpt_cpu cannot resume (-y 1); it only writes model files");
-    // a fresh log and model files in a directory of another run would silently mix with (and overwrite) its
-    // own: train_gpt's complete checkpoints (DONE_N) or this trainer's model files
-    if (args.output_dir) {
-        if (!lock_output_dir(args.output_dir, err, sizeof err)) die("%s", err);  // one run per directory
-        const int64_t done = dir_latest_step(args.output_dir, "DONE_", "", INT64_MAX);
-        const int64_t saved = dir_latest_step(args.output_dir, "model_", ".bin", INT64_MAX);
-        if (done >= 0 || saved >= 0)
-            die("%s already holds checkpoints (latest step %lld): choose another -o (train_gpt_cpu does not resume)",
-                args.output_dir, (long long)(done > saved ? done : saved));
+    // -o: one run per directory, a fresh run only where no run left files, -y 1 from the newest valid checkpoint
+    // of either trainer, whose model file replaces -e (which, if given, must describe it)
+    int64_t resume_step = -1, resume_header[ST_HEADER_SLOTS];
+    char resume_model[4200] = "", resume_state[4200] = "";
+    GPTConfig ckpt;
+    resume_step = open_run_dir(&args, resume_model, resume_state, sizeof resume_model, &ckpt, resume_header);
+    if (resume_step >= 0) {
+        bool model_given = false;
+        for (int i = 1; i + 1 < argc; i += 2) model_given |= strcmp(argv[i], "-e") == 0;
+        GPTConfig want;
+        const int kind = model_given ? parse_model_spec(args.model, &want, err, sizeof err) : 0;
+        if (model_given && (kind == 0 || (kind == 2 && !gpt_read_header(args.model, &want, err, sizeof err)))) die("%s", err);
+        if (kind != 0 && memcmp(&want, &ckpt, sizeof want) != 0)  // GPTConfig is six ints, no padding
+            die("-e %s does not match the checkpoint in %s (L%d C%d NH%d maxT%d V%d): drop -e or choose another -o",
+                args.model, args.output_dir, ckpt.num_layers, ckpt.channels, ckpt.num_heads, ckpt.max_seq_len,
+                ckpt.vocab_size);
+        args.model = resume_model;
     }
 
     // model
@@ -155,11 +167,28 @@ int main(int argc, char** argv) {
         die("train data %s holds %lld batches of B*T, fewer than the %d one step needs (-d)", args.train_data,
             (long long)train.num_batches, accum);
     const int64_t val_batches = dataloader_eval_batches(&val, args.val_max_batches);
+    args.max_steps = total_steps;  // -x -1 resolved: checkpoints record the run's length
+    if (resume_step >= 0) {
+        check_resume_args(resume_header, &args, total_steps, (int64_t)accum * args.B * args.T, args.output_dir);
+        if (resume_step >= total_steps)
+            die("resume: the checkpoint in %s is at step %lld, the run ends at step %d: nothing to train (raise -x)",
+                args.output_dir, (long long)resume_step, total_steps);
+    }
     Tokenizer tok;
     if (!tokenizer_init(&tok, kTokenizerPath, err, sizeof err))
         fprintf(stderr, "warning: %s; samples are printed as token ids\n", err);
+    int64_t adam_t = 0;  // updates applied: the step count less the steps -sl / -sg skipped
+    int start_step = 0;
+    if (resume_step >= 0) {
+        DataLoaderState data_state;
+        int64_t step = 0;
+        state_file_read(resume_state, p->total, adam_m, adam_v, &data_state, &step, &adam_t);
+        if (!dataloader_set_state(&train, &data_state, err, sizeof err)) die("resume: %s", err);
+        start_step = (int)step;
+        printf("resumed from %s (step %d)\n", resume_model, start_step);
+    }
     TrainLogger logger;
-    if (!logger_open(&logger, args.output_dir, -1, err, sizeof err)) die("%s", err);
+    if (!logger_open(&logger, args.output_dir, resume_step, err, sizeof err)) die("%s", err);
 
     // the config table
     const double mib = 1.0 / (1 << 20);
@@ -188,16 +217,38 @@ int main(int argc, char** argv) {
     double train_seconds = 0.0;
     int64_t train_tokens = 0;
     static OutlierWindow loss_window, norm_window;  // -sl / -sg (static: zeroed, and off the stack)
-    int64_t adam_t = 0;  // updates applied: the step count less the steps -sl / -sg skipped
-    for (int step = 0; step <= total_steps; step++) {
+    int64_t saved_step = resume_step;  // the step of the newest checkpoint in -o (-1: none)
+    auto save = [&](int steps_done) {
+        DataLoaderState data_state = dataloader_get_state(&train);
+        checkpoint_save(args.output_dir, steps_done, adam_t, cfg, model.params, adam_m, adam_v, &args, args.B, args.T,
+                        &data_state);
+        saved_step = steps_done;
+    };
+    // Ctrl-C / SIGTERM (stop_signal.h): the step in progress finishes, a checkpoint is written (with -o), exit.
+    stop_signal_install();
+    auto stop_if_asked = [&](int steps_done) {
+        const int sig = stop_signal_pending();
+        if (!sig) return;
+        const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+        if (!args.output_dir) printf("stopped by %s after step %d (no -o: nothing saved)\n", name, steps_done);
+        else if (steps_done == start_step && saved_step < 0) printf("stopped by %s before the first step: nothing to save\n", name);
+        else {
+            if (saved_step != steps_done) save(steps_done);
+            printf("stopped by %s after step %d: resume with -y 1 -o %s\n", name, steps_done, args.output_dir);
+        }
+        fflush(NULL);
+        _exit(128 + sig);
+    };
+    for (int step = start_step; step <= total_steps; step++) {
+        stop_if_asked(step);  // a signal during validation or sampling
         const int last = step == total_steps;
         if (args.val_every > 0 && (step % args.val_every == 0 || last)) {
             const float vl = validation_loss(&model, &val, val_batches);
             printf("val loss %.6f\n", vl);
             logger_val(&logger, step, vl);
         }
-        if (args.gen_tokens > 0 && ((args.sample_every > 0 && step > 0 && step % args.sample_every == 0) || last))
-            generate(&model, &tok, args.gen_tokens, &rng);
+        if (sample_tokens(&args) > 0 && ((args.sample_every > 0 && step > 0 && step % args.sample_every == 0) || last))
+            generate(&model, &tok, sample_tokens(&args), &rng);
         if (last) break;
 
         const double t0 = seconds_now();
@@ -206,6 +257,7 @@ int main(int argc, char** argv) {
         double loss = 0.0;
         for (int micro = 0; micro < accum; micro++) {
             if (!dataloader_next_batch(&train)) die("%s", train.err);
+            if (!dataloader_check_tokens(&train, cfg->vocab_size, err, sizeof err)) die("train data: %s", err);
             if (!gpt2_cpu_forward(&model, train.inputs, train.targets, args.B, args.T)) die("%s", model.error);
             if (!gpt2_cpu_backward(&model)) die("%s", model.error);
             loss += model.mean_loss;
@@ -213,32 +265,28 @@ int main(int argc, char** argv) {
         loss /= accum;
         const float lr = learning_rate_at(&args, step, total_steps);
         const float norm = grad_norm_f32grad(p, model.grads, accum);
-        if (!isfinite(loss) || !isfinite(norm)) die("training diverged at step %d (loss %f, grad norm %f)", step + 1, loss, norm);
+        char diverged[96];  // the rule both trainers stop by, before the update
+        if (training_diverged(loss, norm, cfg->vocab_size, diverged, sizeof diverged))
+            die("training diverged at step %d (loss %g, grad norm %g: %s); no update was applied%s%s", step + 1, loss,
+                norm, diverged, saved_step >= 0 ? "; the last checkpoint in -o is of step " : "",
+                saved_step >= 0 ? std::to_string(saved_step).c_str() : "");
         char skipped[96];  // -sl / -sg: why this step updates nothing, or ""
         if (!outlier_skip(&args, &loss_window, &norm_window, loss, norm, skipped, sizeof skipped))
             adamw_apply_model_f32grad(cfg, p, model.params, model.grads, adam_m, adam_v, accum, lr, &args, ++adam_t, norm);
         const double dt = seconds_now() - t0;
         const int64_t tokens = (int64_t)accum * args.B * args.T;
-        if (step > 0) { train_seconds += dt; train_tokens += tokens; }  // step 1 includes warm-up costs
+        if (step > start_step) { train_seconds += dt; train_tokens += tokens; }  // the first step includes warm-up costs
         printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f%s%s\n", step + 1, total_steps, loss,
                norm, lr, dt * 1e3, tokens / dt, skipped[0] ? " | update skipped: " : "", skipped);
         fflush(stdout);
         logger_train(&logger, step + 1, (float)loss, lr, (float)norm);
-        if (args.output_dir && args.checkpoint_every > 0 && ((step + 1) % args.checkpoint_every == 0 || step + 1 == total_steps)) {
-            char path[4200];  // -o is at most 4000 characters (train_args_check)
-            if (snprintf(path, sizeof path, "%s/model_%08d.bin", args.output_dir, step + 1) >= (int)sizeof path)
-                die("output path %.200s... too long", args.output_dir);
-            if (!gpt_save_params(path, cfg, model.params, err, sizeof err)) die("%s", err);
-            if (!fsync_dir(args.output_dir, err, sizeof err)) die("%s", err);  // the rename, durable
-            printf("saved %s\n", path);
-            static const CheckpointFile files[] = {{"model_", ".bin"}};
-            if (!prune_checkpoints(args.output_dir, step + 1, args.keep_checkpoints, args.major_checkpoint_every, files, 1,
-                                   err, sizeof err))
-                die("%s", err);
-        }
+        if (args.output_dir && args.checkpoint_every > 0 && ((step + 1) % args.checkpoint_every == 0 || step + 1 == total_steps))
+            save(step + 1);
+        stop_if_asked(step + 1);
     }
+    stop_if_asked(total_steps);  // a signal during the last validation or sample
     if (train_tokens > 0)
-        printf("total average iteration time: %.1f ms, %.0f tok/s\n", 1e3 * train_seconds / (total_steps - 1),
+        printf("total average iteration time: %.1f ms, %.0f tok/s\n", 1e3 * train_seconds / (total_steps - start_step - 1),
                train_tokens / train_seconds);
 
     logger_close(&logger);

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <chrono>
 #include "cpu_adam.h"
+#include "crc32c.h"
 
 static double now_s(void) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -107,12 +108,19 @@ int main(int argc, char** argv) {
     const double g_adam_f32 = report("adamw f32 grad", time_it(reps, [&](int r) { a.t = 1 + r; adamw_update_f32grad(p, g, m, v, out, n, &a); }), n, 30);
     const double g_adam_bf16 = report("adamw bf16 grad", time_it(reps, [&](int r) { a.t = 1 + r; adamw_update_bf16grad(p, gb, m, v, out, n, &a); }), n, 28);
 
+    // The checkpoint checksum (crc32c.h) over the fp32 params, on ONE thread as a checkpoint save computes it
+    // while writing: it must outrun the disk. Reported as GB/s of data (4 bytes per param).
+    volatile uint32_t crc_sink = 0;
+    const Timing tcrc = time_it(reps, [&](int) { crc_sink = crc_sink ^ crc32c_update(0, p, (size_t)n * 4); });
+    printf("%-22s best %8.2f ms  mean %8.2f ms  %7.3f Gparam/s  %7.1f GB/s  (1 thread, %s)\n", "crc32c (checkpoints)",
+           tcrc.best * 1e3, tcrc.mean * 1e3, n / tcrc.best / 1e9, n * 4.0 / tcrc.best / 1e9, crc32c_impl_name());
+
     // Machine-readable summary (Gparam/s, best of reps; the adamw kernels include the bf16 copy of the params).
     printf("RESULT {\"bench\": \"cpu_adam\", \"n\": %lld, \"threads\": %d, \"simd\": \"%s\", \"reps\": %d, "
            "\"memcpy_f32\": %.4f, \"sumsq_f32\": %.4f, \"sumsq_bf16\": %.4f, \"convert_f32_to_bf16\": %.4f, "
-           "\"adamw_f32grad\": %.4f, \"adamw_bf16grad\": %.4f, \"memcpy_GBs\": %.2f}\n",
+           "\"adamw_f32grad\": %.4f, \"adamw_bf16grad\": %.4f, \"memcpy_GBs\": %.2f, \"crc32c_GBs\": %.2f}\n",
            (long long)n, threads > 0 ? threads : omp_get_max_threads(), cpu_adam_simd_name(), reps, g_memcpy,
-           g_sumsq_f32, g_sumsq_bf16, g_convert, g_adam_f32, g_adam_bf16, g_memcpy * 8.0);
+           g_sumsq_f32, g_sumsq_bf16, g_convert, g_adam_f32, g_adam_bf16, g_memcpy * 8.0, n * 4.0 / tcrc.best / 1e9);
 
     free(p); free(g); free(m); free(v); free(gb); free(out);
     return 0;

@@ -12,6 +12,9 @@
 //   args       parse_train_argv accepts => train_args_check agrees and -d splits into whole micro-batches
 //   spec       parse_model_spec accepts => gpt_config_check agrees and the parameter count is positive
 //   bpe        any byte string encodes to ids < 50257 that decode to the same bytes (gpt2_bpe.h's promise)
+//   marker     a checkpoint's DONE marker (its text, or a correct one over a state file with fuzz bytes patched
+//              in): checkpoint_verify accepts => the marker is empty (an older build's) or the files are the
+//              ones it names, byte for byte
 // Not here: train_gpt's own GPU flags (-S -R -K -V ...: test_cli runs those) and the checkpoint directory scan.
 //
 // usage (repo root; see dev/fuzz/run.sh, or `make fuzz`):
@@ -32,8 +35,8 @@
 #include "tokenizer.h"
 #include "train_common.h"
 
-enum { T_MODEL, T_SHARD, T_STATE, T_TOKENIZER, T_ARGS, T_SPEC, T_BPE, NUM_TARGETS };
-static const char* const target_names[NUM_TARGETS] = {"model", "shard", "state", "tokenizer", "args", "spec", "bpe"};
+enum { T_MODEL, T_SHARD, T_STATE, T_TOKENIZER, T_ARGS, T_SPEC, T_BPE, T_MARKER, NUM_TARGETS };
+static const char* const target_names[NUM_TARGETS] = {"model", "shard", "state", "tokenizer", "args", "spec", "bpe", "marker"};
 static int target = -1;
 static char dir[256];  // this process's scratch directory for the files the parsers read
 static GPT2BPE bpe;
@@ -132,6 +135,51 @@ static void fuzz_state(const uint8_t* data, size_t n) {
     REQUIRE(header[ST_PARAMS] == total, "wrong parameter count accepted");
 }
 
+// ---- checkpoint markers ----
+// A checkpoint of step 1 in the scratch directory (a small model file, a 4 KiB state file: verify reads only
+// bytes), restored before each input. Input byte 0 even: the rest is the marker's text. Odd: a correct marker,
+// and the rest patched into the state file (byte 1: offset / 16).
+static std::string marker_model, marker_state;
+static std::string marker_state_bytes(void) {
+    std::string s(4096, '\0');
+    for (size_t i = 0; i < s.size(); i++) s[i] = (char)(i * 131 % 251);
+    return s;
+}
+static void marker_setup(void) {
+    GPTConfig cfg = {4, 3, 128, 1, 1, 32};
+    std::vector<float> params((size_t)gpt_layout(&cfg).total);
+    gpt_init_params(&cfg, params.data(), 7);
+    char err[4400];
+    if (!gpt_save_params(scratch("model_00000001.bin").c_str(), &cfg, params.data(), err, sizeof err)) { fprintf(stderr, "%s\n", err); exit(2); }
+    FILE* f = fopen(scratch("model_00000001.bin").c_str(), "rb");
+    marker_model.resize(1024 + 4 * params.size());
+    if (!f || fread(&marker_model[0], 1, marker_model.size(), f) != marker_model.size()) exit(2);
+    fclose(f);
+    marker_state = marker_state_bytes();
+}
+static void fuzz_marker(const uint8_t* data, size_t n) {
+    const std::string model = scratch("model_00000001.bin"), state = scratch("state_00000001.bin");
+    write_file(model.c_str(), marker_model.data(), marker_model.size());
+    std::string st = marker_state;
+    char err[4400];
+    const bool patch = n > 0 && (data[0] & 1);
+    if (patch) {
+        FileSum sums[2] = {{(int64_t)marker_model.size(), crc32c_update(0, marker_model.data(), marker_model.size())},
+                           {(int64_t)st.size(), crc32c_update(0, st.data(), st.size())}};
+        REQUIRE(checkpoint_write_done(dir, 1, sums, err, sizeof err), "%s", err);
+        const size_t off = n > 1 ? (size_t)data[1] * 16 : 0;
+        for (size_t i = 2; i < n && off + i - 2 < st.size(); i++) st[off + i - 2] = (char)data[i];
+    } else {
+        write_file(scratch("DONE_00000001").c_str(), n > 0 ? data + 1 : data, n > 0 ? n - 1 : 0);
+    }
+    write_file(state.c_str(), st.data(), st.size());
+    int verified = -1;
+    if (!checkpoint_verify(dir, 1, &verified, err, sizeof err)) return;
+    if (!patch && n <= 1) { REQUIRE(verified == 0, "an empty marker counted as verified"); return; }
+    REQUIRE(verified == 1, "a non-empty marker accepted unverified");
+    REQUIRE(st == marker_state || !patch, "a damaged state file passed its checksum");
+}
+
 // ---- tokenizer files ----
 static void fuzz_tokenizer(const uint8_t* data, size_t n) {
     const std::string path = scratch("tokenizer.bin");
@@ -210,7 +258,8 @@ static void write_seeds(const char* root) {
     std::vector<float> params((size_t)gpt_layout(&cfg).total);
     gpt_init_params(&cfg, params.data(), 7);
     mkdir((r + "/model").c_str(), 0755);
-    if (!gpt_save_params((r + "/model/fp32.bin").c_str(), &cfg, params.data(), err, sizeof err)) { fprintf(stderr, "%s\n", err); exit(1); }
+    uint32_t model_crc = 0;  // the marker seed's (the scratch checkpoint's model file is this one)
+    if (!gpt_save_params((r + "/model/fp32.bin").c_str(), &cfg, params.data(), err, sizeof err, &model_crc)) { fprintf(stderr, "%s\n", err); exit(1); }
     std::vector<uint8_t> bf16(1024 + 2 * params.size());
     int header[256] = {MODEL_MAGIC, MODEL_VERSION_BF16, 4, 3, 1, 1, 32, 128};
     memcpy(bf16.data(), header, 1024);
@@ -257,6 +306,13 @@ static void write_seeds(const char* root) {
     for (int i = 0; i < 4; i++) put(r + "/spec", std::to_string(i).c_str(), specs[i], strlen(specs[i]));
     const char text[] = "First Citizen:\nBefore we proceed any further, hear me speak.\n\n  It's 2026 \xc3\xa9t\xc3\xa9 \xff\xfe!";
     put(r + "/bpe", "text", text, sizeof text - 1);
+    // marker: a correct one for the scratch checkpoint (byte 0 even: the marker's text follows)
+    const std::string st = marker_state_bytes();
+    char marker[256];
+    const int len = snprintf(marker, sizeof marker, "\x02" DONE_HEADER "model_00000001.bin %d %08x\nstate_00000001.bin 4096 %08x\n",
+                             1024 + 4 * (int)gpt_layout(&cfg).total, model_crc, crc32c_update(0, st.data(), st.size()));
+    put(r + "/marker", "text", marker, (size_t)len);
+    put(r + "/marker", "patch", "\x01\x10\xff", 3);
 }
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
@@ -265,11 +321,12 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
     for (int i = 0; name && i < NUM_TARGETS; i++)
         if (strcmp(name, target_names[i]) == 0) target = i;
     if (target < 0) {
-        fprintf(stderr, "fuzz_inputs: set FUZZ_TARGET to one of: model shard state tokenizer args spec bpe\n");
+        fprintf(stderr, "fuzz_inputs: set FUZZ_TARGET to one of: model shard state tokenizer args spec bpe marker\n");
         exit(2);
     }
     snprintf(dir, sizeof dir, "/tmp/fuzz_inputs.XXXXXX");
     if (!mkdtemp(dir)) { perror("mkdtemp"); exit(2); }
+    if (target == T_MARKER) marker_setup();
     if (target == T_BPE) {
         std::string err;
         if (!gpt2_bpe_load(&bpe, "dev/data/gpt2/encoder.json", "dev/data/gpt2/vocab.bpe", &err)) {
@@ -289,6 +346,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t n) {
         case T_ARGS: fuzz_args(data, n); break;
         case T_SPEC: fuzz_spec(data, n); break;
         case T_BPE: fuzz_bpe(data, n); break;
+        case T_MARKER: fuzz_marker(data, n); break;
     }
     return 0;
 }

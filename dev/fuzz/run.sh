@@ -11,7 +11,7 @@ set -u
 cd "$(dirname "$0")/../.." || exit 1
 SECS=${1:-60}
 shift || true
-TARGETS=${*:-"model shard state tokenizer args spec bpe"}
+TARGETS=${*:-"model shard state tokenizer args spec bpe marker"}
 CLANG=${CLANG:-clang++}
 F=build/fuzz
 mkdir -p $F
