@@ -5,6 +5,8 @@
 // files are renamed into place whole, their DONE marker last). Not here: what a trainer saves (checkpoint.h).
 #pragma once
 #include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -38,3 +40,23 @@ static inline void stop_signal_install(void) {
 
 // The signal that asked the run to stop (SIGINT or SIGTERM), or 0.
 static inline int stop_signal_pending(void) { return stop_signal_received; }
+
+// Called by a trainer between steps: once a signal asked it to stop, saves the checkpoint of steps_done with
+// save() (with -o, unless saved_step, the newest checkpoint's step, is that one, or no step ran yet), says so,
+// and exits 128 + the signal. _exit, as die(): the GPU trainer's optimizer thread may be inside a CUDA call.
+template <typename Save>
+static void stop_if_signalled(int steps_done, int first_step, int64_t saved_step, const char* dir, Save save) {
+    const int sig = stop_signal_pending();
+    if (!sig) return;
+    const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
+    if (!dir) {
+        printf("stopped by %s after step %d (no -o: nothing saved)\n", name, steps_done);
+    } else if (steps_done == first_step && saved_step < 0) {
+        printf("stopped by %s before the first step: nothing to save\n", name);
+    } else {
+        if (saved_step != steps_done) save();
+        printf("stopped by %s after step %d: resume with -y 1 -o %s\n", name, steps_done, dir);
+    }
+    fflush(NULL);
+    _exit(128 + sig);
+}

@@ -75,6 +75,14 @@ static inline int training_diverged(double loss, double norm, int V, char* why, 
     return 1;
 }
 
+// The end of a diverged run: one error line with the step, its loss and norm, why (training_diverged), and the
+// last checkpoint's step (saved_step; -1: none).
+static inline void die_diverged(int step, double loss, double norm, const char* why, int64_t saved_step) {
+    char last[96] = "";
+    if (saved_step >= 0) snprintf(last, sizeof last, "; the last checkpoint in -o is of step %lld", (long long)saved_step);
+    die("training diverged at step %d (loss %g, grad norm %g: %s); no update was applied%s", step, loss, norm, why, last);
+}
+
 // ----------------------------------------------------------------------------
 // Flags
 

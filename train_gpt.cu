@@ -38,7 +38,6 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
-#include <string>
 #include <thread>
 #include <dirent.h>
 #include <sys/mman.h>
@@ -1316,20 +1315,10 @@ int main(int argc, char** argv) {
     stop_signal_install();
     int64_t saved_step = resume_step;  // the step of the newest checkpoint in -o (-1: none)
     auto stop_if_asked = [&](int steps_done) {
-        const int sig = stop_signal_pending();
-        if (!sig) return;
-        if (bench || !args.output_dir) printf("stopped by %s after step %d (no -o: nothing saved)\n", sig == SIGINT ? "SIGINT" : "SIGTERM", steps_done);
-        else if (steps_done == start_step && saved_step < 0) printf("stopped by %s before the first step: nothing to save\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
-        else {
-            if (saved_step != steps_done) {
-                DataLoaderState data_state = dataloader_get_state(&train);
-                save_checkpoint(&g, args.output_dir, &data_state);
-            }
-            printf("stopped by %s after step %d: resume with -y 1 -o %s\n", sig == SIGINT ? "SIGINT" : "SIGTERM",
-                   steps_done, args.output_dir);
-        }
-        fflush(NULL);
-        _exit(128 + sig);  // as die(): the optimizer thread may be inside a CUDA call
+        stop_if_signalled(steps_done, start_step, saved_step, bench ? NULL : args.output_dir, [&] {
+            DataLoaderState data_state = dataloader_get_state(&train);
+            save_checkpoint(&g, args.output_dir, &data_state);
+        });
     };
     for (int step = start_step; step <= total_steps; step++) {
         stop_if_asked(step);  // a signal during validation or sampling
@@ -1361,9 +1350,7 @@ int main(int argc, char** argv) {
         last_return = now;
         char diverged[96];
         if (training_diverged(loss, g.last_norm, cfg.vocab_size, diverged, sizeof diverged))
-            die("training diverged at step %d (loss %g, grad norm %g: %s); no update was applied%s%s", step + 1, loss,
-                g.last_norm, diverged, saved_step >= 0 ? "; the last checkpoint in -o is of step " : "",
-                saved_step >= 0 ? std::to_string(saved_step).c_str() : "");
+            die_diverged(step + 1, loss, g.last_norm, diverged, saved_step);
         step_seconds[step] = dt;
         printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f | MFU %.1f%%%s%s\n", step + 1, total_steps,
                loss, g.last_norm, lr, dt * 1e3, step_tokens / dt, 100.0 * flops_per_step / dt / H100_BF16_PEAK_FLOPS,

@@ -7,7 +7,6 @@
 // run resumes with -y 1 here or in train_gpt and moves between the two. Ctrl-C / SIGTERM finish the step and
 // save a checkpoint (stop_signal.h). It uses no GPU.
 #include <chrono>
-#include <string>
 #include <stdarg.h>
 #include <omp.h>
 #include "checkpoint.h"
@@ -227,17 +226,7 @@ int main(int argc, char** argv) {
     // Ctrl-C / SIGTERM (stop_signal.h): the step in progress finishes, a checkpoint is written (with -o), exit.
     stop_signal_install();
     auto stop_if_asked = [&](int steps_done) {
-        const int sig = stop_signal_pending();
-        if (!sig) return;
-        const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
-        if (!args.output_dir) printf("stopped by %s after step %d (no -o: nothing saved)\n", name, steps_done);
-        else if (steps_done == start_step && saved_step < 0) printf("stopped by %s before the first step: nothing to save\n", name);
-        else {
-            if (saved_step != steps_done) save(steps_done);
-            printf("stopped by %s after step %d: resume with -y 1 -o %s\n", name, steps_done, args.output_dir);
-        }
-        fflush(NULL);
-        _exit(128 + sig);
+        stop_if_signalled(steps_done, start_step, saved_step, args.output_dir, [&] { save(steps_done); });
     };
     for (int step = start_step; step <= total_steps; step++) {
         stop_if_asked(step);  // a signal during validation or sampling
@@ -267,9 +256,7 @@ int main(int argc, char** argv) {
         const float norm = grad_norm_f32grad(p, model.grads, accum);
         char diverged[96];  // the rule both trainers stop by, before the update
         if (training_diverged(loss, norm, cfg->vocab_size, diverged, sizeof diverged))
-            die("training diverged at step %d (loss %g, grad norm %g: %s); no update was applied%s%s", step + 1, loss,
-                norm, diverged, saved_step >= 0 ? "; the last checkpoint in -o is of step " : "",
-                saved_step >= 0 ? std::to_string(saved_step).c_str() : "");
+            die_diverged(step + 1, loss, norm, diverged, saved_step);
         char skipped[96];  // -sl / -sg: why this step updates nothing, or ""
         if (!outlier_skip(&args, &loss_window, &norm_window, loss, norm, skipped, sizeof skipped))
             adamw_apply_model_f32grad(cfg, p, model.params, model.grads, adam_m, adam_v, accum, lr, &args, ++adam_t, norm);

@@ -1316,6 +1316,7 @@ TEST_F(CliTest, ResumeVerifiesChecksums) {
         for (const char* file : {"state_00000004.bin", "model_00000004.bin", "fifo"}) {
             const std::string path = out + "/" + (strcmp(file, "fifo") == 0 ? "state_00000004.bin" : file);
             const std::string saved = slurp(path);
+            ASSERT_GT(saved.size(), 8192u) << path << " missing or short";
             if (strcmp(file, "fifo") == 0) {
                 ASSERT_EQ(unlink(path.c_str()), 0);
                 ASSERT_EQ(mkfifo(path.c_str(), 0644), 0);

@@ -677,7 +677,7 @@ TEST(ModelSpec, GoodSpecs) {
     expect_spec("7B", 32, 4096, 32, 1024, 50257, 50304);
     expect_spec("13b", 40, 5120, 40, 1024, 50257, 50304);
     expect_spec("30b", 48, 7168, 56, 1024, 50257, 50304);
-    expect_spec("70b", 80, 8192, 64, 1024, 50257, 50304);
+    expect_spec("70b", 86, 8192, 64, 1024, 50257, 50304);
     expect_spec("100b", 100, 9216, 72, 1024, 50257, 50304);
     expect_spec("175b", 96, 12288, 96, 1024, 50257, 50304);
     expect_spec("7b:T2048", 32, 4096, 32, 2048, 50257, 50304);
@@ -961,7 +961,7 @@ TEST(Checkpoints, PruneKeepsTheNewestAndTheMajorOnes) {
     }
     EXPECT_TRUE(exists(name("model_", 5, ".bin")));
     for (const char* other : {"DONE_7x", "model_00000002.bin.tmp", "main.log", "DONE_0000005"}) EXPECT_TRUE(exists(other)) << other;
-    // -nk 0 keeps everything; a train_gpt_cpu directory has model files only, which are then the markers
+    // -nk 0 keeps everything; with only model files named (files[0] is what makes a checkpoint complete), those are the markers
     ASSERT_TRUE(prune_checkpoints(dir.c_str(), 12, 0, 0, files, 3, e, sizeof e)) << e;
     EXPECT_TRUE(exists(name("DONE_", 10, "")));
     const CheckpointFile models[] = {{"model_", ".bin"}};
