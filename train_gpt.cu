@@ -1344,7 +1344,7 @@ int main(int argc, char** argv) {
     const char* peak_label = NULL;
     const double peak_flops = gpu_bf16_peak_flops(prop.name, &peak_label);  // 0: a GPU not in the table, no MFU
     if (peak_flops > 0) table_row("MFU vs", "%.0f TFLOP/s (%s)", peak_flops / 1e12, peak_label);
-    else table_row("MFU vs", "n/a (%s is not in gpu_bf16_peak_flops's table)", prop.name);
+    else table_row("MFU vs", "n/a (this GPU is not in gpu_bf16_peak_flops's table)");
     table_row("cpu adamw", "%d threads, %s", adam_threads, cpu_adam_simd_name());
     table_rule();
     fflush(stdout);

@@ -703,6 +703,22 @@ TEST(GpuTrainer, LargestPresetPlansToFitOneH100) {
     EXPECT_LT(full.host_bytes, params * 17);
 }
 
+// The MFU denominator by the device's name (cudaDeviceProp.name as the driver reports it): whole words only, the
+// H100 variants before the plain H100, and 0 (MFU n/a) for a GPU not in the table. No GPU needed.
+TEST(GpuTrainer, MfuPeakFollowsTheDeviceName) {
+    const struct { const char* name; double tflops; } cases[] = {
+        {"NVIDIA H100 80GB HBM3", 989.4}, {"NVIDIA H100 PCIe", 756}, {"NVIDIA H100 NVL", 835}, {"NVIDIA H200", 989.4},
+        {"NVIDIA GH200 480GB", 989.4},    {"NVIDIA A100-SXM4-80GB", 312}, {"NVIDIA A100 80GB PCIe", 312},
+        {"NVIDIA A10", 125},              {"NVIDIA A10G", 0},           {"NVIDIA L40S", 362}, {"NVIDIA L40", 0},
+        {"NVIDIA L4", 121},               {"NVIDIA GeForce RTX 4090", 165.2}, {"NVIDIA B200", 2250},
+        {"fake CUDA device (CPU emulation)", 0}};
+    for (const auto& k : cases) {
+        const char* label = "unset";
+        EXPECT_NEAR(gpu_bf16_peak_flops(k.name, &label) / 1e12, k.tflops, 1e-6) << k.name;
+        EXPECT_EQ(label == NULL, k.tflops == 0) << k.name;
+    }
+}
+
 // The timeline's split of the idle time (forward pass: waiting for weights; backward pass: for copies) and the
 // -R / -K it suggests from it, on a hand-made step (host-clock spans: no GPU needed). 4 layers, R = K = 0:
 // forward layers of 10 ms that start late (the CPU AdamW, 30 ms per layer, holds them back), backward layers of

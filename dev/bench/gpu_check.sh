@@ -78,12 +78,16 @@ figures() {
         memcheck_train) echo "$(grep -m1 -E 'ERROR SUMMARY' "$log"); $(grep -E '^step' "$log" | tail -n1 | cut -c1-40)";;
         default) echo "step 1 loss $(loss_at "$log" 1), step 12 loss $(loss_at "$log" 12); $(grep -m1 '^GPU memory after' "$log" | cut -c1-110)";;
         resume)
-            local diffs="" s a b
+            # the same state and batches; only the order of the GPU's atomics may differ, which AdamW amplifies
+            # over the steps (test_gpu's expect_same_training: <= 2.5e-4 on later losses): 1e-3
+            local diffs="" s a b worst=0 d
             for s in 7 8 9 10 11 12; do
                 a=$(loss_at "$OUT/default.log" "$s"); b=$(loss_at "$log" "$s")
-                diffs="$diffs $s:$(awk -v a="$a" -v b="$b" 'BEGIN { if (a == "" || b == "") print "missing"; else printf "%.1e", (a > b ? a - b : b - a) / a }')"
+                d=$(awk -v a="$a" -v b="$b" 'BEGIN { if (a == "" || b == "") print "missing"; else printf "%.1e", (a > b ? a - b : b - a) / a }')
+                diffs="$diffs $s:$d"
+                worst=$(awk -v w="$worst" -v d="$d" 'BEGIN { print (d == "missing" || w == "missing") ? "missing" : (d + 0 > w + 0 ? d : w) }')
             done
-            echo "$(grep -m1 '^resumed' "$log" | cut -c1-50); steps 7..12 loss rel diff vs default:$diffs";;
+            echo "$(awk -v w="$worst" 'BEGIN { print w == "missing" ? "MISSING steps" : (w + 0 <= 1e-3 ? "match" : "MISMATCH") }') (steps 7..12 loss rel diff vs default:$diffs; bound 1e-3)";;
         resident|kept)
             local a b; a=$(loss_at "$OUT/default.log" 12); b=$(loss_at "$log" 12)
             echo "$(grep -m1 -E "GPU-resident layers|kept activations" "$log" | tr -s ' |' ' ' | cut -c1-60); step 12 loss $b vs default $a; $(grep -m1 '^GPU memory after' "$log" | cut -c1-100)";;
