@@ -1403,6 +1403,7 @@ int main(int argc, char** argv) {
                    "(-R -1 / -K -1 leave %.2f GiB for that)\n", step + 1, free_now / GiB, total_now / GiB,
                    ((double)(gpu_free_at_start - (int64_t)free_now) - (double)g.gpu_bytes) / GiB,
                    (gpu_reserve_bytes + gpu_margin_bytes) / GiB);
+            last_return = timeline_now();  // not part of the next step's time
         }
         if (g.timeline) {
             print_timeline(&g, last_timeline, args.output_dir);
