@@ -62,8 +62,10 @@ keep_args_of() {
 # LIMIT=60 run NAME CMD...: runs CMD with its output in $OUT/NAME.log, under min(LIMIT, what is left of the budget)
 # (SIGKILL 5 s after the limit); appends an `EXIT rc=..` line that bench_table.py reads. Skips (with a SKIPPED
 # line) when under 20 s of budget is left.
+RUNS=()  # this call's runs, in order, for the closing status table
 run() {
     local name=$1; shift
+    RUNS+=("$name")
     local log="$OUT/$name.log" left=$((BUDGET_S - (SECONDS - START)))
     local t=${LIMIT:-60}
     [ "$left" -lt "$t" ] && t=$left
@@ -80,7 +82,7 @@ run() {
     table
 }
 
-skip() { echo "SKIPPED: $2" > "$OUT/$1.log"; say "skip $1: $2"; }
+skip() { RUNS+=("$1"); echo "SKIPPED: $2" > "$OUT/$1.log"; say "skip $1: $2"; }
 
 # ---- build (only this call's targets), device ----
 case $CALL in
@@ -89,8 +91,9 @@ case $CALL in
 esac
 say "call $CALL; build: make -j16 $TARGETS (log: $OUT/build_$CALL.log)"
 # shellcheck disable=SC2086
-timeout -k 5 $BUILD_T make -j16 -k $TARGETS > "$OUT/build_$CALL.log" 2>&1 ||
-    say "build FAILED or timed out (${BUILD_T} s): $(grep -m1 -i error "$OUT/build_$CALL.log")"
+timeout -k 5 $BUILD_T make -j16 -k $TARGETS > "$OUT/build_$CALL.log" 2>&1
+BUILD_RC=$? BUILD_S=$SECONDS
+[ $BUILD_RC = 0 ] || say "build FAILED or timed out (rc $BUILD_RC, limit ${BUILD_T} s): $(grep -m1 -i error "$OUT/build_$CALL.log")"
 {
     GPU=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -n1)
     echo "gpu: ${GPU:-none (nvidia-smi found no GPU)}"
@@ -178,10 +181,27 @@ if [ "$CALL" = B ]; then
     LIMIT=150 peer fsdp_offload 5b-32k
 fi
 
-# ---- (e) the table ----
+# ---- the report, then (the last lines) each run's status ----
 table
-say "done (budget ${BUDGET_S}s); table also in $OUT/table_$CALL.md"
+say "done (budget ${BUDGET_S}s); report also in $OUT/table_$CALL.md"
 echo
 cat "$OUT/table_$CALL.md"
 [ -s "$OUT/table_$CALL.err" ] && { echo "bench_table.py errors:"; cat "$OUT/table_$CALL.err"; }
+echo
+echo "| run (call $CALL) | status | s | key figures |"
+echo "|---|---|---:|---|"
+case $BUILD_RC in 0) st=ok;; 124|137) st=timeout;; *) st="FAIL rc=$BUILD_RC";; esac
+echo "| build | $st | $BUILD_S | $(grep -m1 -iE '(^|[^a-z])error' "$OUT/build_$CALL.log" | cut -c1-100) |"
+for name in "${RUNS[@]}"; do
+    log="$OUT/$name.log"
+    exit_line=$(grep '^EXIT rc=' "$log" 2>/dev/null | tail -n1)
+    rc=$(echo "$exit_line" | sed -n 's/^EXIT rc=\([0-9]*\).*/\1/p'); wall=$(echo "$exit_line" | sed -n 's/.*wall_s=\([0-9]*\).*/\1/p')
+    lim=$(echo "$exit_line" | sed -n 's/.*timeout_s=\([0-9]*\).*/\1/p')
+    res=$(grep '^RESULT ' "$log" 2>/dev/null | tail -n1)
+    if grep -q '^SKIPPED:' "$log" 2>/dev/null; then st="skipped: $(sed -n 's/^SKIPPED: //p' "$log" | head -n1)"; fig=""; wall=0
+    elif [ "$rc" = 124 ] || { [ "$rc" = 137 ] && [ "${wall:-0}" -ge "${lim:-0}" ]; }; then st="timeout"; fig=""
+    elif [ "$rc" = 0 ] && [ -n "$res" ]; then st="ok"; fig=$(echo "$res" | grep -oE '"(tok_per_s|model_TFLOPs|peak_gpu_GiB|adamw_f32grad|adamw_plus_cast|fwd_ms)": [0-9.]+' | head -n3 | tr '\n' ' ')
+    else st="FAIL rc=${rc:-?}"; fig=$(grep -vE '^(CMD:|EXIT rc=)' "$log" | grep -v '^[[:space:]]*$' | tail -n1 | cut -c1-100); fi
+    echo "| $name | $st | ${wall:--} | ${fig//|/\\|} |"
+done
 exit 0
