@@ -10,7 +10,8 @@
 #   call 3: build; build/bench_attention (fused vs cuBLAS attention at the 1.3B/5B shapes, T 1024), then
 #           compute-sanitizer: memcheck over the kernel suite (two shards) and over a tiny train_gpt run,
 #           racecheck over the fused attention's tests
-# Full logs go to $OUT (default ./out), one per step; the LAST lines printed are a table: step, status (ok,
+# Full logs go to $OUT (default ./out), one per step (checkpoints to a scratch folder under $TMPDIR or /tmp,
+# removed at the end); the LAST lines printed are a table: step, status (ok,
 # FAIL rc=N, timeout, skipped: why), seconds, key figures. It checks; it changes no source.
 #
 # usage (repo root, on the device): OUT=dir bash dev/bench/gpu_check.sh 1|2|3
@@ -24,6 +25,9 @@ mkdir -p "$OUT"
 BUDGET_S=${BUDGET_S:-450}
 BUILD=${BUILD:-1}
 START=$SECONDS
+# the training runs' checkpoints (~2 GB each for d12) go to a scratch folder, not to $OUT, which comes back
+# from the device; their main.log is copied to $OUT at the end
+RUN_DIR="${TMPDIR:-/tmp}/gpu_check_run.$$"
 ROWS=()  # "step|status|seconds|figures", in order
 
 say() { printf '[%4ds] %s\n' $((SECONDS - START)) "$*"; }
@@ -129,13 +133,13 @@ if [ "$CALL" = 1 ]; then
     # sum 430 + 4 x 5 = 450 s
 elif [ "$CALL" = 2 ]; then
     build 60 train_gpt                                                                # ~15 s; 60
-    rm -rf "$OUT/run"
+    rm -rf "$RUN_DIR"
     # d12 (124M) at 8K tokens: ~5 s start, 12 steps ~3 s, 3 val passes, 2 x 16 sampled tokens, 2 checkpoints of
     # ~2 GB (model + AdamW state) ~10 s: ~25 s
-    gpu_step default 80 ./train_gpt -x 12 -v 6 -g 16 -n 6 -o "$OUT/run"               # 80
+    gpu_step default 80 ./train_gpt -x 12 -v 6 -g 16 -n 6 -o "$RUN_DIR"               # 80
     # loads the step-6 checkpoint (~3 s), 6 steps, a checkpoint: ~15 s
-    rm -f "$OUT/run/DONE_00000012"
-    gpu_step resume 50 ./train_gpt -x 12 -v 0 -g 0 -n 0 -o "$OUT/run" -y 1            # 50
+    rm -f "$RUN_DIR/DONE_00000012"
+    gpu_step resume 50 ./train_gpt -x 12 -v 0 -g 0 -n 0 -o "$RUN_DIR" -y 1            # 50
     gpu_step resident 40 ./train_gpt -x 12 -v 0 -g 0 -R -1                             # ~12 s; 40
     gpu_step kept 40 ./train_gpt -x 12 -v 0 -g 0 -K -1                                 # ~12 s; 40
     # 3 steps of 16K tokens, L12 (~150M) and L24 (~300M parameters, ~5 GB of host state): ~15 / ~20 s
@@ -162,14 +166,17 @@ else
         gpu_step memcheck_attention 90 "$SAN" --tool memcheck --error-exitcode 1 build/test_kernels \
             --gtest_filter="$ATT"                                                     # 90
         # the trainer itself, 2 layers of C 128 at B 2, T 64: streaming, checkpoints, AdamW hand-offs: ~30 s
-        rm -rf "$OUT/san_run"
+        rm -rf "$RUN_DIR"
         gpu_step memcheck_train 50 "$SAN" --tool memcheck --error-exitcode 1 ./train_gpt -e L2:C128:NH4 -b 2 -t 64 \
-            -x 3 -v 2 -m 1 -g 4 -n 3 -o "$OUT/san_run"                               # 50
+            -x 3 -v 2 -m 1 -g 4 -n 3 -o "$RUN_DIR"                               # 50
         gpu_step racecheck_attention 60 "$SAN" --tool racecheck --error-exitcode 1 build/test_kernels \
             --gtest_filter='*Flash*:*Mma*:*Ldmatrix*'                                 # 60
     fi
     # sum 430 + 6 x 5 = 460 s
 fi
+
+[ -f "$RUN_DIR/main.log" ] && cp "$RUN_DIR/main.log" "$OUT/main_$CALL.log"
+rm -rf "$RUN_DIR"
 
 # the tightest bounds of the GPU suites (call 1), from their [margin] lines
 if [ "$CALL" = 1 ] && grep -qh '^\[margin\]' "$OUT"/test_*.log 2>/dev/null; then
