@@ -91,6 +91,7 @@ typedef struct {
     cublasLtMatmulAlgo_t algo;
 } LtAlgoCacheEntry;
 static std::vector<LtAlgoCacheEntry> lt_algo_cache;
+static const int kLtHeuristicCount = 8;  // algorithms asked of the heuristic per problem
 
 static bool lt_matmul(bf16* D, int ldd, const bf16* A, cublasOperation_t ta, int lda, const bf16* B,
                       cublasOperation_t tb, int ldb, int m, int n, int k, const bf16* C, cublasLtEpilogue_t epilogue,
@@ -130,18 +131,24 @@ static bool lt_matmul(bf16* D, int ldd, const bf16* A, cublasOperation_t ta, int
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
         for (int i = 0; i < 4; i++)
             cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]));
-        cublasLtMatmulHeuristicResult_t heuristic;
-        memset(&heuristic, 0, sizeof heuristic);
+        // several candidates, best first, and the first one usable here: one answer alone may be an algorithm
+        // this problem cannot run (its state not SUCCESS) where a later one can
+        cublasLtMatmulHeuristicResult_t heuristic[kLtHeuristicCount];
+        memset(heuristic, 0, sizeof heuristic);
         int found = 0;
         // no algorithm is the one outcome that means "not fusable here"; any other failure is a bug and stops
-        const cublasStatus_t status =
-            cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, la, lb, ld, ld, pref, 1, &heuristic, &found);
+        const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, la, lb, ld, ld, pref,
+                                                                     kLtHeuristicCount, heuristic, &found);
         if (status != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(status);
         cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
         LtAlgoCacheEntry e;
+        memset(&e, 0, sizeof e);
         memcpy(e.key, key, sizeof key);
-        e.found = status == CUBLAS_STATUS_SUCCESS && found > 0;
-        e.algo = heuristic.algo;
+        for (int i = 0; status == CUBLAS_STATUS_SUCCESS && i < found && i < kLtHeuristicCount && !e.found; i++) {
+            if (heuristic[i].state != CUBLAS_STATUS_SUCCESS || heuristic[i].workspaceSize > kCublasWorkspaceBytes) continue;
+            e.found = true;
+            e.algo = heuristic[i].algo;
+        }
         lt_algo_cache.push_back(e);
         known = &lt_algo_cache.back();
     }

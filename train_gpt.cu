@@ -887,7 +887,37 @@ static double step_flops(const GPT* g, int64_t tokens) {
     const GPTConfig* c = &g->config;
     return 6.0 * (double)g->layout.total * tokens + 6.0 * c->num_layers * (double)c->channels * g->T * tokens;
 }
-#define H100_BF16_PEAK_FLOPS 989e12  // dense bf16 tensor-core peak of an H100 SXM, the MFU denominator
+
+// The MFU denominator: the dense (no 2:4 sparsity) bf16 tensor-core peak, fp32 accumulation, of the GPU present,
+// found by a word of cudaDeviceProp.name ("NVIDIA H100 80GB HBM3" is an H100 SXM). From NVIDIA's datasheets
+// (the "with sparsity" figures halved): H100 SXM 989.4, H100 PCIe 756, H100 NVL 835, H200 and GH200 989.4 (the
+// H100's tensor cores), A100 312, A10 125, L40S 362, L4 121, B200 2250 TFLOP/s; RTX 4090 165.2 (the Ada
+// whitepaper's dense bf16 figure with fp32 accumulation; 330 is fp16 with fp16 accumulation, which our GEMMs do
+// not use). Boost clocks: a GPU held at lower clocks by power or heat reaches less. The first match wins, so the
+// H100 variants come before the plain "H100". Returns 0 (MFU not printed) for a GPU not in the table.
+static double gpu_bf16_peak_flops(const char* device_name, const char** label) {
+    static const struct { const char* word; double flops; const char* label; } peaks[] = {
+        {"GH200", 989.4e12, "GH200 bf16 dense"},   {"H200", 989.4e12, "H200 bf16 dense"},
+        {"H100 PCIe", 756e12, "H100 PCIe bf16 dense"}, {"H100 NVL", 835e12, "H100 NVL bf16 dense"},
+        {"H100", 989.4e12, "H100 SXM bf16 dense"}, {"B200", 2250e12, "B200 bf16 dense"},
+        {"A100", 312e12, "A100 bf16 dense"},      {"A10", 125e12, "A10 bf16 dense, approx."},
+        {"L40S", 362e12, "L40S bf16 dense"},      {"L4", 121e12, "L4 bf16 dense"},
+        {"RTX 4090", 165.2e12, "RTX 4090 bf16 dense, fp32 accumulation"}};
+    for (const auto& p : peaks) {
+        // a whole word: "A10" is not "A100", "L4" is not "L40S"
+        const size_t n = strlen(p.word);
+        for (const char* at = strstr(device_name, p.word); at; at = strstr(at + 1, p.word)) {
+            const bool starts = at == device_name || at[-1] == ' ' || at[-1] == '-';
+            const bool ends = at[n] == '\0' || at[n] == ' ' || at[n] == '-';
+            if (starts && ends) {
+                if (label) *label = p.label;
+                return p.flops;
+            }
+        }
+    }
+    if (label) *label = NULL;
+    return 0.0;
+}
 
 // ----------------------------------------------------------------------------
 // main: flags, fit check, config table, the training loop (or the benchmark loop with -B).
@@ -924,10 +954,20 @@ static int64_t host_memory_to_count_on(const GpuArgs* ga) {
     return ga->host_gib > 0 ? (int64_t)((double)ga->host_gib * 1073741824.0) : host_available_bytes();
 }
 
-// GPU memory: the fit check leaves gpu_reserve_bytes free (CUDA context growth, cuBLAS's own small allocations);
-// -R -1 and -K -1 leave another gpu_margin_bytes, so the allocator and the driver are never squeezed. The budget
-// is what is free on the device, or -V where that is less: a run on a larger GPU then places its layers as on
-// the GPU that -V describes (e.g. -V 79 on an H200: an H100 80GB's placement), or leaves room for another process.
+// GPU memory: the fit check leaves gpu_reserve_bytes free; -R -1 and -K -1 leave another gpu_margin_bytes, 1.25 GiB
+// in all beyond the plan. The plan counts every cudaMalloc of the trainer, the 32 MiB workspace that cuBLAS and
+// cuBLASLt share included (kCublasWorkspaceBytes, matmul.cuh). What it cannot count, taken after the free memory
+// is read at the start (the CUDA context itself exists by then): cuBLAS's own default workspace, which
+// cublasSetStream switches back to before ours is set (up to 32 MiB per stream on Hopper); the kernel modules of
+// cuBLAS, cuBLASLt and ours loaded lazily at their first launch (CUDA_MODULE_LOADING=LAZY, the default since CUDA
+// 12.2): tens to a few hundred MiB; the context's local-memory (stack) reservation, which grows with the largest
+// per-thread local memory a launched kernel needs (per thread x resident threads: ~260 MiB per KiB on an H100);
+// the device heap and printf buffer (8 + 1 MiB); and the 2 MiB granularity of each of the trainer's allocations
+// (a few dozen). Together well under 1 GiB: the margin keeps ~0.5 GiB more. The trainer prints after its first
+// step what it really took beyond the plan ("GPU memory after step 1"), so a real run shows how much of the
+// margin is used. The budget is what is free on the device, or -V where that is less: a run on a larger GPU then
+// places its layers as on the GPU that -V describes (e.g. -V 79 on an H200: an H100 80GB's placement), or leaves
+// room for another process.
 static const int64_t gpu_reserve_bytes = (int64_t)256 << 20;
 static const int64_t gpu_margin_bytes = (int64_t)1 << 30;
 static int64_t gpu_memory_budget(const GpuArgs* ga, int64_t gpu_free) {
@@ -1294,6 +1334,10 @@ int main(int argc, char** argv) {
                                             : "cuBLAS GEMMs + softmax, T x T scores stored (-F 0)");
     table_row("GEMM epilogues", "%s", ga.epilogues ? "bias, residual, GELU fused (cuBLASLt)" : "separate kernels (-G 0)");
     table_row("device", "%s, %.1f GiB", prop.name, gpu_total / GiB);
+    const char* peak_label = NULL;
+    const double peak_flops = gpu_bf16_peak_flops(prop.name, &peak_label);  // 0: a GPU not in the table, no MFU
+    if (peak_flops > 0) table_row("MFU vs", "%.0f TFLOP/s (%s)", peak_flops / 1e12, peak_label);
+    else table_row("MFU vs", "n/a (this GPU is not in gpu_bf16_peak_flops's table)");
     table_row("cpu adamw", "%d threads, %s", adam_threads, cpu_adam_simd_name());
     table_rule();
     fflush(stdout);
@@ -1352,9 +1396,19 @@ int main(int argc, char** argv) {
         if (training_diverged(loss, g.last_norm, cfg.vocab_size, diverged, sizeof diverged))
             die_diverged(step + 1, loss, g.last_norm, diverged, saved_step);
         step_seconds[step] = dt;
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f | MFU %.1f%%%s%s\n", step + 1, total_steps,
-               loss, g.last_norm, lr, dt * 1e3, step_tokens / dt, 100.0 * flops_per_step / dt / H100_BF16_PEAK_FLOPS,
-               g.skipped[0] ? " | update skipped: " : "", g.skipped);
+        char mfu[32] = "MFU n/a";
+        if (peak_flops > 0) snprintf(mfu, sizeof mfu, "MFU %.1f%%", 100.0 * flops_per_step / dt / peak_flops);
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f | %s%s%s\n", step + 1, total_steps,
+               loss, g.last_norm, lr, dt * 1e3, step_tokens / dt, mfu, g.skipped[0] ? " | update skipped: " : "", g.skipped);
+        if (step == start_step) {  // the margin check of the first real run: what this process took beyond its plan
+            size_t free_now = 0, total_now = 0;
+            cudaCheck(cudaMemGetInfo(&free_now, &total_now));
+            printf("GPU memory after step %d: %.2f GiB free of %.2f, this process %.2f GiB beyond its plan "
+                   "(-R -1 / -K -1 leave %.2f GiB for that)\n", step + 1, free_now / GiB, total_now / GiB,
+                   ((double)(gpu_free_at_start - (int64_t)free_now) - (double)g.gpu_bytes) / GiB,
+                   (gpu_reserve_bytes + gpu_margin_bytes) / GiB);
+            last_return = timeline_now();  // not part of the next step's time
+        }
         if (g.timeline) {
             print_timeline(&g, last_timeline, args.output_dir);
             last_return = timeline_now();  // printing and writing the trace are not part of the next step
@@ -1384,17 +1438,24 @@ int main(int argc, char** argv) {
         qsort(sorted, (size_t)timed, sizeof(double), compare_double);
         const double median = sorted[timed / 2];
         free(sorted);
-        printf("median step time over %d steps: %.1f ms, %.0f tok/s, %.1f model TFLOP/s (MFU %.1f%%)\n", timed, median * 1e3,
-               step_tokens / median, flops_per_step / median / 1e12, 100.0 * flops_per_step / median / H100_BF16_PEAK_FLOPS);
+        char mfu[32] = "MFU n/a", mfu_json[32] = "null", peak_json[32] = "null";
+        if (peak_flops > 0) {
+            snprintf(mfu, sizeof mfu, "MFU %.1f%%", 100.0 * flops_per_step / median / peak_flops);
+            snprintf(mfu_json, sizeof mfu_json, "%.4f", flops_per_step / median / peak_flops);
+            snprintf(peak_json, sizeof peak_json, "%.1f", peak_flops / 1e12);
+        }
+        printf("median step time over %d steps: %.1f ms, %.0f tok/s, %.1f model TFLOP/s (%s)\n", timed, median * 1e3,
+               step_tokens / median, flops_per_step / median / 1e12, mfu);
         if (bench)
             printf("RESULT {\"mode\": \"stream\", \"model\": \"%s\", \"params_B\": %.4f, \"L\": %d, \"C\": %d, \"NH\": %d, "
                    "\"B\": %d, \"T\": %d, \"tokens_per_step\": %lld, \"grad_accum\": %d, \"slots\": %d, \"resident_layers\": %d, "
                    "\"kept_layers\": %d, \"flash\": %d, \"epilogues\": %d, "
                    "\"step_s\": %.5f, "
-                   "\"tok_per_s\": %.1f, \"model_TFLOPs\": %.2f, \"mfu\": %.4f, \"peak_gpu_GiB\": %.3f, \"host_GiB\": %.2f}\n",
+                   "\"tok_per_s\": %.1f, \"model_TFLOPs\": %.2f, \"mfu\": %s, \"peak_TFLOPs\": %s, \"peak_gpu_GiB\": %.3f, "
+                   "\"host_GiB\": %.2f}\n",
                    args.model, p->total / 1e9, cfg.num_layers, cfg.channels, cfg.num_heads, args.B, args.T,
                    (long long)step_tokens, n_micro, ga.num_slots, resident, kept, (int)g.flash, ga.epilogues, median, step_tokens / median,
-                   flops_per_step / median / 1e12, flops_per_step / median / H100_BF16_PEAK_FLOPS, g.gpu_bytes / GiB,
+                   flops_per_step / median / 1e12, mfu_json, peak_json, g.gpu_bytes / GiB,
                    plan.host_bytes / GiB);
     }
     if (g.timeline && timed > 0) {  // -Y 1: what the last step's timeline says about -R and -K

@@ -15,8 +15,13 @@
 // relative L2 error, ||gpu - cpu|| / ||cpu||:
 //   logits 2e-2, every gradient tensor 5e-2 (gradients pass through twice as many bf16 roundings),
 //   loss and gradient norm 2e-2 relative, 10-step losses within 2e-2 relative of the CPU trainer's.
-// Runs of the GPU trainer that must agree with each other (slot count, accumulation split, resume) do the
-// same bf16 math in the same order, up to fp32 atomics in reductions: 1e-3 relative.
+// Runs of the GPU trainer that must agree with each other (slot count, accumulation split, resume, resident
+// layers) do the same bf16 math, up to the order of fp32 sums: the backward pass's atomics add in any order, and
+// cuBLAS may pick another algorithm (another summation order) for buffers at other addresses. Such a difference
+// is ~1e-6 relative, but it flips the bf16 rounding of some elements and, from step 2 on, AdamW's first steps
+// amplify it (expect_same_training below). So no comparison of two GPU runs is bit for bit on a GPU: bit for bit
+// only under #ifdef FAKE_CUDA_DEVICE, where the emulation adds every sum in one fixed order. Every bound is
+// printed with what was measured ("[margin] ..." lines, gpu_test_common.h `within`).
 #include "gpu_test_common.h"
 #include <vector>
 
@@ -98,8 +103,10 @@ TEST(GpuTrainer, LogitsAndLossMatchCpuReference) {
     memcpy(ref.data(), cpu.acts.logits, ref.size() * 4);
     const double err = rel_l2(logits.data(), ref.data(), (int64_t)ref.size());
     printf("logits rel-L2 %.3e, loss gpu %.6f cpu %.6f\n", err, loss, cpu.mean_loss);
-    EXPECT_LT(err, 2e-2);
-    EXPECT_NEAR(loss, cpu.mean_loss, 2e-2 * cpu.mean_loss);
+    // bf16 weights and activations (2^-9 per rounding), a few roundings per layer over 3 layers and the lm_head;
+    // the GPU's fp32 summation order and fast-math exp/log add ~1e-6: 2e-2 (measured in the emulation: ~5e-3)
+    EXPECT_TRUE(within("logits rel-L2", err, 2e-2));
+    EXPECT_TRUE(within("loss, relative", rel_diff(loss, cpu.mean_loss), 2e-2));
     gpt_free(&g);
     gpt2_cpu_free(&cpu);
 }
@@ -121,29 +128,30 @@ static void gradients_match_cpu_reference(int n_micro) {
     build_gpu(&g, c, B / n_micro, T, n_micro, 2, a, 7);
     const float loss = gpt_step(&g, in.data(), tg.data(), n_micro, 0.0f);
     std::vector<float> grads = gpu_grads(&g);
-    EXPECT_NEAR(loss, cpu.mean_loss, 2e-2 * cpu.mean_loss);
+    // bounds: the loss as in LogitsAndLossMatchCpuReference; every gradient tensor passes through about twice as
+    // many bf16 roundings (and the layers' arrive rounded to bf16), plus fp32 atomics in any order: 5e-2
+    const std::string mb = std::to_string(n_micro) + " micro-batches: ";
+    EXPECT_TRUE(within(mb + "loss, relative", rel_diff(loss, cpu.mean_loss), 2e-2));
     const ParamLayout* p = &g.layout;
     // the padded vocabulary rows of wte take no part in the model: their gradient is exactly zero
-    int64_t padded_nonzero = 0;
+    int64_t padded_nonzero = 0;  // exact: sums of exact zeros, in any order
     for (int64_t i = (int64_t)c.vocab_size * c.channels; i < (int64_t)c.padded_vocab_size * c.channels; i++)
         padded_nonzero += grads[(size_t)(p->embed_offset[WTE] + i)] != 0.0f;
     EXPECT_EQ(padded_nonzero, 0);
     for (int t = 0; t < NUM_EMBED_TENSORS; t++) {
         const int64_t o = p->embed_offset[t];
         const double err = rel_l2(grads.data() + o, cpu.grads + o, p->embed_size[t]);
-        printf("%d micro-batches: grad %-9s rel-L2 %.3e\n", n_micro, embed_tensor_names[t], err);
-        EXPECT_LT(err, 5e-2) << n_micro << " micro-batches, " << embed_tensor_names[t];
+        EXPECT_TRUE(within(mb + "grad " + embed_tensor_names[t] + " rel-L2", err, 5e-2));
     }
     for (int l = 0; l < c.num_layers; l++) {
         for (int t = 0; t < NUM_LAYER_TENSORS; t++) {
             const int64_t o = gpt_layer_offset(p, l) + p->layer_offset[t];
             const double err = rel_l2(grads.data() + o, cpu.grads + o, p->layer_size[t]);
-            printf("%d micro-batches: grad L%d %-9s rel-L2 %.3e\n", n_micro, l, layer_tensor_names[t], err);
-            EXPECT_LT(err, 5e-2) << n_micro << " micro-batches, layer " << l << " " << layer_tensor_names[t];
+            EXPECT_TRUE(within(mb + "grad L" + std::to_string(l) + " " + layer_tensor_names[t] + " rel-L2", err, 5e-2));
         }
     }
     const double cpu_norm = sqrt(sumsq_f32(cpu.grads, p->total));
-    EXPECT_NEAR(g.last_norm, cpu_norm, 2e-2 * cpu_norm);
+    EXPECT_TRUE(within(mb + "gradient norm, relative", rel_diff(g.last_norm, cpu_norm), 2e-2));
     gpt_free(&g);
     gpt2_cpu_free(&cpu);
 }
@@ -182,7 +190,15 @@ TEST(GpuTrainer, TenStepsTrackCpuTrainer) {
         gpu_losses.push_back(gpt_step(&g, in.data(), tg.data(), 1, 1e-3f));
         printf("step %2d loss cpu %.5f gpu %.5f\n", s + 1, cpu_losses.back(), gpu_losses.back());
     }
-    for (int s = 0; s < steps; s++) EXPECT_NEAR(gpu_losses[s], cpu_losses[s], 2e-2 * cpu_losses[s]) << "step " << s + 1;
+    // each step's loss as in LogitsAndLossMatchCpuReference (2e-2); the two trainers' weights drift apart by the
+    // bf16 numerics over the steps, which the memorizing model's falling loss keeps small
+    double worst = 0.0;
+    int worst_step = 0;
+    for (int s = 0; s < steps; s++) {
+        const double d = rel_diff(gpu_losses[s], cpu_losses[s]);
+        if (!(d <= worst)) { worst = d; worst_step = s + 1; }
+    }
+    EXPECT_TRUE(within("10 steps' losses, worst relative difference", worst, 2e-2)) << "at step " << worst_step;
     EXPECT_LT(gpu_losses[steps - 1], gpu_losses[0] - 0.5f);  // it learns
     gpt_free(&g);
     gpt2_cpu_free(&cpu);
@@ -240,6 +256,11 @@ void expect_same_training(const std::vector<double>& got, const std::vector<doub
     }
     printf("  %-40s step 1 within %.1e, later losses %.1e, later norms %.1e (relative)%s\n", what.c_str(), worst[0],
            worst[1], worst[2], exact ? ", bit for bit required" : "");
+    if (!exact) {
+        print_margin(what + ": step 1 loss and norm, relative", worst[0], 1e-5);
+        print_margin(what + ": later losses, relative", worst[1], 2.5e-4);
+        print_margin(what + ": later norms, relative", worst[2], 5e-3);
+    }
 }
 
 TEST(GpuTrainer, ResultsIndependentOfSlotCount) {
@@ -365,10 +386,17 @@ TEST(GpuTrainer, FusedAndCublasAttentionTrainAlike) {
     flash_attention_flag = 0;
     auto cublas = run_gpu(c, 4, 64, 1, 2, 4, 5);
     flash_attention_flag = saved;
+    // Bound from the GPU's numerics: the two paths differ by design in where they round to bf16 (2^-9), which the
+    // emulation reproduces (it runs the same kernels; its exp and its GEMM sums differ from the GPU's by ~1e-6,
+    // far below a bf16 rounding); a GPU adds its atomics' order, whose effect on a run (expect_same_training:
+    // <= 2.7e-5 on losses, 8.2e-4 on norms) stays within the bound. Emulated worst 1.3e-3: 5e-3 leaves ~4x.
+    double worst = 0.0;
     for (size_t i = 0; i < fused.size(); i++) {
         printf("%s step %zu: fused %.6f cublas %.6f\n", i % 2 ? "norm" : "loss", i / 2 + 1, fused[i], cublas[i]);
         EXPECT_NEAR(fused[i], cublas[i], 5e-3 * fabs(cublas[i])) << "value " << i;
+        worst = fmax(worst, rel_diff(fused[i], cublas[i]));
     }
+    print_margin("fused vs cuBLAS attention, worst loss / norm, relative", worst, 5e-3);
 }
 
 // The first R layers kept on the GPU (their AdamW on the GPU, no copies) train the same model. Not bit for
@@ -412,16 +440,26 @@ TEST(GpuTrainer, KeptActivationsTrainLikeRecompute) {
                 expect_same_training(kept, reference, runs_are_bit_exact(), what);
                 continue;
             }
-            for (size_t i = 0; i < reference.size(); i++)
+            // the bound of the cross-path tests (FusedAndCublasAttentionTrainAlike): two GELU paths that round
+            // differently, plus on a GPU the atomics' order; emulated < 1e-3 at -O3, 1.3e-3 at -O1
+            double worst = 0.0;
+            for (size_t i = 0; i < reference.size(); i++) {
                 EXPECT_NEAR(kept[i], reference[i], 5e-3 * fabs(reference[i])) << what << ", value " << i;
+                worst = fmax(worst, rel_diff(kept[i], reference[i]));
+            }
+            print_margin(what + ": kept vs recomputed through cuBLASLt's GELU, worst loss / norm, relative", worst, 5e-3);
         }
     }
     cublaslt_fusion = saved;
 }
 
-// Forward only: the same bf16 weights whether read from a slot or from the resident prefix, the same kernels,
-// so the logits must be bit-identical (at C = 128 every tensor sits at the same 256-byte alignment in a slot
-// and in the prefix, so cuBLAS has no reason to pick other algorithms).
+// Forward only: the same bf16 weights whether read from a slot or from the resident prefix, the same kernels.
+// In the emulation (one fixed summation order) the logits must be bit-identical. On a GPU cuBLAS promises that
+// only for the same call on the same buffers: the weights sit at other addresses (at C = 128 with the same
+// 256-byte alignment, so cuBLAS has little reason to pick other algorithms, but may), and an algorithm with
+// another fp32 summation order (~1e-6 relative) flips the bf16 rounding of a few elements per tensor (2^-8
+// each); through 3 layers and the lm_head that is well under 1e-3 rel-L2 of the logits, where weights read from
+// a wrong place move them by O(1): 5e-3.
 TEST(GpuTrainer, ResidentLayersGiveIdenticalLogits) {
     REQUIRE_GPU();
     const GPTConfig c = tiny_config(3, 128, 4, 64, 500);
@@ -437,7 +475,14 @@ TEST(GpuTrainer, ResidentLayersGiveIdenticalLogits) {
         logits[i] = gpu_logits(&g);
         gpt_free(&g);
     }
+#ifdef FAKE_CUDA_DEVICE
     EXPECT_EQ(memcmp(logits[0].data(), logits[1].data(), logits[0].size() * 4), 0);
+#else
+    int64_t differ = 0;
+    for (size_t i = 0; i < logits[0].size(); i++) differ += logits[0][i] != logits[1][i];
+    printf("logits that differ between -R 0 and -R 2: %lld of %zu\n", (long long)differ, logits[0].size());
+    EXPECT_TRUE(within("logits -R 2 vs -R 0 rel-L2", rel_l2(logits[1].data(), logits[0].data(), (int64_t)logits[0].size()), 5e-3));
+#endif
 }
 
 // Micro-batch accumulation into a resident layer's gradient (its own place in resident_grads, not the
@@ -451,12 +496,14 @@ TEST(GpuTrainer, ResidentLayersAccumulateMicroBatches) {
 }
 
 // -sl: a step whose loss is an outlier updates nothing. Its window is filled with losses far below a fresh
-// model's (~ln V), so the first step is skipped. Then, with the bound off, the same batch gives the very same
-// loss (the weights in the slots, the GPU-resident prefix and the host copy are untouched: a forward pass is
-// deterministic), AdamW's t is 1, and the weights are those of a fresh trainer after its first step: bit for
-// bit in the emulation; on a GPU all but 1 in 10^4 within 1e-6 (the backward pass's atomics add in any order,
-// and at t = 1 AdamW moves each weight by lr times the sign of its gradient, which may flip where the gradient is
-// within rounding of 0). Streamed and GPU-resident layers (-R 1).
+// model's (~ln V), so the first step is skipped. Then, with the bound off, the same batch gives the same loss
+// (the weights in the slots, the GPU-resident prefix and the host copy are untouched), AdamW's t is 1, and the
+// weights are those of a fresh trainer after its first step. Bit for bit in the emulation. On a GPU the losses
+// (same weights, same batch) may differ only by the order of fp32 sums, where the weights sit in other slots or
+// another trainer's buffers (cuBLAS's algorithm may differ with the addresses): 1e-5 relative, the bound of
+// expect_same_training's step 1; the weights all but 1 in 10^4 within 1e-6 (the backward pass's atomics add in
+// any order, and at t = 1 AdamW moves each weight by lr times the sign of its gradient, which may flip where the
+// gradient is within rounding of 0). Streamed and GPU-resident layers (-R 1).
 TEST(GpuTrainer, OutlierStepUpdatesNothing) {
     REQUIRE_GPU();
     const GPTConfig c = tiny_config(3, 128, 4, 64, 500);
@@ -483,7 +530,12 @@ TEST(GpuTrainer, OutlierStepUpdatesNothing) {
 
         g.args.skip_loss_z = 0.0f;
         const float loss = gpt_step(&g, in.data(), tg.data(), 1, 1e-3f);
+#ifdef FAKE_CUDA_DEVICE
         EXPECT_EQ(loss, skipped_loss) << "R " << resident << ": the skipped step changed the weights the GPU reads";
+#else
+        EXPECT_TRUE(within("R " + std::to_string(resident) + ": loss after the skipped step vs its own, relative",
+                           rel_diff(loss, skipped_loss), 1e-5)) << "the skipped step changed the weights the GPU reads";
+#endif
         EXPECT_STREQ(g.skipped, "");
         EXPECT_EQ(g.step, 2);
         EXPECT_EQ(g.adam_t, 1);
@@ -494,7 +546,13 @@ TEST(GpuTrainer, OutlierStepUpdatesNothing) {
 
         a.skip_loss_z = 0.0f;
         build_gpu(&fresh, c, B, T, 1, 2, a, 42, resident);
-        EXPECT_EQ(gpt_step(&fresh, in.data(), tg.data(), 1, 1e-3f), loss);
+        const float fresh_loss = gpt_step(&fresh, in.data(), tg.data(), 1, 1e-3f);
+#ifdef FAKE_CUDA_DEVICE
+        EXPECT_EQ(fresh_loss, loss);
+#else
+        EXPECT_TRUE(within("R " + std::to_string(resident) + ": a fresh trainer's first loss vs it, relative",
+                           rel_diff(fresh_loss, loss), 1e-5));
+#endif
         optimizer_wait_all(&fresh);
         gpt_resident_state_to_host(&fresh);
 #ifdef FAKE_CUDA_DEVICE
@@ -503,15 +561,21 @@ TEST(GpuTrainer, OutlierStepUpdatesNothing) {
 #else
         int64_t differ = 0;
         for (int64_t i = 0; i < n; i++) differ += fabsf(master[(size_t)i] - fresh.master[i]) > 1e-6f;
+        print_margin("R " + std::to_string(resident) + ": weights more than 1e-6 off a fresh trainer's (count)",
+                     (double)differ, (double)(n / 10000));
         EXPECT_LE(differ, n / 10000) << "R " << resident << ": weights that moved differently (of " << n << ")";
-        EXPECT_LT(rel_l2(adam_v.data(), fresh.adam_v, n), 1e-3) << "R " << resident;
+        // v = (1 - beta2) g^2 after one step: the gradients' fp32 atomics order, through bf16 activations: 1e-3
+        EXPECT_TRUE(within("R " + std::to_string(resident) + ": AdamW v vs a fresh trainer's rel-L2",
+                           rel_l2(adam_v.data(), fresh.adam_v, n), 1e-3));
 #endif
         gpt_free(&fresh);
     }
 }
 
 // resident_adamw against the CPU trainer's block updates (train_common.h: decay on matrices only) on the
-// same fp32 state and gradients: the GPU AdamW repeats cpu_adam's arithmetic, so bit for bit.
+// same fp32 state and gradients: the GPU AdamW repeats cpu_adam's arithmetic, so bit for bit, on a GPU too: its
+// kernel uses only IEEE-rounded intrinsics (__fmaf_rn, __fsqrt_rn, __fdiv_rn, untouched by --use_fast_math),
+// flushes subnormals as cpu_adam does, and has no atomics and no cuBLAS (test_kernels: AdamwGpuMatchesCpuAdam).
 TEST(GpuTrainer, ResidentAdamwMatchesCpuBlockUpdatesBitForBit) {
     REQUIRE_GPU();
     const GPTConfig c = tiny_config(2, 128, 4, 64, 500);
@@ -596,9 +660,13 @@ void checkpoint_resume(int resident_saving, int resident_resuming) {
     const float resumed2 = gpt_step(&r, in.data(), tg.data(), 1, 1e-3f);
     printf("resident %d -> %d: losses after the checkpoint %.6f %.6f, resumed %.6f %.6f\n", resident_saving,
            resident_resuming, next1, next2, resumed1, resumed2);
-    EXPECT_NEAR(resumed1, next1, 1e-3 * fabs(next1));
+    // the same weights and batch (resumed1) and then the same AdamW state (resumed2), computed by another trainer's
+    // buffers: on a GPU the order of fp32 sums may differ (atomics, cuBLAS's algorithm for other addresses), ~1e-5
+    // at step 1 and ~2.5e-4 after an update (expect_same_training's bounds): 1e-3. Exact in the emulation.
+    const std::string rr = "resident " + std::to_string(resident_saving) + " -> " + std::to_string(resident_resuming) + ": ";
+    EXPECT_TRUE(within(rr + "first loss after resuming, relative", rel_diff(resumed1, next1), 1e-3));
     // a lost m or v (e.g. the GPU-resident prefix's not saved or not loaded) moves this one by ~1e-2
-    EXPECT_NEAR(resumed2, next2, 1e-3 * fabs(next2));
+    EXPECT_TRUE(within(rr + "second loss after resuming, relative", rel_diff(resumed2, next2), 1e-3));
     gpt_free(&r);
     char cmd[600];
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
@@ -633,6 +701,22 @@ TEST(GpuTrainer, LargestPresetPlansToFitOneH100) {
     const int64_t params = gpt_layout(&c).total;
     EXPECT_GT(full.host_bytes, params * 15);
     EXPECT_LT(full.host_bytes, params * 17);
+}
+
+// The MFU denominator by the device's name (cudaDeviceProp.name as the driver reports it): whole words only, the
+// H100 variants before the plain H100, and 0 (MFU n/a) for a GPU not in the table. No GPU needed.
+TEST(GpuTrainer, MfuPeakFollowsTheDeviceName) {
+    const struct { const char* name; double tflops; } cases[] = {
+        {"NVIDIA H100 80GB HBM3", 989.4}, {"NVIDIA H100 PCIe", 756}, {"NVIDIA H100 NVL", 835}, {"NVIDIA H200", 989.4},
+        {"NVIDIA GH200 480GB", 989.4},    {"NVIDIA A100-SXM4-80GB", 312}, {"NVIDIA A100 80GB PCIe", 312},
+        {"NVIDIA A10", 125},              {"NVIDIA A10G", 0},           {"NVIDIA L40S", 362}, {"NVIDIA L40", 0},
+        {"NVIDIA L4", 121},               {"NVIDIA GeForce RTX 4090", 165.2}, {"NVIDIA B200", 2250},
+        {"fake CUDA device (CPU emulation)", 0}};
+    for (const auto& k : cases) {
+        const char* label = "unset";
+        EXPECT_NEAR(gpu_bf16_peak_flops(k.name, &label) / 1e12, k.tflops, 1e-6) << k.name;
+        EXPECT_EQ(label == NULL, k.tflops == 0) << k.name;
+    }
 }
 
 // The timeline's split of the idle time (forward pass: waiting for weights; backward pass: for copies) and the
@@ -720,7 +804,9 @@ TEST(GpuTrainer, GpuMemoryGrowsWithDepthOnlyByCheckpoints) {
            depths[0], (long long)counted[0], (long long)measured[0], depths[1], (long long)counted[1],
            (long long)measured[1], (long long)ckpt_delta);
     EXPECT_EQ(counted[1] - counted[0], ckpt_delta);
-    EXPECT_NEAR((double)(measured[1] - measured[0]), (double)ckpt_delta, 8.0 * (1 << 20));  // 2 MiB pages
+    // the device's own count: 2 MiB pages per allocation, a few allocations that differ in size: 8 MiB
+    EXPECT_TRUE(within("measured GPU bytes L8 - L4 vs the checkpoints', |difference| in bytes",
+                       fabs((double)(measured[1] - measured[0]) - (double)ckpt_delta), 8.0 * (1 << 20)));
 }
 
 // With the timeline on, the H2D copies of layer weights must overlap the compute stream's kernels. We look
@@ -763,6 +849,7 @@ TEST(GpuTrainer, WeightCopiesOverlapCompute) {
     // 8 layers, 2 slots: the last 2 stay resident from the forward pass, the other 6 are copied back
     ASSERT_GT(backward_h2d, 0.0);
     // each backward copy runs while the previous layer's recompute + backward computes (longer than the copy)
+    print_margin("backward H2D copy time not overlapped by compute, fraction", 1.0 - overlap / backward_h2d, 0.5);
     EXPECT_GT(overlap, 0.5 * backward_h2d);
     g.timeline = NULL;
     g.ws.timeline = NULL;

@@ -54,6 +54,9 @@ static void bench_shape(int B, int T, int C, int NH) {
     auto h_qkv = random_bf16(N * 3 * C, 1.0f, 1), h_dy = random_bf16(N * C, 1.0f, 2);
     cudaCheck(cudaMemcpy(qkv, h_qkv.data(), h_qkv.size() * 2, cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(dy, h_dy.data(), h_dy.size() * 2, cudaMemcpyHostToDevice));
+    // a pageable cudaMemcpy may return before its data lands, and the non-blocking stream below does not wait
+    // for the legacy stream it runs on: wait here, before the first kernel reads qkv or dy
+    cudaCheck(cudaDeviceSynchronize());
     cudaStream_t s;
     cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     cublas_use_stream(s);

@@ -45,6 +45,9 @@ static void bench_shape(int B, int T, int C, int NH) {
     cudaCheck(cudaMalloc(&dres, (size_t)(N * C) * 2));
     cudaCheck(cudaMemcpy(x, host.data(), (size_t)(N * C) * 2, cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(dres, host.data(), (size_t)(N * C) * 2, cudaMemcpyHostToDevice));
+    // a pageable cudaMemcpy may return before its data lands, and the non-blocking stream s does not wait for
+    // the legacy stream it runs on: wait here, before the first kernel on s reads w, x or dres
+    cudaCheck(cudaDeviceSynchronize());
     float* grads = g.layer_grads;
     auto W = [&](int t) { return wt(&g, w, t); };
     auto G = [&](int t) { return grads + p->layer_offset[t]; };

@@ -1,18 +1,21 @@
-# bench_table.py — reads the logs that dev/bench/run_bench.sh leaves in a folder (ours-CFG.log,
+# bench_table.py — reads the logs that dev/bench/run_bench.sh leaves in one folder or several (ours-CFG.log,
 # ours_res-CFG.log (with GPU-resident layers, -R -1), ours_keep-CFG.log (resident layers and kept activations,
-# -R and -K), ours_unfused-CFG.log (-F 0 -G 0: unfused attention and bias/GELU), attention.log, layer.log, layer_unfused.log, gpu_ckpt-CFG.log, fsdp_offload-CFG.log, cpu_adam.log, torch_adam.log, device.txt) and prints one markdown
+# -R and -K), ours_unfused-CFG.log (-F 0 -G 0: unfused attention and bias/GELU), attention.log, layer.log, layer_unfused.log, gpu_ckpt-CFG.log, fsdp_offload-CFG.log, cpu_adam.log, torch_adam.log, device_A.txt / device_B.txt) and prints one markdown
 # report: throughput per config (ours vs the PyTorch peers), our step timeline, CPU AdamW (ours vs torch),
-# and PASS/MISS for the issue's targets. A missing, skipped or failed run shows as such; nothing is guessed.
-# It runs nothing and measures nothing. Python 3 standard library only.
+# and PASS/MISS for the issue's targets. A missing, skipped or failed run shows as such; nothing is guessed. The
+# two benchmark calls (run_bench.sh A: 1.3B and AdamW; B: 5B) each make a table from their own folder; given both
+# folders it makes one table of everything (a log found in several: the first folder's). A target whose runs are
+# in none of the folders is left out. MFU is against the peak our RESULT line names (train_gpt picks it by the
+# GPU's name; null for a GPU it does not know: then `n/a`). It runs nothing and measures nothing. Python 3
+# standard library only.
 #
-# usage: python3 dev/bench/bench_table.py [DIR=$OUT or ./out]
+# usage: python3 dev/bench/bench_table.py [DIR ...]      (default: $OUT or ./out)
 import json, os, re, sys
 
 CONFIGS = [("1.3b-8k", "1.3B (L24 C2048 NH16)", 8192), ("1.3b-32k", "1.3B (L24 C2048 NH16)", 32768),
            ("5b-8k", "5B (L24 C4096 NH32)", 8192), ("5b-32k", "5B (L24 C4096 NH32)", 32768)]
 PEERS = {"1.3b-8k": ["gpu_ckpt", "fsdp_offload"], "1.3b-32k": ["gpu_ckpt", "fsdp_offload"],
          "5b-8k": ["fsdp_offload"], "5b-32k": ["fsdp_offload"]}
-PEAK_TFLOPS = 989.0  # H100 SXM dense bf16, the same MFU denominator as train_gpt
 # our runs per config: log prefix, short tag; the first three are held to the targets
 OURS = [("ours", "streaming"), ("ours_res", "-R -1"), ("ours_keep", "-R, -K"), ("ours_unfused", "-F 0 -G 0")]
 TARGETED = ("ours", "ours_res", "ours_keep")
@@ -21,10 +24,15 @@ TIMELINE_KEYS = ["step_s", "compute_busy_s", "h2d_busy_s", "d2h_busy_s", "adam_b
 ERROR_RE = re.compile(r"error|exception|out of memory|killed|fatal|abort|assert|no such file|not found", re.I)
 
 
+def find(d, name):
+    """The path of file `name` in the first of the folders d (a list) that has it, else None."""
+    return next((os.path.join(x, name) for x in d if os.path.exists(os.path.join(x, name))), None)
+
+
 def load(d, name):
     """One run's log -> dict(status ok|failed|skipped|missing, result, msg, timeline)."""
-    path = os.path.join(d, name + ".log")
-    if not os.path.exists(path):
+    path = find(d, name + ".log")
+    if path is None:
         return dict(status="missing", msg="not run")
     with open(path, errors="replace") as f:
         lines = [l.rstrip("\n") for l in f]
@@ -72,8 +80,8 @@ def json_lines(lines, prefix):
 
 def results(d, name):
     """Every RESULT json of a log that prints one per shape (None when the log is missing)."""
-    path = os.path.join(d, name + ".log")
-    if not os.path.exists(path):
+    path = find(d, name + ".log")
+    if path is None:
         return None
     with open(path, errors="replace") as f:
         return json_lines(f, "RESULT ")
@@ -95,17 +103,26 @@ def cell(x, fmt):
     return fmt.format(x) if isinstance(x, (int, float)) and x == x else "-"  # x != x: nan, a key the log lacks
 
 
+def mfu_cell(tflops, peak):
+    """MFU with the peak it is against, or n/a."""
+    if not tflops or not peak:
+        return "n/a"
+    return "%.1f%% of %.0f" % (100.0 * tflops / peak, peak)
+
+
 def esc(s):
     return s.replace("|", "\\|")
 
 
 def main():
-    d = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("OUT", "./out")
+    d = sys.argv[1:] or [os.environ.get("OUT", "./out")]
     out = []
     p = out.append
     p("# Benchmark: streaming trainer vs PyTorch peers (T=1024)")
-    dev = os.path.join(d, "device.txt")
-    if os.path.exists(dev):
+    # device_A.txt / device_B.txt (one per call; device.txt from older runs), each folder's
+    devs = sorted({os.path.join(x, f) for x in d if os.path.isdir(x) for f in os.listdir(x)
+                   if f.startswith("device") and f.endswith(".txt")})
+    for dev in devs:
         with open(dev, errors="replace") as f:
             lines = [l.strip() for l in f if l.strip()]
         p("")
@@ -113,8 +130,8 @@ def main():
         gpu = next((l for l in lines if l.startswith("gpu:")), "")
         if "H100" not in gpu:  # e.g. an H200: the same tensor cores, more and faster memory
             p("")
-            p("Note: the targets were set on an H100 80GB; this GPU is not one (%s), so the PASS/MISS below are "
-              "indicative (-V 79 keeps our memory placement as on the H100)." % esc(gpu[4:].strip() or "unknown"))
+            p("Note: the targets were set on an H100 80GB; this GPU is not one (%s), so the PASS/MISS of its runs "
+              "are indicative (-V 79 keeps our memory placement as on the H100)." % esc(gpu[4:].strip() or "unknown"))
 
     # ---- throughput ----
     p("")
@@ -126,6 +143,21 @@ def main():
             runs[(who, cfg)] = load(d, "%s-%s" % (who, cfg))
         for who in PEERS[cfg]:
             runs[(who, cfg)] = load(d, "%s-%s" % (who, cfg))
+    # MFU denominator: the peak train_gpt names in its RESULT (by the GPU's name); a peer's run is held to the one
+    # of our runs on the same GPU (the same call). None: a GPU train_gpt does not know, MFU n/a.
+    def peak_of(res):
+        if not res:
+            return None
+        if "peak_TFLOPs" in res:
+            return res["peak_TFLOPs"]
+        # older logs: mfu = model_TFLOPs / peak
+        return res["model_TFLOPs"] / res["mfu"] if res.get("mfu") and res.get("model_TFLOPs") else None
+
+    def ours_peak(cfg):
+        return next((peak_of(runs[(o, cfg)]["result"]) for o, _ in OURS if runs[(o, cfg)]["status"] == "ok"
+                     and peak_of(runs[(o, cfg)]["result"])), None)
+
+    for cfg, label, tokens in CONFIGS:
         if all(runs[(w, cfg)]["status"] == "missing" for w in [o for o, _ in OURS] + PEERS[cfg]):
             continue  # a config not selected (CONFIGS): no rows
         ours_runs = ["ours"] + [w for w, _ in OURS[1:] if runs[(w, cfg)]["status"] != "missing"]
@@ -156,7 +188,7 @@ def main():
             host = cell(res.get("host_GiB"), "{:.1f}")
             p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 name, run, cell(res.get("tok_per_s"), "{:,.0f}"),
-                cell(tf, "{:.1f}"), cell(tf / PEAK_TFLOPS * 100 if tf else None, "{:.1f}%"),
+                cell(tf, "{:.1f}"), mfu_cell(tf, peak_of(res) if who.startswith("ours") else ours_peak(cfg)),
                 cell(res.get("step_s"), "{:.3f}"), cell(res.get("peak_gpu_GiB"), "{:.1f}"), host, ratio))
 
     # ---- our timeline ----
@@ -257,18 +289,28 @@ def main():
     p("")
     p("| target | measured | result |")
     p("|---|---|---|")
+    left_out = []  # targets none of whose runs are in these logs (the other run_bench.sh call's)
+
+    def missing(*names):
+        return all(runs[n]["status"] == "missing" for n in names)
     # each throughput target for the pure streaming run, and again for the -R / -K runs where there are some
     for who, tag in OURS:
         if who not in TARGETED or (who != "ours" and all(runs[(who, c)]["status"] == "missing" for c, _, _ in CONFIGS)):
             continue
         # a variant (-R, -K) is judged where it ran: run_bench.sh runs each only at some configs
-        if who == "ours" or runs[(who, "5b-32k")]["status"] != "missing":
+        if missing((who, "5b-32k")):
+            if who == "ours":
+                left_out.append("5B, 32K tok/step >= 400 model TFLOP/s")
+        else:
             v = res(who, "5b-32k", "model_TFLOPs")
             p(tgt("5B, 32K tok/step: ours (%s) >= 400 model TFLOP/s" % tag,
                   "%.1f TFLOP/s" % v if v else esc(why((who, runs[(who, "5b-32k")]))), None if v is None else v >= 400))
         for cfg, peer, k, label in (("5b-8k", "fsdp_offload", 6.0, "5B, 8K tok/step: ours (%s) tok/s >= 6x fsdp_offload"),
                                     ("1.3b-32k", "gpu_ckpt", 0.9, "1.3B, 32K tok/step: ours (%s) tok/s >= 0.9x gpu_ckpt")):
             if who != "ours" and runs[(who, cfg)]["status"] == "missing":
+                continue
+            if missing((who, cfg), (peer, cfg)):
+                left_out.append(label.split(":")[0] + " vs " + peer)
                 continue
             a, b = res(who, cfg, "tok_per_s"), res(peer, cfg, "tok_per_s")
             ok = None if not (a and b) else a / b >= k
@@ -280,6 +322,9 @@ def main():
             ("adamw_f32grad", "adamw_plus_cast", "CPU AdamW + bf16 copy: ours >= 1.2x torch fused AdamW + separate cast"),
             ("adamw_bf16grad", "bf16grad_upcast_adamw_cast",
              "the same, bf16 gradient: ours >= 1.2x torch upcast + fused AdamW + cast")):
+        if ca["status"] == "missing" and ta["status"] == "missing":
+            left_out.append("CPU AdamW (%s)" % ours_key)
+            continue
         a, b = g(ca, ours_key), g(ta, torch_key)
         ok = None if not (a and b) or impl != "fused" else a / b >= 1.2
         if a and b:
@@ -289,6 +334,9 @@ def main():
         else:
             meas = esc(why(("cpu_adam", ca), ("torch_adam", ta)))
         p(tgt(label, meas, ok))
+    if left_out:
+        p("")
+        p("Targets not in these logs (the other run_bench.sh call; give both folders for all): %s." % "; ".join(left_out))
     print("\n".join(out))
 
 
