@@ -18,6 +18,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/file.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "cpu_adam.h"
@@ -81,6 +82,30 @@ static inline void die_diverged(int step, double loss, double norm, const char* 
     char last[96] = "";
     if (saved_step >= 0) snprintf(last, sizeof last, "; the last checkpoint in -o is of step %lld", (long long)saved_step);
     die("training diverged at step %d (loss %g, grad norm %g: %s); no update was applied%s", step, loss, norm, why, last);
+}
+
+// A duration as a person reads it: "850ms", "12.3s", "4m05s", "2h07m".
+static inline void format_duration(double s, char* buf, size_t len) {
+    if (s < 1.0) snprintf(buf, len, "%.0fms", s * 1e3);
+    else if (s < 60.0) snprintf(buf, len, "%.1fs", s);
+    else if (s < 3600.0) snprintf(buf, len, "%dm%02ds", (int)(s / 60), (int)s % 60);
+    else snprintf(buf, len, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+}
+
+// The progress at the end of a step line: time since the run's first step began, and the time to its last
+// at the mean pace so far (validation and sampling included): " | 4m05s, eta 12m30s".
+static inline void progress_text(double elapsed, int steps_done, int first_step, int total_steps, char* buf, size_t len) {
+    char e[32], r[32];
+    format_duration(elapsed, e, sizeof e);
+    const int done = steps_done - first_step;
+    format_duration(done > 0 ? elapsed / done * (total_steps - steps_done) : 0.0, r, sizeof r);
+    snprintf(buf, len, " | %.20s, eta %.20s", e, r);
+}
+
+// Peak resident memory of this process so far (getrusage's maxrss), in bytes.
+static inline int64_t peak_rss_bytes(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (int64_t)ru.ru_maxrss * 1024 : -1;
 }
 
 // ----------------------------------------------------------------------------

@@ -1364,6 +1364,7 @@ int main(int argc, char** argv) {
             save_checkpoint(&g, args.output_dir, &data_state);
         });
     };
+    const double run_t0 = timeline_now();
     for (int step = start_step; step <= total_steps; step++) {
         stop_if_asked(step);  // a signal during validation or sampling
         const int last = step == total_steps;
@@ -1398,8 +1399,11 @@ int main(int argc, char** argv) {
         step_seconds[step] = dt;
         char mfu[32] = "MFU n/a";
         if (peak_flops > 0) snprintf(mfu, sizeof mfu, "MFU %.1f%%", 100.0 * flops_per_step / dt / peak_flops);
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f | %s%s%s\n", step + 1, total_steps,
-               loss, g.last_norm, lr, dt * 1e3, step_tokens / dt, mfu, g.skipped[0] ? " | update skipped: " : "", g.skipped);
+        char progress[64];
+        progress_text(timeline_now() - run_t0, step + 1, start_step, total_steps, progress, sizeof progress);
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f | %s%s%s%s\n", step + 1, total_steps,
+               loss, g.last_norm, lr, dt * 1e3, step_tokens / dt, mfu, progress, g.skipped[0] ? " | update skipped: " : "",
+               g.skipped);
         if (step == start_step) {  // the margin check of the first real run: what this process took beyond its plan
             size_t free_now = 0, total_now = 0;
             cudaCheck(cudaMemGetInfo(&free_now, &total_now));
@@ -1428,6 +1432,13 @@ int main(int argc, char** argv) {
     printf("streamed over the run: %.2f GB host->GPU (%lld layer copies, %lld layers reused from the previous pass), "
            "%.2f GB GPU->host; last CPU AdamW round %.3f s\n", g.ws.bytes_h2d / 1e9, (long long)g.ws.layer_copies,
            (long long)g.ws.layer_reuses, g.ws.bytes_d2h / 1e9, g.opt->last_round_seconds);
+    {  // every GPU buffer is allocated before the first step, so the device's use at the end is its peak
+        size_t free_end = 0, total_end = 0;
+        cudaCheck(cudaMemGetInfo(&free_end, &total_end));
+        printf("peak host memory: %.2f GiB resident; GPU memory: %.2f GiB allocated by this run (%.2f GiB in use on "
+               "the device of %.2f)\n", peak_rss_bytes() / GiB, g.gpu_bytes / GiB, (total_end - free_end) / GiB,
+               total_end / GiB);
+    }
 
     // summary: median over the timed steps (benchmark) or over all but the first step
     const int first_timed = bench ? ga.bench_warmup : start_step + 1;

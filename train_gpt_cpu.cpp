@@ -228,6 +228,7 @@ int main(int argc, char** argv) {
     auto stop_if_asked = [&](int steps_done) {
         stop_if_signalled(steps_done, start_step, saved_step, args.output_dir, [&] { save(steps_done); });
     };
+    const double run_t0 = seconds_now();
     for (int step = start_step; step <= total_steps; step++) {
         stop_if_asked(step);  // a signal during validation or sampling
         const int last = step == total_steps;
@@ -263,8 +264,10 @@ int main(int argc, char** argv) {
         const double dt = seconds_now() - t0;
         const int64_t tokens = (int64_t)accum * args.B * args.T;
         if (step > start_step) { train_seconds += dt; train_tokens += tokens; }  // the first step includes warm-up costs
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f%s%s\n", step + 1, total_steps, loss,
-               norm, lr, dt * 1e3, tokens / dt, skipped[0] ? " | update skipped: " : "", skipped);
+        char progress[64];
+        progress_text(seconds_now() - run_t0, step + 1, start_step, total_steps, progress, sizeof progress);
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f%s%s%s\n", step + 1, total_steps, loss,
+               norm, lr, dt * 1e3, tokens / dt, progress, skipped[0] ? " | update skipped: " : "", skipped);
         fflush(stdout);
         logger_train(&logger, step + 1, (float)loss, lr, (float)norm);
         if (args.output_dir && args.checkpoint_every > 0 && ((step + 1) % args.checkpoint_every == 0 || step + 1 == total_steps))
@@ -275,6 +278,7 @@ int main(int argc, char** argv) {
     if (train_tokens > 0)
         printf("total average iteration time: %.1f ms, %.0f tok/s\n", 1e3 * train_seconds / (total_steps - start_step - 1),
                train_tokens / train_seconds);
+    printf("peak host memory: %.2f GiB resident\n", peak_rss_bytes() / 1073741824.0);
 
     logger_close(&logger);
     tokenizer_free(&tok);

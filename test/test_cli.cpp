@@ -814,6 +814,10 @@ TEST_F(CliTest, CpuSmokeRun) {
     EXPECT_NE(r.out.find("step    3/3"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("val loss"), std::string::npos) << r.out;
     EXPECT_NE(r.out.find("generating:"), std::string::npos) << r.out;
+    // progress: the time since the first step and an ETA end each step line; the peak memory ends the run
+    EXPECT_TRUE(std::regex_search(r.out, std::regex("step    1/3 [^\n]* \\| [0-9.]+m?s, eta [0-9.]+m?s\n"))) << r.out;
+    EXPECT_TRUE(std::regex_search(r.out, std::regex("step    3/3 [^\n]*, eta 0ms\n"))) << r.out;
+    EXPECT_TRUE(std::regex_search(r.out, std::regex("peak host memory: 0\\.[0-9]+ GiB resident\n"))) << r.out;
 
     const std::string log = slurp(out + "/main.log");
     for (const char* line : {"s:0 tel:", "s:1 trl:", "s:3 trl:", "s:3 tel:"})
