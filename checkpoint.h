@@ -64,10 +64,17 @@ static int file_crc32c(const char* path, int64_t* bytes, uint32_t* crc, char* er
     const size_t chunk = (size_t)8 << 20;
     unsigned char* buf = (unsigned char*)malloc(chunk);
     if (!buf) { fclose(f); snprintf(err, errlen, "out of memory checking %.400s", path); return 0; }
+    struct stat st;
+    const int64_t size = fstat(fileno(f), &st) == 0 ? (int64_t)st.st_size : 0;
     *bytes = 0;
     *crc = 0;
     size_t n;
-    while ((n = fread(buf, 1, chunk, f)) > 0) { *crc = crc32c_update(*crc, buf, n); *bytes += (int64_t)n; }
+    int quarter = 0;
+    while ((n = fread(buf, 1, chunk, f)) > 0) {
+        *crc = crc32c_update(*crc, buf, n);
+        *bytes += (int64_t)n;
+        if (size > 0) read_progress("checking checksum of", path, *bytes, size, &quarter);
+    }
     const int ok = !ferror(f);
     free(buf);
     fclose(f);

@@ -169,6 +169,17 @@ static inline void gpt_init_params(const GPTConfig* c, float* params, uint64_t s
 // We convert to/from our layer-major layout while reading/writing, tensor by tensor. Version 5 is the same
 // with bf16 tensors (what llm.c's CUDA trainer saves): read too, widened exactly to fp32; we write version 3.
 
+// Progress of a long read (a file over 1 GiB: a large model or checkpoint takes seconds to minutes): one line per
+// quarter, "loading model file log/model_00001000.bin: 50%". *quarter: the last quarter printed (start at 0).
+static inline void read_progress(const char* what, const char* path, int64_t done, int64_t total, int* quarter) {
+    if (total < ((int64_t)1 << 30)) return;
+    const int q = (int)(4 * done / total);
+    if (q <= *quarter) return;
+    *quarter = q;
+    printf("%s %.400s: %d%%\n", what, path, 25 * q);
+    fflush(stdout);
+}
+
 // Order of tensors in an llm.c file, by (is_layer_tensor, index).
 static const int llmc_file_order[16][2] = {
     {0, WTE}, {0, WPE}, {1, LN1W}, {1, LN1B}, {1, QKVW}, {1, QKVB}, {1, ATTPROJW}, {1, ATTPROJB},
@@ -222,13 +233,16 @@ static inline int gpt_load_params(const char* path, const GPTConfig* cfg, float*
         return 0;
     }
     fseeko(f, 256 * 4, SEEK_SET);
-    int ok = 1;
+    int ok = 1, quarter = 0;
+    int64_t done = 256 * 4;
     for (int k = 0; k < 16 && ok; k++) {
         int is_layer = llmc_file_order[k][0], t = llmc_file_order[k][1];
         int reps = is_layer ? cfg->num_layers : 1;
         for (int l = 0; l < reps && ok; l++) {
             float* dst = is_layer ? params + gpt_layer_offset(&p, l) + p.layer_offset[t] : params + p.embed_offset[t];
             int64_t n = is_layer ? p.layer_size[t] : p.embed_size[t];
+            done += n * (is_bf16 ? 2 : 4);
+            read_progress("loading model file", path, done, bytes, &quarter);
             if (!is_bf16) { ok = (int64_t)fread(dst, sizeof(float), (size_t)n, f) == n; continue; }
             // bf16: read into the upper half of dst's own bytes, then widen front to back: value j sits at byte
             // 2n + 2j, float i goes to bytes 4i .. 4i+3 < 2n + 2(i+1), so it overwrites only values already read

@@ -1535,3 +1535,15 @@ TEST(Crc32c, MatchesTheStandardAndComposes) {
     data[50000] ^= 1;
     EXPECT_NE(crc32c_update(0, data.data(), data.size()), whole);
 }
+
+// A long read (over 1 GiB) says how far it is, one line per quarter; a short one says nothing.
+TEST(ReadProgress, OneLinePerQuarterOfALargeFile) {
+    const int64_t GiB = (int64_t)1 << 30;
+    testing::internal::CaptureStdout();
+    int quarter = 0;
+    for (int64_t done = 0; done <= 2 * GiB; done += GiB / 16) read_progress("loading model file", "m.bin", done, 2 * GiB, &quarter);
+    int small = 0;
+    read_progress("loading model file", "small.bin", 100, 100, &small);
+    EXPECT_EQ(testing::internal::GetCapturedStdout(), "loading model file m.bin: 25%\nloading model file m.bin: 50%\n"
+                                                      "loading model file m.bin: 75%\nloading model file m.bin: 100%\n");
+}
