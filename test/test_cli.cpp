@@ -1547,3 +1547,37 @@ TEST(ReadProgress, OneLinePerQuarterOfALargeFile) {
     EXPECT_EQ(testing::internal::GetCapturedStdout(), "loading model file m.bin: 25%\nloading model file m.bin: 50%\n"
                                                       "loading model file m.bin: 75%\nloading model file m.bin: 100%\n");
 }
+
+// dev/plot.py draws a main.log (train and val loss against steps and tokens, the lr) into a PNG; several logs
+// overlay; a malformed log is one error line. Needs python3 with matplotlib (.ci/run installs it).
+TEST_F(CliTest, PlotDrawsTheLog) {
+    if (system("python3 -c 'import matplotlib' >/dev/null 2>&1") != 0) GTEST_SKIP() << "python3 matplotlib missing";
+    const std::string run1 = dir + "/run1", run2 = dir + "/run2";
+    for (const std::string& d : {run1, run2}) {
+        ASSERT_EQ(mkdir(d.c_str(), 0755), 0);
+        FILE* f = fopen((d + "/main.log").c_str(), "w");
+        ASSERT_NE(f, nullptr);
+        for (int s = 0; s <= 40; s++) {
+            if (s % 10 == 0) fprintf(f, "s:%d tel:%.6f\n", s, 10.0 - 0.1 * s);
+            if (s > 0) fprintf(f, "s:%d trl:%.6f lr:%.4e norm:%.4f\n", s, 10.5 - 0.1 * s, 1e-3 * s / 40, 1.5);
+        }
+        fclose(f);
+    }
+    std::vector<int64_t> h(16, 0);  // a state file header gives the tokens per step
+    h[0] = 20241122; h[6] = 8192;
+    FILE* f = fopen((run1 + "/state_00000040.bin").c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    fwrite(h.data(), 8, h.size(), f);
+    fclose(f);
+    const std::string png = dir + "/loss.png";
+    const Result r = run_bin("/usr/bin/env", {"python3", "dev/plot.py", run1 + "/main.log", run2 + "/main.log", "-o", png});
+    ASSERT_EQ(r.code, 0) << r.err << r.out;
+    const std::string img = slurp(png);
+    EXPECT_GT(img.size(), 20000u);
+    EXPECT_EQ(img.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+    f = fopen((run2 + "/main.log").c_str(), "a");
+    fputs("s:41 trl:abc\n", f);
+    fclose(f);
+    const Result bad = run_bin("/usr/bin/env", {"python3", "dev/plot.py", run2 + "/main.log", "-o", png});
+    EXPECT_TRUE(CleanError(bad, {run2 + "/main.log:", "not a main.log line"}));
+}

@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""plot.py — the loss curves of one or more runs from their main.log files (llm.c's format, as both trainers
+write it: "s:STEP trl:LOSS lr:LR norm:NORM" and "s:STEP tel:LOSS").
+
+Left: train loss (thin) and validation loss (dots) against the step, the learning rate on a second axis
+(dashed). Right: the same losses against the tokens seen, when the tokens per step are known: from -t, or from
+a checkpoint's state file (state_*.bin) beside the log. Several logs are overlaid, one colour each, to compare
+runs. It trains nothing and reads nothing else.
+
+usage: python3 dev/plot.py log/main.log [other/main.log ...] [-o loss.png] [-t TOKENS_PER_STEP] [--title T]
+"""
+import argparse
+import glob
+import os
+import struct
+import sys
+
+
+def read_log(path):
+    """(train, val) lists of (step, loss, lr, norm) / (step, loss) from one main.log."""
+    train, val = [], []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            parts = line.split()
+            if not parts or not parts[0].startswith("s:"):
+                continue
+            try:
+                step = int(parts[0][2:])
+                kind, value = parts[1].split(":", 1)
+                fields = dict(p.split(":", 1) for p in parts[2:])
+                if kind == "trl":
+                    train.append((step, float(value), float(fields.get("lr", "nan")), float(fields.get("norm", "nan"))))
+                elif kind == "tel":
+                    val.append((step, float(value)))
+            except (ValueError, IndexError):
+                sys.exit(f"error: {path}:{n}: not a main.log line: {line.strip()[:80]}")
+    return train, val
+
+
+def tokens_per_step_of(log_path):
+    """Tokens per step from the header of a state_*.bin beside the log (checkpoint.h: int64 slot 6), or None."""
+    for state in sorted(glob.glob(os.path.join(os.path.dirname(os.path.abspath(log_path)), "state_*.bin"))):
+        try:
+            with open(state, "rb") as f:
+                header = struct.unpack("<16q", f.read(128))
+            if header[0] == 20241122 and header[6] > 0:
+                return header[6]
+        except (OSError, struct.error):
+            continue
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description="loss curves from main.log files")
+    ap.add_argument("logs", nargs="+", help="main.log files (one curve each)")
+    ap.add_argument("-o", "--out", default="loss.png", help="image file to write (default loss.png)")
+    ap.add_argument("-t", "--tokens-per-step", type=int, default=0,
+                    help="tokens per step, for the tokens axis (default: from a state_*.bin beside each log)")
+    ap.add_argument("--title", default="", help="figure title")
+    args = ap.parse_args()
+
+    import matplotlib
+    matplotlib.use("Agg")  # files only, no display needed
+    import matplotlib.pyplot as plt
+
+    fig, (ax_step, ax_tok) = plt.subplots(1, 2, figsize=(13, 4.8))
+    ax_lr = ax_step.twinx()
+    any_tokens = False
+    for i, path in enumerate(args.logs):
+        if not os.path.isfile(path):
+            sys.exit(f"error: {path}: no such file")
+        train, val = read_log(path)
+        if not train and not val:
+            sys.exit(f"error: {path}: no train or validation lines")
+        color = f"C{i}"
+        name = os.path.basename(os.path.dirname(os.path.abspath(path))) + " " if len(args.logs) > 1 else ""
+        tps = args.tokens_per_step or tokens_per_step_of(path)
+        if train:
+            steps, losses, lrs = [t[0] for t in train], [t[1] for t in train], [t[2] for t in train]
+            ax_step.plot(steps, losses, color=color, lw=0.8, alpha=0.8, label=f"{name}train")
+            ax_lr.plot(steps, lrs, color=color, lw=1.0, ls="--", alpha=0.6)
+            if tps:
+                ax_tok.plot([s * tps for s in steps], losses, color=color, lw=0.8, alpha=0.8, label=f"{name}train")
+        if val:
+            vsteps, vlosses = [v[0] for v in val], [v[1] for v in val]
+            label = f"{name}val"
+            ax_step.plot(vsteps, vlosses, "o-", color=color, ms=4, lw=1.5, label=label)
+            if tps:
+                ax_tok.plot([s * tps for s in vsteps], vlosses, "o-", color=color, ms=4, lw=1.5, label=label)
+        any_tokens = any_tokens or bool(tps)
+    ax_step.set_xlabel("step")
+    ax_step.set_ylabel("loss")
+    ax_lr.set_ylabel("learning rate (dashed)")
+    ax_step.grid(alpha=0.3)
+    ax_step.legend(loc="upper right")
+    ax_tok.set_xlabel("tokens seen")
+    ax_tok.set_ylabel("loss")
+    ax_tok.grid(alpha=0.3)
+    if any_tokens:
+        ax_tok.legend(loc="upper right")
+    else:
+        ax_tok.text(0.5, 0.5, "tokens per step unknown:\nno state_*.bin beside the log; pass -t", ha="center",
+                    va="center", transform=ax_tok.transAxes)
+    if args.title:
+        fig.suptitle(args.title)
+    fig.tight_layout()
+    fig.savefig(args.out, dpi=110)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
