@@ -102,6 +102,9 @@ static inline void timeline_host_span(Timeline* tl, int track, const char* what,
 static inline TimelineSummary timeline_summarize(Timeline* tl) {
     TimelineSummary s = {};
     double fwd_end = 0.0, bwd_begin = INFINITY, bwd_end = 0.0, bwd_busy = 0.0;
+    // the origin too: cudaEventElapsedTime needs both events completed (cudaErrorNotReady otherwise), and the
+    // origin is on the compute stream while a span may end on a copy stream that never waited for it
+    if (tl->n > 0) cudaCheck(cudaEventSynchronize(tl->origin));
     for (int i = 0; i < tl->n; i++) {
         TimelineSpan* sp = &tl->spans[i];
         if (!sp->on_host) {
