@@ -490,9 +490,14 @@ inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
         if (v[i] == s) { v.erase(v.begin() + (long)i); break; }
     return fake_cuda::sticky_error();
 }
-inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) { *e = new FakeEvent(); (*e)->flags = flags; return cudaSuccess; }
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
+    FAKE_CUDA_RETURN_STICKY;
+    *e = new FakeEvent();
+    (*e)->flags = flags;
+    return cudaSuccess;
+}
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
-inline cudaError_t cudaEventDestroy(cudaEvent_t e) { delete e; return cudaSuccess; }
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) { FAKE_CUDA_RETURN_STICKY; delete e; return cudaSuccess; }
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     FAKE_CUDA_LOCKED;
     FAKE_CUDA_RETURN_STICKY;
