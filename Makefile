@@ -78,7 +78,8 @@ $(BUILD)/test_%: test/test_%.cu test/gpu_test_common.h train_gpt.cu $(BUILD)/str
 # The emulated GPU suites: the sources copied with every kernel<<<grid, block, smem, stream>>>(...) launch
 # rewritten to FAKE_LAUNCH(kernel, grid, block, smem, stream)(...) and each __shared__ array cleared to NaN
 # bytes per block (test/fake_cuda/emu_rewrite.sh), then compiled by the host compiler against
-# test/fake_cuda (the CUDA runtime's ordering model, cuBLAS emulated, kernels run as CPU fibers). A smaller
+# test/fake_cuda (the CUDA runtime's ordering model, cuBLAS emulated, kernels run as CPU fibers; GPU work deferred
+# until the host synchronizes with it, as on a GPU: FAKE_CUDA_DEFER=0 runs it at once instead). A smaller
 # grid cap keeps the fiber count low (the grid-stride loops loop sooner). _FORTIFY_SOURCE off: the fibers
 # switch stacks with longjmp, which its checked variant refuses.
 EMU := $(BUILD)/emu

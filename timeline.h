@@ -102,10 +102,15 @@ static inline void timeline_host_span(Timeline* tl, int track, const char* what,
 static inline TimelineSummary timeline_summarize(Timeline* tl) {
     TimelineSummary s = {};
     double fwd_end = 0.0, bwd_begin = INFINITY, bwd_end = 0.0, bwd_busy = 0.0;
+    bool origin_done = false;
     for (int i = 0; i < tl->n; i++) {
         TimelineSpan* sp = &tl->spans[i];
         if (!sp->on_host) {
             float a = 0.0f, b = 0.0f;
+            // the origin too (once): cudaEventElapsedTime needs both events completed (cudaErrorNotReady
+            // otherwise), and the origin is on the compute stream while a span may end on a copy stream that
+            // never waited for it
+            if (!origin_done) { cudaCheck(cudaEventSynchronize(tl->origin)); origin_done = true; }
             cudaCheck(cudaEventSynchronize(sp->end));
             cudaCheck(cudaEventElapsedTime(&a, tl->origin, sp->begin));
             cudaCheck(cudaEventElapsedTime(&b, tl->origin, sp->end));

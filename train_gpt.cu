@@ -1171,6 +1171,7 @@ static int compare_double(const void* a, const void* b) {
 }
 
 int main(int argc, char** argv) {
+    omp_short_spin_reexec(argv);  // first: the CPU AdamW team's waiting threads must not spin away a loaded machine's cores
     TrainArgs args;
     GpuArgs ga;
     parse_args(argc, argv, &args, &ga);

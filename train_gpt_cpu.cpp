@@ -114,6 +114,7 @@ static void generate(GPT2CPU* model, const Tokenizer* tok, int n, uint64_t* rng)
 }
 
 int main(int argc, char** argv) {
+    omp_short_spin_reexec(argv);  // first: OpenMP threads that wait must not spin away a loaded machine's cores
     TrainArgs args, defaults;
     cpu_train_defaults(&defaults);
     args = defaults;

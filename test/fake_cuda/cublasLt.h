@@ -137,7 +137,6 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
                                      cublasLtMatrixLayout_t a, const void* B, cublasLtMatrixLayout_t b, const void* beta,
                                      const void* C, cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t dd,
                                      const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t stream) {
-    FAKE_CUDA_DEVICE_ACCESS;
     const FakeDeviceAccess acc[6] = {{A, false}, {B, false}, {C, false}, {d->bias, false},
                                      {d->aux, d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS}, {D, true}};
     fake_cuda_device_op(stream, "a cuBLASLt matmul", acc, 6);
@@ -147,27 +146,31 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
         if ((uintptr_t)ptrs[i] % algo->data[i] != 0) return CUBLAS_STATUS_INVALID_VALUE;  // less aligned than promised
     const int m = (int)dd->rows, n = (int)dd->cols, k = (int)(d->transa == CUBLAS_OP_N ? a->cols : a->rows);
     const double al = *(const float*)alpha, be = *(const float*)beta;
+    // queued on the stream with copies of the descriptors (the caller may change or destroy them meanwhile)
+    fake_cuda::submit(stream, [=, d = *d, a = *a, b = *b, c = *c, dd = *dd] {
+    FAKE_CUDA_DEVICE_ACCESS;
     std::vector<float> ab((size_t)m * n);
     // alpha * op(A) op(B) through the plain GEMM emulation (fp32 result, beta 0), then beta * C and the epilogue
     const float one = 1.0f, zero = 0.0f;
-    const cublasStatus_t st = cublasGemmEx(nullptr, (cublasOperation_t)d->transa, (cublasOperation_t)d->transb, m, n, k, &one, A,
-                                           a->type, (int)a->ld, B, b->type, (int)b->ld, &zero, ab.data(), CUDA_R_32F, m,
+    const cublasStatus_t st = cublasGemmEx(nullptr, (cublasOperation_t)d.transa, (cublasOperation_t)d.transb, m, n, k, &one, A,
+                                           a.type, (int)a.ld, B, b.type, (int)b.ld, &zero, ab.data(), CUDA_R_32F, m,
                                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (st != CUBLAS_STATUS_SUCCESS) return st;
+    if (st != CUBLAS_STATUS_SUCCESS) abort();  // valid() checked these sizes above
     for (int j = 0; j < n; j++)
         for (int i = 0; i < m; i++) {
-            const int64_t di = i + (int64_t)j * dd->ld, ai = i + (int64_t)j * d->aux_ld;
-            double x = al * ab[(size_t)i + (size_t)j * m] + (be != 0.0 ? be * fake_cublas::load(C, c->type, di) : 0.0);
-            if (d->epilogue == CUBLASLT_EPILOGUE_BIAS) {
-                x += fake_cublas::load(d->bias, dd->type, i);
-            } else if (d->epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
-                x += fake_cublas::load(d->bias, dd->type, i);
-                fake_cublas::store(d->aux, dd->type, ai, x);  // the GELU input, in D's type
+            const int64_t di = i + (int64_t)j * dd.ld, ai = i + (int64_t)j * d.aux_ld;
+            double x = al * ab[(size_t)i + (size_t)j * m] + (be != 0.0 ? be * fake_cublas::load(C, c.type, di) : 0.0);
+            if (d.epilogue == CUBLASLT_EPILOGUE_BIAS) {
+                x += fake_cublas::load(d.bias, dd.type, i);
+            } else if (d.epilogue == CUBLASLT_EPILOGUE_GELU_AUX_BIAS) {
+                x += fake_cublas::load(d.bias, dd.type, i);
+                fake_cublas::store(d.aux, dd.type, ai, x);  // the GELU input, in D's type
                 x = fake_cublaslt::gelu(x);
-            } else if (d->epilogue == CUBLASLT_EPILOGUE_DGELU) {
-                x *= fake_cublaslt::gelu_grad(fake_cublas::load(d->aux, dd->type, ai));
+            } else if (d.epilogue == CUBLASLT_EPILOGUE_DGELU) {
+                x *= fake_cublaslt::gelu_grad(fake_cublas::load(d.aux, dd.type, ai));
             }
-            fake_cublas::store(D, dd->type, di, x);
+            fake_cublas::store(D, dd.type, di, x);
         }
+    });
     return CUBLAS_STATUS_SUCCESS;
 }

@@ -4,7 +4,8 @@
 // even into bf16 — and refuse what cuBLAS refuses (a size <= 0 here, a leading dimension smaller than its
 // matrix's rows) with CUBLAS_STATUS_INVALID_VALUE, so a wrapper with swapped arguments fails in CI. A call is
 // an operation on the handle's stream for cuda_runtime.h's ordering model (A, B read, C written); the workspace
-// is accepted and ignored; nothing is timed.
+// is accepted and ignored; nothing is timed. The computation is queued on the handle's stream and runs when the
+// host synchronizes with it (cuda_runtime.h; at once in the host-only tests).
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -52,14 +53,17 @@ inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperati
                                                  long long strideA, const void* B, cudaDataType Btype, int ldb,
                                                  long long strideB, const void* beta, void* C, cudaDataType Ctype, int ldc,
                                                  long long strideC, int batch, cublasComputeType_t, cublasGemmAlgo_t) {
-    FAKE_CUDA_DEVICE_ACCESS;
     if (h) {  // an operation on the handle's stream for the ordering model (cublasLtMatmul calls this with none)
         const FakeDeviceAccess acc[3] = {{A, false}, {B, false}, {C, true}};
         fake_cuda_device_op(h->stream, "a cuBLAS GEMM", acc, 3);
     }
     const int a_rows = ta == CUBLAS_OP_N ? m : k, b_rows = tb == CUBLAS_OP_N ? k : n;
     if (m <= 0 || n <= 0 || k <= 0 || batch <= 0 || lda < a_rows || ldb < b_rows || ldc < m) return CUBLAS_STATUS_INVALID_VALUE;
-    const double al = *(const float*)alpha, be = *(const float*)beta;
+    const double al = *(const float*)alpha, be = *(const float*)beta;  // host pointers: read at the call, as cuBLAS
+    // With a handle the GEMM is queued on its stream (cuda_runtime.h runs it when the host synchronizes with it);
+    // without one (cublasLtMatmul's queued work calling this) it runs now.
+    auto run = [=] {
+        FAKE_CUDA_DEVICE_ACCESS;
     // op(A) as m rows of k and op(B)^T as n rows of k, in float (exact for bf16): then every C element is a
     // contiguous dot product (the emulated GPU suites run thousands of these)
     std::vector<float> a((size_t)m * k), b((size_t)n * k);
@@ -82,6 +86,9 @@ inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperati
                 fake_cublas::store(C, Ctype, ci, al * acc + (be != 0.0 ? be * fake_cublas::load(C, Ctype, ci) : 0.0));
             }
     }
+    };
+    if (h) fake_cuda::submit(h->stream, run);
+    else run();
     return CUBLAS_STATUS_SUCCESS;
 }
 inline cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,

@@ -1,13 +1,18 @@
 // test/fake_cuda/fake_device.h — runs CUDA kernels on the CPU, for test/test_kernels.cpp's emulated build
 // (make test): the device-side names kernels.cuh uses (__global__, threadIdx, __shared__, __syncthreads,
 // __shfl_xor_sync, atomicAdd, the _rn intrinsics; mma.sync m16n8k16 and ldmatrix for flash_attention.cuh) and a
-// launcher. A block's threads are fibers on the launching thread, so __syncthreads, warp shuffles and
+// launcher. A block's threads are fibers on the thread that runs the launch, so __syncthreads, warp shuffles and
 // mma.sync have their CUDA meaning; a kernel whose first thread finishes without any of them runs its other
-// threads as plain calls (fast). Launches are synchronous. Fibers
+// threads as plain calls (fast). A launch is checked when it is made (a bad grid or block, too much dynamic
+// shared memory: cudaGetLastError's error, and the kernel does not run), then queued on its stream and run when
+// the host synchronizes with it (cuda_runtime.h). A fault while it runs (a device memory fault, a misaligned
+// vector access, __trap) ends it and makes the error sticky. Kernels run with subnormals flushed to zero (FTZ
+// and DAZ set while they run), as nvcc -ftz=true builds them. Fibers
 // switch with _setjmp/_longjmp across stacks, so this is built with _FORTIFY_SOURCE off (Makefile).
 // Math is the host's IEEE math (no --use_fast_math approximations): results can differ from a GPU's in the
 // last bits, never in meaning. Not emulated: timing, concurrency between streams (their ORDER is modelled:
-// cuda_runtime.h), memory spaces.
+// cuda_runtime.h), memory spaces, 3D grids and blocks (refused), dynamic shared memory's contents (the
+// trainer's kernels use static shared memory only; a launch may ask for dynamic shared memory, within the limit).
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -16,7 +21,11 @@
 #include <setjmp.h>
 #include <string.h>
 #include <ucontext.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
 #include <map>
+#include <memory>
 #include <tuple>
 #include <type_traits>
 #include <vector>
@@ -73,9 +82,9 @@ inline void no_barrier_in_direct_mode(const char* what) {
 // for such accesses call this first.
 inline void require_aligned(const void* p, size_t bytes, const char* what) {
     if (((uintptr_t)p % bytes) != 0) {
-        fprintf(stderr, "fake_device: %s of %zu bytes at %p, not %zu-byte aligned (misaligned address on a GPU)\n",
-                what, bytes, p, bytes);
-        abort();
+        char msg[160];
+        snprintf(msg, sizeof msg, "%s of %zu bytes at %p, not %zu-byte aligned", what, bytes, p, bytes);
+        fake_cuda::kernel_fault(cudaErrorMisalignedAddress, msg);
     }
 }
 inline void syncthreads() {
@@ -285,13 +294,42 @@ inline bool run_block(bool probe) {
     }
     return true;
 }
-// A launch: every block, synchronously.
+// A launch's configuration, as CUDA checks it: cudaErrorInvalidConfiguration for a bad grid or block,
+// cudaErrorInvalidValue for more dynamic shared memory than the kernel may have (cudaFuncSetAttribute).
+inline cudaError_t check_launch(dim3 grid, dim3 block, size_t smem, int smem_limit) {
+    if (grid.x == 0 || grid.y == 0 || grid.z == 0 || block.x == 0 || block.y == 0 || block.z == 0 ||
+        (uint64_t)block.x * block.y * block.z > 1024 || block.x > 1024 || block.y > 1024 || block.z > 64 ||
+        grid.x > 2147483647u || grid.y > 65535 || grid.z > 65535)
+        return cudaErrorInvalidConfiguration;
+    if (smem > (size_t)smem_limit) return cudaErrorInvalidValue;
+    return cudaSuccess;
+}
+// Kernel code runs with FTZ (flush results) and DAZ (inputs as zero) set in MXCSR, as the GPU's -ftz=true.
+struct FlushSubnormals {
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned saved;
+    FlushSubnormals() : saved(_mm_getcsr()) { _mm_setcsr(saved | 0x8040u); }
+    ~FlushSubnormals() { _mm_setcsr(saved); }
+#endif
+};
+// A launch: every block, one after the other. A fault (fake_cuda::kernel_fault, also from the SIGSEGV handler)
+// jumps back here: the fibers are abandoned mid-kernel (a fresh pool serves any later launch) and the kernel ends.
 inline void launch(dim3 grid, dim3 block, void (*body)(void*), void* args) {
     State& s = st();
-    if ((uint64_t)block.x * block.y > 1024 || grid.y > 65535 || grid.x == 0 || block.x == 0 || grid.z != 1 || block.z != 1) {
-        fprintf(stderr, "fake_device: invalid launch configuration\n");
+    if (grid.z != 1 || block.z != 1) {
+        fprintf(stderr, "fake_device: 3D grid or block: not emulated\n");
         abort();
     }
+    FlushSubnormals ftz;
+    sigjmp_buf fault;
+    sigjmp_buf* outer = fake_cuda::kernel_fault_jump();
+    if (sigsetjmp(fault, 1)) {
+        fake_cuda::kernel_fault_jump() = outer;
+        s.pool.clear();  // leaked: their stacks hold the faulted kernel's frames
+        s.direct = false; s.cur = nullptr;
+        return;
+    }
+    fake_cuda::kernel_fault_jump() = &fault;
     s.grid = grid; s.block = block; s.body = body; s.args = args; s.used_barrier = false;
     bool direct = false;
     const unsigned n = block.x * block.y;
@@ -309,6 +347,7 @@ inline void launch(dim3 grid, dim3 block, void (*body)(void*), void* args) {
             for (unsigned i = 0; i < n; i++) { s.direct_tid = dim3(i % block.x, i / block.x, 0); body(args); }
         }
     s.direct = false;
+    fake_cuda::kernel_fault_jump() = outer;
 }
 }  // namespace fake_device
 
@@ -325,6 +364,7 @@ inline void launch(dim3 grid, dim3 block, void (*body)(void*), void* args) {
 #define blockDim (fake_device::st().block)
 #define gridDim (fake_device::st().grid)
 inline void __syncthreads() { fake_device::syncthreads(); }
+inline void __trap() { fake_cuda::kernel_fault(cudaErrorLaunchFailure, "__trap()"); }
 inline float __shfl_xor_sync(unsigned, float x, int o) { return fake_device::shfl_xor(x, o); }
 inline double __shfl_xor_sync(unsigned, double x, int o) { return fake_device::shfl_xor(x, o); }
 // Atomic additions land here in program order, so every run adds the same sums the same way; on a GPU they land
@@ -363,10 +403,11 @@ inline float rsqrtf(float a) { return 1.0f / sqrtf(a); }
 template <typename A, typename B> inline typename std::common_type<A, B>::type min(A a, B b) { return a < b ? a : b; }
 template <typename A, typename B> inline typename std::common_type<A, B>::type max(A a, B b) { return a < b ? b : a; }
 
-// kernel<<<grid, block, smem, stream>>>(args...) is rewritten (Makefile, sed) to
-// FAKE_LAUNCH(kernel, grid, block, smem, stream)(args...). Before it runs, the launch is an operation on its stream
-// for cuda_runtime.h's ordering model: a kernel reads through its const pointer parameters and writes through the
-// others, which is how every kernel of the trainer declares them.
+// kernel<<<grid, block, smem, stream>>>(...) is rewritten (Makefile, sed) to
+// FAKE_LAUNCH(kernel, grid, block, smem, stream)(args...). The launch is checked (a bad one sets the thread's last
+// error and runs nothing), is an operation on its stream for cuda_runtime.h's ordering model (a kernel reads
+// through its const pointer parameters and writes through the others, which is how every kernel of the trainer
+// declares them), and is queued there with a copy of its arguments.
 namespace fake_device {
 template <typename T> inline void note_access(std::vector<FakeDeviceAccess>&, const T&) {}
 template <typename T> inline void note_access(std::vector<FakeDeviceAccess>& v, T* p) { v.push_back({(const void*)p, !std::is_const<T>::value}); }
@@ -375,20 +416,26 @@ template <typename... P>
 struct FakeLaunch {
     void (*kernel)(P...);
     dim3 grid, block;
+    size_t smem;
     cudaStream_t stream;
     const char* name;
     template <typename... A> void operator()(A&&... a) {
-        FAKE_CUDA_DEVICE_ACCESS;  // device memory is readable while the kernel runs (cuda_runtime.h)
-        struct Args { void (*k)(P...); std::tuple<P...> t; } args{kernel, std::tuple<P...>((P)a...)};
+        FAKE_CUDA_LOCKED;
+        const cudaError_t e = fake_device::check_launch(grid, block, smem, fake_cuda::dynamic_smem_limit((const void*)kernel));
+        if (e != cudaSuccess) { fake_cuda::last_error() = e; return; }
+        struct Args { void (*k)(P...); std::tuple<P...> t; };
+        auto args = std::make_shared<Args>(Args{kernel, std::tuple<P...>((P)a...)});
         std::vector<FakeDeviceAccess> accesses;
-        std::apply([&](const P&... x) { (fake_device::note_access(accesses, x), ...); }, args.t);
+        std::apply([&](const P&... x) { (fake_device::note_access(accesses, x), ...); }, args->t);
         fake_cuda_device_op(stream, name, accesses.data(), (int)accesses.size());
-        fake_device::launch(grid, block, [](void* p) { Args* x = (Args*)p; std::apply(x->k, x->t); }, &args);
+        const dim3 g = grid, b = block;
+        fake_cuda::submit(stream, [g, b, args] {
+            fake_device::launch(g, b, [](void* p) { Args* x = (Args*)p; std::apply(x->k, x->t); }, args.get());
+        });
     }
 };
-template <typename... P> FakeLaunch<P...> fake_launch(void (*k)(P...), dim3 grid, dim3 block, cudaStream_t s, const char* name) {
-    return FakeLaunch<P...>{k, grid, block, s, name};
+template <typename... P> FakeLaunch<P...> fake_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, const char* name) {
+    return FakeLaunch<P...>{k, grid, block, smem, s, name};
 }
-// (dynamic shared memory is not emulated: every kernel of the trainer uses static shared memory only)
 #define FAKE_LAUNCH(kernel, grid, block, smem, stream) \
-    ((smem) == 0 ? (void)0 : abort(), fake_launch(kernel, dim3(grid), dim3(block), (stream), #kernel))
+    fake_launch(kernel, dim3(grid), dim3(block), (size_t)(smem), (stream), #kernel)
