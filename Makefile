@@ -69,7 +69,7 @@ $(BUILD)/test_matmul: test/test_matmul.cpp matmul.cuh cuda_common.h $(BUILD)/cpu
 $(BUILD)/test_attention: test/test_attention.cpp attention.cuh $(BUILD)/cpu_adam.o $(HEADERS) | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
 
-$(BUILD)/test_%: test/test_%.cpp $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard dev/data/*.h) | $(BUILD)
+$(BUILD)/test_%: test/test_%.cpp $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard dev/data/*.h) test/cli_test_common.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
 
 $(BUILD)/test_%: test/test_%.cu test/gpu_test_common.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard *.cuh) | $(BUILD)
@@ -122,12 +122,12 @@ test: tests train_gpt_cpu $(if $(NVCC),train_gpt,) $(EMU_TESTS) $(BUILD)/emu_tra
 # The CPU suites and the emulated GPU suites again under AddressSanitizer + UndefinedBehaviorSanitizer, built
 # in build/asan, then a 2-step emulated train_gpt run with checkpoints: an out-of-bounds access of a kernel to
 # its (host-allocated) device buffers, of the streaming code to its pinned buffers, or any undefined behaviour
-# fails. Not part of `make test` (~20 min on 2 cores). Left out for time: test_cli (it runs the plain
+# fails. Not part of `make test` (~20 min on 2 cores). Left out for time: test_cli and test_nothing_lost (they run the plain
 # binaries) and the emulated trainer tests that train many steps (each takes 5-20 min under ASan; the same code
 # paths run in the others and in the train_gpt run). The fibers' stack switches make ASan warn about possible
 # false positives; none seen.
 SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined
-SAN_TESTS := $(patsubst $(BUILD)/%,build/asan/%,$(filter-out %/test_cli,$(CPU_TESTS)) $(EMU_TESTS))
+SAN_TESTS := $(patsubst $(BUILD)/%,build/asan/%,$(filter-out %/test_cli %/test_nothing_lost,$(CPU_TESTS)) $(EMU_TESTS))
 SAN_SLOW := TenSteps*:*SlotCount:*TrainAlike:*IndependentOfResidentLayers:*AccumulationSplit
 SAN_ENV := ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1
 sanitize:
