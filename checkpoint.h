@@ -14,7 +14,9 @@
 #include <unistd.h>
 #include "dataloader.h"
 #include "model.h"
-#include "train_common.h"
+#include "args.h"     // defines: TrainArgs, lr_schedule_name
+#include "run_dir.h"  // defines: lock_output_dir, fsync_dir, dir_latest_step, prune_checkpoints
+#include "utils.h"    // defines: die
 
 #define STATE_MAGIC 20241122
 #define STATE_VERSION 2  // 2: the run's hyperparameters in the header; version 1 files are refused

@@ -1,7 +1,7 @@
 // cpu_adam.cpp — AdamW, sum of squares and fp32 -> bf16 conversion over large host arrays: OpenMP across
 // threads (static, contiguous chunks), SIMD within a thread (AVX-512 when compiled with it, else AVX2+FMA,
 // else a portable scalar loop), one pass over memory per call.
-// It holds no training logic (which tensors decay, clipping, lr schedule: train_common.h / the trainers).
+// It holds no training logic (which tensors decay, clipping, lr schedule: adamw.h, schedulers.h, the trainers).
 //
 // Why it looks like this: an update touches ~30 bytes per parameter and does ~15 flops, so it is bound by
 // memory bandwidth. Everything that reads or writes the arrays is fused into a single pass (moments, weight,

@@ -3,7 +3,7 @@
 // squared gradient norm of a range (for the global-norm clip); fp32 -> bf16 conversion of a whole array;
 // and the scalar bf16 helpers both trainers share.
 // It does not choose hyperparameters, clip, schedule the lr or decide which tensors get weight decay
-// (train_common.h / the trainers do), and it moves nothing to or from the GPU (stream.cu).
+// (adamw.h / the trainers do), and it moves nothing to or from the GPU (stream.cu).
 //
 // Plain C-style declarations and no intrinsics, so that g++ and nvcc (.cu files) can both include it;
 // bf16 values are stored as uint16_t (the upper 16 bits of an IEEE float).

@@ -7,30 +7,20 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>  // _exit
+#include "utils.h"  // die
 
 // Activations and streamed weights are bf16 on the GPU; every reduction accumulates in fp32.
 typedef __nv_bfloat16 bf16;
 
-// A failed CUDA call is a bug, a broken device or memory the driver would not give: print where and why, and
-// stop with a non-zero code. _exit, not exit (as train_common.h's die): the other host thread (the CPU AdamW)
-// may be inside a CUDA call, and exit() would tear the CUDA runtime down under it (a hang or a second error
-// instead of this one). Files are written synchronously; stdout and stderr are flushed here.
+// A failed CUDA call is a bug, a broken device or memory the driver would not give: say where and why, and die.
 static inline void cuda_check(cudaError_t err, const char* file, int line) {
-    if (err != cudaSuccess) {
-        fprintf(stderr, "error: CUDA: %s at %s:%d\n", cudaGetErrorString(err), file, line);
-        fflush(NULL);
-        _exit(EXIT_FAILURE);
-    }
+    if (err != cudaSuccess) die("CUDA: %s at %s:%d", cudaGetErrorString(err), file, line);
 }
 #define cudaCheck(err) (cuda_check((err), __FILE__, __LINE__))
 
 static inline void cublas_check(cublasStatus_t status, const char* file, int line) {
-    if (status != CUBLAS_STATUS_SUCCESS) {
-        fprintf(stderr, "error: cuBLAS: %s (%d) at %s:%d\n", cublasGetStatusString(status), (int)status, file, line);
-        fflush(NULL);
-        _exit(EXIT_FAILURE);
-    }
+    if (status != CUBLAS_STATUS_SUCCESS)
+        die("cuBLAS: %s (%d) at %s:%d", cublasGetStatusString(status), (int)status, file, line);
 }
 #define cublasCheck(status) (cublas_check((status), __FILE__, __LINE__))
 

@@ -4,7 +4,7 @@
 // the parameters (gpt_layout in model.h). It is the oracle the streaming GPU trainer is tested against, so
 // it is written to be read: one plain function per op, no fusion, no mixed precision; only the matmul
 // (cache-blocked) and the vocabulary softmax's exp (vectorizable) are written for speed.
-// It does not own an optimizer (train_common.h + cpu_adam.cpp do AdamW), read data or touch files.
+// It does not own an optimizer (adamw.h + cpu_adam.cpp do AdamW), read data or touch files.
 //
 // Shapes: B sequences of T tokens, N = B*T positions, C channels, NH heads of hs = C/NH channels, L layers,
 // V real tokens, Vp >= V padded vocab. logits are (N, Vp); columns >= V are computed (they are 0 with the

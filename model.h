@@ -275,7 +275,7 @@ static inline int finish_atomic_write(FILE* f, int ok, const char* tmp, const ch
 
 // Saves atomically: writes path.tmp, fsyncs it, then renames, so a crash mid-save never destroys the old file
 // and the new name never points at data still in the page cache. The caller fsyncs the directory (fsync_dir
-// in train_common.h) to make the rename itself durable. crc (optional) gets the CRC-32C of the file's bytes,
+// in run_dir.h) to make the rename itself durable. crc (optional) gets the CRC-32C of the file's bytes,
 // computed as they are written (checkpoints record it beside the file: the file stays llm.c's format).
 static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const float* params, char* err, size_t errlen,
                                   uint32_t* crc = NULL) {

@@ -9,9 +9,7 @@ static void* pinned_alloc(int64_t bytes, const char* what) {
     void* p = NULL;
     cudaError_t err = cudaHostAlloc(&p, (size_t)bytes, cudaHostAllocDefault);
     if (err != cudaSuccess) {
-        fprintf(stderr, "error: cannot pin %.2f GiB of host memory for %s: %s\n", bytes / 1073741824.0, what,
-                cudaGetErrorString(err));
-        exit(EXIT_FAILURE);
+        die("cannot pin %.2f GiB of host memory for %s: %s", bytes / 1073741824.0, what, cudaGetErrorString(err));
     }
     return p;
 }
@@ -19,9 +17,7 @@ static void* device_alloc(int64_t bytes, const char* what) {
     void* p = NULL;
     cudaError_t err = cudaMalloc(&p, (size_t)bytes);
     if (err != cudaSuccess) {
-        fprintf(stderr, "error: cannot allocate %.2f GiB of GPU memory for %s: %s\n", bytes / 1073741824.0, what,
-                cudaGetErrorString(err));
-        exit(EXIT_FAILURE);
+        die("cannot allocate %.2f GiB of GPU memory for %s: %s", bytes / 1073741824.0, what, cudaGetErrorString(err));
     }
     return p;
 }
@@ -39,8 +35,7 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
     memset(ws, 0, sizeof *ws);
     if (num_slots < 2 || num_slots > MAX_SLOTS) {
         // 2 is the minimum for overlap: one slot computes while the next layer lands in the other.
-        fprintf(stderr, "error: weight slots must be between 2 and %d (got %d)\n", MAX_SLOTS, num_slots);
-        exit(EXIT_FAILURE);
+        die("weight slots must be between 2 and %d (got %d)", MAX_SLOTS, num_slots);
     }
     ws->num_layers = num_layers; ws->num_slots = num_slots;
     ws->layer_stride = layer_stride; ws->embed_count = embed_count;
@@ -65,7 +60,7 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
     for (int k = 0; k < 2; k++) cudaCheck(cudaEventCreateWithFlags(&ws->staging_free[k], cudaEventDisableTiming));
     ws->grads_on_host = (cudaEvent_t*)malloc(sizeof(cudaEvent_t) * num_layers);
     ws->schedule = (int*)malloc(sizeof(int) * (num_layers > 0 ? num_layers : 1));
-    if (!ws->grads_on_host || !ws->schedule) { fprintf(stderr, "error: out of host memory in stream_init\n"); exit(EXIT_FAILURE); }
+    if (!ws->grads_on_host || !ws->schedule) { die("out of host memory in stream_init"); }
     // The CPU optimizer thread waits on these: blocking sync, so the wait does not spin a core.
     const unsigned host_wait_flags = cudaEventDisableTiming | cudaEventBlockingSync;
     for (int l = 0; l < num_layers; l++) cudaCheck(cudaEventCreateWithFlags(&ws->grads_on_host[l], host_wait_flags));
@@ -108,8 +103,7 @@ static void request_layer(WeightStream* ws, int l) {
     for (int k = 0; k < ws->num_slots; k++)
         if (!ws->slot_pinned[k] && (victim < 0 || ws->slot_last_use[k] < ws->slot_last_use[victim])) victim = k;
     if (victim < 0) {
-        fprintf(stderr, "error: internal: no free weight slot for layer %d\n", l);
-        exit(EXIT_FAILURE);
+        die("internal: no free weight slot for layer %d", l);
     }
     cudaCheck(cudaStreamWaitEvent(ws->h2d, ws->slot_free[victim], 0));
     const int64_t bytes = ws->layer_stride * 2;
@@ -162,8 +156,7 @@ const bf16* stream_wait_layer(WeightStream* ws, int l) {
         s = slot_of(ws, l);
     }
     if (s < 0 || !ws->slot_pinned[s]) {
-        fprintf(stderr, "error: internal: layer %d was not requested before use\n", l);
-        exit(EXIT_FAILURE);
+        die("internal: layer %d was not requested before use", l);
     }
     cudaCheck(cudaStreamWaitEvent(ws->compute, ws->slot_ready[s], 0));
     ws->slot_last_use[s] = ++ws->use_clock;
@@ -172,7 +165,7 @@ const bf16* stream_wait_layer(WeightStream* ws, int l) {
 
 void stream_release_layer(WeightStream* ws, int l) {
     int s = slot_of(ws, l);
-    if (s < 0) { fprintf(stderr, "error: internal: release of layer %d that holds no slot\n", l); exit(EXIT_FAILURE); }
+    if (s < 0) { die("internal: release of layer %d that holds no slot", l); }
     cudaCheck(cudaEventRecord(ws->slot_free[s], ws->compute));
     ws->slot_pinned[s] = 0;
     // l's position in the pass: layers up to num_slots - 1 positions after it may now be in flight

@@ -48,7 +48,7 @@ static inline double timeline_now(void) {
 
 static inline void timeline_init(Timeline* tl, int cap) {
     tl->spans = (TimelineSpan*)calloc((size_t)cap, sizeof(TimelineSpan));
-    if (!tl->spans) { fprintf(stderr, "error: out of host memory for the timeline\n"); exit(1); }
+    if (!tl->spans) { die("out of host memory for the timeline"); }
     tl->cap = cap;
     tl->n = 0;
     for (int i = 0; i < cap; i++) {

@@ -44,21 +44,30 @@
 #include <stdarg.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "cpu_adam.h"      // adamw_update_*, bf16 conversion
-#include "cuda_common.h"   // cudaCheck, cublasCheck, bf16
-#include "checkpoint.h"    // checkpoint files: save, check, pick the one to resume; the -o directory
-#include "stop_signal.h"   // SIGINT / SIGTERM: finish the step, checkpoint, exit
-#include "dataloader.h"    // DataLoader: llm.c token shards
-#include "kernels.cuh"     // layernorm, gelu, attention softmax, classifier, embedding kernels
-#include "model.h"         // GPTConfig, ParamLayout (layer-major), model files, init
-#include "stream.h"        // WeightStream: slots, pinned buffers, copy streams
-#include "timeline.h"      // optional per-step timeline (-Y 1)
-#include "tokenizer.h"     // decoding samples
-#include "train_common.h"  // flags, lr schedule, clip scale, logger, sampler, per-block AdamW
+#include "adamw.h"        // defines: adamw_layer_block_bf16grad, clip_scale, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS
+#include "args.h"         // defines: TrainArgs, train_args_defaults, train_usage, parse_train_arg, help_flag
+#include "checkpoint.h"   // defines: checkpoint_save, open_run_dir, check_resume_args, state_file_read
+#include "cpu_adam.h"     // defines: cpu_adam_set_threads, convert_f32_to_bf16, bf16_to_float
+#include "cpu_cores.h"    // defines: usable_cpu_cores, omp_short_spin_reexec
+#include "cuda_common.h"  // defines: cudaCheck, cublasCheck, bf16
+#include "dataloader.h"   // defines: DataLoader, dataloader_init, dataloader_next_batch
+#include "kernels.cuh"    // defines: layernorm_forward, gelu_forward, fused_classifier, embedding_forward, adamw_gpu
+#include "logger.h"       // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
+#include "model.h"        // defines: GPTConfig, ParamLayout, gpt_layout, gpt_init_params, gpt_load_params
+#include "model_specs.h"  // defines: parse_model_spec
+#include "outliers.h"     // defines: OutlierWindow, outlier_skip, training_diverged, die_diverged
+#include "run_dir.h"      // defines: lock_output_dir
+#include "sampler.h"      // defines: random_u64, random_f32, sample_softmax, print_sample_token
+#include "schedulers.h"   // defines: learning_rate_at
+#include "stop_signal.h"  // defines: stop_signal_install, stop_if_signalled
+#include "stream.h"       // defines: WeightStream, stream_wait_layer, stream_release_layer, stream_send_layer_grads
+#include "timeline.h"     // defines: Timeline, timeline_begin, timeline_end, timeline_summarize (-Y 1)
+#include "tokenizer.h"    // defines: Tokenizer, tokenizer_init
+#include "utils.h"        // defines: die, table_row, table_rule, progress_text, peak_rss_bytes
 
-#include "matmul.cuh"     // the cuBLAS GEMMs: matmul_forward / _backward_input / _backward_weight / _batched
-#include "attention.cuh"  // per-head GEMMs + causal softmax (uses matmul_batched above and kernels.cuh)
-#include "flash_attention.cuh"  // the same attention fused into tensor-core kernels (the default)
+#include "matmul.cuh"           // defines: matmul_forward, matmul_backward_input, matmul_backward_weight, lt_matmul
+#include "attention.cuh"        // defines: attention_forward, attention_backward (cuBLAS + softmax)
+#include "flash_attention.cuh"  // defines: flash_attention_forward, flash_attention_backward, flash_attention_usable
 
 // Which attention the layers use: the fused kernels (flash_attention.cuh) wherever they take the head size
 // and the GPU has bf16 mma.sync (sm_80+), else the cuBLAS + softmax path (attention.cuh), which also holds
@@ -511,8 +520,7 @@ static void* gpu_alloc(GPT* g, int64_t bytes) {
     void* p = NULL;
     const cudaError_t err = cudaMalloc(&p, (size_t)bytes);
     if (err != cudaSuccess) {
-        fprintf(stderr, "error: out of GPU memory allocating %.3f GiB (%s)\n", bytes / 1073741824.0, cudaGetErrorString(err));
-        exit(1);
+        die("out of GPU memory allocating %.3f GiB (%s)", bytes / 1073741824.0, cudaGetErrorString(err));
     }
     g->gpu_bytes += bytes;
     return p;
@@ -541,13 +549,10 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     const ParamLayout* p = &g->layout;
     const GPTConfig* c = &g->config;
     if (resident_layers < 0 || resident_layers > c->num_layers || kept_layers < 0 || kept_layers > c->num_layers) {
-        fprintf(stderr, "error: internal: %d GPU-resident layers, %d with kept activations, of %d\n", resident_layers,
-                kept_layers, c->num_layers);
-        exit(1);
+        die("internal: %d GPU-resident layers, %d with kept activations, of %d", resident_layers, kept_layers, c->num_layers);
     }
     if (cublas_handle) {  // matmul.cuh's handles, workspace and algorithm cache are one per process
-        fprintf(stderr, "error: internal: a second GPT built while one is alive (gpt_free the first)\n");
-        exit(1);
+        die("internal: a second GPT built while one is alive (gpt_free the first)");
     }
     g->resident_layers = resident_layers;
     g->resident_count = p->embed_count + (int64_t)resident_layers * p->layer_stride;
@@ -557,8 +562,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     g->adam_m = host_alloc_floats(p->total);
     g->adam_v = host_alloc_floats(p->total);
     if (!g->master || !g->adam_m || !g->adam_v) {
-        fprintf(stderr, "error: out of host memory for the fp32 weights and AdamW state (%.1f GiB)\n", p->total * 12 / 1073741824.0);
-        exit(1);
+        die("out of host memory for the fp32 weights and AdamW state (%.1f GiB)", p->total * 12 / 1073741824.0);
     }
     g->opt = new Optimizer();
     g->opt->block_t0 = (double*)calloc((size_t)c->num_layers, sizeof(double));
@@ -566,8 +570,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     g->forward_order = (int*)malloc(sizeof(int) * (size_t)c->num_layers);
     g->backward_order = (int*)malloc(sizeof(int) * (size_t)c->num_layers);
     if (!g->opt->block_t0 || !g->opt->block_t1 || !g->forward_order || !g->backward_order) {
-        fprintf(stderr, "error: out of host memory\n");
-        exit(1);
+        die("out of host memory");
     }
     const int streamed = c->num_layers - resident_layers;
     for (int i = 0; i < streamed; i++) { g->forward_order[i] = resident_layers + i; g->backward_order[i] = c->num_layers - 1 - i; }
@@ -603,7 +606,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
         const int64_t n = (int64_t)kept_layers * max_micro, each = workspace_bytes(c, B, T, true);
         g->kept_memory = gpu_alloc(g, n * each);
         g->kept = (Workspace*)malloc(sizeof(Workspace) * (size_t)n);
-        if (!g->kept) { fprintf(stderr, "error: out of host memory\n"); exit(1); }
+        if (!g->kept) { die("out of host memory"); }
         for (int64_t i = 0; i < n; i++) {  // what is not kept (redone, backward scratch, the head's) stays ws_act's
             g->kept[i] = g->ws_act;
             workspace_layout(c, B, T, true, (char*)g->kept_memory + i * each, &g->kept[i]);
@@ -674,7 +677,7 @@ static void gpt_free(GPT* g) {
     delete g->opt;
 }
 
-// AdamW of the GPU-resident prefix, tensor by tensor (weight decay on matrices only, as train_common.h's
+// AdamW of the GPU-resident prefix, tensor by tensor (weight decay on matrices only, as adamw.h's
 // block updates do), with the t optimizer_submit just took.
 static void resident_adamw(GPT* g, float lr, float grad_scale, cudaStream_t s) {
     const ParamLayout* p = &g->layout;
@@ -700,7 +703,7 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     const int L = c->num_layers, C = c->channels, T = g->T;
     const int64_t N = (int64_t)g->B * T;
     cudaStream_t s = g->ws.compute;
-    if (n_micro < 1 || n_micro > g->max_micro) { fprintf(stderr, "error: internal: %d micro-batches\n", n_micro); exit(1); }
+    if (n_micro < 1 || n_micro > g->max_micro) { die("internal: %d micro-batches", n_micro); }
 
     Timeline* tl = g->timeline;
     timeline_start_step(tl, s);
@@ -930,7 +933,7 @@ static double gpu_bf16_peak_flops(const char* device_name, const char** label) {
 #define SYNTHETIC_SEED 7ull     // tokens of the benchmark mode
 static const char* kTokenizerPath = "gpt2_tokenizer.bin";
 
-// The flags only this trainer has (the shared ones are in train_common.h).
+// The flags only this trainer has (the shared ones are in args.h).
 typedef struct {
     int num_slots;      // -S  GPU weight slots (>= 2)
     int bench_steps;    // -B  > 0: benchmark mode, that many timed steps on synthetic tokens

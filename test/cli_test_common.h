@@ -31,7 +31,11 @@
 #include "dataloader.h"
 #include "model.h"
 #include "checkpoint.h"
-#include "train_common.h"
+#include "args.h"
+#include "cpu_cores.h"
+#include "model_specs.h"
+#include "sampler.h"
+#include "schedulers.h"
 
 static const char* const kCpu = "./train_gpt_cpu";
 static const char* const kGpu = "./train_gpt";

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 #include "gpt2_cpu.h"
-#include "train_common.h"  // random_f32
+#include "sampler.h"  // random_f32
 
 namespace {
 

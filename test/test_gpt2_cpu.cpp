@@ -1,5 +1,5 @@
 // test_gpt2_cpu.cpp — GoogleTest suite for the CPU reference GPT-2 (gpt2_cpu.h) and the shared trainer
-// pieces (train_common.h): finite-difference gradient check, agreement with PyTorch (fixtures written by
+// pieces (args.h, schedulers.h, adamw.h, outliers.h, logger.h, sampler.h): finite-difference gradient check, agreement with PyTorch (fixtures written by
 // dev/ref/gpt2_reference.py), 10 AdamW steps through the trainer's optimizer path, llm.c model-file round
 // trip and corrupt files, gradient accumulation, and flag / model-spec parsing.
 // Run from the repo root (fixture paths are relative). It does not test the GPU trainer or the data loader.
@@ -14,7 +14,14 @@
 #include <vector>
 #include "gpt2_cpu.h"
 #include "checkpoint.h"
-#include "train_common.h"
+#include "adamw.h"
+#include "args.h"
+#include "logger.h"
+#include "model_specs.h"
+#include "outliers.h"
+#include "run_dir.h"
+#include "sampler.h"
+#include "schedulers.h"
 
 static const char* kTinyModel = "test/fixtures/tiny_model.bin";
 static const char* kTinyFixture = "test/fixtures/tiny_fixture.bin";

@@ -166,7 +166,7 @@ TEST(GpuTrainer, AccumulatedGradientsMatchCpuReference) {
     gradients_match_cpu_reference(4);
 }
 
-// 10 steps of the same batches through both trainers: same schedule, clip and AdamW (train_common.h).
+// 10 steps of the same batches through both trainers: same schedule, clip and AdamW (schedulers.h, adamw.h).
 TEST(GpuTrainer, TenStepsTrackCpuTrainer) {
     REQUIRE_GPU();
     const GPTConfig c = tiny_config(2, 128, 4, 64, 500);
@@ -572,7 +572,7 @@ TEST(GpuTrainer, OutlierStepUpdatesNothing) {
     }
 }
 
-// resident_adamw against the CPU trainer's block updates (train_common.h: decay on matrices only) on the
+// resident_adamw against the CPU trainer's block updates (adamw.h: decay on matrices only) on the
 // same fp32 state and gradients: the GPU AdamW repeats cpu_adam's arithmetic, so bit for bit, on a GPU too: its
 // kernel uses only IEEE-rounded intrinsics (__fmaf_rn, __fsqrt_rn, __fdiv_rn, untouched by --use_fast_math),
 // flushes subnormals as cpu_adam does, and has no atomics and no cuBLAS (test_kernels: AdamwGpuMatchesCpuAdam).

@@ -33,7 +33,9 @@
 #include "dev/data/gpt2_bpe.h"
 #include "model.h"
 #include "tokenizer.h"
-#include "train_common.h"
+#include "args.h"
+#include "model_specs.h"
+#include "utils.h"
 
 enum { T_MODEL, T_SHARD, T_STATE, T_TOKENIZER, T_ARGS, T_SPEC, T_BPE, T_MARKER, NUM_TARGETS };
 static const char* const target_names[NUM_TARGETS] = {"model", "shard", "state", "tokenizer", "args", "spec", "bpe", "marker"};

@@ -1,0 +1,52 @@
+// cpu_cores.h — how many cores this process may use (affinity, cgroup quota), and libgomp's short spin.
+#pragma once
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+// The cores a cgroup's CPU quota allows ("QUOTA PERIOD" in microseconds, as cgroup v2's cpu.max holds; "max" or a
+// negative quota: no limit), rounded up; -1 when unlimited or unreadable.
+static inline int cgroup_quota_cores(const char* cpu_max) {
+    long long quota = 0, period = 0;
+    if (!cpu_max || sscanf(cpu_max, "%lld %lld", &quota, &period) != 2 || quota <= 0 || period <= 0) return -1;
+    return (int)((quota + period - 1) / period);
+}
+// The cores this process can really use: its affinity mask (taskset, numactl, a container's cpuset), further
+// limited by a cgroup CPU quota (docker --cpus) when there is one. A thread team larger than that would
+// time-slice every parallel region on fewer cores than it has threads.
+static inline int usable_cpu_cores(void) {
+    cpu_set_t allowed;
+    int cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    char text[64] = "";
+    FILE* f = fopen("/sys/fs/cgroup/cpu.max", "r");  // cgroup v2
+    if (f) {
+        if (!fgets(text, sizeof text, f)) text[0] = '\0';
+        fclose(f);
+    } else {  // cgroup v1: two files
+        long long quota = -1, period = -1;
+        FILE* q = fopen("/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "r");
+        FILE* pf = fopen("/sys/fs/cgroup/cpu/cpu.cfs_period_us", "r");
+        if (q && pf && fscanf(q, "%lld", &quota) == 1 && fscanf(pf, "%lld", &period) == 1)
+            snprintf(text, sizeof text, "%lld %lld", quota, period);
+        if (q) fclose(q);
+        if (pf) fclose(pf);
+    }
+    const int quota_cores = cgroup_quota_cores(text);
+    if (quota_cores > 0 && quota_cores < cores) cores = quota_cores;
+    return cores > 0 ? cores : 1;
+}
+
+// libgomp's idle threads spin 300000 iterations before they sleep; beside a busy process on 2 cores that
+// spinning steals the working thread's time slice (a CPU test ran 16x slower). libgomp reads GOMP_SPINCOUNT
+// before main, so, when the user set neither it nor OMP_WAIT_POLICY, main calls this first: it re-runs the
+// program (/proc/self/exe, same argv) once with a 10000-iteration spin. Measured on 2 loaded cores, ms per
+// step of train_gpt_cpu: default 1510, short spin 1225, passive 1195. If the exec fails, nothing changes.
+#define OMP_SHORT_SPINCOUNT "10000"
+static inline void omp_short_spin_reexec(char** argv) {
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || getenv("LLMC_OMP_REEXEC")) return;
+    setenv("GOMP_SPINCOUNT", OMP_SHORT_SPINCOUNT, 1);
+    setenv("LLMC_OMP_REEXEC", "1", 1);
+    execv("/proc/self/exe", argv);
+    unsetenv("GOMP_SPINCOUNT");  // still this process: its libgomp keeps the default, say so to children too
+}

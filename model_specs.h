@@ -1,0 +1,98 @@
+// model_specs.h — model specs on the command line (-e d12, L4:C128:NH4, 7b, ...) turned into a GPTConfig.
+// Not here: model files (model.h).
+#pragma once
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include "model.h"
+
+typedef struct { const char* name; int L, C, NH; } ModelPreset;
+static const ModelPreset model_presets[] = {
+    {"124m", 12, 768, 12},  {"350m", 24, 1024, 16}, {"774m", 36, 1280, 20},  {"1558m", 48, 1600, 25},
+    {"1.3b", 24, 2048, 16}, {"2.7b", 32, 2560, 32}, {"5b", 24, 4096, 32},    {"7b", 32, 4096, 32},
+    {"13b", 40, 5120, 40},  {"30b", 48, 7168, 56},  {"70b", 86, 8192, 64},   {"100b", 100, 9216, 72},
+    {"175b", 96, 12288, 96}};
+
+// Reads "<key><digits>" (e.g. "NH12") into *v if the token starts with key; 1 on a match.
+static inline int spec_key_value(const char* tok, size_t len, const char* key, int64_t* v) {
+    size_t k = strlen(key);
+    if (len <= k || strncmp(tok, key, k) != 0) return 0;
+    int64_t x = 0;
+    for (size_t i = k; i < len; i++) {
+        if (tok[i] < '0' || tok[i] > '9') return 0;
+        x = x * 10 + (tok[i] - '0');
+        if (x > 100000000) return 0;
+    }
+    *v = x;
+    return 1;
+}
+
+// Turns a model spec into a config. Returns 1 for a valid spec, 2 when `spec` is not a spec at all (the
+// caller treats it as an llm.c model file path), 0 for a malformed or invalid spec (err says why).
+// Grammar: BASE[:T<n>][:V<n>] where BASE is dN, a preset name (case-insensitive) or L<n>:C<n>:NH<n>.
+// Defaults: maxT 1024, V 50257, Vp = V rounded up to a multiple of 128 (50304).
+static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, size_t errlen) {
+    if (!spec || !*spec || strchr(spec, '/') || strchr(spec, '\\')) return 2;
+    const size_t n = strlen(spec);
+    if (n >= 4 && strcmp(spec + n - 4, ".bin") == 0) return 2;
+    int64_t L = -1, C = -1, NH = -1, T = 1024, V = 50257, x;
+    const char* tok = spec;
+    size_t len = strcspn(tok, ":");
+    // the first token decides whether this is a spec
+    int is_shape = spec_key_value(tok, len, "L", &x);
+    if (is_shape) L = x;
+    else if (len > 1 && (tok[0] == 'd' || tok[0] == 'D') && spec_key_value(tok + 1, len - 1, "", &x)) {
+        if (x == 12) { L = 12; C = 768; NH = 12; }
+        else if (x == 24) { L = 24; C = 1024; NH = 16; }
+        else if (x == 36) { L = 36; C = 1280; NH = 20; }
+        else if (x == 48) { L = 48; C = 1600; NH = 25; }
+        else { L = x; C = 64 * x; NH = x; }
+    } else {
+        for (size_t i = 0; i < sizeof model_presets / sizeof model_presets[0]; i++) {
+            const ModelPreset* p = &model_presets[i];
+            if (strlen(p->name) == len && strncasecmp(p->name, tok, len) == 0) { L = p->L; C = p->C; NH = p->NH; }
+        }
+        if (L < 0) {
+            // "Lx:C128" is a mistyped spec, not a file name, unless such a file really exists
+            struct stat st;
+            if (strchr(spec, ':') && stat(spec, &st) != 0) {
+                snprintf(err, errlen, "model spec '%s': bad part '%.*s' (want dN, a preset such as 124m, or "
+                         "L<n>:C<n>:NH<n>), and no model file has that name", spec, (int)len, tok);
+                return 0;
+            }
+            return 2;
+        }
+    }
+    // the remaining ":KEYvalue" tokens
+    while (tok[len] == ':') {
+        tok += len + 1;
+        len = strcspn(tok, ":");
+        if (spec_key_value(tok, len, "NH", &x)) NH = x;  // before "C"/"L": no key is a prefix of another
+        else if (spec_key_value(tok, len, "C", &x)) C = x;
+        else if (spec_key_value(tok, len, "L", &x)) L = x;
+        else if (spec_key_value(tok, len, "T", &x)) T = x;
+        else if (spec_key_value(tok, len, "V", &x)) V = x;
+        else {
+            snprintf(err, errlen, "model spec '%s': bad part '%.*s' (want L<n> C<n> NH<n> T<n> V<n>)", spec, (int)len, tok);
+            return 0;
+        }
+    }
+    if (L < 0 || C < 0 || NH < 0) {
+        snprintf(err, errlen, "model spec '%s': a shape needs L<n>:C<n>:NH<n>", spec);
+        return 0;
+    }
+    if (L > 100000 || C > 1000000 || NH > 100000 || T > 10000000 || V > 10000000) {
+        snprintf(err, errlen, "model spec '%s': dimensions too large", spec);
+        return 0;
+    }
+    cfg->num_layers = (int)L; cfg->channels = (int)C; cfg->num_heads = (int)NH;
+    cfg->max_seq_len = (int)T; cfg->vocab_size = (int)V; cfg->padded_vocab_size = (int)round_up64(V, 128);
+    char why[256];
+    if (!gpt_config_check(cfg, why, sizeof why)) {
+        snprintf(err, errlen, "model spec '%.64s': %.160s", spec, why);
+        return 0;
+    }
+    return 1;
+}

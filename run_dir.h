@@ -1,0 +1,143 @@
+// run_dir.h — the -o directory: creating it, one run at a time (flock), durable renames (fsync of the
+// directory), finding checkpoint files by step and removing old ones (-nk / -nm). Not here: what a checkpoint
+// holds (checkpoint.h), main.log (logger.h).
+#pragma once
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+// Creates dir (and its parents) if missing; mode 0755. Returns 0 with err set on failure.
+static inline int make_dirs(const char* dir, char* err, size_t errlen) {
+    char path[4096];
+    // the loop below starts at path + 1: an empty path would make it walk past the terminator
+    if (!dir[0]) { snprintf(err, errlen, "output dir path is empty"); return 0; }
+    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
+        snprintf(err, errlen, "output dir path too long");
+        return 0;
+    }
+    for (char* s = path + 1; ; s++) {
+        if (*s == '/' || *s == '\0') {
+            const char saved = *s;
+            *s = '\0';
+            if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+                snprintf(err, errlen, "cannot create directory %.160s: %.60s", path, strerror(errno));
+                return 0;
+            }
+            *s = saved;
+            if (saved == '\0') break;
+        }
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(err, errlen, "output path %.200s is not a directory", dir);
+        return 0;
+    }
+    return 1;
+}
+
+// One run per output directory: makes dir and holds DIR/LOCK (flock) until the process ends, however it ends
+// (the kernel releases it). Two runs in one directory would interleave main.log and overwrite each other's
+// checkpoints; the second is refused instead, with the pid the first wrote into LOCK. flock is advisory and
+// per file system: where it is not supported (some network file systems) the run goes on unchecked.
+static inline int lock_output_dir(const char* dir, char* err, size_t errlen) {
+    if (!make_dirs(dir, err, errlen)) return 0;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/LOCK", dir);
+    const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) { snprintf(err, errlen, "cannot create %.200s: %.60s", path, strerror(errno)); return 0; }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        const int busy = errno == EWOULDBLOCK;
+        char pid[24] = "";
+        const ssize_t n = busy ? pread(fd, pid, sizeof pid - 1, 0) : 0;
+        close(fd);
+        if (!busy) return 1;  // no flock here (ENOLCK, EINVAL)
+        pid[n > 0 ? n : 0] = '\0';
+        pid[strcspn(pid, "\n")] = '\0';
+        snprintf(err, errlen, "%.200s is in use by another run (pid %s holds its LOCK): let it finish, or choose another -o",
+                 dir, pid[0] ? pid : "unknown");
+        return 0;
+    }
+    char pid[24];
+    const int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) {}  // the pid only helps the message
+    return 1;  // fd stays open, and the lock held, for the rest of the run
+}
+
+// Makes the renames, creations and removals of files in dir durable (a power loss after this cannot bring
+// back an old name or lose a new one). Checkpoints call it between their data files and their DONE marker,
+// so the marker can never reach the disk before what it vouches for. Returns 0 with err set on failure.
+static inline int fsync_dir(const char* dir, char* err, size_t errlen) {
+    const int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) { snprintf(err, errlen, "cannot open directory %.160s: %.60s", dir, strerror(errno)); return 0; }
+    const int ok = fsync(fd) == 0;
+    if (!ok) snprintf(err, errlen, "cannot fsync directory %.160s: %.60s", dir, strerror(errno));
+    close(fd);
+    return ok;
+}
+
+// Step N of a file named exactly <prefix>N<suffix> (N: decimal digits only, 1..INT_MAX, as the trainers write
+// it), else -1: "DONE_00000200x", "DONE_-5" or a 30-digit step are not checkpoints.
+static inline int64_t checkpoint_name_step(const char* name, const char* prefix, const char* suffix) {
+    const size_t np = strlen(prefix);
+    if (strncmp(name, prefix, np) != 0 || name[np] < '0' || name[np] > '9') return -1;  // strtoll skips spaces, signs
+    char* end = NULL;
+    errno = 0;
+    const long long v = strtoll(name + np, &end, 10);
+    if (errno == ERANGE || strcmp(end, suffix) != 0 || v < 1 || v > 2147483647) return -1;
+    return v;
+}
+
+// Largest step below `below` among the files <prefix>N<suffix> in dir, or -1 (none, or no such dir). Callers
+// walk down from INT64_MAX to visit the checkpoints newest first.
+static inline int64_t dir_latest_step(const char* dir, const char* prefix, const char* suffix, int64_t below) {
+    DIR* d = opendir(dir);
+    if (!d) return -1;
+    int64_t best = -1;
+    struct dirent* e;
+    while ((e = readdir(d))) {
+        const int64_t s = checkpoint_name_step(e->d_name, prefix, suffix);
+        if (s > best && s < below) best = s;
+    }
+    closedir(d);
+    return best;
+}
+
+// The files of one checkpoint are <prefix><step, 8 digits><suffix> in the -o directory.
+typedef struct { const char* prefix; const char* suffix; } CheckpointFile;
+
+// -nk / -nm, called once the checkpoint of step `newest` is complete: removes every older complete checkpoint
+// that is neither among the `keep` newest (the new one included) nor at a multiple of `major_every` (> 0).
+// files[0] is the file whose presence makes a checkpoint complete (train_gpt: its DONE marker; train_gpt_cpu:
+// its model file); it is removed first, durably, so a crash part way through never leaves a marker vouching for
+// removed files. Checkpoints after `newest` (of an earlier pass over those steps, which this run rewrites when it
+// gets there) and incomplete ones (no files[0]) are left alone. The new checkpoint is always written before the
+// old ones go, so the disk must hold keep + 1 of them for a moment. Returns 0 with err set on failure.
+static inline int prune_checkpoints(const char* dir, int64_t newest, int keep, int major_every,
+                                    const CheckpointFile* files, int n_files, char* err, size_t errlen) {
+    if (keep <= 0) return 1;
+    int rank = 0;
+    for (int64_t s = dir_latest_step(dir, files[0].prefix, files[0].suffix, newest + 1); s >= 0;
+         s = dir_latest_step(dir, files[0].prefix, files[0].suffix, s)) {
+        if (++rank <= keep || (major_every > 0 && s % major_every == 0)) continue;
+        for (int i = 0; i < n_files; i++) {
+            char path[4200];  // -o is at most 4000 characters (train_args_check)
+            snprintf(path, sizeof path, "%s/%s%08lld%s", dir, files[i].prefix, (long long)s, files[i].suffix);
+            const int removed = unlink(path) == 0;
+            if (!removed && errno != ENOENT) {
+                snprintf(err, errlen, "-nk: cannot remove %.300s: %.60s", path, strerror(errno));
+                return 0;
+            }
+            if (i == 0 && !removed) break;  // a marker not named as we write it (fewer digits): not ours
+            if (i == 0 && !fsync_dir(dir, err, errlen)) return 0;
+            if (i == n_files - 1) printf("removed checkpoint step %lld (-nk %d)\n", (long long)s, keep);
+        }
+    }
+    return 1;
+}

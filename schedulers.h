@@ -1,0 +1,28 @@
+// schedulers.h — the learning rate of a step (-l, -u, -q, -k), as llm.c's schedulers. Not here: the clip (adamw.h).
+#pragma once
+#include <math.h>
+#include "args.h"
+
+// llm.c's schedules: linear warmup to lr over warmup_steps (step 0 gets lr/warmup), then
+//   cosine:   cosine decay from lr to lr*final_lr_frac at the last step,
+//   linear:   linear decay from lr to lr*final_lr_frac at the last step,
+//   constant: lr (llm.c's has no warmup: use -u 0 for that),
+//   wsd:      warmup-stable-decay (arXiv 2405.18392): lr until 80% of the steps, then 1 - sqrt(ratio) decay to
+//             lr*final_lr_frac (llm.c's; -q 0 is what that paper does).
+// step is 0-based; total_steps is the number of steps of the run. A step past total_steps (a resumed run that
+// lowered -x) stays at the end of the decay.
+static inline float learning_rate_at(const TrainArgs* a, int step, int total_steps) {
+    if (step < a->warmup_steps) return a->lr * (float)(step + 1) / (float)a->warmup_steps;
+    const float min_lr = a->lr * a->final_lr_frac;
+    int decay_start = a->warmup_steps;
+    if (a->lr_schedule == LR_CONSTANT) return a->lr;
+    if (a->lr_schedule == LR_WSD) decay_start = (int)(0.8f * (float)total_steps);
+    if (step < decay_start || total_steps <= decay_start) return a->lr;
+    float ratio = (float)(step - decay_start) / (float)(total_steps - decay_start);
+    if (ratio > 1.0f) ratio = 1.0f;
+    float coeff;  // 1 at the start of the decay, 0 at its end
+    if (a->lr_schedule == LR_LINEAR) coeff = 1.0f - ratio;
+    else if (a->lr_schedule == LR_WSD) coeff = 1.0f - sqrtf(ratio);
+    else coeff = 0.5f * (1.0f + cosf(3.14159265358979f * ratio));
+    return min_lr + coeff * (a->lr - min_lr);
+}

@@ -1,0 +1,65 @@
+// utils.h — small helpers both trainers use: die (the one way a trainer fails), the config table's rows,
+// durations and progress text, peak memory. No flags, no files, no model.
+#pragma once
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+// Prints "error: ..." on one line and exits 1. Every failure of a trainer ends here, never in a crash.
+// Control characters in the message (a newline in a file name) print as \xNN.
+static inline void die(const char* fmt, ...) {
+    char msg[8192];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "error: ");
+    for (const unsigned char* c = (const unsigned char*)msg; *c; c++) {
+        if (*c < 0x20 || *c == 0x7f) fprintf(stderr, "\\x%02x", *c);
+        else fputc(*c, stderr);
+    }
+    fprintf(stderr, "\n");
+    // _exit: exit() would tear down the CUDA runtime under the optimizer thread. Files are already synced.
+    fflush(NULL);
+    _exit(1);
+}
+
+// One "| key | value |" line of a trainer's config table, and the rule around it.
+static inline void table_row(const char* key, const char* fmt, ...) {
+    char value[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(value, sizeof value, fmt, ap);
+    va_end(ap);
+    printf("| %-22s | %-56s |\n", key, value);
+}
+static inline void table_rule(void) {
+    printf("+------------------------+----------------------------------------------------------+\n");
+}
+
+// A duration as a person reads it: "850ms", "12.3s", "4m05s", "2h07m".
+static inline void format_duration(double s, char* buf, size_t len) {
+    if (s < 1.0) snprintf(buf, len, "%.0fms", s * 1e3);
+    else if (s < 60.0) snprintf(buf, len, "%.1fs", s);
+    else if (s < 3600.0) snprintf(buf, len, "%dm%02ds", (int)(s / 60), (int)s % 60);
+    else snprintf(buf, len, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+}
+
+// The progress at the end of a step line: time since the run's first step began, and the time to its last
+// at the mean pace so far (validation and sampling included): " | 4m05s, eta 12m30s".
+static inline void progress_text(double elapsed, int steps_done, int first_step, int total_steps, char* buf, size_t len) {
+    char e[32], r[32];
+    format_duration(elapsed, e, sizeof e);
+    const int done = steps_done - first_step;
+    format_duration(done > 0 ? elapsed / done * (total_steps - steps_done) : 0.0, r, sizeof r);
+    snprintf(buf, len, " | %.20s, eta %.20s", e, r);
+}
+
+// Peak resident memory of this process so far (getrusage's maxrss), in bytes.
+static inline int64_t peak_rss_bytes(void) {
+    struct rusage ru;
+    return getrusage(RUSAGE_SELF, &ru) == 0 ? (int64_t)ru.ru_maxrss * 1024 : -1;
+}
