@@ -95,13 +95,13 @@ static int slot_of(const WeightStream* ws, int l) {
 static void request_layer(WeightStream* ws, int l) {
     int s = slot_of(ws, l);
     if (s >= 0) {  // still resident from the previous pass (e.g. the last layers of the forward pass)
-        if (!ws->slot_pinned[s]) { ws->slot_pinned[s] = 1; ws->layer_reuses++; }
+        if (!ws->slot_in_use[s]) { ws->slot_in_use[s] = 1; ws->layer_reuses++; }
         return;
     }
     // Victim: the least recently used slot that this pass is not holding.
     int victim = -1;
     for (int k = 0; k < ws->num_slots; k++)
-        if (!ws->slot_pinned[k] && (victim < 0 || ws->slot_last_use[k] < ws->slot_last_use[victim])) victim = k;
+        if (!ws->slot_in_use[k] && (victim < 0 || ws->slot_last_use[k] < ws->slot_last_use[victim])) victim = k;
     if (victim < 0) {
         die("internal: no free weight slot for layer %d", l);
     }
@@ -113,7 +113,7 @@ static void request_layer(WeightStream* ws, int l) {
     timeline_end(ws->timeline, span, ws->h2d);
     cudaCheck(cudaEventRecord(ws->slot_ready[victim], ws->h2d));
     ws->slot_layer[victim] = l;
-    ws->slot_pinned[victim] = 1;
+    ws->slot_in_use[victim] = 1;
     ws->slot_last_use[victim] = ++ws->use_clock;
     ws->bytes_h2d += bytes;
     ws->layer_copies++;
@@ -132,7 +132,7 @@ static void request_ready_layers(WeightStream* ws, int until) {
 }
 
 void stream_begin_pass(WeightStream* ws, const int* order, int n) {
-    for (int s = 0; s < ws->num_slots; s++) ws->slot_pinned[s] = 0;
+    for (int s = 0; s < ws->num_slots; s++) ws->slot_in_use[s] = 0;
     if (n > 0) memcpy(ws->schedule, order, sizeof(int) * n);  // a pass over no streamed layer may pass NULL
     ws->schedule_len = n;
     ws->schedule_next = 0;
@@ -155,7 +155,7 @@ const bf16* stream_wait_layer(WeightStream* ws, int l) {
         ws->schedule_next++;
         s = slot_of(ws, l);
     }
-    if (s < 0 || !ws->slot_pinned[s]) {
+    if (s < 0 || !ws->slot_in_use[s]) {
         die("internal: layer %d was not requested before use", l);
     }
     cudaCheck(cudaStreamWaitEvent(ws->compute, ws->slot_ready[s], 0));
@@ -167,7 +167,7 @@ void stream_release_layer(WeightStream* ws, int l) {
     int s = slot_of(ws, l);
     if (s < 0) { die("internal: release of layer %d that holds no slot", l); }
     cudaCheck(cudaEventRecord(ws->slot_free[s], ws->compute));
-    ws->slot_pinned[s] = 0;
+    ws->slot_in_use[s] = 0;
     // l's position in the pass: layers up to num_slots - 1 positions after it may now be in flight
     int pos = 0;
     while (pos < ws->schedule_len && ws->schedule[pos] != l) pos++;
@@ -175,7 +175,7 @@ void stream_release_layer(WeightStream* ws, int l) {
 }
 
 void stream_invalidate(WeightStream* ws) {
-    for (int s = 0; s < ws->num_slots; s++) { ws->slot_layer[s] = -1; ws->slot_pinned[s] = 0; }
+    for (int s = 0; s < ws->num_slots; s++) { ws->slot_layer[s] = -1; ws->slot_in_use[s] = 0; }
 }
 
 bf16* stream_grad_staging(WeightStream* ws) {

@@ -38,7 +38,7 @@ typedef struct {
     // GPU
     bf16* slots;                    // num_slots * layer_stride: the weights of the layers in flight
     int slot_layer[MAX_SLOTS];      // which layer each slot holds (-1: none / stale)
-    int slot_pinned[MAX_SLOTS];     // requested in this pass and not yet released
+    int slot_in_use[MAX_SLOTS];     // requested in this pass and not yet released
     int64_t slot_last_use[MAX_SLOTS];
     int64_t use_clock;
     cudaEvent_t slot_ready[MAX_SLOTS], slot_free[MAX_SLOTS];

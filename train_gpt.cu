@@ -119,21 +119,31 @@ static void matmul_backward_input_gelu(bf16* dinp, const bf16* dout, const bf16*
 }
 
 // ----------------------------------------------------------------------------
-// Workspace of ONE layer for ONE micro-batch: what the backward pass needs, recomputed from the checkpoint.
-// One allocation carved by a table of sizes (the layout is data, as in llm.c). ACT_LN1 .. ACT_FCH_GELU, the
-// LayerNorm statistics and the attention's row log-sum-exp are the forward pass's outputs that the backward
-// pass reads.
-// A layer with kept activations (-K) holds, per micro-batch, only those that cost GEMMs or attention to
-// redo (act_is_kept: q k v, the attention's output and lse, res2, the MLP's pre-activation: 9C values per
-// token); its two LayerNorm outputs and its GELU output (6C more) are redone before its backward pass
-// (layer_redo_cheap_part: memory-bound passes, ~2% of the layer's backward time), so a GiB keeps 5/3 as many
-// layers as keeping them all would.
+// LayerActs of ONE layer for ONE micro-batch: what its backward pass reads, recomputed from the layer's
+// input. One allocation carved by a table of sizes, as llm.c's. N = B*T tokens of the micro-batch.
+// A layer with kept activations (-K) holds only the costly ones (act_is_kept: 9C values per token). Its
+// LayerNorm and GELU outputs (6C more) are redone before its backward pass (layer_redo_cheap_part), so a GiB
+// keeps 5/3 as many layers as keeping them all would.
 
 enum {
-    ACT_LN1, ACT_QKV, ACT_ATT, ACT_ATTY, ACT_RES2, ACT_LN2, ACT_FCH, ACT_FCH_GELU,
-    ACT_DFCH, ACT_DC, ACT_DQKV, ACT_DATT, ACT_LNF, ACT_DLNF, ACT_LOGITS, NUM_ACTS
+    ACT_LN1,       // (N, C) LayerNorm 1 output
+    ACT_QKV,       // (N, 3C) q, k, v
+    ACT_ATT,       // (B, NH, T, T) attention probabilities: the cuBLAS path only, empty when fused
+    ACT_ATTY,      // (N, C) attention output, before its projection
+    ACT_RES2,      // (N, C) residual after attention: x + attproj(atty)
+    ACT_LN2,       // (N, C) LayerNorm 2 output
+    ACT_FCH,       // (N, 4C) MLP pre-activation
+    ACT_FCH_GELU,  // (N, 4C) GELU output
+    ACT_DFCH,      // (N, 4C) backward scratch: gradient of the MLP pre-activation
+    ACT_DC,        // (N, C) backward scratch: gradient of a LayerNorm output or of atty
+    ACT_DQKV,      // (N, 3C) backward scratch: gradient of q, k, v
+    ACT_DATT,      // (B, NH, T, T) backward scratch: the cuBLAS path only
+    ACT_LNF,       // (N, C) final LayerNorm output (the head's)
+    ACT_DLNF,      // (N, C) its gradient
+    ACT_LOGITS,    // (N, Vp) logits, then their gradient
+    NUM_ACTS
 };
-static inline bool act_is_kept(int i) {  // ACT_ATT: the cuBLAS path's (T x T) probabilities (none when fused)
+static inline bool act_is_kept(int i) {
     return i == ACT_QKV || i == ACT_ATT || i == ACT_ATTY || i == ACT_RES2 || i == ACT_FCH;
 }
 typedef struct {
@@ -142,9 +152,9 @@ typedef struct {
     float *att_lse, *att_dsum;  // (B, NH, T) each: the fused attention's row log-sum-exp and rowsum(dy * y)
     void* memory;
     int64_t bytes;
-} Workspace;
+} LayerActs;
 
-static void workspace_sizes(const GPTConfig* c, int B, int T, int64_t sizes[NUM_ACTS]) {
+static void act_sizes(const GPTConfig* c, int B, int T, int64_t sizes[NUM_ACTS]) {
     // the (T x T) scores and their gradient only for the cuBLAS path: the fused kernels keep them in registers
     const int64_t N = (int64_t)B * T, C = c->channels, att = use_flash_attention(c) ? 0 : (int64_t)B * c->num_heads * T * T;
     const int64_t s[NUM_ACTS] = {N * C, N * 3 * C, att, N * C, N * C, N * C, N * 4 * C, N * 4 * C,
@@ -163,11 +173,10 @@ static int64_t plan_add(int64_t a, int64_t b, const char* what) {
     if (__builtin_add_overflow(a, b, &r)) die("config too large: the byte count of %s overflows int64", what);
     return r;
 }
-// The one description of a workspace's layout: returns its bytes and, given the allocation's base, points w's
-// arrays into it. kept_only: just what a layer with kept activations holds (act_is_kept and att_lse; w's other
-// arrays are left as they are), else the whole workspace.
-static int64_t workspace_layout(const GPTConfig* c, int B, int T, bool kept_only, char* base, Workspace* w) {
-    // the largest entries of workspace_sizes (every other one is smaller), checked first so that table cannot wrap
+// The one description of the activations' layout: returns their bytes and, given a base, points w's arrays
+// into it. kept_only: only what a kept layer holds (act_is_kept and att_lse; w's other arrays stay as they are).
+static int64_t acts_layout(const GPTConfig* c, int B, int T, bool kept_only, char* base, LayerActs* w) {
+    // the largest entries of act_sizes (every other one is smaller), checked first so that table cannot wrap
     const char* what = "the activation workspace of one layer (B*T*4C, B*NH*T*T attention scores or B*T*Vp logits; lower -b or -t)";
     const int64_t N = (int64_t)B * T;
     const int64_t largest[3] = {plan_mul(N, 4 * (int64_t)c->channels, what),
@@ -176,7 +185,7 @@ static int64_t workspace_layout(const GPTConfig* c, int B, int T, bool kept_only
     for (int i = 0; i < 3; i++) plan_add(plan_mul(largest[i], 2, what), 255, what);  // bf16, round_up64 to 256
     const int64_t row_stats = plan_mul(plan_mul(N, c->num_heads, what), 4, what);      // (B, NH, T) floats
     int64_t sizes[NUM_ACTS], bytes = 0;
-    workspace_sizes(c, B, T, sizes);
+    act_sizes(c, B, T, sizes);
     for (int i = 0; i < NUM_ACTS; i++) {
         if (kept_only && !act_is_kept(i)) continue;
         if (base) w->p[i] = (bf16*)(base + bytes);
@@ -194,14 +203,9 @@ static int64_t workspace_layout(const GPTConfig* c, int B, int T, bool kept_only
     }
     return round_up64(bytes, 256);  // so that kept blocks laid end to end each start 256-byte aligned
 }
-static int64_t workspace_bytes(const GPTConfig* c, int B, int T, bool kept_only) {
-    Workspace unused;
-    return workspace_layout(c, B, T, kept_only, NULL, &unused);
-}
-static void workspace_alloc(Workspace* w, const GPTConfig* c, int B, int T) {
-    w->bytes = workspace_bytes(c, B, T, false);
-    cudaCheck(cudaMalloc(&w->memory, (size_t)w->bytes));
-    workspace_layout(c, B, T, false, (char*)w->memory, w);
+static int64_t acts_bytes(const GPTConfig* c, int B, int T, bool kept_only) {
+    LayerActs unused;
+    return acts_layout(c, B, T, kept_only, NULL, &unused);
 }
 
 // ----------------------------------------------------------------------------
@@ -235,7 +239,7 @@ struct GPT {
     float* master;              // fp32 master weights, layer-major (model.h)
     float* adam_m;              // fp32 AdamW first moment
     float* adam_v;              // fp32 AdamW second moment
-    WeightStream ws;            // pinned bf16 weights/grads, GPU slots, streams
+    WeightStream stream;            // pinned bf16 weights/grads, GPU slots, streams
 
     // GPU. The GPU-resident prefix of the layout, [embeddings | layers 0..R-1], is not streamed: its bf16
     // weights, fp32 gradients, fp32 master weights and AdamW moments stay on the GPU and a GPU AdamW updates
@@ -250,7 +254,7 @@ struct GPT {
     float* resident_m;
     float* resident_v;
     float* layer_grads;         // fp32 gradient accumulator of the streamed layer in flight
-    bf16* ckpt;                 // (L+1) x max_micro x (B*T*C): each layer's input (and the final residual)
+    bf16* layer_inputs;                 // (L+1) x max_micro x (B*T*C): each layer's input (and the final residual)
     bf16* dresid;               // max_micro x (B*T*C): gradient of the residual stream, per micro-batch
     int* tokens_in;             // max_micro x B*T
     int* tokens_out;            // targets
@@ -259,12 +263,12 @@ struct GPT {
     double* sumsq_dev;          // squared gradient norm accumulator
     float* loss_host;           // pinned: mean loss and
     double* sumsq_host;         //   squared norm, read once per step
-    Workspace ws_act;           // one layer, one micro-batch: recompute, backward scratch, the head's buffers
+    LayerActs acts;           // one layer, one micro-batch: recompute, backward scratch, the head's buffers
     // -K: the last K layers keep their costly forward activations (per micro-batch) from the forward pass to
-    // the backward pass, which then skips their recompute. kept[(l - (L - K)) * max_micro + mb] is ws_act with
+    // the backward pass, which then skips their recompute. kept[(l - (L - K)) * max_micro + mb] is acts with
     // the kept arrays (act_is_kept, att_lse) pointed into kept_memory.
     int kept_layers;            // K
-    Workspace* kept;
+    LayerActs* kept;
     void* kept_memory;
 
     Optimizer* opt;             // owned; separate so this struct stays plain data
@@ -279,9 +283,9 @@ struct GPT {
     Timeline* timeline;         // NULL unless -Y 1
 };
 
-static inline bf16* ckpt_at(GPT* g, int l, int mb) {
+static inline bf16* layer_input(GPT* g, int l, int mb) {
     const int64_t n = (int64_t)g->B * g->T * g->config.channels;
-    return g->ckpt + ((int64_t)l * g->max_micro + mb) * n;
+    return g->layer_inputs + ((int64_t)l * g->max_micro + mb) * n;
 }
 static inline bf16* dresid_at(GPT* g, int mb) { return g->dresid + (int64_t)mb * g->B * g->T * g->config.channels; }
 static inline const bf16* wt(const GPT* g, const bf16* layer, int t) { return layer + g->layout.layer_offset[t]; }
@@ -290,8 +294,8 @@ static inline bf16* resident_layer(GPT* g, int l) { return g->resident + gpt_lay
 // Where layer l's forward pass for micro-batch mb leaves what its backward pass reads: its own kept
 // activations (-K), or the one workspace the backward pass refills by recomputing.
 static inline bool layer_kept(const GPT* g, int l) { return l >= g->config.num_layers - g->kept_layers; }
-static inline Workspace* layer_workspace(GPT* g, int l, int mb) {
-    return layer_kept(g, l) ? &g->kept[(int64_t)(l - (g->config.num_layers - g->kept_layers)) * g->max_micro + mb] : &g->ws_act;
+static inline LayerActs* layer_acts(GPT* g, int l, int mb) {
+    return layer_kept(g, l) ? &g->kept[(int64_t)(l - (g->config.num_layers - g->kept_layers)) * g->max_micro + mb] : &g->acts;
 }
 
 // ----------------------------------------------------------------------------
@@ -299,7 +303,7 @@ static inline Workspace* layer_workspace(GPT* g, int l, int mb) {
 // output, or NULL when recomputing for the backward pass (the output itself is not needed there, so the
 // last GEMM is skipped). Everything the backward pass needs stays in the workspace.
 
-static void layer_forward(GPT* g, const bf16* w, const bf16* x, bf16* out, Workspace* a, cudaStream_t s) {
+static void layer_forward(GPT* g, const bf16* w, const bf16* x, bf16* out, LayerActs* a, cudaStream_t s) {
     const int64_t N = (int64_t)g->B * g->T;
     const int C = g->config.channels;
     layernorm_forward(a->p[ACT_LN1], a->ln1_mean, a->ln1_rstd, x, wt(g, w, LN1W), wt(g, w, LN1B), N, C, s);
@@ -319,7 +323,7 @@ static void layer_forward(GPT* g, const bf16* w, const bf16* x, bf16* out, Works
 // the kept pre-activation (bias_gelu_forward's very values; with the cuBLASLt epilogue (-G 1) the forward's
 // came from cuBLASLt's own GELU, not necessarily bit-identical to this one). Three memory-bound passes instead of
 // the GEMMs and attention of a recompute.
-static void layer_redo_cheap_part(GPT* g, const bf16* w, const bf16* x, Workspace* a, cudaStream_t s) {
+static void layer_redo_cheap_part(GPT* g, const bf16* w, const bf16* x, LayerActs* a, cudaStream_t s) {
     const int64_t N = (int64_t)g->B * g->T;
     const int C = g->config.channels;
     layernorm_forward(a->p[ACT_LN1], a->ln1_mean, a->ln1_rstd, x, wt(g, w, LN1W), wt(g, w, LN1B), N, C, s);
@@ -333,7 +337,7 @@ static void layer_redo_cheap_part(GPT* g, const bf16* w, const bf16* x, Workspac
 // the residual connections pass it through unchanged). Parameter gradients are ADDED to `grads` (the
 // layer's block: g->layer_grads for a streamed layer, its place in g->resident_grads for a resident one).
 
-static void layer_backward(GPT* g, const bf16* w, float* grads, const bf16* x, bf16* dres, Workspace* a, cudaStream_t s) {
+static void layer_backward(GPT* g, const bf16* w, float* grads, const bf16* x, bf16* dres, LayerActs* a, cudaStream_t s) {
     const int64_t N = (int64_t)g->B * g->T;
     const int C = g->config.channels;
     auto gt = [g, grads](int t) { return grads + g->layout.layer_offset[t]; };  // tensor t's gradient
@@ -369,7 +373,7 @@ static void layer_backward(GPT* g, const bf16* w, float* grads, const bf16* x, b
 static void head_forward(GPT* g, const bf16* x, const int* targets, float* losses, float dloss_scale, cudaStream_t s) {
     const int64_t N = (int64_t)g->B * g->T;
     const int C = g->config.channels;
-    Workspace* a = &g->ws_act;
+    LayerActs* a = &g->acts;
     const bf16* e = g->resident;
     layernorm_forward(a->p[ACT_LNF], a->lnf_mean, a->lnf_rstd, x, e + g->layout.embed_offset[LNFW],
                       e + g->layout.embed_offset[LNFB], N, C, s);
@@ -381,7 +385,7 @@ static void head_forward(GPT* g, const bf16* x, const int* targets, float* losse
 static void head_backward(GPT* g, const bf16* x, bf16* dres, cudaStream_t s) {
     const int64_t N = (int64_t)g->B * g->T;
     const int C = g->config.channels, Vp = g->config.padded_vocab_size;
-    Workspace* a = &g->ws_act;
+    LayerActs* a = &g->acts;
     const ParamLayout* p = &g->layout;
     matmul_backward_weight(g->resident_grads + p->embed_offset[WTE], a->p[ACT_LOGITS], a->p[ACT_LNF], N, C, Vp, s);
     matmul_backward_input(a->p[ACT_DLNF], a->p[ACT_LOGITS], g->resident + p->embed_offset[WTE], N, C, Vp, s);
@@ -398,10 +402,10 @@ static void adamw_layer(GPT* g, int l) {
     AdamWArgs args = {o->lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, g->args.weight_decay, o->grad_scale, o->t};
     const ParamLayout* p = &g->layout;
     const int64_t off = gpt_layer_offset(p, l);
-    const uint16_t* grads = g->ws.grads_host_bf16 + (int64_t)l * p->layer_stride;
+    const uint16_t* grads = g->stream.grads_host_bf16 + (int64_t)l * p->layer_stride;
     FAKE_CUDA_HOST_ACCESS(grads, p->layer_stride * 2, false, "the CPU AdamW reading a layer's gradients");
-    FAKE_CUDA_HOST_ACCESS(g->ws.weights_host_bf16 + off, p->layer_stride * 2, true, "the CPU AdamW writing a layer's bf16 copy");
-    adamw_layer_block_bf16grad(p, g->master + off, grads, g->adam_m + off, g->adam_v + off, g->ws.weights_host_bf16 + off, &args);
+    FAKE_CUDA_HOST_ACCESS(g->stream.weights_host_bf16 + off, p->layer_stride * 2, true, "the CPU AdamW writing a layer's bf16 copy");
+    adamw_layer_block_bf16grad(p, g->master + off, grads, g->adam_m + off, g->adam_v + off, g->stream.weights_host_bf16 + off, &args);
 }
 
 static void optimizer_thread_main(GPT* g) {
@@ -415,7 +419,7 @@ static void optimizer_thread_main(GPT* g) {
         }
         auto t0 = std::chrono::steady_clock::now();
         for (int l = g->resident_layers; l < g->config.num_layers; l++) {
-            stream_wait_grads_on_host(&g->ws, l);
+            stream_wait_grads_on_host(&g->stream, l);
             const double b0 = timeline_now();
             adamw_layer(g, l);
             std::lock_guard<std::mutex> lock(o->mu);
@@ -461,33 +465,72 @@ static void optimizer_submit(GPT* g, float lr, float grad_scale) {
 }
 
 // ----------------------------------------------------------------------------
-// Memory plan: computed before any allocation so a config that cannot fit is refused with the numbers.
+// Memory plan: every buffer gpt_build allocates, by name, known before any allocation. gpt_build allocates
+// from it; the fit check, -P 1 and the config table only read it. A new buffer: a field here, its gpu_alloc there.
 
-typedef struct { int64_t host_bytes, gpu_bytes; } MemoryPlan;
+#define RESIDENT_BYTES_PER_PARAM 18  // a GPU-resident parameter: bf16 weight, fp32 gradient, master, AdamW m, v
+
+typedef struct {
+    int64_t resident_count;   // parameters that live on the GPU: the embeddings and the first R layers
+    // host
+    int64_t master_adam;      // fp32 master weights, AdamW m and v (12 bytes per parameter)
+    int64_t pinned;           // bf16 weights and layer gradients (stream_host_bytes)
+    // GPU
+    int64_t embeddings;       // embeddings with their AdamW state (RESIDENT_BYTES_PER_PARAM each)
+    int64_t resident_layer;   // one -R layer with its AdamW state
+    int64_t resident_layers;  // R of them
+    int64_t slots;            // the weight slots (num_slots x one bf16 layer)
+    int64_t grad_staging;     // two bf16 layers of gradients on their way to the host
+    int64_t layer_grads;      // fp32 gradient of the streamed layer in flight
+    int64_t layer_inputs;     // (L+1) x micro-batches x (N, C) bf16: each layer's input, kept for its backward
+    int64_t dresid;           // micro-batches x (N, C) bf16: the residual stream's gradient
+    int64_t tokens;           // micro-batches x N x 4 bytes: one array each for inputs, targets and losses
+    int64_t scalars;          // loss (fp32), squared norm (fp64), the cuBLAS workspace
+    int64_t acts;             // one layer's activations for one micro-batch (acts_bytes)
+    int64_t kept_acts;        // one layer's kept activations (-K) for one micro-batch
+    int64_t kept_layer;       // one -K layer: micro-batches x kept_acts
+    int64_t kept;             // K of them
+    int64_t host_bytes, gpu_bytes;  // the sums
+} MemoryPlan;
 
 // Every term that grows with -b, -t, -d is overflow-checked (plan_mul / plan_add): an absurd config dies with
-// "config too large" instead of returning a wrapped count. The terms are exactly gpt_build's allocations.
+// "config too large" instead of a wrapped count.
 static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micro, int num_slots, int resident_layers,
                                   int kept_layers) {
-    ParamLayout p = gpt_layout(c);
+    const ParamLayout p = gpt_layout(c);
+    const int64_t N = (int64_t)B * T;
     MemoryPlan m;
-    // the per-parameter terms come to well under 64 bytes per parameter (12 + stream_host_bytes' < 8 on the
-    // host; 18 + 4 + stream_gpu_bytes' 2 * (MAX_SLOTS + 2) on the GPU): checking that bound covers them and their sums
+    // every per-parameter term is under 64 bytes per parameter: checking that bound covers them and their sums
     plan_mul(p.total, 64, "the parameters (fp32 weights, AdamW m and v, bf16 copies: choose a smaller model)");
-    m.host_bytes = p.total * 4 * 3 + stream_host_bytes(c->num_layers, p.layer_stride, p.embed_count);
-    const char* ckpt = "the layer-input checkpoints ((L+1) * micro-batches * B*T*C; lower -d, -b or -t)";
-    const int64_t act = plan_mul(plan_mul((int64_t)B * T, c->channels, ckpt), 2, ckpt);
-    // the GPU-resident prefix (embeddings + R layers): bf16 weights, fp32 gradients, fp32 master + AdamW m, v
-    const int64_t resident_count = p.embed_count + (int64_t)resident_layers * p.layer_stride;
-    int64_t gpu = resident_count * (2 + 4 + 12) + p.layer_stride * 4 + stream_gpu_bytes(p.layer_stride, num_slots);
-    gpu = plan_add(gpu, plan_mul(plan_mul(c->num_layers + 1, max_micro, ckpt), act, ckpt), ckpt);
+    m.master_adam = p.total * 12;
+    m.pinned = stream_host_bytes(c->num_layers, p.layer_stride, p.embed_count);
+    m.host_bytes = m.master_adam + m.pinned;
+
+    const char* inputs = "the layer-input checkpoints ((L+1) * micro-batches * B*T*C; lower -d, -b or -t)";
+    const int64_t act = plan_mul(plan_mul(N, c->channels, inputs), 2, inputs);  // one (N, C) bf16 tensor
+    m.resident_count = p.embed_count + (int64_t)resident_layers * p.layer_stride;
+    m.embeddings = p.embed_count * RESIDENT_BYTES_PER_PARAM;
+    m.resident_layer = p.layer_stride * RESIDENT_BYTES_PER_PARAM;
+    m.resident_layers = resident_layers * m.resident_layer;
+    m.slots = num_slots * p.layer_stride * 2;
+    m.grad_staging = stream_gpu_bytes(p.layer_stride, num_slots) - m.slots;
+    m.layer_grads = p.layer_stride * 4;
+    m.layer_inputs = plan_mul(plan_mul(c->num_layers + 1, max_micro, inputs), act, inputs);
     const char* micro = "the per-micro-batch buffers (residual gradients, tokens, losses; lower -d, -b or -t)";
-    gpu = plan_add(gpu, plan_mul(max_micro, act, micro), micro);
-    gpu = plan_add(gpu, plan_mul(plan_mul(max_micro, (int64_t)B * T, micro), 4 + 4 + 4, micro), micro);
-    gpu = plan_add(gpu, 4 + 8 + (int64_t)kCublasWorkspaceBytes, micro);
+    m.dresid = plan_mul(max_micro, act, micro);
+    m.tokens = plan_mul(plan_mul(max_micro, N, micro), 4, micro);
+    plan_mul(m.tokens, 3, micro);
+    m.scalars = 4 + 8 + (int64_t)kCublasWorkspaceBytes;
     const char* kept = "the kept activations (-K layers * micro-batches * one layer's forward activations; lower -K)";
-    gpu = plan_add(gpu, plan_mul(plan_mul(kept_layers, max_micro, kept), workspace_bytes(c, B, T, true), kept), kept);
-    m.gpu_bytes = plan_add(gpu, workspace_bytes(c, B, T, false), "the whole GPU plan (lower -b or -t)");
+    m.kept_acts = acts_bytes(c, B, T, true);
+    m.kept_layer = plan_mul(max_micro, m.kept_acts, kept);
+    m.kept = plan_mul(kept_layers, m.kept_layer, kept);
+    m.acts = acts_bytes(c, B, T, false);
+
+    const int64_t parts[] = {m.embeddings, m.resident_layers, m.slots, m.grad_staging, m.layer_grads, m.layer_inputs,
+                             m.dresid, m.tokens, m.tokens, m.tokens, m.scalars, m.kept, m.acts};
+    m.gpu_bytes = 0;
+    for (int64_t part : parts) m.gpu_bytes = plan_add(m.gpu_bytes, part, "the whole GPU plan (lower -b or -t)");
     return m;
 }
 
@@ -548,68 +591,65 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     g->flash = use_flash_attention(cfg);
     const ParamLayout* p = &g->layout;
     const GPTConfig* c = &g->config;
-    if (resident_layers < 0 || resident_layers > c->num_layers || kept_layers < 0 || kept_layers > c->num_layers) {
+    if (resident_layers < 0 || resident_layers > c->num_layers || kept_layers < 0 || kept_layers > c->num_layers)
         die("internal: %d GPU-resident layers, %d with kept activations, of %d", resident_layers, kept_layers, c->num_layers);
-    }
-    if (cublas_handle) {  // matmul.cuh's handles, workspace and algorithm cache are one per process
+    if (cublas_handle)  // matmul.cuh's handles, workspace and algorithm cache are one per process
         die("internal: a second GPT built while one is alive (gpt_free the first)");
-    }
+    const MemoryPlan plan = gpt_memory_plan(c, B, T, max_micro, num_slots, resident_layers, kept_layers);
     g->resident_layers = resident_layers;
-    g->resident_count = p->embed_count + (int64_t)resident_layers * p->layer_stride;
+    g->kept_layers = kept_layers;
+    g->resident_count = plan.resident_count;
 
     // host: not pinned (only the CPU touches them); pages are faulted in by whoever writes first
     g->master = host_alloc_floats(p->total);
     g->adam_m = host_alloc_floats(p->total);
     g->adam_v = host_alloc_floats(p->total);
-    if (!g->master || !g->adam_m || !g->adam_v) {
-        die("out of host memory for the fp32 weights and AdamW state (%.1f GiB)", p->total * 12 / 1073741824.0);
-    }
+    if (!g->master || !g->adam_m || !g->adam_v)
+        die("out of host memory for the fp32 weights and AdamW state (%.1f GiB)", plan.master_adam / 1073741824.0);
     g->opt = new Optimizer();
     g->opt->block_t0 = (double*)calloc((size_t)c->num_layers, sizeof(double));
     g->opt->block_t1 = (double*)calloc((size_t)c->num_layers, sizeof(double));
     g->forward_order = (int*)malloc(sizeof(int) * (size_t)c->num_layers);
     g->backward_order = (int*)malloc(sizeof(int) * (size_t)c->num_layers);
-    if (!g->opt->block_t0 || !g->opt->block_t1 || !g->forward_order || !g->backward_order) {
-        die("out of host memory");
-    }
+    if (!g->opt->block_t0 || !g->opt->block_t1 || !g->forward_order || !g->backward_order) die("out of host memory");
     const int streamed = c->num_layers - resident_layers;
     for (int i = 0; i < streamed; i++) { g->forward_order[i] = resident_layers + i; g->backward_order[i] = c->num_layers - 1 - i; }
-    stream_init(&g->ws, c->num_layers, p->layer_stride, p->embed_count, num_slots, optimizer_block_ready, g);
-    g->gpu_bytes += stream_gpu_bytes(p->layer_stride, num_slots);
+    stream_init(&g->stream, c->num_layers, p->layer_stride, p->embed_count, num_slots, optimizer_block_ready, g);
+    g->gpu_bytes += plan.slots + plan.grad_staging;  // stream_init's
 
-    // GPU
+    // GPU, from the plan: one allocation per field
     cublasCheck(cublasCreate(&cublas_handle));
     cublasCheck(cublasLtCreate(&cublaslt_handle));
-    cublas_workspace = gpu_alloc(g, (int64_t)kCublasWorkspaceBytes);
+    cublas_workspace = gpu_alloc(g, (int64_t)kCublasWorkspaceBytes);  // plan.scalars
     cublas_stream = NULL;
-    cublas_use_stream(g->ws.compute);
-    const int64_t N = (int64_t)B * T, act = N * c->channels;
-    g->resident = (bf16*)gpu_alloc(g, g->resident_count * 2);
-    g->resident_grads = (float*)gpu_alloc(g, g->resident_count * 4);
-    g->resident_master = (float*)gpu_alloc(g, g->resident_count * 4);
-    g->resident_m = (float*)gpu_alloc(g, g->resident_count * 4);
-    g->resident_v = (float*)gpu_alloc(g, g->resident_count * 4);
-    g->layer_grads = (float*)gpu_alloc(g, p->layer_stride * 4);
-    g->ckpt = (bf16*)gpu_alloc(g, (int64_t)(c->num_layers + 1) * max_micro * act * 2);
-    g->dresid = (bf16*)gpu_alloc(g, (int64_t)max_micro * act * 2);
-    g->tokens_in = (int*)gpu_alloc(g, (int64_t)max_micro * N * 4);
-    g->tokens_out = (int*)gpu_alloc(g, (int64_t)max_micro * N * 4);
-    g->losses = (float*)gpu_alloc(g, (int64_t)max_micro * N * 4);
-    g->loss_dev = (float*)gpu_alloc(g, 4);
-    g->sumsq_dev = (double*)gpu_alloc(g, 8);
+    cublas_use_stream(g->stream.compute);
+    const int64_t rc = plan.resident_count;  // plan.embeddings + plan.resident_layers, RESIDENT_BYTES_PER_PARAM each:
+    g->resident = (bf16*)gpu_alloc(g, rc * 2);
+    g->resident_grads = (float*)gpu_alloc(g, rc * 4);
+    g->resident_master = (float*)gpu_alloc(g, rc * 4);
+    g->resident_m = (float*)gpu_alloc(g, rc * 4);
+    g->resident_v = (float*)gpu_alloc(g, rc * 4);
+    g->layer_grads = (float*)gpu_alloc(g, plan.layer_grads);
+    g->layer_inputs = (bf16*)gpu_alloc(g, plan.layer_inputs);
+    g->dresid = (bf16*)gpu_alloc(g, plan.dresid);
+    g->tokens_in = (int*)gpu_alloc(g, plan.tokens);
+    g->tokens_out = (int*)gpu_alloc(g, plan.tokens);
+    g->losses = (float*)gpu_alloc(g, plan.tokens);
+    g->loss_dev = (float*)gpu_alloc(g, 4);      // plan.scalars
+    g->sumsq_dev = (double*)gpu_alloc(g, 8);    // plan.scalars
     cudaCheck(cudaMallocHost(&g->loss_host, 4));
     cudaCheck(cudaMallocHost(&g->sumsq_host, 8));
-    workspace_alloc(&g->ws_act, c, B, T);
-    g->gpu_bytes += g->ws_act.bytes;
-    g->kept_layers = kept_layers;
+    g->acts.bytes = plan.acts;
+    g->acts.memory = gpu_alloc(g, plan.acts);
+    acts_layout(c, B, T, false, (char*)g->acts.memory, &g->acts);
     if (kept_layers > 0) {
-        const int64_t n = (int64_t)kept_layers * max_micro, each = workspace_bytes(c, B, T, true);
-        g->kept_memory = gpu_alloc(g, n * each);
-        g->kept = (Workspace*)malloc(sizeof(Workspace) * (size_t)n);
-        if (!g->kept) { die("out of host memory"); }
-        for (int64_t i = 0; i < n; i++) {  // what is not kept (redone, backward scratch, the head's) stays ws_act's
-            g->kept[i] = g->ws_act;
-            workspace_layout(c, B, T, true, (char*)g->kept_memory + i * each, &g->kept[i]);
+        const int64_t n = (int64_t)kept_layers * max_micro;
+        g->kept_memory = gpu_alloc(g, plan.kept);
+        g->kept = (LayerActs*)malloc(sizeof(LayerActs) * (size_t)n);
+        if (!g->kept) die("out of host memory");
+        for (int64_t i = 0; i < n; i++) {  // what a kept layer does not keep (redone, scratch) stays in g->acts
+            g->kept[i] = g->acts;
+            acts_layout(c, B, T, true, (char*)g->kept_memory + i * plan.kept_acts, &g->kept[i]);
         }
     }
 
@@ -621,16 +661,16 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
 // Synchronous: only at load and checkpoint time.
 static void gpt_resident_state_to_device(GPT* g) {
     const size_t bytes = (size_t)g->resident_count * 4;
-    cudaStream_t s = g->ws.compute;
+    cudaStream_t s = g->stream.compute;
     cudaCheck(cudaMemcpyAsync(g->resident_master, g->master, bytes, cudaMemcpyHostToDevice, s));
     cudaCheck(cudaMemcpyAsync(g->resident_m, g->adam_m, bytes, cudaMemcpyHostToDevice, s));
     cudaCheck(cudaMemcpyAsync(g->resident_v, g->adam_v, bytes, cudaMemcpyHostToDevice, s));
-    cudaCheck(cudaMemcpyAsync(g->resident, g->ws.weights_host_bf16, (size_t)g->resident_count * 2, cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(g->resident, g->stream.weights_host_bf16, (size_t)g->resident_count * 2, cudaMemcpyHostToDevice, s));
     cudaCheck(cudaStreamSynchronize(s));
 }
 static void gpt_resident_state_to_host(GPT* g) {
     const size_t bytes = (size_t)g->resident_count * 4;
-    cudaStream_t s = g->ws.compute;  // after the last step's GPU AdamW, which runs on this stream
+    cudaStream_t s = g->stream.compute;  // after the last step's GPU AdamW, which runs on this stream
     cudaCheck(cudaMemcpyAsync(g->master, g->resident_master, bytes, cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaMemcpyAsync(g->adam_m, g->resident_m, bytes, cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaMemcpyAsync(g->adam_v, g->resident_v, bytes, cudaMemcpyDeviceToHost, s));
@@ -641,10 +681,10 @@ static void gpt_resident_state_to_host(GPT* g) {
 // that is streamed and the GPU-resident prefix (with the host's AdamW moments: zero, or a resumed
 // state's), and drop whatever the GPU slots hold.
 static void gpt_weights_ready(GPT* g) {
-    FAKE_CUDA_HOST_ACCESS(g->ws.weights_host_bf16, g->layout.total * 2, true, "the host writing the bf16 copy (load)");
-    convert_f32_to_bf16(g->master, g->ws.weights_host_bf16, g->layout.total);
+    FAKE_CUDA_HOST_ACCESS(g->stream.weights_host_bf16, g->layout.total * 2, true, "the host writing the bf16 copy (load)");
+    convert_f32_to_bf16(g->master, g->stream.weights_host_bf16, g->layout.total);
     gpt_resident_state_to_device(g);
-    stream_invalidate(&g->ws);
+    stream_invalidate(&g->stream);
 }
 
 static void gpt_free(GPT* g) {
@@ -660,13 +700,13 @@ static void gpt_free(GPT* g) {
     lt_algo_cache.clear();  // the answers of that handle
     cudaCheck(cudaFree(cublas_workspace));
     cublas_handle = NULL; cublaslt_handle = NULL; cublas_workspace = NULL; cublas_stream = NULL;
-    stream_free(&g->ws);
+    stream_free(&g->stream);
     cudaCheck(cudaFree(g->resident)); cudaCheck(cudaFree(g->resident_grads)); cudaCheck(cudaFree(g->layer_grads));
     cudaCheck(cudaFree(g->resident_master)); cudaCheck(cudaFree(g->resident_m)); cudaCheck(cudaFree(g->resident_v));
-    cudaCheck(cudaFree(g->ckpt)); cudaCheck(cudaFree(g->dresid)); cudaCheck(cudaFree(g->tokens_in));
+    cudaCheck(cudaFree(g->layer_inputs)); cudaCheck(cudaFree(g->dresid)); cudaCheck(cudaFree(g->tokens_in));
     cudaCheck(cudaFree(g->tokens_out)); cudaCheck(cudaFree(g->losses)); cudaCheck(cudaFree(g->loss_dev));
     cudaCheck(cudaFree(g->sumsq_dev)); cudaCheck(cudaFreeHost(g->loss_host)); cudaCheck(cudaFreeHost(g->sumsq_host));
-    cudaCheck(cudaFree(g->ws_act.memory));
+    cudaCheck(cudaFree(g->acts.memory));
     if (g->kept_memory) cudaCheck(cudaFree(g->kept_memory));
     free(g->kept);
     host_free_floats(g->master, g->layout.total);
@@ -702,7 +742,7 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     const ParamLayout* p = &g->layout;
     const int L = c->num_layers, C = c->channels, T = g->T;
     const int64_t N = (int64_t)g->B * T;
-    cudaStream_t s = g->ws.compute;
+    cudaStream_t s = g->stream.compute;
     if (n_micro < 1 || n_micro > g->max_micro) { die("internal: %d micro-batches", n_micro); }
 
     Timeline* tl = g->timeline;
@@ -713,19 +753,19 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     cudaCheck(cudaMemcpyAsync(g->tokens_out, targets, (size_t)(n_micro * N * 4), cudaMemcpyHostToDevice, s));
     const bf16* wte = g->resident + p->embed_offset[WTE];
     const bf16* wpe = g->resident + p->embed_offset[WPE];
-    for (int mb = 0; mb < n_micro; mb++) embedding_forward(ckpt_at(g, 0, mb), g->tokens_in + mb * N, wte, wpe, N, T, C, s);
+    for (int mb = 0; mb < n_micro; mb++) embedding_forward(layer_input(g, 0, mb), g->tokens_in + mb * N, wte, wpe, N, T, C, s);
 
     // 2. forward: each layer's weights arrive once and serve every micro-batch (GPU-resident layers first:
     // while they compute, the CPU AdamW works on the first streamed layers)
     const int R = g->resident_layers;
-    stream_begin_pass(&g->ws, g->forward_order, L - R);
+    stream_begin_pass(&g->stream, g->forward_order, L - R);
     for (int l = 0; l < L; l++) {
-        const bf16* w = l < R ? resident_layer(g, l) : stream_wait_layer(&g->ws, l);
+        const bf16* w = l < R ? resident_layer(g, l) : stream_wait_layer(&g->stream, l);
         const int span = timeline_begin(tl, TRACK_COMPUTE, "fwd", l, s);
         for (int mb = 0; mb < n_micro; mb++)
-            layer_forward(g, w, ckpt_at(g, l, mb), ckpt_at(g, l + 1, mb), layer_workspace(g, l, mb), s);
+            layer_forward(g, w, layer_input(g, l, mb), layer_input(g, l + 1, mb), layer_acts(g, l, mb), s);
         timeline_end(tl, span, s);
-        if (l >= R) stream_release_layer(&g->ws, l);
+        if (l >= R) stream_release_layer(&g->stream, l);
     }
 
     // 3. loss and its backward through lm_head and the final LayerNorm (dlogits scaled to the step's mean)
@@ -733,8 +773,8 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     cudaCheck(cudaMemsetAsync(g->sumsq_dev, 0, 8, s));
     int span = timeline_begin(tl, TRACK_COMPUTE, "head", -1, s);
     for (int mb = 0; mb < n_micro; mb++) {
-        head_forward(g, ckpt_at(g, L, mb), g->tokens_out + mb * N, g->losses + mb * N, 1.0f / (float)(N * n_micro), s);
-        head_backward(g, ckpt_at(g, L, mb), dresid_at(g, mb), s);
+        head_forward(g, layer_input(g, L, mb), g->tokens_out + mb * N, g->losses + mb * N, 1.0f / (float)(N * n_micro), s);
+        head_backward(g, layer_input(g, L, mb), dresid_at(g, mb), s);
     }
     mean_loss(g->loss_dev, g->losses, n_micro * N, s);
     timeline_end(tl, span, s);
@@ -744,26 +784,26 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     // layer's stays in its place in resident_grads. Micro-batches go last first: the workspace still holds the
     // last layer's activations of the last micro-batch from the forward pass (the head has buffers of its own),
     // so that one recompute is skipped.
-    stream_begin_pass(&g->ws, g->backward_order, L - R);
+    stream_begin_pass(&g->stream, g->backward_order, L - R);
     for (int l = L - 1; l >= 0; l--) {
         const int streamed = l >= R;
-        const bf16* w = streamed ? stream_wait_layer(&g->ws, l) : resident_layer(g, l);
+        const bf16* w = streamed ? stream_wait_layer(&g->stream, l) : resident_layer(g, l);
         float* grads = streamed ? g->layer_grads : g->resident_grads + gpt_layer_offset(p, l);
         span = timeline_begin(tl, TRACK_COMPUTE, "bwd", l, s);
         if (streamed) cudaCheck(cudaMemsetAsync(g->layer_grads, 0, (size_t)(p->layer_stride * 4), s));
         for (int mb = n_micro - 1; mb >= 0; mb--) {
-            Workspace* acts = layer_workspace(g, l, mb);
-            if (layer_kept(g, l)) layer_redo_cheap_part(g, w, ckpt_at(g, l, mb), acts, s);
-            else if (l < L - 1 || mb < n_micro - 1) layer_forward(g, w, ckpt_at(g, l, mb), NULL, acts, s);  // recompute
-            layer_backward(g, w, grads, ckpt_at(g, l, mb), dresid_at(g, mb), acts, s);
+            LayerActs* acts = layer_acts(g, l, mb);
+            if (layer_kept(g, l)) layer_redo_cheap_part(g, w, layer_input(g, l, mb), acts, s);
+            else if (l < L - 1 || mb < n_micro - 1) layer_forward(g, w, layer_input(g, l, mb), NULL, acts, s);  // recompute
+            layer_backward(g, w, grads, layer_input(g, l, mb), dresid_at(g, mb), acts, s);
         }
         if (streamed) {
-            stream_release_layer(&g->ws, l);
-            bf16* staging = stream_grad_staging(&g->ws);
+            stream_release_layer(&g->stream, l);
+            bf16* staging = stream_grad_staging(&g->stream);
             grads_to_bf16_sumsq(staging, g->layer_grads, p->layer_stride, g->sumsq_dev, s);
         }
         timeline_end(tl, span, s);
-        if (streamed) stream_send_layer_grads(&g->ws, l);
+        if (streamed) stream_send_layer_grads(&g->stream, l);
     }
     span = timeline_begin(tl, TRACK_COMPUTE, "embed bwd", -1, s);
     for (int mb = 0; mb < n_micro; mb++)
@@ -797,7 +837,7 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     // 6. AdamW: the streamed layers on the CPU thread (the next step's forward pass picks up each one as soon
     // as it is done), the GPU-resident prefix right here on the compute stream, before the next step's kernels
     const float grad_scale = clip_scale((float)g->last_norm, g->args.grad_clip);
-    stream_invalidate(&g->ws);
+    stream_invalidate(&g->stream);
     optimizer_submit(g, lr, grad_scale);
     span = timeline_begin(tl, TRACK_COMPUTE, "resident adamw", -1, s);
     resident_adamw(g, lr, grad_scale, s);
@@ -811,19 +851,19 @@ static float gpt_forward_eval(GPT* g, const int* inputs, const int* targets) {
     const GPTConfig* c = &g->config;
     const int L = c->num_layers, C = c->channels, T = g->T;
     const int64_t N = (int64_t)g->B * T;
-    cudaStream_t s = g->ws.compute;
+    cudaStream_t s = g->stream.compute;
     cudaCheck(cudaMemcpyAsync(g->tokens_in, inputs, (size_t)(N * 4), cudaMemcpyHostToDevice, s));
     if (targets) cudaCheck(cudaMemcpyAsync(g->tokens_out, targets, (size_t)(N * 4), cudaMemcpyHostToDevice, s));
-    embedding_forward(ckpt_at(g, 0, 0), g->tokens_in, g->resident + g->layout.embed_offset[WTE],
+    embedding_forward(layer_input(g, 0, 0), g->tokens_in, g->resident + g->layout.embed_offset[WTE],
                       g->resident + g->layout.embed_offset[WPE], N, T, C, s);
     const int R = g->resident_layers;
-    stream_begin_pass(&g->ws, g->forward_order, L - R);
+    stream_begin_pass(&g->stream, g->forward_order, L - R);
     for (int l = 0; l < L; l++) {
-        const bf16* w = l < R ? resident_layer(g, l) : stream_wait_layer(&g->ws, l);
-        layer_forward(g, w, ckpt_at(g, l, 0), ckpt_at(g, l + 1, 0), &g->ws_act, s);
-        if (l >= R) stream_release_layer(&g->ws, l);
+        const bf16* w = l < R ? resident_layer(g, l) : stream_wait_layer(&g->stream, l);
+        layer_forward(g, w, layer_input(g, l, 0), layer_input(g, l + 1, 0), &g->acts, s);
+        if (l >= R) stream_release_layer(&g->stream, l);
     }
-    head_forward(g, ckpt_at(g, L, 0), targets ? g->tokens_out : NULL, g->losses, 0.0f, s);
+    head_forward(g, layer_input(g, L, 0), targets ? g->tokens_out : NULL, g->losses, 0.0f, s);
     float loss = 0.0f;
     if (targets) {
         mean_loss(g->loss_dev, g->losses, N, s);
@@ -838,9 +878,9 @@ static float gpt_forward_eval(GPT* g, const int* inputs, const int* targets) {
 static void gpt_copy_logits(GPT* g, int b, int t, float* out) {
     const int Vp = g->config.padded_vocab_size;
     uint16_t* tmp = (uint16_t*)malloc(sizeof(uint16_t) * Vp);
-    const bf16* src = g->ws_act.p[ACT_LOGITS] + ((int64_t)b * g->T + t) * Vp;
-    cudaCheck(cudaMemcpyAsync(tmp, src, (size_t)Vp * 2, cudaMemcpyDeviceToHost, g->ws.compute));
-    cudaCheck(cudaStreamSynchronize(g->ws.compute));
+    const bf16* src = g->acts.p[ACT_LOGITS] + ((int64_t)b * g->T + t) * Vp;
+    cudaCheck(cudaMemcpyAsync(tmp, src, (size_t)Vp * 2, cudaMemcpyDeviceToHost, g->stream.compute));
+    cudaCheck(cudaStreamSynchronize(g->stream.compute));
     for (int i = 0; i < Vp; i++) out[i] = bf16_to_float(tmp[i]);
     free(tmp);
 }
@@ -977,10 +1017,6 @@ static int64_t gpu_memory_budget(const GpuArgs* ga, int64_t gpu_free) {
     const int64_t given = (int64_t)((double)ga->gpu_gib * 1073741824.0);
     return ga->gpu_gib > 0 && given < gpu_free ? given : gpu_free;
 }
-static int64_t resident_layer_bytes(const GPTConfig* c) { return gpt_layout(c).layer_stride * 18; }  // bf16 w, fp32 grad, master, m, v
-static int64_t kept_layer_bytes(const GPTConfig* c, int B, int T, int n_micro) {
-    return (int64_t)n_micro * workspace_bytes(c, B, T, true);
-}
 // -R -1, then -K -1 (ga->resident / ga->kept < 0): as many layers as fit in the budget after the rest of the plan.
 // The resident layers first: where the CPU AdamW bounds the step, a GiB of them saves more time than a GiB of
 // kept activations. Updates *resident / *kept and returns the plan with them.
@@ -992,11 +1028,11 @@ static MemoryPlan place_layers(const GPTConfig* c, int B, int T, int n_micro, in
         return spare > 0 ? (int)std::min<int64_t>(spare / per_layer, c->num_layers) : 0;
     };
     if (ga->resident < 0) {
-        *resident = layers_that_fit(resident_layer_bytes(c));
+        *resident = layers_that_fit(plan.resident_layer);
         plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept);
     }
     if (ga->kept < 0) {
-        *kept = layers_that_fit(kept_layer_bytes(c, B, T, n_micro));
+        *kept = layers_that_fit(plan.kept_layer);
         plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept);
     }
     return plan;
@@ -1105,29 +1141,27 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
     const double GiB = 1073741824.0;
     const ParamLayout p = gpt_layout(c);
     const int64_t host_avail = host_memory_to_count_on(ga);
-    const double ckpt = (double)(c->num_layers + 1) * n_micro * B * T * c->channels * 2;
-    const double slot_bytes = (double)stream_gpu_bytes(p.layer_stride, slots), embed = (double)p.embed_count * 18;
-    const double res = (double)resident * p.layer_stride * 18, work = (double)workspace_bytes(c, B, T, false);
-    const double keep = (double)kept * n_micro * workspace_bytes(c, B, T, true), grad = (double)p.layer_stride * 4;
+    const MemoryPlan& m = plan;
     printf("memory plan: L%d C%d NH%d, %.3f B parameters, %d x %d tokens x %d micro-batches per step\n", c->num_layers,
            c->channels, c->num_heads, gpt_num_real_params(c, &p) / 1e9, B, T, n_micro);
     printf("attention: %s%s\n", use_flash_attention(c) ? "fused kernels (no T x T scores stored)"
                                                         : "cuBLAS + softmax (T x T scores stored in the workspace)",
            no_gpu_here ? "; no GPU here: planned for an sm_90 one" : "");
     printf("host %9.2f GiB: fp32 master weights and AdamW m, v %.2f; pinned bf16 weights and gradients %.2f",
-           plan.host_bytes / GiB, p.total * 12 / GiB, (plan.host_bytes - p.total * 12) / GiB);
+           m.host_bytes / GiB, m.master_adam / GiB, m.pinned / GiB);
     if (host_avail >= 0)
         printf(" (%s: %.1f GiB %s)", plan.host_bytes <= host_avail ? "fits" : "does NOT fit", host_avail / GiB,
                ga->host_gib > 0 ? "given by -M" : "available here");
     printf("\nGPU  %9.2f GiB: layer-input checkpoints %.2f; %d weight slots %.2f; embeddings with their AdamW state %.2f; "
            "%d resident layers %.2f; %d layers' kept activations %.2f; one layer's workspace %.2f and fp32 gradient %.2f; "
-           "the rest %.2f", plan.gpu_bytes / GiB, ckpt / GiB, slots, slot_bytes / GiB, embed / GiB, resident, res / GiB, kept,
-           keep / GiB, work / GiB, grad / GiB, (plan.gpu_bytes - ckpt - slot_bytes - embed - res - keep - work - grad) / GiB);
+           "the rest %.2f", m.gpu_bytes / GiB, m.layer_inputs / GiB, slots, (m.slots + m.grad_staging) / GiB,
+           m.embeddings / GiB, resident, m.resident_layers / GiB, kept, m.kept / GiB, m.acts / GiB, m.layer_grads / GiB,
+           (m.dresid + 3 * m.tokens + m.scalars) / GiB);
     if (ga->gpu_gib > 0)  // the fit check of a run: the plan and the reserve within the budget
         printf(" (%s: %.1f GiB given by -V)", plan.gpu_bytes + gpu_reserve_bytes <= gpu_memory_budget(ga, INT64_MAX)
                ? "fits" : "does NOT fit", ga->gpu_gib);
-    printf("\neach further -R layer %.2f GiB, each further -K layer %.2f GiB%s\n", resident_layer_bytes(c) / GiB,
-           kept_layer_bytes(c, B, T, n_micro) / GiB,
+    printf("\neach further -R layer %.2f GiB, each further -K layer %.2f GiB%s\n", m.resident_layer / GiB,
+           m.kept_layer / GiB,
            (ga->resident < 0 || ga->kept < 0) && ga->gpu_gib <= 0
                ? " (-R -1 / -K -1 are chosen on the GPU from its free memory: 0 here; -V GiB plans them for that much)" : "");
 }
@@ -1262,7 +1296,7 @@ int main(int argc, char** argv) {
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
     const int64_t gpu_free_at_start = (int64_t)gpu_free, gpu_budget = gpu_memory_budget(&ga, gpu_free_at_start);
     plan = place_layers(&cfg, args.B, args.T, n_micro, ga.num_slots, &ga, gpu_budget, &resident, &kept);
-    const int64_t resident_bytes = resident_layer_bytes(&cfg), kept_bytes = kept_layer_bytes(&cfg, args.B, args.T, n_micro);
+    const int64_t resident_bytes = plan.resident_layer, kept_bytes = plan.kept_layer;
     if (plan.gpu_bytes + gpu_reserve_bytes > gpu_budget) {
         char budget_text[512];
         if (gpu_budget < gpu_free_at_start)
@@ -1272,8 +1306,7 @@ int main(int argc, char** argv) {
         die("GPU memory too small for this config: needs %.2f GiB (of which %.2f GiB layer-input checkpoints: lower -d, "
             "-b or -t; %.2f GiB for %d GPU-resident layers: lower -R; %.2f GiB for %d layers' kept activations: lower "
             "-K), %s", plan.gpu_bytes / GiB,
-            (double)(cfg.num_layers + 1) * n_micro * args.B * args.T * cfg.channels * 2 / GiB,
-            (double)resident * resident_bytes / GiB, resident, (double)kept * kept_bytes / GiB, kept, budget_text);
+            plan.layer_inputs / GiB, plan.resident_layers / GiB, resident, plan.kept / GiB, kept, budget_text);
     }
 
     // build and fill the weights
@@ -1292,7 +1325,7 @@ int main(int argc, char** argv) {
     if (ga.timeline) {
         timeline_init(&timeline, 8 * cfg.num_layers + 64);
         g.timeline = &timeline;
-        g.ws.timeline = &timeline;
+        g.stream.timeline = &timeline;
     }
 
     int start_step = 0;
@@ -1325,14 +1358,13 @@ int main(int argc, char** argv) {
     table_row("weight decay / clip", "%.2f / %.2f", args.weight_decay, args.grad_clip);
     table_row("steps", bench ? "%d (benchmark: %d warm-up + %d timed)" : "%d", total_steps, ga.bench_warmup, ga.bench_steps);
     table_row("host memory", "%.2f GiB (fp32 master+m+v %.2f, pinned bf16 %.2f)", plan.host_bytes / GiB,
-              p->total * 12 / GiB, (plan.host_bytes - p->total * 12) / GiB);
+              plan.master_adam / GiB, plan.pinned / GiB);
     table_row("GPU memory", "%.2f GiB (checkpoints %.2f, %d weight slots %.3f)", g.gpu_bytes / GiB,
-              (double)(cfg.num_layers + 1) * n_micro * args.B * args.T * cfg.channels * 2 / GiB, ga.num_slots,
-              ga.num_slots * p->layer_stride * 2 / GiB);
+              plan.layer_inputs / GiB, ga.num_slots, plan.slots / GiB);
     table_row("GPU-resident layers", resident ? "%d of %d (%.2f GiB with their AdamW state)" : "%d of %d (all streamed)",
-              resident, cfg.num_layers, (double)resident * resident_bytes / GiB);
+              resident, cfg.num_layers, plan.resident_layers / GiB);
     table_row("kept activations", kept ? "last %d of %d layers (%.2f GiB; no recompute there)" : "%d of %d layers (all recomputed)",
-              kept, cfg.num_layers, (double)kept * kept_bytes / GiB);
+              kept, cfg.num_layers, plan.kept / GiB);
     table_row("attention", "%s", g.flash ? "fused tensor-core kernels (flash_attention.cuh)"
                                  : ga.flash ? "cuBLAS GEMMs + softmax, T x T scores stored (head size not 32, 64, 80, 96, 128 or GPU before sm_80)"
                                             : "cuBLAS GEMMs + softmax, T x T scores stored (-F 0)");
@@ -1434,8 +1466,8 @@ int main(int argc, char** argv) {
     stop_if_asked(total_steps);  // a signal during the last validation or sample
     optimizer_wait_all(&g);
     printf("streamed over the run: %.2f GB host->GPU (%lld layer copies, %lld layers reused from the previous pass), "
-           "%.2f GB GPU->host; last CPU AdamW round %.3f s\n", g.ws.bytes_h2d / 1e9, (long long)g.ws.layer_copies,
-           (long long)g.ws.layer_reuses, g.ws.bytes_d2h / 1e9, g.opt->last_round_seconds);
+           "%.2f GB GPU->host; last CPU AdamW round %.3f s\n", g.stream.bytes_h2d / 1e9, (long long)g.stream.layer_copies,
+           (long long)g.stream.layer_reuses, g.stream.bytes_d2h / 1e9, g.opt->last_round_seconds);
     {  // every GPU buffer is allocated before the first step, so the device's use at the end is its peak
         size_t free_end = 0, total_end = 0;
         cudaCheck(cudaMemGetInfo(&free_end, &total_end));
@@ -1495,7 +1527,7 @@ int main(int argc, char** argv) {
     logger_close(&logger);
     tokenizer_free(&tok);
     if (!bench) { dataloader_free(&train); dataloader_free(&val); }
-    if (g.timeline) { g.timeline = NULL; g.ws.timeline = NULL; timeline_free(&timeline); }
+    if (g.timeline) { g.timeline = NULL; g.stream.timeline = NULL; timeline_free(&timeline); }
     gpt_free(&g);
     return 0;
 }

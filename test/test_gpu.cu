@@ -61,7 +61,7 @@ void build_cpu(GPT2CPU* m, const GPTConfig& c, int B, int T, uint64_t seed) {
 std::vector<float> gpu_logits(GPT* g) {
     const int64_t n = (int64_t)g->B * g->T * g->config.padded_vocab_size;
     std::vector<uint16_t> raw((size_t)n);
-    cudaCheck(cudaMemcpy(raw.data(), g->ws_act.p[ACT_LOGITS], (size_t)n * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(raw.data(), g->acts.p[ACT_LOGITS], (size_t)n * 2, cudaMemcpyDeviceToHost));
     std::vector<float> out((size_t)n);
     for (int64_t i = 0; i < n; i++) out[(size_t)i] = bf16_to_float(raw[(size_t)i]);
     return out;
@@ -71,13 +71,13 @@ std::vector<float> gpu_logits(GPT* g) {
 // embeddings' fp32 gradients on the GPU, the layers' bf16 gradients the host received.
 std::vector<float> gpu_grads(GPT* g) {
     optimizer_wait_all(g);  // the optimizer waited for every copy, so all layer gradients are on the host
-    cudaCheck(cudaStreamSynchronize(g->ws.compute));
+    cudaCheck(cudaStreamSynchronize(g->stream.compute));
     const ParamLayout* p = &g->layout;
     std::vector<float> out((size_t)p->total);
     if (g->resident_layers != 0) ADD_FAILURE() << "gpu_grads reads the layers' gradients from the host: streamed layers only";
     cudaCheck(cudaMemcpy(out.data(), g->resident_grads, (size_t)p->embed_count * 4, cudaMemcpyDeviceToHost));
     for (int64_t i = 0; i < (int64_t)g->config.num_layers * p->layer_stride; i++)
-        out[(size_t)(p->embed_count + i)] = bf16_to_float(g->ws.grads_host_bf16[i]);
+        out[(size_t)(p->embed_count + i)] = bf16_to_float(g->stream.grads_host_bf16[i]);
     return out;
 }
 
@@ -291,7 +291,7 @@ TEST(GpuTrainer, ResultsIndependentOfSlotCount) {
 #ifdef FAKE_CUDA_DEVICE
 static void track_trainer_buffers(GPT* g) {
     fake_cuda_untrack_all();
-    const WeightStream* ws = &g->ws;
+    const WeightStream* ws = &g->stream;
     const ParamLayout* p = &g->layout;
     const int64_t S = p->layer_stride, act = (int64_t)g->B * g->T * g->config.channels, N = (int64_t)g->B * g->T;
     const int L = g->config.num_layers;
@@ -304,7 +304,7 @@ static void track_trainer_buffers(GPT* g) {
     }
     for (int l = 0; l <= L; l++)
         for (int mb = 0; mb < g->max_micro; mb++)
-            fake_cuda_track(ckpt_at(g, l, mb), act * 2, "checkpoint " + std::to_string(l) + "/" + std::to_string(mb));
+            fake_cuda_track(layer_input(g, l, mb), act * 2, "checkpoint " + std::to_string(l) + "/" + std::to_string(mb));
     for (int mb = 0; mb < g->max_micro; mb++) fake_cuda_track(dresid_at(g, mb), act * 2, "dresid " + std::to_string(mb));
     fake_cuda_track(g->layer_grads, S * 4, "layer gradient accumulator");
     fake_cuda_track(g->resident, g->resident_count * 2, "resident bf16 weights");
@@ -319,9 +319,9 @@ static void track_trainer_buffers(GPT* g) {
     fake_cuda_track(g->sumsq_dev, 8, "squared norm");
     fake_cuda_track(g->loss_host, 4, "pinned mean loss");
     fake_cuda_track(g->sumsq_host, 8, "pinned squared norm");
-    fake_cuda_track(g->ws_act.memory, g->ws_act.bytes, "workspace");
+    fake_cuda_track(g->acts.memory, g->acts.bytes, "workspace");
     if (g->kept_memory)
-        fake_cuda_track(g->kept_memory, workspace_bytes(&g->config, g->B, g->T, true) * g->kept_layers * g->max_micro, "kept activations");
+        fake_cuda_track(g->kept_memory, acts_bytes(&g->config, g->B, g->T, true) * g->kept_layers * g->max_micro, "kept activations");
 }
 #endif
 
@@ -597,8 +597,8 @@ TEST(GpuTrainer, ResidentAdamwMatchesCpuBlockUpdatesBitForBit) {
     cudaCheck(cudaMemcpy(g.resident_grads, grads.data(), (size_t)n * 4, cudaMemcpyHostToDevice));
     cudaCheck(cudaDeviceSynchronize());  // a pageable copy may return before it lands; compute does not wait for it
     g.adam_t = 5;  // resident_adamw uses the t optimizer_submit took
-    resident_adamw(&g, 3e-4f, 0.8f, g.ws.compute);
-    cudaCheck(cudaStreamSynchronize(g.ws.compute));
+    resident_adamw(&g, 3e-4f, 0.8f, g.stream.compute);
+    cudaCheck(cudaStreamSynchronize(g.stream.compute));
     AdamWArgs args = {3e-4f, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, a.weight_decay, 0.8f, 5};
     adamw_embed_block_f32grad(p, params.data(), grads.data(), m.data(), v.data(), NULL, &args);
     const int64_t o = gpt_layer_offset(p, 0);
@@ -827,7 +827,7 @@ TEST(GpuTrainer, WeightCopiesOverlapCompute) {
     auto in = random_tokens((int64_t)B * T, c.vocab_size, 8), tg = random_tokens((int64_t)B * T, c.vocab_size, 9);
     gpt_step(&g, in.data(), tg.data(), 1, 1e-4f);  // warm-up (cuBLAS heuristics, first touches)
     g.timeline = &tl;
-    g.ws.timeline = &tl;
+    g.stream.timeline = &tl;
     gpt_step(&g, in.data(), tg.data(), 1, 1e-4f);
     const TimelineSummary s = timeline_summarize(&tl);
     double backward_start = 1e30;
@@ -852,7 +852,7 @@ TEST(GpuTrainer, WeightCopiesOverlapCompute) {
     print_margin("backward H2D copy time not overlapped by compute, fraction", 1.0 - overlap / backward_h2d, 0.5);
     EXPECT_GT(overlap, 0.5 * backward_h2d);
     g.timeline = NULL;
-    g.ws.timeline = NULL;
+    g.stream.timeline = NULL;
     optimizer_wait_all(&g);
     timeline_free(&tl);
     gpt_free(&g);

@@ -161,7 +161,7 @@ int64_t above_diagonal_nonzeros(const std::vector<float>& att, int64_t rows, int
 }
 
 // A small GPT built for what the train_gpt.cu functions under test take from it: the cuBLAS handle (bound
-// to g.ws.compute), B, T and the config, one layer's workspace g.ws_act and g.layer_grads. No weights.
+// to g.stream.compute), B, T and the config, one layer's workspace g.acts and g.layer_grads. No weights.
 struct TestGPT {
     GPT g;
     TestGPT(const GPTConfig& c, int B, int T) {
@@ -428,7 +428,7 @@ const GemmShape kGemmShapes[] = {{kC, 3 * kC}, {kC, kC}, {kC, 4 * kC}, {4 * kC, 
 TEST(Kernels, MatmulForwardMatchesCpu) {
     REQUIRE_GPU();
     TestGPT tg(tiny_config(1, kC, 3, 64, 100), 1, 1);  // for its cuBLAS handle
-    const cudaStream_t s = tg.g.ws.compute;
+    const cudaStream_t s = tg.g.stream.compute;
     const int64_t N = kN;
     for (const GemmShape& sh : kGemmShapes) {
         auto inp = rand_bf16(N * sh.IC, -1, 1, 50 + sh.OC), w = rand_bf16((int64_t)sh.OC * sh.IC, -1, 1, 51 + sh.IC);
@@ -446,7 +446,7 @@ TEST(Kernels, MatmulForwardMatchesCpu) {
 TEST(Kernels, MatmulBackwardInputMatchesCpu) {
     REQUIRE_GPU();
     TestGPT tg(tiny_config(1, kC, 3, 64, 100), 1, 1);
-    const cudaStream_t s = tg.g.ws.compute;
+    const cudaStream_t s = tg.g.stream.compute;
     const int64_t N = kN;
     for (const GemmShape& sh : kGemmShapes) {
         auto dout = rand_bf16(N * sh.OC, -1, 1, 52 + sh.OC), w = rand_bf16((int64_t)sh.OC * sh.IC, -1, 1, 53 + sh.IC);
@@ -464,7 +464,7 @@ TEST(Kernels, MatmulBackwardInputMatchesCpu) {
 TEST(Kernels, MatmulBackwardWeightMatchesCpu) {
     REQUIRE_GPU();
     TestGPT tg(tiny_config(1, kC, 3, 64, 100), 1, 1);
-    const cudaStream_t s = tg.g.ws.compute;
+    const cudaStream_t s = tg.g.stream.compute;
     const int64_t N = kN;
     for (const GemmShape& sh : kGemmShapes) {
         auto dout = rand_bf16(N * sh.OC, -1, 1, 54 + sh.OC), inp = rand_bf16(N * sh.IC, -1, 1, 55 + sh.IC);
@@ -566,10 +566,10 @@ TEST(Kernels, AttentionForwardMatchesCpu) {
         const int64_t N = (int64_t)B * T, natt = (int64_t)B * NH * T * T;
         AttentionChoice cublas_path(0);  // the workspace then holds att
         TestGPT tg(tiny_config(1, C, NH, 64, 100), B, T);
-        Workspace* a = &tg.g.ws_act;
+        LayerActs* a = &tg.g.acts;
         auto qkv = rand_bf16(N * 3 * C, -1.5f, 1.5f, 80 + T);  // scores ~ N(0, 0.75^2): a non-flat softmax
         upload(a->p[ACT_QKV], qkv);
-        attention_forward(a->p[ACT_ATTY], a->p[ACT_ATT], a->p[ACT_QKV], B, T, C, NH, tg.g.ws.compute);
+        attention_forward(a->p[ACT_ATTY], a->p[ACT_ATT], a->p[ACT_QKV], B, T, C, NH, tg.g.stream.compute);
         std::vector<float> out((size_t)(N * C)), att((size_t)natt);
         attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
         printf("  B=%d T=%d C=%d NH=%d\n", B, T, C, NH);
@@ -589,8 +589,8 @@ TEST(Kernels, AttentionBackwardMatchesCpu) {
         const int64_t N = (int64_t)B * T, natt = (int64_t)B * NH * T * T;
         AttentionChoice cublas_path(0);
         TestGPT tg(tiny_config(1, C, NH, 64, 100), B, T);
-        Workspace* a = &tg.g.ws_act;
-        const cudaStream_t s = tg.g.ws.compute;
+        LayerActs* a = &tg.g.acts;
+        const cudaStream_t s = tg.g.stream.compute;
         auto qkv = rand_bf16(N * 3 * C, -1.5f, 1.5f, 90 + T), datty = rand_bf16(N * C, -1, 1, 91 + T);
         upload(a->p[ACT_QKV], qkv);
         upload(a->p[ACT_DC], datty);  // where layer_backward passes it from
@@ -931,8 +931,8 @@ void check_layer_against_cpu(int flash, int fused) {
     TestGPT tg(tiny_config(1, C, NH, 64, 100), B, T);
     GPT* g = &tg.g;
     ASSERT_EQ(g->flash, flash != 0);
-    Workspace* a = &g->ws_act;
-    const cudaStream_t s = g->ws.compute;
+    LayerActs* a = &g->acts;
+    const cudaStream_t s = g->stream.compute;
     const ParamLayout* p = &g->layout;
     const int64_t* off = p->layer_offset;
     // weights of std ~ 1/sqrt(fan_in), so that both branches change the residual stream by O(1) and an error
@@ -1067,10 +1067,10 @@ TEST(Kernels, CublasLtFusesAtTheTrainersShapes) {
         bf16* w = m.zeros<bf16>(S);
         bf16 *x = m.bf16s(rand_bf16(N * C, -1, 1, 501)), *out = m.zeros<bf16>(N * C), *dres = m.bf16s(rand_bf16(N * C, -1, 1, 502));
         const int64_t before = cublaslt_fallbacks;
-        layer_forward(g, w, x, out, &g->ws_act, g->ws.compute);
-        layer_forward(g, w, x, NULL, &g->ws_act, g->ws.compute);
-        cudaCheck(cudaMemsetAsync(g->layer_grads, 0, (size_t)S * 4, g->ws.compute));
-        layer_backward(g, w, g->layer_grads, x, dres, &g->ws_act, g->ws.compute);
+        layer_forward(g, w, x, out, &g->acts, g->stream.compute);
+        layer_forward(g, w, x, NULL, &g->acts, g->stream.compute);
+        cudaCheck(cudaMemsetAsync(g->layer_grads, 0, (size_t)S * 4, g->stream.compute));
+        layer_backward(g, w, g->layer_grads, x, dres, &g->acts, g->stream.compute);
         const std::vector<float> y = download(out, N * C), dx = download(dres, N * C);
         int64_t nonfinite = 0;
         for (size_t i = 0; i < y.size(); i++) nonfinite += !std::isfinite(y[i]) + !std::isfinite(dx[i]);

@@ -96,7 +96,7 @@ struct Driver {
     void check_pass(int64_t copies0, int64_t reuses0, int n, const char* pass) {
         if (ws.layer_copies - copies0 + ws.layer_reuses - reuses0 != n)
             errors.push_back(std::string(pass) + ": copies + reuses != layers of the pass");
-        for (int s = 0; s < S; s++) if (ws.slot_pinned[s]) errors.push_back(std::string(pass) + ": a slot stays pinned");
+        for (int s = 0; s < S; s++) if (ws.slot_in_use[s]) errors.push_back(std::string(pass) + ": a slot stays in use");
     }
     std::vector<int> order(bool backward) {
         std::vector<int> o;

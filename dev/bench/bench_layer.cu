@@ -26,8 +26,8 @@ static void bench_shape(int B, int T, int C, int NH) {
     train_args_defaults(&args);
     GPT g;
     gpt_build(&g, &cfg, B, T, 1, 2, 0, 0, &args);
-    Workspace* a = &g.ws_act;
-    const cudaStream_t s = g.ws.compute;
+    LayerActs* a = &g.acts;
+    const cudaStream_t s = g.stream.compute;
     const ParamLayout* p = &g.layout;
     const int64_t N = (int64_t)B * T, hs = C / NH;
     // weights ~ U(-0.02, 0.02) (LayerNorm gains 1), input and output gradient ~ U(-1, 1): realistic magnitudes
