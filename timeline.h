@@ -87,6 +87,16 @@ static inline void timeline_end(Timeline* tl, int index, cudaStream_t s) {
     cudaCheck(cudaEventRecord(tl->spans[index].end, s));
 }
 
+// A GPU span as a scope: it opens where it is declared and closes where its block ends.
+struct ScopedSpan {
+    Timeline* tl;
+    int index;
+    cudaStream_t s;
+    ScopedSpan(Timeline* tl, int track, const char* what, int layer, cudaStream_t s)
+        : tl(tl), index(timeline_begin(tl, track, what, layer, s)), s(s) {}
+    ~ScopedSpan() { timeline_end(tl, index, s); }
+};
+
 // A span measured on the host clock (t0, t1 from timeline_now), e.g. one AdamW block. Only the part after
 // the step's origin counts: AdamW that ran earlier (during a validation pass, say) belongs to no step.
 static inline void timeline_host_span(Timeline* tl, int track, const char* what, int layer, double t0, double t1) {

@@ -734,114 +734,141 @@ static void resident_adamw(GPT* g, float lr, float grad_scale, cudaStream_t s) {
 }
 
 // ----------------------------------------------------------------------------
-// The training step: forward (layer-outer), loss, backward with recompute, gradient hand-off, optimizer.
-// inputs/targets: n_micro x (B*T) tokens. Returns the mean loss; g->last_norm gets the gradient norm.
+// The training step: forward (layer-outer), loss, backward with recompute, gradient hand-off, update.
 
-static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro, float lr) {
-    const GPTConfig* c = &g->config;
+// Layer l's weights for this pass: in the GPU-resident prefix, or in the stream slot it waits for.
+static const bf16* layer_acquire(GPT* g, int l) {
+    return l < g->resident_layers ? resident_layer(g, l) : stream_wait_layer(&g->stream, l);
+}
+// Every kernel that reads layer l's weights is queued: a streamed layer's slot may be reused once they ran.
+static void layer_release(GPT* g, int l) {
+    if (l >= g->resident_layers) stream_release_layer(&g->stream, l);
+}
+
+// Layer l's activations for micro-batch mb, before its backward pass. A kept layer (-K) redoes the cheap part.
+// The last layer's last micro-batch still has them from the forward pass. Any other is recomputed.
+static void restore_activations(GPT* g, const bf16* w, int l, int mb, int n_micro, cudaStream_t s) {
+    LayerActs* a = layer_acts(g, l, mb);
+    if (layer_kept(g, l)) layer_redo_cheap_part(g, w, layer_input(g, l, mb), a, s);
+    else if (l < g->config.num_layers - 1 || mb < n_micro - 1) layer_forward(g, w, layer_input(g, l, mb), NULL, a, s);
+}
+
+// Where layer l's gradients accumulate: the streamed layers' one buffer (zeroed here), or the layer's place in
+// resident_grads (zeroed with the embeddings' before the head).
+static float* layer_grads_begin(GPT* g, int l, cudaStream_t s) {
+    if (l < g->resident_layers) return g->resident_grads + gpt_layer_offset(&g->layout, l);
+    cudaCheck(cudaMemsetAsync(g->layer_grads, 0, (size_t)(g->layout.layer_stride * 4), s));
+    return g->layer_grads;
+}
+// A streamed layer's gradients, as bf16, into a staging buffer for the host; their squares go to the norm.
+static void layer_grads_end(GPT* g, int l, cudaStream_t s) {
+    if (l < g->resident_layers) return;
+    grads_to_bf16_sumsq(stream_grad_staging(&g->stream), g->layer_grads, g->layout.layer_stride, g->sumsq_dev, s);
+}
+
+// Forward and backward of one step: inputs / targets are n_micro x (B*T) tokens. Returns the mean loss;
+// g->last_norm gets the gradient norm. Updates nothing (gpt_update does).
+static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets, int n_micro) {
     const ParamLayout* p = &g->layout;
-    const int L = c->num_layers, C = c->channels, T = g->T;
+    const int L = g->config.num_layers, R = g->resident_layers, C = g->config.channels, T = g->T;
     const int64_t N = (int64_t)g->B * T;
     cudaStream_t s = g->stream.compute;
-    if (n_micro < 1 || n_micro > g->max_micro) { die("internal: %d micro-batches", n_micro); }
-
     Timeline* tl = g->timeline;
-    timeline_start_step(tl, s);
+    if (n_micro < 1 || n_micro > g->max_micro) die("internal: %d micro-batches", n_micro);
 
-    // 1. tokens (the GPU-resident prefix is already up to date: the last step's GPU AdamW ran on this stream)
+    // 1. tokens and embeddings (the resident prefix is up to date: the last GPU AdamW ran on this stream)
     cudaCheck(cudaMemcpyAsync(g->tokens_in, inputs, (size_t)(n_micro * N * 4), cudaMemcpyHostToDevice, s));
     cudaCheck(cudaMemcpyAsync(g->tokens_out, targets, (size_t)(n_micro * N * 4), cudaMemcpyHostToDevice, s));
-    const bf16* wte = g->resident + p->embed_offset[WTE];
-    const bf16* wpe = g->resident + p->embed_offset[WPE];
+    const bf16 *wte = g->resident + p->embed_offset[WTE], *wpe = g->resident + p->embed_offset[WPE];
     for (int mb = 0; mb < n_micro; mb++) embedding_forward(layer_input(g, 0, mb), g->tokens_in + mb * N, wte, wpe, N, T, C, s);
 
-    // 2. forward: each layer's weights arrive once and serve every micro-batch (GPU-resident layers first:
-    // while they compute, the CPU AdamW works on the first streamed layers)
-    const int R = g->resident_layers;
+    // 2. forward: each layer's weights arrive once and serve every micro-batch (resident layers first)
     stream_begin_pass(&g->stream, g->forward_order, L - R);
     for (int l = 0; l < L; l++) {
-        const bf16* w = l < R ? resident_layer(g, l) : stream_wait_layer(&g->stream, l);
-        const int span = timeline_begin(tl, TRACK_COMPUTE, "fwd", l, s);
-        for (int mb = 0; mb < n_micro; mb++)
-            layer_forward(g, w, layer_input(g, l, mb), layer_input(g, l + 1, mb), layer_acts(g, l, mb), s);
-        timeline_end(tl, span, s);
-        if (l >= R) stream_release_layer(&g->stream, l);
+        const bf16* w = layer_acquire(g, l);
+        {
+            ScopedSpan span(tl, TRACK_COMPUTE, "fwd", l, s);
+            for (int mb = 0; mb < n_micro; mb++)
+                layer_forward(g, w, layer_input(g, l, mb), layer_input(g, l + 1, mb), layer_acts(g, l, mb), s);
+        }
+        layer_release(g, l);
     }
 
-    // 3. loss and its backward through lm_head and the final LayerNorm (dlogits scaled to the step's mean)
+    // 3. loss, and its backward through lm_head and the final LayerNorm (dlogits scaled to the step's mean)
     cudaCheck(cudaMemsetAsync(g->resident_grads, 0, (size_t)(g->resident_count * 4), s));
     cudaCheck(cudaMemsetAsync(g->sumsq_dev, 0, 8, s));
-    int span = timeline_begin(tl, TRACK_COMPUTE, "head", -1, s);
-    for (int mb = 0; mb < n_micro; mb++) {
-        head_forward(g, layer_input(g, L, mb), g->tokens_out + mb * N, g->losses + mb * N, 1.0f / (float)(N * n_micro), s);
-        head_backward(g, layer_input(g, L, mb), dresid_at(g, mb), s);
+    {
+        ScopedSpan span(tl, TRACK_COMPUTE, "head", -1, s);
+        for (int mb = 0; mb < n_micro; mb++) {
+            head_forward(g, layer_input(g, L, mb), g->tokens_out + mb * N, g->losses + mb * N, 1.0f / (float)(N * n_micro), s);
+            head_backward(g, layer_input(g, L, mb), dresid_at(g, mb), s);
+        }
+        mean_loss(g->loss_dev, g->losses, n_micro * N, s);
     }
-    mean_loss(g->loss_dev, g->losses, n_micro * N, s);
-    timeline_end(tl, span, s);
 
-    // 4. backward, last layer first, recomputing each layer from its checkpoint (a layer with kept activations,
-    // -K, has the costly ones from the forward pass and redoes the rest). A streamed layer's gradient goes to the host; a GPU-resident
-    // layer's stays in its place in resident_grads. Micro-batches go last first: the workspace still holds the
-    // last layer's activations of the last micro-batch from the forward pass (the head has buffers of its own),
-    // so that one recompute is skipped.
+    // 4. backward, last layer first, last micro-batch first; a streamed layer's gradients go to the host
     stream_begin_pass(&g->stream, g->backward_order, L - R);
     for (int l = L - 1; l >= 0; l--) {
-        const int streamed = l >= R;
-        const bf16* w = streamed ? stream_wait_layer(&g->stream, l) : resident_layer(g, l);
-        float* grads = streamed ? g->layer_grads : g->resident_grads + gpt_layer_offset(p, l);
-        span = timeline_begin(tl, TRACK_COMPUTE, "bwd", l, s);
-        if (streamed) cudaCheck(cudaMemsetAsync(g->layer_grads, 0, (size_t)(p->layer_stride * 4), s));
-        for (int mb = n_micro - 1; mb >= 0; mb--) {
-            LayerActs* acts = layer_acts(g, l, mb);
-            if (layer_kept(g, l)) layer_redo_cheap_part(g, w, layer_input(g, l, mb), acts, s);
-            else if (l < L - 1 || mb < n_micro - 1) layer_forward(g, w, layer_input(g, l, mb), NULL, acts, s);  // recompute
-            layer_backward(g, w, grads, layer_input(g, l, mb), dresid_at(g, mb), acts, s);
+        const bf16* w = layer_acquire(g, l);
+        {
+            ScopedSpan span(tl, TRACK_COMPUTE, "bwd", l, s);
+            float* grads = layer_grads_begin(g, l, s);
+            for (int mb = n_micro - 1; mb >= 0; mb--) {
+                restore_activations(g, w, l, mb, n_micro, s);
+                layer_backward(g, w, grads, layer_input(g, l, mb), dresid_at(g, mb), layer_acts(g, l, mb), s);
+            }
+            layer_release(g, l);
+            layer_grads_end(g, l, s);
         }
-        if (streamed) {
-            stream_release_layer(&g->stream, l);
-            bf16* staging = stream_grad_staging(&g->stream);
-            grads_to_bf16_sumsq(staging, g->layer_grads, p->layer_stride, g->sumsq_dev, s);
-        }
-        timeline_end(tl, span, s);
-        if (streamed) stream_send_layer_grads(&g->stream, l);
+        if (l >= R) stream_send_layer_grads(&g->stream, l);
     }
-    span = timeline_begin(tl, TRACK_COMPUTE, "embed bwd", -1, s);
-    for (int mb = 0; mb < n_micro; mb++)
-        embedding_backward(g->resident_grads + p->embed_offset[WTE], g->resident_grads + p->embed_offset[WPE],
-                           dresid_at(g, mb), g->tokens_in + mb * N, N, T, C, s);
-    grads_to_bf16_sumsq(NULL, g->resident_grads, g->resident_count, g->sumsq_dev, s);  // embeddings + resident layers
-    timeline_end(tl, span, s);
+    {
+        ScopedSpan span(tl, TRACK_COMPUTE, "embed bwd", -1, s);
+        for (int mb = 0; mb < n_micro; mb++)
+            embedding_backward(g->resident_grads + p->embed_offset[WTE], g->resident_grads + p->embed_offset[WPE],
+                               dresid_at(g, mb), g->tokens_in + mb * N, N, T, C, s);
+        grads_to_bf16_sumsq(NULL, g->resident_grads, g->resident_count, g->sumsq_dev, s);  // the resident prefix
+    }
 
     // 5. the one synchronization of the step: loss and global norm
     cudaCheck(cudaMemcpyAsync(g->loss_host, g->loss_dev, 4, cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaMemcpyAsync(g->sumsq_host, g->sumsq_dev, 8, cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
     g->last_norm = sqrt(*g->sumsq_host);
-    const float loss = *g->loss_host;
-    if (tl) optimizer_wait_all(g);  // its bookkeeping: the forward pass already waited for every block
-    // the AdamW round of the previous step ran during this step's forward pass (none if -sl / -sg skipped it)
-    if (tl && g->opt->rounds_done > 0 && !g->skipped[0]) {
-        for (int l = R; l < L; l++) timeline_host_span(tl, TRACK_ADAM, "adamw", l, g->opt->block_t0[l], g->opt->block_t1[l]);
-    }
-    // A diverged step (training_diverged: the rule both trainers stop by): no update (the caller stops; the
-    // weights stay those of the last step).
-    char diverged[96];
-    if (training_diverged(loss, g->last_norm, g->config.vocab_size, diverged, sizeof diverged)) return loss;
-    g->step++;
-    // -sl / -sg: an outlier step updates nothing either; the weights (on the host, in the GPU slots, resident)
-    // and the AdamW state stay those of the last step, and no gradient is read again (the next step's backward
-    // pass overwrites them)
-    if (outlier_skip(&g->args, &g->loss_window, &g->norm_window, loss, g->last_norm, g->skipped, sizeof g->skipped))
-        return loss;
+    return *g->loss_host;
+}
 
-    // 6. AdamW: the streamed layers on the CPU thread (the next step's forward pass picks up each one as soon
-    // as it is done), the GPU-resident prefix right here on the compute stream, before the next step's kernels
+// 6. AdamW: the streamed layers on the CPU thread (the next forward pass takes each one once it is done), the
+// GPU-resident prefix here on the compute stream, before the next step's kernels.
+static void gpt_update(GPT* g, float lr) {
     const float grad_scale = clip_scale((float)g->last_norm, g->args.grad_clip);
     stream_invalidate(&g->stream);
     optimizer_submit(g, lr, grad_scale);
-    span = timeline_begin(tl, TRACK_COMPUTE, "resident adamw", -1, s);
-    resident_adamw(g, lr, grad_scale, s);
-    timeline_end(tl, span, s);
+    ScopedSpan span(g->timeline, TRACK_COMPUTE, "resident adamw", -1, g->stream.compute);
+    resident_adamw(g, lr, grad_scale, g->stream.compute);
+}
+
+// -Y 1: the previous step's CPU AdamW round ran during this step's forward pass; it joins this step's timeline
+// (no round when -sl / -sg skipped that step's update).
+static void timeline_add_adamw_round(GPT* g) {
+    optimizer_wait_all(g);  // already done: the forward pass waited for every block
+    if (g->opt->rounds_done == 0 || g->skipped[0]) return;
+    for (int l = g->resident_layers; l < g->config.num_layers; l++)
+        timeline_host_span(g->timeline, TRACK_ADAM, "adamw", l, g->opt->block_t0[l], g->opt->block_t1[l]);
+}
+
+// One step of the training loop, as llm.c's: forward and backward, then the update unless the step diverged
+// (the caller stops) or -sl / -sg find it an outlier (g->skipped says why). Returns the mean loss.
+static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro, float lr) {
+    timeline_start_step(g->timeline, g->stream.compute);
+    const float loss = gpt_forward_backward(g, inputs, targets, n_micro);
+    if (g->timeline) timeline_add_adamw_round(g);
+    char diverged[96];
+    if (training_diverged(loss, g->last_norm, g->config.vocab_size, diverged, sizeof diverged)) return loss;
+    g->step++;
+    if (outlier_skip(&g->args, &g->loss_window, &g->norm_window, loss, g->last_norm, g->skipped, sizeof g->skipped))
+        return loss;  // the weights, the slots and the AdamW state stay those of the last step
+    gpt_update(g, lr);
     return loss;
 }
 
@@ -859,9 +886,8 @@ static float gpt_forward_eval(GPT* g, const int* inputs, const int* targets) {
     const int R = g->resident_layers;
     stream_begin_pass(&g->stream, g->forward_order, L - R);
     for (int l = 0; l < L; l++) {
-        const bf16* w = l < R ? resident_layer(g, l) : stream_wait_layer(&g->stream, l);
-        layer_forward(g, w, layer_input(g, l, 0), layer_input(g, l + 1, 0), &g->acts, s);
-        if (l >= R) stream_release_layer(&g->stream, l);
+        layer_forward(g, layer_acquire(g, l), layer_input(g, l, 0), layer_input(g, l + 1, 0), &g->acts, s);
+        layer_release(g, l);
     }
     head_forward(g, layer_input(g, L, 0), targets ? g->tokens_out : NULL, g->losses, 0.0f, s);
     float loss = 0.0f;
@@ -1207,327 +1233,411 @@ static int compare_double(const void* a, const void* b) {
     return (x > y) - (x < y);
 }
 
-int main(int argc, char** argv) {
-    omp_short_spin_reexec(argv);  // first: the CPU AdamW team's waiting threads must not spin away a loaded machine's cores
+// What main settles before the training loop: the run's shape, where its layers live, its device.
+typedef struct {
     TrainArgs args;
     GpuArgs ga;
-    parse_args(argc, argv, &args, &ga);
-    flash_attention_flag = ga.flash;  // before the memory plan: the cuBLAS path's workspace holds the scores
-    cublaslt_fusion = ga.epilogues;
-    const int bench = ga.bench_steps > 0;
-    char err[4352];
-    // -o: one run per directory, a fresh run only where no run left files, -y 1 from the newest valid checkpoint
-    // (open_run_dir). Benchmark mode writes nothing there but the timeline's trace.json (-Y 1), and resumes
-    // nothing (its steps count from 0); the plan (-P 1) writes nothing.
-    if (args.output_dir && bench && ga.timeline && !ga.plan_only && !lock_output_dir(args.output_dir, err, sizeof err))
-        die("%s", err);
-    int64_t resume_step = -1, resume_header[ST_HEADER_SLOTS];
-    char resume_model[4200] = "", resume_state[4200] = "";
-    if (!bench && !ga.plan_only) {
-        GPTConfig ckpt;
-        resume_step = open_run_dir(&args, resume_model, resume_state, sizeof resume_model, &ckpt, resume_header);
-        if (resume_step >= 0) {  // its model file replaces -e, which, if given, must describe it
-            if (ga.model_given) {
-                GPTConfig want;
-                resolve_model(args.model, &want);
-                if (memcmp(&want, &ckpt, sizeof want) != 0)  // GPTConfig is six ints, no padding
-                    die("-e %s does not match the checkpoint in %s (L%d C%d NH%d maxT%d V%d): drop -e or choose another -o",
-                        args.model, args.output_dir, ckpt.num_layers, ckpt.channels, ckpt.num_heads, ckpt.max_seq_len,
-                        ckpt.vocab_size);
-            }
-            args.model = resume_model;
-        }
-    }
     GPTConfig cfg;
-    const int kind = resolve_model(args.model, &cfg);
-    if (args.T > cfg.max_seq_len) die("-t %d exceeds the model's max sequence length %d", args.T, cfg.max_seq_len);
-    const int n_micro = grad_accum_steps(&args);
-    const int64_t step_tokens = (int64_t)n_micro * args.B * args.T;
-    if (ga.resident > cfg.num_layers) die("-R %d: the model has only %d layers", ga.resident, cfg.num_layers);
-    if (ga.kept > cfg.num_layers) die("-K %d: the model has only %d layers", ga.kept, cfg.num_layers);
-    // the byte counts of the fit check below, now: it dies on a config whose counts overflow int64 (with -R -1
-    // or -K -1 the layers are chosen once the GPU's free memory is known; 0 of them until then)
-    int resident = ga.resident > 0 ? ga.resident : 0, kept = ga.kept > 0 ? ga.kept : 0;
-    int devices = 0;
-    const bool no_gpu_here = cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0;
-    cudaGetLastError();
-    if (ga.plan_only && no_gpu_here) flash_attention_device_major = 9;  // plan for an H100's (sm_90) attention path
-    MemoryPlan plan = gpt_memory_plan(&cfg, args.B, args.T, n_micro, ga.num_slots, resident, kept);
-    if (ga.plan_only) {  // with -V, -R -1 / -K -1 are placed for that much GPU memory, as a run there would
-        if (ga.gpu_gib > 0)
-            plan = place_layers(&cfg, args.B, args.T, n_micro, ga.num_slots, &ga, gpu_memory_budget(&ga, INT64_MAX), &resident, &kept);
-        print_memory_plan(&cfg, args.B, args.T, n_micro, ga.num_slots, resident, kept, &ga, plan, no_gpu_here);
-        return 0;
-    }
-
-    // data (not in benchmark mode: synthetic tokens there, so any T and -d work without a big corpus)
-    DataLoader train, val;
-    memset(&train, 0, sizeof train);
-    memset(&val, 0, sizeof val);
-    int total_steps = bench ? ga.bench_warmup + ga.bench_steps : args.max_steps;
-    int64_t val_batches = 0;
-    if (!bench) {
-        if (!dataloader_init(&train, args.train_data, args.B, args.T, 1, SHUFFLE_SEED, err, sizeof err)) die("%s", err);
-        if (!dataloader_init(&val, args.val_data, args.B, args.T, 0, 0, err, sizeof err)) die("%s", err);
-        if (total_steps < 0) total_steps = (int)(train.num_batches / n_micro);
-        if (args.max_steps < 0 && total_steps < 1)
-            die("train data %s holds fewer than %d batches of B*T: one step needs that many", args.train_data, n_micro);
-        val_batches = dataloader_eval_batches(&val, args.val_max_batches);
-        args.max_steps = total_steps;  // -x -1 resolved: checkpoints record the run's length (before gpt_build copies args)
-    }
-    if (resume_step >= 0) check_resume_args(resume_header, &args, total_steps, step_tokens, args.output_dir);
-    if (resume_step >= total_steps)
-        die("resume: the checkpoint in %s is at step %lld, the run ends at step %d: nothing to train (raise -x)",
-            args.output_dir, (long long)resume_step, total_steps);
-
-    // fit check, before any large allocation: host RAM first (no GPU needed to know it will not fit)
-    const int64_t host_avail = host_memory_to_count_on(&ga);
-    const double GiB = 1073741824.0;
-    if (host_avail >= 0 && plan.host_bytes > host_avail)
-        die("host RAM too small for this config: needs %.1f GiB (fp32 weights + AdamW m, v + pinned bf16 weights and "
-            "grads), %.1f GiB %s", plan.host_bytes / GiB, host_avail / GiB,
-            ga.host_gib > 0 ? "given by -M" : "available (MemAvailable; where memory grows as it is used, -M GiB says how much)");
-    if (no_gpu_here)
-        die("no CUDA device found: this trainer needs an NVIDIA GPU; ./train_gpt_cpu trains on the CPU");
+    int kind;  // 1: a model spec (GPT-2 init), 2: an llm.c model file
+    int bench, n_micro, total_steps, start_step;
+    int64_t step_tokens;
+    int resident, kept;  // -R / -K, once -1 is resolved
+    MemoryPlan plan;
+    bool no_gpu_here;
     cudaDeviceProp prop;
-    cudaCheck(cudaGetDeviceProperties(&prop, 0));
+    int64_t gpu_free_at_start, gpu_total, gpu_budget;
+    int adam_threads;
+    double peak_flops;  // 0: a GPU not in gpu_bf16_peak_flops's table (no MFU)
+    const char* peak_label;
+    int64_t resume_step;  // -1: a fresh run
+    Timeline timeline;    // -Y 1
+    int64_t resume_header[ST_HEADER_SLOTS];
+    char resume_model[4200], resume_state[4200];
+} Run;
+
+// -o: one run per directory, a fresh run only where no run left files, -y 1 from the newest valid checkpoint
+// (open_run_dir). Benchmark mode writes there only the timeline's trace.json (-Y 1) and resumes nothing; -P 1
+// writes nothing. A resumed run's model file replaces -e, which, if given, must describe it.
+static void open_output_dir(Run* r) {
+    char err[4352];
+    const GpuArgs& ga = r->ga;
+    r->resume_step = -1;
+    if (r->args.output_dir && r->bench && ga.timeline && !ga.plan_only && !lock_output_dir(r->args.output_dir, err, sizeof err))
+        die("%s", err);
+    if (r->bench || ga.plan_only) return;
+    GPTConfig ckpt;
+    r->resume_step = open_run_dir(&r->args, r->resume_model, r->resume_state, sizeof r->resume_model, &ckpt, r->resume_header);
+    if (r->resume_step < 0) return;
+    if (ga.model_given) {
+        GPTConfig want;
+        resolve_model(r->args.model, &want);
+        if (memcmp(&want, &ckpt, sizeof want) != 0)  // GPTConfig is six ints, no padding
+            die("-e %s does not match the checkpoint in %s (L%d C%d NH%d maxT%d V%d): drop -e or choose another -o",
+                r->args.model, r->args.output_dir, ckpt.num_layers, ckpt.channels, ckpt.num_heads, ckpt.max_seq_len,
+                ckpt.vocab_size);
+    }
+    r->args.model = r->resume_model;
+}
+
+// The data (not in benchmark mode: synthetic tokens there, so any T and -d work without a corpus), the run's
+// length, and the checks of a resumed run against it.
+static void open_data(Run* r, DataLoader* train, DataLoader* val, int64_t* val_batches) {
+    char err[4352];
+    TrainArgs* a = &r->args;
+    memset(train, 0, sizeof *train);
+    memset(val, 0, sizeof *val);
+    r->total_steps = r->bench ? r->ga.bench_warmup + r->ga.bench_steps : a->max_steps;
+    *val_batches = 0;
+    if (!r->bench) {
+        if (!dataloader_init(train, a->train_data, a->B, a->T, 1, SHUFFLE_SEED, err, sizeof err)) die("%s", err);
+        if (!dataloader_init(val, a->val_data, a->B, a->T, 0, 0, err, sizeof err)) die("%s", err);
+        if (r->total_steps < 0) r->total_steps = (int)(train->num_batches / r->n_micro);
+        if (a->max_steps < 0 && r->total_steps < 1)
+            die("train data %s holds fewer than %d batches of B*T: one step needs that many", a->train_data, r->n_micro);
+        *val_batches = dataloader_eval_batches(val, a->val_max_batches);
+        a->max_steps = r->total_steps;  // -x -1 resolved: checkpoints record the run's length
+    }
+    if (r->resume_step >= 0) check_resume_args(r->resume_header, a, r->total_steps, r->step_tokens, a->output_dir);
+    if (r->resume_step >= r->total_steps)
+        die("resume: the checkpoint in %s is at step %lld, the run ends at step %d: nothing to train (raise -x)",
+            a->output_dir, (long long)r->resume_step, r->total_steps);
+}
+
+// The fit check, before any large allocation: host RAM first (no GPU needed to know it will not fit), then the
+// device, -R -1 / -K -1 placed in its free memory, and the whole plan against that.
+static void check_fit(Run* r) {
+    const double GiB = 1073741824.0;
+    const GpuArgs* ga = &r->ga;
+    const int64_t host_avail = host_memory_to_count_on(ga);
+    if (host_avail >= 0 && r->plan.host_bytes > host_avail)
+        die("host RAM too small for this config: needs %.1f GiB (fp32 weights + AdamW m, v + pinned bf16 weights and "
+            "grads), %.1f GiB %s", r->plan.host_bytes / GiB, host_avail / GiB,
+            ga->host_gib > 0 ? "given by -M" : "available (MemAvailable; where memory grows as it is used, -M GiB says how much)");
+    if (r->no_gpu_here) die("no CUDA device found: this trainer needs an NVIDIA GPU; ./train_gpt_cpu trains on the CPU");
+    cudaCheck(cudaGetDeviceProperties(&r->prop, 0));
     cudaCheck(cudaSetDevice(0));
     size_t gpu_free = 0, gpu_total = 0;
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
-    const int64_t gpu_free_at_start = (int64_t)gpu_free, gpu_budget = gpu_memory_budget(&ga, gpu_free_at_start);
-    plan = place_layers(&cfg, args.B, args.T, n_micro, ga.num_slots, &ga, gpu_budget, &resident, &kept);
-    const int64_t resident_bytes = plan.resident_layer, kept_bytes = plan.kept_layer;
-    if (plan.gpu_bytes + gpu_reserve_bytes > gpu_budget) {
-        char budget_text[512];
-        if (gpu_budget < gpu_free_at_start)
-            snprintf(budget_text, sizeof budget_text, "%.2f GiB given by -V (%.2f GiB free on %s)", gpu_budget / GiB,
-                     gpu_free_at_start / GiB, prop.name);
-        else snprintf(budget_text, sizeof budget_text, "%.2f GiB free on %s", gpu_free_at_start / GiB, prop.name);
-        die("GPU memory too small for this config: needs %.2f GiB (of which %.2f GiB layer-input checkpoints: lower -d, "
-            "-b or -t; %.2f GiB for %d GPU-resident layers: lower -R; %.2f GiB for %d layers' kept activations: lower "
-            "-K), %s", plan.gpu_bytes / GiB,
-            plan.layer_inputs / GiB, plan.resident_layers / GiB, resident, plan.kept / GiB, kept, budget_text);
-    }
+    r->gpu_free_at_start = (int64_t)gpu_free;
+    r->gpu_total = (int64_t)gpu_total;
+    r->gpu_budget = gpu_memory_budget(ga, r->gpu_free_at_start);
+    r->plan = place_layers(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga, r->gpu_budget, &r->resident, &r->kept);
+    const MemoryPlan& m = r->plan;
+    if (m.gpu_bytes + gpu_reserve_bytes <= r->gpu_budget) return;
+    char budget_text[512];
+    if (r->gpu_budget < r->gpu_free_at_start)
+        snprintf(budget_text, sizeof budget_text, "%.2f GiB given by -V (%.2f GiB free on %s)", r->gpu_budget / GiB,
+                 r->gpu_free_at_start / GiB, r->prop.name);
+    else snprintf(budget_text, sizeof budget_text, "%.2f GiB free on %s", r->gpu_free_at_start / GiB, r->prop.name);
+    die("GPU memory too small for this config: needs %.2f GiB (of which %.2f GiB layer-input checkpoints: lower -d, "
+        "-b or -t; %.2f GiB for %d GPU-resident layers: lower -R; %.2f GiB for %d layers' kept activations: lower "
+        "-K), %s", m.gpu_bytes / GiB, m.layer_inputs / GiB, m.resident_layers / GiB, r->resident, m.kept / GiB, r->kept,
+        budget_text);
+}
 
-    // build and fill the weights
-    // AdamW threads: all cores but one by default, which stays free to launch kernels and issue copies; the cores
-    // this process may use (usable_cpu_cores: affinity mask, cgroup quota), not all the host has: more threads than
-    // cores would time-slice every parallel region and take the launching thread's core.
+// The model's shape against the flags, the micro-batches per step, and the memory plan (which dies on a config
+// whose byte counts overflow). -R -1 / -K -1 count as 0 until the GPU's free memory is known.
+static void plan_run(Run* r) {
+    const TrainArgs& a = r->args;
+    const GpuArgs& ga = r->ga;
+    if (a.T > r->cfg.max_seq_len) die("-t %d exceeds the model's max sequence length %d", a.T, r->cfg.max_seq_len);
+    r->n_micro = grad_accum_steps(&a);
+    r->step_tokens = (int64_t)r->n_micro * a.B * a.T;
+    if (ga.resident > r->cfg.num_layers) die("-R %d: the model has only %d layers", ga.resident, r->cfg.num_layers);
+    if (ga.kept > r->cfg.num_layers) die("-K %d: the model has only %d layers", ga.kept, r->cfg.num_layers);
+    r->resident = ga.resident > 0 ? ga.resident : 0;
+    r->kept = ga.kept > 0 ? ga.kept : 0;
+    int devices = 0;
+    r->no_gpu_here = cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0;
+    cudaGetLastError();
+    if (ga.plan_only && r->no_gpu_here) flash_attention_device_major = 9;  // plan for an H100's attention path
+    r->plan = gpt_memory_plan(&r->cfg, a.B, a.T, r->n_micro, ga.num_slots, r->resident, r->kept);
+}
+
+// -P 1: prints the plan and exits. With -V, -R -1 / -K -1 are placed for that much GPU memory, as a run would.
+static int print_plan_only(Run* r) {
+    const GpuArgs* ga = &r->ga;
+    if (ga->gpu_gib > 0)
+        r->plan = place_layers(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga,
+                               gpu_memory_budget(ga, INT64_MAX), &r->resident, &r->kept);
+    print_memory_plan(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, r->resident, r->kept, ga, r->plan,
+                      r->no_gpu_here);
+    return 0;
+}
+
+// Builds the model, fills its weights (GPT-2 init or an llm.c model file) and, with -y 1, its AdamW state and
+// the data position.
+static void build_model(Run* r, GPT* g, DataLoader* train) {
+    char err[4352];
+    // the CPU AdamW's threads: every usable core but one, which launches kernels and issues copies
     const int cores = usable_cpu_cores();
-    const int adam_threads = ga.adam_threads > 0 ? ga.adam_threads : (cores > 2 ? cores - 1 : 1);
-    cpu_adam_set_threads(adam_threads);
-    GPT g;
-    gpt_build(&g, &cfg, args.B, args.T, n_micro, ga.num_slots, resident, kept, &args);
-    if (kind == 1) gpt_init_params(&cfg, g.master, INIT_SEED);
-    else if (!gpt_load_params(args.model, &cfg, g.master, err, sizeof err)) die("%s", err);
-    gpt_weights_ready(&g);
-    Timeline timeline;
-    if (ga.timeline) {
-        timeline_init(&timeline, 8 * cfg.num_layers + 64);
-        g.timeline = &timeline;
-        g.stream.timeline = &timeline;
+    r->adam_threads = r->ga.adam_threads > 0 ? r->ga.adam_threads : (cores > 2 ? cores - 1 : 1);
+    cpu_adam_set_threads(r->adam_threads);
+    gpt_build(g, &r->cfg, r->args.B, r->args.T, r->n_micro, r->ga.num_slots, r->resident, r->kept, &r->args);
+    if (r->kind == 1) gpt_init_params(&r->cfg, g->master, INIT_SEED);
+    else if (!gpt_load_params(r->args.model, &r->cfg, g->master, err, sizeof err)) die("%s", err);
+    gpt_weights_ready(g);
+    if (r->ga.timeline) {
+        timeline_init(&r->timeline, 8 * r->cfg.num_layers + 64);
+        g->timeline = g->stream.timeline = &r->timeline;
     }
+    r->start_step = 0;
+    if (r->resume_step < 0) return;
+    DataLoaderState data_state;
+    load_state(g, r->resume_state, &data_state);
+    if (!dataloader_set_state(train, &data_state, err, sizeof err)) die("resume: %s", err);
+    r->start_step = (int)g->step;
+    printf("resumed from %s (step %d)\n", r->resume_model, r->start_step);
+}
 
-    int start_step = 0;
-    if (resume_step >= 0) {
-        DataLoaderState data_state;
-        load_state(&g, resume_state, &data_state);
-        if (!dataloader_set_state(&train, &data_state, err, sizeof err)) die("resume: %s", err);
-        start_step = (int)g.step;
-        printf("resumed from %s (step %d)\n", resume_model, start_step);
-    }
-    Tokenizer tok;
-    memset(&tok, 0, sizeof tok);
-    if (!bench && !tokenizer_init(&tok, kTokenizerPath, err, sizeof err))
+// The tokenizer for samples (without it they print as token ids), and DIR/main.log (none in benchmark mode).
+static void open_tokenizer_and_log(const Run* r, Tokenizer* tok, TrainLogger* logger) {
+    char err[4352];
+    memset(tok, 0, sizeof *tok);
+    if (!r->bench && !tokenizer_init(tok, kTokenizerPath, err, sizeof err))
         fprintf(stderr, "warning: %s; samples are printed as token ids\n", err);
-    TrainLogger logger;
-    if (!logger_open(&logger, bench ? NULL : args.output_dir, resume_step, err, sizeof err)) die("%s", err);
+    if (!logger_open(logger, r->bench ? NULL : r->args.output_dir, r->resume_step, err, sizeof err)) die("%s", err);
+}
 
-    // the config table
-    const ParamLayout* p = &g.layout;
+static void print_config_table(const Run* r, const GPT* g) {
+    const double GiB = 1073741824.0;
+    const TrainArgs& args = r->args;
+    const GPTConfig& cfg = r->cfg;
+    const MemoryPlan& plan = r->plan;
+    const ParamLayout* p = &g->layout;
     const int64_t real_params = gpt_num_real_params(&cfg, p);
     table_rule();
-    table_row("model", "%s (%s)", args.model, kind == 1 ? "spec, GPT-2 init" : "llm.c model file");
+    table_row("model", "%s (%s)", args.model, r->kind == 1 ? "spec, GPT-2 init" : "llm.c model file");
     table_row("L / C / NH / maxT", "%d / %d / %d / %d", cfg.num_layers, cfg.channels, cfg.num_heads, cfg.max_seq_len);
     table_row("V / Vp", "%d / %d", cfg.vocab_size, cfg.padded_vocab_size);
     table_row("parameters", "%.3f B (%lld; %lld with the padded vocab)", real_params / 1e9, (long long)real_params,
               (long long)p->total);
-    table_row("B / T / accumulation", "%d / %d / %d = %lld tokens per step", args.B, args.T, n_micro, (long long)step_tokens);
+    table_row("B / T / accumulation", "%d / %d / %d = %lld tokens per step", args.B, args.T, r->n_micro,
+              (long long)r->step_tokens);
     table_row("lr / warmup / schedule", "%.2e / %d / %s to %.2f x lr", args.lr, args.warmup_steps,
               lr_schedule_name(args.lr_schedule), args.final_lr_frac);
     table_row("weight decay / clip", "%.2f / %.2f", args.weight_decay, args.grad_clip);
-    table_row("steps", bench ? "%d (benchmark: %d warm-up + %d timed)" : "%d", total_steps, ga.bench_warmup, ga.bench_steps);
+    table_row("steps", r->bench ? "%d (benchmark: %d warm-up + %d timed)" : "%d", r->total_steps, r->ga.bench_warmup,
+              r->ga.bench_steps);
     table_row("host memory", "%.2f GiB (fp32 master+m+v %.2f, pinned bf16 %.2f)", plan.host_bytes / GiB,
               plan.master_adam / GiB, plan.pinned / GiB);
-    table_row("GPU memory", "%.2f GiB (checkpoints %.2f, %d weight slots %.3f)", g.gpu_bytes / GiB,
-              plan.layer_inputs / GiB, ga.num_slots, plan.slots / GiB);
-    table_row("GPU-resident layers", resident ? "%d of %d (%.2f GiB with their AdamW state)" : "%d of %d (all streamed)",
-              resident, cfg.num_layers, plan.resident_layers / GiB);
-    table_row("kept activations", kept ? "last %d of %d layers (%.2f GiB; no recompute there)" : "%d of %d layers (all recomputed)",
-              kept, cfg.num_layers, plan.kept / GiB);
-    table_row("attention", "%s", g.flash ? "fused tensor-core kernels (flash_attention.cuh)"
-                                 : ga.flash ? "cuBLAS GEMMs + softmax, T x T scores stored (head size not 32, 64, 80, 96, 128 or GPU before sm_80)"
-                                            : "cuBLAS GEMMs + softmax, T x T scores stored (-F 0)");
-    table_row("GEMM epilogues", "%s", ga.epilogues ? "bias, residual, GELU fused (cuBLASLt)" : "separate kernels (-G 0)");
-    table_row("device", "%s, %.1f GiB", prop.name, gpu_total / GiB);
-    const char* peak_label = NULL;
-    const double peak_flops = gpu_bf16_peak_flops(prop.name, &peak_label);  // 0: a GPU not in the table, no MFU
-    if (peak_flops > 0) table_row("MFU vs", "%.0f TFLOP/s (%s)", peak_flops / 1e12, peak_label);
+    table_row("GPU memory", "%.2f GiB (checkpoints %.2f, %d weight slots %.3f)", g->gpu_bytes / GiB,
+              plan.layer_inputs / GiB, r->ga.num_slots, plan.slots / GiB);
+    table_row("GPU-resident layers", r->resident ? "%d of %d (%.2f GiB with their AdamW state)" : "%d of %d (all streamed)",
+              r->resident, cfg.num_layers, plan.resident_layers / GiB);
+    table_row("kept activations", r->kept ? "last %d of %d layers (%.2f GiB; no recompute there)" : "%d of %d layers (all recomputed)",
+              r->kept, cfg.num_layers, plan.kept / GiB);
+    table_row("attention", "%s", g->flash ? "fused tensor-core kernels (flash_attention.cuh)"
+                                 : r->ga.flash ? "cuBLAS GEMMs + softmax, T x T scores stored (head size not 32, 64, 80, 96, 128 or GPU before sm_80)"
+                                               : "cuBLAS GEMMs + softmax, T x T scores stored (-F 0)");
+    table_row("GEMM epilogues", "%s", r->ga.epilogues ? "bias, residual, GELU fused (cuBLASLt)" : "separate kernels (-G 0)");
+    table_row("device", "%s, %.1f GiB", r->prop.name, r->gpu_total / GiB);
+    if (r->peak_flops > 0) table_row("MFU vs", "%.0f TFLOP/s (%s)", r->peak_flops / 1e12, r->peak_label);
     else table_row("MFU vs", "n/a (this GPU is not in gpu_bf16_peak_flops's table)");
-    table_row("cpu adamw", "%d threads, %s", adam_threads, cpu_adam_simd_name());
+    table_row("cpu adamw", "%d threads, %s", r->adam_threads, cpu_adam_simd_name());
     table_rule();
     fflush(stdout);
+}
 
-    // training
-    int* inputs = (int*)malloc((size_t)step_tokens * sizeof(int));
-    int* targets = (int*)malloc((size_t)step_tokens * sizeof(int));
-    double* step_seconds = (double*)calloc((size_t)total_steps + 1, sizeof(double));
-    if (!inputs || !targets || !step_seconds) die("out of host memory for the token buffers");
-    if (bench) {  // one fixed batch of random tokens, as the PyTorch peers use
-        uint64_t rng = SYNTHETIC_SEED;
-        for (int64_t i = 0; i < step_tokens; i++) { inputs[i] = (int)(random_u64(&rng) % 50257); targets[i] = (int)(random_u64(&rng) % 50257); }
-    }
-    uint64_t sample_rng = SAMPLE_SEED;
-    const double flops_per_step = step_flops(&g, step_tokens);
-    double last_return = timeline_now();
-    TimelineSummary last_timeline = {};
-    // Ctrl-C / SIGTERM (stop_signal.h): the step in progress finishes, a checkpoint is written (with -o), exit.
-    stop_signal_install();
-    int64_t saved_step = resume_step;  // the step of the newest checkpoint in -o (-1: none)
-    auto stop_if_asked = [&](int steps_done) {
-        stop_if_signalled(steps_done, start_step, saved_step, bench ? NULL : args.output_dir, [&] {
-            DataLoaderState data_state = dataloader_get_state(&train);
-            save_checkpoint(&g, args.output_dir, &data_state);
-        });
-    };
-    const double run_t0 = timeline_now();
-    for (int step = start_step; step <= total_steps; step++) {
-        stop_if_asked(step);  // a signal during validation or sampling
-        const int last = step == total_steps;
-        if (!bench && args.val_every > 0 && (step % args.val_every == 0 || last)) {
-            const float vl = validation_loss(&g, &val, val_batches);
-            printf("val loss %.6f\n", vl);
-            logger_val(&logger, step, vl);
-            last_return = timeline_now();  // evaluation is not part of the step time
-        }
-        if (!bench && sample_tokens(&args) > 0 && ((args.sample_every > 0 && step > 0 && step % args.sample_every == 0) || last)) {
-            gpt_sample(&g, &tok, sample_tokens(&args), &sample_rng);
-            last_return = timeline_now();
-        }
-        if (last) break;
+// After the first step of a run: what this process took on the GPU beyond its plan (the margin check).
+static void print_gpu_margin(const Run* r, const GPT* g, int step) {
+    const double GiB = 1073741824.0;
+    size_t free_now = 0, total_now = 0;
+    cudaCheck(cudaMemGetInfo(&free_now, &total_now));
+    printf("GPU memory after step %d: %.2f GiB free of %.2f, this process %.2f GiB beyond its plan "
+           "(-R -1 / -K -1 leave %.2f GiB for that)\n", step + 1, free_now / GiB, total_now / GiB,
+           ((double)(r->gpu_free_at_start - (int64_t)free_now) - (double)g->gpu_bytes) / GiB,
+           (gpu_reserve_bytes + gpu_margin_bytes) / GiB);
+}
 
-        if (!bench) {
-            if (args.overfit_single_batch) dataloader_reset(&train);  // -a 1: the same first batches every step
-            next_step_batches(&train, n_micro, inputs, targets, cfg.vocab_size);
-        }
-        const float lr = learning_rate_at(&args, step, total_steps);
-        const float loss = gpt_step(&g, inputs, targets, n_micro, lr);
-        // -Y 1: the summary waits for the step's last GPU work (the GPU AdamW, the last gradients' copy), which
-        // then belongs to this step's time; without it that tail is in the next step's time: the same in a run.
-        if (g.timeline) last_timeline = timeline_summarize(g.timeline);
-        // Time between consecutive returns: it includes waiting for the previous step's AdamW, which is
-        // where an unhidden optimizer shows up.
-        const double now = timeline_now(), dt = now - last_return;
-        last_return = now;
-        char diverged[96];
-        if (training_diverged(loss, g.last_norm, cfg.vocab_size, diverged, sizeof diverged))
-            die_diverged(step + 1, loss, g.last_norm, diverged, saved_step);
-        step_seconds[step] = dt;
-        char mfu[32] = "MFU n/a";
-        if (peak_flops > 0) snprintf(mfu, sizeof mfu, "MFU %.1f%%", 100.0 * flops_per_step / dt / peak_flops);
-        char progress[64];
-        progress_text(timeline_now() - run_t0, step + 1, start_step, total_steps, progress, sizeof progress);
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f | %s%s%s%s\n", step + 1, total_steps,
-               loss, g.last_norm, lr, dt * 1e3, step_tokens / dt, mfu, progress, g.skipped[0] ? " | update skipped: " : "",
-               g.skipped);
-        if (step == start_step) {  // the margin check of the first real run: what this process took beyond its plan
-            size_t free_now = 0, total_now = 0;
-            cudaCheck(cudaMemGetInfo(&free_now, &total_now));
-            printf("GPU memory after step %d: %.2f GiB free of %.2f, this process %.2f GiB beyond its plan "
-                   "(-R -1 / -K -1 leave %.2f GiB for that)\n", step + 1, free_now / GiB, total_now / GiB,
-                   ((double)(gpu_free_at_start - (int64_t)free_now) - (double)g.gpu_bytes) / GiB,
-                   (gpu_reserve_bytes + gpu_margin_bytes) / GiB);
-            last_return = timeline_now();  // not part of the next step's time
-        }
-        if (g.timeline) {
-            print_timeline(&g, last_timeline, args.output_dir);
-            last_return = timeline_now();  // printing and writing the trace are not part of the next step
-        }
-        fflush(stdout);
-        logger_train(&logger, step + 1, loss, lr, (float)g.last_norm);
-        if (!bench && args.checkpoint_every > 0 && ((step + 1) % args.checkpoint_every == 0 || step + 1 == total_steps)) {
-            DataLoaderState data_state = dataloader_get_state(&train);
-            save_checkpoint(&g, args.output_dir, &data_state);
-            saved_step = step + 1;
-            last_return = timeline_now();
-        }
-        stop_if_asked(step + 1);
+
+// The median step time, and in benchmark mode the RESULT json line that dev/bench reads.
+static void print_median_and_result(const Run* r, const GPT* g, int timed, double median) {
+    const double GiB = 1073741824.0, flops = step_flops(g, r->step_tokens), peak = r->peak_flops;
+    char mfu[32] = "MFU n/a", mfu_json[32] = "null", peak_json[32] = "null";
+    if (peak > 0) {
+        snprintf(mfu, sizeof mfu, "MFU %.1f%%", 100.0 * flops / median / peak);
+        snprintf(mfu_json, sizeof mfu_json, "%.4f", flops / median / peak);
+        snprintf(peak_json, sizeof peak_json, "%.1f", peak / 1e12);
     }
-    stop_if_asked(total_steps);  // a signal during the last validation or sample
-    optimizer_wait_all(&g);
+    printf("median step time over %d steps: %.1f ms, %.0f tok/s, %.1f model TFLOP/s (%s)\n", timed, median * 1e3,
+           r->step_tokens / median, flops / median / 1e12, mfu);
+    if (!r->bench) return;
+    const GPTConfig& c = r->cfg;
+    printf("RESULT {\"mode\": \"stream\", \"model\": \"%s\", \"params_B\": %.4f, \"L\": %d, \"C\": %d, \"NH\": %d, "
+           "\"B\": %d, \"T\": %d, \"tokens_per_step\": %lld, \"grad_accum\": %d, \"slots\": %d, \"resident_layers\": %d, "
+           "\"kept_layers\": %d, \"flash\": %d, \"epilogues\": %d, "
+           "\"step_s\": %.5f, "
+           "\"tok_per_s\": %.1f, \"model_TFLOPs\": %.2f, \"mfu\": %s, \"peak_TFLOPs\": %s, \"peak_gpu_GiB\": %.3f, "
+           "\"host_GiB\": %.2f}\n",
+           r->args.model, g->layout.total / 1e9, c.num_layers, c.channels, c.num_heads, r->args.B, r->args.T,
+           (long long)r->step_tokens, r->n_micro, r->ga.num_slots, r->resident, r->kept, (int)g->flash, r->ga.epilogues,
+           median, r->step_tokens / median, flops / median / 1e12, mfu_json, peak_json, g->gpu_bytes / GiB,
+           r->plan.host_bytes / GiB);
+}
+
+// -Y 1: what the last step's timeline says about -R and -K, with the GPU memory left of the budget.
+static void print_tuning_advice(const Run* r, const TimelineSummary* t) {
+    const double GiB = 1073741824.0;
+    size_t gpu_free = 0, gpu_total = 0;
+    cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
+    // what is left of the budget (all that is free, or -V less what this run took), less -R -1's margins
+    const int64_t spare = std::min<int64_t>((int64_t)gpu_free, r->gpu_budget - (r->gpu_free_at_start - (int64_t)gpu_free)) -
+                          gpu_reserve_bytes - gpu_margin_bytes;
+    const int64_t resident_bytes = r->plan.resident_layer, kept_bytes = r->plan.kept_layer;
+    const Placement next = suggest_placement(t, r->cfg.num_layers, {r->resident, r->kept}, spare, resident_bytes, kept_bytes);
+    printf("tuning, from the last step's timeline: the forward pass waited %.3f s for weights (CPU AdamW %.1f ms per "
+           "streamed layer, forward %.1f ms per layer), the backward pass %.3f s; %.2f GiB of GPU memory to spare "
+           "(%.2f GiB per GPU-resident layer, %.2f GiB per kept one)", t->fwd_wait_s,
+           t->adam_layers ? 1e3 * t->busy_s[TRACK_ADAM] / t->adam_layers : 0.0,
+           t->fwd_layers ? 1e3 * t->fwd_busy_s / t->fwd_layers : 0.0, t->bwd_wait_s, std::max<int64_t>(spare, 0) / GiB,
+           resident_bytes / GiB, kept_bytes / GiB);
+    if (next.resident != r->resident || next.kept != r->kept) printf(": try -R %d -K %d\n", next.resident, next.kept);
+    else printf(": -R %d -K %d fit this step\n", r->resident, r->kept);
+}
+
+// The end of a run: bytes streamed, peak memory, the median step (over the timed steps of a benchmark, else all
+// but the first), the benchmark's RESULT line, and with -Y 1 the -R / -K the last step's timeline suggests.
+static void print_run_summary(const Run* r, GPT* g, const double* step_seconds, const TimelineSummary* last_timeline) {
+    const double GiB = 1073741824.0;
     printf("streamed over the run: %.2f GB host->GPU (%lld layer copies, %lld layers reused from the previous pass), "
-           "%.2f GB GPU->host; last CPU AdamW round %.3f s\n", g.stream.bytes_h2d / 1e9, (long long)g.stream.layer_copies,
-           (long long)g.stream.layer_reuses, g.stream.bytes_d2h / 1e9, g.opt->last_round_seconds);
-    {  // every GPU buffer is allocated before the first step, so the device's use at the end is its peak
-        size_t free_end = 0, total_end = 0;
-        cudaCheck(cudaMemGetInfo(&free_end, &total_end));
-        printf("peak host memory: %.2f GiB resident; GPU memory: %.2f GiB allocated by this run (%.2f GiB in use on "
-               "the device of %.2f)\n", peak_rss_bytes() / GiB, g.gpu_bytes / GiB, (total_end - free_end) / GiB,
-               total_end / GiB);
-    }
-
-    // summary: median over the timed steps (benchmark) or over all but the first step
-    const int first_timed = bench ? ga.bench_warmup : start_step + 1;
-    const int timed = total_steps - first_timed;
+           "%.2f GB GPU->host; last CPU AdamW round %.3f s\n", g->stream.bytes_h2d / 1e9, (long long)g->stream.layer_copies,
+           (long long)g->stream.layer_reuses, g->stream.bytes_d2h / 1e9, g->opt->last_round_seconds);
+    size_t gpu_free = 0, gpu_total = 0;  // every GPU buffer exists before the first step: the use now is the peak
+    cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
+    printf("peak host memory: %.2f GiB resident; GPU memory: %.2f GiB allocated by this run (%.2f GiB in use on "
+           "the device of %.2f)\n", peak_rss_bytes() / GiB, g->gpu_bytes / GiB, (gpu_total - gpu_free) / GiB,
+           gpu_total / GiB);
+    const int first_timed = r->bench ? r->ga.bench_warmup : r->start_step + 1;
+    const int timed = r->total_steps - first_timed;
     if (timed > 0) {
         double* sorted = (double*)malloc(sizeof(double) * (size_t)timed);
         memcpy(sorted, step_seconds + first_timed, sizeof(double) * (size_t)timed);
         qsort(sorted, (size_t)timed, sizeof(double), compare_double);
         const double median = sorted[timed / 2];
         free(sorted);
-        char mfu[32] = "MFU n/a", mfu_json[32] = "null", peak_json[32] = "null";
-        if (peak_flops > 0) {
-            snprintf(mfu, sizeof mfu, "MFU %.1f%%", 100.0 * flops_per_step / median / peak_flops);
-            snprintf(mfu_json, sizeof mfu_json, "%.4f", flops_per_step / median / peak_flops);
-            snprintf(peak_json, sizeof peak_json, "%.1f", peak_flops / 1e12);
-        }
-        printf("median step time over %d steps: %.1f ms, %.0f tok/s, %.1f model TFLOP/s (%s)\n", timed, median * 1e3,
-               step_tokens / median, flops_per_step / median / 1e12, mfu);
-        if (bench)
-            printf("RESULT {\"mode\": \"stream\", \"model\": \"%s\", \"params_B\": %.4f, \"L\": %d, \"C\": %d, \"NH\": %d, "
-                   "\"B\": %d, \"T\": %d, \"tokens_per_step\": %lld, \"grad_accum\": %d, \"slots\": %d, \"resident_layers\": %d, "
-                   "\"kept_layers\": %d, \"flash\": %d, \"epilogues\": %d, "
-                   "\"step_s\": %.5f, "
-                   "\"tok_per_s\": %.1f, \"model_TFLOPs\": %.2f, \"mfu\": %s, \"peak_TFLOPs\": %s, \"peak_gpu_GiB\": %.3f, "
-                   "\"host_GiB\": %.2f}\n",
-                   args.model, p->total / 1e9, cfg.num_layers, cfg.channels, cfg.num_heads, args.B, args.T,
-                   (long long)step_tokens, n_micro, ga.num_slots, resident, kept, (int)g.flash, ga.epilogues, median, step_tokens / median,
-                   flops_per_step / median / 1e12, mfu_json, peak_json, g.gpu_bytes / GiB,
-                   plan.host_bytes / GiB);
+        print_median_and_result(r, g, timed, median);
     }
-    if (g.timeline && timed > 0) {  // -Y 1: what the last step's timeline says about -R and -K
-        cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
-        // what is left of the budget (all that is free, or -V less what this run took), less -R -1's margins
-        const int64_t spare = std::min<int64_t>((int64_t)gpu_free, gpu_budget - (gpu_free_at_start - (int64_t)gpu_free)) -
-                              gpu_reserve_bytes - gpu_margin_bytes;
-        const TimelineSummary* t = &last_timeline;
-        const Placement next = suggest_placement(t, cfg.num_layers, {resident, kept}, spare, resident_bytes, kept_bytes);
-        printf("tuning, from the last step's timeline: the forward pass waited %.3f s for weights (CPU AdamW %.1f ms per "
-               "streamed layer, forward %.1f ms per layer), the backward pass %.3f s; %.2f GiB of GPU memory to spare "
-               "(%.2f GiB per GPU-resident layer, %.2f GiB per kept one)", t->fwd_wait_s,
-               t->adam_layers ? 1e3 * t->busy_s[TRACK_ADAM] / t->adam_layers : 0.0,
-               t->fwd_layers ? 1e3 * t->fwd_busy_s / t->fwd_layers : 0.0, t->bwd_wait_s, std::max<int64_t>(spare, 0) / GiB,
-               resident_bytes / GiB, kept_bytes / GiB);
-        if (next.resident != resident || next.kept != kept) printf(": try -R %d -K %d\n", next.resident, next.kept);
-        else printf(": -R %d -K %d fit this step\n", resident, kept);
-    }
+    if (g->timeline && timed > 0) print_tuning_advice(r, last_timeline);
     fflush(stdout);
+}
+
+// The host buffers of the loop: one step's tokens (in benchmark mode one fixed batch of random tokens, as the
+// PyTorch peers use) and each step's time. Returns the times.
+static double* alloc_step_buffers(const Run* r, int** inputs, int** targets) {
+    *inputs = (int*)malloc((size_t)r->step_tokens * sizeof(int));
+    *targets = (int*)malloc((size_t)r->step_tokens * sizeof(int));
+    double* step_seconds = (double*)calloc((size_t)r->total_steps + 1, sizeof(double));
+    if (!*inputs || !*targets || !step_seconds) die("out of host memory for the token buffers");
+    uint64_t rng = SYNTHETIC_SEED;
+    for (int64_t i = 0; r->bench && i < r->step_tokens; i++) {
+        (*inputs)[i] = (int)(random_u64(&rng) % 50257);
+        (*targets)[i] = (int)(random_u64(&rng) % 50257);
+    }
+    return step_seconds;
+}
+
+// One step's line: loss, norm, lr, time, throughput, MFU, progress, and why an update was skipped (-sl / -sg).
+static void print_step_line(const Run* r, const GPT* g, int step, float loss, float lr, double dt, double elapsed) {
+    char mfu[32] = "MFU n/a", progress[64];
+    if (r->peak_flops > 0) snprintf(mfu, sizeof mfu, "MFU %.1f%%", 100.0 * step_flops(g, r->step_tokens) / dt / r->peak_flops);
+    progress_text(elapsed, step + 1, r->start_step, r->total_steps, progress, sizeof progress);
+    printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f | %s%s%s%s\n", step + 1, r->total_steps,
+           loss, g->last_norm, lr, dt * 1e3, r->step_tokens / dt, mfu, progress, g->skipped[0] ? " | update skipped: " : "",
+           g->skipped);
+}
+
+int main(int argc, char** argv) {
+    omp_short_spin_reexec(argv);  // first: libgomp reads its spin count before main (cpu_cores.h)
+    static Run r;  // static: zero-initialized
+    parse_args(argc, argv, &r.args, &r.ga);
+    const TrainArgs& args = r.args;
+    flash_attention_flag = r.ga.flash;  // before the memory plan: the cuBLAS path's activations hold the scores
+    cublaslt_fusion = r.ga.epilogues;
+    r.bench = r.ga.bench_steps > 0;
+    open_output_dir(&r);
+    r.kind = resolve_model(args.model, &r.cfg);
+    plan_run(&r);
+    if (r.ga.plan_only) return print_plan_only(&r);
+    DataLoader train, val;
+    int64_t val_batches;
+    open_data(&r, &train, &val, &val_batches);
+    check_fit(&r);
+    GPT g;
+    build_model(&r, &g, &train);
+    Tokenizer tok;
+    TrainLogger logger;
+    open_tokenizer_and_log(&r, &tok, &logger);
+    r.peak_flops = gpu_bf16_peak_flops(r.prop.name, &r.peak_label);
+    print_config_table(&r, &g);
+
+    // the training loop
+    int *inputs, *targets;
+    double* step_seconds = alloc_step_buffers(&r, &inputs, &targets);
+    uint64_t sample_rng = SAMPLE_SEED;
+    TimelineSummary last_timeline = {};
+    int64_t saved_step = r.resume_step;  // the step of the newest checkpoint in -o (-1: none)
+    auto save = [&] {
+        DataLoaderState data_state = dataloader_get_state(&train);
+        save_checkpoint(&g, args.output_dir, &data_state);
+    };
+    // Ctrl-C / SIGTERM: the step in progress finishes, a checkpoint is written (with -o), exit (stop_signal.h)
+    auto stop_if_asked = [&](int steps_done) {
+        stop_if_signalled(steps_done, r.start_step, saved_step, r.bench ? NULL : args.output_dir, save);
+    };
+    stop_signal_install();
+    const double run_t0 = timeline_now();
+    double last_return = run_t0;  // a step's time runs from the last one's return: waiting for AdamW counts
+    for (int step = r.start_step; step <= r.total_steps; step++) {
+        stop_if_asked(step);  // a signal during validation or sampling
+        const int last = step == r.total_steps;
+        const bool val_now = !r.bench && args.val_every > 0 && (step % args.val_every == 0 || last);
+        const bool sample_now = !r.bench && sample_tokens(&args) > 0 &&
+                                ((args.sample_every > 0 && step > 0 && step % args.sample_every == 0) || last);
+        if (val_now) {
+            const float vl = validation_loss(&g, &val, val_batches);
+            printf("val loss %.6f\n", vl);
+            logger_val(&logger, step, vl);
+        }
+        if (sample_now) gpt_sample(&g, &tok, sample_tokens(&args), &sample_rng);
+        if (val_now || sample_now) last_return = timeline_now();  // not part of the step time
+        if (last) break;
+
+        if (!r.bench) {
+            if (args.overfit_single_batch) dataloader_reset(&train);  // -a 1: the same first batches every step
+            next_step_batches(&train, r.n_micro, inputs, targets, r.cfg.vocab_size);
+        }
+        const float lr = learning_rate_at(&args, step, r.total_steps);
+        const float loss = gpt_step(&g, inputs, targets, r.n_micro, lr);
+        if (g.timeline) last_timeline = timeline_summarize(g.timeline);  // waits for the step's last GPU work
+        const double now = timeline_now(), dt = now - last_return;
+        last_return = now;
+        char diverged[96];
+        if (training_diverged(loss, g.last_norm, r.cfg.vocab_size, diverged, sizeof diverged))
+            die_diverged(step + 1, loss, g.last_norm, diverged, saved_step);
+        step_seconds[step] = dt;
+        print_step_line(&r, &g, step, loss, lr, dt, timeline_now() - run_t0);
+        if (step == r.start_step) print_gpu_margin(&r, &g, step);
+        if (g.timeline) print_timeline(&g, last_timeline, args.output_dir);
+        if (step == r.start_step || g.timeline) last_return = timeline_now();  // printing is not part of a step
+        fflush(stdout);
+        logger_train(&logger, step + 1, loss, lr, (float)g.last_norm);
+        if (!r.bench && args.checkpoint_every > 0 && ((step + 1) % args.checkpoint_every == 0 || step + 1 == r.total_steps)) {
+            save();
+            saved_step = step + 1;
+            last_return = timeline_now();
+        }
+        stop_if_asked(step + 1);
+    }
+    stop_if_asked(r.total_steps);  // a signal during the last validation or sample
+    optimizer_wait_all(&g);
+    print_run_summary(&r, &g, step_seconds, &last_timeline);
 
     free(inputs); free(targets); free(step_seconds);
     logger_close(&logger);
     tokenizer_free(&tok);
-    if (!bench) { dataloader_free(&train); dataloader_free(&val); }
-    if (g.timeline) { g.timeline = NULL; g.stream.timeline = NULL; timeline_free(&timeline); }
+    if (!r.bench) { dataloader_free(&train); dataloader_free(&val); }
+    if (g.timeline) { g.timeline = g.stream.timeline = NULL; timeline_free(&r.timeline); }
     gpt_free(&g);
     return 0;
 }
