@@ -1,38 +1,18 @@
 // train_gpt.cu — trains a GPT-2 far larger than GPU memory on ONE GPU by streaming it layer by layer.
 //
-// The technique, in the order of a training step (gpt_step below is its table of contents):
-//   host RAM : fp32 master weights, fp32 AdamW m and v (plain memory), and in pinned memory the bf16 copy
-//              of the weights that is streamed to the GPU and the bf16 gradients that come back (stream.cu).
-//   GPU      : a ring of >= 2 layer-sized weight slots, one layer of fp32 gradient accumulator, each
-//              layer's INPUT as a bf16 checkpoint (per micro-batch), one layer of recompute workspace, and
-//              the embeddings (wte/wpe/final LN) resident with their fp32 gradients, fp32 master copy and
-//              AdamW moments (18 bytes per parameter with the bf16 copy; a constant that does not grow with
-//              depth): they are needed at both ends of every pass, so updating them in place on the GPU
-//              takes the last gradient copy, the first AdamW block and the first weight copy off the step
-//              boundary.
-//              Optionally (-R) the first R layers too, where GPU memory would otherwise sit idle: they are
-//              then neither copied nor updated by the CPU, which shortens the CPU AdamW round that bounds a
-//              step at few tokens per step. -R 0 (the default) is the pure streaming trainer.
-//   forward  : layer-outer, micro-batch-inner: layer l's weights are copied once per step and applied to
-//              every micro-batch while layer l+1 is copied on the h2d stream. Only layer inputs are kept.
-//   loss     : final LN + tied lm_head + fused softmax/cross-entropy, backward through them right away.
-//   backward : last layer first: wait for the layer's weights (the last layers of the forward pass are still
-//              resident), recompute its forward from the checkpoint (not for the last layer's last
-//              micro-batch: its activations are still in the workspace), run its backward for every micro-batch
-//              into one fp32 gradient buffer (so gradient accumulation needs no second copy), convert to bf16
-//              and add the squared norm on the GPU, send it to the host on the d2h stream. Optionally (-K)
-//              the last K layers keep their GEMMs' and attention's outputs until their backward, which then
-//              skips the recompute (a quarter of their compute) where GPU memory allows.
-//   optimizer: once the global norm is known (one sync per step), a CPU thread runs AdamW (cpu_adam.cpp)
-//              layer by layer — 0, 1, ... — writing the bf16 copy in the same pass, while the GPU updates the
-//              embeddings (same constants and operation order, kernels.cuh). The NEXT step's forward starts at
-//              once and copies layer l as soon as its update is done, so the CPU update of layer l+k overlaps
-//              the GPU forward of layer l. The clip is exact: no update uses a gradient before the norm of
-//              all gradients is known.
-//   attention: fused tensor-core kernels (flash_attention.cuh) keep the (T x T) scores in registers, so the
-//              recompute workspace holds none; -F 0 (or a head size they do not take) uses cuBLAS + softmax.
-// Not here: kernels (kernels.cuh, flash_attention.cuh), the cuBLAS calls (matmul.cuh, attention.cuh),
-// host<->GPU copies (stream.cu), AdamW math (cpu_adam.cpp), the CPU reference model (gpt2_cpu.h).
+// Where the model lives:
+//   host RAM: fp32 master weights, AdamW m and v; pinned bf16 copies of the weights and gradients (stream.cu).
+//   GPU: a ring of layer-sized weight slots, each layer's input per micro-batch, one layer's activations,
+//        the embeddings with their AdamW state, and with -R the first R layers too.
+// One step, in the order of gpt_forward_backward and gpt_update below (numbered the same):
+//   1. tokens and embeddings
+//   2. forward, layer by layer: each layer's weights arrive once and serve every micro-batch
+//   3. loss: final LayerNorm, tied lm_head, softmax cross-entropy, and their backward
+//   4. backward, last layer first: recompute the layer from its input (-K: kept), send its gradients to the host
+//   5. the one synchronization: loss and gradient norm
+//   6. AdamW on a CPU thread, layer by layer, while the next step's forward pass already runs
+// Not here: kernels (kernels.cuh, flash_attention.cuh), cuBLAS calls (matmul.cuh, attention.cuh), host<->GPU
+// copies (stream.cu), AdamW math (cpu_adam.cpp), the CPU reference model (gpt2_cpu.h).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -69,19 +49,17 @@
 #include "attention.cuh"        // defines: attention_forward, attention_backward (cuBLAS + softmax)
 #include "flash_attention.cuh"  // defines: flash_attention_forward, flash_attention_backward, flash_attention_usable
 
-// Which attention the layers use: the fused kernels (flash_attention.cuh) wherever they take the head size
-// and the GPU has bf16 mma.sync (sm_80+), else the cuBLAS + softmax path (attention.cuh), which also holds
-// every (T x T) score matrix of the micro-batch in the workspace. -F 0 forces the cuBLAS path (a GPT
-// records its choice when built).
+// The attention of the layers: the fused kernels (flash_attention.cuh) where they take the head size and the
+// GPU has bf16 mma.sync (sm_80+), else cuBLAS + softmax (attention.cuh), which stores the (T x T) scores.
+// -F 0 forces the cuBLAS path.
 static int flash_attention_flag = 1;
 static bool use_flash_attention(const GPTConfig* c) {
     return flash_attention_flag && flash_attention_usable(c->channels / c->num_heads);
 }
 
-// The GEMMs that an element-wise pass follows (bias; bias + residual; bias + GELU; GELU backward), as one
-// cuBLASLt call with that pass as its epilogue (matmul.cuh lt_matmul): the GEMM's output is not written and
-// read back once more. Where cuBLASLt offers no algorithm, cuBLAS and the kernels.cuh pass (with a warning,
-// once). The epilogue's GELU reads the fp32 sum, the unfused pass its bf16 rounding: the same to bf16.
+// GEMMs fused with the element-wise pass after them (bias, residual, GELU) as cuBLASLt epilogues (lt_matmul):
+// the GEMM's output is not written and read again. Without a cuBLASLt algorithm: cuBLAS, then the kernels.cuh
+// pass (warned once).
 static int64_t cublaslt_fallbacks = 0;  // unfused calls made while fusion was asked for (the tests expect 0)
 static void lt_fell_back(const char* what) {
     if (cublaslt_fusion && cublaslt_handle && cublaslt_fallbacks++ == 0)
@@ -119,7 +97,7 @@ static void matmul_backward_input_gelu(bf16* dinp, const bf16* dout, const bf16*
 }
 
 // ----------------------------------------------------------------------------
-// LayerActs of ONE layer for ONE micro-batch: what its backward pass reads, recomputed from the layer's
+// Activations of ONE layer for ONE micro-batch: what its backward pass reads, recomputed from the layer's
 // input. One allocation carved by a table of sizes, as llm.c's. N = B*T tokens of the micro-batch.
 // A layer with kept activations (-K) holds only the costly ones (act_is_kept: 9C values per token). Its
 // LayerNorm and GELU outputs (6C more) are redone before its backward pass (layer_redo_cheap_part), so a GiB
@@ -239,42 +217,36 @@ struct GPT {
     float* master;              // fp32 master weights, layer-major (model.h)
     float* adam_m;              // fp32 AdamW first moment
     float* adam_v;              // fp32 AdamW second moment
-    WeightStream stream;            // pinned bf16 weights/grads, GPU slots, streams
+    WeightStream stream;        // pinned bf16 weights and gradients, GPU slots, copy streams
 
-    // GPU. The GPU-resident prefix of the layout, [embeddings | layers 0..R-1], is not streamed: its bf16
-    // weights, fp32 gradients, fp32 master weights and AdamW moments stay on the GPU and a GPU AdamW updates
-    // it. The embeddings always (wte | wpe | lnfw | lnfb: both ends of every pass need them); the first R
-    // layers only when asked (-R), to use GPU memory that would sit idle: their CPU update and both copies
-    // leave the step. The host's master / adam_m / adam_v hold the prefix only for files (gpt_resident_*).
+    // GPU. The resident prefix [embeddings | layers 0..R-1] is never streamed: a GPU AdamW updates it in
+    // place. The host's master / adam_m / adam_v hold the prefix only for files (gpt_resident_state_to_*).
     int resident_layers;        // R
     int64_t resident_count;     // parameters in the prefix: embed_count + R * layer_stride
     bf16* resident;             // bf16 weights of the prefix (what the kernels read)
     float* resident_grads;      // fp32, accumulated over micro-batches
-    float* resident_master;
-    float* resident_m;
+    float* resident_master;     // fp32 master weights of the prefix
+    float* resident_m;          // its AdamW moments
     float* resident_v;
     float* layer_grads;         // fp32 gradient accumulator of the streamed layer in flight
-    bf16* layer_inputs;                 // (L+1) x max_micro x (B*T*C): each layer's input (and the final residual)
-    bf16* dresid;               // max_micro x (B*T*C): gradient of the residual stream, per micro-batch
-    int* tokens_in;             // max_micro x B*T
-    int* tokens_out;            // targets
-    float* losses;              // max_micro x B*T
+    bf16* layer_inputs;         // (L+1) x max_micro x (N, C): each layer's input, and the final residual
+    bf16* dresid;               // max_micro x (N, C): gradient of the residual stream
+    int* tokens_in;             // max_micro x N
+    int* tokens_out;            // max_micro x N targets
+    float* losses;              // max_micro x N
     float* loss_dev;            // mean loss (1 float)
     double* sumsq_dev;          // squared gradient norm accumulator
     float* loss_host;           // pinned: mean loss and
     double* sumsq_host;         //   squared norm, read once per step
-    LayerActs acts;           // one layer, one micro-batch: recompute, backward scratch, the head's buffers
-    // -K: the last K layers keep their costly forward activations (per micro-batch) from the forward pass to
-    // the backward pass, which then skips their recompute. kept[(l - (L - K)) * max_micro + mb] is acts with
-    // the kept arrays (act_is_kept, att_lse) pointed into kept_memory.
-    int kept_layers;            // K
-    LayerActs* kept;
+    LayerActs acts;             // one layer, one micro-batch: recompute, backward scratch, the head's buffers
+    int kept_layers;            // K: the last K layers keep their costly activations (-K), no recompute
+    LayerActs* kept;            // [(l - (L - K)) * max_micro + mb]: acts with the kept arrays in kept_memory
     void* kept_memory;
 
     Optimizer* opt;             // owned; separate so this struct stays plain data
     int64_t step;               // training steps taken (names the checkpoints)
     int64_t adam_t;             // updates applied (AdamW's t): step less the updates -sl / -sg skipped
-    double last_norm;
+    double last_norm;           // gradient norm of the last step
     OutlierWindow loss_window, norm_window;  // -sl / -sg
     char skipped[96];           // why the last step updated nothing (-sl / -sg), or ""
     int64_t gpu_bytes;          // every byte this trainer allocated on the GPU (the "peak GPU" figure)
@@ -289,19 +261,18 @@ static inline bf16* layer_input(GPT* g, int l, int mb) {
 }
 static inline bf16* dresid_at(GPT* g, int mb) { return g->dresid + (int64_t)mb * g->B * g->T * g->config.channels; }
 static inline const bf16* wt(const GPT* g, const bf16* layer, int t) { return layer + g->layout.layer_offset[t]; }
-// Layer l's weights: its slot in the GPU-resident prefix, or (streamed) what stream_wait_layer returned.
+// Layer l's weights in the GPU-resident prefix.
 static inline bf16* resident_layer(GPT* g, int l) { return g->resident + gpt_layer_offset(&g->layout, l); }
-// Where layer l's forward pass for micro-batch mb leaves what its backward pass reads: its own kept
-// activations (-K), or the one workspace the backward pass refills by recomputing.
+// Where layer l's forward pass for micro-batch mb leaves its activations: its own kept ones (-K), or the one
+// g->acts that the backward pass refills by recomputing.
 static inline bool layer_kept(const GPT* g, int l) { return l >= g->config.num_layers - g->kept_layers; }
 static inline LayerActs* layer_acts(GPT* g, int l, int mb) {
     return layer_kept(g, l) ? &g->kept[(int64_t)(l - (g->config.num_layers - g->kept_layers)) * g->max_micro + mb] : &g->acts;
 }
 
 // ----------------------------------------------------------------------------
-// One transformer layer, forward. x: the layer's input (its checkpoint). out: where to write the layer's
-// output, or NULL when recomputing for the backward pass (the output itself is not needed there, so the
-// last GEMM is skipped). Everything the backward pass needs stays in the workspace.
+// One transformer layer, forward. x: the layer's input. out: its output, or NULL when recomputing for the
+// backward pass (the last GEMM is then skipped). What the backward pass reads stays in `a`.
 
 static void layer_forward(GPT* g, const bf16* w, const bf16* x, bf16* out, LayerActs* a, cudaStream_t s) {
     const int64_t N = (int64_t)g->B * g->T;
@@ -318,11 +289,9 @@ static void layer_forward(GPT* g, const bf16* w, const bf16* x, bf16* out, Layer
         matmul_forward_bias(out, a->p[ACT_FCH_GELU], wt(g, w, FCPROJW), wt(g, w, FCPROJB), a->p[ACT_RES2], N, 4 * C, C, s);
 }
 
-// Before the backward pass of a layer with kept activations: what it did not keep, from what it did. Both
-// LayerNorms (same kernel, same input: the same outputs and statistics as in the forward pass) and the GELU of
-// the kept pre-activation (bias_gelu_forward's very values; with the cuBLASLt epilogue (-G 1) the forward's
-// came from cuBLASLt's own GELU, not necessarily bit-identical to this one). Three memory-bound passes instead of
-// the GEMMs and attention of a recompute.
+// Before a kept layer's backward pass: what it did not keep, from what it did. Both LayerNorms and the GELU:
+// three memory-bound passes instead of a recompute's GEMMs and attention. (With -G 1 the forward's GELU was
+// cuBLASLt's, which need not match this one to the bit.)
 static void layer_redo_cheap_part(GPT* g, const bf16* w, const bf16* x, LayerActs* a, cudaStream_t s) {
     const int64_t N = (int64_t)g->B * g->T;
     const int C = g->config.channels;
@@ -332,10 +301,8 @@ static void layer_redo_cheap_part(GPT* g, const bf16* w, const bf16* x, LayerAct
 }
 
 // ----------------------------------------------------------------------------
-// One transformer layer, backward, after layer_forward(out = NULL) refilled the workspace.
-// dres: gradient w.r.t. the layer's output on entry, w.r.t. its input on return (updated in place, since
-// the residual connections pass it through unchanged). Parameter gradients are ADDED to `grads` (the
-// layer's block: g->layer_grads for a streamed layer, its place in g->resident_grads for a resident one).
+// One transformer layer, backward, once `a` holds its activations. dres: the gradient of the layer's output on
+// entry, of its input on return (the residual passes it through). Parameter gradients are ADDED to `grads`.
 
 static void layer_backward(GPT* g, const bf16* w, float* grads, const bf16* x, bf16* dres, LayerActs* a, cudaStream_t s) {
     const int64_t N = (int64_t)g->B * g->T;
@@ -367,8 +334,8 @@ static void layer_backward(GPT* g, const bf16* w, float* grads, const bf16* x, b
 }
 
 // ----------------------------------------------------------------------------
-// Final LayerNorm + tied lm_head + loss. With backward: the logits buffer is overwritten by dlogits and the
-// gradient flows into wte/lnf (fp32, accumulated) and into dres (overwritten).
+// Final LayerNorm + tied lm_head + loss. The backward pass overwrites the logits with their gradient, adds to the
+// wte and lnf gradients, and overwrites dres.
 
 static void head_forward(GPT* g, const bf16* x, const int* targets, float* losses, float dloss_scale, cudaStream_t s) {
     const int64_t N = (int64_t)g->B * g->T;
@@ -395,7 +362,8 @@ static void head_backward(GPT* g, const bf16* x, bf16* dres, cudaStream_t s) {
 }
 
 // ----------------------------------------------------------------------------
-// The CPU optimizer thread (see the file comment for how it overlaps the next step's forward pass).
+// The CPU optimizer thread: AdamW of the streamed layers, in order, overlapping the next forward pass.
+// FAKE_CUDA_HOST_*: the emulated build's checks of host accesses (cuda_common.h); nothing in a real build.
 
 static void adamw_layer(GPT* g, int l) {
     Optimizer* o = g->opt;
@@ -403,9 +371,10 @@ static void adamw_layer(GPT* g, int l) {
     const ParamLayout* p = &g->layout;
     const int64_t off = gpt_layer_offset(p, l);
     const uint16_t* grads = g->stream.grads_host_bf16 + (int64_t)l * p->layer_stride;
+    uint16_t* bf16_out = g->stream.weights_host_bf16 + off;
     FAKE_CUDA_HOST_ACCESS(grads, p->layer_stride * 2, false, "the CPU AdamW reading a layer's gradients");
-    FAKE_CUDA_HOST_ACCESS(g->stream.weights_host_bf16 + off, p->layer_stride * 2, true, "the CPU AdamW writing a layer's bf16 copy");
-    adamw_layer_block_bf16grad(p, g->master + off, grads, g->adam_m + off, g->adam_v + off, g->stream.weights_host_bf16 + off, &args);
+    FAKE_CUDA_HOST_ACCESS(bf16_out, p->layer_stride * 2, true, "the CPU AdamW writing a layer's bf16 copy");
+    adamw_layer_block_bf16grad(p, g->master + off, grads, g->adam_m + off, g->adam_v + off, bf16_out, &args);
 }
 
 static void optimizer_thread_main(GPT* g) {
@@ -415,7 +384,7 @@ static void optimizer_thread_main(GPT* g) {
             std::unique_lock<std::mutex> lock(o->mu);
             o->cv.wait(lock, [o] { return o->quit || o->rounds_submitted > o->rounds_done; });
             if (o->quit && o->rounds_submitted == o->rounds_done) return;
-            FAKE_CUDA_HOST_ACQUIRE(o);  // the step's gradients (the main thread synchronized with the GPU)
+            FAKE_CUDA_HOST_ACQUIRE(o);
         }
         auto t0 = std::chrono::steady_clock::now();
         for (int l = g->resident_layers; l < g->config.num_layers; l++) {
@@ -426,7 +395,7 @@ static void optimizer_thread_main(GPT* g) {
             o->block_t0[l] = b0;
             o->block_t1[l] = timeline_now();
             o->blocks_done = l + 1;
-            FAKE_CUDA_HOST_RELEASE(o);  // layer l's bf16 copy, for the next forward pass to send
+            FAKE_CUDA_HOST_RELEASE(o);
             o->cv.notify_all();
         }
         std::lock_guard<std::mutex> lock(o->mu);
@@ -534,11 +503,8 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     return m;
 }
 
-// -R / -K worth trying next, from a step's timeline and the GPU memory still free (spare_bytes). While the
-// forward pass waits for the CPU AdamW (more than 2% of the step), each more GPU-resident layer takes about
-// one layer's AdamW off that wait (the resident layers are computed first, the AdamW works on the streamed
-// ones meanwhile); the memory left after that goes to kept activations, each saving one layer's recompute.
-// A model of the step, not a measurement of the suggestion: the next run's timeline tells.
+// -R / -K worth trying next, from a step's timeline and the GPU memory still free (docs/memory.md): resident
+// layers while the forward pass waits for the CPU AdamW (over 2% of the step), then kept ones.
 typedef struct { int resident, kept; } Placement;
 static Placement suggest_placement(const TimelineSummary* t, int L, Placement now, int64_t spare_bytes,
                                    int64_t resident_layer_bytes, int64_t kept_layer_bytes) {
@@ -562,16 +528,13 @@ static Placement suggest_placement(const TimelineSummary* t, int L, Placement no
 static void* gpu_alloc(GPT* g, int64_t bytes) {
     void* p = NULL;
     const cudaError_t err = cudaMalloc(&p, (size_t)bytes);
-    if (err != cudaSuccess) {
-        die("out of GPU memory allocating %.3f GiB (%s)", bytes / 1073741824.0, cudaGetErrorString(err));
-    }
+    if (err != cudaSuccess) die("out of GPU memory allocating %.3f GiB (%s)", bytes / 1073741824.0, cudaGetErrorString(err));
     g->gpu_bytes += bytes;
     return p;
 }
 
-// Host arrays for the fp32 master weights and AdamW state: anonymous mmap, so they are page-aligned (the
-// AdamW threads' chunks then start on cache lines), zero-filled lazily by the kernel (no memset of tens of
-// GiB), and backed by transparent huge pages where available (fewer TLB misses when streaming them).
+// Host arrays for the fp32 master weights and AdamW state: anonymous mmap, page-aligned, zero-filled lazily by
+// the kernel, and backed by transparent huge pages where available.
 static float* host_alloc_floats(int64_t n) {
     const size_t bytes = (size_t)n * 4;
     void* p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -957,13 +920,8 @@ static double step_flops(const GPT* g, int64_t tokens) {
     return 6.0 * (double)g->layout.total * tokens + 6.0 * c->num_layers * (double)c->channels * g->T * tokens;
 }
 
-// The MFU denominator: the dense (no 2:4 sparsity) bf16 tensor-core peak, fp32 accumulation, of the GPU present,
-// found by a word of cudaDeviceProp.name ("NVIDIA H100 80GB HBM3" is an H100 SXM). From NVIDIA's datasheets
-// (the "with sparsity" figures halved): H100 SXM 989.4, H100 PCIe 756, H100 NVL 835, H200 and GH200 989.4 (the
-// H100's tensor cores), A100 312, A10 125, L40S 362, L4 121, B200 2250 TFLOP/s; RTX 4090 165.2 (the Ada
-// whitepaper's dense bf16 figure with fp32 accumulation; 330 is fp16 with fp16 accumulation, which our GEMMs do
-// not use). Boost clocks: a GPU held at lower clocks by power or heat reaches less. The first match wins, so the
-// H100 variants come before the plain "H100". Returns 0 (MFU not printed) for a GPU not in the table.
+// The MFU denominator: the GPU's dense bf16 tensor-core peak, found by a whole word of its name; the first match
+// wins, so the H100 variants come first. 0 (no MFU) for a GPU not in the table. Sources: docs/memory.md.
 static double gpu_bf16_peak_flops(const char* device_name, const char** label) {
     static const struct { const char* word; double flops; const char* label; } peaks[] = {
         {"GH200", 989.4e12, "GH200 bf16 dense"},   {"H200", 989.4e12, "H200 bf16 dense"},
@@ -1016,36 +974,22 @@ typedef struct {
     float gpu_gib;      // -V  GPU memory this run may use, GiB; 0 = all that is free on the device
 } GpuArgs;
 
-// What the host-memory fit check counts on, in bytes: -M where given, else MemAvailable (-1: unknown, no check).
-// A VM whose memory grows as it is used (memory hotplug, some cloud and sandbox machines) starts with a small
-// MemAvailable that says nothing of what it can grow to: -M tells the trainer.
+// What the host-memory fit check counts on, in bytes: -M where given (a VM whose memory grows as it is used),
+// else MemAvailable (-1: unknown, no check).
 static int64_t host_memory_to_count_on(const GpuArgs* ga) {
     return ga->host_gib > 0 ? (int64_t)((double)ga->host_gib * 1073741824.0) : host_available_bytes();
 }
 
-// GPU memory: the fit check leaves gpu_reserve_bytes free; -R -1 and -K -1 leave another gpu_margin_bytes, 1.25 GiB
-// in all beyond the plan. The plan counts every cudaMalloc of the trainer, the 32 MiB workspace that cuBLAS and
-// cuBLASLt share included (kCublasWorkspaceBytes, matmul.cuh). What it cannot count, taken after the free memory
-// is read at the start (the CUDA context itself exists by then): cuBLAS's own default workspace, which
-// cublasSetStream switches back to before ours is set (up to 32 MiB per stream on Hopper); the kernel modules of
-// cuBLAS, cuBLASLt and ours loaded lazily at their first launch (CUDA_MODULE_LOADING=LAZY, the default since CUDA
-// 12.2): tens to a few hundred MiB; the context's local-memory (stack) reservation, which grows with the largest
-// per-thread local memory a launched kernel needs (per thread x resident threads: ~260 MiB per KiB on an H100);
-// the device heap and printf buffer (8 + 1 MiB); and the 2 MiB granularity of each of the trainer's allocations
-// (a few dozen). Together well under 1 GiB: the margin keeps ~0.5 GiB more. The trainer prints after its first
-// step what it really took beyond the plan ("GPU memory after step 1"), so a real run shows how much of the
-// margin is used. The budget is what is free on the device, or -V where that is less: a run on a larger GPU then
-// places its layers as on the GPU that -V describes (e.g. -V 79 on an H200: an H100 80GB's placement), or leaves
-// room for another process.
+// GPU memory beyond the plan: the fit check leaves gpu_reserve_bytes free, -R -1 and -K -1 gpu_margin_bytes more,
+// for what the plan cannot count (docs/memory.md). The budget: the free memory, or -V where that is less.
 static const int64_t gpu_reserve_bytes = (int64_t)256 << 20;
 static const int64_t gpu_margin_bytes = (int64_t)1 << 30;
 static int64_t gpu_memory_budget(const GpuArgs* ga, int64_t gpu_free) {
     const int64_t given = (int64_t)((double)ga->gpu_gib * 1073741824.0);
     return ga->gpu_gib > 0 && given < gpu_free ? given : gpu_free;
 }
-// -R -1, then -K -1 (ga->resident / ga->kept < 0): as many layers as fit in the budget after the rest of the plan.
-// The resident layers first: where the CPU AdamW bounds the step, a GiB of them saves more time than a GiB of
-// kept activations. Updates *resident / *kept and returns the plan with them.
+// -R -1, then -K -1: as many layers as fit in the budget after the rest of the plan (resident ones first:
+// docs/memory.md). Updates *resident / *kept and returns the plan with them.
 static MemoryPlan place_layers(const GPTConfig* c, int B, int T, int n_micro, int slots, const GpuArgs* ga,
                                int64_t budget, int* resident, int* kept) {
     MemoryPlan plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept);
