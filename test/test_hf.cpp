@@ -324,6 +324,25 @@ TEST_F(HfTest, ExportToolFlagsAndRefusals) {
     ASSERT_TRUE(gpt_load_params(bin.c_str(), &cfg, params.data(), err, sizeof err)) << err;
     EXPECT_EQ(load(dir + "/out"), params);
     EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", bin, "-o", dir + "/out"}), {"is not empty"}));
+
+    // an llm.c bf16 file (version 5, what llm.c's CUDA trainer saves): the same model rounded, exported as is
+    std::string bytes;
+    ASSERT_TRUE(read_whole_file(bin.c_str(), 1 << 30, &bytes, err, sizeof err)) << err;
+    const size_t count = (bytes.size() - 1024) / 4;
+    std::string v5 = bytes.substr(0, 1024);
+    for (size_t i = 0; i < count; i++) {
+        float x;
+        memcpy(&x, &bytes[1024 + 4 * i], 4);
+        const uint16_t h = float_to_bf16(x);
+        v5.append((const char*)&h, 2);
+    }
+    const int32_t version = MODEL_VERSION_BF16;
+    memcpy(&v5[4], &version, 4);
+    write_text(dir + "/v5.bin", v5);
+    const Result ok5 = run_bin("./export_hf", {"-i", dir + "/v5.bin", "-o", dir + "/out5"});
+    ASSERT_EQ(ok5.code, 0) << ok5.err;
+    for (float& x : params) x = bf16_to_float(float_to_bf16(x));
+    EXPECT_EQ(load(dir + "/out5"), params);
 }
 
 // ----------------------------------------------------------------------------
