@@ -31,10 +31,10 @@ EMU_TESTS := $(patsubst test/%.cu,$(BUILD)/emu_%,$(wildcard test/test_*.cu))
 HEADERS := $(wildcard *.h)
 
 ifneq ($(NVCC),)
-all: train_gpt train_gpt_cpu tests bench
+all: train_gpt train_gpt_cpu export_hf tests bench
 tests: $(CPU_TESTS) $(GPU_TESTS)
 else
-all: cpu_only_notice train_gpt_cpu tests bench
+all: cpu_only_notice train_gpt_cpu export_hf tests bench
 tests: $(CPU_TESTS)
 cpu_only_notice:
 	@echo "nvcc not found: building the CPU targets only (train_gpt_cpu and the CPU tests)"
@@ -49,6 +49,14 @@ $(BUILD)/cpu_adam.o: cpu_adam.cpp cpu_adam.h | $(BUILD)
 
 train_gpt_cpu: train_gpt_cpu.cpp $(BUILD)/cpu_adam.o $(HEADERS)
 	$(CXX) $(CXXFLAGS) $< $(BUILD)/cpu_adam.o -o $@ $(LDLIBS)
+
+# writes a model as a Hugging Face GPT-2 directory (hf.h has the format)
+export_hf: export_hf.cpp $(BUILD)/cpu_adam.o $(HEADERS)
+	$(CXX) $(CXXFLAGS) $< $(BUILD)/cpu_adam.o -o $@ $(LDLIBS)
+
+# test/hf_check.py's helper: the CPU reference's logits for a model, as the trainers load it
+$(BUILD)/hf_logits: test/hf_logits.cpp $(BUILD)/cpu_adam.o $(HEADERS) | $(BUILD)
+	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(LDLIBS)
 
 $(BUILD)/stream.o: stream.cu stream.h timeline.h cuda_common.h | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
@@ -114,7 +122,7 @@ tokenize: dev/data/tokenize.cpp dev/data/gpt2_bpe.h dev/data/unicode_ranges.h | 
 # the emulator's two warp-at-a-time schedules, which expose a missing __syncthreads (fake_device.h), and the
 # trainer tests that compare two runs again with 4% of the atomic sums one ulp off, as a GPU's atomics leave them.
 RUN_COMPARISONS := *IndependentOf*:*AccumulateMicroBatches:*KeptActivationsTrainLikeRecompute
-test: tests train_gpt_cpu $(if $(NVCC),train_gpt,) $(EMU_TESTS) $(BUILD)/emu_train_gpt
+test: tests train_gpt_cpu export_hf $(BUILD)/hf_logits $(if $(NVCC),train_gpt,) $(EMU_TESTS) $(BUILD)/emu_train_gpt
 	@./test/run_tests.sh $(CPU_TESTS) $(EMU_TESTS) "FAKE_SCHED=1 $(BUILD)/emu_test_kernels" \
 		"FAKE_SCHED=2 $(BUILD)/emu_test_kernels" "FAKE_ATOMIC_JITTER=4 $(BUILD)/emu_test_gpu --gtest_filter='$(RUN_COMPARISONS)'" \
 		$(if $(NVCC),$(GPU_TESTS),)
@@ -152,6 +160,6 @@ fuzz:
 	else echo "pretokenize_vs_regex: skipped (no python3-regex: apt-get install python3-regex)"; fi
 
 clean:
-	rm -rf $(BUILD) train_gpt train_gpt_cpu
+	rm -rf $(BUILD) train_gpt train_gpt_cpu export_hf
 
 .PHONY: all tests test bench clean tokenize cpu_only_notice sanitize fuzz

@@ -20,7 +20,7 @@ static inline const char* lr_schedule_name(int64_t s) { return s >= 0 && s < LR_
 typedef struct {
     const char* train_data;      // -i  train shard pattern (glob)
     const char* val_data;        // -j  val shard pattern
-    const char* model;           // -e  llm.c model file, or a spec (parse_model_spec)
+    const char* model;           // -e  llm.c model file, Hugging Face checkpoint, or a spec (parse_model_spec)
     const char* output_dir;      // -o  log + checkpoint directory, NULL: none
     int B;                       // -b  micro-batch size
     int T;                       // -t  sequence length
@@ -70,7 +70,8 @@ static inline void train_usage(FILE* f, const TrainArgs* d = NULL) {
             "flags (every flag takes a value: -X value):\n"
             "  -i <glob>   train data shards (default %s)\n"
             "  -j <glob>   val data shards (default %s)\n"
-            "  -e <model>  llm.c model file (fp32 or bf16), or a spec (default %s):\n"
+            "  -e <model>  llm.c model file (fp32 or bf16), Hugging Face GPT-2 checkpoint (a directory as\n"
+            "              save_pretrained writes it, or its .safetensors / index .json), or a spec (default %s):\n"
             "              dN (d12 d24 d36 d48 are GPT-2; other N: L=N C=64N NH=N), L<n>:C<n>:NH<n>[:T<n>][:V<n>],\n"
             "              124m 350m 774m 1558m 1.3b 2.7b 5b 7b 13b 30b 70b 100b 175b (any spec may add :T<n> :V<n>)\n"
             "  -o <dir>    output dir for main.log and checkpoints (default none)\n"

@@ -185,9 +185,16 @@ static const int llmc_file_order[16][2] = {
     {0, WTE}, {0, WPE}, {1, LN1W}, {1, LN1B}, {1, QKVW}, {1, QKVB}, {1, ATTPROJW}, {1, ATTPROJB},
     {1, LN2W}, {1, LN2B}, {1, FCW}, {1, FCB}, {1, FCPROJW}, {1, FCPROJB}, {0, LNFW}, {0, LNFB}};
 
+// Hugging Face checkpoints (a directory, a .safetensors file or a shard index .json) are read by hf.h, included at
+// the end of this file: gpt_read_header and gpt_load_params hand them over.
+static inline int hf_is_checkpoint(const char* path);
+static inline int hf_read_config(const char* path, GPTConfig* cfg, char* err, size_t errlen);
+static inline int hf_load_params(const char* path, const GPTConfig* cfg, float* params, char* err, size_t errlen);
+
 // Reads the header and checks the file size against it (so a truncated file fails here, before a trainer
 // allocates or initializes anything). Returns 0 with a one-line reason in err on any problem.
 static inline int gpt_read_header(const char* path, GPTConfig* cfg, char* err, size_t errlen) {
+    if (hf_is_checkpoint(path)) return hf_read_config(path, cfg, err, errlen);
     struct stat st;
     if (stat(path, &st) != 0) { snprintf(err, errlen, "cannot open model file %.400s: %.60s", path, strerror(errno)); return 0; }
     if (!S_ISREG(st.st_mode)) { snprintf(err, errlen, "model file %.400s is not a regular file", path); return 0; }
@@ -219,6 +226,7 @@ static inline int gpt_read_header(const char* path, GPTConfig* cfg, char* err, s
 // Loads parameters into `params` (layout total elements, allocated by the caller after gpt_read_header).
 // A version 5 file's bf16 values become the fp32 weights they stand for (bits << 16: exact).
 static inline int gpt_load_params(const char* path, const GPTConfig* cfg, float* params, char* err, size_t errlen) {
+    if (hf_is_checkpoint(path)) return hf_load_params(path, cfg, params, err, errlen);
     ParamLayout p = gpt_layout(cfg);
     FILE* f = fopen(path, "rb");
     if (!f) { snprintf(err, errlen, "cannot open model file %.400s", path); return 0; }
@@ -327,3 +335,5 @@ static inline int64_t host_available_bytes(void) {
     fclose(f);
     return kb < 0 ? -1 : kb * 1024;
 }
+
+#include "hf.h"  // after everything above: hf.h builds on this file

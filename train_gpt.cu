@@ -1096,7 +1096,7 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
     if (!train_args_check(a, err, sizeof err)) die("%s (run ./train_gpt -h for the flags)", err);
 }
 
-// Model config from -e: a spec (random init) or an llm.c model file (its header).
+// Model config from -e: a spec (random init), an llm.c model file (its header) or a Hugging Face checkpoint (hf.h).
 static int resolve_model(const char* spec, GPTConfig* cfg) {
     char err[4352];
     const int kind = parse_model_spec(spec, cfg, err, sizeof err);
@@ -1351,7 +1351,7 @@ static void print_config_table(const Run* r, const GPT* g) {
     const ParamLayout* p = &g->layout;
     const int64_t real_params = gpt_num_real_params(&cfg, p);
     table_rule();
-    table_row("model", "%s (%s)", args.model, r->kind == 1 ? "spec, GPT-2 init" : "llm.c model file");
+    table_row("model", "%s (%s)", args.model, r->kind == 1 ? "spec, GPT-2 init" : hf_is_checkpoint(args.model) ? "Hugging Face checkpoint" : "llm.c model file");
     table_row("L / C / NH / maxT", "%d / %d / %d / %d", cfg.num_layers, cfg.channels, cfg.num_heads, cfg.max_seq_len);
     table_row("V / Vp", "%d / %d", cfg.vocab_size, cfg.padded_vocab_size);
     table_row("parameters", "%.3f B (%lld; %lld with the padded vocab)", real_params / 1e9, (long long)real_params,

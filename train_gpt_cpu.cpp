@@ -60,7 +60,7 @@ static void check_host_fit(double bytes) {
             "%.1f GiB available", bytes / GiB, avail / GiB);
 }
 
-// Builds the model from a spec (random init) or an llm.c model file, per -e, with activations for (B, T).
+// Builds the model from a spec (random init), an llm.c model file or a Hugging Face checkpoint, per -e, with activations for (B, T).
 static void build_model(GPT2CPU* model, const char* spec, int B, int T, const char** source) {
     GPTConfig cfg;
     char err[4352];
@@ -82,7 +82,7 @@ static void build_model(GPT2CPU* model, const char* spec, int B, int T, const ch
         *source = "spec, GPT-2 init";
     } else {
         if (!gpt_load_params(spec, &cfg, model->params, err, sizeof err)) die("%s", err);
-        *source = "llm.c model file";
+        *source = hf_is_checkpoint(spec) ? "Hugging Face checkpoint" : "llm.c model file";
     }
 }
 

@@ -34,6 +34,7 @@
 #include "args.h"
 #include "cpu_cores.h"
 #include "model_specs.h"
+#include "run_dir.h"
 #include "sampler.h"
 #include "schedulers.h"
 

@@ -12,6 +12,9 @@
 //   args       parse_train_argv accepts => train_args_check agrees and -d splits into whole micro-batches
 //   spec       parse_model_spec accepts => gpt_config_check agrees and the parameter count is positive
 //   bpe        any byte string encodes to ids < 50257 that decode to the same bytes (gpt2_bpe.h's promise)
+//   hf         a Hugging Face checkpoint directory: byte 0 even, the rest is its model.safetensors (beside a valid
+//              config.json); odd, the rest is its config.json (beside a valid model.safetensors). gpt_read_header
+//              accepts => gpt_load_params loads it, and hf.h's export + reload gives the same config and bits
 //   marker     a checkpoint's DONE marker (its text, or a correct one over a state file with fuzz bytes patched
 //              in): checkpoint_verify accepts => the marker is empty (an older build's) or the files are the
 //              ones it names, byte for byte
@@ -36,9 +39,10 @@
 #include "args.h"
 #include "model_specs.h"
 #include "utils.h"
+#include "hf.h"
 
-enum { T_MODEL, T_SHARD, T_STATE, T_TOKENIZER, T_ARGS, T_SPEC, T_BPE, T_MARKER, NUM_TARGETS };
-static const char* const target_names[NUM_TARGETS] = {"model", "shard", "state", "tokenizer", "args", "spec", "bpe", "marker"};
+enum { T_MODEL, T_SHARD, T_STATE, T_TOKENIZER, T_ARGS, T_SPEC, T_BPE, T_MARKER, T_HF, NUM_TARGETS };
+static const char* const target_names[NUM_TARGETS] = {"model", "shard", "state", "tokenizer", "args", "spec", "bpe", "marker", "hf"};
 static int target = -1;
 static char dir[256];  // this process's scratch directory for the files the parsers read
 static GPT2BPE bpe;
@@ -76,6 +80,56 @@ static void fuzz_model(const uint8_t* data, size_t n) {
     REQUIRE(memcmp(&cfg, &cfg2, sizeof cfg) == 0, "config changed by save + reload");
     REQUIRE(gpt_load_params(copy.c_str(), &cfg2, again.data(), err, sizeof err), "own file not loaded: %s", err);
     REQUIRE(memcmp(params.data(), again.data(), sizeof(float) * (size_t)total) == 0, "weights changed by save + reload");
+}
+
+// ---- Hugging Face checkpoints ----
+static const GPTConfig kHfCfg = {8, 64, 128, 1, 1, 32};  // maxT V Vp L NH C: the smallest legal GPT-2
+// A valid checkpoint of kHfCfg: its model.safetensors and config.json (written by hf.h's exporter).
+static void hf_valid(std::string* st, std::string* config) {
+    std::vector<float> p((size_t)gpt_layout(&kHfCfg).total);
+    gpt_init_params(&kHfCfg, p.data(), 1);
+    const std::string d = scratch("hf_valid");
+    mkdir(d.c_str(), 0755);
+    const std::vector<HfTensorPlace> places = hf_tensor_places(&kHfCfg);
+    char err[4400];
+    auto read = [&](size_t k, float* dst) { memcpy(dst, p.data() + places[k].dst, 4 * (size_t)places[k].count); return 1; };
+    REQUIRE(hf_write_safetensors(d, &kHfCfg, 0, INT64_MAX, read, err, sizeof err) &&
+            hf_write_config(d, &kHfCfg, 0, err, sizeof err), "cannot write the valid checkpoint: %s", err);
+    REQUIRE(read_whole_file((d + "/model.safetensors").c_str(), 1 << 30, st, err, sizeof err) &&
+            read_whole_file((d + "/config.json").c_str(), 1 << 20, config, err, sizeof err), "%s", err);
+}
+static void fuzz_hf(const uint8_t* data, size_t n) {
+    if (n < 1) return;
+    static std::string st, config;
+    if (st.empty()) hf_valid(&st, &config);
+    const std::string d = scratch("hf"), copy = scratch("hf_copy");
+    mkdir(d.c_str(), 0755);
+    const bool fuzz_config = data[0] & 1;
+    write_file((d + "/model.safetensors").c_str(), fuzz_config ? (const uint8_t*)st.data() : data + 1, fuzz_config ? st.size() : n - 1);
+    write_file((d + "/config.json").c_str(), fuzz_config ? data + 1 : (const uint8_t*)config.data(), fuzz_config ? n - 1 : config.size());
+    GPTConfig cfg;
+    char err[4400];
+    if (!gpt_read_header(d.c_str(), &cfg, err, sizeof err)) return;
+    const int64_t total = gpt_layout(&cfg).total;
+    if (total > ((int64_t)1 << 26)) return;  // a config.json may name a large model whose tensors are not there
+    std::vector<float> params((size_t)total), again((size_t)total);
+    if (!gpt_load_params(d.c_str(), &cfg, params.data(), err, sizeof err)) {
+        // the reads a header check cannot do: a dtype that is not F32/F16/BF16, an lm_head that differs from wte
+        REQUIRE(strstr(err, "can be read") || strstr(err, "lm_head"), "header accepted, load refused: %s", err);
+        return;
+    }
+    for (const char* f : {"model.safetensors", "config.json", "generation_config.json", "model.safetensors.index.json"})
+        unlink((copy + "/" + f).c_str());
+    mkdir(copy.c_str(), 0755);
+    const std::vector<HfTensorPlace> places = hf_tensor_places(&cfg);
+    auto read = [&](size_t k, float* dst) { memcpy(dst, params.data() + places[k].dst, 4 * (size_t)places[k].count); return 1; };
+    REQUIRE(hf_write_safetensors(copy, &cfg, 0, INT64_MAX, read, err, sizeof err) && hf_write_config(copy, &cfg, 0, err, sizeof err),
+            "export failed: %s", err);
+    GPTConfig cfg2;
+    REQUIRE(gpt_read_header(copy.c_str(), &cfg2, err, sizeof err), "own export refused: %s", err);
+    REQUIRE(memcmp(&cfg, &cfg2, sizeof cfg) == 0, "config changed by export + reload");
+    REQUIRE(gpt_load_params(copy.c_str(), &cfg2, again.data(), err, sizeof err), "own export not loaded: %s", err);
+    REQUIRE(memcmp(params.data(), again.data(), sizeof(float) * (size_t)total) == 0, "weights changed by export + reload");
 }
 
 // ---- token shards and the data-loader position ----
@@ -315,19 +369,24 @@ static void write_seeds(const char* root) {
                              1024 + 4 * (int)gpt_layout(&cfg).total, model_crc, crc32c_update(0, st.data(), st.size()));
     put(r + "/marker", "text", marker, (size_t)len);
     put(r + "/marker", "patch", "\x01\x10\xff", 3);
+    // hf: the valid checkpoint's safetensors file (byte 0 even) and config.json (odd)
+    std::string hst, hcfg;
+    hf_valid(&hst, &hcfg);
+    put(r + "/hf", "safetensors", ("\x00" + hst).data(), hst.size() + 1);
+    put(r + "/hf", "config", ("\x01" + hcfg).data(), hcfg.size() + 1);
 }
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+    snprintf(dir, sizeof dir, "/tmp/fuzz_inputs.XXXXXX");
+    if (!mkdtemp(dir)) { perror("mkdtemp"); exit(2); }
     if (const char* seeds = getenv("FUZZ_SEEDS")) { write_seeds(seeds); exit(0); }
     const char* name = getenv("FUZZ_TARGET");
     for (int i = 0; name && i < NUM_TARGETS; i++)
         if (strcmp(name, target_names[i]) == 0) target = i;
     if (target < 0) {
-        fprintf(stderr, "fuzz_inputs: set FUZZ_TARGET to one of: model shard state tokenizer args spec bpe marker\n");
+        fprintf(stderr, "fuzz_inputs: set FUZZ_TARGET to one of: model shard state tokenizer args spec bpe marker hf\n");
         exit(2);
     }
-    snprintf(dir, sizeof dir, "/tmp/fuzz_inputs.XXXXXX");
-    if (!mkdtemp(dir)) { perror("mkdtemp"); exit(2); }
     if (target == T_MARKER) marker_setup();
     if (target == T_BPE) {
         std::string err;
@@ -349,6 +408,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t n) {
         case T_SPEC: fuzz_spec(data, n); break;
         case T_BPE: fuzz_bpe(data, n); break;
         case T_MARKER: fuzz_marker(data, n); break;
+        case T_HF: fuzz_hf(data, n); break;
     }
     return 0;
 }

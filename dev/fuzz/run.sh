@@ -11,7 +11,7 @@ set -u
 cd "$(dirname "$0")/../.." || exit 1
 SECS=${1:-60}
 shift || true
-TARGETS=${*:-"model shard state tokenizer args spec bpe marker"}
+TARGETS=${*:-"model shard state tokenizer args spec bpe marker hf"}
 CLANG=${CLANG:-clang++}
 F=build/fuzz
 mkdir -p $F
@@ -22,6 +22,7 @@ rm -rf $F/seeds && FUZZ_SEEDS=$F/seeds $F/fuzz_inputs || exit 1
 fuzz_one() {  # target: runs it, prints one table row
     local t=$1 maxlen=4096
     [ "$t" = model ] && maxlen=72000  # the smallest legal model file is 35 KB (bf16)
+    [ "$t" = hf ] && maxlen=72000     # the smallest GPT-2 safetensors file is 61 KB
     mkdir -p $F/corpus/$t
     FUZZ_TARGET=$t $F/fuzz_inputs $F/corpus/$t $F/seeds/$t -max_total_time="$SECS" -max_len=$maxlen -timeout=20 \
         -rss_limit_mb=4096 -artifact_prefix=$F/$t- -print_final_stats=1 > $F/$t.log 2>&1

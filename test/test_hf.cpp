@@ -1,0 +1,370 @@
+// test_hf.cpp — Hugging Face checkpoints in and out (hf.h, export_hf.cpp, -e DIR in both trainers):
+//   - the JSON reader on valid and malformed text;
+//   - our writer, then our reader: the same fp32 bits (bf16 ones rounded to nearest even), single file and
+//     shards, padded vocabulary rows zero;
+//   - malformed or foreign checkpoints refused with one line naming the file and the reason;
+//   - both trainers (train_gpt_cpu, the emulated train_gpt) train from an exported directory exactly as from the
+//     llm.c model file it came from (the same losses, bit for bit);
+//   - export_hf's flags and refusals;
+//   - test/hf_check.py against the real transformers (logits within 1e-4 relative, both directions). It needs
+//     Python with torch and transformers (.ci/run installs them in .venv-hf): skipped where they are missing,
+//     unless HF_REQUIRED=1 (CI sets it), where that is a failure.
+#include "cli_test_common.h"
+#include "hf.h"
+
+// ----------------------------------------------------------------------------
+// JSON
+
+static bool parses(const std::string& text, Json* v = nullptr) {
+    Json tmp;
+    char err[300];
+    return json_parse(text.data(), text.size(), v ? v : &tmp, err, sizeof err);
+}
+
+TEST(Json, ReadsWhatTheFilesHold) {
+    Json v;
+    ASSERT_TRUE(parses(" {\"a\": [1, -2.5e3, true, false, null], \"b\\n\\u00e9\\ud83d\\ude00\": {\"c\": \"x\"}} ", &v));
+    ASSERT_EQ(v.type, Json::OBJ);
+    const Json* a = v.get("a");
+    ASSERT_TRUE(a && a->type == Json::ARR && a->items.size() == 5);
+    EXPECT_TRUE(a->items[0].is_int && a->items[0].i == 1);
+    EXPECT_FALSE(a->items[1].is_int);
+    EXPECT_EQ(a->items[1].num, -2500.0);
+    EXPECT_TRUE(a->items[2].b);
+    EXPECT_EQ(a->items[4].type, Json::NUL);
+    ASSERT_NE(v.get("b\n\xc3\xa9\xf0\x9f\x98\x80"), nullptr);  // escapes and a surrogate pair become UTF-8
+    ASSERT_TRUE(parses("9223372036854775807", &v));
+    EXPECT_TRUE(v.is_int && v.i == INT64_MAX);
+}
+
+TEST(Json, RefusesMalformedText) {
+    for (const char* bad : {"", "{", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "\"abc", "01", "1.", "-", "tru", "{} x",
+                            "{\"a\":1,\"a\":2}", "\"\\ud800\"", "\"\\x\"", "\"a\nb\"", "[1 2]"})
+        EXPECT_FALSE(parses(bad)) << bad;
+    EXPECT_FALSE(parses(std::string(100, '[') + std::string(100, ']')));  // nesting is limited, not the stack
+    EXPECT_TRUE(parses(std::string(60, '[') + std::string(60, ']')));
+}
+
+// ----------------------------------------------------------------------------
+// Round trips through our writer and reader
+
+class HfTest : public CliTest {
+  protected:
+    GPTConfig cfg = {32, 1000, 1024, 2, 4, 64};  // maxT V Vp L NH C: V is not a multiple of 128
+    std::vector<float> params;
+    void SetUp() override {
+        CliTest::SetUp();
+        params.resize((size_t)gpt_layout(&cfg).total);
+        gpt_init_params(&cfg, params.data(), 7);
+        // every tensor distinct and nonzero: biases and LayerNorms too (the init leaves them 0 and 1)
+        for (size_t i = 0; i < params.size(); i++) params[i] += 1e-3f * (float)((i * 2654435761u) % 1000) / 1000.0f;
+        const int64_t real = (int64_t)cfg.vocab_size * cfg.channels, pad = gpt_layout(&cfg).embed_size[WTE] - real;
+        std::fill(params.begin() + real, params.begin() + real + pad, 0.0f);  // the padded rows are zero
+    }
+    // Our exporter's output for params (fp32 or bf16, shards of at most max_shard bytes).
+    std::string export_dir(const std::string& name, int bf16 = 0, int64_t max_shard = INT64_MAX) {
+        const std::string out = dir + "/" + name;
+        char err[4352];
+        EXPECT_TRUE(make_dirs(out.c_str(), err, sizeof err)) << err;
+        const std::vector<HfTensorPlace> places = hf_tensor_places(&cfg);
+        auto read = [&](size_t k, float* dst) {
+            memcpy(dst, params.data() + places[k].dst, sizeof(float) * (size_t)places[k].count);
+            return 1;
+        };
+        EXPECT_TRUE(hf_write_safetensors(out, &cfg, bf16, max_shard, read, err, sizeof err)) << err;
+        EXPECT_TRUE(hf_write_config(out, &cfg, bf16, err, sizeof err)) << err;
+        return out;
+    }
+    // Loads path as the trainers do; empty with the error in *why if refused.
+    std::vector<float> load(const std::string& path, std::string* why = nullptr) {
+        GPTConfig c;
+        char err[4352] = "";
+        std::vector<float> p;
+        if (gpt_read_header(path.c_str(), &c, err, sizeof err)) {
+            EXPECT_EQ(memcmp(&c, &cfg, sizeof c), 0) << "the config read back differs";
+            p.assign((size_t)gpt_layout(&c).total, -1.0f);
+            if (!gpt_load_params(path.c_str(), &c, p.data(), err, sizeof err)) p.clear();
+        }
+        if (why) *why = err;
+        return p;
+    }
+    std::string refused(const std::string& path) {
+        std::string why;
+        EXPECT_TRUE(load(path, &why).empty()) << path << " was accepted";
+        EXPECT_EQ(why.find('\n'), std::string::npos);
+        return why;
+    }
+    void write_text(const std::string& path, const std::string& text) {
+        FILE* f = fopen(path.c_str(), "wb");
+        ASSERT_NE(f, nullptr);
+        fwrite(text.data(), 1, text.size(), f);
+        fclose(f);
+    }
+    // A safetensors file whose header is `header` (padded to 8) followed by `data_bytes` zero bytes.
+    void write_st(const std::string& path, const std::string& header, int64_t data_bytes) {
+        std::string h = header;
+        while (h.size() % 8) h += ' ';
+        std::string bytes(8, '\0');
+        for (int k = 0; k < 8; k++) bytes[k] = (char)((uint64_t)h.size() >> (8 * k));
+        write_text(path, bytes + h + std::string((size_t)data_bytes, '\0'));
+    }
+    std::string replace(std::string s, const std::string& from, const std::string& to) {
+        const size_t at = s.find(from);
+        EXPECT_NE(at, std::string::npos) << from;
+        if (at != std::string::npos) s.replace(at, from.size(), to);
+        return s;
+    }
+};
+
+TEST_F(HfTest, Fp32RoundTripIsExact) {
+    const std::string out = export_dir("fp32");
+    EXPECT_EQ(names_in(out), (std::vector<std::string>{"config.json", "generation_config.json", "model.safetensors"}));
+    const std::vector<float> back = load(out);
+    ASSERT_EQ(back.size(), params.size());
+    EXPECT_EQ(memcmp(back.data(), params.data(), 4 * params.size()), 0);
+    EXPECT_EQ(load(out + "/model.safetensors"), back);  // the file itself reads the same
+}
+
+TEST_F(HfTest, ShardedBf16RoundTripRoundsToNearestEven) {
+    const std::string out = export_dir("bf16", 1, 40000);  // 40 kB: several shards, the large tensors alone
+    const std::vector<std::string> names = names_in(out);
+    const int shards = (int)std::count_if(names.begin(), names.end(), [](const std::string& n) { return ends_with(n, ".safetensors"); });
+    EXPECT_GE(shards, 4);
+    EXPECT_TRUE(std::find(names.begin(), names.end(), "model.safetensors.index.json") != names.end());
+    const std::vector<float> back = load(out);
+    ASSERT_EQ(back.size(), params.size());
+    size_t wrong = 0;
+    for (size_t i = 0; i < params.size(); i++) wrong += back[i] != bf16_to_float(float_to_bf16(params[i]));
+    EXPECT_EQ(wrong, 0u);
+    EXPECT_EQ(load(out + "/model.safetensors.index.json"), back);
+}
+
+TEST_F(HfTest, RefusesWhatIsNotAGpt2Checkpoint) {
+    const std::string good = export_dir("good");
+    std::string cfg_text, err_s;
+    char err[300];
+    ASSERT_TRUE(read_whole_file((good + "/config.json").c_str(), 1 << 20, &cfg_text, err, sizeof err));
+    auto variant = [&](const std::string& name, const std::string& config) {
+        const std::string d = dir + "/" + name;
+        mkdir(d.c_str(), 0755);
+        std::string st;
+        EXPECT_TRUE(read_whole_file((good + "/model.safetensors").c_str(), 1 << 30, &st, err, sizeof err));
+        write_text(d + "/model.safetensors", st);
+        write_text(d + "/config.json", config);
+        return d;
+    };
+    EXPECT_TRUE(has(refused(variant("erf", replace(cfg_text, "gelu_new", "gelu"))), "activation_function 'gelu'"));
+    EXPECT_TRUE(has(refused(variant("llama", replace(cfg_text, "\"gpt2\"", "\"llama\""))), "model_type 'llama'"));
+    EXPECT_TRUE(has(refused(variant("untied", replace(cfg_text, "\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false"))),
+                    "tie_word_embeddings is false"));
+    EXPECT_TRUE(has(refused(variant("inner", replace(cfg_text, "\"n_inner\": null", "\"n_inner\": 100"))), "n_inner"));
+    EXPECT_TRUE(has(refused(variant("eps", replace(cfg_text, "1e-05", "1e-06"))), "layer_norm_epsilon"));
+    EXPECT_TRUE(has(refused(variant("shape", replace(cfg_text, "\"n_embd\": 64", "\"n_embd\": 32"))), "has shape"));
+    EXPECT_TRUE(has(refused(variant("layers", replace(cfg_text, "\"n_layer\": 2", "\"n_layer\": 3"))),
+                    "'h.2.ln_1.weight' is missing"));
+    EXPECT_TRUE(has(refused(variant("fewer", replace(cfg_text, "\"n_layer\": 2", "\"n_layer\": 1"))), "is not part of"));
+    EXPECT_TRUE(has(refused(variant("json", "{\"n_layer\": 2,}")), "config.json"));
+    EXPECT_TRUE(has(refused(variant("missing", "{\"model_type\": \"gpt2\"}")), "needs positive whole n_layer"));
+    const std::string noconf = dir + "/noconf";
+    mkdir(noconf.c_str(), 0755);
+    EXPECT_TRUE(has(refused(noconf), "holds no model.safetensors"));
+    write_text(noconf + "/pytorch_model.bin", "x");
+    EXPECT_TRUE(has(refused(noconf), "pytorch_model.bin"));
+    write_text(noconf + "/model.safetensors", "");
+    EXPECT_TRUE(has(refused(noconf), "not a safetensors file"));
+    EXPECT_TRUE(has(refused(dir + "/nothing.safetensors"), "cannot open"));
+}
+
+TEST_F(HfTest, RefusesMalformedSafetensors) {
+    const std::string d = export_dir("m");
+    const std::string st = d + "/model.safetensors";
+    std::string bytes;
+    char err[300];
+    ASSERT_TRUE(read_whole_file(st.c_str(), 1 << 30, &bytes, err, sizeof err));
+    uint64_t n = 0;
+    for (int k = 7; k >= 0; k--) n = n << 8 | (unsigned char)bytes[k];
+    const std::string header = bytes.substr(8, n), data = bytes.substr(8 + n);
+    // truncated data: the last tensor's offsets point past the end
+    write_text(st, bytes.substr(0, bytes.size() - 4));
+    EXPECT_TRUE(has(refused(d), "data_offsets outside the file"));
+    // a header length beyond the file, and one over the 100 MB the format allows
+    std::string big = bytes;
+    big[0] = (char)0xff; big[1] = (char)0xff; big[2] = (char)0xff; big[3] = (char)0x7f;
+    write_text(st, big);
+    EXPECT_TRUE(has(refused(d), "not a safetensors file"));
+    // the header itself malformed, a tensor's dtype unknown or unreadable, its offsets overlapping another's
+    write_st(st, header.substr(0, header.size() / 2), (int64_t)data.size());
+    EXPECT_TRUE(has(refused(d), "bad safetensors header"));
+    write_st(st, replace(header, "\"F32\"", "\"Q7\""), (int64_t)data.size());
+    EXPECT_TRUE(has(refused(d), "unknown dtype"));
+    write_st(st, replace(header, "\"transformer.wte.weight\":{\"dtype\":\"F32\"", "\"transformer.wte.weight\":{\"dtype\":\"I32\""),
+             (int64_t)data.size());
+    EXPECT_TRUE(has(refused(d), "is I32"));
+    const std::string wpe_at = "\"transformer.wpe.weight\":{\"dtype\":\"F32\",\"shape\":[32,64],\"data_offsets\":[";
+    const size_t at = header.find(wpe_at);
+    ASSERT_NE(at, std::string::npos);
+    std::string overlap = header;
+    const size_t comma = overlap.find(',', at + wpe_at.size());
+    const int64_t b = std::stoll(overlap.substr(at + wpe_at.size(), comma - at - wpe_at.size()));
+    overlap.replace(at + wpe_at.size(), overlap.find(']', comma) - at - wpe_at.size(),
+                    std::to_string(b - 4) + "," + std::to_string(b - 4 + 32 * 64 * 4));
+    write_st(st, overlap, (int64_t)data.size());
+    EXPECT_TRUE(has(refused(d), "share bytes"));
+    write_st(st, replace(header, "\"shape\":[32,64]", "\"shape\":[32,63]"), (int64_t)data.size());
+    EXPECT_TRUE(has(refused(d), "do not match its shape"));
+    // an extra tensor nobody asked for; an lm_head that is not wte (untied); the causal-mask buffer (ignored)
+    write_st(st, replace(header, "{\"__metadata__\":{\"format\":\"pt\"}",
+                         "{\"__metadata__\":{\"format\":\"pt\"},\"transformer.h.0.attn.bias\":{\"dtype\":\"F32\",\"shape\":[1],"
+                         "\"data_offsets\":[0,0]}"),
+             0);
+    EXPECT_TRUE(has(refused(d), "data_offsets do not match"));
+}
+
+TEST_F(HfTest, AcceptsMaskBuffersAndRefusesAnUntiedHead) {
+    // a file of our own: the good tensors, then an extra one (name and values chosen per case) at the end
+    const std::string good = export_dir("g");
+    std::string bytes;
+    char err[300];
+    ASSERT_TRUE(read_whole_file((good + "/model.safetensors").c_str(), 1 << 30, &bytes, err, sizeof err));
+    uint64_t n = 0;
+    for (int k = 7; k >= 0; k--) n = n << 8 | (unsigned char)bytes[k];
+    std::string header = bytes.substr(8, n);
+    while (header.back() == ' ') header.pop_back();
+    const std::string data = bytes.substr(8 + n);
+    const int64_t wte_bytes = (int64_t)cfg.vocab_size * cfg.channels * 4;
+    auto with_extra = [&](const std::string& name, const std::string& shape, const std::string& extra) {
+        const std::string d = dir + "/" + std::to_string(std::hash<std::string>()(name + extra.substr(0, 8)));
+        mkdir(d.c_str(), 0755);
+        std::string h = header.substr(0, header.size() - 1) + ",\"" + name + "\":{\"dtype\":\"F32\",\"shape\":" + shape +
+                        ",\"data_offsets\":[" + std::to_string(data.size()) + "," + std::to_string(data.size() + extra.size()) + "]}}";
+        while (h.size() % 8) h += ' ';
+        std::string len(8, '\0');
+        for (int k = 0; k < 8; k++) len[k] = (char)((uint64_t)h.size() >> (8 * k));
+        write_text(d + "/model.safetensors", len + h + data + extra);
+        std::string c;
+        EXPECT_TRUE(read_whole_file((good + "/config.json").c_str(), 1 << 20, &c, err, sizeof err));
+        write_text(d + "/config.json", c);
+        return d;
+    };
+    const std::string wte = data.substr(0, (size_t)wte_bytes);  // wte is the first tensor written
+    EXPECT_EQ(load(with_extra("transformer.h.1.attn.bias", "[1,1,32,32]", std::string(32 * 32 * 4, '\0'))), params);
+    EXPECT_EQ(load(with_extra("lm_head.weight", "[1000,64]", wte)), params);  // tied: the same values
+    std::string other = wte;
+    other[100] ^= 1;
+    EXPECT_TRUE(has(refused(with_extra("lm_head.weight", "[1000,64]", other)), "untied"));
+    EXPECT_TRUE(has(refused(with_extra("transformer.h.0.attn.extra", "[4]", std::string(16, '\0'))), "is not part of"));
+}
+
+TEST_F(HfTest, ShardIndexNamesOnlyFilesBesideIt) {
+    const std::string d = export_dir("s", 0, 40000);
+    write_text(d + "/model.safetensors.index.json", "{\"weight_map\": {\"transformer.wte.weight\": \"../evil.safetensors\"}}");
+    EXPECT_TRUE(has(refused(d), "not a file name beside the index"));
+    write_text(d + "/model.safetensors.index.json", "{\"metadata\": {}}");
+    EXPECT_TRUE(has(refused(d), "no weight_map"));
+    write_text(d + "/model.safetensors.index.json", "{\"weight_map\": {\"transformer.wte.weight\": \"model-00001-of-00099.safetensors\"}}");
+    EXPECT_TRUE(has(refused(d), "cannot open"));
+    const std::string first = names_in(d)[2];  // after config.json, generation_config.json: model-00001-of-...
+    ASSERT_TRUE(file_exists(d + "/" + first)) << first;  // one real shard of several: the others' tensors are missing
+    write_text(d + "/model.safetensors.index.json", "{\"weight_map\": {\"transformer.wte.weight\": \"" + first + "\"}}");
+    EXPECT_TRUE(has(refused(d), "is missing"));
+}
+
+// ----------------------------------------------------------------------------
+// The trainers start from an exported directory exactly as from the llm.c model file
+
+class HfTrainers : public HfTest, public ::testing::WithParamInterface<const char*> {};
+INSTANTIATE_TEST_SUITE_P(Trainers, HfTrainers, ::testing::Values(kCpu, kEmu),
+                         [](const ::testing::TestParamInfo<const char*>& i) {
+                             return std::string(i.param == kCpu ? "cpu" : "emulated_gpu");
+                         });
+
+TEST_P(HfTrainers, TrainFromAnExportAsFromTheModelFile) {
+    if (!have_binary(GetParam())) GTEST_SKIP() << GetParam() << " not built";
+    cfg = {32, 50257, 50304, 2, 4, 64};  // GPT-2's vocabulary: the shipped shards' ids
+    params.resize((size_t)gpt_layout(&cfg).total);
+    gpt_init_params(&cfg, params.data(), 3);
+    const std::string bin = dir + "/model.bin", hf = export_dir("hf", 0, 200000);
+    char err[4352];
+    ASSERT_TRUE(gpt_save_params(bin.c_str(), &cfg, params.data(), err, sizeof err)) << err;
+    const Args common = {"-b", "2", "-t", "32", "-x", "3", "-v", "0", "-g", "0", "-i", kTrain, "-j", kVal};
+    const Result a = run_bin(GetParam(), Args{"-e", bin} + common), b = run_bin(GetParam(), Args{"-e", hf} + common);
+    ASSERT_EQ(a.code, 0) << a.err;
+    ASSERT_EQ(b.code, 0) << b.err;
+    const auto la = step_losses(a.out), lb = step_losses(b.out);
+    EXPECT_EQ(la.size(), 3u);
+    EXPECT_EQ(la, lb);
+    // a foreign checkpoint is refused as any bad -e is: one line, no step
+    write_text(hf + "/config.json", "{\"model_type\": \"bert\"}");
+    EXPECT_TRUE(CleanError(run_bin(GetParam(), Args{"-e", hf} + common), {"model_type 'bert'"}));
+}
+
+// ----------------------------------------------------------------------------
+// export_hf
+
+TEST_F(HfTest, ExportToolFlagsAndRefusals) {
+    const std::string bin = model_file("m.bin");
+    EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", bin}), {"-o <dir>"}));
+    EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", bin, "-o", dir + "/x", "-d", "fp8"}), {"-d fp8"}));
+    EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", bin, "-o", dir + "/x", "-s", "5XB"}), {"-s 5XB"}));
+    EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", bin, "-o", dir + "/x", "-q", "1"}), {"unknown flag -q"}));
+    EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", dir + "/none.bin", "-o", dir + "/x"}), {"none.bin"}));
+    EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", bin, "-o", dir}), {"is not empty"}));
+    const Result ok = run_bin("./export_hf", {"-i", bin, "-o", dir + "/out", "-s", "300KB"});
+    ASSERT_EQ(ok.code, 0) << ok.err;
+    EXPECT_TRUE(has(ok.out, "GPT2LMHeadModel L2 C64 NH4 maxT32 V50257")) << ok.out;
+    EXPECT_TRUE(has(ok.out, "GPT-2 tokenizer files")) << ok.out;
+    const std::vector<std::string> names = names_in(dir + "/out");
+    for (const char* want : {"config.json", "generation_config.json", "merges.txt", "model.safetensors.index.json",
+                             "special_tokens_map.json", "tokenizer_config.json", "vocab.json"})
+        EXPECT_TRUE(std::find(names.begin(), names.end(), want) != names.end()) << want;
+    // what it wrote reads back as the model file's weights
+    cfg = {32, 50257, 50304, 2, 4, 64};
+    params.resize((size_t)gpt_layout(&cfg).total);
+    char err[4352];
+    ASSERT_TRUE(gpt_load_params(bin.c_str(), &cfg, params.data(), err, sizeof err)) << err;
+    EXPECT_EQ(load(dir + "/out"), params);
+    EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", bin, "-o", dir + "/out"}), {"is not empty"}));
+
+    // an llm.c bf16 file (version 5, what llm.c's CUDA trainer saves): the same model rounded, exported as is
+    std::string bytes;
+    ASSERT_TRUE(read_whole_file(bin.c_str(), 1 << 30, &bytes, err, sizeof err)) << err;
+    const size_t count = (bytes.size() - 1024) / 4;
+    std::string v5 = bytes.substr(0, 1024);
+    for (size_t i = 0; i < count; i++) {
+        float x;
+        memcpy(&x, &bytes[1024 + 4 * i], 4);
+        const uint16_t h = float_to_bf16(x);
+        v5.append((const char*)&h, 2);
+    }
+    const int32_t version = MODEL_VERSION_BF16;
+    memcpy(&v5[4], &version, 4);
+    write_text(dir + "/v5.bin", v5);
+    const Result ok5 = run_bin("./export_hf", {"-i", dir + "/v5.bin", "-o", dir + "/out5"});
+    ASSERT_EQ(ok5.code, 0) << ok5.err;
+    for (float& x : params) x = bf16_to_float(float_to_bf16(x));
+    EXPECT_EQ(load(dir + "/out5"), params);
+}
+
+// ----------------------------------------------------------------------------
+// Against transformers itself
+
+// The Python that has torch and transformers: $HF_PYTHON, else .venv-hf (.ci/run makes it), else python3.
+static std::string hf_python() {
+    if (const char* p = getenv("HF_PYTHON")) return p;
+    if (access(".venv-hf/bin/python", X_OK) == 0) return ".venv-hf/bin/python";
+    return "python3";
+}
+
+TEST_F(HfTest, MatchesTransformers) {
+    const std::string py = hf_python();
+    const std::string probe = py + " -c 'import torch, transformers, safetensors' >/dev/null 2>&1";
+    if (system(probe.c_str()) != 0) {
+        const char* req = getenv("HF_REQUIRED");
+        if (req && strcmp(req, "1") == 0) FAIL() << py << " lacks torch, transformers or safetensors (HF_REQUIRED=1)";
+        GTEST_SKIP() << py << " lacks torch, transformers or safetensors: .ci/run installs them in .venv-hf";
+    }
+    const Result r = run_bin(py.c_str(), {"test/hf_check.py", dir + "/work"});
+    printf("%s", r.out.c_str());
+    EXPECT_EQ(r.code, 0) << r.err.substr(r.err.size() > 3000 ? r.err.size() - 3000 : 0);
+    EXPECT_TRUE(has(r.out, " 0 failed"));
+}
