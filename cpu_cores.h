@@ -1,4 +1,5 @@
 // cpu_cores.h — how many cores this process may use (affinity, cgroup quota), and libgomp's short spin.
+// Not here: the thread teams themselves (cpu_adam.cpp, gpt2_cpu.h).
 #pragma once
 #include <sched.h>
 #include <stdio.h>

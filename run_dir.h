@@ -112,13 +112,10 @@ static inline int64_t dir_latest_step(const char* dir, const char* prefix, const
 // The files of one checkpoint are <prefix><step, 8 digits><suffix> in the -o directory.
 typedef struct { const char* prefix; const char* suffix; } CheckpointFile;
 
-// -nk / -nm, called once the checkpoint of step `newest` is complete: removes every older complete checkpoint
-// that is neither among the `keep` newest (the new one included) nor at a multiple of `major_every` (> 0).
-// files[0] is the file whose presence makes a checkpoint complete (train_gpt: its DONE marker; train_gpt_cpu:
-// its model file); it is removed first, durably, so a crash part way through never leaves a marker vouching for
-// removed files. Checkpoints after `newest` (of an earlier pass over those steps, which this run rewrites when it
-// gets there) and incomplete ones (no files[0]) are left alone. The new checkpoint is always written before the
-// old ones go, so the disk must hold keep + 1 of them for a moment. Returns 0 with err set on failure.
+// -nk / -nm, once the checkpoint of step `newest` is complete: removes every older complete checkpoint that is
+// neither among the `keep` newest nor at a multiple of `major_every` (> 0). files[0] marks a checkpoint complete;
+// it goes first, durably, so a crash never leaves a marker vouching for removed files. Checkpoints after `newest`
+// and incomplete ones are left alone. Returns 0 with err set on failure.
 static inline int prune_checkpoints(const char* dir, int64_t newest, int keep, int major_every,
                                     const CheckpointFile* files, int n_files, char* err, size_t errlen) {
     if (keep <= 0) return 1;

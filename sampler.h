@@ -1,4 +1,5 @@
 // sampler.h — a tiny RNG and drawing a token from softmax(logits), as llm.c's sampler.h; printing a sample.
+// Not here: the forward passes that make the logits (the trainers).
 #pragma once
 #include <math.h>
 #include <stdint.h>

@@ -1,9 +1,8 @@
-// timeline.h — an optional per-step timeline of the streaming trainer (flag -Y 1): CUDA events around each
-// layer's compute, each weight copy (H2D) and each gradient copy (D2H), plus the wall times of the CPU
-// AdamW blocks. Summarized per step as busy seconds per resource and the compute stream's idle time (and how
-// much of it falls in the forward and in the backward pass), so the bottleneck of a step is visible; optionally written as a Chrome trace (chrome://tracing or Perfetto).
-// With the timeline off (a NULL Timeline*) every function returns at once, so the hot path pays nothing.
-// It only measures: nothing here changes what runs or in which order.
+// timeline.h — the streaming trainer's optional per-step timeline (-Y 1): CUDA events around each layer's
+// compute, weight copy (H2D) and gradient copy (D2H), and the host clock around each CPU AdamW block.
+// A step's summary: busy seconds per resource, and the compute stream's idle time in the forward and backward
+// passes. Optionally a Chrome trace (chrome://tracing or Perfetto).
+// With the timeline off (a NULL Timeline*) every function returns at once. It only measures, never reorders.
 #pragma once
 #include <chrono>
 #include <math.h>

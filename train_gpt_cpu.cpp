@@ -1,11 +1,8 @@
-// train_gpt_cpu.cpp — trains a GPT-2 on the CPU with the reference model (gpt2_cpu.h): the same flags,
-// data, schedule, clip and AdamW (args.h, schedulers.h, adamw.h, cpu_adam.cpp) as the streaming GPU trainer, so the two
-// can be compared line by line. With no arguments it trains a small model (L4 C128 NH4, T 64) from a
-// GPT-2-style random init on the shipped tinyshakespeare shards, in a few minutes on 2 cores.
-// Prints llm.c-style step lines, validation loss, and a generated sample; with -o writes DIR/main.log and,
-// with -n, train_gpt's checkpoints (checkpoint.h: model file, AdamW state, DONE marker with checksums), so a
-// run resumes with -y 1 here or in train_gpt and moves between the two. Ctrl-C / SIGTERM finish the step and
-// save a checkpoint (stop_signal.h). It uses no GPU.
+// train_gpt_cpu.cpp — trains a GPT-2 on the CPU with the reference model (gpt2_cpu.h). Flags, data, schedule,
+// clip and AdamW are the streaming GPU trainer's, so the two compare line by line.
+// With no arguments it trains a small model (L4 C128 NH4, T 64) on the shipped tinyshakespeare shards, in a few
+// minutes on 2 cores. It writes train_gpt's log and checkpoints, so a run moves between the two trainers.
+// It uses no GPU.
 #include <chrono>
 #include <stdarg.h>
 #include <omp.h>
