@@ -729,6 +729,32 @@ static void layer_grads_end(GPT* g, int l, cudaStream_t s) {
     grads_to_bf16_sumsq(stream_grad_staging(&g->stream), g->layer_grads, g->layout.layer_stride, g->sumsq_dev, s);
 }
 
+// The loss of every micro-batch and its backward through lm_head and the final LayerNorm (dlogits scaled to the
+// step's mean). Zeroes the resident prefix's gradients and the norm first: this is where they start.
+static void head_forward_backward(GPT* g, int n_micro, cudaStream_t s) {
+    const int L = g->config.num_layers;
+    const int64_t N = (int64_t)g->B * g->T;
+    cudaCheck(cudaMemsetAsync(g->resident_grads, 0, (size_t)(g->resident_count * 4), s));
+    cudaCheck(cudaMemsetAsync(g->sumsq_dev, 0, 8, s));
+    ScopedSpan span(g->timeline, TRACK_COMPUTE, "head", -1, s);
+    for (int mb = 0; mb < n_micro; mb++) {
+        head_forward(g, layer_input(g, L, mb), g->tokens_out + mb * N, g->losses + mb * N, 1.0f / (float)(N * n_micro), s);
+        head_backward(g, layer_input(g, L, mb), dresid_at(g, mb), s);
+    }
+    mean_loss(g->loss_dev, g->losses, n_micro * N, s);
+}
+
+// The embeddings' backward, then the resident prefix's squared norm (its gradients stay on the GPU).
+static void embeddings_backward(GPT* g, int n_micro, cudaStream_t s) {
+    const ParamLayout* p = &g->layout;
+    const int64_t N = (int64_t)g->B * g->T;
+    ScopedSpan span(g->timeline, TRACK_COMPUTE, "embed bwd", -1, s);
+    for (int mb = 0; mb < n_micro; mb++)
+        embedding_backward(g->resident_grads + p->embed_offset[WTE], g->resident_grads + p->embed_offset[WPE],
+                           dresid_at(g, mb), g->tokens_in + mb * N, N, g->T, g->config.channels, s);
+    grads_to_bf16_sumsq(NULL, g->resident_grads, g->resident_count, g->sumsq_dev, s);
+}
+
 // Forward and backward of one step: inputs / targets are n_micro x (B*T) tokens. Returns the mean loss;
 // g->last_norm gets the gradient norm. Updates nothing (gpt_update does).
 static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets, int n_micro) {
@@ -757,17 +783,8 @@ static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets,
         layer_release(g, l);
     }
 
-    // 3. loss, and its backward through lm_head and the final LayerNorm (dlogits scaled to the step's mean)
-    cudaCheck(cudaMemsetAsync(g->resident_grads, 0, (size_t)(g->resident_count * 4), s));
-    cudaCheck(cudaMemsetAsync(g->sumsq_dev, 0, 8, s));
-    {
-        ScopedSpan span(tl, TRACK_COMPUTE, "head", -1, s);
-        for (int mb = 0; mb < n_micro; mb++) {
-            head_forward(g, layer_input(g, L, mb), g->tokens_out + mb * N, g->losses + mb * N, 1.0f / (float)(N * n_micro), s);
-            head_backward(g, layer_input(g, L, mb), dresid_at(g, mb), s);
-        }
-        mean_loss(g->loss_dev, g->losses, n_micro * N, s);
-    }
+    // 3. loss, and its backward through lm_head and the final LayerNorm
+    head_forward_backward(g, n_micro, s);
 
     // 4. backward, last layer first, last micro-batch first; a streamed layer's gradients go to the host
     stream_begin_pass(&g->stream, g->backward_order, L - R);
@@ -785,13 +802,7 @@ static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets,
         }
         if (l >= R) stream_send_layer_grads(&g->stream, l);
     }
-    {
-        ScopedSpan span(tl, TRACK_COMPUTE, "embed bwd", -1, s);
-        for (int mb = 0; mb < n_micro; mb++)
-            embedding_backward(g->resident_grads + p->embed_offset[WTE], g->resident_grads + p->embed_offset[WPE],
-                               dresid_at(g, mb), g->tokens_in + mb * N, N, T, C, s);
-        grads_to_bf16_sumsq(NULL, g->resident_grads, g->resident_count, g->sumsq_dev, s);  // the resident prefix
-    }
+    embeddings_backward(g, n_micro, s);
 
     // 5. the one synchronization of the step: loss and global norm
     cudaCheck(cudaMemcpyAsync(g->loss_host, g->loss_dev, 4, cudaMemcpyDeviceToHost, s));
@@ -1177,7 +1188,8 @@ static int compare_double(const void* a, const void* b) {
     return (x > y) - (x < y);
 }
 
-// What main settles before the training loop: the run's shape, where its layers live, its device.
+// The run: what main settles before the training loop (its shape, where its layers live, its device) and the
+// host state of the loop (data, tokenizer, log, token buffers, step times).
 typedef struct {
     TrainArgs args;
     GpuArgs ga;
@@ -1194,9 +1206,18 @@ typedef struct {
     double peak_flops;  // 0: a GPU not in gpu_bf16_peak_flops's table (no MFU)
     const char* peak_label;
     int64_t resume_step;  // -1: a fresh run
-    Timeline timeline;    // -Y 1
     int64_t resume_header[ST_HEADER_SLOTS];
     char resume_model[4200], resume_state[4200];
+    // the loop's
+    DataLoader train, val;
+    int64_t val_batches;
+    Tokenizer tok;
+    TrainLogger logger;
+    int *inputs, *targets;  // one step's tokens
+    double* step_seconds;   // each step's time
+    uint64_t sample_rng;
+    Timeline timeline;              // -Y 1
+    TimelineSummary last_timeline;  // of the last step
 } Run;
 
 // -o: one run per directory, a fresh run only where no run left files, -y 1 from the newest valid checkpoint
@@ -1223,28 +1244,44 @@ static void open_output_dir(Run* r) {
     r->args.model = r->resume_model;
 }
 
+// The host buffers of the loop: one step's tokens (in benchmark mode one fixed batch of random tokens, as the
+// PyTorch peers use) and each step's time.
+static void alloc_step_buffers(Run* r) {
+    r->inputs = (int*)malloc((size_t)r->step_tokens * sizeof(int));
+    r->targets = (int*)malloc((size_t)r->step_tokens * sizeof(int));
+    r->step_seconds = (double*)calloc((size_t)r->total_steps + 1, sizeof(double));
+    if (!r->inputs || !r->targets || !r->step_seconds) die("out of host memory for the token buffers");
+    uint64_t rng = SYNTHETIC_SEED;
+    for (int64_t i = 0; r->bench && i < r->step_tokens; i++) {
+        r->inputs[i] = (int)(random_u64(&rng) % 50257);
+        r->targets[i] = (int)(random_u64(&rng) % 50257);
+    }
+}
+
 // The data (not in benchmark mode: synthetic tokens there, so any T and -d work without a corpus), the run's
-// length, and the checks of a resumed run against it.
-static void open_data(Run* r, DataLoader* train, DataLoader* val, int64_t* val_batches) {
+// length, the checks of a resumed run against it, and the loop's token buffers.
+static void open_data(Run* r) {
     char err[4352];
     TrainArgs* a = &r->args;
+    DataLoader *train = &r->train, *val = &r->val;
     memset(train, 0, sizeof *train);
     memset(val, 0, sizeof *val);
     r->total_steps = r->bench ? r->ga.bench_warmup + r->ga.bench_steps : a->max_steps;
-    *val_batches = 0;
+    r->val_batches = 0;
     if (!r->bench) {
         if (!dataloader_init(train, a->train_data, a->B, a->T, 1, SHUFFLE_SEED, err, sizeof err)) die("%s", err);
         if (!dataloader_init(val, a->val_data, a->B, a->T, 0, 0, err, sizeof err)) die("%s", err);
         if (r->total_steps < 0) r->total_steps = (int)(train->num_batches / r->n_micro);
         if (a->max_steps < 0 && r->total_steps < 1)
             die("train data %s holds fewer than %d batches of B*T: one step needs that many", a->train_data, r->n_micro);
-        *val_batches = dataloader_eval_batches(val, a->val_max_batches);
+        r->val_batches = dataloader_eval_batches(val, a->val_max_batches);
         a->max_steps = r->total_steps;  // -x -1 resolved: checkpoints record the run's length
     }
     if (r->resume_step >= 0) check_resume_args(r->resume_header, a, r->total_steps, r->step_tokens, a->output_dir);
     if (r->resume_step >= r->total_steps)
         die("resume: the checkpoint in %s is at step %lld, the run ends at step %d: nothing to train (raise -x)",
             a->output_dir, (long long)r->resume_step, r->total_steps);
+    alloc_step_buffers(r);
 }
 
 // The fit check, before any large allocation: host RAM first (no GPU needed to know it will not fit), then the
@@ -1279,11 +1316,12 @@ static void check_fit(Run* r) {
         budget_text);
 }
 
-// The model's shape against the flags, the micro-batches per step, and the memory plan (which dies on a config
+// The model (-e, or the resumed checkpoint's), its shape against the flags, the micro-batches per step, and the memory plan (which dies on a config
 // whose byte counts overflow). -R -1 / -K -1 count as 0 until the GPU's free memory is known.
 static void plan_run(Run* r) {
     const TrainArgs& a = r->args;
     const GpuArgs& ga = r->ga;
+    r->kind = resolve_model(a.model, &r->cfg);
     if (a.T > r->cfg.max_seq_len) die("-t %d exceeds the model's max sequence length %d", a.T, r->cfg.max_seq_len);
     r->n_micro = grad_accum_steps(&a);
     r->step_tokens = (int64_t)r->n_micro * a.B * a.T;
@@ -1311,7 +1349,7 @@ static int print_plan_only(Run* r) {
 
 // Builds the model, fills its weights (GPT-2 init or an llm.c model file) and, with -y 1, its AdamW state and
 // the data position.
-static void build_model(Run* r, GPT* g, DataLoader* train) {
+static void build_model(Run* r, GPT* g) {
     char err[4352];
     // the CPU AdamW's threads: every usable core but one, which launches kernels and issues copies
     const int cores = usable_cpu_cores();
@@ -1329,18 +1367,19 @@ static void build_model(Run* r, GPT* g, DataLoader* train) {
     if (r->resume_step < 0) return;
     DataLoaderState data_state;
     load_state(g, r->resume_state, &data_state);
-    if (!dataloader_set_state(train, &data_state, err, sizeof err)) die("resume: %s", err);
+    if (!dataloader_set_state(&r->train, &data_state, err, sizeof err)) die("resume: %s", err);
     r->start_step = (int)g->step;
     printf("resumed from %s (step %d)\n", r->resume_model, r->start_step);
 }
 
 // The tokenizer for samples (without it they print as token ids), and DIR/main.log (none in benchmark mode).
-static void open_tokenizer_and_log(const Run* r, Tokenizer* tok, TrainLogger* logger) {
+static void open_tokenizer_and_log(Run* r) {
     char err[4352];
-    memset(tok, 0, sizeof *tok);
-    if (!r->bench && !tokenizer_init(tok, kTokenizerPath, err, sizeof err))
+    memset(&r->tok, 0, sizeof r->tok);
+    if (!r->bench && !tokenizer_init(&r->tok, kTokenizerPath, err, sizeof err))
         fprintf(stderr, "warning: %s; samples are printed as token ids\n", err);
-    if (!logger_open(logger, r->bench ? NULL : r->args.output_dir, r->resume_step, err, sizeof err)) die("%s", err);
+    if (!logger_open(&r->logger, r->bench ? NULL : r->args.output_dir, r->resume_step, err, sizeof err)) die("%s", err);
+    r->sample_rng = SAMPLE_SEED;
 }
 
 static void print_config_table(const Run* r, const GPT* g) {
@@ -1442,7 +1481,7 @@ static void print_tuning_advice(const Run* r, const TimelineSummary* t) {
 
 // The end of a run: bytes streamed, peak memory, the median step (over the timed steps of a benchmark, else all
 // but the first), the benchmark's RESULT line, and with -Y 1 the -R / -K the last step's timeline suggests.
-static void print_run_summary(const Run* r, GPT* g, const double* step_seconds, const TimelineSummary* last_timeline) {
+static void print_run_summary(const Run* r, GPT* g) {
     const double GiB = 1073741824.0;
     printf("streamed over the run: %.2f GB host->GPU (%lld layer copies, %lld layers reused from the previous pass), "
            "%.2f GB GPU->host; last CPU AdamW round %.3f s\n", g->stream.bytes_h2d / 1e9, (long long)g->stream.layer_copies,
@@ -1456,29 +1495,14 @@ static void print_run_summary(const Run* r, GPT* g, const double* step_seconds, 
     const int timed = r->total_steps - first_timed;
     if (timed > 0) {
         double* sorted = (double*)malloc(sizeof(double) * (size_t)timed);
-        memcpy(sorted, step_seconds + first_timed, sizeof(double) * (size_t)timed);
+        memcpy(sorted, r->step_seconds + first_timed, sizeof(double) * (size_t)timed);
         qsort(sorted, (size_t)timed, sizeof(double), compare_double);
         const double median = sorted[timed / 2];
         free(sorted);
         print_median_and_result(r, g, timed, median);
     }
-    if (g->timeline && timed > 0) print_tuning_advice(r, last_timeline);
+    if (g->timeline && timed > 0) print_tuning_advice(r, &r->last_timeline);
     fflush(stdout);
-}
-
-// The host buffers of the loop: one step's tokens (in benchmark mode one fixed batch of random tokens, as the
-// PyTorch peers use) and each step's time. Returns the times.
-static double* alloc_step_buffers(const Run* r, int** inputs, int** targets) {
-    *inputs = (int*)malloc((size_t)r->step_tokens * sizeof(int));
-    *targets = (int*)malloc((size_t)r->step_tokens * sizeof(int));
-    double* step_seconds = (double*)calloc((size_t)r->total_steps + 1, sizeof(double));
-    if (!*inputs || !*targets || !step_seconds) die("out of host memory for the token buffers");
-    uint64_t rng = SYNTHETIC_SEED;
-    for (int64_t i = 0; r->bench && i < r->step_tokens; i++) {
-        (*inputs)[i] = (int)(random_u64(&rng) % 50257);
-        (*targets)[i] = (int)(random_u64(&rng) % 50257);
-    }
-    return step_seconds;
 }
 
 // One step's line: loss, norm, lr, time, throughput, MFU, progress, and why an update was skipped (-sl / -sg).
@@ -1491,83 +1515,96 @@ static void print_step_line(const Run* r, const GPT* g, int step, float loss, fl
            g->skipped);
 }
 
+// Validation (every -v steps and at the end) and a sample (every -s steps and at the end). Returns whether it
+// ran either.
+static bool evaluate(Run* r, GPT* g, int step) {
+    const TrainArgs& a = r->args;
+    const bool last = step == r->total_steps;
+    const bool val_now = !r->bench && a.val_every > 0 && (step % a.val_every == 0 || last);
+    const bool sample_now = !r->bench && sample_tokens(&a) > 0 &&
+                            ((a.sample_every > 0 && step > 0 && step % a.sample_every == 0) || last);
+    if (val_now) {
+        const float vl = validation_loss(g, &r->val, r->val_batches);
+        printf("val loss %.6f\n", vl);
+        logger_val(&r->logger, step, vl);
+    }
+    if (sample_now) gpt_sample(g, &r->tok, sample_tokens(&a), &r->sample_rng);
+    return val_now || sample_now;
+}
+
+// The next step's micro-batches (-a 1: the same first ones every step).
+static void load_step_batches(Run* r) {
+    if (r->args.overfit_single_batch) dataloader_reset(&r->train);
+    next_step_batches(&r->train, r->n_micro, r->inputs, r->targets, r->cfg.vocab_size);
+}
+
+static void save_run_checkpoint(Run* r, GPT* g) {
+    DataLoaderState data_state = dataloader_get_state(&r->train);
+    save_checkpoint(g, r->args.output_dir, &data_state);
+}
+
+static void free_run(Run* r, GPT* g) {
+    free(r->inputs);
+    free(r->targets);
+    free(r->step_seconds);
+    logger_close(&r->logger);
+    tokenizer_free(&r->tok);
+    if (!r->bench) { dataloader_free(&r->train); dataloader_free(&r->val); }
+    if (g->timeline) { g->timeline = g->stream.timeline = NULL; timeline_free(&r->timeline); }
+    gpt_free(g);
+}
+
 int main(int argc, char** argv) {
     omp_short_spin_reexec(argv);  // first: libgomp reads its spin count before main (cpu_cores.h)
-    static Run r;  // static: zero-initialized
+    static Run r;                 // static: zero-initialized
     parse_args(argc, argv, &r.args, &r.ga);
     const TrainArgs& args = r.args;
-    flash_attention_flag = r.ga.flash;  // before the memory plan: the cuBLAS path's activations hold the scores
+    flash_attention_flag = r.ga.flash;  // before the memory plan: the cuBLAS path stores the scores
     cublaslt_fusion = r.ga.epilogues;
     r.bench = r.ga.bench_steps > 0;
     open_output_dir(&r);
-    r.kind = resolve_model(args.model, &r.cfg);
     plan_run(&r);
     if (r.ga.plan_only) return print_plan_only(&r);
-    DataLoader train, val;
-    int64_t val_batches;
-    open_data(&r, &train, &val, &val_batches);
+    open_data(&r);
     check_fit(&r);
     GPT g;
-    build_model(&r, &g, &train);
-    Tokenizer tok;
-    TrainLogger logger;
-    open_tokenizer_and_log(&r, &tok, &logger);
-    r.peak_flops = gpu_bf16_peak_flops(r.prop.name, &r.peak_label);
+    build_model(&r, &g);
+    open_tokenizer_and_log(&r);
     print_config_table(&r, &g);
 
     // the training loop
-    int *inputs, *targets;
-    double* step_seconds = alloc_step_buffers(&r, &inputs, &targets);
-    uint64_t sample_rng = SAMPLE_SEED;
-    TimelineSummary last_timeline = {};
     int64_t saved_step = r.resume_step;  // the step of the newest checkpoint in -o (-1: none)
-    auto save = [&] {
-        DataLoaderState data_state = dataloader_get_state(&train);
-        save_checkpoint(&g, args.output_dir, &data_state);
-    };
-    // Ctrl-C / SIGTERM: the step in progress finishes, a checkpoint is written (with -o), exit (stop_signal.h)
-    auto stop_if_asked = [&](int steps_done) {
-        stop_if_signalled(steps_done, r.start_step, saved_step, r.bench ? NULL : args.output_dir, save);
+    auto stop_if_asked = [&](int steps_done) {  // Ctrl-C / SIGTERM: finish the step, checkpoint, exit
+        stop_if_signalled(steps_done, r.start_step, saved_step, r.bench ? NULL : args.output_dir,
+                          [&] { save_run_checkpoint(&r, &g); });
     };
     stop_signal_install();
     const double run_t0 = timeline_now();
     double last_return = run_t0;  // a step's time runs from the last one's return: waiting for AdamW counts
     for (int step = r.start_step; step <= r.total_steps; step++) {
-        stop_if_asked(step);  // a signal during validation or sampling
-        const int last = step == r.total_steps;
-        const bool val_now = !r.bench && args.val_every > 0 && (step % args.val_every == 0 || last);
-        const bool sample_now = !r.bench && sample_tokens(&args) > 0 &&
-                                ((args.sample_every > 0 && step > 0 && step % args.sample_every == 0) || last);
-        if (val_now) {
-            const float vl = validation_loss(&g, &val, val_batches);
-            printf("val loss %.6f\n", vl);
-            logger_val(&logger, step, vl);
-        }
-        if (sample_now) gpt_sample(&g, &tok, sample_tokens(&args), &sample_rng);
-        if (val_now || sample_now) last_return = timeline_now();  // not part of the step time
-        if (last) break;
+        stop_if_asked(step);                                       // a signal during validation or sampling
+        if (evaluate(&r, &g, step)) last_return = timeline_now();  // not part of the step time
+        if (step == r.total_steps) break;
 
-        if (!r.bench) {
-            if (args.overfit_single_batch) dataloader_reset(&train);  // -a 1: the same first batches every step
-            next_step_batches(&train, r.n_micro, inputs, targets, r.cfg.vocab_size);
-        }
+        if (!r.bench) load_step_batches(&r);
         const float lr = learning_rate_at(&args, step, r.total_steps);
-        const float loss = gpt_step(&g, inputs, targets, r.n_micro, lr);
-        if (g.timeline) last_timeline = timeline_summarize(g.timeline);  // waits for the step's last GPU work
+        const float loss = gpt_step(&g, r.inputs, r.targets, r.n_micro, lr);
+        if (g.timeline) r.last_timeline = timeline_summarize(g.timeline);  // waits for the step's last GPU work
         const double now = timeline_now(), dt = now - last_return;
         last_return = now;
         char diverged[96];
         if (training_diverged(loss, g.last_norm, r.cfg.vocab_size, diverged, sizeof diverged))
             die_diverged(step + 1, loss, g.last_norm, diverged, saved_step);
-        step_seconds[step] = dt;
+        r.step_seconds[step] = dt;
         print_step_line(&r, &g, step, loss, lr, dt, timeline_now() - run_t0);
         if (step == r.start_step) print_gpu_margin(&r, &g, step);
-        if (g.timeline) print_timeline(&g, last_timeline, args.output_dir);
-        if (step == r.start_step || g.timeline) last_return = timeline_now();  // printing is not part of a step
+        if (g.timeline) print_timeline(&g, r.last_timeline, args.output_dir);
+        if (step == r.start_step || g.timeline) last_return = timeline_now();  // printing is not step time
         fflush(stdout);
-        logger_train(&logger, step + 1, loss, lr, (float)g.last_norm);
-        if (!r.bench && args.checkpoint_every > 0 && ((step + 1) % args.checkpoint_every == 0 || step + 1 == r.total_steps)) {
-            save();
+        logger_train(&r.logger, step + 1, loss, lr, (float)g.last_norm);
+        if (!r.bench && args.checkpoint_every > 0 &&
+            ((step + 1) % args.checkpoint_every == 0 || step + 1 == r.total_steps)) {
+            save_run_checkpoint(&r, &g);
             saved_step = step + 1;
             last_return = timeline_now();
         }
@@ -1575,14 +1612,8 @@ int main(int argc, char** argv) {
     }
     stop_if_asked(r.total_steps);  // a signal during the last validation or sample
     optimizer_wait_all(&g);
-    print_run_summary(&r, &g, step_seconds, &last_timeline);
-
-    free(inputs); free(targets); free(step_seconds);
-    logger_close(&logger);
-    tokenizer_free(&tok);
-    if (!r.bench) { dataloader_free(&train); dataloader_free(&val); }
-    if (g.timeline) { g.timeline = g.stream.timeline = NULL; timeline_free(&r.timeline); }
-    gpt_free(&g);
+    print_run_summary(&r, &g);
+    free_run(&r, &g);
     return 0;
 }
 
