@@ -123,6 +123,7 @@ tokenize: dev/data/tokenize.cpp dev/data/gpt2_bpe.h dev/data/unicode_ranges.h | 
 # trainer tests that compare two runs again with 4% of the atomic sums one ulp off, as a GPU's atomics leave them.
 RUN_COMPARISONS := *IndependentOf*:*AccumulateMicroBatches:*KeptActivationsTrainLikeRecompute
 test: tests train_gpt_cpu export_hf $(BUILD)/hf_logits $(if $(NVCC),train_gpt,) $(EMU_TESTS) $(BUILD)/emu_train_gpt
+	@$(MAKE) --no-print-directory format-check
 	@./test/run_tests.sh $(CPU_TESTS) $(EMU_TESTS) "FAKE_SCHED=1 $(BUILD)/emu_test_kernels" \
 		"FAKE_SCHED=2 $(BUILD)/emu_test_kernels" "FAKE_ATOMIC_JITTER=4 $(BUILD)/emu_test_gpu --gtest_filter='$(RUN_COMPARISONS)'" \
 		$(if $(NVCC),$(GPU_TESTS),)
@@ -159,7 +160,23 @@ fuzz:
 	@if /usr/bin/python3 -c 'import regex' 2>/dev/null; then /usr/bin/python3 dev/fuzz/pretokenize_vs_regex.py; \
 	else echo "pretokenize_vs_regex: skipped (no python3-regex: apt-get install python3-regex)"; fi
 
+# The layout of every C++ / CUDA source against .clang-format, with clang-format 14 (other versions lay code out
+# differently). Without it the check is skipped with a note, unless FORMAT_REQUIRED=1 (.ci/run sets it).
+# `make format` rewrites the files in place.
+CLANG_FORMAT := $(shell command -v clang-format-14 2>/dev/null || \
+	(clang-format --version 2>/dev/null | grep -q 'version 14\.' && command -v clang-format))
+FORMAT_SOURCES := $(wildcard *.h *.cu *.cuh *.cpp test/*.h test/*.cu test/*.cpp test/fake_cuda/*.h \
+	dev/*/*.h dev/*/*.cu dev/*/*.cpp)
+format-check:
+	@if [ -z "$(CLANG_FORMAT)" ]; then \
+		if [ -n "$(FORMAT_REQUIRED)" ]; then echo "format-check: clang-format 14 not found"; exit 1; fi; \
+		echo "format-check: skipped (no clang-format 14)"; \
+	else $(CLANG_FORMAT) --dry-run --Werror $(FORMAT_SOURCES) && \
+		echo "format-check: $(words $(FORMAT_SOURCES)) files follow .clang-format"; fi
+format:
+	$(CLANG_FORMAT) -i $(FORMAT_SOURCES)
+
 clean:
 	rm -rf $(BUILD) train_gpt train_gpt_cpu export_hf
 
-.PHONY: all tests test bench clean tokenize cpu_only_notice sanitize fuzz
+.PHONY: all tests test bench clean tokenize cpu_only_notice sanitize fuzz format-check format

@@ -1297,6 +1297,7 @@ static void check_fit(Run* r) {
     if (r->no_gpu_here) die("no CUDA device found: this trainer needs an NVIDIA GPU; ./train_gpt_cpu trains on the CPU");
     cudaCheck(cudaGetDeviceProperties(&r->prop, 0));
     cudaCheck(cudaSetDevice(0));
+    r->peak_flops = gpu_bf16_peak_flops(r->prop.name, &r->peak_label);
     size_t gpu_free = 0, gpu_total = 0;
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
     r->gpu_free_at_start = (int64_t)gpu_free;
