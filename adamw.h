@@ -1,5 +1,5 @@
-// adamw.h — AdamW over a parameter block, tensor by tensor (weight decay on matrices only), the clip factor and
-// llm.c's constants. The arithmetic itself is cpu_adam.cpp's; the GPU's is kernels.cuh's adamw_gpu.
+// adamw.h — AdamW over a parameter block, tensor by tensor (weight decay on matrices only), the clip factor
+// and llm.c's constants. The arithmetic itself is cpu_adam.cpp's; the GPU's is kernels.cuh's adamw_gpu.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -19,46 +19,48 @@ static inline float clip_scale(float norm, float clip) {
 // (biases, LayerNorm) none. params, grads, m, v (and bf16_out, which may be NULL) point at the START of the
 // block (the embedding block at 0, layer l at gpt_layer_offset(p, l)); args->t etc. as in cpu_adam.h.
 
-static inline void adamw_tensors_f32grad(int count, const int64_t* offset, const int64_t* size, const int* is_matrix,
-                                         float* params, const float* grads, float* m, float* v, uint16_t* bf16_out,
-                                         const AdamWArgs* args) {
+static inline void adamw_tensors_f32grad(int count, const int64_t* offset, const int64_t* size,
+                                         const int* is_matrix, float* params, const float* grads, float* m,
+                                         float* v, uint16_t* bf16_out, const AdamWArgs* args) {
     for (int i = 0; i < count; i++) {
         AdamWArgs a = *args;
         if (!is_matrix[i]) a.weight_decay = 0.0f;
         const int64_t o = offset[i];
-        adamw_update_f32grad(params + o, grads + o, m + o, v + o, bf16_out ? bf16_out + o : NULL, size[i], &a);
+        adamw_update_f32grad(params + o, grads + o, m + o, v + o, bf16_out ? bf16_out + o : NULL, size[i],
+                             &a);
     }
 }
-static inline void adamw_tensors_bf16grad(int count, const int64_t* offset, const int64_t* size, const int* is_matrix,
-                                          float* params, const uint16_t* grads, float* m, float* v, uint16_t* bf16_out,
-                                          const AdamWArgs* args) {
+static inline void adamw_tensors_bf16grad(int count, const int64_t* offset, const int64_t* size,
+                                          const int* is_matrix, float* params, const uint16_t* grads,
+                                          float* m, float* v, uint16_t* bf16_out, const AdamWArgs* args) {
     for (int i = 0; i < count; i++) {
         AdamWArgs a = *args;
         if (!is_matrix[i]) a.weight_decay = 0.0f;
         const int64_t o = offset[i];
-        adamw_update_bf16grad(params + o, grads + o, m + o, v + o, bf16_out ? bf16_out + o : NULL, size[i], &a);
+        adamw_update_bf16grad(params + o, grads + o, m + o, v + o, bf16_out ? bf16_out + o : NULL, size[i],
+                              &a);
     }
 }
 
-static inline void adamw_layer_block_f32grad(const ParamLayout* p, float* params, const float* grads, float* m, float* v,
-                                             uint16_t* bf16_out, const AdamWArgs* args) {
-    adamw_tensors_f32grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_tensor_is_matrix, params, grads, m,
-                          v, bf16_out, args);
+static inline void adamw_layer_block_f32grad(const ParamLayout* p, float* params, const float* grads,
+                                             float* m, float* v, uint16_t* bf16_out, const AdamWArgs* args) {
+    adamw_tensors_f32grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_tensor_is_matrix, params,
+                          grads, m, v, bf16_out, args);
 }
-static inline void adamw_layer_block_bf16grad(const ParamLayout* p, float* params, const uint16_t* grads, float* m,
-                                              float* v, uint16_t* bf16_out, const AdamWArgs* args) {
-    adamw_tensors_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_tensor_is_matrix, params, grads, m,
-                           v, bf16_out, args);
+static inline void adamw_layer_block_bf16grad(const ParamLayout* p, float* params, const uint16_t* grads,
+                                              float* m, float* v, uint16_t* bf16_out, const AdamWArgs* args) {
+    adamw_tensors_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_tensor_is_matrix, params,
+                           grads, m, v, bf16_out, args);
 }
-static inline void adamw_embed_block_f32grad(const ParamLayout* p, float* params, const float* grads, float* m, float* v,
-                                             uint16_t* bf16_out, const AdamWArgs* args) {
-    adamw_tensors_f32grad(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_tensor_is_matrix, params, grads, m,
-                          v, bf16_out, args);
+static inline void adamw_embed_block_f32grad(const ParamLayout* p, float* params, const float* grads,
+                                             float* m, float* v, uint16_t* bf16_out, const AdamWArgs* args) {
+    adamw_tensors_f32grad(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_tensor_is_matrix, params,
+                          grads, m, v, bf16_out, args);
 }
 
 // The whole model with fp32 gradients (the CPU trainer): the embedding block, then every layer block.
-static inline void adamw_model_f32grad(const GPTConfig* c, const ParamLayout* p, float* params, const float* grads,
-                                       float* m, float* v, const AdamWArgs* args) {
+static inline void adamw_model_f32grad(const GPTConfig* c, const ParamLayout* p, float* params,
+                                       const float* grads, float* m, float* v, const AdamWArgs* args) {
     adamw_embed_block_f32grad(p, params, grads, m, v, NULL, args);
     for (int l = 0; l < c->num_layers; l++) {
         const int64_t o = gpt_layer_offset(p, l);
@@ -69,7 +71,7 @@ static inline void adamw_model_f32grad(const GPTConfig* c, const ParamLayout* p,
 // llm.c's AdamW constants (beta1, beta2, eps); the lr comes from the schedule, weight decay from -c.
 #define ADAMW_BETA1 0.9f
 #define ADAMW_BETA2 0.95f
-#define ADAMW_EPS 1e-8f
+#define ADAMW_EPS   1e-8f
 
 // One optimizer step of a whole model whose fp32 grads hold the SUM of accum micro-batch mean-loss
 // gradients (gpt2_cpu_backward accumulates): norm of the averaged gradient, clip (-gc), AdamW with
@@ -79,11 +81,12 @@ static inline float grad_norm_f32grad(const ParamLayout* p, const float* grads, 
     return (float)(sqrt(sumsq_f32(grads, p->total)) / accum);
 }
 // The update with a norm from grad_norm_f32grad (finite).
-static inline void adamw_apply_model_f32grad(const GPTConfig* c, const ParamLayout* p, float* params, const float* grads,
-                                             float* m, float* v, int accum, float lr, const TrainArgs* a, int64_t t,
-                                             float norm) {
-    AdamWArgs args = {lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, a->weight_decay,
-                      clip_scale(norm, a->grad_clip) / (float)accum, t};
+static inline void adamw_apply_model_f32grad(const GPTConfig* c, const ParamLayout* p, float* params,
+                                             const float* grads, float* m, float* v, int accum, float lr,
+                                             const TrainArgs* a, int64_t t, float norm) {
+    AdamWArgs args = {lr,        ADAMW_BETA1,     ADAMW_BETA2,
+                      ADAMW_EPS, a->weight_decay, clip_scale(norm, a->grad_clip) / (float)accum,
+                      t};
     adamw_model_f32grad(c, p, params, grads, m, v, &args);
 }
 static inline float adamw_step_model_f32grad(const GPTConfig* c, const ParamLayout* p, float* params,

@@ -1,5 +1,6 @@
 // args.h — the flags both trainers share (llm.c's train_gpt2.cu flags where they overlap): TrainArgs, its
-// defaults, -h text, parsing and the checks across flags. Not here: a trainer's own flags (train_gpt.cu's GpuArgs).
+// defaults, -h text, parsing and the checks across flags. Not here: a trainer's own
+// flags (train_gpt.cu's GpuArgs).
 #pragma once
 #include <ctype.h>
 #include <errno.h>
@@ -15,15 +16,17 @@
 // cosine is 0 because state files written before -k had a schedule stored 0 there and ran cosine.
 enum { LR_COSINE = 0, LR_LINEAR = 1, LR_CONSTANT = 2, LR_WSD = 3, LR_SCHEDULES };
 static const char* const LR_SCHEDULE_NAMES[LR_SCHEDULES] = {"cosine", "linear", "constant", "wsd"};
-static inline const char* lr_schedule_name(int64_t s) { return s >= 0 && s < LR_SCHEDULES ? LR_SCHEDULE_NAMES[s] : "unknown"; }
+static inline const char* lr_schedule_name(int64_t s) {
+    return s >= 0 && s < LR_SCHEDULES ? LR_SCHEDULE_NAMES[s] : "unknown";
+}
 
 typedef struct {
-    const char* train_data;      // -i  train shard pattern (glob)
-    const char* val_data;        // -j  val shard pattern
-    const char* model;           // -e  llm.c model file, Hugging Face checkpoint, or a spec (parse_model_spec)
-    const char* output_dir;      // -o  log + checkpoint directory, NULL: none
-    int B;                       // -b  micro-batch size
-    int T;                       // -t  sequence length
+    const char* train_data;  // -i  train shard pattern (glob)
+    const char* val_data;    // -j  val shard pattern
+    const char* model;       // -e  llm.c model file, Hugging Face checkpoint, or a spec (parse_model_spec)
+    const char* output_dir;  // -o  log + checkpoint directory, NULL: none
+    int B;                   // -b  micro-batch size
+    int T;                   // -t  sequence length
     int64_t total_batch_tokens;  // -d  tokens per optimizer step; 0 = B*T (no accumulation)
     float lr;                    // -l  peak learning rate
     int warmup_steps;            // -u  linear warmup steps
@@ -35,15 +38,15 @@ typedef struct {
     int val_every;               // -v  validation every N steps (and at the end); 0 = never
     int val_max_batches;         // -m  batches per validation; 0 = the whole val set
     int sample_every;            // -s  generate a sample every N steps; 0 = only at the end
-    int gen_tokens;              // -g  tokens per generated sample; 0 = no sampling; -1 = the default (sample_tokens)
+    int gen_tokens;  // -g  tokens per generated sample; 0 = no sampling; -1 = the default (sample_tokens)
     int checkpoint_every;        // -n  checkpoint every N steps (needs -o); 0 = never
     int keep_checkpoints;        // -nk keep only the newest N checkpoints (llm.c's flag); 0 = keep all
-    int major_checkpoint_every;  // -nm checkpoints at multiples of N steps are kept whatever -nk says; 0 = none
+    int major_checkpoint_every;  // -nm checkpoints at multiples of N steps outlive -nk; 0 = none
     int resume;                  // -y  1 = resume from the latest checkpoint in -o
     int overfit_single_batch;    // -a  1 = every step trains on the train data's first step of tokens again
                                  //     (llm.c's debugging aid: a model that learns drives that loss toward 0)
     float skip_loss_z;           // -sl skip the update of a step whose loss is this many standard deviations
-                                 //     above the mean of the last OUTLIER_WINDOW steps' (llm.c's flag); 0 = off
+                                 //     above the mean of the last OUTLIER_WINDOW steps' (llm.c's); 0 = off
     float skip_grad_z;           // -sg the same for the gradient norm; 0 = off
 } TrainArgs;
 
@@ -54,61 +57,83 @@ static inline void train_args_defaults(TrainArgs* a) {
     a->val_data = "dev/data/tinyshakespeare/tiny_shakespeare_val.bin";
     a->model = "d12";
     a->output_dir = NULL;
-    a->B = 4; a->T = 1024; a->total_batch_tokens = 0;
-    a->lr = 3e-4f; a->warmup_steps = 0; a->final_lr_frac = 1.0f; a->lr_schedule = LR_COSINE;
-    a->weight_decay = 0.0f; a->grad_clip = 1.0f;
-    a->max_steps = -1; a->val_every = 20; a->val_max_batches = 20; a->sample_every = 0; a->gen_tokens = -1;
-    a->checkpoint_every = 0; a->keep_checkpoints = 0; a->major_checkpoint_every = 0; a->resume = 0;
+    a->B = 4;
+    a->T = 1024;
+    a->total_batch_tokens = 0;
+    a->lr = 3e-4f;
+    a->warmup_steps = 0;
+    a->final_lr_frac = 1.0f;
+    a->lr_schedule = LR_COSINE;
+    a->weight_decay = 0.0f;
+    a->grad_clip = 1.0f;
+    a->max_steps = -1;
+    a->val_every = 20;
+    a->val_max_batches = 20;
+    a->sample_every = 0;
+    a->gen_tokens = -1;
+    a->checkpoint_every = 0;
+    a->keep_checkpoints = 0;
+    a->major_checkpoint_every = 0;
+    a->resume = 0;
     a->overfit_single_batch = 0;
 }
 
 // Prints the flags with the defaults in `d` (NULL: train_args_defaults).
 static inline void train_usage(FILE* f, const TrainArgs* d = NULL) {
     TrainArgs def;
-    if (!d) { train_args_defaults(&def); d = &def; }
-    fprintf(f,
-            "flags (every flag takes a value: -X value):\n"
-            "  -i <glob>   train data shards (default %s)\n"
-            "  -j <glob>   val data shards (default %s)\n"
-            "  -e <model>  llm.c model file (fp32 or bf16), Hugging Face GPT-2 checkpoint (a directory as\n"
-            "              save_pretrained writes it, or its .safetensors / index .json), or a spec (default %s):\n"
-            "              dN (d12 d24 d36 d48 are GPT-2; other N: L=N C=64N NH=N), L<n>:C<n>:NH<n>[:T<n>][:V<n>],\n"
-            "              124m 350m 774m 1558m 1.3b 2.7b 5b 7b 13b 30b 70b 100b 175b (any spec may add :T<n> :V<n>)\n"
-            "  -o <dir>    output dir for main.log and checkpoints (default none)\n"
-            "  -b <int>    micro-batch size B (default %d)\n"
-            "  -t <int>    sequence length T (default %d)\n"
-            "  -d <int>    tokens per step, a multiple of B*T: gradient accumulation (default B*T)\n"
-            "  -l <float>  peak learning rate (default %g)\n"
-            "  -u <int>    warmup steps (default %d)\n"
-            "  -q <float>  final lr fraction, where the decay ends (default %g)\n"
-            "  -k <name>   lr schedule after the warmup: cosine, linear (decay to -q x lr over the run),\n"
-            "              constant, wsd (constant, then 1 - sqrt decay over the last 20%% of steps) (default %s)\n"
-            "  -c <float>  weight decay, matrices only (default %g)\n"
-            "  -gc <float> gradient global-norm clip, 0 = off (default %g)\n"
-            "  -x <int>    max steps, -1 = one epoch (default %d)\n"
-            "  -v <int>    val loss every N steps, 0 = never (default %d)\n"
-            "  -m <int>    val batches, 0 = all (default %d)\n"
-            "  -s <int>    sample every N steps, 0 = only at the end (default %d)\n"
-            "  -g <int>    generated tokens per sample, at most T - 1, 0 = none (default 64, or T - 1 if less)\n"
-            "  -n <int>    checkpoint every N steps, 0 = never (default %d)\n"
-            "  -nk <int>   keep only the newest N checkpoints, removing older ones once a new one is complete,\n"
-            "              0 = keep all (default %d)\n"
-            "  -nm <int>   checkpoints at multiples of N steps are never removed by -nk, 0 = none (default %d)\n"
-            "  -y <0|1>    resume from the latest checkpoint in -o (default %d)\n"
-            "  -a <0|1>    overfit one batch: every step trains on the first -d tokens again (default %d)\n"
-            "  -sl <float> skip the update of a step whose loss is more than this many standard deviations\n"
-            "              above the mean of the last %d steps' (a loss spike), 0 = off (default %g)\n"
-            "  -sg <float> the same for the gradient norm, 0 = off (default %g)\n"
-            "  -h          this help\n",
-            d->train_data, d->val_data, d->model, d->B, d->T, d->lr, d->warmup_steps, d->final_lr_frac,
-            lr_schedule_name(d->lr_schedule), d->weight_decay, d->grad_clip, d->max_steps, d->val_every, d->val_max_batches, d->sample_every,
-            d->checkpoint_every, d->keep_checkpoints, d->major_checkpoint_every, d->resume,
-            d->overfit_single_batch, OUTLIER_WINDOW, d->skip_loss_z, d->skip_grad_z);
+    if (!d) {
+        train_args_defaults(&def);
+        d = &def;
+    }
+    fprintf(
+        f,
+        "flags (every flag takes a value: -X value):\n"
+        "  -i <glob>   train data shards (default %s)\n"
+        "  -j <glob>   val data shards (default %s)\n"
+        "  -e <model>  llm.c model file (fp32 or bf16), Hugging Face GPT-2 checkpoint (a directory as\n"
+        "              save_pretrained writes it, or its .safetensors / index .json), or a spec (default "
+        "%s):\n"
+        "              dN (d12 d24 d36 d48 are GPT-2; other N: L=N C=64N NH=N), "
+        "L<n>:C<n>:NH<n>[:T<n>][:V<n>],\n"
+        "              124m 350m 774m 1558m 1.3b 2.7b 5b 7b 13b 30b 70b 100b 175b (any spec may add :T<n> "
+        ":V<n>)\n"
+        "  -o <dir>    output dir for main.log and checkpoints (default none)\n"
+        "  -b <int>    micro-batch size B (default %d)\n"
+        "  -t <int>    sequence length T (default %d)\n"
+        "  -d <int>    tokens per step, a multiple of B*T: gradient accumulation (default B*T)\n"
+        "  -l <float>  peak learning rate (default %g)\n"
+        "  -u <int>    warmup steps (default %d)\n"
+        "  -q <float>  final lr fraction, where the decay ends (default %g)\n"
+        "  -k <name>   lr schedule after the warmup: cosine, linear (decay to -q x lr over the run),\n"
+        "              constant, wsd (constant, then 1 - sqrt decay over the last 20%% of steps) (default "
+        "%s)\n"
+        "  -c <float>  weight decay, matrices only (default %g)\n"
+        "  -gc <float> gradient global-norm clip, 0 = off (default %g)\n"
+        "  -x <int>    max steps, -1 = one epoch (default %d)\n"
+        "  -v <int>    val loss every N steps, 0 = never (default %d)\n"
+        "  -m <int>    val batches, 0 = all (default %d)\n"
+        "  -s <int>    sample every N steps, 0 = only at the end (default %d)\n"
+        "  -g <int>    generated tokens per sample, at most T - 1, 0 = none (default 64, or T - 1 if less)\n"
+        "  -n <int>    checkpoint every N steps, 0 = never (default %d)\n"
+        "  -nk <int>   keep only the newest N checkpoints, removing older ones once a new one is complete,\n"
+        "              0 = keep all (default %d)\n"
+        "  -nm <int>   checkpoints at multiples of N steps are never removed by -nk, 0 = none (default %d)\n"
+        "  -y <0|1>    resume from the latest checkpoint in -o (default %d)\n"
+        "  -a <0|1>    overfit one batch: every step trains on the first -d tokens again (default %d)\n"
+        "  -sl <float> skip the update of a step whose loss is more than this many standard deviations\n"
+        "              above the mean of the last %d steps' (a loss spike), 0 = off (default %g)\n"
+        "  -sg <float> the same for the gradient norm, 0 = off (default %g)\n"
+        "  -h          this help\n",
+        d->train_data, d->val_data, d->model, d->B, d->T, d->lr, d->warmup_steps, d->final_lr_frac,
+        lr_schedule_name(d->lr_schedule), d->weight_decay, d->grad_clip, d->max_steps, d->val_every,
+        d->val_max_batches, d->sample_every, d->checkpoint_every, d->keep_checkpoints,
+        d->major_checkpoint_every, d->resume, d->overfit_single_batch, OUTLIER_WINDOW, d->skip_loss_z,
+        d->skip_grad_z);
 }
 
 // Whole-string integer / float parse with a range check; 0 and a one-line err on failure.
-static inline int parse_int_in(const char* flag, const char* s, int64_t lo, int64_t hi, int64_t* out, char* err,
-                               size_t errlen) {
+static inline int parse_int_in(const char* flag, const char* s, int64_t lo, int64_t hi, int64_t* out,
+                               char* err, size_t errlen) {
     char* end = NULL;
     errno = 0;
     long long v = strtoll(s, &end, 10);
@@ -117,7 +142,8 @@ static inline int parse_int_in(const char* flag, const char* s, int64_t lo, int6
         return 0;
     }
     if (v < lo || v > hi) {
-        snprintf(err, errlen, "flag %s: %lld out of range [%lld, %lld]", flag, v, (long long)lo, (long long)hi);
+        snprintf(err, errlen, "flag %s: %lld out of range [%lld, %lld]", flag, v, (long long)lo,
+                 (long long)hi);
         return 0;
     }
     *out = v;
@@ -142,58 +168,114 @@ static inline int parse_float_in(const char* flag, const char* s, double lo, dou
 
 // Applies one "-X value" pair. Returns 1 if consumed, 0 on a bad value (err says why), -1 if the flag is
 // not one of ours (a trainer tries its own flags first or after, then reports unknown flags itself).
-static inline int parse_train_arg(TrainArgs* a, const char* flag, const char* value, char* err, size_t errlen) {
+static inline int parse_train_arg(TrainArgs* a, const char* flag, const char* value, char* err,
+                                  size_t errlen) {
     const int64_t IMAX = 2147483647;
     int64_t i = 0;
     int ok = 1;
     if (strcmp(flag, "-nk") == 0 || strcmp(flag, "-nm") == 0) {  // llm.c's two-letter checkpoint flags
-        if (!value) { snprintf(err, errlen, "flag %s needs a value", flag); return 0; }
+        if (!value) {
+            snprintf(err, errlen, "flag %s needs a value", flag);
+            return 0;
+        }
         ok = parse_int_in(flag, value, 0, IMAX, &i, err, errlen);
         (flag[2] == 'k' ? a->keep_checkpoints : a->major_checkpoint_every) = (int)i;
         return ok;
     }
     if (strcmp(flag, "-gc") == 0) {
-        if (!value) { snprintf(err, errlen, "flag %s needs a value", flag); return 0; }
+        if (!value) {
+            snprintf(err, errlen, "flag %s needs a value", flag);
+            return 0;
+        }
         return parse_float_in(flag, value, 0.0, 1e30, &a->grad_clip, err, errlen);
     }
     if (strcmp(flag, "-sl") == 0 || strcmp(flag, "-sg") == 0) {  // llm.c's outlier thresholds (z-scores)
-        if (!value) { snprintf(err, errlen, "flag %s needs a value", flag); return 0; }
-        return parse_float_in(flag, value, 0.0, 1e30, flag[2] == 'l' ? &a->skip_loss_z : &a->skip_grad_z, err, errlen);
+        if (!value) {
+            snprintf(err, errlen, "flag %s needs a value", flag);
+            return 0;
+        }
+        return parse_float_in(flag, value, 0.0, 1e30, flag[2] == 'l' ? &a->skip_loss_z : &a->skip_grad_z, err,
+                              errlen);
     }
     if (flag[0] != '-' || flag[1] == '\0' || flag[2] != '\0') return -1;
-    if (!value) { snprintf(err, errlen, "flag %s needs a value", flag); return 0; }
+    if (!value) {
+        snprintf(err, errlen, "flag %s needs a value", flag);
+        return 0;
+    }
     switch (flag[1]) {
         case 'i': a->train_data = value; break;
         case 'j': a->val_data = value; break;
         case 'e': a->model = value; break;
         case 'o':  // "" would pass the -n/-y check and then fail (or worse) at the first write
-            if (!*value) { snprintf(err, errlen, "flag -o: the output directory must not be empty"); return 0; }
+            if (!*value) {
+                snprintf(err, errlen, "flag -o: the output directory must not be empty");
+                return 0;
+            }
             a->output_dir = value;
             break;
-        case 'b': ok = parse_int_in(flag, value, 1, 1 << 20, &i, err, errlen); a->B = (int)i; break;
-        case 't': ok = parse_int_in(flag, value, 1, 1 << 20, &i, err, errlen); a->T = (int)i; break;
-        case 'd': ok = parse_int_in(flag, value, 0, (int64_t)1 << 40, &i, err, errlen); a->total_batch_tokens = i; break;
+        case 'b':
+            ok = parse_int_in(flag, value, 1, 1 << 20, &i, err, errlen);
+            a->B = (int)i;
+            break;
+        case 't':
+            ok = parse_int_in(flag, value, 1, 1 << 20, &i, err, errlen);
+            a->T = (int)i;
+            break;
+        case 'd':
+            ok = parse_int_in(flag, value, 0, (int64_t)1 << 40, &i, err, errlen);
+            a->total_batch_tokens = i;
+            break;
         case 'l': ok = parse_float_in(flag, value, 0.0, 10.0, &a->lr, err, errlen); break;
-        case 'u': ok = parse_int_in(flag, value, 0, IMAX, &i, err, errlen); a->warmup_steps = (int)i; break;
+        case 'u':
+            ok = parse_int_in(flag, value, 0, IMAX, &i, err, errlen);
+            a->warmup_steps = (int)i;
+            break;
         case 'q': ok = parse_float_in(flag, value, 0.0, 1.0, &a->final_lr_frac, err, errlen); break;
         case 'c': ok = parse_float_in(flag, value, 0.0, 10.0, &a->weight_decay, err, errlen); break;
         case 'k':
             for (i = 0; i < LR_SCHEDULES && strcmp(value, LR_SCHEDULE_NAMES[i]) != 0; i++) {}
             if (i == LR_SCHEDULES) {  // an earlier train_gpt took the clip here: say where it went
-                snprintf(err, errlen, "flag -k: '%.40s' is not an lr schedule (cosine, linear, constant or wsd)%s", value,
-                         isdigit((unsigned char)value[0]) || value[0] == '.' || value[0] == '-' ? "; the gradient clip is -gc" : "");
+                snprintf(err, errlen,
+                         "flag -k: '%.40s' is not an lr schedule (cosine, linear, constant or wsd)%s", value,
+                         isdigit((unsigned char)value[0]) || value[0] == '.' || value[0] == '-'
+                             ? "; the gradient clip is -gc"
+                             : "");
                 return 0;
             }
             a->lr_schedule = (int)i;
             break;
-        case 'x': ok = parse_int_in(flag, value, -1, IMAX, &i, err, errlen); a->max_steps = (int)i; break;
-        case 'v': ok = parse_int_in(flag, value, 0, IMAX, &i, err, errlen); a->val_every = (int)i; break;
-        case 'm': ok = parse_int_in(flag, value, 0, IMAX, &i, err, errlen); a->val_max_batches = (int)i; break;
-        case 's': ok = parse_int_in(flag, value, 0, IMAX, &i, err, errlen); a->sample_every = (int)i; break;
-        case 'g': ok = parse_int_in(flag, value, 0, 1 << 20, &i, err, errlen); a->gen_tokens = (int)i; break;
-        case 'n': ok = parse_int_in(flag, value, 0, IMAX, &i, err, errlen); a->checkpoint_every = (int)i; break;
-        case 'y': ok = parse_int_in(flag, value, 0, 1, &i, err, errlen); a->resume = (int)i; break;
-        case 'a': ok = parse_int_in(flag, value, 0, 1, &i, err, errlen); a->overfit_single_batch = (int)i; break;
+        case 'x':
+            ok = parse_int_in(flag, value, -1, IMAX, &i, err, errlen);
+            a->max_steps = (int)i;
+            break;
+        case 'v':
+            ok = parse_int_in(flag, value, 0, IMAX, &i, err, errlen);
+            a->val_every = (int)i;
+            break;
+        case 'm':
+            ok = parse_int_in(flag, value, 0, IMAX, &i, err, errlen);
+            a->val_max_batches = (int)i;
+            break;
+        case 's':
+            ok = parse_int_in(flag, value, 0, IMAX, &i, err, errlen);
+            a->sample_every = (int)i;
+            break;
+        case 'g':
+            ok = parse_int_in(flag, value, 0, 1 << 20, &i, err, errlen);
+            a->gen_tokens = (int)i;
+            break;
+        case 'n':
+            ok = parse_int_in(flag, value, 0, IMAX, &i, err, errlen);
+            a->checkpoint_every = (int)i;
+            break;
+        case 'y':
+            ok = parse_int_in(flag, value, 0, 1, &i, err, errlen);
+            a->resume = (int)i;
+            break;
+        case 'a':
+            ok = parse_int_in(flag, value, 0, 1, &i, err, errlen);
+            a->overfit_single_batch = (int)i;
+            break;
         default: return -1;
     }
     return ok;
@@ -203,18 +285,21 @@ static inline int parse_train_arg(TrainArgs* a, const char* flag, const char* va
 static inline int train_args_check(const TrainArgs* a, char* err, size_t errlen) {
     const int64_t bt = (int64_t)a->B * a->T;
     if (a->total_batch_tokens != 0 && a->total_batch_tokens % bt != 0) {
-        snprintf(err, errlen, "-d %lld is not a multiple of B*T = %d*%d = %lld", (long long)a->total_batch_tokens, a->B,
-                 a->T, (long long)bt);
+        snprintf(err, errlen, "-d %lld is not a multiple of B*T = %d*%d = %lld",
+                 (long long)a->total_batch_tokens, a->B, a->T, (long long)bt);
         return 0;
     }
     if (a->total_batch_tokens / bt > (1 << 20)) {
-        snprintf(err, errlen, "-d %lld asks for more than 2^20 micro-batches per step", (long long)a->total_batch_tokens);
+        snprintf(err, errlen, "-d %lld asks for more than 2^20 micro-batches per step",
+                 (long long)a->total_batch_tokens);
         return 0;
     }
     // a sample is one sequence of T positions after <|endoftext|>: both trainers generate exactly -g tokens
     if (a->gen_tokens >= 0 && a->gen_tokens > a->T - 1) {
-        snprintf(err, errlen, "-g %d: a sample is generated within one sequence of -t %d positions after "
-                 "<|endoftext|>, so at most %d tokens: lower -g or raise -t", a->gen_tokens, a->T, a->T - 1);
+        snprintf(err, errlen,
+                 "-g %d: a sample is generated within one sequence of -t %d positions after "
+                 "<|endoftext|>, so at most %d tokens: lower -g or raise -t",
+                 a->gen_tokens, a->T, a->T - 1);
         return 0;
     }
     if ((a->checkpoint_every > 0 || a->resume) && !a->output_dir) {
@@ -222,7 +307,8 @@ static inline int train_args_check(const TrainArgs* a, char* err, size_t errlen)
         return 0;
     }
     if ((a->keep_checkpoints > 0 || a->major_checkpoint_every > 0) && a->checkpoint_every == 0) {
-        snprintf(err, errlen, "-nk and -nm choose which checkpoints to keep: they need checkpoints (-n N and -o)");
+        snprintf(err, errlen,
+                 "-nk and -nm choose which checkpoints to keep: they need checkpoints (-n N and -o)");
         return 0;
     }
     // every file name under -o ("/model_00000000.bin.tmp" is the longest) must fit PATH_MAX and our 4200-byte
@@ -245,12 +331,19 @@ static inline int grad_accum_steps(const TrainArgs* a) {
     return a->total_batch_tokens == 0 ? 1 : (int)(a->total_batch_tokens / ((int64_t)a->B * a->T));
 }
 
-// What an llm.c train_gpt2.cu flag that neither trainer takes did there, and why it is not here: appended to the
-// unknown-flag error, so a script written for llm.c fails with a reason instead of a bare "unknown flag".
+// What an llm.c train_gpt2.cu flag that neither trainer takes did there, and why it is not here: appended to
+// the unknown-flag error, so a script written for llm.c fails with a reason instead of a bare "unknown flag".
 static inline const char* llmc_flag_note(const char* flag) {
-    static const struct { const char* flag; const char* note; } notes[] = {
-        {"-r", "llm.c's recompute setting: here every layer's forward is recomputed in the backward pass (-K keeps some)"},
-        {"-z", "llm.c's ZeRO stage, for several GPUs: this trainer runs on one GPU and keeps the optimizer on the host"},
+    static const struct {
+        const char* flag;
+        const char* note;
+    } notes[] = {
+        {"-r",
+         "llm.c's recompute setting: here every layer's forward is recomputed in the backward pass (-K keeps "
+         "some)"},
+        {"-z",
+         "llm.c's ZeRO stage, for several GPUs: this trainer runs on one GPU and keeps the optimizer on the "
+         "host"},
         {"-w", "llm.c's master-weights switch: here the master weights are always fp32"},
         {"-f", "llm.c's TF32 switch: here the GEMMs are bf16 with fp32 accumulation"},
         {"-ge", "llm.c's GELU fusion: see -G (train_gpt)"},
@@ -268,12 +361,13 @@ static inline const char* llmc_flag_note(const char* flag) {
         if (strcmp(flag, notes[i].flag) == 0) return notes[i].note;
     return NULL;
 }
-// llm.c's "-h 1" turns on its HellaSwag evaluation; here -h alone is the help. A value after it is refused, so a
-// script that asks for the evaluation does not get the help text and a zero exit instead.
+// llm.c's "-h 1" turns on its HellaSwag evaluation; here -h alone is the help. A value after it is refused,
+// so a script that asks for the evaluation does not get the help text and a zero exit instead.
 static inline int help_flag(int argc, char** argv, int i, char* err, size_t errlen) {
     if (strcmp(argv[i], "-h") != 0 && strcmp(argv[i], "--help") != 0) return 0;
     if (i + 1 < argc && argv[i + 1][0] != '-') {
-        snprintf(err, errlen, "flag %s takes no value (llm.c's -h %.20s, its HellaSwag evaluation, is not supported here)",
+        snprintf(err, errlen,
+                 "flag %s takes no value (llm.c's -h %.20s, its HellaSwag evaluation, is not supported here)",
                  argv[i], argv[i + 1]);
         return -1;
     }
@@ -290,9 +384,15 @@ static inline int parse_train_argv(int argc, char** argv, TrainArgs* a, char* er
     for (int i = 1; i < argc; i += 2) {
         const int help = help_flag(argc, argv, i, err, errlen);
         if (help) return help > 0 ? 2 : 0;
-        if (i + 1 >= argc) { snprintf(err, errlen, "flag %s needs a value", argv[i]); return 0; }
+        if (i + 1 >= argc) {
+            snprintf(err, errlen, "flag %s needs a value", argv[i]);
+            return 0;
+        }
         int r = parse_train_arg(a, argv[i], argv[i + 1], err, errlen);
-        if (r < 0) { unknown_flag_error(argv[i], err, errlen); return 0; }
+        if (r < 0) {
+            unknown_flag_error(argv[i], err, errlen);
+            return 0;
+        }
         if (r == 0) return 0;
     }
     return train_args_check(a, err, errlen);

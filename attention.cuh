@@ -1,6 +1,6 @@
-// attention.cuh — causal self-attention of one layer on the GPU, forward and backward: per-head cuBLAS batched
-// GEMMs and the causal softmax kernels, on the activations' own layouts (no copies into a per-head layout).
-// It holds no kernels and calls no CUDA API itself: it needs matmul_batched (matmul.cuh, cuBLAS) and
+// attention.cuh — causal self-attention of one layer on the GPU, forward and backward: per-head cuBLAS
+// batched GEMMs and the causal softmax kernels, on the activations' own layouts (no copies into a per-head
+// layout). It holds no kernels and calls no CUDA API itself: it needs matmul_batched (matmul.cuh, cuBLAS) and
 // softmax_causal_forward / softmax_causal_backward (kernels.cuh) declared before it is included. That is on
 // purpose: test/test_attention.cpp includes it with CPU stand-ins for those three (an emulation of cuBLAS's
 // column-major semantics that also checks the leading dimensions), so the index and stride math below is
@@ -11,7 +11,8 @@
 // rows of qkv (B, T, 3, NH, hs) (row stride 3C), y and dy those of (B, T, NH, hs) (row stride C), dq, dk, dv
 // land in dqkv's blocks, and the (T x T) scores of (sequence b, head h) are block b*NH + h of att. cuBLAS
 // takes each as a matrix with a leading dimension. The NH heads of one sequence are uniformly strided (hs
-// apart, or T*T for scores), so one batched GEMM covers them; the B sequences (T rows apart) are one call each.
+// apart, or T*T for scores), so one batched GEMM covers them; the B sequences (T rows apart) are
+// one call each.
 typedef struct {
     bf16* base;        // head 0 of sequence 0
     int ld;            // elements between consecutive rows of one head's matrix
@@ -19,25 +20,30 @@ typedef struct {
     int64_t sequence;  // elements between sequences b and b+1
 } HeadMatrices;
 
-static void heads_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, HeadMatrices A,
-                       HeadMatrices Bm, HeadMatrices Cm, int B, int NH, cudaStream_t s) {
+static void heads_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                       HeadMatrices A, HeadMatrices Bm, HeadMatrices Cm, int B, int NH, cudaStream_t s) {
     for (int b = 0; b < B; b++)
-        matmul_batched(ta, tb, m, n, k, alpha, A.base + b * A.sequence, A.ld, A.head, Bm.base + b * Bm.sequence, Bm.ld,
-                       Bm.head, Cm.base + b * Cm.sequence, Cm.ld, Cm.head, NH, s);
+        matmul_batched(ta, tb, m, n, k, alpha, A.base + b * A.sequence, A.ld, A.head,
+                       Bm.base + b * Bm.sequence, Bm.ld, Bm.head, Cm.base + b * Cm.sequence, Cm.ld, Cm.head,
+                       NH, s);
 }
 // which = 0, 1, 2: the q, k or v blocks of a (B, T, 3C) tensor (qkv or dqkv)
 static HeadMatrices qkv_heads(bf16* qkv, int which, int T, int C, int hs) {
     return {qkv + (int64_t)which * C, 3 * C, hs, (int64_t)T * 3 * C};
 }
-static HeadMatrices row_heads(bf16* y, int T, int C, int hs) { return {y, C, hs, (int64_t)T * C}; }  // (B, T, C)
-static HeadMatrices score_heads(bf16* att, int T, int NH) { return {att, T, (int64_t)T * T, (int64_t)NH * T * T}; }
+static HeadMatrices row_heads(bf16* y, int T, int C, int hs) {
+    return {y, C, hs, (int64_t)T * C};
+}  // (B, T, C)
+static HeadMatrices score_heads(bf16* att, int T, int NH) {
+    return {att, T, (int64_t)T * T, (int64_t)NH * T * T};
+}
 
 // y (B, T, C) = softmax_causal(q k^T / sqrt(hs)) v per head; att (B, NH, T, T) keeps the probabilities for
 // the backward pass. qkv (B, T, 3C): the QKV projection's output, bias added.
 static void attention_forward(bf16* y, bf16* att, bf16* qkv, int B, int T, int C, int NH, cudaStream_t s) {
     const int hs = C / NH;
-    const HeadMatrices q = qkv_heads(qkv, 0, T, C, hs), k = qkv_heads(qkv, 1, T, C, hs), v = qkv_heads(qkv, 2, T, C, hs),
-                       a = score_heads(att, T, NH);
+    const HeadMatrices q = qkv_heads(qkv, 0, T, C, hs), k = qkv_heads(qkv, 1, T, C, hs),
+                       v = qkv_heads(qkv, 2, T, C, hs), a = score_heads(att, T, NH);
     // scores = q @ k^T / sqrt(hs)  (column-major: scores^T = k q^T)
     heads_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f / sqrtf((float)hs), k, q, a, B, NH, s);
     softmax_causal_forward(att, (int64_t)B * NH * T, T, s);
@@ -47,12 +53,13 @@ static void attention_forward(bf16* y, bf16* att, bf16* qkv, int B, int T, int C
 
 // dqkv (B, T, 3C), every element, from dy (B, T, C) = the gradient w.r.t. y, and the forward's qkv and att.
 // datt (B, NH, T, T) is scratch.
-static void attention_backward(bf16* dqkv, bf16* datt, bf16* dy, bf16* att, bf16* qkv, int B, int T, int C, int NH,
-                               cudaStream_t s) {
+static void attention_backward(bf16* dqkv, bf16* datt, bf16* dy, bf16* att, bf16* qkv, int B, int T, int C,
+                               int NH, cudaStream_t s) {
     const int hs = C / NH;
     const float scale = 1.0f / sqrtf((float)hs);
-    const HeadMatrices q = qkv_heads(qkv, 0, T, C, hs), k = qkv_heads(qkv, 1, T, C, hs), v = qkv_heads(qkv, 2, T, C, hs),
-                       a = score_heads(att, T, NH), da = score_heads(datt, T, NH), d = row_heads(dy, T, C, hs);
+    const HeadMatrices q = qkv_heads(qkv, 0, T, C, hs), k = qkv_heads(qkv, 1, T, C, hs),
+                       v = qkv_heads(qkv, 2, T, C, hs), a = score_heads(att, T, NH),
+                       da = score_heads(datt, T, NH), d = row_heads(dy, T, C, hs);
     // datt = dy @ v^T ; dv = att^T @ dy
     heads_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, d, da, B, NH, s);
     heads_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, d, a, qkv_heads(dqkv, 2, T, C, hs), B, NH, s);

@@ -1,11 +1,11 @@
 // checkpoint.h — train_gpt's checkpoints on disk: DIR/model_STEP.bin (an llm.c model file, the fp32 master
 // weights), DIR/state_STEP.bin (AdamW m and v, the step and the updates applied, the data position, the run's
 // hyperparameters) and DIR/DONE_STEP, written last, after both files and their names are fsynced, so a
-// checkpoint without DONE is never resumed from, even after a power loss. With -nk N only the newest N stay (and
-// those at multiples of -nm): a 5B model's checkpoint is 60 GB, a 175B one's 2 TB. Here: the state file's
-// format, saving, checking a file before anything large is allocated, choosing the checkpoint a resume starts
-// from, and checking the resumed run's flags against it. Not here: getting the state off the GPU and back
-// (train_gpt.cu's save_checkpoint / load_state), the llm.c model file format (model.h). Host code only.
+// checkpoint without DONE is never resumed from, even after a power loss. With -nk N only the newest N stay
+// (and those at multiples of -nm): a 5B model's checkpoint is 60 GB, a 175B one's 2 TB. Here: the state
+// file's format, saving, checking a file before anything large is allocated, choosing the checkpoint a resume
+// starts from, and checking the resumed run's flags against it. Not here: getting the state off the GPU and
+// back (train_gpt.cu's save_checkpoint / load_state), the llm.c model file format (model.h). Host code only.
 #pragma once
 #include <errno.h>
 #include <stdint.h>
@@ -18,26 +18,52 @@
 #include "run_dir.h"  // defines: lock_output_dir, fsync_dir, dir_latest_step, prune_checkpoints
 #include "utils.h"    // defines: die
 
-#define STATE_MAGIC 20241122
+#define STATE_MAGIC   20241122
 #define STATE_VERSION 2  // 2: the run's hyperparameters in the header; version 1 files are refused
 
-// The 16 int64 of a state file's header. Floats are stored bit-exact (their 32 bits), so a resumed run can tell
-// exactly whether it uses the same values.
+// The 16 int64 of a state file's header. Floats are stored bit-exact (their 32 bits), so a resumed run can
+// tell exactly whether it uses the same values.
 enum {
-    ST_MAGIC, ST_VERSION, ST_STEP, ST_PARAMS, ST_DATA_STATE_BYTES,  // all that version 1 had
-    ST_TOTAL_STEPS, ST_STEP_TOKENS, ST_B, ST_T, ST_LR, ST_WARMUP, ST_FINAL_LR_FRAC, ST_WEIGHT_DECAY, ST_GRAD_CLIP,
-    ST_ADAM_T,  // updates applied (< ST_STEP after -sl / -sg skipped some); 0 in files written before it: = ST_STEP
+    ST_MAGIC,
+    ST_VERSION,
+    ST_STEP,
+    ST_PARAMS,
+    ST_DATA_STATE_BYTES,  // all that version 1 had
+    ST_TOTAL_STEPS,
+    ST_STEP_TOKENS,
+    ST_B,
+    ST_T,
+    ST_LR,
+    ST_WARMUP,
+    ST_FINAL_LR_FRAC,
+    ST_WEIGHT_DECAY,
+    ST_GRAD_CLIP,
+    ST_ADAM_T,       // updates applied (< ST_STEP after -sl / -sg skipped some); 0 in older files: = ST_STEP
     ST_LR_SCHEDULE,  // -k (LR_COSINE ...); 0 = cosine in files written before it, which is what they ran
     ST_HEADER_SLOTS = 16
 };
 static_assert(ST_LR_SCHEDULE < ST_HEADER_SLOTS, "the state header is full");
-static int64_t float_bits(float x) { uint32_t u; memcpy(&u, &x, 4); return (int64_t)u; }
-static float bits_float(int64_t b) { const uint32_t u = (uint32_t)b; float x; memcpy(&x, &u, 4); return x; }
+static int64_t float_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    return (int64_t)u;
+}
+static float bits_float(int64_t b) {
+    const uint32_t u = (uint32_t)b;
+    float x;
+    memcpy(&x, &u, 4);
+    return x;
+}
 
-static int read_all(FILE* f, void* p, int64_t bytes) { return (int64_t)fread(p, 1, (size_t)bytes, f) == bytes; }
+static int read_all(FILE* f, void* p, int64_t bytes) {
+    return (int64_t)fread(p, 1, (size_t)bytes, f) == bytes;
+}
 
 // A file being written and the CRC-32C (crc32c.h) of what went into it so far.
-typedef struct { FILE* f; uint32_t crc; } CrcWriter;
+typedef struct {
+    FILE* f;
+    uint32_t crc;
+} CrcWriter;
 static int crc_write(CrcWriter* w, const void* p, int64_t bytes) {
     w->crc = crc32c_update(w->crc, p, (size_t)bytes);
     return (int64_t)fwrite(p, 1, (size_t)bytes, w->f) == bytes;
@@ -47,7 +73,10 @@ static int crc_write(CrcWriter* w, const void* p, int64_t bytes) {
 // or the read forever. NULL with err set otherwise. `what` names the file in the message.
 static FILE* open_regular(const char* path, const char* what, char* err, size_t errlen) {
     const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-    if (fd < 0) { snprintf(err, errlen, "cannot open %s %.400s: %.60s", what, path, strerror(errno)); return NULL; }
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open %s %.400s: %.60s", what, path, strerror(errno));
+        return NULL;
+    }
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
@@ -55,7 +84,10 @@ static FILE* open_regular(const char* path, const char* what, char* err, size_t 
         return NULL;
     }
     FILE* f = fdopen(fd, "rb");
-    if (!f) { close(fd); snprintf(err, errlen, "cannot open %s %.400s: %.60s", what, path, strerror(errno)); }
+    if (!f) {
+        close(fd);
+        snprintf(err, errlen, "cannot open %s %.400s: %.60s", what, path, strerror(errno));
+    }
     return f;
 }
 
@@ -65,7 +97,11 @@ static int file_crc32c(const char* path, int64_t* bytes, uint32_t* crc, char* er
     if (!f) return 0;
     const size_t chunk = (size_t)8 << 20;
     unsigned char* buf = (unsigned char*)malloc(chunk);
-    if (!buf) { fclose(f); snprintf(err, errlen, "out of memory checking %.400s", path); return 0; }
+    if (!buf) {
+        fclose(f);
+        snprintf(err, errlen, "out of memory checking %.400s", path);
+        return 0;
+    }
     struct stat st;
     const int64_t size = fstat(fileno(f), &st) == 0 ? (int64_t)st.st_size : 0;
     *bytes = 0;
@@ -91,19 +127,27 @@ static int file_crc32c(const char* path, int64_t* bytes, uint32_t* crc, char* er
 // A checksum beside the model file, not inside it, keeps that an llm.c model file. Markers of builds before
 // checksums are empty: such a checkpoint is resumed unverified, with a warning.
 #define DONE_HEADER "checkpoint 1 crc32c\n"
-typedef struct { int64_t bytes; uint32_t crc; } FileSum;
+typedef struct {
+    int64_t bytes;
+    uint32_t crc;
+} FileSum;
 
 // Writes dir/DONE_<step> naming sums[0] (the model file) and sums[1] (the state file), atomically (a .tmp,
 // fsynced, renamed; the caller fsyncs dir): a marker is there whole or not at all. 0 with err set on failure.
-static int checkpoint_write_done(const char* dir, int64_t step, const FileSum sums[2], char* err, size_t errlen) {
+static int checkpoint_write_done(const char* dir, int64_t step, const FileSum sums[2], char* err,
+                                 size_t errlen) {
     char done[4200], tmp[4300];
     snprintf(done, sizeof done, "%s/DONE_%08lld", dir, (long long)step);
     snprintf(tmp, sizeof tmp, "%s.tmp", done);
     FILE* f = fopen(tmp, "w");
-    if (!f) { snprintf(err, errlen, "cannot create %.400s: %.60s", tmp, strerror(errno)); return 0; }
+    if (!f) {
+        snprintf(err, errlen, "cannot create %.400s: %.60s", tmp, strerror(errno));
+        return 0;
+    }
     errno = 0;
-    const int ok = fprintf(f, DONE_HEADER "model_%08lld.bin %lld %08x\nstate_%08lld.bin %lld %08x\n", (long long)step,
-                           (long long)sums[0].bytes, sums[0].crc, (long long)step, (long long)sums[1].bytes, sums[1].crc) > 0;
+    const int ok = fprintf(f, DONE_HEADER "model_%08lld.bin %lld %08x\nstate_%08lld.bin %lld %08x\n",
+                           (long long)step, (long long)sums[0].bytes, sums[0].crc, (long long)step,
+                           (long long)sums[1].bytes, sums[1].crc) > 0;
     int why;
     if (!finish_atomic_write(f, ok, tmp, done, &why)) {
         snprintf(err, errlen, "cannot write %.400s: %.60s", done, why ? strerror(why) : "short write");
@@ -132,8 +176,9 @@ static int checkpoint_verify(const char* dir, int64_t step, int* verified, char*
     unsigned crc[2];
     int used = 0;
     if (more || strncmp(text, DONE_HEADER, strlen(DONE_HEADER)) != 0 ||
-        sscanf(text + strlen(DONE_HEADER), "%63s %lld %8x\n%63s %lld %8x\n%n", name[0], &bytes[0], &crc[0], name[1],
-               &bytes[1], &crc[1], &used) != 6 || text[strlen(DONE_HEADER) + used] != '\0') {
+        sscanf(text + strlen(DONE_HEADER), "%63s %lld %8x\n%63s %lld %8x\n%n", name[0], &bytes[0], &crc[0],
+               name[1], &bytes[1], &crc[1], &used) != 6 ||
+        text[strlen(DONE_HEADER) + used] != '\0') {
         snprintf(err, errlen, "checkpoint marker %.400s: not a marker this build writes (damaged?)", done);
         return 0;
     }
@@ -141,7 +186,8 @@ static int checkpoint_verify(const char* dir, int64_t step, int* verified, char*
         char want[64], path[4300];
         snprintf(want, sizeof want, "%s_%08lld.bin", i == 0 ? "model" : "state", (long long)step);
         if (strcmp(name[i], want) != 0) {
-            snprintf(err, errlen, "checkpoint marker %.400s names %.63s, not %s (damaged?)", done, name[i], want);
+            snprintf(err, errlen, "checkpoint marker %.400s names %.63s, not %s (damaged?)", done, name[i],
+                     want);
             return 0;
         }
         snprintf(path, sizeof path, "%s/%s", dir, want);
@@ -149,13 +195,16 @@ static int checkpoint_verify(const char* dir, int64_t step, int* verified, char*
         uint32_t got_crc;
         if (!file_crc32c(path, &got_bytes, &got_crc, err, errlen)) return 0;
         if (got_bytes != bytes[i]) {
-            snprintf(err, errlen, "%.400s: %lld bytes, its checkpoint marker says %lld (truncated or replaced)", path,
+            snprintf(err, errlen,
+                     "%.400s: %lld bytes, its checkpoint marker says %lld (truncated or replaced)", path,
                      (long long)got_bytes, bytes[i]);
             return 0;
         }
         if (got_crc != crc[i]) {
-            snprintf(err, errlen, "%.400s: checksum mismatch (CRC-32C %08x, its checkpoint marker says %08x): the file is "
-                     "damaged", path, got_crc, crc[i]);
+            snprintf(err, errlen,
+                     "%.400s: checksum mismatch (CRC-32C %08x, its checkpoint marker says %08x): the file is "
+                     "damaged",
+                     path, got_crc, crc[i]);
             return 0;
         }
     }
@@ -163,13 +212,13 @@ static int checkpoint_verify(const char* dir, int64_t step, int* verified, char*
     return 1;
 }
 
-// Writes the checkpoint of `step` (adam_t updates applied) into dir: the model file, the state file (m, v, the
-// data position and a's hyperparameters for a run of B x T micro-batches), then DONE with both files' sizes and
-// checksums; then removes what -nk / -nm no longer keep. Exits with one error line on any failure: the
-// checkpoints already there stay valid. Both trainers write this format, so a run moves between them.
-static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const GPTConfig* cfg, const float* master,
-                            const float* m, const float* v, const TrainArgs* a, int B, int T,
-                            const DataLoaderState* data_state) {
+// Writes the checkpoint of `step` (adam_t updates applied) into dir: the model file, the state file (m, v,
+// the data position and a's hyperparameters for a run of B x T micro-batches), then DONE with both files'
+// sizes and checksums; then removes what -nk / -nm no longer keep. Exits with one error line on any failure:
+// the checkpoints already there stay valid. Both trainers write this format, so a run moves between them.
+static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const GPTConfig* cfg,
+                            const float* master, const float* m, const float* v, const TrainArgs* a, int B,
+                            int T, const DataLoaderState* data_state) {
     const int64_t total = gpt_layout(cfg).total;
     char model[4200], path[4200], tmp[4300], done[4200], err[4352];  // -o is at most 4000 characters
     if (snprintf(model, sizeof model, "%s/model_%08lld.bin", dir, (long long)step) >= (int)sizeof model)
@@ -177,8 +226,8 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     snprintf(path, sizeof path, "%s/state_%08lld.bin", dir, (long long)step);  // as long as model
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     snprintf(done, sizeof done, "%s/DONE_%08lld", dir, (long long)step);
-    // a DONE of this step from an earlier pass over it (a run resumed from an older checkpoint) must not vouch
-    // for the files about to be rewritten: it goes first, durably
+    // a DONE of this step from an earlier pass over it (a run resumed from an older checkpoint) must not
+    // vouch for the files about to be rewritten: it goes first, durably
     if (unlink(done) == 0) {
         if (!fsync_dir(dir, err, sizeof err)) die("%s", err);
     } else if (errno != ENOENT) {
@@ -212,14 +261,16 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     sums[1].bytes = (int64_t)sizeof header + (int64_t)sizeof *data_state + total * 8;
     sums[1].crc = w.crc;
     int why;
-    if (!finish_atomic_write(w.f, ok, tmp, path, &why)) die("failed writing %s: %s", path, why ? strerror(why) : "short write");
+    if (!finish_atomic_write(w.f, ok, tmp, path, &why))
+        die("failed writing %s: %s", path, why ? strerror(why) : "short write");
     // both files and their new names on disk before the marker that vouches for them exists
     if (!fsync_dir(dir, err, sizeof err)) die("%s", err);
     if (!checkpoint_write_done(dir, step, sums, err, sizeof err)) die("%s", err);
     if (!fsync_dir(dir, err, sizeof err)) die("%s", err);
     printf("saved checkpoint step %lld to %s\n", (long long)step, dir);
     static const CheckpointFile files[] = {{"DONE_", ""}, {"model_", ".bin"}, {"state_", ".bin"}};
-    if (!prune_checkpoints(dir, step, a->keep_checkpoints, a->major_checkpoint_every, files, 3, err, sizeof err))
+    if (!prune_checkpoints(dir, step, a->keep_checkpoints, a->major_checkpoint_every, files, 3, err,
+                           sizeof err))
         die("%s", err);
 }
 
@@ -228,7 +279,8 @@ static int64_t latest_checkpoint(const char* dir) { return dir_latest_step(dir, 
 
 // Checks an optimizer state file against a model of `total` parameters without reading the bulk of it (so a
 // bad file is refused before any GPU or large host allocation) and reads its header. 0 with a one-line err.
-static int state_file_check(const char* path, int64_t total, int64_t header[ST_HEADER_SLOTS], char* err, size_t errlen) {
+static int state_file_check(const char* path, int64_t total, int64_t header[ST_HEADER_SLOTS], char* err,
+                            size_t errlen) {
     FILE* f = open_regular(path, "optimizer state", err, errlen);
     if (!f) return 0;
     memset(header, 0, ST_HEADER_SLOTS * sizeof(int64_t));
@@ -237,12 +289,15 @@ static int state_file_check(const char* path, int64_t total, int64_t header[ST_H
     fclose(f);
     const int64_t data_bytes = (int64_t)sizeof(DataLoaderState);
     if (!got || header[ST_MAGIC] != STATE_MAGIC) {
-        snprintf(err, errlen, "optimizer state %.400s: bad header (not a state file, or shorter than its header)", path);
+        snprintf(err, errlen,
+                 "optimizer state %.400s: bad header (not a state file, or shorter than its header)", path);
         return 0;
     }
     if (header[ST_VERSION] == 1) {
-        snprintf(err, errlen, "optimizer state %.400s: version 1 (an older train_gpt's, without the run's "
-                 "hyperparameters) is not supported: this build reads version %d", path, STATE_VERSION);
+        snprintf(err, errlen,
+                 "optimizer state %.400s: version 1 (an older train_gpt's, without the run's "
+                 "hyperparameters) is not supported: this build reads version %d",
+                 path, STATE_VERSION);
         return 0;
     }
     if (header[ST_VERSION] != STATE_VERSION) {
@@ -251,8 +306,10 @@ static int state_file_check(const char* path, int64_t total, int64_t header[ST_H
         return 0;
     }
     if (header[ST_DATA_STATE_BYTES] != data_bytes) {
-        snprintf(err, errlen, "optimizer state %.400s: its data-loader position is %lld bytes, this build's is %lld "
-                 "(written by another build of train_gpt)", path, (long long)header[ST_DATA_STATE_BYTES], (long long)data_bytes);
+        snprintf(err, errlen,
+                 "optimizer state %.400s: its data-loader position is %lld bytes, this build's is %lld "
+                 "(written by another build of train_gpt)",
+                 path, (long long)header[ST_DATA_STATE_BYTES], (long long)data_bytes);
         return 0;
     }
     if (header[ST_PARAMS] != total) {
@@ -270,13 +327,14 @@ static int state_file_check(const char* path, int64_t total, int64_t header[ST_H
         return 0;
     }
     if (header[ST_LR_SCHEDULE] < 0 || header[ST_LR_SCHEDULE] >= LR_SCHEDULES) {
-        snprintf(err, errlen, "optimizer state %.400s: bad lr schedule %lld", path, (long long)header[ST_LR_SCHEDULE]);
+        snprintf(err, errlen, "optimizer state %.400s: bad lr schedule %lld", path,
+                 (long long)header[ST_LR_SCHEDULE]);
         return 0;
     }
     const int64_t want = ST_HEADER_SLOTS * 8 + data_bytes + total * 8;
     if (size != want) {
-        snprintf(err, errlen, "optimizer state %.400s: %lld bytes, expected %lld (truncated or too long)", path,
-                 (long long)size, (long long)want);
+        snprintf(err, errlen, "optimizer state %.400s: %lld bytes, expected %lld (truncated or too long)",
+                 path, (long long)size, (long long)want);
         return 0;
     }
     return 1;
@@ -292,10 +350,10 @@ static int64_t check_state_file(const char* path, int64_t total) {
 
 // The checkpoint a resume starts from: the newest DONE_N in dir whose model file header reads, whose state
 // file passes state_file_check for step N and whose files match the sizes and checksums of their marker
-// (checkpoint_verify: one read of both files). A damaged one is skipped with a warning and the next older one tried
-// (a marker can outlive its files: disk errors, hand edits). Fills the paths, cfg and the state header; -1 when
-// dir holds no DONE marker. Dies when it holds some but none is valid: starting over would silently drop the
-// run the user asked to resume.
+// (checkpoint_verify: one read of both files). A damaged one is skipped with a warning and the next older one
+// tried (a marker can outlive its files: disk errors, hand edits). Fills the paths, cfg and the state header;
+// -1 when dir holds no DONE marker. Dies when it holds some but none is valid: starting over would silently
+// drop the run the user asked to resume.
 static int64_t pick_checkpoint(const char* dir, char* model, char* state, size_t pathlen, GPTConfig* cfg,
                                int64_t header[ST_HEADER_SLOTS]) {
     char err[4352], newest_err[4352] = "";
@@ -314,26 +372,33 @@ static int64_t pick_checkpoint(const char* dir, char* model, char* state, size_t
         if (ok) ok = checkpoint_verify(dir, step, &verified, err, sizeof err);
         if (ok) {
             if (!verified)
-                fprintf(stderr, "warning: resume: the checkpoint of step %lld has no checksums (an older build's): "
-                        "resumed unverified\n", (long long)step);
+                fprintf(stderr,
+                        "warning: resume: the checkpoint of step %lld has no checksums (an older build's): "
+                        "resumed unverified\n",
+                        (long long)step);
             return step;
         }
         fprintf(stderr, "warning: resume: skipping the checkpoint of step %lld: %s\n", (long long)step, err);
         if (!skipped++) snprintf(newest_err, sizeof newest_err, "%s", err);
     }
     if (skipped)
-        die("resume: no valid checkpoint in %s (%d with a DONE marker, all skipped; the newest: %s)", dir, skipped, newest_err);
+        die("resume: no valid checkpoint in %s (%d with a DONE marker, all skipped; the newest: %s)", dir,
+            skipped, newest_err);
     return -1;
 }
 
 // A resumed run's flags against the hyperparameters its checkpoint was written with. B, T and the tokens per
-// step must stay: the data position counts B*T batches, and a step's gradient is the mean over its micro-batches.
-// The others may change (raising -x extends a run), with one warning each, since the run is then not the same.
-static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_steps, int64_t step_tokens, const char* dir) {
+// step must stay: the data position counts B*T batches, and a step's gradient is the mean over its
+// micro-batches. The others may change (raising -x extends a run), with one warning each, since the run is
+// then not the same.
+static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_steps, int64_t step_tokens,
+                              const char* dir) {
     if (h[ST_B] != a->B || h[ST_T] != a->T || h[ST_STEP_TOKENS] != step_tokens)
-        die("resume: -b %d -t %d, %lld tokens per step (-d) differ from the checkpoint in %s (-b %lld -t %lld, %lld "
-            "tokens per step): keep them to resume, or choose another -o", a->B, a->T, (long long)step_tokens, dir,
-            (long long)h[ST_B], (long long)h[ST_T], (long long)h[ST_STEP_TOKENS]);
+        die("resume: -b %d -t %d, %lld tokens per step (-d) differ from the checkpoint in %s (-b %lld -t "
+            "%lld, %lld "
+            "tokens per step): keep them to resume, or choose another -o",
+            a->B, a->T, (long long)step_tokens, dir, (long long)h[ST_B], (long long)h[ST_T],
+            (long long)h[ST_STEP_TOKENS]);
     const char* sched = "the lr schedule changes from here";
     if (h[ST_TOTAL_STEPS] != total_steps)
         fprintf(stderr, "warning: resume: -x %d differs from the checkpoint's %lld: %s\n", total_steps,
@@ -342,21 +407,25 @@ static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_st
         fprintf(stderr, "warning: resume: -u %d differs from the checkpoint's %lld: %s\n", a->warmup_steps,
                 (long long)h[ST_WARMUP], sched);
     if (h[ST_LR_SCHEDULE] != a->lr_schedule)
-        fprintf(stderr, "warning: resume: -k %s differs from the checkpoint's %s: %s\n", lr_schedule_name(a->lr_schedule),
-                lr_schedule_name(h[ST_LR_SCHEDULE]), sched);
-    const struct { const char* flag; float now; int slot; const char* effect; } f[] = {
-        {"-l", a->lr, ST_LR, sched},
-        {"-q", a->final_lr_frac, ST_FINAL_LR_FRAC, sched},
-        {"-c", a->weight_decay, ST_WEIGHT_DECAY, "the weight decay changes from here"},
-        {"-gc", a->grad_clip, ST_GRAD_CLIP, "the gradient clip changes from here"}};
+        fprintf(stderr, "warning: resume: -k %s differs from the checkpoint's %s: %s\n",
+                lr_schedule_name(a->lr_schedule), lr_schedule_name(h[ST_LR_SCHEDULE]), sched);
+    const struct {
+        const char* flag;
+        float now;
+        int slot;
+        const char* effect;
+    } f[] = {{"-l", a->lr, ST_LR, sched},
+             {"-q", a->final_lr_frac, ST_FINAL_LR_FRAC, sched},
+             {"-c", a->weight_decay, ST_WEIGHT_DECAY, "the weight decay changes from here"},
+             {"-gc", a->grad_clip, ST_GRAD_CLIP, "the gradient clip changes from here"}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (float_bits(f[i].now) != h[f[i].slot])
-            fprintf(stderr, "warning: resume: %s %g differs from the checkpoint's %g: %s\n", f[i].flag, f[i].now,
-                    bits_float(h[f[i].slot]), f[i].effect);
+            fprintf(stderr, "warning: resume: %s %g differs from the checkpoint's %g: %s\n", f[i].flag,
+                    f[i].now, bits_float(h[f[i].slot]), f[i].effect);
 }
 
-// Reads a state file (after state_file_check): m and v (total floats each), the data position, the step and the
-// updates applied. Exits on a read failure.
+// Reads a state file (after state_file_check): m and v (total floats each), the data position, the step and
+// the updates applied. Exits on a read failure.
 static void state_file_read(const char* path, int64_t total, float* m, float* v, DataLoaderState* data_state,
                             int64_t* step, int64_t* adam_t) {
     *step = check_state_file(path, total);
@@ -364,7 +433,7 @@ static void state_file_read(const char* path, int64_t total, float* m, float* v,
     FILE* f = open_regular(path, "optimizer state", err, sizeof err);
     if (!f) die("%s", err);
     int64_t header[ST_HEADER_SLOTS];
-    if ( !read_all(f, header, sizeof header) || !read_all(f, data_state, sizeof *data_state) ||
+    if (!read_all(f, header, sizeof header) || !read_all(f, data_state, sizeof *data_state) ||
         !read_all(f, m, total * 4) || !read_all(f, v, total * 4))
         die("optimizer state %s: read failed", path);
     fclose(f);
@@ -374,9 +443,9 @@ static void state_file_read(const char* path, int64_t total, float* m, float* v,
 // ----------------------------------------------------------------------------
 // The output directory of a run: one run per directory, and a run never overwrites what it did not write.
 
-// Removes the temporary files of saves that were interrupted (a kill or a power loss between a .tmp's creation
-// and its rename): <checkpoint file>.tmp and main.log.tmp, only names this project writes. Called with the
-// directory's LOCK held, so no running save owns them.
+// Removes the temporary files of saves that were interrupted (a kill or a power loss between a .tmp's
+// creation and its rename): <checkpoint file>.tmp and main.log.tmp, only names this project writes. Called
+// with the directory's LOCK held, so no running save owns them.
 static void remove_stale_tmp_files(const char* dir) {
     DIR* d = opendir(dir);
     if (!d) return;
@@ -389,14 +458,17 @@ static void remove_stale_tmp_files(const char* dir) {
         memcpy(base, e->d_name, len - 4);
         base[len - 4] = '\0';
         if (strcmp(base, "main.log") != 0 && checkpoint_name_step(base, "DONE_", "") < 0 &&
-            checkpoint_name_step(base, "model_", ".bin") < 0 && checkpoint_name_step(base, "state_", ".bin") < 0)
+            checkpoint_name_step(base, "model_", ".bin") < 0 &&
+            checkpoint_name_step(base, "state_", ".bin") < 0)
             continue;
         char path[4400];
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
         if (unlink(path) == 0) removed++;
     }
     closedir(d);
-    if (removed) printf("removed %d temporary file%s of an interrupted save in %s\n", removed, removed > 1 ? "s" : "", dir);
+    if (removed)
+        printf("removed %d temporary file%s of an interrupted save in %s\n", removed, removed > 1 ? "s" : "",
+               dir);
 }
 
 // The files in dir that a run of either trainer writes (main.log, DONE_N, model_N.bin, state_N.bin), listed
@@ -426,10 +498,10 @@ static int dir_run_files(const char* dir, char* found, size_t len) {
 }
 
 // Makes and locks the -o directory of a training run (not a benchmark) and decides where the run starts. With
-// -y 1: the newest valid checkpoint (pick_checkpoint fills model, state, cfg and header) and its step. Otherwise,
-// or with -y 1 and no checkpoint at all, -1, a fresh start, allowed only where no run left anything: a fresh
-// run in a directory holding a main.log or checkpoint files of either trainer dies naming them, since it would
-// overwrite them. Removes leftover temporary files first. Without -o: -1.
+// -y 1: the newest valid checkpoint (pick_checkpoint fills model, state, cfg and header) and its step.
+// Otherwise, or with -y 1 and no checkpoint at all, -1, a fresh start, allowed only where no run left
+// anything: a fresh run in a directory holding a main.log or checkpoint files of either trainer dies naming
+// them, since it would overwrite them. Removes leftover temporary files first. Without -o: -1.
 static int64_t open_run_dir(const TrainArgs* a, char* model, char* state, size_t pathlen, GPTConfig* cfg,
                             int64_t header[ST_HEADER_SLOTS]) {
     if (!a->output_dir) return -1;
@@ -439,16 +511,19 @@ static int64_t open_run_dir(const TrainArgs* a, char* model, char* state, size_t
     remove_stale_tmp_files(dir);
     const int64_t latest = latest_checkpoint(dir);
     if (a->resume) {
-        const int64_t step = pick_checkpoint(dir, model, state, pathlen, cfg, header);  // dies if none is valid
+        const int64_t step =
+            pick_checkpoint(dir, model, state, pathlen, cfg, header);  // dies if none is valid
         if (step >= 0) return step;
     } else if (latest >= 0) {
-        die("%s already holds checkpoints (latest step %lld): resume with -y 1, or choose another -o", dir, (long long)latest);
+        die("%s already holds checkpoints (latest step %lld): resume with -y 1, or choose another -o", dir,
+            (long long)latest);
     }
     char found[400];
     if (dir_run_files(dir, found, sizeof found) > 0)
-        die("%s already holds files of another run (%s) but no complete checkpoint: %s; choose another -o", dir,
-            found, a->resume ? "nothing to resume (-y 1), and starting over would overwrite them"
-                             : "a fresh run would overwrite them");
+        die("%s already holds files of another run (%s) but no complete checkpoint: %s; choose another -o",
+            dir, found,
+            a->resume ? "nothing to resume (-y 1), and starting over would overwrite them"
+                      : "a fresh run would overwrite them");
     if (a->resume) printf("no checkpoint in %s: starting from scratch\n", dir);
     return -1;
 }

@@ -1,7 +1,8 @@
 // cpu_adam.cpp — AdamW, sum of squares and fp32 -> bf16 conversion over large host arrays: OpenMP across
 // threads (static, contiguous chunks), SIMD within a thread (AVX-512 when compiled with it, else AVX2+FMA,
 // else a portable scalar loop), one pass over memory per call.
-// It holds no training logic (which tensors decay, clipping, lr schedule: adamw.h, schedulers.h, the trainers).
+// It holds no training logic (which tensors decay, clipping, lr schedule: adamw.h,
+// schedulers.h, the trainers).
 //
 // Why it looks like this: an update touches ~30 bytes per parameter and does ~15 flops, so it is bound by
 // memory bandwidth. Everything that reads or writes the arrays is fused into a single pass (moments, weight,
@@ -76,7 +77,8 @@ static int team_size(int64_t n) {
 #endif
 }
 
-// Calls body(tid, lo, hi) on contiguous chunks covering [0, n), at most one chunk per thread; tid < team_size(n).
+// Calls body(tid, lo, hi) on contiguous chunks covering [0, n), at most one chunk per thread; tid <
+// team_size(n).
 template <typename Body>
 static void for_chunks(int64_t n, Body body) {
     const int t = team_size(n);
@@ -132,11 +134,11 @@ static inline float adam1(float p, float grad, float* m, float* v, const AdamWCo
     const float g = grad * c->scale;
     const float mm = fmadd1(c->b1, *m, c->omb1 * g);
     const float vv = fmadd1(c->b2, *v, (c->omb2 * g) * g);
-    const float denom = fmadd1(sqrtf(vv), c->irs2, c->eps);   // sqrt(vhat) + eps
-    const float upd = (mm * c->ibc1) / denom;                 // mhat / (sqrt(vhat) + eps)
+    const float denom = fmadd1(sqrtf(vv), c->irs2, c->eps);  // sqrt(vhat) + eps
+    const float upd = (mm * c->ibc1) / denom;                // mhat / (sqrt(vhat) + eps)
     *m = mm;
     *v = vv;
-    return fmadd1(c->neg_lr, fmadd1(c->wd, p, upd), p);       // p - lr * (upd + wd * p)
+    return fmadd1(c->neg_lr, fmadd1(c->wd, p, upd), p);  // p - lr * (upd + wd * p)
 }
 
 // ----------------------------------------------------------------------------
@@ -153,7 +155,8 @@ static inline __m512 load_grad16(const uint16_t* g) {
 static inline __m256i bf16x16(__m512 x) {
     const __m512i b = _mm512_castps_si512(x);
     const __m512i hi = _mm512_srli_epi32(b, 16);
-    const __m512i bias = _mm512_add_epi32(_mm512_and_si512(hi, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7FFF));
+    const __m512i bias =
+        _mm512_add_epi32(_mm512_and_si512(hi, _mm512_set1_epi32(1)), _mm512_set1_epi32(0x7FFF));
     const __m512i rne = _mm512_srli_epi32(_mm512_add_epi32(b, bias), 16);
     const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7FFFFFFF)),
                                                   _mm512_set1_epi32(0x7F800000));
@@ -169,10 +172,11 @@ static inline __m256 load_grad8(const uint16_t* g) {
 static inline __m128i bf16x8(__m256 x) {
     const __m256i b = _mm256_castps_si256(x);
     const __m256i hi = _mm256_srli_epi32(b, 16);
-    const __m256i bias = _mm256_add_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(1)), _mm256_set1_epi32(0x7FFF));
+    const __m256i bias =
+        _mm256_add_epi32(_mm256_and_si256(hi, _mm256_set1_epi32(1)), _mm256_set1_epi32(0x7FFF));
     const __m256i rne = _mm256_srli_epi32(_mm256_add_epi32(b, bias), 16);
-    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7FFFFFFF)),
-                                           _mm256_set1_epi32(0x7F800000));
+    const __m256i nan =
+        _mm256_cmpgt_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000));
     const __m256i r = _mm256_blendv_epi8(rne, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
     // packus saturates int32 -> uint16; every lane is in [0, 2^16), so it only packs
     return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
@@ -200,13 +204,15 @@ static void adam_range(float* __restrict p, const G* __restrict g, float* __rest
 #endif
 #if CPU_ADAM_VEC == 16
     const __m512 b1 = _mm512_set1_ps(c->b1), b2 = _mm512_set1_ps(c->b2), omb1 = _mm512_set1_ps(c->omb1),
-                 omb2 = _mm512_set1_ps(c->omb2), ibc1 = _mm512_set1_ps(c->ibc1), irs2 = _mm512_set1_ps(c->irs2),
-                 eps = _mm512_set1_ps(c->eps), neg_lr = _mm512_set1_ps(c->neg_lr), wd = _mm512_set1_ps(c->wd),
+                 omb2 = _mm512_set1_ps(c->omb2), ibc1 = _mm512_set1_ps(c->ibc1),
+                 irs2 = _mm512_set1_ps(c->irs2), eps = _mm512_set1_ps(c->eps),
+                 neg_lr = _mm512_set1_ps(c->neg_lr), wd = _mm512_set1_ps(c->wd),
                  scale = _mm512_set1_ps(c->scale);
     for (; i + 16 <= hi; i += 16) {
         const __m512 gr = _mm512_mul_ps(load_grad16(g + i), scale);
         const __m512 mm = _mm512_fmadd_ps(b1, _mm512_loadu_ps(m + i), _mm512_mul_ps(omb1, gr));
-        const __m512 vv = _mm512_fmadd_ps(b2, _mm512_loadu_ps(v + i), _mm512_mul_ps(_mm512_mul_ps(omb2, gr), gr));
+        const __m512 vv =
+            _mm512_fmadd_ps(b2, _mm512_loadu_ps(v + i), _mm512_mul_ps(_mm512_mul_ps(omb2, gr), gr));
         const __m512 denom = _mm512_fmadd_ps(_mm512_sqrt_ps(vv), irs2, eps);
         const __m512 upd = _mm512_div_ps(_mm512_mul_ps(mm, ibc1), denom);
         const __m512 pp = _mm512_loadu_ps(p + i);
@@ -219,13 +225,15 @@ static void adam_range(float* __restrict p, const G* __restrict g, float* __rest
     if (out) _mm_sfence();
 #elif CPU_ADAM_VEC == 8
     const __m256 b1 = _mm256_set1_ps(c->b1), b2 = _mm256_set1_ps(c->b2), omb1 = _mm256_set1_ps(c->omb1),
-                 omb2 = _mm256_set1_ps(c->omb2), ibc1 = _mm256_set1_ps(c->ibc1), irs2 = _mm256_set1_ps(c->irs2),
-                 eps = _mm256_set1_ps(c->eps), neg_lr = _mm256_set1_ps(c->neg_lr), wd = _mm256_set1_ps(c->wd),
+                 omb2 = _mm256_set1_ps(c->omb2), ibc1 = _mm256_set1_ps(c->ibc1),
+                 irs2 = _mm256_set1_ps(c->irs2), eps = _mm256_set1_ps(c->eps),
+                 neg_lr = _mm256_set1_ps(c->neg_lr), wd = _mm256_set1_ps(c->wd),
                  scale = _mm256_set1_ps(c->scale);
     for (; i + 8 <= hi; i += 8) {
         const __m256 gr = _mm256_mul_ps(load_grad8(g + i), scale);
         const __m256 mm = _mm256_fmadd_ps(b1, _mm256_loadu_ps(m + i), _mm256_mul_ps(omb1, gr));
-        const __m256 vv = _mm256_fmadd_ps(b2, _mm256_loadu_ps(v + i), _mm256_mul_ps(_mm256_mul_ps(omb2, gr), gr));
+        const __m256 vv =
+            _mm256_fmadd_ps(b2, _mm256_loadu_ps(v + i), _mm256_mul_ps(_mm256_mul_ps(omb2, gr), gr));
         const __m256 denom = _mm256_fmadd_ps(_mm256_sqrt_ps(vv), irs2, eps);
         const __m256 upd = _mm256_div_ps(_mm256_mul_ps(mm, ibc1), denom);
         const __m256 pp = _mm256_loadu_ps(p + i);
@@ -262,7 +270,8 @@ static inline void flush_subnormals_end(unsigned) {}
 #endif
 
 template <typename G>
-static void adam_any(float* params, const G* grads, float* m, float* v, uint16_t* out, int64_t n, const AdamWArgs* a) {
+static void adam_any(float* params, const G* grads, float* m, float* v, uint16_t* out, int64_t n,
+                     const AdamWArgs* a) {
     const AdamWConstants c = adamw_constants(a);
     for_chunks(n, [&](int, int64_t lo, int64_t hi) {
         const unsigned csr = flush_subnormals_begin();
@@ -276,8 +285,8 @@ void adamw_update_f32grad(float* params, const float* grads, float* m, float* v,
     adam_any(params, grads, m, v, params_bf16_out, n, a);
 }
 
-void adamw_update_bf16grad(float* params, const uint16_t* grads, float* m, float* v, uint16_t* params_bf16_out,
-                           int64_t n, const AdamWArgs* a) {
+void adamw_update_bf16grad(float* params, const uint16_t* grads, float* m, float* v,
+                           uint16_t* params_bf16_out, int64_t n, const AdamWArgs* a) {
     adam_any(params, grads, m, v, params_bf16_out, n, a);
 }
 
@@ -300,11 +309,14 @@ static double sumsq_range(const G* __restrict x, int64_t lo, int64_t hi) {
     }
     s = _mm512_reduce_add_pd(_mm512_add_pd(a0, a1));
 #elif CPU_ADAM_VEC == 8
-    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd(), a2 = _mm256_setzero_pd(), a3 = _mm256_setzero_pd();
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd(), a2 = _mm256_setzero_pd(),
+            a3 = _mm256_setzero_pd();
     for (; i + 16 <= hi; i += 16) {
         const __m256 f0 = load_grad8(x + i), f1 = load_grad8(x + i + 8);
-        const __m256d d0 = _mm256_cvtps_pd(_mm256_castps256_ps128(f0)), d1 = _mm256_cvtps_pd(_mm256_extractf128_ps(f0, 1));
-        const __m256d d2 = _mm256_cvtps_pd(_mm256_castps256_ps128(f1)), d3 = _mm256_cvtps_pd(_mm256_extractf128_ps(f1, 1));
+        const __m256d d0 = _mm256_cvtps_pd(_mm256_castps256_ps128(f0)),
+                      d1 = _mm256_cvtps_pd(_mm256_extractf128_ps(f0, 1));
+        const __m256d d2 = _mm256_cvtps_pd(_mm256_castps256_ps128(f1)),
+                      d3 = _mm256_cvtps_pd(_mm256_extractf128_ps(f1, 1));
         a0 = _mm256_fmadd_pd(d0, d0, a0);
         a1 = _mm256_fmadd_pd(d1, d1, a1);
         a2 = _mm256_fmadd_pd(d2, d2, a2);

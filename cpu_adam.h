@@ -18,7 +18,8 @@
 static inline uint16_t float_to_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) return (uint16_t)((u >> 16) | 0x0040u);  // NaN: keep it, make it quiet
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u)
+        return (uint16_t)((u >> 16) | 0x0040u);  // NaN: keep it, make it quiet
     u += 0x7FFFu + ((u >> 16) & 1u);  // below half an ulp: truncates; above: carries; exactly half: to even
     return (uint16_t)(u >> 16);
 }
@@ -72,8 +73,8 @@ const char* cpu_adam_simd_name(void);
 // update (x86 FTZ/DAZ, set and restored per call: subnormals are slow and far below what eps lets matter).
 void adamw_update_f32grad(float* params, const float* grads, float* m, float* v, uint16_t* params_bf16_out,
                           int64_t n, const AdamWArgs* a);
-void adamw_update_bf16grad(float* params, const uint16_t* grads, float* m, float* v, uint16_t* params_bf16_out,
-                           int64_t n, const AdamWArgs* a);
+void adamw_update_bf16grad(float* params, const uint16_t* grads, float* m, float* v,
+                           uint16_t* params_bf16_out, int64_t n, const AdamWArgs* a);
 
 // Sum of squares of x[0..n), accumulated in double (each square of a float is exact in double). The order
 // of the additions depends only on n and the thread count, so repeated calls give the same bits.

@@ -6,11 +6,12 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-// The cores a cgroup's CPU quota allows ("QUOTA PERIOD" in microseconds, as cgroup v2's cpu.max holds; "max" or a
-// negative quota: no limit), rounded up; -1 when unlimited or unreadable.
+// The cores a cgroup's CPU quota allows ("QUOTA PERIOD" in microseconds, as cgroup v2's cpu.max holds; "max"
+// or a negative quota: no limit), rounded up; -1 when unlimited or unreadable.
 static inline int cgroup_quota_cores(const char* cpu_max) {
     long long quota = 0, period = 0;
-    if (!cpu_max || sscanf(cpu_max, "%lld %lld", &quota, &period) != 2 || quota <= 0 || period <= 0) return -1;
+    if (!cpu_max || sscanf(cpu_max, "%lld %lld", &quota, &period) != 2 || quota <= 0 || period <= 0)
+        return -1;
     return (int)((quota + period - 1) / period);
 }
 // The cores this process can really use: its affinity mask (taskset, numactl, a container's cpuset), further
@@ -18,7 +19,8 @@ static inline int cgroup_quota_cores(const char* cpu_max) {
 // time-slice every parallel region on fewer cores than it has threads.
 static inline int usable_cpu_cores(void) {
     cpu_set_t allowed;
-    int cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    int cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed)
+                                                                    : (int)sysconf(_SC_NPROCESSORS_ONLN);
     char text[64] = "";
     FILE* f = fopen("/sys/fs/cgroup/cpu.max", "r");  // cgroup v2
     if (f) {

@@ -31,7 +31,7 @@ static inline const uint32_t (*crc32c_tables(void))[256] {
 static inline uint32_t crc32c_portable(uint32_t crc, const void* data, size_t n) {
     const unsigned char* p = (const unsigned char*)data;
     uint32_t c = ~crc;
-    const uint32_t (*t)[256] = crc32c_tables();
+    const uint32_t(*t)[256] = crc32c_tables();
     for (; n >= 8; n -= 8, p += 8) {
         uint64_t w;
         memcpy(&w, p, 8);  // little-endian hosts only, as the checkpoint files themselves are
@@ -44,11 +44,11 @@ static inline uint32_t crc32c_portable(uint32_t crc, const void* data, size_t n)
 }
 
 #if defined(__SSE4_2__) && defined(__x86_64__)
-// The crc32 instruction has a latency of 3 cycles and a throughput of 1 per cycle: one dependent chain runs at a
-// third of its speed. So a block of 3 lanes of CRC32C_LANE bytes is summed as three independent chains and the
-// three registers are joined. The CRC register (without the ~ at either end) is linear over GF(2): running lane
-// B from register r gives shift(r) ^ run(B from 0), shift = running CRC32C_LANE zero bytes, itself linear and
-// tabulated per byte of the register (crc32c_shift_tables).
+// The crc32 instruction has a latency of 3 cycles and a throughput of 1 per cycle: one dependent chain runs
+// at a third of its speed. So a block of 3 lanes of CRC32C_LANE bytes is summed as three independent chains
+// and the three registers are joined. The CRC register (without the ~ at either end) is linear over GF(2):
+// running lane B from register r gives shift(r) ^ run(B from 0), shift = running CRC32C_LANE zero bytes,
+// itself linear and tabulated per byte of the register (crc32c_shift_tables).
 #define CRC32C_LANE 4096
 static inline uint64_t crc32c_hw_run(uint64_t c, const unsigned char* p, size_t n) {
     for (; n >= 8; n -= 8, p += 8) {
@@ -89,7 +89,7 @@ static inline uint32_t crc32c_update(uint32_t crc, const void* data, size_t n) {
     const unsigned char* p = (const unsigned char*)data;
     uint64_t c = (uint32_t)~crc;
     if (n >= 3 * CRC32C_LANE) {
-        const uint32_t (*t)[256] = crc32c_shift_tables();
+        const uint32_t(*t)[256] = crc32c_shift_tables();
         for (; n >= 3 * CRC32C_LANE; n -= 3 * CRC32C_LANE, p += 3 * CRC32C_LANE) {
             uint64_t a = c, b = 0, d = 0;
             for (size_t i = 0; i < CRC32C_LANE; i += 8) {  // three independent chains, interleaved

@@ -12,7 +12,8 @@
 // Activations and streamed weights are bf16 on the GPU; every reduction accumulates in fp32.
 typedef __nv_bfloat16 bf16;
 
-// A failed CUDA call is a bug, a broken device or memory the driver would not give: say where and why, and die.
+// A failed CUDA call is a bug, a broken device or memory the driver would not give: say where and
+// why, and die.
 static inline void cuda_check(cudaError_t err, const char* file, int line) {
     if (err != cudaSuccess) die("CUDA: %s at %s:%d", cudaGetErrorString(err), file, line);
 }
@@ -24,15 +25,15 @@ static inline void cublas_check(cublasStatus_t status, const char* file, int lin
 }
 #define cublasCheck(status) (cublas_check((status), __FILE__, __LINE__))
 
-// Host code touching memory that the GPU's streams also read or write (the CPU AdamW and the pinned copies), and
-// the points where one host thread hands work over to another (RELEASE while holding the mutex, after what is
-// handed over; ACQUIRE while holding it, after seeing it): in the emulated build (test/fake_cuda) the CUDA
-// ordering model checks every such access is ordered after the GPU's and the other threads' accesses; in a real
-// build they are nothing.
+// Host code touching memory that the GPU's streams also read or write (the CPU AdamW and the pinned copies),
+// and the points where one host thread hands work over to another (RELEASE while holding the mutex, after
+// what is handed over; ACQUIRE while holding it, after seeing it): in the emulated build (test/fake_cuda) the
+// CUDA ordering model checks every such access is ordered after the GPU's and the other threads' accesses; in
+// a real build they are nothing.
 #ifndef FAKE_CUDA_HOST_ACCESS
 #define FAKE_CUDA_HOST_ACCESS(p, bytes, write, what) ((void)0)
-#define FAKE_CUDA_HOST_RELEASE(obj) ((void)0)
-#define FAKE_CUDA_HOST_ACQUIRE(obj) ((void)0)
+#define FAKE_CUDA_HOST_RELEASE(obj)                  ((void)0)
+#define FAKE_CUDA_HOST_ACQUIRE(obj)                  ((void)0)
 #endif
 
 // Kernel launches return no status: check the launch right after it.

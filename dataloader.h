@@ -21,8 +21,8 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-#define DATALOADER_MAGIC 20240520
-#define DATALOADER_VERSION 1
+#define DATALOADER_MAGIC        20240520
+#define DATALOADER_VERSION      1
 #define DATALOADER_HEADER_BYTES (256 * 4)
 // Byte offsets go through fseeko/ftello; a 32-bit off_t would silently wrap past 2 GiB.
 static_assert(sizeof(off_t) == 8, "dataloader.h needs a 64-bit off_t (build with -D_FILE_OFFSET_BITS=64)");
@@ -31,11 +31,11 @@ static_assert(sizeof(off_t) == 8, "dataloader.h needs a 64-bit off_t (build with
 // 8-byte fields: no padding, same bytes on every 64-bit build). B, T, num_shards and total_tokens are a
 // fingerprint: restoring into a loader over other data or another batch shape is refused.
 typedef struct {
-    int64_t epoch;         // completed passes over all shards
-    int64_t shard_index;   // position in this epoch's shard order (the file index only when not shuffled)
-    int64_t batch_index;   // position in that shard's batch order: the NEXT batch to be returned
-    uint64_t seed;         // shuffle seed; restored along with the position, since the order depends on it
-    int64_t shuffle;       // 0 or 1
+    int64_t epoch;        // completed passes over all shards
+    int64_t shard_index;  // position in this epoch's shard order (the file index only when not shuffled)
+    int64_t batch_index;  // position in that shard's batch order: the NEXT batch to be returned
+    uint64_t seed;        // shuffle seed; restored along with the position, since the order depends on it
+    int64_t shuffle;      // 0 or 1
     int64_t B, T;
     int64_t num_shards, total_tokens;
 } DataLoaderState;
@@ -48,20 +48,20 @@ typedef struct {
     char** paths;            // sorted glob matches
     int64_t* shard_batches;  // batches in each shard
     int64_t max_shard_batches;
-    int64_t num_batches;     // batches per epoch, all shards: what one full validation pass reads
-    int64_t total_tokens;    // sum of the header token counts (part of the state fingerprint)
+    int64_t num_batches;   // batches per epoch, all shards: what one full validation pass reads
+    int64_t total_tokens;  // sum of the header token counts (part of the state fingerprint)
     int64_t epoch, shard_index, batch_index;  // position of the next batch
-    int64_t* shard_order;    // file index of the i-th shard of the current epoch
-    int64_t* batch_order;    // batch permutation of the current shard (shuffle only)
-    int64_t order_epoch, order_shard;  // which epoch / shard the two orders were made for (-1: none)
-    FILE* file;              // the open shard, file_index says which
+    int64_t* shard_order;                     // file index of the i-th shard of the current epoch
+    int64_t* batch_order;                     // batch permutation of the current shard (shuffle only)
+    int64_t order_epoch, order_shard;         // which epoch / shard the two orders were made for (-1: none)
+    FILE* file;                               // the open shard, file_index says which
     int64_t file_index;
-    uint16_t* buf;           // B*T+1 raw tokens
-    int* inputs;             // B*T token ids
-    int* targets;            // B*T next-token ids: targets[i] = token after inputs[i]
-    int64_t last_file;       // the shard and token index (after the header) of the last batch's first token
+    uint16_t* buf;      // B*T+1 raw tokens
+    int* inputs;        // B*T token ids
+    int* targets;       // B*T next-token ids: targets[i] = token after inputs[i]
+    int64_t last_file;  // the shard and token index (after the header) of the last batch's first token
     int64_t last_token;
-    char err[512];           // why dataloader_next_batch returned 0
+    char err[512];  // why dataloader_next_batch returned 0
 } DataLoader;
 
 // splitmix64 (Steele et al.): a tiny, well-mixed generator; reimplemented here so the order never depends
@@ -74,7 +74,8 @@ static inline uint64_t dl_splitmix64(uint64_t* s) {
 }
 static inline uint64_t dl_stream_seed(uint64_t seed, int64_t epoch, uint64_t stream) {
     uint64_t s = seed, x = dl_splitmix64(&s);
-    s = x ^ (uint64_t)epoch; x = dl_splitmix64(&s);
+    s = x ^ (uint64_t)epoch;
+    x = dl_splitmix64(&s);
     s = x ^ stream;
     return dl_splitmix64(&s);
 }
@@ -86,15 +87,22 @@ static inline void dl_permute(int64_t* a, int64_t n, uint64_t rng) {
         uint64_t r;
         do { r = dl_splitmix64(&rng); } while (r >= limit);
         const int64_t j = (int64_t)(r % m), t = a[i];
-        a[i] = a[j]; a[j] = t;
+        a[i] = a[j];
+        a[j] = t;
     }
 }
 
 static inline void dataloader_free(DataLoader* dl) {
     if (dl->file) fclose(dl->file);
     for (int64_t i = 0; dl->paths && i < dl->num_shards; i++) free(dl->paths[i]);
-    free(dl->paths); free(dl->pattern); free(dl->shard_batches); free(dl->shard_order); free(dl->batch_order);
-    free(dl->buf); free(dl->inputs); free(dl->targets);
+    free(dl->paths);
+    free(dl->pattern);
+    free(dl->shard_batches);
+    free(dl->shard_order);
+    free(dl->batch_order);
+    free(dl->buf);
+    free(dl->inputs);
+    free(dl->targets);
     memset(dl, 0, sizeof *dl);
 }
 
@@ -108,9 +116,15 @@ static inline void dataloader_reset(DataLoader* dl) {
 static inline int64_t dl_check_shard(const char* path, int64_t BT, char* err, size_t errlen) {
     // a directory opens fine on Linux and then reports a nonsense size: refuse anything but a file
     struct stat st;
-    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) { snprintf(err, errlen, "shard %s is not a regular file", path); return -1; }
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "shard %s is not a regular file", path);
+        return -1;
+    }
     FILE* f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "cannot open shard %s", path); return -1; }
+    if (!f) {
+        snprintf(err, errlen, "cannot open shard %s", path);
+        return -1;
+    }
     int32_t h[256];
     int64_t bytes = -1;
     const int got = fread(h, sizeof h, 1, f) == 1;
@@ -122,7 +136,8 @@ static inline int64_t dl_check_shard(const char* path, int64_t BT, char* err, si
         return -1;
     }
     if (h[0] != DATALOADER_MAGIC) {
-        snprintf(err, errlen, "shard %s: bad magic %d (want %d; not an llm.c token shard)", path, h[0], DATALOADER_MAGIC);
+        snprintf(err, errlen, "shard %s: bad magic %d (want %d; not an llm.c token shard)", path, h[0],
+                 DATALOADER_MAGIC);
         return -1;
     }
     if (h[1] != DATALOADER_VERSION) {
@@ -132,7 +147,8 @@ static inline int64_t dl_check_shard(const char* path, int64_t BT, char* err, si
     // The header count is an int32, but the expected size is computed in 64 bits (shards may pass 2 GiB).
     const int64_t n = h[2], want = DATALOADER_HEADER_BYTES + 2 * n;
     if (n < 0 || bytes != want) {
-        snprintf(err, errlen, "shard %s: file size %lld bytes disagrees with the header's %lld tokens (want %lld bytes)",
+        snprintf(err, errlen,
+                 "shard %s: file size %lld bytes disagrees with the header's %lld tokens (want %lld bytes)",
                  path, (long long)bytes, (long long)n, (long long)want);
         return -1;
     }
@@ -147,23 +163,33 @@ static inline int64_t dl_check_shard(const char* path, int64_t BT, char* err, si
 // Opens every shard matching pattern (a path or a glob(3) pattern) and checks all headers now, so a bad
 // shard fails at start rather than hours into a run. Returns 1 on success. On failure returns 0, fills
 // err with one line naming the file and the problem, and leaves *dl empty (safe to dataloader_free).
-static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, int T, int shuffle, uint64_t seed,
-                                  char* err, size_t errlen) {
+static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, int T, int shuffle,
+                                  uint64_t seed, char* err, size_t errlen) {
     memset(dl, 0, sizeof *dl);
     char dummy[8];
-    if (!err) { err = dummy; errlen = sizeof dummy; }
-    if (B < 1 || T < 1) { snprintf(err, errlen, "data %s: B=%d and T=%d must both be >= 1", pattern, B, T); return 0; }
+    if (!err) {
+        err = dummy;
+        errlen = sizeof dummy;
+    }
+    if (B < 1 || T < 1) {
+        snprintf(err, errlen, "data %s: B=%d and T=%d must both be >= 1", pattern, B, T);
+        return 0;
+    }
     glob_t g;
     memset(&g, 0, sizeof g);
     const int rc = glob(pattern, 0, NULL, &g);  // sorted (no GLOB_NOSORT)
     if (rc != 0 || g.gl_pathc == 0) {
-        snprintf(err, errlen, rc == GLOB_NOMATCH || rc == 0 ? "no files match pattern %s" : "glob failed for pattern %s",
+        snprintf(err, errlen,
+                 rc == GLOB_NOMATCH || rc == 0 ? "no files match pattern %s" : "glob failed for pattern %s",
                  pattern);
         globfree(&g);
         return 0;
     }
     const int64_t BT = (int64_t)B * T, ns = (int64_t)g.gl_pathc;
-    dl->B = B; dl->T = T; dl->shuffle = shuffle ? 1 : 0; dl->seed = seed;
+    dl->B = B;
+    dl->T = T;
+    dl->shuffle = shuffle ? 1 : 0;
+    dl->seed = seed;
     dl->pattern = strdup(pattern);
     dl->num_shards = ns;
     dl->paths = (char**)calloc((size_t)ns, sizeof(char*));
@@ -173,7 +199,10 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
     globfree(&g);
     for (int64_t i = 0; i < ns; i++) {
         const int64_t n = dl_check_shard(dl->paths[i], BT, err, errlen);
-        if (n < 0) { dataloader_free(dl); return 0; }
+        if (n < 0) {
+            dataloader_free(dl);
+            return 0;
+        }
         dl->shard_batches[i] = (n - 1) / BT;
         dl->num_batches += dl->shard_batches[i];
         dl->total_tokens += n;
@@ -199,8 +228,10 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
 static inline int dataloader_next_batch(DataLoader* dl) {
     const int64_t BT = (int64_t)dl->B * dl->T;
     if (dl->order_epoch != dl->epoch) {  // a new epoch (or a reset / restored state): its shard order
-        if (dl->shuffle) dl_permute(dl->shard_order, dl->num_shards, dl_stream_seed(dl->seed, dl->epoch, UINT64_MAX));
-        else for (int64_t i = 0; i < dl->num_shards; i++) dl->shard_order[i] = i;
+        if (dl->shuffle)
+            dl_permute(dl->shard_order, dl->num_shards, dl_stream_seed(dl->seed, dl->epoch, UINT64_MAX));
+        else
+            for (int64_t i = 0; i < dl->num_shards; i++) dl->shard_order[i] = i;
         dl->order_epoch = dl->epoch;
         dl->order_shard = -1;
     }
@@ -213,34 +244,46 @@ static inline int dataloader_next_batch(DataLoader* dl) {
         if (dl->file) fclose(dl->file);
         dl->file_index = -1;
         dl->file = fopen(dl->paths[fi], "rb");
-        if (!dl->file) { snprintf(dl->err, sizeof dl->err, "cannot open shard %s", dl->paths[fi]); return 0; }
+        if (!dl->file) {
+            snprintf(dl->err, sizeof dl->err, "cannot open shard %s", dl->paths[fi]);
+            return 0;
+        }
         dl->file_index = fi;
     }
     const int64_t k = dl->shuffle ? dl->batch_order[dl->batch_index] : dl->batch_index;
     const int64_t offset = DATALOADER_HEADER_BYTES + 2 * k * BT;
-    if (fseeko(dl->file, (off_t)offset, SEEK_SET) != 0 || fread(dl->buf, 2, (size_t)(BT + 1), dl->file) != (size_t)(BT + 1)) {
-        snprintf(dl->err, sizeof dl->err, "shard %s: read of %lld tokens at byte %lld failed (file changed since init?)",
+    if (fseeko(dl->file, (off_t)offset, SEEK_SET) != 0 ||
+        fread(dl->buf, 2, (size_t)(BT + 1), dl->file) != (size_t)(BT + 1)) {
+        snprintf(dl->err, sizeof dl->err,
+                 "shard %s: read of %lld tokens at byte %lld failed (file changed since init?)",
                  dl->paths[fi], (long long)(BT + 1), (long long)offset);
         return 0;
     }
-    for (int64_t i = 0; i < BT; i++) { dl->inputs[i] = dl->buf[i]; dl->targets[i] = dl->buf[i + 1]; }
+    for (int64_t i = 0; i < BT; i++) {
+        dl->inputs[i] = dl->buf[i];
+        dl->targets[i] = dl->buf[i + 1];
+    }
     dl->last_file = fi;
     dl->last_token = k * BT;
     if (++dl->batch_index == nb) {
         dl->batch_index = 0;
-        if (++dl->shard_index == dl->num_shards) { dl->shard_index = 0; dl->epoch++; }
+        if (++dl->shard_index == dl->num_shards) {
+            dl->shard_index = 0;
+            dl->epoch++;
+        }
     }
     return 1;
 }
 
 // Checks the last batch's B*T+1 tokens against a model's vocabulary of V (a model with a smaller V than the
-// data's tokenizer: the embedding lookup would read outside wte). 0 with err naming the shard, the token's index
-// in it (counted from the first token after the header) and its value.
+// data's tokenizer: the embedding lookup would read outside wte). 0 with err naming the shard, the token's
+// index in it (counted from the first token after the header) and its value.
 static inline int dataloader_check_tokens(const DataLoader* dl, int V, char* err, size_t errlen) {
     const int64_t n = (int64_t)dl->B * dl->T + 1;
     for (int64_t i = 0; i < n; i++)
         if ((int)dl->buf[i] >= V) {
-            snprintf(err, errlen, "shard %.400s: token %lld (byte %lld) is %d, outside the model's vocabulary of %d",
+            snprintf(err, errlen,
+                     "shard %.400s: token %lld (byte %lld) is %d, outside the model's vocabulary of %d",
                      dl->paths[dl->last_file], (long long)(dl->last_token + i),
                      (long long)(DATALOADER_HEADER_BYTES + 2 * (dl->last_token + i)), (int)dl->buf[i], V);
             return 0;
@@ -251,9 +294,15 @@ static inline int dataloader_check_tokens(const DataLoader* dl, int V, char* err
 static inline DataLoaderState dataloader_get_state(const DataLoader* dl) {
     DataLoaderState s;
     memset(&s, 0, sizeof s);
-    s.epoch = dl->epoch; s.shard_index = dl->shard_index; s.batch_index = dl->batch_index;
-    s.seed = dl->seed; s.shuffle = dl->shuffle; s.B = dl->B; s.T = dl->T;
-    s.num_shards = dl->num_shards; s.total_tokens = dl->total_tokens;
+    s.epoch = dl->epoch;
+    s.shard_index = dl->shard_index;
+    s.batch_index = dl->batch_index;
+    s.seed = dl->seed;
+    s.shuffle = dl->shuffle;
+    s.B = dl->B;
+    s.T = dl->T;
+    s.num_shards = dl->num_shards;
+    s.total_tokens = dl->total_tokens;
     return s;
 }
 
@@ -262,21 +311,26 @@ static inline DataLoaderState dataloader_get_state(const DataLoader* dl) {
 // Returns 0 with a one-line err, and leaves the loader as it was, if the state does not fit this data.
 static inline int dataloader_set_state(DataLoader* dl, const DataLoaderState* s, char* err, size_t errlen) {
     char dummy[8];
-    if (!err) { err = dummy; errlen = sizeof dummy; }
+    if (!err) {
+        err = dummy;
+        errlen = sizeof dummy;
+    }
     if (s->B != dl->B || s->T != dl->T) {
-        snprintf(err, errlen, "data %s: saved state is for B=%lld T=%lld, the loader has B=%d T=%d", dl->pattern,
-                 (long long)s->B, (long long)s->T, dl->B, dl->T);
+        snprintf(err, errlen, "data %s: saved state is for B=%lld T=%lld, the loader has B=%d T=%d",
+                 dl->pattern, (long long)s->B, (long long)s->T, dl->B, dl->T);
         return 0;
     }
     if (s->num_shards != dl->num_shards || s->total_tokens != dl->total_tokens) {
-        snprintf(err, errlen, "data %s: saved state is for %lld shards / %lld tokens, found %lld shards / %lld tokens",
+        snprintf(err, errlen,
+                 "data %s: saved state is for %lld shards / %lld tokens, found %lld shards / %lld tokens",
                  dl->pattern, (long long)s->num_shards, (long long)s->total_tokens, (long long)dl->num_shards,
                  (long long)dl->total_tokens);
         return 0;
     }
-    if (s->epoch < 0 || s->shard_index < 0 || s->shard_index >= dl->num_shards || (s->shuffle != 0 && s->shuffle != 1)) {
-        snprintf(err, errlen, "data %s: saved state is corrupt (epoch %lld, shard %lld, shuffle %lld)", dl->pattern,
-                 (long long)s->epoch, (long long)s->shard_index, (long long)s->shuffle);
+    if (s->epoch < 0 || s->shard_index < 0 || s->shard_index >= dl->num_shards ||
+        (s->shuffle != 0 && s->shuffle != 1)) {
+        snprintf(err, errlen, "data %s: saved state is corrupt (epoch %lld, shard %lld, shuffle %lld)",
+                 dl->pattern, (long long)s->epoch, (long long)s->shard_index, (long long)s->shuffle);
         return 0;
     }
     // batch_index counts within the shard at shard_index of that epoch's order; all shards are checked
@@ -284,26 +338,35 @@ static inline int dataloader_set_state(DataLoader* dl, const DataLoaderState* s,
     int64_t nb = dl->shard_batches[s->shard_index];
     if (s->shuffle) {
         int64_t* order = (int64_t*)malloc(sizeof(int64_t) * (size_t)dl->num_shards);
-        if (!order) { snprintf(err, errlen, "data %s: out of memory", dl->pattern); return 0; }
+        if (!order) {
+            snprintf(err, errlen, "data %s: out of memory", dl->pattern);
+            return 0;
+        }
         dl_permute(order, dl->num_shards, dl_stream_seed(s->seed, s->epoch, UINT64_MAX));
         nb = dl->shard_batches[order[s->shard_index]];
         free(order);
     }
     if (s->batch_index < 0 || s->batch_index >= nb) {
-        snprintf(err, errlen, "data %s: saved batch index %lld is outside the shard's %lld batches", dl->pattern,
-                 (long long)s->batch_index, (long long)nb);
+        snprintf(err, errlen, "data %s: saved batch index %lld is outside the shard's %lld batches",
+                 dl->pattern, (long long)s->batch_index, (long long)nb);
         return 0;
     }
-    dl->epoch = s->epoch; dl->shard_index = s->shard_index; dl->batch_index = s->batch_index;
-    dl->seed = s->seed; dl->shuffle = (int)s->shuffle;
+    dl->epoch = s->epoch;
+    dl->shard_index = s->shard_index;
+    dl->batch_index = s->batch_index;
+    dl->seed = s->seed;
+    dl->shuffle = (int)s->shuffle;
     dl->order_epoch = dl->order_shard = -1;  // rebuilt from (seed, epoch) on the next batch
     return 1;
 }
 
 // Validation is a second DataLoader on the val pattern, without shuffle, reset before each evaluation:
-//   DataLoader val; dataloader_init(&val, "dev/data/tinyshakespeare/tiny_shakespeare_val.bin", B, T, 0, 0, err, n);
+//   DataLoader val; dataloader_init(&val, val_pattern, B, T, 0, 0, err, n);
 //   dataloader_reset(&val); const int64_t nb = dataloader_eval_batches(&val, val_max_steps);
-//   for (int64_t i = 0; i < nb; i++) { dataloader_next_batch(&val); loss += forward(val.inputs, val.targets); }
+//   for (int64_t i = 0; i < nb; i++) {
+//       dataloader_next_batch(&val);
+//       loss += forward(val.inputs, val.targets);
+//   }
 //   loss /= nb;
 // Returns how many batches such a pass reads: all of them (num_batches), or at most max_batches if > 0.
 static inline int64_t dataloader_eval_batches(const DataLoader* dl, int64_t max_batches) {

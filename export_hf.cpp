@@ -1,12 +1,13 @@
 // export_hf.cpp — writes a model as a Hugging Face GPT-2 directory that transformers loads offline:
 //   ./export_hf -i log/model_00000300.bin -o gpt2_hf
 //   python3 -c 'from transformers import AutoModelForCausalLM as M; M.from_pretrained("gpt2_hf")'
-// The input is an llm.c model file (fp32 or bf16, e.g. a checkpoint's model_N.bin), a run directory (its newest
-// complete checkpoint, checksums verified) or a Hugging Face checkpoint (to change dtype or sharding). Out come
-// model.safetensors (or shards and model.safetensors.index.json), config.json, generation_config.json and the
-// GPT-2 tokenizer files the repo ships (dev/data/gpt2). An llm.c file is read one tensor at a time, so the tool
-// needs memory for the largest tensor, not the model. The format mapping itself is hf.h's.
-// It does not train, change weights (bf16 export rounds them to nearest even) or write PyTorch pickles.
+// The input is an llm.c model file (fp32 or bf16, e.g. a checkpoint's model_N.bin), a run directory (its
+// newest complete checkpoint, checksums verified) or a Hugging Face checkpoint (to change dtype or sharding).
+// Out come model.safetensors (or shards and model.safetensors.index.json), config.json,
+// generation_config.json and the GPT-2 tokenizer files the repo ships (dev/data/gpt2). An llm.c file is read
+// one tensor at a time, so the tool needs memory for the largest tensor, not the model. The format mapping
+// itself is hf.h's. It does not train, change weights (bf16 export rounds them to nearest even) or
+// write PyTorch pickles.
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,13 +55,19 @@ static int64_t llmc_file_offset(const GPTConfig* c, int64_t dst, int esize) {
     int64_t within = 0;
     if (dst < p.embed_count) {
         for (int k = 0; k < NUM_EMBED_TENSORS; k++)
-            if (dst >= p.embed_offset[k] && dst < p.embed_offset[k] + p.embed_size[k]) { t = k; within = dst - p.embed_offset[k]; }
+            if (dst >= p.embed_offset[k] && dst < p.embed_offset[k] + p.embed_size[k]) {
+                t = k;
+                within = dst - p.embed_offset[k];
+            }
     } else {
         is_layer = 1;
         layer = (int)((dst - p.embed_count) / p.layer_stride);
         const int64_t in_layer = dst - gpt_layer_offset(&p, layer);
         for (int k = 0; k < NUM_LAYER_TENSORS; k++)
-            if (in_layer >= p.layer_offset[k] && in_layer < p.layer_offset[k] + p.layer_size[k]) { t = k; within = in_layer - p.layer_offset[k]; }
+            if (in_layer >= p.layer_offset[k] && in_layer < p.layer_offset[k] + p.layer_size[k]) {
+                t = k;
+                within = in_layer - p.layer_offset[k];
+            }
     }
     int64_t off = 256 * 4;
     for (int k = 0; k < 16; k++) {
@@ -73,9 +80,11 @@ static int64_t llmc_file_offset(const GPTConfig* c, int64_t dst, int esize) {
 }
 
 // Copies src to dir/name; 0 with err on failure.
-static int copy_file(const std::string& src, const std::string& dir, const char* name, char* err, size_t errlen) {
+static int copy_file(const std::string& src, const std::string& dir, const char* name, char* err,
+                     size_t errlen) {
     std::string text;
-    return read_whole_file(src.c_str(), 64 << 20, &text, err, errlen) && write_small_file(dir, name, text, err, errlen);
+    return read_whole_file(src.c_str(), 64 << 20, &text, err, errlen) &&
+           write_small_file(dir, name, text, err, errlen);
 }
 
 // The directory of this executable (the repo root when built by make), for dev/data/gpt2.
@@ -94,7 +103,10 @@ int main(int argc, char** argv) {
     int bf16 = 0;
     int64_t max_shard = 5000000000LL;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { usage(stdout); return 0; }
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            usage(stdout);
+            return 0;
+        }
         if (i + 1 >= argc) die("flag %s needs a value (run ./export_hf -h for the flags)", argv[i]);
         const char *f = argv[i], *v = argv[++i];
         if (!strcmp(f, "-i")) in = v;
@@ -103,13 +115,15 @@ int main(int argc, char** argv) {
             if (strcmp(v, "fp32") && strcmp(v, "bf16")) die("-d %s: want fp32 or bf16", v);
             bf16 = !strcmp(v, "bf16");
         } else if (!strcmp(f, "-s")) {
-            if ((max_shard = parse_size(v)) < 0) die("-s %s: want a size such as 5GB, 500MB or 2000000000", v);
+            if ((max_shard = parse_size(v)) < 0)
+                die("-s %s: want a size such as 5GB, 500MB or 2000000000", v);
         } else die("unknown flag %s (run ./export_hf -h for the flags)", f);
     }
     if (!in || !out) die("-i <model> and -o <dir> are both needed (run ./export_hf -h for the flags)");
     char err[4352];
 
-    // the input: a run directory's newest complete checkpoint, an llm.c model file, or a Hugging Face checkpoint
+    // the input: a run directory's newest complete checkpoint, an llm.c model file, or a
+    // Hugging Face checkpoint
     std::string model = in;
     GPTConfig cfg;
     if (is_dir(in) && latest_checkpoint(in) >= 0) {
@@ -148,11 +162,18 @@ int main(int argc, char** argv) {
     std::vector<uint16_t> half;
     auto read = [&](size_t k, float* dst) {
         const HfTensorPlace& pl = places[k];
-        if (!from_llmc) { memcpy(dst, whole.data() + pl.dst, sizeof(float) * (size_t)pl.count); return 1; }
+        if (!from_llmc) {
+            memcpy(dst, whole.data() + pl.dst, sizeof(float) * (size_t)pl.count);
+            return 1;
+        }
         const int64_t off = llmc_file_offset(&cfg, pl.dst, esize);
         void* buf = dst;
-        if (esize == 2) { half.resize((size_t)pl.count); buf = half.data(); }
-        if (off < 0 || fseeko(f, off, SEEK_SET) != 0 || (int64_t)fread(buf, (size_t)esize, (size_t)pl.count, f) != pl.count) {
+        if (esize == 2) {
+            half.resize((size_t)pl.count);
+            buf = half.data();
+        }
+        if (off < 0 || fseeko(f, off, SEEK_SET) != 0 ||
+            (int64_t)fread(buf, (size_t)esize, (size_t)pl.count, f) != pl.count) {
             snprintf(err, sizeof err, "%s: short read of %s", model.c_str(), pl.name.c_str());
             return 0;
         }
@@ -167,17 +188,22 @@ int main(int argc, char** argv) {
     // GPT-2's tokenizer (the one the shipped data was made with); ids beyond a smaller vocab would not fit
     const std::string tok = exe_dir() + "/dev/data/gpt2";
     const char* tokenizer_note = "GPT-2 tokenizer files";
-    if (cfg.vocab_size < 50257) tokenizer_note = "no tokenizer files (V < 50257, the GPT-2 tokenizer's ids would not fit)";
+    if (cfg.vocab_size < 50257)
+        tokenizer_note = "no tokenizer files (V < 50257, the GPT-2 tokenizer's ids would not fit)";
     else if (!file_exists(tok + "/encoder.json") || !file_exists(tok + "/vocab.bpe")) {
-        fprintf(stderr, "warning: %s/encoder.json or vocab.bpe not found: no tokenizer files written\n", tok.c_str());
+        fprintf(stderr, "warning: %s/encoder.json or vocab.bpe not found: no tokenizer files written\n",
+                tok.c_str());
         tokenizer_note = "no tokenizer files";
     } else {
-        const std::string special = "{\n  \"bos_token\": \"<|endoftext|>\",\n  \"eos_token\": \"<|endoftext|>\",\n"
-                                    "  \"unk_token\": \"<|endoftext|>\"\n}\n";
-        const std::string config = "{\n  \"tokenizer_class\": \"GPT2Tokenizer\",\n  \"model_max_length\": " +
-                                   std::to_string(cfg.max_seq_len) + ",\n  \"add_prefix_space\": false,\n"
-                                   "  \"bos_token\": \"<|endoftext|>\",\n  \"eos_token\": \"<|endoftext|>\",\n"
-                                   "  \"unk_token\": \"<|endoftext|>\"\n}\n";
+        const std::string special =
+            "{\n  \"bos_token\": \"<|endoftext|>\",\n  \"eos_token\": \"<|endoftext|>\",\n"
+            "  \"unk_token\": \"<|endoftext|>\"\n}\n";
+        const std::string config =
+            "{\n  \"tokenizer_class\": \"GPT2Tokenizer\",\n  \"model_max_length\": " +
+            std::to_string(cfg.max_seq_len) +
+            ",\n  \"add_prefix_space\": false,\n"
+            "  \"bos_token\": \"<|endoftext|>\",\n  \"eos_token\": \"<|endoftext|>\",\n"
+            "  \"unk_token\": \"<|endoftext|>\"\n}\n";
         if (!copy_file(tok + "/encoder.json", out, "vocab.json", err, sizeof err) ||
             !copy_file(tok + "/vocab.bpe", out, "merges.txt", err, sizeof err) ||
             !write_small_file(out, "special_tokens_map.json", special, err, sizeof err) ||
@@ -186,9 +212,9 @@ int main(int argc, char** argv) {
     }
     if (!fsync_dir(out, err, sizeof err)) die("%s", err);
     const HfShardPlan plan = hf_plan_shards(places, bf16 ? 2 : 4, max_shard);
-    printf("wrote %s: GPT2LMHeadModel L%d C%d NH%d maxT%d V%d, %zu tensors, %s, %.1f MB in %zu file%s; %s\n", out,
-           cfg.num_layers, cfg.channels, cfg.num_heads, cfg.max_seq_len, cfg.vocab_size, places.size(),
-           bf16 ? "bf16" : "fp32", plan.total_bytes / 1e6, plan.shards.size(), plan.shards.size() > 1 ? "s" : "",
-           tokenizer_note);
+    printf("wrote %s: GPT2LMHeadModel L%d C%d NH%d maxT%d V%d, %zu tensors, %s, %.1f MB in %zu file%s; %s\n",
+           out, cfg.num_layers, cfg.channels, cfg.num_heads, cfg.max_seq_len, cfg.vocab_size, places.size(),
+           bf16 ? "bf16" : "fp32", plan.total_bytes / 1e6, plan.shards.size(),
+           plan.shards.size() > 1 ? "s" : "", tokenizer_note);
     return 0;
 }

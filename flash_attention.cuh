@@ -1,13 +1,13 @@
 // flash_attention.cuh — causal self-attention of one layer as fused tensor-core kernels (the FlashAttention-2
 // scheme): the (T x T) scores and probabilities live only in registers, tile by tile, never in memory. The
 // forward pass keeps one float per query row (the log-sum-exp of its scores) so the backward pass can
-// recompute any probability exactly; the backward pass is two kernels (dq by query tiles, dk/dv by key tiles),
-// so every gradient element is written once, without atomics, deterministically.
-// Reads q, k, v in place in qkv (B, T, 3C) and writes y (B, T, C) and dq, dk, dv into dqkv (B, T, 3C), the
-// same layouts as attention.cuh (the cuBLAS + softmax path, kept for head sizes these kernels do not take and
-// as the reference). Head sizes 32, 64, 80, 96, 128 (a template parameter); any T; bf16 in, fp32 accumulation.
-// Not here: the choice between the two paths (train_gpt.cu), tuning beyond mma.sync + ldmatrix tiles
-// (cp.async double buffering and Hopper's wgmma are the next steps once a GPU has measured this).
+// recompute any probability exactly; the backward pass is two kernels (dq by query tiles, dk/dv by key
+// tiles), so every gradient element is written once, without atomics, deterministically. Reads q, k, v in
+// place in qkv (B, T, 3C) and writes y (B, T, C) and dq, dk, dv into dqkv (B, T, 3C), the same layouts as
+// attention.cuh (the cuBLAS + softmax path, kept for head sizes these kernels do not take and as the
+// reference). Head sizes 32, 64, 80, 96, 128 (a template parameter); any T; bf16 in, fp32 accumulation. Not
+// here: the choice between the two paths (train_gpt.cu), tuning beyond mma.sync + ldmatrix tiles (cp.async
+// double buffering and Hopper's wgmma are the next steps once a GPU has measured this).
 #pragma once
 #include "cuda_common.h"
 #include "kernels.cuh"  // warp_sum
@@ -28,22 +28,24 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], 
 #ifdef FAKE_CUDA_DEVICE
     fake_device::mma_bf16_16816(c, a, b);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-    __trap();  // no bf16 mma.sync before Ampere (sm_80): flash_attention_usable() keeps these kernels off such GPUs
+    __trap();  // no bf16 mma.sync before Ampere (sm_80): flash_attention_usable() keeps these kernels off
 #else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-                 "{%8, %9}, {%0, %1, %2, %3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+        "{%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #endif
 }
 
 // ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: the warp loads four 8 x 8 bf16 matrices from shared
-// memory; lanes 8i .. 8i+7 give the addresses of matrix i's 8 rows (16 contiguous bytes each, 16-byte aligned).
-// Lane l receives in r[i], with g = l / 4 and t = l % 4:
+// memory; lanes 8i .. 8i+7 give the addresses of matrix i's 8 rows (16 contiguous bytes each, 16-byte
+// aligned). Lane l receives in r[i], with g = l / 4 and t = l % 4:
 //   plain:  matrix i's elements [g][2t], [g][2t+1]
 //   .trans: matrix i's elements [2t][g], [2t+1][g]   (the transposed matrix's [g][2t, 2t+1])
 // which is the register layout of the mma fragments above: one instruction loads four fragment registers.
-// The CPU emulation (fake_device.h) implements this table; test_kernels.cu's LdmatrixMatchesItsTable checks it.
+// The CPU emulation (fake_device.h) implements this table; test_kernels.cu's
+// LdmatrixMatchesItsTable checks it.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const bf16* row, bool transpose) {
 #ifdef FAKE_CUDA_DEVICE
     fake_device::ldmatrix_x4(r, row, transpose);
@@ -51,10 +53,12 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const bf16* row, bool
     const uint32_t address = (uint32_t)__cvta_generic_to_shared(row);
     if (transpose)
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(address));
     else
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(address));
+                     : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                     : "r"(address));
 #endif
 }
 
@@ -121,7 +125,8 @@ __device__ __forceinline__ void c_to_a(uint32_t a[4], const float left[4], const
 // Rows [row0, row0 + ROWS) of a head's (T, HS) matrix (row stride ld) into a shared tile [ROWS][HS + FA_PAD];
 // rows >= T are zeros.
 template <int ROWS, int HS>
-__device__ __forceinline__ void load_tile(bf16 (*tile)[HS + FA_PAD], const bf16* head, int64_t ld, int row0, int T) {
+__device__ __forceinline__ void load_tile(bf16 (*tile)[HS + FA_PAD], const bf16* head, int64_t ld, int row0,
+                                          int T) {
     for (int i = threadIdx.x; i < ROWS * HS / 8; i += blockDim.x) {
         const int r = i / (HS / 8), c = (i % (HS / 8)) * 8;
         if (row0 + r < T) copy16(&tile[r][c], head + (int64_t)(row0 + r) * ld + c);
@@ -131,7 +136,8 @@ __device__ __forceinline__ void load_tile(bf16 (*tile)[HS + FA_PAD], const bf16*
 // A fragments (rows r0 = g, r1 = g + 8 of a warp's 16) of a (T, HS) head matrix read from global memory,
 // rows >= T as zeros; f[kk] covers columns [16kk, 16kk + 16).
 template <int HS>
-__device__ __forceinline__ void load_a_rows(uint32_t f[HS / 16][4], const bf16* head, int64_t ld, int r0, int r1, int T) {
+__device__ __forceinline__ void load_a_rows(uint32_t f[HS / 16][4], const bf16* head, int64_t ld, int r0,
+                                            int r1, int T) {
     const int t = threadIdx.x % 4;
     for (int kk = 0; kk < HS / 16; kk++) {
         const int c = kk * 16 + 2 * t;
@@ -192,7 +198,8 @@ __global__ void __launch_bounds__(128)
     float o[HS / 8][4];
     for (int n = 0; n < HS / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     // Running max (scaled, base 2) and this lane's part of the running sum, for rows r0 and r1. Key 0 is in
-    // every row's first tile, so m is finite after the first tile, and exp2(-inf - m) = 0 on that first rescale.
+    // every row's first tile, so m is finite after the first tile, and exp2(-inf - m) = 0 on
+    // that first rescale.
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
     for (int kt = 0; kt <= q_tile; kt++) {  // BK == BQ: key tiles up to and including the diagonal one
@@ -239,8 +246,10 @@ __global__ void __launch_bounds__(128)
         l0 = l0 * alpha0 + sum0;
         l1 = l1 * alpha1 + sum1;
         for (int n = 0; n < HS / 8; n++) {
-            o[n][0] *= alpha0; o[n][1] *= alpha0;
-            o[n][2] *= alpha1; o[n][3] *= alpha1;
+            o[n][0] *= alpha0;
+            o[n][1] *= alpha0;
+            o[n][2] *= alpha1;
+            o[n][3] *= alpha1;
         }
         for (int kk = 0; kk < BK / 16; kk++) {  // O += P v, P (bf16) straight from S's registers
             uint32_t pa[4];
@@ -260,8 +269,10 @@ __global__ void __launch_bounds__(128)
     const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
     bf16* y_head = y + (int64_t)b * T * C + (int64_t)h * HS;
     for (int n = 0; n < HS / 8; n++) {
-        if (r0 < T) store_pair(y_head + (int64_t)r0 * C + n * 8 + 2 * t, pack_pair(o[n][0] * inv0, o[n][1] * inv0));
-        if (r1 < T) store_pair(y_head + (int64_t)r1 * C + n * 8 + 2 * t, pack_pair(o[n][2] * inv1, o[n][3] * inv1));
+        if (r0 < T)
+            store_pair(y_head + (int64_t)r0 * C + n * 8 + 2 * t, pack_pair(o[n][0] * inv0, o[n][1] * inv0));
+        if (r1 < T)
+            store_pair(y_head + (int64_t)r1 * C + n * 8 + 2 * t, pack_pair(o[n][2] * inv1, o[n][3] * inv1));
     }
     if (t == 0) {
         if (r0 < T) lse[(int64_t)bh * T + r0] = m0 + log2f(l0);
@@ -274,11 +285,13 @@ __global__ void __launch_bounds__(128)
 //   dv = P^T dy,  dP = dy v^T,  dS = P * (dP - D),  dq = scale * dS k,  dk = scale * dS^T q.
 
 // D (B, NH, T) = rowsum(dy * y) over each head's HS columns; one warp per (b, t, h) row.
-__global__ void flash_attention_dsum_kernel(float* dsum, const bf16* y, const bf16* dy, int64_t rows, int T, int NH, int HS) {
+__global__ void flash_attention_dsum_kernel(float* dsum, const bf16* y, const bf16* dy, int64_t rows, int T,
+                                            int NH, int HS) {
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
     for (int64_t row = blockIdx.x * (int64_t)(blockDim.x / 32) + threadIdx.x / 32; row < rows; row += warps) {
         float sum = 0.0f;
-        for (int i = threadIdx.x % 32; i < HS; i += 32) sum += (float)y[row * HS + i] * (float)dy[row * HS + i];
+        for (int i = threadIdx.x % 32; i < HS; i += 32)
+            sum += (float)y[row * HS + i] * (float)dy[row * HS + i];
         sum = warp_sum(sum);
         const int64_t bt = row / NH;  // row = (b * T + t) * NH + h
         const int h = (int)(row % NH), tpos = (int)(bt % T);
@@ -287,12 +300,12 @@ __global__ void flash_attention_dsum_kernel(float* dsum, const bf16* y, const bf
     }
 }
 
-// dq. Block: 64 queries of one (sequence, head), 4 warps of 16 query rows (q and dy rows held as A fragments);
-// keys in tiles of 32 up to the diagonal. grid: (B * NH, ceil(T / 64)), longest rows first.
+// dq. Block: 64 queries of one (sequence, head), 4 warps of 16 query rows (q and dy rows held as A
+// fragments); keys in tiles of 32 up to the diagonal. grid: (B * NH, ceil(T / 64)), longest rows first.
 template <int HS>
 __global__ void __launch_bounds__(128)
-    flash_attention_backward_dq_kernel(bf16* dqkv, const bf16* qkv, const bf16* dy, const float* lse, const float* dsum,
-                                       int T, int NH, float scale, float scale_log2) {
+    flash_attention_backward_dq_kernel(bf16* dqkv, const bf16* qkv, const bf16* dy, const float* lse,
+                                       const float* dsum, int T, int NH, float scale, float scale_log2) {
     constexpr int BQ = 64, BK = 32;
     __shared__ __align__(16) bf16 ks[BK][HS + FA_PAD];  // k rows: B of S = q k^T and (.trans) of dq += dS k
     __shared__ __align__(16) bf16 vs[BK][HS + FA_PAD];  // v rows: B of dP = dy v^T
@@ -311,8 +324,10 @@ __global__ void __launch_bounds__(128)
     load_a_rows<HS>(qf, q_head, ld, r0, r1, T);
     load_a_rows<HS>(df, dy_head, C, r0, r1, T);
     // rows past T compute finite garbage that is never stored (zero q and dy, lse = D = 0)
-    const float lse0 = r0 < T ? lse[(int64_t)bh * T + r0] : 0.0f, lse1 = r1 < T ? lse[(int64_t)bh * T + r1] : 0.0f;
-    const float d0 = r0 < T ? dsum[(int64_t)bh * T + r0] : 0.0f, d1 = r1 < T ? dsum[(int64_t)bh * T + r1] : 0.0f;
+    const float lse0 = r0 < T ? lse[(int64_t)bh * T + r0] : 0.0f,
+                lse1 = r1 < T ? lse[(int64_t)bh * T + r1] : 0.0f;
+    const float d0 = r0 < T ? dsum[(int64_t)bh * T + r0] : 0.0f,
+                d1 = r1 < T ? dsum[(int64_t)bh * T + r1] : 0.0f;
     float dq[HS / 8][4];
     for (int n = 0; n < HS / 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 
@@ -356,8 +371,12 @@ __global__ void __launch_bounds__(128)
     }
     bf16* dq_head = dqkv + (int64_t)b * T * ld + (int64_t)h * HS;
     for (int n = 0; n < HS / 8; n++) {
-        if (r0 < T) store_pair(dq_head + (int64_t)r0 * ld + n * 8 + 2 * t, pack_pair(dq[n][0] * scale, dq[n][1] * scale));
-        if (r1 < T) store_pair(dq_head + (int64_t)r1 * ld + n * 8 + 2 * t, pack_pair(dq[n][2] * scale, dq[n][3] * scale));
+        if (r0 < T)
+            store_pair(dq_head + (int64_t)r0 * ld + n * 8 + 2 * t,
+                       pack_pair(dq[n][0] * scale, dq[n][1] * scale));
+        if (r1 < T)
+            store_pair(dq_head + (int64_t)r1 * ld + n * 8 + 2 * t,
+                       pack_pair(dq[n][2] * scale, dq[n][3] * scale));
     }
 }
 
@@ -466,17 +485,21 @@ __global__ void __launch_bounds__(64)
 
 // The head sizes the kernels are built for (multiples of 16; 80 for the 2.7b preset), on a GPU with bf16
 // mma.sync (compute capability 8.0 and up).
-static int flash_attention_device_major = -1;  // compute capability of device 0 (the trainer's), asked once; set
-                                               // beforehand to plan for a GPU that is not here (train_gpt -P)
+static int flash_attention_device_major =
+    -1;  // compute capability of device 0 (the trainer's), asked once; set
+         // beforehand to plan for a GPU that is not here (train_gpt -P)
 static bool flash_attention_usable(int head_size) {
     int& major = flash_attention_device_major;
     if (major < 0) {
         cudaDeviceProp p;
         int device = 0;
-        major = cudaGetDevice(&device) == cudaSuccess && cudaGetDeviceProperties(&p, device) == cudaSuccess ? p.major : 0;
-        cudaGetLastError();  // no device: not an error here (the trainer reports it); clear it for the next check
+        major = cudaGetDevice(&device) == cudaSuccess && cudaGetDeviceProperties(&p, device) == cudaSuccess
+                    ? p.major
+                    : 0;
+        cudaGetLastError();  // no device: not an error here (the trainer reports it); clear it
     }
-    return major >= 8 && (head_size == 32 || head_size == 64 || head_size == 80 || head_size == 96 || head_size == 128);
+    return major >= 8 &&
+           (head_size == 32 || head_size == 64 || head_size == 80 || head_size == 96 || head_size == 128);
 }
 
 // The kernels move 16 bytes at a time from rows of q, k, v, y and dy: their bases must be 16-byte aligned
@@ -491,7 +514,8 @@ static void flash_check_aligned(const void* a, const void* b, const void* c, con
 static dim3 flash_grid(int B, int NH, int T, int tile) {
     const int64_t heads = (int64_t)B * NH, tiles = ceil_div64(T, tile);
     if (heads > 0x7fffffff || tiles > 65535) {
-        fprintf(stderr, "error: flash attention: B*NH = %lld or T = %d out of the kernels' grid range\n", (long long)heads, T);
+        fprintf(stderr, "error: flash attention: B*NH = %lld or T = %d out of the kernels' grid range\n",
+                (long long)heads, T);
         exit(EXIT_FAILURE);
     }
     return dim3((unsigned)heads, (unsigned)tiles);
@@ -499,19 +523,23 @@ static dim3 flash_grid(int B, int NH, int T, int tile) {
 
 // y (B, T, C) = causal softmax(q k^T / sqrt(hs)) v per head; lse (B, NH, T): each row's log2-sum-exp2 of its
 // scaled scores, all the backward pass needs besides qkv and y.
-static void flash_attention_forward(bf16* y, float* lse, const bf16* qkv, int B, int T, int C, int NH, cudaStream_t s) {
+static void flash_attention_forward(bf16* y, float* lse, const bf16* qkv, int B, int T, int C, int NH,
+                                    cudaStream_t s) {
     const int hs = C / NH;
     flash_check_aligned(y, qkv, qkv, qkv);
     const float scale_log2 = 1.0f / sqrtf((float)hs) * 1.4426950408889634f;  // exp(x) = exp2(x * log2(e))
     void (*kernel)(bf16*, float*, const bf16*, int, int, float) =
-        hs == 32 ? flash_attention_forward_kernel<32> : hs == 64 ? flash_attention_forward_kernel<64>
-        : hs == 80 ? flash_attention_forward_kernel<80> : hs == 96 ? flash_attention_forward_kernel<96>
-                                                                 : flash_attention_forward_kernel<128>;
+        hs == 32   ? flash_attention_forward_kernel<32>
+        : hs == 64 ? flash_attention_forward_kernel<64>
+        : hs == 80 ? flash_attention_forward_kernel<80>
+        : hs == 96 ? flash_attention_forward_kernel<96>
+                   : flash_attention_forward_kernel<128>;
     kernel<<<flash_grid(B, NH, T, 64), 128, 0, s>>>(y, lse, qkv, T, NH, scale_log2);
     cudaCheckLaunch();
 }
 
-// dqkv (B, T, 3C), every element, from dy (B, T, C), the forward's qkv, y and lse. dsum (B, NH, T) is scratch.
+// dqkv (B, T, 3C), every element, from dy (B, T, C), the forward's qkv, y and lse. dsum (B, NH,
+// T) is scratch.
 static void flash_attention_backward(bf16* dqkv, float* dsum, const bf16* dy, const bf16* y, const bf16* qkv,
                                      const float* lse, int B, int T, int C, int NH, cudaStream_t s) {
     const int hs = C / NH;
@@ -520,13 +548,18 @@ static void flash_attention_backward(bf16* dqkv, float* dsum, const bf16* dy, co
     const int64_t rows = (int64_t)B * T * NH;
     flash_attention_dsum_kernel<<<grid_for(rows * 32, 256), 256, 0, s>>>(dsum, y, dy, rows, T, NH, hs);
     cudaCheckLaunch();
-    typedef void (*Kernel)(bf16*, const bf16*, const bf16*, const float*, const float*, int, int, float, float);
-    Kernel dq = hs == 32 ? flash_attention_backward_dq_kernel<32> : hs == 64 ? flash_attention_backward_dq_kernel<64>
-              : hs == 80 ? flash_attention_backward_dq_kernel<80> : hs == 96 ? flash_attention_backward_dq_kernel<96>
-                                                                             : flash_attention_backward_dq_kernel<128>;
-    Kernel dkdv = hs == 32 ? flash_attention_backward_dkdv_kernel<32> : hs == 64 ? flash_attention_backward_dkdv_kernel<64>
-                : hs == 80 ? flash_attention_backward_dkdv_kernel<80> : hs == 96 ? flash_attention_backward_dkdv_kernel<96>
-                                                                               : flash_attention_backward_dkdv_kernel<128>;
+    typedef void (*Kernel)(bf16*, const bf16*, const bf16*, const float*, const float*, int, int, float,
+                           float);
+    Kernel dq = hs == 32   ? flash_attention_backward_dq_kernel<32>
+                : hs == 64 ? flash_attention_backward_dq_kernel<64>
+                : hs == 80 ? flash_attention_backward_dq_kernel<80>
+                : hs == 96 ? flash_attention_backward_dq_kernel<96>
+                           : flash_attention_backward_dq_kernel<128>;
+    Kernel dkdv = hs == 32   ? flash_attention_backward_dkdv_kernel<32>
+                  : hs == 64 ? flash_attention_backward_dkdv_kernel<64>
+                  : hs == 80 ? flash_attention_backward_dkdv_kernel<80>
+                  : hs == 96 ? flash_attention_backward_dkdv_kernel<96>
+                             : flash_attention_backward_dkdv_kernel<128>;
     dq<<<flash_grid(B, NH, T, 64), 128, 0, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, scale, scale_log2);
     cudaCheckLaunch();
     dkdv<<<flash_grid(B, NH, T, 32), 64, 0, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, scale, scale_log2);

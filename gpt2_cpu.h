@@ -36,8 +36,8 @@
 static inline int64_t mm_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
 // C (M,N) = A @ B, or C += A @ B when accumulate; A(i,k) = A[i*a_row + k*a_col], B row-major (K,N).
-static void matmul_nn(float* C, const float* A, int64_t a_row, int64_t a_col, const float* B, int64_t M, int64_t N,
-                      int64_t K, int accumulate) {
+static void matmul_nn(float* C, const float* A, int64_t a_row, int64_t a_col, const float* B, int64_t M,
+                      int64_t N, int64_t K, int accumulate) {
     const int64_t row_tiles = (M + MM_MC - 1) / MM_MC, col_tiles = (N + MM_NC - 1) / MM_NC;
 #pragma omp parallel for collapse(2) schedule(dynamic, 1)
     for (int64_t ti = 0; ti < row_tiles; ti++) {
@@ -54,7 +54,8 @@ static void matmul_nn(float* C, const float* A, int64_t a_row, int64_t a_col, co
                             // full micro tile: MR x NR accumulators in registers
                             float acc[MM_MR][MM_NR];
                             for (int r = 0; r < MM_MR; r++)
-                                for (int j = 0; j < MM_NR; j++) acc[r][j] = start_from_zero ? 0.0f : C[(i0 + r) * N + j0 + j];
+                                for (int j = 0; j < MM_NR; j++)
+                                    acc[r][j] = start_from_zero ? 0.0f : C[(i0 + r) * N + j0 + j];
                             for (int64_t k = k0; k < k1; k++) {
                                 const float* b = B + k * N + j0;
                                 for (int r = 0; r < MM_MR; r++) {
@@ -69,7 +70,8 @@ static void matmul_nn(float* C, const float* A, int64_t a_row, int64_t a_col, co
                             for (int64_t i = i0; i < mm_min(i0 + MM_MR, i_hi); i++)
                                 for (int64_t j = j0; j < j0 + nj; j++) {
                                     float s = start_from_zero ? 0.0f : C[i * N + j];
-                                    for (int64_t k = k0; k < k1; k++) s += A[i * a_row + k * a_col] * B[k * N + j];
+                                    for (int64_t k = k0; k < k1; k++)
+                                        s += A[i * a_row + k * a_col] * B[k * N + j];
                                     C[i * N + j] = s;
                                 }
                         }
@@ -91,8 +93,8 @@ static void transpose(float* out, const float* in, int64_t rows, int64_t cols) {
 
 // out (N,OC) = inp (N,IC) @ weight^T + bias, weight (OC,IC) as in nn.Linear; bias may be NULL.
 // weight_t is scratch for the (IC,OC) transposed weight: the micro kernel wants B rows contiguous in OC.
-static void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N, int64_t IC,
-                           int64_t OC, float* weight_t) {
+static void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
+                           int64_t IC, int64_t OC, float* weight_t) {
     transpose(weight_t, weight, OC, IC);
     matmul_nn(out, inp, IC, 1, weight_t, N, OC, IC, 0);
     if (bias) {
@@ -122,7 +124,8 @@ static void matmul_backward(float* dinp, float* dweight, float* dbias, const flo
 // The other layers, forward and backward
 
 // out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
-static void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B, int T, int C) {
+static void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B, int T,
+                            int C) {
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
@@ -135,13 +138,17 @@ static void encoder_forward(float* out, const int* inp, const float* wte, const 
 
 // dwte[inp[b,t]] += dout[b,t], dwpe[t] += dout[b,t]. Serial over positions: a token may repeat, and the
 // scatter is tiny next to the matmuls.
-static void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C) {
+static void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T,
+                             int C) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             const float* d = dout + ((int64_t)b * T + t) * C;
             float* de = dwte + (int64_t)inp[(int64_t)b * T + t] * C;
             float* dp = dwpe + (int64_t)t * C;
-            for (int c = 0; c < C; c++) { de[c] += d[c]; dp[c] += d[c]; }
+            for (int c = 0; c < C; c++) {
+                de[c] += d[c];
+                dp[c] += d[c];
+            }
         }
 }
 
@@ -219,7 +226,10 @@ static void attention_forward(float* out, float* att, const float* qkv, int B, i
                     if (a[t2] > maxv) maxv = a[t2];
                 }
                 float sum = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) { a[t2] = expf(a[t2] - maxv); sum += a[t2]; }
+                for (int t2 = 0; t2 <= t; t2++) {
+                    a[t2] = expf(a[t2] - maxv);
+                    sum += a[t2];
+                }
                 for (int t2 = 0; t2 <= t; t2++) a[t2] /= sum;
                 for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
                 float* o = out + ((int64_t)b * T + t) * C + h * hs;
@@ -233,8 +243,8 @@ static void attention_forward(float* out, float* att, const float* qkv, int B, i
 
 // dqkv = attention'(dout) (overwritten). Parallel over (b, h): each pair owns disjoint channels of dqkv,
 // so no two threads write the same element. dscore is scratch (B, NH, T).
-static void attention_backward(float* dqkv, float* dscore, const float* dout, const float* qkv, const float* att,
-                               int B, int T, int C, int NH) {
+static void attention_backward(float* dqkv, float* dscore, const float* dout, const float* qkv,
+                               const float* att, int B, int T, int C, int NH) {
     const int hs = C / NH;
     const int64_t C3 = 3 * (int64_t)C;
     const float scale = 1.0f / sqrtf((float)hs);
@@ -257,7 +267,10 @@ static void attention_backward(float* dqkv, float* dscore, const float* dout, co
                     const float* v = qkv + ((int64_t)b * T + t2) * C3 + 2 * C + h * hs;
                     float* dv = dqkv + ((int64_t)b * T + t2) * C3 + 2 * C + h * hs;
                     float s = 0.0f;
-                    for (int i = 0; i < hs; i++) { s += d[i] * v[i]; dv[i] += a[t2] * d[i]; }
+                    for (int i = 0; i < hs; i++) {
+                        s += d[i] * v[i];
+                        dv[i] += a[t2] * d[i];
+                    }
                     ds[t2] = s;
                     da_dot_a += s * a[t2];
                 }
@@ -266,7 +279,10 @@ static void attention_backward(float* dqkv, float* dscore, const float* dout, co
                     const float g = a[t2] * (ds[t2] - da_dot_a) * scale;
                     const float* k = qkv + ((int64_t)b * T + t2) * C3 + C + h * hs;
                     float* dk = dqkv + ((int64_t)b * T + t2) * C3 + C + h * hs;
-                    for (int i = 0; i < hs; i++) { dq[i] += g * k[i]; dk[i] += g * q[i]; }
+                    for (int i = 0; i < hs; i++) {
+                        dq[i] += g * k[i];
+                        dk[i] += g * q[i];
+                    }
                 }
             }
         }
@@ -369,44 +385,44 @@ static void crossentropy_softmax_backward(float* dlogits, const float* probs, co
 
 // Activations of one forward pass for (B, T), carved from one allocation; per-layer arrays are (L, ...).
 typedef struct {
-    float* encoded;                          // (N, C) embedding sum, the input of layer 0
-    float *ln1, *ln1_mean, *ln1_rstd;        // (L, N, C), (L, N), (L, N)
-    float* qkv;                              // (L, N, 3C)
-    float* atty;                             // (L, N, C) attention output, before the projection
-    float* att;                              // (L, B, NH, T, T) softmax probabilities
-    float* residual2;                        // (L, N, C) layer input + attention branch
-    float *ln2, *ln2_mean, *ln2_rstd;        // (L, N, C), (L, N), (L, N)
-    float* fch;                              // (L, N, 4C) fc output, before GELU
-    float* fch_gelu;                         // (L, N, 4C)
-    float* residual3;                        // (L, N, C) layer output
-    float *lnf, *lnf_mean, *lnf_rstd;        // (N, C), (N), (N)
-    float* logits;                           // (N, Vp)
-    float* probs;                            // (N, Vp) softmax over the first V columns
-    float* losses;                           // (N) per-position cross-entropy
+    float* encoded;                    // (N, C) embedding sum, the input of layer 0
+    float *ln1, *ln1_mean, *ln1_rstd;  // (L, N, C), (L, N), (L, N)
+    float* qkv;                        // (L, N, 3C)
+    float* atty;                       // (L, N, C) attention output, before the projection
+    float* att;                        // (L, B, NH, T, T) softmax probabilities
+    float* residual2;                  // (L, N, C) layer input + attention branch
+    float *ln2, *ln2_mean, *ln2_rstd;  // (L, N, C), (L, N), (L, N)
+    float* fch;                        // (L, N, 4C) fc output, before GELU
+    float* fch_gelu;                   // (L, N, 4C)
+    float* residual3;                  // (L, N, C) layer output
+    float *lnf, *lnf_mean, *lnf_rstd;  // (N, C), (N), (N)
+    float* logits;                     // (N, Vp)
+    float* probs;                      // (N, Vp) softmax over the first V columns
+    float* losses;                     // (N) per-position cross-entropy
     // backward scratch, reused by every layer
-    float* dresidual;                        // (N, C) gradient of the residual stream
-    float* dln;                              // (N, C) gradient of a LayerNorm output / of atty
-    float* dqkv;                             // (N, 3C)
-    float* dfch;                             // (N, 4C)
-    float* dscore;                           // (B, NH, T)
-    float* dlogits;                          // (N, Vp)
+    float* dresidual;  // (N, C) gradient of the residual stream
+    float* dln;        // (N, C) gradient of a LayerNorm output / of atty
+    float* dqkv;       // (N, 3C)
+    float* dfch;       // (N, 4C)
+    float* dscore;     // (B, NH, T)
+    float* dlogits;    // (N, Vp)
 } Activations;
 
 typedef struct {
     GPTConfig config;
     ParamLayout layout;
-    float* params;        // layout.total, layer-major (model.h)
-    float* grads;         // same layout; backward ADDS into it
-    float* weight_t;      // scratch for a transposed weight matrix, max(Vp*C, 4C*C)
+    float* params;    // layout.total, layer-major (model.h)
+    float* grads;     // same layout; backward ADDS into it
+    float* weight_t;  // scratch for a transposed weight matrix, max(Vp*C, 4C*C)
     Activations acts;
-    float* act_memory;    // the one allocation behind acts
-    int64_t act_capacity; // floats in act_memory
-    int B, T;             // shape of the last forward pass
-    int* inputs;          // (B*T) copies of the last batch, for backward
-    int* targets;         // (B*T), valid when has_targets
+    float* act_memory;     // the one allocation behind acts
+    int64_t act_capacity;  // floats in act_memory
+    int B, T;              // shape of the last forward pass
+    int* inputs;           // (B*T) copies of the last batch, for backward
+    int* targets;          // (B*T), valid when has_targets
     int has_targets;
-    float mean_loss;      // mean of acts.losses after a forward with targets, else -1
-    char error[256];      // why the last call returned 0
+    float mean_loss;  // mean of acts.losses after a forward with targets, else -1
+    char error[256];  // why the last call returned 0
 } GPT2CPU;
 
 // Parameter tensors of the model as named pointers into a flat array (params or grads).
@@ -426,7 +442,7 @@ static inline LayerTensors layer_tensors(const ParamLayout* p, float* base, int 
     float* b = base + gpt_layer_offset(p, l);
     const int64_t* o = p->layer_offset;
     LayerTensors t = {b + o[LN1W], b + o[LN1B], b + o[QKVW], b + o[QKVB], b + o[ATTPROJW], b + o[ATTPROJB],
-                      b + o[LN2W], b + o[LN2B], b + o[FCW], b + o[FCB], b + o[FCPROJW], b + o[FCPROJB]};
+                      b + o[LN2W], b + o[LN2B], b + o[FCW],  b + o[FCB],  b + o[FCPROJW],  b + o[FCPROJB]};
     return t;
 }
 
@@ -453,13 +469,19 @@ static int gpt2_cpu_build(GPT2CPU* model, const GPTConfig* config) {
 
 // Frees everything gpt2_cpu_build and the forward passes allocated (safe after a failed build).
 static void gpt2_cpu_free(GPT2CPU* model) {
-    free(model->params); free(model->grads); free(model->weight_t);
-    free(model->act_memory); free(model->inputs); free(model->targets);
+    free(model->params);
+    free(model->grads);
+    free(model->weight_t);
+    free(model->act_memory);
+    free(model->inputs);
+    free(model->targets);
     memset(model, 0, sizeof *model);
 }
 
 // grads = 0, before the first micro-batch of a step.
-static void gpt2_cpu_zero_grad(GPT2CPU* model) { memset(model->grads, 0, (size_t)model->layout.total * sizeof(float)); }
+static void gpt2_cpu_zero_grad(GPT2CPU* model) {
+    memset(model->grads, 0, (size_t)model->layout.total * sizeof(float));
+}
 
 // Points model->acts into act_memory for (B, T), growing the allocation only when it is too small, so
 // alternating shapes (training batches, then B=1 sampling) do not reallocate. Returns 0 when out of memory.
@@ -467,14 +489,37 @@ static int gpt2_cpu_layout_activations(GPT2CPU* model, int B, int T) {
     const int64_t L = model->config.num_layers, C = model->config.channels, NH = model->config.num_heads;
     const int64_t Vp = model->config.padded_vocab_size, N = (int64_t)B * T;
     Activations* a = &model->acts;
-    float** slots[] = {&a->encoded, &a->ln1, &a->ln1_mean, &a->ln1_rstd, &a->qkv, &a->atty, &a->att, &a->residual2,
-                       &a->ln2, &a->ln2_mean, &a->ln2_rstd, &a->fch, &a->fch_gelu, &a->residual3, &a->lnf,
-                       &a->lnf_mean, &a->lnf_rstd, &a->logits, &a->probs, &a->losses, &a->dresidual, &a->dln,
-                       &a->dqkv, &a->dfch, &a->dscore, &a->dlogits};
-    const int64_t sizes[] = {N * C, L * N * C, L * N, L * N, L * N * 3 * C, L * N * C, L * B * NH * T * T, L * N * C,
-                             L * N * C, L * N, L * N, L * N * 4 * C, L * N * 4 * C, L * N * C, N * C,
-                             N, N, N * Vp, N * Vp, N, N * C, N * C,
-                             N * 3 * C, N * 4 * C, B * NH * T, N * Vp};
+    float** slots[] = {&a->encoded,  &a->ln1,       &a->ln1_mean,  &a->ln1_rstd, &a->qkv,      &a->atty,
+                       &a->att,      &a->residual2, &a->ln2,       &a->ln2_mean, &a->ln2_rstd, &a->fch,
+                       &a->fch_gelu, &a->residual3, &a->lnf,       &a->lnf_mean, &a->lnf_rstd, &a->logits,
+                       &a->probs,    &a->losses,    &a->dresidual, &a->dln,      &a->dqkv,     &a->dfch,
+                       &a->dscore,   &a->dlogits};
+    const int64_t sizes[] = {N * C,
+                             L * N * C,
+                             L * N,
+                             L * N,
+                             L * N * 3 * C,
+                             L * N * C,
+                             L * B * NH * T * T,
+                             L * N * C,
+                             L * N * C,
+                             L * N,
+                             L * N,
+                             L * N * 4 * C,
+                             L * N * 4 * C,
+                             L * N * C,
+                             N * C,
+                             N,
+                             N,
+                             N * Vp,
+                             N * Vp,
+                             N,
+                             N * C,
+                             N * C,
+                             N * 3 * C,
+                             N * 4 * C,
+                             B * NH * T,
+                             N * Vp};
     const int count = (int)(sizeof sizes / sizeof sizes[0]);
     int64_t total = 0;
     for (int i = 0; i < count; i++) total += round_up64(sizes[i], 16);  // 64-byte aligned arrays
@@ -487,13 +532,17 @@ static int gpt2_cpu_layout_activations(GPT2CPU* model, int B, int T) {
         model->targets = (int*)malloc((size_t)N * sizeof(int));
         model->act_capacity = model->act_memory && model->inputs && model->targets ? total : 0;
         if (!model->act_capacity) {
-            snprintf(model->error, sizeof model->error, "out of memory for the activations of B=%d T=%d (%.1f MiB)", B,
-                     T, (double)total * 4 / (1 << 20));
+            snprintf(model->error, sizeof model->error,
+                     "out of memory for the activations of B=%d T=%d (%.1f MiB)", B, T,
+                     (double)total * 4 / (1 << 20));
             return 0;
         }
     }
     float* next = model->act_memory;
-    for (int i = 0; i < count; i++) { *slots[i] = next; next += round_up64(sizes[i], 16); }
+    for (int i = 0; i < count; i++) {
+        *slots[i] = next;
+        next += round_up64(sizes[i], 16);
+    }
     return 1;
 }
 
@@ -507,14 +556,15 @@ static int gpt2_cpu_forward(GPT2CPU* model, const int* inputs, const int* target
     model->has_targets = 0;
     model->mean_loss = -1.0f;
     if (B < 1 || T < 1 || T > cfg->max_seq_len) {
-        snprintf(model->error, sizeof model->error, "forward: B=%d T=%d invalid (need B >= 1, 1 <= T <= maxT=%d)", B, T,
-                 cfg->max_seq_len);
+        snprintf(model->error, sizeof model->error,
+                 "forward: B=%d T=%d invalid (need B >= 1, 1 <= T <= maxT=%d)", B, T, cfg->max_seq_len);
         return 0;
     }
     const int64_t N = (int64_t)B * T;
     for (int64_t i = 0; i < N; i++) {
         if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V))) {
-            snprintf(model->error, sizeof model->error, "forward: token id %d at position %lld outside [0, V=%d)",
+            snprintf(model->error, sizeof model->error,
+                     "forward: token id %d at position %lld outside [0, V=%d)",
                      inputs[i] < 0 || inputs[i] >= V ? inputs[i] : targets[i], (long long)i, V);
             return 0;
         }
@@ -545,14 +595,15 @@ static int gpt2_cpu_forward(GPT2CPU* model, const int* inputs, const int* target
         matmul_forward(qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C, model->weight_t);
         attention_forward(atty, att, qkv, B, T, C, NH);
         matmul_forward(res2, atty, w.attprojw, w.attprojb, N, C, C, model->weight_t);  // projection, then
-        residual_forward(res2, x, res2, N * C);                                          // + layer input
+        residual_forward(res2, x, res2, N * C);                                        // + layer input
         layernorm_forward(ln2, a->ln2_mean + l * N, a->ln2_rstd + l * N, res2, w.ln2w, w.ln2b, N, C);
         matmul_forward(fch, ln2, w.fcw, w.fcb, N, C, 4 * C, model->weight_t);
         gelu_forward(fch_gelu, fch, N * 4 * C);
         matmul_forward(res3, fch_gelu, w.fcprojw, w.fcprojb, N, 4 * C, C, model->weight_t);
         residual_forward(res3, res2, res3, N * C);
     }
-    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->residual3 + (int64_t)(L - 1) * N * C, e.lnfw, e.lnfb, N, C);
+    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->residual3 + (int64_t)(L - 1) * N * C, e.lnfw,
+                      e.lnfb, N, C);
     matmul_forward(a->logits, a->lnf, e.wte, NULL, N, C, Vp, model->weight_t);  // lm_head tied to wte
     if (targets) {
         softmax_crossentropy_forward(a->probs, a->losses, a->logits, targets, N, V, Vp);
@@ -585,8 +636,8 @@ static int gpt2_cpu_backward(GPT2CPU* model) {
     crossentropy_softmax_backward(a->dlogits, a->probs, model->targets, 1.0f / (float)N, N, V, Vp);
     matmul_backward(a->dln, de.wte, NULL, a->dlogits, a->lnf, e.wte, N, C, Vp);
     memset(a->dresidual, 0, (size_t)(N * C) * sizeof(float));
-    layernorm_backward(a->dresidual, de.lnfw, de.lnfb, a->dln, a->residual3 + (int64_t)(L - 1) * N * C, e.lnfw,
-                       a->lnf_mean, a->lnf_rstd, N, C);
+    layernorm_backward(a->dresidual, de.lnfw, de.lnfb, a->dln, a->residual3 + (int64_t)(L - 1) * N * C,
+                       e.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
 
     // dresidual holds d(loss)/d(output of layer l); each layer turns it into d/d(input of layer l)
     for (int l = L - 1; l >= 0; l--) {
@@ -611,8 +662,8 @@ static int gpt2_cpu_backward(GPT2CPU* model) {
         matmul_backward(a->dln, dw.attprojw, dw.attprojb, a->dresidual, atty, w.attprojw, N, C, C);
         attention_backward(a->dqkv, a->dscore, a->dln, qkv, att, B, T, C, NH);
         matmul_backward(a->dln, dw.qkvw, dw.qkvb, a->dqkv, ln1, w.qkvw, N, C, 3 * C);
-        layernorm_backward(a->dresidual, dw.ln1w, dw.ln1b, a->dln, x, w.ln1w, a->ln1_mean + l * N, a->ln1_rstd + l * N,
-                           N, C);
+        layernorm_backward(a->dresidual, dw.ln1w, dw.ln1b, a->dln, x, w.ln1w, a->ln1_mean + l * N,
+                           a->ln1_rstd + l * N, N, C);
     }
     encoder_backward(de.wte, de.wpe, a->dresidual, model->inputs, B, T, C);
     return 1;

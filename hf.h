@@ -2,10 +2,11 @@
 // model.safetensors.index.json), config.json, and the mapping between GPT2LMHeadModel's tensors and our
 // layer-major layout. model.h's gpt_read_header / gpt_load_params come here for a directory, a .safetensors
 // file or an index .json, so both trainers take such a checkpoint as -e; export_hf.cpp writes one.
-// It does not read PyTorch pickles (.bin), other architectures, or tokenizer files (export_hf.cpp copies those).
+// It does not read PyTorch pickles (.bin), other architectures, or tokenizer files
+// (export_hf.cpp copies those).
 //
-// GPT-2's Linear layers are Conv1D in transformers: their weights are stored (in, out), ours are (out, in), so
-// the four matrices of a layer are transposed on the way in and out. The output layer is tied to wte (ours
+// GPT-2's Linear layers are Conv1D in transformers: their weights are stored (in, out), ours are (out, in),
+// so the four matrices of a layer are transposed on the way in and out. The output layer is tied to wte (ours
 // always is); wte holds V rows there and Vp (V rounded up to 128) here, the extra rows zero.
 #pragma once
 #include <fcntl.h>
@@ -60,12 +61,18 @@ struct JsonReader {
     }
     static void put_utf8(std::string& s, uint32_t c) {
         if (c < 0x80) s += (char)c;
-        else if (c < 0x800) { s += (char)(0xC0 | (c >> 6)); s += (char)(0x80 | (c & 0x3F)); }
-        else if (c < 0x10000) {
-            s += (char)(0xE0 | (c >> 12)); s += (char)(0x80 | ((c >> 6) & 0x3F)); s += (char)(0x80 | (c & 0x3F));
+        else if (c < 0x800) {
+            s += (char)(0xC0 | (c >> 6));
+            s += (char)(0x80 | (c & 0x3F));
+        } else if (c < 0x10000) {
+            s += (char)(0xE0 | (c >> 12));
+            s += (char)(0x80 | ((c >> 6) & 0x3F));
+            s += (char)(0x80 | (c & 0x3F));
         } else {
-            s += (char)(0xF0 | (c >> 18)); s += (char)(0x80 | ((c >> 12) & 0x3F));
-            s += (char)(0x80 | ((c >> 6) & 0x3F)); s += (char)(0x80 | (c & 0x3F));
+            s += (char)(0xF0 | (c >> 18));
+            s += (char)(0x80 | ((c >> 12) & 0x3F));
+            s += (char)(0x80 | ((c >> 6) & 0x3F));
+            s += (char)(0x80 | (c & 0x3F));
         }
     }
     bool hex4(uint32_t* c) {
@@ -73,7 +80,10 @@ struct JsonReader {
         *c = 0;
         for (int k = 0; k < 4; k++, p++) {
             const char h = *p;
-            const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+            const int d = h >= '0' && h <= '9'   ? h - '0'
+                          : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                          : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                                 : -1;
             if (d < 0) return fail("bad \\u escape");
             *c = *c * 16 + (uint32_t)d;
         }
@@ -85,7 +95,10 @@ struct JsonReader {
         while (p < end && *p != '"') {
             const unsigned char ch = (unsigned char)*p++;
             if (ch < 0x20) return fail("control character in a string");
-            if (ch != '\\') { s += (char)ch; continue; }
+            if (ch != '\\') {
+                s += (char)ch;
+                continue;
+            }
             if (p >= end) return fail("unterminated string");
             const char e = *p++;
             switch (e) {
@@ -123,7 +136,8 @@ struct JsonReader {
         if (p < end && *p == '-') p++;
         if (p >= end || *p < '0' || *p > '9') return fail("bad number");
         if (*p == '0') p++;
-        else while (p < end && *p >= '0' && *p <= '9') p++;
+        else
+            while (p < end && *p >= '0' && *p <= '9') p++;
         bool integral = true;
         if (p < end && *p == '.') {
             integral = false;
@@ -162,16 +176,34 @@ struct JsonReader {
                 for (;;) {
                     std::pair<std::string, Json> m;
                     space();
-                    if (!string(m.first)) { ok = false; break; }
+                    if (!string(m.first)) {
+                        ok = false;
+                        break;
+                    }
                     space();
-                    if (p >= end || *p != ':') { ok = fail("expected ':'"); break; }
+                    if (p >= end || *p != ':') {
+                        ok = fail("expected ':'");
+                        break;
+                    }
                     p++;
-                    if (!value(m.second)) { ok = false; break; }
-                    if (v.get(m.first.c_str())) { ok = fail("duplicate key"); break; }
+                    if (!value(m.second)) {
+                        ok = false;
+                        break;
+                    }
+                    if (v.get(m.first.c_str())) {
+                        ok = fail("duplicate key");
+                        break;
+                    }
                     v.members.push_back(std::move(m));
                     space();
-                    if (p < end && *p == ',') { p++; continue; }
-                    if (p < end && *p == '}') { p++; break; }
+                    if (p < end && *p == ',') {
+                        p++;
+                        continue;
+                    }
+                    if (p < end && *p == '}') {
+                        p++;
+                        break;
+                    }
                     ok = fail("expected ',' or '}'");
                     break;
                 }
@@ -183,20 +215,35 @@ struct JsonReader {
             else
                 for (;;) {
                     v.items.emplace_back();
-                    if (!value(v.items.back())) { ok = false; break; }
+                    if (!value(v.items.back())) {
+                        ok = false;
+                        break;
+                    }
                     space();
-                    if (p < end && *p == ',') { p++; continue; }
-                    if (p < end && *p == ']') { p++; break; }
+                    if (p < end && *p == ',') {
+                        p++;
+                        continue;
+                    }
+                    if (p < end && *p == ']') {
+                        p++;
+                        break;
+                    }
                     ok = fail("expected ',' or ']'");
                     break;
                 }
         } else if (c == '"') {
             v.type = Json::STR;
             ok = string(v.str);
-        } else if (c == 't') { v.type = Json::BOOL; v.b = true; ok = literal("true"); }
-        else if (c == 'f') { v.type = Json::BOOL; ok = literal("false"); }
-        else if (c == 'n') { ok = literal("null"); }
-        else ok = number(v);
+        } else if (c == 't') {
+            v.type = Json::BOOL;
+            v.b = true;
+            ok = literal("true");
+        } else if (c == 'f') {
+            v.type = Json::BOOL;
+            ok = literal("false");
+        } else if (c == 'n') {
+            ok = literal("null");
+        } else ok = number(v);
         depth--;
         return ok;
     }
@@ -217,17 +264,27 @@ static inline int json_parse(const char* text, size_t len, Json* out, char* err,
     return ok;
 }
 
-static inline int read_whole_file(const char* path, int64_t max_bytes, std::string* out, char* err, size_t errlen) {
+static inline int read_whole_file(const char* path, int64_t max_bytes, std::string* out, char* err,
+                                  size_t errlen) {
     struct stat st;
-    if (stat(path, &st) != 0) { snprintf(err, errlen, "cannot open %.400s: %.60s", path, strerror(errno)); return 0; }
-    if (!S_ISREG(st.st_mode)) { snprintf(err, errlen, "%.400s is not a regular file", path); return 0; }
+    if (stat(path, &st) != 0) {
+        snprintf(err, errlen, "cannot open %.400s: %.60s", path, strerror(errno));
+        return 0;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%.400s is not a regular file", path);
+        return 0;
+    }
     if ((int64_t)st.st_size > max_bytes) {
-        snprintf(err, errlen, "%.400s: %lld bytes, more than the %lld this file may have", path, (long long)st.st_size,
-                 (long long)max_bytes);
+        snprintf(err, errlen, "%.400s: %lld bytes, more than the %lld this file may have", path,
+                 (long long)st.st_size, (long long)max_bytes);
         return 0;
     }
     FILE* f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "cannot open %.400s: %.60s", path, strerror(errno)); return 0; }
+    if (!f) {
+        snprintf(err, errlen, "cannot open %.400s: %.60s", path, strerror(errno));
+        return 0;
+    }
     out->resize((size_t)st.st_size);
     const bool ok = st.st_size == 0 || fread(&(*out)[0], 1, (size_t)st.st_size, f) == (size_t)st.st_size;
     fclose(f);
@@ -237,7 +294,8 @@ static inline int read_whole_file(const char* path, int64_t max_bytes, std::stri
 
 // ----------------------------------------------------------------------------
 // safetensors: u64 little-endian header length N, N bytes of JSON {"__metadata__": {...}, "<name>": {"dtype":
-// "F32", "shape": [..], "data_offsets": [begin, end]}, ...}, then the data; offsets count from the data's start.
+// "F32", "shape": [..], "data_offsets": [begin, end]}, ...}, then the data; offsets count from
+// the data's start.
 
 enum StDtype { ST_F32, ST_F16, ST_BF16, ST_OTHER };
 
@@ -265,14 +323,23 @@ static inline int st_dtype_size(const std::string& d) {
     return 0;
 }
 
-// Reads one file's header into ck->tensors (file index `file`): every entry well-formed, inside the file, sized
-// by its shape and dtype, and no two overlapping.
+// Reads one file's header into ck->tensors (file index `file`): every entry well-formed, inside the file,
+// sized by its shape and dtype, and no two overlapping.
 static inline int st_read_header(const char* path, int file, HfCheckpoint* ck, char* err, size_t errlen) {
     struct stat st;
-    if (stat(path, &st) != 0) { snprintf(err, errlen, "cannot open %.400s: %.60s", path, strerror(errno)); return 0; }
-    if (!S_ISREG(st.st_mode)) { snprintf(err, errlen, "%.400s is not a regular file", path); return 0; }
+    if (stat(path, &st) != 0) {
+        snprintf(err, errlen, "cannot open %.400s: %.60s", path, strerror(errno));
+        return 0;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%.400s is not a regular file", path);
+        return 0;
+    }
     FILE* f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "cannot open %.400s: %.60s", path, strerror(errno)); return 0; }
+    if (!f) {
+        snprintf(err, errlen, "cannot open %.400s: %.60s", path, strerror(errno));
+        return 0;
+    }
     unsigned char len8[8];
     uint64_t n = 0;
     const bool got = fread(len8, 1, 8, f) == 8;
@@ -289,9 +356,13 @@ static inline int st_read_header(const char* path, int file, HfCheckpoint* ck, c
     fclose(f);
     Json h;
     char why[300];
-    if (!read_ok) { snprintf(err, errlen, "%.400s: short read", path); return 0; }
+    if (!read_ok) {
+        snprintf(err, errlen, "%.400s: short read", path);
+        return 0;
+    }
     if (!json_parse(text.data(), text.size(), &h, why, sizeof why) || h.type != Json::OBJ) {
-        snprintf(err, errlen, "%.400s: bad safetensors header: %.200s", path, h.type == Json::OBJ ? why : "not a JSON object");
+        snprintf(err, errlen, "%.400s: bad safetensors header: %.200s", path,
+                 h.type == Json::OBJ ? why : "not a JSON object");
         return 0;
     }
     const int64_t data_start = 8 + (int64_t)n, data_size = size - data_start;
@@ -304,8 +375,8 @@ static inline int st_read_header(const char* path, int file, HfCheckpoint* ck, c
         StTensor t;
         t.name = m.first;
         t.file = file;
-        if (e.type != Json::OBJ || !dt || dt->type != Json::STR || !shape || shape->type != Json::ARR || !offs ||
-            offs->type != Json::ARR || offs->items.size() != 2)
+        if (e.type != Json::OBJ || !dt || dt->type != Json::STR || !shape || shape->type != Json::ARR ||
+            !offs || offs->type != Json::ARR || offs->items.size() != 2)
             bad = "needs dtype, shape and data_offsets [begin, end]";
         const int esize = bad ? 0 : st_dtype_size(dt->str);
         if (!bad && !esize) bad = "unknown dtype";
@@ -314,28 +385,39 @@ static inline int st_read_header(const char* path, int file, HfCheckpoint* ck, c
             const Json& d = shape->items[k];
             if (d.type != Json::NUM || !d.is_int || d.i < 0 || d.i > ((int64_t)1 << 40)) bad = "bad shape";
             else if (d.i && count > (((int64_t)1 << 50) / d.i)) bad = "shape too large";
-            else { count *= d.i; t.shape.push_back(d.i); }
+            else {
+                count *= d.i;
+                t.shape.push_back(d.i);
+            }
         }
         if (!bad) {
             const Json &b = offs->items[0], &x = offs->items[1];
-            if (b.type != Json::NUM || x.type != Json::NUM || !b.is_int || !x.is_int || b.i < 0 || x.i < b.i || x.i > data_size)
+            if (b.type != Json::NUM || x.type != Json::NUM || !b.is_int || !x.is_int || b.i < 0 ||
+                x.i < b.i || x.i > data_size)
                 bad = "data_offsets outside the file";
             else if (x.i - b.i != count * esize) bad = "data_offsets do not match its shape and dtype";
-            else { t.offset = data_start + b.i; t.bytes = x.i - b.i; }
+            else {
+                t.offset = data_start + b.i;
+                t.bytes = x.i - b.i;
+            }
         }
         if (bad) {
             snprintf(err, errlen, "%.400s: tensor '%.100s': %s", path, m.first.c_str(), bad);
             return 0;
         }
         t.dtype_name = dt->str;
-        t.dtype = dt->str == "F32" ? ST_F32 : dt->str == "F16" ? ST_F16 : dt->str == "BF16" ? ST_BF16 : ST_OTHER;
+        t.dtype = dt->str == "F32"    ? ST_F32
+                  : dt->str == "F16"  ? ST_F16
+                  : dt->str == "BF16" ? ST_BF16
+                                      : ST_OTHER;
         if (t.bytes) spans.push_back({t.offset, t.offset + t.bytes});
         ck->tensors.push_back(std::move(t));
     }
     std::sort(spans.begin(), spans.end());
     for (size_t k = 1; k < spans.size(); k++)
         if (spans[k].first < spans[k - 1].second) {
-            snprintf(err, errlen, "%.400s: two tensors share bytes at offset %lld", path, (long long)spans[k].first);
+            snprintf(err, errlen, "%.400s: two tensors share bytes at offset %lld", path,
+                     (long long)spans[k].first);
             return 0;
         }
     return 1;
@@ -371,9 +453,10 @@ static inline int hf_open(const char* path, HfCheckpoint* ck, char* err, size_t 
         else if (file_exists(p + "/model.safetensors")) ck->files.push_back(p + "/model.safetensors");
         else {
             snprintf(err, errlen, "%.400s holds no model.safetensors%s", path,
-                     file_exists(p + "/pytorch_model.bin") ? " (only PyTorch's pytorch_model.bin: save it with "
-                                                             "save_pretrained(dir, safe_serialization=True))"
-                                                           : " or model.safetensors.index.json");
+                     file_exists(p + "/pytorch_model.bin")
+                         ? " (only PyTorch's pytorch_model.bin: save it with "
+                           "save_pretrained(dir, safe_serialization=True))"
+                         : " or model.safetensors.index.json");
             return 0;
         }
     } else {
@@ -390,20 +473,27 @@ static inline int hf_open(const char* path, HfCheckpoint* ck, char* err, size_t 
         const Json* map = NULL;
         if (!json_parse(text.data(), text.size(), &idx, why, sizeof why) || !(map = idx.get("weight_map")) ||
             map->type != Json::OBJ) {
-            snprintf(err, errlen, "%.400s: not a shard index (%.200s)", index.c_str(), map ? why : "no weight_map object");
+            snprintf(err, errlen, "%.400s: not a shard index (%.200s)", index.c_str(),
+                     map ? why : "no weight_map object");
             return 0;
         }
         for (const auto& m : map->members) {
             const std::string& f = m.second.str;
-            if (m.second.type != Json::STR || f.empty() || f.find('/') != std::string::npos || f == "." || f == "..") {
-                snprintf(err, errlen, "%.400s: tensor '%.100s' maps to '%.100s', not a file name beside the index",
+            if (m.second.type != Json::STR || f.empty() || f.find('/') != std::string::npos || f == "." ||
+                f == "..") {
+                snprintf(err, errlen,
+                         "%.400s: tensor '%.100s' maps to '%.100s', not a file name beside the index",
                          index.c_str(), m.first.c_str(), f.c_str());
                 return 0;
             }
             const std::string full = ck->dir + "/" + f;
-            if (std::find(ck->files.begin(), ck->files.end(), full) == ck->files.end()) ck->files.push_back(full);
+            if (std::find(ck->files.begin(), ck->files.end(), full) == ck->files.end())
+                ck->files.push_back(full);
         }
-        if (ck->files.empty()) { snprintf(err, errlen, "%.400s: the weight_map is empty", index.c_str()); return 0; }
+        if (ck->files.empty()) {
+            snprintf(err, errlen, "%.400s: the weight_map is empty", index.c_str());
+            return 0;
+        }
     }
     for (size_t k = 0; k < ck->files.size(); k++)
         if (!st_read_header(ck->files[k].c_str(), (int)k, ck, err, errlen)) return 0;
@@ -416,23 +506,26 @@ static inline int hf_open(const char* path, HfCheckpoint* ck, char* err, size_t 
             }
     const std::string cfg_path = ck->dir + "/config.json";
     if (!file_exists(cfg_path)) {
-        snprintf(err, errlen, "%.400s: no config.json beside the weights (transformers saves one with them)", path);
+        snprintf(err, errlen, "%.400s: no config.json beside the weights (transformers saves one with them)",
+                 path);
         return 0;
     }
     if (!read_whole_file(cfg_path.c_str(), 16 << 20, &text, err, errlen)) return 0;
     if (!json_parse(text.data(), text.size(), &ck->config, why, sizeof why) || ck->config.type != Json::OBJ) {
-        snprintf(err, errlen, "%.400s: %.200s", cfg_path.c_str(), ck->config.type == Json::OBJ ? why : "not a JSON object");
+        snprintf(err, errlen, "%.400s: %.200s", cfg_path.c_str(),
+                 ck->config.type == Json::OBJ ? why : "not a JSON object");
         return 0;
     }
     return 1;
 }
 
-// config.json -> GPTConfig, refusing what this model does not compute (another architecture, exact-erf GELU, an
-// untied output layer, cross-attention, a different LayerNorm epsilon or MLP width).
+// config.json -> GPTConfig, refusing what this model does not compute (another architecture, exact-erf GELU,
+// an untied output layer, cross-attention, a different LayerNorm epsilon or MLP width).
 static inline int hf_config_to_gpt(const HfCheckpoint* ck, GPTConfig* cfg, char* err, size_t errlen) {
     const Json& c = ck->config;
     const std::string where = ck->dir + "/config.json";
-    auto str_is = [&](const char* key, const char* dflt, std::initializer_list<const char*> ok) -> const char* {
+    auto str_is = [&](const char* key, const char* dflt,
+                      std::initializer_list<const char*> ok) -> const char* {
         const Json* v = c.get(key);
         if (v && v->type == Json::NUL) v = NULL;
         const std::string s = v ? (v->type == Json::STR ? v->str : std::string("(not a string)")) : dflt;
@@ -453,51 +546,83 @@ static inline int hf_config_to_gpt(const HfCheckpoint* ck, GPTConfig* cfg, char*
         return true;
     };
     const char* bad = str_is("model_type", "gpt2", {"gpt2"});
-    if (bad) { snprintf(err, errlen, "%.400s: %s: only GPT-2 checkpoints can be read", where.c_str(), bad); return 0; }
+    if (bad) {
+        snprintf(err, errlen, "%.400s: %s: only GPT-2 checkpoints can be read", where.c_str(), bad);
+        return 0;
+    }
     bad = str_is("activation_function", "gelu_new", {"gelu_new", "gelu_pytorch_tanh", "gelu_fast"});
     if (bad) {
-        snprintf(err, errlen, "%.400s: %s: this model computes GELU's tanh approximation (gelu_new)", where.c_str(), bad);
+        snprintf(err, errlen, "%.400s: %s: this model computes GELU's tanh approximation (gelu_new)",
+                 where.c_str(), bad);
         return 0;
     }
     int64_t L, NH, C, V, T;
-    if (!int_of("n_layer", &L) || !int_of("n_head", &NH) || !int_of("n_embd", &C) || !int_of("vocab_size", &V) ||
-        !(int_of("n_positions", &T) || int_of("n_ctx", &T))) {
-        snprintf(err, errlen, "%.400s: needs positive whole n_layer, n_head, n_embd, vocab_size and n_positions", where.c_str());
+    if (!int_of("n_layer", &L) || !int_of("n_head", &NH) || !int_of("n_embd", &C) ||
+        !int_of("vocab_size", &V) || !(int_of("n_positions", &T) || int_of("n_ctx", &T))) {
+        snprintf(err, errlen,
+                 "%.400s: needs positive whole n_layer, n_head, n_embd, vocab_size and n_positions",
+                 where.c_str());
         return 0;
     }
     const char* refuse = NULL;
     const Json* inner = c.get("n_inner");
     const Json* eps = c.get("layer_norm_epsilon");
-    if (inner && inner->type != Json::NUL && !(inner->type == Json::NUM && inner->is_int && inner->i == 4 * C))
+    if (inner && inner->type != Json::NUL &&
+        !(inner->type == Json::NUM && inner->is_int && inner->i == 4 * C))
         refuse = "n_inner is not 4 * n_embd (this model's MLP width)";
     else if (eps && (eps->type != Json::NUM || fabs(eps->num - 1e-5) > 1e-12))
         refuse = "layer_norm_epsilon is not 1e-5 (this model's)";
     else if (!flag_is("tie_word_embeddings", true, true))
-        refuse = "tie_word_embeddings is false: this model's output layer is wte (tied), an untied lm_head has no place";
+        refuse =
+            "tie_word_embeddings is false: this model's output layer is wte (tied), an untied lm_head has no "
+            "place";
     else if (!flag_is("scale_attn_weights", true, true)) refuse = "scale_attn_weights is false";
-    else if (!flag_is("scale_attn_by_inverse_layer_idx", false, false)) refuse = "scale_attn_by_inverse_layer_idx is true";
+    else if (!flag_is("scale_attn_by_inverse_layer_idx", false, false))
+        refuse = "scale_attn_by_inverse_layer_idx is true";
     else if (!flag_is("add_cross_attention", false, false)) refuse = "add_cross_attention is true";
-    if (refuse) { snprintf(err, errlen, "%.400s: %s", where.c_str(), refuse); return 0; }
-    cfg->num_layers = (int)L; cfg->num_heads = (int)NH; cfg->channels = (int)C; cfg->max_seq_len = (int)T;
-    cfg->vocab_size = (int)V; cfg->padded_vocab_size = (int)round_up64(V, 128);
+    if (refuse) {
+        snprintf(err, errlen, "%.400s: %s", where.c_str(), refuse);
+        return 0;
+    }
+    cfg->num_layers = (int)L;
+    cfg->num_heads = (int)NH;
+    cfg->channels = (int)C;
+    cfg->max_seq_len = (int)T;
+    cfg->vocab_size = (int)V;
+    cfg->padded_vocab_size = (int)round_up64(V, 128);
     char why[256];
-    if (!gpt_config_check(cfg, why, sizeof why)) { snprintf(err, errlen, "%.400s: %.200s", where.c_str(), why); return 0; }
+    if (!gpt_config_check(cfg, why, sizeof why)) {
+        snprintf(err, errlen, "%.400s: %.200s", where.c_str(), why);
+        return 0;
+    }
     return 1;
 }
 
 // ----------------------------------------------------------------------------
 // The tensor names and shapes of GPT2LMHeadModel against our layout.
 
-struct HfLayerName { const char* suffix; int t; int transposed; };
-static const HfLayerName hf_layer_names[NUM_LAYER_TENSORS] = {
-    {"ln_1.weight", LN1W, 0},         {"ln_1.bias", LN1B, 0},        {"attn.c_attn.weight", QKVW, 1},
-    {"attn.c_attn.bias", QKVB, 0},    {"attn.c_proj.weight", ATTPROJW, 1}, {"attn.c_proj.bias", ATTPROJB, 0},
-    {"ln_2.weight", LN2W, 0},         {"ln_2.bias", LN2B, 0},        {"mlp.c_fc.weight", FCW, 1},
-    {"mlp.c_fc.bias", FCB, 0},        {"mlp.c_proj.weight", FCPROJW, 1}, {"mlp.c_proj.bias", FCPROJB, 0}};
-static const char* const hf_embed_names[NUM_EMBED_TENSORS] = {"wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias"};
+struct HfLayerName {
+    const char* suffix;
+    int t;
+    int transposed;
+};
+static const HfLayerName hf_layer_names[NUM_LAYER_TENSORS] = {{"ln_1.weight", LN1W, 0},
+                                                              {"ln_1.bias", LN1B, 0},
+                                                              {"attn.c_attn.weight", QKVW, 1},
+                                                              {"attn.c_attn.bias", QKVB, 0},
+                                                              {"attn.c_proj.weight", ATTPROJW, 1},
+                                                              {"attn.c_proj.bias", ATTPROJB, 0},
+                                                              {"ln_2.weight", LN2W, 0},
+                                                              {"ln_2.bias", LN2B, 0},
+                                                              {"mlp.c_fc.weight", FCW, 1},
+                                                              {"mlp.c_fc.bias", FCB, 0},
+                                                              {"mlp.c_proj.weight", FCPROJW, 1},
+                                                              {"mlp.c_proj.bias", FCPROJB, 0}};
+static const char* const hf_embed_names[NUM_EMBED_TENSORS] = {"wte.weight", "wpe.weight", "ln_f.weight",
+                                                              "ln_f.bias"};
 
-// One of our tensors as transformers names and stores it: rows x cols of the stored matrix (cols = 0: a vector),
-// where it goes in our array, and whether it is stored transposed.
+// One of our tensors as transformers names and stores it: rows x cols of the stored matrix (cols = 0: a
+// vector), where it goes in our array, and whether it is stored transposed.
 struct HfTensorPlace {
     std::string name;  // without the "transformer." prefix
     int64_t rows, cols, dst, count;
@@ -508,7 +633,8 @@ static inline std::vector<HfTensorPlace> hf_tensor_places(const GPTConfig* c) {
     const ParamLayout p = gpt_layout(c);
     const int64_t C = c->channels;
     std::vector<HfTensorPlace> out;
-    out.push_back({hf_embed_names[WTE], c->vocab_size, C, p.embed_offset[WTE], (int64_t)c->vocab_size * C, 0});
+    out.push_back(
+        {hf_embed_names[WTE], c->vocab_size, C, p.embed_offset[WTE], (int64_t)c->vocab_size * C, 0});
     out.push_back({hf_embed_names[WPE], c->max_seq_len, C, p.embed_offset[WPE], p.embed_size[WPE], 0});
     for (int l = 0; l < c->num_layers; l++)
         for (int k = 0; k < NUM_LAYER_TENSORS; k++) {
@@ -516,8 +642,9 @@ static inline std::vector<HfTensorPlace> hf_tensor_places(const GPTConfig* c) {
             const int64_t size = p.layer_size[n.t];
             // ours (out, in) -> stored (in, out): the in width is C except for the MLP's down projection (4C)
             const int64_t in = n.t == FCPROJW ? 4 * C : C;
-            out.push_back({"h." + std::to_string(l) + "." + n.suffix, n.transposed ? in : size, n.transposed ? size / in : 0,
-                           gpt_layer_offset(&p, l) + p.layer_offset[n.t], size, n.transposed});
+            out.push_back({"h." + std::to_string(l) + "." + n.suffix, n.transposed ? in : size,
+                           n.transposed ? size / in : 0, gpt_layer_offset(&p, l) + p.layer_offset[n.t], size,
+                           n.transposed});
         }
     out.push_back({hf_embed_names[LNFW], C, 0, p.embed_offset[LNFW], C, 0});
     out.push_back({hf_embed_names[LNFB], C, 0, p.embed_offset[LNFB], C, 0});
@@ -546,16 +673,19 @@ static inline void transpose_f32(const float* src, float* dst, int64_t rows, int
 }
 
 // Reads tensor t's values as fp32 into out (t's element count).
-static inline int st_read_f32(const HfCheckpoint* ck, const StTensor& t, float* out, std::vector<uint16_t>& half,
-                              char* err, size_t errlen) {
+static inline int st_read_f32(const HfCheckpoint* ck, const StTensor& t, float* out,
+                              std::vector<uint16_t>& half, char* err, size_t errlen) {
     const char* path = ck->files[t.file].c_str();
     if (t.dtype == ST_OTHER) {
-        snprintf(err, errlen, "%.400s: tensor '%.100s' is %.20s (F32, F16 or BF16 can be read)", path, t.name.c_str(),
-                 t.dtype_name.c_str());
+        snprintf(err, errlen, "%.400s: tensor '%.100s' is %.20s (F32, F16 or BF16 can be read)", path,
+                 t.name.c_str(), t.dtype_name.c_str());
         return 0;
     }
     const int fd = open(path, O_RDONLY);
-    if (fd < 0) { snprintf(err, errlen, "cannot open %.400s: %.60s", path, strerror(errno)); return 0; }
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open %.400s: %.60s", path, strerror(errno));
+        return 0;
+    }
     const int64_t n = t.bytes / (t.dtype == ST_F32 ? 4 : 2);
     unsigned char* dst = (unsigned char*)out;
     if (t.dtype != ST_F32) {
@@ -564,12 +694,16 @@ static inline int st_read_f32(const HfCheckpoint* ck, const StTensor& t, float* 
     }
     int64_t done = 0;
     while (done < t.bytes) {
-        const ssize_t got = pread(fd, dst + done, (size_t)std::min<int64_t>(t.bytes - done, 1 << 30), t.offset + done);
+        const ssize_t got =
+            pread(fd, dst + done, (size_t)std::min<int64_t>(t.bytes - done, 1 << 30), t.offset + done);
         if (got <= 0) break;
         done += got;
     }
     close(fd);
-    if (done != t.bytes) { snprintf(err, errlen, "%.400s: short read of tensor '%.100s'", path, t.name.c_str()); return 0; }
+    if (done != t.bytes) {
+        snprintf(err, errlen, "%.400s: short read of tensor '%.100s'", path, t.name.c_str());
+        return 0;
+    }
     if (t.dtype == ST_BF16)
         for (int64_t i = 0; i < n; i++) out[i] = bf16_to_float(half[(size_t)i]);
     else if (t.dtype == ST_F16)
@@ -583,21 +717,26 @@ static inline const StTensor* hf_find(const HfCheckpoint* ck, const std::string&
     return NULL;
 }
 
-// Every tensor of the checkpoint is one of GPT-2's, with the shape the config implies, and each of ours is there.
+// Every tensor of the checkpoint is one of GPT-2's, with the shape the config implies, and each of
+// ours is there.
 static inline int hf_check_tensors(const HfCheckpoint* ck, const GPTConfig* cfg, char* err, size_t errlen) {
     const std::vector<HfTensorPlace> places = hf_tensor_places(cfg);
     std::vector<int> used(ck->tensors.size(), 0);
     for (const auto& pl : places) {
         const StTensor* t = hf_find(ck, pl.name);
-        if (!t) { snprintf(err, errlen, "%.400s: tensor '%.100s' is missing", ck->dir.c_str(), pl.name.c_str()); return 0; }
-        const bool shape_ok = pl.cols ? t->shape.size() == 2 && t->shape[0] == pl.rows && t->shape[1] == pl.cols
-                                      : t->shape.size() == 1 && t->shape[0] == pl.rows;
+        if (!t) {
+            snprintf(err, errlen, "%.400s: tensor '%.100s' is missing", ck->dir.c_str(), pl.name.c_str());
+            return 0;
+        }
+        const bool shape_ok = pl.cols
+                                  ? t->shape.size() == 2 && t->shape[0] == pl.rows && t->shape[1] == pl.cols
+                                  : t->shape.size() == 1 && t->shape[0] == pl.rows;
         if (!shape_ok) {
             std::string got;
             for (int64_t d : t->shape) got += (got.empty() ? "" : ", ") + std::to_string(d);
             snprintf(err, errlen, "%.400s: tensor '%.100s' has shape (%.80s), config.json implies (%lld%s%s)",
-                     ck->files[t->file].c_str(), t->name.c_str(), got.c_str(), (long long)pl.rows, pl.cols ? ", " : "",
-                     pl.cols ? std::to_string(pl.cols).c_str() : "");
+                     ck->files[t->file].c_str(), t->name.c_str(), got.c_str(), (long long)pl.rows,
+                     pl.cols ? ", " : "", pl.cols ? std::to_string(pl.cols).c_str() : "");
             return 0;
         }
         used[(size_t)(t - ck->tensors.data())] = 1;
@@ -607,7 +746,8 @@ static inline int hf_check_tensors(const HfCheckpoint* ck, const GPTConfig* cfg,
         std::string n = ck->tensors[k].name;
         if (n.compare(0, 12, "transformer.") == 0) n = n.substr(12);
         // the causal-mask buffers older versions saved; lm_head is checked against wte when loading
-        if (n.compare(0, 2, "h.") == 0 && (ends_with(n, ".attn.bias") || ends_with(n, ".attn.masked_bias"))) continue;
+        if (n.compare(0, 2, "h.") == 0 && (ends_with(n, ".attn.bias") || ends_with(n, ".attn.masked_bias")))
+            continue;
         if (n == "lm_head.weight") continue;
         snprintf(err, errlen, "%.400s: tensor '%.100s' is not part of a GPT-2 model with this config.json",
                  ck->files[ck->tensors[k].file].c_str(), ck->tensors[k].name.c_str());
@@ -616,7 +756,8 @@ static inline int hf_check_tensors(const HfCheckpoint* ck, const GPTConfig* cfg,
     return 1;
 }
 
-// model.h's gpt_read_header for a Hugging Face checkpoint: the config, after checking every tensor against it.
+// model.h's gpt_read_header for a Hugging Face checkpoint: the config, after checking every
+// tensor against it.
 static inline int hf_read_config(const char* path, GPTConfig* cfg, char* err, size_t errlen) {
     HfCheckpoint ck;
     return hf_open(path, &ck, err, errlen) && hf_config_to_gpt(&ck, cfg, err, errlen) &&
@@ -624,13 +765,17 @@ static inline int hf_read_config(const char* path, GPTConfig* cfg, char* err, si
 }
 
 // model.h's gpt_load_params for a Hugging Face checkpoint: every tensor converted to fp32 (F16 and BF16 widen
-// exactly) and transposed where transformers stores it so; wte's padded rows zero. An lm_head.weight saved beside
-// wte must equal it (tied), else the checkpoint is refused.
-static inline int hf_load_params(const char* path, const GPTConfig* cfg, float* params, char* err, size_t errlen) {
+// exactly) and transposed where transformers stores it so; wte's padded rows zero. An lm_head.weight saved
+// beside wte must equal it (tied), else the checkpoint is refused.
+static inline int hf_load_params(const char* path, const GPTConfig* cfg, float* params, char* err,
+                                 size_t errlen) {
     HfCheckpoint ck;
     GPTConfig c2;
     if (!hf_open(path, &ck, err, errlen) || !hf_config_to_gpt(&ck, &c2, err, errlen)) return 0;
-    if (memcmp(&c2, cfg, sizeof c2) != 0) { snprintf(err, errlen, "%.400s changed while loading", path); return 0; }
+    if (memcmp(&c2, cfg, sizeof c2) != 0) {
+        snprintf(err, errlen, "%.400s changed while loading", path);
+        return 0;
+    }
     if (!hf_check_tensors(&ck, cfg, err, errlen)) return 0;
     const ParamLayout p = gpt_layout(cfg);
     int64_t total = 0, done = 0;
@@ -659,8 +804,10 @@ static inline int hf_load_params(const char* path, const GPTConfig* cfg, float* 
         tmp.resize((size_t)real);
         if (!st_read_f32(&ck, *head, tmp.data(), half, err, errlen)) return 0;
         if (memcmp(tmp.data(), params + p.embed_offset[WTE], sizeof(float) * (size_t)real) != 0) {
-            snprintf(err, errlen, "%.400s: lm_head.weight differs from wte: an untied output layer, which this model "
-                     "does not have (its output layer is wte)", path);
+            snprintf(err, errlen,
+                     "%.400s: lm_head.weight differs from wte: an untied output layer, which this model "
+                     "does not have (its output layer is wte)",
+                     path);
             return 0;
         }
     }
@@ -668,16 +815,18 @@ static inline int hf_load_params(const char* path, const GPTConfig* cfg, float* 
 }
 
 // ----------------------------------------------------------------------------
-// Writing: GPT2LMHeadModel's names ("transformer." + name), fp32 or bf16, in shards of at most max_shard_bytes
-// (a tensor larger than that gets a shard of its own), as transformers' save_pretrained does; lm_head is left
-// out (tied: transformers re-ties it to wte). Each file is written as .tmp, fsynced and renamed.
+// Writing: GPT2LMHeadModel's names ("transformer." + name), fp32 or bf16, in shards of at most
+// max_shard_bytes (a tensor larger than that gets a shard of its own), as transformers' save_pretrained does;
+// lm_head is left out (tied: transformers re-ties it to wte). Each file is written as .tmp,
+// fsynced and renamed.
 
 struct HfShardPlan {
     std::vector<std::vector<int>> shards;  // indices into the places
     int64_t total_bytes = 0;
 };
 
-static inline HfShardPlan hf_plan_shards(const std::vector<HfTensorPlace>& places, int esize, int64_t max_shard_bytes) {
+static inline HfShardPlan hf_plan_shards(const std::vector<HfTensorPlace>& places, int esize,
+                                         int64_t max_shard_bytes) {
     HfShardPlan plan;
     int64_t in_shard = 0;
     for (size_t k = 0; k < places.size(); k++) {
@@ -701,48 +850,60 @@ static inline std::string hf_shard_name(size_t k, size_t n) {
 }
 
 // Writes dir/name from the bytes `text` (a small file: config, index) atomically.
-static inline int write_small_file(const std::string& dir, const char* name, const std::string& text, char* err,
-                                   size_t errlen) {
+static inline int write_small_file(const std::string& dir, const char* name, const std::string& text,
+                                   char* err, size_t errlen) {
     const std::string path = dir + "/" + name, tmp = path + ".tmp";
     FILE* f = fopen(tmp.c_str(), "wb");
-    if (!f) { snprintf(err, errlen, "cannot create %.400s: %.60s", tmp.c_str(), strerror(errno)); return 0; }
+    if (!f) {
+        snprintf(err, errlen, "cannot create %.400s: %.60s", tmp.c_str(), strerror(errno));
+        return 0;
+    }
     int why;
-    if (!finish_atomic_write(f, fwrite(text.data(), 1, text.size(), f) == text.size(), tmp.c_str(), path.c_str(), &why)) {
-        snprintf(err, errlen, "failed writing %.400s: %.80s", path.c_str(), why ? strerror(why) : "short write");
+    if (!finish_atomic_write(f, fwrite(text.data(), 1, text.size(), f) == text.size(), tmp.c_str(),
+                             path.c_str(), &why)) {
+        snprintf(err, errlen, "failed writing %.400s: %.80s", path.c_str(),
+                 why ? strerror(why) : "short write");
         return 0;
     }
     return 1;
 }
 
-// read(i, out) fills out with tensor places[i]'s values in our layout (count floats); returns 0 with err filled.
+// read(i, out) fills out with tensor places[i]'s values in our layout (count floats); returns 0
+// with err filled.
 template <typename ReadTensor>
-static inline int hf_write_safetensors(const std::string& dir, const GPTConfig* cfg, int bf16, int64_t max_shard_bytes,
-                                       ReadTensor read, char* err, size_t errlen) {
+static inline int hf_write_safetensors(const std::string& dir, const GPTConfig* cfg, int bf16,
+                                       int64_t max_shard_bytes, ReadTensor read, char* err, size_t errlen) {
     const std::vector<HfTensorPlace> places = hf_tensor_places(cfg);
     const int esize = bf16 ? 2 : 4;
     const HfShardPlan plan = hf_plan_shards(places, esize, max_shard_bytes);
     std::vector<float> ours, theirs;
     std::vector<uint16_t> half;
-    std::string index = "{\n  \"metadata\": {\"total_size\": " + std::to_string(plan.total_bytes) + "},\n  \"weight_map\": {";
+    std::string index =
+        "{\n  \"metadata\": {\"total_size\": " + std::to_string(plan.total_bytes) + "},\n  \"weight_map\": {";
     int64_t done = 0;
     int quarter = 0;
     for (size_t s = 0; s < plan.shards.size(); s++) {
-        const std::string name = hf_shard_name(s, plan.shards.size()), path = dir + "/" + name, tmp = path + ".tmp";
+        const std::string name = hf_shard_name(s, plan.shards.size()), path = dir + "/" + name,
+                          tmp = path + ".tmp";
         std::string h = "{\"__metadata__\":{\"format\":\"pt\"}";
         int64_t off = 0;
         for (int k : plan.shards[s]) {
             const HfTensorPlace& pl = places[(size_t)k];
             const int64_t b = pl.count * esize;
-            h += ",\"transformer." + pl.name + "\":{\"dtype\":\"" + (bf16 ? "BF16" : "F32") + "\",\"shape\":[" +
-                 std::to_string(pl.rows) + (pl.cols ? "," + std::to_string(pl.cols) : "") + "],\"data_offsets\":[" +
-                 std::to_string(off) + "," + std::to_string(off + b) + "]}";
+            h += ",\"transformer." + pl.name + "\":{\"dtype\":\"" + (bf16 ? "BF16" : "F32") +
+                 "\",\"shape\":[" + std::to_string(pl.rows) + (pl.cols ? "," + std::to_string(pl.cols) : "") +
+                 "],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + b) + "]}";
             off += b;
-            index += std::string(index.back() == '{' ? "\n" : ",\n") + "    \"transformer." + pl.name + "\": \"" + name + "\"";
+            index += std::string(index.back() == '{' ? "\n" : ",\n") + "    \"transformer." + pl.name +
+                     "\": \"" + name + "\"";
         }
         h += "}";
         while (h.size() % 8) h += ' ';  // the data starts 8-byte aligned, as safetensors' own writer pads it
         FILE* f = fopen(tmp.c_str(), "wb");
-        if (!f) { snprintf(err, errlen, "cannot create %.400s: %.60s", tmp.c_str(), strerror(errno)); return 0; }
+        if (!f) {
+            snprintf(err, errlen, "cannot create %.400s: %.60s", tmp.c_str(), strerror(errno));
+            return 0;
+        }
         unsigned char len8[8];
         for (int k = 0; k < 8; k++) len8[k] = (unsigned char)((uint64_t)h.size() >> (8 * k));
         errno = 0;
@@ -750,7 +911,11 @@ static inline int hf_write_safetensors(const std::string& dir, const GPTConfig* 
         for (size_t j = 0; j < plan.shards[s].size() && ok; j++) {
             const HfTensorPlace& pl = places[(size_t)plan.shards[s][j]];
             ours.resize((size_t)pl.count);
-            if (!read((size_t)plan.shards[s][j], ours.data())) { fclose(f); remove(tmp.c_str()); return 0; }
+            if (!read((size_t)plan.shards[s][j], ours.data())) {
+                fclose(f);
+                remove(tmp.c_str());
+                return 0;
+            }
             const float* out = ours.data();
             if (pl.transposed) {  // ours (out, in) -> stored (in, out) = (rows, cols)
                 theirs.resize((size_t)pl.count);
@@ -769,30 +934,37 @@ static inline int hf_write_safetensors(const std::string& dir, const GPTConfig* 
         }
         int why;
         if (!finish_atomic_write(f, ok, tmp.c_str(), path.c_str(), &why)) {
-            snprintf(err, errlen, "failed writing %.400s: %.80s", path.c_str(), why ? strerror(why) : "short write");
+            snprintf(err, errlen, "failed writing %.400s: %.80s", path.c_str(),
+                     why ? strerror(why) : "short write");
             return 0;
         }
     }
     index += "\n  }\n}\n";
-    return plan.shards.size() == 1 || write_small_file(dir, "model.safetensors.index.json", index, err, errlen);
+    return plan.shards.size() == 1 ||
+           write_small_file(dir, "model.safetensors.index.json", index, err, errlen);
 }
 
-// config.json and generation_config.json for GPT2LMHeadModel with cfg's shapes (dropout 0: what was trained here).
-static inline int hf_write_config(const std::string& dir, const GPTConfig* c, int bf16, char* err, size_t errlen) {
+// config.json and generation_config.json for GPT2LMHeadModel with cfg's shapes (dropout 0: what
+// was trained here).
+static inline int hf_write_config(const std::string& dir, const GPTConfig* c, int bf16, char* err,
+                                  size_t errlen) {
     const int eot = c->vocab_size > 50256 ? 50256 : c->vocab_size - 1;
     char b[2048];
-    snprintf(b, sizeof b,
-             "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
-             "  \"activation_function\": \"gelu_new\",\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_embd\": %d,\n"
-             "  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"vocab_size\": %d,\n  \"n_inner\": null,\n"
-             "  \"layer_norm_epsilon\": 1e-05,\n  \"initializer_range\": 0.02,\n  \"attn_pdrop\": 0.0,\n"
-             "  \"embd_pdrop\": 0.0,\n  \"resid_pdrop\": 0.0,\n  \"scale_attn_weights\": true,\n"
-             "  \"scale_attn_by_inverse_layer_idx\": false,\n  \"reorder_and_upcast_attn\": false,\n"
-             "  \"tie_word_embeddings\": true,\n  \"use_cache\": true,\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n"
-             "  \"torch_dtype\": \"%s\"\n}\n",
-             c->num_layers, c->num_heads, c->channels, c->max_seq_len, c->max_seq_len, c->vocab_size, eot, eot,
-             bf16 ? "bfloat16" : "float32");
+    snprintf(
+        b, sizeof b,
+        "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+        "  \"activation_function\": \"gelu_new\",\n  \"n_layer\": %d,\n  \"n_head\": %d,\n  \"n_embd\": %d,\n"
+        "  \"n_positions\": %d,\n  \"n_ctx\": %d,\n  \"vocab_size\": %d,\n  \"n_inner\": null,\n"
+        "  \"layer_norm_epsilon\": 1e-05,\n  \"initializer_range\": 0.02,\n  \"attn_pdrop\": 0.0,\n"
+        "  \"embd_pdrop\": 0.0,\n  \"resid_pdrop\": 0.0,\n  \"scale_attn_weights\": true,\n"
+        "  \"scale_attn_by_inverse_layer_idx\": false,\n  \"reorder_and_upcast_attn\": false,\n"
+        "  \"tie_word_embeddings\": true,\n  \"use_cache\": true,\n  \"bos_token_id\": %d,\n  "
+        "\"eos_token_id\": %d,\n"
+        "  \"torch_dtype\": \"%s\"\n}\n",
+        c->num_layers, c->num_heads, c->channels, c->max_seq_len, c->max_seq_len, c->vocab_size, eot, eot,
+        bf16 ? "bfloat16" : "float32");
     char g[256];
     snprintf(g, sizeof g, "{\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d\n}\n", eot, eot);
-    return write_small_file(dir, "config.json", b, err, errlen) && write_small_file(dir, "generation_config.json", g, err, errlen);
+    return write_small_file(dir, "config.json", b, err, errlen) &&
+           write_small_file(dir, "generation_config.json", g, err, errlen);
 }

@@ -43,7 +43,9 @@ __device__ __forceinline__ float block_max(float x, float* shared) {
 // aligned (every GPT shape: C is a multiple of 8, and cudaMalloc / the workspace align to 256). Kernels that
 // use it keep an element-by-element twin for other shapes; both do the same float operations per element.
 // 8 bf16 as four 32-bit words (element 2i in the low half of w[i]): one 128-bit memory access.
-struct Pack8 { uint32_t w[4]; };
+struct Pack8 {
+    uint32_t w[4];
+};
 __device__ __forceinline__ Pack8 load_pack8(const bf16* p) {
     Pack8 r;
 #ifdef FAKE_CUDA_DEVICE
@@ -51,7 +53,10 @@ __device__ __forceinline__ Pack8 load_pack8(const bf16* p) {
     memcpy(r.w, p, 16);
 #else
     const uint4 u = *reinterpret_cast<const uint4*>(p);
-    r.w[0] = u.x; r.w[1] = u.y; r.w[2] = u.z; r.w[3] = u.w;
+    r.w[0] = u.x;
+    r.w[1] = u.y;
+    r.w[2] = u.z;
+    r.w[3] = u.w;
 #endif
     return r;
 }
@@ -77,14 +82,16 @@ static inline bool aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
 
 __global__ void embedding_forward_kernel(bf16* out, const int* tokens, const bf16* wte, const bf16* wpe,
                                          int64_t BT, int T, int C) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < BT * C; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t row = i / C; int c = (int)(i % C);
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < BT * C;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t row = i / C;
+        int c = (int)(i % C);
         int t = (int)(row % T);
         out[i] = __float2bfloat16((float)wte[(int64_t)tokens[row] * C + c] + (float)wpe[(int64_t)t * C + c]);
     }
 }
-static void embedding_forward(bf16* out, const int* tokens, const bf16* wte, const bf16* wpe, int64_t BT, int T, int C,
-                              cudaStream_t s) {
+static void embedding_forward(bf16* out, const int* tokens, const bf16* wte, const bf16* wpe, int64_t BT,
+                              int T, int C, cudaStream_t s) {
     embedding_forward_kernel<<<grid_for(BT * C, 256), 256, 0, s>>>(out, tokens, wte, wpe, BT, T, C);
     cudaCheckLaunch();
 }
@@ -92,15 +99,17 @@ static void embedding_forward(bf16* out, const int* tokens, const bf16* wte, con
 // dwte[token] += dout, dwpe[t] += dout (fp32 atomics: the same token can appear many times in a batch).
 __global__ void embedding_backward_kernel(float* dwte, float* dwpe, const bf16* dout, const int* tokens,
                                           int64_t BT, int T, int C) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < BT * C; i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t row = i / C; int c = (int)(i % C);
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < BT * C;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t row = i / C;
+        int c = (int)(i % C);
         float d = (float)dout[i];
         atomicAdd(&dwte[(int64_t)tokens[row] * C + c], d);
         atomicAdd(&dwpe[(int64_t)(row % T) * C + c], d);
     }
 }
-static void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int* tokens, int64_t BT, int T, int C,
-                               cudaStream_t s) {
+static void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int* tokens, int64_t BT,
+                               int T, int C, cudaStream_t s) {
     embedding_backward_kernel<<<grid_for(BT * C, 256), 256, 0, s>>>(dwte, dwpe, dout, tokens, BT, T, C);
     cudaCheckLaunch();
 }
@@ -118,11 +127,18 @@ __global__ void layernorm_forward_kernel(bf16* out, float* mean, float* rstd, co
     for (int c = lane; c < C; c += WARP) sum += (float)x[c];
     float m = warp_sum(sum) / C;
     float var = 0.0f;
-    for (int c = lane; c < C; c += WARP) { float d = (float)x[c] - m; var += d * d; }
+    for (int c = lane; c < C; c += WARP) {
+        float d = (float)x[c] - m;
+        var += d * d;
+    }
     float s = rsqrtf(warp_sum(var) / C + 1e-5f);
     bf16* o = out + row * C;
-    for (int c = lane; c < C; c += WARP) o[c] = __float2bfloat16(((float)x[c] - m) * s * (float)w[c] + (float)b[c]);
-    if (lane == 0) { mean[row] = m; rstd[row] = s; }
+    for (int c = lane; c < C; c += WARP)
+        o[c] = __float2bfloat16(((float)x[c] - m) * s * (float)w[c] + (float)b[c]);
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
 }
 // the same in Pack8s: lane l reads elements [8l, 8l + 8) of every 256
 __global__ void layernorm_forward_kernel8(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w,
@@ -140,26 +156,32 @@ __global__ void layernorm_forward_kernel8(bf16* out, float* mean, float* rstd, c
     float var = 0.0f;
     for (int c = lane * 8; c < C; c += WARP * 8) {
         const Pack8 v = load_pack8(x + c);
-        for (int k = 0; k < 8; k++) { float d = pack8_get(v, k) - m; var += d * d; }
+        for (int k = 0; k < 8; k++) {
+            float d = pack8_get(v, k) - m;
+            var += d * d;
+        }
     }
     float s = rsqrtf(warp_sum(var) / C + 1e-5f);
     bf16* o = out + row * C;
     for (int c = lane * 8; c < C; c += WARP * 8) {
         const Pack8 v = load_pack8(x + c), wv = load_pack8(w + c), bv = load_pack8(b + c);
         Pack8 y = {{0, 0, 0, 0}};
-        for (int k = 0; k < 8; k++) pack8_set(y, k, (pack8_get(v, k) - m) * s * pack8_get(wv, k) + pack8_get(bv, k));
+        for (int k = 0; k < 8; k++)
+            pack8_set(y, k, (pack8_get(v, k) - m) * s * pack8_get(wv, k) + pack8_get(bv, k));
         store_pack8(o + c, y);
     }
-    if (lane == 0) { mean[row] = m; rstd[row] = s; }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
 }
-static void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w, const bf16* b,
-                              int64_t N, int C, cudaStream_t s) {
+static void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* inp, const bf16* w,
+                              const bf16* b, int64_t N, int C, cudaStream_t s) {
     const int block = 256, rows_per_block = block / WARP;
     const unsigned grid = (unsigned)ceil_div64(N, rows_per_block);
     if (C % 8 == 0 && aligned16(out) && aligned16(inp) && aligned16(w) && aligned16(b))
         layernorm_forward_kernel8<<<grid, block, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
-    else
-        layernorm_forward_kernel<<<grid, block, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
+    else layernorm_forward_kernel<<<grid, block, 0, s>>>(out, mean, rstd, inp, w, b, N, C);
     cudaCheckLaunch();
 }
 
@@ -169,7 +191,8 @@ __global__ void layernorm_backward_input_kernel(bf16* dinp, const bf16* dout, co
     int64_t row = blockIdx.x * (int64_t)(blockDim.x / WARP) + threadIdx.x / WARP;
     int lane = threadIdx.x % WARP;
     if (row >= N) return;
-    const bf16* x = inp + row * C; const bf16* dy = dout + row * C;
+    const bf16* x = inp + row * C;
+    const bf16* dy = dout + row * C;
     const float m = mean[row], s = rstd[row];
     float sum_dnorm = 0.0f, sum_dnorm_norm = 0.0f;
     for (int c = lane; c < C; c += WARP) {
@@ -192,7 +215,8 @@ __global__ void layernorm_backward_input_kernel8(bf16* dinp, const bf16* dout, c
     int64_t row = blockIdx.x * (int64_t)(blockDim.x / WARP) + threadIdx.x / WARP;
     int lane = threadIdx.x % WARP;
     if (row >= N) return;
-    const bf16* x = inp + row * C; const bf16* dy = dout + row * C;
+    const bf16* x = inp + row * C;
+    const bf16* dy = dout + row * C;
     const float m = mean[row], s = rstd[row];
     float sum_dnorm = 0.0f, sum_dnorm_norm = 0.0f;
     for (int c = lane * 8; c < C; c += WARP * 8) {
@@ -233,7 +257,8 @@ __global__ void layernorm_backward_params_kernel(float* dw, float* db, const bf1
     float aw = 0.0f, ab = 0.0f;
     if (c < C) {
         // tiles stride by gridDim.y: the launcher caps it at 65535, so any N is covered
-        for (int64_t r0 = blockIdx.y * (int64_t)ROWS_PER_TILE; r0 < N; r0 += (int64_t)gridDim.y * ROWS_PER_TILE) {
+        for (int64_t r0 = blockIdx.y * (int64_t)ROWS_PER_TILE; r0 < N;
+             r0 += (int64_t)gridDim.y * ROWS_PER_TILE) {
             const int64_t r1 = min(N, r0 + ROWS_PER_TILE);
             for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
                 float dy = (float)dout[r * C + c];
@@ -242,22 +267,26 @@ __global__ void layernorm_backward_params_kernel(float* dw, float* db, const bf1
             }
         }
     }
-    sw[threadIdx.y][threadIdx.x] = aw; sb[threadIdx.y][threadIdx.x] = ab;
+    sw[threadIdx.y][threadIdx.x] = aw;
+    sb[threadIdx.y][threadIdx.x] = ab;
     __syncthreads();
     if (threadIdx.y == 0 && c < C) {
-        for (int k = 1; k < (int)blockDim.y; k++) { aw += sw[k][threadIdx.x]; ab += sb[k][threadIdx.x]; }
+        for (int k = 1; k < (int)blockDim.y; k++) {
+            aw += sw[k][threadIdx.x];
+            ab += sb[k][threadIdx.x];
+        }
         atomicAdd(&dw[c], aw);
         atomicAdd(&db[c], ab);
     }
 }
-static void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp, const bf16* w,
-                               const float* mean, const float* rstd, int64_t N, int C, cudaStream_t s) {
+static void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp,
+                               const bf16* w, const float* mean, const float* rstd, int64_t N, int C,
+                               cudaStream_t s) {
     const int block = 256, rows_per_block = block / WARP;
     const unsigned grid_rows = (unsigned)ceil_div64(N, rows_per_block);
     if (C % 8 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w))
         layernorm_backward_input_kernel8<<<grid_rows, block, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
-    else
-        layernorm_backward_input_kernel<<<grid_rows, block, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
+    else layernorm_backward_input_kernel<<<grid_rows, block, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
     cudaCheckLaunch();
     dim3 grid((unsigned)ceil_div64(C, WARP), row_tiles_grid(N));
     layernorm_backward_params_kernel<<<grid, dim3(WARP, 8), 0, s>>>(dw, db, dout, inp, mean, rstd, N, C);
@@ -270,7 +299,8 @@ __global__ void bias_backward_kernel(float* dbias, const bf16* dout, int64_t N, 
     int c = blockIdx.x * WARP + threadIdx.x;
     float acc = 0.0f;
     if (c < OC)
-        for (int64_t r0 = blockIdx.y * (int64_t)ROWS_PER_TILE; r0 < N; r0 += (int64_t)gridDim.y * ROWS_PER_TILE) {
+        for (int64_t r0 = blockIdx.y * (int64_t)ROWS_PER_TILE; r0 < N;
+             r0 += (int64_t)gridDim.y * ROWS_PER_TILE) {
             const int64_t r1 = min(N, r0 + ROWS_PER_TILE);
             for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) acc += (float)dout[r * OC + c];
         }
@@ -290,17 +320,18 @@ static void bias_backward(float* dbias, const bf16* dout, int64_t N, int OC, cud
 // ----------------------------------------------------------------------------
 // Element-wise: bias, residual, GELU; in Pack8s (one column index per 8 elements) where the shape allows.
 
-
 // out[row, :] += bias (+ residual[row, :] when residual is not NULL)
 __global__ void add_bias_kernel(bf16* out, const bf16* bias, const bf16* residual, int64_t N, int OC) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N * OC; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N * OC;
+         i += (int64_t)gridDim.x * blockDim.x) {
         float v = (float)out[i] + (float)bias[i % OC];
         if (residual) v += (float)residual[i];
         out[i] = __float2bfloat16(v);
     }
 }
 __global__ void add_bias_kernel8(bf16* out, const bf16* bias, const bf16* residual, int64_t N, int OC) {
-    for (int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * 8; i < N * OC; i += (int64_t)gridDim.x * blockDim.x * 8) {
+    for (int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * 8; i < N * OC;
+         i += (int64_t)gridDim.x * blockDim.x * 8) {
         Pack8 o = load_pack8(out + i);
         const Pack8 b = load_pack8(bias + i % OC);
         Pack8 r = {{0, 0, 0, 0}};
@@ -316,16 +347,15 @@ __global__ void add_bias_kernel8(bf16* out, const bf16* bias, const bf16* residu
 static void add_bias(bf16* out, const bf16* bias, const bf16* residual, int64_t N, int OC, cudaStream_t s) {
     if (OC % 8 == 0 && aligned16(out) && aligned16(bias) && (!residual || aligned16(residual)))
         add_bias_kernel8<<<grid_for(N * OC / 8, 256), 256, 0, s>>>(out, bias, residual, N, OC);
-    else
-        add_bias_kernel<<<grid_for(N * OC, 256), 256, 0, s>>>(out, bias, residual, N, OC);
+    else add_bias_kernel<<<grid_for(N * OC, 256), 256, 0, s>>>(out, bias, residual, N, OC);
     cudaCheckLaunch();
 }
 
 // GPT-2's GELU, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), as x / (1 + exp(-2u)), and its
-// derivative with sech^2(u) = 4 e / (1 + e)^2, e = exp(-2|u|). Not tanhf: why, and the check at every bf16 input,
-// are beside test_kernels.cu's Kernels.GeluIsAccurateAtEveryBf16Input.
+// derivative with sech^2(u) = 4 e / (1 + e)^2, e = exp(-2|u|). Not tanhf: why, and the check at every bf16
+// input, are beside test_kernels.cu's Kernels.GeluIsAccurateAtEveryBf16Input.
 #define GELU_SCALE 0.7978845608028654f  // sqrt(2/pi)
-#define GELU_CUBE 0.044715f
+#define GELU_CUBE  0.044715f
 __device__ __forceinline__ float gelu_half_one_plus_tanh(float u, float* sech2) {
     const float e = expf(-2.0f * fabsf(u));
     const float r = 1.0f / (1.0f + e);
@@ -339,18 +369,21 @@ __device__ __forceinline__ float gelu_tanh(float x) {
 // The MLP's bias and GELU in one pass (one read of the GEMM output instead of two): pre[row, :] += bias,
 // kept (bf16) for the backward pass, and out = gelu(pre) of that bf16-rounded pre-activation.
 __global__ void bias_gelu_forward_kernel(bf16* pre, bf16* out, const bf16* bias, int64_t N, int OC) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N * OC; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N * OC;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const bf16 x = __float2bfloat16((float)pre[i] + (float)bias[i % OC]);
         pre[i] = x;
         out[i] = __float2bfloat16(gelu_tanh((float)x));
     }
 }
 __global__ void bias_gelu_forward_kernel8(bf16* pre, bf16* out, const bf16* bias, int64_t N, int OC) {
-    for (int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * 8; i < N * OC; i += (int64_t)gridDim.x * blockDim.x * 8) {
+    for (int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * 8; i < N * OC;
+         i += (int64_t)gridDim.x * blockDim.x * 8) {
         Pack8 x = load_pack8(pre + i), y = {{0, 0, 0, 0}};
         const Pack8 b = load_pack8(bias + i % OC);
         for (int k = 0; k < 8; k++) pack8_set(x, k, pack8_get(x, k) + pack8_get(b, k));
-        for (int k = 0; k < 8; k++) pack8_set(y, k, gelu_tanh(pack8_get(x, k)));  // of the rounded pre-activation
+        for (int k = 0; k < 8; k++)
+            pack8_set(y, k, gelu_tanh(pack8_get(x, k)));  // of the rounded pre-activation
         store_pack8(pre + i, x);
         store_pack8(out + i, y);
     }
@@ -358,19 +391,21 @@ __global__ void bias_gelu_forward_kernel8(bf16* pre, bf16* out, const bf16* bias
 static void bias_gelu_forward(bf16* pre, bf16* out, const bf16* bias, int64_t N, int OC, cudaStream_t s) {
     if (OC % 8 == 0 && aligned16(pre) && aligned16(out) && aligned16(bias))
         bias_gelu_forward_kernel8<<<grid_for(N * OC / 8, 256), 256, 0, s>>>(pre, out, bias, N, OC);
-    else
-        bias_gelu_forward_kernel<<<grid_for(N * OC, 256), 256, 0, s>>>(pre, out, bias, N, OC);
+    else bias_gelu_forward_kernel<<<grid_for(N * OC, 256), 256, 0, s>>>(pre, out, bias, N, OC);
     cudaCheckLaunch();
 }
 
 // out = gelu(inp): the GELU bias_gelu_forward applies, of the bf16 pre-activation it kept, so the same values
-// bit for bit (a layer with kept activations redoes its GELU with it instead of keeping the output, train_gpt.cu).
+// bit for bit (a layer with kept activations redoes its GELU with it instead of keeping the output,
+// train_gpt.cu).
 __global__ void gelu_forward_kernel(bf16* out, const bf16* inp, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
         out[i] = __float2bfloat16(gelu_tanh((float)inp[i]));
 }
 __global__ void gelu_forward_kernel8(bf16* out, const bf16* inp, int64_t n) {
-    for (int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * 8; i < n; i += (int64_t)gridDim.x * blockDim.x * 8) {
+    for (int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * 8; i < n;
+         i += (int64_t)gridDim.x * blockDim.x * 8) {
         const Pack8 x = load_pack8(inp + i);
         Pack8 y = {{0, 0, 0, 0}};
         for (int k = 0; k < 8; k++) pack8_set(y, k, gelu_tanh(pack8_get(x, k)));
@@ -380,8 +415,7 @@ __global__ void gelu_forward_kernel8(bf16* out, const bf16* inp, int64_t n) {
 static void gelu_forward(bf16* out, const bf16* inp, int64_t n, cudaStream_t s) {
     if (n % 8 == 0 && aligned16(out) && aligned16(inp))
         gelu_forward_kernel8<<<grid_for(n / 8, 256), 256, 0, s>>>(out, inp, n);
-    else
-        gelu_forward_kernel<<<grid_for(n, 256), 256, 0, s>>>(out, inp, n);
+    else gelu_forward_kernel<<<grid_for(n, 256), 256, 0, s>>>(out, inp, n);
     cudaCheckLaunch();
 }
 
@@ -392,11 +426,13 @@ __device__ __forceinline__ float gelu_tanh_grad(float x) {  // see gelu_tanh
     return s + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
 }
 __global__ void gelu_backward_kernel(bf16* d_inout, const bf16* inp, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
         d_inout[i] = __float2bfloat16(gelu_tanh_grad((float)inp[i]) * (float)d_inout[i]);
 }
 __global__ void gelu_backward_kernel8(bf16* d_inout, const bf16* inp, int64_t n) {
-    for (int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * 8; i < n; i += (int64_t)gridDim.x * blockDim.x * 8) {
+    for (int64_t i = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * 8; i < n;
+         i += (int64_t)gridDim.x * blockDim.x * 8) {
         Pack8 d = load_pack8(d_inout + i);
         const Pack8 x = load_pack8(inp + i);
         for (int k = 0; k < 8; k++) pack8_set(d, k, gelu_tanh_grad(pack8_get(x, k)) * pack8_get(d, k));
@@ -406,8 +442,7 @@ __global__ void gelu_backward_kernel8(bf16* d_inout, const bf16* inp, int64_t n)
 static void gelu_backward(bf16* d_inout, const bf16* inp, int64_t n, cudaStream_t s) {
     if (n % 8 == 0 && aligned16(d_inout) && aligned16(inp))
         gelu_backward_kernel8<<<grid_for(n / 8, 256), 256, 0, s>>>(d_inout, inp, n);
-    else
-        gelu_backward_kernel<<<grid_for(n, 256), 256, 0, s>>>(d_inout, inp, n);
+    else gelu_backward_kernel<<<grid_for(n, 256), 256, 0, s>>>(d_inout, inp, n);
     cudaCheckLaunch();
 }
 
@@ -428,7 +463,8 @@ __global__ void softmax_causal_forward_kernel(bf16* att, int64_t rows, int T) {
     float sum = 0.0f;
     for (int j = lane; j <= t1; j += WARP) sum += expf((float)a[j] - mx);
     float inv = 1.0f / warp_sum(sum);
-    for (int j = lane; j < T; j += WARP) a[j] = __float2bfloat16(j <= t1 ? expf((float)a[j] - mx) * inv : 0.0f);
+    for (int j = lane; j < T; j += WARP)
+        a[j] = __float2bfloat16(j <= t1 ? expf((float)a[j] - mx) * inv : 0.0f);
 }
 static void softmax_causal_forward(bf16* att, int64_t rows, int T, cudaStream_t s) {
     const int block = 256;
@@ -447,11 +483,13 @@ __global__ void softmax_causal_backward_kernel(bf16* datt, const bf16* att, int6
     float dot = 0.0f;
     for (int j = lane; j <= t1; j += WARP) dot += (float)a[j] * (float)d[j];
     dot = warp_sum(dot);
-    for (int j = lane; j < T; j += WARP) d[j] = __float2bfloat16(j <= t1 ? (float)a[j] * ((float)d[j] - dot) : 0.0f);
+    for (int j = lane; j < T; j += WARP)
+        d[j] = __float2bfloat16(j <= t1 ? (float)a[j] * ((float)d[j] - dot) : 0.0f);
 }
 static void softmax_causal_backward(bf16* datt, const bf16* att, int64_t rows, int T, cudaStream_t s) {
     const int block = 256;
-    softmax_causal_backward_kernel<<<(unsigned)ceil_div64(rows, block / WARP), block, 0, s>>>(datt, att, rows, T);
+    softmax_causal_backward_kernel<<<(unsigned)ceil_div64(rows, block / WARP), block, 0, s>>>(datt, att, rows,
+                                                                                              T);
     cudaCheckLaunch();
 }
 
@@ -460,8 +498,9 @@ static void softmax_causal_backward(bf16* datt, const bf16* att, int64_t rows, i
 // losses[row] = logsumexp - logit[target]. With dloss_scale != 0 the logits are overwritten in place by
 // d(loss)/d(logits) * dloss_scale (softmax - one_hot), and the padded columns V..Vp-1 get exact zeros.
 
-__global__ void __launch_bounds__(1024) fused_classifier_kernel(bf16* logits, float* losses, const int* targets, int64_t N, int V, int Vp,
-                                        float dloss_scale) {
+__global__ void __launch_bounds__(1024)
+    fused_classifier_kernel(bf16* logits, float* losses, const int* targets, int64_t N, int V, int Vp,
+                            float dloss_scale) {
     __shared__ float shared[WARP];
     int64_t row = blockIdx.x;
     bf16* x = logits + row * Vp;
@@ -482,8 +521,8 @@ __global__ void __launch_bounds__(1024) fused_classifier_kernel(bf16* logits, fl
         x[i] = __float2bfloat16(g);
     }
 }
-static void fused_classifier(bf16* logits, float* losses, const int* targets, int64_t N, int V, int Vp, float dloss_scale,
-                             cudaStream_t s) {
+static void fused_classifier(bf16* logits, float* losses, const int* targets, int64_t N, int V, int Vp,
+                             float dloss_scale, cudaStream_t s) {
     fused_classifier_kernel<<<(unsigned)N, 1024, 0, s>>>(logits, losses, targets, N, V, Vp, dloss_scale);
     cudaCheckLaunch();
 }
@@ -497,7 +536,8 @@ static void fused_classifier(bf16* logits, float* losses, const int* targets, in
 __global__ void grads_to_bf16_sumsq_kernel(bf16* out, const float* in, int64_t n, double* sumsq) {
     __shared__ double shared[WARP];
     double acc = 0.0;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const float g = in[i];
         acc += (double)g * g;
         if (out) out[i] = __float2bfloat16(g);
@@ -515,8 +555,10 @@ static void grads_to_bf16_sumsq(bf16* out, const float* in, int64_t n, double* s
 // rounded intrinsics, so --use_fast_math cannot reorder or approximate them), so a parameter gets the same
 // update wherever it is updated. p_bf16: the bf16 copy the kernels read, written in the same pass.
 
-__global__ void adamw_kernel(float* p, const float* grad, float* m, float* v, bf16* p_bf16, int64_t n, AdamWConstants c) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+__global__ void adamw_kernel(float* p, const float* grad, float* m, float* v, bf16* p_bf16, int64_t n,
+                             AdamWConstants c) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
         const float g = __fmul_rn(grad[i], c.scale);
         const float mm = __fmaf_rn(c.b1, m[i], __fmul_rn(c.omb1, g));
         const float vv = __fmaf_rn(c.b2, v[i], __fmul_rn(__fmul_rn(c.omb2, g), g));
@@ -529,8 +571,8 @@ __global__ void adamw_kernel(float* p, const float* grad, float* m, float* v, bf
         p_bf16[i] = __float2bfloat16(pp);
     }
 }
-static void adamw_gpu(float* p, const float* grad, float* m, float* v, bf16* p_bf16, int64_t n, const AdamWArgs* args,
-                      cudaStream_t s) {
+static void adamw_gpu(float* p, const float* grad, float* m, float* v, bf16* p_bf16, int64_t n,
+                      const AdamWArgs* args, cudaStream_t s) {
     adamw_kernel<<<grid_for(n, 256), 256, 0, s>>>(p, grad, m, v, p_bf16, n, adamw_constants(args));
     cudaCheckLaunch();
 }

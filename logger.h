@@ -1,5 +1,5 @@
-// logger.h — DIR/main.log, llm.c's format: "s:STEP trl:LOSS lr:LR norm:NORM" (train), "s:STEP tel:LOSS" (val).
-// A resumed run rewrites the log up to its step. Not here: stdout's step lines (the trainers).
+// logger.h — DIR/main.log, llm.c's format: "s:STEP trl:LOSS lr:LR norm:NORM" (train), "s:STEP tel:LOSS"
+// (val). A resumed run rewrites the log up to its step. Not here: stdout's step lines (the trainers).
 #pragma once
 #include <errno.h>
 #include <stdio.h>
@@ -8,13 +8,18 @@
 #include "run_dir.h"
 
 // f: DIR/main.log open for appending (NULL: no log); lost: a write failed (warned once, then no more tries).
-typedef struct { FILE* f; int lost; char path[4200]; } TrainLogger;
+typedef struct {
+    FILE* f;
+    int lost;
+    char path[4200];
+} TrainLogger;
 
 // Opens DIR/main.log (dir NULL: a disabled logger, returns 1). resume_step < 0 starts a fresh log; a
 // resumed run (resume_step >= 0) keeps the train lines of steps up to resume_step and the val lines of steps
 // before it, and appends after them: the resumed run logs step resume_step's validation again itself, and the
 // steps an interrupted run logged after its last checkpoint do not appear twice.
-static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_step, char* err, size_t errlen) {
+static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_step, char* err,
+                              size_t errlen) {
     lg->f = NULL;
     lg->lost = 0;
     lg->path[0] = '\0';
@@ -28,7 +33,11 @@ static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_s
         if (in) {
             snprintf(tmp, sizeof tmp, "%s.tmp", path);
             FILE* out = fopen(tmp, "w");
-            if (!out) { fclose(in); snprintf(err, errlen, "cannot write %.160s: %.60s", tmp, strerror(errno)); return 0; }
+            if (!out) {
+                fclose(in);
+                snprintf(err, errlen, "cannot write %.160s: %.60s", tmp, strerror(errno));
+                return 0;
+            }
             char line[512], kind[4] = "";
             long long step;
             while (fgets(line, sizeof line, in)) {
@@ -46,21 +55,25 @@ static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_s
         }
     }
     lg->f = fopen(path, resume_step >= 0 ? "a" : "w");
-    if (!lg->f) { snprintf(err, errlen, "cannot open log file %.160s: %.60s", path, strerror(errno)); return 0; }
+    if (!lg->f) {
+        snprintf(err, errlen, "cannot open log file %.160s: %.60s", path, strerror(errno));
+        return 0;
+    }
     return 1;
 }
 // One line, flushed. A failed write (a full disk) does not stop the run, whose state is in memory and in its
-// checkpoints, but it is said once on stderr, since the log no longer holds every step; the same losses are on
-// stdout.
-// Train lines carry the step's lr and gradient norm after the loss, as llm.c's do (tools that split a line on
-// spaces and read "s:" and the second field keep working).
+// checkpoints, but it is said once on stderr, since the log no longer holds every step; the same losses are
+// on stdout. Train lines carry the step's lr and gradient norm after the loss, as llm.c's do (tools that
+// split a line on spaces and read "s:" and the second field keep working).
 static inline void logger_line(TrainLogger* lg, int step, const char* kind, float loss, const char* more) {
     if (!lg->f || lg->lost) return;
     errno = 0;
     if (fprintf(lg->f, "s:%d %s:%.6f%s\n", step, kind, loss, more) < 0 || fflush(lg->f) != 0) {
         lg->lost = 1;
-        fprintf(stderr, "warning: cannot write %.200s (%s): its lines from step %d on are missing (stdout has them)\n",
-                lg->path, errno ? strerror(errno) : "short write", step);
+        fprintf(
+            stderr,
+            "warning: cannot write %.200s (%s): its lines from step %d on are missing (stdout has them)\n",
+            lg->path, errno ? strerror(errno) : "short write", step);
     }
 }
 static inline void logger_train(TrainLogger* lg, int step, float loss, float lr, float norm) {
@@ -68,7 +81,9 @@ static inline void logger_train(TrainLogger* lg, int step, float loss, float lr,
     snprintf(more, sizeof more, " lr:%.4e norm:%.4f", lr, norm);
     logger_line(lg, step, "trl", loss, more);
 }
-static inline void logger_val(TrainLogger* lg, int step, float loss) { logger_line(lg, step, "tel", loss, ""); }
+static inline void logger_val(TrainLogger* lg, int step, float loss) {
+    logger_line(lg, step, "tel", loss, "");
+}
 static inline void logger_close(TrainLogger* lg) {
     if (lg->f) fclose(lg->f);
     lg->f = NULL;

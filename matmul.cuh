@@ -4,8 +4,8 @@
 // element-wise pass after a GEMM into it (lt_matmul; train_gpt.cu falls back to cuBLAS + kernels.cuh where
 // cuBLASLt offers no algorithm). No kernels and no training logic. test/test_matmul.cpp runs these very
 // wrappers on the CPU against an emulation of cuBLAS and cuBLASLt (test/fake_cuda), so their transposes,
-// leading dimensions and epilogues are checked in CI; on a GPU test_kernels.cu checks them against the real
-// libraries.
+// leading dimensions and epilogues are checked in CI; on a GPU test_kernels.cu checks them against
+// the real libraries.
 #pragma once
 #include <cublasLt.h>
 #include <string.h>
@@ -15,11 +15,11 @@
 // Matrix multiplies: cuBLAS, bf16 inputs, fp32 accumulation. Our matrices are row-major; cuBLAS is
 // column-major, so each call computes the transposed product (C^T = B^T A^T) and no data is moved.
 
-// One set per process (created by gpt_build, destroyed by gpt_free, which is why only one GPT may be alive at a
-// time; gpt_build refuses a second).
+// One set per process (created by gpt_build, destroyed by gpt_free, which is why only one GPT may be alive at
+// a time; gpt_build refuses a second).
 static cublasHandle_t cublas_handle;
-static cudaStream_t cublas_stream;       // the stream cublas_handle is bound to
-static void* cublas_workspace;           // our own workspace, so the trainer's GPU bytes are all counted
+static cudaStream_t cublas_stream;  // the stream cublas_handle is bound to
+static void* cublas_workspace;      // our own workspace, so the trainer's GPU bytes are all counted
 static const size_t kCublasWorkspaceBytes = 32u << 20;
 
 // Binds cuBLAS to stream s (once: every GEMM runs on the compute stream). cublasSetStream resets the
@@ -32,25 +32,31 @@ static void cublas_use_stream(cudaStream_t s) {
 }
 
 // out (N, OC) = inp (N, C) @ w (OC, C)^T          [bias added separately]
-static void matmul_forward(bf16* out, const bf16* inp, const bf16* w, int64_t N, int C, int OC, cudaStream_t s) {
+static void matmul_forward(bf16* out, const bf16* inp, const bf16* w, int64_t N, int C, int OC,
+                           cudaStream_t s) {
     const float one = 1.0f, zero = 0.0f;
     cublas_use_stream(s);
-    cublasCheck(cublasGemmEx(cublas_handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, (int)N, C, &one, w, CUDA_R_16BF, C, inp,
-                             CUDA_R_16BF, C, &zero, out, CUDA_R_16BF, OC, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    cublasCheck(cublasGemmEx(cublas_handle, CUBLAS_OP_T, CUBLAS_OP_N, OC, (int)N, C, &one, w, CUDA_R_16BF, C,
+                             inp, CUDA_R_16BF, C, &zero, out, CUDA_R_16BF, OC, CUBLAS_COMPUTE_32F,
+                             CUBLAS_GEMM_DEFAULT));
 }
 // dinp (N, C) = dout (N, OC) @ w (OC, C)
-static void matmul_backward_input(bf16* dinp, const bf16* dout, const bf16* w, int64_t N, int C, int OC, cudaStream_t s) {
+static void matmul_backward_input(bf16* dinp, const bf16* dout, const bf16* w, int64_t N, int C, int OC,
+                                  cudaStream_t s) {
     const float one = 1.0f, zero = 0.0f;
     cublas_use_stream(s);
-    cublasCheck(cublasGemmEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_N, C, (int)N, OC, &one, w, CUDA_R_16BF, C, dout,
-                             CUDA_R_16BF, OC, &zero, dinp, CUDA_R_16BF, C, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    cublasCheck(cublasGemmEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_N, C, (int)N, OC, &one, w, CUDA_R_16BF, C,
+                             dout, CUDA_R_16BF, OC, &zero, dinp, CUDA_R_16BF, C, CUBLAS_COMPUTE_32F,
+                             CUBLAS_GEMM_DEFAULT));
 }
 // dw (OC, C) += dout (N, OC)^T @ inp (N, C), accumulated in fp32 across micro-batches
-static void matmul_backward_weight(float* dw, const bf16* dout, const bf16* inp, int64_t N, int C, int OC, cudaStream_t s) {
+static void matmul_backward_weight(float* dw, const bf16* dout, const bf16* inp, int64_t N, int C, int OC,
+                                   cudaStream_t s) {
     const float one = 1.0f;
     cublas_use_stream(s);
-    cublasCheck(cublasGemmEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, (int)N, &one, inp, CUDA_R_16BF, C, dout,
-                             CUDA_R_16BF, OC, &one, dw, CUDA_R_32F, C, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    cublasCheck(cublasGemmEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_T, C, OC, (int)N, &one, inp, CUDA_R_16BF,
+                             C, dout, CUDA_R_16BF, OC, &one, dw, CUDA_R_32F, C, CUBLAS_COMPUTE_32F,
+                             CUBLAS_GEMM_DEFAULT));
 }
 // A batched GEMM, all bf16 (batch i uses A + i*strideA, B + i*strideB, C + i*strideC).
 static void matmul_batched(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
@@ -58,14 +64,15 @@ static void matmul_batched(cublasOperation_t ta, cublasOperation_t tb, int m, in
                            bf16* Cm, int ldc, int64_t strideC, int batch, cudaStream_t s) {
     const float zero = 0.0f;
     cublas_use_stream(s);
-    cublasCheck(cublasGemmStridedBatchedEx(cublas_handle, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda, strideA, B,
-                                           CUDA_R_16BF, ldb, strideB, &zero, Cm, CUDA_R_16BF, ldc, strideC, batch,
-                                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    cublasCheck(cublasGemmStridedBatchedEx(cublas_handle, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda,
+                                           strideA, B, CUDA_R_16BF, ldb, strideB, &zero, Cm, CUDA_R_16BF, ldc,
+                                           strideC, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 // ----------------------------------------------------------------------------
 // cuBLASLt with an epilogue: D = epilogue(op(A) op(B) [+ C]), column-major like the calls above (so the
-// row-major out (N, OC) = inp @ w^T is D (OC x N) = w^T inp^T, m = OC, n = N, as in matmul_forward). Epilogues:
+// row-major out (N, OC) = inp @ w^T is D (OC x N) = w^T inp^T, m = OC, n = N, as
+// in matmul_forward). Epilogues:
 //   CUBLASLT_EPILOGUE_BIAS           D += bias[row of D] (a row of column-major D is an output channel)
 //   CUBLASLT_EPILOGUE_GELU_AUX_BIAS  D += bias; aux = D (the GELU input, bf16); D = gelu(D) (tanh form)
 //   CUBLASLT_EPILOGUE_DGELU          D *= gelu'(aux)
@@ -94,8 +101,9 @@ static std::vector<LtAlgoCacheEntry> lt_algo_cache;
 static const int kLtHeuristicCount = 8;  // algorithms asked of the heuristic per problem
 
 static bool lt_matmul(bf16* D, int ldd, const bf16* A, cublasOperation_t ta, int lda, const bf16* B,
-                      cublasOperation_t tb, int ldb, int m, int n, int k, const bf16* C, cublasLtEpilogue_t epilogue,
-                      const bf16* bias, const bf16* aux, int64_t aux_ld, cudaStream_t s) {
+                      cublasOperation_t tb, int ldb, int m, int n, int k, const bf16* C,
+                      cublasLtEpilogue_t epilogue, const bf16* bias, const bf16* aux, int64_t aux_ld,
+                      cudaStream_t s) {
     if (!cublaslt_handle || !cublaslt_fusion) return false;
     cublas_use_stream(s);  // the workspace is shared with cuBLAS: one stream for both
     cublasLtMatmulDesc_t desc;
@@ -105,47 +113,63 @@ static bool lt_matmul(bf16* D, int ldd, const bf16* A, cublasOperation_t ta, int
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof op_a));
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof op_b));
     cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi));
-    if (bias) cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    if (bias)
+        cublasCheck(
+            cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
     if (aux) {
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof aux));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof aux_ld));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                   sizeof aux));
+        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld,
+                                                   sizeof aux_ld));
     }
     cublasLtMatrixLayout_t la, lb, ld;
-    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda));
-    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, ta == CUBLAS_OP_N ? m : k,
+                                           ta == CUBLAS_OP_N ? k : m, lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, tb == CUBLAS_OP_N ? k : n,
+                                           tb == CUBLAS_OP_N ? n : k, ldb));
     cublasCheck(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16BF, m, n, ldd));
     const uint32_t align[4] = {lt_alignment(A), lt_alignment(B), lt_alignment(C ? C : D), lt_alignment(D)};
-    const int64_t key[16] = {m, n, k, lda, ldb, ldd, ta, tb, epilogue, C != NULL, aux_ld, align[0], align[1], align[2],
-                             align[3], (int64_t)lt_alignment(bias) * 1024 + lt_alignment(aux)};
+    const int64_t key[16] = {
+        m,        n,         k,        lda,
+        ldb,      ldd,       ta,       tb,
+        epilogue, C != NULL, aux_ld,   align[0],
+        align[1], align[2],  align[3], (int64_t)lt_alignment(bias) * 1024 + lt_alignment(aux)};
     const LtAlgoCacheEntry* known = NULL;
     for (const LtAlgoCacheEntry& e : lt_algo_cache)
-        if (memcmp(e.key, key, sizeof key) == 0) { known = &e; break; }
+        if (memcmp(e.key, key, sizeof key) == 0) {
+            known = &e;
+            break;
+        }
     if (!known) {
         cublasLtMatmulPreference_t pref;
         cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
         const uint64_t workspace = kCublasWorkspaceBytes;
-        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                                         sizeof workspace));
+        cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                         &workspace, sizeof workspace));
         const cublasLtMatmulPreferenceAttributes_t align_attr[4] = {
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
             CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
         for (int i = 0; i < 4; i++)
-            cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]));
+            cublasCheck(
+                cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]));
         // several candidates, best first, and the first one usable here: one answer alone may be an algorithm
         // this problem cannot run (its state not SUCCESS) where a later one can
         cublasLtMatmulHeuristicResult_t heuristic[kLtHeuristicCount];
         memset(heuristic, 0, sizeof heuristic);
         int found = 0;
         // no algorithm is the one outcome that means "not fusable here"; any other failure is a bug and stops
-        const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle, desc, la, lb, ld, ld, pref,
-                                                                     kLtHeuristicCount, heuristic, &found);
+        const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+            cublaslt_handle, desc, la, lb, ld, ld, pref, kLtHeuristicCount, heuristic, &found);
         if (status != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(status);
         cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
         LtAlgoCacheEntry e;
         memset(&e, 0, sizeof e);
         memcpy(e.key, key, sizeof key);
-        for (int i = 0; status == CUBLAS_STATUS_SUCCESS && i < found && i < kLtHeuristicCount && !e.found; i++) {
-            if (heuristic[i].state != CUBLAS_STATUS_SUCCESS || heuristic[i].workspaceSize > kCublasWorkspaceBytes) continue;
+        for (int i = 0; status == CUBLAS_STATUS_SUCCESS && i < found && i < kLtHeuristicCount && !e.found;
+             i++) {
+            if (heuristic[i].state != CUBLAS_STATUS_SUCCESS ||
+                heuristic[i].workspaceSize > kCublasWorkspaceBytes)
+                continue;
             e.found = true;
             e.algo = heuristic[i].algo;
         }
@@ -155,8 +179,8 @@ static bool lt_matmul(bf16* D, int ldd, const bf16* A, cublasOperation_t ta, int
     const bool ok = known->found;
     if (ok) {
         const float one = 1.0f, beta = C ? 1.0f : 0.0f;
-        cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &one, A, la, B, lb, &beta, C ? C : D, ld, D, ld, &known->algo,
-                                   cublas_workspace, kCublasWorkspaceBytes, s));
+        cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &one, A, la, B, lb, &beta, C ? C : D, ld, D, ld,
+                                   &known->algo, cublas_workspace, kCublasWorkspaceBytes, s));
     }
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatrixLayoutDestroy(lb));

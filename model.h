@@ -21,9 +21,10 @@
 #include <unistd.h>
 #include "crc32c.h"
 
-#define MODEL_MAGIC 20240326
+#define MODEL_MAGIC        20240326
 #define MODEL_VERSION_FP32 3
-#define MODEL_VERSION_BF16 5  // llm.c's train_gpt2.cu writes its bf16 runs' checkpoints so (gpt2_124M_bf16.bin)
+#define MODEL_VERSION_BF16 \
+    5  // llm.c's train_gpt2.cu writes its bf16 runs' checkpoints so (gpt2_124M_bf16.bin)
 
 typedef struct {
     int max_seq_len;        // maxT: rows of the position embedding
@@ -35,10 +36,23 @@ typedef struct {
 } GPTConfig;
 
 enum LayerTensor {
-    LN1W, LN1B, QKVW, QKVB, ATTPROJW, ATTPROJB, LN2W, LN2B, FCW, FCB, FCPROJW, FCPROJB, NUM_LAYER_TENSORS
+    LN1W,
+    LN1B,
+    QKVW,
+    QKVB,
+    ATTPROJW,
+    ATTPROJB,
+    LN2W,
+    LN2B,
+    FCW,
+    FCB,
+    FCPROJW,
+    FCPROJB,
+    NUM_LAYER_TENSORS
 };
 static const char* const layer_tensor_names[NUM_LAYER_TENSORS] = {
-    "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb", "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb"};
+    "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw",  "fcprojb"};
 // Which layer tensors are 2-D weight matrices: only these get weight decay (as in llm.c / nanoGPT).
 static const int layer_tensor_is_matrix[NUM_LAYER_TENSORS] = {0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0};
 
@@ -67,43 +81,63 @@ static inline int gpt_config_check(const GPTConfig* c, char* err, size_t errlen)
     }
     // bounds (those of parse_model_spec) that keep every size and byte count of gpt_layout far from int64
     // overflow, whatever a model file's header says
-    if (c->num_layers > 100000 || c->channels > 1000000 || c->max_seq_len > 10000000 || c->padded_vocab_size > 10000000) {
-        snprintf(err, errlen, "model dimensions too large (L=%d C=%d maxT=%d Vp=%d)", c->num_layers, c->channels,
-                 c->max_seq_len, c->padded_vocab_size);
+    if (c->num_layers > 100000 || c->channels > 1000000 || c->max_seq_len > 10000000 ||
+        c->padded_vocab_size > 10000000) {
+        snprintf(err, errlen, "model dimensions too large (L=%d C=%d maxT=%d Vp=%d)", c->num_layers,
+                 c->channels, c->max_seq_len, c->padded_vocab_size);
         return 0;
     }
     // 32: vectorized bf16 kernels load 8 elements (16 bytes) at a time, and every tensor offset stays
     // 64-byte aligned because all tensor sizes are then multiples of 32.
-    if (c->channels % 32 != 0) { snprintf(err, errlen, "channels C=%d must be a multiple of 32", c->channels); return 0; }
+    if (c->channels % 32 != 0) {
+        snprintf(err, errlen, "channels C=%d must be a multiple of 32", c->channels);
+        return 0;
+    }
     if (c->channels % c->num_heads != 0) {
-        snprintf(err, errlen, "channels C=%d must be divisible by num_heads NH=%d", c->channels, c->num_heads);
+        snprintf(err, errlen, "channels C=%d must be divisible by num_heads NH=%d", c->channels,
+                 c->num_heads);
         return 0;
     }
     if (c->padded_vocab_size < c->vocab_size || c->padded_vocab_size % 128 != 0) {
-        snprintf(err, errlen, "padded vocab Vp=%d must be >= V=%d and a multiple of 128", c->padded_vocab_size, c->vocab_size);
+        snprintf(err, errlen, "padded vocab Vp=%d must be >= V=%d and a multiple of 128",
+                 c->padded_vocab_size, c->vocab_size);
         return 0;
     }
-    if (c->vocab_size > 65536) { snprintf(err, errlen, "vocab V=%d does not fit uint16 token ids", c->vocab_size); return 0; }
+    if (c->vocab_size > 65536) {
+        snprintf(err, errlen, "vocab V=%d does not fit uint16 token ids", c->vocab_size);
+        return 0;
+    }
     return 1;
 }
 
 static inline ParamLayout gpt_layout(const GPTConfig* c) {
     ParamLayout p;
     const int64_t C = c->channels, Vp = c->padded_vocab_size, maxT = c->max_seq_len;
-    const int64_t sizes[NUM_LAYER_TENSORS] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, C * 4 * C, C};
+    const int64_t sizes[NUM_LAYER_TENSORS] = {C, C, 3 * C * C, 3 * C, C * C,     C,
+                                              C, C, 4 * C * C, 4 * C, C * 4 * C, C};
     int64_t off = 0;
-    for (int i = 0; i < NUM_LAYER_TENSORS; i++) { p.layer_size[i] = sizes[i]; p.layer_offset[i] = off; off += sizes[i]; }
+    for (int i = 0; i < NUM_LAYER_TENSORS; i++) {
+        p.layer_size[i] = sizes[i];
+        p.layer_offset[i] = off;
+        off += sizes[i];
+    }
     p.layer_stride = off;
     const int64_t esizes[NUM_EMBED_TENSORS] = {Vp * C, maxT * C, C, C};
     off = 0;
-    for (int i = 0; i < NUM_EMBED_TENSORS; i++) { p.embed_size[i] = esizes[i]; p.embed_offset[i] = off; off += esizes[i]; }
+    for (int i = 0; i < NUM_EMBED_TENSORS; i++) {
+        p.embed_size[i] = esizes[i];
+        p.embed_offset[i] = off;
+        off += esizes[i];
+    }
     p.embed_count = off;
     p.total = p.embed_count + (int64_t)c->num_layers * p.layer_stride;
     return p;
 }
 
 // Offset of layer l's block in the flat array.
-static inline int64_t gpt_layer_offset(const ParamLayout* p, int l) { return p->embed_count + (int64_t)l * p->layer_stride; }
+static inline int64_t gpt_layer_offset(const ParamLayout* p, int l) {
+    return p->embed_count + (int64_t)l * p->layer_stride;
+}
 
 // Parameters counted the way papers do: without the padded vocab rows.
 static inline int64_t gpt_num_real_params(const GPTConfig* c, const ParamLayout* p) {
@@ -165,13 +199,16 @@ static inline void gpt_init_params(const GPTConfig* c, float* params, uint64_t s
 
 // ----------------------------------------------------------------------------
 // llm.c model files: header of 256 int32 {magic 20240326, version 3, maxT, V, L, NH, C, Vp}, then fp32
-// tensors in llm.c's order, each holding ALL layers: wte wpe ln1w[L] ln1b[L] qkvw[L] ... fcprojb[L] lnfw lnfb.
-// We convert to/from our layer-major layout while reading/writing, tensor by tensor. Version 5 is the same
-// with bf16 tensors (what llm.c's CUDA trainer saves): read too, widened exactly to fp32; we write version 3.
+// tensors in llm.c's order, each holding ALL layers: wte wpe ln1w[L] ln1b[L] qkvw[L] ... fcprojb[L] lnfw
+// lnfb. We convert to/from our layer-major layout while reading/writing, tensor by tensor. Version 5 is the
+// same with bf16 tensors (what llm.c's CUDA trainer saves): read too, widened exactly to fp32; we
+// write version 3.
 
-// Progress of a long read (a file over 1 GiB: a large model or checkpoint takes seconds to minutes): one line per
-// quarter, "loading model file log/model_00001000.bin: 50%". *quarter: the last quarter printed (start at 0).
-static inline void read_progress(const char* what, const char* path, int64_t done, int64_t total, int* quarter) {
+// Progress of a long read (a file over 1 GiB: a large model or checkpoint takes seconds to minutes): one line
+// per quarter, "loading model file log/model_00001000.bin: 50%". *quarter: the last quarter printed
+// (start at 0).
+static inline void read_progress(const char* what, const char* path, int64_t done, int64_t total,
+                                 int* quarter) {
     if (total < ((int64_t)1 << 30)) return;
     const int q = (int)(4 * done / total);
     if (q <= *quarter) return;
@@ -182,41 +219,65 @@ static inline void read_progress(const char* what, const char* path, int64_t don
 
 // Order of tensors in an llm.c file, by (is_layer_tensor, index).
 static const int llmc_file_order[16][2] = {
-    {0, WTE}, {0, WPE}, {1, LN1W}, {1, LN1B}, {1, QKVW}, {1, QKVB}, {1, ATTPROJW}, {1, ATTPROJB},
-    {1, LN2W}, {1, LN2B}, {1, FCW}, {1, FCB}, {1, FCPROJW}, {1, FCPROJB}, {0, LNFW}, {0, LNFB}};
+    {0, WTE},  {0, WPE},  {1, LN1W}, {1, LN1B}, {1, QKVW},    {1, QKVB},    {1, ATTPROJW}, {1, ATTPROJB},
+    {1, LN2W}, {1, LN2B}, {1, FCW},  {1, FCB},  {1, FCPROJW}, {1, FCPROJB}, {0, LNFW},     {0, LNFB}};
 
-// Hugging Face checkpoints (a directory, a .safetensors file or a shard index .json) are read by hf.h, included at
-// the end of this file: gpt_read_header and gpt_load_params hand them over.
+// Hugging Face checkpoints (a directory, a .safetensors file or a shard index .json) are read by hf.h,
+// included at the end of this file: gpt_read_header and gpt_load_params hand them over.
 static inline int hf_is_checkpoint(const char* path);
 static inline int hf_read_config(const char* path, GPTConfig* cfg, char* err, size_t errlen);
-static inline int hf_load_params(const char* path, const GPTConfig* cfg, float* params, char* err, size_t errlen);
+static inline int hf_load_params(const char* path, const GPTConfig* cfg, float* params, char* err,
+                                 size_t errlen);
 
 // Reads the header and checks the file size against it (so a truncated file fails here, before a trainer
 // allocates or initializes anything). Returns 0 with a one-line reason in err on any problem.
 static inline int gpt_read_header(const char* path, GPTConfig* cfg, char* err, size_t errlen) {
     if (hf_is_checkpoint(path)) return hf_read_config(path, cfg, err, errlen);
     struct stat st;
-    if (stat(path, &st) != 0) { snprintf(err, errlen, "cannot open model file %.400s: %.60s", path, strerror(errno)); return 0; }
-    if (!S_ISREG(st.st_mode)) { snprintf(err, errlen, "model file %.400s is not a regular file", path); return 0; }
+    if (stat(path, &st) != 0) {
+        snprintf(err, errlen, "cannot open model file %.400s: %.60s", path, strerror(errno));
+        return 0;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "model file %.400s is not a regular file", path);
+        return 0;
+    }
     FILE* f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "cannot open model file %.400s: %.60s", path, strerror(errno)); return 0; }
+    if (!f) {
+        snprintf(err, errlen, "cannot open model file %.400s: %.60s", path, strerror(errno));
+        return 0;
+    }
     int header[256];
     size_t got = fread(header, sizeof(int), 256, f);
     fclose(f);
-    if (got != 256) { snprintf(err, errlen, "model file %.400s: too short for its 1024-byte header", path); return 0; }
-    if (header[0] != MODEL_MAGIC) { snprintf(err, errlen, "model file %.400s: bad magic %d (want %d)", path, header[0], MODEL_MAGIC); return 0; }
-    if (header[1] != MODEL_VERSION_FP32 && header[1] != MODEL_VERSION_BF16) {
-        snprintf(err, errlen, "model file %.400s: version %d not supported (want %d = fp32 or %d = bf16)", path, header[1],
-                 MODEL_VERSION_FP32, MODEL_VERSION_BF16);
+    if (got != 256) {
+        snprintf(err, errlen, "model file %.400s: too short for its 1024-byte header", path);
         return 0;
     }
-    cfg->max_seq_len = header[2]; cfg->vocab_size = header[3]; cfg->num_layers = header[4];
-    cfg->num_heads = header[5]; cfg->channels = header[6]; cfg->padded_vocab_size = header[7];
+    if (header[0] != MODEL_MAGIC) {
+        snprintf(err, errlen, "model file %.400s: bad magic %d (want %d)", path, header[0], MODEL_MAGIC);
+        return 0;
+    }
+    if (header[1] != MODEL_VERSION_FP32 && header[1] != MODEL_VERSION_BF16) {
+        snprintf(err, errlen, "model file %.400s: version %d not supported (want %d = fp32 or %d = bf16)",
+                 path, header[1], MODEL_VERSION_FP32, MODEL_VERSION_BF16);
+        return 0;
+    }
+    cfg->max_seq_len = header[2];
+    cfg->vocab_size = header[3];
+    cfg->num_layers = header[4];
+    cfg->num_heads = header[5];
+    cfg->channels = header[6];
+    cfg->padded_vocab_size = header[7];
     char why[256];
-    if (!gpt_config_check(cfg, why, sizeof why)) { snprintf(err, errlen, "model file %.400s: %.90s", path, why); return 0; }
+    if (!gpt_config_check(cfg, why, sizeof why)) {
+        snprintf(err, errlen, "model file %.400s: %.90s", path, why);
+        return 0;
+    }
     const int64_t want = 256 * 4 + gpt_layout(cfg).total * (header[1] == MODEL_VERSION_BF16 ? 2 : 4);
     if ((int64_t)st.st_size != want) {
-        snprintf(err, errlen, "model file %.400s: size %lld bytes, its header implies %lld (truncated or not this format)",
+        snprintf(err, errlen,
+                 "model file %.400s: size %lld bytes, its header implies %lld (truncated or not this format)",
                  path, (long long)st.st_size, (long long)want);
         return 0;
     }
@@ -225,11 +286,15 @@ static inline int gpt_read_header(const char* path, GPTConfig* cfg, char* err, s
 
 // Loads parameters into `params` (layout total elements, allocated by the caller after gpt_read_header).
 // A version 5 file's bf16 values become the fp32 weights they stand for (bits << 16: exact).
-static inline int gpt_load_params(const char* path, const GPTConfig* cfg, float* params, char* err, size_t errlen) {
+static inline int gpt_load_params(const char* path, const GPTConfig* cfg, float* params, char* err,
+                                  size_t errlen) {
     if (hf_is_checkpoint(path)) return hf_load_params(path, cfg, params, err, errlen);
     ParamLayout p = gpt_layout(cfg);
     FILE* f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "cannot open model file %.400s", path); return 0; }
+    if (!f) {
+        snprintf(err, errlen, "cannot open model file %.400s", path);
+        return 0;
+    }
     int header[256];
     const int is_bf16 = fread(header, sizeof(int), 256, f) == 256 && header[1] == MODEL_VERSION_BF16;
     fseeko(f, 0, SEEK_END);
@@ -237,7 +302,8 @@ static inline int gpt_load_params(const char* path, const GPTConfig* cfg, float*
     int64_t want = 256 * 4 + p.total * (is_bf16 ? 2 : 4);
     if (bytes != want) {
         fclose(f);
-        snprintf(err, errlen, "model file %.400s: size %lld bytes, header implies %lld", path, (long long)bytes, (long long)want);
+        snprintf(err, errlen, "model file %.400s: size %lld bytes, header implies %lld", path,
+                 (long long)bytes, (long long)want);
         return 0;
     }
     fseeko(f, 256 * 4, SEEK_SET);
@@ -247,13 +313,18 @@ static inline int gpt_load_params(const char* path, const GPTConfig* cfg, float*
         int is_layer = llmc_file_order[k][0], t = llmc_file_order[k][1];
         int reps = is_layer ? cfg->num_layers : 1;
         for (int l = 0; l < reps && ok; l++) {
-            float* dst = is_layer ? params + gpt_layer_offset(&p, l) + p.layer_offset[t] : params + p.embed_offset[t];
+            float* dst =
+                is_layer ? params + gpt_layer_offset(&p, l) + p.layer_offset[t] : params + p.embed_offset[t];
             int64_t n = is_layer ? p.layer_size[t] : p.embed_size[t];
             done += n * (is_bf16 ? 2 : 4);
             read_progress("loading model file", path, done, bytes, &quarter);
-            if (!is_bf16) { ok = (int64_t)fread(dst, sizeof(float), (size_t)n, f) == n; continue; }
-            // bf16: read into the upper half of dst's own bytes, then widen front to back: value j sits at byte
-            // 2n + 2j, float i goes to bytes 4i .. 4i+3 < 2n + 2(i+1), so it overwrites only values already read
+            if (!is_bf16) {
+                ok = (int64_t)fread(dst, sizeof(float), (size_t)n, f) == n;
+                continue;
+            }
+            // bf16: read into the upper half of dst's own bytes, then widen front to back: value j sits at
+            // byte 2n + 2j, float i goes to bytes 4i .. 4i+3 < 2n + 2(i+1), so it overwrites only
+            // values already read
             unsigned char* half = (unsigned char*)dst + 2 * n;
             ok = (int64_t)fread(half, 2, (size_t)n, f) == n;
             for (int64_t i = 0; i < n && ok; i++) {
@@ -269,14 +340,20 @@ static inline int gpt_load_params(const char* path, const GPTConfig* cfg, float*
     return ok;
 }
 
-// The end of an atomic save: flushes and fsyncs f (written as tmp), closes it and renames tmp to path; ok says
-// whether the writes so far succeeded. Returns 1, or 0 with tmp removed and the first failure's reason in *why
-// (an errno value, 0 for a short write that set none).
+// The end of an atomic save: flushes and fsyncs f (written as tmp), closes it and renames tmp to path; ok
+// says whether the writes so far succeeded. Returns 1, or 0 with tmp removed and the first failure's reason
+// in *why (an errno value, 0 for a short write that set none).
 static inline int finish_atomic_write(FILE* f, int ok, const char* tmp, const char* path, int* why) {
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     *why = ok ? 0 : errno;
-    if (fclose(f) != 0 && ok) { ok = 0; *why = errno; }
-    if (ok && rename(tmp, path) != 0) { ok = 0; *why = errno; }
+    if (fclose(f) != 0 && ok) {
+        ok = 0;
+        *why = errno;
+    }
+    if (ok && rename(tmp, path) != 0) {
+        ok = 0;
+        *why = errno;
+    }
     if (!ok) remove(tmp);
     return ok;
 }
@@ -285,8 +362,8 @@ static inline int finish_atomic_write(FILE* f, int ok, const char* tmp, const ch
 // and the new name never points at data still in the page cache. The caller fsyncs the directory (fsync_dir
 // in run_dir.h) to make the rename itself durable. crc (optional) gets the CRC-32C of the file's bytes,
 // computed as they are written (checkpoints record it beside the file: the file stays llm.c's format).
-static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const float* params, char* err, size_t errlen,
-                                  uint32_t* crc = NULL) {
+static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const float* params, char* err,
+                                  size_t errlen, uint32_t* crc = NULL) {
     ParamLayout p = gpt_layout(cfg);
     char tmp[4200];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
@@ -294,10 +371,19 @@ static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const 
         return 0;
     }
     FILE* f = fopen(tmp, "wb");
-    if (!f) { snprintf(err, errlen, "cannot create %.400s", tmp); return 0; }
+    if (!f) {
+        snprintf(err, errlen, "cannot create %.400s", tmp);
+        return 0;
+    }
     int header[256] = {0};
-    header[0] = MODEL_MAGIC; header[1] = MODEL_VERSION_FP32; header[2] = cfg->max_seq_len; header[3] = cfg->vocab_size;
-    header[4] = cfg->num_layers; header[5] = cfg->num_heads; header[6] = cfg->channels; header[7] = cfg->padded_vocab_size;
+    header[0] = MODEL_MAGIC;
+    header[1] = MODEL_VERSION_FP32;
+    header[2] = cfg->max_seq_len;
+    header[3] = cfg->vocab_size;
+    header[4] = cfg->num_layers;
+    header[5] = cfg->num_heads;
+    header[6] = cfg->channels;
+    header[7] = cfg->padded_vocab_size;
     errno = 0;
     int ok = fwrite(header, sizeof(int), 256, f) == 256;
     uint32_t sum = crc32c_update(0, header, sizeof header);
@@ -305,7 +391,8 @@ static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const 
         int is_layer = llmc_file_order[k][0], t = llmc_file_order[k][1];
         int reps = is_layer ? cfg->num_layers : 1;
         for (int l = 0; l < reps && ok; l++) {
-            const float* src = is_layer ? params + gpt_layer_offset(&p, l) + p.layer_offset[t] : params + p.embed_offset[t];
+            const float* src =
+                is_layer ? params + gpt_layer_offset(&p, l) + p.layer_offset[t] : params + p.embed_offset[t];
             int64_t n = is_layer ? p.layer_size[t] : p.embed_size[t];
             ok = (int64_t)fwrite(src, sizeof(float), (size_t)n, f) == n;
             sum = crc32c_update(sum, src, (size_t)n * sizeof(float));
@@ -314,7 +401,8 @@ static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const 
     if (crc) *crc = sum;
     int why;
     if (!finish_atomic_write(f, ok, tmp, path, &why)) {
-        snprintf(err, errlen, "failed writing model file %.400s: %.80s", path, why ? strerror(why) : "short write");
+        snprintf(err, errlen, "failed writing model file %.400s: %.80s", path,
+                 why ? strerror(why) : "short write");
         return 0;
     }
     return 1;

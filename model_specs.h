@@ -8,11 +8,14 @@
 #include <sys/stat.h>
 #include "model.h"
 
-typedef struct { const char* name; int L, C, NH; } ModelPreset;
+typedef struct {
+    const char* name;
+    int L, C, NH;
+} ModelPreset;
 static const ModelPreset model_presets[] = {
-    {"124m", 12, 768, 12},  {"350m", 24, 1024, 16}, {"774m", 36, 1280, 20},  {"1558m", 48, 1600, 25},
-    {"1.3b", 24, 2048, 16}, {"2.7b", 32, 2560, 32}, {"5b", 24, 4096, 32},    {"7b", 32, 4096, 32},
-    {"13b", 40, 5120, 40},  {"30b", 48, 7168, 56},  {"70b", 86, 8192, 64},   {"100b", 100, 9216, 72},
+    {"124m", 12, 768, 12},  {"350m", 24, 1024, 16}, {"774m", 36, 1280, 20}, {"1558m", 48, 1600, 25},
+    {"1.3b", 24, 2048, 16}, {"2.7b", 32, 2560, 32}, {"5b", 24, 4096, 32},   {"7b", 32, 4096, 32},
+    {"13b", 40, 5120, 40},  {"30b", 48, 7168, 56},  {"70b", 86, 8192, 64},  {"100b", 100, 9216, 72},
     {"175b", 96, 12288, 96}};
 
 // Reads "<key><digits>" (e.g. "NH12") into *v if the token starts with key; 1 on a match.
@@ -44,22 +47,44 @@ static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, 
     int is_shape = spec_key_value(tok, len, "L", &x);
     if (is_shape) L = x;
     else if (len > 1 && (tok[0] == 'd' || tok[0] == 'D') && spec_key_value(tok + 1, len - 1, "", &x)) {
-        if (x == 12) { L = 12; C = 768; NH = 12; }
-        else if (x == 24) { L = 24; C = 1024; NH = 16; }
-        else if (x == 36) { L = 36; C = 1280; NH = 20; }
-        else if (x == 48) { L = 48; C = 1600; NH = 25; }
-        else { L = x; C = 64 * x; NH = x; }
+        if (x == 12) {
+            L = 12;
+            C = 768;
+            NH = 12;
+        } else if (x == 24) {
+            L = 24;
+            C = 1024;
+            NH = 16;
+        } else if (x == 36) {
+            L = 36;
+            C = 1280;
+            NH = 20;
+        } else if (x == 48) {
+            L = 48;
+            C = 1600;
+            NH = 25;
+        } else {
+            L = x;
+            C = 64 * x;
+            NH = x;
+        }
     } else {
         for (size_t i = 0; i < sizeof model_presets / sizeof model_presets[0]; i++) {
             const ModelPreset* p = &model_presets[i];
-            if (strlen(p->name) == len && strncasecmp(p->name, tok, len) == 0) { L = p->L; C = p->C; NH = p->NH; }
+            if (strlen(p->name) == len && strncasecmp(p->name, tok, len) == 0) {
+                L = p->L;
+                C = p->C;
+                NH = p->NH;
+            }
         }
         if (L < 0) {
             // "Lx:C128" is a mistyped spec, not a file name, unless such a file really exists
             struct stat st;
             if (strchr(spec, ':') && stat(spec, &st) != 0) {
-                snprintf(err, errlen, "model spec '%s': bad part '%.*s' (want dN, a preset such as 124m, or "
-                         "L<n>:C<n>:NH<n>), and no model file has that name", spec, (int)len, tok);
+                snprintf(err, errlen,
+                         "model spec '%s': bad part '%.*s' (want dN, a preset such as 124m, or "
+                         "L<n>:C<n>:NH<n>), and no model file has that name",
+                         spec, (int)len, tok);
                 return 0;
             }
             return 2;
@@ -75,7 +100,8 @@ static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, 
         else if (spec_key_value(tok, len, "T", &x)) T = x;
         else if (spec_key_value(tok, len, "V", &x)) V = x;
         else {
-            snprintf(err, errlen, "model spec '%s': bad part '%.*s' (want L<n> C<n> NH<n> T<n> V<n>)", spec, (int)len, tok);
+            snprintf(err, errlen, "model spec '%s': bad part '%.*s' (want L<n> C<n> NH<n> T<n> V<n>)", spec,
+                     (int)len, tok);
             return 0;
         }
     }
@@ -87,8 +113,12 @@ static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, 
         snprintf(err, errlen, "model spec '%s': dimensions too large", spec);
         return 0;
     }
-    cfg->num_layers = (int)L; cfg->channels = (int)C; cfg->num_heads = (int)NH;
-    cfg->max_seq_len = (int)T; cfg->vocab_size = (int)V; cfg->padded_vocab_size = (int)round_up64(V, 128);
+    cfg->num_layers = (int)L;
+    cfg->channels = (int)C;
+    cfg->num_heads = (int)NH;
+    cfg->max_seq_len = (int)T;
+    cfg->vocab_size = (int)V;
+    cfg->padded_vocab_size = (int)round_up64(V, 128);
     char why[256];
     if (!gpt_config_check(cfg, why, sizeof why)) {
         snprintf(err, errlen, "model spec '%.64s': %.160s", spec, why);

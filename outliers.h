@@ -20,11 +20,14 @@ static inline int training_diverged(double loss, double norm, int V, char* why, 
     return 1;
 }
 
-// The end of a diverged run: one error line with the step, loss, norm, why, and the last checkpoint (-1: none).
+// The end of a diverged run: one error line with the step, loss, norm, why, and the last
+// checkpoint (-1: none).
 static inline void die_diverged(int step, double loss, double norm, const char* why, int64_t saved_step) {
     char last[96] = "";
-    if (saved_step >= 0) snprintf(last, sizeof last, "; the last checkpoint in -o is of step %lld", (long long)saved_step);
-    die("training diverged at step %d (loss %g, grad norm %g: %s); no update was applied%s", step, loss, norm, why, last);
+    if (saved_step >= 0)
+        snprintf(last, sizeof last, "; the last checkpoint in -o is of step %lld", (long long)saved_step);
+    die("training diverged at step %d (loss %g, grad norm %g: %s); no update was applied%s", step, loss, norm,
+        why, last);
 }
 
 // ----------------------------------------------------------------------------
@@ -32,9 +35,13 @@ static inline void die_diverged(int step, double loss, double norm, const char* 
 // nothing. Each value then joins its window, so a lasting new level becomes the norm. The windows live in
 // memory only: a resumed run refills them before it skips again.
 
-typedef struct { double values[OUTLIER_WINDOW]; int count, next; } OutlierWindow;
+typedef struct {
+    double values[OUTLIER_WINDOW];
+    int count, next;
+} OutlierWindow;
 
-// How many standard deviations x lies above the window's mean (NaN until the window is full); x then joins it.
+// How many standard deviations x lies above the window's mean (NaN until the window is full); x
+// then joins it.
 static inline double outlier_z(OutlierWindow* w, double x) {
     double z = NAN;
     if (w->count == OUTLIER_WINDOW) {

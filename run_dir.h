@@ -17,12 +17,15 @@
 static inline int make_dirs(const char* dir, char* err, size_t errlen) {
     char path[4096];
     // the loop below starts at path + 1: an empty path would make it walk past the terminator
-    if (!dir[0]) { snprintf(err, errlen, "output dir path is empty"); return 0; }
+    if (!dir[0]) {
+        snprintf(err, errlen, "output dir path is empty");
+        return 0;
+    }
     if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
         snprintf(err, errlen, "output dir path too long");
         return 0;
     }
-    for (char* s = path + 1; ; s++) {
+    for (char* s = path + 1;; s++) {
         if (*s == '/' || *s == '\0') {
             const char saved = *s;
             *s = '\0';
@@ -51,7 +54,10 @@ static inline int lock_output_dir(const char* dir, char* err, size_t errlen) {
     char path[4200];
     snprintf(path, sizeof path, "%s/LOCK", dir);
     const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) { snprintf(err, errlen, "cannot create %.200s: %.60s", path, strerror(errno)); return 0; }
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot create %.200s: %.60s", path, strerror(errno));
+        return 0;
+    }
     if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
         const int busy = errno == EWOULDBLOCK;
         char pid[24] = "";
@@ -60,8 +66,10 @@ static inline int lock_output_dir(const char* dir, char* err, size_t errlen) {
         if (!busy) return 1;  // no flock here (ENOLCK, EINVAL)
         pid[n > 0 ? n : 0] = '\0';
         pid[strcspn(pid, "\n")] = '\0';
-        snprintf(err, errlen, "%.200s is in use by another run (pid %s holds its LOCK): let it finish, or choose another -o",
-                 dir, pid[0] ? pid : "unknown");
+        snprintf(
+            err, errlen,
+            "%.200s is in use by another run (pid %s holds its LOCK): let it finish, or choose another -o",
+            dir, pid[0] ? pid : "unknown");
         return 0;
     }
     char pid[24];
@@ -75,7 +83,10 @@ static inline int lock_output_dir(const char* dir, char* err, size_t errlen) {
 // so the marker can never reach the disk before what it vouches for. Returns 0 with err set on failure.
 static inline int fsync_dir(const char* dir, char* err, size_t errlen) {
     const int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd < 0) { snprintf(err, errlen, "cannot open directory %.160s: %.60s", dir, strerror(errno)); return 0; }
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open directory %.160s: %.60s", dir, strerror(errno));
+        return 0;
+    }
     const int ok = fsync(fd) == 0;
     if (!ok) snprintf(err, errlen, "cannot fsync directory %.160s: %.60s", dir, strerror(errno));
     close(fd);
@@ -86,7 +97,8 @@ static inline int fsync_dir(const char* dir, char* err, size_t errlen) {
 // it), else -1: "DONE_00000200x", "DONE_-5" or a 30-digit step are not checkpoints.
 static inline int64_t checkpoint_name_step(const char* name, const char* prefix, const char* suffix) {
     const size_t np = strlen(prefix);
-    if (strncmp(name, prefix, np) != 0 || name[np] < '0' || name[np] > '9') return -1;  // strtoll skips spaces, signs
+    if (strncmp(name, prefix, np) != 0 || name[np] < '0' || name[np] > '9')
+        return -1;  // strtoll skips spaces, signs
     char* end = NULL;
     errno = 0;
     const long long v = strtoll(name + np, &end, 10);
@@ -96,7 +108,8 @@ static inline int64_t checkpoint_name_step(const char* name, const char* prefix,
 
 // Largest step below `below` among the files <prefix>N<suffix> in dir, or -1 (none, or no such dir). Callers
 // walk down from INT64_MAX to visit the checkpoints newest first.
-static inline int64_t dir_latest_step(const char* dir, const char* prefix, const char* suffix, int64_t below) {
+static inline int64_t dir_latest_step(const char* dir, const char* prefix, const char* suffix,
+                                      int64_t below) {
     DIR* d = opendir(dir);
     if (!d) return -1;
     int64_t best = -1;
@@ -110,12 +123,15 @@ static inline int64_t dir_latest_step(const char* dir, const char* prefix, const
 }
 
 // The files of one checkpoint are <prefix><step, 8 digits><suffix> in the -o directory.
-typedef struct { const char* prefix; const char* suffix; } CheckpointFile;
+typedef struct {
+    const char* prefix;
+    const char* suffix;
+} CheckpointFile;
 
-// -nk / -nm, once the checkpoint of step `newest` is complete: removes every older complete checkpoint that is
-// neither among the `keep` newest nor at a multiple of `major_every` (> 0). files[0] marks a checkpoint complete;
-// it goes first, durably, so a crash never leaves a marker vouching for removed files. Checkpoints after `newest`
-// and incomplete ones are left alone. Returns 0 with err set on failure.
+// -nk / -nm, once the checkpoint of step `newest` is complete: removes every older complete checkpoint that
+// is neither among the `keep` newest nor at a multiple of `major_every` (> 0). files[0] marks a checkpoint
+// complete; it goes first, durably, so a crash never leaves a marker vouching for removed files. Checkpoints
+// after `newest` and incomplete ones are left alone. Returns 0 with err set on failure.
 static inline int prune_checkpoints(const char* dir, int64_t newest, int keep, int major_every,
                                     const CheckpointFile* files, int n_files, char* err, size_t errlen) {
     if (keep <= 0) return 1;

@@ -42,10 +42,12 @@ static inline void stop_signal_install(void) {
 static inline int stop_signal_pending(void) { return stop_signal_received; }
 
 // Called by a trainer between steps: once a signal asked it to stop, saves the checkpoint of steps_done with
-// save() (with -o, unless saved_step, the newest checkpoint's step, is that one, or no step ran yet), says so,
-// and exits 128 + the signal. _exit, as die(): the GPU trainer's optimizer thread may be inside a CUDA call.
+// save() (with -o, unless saved_step, the newest checkpoint's step, is that one, or no step ran yet), says
+// so, and exits 128 + the signal. _exit, as die(): the GPU trainer's optimizer thread may be inside
+// a CUDA call.
 template <typename Save>
-static void stop_if_signalled(int steps_done, int first_step, int64_t saved_step, const char* dir, Save save) {
+static void stop_if_signalled(int steps_done, int first_step, int64_t saved_step, const char* dir,
+                              Save save) {
     const int sig = stop_signal_pending();
     if (!sig) return;
     const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";

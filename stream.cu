@@ -9,7 +9,8 @@ static void* pinned_alloc(int64_t bytes, const char* what) {
     void* p = NULL;
     cudaError_t err = cudaHostAlloc(&p, (size_t)bytes, cudaHostAllocDefault);
     if (err != cudaSuccess) {
-        die("cannot pin %.2f GiB of host memory for %s: %s", bytes / 1073741824.0, what, cudaGetErrorString(err));
+        die("cannot pin %.2f GiB of host memory for %s: %s", bytes / 1073741824.0, what,
+            cudaGetErrorString(err));
     }
     return p;
 }
@@ -17,7 +18,8 @@ static void* device_alloc(int64_t bytes, const char* what) {
     void* p = NULL;
     cudaError_t err = cudaMalloc(&p, (size_t)bytes);
     if (err != cudaSuccess) {
-        die("cannot allocate %.2f GiB of GPU memory for %s: %s", bytes / 1073741824.0, what, cudaGetErrorString(err));
+        die("cannot allocate %.2f GiB of GPU memory for %s: %s", bytes / 1073741824.0, what,
+            cudaGetErrorString(err));
     }
     return p;
 }
@@ -37,16 +39,21 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
         // 2 is the minimum for overlap: one slot computes while the next layer lands in the other.
         die("weight slots must be between 2 and %d (got %d)", MAX_SLOTS, num_slots);
     }
-    ws->num_layers = num_layers; ws->num_slots = num_slots;
-    ws->layer_stride = layer_stride; ws->embed_count = embed_count;
-    ws->host_ready = host_ready; ws->host_ready_ctx = host_ready_ctx;
+    ws->num_layers = num_layers;
+    ws->num_slots = num_slots;
+    ws->layer_stride = layer_stride;
+    ws->embed_count = embed_count;
+    ws->host_ready = host_ready;
+    ws->host_ready_ctx = host_ready_ctx;
     const int64_t total = embed_count + (int64_t)num_layers * layer_stride;
 
     ws->weights_host_bf16 = (uint16_t*)pinned_alloc(total * 2, "the bf16 weights");
-    ws->grads_host_bf16 = (uint16_t*)pinned_alloc((int64_t)num_layers * layer_stride * 2, "the layer gradients");
+    ws->grads_host_bf16 =
+        (uint16_t*)pinned_alloc((int64_t)num_layers * layer_stride * 2, "the layer gradients");
 
     ws->slots = (bf16*)device_alloc((int64_t)num_slots * layer_stride * 2, "the weight slots");
-    for (int k = 0; k < 2; k++) ws->grad_staging[k] = (bf16*)device_alloc(layer_stride * 2, "gradient staging");
+    for (int k = 0; k < 2; k++)
+        ws->grad_staging[k] = (bf16*)device_alloc(layer_stride * 2, "gradient staging");
 
     // Copy streams get the same (default) priority; the compute stream never waits on the host.
     cudaCheck(cudaStreamCreateWithFlags(&ws->compute, cudaStreamNonBlocking));
@@ -57,13 +64,15 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
         cudaCheck(cudaEventCreateWithFlags(&ws->slot_ready[s], cudaEventDisableTiming));
         cudaCheck(cudaEventCreateWithFlags(&ws->slot_free[s], cudaEventDisableTiming));
     }
-    for (int k = 0; k < 2; k++) cudaCheck(cudaEventCreateWithFlags(&ws->staging_free[k], cudaEventDisableTiming));
+    for (int k = 0; k < 2; k++)
+        cudaCheck(cudaEventCreateWithFlags(&ws->staging_free[k], cudaEventDisableTiming));
     ws->grads_on_host = (cudaEvent_t*)malloc(sizeof(cudaEvent_t) * num_layers);
     ws->schedule = (int*)malloc(sizeof(int) * (num_layers > 0 ? num_layers : 1));
     if (!ws->grads_on_host || !ws->schedule) { die("out of host memory in stream_init"); }
     // The CPU optimizer thread waits on these: blocking sync, so the wait does not spin a core.
     const unsigned host_wait_flags = cudaEventDisableTiming | cudaEventBlockingSync;
-    for (int l = 0; l < num_layers; l++) cudaCheck(cudaEventCreateWithFlags(&ws->grads_on_host[l], host_wait_flags));
+    for (int l = 0; l < num_layers; l++)
+        cudaCheck(cudaEventCreateWithFlags(&ws->grads_on_host[l], host_wait_flags));
     cudaCheck(cudaEventCreateWithFlags(&ws->compute_mark, cudaEventDisableTiming));
 }
 
@@ -73,10 +82,15 @@ void stream_free(WeightStream* ws) {
         cudaCheck(cudaEventDestroy(ws->slot_ready[s]));
         cudaCheck(cudaEventDestroy(ws->slot_free[s]));
     }
-    for (int k = 0; k < 2; k++) { cudaCheck(cudaEventDestroy(ws->staging_free[k])); cudaCheck(cudaFree(ws->grad_staging[k])); }
+    for (int k = 0; k < 2; k++) {
+        cudaCheck(cudaEventDestroy(ws->staging_free[k]));
+        cudaCheck(cudaFree(ws->grad_staging[k]));
+    }
     for (int l = 0; l < ws->num_layers; l++) cudaCheck(cudaEventDestroy(ws->grads_on_host[l]));
     cudaCheck(cudaEventDestroy(ws->compute_mark));
-    cudaCheck(cudaStreamDestroy(ws->compute)); cudaCheck(cudaStreamDestroy(ws->h2d)); cudaCheck(cudaStreamDestroy(ws->d2h));
+    cudaCheck(cudaStreamDestroy(ws->compute));
+    cudaCheck(cudaStreamDestroy(ws->h2d));
+    cudaCheck(cudaStreamDestroy(ws->d2h));
     cudaCheck(cudaFree(ws->slots));
     cudaCheck(cudaFreeHost(ws->weights_host_bf16));
     cudaCheck(cudaFreeHost(ws->grads_host_bf16));
@@ -86,7 +100,8 @@ void stream_free(WeightStream* ws) {
 }
 
 static int slot_of(const WeightStream* ws, int l) {
-    for (int s = 0; s < ws->num_slots; s++) if (ws->slot_layer[s] == l) return s;
+    for (int s = 0; s < ws->num_slots; s++)
+        if (ws->slot_layer[s] == l) return s;
     return -1;
 }
 
@@ -95,21 +110,24 @@ static int slot_of(const WeightStream* ws, int l) {
 static void request_layer(WeightStream* ws, int l) {
     int s = slot_of(ws, l);
     if (s >= 0) {  // still resident from the previous pass (e.g. the last layers of the forward pass)
-        if (!ws->slot_in_use[s]) { ws->slot_in_use[s] = 1; ws->layer_reuses++; }
+        if (!ws->slot_in_use[s]) {
+            ws->slot_in_use[s] = 1;
+            ws->layer_reuses++;
+        }
         return;
     }
     // Victim: the least recently used slot that this pass is not holding.
     int victim = -1;
     for (int k = 0; k < ws->num_slots; k++)
-        if (!ws->slot_in_use[k] && (victim < 0 || ws->slot_last_use[k] < ws->slot_last_use[victim])) victim = k;
-    if (victim < 0) {
-        die("internal: no free weight slot for layer %d", l);
-    }
+        if (!ws->slot_in_use[k] && (victim < 0 || ws->slot_last_use[k] < ws->slot_last_use[victim]))
+            victim = k;
+    if (victim < 0) { die("internal: no free weight slot for layer %d", l); }
     cudaCheck(cudaStreamWaitEvent(ws->h2d, ws->slot_free[victim], 0));
     const int64_t bytes = ws->layer_stride * 2;
     const uint16_t* src = ws->weights_host_bf16 + ws->embed_count + (int64_t)l * ws->layer_stride;
     const int span = timeline_begin(ws->timeline, TRACK_H2D, "weights", l, ws->h2d);
-    cudaCheck(cudaMemcpyAsync(ws->slots + (int64_t)victim * ws->layer_stride, src, (size_t)bytes, cudaMemcpyHostToDevice, ws->h2d));
+    cudaCheck(cudaMemcpyAsync(ws->slots + (int64_t)victim * ws->layer_stride, src, (size_t)bytes,
+                              cudaMemcpyHostToDevice, ws->h2d));
     timeline_end(ws->timeline, span, ws->h2d);
     cudaCheck(cudaEventRecord(ws->slot_ready[victim], ws->h2d));
     ws->slot_layer[victim] = l;
@@ -143,7 +161,8 @@ void stream_begin_pass(WeightStream* ws, const int* order, int n) {
     // Layers already resident are pinned first so that the copies below never evict them.
     const int ahead = ws->num_slots - 1;
     const int first = n < ahead ? n : ahead;
-    for (int i = 0; i < first; i++) if (slot_of(ws, order[i]) >= 0) request_layer(ws, order[i]);
+    for (int i = 0; i < first; i++)
+        if (slot_of(ws, order[i]) >= 0) request_layer(ws, order[i]);
     request_ready_layers(ws, first - 1);
 }
 
@@ -155,9 +174,7 @@ const bf16* stream_wait_layer(WeightStream* ws, int l) {
         ws->schedule_next++;
         s = slot_of(ws, l);
     }
-    if (s < 0 || !ws->slot_in_use[s]) {
-        die("internal: layer %d was not requested before use", l);
-    }
+    if (s < 0 || !ws->slot_in_use[s]) { die("internal: layer %d was not requested before use", l); }
     cudaCheck(cudaStreamWaitEvent(ws->compute, ws->slot_ready[s], 0));
     ws->slot_last_use[s] = ++ws->use_clock;
     return ws->slots + (int64_t)s * ws->layer_stride;
@@ -175,7 +192,10 @@ void stream_release_layer(WeightStream* ws, int l) {
 }
 
 void stream_invalidate(WeightStream* ws) {
-    for (int s = 0; s < ws->num_slots; s++) { ws->slot_layer[s] = -1; ws->slot_in_use[s] = 0; }
+    for (int s = 0; s < ws->num_slots; s++) {
+        ws->slot_layer[s] = -1;
+        ws->slot_in_use[s] = 0;
+    }
 }
 
 bf16* stream_grad_staging(WeightStream* ws) {
@@ -191,8 +211,8 @@ void stream_send_layer_grads(WeightStream* ws, int l) {
     cudaCheck(cudaEventRecord(ws->compute_mark, ws->compute));
     cudaCheck(cudaStreamWaitEvent(ws->d2h, ws->compute_mark, 0));
     const int span = timeline_begin(ws->timeline, TRACK_D2H, "grads", l, ws->d2h);
-    cudaCheck(cudaMemcpyAsync(ws->grads_host_bf16 + (int64_t)l * ws->layer_stride, ws->grad_staging[k], (size_t)bytes,
-                              cudaMemcpyDeviceToHost, ws->d2h));
+    cudaCheck(cudaMemcpyAsync(ws->grads_host_bf16 + (int64_t)l * ws->layer_stride, ws->grad_staging[k],
+                              (size_t)bytes, cudaMemcpyDeviceToHost, ws->d2h));
     timeline_end(ws->timeline, span, ws->d2h);
     cudaCheck(cudaEventRecord(ws->staging_free[k], ws->d2h));
     cudaCheck(cudaEventRecord(ws->grads_on_host[l], ws->d2h));

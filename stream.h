@@ -8,7 +8,7 @@
 //   slot_ready[s]  (h2d)     : the weights in slot s have arrived      -> compute waits before using them
 //   slot_free[s]   (compute) : the last kernel reading slot s is done  -> h2d waits before overwriting it
 //   staging_free[k] (d2h)    : gradient staging buffer k is on the host -> compute waits before refilling it
-//   grads_on_host[l] (d2h)   : layer l's gradients are in host memory   -> the CPU optimizer thread waits on it
+//   grads_on_host[l] (d2h)   : layer l's gradients are in host memory   -> the CPU AdamW thread waits on it
 // The embeddings (wte, wpe, final LayerNorm) and any GPU-resident layers (-R) are not streamed: they stay on
 // the GPU (train_gpt.cu), and a pass's `order` lists only the streamed layers.
 #pragma once
@@ -30,22 +30,22 @@ typedef struct {
     int64_t embed_count;   // elements of the embedding block
 
     // Host, pinned (DMA-able, so copies run at full PCIe speed and asynchronously)
-    uint16_t* weights_host_bf16;    // [embeddings | layer 0 | ... | layer L-1], written by the CPU AdamW; laid out
-                                    // like the fp32 master weights (the embedding part is only used to load them:
-                                    // the embeddings live and are updated on the GPU, train_gpt.cu)
-    uint16_t* grads_host_bf16;      // L * layer_stride: each layer's gradient, sent once per step
+    uint16_t* weights_host_bf16;  // [embeddings | layer 0 | ... | layer L-1], written by the CPU AdamW; laid
+                                  // out like the fp32 master weights (the embedding part is only used to load
+                                  // them: the embeddings live and are updated on the GPU, train_gpt.cu)
+    uint16_t* grads_host_bf16;    // L * layer_stride: each layer's gradient, sent once per step
 
     // GPU
-    bf16* slots;                    // num_slots * layer_stride: the weights of the layers in flight
-    int slot_layer[MAX_SLOTS];      // which layer each slot holds (-1: none / stale)
-    int slot_in_use[MAX_SLOTS];     // requested in this pass and not yet released
+    bf16* slots;                 // num_slots * layer_stride: the weights of the layers in flight
+    int slot_layer[MAX_SLOTS];   // which layer each slot holds (-1: none / stale)
+    int slot_in_use[MAX_SLOTS];  // requested in this pass and not yet released
     int64_t slot_last_use[MAX_SLOTS];
     int64_t use_clock;
     cudaEvent_t slot_ready[MAX_SLOTS], slot_free[MAX_SLOTS];
-    bf16* grad_staging[2];          // two bf16 buffers: one is filled while the other travels to the host
+    bf16* grad_staging[2];  // two bf16 buffers: one is filled while the other travels to the host
     cudaEvent_t staging_free[2];
     int staging_next;
-    cudaEvent_t* grads_on_host;     // one per layer
+    cudaEvent_t* grads_on_host;  // one per layer
     cudaEvent_t compute_mark;
 
     cudaStream_t compute, h2d, d2h;
@@ -59,7 +59,7 @@ typedef struct {
 
     // Counters for the config table and the timeline
     int64_t bytes_h2d, bytes_d2h, layer_copies, layer_reuses;
-    struct Timeline* timeline;      // NULL, or where each copy records its span (timeline.h, flag -Y)
+    struct Timeline* timeline;  // NULL, or where each copy records its span (timeline.h, flag -Y)
 } WeightStream;
 
 // Allocates the pinned host buffers (the caller fills weights_host_bf16), the GPU slots and staging, the

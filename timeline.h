@@ -12,15 +12,15 @@
 #include "cuda_common.h"
 
 enum { TRACK_COMPUTE, TRACK_H2D, TRACK_D2H, TRACK_ADAM, NUM_TRACKS };
-static const char* const track_names[NUM_TRACKS] = {"compute stream", "h2d stream (weights)", "d2h stream (grads)",
-                                                    "cpu adamw thread"};
+static const char* const track_names[NUM_TRACKS] = {"compute stream", "h2d stream (weights)",
+                                                    "d2h stream (grads)", "cpu adamw thread"};
 
 typedef struct {
-    int track, layer;       // layer -1: embeddings / head
-    const char* what;       // static string: "fwd", "bwd", "weights", "grads", "adamw", ...
-    cudaEvent_t begin, end; // GPU spans
-    double t0, t1;          // seconds since the step's origin (filled for host spans, and by summarize)
-    int on_host;            // 1: measured on the host clock, the events are unused
+    int track, layer;        // layer -1: embeddings / head
+    const char* what;        // static string: "fwd", "bwd", "weights", "grads", "adamw", ...
+    cudaEvent_t begin, end;  // GPU spans
+    double t0, t1;           // seconds since the step's origin (filled for host spans, and by summarize)
+    int on_host;             // 1: measured on the host clock, the events are unused
 } TimelineSpan;
 
 typedef struct Timeline {
@@ -32,9 +32,9 @@ typedef struct Timeline {
 } Timeline;
 
 typedef struct {
-    double step_s;             // origin to the end of the last span
-    double busy_s[NUM_TRACKS]; // sum of span lengths per track (spans of one track never overlap)
-    double gpu_idle_s;         // step_s minus the compute stream's busy time
+    double step_s;              // origin to the end of the last span
+    double busy_s[NUM_TRACKS];  // sum of span lengths per track (spans of one track never overlap)
+    double gpu_idle_s;          // step_s minus the compute stream's busy time
     // where the idle time is: the forward pass (origin to its last layer: waiting for weights, i.e. for the
     // CPU AdamW or a copy) and the backward pass (first to last layer: waiting for a copy)
     double fwd_busy_s, fwd_wait_s, bwd_wait_s;
@@ -77,7 +77,10 @@ static inline void timeline_start_step(Timeline* tl, cudaStream_t compute) {
 static inline int timeline_begin(Timeline* tl, int track, const char* what, int layer, cudaStream_t s) {
     if (!tl || tl->n >= tl->cap) return -1;
     TimelineSpan* sp = &tl->spans[tl->n];
-    sp->track = track; sp->layer = layer; sp->what = what; sp->on_host = 0;
+    sp->track = track;
+    sp->layer = layer;
+    sp->what = what;
+    sp->on_host = 0;
     cudaCheck(cudaEventRecord(sp->begin, s));
     return tl->n++;
 }
@@ -98,10 +101,13 @@ struct ScopedSpan {
 
 // A span measured on the host clock (t0, t1 from timeline_now), e.g. one AdamW block. Only the part after
 // the step's origin counts: AdamW that ran earlier (during a validation pass, say) belongs to no step.
-static inline void timeline_host_span(Timeline* tl, int track, const char* what, int layer, double t0, double t1) {
+static inline void timeline_host_span(Timeline* tl, int track, const char* what, int layer, double t0,
+                                      double t1) {
     if (!tl || tl->n >= tl->cap) return;
     TimelineSpan* sp = &tl->spans[tl->n++];
-    sp->track = track; sp->layer = layer; sp->what = what;
+    sp->track = track;
+    sp->layer = layer;
+    sp->what = what;
     sp->t0 = fmax(t0 - tl->origin_host, 0.0);
     sp->t1 = fmax(t1 - tl->origin_host, 0.0);
     sp->on_host = 1;
@@ -119,11 +125,15 @@ static inline TimelineSummary timeline_summarize(Timeline* tl) {
             // the origin too (once): cudaEventElapsedTime needs both events completed (cudaErrorNotReady
             // otherwise), and the origin is on the compute stream while a span may end on a copy stream that
             // never waited for it
-            if (!origin_done) { cudaCheck(cudaEventSynchronize(tl->origin)); origin_done = true; }
+            if (!origin_done) {
+                cudaCheck(cudaEventSynchronize(tl->origin));
+                origin_done = true;
+            }
             cudaCheck(cudaEventSynchronize(sp->end));
             cudaCheck(cudaEventElapsedTime(&a, tl->origin, sp->begin));
             cudaCheck(cudaEventElapsedTime(&b, tl->origin, sp->end));
-            sp->t0 = a * 1e-3; sp->t1 = b * 1e-3;
+            sp->t0 = a * 1e-3;
+            sp->t1 = b * 1e-3;
         }
         s.busy_s[sp->track] += sp->t1 - sp->t0;
         if (sp->t1 > s.step_s) s.step_s = sp->t1;
@@ -151,12 +161,14 @@ static inline int timeline_write_chrome_trace(const Timeline* tl, const char* pa
     if (!f) return 0;
     fprintf(f, "{\"traceEvents\":[\n");
     for (int t = 0; t < NUM_TRACKS; t++)
-        fprintf(f, "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n", t,
-                track_names[t]);
+        fprintf(f,
+                "{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":0,\"tid\":%d,\"args\":{\"name\":\"%s\"}},\n",
+                t, track_names[t]);
     for (int i = 0; i < tl->n; i++) {
         const TimelineSpan* sp = &tl->spans[i];
-        fprintf(f, "{\"name\":\"%s L%d\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}%s\n", sp->what,
-                sp->layer, sp->track, sp->t0 * 1e6, (sp->t1 - sp->t0) * 1e6, i + 1 < tl->n ? "," : "");
+        fprintf(f, "{\"name\":\"%s L%d\",\"ph\":\"X\",\"pid\":0,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f}%s\n",
+                sp->what, sp->layer, sp->track, sp->t0 * 1e6, (sp->t1 - sp->t0) * 1e6,
+                i + 1 < tl->n ? "," : "");
     }
     fprintf(f, "]}\n");
     return fclose(f) == 0;

@@ -17,7 +17,7 @@ typedef struct {
     uint32_t vocab_size;
     char** token_table;  // vocab_size NUL-terminated byte strings
     int init_ok;
-    int eot_token;       // <|endoftext|>, 50256 for GPT-2
+    int eot_token;  // <|endoftext|>, 50256 for GPT-2
 } Tokenizer;
 
 static inline void tokenizer_free(Tokenizer* t) {
@@ -36,9 +36,15 @@ static inline int tokenizer_init(Tokenizer* t, const char* path, char* err, size
     memset(t, 0, sizeof *t);
     t->eot_token = -1;
     char dummy[8];
-    if (!err) { err = dummy; errlen = sizeof dummy; }
+    if (!err) {
+        err = dummy;
+        errlen = sizeof dummy;
+    }
     FILE* f = fopen(path, "rb");
-    if (!f) { snprintf(err, errlen, "cannot open tokenizer file %s", path); return 0; }
+    if (!f) {
+        snprintf(err, errlen, "cannot open tokenizer file %s", path);
+        return 0;
+    }
     uint32_t header[256];
     const char* why = NULL;
     if (fread(header, sizeof(uint32_t), 256, f) != 256) why = "truncated header";
@@ -52,7 +58,10 @@ static inline int tokenizer_init(Tokenizer* t, const char* path, char* err, size
         t->token_table = (char**)calloc(t->vocab_size, sizeof(char*));
         for (uint32_t i = 0; i < t->vocab_size && !why; i++) {
             unsigned char len;
-            if (fread(&len, 1, 1, f) != 1) { why = "truncated token table"; break; }
+            if (fread(&len, 1, 1, f) != 1) {
+                why = "truncated token table";
+                break;
+            }
             t->token_table[i] = (char*)malloc((size_t)len + 1);
             if (fread(t->token_table[i], 1, len, f) != len) why = "truncated token table";
             t->token_table[i][len] = '\0';

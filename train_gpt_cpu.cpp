@@ -1,13 +1,13 @@
 // train_gpt_cpu.cpp — trains a GPT-2 on the CPU with the reference model (gpt2_cpu.h). Flags, data, schedule,
 // clip and AdamW are the streaming GPU trainer's, so the two compare line by line.
-// With no arguments it trains a small model (L4 C128 NH4, T 64) on the shipped tinyshakespeare shards, in a few
-// minutes on 2 cores. It writes train_gpt's log and checkpoints, so a run moves between the two trainers.
+// With no arguments it trains a small model (L4 C128 NH4, T 64) on the shipped tinyshakespeare shards, in a
+// few minutes on 2 cores. It writes train_gpt's log and checkpoints, so a run moves between the two trainers.
 // It uses no GPU.
 #include <chrono>
 #include <stdarg.h>
 #include <omp.h>
 #include "adamw.h"        // defines: grad_norm_f32grad, adamw_apply_model_f32grad
-#include "args.h"         // defines: TrainArgs, train_args_defaults, train_usage, parse_train_argv, sample_tokens
+#include "args.h"         // defines: TrainArgs, train_args_defaults, train_usage, parse_train_argv
 #include "checkpoint.h"   // defines: checkpoint_save, open_run_dir, check_resume_args, state_file_read
 #include "cpu_adam.h"     // defines: cpu_adam_set_threads, cpu_adam_simd_name
 #include "cpu_cores.h"    // defines: usable_cpu_cores, omp_short_spin_reexec
@@ -23,15 +23,14 @@
 #include "tokenizer.h"    // defines: Tokenizer, tokenizer_init
 #include "utils.h"        // defines: die, table_row, table_rule, progress_text, peak_rss_bytes
 
-#define INIT_SEED 1337ull       // weights of a model made from a spec
-#define SHUFFLE_SEED 42ull      // order of the train batches
-#define SAMPLE_SEED 1234567ull  // sampling RNG
+#define INIT_SEED    1337ull     // weights of a model made from a spec
+#define SHUFFLE_SEED 42ull       // order of the train batches
+#define SAMPLE_SEED  1234567ull  // sampling RNG
 static const char* kTokenizerPath = "gpt2_tokenizer.bin";
 
 static double seconds_now(void) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-
 
 // The defaults of this trainer: small enough that the loss falls clearly within a few minutes on 2 cores.
 static void cpu_train_defaults(TrainArgs* a) {
@@ -53,11 +52,14 @@ static void check_host_fit(double bytes) {
     const int64_t avail = host_available_bytes();
     const double GiB = 1073741824.0;
     if (avail >= 0 && bytes > avail)
-        die("host RAM too small for this config: needs %.1f GiB (fp32 weights, grads, AdamW m, v and activations), "
-            "%.1f GiB available", bytes / GiB, avail / GiB);
+        die("host RAM too small for this config: needs %.1f GiB (fp32 weights, grads, AdamW m, v and "
+            "activations), "
+            "%.1f GiB available",
+            bytes / GiB, avail / GiB);
 }
 
-// Builds the model from a spec (random init), an llm.c model file or a Hugging Face checkpoint, per -e, with activations for (B, T).
+// Builds the model from a spec (random init), an llm.c model file or a Hugging Face checkpoint, per -e, with
+// activations for (B, T).
 static void build_model(GPT2CPU* model, const char* spec, int B, int T, const char** source) {
     GPTConfig cfg;
     char err[4352];
@@ -67,7 +69,8 @@ static void build_model(GPT2CPU* model, const char* spec, int B, int T, const ch
     if (T > cfg.max_seq_len) die("-t %d exceeds the model's max sequence length %d", T, cfg.max_seq_len);
     const double state_bytes = 16.0 * gpt_layout(&cfg).total;  // params, grads, m, v
     // Before any malloc, in double: the main activation terms (per-layer (N, 12C), attention (B, NH, T, T),
-    // logits and probs (N, Vp)), whose int64 sizes in gpt2_cpu_layout_activations can overflow for absurd B, T.
+    // logits and probs (N, Vp)), whose int64 sizes in gpt2_cpu_layout_activations can overflow for
+    // absurd B, T.
     const double N = (double)B * T, L = cfg.num_layers;
     check_host_fit(state_bytes + 4.0 * (L * N * 12 * cfg.channels + L * B * cfg.num_heads * (double)T * T +
                                         2 * N * cfg.padded_vocab_size));
@@ -83,15 +86,16 @@ static void build_model(GPT2CPU* model, const char* spec, int B, int T, const ch
     }
 }
 
-// Mean loss over the first `batches` batches of the val loader (reset first, so every evaluation sees the
-// same tokens).
+// Mean loss over the first `batches` batches of the val loader (reset first, so every evaluation sees
+// the same tokens).
 static float validation_loss(GPT2CPU* model, DataLoader* val, int64_t batches) {
     dataloader_reset(val);
     double sum = 0.0;
     for (int64_t i = 0; i < batches; i++) {
         if (!dataloader_next_batch(val)) die("%s", val->err);
         char err[600];
-        if (!dataloader_check_tokens(val, model->config.vocab_size, err, sizeof err)) die("val data: %s", err);
+        if (!dataloader_check_tokens(val, model->config.vocab_size, err, sizeof err))
+            die("val data: %s", err);
         if (!gpt2_cpu_forward(model, val->inputs, val->targets, val->B, val->T)) die("%s", model->error);
         sum += model->mean_loss;
     }
@@ -101,7 +105,8 @@ static float validation_loss(GPT2CPU* model, DataLoader* val, int64_t batches) {
 // Generates n tokens after <|endoftext|> and prints them as they come. Each token is one forward pass
 // with B=1 over the context, cropped to the last maxT tokens once it grows longer.
 static void generate(GPT2CPU* model, const Tokenizer* tok, int n, uint64_t* rng) {
-    const int maxT = model->config.max_seq_len, V = model->config.vocab_size, Vp = model->config.padded_vocab_size;
+    const int maxT = model->config.max_seq_len, V = model->config.vocab_size,
+              Vp = model->config.padded_vocab_size;
     const int eot = tok->init_ok ? tok->eot_token : 50256;
     int* tokens = (int*)malloc(sizeof(int) * (size_t)(n + 1));
     tokens[0] = eot < V ? eot : V - 1;
@@ -119,19 +124,24 @@ static void generate(GPT2CPU* model, const Tokenizer* tok, int n, uint64_t* rng)
 }
 
 int main(int argc, char** argv) {
-    omp_short_spin_reexec(argv);  // first: OpenMP threads that wait must not spin away a loaded machine's cores
+    omp_short_spin_reexec(
+        argv);  // first: OpenMP threads that wait must not spin away a loaded machine's cores
     TrainArgs args, defaults;
     cpu_train_defaults(&defaults);
     args = defaults;
     char err[4352];  // model.h may report a 4 KiB path; a smaller buffer draws -Wformat-truncation
     const int parsed = parse_train_argv(argc, argv, &args, err, sizeof err);
-    if (parsed == 2) { printf("usage: %s [flags]\n", argv[0]); train_usage(stdout, &defaults); return 0; }
+    if (parsed == 2) {
+        printf("usage: %s [flags]\n", argv[0]);
+        train_usage(stdout, &defaults);
+        return 0;
+    }
     if (parsed == 0) die("%s (run %s -h for the flags)", err, argv[0]);
     // OpenMP's default team follows the affinity mask but not a cgroup CPU quota (docker --cpus)
     const int cores = usable_cpu_cores();
     if (!getenv("OMP_NUM_THREADS") && cores < omp_get_max_threads()) omp_set_num_threads(cores);
-    // -o: one run per directory, a fresh run only where no run left files, -y 1 from the newest valid checkpoint
-    // of either trainer, whose model file replaces -e (which, if given, must describe it)
+    // -o: one run per directory, a fresh run only where no run left files, -y 1 from the newest valid
+    // checkpoint of either trainer, whose model file replaces -e (which, if given, must describe it)
     int64_t resume_step = -1, resume_header[ST_HEADER_SLOTS];
     char resume_model[4200] = "", resume_state[4200] = "";
     GPTConfig ckpt;
@@ -141,9 +151,11 @@ int main(int argc, char** argv) {
         for (int i = 1; i + 1 < argc; i += 2) model_given |= strcmp(argv[i], "-e") == 0;
         GPTConfig want;
         const int kind = model_given ? parse_model_spec(args.model, &want, err, sizeof err) : 0;
-        if (model_given && (kind == 0 || (kind == 2 && !gpt_read_header(args.model, &want, err, sizeof err)))) die("%s", err);
+        if (model_given && (kind == 0 || (kind == 2 && !gpt_read_header(args.model, &want, err, sizeof err))))
+            die("%s", err);
         if (kind != 0 && memcmp(&want, &ckpt, sizeof want) != 0)  // GPTConfig is six ints, no padding
-            die("-e %s does not match the checkpoint in %s (L%d C%d NH%d maxT%d V%d): drop -e or choose another -o",
+            die("-e %s does not match the checkpoint in %s (L%d C%d NH%d maxT%d V%d): drop -e or choose "
+                "another -o",
                 args.model, args.output_dir, ckpt.num_layers, ckpt.channels, ckpt.num_heads, ckpt.max_seq_len,
                 ckpt.vocab_size);
         args.model = resume_model;
@@ -161,11 +173,15 @@ int main(int argc, char** argv) {
 
     // data, tokenizer, log
     DataLoader train, val;
-    if (!dataloader_init(&train, args.train_data, args.B, args.T, 1, SHUFFLE_SEED, err, sizeof err)) die("%s", err);
+    if (!dataloader_init(&train, args.train_data, args.B, args.T, 1, SHUFFLE_SEED, err, sizeof err))
+        die("%s", err);
     if (!dataloader_init(&val, args.val_data, args.B, args.T, 0, 0, err, sizeof err)) die("%s", err);
     const int accum = grad_accum_steps(&args);
-    if (train.num_batches < 1) die("train data %s has no full batch of B*T = %lld tokens", args.train_data, (long long)args.B * args.T);
-    if (val.num_batches < 1) die("val data %s has no full batch of B*T = %lld tokens", args.val_data, (long long)args.B * args.T);
+    if (train.num_batches < 1)
+        die("train data %s has no full batch of B*T = %lld tokens", args.train_data,
+            (long long)args.B * args.T);
+    if (val.num_batches < 1)
+        die("val data %s has no full batch of B*T = %lld tokens", args.val_data, (long long)args.B * args.T);
     const int total_steps = args.max_steps >= 0 ? args.max_steps : (int)(train.num_batches / accum);
     // -x -1 (one epoch) with fewer batches than one step accumulates would silently train nothing
     if (total_steps < 1 && args.max_steps < 0)
@@ -174,9 +190,11 @@ int main(int argc, char** argv) {
     const int64_t val_batches = dataloader_eval_batches(&val, args.val_max_batches);
     args.max_steps = total_steps;  // -x -1 resolved: checkpoints record the run's length
     if (resume_step >= 0) {
-        check_resume_args(resume_header, &args, total_steps, (int64_t)accum * args.B * args.T, args.output_dir);
+        check_resume_args(resume_header, &args, total_steps, (int64_t)accum * args.B * args.T,
+                          args.output_dir);
         if (resume_step >= total_steps)
-            die("resume: the checkpoint in %s is at step %lld, the run ends at step %d: nothing to train (raise -x)",
+            die("resume: the checkpoint in %s is at step %lld, the run ends at step %d: nothing to train "
+                "(raise -x)",
                 args.output_dir, (long long)resume_step, total_steps);
     }
     Tokenizer tok;
@@ -200,9 +218,11 @@ int main(int argc, char** argv) {
     const int64_t padded_rows = (int64_t)(cfg->padded_vocab_size - cfg->vocab_size) * cfg->channels;
     table_rule();
     table_row("model", "%s (%s)", args.model, source);
-    table_row("L / C / NH / maxT", "%d / %d / %d / %d", cfg->num_layers, cfg->channels, cfg->num_heads, cfg->max_seq_len);
+    table_row("L / C / NH / maxT", "%d / %d / %d / %d", cfg->num_layers, cfg->channels, cfg->num_heads,
+              cfg->max_seq_len);
     table_row("V / Vp", "%d / %d", cfg->vocab_size, cfg->padded_vocab_size);
-    table_row("parameters", "%lld (%lld with the padded vocab)", (long long)(p->total - padded_rows), (long long)p->total);
+    table_row("parameters", "%lld (%lld with the padded vocab)", (long long)(p->total - padded_rows),
+              (long long)p->total);
     table_row("B / T / accumulation", "%d / %d / %d = %lld tokens per step", args.B, args.T, accum,
               (long long)accum * args.B * args.T);
     table_row("lr / warmup / schedule", "%.2e / %d / %s to %.2f x lr", args.lr, args.warmup_steps,
@@ -222,14 +242,15 @@ int main(int argc, char** argv) {
     double train_seconds = 0.0;
     int64_t train_tokens = 0;
     static OutlierWindow loss_window, norm_window;  // -sl / -sg (static: zeroed, and off the stack)
-    int64_t saved_step = resume_step;  // the step of the newest checkpoint in -o (-1: none)
+    int64_t saved_step = resume_step;               // the step of the newest checkpoint in -o (-1: none)
     auto save = [&](int steps_done) {
         DataLoaderState data_state = dataloader_get_state(&train);
-        checkpoint_save(args.output_dir, steps_done, adam_t, cfg, model.params, adam_m, adam_v, &args, args.B, args.T,
-                        &data_state);
+        checkpoint_save(args.output_dir, steps_done, adam_t, cfg, model.params, adam_m, adam_v, &args, args.B,
+                        args.T, &data_state);
         saved_step = steps_done;
     };
-    // Ctrl-C / SIGTERM (stop_signal.h): the step in progress finishes, a checkpoint is written (with -o), exit.
+    // Ctrl-C / SIGTERM (stop_signal.h): the step in progress finishes, a checkpoint is written
+    // (with -o), exit.
     stop_signal_install();
     auto stop_if_asked = [&](int steps_done) {
         stop_if_signalled(steps_done, start_step, saved_step, args.output_dir, [&] { save(steps_done); });
@@ -243,7 +264,8 @@ int main(int argc, char** argv) {
             printf("val loss %.6f\n", vl);
             logger_val(&logger, step, vl);
         }
-        if (sample_tokens(&args) > 0 && ((args.sample_every > 0 && step > 0 && step % args.sample_every == 0) || last))
+        if (sample_tokens(&args) > 0 &&
+            ((args.sample_every > 0 && step > 0 && step % args.sample_every == 0) || last))
             generate(&model, &tok, sample_tokens(&args), &rng);
         if (last) break;
 
@@ -253,8 +275,10 @@ int main(int argc, char** argv) {
         double loss = 0.0;
         for (int micro = 0; micro < accum; micro++) {
             if (!dataloader_next_batch(&train)) die("%s", train.err);
-            if (!dataloader_check_tokens(&train, cfg->vocab_size, err, sizeof err)) die("train data: %s", err);
-            if (!gpt2_cpu_forward(&model, train.inputs, train.targets, args.B, args.T)) die("%s", model.error);
+            if (!dataloader_check_tokens(&train, cfg->vocab_size, err, sizeof err))
+                die("train data: %s", err);
+            if (!gpt2_cpu_forward(&model, train.inputs, train.targets, args.B, args.T))
+                die("%s", model.error);
             if (!gpt2_cpu_backward(&model)) die("%s", model.error);
             loss += model.mean_loss;
         }
@@ -266,24 +290,30 @@ int main(int argc, char** argv) {
             die_diverged(step + 1, loss, norm, diverged, saved_step);
         char skipped[96];  // -sl / -sg: why this step updates nothing, or ""
         if (!outlier_skip(&args, &loss_window, &norm_window, loss, norm, skipped, sizeof skipped))
-            adamw_apply_model_f32grad(cfg, p, model.params, model.grads, adam_m, adam_v, accum, lr, &args, ++adam_t, norm);
+            adamw_apply_model_f32grad(cfg, p, model.params, model.grads, adam_m, adam_v, accum, lr, &args,
+                                      ++adam_t, norm);
         const double dt = seconds_now() - t0;
         const int64_t tokens = (int64_t)accum * args.B * args.T;
-        if (step > start_step) { train_seconds += dt; train_tokens += tokens; }  // the first step includes warm-up costs
+        if (step > start_step) {
+            train_seconds += dt;
+            train_tokens += tokens;
+        }  // the first step includes warm-up costs
         char progress[64];
         progress_text(seconds_now() - run_t0, step + 1, start_step, total_steps, progress, sizeof progress);
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f%s%s%s\n", step + 1, total_steps, loss,
-               norm, lr, dt * 1e3, tokens / dt, progress, skipped[0] ? " | update skipped: " : "", skipped);
+        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f%s%s%s\n", step + 1,
+               total_steps, loss, norm, lr, dt * 1e3, tokens / dt, progress,
+               skipped[0] ? " | update skipped: " : "", skipped);
         fflush(stdout);
         logger_train(&logger, step + 1, (float)loss, lr, (float)norm);
-        if (args.output_dir && args.checkpoint_every > 0 && ((step + 1) % args.checkpoint_every == 0 || step + 1 == total_steps))
+        if (args.output_dir && args.checkpoint_every > 0 &&
+            ((step + 1) % args.checkpoint_every == 0 || step + 1 == total_steps))
             save(step + 1);
         stop_if_asked(step + 1);
     }
     stop_if_asked(total_steps);  // a signal during the last validation or sample
     if (train_tokens > 0)
-        printf("total average iteration time: %.1f ms, %.0f tok/s\n", 1e3 * train_seconds / (total_steps - start_step - 1),
-               train_tokens / train_seconds);
+        printf("total average iteration time: %.1f ms, %.0f tok/s\n",
+               1e3 * train_seconds / (total_steps - start_step - 1), train_tokens / train_seconds);
     printf("peak host memory: %.2f GiB resident\n", peak_rss_bytes() / 1073741824.0);
 
     logger_close(&logger);

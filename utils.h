@@ -50,7 +50,8 @@ static inline void format_duration(double s, char* buf, size_t len) {
 
 // The progress at the end of a step line: time since the run's first step began, and the time to its last
 // at the mean pace so far (validation and sampling included): " | 4m05s, eta 12m30s".
-static inline void progress_text(double elapsed, int steps_done, int first_step, int total_steps, char* buf, size_t len) {
+static inline void progress_text(double elapsed, int steps_done, int first_step, int total_steps, char* buf,
+                                 size_t len) {
     char e[32], r[32];
     format_duration(elapsed, e, sizeof e);
     const int done = steps_done - first_step;

@@ -40,8 +40,8 @@
 
 static const char* const kCpu = "./train_gpt_cpu";
 static const char* const kGpu = "./train_gpt";
-// train_gpt built with its kernels emulated on the CPU (Makefile: build/emu, test/fake_cuda): the whole main()
-// runs in CI, on a fake 8 GiB device
+// train_gpt built with its kernels emulated on the CPU (Makefile: build/emu, test/fake_cuda): the whole
+// main() runs in CI, on a fake 8 GiB device
 static const char* const kEmu = "./build/emu_train_gpt";
 static const char* const kTrain = "dev/data/tinyshakespeare/tiny_shakespeare_train.bin";
 static const char* const kVal = "dev/data/tinyshakespeare/tiny_shakespeare_val.bin";
@@ -51,9 +51,12 @@ typedef std::vector<std::string> Args;
 // Valid everywhere except in what a test overrides (later flags win): a tiny model and one step without
 // validation or sampling, so even an input that wrongly passes validation costs nothing.
 static Args base_args() {
-    return {"-e", "L2:C64:NH4:T32", "-b", "4", "-t", "32", "-x", "1", "-v", "0", "-g", "0", "-i", kTrain, "-j", kVal};
+    return {"-e", "L2:C64:NH4:T32", "-b", "4", "-t", "32", "-x", "1", "-v", "0", "-g", "0",
+            "-i", kTrain,           "-j", kVal};
 }
-static bool has(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+static bool has(const std::string& text, const std::string& needle) {
+    return text.find(needle) != std::string::npos;
+}
 static Args operator+(Args a, const Args& b) {
     a.insert(a.end(), b.begin(), b.end());
     return a;
@@ -64,8 +67,8 @@ static Args operator+(Args a, const Args& b) {
 
 struct Result {
     std::string cmd, out, err;
-    int code = -1;       // exit status when it exited
-    int signal = 0;      // the signal that killed it, 0 if none
+    int code = -1;   // exit status when it exited
+    int signal = 0;  // the signal that killed it, 0 if none
     bool timed_out = false;
 };
 
@@ -76,14 +79,14 @@ static std::string slurp(const std::string& path) {
     return ss.str();
 }
 
-// Runs `timeout -k 5 900 bin args...` (no shell, so arguments need no quoting) with stdout and stderr captured
-// in files (pipes could fill up and block a chatty child). The limit catches a hang, not a slow run: a shared or
-// loaded machine (CI, other builds on 2 cores) may take many times the seconds a run takes alone, and no test
-// here may fail for that.
-// max_file_bytes > 0: no file the run writes may grow past that (RLIMIT_FSIZE, with SIGXFSZ ignored so the
-// write fails with EFBIG instead of killing it): a full disk, as far as a writer can tell. Its stdout and stderr
-// files are under the limit too.
-static Result run(const std::string& bin, const Args& args, const std::string& scratch, int64_t max_file_bytes = 0) {
+// Runs `timeout -k 5 900 bin args...` (no shell, so arguments need no quoting) with stdout and stderr
+// captured in files (pipes could fill up and block a chatty child). The limit catches a hang, not a slow run:
+// a shared or loaded machine (CI, other builds on 2 cores) may take many times the seconds a run takes alone,
+// and no test here may fail for that. max_file_bytes > 0: no file the run writes may grow past that
+// (RLIMIT_FSIZE, with SIGXFSZ ignored so the write fails with EFBIG instead of killing it): a full disk, as
+// far as a writer can tell. Its stdout and stderr files are under the limit too.
+static Result run(const std::string& bin, const Args& args, const std::string& scratch,
+                  int64_t max_file_bytes = 0) {
     Result r;
     r.cmd = bin;
     for (const std::string& a : args) r.cmd += " '" + a + "'";
@@ -108,12 +111,17 @@ static Result run(const std::string& bin, const Args& args, const std::string& s
         _exit(127);
     }
     int status = 0;
-    if (pid < 0 || waitpid(pid, &status, 0) != pid) { r.code = -1; r.err = "fork/wait failed"; return r; }
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+        r.code = -1;
+        r.err = "fork/wait failed";
+        return r;
+    }
     if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);  // timeout re-raises the child's fatal signal
     else {
         r.code = WEXITSTATUS(status);
-        if (r.code == 124 || r.code == 137) r.timed_out = true;   // timeout's codes for TERM / KILL after the limit
-        else if (r.code > 128) r.signal = r.code - 128;           // 128+N: killed by signal N
+        if (r.code == 124 || r.code == 137)
+            r.timed_out = true;                          // timeout's codes for TERM / KILL after the limit
+        else if (r.code > 128) r.signal = r.code - 128;  // 128+N: killed by signal N
     }
     r.out = slurp(out_path);
     r.err = slurp(err_path);
@@ -134,16 +142,18 @@ static std::vector<std::string> error_lines(const std::string& err) {
 // needle, and no training step.
 static ::testing::AssertionResult CleanError(const Result& r, const std::vector<std::string>& needles) {
     auto fail = [&](const std::string& why) {
-        return ::testing::AssertionFailure() << why << "\n  command: " << r.cmd << "\n  exit " << r.code << ", signal "
-                                             << r.signal << "\n  stderr: " << r.err << "\n  stdout tail: "
-                                             << r.out.substr(r.out.size() > 600 ? r.out.size() - 600 : 0);
+        return ::testing::AssertionFailure()
+               << why << "\n  command: " << r.cmd << "\n  exit " << r.code << ", signal " << r.signal
+               << "\n  stderr: " << r.err
+               << "\n  stdout tail: " << r.out.substr(r.out.size() > 600 ? r.out.size() - 600 : 0);
     };
     if (r.timed_out) return fail("hang: killed by timeout after 900 s");
     if (r.signal) return fail("crash: killed by signal " + std::to_string(r.signal));
     if (r.code == 0) return fail("exit status 0 on bad input");
     if (r.code == 126 || r.code == 127) return fail("could not run the binary");
     const std::vector<std::string> lines = error_lines(r.err);
-    if (lines.size() != 1) return fail("want exactly one error line on stderr, got " + std::to_string(lines.size()));
+    if (lines.size() != 1)
+        return fail("want exactly one error line on stderr, got " + std::to_string(lines.size()));
     if (lines[0].rfind("error: ", 0) != 0) return fail("stderr line does not start with 'error: '");
     if (r.err.empty() || r.err.back() != '\n') return fail("stderr does not end with a newline");
     for (const std::string& n : needles)
@@ -194,7 +204,9 @@ class CliTest : public ::testing::Test {
     void TearDown() override {
         if (!dir.empty()) nftw(dir.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     }
-    Result run_bin(const char* bin, const Args& args, int64_t max_file_bytes = 0) { return run(bin, args, dir, max_file_bytes); }
+    Result run_bin(const char* bin, const Args& args, int64_t max_file_bytes = 0) {
+        return run(bin, args, dir, max_file_bytes);
+    }
     // The names in a directory, sorted, without . and ..
     static std::vector<std::string> names_in(const std::string& path) {
         std::vector<std::string> names;
@@ -207,21 +219,25 @@ class CliTest : public ::testing::Test {
         return names;
     }
 
-    // A shard with header {magic, version, header_tokens (default: tokens)} followed by `tokens` uint16 ids (ids < 50257).
+    // A shard with header {magic, version, header_tokens (default: tokens)} followed by `tokens` uint16 ids
+    // (ids < 50257).
     std::string shard(const std::string& name, int64_t tokens, int32_t magic = DATALOADER_MAGIC,
                       int32_t version = DATALOADER_VERSION, int64_t header_tokens = INT64_MIN) {
         std::vector<uint16_t> t((size_t)tokens);
         for (int64_t i = 0; i < tokens; i++) t[(size_t)i] = (uint16_t)((i * 7919) % 50257);
         return shard_of(name, t, magic, version, header_tokens != INT64_MIN ? header_tokens : tokens);
     }
-    std::string shard_of(const std::string& name, const std::vector<uint16_t>& tokens, int32_t magic = DATALOADER_MAGIC,
-                         int32_t version = DATALOADER_VERSION, int64_t header_tokens = INT64_MIN) {
+    std::string shard_of(const std::string& name, const std::vector<uint16_t>& tokens,
+                         int32_t magic = DATALOADER_MAGIC, int32_t version = DATALOADER_VERSION,
+                         int64_t header_tokens = INT64_MIN) {
         const std::string path = dir + "/" + name;
         FILE* f = fopen(path.c_str(), "wb");
         EXPECT_NE(f, nullptr) << path;
         if (!f) return path;
         int32_t h[256] = {0};
-        h[0] = magic; h[1] = version; h[2] = (int32_t)(header_tokens != INT64_MIN ? header_tokens : (int64_t)tokens.size());
+        h[0] = magic;
+        h[1] = version;
+        h[2] = (int32_t)(header_tokens != INT64_MIN ? header_tokens : (int64_t)tokens.size());
         fwrite(h, sizeof h, 1, f);
         fwrite(tokens.data(), 2, tokens.size(), f);
         fclose(f);
@@ -259,7 +275,8 @@ class Both : public CliTest, public ::testing::WithParamInterface<const char*> {
     const char* bin = nullptr;
     void SetUp() override {
         bin = GetParam();
-        if (!have_binary(bin)) GTEST_SKIP() << bin << " not built (train_gpt is built only where nvcc is present)";
+        if (!have_binary(bin))
+            GTEST_SKIP() << bin << " not built (train_gpt is built only where nvcc is present)";
         CliTest::SetUp();
     }
     Result run_it(const Args& args) { return run_bin(bin, args); }
@@ -269,7 +286,8 @@ class Both : public CliTest, public ::testing::WithParamInterface<const char*> {
 static std::map<int, std::string> step_losses(const std::string& out) {
     std::map<int, std::string> m;
     const std::regex re("step +([0-9]+)/[0-9]+ \\| loss ([0-9.]+)");
-    for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) m[std::stoi((*it)[1])] = (*it)[2];
+    for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it)
+        m[std::stoi((*it)[1])] = (*it)[2];
     return m;
 }
 

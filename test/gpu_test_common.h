@@ -27,7 +27,11 @@ static inline bool have_gpu() {
 
 static inline GPTConfig tiny_config(int L, int C, int NH, int maxT, int V) {
     GPTConfig c;
-    c.num_layers = L; c.channels = C; c.num_heads = NH; c.max_seq_len = maxT; c.vocab_size = V;
+    c.num_layers = L;
+    c.channels = C;
+    c.num_heads = NH;
+    c.max_seq_len = maxT;
+    c.vocab_size = V;
     c.padded_vocab_size = (int)round_up64(V, 128);
     return c;
 }
@@ -43,9 +47,10 @@ static inline double rel_l2(const float* got, const float* ref, int64_t n) {
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-// One comparison against its bound: prints `[margin] Suite.Test | what | measured | bound | % of bound` (one line,
-// for the device log: the first run on a GPU shows how tight each bound is; dev/bench/gpu_check.sh lists the
-// tightest) and passes when measured < bound (NaN fails). Use as EXPECT_TRUE(within("logits rel-L2", err, 2e-2)).
+// One comparison against its bound: prints `[margin] Suite.Test | what | measured | bound | % of bound` (one
+// line, for the device log: the first run on a GPU shows how tight each bound is; dev/bench/gpu_check.sh
+// lists the tightest) and passes when measured < bound (NaN fails). Use as EXPECT_TRUE(within("logits
+// rel-L2", err, 2e-2)).
 static inline void print_margin(const std::string& what, double measured, double bound) {
     const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();
     printf("[margin] %s.%s | %s | %.3e | bound %.1e | %.1f%% of bound\n", t ? t->test_suite_name() : "?",
@@ -57,4 +62,6 @@ static inline ::testing::AssertionResult within(const std::string& what, double 
     return ::testing::AssertionFailure() << what << ": " << measured << " is not below its bound " << bound;
 }
 // |got - ref| / |ref| (|got - ref| where ref is 0)
-static inline double rel_diff(double got, double ref) { return ref != 0 ? fabs(got - ref) / fabs(ref) : fabs(got - ref); }
+static inline double rel_diff(double got, double ref) {
+    return ref != 0 ? fabs(got - ref) / fabs(ref) : fabs(got - ref);
+}

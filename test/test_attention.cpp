@@ -21,14 +21,16 @@ typedef int cudaStream_t;
 typedef enum { CUBLAS_OP_N, CUBLAS_OP_T } cublasOperation_t;
 std::vector<std::string> g_bad_calls;
 
-void matmul_batched(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const bf16* A, int lda,
-                    int64_t strideA, const bf16* B, int ldb, int64_t strideB, bf16* Cm, int ldc, int64_t strideC,
-                    int batch, cudaStream_t) {
-    // cuBLAS's rules: A is m x k (op N) stored with lda >= m, or k x m (op T) with lda >= k; B alike; C is m x n
+void matmul_batched(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
+                    const bf16* A, int lda, int64_t strideA, const bf16* B, int ldb, int64_t strideB,
+                    bf16* Cm, int ldc, int64_t strideC, int batch, cudaStream_t) {
+    // cuBLAS's rules: A is m x k (op N) stored with lda >= m, or k x m (op T) with lda >= k; B alike; C is
+    // m x n
     const int a_rows = ta == CUBLAS_OP_N ? m : k, b_rows = tb == CUBLAS_OP_N ? k : n;
     if (m <= 0 || n <= 0 || k <= 0 || batch <= 0 || lda < a_rows || ldb < b_rows || ldc < m) {
-        g_bad_calls.push_back("m=" + std::to_string(m) + " n=" + std::to_string(n) + " k=" + std::to_string(k) +
-                              " lda=" + std::to_string(lda) + " ldb=" + std::to_string(ldb) + " ldc=" + std::to_string(ldc));
+        g_bad_calls.push_back("m=" + std::to_string(m) + " n=" + std::to_string(n) +
+                              " k=" + std::to_string(k) + " lda=" + std::to_string(lda) +
+                              " ldb=" + std::to_string(ldb) + " ldc=" + std::to_string(ldc));
         return;
     }
     for (int bt = 0; bt < batch; bt++) {
@@ -80,7 +82,9 @@ double max_rel(const std::vector<float>& got, const std::vector<float>& ref) {
     return err / scale;
 }
 
-struct Shape { int B, T, C, NH; };
+struct Shape {
+    int B, T, C, NH;
+};
 
 TEST(AttentionLayout, ForwardAndBackwardMatchTheCpuModel) {
     // T not a multiple of 32, hs = 32 / 64 / 20 (not a multiple of 8) / 128, one and three sequences
@@ -93,8 +97,8 @@ TEST(AttentionLayout, ForwardAndBackwardMatchTheCpuModel) {
         for (auto& x : qkv) x = 3.0f * random_f32(&rng) - 1.5f;
         for (auto& x : dy) x = 2.0f * random_f32(&rng) - 1.0f;
         const float kUnwritten = 12345.0f;  // every output element must be overwritten
-        std::vector<float> y((size_t)(N * C), kUnwritten), att((size_t)natt, kUnwritten), datt((size_t)natt, kUnwritten),
-            dqkv((size_t)(N * 3 * C), kUnwritten);
+        std::vector<float> y((size_t)(N * C), kUnwritten), att((size_t)natt, kUnwritten),
+            datt((size_t)natt, kUnwritten), dqkv((size_t)(N * 3 * C), kUnwritten);
         g_bad_calls.clear();
         attention_forward(y.data(), att.data(), qkv.data(), B, T, C, NH, 0);
         attention_backward(dqkv.data(), datt.data(), dy.data(), att.data(), qkv.data(), B, T, C, NH, 0);
@@ -103,10 +107,12 @@ TEST(AttentionLayout, ForwardAndBackwardMatchTheCpuModel) {
         std::vector<float> ref_y((size_t)(N * C)), ref_att((size_t)natt), ref_dqkv((size_t)(N * 3 * C)),
             dscore((size_t)(B * NH * T));
         ::attention_forward(ref_y.data(), ref_att.data(), qkv.data(), B, T, C, NH);  // gpt2_cpu.h
-        ::attention_backward(ref_dqkv.data(), dscore.data(), dy.data(), qkv.data(), ref_att.data(), B, T, C, NH);
+        ::attention_backward(ref_dqkv.data(), dscore.data(), dy.data(), qkv.data(), ref_att.data(), B, T, C,
+                             NH);
         const double e_att = max_rel(att, ref_att), e_y = max_rel(y, ref_y), e_dqkv = max_rel(dqkv, ref_dqkv);
-        printf("B=%d T=%d C=%d NH=%d (hs %d): max error att %.1e, y %.1e, dqkv %.1e (relative to the largest)\n", B, T, C,
-               NH, C / NH, e_att, e_y, e_dqkv);
+        printf(
+            "B=%d T=%d C=%d NH=%d (hs %d): max error att %.1e, y %.1e, dqkv %.1e (relative to the largest)\n",
+            B, T, C, NH, C / NH, e_att, e_y, e_dqkv);
         EXPECT_LT(e_att, 1e-5);
         EXPECT_LT(e_y, 1e-5);
         EXPECT_LT(e_dqkv, 1e-5);

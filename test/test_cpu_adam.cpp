@@ -15,8 +15,16 @@
 #include <xmmintrin.h>  // _mm_getcsr: the update must leave the caller's FP mode alone
 #endif
 
-static uint32_t bits_of(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
-static float float_of(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
+static uint32_t bits_of(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static float float_of(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
 static bool bf16_is_nan(uint16_t h) { return (h & 0x7F80) == 0x7F80 && (h & 0x007F) != 0; }
 
 // Restores the default thread count even when an assertion ends a test early.
@@ -27,7 +35,11 @@ struct ThreadsGuard {
 // ----------------------------------------------------------------------------
 // bf16 conversion
 
-struct Bf16Case { uint32_t in; uint16_t out; const char* what; };
+struct Bf16Case {
+    uint32_t in;
+    uint16_t out;
+    const char* what;
+};
 static const Bf16Case kEdges[] = {
     {0x3F800000u, 0x3F80, "1.0 exact"},
     {0x3F808000u, 0x3F80, "tie, even below: rounds down"},
@@ -115,8 +127,8 @@ TEST(Bf16, MatchesRoundToNearestEvenByDistance) {
     for (int k = 0; k < 2000000; k++) {
         uint32_t u = rng();
         if (k % 4 == 1) u = (u & 0xFFFF0000u) | 0x8000u;  // many exact ties
-        if (k % 4 == 2) u &= 0x807FFFFFu;                  // many subnormals
-        if ((u & 0x7F800000u) == 0x7F800000u) continue;    // Inf/NaN: covered above
+        if (k % 4 == 2) u &= 0x807FFFFFu;                 // many subnormals
+        if ((u & 0x7F800000u) == 0x7F800000u) continue;   // Inf/NaN: covered above
         ASSERT_EQ(float_to_bf16(float_of(u)), bf16_rne_by_distance(float_of(u))) << std::hex << u;
         checked++;
     }
@@ -136,9 +148,11 @@ static void check_convert_edges(int64_t n) {
     std::vector<uint16_t> out((size_t)n, 0xABCD);
     convert_f32_to_bf16(in.data(), out.data(), n);
     for (int64_t i = 0; i < n; i++)
-        ASSERT_EQ(out[(size_t)i], float_to_bf16(in[(size_t)i])) << "n=" << n << " i=" << i << std::hex << " in=" << bits_of(in[(size_t)i]);
+        ASSERT_EQ(out[(size_t)i], float_to_bf16(in[(size_t)i]))
+            << "n=" << n << " i=" << i << std::hex << " in=" << bits_of(in[(size_t)i]);
     for (int64_t s : starts)
-        for (int64_t e = 0; e < ne; e++) ASSERT_EQ(out[(size_t)(s + e)], kEdges[e].out) << kEdges[e].what << " at " << s + e;
+        for (int64_t e = 0; e < ne; e++)
+            ASSERT_EQ(out[(size_t)(s + e)], kEdges[e].out) << kEdges[e].what << " at " << s + e;
 }
 
 TEST(Bf16, VectorMatchesScalarOnEdgesSingleThread) { check_convert_edges(4096 + 13); }
@@ -152,7 +166,8 @@ TEST(Bf16, VectorMatchesScalarOnRandomBits) {
         std::vector<uint16_t> out((size_t)n);
         convert_f32_to_bf16(in.data(), out.data(), n);
         for (int64_t i = 0; i < n; i++)
-            ASSERT_EQ(out[(size_t)i], float_to_bf16(in[(size_t)i])) << "n=" << n << " i=" << i << std::hex << " in=" << bits_of(in[(size_t)i]);
+            ASSERT_EQ(out[(size_t)i], float_to_bf16(in[(size_t)i]))
+                << "n=" << n << " i=" << i << std::hex << " in=" << bits_of(in[(size_t)i]);
     }
 }
 
@@ -178,7 +193,9 @@ static float random_grad(std::mt19937& rng) {
     return u(rng) * powf(10.0f, -4.0f * (float)(rng() % 1000) / 1000.0f);
 }
 
-struct Ref { std::vector<double> p, m, v; };
+struct Ref {
+    std::vector<double> p, m, v;
+};
 
 // PyTorch AdamW / llm.c, every operation in double, from the same float inputs.
 static void ref_step(Ref& r, const std::vector<double>& grad, const AdamWArgs& a) {
@@ -193,7 +210,12 @@ static void ref_step(Ref& r, const std::vector<double>& grad, const AdamWArgs& a
     }
 }
 
-struct AdamCase { int64_t n; bool bf16_grad; float weight_decay; float grad_scale; };
+struct AdamCase {
+    int64_t n;
+    bool bf16_grad;
+    float weight_decay;
+    float grad_scale;
+};
 
 class AdamVsReference : public ::testing::TestWithParam<AdamCase> {};
 
@@ -213,7 +235,9 @@ TEST_P(AdamVsReference, FiveSteps) {
     std::vector<float> p(n), m(n, 0.0f), v(n, 0.0f), gf(n);
     std::vector<uint16_t> gb(n), out(n);
     Ref r;
-    r.p.resize(n); r.m.assign(n, 0.0); r.v.assign(n, 0.0);
+    r.p.resize(n);
+    r.m.assign(n, 0.0);
+    r.v.assign(n, 0.0);
     for (size_t i = 0; i < n; i++) {
         p[i] = (i % 10 == 0) ? 1e-4f * u(rng) : u(rng);  // some params near zero
         r.p[i] = p[i];
@@ -233,7 +257,8 @@ TEST_P(AdamVsReference, FiveSteps) {
         else adamw_update_f32grad(p.data(), gf.data(), m.data(), v.data(), out.data(), c.n, &a);
         ref_step(r, gd, a);
         for (size_t i = 0; i < n; i++) {
-            ASSERT_NEAR(p[i], r.p[i], 1e-5 * fabs(r.p[i]) + 1e-5 * a.lr * (double)t) << "param i=" << i << " t=" << t;
+            ASSERT_NEAR(p[i], r.p[i], 1e-5 * fabs(r.p[i]) + 1e-5 * a.lr * (double)t)
+                << "param i=" << i << " t=" << t;
             ASSERT_NEAR(m[i], r.m[i], 1e-5 * fabs(r.m[i]) + 1e-6 * gmax) << "m i=" << i << " t=" << t;
             ASSERT_NEAR(v[i], r.v[i], 1e-5 * fabs(r.v[i])) << "v i=" << i << " t=" << t;
             ASSERT_EQ(out[i], float_to_bf16(p[i])) << "bf16 copy i=" << i << " t=" << t;
@@ -254,8 +279,10 @@ static std::vector<AdamCase> adam_cases() {
 INSTANTIATE_TEST_SUITE_P(Cases, AdamVsReference, ::testing::ValuesIn(adam_cases()),
                          [](const ::testing::TestParamInfo<AdamCase>& info) {
                              const AdamCase& c = info.param;
-                             return std::string("n") + std::to_string(c.n) + (c.bf16_grad ? "_bf16grad" : "_f32grad") +
-                                    (c.weight_decay != 0.0f ? "_wd" : "_nowd") + (c.grad_scale != 1.0f ? "_scaled" : "_unscaled");
+                             return std::string("n") + std::to_string(c.n) +
+                                    (c.bf16_grad ? "_bf16grad" : "_f32grad") +
+                                    (c.weight_decay != 0.0f ? "_wd" : "_nowd") +
+                                    (c.grad_scale != 1.0f ? "_scaled" : "_unscaled");
                          });
 
 // Hand-checkable first step: with m = v = 0 and t = 1, mhat = g and sqrt(vhat) = |g|, so each param moves
@@ -288,7 +315,12 @@ TEST(AdamW, NullBf16OutputGivesSameResult) {
     const int64_t n = 50000;
     std::mt19937 rng(5);
     std::vector<float> p(n), m(n), v(n), g(n);
-    for (int64_t i = 0; i < n; i++) { p[i] = random_grad(rng); m[i] = 0.01f * random_grad(rng); v[i] = 1e-4f * fabsf(random_grad(rng)); g[i] = random_grad(rng); }
+    for (int64_t i = 0; i < n; i++) {
+        p[i] = random_grad(rng);
+        m[i] = 0.01f * random_grad(rng);
+        v[i] = 1e-4f * fabsf(random_grad(rng));
+        g[i] = random_grad(rng);
+    }
     std::vector<float> p2 = p, m2 = m, v2 = v;
     std::vector<uint16_t> out(n);
     const AdamWArgs a = {3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 7};
@@ -308,7 +340,11 @@ TEST(AdamW, ResultIndependentOfPositionAndThreads) {
     std::mt19937 rng(6);
     std::vector<float> p0(n), g(n);
     std::vector<uint16_t> gb(n);
-    for (int64_t i = 0; i < n; i++) { p0[i] = random_grad(rng); g[i] = random_grad(rng); gb[i] = float_to_bf16(g[i]); }
+    for (int64_t i = 0; i < n; i++) {
+        p0[i] = random_grad(rng);
+        g[i] = random_grad(rng);
+        gb[i] = float_to_bf16(g[i]);
+    }
     for (int bf : {0, 1}) {
         std::vector<float> pr[5], mr[5], vr[5];
         std::vector<uint16_t> outr[5];
@@ -339,10 +375,12 @@ TEST(AdamW, ResultIndependentOfPositionAndThreads) {
             }
         }
         for (int variant = 1; variant < 5; variant++) {
-            EXPECT_EQ(0, memcmp(pr[0].data(), pr[variant].data(), n * 4)) << "params, variant " << variant << " bf16grad=" << bf;
+            EXPECT_EQ(0, memcmp(pr[0].data(), pr[variant].data(), n * 4))
+                << "params, variant " << variant << " bf16grad=" << bf;
             EXPECT_EQ(0, memcmp(mr[0].data(), mr[variant].data(), n * 4)) << "m, variant " << variant;
             EXPECT_EQ(0, memcmp(vr[0].data(), vr[variant].data(), n * 4)) << "v, variant " << variant;
-            EXPECT_EQ(0, memcmp(outr[0].data(), outr[variant].data(), n * 2)) << "bf16 copy, variant " << variant;
+            EXPECT_EQ(0, memcmp(outr[0].data(), outr[variant].data(), n * 2))
+                << "bf16 copy, variant " << variant;
         }
     }
 }
@@ -378,7 +416,10 @@ TEST(AdamW, ZeroLengthIsANoOp) {
     const AdamWArgs a = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 1};
     adamw_update_f32grad(&p, &g, &m, &v, &out, 0, &a);
     adamw_update_bf16grad(&p, &gb, &m, &v, &out, 0, &a);
-    EXPECT_EQ(p, 1.0f); EXPECT_EQ(m, 2.0f); EXPECT_EQ(v, 3.0f); EXPECT_EQ(out, 0xABCD);
+    EXPECT_EQ(p, 1.0f);
+    EXPECT_EQ(m, 2.0f);
+    EXPECT_EQ(v, 3.0f);
+    EXPECT_EQ(out, 0xABCD);
 }
 
 // ----------------------------------------------------------------------------
@@ -389,7 +430,8 @@ TEST(AdamW, ZeroLengthIsANoOp) {
 TEST(SumSq, MatchesLongDoubleReference) {
     ThreadsGuard guard;
     std::mt19937 rng(7);
-    for (int64_t n : {(int64_t)0, (int64_t)1, (int64_t)7, (int64_t)15, (int64_t)17, (int64_t)40001, (int64_t)1000003}) {
+    for (int64_t n :
+         {(int64_t)0, (int64_t)1, (int64_t)7, (int64_t)15, (int64_t)17, (int64_t)40001, (int64_t)1000003}) {
         std::vector<float> x((size_t)n);
         std::vector<uint16_t> xb((size_t)n);
         long double rf = 0.0L, rb = 0.0L;

@@ -32,13 +32,16 @@ class DataLoaderTest : public ::testing::Test {
         rmdir(dir.c_str());
     }
     // Writes a shard with the given header fields and tokens; returns its path.
-    std::string write_shard(const std::string& name, const std::vector<uint16_t>& tok, int magic = DATALOADER_MAGIC,
-                            int version = DATALOADER_VERSION, int64_t header_count = -1, int extra_bytes = 0) {
+    std::string write_shard(const std::string& name, const std::vector<uint16_t>& tok,
+                            int magic = DATALOADER_MAGIC, int version = DATALOADER_VERSION,
+                            int64_t header_count = -1, int extra_bytes = 0) {
         std::string path = dir + "/" + name;
         FILE* f = fopen(path.c_str(), "wb");
         EXPECT_NE(f, nullptr);
         int32_t h[256] = {0};
-        h[0] = magic; h[1] = version; h[2] = (int32_t)(header_count >= 0 ? header_count : (int64_t)tok.size());
+        h[0] = magic;
+        h[1] = version;
+        h[2] = (int32_t)(header_count >= 0 ? header_count : (int64_t)tok.size());
         fwrite(h, sizeof h, 1, f);
         if (!tok.empty()) fwrite(tok.data(), 2, tok.size(), f);
         for (int i = 0; i < extra_bytes; i++) fputc(0, f);
@@ -46,7 +49,8 @@ class DataLoaderTest : public ::testing::Test {
         files.push_back(path);
         return path;
     }
-    // Shard s holds tokens s*1000 + i, so the first input of a batch tells which shard and offset it came from.
+    // Shard s holds tokens s*1000 + i, so the first input of a batch tells which shard and offset
+    // it came from.
     std::string write_numbered(const std::string& name, int s, int n) {
         std::vector<uint16_t> tok(n);
         for (int i = 0; i < n; i++) tok[i] = (uint16_t)(s * 1000 + i);
@@ -176,9 +180,9 @@ TEST_F(DataLoaderTest, ShuffleIsSeededAndAPermutationPerEpoch) {
     for (int s = 0; s < 5; s++)
         for (int k = 0; k < (sizes[s] - 1) / 8; k++) all.insert(s * 1000 + k * 8);
     V a0 = firsts(&a, n), b0 = firsts(&b, n), c0 = firsts(&c, n), s0 = firsts(&seq, n);
-    EXPECT_EQ(a0, b0);  // same seed: same order
-    EXPECT_NE(a0, c0);  // another seed: another order
-    EXPECT_NE(a0, s0);  // and not the sequential one
+    EXPECT_EQ(a0, b0);                                    // same seed: same order
+    EXPECT_NE(a0, c0);                                    // another seed: another order
+    EXPECT_NE(a0, s0);                                    // and not the sequential one
     EXPECT_EQ(std::set<int>(a0.begin(), a0.end()), all);  // each batch position exactly once per epoch
     EXPECT_EQ(std::set<int>(c0.begin(), c0.end()), all);
     EXPECT_EQ(std::set<int>(a0.begin(), a0.end()).size(), a0.size());
@@ -193,7 +197,10 @@ TEST_F(DataLoaderTest, ShuffleIsSeededAndAPermutationPerEpoch) {
     EXPECT_EQ(std::set<int>(a1.begin(), a1.end()), all);
     dataloader_reset(&a);
     EXPECT_EQ(firsts(&a, n), a0);  // reset replays epoch 0
-    dataloader_free(&a); dataloader_free(&b); dataloader_free(&c); dataloader_free(&seq);
+    dataloader_free(&a);
+    dataloader_free(&b);
+    dataloader_free(&c);
+    dataloader_free(&seq);
 }
 
 // Save mid-epoch, read N batches, restore into a FRESH loader: the same N batches, across shard and
@@ -215,7 +222,8 @@ static void check_resume(const std::string& pattern, int shuffle, int skip, int 
     // Restoring into the loader that already moved on rewinds it too.
     ASSERT_EQ(dataloader_set_state(&a, &st, err, sizeof err), 1) << err;
     EXPECT_EQ(take(&a, n), want);
-    dataloader_free(&a); dataloader_free(&fresh);
+    dataloader_free(&a);
+    dataloader_free(&fresh);
 }
 
 TEST_F(DataLoaderTest, ResumeGivesTheSameBatches) {
@@ -243,17 +251,21 @@ TEST_F(DataLoaderTest, SetStateRejectsMismatches) {
     s.total_tokens += 1;
     EXPECT_EQ(dataloader_set_state(&a, &s, err, sizeof err), 0);
     EXPECT_NE(strstr(err, "tokens"), nullptr) << err;
-    s = good; s.shard_index = 2;
+    s = good;
+    s.shard_index = 2;
     EXPECT_EQ(dataloader_set_state(&a, &s, err, sizeof err), 0);
-    s = good; s.batch_index = 6;  // 49/8 = 6 batches per shard: index 6 is one past the end
+    s = good;
+    s.batch_index = 6;  // 49/8 = 6 batches per shard: index 6 is one past the end
     EXPECT_EQ(dataloader_set_state(&a, &s, err, sizeof err), 0);
     EXPECT_NE(strstr(err, "batch index"), nullptr) << err;
-    s = good; s.epoch = -1;
+    s = good;
+    s.epoch = -1;
     EXPECT_EQ(dataloader_set_state(&a, &s, err, sizeof err), 0);
     EXPECT_EQ(a.epoch, good.epoch);  // a refused state leaves the loader where it was
     EXPECT_EQ(a.batch_index, good.batch_index);
     EXPECT_EQ(dataloader_set_state(&a, &good, err, sizeof err), 1) << err;
-    dataloader_free(&a); dataloader_free(&b);
+    dataloader_free(&a);
+    dataloader_free(&b);
 }
 
 static void expect_has(const std::string& err, const std::string& a, const std::string& b) {

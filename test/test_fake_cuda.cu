@@ -1,5 +1,5 @@
-// test_fake_cuda.cu — the CUDA emulator's own suite (test/fake_cuda, build/emu_test_fake_cuda): each test plants a
-// bug of one kind the emulator must catch as a GPU would, and asserts that it does:
+// test_fake_cuda.cu — the CUDA emulator's own suite (test/fake_cuda, build/emu_test_fake_cuda): each test
+// plants a bug of one kind the emulator must catch as a GPU would, and asserts that it does:
 //   deferral      — work runs when the host synchronizes with it: a result read before the sync is stale;
 //   launch errors — bad grids and blocks, too much dynamic shared memory (cudaGetLastError, not sticky);
 //   kernel faults — an out-of-bounds write, __trap(): sticky, every later call returns them (death tests: the
@@ -7,21 +7,23 @@
 //   pageable copy — cudaMemcpy from pageable memory may land after a kernel queued on a non-blocking stream;
 //   subnormals    — kernels flush them to zero, as nvcc -ftz=true;
 //   events        — cudaEventElapsedTime on an event never recorded, or not yet completed, is an error.
-// The real-GPU build (build/test_fake_cuda) runs the parts whose outcome a GPU guarantees (errors, subnormals,
-// results after a sync) and skips what is only a possibility there (stale data, a first "not ready", faults).
-// It tests the emulator, not the trainer: the trainer's kernels are tested in test_kernels.cu and test_gpu.cu.
+// The real-GPU build (build/test_fake_cuda) runs the parts whose outcome a GPU guarantees (errors,
+// subnormals, results after a sync) and skips what is only a possibility there (stale data, a first "not
+// ready", faults). It tests the emulator, not the trainer: the trainer's kernels are tested in
+// test_kernels.cu and test_gpu.cu.
 #include "cuda_common.h"
 #include <gtest/gtest.h>
 #include <vector>
 
 #ifdef FAKE_CUDA_DEVICE
-#define EMULATED 1
+#define EMULATED                                  1
 #define LAUNCH(kernel, grid, block, smem, stream) FAKE_LAUNCH(kernel, grid, block, smem, stream)
 #else
-#define EMULATED 0
+#define EMULATED                                  0
 #define LAUNCH(kernel, grid, block, smem, stream) kernel<<<grid, block, smem, stream>>>
 #endif
-// A GPU may or may not show these (a race is a possibility there, not a certainty): only the emulator is held to them.
+// A GPU may or may not show these (a race is a possibility there, not a certainty): only the emulator is
+// held to them.
 #define EMULATOR_ONLY() \
     if (!EMULATED) GTEST_SKIP() << "checks the emulator: on a GPU this outcome is not guaranteed"
 
@@ -92,7 +94,9 @@ TEST(FakeCuda, HostReadBeforeStreamSyncIsStale) {
     LAUNCH(fill_kernel, kN / 256, 256, 0, s)(d, 7.0f, kN);
     cudaCheckLaunch();
     cudaCheck(cudaMemcpyAsync(h, d, kN * 4, cudaMemcpyDeviceToHost, s));
-    if (EMULATED) { EXPECT_EQ(h[kN - 1], -1.0f) << "read before the sync: the kernel and the copy must not have run yet"; }
+    if (EMULATED) {
+        EXPECT_EQ(h[kN - 1], -1.0f) << "read before the sync: the kernel and the copy must not have run yet";
+    }
     cudaCheck(cudaStreamSynchronize(s));
     EXPECT_EQ(h[0], 7.0f);
     EXPECT_EQ(h[kN - 1], 7.0f);
@@ -133,15 +137,20 @@ TEST(FakeCuda, EventSynchronizeRunsOnlyWhatItCovers) {
     cudaCheckLaunch();
     cudaCheck(cudaEventSynchronize(e));
     EXPECT_EQ(h[kN - 1], 1.0f);
-    if (EMULATED) { EXPECT_EQ(h[kN], -1.0f) << "s2's work is not covered by the event: it must not have run"; }
+    if (EMULATED) {
+        EXPECT_EQ(h[kN], -1.0f) << "s2's work is not covered by the event: it must not have run";
+    }
     cudaCheck(cudaStreamSynchronize(s2));
     EXPECT_EQ(h[2 * kN - 1], 2.0f);
     cudaCheck(cudaEventDestroy(e));
-    cudaCheck(cudaStreamDestroy(s1)); cudaCheck(cudaStreamDestroy(s2));
-    cudaCheck(cudaFreeHost(h)); cudaCheck(cudaFree(a)); cudaCheck(cudaFree(b));
+    cudaCheck(cudaStreamDestroy(s1));
+    cudaCheck(cudaStreamDestroy(s2));
+    cudaCheck(cudaFreeHost(h));
+    cudaCheck(cudaFree(a));
+    cudaCheck(cudaFree(b));
 }
-// Planted bug: one cudaEventQuery's result taken for "done". The emulator answers "not ready" first; a polling
-// loop ends, and once it reports completion the results are there.
+// Planted bug: one cudaEventQuery's result taken for "done". The emulator answers "not ready" first; a
+// polling loop ends, and once it reports completion the results are there.
 TEST(FakeCuda, QueryReportsCompletionOnlyWhenDone) {
     REQUIRE_DEVICE();
     float* d = device_floats(kN, 0.0f);
@@ -155,7 +164,10 @@ TEST(FakeCuda, QueryReportsCompletionOnlyWhenDone) {
     cudaCheck(cudaMemcpyAsync(h, d, kN * 4, cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaEventRecord(e, s));
     cudaError_t q = cudaEventQuery(e);
-    if (EMULATED) { EXPECT_EQ(q, cudaErrorNotReady); EXPECT_EQ(h[0], -1.0f); }
+    if (EMULATED) {
+        EXPECT_EQ(q, cudaErrorNotReady);
+        EXPECT_EQ(h[0], -1.0f);
+    }
     while (q == cudaErrorNotReady) q = cudaEventQuery(e);
     EXPECT_EQ(q, cudaSuccess);
     EXPECT_EQ(h[0], 3.0f);
@@ -168,13 +180,14 @@ TEST(FakeCuda, QueryReportsCompletionOnlyWhenDone) {
     EXPECT_EQ(h[0], 4.0f);
     cudaCheck(cudaEventDestroy(e));
     cudaCheck(cudaStreamDestroy(s));
-    cudaCheck(cudaFreeHost(h)); cudaCheck(cudaFree(d));
+    cudaCheck(cudaFreeHost(h));
+    cudaCheck(cudaFree(d));
 }
 
 // ---- 2. launch errors ----
 
-// Planted bugs: a block of 1025 threads, a block.z of 65, a grid.y of 65536, an empty grid. Each is reported by
-// cudaGetLastError (and cudaPeekAtLastError, which leaves it), is not sticky, and the kernel does not run.
+// Planted bugs: a block of 1025 threads, a block.z of 65, a grid.y of 65536, an empty grid. Each is reported
+// by cudaGetLastError (and cudaPeekAtLastError, which leaves it), is not sticky, and the kernel does not run.
 TEST(FakeCuda, BadLaunchConfigurationIsReportedNotSticky) {
     REQUIRE_DEVICE();
     float* d = device_floats(kN, 0.0f);
@@ -197,8 +210,8 @@ TEST(FakeCuda, BadLaunchConfigurationIsReportedNotSticky) {
     EXPECT_EQ(to_host(d, kN)[kN - 1], 5.0f);
     cudaCheck(cudaFree(d));
 }
-// Planted bug: 64 KB of dynamic shared memory without raising the kernel's limit (48 KB by default); then raised
-// with cudaFuncSetAttribute it launches; a limit past the GPU's 227 KB is refused.
+// Planted bug: 64 KB of dynamic shared memory without raising the kernel's limit (48 KB by default); then
+// raised with cudaFuncSetAttribute it launches; a limit past the GPU's 227 KB is refused.
 TEST(FakeCuda, DynamicSharedMemoryOverTheLimitIsReported) {
     REQUIRE_DEVICE();
     float* d = device_floats(kN, 0.0f);
@@ -207,23 +220,27 @@ TEST(FakeCuda, DynamicSharedMemoryOverTheLimitIsReported) {
     EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidValue);
     LAUNCH(noop_kernel, 1, 32, 48 * 1024, 0)(d);
     EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-    EXPECT_EQ(cudaFuncSetAttribute(noop_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024), cudaSuccess);
+    EXPECT_EQ(cudaFuncSetAttribute(noop_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024),
+              cudaSuccess);
     LAUNCH(noop_kernel, 1, 32, 64 * 1024, 0)(d);
     EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-    EXPECT_NE(cudaFuncSetAttribute(noop_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 228 * 1024), cudaSuccess);
+    EXPECT_NE(cudaFuncSetAttribute(noop_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 228 * 1024),
+              cudaSuccess);
     cudaGetLastError();
     cudaCheck(cudaDeviceSynchronize());
     cudaCheck(cudaFree(d));
 }
 
-// ---- kernel faults: sticky. Run in a child process (the emulated context, like a GPU's, is lost after one). ----
+// ---- kernel faults: sticky. Run in a child process (the emulated context, like a GPU's, is lost
+// after one). ----
 
 // The child's verdict: exit code 0 when every call after the fault returned `want`.
 void expect_sticky_after(void (*plant)(float*), cudaError_t want) {
     float* d = device_floats(kN, 0.0f);
     plant(d);
     int bad = 0;
-    if (cudaGetLastError() != cudaSuccess) bad |= 1;  // the launch itself was fine: the fault comes when it runs
+    if (cudaGetLastError() != cudaSuccess)
+        bad |= 1;  // the launch itself was fine: the fault comes when it runs
     if (cudaDeviceSynchronize() != want) bad |= 2;
     if (cudaGetLastError() != want) bad |= 4;
     if (cudaGetLastError() != want) bad |= 8;  // sticky: not cleared by reading it
@@ -236,25 +253,35 @@ TEST(FakeCudaDeathTest, OutOfBoundsWriteIsAStickyIllegalAddress) {
     REQUIRE_DEVICE();
     EMULATOR_ONLY();
 #ifdef __SANITIZE_ADDRESS__
-    GTEST_SKIP() << "under AddressSanitizer (make sanitize) device buffers are malloc'd: ASan reports the write itself";
+    GTEST_SKIP() << "under AddressSanitizer (make sanitize) device buffers are malloc'd: ASan reports the "
+                    "write itself";
 #endif
-    EXPECT_EXIT(expect_sticky_after([](float* d) { LAUNCH(out_of_bounds_kernel, kN / 256 + 1, 256, 0, 0)(d, kN); },
-                                    cudaErrorIllegalAddress),
+    EXPECT_EXIT(expect_sticky_after(
+                    [](float* d) {
+                        LAUNCH(out_of_bounds_kernel, kN / 256 + 1, 256, 0, 0)
+                        (d, kN);
+                    },
+                    cudaErrorIllegalAddress),
                 testing::ExitedWithCode(0), "kernel fault");
 }
 TEST(FakeCudaDeathTest, TrapIsAStickyLaunchFailure) {
     REQUIRE_DEVICE();
     EMULATOR_ONLY();
-    EXPECT_EXIT(expect_sticky_after([](float* d) { LAUNCH(trap_kernel, 1, 32, 0, 0)(d); }, cudaErrorLaunchFailure),
+    EXPECT_EXIT(expect_sticky_after(
+                    [](float* d) {
+                        LAUNCH(trap_kernel, 1, 32, 0, 0)
+                        (d);
+                    },
+                    cudaErrorLaunchFailure),
                 testing::ExitedWithCode(0), "__trap");
 }
 
 // ---- 3. pageable cudaMemcpy ----
 
-// Planted bug: cudaMemcpy from a pageable std::vector, then a kernel on a non-blocking stream reads the buffer
-// without a sync. cudaMemcpy returned once the source was staged; the copy lands with the legacy stream, which
-// the non-blocking stream does not wait for: the kernel reads the old data. With a device sync after the copy,
-// or from pinned memory (synchronous), it reads the new.
+// Planted bug: cudaMemcpy from a pageable std::vector, then a kernel on a non-blocking stream reads the
+// buffer without a sync. cudaMemcpy returned once the source was staged; the copy lands with the legacy
+// stream, which the non-blocking stream does not wait for: the kernel reads the old data. With a device sync
+// after the copy, or from pinned memory (synchronous), it reads the new.
 TEST(FakeCuda, PageableMemcpyMayLandAfterNonBlockingStreamWork) {
     REQUIRE_DEVICE();
     float *in = device_floats(kN, 0.0f), *out = device_floats(kN, -1.0f);
@@ -282,7 +309,8 @@ TEST(FakeCuda, PageableMemcpyMayLandAfterNonBlockingStreamWork) {
     EXPECT_EQ(to_host(out, kN)[0], 8.0f);
     cudaCheck(cudaFreeHost(pinned));
     cudaCheck(cudaStreamDestroy(s));
-    cudaCheck(cudaFree(in)); cudaCheck(cudaFree(out));
+    cudaCheck(cudaFree(in));
+    cudaCheck(cudaFree(out));
 }
 
 // ---- 4. subnormals ----
@@ -306,13 +334,15 @@ TEST(FakeCuda, KernelsFlushSubnormalsToZero) {
     EXPECT_EQ(c[1], 0.0f) << "a subnormal input must read as zero";
     EXPECT_EQ(c[2], 6.0f);
     ASSERT_NE(tiny * tiny, 0.0f) << "the host's mode must be restored after the kernel";
-    cudaCheck(cudaFree(da)); cudaCheck(cudaFree(db)); cudaCheck(cudaFree(dc));
+    cudaCheck(cudaFree(da));
+    cudaCheck(cudaFree(db));
+    cudaCheck(cudaFree(dc));
 }
 
 // ---- 5. event timing ----
 
-// Planted bugs: the elapsed time of an event never recorded, of one created without timing, of one whose work has
-// not completed.
+// Planted bugs: the elapsed time of an event never recorded, of one created without timing, of one whose work
+// has not completed.
 TEST(FakeCuda, ElapsedTimeNeedsRecordedCompletedTimingEvents) {
     REQUIRE_DEVICE();
     cudaEvent_t a, b, untimed;
@@ -334,9 +364,12 @@ TEST(FakeCuda, ElapsedTimeNeedsRecordedCompletedTimingEvents) {
     cudaCheck(cudaStreamSynchronize(s));
     EXPECT_EQ(cudaEventElapsedTime(&ms, a, b), cudaSuccess);
     EXPECT_GE(ms, 0.0f);
-    EXPECT_EQ(cudaEventElapsedTime(&ms, a, untimed), cudaErrorInvalidResourceHandle) << "created without timing";
+    EXPECT_EQ(cudaEventElapsedTime(&ms, a, untimed), cudaErrorInvalidResourceHandle)
+        << "created without timing";
     cudaGetLastError();
-    cudaCheck(cudaEventDestroy(a)); cudaCheck(cudaEventDestroy(b)); cudaCheck(cudaEventDestroy(untimed));
+    cudaCheck(cudaEventDestroy(a));
+    cudaCheck(cudaEventDestroy(b));
+    cudaCheck(cudaEventDestroy(untimed));
     cudaCheck(cudaStreamDestroy(s));
     cudaCheck(cudaFree(d));
 }

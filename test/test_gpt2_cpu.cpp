@@ -1,8 +1,9 @@
 // test_gpt2_cpu.cpp — GoogleTest suite for the CPU reference GPT-2 (gpt2_cpu.h) and the shared trainer
-// pieces (args.h, schedulers.h, adamw.h, outliers.h, logger.h, sampler.h): finite-difference gradient check, agreement with PyTorch (fixtures written by
-// dev/ref/gpt2_reference.py), 10 AdamW steps through the trainer's optimizer path, llm.c model-file round
-// trip and corrupt files, gradient accumulation, and flag / model-spec parsing.
-// Run from the repo root (fixture paths are relative). It does not test the GPU trainer or the data loader.
+// pieces (args.h, schedulers.h, adamw.h, outliers.h, logger.h, sampler.h): finite-difference gradient check,
+// agreement with PyTorch (fixtures written by dev/ref/gpt2_reference.py), 10 AdamW steps through the
+// trainer's optimizer path, llm.c model-file round trip and corrupt files, gradient accumulation, and flag /
+// model-spec parsing. Run from the repo root (fixture paths are relative). It does not test the GPU trainer
+// or the data loader.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <algorithm>
@@ -41,22 +42,40 @@ struct Fixture {
 
 static bool read_fixture(Fixture* fx, int64_t total_params, std::string* why) {
     FILE* f = fopen(kTinyFixture, "rb");
-    if (!f) { *why = "cannot open " + std::string(kTinyFixture) + " (run from the repo root)"; return false; }
+    if (!f) {
+        *why = "cannot open " + std::string(kTinyFixture) + " (run from the repo root)";
+        return false;
+    }
     int h[16];
     float hyper[8];
     bool ok = fread(h, 4, 16, f) == 16 && fread(hyper, 4, 8, f) == 8 && h[0] == FIXTURE_MAGIC && h[1] == 1;
     if (ok) {
-        fx->B = h[2]; fx->T = h[3]; fx->maxT = h[4]; fx->V = h[5]; fx->Vp = h[6]; fx->L = h[7]; fx->NH = h[8];
-        fx->C = h[9]; fx->adam_steps = h[10];
-        fx->lr = hyper[0]; fx->beta1 = hyper[1]; fx->beta2 = hyper[2]; fx->eps = hyper[3];
-        fx->weight_decay = hyper[4]; fx->grad_clip = hyper[5];
+        fx->B = h[2];
+        fx->T = h[3];
+        fx->maxT = h[4];
+        fx->V = h[5];
+        fx->Vp = h[6];
+        fx->L = h[7];
+        fx->NH = h[8];
+        fx->C = h[9];
+        fx->adam_steps = h[10];
+        fx->lr = hyper[0];
+        fx->beta1 = hyper[1];
+        fx->beta2 = hyper[2];
+        fx->eps = hyper[3];
+        fx->weight_decay = hyper[4];
+        fx->grad_clip = hyper[5];
         const size_t N = (size_t)fx->B * fx->T;
-        fx->inputs.resize(N); fx->targets.resize(N); fx->logits.resize(N * fx->Vp);
-        fx->grads_file_order.resize((size_t)total_params); fx->adam_losses.resize((size_t)fx->adam_steps);
+        fx->inputs.resize(N);
+        fx->targets.resize(N);
+        fx->logits.resize(N * fx->Vp);
+        fx->grads_file_order.resize((size_t)total_params);
+        fx->adam_losses.resize((size_t)fx->adam_steps);
         ok = fread(fx->inputs.data(), 4, N, f) == N && fread(fx->targets.data(), 4, N, f) == N &&
              fread(fx->logits.data(), 4, N * fx->Vp, f) == N * fx->Vp && fread(&fx->loss, 4, 1, f) == 1 &&
              fread(fx->grads_file_order.data(), 4, (size_t)total_params, f) == (size_t)total_params &&
-             fread(fx->adam_losses.data(), 4, (size_t)fx->adam_steps, f) == (size_t)fx->adam_steps && fgetc(f) == EOF;
+             fread(fx->adam_losses.data(), 4, (size_t)fx->adam_steps, f) == (size_t)fx->adam_steps &&
+             fgetc(f) == EOF;
     }
     fclose(f);
     if (!ok) *why = "fixture file malformed or of another version";
@@ -67,9 +86,18 @@ static bool read_fixture(Fixture* fx, int64_t total_params, std::string* why) {
 static bool load_model(GPT2CPU* m, const char* path, std::string* why) {
     char err[512];
     GPTConfig cfg;
-    if (!gpt_read_header(path, &cfg, err, sizeof err)) { *why = err; return false; }
-    if (!gpt2_cpu_build(m, &cfg)) { *why = m->error; return false; }
-    if (!gpt_load_params(path, &cfg, m->params, err, sizeof err)) { *why = err; return false; }
+    if (!gpt_read_header(path, &cfg, err, sizeof err)) {
+        *why = err;
+        return false;
+    }
+    if (!gpt2_cpu_build(m, &cfg)) {
+        *why = m->error;
+        return false;
+    }
+    if (!gpt_load_params(path, &cfg, m->params, err, sizeof err)) {
+        *why = err;
+        return false;
+    }
     return true;
 }
 
@@ -91,7 +119,8 @@ static std::vector<TensorRef> tensors_in_file_order(const GPTConfig* c, const Pa
                                gpt_layer_offset(p, l) + p->layer_offset[t], p->layer_size[t],
                                layer_tensor_is_matrix[t] != 0});
             else
-                out.push_back({embed_tensor_names[t], p->embed_offset[t], p->embed_size[t], embed_tensor_is_matrix[t] != 0});
+                out.push_back({embed_tensor_names[t], p->embed_offset[t], p->embed_size[t],
+                               embed_tensor_is_matrix[t] != 0});
         }
     }
     return out;
@@ -135,7 +164,8 @@ TEST(PyTorchReference, ForwardBackwardMatches) {
 
     ASSERT_TRUE(gpt2_cpu_forward(&m, fx.inputs.data(), fx.targets.data(), fx.B, fx.T)) << m.error;
     const int64_t nlogits = (int64_t)fx.B * fx.T * fx.Vp;
-    const double logit_err = max_abs_diff(m.acts.logits, fx.logits.data(), nlogits) / max_abs(fx.logits.data(), nlogits);
+    const double logit_err =
+        max_abs_diff(m.acts.logits, fx.logits.data(), nlogits) / max_abs(fx.logits.data(), nlogits);
     printf("  logits: max error %.3g (relative to max |logit|)\n", logit_err);
     EXPECT_LE(logit_err, 1e-5);
     printf("  loss: ours %.7f torch %.7f\n", m.mean_loss, fx.loss);
@@ -152,10 +182,14 @@ TEST(PyTorchReference, ForwardBackwardMatches) {
         ASSERT_GT(scale, 0.0) << t.name << ": the reference gradient is all zero, the fixture is too weak";
         const double err = max_abs_diff(m.grads + t.offset, want, t.size) / scale;
         EXPECT_LE(err, 1e-5) << "gradient of " << t.name;
-        if (err > worst) { worst = err; worst_name = t.name; }
+        if (err > worst) {
+            worst = err;
+            worst_name = t.name;
+        }
         file_pos += t.size;
     }
-    printf("  gradients: worst tensor %s, max error %.3g (relative to its max |grad|)\n", worst_name.c_str(), worst);
+    printf("  gradients: worst tensor %s, max error %.3g (relative to its max |grad|)\n", worst_name.c_str(),
+           worst);
     // the padded wte rows never see a gradient
     const float* dwte = m.grads + m.layout.embed_offset[WTE];
     EXPECT_EQ(max_abs(dwte + (int64_t)fx.V * fx.C, (int64_t)(fx.Vp - fx.V) * fx.C), 0.0);
@@ -185,11 +219,12 @@ TEST(PyTorchReference, AdamWStepsMatch) {
         ASSERT_TRUE(gpt2_cpu_forward(&m, fx.inputs.data(), fx.targets.data(), fx.B, fx.T)) << m.error;
         gpt2_cpu_zero_grad(&m);
         ASSERT_TRUE(gpt2_cpu_backward(&m)) << m.error;
-        const float norm = adamw_step_model_f32grad(&m.config, &m.layout, m.params, m.grads, adam_m.data(), adam_v.data(),
-                                                    1, args.lr, &args, step + 1);
+        const float norm = adamw_step_model_f32grad(&m.config, &m.layout, m.params, m.grads, adam_m.data(),
+                                                    adam_v.data(), 1, args.lr, &args, step + 1);
         ASSERT_TRUE(isfinite(norm));
         const double err = fabs((double)m.mean_loss - fx.adam_losses[(size_t)step]);
-        printf("  step %d: loss ours %.6f torch %.6f (norm %.4f)\n", step, m.mean_loss, fx.adam_losses[(size_t)step], norm);
+        printf("  step %d: loss ours %.6f torch %.6f (norm %.4f)\n", step, m.mean_loss,
+               fx.adam_losses[(size_t)step], norm);
         EXPECT_LE(err, 1e-5) << "step " << step;
         worst = fmax(worst, err);
     }
@@ -240,10 +275,14 @@ TEST(GradientCheck, FiniteDifferencesEveryTensor) {
         const double lm = loss_of(&m, in, tg, B, T);
         for (int64_t i = 0; i < t.size; i++) w[i] = saved[(size_t)i];
         double fd = (lp - lm) / (2.0 * h);
-        EXPECT_LE(fabs(fd - analytic), 2e-2 * fabs(analytic) + 3e-3) << t.name << " direction: fd " << fd << " analytic " << analytic;
+        EXPECT_LE(fabs(fd - analytic), 2e-2 * fabs(analytic) + 3e-3)
+            << t.name << " direction: fd " << fd << " analytic " << analytic;
         if (fabs(analytic) > 0.05) {
             const double rel = fabs(fd - analytic) / fabs(analytic);
-            if (rel > worst_rel) { worst_rel = rel; worst_name = t.name + " (direction)"; }
+            if (rel > worst_rel) {
+                worst_rel = rel;
+                worst_name = t.name + " (direction)";
+            }
         }
         // (2) the largest coordinates
         std::vector<int64_t> idx;
@@ -264,10 +303,14 @@ TEST(GradientCheck, FiniteDifferencesEveryTensor) {
             const double lm1 = loss_of(&m, in, tg, B, T);
             w[i] = w0;
             fd = (lp1 - lm1) / (2.0 * h);
-            EXPECT_LE(fabs(fd - g[i]), 2e-2 * fabs(g[i]) + 3e-3) << t.name << "[" << i << "]: fd " << fd << " analytic " << g[i];
+            EXPECT_LE(fabs(fd - g[i]), 2e-2 * fabs(g[i]) + 3e-3)
+                << t.name << "[" << i << "]: fd " << fd << " analytic " << g[i];
             if (fabs(g[i]) > 0.05) {
                 const double rel = fabs(fd - g[i]) / fabs(g[i]);
-                if (rel > worst_rel) { worst_rel = rel; worst_name = t.name + "[" + std::to_string(i) + "]"; }
+                if (rel > worst_rel) {
+                    worst_rel = rel;
+                    worst_name = t.name + "[" + std::to_string(i) + "]";
+                }
             }
         }
     }
@@ -320,14 +363,16 @@ TEST(GradAccumulation, BackwardAddsIntoGrads) {
     GPT2CPU m;
     std::string why;
     ASSERT_TRUE(load_model(&m, kTinyModel, &why)) << why;
-    std::vector<int> in = random_tokens(16, m.config.vocab_size, 31), tg = random_tokens(16, m.config.vocab_size, 32);
+    std::vector<int> in = random_tokens(16, m.config.vocab_size, 31),
+                     tg = random_tokens(16, m.config.vocab_size, 32);
     ASSERT_TRUE(gpt2_cpu_forward(&m, in.data(), tg.data(), 2, 8)) << m.error;
     gpt2_cpu_zero_grad(&m);
     ASSERT_TRUE(gpt2_cpu_backward(&m));
     std::vector<float> once(m.grads, m.grads + m.layout.total);
     ASSERT_TRUE(gpt2_cpu_backward(&m));  // same activations again: twice, up to the order of the additions
     const double scale = max_abs(once.data(), m.layout.total);
-    for (int64_t i = 0; i < m.layout.total; i++) ASSERT_NEAR(m.grads[i], 2.0f * once[(size_t)i], 1e-6 * scale) << i;
+    for (int64_t i = 0; i < m.layout.total; i++)
+        ASSERT_NEAR(m.grads[i], 2.0f * once[(size_t)i], 1e-6 * scale) << i;
     gpt2_cpu_free(&m);
 }
 
@@ -371,12 +416,15 @@ TEST(Matmul, MatchesNaive) {
         matmul_nn(C.data(), A.data(), K, 1, Bm.data(), M, N, K, 1);  // accumulate, A row-major
         std::vector<float> At((size_t)(K * M));
         transpose(At.data(), A.data(), M, K);
-        matmul_nn(Ct.data(), At.data(), 1, M, Bm.data(), M, N, K, 0);  // overwrite, A through a transposed view
+        matmul_nn(Ct.data(), At.data(), 1, M, Bm.data(), M, N, K,
+                  0);  // overwrite, A through a transposed view
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < N; j++) {
                 double ref = 0;
-                for (int64_t k = 0; k < K; k++) ref += (double)A[(size_t)(i * K + k)] * Bm[(size_t)(k * N + j)];
-                ASSERT_NEAR(C[(size_t)(i * N + j)], C0[(size_t)(i * N + j)] + ref, 1e-4) << M << "x" << N << "x" << K;
+                for (int64_t k = 0; k < K; k++)
+                    ref += (double)A[(size_t)(i * K + k)] * Bm[(size_t)(k * N + j)];
+                ASSERT_NEAR(C[(size_t)(i * N + j)], C0[(size_t)(i * N + j)] + ref, 1e-4)
+                    << M << "x" << N << "x" << K;
                 ASSERT_NEAR(Ct[(size_t)(i * N + j)], ref, 1e-4) << M << "x" << N << "x" << K;
             }
     }
@@ -442,12 +490,15 @@ TEST(ModelFile, RoundTripIsBitIdentical) {
     ASSERT_TRUE(load_model(&m4, path.c_str(), &why)) << why;
     EXPECT_EQ(memcmp(m3.params, m4.params, (size_t)m3.layout.total * 4), 0);
     remove(path.c_str());
-    gpt2_cpu_free(&m); gpt2_cpu_free(&m2); gpt2_cpu_free(&m3); gpt2_cpu_free(&m4);
+    gpt2_cpu_free(&m);
+    gpt2_cpu_free(&m2);
+    gpt2_cpu_free(&m3);
+    gpt2_cpu_free(&m4);
 }
 
-// llm.c's bf16 model files (version 5: its CUDA trainer's checkpoints, gpt2_124M_bf16.bin): made here from the
-// fp32 fixture by rounding every value to bf16 (nearest even) in the file's own tensor order; they load as
-// exactly those bf16 values, in the same layer-major places as the fp32 file's values.
+// llm.c's bf16 model files (version 5: its CUDA trainer's checkpoints, gpt2_124M_bf16.bin): made here from
+// the fp32 fixture by rounding every value to bf16 (nearest even) in the file's own tensor order; they load
+// as exactly those bf16 values, in the same layer-major places as the fp32 file's values.
 TEST(ModelFile, ReadsLlmcBf16Files) {
     const std::vector<char> fp32 = read_bytes(kTinyModel);
     ASSERT_GT(fp32.size(), 1024u);
@@ -481,7 +532,8 @@ TEST(ModelFile, ReadsLlmcBf16Files) {
     EXPECT_EQ(mismatches, 0) << "of " << a.layout.total;
     EXPECT_GT(rounded, a.layout.total / 2) << "the fixture's values are not all bf16 already";
     remove(path.c_str());
-    gpt2_cpu_free(&a); gpt2_cpu_free(&b);
+    gpt2_cpu_free(&a);
+    gpt2_cpu_free(&b);
 }
 
 // Corrupt files give a one-line error, never a crash.
@@ -570,14 +622,31 @@ TEST(TrainArgs, GoodFlags) {
     EXPECT_EQ(parse(&a, "-j", "data/val_*.bin", &err), 1);
     EXPECT_EQ(parse(&a, "-e", "d12", &err), 1);
     EXPECT_EQ(parse(&a, "-o", "log_x", &err), 1);
-    EXPECT_EQ(a.B, 8); EXPECT_EQ(a.T, 64); EXPECT_EQ(a.total_batch_tokens, 1024); EXPECT_FLOAT_EQ(a.lr, 1e-3f);
-    EXPECT_EQ(a.warmup_steps, 10); EXPECT_FLOAT_EQ(a.final_lr_frac, 0.1f); EXPECT_FLOAT_EQ(a.weight_decay, 0.1f);
-    EXPECT_EQ(a.lr_schedule, LR_WSD); EXPECT_EQ(a.grad_clip, 0.0f); EXPECT_EQ(a.max_steps, -1); EXPECT_EQ(a.val_every, 25); EXPECT_EQ(a.val_max_batches, 0);
-    EXPECT_EQ(a.sample_every, 100); EXPECT_EQ(a.gen_tokens, 32); EXPECT_EQ(a.checkpoint_every, 50); EXPECT_EQ(a.resume, 1);
-    EXPECT_EQ(a.keep_checkpoints, 3); EXPECT_EQ(a.major_checkpoint_every, 500); EXPECT_EQ(a.overfit_single_batch, 1);
-    EXPECT_FLOAT_EQ(a.skip_loss_z, 4.5f); EXPECT_FLOAT_EQ(a.skip_grad_z, 6.0f);
-    EXPECT_STREQ(a.train_data, "data/train_*.bin"); EXPECT_STREQ(a.val_data, "data/val_*.bin");
-    EXPECT_STREQ(a.model, "d12"); EXPECT_STREQ(a.output_dir, "log_x");
+    EXPECT_EQ(a.B, 8);
+    EXPECT_EQ(a.T, 64);
+    EXPECT_EQ(a.total_batch_tokens, 1024);
+    EXPECT_FLOAT_EQ(a.lr, 1e-3f);
+    EXPECT_EQ(a.warmup_steps, 10);
+    EXPECT_FLOAT_EQ(a.final_lr_frac, 0.1f);
+    EXPECT_FLOAT_EQ(a.weight_decay, 0.1f);
+    EXPECT_EQ(a.lr_schedule, LR_WSD);
+    EXPECT_EQ(a.grad_clip, 0.0f);
+    EXPECT_EQ(a.max_steps, -1);
+    EXPECT_EQ(a.val_every, 25);
+    EXPECT_EQ(a.val_max_batches, 0);
+    EXPECT_EQ(a.sample_every, 100);
+    EXPECT_EQ(a.gen_tokens, 32);
+    EXPECT_EQ(a.checkpoint_every, 50);
+    EXPECT_EQ(a.resume, 1);
+    EXPECT_EQ(a.keep_checkpoints, 3);
+    EXPECT_EQ(a.major_checkpoint_every, 500);
+    EXPECT_EQ(a.overfit_single_batch, 1);
+    EXPECT_FLOAT_EQ(a.skip_loss_z, 4.5f);
+    EXPECT_FLOAT_EQ(a.skip_grad_z, 6.0f);
+    EXPECT_STREQ(a.train_data, "data/train_*.bin");
+    EXPECT_STREQ(a.val_data, "data/val_*.bin");
+    EXPECT_STREQ(a.model, "d12");
+    EXPECT_STREQ(a.output_dir, "log_x");
     char e[256];
     EXPECT_TRUE(train_args_check(&a, e, sizeof e)) << e;
     EXPECT_EQ(grad_accum_steps(&a), 2);
@@ -587,7 +656,7 @@ TEST(TrainArgs, BadFlags) {
     TrainArgs a;
     train_args_defaults(&a);
     std::string err;
-    EXPECT_EQ(parse(&a, "-z", "1", &err), -1);      // not ours: the caller reports unknown flags
+    EXPECT_EQ(parse(&a, "-z", "1", &err), -1);  // not ours: the caller reports unknown flags
     EXPECT_EQ(parse(&a, "--lr", "1", &err), -1);
     EXPECT_EQ(parse(&a, "b", "1", &err), -1);
     EXPECT_EQ(parse(&a, "-b", "0", &err), 0);
@@ -614,7 +683,9 @@ TEST(TrainArgs, BadFlags) {
     EXPECT_EQ(parse(&a, "-nkk", "1", &err), -1);
     // -d must be a multiple of B*T
     train_args_defaults(&a);
-    a.B = 4; a.T = 64; a.total_batch_tokens = 1000;
+    a.B = 4;
+    a.T = 64;
+    a.total_batch_tokens = 1000;
     char e[256];
     EXPECT_FALSE(train_args_check(&a, e, sizeof e));
     EXPECT_NE(strstr(e, "multiple"), nullptr) << e;
@@ -623,11 +694,12 @@ TEST(TrainArgs, BadFlags) {
     EXPECT_FALSE(train_args_check(&a, e, sizeof e));
     a.output_dir = "log_x";
     EXPECT_TRUE(train_args_check(&a, e, sizeof e)) << e;
-    a.checkpoint_every = 0;   // -nk / -nm choose among checkpoints: without -n there are none
+    a.checkpoint_every = 0;  // -nk / -nm choose among checkpoints: without -n there are none
     a.keep_checkpoints = 2;
     EXPECT_FALSE(train_args_check(&a, e, sizeof e));
     EXPECT_NE(strstr(e, "-nk and -nm"), nullptr) << e;
-    a.keep_checkpoints = 0; a.major_checkpoint_every = 5;
+    a.keep_checkpoints = 0;
+    a.major_checkpoint_every = 5;
     EXPECT_FALSE(train_args_check(&a, e, sizeof e));
 }
 
@@ -694,11 +766,12 @@ TEST(ModelSpec, FilesAndBadSpecs) {
     GPTConfig c;
     char e[256];
     // not specs: the caller opens them as llm.c model files
-    for (const char* f : {"gpt2_124M.bin", "model", "dir/d12", "./d12", "d12.bin", "data12", "L4x", "124mb", "d"})
+    for (const char* f :
+         {"gpt2_124M.bin", "model", "dir/d12", "./d12", "d12.bin", "data12", "L4x", "124mb", "d"})
         EXPECT_EQ(parse_model_spec(f, &c, e, sizeof e), 2) << f;
     // malformed or invalid specs
-    for (const char* s : {"d0", "L4:C128", "L4:C100:NH4", "L4:C128:NH3", "L4:C128:NH4:X9", "L4:C128:NH4:T", "L0:C128:NH4",
-                          "L4:C128:NH4:T0", "124m:Q5", "d12:", "L4::C128:NH4"}) {
+    for (const char* s : {"d0", "L4:C128", "L4:C100:NH4", "L4:C128:NH3", "L4:C128:NH4:X9", "L4:C128:NH4:T",
+                          "L0:C128:NH4", "L4:C128:NH4:T0", "124m:Q5", "d12:", "L4::C128:NH4"}) {
         e[0] = '\0';
         EXPECT_EQ(parse_model_spec(s, &c, e, sizeof e), 0) << s;
         EXPECT_NE(e[0], '\0') << s;
@@ -708,7 +781,9 @@ TEST(ModelSpec, FilesAndBadSpecs) {
 TEST(Schedule, WarmupCosineAndClip) {
     TrainArgs a;
     train_args_defaults(&a);
-    a.lr = 1e-3f; a.warmup_steps = 10; a.final_lr_frac = 0.1f;
+    a.lr = 1e-3f;
+    a.warmup_steps = 10;
+    a.final_lr_frac = 0.1f;
     EXPECT_FLOAT_EQ(learning_rate_at(&a, 0, 100), 1e-4f);
     EXPECT_FLOAT_EQ(learning_rate_at(&a, 9, 100), 1e-3f);
     EXPECT_FLOAT_EQ(learning_rate_at(&a, 10, 100), 1e-3f);
@@ -719,18 +794,22 @@ TEST(Schedule, WarmupCosineAndClip) {
     a.warmup_steps = 0;
     EXPECT_FLOAT_EQ(learning_rate_at(&a, 0, 100), 1e-3f);
     // a resumed run that lowered -x stays at the end of the decay
-    a.final_lr_frac = 0.1f; a.warmup_steps = 10;
+    a.final_lr_frac = 0.1f;
+    a.warmup_steps = 10;
     EXPECT_NEAR(learning_rate_at(&a, 120, 100), 1e-4f, 1e-9);
     EXPECT_FLOAT_EQ(clip_scale(0.5f, 1.0f), 1.0f);
     EXPECT_NEAR(clip_scale(4.0f, 1.0f), 0.25f, 1e-6);
     EXPECT_FLOAT_EQ(clip_scale(1000.0f, 0.0f), 1.0f);
 }
 
-// -k linear / constant / wsd: llm.c's schedulers after the same warmup (a 100-step run, lr 1e-3, 10 warmup steps).
+// -k linear / constant / wsd: llm.c's schedulers after the same warmup (a 100-step run, lr 1e-3,
+// 10 warmup steps).
 TEST(Schedule, LinearConstantAndWsd) {
     TrainArgs a;
     train_args_defaults(&a);
-    a.lr = 1e-3f; a.warmup_steps = 10; a.final_lr_frac = 0.1f;
+    a.lr = 1e-3f;
+    a.warmup_steps = 10;
+    a.final_lr_frac = 0.1f;
     for (int s : {LR_LINEAR, LR_CONSTANT, LR_WSD}) {  // the warmup is the same for every schedule
         a.lr_schedule = s;
         EXPECT_FLOAT_EQ(learning_rate_at(&a, 0, 100), 1e-4f) << s;
@@ -744,13 +823,15 @@ TEST(Schedule, LinearConstantAndWsd) {
     EXPECT_NEAR(learning_rate_at(&a, 100, 100), 1e-4f, 1e-9);
     a.lr_schedule = LR_CONSTANT;
     for (int step : {11, 50, 99, 150}) EXPECT_FLOAT_EQ(learning_rate_at(&a, step, 100), 1e-3f) << step;
-    a.lr_schedule = LR_WSD;  // stable until step 80 (80% of 100), then lr_min + (1 - sqrt((step - 80) / 20)) (lr - lr_min)
+    a.lr_schedule = LR_WSD;  // stable until step 80 (80% of 100), then lr_min + (1 - sqrt((step - 80) / 20))
+                             // (lr - lr_min)
     EXPECT_FLOAT_EQ(learning_rate_at(&a, 50, 100), 1e-3f);
     EXPECT_FLOAT_EQ(learning_rate_at(&a, 79, 100), 1e-3f);
     EXPECT_FLOAT_EQ(learning_rate_at(&a, 80, 100), 1e-3f);
     EXPECT_NEAR(learning_rate_at(&a, 85, 100), 1e-4f + 0.5f * 0.9e-3f, 1e-9);  // sqrt(5/20) = 1/2
     EXPECT_NEAR(learning_rate_at(&a, 100, 100), 1e-4f, 1e-9);
-    a.warmup_steps = 90;  // a warmup past the decay's start: the decay then starts from lr where the warmup ends
+    a.warmup_steps =
+        90;  // a warmup past the decay's start: the decay then starts from lr where the warmup ends
     EXPECT_FLOAT_EQ(learning_rate_at(&a, 89, 100), 1e-3f);
     EXPECT_NEAR(learning_rate_at(&a, 95, 100), 1e-4f + (1.0f - sqrtf(0.75f)) * 0.9e-3f, 1e-9);
     for (int s = 0; s < LR_SCHEDULES; s++) EXPECT_STRNE(lr_schedule_name(s), "unknown");
@@ -759,7 +840,8 @@ TEST(Schedule, LinearConstantAndWsd) {
 
 TEST(Sampling, SoftmaxSamplerIgnoresPadding) {
     std::vector<float> logits(128, -1e9f);
-    logits[3] = 0.0f; logits[7] = 0.0f;             // two equally likely tokens among V = 100
+    logits[3] = 0.0f;
+    logits[7] = 0.0f;                                           // two equally likely tokens among V = 100
     for (int v = 100; v < 128; v++) logits[(size_t)v] = 50.0f;  // huge padded logits must be ignored
     int count3 = 0, count7 = 0;
     uint64_t rng = 42;
@@ -789,13 +871,15 @@ TEST(Logger, WritesTrainAndValLines) {
     // validates at step 1 again and logs that line itself, so it appears once
     ASSERT_TRUE(logger_open(&lg, dir.c_str(), 1, e, sizeof e)) << e;
     std::vector<char> b = read_bytes(dir + "/main.log");
-    EXPECT_EQ(std::string(b.begin(), b.end()), "s:0 tel:4.500000\ns:1 trl:3.500000 lr:6.0000e-04 norm:1.2500\n");
+    EXPECT_EQ(std::string(b.begin(), b.end()),
+              "s:0 tel:4.500000\ns:1 trl:3.500000 lr:6.0000e-04 norm:1.2500\n");
     logger_val(&lg, 1, 4.25f);
     logger_train(&lg, 2, 3.0f, 4e-4f, 0.75f);
     logger_close(&lg);
     b = read_bytes(dir + "/main.log");
-    EXPECT_EQ(std::string(b.begin(), b.end()), "s:0 tel:4.500000\ns:1 trl:3.500000 lr:6.0000e-04 norm:1.2500\ns:1 tel:4.250000\n"
-                                                     "s:2 trl:3.000000 lr:4.0000e-04 norm:0.7500\n");
+    EXPECT_EQ(std::string(b.begin(), b.end()),
+              "s:0 tel:4.500000\ns:1 trl:3.500000 lr:6.0000e-04 norm:1.2500\ns:1 tel:4.250000\n"
+              "s:2 trl:3.000000 lr:4.0000e-04 norm:0.7500\n");
     EXPECT_EQ(access((dir + "/main.log.tmp").c_str(), F_OK), -1) << "temporary file left behind";
     ASSERT_TRUE(logger_open(&lg, dir.c_str(), -1, e, sizeof e)) << e;  // a fresh run starts a fresh log
     logger_close(&lg);
@@ -809,8 +893,8 @@ TEST(Logger, WritesTrainAndValLines) {
     EXPECT_FALSE(logger_open(&lg, "/proc/no_such_dir/x", -1, e, sizeof e));
 }
 
-// -sl / -sg: the z-score of a value against the OUTLIER_WINDOW values before it (NaN until there are that many),
-// and the skip decision on it.
+// -sl / -sg: the z-score of a value against the OUTLIER_WINDOW values before it (NaN until there are that
+// many), and the skip decision on it.
 TEST(Outliers, ZScoreAgainstTheWindowBefore) {
     // a window of 1, 3, 1, 3, ...: mean 2, standard deviation 1
     auto alternating = [](OutlierWindow* w, double lo, double hi) {
@@ -821,15 +905,16 @@ TEST(Outliers, ZScoreAgainstTheWindowBefore) {
     alternating(&w, 1.0, 3.0);
     EXPECT_DOUBLE_EQ(outlier_z(&w, 5.0), 3.0);
     // now 5 stands where the oldest 1 was: 63 ones, 64 threes, a five
-    EXPECT_NEAR(outlier_z(&w, 5.0), (5.0 - 260.0 / 128) / sqrt((63 + 64 * 9 + 25) / 128.0 - pow(260.0 / 128, 2)), 1e-12);
+    EXPECT_NEAR(outlier_z(&w, 5.0),
+                (5.0 - 260.0 / 128) / sqrt((63 + 64 * 9 + 25) / 128.0 - pow(260.0 / 128, 2)), 1e-12);
 
     auto flat = [](OutlierWindow* w, double x) {
         memset(w, 0, sizeof *w);
         for (int i = 0; i < OUTLIER_WINDOW; i++) outlier_z(w, x);
     };
     flat(&w, 7.0);
-    EXPECT_EQ(outlier_z(&w, 7.0), 0.0);       // a flat window: the same value is no outlier,
-    EXPECT_EQ(outlier_z(&w, 6.0), 0.0);       // nor a lower one (not a spike),
+    EXPECT_EQ(outlier_z(&w, 7.0), 0.0);  // a flat window: the same value is no outlier,
+    EXPECT_EQ(outlier_z(&w, 6.0), 0.0);  // nor a lower one (not a spike),
     flat(&w, 7.0);
     EXPECT_EQ(outlier_z(&w, 7.5), INFINITY);  // but any higher one is
     for (int i = 0; i < OUTLIER_WINDOW; i++) outlier_z(&w, 9.0);
@@ -841,7 +926,8 @@ TEST(Outliers, ZScoreAgainstTheWindowBefore) {
     char why[96];
     alternating(&losses, 1.0, 3.0);
     alternating(&norms, 0.1, 0.3);
-    EXPECT_FALSE(outlier_skip(&a, &losses, &norms, 100.0, 100.0, why, sizeof why)) << "off by default: " << why;
+    EXPECT_FALSE(outlier_skip(&a, &losses, &norms, 100.0, 100.0, why, sizeof why))
+        << "off by default: " << why;
     a.skip_loss_z = 4.0f;
     a.skip_grad_z = 4.0f;
     alternating(&losses, 1.0, 3.0);
@@ -858,8 +944,8 @@ TEST(Outliers, ZScoreAgainstTheWindowBefore) {
     EXPECT_STREQ(why, "");
 }
 
-// A log on a full disk (/dev/full: every write fails with ENOSPC): one warning that names the file, the reason
-// and the first step missing, then silence; the run goes on.
+// A log on a full disk (/dev/full: every write fails with ENOSPC): one warning that names the file, the
+// reason and the first step missing, then silence; the run goes on.
 TEST(Logger, FullDiskWarnsOnceAndGoesOn) {
     TrainLogger lg;
     lg.f = fopen("/dev/full", "w");
@@ -871,19 +957,21 @@ TEST(Logger, FullDiskWarnsOnceAndGoesOn) {
     logger_val(&lg, 7, 4.0f);
     logger_train(&lg, 8, 3.25f, 1e-3f, 1.0f);
     const std::string err = testing::internal::GetCapturedStderr();
-    EXPECT_EQ(err, "warning: cannot write /dev/full (No space left on device): its lines from step 7 on are missing "
-                   "(stdout has them)\n");
+    EXPECT_EQ(
+        err,
+        "warning: cannot write /dev/full (No space left on device): its lines from step 7 on are missing "
+        "(stdout has them)\n");
     EXPECT_EQ(lg.lost, 1);
     logger_close(&lg);
 }
 
-// -nk / -nm on a directory of train_gpt checkpoints (DONE marker, model and state file per step): after the one
-// of step 12, the 3 newest complete ones stay, and every one at a multiple of 4; incomplete ones (no DONE: step
-// 5), ones after the newest (an earlier pass over steps the run rewrites: 14) and files that only look like
-// checkpoint files stay too.
-// checkpoint.h end to end on the host: a checkpoint saved at step 7 after 5 updates (-sl skipped 2) reads back
-// whole (model file, m, v, data position, step, update count), is the one a resume picks, and its header holds
-// the run's hyperparameters (the same flags: no warning; another -l: one).
+// -nk / -nm on a directory of train_gpt checkpoints (DONE marker, model and state file per step): after the
+// one of step 12, the 3 newest complete ones stay, and every one at a multiple of 4; incomplete ones (no
+// DONE: step 5), ones after the newest (an earlier pass over steps the run rewrites: 14) and files that only
+// look like checkpoint files stay too. checkpoint.h end to end on the host: a checkpoint saved at step 7
+// after 5 updates (-sl skipped 2) reads back whole (model file, m, v, data position, step, update count), is
+// the one a resume picks, and its header holds the run's hyperparameters (the same flags: no warning;
+// another -l: one).
 TEST(Checkpoints, SaveThenResumeRoundTrip) {
     const std::string dir = "build/test_ckpt_" + std::to_string((long long)getpid());
     const GPTConfig cfg = {32, 300, 384, 2, 2, 64};
@@ -897,10 +985,20 @@ TEST(Checkpoints, SaveThenResumeRoundTrip) {
     }
     TrainArgs a;
     train_args_defaults(&a);
-    a.B = 2; a.T = 32; a.total_batch_tokens = 128; a.max_steps = 20; a.lr = 1e-3f;
+    a.B = 2;
+    a.T = 32;
+    a.total_batch_tokens = 128;
+    a.max_steps = 20;
+    a.lr = 1e-3f;
     DataLoaderState ds;
     memset(&ds, 0, sizeof ds);
-    ds.epoch = 1; ds.shard_index = 0; ds.batch_index = 3; ds.seed = 42; ds.shuffle = 1; ds.B = 2; ds.T = 32;
+    ds.epoch = 1;
+    ds.shard_index = 0;
+    ds.batch_index = 3;
+    ds.seed = 42;
+    ds.shuffle = 1;
+    ds.B = 2;
+    ds.T = 32;
     ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
     checkpoint_save(dir.c_str(), 7, 5, &cfg, master.data(), m.data(), v.data(), &a, 2, 32, &ds);
 
@@ -929,9 +1027,11 @@ TEST(Checkpoints, SaveThenResumeRoundTrip) {
     a.lr = 2e-3f;
     testing::internal::CaptureStderr();
     check_resume_args(header, &a, 20, 128, dir.c_str());
-    EXPECT_EQ(testing::internal::GetCapturedStderr(),
-              "warning: resume: -l 0.002 differs from the checkpoint's 0.001: the lr schedule changes from here\n");
-    for (const char* f : {"DONE_00000007", "model_00000007.bin", "state_00000007.bin"}) remove((dir + "/" + f).c_str());
+    EXPECT_EQ(
+        testing::internal::GetCapturedStderr(),
+        "warning: resume: -l 0.002 differs from the checkpoint's 0.001: the lr schedule changes from here\n");
+    for (const char* f : {"DONE_00000007", "model_00000007.bin", "state_00000007.bin"})
+        remove((dir + "/" + f).c_str());
     EXPECT_EQ(rmdir(dir.c_str()), 0) << "checkpoint_save left other files";
 }
 
@@ -943,7 +1043,11 @@ TEST(Checkpoints, PruneKeepsTheNewestAndTheMajorOnes) {
         snprintf(n, sizeof n, "%s%08d%s", prefix, step, suffix);
         return std::string(n);
     };
-    auto touch = [&](const std::string& n) { FILE* f = fopen((dir + "/" + n).c_str(), "w"); ASSERT_NE(f, nullptr); fclose(f); };
+    auto touch = [&](const std::string& n) {
+        FILE* f = fopen((dir + "/" + n).c_str(), "w");
+        ASSERT_NE(f, nullptr);
+        fclose(f);
+    };
     auto exists = [&](const std::string& n) { return access((dir + "/" + n).c_str(), F_OK) == 0; };
     const int complete[] = {1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 14};
     for (int s : complete) {
@@ -951,13 +1055,13 @@ TEST(Checkpoints, PruneKeepsTheNewestAndTheMajorOnes) {
         touch(name("model_", s, ".bin"));
         touch(name("state_", s, ".bin"));
     }
-    touch(name("model_", 5, ".bin"));                                      // a save that died before its DONE
+    touch(name("model_", 5, ".bin"));  // a save that died before its DONE
     for (const char* other : {"DONE_7x", "model_00000002.bin.tmp", "main.log", "DONE_0000005"}) touch(other);
     const CheckpointFile files[] = {{"DONE_", ""}, {"model_", ".bin"}, {"state_", ".bin"}};
     char e[512] = "";
     ASSERT_TRUE(prune_checkpoints(dir.c_str(), 12, 3, 4, files, 3, e, sizeof e)) << e;
-    // "DONE_0000005" reads as step 5 but is not a name the trainer writes: it is left alone, and so are the files
-    // of step 5
+    // "DONE_0000005" reads as step 5 but is not a name the trainer writes: it is left alone, and so are the
+    // files of step 5
     const std::vector<int> kept = {4, 8, 10, 11, 12, 14};
     for (int s : complete) {
         const bool keep = std::find(kept.begin(), kept.end(), s) != kept.end();
@@ -967,8 +1071,10 @@ TEST(Checkpoints, PruneKeepsTheNewestAndTheMajorOnes) {
         }
     }
     EXPECT_TRUE(exists(name("model_", 5, ".bin")));
-    for (const char* other : {"DONE_7x", "model_00000002.bin.tmp", "main.log", "DONE_0000005"}) EXPECT_TRUE(exists(other)) << other;
-    // -nk 0 keeps everything; with only model files named (files[0] is what makes a checkpoint complete), those are the markers
+    for (const char* other : {"DONE_7x", "model_00000002.bin.tmp", "main.log", "DONE_0000005"})
+        EXPECT_TRUE(exists(other)) << other;
+    // -nk 0 keeps everything; with only model files named (files[0] is what makes a checkpoint complete),
+    // those are the markers
     ASSERT_TRUE(prune_checkpoints(dir.c_str(), 12, 0, 0, files, 3, e, sizeof e)) << e;
     EXPECT_TRUE(exists(name("DONE_", 10, "")));
     const CheckpointFile models[] = {{"model_", ".bin"}};

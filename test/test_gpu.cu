@@ -16,12 +16,12 @@
 //   logits 2e-2, every gradient tensor 5e-2 (gradients pass through twice as many bf16 roundings),
 //   loss and gradient norm 2e-2 relative, 10-step losses within 2e-2 relative of the CPU trainer's.
 // Runs of the GPU trainer that must agree with each other (slot count, accumulation split, resume, resident
-// layers) do the same bf16 math, up to the order of fp32 sums: the backward pass's atomics add in any order, and
-// cuBLAS may pick another algorithm (another summation order) for buffers at other addresses. Such a difference
-// is ~1e-6 relative, but it flips the bf16 rounding of some elements and, from step 2 on, AdamW's first steps
-// amplify it (expect_same_training below). So no comparison of two GPU runs is bit for bit on a GPU: bit for bit
-// only under #ifdef FAKE_CUDA_DEVICE, where the emulation adds every sum in one fixed order. Every bound is
-// printed with what was measured ("[margin] ..." lines, gpu_test_common.h `within`).
+// layers) do the same bf16 math, up to the order of fp32 sums: the backward pass's atomics add in any order,
+// and cuBLAS may pick another algorithm (another summation order) for buffers at other addresses. Such a
+// difference is ~1e-6 relative, but it flips the bf16 rounding of some elements and, from step 2 on, AdamW's
+// first steps amplify it (expect_same_training below). So no comparison of two GPU runs is bit for bit on a
+// GPU: bit for bit only under #ifdef FAKE_CUDA_DEVICE, where the emulation adds every sum in one fixed order.
+// Every bound is printed with what was measured ("[margin] ..." lines, gpu_test_common.h `within`).
 #include "gpu_test_common.h"
 #include <vector>
 
@@ -44,8 +44,8 @@ std::vector<int> random_tokens(int64_t n, int V, uint64_t seed) {
 
 // A GPU trainer with the GPT-2 init of `seed`; `resident` of its layers GPU-resident (-R), the last `kept`
 // keeping their activations (-K).
-void build_gpu(GPT* g, const GPTConfig& c, int B, int T, int max_micro, int slots, const TrainArgs& a, uint64_t seed,
-               int resident = 0, int kept = 0) {
+void build_gpu(GPT* g, const GPTConfig& c, int B, int T, int max_micro, int slots, const TrainArgs& a,
+               uint64_t seed, int resident = 0, int kept = 0) {
     gpt_build(g, &c, B, T, max_micro, slots, resident, kept, &a);
     gpt_init_params(&c, g->master, seed);
     gpt_weights_ready(g);
@@ -74,7 +74,8 @@ std::vector<float> gpu_grads(GPT* g) {
     cudaCheck(cudaStreamSynchronize(g->stream.compute));
     const ParamLayout* p = &g->layout;
     std::vector<float> out((size_t)p->total);
-    if (g->resident_layers != 0) ADD_FAILURE() << "gpu_grads reads the layers' gradients from the host: streamed layers only";
+    if (g->resident_layers != 0)
+        ADD_FAILURE() << "gpu_grads reads the layers' gradients from the host: streamed layers only";
     cudaCheck(cudaMemcpy(out.data(), g->resident_grads, (size_t)p->embed_count * 4, cudaMemcpyDeviceToHost));
     for (int64_t i = 0; i < (int64_t)g->config.num_layers * p->layer_stride; i++)
         out[(size_t)(p->embed_count + i)] = bf16_to_float(g->stream.grads_host_bf16[i]);
@@ -88,7 +89,8 @@ TEST(GpuTrainer, LogitsAndLossMatchCpuReference) {
     const GPTConfig c = tiny_config(3, 128, 4, 64, 500);
     const int B = 4, T = 64;
     const TrainArgs a = test_args(1.0f);
-    auto in = random_tokens((int64_t)B * T, c.vocab_size, 1), tg = random_tokens((int64_t)B * T, c.vocab_size, 2);
+    auto in = random_tokens((int64_t)B * T, c.vocab_size, 1),
+         tg = random_tokens((int64_t)B * T, c.vocab_size, 2);
     GPT2CPU cpu;
     build_cpu(&cpu, c, B, T, 42);
     ASSERT_TRUE(gpt2_cpu_forward(&cpu, in.data(), tg.data(), B, T)) << cpu.error;
@@ -103,8 +105,9 @@ TEST(GpuTrainer, LogitsAndLossMatchCpuReference) {
     memcpy(ref.data(), cpu.acts.logits, ref.size() * 4);
     const double err = rel_l2(logits.data(), ref.data(), (int64_t)ref.size());
     printf("logits rel-L2 %.3e, loss gpu %.6f cpu %.6f\n", err, loss, cpu.mean_loss);
-    // bf16 weights and activations (2^-9 per rounding), a few roundings per layer over 3 layers and the lm_head;
-    // the GPU's fp32 summation order and fast-math exp/log add ~1e-6: 2e-2 (measured in the emulation: ~5e-3)
+    // bf16 weights and activations (2^-9 per rounding), a few roundings per layer over 3 layers and the
+    // lm_head; the GPU's fp32 summation order and fast-math exp/log add ~1e-6: 2e-2 (measured in
+    // the emulation: ~5e-3)
     EXPECT_TRUE(within("logits rel-L2", err, 2e-2));
     EXPECT_TRUE(within("loss, relative", rel_diff(loss, cpu.mean_loss), 2e-2));
     gpt_free(&g);
@@ -118,7 +121,8 @@ static void gradients_match_cpu_reference(int n_micro) {
     const GPTConfig c = tiny_config(3, 128, 4, 64, 500);
     const int B = 4, T = 64;
     const TrainArgs a = test_args(1.0f);
-    auto in = random_tokens((int64_t)B * T, c.vocab_size, 3), tg = random_tokens((int64_t)B * T, c.vocab_size, 4);
+    auto in = random_tokens((int64_t)B * T, c.vocab_size, 3),
+         tg = random_tokens((int64_t)B * T, c.vocab_size, 4);
     GPT2CPU cpu;
     build_cpu(&cpu, c, B, T, 7);
     gpt2_cpu_zero_grad(&cpu);
@@ -128,8 +132,8 @@ static void gradients_match_cpu_reference(int n_micro) {
     build_gpu(&g, c, B / n_micro, T, n_micro, 2, a, 7);
     const float loss = gpt_step(&g, in.data(), tg.data(), n_micro, 0.0f);
     std::vector<float> grads = gpu_grads(&g);
-    // bounds: the loss as in LogitsAndLossMatchCpuReference; every gradient tensor passes through about twice as
-    // many bf16 roundings (and the layers' arrive rounded to bf16), plus fp32 atomics in any order: 5e-2
+    // bounds: the loss as in LogitsAndLossMatchCpuReference; every gradient tensor passes through about twice
+    // as many bf16 roundings (and the layers' arrive rounded to bf16), plus fp32 atomics in any order: 5e-2
     const std::string mb = std::to_string(n_micro) + " micro-batches: ";
     EXPECT_TRUE(within(mb + "loss, relative", rel_diff(loss, cpu.mean_loss), 2e-2));
     const ParamLayout* p = &g.layout;
@@ -147,7 +151,8 @@ static void gradients_match_cpu_reference(int n_micro) {
         for (int t = 0; t < NUM_LAYER_TENSORS; t++) {
             const int64_t o = gpt_layer_offset(p, l) + p->layer_offset[t];
             const double err = rel_l2(grads.data() + o, cpu.grads + o, p->layer_size[t]);
-            EXPECT_TRUE(within(mb + "grad L" + std::to_string(l) + " " + layer_tensor_names[t] + " rel-L2", err, 5e-2));
+            EXPECT_TRUE(within(mb + "grad L" + std::to_string(l) + " " + layer_tensor_names[t] + " rel-L2",
+                               err, 5e-2));
         }
     }
     const double cpu_norm = sqrt(sumsq_f32(cpu.grads, p->total));
@@ -181,7 +186,8 @@ TEST(GpuTrainer, TenStepsTrackCpuTrainer) {
     std::vector<float> cpu_losses, gpu_losses;
     for (int s = 0; s < steps; s++) {
         // a small corpus of 2 batches, alternating: the loss must fall as the model memorizes it
-        auto in = random_tokens((int64_t)B * T, c.vocab_size, 100 + s % 2), tg = random_tokens((int64_t)B * T, c.vocab_size, 200 + s % 2);
+        auto in = random_tokens((int64_t)B * T, c.vocab_size, 100 + s % 2),
+             tg = random_tokens((int64_t)B * T, c.vocab_size, 200 + s % 2);
         gpt2_cpu_zero_grad(&cpu);
         ASSERT_TRUE(gpt2_cpu_forward(&cpu, in.data(), tg.data(), B, T));
         ASSERT_TRUE(gpt2_cpu_backward(&cpu));
@@ -190,24 +196,29 @@ TEST(GpuTrainer, TenStepsTrackCpuTrainer) {
         gpu_losses.push_back(gpt_step(&g, in.data(), tg.data(), 1, 1e-3f));
         printf("step %2d loss cpu %.5f gpu %.5f\n", s + 1, cpu_losses.back(), gpu_losses.back());
     }
-    // each step's loss as in LogitsAndLossMatchCpuReference (2e-2); the two trainers' weights drift apart by the
-    // bf16 numerics over the steps, which the memorizing model's falling loss keeps small
+    // each step's loss as in LogitsAndLossMatchCpuReference (2e-2); the two trainers' weights drift apart by
+    // the bf16 numerics over the steps, which the memorizing model's falling loss keeps small
     double worst = 0.0;
     int worst_step = 0;
     for (int s = 0; s < steps; s++) {
         const double d = rel_diff(gpu_losses[s], cpu_losses[s]);
-        if (!(d <= worst)) { worst = d; worst_step = s + 1; }
+        if (!(d <= worst)) {
+            worst = d;
+            worst_step = s + 1;
+        }
     }
-    EXPECT_TRUE(within("10 steps' losses, worst relative difference", worst, 2e-2)) << "at step " << worst_step;
+    EXPECT_TRUE(within("10 steps' losses, worst relative difference", worst, 2e-2))
+        << "at step " << worst_step;
     EXPECT_LT(gpu_losses[steps - 1], gpu_losses[0] - 0.5f);  // it learns
     gpt_free(&g);
     gpt2_cpu_free(&cpu);
-    free(m); free(v);
+    free(m);
+    free(v);
 }
 
 // Runs `steps` steps on fixed batches and returns the losses and norms.
-std::vector<double> run_gpu(const GPTConfig& c, int B, int T, int n_micro, int slots, int steps, uint64_t seed,
-                            int resident = 0, int kept = 0) {
+std::vector<double> run_gpu(const GPTConfig& c, int B, int T, int n_micro, int slots, int steps,
+                            uint64_t seed, int resident = 0, int kept = 0) {
     const TrainArgs a = test_args(1.0f);
     GPT g;
     build_gpu(&g, c, B, T, n_micro, slots, a, seed, resident, kept);
@@ -225,8 +236,8 @@ std::vector<double> run_gpu(const GPTConfig& c, int B, int T, int n_micro, int s
 }
 
 // Whether the emulation adds every sum in one fixed order (atomics included): then two paths that compute the
-// same sums give the same bits. Not on a GPU, nor under FAKE_ATOMIC_JITTER (make test runs the run comparisons
-// below with it too, as a stand-in for a GPU's atomics).
+// same sums give the same bits. Not on a GPU, nor under FAKE_ATOMIC_JITTER (make test runs the run
+// comparisons below with it too, as a stand-in for a GPU's atomics).
 bool runs_are_bit_exact() {
 #ifdef FAKE_CUDA_DEVICE
     return !(getenv("FAKE_ATOMIC_JITTER") && atoi(getenv("FAKE_ATOMIC_JITTER")) > 0);
@@ -235,16 +246,18 @@ bool runs_are_bit_exact() {
 #endif
 }
 
-// Two runs (run_gpu: loss and norm per step) of what must be the same training, taken by two paths. `exact`: bit
-// for bit. Else step 1, the same weights on the same batch, may differ only by the order of fp32 sums (atomics,
-// another GEMM kernel): 1e-5 relative. From step 2 on, two runs that differ at all diverge as any two runs of a
-// training do: AdamW's first steps move each weight by about lr * sign(gradient), so a gradient within rounding of
-// 0 moves a weight by lr in one run and not in the other. Measured in the emulation over the tests below, with
-// FAKE_ATOMIC_JITTER=4 and =50 (4% or 50% of the atomic sums one ulp off) and without: step 1 within 1.7e-9,
-// later losses within 2.7e-5 (resident vs streamed layers, whose runs differ by design), later norms within
-// 8.2e-4; bounds 1e-5, 2.5e-4, 5e-3. (A recompute skipped at the wrong micro-batch moves step 1 by 2.5e-3: caught,
-// where a flat 1e-3 on every value was not.) Prints the worst of each, for the device log.
-void expect_same_training(const std::vector<double>& got, const std::vector<double>& ref, bool exact, const std::string& what) {
+// Two runs (run_gpu: loss and norm per step) of what must be the same training, taken by two paths. `exact`:
+// bit for bit. Else step 1, the same weights on the same batch, may differ only by the order of fp32 sums
+// (atomics, another GEMM kernel): 1e-5 relative. From step 2 on, two runs that differ at all diverge as any
+// two runs of a training do: AdamW's first steps move each weight by about lr * sign(gradient), so a gradient
+// within rounding of 0 moves a weight by lr in one run and not in the other. Measured in the emulation over
+// the tests below, with FAKE_ATOMIC_JITTER=4 and =50 (4% or 50% of the atomic sums one ulp off) and without:
+// step 1 within 1.7e-9, later losses within 2.7e-5 (resident vs streamed layers, whose runs differ by
+// design), later norms within 8.2e-4; bounds 1e-5, 2.5e-4, 5e-3. (A recompute skipped at the wrong
+// micro-batch moves step 1 by 2.5e-3: caught, where a flat 1e-3 on every value was not.) Prints the worst of
+// each, for the device log.
+void expect_same_training(const std::vector<double>& got, const std::vector<double>& ref, bool exact,
+                          const std::string& what) {
     ASSERT_EQ(got.size(), ref.size()) << what;
     double worst[3] = {0, 0, 0};  // step 1 (loss and norm), later losses, later norms
     for (size_t i = 0; i < ref.size(); i++) {
@@ -252,10 +265,11 @@ void expect_same_training(const std::vector<double>& got, const std::vector<doub
         const double tol = exact ? 0.0 : kind == 0 ? 1e-5 : kind == 1 ? 2.5e-4 : 5e-3;
         const double rel = fabs(got[i] - ref[i]) / fabs(ref[i]);
         worst[kind] = fmax(worst[kind], rel);
-        EXPECT_LE(fabs(got[i] - ref[i]), tol * fabs(ref[i])) << what << ": step " << i / 2 + 1 << (i % 2 ? " norm" : " loss");
+        EXPECT_LE(fabs(got[i] - ref[i]), tol * fabs(ref[i]))
+            << what << ": step " << i / 2 + 1 << (i % 2 ? " norm" : " loss");
     }
-    printf("  %-40s step 1 within %.1e, later losses %.1e, later norms %.1e (relative)%s\n", what.c_str(), worst[0],
-           worst[1], worst[2], exact ? ", bit for bit required" : "");
+    printf("  %-40s step 1 within %.1e, later losses %.1e, later norms %.1e (relative)%s\n", what.c_str(),
+           worst[0], worst[1], worst[2], exact ? ", bit for bit required" : "");
     if (!exact) {
         print_margin(what + ": step 1 loss and norm, relative", worst[0], 1e-5);
         print_margin(what + ": later losses, relative", worst[1], 2.5e-4);
@@ -274,38 +288,44 @@ TEST(GpuTrainer, ResultsIndependentOfSlotCount) {
 }
 
 // Every hand-over between the streams and the CPU AdamW thread, in the real trainer: under the CPU emulation
-// every copy, memset, kernel launch and cuBLAS call is an operation on its stream in test/fake_cuda's model of
-// CUDA's ordering (vector clocks: a stream's work is ordered after what its events waited for, the host after
-// what it synchronized with), and so are the CPU AdamW's reads of the pinned gradients and writes of the
-// pinned bf16 copy. Two accesses to the same buffer, one of them a write, that nothing orders are a race:
+// every copy, memset, kernel launch and cuBLAS call is an operation on its stream in test/fake_cuda's model
+// of CUDA's ordering (vector clocks: a stream's work is ordered after what its events waited for, the host
+// after what it synchronized with), and so are the CPU AdamW's reads of the pinned gradients and writes of
+// the pinned bf16 copy. Two accesses to the same buffer, one of them a write, that nothing orders are a race:
 // a missing event wait that a fast GPU might forgive on one run and not on the next. Buffers are tracked at
 // the granularity the trainer hands them over (a weight slot, a staging buffer, a layer's pinned weights or
 // gradients, a layer's checkpoint per micro-batch). Cases: pure streaming with 2 slots; a resident and a kept
 // layer with 3 slots; a wider model (C 512) with few tokens, whose CPU AdamW takes long enough that the next
 // forward pass really waits for it. Each: 3 steps of 2 micro-batches with a validation pass between steps
 // (which runs while the CPU AdamW updates the layers the next pass will copy), then a checkpoint, sampling,
-// reloading the weights and one more step. The model checks the interleaving the run took: a hand-over that is
-// wrong only when the CPU AdamW lags behind shows where it does (the C 512 case). The real build skips it: it
-// checks the emulation's model of the order, which make test runs (build/emu_test_gpu); compute-sanitizer
+// reloading the weights and one more step. The model checks the interleaving the run took: a hand-over that
+// is wrong only when the CPU AdamW lags behind shows where it does (the C 512 case). The real build skips it:
+// it checks the emulation's model of the order, which make test runs (build/emu_test_gpu); compute-sanitizer
 // (gpu_check.sh) checks memory accesses and shared-memory hazards on the GPU, not the order across streams.
 #ifdef FAKE_CUDA_DEVICE
 static void track_trainer_buffers(GPT* g) {
     fake_cuda_untrack_all();
     const WeightStream* ws = &g->stream;
     const ParamLayout* p = &g->layout;
-    const int64_t S = p->layer_stride, act = (int64_t)g->B * g->T * g->config.channels, N = (int64_t)g->B * g->T;
+    const int64_t S = p->layer_stride, act = (int64_t)g->B * g->T * g->config.channels,
+                  N = (int64_t)g->B * g->T;
     const int L = g->config.num_layers;
-    for (int s = 0; s < ws->num_slots; s++) fake_cuda_track(ws->slots + s * S, S * 2, "weight slot " + std::to_string(s));
-    for (int k = 0; k < 2; k++) fake_cuda_track(ws->grad_staging[k], S * 2, "gradient staging " + std::to_string(k));
+    for (int s = 0; s < ws->num_slots; s++)
+        fake_cuda_track(ws->slots + s * S, S * 2, "weight slot " + std::to_string(s));
+    for (int k = 0; k < 2; k++)
+        fake_cuda_track(ws->grad_staging[k], S * 2, "gradient staging " + std::to_string(k));
     fake_cuda_track(ws->weights_host_bf16, p->embed_count * 2, "pinned bf16 embeddings");
     for (int l = 0; l < L; l++) {
-        fake_cuda_track(ws->weights_host_bf16 + gpt_layer_offset(p, l), S * 2, "pinned bf16 weights of layer " + std::to_string(l));
+        fake_cuda_track(ws->weights_host_bf16 + gpt_layer_offset(p, l), S * 2,
+                        "pinned bf16 weights of layer " + std::to_string(l));
         fake_cuda_track(ws->grads_host_bf16 + l * S, S * 2, "pinned gradients of layer " + std::to_string(l));
     }
     for (int l = 0; l <= L; l++)
         for (int mb = 0; mb < g->max_micro; mb++)
-            fake_cuda_track(layer_input(g, l, mb), act * 2, "checkpoint " + std::to_string(l) + "/" + std::to_string(mb));
-    for (int mb = 0; mb < g->max_micro; mb++) fake_cuda_track(dresid_at(g, mb), act * 2, "dresid " + std::to_string(mb));
+            fake_cuda_track(layer_input(g, l, mb), act * 2,
+                            "checkpoint " + std::to_string(l) + "/" + std::to_string(mb));
+    for (int mb = 0; mb < g->max_micro; mb++)
+        fake_cuda_track(dresid_at(g, mb), act * 2, "dresid " + std::to_string(mb));
     fake_cuda_track(g->layer_grads, S * 4, "layer gradient accumulator");
     fake_cuda_track(g->resident, g->resident_count * 2, "resident bf16 weights");
     fake_cuda_track(g->resident_grads, g->resident_count * 4, "resident gradients");
@@ -321,36 +341,40 @@ static void track_trainer_buffers(GPT* g) {
     fake_cuda_track(g->sumsq_host, 8, "pinned squared norm");
     fake_cuda_track(g->acts.memory, g->acts.bytes, "workspace");
     if (g->kept_memory)
-        fake_cuda_track(g->kept_memory, acts_bytes(&g->config, g->B, g->T, true) * g->kept_layers * g->max_micro, "kept activations");
+        fake_cuda_track(g->kept_memory,
+                        acts_bytes(&g->config, g->B, g->T, true) * g->kept_layers * g->max_micro,
+                        "kept activations");
 }
 #endif
 
 TEST(GpuTrainer, StreamsOrderEveryHandOver) {
     REQUIRE_GPU();
 #ifndef FAKE_CUDA_DEVICE
-    GTEST_SKIP() << "checks the CPU emulation's model of the order across streams: build/emu_test_gpu runs it";
+    GTEST_SKIP()
+        << "checks the CPU emulation's model of the order across streams: build/emu_test_gpu runs it";
 #else
     const TrainArgs a = test_args(1.0f);
     const int n_micro = 2;
-    struct { int C, B, T, slots, resident, kept; } cases[] = {{64, 2, 32, 2, 0, 0}, {64, 2, 32, 3, 1, 1}, {512, 1, 16, 2, 0, 0}};
+    struct {
+        int C, B, T, slots, resident, kept;
+    } cases[] = {{64, 2, 32, 2, 0, 0}, {64, 2, 32, 3, 1, 1}, {512, 1, 16, 2, 0, 0}};
     for (auto k : cases) {
         const GPTConfig c = tiny_config(4, k.C, k.C / 64, 32, 300);
         const int B = k.B, T = k.T;
         GPT g;
         build_gpu(&g, c, B, T, n_micro, k.slots, a, 21, k.resident, k.kept);
         track_trainer_buffers(&g);
-        auto in = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 22), tg = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 23);
+        auto in = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 22),
+             tg = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 23);
         char dir[] = "/tmp/test_gpu_racesXXXXXX";
         ASSERT_TRUE(mkdtemp(dir));
         for (int step = 0; step < 3; step++) {
             const float loss = gpt_step(&g, in.data(), tg.data(), n_micro, 1e-3f);
             EXPECT_TRUE(isfinite(loss));
-            if (step == 1) {
-                EXPECT_TRUE(isfinite(gpt_forward_eval(&g, in.data(), tg.data())));
-            }
+            if (step == 1) { EXPECT_TRUE(isfinite(gpt_forward_eval(&g, in.data(), tg.data()))); }
         }
-        // what the CLI does between steps besides validation: a checkpoint (gathering the GPU-resident state),
-        // sampling (a forward pass and one position's logits), and loading weights (as a resume does)
+        // what the CLI does between steps besides validation: a checkpoint (gathering the GPU-resident
+        // state), sampling (a forward pass and one position's logits), and loading weights (as a resume does)
         DataLoaderState ds;
         memset(&ds, 0, sizeof ds);
         save_checkpoint(&g, dir, &ds);
@@ -361,7 +385,8 @@ TEST(GpuTrainer, StreamsOrderEveryHandOver) {
         EXPECT_TRUE(isfinite(gpt_step(&g, in.data(), tg.data(), n_micro, 1e-3f)));
         optimizer_wait_all(&g);
         const auto& races = fake_cuda_races();
-        EXPECT_TRUE(races.empty()) << "C " << k.C << ", " << k.slots << " slots, -R " << k.resident << " -K " << k.kept << ": " << races.size()
+        EXPECT_TRUE(races.empty()) << "C " << k.C << ", " << k.slots << " slots, -R " << k.resident << " -K "
+                                   << k.kept << ": " << races.size()
                                    << " races, the first: " << (races.empty() ? "" : races[0]);
         fake_cuda_untrack_all();  // before the buffers are freed (and their addresses reused)
         gpt_free(&g);
@@ -372,11 +397,11 @@ TEST(GpuTrainer, StreamsOrderEveryHandOver) {
 #endif
 }
 
-// The fused attention kernels (the default where the head size allows) and the cuBLAS + softmax path train the
-// same model: each is checked per tensor against the CPU reference in test_kernels; here whole steps (loss
-// and gradient norm, 4 steps) agree to 5e-3 relative (emulated: <= 1.3e-3; a wrong mask or index moves the loss
-// by O(1)). The paths round differently (the cuBLAS path rounds the
-// scores to bf16 before the softmax, the fused one keeps them in fp32), so not bit for bit.
+// The fused attention kernels (the default where the head size allows) and the cuBLAS + softmax path train
+// the same model: each is checked per tensor against the CPU reference in test_kernels; here whole steps
+// (loss and gradient norm, 4 steps) agree to 5e-3 relative (emulated: <= 1.3e-3; a wrong mask or index moves
+// the loss by O(1)). The paths round differently (the cuBLAS path rounds the scores to bf16 before the
+// softmax, the fused one keeps them in fp32), so not bit for bit.
 TEST(GpuTrainer, FusedAndCublasAttentionTrainAlike) {
     REQUIRE_GPU();
     const GPTConfig c = tiny_config(3, 128, 4, 64, 500);  // hs 32
@@ -386,13 +411,15 @@ TEST(GpuTrainer, FusedAndCublasAttentionTrainAlike) {
     flash_attention_flag = 0;
     auto cublas = run_gpu(c, 4, 64, 1, 2, 4, 5);
     flash_attention_flag = saved;
-    // Bound from the GPU's numerics: the two paths differ by design in where they round to bf16 (2^-9), which the
-    // emulation reproduces (it runs the same kernels; its exp and its GEMM sums differ from the GPU's by ~1e-6,
-    // far below a bf16 rounding); a GPU adds its atomics' order, whose effect on a run (expect_same_training:
+    // Bound from the GPU's numerics: the two paths differ by design in where they round to bf16 (2^-9), which
+    // the emulation reproduces (it runs the same kernels; its exp and its GEMM sums differ from the GPU's by
+    // ~1e-6, far below a bf16 rounding); a GPU adds its atomics' order, whose effect on a run
+    // (expect_same_training:
     // <= 2.7e-5 on losses, 8.2e-4 on norms) stays within the bound. Emulated worst 1.3e-3: 5e-3 leaves ~4x.
     double worst = 0.0;
     for (size_t i = 0; i < fused.size(); i++) {
-        printf("%s step %zu: fused %.6f cublas %.6f\n", i % 2 ? "norm" : "loss", i / 2 + 1, fused[i], cublas[i]);
+        printf("%s step %zu: fused %.6f cublas %.6f\n", i % 2 ? "norm" : "loss", i / 2 + 1, fused[i],
+               cublas[i]);
         EXPECT_NEAR(fused[i], cublas[i], 5e-3 * fabs(cublas[i])) << "value " << i;
         worst = fmax(worst, rel_diff(fused[i], cublas[i]));
     }
@@ -400,8 +427,9 @@ TEST(GpuTrainer, FusedAndCublasAttentionTrainAlike) {
 }
 
 // The first R layers kept on the GPU (their AdamW on the GPU, no copies) train the same model. Not bit for
-// bit even in the emulation: a resident layer's AdamW reads its fp32 gradient, a streamed layer's the bf16-rounded
-// copy (<= 2^-9 relative per element), which from step 2 on is one more way for two runs to differ.
+// bit even in the emulation: a resident layer's AdamW reads its fp32 gradient, a streamed layer's the
+// bf16-rounded copy (<= 2^-9 relative per element), which from step 2 on is one more way for two
+// runs to differ.
 TEST(GpuTrainer, ResultsIndependentOfResidentLayers) {
     REQUIRE_GPU();
     const GPTConfig c = tiny_config(5, 128, 4, 64, 500);
@@ -413,16 +441,17 @@ TEST(GpuTrainer, ResultsIndependentOfResidentLayers) {
 }
 
 // The last K layers keeping their costly forward activations (-K) instead of recomputing them: the backward
-// pass reads the values the same kernels computed from the same inputs, and redoes the LayerNorms and the GELU
-// with the forward's kernels, so with the GEMMs' passes as separate kernels (-G 0) the run is the same. Two
-// micro-batches (each keeps its own activations); K = L; and R = K = 2 of 3 layers: one recomputed resident
-// layer, one kept resident layer, one kept streamed layer. With -G 0 the two runs compute the same sums:
-// expect_same_training, bit for bit where the emulation adds in a fixed order. With the cuBLASLt epilogues
-// (-G 1, the default) the forward's GELU comes from cuBLASLt, the kept layers' redone one from our kernel: two
-// paths that need not round alike, already at step 1, so the bound of the other cross-path tests here, 5e-3
-// relative on every loss and norm (seen in the emulation over 3 steps: < 1e-3 built at -O3, 1.3e-3 at -O1).
-// (Mutations this catches: a kept layer reading a GELU output that was not redone moves the gradient norms by
-// 1.5-9%; all micro-batches sharing one kept block, by 0.5-4%.)
+// pass reads the values the same kernels computed from the same inputs, and redoes the LayerNorms and the
+// GELU with the forward's kernels, so with the GEMMs' passes as separate kernels (-G 0) the run is the same.
+// Two micro-batches (each keeps its own activations); K = L; and R = K = 2 of 3 layers: one recomputed
+// resident layer, one kept resident layer, one kept streamed layer. With -G 0 the two runs compute the same
+// sums: expect_same_training, bit for bit where the emulation adds in a fixed order. With the cuBLASLt
+// epilogues (-G 1, the default) the forward's GELU comes from cuBLASLt, the kept layers' redone one
+// from our kernel:
+// two paths that need not round alike, already at step 1, so the bound of the other cross-path tests here,
+// 5e-3 relative on every loss and norm (seen in the emulation over 3 steps: < 1e-3 built at -O3, 1.3e-3 at
+// -O1). (Mutations this catches: a kept layer reading a GELU output that was not redone moves the gradient
+// norms by 1.5-9%; all micro-batches sharing one kept block, by 0.5-4%.)
 TEST(GpuTrainer, KeptActivationsTrainLikeRecompute) {
     REQUIRE_GPU();
     const GPTConfig c = tiny_config(3, 128, 4, 64, 500);
@@ -430,36 +459,40 @@ TEST(GpuTrainer, KeptActivationsTrainLikeRecompute) {
     for (int fusion : {0, 1}) {
         cublaslt_fusion = fusion;
         auto recomputed = run_gpu(c, 4, 64, 2, 2, 3, 13);
-        struct { int resident, kept; } cases[] = {{0, 3}, {2, 2}};
+        struct {
+            int resident, kept;
+        } cases[] = {{0, 3}, {2, 2}};
         for (auto k : cases) {
             auto kept = run_gpu(c, 4, 64, 2, 2, 3, 13, k.resident, k.kept);
-            std::vector<double> reference = k.resident ? run_gpu(c, 4, 64, 2, 2, 3, 13, k.resident) : recomputed;
-            const std::string what = std::to_string(k.kept) + " kept, " + std::to_string(k.resident) + " resident, -G " +
-                                     std::to_string(fusion);
+            std::vector<double> reference =
+                k.resident ? run_gpu(c, 4, 64, 2, 2, 3, 13, k.resident) : recomputed;
+            const std::string what = std::to_string(k.kept) + " kept, " + std::to_string(k.resident) +
+                                     " resident, -G " + std::to_string(fusion);
             if (!fusion) {
                 expect_same_training(kept, reference, runs_are_bit_exact(), what);
                 continue;
             }
-            // the bound of the cross-path tests (FusedAndCublasAttentionTrainAlike): two GELU paths that round
-            // differently, plus on a GPU the atomics' order; emulated < 1e-3 at -O3, 1.3e-3 at -O1
+            // the bound of the cross-path tests (FusedAndCublasAttentionTrainAlike): two GELU paths that
+            // round differently, plus on a GPU the atomics' order; emulated < 1e-3 at -O3, 1.3e-3 at -O1
             double worst = 0.0;
             for (size_t i = 0; i < reference.size(); i++) {
                 EXPECT_NEAR(kept[i], reference[i], 5e-3 * fabs(reference[i])) << what << ", value " << i;
                 worst = fmax(worst, rel_diff(kept[i], reference[i]));
             }
-            print_margin(what + ": kept vs recomputed through cuBLASLt's GELU, worst loss / norm, relative", worst, 5e-3);
+            print_margin(what + ": kept vs recomputed through cuBLASLt's GELU, worst loss / norm, relative",
+                         worst, 5e-3);
         }
     }
     cublaslt_fusion = saved;
 }
 
 // Forward only: the same bf16 weights whether read from a slot or from the resident prefix, the same kernels.
-// In the emulation (one fixed summation order) the logits must be bit-identical. On a GPU cuBLAS promises that
-// only for the same call on the same buffers: the weights sit at other addresses (at C = 128 with the same
-// 256-byte alignment, so cuBLAS has little reason to pick other algorithms, but may), and an algorithm with
-// another fp32 summation order (~1e-6 relative) flips the bf16 rounding of a few elements per tensor (2^-8
-// each); through 3 layers and the lm_head that is well under 1e-3 rel-L2 of the logits, where weights read from
-// a wrong place move them by O(1): 5e-3.
+// In the emulation (one fixed summation order) the logits must be bit-identical. On a GPU cuBLAS promises
+// that only for the same call on the same buffers: the weights sit at other addresses (at C = 128 with the
+// same 256-byte alignment, so cuBLAS has little reason to pick other algorithms, but may), and an algorithm
+// with another fp32 summation order (~1e-6 relative) flips the bf16 rounding of a few elements per tensor
+// (2^-8 each); through 3 layers and the lm_head that is well under 1e-3 rel-L2 of the logits, where weights
+// read from a wrong place move them by O(1): 5e-3.
 TEST(GpuTrainer, ResidentLayersGiveIdenticalLogits) {
     REQUIRE_GPU();
     const GPTConfig c = tiny_config(3, 128, 4, 64, 500);
@@ -481,7 +514,8 @@ TEST(GpuTrainer, ResidentLayersGiveIdenticalLogits) {
     int64_t differ = 0;
     for (size_t i = 0; i < logits[0].size(); i++) differ += logits[0][i] != logits[1][i];
     printf("logits that differ between -R 0 and -R 2: %lld of %zu\n", (long long)differ, logits[0].size());
-    EXPECT_TRUE(within("logits -R 2 vs -R 0 rel-L2", rel_l2(logits[1].data(), logits[0].data(), (int64_t)logits[0].size()), 5e-3));
+    EXPECT_TRUE(within("logits -R 2 vs -R 0 rel-L2",
+                       rel_l2(logits[1].data(), logits[0].data(), (int64_t)logits[0].size()), 5e-3));
 #endif
 }
 
@@ -497,18 +531,19 @@ TEST(GpuTrainer, ResidentLayersAccumulateMicroBatches) {
 
 // -sl: a step whose loss is an outlier updates nothing. Its window is filled with losses far below a fresh
 // model's (~ln V), so the first step is skipped. Then, with the bound off, the same batch gives the same loss
-// (the weights in the slots, the GPU-resident prefix and the host copy are untouched), AdamW's t is 1, and the
-// weights are those of a fresh trainer after its first step. Bit for bit in the emulation. On a GPU the losses
-// (same weights, same batch) may differ only by the order of fp32 sums, where the weights sit in other slots or
-// another trainer's buffers (cuBLAS's algorithm may differ with the addresses): 1e-5 relative, the bound of
-// expect_same_training's step 1; the weights all but 1 in 10^4 within 1e-6 (the backward pass's atomics add in
-// any order, and at t = 1 AdamW moves each weight by lr times the sign of its gradient, which may flip where the
-// gradient is within rounding of 0). Streamed and GPU-resident layers (-R 1).
+// (the weights in the slots, the GPU-resident prefix and the host copy are untouched), AdamW's t is 1, and
+// the weights are those of a fresh trainer after its first step. Bit for bit in the emulation. On a GPU the
+// losses (same weights, same batch) may differ only by the order of fp32 sums, where the weights sit in other
+// slots or another trainer's buffers (cuBLAS's algorithm may differ with the addresses): 1e-5 relative, the
+// bound of expect_same_training's step 1; the weights all but 1 in 10^4 within 1e-6 (the backward pass's
+// atomics add in any order, and at t = 1 AdamW moves each weight by lr times the sign of its gradient, which
+// may flip where the gradient is within rounding of 0). Streamed and GPU-resident layers (-R 1).
 TEST(GpuTrainer, OutlierStepUpdatesNothing) {
     REQUIRE_GPU();
     const GPTConfig c = tiny_config(3, 128, 4, 64, 500);
     const int B = 4, T = 64;
-    auto in = random_tokens((int64_t)B * T, c.vocab_size, 5), tg = random_tokens((int64_t)B * T, c.vocab_size, 6);
+    auto in = random_tokens((int64_t)B * T, c.vocab_size, 5),
+         tg = random_tokens((int64_t)B * T, c.vocab_size, 6);
     for (int resident : {0, 1}) {
         TrainArgs a = test_args(1.0f);
         a.skip_loss_z = 3.0f;
@@ -518,7 +553,8 @@ TEST(GpuTrainer, OutlierStepUpdatesNothing) {
         const std::vector<float> master0(g.master, g.master + n);
         for (int i = 0; i < OUTLIER_WINDOW; i++) outlier_z(&g.loss_window, i % 2 ? 1.0 : 1.1);
         const float skipped_loss = gpt_step(&g, in.data(), tg.data(), 1, 1e-3f);
-        EXPECT_EQ(std::string(g.skipped).rfind("loss z-score ", 0), 0u) << "R " << resident << ": " << g.skipped;
+        EXPECT_EQ(std::string(g.skipped).rfind("loss z-score ", 0), 0u)
+            << "R " << resident << ": " << g.skipped;
         EXPECT_EQ(g.step, 1);
         EXPECT_EQ(g.adam_t, 0);
         optimizer_wait_all(&g);
@@ -531,10 +567,13 @@ TEST(GpuTrainer, OutlierStepUpdatesNothing) {
         g.args.skip_loss_z = 0.0f;
         const float loss = gpt_step(&g, in.data(), tg.data(), 1, 1e-3f);
 #ifdef FAKE_CUDA_DEVICE
-        EXPECT_EQ(loss, skipped_loss) << "R " << resident << ": the skipped step changed the weights the GPU reads";
+        EXPECT_EQ(loss, skipped_loss)
+            << "R " << resident << ": the skipped step changed the weights the GPU reads";
 #else
-        EXPECT_TRUE(within("R " + std::to_string(resident) + ": loss after the skipped step vs its own, relative",
-                           rel_diff(loss, skipped_loss), 1e-5)) << "the skipped step changed the weights the GPU reads";
+        EXPECT_TRUE(
+            within("R " + std::to_string(resident) + ": loss after the skipped step vs its own, relative",
+                   rel_diff(loss, skipped_loss), 1e-5))
+            << "the skipped step changed the weights the GPU reads";
 #endif
         EXPECT_STREQ(g.skipped, "");
         EXPECT_EQ(g.step, 2);
@@ -561,10 +600,13 @@ TEST(GpuTrainer, OutlierStepUpdatesNothing) {
 #else
         int64_t differ = 0;
         for (int64_t i = 0; i < n; i++) differ += fabsf(master[(size_t)i] - fresh.master[i]) > 1e-6f;
-        print_margin("R " + std::to_string(resident) + ": weights more than 1e-6 off a fresh trainer's (count)",
-                     (double)differ, (double)(n / 10000));
-        EXPECT_LE(differ, n / 10000) << "R " << resident << ": weights that moved differently (of " << n << ")";
-        // v = (1 - beta2) g^2 after one step: the gradients' fp32 atomics order, through bf16 activations: 1e-3
+        print_margin(
+            "R " + std::to_string(resident) + ": weights more than 1e-6 off a fresh trainer's (count)",
+            (double)differ, (double)(n / 10000));
+        EXPECT_LE(differ, n / 10000) << "R " << resident << ": weights that moved differently (of " << n
+                                     << ")";
+        // v = (1 - beta2) g^2 after one step: the gradients' fp32 atomics order, through
+        // bf16 activations: 1e-3
         EXPECT_TRUE(within("R " + std::to_string(resident) + ": AdamW v vs a fresh trainer's rel-L2",
                            rel_l2(adam_v.data(), fresh.adam_v, n), 1e-3));
 #endif
@@ -573,9 +615,10 @@ TEST(GpuTrainer, OutlierStepUpdatesNothing) {
 }
 
 // resident_adamw against the CPU trainer's block updates (adamw.h: decay on matrices only) on the
-// same fp32 state and gradients: the GPU AdamW repeats cpu_adam's arithmetic, so bit for bit, on a GPU too: its
-// kernel uses only IEEE-rounded intrinsics (__fmaf_rn, __fsqrt_rn, __fdiv_rn, untouched by --use_fast_math),
-// flushes subnormals as cpu_adam does, and has no atomics and no cuBLAS (test_kernels: AdamwGpuMatchesCpuAdam).
+// same fp32 state and gradients: the GPU AdamW repeats cpu_adam's arithmetic, so bit for bit, on a GPU too:
+// its kernel uses only IEEE-rounded intrinsics (__fmaf_rn, __fsqrt_rn, __fdiv_rn, untouched by
+// --use_fast_math), flushes subnormals as cpu_adam does, and has no atomics and no
+// cuBLAS (test_kernels: AdamwGpuMatchesCpuAdam).
 TEST(GpuTrainer, ResidentAdamwMatchesCpuBlockUpdatesBitForBit) {
     REQUIRE_GPU();
     const GPTConfig c = tiny_config(2, 128, 4, 64, 500);
@@ -595,14 +638,16 @@ TEST(GpuTrainer, ResidentAdamwMatchesCpuBlockUpdatesBitForBit) {
     memcpy(g.adam_v, v.data(), (size_t)n * 4);
     gpt_weights_ready(&g);  // uploads the prefix: master, m, v and the bf16 weights
     cudaCheck(cudaMemcpy(g.resident_grads, grads.data(), (size_t)n * 4, cudaMemcpyHostToDevice));
-    cudaCheck(cudaDeviceSynchronize());  // a pageable copy may return before it lands; compute does not wait for it
-    g.adam_t = 5;  // resident_adamw uses the t optimizer_submit took
+    cudaCheck(
+        cudaDeviceSynchronize());  // a pageable copy may return before it lands; compute does not wait for it
+    g.adam_t = 5;                  // resident_adamw uses the t optimizer_submit took
     resident_adamw(&g, 3e-4f, 0.8f, g.stream.compute);
     cudaCheck(cudaStreamSynchronize(g.stream.compute));
     AdamWArgs args = {3e-4f, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, a.weight_decay, 0.8f, 5};
     adamw_embed_block_f32grad(p, params.data(), grads.data(), m.data(), v.data(), NULL, &args);
     const int64_t o = gpt_layer_offset(p, 0);
-    adamw_layer_block_f32grad(p, params.data() + o, grads.data() + o, m.data() + o, v.data() + o, NULL, &args);
+    adamw_layer_block_f32grad(p, params.data() + o, grads.data() + o, m.data() + o, v.data() + o, NULL,
+                              &args);
     gpt_resident_state_to_host(&g);
     EXPECT_EQ(memcmp(g.master, params.data(), (size_t)n * 4), 0) << "weights";
     EXPECT_EQ(memcmp(g.adam_m, m.data(), (size_t)n * 4), 0) << "m";
@@ -629,7 +674,8 @@ void checkpoint_resume(int resident_saving, int resident_resuming) {
     const TrainArgs a = test_args(1.0f);
     char dir[] = "/tmp/test_gpu_ckptXXXXXX";
     ASSERT_TRUE(mkdtemp(dir));
-    auto in = random_tokens((int64_t)B * T, c.vocab_size, 77), tg = random_tokens((int64_t)B * T, c.vocab_size, 78);
+    auto in = random_tokens((int64_t)B * T, c.vocab_size, 77),
+         tg = random_tokens((int64_t)B * T, c.vocab_size, 78);
     GPT g;
     build_gpu(&g, c, B, T, 1, 2, a, 21, resident_saving);
     for (int s = 0; s < 3; s++) gpt_step(&g, in.data(), tg.data(), 1, 1e-3f);
@@ -660,10 +706,12 @@ void checkpoint_resume(int resident_saving, int resident_resuming) {
     const float resumed2 = gpt_step(&r, in.data(), tg.data(), 1, 1e-3f);
     printf("resident %d -> %d: losses after the checkpoint %.6f %.6f, resumed %.6f %.6f\n", resident_saving,
            resident_resuming, next1, next2, resumed1, resumed2);
-    // the same weights and batch (resumed1) and then the same AdamW state (resumed2), computed by another trainer's
-    // buffers: on a GPU the order of fp32 sums may differ (atomics, cuBLAS's algorithm for other addresses), ~1e-5
-    // at step 1 and ~2.5e-4 after an update (expect_same_training's bounds): 1e-3. Exact in the emulation.
-    const std::string rr = "resident " + std::to_string(resident_saving) + " -> " + std::to_string(resident_resuming) + ": ";
+    // the same weights and batch (resumed1) and then the same AdamW state (resumed2), computed by another
+    // trainer's buffers: on a GPU the order of fp32 sums may differ (atomics, cuBLAS's algorithm for other
+    // addresses), ~1e-5 at step 1 and ~2.5e-4 after an update (expect_same_training's bounds): 1e-3. Exact
+    // in the emulation.
+    const std::string rr =
+        "resident " + std::to_string(resident_saving) + " -> " + std::to_string(resident_resuming) + ": ";
     EXPECT_TRUE(within(rr + "first loss after resuming, relative", rel_diff(resumed1, next1), 1e-3));
     // a lost m or v (e.g. the GPU-resident prefix's not saved or not loaded) moves this one by ~1e-2
     EXPECT_TRUE(within(rr + "second loss after resuming, relative", rel_diff(resumed2, next2), 1e-3));
@@ -692,26 +740,40 @@ TEST(GpuTrainer, LargestPresetPlansToFitOneH100) {
     half.num_layers /= 2;
     const MemoryPlan shallow = gpt_memory_plan(&half, B, T, 1, 2, 0, 0);
     const double GiB = 1073741824.0;
-    printf("175b at B=%d T=%d: GPU plan %.2f GiB (L=%d), %.2f GiB (L=%d); host %.1f GiB\n", B, T, full.gpu_bytes / GiB,
-           c.num_layers, shallow.gpu_bytes / GiB, half.num_layers, full.host_bytes / GiB);
+    printf("175b at B=%d T=%d: GPU plan %.2f GiB (L=%d), %.2f GiB (L=%d); host %.1f GiB\n", B, T,
+           full.gpu_bytes / GiB, c.num_layers, shallow.gpu_bytes / GiB, half.num_layers,
+           full.host_bytes / GiB);
     EXPECT_LT(full.gpu_bytes, (int64_t)78 << 30);
-    EXPECT_EQ(full.gpu_bytes - shallow.gpu_bytes, (int64_t)(c.num_layers - half.num_layers) * B * T * c.channels * 2);
-    // the host holds fp32 weights, AdamW m and v, the pinned bf16 weights and the layers' pinned bf16 gradients
-    // (the embeddings' stay on the GPU): just under 16 bytes per parameter
+    EXPECT_EQ(full.gpu_bytes - shallow.gpu_bytes,
+              (int64_t)(c.num_layers - half.num_layers) * B * T * c.channels * 2);
+    // the host holds fp32 weights, AdamW m and v, the pinned bf16 weights and the layers' pinned bf16
+    // gradients (the embeddings' stay on the GPU): just under 16 bytes per parameter
     const int64_t params = gpt_layout(&c).total;
     EXPECT_GT(full.host_bytes, params * 15);
     EXPECT_LT(full.host_bytes, params * 17);
 }
 
-// The MFU denominator by the device's name (cudaDeviceProp.name as the driver reports it): whole words only, the
-// H100 variants before the plain H100, and 0 (MFU n/a) for a GPU not in the table. No GPU needed.
+// The MFU denominator by the device's name (cudaDeviceProp.name as the driver reports it): whole words only,
+// the H100 variants before the plain H100, and 0 (MFU n/a) for a GPU not in the table. No GPU needed.
 TEST(GpuTrainer, MfuPeakFollowsTheDeviceName) {
-    const struct { const char* name; double tflops; } cases[] = {
-        {"NVIDIA H100 80GB HBM3", 989.4}, {"NVIDIA H100 PCIe", 756}, {"NVIDIA H100 NVL", 835}, {"NVIDIA H200", 989.4},
-        {"NVIDIA GH200 480GB", 989.4},    {"NVIDIA A100-SXM4-80GB", 312}, {"NVIDIA A100 80GB PCIe", 312},
-        {"NVIDIA A10", 125},              {"NVIDIA A10G", 0},           {"NVIDIA L40S", 362}, {"NVIDIA L40", 0},
-        {"NVIDIA L4", 121},               {"NVIDIA GeForce RTX 4090", 165.2}, {"NVIDIA B200", 2250},
-        {"fake CUDA device (CPU emulation)", 0}};
+    const struct {
+        const char* name;
+        double tflops;
+    } cases[] = {{"NVIDIA H100 80GB HBM3", 989.4},
+                 {"NVIDIA H100 PCIe", 756},
+                 {"NVIDIA H100 NVL", 835},
+                 {"NVIDIA H200", 989.4},
+                 {"NVIDIA GH200 480GB", 989.4},
+                 {"NVIDIA A100-SXM4-80GB", 312},
+                 {"NVIDIA A100 80GB PCIe", 312},
+                 {"NVIDIA A10", 125},
+                 {"NVIDIA A10G", 0},
+                 {"NVIDIA L40S", 362},
+                 {"NVIDIA L40", 0},
+                 {"NVIDIA L4", 121},
+                 {"NVIDIA GeForce RTX 4090", 165.2},
+                 {"NVIDIA B200", 2250},
+                 {"fake CUDA device (CPU emulation)", 0}};
     for (const auto& k : cases) {
         const char* label = "unset";
         EXPECT_NEAR(gpu_bf16_peak_flops(k.name, &label) / 1e12, k.tflops, 1e-6) << k.name;
@@ -719,10 +781,10 @@ TEST(GpuTrainer, MfuPeakFollowsTheDeviceName) {
     }
 }
 
-// The timeline's split of the idle time (forward pass: waiting for weights; backward pass: for copies) and the
-// -R / -K it suggests from it, on a hand-made step (host-clock spans: no GPU needed). 4 layers, R = K = 0:
-// forward layers of 10 ms that start late (the CPU AdamW, 30 ms per layer, holds them back), backward layers of
-// 30 ms with a 5 ms gap. Exact arithmetic on the spans, so exact expectations (to double rounding).
+// The timeline's split of the idle time (forward pass: waiting for weights; backward pass: for copies) and
+// the -R / -K it suggests from it, on a hand-made step (host-clock spans: no GPU needed). 4 layers, R = K =
+// 0: forward layers of 10 ms that start late (the CPU AdamW, 30 ms per layer, holds them back), backward
+// layers of 30 ms with a 5 ms gap. Exact arithmetic on the spans, so exact expectations (to double rounding).
 TEST(GpuTrainer, TimelineSplitsIdleTimeAndSuggestsPlacement) {
     TimelineSpan spans[32] = {};
     Timeline tl = {spans, 32, 0, NULL, 0.0};
@@ -744,14 +806,16 @@ TEST(GpuTrainer, TimelineSplitsIdleTimeAndSuggestsPlacement) {
     EXPECT_EQ(t.fwd_layers, 4);
     EXPECT_EQ(t.adam_layers, 4);
     const int64_t GiB = (int64_t)1 << 30;
-    // 90 ms of waiting / 30 ms of AdamW per layer = 3 more resident layers (3 GiB each), then kept ones (2 GiB)
+    // 90 ms of waiting / 30 ms of AdamW per layer = 3 more resident layers (3 GiB each), then kept
+    // ones (2 GiB)
     Placement p = suggest_placement(&t, 4, {0, 0}, 13 * GiB, 3 * GiB, 2 * GiB);
     EXPECT_EQ(p.resident, 3);
     EXPECT_EQ(p.kept, 2);
     p = suggest_placement(&t, 4, {0, 0}, 7 * GiB, 3 * GiB, 2 * GiB);  // memory for 2 resident layers only
     EXPECT_EQ(p.resident, 2);
     EXPECT_EQ(p.kept, 0);
-    p = suggest_placement(&t, 4, {2, 3}, 100 * GiB, 3 * GiB, 2 * GiB);  // never more layers than the model has
+    p = suggest_placement(&t, 4, {2, 3}, 100 * GiB, 3 * GiB,
+                          2 * GiB);  // never more layers than the model has
     EXPECT_EQ(p.resident, 4);
     EXPECT_EQ(p.kept, 4);
     p = suggest_placement(&t, 4, {1, 1}, -GiB, 3 * GiB, 2 * GiB);  // nothing to spare: no change
@@ -775,11 +839,12 @@ TEST(GpuTrainer, GpuMemoryGrowsWithDepthOnlyByCheckpoints) {
     const TrainArgs a = test_args(1.0f);
     int64_t counted[2], measured[2];
     const int depths[2] = {4, 8};
-    {   // warm-up, not measured: lazily loaded kernels and cuBLAS's one-time allocations stay for good
+    {  // warm-up, not measured: lazily loaded kernels and cuBLAS's one-time allocations stay for good
         const GPTConfig c = tiny_config(2, C, 8, T, 1000);
         GPT g;
         build_gpu(&g, c, B, T, n_micro, 2, a, 1);
-        auto in = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 5), tg = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 6);
+        auto in = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 5),
+             tg = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 6);
         gpt_step(&g, in.data(), tg.data(), n_micro, 1e-4f);
         gpt_free(&g);
     }
@@ -789,7 +854,8 @@ TEST(GpuTrainer, GpuMemoryGrowsWithDepthOnlyByCheckpoints) {
         const int64_t before = device_used_bytes();
         GPT g;
         build_gpu(&g, c, B, T, n_micro, 2, a, 1);
-        auto in = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 5), tg = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 6);
+        auto in = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 5),
+             tg = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 6);
         gpt_step(&g, in.data(), tg.data(), n_micro, 1e-4f);
         optimizer_wait_all(&g);
         cudaCheck(cudaDeviceSynchronize());
@@ -800,9 +866,11 @@ TEST(GpuTrainer, GpuMemoryGrowsWithDepthOnlyByCheckpoints) {
         gpt_free(&g);
     }
     const int64_t ckpt_delta = (int64_t)(depths[1] - depths[0]) * n_micro * B * T * C * 2;
-    printf("GPU bytes: L=%d counted %lld measured %lld; L=%d counted %lld measured %lld; checkpoints delta %lld\n",
-           depths[0], (long long)counted[0], (long long)measured[0], depths[1], (long long)counted[1],
-           (long long)measured[1], (long long)ckpt_delta);
+    printf(
+        "GPU bytes: L=%d counted %lld measured %lld; L=%d counted %lld measured %lld; checkpoints delta "
+        "%lld\n",
+        depths[0], (long long)counted[0], (long long)measured[0], depths[1], (long long)counted[1],
+        (long long)measured[1], (long long)ckpt_delta);
     EXPECT_EQ(counted[1] - counted[0], ckpt_delta);
     // the device's own count: 2 MiB pages per allocation, a few allocations that differ in size: 8 MiB
     EXPECT_TRUE(within("measured GPU bytes L8 - L4 vs the checkpoints', |difference| in bytes",
@@ -824,7 +892,8 @@ TEST(GpuTrainer, WeightCopiesOverlapCompute) {
     build_gpu(&g, c, B, T, 1, 2, a, 3);
     Timeline tl;
     timeline_init(&tl, 8 * c.num_layers + 64);
-    auto in = random_tokens((int64_t)B * T, c.vocab_size, 8), tg = random_tokens((int64_t)B * T, c.vocab_size, 9);
+    auto in = random_tokens((int64_t)B * T, c.vocab_size, 8),
+         tg = random_tokens((int64_t)B * T, c.vocab_size, 9);
     gpt_step(&g, in.data(), tg.data(), 1, 1e-4f);  // warm-up (cuBLAS heuristics, first touches)
     g.timeline = &tl;
     g.stream.timeline = &tl;
@@ -832,7 +901,8 @@ TEST(GpuTrainer, WeightCopiesOverlapCompute) {
     const TimelineSummary s = timeline_summarize(&tl);
     double backward_start = 1e30;
     for (int j = 0; j < tl.n; j++)
-        if (tl.spans[j].track == TRACK_COMPUTE && strcmp(tl.spans[j].what, "bwd") == 0) backward_start = fmin(backward_start, tl.spans[j].t0);
+        if (tl.spans[j].track == TRACK_COMPUTE && strcmp(tl.spans[j].what, "bwd") == 0)
+            backward_start = fmin(backward_start, tl.spans[j].t0);
     double overlap = 0.0, backward_h2d = 0.0;
     for (int i = 0; i < tl.n; i++) {
         if (tl.spans[i].track != TRACK_H2D || tl.spans[i].t0 < backward_start) continue;
@@ -843,13 +913,16 @@ TEST(GpuTrainer, WeightCopiesOverlapCompute) {
             if (hi > lo) overlap += hi - lo;
         }
     }
-    printf("step %.2f ms: compute %.2f ms, h2d %.2f ms, d2h %.2f ms, adam %.2f ms; backward h2d %.2f ms, of it "
-           "overlapped with compute %.2f ms\n", s.step_s * 1e3, s.busy_s[TRACK_COMPUTE] * 1e3, s.busy_s[TRACK_H2D] * 1e3,
-           s.busy_s[TRACK_D2H] * 1e3, s.busy_s[TRACK_ADAM] * 1e3, backward_h2d * 1e3, overlap * 1e3);
+    printf(
+        "step %.2f ms: compute %.2f ms, h2d %.2f ms, d2h %.2f ms, adam %.2f ms; backward h2d %.2f ms, of it "
+        "overlapped with compute %.2f ms\n",
+        s.step_s * 1e3, s.busy_s[TRACK_COMPUTE] * 1e3, s.busy_s[TRACK_H2D] * 1e3, s.busy_s[TRACK_D2H] * 1e3,
+        s.busy_s[TRACK_ADAM] * 1e3, backward_h2d * 1e3, overlap * 1e3);
     // 8 layers, 2 slots: the last 2 stay resident from the forward pass, the other 6 are copied back
     ASSERT_GT(backward_h2d, 0.0);
     // each backward copy runs while the previous layer's recompute + backward computes (longer than the copy)
-    print_margin("backward H2D copy time not overlapped by compute, fraction", 1.0 - overlap / backward_h2d, 0.5);
+    print_margin("backward H2D copy time not overlapped by compute, fraction", 1.0 - overlap / backward_h2d,
+                 0.5);
     EXPECT_GT(overlap, 0.5 * backward_h2d);
     g.timeline = NULL;
     g.stream.timeline = NULL;

@@ -3,8 +3,8 @@
 //   - our writer, then our reader: the same fp32 bits (bf16 ones rounded to nearest even), single file and
 //     shards, padded vocabulary rows zero;
 //   - malformed or foreign checkpoints refused with one line naming the file and the reason;
-//   - both trainers (train_gpt_cpu, the emulated train_gpt) train from an exported directory exactly as from the
-//     llm.c model file it came from (the same losses, bit for bit);
+//   - both trainers (train_gpt_cpu, the emulated train_gpt) train from an exported directory exactly as from
+//     the llm.c model file it came from (the same losses, bit for bit);
 //   - export_hf's flags and refusals;
 //   - test/hf_check.py against the real transformers (logits within 1e-4 relative, both directions). It needs
 //     Python with torch and transformers (.ci/run installs them in .venv-hf): skipped where they are missing,
@@ -23,7 +23,8 @@ static bool parses(const std::string& text, Json* v = nullptr) {
 
 TEST(Json, ReadsWhatTheFilesHold) {
     Json v;
-    ASSERT_TRUE(parses(" {\"a\": [1, -2.5e3, true, false, null], \"b\\n\\u00e9\\ud83d\\ude00\": {\"c\": \"x\"}} ", &v));
+    ASSERT_TRUE(parses(
+        " {\"a\": [1, -2.5e3, true, false, null], \"b\\n\\u00e9\\ud83d\\ude00\": {\"c\": \"x\"}} ", &v));
     ASSERT_EQ(v.type, Json::OBJ);
     const Json* a = v.get("a");
     ASSERT_TRUE(a && a->type == Json::ARR && a->items.size() == 5);
@@ -38,8 +39,8 @@ TEST(Json, ReadsWhatTheFilesHold) {
 }
 
 TEST(Json, RefusesMalformedText) {
-    for (const char* bad : {"", "{", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "\"abc", "01", "1.", "-", "tru", "{} x",
-                            "{\"a\":1,\"a\":2}", "\"\\ud800\"", "\"\\x\"", "\"a\nb\"", "[1 2]"})
+    for (const char* bad : {"", "{", "[1,]", "{\"a\":1,}", "{\"a\" 1}", "\"abc", "01", "1.", "-", "tru",
+                            "{} x", "{\"a\":1,\"a\":2}", "\"\\ud800\"", "\"\\x\"", "\"a\nb\"", "[1 2]"})
         EXPECT_FALSE(parses(bad)) << bad;
     EXPECT_FALSE(parses(std::string(100, '[') + std::string(100, ']')));  // nesting is limited, not the stack
     EXPECT_TRUE(parses(std::string(60, '[') + std::string(60, ']')));
@@ -57,8 +58,10 @@ class HfTest : public CliTest {
         params.resize((size_t)gpt_layout(&cfg).total);
         gpt_init_params(&cfg, params.data(), 7);
         // every tensor distinct and nonzero: biases and LayerNorms too (the init leaves them 0 and 1)
-        for (size_t i = 0; i < params.size(); i++) params[i] += 1e-3f * (float)((i * 2654435761u) % 1000) / 1000.0f;
-        const int64_t real = (int64_t)cfg.vocab_size * cfg.channels, pad = gpt_layout(&cfg).embed_size[WTE] - real;
+        for (size_t i = 0; i < params.size(); i++)
+            params[i] += 1e-3f * (float)((i * 2654435761u) % 1000) / 1000.0f;
+        const int64_t real = (int64_t)cfg.vocab_size * cfg.channels,
+                      pad = gpt_layout(&cfg).embed_size[WTE] - real;
         std::fill(params.begin() + real, params.begin() + real + pad, 0.0f);  // the padded rows are zero
     }
     // Our exporter's output for params (fp32 or bf16, shards of at most max_shard bytes).
@@ -118,7 +121,8 @@ class HfTest : public CliTest {
 
 TEST_F(HfTest, Fp32RoundTripIsExact) {
     const std::string out = export_dir("fp32");
-    EXPECT_EQ(names_in(out), (std::vector<std::string>{"config.json", "generation_config.json", "model.safetensors"}));
+    EXPECT_EQ(names_in(out),
+              (std::vector<std::string>{"config.json", "generation_config.json", "model.safetensors"}));
     const std::vector<float> back = load(out);
     ASSERT_EQ(back.size(), params.size());
     EXPECT_EQ(memcmp(back.data(), params.data(), 4 * params.size()), 0);
@@ -128,7 +132,8 @@ TEST_F(HfTest, Fp32RoundTripIsExact) {
 TEST_F(HfTest, ShardedBf16RoundTripRoundsToNearestEven) {
     const std::string out = export_dir("bf16", 1, 40000);  // 40 kB: several shards, the large tensors alone
     const std::vector<std::string> names = names_in(out);
-    const int shards = (int)std::count_if(names.begin(), names.end(), [](const std::string& n) { return ends_with(n, ".safetensors"); });
+    const int shards = (int)std::count_if(names.begin(), names.end(),
+                                          [](const std::string& n) { return ends_with(n, ".safetensors"); });
     EXPECT_GE(shards, 4);
     EXPECT_TRUE(std::find(names.begin(), names.end(), "model.safetensors.index.json") != names.end());
     const std::vector<float> back = load(out);
@@ -153,18 +158,25 @@ TEST_F(HfTest, RefusesWhatIsNotAGpt2Checkpoint) {
         write_text(d + "/config.json", config);
         return d;
     };
-    EXPECT_TRUE(has(refused(variant("erf", replace(cfg_text, "gelu_new", "gelu"))), "activation_function 'gelu'"));
-    EXPECT_TRUE(has(refused(variant("llama", replace(cfg_text, "\"gpt2\"", "\"llama\""))), "model_type 'llama'"));
-    EXPECT_TRUE(has(refused(variant("untied", replace(cfg_text, "\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false"))),
+    EXPECT_TRUE(
+        has(refused(variant("erf", replace(cfg_text, "gelu_new", "gelu"))), "activation_function 'gelu'"));
+    EXPECT_TRUE(
+        has(refused(variant("llama", replace(cfg_text, "\"gpt2\"", "\"llama\""))), "model_type 'llama'"));
+    EXPECT_TRUE(has(refused(variant("untied", replace(cfg_text, "\"tie_word_embeddings\": true",
+                                                      "\"tie_word_embeddings\": false"))),
                     "tie_word_embeddings is false"));
-    EXPECT_TRUE(has(refused(variant("inner", replace(cfg_text, "\"n_inner\": null", "\"n_inner\": 100"))), "n_inner"));
+    EXPECT_TRUE(has(refused(variant("inner", replace(cfg_text, "\"n_inner\": null", "\"n_inner\": 100"))),
+                    "n_inner"));
     EXPECT_TRUE(has(refused(variant("eps", replace(cfg_text, "1e-05", "1e-06"))), "layer_norm_epsilon"));
-    EXPECT_TRUE(has(refused(variant("shape", replace(cfg_text, "\"n_embd\": 64", "\"n_embd\": 32"))), "has shape"));
+    EXPECT_TRUE(
+        has(refused(variant("shape", replace(cfg_text, "\"n_embd\": 64", "\"n_embd\": 32"))), "has shape"));
     EXPECT_TRUE(has(refused(variant("layers", replace(cfg_text, "\"n_layer\": 2", "\"n_layer\": 3"))),
                     "'h.2.ln_1.weight' is missing"));
-    EXPECT_TRUE(has(refused(variant("fewer", replace(cfg_text, "\"n_layer\": 2", "\"n_layer\": 1"))), "is not part of"));
+    EXPECT_TRUE(has(refused(variant("fewer", replace(cfg_text, "\"n_layer\": 2", "\"n_layer\": 1"))),
+                    "is not part of"));
     EXPECT_TRUE(has(refused(variant("json", "{\"n_layer\": 2,}")), "config.json"));
-    EXPECT_TRUE(has(refused(variant("missing", "{\"model_type\": \"gpt2\"}")), "needs positive whole n_layer"));
+    EXPECT_TRUE(
+        has(refused(variant("missing", "{\"model_type\": \"gpt2\"}")), "needs positive whole n_layer"));
     const std::string noconf = dir + "/noconf";
     mkdir(noconf.c_str(), 0755);
     EXPECT_TRUE(has(refused(noconf), "holds no model.safetensors"));
@@ -189,7 +201,10 @@ TEST_F(HfTest, RefusesMalformedSafetensors) {
     EXPECT_TRUE(has(refused(d), "data_offsets outside the file"));
     // a header length beyond the file, and one over the 100 MB the format allows
     std::string big = bytes;
-    big[0] = (char)0xff; big[1] = (char)0xff; big[2] = (char)0xff; big[3] = (char)0x7f;
+    big[0] = (char)0xff;
+    big[1] = (char)0xff;
+    big[2] = (char)0xff;
+    big[3] = (char)0x7f;
     write_text(st, big);
     EXPECT_TRUE(has(refused(d), "not a safetensors file"));
     // the header itself malformed, a tensor's dtype unknown or unreadable, its offsets overlapping another's
@@ -197,10 +212,13 @@ TEST_F(HfTest, RefusesMalformedSafetensors) {
     EXPECT_TRUE(has(refused(d), "bad safetensors header"));
     write_st(st, replace(header, "\"F32\"", "\"Q7\""), (int64_t)data.size());
     EXPECT_TRUE(has(refused(d), "unknown dtype"));
-    write_st(st, replace(header, "\"transformer.wte.weight\":{\"dtype\":\"F32\"", "\"transformer.wte.weight\":{\"dtype\":\"I32\""),
+    write_st(st,
+             replace(header, "\"transformer.wte.weight\":{\"dtype\":\"F32\"",
+                     "\"transformer.wte.weight\":{\"dtype\":\"I32\""),
              (int64_t)data.size());
     EXPECT_TRUE(has(refused(d), "is I32"));
-    const std::string wpe_at = "\"transformer.wpe.weight\":{\"dtype\":\"F32\",\"shape\":[32,64],\"data_offsets\":[";
+    const std::string wpe_at =
+        "\"transformer.wpe.weight\":{\"dtype\":\"F32\",\"shape\":[32,64],\"data_offsets\":[";
     const size_t at = header.find(wpe_at);
     ASSERT_NE(at, std::string::npos);
     std::string overlap = header;
@@ -213,9 +231,11 @@ TEST_F(HfTest, RefusesMalformedSafetensors) {
     write_st(st, replace(header, "\"shape\":[32,64]", "\"shape\":[32,63]"), (int64_t)data.size());
     EXPECT_TRUE(has(refused(d), "do not match its shape"));
     // an extra tensor nobody asked for; an lm_head that is not wte (untied); the causal-mask buffer (ignored)
-    write_st(st, replace(header, "{\"__metadata__\":{\"format\":\"pt\"}",
-                         "{\"__metadata__\":{\"format\":\"pt\"},\"transformer.h.0.attn.bias\":{\"dtype\":\"F32\",\"shape\":[1],"
-                         "\"data_offsets\":[0,0]}"),
+    write_st(st,
+             replace(header, "{\"__metadata__\":{\"format\":\"pt\"}",
+                     "{\"__metadata__\":{\"format\":\"pt\"},\"transformer.h.0.attn.bias\":{\"dtype\":\"F32\","
+                     "\"shape\":[1],"
+                     "\"data_offsets\":[0,0]}"),
              0);
     EXPECT_TRUE(has(refused(d), "data_offsets do not match"));
 }
@@ -235,8 +255,10 @@ TEST_F(HfTest, AcceptsMaskBuffersAndRefusesAnUntiedHead) {
     auto with_extra = [&](const std::string& name, const std::string& shape, const std::string& extra) {
         const std::string d = dir + "/" + std::to_string(std::hash<std::string>()(name + extra.substr(0, 8)));
         mkdir(d.c_str(), 0755);
-        std::string h = header.substr(0, header.size() - 1) + ",\"" + name + "\":{\"dtype\":\"F32\",\"shape\":" + shape +
-                        ",\"data_offsets\":[" + std::to_string(data.size()) + "," + std::to_string(data.size() + extra.size()) + "]}}";
+        std::string h = header.substr(0, header.size() - 1) + ",\"" + name +
+                        "\":{\"dtype\":\"F32\",\"shape\":" + shape + ",\"data_offsets\":[" +
+                        std::to_string(data.size()) + "," + std::to_string(data.size() + extra.size()) +
+                        "]}}";
         while (h.size() % 8) h += ' ';
         std::string len(8, '\0');
         for (int k = 0; k < 8; k++) len[k] = (char)((uint64_t)h.size() >> (8 * k));
@@ -247,25 +269,32 @@ TEST_F(HfTest, AcceptsMaskBuffersAndRefusesAnUntiedHead) {
         return d;
     };
     const std::string wte = data.substr(0, (size_t)wte_bytes);  // wte is the first tensor written
-    EXPECT_EQ(load(with_extra("transformer.h.1.attn.bias", "[1,1,32,32]", std::string(32 * 32 * 4, '\0'))), params);
+    EXPECT_EQ(load(with_extra("transformer.h.1.attn.bias", "[1,1,32,32]", std::string(32 * 32 * 4, '\0'))),
+              params);
     EXPECT_EQ(load(with_extra("lm_head.weight", "[1000,64]", wte)), params);  // tied: the same values
     std::string other = wte;
     other[100] ^= 1;
     EXPECT_TRUE(has(refused(with_extra("lm_head.weight", "[1000,64]", other)), "untied"));
-    EXPECT_TRUE(has(refused(with_extra("transformer.h.0.attn.extra", "[4]", std::string(16, '\0'))), "is not part of"));
+    EXPECT_TRUE(has(refused(with_extra("transformer.h.0.attn.extra", "[4]", std::string(16, '\0'))),
+                    "is not part of"));
 }
 
 TEST_F(HfTest, ShardIndexNamesOnlyFilesBesideIt) {
     const std::string d = export_dir("s", 0, 40000);
-    write_text(d + "/model.safetensors.index.json", "{\"weight_map\": {\"transformer.wte.weight\": \"../evil.safetensors\"}}");
+    write_text(d + "/model.safetensors.index.json",
+               "{\"weight_map\": {\"transformer.wte.weight\": \"../evil.safetensors\"}}");
     EXPECT_TRUE(has(refused(d), "not a file name beside the index"));
     write_text(d + "/model.safetensors.index.json", "{\"metadata\": {}}");
     EXPECT_TRUE(has(refused(d), "no weight_map"));
-    write_text(d + "/model.safetensors.index.json", "{\"weight_map\": {\"transformer.wte.weight\": \"model-00001-of-00099.safetensors\"}}");
+    write_text(d + "/model.safetensors.index.json",
+               "{\"weight_map\": {\"transformer.wte.weight\": \"model-00001-of-00099.safetensors\"}}");
     EXPECT_TRUE(has(refused(d), "cannot open"));
-    const std::string first = names_in(d)[2];  // after config.json, generation_config.json: model-00001-of-...
-    ASSERT_TRUE(file_exists(d + "/" + first)) << first;  // one real shard of several: the others' tensors are missing
-    write_text(d + "/model.safetensors.index.json", "{\"weight_map\": {\"transformer.wte.weight\": \"" + first + "\"}}");
+    const std::string first =
+        names_in(d)[2];  // after config.json, generation_config.json: model-00001-of-...
+    ASSERT_TRUE(file_exists(d + "/" + first))
+        << first;  // one real shard of several: the others' tensors are missing
+    write_text(d + "/model.safetensors.index.json",
+               "{\"weight_map\": {\"transformer.wte.weight\": \"" + first + "\"}}");
     EXPECT_TRUE(has(refused(d), "is missing"));
 }
 
@@ -287,7 +316,8 @@ TEST_P(HfTrainers, TrainFromAnExportAsFromTheModelFile) {
     char err[4352];
     ASSERT_TRUE(gpt_save_params(bin.c_str(), &cfg, params.data(), err, sizeof err)) << err;
     const Args common = {"-b", "2", "-t", "32", "-x", "3", "-v", "0", "-g", "0", "-i", kTrain, "-j", kVal};
-    const Result a = run_bin(GetParam(), Args{"-e", bin} + common), b = run_bin(GetParam(), Args{"-e", hf} + common);
+    const Result a = run_bin(GetParam(), Args{"-e", bin} + common),
+                 b = run_bin(GetParam(), Args{"-e", hf} + common);
     ASSERT_EQ(a.code, 0) << a.err;
     ASSERT_EQ(b.code, 0) << b.err;
     const auto la = step_losses(a.out), lb = step_losses(b.out);
@@ -306,16 +336,19 @@ TEST_F(HfTest, ExportToolFlagsAndRefusals) {
     EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", bin}), {"-o <dir>"}));
     EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", bin, "-o", dir + "/x", "-d", "fp8"}), {"-d fp8"}));
     EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", bin, "-o", dir + "/x", "-s", "5XB"}), {"-s 5XB"}));
-    EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", bin, "-o", dir + "/x", "-q", "1"}), {"unknown flag -q"}));
-    EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", dir + "/none.bin", "-o", dir + "/x"}), {"none.bin"}));
+    EXPECT_TRUE(
+        CleanError(run_bin("./export_hf", {"-i", bin, "-o", dir + "/x", "-q", "1"}), {"unknown flag -q"}));
+    EXPECT_TRUE(
+        CleanError(run_bin("./export_hf", {"-i", dir + "/none.bin", "-o", dir + "/x"}), {"none.bin"}));
     EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", bin, "-o", dir}), {"is not empty"}));
     const Result ok = run_bin("./export_hf", {"-i", bin, "-o", dir + "/out", "-s", "300KB"});
     ASSERT_EQ(ok.code, 0) << ok.err;
     EXPECT_TRUE(has(ok.out, "GPT2LMHeadModel L2 C64 NH4 maxT32 V50257")) << ok.out;
     EXPECT_TRUE(has(ok.out, "GPT-2 tokenizer files")) << ok.out;
     const std::vector<std::string> names = names_in(dir + "/out");
-    for (const char* want : {"config.json", "generation_config.json", "merges.txt", "model.safetensors.index.json",
-                             "special_tokens_map.json", "tokenizer_config.json", "vocab.json"})
+    for (const char* want :
+         {"config.json", "generation_config.json", "merges.txt", "model.safetensors.index.json",
+          "special_tokens_map.json", "tokenizer_config.json", "vocab.json"})
         EXPECT_TRUE(std::find(names.begin(), names.end(), want) != names.end()) << want;
     // what it wrote reads back as the model file's weights
     cfg = {32, 50257, 50304, 2, 4, 64};
@@ -360,7 +393,8 @@ TEST_F(HfTest, MatchesTransformers) {
     const std::string probe = py + " -c 'import torch, transformers, safetensors' >/dev/null 2>&1";
     if (system(probe.c_str()) != 0) {
         const char* req = getenv("HF_REQUIRED");
-        if (req && strcmp(req, "1") == 0) FAIL() << py << " lacks torch, transformers or safetensors (HF_REQUIRED=1)";
+        if (req && strcmp(req, "1") == 0)
+            FAIL() << py << " lacks torch, transformers or safetensors (HF_REQUIRED=1)";
         GTEST_SKIP() << py << " lacks torch, transformers or safetensors: .ci/run installs them in .venv-hf";
     }
     const Result r = run_bin(py.c_str(), {"test/hf_check.py", dir + "/work"});

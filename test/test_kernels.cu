@@ -3,21 +3,20 @@
 // through the attention path only), the whole attention path (per-head batched GEMMs reading q, k, v in
 // place in qkv -> softmax_causal_* -> y written in place, attention_forward/backward on a GPT's
 // workspace), the fused attention (flash_attention.cuh: the mma.sync fragment table against an exact integer
-// matmul, the ldmatrix fragment loads, forward y and lse, backward dq/dk/dv, at head sizes 32/64/80/96/128 and
-// T = 1, 37, 64, 70, 100, 130, 200), and one
-// whole layer with either attention
-// (layer_forward, then layer_forward(NULL) + layer_backward) are compared with the fp32 functions of
-// gpt2_cpu.h on the same inputs. Shapes exercise the edges: T = 37 (not a multiple of 32) and 64, C = 96
-// and 128 with hs = 32, attention also at hs = 64 (GPT-2's) and hs = 20 (not a multiple of 8: cuBLAS
-// strides without 16-byte alignment), N = 259 rows (not a multiple of the 8 rows per block, more than one
-// 256-row tile),
-// V = 2500 with Vp = 2560 (more than the 1024 threads of a row block), element counts past grid_for's cap
-// (so the grid-stride loops loop), and parameter gradients accumulated by two calls (they must ADD).
-// Not checked here: head_forward/head_backward as a unit (their kernels are checked one by one),
-// stream.cu (weight streaming, gradient hand-off: test_stream.cpp), the optimizer thread, gpt_step's orchestration and micro-batch
-// accumulation (test_gpu.cu covers those), int64 indexing past 2^31 elements and the 65535 row-tile cap.
-// Every test skips (GTEST_SKIP) when no CUDA device is present; make test also runs them all with the kernels
-// emulated on the CPU (build/emu_test_kernels, test/fake_cuda/fake_device.h: CPU math, not the GPU's).
+// matmul, the ldmatrix fragment loads, forward y and lse, backward dq/dk/dv, at head sizes 32/64/80/96/128
+// and T = 1, 37, 64, 70, 100, 130, 200), and one whole layer with either attention (layer_forward, then
+// layer_forward(NULL) + layer_backward) are compared with the fp32 functions of gpt2_cpu.h on the same
+// inputs. Shapes exercise the edges: T = 37 (not a multiple of 32) and 64, C = 96 and 128 with hs = 32,
+// attention also at hs = 64 (GPT-2's) and hs = 20 (not a multiple of 8: cuBLAS strides without 16-byte
+// alignment), N = 259 rows (not a multiple of the 8 rows per block, more than one 256-row tile), V = 2500
+// with Vp = 2560 (more than the 1024 threads of a row block), element counts past grid_for's cap (so the
+// grid-stride loops loop), and parameter gradients accumulated by two calls (they must ADD). Not checked
+// here: head_forward/head_backward as a unit (their kernels are checked one by one), stream.cu (weight
+// streaming, gradient hand-off: test_stream.cpp), the optimizer thread, gpt_step's orchestration and
+// micro-batch accumulation (test_gpu.cu covers those), int64 indexing past 2^31 elements and the 65535
+// row-tile cap. Every test skips (GTEST_SKIP) when no CUDA device is present; make test also runs them all
+// with the kernels emulated on the CPU (build/emu_test_kernels, test/fake_cuda/fake_device.h: CPU math,
+// not the GPU's).
 //
 // Method: random inputs are ROUNDED TO bf16 first and the very same values go to both sides, so a GPU
 // result differs from the CPU's only by its bf16 output rounding and fp32 summation order. Errors are the
@@ -30,15 +29,17 @@
 //         gradients): a CPU emulation of the GPU's bf16 rounding points on these inputs gave <= 5e-3 forward,
 //         <= 8e-3 for gradients, so the margin is ~4x;
 //   exact  only where the GPU promises it: layout kernels, the bf16 conversion (round-to-nearest-even on both
-//         sides), dloss_scale = 0, padded dlogits columns (structural zeros), small-integer mma products (exact in
-//         fp32), the GPU AdamW against cpu_adam.cpp (the kernel uses the IEEE-rounded __f*_rn intrinsics, which
-//         --use_fast_math leaves alone, and no atomics: the same correctly rounded operations in one order), two
-//         runs of one of our kernels without atomics, and the recompute of a layer (the same cuBLAS / cuBLASLt
-//         calls with our own workspace on one stream, which cuBLAS documents as bit-wise reproducible on one GPU).
-// Every bound is printed with what was measured ("[margin] ..." lines, gpu_test_common.h `within`), so the first
-// run on a GPU shows how tight each is. Where a GPU's numerics differ from the emulation's (approximate exp,
-// log, rsqrt and tanh under --use_fast_math; fp32 atomics in any order; cuBLAS's tensor-core summation order),
-// the bound is set from the GPU's: each such difference is ~1e-6 relative, far below a bf16 rounding (2^-9).
+//         sides), dloss_scale = 0, padded dlogits columns (structural zeros), small-integer mma products
+//         (exact in fp32), the GPU AdamW against cpu_adam.cpp (the kernel uses the IEEE-rounded __f*_rn
+//         intrinsics, which --use_fast_math leaves alone, and no atomics: the same correctly rounded
+//         operations in one order), two runs of one of our kernels without atomics, and the recompute of a
+//         layer (the same cuBLAS / cuBLASLt calls with our own workspace on one stream, which cuBLAS
+//         documents as bit-wise reproducible on one GPU).
+// Every bound is printed with what was measured ("[margin] ..." lines, gpu_test_common.h `within`), so the
+// first run on a GPU shows how tight each is. Where a GPU's numerics differ from the emulation's (approximate
+// exp, log, rsqrt and tanh under --use_fast_math; fp32 atomics in any order; cuBLAS's tensor-core summation
+// order), the bound is set from the GPU's: each such difference is ~1e-6 relative, far below a
+// bf16 rounding (2^-9).
 #include "gpu_test_common.h"
 #include <algorithm>
 #include <string>
@@ -74,7 +75,8 @@ void upload(bf16* d, const std::vector<float>& h) {
     cudaCheck(cudaMemcpy(d, raw.data(), raw.size() * 2, cudaMemcpyHostToDevice));
     cudaCheck(cudaDeviceSynchronize());
 }
-template <typename X> void upload(X* d, const std::vector<X>& h) {
+template <typename X>
+void upload(X* d, const std::vector<X>& h) {
     cudaCheck(cudaMemcpy(d, h.data(), h.size() * sizeof(X), cudaMemcpyHostToDevice));
     cudaCheck(cudaDeviceSynchronize());
 }
@@ -88,7 +90,8 @@ std::vector<float> download(const bf16* d, int64_t n) {
     for (int64_t i = 0; i < n; i++) out[(size_t)i] = bf16_to_float(raw[(size_t)i]);
     return out;
 }
-template <typename X> std::vector<X> download(const X* d, int64_t n) {
+template <typename X>
+std::vector<X> download(const X* d, int64_t n) {
     std::vector<X> out((size_t)n);
     cudaCheck(cudaDeviceSynchronize());
     cudaCheck(cudaMemcpy(out.data(), d, (size_t)n * sizeof(X), cudaMemcpyDeviceToHost));
@@ -98,8 +101,11 @@ template <typename X> std::vector<X> download(const X* d, int64_t n) {
 // The device buffers of one test, zero-filled, freed when it ends (also when an ASSERT returns early).
 struct DeviceMem {
     std::vector<void*> ptrs;
-    ~DeviceMem() { for (void* p : ptrs) cudaCheck(cudaFree(p)); }
-    template <typename X> X* zeros(int64_t n) {
+    ~DeviceMem() {
+        for (void* p : ptrs) cudaCheck(cudaFree(p));
+    }
+    template <typename X>
+    X* zeros(int64_t n) {
         void* p = nullptr;
         cudaCheck(cudaMalloc(&p, (size_t)n * sizeof(X)));
         cudaCheck(cudaMemset(p, 0, (size_t)n * sizeof(X)));
@@ -107,25 +113,35 @@ struct DeviceMem {
         ptrs.push_back(p);
         return (X*)p;
     }
-    bf16* bf16s(const std::vector<float>& h) { bf16* d = zeros<bf16>((int64_t)h.size()); upload(d, h); return d; }
-    template <typename X> X* copy(const std::vector<X>& h) { X* d = zeros<X>((int64_t)h.size()); upload(d, h); return d; }
+    bf16* bf16s(const std::vector<float>& h) {
+        bf16* d = zeros<bf16>((int64_t)h.size());
+        upload(d, h);
+        return d;
+    }
+    template <typename X>
+    X* copy(const std::vector<X>& h) {
+        X* d = zeros<X>((int64_t)h.size());
+        upload(d, h);
+        return d;
+    }
 };
 
-// ||got - ref|| / ||ref|| against its bound: prints the margin for the device log (gpu_test_common.h `within`)
-// and passes when below it (NaN fails). EXPECT_TRUE(check(...)).
-::testing::AssertionResult check(const std::string& what, const float* got, const float* ref, int64_t n, double bound) {
+// ||got - ref|| / ||ref|| against its bound: prints the margin for the device log (gpu_test_common.h
+// `within`) and passes when below it (NaN fails). EXPECT_TRUE(check(...)).
+::testing::AssertionResult check(const std::string& what, const float* got, const float* ref, int64_t n,
+                                 double bound) {
     return within(what + " rel-L2", rel_l2(got, ref, n), bound);
 }
-::testing::AssertionResult check(const std::string& what, const std::vector<float>& got, const std::vector<float>& ref,
-                                 double bound) {
+::testing::AssertionResult check(const std::string& what, const std::vector<float>& got,
+                                 const std::vector<float>& ref, double bound) {
     if (got.size() != ref.size())
         return ::testing::AssertionFailure() << what << ": size " << got.size() << " vs " << ref.size();
     return check(what, got.data(), ref.data(), (int64_t)ref.size(), bound);
 }
 // dq, dk, dv of a (N, 3C) gradient apart (the q | k | v columns of each row), each within tol of ref: tells
 // which of an attention backward's products is off.
-void check_dqkv_parts(const char* what, const std::vector<float>& got, const std::vector<float>& ref, int64_t N, int C,
-                      double tol) {
+void check_dqkv_parts(const char* what, const std::vector<float>& got, const std::vector<float>& ref,
+                      int64_t N, int C, double tol) {
     const char* part_names[3] = {"dq", "dk", "dv"};
     for (int part = 0; part < 3; part++) {
         std::vector<float> g_part, r_part;
@@ -174,8 +190,8 @@ struct TestGPT {
     TestGPT& operator=(const TestGPT&) = delete;
 };
 
-const cudaStream_t kStream = 0;       // the kernels that need no cuBLAS run on the legacy stream
-const int kB = 7, kT = 37, kC = 96;   // N = 259 rows: not a multiple of 8 rows per block, two 256-row tiles
+const cudaStream_t kStream = 0;      // the kernels that need no cuBLAS run on the legacy stream
+const int kB = 7, kT = 37, kC = 96;  // N = 259 rows: not a multiple of 8 rows per block, two 256-row tiles
 const int64_t kN = (int64_t)kB * kT;
 
 // ----------------------------------------------------------------------------
@@ -193,7 +209,8 @@ TEST(Kernels, EmbeddingForwardMatchesEncoderForward) {
     embedding_forward(out, m.copy(tok), m.bf16s(wte), m.bf16s(wpe), N, T, C, kStream);
     std::vector<float> ref((size_t)(N * C));
     encoder_forward(ref.data(), tok.data(), wte.data(), wpe.data(), B, T, C);
-    EXPECT_TRUE(check("embedding_forward out", download(out, N * C), ref, 1e-2));  // bf16 output: one rounding
+    EXPECT_TRUE(
+        check("embedding_forward out", download(out, N * C), ref, 1e-2));  // bf16 output: one rounding
 }
 
 TEST(Kernels, EmbeddingBackwardMatchesEncoderBackward) {
@@ -226,7 +243,8 @@ TEST(Kernels, LayerNormForwardMatchesCpu) {
     REQUIRE_GPU();
     const int64_t N = kN;
     for (int C : {kC, 60}) {
-        auto inp = rand_bf16(N * C, -2, 3, 10), w = rand_bf16(C, 0.5f, 1.5f, 11), b = rand_bf16(C, -0.5f, 0.5f, 12);
+        auto inp = rand_bf16(N * C, -2, 3, 10), w = rand_bf16(C, 0.5f, 1.5f, 11),
+             b = rand_bf16(C, -0.5f, 0.5f, 12);
         DeviceMem m;
         bf16* out = m.zeros<bf16>(N * C);
         float *mean = m.zeros<float>(N), *rstd = m.zeros<float>(N);
@@ -244,7 +262,8 @@ TEST(Kernels, LayerNormBackwardMatchesCpu) {
     REQUIRE_GPU();
     const int64_t N = kN;
     for (int C : {kC, 60}) {
-        auto inp = rand_bf16(N * C, -2, 3, 13), w = rand_bf16(C, 0.5f, 1.5f, 14), b = rand_bf16(C, -0.5f, 0.5f, 15);
+        auto inp = rand_bf16(N * C, -2, 3, 13), w = rand_bf16(C, 0.5f, 1.5f, 14),
+             b = rand_bf16(C, -0.5f, 0.5f, 15);
         auto dout = rand_bf16(N * C, -1, 1, 16);
         std::vector<float> ln((size_t)(N * C)), mean((size_t)N), rstd((size_t)N);
         layernorm_forward(ln.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(), N, C);
@@ -256,11 +275,13 @@ TEST(Kernels, LayerNormBackwardMatchesCpu) {
         std::vector<float> ref_dinp((size_t)(N * C), 0.0f), ref_dw((size_t)C, 0.0f), ref_db((size_t)C, 0.0f);
         for (int rep = 0; rep < 2; rep++) {  // twice: dinp, dw and db must all accumulate
             layernorm_backward(dinp, dw, db, d_dout, d_inp, d_w, d_mean, d_rstd, N, C, kStream);
-            layernorm_backward(ref_dinp.data(), ref_dw.data(), ref_db.data(), dout.data(), inp.data(), w.data(), mean.data(),
-                               rstd.data(), N, C);
+            layernorm_backward(ref_dinp.data(), ref_dw.data(), ref_db.data(), dout.data(), inp.data(),
+                               w.data(), mean.data(), rstd.data(), N, C);
         }
-        EXPECT_TRUE(check("layernorm_backward dinp", download(dinp, N * C), ref_dinp, 1e-2));  // bf16, rounded twice
-        EXPECT_TRUE(check("layernorm_backward dw", download(dw, C), ref_dw, 1e-4));  // fp32 sums over 259 rows
+        EXPECT_TRUE(
+            check("layernorm_backward dinp", download(dinp, N * C), ref_dinp, 1e-2));  // bf16, rounded twice
+        EXPECT_TRUE(
+            check("layernorm_backward dw", download(dw, C), ref_dw, 1e-4));  // fp32 sums over 259 rows
         EXPECT_TRUE(check("layernorm_backward db", download(db, C), ref_db, 1e-4));
     }
 }
@@ -274,17 +295,20 @@ TEST(Kernels, AddBiasMatchesCpu) {
     const int64_t N = 2001;
     // 3 * kC: N * OC = 576288 > grid_for's 2112 blocks x 256 threads x 8: the loop runs; 60: the scalar path
     for (int OC : {3 * kC, 60}) {
-        auto out0 = rand_bf16(N * OC, -2, 2, 20), bias = rand_bf16(OC, -1, 1, 21), res = rand_bf16(N * OC, -2, 2, 22);
+        auto out0 = rand_bf16(N * OC, -2, 2, 20), bias = rand_bf16(OC, -1, 1, 21),
+             res = rand_bf16(N * OC, -2, 2, 22);
         DeviceMem m;
         printf("  OC = %d\n", OC);
         for (int with_res = 0; with_res < 2; with_res++) {
             bf16* out = m.bf16s(out0);
             add_bias(out, m.bf16s(bias), with_res ? m.bf16s(res) : NULL, N, OC, kStream);
-            std::vector<float> ref(out0);  // gpt2_cpu.h adds the bias inside matmul_forward, then residual_forward
+            std::vector<float> ref(
+                out0);  // gpt2_cpu.h adds the bias inside matmul_forward, then residual_forward
             for (int64_t i = 0; i < N; i++)
                 for (int o = 0; o < OC; o++) ref[(size_t)(i * OC + o)] += bias[(size_t)o];
             if (with_res) residual_forward(ref.data(), ref.data(), res.data(), N * OC);
-            EXPECT_TRUE(check(with_res ? "add_bias + residual" : "add_bias", download(out, N * OC), ref, 1e-2));  // bf16
+            EXPECT_TRUE(check(with_res ? "add_bias + residual" : "add_bias", download(out, N * OC), ref,
+                              1e-2));  // bf16
         }
     }
 }
@@ -302,11 +326,13 @@ TEST(Kernels, BiasBackwardMatchesMatmulBackwardDbias) {
         std::vector<float> zero_inp((size_t)(N * IC), 0.0f), zero_w((size_t)OC * IC, 0.0f);
         for (int rep = 0; rep < 2; rep++) {  // twice: it must add
             bias_backward(db, d_dout, N, OC, kStream);
-            matmul_backward(dinp.data(), dw.data(), ref_db.data(), dout.data(), zero_inp.data(), zero_w.data(), N, IC, OC);
+            matmul_backward(dinp.data(), dw.data(), ref_db.data(), dout.data(), zero_inp.data(),
+                            zero_w.data(), N, IC, OC);
         }
         char name[64];
         snprintf(name, sizeof name, "bias_backward OC=%d", OC);
-        EXPECT_TRUE(check(name, download(db, OC), ref_db, 1e-4));  // fp32 sums of 2001 identical values, any order
+        EXPECT_TRUE(
+            check(name, download(db, OC), ref_db, 1e-4));  // fp32 sums of 2001 identical values, any order
     }
 }
 
@@ -322,11 +348,12 @@ TEST(Kernels, BiasGeluForwardMatchesCpu) {
         bf16 *pre_d = m.bf16s(pre), *out_d = m.zeros<bf16>(N * OC);
         bias_gelu_forward(pre_d, out_d, m.bf16s(bias), N, OC, kStream);
         std::vector<float> with_bias((size_t)(N * OC)), ref((size_t)(N * OC));
-        for (int64_t i = 0; i < N * OC; i++) with_bias[(size_t)i] = bf16_to_float(float_to_bf16(pre[(size_t)i] + bias[(size_t)(i % OC)]));
+        for (int64_t i = 0; i < N * OC; i++)
+            with_bias[(size_t)i] = bf16_to_float(float_to_bf16(pre[(size_t)i] + bias[(size_t)(i % OC)]));
         gelu_forward(ref.data(), with_bias.data(), N * OC);  // gpt2_cpu.h
         const int64_t bad_pre = count_bit_diff(download(pre_d, N * OC), with_bias);
-        printf("  bias_gelu_forward: %lld of %lld kept pre-activations differ from bf16(pre + bias)\n", (long long)bad_pre,
-               (long long)(N * OC));
+        printf("  bias_gelu_forward: %lld of %lld kept pre-activations differ from bf16(pre + bias)\n",
+               (long long)bad_pre, (long long)(N * OC));
         EXPECT_EQ(bad_pre, 0);
         EXPECT_TRUE(check("bias_gelu_forward gelu", download(out_d, N * OC), ref, 1e-2));  // bf16 output
     }
@@ -363,14 +390,14 @@ TEST(Kernels, GeluBackwardMatchesCpu) {
 
 // kernels.cuh computes GELU as x * s with s = 0.5 (1 + tanh u) = 1 / (1 + exp(-2u)), and its derivative with
 // sech^2(u) = 4 e / (1 + e)^2, e = exp(-2|u|). Not tanhf: 1 + tanh(u) and 1 - tanh^2(u) cancel for x < 0 (at
-// x = -3, 1 + tanh(u) = 0.0024; at x = -5, ~1e-7, below an fp32 ulp of 1), and under --use_fast_math nvcc makes
-// tanhf the tanh.approx.f32 instruction, whose relative error of ~2^-11 is then ~20% of GELU(-3). e lies in
-// (0, 1] (no overflow) and every step keeps its relative error near fp32's, also with the fast exp and division.
-// GELU and its derivative at every normal bf16 value in [-9, 9] (beyond -9 the exp leaves fp32's normal range),
-// element by element against double precision: the bf16 result within one bf16 ulp of the exact value rounded
-// to bf16 (the fp32 result may fall on the other side of a rounding boundary), or within 1e-37 where the exact
-// value is that small (subnormal in fp32: flushed to zero under --use_fast_math, e.g. GELU(1e-38)). rel-L2 (the
-// tests above) cannot see errors where GELU is tiny, x < -2; this can: the
+// x = -3, 1 + tanh(u) = 0.0024; at x = -5, ~1e-7, below an fp32 ulp of 1), and under --use_fast_math nvcc
+// makes tanhf the tanh.approx.f32 instruction, whose relative error of ~2^-11 is then ~20% of GELU(-3). e
+// lies in (0, 1] (no overflow) and every step keeps its relative error near fp32's, also with the fast exp
+// and division. GELU and its derivative at every normal bf16 value in [-9, 9] (beyond -9 the exp leaves
+// fp32's normal range), element by element against double precision: the bf16 result within one bf16 ulp of
+// the exact value rounded to bf16 (the fp32 result may fall on the other side of a rounding boundary), or
+// within 1e-37 where the exact value is that small (subnormal in fp32: flushed to zero under --use_fast_math,
+// e.g. GELU(1e-38)). rel-L2 (the tests above) cannot see errors where GELU is tiny, x < -2; this can: the
 // textbook 0.5 x (1 + tanhf(u)) in fp32 fails it at x < -4 (1 + tanh(u) below an fp32 ulp of 1), and on a GPU
 // under --use_fast_math (tanh.approx.f32) already at x = -3.
 TEST(Kernels, GeluIsAccurateAtEveryBf16Input) {
@@ -378,7 +405,8 @@ TEST(Kernels, GeluIsAccurateAtEveryBf16Input) {
     std::vector<float> xs;
     for (uint32_t bits = 0; bits < 0x10000; bits++) {
         const float x = bf16_to_float((uint16_t)bits);
-        if (std::isfinite(x) && fabsf(x) <= 9.0f && (x == 0.0f || fabsf(x) >= 1.17549435e-38f)) xs.push_back(x);
+        if (std::isfinite(x) && fabsf(x) <= 9.0f && (x == 0.0f || fabsf(x) >= 1.17549435e-38f))
+            xs.push_back(x);
     }
     const int64_t n = (int64_t)xs.size();
     DeviceMem m;
@@ -387,15 +415,17 @@ TEST(Kernels, GeluIsAccurateAtEveryBf16Input) {
     gelu_forward(y, m.bf16s(xs), n, kStream);
     gelu_backward(dy, m.bf16s(xs), n, kStream);  // gelu'(x) * 1
     const std::vector<float> got_y = download(y, n), got_dy = download(dy, n);
-    auto off = [](float got, double exact) {  // how far from bf16(exact), in bf16 ulps of it; 0 if within 1e-37
+    auto off = [](float got,
+                  double exact) {  // how far from bf16(exact), in bf16 ulps of it; 0 if within 1e-37
         const float ref = bf16_to_float(float_to_bf16((float)exact));
         if (fabs((double)got - exact) <= 1e-37) return 0.0;
         int e;
         frexp((double)ref, &e);
         return fabs((double)got - (double)ref) / ldexp(1.0, e - 8);  // bf16: 8 significant bits
     };
-    // and, for the margin line, how far from the exact value itself, in bf16 ulps: <= 1.5 follows from the test
-    // (the neighbour of bf16(exact) is at most 1.5 ulps away), and the distance is continuous, not whole ulps
+    // and, for the margin line, how far from the exact value itself, in bf16 ulps: <= 1.5 follows from the
+    // test (the neighbour of bf16(exact) is at most 1.5 ulps away), and the distance is continuous,
+    // not whole ulps
     auto off_exact = [](float got, double exact) {
         if (fabs((double)got - exact) <= 1e-37) return 0.0;
         int e;
@@ -405,19 +435,30 @@ TEST(Kernels, GeluIsAccurateAtEveryBf16Input) {
     double worst_y = 0.0, worst_dy = 0.0, worst_exact = 0.0;
     float at_y = 0.0f, at_dy = 0.0f;
     for (int64_t i = 0; i < n; i++) {
-        // 0.5 (1 + tanh u) and 1 - tanh^2 u without their cancellation (in double, 1 - tanh^2 is 0 from |u| = 19 on)
-        const double x = xs[(size_t)i], u = 0.7978845608028654 * (x + 0.044715 * x * x * x), e = exp(-2.0 * fabs(u));
+        // 0.5 (1 + tanh u) and 1 - tanh^2 u without their cancellation (in double, 1 - tanh^2 is 0 from |u|
+        // = 19 on)
+        const double x = xs[(size_t)i], u = 0.7978845608028654 * (x + 0.044715 * x * x * x),
+                     e = exp(-2.0 * fabs(u));
         const double s = u >= 0 ? 1.0 / (1.0 + e) : e / (1.0 + e), sech2 = 4.0 * e / ((1.0 + e) * (1.0 + e));
-        const double gelu = x * s, grad = s + 0.5 * x * sech2 * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x);
+        const double gelu = x * s,
+                     grad = s + 0.5 * x * sech2 * 0.7978845608028654 * (1.0 + 3.0 * 0.044715 * x * x);
         const double oy = off(got_y[(size_t)i], gelu), ody = off(got_dy[(size_t)i], grad);
-        if (!(oy <= worst_y)) { worst_y = oy; at_y = (float)x; }
-        if (!(ody <= worst_dy)) { worst_dy = ody; at_dy = (float)x; }
-        worst_exact = fmax(worst_exact, fmax(off_exact(got_y[(size_t)i], gelu), off_exact(got_dy[(size_t)i], grad)));
+        if (!(oy <= worst_y)) {
+            worst_y = oy;
+            at_y = (float)x;
+        }
+        if (!(ody <= worst_dy)) {
+            worst_dy = ody;
+            at_dy = (float)x;
+        }
+        worst_exact =
+            fmax(worst_exact, fmax(off_exact(got_y[(size_t)i], gelu), off_exact(got_dy[(size_t)i], grad)));
     }
     printf("  %lld inputs: GELU within %.2f bf16 ulps (worst at x = %g), GELU' within %.2f (at x = %g)\n",
            (long long)n, worst_y, at_y, worst_dy, at_dy);
-    // the GPU's fp32 GELU is within ~1e-6 relative of the exact value (__expf: ex2.approx, ~2^-22), so its bf16
-    // rounding is the exact value's or, next to a rounding boundary, the neighbour (1 ulp, reached by design)
+    // the GPU's fp32 GELU is within ~1e-6 relative of the exact value (__expf: ex2.approx, ~2^-22), so its
+    // bf16 rounding is the exact value's or, next to a rounding boundary, the neighbour (1 ulp,
+    // reached by design)
     print_margin("GELU and GELU', worst distance from the exact value in bf16 ulps", worst_exact, 1.5);
     EXPECT_LE(worst_y, 1.0) << "at x = " << at_y;
     EXPECT_LE(worst_dy, 1.0) << "at x = " << at_dy;
@@ -426,7 +467,9 @@ TEST(Kernels, GeluIsAccurateAtEveryBf16Input) {
 // ----------------------------------------------------------------------------
 // cuBLAS wrappers (matmul.cuh): out = inp @ w^T; dinp = dout @ w; dw += dout^T @ inp
 
-struct GemmShape { int IC, OC; };
+struct GemmShape {
+    int IC, OC;
+};
 // the layer's GEMMs (qkv, attproj, fc, fcproj) and the lm_head's (Vp = 640, a multiple of 128)
 const GemmShape kGemmShapes[] = {{kC, 3 * kC}, {kC, kC}, {kC, 4 * kC}, {4 * kC, kC}, {kC, 640}};
 
@@ -436,7 +479,8 @@ TEST(Kernels, MatmulForwardMatchesCpu) {
     const cudaStream_t s = tg.g.stream.compute;
     const int64_t N = kN;
     for (const GemmShape& sh : kGemmShapes) {
-        auto inp = rand_bf16(N * sh.IC, -1, 1, 50 + sh.OC), w = rand_bf16((int64_t)sh.OC * sh.IC, -1, 1, 51 + sh.IC);
+        auto inp = rand_bf16(N * sh.IC, -1, 1, 50 + sh.OC),
+             w = rand_bf16((int64_t)sh.OC * sh.IC, -1, 1, 51 + sh.IC);
         DeviceMem m;
         bf16* out = m.zeros<bf16>(N * sh.OC);
         matmul_forward(out, m.bf16s(inp), m.bf16s(w), N, sh.IC, sh.OC, s);
@@ -444,7 +488,8 @@ TEST(Kernels, MatmulForwardMatchesCpu) {
         matmul_forward(ref.data(), inp.data(), w.data(), NULL, N, sh.IC, sh.OC, w_t.data());
         char name[64];
         snprintf(name, sizeof name, "matmul_forward (%lld,%d) -> %d", (long long)N, sh.IC, sh.OC);
-        EXPECT_TRUE(check(name, download(out, N * sh.OC), ref, 1e-2));  // bf16 output of an fp32-accumulated GEMM
+        EXPECT_TRUE(
+            check(name, download(out, N * sh.OC), ref, 1e-2));  // bf16 output of an fp32-accumulated GEMM
     }
 }
 
@@ -454,12 +499,15 @@ TEST(Kernels, MatmulBackwardInputMatchesCpu) {
     const cudaStream_t s = tg.g.stream.compute;
     const int64_t N = kN;
     for (const GemmShape& sh : kGemmShapes) {
-        auto dout = rand_bf16(N * sh.OC, -1, 1, 52 + sh.OC), w = rand_bf16((int64_t)sh.OC * sh.IC, -1, 1, 53 + sh.IC);
+        auto dout = rand_bf16(N * sh.OC, -1, 1, 52 + sh.OC),
+             w = rand_bf16((int64_t)sh.OC * sh.IC, -1, 1, 53 + sh.IC);
         DeviceMem m;
         bf16* dinp = m.zeros<bf16>(N * sh.IC);
         matmul_backward_input(dinp, m.bf16s(dout), m.bf16s(w), N, sh.IC, sh.OC, s);
-        std::vector<float> ref((size_t)(N * sh.IC)), dw_unused((size_t)sh.OC * sh.IC, 0.0f), inp_unused((size_t)(N * sh.IC), 0.0f);
-        matmul_backward(ref.data(), dw_unused.data(), NULL, dout.data(), inp_unused.data(), w.data(), N, sh.IC, sh.OC);
+        std::vector<float> ref((size_t)(N * sh.IC)), dw_unused((size_t)sh.OC * sh.IC, 0.0f),
+            inp_unused((size_t)(N * sh.IC), 0.0f);
+        matmul_backward(ref.data(), dw_unused.data(), NULL, dout.data(), inp_unused.data(), w.data(), N,
+                        sh.IC, sh.OC);
         char name[64];
         snprintf(name, sizeof name, "matmul_backward_input (%lld,%d) <- %d", (long long)N, sh.IC, sh.OC);
         EXPECT_TRUE(check(name, download(dinp, N * sh.IC), ref, 1e-2));  // bf16 output
@@ -476,10 +524,12 @@ TEST(Kernels, MatmulBackwardWeightMatchesCpu) {
         DeviceMem m;
         float* dw = m.zeros<float>((int64_t)sh.OC * sh.IC);
         bf16 *d_dout = m.bf16s(dout), *d_inp = m.bf16s(inp);
-        std::vector<float> ref((size_t)sh.OC * sh.IC, 0.0f), dinp_unused((size_t)(N * sh.IC)), w_unused((size_t)sh.OC * sh.IC, 0.0f);
+        std::vector<float> ref((size_t)sh.OC * sh.IC, 0.0f), dinp_unused((size_t)(N * sh.IC)),
+            w_unused((size_t)sh.OC * sh.IC, 0.0f);
         for (int rep = 0; rep < 2; rep++) {  // twice: beta = 1, it must add
             matmul_backward_weight(dw, d_dout, d_inp, N, sh.IC, sh.OC, s);
-            matmul_backward(dinp_unused.data(), ref.data(), NULL, dout.data(), inp.data(), w_unused.data(), N, sh.IC, sh.OC);
+            matmul_backward(dinp_unused.data(), ref.data(), NULL, dout.data(), inp.data(), w_unused.data(), N,
+                            sh.IC, sh.OC);
         }
         char name[64];
         snprintf(name, sizeof name, "matmul_backward_weight (%d,%d)", sh.OC, sh.IC);
@@ -505,7 +555,8 @@ std::vector<float> causal_softmax_ref(const std::vector<float>& scores, int64_t 
     }
     return p;
 }
-std::vector<float> causal_softmax_backward_ref(const std::vector<float>& datt, const std::vector<float>& att, int64_t rows, int T) {
+std::vector<float> causal_softmax_backward_ref(const std::vector<float>& datt, const std::vector<float>& att,
+                                               int64_t rows, int T) {
     std::vector<float> ds(datt.size(), 0.0f);
     for (int64_t r = 0; r < rows; r++) {
         const int t1 = (int)(r % T);
@@ -520,8 +571,10 @@ std::vector<float> causal_softmax_backward_ref(const std::vector<float>& datt, c
 TEST(Kernels, SoftmaxCausalForwardMatchesCpuSoftmax) {
     REQUIRE_GPU();
     for (int T : {37, 64}) {
-        const int64_t rows = 2 * 3 * (int64_t)T;  // B = 2, NH = 3: 222 rows (not a multiple of 8 per block) / 384
-        auto scores = rand_bf16(rows * T, -4, 4, 70 + T);  // above the diagonal too: junk that must be ignored
+        const int64_t rows =
+            2 * 3 * (int64_t)T;  // B = 2, NH = 3: 222 rows (not a multiple of 8 per block) / 384
+        auto scores =
+            rand_bf16(rows * T, -4, 4, 70 + T);  // above the diagonal too: junk that must be ignored
         DeviceMem m;
         bf16* att = m.bf16s(scores);
         softmax_causal_forward(att, rows, T, kStream);
@@ -529,7 +582,8 @@ TEST(Kernels, SoftmaxCausalForwardMatchesCpuSoftmax) {
         char name[64];
         snprintf(name, sizeof name, "softmax_causal_forward T=%d", T);
         EXPECT_TRUE(check(name, got, causal_softmax_ref(scores, rows, T), 1e-2));  // bf16 output
-        EXPECT_EQ(above_diagonal_nonzeros(got, rows, T), 0) << "att @ v relies on exact zeros above the diagonal";
+        EXPECT_EQ(above_diagonal_nonzeros(got, rows, T), 0)
+            << "att @ v relies on exact zeros above the diagonal";
     }
 }
 
@@ -538,8 +592,9 @@ TEST(Kernels, SoftmaxCausalBackwardMatchesCpuSoftmaxBackward) {
     for (int T : {37, 64}) {
         const int64_t rows = 2 * 3 * (int64_t)T;
         auto att = causal_softmax_ref(rand_bf16(rows * T, -4, 4, 72 + T), rows, T);
-        for (auto& a : att) a = bf16_to_float(float_to_bf16(a));  // the probabilities as the forward stored them
-        auto datt = rand_bf16(rows * T, -1, 1, 74 + T);          // full rows: the part above the diagonal is junk
+        for (auto& a : att)
+            a = bf16_to_float(float_to_bf16(a));         // the probabilities as the forward stored them
+        auto datt = rand_bf16(rows * T, -1, 1, 74 + T);  // full rows: the part above the diagonal is junk
         DeviceMem m;
         bf16* d = m.bf16s(datt);
         softmax_causal_backward(d, m.bf16s(att), rows, T, kStream);
@@ -554,8 +609,11 @@ TEST(Kernels, SoftmaxCausalBackwardMatchesCpuSoftmaxBackward) {
 // The whole GPU attention path (attention.cuh) on a GPT's workspace vs gpt2_cpu.h attention_forward /
 // attention_backward. test_attention.cpp checks the same code's index math on the CPU; this checks cuBLAS
 // and the kernels really do it.
-struct AttnShape { int T, C, NH; };
-const AttnShape kAttnShapes[] = {{37, 96, 3}, {64, 128, 4}, {64, 128, 2}, {37, 60, 3}};  // hs = 32, 32, 64, 20
+struct AttnShape {
+    int T, C, NH;
+};
+const AttnShape kAttnShapes[] = {
+    {37, 96, 3}, {64, 128, 4}, {64, 128, 2}, {37, 60, 3}};  // hs = 32, 32, 64, 20
 
 // Which attention a GPT built in its scope uses (train_gpt.cu's -F), restored at the end of the scope.
 struct AttentionChoice {
@@ -599,15 +657,19 @@ TEST(Kernels, AttentionBackwardMatchesCpu) {
         auto qkv = rand_bf16(N * 3 * C, -1.5f, 1.5f, 90 + T), datty = rand_bf16(N * C, -1, 1, 91 + T);
         upload(a->p[ACT_QKV], qkv);
         upload(a->p[ACT_DC], datty);  // where layer_backward passes it from
-        attention_forward(a->p[ACT_ATTY], a->p[ACT_ATT], a->p[ACT_QKV], B, T, C, NH, s);  // att for the backward
-        attention_backward(a->p[ACT_DQKV], a->p[ACT_DATT], a->p[ACT_DC], a->p[ACT_ATT], a->p[ACT_QKV], B, T, C, NH, s);
+        attention_forward(a->p[ACT_ATTY], a->p[ACT_ATT], a->p[ACT_QKV], B, T, C, NH,
+                          s);  // att for the backward
+        attention_backward(a->p[ACT_DQKV], a->p[ACT_DATT], a->p[ACT_DC], a->p[ACT_ATT], a->p[ACT_QKV], B, T,
+                           C, NH, s);
         auto got = download(a->p[ACT_DQKV], N * 3 * C);
-        std::vector<float> out((size_t)(N * C)), att((size_t)natt), dqkv((size_t)(N * 3 * C)), dscore((size_t)B * NH * T);
+        std::vector<float> out((size_t)(N * C)), att((size_t)natt), dqkv((size_t)(N * 3 * C)),
+            dscore((size_t)B * NH * T);
         attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
         attention_backward(dqkv.data(), dscore.data(), datty.data(), qkv.data(), att.data(), B, T, C, NH);
         printf("  B=%d T=%d C=%d NH=%d\n", B, T, C, NH);
         // dq, dk, dv apart, to tell which GEMM of attention_backward is off: q | k | v columns of each row.
-        // Behind bf16 att (forward), datt, d(scores) and the output: ~4 roundings (emulated: ~3.5e-3) -> 2e-2.
+        // Behind bf16 att (forward), datt, d(scores) and the output: ~4 roundings (emulated:
+        // ~3.5e-3) -> 2e-2.
         check_dqkv_parts("attention_backward", got, dqkv, N, C, 2e-2);
         EXPECT_TRUE(check("attention_backward dqkv (N, 3C)", got, dqkv, 2e-2));
     }
@@ -632,7 +694,8 @@ __global__ void mma_layout_kernel(float* d, const float* c, const bf16* a, const
                             join_pair(a[(g + 8) * 16 + 2 * t + 8], a[(g + 8) * 16 + 2 * t + 9])};
     const uint32_t bf[2] = {join_pair(b[(2 * t) * 8 + g], b[(2 * t + 1) * 8 + g]),
                             join_pair(b[(2 * t + 8) * 8 + g], b[(2 * t + 9) * 8 + g])};
-    float acc[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t], c[(g + 8) * 8 + 2 * t + 1]};
+    float acc[4] = {c[g * 8 + 2 * t], c[g * 8 + 2 * t + 1], c[(g + 8) * 8 + 2 * t],
+                    c[(g + 8) * 8 + 2 * t + 1]};
     mma_bf16_16816(acc, af, bf);
     d[g * 8 + 2 * t] = acc[0];
     d[g * 8 + 2 * t + 1] = acc[1];
@@ -698,14 +761,14 @@ TEST(Kernels, LdmatrixMatchesItsTable) {
         const int g = l / 4, t = l % 4;
         const uint32_t want[12] = {
             // A = tile: a[0..3] = A[g][2t..], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..]
-            pair(g, 2 * t, g, 2 * t + 1), pair(g + 8, 2 * t, g + 8, 2 * t + 1), pair(g, 2 * t + 8, g, 2 * t + 9),
-            pair(g + 8, 2 * t + 8, g + 8, 2 * t + 9),
+            pair(g, 2 * t, g, 2 * t + 1), pair(g + 8, 2 * t, g + 8, 2 * t + 1),
+            pair(g, 2 * t + 8, g, 2 * t + 9), pair(g + 8, 2 * t + 8, g + 8, 2 * t + 9),
             // B[k][n] = tile[n][k]: n-tile 0 then 8, b = B[2t..][g], B[2t+8..][g]
-            pair(g, 2 * t, g, 2 * t + 1), pair(g, 2 * t + 8, g, 2 * t + 9), pair(g + 8, 2 * t, g + 8, 2 * t + 1),
-            pair(g + 8, 2 * t + 8, g + 8, 2 * t + 9),
+            pair(g, 2 * t, g, 2 * t + 1), pair(g, 2 * t + 8, g, 2 * t + 9),
+            pair(g + 8, 2 * t, g + 8, 2 * t + 1), pair(g + 8, 2 * t + 8, g + 8, 2 * t + 9),
             // B[k][n] = tile[k][n]
-            pair(2 * t, g, 2 * t + 1, g), pair(2 * t + 8, g, 2 * t + 9, g), pair(2 * t, g + 8, 2 * t + 1, g + 8),
-            pair(2 * t + 8, g + 8, 2 * t + 9, g + 8)};
+            pair(2 * t, g, 2 * t + 1, g), pair(2 * t + 8, g, 2 * t + 9, g),
+            pair(2 * t, g + 8, 2 * t + 1, g + 8), pair(2 * t + 8, g + 8, 2 * t + 9, g + 8)};
         for (int i = 0; i < 12; i++) wrong += got[(size_t)(l * 12 + i)] != want[i];
     }
     EXPECT_EQ(wrong, 0) << "registers off the ldmatrix / fragment table (of 384)";
@@ -734,11 +797,14 @@ std::vector<float> cpu_attention_lse(const std::vector<float>& qkv, int B, int T
     return lse;
 }
 
-// Head sizes 32, 64, 80, 96, 128; T = 1, T below one tile, T not a multiple of the 64/32-row tiles (padded rows),
-// several key tiles per query tile, B and NH > 1.
-struct FlashShape { int B, T, C, NH; };
-const FlashShape kFlashShapes[] = {{2, 37, 96, 3}, {1, 1, 64, 1}, {2, 200, 128, 2}, {1, 130, 256, 2}, {1, 64, 128, 4},
-                                   {1, 100, 160, 2}, {1, 70, 192, 2}};  // ... hs 80 (the 2.7b preset's), 96
+// Head sizes 32, 64, 80, 96, 128; T = 1, T below one tile, T not a multiple of the 64/32-row tiles (padded
+// rows), several key tiles per query tile, B and NH > 1.
+struct FlashShape {
+    int B, T, C, NH;
+};
+const FlashShape kFlashShapes[] = {
+    {2, 37, 96, 3},  {1, 1, 64, 1},    {2, 200, 128, 2}, {1, 130, 256, 2},
+    {1, 64, 128, 4}, {1, 100, 160, 2}, {1, 70, 192, 2}};  // ... hs 80 (the 2.7b preset's), 96
 
 TEST(Kernels, FlashAttentionForwardMatchesCpu) {
     REQUIRE_GPU();
@@ -751,17 +817,18 @@ TEST(Kernels, FlashAttentionForwardMatchesCpu) {
         const bf16* qkv_d = m.bf16s(qkv);
         bf16* y_d = m.zeros<bf16>(N * C);
         float* lse_d = m.zeros<float>((int64_t)B * NH * T);
-        cudaCheck(cudaMemset(y_d, 0xff, (size_t)(N * C) * 2));  // NaN: an element never written fails the check
+        cudaCheck(
+            cudaMemset(y_d, 0xff, (size_t)(N * C) * 2));  // NaN: an element never written fails the check
         cudaCheck(cudaMemset(lse_d, 0xff, (size_t)B * NH * T * 4));
         flash_attention_forward(y_d, lse_d, qkv_d, B, T, C, NH, kStream);
         std::vector<float> out((size_t)(N * C)), att((size_t)B * NH * T * T);
         attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
         // y: behind the probabilities rounded to bf16 for the second product and y's own rounding (the scores
-        // stay fp32): 2 roundings of <= 2^-9 each -> 1e-2. lse: fp32 sums of exact products, fast-math
-        // exp2/log2: 1e-4.
+        // stay fp32): 2 roundings of <= 2^-9 each -> 1e-2. lse: fp32 sums of exact products,
+        // fast-math exp2/log2: 1e-4.
         EXPECT_TRUE(check("flash forward y (N, C)", download(y_d, N * C), out, 1e-2));
         EXPECT_TRUE(check("flash forward lse (B, NH, T)", download(lse_d, (int64_t)B * NH * T),
-                        cpu_attention_lse(qkv, B, T, C, NH), 1e-4));
+                          cpu_attention_lse(qkv, B, T, C, NH), 1e-4));
     }
 }
 
@@ -789,9 +856,11 @@ TEST(Kernels, FlashAttentionBackwardMatchesCpu) {
         // behind bf16 y (in D = rowsum(dy * y)), P and dS rounded to bf16 for the products, and the output:
         // ~4 roundings, as the cuBLAS path -> 2e-2
         check_dqkv_parts("flash backward", got, dqkv, N, C, 2e-2);
-        // no atomics and no cuBLAS, each block sums in a fixed order: a second backward pass gives the very same bits
+        // no atomics and no cuBLAS, each block sums in a fixed order: a second backward pass gives the
+        // very same bits
         flash_attention_backward(dqkv_d, dsum_d, dy_d, y_d, qkv_d, lse_d, B, T, C, NH, kStream);
-        EXPECT_EQ(count_bit_diff(download(dqkv_d, N * 3 * C), got), 0) << "the fused backward is not deterministic";
+        EXPECT_EQ(count_bit_diff(download(dqkv_d, N * 3 * C), got), 0)
+            << "the fused backward is not deterministic";
     }
 }
 
@@ -818,7 +887,8 @@ TEST(Kernels, FusedClassifierMatchesSoftmaxCrossEntropy) {
     // 1. dloss_scale = 0 (evaluation): the losses only, the logits untouched
     fused_classifier(d_logits, losses_eval, d_tg, N, V, Vp, 0.0f, kStream);
     EXPECT_TRUE(check("fused_classifier losses (dloss_scale = 0)", download(losses_eval, N), losses, 1e-4));
-    EXPECT_EQ(count_diff(download(d_logits, N * Vp), logits), 0) << "dloss_scale = 0 must leave the logits untouched";
+    EXPECT_EQ(count_diff(download(d_logits, N * Vp), logits), 0)
+        << "dloss_scale = 0 must leave the logits untouched";
     // 2. training: the logits become dlogits
     fused_classifier(d_logits, losses_train, d_tg, N, V, Vp, scale, kStream);
     EXPECT_TRUE(check("fused_classifier losses", download(losses_train, N), losses, 1e-4));
@@ -829,7 +899,10 @@ TEST(Kernels, FusedClassifierMatchesSoftmaxCrossEntropy) {
     int64_t pad_nonzero = 0;
     for (int64_t i = 0; i < N; i++) {
         for (int v = 0; v < V; v++)
-            if (v != tg[(size_t)i]) { g_soft.push_back(got[(size_t)(i * Vp + v)]); c_soft.push_back(dlogits[(size_t)(i * Vp + v)]); }
+            if (v != tg[(size_t)i]) {
+                g_soft.push_back(got[(size_t)(i * Vp + v)]);
+                c_soft.push_back(dlogits[(size_t)(i * Vp + v)]);
+            }
         for (int v = V; v < Vp; v++) pad_nonzero += got[(size_t)(i * Vp + v)] != 0.0f;
     }
     EXPECT_TRUE(check("fused_classifier dlogits, non-target columns", g_soft, c_soft, 1e-2));
@@ -841,7 +914,8 @@ TEST(Kernels, GradsToBf16SumsqMatchesDoubleSum) {
     const int64_t n1 = 1000, n2 = 1500007;  // n2 > grid_for's 2112 blocks x 512 threads: threads loop
     std::vector<float> g1((size_t)n1), g2((size_t)n2);
     uint64_t rng = 12345;
-    for (auto& x : g1) x = (random_f32(&rng) - 0.5f) * 3.7f;  // full fp32 mantissas, so the bf16 rounding matters
+    for (auto& x : g1)
+        x = (random_f32(&rng) - 0.5f) * 3.7f;  // full fp32 mantissas, so the bf16 rounding matters
     for (auto& x : g2) x = (random_f32(&rng) - 0.5f) * 3.7f;
     double ref1 = 0.0, ref2 = 0.0;
     for (float x : g1) ref1 += (double)x * x;
@@ -852,24 +926,27 @@ TEST(Kernels, GradsToBf16SumsqMatchesDoubleSum) {
     double* sumsq = m.zeros<double>(1);
     grads_to_bf16_sumsq(NULL, d1, n1, sumsq, kStream);  // out == NULL: the norm only
     const double got1 = download(sumsq, 1)[0];
-    grads_to_bf16_sumsq(out, d2, n2, sumsq, kStream);   // adds to the first
+    grads_to_bf16_sumsq(out, d2, n2, sumsq, kStream);  // adds to the first
     const double got2 = download(sumsq, 1)[0];
-    printf("  sumsq (out NULL) gpu %.9e cpu %.9e; after the second call gpu %.9e cpu %.9e\n", got1, ref1, got2, ref1 + ref2);
+    printf("  sumsq (out NULL) gpu %.9e cpu %.9e; after the second call gpu %.9e cpu %.9e\n", got1, ref1,
+           got2, ref1 + ref2);
     // every square and sum in double, only the order differs from the CPU's: ~1e-15 relative
     EXPECT_TRUE(within("sumsq (out NULL), relative", rel_diff(got1, ref1), 1e-10));
     EXPECT_TRUE(within("sumsq after the second call, relative", rel_diff(got2, ref1 + ref2), 1e-10));
     std::vector<float> rounded(g2);
     for (auto& x : rounded) x = bf16_to_float(float_to_bf16(x));
     const int64_t bad = count_diff(download(out, n2), rounded);
-    printf("  bf16 conversion: %lld of %lld differ from round-to-nearest-even\n", (long long)bad, (long long)n2);
+    printf("  bf16 conversion: %lld of %lld differ from round-to-nearest-even\n", (long long)bad,
+           (long long)n2);
     EXPECT_EQ(bad, 0);  // both are IEEE round-to-nearest-even
 }
 
 // The GPU AdamW (the embeddings' update) against cpu_adam.cpp: same constants, same IEEE operations in the
-// same order, so weights, moments and the bf16 copy must be bit-identical, step after step. That holds on a GPU
-// by construction: adamw_kernel spells every operation as an IEEE-rounded intrinsic (__fmul_rn, __fmaf_rn,
-// __fsqrt_rn, __fdiv_rn: --use_fast_math neither approximates nor contracts them), subnormals are flushed on both
-// sides (-ftz=true, cpu_adam's FTZ/DAZ), and there are no atomics and no cuBLAS.
+// same order, so weights, moments and the bf16 copy must be bit-identical, step after step. That holds on a
+// GPU by construction: adamw_kernel spells every operation as an IEEE-rounded intrinsic (__fmul_rn,
+// __fmaf_rn,
+// __fsqrt_rn, __fdiv_rn: --use_fast_math neither approximates nor contracts them), subnormals are flushed on
+// both sides (-ftz=true, cpu_adam's FTZ/DAZ), and there are no atomics and no cuBLAS.
 TEST(Kernels, AdamwGpuMatchesCpuAdamBitForBit) {
     REQUIRE_GPU();
     const int64_t n = 1500007;  // > grid_for's 2112 blocks x 256 threads: threads loop
@@ -894,9 +971,12 @@ TEST(Kernels, AdamwGpuMatchesCpuAdamBitForBit) {
         for (int64_t i = 0; i < n; i++) out_f[(size_t)i] = bf16_to_float(out[(size_t)i]);
         const int64_t bp = count_bit_diff(download(dp, n), p), bm = count_bit_diff(download(dm, n), m),
                       bv = count_bit_diff(download(dv, n), v), bo = count_bit_diff(download(dout, n), out_f);
-        printf("  step %d: elements that differ: param %lld, m %lld, v %lld, bf16 %lld of %lld\n", t, (long long)bp,
-               (long long)bm, (long long)bv, (long long)bo, (long long)n);
-        EXPECT_EQ(bp, 0); EXPECT_EQ(bm, 0); EXPECT_EQ(bv, 0); EXPECT_EQ(bo, 0);
+        printf("  step %d: elements that differ: param %lld, m %lld, v %lld, bf16 %lld of %lld\n", t,
+               (long long)bp, (long long)bm, (long long)bv, (long long)bo, (long long)n);
+        EXPECT_EQ(bp, 0);
+        EXPECT_EQ(bm, 0);
+        EXPECT_EQ(bv, 0);
+        EXPECT_EQ(bo, 0);
     }
 }
 
@@ -932,7 +1012,10 @@ void check_layer_against_cpu(int flash, int fused) {
     const int saved_fusion = cublaslt_fusion;
     cublaslt_fusion = fused;
     const int64_t fallbacks_before = cublaslt_fallbacks;
-    struct Restore { int v; ~Restore() { cublaslt_fusion = v; } } restore{saved_fusion};
+    struct Restore {
+        int v;
+        ~Restore() { cublaslt_fusion = v; }
+    } restore{saved_fusion};
     TestGPT tg(tiny_config(1, C, NH, 64, 100), B, T);
     GPT* g = &tg.g;
     ASSERT_EQ(g->flash, flash != 0);
@@ -945,18 +1028,23 @@ void check_layer_against_cpu(int flash, int fused) {
     std::vector<float> w((size_t)p->layer_stride);
     for (int t = 0; t < NUM_LAYER_TENSORS; t++) {
         float lo = -0.2f, hi = 0.2f;  // biases
-        if (t == LN1W || t == LN2W) { lo = 0.5f; hi = 1.5f; }
-        else if (layer_tensor_is_matrix[t]) { hi = sqrtf(3.0f / (float)(t == FCPROJW ? 4 * C : C)); lo = -hi; }
+        if (t == LN1W || t == LN2W) {
+            lo = 0.5f;
+            hi = 1.5f;
+        } else if (layer_tensor_is_matrix[t]) {
+            hi = sqrtf(3.0f / (float)(t == FCPROJW ? 4 * C : C));
+            lo = -hi;
+        }
         fill_bf16(w.data() + off[t], p->layer_size[t], lo, hi, 200 + t);
     }
     auto x = rand_bf16(N * C, -1, 1, 220), dout = rand_bf16(N * C, -1, 1, 221);
     auto W = [&](int t) { return w.data() + off[t]; };
 
     // CPU forward
-    std::vector<float> ln1((size_t)(N * C)), ln1_mean((size_t)N), ln1_rstd((size_t)N), qkv((size_t)(N * 3 * C)),
-        atty((size_t)(N * C)), att((size_t)B * NH * T * T), res2((size_t)(N * C)), ln2((size_t)(N * C)), ln2_mean((size_t)N),
-        ln2_rstd((size_t)N), fch((size_t)(N * 4 * C)), fch_gelu((size_t)(N * 4 * C)), out((size_t)(N * C)),
-        w_t((size_t)4 * C * C);
+    std::vector<float> ln1((size_t)(N * C)), ln1_mean((size_t)N), ln1_rstd((size_t)N),
+        qkv((size_t)(N * 3 * C)), atty((size_t)(N * C)), att((size_t)B * NH * T * T), res2((size_t)(N * C)),
+        ln2((size_t)(N * C)), ln2_mean((size_t)N), ln2_rstd((size_t)N), fch((size_t)(N * 4 * C)),
+        fch_gelu((size_t)(N * 4 * C)), out((size_t)(N * C)), w_t((size_t)4 * C * C);
     layernorm_forward(ln1.data(), ln1_mean.data(), ln1_rstd.data(), x.data(), W(LN1W), W(LN1B), N, C);
     matmul_forward(qkv.data(), ln1.data(), W(QKVW), W(QKVB), N, C, 3 * C, w_t.data());
     attention_forward(atty.data(), att.data(), qkv.data(), B, T, C, NH);
@@ -973,24 +1061,33 @@ void check_layer_against_cpu(int flash, int fused) {
     const bf16 *w_d = m.bf16s(w), *x_d = m.bf16s(x);
     bf16* out_d = m.zeros<bf16>(N * C);
     layer_forward(g, w_d, x_d, out_d, a, s);
-    const struct { const char* name; int act; const std::vector<float>* ref; } acts[] = {
-        {"layer fwd ln1", ACT_LN1, &ln1},       {"layer fwd qkv (+bias)", ACT_QKV, &qkv}, {"layer fwd att", ACT_ATT, &att},
-        {"layer fwd atty", ACT_ATTY, &atty},    {"layer fwd res2", ACT_RES2, &res2},      {"layer fwd ln2", ACT_LN2, &ln2},
-        {"layer fwd fch (+bias)", ACT_FCH, &fch}, {"layer fwd fch_gelu", ACT_FCH_GELU, &fch_gelu}};
+    const struct {
+        const char* name;
+        int act;
+        const std::vector<float>* ref;
+    } acts[] = {{"layer fwd ln1", ACT_LN1, &ln1},         {"layer fwd qkv (+bias)", ACT_QKV, &qkv},
+                {"layer fwd att", ACT_ATT, &att},         {"layer fwd atty", ACT_ATTY, &atty},
+                {"layer fwd res2", ACT_RES2, &res2},      {"layer fwd ln2", ACT_LN2, &ln2},
+                {"layer fwd fch (+bias)", ACT_FCH, &fch}, {"layer fwd fch_gelu", ACT_FCH_GELU, &fch_gelu}};
     std::vector<std::vector<float>> first;
     for (const auto& t : acts) {
-        if (t.act == ACT_ATT && g->flash) { first.emplace_back(); continue; }  // the fused path stores no att
+        if (t.act == ACT_ATT && g->flash) {
+            first.emplace_back();
+            continue;
+        }  // the fused path stores no att
         first.push_back(download(a->p[t.act], (int64_t)t.ref->size()));
         // up to ~6 bf16 roundings deep (LN, GEMM, bias, 3 in attention, residual); emulated <= 5e-3
         EXPECT_TRUE(check(t.name, first.back(), *t.ref, 2e-2)) << t.name;
     }
     EXPECT_TRUE(check("layer fwd out", download(out_d, N * C), out, 2e-2));
-    EXPECT_TRUE(check("layer fwd ln1 rstd", download(a->ln1_rstd, N), ln1_rstd, 1e-3));  // fp32 of a bf16 input
-    EXPECT_TRUE(check("layer fwd ln2 rstd", download(a->ln2_rstd, N), ln2_rstd, 2e-2));  // of res2 (bf16 behind attention)
+    EXPECT_TRUE(
+        check("layer fwd ln1 rstd", download(a->ln1_rstd, N), ln1_rstd, 1e-3));  // fp32 of a bf16 input
+    EXPECT_TRUE(check("layer fwd ln2 rstd", download(a->ln2_rstd, N), ln2_rstd,
+                      2e-2));  // of res2 (bf16 behind attention)
 
     // the recompute (out = NULL) must refill the workspace bit for bit: the same cuBLAS / cuBLASLt calls (the
-    // algorithm cached, our own workspace, one stream: cuBLAS's documented condition for bit-wise reproducible
-    // results on one GPU) and our kernels, none with atomics in the forward pass
+    // algorithm cached, our own workspace, one stream: cuBLAS's documented condition for bit-wise
+    // reproducible results on one GPU) and our kernels, none with atomics in the forward pass
     layer_forward(g, w_d, x_d, NULL, a, s);
     for (size_t i = 0; i < first.size(); i++)
         EXPECT_EQ(count_diff(download(a->p[acts[i].act], (int64_t)first[i].size()), first[i]), 0)
@@ -1004,10 +1101,11 @@ void check_layer_against_cpu(int flash, int fused) {
     auto dx_gpu = download(dres_d, N * C);
 
     // CPU backward
-    std::vector<float> dres(dout), dw((size_t)p->layer_stride, 0.0f), dfch((size_t)(N * 4 * C)), dln((size_t)(N * C)),
-        dqkv((size_t)(N * 3 * C)), dscore((size_t)B * NH * T);
+    std::vector<float> dres(dout), dw((size_t)p->layer_stride, 0.0f), dfch((size_t)(N * 4 * C)),
+        dln((size_t)(N * C)), dqkv((size_t)(N * 3 * C)), dscore((size_t)B * NH * T);
     auto DW = [&](int t) { return dw.data() + off[t]; };
-    matmul_backward(dfch.data(), DW(FCPROJW), DW(FCPROJB), dres.data(), fch_gelu.data(), W(FCPROJW), N, 4 * C, C);
+    matmul_backward(dfch.data(), DW(FCPROJW), DW(FCPROJB), dres.data(), fch_gelu.data(), W(FCPROJW), N, 4 * C,
+                    C);
     gelu_backward(dfch.data(), fch.data(), dfch.data(), N * 4 * C);
     matmul_backward(dln.data(), DW(FCW), DW(FCB), dfch.data(), ln2.data(), W(FCW), N, C, 4 * C);
     layernorm_backward(dres.data(), DW(LN2W), DW(LN2B), dln.data(), res2.data(), W(LN2W), ln2_mean.data(),
@@ -1019,7 +1117,8 @@ void check_layer_against_cpu(int flash, int fused) {
                        ln1_rstd.data(), N, C);
 
     // gradients pass through about twice as many bf16 roundings as the forward (emulated <= 8e-3): 3e-2
-    EXPECT_TRUE(check("layer bwd dfch (after gelu_backward)", download(a->p[ACT_DFCH], N * 4 * C), dfch, 3e-2));
+    EXPECT_TRUE(
+        check("layer bwd dfch (after gelu_backward)", download(a->p[ACT_DFCH], N * 4 * C), dfch, 3e-2));
     EXPECT_TRUE(check("layer bwd dqkv", download(a->p[ACT_DQKV], N * 3 * C), dqkv, 3e-2));
     for (int t = 0; t < NUM_LAYER_TENSORS; t++) {
         char name[64];
@@ -1027,15 +1126,17 @@ void check_layer_against_cpu(int flash, int fused) {
         EXPECT_TRUE(check(name, dw_gpu.data() + off[t], dw.data() + off[t], p->layer_size[t], 3e-2)) << name;
     }
     EXPECT_TRUE(check("layer bwd dx (dres on return)", dx_gpu, dres, 3e-2));
-    // At these tiny shapes cuBLASLt may have no fused algorithm on a real GPU (the unfused path then ran, and was
-    // checked above just the same); Kernels.CublasLtFusesAtTheTrainersShapes requires one where it matters. The
-    // emulation always offers one.
+    // At these tiny shapes cuBLASLt may have no fused algorithm on a real GPU (the unfused path then ran, and
+    // was checked above just the same); Kernels.CublasLtFusesAtTheTrainersShapes requires one where it
+    // matters. The emulation always offers one.
 #ifdef FAKE_CUDA_DEVICE
     EXPECT_EQ(cublaslt_fallbacks, fallbacks_before) << "a fused GEMM fell back to cuBLAS + a kernel";
 #else
     if (fused && cublaslt_fallbacks != fallbacks_before)
-        printf("  note: %lld GEMMs of this tiny layer fell back to cuBLAS + a kernel (allowed at these shapes)\n",
-               (long long)(cublaslt_fallbacks - fallbacks_before));
+        printf(
+            "  note: %lld GEMMs of this tiny layer fell back to cuBLAS + a kernel (allowed at these "
+            "shapes)\n",
+            (long long)(cublaslt_fallbacks - fallbacks_before));
 #endif
 }
 TEST(Kernels, LayerForwardBackwardMatchCpuLayer) {  // the default: fused attention, cuBLASLt epilogues
@@ -1047,12 +1148,13 @@ TEST(Kernels, LayerForwardBackwardMatchCpuLayerUnfused) {  // -F 0 and the GEMMs
     check_layer_against_cpu(0, 0);
 }
 
-// The fused GEMMs at the trainer's real shapes: one layer forward and recompute + backward at B*T = 8192 (B 8,
-// T 1024) and the widths of d12 (768), GPT-2 XL (1600), the 1.3B benchmark (2048) and the 5B one (4096), so the
-// 3C, C, 4C (bias + GELU) and C outputs and the GELU backward's 4C one. cuBLASLt must offer a fused algorithm
-// for each (of the 8 candidates matmul.cuh asks for, the first usable one): a fallback there would cost the
-// trainer an extra pass over a (B*T, 4C) tensor per GEMM. Numerics are not checked here (the tests above do,
-// at small shapes); the output must only be finite. ~1.5 GiB of GPU memory, milliseconds of GPU time.
+// The fused GEMMs at the trainer's real shapes: one layer forward and recompute + backward at B*T = 8192 (B
+// 8, T 1024) and the widths of d12 (768), GPT-2 XL (1600), the 1.3B benchmark (2048) and the 5B one (4096),
+// so the 3C, C, 4C (bias + GELU) and C outputs and the GELU backward's 4C one. cuBLASLt must offer a fused
+// algorithm for each (of the 8 candidates matmul.cuh asks for, the first usable one): a fallback there would
+// cost the trainer an extra pass over a (B*T, 4C) tensor per GEMM. Numerics are not checked here (the tests
+// above do, at small shapes); the output must only be finite. ~1.5 GiB of GPU memory, milliseconds
+// of GPU time.
 TEST(Kernels, CublasLtFusesAtTheTrainersShapes) {
     REQUIRE_GPU();
     SKIP_IN_EMULATION("GEMMs of 8192 rows take minutes on the CPU (the emulated cuBLASLt always fuses)");
@@ -1062,15 +1164,20 @@ TEST(Kernels, CublasLtFusesAtTheTrainersShapes) {
         AttentionChoice choice(1);
         const int saved_fusion = cublaslt_fusion;
         cublaslt_fusion = 1;
-        struct Restore { int v; ~Restore() { cublaslt_fusion = v; } } restore{saved_fusion};
-        TestGPT tg(tiny_config(1, C, NH, T, 1000), B, T);  // a small vocabulary: the lm_head is not a fused GEMM
+        struct Restore {
+            int v;
+            ~Restore() { cublaslt_fusion = v; }
+        } restore{saved_fusion};
+        TestGPT tg(tiny_config(1, C, NH, T, 1000), B,
+                   T);  // a small vocabulary: the lm_head is not a fused GEMM
         GPT* g = &tg.g;
         const int64_t N = (int64_t)B * T, S = g->layout.layer_stride;
         DeviceMem m;
         // weights at the trainer's offsets in one layer's block, as in a weight slot (their alignment is what
         // the heuristic sees; their values are not), zero: cheap to make, and every output stays finite
         bf16* w = m.zeros<bf16>(S);
-        bf16 *x = m.bf16s(rand_bf16(N * C, -1, 1, 501)), *out = m.zeros<bf16>(N * C), *dres = m.bf16s(rand_bf16(N * C, -1, 1, 502));
+        bf16 *x = m.bf16s(rand_bf16(N * C, -1, 1, 501)), *out = m.zeros<bf16>(N * C),
+             *dres = m.bf16s(rand_bf16(N * C, -1, 1, 502));
         const int64_t before = cublaslt_fallbacks;
         layer_forward(g, w, x, out, &g->acts, g->stream.compute);
         layer_forward(g, w, x, NULL, &g->acts, g->stream.compute);
@@ -1079,8 +1186,8 @@ TEST(Kernels, CublasLtFusesAtTheTrainersShapes) {
         const std::vector<float> y = download(out, N * C), dx = download(dres, N * C);
         int64_t nonfinite = 0;
         for (size_t i = 0; i < y.size(); i++) nonfinite += !std::isfinite(y[i]) + !std::isfinite(dx[i]);
-        printf("  C=%d NH=%d B*T=%lld: %lld fused GEMMs fell back, %lld non-finite outputs\n", C, NH, (long long)N,
-               (long long)(cublaslt_fallbacks - before), (long long)nonfinite);
+        printf("  C=%d NH=%d B*T=%lld: %lld fused GEMMs fell back, %lld non-finite outputs\n", C, NH,
+               (long long)N, (long long)(cublaslt_fallbacks - before), (long long)nonfinite);
         EXPECT_EQ(cublaslt_fallbacks, before) << "C " << C << ": cuBLASLt offered no usable fused algorithm";
         EXPECT_EQ(nonfinite, 0) << "C " << C;
     }

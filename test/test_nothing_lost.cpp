@@ -3,9 +3,9 @@
 // train_gpt_cpu and the emulated train_gpt), never overwrite another run's files, check the CRC-32C of a
 // checkpoint before a resume trusts it (falling back past a damaged one), finish the step and checkpoint on
 // SIGINT / SIGTERM, stop by one divergence rule before a bad update, sample by one -g rule, and name a bad
-// token id's shard and offset. Each of these tests failed on the code before it (issue 21). The real train_gpt
-// is checked only where it refuses before touching a GPU. Not here: checkpoint file checks of one trainer
-// (test_cli's ResumeTest), training math.
+// token id's shard and offset. Each of these tests failed on the code before it (issue 21). The real
+// train_gpt is checked only where it refuses before touching a GPU. Not here: checkpoint file checks of one
+// trainer (test_cli's ResumeTest), training math.
 #include "cli_test_common.h"
 
 INSTANTIATE_TEST_SUITE_P(Trainers, Both, ::testing::Values(kCpu, kGpu),
@@ -24,12 +24,24 @@ static std::vector<const char*> training_bins() {
     if (have_binary(kEmu)) bins.push_back(kEmu);
     return bins;
 }
-static std::string bin_name(const char* bin) { return bin == kCpu ? "train_gpt_cpu" : bin == kEmu ? "emulated train_gpt" : "train_gpt"; }
+static std::string bin_name(const char* bin) {
+    return bin == kCpu ? "train_gpt_cpu" : bin == kEmu ? "emulated train_gpt" : "train_gpt";
+}
 
 // The same run for both trainers: every hyperparameter that differs between their defaults given.
 static Args same_run(const std::string& out, int steps) {
-    return {"-e", "L2:C64:NH2:T32", "-b", "4", "-t", "32", "-x", std::to_string(steps), "-v", "0", "-g", "0",
-            "-l", "1e-3", "-u", "2", "-q", "0.1", "-i", kTrain, "-j", kVal, "-o", out};
+    return {"-e", "L2:C64:NH2:T32",
+            "-b", "4",
+            "-t", "32",
+            "-x", std::to_string(steps),
+            "-v", "0",
+            "-g", "0",
+            "-l", "1e-3",
+            "-u", "2",
+            "-q", "0.1",
+            "-i", kTrain,
+            "-j", kVal,
+            "-o", out};
 }
 
 // A run that left files in -o is never overwritten by a fresh run of either trainer, nor by -y 1 when none of
@@ -37,10 +49,14 @@ static Args same_run(const std::string& out, int steps) {
 // main.log, also with -y 1, "starting from scratch"; a directory holding only a main.log was overwritten by
 // both). Each refusal names what it found and writes nothing.
 TEST_F(CliTest, NoRunOverwritesAnother) {
-    struct Case { std::vector<std::string> files; std::string found; };
-    const Case cases[] = {{{"main.log"}, "main.log"},
-                          {{"model_00000004.bin", "main.log"}, "model_00000004.bin"},  // an older train_gpt_cpu's
-                          {{"state_00000002.bin"}, "state_00000002.bin"}};
+    struct Case {
+        std::vector<std::string> files;
+        std::string found;
+    };
+    const Case cases[] = {
+        {{"main.log"}, "main.log"},
+        {{"model_00000004.bin", "main.log"}, "model_00000004.bin"},  // an older train_gpt_cpu's
+        {{"state_00000002.bin"}, "state_00000002.bin"}};
     for (const char* bin : {kCpu, kGpu, kEmu}) {
         if (!have_binary(bin)) continue;
         for (const Case& c : cases) {
@@ -54,12 +70,16 @@ TEST_F(CliTest, NoRunOverwritesAnother) {
             }
             std::vector<std::string> before = names_in(out);
             before.insert(std::lower_bound(before.begin(), before.end(), "LOCK"), "LOCK");
-            EXPECT_TRUE(CleanError(run_bin(bin, base_args() + Args{"-o", out}),
-                                   {out + " already holds files of another run", c.found, "choose another -o"})) << bin;
+            EXPECT_TRUE(
+                CleanError(run_bin(bin, base_args() + Args{"-o", out}),
+                           {out + " already holds files of another run", c.found, "choose another -o"}))
+                << bin;
             EXPECT_TRUE(CleanError(run_bin(bin, base_args() + Args{"-o", out, "-y", "1"}),
-                                   {"no complete checkpoint", c.found, "nothing to resume"})) << bin;
+                                   {"no complete checkpoint", c.found, "nothing to resume"}))
+                << bin;
             EXPECT_EQ(names_in(out), before) << bin;
-            for (const std::string& f : c.files) EXPECT_EQ(slurp(out + "/" + f), "s:1 trl:5.0\n") << bin << " changed " << f;
+            for (const std::string& f : c.files)
+                EXPECT_EQ(slurp(out + "/" + f), "s:1 trl:5.0\n") << bin << " changed " << f;
             nftw(out.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
         }
     }
@@ -70,7 +90,9 @@ TEST_F(CliTest, NoRunOverwritesAnother) {
     const std::string log = slurp(out + "/main.log"), model = slurp(out + "/model_00000002.bin");
     for (const char* bin : {kCpu, kGpu, kEmu}) {
         if (!have_binary(bin)) continue;
-        EXPECT_TRUE(CleanError(run_bin(bin, base_args() + Args{"-o", out}), {"already holds checkpoints (latest step 2)"})) << bin;
+        EXPECT_TRUE(CleanError(run_bin(bin, base_args() + Args{"-o", out}),
+                               {"already holds checkpoints (latest step 2)"}))
+            << bin;
     }
     EXPECT_TRUE(slurp(out + "/main.log") == log && slurp(out + "/model_00000002.bin") == model);
 }
@@ -80,7 +102,8 @@ TEST_F(CliTest, NoRunOverwritesAnother) {
 TEST_F(CliTest, LeftoverTemporaryFilesAreRemoved) {
     const std::string out = dir + "/tmps";
     ASSERT_EQ(mkdir(out.c_str(), 0755), 0);
-    const std::vector<std::string> ours = {"model_00000002.bin.tmp", "state_00000002.bin.tmp", "DONE_00000002.tmp", "main.log.tmp"};
+    const std::vector<std::string> ours = {"model_00000002.bin.tmp", "state_00000002.bin.tmp",
+                                           "DONE_00000002.tmp", "main.log.tmp"};
     for (const std::string& f : ours + std::vector<std::string>{"notes.tmp", "model_x.bin.tmp"}) {
         FILE* fp = fopen((out + "/" + f).c_str(), "w");
         ASSERT_NE(fp, nullptr);
@@ -92,14 +115,14 @@ TEST_F(CliTest, LeftoverTemporaryFilesAreRemoved) {
     EXPECT_EQ(names_in(out), (std::vector<std::string>{"LOCK", "main.log", "model_x.bin.tmp", "notes.tmp"}));
 }
 
-// One checkpoint format: a run moves between the trainers. Each trainer trains 4 steps with a checkpoint at 2;
-// the OTHER trainer resumes from that checkpoint and must continue with the first one's losses of steps 3 and 4.
-// Bound: the two trainers' losses differ by their arithmetic (the emulated GPU path streams bf16 weights and
-// stores bf16 activations; the CPU reference is fp32 throughout): 1e-5 at step 1 from the same weights, and
-// AdamW's first steps move each weight by ~lr, so after 3 updates the bf16 rounding of weights and activations
-// shows as ~1e-4 relative in the loss (test_gpu's TenStepsMatchCpuTrainer bounds the same at 2.5e-4 relative).
-// A resume that took anything other than the checkpoint (fresh weights, zero moments, another data position)
-// moves the step-3 loss by > 2e-3 (seen: restarting the data at position 0: 1.1e-2).
+// One checkpoint format: a run moves between the trainers. Each trainer trains 4 steps with a checkpoint at
+// 2; the OTHER trainer resumes from that checkpoint and must continue with the first one's losses of steps 3
+// and 4. Bound: the two trainers' losses differ by their arithmetic (the emulated GPU path streams bf16
+// weights and stores bf16 activations; the CPU reference is fp32 throughout): 1e-5 at step 1 from the same
+// weights, and AdamW's first steps move each weight by ~lr, so after 3 updates the bf16 rounding of weights
+// and activations shows as ~1e-4 relative in the loss (test_gpu's TenStepsMatchCpuTrainer bounds the same
+// at 2.5e-4 relative). A resume that took anything other than the checkpoint (fresh weights, zero moments,
+// another data position) moves the step-3 loss by > 2e-3 (seen: restarting the data at position 0: 1.1e-2).
 TEST_F(CliTest, CheckpointsMoveBetweenTrainers) {
     if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
     for (int dir_ = 0; dir_ < 2; dir_++) {
@@ -119,8 +142,8 @@ TEST_F(CliTest, CheckpointsMoveBetweenTrainers) {
         ASSERT_EQ(got.size(), 2u) << b.out;
         for (int s = 3; s <= 4; s++) {
             const double w = atof(want.at(s).c_str()), g = atof(got.at(s).c_str());
-            printf("[margin] %s -> %s, step %d: loss %.6f vs %.6f, rel diff %.1e (bound 2e-3)\n", bin_name(first).c_str(),
-                   bin_name(second).c_str(), s, w, g, fabs(w - g) / w);
+            printf("[margin] %s -> %s, step %d: loss %.6f vs %.6f, rel diff %.1e (bound 2e-3)\n",
+                   bin_name(first).c_str(), bin_name(second).c_str(), s, w, g, fabs(w - g) / w);
             EXPECT_NEAR(g, w, 2e-3 * w) << bin_name(first) << " -> " << bin_name(second) << ", step " << s;
         }
         EXPECT_TRUE(has(b.out, "saved checkpoint step 4")) << b.out;
@@ -129,8 +152,8 @@ TEST_F(CliTest, CheckpointsMoveBetweenTrainers) {
 
 // A damaged checkpoint file (4 KiB of random bytes in the middle, as a bad sector or a stray write leaves it)
 // fails its checksum: -y 1 skips that checkpoint with a warning naming the file and resumes from the previous
-// one, with the losses of the undamaged run (before: it resumed the damaged one and diverged two steps later).
-// A FIFO in place of the newest state file is skipped too (before: -y 1 blocked forever opening it).
+// one, with the losses of the undamaged run (before: it resumed the damaged one and diverged two steps
+// later). A FIFO in place of the newest state file is skipped too (before: -y 1 blocked forever opening it).
 TEST_F(CliTest, ResumeVerifiesChecksums) {
     for (const char* bin : training_bins()) {
         const std::string out = dir + "/crc";
@@ -148,7 +171,8 @@ TEST_F(CliTest, ResumeVerifiesChecksums) {
             } else {
                 std::string damaged = saved;
                 uint64_t rng = 99;
-                for (size_t i = 0; i < 4096; i++) damaged[damaged.size() / 2 + i] = (char)(random_u64(&rng) & 0xff);
+                for (size_t i = 0; i < 4096; i++)
+                    damaged[damaged.size() / 2 + i] = (char)(random_u64(&rng) & 0xff);
                 FILE* f = fopen(path.c_str(), "wb");
                 ASSERT_NE(f, nullptr);
                 fwrite(damaged.data(), 1, damaged.size(), f);
@@ -160,11 +184,13 @@ TEST_F(CliTest, ResumeVerifiesChecksums) {
             ASSERT_EQ(b.code, 0) << b.cmd << "\n" << b.err << b.out;
             const std::string why = strcmp(file, "fifo") == 0 ? "is not a regular file" : "checksum mismatch";
             EXPECT_TRUE(has(b.err, "warning: resume: skipping the checkpoint of step 4: ")) << b.err;
-            EXPECT_TRUE(has(b.err, path) && has(b.err, why)) << bin_name(bin) << ", " << file << ":\n" << b.err;
+            EXPECT_TRUE(has(b.err, path) && has(b.err, why)) << bin_name(bin) << ", " << file << ":\n"
+                                                             << b.err;
             EXPECT_TRUE(has(b.out, "(step 2)")) << b.out;
             const auto got = step_losses(b.out);
             ASSERT_EQ(got.size(), 2u) << b.out;
-            for (int s = 3; s <= 4; s++) EXPECT_EQ(got.at(s), want.at(s)) << bin_name(bin) << ", " << file << ", step " << s;
+            for (int s = 3; s <= 4; s++)
+                EXPECT_EQ(got.at(s), want.at(s)) << bin_name(bin) << ", " << file << ", step " << s;
             unlink(path.c_str());
             FILE* f = fopen(path.c_str(), "wb");
             ASSERT_NE(f, nullptr);
@@ -207,7 +233,8 @@ static bool wait_for_text(const std::string& path, const std::string& needle, do
         if (has(slurp(path), needle)) return true;
         const std::string stat = slurp("/proc/" + std::to_string((int)pid) + "/stat");
         const size_t paren = stat.rfind(')');
-        if (stat.empty() || (paren != std::string::npos && stat.compare(paren, 3, ") Z") == 0)) return has(slurp(path), needle);
+        if (stat.empty() || (paren != std::string::npos && stat.compare(paren, 3, ") Z") == 0))
+            return has(slurp(path), needle);
         usleep(50000);
     }
     return false;
@@ -217,7 +244,8 @@ static bool wait_for_text(const std::string& path, const std::string& needle, do
 static int wait_exit(pid_t pid, double seconds) {
     int status = 0;
     for (double t = 0; t <= seconds; t += 0.05) {
-        if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (waitpid(pid, &status, WNOHANG) == pid)
+            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         usleep(50000);
     }
     kill(pid, SIGKILL);
@@ -226,8 +254,8 @@ static int wait_exit(pid_t pid, double seconds) {
 }
 
 // The first SIGINT / SIGTERM finishes the step, writes a checkpoint and exits 130 / 143, saying so; -y 1 then
-// goes on from that step (before: both exited 130 at once, with no message and no checkpoint). A second signal
-// exits at once, and what it interrupted leaves no checkpoint that a resume would take.
+// goes on from that step (before: both exited 130 at once, with no message and no checkpoint). A second
+// signal exits at once, and what it interrupted leaves no checkpoint that a resume would take.
 TEST_F(CliTest, SignalsFinishTheStepAndCheckpoint) {
     for (const char* bin : training_bins()) {
         for (int sig : {SIGINT, SIGTERM}) {
@@ -236,7 +264,8 @@ TEST_F(CliTest, SignalsFinishTheStepAndCheckpoint) {
             ASSERT_GT(pid, 0);
             if (!wait_for_text(dir + "/stdout.txt", "step    2/", 300, pid)) {
                 wait_exit(pid, 0);
-                FAIL() << bin_name(bin) << " did not get to step 2:\n" << slurp(dir + "/stdout.txt") << slurp(dir + "/stderr.txt");
+                FAIL() << bin_name(bin) << " did not get to step 2:\n"
+                       << slurp(dir + "/stdout.txt") << slurp(dir + "/stderr.txt");
             }
             kill(pid, sig);
             const int code = wait_exit(pid, 300);
@@ -245,8 +274,10 @@ TEST_F(CliTest, SignalsFinishTheStepAndCheckpoint) {
             EXPECT_EQ(code, 128 + sig) << bin_name(bin) << "\n" << e << o;
             EXPECT_TRUE(has(e, name + ": finishing this step, then saving a checkpoint")) << e;
             std::smatch m;
-            ASSERT_TRUE(std::regex_search(o, m, std::regex("stopped by " + name + " after step ([0-9]+): resume with -y 1")))
-                << bin_name(bin) << "\n" << o;
+            ASSERT_TRUE(std::regex_search(
+                o, m, std::regex("stopped by " + name + " after step ([0-9]+): resume with -y 1")))
+                << bin_name(bin) << "\n"
+                << o;
             const int stopped = std::stoi(m[1]);
             EXPECT_TRUE(has(o, "saved checkpoint step " + std::to_string(stopped))) << o;
             EXPECT_EQ(step_losses(o).rbegin()->first, stopped) << "it stopped after the step it was in";
@@ -255,18 +286,21 @@ TEST_F(CliTest, SignalsFinishTheStepAndCheckpoint) {
             EXPECT_TRUE(has(r.out, "(step " + std::to_string(stopped) + ")")) << r.out;
             nftw(out.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
         }
-        // two signals: out at once with 130, and -y 1 takes only a complete checkpoint (here: the one of -n 2)
+        // two signals: out at once with 130, and -y 1 takes only a complete checkpoint (here: the one
+        // of -n 2)
         const std::string out = dir + "/sig2";
         const pid_t pid = spawn(bin, same_run(out, 100000) + Args{"-n", "2"}, dir);
         if (!wait_for_text(dir + "/stdout.txt", "saved checkpoint step 2", 300, pid)) {
             wait_exit(pid, 0);
-            FAIL() << bin_name(bin) << " did not save step 2:\n" << slurp(dir + "/stdout.txt") << slurp(dir + "/stderr.txt");
+            FAIL() << bin_name(bin) << " did not save step 2:\n"
+                   << slurp(dir + "/stdout.txt") << slurp(dir + "/stderr.txt");
         }
         kill(pid, SIGINT);  // the second only once the first is handled: two pending SIGINTs are one
         EXPECT_TRUE(wait_for_text(dir + "/stderr.txt", "SIGINT: finishing this step", 300, pid));
         kill(pid, SIGINT);
         EXPECT_EQ(wait_exit(pid, 300), 130) << bin_name(bin);
-        EXPECT_TRUE(has(slurp(dir + "/stderr.txt"), "SIGINT again: exiting now")) << slurp(dir + "/stderr.txt");
+        EXPECT_TRUE(has(slurp(dir + "/stderr.txt"), "SIGINT again: exiting now"))
+            << slurp(dir + "/stderr.txt");
         const Result r = run_bin(bin, same_run(out, 100000) + Args{"-y", "1", "-x", "1"});
         EXPECT_TRUE(CleanError(r, {"nothing to train"})) << bin_name(bin);
         nftw(out.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
@@ -274,11 +308,12 @@ TEST_F(CliTest, SignalsFinishTheStepAndCheckpoint) {
 }
 
 // One behaviour in both trainers: -g N generates exactly N tokens within one sequence of -t positions, or is
-// refused with the reason (before: train_gpt stopped silently at T - 1, train_gpt_cpu slid a window for as long
-// as asked: -g 1000000 ran for minutes). By default a sample is 64 tokens, or T - 1 where T is shorter.
+// refused with the reason (before: train_gpt stopped silently at T - 1, train_gpt_cpu slid a window for as
+// long as asked: -g 1000000 ran for minutes). By default a sample is 64 tokens, or T - 1 where T is shorter.
 TEST_P(Both, SampleLengthIsOneSequence) {
     for (const char* g : {"32", "1000000"})
-        EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-g", g}), {"-g " + std::string(g), "-t 32", "at most 31 tokens"}));
+        EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-g", g}),
+                               {"-g " + std::string(g), "-t 32", "at most 31 tokens"}));
 }
 
 // The same divergence rule stops both trainers before a bad update, keeping the last good checkpoint: a loss
@@ -291,29 +326,33 @@ TEST_F(CliTest, DivergenceStopsBothTrainers) {
         const std::vector<std::string> lines = error_lines(r.err);
         ASSERT_EQ(lines.size(), 1u) << bin_name(bin) << "\n" << r.err << r.out;
         std::smatch m;
-        ASSERT_TRUE(std::regex_search(lines[0], m, std::regex("training diverged at step ([0-9]+) \\(.*\\); no update was "
-                                                              "applied; the last checkpoint in -o is of step ([0-9]+)")))
+        ASSERT_TRUE(std::regex_search(lines[0], m,
+                                      std::regex("training diverged at step ([0-9]+) \\(.*\\); no update was "
+                                                 "applied; the last checkpoint in -o is of step ([0-9]+)")))
             << lines[0];
         const int at = std::stoi(m[1]), kept = std::stoi(m[2]);
         printf("[margin] %s: diverged at step %d: %s\n", bin_name(bin).c_str(), at, lines[0].c_str());
         EXPECT_EQ(r.code, 1);
         EXPECT_EQ(kept, at - 1) << "every step before it was checkpointed (-n 1)";
-        EXPECT_EQ(access((out + "/" + step_name("DONE_", at, "")).c_str(), F_OK), -1) << "no checkpoint of the bad step";
+        EXPECT_EQ(access((out + "/" + step_name("DONE_", at, "")).c_str(), F_OK), -1)
+            << "no checkpoint of the bad step";
         EXPECT_EQ(access((out + "/" + step_name("DONE_", kept, "")).c_str(), F_OK), 0);
         nftw(out.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     }
 }
 
-// A token id outside the model's vocabulary is reported with the shard, the token's index and byte offset in it,
-// its value and the vocabulary size (before: train_gpt said only "the train data").
+// A token id outside the model's vocabulary is reported with the shard, the token's index and byte offset in
+// it, its value and the vocabulary size (before: train_gpt said only "the train data").
 TEST_F(CliTest, BadTokenIdNamesShardAndOffset) {
     std::vector<uint16_t> tokens(2000, 7);
     tokens[1000] = 5000;
     const std::string path = shard_of("bad_ids.bin", tokens);
     // the val loader reads the shard in order, B*T + 1 tokens per batch of 4 x 32: batch 7 holds token 1000
     for (const char* bin : training_bins())
-        EXPECT_TRUE(CleanError(run_bin(bin, base_args() + Args{"-e", "L2:C64:NH4:T32:V100", "-i", path, "-j", path, "-v", "1", "-m", "0"}),
-                               {"val data: shard " + path + ": token 1000 (byte 3024) is 5000, outside the model's vocabulary of 100"}))
+        EXPECT_TRUE(CleanError(run_bin(bin, base_args() + Args{"-e", "L2:C64:NH4:T32:V100", "-i", path, "-j",
+                                                               path, "-v", "1", "-m", "0"}),
+                               {"val data: shard " + path +
+                                ": token 1000 (byte 3024) is 5000, outside the model's vocabulary of 100"}))
             << bin_name(bin);
 }
 
@@ -326,8 +365,8 @@ TEST(ModelPresets, HoldTheirNamedSize) {
         const ParamLayout layout = gpt_layout(&c);
         const double params = (double)gpt_num_real_params(&c, &layout);
         const double named = atof(p.name) * (strchr(p.name, 'b') ? 1e9 : 1e6);
-        printf("[margin] preset %s: %.3fB parameters (%.1f%% off its name, bound 5%%)\n", p.name, params / 1e9,
-               100 * fabs(params - named) / named);
+        printf("[margin] preset %s: %.3fB parameters (%.1f%% off its name, bound 5%%)\n", p.name,
+               params / 1e9, 100 * fabs(params - named) / named);
         EXPECT_NEAR(params, named, 0.05 * named) << p.name;
     }
 }
@@ -337,12 +376,13 @@ TEST_P(Both, FlagErrorsPointToHelp) {
     EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-l", "11"}), {"out of range [0, 10]", "-h"}));
     EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-g", "x"}), {"not an integer", "-h"}));
     if (bin == kGpu) {
-        EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-M", "1e9"}), {"out of range [0, 16777216]", "-h"}));
+        EXPECT_TRUE(
+            CleanError(run_it(base_args() + Args{"-M", "1e9"}), {"out of range [0, 16777216]", "-h"}));
     }
 }
 
-// CRC-32C, the checkpoints' checksum: the standard check value, the same from the hardware instruction and the
-// table, and the CRC of a file written in pieces equals the CRC of the whole.
+// CRC-32C, the checkpoints' checksum: the standard check value, the same from the hardware instruction and
+// the table, and the CRC of a file written in pieces equals the CRC of the whole.
 TEST(Crc32c, MatchesTheStandardAndComposes) {
     EXPECT_EQ(crc32c_update(0, "123456789", 9), 0xe3069283u);
     EXPECT_EQ(crc32c_portable(0, "123456789", 9), 0xe3069283u);
@@ -352,7 +392,9 @@ TEST(Crc32c, MatchesTheStandardAndComposes) {
     const uint32_t whole = crc32c_update(0, data.data(), data.size());
     EXPECT_EQ(crc32c_portable(0, data.data(), data.size()), whole) << crc32c_impl_name();
     for (size_t cut : {0, 1, 7, 8, 4099, 100002})
-        EXPECT_EQ(crc32c_update(crc32c_update(0, data.data(), cut), data.data() + cut, data.size() - cut), whole) << cut;
+        EXPECT_EQ(crc32c_update(crc32c_update(0, data.data(), cut), data.data() + cut, data.size() - cut),
+                  whole)
+            << cut;
     data[50000] ^= 1;
     EXPECT_NE(crc32c_update(0, data.data(), data.size()), whole);
 }

@@ -32,10 +32,10 @@ struct Driver {
     std::mt19937 rng;
     std::vector<int> version;  // the optimizer step whose weights each layer's host bf16 copy holds
     bool round_active = false;
-    int rounds = 0;            // optimizer rounds submitted: a pass after round r must read version r
-    int backward_passes = 0;   // gradients are stamped with the backward pass that made them
-    int round_grads = 0;       // ... and the round in progress must read those of this backward pass
-    int done_upto = 0;         // layers R..done_upto-1 are updated in the current round
+    int rounds = 0;           // optimizer rounds submitted: a pass after round r must read version r
+    int backward_passes = 0;  // gradients are stamped with the backward pass that made them
+    int round_grads = 0;      // ... and the round in progress must read those of this backward pass
+    int done_upto = 0;        // layers R..done_upto-1 are updated in the current round
     std::vector<std::string> errors;
 
     Driver(int L_, int S_, int R_, uint32_t seed) : L(L_), S(S_), R(R_), rng(seed), version(L_, 0) {
@@ -46,24 +46,30 @@ struct Driver {
         for (int k = 0; k < 2; k++)
             fake_cuda_track(ws.grad_staging[k], kStride * 2, "gradient staging " + std::to_string(k));
         for (int l = 0; l < L; l++) {
-            fake_cuda_track(host_weights(l), kStride * 2, "pinned bf16 weights of layer " + std::to_string(l));
-            fake_cuda_track(ws.grads_host_bf16 + l * kStride, kStride * 2, "pinned grads of layer " + std::to_string(l));
+            fake_cuda_track(host_weights(l), kStride * 2,
+                            "pinned bf16 weights of layer " + std::to_string(l));
+            fake_cuda_track(ws.grads_host_bf16 + l * kStride, kStride * 2,
+                            "pinned grads of layer " + std::to_string(l));
         }
     }
     ~Driver() { stream_free(&ws); }
 
     uint16_t* host_weights(int l) { return ws.weights_host_bf16 + kEmbed + l * kStride; }
-    void write_stamp(int l) { for (int64_t i = 0; i < kStride; i++) host_weights(l)[i] = stamp(l, version[l]); }
+    void write_stamp(int l) {
+        for (int64_t i = 0; i < kStride; i++) host_weights(l)[i] = stamp(l, version[l]);
+    }
 
     // The CPU optimizer's work on layer l: wait for its gradients, read them, write the new bf16 weights.
     void optimizer_layer(int l) {
         stream_wait_grads_on_host(&ws, l);
         const uint16_t* grads = ws.grads_host_bf16 + l * kStride;
-        fake_cuda_host_access(grads, kStride * 2, false, "the optimizer (grads of layer " + std::to_string(l) + ")");
+        fake_cuda_host_access(grads, kStride * 2, false,
+                              "the optimizer (grads of layer " + std::to_string(l) + ")");
         if (grads[0] != stamp(l, round_grads) || grads[kStride - 1] != stamp(l, round_grads))
             errors.push_back("the optimizer read stale or foreign gradients of layer " + std::to_string(l));
         version[l]++;
-        fake_cuda_host_access(host_weights(l), kStride * 2, true, "the optimizer (weights of layer " + std::to_string(l) + ")");
+        fake_cuda_host_access(host_weights(l), kStride * 2, true,
+                              "the optimizer (weights of layer " + std::to_string(l) + ")");
         write_stamp(l);
         done_upto = l + 1;
     }
@@ -80,7 +86,8 @@ struct Driver {
         return 1;
     }
     void finish_round() {
-        if (round_active) while (done_upto < L) optimizer_layer(done_upto);
+        if (round_active)
+            while (done_upto < L) optimizer_layer(done_upto);
         round_active = false;
     }
 
@@ -88,15 +95,19 @@ struct Driver {
     void use_layer(int l, const char* pass) {
         const bf16* w = stream_wait_layer(&ws, l);
         const uint16_t* raw = (const uint16_t*)w;
-        const int want = rounds;  // not version[l]: a copy taken before the optimizer got to l would match that
+        const int want =
+            rounds;  // not version[l]: a copy taken before the optimizer got to l would match that
         if (raw[0] != stamp(l, want) || raw[kStride - 1] != stamp(l, want))
-            errors.push_back(std::string(pass) + ": layer " + std::to_string(l) + " read stale or foreign weights");
-        fake_cuda_kernel(ws.compute, w, kStride * 2, NULL, 0, std::string(pass) + " kernels of layer " + std::to_string(l));
+            errors.push_back(std::string(pass) + ": layer " + std::to_string(l) +
+                             " read stale or foreign weights");
+        fake_cuda_kernel(ws.compute, w, kStride * 2, NULL, 0,
+                         std::string(pass) + " kernels of layer " + std::to_string(l));
     }
     void check_pass(int64_t copies0, int64_t reuses0, int n, const char* pass) {
         if (ws.layer_copies - copies0 + ws.layer_reuses - reuses0 != n)
             errors.push_back(std::string(pass) + ": copies + reuses != layers of the pass");
-        for (int s = 0; s < S; s++) if (ws.slot_in_use[s]) errors.push_back(std::string(pass) + ": a slot stays in use");
+        for (int s = 0; s < S; s++)
+            if (ws.slot_in_use[s]) errors.push_back(std::string(pass) + ": a slot stays in use");
     }
     std::vector<int> order(bool backward) {
         std::vector<int> o;
@@ -107,7 +118,10 @@ struct Driver {
         const std::vector<int> o = order(false);
         const int64_t c0 = ws.layer_copies, r0 = ws.layer_reuses;
         stream_begin_pass(&ws, o.data(), (int)o.size());
-        for (int l = R; l < L; l++) { use_layer(l, pass); stream_release_layer(&ws, l); }
+        for (int l = R; l < L; l++) {
+            use_layer(l, pass);
+            stream_release_layer(&ws, l);
+        }
         check_pass(c0, r0, (int)o.size(), pass);
     }
     void step(bool skip_update) {
@@ -119,15 +133,16 @@ struct Driver {
             use_layer(l, "backward");
             stream_release_layer(&ws, l);
             bf16* staging = stream_grad_staging(&ws);
-            fake_cuda_kernel(ws.compute, NULL, 0, staging, kStride * 2, "the gradient kernel of layer " + std::to_string(l));
+            fake_cuda_kernel(ws.compute, NULL, 0, staging, kStride * 2,
+                             "the gradient kernel of layer " + std::to_string(l));
             for (int64_t i = 0; i < kStride; i++) ((uint16_t*)staging)[i] = stamp(l, backward_passes + 1);
             stream_send_layer_grads(&ws, l);
         }
         check_pass(c0, r0, (int)o.size(), "backward");
         backward_passes++;
         cudaCheck(cudaStreamSynchronize(ws.compute));  // gpt_step's one sync: loss and norm
-        if (skip_update) return;                        // -sl / -sg outlier (or non-finite): no update, slots stay valid
-        finish_round();                                 // optimizer_submit waits for the last round first
+        if (skip_update) return;  // -sl / -sg outlier (or non-finite): no update, slots stay valid
+        finish_round();           // optimizer_submit waits for the last round first
         stream_invalidate(&ws);
         round_active = true;
         rounds++;
@@ -142,15 +157,17 @@ void run_case(int L, int S, int R, uint32_t seed) {
     {
         Driver d(L, S, R, seed);
         for (int s = 0; s < 5; s++) {
-            if (d.rng() % 3 == 0) d.forward("validation");  // a forward-only pass, as validation and sampling do
+            if (d.rng() % 3 == 0)
+                d.forward("validation");  // a forward-only pass, as validation and sampling do
             d.step(d.rng() % 6 == 0);
         }
         errors = d.errors;
     }
-    const std::string where = "L=" + std::to_string(L) + " slots=" + std::to_string(S) + " resident=" + std::to_string(R) +
-                              " seed=" + std::to_string(seed);
+    const std::string where = "L=" + std::to_string(L) + " slots=" + std::to_string(S) +
+                              " resident=" + std::to_string(R) + " seed=" + std::to_string(seed);
     ASSERT_TRUE(errors.empty()) << where << ": " << errors[0];
-    ASSERT_TRUE(fake_cuda_races().empty()) << where << ": " << fake_cuda_races()[0] << " (" << fake_cuda_races().size() << " races)";
+    ASSERT_TRUE(fake_cuda_races().empty())
+        << where << ": " << fake_cuda_races()[0] << " (" << fake_cuda_races().size() << " races)";
 }
 
 TEST(StreamProtocol, NoRacesAndFreshWeightsOverEverySmallShape) {
@@ -163,7 +180,10 @@ TEST(StreamProtocol, NoRacesAndFreshWeightsOverEverySmallShape) {
                     if (HasFatalFailure()) return;
                     cases++;
                 }
-    printf("%d cases, 5 steps each, no race, every layer read its latest weights, the optimizer its latest gradients\n", cases);
+    printf(
+        "%d cases, 5 steps each, no race, every layer read its latest weights, the optimizer its latest "
+        "gradients\n",
+        cases);
 }
 
 // The checker itself: a protocol with one ordering removed must be caught. Here the host rewrites a layer's

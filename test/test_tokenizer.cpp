@@ -50,7 +50,7 @@ TEST(GPT2BPE, LoadsVocabulary) {
     EXPECT_EQ(bpe()->eot_token, 50256);
     EXPECT_EQ(E("<|endoftext|>"), 50256);
     EXPECT_EQ(E("!"), 0);
-    EXPECT_EQ(E("\""), 1);             // written as "\"" in the JSON
+    EXPECT_EQ(E("\""), 1);                   // written as "\"" in the JSON
     EXPECT_EQ(bpe()->decoder[E("Ġ")], " ");  // byte-to-unicode undone: Ġ is the space byte
     EXPECT_EQ(bpe()->decoder[E("Ċ")], "\n");
 }
@@ -93,15 +93,18 @@ TEST(GPT2BPE, PretokenizerFollowsTheRegex) {
         return out;
     };
     typedef std::vector<std::string> S;
-    EXPECT_EQ(split("Hello  world's 123!!\n\n x"), (S{"Hello", " ", " world", "'s", " 123", "!!", "\n\n", " x"}));
+    EXPECT_EQ(split("Hello  world's 123!!\n\n x"),
+              (S{"Hello", " ", " world", "'s", " 123", "!!", "\n\n", " x"}));
     // \s+(?!\S) gives back the last whitespace char before a word; a lone non-space-char stays alone.
     EXPECT_EQ(split("a\n\nb"), (S{"a", "\n", "\n", "b"}));
     EXPECT_EQ(split("a \n b"), (S{"a", " \n", " b"}));
-    EXPECT_EQ(split("\t\tx"), (S{"\t", "\t", "x"}));  // only ' ' (not \t) may prefix a word
-    EXPECT_EQ(split("hi   "), (S{"hi", "   "}));       // trailing run kept whole
+    EXPECT_EQ(split("\t\tx"), (S{"\t", "\t", "x"}));                  // only ' ' (not \t) may prefix a word
+    EXPECT_EQ(split("hi   "), (S{"hi", "   "}));                      // trailing run kept whole
     EXPECT_EQ(split("IT'S x'll"), (S{"IT", "'", "S", " x", "'ll"}));  // contractions are lowercase only
-    EXPECT_EQ(split("?'s"), (S{"?'", "s"}));           // punctuation run eats the apostrophe first
-    EXPECT_EQ(split("h\xc3\xa9llo w\xc3\xb6rld \xd9\xa1\xd9\xa2"), (S{"h\xc3\xa9llo", " w\xc3\xb6rld", " \xd9\xa1\xd9\xa2"}));  // é ö letters, Arabic-Indic digits numbers
+    EXPECT_EQ(split("?'s"), (S{"?'", "s"}));  // punctuation run eats the apostrophe first
+    EXPECT_EQ(split("h\xc3\xa9llo w\xc3\xb6rld \xd9\xa1\xd9\xa2"),
+              (S{"h\xc3\xa9llo", " w\xc3\xb6rld",
+                 " \xd9\xa1\xd9\xa2"}));                  // é ö letters, Arabic-Indic digits numbers
     EXPECT_EQ(split("\xc2\xa0x"), (S{"\xc2\xa0", "x"}));  // U+00A0 is \s but not the ' ' prefix
     EXPECT_EQ(split(""), S{});
 }
@@ -115,25 +118,27 @@ TEST(GPT2BPE, KnownIds) {
     EXPECT_EQ(enc("Hello, world!"), (V{E("Hello"), E(","), E("Ġworld"), E("!")}));
     EXPECT_EQ(enc(" don't"), (V{E("Ġdon"), E("'t")}));
     EXPECT_EQ(enc(" don't"), (V{836, 470}));
-    EXPECT_EQ(enc("I'm they'll we've you're he'd"),
-              (V{E("I"), E("'m"), E("Ġthey"), E("'ll"), E("Ġwe"), E("'ve"), E("Ġyou"), E("'re"), E("Ġhe"), E("'d")}));
-    EXPECT_EQ(enc("a  b"), (V{E("a"), E("Ġ"), E("Ġb")}));  // 64 220 275
+    EXPECT_EQ(enc("I'm they'll we've you're he'd"), (V{E("I"), E("'m"), E("Ġthey"), E("'ll"), E("Ġwe"),
+                                                       E("'ve"), E("Ġyou"), E("'re"), E("Ġhe"), E("'d")}));
+    EXPECT_EQ(enc("a  b"), (V{E("a"), E("Ġ"), E("Ġb")}));           // 64 220 275
     EXPECT_EQ(enc("a\n\nb"), (V{E("a"), E("Ċ"), E("Ċ"), E("b")}));  // not "ĊĊ" (628): regex splits the run
-    EXPECT_EQ(enc("x\n\n"), (V{E("x"), E("ĊĊ")}));  // at the end the run stays whole
+    EXPECT_EQ(enc("x\n\n"), (V{E("x"), E("ĊĊ")}));                  // at the end the run stays whole
     EXPECT_EQ(enc("hi   "), (V{5303, 220, 220, 220}));
-    EXPECT_EQ(enc(" 2024"), (V{E("Ġ2024")}));  // 48609
+    EXPECT_EQ(enc(" 2024"), (V{E("Ġ2024")}));   // 48609
     EXPECT_EQ(enc("12345"), (V{10163, 2231}));  // "123" "45"
     EXPECT_EQ(enc("IT'S"), (V{E("IT"), E("'"), E("S")}));
     EXPECT_EQ(enc("h\xc3\xa9llo w\xc3\xb6rld"), (V{71, 2634, 18798, 266, 30570, 335}));  // héllo wörld
     EXPECT_EQ(enc("\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e"), (V{33768, 98, 17312, 105, 45739, 252}));  // 日本語
     // Special tokens are not parsed from text: tools add 50256 themselves.
-    EXPECT_EQ(enc("<|endoftext|>"), (V{E("<"), E("|"), E("end"), E("of"), E("text"), E("|"), E(">")}));  // 27 91 437 1659 5239 91 29
+    EXPECT_EQ(enc("<|endoftext|>"), (V{E("<"), E("|"), E("end"), E("of"), E("text"), E("|"),
+                                       E(">")}));  // 27 91 437 1659 5239 91 29
     EXPECT_EQ(enc(""), V{});
 }
 
 TEST(GPT2BPE, RoundTripsOddInput) {
-    const char* cases[] = {"h\xc3\xa9llo w\xc3\xb6rld", "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e", "emoji \xf0\x9f\x98\x80!",
-                           "\xff\xfe bad \xc3 utf8 \xed\xa0\x80 \xc0\xaf", "tabs\t\tand\r\nCRLF  \n", "\x01\x1c\x1f ctrl"};
+    const char* cases[] = {"h\xc3\xa9llo w\xc3\xb6rld", "\xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e",
+                           "emoji \xf0\x9f\x98\x80!",   "\xff\xfe bad \xc3 utf8 \xed\xa0\x80 \xc0\xaf",
+                           "tabs\t\tand\r\nCRLF  \n",   "\x01\x1c\x1f ctrl"};
     for (const char* c : cases) EXPECT_EQ(dec(enc(c)), std::string(c)) << c;
     std::string all;  // every byte value, twice
     for (int k = 0; k < 512; k++) all.push_back((char)(k & 255));
@@ -143,9 +148,13 @@ TEST(GPT2BPE, RoundTripsOddInput) {
 TEST(GPT2BPE, RoundTripsWholeCorpusQuickly) {
     std::string text = slurp(kCorpus);
     ASSERT_EQ(text.size(), 1115394u);
-    // CPU time of this thread, not wall time: a loaded machine (other builds on 2 cores) must not fail the test,
-    // a slow (say quadratic) encoder must
-    auto cpu_now = [] { timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); return t.tv_sec + 1e-9 * t.tv_nsec; };
+    // CPU time of this thread, not wall time: a loaded machine (other builds on 2 cores) must not fail the
+    // test, a slow (say quadratic) encoder must
+    auto cpu_now = [] {
+        timespec t;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+        return t.tv_sec + 1e-9 * t.tv_nsec;
+    };
     const double t0 = cpu_now();
     std::vector<int> ids = enc(text);
     double secs = cpu_now() - t0;
@@ -161,13 +170,17 @@ TEST(GPT2BPE, RoundTripsWholeCorpusQuickly) {
 static std::vector<uint16_t> read_shard(const char* path) {
     std::string s = slurp(path);
     std::vector<uint16_t> tok;
-    if (s.size() < 1024) { ADD_FAILURE() << path << ": shorter than its header"; return tok; }
+    if (s.size() < 1024) {
+        ADD_FAILURE() << path << ": shorter than its header";
+        return tok;
+    }
     int32_t h[256];
     memcpy(h, s.data(), sizeof h);
     EXPECT_EQ(h[0], 20240520) << path;
     EXPECT_EQ(h[1], 1) << path;
     for (int i = 3; i < 256; i++) EXPECT_EQ(h[i], 0) << path << " header[" << i << "]";
-    EXPECT_EQ((int64_t)s.size(), 1024 + 2 * (int64_t)h[2]) << path << ": token count does not match file size";
+    EXPECT_EQ((int64_t)s.size(), 1024 + 2 * (int64_t)h[2])
+        << path << ": token count does not match file size";
     tok.resize((s.size() - 1024) / 2);
     memcpy(tok.data(), s.data() + 1024, tok.size() * 2);
     return tok;
@@ -184,7 +197,8 @@ TEST(Shards, ValidAndEqualToAFreshEncoding) {
     // Val decodes to the start of the corpus once the EOT tokens are dropped; val + train to all of it.
     std::string text = slurp(kCorpus);
     V val_ids;
-    for (uint16_t t : val) if (t != 50256) val_ids.push_back(t);
+    for (uint16_t t : val)
+        if (t != 50256) val_ids.push_back(t);
     std::string val_text = dec(val_ids);
     EXPECT_EQ(val_text, text.substr(0, val_text.size()));
     EXPECT_GT(val_text.size(), 100000u);
@@ -202,7 +216,8 @@ TEST(Shards, ValidAndEqualToAFreshEncoding) {
     V got(val.begin(), val.end());
     got.insert(got.end(), train.begin(), train.end());
     EXPECT_EQ(got.size(), expect.size());
-    EXPECT_TRUE(got == expect) << "shipped shards differ from a fresh encoding; re-make them (dev/data/README.md)";
+    EXPECT_TRUE(got == expect)
+        << "shipped shards differ from a fresh encoding; re-make them (dev/data/README.md)";
 }
 
 // ---- tokenizer.h and gpt2_tokenizer.bin ----
@@ -254,14 +269,20 @@ TEST(Tokenizer, ErrorsInsteadOfCrashing) {
     EXPECT_EQ(tokenizer_init(&tok, path, err, sizeof err), 0);
     EXPECT_NE(strstr(err, "bad magic"), nullptr) << err;
 
-    h[0] = TOKENIZER_MAGIC; h[1] = 7;
+    h[0] = TOKENIZER_MAGIC;
+    h[1] = 7;
     write_bytes(path, h, sizeof h);
     EXPECT_EQ(tokenizer_init(&tok, path, err, sizeof err), 0);
     EXPECT_NE(strstr(err, "version"), nullptr) << err;
 
     h[1] = 2;
     std::string body((const char*)h, sizeof h);
-    body += std::string("\x01" "a" "\x02" "bc", 5);  // 2 of the 3 tokens
+    body += std::string(
+        "\x01"
+        "a"
+        "\x02"
+        "bc",
+        5);  // 2 of the 3 tokens
     write_bytes(path, body.data(), body.size());
     EXPECT_EQ(tokenizer_init(&tok, path, err, sizeof err), 0);
     EXPECT_NE(strstr(err, "truncated"), nullptr) << err;

@@ -2,9 +2,9 @@
 // fused kernels (flash_attention.cuh) and the cuBLAS GEMMs + softmax (attention.cuh). For each shape it
 // checks that both give the same y and dqkv (rel-L2, at T = 1024, beyond the unit tests' small T) and times
 // forward and backward (median of 10 after 3 warm-ups, CUDA events). Causal attention FLOPs are counted as
-// 4 * B * NH * T * T * hs / 2 forward and 2.5x that backward (the work a fused kernel must do; the cuBLAS path
-// computes the full T x T and is charged the same, so the TFLOP/s compare like with like).
-// Last lines: one `RESULT {json}` per shape and path. Not a test: it asserts nothing (make test does).
+// 4 * B * NH * T * T * hs / 2 forward and 2.5x that backward (the work a fused kernel must do; the cuBLAS
+// path computes the full T x T and is charged the same, so the TFLOP/s compare like with like). Last lines:
+// one `RESULT {json}` per shape and path. Not a test: it asserts nothing (make test does).
 //
 // usage: build/bench_attention [B T C NH]...   (default: the 1.3B and 5B shapes, B = 8, T = 1024)
 #define TESTING
@@ -29,7 +29,11 @@ static std::vector<float> download_bf16(const bf16* d, int64_t n) {
 }
 static double rel_l2(const std::vector<float>& a, const std::vector<float>& ref) {
     double num = 0, den = 0;
-    for (size_t i = 0; i < a.size(); i++) { const double d = (double)a[i] - ref[i]; num += d * d; den += (double)ref[i] * ref[i]; }
+    for (size_t i = 0; i < a.size(); i++) {
+        const double d = (double)a[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
@@ -37,7 +41,10 @@ static void bench_shape(int B, int T, int C, int NH) {
     const int hs = C / NH;
     const int64_t N = (int64_t)B * T, att = (int64_t)B * NH * T * T;
     printf("B=%d T=%d C=%d NH=%d (hs %d)\n", B, T, C, NH, hs);
-    if (!flash_attention_usable(hs)) { printf("  head size %d: no fused kernels, skipped\n", hs); return; }
+    if (!flash_attention_usable(hs)) {
+        printf("  head size %d: no fused kernels, skipped\n", hs);
+        return;
+    }
     bf16 *qkv, *y, *y_ref, *dy, *dqkv, *dqkv_ref, *scores, *dscores;
     float *lse, *dsum;
     cudaCheck(cudaMalloc(&qkv, (size_t)N * 3 * C * 2));
@@ -72,23 +79,31 @@ static void bench_shape(int B, int T, int C, int NH) {
 
     const double fwd_flop = 4.0 * B * NH * (double)T * T * hs / 2, bwd_flop = 2.5 * fwd_flop;
     const double f_fwd = median_ms([&] { flash_attention_forward(y, lse, qkv, B, T, C, NH, s); }, s);
-    const double f_bwd = median_ms([&] { flash_attention_backward(dqkv, dsum, dy, y, qkv, lse, B, T, C, NH, s); }, s);
+    const double f_bwd =
+        median_ms([&] { flash_attention_backward(dqkv, dsum, dy, y, qkv, lse, B, T, C, NH, s); }, s);
     const double c_fwd = median_ms([&] { attention_forward(y_ref, scores, qkv, B, T, C, NH, s); }, s);
-    const double c_bwd = median_ms([&] { attention_backward(dqkv_ref, dscores, dy, scores, qkv, B, T, C, NH, s); }, s);
-    const struct { const char* path; double fwd, bwd; } r[2] = {{"fused", f_fwd, f_bwd}, {"cublas", c_fwd, c_bwd}};
+    const double c_bwd =
+        median_ms([&] { attention_backward(dqkv_ref, dscores, dy, scores, qkv, B, T, C, NH, s); }, s);
+    const struct {
+        const char* path;
+        double fwd, bwd;
+    } r[2] = {{"fused", f_fwd, f_bwd}, {"cublas", c_fwd, c_bwd}};
     for (const auto& x : r) {
         printf("  %-7s forward %8.3f ms (%6.1f TFLOP/s)  backward %8.3f ms (%6.1f TFLOP/s)\n", x.path, x.fwd,
                fwd_flop / x.fwd / 1e9, x.bwd, bwd_flop / x.bwd / 1e9);
     }
     for (const auto& x : r)
-        printf("RESULT {\"bench\": \"attention\", \"path\": \"%s\", \"B\": %d, \"T\": %d, \"C\": %d, \"NH\": %d, "
-               "\"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwd_TFLOPs\": %.2f, \"bwd_TFLOPs\": %.2f, \"y_rel_l2\": %.3e, "
-               "\"dqkv_rel_l2\": %.3e}\n",
-               x.path, B, T, C, NH, x.fwd, x.bwd, fwd_flop / x.fwd / 1e9, bwd_flop / x.bwd / 1e9, ey, edqkv);
+        printf(
+            "RESULT {\"bench\": \"attention\", \"path\": \"%s\", \"B\": %d, \"T\": %d, \"C\": %d, \"NH\": "
+            "%d, "
+            "\"fwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwd_TFLOPs\": %.2f, \"bwd_TFLOPs\": %.2f, \"y_rel_l2\": "
+            "%.3e, "
+            "\"dqkv_rel_l2\": %.3e}\n",
+            x.path, B, T, C, NH, x.fwd, x.bwd, fwd_flop / x.fwd / 1e9, bwd_flop / x.bwd / 1e9, ey, edqkv);
     cudaCheck(cudaStreamDestroy(s));
     cublas_stream = NULL;  // the next shape binds its own stream
-    for (void* p : {(void*)qkv, (void*)y, (void*)y_ref, (void*)dy, (void*)dqkv, (void*)dqkv_ref, (void*)scores,
-                    (void*)dscores, (void*)lse, (void*)dsum})
+    for (void* p : {(void*)qkv, (void*)y, (void*)y_ref, (void*)dy, (void*)dqkv, (void*)dqkv_ref,
+                    (void*)scores, (void*)dscores, (void*)lse, (void*)dsum})
         cudaCheck(cudaFree(p));
 }
 
@@ -108,6 +123,7 @@ int main(int argc, char** argv) {
         bench_shape(8, 1024, 2048, 16);  // 1.3B: one micro-batch of the benchmark
         bench_shape(8, 1024, 4096, 32);  // 5B
     }
-    for (int i = 1; i + 3 < argc; i += 4) bench_shape(atoi(argv[i]), atoi(argv[i + 1]), atoi(argv[i + 2]), atoi(argv[i + 3]));
+    for (int i = 1; i + 3 < argc; i += 4)
+        bench_shape(atoi(argv[i]), atoi(argv[i + 1]), atoi(argv[i + 2]), atoi(argv[i + 3]));
     return 0;
 }

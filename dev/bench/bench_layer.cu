@@ -1,10 +1,11 @@
 // bench_layer.cu — where one transformer layer's time goes, on the GPU: every stage of layer_forward and
-// layer_backward (train_gpt.cu) timed alone with CUDA events (median of 10 after 3 warm-ups), with its TFLOP/s
-// (GEMMs, attention) or GB/s (the memory-bound kernels: bytes each must move at least), then the real
+// layer_backward (train_gpt.cu) timed alone with CUDA events (median of 10 after 3 warm-ups), with its
+// TFLOP/s (GEMMs, attention) or GB/s (the memory-bound kernels: bytes each must move at least), then the real
 // layer_forward / layer_backward whole. The stages below restate those two functions' calls in order; the
 // "whole" rows time the functions themselves, so a stage list that drifted from them shows as a sum that
-// does not match; layer_backward alone is what a layer with kept activations (-K) costs in the backward pass. Default shapes: one micro-batch (B 8, T 1024) of the 1.3B and 5B benchmark models.
-// Last lines: one `RESULT {json}` per shape. Not a test: it checks no numerics (make test does).
+// does not match; layer_backward alone is what a layer with kept activations (-K) costs in the backward pass.
+// Default shapes: one micro-batch (B 8, T 1024) of the 1.3B and 5B benchmark models. Last lines: one `RESULT
+// {json}` per shape. Not a test: it checks no numerics (make test does).
 //
 // usage: build/bench_layer [-F 0|1] [-G 0|1] [B T C NH]...   (-F: fused attention, -G: cuBLASLt epilogues)
 #define TESTING
@@ -15,12 +16,20 @@
 #include <string>
 #include <vector>
 
-struct Stage { std::string name; double ms; double flop; double bytes; };
-
+struct Stage {
+    std::string name;
+    double ms;
+    double flop;
+    double bytes;
+};
 
 static void bench_shape(int B, int T, int C, int NH) {
     GPTConfig cfg;
-    cfg.num_layers = 1; cfg.channels = C; cfg.num_heads = NH; cfg.max_seq_len = T; cfg.vocab_size = 50257;
+    cfg.num_layers = 1;
+    cfg.channels = C;
+    cfg.num_heads = NH;
+    cfg.max_seq_len = T;
+    cfg.vocab_size = 50257;
     cfg.padded_vocab_size = (int)round_up64(cfg.vocab_size, 128);
     TrainArgs args;
     train_args_defaults(&args);
@@ -30,12 +39,15 @@ static void bench_shape(int B, int T, int C, int NH) {
     const cudaStream_t s = g.stream.compute;
     const ParamLayout* p = &g.layout;
     const int64_t N = (int64_t)B * T, hs = C / NH;
-    // weights ~ U(-0.02, 0.02) (LayerNorm gains 1), input and output gradient ~ U(-1, 1): realistic magnitudes
+    // weights ~ U(-0.02, 0.02) (LayerNorm gains 1), input and output gradient ~ U(-1, 1): realistic
+    // magnitudes
     std::vector<uint16_t> host((size_t)std::max<int64_t>(p->layer_stride, N * C));
     uint64_t rng = 12345;
-    for (int64_t i = 0; i < p->layer_stride; i++) host[(size_t)i] = float_to_bf16(0.04f * random_f32(&rng) - 0.02f);
+    for (int64_t i = 0; i < p->layer_stride; i++)
+        host[(size_t)i] = float_to_bf16(0.04f * random_f32(&rng) - 0.02f);
     for (int t : {LN1W, LN2W})
-        for (int64_t i = 0; i < p->layer_size[t]; i++) host[(size_t)(p->layer_offset[t] + i)] = float_to_bf16(1.0f);
+        for (int64_t i = 0; i < p->layer_size[t]; i++)
+            host[(size_t)(p->layer_offset[t] + i)] = float_to_bf16(1.0f);
     bf16 *w, *x, *out, *dres;
     cudaCheck(cudaMalloc(&w, (size_t)p->layer_stride * 2));
     cudaCheck(cudaMemcpy(w, host.data(), (size_t)p->layer_stride * 2, cudaMemcpyHostToDevice));
@@ -55,66 +67,107 @@ static void bench_shape(int B, int T, int C, int NH) {
     cudaCheck(cudaStreamSynchronize(s));
 
     const double gemm = 2.0 * N * C;  // x OC: one GEMM's FLOPs per output column
-    const double attn_fwd = 4.0 * B * NH * (double)T * T * hs / 2, act = 2.0 * N * C;  // causal; bytes of (N, C) bf16
+    const double attn_fwd = 4.0 * B * NH * (double)T * T * hs / 2,
+                 act = 2.0 * N * C;  // causal; bytes of (N, C) bf16
     std::vector<Stage> st;
     auto stage = [&](const char* name, double flop, double bytes, std::function<void()> fn) {
         st.push_back({name, median_ms(fn, s), flop, bytes});
     };
-    stage("fwd ln1", 0, 2 * act, [&] { layernorm_forward(a->p[ACT_LN1], a->ln1_mean, a->ln1_rstd, x, W(LN1W), W(LN1B), N, C, s); });
-    stage("fwd qkv (+bias)", gemm * 3 * C, 0, [&] { matmul_forward_bias(a->p[ACT_QKV], a->p[ACT_LN1], W(QKVW), W(QKVB), NULL, N, C, 3 * C, s); });
+    stage("fwd ln1", 0, 2 * act,
+          [&] { layernorm_forward(a->p[ACT_LN1], a->ln1_mean, a->ln1_rstd, x, W(LN1W), W(LN1B), N, C, s); });
+    stage("fwd qkv (+bias)", gemm * 3 * C, 0,
+          [&] { matmul_forward_bias(a->p[ACT_QKV], a->p[ACT_LN1], W(QKVW), W(QKVB), NULL, N, C, 3 * C, s); });
     stage(g.flash ? "fwd attention (fused)" : "fwd attention (cuBLAS)", attn_fwd, 0, [&] {
         if (g.flash) flash_attention_forward(a->p[ACT_ATTY], a->att_lse, a->p[ACT_QKV], B, T, C, NH, s);
         else attention_forward(a->p[ACT_ATTY], a->p[ACT_ATT], a->p[ACT_QKV], B, T, C, NH, s);
     });
-    stage("fwd attproj (+bias+res)", gemm * C, 0, [&] { matmul_forward_bias(a->p[ACT_RES2], a->p[ACT_ATTY], W(ATTPROJW), W(ATTPROJB), x, N, C, C, s); });
-    stage("fwd ln2", 0, 2 * act, [&] { layernorm_forward(a->p[ACT_LN2], a->ln2_mean, a->ln2_rstd, a->p[ACT_RES2], W(LN2W), W(LN2B), N, C, s); });
-    stage("fwd fc (+bias+gelu)", gemm * 4 * C, 0, [&] { matmul_forward_bias_gelu(a->p[ACT_FCH], a->p[ACT_FCH_GELU], a->p[ACT_LN2], W(FCW), W(FCB), N, C, 4 * C, s); });
-    stage("fwd fcproj (+bias+res)", gemm * C * 4, 0, [&] { matmul_forward_bias(out, a->p[ACT_FCH_GELU], W(FCPROJW), W(FCPROJB), a->p[ACT_RES2], N, 4 * C, C, s); });
+    stage("fwd attproj (+bias+res)", gemm * C, 0, [&] {
+        matmul_forward_bias(a->p[ACT_RES2], a->p[ACT_ATTY], W(ATTPROJW), W(ATTPROJB), x, N, C, C, s);
+    });
+    stage("fwd ln2", 0, 2 * act, [&] {
+        layernorm_forward(a->p[ACT_LN2], a->ln2_mean, a->ln2_rstd, a->p[ACT_RES2], W(LN2W), W(LN2B), N, C, s);
+    });
+    stage("fwd fc (+bias+gelu)", gemm * 4 * C, 0, [&] {
+        matmul_forward_bias_gelu(a->p[ACT_FCH], a->p[ACT_FCH_GELU], a->p[ACT_LN2], W(FCW), W(FCB), N, C,
+                                 4 * C, s);
+    });
+    stage("fwd fcproj (+bias+res)", gemm * C * 4, 0, [&] {
+        matmul_forward_bias(out, a->p[ACT_FCH_GELU], W(FCPROJW), W(FCPROJB), a->p[ACT_RES2], N, 4 * C, C, s);
+    });
     const size_t n_forward = st.size();
-    stage("bwd fcproj dW", gemm * 4 * C, 0, [&] { matmul_backward_weight(G(FCPROJW), dres, a->p[ACT_FCH_GELU], N, 4 * C, C, s); });
+    stage("bwd fcproj dW", gemm * 4 * C, 0,
+          [&] { matmul_backward_weight(G(FCPROJW), dres, a->p[ACT_FCH_GELU], N, 4 * C, C, s); });
     stage("bwd fcproj db", 0, act, [&] { bias_backward(G(FCPROJB), dres, N, C, s); });
-    stage("bwd fcproj dX (+gelu')", gemm * 4 * C, 0, [&] { matmul_backward_input_gelu(a->p[ACT_DFCH], dres, W(FCPROJW), a->p[ACT_FCH], N, 4 * C, C, s); });
-    stage("bwd fc dW", gemm * 4 * C, 0, [&] { matmul_backward_weight(G(FCW), a->p[ACT_DFCH], a->p[ACT_LN2], N, C, 4 * C, s); });
+    stage("bwd fcproj dX (+gelu')", gemm * 4 * C, 0, [&] {
+        matmul_backward_input_gelu(a->p[ACT_DFCH], dres, W(FCPROJW), a->p[ACT_FCH], N, 4 * C, C, s);
+    });
+    stage("bwd fc dW", gemm * 4 * C, 0,
+          [&] { matmul_backward_weight(G(FCW), a->p[ACT_DFCH], a->p[ACT_LN2], N, C, 4 * C, s); });
     stage("bwd fc db", 0, 4 * act, [&] { bias_backward(G(FCB), a->p[ACT_DFCH], N, 4 * C, s); });
-    stage("bwd fc dX", gemm * 4 * C, 0, [&] { matmul_backward_input(a->p[ACT_DC], a->p[ACT_DFCH], W(FCW), N, C, 4 * C, s); });
-    stage("bwd ln2", 0, 5 * act, [&] { layernorm_backward(dres, G(LN2W), G(LN2B), a->p[ACT_DC], a->p[ACT_RES2], W(LN2W), a->ln2_mean, a->ln2_rstd, N, C, s); });
-    stage("bwd attproj dW", gemm * C, 0, [&] { matmul_backward_weight(G(ATTPROJW), dres, a->p[ACT_ATTY], N, C, C, s); });
+    stage("bwd fc dX", gemm * 4 * C, 0,
+          [&] { matmul_backward_input(a->p[ACT_DC], a->p[ACT_DFCH], W(FCW), N, C, 4 * C, s); });
+    stage("bwd ln2", 0, 5 * act, [&] {
+        layernorm_backward(dres, G(LN2W), G(LN2B), a->p[ACT_DC], a->p[ACT_RES2], W(LN2W), a->ln2_mean,
+                           a->ln2_rstd, N, C, s);
+    });
+    stage("bwd attproj dW", gemm * C, 0,
+          [&] { matmul_backward_weight(G(ATTPROJW), dres, a->p[ACT_ATTY], N, C, C, s); });
     stage("bwd attproj db", 0, act, [&] { bias_backward(G(ATTPROJB), dres, N, C, s); });
-    stage("bwd attproj dX", gemm * C, 0, [&] { matmul_backward_input(a->p[ACT_DC], dres, W(ATTPROJW), N, C, C, s); });
+    stage("bwd attproj dX", gemm * C, 0,
+          [&] { matmul_backward_input(a->p[ACT_DC], dres, W(ATTPROJW), N, C, C, s); });
     stage(g.flash ? "bwd attention (fused)" : "bwd attention (cuBLAS)", 2.5 * attn_fwd, 0, [&] {
         if (g.flash)
-            flash_attention_backward(a->p[ACT_DQKV], a->att_dsum, a->p[ACT_DC], a->p[ACT_ATTY], a->p[ACT_QKV], a->att_lse, B, T, C, NH, s);
+            flash_attention_backward(a->p[ACT_DQKV], a->att_dsum, a->p[ACT_DC], a->p[ACT_ATTY], a->p[ACT_QKV],
+                                     a->att_lse, B, T, C, NH, s);
         else
-            attention_backward(a->p[ACT_DQKV], a->p[ACT_DATT], a->p[ACT_DC], a->p[ACT_ATT], a->p[ACT_QKV], B, T, C, NH, s);
+            attention_backward(a->p[ACT_DQKV], a->p[ACT_DATT], a->p[ACT_DC], a->p[ACT_ATT], a->p[ACT_QKV], B,
+                               T, C, NH, s);
     });
-    stage("bwd qkv dW", gemm * 3 * C, 0, [&] { matmul_backward_weight(G(QKVW), a->p[ACT_DQKV], a->p[ACT_LN1], N, C, 3 * C, s); });
+    stage("bwd qkv dW", gemm * 3 * C, 0,
+          [&] { matmul_backward_weight(G(QKVW), a->p[ACT_DQKV], a->p[ACT_LN1], N, C, 3 * C, s); });
     stage("bwd qkv db", 0, 3 * act, [&] { bias_backward(G(QKVB), a->p[ACT_DQKV], N, 3 * C, s); });
-    stage("bwd qkv dX", gemm * 3 * C, 0, [&] { matmul_backward_input(a->p[ACT_DC], a->p[ACT_DQKV], W(QKVW), N, C, 3 * C, s); });
-    stage("bwd ln1", 0, 5 * act, [&] { layernorm_backward(dres, G(LN1W), G(LN1B), a->p[ACT_DC], x, W(LN1W), a->ln1_mean, a->ln1_rstd, N, C, s); });
+    stage("bwd qkv dX", gemm * 3 * C, 0,
+          [&] { matmul_backward_input(a->p[ACT_DC], a->p[ACT_DQKV], W(QKVW), N, C, 3 * C, s); });
+    stage("bwd ln1", 0, 5 * act, [&] {
+        layernorm_backward(dres, G(LN1W), G(LN1B), a->p[ACT_DC], x, W(LN1W), a->ln1_mean, a->ln1_rstd, N, C,
+                           s);
+    });
     const double whole_fwd = median_ms([&] { layer_forward(&g, w, x, out, a, s); }, s);
-    const double whole_bwd = median_ms([&] { layer_forward(&g, w, x, NULL, a, s); layer_backward(&g, w, grads, x, dres, a, s); }, s);
-    const double kept_bwd = median_ms([&] { layer_backward(&g, w, grads, x, dres, a, s); }, s);  // -K: no recompute
+    const double whole_bwd = median_ms(
+        [&] {
+            layer_forward(&g, w, x, NULL, a, s);
+            layer_backward(&g, w, grads, x, dres, a, s);
+        },
+        s);
+    const double kept_bwd =
+        median_ms([&] { layer_backward(&g, w, grads, x, dres, a, s); }, s);  // -K: no recompute
 
-    printf("B=%d T=%d C=%d NH=%d: attention %s, GEMM epilogues %s\n", B, T, C, NH, g.flash ? "fused" : "cuBLAS",
-           cublaslt_fusion ? "cuBLASLt" : "separate kernels");
+    printf("B=%d T=%d C=%d NH=%d: attention %s, GEMM epilogues %s\n", B, T, C, NH,
+           g.flash ? "fused" : "cuBLAS", cublaslt_fusion ? "cuBLASLt" : "separate kernels");
     double sum_fwd = 0, sum_bwd = 0, flop_fwd = 0, flop_bwd = 0;
     for (size_t i = 0; i < st.size(); i++) {
         const Stage& x_ = st[i];
         (i < n_forward ? sum_fwd : sum_bwd) += x_.ms;
         (i < n_forward ? flop_fwd : flop_bwd) += x_.flop;
-        if (x_.flop > 0) printf("  %-26s %8.3f ms  %7.1f TFLOP/s\n", x_.name.c_str(), x_.ms, x_.flop / x_.ms / 1e9);
-        else printf("  %-26s %8.3f ms  %7.0f GB/s (at least %.0f MB)\n", x_.name.c_str(), x_.ms, x_.bytes / x_.ms / 1e6, x_.bytes / 1e6);
+        if (x_.flop > 0)
+            printf("  %-26s %8.3f ms  %7.1f TFLOP/s\n", x_.name.c_str(), x_.ms, x_.flop / x_.ms / 1e9);
+        else
+            printf("  %-26s %8.3f ms  %7.0f GB/s (at least %.0f MB)\n", x_.name.c_str(), x_.ms,
+                   x_.bytes / x_.ms / 1e6, x_.bytes / 1e6);
     }
-    printf("  %-26s %8.3f ms  (stages sum %.3f)  %6.1f TFLOP/s\n", "layer_forward, whole", whole_fwd, sum_fwd, flop_fwd / whole_fwd / 1e9);
-    printf("  %-26s %8.3f ms  (stages sum %.3f + forward)  %6.1f TFLOP/s with the recompute\n", "recompute + layer_backward",
-           whole_bwd, sum_bwd, (flop_fwd + flop_bwd) / whole_bwd / 1e9);
+    printf("  %-26s %8.3f ms  (stages sum %.3f)  %6.1f TFLOP/s\n", "layer_forward, whole", whole_fwd, sum_fwd,
+           flop_fwd / whole_fwd / 1e9);
+    printf("  %-26s %8.3f ms  (stages sum %.3f + forward)  %6.1f TFLOP/s with the recompute\n",
+           "recompute + layer_backward", whole_bwd, sum_bwd, (flop_fwd + flop_bwd) / whole_bwd / 1e9);
     printf("  %-26s %8.3f ms  (a layer with kept activations, -K: %.0f%% of the above)  %6.1f TFLOP/s\n",
            "layer_backward alone", kept_bwd, 100 * kept_bwd / whole_bwd, flop_bwd / kept_bwd / 1e9);
-    printf("RESULT {\"bench\": \"layer\", \"B\": %d, \"T\": %d, \"C\": %d, \"NH\": %d, \"flash\": %d, \"epilogues\": %d, "
-           "\"fwd_ms\": %.4f, \"recompute_bwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwd_TFLOPs\": %.2f, "
-           "\"recompute_bwd_TFLOPs\": %.2f, \"bwd_TFLOPs\": %.2f}\n",
-           B, T, C, NH, (int)g.flash, cublaslt_fusion, whole_fwd, whole_bwd, kept_bwd, flop_fwd / whole_fwd / 1e9,
-           (flop_fwd + flop_bwd) / whole_bwd / 1e9, flop_bwd / kept_bwd / 1e9);
+    printf(
+        "RESULT {\"bench\": \"layer\", \"B\": %d, \"T\": %d, \"C\": %d, \"NH\": %d, \"flash\": %d, "
+        "\"epilogues\": %d, "
+        "\"fwd_ms\": %.4f, \"recompute_bwd_ms\": %.4f, \"bwd_ms\": %.4f, \"fwd_TFLOPs\": %.2f, "
+        "\"recompute_bwd_TFLOPs\": %.2f, \"bwd_TFLOPs\": %.2f}\n",
+        B, T, C, NH, (int)g.flash, cublaslt_fusion, whole_fwd, whole_bwd, kept_bwd,
+        flop_fwd / whole_fwd / 1e9, (flop_fwd + flop_bwd) / whole_bwd / 1e9, flop_bwd / kept_bwd / 1e9);
     for (void* ptr : {(void*)w, (void*)x, (void*)out, (void*)dres}) cudaCheck(cudaFree(ptr));
     gpt_free(&g);
 }
@@ -129,13 +182,20 @@ int main(int argc, char** argv) {
     for (; i + 1 < argc && argv[i][0] == '-'; i += 2) {
         if (strcmp(argv[i], "-F") == 0) flash_attention_flag = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "-G") == 0) cublaslt_fusion = atoi(argv[i + 1]);
-        else { fprintf(stderr, "usage: %s [-F 0|1] [-G 0|1] [B T C NH]...\n", argv[0]); return 1; }
+        else {
+            fprintf(stderr, "usage: %s [-F 0|1] [-G 0|1] [B T C NH]...\n", argv[0]);
+            return 1;
+        }
     }
-    if ((argc - i) % 4 != 0) { fprintf(stderr, "usage: %s [-F 0|1] [-G 0|1] [B T C NH]...\n", argv[0]); return 1; }
+    if ((argc - i) % 4 != 0) {
+        fprintf(stderr, "usage: %s [-F 0|1] [-G 0|1] [B T C NH]...\n", argv[0]);
+        return 1;
+    }
     if (i == argc) {
         bench_shape(8, 1024, 2048, 16);  // 1.3B: one micro-batch of the benchmark
         bench_shape(8, 1024, 4096, 32);  // 5B
     }
-    for (; i + 3 < argc; i += 4) bench_shape(atoi(argv[i]), atoi(argv[i + 1]), atoi(argv[i + 2]), atoi(argv[i + 3]));
+    for (; i + 3 < argc; i += 4)
+        bench_shape(atoi(argv[i]), atoi(argv[i + 1]), atoi(argv[i + 2]), atoi(argv[i + 3]));
     return 0;
 }

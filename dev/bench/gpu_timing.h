@@ -6,7 +6,8 @@
 #include <vector>
 #include "cuda_common.h"
 
-template <typename F> static double median_ms(F fn, cudaStream_t s) {
+template <typename F>
+static double median_ms(F fn, cudaStream_t s) {
     cudaEvent_t a, b;
     cudaCheck(cudaEventCreate(&a));
     cudaCheck(cudaEventCreate(&b));

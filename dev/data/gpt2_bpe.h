@@ -32,11 +32,19 @@ typedef std::unordered_map<std::string, std::vector<int>> GPT2BPECache;
 // ---- UTF-8 and character classes ----
 
 static inline void gpt2_utf8_append(std::string* s, uint32_t cp) {
-    if (cp < 0x80) { s->push_back((char)cp); return; }
-    if (cp < 0x800) { s->push_back((char)(0xC0 | (cp >> 6))); }
-    else {
-        if (cp < 0x10000) { s->push_back((char)(0xE0 | (cp >> 12))); }
-        else { s->push_back((char)(0xF0 | (cp >> 18))); s->push_back((char)(0x80 | ((cp >> 12) & 0x3F))); }
+    if (cp < 0x80) {
+        s->push_back((char)cp);
+        return;
+    }
+    if (cp < 0x800) {
+        s->push_back((char)(0xC0 | (cp >> 6)));
+    } else {
+        if (cp < 0x10000) {
+            s->push_back((char)(0xE0 | (cp >> 12)));
+        } else {
+            s->push_back((char)(0xF0 | (cp >> 18)));
+            s->push_back((char)(0x80 | ((cp >> 12) & 0x3F)));
+        }
         s->push_back((char)(0x80 | ((cp >> 6) & 0x3F)));
     }
     s->push_back((char)(0x80 | (cp & 0x3F)));
@@ -150,7 +158,10 @@ static inline bool gpt2_json_string(const std::string& s, size_t* i, std::string
         *v = 0;
         for (size_t k = p; k < p + 4; k++) {
             char h = s[k];
-            int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+            int d = h >= '0' && h <= '9'   ? h - '0'
+                    : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                    : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                           : -1;
             if (d < 0) return false;
             *v = *v * 16 + (uint32_t)d;
         }
@@ -160,11 +171,16 @@ static inline bool gpt2_json_string(const std::string& s, size_t* i, std::string
     out->clear();
     size_t p = *i + 1;
     while (p < s.size() && s[p] != '"') {
-        if (s[p] != '\\') { out->push_back(s[p++]); continue; }
+        if (s[p] != '\\') {
+            out->push_back(s[p++]);
+            continue;
+        }
         if (++p >= s.size()) return false;
         char e = s[p++];
         switch (e) {
-            case '"': case '\\': case '/': out->push_back(e); break;
+            case '"':
+            case '\\':
+            case '/': out->push_back(e); break;
             case 'b': out->push_back('\b'); break;
             case 'f': out->push_back('\f'); break;
             case 'n': out->push_back('\n'); break;
@@ -175,7 +191,9 @@ static inline bool gpt2_json_string(const std::string& s, size_t* i, std::string
                 if (!hex4(p, &v)) return false;
                 p += 4;
                 if (v >= 0xD800 && v <= 0xDBFF) {  // high surrogate: a \uDC00-\uDFFF must follow
-                    if (p + 1 >= s.size() || s[p] != '\\' || s[p + 1] != 'u' || !hex4(p + 2, &lo) || lo < 0xDC00 || lo > 0xDFFF) return false;
+                    if (p + 1 >= s.size() || s[p] != '\\' || s[p + 1] != 'u' || !hex4(p + 2, &lo) ||
+                        lo < 0xDC00 || lo > 0xDFFF)
+                        return false;
                     p += 6;
                     v = 0x10000 + ((v - 0xD800) << 10) + (lo - 0xDC00);
                 } else if (v >= 0xDC00 && v <= 0xDFFF) return false;
@@ -197,29 +215,42 @@ static inline bool gpt2_bpe_fail(std::string* err, const std::string& msg) {
 
 // Loads encoder.json (token -> id) and vocab.bpe (merges, in rank order). On failure returns false
 // and puts a one-line reason into *err.
-static inline bool gpt2_bpe_load(GPT2BPE* t, const char* encoder_json, const char* vocab_bpe, std::string* err) {
+static inline bool gpt2_bpe_load(GPT2BPE* t, const char* encoder_json, const char* vocab_bpe,
+                                 std::string* err) {
     std::string js, bpe, key;
-    if (!gpt2_read_file(encoder_json, &js)) return gpt2_bpe_fail(err, std::string("cannot read ") + encoder_json);
+    if (!gpt2_read_file(encoder_json, &js))
+        return gpt2_bpe_fail(err, std::string("cannot read ") + encoder_json);
     if (!gpt2_read_file(vocab_bpe, &bpe)) return gpt2_bpe_fail(err, std::string("cannot read ") + vocab_bpe);
     *t = GPT2BPE();
     const std::string where = std::string(encoder_json) + ": ";
-    auto ws = [&](size_t* i) { while (*i < js.size() && (js[*i] == ' ' || js[*i] == '\n' || js[*i] == '\r' || js[*i] == '\t')) (*i)++; };
+    auto ws = [&](size_t* i) {
+        while (*i < js.size() && (js[*i] == ' ' || js[*i] == '\n' || js[*i] == '\r' || js[*i] == '\t'))
+            (*i)++;
+    };
     size_t i = 0;
     ws(&i);
     if (i >= js.size() || js[i++] != '{') return gpt2_bpe_fail(err, where + "expected a JSON object");
     for (ws(&i); i < js.size() && js[i] != '}';) {
-        if (!gpt2_json_string(js, &i, &key)) return gpt2_bpe_fail(err, where + "bad string at byte " + std::to_string(i));
+        if (!gpt2_json_string(js, &i, &key))
+            return gpt2_bpe_fail(err, where + "bad string at byte " + std::to_string(i));
         ws(&i);
-        if (i >= js.size() || js[i++] != ':') return gpt2_bpe_fail(err, where + "expected ':' at byte " + std::to_string(i));
+        if (i >= js.size() || js[i++] != ':')
+            return gpt2_bpe_fail(err, where + "expected ':' at byte " + std::to_string(i));
         ws(&i);
         long id = 0;
         size_t d0 = i;
-        while (i < js.size() && js[i] >= '0' && js[i] <= '9' && id < (1 << 24)) id = id * 10 + (js[i++] - '0');
-        if (i == d0 || id >= (1 << 24)) return gpt2_bpe_fail(err, where + "expected a token id at byte " + std::to_string(d0));
-        if (!t->encoder.emplace(key, (int)id).second) return gpt2_bpe_fail(err, where + "duplicate token " + key);
+        while (i < js.size() && js[i] >= '0' && js[i] <= '9' && id < (1 << 24))
+            id = id * 10 + (js[i++] - '0');
+        if (i == d0 || id >= (1 << 24))
+            return gpt2_bpe_fail(err, where + "expected a token id at byte " + std::to_string(d0));
+        if (!t->encoder.emplace(key, (int)id).second)
+            return gpt2_bpe_fail(err, where + "duplicate token " + key);
         ws(&i);
-        if (i < js.size() && js[i] == ',') { i++; ws(&i); }
-        else if (i >= js.size() || js[i] != '}') return gpt2_bpe_fail(err, where + "expected ',' or '}' at byte " + std::to_string(i));
+        if (i < js.size() && js[i] == ',') {
+            i++;
+            ws(&i);
+        } else if (i >= js.size() || js[i] != '}')
+            return gpt2_bpe_fail(err, where + "expected ',' or '}' at byte " + std::to_string(i));
     }
     if (i >= js.size()) return gpt2_bpe_fail(err, where + "unterminated object");
 
@@ -231,14 +262,17 @@ static inline bool gpt2_bpe_load(GPT2BPE* t, const char* encoder_json, const cha
     t->decoder.assign(t->encoder.size(), std::string());
     std::vector<bool> seen(t->encoder.size(), false);
     for (const auto& kv : t->encoder) {
-        if ((size_t)kv.second >= seen.size() || seen[kv.second]) return gpt2_bpe_fail(err, where + "token ids are not 0..N-1");
+        if ((size_t)kv.second >= seen.size() || seen[kv.second])
+            return gpt2_bpe_fail(err, where + "token ids are not 0..N-1");
         seen[kv.second] = true;
         const unsigned char* s = (const unsigned char*)kv.first.data();
         for (size_t p = 0; p < kv.first.size();) {
             uint32_t cp;
             p += gpt2_utf8_next(s, kv.first.size(), p, &cp);
             auto it = u2b.find(cp);
-            if (it == u2b.end()) return gpt2_bpe_fail(err, where + "token " + std::to_string(kv.second) + " has a character outside the byte map");
+            if (it == u2b.end())
+                return gpt2_bpe_fail(err, where + "token " + std::to_string(kv.second) +
+                                              " has a character outside the byte map");
             t->decoder[kv.second].push_back((char)it->second);
         }
     }
@@ -246,7 +280,8 @@ static inline bool gpt2_bpe_load(GPT2BPE* t, const char* encoder_json, const cha
         key.clear();
         gpt2_utf8_append(&key, b2u[b]);
         auto it = t->encoder.find(key);
-        if (it == t->encoder.end()) return gpt2_bpe_fail(err, where + "missing the token of byte " + std::to_string(b));
+        if (it == t->encoder.end())
+            return gpt2_bpe_fail(err, where + "missing the token of byte " + std::to_string(b));
         t->byte_token[b] = it->second;
     }
     auto eot = t->encoder.find("<|endoftext|>");
@@ -263,11 +298,14 @@ static inline bool gpt2_bpe_load(GPT2BPE* t, const char* encoder_json, const cha
         if (l.empty() || (line == 1 && l.compare(0, 8, "#version") == 0)) continue;
         size_t sp = l.find(' ');
         const std::string where_l = std::string(vocab_bpe) + ":" + std::to_string(line) + ": ";
-        if (sp == std::string::npos || l.find(' ', sp + 1) != std::string::npos) return gpt2_bpe_fail(err, where_l + "expected 'left right'");
+        if (sp == std::string::npos || l.find(' ', sp + 1) != std::string::npos)
+            return gpt2_bpe_fail(err, where_l + "expected 'left right'");
         auto a = t->encoder.find(l.substr(0, sp)), b = t->encoder.find(l.substr(sp + 1));
         auto ab = t->encoder.find(l.substr(0, sp) + l.substr(sp + 1));
-        if (a == t->encoder.end() || b == t->encoder.end() || ab == t->encoder.end()) return gpt2_bpe_fail(err, where_l + "merge of unknown tokens");
-        t->merges.emplace(((uint64_t)a->second << 32) | (uint32_t)b->second, std::make_pair(rank++, ab->second));
+        if (a == t->encoder.end() || b == t->encoder.end() || ab == t->encoder.end())
+            return gpt2_bpe_fail(err, where_l + "merge of unknown tokens");
+        t->merges.emplace(((uint64_t)a->second << 32) | (uint32_t)b->second,
+                          std::make_pair(rank++, ab->second));
     }
     return true;
 }
@@ -276,7 +314,8 @@ static inline bool gpt2_bpe_load(GPT2BPE* t, const char* encoder_json, const cha
 
 // BPE of one pre-token piece: start from its bytes' tokens, then repeatedly merge every occurrence of
 // the lowest-ranked adjacent pair (left to right, as encoder.py does) until no pair has a rank.
-static inline void gpt2_bpe_piece(const GPT2BPE* t, const unsigned char* s, size_t len, std::vector<int>* out) {
+static inline void gpt2_bpe_piece(const GPT2BPE* t, const unsigned char* s, size_t len,
+                                  std::vector<int>* out) {
     std::vector<int> w(len);
     for (size_t i = 0; i < len; i++) w[i] = t->byte_token[s[i]];
     while (w.size() > 1) {
@@ -284,14 +323,19 @@ static inline void gpt2_bpe_piece(const GPT2BPE* t, const unsigned char* s, size
         for (size_t i = 0; i + 1 < w.size(); i++) {
             auto it = t->merges.find(((uint64_t)w[i] << 32) | (uint32_t)w[i + 1]);
             if (it != t->merges.end() && (best_rank < 0 || it->second.first < best_rank)) {
-                best_rank = it->second.first; left = w[i]; right = w[i + 1]; merged = it->second.second;
+                best_rank = it->second.first;
+                left = w[i];
+                right = w[i + 1];
+                merged = it->second.second;
             }
         }
         if (best_rank < 0) break;
         size_t o = 0;
         for (size_t i = 0; i < w.size(); i++) {
-            if (i + 1 < w.size() && w[i] == left && w[i + 1] == right) { w[o++] = merged; i++; }
-            else w[o++] = w[i];
+            if (i + 1 < w.size() && w[i] == left && w[i + 1] == right) {
+                w[o++] = merged;
+                i++;
+            } else w[o++] = w[i];
         }
         w.resize(o);
     }
@@ -301,7 +345,8 @@ static inline void gpt2_bpe_piece(const GPT2BPE* t, const unsigned char* s, size
 // Encodes text into GPT-2 token ids. `cache` (optional) memoizes pieces across calls, e.g. across the
 // documents of one corpus; without it a cache local to this call is used. Thread-safe for a shared
 // GPT2BPE as long as each thread passes its own cache (or none).
-static inline std::vector<int> gpt2_bpe_encode(const GPT2BPE* t, const std::string& text, GPT2BPECache* cache = NULL) {
+static inline std::vector<int> gpt2_bpe_encode(const GPT2BPE* t, const std::string& text,
+                                               GPT2BPECache* cache = NULL) {
     GPT2BPECache local;
     if (!cache) cache = &local;
     std::vector<std::pair<size_t, size_t>> pieces;

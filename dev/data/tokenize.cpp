@@ -21,7 +21,8 @@
 
 static const char* kUsage =
     "usage: build/tokenize --input TEXT --out-prefix DIR/name [--val-tokens 32768] "
-    "[--encoder dev/data/gpt2/encoder.json] [--vocab dev/data/gpt2/vocab.bpe] [--tokenizer-out gpt2_tokenizer.bin]";
+    "[--encoder dev/data/gpt2/encoder.json] [--vocab dev/data/gpt2/vocab.bpe] [--tokenizer-out "
+    "gpt2_tokenizer.bin]";
 
 static void die(const char* fmt, const char* a = "", const char* b = "") {
     fprintf(stderr, "error: ");
@@ -49,7 +50,8 @@ static void write_tokenizer(const GPT2BPE* t, const char* path) {
     int32_t header[256] = {20240328, 2, (int32_t)t->decoder.size(), t->eot_token};
     write_or_die(f, header, sizeof header, path);
     for (const std::string& s : t->decoder) {
-        if (s.empty() || s.size() > 255) die("a token of %s does not fit the uint8 length of the tokenizer file", path);
+        if (s.empty() || s.size() > 255)
+            die("a token of %s does not fit the uint8 length of the tokenizer file", path);
         uint8_t len = (uint8_t)s.size();
         write_or_die(f, &len, 1, path);
         write_or_die(f, s.data(), s.size(), path);
@@ -62,7 +64,10 @@ int main(int argc, char** argv) {
     const char *encoder = "dev/data/gpt2/encoder.json", *vocab = "dev/data/gpt2/vocab.bpe";
     long val_tokens = 32768;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) { printf("%s\n", kUsage); return 0; }
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("%s\n", kUsage);
+            return 0;
+        }
         if (i + 1 >= argc) die("flag %s needs a value (%s)", argv[i], kUsage);
         const char *flag = argv[i], *v = argv[++i];
         if (!strcmp(flag, "--input")) input = v;
@@ -93,15 +98,18 @@ int main(int argc, char** argv) {
         size_t cut = text.find("\n\n", start);
         size_t end = cut == std::string::npos ? text.size() : cut + 2;
         tokens.push_back((uint16_t)bpe.eot_token);
-        for (int id : gpt2_bpe_encode(&bpe, text.substr(start, end - start), &cache)) tokens.push_back((uint16_t)id);
+        for (int id : gpt2_bpe_encode(&bpe, text.substr(start, end - start), &cache))
+            tokens.push_back((uint16_t)id);
         start = end;
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if ((size_t)val_tokens >= tokens.size())
-        die("%s has too few tokens for --val-tokens %s and a non-empty train split", input, std::to_string(val_tokens).c_str());
+        die("%s has too few tokens for --val-tokens %s and a non-empty train split", input,
+            std::to_string(val_tokens).c_str());
 
     write_shard(std::string(prefix) + "_val.bin", tokens.data(), (size_t)val_tokens);
-    write_shard(std::string(prefix) + "_train.bin", tokens.data() + val_tokens, tokens.size() - (size_t)val_tokens);
+    write_shard(std::string(prefix) + "_train.bin", tokens.data() + val_tokens,
+                tokens.size() - (size_t)val_tokens);
     printf("%s: %zu bytes, %zu documents, %zu tokens (incl. one <|endoftext|> per document) in %.2f s\n",
            input, text.size(), ndocs, tokens.size(), secs);
     printf("wrote %s_val.bin (%ld tokens) and %s_train.bin (%zu tokens)\n", prefix, val_tokens, prefix,

@@ -1,28 +1,31 @@
 // fuzz_inputs.cpp — libFuzzer harness for everything a user hands the trainers: llm.c model files, token
-// shards and a saved data-loader position, optimizer state headers, tokenizer files, command-line flags, model
-// specs, and the data-prep BPE encoder's input text. Each input is run through the real parsers (host code,
-// built with clang's ASan + UBSan), which must answer with a one-line error or with something usable; what is
-// accepted is then used and checked, so a parser that accepts garbage fails as surely as one that crashes:
+// shards and a saved data-loader position, optimizer state headers, tokenizer files, command-line flags,
+// model specs, and the data-prep BPE encoder's input text. Each input is run through the real parsers (host
+// code, built with clang's ASan + UBSan), which must answer with a one-line error or with something usable;
+// what is accepted is then used and checked, so a parser that accepts garbage fails as surely as
+// one that crashes:
 //   model      gpt_read_header accepts => gpt_load_params loads it, and save + reload gives the same bits
-//   shard      dataloader_init accepts => every batch reads, targets are inputs shifted by one, a saved position
-//              restores the same next batch elsewhere, and any position set_state accepts (one field of a real
-//              one changed by a small delta or overwritten with fuzz bytes) reads a batch
+//   shard      dataloader_init accepts => every batch reads, targets are inputs shifted by one, a saved
+//              position restores the same next batch elsewhere, and any position set_state accepts (one field
+//              of a real one changed by a small delta or overwritten with fuzz bytes) reads a batch
 //   state      state_file_check accepts => the header's step / update count / schedule are in range
 //   tokenizer  tokenizer_init accepts => every id decodes to a NUL-terminated string
 //   args       parse_train_argv accepts => train_args_check agrees and -d splits into whole micro-batches
 //   spec       parse_model_spec accepts => gpt_config_check agrees and the parameter count is positive
 //   bpe        any byte string encodes to ids < 50257 that decode to the same bytes (gpt2_bpe.h's promise)
-//   hf         a Hugging Face checkpoint directory: byte 0 even, the rest is its model.safetensors (beside a valid
-//              config.json); odd, the rest is its config.json (beside a valid model.safetensors). gpt_read_header
-//              accepts => gpt_load_params loads it, and hf.h's export + reload gives the same config and bits
-//   marker     a checkpoint's DONE marker (its text, or a correct one over a state file with fuzz bytes patched
-//              in): checkpoint_verify accepts => the marker is empty (an older build's) or the files are the
-//              ones it names, byte for byte
-// Not here: train_gpt's own GPU flags (-S -R -K -V ...: test_cli runs those) and the checkpoint directory scan.
+//   hf         a Hugging Face checkpoint directory: byte 0 even, the rest is its model.safetensors (beside a
+//              valid config.json); odd, the rest is its config.json (beside a valid model.safetensors).
+//              gpt_read_header accepts => gpt_load_params loads it, and hf.h's export + reload gives the same
+//              config and bits
+//   marker     a checkpoint's DONE marker (its text, or a correct one over a state file with fuzz bytes
+//              patched in): checkpoint_verify accepts => the marker is empty (an older build's) or the files
+//              are the ones it names, byte for byte
+// Not here: train_gpt's own GPU flags (-S -R -K -V ...: test_cli runs those) and the
+// checkpoint directory scan.
 //
 // usage (repo root; see dev/fuzz/run.sh, or `make fuzz`):
 //   FUZZ_TARGET=shard build/fuzz/fuzz_inputs build/fuzz/corpus/shard -max_total_time=60
-//   FUZZ_SEEDS=dir build/fuzz/fuzz_inputs     writes a few valid inputs per target into dir/<target>/ and exits
+//   FUZZ_SEEDS=dir build/fuzz/fuzz_inputs     writes a few valid inputs per target to dir/<target>/, exits
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,25 +45,29 @@
 #include "hf.h"
 
 enum { T_MODEL, T_SHARD, T_STATE, T_TOKENIZER, T_ARGS, T_SPEC, T_BPE, T_MARKER, T_HF, NUM_TARGETS };
-static const char* const target_names[NUM_TARGETS] = {"model", "shard", "state", "tokenizer", "args", "spec", "bpe", "marker", "hf"};
+static const char* const target_names[NUM_TARGETS] = {"model", "shard", "state",  "tokenizer", "args",
+                                                      "spec",  "bpe",   "marker", "hf"};
 static int target = -1;
 static char dir[256];  // this process's scratch directory for the files the parsers read
 static GPT2BPE bpe;
 
 // A fuzz-found contradiction: print it and abort, so libFuzzer saves the input as a crash.
-#define REQUIRE(cond, ...)                                             \
-    do {                                                               \
-        if (!(cond)) {                                                 \
+#define REQUIRE(cond, ...)                                              \
+    do {                                                                \
+        if (!(cond)) {                                                  \
             fprintf(stderr, "fuzz_inputs: %s: ", target_names[target]); \
-            fprintf(stderr, __VA_ARGS__);                              \
-            fprintf(stderr, "\n");                                     \
-            abort();                                                   \
-        }                                                              \
+            fprintf(stderr, __VA_ARGS__);                               \
+            fprintf(stderr, "\n");                                      \
+            abort();                                                    \
+        }                                                               \
     } while (0)
 
 static void write_file(const char* path, const void* p, size_t n) {
     FILE* f = fopen(path, "wb");
-    if (!f || fwrite(p, 1, n, f) != n || fclose(f) != 0) { perror(path); abort(); }
+    if (!f || fwrite(p, 1, n, f) != n || fclose(f) != 0) {
+        perror(path);
+        abort();
+    }
 }
 static std::string scratch(const char* name) { return std::string(dir) + "/" + name; }
 
@@ -73,13 +80,16 @@ static void fuzz_model(const uint8_t* data, size_t n) {
     if (!gpt_read_header(path.c_str(), &cfg, err, sizeof err)) return;
     const int64_t total = gpt_layout(&cfg).total;
     std::vector<float> params((size_t)total), again((size_t)total);
-    REQUIRE(gpt_load_params(path.c_str(), &cfg, params.data(), err, sizeof err), "header accepted, load refused: %s", err);
+    REQUIRE(gpt_load_params(path.c_str(), &cfg, params.data(), err, sizeof err),
+            "header accepted, load refused: %s", err);
     REQUIRE(gpt_save_params(copy.c_str(), &cfg, params.data(), err, sizeof err), "save failed: %s", err);
     GPTConfig cfg2;
     REQUIRE(gpt_read_header(copy.c_str(), &cfg2, err, sizeof err), "own file refused: %s", err);
     REQUIRE(memcmp(&cfg, &cfg2, sizeof cfg) == 0, "config changed by save + reload");
-    REQUIRE(gpt_load_params(copy.c_str(), &cfg2, again.data(), err, sizeof err), "own file not loaded: %s", err);
-    REQUIRE(memcmp(params.data(), again.data(), sizeof(float) * (size_t)total) == 0, "weights changed by save + reload");
+    REQUIRE(gpt_load_params(copy.c_str(), &cfg2, again.data(), err, sizeof err), "own file not loaded: %s",
+            err);
+    REQUIRE(memcmp(params.data(), again.data(), sizeof(float) * (size_t)total) == 0,
+            "weights changed by save + reload");
 }
 
 // ---- Hugging Face checkpoints ----
@@ -92,11 +102,16 @@ static void hf_valid(std::string* st, std::string* config) {
     mkdir(d.c_str(), 0755);
     const std::vector<HfTensorPlace> places = hf_tensor_places(&kHfCfg);
     char err[4400];
-    auto read = [&](size_t k, float* dst) { memcpy(dst, p.data() + places[k].dst, 4 * (size_t)places[k].count); return 1; };
+    auto read = [&](size_t k, float* dst) {
+        memcpy(dst, p.data() + places[k].dst, 4 * (size_t)places[k].count);
+        return 1;
+    };
     REQUIRE(hf_write_safetensors(d, &kHfCfg, 0, INT64_MAX, read, err, sizeof err) &&
-            hf_write_config(d, &kHfCfg, 0, err, sizeof err), "cannot write the valid checkpoint: %s", err);
+                hf_write_config(d, &kHfCfg, 0, err, sizeof err),
+            "cannot write the valid checkpoint: %s", err);
     REQUIRE(read_whole_file((d + "/model.safetensors").c_str(), 1 << 30, st, err, sizeof err) &&
-            read_whole_file((d + "/config.json").c_str(), 1 << 20, config, err, sizeof err), "%s", err);
+                read_whole_file((d + "/config.json").c_str(), 1 << 20, config, err, sizeof err),
+            "%s", err);
 }
 static void fuzz_hf(const uint8_t* data, size_t n) {
     if (n < 1) return;
@@ -105,31 +120,43 @@ static void fuzz_hf(const uint8_t* data, size_t n) {
     const std::string d = scratch("hf"), copy = scratch("hf_copy");
     mkdir(d.c_str(), 0755);
     const bool fuzz_config = data[0] & 1;
-    write_file((d + "/model.safetensors").c_str(), fuzz_config ? (const uint8_t*)st.data() : data + 1, fuzz_config ? st.size() : n - 1);
-    write_file((d + "/config.json").c_str(), fuzz_config ? data + 1 : (const uint8_t*)config.data(), fuzz_config ? n - 1 : config.size());
+    write_file((d + "/model.safetensors").c_str(), fuzz_config ? (const uint8_t*)st.data() : data + 1,
+               fuzz_config ? st.size() : n - 1);
+    write_file((d + "/config.json").c_str(), fuzz_config ? data + 1 : (const uint8_t*)config.data(),
+               fuzz_config ? n - 1 : config.size());
     GPTConfig cfg;
     char err[4400];
     if (!gpt_read_header(d.c_str(), &cfg, err, sizeof err)) return;
     const int64_t total = gpt_layout(&cfg).total;
-    if (total > ((int64_t)1 << 26)) return;  // a config.json may name a large model whose tensors are not there
+    if (total > ((int64_t)1 << 26))
+        return;  // a config.json may name a large model whose tensors are not there
     std::vector<float> params((size_t)total), again((size_t)total);
     if (!gpt_load_params(d.c_str(), &cfg, params.data(), err, sizeof err)) {
-        // the reads a header check cannot do: a dtype that is not F32/F16/BF16, an lm_head that differs from wte
-        REQUIRE(strstr(err, "can be read") || strstr(err, "lm_head"), "header accepted, load refused: %s", err);
+        // the reads a header check cannot do: a dtype that is not F32/F16/BF16, an lm_head that
+        // differs from wte
+        REQUIRE(strstr(err, "can be read") || strstr(err, "lm_head"), "header accepted, load refused: %s",
+                err);
         return;
     }
-    for (const char* f : {"model.safetensors", "config.json", "generation_config.json", "model.safetensors.index.json"})
+    for (const char* f :
+         {"model.safetensors", "config.json", "generation_config.json", "model.safetensors.index.json"})
         unlink((copy + "/" + f).c_str());
     mkdir(copy.c_str(), 0755);
     const std::vector<HfTensorPlace> places = hf_tensor_places(&cfg);
-    auto read = [&](size_t k, float* dst) { memcpy(dst, params.data() + places[k].dst, 4 * (size_t)places[k].count); return 1; };
-    REQUIRE(hf_write_safetensors(copy, &cfg, 0, INT64_MAX, read, err, sizeof err) && hf_write_config(copy, &cfg, 0, err, sizeof err),
+    auto read = [&](size_t k, float* dst) {
+        memcpy(dst, params.data() + places[k].dst, 4 * (size_t)places[k].count);
+        return 1;
+    };
+    REQUIRE(hf_write_safetensors(copy, &cfg, 0, INT64_MAX, read, err, sizeof err) &&
+                hf_write_config(copy, &cfg, 0, err, sizeof err),
             "export failed: %s", err);
     GPTConfig cfg2;
     REQUIRE(gpt_read_header(copy.c_str(), &cfg2, err, sizeof err), "own export refused: %s", err);
     REQUIRE(memcmp(&cfg, &cfg2, sizeof cfg) == 0, "config changed by export + reload");
-    REQUIRE(gpt_load_params(copy.c_str(), &cfg2, again.data(), err, sizeof err), "own export not loaded: %s", err);
-    REQUIRE(memcmp(params.data(), again.data(), sizeof(float) * (size_t)total) == 0, "weights changed by export + reload");
+    REQUIRE(gpt_load_params(copy.c_str(), &cfg2, again.data(), err, sizeof err), "own export not loaded: %s",
+            err);
+    REQUIRE(memcmp(params.data(), again.data(), sizeof(float) * (size_t)total) == 0,
+            "weights changed by export + reload");
 }
 
 // ---- token shards and the data-loader position ----
@@ -144,25 +171,32 @@ static void fuzz_shard(const uint8_t* data, size_t n) {
     const int64_t delta = (int8_t)data[6];
     uint64_t value;
     memcpy(&value, data + 7, 8);
-    const std::string a = scratch("shard_a.bin"), b = scratch("shard_b.bin"), pattern = scratch("shard_*.bin");
+    const std::string a = scratch("shard_a.bin"), b = scratch("shard_b.bin"),
+                      pattern = scratch("shard_*.bin");
     write_file(a.c_str(), data + kShardParams, n - kShardParams);
     if (two) write_file(b.c_str(), data + kShardParams, n - kShardParams);
     else unlink(b.c_str());
     DataLoader dl, other;
     char err[1024];
-    if (!dataloader_init(&dl, pattern.c_str(), B, T, shuffle, 1234, err, sizeof err)) { dataloader_free(&dl); return; }
+    if (!dataloader_init(&dl, pattern.c_str(), B, T, shuffle, 1234, err, sizeof err)) {
+        dataloader_free(&dl);
+        return;
+    }
     REQUIRE(dl.num_batches >= 1, "accepted with no batch");
     const int64_t BT = (int64_t)B * T;
     for (int r = 0; r < reads; r++) {
         REQUIRE(dataloader_next_batch(&dl), "batch %d of an accepted shard: %s", r, dl.err);
-        for (int64_t i = 0; i + 1 < BT; i++) REQUIRE(dl.targets[i] == dl.inputs[i + 1], "targets are not the inputs shifted");
+        for (int64_t i = 0; i + 1 < BT; i++)
+            REQUIRE(dl.targets[i] == dl.inputs[i + 1], "targets are not the inputs shifted");
     }
     // a saved position restores the same next batch in another loader
     DataLoaderState s = dataloader_get_state(&dl);
-    REQUIRE(dataloader_init(&other, pattern.c_str(), B, T, 0, 99, err, sizeof err), "second loader refused: %s", err);
+    REQUIRE(dataloader_init(&other, pattern.c_str(), B, T, 0, 99, err, sizeof err),
+            "second loader refused: %s", err);
     REQUIRE(dataloader_set_state(&other, &s, err, sizeof err), "own state refused: %s", err);
     REQUIRE(dataloader_next_batch(&dl) && dataloader_next_batch(&other), "batch after a restore failed");
-    REQUIRE(memcmp(dl.inputs, other.inputs, sizeof(int) * (size_t)BT) == 0, "restored loader reads another batch");
+    REQUIRE(memcmp(dl.inputs, other.inputs, sizeof(int) * (size_t)BT) == 0,
+            "restored loader reads another batch");
     // a corrupted position is refused, or reads a real batch
     s = dataloader_get_state(&dl);
     uint64_t old;
@@ -186,15 +220,16 @@ static void fuzz_state(const uint8_t* data, size_t n) {
     int64_t header[ST_HEADER_SLOTS];
     char err[4400];
     if (!state_file_check(path.c_str(), total, header, err, sizeof err)) return;
-    REQUIRE(header[ST_STEP] >= 1 && header[ST_ADAM_T] >= 0 && header[ST_ADAM_T] <= header[ST_STEP], "bad step accepted");
+    REQUIRE(header[ST_STEP] >= 1 && header[ST_ADAM_T] >= 0 && header[ST_ADAM_T] <= header[ST_STEP],
+            "bad step accepted");
     REQUIRE(header[ST_LR_SCHEDULE] >= 0 && header[ST_LR_SCHEDULE] < LR_SCHEDULES, "bad schedule accepted");
     REQUIRE(header[ST_PARAMS] == total, "wrong parameter count accepted");
 }
 
 // ---- checkpoint markers ----
 // A checkpoint of step 1 in the scratch directory (a small model file, a 4 KiB state file: verify reads only
-// bytes), restored before each input. Input byte 0 even: the rest is the marker's text. Odd: a correct marker,
-// and the rest patched into the state file (byte 1: offset / 16).
+// bytes), restored before each input. Input byte 0 even: the rest is the marker's text. Odd: a correct
+// marker, and the rest patched into the state file (byte 1: offset / 16).
 static std::string marker_model, marker_state;
 static std::string marker_state_bytes(void) {
     std::string s(4096, '\0');
@@ -206,7 +241,10 @@ static void marker_setup(void) {
     std::vector<float> params((size_t)gpt_layout(&cfg).total);
     gpt_init_params(&cfg, params.data(), 7);
     char err[4400];
-    if (!gpt_save_params(scratch("model_00000001.bin").c_str(), &cfg, params.data(), err, sizeof err)) { fprintf(stderr, "%s\n", err); exit(2); }
+    if (!gpt_save_params(scratch("model_00000001.bin").c_str(), &cfg, params.data(), err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        exit(2);
+    }
     FILE* f = fopen(scratch("model_00000001.bin").c_str(), "rb");
     marker_model.resize(1024 + 4 * params.size());
     if (!f || fread(&marker_model[0], 1, marker_model.size(), f) != marker_model.size()) exit(2);
@@ -220,8 +258,9 @@ static void fuzz_marker(const uint8_t* data, size_t n) {
     char err[4400];
     const bool patch = n > 0 && (data[0] & 1);
     if (patch) {
-        FileSum sums[2] = {{(int64_t)marker_model.size(), crc32c_update(0, marker_model.data(), marker_model.size())},
-                           {(int64_t)st.size(), crc32c_update(0, st.data(), st.size())}};
+        FileSum sums[2] = {
+            {(int64_t)marker_model.size(), crc32c_update(0, marker_model.data(), marker_model.size())},
+            {(int64_t)st.size(), crc32c_update(0, st.data(), st.size())}};
         REQUIRE(checkpoint_write_done(dir, 1, sums, err, sizeof err), "%s", err);
         const size_t off = n > 1 ? (size_t)data[1] * 16 : 0;
         for (size_t i = 2; i < n && off + i - 2 < st.size(); i++) st[off + i - 2] = (char)data[i];
@@ -231,7 +270,10 @@ static void fuzz_marker(const uint8_t* data, size_t n) {
     write_file(state.c_str(), st.data(), st.size());
     int verified = -1;
     if (!checkpoint_verify(dir, 1, &verified, err, sizeof err)) return;
-    if (!patch && n <= 1) { REQUIRE(verified == 0, "an empty marker counted as verified"); return; }
+    if (!patch && n <= 1) {
+        REQUIRE(verified == 0, "an empty marker counted as verified");
+        return;
+    }
     REQUIRE(verified == 1, "a non-empty marker accepted unverified");
     REQUIRE(st == marker_state || !patch, "a damaged state file passed its checksum");
 }
@@ -270,7 +312,8 @@ static void fuzz_args(const uint8_t* data, size_t n) {
     char err[4400];
     const int r = parse_train_argv((int)argv.size(), argv.data(), &a, err, sizeof err);
     REQUIRE(r == 0 || r == 1 || r == 2, "parse returned %d", r);
-    if (r == 0) REQUIRE(err[0] != '\0', "refused without a reason");  // (die() prints it on one line, escaped)
+    if (r == 0)
+        REQUIRE(err[0] != '\0', "refused without a reason");  // (die() prints it on one line, escaped)
     if (r != 1) return;
     REQUIRE(train_args_check(&a, err, sizeof err), "accepted, then refused: %s", err);
     REQUIRE(a.B >= 1 && a.T >= 1, "B=%d T=%d accepted", a.B, a.T);
@@ -296,7 +339,8 @@ static void fuzz_bpe(const uint8_t* data, size_t n) {
     const std::string text((const char*)data, n);
     const std::vector<int> ids = gpt2_bpe_encode(&bpe, text);
     for (int id : ids) REQUIRE(id >= 0 && id < 50257, "id %d", id);
-    REQUIRE(gpt2_bpe_decode(&bpe, ids) == text, "decode(encode(text)) != text (%zu bytes, %zu ids)", n, ids.size());
+    REQUIRE(gpt2_bpe_decode(&bpe, ids) == text, "decode(encode(text)) != text (%zu bytes, %zu ids)", n,
+            ids.size());
     REQUIRE(ids.size() <= n, "%zu ids for %zu bytes", ids.size(), n);
 }
 
@@ -315,7 +359,10 @@ static void write_seeds(const char* root) {
     gpt_init_params(&cfg, params.data(), 7);
     mkdir((r + "/model").c_str(), 0755);
     uint32_t model_crc = 0;  // the marker seed's (the scratch checkpoint's model file is this one)
-    if (!gpt_save_params((r + "/model/fp32.bin").c_str(), &cfg, params.data(), err, sizeof err, &model_crc)) { fprintf(stderr, "%s\n", err); exit(1); }
+    if (!gpt_save_params((r + "/model/fp32.bin").c_str(), &cfg, params.data(), err, sizeof err, &model_crc)) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
     std::vector<uint8_t> bf16(1024 + 2 * params.size());
     int header[256] = {MODEL_MAGIC, MODEL_VERSION_BF16, 4, 3, 1, 1, 32, 128};
     memcpy(bf16.data(), header, 1024);
@@ -328,7 +375,8 @@ static void write_seeds(const char* root) {
     put(r + "/model", "bf16.bin", bf16.data(), bf16.size());
     // shard: B=2, T=4 over 40 tokens, and the shuffled two-shard variant
     std::vector<uint8_t> shard(kShardParams + 1024 + 80, 0);
-    const uint8_t params_plain[kShardParams] = {1, 3, 0, 5, 2, 1, 2, 0, 0, 0, 0, 0, 0, 0, 0};  // batch index + 2
+    const uint8_t params_plain[kShardParams] = {1, 3, 0, 5, 2, 1, 2, 0,
+                                                0, 0, 0, 0, 0, 0, 0};  // batch index + 2
     memcpy(shard.data(), params_plain, kShardParams);
     const int shard_header[3] = {DATALOADER_MAGIC, DATALOADER_VERSION, 40};
     memcpy(shard.data() + kShardParams, shard_header, sizeof shard_header);
@@ -344,8 +392,12 @@ static void write_seeds(const char* root) {
     // state: a header the check accepts for 4 parameters
     std::vector<uint8_t> state(ST_HEADER_SLOTS * 8 + sizeof(DataLoaderState) + 4 * 8, 0);
     int64_t sh[ST_HEADER_SLOTS] = {0};
-    sh[ST_MAGIC] = STATE_MAGIC; sh[ST_VERSION] = STATE_VERSION; sh[ST_STEP] = 3; sh[ST_PARAMS] = 4;
-    sh[ST_DATA_STATE_BYTES] = sizeof(DataLoaderState); sh[ST_ADAM_T] = 3;
+    sh[ST_MAGIC] = STATE_MAGIC;
+    sh[ST_VERSION] = STATE_VERSION;
+    sh[ST_STEP] = 3;
+    sh[ST_PARAMS] = 4;
+    sh[ST_DATA_STATE_BYTES] = sizeof(DataLoaderState);
+    sh[ST_ADAM_T] = 3;
     memcpy(state.data(), sh, sizeof sh);
     put(r + "/state", "ok", state.data(), state.size());
     // tokenizer: the shipped one is large; a 3-token version 2 file
@@ -353,20 +405,43 @@ static void write_seeds(const char* root) {
     const uint32_t th[4] = {TOKENIZER_MAGIC, 2, 3, 2};
     memcpy(tok.data(), th, sizeof th);
     const char* pieces[3] = {"a", " bc", "<|endoftext|>"};
-    for (const char* p : pieces) { tok.push_back((uint8_t)strlen(p)); tok.insert(tok.end(), p, p + strlen(p)); }
+    for (const char* p : pieces) {
+        tok.push_back((uint8_t)strlen(p));
+        tok.insert(tok.end(), p, p + strlen(p));
+    }
     put(r + "/tokenizer", "three", tok.data(), tok.size());
     // args, spec, bpe
-    const char args[] = "-b\0" "8\0" "-t\0" "64\0" "-d\0" "1024\0" "-k\0" "wsd\0" "-o\0" "out\0" "-n\0" "5\0" "-nk\0" "2\0" "-gc\0" "0.5";
+    const char args[] =
+        "-b\0"
+        "8\0"
+        "-t\0"
+        "64\0"
+        "-d\0"
+        "1024\0"
+        "-k\0"
+        "wsd\0"
+        "-o\0"
+        "out\0"
+        "-n\0"
+        "5\0"
+        "-nk\0"
+        "2\0"
+        "-gc\0"
+        "0.5";
     put(r + "/args", "some", args, sizeof args - 1);
     const char* specs[] = {"d12", "L2:C64:NH2:T32", "5b:T2048:V65536", "124M"};
     for (int i = 0; i < 4; i++) put(r + "/spec", std::to_string(i).c_str(), specs[i], strlen(specs[i]));
-    const char text[] = "First Citizen:\nBefore we proceed any further, hear me speak.\n\n  It's 2026 \xc3\xa9t\xc3\xa9 \xff\xfe!";
+    const char text[] =
+        "First Citizen:\nBefore we proceed any further, hear me speak.\n\n  It's 2026 \xc3\xa9t\xc3\xa9 "
+        "\xff\xfe!";
     put(r + "/bpe", "text", text, sizeof text - 1);
     // marker: a correct one for the scratch checkpoint (byte 0 even: the marker's text follows)
     const std::string st = marker_state_bytes();
     char marker[256];
-    const int len = snprintf(marker, sizeof marker, "\x02" DONE_HEADER "model_00000001.bin %d %08x\nstate_00000001.bin 4096 %08x\n",
-                             1024 + 4 * (int)gpt_layout(&cfg).total, model_crc, crc32c_update(0, st.data(), st.size()));
+    const int len =
+        snprintf(marker, sizeof marker,
+                 "\x02" DONE_HEADER "model_00000001.bin %d %08x\nstate_00000001.bin 4096 %08x\n",
+                 1024 + 4 * (int)gpt_layout(&cfg).total, model_crc, crc32c_update(0, st.data(), st.size()));
     put(r + "/marker", "text", marker, (size_t)len);
     put(r + "/marker", "patch", "\x01\x10\xff", 3);
     // hf: the valid checkpoint's safetensors file (byte 0 even) and config.json (odd)
@@ -378,13 +453,21 @@ static void write_seeds(const char* root) {
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
     snprintf(dir, sizeof dir, "/tmp/fuzz_inputs.XXXXXX");
-    if (!mkdtemp(dir)) { perror("mkdtemp"); exit(2); }
-    if (const char* seeds = getenv("FUZZ_SEEDS")) { write_seeds(seeds); exit(0); }
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        exit(2);
+    }
+    if (const char* seeds = getenv("FUZZ_SEEDS")) {
+        write_seeds(seeds);
+        exit(0);
+    }
     const char* name = getenv("FUZZ_TARGET");
     for (int i = 0; name && i < NUM_TARGETS; i++)
         if (strcmp(name, target_names[i]) == 0) target = i;
     if (target < 0) {
-        fprintf(stderr, "fuzz_inputs: set FUZZ_TARGET to one of: model shard state tokenizer args spec bpe marker hf\n");
+        fprintf(
+            stderr,
+            "fuzz_inputs: set FUZZ_TARGET to one of: model shard state tokenizer args spec bpe marker hf\n");
         exit(2);
     }
     if (target == T_MARKER) marker_setup();

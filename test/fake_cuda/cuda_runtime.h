@@ -1,26 +1,26 @@
 // test/fake_cuda/cuda_runtime.h — a host-only stand-in for the CUDA runtime that stream.cu uses, for
-// test/test_stream.cpp and (with fake_device.h) the emulated GPU suites: it MODELS the ordering CUDA guarantees. Every stream,
-// and the host, carries a vector clock; an operation enqueued on a stream is ordered after the stream's
-// previous operations and after everything the host did before enqueueing it; cudaEventRecord captures a
-// stream's clock, cudaStreamWaitEvent joins it into another stream, cudaEventSynchronize /
-// cudaStreamSynchronize / cudaDeviceSynchronize join it into the host's. Each host thread is an agent of its
-// own; what orders them is declared where they hand over (FAKE_CUDA_HOST_RELEASE / _ACQUIRE around a mutex-
-// protected hand-over, e.g. the trainer's CPU optimizer thread). Memory the test registers
-// (fake_cuda_track) gets every access checked: two accesses of which one writes must be ordered by that
-// model, or the pair is recorded as a race (fake_cuda_races).
-// Kernels: test_stream.cpp declares what its stand-in kernels read and write (fake_cuda_kernel); in the emulated
-// build, fake_device.h's launches and the cuBLAS emulation declare theirs (fake_cuda_device_op).
-// Execution (emulated build, FAKE_CUDA_DEVICE): the work is also DEFERRED as on a GPU. A kernel, cuBLAS call,
-// async copy or memset is queued on its stream and runs only when the host synchronizes with it
-// (cudaStreamSynchronize, cudaEventSynchronize, cudaDeviceSynchronize, a query that reports completion, a
-// cudaMemcpy that waits for the legacy stream), together with exactly what it depends on (its stream's earlier
-// work, the events its stream waited for): host code that reads a result before synchronizing reads stale
-// data here too. cudaMemcpy from pageable memory returns once the source is staged; the copy lands when the
-// legacy stream runs, which the non-blocking streams do not wait for. FAKE_CUDA_DEFER=0 runs everything at
-// once instead (the host-only tests always do). Errors: launch configuration errors (cudaGetLastError, not
-// sticky), dynamic shared memory over the limit, and kernel faults (a device memory fault, __trap: sticky,
-// every later call returns them), events that were never recorded or have not completed. Not modelled: timing
-// (elapsed times are 0), concurrency between streams (the queued work runs on the synchronizing host thread).
+// test/test_stream.cpp and (with fake_device.h) the emulated GPU suites: it MODELS the ordering CUDA
+// guarantees. Every stream, and the host, carries a vector clock; an operation enqueued on a stream is
+// ordered after the stream's previous operations and after everything the host did before enqueueing it;
+// cudaEventRecord captures a stream's clock, cudaStreamWaitEvent joins it into another stream,
+// cudaEventSynchronize / cudaStreamSynchronize / cudaDeviceSynchronize join it into the host's. Each host
+// thread is an agent of its own; what orders them is declared where they hand over (FAKE_CUDA_HOST_RELEASE /
+// _ACQUIRE around a mutex- protected hand-over, e.g. the trainer's CPU optimizer thread). Memory the test
+// registers (fake_cuda_track) gets every access checked: two accesses of which one writes must be ordered by
+// that model, or the pair is recorded as a race (fake_cuda_races). Kernels: test_stream.cpp declares what its
+// stand-in kernels read and write (fake_cuda_kernel); in the emulated build, fake_device.h's launches and the
+// cuBLAS emulation declare theirs (fake_cuda_device_op). Execution (emulated build, FAKE_CUDA_DEVICE): the
+// work is also DEFERRED as on a GPU. A kernel, cuBLAS call, async copy or memset is queued on its stream and
+// runs only when the host synchronizes with it (cudaStreamSynchronize, cudaEventSynchronize,
+// cudaDeviceSynchronize, a query that reports completion, a cudaMemcpy that waits for the legacy stream),
+// together with exactly what it depends on (its stream's earlier work, the events its stream waited for):
+// host code that reads a result before synchronizing reads stale data here too. cudaMemcpy from pageable
+// memory returns once the source is staged; the copy lands when the legacy stream runs, which the
+// non-blocking streams do not wait for. FAKE_CUDA_DEFER=0 runs everything at once instead (the host-only
+// tests always do). Errors: launch configuration errors (cudaGetLastError, not sticky), dynamic shared memory
+// over the limit, and kernel faults (a device memory fault, __trap: sticky, every later call returns them),
+// events that were never recorded or have not completed. Not modelled: timing (elapsed times are 0),
+// concurrency between streams (the queued work runs on the synchronizing host thread).
 #pragma once
 #include <stdint.h>
 #include <stdio.h>
@@ -37,55 +37,80 @@
 #include <vector>
 
 typedef int cudaError_t;
-#define cudaSuccess 0
-#define cudaErrorInvalidValue 1
-#define cudaErrorMemoryAllocation 2
-#define cudaErrorInvalidConfiguration 9
+#define cudaSuccess                    0
+#define cudaErrorInvalidValue          1
+#define cudaErrorMemoryAllocation      2
+#define cudaErrorInvalidConfiguration  9
 #define cudaErrorInvalidResourceHandle 400
-#define cudaErrorNotReady 600
-#define cudaErrorIllegalAddress 700
-#define cudaErrorMisalignedAddress 716
-#define cudaErrorLaunchFailure 719
+#define cudaErrorNotReady              600
+#define cudaErrorIllegalAddress        700
+#define cudaErrorMisalignedAddress     716
+#define cudaErrorLaunchFailure         719
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2 };
-#define cudaHostAllocDefault 0u
-#define cudaStreamNonBlocking 1u
+#define cudaHostAllocDefault   0u
+#define cudaStreamNonBlocking  1u
 #define cudaEventDisableTiming 2u
-#define cudaEventBlockingSync 1u
+#define cudaEventBlockingSync  1u
 
 struct FakeStream;
 namespace fake_cuda {
 // agent 0: the first host thread (main); 1: the legacy stream; 2..7: streams; 8..11: other host threads
 constexpr int kMaxAgents = 12, kFirstStream = 2, kEndStreams = 8, kFirstHostThread = 8;
 typedef std::array<uint64_t, kMaxAgents> Clock;
-inline void join(Clock& a, const Clock& b) { for (int i = 0; i < kMaxAgents; i++) a[i] = a[i] > b[i] ? a[i] : b[i]; }
+inline void join(Clock& a, const Clock& b) {
+    for (int i = 0; i < kMaxAgents; i++) a[i] = a[i] > b[i] ? a[i] : b[i];
+}
 
-struct Access { int agent = 0; uint64_t tick = 0; bool write = false; std::string what; };
-struct Region { const char* base; int64_t bytes; std::string name; std::vector<Access> since_write; bool has_write = false; Access last_write; };
+struct Access {
+    int agent = 0;
+    uint64_t tick = 0;
+    bool write = false;
+    std::string what;
+};
+struct Region {
+    const char* base;
+    int64_t bytes;
+    std::string name;
+    std::vector<Access> since_write;
+    bool has_write = false;
+    Access last_write;
+};
 
 struct State {
     std::array<Clock, kMaxAgents> host{};  // each host thread's clock, by its agent
-    Clock seen{};                 // the highest tick of each agent anyone has seen (a reused agent starts above it)
+    Clock seen{};  // the highest tick of each agent anyone has seen (a reused agent starts above it)
     int next_agent = kFirstStream;
     int next_host_agent = kFirstHostThread;
     std::map<const void*, Clock> handovers;  // FAKE_CUDA_HOST_RELEASE's clocks, by the object handed over
     std::vector<Region> regions;
     std::vector<std::string> races;
-    std::vector<::FakeStream*> streams;   // live streams, for cudaDeviceSynchronize
+    std::vector<::FakeStream*> streams;          // live streams, for cudaDeviceSynchronize
     std::map<void*, size_t> device_allocations;  // for cudaMemGetInfo
     size_t device_bytes = 0;
 };
-// One lock for all of the fake runtime: the trainer's optimizer thread calls it concurrently with the main one.
-inline std::recursive_mutex& lock() { static std::recursive_mutex m; return m; }
+// One lock for all of the fake runtime: the trainer's optimizer thread calls it concurrently with
+// the main one.
+inline std::recursive_mutex& lock() {
+    static std::recursive_mutex m;
+    return m;
+}
 #define FAKE_CUDA_LOCKED std::lock_guard<std::recursive_mutex> fake_cuda_guard(fake_cuda::lock())
-inline State& state() { static State s; return s; }
+inline State& state() {
+    static State s;
+    return s;
+}
 }  // namespace fake_cuda
 
 // A queued operation (emulated build): what it does, and the positions of other streams it waits for first.
-struct FakeOp { std::function<void()> run; std::vector<std::pair<FakeStream*, uint64_t>> waits; };
+struct FakeOp {
+    std::function<void()> run;
+    std::vector<std::pair<FakeStream*, uint64_t>> waits;
+};
 // enqueued / done: operations queued on the stream so far / run so far (a position counts them).
 struct FakeStream {
-    int agent; fake_cuda::Clock clock{};
+    int agent;
+    fake_cuda::Clock clock{};
     bool blocking = false;  // created without cudaStreamNonBlocking: ordered with the legacy stream
     std::deque<FakeOp> queue;
     uint64_t enqueued = 0, done = 0;
@@ -93,9 +118,11 @@ struct FakeStream {
 };
 // An event is a position of the stream it was last recorded on.
 struct FakeEvent {
-    bool recorded = false; fake_cuda::Clock clock{};
+    bool recorded = false;
+    fake_cuda::Clock clock{};
     unsigned flags = 0;
-    FakeStream* stream = nullptr; uint64_t pos = 0;
+    FakeStream* stream = nullptr;
+    uint64_t pos = 0;
     bool queried_pending = false;  // cudaEventQuery said "not ready" once
 };
 typedef FakeStream* cudaStream_t;
@@ -103,20 +130,24 @@ typedef FakeEvent* cudaEvent_t;
 
 namespace fake_cuda {
 // The agent performing an access and the clock it sees then.
-inline void access(int agent, const Clock& view, const void* p, int64_t bytes, bool write, const std::string& what) {
+inline void access(int agent, const Clock& view, const void* p, int64_t bytes, bool write,
+                   const std::string& what) {
     State& s = state();
     const char* a = (const char*)p;
     for (Region& r : s.regions) {
         if (a + bytes <= r.base || r.base + r.bytes <= a) continue;
-        auto ordered = [&](const Access& prev) { return prev.agent == agent || prev.tick <= view[prev.agent]; };
+        auto ordered = [&](const Access& prev) {
+            return prev.agent == agent || prev.tick <= view[prev.agent];
+        };
         auto report = [&](const Access& prev) {
-            s.races.push_back(r.name + ": " + (write ? "write" : "read") + " by " + what + " not ordered after " +
-                              (prev.write ? "write" : "read") + " by " + prev.what);
+            s.races.push_back(r.name + ": " + (write ? "write" : "read") + " by " + what +
+                              " not ordered after " + (prev.write ? "write" : "read") + " by " + prev.what);
         };
         if (r.has_write && !ordered(r.last_write)) report(r.last_write);
         Access now{agent, view[agent], write, what};
         if (write) {
-            for (const Access& prev : r.since_write) if (!ordered(prev)) report(prev);
+            for (const Access& prev : r.since_write)
+                if (!ordered(prev)) report(prev);
             r.since_write.clear();
             r.last_write = now;
             r.has_write = true;
@@ -132,8 +163,10 @@ inline int host_agent() {
     State& s = state();
     if (agent < 0) {
         static bool main_taken = false;
-        if (!main_taken) { main_taken = true; agent = 0; }
-        else {
+        if (!main_taken) {
+            main_taken = true;
+            agent = 0;
+        } else {
             agent = s.next_host_agent++;
             if (s.next_host_agent >= kMaxAgents) s.next_host_agent = kFirstHostThread;
             s.host[agent] = Clock{};
@@ -152,9 +185,13 @@ inline const Clock& enqueue(cudaStream_t s) {
     if (state().seen[s->agent] < s->clock[s->agent]) state().seen[s->agent] = s->clock[s->agent];
     return s->clock;
 }
-inline cudaStream_t legacy_stream() {  // stream 0 (cudaMemcpy, cudaMemset, a NULL stream): agent 1, never reused
+inline cudaStream_t
+legacy_stream() {  // stream 0 (cudaMemcpy, cudaMemset, a NULL stream): agent 1, never reused
     static FakeStream* s = nullptr;
-    if (!s) { s = new FakeStream(); s->agent = 1; }
+    if (!s) {
+        s = new FakeStream();
+        s->agent = 1;
+    }
     return s;
 }
 }  // namespace fake_cuda
@@ -163,12 +200,14 @@ inline cudaStream_t legacy_stream() {  // stream 0 (cudaMemcpy, cudaMemset, a NU
 // Registers memory whose accesses are checked; `name` appears in race reports.
 inline void fake_cuda_track(const void* p, int64_t bytes, const std::string& name) {
     fake_cuda::Region r;
-    r.base = (const char*)p; r.bytes = bytes; r.name = name;
+    r.base = (const char*)p;
+    r.bytes = bytes;
+    r.name = name;
     fake_cuda::state().regions.push_back(r);
 }
 // A stand-in kernel on stream s that reads and/or writes the given memory.
-inline void fake_cuda_kernel(cudaStream_t s, const void* reads, int64_t read_bytes, const void* writes, int64_t write_bytes,
-                             const std::string& what) {
+inline void fake_cuda_kernel(cudaStream_t s, const void* reads, int64_t read_bytes, const void* writes,
+                             int64_t write_bytes, const std::string& what) {
     FAKE_CUDA_LOCKED;
     if (!s) s = fake_cuda::legacy_stream();
     const fake_cuda::Clock& c = fake_cuda::enqueue(s);
@@ -195,10 +234,14 @@ inline void fake_cuda_untrack_all() {
     fake_cuda::state().races.clear();
     fake_cuda::state().handovers.clear();
 }
-// An emulated device operation (a kernel launch, a cuBLAS call) on stream s that reads or writes at each pointer.
-// Its extent is not known from a pointer, so an access at p counts for the tracked region that holds p, all of
-// it: a test tracks buffers at the granularity it wants checked (a weight slot, a layer's checkpoint).
-struct FakeDeviceAccess { const void* p; bool write; };
+// An emulated device operation (a kernel launch, a cuBLAS call) on stream s that reads or writes at each
+// pointer. Its extent is not known from a pointer, so an access at p counts for the tracked region that holds
+// p, all of it: a test tracks buffers at the granularity it wants checked (a weight slot, a layer's
+// checkpoint).
+struct FakeDeviceAccess {
+    const void* p;
+    bool write;
+};
 inline void fake_cuda_device_op(cudaStream_t s, const char* what, const FakeDeviceAccess* acc, int n) {
     FAKE_CUDA_LOCKED;
     if (fake_cuda::state().regions.empty()) return;  // nothing tracked: nothing to order (the common case)
@@ -210,11 +253,13 @@ inline void fake_cuda_device_op(cudaStream_t s, const char* what, const FakeDevi
 }
 // Host code the emulated build checks (cuda_common.h FAKE_CUDA_HOST_ACCESS): the CPU optimizer's reads of the
 // pinned gradients and writes of the pinned bf16 weights, the host writing the bf16 copy at load.
-#define FAKE_CUDA_HOST_ACCESS(p, bytes, write, what) fake_cuda_host_access((p), (int64_t)(bytes), (write), (what))
+#define FAKE_CUDA_HOST_ACCESS(p, bytes, write, what) \
+    fake_cuda_host_access((p), (int64_t)(bytes), (write), (what))
 // A hand-over between host threads through a mutex-protected object: the releasing thread calls RELEASE(obj)
 // while it holds the mutex, after what it hands over; the acquiring thread calls ACQUIRE(obj) while it holds
-// the mutex, having seen what it waited for. Everything the releaser did before is then ordered before what the
-// acquirer does next (with a mutex, an acquire sees the latest release, which is what joining clocks models).
+// the mutex, having seen what it waited for. Everything the releaser did before is then ordered before what
+// the acquirer does next (with a mutex, an acquire sees the latest release, which is what
+// joining clocks models).
 inline void fake_cuda_host_release(const void* obj) {
     FAKE_CUDA_LOCKED;
     fake_cuda::join(fake_cuda::state().handovers[obj], fake_cuda::host_clock());
@@ -242,30 +287,46 @@ inline const char* cudaGetErrorString(cudaError_t e) {
     }
 }
 namespace fake_cuda {
-// The sticky error (a kernel fault: from then on every call returns it, as CUDA's context is lost) and each host
-// thread's last error (a launch configuration error: cudaGetLastError returns and clears it).
-inline cudaError_t& sticky_error() { static cudaError_t e = cudaSuccess; return e; }
-inline cudaError_t& last_error() { static thread_local cudaError_t e = cudaSuccess; return e; }
+// The sticky error (a kernel fault: from then on every call returns it, as CUDA's context is lost) and each
+// host thread's last error (a launch configuration error: cudaGetLastError returns and clears it).
+inline cudaError_t& sticky_error() {
+    static cudaError_t e = cudaSuccess;
+    return e;
+}
+inline cudaError_t& last_error() {
+    static thread_local cudaError_t e = cudaSuccess;
+    return e;
+}
 // A fault inside an emulated kernel (fake_device.h) jumps here: the launch being run sets it, on its thread.
-inline sigjmp_buf*& kernel_fault_jump() { static thread_local sigjmp_buf* j = nullptr; return j; }
+inline sigjmp_buf*& kernel_fault_jump() {
+    static thread_local sigjmp_buf* j = nullptr;
+    return j;
+}
 inline void kernel_fault(cudaError_t e, const char* what) {
-    fprintf(stderr, "fake_cuda: kernel fault: %s (%s); the error is sticky from now on\n", what, cudaGetErrorString(e));
+    fprintf(stderr, "fake_cuda: kernel fault: %s (%s); the error is sticky from now on\n", what,
+            cudaGetErrorString(e));
     if (!sticky_error()) sticky_error() = e;
     if (kernel_fault_jump()) siglongjmp(*kernel_fault_jump(), 1);
     abort();  // not inside a kernel: nothing to unwind to
 }
 }  // namespace fake_cuda
-#define FAKE_CUDA_RETURN_STICKY \
-    do { if (fake_cuda::sticky_error()) return fake_cuda::sticky_error(); } while (0)
+#define FAKE_CUDA_RETURN_STICKY                                          \
+    do {                                                                 \
+        if (fake_cuda::sticky_error()) return fake_cuda::sticky_error(); \
+    } while (0)
 inline cudaError_t cudaGetLastError() {
     FAKE_CUDA_RETURN_STICKY;
     const cudaError_t e = fake_cuda::last_error();
     fake_cuda::last_error() = cudaSuccess;
     return e;
 }
-inline cudaError_t cudaPeekAtLastError() { FAKE_CUDA_RETURN_STICKY; return fake_cuda::last_error(); }
-// Fresh device and pinned memory holds garbage on a GPU (cudaMalloc does not clear it): here it is 0xFF bytes,
-// a NaN as float and as bf16, so a result that depends on memory nobody wrote shows up as NaN, not as zero.
+inline cudaError_t cudaPeekAtLastError() {
+    FAKE_CUDA_RETURN_STICKY;
+    return fake_cuda::last_error();
+}
+// Fresh device and pinned memory holds garbage on a GPU (cudaMalloc does not clear it): here it is 0xFF
+// bytes, a NaN as float and as bf16, so a result that depends on memory nobody wrote shows up as NaN,
+// not as zero.
 inline void* fake_cuda_garbage_alloc(size_t bytes) {
     void* p = malloc(bytes ? bytes : 1);
     if (p) memset(p, 0xFF, bytes ? bytes : 1);
@@ -273,7 +334,10 @@ inline void* fake_cuda_garbage_alloc(size_t bytes) {
 }
 // Pinned allocations are remembered: a copy from or to pageable memory behaves differently (cudaMemcpy*).
 namespace fake_cuda {
-inline std::map<const char*, size_t>& pinned() { static std::map<const char*, size_t> m; return m; }
+inline std::map<const char*, size_t>& pinned() {
+    static std::map<const char*, size_t> m;
+    return m;
+}
 inline bool is_pinned(const void* p) {
     FAKE_CUDA_LOCKED;
     auto it = pinned().upper_bound((const char*)p);
@@ -302,12 +366,27 @@ inline cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
 #include <sys/mman.h>
 #include <unistd.h>
 namespace fake_cuda {
-struct DeviceMapping { char* map; size_t data_pages; };  // data_pages bytes of data, then one guard page
-inline std::map<void*, DeviceMapping>& device_mappings() { static std::map<void*, DeviceMapping> m; return m; }
-inline int& device_access_depth() { static int d = 0; return d; }
-inline size_t page_bytes() { static const size_t b = (size_t)sysconf(_SC_PAGESIZE); return b; }
+struct DeviceMapping {
+    char* map;
+    size_t data_pages;
+};  // data_pages bytes of data, then one guard page
+inline std::map<void*, DeviceMapping>& device_mappings() {
+    static std::map<void*, DeviceMapping> m;
+    return m;
+}
+inline int& device_access_depth() {
+    static int d = 0;
+    return d;
+}
+inline size_t page_bytes() {
+    static const size_t b = (size_t)sysconf(_SC_PAGESIZE);
+    return b;
+}
 inline void protect_device(const DeviceMapping& m, int prot) {
-    if (mprotect(m.map, m.data_pages, prot) != 0) { perror("fake_cuda: mprotect"); abort(); }
+    if (mprotect(m.map, m.data_pages, prot) != 0) {
+        perror("fake_cuda: mprotect");
+        abort();
+    }
 }
 // A fault inside a device mapping gets a sentence instead of a bare "Segmentation fault".
 inline void device_fault(int sig, siginfo_t* info, void*) {
@@ -322,7 +401,8 @@ inline void device_fault(int sig, siginfo_t* info, void*) {
             fprintf(stderr, "fake_cuda: %s at %p: %s\n", "memory fault", info->si_addr,
                     a >= m.second.map + m.second.data_pages
                         ? "past the end of a device buffer"
-                        : "device memory touched outside a kernel, cuBLAS call or copy (host code dereferencing a device pointer?)");
+                        : "device memory touched outside a kernel, cuBLAS call or copy (host code "
+                          "dereferencing a device pointer?)");
             break;
         }
     signal(sig, SIG_DFL);  // then die of the signal as before
@@ -367,13 +447,13 @@ struct DeviceAccess {
     }
 };
 }  // namespace fake_cuda
-#define FAKE_CUDA_DEVICE_ACCESS fake_cuda::DeviceAccess fake_cuda_device_access
+#define FAKE_CUDA_DEVICE_ACCESS       fake_cuda::DeviceAccess fake_cuda_device_access
 #define FAKE_CUDA_DEVICE_ALLOC(bytes) fake_cuda::device_alloc(bytes)
-#define FAKE_CUDA_DEVICE_FREE(p) fake_cuda::device_free(p)
+#define FAKE_CUDA_DEVICE_FREE(p)      fake_cuda::device_free(p)
 #else
-#define FAKE_CUDA_DEVICE_ACCESS (void)0
+#define FAKE_CUDA_DEVICE_ACCESS       (void)0
 #define FAKE_CUDA_DEVICE_ALLOC(bytes) fake_cuda_garbage_alloc(bytes)
-#define FAKE_CUDA_DEVICE_FREE(p) free(p)
+#define FAKE_CUDA_DEVICE_FREE(p)      free(p)
 #endif
 
 // --- deferred execution (see the top of this file) ---
@@ -383,11 +463,12 @@ inline bool deferring() {
     static const bool on = !getenv("FAKE_CUDA_DEFER") || atoi(getenv("FAKE_CUDA_DEFER")) != 0;
     return on;
 #else
-    return false;  // the host-only tests (test_stream, test_matmul) read results right away: nothing to run later
+    return false;  // the host-only tests (test_stream, test_matmul) read results at once: nothing runs later
 #endif
 }
 // Runs stream s's queued operations up to position pos, each after what it waits for. Every wait points to an
-// earlier-queued operation, so the recursion ends. A fault makes the error sticky and the later work is dropped.
+// earlier-queued operation, so the recursion ends. A fault makes the error sticky and the later
+// work is dropped.
 inline void run_upto(FakeStream* s, uint64_t pos) {
     if (s->done >= pos) return;
     FAKE_CUDA_LOCKED;
@@ -405,14 +486,16 @@ inline void run_all() {
     for (FakeStream* s : state().streams) run_upto(s, s->enqueued);
     run_upto(legacy_stream(), legacy_stream()->enqueued);
 }
-// Queues an operation on stream s (NULL: the legacy stream), or runs it at once when not deferring. A blocking
-// stream's work waits for the legacy stream's, and the legacy stream's for every blocking stream's.
-inline void submit(cudaStream_t s, std::function<void()> run, FakeStream* wait_stream = nullptr, uint64_t wait_pos = 0) {
+// Queues an operation on stream s (NULL: the legacy stream), or runs it at once when not deferring. A
+// blocking stream's work waits for the legacy stream's, and the legacy stream's for every blocking stream's.
+inline void submit(cudaStream_t s, std::function<void()> run, FakeStream* wait_stream = nullptr,
+                   uint64_t wait_pos = 0) {
     FAKE_CUDA_LOCKED;
     if (!s) s = legacy_stream();
     if (!deferring()) {
         FAKE_CUDA_DEVICE_ACCESS;
-        s->enqueued++; s->done++;
+        s->enqueued++;
+        s->done++;
         if (run && !sticky_error()) run();
         return;
     }
@@ -420,7 +503,8 @@ inline void submit(cudaStream_t s, std::function<void()> run, FakeStream* wait_s
     op.run = std::move(run);
     if (wait_stream) op.waits.push_back({wait_stream, wait_pos});
     if (s == legacy_stream()) {
-        for (FakeStream* b : state().streams) if (b->blocking) op.waits.push_back({b, b->enqueued});
+        for (FakeStream* b : state().streams)
+            if (b->blocking) op.waits.push_back({b, b->enqueued});
     } else if (s->blocking) {
         op.waits.push_back({legacy_stream(), legacy_stream()->enqueued});
     }
@@ -428,7 +512,10 @@ inline void submit(cudaStream_t s, std::function<void()> run, FakeStream* wait_s
     s->enqueued++;
     s->queried_pending = false;
 }
-inline void run_stream(cudaStream_t s) { if (!s) s = legacy_stream(); run_upto(s, s->enqueued); }
+inline void run_stream(cudaStream_t s) {
+    if (!s) s = legacy_stream();
+    run_upto(s, s->enqueued);
+}
 inline bool event_done(cudaEvent_t e) { return !e->recorded || e->stream->done >= e->pos; }
 }  // namespace fake_cuda
 
@@ -474,20 +561,24 @@ inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned flags) {
     *s = new FakeStream();
     (*s)->agent = st.next_agent++;
     (*s)->blocking = (flags & cudaStreamNonBlocking) == 0;
-    (*s)->clock[(*s)->agent] = st.seen[(*s)->agent];  // a reused agent's ticks start where its last stream's ended
+    (*s)->clock[(*s)->agent] =
+        st.seen[(*s)->agent];  // a reused agent's ticks start where its last stream's ended
     st.streams.push_back(*s);
     return cudaSuccess;
 }
 inline cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithFlags(s, 0); }
-// Work still queued on a destroyed stream runs now (on a GPU it completes later; nothing can wait for it here).
-// The stream itself is kept: events recorded on it still name its positions.
+// Work still queued on a destroyed stream runs now (on a GPU it completes later; nothing can wait for it
+// here). The stream itself is kept: events recorded on it still name its positions.
 inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
     FAKE_CUDA_LOCKED;
     FAKE_CUDA_RETURN_STICKY;
     fake_cuda::run_stream(s);
     auto& v = fake_cuda::state().streams;
     for (size_t i = 0; i < v.size(); i++)
-        if (v[i] == s) { v.erase(v.begin() + (long)i); break; }
+        if (v[i] == s) {
+            v.erase(v.begin() + (long)i);
+            break;
+        }
     return fake_cuda::sticky_error();
 }
 inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
@@ -497,7 +588,11 @@ inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned flags) {
     return cudaSuccess;
 }
 inline cudaError_t cudaEventCreate(cudaEvent_t* e) { return cudaEventCreateWithFlags(e, 0); }
-inline cudaError_t cudaEventDestroy(cudaEvent_t e) { FAKE_CUDA_RETURN_STICKY; delete e; return cudaSuccess; }
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    FAKE_CUDA_RETURN_STICKY;
+    delete e;
+    return cudaSuccess;
+}
 inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     FAKE_CUDA_LOCKED;
     FAKE_CUDA_RETURN_STICKY;
@@ -542,37 +637,46 @@ inline cudaError_t cudaDeviceSynchronize() {  // the host waits for every stream
     fake_cuda::join(fake_cuda::host_clock(), fake_cuda::legacy_stream()->clock);
     return fake_cuda::sticky_error();
 }
-// Queries: work that is still queued is "not ready" to the first query after it was queued; the next query runs
-// it and reports completion (a synchronization, as when a GPU has finished meanwhile). A polling loop ends; code
-// that takes one query's cudaSuccess for granted without checking it sees cudaErrorNotReady here first.
+// Queries: work that is still queued is "not ready" to the first query after it was queued; the next query
+// runs it and reports completion (a synchronization, as when a GPU has finished meanwhile). A polling loop
+// ends; code that takes one query's cudaSuccess for granted without checking it sees
+// cudaErrorNotReady here first.
 inline cudaError_t cudaEventQuery(cudaEvent_t e) {
     FAKE_CUDA_LOCKED;
     FAKE_CUDA_RETURN_STICKY;
-    if (!fake_cuda::event_done(e) && !e->queried_pending) { e->queried_pending = true; return cudaErrorNotReady; }
+    if (!fake_cuda::event_done(e) && !e->queried_pending) {
+        e->queried_pending = true;
+        return cudaErrorNotReady;
+    }
     return cudaEventSynchronize(e);
 }
 inline cudaError_t cudaStreamQuery(cudaStream_t s) {
     FAKE_CUDA_LOCKED;
     FAKE_CUDA_RETURN_STICKY;
     if (!s) s = fake_cuda::legacy_stream();
-    if (s->done < s->enqueued && !s->queried_pending) { s->queried_pending = true; return cudaErrorNotReady; }
+    if (s->done < s->enqueued && !s->queried_pending) {
+        s->queried_pending = true;
+        return cudaErrorNotReady;
+    }
     s->queried_pending = false;
     return cudaStreamSynchronize(s);
 }
-// As CUDA: an event never recorded, or created with cudaEventDisableTiming, is an invalid handle here; one whose
-// work has not completed is not ready. The time itself is not modelled (0 ms).
+// As CUDA: an event never recorded, or created with cudaEventDisableTiming, is an invalid handle here; one
+// whose work has not completed is not ready. The time itself is not modelled (0 ms).
 inline cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t a, cudaEvent_t b) {
     FAKE_CUDA_LOCKED;
     FAKE_CUDA_RETURN_STICKY;
-    if (!a || !b || !a->recorded || !b->recorded || ((a->flags | b->flags) & cudaEventDisableTiming)) return cudaErrorInvalidResourceHandle;
+    if (!a || !b || !a->recorded || !b->recorded || ((a->flags | b->flags) & cudaEventDisableTiming))
+        return cudaErrorInvalidResourceHandle;
     if (!fake_cuda::event_done(a) || !fake_cuda::event_done(b)) return cudaErrorNotReady;
     *ms = 0.0f;
     return cudaSuccess;
 }
 // An async copy runs when its stream does. From pageable memory the source is staged (copied) at the call, as
-// CUDA does; from pinned memory it is read when the copy runs. To pageable memory CUDA returns only once the copy
-// is done: the stream runs up to it here.
-inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
+// CUDA does; from pinned memory it is read when the copy runs. To pageable memory CUDA returns only once the
+// copy is done: the stream runs up to it here.
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
+                                   cudaStream_t s) {
     FAKE_CUDA_LOCKED;
     FAKE_CUDA_RETURN_STICKY;
     if (!s) s = fake_cuda::legacy_stream();
@@ -592,11 +696,24 @@ inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cud
 
 // --- the rest of the runtime the GPU suites use, for the emulated build (fake_device.h runs the kernels) ---
 #ifdef FAKE_CUDA_DEVICE
-typedef struct { char name[256]; size_t totalGlobalMem; int major, minor; } cudaDeviceProp;
+typedef struct {
+    char name[256];
+    size_t totalGlobalMem;
+    int major, minor;
+} cudaDeviceProp;
 #define FAKE_CUDA_DEVICE_BYTES ((size_t)8 << 30)
-inline cudaError_t cudaGetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
-inline cudaError_t cudaSetDevice(int) { FAKE_CUDA_RETURN_STICKY; return cudaSuccess; }
-inline cudaError_t cudaGetDevice(int* d) { *d = 0; return cudaSuccess; }
+inline cudaError_t cudaGetDeviceCount(int* n) {
+    *n = 1;
+    return cudaSuccess;
+}
+inline cudaError_t cudaSetDevice(int) {
+    FAKE_CUDA_RETURN_STICKY;
+    return cudaSuccess;
+}
+inline cudaError_t cudaGetDevice(int* d) {
+    *d = 0;
+    return cudaSuccess;
+}
 inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int) {
     memset(p, 0, sizeof *p);
     snprintf(p->name, sizeof p->name, "fake CUDA device (CPU emulation)");
@@ -612,20 +729,28 @@ inline cudaError_t cudaMemGetInfo(size_t* free_b, size_t* total_b) {
     return cudaSuccess;
 }
 inline cudaError_t cudaMallocHost(void** p, size_t bytes) { return cudaHostAlloc(p, bytes, 0); }
-template <typename T> cudaError_t cudaMallocHost(T** p, size_t bytes) { return cudaHostAlloc((void**)p, bytes, 0); }  // as cuda_runtime.h
-template <typename T> cudaError_t cudaMalloc(T** p, size_t bytes) { return cudaMalloc((void**)p, bytes); }
+template <typename T>
+cudaError_t cudaMallocHost(T** p, size_t bytes) {
+    return cudaHostAlloc((void**)p, bytes, 0);
+}  // as cuda_runtime.h
+template <typename T>
+cudaError_t cudaMalloc(T** p, size_t bytes) {
+    return cudaMalloc((void**)p, bytes);
+}
 // cudaMemcpy runs on the legacy stream. The trainer's streams are non-blocking (stream.cu), so the legacy
 // stream does NOT wait for their work: only events order them. As CUDA (API synchronization behavior): from
 // pageable host memory, the legacy stream's earlier work is waited for, the source staged, and the call
-// returns before the copy lands (it lands when the legacy stream runs: a kernel queued on a non-blocking stream
-// meanwhile may read the old data); from pinned memory, and to the host, it returns when the copy is done.
+// returns before the copy lands (it lands when the legacy stream runs: a kernel queued on a non-blocking
+// stream meanwhile may read the old data); from pinned memory, and to the host, it returns when the
+// copy is done.
 inline cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
     FAKE_CUDA_LOCKED;
     FAKE_CUDA_RETURN_STICKY;
     const bool staged = kind == cudaMemcpyHostToDevice && !fake_cuda::is_pinned(src);
     if (staged) fake_cuda::run_stream(nullptr);
     cudaMemcpyAsync(dst, src, bytes, kind, nullptr);
-    if (staged && fake_cuda::deferring()) return fake_cuda::sticky_error();  // the host is not ordered after the copy
+    if (staged && fake_cuda::deferring())
+        return fake_cuda::sticky_error();  // the host is not ordered after the copy
     return cudaStreamSynchronize(nullptr);
 }
 // Memsets run when their stream does; cudaMemset (legacy stream) of device memory returns before it is done,
@@ -648,7 +773,10 @@ inline cudaError_t cudaMemset(void* p, int v, size_t bytes) {
 }
 // Dynamic shared memory: 48 KB per block unless raised here, up to 227 KB (sm_90).
 namespace fake_cuda {
-inline std::map<const void*, int>& max_dynamic_smem() { static std::map<const void*, int> m; return m; }
+inline std::map<const void*, int>& max_dynamic_smem() {
+    static std::map<const void*, int> m;
+    return m;
+}
 constexpr int kDefaultDynamicSmem = 48 * 1024, kMaxDynamicSmem = 227 * 1024;
 inline int dynamic_smem_limit(const void* kernel) {
     FAKE_CUDA_LOCKED;
@@ -656,10 +784,13 @@ inline int dynamic_smem_limit(const void* kernel) {
     return it == max_dynamic_smem().end() ? kDefaultDynamicSmem : it->second;
 }
 }  // namespace fake_cuda
-template <typename K> cudaError_t cudaFuncSetAttribute(K* kernel, cudaFuncAttribute attr, int value) {
+template <typename K>
+cudaError_t cudaFuncSetAttribute(K* kernel, cudaFuncAttribute attr, int value) {
     FAKE_CUDA_LOCKED;
     FAKE_CUDA_RETURN_STICKY;
-    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 || value > fake_cuda::kMaxDynamicSmem) return cudaErrorInvalidValue;
+    if (attr != cudaFuncAttributeMaxDynamicSharedMemorySize || value < 0 ||
+        value > fake_cuda::kMaxDynamicSmem)
+        return cudaErrorInvalidValue;
     fake_cuda::max_dynamic_smem()[(const void*)kernel] = value;
     return cudaSuccess;
 }

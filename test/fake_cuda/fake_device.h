@@ -1,18 +1,18 @@
 // test/fake_cuda/fake_device.h — runs CUDA kernels on the CPU, for test/test_kernels.cpp's emulated build
 // (make test): the device-side names kernels.cuh uses (__global__, threadIdx, __shared__, __syncthreads,
-// __shfl_xor_sync, atomicAdd, the _rn intrinsics; mma.sync m16n8k16 and ldmatrix for flash_attention.cuh) and a
-// launcher. A block's threads are fibers on the thread that runs the launch, so __syncthreads, warp shuffles and
-// mma.sync have their CUDA meaning; a kernel whose first thread finishes without any of them runs its other
-// threads as plain calls (fast). A launch is checked when it is made (a bad grid or block, too much dynamic
-// shared memory: cudaGetLastError's error, and the kernel does not run), then queued on its stream and run when
-// the host synchronizes with it (cuda_runtime.h). A fault while it runs (a device memory fault, a misaligned
-// vector access, __trap) ends it and makes the error sticky. Kernels run with subnormals flushed to zero (FTZ
-// and DAZ set while they run), as nvcc -ftz=true builds them. Fibers
-// switch with _setjmp/_longjmp across stacks, so this is built with _FORTIFY_SOURCE off (Makefile).
-// Math is the host's IEEE math (no --use_fast_math approximations): results can differ from a GPU's in the
-// last bits, never in meaning. Not emulated: timing, concurrency between streams (their ORDER is modelled:
-// cuda_runtime.h), memory spaces, 3D grids and blocks (refused), dynamic shared memory's contents (the
-// trainer's kernels use static shared memory only; a launch may ask for dynamic shared memory, within the limit).
+// __shfl_xor_sync, atomicAdd, the _rn intrinsics; mma.sync m16n8k16 and ldmatrix for flash_attention.cuh) and
+// a launcher. A block's threads are fibers on the thread that runs the launch, so __syncthreads, warp
+// shuffles and mma.sync have their CUDA meaning; a kernel whose first thread finishes without any of them
+// runs its other threads as plain calls (fast). A launch is checked when it is made (a bad grid or block, too
+// much dynamic shared memory: cudaGetLastError's error, and the kernel does not run), then queued on its
+// stream and run when the host synchronizes with it (cuda_runtime.h). A fault while it runs (a device memory
+// fault, a misaligned vector access, __trap) ends it and makes the error sticky. Kernels run with subnormals
+// flushed to zero (FTZ and DAZ set while they run), as nvcc -ftz=true builds them. Fibers switch with
+// _setjmp/_longjmp across stacks, so this is built with _FORTIFY_SOURCE off (Makefile). Math is the host's
+// IEEE math (no --use_fast_math approximations): results can differ from a GPU's in the last bits, never in
+// meaning. Not emulated: timing, concurrency between streams (their ORDER is modelled: cuda_runtime.h),
+// memory spaces, 3D grids and blocks (refused), dynamic shared memory's contents (the trainer's kernels use
+// static shared memory only; a launch may ask for dynamic shared memory, within the limit).
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -48,7 +48,14 @@ struct Fiber {
     bool at_syncthreads;  // parked at __syncthreads of generation wait_gen
     uint64_t wait_gen;
 };
-struct Warp { int live = 0, arrived = 0; uint64_t gen = 0; double xchg[32]; uint32_t mma_a[32][4], mma_b[32][2]; const uint16_t* ldm_row[32]; bool ldm_trans[32]; };
+struct Warp {
+    int live = 0, arrived = 0;
+    uint64_t gen = 0;
+    double xchg[32];
+    uint32_t mma_a[32][4], mma_b[32][2];
+    const uint16_t* ldm_row[32];
+    bool ldm_trans[32];
+};
 struct State {
     dim3 grid, block, block_idx;
     void (*body)(void*) = nullptr;  // runs one thread of the current kernel
@@ -57,20 +64,30 @@ struct State {
     std::vector<Warp> warps;
     int block_live = 0, block_arrived = 0;
     uint64_t block_gen = 0;
-    uint64_t progress = 0;          // barrier arrivals and thread exits: a pass without any is a deadlock
+    uint64_t progress = 0;  // barrier arrivals and thread exits: a pass without any is a deadlock
     Fiber* cur = nullptr;
-    bool used_barrier = false;      // the current launch's threads met __syncthreads or a shuffle
-    bool direct = false;            // threads run as plain calls: a barrier is then a fatal error
+    bool used_barrier = false;  // the current launch's threads met __syncthreads or a shuffle
+    bool direct = false;        // threads run as plain calls: a barrier is then a fatal error
     jmp_buf sched;
     dim3 direct_tid;
-    uint64_t block_serial = 0;                         // one per block run: shared_fresh's "new block"
-    std::map<const void*, uint64_t> shared_block_serial;  // per __shared__ array: the block that last cleared it
+    uint64_t block_serial = 0;  // one per block run: shared_fresh's "new block"
+    std::map<const void*, uint64_t>
+        shared_block_serial;  // per __shared__ array: the block that last cleared it
 };
-inline State& st() { static State s; return s; }
+inline State& st() {
+    static State s;
+    return s;
+}
 const size_t kStack = 128 * 1024;
 
-inline dim3 thread_idx() { State& s = st(); return s.direct ? s.direct_tid : s.cur->tid; }
-inline void yield() { State& s = st(); if (!_setjmp(s.cur->jb)) _longjmp(s.sched, 1); }
+inline dim3 thread_idx() {
+    State& s = st();
+    return s.direct ? s.direct_tid : s.cur->tid;
+}
+inline void yield() {
+    State& s = st();
+    if (!_setjmp(s.cur->jb)) _longjmp(s.sched, 1);
+}
 inline void no_barrier_in_direct_mode(const char* what) {
     if (st().direct) {
         fprintf(stderr, "fake_device: %s in a kernel whose first thread used none: not emulated\n", what);
@@ -93,7 +110,11 @@ inline void syncthreads() {
     s.used_barrier = true;
     s.progress++;
     const uint64_t gen = s.block_gen;
-    if (++s.block_arrived == s.block_live) { s.block_arrived = 0; s.block_gen++; return; }
+    if (++s.block_arrived == s.block_live) {
+        s.block_arrived = 0;
+        s.block_gen++;
+        return;
+    }
     s.cur->at_syncthreads = true;
     s.cur->wait_gen = gen;
     while (s.block_gen == gen) yield();
@@ -104,10 +125,15 @@ inline void warp_barrier() {
     Warp& w = s.warps[(size_t)s.cur->warp];
     s.progress++;
     const uint64_t gen = w.gen;
-    if (++w.arrived == w.live) { w.arrived = 0; w.gen++; return; }
+    if (++w.arrived == w.live) {
+        w.arrived = 0;
+        w.gen++;
+        return;
+    }
     while (w.gen == gen) yield();
 }
-template <typename T> inline T shfl_xor(T x, int o) {
+template <typename T>
+inline T shfl_xor(T x, int o) {
     State& s = st();
     no_barrier_in_direct_mode("__shfl_xor_sync");
     s.used_barrier = true;
@@ -164,15 +190,17 @@ inline void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2])
 }
 // ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16, warp-collective: lanes 8i .. 8i+7 hand in the addresses
 // of matrix i's rows (16-byte aligned, 8 bf16 each); lane l (g = l / 4, t = l % 4) gets in r[i] matrix i's
-// [g][2t], [g][2t+1] (plain) or [2t][g], [2t+1][g] (.trans), low element first: the PTX ISA's table, which
-// flash_attention.cuh restates.
+// [g][2t], [g][2t+1] (plain) or [2t][g], [2t+1][g] (.trans), low element first: the PTX ISA's table,
+// which flash_attention.cuh restates.
 inline void ldmatrix_x4(uint32_t r[4], const void* row, bool transpose) {
     State& s = st();
     no_barrier_in_direct_mode("ldmatrix");
     s.used_barrier = true;
     Warp& w = s.warps[(size_t)s.cur->warp];
     if (w.live != 32 || ((uintptr_t)row & 15) != 0) {
-        fprintf(stderr, "fake_device: ldmatrix in a warp of %d live lanes or from a row not 16-byte aligned\n", w.live);
+        fprintf(stderr,
+                "fake_device: ldmatrix in a warp of %d live lanes or from a row not 16-byte aligned\n",
+                w.live);
         abort();
     }
     const int lane = s.cur->lane, g = lane / 4, t = lane % 4;
@@ -203,10 +231,16 @@ inline void fiber_main(unsigned lo, unsigned hi) {
         s.progress++;
         // an exited thread no longer counts at the barriers: release them if it was the last one missing
         s.block_live--;
-        if (s.block_live > 0 && s.block_arrived == s.block_live) { s.block_arrived = 0; s.block_gen++; }
+        if (s.block_live > 0 && s.block_arrived == s.block_live) {
+            s.block_arrived = 0;
+            s.block_gen++;
+        }
         Warp& w = s.warps[(size_t)f->warp];
         w.live--;
-        if (w.live > 0 && w.arrived == w.live) { w.arrived = 0; w.gen++; }
+        if (w.live > 0 && w.arrived == w.live) {
+            w.arrived = 0;
+            w.gen++;
+        }
     }
 }
 inline void grow_pool(size_t n) {
@@ -249,17 +283,21 @@ inline bool run_block(bool probe) {
     const int n = (int)(s.block.x * s.block.y);
     grow_pool((size_t)n);
     s.warps.assign((size_t)((n + 31) / 32), Warp());
-    s.block_live = n; s.block_arrived = 0;
+    s.block_live = n;
+    s.block_arrived = 0;
     for (int i = 0; i < n; i++) {
         Fiber* f = s.pool[(size_t)i];
         f->tid = dim3((unsigned)i % s.block.x, (unsigned)i / s.block.x, 0);
-        f->warp = i / 32; f->lane = i % 32; f->done = false; f->at_syncthreads = false;
+        f->warp = i / 32;
+        f->lane = i % 32;
+        f->done = false;
+        f->at_syncthreads = false;
         s.warps[(size_t)f->warp].live++;
     }
     resume(s.pool[0]);
     if (probe && s.pool[0]->done && !s.used_barrier) return false;
-    // The order threads advance in. 0: round robin, every thread one barrier step at a time. 1 and 2: one warp
-    // runs as far as it can (until done or parked at __syncthreads) before the next, in warp order or in
+    // The order threads advance in. 0: round robin, every thread one barrier step at a time. 1 and 2: one
+    // warp runs as far as it can (until done or parked at __syncthreads) before the next, in warp order or in
     // reverse: a missing __syncthreads between shared-memory writes and reads of different warps shows there
     // (a fast warp overwrites what a slow one has not read yet), as it can on a GPU. FAKE_SCHED picks it.
     static const int mode = getenv("FAKE_SCHED") ? atoi(getenv("FAKE_SCHED")) : 0;
@@ -269,7 +307,10 @@ inline bool run_block(bool probe) {
         const uint64_t before = s.progress;
         if (mode == 0) {
             for (int i = 0; i < n; i++)
-                if (!s.pool[(size_t)i]->done) { resume(s.pool[(size_t)i]); pending = true; }
+                if (!s.pool[(size_t)i]->done) {
+                    resume(s.pool[(size_t)i]);
+                    pending = true;
+                }
         } else {
             for (int wi = 0; wi < nw; wi++) {
                 const int w = mode == 1 ? wi : nw - 1 - wi;
@@ -279,7 +320,8 @@ inline bool run_block(bool probe) {
                         Fiber* f = s.pool[(size_t)(w * 32 + l)];
                         if (f->done) continue;
                         pending = true;
-                        if (f->at_syncthreads && s.block_gen == f->wait_gen) continue;  // parked: other warps first
+                        if (f->at_syncthreads && s.block_gen == f->wait_gen)
+                            continue;  // parked: other warps first
                         const uint64_t p = s.progress;
                         resume(f);
                         moved = moved || s.progress != p;
@@ -312,8 +354,9 @@ struct FlushSubnormals {
     ~FlushSubnormals() { _mm_setcsr(saved); }
 #endif
 };
-// A launch: every block, one after the other. A fault (fake_cuda::kernel_fault, also from the SIGSEGV handler)
-// jumps back here: the fibers are abandoned mid-kernel (a fresh pool serves any later launch) and the kernel ends.
+// A launch: every block, one after the other. A fault (fake_cuda::kernel_fault, also from the SIGSEGV
+// handler) jumps back here: the fibers are abandoned mid-kernel (a fresh pool serves any later launch) and
+// the kernel ends.
 inline void launch(dim3 grid, dim3 block, void (*body)(void*), void* args) {
     State& s = st();
     if (grid.z != 1 || block.z != 1) {
@@ -326,11 +369,16 @@ inline void launch(dim3 grid, dim3 block, void (*body)(void*), void* args) {
     if (sigsetjmp(fault, 1)) {
         fake_cuda::kernel_fault_jump() = outer;
         s.pool.clear();  // leaked: their stacks hold the faulted kernel's frames
-        s.direct = false; s.cur = nullptr;
+        s.direct = false;
+        s.cur = nullptr;
         return;
     }
     fake_cuda::kernel_fault_jump() = &fault;
-    s.grid = grid; s.block = block; s.body = body; s.args = args; s.used_barrier = false;
+    s.grid = grid;
+    s.block = block;
+    s.body = body;
+    s.args = args;
+    s.used_barrier = false;
     bool direct = false;
     const unsigned n = block.x * block.y;
     for (unsigned by = 0; by < grid.y; by++)
@@ -338,13 +386,20 @@ inline void launch(dim3 grid, dim3 block, void (*body)(void*), void* args) {
             s.block_idx = dim3(bx, by, 0);
             if (!direct) {
                 if (run_block(bx == 0 && by == 0)) continue;
-                direct = true;  // the first thread met no barrier: the others of this block run as plain calls
+                direct =
+                    true;  // the first thread met no barrier: the others of this block run as plain calls
                 s.direct = true;
-                for (unsigned i = 1; i < n; i++) { s.direct_tid = dim3(i % block.x, i / block.x, 0); body(args); }
+                for (unsigned i = 1; i < n; i++) {
+                    s.direct_tid = dim3(i % block.x, i / block.x, 0);
+                    body(args);
+                }
                 continue;
             }
             s.block_serial++;
-            for (unsigned i = 0; i < n; i++) { s.direct_tid = dim3(i % block.x, i / block.x, 0); body(args); }
+            for (unsigned i = 0; i < n; i++) {
+                s.direct_tid = dim3(i % block.x, i / block.x, 0);
+                body(args);
+            }
         }
     s.direct = false;
     fake_cuda::kernel_fault_jump() = outer;
@@ -356,29 +411,31 @@ inline void launch(dim3 grid, dim3 block, void (*body)(void*), void* args) {
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
-#define __align__(n) __attribute__((aligned(n)))
-#define __shared__ static
+#define __align__(n)         __attribute__((aligned(n)))
+#define __shared__           static
 #define FAKE_SHARED_FRESH(a) fake_device::shared_fresh((void*)(a), sizeof(a))
-#define threadIdx (fake_device::thread_idx())
-#define blockIdx (fake_device::st().block_idx)
-#define blockDim (fake_device::st().block)
-#define gridDim (fake_device::st().grid)
+#define threadIdx            (fake_device::thread_idx())
+#define blockIdx             (fake_device::st().block_idx)
+#define blockDim             (fake_device::st().block)
+#define gridDim              (fake_device::st().grid)
 inline void __syncthreads() { fake_device::syncthreads(); }
 inline void __trap() { fake_cuda::kernel_fault(cudaErrorLaunchFailure, "__trap()"); }
 inline float __shfl_xor_sync(unsigned, float x, int o) { return fake_device::shfl_xor(x, o); }
 inline double __shfl_xor_sync(unsigned, double x, int o) { return fake_device::shfl_xor(x, o); }
-// Atomic additions land here in program order, so every run adds the same sums the same way; on a GPU they land
-// in whatever order the blocks reach them, and two runs of the same training differ in the last bits of those
-// sums. FAKE_ATOMIC_JITTER=P stands in for that: P percent of the additions to a non-zero accumulator (a fixed
-// pseudo-random choice, different for each addition of a process) land one ulp above or below their exact sum,
-// so the tests that compare two runs can be checked against what they will meet on a GPU (make test runs them
-// with P = 4).
+// Atomic additions land here in program order, so every run adds the same sums the same way; on a GPU they
+// land in whatever order the blocks reach them, and two runs of the same training differ in the last bits of
+// those sums. FAKE_ATOMIC_JITTER=P stands in for that: P percent of the additions to a non-zero accumulator
+// (a fixed pseudo-random choice, different for each addition of a process) land one ulp above or below their
+// exact sum, so the tests that compare two runs can be checked against what they will meet on a GPU (make
+// test runs them with P = 4).
 namespace fake_device {
 inline int atomic_jitter() {  // -1, 0 or +1 ulp
     static const int percent = getenv("FAKE_ATOMIC_JITTER") ? atoi(getenv("FAKE_ATOMIC_JITTER")) : 0;
     if (percent <= 0) return 0;
     static uint64_t s = 0x9E3779B97F4A7C15ull;
-    s ^= s >> 12; s ^= s << 25; s ^= s >> 27;
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
     const uint64_t r = s * 0x2545F4914F6CDD1Dull;
     return (int)(r % 100) >= percent ? 0 : (r >> 63) ? 1 : -1;
 }
@@ -400,17 +457,27 @@ inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
 inline float __fsqrt_rn(float a) { return sqrtf(a); }
 inline float __fdiv_rn(float a, float b) { return a / b; }
 inline float rsqrtf(float a) { return 1.0f / sqrtf(a); }
-template <typename A, typename B> inline typename std::common_type<A, B>::type min(A a, B b) { return a < b ? a : b; }
-template <typename A, typename B> inline typename std::common_type<A, B>::type max(A a, B b) { return a < b ? b : a; }
+template <typename A, typename B>
+inline typename std::common_type<A, B>::type min(A a, B b) {
+    return a < b ? a : b;
+}
+template <typename A, typename B>
+inline typename std::common_type<A, B>::type max(A a, B b) {
+    return a < b ? b : a;
+}
 
 // kernel<<<grid, block, smem, stream>>>(...) is rewritten (Makefile, sed) to
-// FAKE_LAUNCH(kernel, grid, block, smem, stream)(args...). The launch is checked (a bad one sets the thread's last
-// error and runs nothing), is an operation on its stream for cuda_runtime.h's ordering model (a kernel reads
-// through its const pointer parameters and writes through the others, which is how every kernel of the trainer
-// declares them), and is queued there with a copy of its arguments.
+// FAKE_LAUNCH(kernel, grid, block, smem, stream)(args...). The launch is checked (a bad one sets the thread's
+// last error and runs nothing), is an operation on its stream for cuda_runtime.h's ordering model (a kernel
+// reads through its const pointer parameters and writes through the others, which is how every kernel of the
+// trainer declares them), and is queued there with a copy of its arguments.
 namespace fake_device {
-template <typename T> inline void note_access(std::vector<FakeDeviceAccess>&, const T&) {}
-template <typename T> inline void note_access(std::vector<FakeDeviceAccess>& v, T* p) { v.push_back({(const void*)p, !std::is_const<T>::value}); }
+template <typename T>
+inline void note_access(std::vector<FakeDeviceAccess>&, const T&) {}
+template <typename T>
+inline void note_access(std::vector<FakeDeviceAccess>& v, T* p) {
+    v.push_back({(const void*)p, !std::is_const<T>::value});
+}
 }  // namespace fake_device
 template <typename... P>
 struct FakeLaunch {
@@ -419,22 +486,38 @@ struct FakeLaunch {
     size_t smem;
     cudaStream_t stream;
     const char* name;
-    template <typename... A> void operator()(A&&... a) {
+    template <typename... A>
+    void operator()(A&&... a) {
         FAKE_CUDA_LOCKED;
-        const cudaError_t e = fake_device::check_launch(grid, block, smem, fake_cuda::dynamic_smem_limit((const void*)kernel));
-        if (e != cudaSuccess) { fake_cuda::last_error() = e; return; }
-        struct Args { void (*k)(P...); std::tuple<P...> t; };
+        const cudaError_t e =
+            fake_device::check_launch(grid, block, smem, fake_cuda::dynamic_smem_limit((const void*)kernel));
+        if (e != cudaSuccess) {
+            fake_cuda::last_error() = e;
+            return;
+        }
+        struct Args {
+            void (*k)(P...);
+            std::tuple<P...> t;
+        };
         auto args = std::make_shared<Args>(Args{kernel, std::tuple<P...>((P)a...)});
         std::vector<FakeDeviceAccess> accesses;
         std::apply([&](const P&... x) { (fake_device::note_access(accesses, x), ...); }, args->t);
         fake_cuda_device_op(stream, name, accesses.data(), (int)accesses.size());
         const dim3 g = grid, b = block;
         fake_cuda::submit(stream, [g, b, args] {
-            fake_device::launch(g, b, [](void* p) { Args* x = (Args*)p; std::apply(x->k, x->t); }, args.get());
+            fake_device::launch(
+                g, b,
+                [](void* p) {
+                    Args* x = (Args*)p;
+                    std::apply(x->k, x->t);
+                },
+                args.get());
         });
     }
 };
-template <typename... P> FakeLaunch<P...> fake_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, const char* name) {
+template <typename... P>
+FakeLaunch<P...> fake_launch(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                             const char* name) {
     return FakeLaunch<P...>{k, grid, block, smem, s, name};
 }
 #define FAKE_LAUNCH(kernel, grid, block, smem, stream) \
