@@ -1,10 +1,7 @@
-// attention.cuh — causal self-attention of one layer on the GPU, forward and backward: per-head cuBLAS
-// batched GEMMs and the causal softmax kernels, on the activations' own layouts (no copies into a per-head
-// layout). It holds no kernels and calls no CUDA API itself: it needs matmul_batched (matmul.cuh, cuBLAS) and
-// softmax_causal_forward / softmax_causal_backward (kernels.cuh) declared before it is included. That is on
-// purpose: test/test_attention.cpp includes it with CPU stand-ins for those three (an emulation of cuBLAS's
-// column-major semantics that also checks the leading dimensions), so the index and stride math below is
-// checked against gpt2_cpu.h in CI, without a GPU.
+// attention.cuh — causal self-attention of one layer, forward and backward, as per-head cuBLAS batched GEMMs
+// and the causal softmax kernels, on the activations' own layouts (no per-head copies). The -F 0 path.
+// It calls no CUDA API itself: matmul_batched and the softmax kernels are declared before it is included,
+// so test/test_attention.cpp checks its index and stride math on the CPU against gpt2_cpu.h.
 #pragma once
 
 // The per-head matrices are read and written where they are: q, k, v of head h are column blocks of the

@@ -1,11 +1,10 @@
-// checkpoint.h — train_gpt's checkpoints on disk: DIR/model_STEP.bin (an llm.c model file, the fp32 master
-// weights), DIR/state_STEP.bin (AdamW m and v, the step and the updates applied, the data position, the run's
-// hyperparameters) and DIR/DONE_STEP, written last, after both files and their names are fsynced, so a
-// checkpoint without DONE is never resumed from, even after a power loss. With -nk N only the newest N stay
-// (and those at multiples of -nm): a 5B model's checkpoint is 60 GB, a 175B one's 2 TB. Here: the state
-// file's format, saving, checking a file before anything large is allocated, choosing the checkpoint a resume
-// starts from, and checking the resumed run's flags against it. Not here: getting the state off the GPU and
-// back (train_gpt.cu's save_checkpoint / load_state), the llm.c model file format (model.h). Host code only.
+// checkpoint.h — both trainers' checkpoints on disk, three files per step:
+//   DIR/model_STEP.bin  the fp32 master weights, an llm.c model file
+//   DIR/state_STEP.bin  AdamW m and v, the step, the updates applied, the data position, the hyperparameters
+//   DIR/DONE_STEP       written last, once both files are fsynced: no DONE, no resume
+// Here: the state file's format, saving, checking files before anything large is allocated, choosing the
+// checkpoint a resume starts from. Not here: moving the state off the GPU (train_gpt.cu), model files
+// (model.h).
 #pragma once
 #include <errno.h>
 #include <stdint.h>
@@ -348,12 +347,9 @@ static int64_t check_state_file(const char* path, int64_t total) {
     return header[ST_STEP];
 }
 
-// The checkpoint a resume starts from: the newest DONE_N in dir whose model file header reads, whose state
-// file passes state_file_check for step N and whose files match the sizes and checksums of their marker
-// (checkpoint_verify: one read of both files). A damaged one is skipped with a warning and the next older one
-// tried (a marker can outlive its files: disk errors, hand edits). Fills the paths, cfg and the state header;
-// -1 when dir holds no DONE marker. Dies when it holds some but none is valid: starting over would silently
-// drop the run the user asked to resume.
+// The checkpoint a resume starts from: the newest DONE_N whose files read and match their marker's sizes and
+// checksums. A damaged one is skipped with a warning. Fills the paths, cfg and the state header; -1 when dir
+// holds no DONE marker. Dies when none of several is valid: starting over would drop the run.
 static int64_t pick_checkpoint(const char* dir, char* model, char* state, size_t pathlen, GPTConfig* cfg,
                                int64_t header[ST_HEADER_SLOTS]) {
     char err[4352], newest_err[4352] = "";

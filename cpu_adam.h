@@ -1,12 +1,7 @@
-// cpu_adam.h — the CPU side of the optimizer: AdamW over fp32 master weights and fp32 moments, which writes
-// the updated weights as bf16 in the same pass (that copy is what gets streamed to the GPU next); the
-// squared gradient norm of a range (for the global-norm clip); fp32 -> bf16 conversion of a whole array;
-// and the scalar bf16 helpers both trainers share.
-// It does not choose hyperparameters, clip, schedule the lr or decide which tensors get weight decay
-// (adamw.h / the trainers do), and it moves nothing to or from the GPU (stream.cu).
-//
-// Plain C-style declarations and no intrinsics, so that g++ and nvcc (.cu files) can both include it;
-// bf16 values are stored as uint16_t (the upper 16 bits of an IEEE float).
+// cpu_adam.h — the CPU side of the optimizer: AdamW over fp32 weights and moments that also writes the bf16
+// copy streamed to the GPU next; the squared gradient norm; fp32 -> bf16 conversion; scalar bf16 helpers.
+// It does not choose hyperparameters or which tensors decay (adamw.h), and moves nothing to the GPU.
+// No intrinsics here, so nvcc can include it; bf16 values are uint16_t (the upper half of an IEEE float).
 #pragma once
 #include <stdint.h>
 #include <string.h>

@@ -1,10 +1,6 @@
-// crc32c.h — CRC-32C (Castagnoli), the checksum of every checkpoint file: computed over the bytes as they are
-// written (no second pass over a 60 GB state) and checked before a resume trusts them. On x86-64 with SSE4.2
-// (every x86 server since 2008; -march=native turns it on) it is the crc32 instruction on three independent
-// chains, 8 bytes per instruction (`build/bench_cpu_adam` prints the rate: faster than the disk it guards);
-// elsewhere a table-driven version (slicing by 8, ~1-2 GB/s). The same values as iSCSI, ext4,
-// Btrfs and Python's crc32c module (check value: "123456789" -> e3069283). Not a cryptographic hash: it
-// catches corruption (torn writes, bit rot, bad sectors, a partly overwritten file), not tampering.
+// crc32c.h — CRC-32C (Castagnoli), the checksum of every checkpoint file, computed as the bytes are written.
+// With SSE4.2: the crc32 instruction on three chains; elsewhere a table (slicing by 8). The values of ext4
+// and Python's crc32c ("123456789" -> e3069283). It catches corruption, not tampering.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>

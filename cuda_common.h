@@ -25,11 +25,9 @@ static inline void cublas_check(cublasStatus_t status, const char* file, int lin
 }
 #define cublasCheck(status) (cublas_check((status), __FILE__, __LINE__))
 
-// Host code touching memory that the GPU's streams also read or write (the CPU AdamW and the pinned copies),
-// and the points where one host thread hands work over to another (RELEASE while holding the mutex, after
-// what is handed over; ACQUIRE while holding it, after seeing it): in the emulated build (test/fake_cuda) the
-// CUDA ordering model checks every such access is ordered after the GPU's and the other threads' accesses; in
-// a real build they are nothing.
+// Test hooks, nothing in a real build. The emulated build (test/fake_cuda) checks that host code touching
+// memory the GPU's streams use is ordered after them, and that threads hand work over under a mutex
+// (RELEASE after what is handed over, ACQUIRE after seeing it).
 #ifndef FAKE_CUDA_HOST_ACCESS
 #define FAKE_CUDA_HOST_ACCESS(p, bytes, write, what) ((void)0)
 #define FAKE_CUDA_HOST_RELEASE(obj)                  ((void)0)
@@ -42,8 +40,7 @@ static inline void cublas_check(cublasStatus_t status, const char* file, int lin
 static inline int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 // Grid size for a grid-stride loop over n elements: enough blocks to fill the GPU, never more than n needs.
-// The cap: 132 SMs on an H100 SXM, 16 blocks each, plenty of warps in flight (the CPU emulation of the
-// kernels in make test sets a smaller one, so its grid-stride loops loop sooner).
+// The cap: 132 SMs on an H100 SXM, 16 blocks each (the emulator sets a smaller one).
 #ifndef GRID_FOR_CAP
 #define GRID_FOR_CAP (132 * 16)
 #endif

@@ -1,17 +1,12 @@
-// dataloader.h — header-only reader of llm.c token shards: yields B x T input tokens and their next-token
-// targets (int32, widened from the uint16 ids on disk), in a deterministic order or shuffled per epoch
-// from a seed, and saves/restores its position so a resumed run sees exactly the batches it would have.
-// It does not tokenize, does not check ids against a vocabulary, never loads a whole shard into memory
-// (one fseeko + fread of B*T+1 tokens per batch) and never exits: every error is returned to the caller.
+// dataloader.h — reads llm.c token shards: B x T input tokens and their next-token targets, in order or
+// shuffled per epoch from a seed. Its position is saved in checkpoints, so a resumed run sees the same
+// batches. It does not tokenize and never exits: every error goes back to the caller. One fread per batch.
 //
 // Shard file: 256 int32 header {20240520 magic, 1 version, N tokens, ...}, then N uint16 token ids.
-// A shard holds (N-1)/(B*T) batches: batch k reads tokens [k*B*T, k*B*T + B*T] (B*T+1 tokens, the extra
-// one is the last target). The tail that does not fill a batch is skipped, as in llm.c.
-// Order: shards in glob(3) sorted order, batches in order; after the last batch of the last shard the
-// epoch counter increments and it starts again at shard 0. With shuffle, each epoch uses a permutation
-// of the shards and, inside each shard, a permutation of its batches, both derived only from (seed,
-// epoch, shard), so a position {epoch, shard_index, batch_index} pins down every batch that follows.
-// Plain C-style code that compiles as C++17 under g++ and nvcc (POSIX: glob, fseeko).
+// Batch k reads tokens [k*B*T, k*B*T + B*T]; the tail that does not fill a batch is skipped, as in llm.c.
+// Order: shards in glob(3) order, batches in order, then the next epoch. With shuffle, each epoch permutes
+// the shards and each shard's batches from (seed, epoch, shard) alone, so {epoch, shard, batch} is a
+// position.
 #pragma once
 #include <glob.h>
 #include <stdint.h>

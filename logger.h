@@ -14,10 +14,8 @@ typedef struct {
     char path[4200];
 } TrainLogger;
 
-// Opens DIR/main.log (dir NULL: a disabled logger, returns 1). resume_step < 0 starts a fresh log; a
-// resumed run (resume_step >= 0) keeps the train lines of steps up to resume_step and the val lines of steps
-// before it, and appends after them: the resumed run logs step resume_step's validation again itself, and the
-// steps an interrupted run logged after its last checkpoint do not appear twice.
+// Opens DIR/main.log (dir NULL: a disabled logger). resume_step < 0 starts a fresh log. A resumed run keeps
+// the train lines up to resume_step and the val lines before it, so no step appears twice.
 static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_step, char* err,
                               size_t errlen) {
     lg->f = NULL;
@@ -61,10 +59,8 @@ static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_s
     }
     return 1;
 }
-// One line, flushed. A failed write (a full disk) does not stop the run, whose state is in memory and in its
-// checkpoints, but it is said once on stderr, since the log no longer holds every step; the same losses are
-// on stdout. Train lines carry the step's lr and gradient norm after the loss, as llm.c's do (tools that
-// split a line on spaces and read "s:" and the second field keep working).
+// One line, flushed. A failed write (a full disk) warns once on stderr and does not stop the run: stdout has
+// the same losses. Train lines add lr and norm after the loss, as llm.c's do.
 static inline void logger_line(TrainLogger* lg, int step, const char* kind, float loss, const char* more) {
     if (!lg->f || lg->lost) return;
     errno = 0;

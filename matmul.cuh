@@ -1,11 +1,7 @@
 // matmul.cuh — every matrix multiply of the trainer, as cuBLAS calls: bf16 inputs, fp32 accumulation, one
-// handle bound to the compute stream with a workspace the trainer allocates (so its GPU bytes are all
-// counted); and cuBLASLt's matmul with an epilogue (bias, bias + GELU, GELU backward) that fuses the
-// element-wise pass after a GEMM into it (lt_matmul; train_gpt.cu falls back to cuBLAS + kernels.cuh where
-// cuBLASLt offers no algorithm). No kernels and no training logic. test/test_matmul.cpp runs these very
-// wrappers on the CPU against an emulation of cuBLAS and cuBLASLt (test/fake_cuda), so their transposes,
-// leading dimensions and epilogues are checked in CI; on a GPU test_kernels.cu checks them against
-// the real libraries.
+// handle on the compute stream, a workspace the trainer allocates. lt_matmul: cuBLASLt with an epilogue
+// (bias, bias + GELU, GELU backward) fused into the GEMM. No kernels and no training logic.
+// test/test_matmul.cpp checks these wrappers on the CPU against an emulation of cuBLAS and cuBLASLt.
 #pragma once
 #include <cublasLt.h>
 #include <string.h>
@@ -70,9 +66,8 @@ static void matmul_batched(cublasOperation_t ta, cublasOperation_t tb, int m, in
 }
 
 // ----------------------------------------------------------------------------
-// cuBLASLt with an epilogue: D = epilogue(op(A) op(B) [+ C]), column-major like the calls above (so the
-// row-major out (N, OC) = inp @ w^T is D (OC x N) = w^T inp^T, m = OC, n = N, as
-// in matmul_forward). Epilogues:
+// cuBLASLt with an epilogue: D = epilogue(op(A) op(B) [+ C]), column-major like the calls above
+// (out (N, OC) = inp @ w^T is D (OC x N) = w^T inp^T, m = OC, n = N). Epilogues:
 //   CUBLASLT_EPILOGUE_BIAS           D += bias[row of D] (a row of column-major D is an output channel)
 //   CUBLASLT_EPILOGUE_GELU_AUX_BIAS  D += bias; aux = D (the GELU input, bf16); D = gelu(D) (tanh form)
 //   CUBLASLT_EPILOGUE_DGELU          D *= gelu'(aux)

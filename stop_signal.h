@@ -1,8 +1,7 @@
-// stop_signal.h — Ctrl-C and a job scheduler's SIGTERM without losing work. The first SIGINT or SIGTERM only
-// asks the run to stop: the trainer finishes the step it is in, writes a checkpoint (with -o), says so and
-// exits 130 (SIGINT) or 143 (SIGTERM), as a shell reports a run killed by that signal. A second one exits at
-// once; a save it interrupts leaves only a .tmp file, which the next run on the directory removes (checkpoint
-// files are renamed into place whole, their DONE marker last). Not here: what a trainer saves (checkpoint.h).
+// stop_signal.h — Ctrl-C and a scheduler's SIGTERM without losing work. The first signal asks the run to
+// stop: the trainer finishes its step, writes a checkpoint (with -o) and exits 130 (SIGINT) or 143 (SIGTERM).
+// A second signal exits at once; an interrupted save leaves only a .tmp file, removed by the next run.
+// Not here: what a trainer saves (checkpoint.h).
 #pragma once
 #include <signal.h>
 #include <stdint.h>
@@ -41,10 +40,9 @@ static inline void stop_signal_install(void) {
 // The signal that asked the run to stop (SIGINT or SIGTERM), or 0.
 static inline int stop_signal_pending(void) { return stop_signal_received; }
 
-// Called by a trainer between steps: once a signal asked it to stop, saves the checkpoint of steps_done with
-// save() (with -o, unless saved_step, the newest checkpoint's step, is that one, or no step ran yet), says
-// so, and exits 128 + the signal. _exit, as die(): the GPU trainer's optimizer thread may be inside
-// a CUDA call.
+// Called between steps: once a signal asked to stop, saves the checkpoint of steps_done with save() (with -o,
+// unless saved_step is already that step or no step ran), says so, and exits 128 + the signal (_exit, as
+// die).
 template <typename Save>
 static void stop_if_signalled(int steps_done, int first_step, int64_t saved_step, const char* dir,
                               Save save) {
