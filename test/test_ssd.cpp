@@ -416,6 +416,36 @@ INSTANTIATE_TEST_SUITE_P(
                (c.piece ? "_Pieces" : "_WholeLayers");
     });
 
+// Two checkpoints with no round between them (e.g. a step whose update was skipped): the second one copies
+// every layer into the other generation, so both are complete checkpoints of the same state.
+TEST(SsdStore, CheckpointWithoutARoundCopiesTheState) {
+    TempDir d;
+    char err[1024] = "";
+    const StoreCase c = {0, 1, 0, 3, 16384};
+    const SsdStoreConfig cfg = store_config(c, 3);
+    RamModel ram(3);
+    std::vector<uint16_t> bf16(ram.b);
+    SsdStore* st = ssd_store_create(d.path.c_str(), &cfg, err, sizeof err);
+    ASSERT_NE(st, nullptr) << err;
+    for (int l = 0; l < 3; l++)
+        ASSERT_EQ(ssd_store_write_layer(st, l, &ram.p[(size_t)l * kLayer], &ram.m[(size_t)l * kLayer], &ram.v[(size_t)l * kLayer], err, sizeof err), 0);
+    ram.step(1, {0, 1, 2});
+    store_step(st, c, ram, 1, {0, 1, 2}, &bf16);
+    ASSERT_EQ(ssd_store_checkpoint(st, 1, err, sizeof err), 0) << err;
+    int64_t r0 = 0, w0 = 0, r1 = 0, w1 = 0;
+    ssd_io_counters(ssd_store_io(st), &r0, &w0);
+    ASSERT_EQ(ssd_store_checkpoint(st, 2, err, sizeof err), 0) << err;
+    ssd_io_counters(ssd_store_io(st), &r1, &w1);
+    EXPECT_GE(w1 - w0, 3 * kLayer * 14) << "every layer's params, m, v and bf16 copy written to the other generation";
+    ssd_store_close(st);
+    for (int64_t s : {1, 2}) {
+        st = ssd_store_open(d.path.c_str(), &cfg, s, err, sizeof err);
+        ASSERT_NE(st, nullptr) << err;
+        expect_store_equals(st, ram, 1, s == 1 ? "checkpoint 1" : "checkpoint 2");
+        ssd_store_close(st);
+    }
+}
+
 TEST(SsdStore, BadShapesAndMismatchedReopenAreRefused) {
     TempDir d;
     char err[1024] = "";
