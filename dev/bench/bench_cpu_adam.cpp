@@ -288,6 +288,7 @@ static int disk_main(int argc, char** argv) {
         if (!failed && ssd_store_round(st, order.data(), (int)L, &fns, err, sizeof err) != 0) failed = 1;
     });
     ssd_io_counters(ssd_store_io(st), &r1, &w1);
+    const char* backend = ssd_io_backend(ssd_store_io(st));  // a string literal: outlives the store
     ssd_store_close(st);
     for (const char* f : {"gen0/params.f32", "gen0/m.f32", "gen0/v.f32", "gen1/params.f32", "gen1/m.f32", "gen1/v.f32", "ssd_manifest"})
         unlink((std::string(dir) + "/" + f).c_str());
@@ -306,11 +307,11 @@ static int disk_main(int argc, char** argv) {
     printf("bound: min(disk %.3f Gparam/s = %s %.0f MB/s / 24 bytes, in RAM %.3f Gparam/s) = %.3f Gparam/s; the round "
            "reaches %.1f%% of it (target 85%%: %s)\n", disk_rate / 1e9, have_fio ? "fio read+write" : "probe", disk_mix / 1e6,
            ram_rate / 1e9, bound / 1e9, 100.0 * disk_round_rate / bound, disk_round_rate >= 0.85 * bound ? "met" : "NOT met");
-    printf("RESULT {\"bench\": \"cpu_adam_disk\", \"n\": %lld, \"threads\": %d, \"reps\": %d, \"backend\": \"%s\", "
+    printf("RESULT {\"bench\": \"cpu_adam_disk\", \"n\": %lld, \"threads\": %d, \"reps\": %d, \"backend\": \"%s\", \"o_direct\": %s, "
            "\"adamw_ram_gparams\": %.4f, \"adamw_disk_gparams\": %.4f, \"disk_bytes_per_param\": %.2f, "
            "\"fio_write_MBs\": %.1f, \"fio_read_MBs\": %.1f, \"fio_mix_MBs\": %.1f, \"fio_concurrent_MBs\": %.1f, \"probe_write_MBs\": %.1f, "
            "\"probe_read_MBs\": %.1f, \"bound_gparams\": %.4f, \"fraction_of_bound\": %.4f, \"target_met\": %s}\n",
-           (long long)nn, threads > 0 ? threads : omp_get_max_threads(), reps, direct ? "io_uring+O_DIRECT" : "buffered",
+           (long long)nn, threads > 0 ? threads : omp_get_max_threads(), reps, backend, direct ? "true" : "false",
            ram_rate / 1e9, disk_round_rate / 1e9, bpp, fw_w / 1e6, fr_r / 1e6, (fm_r + fm_w) / 1e6, (fc_r + fc_w) / 1e6, pw / 1e6, pr / 1e6,
            bound / 1e9, disk_round_rate / bound, disk_round_rate >= 0.85 * bound ? "true" : "false");
     free(p); free(m); free(v); free(gb); free(out);
