@@ -228,7 +228,7 @@ SsdIo* ssd_io_open(const SsdIoConfig* cfg, char* err, size_t errlen) {
     if (io->uring) {
         io->reaper = std::thread(uring_reaper, io);
     } else {
-        const int t = c.fallback_threads > 0 ? c.fallback_threads : 4;
+        const int t = c.fallback_threads > 0 ? c.fallback_threads : io->qd;  // as many transfers in flight as io_uring would have
         for (int i = 0; i < t; i++) io->workers.emplace_back(fallback_worker, io);
     }
     return io;
@@ -782,6 +782,7 @@ int ssd_store_write_layer(SsdStore* st, int layer, const float* params, const fl
 
 int ssd_store_read_layer(SsdStore* st, int layer, float* params, float* m, float* v, uint16_t* bf16, char* err,
                          size_t errlen) {
+    if (refuse_if_failed(st, err, errlen)) return -1;  // the newest state may be torn
     if (layer < 0 || layer >= st->cfg.num_layers || (bf16 && !st->cfg.with_bf16)) {
         snprintf(err, errlen, "ssd_store_read_layer: bad layer %d, or a bf16 copy asked of a store without one", layer);
         return -1;
@@ -825,11 +826,14 @@ int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* f
         return -1;
     }
     std::vector<Piece> pcs;
+    std::vector<char> seen((size_t)c->num_layers, 0);
     for (int i = 0; i < n; i++) {
-        if (layers[i] < 0 || layers[i] >= c->num_layers) {
-            snprintf(err, errlen, "ssd_store_round: layer %d is not in the store (0..%d)", layers[i], c->num_layers - 1);
+        if (layers[i] < 0 || layers[i] >= c->num_layers || seen[(size_t)layers[i]]) {
+            snprintf(err, errlen, "ssd_store_round: layer %d is not in the store (0..%d) or listed twice", layers[i],
+                     c->num_layers - 1);
             return -1;
         }
+        seen[(size_t)layers[i]] = 1;
         pieces_of_layer(st, layers[i], &pcs);
     }
     if (pcs.empty()) return 0;

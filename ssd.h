@@ -78,7 +78,7 @@ typedef struct {
     int queue_depth;        // chunks in flight (io_uring entries / fallback threads' queue); 0: 16
     int64_t chunk_bytes;    // a request is split into chunks of this size (multiple of 4096); 0: 4 MiB
     int force_fallback;     // 1: pread/pwrite threads even where io_uring works (tests); env SSD_IO_FALLBACK=1 too
-    int fallback_threads;   // threads of the fallback; 0: 4
+    int fallback_threads;   // threads of the fallback (each has one chunk in flight); 0: queue_depth
     int quiet;              // 1: no warning line when falling back (tests that force it)
 } SsdIoConfig;
 

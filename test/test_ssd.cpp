@@ -562,11 +562,13 @@ TEST(SsdStoreErrors, FailedStoreRefusesToGoOn) {
     ASSERT_NE(st, nullptr) << err;
     for (int l = 0; l < 2; l++)
         ASSERT_EQ(ssd_store_write_layer(st, l, &ram.p[(size_t)l * kLayer], &ram.m[(size_t)l * kLayer], &ram.v[(size_t)l * kLayer], err, sizeof err), 0);
-    ssd_io_set_fault(ssd_store_io(st), 1, 5, ENOSPC, 0);
     RoundCtx x;
     x.st = st; x.want = &ram; x.step = 1; x.grads_on_disk = 0; x.with_bf16 = 0; x.bf16_ram = bf16;
     SsdRoundFns fns = {ctx_grads, ctx_update, ctx_bf16_dst, NULL, &x};
-    const int layers[2] = {0, 1};
+    const int twice[2] = {1, 1}, layers[2] = {0, 1};
+    EXPECT_EQ(ssd_store_round(st, twice, 2, &fns, err, sizeof err), -1);  // bad input: an error, the store goes on
+    EXPECT_NE(strstr(err, "listed twice"), nullptr) << err;
+    ssd_io_set_fault(ssd_store_io(st), 1, 5, ENOSPC, 0);
     EXPECT_EQ(ssd_store_round(st, layers, 2, &fns, err, sizeof err), -1);
     EXPECT_NE(strstr(err, "No space left on device"), nullptr) << err;
     EXPECT_EQ(strchr(err, '\n'), nullptr) << "one line";
@@ -575,6 +577,8 @@ TEST(SsdStoreErrors, FailedStoreRefusesToGoOn) {
     EXPECT_NE(strstr(err, "failed earlier"), nullptr) << err;
     EXPECT_EQ(ssd_store_checkpoint(st, 1, err, sizeof err), -1);
     EXPECT_NE(strstr(err, "No space left on device"), nullptr) << err;
+    std::vector<float> p((size_t)kLayer);
+    EXPECT_EQ(ssd_store_read_layer(st, 0, p.data(), NULL, NULL, NULL, err, sizeof err), -1) << "the state may be torn";
     ssd_store_close(st);
 }
 
