@@ -52,6 +52,26 @@
 // the next round starts, and its DONE marker last; a kill between the two leaves both generations valid (the
 // other one is only invalidated by its first write), so either checkpoint can be resumed from.
 //
+// ---- How the trainer calls it (the integration into train_gpt.cu is a later step)
+//   start:      plan = ssd_plan(...) for -P 1 and the space check; ssd_probe_bandwidth(DIR) for the printout;
+//               st = ssd_store_create(DIR, cfg) then ssd_store_write_layer(l, master, 0, 0) per streamed layer
+//               (a resume: st = ssd_store_open(DIR, cfg, step of the checkpoint)); host RAM keeps the fp32
+//               master, m, v of the GPU-resident prefix (embeddings, -R layers) only.
+//   backward:   with grads_on_disk, after layer l's gradients reach a pinned staging buffer (grads_on_host[l]),
+//               r = ssd_store_write_grads_async(st, l, buf); the buffer is reused once ssd_store_wait(r) returns.
+//   optimizer:  optimizer_thread_main's loop over layers R..L-1 becomes one ssd_store_round(st, layers, fns):
+//               fns.grads waits for stream_wait_grads_on_host(l) and returns grads_host_bf16 + l*stride (or NULL
+//               on disk); fns.update calls adamw_tensors_window_bf16grad(NUM_LAYER_TENSORS, p->layer_offset,
+//               p->layer_size, layer_tensor_is_matrix, off, n, ...) with the round's AdamWArgs; fns.bf16_dst
+//               returns ws.weights_host_bf16 + gpt_layer_offset(l); fns.layer_done does what the loop body does
+//               after adamw_layer today (block_t0/t1, blocks_done = l + 1, notify).
+//   -sw 1:      the forward/backward read layer l's bf16 weights with ssd_store_read_bf16_async into a ring of
+//               pinned, 4096-aligned layer buffers (instead of weights_host_bf16 + offset) after layer_done(l).
+//   checkpoint: save_checkpoint = optimizer_wait_all; ssd_store_checkpoint(st, step); then the trainer's own
+//               state file (data position, hyperparameters, "state in DIR at step S" instead of m and v) and
+//               DONE last. The model file of a checkpoint is then optional (it is a copy of the params: export
+//               it with ssd_store_read_layer from the checkpoint's generation at the end of training).
+//
 // ---- Threads
 // SsdIo is thread-safe. An SsdStore's round, checkpoint and write_layer/read_layer run on one thread at a time
 // (the optimizer thread; the checkpoint when no round is running); ssd_store_read_bf16_async and
