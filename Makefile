@@ -47,6 +47,11 @@ $(BUILD):
 $(BUILD)/cpu_adam.o: cpu_adam.cpp cpu_adam.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
+# The SSD tier (ssd.h: direct I/O over io_uring, the optimizer state on disk). liburing from Debian's liburing-dev.
+URING_LIBS ?= -luring
+$(BUILD)/ssd.o: ssd.cpp ssd.h cpu_adam.h | $(BUILD)
+	$(CXX) $(CXXFLAGS) -c $< -o $@
+
 train_gpt_cpu: train_gpt_cpu.cpp $(BUILD)/cpu_adam.o $(HEADERS)
 	$(CXX) $(CXXFLAGS) $< $(BUILD)/cpu_adam.o -o $@ $(LDLIBS)
 
@@ -76,6 +81,10 @@ $(BUILD)/test_matmul: test/test_matmul.cpp matmul.cuh cuda_common.h $(BUILD)/cpu
 # attention.cuh's index math on the CPU (CPU stand-ins for cuBLAS and the softmax kernels, see the test)
 $(BUILD)/test_attention: test/test_attention.cpp attention.cuh $(BUILD)/cpu_adam.o $(HEADERS) | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
+
+# the SSD tier's suite (ssd.h): its I/O layer, the store against the in-RAM AdamW, checkpoints, crashes, disk errors
+$(BUILD)/test_ssd: test/test_ssd.cpp $(BUILD)/ssd.o $(BUILD)/cpu_adam.o $(HEADERS) | $(BUILD)
+	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/ssd.o $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(URING_LIBS) $(LDLIBS)
 
 $(BUILD)/test_%: test/test_%.cpp $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard dev/data/*.h) test/cli_test_common.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
@@ -110,8 +119,8 @@ $(BUILD)/bench_attention: dev/bench/bench_attention.cu dev/bench/gpu_timing.h tr
 $(BUILD)/bench_layer: dev/bench/bench_layer.cu dev/bench/gpu_timing.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard *.cuh)
 	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o -o $@ $(CUDA_LIBS)
 
-$(BUILD)/bench_cpu_adam: dev/bench/bench_cpu_adam.cpp $(BUILD)/cpu_adam.o cpu_adam.h crc32c.h | $(BUILD)
-	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(LDLIBS)
+$(BUILD)/bench_cpu_adam: dev/bench/bench_cpu_adam.cpp $(BUILD)/cpu_adam.o $(BUILD)/ssd.o cpu_adam.h ssd.h crc32c.h | $(BUILD)
+	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ $(URING_LIBS) $(LDLIBS)
 
 # The tokenizer tool that made the shipped shards (dev/data/README.md says how to re-make them).
 tokenize: dev/data/tokenize.cpp dev/data/gpt2_bpe.h dev/data/unicode_ranges.h | $(BUILD)

@@ -290,6 +290,21 @@ void adamw_update_bf16grad(float* params, const uint16_t* grads, float* m, float
     adam_any(params, grads, m, v, params_bf16_out, n, a);
 }
 
+void adamw_tensors_window_bf16grad(int count, const int64_t* offset, const int64_t* size, const int* is_matrix,
+                                   int64_t lo, int64_t n, float* params, const uint16_t* grads, float* m, float* v,
+                                   uint16_t* bf16_out, const AdamWArgs* args) {
+    const int64_t hi = lo + n;
+    for (int i = 0; i < count; i++) {
+        const int64_t a = offset[i] > lo ? offset[i] : lo;
+        const int64_t b = offset[i] + size[i] < hi ? offset[i] + size[i] : hi;
+        if (a >= b) continue;
+        AdamWArgs t = *args;
+        if (!is_matrix[i]) t.weight_decay = 0.0f;
+        const int64_t o = a - lo;
+        adamw_update_bf16grad(params + o, grads + o, m + o, v + o, bf16_out ? bf16_out + o : NULL, b - a, &t);
+    }
+}
+
 // ----------------------------------------------------------------------------
 // Sum of squares. Two (AVX2: four) double accumulators hide the FMA latency; x*x of a float is exact in
 // double, so the only rounding is in the additions.

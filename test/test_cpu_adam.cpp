@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -473,4 +474,46 @@ TEST(CpuAdam, ReportsSimdPath) {
     const std::string s = cpu_adam_simd_name();
     EXPECT_TRUE(s == "avx512" || s == "avx2" || s == "scalar") << s;
     printf("cpu_adam SIMD path: %s\n", s.c_str());
+}
+
+// adamw_tensors_window_bf16grad (the SSD tier updates a layer piece by piece as it streams from disk): any
+// split of a block into windows, cutting tensors anywhere, gives the bits of the whole block updated tensor by
+// tensor, each tensor with its own weight decay.
+TEST(AdamW, WindowsOfABlockGiveTheWholeBlockUpdate) {
+    const int count = 4;
+    const int64_t size[count] = {777, 40000, 3, 35001};
+    const int is_matrix[count] = {0, 1, 0, 1};
+    int64_t offset[count], n = 0;
+    for (int i = 0; i < count; i++) { offset[i] = n; n += size[i]; }
+    std::mt19937 r(7);
+    std::normal_distribution<float> nd(0.0f, 0.02f);
+    std::vector<float> p0((size_t)n), m0((size_t)n), v0((size_t)n);
+    std::vector<uint16_t> g((size_t)n);
+    for (int64_t i = 0; i < n; i++) {
+        p0[(size_t)i] = nd(r); m0[(size_t)i] = nd(r) * 1e-2f; v0[(size_t)i] = fabsf(nd(r)) * 1e-4f;
+        g[(size_t)i] = float_to_bf16(nd(r) * 0.1f);
+    }
+    const AdamWArgs a = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 5};
+    // the reference: whole tensors, matrices decayed
+    std::vector<float> p = p0, m = m0, v = v0;
+    std::vector<uint16_t> b((size_t)n);
+    for (int i = 0; i < count; i++) {
+        AdamWArgs t = a;
+        if (!is_matrix[i]) t.weight_decay = 0.0f;
+        const size_t o = (size_t)offset[i];
+        adamw_update_bf16grad(&p[o], &g[o], &m[o], &v[o], &b[o], size[i], &t);
+    }
+    for (int64_t w : {(int64_t)1, (int64_t)2048, (int64_t)16384, (int64_t)33333, n}) {
+        std::vector<float> pw = p0, mw = m0, vw = v0;
+        std::vector<uint16_t> bw((size_t)n);
+        for (int64_t lo = 0; lo < n; lo += (w == 1 ? 1 + lo % 5000 : w)) {  // w = 1: ragged windows
+            const int64_t len = std::min(w == 1 ? 1 + lo % 5000 : w, n - lo);
+            adamw_tensors_window_bf16grad(count, offset, size, is_matrix, lo, len, &pw[(size_t)lo], &g[(size_t)lo],
+                                          &mw[(size_t)lo], &vw[(size_t)lo], &bw[(size_t)lo], &a);
+        }
+        EXPECT_EQ(memcmp(pw.data(), p.data(), (size_t)n * 4), 0) << "windows of " << w;
+        EXPECT_EQ(memcmp(mw.data(), m.data(), (size_t)n * 4), 0) << "windows of " << w;
+        EXPECT_EQ(memcmp(vw.data(), v.data(), (size_t)n * 4), 0) << "windows of " << w;
+        EXPECT_EQ(bw, b) << "windows of " << w;
+    }
 }

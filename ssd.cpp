@@ -1,0 +1,1047 @@
+// ssd.cpp — the SSD tier (ssd.h says what and why): asynchronous direct I/O over io_uring with a pread/pwrite
+// fallback, the two-generation state store and its pipelined AdamW round, the capacity plan and the bandwidth
+// probe. Host code only; no CUDA. Every size and offset is int64_t.
+#include "ssd.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <liburing.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "cpu_adam.h"
+
+static const double GiB = 1024.0 * 1024.0 * 1024.0;
+
+void* ssd_alloc(int64_t bytes) {
+    if (bytes <= 0) bytes = SSD_ALIGN;
+    void* p = NULL;
+    if (posix_memalign(&p, SSD_ALIGN, (size_t)ssd_round_up(bytes, SSD_ALIGN)) != 0) return NULL;
+    memset(p, 0, (size_t)ssd_round_up(bytes, SSD_ALIGN));
+    return p;
+}
+void ssd_free(void* p) { free(p); }
+
+static bool env_is_1(const char* name) {
+    const char* e = getenv(name);
+    return e && strcmp(e, "1") == 0;
+}
+
+// ============================================================================
+// Asynchronous direct I/O
+
+namespace {
+struct Chunk {
+    SsdReq req;
+    int fd, write;
+    char* buf;
+    int64_t bytes, off;
+    const char* path;
+};
+struct ReqState {
+    int64_t chunks_left = 0;
+    bool done = false;
+    std::string msg;  // first error, empty if none
+};
+}  // namespace
+
+struct SsdIo {
+    std::mutex mu;
+    std::condition_variable cv_done, cv_work;
+    std::deque<Chunk*> pending;
+    std::unordered_map<SsdReq, ReqState> reqs;
+    SsdReq next_id = 1;
+    int qd = 16;
+    int64_t chunk = (int64_t)4 << 20;
+    int inflight = 0;
+    bool quit = false;
+    bool uring = false;
+    struct io_uring ring;
+    std::thread reaper;
+    std::vector<std::thread> workers;
+    int64_t fault_after[2] = {-1, -1};
+    int fault_err[2] = {0, 0}, fault_kill[2] = {0, 0};
+    std::atomic<int64_t> bytes_read{0}, bytes_written{0};
+};
+
+static void chunk_message(const Chunk* c, int err, char* out, size_t outlen) {
+    if (err)
+        snprintf(out, outlen, "cannot %s %.600s at offset %lld (%lld bytes): %s", c->write ? "write" : "read", c->path,
+                 (long long)c->off, (long long)c->bytes, strerror(err));
+    else if (c->write)
+        snprintf(out, outlen, "short write to %.600s at offset %lld: 0 of %lld bytes written (disk full?)", c->path,
+                 (long long)c->off, (long long)c->bytes);
+    else
+        snprintf(out, outlen, "short read from %.600s at offset %lld: 0 of %lld bytes (the file ends early)", c->path,
+                 (long long)c->off, (long long)c->bytes);
+}
+
+// Under io->mu. Completes chunk c (err < 0: -errno; err == 1: a zero-byte transfer; 0: ok) and frees it.
+static void complete_chunk(SsdIo* io, Chunk* c, int err) {
+    ReqState& r = io->reqs[c->req];
+    if (err != 0 && r.msg.empty()) {
+        char m[1024];
+        chunk_message(c, err < 0 ? -err : 0, m, sizeof m);
+        r.msg = m;
+    }
+    if (--r.chunks_left == 0) {
+        r.done = true;
+        io->cv_done.notify_all();
+    }
+    delete c;
+}
+
+// Under io->mu, when a chunk is about to be started: 1 to go on; 0 when the test fault took it (completed).
+static int fault_check(SsdIo* io, Chunk* c) {
+    const int k = c->write ? 1 : 0;
+    if (io->fault_after[k] < 0) return 1;
+    if (io->fault_after[k] > 0) {
+        io->fault_after[k]--;
+        return 1;
+    }
+    if (io->fault_kill[k]) kill(getpid(), SIGKILL);
+    complete_chunk(io, c, io->fault_err[k] ? -io->fault_err[k] : 1);
+    return 0;
+}
+
+// Under io->mu: the result of one transfer of chunk c (res: bytes, or -errno).
+static void transfer_result(SsdIo* io, Chunk* c, int64_t res) {
+    if (res < 0) { complete_chunk(io, c, (int)res); return; }
+    if (res == 0) { complete_chunk(io, c, 1); return; }
+    (c->write ? io->bytes_written : io->bytes_read) += res;
+    if (res < c->bytes) {  // a short transfer: the rest goes again, first
+        c->buf += res;
+        c->off += res;
+        c->bytes -= res;
+        io->pending.push_front(c);
+        return;
+    }
+    complete_chunk(io, c, 0);
+}
+
+// Under io->mu: start pending chunks while the ring has room.
+static void uring_pump(SsdIo* io) {
+    int queued = 0;
+    while (io->inflight < io->qd && !io->pending.empty()) {
+        Chunk* c = io->pending.front();
+        io->pending.pop_front();
+        if (!fault_check(io, c)) continue;
+        struct io_uring_sqe* sqe = io_uring_get_sqe(&io->ring);
+        if (!sqe) { io->pending.push_front(c); break; }
+        if (c->write) io_uring_prep_write(sqe, c->fd, c->buf, (unsigned)c->bytes, (uint64_t)c->off);
+        else io_uring_prep_read(sqe, c->fd, c->buf, (unsigned)c->bytes, (uint64_t)c->off);
+        io_uring_sqe_set_data(sqe, c);
+        io->inflight++;
+        queued++;
+    }
+    if (queued == 0) return;
+    for (int tries = 0;; tries++) {
+        const int r = io_uring_submit(&io->ring);
+        if (r >= 0) break;
+        if ((r == -EINTR || r == -EAGAIN || r == -EBUSY) && tries < 1000) { usleep(100); continue; }
+        fprintf(stderr, "ssd: io_uring_submit failed: %s\n", strerror(-r));  // the entries stay queued in the ring
+        break;
+    }
+}
+
+static void uring_reaper(SsdIo* io) {
+    for (;;) {
+        struct io_uring_cqe* cqe = NULL;
+        const int r = io_uring_wait_cqe(&io->ring, &cqe);
+        if (r == -EINTR || r == -EAGAIN) continue;
+        if (r < 0) { fprintf(stderr, "ssd: io_uring_wait_cqe failed: %s\n", strerror(-r)); usleep(1000); continue; }
+        Chunk* c = (Chunk*)io_uring_cqe_get_data(cqe);
+        const int res = cqe->res;
+        io_uring_cqe_seen(&io->ring, cqe);
+        std::lock_guard<std::mutex> lock(io->mu);
+        if (!c) {  // the wake-up NOP of ssd_io_close
+            if (io->quit) return;
+            continue;
+        }
+        io->inflight--;
+        transfer_result(io, c, res);
+        uring_pump(io);
+    }
+}
+
+static void fallback_worker(SsdIo* io) {
+    std::unique_lock<std::mutex> lock(io->mu);
+    for (;;) {
+        io->cv_work.wait(lock, [io] { return io->quit || !io->pending.empty(); });
+        if (io->pending.empty()) return;  // quit
+        Chunk* c = io->pending.front();
+        io->pending.pop_front();
+        if (!fault_check(io, c)) continue;
+        io->inflight++;
+        lock.unlock();
+        int64_t res;
+        for (;;) {
+            const ssize_t n = c->write ? pwrite(c->fd, c->buf, (size_t)c->bytes, (off_t)c->off)
+                                       : pread(c->fd, c->buf, (size_t)c->bytes, (off_t)c->off);
+            if (n < 0 && errno == EINTR) continue;
+            res = n < 0 ? -(int64_t)errno : (int64_t)n;
+            break;
+        }
+        lock.lock();
+        io->inflight--;
+        transfer_result(io, c, res);  // a short transfer goes back to the queue
+        if (!io->pending.empty()) io->cv_work.notify_one();
+    }
+}
+
+SsdIo* ssd_io_open(const SsdIoConfig* cfg, char* err, size_t errlen) {
+    SsdIoConfig c = cfg ? *cfg : SsdIoConfig{};
+    if (c.queue_depth < 0 || c.chunk_bytes < 0 || c.fallback_threads < 0 || c.chunk_bytes % SSD_ALIGN != 0 ||
+        c.chunk_bytes > ((int64_t)1 << 30)) {
+        snprintf(err, errlen, "bad SSD I/O settings: queue depth %d, chunk %lld bytes (a multiple of 4096 up to 1 GiB)",
+                 c.queue_depth, (long long)c.chunk_bytes);
+        return NULL;
+    }
+    SsdIo* io = new SsdIo();
+    io->qd = c.queue_depth > 0 ? c.queue_depth : 16;
+    io->chunk = c.chunk_bytes > 0 ? c.chunk_bytes : ((int64_t)4 << 20);
+    const bool force = c.force_fallback || env_is_1("SSD_IO_FALLBACK");
+    if (!force) {
+        const int r = io_uring_queue_init((unsigned)io->qd + 1, &io->ring, 0);  // + 1: room for the close NOP
+        if (r == 0) {
+            io->uring = true;
+        } else if (!c.quiet) {
+            fprintf(stderr, "warning: io_uring unavailable (%s): the SSD tier uses pread/pwrite threads\n", strerror(-r));
+        }
+    }
+    if (io->uring) {
+        io->reaper = std::thread(uring_reaper, io);
+    } else {
+        const int t = c.fallback_threads > 0 ? c.fallback_threads : io->qd;  // as many transfers in flight as io_uring would have
+        for (int i = 0; i < t; i++) io->workers.emplace_back(fallback_worker, io);
+    }
+    return io;
+}
+
+void ssd_io_close(SsdIo* io) {
+    if (!io) return;
+    {
+        std::unique_lock<std::mutex> lock(io->mu);
+        io->cv_done.wait(lock, [io] { return io->inflight == 0 && io->pending.empty(); });
+        io->quit = true;
+        if (io->uring) {
+            struct io_uring_sqe* sqe = io_uring_get_sqe(&io->ring);
+            io_uring_prep_nop(sqe);
+            io_uring_sqe_set_data(sqe, NULL);
+            io_uring_submit(&io->ring);
+        }
+        io->cv_work.notify_all();
+    }
+    if (io->uring) {
+        io->reaper.join();
+        io_uring_queue_exit(&io->ring);
+    }
+    for (auto& t : io->workers) t.join();
+    delete io;
+}
+
+const char* ssd_io_backend(const SsdIo* io) { return io->uring ? "io_uring" : "pread/pwrite threads"; }
+
+static SsdReq failed_request(SsdIo* io, const char* msg) {
+    std::lock_guard<std::mutex> lock(io->mu);
+    const SsdReq id = io->next_id++;
+    ReqState& r = io->reqs[id];
+    r.done = true;
+    r.msg = msg;
+    return id;
+}
+
+SsdReq ssd_io_submit(SsdIo* io, const SsdFile* f, int write, void* buf, int64_t bytes, int64_t offset) {
+    char msg[1024];
+    if (bytes <= 0 || offset < 0 || offset > f->size - bytes) {
+        snprintf(msg, sizeof msg, "bad request on %.600s: %lld bytes at offset %lld of a %lld-byte file", f->path,
+                 (long long)bytes, (long long)offset, (long long)f->size);
+        return failed_request(io, msg);
+    }
+    if (f->direct && (((uintptr_t)buf % SSD_ALIGN) != 0 || bytes % SSD_ALIGN != 0 || offset % SSD_ALIGN != 0)) {
+        snprintf(msg, sizeof msg, "bad request on %.600s: O_DIRECT needs 4096-aligned buffer, length and offset "
+                 "(%lld bytes at offset %lld)", f->path, (long long)bytes, (long long)offset);
+        return failed_request(io, msg);
+    }
+    std::lock_guard<std::mutex> lock(io->mu);
+    const SsdReq id = io->next_id++;
+    ReqState& r = io->reqs[id];
+    r.chunks_left = (bytes + io->chunk - 1) / io->chunk;
+    for (int64_t done = 0; done < bytes; done += io->chunk) {
+        Chunk* c = new Chunk{id, f->fd, write ? 1 : 0, (char*)buf + done, bytes - done < io->chunk ? bytes - done : io->chunk,
+                             offset + done, f->path};
+        io->pending.push_back(c);
+    }
+    if (io->uring) uring_pump(io);
+    else io->cv_work.notify_all();
+    return id;
+}
+
+int ssd_io_wait(SsdIo* io, SsdReq r, char* err, size_t errlen) {
+    std::unique_lock<std::mutex> lock(io->mu);
+    auto it = io->reqs.find(r);
+    if (it == io->reqs.end()) {
+        snprintf(err, errlen, "internal error: SSD request %lld is unknown or was waited for already", (long long)r);
+        return -1;
+    }
+    ReqState* s = &it->second;  // pointers to elements stay valid when the map rehashes
+    io->cv_done.wait(lock, [s] { return s->done; });
+    const int rc = s->msg.empty() ? 0 : -1;
+    if (rc) snprintf(err, errlen, "%s", s->msg.c_str());
+    io->reqs.erase(r);
+    return rc;
+}
+
+int ssd_io_poll(SsdIo* io, SsdReq r) {
+    std::lock_guard<std::mutex> lock(io->mu);
+    auto it = io->reqs.find(r);
+    return it == io->reqs.end() || it->second.done;
+}
+
+void ssd_io_set_fault(SsdIo* io, int write, int64_t after, int err, int kill_it) {
+    std::lock_guard<std::mutex> lock(io->mu);
+    const int k = write ? 1 : 0;
+    io->fault_after[k] = after;
+    io->fault_err[k] = err;
+    io->fault_kill[k] = kill_it;
+}
+
+void ssd_io_counters(const SsdIo* io, int64_t* bytes_read, int64_t* bytes_written) {
+    if (bytes_read) *bytes_read = io->bytes_read.load();
+    if (bytes_written) *bytes_written = io->bytes_written.load();
+}
+
+// ---- files
+
+static std::atomic<int> g_warned_direct{0};
+
+int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int quiet, char* err, size_t errlen) {
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    if (strlen(path) >= sizeof f->path) { snprintf(err, errlen, "path too long: %.200s...", path); return -1; }
+    snprintf(f->path, sizeof f->path, "%s", path);
+    const int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_TRUNC : 0);
+    const bool want_direct = !env_is_1("SSD_NO_DIRECT");
+    int fd = -1;
+    if (want_direct) {
+        fd = open(path, flags | O_DIRECT, 0644);
+        if (fd >= 0) f->direct = 1;
+        else if (errno != EINVAL) { snprintf(err, errlen, "cannot open %.600s: %s", path, strerror(errno)); return -1; }
+    }
+    if (fd < 0) {
+        fd = open(path, flags, 0644);
+        if (fd < 0) { snprintf(err, errlen, "cannot open %.600s: %s", path, strerror(errno)); return -1; }
+        if (want_direct && !quiet && g_warned_direct.fetch_add(1) == 0)
+            fprintf(stderr, "warning: the filesystem of %s refuses O_DIRECT: the SSD tier uses buffered I/O (page cache)\n",
+                    path);
+    }
+    f->fd = fd;
+    if (create) {
+        if (size > 0) {
+            int r = fallocate(fd, 0, 0, (off_t)size) == 0 ? 0 : errno;
+            if (r == EOPNOTSUPP || r == ENOSYS) r = ftruncate(fd, (off_t)size) == 0 ? 0 : errno;
+            if (r != 0) {
+                struct statvfs sv;
+                const double avail = fstatvfs(fd, &sv) == 0 ? (double)sv.f_bavail * (double)sv.f_frsize : -1.0;
+                if (r == ENOSPC)
+                    snprintf(err, errlen, "not enough space for %.600s: it needs %.2f GiB, the filesystem has %.2f GiB free",
+                             path, size / GiB, avail / GiB);
+                else
+                    snprintf(err, errlen, "cannot allocate %.2f GiB for %.600s: %s", size / GiB, path, strerror(r));
+                close(fd);
+                unlink(path);
+                f->fd = -1;
+                return -1;
+            }
+        }
+        f->size = size;
+    } else {
+        struct stat st;
+        if (fstat(fd, &st) != 0) { snprintf(err, errlen, "cannot stat %.600s: %s", path, strerror(errno)); close(fd); f->fd = -1; return -1; }
+        f->size = (int64_t)st.st_size;
+    }
+    return 0;
+}
+
+void ssd_file_close(SsdFile* f) {
+    if (f->fd >= 0) close(f->fd);
+    f->fd = -1;
+}
+
+int ssd_file_sync(SsdFile* f, char* err, size_t errlen) {
+    if (fsync(f->fd) != 0) { snprintf(err, errlen, "cannot fsync %.600s: %s", f->path, strerror(errno)); return -1; }
+    return 0;
+}
+
+// ============================================================================
+// The state store
+
+namespace {
+enum { K_PARAMS, K_M, K_V, K_BF16, K_COUNT };
+const char* const kKindFile[K_COUNT] = {"params.f32", "m.f32", "v.f32", "weights.bf16"};
+const int kKindSize[K_COUNT] = {4, 4, 4, 2};
+
+struct Slot {
+    float *p, *m, *v;
+    uint16_t *g, *b;
+    int64_t piece = -1;
+    SsdReq rd[5], wr[5];
+    int nrd = 0, nwr = 0;
+};
+struct Piece {
+    int layer;
+    int64_t off, cnt;
+    bool last;
+};
+}  // namespace
+
+struct SsdStore {
+    std::string dir;
+    SsdStoreConfig cfg;
+    SsdIo* io = NULL;
+    SsdFile files[2][K_COUNT];
+    SsdFile grads;
+    int64_t step[2] = {-1, -1};
+    int wgen = 0;
+    std::unique_ptr<std::atomic<uint8_t>[]> src;  // generation holding each layer's newest state
+    int64_t piece = 0, stride4 = 0, stride2 = 0, bytes4 = 0, bytes2 = 0;
+    std::vector<Slot> ring;
+    void* ring_mem = NULL;
+    bool failed = false;
+    std::string fail_msg;
+};
+
+static bool has_kind(const SsdStoreConfig* c, int k) { return k != K_BF16 || c->with_bf16; }
+
+static int64_t piece_elems_of(const SsdStoreConfig* c) {
+    int64_t p = c->piece_elems;
+    if (p <= 0 || p >= c->layer_elems) return c->layer_elems;
+    p = p / SSD_PIECE_ALIGN_ELEMS * SSD_PIECE_ALIGN_ELEMS;
+    return p > 0 ? p : SSD_PIECE_ALIGN_ELEMS < c->layer_elems ? SSD_PIECE_ALIGN_ELEMS : c->layer_elems;
+}
+
+int64_t ssd_store_ring_bytes(const SsdStoreConfig* c) {
+    const int64_t p = piece_elems_of(c);
+    const int64_t per = 3 * ssd_round_up(p * 4, SSD_ALIGN) + (c->grads_on_disk ? ssd_round_up(p * 2, SSD_ALIGN) : 0) +
+                        (c->with_bf16 ? ssd_round_up(p * 2, SSD_ALIGN) : 0);
+    return (int64_t)c->ring * per;
+}
+
+int64_t ssd_store_disk_bytes(const SsdStoreConfig* c) {
+    const int64_t L = c->num_layers, s4 = ssd_round_up(c->layer_elems * 4, SSD_ALIGN),
+                  s2 = ssd_round_up(c->layer_elems * 2, SSD_ALIGN);
+    return 2 * L * (3 * s4 + (c->with_bf16 ? s2 : 0)) + (c->grads_on_disk ? L * s2 : 0);
+}
+
+int64_t ssd_store_bf16_layer_bytes(const SsdStore* st) { return st->stride2; }
+SsdIo* ssd_store_io(SsdStore* st) { return st->io; }
+void ssd_store_steps(const SsdStore* st, int64_t steps[2]) { steps[0] = st->step[0]; steps[1] = st->step[1]; }
+
+static int check_config(const SsdStoreConfig* c, char* err, size_t errlen) {
+    if (c->num_layers < 1 || c->layer_elems < 1 || c->ring < 3 || c->piece_elems < 0 ||
+        c->layer_elems > ((int64_t)1 << 40)) {
+        snprintf(err, errlen, "bad SSD store shape: %d layers of %lld parameters, ring %d, piece %lld (need >= 1 layer, "
+                 ">= 1 parameter, ring >= 3, piece >= 0)", c->num_layers, (long long)c->layer_elems, c->ring,
+                 (long long)c->piece_elems);
+        return -1;
+    }
+    return 0;
+}
+
+// ---- manifest
+
+static int write_manifest(SsdStore* st, char* err, size_t errlen) {
+    const std::string path = st->dir + "/ssd_manifest", tmp = path + ".tmp";
+    char text[512];
+    const int n = snprintf(text, sizeof text, "ssd_store 1\nlayers %d\nlayer_elems %lld\nwith_bf16 %d\ngrads_on_disk %d\n"
+                           "step0 %lld\nstep1 %lld\n", st->cfg.num_layers, (long long)st->cfg.layer_elems,
+                           st->cfg.with_bf16 ? 1 : 0, st->cfg.grads_on_disk ? 1 : 0, (long long)st->step[0],
+                           (long long)st->step[1]);
+    const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) { snprintf(err, errlen, "cannot create %.600s: %s", tmp.c_str(), strerror(errno)); return -1; }
+    const ssize_t w = write(fd, text, (size_t)n);
+    const int why = w < 0 ? errno : 0;
+    if (w != n || fsync(fd) != 0) {
+        snprintf(err, errlen, "cannot write %.600s: %s", tmp.c_str(), w != n ? (why ? strerror(why) : "short write (disk full?)") : strerror(errno));
+        close(fd);
+        return -1;
+    }
+    close(fd);
+    if (rename(tmp.c_str(), path.c_str()) != 0) {
+        snprintf(err, errlen, "cannot rename %.600s: %s", tmp.c_str(), strerror(errno));
+        return -1;
+    }
+    const int dfd = open(st->dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0 || fsync(dfd) != 0) {
+        snprintf(err, errlen, "cannot fsync directory %.600s: %s", st->dir.c_str(), strerror(errno));
+        if (dfd >= 0) close(dfd);
+        return -1;
+    }
+    close(dfd);
+    return 0;
+}
+
+static int read_manifest(const char* dir, SsdStoreConfig* shape, int64_t steps[2], char* err, size_t errlen) {
+    const std::string path = std::string(dir) + "/ssd_manifest";
+    FILE* f = fopen(path.c_str(), "r");
+    if (!f) { snprintf(err, errlen, "no SSD store in %.600s: cannot open %.600s: %s", dir, path.c_str(), strerror(errno)); return -1; }
+    int version = 0, bf = 0, gr = 0;
+    long long elems = 0, s0 = 0, s1 = 0;
+    const int got = fscanf(f, "ssd_store %d\nlayers %d\nlayer_elems %lld\nwith_bf16 %d\ngrads_on_disk %d\nstep0 %lld\nstep1 %lld",
+                           &version, &shape->num_layers, &elems, &bf, &gr, &s0, &s1);
+    fclose(f);
+    if (got != 7 || version != 1 || shape->num_layers < 1 || elems < 1 || s0 < -1 || s1 < -1) {
+        snprintf(err, errlen, "%.600s is not a valid SSD store manifest (version 1)", path.c_str());
+        return -1;
+    }
+    shape->layer_elems = elems;
+    shape->with_bf16 = bf;
+    shape->grads_on_disk = gr;
+    steps[0] = s0;
+    steps[1] = s1;
+    return 0;
+}
+
+// The write generation may be written only once the manifest says it holds no checkpoint (invariant 1).
+static int mark_writing(SsdStore* st, char* err, size_t errlen) {
+    if (st->step[st->wgen] == -1) return 0;
+    const int64_t old = st->step[st->wgen];
+    st->step[st->wgen] = -1;
+    if (write_manifest(st, err, errlen) != 0) {
+        st->step[st->wgen] = old;  // unknown whether the rename happened: refuse to go on either way
+        st->failed = true;
+        st->fail_msg = err;
+        return -1;
+    }
+    return 0;
+}
+
+// ---- construction
+
+static std::string gen_path(const std::string& dir, int g, int k) {
+    return dir + "/gen" + std::to_string(g) + "/" + kKindFile[k];
+}
+
+static int setup_ring(SsdStore* st, char* err, size_t errlen) {
+    const SsdStoreConfig* c = &st->cfg;
+    st->piece = piece_elems_of(c);
+    st->stride4 = ssd_round_up(c->layer_elems * 4, SSD_ALIGN);
+    st->stride2 = ssd_round_up(c->layer_elems * 2, SSD_ALIGN);
+    st->bytes4 = ssd_round_up(st->piece * 4, SSD_ALIGN);
+    st->bytes2 = ssd_round_up(st->piece * 2, SSD_ALIGN);
+    const int64_t total = ssd_store_ring_bytes(c);
+    st->ring_mem = ssd_alloc(total);
+    if (!st->ring_mem) {
+        snprintf(err, errlen, "out of memory: the SSD store's ring needs %.2f GiB of host RAM", total / GiB);
+        return -1;
+    }
+    char* p = (char*)st->ring_mem;
+    st->ring.resize((size_t)c->ring);
+    for (Slot& s : st->ring) {
+        s.p = (float*)p; p += st->bytes4;
+        s.m = (float*)p; p += st->bytes4;
+        s.v = (float*)p; p += st->bytes4;
+        s.g = NULL; s.b = NULL;
+        if (c->grads_on_disk) { s.g = (uint16_t*)p; p += st->bytes2; }
+        if (c->with_bf16) { s.b = (uint16_t*)p; p += st->bytes2; }
+    }
+    st->src.reset(new std::atomic<uint8_t>[(size_t)c->num_layers]);
+    return 0;
+}
+
+void ssd_store_close(SsdStore* st) {
+    if (!st) return;
+    if (st->io) ssd_io_close(st->io);  // waits for anything in flight
+    for (int g = 0; g < 2; g++)
+        for (int k = 0; k < K_COUNT; k++) ssd_file_close(&st->files[g][k]);
+    ssd_file_close(&st->grads);
+    ssd_free(st->ring_mem);
+    delete st;
+}
+
+static SsdStore* new_store(const char* dir, const SsdStoreConfig* cfg) {
+    SsdStore* st = new SsdStore();
+    st->dir = dir;
+    st->cfg = *cfg;
+    for (int g = 0; g < 2; g++)
+        for (int k = 0; k < K_COUNT; k++) st->files[g][k].fd = -1;
+    st->grads.fd = -1;
+    return st;
+}
+
+SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err, size_t errlen) {
+    if (check_config(cfg, err, errlen) != 0) return NULL;
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) { snprintf(err, errlen, "cannot create %.600s: %s", dir, strerror(errno)); return NULL; }
+    SsdStore* st = new_store(dir, cfg);
+    // Any older store here is replaced: its manifest first (no generation of it stays valid), then its files.
+    unlink((st->dir + "/ssd_manifest").c_str());
+    for (int g = 0; g < 2; g++) {
+        for (int k = 0; k < K_COUNT; k++) unlink(gen_path(st->dir, g, k).c_str());
+        const std::string gd = st->dir + "/gen" + std::to_string(g);
+        if (mkdir(gd.c_str(), 0755) != 0 && errno != EEXIST) {
+            snprintf(err, errlen, "cannot create %.600s: %s", gd.c_str(), strerror(errno));
+            ssd_store_close(st);
+            return NULL;
+        }
+    }
+    unlink((st->dir + "/grads.bf16").c_str());
+    struct statvfs sv;
+    const int64_t need = ssd_store_disk_bytes(cfg);
+    if (statvfs(dir, &sv) == 0 && (double)sv.f_bavail * (double)sv.f_frsize < (double)need) {
+        snprintf(err, errlen, "not enough space in %.600s for the SSD store: it needs %.2f GiB (two generations of the "
+                 "state%s), the filesystem has %.2f GiB free", dir, need / GiB, cfg->grads_on_disk ? " and the gradients" : "",
+                 (double)sv.f_bavail * (double)sv.f_frsize / GiB);
+        ssd_store_close(st);
+        return NULL;
+    }
+    if (write_manifest(st, err, errlen) != 0 || setup_ring(st, err, errlen) != 0) { ssd_store_close(st); return NULL; }
+    st->io = ssd_io_open(&cfg->io, err, errlen);
+    if (!st->io) { ssd_store_close(st); return NULL; }
+    for (int g = 0; g < 2; g++)
+        for (int k = 0; k < K_COUNT; k++) {
+            if (!has_kind(cfg, k)) continue;
+            const int64_t size = cfg->num_layers * (kKindSize[k] == 4 ? st->stride4 : st->stride2);
+            if (ssd_file_open(&st->files[g][k], gen_path(st->dir, g, k).c_str(), 1, size, cfg->io.quiet, err, errlen) != 0) {
+                ssd_store_close(st);
+                return NULL;
+            }
+        }
+    if (cfg->grads_on_disk &&
+        ssd_file_open(&st->grads, (st->dir + "/grads.bf16").c_str(), 1, cfg->num_layers * st->stride2, cfg->io.quiet, err,
+                      errlen) != 0) {
+        ssd_store_close(st);
+        return NULL;
+    }
+    st->wgen = 0;
+    for (int l = 0; l < cfg->num_layers; l++) st->src[l] = 0;
+    return st;
+}
+
+SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t step, char* err, size_t errlen) {
+    if (check_config(cfg, err, errlen) != 0) return NULL;
+    SsdStoreConfig shape = *cfg;
+    int64_t steps[2];
+    if (read_manifest(dir, &shape, steps, err, errlen) != 0) return NULL;
+    if (shape.num_layers != cfg->num_layers || shape.layer_elems != cfg->layer_elems ||
+        !shape.with_bf16 != !cfg->with_bf16 || !shape.grads_on_disk != !cfg->grads_on_disk) {
+        snprintf(err, errlen, "the SSD store in %.600s holds %d layers of %lld parameters (bf16 copy %s, gradients %s), not "
+                 "%d of %lld (bf16 copy %s, gradients %s)", dir, shape.num_layers, (long long)shape.layer_elems,
+                 shape.with_bf16 ? "on disk" : "in RAM", shape.grads_on_disk ? "on disk" : "in RAM", cfg->num_layers,
+                 (long long)cfg->layer_elems, cfg->with_bf16 ? "on disk" : "in RAM", cfg->grads_on_disk ? "on disk" : "in RAM");
+        return NULL;
+    }
+    int g = -1;
+    if (step < 0) g = steps[0] < 0 && steps[1] < 0 ? -1 : steps[0] >= steps[1] ? 0 : 1;
+    else g = steps[0] == step ? 0 : steps[1] == step ? 1 : -1;
+    if (g < 0) {
+        char have[96];
+        if (steps[0] < 0 && steps[1] < 0) snprintf(have, sizeof have, "no complete checkpoint");
+        else if (steps[0] < 0 || steps[1] < 0) snprintf(have, sizeof have, "the state of step %lld only", (long long)(steps[0] < 0 ? steps[1] : steps[0]));
+        else snprintf(have, sizeof have, "the state of steps %lld and %lld", (long long)steps[0], (long long)steps[1]);
+        if (step < 0) snprintf(err, errlen, "the SSD store in %.600s holds %s", dir, have);
+        else snprintf(err, errlen, "the SSD store in %.600s holds %s, not of step %lld", dir, have, (long long)step);
+        return NULL;
+    }
+    SsdStore* st = new_store(dir, cfg);
+    st->step[0] = steps[0];
+    st->step[1] = steps[1];
+    if (setup_ring(st, err, errlen) != 0) { ssd_store_close(st); return NULL; }
+    st->io = ssd_io_open(&cfg->io, err, errlen);
+    if (!st->io) { ssd_store_close(st); return NULL; }
+    for (int gg = 0; gg < 2; gg++)
+        for (int k = 0; k < K_COUNT; k++) {
+            if (!has_kind(cfg, k)) continue;
+            const int64_t size = cfg->num_layers * (kKindSize[k] == 4 ? st->stride4 : st->stride2);
+            SsdFile* f = &st->files[gg][k];
+            if (ssd_file_open(f, gen_path(st->dir, gg, k).c_str(), 0, 0, cfg->io.quiet, err, errlen) != 0) { ssd_store_close(st); return NULL; }
+            if (f->size != size) {
+                snprintf(err, errlen, "%.600s has %lld bytes, the store's shape needs %lld", f->path, (long long)f->size, (long long)size);
+                ssd_store_close(st);
+                return NULL;
+            }
+        }
+    if (cfg->grads_on_disk) {
+        if (ssd_file_open(&st->grads, (st->dir + "/grads.bf16").c_str(), 0, 0, cfg->io.quiet, err, errlen) != 0) { ssd_store_close(st); return NULL; }
+        if (st->grads.size != cfg->num_layers * st->stride2) {
+            snprintf(err, errlen, "%.600s has %lld bytes, the store's shape needs %lld", st->grads.path,
+                     (long long)st->grads.size, (long long)(cfg->num_layers * st->stride2));
+            ssd_store_close(st);
+            return NULL;
+        }
+    }
+    st->wgen = 1 - g;
+    for (int l = 0; l < cfg->num_layers; l++) st->src[l] = (uint8_t)g;
+    return st;
+}
+
+// ---- pieces and their transfers
+
+static void pieces_of_layer(const SsdStore* st, int layer, std::vector<Piece>* out) {
+    const int64_t n = st->cfg.layer_elems;
+    for (int64_t off = 0; off < n; off += st->piece) {
+        const int64_t cnt = n - off < st->piece ? n - off : st->piece;
+        out->push_back(Piece{layer, off, cnt, off + cnt == n});
+    }
+}
+
+static int64_t off4(const SsdStore* st, int layer, int64_t e) { return (int64_t)layer * st->stride4 + e * 4; }
+static int64_t off2(const SsdStore* st, int layer, int64_t e) { return (int64_t)layer * st->stride2 + e * 2; }
+
+// Reads piece pc of generation g (kinds: mask of 1 << K_*; grads: from the gradients file too) into slot s.
+static void issue_read(SsdStore* st, Slot* s, const Piece& pc, int g, unsigned kinds, bool grads) {
+    const int64_t len4 = ssd_round_up(pc.cnt * 4, SSD_ALIGN), len2 = ssd_round_up(pc.cnt * 2, SSD_ALIGN);
+    float* dst4[3] = {s->p, s->m, s->v};
+    for (int k = 0; k < 3; k++)
+        if (kinds & (1u << k)) s->rd[s->nrd++] = ssd_io_submit(st->io, &st->files[g][k], 0, dst4[k], len4, off4(st, pc.layer, pc.off));
+    if (kinds & (1u << K_BF16)) s->rd[s->nrd++] = ssd_io_submit(st->io, &st->files[g][K_BF16], 0, s->b, len2, off2(st, pc.layer, pc.off));
+    if (grads) s->rd[s->nrd++] = ssd_io_submit(st->io, &st->grads, 0, s->g, len2, off2(st, pc.layer, pc.off));
+}
+
+static void issue_write(SsdStore* st, Slot* s, const Piece& pc, int g, unsigned kinds) {
+    const int64_t len4 = ssd_round_up(pc.cnt * 4, SSD_ALIGN), len2 = ssd_round_up(pc.cnt * 2, SSD_ALIGN);
+    float* src4[3] = {s->p, s->m, s->v};
+    for (int k = 0; k < 3; k++)
+        if (kinds & (1u << k)) s->wr[s->nwr++] = ssd_io_submit(st->io, &st->files[g][k], 1, src4[k], len4, off4(st, pc.layer, pc.off));
+    if (kinds & (1u << K_BF16)) s->wr[s->nwr++] = ssd_io_submit(st->io, &st->files[g][K_BF16], 1, s->b, len2, off2(st, pc.layer, pc.off));
+}
+
+// Waits for every request of the slot (reads or writes); the first error goes to err. 0 or -1.
+static int wait_all(SsdStore* st, SsdReq* reqs, int* n, char* err, size_t errlen) {
+    int rc = 0;
+    char e[1024];
+    for (int i = 0; i < *n; i++)
+        if (ssd_io_wait(st->io, reqs[i], e, sizeof e) != 0 && rc == 0) {
+            rc = -1;
+            snprintf(err, errlen, "%s", e);
+        }
+    *n = 0;
+    return rc;
+}
+
+static int fail_store(SsdStore* st, const char* msg) {
+    st->failed = true;
+    st->fail_msg = msg;
+    return -1;
+}
+
+static int refuse_if_failed(const SsdStore* st, char* err, size_t errlen) {
+    if (!st->failed) return 0;
+    snprintf(err, errlen, "the SSD store in %.400s failed earlier (%.500s); its last checkpoint is intact", st->dir.c_str(),
+             st->fail_msg.c_str());
+    return -1;
+}
+
+static unsigned state_kinds(const SsdStore* st) {
+    return (1u << K_PARAMS) | (1u << K_M) | (1u << K_V) | (st->cfg.with_bf16 ? 1u << K_BF16 : 0u);
+}
+
+// ---- whole-layer transfers
+
+int ssd_store_write_layer(SsdStore* st, int layer, const float* params, const float* m, const float* v, char* err,
+                          size_t errlen) {
+    if (refuse_if_failed(st, err, errlen)) return -1;
+    if (layer < 0 || layer >= st->cfg.num_layers || !params || !m || !v) {
+        snprintf(err, errlen, "ssd_store_write_layer: bad layer %d or missing array", layer);
+        return -1;
+    }
+    if (mark_writing(st, err, errlen) != 0) return -1;
+    std::vector<Piece> pcs;
+    pieces_of_layer(st, layer, &pcs);
+    Slot* s = &st->ring[0];
+    for (const Piece& pc : pcs) {
+        memset(s->p, 0, (size_t)st->bytes4); memset(s->m, 0, (size_t)st->bytes4); memset(s->v, 0, (size_t)st->bytes4);
+        memcpy(s->p, params + pc.off, (size_t)pc.cnt * 4);
+        memcpy(s->m, m + pc.off, (size_t)pc.cnt * 4);
+        memcpy(s->v, v + pc.off, (size_t)pc.cnt * 4);
+        if (st->cfg.with_bf16) {
+            memset(s->b, 0, (size_t)st->bytes2);
+            convert_f32_to_bf16(params + pc.off, s->b, pc.cnt);
+        }
+        issue_write(st, s, pc, st->wgen, state_kinds(st));
+        if (wait_all(st, s->wr, &s->nwr, err, errlen) != 0) return fail_store(st, err);
+    }
+    st->src[layer] = (uint8_t)st->wgen;
+    return 0;
+}
+
+int ssd_store_read_layer(SsdStore* st, int layer, float* params, float* m, float* v, uint16_t* bf16, char* err,
+                         size_t errlen) {
+    if (refuse_if_failed(st, err, errlen)) return -1;  // the newest state may be torn
+    if (layer < 0 || layer >= st->cfg.num_layers || (bf16 && !st->cfg.with_bf16)) {
+        snprintf(err, errlen, "ssd_store_read_layer: bad layer %d, or a bf16 copy asked of a store without one", layer);
+        return -1;
+    }
+    const unsigned kinds = (params ? 1u << K_PARAMS : 0u) | (m ? 1u << K_M : 0u) | (v ? 1u << K_V : 0u) | (bf16 ? 1u << K_BF16 : 0u);
+    std::vector<Piece> pcs;
+    pieces_of_layer(st, layer, &pcs);
+    Slot* s = &st->ring[0];
+    for (const Piece& pc : pcs) {
+        issue_read(st, s, pc, st->src[layer], kinds, false);
+        if (wait_all(st, s->rd, &s->nrd, err, errlen) != 0) return -1;
+        if (params) memcpy(params + pc.off, s->p, (size_t)pc.cnt * 4);
+        if (m) memcpy(m + pc.off, s->m, (size_t)pc.cnt * 4);
+        if (v) memcpy(v + pc.off, s->v, (size_t)pc.cnt * 4);
+        if (bf16) memcpy(bf16 + pc.off, s->b, (size_t)pc.cnt * 2);
+    }
+    return 0;
+}
+
+SsdReq ssd_store_read_bf16_async(SsdStore* st, int layer, uint16_t* dst) {
+    if (!st->cfg.with_bf16 || layer < 0 || layer >= st->cfg.num_layers)
+        return failed_request(st->io, "ssd_store_read_bf16_async: the store has no bf16 copy, or no such layer");
+    return ssd_io_submit(st->io, &st->files[st->src[layer]][K_BF16], 0, dst, st->stride2, off2(st, layer, 0));
+}
+
+SsdReq ssd_store_write_grads_async(SsdStore* st, int layer, const uint16_t* src) {
+    if (!st->cfg.grads_on_disk || layer < 0 || layer >= st->cfg.num_layers)
+        return failed_request(st->io, "ssd_store_write_grads_async: the store keeps no gradients, or no such layer");
+    return ssd_io_submit(st->io, &st->grads, 1, (void*)src, st->stride2, off2(st, layer, 0));
+}
+
+int ssd_store_wait(SsdStore* st, SsdReq r, char* err, size_t errlen) { return ssd_io_wait(st->io, r, err, errlen); }
+
+// ---- the round
+
+int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* fns, char* err, size_t errlen) {
+    if (refuse_if_failed(st, err, errlen)) return -1;
+    const SsdStoreConfig* c = &st->cfg;
+    if (!fns || !fns->update || (!c->grads_on_disk && !fns->grads)) {
+        snprintf(err, errlen, "ssd_store_round: no update function, or no gradients function with the gradients in RAM");
+        return -1;
+    }
+    std::vector<Piece> pcs;
+    std::vector<char> seen((size_t)c->num_layers, 0);
+    for (int i = 0; i < n; i++) {
+        if (layers[i] < 0 || layers[i] >= c->num_layers || seen[(size_t)layers[i]]) {
+            snprintf(err, errlen, "ssd_store_round: layer %d is not in the store (0..%d) or listed twice", layers[i],
+                     c->num_layers - 1);
+            return -1;
+        }
+        seen[(size_t)layers[i]] = 1;
+        pieces_of_layer(st, layers[i], &pcs);
+    }
+    if (pcs.empty()) return 0;
+    if (mark_writing(st, err, errlen) != 0) return -1;
+    const int64_t P = (int64_t)pcs.size(), R = c->ring, w = st->wgen;
+    for (Slot& s : st->ring) { s.piece = -1; s.nrd = s.nwr = 0; }
+    std::deque<std::pair<int, int64_t>> done_q;  // with_bf16: layers whose last piece's writes are not yet waited
+    int64_t next_read = 0, retired = -1;
+    const uint16_t* gram = NULL;
+    uint16_t* bdst = NULL;
+    int rc = 0;
+
+    // Waits, in piece order, for the writes of every piece up to j, and reports the layers they complete.
+    auto retire_upto = [&](int64_t j) -> int {
+        for (int64_t k = retired + 1; k <= j; k++) {
+            Slot* s = &st->ring[(size_t)(k % R)];
+            if (wait_all(st, s->wr, &s->nwr, err, errlen) != 0) return -1;
+            retired = k;
+            while (!done_q.empty() && done_q.front().second <= retired) {
+                if (fns->layer_done) fns->layer_done(fns->ctx, done_q.front().first);
+                done_q.pop_front();
+            }
+        }
+        return 0;
+    };
+
+    for (int64_t i = 0; i < P && rc == 0; i++) {
+        // keep ring - 2 pieces read ahead; a slot is reused once the writes of its previous piece are done
+        while (rc == 0 && next_read < P && next_read <= i + R - 2) {
+            Slot* s = &st->ring[(size_t)(next_read % R)];
+            if (s->piece >= 0 && (rc = retire_upto(s->piece)) != 0) break;
+            s->piece = next_read;
+            const Piece& pr = pcs[(size_t)next_read];
+            issue_read(st, s, pr, st->src[pr.layer], (1u << K_PARAMS) | (1u << K_M) | (1u << K_V), c->grads_on_disk != 0);
+            next_read++;
+        }
+        if (rc != 0) break;
+        Slot* s = &st->ring[(size_t)(i % R)];
+        if ((rc = wait_all(st, s->rd, &s->nrd, err, errlen)) != 0) break;
+        const Piece& pc = pcs[(size_t)i];
+        if (pc.off == 0) {
+            gram = fns->grads ? fns->grads(fns->ctx, pc.layer) : NULL;
+            if (!c->grads_on_disk && !gram) {
+                snprintf(err, errlen, "ssd_store_round: no gradients for layer %d", pc.layer);
+                rc = -1;
+                break;
+            }
+            bdst = c->with_bf16 ? NULL : fns->bf16_dst ? fns->bf16_dst(fns->ctx, pc.layer) : NULL;
+        }
+        const uint16_t* g = c->grads_on_disk ? s->g : gram + pc.off;
+        uint16_t* bo = c->with_bf16 ? s->b : bdst ? bdst + pc.off : NULL;
+        fns->update(fns->ctx, pc.layer, pc.off, pc.cnt, s->p, g, s->m, s->v, bo);
+        issue_write(st, s, pc, (int)w, state_kinds(st));
+        if (pc.last) {
+            st->src[pc.layer] = (uint8_t)w;
+            if (!c->with_bf16) {
+                if (fns->layer_done) fns->layer_done(fns->ctx, pc.layer);
+            } else {
+                done_q.emplace_back(pc.layer, i);
+            }
+        }
+        // report finished layers early: retire the oldest pieces whose writes have all completed
+        while (retired + 1 < i) {
+            Slot* o = &st->ring[(size_t)((retired + 1) % R)];
+            bool all = true;
+            for (int q = 0; q < o->nwr && all; q++) all = ssd_io_poll(st->io, o->wr[q]) != 0;
+            if (!all || (rc = retire_upto(retired + 1)) != 0) break;
+        }
+    }
+    if (rc == 0) rc = retire_upto(P - 1);
+    if (rc != 0) {
+        char ignore[1024];
+        for (Slot& s : st->ring) {  // nothing may stay in flight into buffers we own
+            wait_all(st, s.rd, &s.nrd, ignore, sizeof ignore);
+            wait_all(st, s.wr, &s.nwr, ignore, sizeof ignore);
+        }
+        return fail_store(st, err);
+    }
+    return 0;
+}
+
+// ---- checkpoints
+
+int ssd_store_checkpoint(SsdStore* st, int64_t step, char* err, size_t errlen) {
+    if (refuse_if_failed(st, err, errlen)) return -1;
+    if (step < 0) { snprintf(err, errlen, "ssd_store_checkpoint: step %lld < 0", (long long)step); return -1; }
+    const int w = st->wgen;
+    // A layer whose newest state is in the other generation (not updated since the last checkpoint) is copied.
+    for (int l = 0; l < st->cfg.num_layers; l++) {
+        if (st->src[l] == w) continue;
+        if (mark_writing(st, err, errlen) != 0) return -1;
+        std::vector<Piece> pcs;
+        pieces_of_layer(st, l, &pcs);
+        Slot* s = &st->ring[0];
+        for (const Piece& pc : pcs) {
+            issue_read(st, s, pc, st->src[l], state_kinds(st), false);
+            if (wait_all(st, s->rd, &s->nrd, err, errlen) != 0) return fail_store(st, err);
+            issue_write(st, s, pc, w, state_kinds(st));
+            if (wait_all(st, s->wr, &s->nwr, err, errlen) != 0) return fail_store(st, err);
+        }
+        st->src[l] = (uint8_t)w;
+    }
+    for (int k = 0; k < K_COUNT; k++)
+        if (has_kind(&st->cfg, k) && ssd_file_sync(&st->files[w][k], err, errlen) != 0) return fail_store(st, err);
+    st->step[w] = step;
+    if (write_manifest(st, err, errlen) != 0) {
+        st->step[w] = -1;
+        return fail_store(st, err);
+    }
+    st->wgen = 1 - w;  // the checkpoint's generation is read, never written, until the next checkpoint
+    return 0;
+}
+
+// ============================================================================
+// Capacity plan
+
+SsdPlan ssd_plan(const SsdPlanInput* in) {
+    SsdPlan p;
+    memset(&p, 0, sizeof p);
+    const int64_t L = in->streamed_layers, n = in->layer_elems;
+    const int64_t s4 = ssd_round_up(n * 4, SSD_ALIGN), s2 = ssd_round_up(n * 2, SSD_ALIGN);
+    p.host_resident = in->resident_elems * 14;
+    p.host_bf16 = in->with_bf16 ? (int64_t)in->bf16_buffers * s2 : L * n * 2;
+    p.host_grads = in->grads_on_disk ? (int64_t)in->grad_buffers * s2 : L * n * 2;
+    SsdStoreConfig c;
+    memset(&c, 0, sizeof c);
+    c.num_layers = (int)L;
+    c.layer_elems = n;
+    c.with_bf16 = in->with_bf16;
+    c.grads_on_disk = in->grads_on_disk;
+    c.ring = in->ring;
+    c.piece_elems = in->piece_elems;
+    p.host_ring = n > 0 ? ssd_store_ring_bytes(&c) : 0;
+    p.host_bytes = p.host_resident + p.host_bf16 + p.host_grads + p.host_ring + in->other_host_bytes;
+    p.disk_bytes = ssd_store_disk_bytes(&c);
+    p.read_per_step = L * (3 * s4 + (in->grads_on_disk ? s2 : 0) + (in->with_bf16 ? 2 * s2 : 0));
+    p.write_per_step = L * (3 * s4 + (in->with_bf16 ? s2 : 0) + (in->grads_on_disk ? s2 : 0));
+    return p;
+}
+
+// ============================================================================
+// Bandwidth probe
+
+static double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+int ssd_probe_bandwidth(const char* dir, double seconds, int64_t max_bytes, double* read_bps, double* write_bps,
+                        int* direct, char* err, size_t errlen) {
+    const int64_t block = (int64_t)64 << 20;
+    int64_t size = max_bytes > 0 ? max_bytes : ((int64_t)1 << 30);
+    struct statvfs sv;
+    if (statvfs(dir, &sv) != 0) { snprintf(err, errlen, "cannot measure the disk of %.600s: %s", dir, strerror(errno)); return -1; }
+    const int64_t avail = (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
+    if (size > avail / 4) size = avail / 4;
+    size = size / block * block;
+    if (size < block) {
+        snprintf(err, errlen, "cannot measure the disk of %.600s: %.2f GiB free, the probe needs at least 0.25 GiB", dir, avail / GiB);
+        return -1;
+    }
+    const std::string path = std::string(dir) + "/ssd_probe.tmp";
+    SsdFile f;
+    if (ssd_file_open(&f, path.c_str(), 1, size, 0, err, errlen) != 0) return -1;
+    SsdIoConfig ioc;
+    memset(&ioc, 0, sizeof ioc);
+    ioc.queue_depth = 16;
+    SsdIo* io = ssd_io_open(&ioc, err, errlen);
+    char* buf[2] = {(char*)ssd_alloc(block), (char*)ssd_alloc(block)};
+    int rc = 0;
+    if (!io || !buf[0] || !buf[1]) {
+        if (io) snprintf(err, errlen, "out of memory for the disk probe");
+        rc = -1;
+    } else {
+        uint64_t x = 88172645463325252ull;  // incompressible data: some devices compress zeros
+        for (int64_t i = 0; i < block / 8; i++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            memcpy(buf[0] + i * 8, &x, 8);
+        }
+        memcpy(buf[1], buf[0], (size_t)block);
+        for (int write = 1; write >= 0 && rc == 0; write--) {
+            // two blocks in flight; at least one pass over the file (the read pass then reads written data)
+            const double t0 = now_s();
+            int64_t moved = 0, off = 0;
+            SsdReq inflight[2] = {0, 0};
+            for (int64_t k = 0;; k++) {
+                const int b = (int)(k & 1);
+                if (inflight[b] && ssd_io_wait(io, inflight[b], err, errlen) != 0) { rc = -1; inflight[b] = 0; break; }
+                inflight[b] = 0;
+                if ((moved >= size && now_s() - t0 >= seconds / 2) || moved >= size * 64) break;
+                inflight[b] = ssd_io_submit(io, &f, write, buf[b], block, off);
+                moved += block;
+                off = (off + block) % size;
+            }
+            for (int b = 0; b < 2; b++) {
+                char e2[256];
+                if (inflight[b] && ssd_io_wait(io, inflight[b], e2, sizeof e2) != 0 && rc == 0) { rc = -1; snprintf(err, errlen, "%s", e2); }
+            }
+            if (rc == 0 && write && ssd_file_sync(&f, err, errlen) != 0) rc = -1;
+            const double dt = now_s() - t0;
+            if (write) *write_bps = moved / dt;
+            else *read_bps = moved / dt;
+        }
+    }
+    *direct = f.direct;
+    if (io) ssd_io_close(io);
+    ssd_free(buf[0]);
+    ssd_free(buf[1]);
+    ssd_file_close(&f);
+    unlink(path.c_str());
+    return rc;
+}
