@@ -290,9 +290,10 @@ void adamw_update_bf16grad(float* params, const uint16_t* grads, float* m, float
     adam_any(params, grads, m, v, params_bf16_out, n, a);
 }
 
-void adamw_tensors_window_bf16grad(int count, const int64_t* offset, const int64_t* size, const int* is_matrix,
-                                   int64_t lo, int64_t n, float* params, const uint16_t* grads, float* m, float* v,
-                                   uint16_t* bf16_out, const AdamWArgs* args) {
+void adamw_tensors_window_bf16grad(int count, const int64_t* offset, const int64_t* size,
+                                   const int* is_matrix, int64_t lo, int64_t n, float* params,
+                                   const uint16_t* grads, float* m, float* v, uint16_t* bf16_out,
+                                   const AdamWArgs* args) {
     const int64_t hi = lo + n;
     for (int i = 0; i < count; i++) {
         const int64_t a = offset[i] > lo ? offset[i] : lo;

@@ -73,12 +73,13 @@ void adamw_update_bf16grad(float* params, const uint16_t* grads, float* m, float
 
 // AdamW over the window [lo, lo + n) of a block made of `count` tensors (tensor i: elements [offset[i],
 // offset[i] + size[i]) of the block; is_matrix[i] != 0: args->weight_decay, else none): each tensor's part
-// inside the window, with its decay. params, grads, m, v and bf16_out (may be NULL) point at element lo of the
-// block. Gives the same bits as updating the whole block tensor by tensor (an element's result depends only on
-// its own inputs), so a block can be updated piece by piece as it streams from disk (ssd.h).
-void adamw_tensors_window_bf16grad(int count, const int64_t* offset, const int64_t* size, const int* is_matrix,
-                                   int64_t lo, int64_t n, float* params, const uint16_t* grads, float* m, float* v,
-                                   uint16_t* bf16_out, const AdamWArgs* args);
+// inside the window, with its decay. params, grads, m, v and bf16_out (may be NULL) point at element lo of
+// the block. Gives the same bits as updating the whole block tensor by tensor (an element's result depends
+// only on its own inputs), so a block can be updated piece by piece as it streams from disk (ssd.h).
+void adamw_tensors_window_bf16grad(int count, const int64_t* offset, const int64_t* size,
+                                   const int* is_matrix, int64_t lo, int64_t n, float* params,
+                                   const uint16_t* grads, float* m, float* v, uint16_t* bf16_out,
+                                   const AdamWArgs* args);
 
 // Sum of squares of x[0..n), accumulated in double (each square of a float is exact in double). The order
 // of the additions depends only on n and the thread count, so repeated calls give the same bits.

@@ -82,14 +82,14 @@ struct SsdIo {
 
 static void chunk_message(const Chunk* c, int err, char* out, size_t outlen) {
     if (err)
-        snprintf(out, outlen, "cannot %s %.600s at offset %lld (%lld bytes): %s", c->write ? "write" : "read", c->path,
-                 (long long)c->off, (long long)c->bytes, strerror(err));
+        snprintf(out, outlen, "cannot %s %.600s at offset %lld (%lld bytes): %s", c->write ? "write" : "read",
+                 c->path, (long long)c->off, (long long)c->bytes, strerror(err));
     else if (c->write)
-        snprintf(out, outlen, "short write to %.600s at offset %lld: 0 of %lld bytes written (disk full?)", c->path,
-                 (long long)c->off, (long long)c->bytes);
+        snprintf(out, outlen, "short write to %.600s at offset %lld: 0 of %lld bytes written (disk full?)",
+                 c->path, (long long)c->off, (long long)c->bytes);
     else
-        snprintf(out, outlen, "short read from %.600s at offset %lld: 0 of %lld bytes (the file ends early)", c->path,
-                 (long long)c->off, (long long)c->bytes);
+        snprintf(out, outlen, "short read from %.600s at offset %lld: 0 of %lld bytes (the file ends early)",
+                 c->path, (long long)c->off, (long long)c->bytes);
 }
 
 // Under io->mu. Completes chunk c (err < 0: -errno; err == 1: a zero-byte transfer; 0: ok) and frees it.
@@ -122,8 +122,14 @@ static int fault_check(SsdIo* io, Chunk* c) {
 
 // Under io->mu: the result of one transfer of chunk c (res: bytes, or -errno).
 static void transfer_result(SsdIo* io, Chunk* c, int64_t res) {
-    if (res < 0) { complete_chunk(io, c, (int)res); return; }
-    if (res == 0) { complete_chunk(io, c, 1); return; }
+    if (res < 0) {
+        complete_chunk(io, c, (int)res);
+        return;
+    }
+    if (res == 0) {
+        complete_chunk(io, c, 1);
+        return;
+    }
     (c->write ? io->bytes_written : io->bytes_read) += res;
     if (res < c->bytes) {  // a short transfer: the rest goes again, first
         c->buf += res;
@@ -143,7 +149,10 @@ static void uring_pump(SsdIo* io) {
         io->pending.pop_front();
         if (!fault_check(io, c)) continue;
         struct io_uring_sqe* sqe = io_uring_get_sqe(&io->ring);
-        if (!sqe) { io->pending.push_front(c); break; }
+        if (!sqe) {
+            io->pending.push_front(c);
+            break;
+        }
         if (c->write) io_uring_prep_write(sqe, c->fd, c->buf, (unsigned)c->bytes, (uint64_t)c->off);
         else io_uring_prep_read(sqe, c->fd, c->buf, (unsigned)c->bytes, (uint64_t)c->off);
         io_uring_sqe_set_data(sqe, c);
@@ -154,8 +163,12 @@ static void uring_pump(SsdIo* io) {
     for (int tries = 0;; tries++) {
         const int r = io_uring_submit(&io->ring);
         if (r >= 0) break;
-        if ((r == -EINTR || r == -EAGAIN || r == -EBUSY) && tries < 1000) { usleep(100); continue; }
-        fprintf(stderr, "ssd: io_uring_submit failed: %s\n", strerror(-r));  // the entries stay queued in the ring
+        if ((r == -EINTR || r == -EAGAIN || r == -EBUSY) && tries < 1000) {
+            usleep(100);
+            continue;
+        }
+        fprintf(stderr, "ssd: io_uring_submit failed: %s\n",
+                strerror(-r));  // the entries stay queued in the ring
         break;
     }
 }
@@ -165,7 +178,11 @@ static void uring_reaper(SsdIo* io) {
         struct io_uring_cqe* cqe = NULL;
         const int r = io_uring_wait_cqe(&io->ring, &cqe);
         if (r == -EINTR || r == -EAGAIN) continue;
-        if (r < 0) { fprintf(stderr, "ssd: io_uring_wait_cqe failed: %s\n", strerror(-r)); usleep(1000); continue; }
+        if (r < 0) {
+            fprintf(stderr, "ssd: io_uring_wait_cqe failed: %s\n", strerror(-r));
+            usleep(1000);
+            continue;
+        }
         Chunk* c = (Chunk*)io_uring_cqe_get_data(cqe);
         const int res = cqe->res;
         io_uring_cqe_seen(&io->ring, cqe);
@@ -209,7 +226,8 @@ SsdIo* ssd_io_open(const SsdIoConfig* cfg, char* err, size_t errlen) {
     SsdIoConfig c = cfg ? *cfg : SsdIoConfig{};
     if (c.queue_depth < 0 || c.chunk_bytes < 0 || c.fallback_threads < 0 || c.chunk_bytes % SSD_ALIGN != 0 ||
         c.chunk_bytes > ((int64_t)1 << 30)) {
-        snprintf(err, errlen, "bad SSD I/O settings: queue depth %d, chunk %lld bytes (a multiple of 4096 up to 1 GiB)",
+        snprintf(err, errlen,
+                 "bad SSD I/O settings: queue depth %d, chunk %lld bytes (a multiple of 4096 up to 1 GiB)",
                  c.queue_depth, (long long)c.chunk_bytes);
         return NULL;
     }
@@ -222,13 +240,15 @@ SsdIo* ssd_io_open(const SsdIoConfig* cfg, char* err, size_t errlen) {
         if (r == 0) {
             io->uring = true;
         } else if (!c.quiet) {
-            fprintf(stderr, "warning: io_uring unavailable (%s): the SSD tier uses pread/pwrite threads\n", strerror(-r));
+            fprintf(stderr, "warning: io_uring unavailable (%s): the SSD tier uses pread/pwrite threads\n",
+                    strerror(-r));
         }
     }
     if (io->uring) {
         io->reaper = std::thread(uring_reaper, io);
     } else {
-        const int t = c.fallback_threads > 0 ? c.fallback_threads : io->qd;  // as many transfers in flight as io_uring would have
+        const int t = c.fallback_threads > 0 ? c.fallback_threads
+                                             : io->qd;  // as many transfers in flight as io_uring would have
         for (int i = 0; i < t; i++) io->workers.emplace_back(fallback_worker, io);
     }
     return io;
@@ -270,13 +290,16 @@ static SsdReq failed_request(SsdIo* io, const char* msg) {
 SsdReq ssd_io_submit(SsdIo* io, const SsdFile* f, int write, void* buf, int64_t bytes, int64_t offset) {
     char msg[1024];
     if (bytes <= 0 || offset < 0 || offset > f->size - bytes) {
-        snprintf(msg, sizeof msg, "bad request on %.600s: %lld bytes at offset %lld of a %lld-byte file", f->path,
-                 (long long)bytes, (long long)offset, (long long)f->size);
+        snprintf(msg, sizeof msg, "bad request on %.600s: %lld bytes at offset %lld of a %lld-byte file",
+                 f->path, (long long)bytes, (long long)offset, (long long)f->size);
         return failed_request(io, msg);
     }
-    if (f->direct && (((uintptr_t)buf % SSD_ALIGN) != 0 || bytes % SSD_ALIGN != 0 || offset % SSD_ALIGN != 0)) {
-        snprintf(msg, sizeof msg, "bad request on %.600s: O_DIRECT needs 4096-aligned buffer, length and offset "
-                 "(%lld bytes at offset %lld)", f->path, (long long)bytes, (long long)offset);
+    if (f->direct &&
+        (((uintptr_t)buf % SSD_ALIGN) != 0 || bytes % SSD_ALIGN != 0 || offset % SSD_ALIGN != 0)) {
+        snprintf(msg, sizeof msg,
+                 "bad request on %.600s: O_DIRECT needs 4096-aligned buffer, length and offset "
+                 "(%lld bytes at offset %lld)",
+                 f->path, (long long)bytes, (long long)offset);
         return failed_request(io, msg);
     }
     std::lock_guard<std::mutex> lock(io->mu);
@@ -284,8 +307,13 @@ SsdReq ssd_io_submit(SsdIo* io, const SsdFile* f, int write, void* buf, int64_t 
     ReqState& r = io->reqs[id];
     r.chunks_left = (bytes + io->chunk - 1) / io->chunk;
     for (int64_t done = 0; done < bytes; done += io->chunk) {
-        Chunk* c = new Chunk{id, f->fd, write ? 1 : 0, (char*)buf + done, bytes - done < io->chunk ? bytes - done : io->chunk,
-                             offset + done, f->path};
+        Chunk* c = new Chunk{id,
+                             f->fd,
+                             write ? 1 : 0,
+                             (char*)buf + done,
+                             bytes - done < io->chunk ? bytes - done : io->chunk,
+                             offset + done,
+                             f->path};
         io->pending.push_back(c);
     }
     if (io->uring) uring_pump(io);
@@ -297,7 +325,8 @@ int ssd_io_wait(SsdIo* io, SsdReq r, char* err, size_t errlen) {
     std::unique_lock<std::mutex> lock(io->mu);
     auto it = io->reqs.find(r);
     if (it == io->reqs.end()) {
-        snprintf(err, errlen, "internal error: SSD request %lld is unknown or was waited for already", (long long)r);
+        snprintf(err, errlen, "internal error: SSD request %lld is unknown or was waited for already",
+                 (long long)r);
         return -1;
     }
     ReqState* s = &it->second;  // pointers to elements stay valid when the map rehashes
@@ -331,10 +360,14 @@ void ssd_io_counters(const SsdIo* io, int64_t* bytes_read, int64_t* bytes_writte
 
 static std::atomic<int> g_warned_direct{0};
 
-int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int quiet, char* err, size_t errlen) {
+int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int quiet, char* err,
+                  size_t errlen) {
     memset(f, 0, sizeof *f);
     f->fd = -1;
-    if (strlen(path) >= sizeof f->path) { snprintf(err, errlen, "path too long: %.200s...", path); return -1; }
+    if (strlen(path) >= sizeof f->path) {
+        snprintf(err, errlen, "path too long: %.200s...", path);
+        return -1;
+    }
     snprintf(f->path, sizeof f->path, "%s", path);
     const int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_TRUNC : 0);
     const bool want_direct = !env_is_1("SSD_NO_DIRECT");
@@ -342,13 +375,21 @@ int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int qu
     if (want_direct) {
         fd = open(path, flags | O_DIRECT, 0644);
         if (fd >= 0) f->direct = 1;
-        else if (errno != EINVAL) { snprintf(err, errlen, "cannot open %.600s: %s", path, strerror(errno)); return -1; }
+        else if (errno != EINVAL) {
+            snprintf(err, errlen, "cannot open %.600s: %s", path, strerror(errno));
+            return -1;
+        }
     }
     if (fd < 0) {
         fd = open(path, flags, 0644);
-        if (fd < 0) { snprintf(err, errlen, "cannot open %.600s: %s", path, strerror(errno)); return -1; }
+        if (fd < 0) {
+            snprintf(err, errlen, "cannot open %.600s: %s", path, strerror(errno));
+            return -1;
+        }
         if (want_direct && !quiet && g_warned_direct.fetch_add(1) == 0)
-            fprintf(stderr, "warning: the filesystem of %s refuses O_DIRECT: the SSD tier uses buffered I/O (page cache)\n",
+            fprintf(stderr,
+                    "warning: the filesystem of %s refuses O_DIRECT: the SSD tier uses buffered I/O (page "
+                    "cache)\n",
                     path);
     }
     f->fd = fd;
@@ -358,12 +399,16 @@ int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int qu
             if (r == EOPNOTSUPP || r == ENOSYS) r = ftruncate(fd, (off_t)size) == 0 ? 0 : errno;
             if (r != 0) {
                 struct statvfs sv;
-                const double avail = fstatvfs(fd, &sv) == 0 ? (double)sv.f_bavail * (double)sv.f_frsize : -1.0;
+                const double avail =
+                    fstatvfs(fd, &sv) == 0 ? (double)sv.f_bavail * (double)sv.f_frsize : -1.0;
                 if (r == ENOSPC)
-                    snprintf(err, errlen, "not enough space for %.600s: it needs %.2f GiB, the filesystem has %.2f GiB free",
-                             path, size / GiB, avail / GiB);
+                    snprintf(
+                        err, errlen,
+                        "not enough space for %.600s: it needs %.2f GiB, the filesystem has %.2f GiB free",
+                        path, size / GiB, avail / GiB);
                 else
-                    snprintf(err, errlen, "cannot allocate %.2f GiB for %.600s: %s", size / GiB, path, strerror(r));
+                    snprintf(err, errlen, "cannot allocate %.2f GiB for %.600s: %s", size / GiB, path,
+                             strerror(r));
                 close(fd);
                 unlink(path);
                 f->fd = -1;
@@ -373,7 +418,12 @@ int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int qu
         f->size = size;
     } else {
         struct stat st;
-        if (fstat(fd, &st) != 0) { snprintf(err, errlen, "cannot stat %.600s: %s", path, strerror(errno)); close(fd); f->fd = -1; return -1; }
+        if (fstat(fd, &st) != 0) {
+            snprintf(err, errlen, "cannot stat %.600s: %s", path, strerror(errno));
+            close(fd);
+            f->fd = -1;
+            return -1;
+        }
         f->size = (int64_t)st.st_size;
     }
     return 0;
@@ -385,7 +435,10 @@ void ssd_file_close(SsdFile* f) {
 }
 
 int ssd_file_sync(SsdFile* f, char* err, size_t errlen) {
-    if (fsync(f->fd) != 0) { snprintf(err, errlen, "cannot fsync %.600s: %s", f->path, strerror(errno)); return -1; }
+    if (fsync(f->fd) != 0) {
+        snprintf(err, errlen, "cannot fsync %.600s: %s", f->path, strerror(errno));
+        return -1;
+    }
     return 0;
 }
 
@@ -438,7 +491,8 @@ static int64_t piece_elems_of(const SsdStoreConfig* c) {
 
 int64_t ssd_store_ring_bytes(const SsdStoreConfig* c) {
     const int64_t p = piece_elems_of(c);
-    const int64_t per = 3 * ssd_round_up(p * 4, SSD_ALIGN) + (c->grads_on_disk ? ssd_round_up(p * 2, SSD_ALIGN) : 0) +
+    const int64_t per = 3 * ssd_round_up(p * 4, SSD_ALIGN) +
+                        (c->grads_on_disk ? ssd_round_up(p * 2, SSD_ALIGN) : 0) +
                         (c->with_bf16 ? ssd_round_up(p * 2, SSD_ALIGN) : 0);
     return (int64_t)c->ring * per;
 }
@@ -451,14 +505,18 @@ int64_t ssd_store_disk_bytes(const SsdStoreConfig* c) {
 
 int64_t ssd_store_bf16_layer_bytes(const SsdStore* st) { return st->stride2; }
 SsdIo* ssd_store_io(SsdStore* st) { return st->io; }
-void ssd_store_steps(const SsdStore* st, int64_t steps[2]) { steps[0] = st->step[0]; steps[1] = st->step[1]; }
+void ssd_store_steps(const SsdStore* st, int64_t steps[2]) {
+    steps[0] = st->step[0];
+    steps[1] = st->step[1];
+}
 
 static int check_config(const SsdStoreConfig* c, char* err, size_t errlen) {
     if (c->num_layers < 1 || c->layer_elems < 1 || c->ring < 3 || c->piece_elems < 0 ||
         c->layer_elems > ((int64_t)1 << 40)) {
-        snprintf(err, errlen, "bad SSD store shape: %d layers of %lld parameters, ring %d, piece %lld (need >= 1 layer, "
-                 ">= 1 parameter, ring >= 3, piece >= 0)", c->num_layers, (long long)c->layer_elems, c->ring,
-                 (long long)c->piece_elems);
+        snprintf(err, errlen,
+                 "bad SSD store shape: %d layers of %lld parameters, ring %d, piece %lld (need >= 1 layer, "
+                 ">= 1 parameter, ring >= 3, piece >= 0)",
+                 c->num_layers, (long long)c->layer_elems, c->ring, (long long)c->piece_elems);
         return -1;
     }
     return 0;
@@ -469,16 +527,21 @@ static int check_config(const SsdStoreConfig* c, char* err, size_t errlen) {
 static int write_manifest(SsdStore* st, char* err, size_t errlen) {
     const std::string path = st->dir + "/ssd_manifest", tmp = path + ".tmp";
     char text[512];
-    const int n = snprintf(text, sizeof text, "ssd_store 1\nlayers %d\nlayer_elems %lld\nwith_bf16 %d\ngrads_on_disk %d\n"
-                           "step0 %lld\nstep1 %lld\n", st->cfg.num_layers, (long long)st->cfg.layer_elems,
-                           st->cfg.with_bf16 ? 1 : 0, st->cfg.grads_on_disk ? 1 : 0, (long long)st->step[0],
-                           (long long)st->step[1]);
+    const int n = snprintf(text, sizeof text,
+                           "ssd_store 1\nlayers %d\nlayer_elems %lld\nwith_bf16 %d\ngrads_on_disk %d\n"
+                           "step0 %lld\nstep1 %lld\n",
+                           st->cfg.num_layers, (long long)st->cfg.layer_elems, st->cfg.with_bf16 ? 1 : 0,
+                           st->cfg.grads_on_disk ? 1 : 0, (long long)st->step[0], (long long)st->step[1]);
     const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) { snprintf(err, errlen, "cannot create %.600s: %s", tmp.c_str(), strerror(errno)); return -1; }
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot create %.600s: %s", tmp.c_str(), strerror(errno));
+        return -1;
+    }
     const ssize_t w = write(fd, text, (size_t)n);
     const int why = w < 0 ? errno : 0;
     if (w != n || fsync(fd) != 0) {
-        snprintf(err, errlen, "cannot write %.600s: %s", tmp.c_str(), w != n ? (why ? strerror(why) : "short write (disk full?)") : strerror(errno));
+        snprintf(err, errlen, "cannot write %.600s: %s", tmp.c_str(),
+                 w != n ? (why ? strerror(why) : "short write (disk full?)") : strerror(errno));
         close(fd);
         return -1;
     }
@@ -500,11 +563,17 @@ static int write_manifest(SsdStore* st, char* err, size_t errlen) {
 static int read_manifest(const char* dir, SsdStoreConfig* shape, int64_t steps[2], char* err, size_t errlen) {
     const std::string path = std::string(dir) + "/ssd_manifest";
     FILE* f = fopen(path.c_str(), "r");
-    if (!f) { snprintf(err, errlen, "no SSD store in %.600s: cannot open %.600s: %s", dir, path.c_str(), strerror(errno)); return -1; }
+    if (!f) {
+        snprintf(err, errlen, "no SSD store in %.600s: cannot open %.600s: %s", dir, path.c_str(),
+                 strerror(errno));
+        return -1;
+    }
     int version = 0, bf = 0, gr = 0;
     long long elems = 0, s0 = 0, s1 = 0;
-    const int got = fscanf(f, "ssd_store %d\nlayers %d\nlayer_elems %lld\nwith_bf16 %d\ngrads_on_disk %d\nstep0 %lld\nstep1 %lld",
-                           &version, &shape->num_layers, &elems, &bf, &gr, &s0, &s1);
+    const int got = fscanf(
+        f,
+        "ssd_store %d\nlayers %d\nlayer_elems %lld\nwith_bf16 %d\ngrads_on_disk %d\nstep0 %lld\nstep1 %lld",
+        &version, &shape->num_layers, &elems, &bf, &gr, &s0, &s1);
     fclose(f);
     if (got != 7 || version != 1 || shape->num_layers < 1 || elems < 1 || s0 < -1 || s1 < -1) {
         snprintf(err, errlen, "%.600s is not a valid SSD store manifest (version 1)", path.c_str());
@@ -554,12 +623,22 @@ static int setup_ring(SsdStore* st, char* err, size_t errlen) {
     char* p = (char*)st->ring_mem;
     st->ring.resize((size_t)c->ring);
     for (Slot& s : st->ring) {
-        s.p = (float*)p; p += st->bytes4;
-        s.m = (float*)p; p += st->bytes4;
-        s.v = (float*)p; p += st->bytes4;
-        s.g = NULL; s.b = NULL;
-        if (c->grads_on_disk) { s.g = (uint16_t*)p; p += st->bytes2; }
-        if (c->with_bf16) { s.b = (uint16_t*)p; p += st->bytes2; }
+        s.p = (float*)p;
+        p += st->bytes4;
+        s.m = (float*)p;
+        p += st->bytes4;
+        s.v = (float*)p;
+        p += st->bytes4;
+        s.g = NULL;
+        s.b = NULL;
+        if (c->grads_on_disk) {
+            s.g = (uint16_t*)p;
+            p += st->bytes2;
+        }
+        if (c->with_bf16) {
+            s.b = (uint16_t*)p;
+            p += st->bytes2;
+        }
     }
     st->src.reset(new std::atomic<uint8_t>[(size_t)c->num_layers]);
     return 0;
@@ -587,7 +666,10 @@ static SsdStore* new_store(const char* dir, const SsdStoreConfig* cfg) {
 
 SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err, size_t errlen) {
     if (check_config(cfg, err, errlen) != 0) return NULL;
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) { snprintf(err, errlen, "cannot create %.600s: %s", dir, strerror(errno)); return NULL; }
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
+        snprintf(err, errlen, "cannot create %.600s: %s", dir, strerror(errno));
+        return NULL;
+    }
     SsdStore* st = new_store(dir, cfg);
     // Any older store here is replaced: its manifest first (no generation of it stays valid), then its files.
     unlink((st->dir + "/ssd_manifest").c_str());
@@ -604,27 +686,35 @@ SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err
     struct statvfs sv;
     const int64_t need = ssd_store_disk_bytes(cfg);
     if (statvfs(dir, &sv) == 0 && (double)sv.f_bavail * (double)sv.f_frsize < (double)need) {
-        snprintf(err, errlen, "not enough space in %.600s for the SSD store: it needs %.2f GiB (two generations of the "
-                 "state%s), the filesystem has %.2f GiB free", dir, need / GiB, cfg->grads_on_disk ? " and the gradients" : "",
+        snprintf(err, errlen,
+                 "not enough space in %.600s for the SSD store: it needs %.2f GiB (two generations of the "
+                 "state%s), the filesystem has %.2f GiB free",
+                 dir, need / GiB, cfg->grads_on_disk ? " and the gradients" : "",
                  (double)sv.f_bavail * (double)sv.f_frsize / GiB);
         ssd_store_close(st);
         return NULL;
     }
-    if (write_manifest(st, err, errlen) != 0 || setup_ring(st, err, errlen) != 0) { ssd_store_close(st); return NULL; }
+    if (write_manifest(st, err, errlen) != 0 || setup_ring(st, err, errlen) != 0) {
+        ssd_store_close(st);
+        return NULL;
+    }
     st->io = ssd_io_open(&cfg->io, err, errlen);
-    if (!st->io) { ssd_store_close(st); return NULL; }
+    if (!st->io) {
+        ssd_store_close(st);
+        return NULL;
+    }
     for (int g = 0; g < 2; g++)
         for (int k = 0; k < K_COUNT; k++) {
             if (!has_kind(cfg, k)) continue;
             const int64_t size = cfg->num_layers * (kKindSize[k] == 4 ? st->stride4 : st->stride2);
-            if (ssd_file_open(&st->files[g][k], gen_path(st->dir, g, k).c_str(), 1, size, cfg->io.quiet, err, errlen) != 0) {
+            if (ssd_file_open(&st->files[g][k], gen_path(st->dir, g, k).c_str(), 1, size, cfg->io.quiet, err,
+                              errlen) != 0) {
                 ssd_store_close(st);
                 return NULL;
             }
         }
-    if (cfg->grads_on_disk &&
-        ssd_file_open(&st->grads, (st->dir + "/grads.bf16").c_str(), 1, cfg->num_layers * st->stride2, cfg->io.quiet, err,
-                      errlen) != 0) {
+    if (cfg->grads_on_disk && ssd_file_open(&st->grads, (st->dir + "/grads.bf16").c_str(), 1,
+                                            cfg->num_layers * st->stride2, cfg->io.quiet, err, errlen) != 0) {
         ssd_store_close(st);
         return NULL;
     }
@@ -640,10 +730,13 @@ SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t ste
     if (read_manifest(dir, &shape, steps, err, errlen) != 0) return NULL;
     if (shape.num_layers != cfg->num_layers || shape.layer_elems != cfg->layer_elems ||
         !shape.with_bf16 != !cfg->with_bf16 || !shape.grads_on_disk != !cfg->grads_on_disk) {
-        snprintf(err, errlen, "the SSD store in %.600s holds %d layers of %lld parameters (bf16 copy %s, gradients %s), not "
-                 "%d of %lld (bf16 copy %s, gradients %s)", dir, shape.num_layers, (long long)shape.layer_elems,
-                 shape.with_bf16 ? "on disk" : "in RAM", shape.grads_on_disk ? "on disk" : "in RAM", cfg->num_layers,
-                 (long long)cfg->layer_elems, cfg->with_bf16 ? "on disk" : "in RAM", cfg->grads_on_disk ? "on disk" : "in RAM");
+        snprintf(
+            err, errlen,
+            "the SSD store in %.600s holds %d layers of %lld parameters (bf16 copy %s, gradients %s), not "
+            "%d of %lld (bf16 copy %s, gradients %s)",
+            dir, shape.num_layers, (long long)shape.layer_elems, shape.with_bf16 ? "on disk" : "in RAM",
+            shape.grads_on_disk ? "on disk" : "in RAM", cfg->num_layers, (long long)cfg->layer_elems,
+            cfg->with_bf16 ? "on disk" : "in RAM", cfg->grads_on_disk ? "on disk" : "in RAM");
         return NULL;
     }
     int g = -1;
@@ -652,32 +745,52 @@ SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t ste
     if (g < 0) {
         char have[96];
         if (steps[0] < 0 && steps[1] < 0) snprintf(have, sizeof have, "no complete checkpoint");
-        else if (steps[0] < 0 || steps[1] < 0) snprintf(have, sizeof have, "the state of step %lld only", (long long)(steps[0] < 0 ? steps[1] : steps[0]));
-        else snprintf(have, sizeof have, "the state of steps %lld and %lld", (long long)steps[0], (long long)steps[1]);
+        else if (steps[0] < 0 || steps[1] < 0)
+            snprintf(have, sizeof have, "the state of step %lld only",
+                     (long long)(steps[0] < 0 ? steps[1] : steps[0]));
+        else
+            snprintf(have, sizeof have, "the state of steps %lld and %lld", (long long)steps[0],
+                     (long long)steps[1]);
         if (step < 0) snprintf(err, errlen, "the SSD store in %.600s holds %s", dir, have);
-        else snprintf(err, errlen, "the SSD store in %.600s holds %s, not of step %lld", dir, have, (long long)step);
+        else
+            snprintf(err, errlen, "the SSD store in %.600s holds %s, not of step %lld", dir, have,
+                     (long long)step);
         return NULL;
     }
     SsdStore* st = new_store(dir, cfg);
     st->step[0] = steps[0];
     st->step[1] = steps[1];
-    if (setup_ring(st, err, errlen) != 0) { ssd_store_close(st); return NULL; }
+    if (setup_ring(st, err, errlen) != 0) {
+        ssd_store_close(st);
+        return NULL;
+    }
     st->io = ssd_io_open(&cfg->io, err, errlen);
-    if (!st->io) { ssd_store_close(st); return NULL; }
+    if (!st->io) {
+        ssd_store_close(st);
+        return NULL;
+    }
     for (int gg = 0; gg < 2; gg++)
         for (int k = 0; k < K_COUNT; k++) {
             if (!has_kind(cfg, k)) continue;
             const int64_t size = cfg->num_layers * (kKindSize[k] == 4 ? st->stride4 : st->stride2);
             SsdFile* f = &st->files[gg][k];
-            if (ssd_file_open(f, gen_path(st->dir, gg, k).c_str(), 0, 0, cfg->io.quiet, err, errlen) != 0) { ssd_store_close(st); return NULL; }
+            if (ssd_file_open(f, gen_path(st->dir, gg, k).c_str(), 0, 0, cfg->io.quiet, err, errlen) != 0) {
+                ssd_store_close(st);
+                return NULL;
+            }
             if (f->size != size) {
-                snprintf(err, errlen, "%.600s has %lld bytes, the store's shape needs %lld", f->path, (long long)f->size, (long long)size);
+                snprintf(err, errlen, "%.600s has %lld bytes, the store's shape needs %lld", f->path,
+                         (long long)f->size, (long long)size);
                 ssd_store_close(st);
                 return NULL;
             }
         }
     if (cfg->grads_on_disk) {
-        if (ssd_file_open(&st->grads, (st->dir + "/grads.bf16").c_str(), 0, 0, cfg->io.quiet, err, errlen) != 0) { ssd_store_close(st); return NULL; }
+        if (ssd_file_open(&st->grads, (st->dir + "/grads.bf16").c_str(), 0, 0, cfg->io.quiet, err, errlen) !=
+            0) {
+            ssd_store_close(st);
+            return NULL;
+        }
         if (st->grads.size != cfg->num_layers * st->stride2) {
             snprintf(err, errlen, "%.600s has %lld bytes, the store's shape needs %lld", st->grads.path,
                      (long long)st->grads.size, (long long)(cfg->num_layers * st->stride2));
@@ -708,8 +821,12 @@ static void issue_read(SsdStore* st, Slot* s, const Piece& pc, int g, unsigned k
     const int64_t len4 = ssd_round_up(pc.cnt * 4, SSD_ALIGN), len2 = ssd_round_up(pc.cnt * 2, SSD_ALIGN);
     float* dst4[3] = {s->p, s->m, s->v};
     for (int k = 0; k < 3; k++)
-        if (kinds & (1u << k)) s->rd[s->nrd++] = ssd_io_submit(st->io, &st->files[g][k], 0, dst4[k], len4, off4(st, pc.layer, pc.off));
-    if (kinds & (1u << K_BF16)) s->rd[s->nrd++] = ssd_io_submit(st->io, &st->files[g][K_BF16], 0, s->b, len2, off2(st, pc.layer, pc.off));
+        if (kinds & (1u << k))
+            s->rd[s->nrd++] =
+                ssd_io_submit(st->io, &st->files[g][k], 0, dst4[k], len4, off4(st, pc.layer, pc.off));
+    if (kinds & (1u << K_BF16))
+        s->rd[s->nrd++] =
+            ssd_io_submit(st->io, &st->files[g][K_BF16], 0, s->b, len2, off2(st, pc.layer, pc.off));
     if (grads) s->rd[s->nrd++] = ssd_io_submit(st->io, &st->grads, 0, s->g, len2, off2(st, pc.layer, pc.off));
 }
 
@@ -717,8 +834,12 @@ static void issue_write(SsdStore* st, Slot* s, const Piece& pc, int g, unsigned 
     const int64_t len4 = ssd_round_up(pc.cnt * 4, SSD_ALIGN), len2 = ssd_round_up(pc.cnt * 2, SSD_ALIGN);
     float* src4[3] = {s->p, s->m, s->v};
     for (int k = 0; k < 3; k++)
-        if (kinds & (1u << k)) s->wr[s->nwr++] = ssd_io_submit(st->io, &st->files[g][k], 1, src4[k], len4, off4(st, pc.layer, pc.off));
-    if (kinds & (1u << K_BF16)) s->wr[s->nwr++] = ssd_io_submit(st->io, &st->files[g][K_BF16], 1, s->b, len2, off2(st, pc.layer, pc.off));
+        if (kinds & (1u << k))
+            s->wr[s->nwr++] =
+                ssd_io_submit(st->io, &st->files[g][k], 1, src4[k], len4, off4(st, pc.layer, pc.off));
+    if (kinds & (1u << K_BF16))
+        s->wr[s->nwr++] =
+            ssd_io_submit(st->io, &st->files[g][K_BF16], 1, s->b, len2, off2(st, pc.layer, pc.off));
 }
 
 // Waits for every request of the slot (reads or writes); the first error goes to err. 0 or -1.
@@ -742,8 +863,8 @@ static int fail_store(SsdStore* st, const char* msg) {
 
 static int refuse_if_failed(const SsdStore* st, char* err, size_t errlen) {
     if (!st->failed) return 0;
-    snprintf(err, errlen, "the SSD store in %.400s failed earlier (%.500s); its last checkpoint is intact", st->dir.c_str(),
-             st->fail_msg.c_str());
+    snprintf(err, errlen, "the SSD store in %.400s failed earlier (%.500s); its last checkpoint is intact",
+             st->dir.c_str(), st->fail_msg.c_str());
     return -1;
 }
 
@@ -753,8 +874,8 @@ static unsigned state_kinds(const SsdStore* st) {
 
 // ---- whole-layer transfers
 
-int ssd_store_write_layer(SsdStore* st, int layer, const float* params, const float* m, const float* v, char* err,
-                          size_t errlen) {
+int ssd_store_write_layer(SsdStore* st, int layer, const float* params, const float* m, const float* v,
+                          char* err, size_t errlen) {
     if (refuse_if_failed(st, err, errlen)) return -1;
     if (layer < 0 || layer >= st->cfg.num_layers || !params || !m || !v) {
         snprintf(err, errlen, "ssd_store_write_layer: bad layer %d or missing array", layer);
@@ -765,7 +886,9 @@ int ssd_store_write_layer(SsdStore* st, int layer, const float* params, const fl
     pieces_of_layer(st, layer, &pcs);
     Slot* s = &st->ring[0];
     for (const Piece& pc : pcs) {
-        memset(s->p, 0, (size_t)st->bytes4); memset(s->m, 0, (size_t)st->bytes4); memset(s->v, 0, (size_t)st->bytes4);
+        memset(s->p, 0, (size_t)st->bytes4);
+        memset(s->m, 0, (size_t)st->bytes4);
+        memset(s->v, 0, (size_t)st->bytes4);
         memcpy(s->p, params + pc.off, (size_t)pc.cnt * 4);
         memcpy(s->m, m + pc.off, (size_t)pc.cnt * 4);
         memcpy(s->v, v + pc.off, (size_t)pc.cnt * 4);
@@ -780,14 +903,16 @@ int ssd_store_write_layer(SsdStore* st, int layer, const float* params, const fl
     return 0;
 }
 
-int ssd_store_read_layer(SsdStore* st, int layer, float* params, float* m, float* v, uint16_t* bf16, char* err,
-                         size_t errlen) {
+int ssd_store_read_layer(SsdStore* st, int layer, float* params, float* m, float* v, uint16_t* bf16,
+                         char* err, size_t errlen) {
     if (refuse_if_failed(st, err, errlen)) return -1;  // the newest state may be torn
     if (layer < 0 || layer >= st->cfg.num_layers || (bf16 && !st->cfg.with_bf16)) {
-        snprintf(err, errlen, "ssd_store_read_layer: bad layer %d, or a bf16 copy asked of a store without one", layer);
+        snprintf(err, errlen,
+                 "ssd_store_read_layer: bad layer %d, or a bf16 copy asked of a store without one", layer);
         return -1;
     }
-    const unsigned kinds = (params ? 1u << K_PARAMS : 0u) | (m ? 1u << K_M : 0u) | (v ? 1u << K_V : 0u) | (bf16 ? 1u << K_BF16 : 0u);
+    const unsigned kinds = (params ? 1u << K_PARAMS : 0u) | (m ? 1u << K_M : 0u) | (v ? 1u << K_V : 0u) |
+                           (bf16 ? 1u << K_BF16 : 0u);
     std::vector<Piece> pcs;
     pieces_of_layer(st, layer, &pcs);
     Slot* s = &st->ring[0];
@@ -804,33 +929,39 @@ int ssd_store_read_layer(SsdStore* st, int layer, float* params, float* m, float
 
 SsdReq ssd_store_read_bf16_async(SsdStore* st, int layer, uint16_t* dst) {
     if (!st->cfg.with_bf16 || layer < 0 || layer >= st->cfg.num_layers)
-        return failed_request(st->io, "ssd_store_read_bf16_async: the store has no bf16 copy, or no such layer");
+        return failed_request(st->io,
+                              "ssd_store_read_bf16_async: the store has no bf16 copy, or no such layer");
     return ssd_io_submit(st->io, &st->files[st->src[layer]][K_BF16], 0, dst, st->stride2, off2(st, layer, 0));
 }
 
 SsdReq ssd_store_write_grads_async(SsdStore* st, int layer, const uint16_t* src) {
     if (!st->cfg.grads_on_disk || layer < 0 || layer >= st->cfg.num_layers)
-        return failed_request(st->io, "ssd_store_write_grads_async: the store keeps no gradients, or no such layer");
+        return failed_request(st->io,
+                              "ssd_store_write_grads_async: the store keeps no gradients, or no such layer");
     return ssd_io_submit(st->io, &st->grads, 1, (void*)src, st->stride2, off2(st, layer, 0));
 }
 
-int ssd_store_wait(SsdStore* st, SsdReq r, char* err, size_t errlen) { return ssd_io_wait(st->io, r, err, errlen); }
+int ssd_store_wait(SsdStore* st, SsdReq r, char* err, size_t errlen) {
+    return ssd_io_wait(st->io, r, err, errlen);
+}
 
 // ---- the round
 
-int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* fns, char* err, size_t errlen) {
+int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* fns, char* err,
+                    size_t errlen) {
     if (refuse_if_failed(st, err, errlen)) return -1;
     const SsdStoreConfig* c = &st->cfg;
     if (!fns || !fns->update || (!c->grads_on_disk && !fns->grads)) {
-        snprintf(err, errlen, "ssd_store_round: no update function, or no gradients function with the gradients in RAM");
+        snprintf(err, errlen,
+                 "ssd_store_round: no update function, or no gradients function with the gradients in RAM");
         return -1;
     }
     std::vector<Piece> pcs;
     std::vector<char> seen((size_t)c->num_layers, 0);
     for (int i = 0; i < n; i++) {
         if (layers[i] < 0 || layers[i] >= c->num_layers || seen[(size_t)layers[i]]) {
-            snprintf(err, errlen, "ssd_store_round: layer %d is not in the store (0..%d) or listed twice", layers[i],
-                     c->num_layers - 1);
+            snprintf(err, errlen, "ssd_store_round: layer %d is not in the store (0..%d) or listed twice",
+                     layers[i], c->num_layers - 1);
             return -1;
         }
         seen[(size_t)layers[i]] = 1;
@@ -839,8 +970,12 @@ int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* f
     if (pcs.empty()) return 0;
     if (mark_writing(st, err, errlen) != 0) return -1;
     const int64_t P = (int64_t)pcs.size(), R = c->ring, w = st->wgen;
-    for (Slot& s : st->ring) { s.piece = -1; s.nrd = s.nwr = 0; }
-    std::deque<std::pair<int, int64_t>> done_q;  // with_bf16: layers whose last piece's writes are not yet waited
+    for (Slot& s : st->ring) {
+        s.piece = -1;
+        s.nrd = s.nwr = 0;
+    }
+    std::deque<std::pair<int, int64_t>>
+        done_q;  // with_bf16: layers whose last piece's writes are not yet waited
     int64_t next_read = 0, retired = -1;
     const uint16_t* gram = NULL;
     uint16_t* bdst = NULL;
@@ -867,7 +1002,8 @@ int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* f
             if (s->piece >= 0 && (rc = retire_upto(s->piece)) != 0) break;
             s->piece = next_read;
             const Piece& pr = pcs[(size_t)next_read];
-            issue_read(st, s, pr, st->src[pr.layer], (1u << K_PARAMS) | (1u << K_M) | (1u << K_V), c->grads_on_disk != 0);
+            issue_read(st, s, pr, st->src[pr.layer], (1u << K_PARAMS) | (1u << K_M) | (1u << K_V),
+                       c->grads_on_disk != 0);
             next_read++;
         }
         if (rc != 0) break;
@@ -919,9 +1055,13 @@ int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* f
 
 int ssd_store_checkpoint(SsdStore* st, int64_t step, char* err, size_t errlen) {
     if (refuse_if_failed(st, err, errlen)) return -1;
-    if (step < 0) { snprintf(err, errlen, "ssd_store_checkpoint: step %lld < 0", (long long)step); return -1; }
+    if (step < 0) {
+        snprintf(err, errlen, "ssd_store_checkpoint: step %lld < 0", (long long)step);
+        return -1;
+    }
     const int w = st->wgen;
-    // A layer whose newest state is in the other generation (not updated since the last checkpoint) is copied.
+    // A layer whose newest state is in the other generation (not updated since the last
+    // checkpoint) is copied.
     for (int l = 0; l < st->cfg.num_layers; l++) {
         if (st->src[l] == w) continue;
         if (mark_writing(st, err, errlen) != 0) return -1;
@@ -937,7 +1077,8 @@ int ssd_store_checkpoint(SsdStore* st, int64_t step, char* err, size_t errlen) {
         st->src[l] = (uint8_t)w;
     }
     for (int k = 0; k < K_COUNT; k++)
-        if (has_kind(&st->cfg, k) && ssd_file_sync(&st->files[w][k], err, errlen) != 0) return fail_store(st, err);
+        if (has_kind(&st->cfg, k) && ssd_file_sync(&st->files[w][k], err, errlen) != 0)
+            return fail_store(st, err);
     st->step[w] = step;
     if (write_manifest(st, err, errlen) != 0) {
         st->step[w] = -1;
@@ -981,17 +1122,22 @@ static double now_s() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-int ssd_probe_bandwidth(const char* dir, double seconds, int64_t max_bytes, double* read_bps, double* write_bps,
-                        int* direct, char* err, size_t errlen) {
+int ssd_probe_bandwidth(const char* dir, double seconds, int64_t max_bytes, double* read_bps,
+                        double* write_bps, int* direct, char* err, size_t errlen) {
     const int64_t block = (int64_t)64 << 20;
     int64_t size = max_bytes > 0 ? max_bytes : ((int64_t)1 << 30);
     struct statvfs sv;
-    if (statvfs(dir, &sv) != 0) { snprintf(err, errlen, "cannot measure the disk of %.600s: %s", dir, strerror(errno)); return -1; }
+    if (statvfs(dir, &sv) != 0) {
+        snprintf(err, errlen, "cannot measure the disk of %.600s: %s", dir, strerror(errno));
+        return -1;
+    }
     const int64_t avail = (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
     if (size > avail / 4) size = avail / 4;
     size = size / block * block;
     if (size < block) {
-        snprintf(err, errlen, "cannot measure the disk of %.600s: %.2f GiB free, the probe needs at least 0.25 GiB", dir, avail / GiB);
+        snprintf(err, errlen,
+                 "cannot measure the disk of %.600s: %.2f GiB free, the probe needs at least 0.25 GiB", dir,
+                 avail / GiB);
         return -1;
     }
     const std::string path = std::string(dir) + "/ssd_probe.tmp";
@@ -1009,7 +1155,9 @@ int ssd_probe_bandwidth(const char* dir, double seconds, int64_t max_bytes, doub
     } else {
         uint64_t x = 88172645463325252ull;  // incompressible data: some devices compress zeros
         for (int64_t i = 0; i < block / 8; i++) {
-            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
             memcpy(buf[0] + i * 8, &x, 8);
         }
         memcpy(buf[1], buf[0], (size_t)block);
@@ -1020,7 +1168,11 @@ int ssd_probe_bandwidth(const char* dir, double seconds, int64_t max_bytes, doub
             SsdReq inflight[2] = {0, 0};
             for (int64_t k = 0;; k++) {
                 const int b = (int)(k & 1);
-                if (inflight[b] && ssd_io_wait(io, inflight[b], err, errlen) != 0) { rc = -1; inflight[b] = 0; break; }
+                if (inflight[b] && ssd_io_wait(io, inflight[b], err, errlen) != 0) {
+                    rc = -1;
+                    inflight[b] = 0;
+                    break;
+                }
                 inflight[b] = 0;
                 if ((moved >= size && now_s() - t0 >= seconds / 2) || moved >= size * 64) break;
                 inflight[b] = ssd_io_submit(io, &f, write, buf[b], block, off);
@@ -1029,7 +1181,10 @@ int ssd_probe_bandwidth(const char* dir, double seconds, int64_t max_bytes, doub
             }
             for (int b = 0; b < 2; b++) {
                 char e2[256];
-                if (inflight[b] && ssd_io_wait(io, inflight[b], e2, sizeof e2) != 0 && rc == 0) { rc = -1; snprintf(err, errlen, "%s", e2); }
+                if (inflight[b] && ssd_io_wait(io, inflight[b], e2, sizeof e2) != 0 && rc == 0) {
+                    rc = -1;
+                    snprintf(err, errlen, "%s", e2);
+                }
             }
             if (rc == 0 && write && ssd_file_sync(&f, err, errlen) != 0) rc = -1;
             const double dt = now_s() - t0;

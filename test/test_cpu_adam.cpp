@@ -477,20 +477,25 @@ TEST(CpuAdam, ReportsSimdPath) {
 }
 
 // adamw_tensors_window_bf16grad (the SSD tier updates a layer piece by piece as it streams from disk): any
-// split of a block into windows, cutting tensors anywhere, gives the bits of the whole block updated tensor by
-// tensor, each tensor with its own weight decay.
+// split of a block into windows, cutting tensors anywhere, gives the bits of the whole block updated tensor
+// by tensor, each tensor with its own weight decay.
 TEST(AdamW, WindowsOfABlockGiveTheWholeBlockUpdate) {
     const int count = 4;
     const int64_t size[count] = {777, 40000, 3, 35001};
     const int is_matrix[count] = {0, 1, 0, 1};
     int64_t offset[count], n = 0;
-    for (int i = 0; i < count; i++) { offset[i] = n; n += size[i]; }
+    for (int i = 0; i < count; i++) {
+        offset[i] = n;
+        n += size[i];
+    }
     std::mt19937 r(7);
     std::normal_distribution<float> nd(0.0f, 0.02f);
     std::vector<float> p0((size_t)n), m0((size_t)n), v0((size_t)n);
     std::vector<uint16_t> g((size_t)n);
     for (int64_t i = 0; i < n; i++) {
-        p0[(size_t)i] = nd(r); m0[(size_t)i] = nd(r) * 1e-2f; v0[(size_t)i] = fabsf(nd(r)) * 1e-4f;
+        p0[(size_t)i] = nd(r);
+        m0[(size_t)i] = nd(r) * 1e-2f;
+        v0[(size_t)i] = fabsf(nd(r)) * 1e-4f;
         g[(size_t)i] = float_to_bf16(nd(r) * 0.1f);
     }
     const AdamWArgs a = {1e-3f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.7f, 5};
@@ -508,8 +513,9 @@ TEST(AdamW, WindowsOfABlockGiveTheWholeBlockUpdate) {
         std::vector<uint16_t> bw((size_t)n);
         for (int64_t lo = 0; lo < n; lo += (w == 1 ? 1 + lo % 5000 : w)) {  // w = 1: ragged windows
             const int64_t len = std::min(w == 1 ? 1 + lo % 5000 : w, n - lo);
-            adamw_tensors_window_bf16grad(count, offset, size, is_matrix, lo, len, &pw[(size_t)lo], &g[(size_t)lo],
-                                          &mw[(size_t)lo], &vw[(size_t)lo], &bw[(size_t)lo], &a);
+            adamw_tensors_window_bf16grad(count, offset, size, is_matrix, lo, len, &pw[(size_t)lo],
+                                          &g[(size_t)lo], &mw[(size_t)lo], &vw[(size_t)lo], &bw[(size_t)lo],
+                                          &a);
         }
         EXPECT_EQ(memcmp(pw.data(), p.data(), (size_t)n * 4), 0) << "windows of " << w;
         EXPECT_EQ(memcmp(mw.data(), m.data(), (size_t)n * 4), 0) << "windows of " << w;

@@ -1,9 +1,10 @@
-// test_ssd.cpp — the SSD tier (ssd.h): the direct I/O layer on both backends (io_uring, pread/pwrite threads),
-// the state store's AdamW round against the in-RAM update bit for bit (several layers, steps, pieces that cut
-// tensors, bf16 copy and gradients in RAM or on disk, a checkpoint and a resume in the middle), crashes
-// (SIGKILL between two writes, in a child process) and disk errors (injected ENOSPC/EIO/short writes, a real
-// file size limit, a real full filesystem where one can be mounted) leaving the last checkpoint intact, the
-// capacity plan of the 100b preset, and the bandwidth probe. No timed assertions. Every test removes its files.
+// test_ssd.cpp — the SSD tier (ssd.h): the direct I/O layer on both backends (io_uring, pread/pwrite
+// threads), the state store's AdamW round against the in-RAM update bit for bit (several layers, steps,
+// pieces that cut tensors, bf16 copy and gradients in RAM or on disk, a checkpoint and a resume in the
+// middle), crashes (SIGKILL between two writes, in a child process) and disk errors (injected
+// ENOSPC/EIO/short writes, a real file size limit, a real full filesystem where one can be mounted) leaving
+// the last checkpoint intact, the capacity plan of the 100b preset, and the bandwidth probe. No timed
+// assertions. Every test removes its files.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdint.h>
@@ -21,7 +22,7 @@
 
 #include "cpu_adam.h"
 #include "ssd.h"
-#include "train_common.h"  // parse_model_spec, gpt_layout: the 100b preset of the plan test
+#include "model_specs.h"  // parse_model_spec, gpt_layout: the 100b preset of the plan test
 
 namespace fs = std::filesystem;
 
@@ -32,12 +33,19 @@ struct TempDir {
     bool owner = true;
     explicit TempDir(const char* base = NULL, bool share_with_child = false) {
         const char* inherited = share_with_child ? getenv("SSD_TEST_DIR") : NULL;
-        if (inherited) { path = inherited; owner = false; return; }
+        if (inherited) {
+            path = inherited;
+            owner = false;
+            return;
+        }
         const char* t = base ? base : getenv("TMPDIR");
         std::string tmpl = std::string(t && *t ? t : "/tmp") + "/test_ssd_XXXXXX";
         std::vector<char> buf(tmpl.begin(), tmpl.end());
         buf.push_back(0);
-        if (!mkdtemp(buf.data())) { ADD_FAILURE() << "mkdtemp " << tmpl << ": " << strerror(errno); return; }
+        if (!mkdtemp(buf.data())) {
+            ADD_FAILURE() << "mkdtemp " << tmpl << ": " << strerror(errno);
+            return;
+        }
         path = buf.data();
         if (share_with_child) setenv("SSD_TEST_DIR", path.c_str(), 1);
     }
@@ -59,7 +67,8 @@ static std::vector<uint8_t> pattern(int64_t n, uint32_t seed) {
 // ============================================================================
 // The I/O layer
 
-class SsdIoTest : public ::testing::TestWithParam<int> {};  // 0: io_uring (where the kernel has it), 1: fallback
+class SsdIoTest : public ::testing::TestWithParam<int> {
+};  // 0: io_uring (where the kernel has it), 1: fallback
 
 static SsdIo* open_io(int fallback, int qd = 4, int64_t chunk = (int64_t)1 << 20) {
     SsdIoConfig c;
@@ -128,7 +137,8 @@ TEST_P(SsdIoTest, BadRequestsAreOneErrorNotACrash) {
         EXPECT_EQ(ssd_io_wait(io, ssd_io_submit(io, &f, 1, buf, 4096, 100), err, sizeof err), -1);
     }
     // injected errors name the file and the errno; the fault is sticky until removed
-    ssd_io_set_fault(io, 1, 1, ENOSPC, 0);  // the second 1 MiB chunk of a 2 MiB write fails: the request fails
+    ssd_io_set_fault(io, 1, 1, ENOSPC,
+                     0);  // the second 1 MiB chunk of a 2 MiB write fails: the request fails
     SsdFile big;
     ASSERT_EQ(ssd_file_open(&big, (d.path + "/c").c_str(), 1, 2 << 20, 1, err, sizeof err), 0) << err;
     EXPECT_EQ(ssd_io_wait(io, ssd_io_submit(io, &big, 1, buf, 2 << 20, 0), err, sizeof err), -1);
@@ -161,7 +171,9 @@ TEST_P(SsdIoTest, BadRequestsAreOneErrorNotACrash) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, SsdIoTest, ::testing::Values(0, 1),
-                         [](const ::testing::TestParamInfo<int>& i) { return std::string(i.param ? "Fallback" : "IoUring"); });
+                         [](const ::testing::TestParamInfo<int>& i) {
+                             return std::string(i.param ? "Fallback" : "IoUring");
+                         });
 
 TEST(SsdIo, BufferedFileWhereODirectIsRefused) {
     // SSD_NO_DIRECT=1 opens files as a filesystem that refuses O_DIRECT would (tmpfs before Linux 6.6): the
@@ -202,24 +214,27 @@ static AdamWArgs step_args(int64_t t) {
 
 static uint16_t grad_value(int step, int layer, int64_t i) {
     uint32_t h = (uint32_t)(step * 7919 + layer * 104729) ^ (uint32_t)i * 2654435761u;
-    h ^= h >> 15; h *= 2246822519u; h ^= h >> 13;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
     if (h % 97 == 0) return 0;  // some exact zeros
     const float r = (float)(h >> 8) / 16777216.0f - 0.5f;
     return float_to_bf16(r * (h % 5 == 0 ? 1e-1f : 2e-3f));
 }
 
 // The in-RAM model: L layers, the way the trainer holds them today (one array per kind), updated tensor by
-// tensor over whole layers (train_common.h's adamw_tensors_bf16grad).
+// tensor over whole layers (adamw.h's adamw_tensors_bf16grad).
 struct RamModel {
     int L;
     std::vector<float> p, m, v;
     std::vector<uint16_t> b;
-    explicit RamModel(int layers) : L(layers), p((size_t)(layers * kLayer)), m(p.size()), v(p.size()), b(p.size()) {
+    explicit RamModel(int layers)
+        : L(layers), p((size_t)(layers * kLayer)), m(p.size()), v(p.size()), b(p.size()) {
         std::mt19937 r(42);
         std::normal_distribution<float> nd(0.0f, 0.02f);
         for (size_t i = 0; i < p.size(); i++) {
             p[i] = nd(r);
-            m[i] = nd(r) * 1e-2f;               // a resumed run's moments: not zero
+            m[i] = nd(r) * 1e-2f;  // a resumed run's moments: not zero
             v[i] = fabsf(nd(r)) * 1e-4f;
             b[i] = float_to_bf16(p[i]);
         }
@@ -234,8 +249,8 @@ struct RamModel {
                 AdamWArgs ak = a;
                 if (!kIsMatrix[k]) ak.weight_decay = 0.0f;
                 const int64_t q = o + kOffset[k];
-                adamw_update_bf16grad(&p[(size_t)q], &g[(size_t)kOffset[k]], &m[(size_t)q], &v[(size_t)q], &b[(size_t)q],
-                                      kSize[k], &ak);
+                adamw_update_bf16grad(&p[(size_t)q], &g[(size_t)kOffset[k]], &m[(size_t)q], &v[(size_t)q],
+                                      &b[(size_t)q], kSize[k], &ak);
             }
         }
     }
@@ -260,12 +275,14 @@ static const uint16_t* ctx_grads(void* c, int layer) {
     for (int64_t i = 0; i < kLayer; i++) x->grads[(size_t)i] = grad_value(x->step, layer, i);
     return x->grads.data();
 }
-static void ctx_update(void* c, int layer, int64_t off, int64_t n, float* p, const uint16_t* g, float* m, float* v,
-                       uint16_t* b) {
+static void ctx_update(void* c, int layer, int64_t off, int64_t n, float* p, const uint16_t* g, float* m,
+                       float* v, uint16_t* b) {
     const AdamWArgs a = step_args(((RoundCtx*)c)->step);
     adamw_tensors_window_bf16grad(kTensors, kOffset, kSize, kIsMatrix, off, n, p, g, m, v, b, &a);
 }
-static uint16_t* ctx_bf16_dst(void* c, int layer) { return ((RoundCtx*)c)->bf16_ram.data() + (int64_t)layer * kLayer; }
+static uint16_t* ctx_bf16_dst(void* c, int layer) {
+    return ((RoundCtx*)c)->bf16_ram.data() + (int64_t)layer * kLayer;
+}
 static void ctx_layer_done(void* c, int layer) {
     RoundCtx* x = (RoundCtx*)c;
     x->done_order.push_back(layer);
@@ -304,8 +321,8 @@ static SsdStoreConfig store_config(const StoreCase& c, int layers) {
 }
 
 // One step on the store: gradients to disk first when they live there, then the round.
-static void store_step(SsdStore* st, const StoreCase& c, const RamModel& want, int t, const std::vector<int>& layers,
-                       std::vector<uint16_t>* bf16_ram) {
+static void store_step(SsdStore* st, const StoreCase& c, const RamModel& want, int t,
+                       const std::vector<int>& layers, std::vector<uint16_t>* bf16_ram) {
     char err[1024] = "";
     if (c.grads_on_disk) {
         uint16_t* g = (uint16_t*)ssd_alloc(ssd_store_bf16_layer_bytes(st));
@@ -316,7 +333,11 @@ static void store_step(SsdStore* st, const StoreCase& c, const RamModel& want, i
         ssd_free(g);
     }
     RoundCtx x;
-    x.st = st; x.want = &want; x.step = t; x.grads_on_disk = c.grads_on_disk; x.with_bf16 = c.with_bf16;
+    x.st = st;
+    x.want = &want;
+    x.step = t;
+    x.grads_on_disk = c.grads_on_disk;
+    x.with_bf16 = c.with_bf16;
     x.bf16_ram.swap(*bf16_ram);
     SsdRoundFns fns = {ctx_grads, ctx_update, ctx_bf16_dst, ctx_layer_done, &x};
     ASSERT_EQ(ssd_store_round(st, layers.data(), (int)layers.size(), &fns, err, sizeof err), 0) << err;
@@ -331,20 +352,26 @@ static void expect_store_equals(SsdStore* st, const RamModel& want, int with_bf1
     std::vector<float> p((size_t)kLayer), m(p.size()), v(p.size());
     std::vector<uint16_t> b(p.size());
     for (int l = 0; l < want.L; l++) {
-        ASSERT_EQ(ssd_store_read_layer(st, l, p.data(), m.data(), v.data(), with_bf16 ? b.data() : NULL, err, sizeof err), 0) << err;
+        ASSERT_EQ(ssd_store_read_layer(st, l, p.data(), m.data(), v.data(), with_bf16 ? b.data() : NULL, err,
+                                       sizeof err),
+                  0)
+            << err;
         const size_t o = (size_t)l * kLayer, bytes = (size_t)kLayer * 4;
         EXPECT_EQ(memcmp(p.data(), &want.p[o], bytes), 0) << when << ": params of layer " << l;
         EXPECT_EQ(memcmp(m.data(), &want.m[o], bytes), 0) << when << ": m of layer " << l;
         EXPECT_EQ(memcmp(v.data(), &want.v[o], bytes), 0) << when << ": v of layer " << l;
-        if (with_bf16) { EXPECT_EQ(memcmp(b.data(), &want.b[o], bytes / 2), 0) << when << ": bf16 of layer " << l; }
+        if (with_bf16) {
+            EXPECT_EQ(memcmp(b.data(), &want.b[o], bytes / 2), 0) << when << ": bf16 of layer " << l;
+        }
     }
 }
 
 class SsdStoreTest : public ::testing::TestWithParam<StoreCase> {};
 
-// Four steps over five layers (the round skipping layer 0 in step 2, as with a GPU-resident layer), a checkpoint
-// after step 2 (the rounds of steps 3 and 4 then read that generation and write the other), a checkpoint after
-// step 4; then a resume from step 2 that redoes steps 3 and 4: every result equal to the in-RAM update.
+// Four steps over five layers (the round skipping layer 0 in step 2, as with a GPU-resident layer), a
+// checkpoint after step 2 (the rounds of steps 3 and 4 then read that generation and write the other), a
+// checkpoint after step 4; then a resume from step 2 that redoes steps 3 and 4: every result equal to
+// the in-RAM update.
 TEST_P(SsdStoreTest, RoundIsBitForBitTheInRamUpdate) {
     const StoreCase c = GetParam();
     const int L = 5;
@@ -357,7 +384,9 @@ TEST_P(SsdStoreTest, RoundIsBitForBitTheInRamUpdate) {
     ASSERT_NE(st, nullptr) << err;
     for (int l = 0; l < L; l++)
         ASSERT_EQ(ssd_store_write_layer(st, l, &ram.p[(size_t)l * kLayer], &ram.m[(size_t)l * kLayer],
-                                        &ram.v[(size_t)l * kLayer], err, sizeof err), 0) << err;
+                                        &ram.v[(size_t)l * kLayer], err, sizeof err),
+                  0)
+            << err;
     expect_store_equals(st, ram, c.with_bf16, "initial");
     const std::vector<int> all = {0, 1, 2, 3, 4}, skip0 = {1, 2, 3, 4};
     RamModel at2(0);
@@ -365,7 +394,10 @@ TEST_P(SsdStoreTest, RoundIsBitForBitTheInRamUpdate) {
         const std::vector<int>& layers = t == 2 ? skip0 : all;
         ram.step(t, layers);
         store_step(st, c, ram, t, layers, &bf16_ram);
-        if (::testing::Test::HasFatalFailure()) { ssd_store_close(st); return; }
+        if (::testing::Test::HasFatalFailure()) {
+            ssd_store_close(st);
+            return;
+        }
         if (!c.with_bf16) { EXPECT_EQ(bf16_ram, ram.b) << "step " << t; }
         if (t == 2) {
             ASSERT_EQ(ssd_store_checkpoint(st, 2, err, sizeof err), 0) << err;
@@ -395,26 +427,32 @@ TEST_P(SsdStoreTest, RoundIsBitForBitTheInRamUpdate) {
     for (int t = 3; t <= 4; t++) {
         at2.step(t, all);
         store_step(st, c, at2, t, all, &bf16_resumed);
-        if (::testing::Test::HasFatalFailure()) { ssd_store_close(st); return; }
+        if (::testing::Test::HasFatalFailure()) {
+            ssd_store_close(st);
+            return;
+        }
     }
     expect_store_equals(st, ram, c.with_bf16, "resumed from 2, after 4");
     ssd_store_steps(st, steps);
-    EXPECT_EQ(std::max(steps[0], steps[1]), 2) << "the generation of step 4 was written again: no longer a checkpoint";
+    EXPECT_EQ(std::max(steps[0], steps[1]), 2)
+        << "the generation of step 4 was written again: no longer a checkpoint";
     ssd_store_close(st);
     EXPECT_EQ(ssd_store_open(d.path.c_str(), &cfg, 4, err, sizeof err), nullptr);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Layouts, SsdStoreTest,
-    ::testing::Values(StoreCase{0, 0, 0, 3, 16384}, StoreCase{0, 0, 0, 4, 16384}, StoreCase{0, 1, 0, 4, 16384},
-                      StoreCase{0, 0, 1, 4, 16384}, StoreCase{0, 1, 1, 3, 16384}, StoreCase{0, 1, 1, 5, 0},
-                      StoreCase{1, 0, 0, 4, 16384}, StoreCase{1, 1, 1, 4, 16384}, StoreCase{1, 0, 1, 3, 0}),
-    [](const ::testing::TestParamInfo<StoreCase>& i) {
-        const StoreCase& c = i.param;
-        return std::string(c.fallback ? "Fallback" : "IoUring") + (c.with_bf16 ? "_Bf16OnDisk" : "_Bf16InRam") +
-               (c.grads_on_disk ? "_GradsOnDisk" : "_GradsInRam") + "_Ring" + std::to_string(c.ring) +
-               (c.piece ? "_Pieces" : "_WholeLayers");
-    });
+INSTANTIATE_TEST_SUITE_P(Layouts, SsdStoreTest,
+                         ::testing::Values(StoreCase{0, 0, 0, 3, 16384}, StoreCase{0, 0, 0, 4, 16384},
+                                           StoreCase{0, 1, 0, 4, 16384}, StoreCase{0, 0, 1, 4, 16384},
+                                           StoreCase{0, 1, 1, 3, 16384}, StoreCase{0, 1, 1, 5, 0},
+                                           StoreCase{1, 0, 0, 4, 16384}, StoreCase{1, 1, 1, 4, 16384},
+                                           StoreCase{1, 0, 1, 3, 0}),
+                         [](const ::testing::TestParamInfo<StoreCase>& i) {
+                             const StoreCase& c = i.param;
+                             return std::string(c.fallback ? "Fallback" : "IoUring") +
+                                    (c.with_bf16 ? "_Bf16OnDisk" : "_Bf16InRam") +
+                                    (c.grads_on_disk ? "_GradsOnDisk" : "_GradsInRam") + "_Ring" +
+                                    std::to_string(c.ring) + (c.piece ? "_Pieces" : "_WholeLayers");
+                         });
 
 // Two checkpoints with no round between them (e.g. a step whose update was skipped): the second one copies
 // every layer into the other generation, so both are complete checkpoints of the same state.
@@ -428,7 +466,9 @@ TEST(SsdStore, CheckpointWithoutARoundCopiesTheState) {
     SsdStore* st = ssd_store_create(d.path.c_str(), &cfg, err, sizeof err);
     ASSERT_NE(st, nullptr) << err;
     for (int l = 0; l < 3; l++)
-        ASSERT_EQ(ssd_store_write_layer(st, l, &ram.p[(size_t)l * kLayer], &ram.m[(size_t)l * kLayer], &ram.v[(size_t)l * kLayer], err, sizeof err), 0);
+        ASSERT_EQ(ssd_store_write_layer(st, l, &ram.p[(size_t)l * kLayer], &ram.m[(size_t)l * kLayer],
+                                        &ram.v[(size_t)l * kLayer], err, sizeof err),
+                  0);
     ram.step(1, {0, 1, 2});
     store_step(st, c, ram, 1, {0, 1, 2}, &bf16);
     ASSERT_EQ(ssd_store_checkpoint(st, 1, err, sizeof err), 0) << err;
@@ -436,7 +476,8 @@ TEST(SsdStore, CheckpointWithoutARoundCopiesTheState) {
     ssd_io_counters(ssd_store_io(st), &r0, &w0);
     ASSERT_EQ(ssd_store_checkpoint(st, 2, err, sizeof err), 0) << err;
     ssd_io_counters(ssd_store_io(st), &r1, &w1);
-    EXPECT_GE(w1 - w0, 3 * kLayer * 14) << "every layer's params, m, v and bf16 copy written to the other generation";
+    EXPECT_GE(w1 - w0, 3 * kLayer * 14)
+        << "every layer's params, m, v and bf16 copy written to the other generation";
     ssd_store_close(st);
     for (int64_t s : {1, 2}) {
         st = ssd_store_open(d.path.c_str(), &cfg, s, err, sizeof err);
@@ -480,29 +521,53 @@ TEST(SsdStore, BadShapesAndMismatchedReopenAreRefused) {
 // The run the crash and error tests make: create, steps 1 and 2, checkpoint 2, then the caller's fault and
 // step 3 (and a checkpoint 3 if step 3 survived).
 static const StoreCase kCrashCase = {0, 1, 0, 3, 16384};
-static void run_until_fault(const std::string& dir, int write, int64_t after, int err_no, int kill_it, int step3_copy_only) {
+static void run_until_fault(const std::string& dir, int write, int64_t after, int err_no, int kill_it,
+                            int step3_copy_only) {
     char err[1024] = "";
     const SsdStoreConfig cfg = store_config(kCrashCase, 4);
     RamModel ram(4);
     std::vector<uint16_t> bf16(ram.b);
     SsdStore* st = ssd_store_create(dir.c_str(), &cfg, err, sizeof err);
-    if (!st) { fprintf(stderr, "%s\n", err); _exit(3); }
+    if (!st) {
+        fprintf(stderr, "%s\n", err);
+        _exit(3);
+    }
     for (int l = 0; l < 4; l++)
-        ssd_store_write_layer(st, l, &ram.p[(size_t)l * kLayer], &ram.m[(size_t)l * kLayer], &ram.v[(size_t)l * kLayer], err, sizeof err);
+        ssd_store_write_layer(st, l, &ram.p[(size_t)l * kLayer], &ram.m[(size_t)l * kLayer],
+                              &ram.v[(size_t)l * kLayer], err, sizeof err);
     const std::vector<int> all = {0, 1, 2, 3};
-    for (int t = 1; t <= 2; t++) { ram.step(t, all); store_step(st, kCrashCase, ram, t, all, &bf16); }
-    if (ssd_store_checkpoint(st, 2, err, sizeof err) != 0) { fprintf(stderr, "%s\n", err); _exit(3); }
+    for (int t = 1; t <= 2; t++) {
+        ram.step(t, all);
+        store_step(st, kCrashCase, ram, t, all, &bf16);
+    }
+    if (ssd_store_checkpoint(st, 2, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        _exit(3);
+    }
     ssd_io_set_fault(ssd_store_io(st), write, after, err_no, kill_it);
     if (step3_copy_only) {
         // a second checkpoint without a round between: every layer is copied into the other generation
-        if (ssd_store_checkpoint(st, 3, err, sizeof err) != 0) { fprintf(stderr, "%s\n", err); _exit(4); }
+        if (ssd_store_checkpoint(st, 3, err, sizeof err) != 0) {
+            fprintf(stderr, "%s\n", err);
+            _exit(4);
+        }
     } else {
         ram.step(3, all);
         RoundCtx x;
-        x.st = st; x.want = &ram; x.step = 3; x.grads_on_disk = 0; x.with_bf16 = 1;
+        x.st = st;
+        x.want = &ram;
+        x.step = 3;
+        x.grads_on_disk = 0;
+        x.with_bf16 = 1;
         SsdRoundFns fns = {ctx_grads, ctx_update, NULL, NULL, &x};
-        if (ssd_store_round(st, all.data(), 4, &fns, err, sizeof err) != 0) { fprintf(stderr, "%s\n", err); _exit(4); }
-        if (ssd_store_checkpoint(st, 3, err, sizeof err) != 0) { fprintf(stderr, "%s\n", err); _exit(4); }
+        if (ssd_store_round(st, all.data(), 4, &fns, err, sizeof err) != 0) {
+            fprintf(stderr, "%s\n", err);
+            _exit(4);
+        }
+        if (ssd_store_checkpoint(st, 3, err, sizeof err) != 0) {
+            fprintf(stderr, "%s\n", err);
+            _exit(4);
+        }
     }
     ssd_store_close(st);
     _exit(0);
@@ -523,16 +588,19 @@ static void expect_checkpoint_2_intact(const std::string& dir) {
     ssd_store_close(st);
 }
 
-// SIGKILL between two writes of step 3's round (before the first, after one, in the middle, before the last of
-// its 80 write chunks: 4 layers x 5 pieces x 4 files, each piece of a file one 64 KiB chunk), or of a checkpoint's
-// layer copies (a checkpoint with no round since the last one): the reopened store holds checkpoint 2, bit for bit.
+// SIGKILL between two writes of step 3's round (before the first, after one, in the middle, before the last
+// of its 80 write chunks: 4 layers x 5 pieces x 4 files, each piece of a file one 64 KiB chunk), or of a
+// checkpoint's layer copies (a checkpoint with no round since the last one): the reopened store holds
+// checkpoint 2, bit for bit.
 TEST(SsdStoreCrash, KillBetweenWritesKeepsTheLastCheckpoint) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     for (int64_t after : {0, 1, 40, 79}) {
         for (int copy_only : {0, 1}) {
             TempDir d(NULL, true);
-            EXPECT_EXIT(run_until_fault(d.path, 1, after, 0, 1, copy_only), ::testing::KilledBySignal(SIGKILL), "")
-                << "kill after " << after << " write chunks" << (copy_only ? " of a checkpoint's copies" : " of a round");
+            EXPECT_EXIT(run_until_fault(d.path, 1, after, 0, 1, copy_only),
+                        ::testing::KilledBySignal(SIGKILL), "")
+                << "kill after " << after << " write chunks"
+                << (copy_only ? " of a checkpoint's copies" : " of a round");
             expect_checkpoint_2_intact(d.path);
         }
     }
@@ -542,11 +610,15 @@ TEST(SsdStoreCrash, KillBetweenWritesKeepsTheLastCheckpoint) {
 // and checkpoint 2 is intact on reopening. (The child reports the error on stderr and exits 4.)
 TEST(SsdStoreErrors, DiskErrorMidRoundIsOneErrorAndKeepsTheCheckpoint) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
-    struct { int write, err_no; const char* msg; } cases[] = {
+    struct {
+        int write, err_no;
+        const char* msg;
+    } cases[] = {
         {1, ENOSPC, "No space left on device"}, {1, 0, "short write"}, {0, EIO, "Input/output error"}};
     for (const auto& k : cases) {
         TempDir d(NULL, true);
-        EXPECT_EXIT(run_until_fault(d.path, k.write, 40, k.err_no, 0, 0), ::testing::ExitedWithCode(4), k.msg);
+        EXPECT_EXIT(run_until_fault(d.path, k.write, 40, k.err_no, 0, 0), ::testing::ExitedWithCode(4),
+                    k.msg);
         expect_checkpoint_2_intact(d.path);
     }
 }
@@ -561,12 +633,20 @@ TEST(SsdStoreErrors, FailedStoreRefusesToGoOn) {
     SsdStore* st = ssd_store_create(d.path.c_str(), &cfg, err, sizeof err);
     ASSERT_NE(st, nullptr) << err;
     for (int l = 0; l < 2; l++)
-        ASSERT_EQ(ssd_store_write_layer(st, l, &ram.p[(size_t)l * kLayer], &ram.m[(size_t)l * kLayer], &ram.v[(size_t)l * kLayer], err, sizeof err), 0);
+        ASSERT_EQ(ssd_store_write_layer(st, l, &ram.p[(size_t)l * kLayer], &ram.m[(size_t)l * kLayer],
+                                        &ram.v[(size_t)l * kLayer], err, sizeof err),
+                  0);
     RoundCtx x;
-    x.st = st; x.want = &ram; x.step = 1; x.grads_on_disk = 0; x.with_bf16 = 0; x.bf16_ram = bf16;
+    x.st = st;
+    x.want = &ram;
+    x.step = 1;
+    x.grads_on_disk = 0;
+    x.with_bf16 = 0;
+    x.bf16_ram = bf16;
     SsdRoundFns fns = {ctx_grads, ctx_update, ctx_bf16_dst, NULL, &x};
     const int twice[2] = {1, 1}, layers[2] = {0, 1};
-    EXPECT_EQ(ssd_store_round(st, twice, 2, &fns, err, sizeof err), -1);  // bad input: an error, the store goes on
+    EXPECT_EQ(ssd_store_round(st, twice, 2, &fns, err, sizeof err),
+              -1);  // bad input: an error, the store goes on
     EXPECT_NE(strstr(err, "listed twice"), nullptr) << err;
     ssd_io_set_fault(ssd_store_io(st), 1, 5, ENOSPC, 0);
     EXPECT_EQ(ssd_store_round(st, layers, 2, &fns, err, sizeof err), -1);
@@ -578,7 +658,8 @@ TEST(SsdStoreErrors, FailedStoreRefusesToGoOn) {
     EXPECT_EQ(ssd_store_checkpoint(st, 1, err, sizeof err), -1);
     EXPECT_NE(strstr(err, "No space left on device"), nullptr) << err;
     std::vector<float> p((size_t)kLayer);
-    EXPECT_EQ(ssd_store_read_layer(st, 0, p.data(), NULL, NULL, NULL, err, sizeof err), -1) << "the state may be torn";
+    EXPECT_EQ(ssd_store_read_layer(st, 0, p.data(), NULL, NULL, NULL, err, sizeof err), -1)
+        << "the state may be torn";
     ssd_store_close(st);
 }
 
@@ -603,17 +684,20 @@ TEST(SsdStoreErrors, FileSizeLimitAtCreationIsOneError) {
     EXPECT_NE(strstr(err, "params.f32"), nullptr) << err;
 }
 
-// A really full filesystem: a 16 MiB tmpfs where this process may mount one (root, or a user namespace allowing
-// it; skipped otherwise). The store's files are allocated at creation, so the round's writes cannot run out of
-// space; what can is the manifest of the next checkpoint once something else has filled the disk: that
-// checkpoint fails with one error, and the previous one stays the store's checkpoint.
+// A really full filesystem: a 16 MiB tmpfs where this process may mount one (root, or a user namespace
+// allowing it; skipped otherwise). The store's files are allocated at creation, so the round's writes cannot
+// run out of space; what can is the manifest of the next checkpoint once something else has filled the disk:
+// that checkpoint fails with one error, and the previous one stays the store's checkpoint.
 TEST(SsdStoreErrors, FullFilesystemAtCheckpointKeepsThePreviousOne) {
     TempDir d;
     const std::string mnt = d.path + "/mnt";
     ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
     if (mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=16m") != 0)
         GTEST_SKIP() << "cannot mount a small tmpfs here (" << strerror(errno) << ")";
-    struct Unmount { std::string p; ~Unmount() { umount2(p.c_str(), MNT_DETACH); } } unmount{mnt};
+    struct Unmount {
+        std::string p;
+        ~Unmount() { umount2(p.c_str(), MNT_DETACH); }
+    } unmount{mnt};
     char err[1024] = "";
     const SsdStoreConfig cfg = store_config(StoreCase{0, 0, 0, 3, 16384}, 4);  // 4 x 70999 x 12 x 2 = 6.5 MiB
     RamModel ram(4);
@@ -622,7 +706,9 @@ TEST(SsdStoreErrors, FullFilesystemAtCheckpointKeepsThePreviousOne) {
     SsdStore* st = ssd_store_create(dir.c_str(), &cfg, err, sizeof err);
     ASSERT_NE(st, nullptr) << err;
     for (int l = 0; l < 4; l++)
-        ASSERT_EQ(ssd_store_write_layer(st, l, &ram.p[(size_t)l * kLayer], &ram.m[(size_t)l * kLayer], &ram.v[(size_t)l * kLayer], err, sizeof err), 0);
+        ASSERT_EQ(ssd_store_write_layer(st, l, &ram.p[(size_t)l * kLayer], &ram.m[(size_t)l * kLayer],
+                                        &ram.v[(size_t)l * kLayer], err, sizeof err),
+                  0);
     const StoreCase c = {0, 0, 0, 3, 16384};
     ram.step(1, {0, 1, 2, 3});
     store_step(st, c, ram, 1, {0, 1, 2, 3}, &bf16);
@@ -635,7 +721,10 @@ TEST(SsdStoreErrors, FullFilesystemAtCheckpointKeepsThePreviousOne) {
     fclose(f);
     {
         FILE* g = fopen((mnt + "/filler2").c_str(), "w");  // the last partial block
-        if (g) { while (fputc('x', g) != EOF && fflush(g) == 0) {} fclose(g); }
+        if (g) {
+            while (fputc('x', g) != EOF && fflush(g) == 0) {}
+            fclose(g);
+        }
     }
     const RamModel at1 = ram;
     ram.step(2, {0, 1, 2, 3});
@@ -674,9 +763,11 @@ static SsdPlanInput plan_input(const GPTConfig& c, int with_bf16) {
 
 static void print_plan(const char* name, const SsdPlan& p) {
     const double G = 1024.0 * 1024.0 * 1024.0;
-    printf("  %-16s host %7.2f GiB (resident %.2f, bf16 weights %.2f, grads %.2f, ring %.2f)  disk %8.1f GiB  "
-           "per step: read %7.1f GiB, write %7.1f GiB\n", name, p.host_bytes / G, p.host_resident / G, p.host_bf16 / G,
-           p.host_grads / G, p.host_ring / G, p.disk_bytes / G, p.read_per_step / G, p.write_per_step / G);
+    printf(
+        "  %-16s host %7.2f GiB (resident %.2f, bf16 weights %.2f, grads %.2f, ring %.2f)  disk %8.1f GiB  "
+        "per step: read %7.1f GiB, write %7.1f GiB\n",
+        name, p.host_bytes / G, p.host_resident / G, p.host_bf16 / G, p.host_grads / G, p.host_ring / G,
+        p.disk_bytes / G, p.read_per_step / G, p.write_per_step / G);
 }
 
 // Issue 22's capacity target on paper: the 100b preset at B 8, T 1024 fits 256 GiB of host RAM with the state
@@ -703,8 +794,10 @@ TEST(SsdPlan, HundredBillionFitsTheWorkstation) {
     EXPECT_LE(sw.host_bytes, (int64_t)64 << 30);
     EXPECT_GT(grads_in_ram.host_bytes, (int64_t)256 << 30) << "the gradients must go to disk for 256 GiB";
     // the parts add up, and the formulas are the ones ssd.h states
-    const int64_t L = c.num_layers, s4 = ssd_round_up(p.layer_stride * 4, 4096), s2 = ssd_round_up(p.layer_stride * 2, 4096);
-    EXPECT_EQ(sd.host_bytes, sd.host_resident + sd.host_bf16 + sd.host_grads + sd.host_ring + plan_input(c, 0).other_host_bytes);
+    const int64_t L = c.num_layers, s4 = ssd_round_up(p.layer_stride * 4, 4096),
+                  s2 = ssd_round_up(p.layer_stride * 2, 4096);
+    EXPECT_EQ(sd.host_bytes, sd.host_resident + sd.host_bf16 + sd.host_grads + sd.host_ring +
+                                 plan_input(c, 0).other_host_bytes);
     EXPECT_EQ(sd.host_bf16, L * p.layer_stride * 2);
     EXPECT_EQ(sw.host_bf16, 6 * s2);
     EXPECT_EQ(sd.disk_bytes, 2 * L * 3 * s4 + L * s2);
@@ -716,7 +809,11 @@ TEST(SsdPlan, HundredBillionFitsTheWorkstation) {
     // the store's own accounting agrees with the plan
     SsdStoreConfig sc;
     memset(&sc, 0, sizeof sc);
-    sc.num_layers = (int)L; sc.layer_elems = p.layer_stride; sc.with_bf16 = 1; sc.grads_on_disk = 1; sc.ring = 4;
+    sc.num_layers = (int)L;
+    sc.layer_elems = p.layer_stride;
+    sc.with_bf16 = 1;
+    sc.grads_on_disk = 1;
+    sc.ring = 4;
     sc.piece_elems = (int64_t)1 << 26;
     EXPECT_EQ(ssd_store_disk_bytes(&sc), sw.disk_bytes);
     EXPECT_EQ(ssd_store_ring_bytes(&sc), sw.host_ring);
@@ -727,8 +824,11 @@ TEST(SsdProbe, MeasuresBothDirections) {
     double r = 0, w = 0;
     int direct = -1;
     char err[1024] = "";
-    ASSERT_EQ(ssd_probe_bandwidth(d.path.c_str(), 0.5, (int64_t)128 << 20, &r, &w, &direct, err, sizeof err), 0) << err;
-    printf("  %s: read %.0f MB/s, write %.0f MB/s, O_DIRECT %s\n", d.path.c_str(), r / 1e6, w / 1e6, direct ? "yes" : "no");
+    ASSERT_EQ(ssd_probe_bandwidth(d.path.c_str(), 0.5, (int64_t)128 << 20, &r, &w, &direct, err, sizeof err),
+              0)
+        << err;
+    printf("  %s: read %.0f MB/s, write %.0f MB/s, O_DIRECT %s\n", d.path.c_str(), r / 1e6, w / 1e6,
+           direct ? "yes" : "no");
     EXPECT_GT(r, 0.0);
     EXPECT_GT(w, 0.0);
     EXPECT_TRUE(fs::is_empty(d.path)) << "the probe removes its file";

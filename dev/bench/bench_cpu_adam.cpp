@@ -7,13 +7,14 @@
 //
 // usage: build/bench_cpu_adam [n_params=67108864] [threads=0 (OpenMP default)] [reps=5]
 //        build/bench_cpu_adam --disk DIR [n_params=67108864] [threads=0] [reps=3]
-// Disk mode (issue 22's SSD tier, ssd.h): the AdamW round over state on disk in DIR (fp32 params, m, v read and
-// written back with O_DIRECT, 24 bytes per param; bf16 gradients from RAM, bf16 copy to RAM, as with -sd), next
-// to the in-RAM AdamW on the same n and the disk measured independently by fio (O_DIRECT sequential write, read,
-// a 50/50 mix in one job, and a read and a write stream at once; 4 MiB blocks, 16 in flight) and by
-// ssd_probe_bandwidth. Target: the round reaches 85% of min(fio's better mixed bandwidth / 24 bytes, in-RAM rate). It needs about 24 * n bytes free in DIR (two
-// generations of the state) plus fio's file, and removes them at the end.
-// Bytes counted per param (reads + writes, not counting write-allocate reads):
+// Disk mode (issue 22's SSD tier, ssd.h): the AdamW round over state on disk in DIR (fp32 params, m, v read
+// and written back with O_DIRECT, 24 bytes per param; bf16 gradients from RAM, bf16 copy to RAM, as with
+// -sd), next to the in-RAM AdamW on the same n and the disk measured independently by fio (O_DIRECT
+// sequential write, read, a 50/50 mix in one job, and a read and a write stream at once; 4 MiB blocks, 16 in
+// flight) and by ssd_probe_bandwidth. Target: the round reaches 85% of min(fio's better mixed bandwidth / 24
+// bytes, in-RAM rate). It needs about 24 * n bytes free in DIR (two generations of the state) plus fio's
+// file, and removes them at the end. Bytes counted per param (reads + writes, not
+// counting write-allocate reads):
 //   adamw f32 grad : 4 param + 4 grad + 4 m + 4 v read, 4 param + 4 m + 4 v + 2 bf16 written = 30
 //   adamw bf16 grad: the same with a 2-byte gradient = 28
 //   memcpy 8 (4 read + 4 written), sumsq_f32 4, convert_f32_to_bf16 6
@@ -182,14 +183,18 @@ static int run_fio(const char* dir, const char* rw, int64_t bytes, int seconds, 
     // rw "concurrent": two jobs at once, one reading a file and one writing another (what the round does: it
     // reads pieces ahead while it writes the ones behind, to other files or regions), reported together
     if (strcmp(rw, "concurrent") == 0)
-        snprintf(cmd, sizeof cmd, "fio --directory='%s' --size=%lld --bs=4M --direct=1 --ioengine=libaio --iodepth=8 "
-                 "--time_based --runtime=%d --group_reporting --output-format=terse --terse-version=3 --name=r --rw=read "
-                 "--filename=fio_bench_r.tmp --name=w --rw=write --filename=fio_bench_w.tmp 2>/dev/null", dir,
-                 (long long)bytes / 2, seconds);
+        snprintf(cmd, sizeof cmd,
+                 "fio --directory='%s' --size=%lld --bs=4M --direct=1 --ioengine=libaio --iodepth=8 "
+                 "--time_based --runtime=%d --group_reporting --output-format=terse --terse-version=3 "
+                 "--name=r --rw=read "
+                 "--filename=fio_bench_r.tmp --name=w --rw=write --filename=fio_bench_w.tmp 2>/dev/null",
+                 dir, (long long)bytes / 2, seconds);
     else
-        snprintf(cmd, sizeof cmd, "fio --name=bench_cpu_adam --directory='%s' --filename=fio_bench.tmp --size=%lld --bs=4M "
+        snprintf(cmd, sizeof cmd,
+                 "fio --name=bench_cpu_adam --directory='%s' --filename=fio_bench.tmp --size=%lld --bs=4M "
                  "--direct=1 --ioengine=libaio --iodepth=16 --rw=%s --rwmixread=50 --time_based --runtime=%d "
-                 "--output-format=terse --terse-version=3 2>/dev/null", dir, (long long)bytes, rw, seconds);
+                 "--output-format=terse --terse-version=3 2>/dev/null",
+                 dir, (long long)bytes, rw, seconds);
     FILE* p = popen(cmd, "r");
     if (!p) return -1;
     char line[8192] = "";
@@ -201,7 +206,10 @@ static int run_fio(const char* dir, const char* rw, int64_t bytes, int seconds, 
     std::vector<std::string> f;
     size_t a = 0;
     for (size_t i = 0; i <= out.size(); i++)
-        if (i == out.size() || out[i] == ';') { f.push_back(out.substr(a, i - a)); a = i + 1; }
+        if (i == out.size() || out[i] == ';') {
+            f.push_back(out.substr(a, i - a));
+            a = i + 1;
+        }
     if (f.size() < 49) return -1;
     *rd = atof(f[6].c_str()) * 1024.0;
     *wr = atof(f[47].c_str()) * 1024.0;
@@ -214,21 +222,32 @@ typedef struct {
     int64_t layer_elems;
     AdamWArgs args;
 } DiskCtx;
-static const uint16_t* disk_grads(void* c, int layer) { DiskCtx* x = (DiskCtx*)c; return x->grads + (int64_t)layer * x->layer_elems; }
-static uint16_t* disk_bf16(void* c, int layer) { DiskCtx* x = (DiskCtx*)c; return x->bf16 + (int64_t)layer * x->layer_elems; }
-static void disk_update(void* c, int layer, int64_t off, int64_t n, float* p, const uint16_t* g, float* m, float* v, uint16_t* b) {
+static const uint16_t* disk_grads(void* c, int layer) {
+    DiskCtx* x = (DiskCtx*)c;
+    return x->grads + (int64_t)layer * x->layer_elems;
+}
+static uint16_t* disk_bf16(void* c, int layer) {
+    DiskCtx* x = (DiskCtx*)c;
+    return x->bf16 + (int64_t)layer * x->layer_elems;
+}
+static void disk_update(void* c, int layer, int64_t off, int64_t n, float* p, const uint16_t* g, float* m,
+                        float* v, uint16_t* b) {
     adamw_update_bf16grad(p, g, m, v, b, n, &((DiskCtx*)c)->args);
 }
 
 static int disk_main(int argc, char** argv) {
-    if (argc < 3) { fprintf(stderr, "usage: %s --disk DIR [n_params > 0] [threads >= 0] [reps > 0]\n", argv[0]); return 1; }
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s --disk DIR [n_params > 0] [threads >= 0] [reps > 0]\n", argv[0]);
+        return 1;
+    }
     const char* dir = argv[2];
     const int64_t n = argc > 3 ? atoll(argv[3]) : ((int64_t)1 << 26);
     const int threads = argc > 4 ? atoi(argv[4]) : 0;
     const int reps = argc > 5 ? atoi(argv[5]) : 3;
     const int layers = 8;
     if (n < layers * 4096 || threads < 0 || reps <= 0) {
-        fprintf(stderr, "usage: %s --disk DIR [n_params >= %d] [threads >= 0] [reps > 0]\n", argv[0], layers * 4096);
+        fprintf(stderr, "usage: %s --disk DIR [n_params >= %d] [threads >= 0] [reps > 0]\n", argv[0],
+                layers * 4096);
         return 1;
     }
     if (threads > 0) omp_set_num_threads(threads);
@@ -242,17 +261,25 @@ static int disk_main(int argc, char** argv) {
     cfg.piece_elems = (int64_t)4 << 20;
     const int64_t fio_bytes = std::min((int64_t)2 << 30, nn * 12);
     struct statvfs sv;
-    if (statvfs(dir, &sv) != 0) { fprintf(stderr, "error: cannot use %s: %s\n", dir, strerror(errno)); return 1; }
+    if (statvfs(dir, &sv) != 0) {
+        fprintf(stderr, "error: cannot use %s: %s\n", dir, strerror(errno));
+        return 1;
+    }
     const double avail = (double)sv.f_bavail * (double)sv.f_frsize;
     const double need = (double)ssd_store_disk_bytes(&cfg) + (double)fio_bytes;
     if (need > avail * 0.5) {
-        fprintf(stderr, "error: %s has %.1f GiB free; this run needs %.1f GiB and keeps half the disk free: lower n\n", dir,
-                avail / 1073741824.0, need / 1073741824.0);
+        fprintf(
+            stderr,
+            "error: %s has %.1f GiB free; this run needs %.1f GiB and keeps half the disk free: lower n\n",
+            dir, avail / 1073741824.0, need / 1073741824.0);
         return 1;
     }
-    printf("bench_cpu_adam --disk %s: n = %lld params in %lld layers (%.2f GB of fp32 state per generation), simd = %s, "
-           "threads = %d, reps = %d\n", dir, (long long)nn, (long long)L, nn * 12.0 / 1e9, cpu_adam_simd_name(),
-           threads > 0 ? threads : omp_get_max_threads(), reps);
+    printf(
+        "bench_cpu_adam --disk %s: n = %lld params in %lld layers (%.2f GB of fp32 state per generation), "
+        "simd = %s, "
+        "threads = %d, reps = %d\n",
+        dir, (long long)nn, (long long)L, nn * 12.0 / 1e9, cpu_adam_simd_name(),
+        threads > 0 ? threads : omp_get_max_threads(), reps);
 
     // the in-RAM AdamW on the same parameters (bf16 gradients, bf16 copy out: what the trainer runs)
     float* p = (float*)alloc64((size_t)nn * 4);
@@ -271,21 +298,29 @@ static int disk_main(int argc, char** argv) {
         out[i] = 0;
     }
     AdamWArgs a = {3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, 0.5f, 1};
-    const Timing tram = time_it(reps, [&](int r) { a.t = 1 + r; adamw_update_bf16grad(p, gb, m, v, out, nn, &a); });
+    const Timing tram = time_it(reps, [&](int r) {
+        a.t = 1 + r;
+        adamw_update_bf16grad(p, gb, m, v, out, nn, &a);
+    });
     const double ram_rate = nn / tram.best;
     report("adamw in RAM", tram, nn, 28);
 
     // the disk, measured by fio (independent of ssd.cpp) and by ssd.cpp's probe
     double fw_r = 0, fw_w = 0, fr_r = 0, fr_w = 0, fm_r = 0, fm_w = 0, fc_r = 0, fc_w = 0;
-    const bool have_fio = run_fio(dir, "write", fio_bytes, 4, &fw_r, &fw_w) == 0 && run_fio(dir, "read", fio_bytes, 4, &fr_r, &fr_w) == 0 &&
-                          run_fio(dir, "rw", fio_bytes, 4, &fm_r, &fm_w) == 0 && run_fio(dir, "concurrent", fio_bytes, 4, &fc_r, &fc_w) == 0;
-    for (const char* f : {"fio_bench.tmp", "fio_bench_r.tmp", "fio_bench_w.tmp"}) unlink((std::string(dir) + "/" + f).c_str());
+    const bool have_fio = run_fio(dir, "write", fio_bytes, 4, &fw_r, &fw_w) == 0 &&
+                          run_fio(dir, "read", fio_bytes, 4, &fr_r, &fr_w) == 0 &&
+                          run_fio(dir, "rw", fio_bytes, 4, &fm_r, &fm_w) == 0 &&
+                          run_fio(dir, "concurrent", fio_bytes, 4, &fc_r, &fc_w) == 0;
+    for (const char* f : {"fio_bench.tmp", "fio_bench_r.tmp", "fio_bench_w.tmp"})
+        unlink((std::string(dir) + "/" + f).c_str());
     if (have_fio)
-        printf("fio (O_DIRECT, 4 MiB x 16)   write %7.0f MB/s   read %7.0f MB/s   50/50 mix %7.0f MB/s (read %.0f + write %.0f)   "
-               "read and write streams at once %7.0f MB/s (read %.0f + write %.0f)\n", fw_w / 1e6, fr_r / 1e6,
-               (fm_r + fm_w) / 1e6, fm_r / 1e6, fm_w / 1e6, (fc_r + fc_w) / 1e6, fc_r / 1e6, fc_w / 1e6);
-    else
-        printf("fio not found or failed: the disk figure below comes from ssd_probe_bandwidth alone\n");
+        printf(
+            "fio (O_DIRECT, 4 MiB x 16)   write %7.0f MB/s   read %7.0f MB/s   50/50 mix %7.0f MB/s (read "
+            "%.0f + write %.0f)   "
+            "read and write streams at once %7.0f MB/s (read %.0f + write %.0f)\n",
+            fw_w / 1e6, fr_r / 1e6, (fm_r + fm_w) / 1e6, fm_r / 1e6, fm_w / 1e6, (fc_r + fc_w) / 1e6,
+            fc_r / 1e6, fc_w / 1e6);
+    else printf("fio not found or failed: the disk figure below comes from ssd_probe_bandwidth alone\n");
     double pr = 0, pw = 0;
     int direct = 0;
     char err[1024] = "";
@@ -293,19 +328,26 @@ static int disk_main(int argc, char** argv) {
         fprintf(stderr, "error: %s\n", err);
         return 1;
     }
-    printf("ssd_probe_bandwidth          write %7.0f MB/s   read %7.0f MB/s   (O_DIRECT %s)\n", pw / 1e6, pr / 1e6, direct ? "yes" : "NO");
+    printf("ssd_probe_bandwidth          write %7.0f MB/s   read %7.0f MB/s   (O_DIRECT %s)\n", pw / 1e6,
+           pr / 1e6, direct ? "yes" : "NO");
 
     // the round over the state on disk
     SsdStore* st = ssd_store_create(dir, &cfg, err, sizeof err);
-    if (!st) { fprintf(stderr, "error: %s\n", err); return 1; }
+    if (!st) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
     for (int l = 0; l < L; l++)
         if (ssd_store_write_layer(st, l, p + l * ne, m + l * ne, v + l * ne, err, sizeof err) != 0) {
             fprintf(stderr, "error: %s\n", err);
             ssd_store_close(st);
             return 1;
         }
-    printf("ssd store: backend %s, ring %d x %lld params (%.0f MiB of host RAM), chunks of 4 MiB, 16 in flight\n",
-           ssd_io_backend(ssd_store_io(st)), cfg.ring, (long long)cfg.piece_elems, ssd_store_ring_bytes(&cfg) / 1048576.0);
+    printf(
+        "ssd store: backend %s, ring %d x %lld params (%.0f MiB of host RAM), chunks of 4 MiB, 16 in "
+        "flight\n",
+        ssd_io_backend(ssd_store_io(st)), cfg.ring, (long long)cfg.piece_elems,
+        ssd_store_ring_bytes(&cfg) / 1048576.0);
     DiskCtx ctx = {gb, out, ne, a};
     SsdRoundFns fns = {disk_grads, disk_update, disk_bf16, NULL, &ctx};
     std::vector<int> order((size_t)L);
@@ -320,30 +362,48 @@ static int disk_main(int argc, char** argv) {
     ssd_io_counters(ssd_store_io(st), &r1, &w1);
     const char* backend = ssd_io_backend(ssd_store_io(st));  // a string literal: outlives the store
     ssd_store_close(st);
-    for (const char* f : {"gen0/params.f32", "gen0/m.f32", "gen0/v.f32", "gen1/params.f32", "gen1/m.f32", "gen1/v.f32", "ssd_manifest"})
+    for (const char* f : {"gen0/params.f32", "gen0/m.f32", "gen0/v.f32", "gen1/params.f32", "gen1/m.f32",
+                          "gen1/v.f32", "ssd_manifest"})
         unlink((std::string(dir) + "/" + f).c_str());
     rmdir((std::string(dir) + "/gen0").c_str());
     rmdir((std::string(dir) + "/gen1").c_str());
-    if (failed) { fprintf(stderr, "error: %s\n", err); return 1; }
-    const double bpp = (double)(r1 - r0 + w1 - w0) / (reps + 1) / nn;  // disk bytes per param per round, measured
+    if (failed) {
+        fprintf(stderr, "error: %s\n", err);
+        return 1;
+    }
+    const double bpp =
+        (double)(r1 - r0 + w1 - w0) / (reps + 1) / nn;  // disk bytes per param per round, measured
     // the disk's bandwidth for the round's bytes (half read, half written): the better of fio's two ways of
     // mixing them (the stricter bound), else the probe's read and write one after the other
     const double disk_mix = have_fio ? std::max(fm_r + fm_w, fc_r + fc_w) : 2.0 / (1.0 / pr + 1.0 / pw);
     const double disk_rate = disk_mix / 24.0;
     const double bound = std::min(disk_rate, ram_rate);
     const double disk_round_rate = nn / tdisk.best;
-    printf("%-22s best %8.2f ms  mean %8.2f ms  %7.3f Gparam/s  %7.1f MB/s of disk (%.1f bytes/param)\n", "adamw over disk",
-           tdisk.best * 1e3, tdisk.mean * 1e3, disk_round_rate / 1e9, disk_round_rate * bpp / 1e6, bpp);
-    printf("bound: min(disk %.3f Gparam/s = %s %.0f MB/s / 24 bytes, in RAM %.3f Gparam/s) = %.3f Gparam/s; the round "
-           "reaches %.1f%% of it (target 85%%: %s)\n", disk_rate / 1e9, have_fio ? "fio read+write" : "probe", disk_mix / 1e6,
-           ram_rate / 1e9, bound / 1e9, 100.0 * disk_round_rate / bound, disk_round_rate >= 0.85 * bound ? "met" : "NOT met");
-    printf("RESULT {\"bench\": \"cpu_adam_disk\", \"n\": %lld, \"threads\": %d, \"reps\": %d, \"backend\": \"%s\", \"o_direct\": %s, "
-           "\"adamw_ram_gparams\": %.4f, \"adamw_disk_gparams\": %.4f, \"disk_bytes_per_param\": %.2f, "
-           "\"fio_write_MBs\": %.1f, \"fio_read_MBs\": %.1f, \"fio_mix_MBs\": %.1f, \"fio_concurrent_MBs\": %.1f, \"probe_write_MBs\": %.1f, "
-           "\"probe_read_MBs\": %.1f, \"bound_gparams\": %.4f, \"fraction_of_bound\": %.4f, \"target_met\": %s}\n",
-           (long long)nn, threads > 0 ? threads : omp_get_max_threads(), reps, backend, direct ? "true" : "false",
-           ram_rate / 1e9, disk_round_rate / 1e9, bpp, fw_w / 1e6, fr_r / 1e6, (fm_r + fm_w) / 1e6, (fc_r + fc_w) / 1e6, pw / 1e6, pr / 1e6,
-           bound / 1e9, disk_round_rate / bound, disk_round_rate >= 0.85 * bound ? "true" : "false");
-    free(p); free(m); free(v); free(gb); free(out);
+    printf("%-22s best %8.2f ms  mean %8.2f ms  %7.3f Gparam/s  %7.1f MB/s of disk (%.1f bytes/param)\n",
+           "adamw over disk", tdisk.best * 1e3, tdisk.mean * 1e3, disk_round_rate / 1e9,
+           disk_round_rate * bpp / 1e6, bpp);
+    printf(
+        "bound: min(disk %.3f Gparam/s = %s %.0f MB/s / 24 bytes, in RAM %.3f Gparam/s) = %.3f Gparam/s; the "
+        "round "
+        "reaches %.1f%% of it (target 85%%: %s)\n",
+        disk_rate / 1e9, have_fio ? "fio read+write" : "probe", disk_mix / 1e6, ram_rate / 1e9, bound / 1e9,
+        100.0 * disk_round_rate / bound, disk_round_rate >= 0.85 * bound ? "met" : "NOT met");
+    printf(
+        "RESULT {\"bench\": \"cpu_adam_disk\", \"n\": %lld, \"threads\": %d, \"reps\": %d, \"backend\": "
+        "\"%s\", \"o_direct\": %s, "
+        "\"adamw_ram_gparams\": %.4f, \"adamw_disk_gparams\": %.4f, \"disk_bytes_per_param\": %.2f, "
+        "\"fio_write_MBs\": %.1f, \"fio_read_MBs\": %.1f, \"fio_mix_MBs\": %.1f, \"fio_concurrent_MBs\": "
+        "%.1f, \"probe_write_MBs\": %.1f, "
+        "\"probe_read_MBs\": %.1f, \"bound_gparams\": %.4f, \"fraction_of_bound\": %.4f, \"target_met\": "
+        "%s}\n",
+        (long long)nn, threads > 0 ? threads : omp_get_max_threads(), reps, backend,
+        direct ? "true" : "false", ram_rate / 1e9, disk_round_rate / 1e9, bpp, fw_w / 1e6, fr_r / 1e6,
+        (fm_r + fm_w) / 1e6, (fc_r + fc_w) / 1e6, pw / 1e6, pr / 1e6, bound / 1e9, disk_round_rate / bound,
+        disk_round_rate >= 0.85 * bound ? "true" : "false");
+    free(p);
+    free(m);
+    free(v);
+    free(gb);
+    free(out);
     return 0;
 }
