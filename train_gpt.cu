@@ -812,6 +812,18 @@ static void layer_grads_end(GPT* g, int l, cudaStream_t s) {
                         s);
 }
 
+// The step's tokens to the GPU, and each micro-batch's embeddings: the input of layer 0.
+static void embeddings_forward(GPT* g, const int* inputs, const int* targets, int n_micro, cudaStream_t s) {
+    const ParamLayout* p = &g->layout;
+    const int64_t N = (int64_t)g->B * g->T;
+    cudaCheck(cudaMemcpyAsync(g->tokens_in, inputs, (size_t)(n_micro * N * 4), cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(g->tokens_out, targets, (size_t)(n_micro * N * 4), cudaMemcpyHostToDevice, s));
+    const bf16 *wte = g->resident + p->embed_offset[WTE], *wpe = g->resident + p->embed_offset[WPE];
+    for (int mb = 0; mb < n_micro; mb++)
+        embedding_forward(layer_input(g, 0, mb), g->tokens_in + mb * N, wte, wpe, N, g->T, g->config.channels,
+                          s);
+}
+
 // The loss of every micro-batch and its backward through lm_head and the final LayerNorm (dlogits scaled to
 // the step's mean). Zeroes the resident prefix's gradients and the norm first: this is where they start.
 static void head_forward_backward(GPT* g, int n_micro, cudaStream_t s) {
@@ -839,22 +851,25 @@ static void embeddings_backward(GPT* g, int n_micro, cudaStream_t s) {
     grads_to_bf16_sumsq(NULL, g->resident_grads, g->resident_count, g->sumsq_dev, s);
 }
 
+// Waits for the step's work on stream s: the mean loss, and the gradient norm into g->last_norm.
+static float read_loss_and_norm(GPT* g, cudaStream_t s) {
+    cudaCheck(cudaMemcpyAsync(g->loss_host, g->loss_dev, 4, cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaMemcpyAsync(g->sumsq_host, g->sumsq_dev, 8, cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaStreamSynchronize(s));
+    g->last_norm = sqrt(*g->sumsq_host);
+    return *g->loss_host;
+}
+
 // Forward and backward of one step: inputs / targets are n_micro x (B*T) tokens. Returns the mean loss;
 // g->last_norm gets the gradient norm. Updates nothing (gpt_update does).
 static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets, int n_micro) {
-    const ParamLayout* p = &g->layout;
-    const int L = g->config.num_layers, R = g->resident_layers, C = g->config.channels, T = g->T;
-    const int64_t N = (int64_t)g->B * T;
+    const int L = g->config.num_layers, R = g->resident_layers;
     cudaStream_t s = g->stream.compute;
     Timeline* tl = g->timeline;
     if (n_micro < 1 || n_micro > g->max_micro) die("internal: %d micro-batches", n_micro);
 
     // 1. tokens and embeddings (the resident prefix is up to date: the last GPU AdamW ran on this stream)
-    cudaCheck(cudaMemcpyAsync(g->tokens_in, inputs, (size_t)(n_micro * N * 4), cudaMemcpyHostToDevice, s));
-    cudaCheck(cudaMemcpyAsync(g->tokens_out, targets, (size_t)(n_micro * N * 4), cudaMemcpyHostToDevice, s));
-    const bf16 *wte = g->resident + p->embed_offset[WTE], *wpe = g->resident + p->embed_offset[WPE];
-    for (int mb = 0; mb < n_micro; mb++)
-        embedding_forward(layer_input(g, 0, mb), g->tokens_in + mb * N, wte, wpe, N, T, C, s);
+    embeddings_forward(g, inputs, targets, n_micro, s);
 
     // 2. forward: each layer's weights arrive once and serve every micro-batch (resident layers first)
     stream_begin_pass(&g->stream, g->forward_order, L - R);
@@ -891,11 +906,7 @@ static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets,
     embeddings_backward(g, n_micro, s);
 
     // 5. the one synchronization of the step: loss and global norm
-    cudaCheck(cudaMemcpyAsync(g->loss_host, g->loss_dev, 4, cudaMemcpyDeviceToHost, s));
-    cudaCheck(cudaMemcpyAsync(g->sumsq_host, g->sumsq_dev, 8, cudaMemcpyDeviceToHost, s));
-    cudaCheck(cudaStreamSynchronize(s));
-    g->last_norm = sqrt(*g->sumsq_host);
-    return *g->loss_host;
+    return read_loss_and_norm(g, s);
 }
 
 // 6. AdamW: the streamed layers on the CPU thread (the next forward pass takes each one once it is done), the
