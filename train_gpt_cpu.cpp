@@ -123,205 +123,258 @@ static void generate(GPT2CPU* model, const Tokenizer* tok, int n, uint64_t* rng)
     free(tokens);
 }
 
-int main(int argc, char** argv) {
-    omp_short_spin_reexec(
-        argv);  // first: OpenMP threads that wait must not spin away a loaded machine's cores
+// ----------------------------------------------------------------------------
+// The run: what main() sets up, in the order it does so, and what the loop changes.
+
+typedef struct {
     TrainArgs args, defaults;
-    cpu_train_defaults(&defaults);
-    args = defaults;
+    GPT2CPU model;
+    const char* source;      // where the weights came from (the config table)
+    float *adam_m, *adam_v;  // AdamW moments, the model's layout
+    DataLoader train, val;
+    int accum, total_steps;  // micro-batches per step; the step the run ends at
+    int64_t val_batches;
+    int64_t resume_step;  // the checkpoint resumed from, -1: a fresh run
+    int64_t resume_header[ST_HEADER_SLOTS];
+    char resume_model[4200], resume_state[4200];
+    Tokenizer tok;
+    TrainLogger logger;
+    int start_step;
+    int64_t adam_t;      // updates applied: the step count less the steps -sl / -sg skipped
+    int64_t saved_step;  // the step of the newest checkpoint in -o (-1: none)
+    OutlierWindow loss_window, norm_window;  // -sl / -sg
+} CpuRun;
+
+// Flags, then the OpenMP team: its default follows the affinity mask but not a cgroup CPU quota (docker
+// --cpus).
+static void parse_args(CpuRun* r, int argc, char** argv) {
+    cpu_train_defaults(&r->defaults);
+    r->args = r->defaults;
     char err[4352];  // model.h may report a 4 KiB path; a smaller buffer draws -Wformat-truncation
-    const int parsed = parse_train_argv(argc, argv, &args, err, sizeof err);
+    const int parsed = parse_train_argv(argc, argv, &r->args, err, sizeof err);
     if (parsed == 2) {
         printf("usage: %s [flags]\n", argv[0]);
-        train_usage(stdout, &defaults);
-        return 0;
+        train_usage(stdout, &r->defaults);
+        exit(0);
     }
     if (parsed == 0) die("%s (run %s -h for the flags)", err, argv[0]);
-    // OpenMP's default team follows the affinity mask but not a cgroup CPU quota (docker --cpus)
     const int cores = usable_cpu_cores();
     if (!getenv("OMP_NUM_THREADS") && cores < omp_get_max_threads()) omp_set_num_threads(cores);
-    // -o: one run per directory, a fresh run only where no run left files, -y 1 from the newest valid
-    // checkpoint of either trainer, whose model file replaces -e (which, if given, must describe it)
-    int64_t resume_step = -1, resume_header[ST_HEADER_SLOTS];
-    char resume_model[4200] = "", resume_state[4200] = "";
+}
+
+// -o: one run per directory, a fresh run only where no run left files, -y 1 from the newest valid checkpoint
+// of either trainer, whose model file replaces -e (which, if given, must describe it).
+static void open_output_dir(CpuRun* r, int argc, char** argv) {
     GPTConfig ckpt;
-    resume_step = open_run_dir(&args, resume_model, resume_state, sizeof resume_model, &ckpt, resume_header);
-    if (resume_step >= 0) {
-        bool model_given = false;
-        for (int i = 1; i + 1 < argc; i += 2) model_given |= strcmp(argv[i], "-e") == 0;
-        GPTConfig want;
-        const int kind = model_given ? parse_model_spec(args.model, &want, err, sizeof err) : 0;
-        if (model_given && (kind == 0 || (kind == 2 && !gpt_read_header(args.model, &want, err, sizeof err))))
-            die("%s", err);
-        if (kind != 0 && memcmp(&want, &ckpt, sizeof want) != 0)  // GPTConfig is six ints, no padding
-            die("-e %s does not match the checkpoint in %s (L%d C%d NH%d maxT%d V%d): drop -e or choose "
-                "another -o",
-                args.model, args.output_dir, ckpt.num_layers, ckpt.channels, ckpt.num_heads, ckpt.max_seq_len,
-                ckpt.vocab_size);
-        args.model = resume_model;
-    }
-
-    // model
-    GPT2CPU model;
-    const char* source = "";
-    build_model(&model, args.model, args.B, args.T, &source);
-    const GPTConfig* cfg = &model.config;
-    const ParamLayout* p = &model.layout;
-    float* adam_m = (float*)calloc((size_t)p->total, sizeof(float));
-    float* adam_v = (float*)calloc((size_t)p->total, sizeof(float));
-    if (!adam_m || !adam_v) die("out of memory for the AdamW state (%lld parameters)", (long long)p->total);
-
-    // data, tokenizer, log
-    DataLoader train, val;
-    if (!dataloader_init(&train, args.train_data, args.B, args.T, 1, SHUFFLE_SEED, err, sizeof err))
+    r->resume_step = open_run_dir(&r->args, r->resume_model, r->resume_state, sizeof r->resume_model, &ckpt,
+                                  r->resume_header);
+    r->saved_step = r->resume_step;
+    if (r->resume_step < 0) return;
+    bool model_given = false;
+    for (int i = 1; i + 1 < argc; i += 2) model_given |= strcmp(argv[i], "-e") == 0;
+    GPTConfig want;
+    char err[4352];
+    const int kind = model_given ? parse_model_spec(r->args.model, &want, err, sizeof err) : 0;
+    if (model_given && (kind == 0 || (kind == 2 && !gpt_read_header(r->args.model, &want, err, sizeof err))))
         die("%s", err);
-    if (!dataloader_init(&val, args.val_data, args.B, args.T, 0, 0, err, sizeof err)) die("%s", err);
-    const int accum = grad_accum_steps(&args);
-    if (train.num_batches < 1)
-        die("train data %s has no full batch of B*T = %lld tokens", args.train_data,
-            (long long)args.B * args.T);
-    if (val.num_batches < 1)
-        die("val data %s has no full batch of B*T = %lld tokens", args.val_data, (long long)args.B * args.T);
-    const int total_steps = args.max_steps >= 0 ? args.max_steps : (int)(train.num_batches / accum);
-    // -x -1 (one epoch) with fewer batches than one step accumulates would silently train nothing
-    if (total_steps < 1 && args.max_steps < 0)
-        die("train data %s holds %lld batches of B*T, fewer than the %d one step needs (-d)", args.train_data,
-            (long long)train.num_batches, accum);
-    const int64_t val_batches = dataloader_eval_batches(&val, args.val_max_batches);
-    args.max_steps = total_steps;  // -x -1 resolved: checkpoints record the run's length
-    if (resume_step >= 0) {
-        check_resume_args(resume_header, &args, total_steps, (int64_t)accum * args.B * args.T,
-                          args.output_dir);
-        if (resume_step >= total_steps)
-            die("resume: the checkpoint in %s is at step %lld, the run ends at step %d: nothing to train "
-                "(raise -x)",
-                args.output_dir, (long long)resume_step, total_steps);
-    }
-    Tokenizer tok;
-    if (!tokenizer_init(&tok, kTokenizerPath, err, sizeof err))
-        fprintf(stderr, "warning: %s; samples are printed as token ids\n", err);
-    int64_t adam_t = 0;  // updates applied: the step count less the steps -sl / -sg skipped
-    int start_step = 0;
-    if (resume_step >= 0) {
-        DataLoaderState data_state;
-        int64_t step = 0;
-        state_file_read(resume_state, p->total, adam_m, adam_v, &data_state, &step, &adam_t);
-        if (!dataloader_set_state(&train, &data_state, err, sizeof err)) die("resume: %s", err);
-        start_step = (int)step;
-        printf("resumed from %s (step %d)\n", resume_model, start_step);
-    }
-    TrainLogger logger;
-    if (!logger_open(&logger, args.output_dir, resume_step, err, sizeof err)) die("%s", err);
+    if (kind != 0 && memcmp(&want, &ckpt, sizeof want) != 0)  // GPTConfig is six ints, no padding
+        die("-e %s does not match the checkpoint in %s (L%d C%d NH%d maxT%d V%d): drop -e or choose "
+            "another -o",
+            r->args.model, r->args.output_dir, ckpt.num_layers, ckpt.channels, ckpt.num_heads,
+            ckpt.max_seq_len, ckpt.vocab_size);
+    r->args.model = r->resume_model;
+}
 
-    // the config table
+// The shards, the run's length (-x -1: one epoch), and a resumed run's flags against its checkpoint.
+static void open_data(CpuRun* r) {
+    TrainArgs* a = &r->args;
+    char err[4352];
+    if (!dataloader_init(&r->train, a->train_data, a->B, a->T, 1, SHUFFLE_SEED, err, sizeof err))
+        die("%s", err);
+    if (!dataloader_init(&r->val, a->val_data, a->B, a->T, 0, 0, err, sizeof err)) die("%s", err);
+    r->accum = grad_accum_steps(a);
+    if (r->train.num_batches < 1)
+        die("train data %s has no full batch of B*T = %lld tokens", a->train_data, (long long)a->B * a->T);
+    if (r->val.num_batches < 1)
+        die("val data %s has no full batch of B*T = %lld tokens", a->val_data, (long long)a->B * a->T);
+    r->total_steps = a->max_steps >= 0 ? a->max_steps : (int)(r->train.num_batches / r->accum);
+    // -x -1 (one epoch) with fewer batches than one step accumulates would silently train nothing
+    if (r->total_steps < 1 && a->max_steps < 0)
+        die("train data %s holds %lld batches of B*T, fewer than the %d one step needs (-d)", a->train_data,
+            (long long)r->train.num_batches, r->accum);
+    r->val_batches = dataloader_eval_batches(&r->val, a->val_max_batches);
+    a->max_steps = r->total_steps;  // -x -1 resolved: checkpoints record the run's length
+    if (r->resume_step < 0) return;
+    check_resume_args(r->resume_header, a, r->total_steps, (int64_t)r->accum * a->B * a->T, a->output_dir);
+    if (r->resume_step >= r->total_steps)
+        die("resume: the checkpoint in %s is at step %lld, the run ends at step %d: nothing to train "
+            "(raise -x)",
+            a->output_dir, (long long)r->resume_step, r->total_steps);
+}
+
+// The AdamW moments: zero, or the checkpoint's (with the data position and the update count).
+static void init_optimizer_state(CpuRun* r) {
+    const int64_t total = r->model.layout.total;
+    r->adam_m = (float*)calloc((size_t)total, sizeof(float));
+    r->adam_v = (float*)calloc((size_t)total, sizeof(float));
+    if (!r->adam_m || !r->adam_v)
+        die("out of memory for the AdamW state (%lld parameters)", (long long)total);
+    if (r->resume_step < 0) return;
+    DataLoaderState data_state;
+    int64_t step = 0;
+    char err[600];
+    state_file_read(r->resume_state, total, r->adam_m, r->adam_v, &data_state, &step, &r->adam_t);
+    if (!dataloader_set_state(&r->train, &data_state, err, sizeof err)) die("resume: %s", err);
+    r->start_step = (int)step;
+    printf("resumed from %s (step %d)\n", r->resume_model, r->start_step);
+}
+
+static void open_tokenizer_and_log(CpuRun* r) {
+    char err[4352];
+    if (!tokenizer_init(&r->tok, kTokenizerPath, err, sizeof err))
+        fprintf(stderr, "warning: %s; samples are printed as token ids\n", err);
+    if (!logger_open(&r->logger, r->args.output_dir, r->resume_step, err, sizeof err)) die("%s", err);
+}
+
+static void print_config_table(const CpuRun* r) {
+    const TrainArgs* a = &r->args;
+    const GPTConfig* c = &r->model.config;
+    const ParamLayout* p = &r->model.layout;
     const double mib = 1.0 / (1 << 20);
-    const int64_t padded_rows = (int64_t)(cfg->padded_vocab_size - cfg->vocab_size) * cfg->channels;
+    const int64_t padded_rows = (int64_t)(c->padded_vocab_size - c->vocab_size) * c->channels;
     table_rule();
-    table_row("model", "%s (%s)", args.model, source);
-    table_row("L / C / NH / maxT", "%d / %d / %d / %d", cfg->num_layers, cfg->channels, cfg->num_heads,
-              cfg->max_seq_len);
-    table_row("V / Vp", "%d / %d", cfg->vocab_size, cfg->padded_vocab_size);
+    table_row("model", "%s (%s)", a->model, r->source);
+    table_row("L / C / NH / maxT", "%d / %d / %d / %d", c->num_layers, c->channels, c->num_heads,
+              c->max_seq_len);
+    table_row("V / Vp", "%d / %d", c->vocab_size, c->padded_vocab_size);
     table_row("parameters", "%lld (%lld with the padded vocab)", (long long)(p->total - padded_rows),
               (long long)p->total);
-    table_row("B / T / accumulation", "%d / %d / %d = %lld tokens per step", args.B, args.T, accum,
-              (long long)accum * args.B * args.T);
-    table_row("lr / warmup / schedule", "%.2e / %d / %s to %.2f x lr", args.lr, args.warmup_steps,
-              lr_schedule_name(args.lr_schedule), args.final_lr_frac);
-    table_row("weight decay / clip", "%.2f / %.2f", args.weight_decay, args.grad_clip);
-    table_row("steps", "%d", total_steps);
-    table_row("train / val batches", "%lld / %lld (val uses %lld)", (long long)train.num_batches,
-              (long long)val.num_batches, (long long)val_batches);
+    table_row("B / T / accumulation", "%d / %d / %d = %lld tokens per step", a->B, a->T, r->accum,
+              (long long)r->accum * a->B * a->T);
+    table_row("lr / warmup / schedule", "%.2e / %d / %s to %.2f x lr", a->lr, a->warmup_steps,
+              lr_schedule_name(a->lr_schedule), a->final_lr_frac);
+    table_row("weight decay / clip", "%.2f / %.2f", a->weight_decay, a->grad_clip);
+    table_row("steps", "%d", r->total_steps);
+    table_row("train / val batches", "%lld / %lld (val uses %lld)", (long long)r->train.num_batches,
+              (long long)r->val.num_batches, (long long)r->val_batches);
     table_row("host memory", "%.1f MiB params+grads+adam, %.1f MiB acts", 4.0 * p->total * 4 * mib,
-              (double)model.act_capacity * 4 * mib);
+              (double)r->model.act_capacity * 4 * mib);
     table_row("threads", "%d", omp_get_max_threads());
     table_rule();
     fflush(stdout);
+}
 
-    // training
+// One step: the micro-batches' forward and backward, the divergence check, then AdamW unless -sl / -sg skip
+// the update (*skipped says why, else ""). Returns the mean loss; *norm gets the gradient norm.
+static double train_step(CpuRun* r, int step, float lr, float* norm, char* skipped, size_t skipped_len) {
+    GPT2CPU* m = &r->model;
+    char err[600];
+    gpt2_cpu_zero_grad(m);
+    if (r->args.overfit_single_batch) dataloader_reset(&r->train);  // -a 1: the same first batches every step
+    double loss = 0.0;
+    for (int micro = 0; micro < r->accum; micro++) {
+        if (!dataloader_next_batch(&r->train)) die("%s", r->train.err);
+        if (!dataloader_check_tokens(&r->train, m->config.vocab_size, err, sizeof err))
+            die("train data: %s", err);
+        if (!gpt2_cpu_forward(m, r->train.inputs, r->train.targets, r->args.B, r->args.T))
+            die("%s", m->error);
+        if (!gpt2_cpu_backward(m)) die("%s", m->error);
+        loss += m->mean_loss;
+    }
+    loss /= r->accum;
+    *norm = grad_norm_f32grad(&m->layout, m->grads, r->accum);
+    char diverged[96];  // the rule both trainers stop by, before the update
+    if (training_diverged(loss, *norm, m->config.vocab_size, diverged, sizeof diverged))
+        die_diverged(step + 1, loss, *norm, diverged, r->saved_step);
+    if (!outlier_skip(&r->args, &r->loss_window, &r->norm_window, loss, *norm, skipped, skipped_len))
+        adamw_apply_model_f32grad(&m->config, &m->layout, m->params, m->grads, r->adam_m, r->adam_v, r->accum,
+                                  lr, &r->args, ++r->adam_t, *norm);
+    return loss;
+}
+
+static void save_checkpoint(CpuRun* r, int steps_done) {
+    DataLoaderState data_state = dataloader_get_state(&r->train);
+    checkpoint_save(r->args.output_dir, steps_done, r->adam_t, &r->model.config, r->model.params, r->adam_m,
+                    r->adam_v, &r->args, r->args.B, r->args.T, &data_state);
+    r->saved_step = steps_done;
+}
+
+// Ctrl-C / SIGTERM (stop_signal.h): the step in progress finishes, a checkpoint is written (with -o), exit.
+static void stop_if_asked(CpuRun* r, int steps_done) {
+    stop_if_signalled(steps_done, r->start_step, r->saved_step, r->args.output_dir,
+                      [&] { save_checkpoint(r, steps_done); });
+}
+
+static void free_run(CpuRun* r) {
+    logger_close(&r->logger);
+    tokenizer_free(&r->tok);
+    dataloader_free(&r->train);
+    dataloader_free(&r->val);
+    free(r->adam_m);
+    free(r->adam_v);
+    gpt2_cpu_free(&r->model);
+}
+
+int main(int argc, char** argv) {
+    omp_short_spin_reexec(argv);  // first: waiting OpenMP threads must not spin away a loaded machine's cores
+    static CpuRun run;            // static: zeroed (the outlier windows), and off the stack
+    CpuRun* r = &run;
+    const TrainArgs* a = &r->args;
+    parse_args(r, argc, argv);
+    open_output_dir(r, argc, argv);
+    build_model(&r->model, a->model, a->B, a->T, &r->source);
+    open_data(r);
+    init_optimizer_state(r);
+    open_tokenizer_and_log(r);
+    print_config_table(r);
+
     uint64_t rng = SAMPLE_SEED;
     double train_seconds = 0.0;
     int64_t train_tokens = 0;
-    static OutlierWindow loss_window, norm_window;  // -sl / -sg (static: zeroed, and off the stack)
-    int64_t saved_step = resume_step;               // the step of the newest checkpoint in -o (-1: none)
-    auto save = [&](int steps_done) {
-        DataLoaderState data_state = dataloader_get_state(&train);
-        checkpoint_save(args.output_dir, steps_done, adam_t, cfg, model.params, adam_m, adam_v, &args, args.B,
-                        args.T, &data_state);
-        saved_step = steps_done;
-    };
-    // Ctrl-C / SIGTERM (stop_signal.h): the step in progress finishes, a checkpoint is written
-    // (with -o), exit.
     stop_signal_install();
-    auto stop_if_asked = [&](int steps_done) {
-        stop_if_signalled(steps_done, start_step, saved_step, args.output_dir, [&] { save(steps_done); });
-    };
     const double run_t0 = seconds_now();
-    for (int step = start_step; step <= total_steps; step++) {
-        stop_if_asked(step);  // a signal during validation or sampling
-        const int last = step == total_steps;
-        if (args.val_every > 0 && (step % args.val_every == 0 || last)) {
-            const float vl = validation_loss(&model, &val, val_batches);
+    for (int step = r->start_step; step <= r->total_steps; step++) {
+        stop_if_asked(r, step);  // a signal during validation or sampling
+        const int last = step == r->total_steps;
+        if (a->val_every > 0 && (step % a->val_every == 0 || last)) {
+            const float vl = validation_loss(&r->model, &r->val, r->val_batches);
             printf("val loss %.6f\n", vl);
-            logger_val(&logger, step, vl);
+            logger_val(&r->logger, step, vl);
         }
-        if (sample_tokens(&args) > 0 &&
-            ((args.sample_every > 0 && step > 0 && step % args.sample_every == 0) || last))
-            generate(&model, &tok, sample_tokens(&args), &rng);
+        if (sample_tokens(a) > 0 &&
+            ((a->sample_every > 0 && step > 0 && step % a->sample_every == 0) || last))
+            generate(&r->model, &r->tok, sample_tokens(a), &rng);
         if (last) break;
 
         const double t0 = seconds_now();
-        gpt2_cpu_zero_grad(&model);
-        if (args.overfit_single_batch) dataloader_reset(&train);  // -a 1: the same first batches every step
-        double loss = 0.0;
-        for (int micro = 0; micro < accum; micro++) {
-            if (!dataloader_next_batch(&train)) die("%s", train.err);
-            if (!dataloader_check_tokens(&train, cfg->vocab_size, err, sizeof err))
-                die("train data: %s", err);
-            if (!gpt2_cpu_forward(&model, train.inputs, train.targets, args.B, args.T))
-                die("%s", model.error);
-            if (!gpt2_cpu_backward(&model)) die("%s", model.error);
-            loss += model.mean_loss;
-        }
-        loss /= accum;
-        const float lr = learning_rate_at(&args, step, total_steps);
-        const float norm = grad_norm_f32grad(p, model.grads, accum);
-        char diverged[96];  // the rule both trainers stop by, before the update
-        if (training_diverged(loss, norm, cfg->vocab_size, diverged, sizeof diverged))
-            die_diverged(step + 1, loss, norm, diverged, saved_step);
+        const float lr = learning_rate_at(a, step, r->total_steps);
+        float norm;
         char skipped[96];  // -sl / -sg: why this step updates nothing, or ""
-        if (!outlier_skip(&args, &loss_window, &norm_window, loss, norm, skipped, sizeof skipped))
-            adamw_apply_model_f32grad(cfg, p, model.params, model.grads, adam_m, adam_v, accum, lr, &args,
-                                      ++adam_t, norm);
+        const double loss = train_step(r, step, lr, &norm, skipped, sizeof skipped);
         const double dt = seconds_now() - t0;
-        const int64_t tokens = (int64_t)accum * args.B * args.T;
-        if (step > start_step) {
+        const int64_t tokens = (int64_t)r->accum * a->B * a->T;
+        if (step > r->start_step) {  // the first step includes warm-up costs
             train_seconds += dt;
             train_tokens += tokens;
-        }  // the first step includes warm-up costs
+        }
         char progress[64];
-        progress_text(seconds_now() - run_t0, step + 1, start_step, total_steps, progress, sizeof progress);
+        progress_text(seconds_now() - run_t0, step + 1, r->start_step, r->total_steps, progress,
+                      sizeof progress);
         printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f%s%s%s\n", step + 1,
-               total_steps, loss, norm, lr, dt * 1e3, tokens / dt, progress,
+               r->total_steps, loss, norm, lr, dt * 1e3, tokens / dt, progress,
                skipped[0] ? " | update skipped: " : "", skipped);
         fflush(stdout);
-        logger_train(&logger, step + 1, (float)loss, lr, (float)norm);
-        if (args.output_dir && args.checkpoint_every > 0 &&
-            ((step + 1) % args.checkpoint_every == 0 || step + 1 == total_steps))
-            save(step + 1);
-        stop_if_asked(step + 1);
+        logger_train(&r->logger, step + 1, (float)loss, lr, norm);
+        if (a->output_dir && a->checkpoint_every > 0 &&
+            ((step + 1) % a->checkpoint_every == 0 || step + 1 == r->total_steps))
+            save_checkpoint(r, step + 1);
+        stop_if_asked(r, step + 1);
     }
-    stop_if_asked(total_steps);  // a signal during the last validation or sample
+    stop_if_asked(r, r->total_steps);  // a signal during the last validation or sample
     if (train_tokens > 0)
         printf("total average iteration time: %.1f ms, %.0f tok/s\n",
-               1e3 * train_seconds / (total_steps - start_step - 1), train_tokens / train_seconds);
+               1e3 * train_seconds / (r->total_steps - r->start_step - 1), train_tokens / train_seconds);
     printf("peak host memory: %.2f GiB resident\n", peak_rss_bytes() / 1073741824.0);
-
-    logger_close(&logger);
-    tokenizer_free(&tok);
-    dataloader_free(&train);
-    dataloader_free(&val);
-    free(adam_m);
-    free(adam_v);
-    gpt2_cpu_free(&model);
+    free_run(r);
     return 0;
 }
