@@ -1,5 +1,5 @@
-// adamw.h — AdamW over a parameter block, tensor by tensor (weight decay on matrices only), the clip factor
-// and llm.c's constants. The arithmetic itself is cpu_adam.cpp's; the GPU's is kernels.cuh's adamw_gpu.
+// adamw.h — AdamW over a parameter block, tensor by tensor; the clip factor; llm.c's constants.
+// Not here: the arithmetic (cpu_adam.cpp; the GPU's: kernels.cuh's adamw_gpu).
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -7,17 +7,15 @@
 #include "cpu_adam.h"
 #include "model.h"
 
-// Factor that scales the gradients so their global norm is at most clip (torch.nn.utils.clip_grad_norm_:
-// clip / (norm + 1e-6), capped at 1). 1 when clip <= 0. norm must be finite: the trainers check first.
+// clip / (norm + 1e-6) capped at 1, as torch's clip_grad_norm_; 1 when clip <= 0. norm must be finite.
 static inline float clip_scale(float norm, float clip) {
     if (clip <= 0.0f) return 1.0f;
     const float s = clip / (norm + 1e-6f);
     return s < 1.0f ? s : 1.0f;
 }
 
-// AdamW over one block, tensor by tensor: the block's matrices get args->weight_decay, all other tensors
-// (biases, LayerNorm) none. params, grads, m, v (and bf16_out, which may be NULL) point at the START of the
-// block (the embedding block at 0, layer l at gpt_layer_offset(p, l)); args->t etc. as in cpu_adam.h.
+// AdamW over one block; weight decay on matrices only. params, grads, m, v, bf16_out (may be NULL)
+// point at the block's start (layer l: gpt_layer_offset(p, l)).
 
 static inline void adamw_tensors_f32grad(int count, const int64_t* offset, const int64_t* size,
                                          const int* is_matrix, float* params, const float* grads, float* m,
@@ -58,7 +56,7 @@ static inline void adamw_embed_block_f32grad(const ParamLayout* p, float* params
                           grads, m, v, bf16_out, args);
 }
 
-// The whole model with fp32 gradients (the CPU trainer): the embedding block, then every layer block.
+// The whole model, fp32 gradients (the CPU trainer).
 static inline void adamw_model_f32grad(const GPTConfig* c, const ParamLayout* p, float* params,
                                        const float* grads, float* m, float* v, const AdamWArgs* args) {
     adamw_embed_block_f32grad(p, params, grads, m, v, NULL, args);
@@ -68,19 +66,16 @@ static inline void adamw_model_f32grad(const GPTConfig* c, const ParamLayout* p,
     }
 }
 
-// llm.c's AdamW constants (beta1, beta2, eps); the lr comes from the schedule, weight decay from -c.
+// llm.c's AdamW constants; lr from the schedule, weight decay from -c.
 #define ADAMW_BETA1 0.9f
 #define ADAMW_BETA2 0.95f
 #define ADAMW_EPS   1e-8f
 
-// One optimizer step of a whole model whose fp32 grads hold the SUM of accum micro-batch mean-loss
-// gradients (gpt2_cpu_backward accumulates): norm of the averaged gradient, clip (-gc), AdamW with
-// grad_scale = clip factor / accum. t is the 1-based step. Returns that norm; when it is not finite
-// nothing is updated and the caller reports the divergence.
+// grads hold the SUM of accum micro-batches' gradients: the norm of their mean.
 static inline float grad_norm_f32grad(const ParamLayout* p, const float* grads, int accum) {
     return (float)(sqrt(sumsq_f32(grads, p->total)) / accum);
 }
-// The update with a norm from grad_norm_f32grad (finite).
+// AdamW with grad_scale = clip factor / accum; t is the 1-based step; norm finite.
 static inline void adamw_apply_model_f32grad(const GPTConfig* c, const ParamLayout* p, float* params,
                                              const float* grads, float* m, float* v, int accum, float lr,
                                              const TrainArgs* a, int64_t t, float norm) {
@@ -89,6 +84,7 @@ static inline void adamw_apply_model_f32grad(const GPTConfig* c, const ParamLayo
                       t};
     adamw_model_f32grad(c, p, params, grads, m, v, &args);
 }
+// Norm, then the update if it is finite (else the caller reports the divergence).
 static inline float adamw_step_model_f32grad(const GPTConfig* c, const ParamLayout* p, float* params,
                                              const float* grads, float* m, float* v, int accum, float lr,
                                              const TrainArgs* a, int64_t t) {

@@ -1,6 +1,5 @@
-// args.h — the flags both trainers share (llm.c's train_gpt2.cu flags where they overlap): TrainArgs, its
-// defaults, -h text, parsing and the checks across flags. Not here: a trainer's own
-// flags (train_gpt.cu's GpuArgs).
+// args.h — the flags both trainers share (llm.c's where they overlap): TrainArgs, defaults, -h text,
+// parsing, checks across flags. Not here: train_gpt.cu's own flags (GpuArgs).
 #pragma once
 #include <ctype.h>
 #include <errno.h>
@@ -12,8 +11,7 @@
 
 #define OUTLIER_WINDOW 128  // -sl / -sg compare a step with this many steps before it
 
-// -k: what the learning rate does after the warmup (llm.c's schedulers). The values are saved in checkpoints;
-// cosine is 0 because state files written before -k had a schedule stored 0 there and ran cosine.
+// -k: the lr after the warmup. Saved in checkpoints; cosine is 0, as older state files stored there.
 enum { LR_COSINE = 0, LR_LINEAR = 1, LR_CONSTANT = 2, LR_WSD = 3, LR_SCHEDULES };
 static const char* const LR_SCHEDULE_NAMES[LR_SCHEDULES] = {"cosine", "linear", "constant", "wsd"};
 static inline const char* lr_schedule_name(int64_t s) {
@@ -43,10 +41,8 @@ typedef struct {
     int keep_checkpoints;        // -nk keep only the newest N checkpoints (llm.c's flag); 0 = keep all
     int major_checkpoint_every;  // -nm checkpoints at multiples of N steps outlive -nk; 0 = none
     int resume;                  // -y  1 = resume from the latest checkpoint in -o
-    int overfit_single_batch;    // -a  1 = every step trains on the train data's first step of tokens again
-                                 //     (llm.c's debugging aid: a model that learns drives that loss toward 0)
-    float skip_loss_z;           // -sl skip the update of a step whose loss is this many standard deviations
-                                 //     above the mean of the last OUTLIER_WINDOW steps' (llm.c's); 0 = off
+    int overfit_single_batch;    // -a  1 = every step trains on the first step's tokens (loss -> 0)
+    float skip_loss_z;           // -sl skip an update whose loss z-score exceeds this (outliers.h); 0 = off
     float skip_grad_z;           // -sg the same for the gradient norm; 0 = off
 } TrainArgs;
 
@@ -166,8 +162,7 @@ static inline int parse_float_in(const char* flag, const char* s, double lo, dou
     return 1;
 }
 
-// Applies one "-X value" pair. Returns 1 if consumed, 0 on a bad value (err says why), -1 if the flag is
-// not one of ours (a trainer tries its own flags first or after, then reports unknown flags itself).
+// Applies one "-X value" pair: 1 consumed, 0 bad value (err says why), -1 not a shared flag.
 static inline int parse_train_arg(TrainArgs* a, const char* flag, const char* value, char* err,
                                   size_t errlen) {
     const int64_t IMAX = 2147483647;
@@ -206,7 +201,7 @@ static inline int parse_train_arg(TrainArgs* a, const char* flag, const char* va
         case 'i': a->train_data = value; break;
         case 'j': a->val_data = value; break;
         case 'e': a->model = value; break;
-        case 'o':  // "" would pass the -n/-y check and then fail (or worse) at the first write
+        case 'o':  // "" would pass the -n/-y check, then fail at the first write
             if (!*value) {
                 snprintf(err, errlen, "flag -o: the output directory must not be empty");
                 return 0;
@@ -234,7 +229,7 @@ static inline int parse_train_arg(TrainArgs* a, const char* flag, const char* va
         case 'c': ok = parse_float_in(flag, value, 0.0, 10.0, &a->weight_decay, err, errlen); break;
         case 'k':
             for (i = 0; i < LR_SCHEDULES && strcmp(value, LR_SCHEDULE_NAMES[i]) != 0; i++) {}
-            if (i == LR_SCHEDULES) {  // an earlier train_gpt took the clip here: say where it went
+            if (i == LR_SCHEDULES) {  // a number: the clip, which is -gc
                 snprintf(err, errlen,
                          "flag -k: '%.40s' is not an lr schedule (cosine, linear, constant or wsd)%s", value,
                          isdigit((unsigned char)value[0]) || value[0] == '.' || value[0] == '-'
@@ -294,7 +289,7 @@ static inline int train_args_check(const TrainArgs* a, char* err, size_t errlen)
                  (long long)a->total_batch_tokens);
         return 0;
     }
-    // a sample is one sequence of T positions after <|endoftext|>: both trainers generate exactly -g tokens
+    // a sample is -g tokens after <|endoftext|> in one sequence of T positions
     if (a->gen_tokens >= 0 && a->gen_tokens > a->T - 1) {
         snprintf(err, errlen,
                  "-g %d: a sample is generated within one sequence of -t %d positions after "
@@ -311,8 +306,7 @@ static inline int train_args_check(const TrainArgs* a, char* err, size_t errlen)
                  "-nk and -nm choose which checkpoints to keep: they need checkpoints (-n N and -o)");
         return 0;
     }
-    // every file name under -o ("/model_00000000.bin.tmp" is the longest) must fit PATH_MAX and our 4200-byte
-    // path buffers, so a long -o is refused here, not by a truncated name after hours of training
+    // names under -o must fit 4200-byte buffers: refuse now, not after hours of training
     if (a->output_dir && strlen(a->output_dir) > 4000) {
         snprintf(err, errlen, "flag -o: the output directory path is too long (%zu characters, at most 4000)",
                  strlen(a->output_dir));
@@ -331,8 +325,7 @@ static inline int grad_accum_steps(const TrainArgs* a) {
     return a->total_batch_tokens == 0 ? 1 : (int)(a->total_batch_tokens / ((int64_t)a->B * a->T));
 }
 
-// What an llm.c train_gpt2.cu flag that neither trainer takes did there, and why it is not here: appended to
-// the unknown-flag error, so a script written for llm.c fails with a reason instead of a bare "unknown flag".
+// Why an llm.c flag is not here, appended to the unknown-flag error.
 static inline const char* llmc_flag_note(const char* flag) {
     static const struct {
         const char* flag;
@@ -361,8 +354,7 @@ static inline const char* llmc_flag_note(const char* flag) {
         if (strcmp(flag, notes[i].flag) == 0) return notes[i].note;
     return NULL;
 }
-// llm.c's "-h 1" turns on its HellaSwag evaluation; here -h alone is the help. A value after it is refused,
-// so a script that asks for the evaluation does not get the help text and a zero exit instead.
+// -h alone is the help; llm.c's "-h 1" (HellaSwag) is refused rather than answered with help and exit 0.
 static inline int help_flag(int argc, char** argv, int i, char* err, size_t errlen) {
     if (strcmp(argv[i], "-h") != 0 && strcmp(argv[i], "--help") != 0) return 0;
     if (i + 1 < argc && argv[i + 1][0] != '-') {
@@ -378,8 +370,7 @@ static inline void unknown_flag_error(const char* flag, char* err, size_t errlen
     snprintf(err, errlen, "unknown flag %.100s%s%s", flag, note ? ": " : "", note ? note : "");
 }
 
-// Parses argv[1..] with only the shared flags (the CPU trainer; the GPU trainer runs its own loop over
-// parse_train_arg). Returns 1 ok, 2 when -h was given, 0 on any error with err set.
+// argv[1..] with the shared flags only (the CPU trainer): 1 ok, 2 -h, 0 error (err set).
 static inline int parse_train_argv(int argc, char** argv, TrainArgs* a, char* err, size_t errlen) {
     for (int i = 1; i < argc; i += 2) {
         const int help = help_flag(argc, argv, i, err, errlen);

@@ -6,17 +6,15 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-// The cores a cgroup's CPU quota allows ("QUOTA PERIOD" in microseconds, as cgroup v2's cpu.max holds; "max"
-// or a negative quota: no limit), rounded up; -1 when unlimited or unreadable.
+// Cores a cgroup v2 cpu.max text ("QUOTA PERIOD") allows, rounded up; -1: unlimited or unreadable.
 static inline int cgroup_quota_cores(const char* cpu_max) {
     long long quota = 0, period = 0;
     if (!cpu_max || sscanf(cpu_max, "%lld %lld", &quota, &period) != 2 || quota <= 0 || period <= 0)
         return -1;
     return (int)((quota + period - 1) / period);
 }
-// The cores this process can really use: its affinity mask (taskset, numactl, a container's cpuset), further
-// limited by a cgroup CPU quota (docker --cpus) when there is one. A thread team larger than that would
-// time-slice every parallel region on fewer cores than it has threads.
+// Cores this process can use: its affinity mask (taskset, cpuset), capped by a cgroup quota (docker --cpus).
+// A larger thread team would time-slice every parallel region.
 static inline int usable_cpu_cores(void) {
     cpu_set_t allowed;
     int cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed)
@@ -40,16 +38,14 @@ static inline int usable_cpu_cores(void) {
     return cores > 0 ? cores : 1;
 }
 
-// libgomp's idle threads spin 300000 iterations before they sleep; beside a busy process on 2 cores that
-// spinning steals the working thread's time slice (a CPU test ran 16x slower). libgomp reads GOMP_SPINCOUNT
-// before main, so, when the user set neither it nor OMP_WAIT_POLICY, main calls this first: it re-runs the
-// program (/proc/self/exe, same argv) once with a 10000-iteration spin. Measured on 2 loaded cores, ms per
-// step of train_gpt_cpu: default 1510, short spin 1225, passive 1195. If the exec fails, nothing changes.
+// libgomp's idle threads spin 300000 iterations, stealing a busy core's time slice (a CPU test ran 16x
+// slower). libgomp reads GOMP_SPINCOUNT before main, so main re-execs once with 10000 unless the user set it
+// or OMP_WAIT_POLICY. train_gpt_cpu on 2 loaded cores, ms/step: default 1510, short spin 1225, passive 1195.
 #define OMP_SHORT_SPINCOUNT "10000"
 static inline void omp_short_spin_reexec(char** argv) {
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || getenv("LLMC_OMP_REEXEC")) return;
     setenv("GOMP_SPINCOUNT", OMP_SHORT_SPINCOUNT, 1);
     setenv("LLMC_OMP_REEXEC", "1", 1);
     execv("/proc/self/exe", argv);
-    unsetenv("GOMP_SPINCOUNT");  // still this process: its libgomp keeps the default, say so to children too
+    unsetenv("GOMP_SPINCOUNT");  // exec failed: this libgomp keeps the default; tell children the same
 }

@@ -1,12 +1,11 @@
-// crc32c.h — CRC-32C (Castagnoli), the checksum of every checkpoint file, computed as the bytes are written.
-// With SSE4.2: the crc32 instruction on three chains; elsewhere a table (slicing by 8). The values of ext4
-// and Python's crc32c ("123456789" -> e3069283). It catches corruption, not tampering.
+// crc32c.h — CRC-32C (Castagnoli), every checkpoint file's checksum, as ext4's ("123456789" -> e3069283).
+// SSE4.2's crc32 instruction on three chains, else a table (slicing by 8). Catches corruption, not tampering.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
-// The 8 tables of the portable version (reflected polynomial 0x82f63b78), built on first use.
+// Slicing-by-8 tables (reflected polynomial 0x82f63b78), built on first use.
 static inline const uint32_t (*crc32c_tables(void))[256] {
     static uint32_t t[8][256];
     static int ready = 0;
@@ -23,14 +22,14 @@ static inline const uint32_t (*crc32c_tables(void))[256] {
     return t;
 }
 
-// The table-driven CRC (any CPU); crc32c_update below is the same function, faster where it can be.
+// Same function as crc32c_update, for any CPU.
 static inline uint32_t crc32c_portable(uint32_t crc, const void* data, size_t n) {
     const unsigned char* p = (const unsigned char*)data;
     uint32_t c = ~crc;
     const uint32_t(*t)[256] = crc32c_tables();
     for (; n >= 8; n -= 8, p += 8) {
         uint64_t w;
-        memcpy(&w, p, 8);  // little-endian hosts only, as the checkpoint files themselves are
+        memcpy(&w, p, 8);  // little-endian only, as the checkpoint files
         w ^= c;
         c = t[7][w & 0xff] ^ t[6][(w >> 8) & 0xff] ^ t[5][(w >> 16) & 0xff] ^ t[4][(w >> 24) & 0xff] ^
             t[3][(w >> 32) & 0xff] ^ t[2][(w >> 40) & 0xff] ^ t[1][(w >> 48) & 0xff] ^ t[0][w >> 56];
@@ -40,11 +39,9 @@ static inline uint32_t crc32c_portable(uint32_t crc, const void* data, size_t n)
 }
 
 #if defined(__SSE4_2__) && defined(__x86_64__)
-// The crc32 instruction has a latency of 3 cycles and a throughput of 1 per cycle: one dependent chain runs
-// at a third of its speed. So a block of 3 lanes of CRC32C_LANE bytes is summed as three independent chains
-// and the three registers are joined. The CRC register (without the ~ at either end) is linear over GF(2):
-// running lane B from register r gives shift(r) ^ run(B from 0), shift = running CRC32C_LANE zero bytes,
-// itself linear and tabulated per byte of the register (crc32c_shift_tables).
+// crc32 has latency 3, throughput 1/cycle: 3 lanes of CRC32C_LANE bytes run as independent chains.
+// Joining them: the raw register is linear over GF(2), so run(B from r) = shift(r) ^ run(B from 0), where
+// shift (running CRC32C_LANE zero bytes) is tabulated per register byte (crc32c_shift_tables).
 #define CRC32C_LANE 4096
 static inline uint64_t crc32c_hw_run(uint64_t c, const unsigned char* p, size_t n) {
     for (; n >= 8; n -= 8, p += 8) {
@@ -78,8 +75,7 @@ static inline uint32_t crc32c_shift(uint32_t c, const uint32_t (*t)[256]) {
 }
 #endif
 
-// The CRC of the bytes after those `crc` was computed over (start with crc = 0): crc32c(a + b) =
-// crc32c_update(crc32c_update(0, a), b), so a file written in pieces gets the CRC of the whole.
+// Continues crc over more bytes (start at 0): crc32c(a + b) = update(update(0, a), b).
 static inline uint32_t crc32c_update(uint32_t crc, const void* data, size_t n) {
 #if defined(__SSE4_2__) && defined(__x86_64__)
     const unsigned char* p = (const unsigned char*)data;

@@ -1,5 +1,5 @@
-// cuda_common.h — error checking for every CUDA and cuBLAS call, the bf16 type, and small launch helpers.
-// It holds no kernels (kernels.cuh) and no streaming logic (stream.cu).
+// cuda_common.h — CUDA / cuBLAS error checks, the bf16 type, launch helpers.
+// Not here: kernels (kernels.cuh), streaming (stream.cu).
 #pragma once
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -9,11 +9,10 @@
 #include <stdlib.h>
 #include "utils.h"  // die
 
-// Activations and streamed weights are bf16 on the GPU; every reduction accumulates in fp32.
+// GPU activations and weights; reductions accumulate in fp32.
 typedef __nv_bfloat16 bf16;
 
-// A failed CUDA call is a bug, a broken device or memory the driver would not give: say where and
-// why, and die.
+// A failed CUDA call dies with where and why.
 static inline void cuda_check(cudaError_t err, const char* file, int line) {
     if (err != cudaSuccess) die("CUDA: %s at %s:%d", cudaGetErrorString(err), file, line);
 }
@@ -25,9 +24,8 @@ static inline void cublas_check(cublasStatus_t status, const char* file, int lin
 }
 #define cublasCheck(status) (cublas_check((status), __FILE__, __LINE__))
 
-// Test hooks, nothing in a real build. The emulated build (test/fake_cuda) checks that host code touching
-// memory the GPU's streams use is ordered after them, and that threads hand work over under a mutex
-// (RELEASE after what is handed over, ACQUIRE after seeing it).
+// Test hooks, empty in a real build: test/fake_cuda checks host accesses are ordered after the streams,
+// and thread hand-overs (RELEASE after the handed data, ACQUIRE after seeing it).
 #ifndef FAKE_CUDA_HOST_ACCESS
 #define FAKE_CUDA_HOST_ACCESS(p, bytes, write, what) ((void)0)
 #define FAKE_CUDA_HOST_RELEASE(obj)                  ((void)0)
@@ -39,8 +37,7 @@ static inline void cublas_check(cublasStatus_t status, const char* file, int lin
 
 static inline int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Grid size for a grid-stride loop over n elements: enough blocks to fill the GPU, never more than n needs.
-// The cap: 132 SMs on an H100 SXM, 16 blocks each (the emulator sets a smaller one).
+// Blocks for a grid-stride loop over n: at most n needs, capped at 132 SMs (H100 SXM) x 16.
 #ifndef GRID_FOR_CAP
 #define GRID_FOR_CAP (132 * 16)
 #endif

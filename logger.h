@@ -7,15 +7,15 @@
 #include <unistd.h>
 #include "run_dir.h"
 
-// f: DIR/main.log open for appending (NULL: no log); lost: a write failed (warned once, then no more tries).
+// f: NULL = no log; lost: a write failed (warned once, no more tries).
 typedef struct {
     FILE* f;
     int lost;
     char path[4200];
 } TrainLogger;
 
-// Opens DIR/main.log (dir NULL: a disabled logger). resume_step < 0 starts a fresh log. A resumed run keeps
-// the train lines up to resume_step and the val lines before it, so no step appears twice.
+// Opens DIR/main.log (dir NULL: disabled). On resume keeps the lines up to resume_step, so no step
+// appears twice; resume_step < 0 starts afresh.
 static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_step, char* err,
                               size_t errlen) {
     lg->f = NULL;
@@ -43,7 +43,7 @@ static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_s
                 if (strcmp(kind, "tel") == 0 ? step < resume_step : step <= resume_step) fputs(line, out);
             }
             fclose(in);
-            // durable before the rename replaces the old log: a crash must leave the old or the new one whole
+            // durable before the rename: a crash leaves the old or the new log whole
             const int synced = fflush(out) == 0 && fsync(fileno(out)) == 0;
             if (fclose(out) != 0 || !synced || rename(tmp, path) != 0) {
                 snprintf(err, errlen, "cannot rewrite %.160s: %.60s", path, strerror(errno));
@@ -59,8 +59,7 @@ static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_s
     }
     return 1;
 }
-// One line, flushed. A failed write (a full disk) warns once on stderr and does not stop the run: stdout has
-// the same losses. Train lines add lr and norm after the loss, as llm.c's do.
+// One line, flushed. A failed write warns once and does not stop the run (stdout has the same losses).
 static inline void logger_line(TrainLogger* lg, int step, const char* kind, float loss, const char* more) {
     if (!lg->f || lg->lost) return;
     errno = 0;

@@ -1,4 +1,4 @@
-// model_specs.h — model specs on the command line (-e d12, L4:C128:NH4, 7b, ...) turned into a GPTConfig.
+// model_specs.h — a model spec (-e d12, L4:C128:NH4, 7b, ...) as a GPTConfig.
 // Not here: model files (model.h).
 #pragma once
 #include <stdint.h>
@@ -32,10 +32,8 @@ static inline int spec_key_value(const char* tok, size_t len, const char* key, i
     return 1;
 }
 
-// Turns a model spec into a config. Returns 1 for a valid spec, 2 when `spec` is not a spec at all (the
-// caller treats it as an llm.c model file path), 0 for a malformed or invalid spec (err says why).
-// Grammar: BASE[:T<n>][:V<n>] where BASE is dN, a preset name (case-insensitive) or L<n>:C<n>:NH<n>.
-// Defaults: maxT 1024, V 50257, Vp = V rounded up to a multiple of 128 (50304).
+// BASE[:T<n>][:V<n>], BASE = dN, a preset or L<n>:C<n>:NH<n>; T 1024, V 50257, Vp = V up to 128s.
+// Returns 1: valid; 2: not a spec (a model file path); 0: invalid (err says why).
 static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, size_t errlen) {
     if (!spec || !*spec || strchr(spec, '/') || strchr(spec, '\\')) return 2;
     const size_t n = strlen(spec);
@@ -78,7 +76,7 @@ static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, 
             }
         }
         if (L < 0) {
-            // "Lx:C128" is a mistyped spec, not a file name, unless such a file really exists
+            // "Lx:C128" is a mistyped spec unless such a file exists
             struct stat st;
             if (strchr(spec, ':') && stat(spec, &st) != 0) {
                 snprintf(err, errlen,

@@ -1,5 +1,5 @@
-// outliers.h — the two checks on a step's loss and gradient norm before its update: diverged (the run stops)
-// and outlier (-sl / -sg: the update is skipped). Not here: what the trainers do then.
+// outliers.h — checks on a step's loss and grad norm before its update: diverged (stop) and outlier
+// (-sl / -sg: skip the update). Not here: what the trainers do then.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -7,10 +7,8 @@
 #include "args.h"
 #include "utils.h"
 
-// The rule both trainers stop by, checked before a step's update, so a bad update is never applied.
-// Diverged: a loss or norm not finite; a loss over 10 x ln(V), ten times a uniform guess's (an exploding run
-// passes it within a step or two); a norm over 1e10 (an fp32 sum of squares overflows near 1.3e19).
-// Returns 1 with why filled, else 0.
+// 1 (with why) if not finite, loss > 10 x ln(V) (ten times a uniform guess's) or norm > 1e10
+// (an fp32 sum of squares overflows near 1.3e19); else 0. Checked before the update.
 static inline int training_diverged(double loss, double norm, int V, char* why, size_t len) {
     const double loss_cap = 10.0 * log((double)V), norm_cap = 1e10;
     if (!isfinite(loss) || !isfinite(norm)) snprintf(why, len, "not finite");
@@ -20,8 +18,7 @@ static inline int training_diverged(double loss, double norm, int V, char* why, 
     return 1;
 }
 
-// The end of a diverged run: one error line with the step, loss, norm, why, and the last
-// checkpoint (-1: none).
+// One error line and exit; saved_step: the last checkpoint (-1: none).
 static inline void die_diverged(int step, double loss, double norm, const char* why, int64_t saved_step) {
     char last[96] = "";
     if (saved_step >= 0)
@@ -31,17 +28,15 @@ static inline void die_diverged(int step, double loss, double norm, const char* 
 }
 
 // ----------------------------------------------------------------------------
-// -sl / -sg: a step whose loss or gradient norm jumps far above the last OUTLIER_WINDOW steps' updates
-// nothing. Each value then joins its window, so a lasting new level becomes the norm. The windows live in
-// memory only: a resumed run refills them before it skips again.
+// -sl / -sg: skip the update of a step whose loss or grad norm is far above the last OUTLIER_WINDOW
+// steps'. Every value joins its window, so a lasting new level becomes normal. In memory only.
 
 typedef struct {
     double values[OUTLIER_WINDOW];
     int count, next;
 } OutlierWindow;
 
-// How many standard deviations x lies above the window's mean (NaN until the window is full); x
-// then joins it.
+// z-score of x against the window (NaN until full); x then joins it.
 static inline double outlier_z(OutlierWindow* w, double x) {
     double z = NAN;
     if (w->count == OUTLIER_WINDOW) {
@@ -58,8 +53,7 @@ static inline double outlier_z(OutlierWindow* w, double x) {
     return z;
 }
 
-// Feeds a step's loss and gradient norm to their windows; 1 when -sl or -sg says to skip its update, with a
-// few words on why in `why` (empty otherwise).
+// 1 (with why) when -sl or -sg says to skip this step's update.
 static inline int outlier_skip(const TrainArgs* a, OutlierWindow* losses, OutlierWindow* norms, double loss,
                                double norm, char* why, size_t whylen) {
     const double zl = outlier_z(losses, loss), zg = outlier_z(norms, norm);

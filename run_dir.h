@@ -1,6 +1,5 @@
-// run_dir.h — the -o directory: creating it, one run at a time (flock), durable renames (fsync of the
-// directory), finding checkpoint files by step and removing old ones (-nk / -nm). Not here: what a checkpoint
-// holds (checkpoint.h), main.log (logger.h).
+// run_dir.h — the -o directory: creating it, one run at a time (flock), durable renames, finding and
+// pruning checkpoint files by step (-nk / -nm). Not here: checkpoint contents (checkpoint.h), main.log.
 #pragma once
 #include <dirent.h>
 #include <errno.h>
@@ -13,10 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-// Creates dir (and its parents) if missing; mode 0755. Returns 0 with err set on failure.
+// mkdir -p, mode 0755; 0 with err on failure.
 static inline int make_dirs(const char* dir, char* err, size_t errlen) {
     char path[4096];
-    // the loop below starts at path + 1: an empty path would make it walk past the terminator
+    // the loop starts at path + 1: an empty path would run past the terminator
     if (!dir[0]) {
         snprintf(err, errlen, "output dir path is empty");
         return 0;
@@ -45,10 +44,8 @@ static inline int make_dirs(const char* dir, char* err, size_t errlen) {
     return 1;
 }
 
-// One run per output directory: makes dir and holds DIR/LOCK (flock) until the process ends, however it ends
-// (the kernel releases it). Two runs in one directory would interleave main.log and overwrite each other's
-// checkpoints; the second is refused instead, with the pid the first wrote into LOCK. flock is advisory and
-// per file system: where it is not supported (some network file systems) the run goes on unchecked.
+// One run per directory: holds DIR/LOCK (flock) until the process ends; a second run is refused with the
+// first's pid. Where flock is unsupported (some network file systems) the run goes on unchecked.
 static inline int lock_output_dir(const char* dir, char* err, size_t errlen) {
     if (!make_dirs(dir, err, errlen)) return 0;
     char path[4200];
@@ -78,9 +75,8 @@ static inline int lock_output_dir(const char* dir, char* err, size_t errlen) {
     return 1;  // fd stays open, and the lock held, for the rest of the run
 }
 
-// Makes the renames, creations and removals of files in dir durable (a power loss after this cannot bring
-// back an old name or lose a new one). Checkpoints call it between their data files and their DONE marker,
-// so the marker can never reach the disk before what it vouches for. Returns 0 with err set on failure.
+// Makes renames, creations and removals in dir durable. Checkpoints call it between their data files and
+// their DONE marker, so the marker never reaches the disk first. 0 with err on failure.
 static inline int fsync_dir(const char* dir, char* err, size_t errlen) {
     const int fd = open(dir, O_RDONLY | O_DIRECTORY);
     if (fd < 0) {
@@ -93,8 +89,7 @@ static inline int fsync_dir(const char* dir, char* err, size_t errlen) {
     return ok;
 }
 
-// Step N of a file named exactly <prefix>N<suffix> (N: decimal digits only, 1..INT_MAX, as the trainers write
-// it), else -1: "DONE_00000200x", "DONE_-5" or a 30-digit step are not checkpoints.
+// N of a name exactly <prefix>N<suffix> (N: digits, 1..INT_MAX), else -1 ("DONE_-5", "DONE_2x").
 static inline int64_t checkpoint_name_step(const char* name, const char* prefix, const char* suffix) {
     const size_t np = strlen(prefix);
     if (strncmp(name, prefix, np) != 0 || name[np] < '0' || name[np] > '9')
@@ -106,8 +101,7 @@ static inline int64_t checkpoint_name_step(const char* name, const char* prefix,
     return v;
 }
 
-// Largest step below `below` among the files <prefix>N<suffix> in dir, or -1 (none, or no such dir). Callers
-// walk down from INT64_MAX to visit the checkpoints newest first.
+// Largest step < below among <prefix>N<suffix> in dir, or -1. From INT64_MAX down: newest first.
 static inline int64_t dir_latest_step(const char* dir, const char* prefix, const char* suffix,
                                       int64_t below) {
     DIR* d = opendir(dir);
@@ -128,10 +122,8 @@ typedef struct {
     const char* suffix;
 } CheckpointFile;
 
-// -nk / -nm, once the checkpoint of step `newest` is complete: removes every older complete checkpoint that
-// is neither among the `keep` newest nor at a multiple of `major_every` (> 0). files[0] marks a checkpoint
-// complete; it goes first, durably, so a crash never leaves a marker vouching for removed files. Checkpoints
-// after `newest` and incomplete ones are left alone. Returns 0 with err set on failure.
+// -nk / -nm: removes complete checkpoints up to `newest` beyond the `keep` newest, except multiples of
+// major_every. files[0], the marker, goes first and durably, so it never vouches for removed files.
 static inline int prune_checkpoints(const char* dir, int64_t newest, int keep, int major_every,
                                     const CheckpointFile* files, int n_files, char* err, size_t errlen) {
     if (keep <= 0) return 1;
@@ -147,7 +139,7 @@ static inline int prune_checkpoints(const char* dir, int64_t newest, int keep, i
                 snprintf(err, errlen, "-nk: cannot remove %.300s: %.60s", path, strerror(errno));
                 return 0;
             }
-            if (i == 0 && !removed) break;  // a marker not named as we write it (fewer digits): not ours
+            if (i == 0 && !removed) break;  // a marker named otherwise (fewer digits): not ours
             if (i == 0 && !fsync_dir(dir, err, errlen)) return 0;
             if (i == n_files - 1) printf("removed checkpoint step %lld (-nk %d)\n", (long long)s, keep);
         }

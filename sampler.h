@@ -1,5 +1,5 @@
-// sampler.h — a tiny RNG and drawing a token from softmax(logits), as llm.c's sampler.h; printing a sample.
-// Not here: the forward passes that make the logits (the trainers).
+// sampler.h — a tiny RNG, drawing a token from softmax(logits) (as llm.c's), printing a sample.
+// Not here: the forward passes that make the logits.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -9,7 +9,7 @@
 // ----------------------------------------------------------------------------
 // Sampling
 
-// xorshift64* (Vigna): a tiny RNG for sampling; state must not be 0.
+// xorshift64* (Vigna); state must not be 0.
 static inline uint64_t random_u64(uint64_t* state) {
     *state ^= *state >> 12;
     *state ^= *state << 25;
@@ -19,8 +19,7 @@ static inline uint64_t random_u64(uint64_t* state) {
 // Uniform in [0, 1), 24 random bits.
 static inline float random_f32(uint64_t* state) { return (float)(random_u64(state) >> 40) / 16777216.0f; }
 
-// Draws a token from softmax(logits[0..V)) with coin in [0, 1) by walking the CDF; the padded columns
-// of the logits row (>= V) are never looked at.
+// Token from softmax(logits[0..V)) by walking the CDF with coin in [0, 1); padded columns are ignored.
 static inline int sample_softmax(const float* logits, int V, float coin) {
     float maxv = logits[0];
     for (int i = 1; i < V; i++) maxv = logits[i] > maxv ? logits[i] : maxv;
@@ -35,13 +34,13 @@ static inline int sample_softmax(const float* logits, int V, float coin) {
     return V - 1;  // coin * sum rounded up past the last bucket
 }
 
-// Prints one generated token: its text when a tokenizer is loaded, else its id.
+// Its text with a tokenizer, else its id.
 static inline void print_sample_token(const Tokenizer* tok, int id) {
     if (tok && tok->init_ok) print_token(tok, (uint32_t)id);
     else printf("%d ", id);
 }
 
-// Prints a whole generated sample between "---" lines (tokens[0] is the prompt token and is not printed).
+// Between "---" lines; tokens[0], the prompt, is not printed.
 static inline void print_sample(const Tokenizer* tok, const int* tokens, int n) {
     printf("generated:\n---\n");
     for (int i = 1; i < n; i++) print_sample_token(tok, tokens[i]);

@@ -1,17 +1,12 @@
-// schedulers.h — the learning rate of a step (-l, -u, -q, -k), as llm.c's schedulers. Not here:
-// the clip (adamw.h).
+// schedulers.h — the learning rate of a step (-l, -u, -q, -k), as llm.c's. Not here: the clip (adamw.h).
 #pragma once
 #include <math.h>
 #include "args.h"
 
-// llm.c's schedules: linear warmup to lr over warmup_steps (step 0 gets lr/warmup), then
-//   cosine:   cosine decay from lr to lr*final_lr_frac at the last step,
-//   linear:   linear decay from lr to lr*final_lr_frac at the last step,
-//   constant: lr (llm.c's has no warmup: use -u 0 for that),
-//   wsd:      warmup-stable-decay (arXiv 2405.18392): lr until 80% of the steps, then 1 - sqrt(ratio) decay
-//             to lr*final_lr_frac (llm.c's; -q 0 is what that paper does).
-// step is 0-based; total_steps is the number of steps of the run. A step past total_steps (a resumed run that
-// lowered -x) stays at the end of the decay.
+// Linear warmup (step 0 gets lr/warmup), then decay to lr*final_lr_frac at the last step:
+//   cosine, linear; constant: lr (-u 0 for llm.c's, which has no warmup);
+//   wsd (arXiv 2405.18392): lr until 80% of the steps, then 1 - sqrt(ratio).
+// step is 0-based; past total_steps it stays at the end of the decay.
 static inline float learning_rate_at(const TrainArgs* a, int step, int total_steps) {
     if (step < a->warmup_steps) return a->lr * (float)(step + 1) / (float)a->warmup_steps;
     const float min_lr = a->lr * a->final_lr_frac;

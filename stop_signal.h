@@ -1,6 +1,5 @@
-// stop_signal.h — Ctrl-C and a scheduler's SIGTERM without losing work. The first signal asks the run to
-// stop: the trainer finishes its step, writes a checkpoint (with -o) and exits 130 (SIGINT) or 143 (SIGTERM).
-// A second signal exits at once; an interrupted save leaves only a .tmp file, removed by the next run.
+// stop_signal.h — Ctrl-C / SIGTERM without losing work. The first signal: finish the step, save (with -o),
+// exit 128 + signal. A second: exit at once (a cut save leaves only a .tmp file).
 // Not here: what a trainer saves (checkpoint.h).
 #pragma once
 #include <signal.h>
@@ -14,7 +13,7 @@ static volatile sig_atomic_t stop_signal_received = 0;
 static void stop_signal_handler(int sig) {
     const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
     char msg[160] = "\n";
-    if (stop_signal_received) {  // the second one: now (write and _exit are async-signal-safe; printf is not)
+    if (stop_signal_received) {  // the second: write and _exit are async-signal-safe, printf is not
         strcat(msg, name);
         strcat(msg, " again: exiting now, without a checkpoint\n");
         if (write(2, msg, strlen(msg)) < 0) {}
@@ -26,7 +25,7 @@ static void stop_signal_handler(int sig) {
     if (write(2, msg, strlen(msg)) < 0) {}
 }
 
-// Installs the handler for SIGINT and SIGTERM. SA_RESTART: a read or write the signal lands in goes on.
+// SA_RESTART: a read or write the signal interrupts goes on.
 static inline void stop_signal_install(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -40,9 +39,8 @@ static inline void stop_signal_install(void) {
 // The signal that asked the run to stop (SIGINT or SIGTERM), or 0.
 static inline int stop_signal_pending(void) { return stop_signal_received; }
 
-// Called between steps: once a signal asked to stop, saves the checkpoint of steps_done with save() (with -o,
-// unless saved_step is already that step or no step ran), says so, and exits 128 + the signal (_exit, as
-// die).
+// Between steps: if a signal asked to stop, save() (with -o, unless already saved or no step ran), then
+// exit 128 + signal.
 template <typename Save>
 static void stop_if_signalled(int steps_done, int first_step, int64_t saved_step, const char* dir,
                               Save save) {

@@ -1,9 +1,6 @@
-// tokenizer.h — header-only GPT-2 token DECODER for printing samples: loads the llm.c-format
-// gpt2_tokenizer.bin (made by build/tokenize, see dev/data/README.md) and maps a token id to its raw
-// bytes. It cannot encode text (that is dev/data/gpt2_bpe.h, which the trainers do not need).
-// File format: 256 uint32 header {20240328, version, vocab_size, eot_token (version 2 only)}, then
-// for each id 0..vocab_size-1 one uint8 length followed by that many bytes. Plain C-style code that
-// compiles as C++ under g++ and nvcc.
+// tokenizer.h — GPT-2 token decoder for printing samples, from llm.c's gpt2_tokenizer.bin
+// (dev/data/README.md). Not here: encoding (dev/data/gpt2_bpe.h). File: 256 uint32 header {20240328, version,
+// vocab_size, eot_token (version 2)}, then per id a uint8 length and that many bytes.
 #pragma once
 #include <ctype.h>
 #include <stdint.h>
@@ -30,8 +27,7 @@ static inline void tokenizer_free(Tokenizer* t) {
     t->init_ok = 0;
 }
 
-// Returns 1 on success. On failure (missing file, bad magic/version, truncated or oversized file)
-// returns 0, leaves *t empty (init_ok = 0, safe to free) and writes a one-line reason into err.
+// 1 on success; else 0, *t empty (safe to free) and the reason in err.
 static inline int tokenizer_init(Tokenizer* t, const char* path, char* err, size_t errlen) {
     memset(t, 0, sizeof *t);
     t->eot_token = -1;
@@ -79,17 +75,14 @@ static inline int tokenizer_init(Tokenizer* t, const char* path, char* err, size
     return 1;
 }
 
-// The bytes of token id (NUL-terminated), or NULL if the tokenizer is not loaded or id is out of range.
-// Note: the one token whose byte is 0x00 decodes to "" here.
+// The bytes of token id, NUL-terminated (token 0x00 reads ""); NULL if not loaded or out of range.
 static inline const char* tokenizer_decode(const Tokenizer* t, uint32_t id) {
     if (!t || !t->init_ok || id >= t->vocab_size) return NULL;
     return t->token_table[id];
 }
 
-// Prints a decoded token to stdout without letting sampled junk drive the terminal: a token that is a
-// single ASCII control byte (other than whitespace) is skipped, as llm.c's safe_printf does. Bytes
-// >= 0x80 are printed, because characters outside ASCII are often split over several byte tokens
-// and only print right when all their bytes arrive; out-of-range ids print nothing.
+// Prints a token, skipping a lone ASCII control byte (as llm.c's safe_printf). Bytes >= 0x80 print: a
+// non-ASCII character is often split over several tokens.
 static inline void print_token(const Tokenizer* t, uint32_t id) {
     const char* piece = tokenizer_decode(t, id);
     if (!piece || piece[0] == '\0') return;

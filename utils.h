@@ -1,5 +1,5 @@
-// utils.h — small helpers both trainers use: die (the one way a trainer fails), the config table's rows,
-// durations and progress text, peak memory. No flags, no files, no model.
+// utils.h — die, the config table's rows, durations and progress text, peak memory.
+// No flags, no files, no model.
 #pragma once
 #include <stdarg.h>
 #include <stdint.h>
@@ -8,8 +8,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-// Prints "error: ..." on one line and exits 1. Every failure of a trainer ends here, never in a crash.
-// Control characters in the message (a newline in a file name) print as \xNN.
+// Prints "error: ..." on one line (control bytes as \xNN) and exits 1: every trainer failure ends here.
 static inline void die(const char* fmt, ...) {
     char msg[8192];
     va_list ap;
@@ -22,7 +21,7 @@ static inline void die(const char* fmt, ...) {
         else fputc(*c, stderr);
     }
     fprintf(stderr, "\n");
-    // _exit: exit() would tear down the CUDA runtime under the optimizer thread. Files are already synced.
+    // _exit: exit() would tear down the CUDA runtime under the optimizer thread
     fflush(NULL);
     _exit(1);
 }
@@ -48,8 +47,7 @@ static inline void format_duration(double s, char* buf, size_t len) {
     else snprintf(buf, len, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
 }
 
-// The progress at the end of a step line: time since the run's first step began, and the time to its last
-// at the mean pace so far (validation and sampling included): " | 4m05s, eta 12m30s".
+// " | 4m05s, eta 12m30s": time since the first step, and the rest at the mean pace so far.
 static inline void progress_text(double elapsed, int steps_done, int first_step, int total_steps, char* buf,
                                  size_t len) {
     char e[32], r[32];
@@ -59,7 +57,7 @@ static inline void progress_text(double elapsed, int steps_done, int first_step,
     snprintf(buf, len, " | %.20s, eta %.20s", e, r);
 }
 
-// Peak resident memory of this process so far (getrusage's maxrss), in bytes.
+// Peak resident memory so far, in bytes.
 static inline int64_t peak_rss_bytes(void) {
     struct rusage ru;
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (int64_t)ru.ru_maxrss * 1024 : -1;
