@@ -1,14 +1,9 @@
-// cpu_adam.cpp — AdamW, sum of squares and fp32 -> bf16 conversion over large host arrays: OpenMP across
-// threads (static, contiguous chunks), SIMD within a thread (AVX-512 when compiled with it, else AVX2+FMA,
-// else a portable scalar loop), one pass over memory per call.
-// It holds no training logic (which tensors decay, clipping, lr schedule: adamw.h,
-// schedulers.h, the trainers).
-//
-// Why it looks like this: an update touches ~30 bytes per parameter and does ~15 flops, so it is bound by
-// memory bandwidth. Everything that reads or writes the arrays is fused into a single pass (moments, weight,
-// and the bf16 copy for the GPU), and the arithmetic only has to keep up. Every SIMD path and the scalar
-// tail perform the same IEEE operations (mul, fma, sqrt, div: all correctly rounded) in the same order, so
-// an element's result is identical whichever path, thread or chunk boundary it lands on.
+// cpu_adam.cpp — AdamW, sum of squares and fp32 -> bf16 over large host arrays: OpenMP chunks, SIMD
+// (AVX-512, else AVX2+FMA, else scalar), one pass over memory per call. Not here: which tensors decay,
+// clipping, lr (adamw.h, schedulers.h).
+// An update moves ~30 bytes and ~15 flops per parameter: memory-bound, so moments, weight and the GPU's bf16
+// copy are one fused pass. Every path does the same IEEE ops in the same order: results are bit-identical
+// whatever path, thread or chunk an element lands on.
 #include "cpu_adam.h"
 
 #include <math.h>
@@ -18,8 +13,7 @@
 #include <omp.h>
 #endif
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
-// GCC 12 reports "'__Y' may be used uninitialized" inside its own AVX-512 headers once their intrinsics are
-// inlined (GCC bug 105593, fixed in later releases); the warning is about the header, not this code.
+// GCC 12's false "'__Y' may be used uninitialized" in its AVX-512 headers (GCC bug 105593).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
@@ -37,14 +31,12 @@
 #define CPU_ADAM_VEC 1
 #endif
 
-// Below this many elements a call runs on the calling thread: waking a team costs a few microseconds,
-// more than updating a small tensor takes.
+// Below this, the calling thread alone: waking a team costs more (a few microseconds).
 #define PARALLEL_MIN ((int64_t)1 << 15)
-// Give no thread fewer than this many elements (a 40k-element tensor does not need 16 threads).
+// Fewest elements per thread.
 #define MIN_PER_THREAD ((int64_t)8192)
-// Chunk boundaries are multiples of 64 elements: every thread starts on a 64-byte line of each array
-// (when the arrays themselves are 64-byte aligned), so no two threads write the same cache line, not even
-// of the 2-byte bf16 output, and only the last chunk has a scalar tail.
+// Chunks are multiples of 64 elements: with 64-byte-aligned arrays no two threads write one cache line
+// (even of the bf16 output), and only the last chunk has a scalar tail.
 #define CHUNK_ALIGN ((int64_t)64)
 
 static std::atomic<int> g_threads{0};
@@ -77,8 +69,7 @@ static int team_size(int64_t n) {
 #endif
 }
 
-// Calls body(tid, lo, hi) on contiguous chunks covering [0, n), at most one chunk per thread; tid <
-// team_size(n).
+// body(tid, lo, hi) on contiguous chunks covering [0, n), one per thread; tid < team_size(n).
 template <typename Body>
 static void for_chunks(int64_t n, Body body) {
     const int t = team_size(n);
@@ -89,7 +80,7 @@ static void for_chunks(int64_t n, Body body) {
 #ifdef _OPENMP
 #pragma omp parallel num_threads(t)
     {
-        // The team may be smaller than asked (nested regions, thread limits): split by the real size.
+        // the team may be smaller than asked: split by its real size
         const int64_t nt = omp_get_num_threads(), tid = omp_get_thread_num();
         const int64_t chunk = ((n + nt - 1) / nt + CHUNK_ALIGN - 1) / CHUNK_ALIGN * CHUNK_ALIGN;
         const int64_t lo = tid * chunk < n ? tid * chunk : n;
@@ -104,9 +95,9 @@ static void for_chunks(int64_t n, Body body) {
 
 static inline float fmadd1(float a, float b, float c) {
 #if defined(__FMA__) || defined(FP_FAST_FMAF)
-    return fmaf(a, b, c);  // one rounding, like the SIMD fmadd: keeps scalar and vector results identical
+    return fmaf(a, b, c);  // one rounding, as the SIMD fmadd
 #else
-    return a * b + c;  // no FMA hardware: then there is no FMA SIMD path to agree with either
+    return a * b + c;  // no FMA: no FMA SIMD path to agree with
 #endif
 }
 
@@ -142,9 +133,8 @@ static inline float adam1(float p, float grad, float* m, float* v, const AdamWCo
 }
 
 // ----------------------------------------------------------------------------
-// SIMD building blocks. bf16 rounding uses the integer trick of float_to_bf16, not the AVX512_BF16
-// instruction (vcvtneps2bf16): that one flushes subnormal inputs to zero and so differs from the scalar
-// conversion (and from the GPU's __float2bfloat16).
+// SIMD building blocks. bf16 rounding is float_to_bf16's integer trick: vcvtneps2bf16 flushes subnormals,
+// unlike the scalar conversion and the GPU's __float2bfloat16.
 
 #if CPU_ADAM_VEC == 16
 static inline __m512 load_grad16(const float* g) { return _mm512_loadu_ps(g); }
@@ -161,7 +151,7 @@ static inline __m256i bf16x16(__m512 x) {
     const __mmask16 nan = _mm512_cmpgt_epi32_mask(_mm512_and_si512(b, _mm512_set1_epi32(0x7FFFFFFF)),
                                                   _mm512_set1_epi32(0x7F800000));
     const __m512i r = _mm512_mask_mov_epi32(rne, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
-    return _mm512_cvtepi32_epi16(r);  // every lane is < 2^16: plain truncation packs it
+    return _mm512_cvtepi32_epi16(r);  // lanes < 2^16: truncation packs
 }
 #elif CPU_ADAM_VEC == 8
 static inline __m256 load_grad8(const float* g) { return _mm256_loadu_ps(g); }
@@ -178,7 +168,7 @@ static inline __m128i bf16x8(__m256 x) {
     const __m256i nan =
         _mm256_cmpgt_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x7FFFFFFF)), _mm256_set1_epi32(0x7F800000));
     const __m256i r = _mm256_blendv_epi8(rne, _mm256_or_si256(hi, _mm256_set1_epi32(0x40)), nan);
-    // packus saturates int32 -> uint16; every lane is in [0, 2^16), so it only packs
+    // lanes in [0, 2^16): packus's saturation never applies
     return _mm_packus_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
 }
 #endif
@@ -186,11 +176,9 @@ static inline __m128i bf16x8(__m256 x) {
 // ----------------------------------------------------------------------------
 // AdamW
 
-// The bf16 copy is written with streaming (non-temporal) stores: nothing on the CPU reads it again (the GPU
-// fetches it by DMA), so it need not be read into the cache first (a plain store fetches each destination
-// line before writing it: 2 more bytes of memory traffic per parameter on top of the ~28 the update moves)
-// nor evict the moments from it. Streaming stores need an aligned destination, hence the scalar start up to
-// the first aligned element, and an sfence at the end so they are visible before the caller signals the copy.
+// The bf16 copy uses streaming stores: only the GPU's DMA reads it, so it skips the cache (a plain store
+// reads each line first: +2 bytes per parameter) and evicts no moments. They need an aligned destination
+// (scalar start) and an sfence at the end, before the caller signals the copy.
 template <typename G>
 static void adam_range(float* __restrict p, const G* __restrict g, float* __restrict m, float* __restrict v,
                        uint16_t* __restrict out, int64_t lo, int64_t hi, const AdamWConstants* c) {
@@ -251,12 +239,10 @@ static void adam_range(float* __restrict p, const G* __restrict g, float* __rest
     }
 }
 
-// Subnormal floats are flushed to zero (FTZ and DAZ) while a thread runs the update, and the thread's own
-// setting is restored afterwards. Why: v of a rarely seen token's embedding row decays by beta2 every
-// step and reaches the subnormal range after a few thousand steps; x86 cores handle subnormal operands
-// in slow microcode (measured 1.7x slower per element on Zen 4 here, Intel cores pay more). Values below
-// 1.2e-38 cannot matter to the update (sqrt(v) is then < 1e-19, far below eps), and the GPU side,
-// compiled with --use_fast_math, flushes them as well.
+// FTZ and DAZ during the update, the thread's setting restored after (test_cpu_adam's
+// SubnormalStateIsFlushedAndFpModeRestored). v of a rarely seen token's row decays by beta2 into subnormals
+// within a few thousand steps, which x86 runs in slow microcode (1.7x per element on Zen 4). Below 1.2e-38,
+// sqrt(v) < 1e-19, far below eps: no effect on the update. The GPU (--use_fast_math) flushes too.
 #if defined(__SSE__)
 static inline unsigned flush_subnormals_begin(void) {
     const unsigned old = _mm_getcsr();
@@ -307,8 +293,7 @@ void adamw_tensors_window_bf16grad(int count, const int64_t* offset, const int64
 }
 
 // ----------------------------------------------------------------------------
-// Sum of squares. Two (AVX2: four) double accumulators hide the FMA latency; x*x of a float is exact in
-// double, so the only rounding is in the additions.
+// Sum of squares. Two (AVX2: four) double accumulators hide FMA latency; x*x of a float is exact in double.
 
 template <typename G>
 static double sumsq_range(const G* __restrict x, int64_t lo, int64_t hi) {
@@ -349,8 +334,7 @@ static double sumsq_range(const G* __restrict x, int64_t lo, int64_t hi) {
     return s;
 }
 
-// Each thread's partial sum goes to its own slot and the slots are added in thread order afterwards:
-// unlike an OpenMP reduction clause, the result is the same on every call.
+// Per-thread slots added in thread order: unlike an OpenMP reduction, the same result every call.
 template <typename G>
 static double sumsq_any(const G* x, int64_t n) {
     std::vector<double> partial((size_t)team_size(n), 0.0);

@@ -1,12 +1,8 @@
-// dataloader.h — reads llm.c token shards: B x T input tokens and their next-token targets, in order or
-// shuffled per epoch from a seed. Its position is saved in checkpoints, so a resumed run sees the same
-// batches. It does not tokenize and never exits: every error goes back to the caller. One fread per batch.
-//
-// Shard file: 256 int32 header {20240520 magic, 1 version, N tokens, ...}, then N uint16 token ids.
-// Batch k reads tokens [k*B*T, k*B*T + B*T]; the tail that does not fill a batch is skipped, as in llm.c.
-// Order: shards in glob(3) order, batches in order, then the next epoch. With shuffle, each epoch permutes
-// the shards and each shard's batches from (seed, epoch, shard) alone, so {epoch, shard, batch} is a
-// position.
+// dataloader.h — llm.c token shards as (B, T) inputs and next-token targets, in order or shuffled per
+// epoch from a seed; the position is saved in checkpoints. Not here: tokenizing, exiting (errors return).
+// Shard: 256 int32 header {20240520, 1, N tokens, ...}, then N uint16 ids. Batch k reads tokens
+// [k*B*T, k*B*T + B*T]; a tail short of a batch is skipped, as in llm.c. Shuffle permutes shards and
+// batches from (seed, epoch, shard) alone, so {epoch, shard, batch} is a position.
 #pragma once
 #include <glob.h>
 #include <stdint.h>
@@ -19,17 +15,16 @@
 #define DATALOADER_MAGIC        20240520
 #define DATALOADER_VERSION      1
 #define DATALOADER_HEADER_BYTES (256 * 4)
-// Byte offsets go through fseeko/ftello; a 32-bit off_t would silently wrap past 2 GiB.
+// fseeko/ftello: a 32-bit off_t would wrap past 2 GiB.
 static_assert(sizeof(off_t) == 8, "dataloader.h needs a 64-bit off_t (build with -D_FILE_OFFSET_BITS=64)");
 
-// The position of a loader, saved in checkpoints (train_gpt.cu writes it raw, so it is POD with only
-// 8-byte fields: no padding, same bytes on every 64-bit build). B, T, num_shards and total_tokens are a
-// fingerprint: restoring into a loader over other data or another batch shape is refused.
+// A loader's position, saved raw in checkpoints: 8-byte fields only (no padding). B, T, num_shards and
+// total_tokens are a fingerprint: restoring over other data or batch shape is refused.
 typedef struct {
     int64_t epoch;        // completed passes over all shards
-    int64_t shard_index;  // position in this epoch's shard order (the file index only when not shuffled)
-    int64_t batch_index;  // position in that shard's batch order: the NEXT batch to be returned
-    uint64_t seed;        // shuffle seed; restored along with the position, since the order depends on it
+    int64_t shard_index;  // position in this epoch's shard order
+    int64_t batch_index;  // the NEXT batch, in that shard's batch order
+    uint64_t seed;        // shuffle seed: the order depends on it
     int64_t shuffle;      // 0 or 1
     int64_t B, T;
     int64_t num_shards, total_tokens;
@@ -43,24 +38,23 @@ typedef struct {
     char** paths;            // sorted glob matches
     int64_t* shard_batches;  // batches in each shard
     int64_t max_shard_batches;
-    int64_t num_batches;   // batches per epoch, all shards: what one full validation pass reads
-    int64_t total_tokens;  // sum of the header token counts (part of the state fingerprint)
+    int64_t num_batches;                      // batches per epoch, all shards
+    int64_t total_tokens;                     // sum of the header token counts
     int64_t epoch, shard_index, batch_index;  // position of the next batch
     int64_t* shard_order;                     // file index of the i-th shard of the current epoch
     int64_t* batch_order;                     // batch permutation of the current shard (shuffle only)
-    int64_t order_epoch, order_shard;         // which epoch / shard the two orders were made for (-1: none)
-    FILE* file;                               // the open shard, file_index says which
+    int64_t order_epoch, order_shard;         // what the two orders were made for (-1: none)
+    FILE* file;                               // the open shard (file_index)
     int64_t file_index;
     uint16_t* buf;      // B*T+1 raw tokens
     int* inputs;        // B*T token ids
     int* targets;       // B*T next-token ids: targets[i] = token after inputs[i]
-    int64_t last_file;  // the shard and token index (after the header) of the last batch's first token
+    int64_t last_file;  // shard and token index of the last batch's first token
     int64_t last_token;
     char err[512];  // why dataloader_next_batch returned 0
 } DataLoader;
 
-// splitmix64 (Steele et al.): a tiny, well-mixed generator; reimplemented here so the order never depends
-// on a library's RNG. dl_stream_seed hashes (seed, epoch, stream) into one independent state.
+// splitmix64 (Steele et al.), so the order never depends on a library's RNG.
 static inline uint64_t dl_splitmix64(uint64_t* s) {
     uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -74,7 +68,7 @@ static inline uint64_t dl_stream_seed(uint64_t seed, int64_t epoch, uint64_t str
     s = x ^ stream;
     return dl_splitmix64(&s);
 }
-// Fisher–Yates; rejection sampling keeps every permutation equally likely (plain % would be biased).
+// Fisher–Yates; rejection sampling avoids %'s bias.
 static inline void dl_permute(int64_t* a, int64_t n, uint64_t rng) {
     for (int64_t i = 0; i < n; i++) a[i] = i;
     for (int64_t i = n - 1; i > 0; i--) {
@@ -101,15 +95,15 @@ static inline void dataloader_free(DataLoader* dl) {
     memset(dl, 0, sizeof *dl);
 }
 
-// Back to the first batch of epoch 0 (the validation loader is reset before every evaluation).
+// Back to the first batch of epoch 0.
 static inline void dataloader_reset(DataLoader* dl) {
     dl->epoch = dl->shard_index = dl->batch_index = 0;
     dl->order_epoch = dl->order_shard = -1;
 }
 
-// Reads and checks one shard's header and size; returns its token count, or -1 with err filled.
+// A shard's token count after checking header and size; -1 with err.
 static inline int64_t dl_check_shard(const char* path, int64_t BT, char* err, size_t errlen) {
-    // a directory opens fine on Linux and then reports a nonsense size: refuse anything but a file
+    // a directory opens fine on Linux: refuse anything but a file
     struct stat st;
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
         snprintf(err, errlen, "shard %s is not a regular file", path);
@@ -139,7 +133,7 @@ static inline int64_t dl_check_shard(const char* path, int64_t BT, char* err, si
         snprintf(err, errlen, "shard %s: unsupported version %d (want %d)", path, h[1], DATALOADER_VERSION);
         return -1;
     }
-    // The header count is an int32, but the expected size is computed in 64 bits (shards may pass 2 GiB).
+    // int32 count, 64-bit size: shards may pass 2 GiB
     const int64_t n = h[2], want = DATALOADER_HEADER_BYTES + 2 * n;
     if (n < 0 || bytes != want) {
         snprintf(err, errlen,
@@ -155,9 +149,8 @@ static inline int64_t dl_check_shard(const char* path, int64_t BT, char* err, si
     return n;
 }
 
-// Opens every shard matching pattern (a path or a glob(3) pattern) and checks all headers now, so a bad
-// shard fails at start rather than hours into a run. Returns 1 on success. On failure returns 0, fills
-// err with one line naming the file and the problem, and leaves *dl empty (safe to dataloader_free).
+// Opens every shard of a glob(3) pattern and checks all headers now, not hours into a run.
+// 0 on failure, with err and *dl empty (safe to free).
 static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, int T, int shuffle,
                                   uint64_t seed, char* err, size_t errlen) {
     memset(dl, 0, sizeof *dl);
@@ -217,12 +210,11 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
     return 1;
 }
 
-// Fills dl->inputs / dl->targets with the next batch and advances (moving to the next shard, and after
-// the last shard to the next epoch, right away, so the saved state always points at a real batch).
-// Returns 1, or 0 with dl->err set if the shard could not be read (e.g. it changed on disk since init).
+// The next batch into inputs / targets; advances at once past a shard's or epoch's end, so a saved state
+// points at a real batch. 0 with dl->err if a shard cannot be read.
 static inline int dataloader_next_batch(DataLoader* dl) {
     const int64_t BT = (int64_t)dl->B * dl->T;
-    if (dl->order_epoch != dl->epoch) {  // a new epoch (or a reset / restored state): its shard order
+    if (dl->order_epoch != dl->epoch) {  // a new epoch, reset or restore: its shard order
         if (dl->shuffle)
             dl_permute(dl->shard_order, dl->num_shards, dl_stream_seed(dl->seed, dl->epoch, UINT64_MAX));
         else
@@ -270,9 +262,7 @@ static inline int dataloader_next_batch(DataLoader* dl) {
     return 1;
 }
 
-// Checks the last batch's B*T+1 tokens against a model's vocabulary of V (a model with a smaller V than the
-// data's tokenizer: the embedding lookup would read outside wte). 0 with err naming the shard, the token's
-// index in it (counted from the first token after the header) and its value.
+// Every token of the last batch < V (else the lookup reads outside wte); 0 with err: shard, index, value.
 static inline int dataloader_check_tokens(const DataLoader* dl, int V, char* err, size_t errlen) {
     const int64_t n = (int64_t)dl->B * dl->T + 1;
     for (int64_t i = 0; i < n; i++)
@@ -301,9 +291,8 @@ static inline DataLoaderState dataloader_get_state(const DataLoader* dl) {
     return s;
 }
 
-// Restores a position from dataloader_get_state (possibly of another process). The shuffle flag and seed
-// are taken from the state, because the position only means something in the order it was taken in.
-// Returns 0 with a one-line err, and leaves the loader as it was, if the state does not fit this data.
+// Restores a position, with its shuffle flag and seed (the order it means). 0 with err, loader
+// unchanged, if the state does not fit this data.
 static inline int dataloader_set_state(DataLoader* dl, const DataLoaderState* s, char* err, size_t errlen) {
     char dummy[8];
     if (!err) {
@@ -328,8 +317,7 @@ static inline int dataloader_set_state(DataLoader* dl, const DataLoaderState* s,
                  dl->pattern, (long long)s->epoch, (long long)s->shard_index, (long long)s->shuffle);
         return 0;
     }
-    // batch_index counts within the shard at shard_index of that epoch's order; all shards are checked
-    // because with shuffle the file there depends on (seed, epoch).
+    // with shuffle the shard at shard_index depends on (seed, epoch): check them all
     int64_t nb = dl->shard_batches[s->shard_index];
     if (s->shuffle) {
         int64_t* order = (int64_t*)malloc(sizeof(int64_t) * (size_t)dl->num_shards);
@@ -355,15 +343,7 @@ static inline int dataloader_set_state(DataLoader* dl, const DataLoaderState* s,
     return 1;
 }
 
-// Validation is a second DataLoader on the val pattern, without shuffle, reset before each evaluation:
-//   DataLoader val; dataloader_init(&val, val_pattern, B, T, 0, 0, err, n);
-//   dataloader_reset(&val); const int64_t nb = dataloader_eval_batches(&val, val_max_steps);
-//   for (int64_t i = 0; i < nb; i++) {
-//       dataloader_next_batch(&val);
-//       loss += forward(val.inputs, val.targets);
-//   }
-//   loss /= nb;
-// Returns how many batches such a pass reads: all of them (num_batches), or at most max_batches if > 0.
+// Batches of one validation pass (an unshuffled loader, reset first): all, or at most max_batches > 0.
 static inline int64_t dataloader_eval_batches(const DataLoader* dl, int64_t max_batches) {
     return max_batches > 0 && max_batches < dl->num_batches ? max_batches : dl->num_batches;
 }

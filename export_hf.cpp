@@ -1,13 +1,8 @@
 // export_hf.cpp — writes a model as a Hugging Face GPT-2 directory that transformers loads offline:
 //   ./export_hf -i log/model_00000300.bin -o gpt2_hf
-//   python3 -c 'from transformers import AutoModelForCausalLM as M; M.from_pretrained("gpt2_hf")'
-// The input is an llm.c model file (fp32 or bf16, e.g. a checkpoint's model_N.bin), a run directory (its
-// newest complete checkpoint, checksums verified) or a Hugging Face checkpoint (to change dtype or sharding).
-// Out come model.safetensors (or shards and model.safetensors.index.json), config.json,
-// generation_config.json and the GPT-2 tokenizer files the repo ships (dev/data/gpt2). An llm.c file is read
-// one tensor at a time, so the tool needs memory for the largest tensor, not the model. The format mapping
-// itself is hf.h's. It does not train, change weights (bf16 export rounds them to nearest even) or
-// write PyTorch pickles.
+// Input: an llm.c model file, a run directory (newest complete checkpoint) or a Hugging Face checkpoint.
+// Output: safetensors, config files, dev/data/gpt2's tokenizer files. Memory: the largest tensor.
+// Not here: the format mapping (hf.h), PyTorch pickles.
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +43,7 @@ static int64_t parse_size(const char* s) {
     return x * unit > 1e15 ? -1 : (int64_t)(x * unit);
 }
 
-// Offset in an llm.c model file of the tensor at `dst` of our layout (tensor-major there, layer-major here).
+// File offset of our tensor at `dst` (the file is tensor-major, ours layer-major).
 static int64_t llmc_file_offset(const GPTConfig* c, int64_t dst, int esize) {
     const ParamLayout p = gpt_layout(c);
     int is_layer = 0, layer = 0, t = -1;
@@ -87,7 +82,7 @@ static int copy_file(const std::string& src, const std::string& dir, const char*
            write_small_file(dir, name, text, err, errlen);
 }
 
-// The directory of this executable (the repo root when built by make), for dev/data/gpt2.
+// This executable's directory (the repo root), for dev/data/gpt2.
 static std::string exe_dir(void) {
     char buf[PATH_MAX];
     const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -122,8 +117,7 @@ int main(int argc, char** argv) {
     if (!in || !out) die("-i <model> and -o <dir> are both needed (run ./export_hf -h for the flags)");
     char err[4352];
 
-    // the input: a run directory's newest complete checkpoint, an llm.c model file, or a
-    // Hugging Face checkpoint
+    // the input
     std::string model = in;
     GPTConfig cfg;
     if (is_dir(in) && latest_checkpoint(in) >= 0) {
@@ -137,7 +131,7 @@ int main(int argc, char** argv) {
     if (!gpt_read_header(model.c_str(), &cfg, err, sizeof err)) die("%s", err);
     const bool from_llmc = !hf_is_checkpoint(model.c_str());
 
-    // the output: a new or empty directory, so no file of an earlier export lingers beside the new ones
+    // the output: a new or empty directory, so no earlier export's file lingers
     if (DIR* d = opendir(out)) {
         int entries = 0;
         while (struct dirent* e = readdir(d)) entries += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
@@ -146,7 +140,7 @@ int main(int argc, char** argv) {
     } else if (file_exists(out)) die("-o %s exists and is not a directory", out);
     if (!make_dirs(out, err, sizeof err)) die("%s", err);
 
-    std::vector<float> whole;  // a Hugging Face input is loaded whole (hf_load_params)
+    std::vector<float> whole;  // a Hugging Face input, loaded whole
     FILE* f = NULL;
     int esize = 4;
     if (from_llmc) {
@@ -185,7 +179,7 @@ int main(int argc, char** argv) {
     if (f) fclose(f);
     if (!hf_write_config(out, &cfg, bf16, err, sizeof err)) die("%s", err);
 
-    // GPT-2's tokenizer (the one the shipped data was made with); ids beyond a smaller vocab would not fit
+    // GPT-2's tokenizer, which made the shipped data
     const std::string tok = exe_dir() + "/dev/data/gpt2";
     const char* tokenizer_note = "GPT-2 tokenizer files";
     if (cfg.vocab_size < 50257)

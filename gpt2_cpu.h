@@ -1,15 +1,8 @@
-// gpt2_cpu.h — the CPU reference GPT-2 in fp32 with OpenMP: forward (token + position embedding, pre-LN
-// blocks of causal multi-head self-attention and a tanh-GELU MLP, final LayerNorm, lm_head tied to wte,
-// mean cross-entropy) and the full backward pass, with gradients in the same flat LAYER-MAJOR layout as
-// the parameters (gpt_layout in model.h). It is the oracle the streaming GPU trainer is tested against, so
-// it is written to be read: one plain function per op, no fusion, no mixed precision; only the matmul
-// (cache-blocked) and the vocabulary softmax's exp (vectorizable) are written for speed.
-// It does not own an optimizer (adamw.h + cpu_adam.cpp do AdamW), read data or touch files.
-//
-// Shapes: B sequences of T tokens, N = B*T positions, C channels, NH heads of hs = C/NH channels, L layers,
-// V real tokens, Vp >= V padded vocab. logits are (N, Vp); columns >= V are computed (they are 0 with the
-// zero padded wte rows of an initialized model) but never enter the softmax, the loss or the gradient.
-// Every size product goes through int64_t.
+// gpt2_cpu.h — the CPU reference GPT-2, fp32 + OpenMP, forward and backward; grads in the parameters'
+// layer-major layout (model.h). The GPU trainer's test oracle, so one plain function per op; only the matmul
+// and the softmax's exp are written for speed. Not here: the optimizer (adamw.h), data, files.
+// Shapes: N = B*T positions, C channels, NH heads of hs = C/NH, L layers, V tokens, Vp >= V padded.
+// Logits columns >= V are computed but never enter the softmax, loss or gradient. Sizes are int64_t.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -19,13 +12,10 @@
 #include "model.h"
 
 // ----------------------------------------------------------------------------
-// Matrix multiply: the only kernel that has to be fast. Every product in the model is written as
-// C (M,N) = or += A (M,K) @ B (K,N) with B row-major and A read through two strides, so A may be a
-// transposed view (the weight gradient needs dout^T without copying the huge dlogits).
-// Blocking: a macro tile of MM_MC rows x MM_NC columns is one OpenMP task; inside it the K dimension is
-// walked in MM_KC chunks so the A and B panels stay in L2, and each MM_MR x MM_NR micro tile keeps its
-// accumulators in registers (fixed-size loops the compiler unrolls and vectorizes across the NR columns).
-// The sizes were tuned on a 2-core AVX-512 EPYC: ~100-170 GFLOP/s for the GPT-2 shapes.
+// Matrix multiply, the one fast kernel: C (M,N) = or += A (M,K) @ B (K,N), B row-major, A through two
+// strides (so dout^T needs no copy of the huge dlogits). An MM_MC x MM_NC tile is one OpenMP task; K in
+// MM_KC chunks keeps panels in L2; an MM_MR x MM_NR micro tile sits in registers.
+// Tuned on a 2-core AVX-512 EPYC: ~100-170 GFLOP/s for GPT-2's shapes.
 
 #define MM_MR 8
 #define MM_NR 32
@@ -66,7 +56,7 @@ static void matmul_nn(float* C, const float* A, int64_t a_row, int64_t a_col, co
                             for (int r = 0; r < MM_MR; r++)
                                 for (int j = 0; j < MM_NR; j++) C[(i0 + r) * N + j0 + j] = acc[r][j];
                         } else {
-                            // ragged edge of the matrix: plain loops, same summation order over k
+                            // ragged edge: plain loops, same summation order over k
                             for (int64_t i = i0; i < mm_min(i0 + MM_MR, i_hi); i++)
                                 for (int64_t j = j0; j < j0 + nj; j++) {
                                     float s = start_from_zero ? 0.0f : C[i * N + j];
@@ -92,7 +82,7 @@ static void transpose(float* out, const float* in, int64_t rows, int64_t cols) {
 }
 
 // out (N,OC) = inp (N,IC) @ weight^T + bias, weight (OC,IC) as in nn.Linear; bias may be NULL.
-// weight_t is scratch for the (IC,OC) transposed weight: the micro kernel wants B rows contiguous in OC.
+// weight_t: scratch (IC,OC) for the transposed weight.
 static void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                            int64_t IC, int64_t OC, float* weight_t) {
     transpose(weight_t, weight, OC, IC);
@@ -104,12 +94,11 @@ static void matmul_forward(float* out, const float* inp, const float* weight, co
     }
 }
 
-// Backward of matmul_forward: dinp = dout @ weight (overwritten), dweight += dout^T @ inp, dbias += sum of
-// dout rows (dbias may be NULL). The parameter gradients accumulate; the activation gradient does not.
+// dinp = dout @ weight (overwritten), dweight += dout^T @ inp, dbias += column sums of dout (may be NULL).
 static void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                             const float* weight, int64_t N, int64_t IC, int64_t OC) {
     matmul_nn(dinp, dout, OC, 1, weight, N, IC, OC, 0);
-    matmul_nn(dweight, dout, 1, OC, inp, OC, IC, N, 1);  // A = dout^T read in place: (o,i) at dout[i*OC + o]
+    matmul_nn(dweight, dout, 1, OC, inp, OC, IC, N, 1);  // A = dout^T in place: (o,i) at dout[i*OC + o]
     if (dbias) {
 #pragma omp parallel for schedule(static)
         for (int64_t o0 = 0; o0 < OC; o0 += 64) {
@@ -136,8 +125,7 @@ static void encoder_forward(float* out, const int* inp, const float* wte, const 
         }
 }
 
-// dwte[inp[b,t]] += dout[b,t], dwpe[t] += dout[b,t]. Serial over positions: a token may repeat, and the
-// scatter is tiny next to the matmuls.
+// dwte[inp[b,t]] += dout[b,t], dwpe[t] += dout[b,t]. Serial: a token may repeat.
 static void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T,
                              int C) {
     for (int b = 0; b < B; b++)
@@ -241,8 +229,8 @@ static void attention_forward(float* out, float* att, const float* qkv, int B, i
             }
 }
 
-// dqkv = attention'(dout) (overwritten). Parallel over (b, h): each pair owns disjoint channels of dqkv,
-// so no two threads write the same element. dscore is scratch (B, NH, T).
+// dqkv = attention'(dout) (overwritten). Parallel over (b, h), which own disjoint channels of dqkv.
+// dscore: scratch (B, NH, T).
 static void attention_backward(float* dqkv, float* dscore, const float* dout, const float* qkv,
                                const float* att, int B, int T, int C, int NH) {
     const int hs = C / NH;
@@ -316,12 +304,10 @@ static void residual_forward(float* out, const float* a, const float* b, int64_t
     for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-// exp(x) for x <= 0 (softmax arguments), within a few ulp of expf, written without calls or branches so the
-// softmax loop vectorizes: libm's expf is scalar and made the 50k-wide softmax as slow as the lm_head matmul.
-// exp(x) = 2^n * exp(r) with n = round(x / ln2), r = x - n ln2 (ln2 in two parts, so r is exact) and exp(r)
-// by the Cephes minimax polynomial on |r| <= ln2/2. n is rounded by adding 1.5*2^23, which leaves it in the
-// low mantissa bits (floorf would not vectorize under the default -ftrapping-math). Below -87 (where expf
-// is subnormal or 0) it returns ~1e-38, which no softmax sum can notice.
+// exp(x) for x <= 0 within a few ulp of expf, branch-free so the softmax vectorizes (libm's expf is scalar).
+// exp(x) = 2^n exp(r), n = round(x / ln2), r = x - n ln2 (ln2 in two parts: r exact), exp(r) by Cephes'
+// polynomial on |r| <= ln2/2. Adding 1.5*2^23 rounds n into the low mantissa bits (floorf does not
+// vectorize under -ftrapping-math). Below -87 it returns ~1e-38, which no softmax sum notices.
 static inline float exp_nonpositive(float x) {
     x = x < -87.0f ? -87.0f : x;
     const float shifted = x * 1.44269504088896341f + 12582912.0f;  // 1.5 * 2^23 + round(x / ln2)
@@ -342,8 +328,8 @@ static inline float exp_nonpositive(float x) {
     return y * two_n;
 }
 
-// probs = softmax over the first V columns of each logits row (padded columns get 0); losses[i] =
-// -log probs[i, target[i]]. The sum of exponentials is kept in double: 50k terms would lose digits in fp32.
+// probs = softmax over the first V columns (padded: 0); losses[i] = -log probs[i, target[i]].
+// The sum is in double: 50k terms lose digits in fp32.
 static void softmax_crossentropy_forward(float* probs, float* losses, const float* logits, const int* targets,
                                          int64_t N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
@@ -353,7 +339,7 @@ static void softmax_crossentropy_forward(float* probs, float* losses, const floa
         float m = -INFINITY;
 #pragma omp simd reduction(max : m)
         for (int v = 0; v < V; v++) m = z[v] > m ? z[v] : m;
-        const float maxv = m;  // a plain local again: the reduction variable would block vectorizing below
+        const float maxv = m;  // a plain local: the reduction variable would block vectorizing
 #pragma omp simd
         for (int v = 0; v < V; v++) p[v] = exp_nonpositive(z[v] - maxv);
         double sum = 0.0;
@@ -446,8 +432,7 @@ static inline LayerTensors layer_tensors(const ParamLayout* p, float* base, int 
     return t;
 }
 
-// Allocates params (uninitialized: fill with gpt_init_params or gpt_load_params) and zeroed grads.
-// Returns 0 with model->error set on a bad config or when out of memory.
+// params (uninitialized) and zeroed grads; 0 with model->error on a bad config or out of memory.
 static int gpt2_cpu_build(GPT2CPU* model, const GPTConfig* config) {
     memset(model, 0, sizeof *model);
     model->mean_loss = -1.0f;
@@ -467,7 +452,7 @@ static int gpt2_cpu_build(GPT2CPU* model, const GPTConfig* config) {
     return 1;
 }
 
-// Frees everything gpt2_cpu_build and the forward passes allocated (safe after a failed build).
+// Safe after a failed build.
 static void gpt2_cpu_free(GPT2CPU* model) {
     free(model->params);
     free(model->grads);
@@ -483,8 +468,7 @@ static void gpt2_cpu_zero_grad(GPT2CPU* model) {
     memset(model->grads, 0, (size_t)model->layout.total * sizeof(float));
 }
 
-// Points model->acts into act_memory for (B, T), growing the allocation only when it is too small, so
-// alternating shapes (training batches, then B=1 sampling) do not reallocate. Returns 0 when out of memory.
+// Points model->acts into act_memory for (B, T), growing it only when too small; 0 when out of memory.
 static int gpt2_cpu_layout_activations(GPT2CPU* model, int B, int T) {
     const int64_t L = model->config.num_layers, C = model->config.channels, NH = model->config.num_heads;
     const int64_t Vp = model->config.padded_vocab_size, N = (int64_t)B * T;
@@ -546,9 +530,8 @@ static int gpt2_cpu_layout_activations(GPT2CPU* model, int B, int T) {
     return 1;
 }
 
-// Forward pass over inputs (B, T); with targets also the per-position losses and mean_loss, which makes
-// gpt2_cpu_backward possible. targets may be NULL (logits only). Returns 0 with model->error set when T
-// exceeds maxT, a token id is outside [0, V) or memory runs out.
+// Forward over inputs (B, T); with targets (may be NULL) also losses and mean_loss, as backward needs.
+// 0 with model->error when T > maxT, a token is outside [0, V) or memory runs out.
 static int gpt2_cpu_forward(GPT2CPU* model, const int* inputs, const int* targets, int B, int T) {
     const GPTConfig* cfg = &model->config;
     const int L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads, V = cfg->vocab_size;
@@ -615,9 +598,8 @@ static int gpt2_cpu_forward(GPT2CPU* model, const int* inputs, const int* target
     return 1;
 }
 
-// Backward of the last forward (which must have had targets): ADDS d(mean loss of that batch)/d(params)
-// into model->grads. Gradient accumulation over k micro-batches therefore sums k mean-loss gradients; the
-// caller divides by k (train_gpt_cpu passes grad_scale = 1/k to AdamW and divides the norm by k).
+// ADDS d(mean loss)/d(params) of the last forward (with targets) into model->grads: k micro-batches sum,
+// and the caller divides by k (adamw.h).
 static int gpt2_cpu_backward(GPT2CPU* model) {
     if (!model->has_targets) {
         snprintf(model->error, sizeof model->error, "backward: the last forward pass had no targets");

@@ -1,13 +1,8 @@
-// hf.h — Hugging Face GPT-2 checkpoints in and out: the safetensors format (one file, or shards named by a
-// model.safetensors.index.json), config.json, and the mapping between GPT2LMHeadModel's tensors and our
-// layer-major layout. model.h's gpt_read_header / gpt_load_params come here for a directory, a .safetensors
-// file or an index .json, so both trainers take such a checkpoint as -e; export_hf.cpp writes one.
-// It does not read PyTorch pickles (.bin), other architectures, or tokenizer files
-// (export_hf.cpp copies those).
-//
-// GPT-2's Linear layers are Conv1D in transformers: their weights are stored (in, out), ours are (out, in),
-// so the four matrices of a layer are transposed on the way in and out. The output layer is tied to wte (ours
-// always is); wte holds V rows there and Vp (V rounded up to 128) here, the extra rows zero.
+// hf.h — Hugging Face GPT-2 checkpoints in and out: safetensors (one file or sharded), config.json, and
+// GPT2LMHeadModel's tensors mapped to our layer-major layout. model.h reads -e through it; export_hf writes.
+// Not here: PyTorch pickles (.bin), other architectures, tokenizer files.
+// transformers' Conv1D stores weights (in, out), ours are (out, in): the four matrices of a layer are
+// transposed both ways. lm_head is tied to wte, which has V rows there and Vp here (extra rows zero).
 #pragma once
 #include <fcntl.h>
 #include <stdint.h>
@@ -29,7 +24,7 @@ struct Json {
     enum Type { NUL, BOOL, NUM, STR, ARR, OBJ } type = NUL;
     bool b = false;
     double num = 0;
-    bool is_int = false;  // a number written without fraction or exponent that fits int64: exact in i
+    bool is_int = false;  // no fraction or exponent, fits int64: exact in i
     int64_t i = 0;
     std::string str;
     std::vector<Json> items;                            // ARR
@@ -293,9 +288,8 @@ static inline int read_whole_file(const char* path, int64_t max_bytes, std::stri
 }
 
 // ----------------------------------------------------------------------------
-// safetensors: u64 little-endian header length N, N bytes of JSON {"__metadata__": {...}, "<name>": {"dtype":
-// "F32", "shape": [..], "data_offsets": [begin, end]}, ...}, then the data; offsets count from
-// the data's start.
+// safetensors: u64 LE header length N, N bytes of JSON {"<name>": {"dtype": "F32", "shape": [..],
+// "data_offsets": [begin, end]}, ...} (offsets from the data's start), then the data.
 
 enum StDtype { ST_F32, ST_F16, ST_BF16, ST_OTHER };
 
@@ -304,7 +298,7 @@ struct StTensor {
     StDtype dtype;
     std::string dtype_name;
     std::vector<int64_t> shape;
-    int64_t offset, bytes;  // in the file: absolute offset of the data, and its length
+    int64_t offset, bytes;  // absolute in the file
     int file;               // index into HfCheckpoint::files
 };
 
@@ -323,8 +317,7 @@ static inline int st_dtype_size(const std::string& d) {
     return 0;
 }
 
-// Reads one file's header into ck->tensors (file index `file`): every entry well-formed, inside the file,
-// sized by its shape and dtype, and no two overlapping.
+// One file's header into ck->tensors, checked: well-formed, inside the file, sized by shape, no overlaps.
 static inline int st_read_header(const char* path, int file, HfCheckpoint* ck, char* err, size_t errlen) {
     struct stat st;
     if (stat(path, &st) != 0) {
@@ -436,14 +429,13 @@ static inline bool file_exists(const std::string& path) {
     return stat(path.c_str(), &st) == 0;
 }
 
-// Whether path names a Hugging Face checkpoint (rather than an llm.c model file): a directory, a .safetensors
-// file or a shard index .json.
+// A directory, a .safetensors file or an index .json (not an llm.c model file).
 static inline int hf_is_checkpoint(const char* path) {
     const std::string s(path);
     return is_dir(path) || ends_with(s, ".safetensors") || ends_with(s, ".json");
 }
 
-// Opens the checkpoint at path: its config.json and the headers of all its safetensors files.
+// Reads config.json and every safetensors header.
 static inline int hf_open(const char* path, HfCheckpoint* ck, char* err, size_t errlen) {
     std::string p(path), index;
     *ck = HfCheckpoint();
@@ -497,7 +489,7 @@ static inline int hf_open(const char* path, HfCheckpoint* ck, char* err, size_t 
     }
     for (size_t k = 0; k < ck->files.size(); k++)
         if (!st_read_header(ck->files[k].c_str(), (int)k, ck, err, errlen)) return 0;
-    for (size_t a = 0; a < ck->tensors.size(); a++)  // one name, one tensor (shards must not repeat one)
+    for (size_t a = 0; a < ck->tensors.size(); a++)  // shards must not repeat a name
         for (size_t b = a + 1; b < ck->tensors.size(); b++)
             if (ck->tensors[a].name == ck->tensors[b].name) {
                 snprintf(err, errlen, "tensor '%.100s' is in %.300s and %.300s", ck->tensors[a].name.c_str(),
@@ -519,8 +511,7 @@ static inline int hf_open(const char* path, HfCheckpoint* ck, char* err, size_t 
     return 1;
 }
 
-// config.json -> GPTConfig, refusing what this model does not compute (another architecture, exact-erf GELU,
-// an untied output layer, cross-attention, a different LayerNorm epsilon or MLP width).
+// config.json -> GPTConfig; refuses what this model does not compute (erf GELU, untied lm_head, ...).
 static inline int hf_config_to_gpt(const HfCheckpoint* ck, GPTConfig* cfg, char* err, size_t errlen) {
     const Json& c = ck->config;
     const std::string where = ck->dir + "/config.json";
@@ -621,8 +612,7 @@ static const HfLayerName hf_layer_names[NUM_LAYER_TENSORS] = {{"ln_1.weight", LN
 static const char* const hf_embed_names[NUM_EMBED_TENSORS] = {"wte.weight", "wpe.weight", "ln_f.weight",
                                                               "ln_f.bias"};
 
-// One of our tensors as transformers names and stores it: rows x cols of the stored matrix (cols = 0: a
-// vector), where it goes in our array, and whether it is stored transposed.
+// One tensor as transformers stores it (rows x cols; cols = 0: a vector) and where it goes in ours.
 struct HfTensorPlace {
     std::string name;  // without the "transformer." prefix
     int64_t rows, cols, dst, count;
@@ -640,7 +630,7 @@ static inline std::vector<HfTensorPlace> hf_tensor_places(const GPTConfig* c) {
         for (int k = 0; k < NUM_LAYER_TENSORS; k++) {
             const HfLayerName& n = hf_layer_names[k];
             const int64_t size = p.layer_size[n.t];
-            // ours (out, in) -> stored (in, out): the in width is C except for the MLP's down projection (4C)
+            // stored (in, out); in = C, except 4C for the MLP's down projection
             const int64_t in = n.t == FCPROJW ? 4 * C : C;
             out.push_back({"h." + std::to_string(l) + "." + n.suffix, n.transposed ? in : size,
                            n.transposed ? size / in : 0, gpt_layer_offset(&p, l) + p.layer_offset[n.t], size,
@@ -717,8 +707,7 @@ static inline const StTensor* hf_find(const HfCheckpoint* ck, const std::string&
     return NULL;
 }
 
-// Every tensor of the checkpoint is one of GPT-2's, with the shape the config implies, and each of
-// ours is there.
+// Every tensor is GPT-2's with the config's shape, and none of ours is missing.
 static inline int hf_check_tensors(const HfCheckpoint* ck, const GPTConfig* cfg, char* err, size_t errlen) {
     const std::vector<HfTensorPlace> places = hf_tensor_places(cfg);
     std::vector<int> used(ck->tensors.size(), 0);
@@ -745,7 +734,7 @@ static inline int hf_check_tensors(const HfCheckpoint* ck, const GPTConfig* cfg,
         if (used[k]) continue;
         std::string n = ck->tensors[k].name;
         if (n.compare(0, 12, "transformer.") == 0) n = n.substr(12);
-        // the causal-mask buffers older versions saved; lm_head is checked against wte when loading
+        // causal-mask buffers of old versions; lm_head is checked against wte when loading
         if (n.compare(0, 2, "h.") == 0 && (ends_with(n, ".attn.bias") || ends_with(n, ".attn.masked_bias")))
             continue;
         if (n == "lm_head.weight") continue;
@@ -756,17 +745,15 @@ static inline int hf_check_tensors(const HfCheckpoint* ck, const GPTConfig* cfg,
     return 1;
 }
 
-// model.h's gpt_read_header for a Hugging Face checkpoint: the config, after checking every
-// tensor against it.
+// gpt_read_header for a Hugging Face checkpoint.
 static inline int hf_read_config(const char* path, GPTConfig* cfg, char* err, size_t errlen) {
     HfCheckpoint ck;
     return hf_open(path, &ck, err, errlen) && hf_config_to_gpt(&ck, cfg, err, errlen) &&
            hf_check_tensors(&ck, cfg, err, errlen);
 }
 
-// model.h's gpt_load_params for a Hugging Face checkpoint: every tensor converted to fp32 (F16 and BF16 widen
-// exactly) and transposed where transformers stores it so; wte's padded rows zero. An lm_head.weight saved
-// beside wte must equal it (tied), else the checkpoint is refused.
+// gpt_load_params for a Hugging Face checkpoint: fp32 (F16, BF16 widen exactly), transposed back.
+// A saved lm_head.weight must equal wte, else the checkpoint is refused.
 static inline int hf_load_params(const char* path, const GPTConfig* cfg, float* params, char* err,
                                  size_t errlen) {
     HfCheckpoint ck;
@@ -815,10 +802,8 @@ static inline int hf_load_params(const char* path, const GPTConfig* cfg, float* 
 }
 
 // ----------------------------------------------------------------------------
-// Writing: GPT2LMHeadModel's names ("transformer." + name), fp32 or bf16, in shards of at most
-// max_shard_bytes (a tensor larger than that gets a shard of its own), as transformers' save_pretrained does;
-// lm_head is left out (tied: transformers re-ties it to wte). Each file is written as .tmp,
-// fsynced and renamed.
+// Writing, as save_pretrained: fp32 or bf16, shards of at most max_shard_bytes (a larger tensor alone),
+// no lm_head (re-tied on load). Each file: .tmp, fsync, rename.
 
 struct HfShardPlan {
     std::vector<std::vector<int>> shards;  // indices into the places
@@ -849,7 +834,7 @@ static inline std::string hf_shard_name(size_t k, size_t n) {
     return b;
 }
 
-// Writes dir/name from the bytes `text` (a small file: config, index) atomically.
+// A small file (config, index), atomically.
 static inline int write_small_file(const std::string& dir, const char* name, const std::string& text,
                                    char* err, size_t errlen) {
     const std::string path = dir + "/" + name, tmp = path + ".tmp";
@@ -868,8 +853,7 @@ static inline int write_small_file(const std::string& dir, const char* name, con
     return 1;
 }
 
-// read(i, out) fills out with tensor places[i]'s values in our layout (count floats); returns 0
-// with err filled.
+// read(i, out) fills out with places[i]'s values in our layout; 0 with err on failure.
 template <typename ReadTensor>
 static inline int hf_write_safetensors(const std::string& dir, const GPTConfig* cfg, int bf16,
                                        int64_t max_shard_bytes, ReadTensor read, char* err, size_t errlen) {
@@ -898,7 +882,7 @@ static inline int hf_write_safetensors(const std::string& dir, const GPTConfig* 
                      "\": \"" + name + "\"";
         }
         h += "}";
-        while (h.size() % 8) h += ' ';  // the data starts 8-byte aligned, as safetensors' own writer pads it
+        while (h.size() % 8) h += ' ';  // data 8-byte aligned, as safetensors pads
         FILE* f = fopen(tmp.c_str(), "wb");
         if (!f) {
             snprintf(err, errlen, "cannot create %.400s: %.60s", tmp.c_str(), strerror(errno));
@@ -944,8 +928,7 @@ static inline int hf_write_safetensors(const std::string& dir, const GPTConfig* 
            write_small_file(dir, "model.safetensors.index.json", index, err, errlen);
 }
 
-// config.json and generation_config.json for GPT2LMHeadModel with cfg's shapes (dropout 0: what
-// was trained here).
+// config.json and generation_config.json for cfg (dropout 0, as trained here).
 static inline int hf_write_config(const std::string& dir, const GPTConfig* c, int bf16, char* err,
                                   size_t errlen) {
     const int eot = c->vocab_size > 50256 ? 50256 : c->vocab_size - 1;
