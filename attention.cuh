@@ -1,15 +1,11 @@
-// attention.cuh — causal self-attention of one layer, forward and backward, as per-head cuBLAS batched GEMMs
-// and the causal softmax kernels, on the activations' own layouts (no per-head copies). The -F 0 path.
-// It calls no CUDA API itself: matmul_batched and the softmax kernels are declared before it is included,
-// so test/test_attention.cpp checks its index and stride math on the CPU against gpt2_cpu.h.
+// attention.cuh — causal self-attention (-F 0), forward and backward: cuBLAS batched GEMMs per head and the
+// causal softmax kernels, in place on the activations' layouts. No CUDA API of its own, so
+// test/test_attention.cpp checks its stride math on the CPU.
 #pragma once
 
-// The per-head matrices are read and written where they are: q, k, v of head h are column blocks of the
-// rows of qkv (B, T, 3, NH, hs) (row stride 3C), y and dy those of (B, T, NH, hs) (row stride C), dq, dk, dv
-// land in dqkv's blocks, and the (T x T) scores of (sequence b, head h) are block b*NH + h of att. cuBLAS
-// takes each as a matrix with a leading dimension. The NH heads of one sequence are uniformly strided (hs
-// apart, or T*T for scores), so one batched GEMM covers them; the B sequences (T rows apart) are
-// one call each.
+// Per-head matrices in place: q, k, v of head h are column blocks of qkv (B, T, 3, NH, hs) (row stride 3C);
+// y, dy of (B, T, NH, hs) (row stride C); scores of (b, h) are block b*NH + h of att (T x T).
+// Heads are uniformly strided (hs, or T*T): one batched GEMM per sequence.
 typedef struct {
     bf16* base;        // head 0 of sequence 0
     int ld;            // elements between consecutive rows of one head's matrix
@@ -35,8 +31,8 @@ static HeadMatrices score_heads(bf16* att, int T, int NH) {
     return {att, T, (int64_t)T * T, (int64_t)NH * T * T};
 }
 
-// y (B, T, C) = softmax_causal(q k^T / sqrt(hs)) v per head; att (B, NH, T, T) keeps the probabilities for
-// the backward pass. qkv (B, T, 3C): the QKV projection's output, bias added.
+// y (B, T, C) = softmax_causal(q k^T / sqrt(hs)) v per head; att (B, NH, T, T) keeps the probabilities.
+// qkv (B, T, 3C), bias added.
 static void attention_forward(bf16* y, bf16* att, bf16* qkv, int B, int T, int C, int NH, cudaStream_t s) {
     const int hs = C / NH;
     const HeadMatrices q = qkv_heads(qkv, 0, T, C, hs), k = qkv_heads(qkv, 1, T, C, hs),
@@ -48,8 +44,7 @@ static void attention_forward(bf16* y, bf16* att, bf16* qkv, int B, int T, int C
     heads_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, a, row_heads(y, T, C, hs), B, NH, s);
 }
 
-// dqkv (B, T, 3C), every element, from dy (B, T, C) = the gradient w.r.t. y, and the forward's qkv and att.
-// datt (B, NH, T, T) is scratch.
+// dqkv (B, T, 3C), every element, from dy (B, T, C) and the forward's qkv and att; datt: scratch.
 static void attention_backward(bf16* dqkv, bf16* datt, bf16* dy, bf16* att, bf16* qkv, int B, int T, int C,
                                int NH, cudaStream_t s) {
     const int hs = C / NH;

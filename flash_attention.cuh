@@ -1,13 +1,9 @@
-// flash_attention.cuh — causal self-attention of one layer as fused tensor-core kernels (the FlashAttention-2
-// scheme): the (T x T) scores and probabilities live only in registers, tile by tile, never in memory. The
-// forward pass keeps one float per query row (the log-sum-exp of its scores) so the backward pass can
-// recompute any probability exactly; the backward pass is two kernels (dq by query tiles, dk/dv by key
-// tiles), so every gradient element is written once, without atomics, deterministically. Reads q, k, v in
-// place in qkv (B, T, 3C) and writes y (B, T, C) and dq, dk, dv into dqkv (B, T, 3C), the same layouts as
-// attention.cuh (the cuBLAS + softmax path, kept for head sizes these kernels do not take and as the
-// reference). Head sizes 32, 64, 80, 96, 128 (a template parameter); any T; bf16 in, fp32 accumulation. Not
-// here: the choice between the two paths (train_gpt.cu), tuning beyond mma.sync + ldmatrix tiles (cp.async
-// double buffering and Hopper's wgmma are the next steps once a GPU has measured this).
+// flash_attention.cuh — causal self-attention as fused tensor-core kernels (FlashAttention-2): the (T x T)
+// scores live only in registers, tile by tile. The forward keeps one log-sum-exp per query row, from which
+// the backward recomputes P; the backward is two kernels (dq by query tiles, dk/dv by key tiles), so each
+// gradient element is written once, without atomics. Same layouts as attention.cuh (the fallback):
+// qkv (B, T, 3C) -> y (B, T, C). Head sizes 32, 64, 80, 96, 128; any T; bf16 in, fp32 accumulation.
+// Not here: choosing the path (train_gpt.cu), cp.async double buffering, Hopper's wgmma.
 #pragma once
 #include "cuda_common.h"
 #include "kernels.cuh"  // warp_sum
@@ -19,16 +15,15 @@
 //   A: a[0] = A[g][2t, 2t+1]  a[1] = A[g+8][2t, 2t+1]  a[2] = A[g][2t+8, 2t+9]  a[3] = A[g+8][2t+8, 2t+9]
 //   B: b[0] = B[2t, 2t+1][g]  b[1] = B[2t+8, 2t+9][g]
 //   C: c[0], c[1] = C[g][2t, 2t+1]  c[2], c[3] = C[g+8][2t, 2t+1]
-// So the C fragments of two neighbouring 8-column tiles are, element for element, the A fragment of the
-// 16-column block they form: P = softmax(S) feeds the next product straight from registers.
-// The CPU emulation (test/fake_cuda/fake_device.h) implements exactly this table; test_kernels.cu's
-// MmaFragmentLayoutMatchesMatmul checks it against the real instruction.
+// So the C fragments of two neighbouring 8-column tiles are the A fragment of their 16-column block:
+// P = softmax(S) feeds the next product from registers. test/fake_cuda/fake_device.h emulates this table;
+// test_kernels.cu's MmaFragmentLayoutMatchesMatmul checks it on the real instruction.
 
 __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
 #ifdef FAKE_CUDA_DEVICE
     fake_device::mma_bf16_16816(c, a, b);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-    __trap();  // no bf16 mma.sync before Ampere (sm_80): flash_attention_usable() keeps these kernels off
+    __trap();  // no bf16 mma.sync before sm_80: flash_attention_usable() keeps these kernels off
 #else
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
@@ -43,9 +38,8 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], 
 // aligned). Lane l receives in r[i], with g = l / 4 and t = l % 4:
 //   plain:  matrix i's elements [g][2t], [g][2t+1]
 //   .trans: matrix i's elements [2t][g], [2t+1][g]   (the transposed matrix's [g][2t, 2t+1])
-// which is the register layout of the mma fragments above: one instruction loads four fragment registers.
-// The CPU emulation (fake_device.h) implements this table; test_kernels.cu's
-// LdmatrixMatchesItsTable checks it.
+// the mma fragments' layout: one instruction loads four fragment registers.
+// fake_device.h emulates this table; test_kernels.cu's LdmatrixMatchesItsTable checks it.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const bf16* row, bool transpose) {
 #ifdef FAKE_CUDA_DEVICE
     fake_device::ldmatrix_x4(r, row, transpose);
@@ -62,7 +56,7 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const bf16* row, bool
 #endif
 }
 
-// Moves of bf16 data in 4- and 16-byte units (memcpy in the emulation: no type punning on the host compiler).
+// bf16 moves in 4- and 16-byte units (memcpy in the emulation: no type punning on the host).
 __device__ __forceinline__ uint32_t load_pair(const bf16* p) {  // p[0], p[1]; p 4-byte aligned
 #ifdef FAKE_CUDA_DEVICE
     fake_device::require_aligned(p, 4, "load_pair");
@@ -101,11 +95,11 @@ __device__ __forceinline__ void zero16(bf16* dst) {
 __device__ __forceinline__ uint32_t join_pair(bf16 lo, bf16 hi) {
     return (uint32_t)__bfloat16_as_ushort(lo) | ((uint32_t)__bfloat16_as_ushort(hi) << 16);
 }
-__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {  // rounded to nearest even, as everywhere
+__device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {  // round to nearest even
 #ifdef FAKE_CUDA_DEVICE
     return join_pair(__float2bfloat16(lo), __float2bfloat16(hi));
 #else
-    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // one cvt.rn.bf16x2.f32; .x = lo is the low half
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // one cvt.rn.bf16x2.f32; .x = lo: low half
     return *reinterpret_cast<const uint32_t*>(&v);
 #endif
 }
@@ -117,9 +111,8 @@ __device__ __forceinline__ void c_to_a(uint32_t a[4], const float left[4], const
     a[3] = pack_pair(right[2], right[3]);
 }
 
-// Shared-memory tiles are [rows][W + FA_PAD] for W columns, rows of q, k, v or dy as they are in memory: the
-// padding keeps rows 16-byte aligned (ldmatrix) and puts the 8 rows one ldmatrix phase reads in different
-// banks. An operand whose fragment pairs run down a column of the tile is loaded with ldmatrix .trans.
+// Shared tiles are [rows][W + FA_PAD], rows as in memory: the padding keeps rows 16-byte aligned and puts
+// the 8 rows of one ldmatrix phase in different banks. Fragment pairs down a column: ldmatrix .trans.
 #define FA_PAD 8
 
 // Rows [row0, row0 + ROWS) of a head's (T, HS) matrix (row stride ld) into a shared tile [ROWS][HS + FA_PAD];
@@ -171,11 +164,10 @@ __device__ __forceinline__ void b2_from_cols(uint32_t b[4], const bf16 (*tile)[W
 }
 
 // ----------------------------------------------------------------------------
-// Forward. Block: 64 queries of one (sequence, head), 4 warps of 16 query rows; keys in tiles of 64 up to the
-// diagonal. Per key tile: S = q k^T (mma), scaled to base 2, causal mask, running row max m and row sum l
-// (online softmax), O = O * exp2(m_old - m_new) + P v (mma, P from S's registers). At the end
-// y = O / l and lse = m + log2(l) (base 2, scaled scores: p = exp2(score * scale_log2 - lse)).
-// grid: (B * NH, ceil(T / 64)); the tiles nearest the end of the sequence (most keys) are scheduled first.
+// Forward. Block: 64 queries of one (sequence, head), 4 warps of 16 rows; key tiles of 64 up to the diagonal.
+// Per tile: S = q k^T, base-2 scaled, masked; online softmax (row max m, sum l); O = O * exp2(m_old - m_new)
+// + P v. Then y = O / l, lse = m + log2(l), so p = exp2(score * scale_log2 - lse).
+// grid: (B * NH, ceil(T / 64)), the last tiles (most keys) first.
 
 template <int HS>
 __global__ void __launch_bounds__(128)
@@ -197,9 +189,8 @@ __global__ void __launch_bounds__(128)
     load_a_rows<HS>(qf, q_head, ld, r0, r1, T);
     float o[HS / 8][4];
     for (int n = 0; n < HS / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    // Running max (scaled, base 2) and this lane's part of the running sum, for rows r0 and r1. Key 0 is in
-    // every row's first tile, so m is finite after the first tile, and exp2(-inf - m) = 0 on
-    // that first rescale.
+    // Running max and this lane's part of the sum, rows r0 and r1. Key 0 is in every row's first tile, so m
+    // is finite after it, and exp2(-inf - m) = 0 on that first rescale.
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
     for (int kt = 0; kt <= q_tile; kt++) {  // BK == BQ: key tiles up to and including the diagonal one
@@ -300,8 +291,8 @@ __global__ void flash_attention_dsum_kernel(float* dsum, const bf16* y, const bf
     }
 }
 
-// dq. Block: 64 queries of one (sequence, head), 4 warps of 16 query rows (q and dy rows held as A
-// fragments); keys in tiles of 32 up to the diagonal. grid: (B * NH, ceil(T / 64)), longest rows first.
+// dq. Block: 64 queries, 4 warps of 16 rows (q, dy as A fragments); key tiles of 32 up to the diagonal.
+// grid: (B * NH, ceil(T / 64)), longest rows first.
 template <int HS>
 __global__ void __launch_bounds__(128)
     flash_attention_backward_dq_kernel(bf16* dqkv, const bf16* qkv, const bf16* dy, const float* lse,
@@ -380,10 +371,9 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-// dk and dv. Block: 32 keys of one (sequence, head), 2 warps of 16 key rows (S^T = k q^T computed key-major,
-// so P^T and dS^T come out as A fragments for dv += P^T dy and dk += dS^T q); queries in tiles of 32 from the
-// diagonal to the end. q and dy rows are B of S^T and dP^T as they are and (ldmatrix .trans) of dk and dv.
-// grid: (B * NH, ceil(T / 32)), the first keys (seen by the most queries) first.
+// dk and dv. Block: 32 keys, 2 warps of 16 key rows; S^T = k q^T key-major, so P^T and dS^T are A fragments
+// of dv += P^T dy and dk += dS^T q. Query tiles of 32 from the diagonal on; q, dy rows are B (.trans for
+// dk, dv). grid: (B * NH, ceil(T / 32)), the first keys (most queries) first.
 template <int HS>
 __global__ void __launch_bounds__(64)
     flash_attention_backward_dkdv_kernel(bf16* dqkv, const bf16* qkv, const bf16* dy, const float* lse,
@@ -483,11 +473,9 @@ __global__ void __launch_bounds__(64)
 // ----------------------------------------------------------------------------
 // Launchers
 
-// The head sizes the kernels are built for (multiples of 16; 80 for the 2.7b preset), on a GPU with bf16
-// mma.sync (compute capability 8.0 and up).
+// Head sizes built (multiples of 16; 80 for 2.7b), on compute capability >= 8.0.
 static int flash_attention_device_major =
-    -1;  // compute capability of device 0 (the trainer's), asked once; set
-         // beforehand to plan for a GPU that is not here (train_gpt -P)
+    -1;  // device 0's compute capability, asked once; preset to plan for another GPU (-P)
 static bool flash_attention_usable(int head_size) {
     int& major = flash_attention_device_major;
     if (major < 0) {
@@ -496,14 +484,14 @@ static bool flash_attention_usable(int head_size) {
         major = cudaGetDevice(&device) == cudaSuccess && cudaGetDeviceProperties(&p, device) == cudaSuccess
                     ? p.major
                     : 0;
-        cudaGetLastError();  // no device: not an error here (the trainer reports it); clear it
+        cudaGetLastError();  // no device: the trainer reports it; clear
     }
     return major >= 8 &&
            (head_size == 32 || head_size == 64 || head_size == 80 || head_size == 96 || head_size == 128);
 }
 
-// The kernels move 16 bytes at a time from rows of q, k, v, y and dy: their bases must be 16-byte aligned
-// (cudaMalloc and the trainer's workspace align to 256; a C = NH * HS row is a multiple of 64 bytes).
+// 16-byte moves: q, k, v, y, dy bases must be 16-byte aligned (allocations align to 256, rows of C
+// = NH * HS to 64 bytes).
 static void flash_check_aligned(const void* a, const void* b, const void* c, const void* d) {
     if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d) & 15) {
         fprintf(stderr, "error: flash attention: a tensor is not 16-byte aligned\n");
@@ -521,8 +509,8 @@ static dim3 flash_grid(int B, int NH, int T, int tile) {
     return dim3((unsigned)heads, (unsigned)tiles);
 }
 
-// y (B, T, C) = causal softmax(q k^T / sqrt(hs)) v per head; lse (B, NH, T): each row's log2-sum-exp2 of its
-// scaled scores, all the backward pass needs besides qkv and y.
+// y (B, T, C) = causal softmax(q k^T / sqrt(hs)) v per head; lse (B, NH, T): each row's base-2
+// log-sum-exp of its scaled scores, for the backward.
 static void flash_attention_forward(bf16* y, float* lse, const bf16* qkv, int B, int T, int C, int NH,
                                     cudaStream_t s) {
     const int hs = C / NH;
@@ -538,8 +526,7 @@ static void flash_attention_forward(bf16* y, float* lse, const bf16* qkv, int B,
     cudaCheckLaunch();
 }
 
-// dqkv (B, T, 3C), every element, from dy (B, T, C), the forward's qkv, y and lse. dsum (B, NH,
-// T) is scratch.
+// dqkv (B, T, 3C), every element, from dy (B, T, C) and the forward's qkv, y, lse; dsum (B, NH, T): scratch.
 static void flash_attention_backward(bf16* dqkv, float* dsum, const bf16* dy, const bf16* y, const bf16* qkv,
                                      const float* lse, int B, int T, int C, int NH, cudaStream_t s) {
     const int hs = C / NH;

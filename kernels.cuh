@@ -1,11 +1,9 @@
-// kernels.cuh — the GPU kernels of one GPT-2 layer and of the embeddings/loss, each next to its launcher.
-// Activations are bf16, every sum is fp32, parameter gradients are accumulated in fp32 (+=), so several
-// micro-batches add into the same gradient buffer. The matrix multiplies are cuBLAS (matmul.cuh);
-// this file has the element-wise, normalization, softmax and reduction kernels, and the GPU AdamW.
-// Launchers take the stream; every launch is checked. Element counts are int64_t.
+// kernels.cuh — the GPU kernels of a layer, the embeddings and the loss, each beside its launcher, and the
+// GPU AdamW. bf16 activations, fp32 sums; parameter gradients accumulate (+=) in fp32 across micro-batches.
+// Not here: matrix multiplies (matmul.cuh). Element counts are int64_t.
 #pragma once
 #include "cuda_common.h"
-#include "cpu_adam.h"  // AdamWConstants: the GPU AdamW below uses the CPU's constants and operation order
+#include "cpu_adam.h"  // AdamWConstants: the CPU's constants and operation order
 
 #define WARP 32
 
@@ -39,10 +37,9 @@ __device__ __forceinline__ float block_max(float x, float* shared) {
     return warp_max(x);
 }
 
-// 8 bf16 = 16 bytes per memory access where a row length is a multiple of 8 and the buffers are 16-byte
-// aligned (every GPT shape: C is a multiple of 8, and cudaMalloc / the workspace align to 256). Kernels that
-// use it keep an element-by-element twin for other shapes; both do the same float operations per element.
-// 8 bf16 as four 32-bit words (element 2i in the low half of w[i]): one 128-bit memory access.
+// 8 bf16 as four 32-bit words (element 2i in the low half of w[i]): one 128-bit access, for rows of a
+// multiple of 8 in 16-byte-aligned buffers (every GPT shape). Other shapes take an element-wise twin that
+// does the same float operations.
 struct Pack8 {
     uint32_t w[4];
 };
@@ -96,7 +93,7 @@ static void embedding_forward(bf16* out, const int* tokens, const bf16* wte, con
     cudaCheckLaunch();
 }
 
-// dwte[token] += dout, dwpe[t] += dout (fp32 atomics: the same token can appear many times in a batch).
+// dwte[token] += dout, dwpe[t] += dout (fp32 atomics: a token may repeat).
 __global__ void embedding_backward_kernel(float* dwte, float* dwpe, const bf16* dout, const int* tokens,
                                           int64_t BT, int T, int C) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < BT * C;
@@ -185,7 +182,7 @@ static void layernorm_forward(bf16* out, float* mean, float* rstd, const bf16* i
     cudaCheckLaunch();
 }
 
-// dinp += d(LN)/d(inp) . dout  (accumulates, because the residual stream's gradient flows around the LN too)
+// dinp += d(LN)/d(inp) . dout  (+=: the residual's gradient also flows around the LN)
 __global__ void layernorm_backward_input_kernel(bf16* dinp, const bf16* dout, const bf16* inp, const bf16* w,
                                                 const float* mean, const float* rstd, int64_t N, int C) {
     int64_t row = blockIdx.x * (int64_t)(blockDim.x / WARP) + threadIdx.x / WARP;
@@ -242,10 +239,10 @@ __global__ void layernorm_backward_input_kernel8(bf16* dinp, const bf16* dout, c
     }
 }
 
-// Column reductions over rows: tiles of 32 columns x ROWS_PER_TILE rows per block, a (32 x 8) thread block,
-// reduced in shared memory and added into the fp32 gradient with one atomic per column per block.
+// Column sums: a (32 x 8) block reduces 32 columns x ROWS_PER_TILE rows in shared memory, then one atomic
+// per column.
 #define ROWS_PER_TILE 256
-// gridDim.y for the row tiles: at most 65535 (the y limit); the kernels loop over the remaining tiles.
+// gridDim.y: at most 65535; the kernels loop over the remaining tiles.
 static inline unsigned row_tiles_grid(int64_t N) {
     const int64_t tiles = ceil_div64(N, ROWS_PER_TILE);
     return (unsigned)(tiles < 65535 ? (tiles > 0 ? tiles : 1) : 65535);
@@ -256,7 +253,7 @@ __global__ void layernorm_backward_params_kernel(float* dw, float* db, const bf1
     int c = blockIdx.x * WARP + threadIdx.x;
     float aw = 0.0f, ab = 0.0f;
     if (c < C) {
-        // tiles stride by gridDim.y: the launcher caps it at 65535, so any N is covered
+        // stride gridDim.y (capped at 65535): any N is covered
         for (int64_t r0 = blockIdx.y * (int64_t)ROWS_PER_TILE; r0 < N;
              r0 += (int64_t)gridDim.y * ROWS_PER_TILE) {
             const int64_t r1 = min(N, r0 + ROWS_PER_TILE);
@@ -366,8 +363,7 @@ __device__ __forceinline__ float gelu_tanh(float x) {
     return x * gelu_half_one_plus_tanh(GELU_SCALE * (x + GELU_CUBE * x * x * x), nullptr);
 }
 
-// The MLP's bias and GELU in one pass (one read of the GEMM output instead of two): pre[row, :] += bias,
-// kept (bf16) for the backward pass, and out = gelu(pre) of that bf16-rounded pre-activation.
+// Bias and GELU in one pass: pre[row, :] += bias (kept, bf16), out = gelu(pre) of the rounded pre.
 __global__ void bias_gelu_forward_kernel(bf16* pre, bf16* out, const bf16* bias, int64_t N, int OC) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N * OC;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -395,9 +391,7 @@ static void bias_gelu_forward(bf16* pre, bf16* out, const bf16* bias, int64_t N,
     cudaCheckLaunch();
 }
 
-// out = gelu(inp): the GELU bias_gelu_forward applies, of the bf16 pre-activation it kept, so the same values
-// bit for bit (a layer with kept activations redoes its GELU with it instead of keeping the output,
-// train_gpt.cu).
+// out = gelu(inp), bit for bit bias_gelu_forward's: a layer with kept activations redoes its GELU.
 __global__ void gelu_forward_kernel(bf16* out, const bf16* inp, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
@@ -447,9 +441,8 @@ static void gelu_backward(bf16* d_inout, const bf16* inp, int64_t n, cudaStream_
 }
 
 // ----------------------------------------------------------------------------
-// Causal softmax over rows of the (B*NH, T, T) score matrix, in place; one warp per row.
-// Row t1 keeps columns 0..t1 and writes exact zeros above the diagonal, so att @ v needs no mask.
-// The 1/sqrt(hs) scale was already applied by the GEMM that produced the scores.
+// Causal softmax over rows of (B*NH, T, T) scores (already scaled by 1/sqrt(hs)), in place, a warp a row.
+// Exact zeros above the diagonal, so att @ v needs no mask.
 
 __global__ void softmax_causal_forward_kernel(bf16* att, int64_t rows, int T) {
     int64_t row = blockIdx.x * (int64_t)(blockDim.x / WARP) + threadIdx.x / WARP;
@@ -494,9 +487,9 @@ static void softmax_causal_backward(bf16* datt, const bf16* att, int64_t rows, i
 }
 
 // ----------------------------------------------------------------------------
-// Fused softmax + cross-entropy over the real vocabulary V of each row of logits (N, Vp).
-// losses[row] = logsumexp - logit[target]. With dloss_scale != 0 the logits are overwritten in place by
-// d(loss)/d(logits) * dloss_scale (softmax - one_hot), and the padded columns V..Vp-1 get exact zeros.
+// Softmax + cross-entropy over the first V columns of logits (N, Vp): losses[row] = logsumexp -
+// logit[target]. dloss_scale != 0: logits become (softmax - one_hot) * dloss_scale in place, padded columns
+// 0.
 
 __global__ void __launch_bounds__(1024)
     fused_classifier_kernel(bf16* logits, float* losses, const int* targets, int64_t N, int V, int Vp,
@@ -528,10 +521,8 @@ static void fused_classifier(bf16* logits, float* losses, const int* targets, in
 }
 
 // ----------------------------------------------------------------------------
-// Gradient hand-off: fp32 gradients -> bf16 for the trip to the host, and their sum of squares (in double)
-// for the exact global-norm clip. Reading the fp32 values once serves both. The squares are summed in double
-// all the way (a thread adds ~1000 of them in a billion-parameter layer; fp32 would lose ~1e-4 of the norm),
-// which costs nothing here: the kernel is bound by memory, not by the FP64 units.
+// fp32 gradients -> bf16 for the host, and their sum of squares, in one read. Double: a thread adds ~1000
+// squares in a billion-parameter layer, where fp32 would lose ~1e-4 of the norm; memory-bound, so free.
 
 __global__ void grads_to_bf16_sumsq_kernel(bf16* out, const float* in, int64_t n, double* sumsq) {
     __shared__ double shared[WARP];
@@ -550,10 +541,8 @@ static void grads_to_bf16_sumsq(bf16* out, const float* in, int64_t n, double* s
     cudaCheckLaunch();
 }
 
-// AdamW for the few parameters that live on the GPU with their fp32 master copy and moments (the embedding
-// block, see train_gpt.cu). The operation order and the per-step constants are cpu_adam.cpp's (explicitly
-// rounded intrinsics, so --use_fast_math cannot reorder or approximate them), so a parameter gets the same
-// update wherever it is updated. p_bf16: the bf16 copy the kernels read, written in the same pass.
+// AdamW for parameters kept on the GPU (the embedding block), in cpu_adam.cpp's order with explicitly
+// rounded intrinsics (immune to --use_fast_math): the same update as on the CPU. Writes p_bf16 too.
 
 __global__ void adamw_kernel(float* p, const float* grad, float* m, float* v, bf16* p_bf16, int64_t n,
                              AdamWConstants c) {
@@ -577,7 +566,7 @@ static void adamw_gpu(float* p, const float* grad, float* m, float* v, bf16* p_b
     cudaCheckLaunch();
 }
 
-// Mean of the per-position losses into one float (one block; N is at most a few hundred thousand).
+// Mean of the per-position losses (one block; N is at most a few hundred thousand).
 __global__ void __launch_bounds__(1024) mean_loss_kernel(float* out, const float* losses, int64_t N) {
     __shared__ float shared[WARP];
     float acc = 0.0f;

@@ -1,25 +1,21 @@
-// matmul.cuh — every matrix multiply of the trainer, as cuBLAS calls: bf16 inputs, fp32 accumulation, one
-// handle on the compute stream, a workspace the trainer allocates. lt_matmul: cuBLASLt with an epilogue
-// (bias, bias + GELU, GELU backward) fused into the GEMM. No kernels and no training logic.
-// test/test_matmul.cpp checks these wrappers on the CPU against an emulation of cuBLAS and cuBLASLt.
+// matmul.cuh — every matrix multiply, as cuBLAS calls (bf16 in, fp32 accumulation) on the compute stream;
+// lt_matmul fuses bias / GELU epilogues (cuBLASLt). Not here: kernels, training logic.
+// test/test_matmul.cpp checks the wrappers on the CPU.
 #pragma once
 #include <cublasLt.h>
 #include <string.h>
 #include <vector>
 #include "cuda_common.h"
 
-// Matrix multiplies: cuBLAS, bf16 inputs, fp32 accumulation. Our matrices are row-major; cuBLAS is
-// column-major, so each call computes the transposed product (C^T = B^T A^T) and no data is moved.
+// Ours are row-major, cuBLAS column-major: each call computes C^T = B^T A^T, moving no data.
 
-// One set per process (created by gpt_build, destroyed by gpt_free, which is why only one GPT may be alive at
-// a time; gpt_build refuses a second).
+// One set per process (gpt_build / gpt_free): one GPT alive at a time.
 static cublasHandle_t cublas_handle;
 static cudaStream_t cublas_stream;  // the stream cublas_handle is bound to
-static void* cublas_workspace;      // our own workspace, so the trainer's GPU bytes are all counted
+static void* cublas_workspace;      // ours, so every GPU byte is counted
 static const size_t kCublasWorkspaceBytes = 32u << 20;
 
-// Binds cuBLAS to stream s (once: every GEMM runs on the compute stream). cublasSetStream resets the
-// workspace to cuBLAS's own pool, so ours is set again right after it.
+// Binds cuBLAS to s; cublasSetStream resets the workspace, so ours is set again after it.
 static void cublas_use_stream(cudaStream_t s) {
     if (s == cublas_stream) return;
     cublasCheck(cublasSetStream(cublas_handle, s));
@@ -66,27 +62,23 @@ static void matmul_batched(cublasOperation_t ta, cublasOperation_t tb, int m, in
 }
 
 // ----------------------------------------------------------------------------
-// cuBLASLt with an epilogue: D = epilogue(op(A) op(B) [+ C]), column-major like the calls above
-// (out (N, OC) = inp @ w^T is D (OC x N) = w^T inp^T, m = OC, n = N). Epilogues:
-//   CUBLASLT_EPILOGUE_BIAS           D += bias[row of D] (a row of column-major D is an output channel)
-//   CUBLASLT_EPILOGUE_GELU_AUX_BIAS  D += bias; aux = D (the GELU input, bf16); D = gelu(D) (tanh form)
+// cuBLASLt: D = epilogue(op(A) op(B) [+ C]), column-major (out (N, OC) is D (OC x N), m = OC, n = N):
+//   CUBLASLT_EPILOGUE_BIAS           D += bias[row of D] (an output channel)
+//   CUBLASLT_EPILOGUE_GELU_AUX_BIAS  D += bias; aux = D (GELU input, bf16); D = gelu(D) (tanh form)
 //   CUBLASLT_EPILOGUE_DGELU          D *= gelu'(aux)
-// C, when given, is added with beta = 1 (a residual stream) and has D's layout. Returns false, having done
-// nothing, when cuBLASLt has no algorithm for the problem (the caller then runs the unfused path).
+// C (a residual, D's layout) is added with beta = 1. false, nothing done: no algorithm (run unfused).
 
 static cublasLtHandle_t cublaslt_handle;  // NULL: never created, every call takes the unfused path
-static int cublaslt_fusion = 1;           // 0: do not use the epilogues (the tests compare both paths)
+static int cublaslt_fusion = 1;           // 0: no epilogues (the tests compare both paths)
 
-// The largest power of two <= 256 that divides p's address: what the heuristic may assume of a matrix (it
-// never sees the pointers and assumes 256 otherwise; our tensors sit at multiples of C elements).
+// Largest power of two <= 256 dividing p: the heuristic assumes 256 unless told (ours sit at multiples of C).
 static uint32_t lt_alignment(const void* p) {
     uint32_t a = 256;
     while (a > 1 && (uintptr_t)p % a != 0) a /= 2;
     return a;
 }
-// The heuristic's answer for one kind of call: the trainer makes the same few calls (a handful of shapes and
-// epilogues) every layer of every step, and one query costs tens of microseconds of host time. The key is all
-// the heuristic sees: shapes, transposes, epilogue, C or not, and every pointer's alignment.
+// Cached heuristic answers: a query costs tens of microseconds, and every layer repeats a few calls.
+// The key is all the heuristic sees: shapes, transposes, epilogue, C or not, alignments.
 typedef struct {
     int64_t key[16];
     bool found;
@@ -147,12 +139,11 @@ static bool lt_matmul(bf16* D, int ldd, const bf16* A, cublasOperation_t ta, int
         for (int i = 0; i < 4; i++)
             cublasCheck(
                 cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]));
-        // several candidates, best first, and the first one usable here: one answer alone may be an algorithm
-        // this problem cannot run (its state not SUCCESS) where a later one can
+        // several candidates: the first may not run here (state not SUCCESS) where a later one can
         cublasLtMatmulHeuristicResult_t heuristic[kLtHeuristicCount];
         memset(heuristic, 0, sizeof heuristic);
         int found = 0;
-        // no algorithm is the one outcome that means "not fusable here"; any other failure is a bug and stops
+        // NOT_SUPPORTED means "not fusable here"; any other failure is a bug
         const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
             cublaslt_handle, desc, la, lb, ld, ld, pref, kLtHeuristicCount, heuristic, &found);
         if (status != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(status);
