@@ -14,8 +14,8 @@ typedef struct {
     char path[4200];
 } TrainLogger;
 
-// Opens DIR/main.log (dir NULL: disabled). On resume keeps the lines up to resume_step, so no step
-// appears twice; resume_step < 0 starts afresh.
+// Opens DIR/main.log (dir NULL: disabled). A resume keeps train lines <= resume_step and val lines < it,
+// so no step appears twice; resume_step < 0 starts afresh.
 static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_step, char* err,
                               size_t errlen) {
     lg->f = NULL;
