@@ -1758,6 +1758,7 @@ static void ssd_attach(Run* r, GPT* g) {
     const int R = g->resident_layers;
     char err[4352];
     SsdStoreConfig sc = ssd_store_config(c, R);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) die("-sd %s: cannot create it: %s", dir, strerror(errno));
     ssd_print_bandwidth(r);
     const bool resume = r->resume_step >= 0;
     if (resume) {
@@ -1771,8 +1772,6 @@ static void ssd_attach(Run* r, GPT* g) {
         g->ssd = ssd_store_open(dir, &sc, r->resume_step, err, sizeof err);
         if (!g->ssd) die("resume: -sd %s: %s", dir, err);
     } else {
-        if (mkdir(dir, 0755) != 0 && errno != EEXIST)
-            die("-sd %s: cannot create it: %s", dir, strerror(errno));
         struct statvfs sv;
         if (statvfs(dir, &sv) != 0) die("-sd %s: %s", dir, strerror(errno));
         const int64_t avail = (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
@@ -1880,8 +1879,13 @@ static void print_config_table(const Run* r, const GPT* g) {
     table_row("weight decay / clip", "%.2f / %.2f", args.weight_decay, args.grad_clip);
     table_row("steps", r->bench ? "%d (benchmark: %d warm-up + %d timed)" : "%d", r->total_steps,
               r->ga.bench_warmup, r->ga.bench_steps);
-    table_row("host memory", "%.2f GiB (fp32 master+m+v %.2f, pinned bf16 %.2f, SSD ring %.2f)",
-              plan.host_bytes / GiB, plan.master_adam / GiB, plan.pinned / GiB, plan.ssd_ring / GiB);
+    if (r->ga.ssd_dir)
+        table_row("host memory",
+                  "%.2f GiB (fp32 master+m+v of the prefix %.2f, pinned bf16 %.2f, SSD ring %.2f)",
+                  plan.host_bytes / GiB, plan.master_adam / GiB, plan.pinned / GiB, plan.ssd_ring / GiB);
+    else
+        table_row("host memory", "%.2f GiB (fp32 master+m+v %.2f, pinned bf16 %.2f)", plan.host_bytes / GiB,
+                  plan.master_adam / GiB, plan.pinned / GiB);
     if (r->ga.ssd_dir)
         table_row("SSD tier (-sd)",
                   "%s: %.2f GiB on disk, %.3f GiB ring; per step %.2f GB read, %.2f GB written",
