@@ -1,0 +1,197 @@
+// test_ssd_trainer.cpp — the SSD tier in the trainer (train_gpt -sd, issue 22), run as the emulated train_gpt
+// (build/emu_train_gpt): the same training as in RAM bit for bit (losses, norms, final model files) with
+// several layers, three micro-batches, a GPU-resident (-R 1) and a kept (-K 1) layer, pieces smaller than a
+// layer and the pread/pwrite fallback; kill -9 at several points then -y 1 resumes bit for bit; a disk that
+// fails mid-run gives one error line and leaves the last checkpoint intact; bad input gets one error line.
+// The scratch directories are under /tmp (ext4 here: io_uring and O_DIRECT work; elsewhere ssd.h falls back).
+#include "cli_test_common.h"
+
+namespace {
+
+// The steps' "loss X | norm Y" (the part of a step line that must not change with where the state lives).
+std::map<int, std::string> loss_and_norm(const std::string& out) {
+    std::map<int, std::string> m;
+    const std::regex re("step +([0-9]+)/[0-9]+ \\| (loss [0-9.]+ \\| norm [0-9.]+)");
+    for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it)
+        m[std::stoi((*it)[1])] = (*it)[2];
+    return m;
+}
+
+// Sets an environment variable for the runs of one scope (the trainers inherit it).
+struct ScopedEnv {
+    std::string name;
+    ScopedEnv(const char* n, const std::string& v) : name(n) { setenv(n, v.c_str(), 1); }
+    ~ScopedEnv() { unsetenv(name.c_str()); }
+};
+
+class SsdTrainer : public CliTest {
+  protected:
+    void SetUp() override {
+        if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
+        CliTest::SetUp();
+        setenv("SSD_PROBE_SECONDS", "0", 1);  // one 64 MiB pass: the probe is printed, not tested, here
+        setenv("SSD_PROBE_MIB", "64", 1);
+    }
+    // 4 layers (-R 1: layer 0 on the GPU, -K 1: layer 3 keeps its activations), 3 micro-batches per step,
+    // 3 steps, a checkpoint after each.
+    Args run_args(const std::string& out, const std::vector<std::string>& more = {}) {
+        Args a = {"-e", "L4:C64:NH4:T32",
+                  "-b", "4",
+                  "-t", "32",
+                  "-d", "384",
+                  "-x", "3",
+                  "-v", "0",
+                  "-g", "0",
+                  "-n", "1",
+                  "-R", "1",
+                  "-K", "1",
+                  "-o", out,
+                  "-i", kTrain,
+                  "-j", kVal};
+        return a + more;
+    }
+    // The reference: the same run with the state in RAM (once per test).
+    Result ram;
+    void run_in_ram() {
+        ram = run_bin(kEmu, run_args(dir + "/ram"));
+        ASSERT_EQ(ram.code, 0) << ram.cmd << "\n" << ram.err << ram.out;
+        ASSERT_EQ(loss_and_norm(ram.out).size(), 3u) << ram.out;
+    }
+    // A run's last model file and step lines against the run in RAM.
+    void expect_same_as_ram(const std::string& out, const std::string& stdout_text, int first_step) {
+        const std::string ram_model = slurp(dir + "/ram/model_00000003.bin");
+        ASSERT_GT(ram_model.size(), 1024u);
+        EXPECT_TRUE(slurp(out + "/model_00000003.bin") == ram_model)
+            << "final weights differ from the run in RAM";
+        const std::map<int, std::string> want = loss_and_norm(ram.out), got = loss_and_norm(stdout_text);
+        for (int s = first_step; s <= 3; s++) {
+            ASSERT_TRUE(got.count(s)) << "no step " << s << " in\n" << stdout_text;
+            EXPECT_EQ(got.at(s), want.at(s)) << "step " << s;
+        }
+    }
+};
+
+// -sd gives the run in RAM bit for bit: whole layers over io_uring (O_DIRECT), and pieces of 4096
+// parameters (a layer is 49,984: 13 pieces, the last one short) over the pread/pwrite fallback on buffered
+// files. The model files of every checkpoint match, so the model read back from the store is the same too.
+TEST_F(SsdTrainer, SameTrainingAsInRam) {
+    run_in_ram();
+    const std::string out = dir + "/sd";
+    const Result a = run_bin(kEmu, run_args(out, {"-sd", dir + "/store"}));
+    ASSERT_EQ(a.code, 0) << a.cmd << "\n" << a.err << a.out;
+    EXPECT_TRUE(has(a.out, "SSD tier: 3 layers' fp32 weights and AdamW m, v in")) << a.out;
+    EXPECT_TRUE(has(a.out, "s of disk time per step at these rates")) << a.out;
+    expect_same_as_ram(out, a.out, 1);
+    for (int s = 1; s <= 2; s++)
+        EXPECT_TRUE(slurp(out + "/" + step_name("model_", s, ".bin")) ==
+                    slurp(dir + "/ram/" + step_name("model_", s, ".bin")))
+            << "model file of step " << s;
+    // the state file holds the prefix's m, v only: embeddings and layer 0
+    GPTConfig c = {};
+    char err[4352];
+    ASSERT_EQ(parse_model_spec("L4:C64:NH4:T32", &c, err, sizeof err), 1) << err;
+    const ParamLayout p = gpt_layout(&c);
+    EXPECT_EQ(file_size(out + "/state_00000003.bin"),
+              16 * 8 + (int64_t)sizeof(DataLoaderState) + 4 * 8 + (p.embed_count + p.layer_stride) * 8);
+
+    ScopedEnv fallback("SSD_IO_FALLBACK", "1"), buffered("SSD_NO_DIRECT", "1"),
+        pieces("SSD_PIECE_ELEMS", "4096");
+    const std::string out2 = dir + "/sd_pieces";
+    const Result b = run_bin(kEmu, run_args(out2, {"-sd", dir + "/store2"}));
+    ASSERT_EQ(b.code, 0) << b.cmd << "\n" << b.err << b.out;
+    EXPECT_TRUE(has(b.out, "pread/pwrite threads")) << b.out;
+    expect_same_as_ram(out2, b.out, 1);
+}
+
+// kill -9 at several moments (the store's test hook kills the process at its n-th write or read), then
+// -y 1: the run resumes from its last complete checkpoint and ends with the weights of the run in RAM. The
+// points: mid-round (writes), and while a checkpoint's model file is being read from the store (after
+// ssd_store_checkpoint, before DONE: the previous checkpoint must still be whole in DIR).
+TEST_F(SsdTrainer, KillNineThenResumeIsBitForBit) {
+    run_in_ram();
+    // 3 streamed layers, whole-layer pieces: 9 chunk writes to create the store and 9 per round; 9 chunk
+    // reads per round and 3 per checkpoint's model file
+    // reads (a step's round, then its checkpoint's model file): 1..9, 10..12 | 13..21, 22..24 | 25..33, 34..36
+    const char* points[] = {"1,22,kill", "0,22,kill", "0,34,kill"};
+    int k = 0;
+    for (const char* point : points) {
+        SCOPED_TRACE(point);
+        const std::string out = dir + "/kill" + std::to_string(k),
+                          store = dir + "/kstore" + std::to_string(k);
+        k++;
+        {
+            ScopedEnv fault("SSD_FAULT", point);
+            const Result a = run_bin(kEmu, run_args(out, {"-sd", store}));
+            ASSERT_TRUE(a.signal == SIGKILL) << a.cmd << " exit " << a.code << " signal " << a.signal << "\n"
+                                             << a.err << a.out;
+        }
+        const Result b = run_bin(kEmu, run_args(out, {"-sd", store, "-y", "1"}));
+        ASSERT_EQ(b.code, 0) << b.cmd << "\n" << b.err << b.out;
+        ASSERT_TRUE(has(b.out, "resumed from")) << b.out;
+        const std::regex re("resumed from .* \\(step ([0-9]+)\\)");
+        std::smatch mt;
+        ASSERT_TRUE(std::regex_search(b.out, mt, re)) << b.out;
+        expect_same_as_ram(out, b.out, std::stoi(mt[1]) + 1);
+    }
+}
+
+// A disk that fails mid-run (ENOSPC on the 31st chunk written: during the third step's round): one error
+// line, a non-zero exit, and the last checkpoint intact: -y 1 resumes from it and ends as the run in RAM.
+TEST_F(SsdTrainer, DiskFailureLeavesTheLastCheckpoint) {
+    run_in_ram();
+    const std::string out = dir + "/fail", store = dir + "/fstore";
+    {
+        ScopedEnv fault("SSD_FAULT", "1,30,28");
+        const Result a = run_bin(kEmu, run_args(out, {"-sd", store}));
+        EXPECT_FALSE(a.timed_out || a.signal) << a.cmd << " signal " << a.signal;
+        EXPECT_EQ(a.code, 1) << a.cmd << "\n" << a.err;
+        const std::vector<std::string> lines = error_lines(a.err);
+        ASSERT_EQ(lines.size(), 1u) << a.err;
+        EXPECT_EQ(lines[0].rfind("error: the SSD tier's AdamW round: ", 0), 0u) << lines[0];
+        EXPECT_TRUE(has(lines[0], strerror(28))) << lines[0];
+        EXPECT_TRUE(has(lines[0], "the last complete checkpoint is intact")) << lines[0];
+        EXPECT_TRUE(has(a.out, "saved checkpoint step 2")) << a.out;
+    }
+    const Result b = run_bin(kEmu, run_args(out, {"-sd", store, "-y", "1"}));
+    ASSERT_EQ(b.code, 0) << b.cmd << "\n" << b.err << b.out;
+    EXPECT_TRUE(has(b.out, "resumed from")) << b.out;
+    EXPECT_TRUE(has(b.out, "(step 2)")) << b.out;
+    expect_same_as_ram(out, b.out, 3);
+}
+
+// Bad input: one error line each.
+TEST_F(SsdTrainer, RefusesBadInput) {
+    const std::string out = dir + "/a", store = dir + "/store";
+    Args one = run_args(out, {"-x", "1"});
+    const Result a = run_bin(kEmu, one + Args{"-sd", store});
+    ASSERT_EQ(a.code, 0) << a.cmd << "\n" << a.err << a.out;
+    // a checkpoint whose state is in a store, resumed without -sd
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(out, {"-x", "2", "-y", "1"})),
+                           {"resume: the checkpoint of step 1", "resume with -sd DIR"}));
+    // the store no longer holds the checkpoint's step (another run replaced it)
+    const Result other = run_bin(kEmu, run_args(dir + "/b", {"-x", "1", "-sd", store}));
+    ASSERT_EQ(other.code, 0) << other.err;
+    EXPECT_TRUE(has(slurp(store + "/ssd_manifest"), "")) << "the store exists";
+    const Result c = run_bin(kEmu, run_args(dir + "/c", {"-x", "2", "-sd", store}));  // fresh: replaces it
+    ASSERT_EQ(c.code, 0) << c.err;
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(out, {"-x", "2", "-y", "1", "-sd", store + "_gone"})),
+                           {"resume: -sd", store + "_gone"}));
+    // another -R than the checkpoint's
+    EXPECT_TRUE(
+        CleanError(run_bin(kEmu, run_args(dir + "/c", {"-x", "3", "-y", "1", "-sd", store, "-R", "2"})),
+                   {"resume: -R 2 differs from the checkpoint's"}));
+    // a checkpoint without -sd resumed with it
+    const Result d = run_bin(kEmu, run_args(dir + "/d", {"-x", "1"}));
+    ASSERT_EQ(d.code, 0) << d.err;
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(dir + "/d", {"-x", "2", "-y", "1", "-sd", store})),
+                           {"holds all its state in its files", "resume it without -sd"}));
+    // a DIR that cannot be a directory, and every layer on the GPU
+    const std::string file = dir + "/a_file";
+    fclose(fopen(file.c_str(), "w"));
+    EXPECT_TRUE(
+        CleanError(run_bin(kEmu, run_args(dir + "/e", {"-sd", file + "/sub"})), {"-sd", file + "/sub"}));
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(dir + "/f", {"-sd", store, "-R", "4"})),
+                           {"every layer is GPU-resident"}));
+}
+
+}  // namespace
