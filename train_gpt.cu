@@ -1432,6 +1432,14 @@ static int resolve_model(const char* spec, GPTConfig* cfg) {
     return kind;
 }
 
+// Free bytes of the filesystem holding dir (made if missing), or -1 with errno set.
+static int64_t dir_free_bytes(const char* dir) {
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return -1;
+    struct statvfs sv;
+    if (statvfs(dir, &sv) != 0) return -1;
+    return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
+}
+
 // -P 1: what gpt_build would allocate for this run, part by part, and whether the host RAM here holds it.
 static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int slots, int resident,
                               int kept, const GpuArgs* ga, MemoryPlan plan, bool no_gpu_here) {
@@ -1472,6 +1480,11 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
             "\ndisk %9.2f GiB in %s: two generations of the streamed layers' fp32 weights, AdamW m and v; "
             "per step %.2f GiB read, %.2f GiB written",
             m.ssd_disk / GiB, ga->ssd_dir, m.ssd_read_per_step / GiB, m.ssd_write_per_step / GiB);
+    if (ga->ssd_dir) {
+        const int64_t avail = dir_free_bytes(ga->ssd_dir);
+        if (avail >= 0)
+            printf(" (%s: %.1f GiB free there)", m.ssd_disk <= avail ? "fits" : "does NOT fit", avail / GiB);
+    }
     printf("\neach further -R layer %.2f GiB, each further -K layer %.2f GiB%s\n", m.resident_layer / GiB,
            m.kept_layer / GiB,
            (ga->resident < 0 || ga->kept < 0) && ga->gpu_gib <= 0
@@ -1626,12 +1639,27 @@ static void open_data(Run* r) {
     alloc_step_buffers(r);
 }
 
+// -sd, a fresh run: DIR must hold the store (ssd_store_create allocates every file at full size).
+static void check_ssd_space(const Run* r) {
+    const double GiB = 1073741824.0;
+    const char* dir = r->ga.ssd_dir;
+    if (!dir || r->resume_step >= 0) return;
+    const int64_t avail = dir_free_bytes(dir);
+    if (avail < 0) die("-sd %s: %s", dir, strerror(errno));
+    if (avail < r->plan.ssd_disk)
+        die("-sd %s: the optimizer state needs %.2f GiB on disk (two generations of the fp32 weights, m and "
+            "v "
+            "of %d streamed layers), the filesystem has %.2f GiB free",
+            dir, r->plan.ssd_disk / GiB, r->cfg.num_layers - r->resident, avail / GiB);
+}
+
 // The fit check, before any large allocation: host RAM first (no GPU needed to know it will not fit), then
 // the device, -R -1 / -K -1 placed in its free memory, and the whole plan against that.
 static void check_fit(Run* r) {
     const double GiB = 1073741824.0;
     const GpuArgs* ga = &r->ga;
     const int64_t host_avail = host_memory_to_count_on(ga);
+    check_ssd_space(r);
     if (host_avail >= 0 && r->plan.host_bytes > host_avail)
         die("host RAM too small for this config: needs %.1f GiB (fp32 weights + AdamW m, v + pinned bf16 "
             "weights and "
@@ -1758,8 +1786,6 @@ static void ssd_attach(Run* r, GPT* g) {
     const int R = g->resident_layers;
     char err[4352];
     SsdStoreConfig sc = ssd_store_config(c, R);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) die("-sd %s: cannot create it: %s", dir, strerror(errno));
-    ssd_print_bandwidth(r);
     const bool resume = r->resume_step >= 0;
     if (resume) {
         int64_t tail[SSD_TAIL_SLOTS];
@@ -1772,14 +1798,6 @@ static void ssd_attach(Run* r, GPT* g) {
         g->ssd = ssd_store_open(dir, &sc, r->resume_step, err, sizeof err);
         if (!g->ssd) die("resume: -sd %s: %s", dir, err);
     } else {
-        struct statvfs sv;
-        if (statvfs(dir, &sv) != 0) die("-sd %s: %s", dir, strerror(errno));
-        const int64_t avail = (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
-        if (avail < r->plan.ssd_disk)
-            die("-sd %s: the optimizer state needs %.2f GiB on disk (two generations of fp32 weights, m and "
-                "v of "
-                "%d layers), the filesystem has %.2f GiB free",
-                dir, r->plan.ssd_disk / GiB, sc.num_layers, avail / GiB);
         g->ssd = ssd_store_create(dir, &sc, err, sizeof err);
         if (!g->ssd) die("-sd %s: %s", dir, err);
     }
@@ -1791,10 +1809,9 @@ static void ssd_attach(Run* r, GPT* g) {
     } else if (!gpt_load_params(r->args.model, c, g->master, err, sizeof err, 0, g->host_state_count)) {
         die("%s", err);
     }
-    // the streamed layers, one at a time
+    // the streamed layers, one at a time through one buffer
     float* layer = (float*)malloc((size_t)p->layer_stride * 4);
-    float* zeros = (float*)calloc((size_t)p->layer_stride, 4);
-    if (!layer || !zeros) die("out of host memory for one layer");
+    if (!layer) die("out of host memory for one layer");
     for (int l = R; l < c->num_layers; l++) {
         int rc = 0;
         if (resume) rc = ssd_store_read_layer(g->ssd, l - R, layer, NULL, NULL, NULL, err, sizeof err);
@@ -1803,7 +1820,7 @@ static void ssd_attach(Run* r, GPT* g) {
             else if (!gpt_load_params(r->args.model, c, layer, err, sizeof err, gpt_layer_offset(p, l),
                                       gpt_layer_offset(p, l) + p->layer_stride))
                 die("%s", err);
-            rc = ssd_store_write_layer(g->ssd, l - R, layer, zeros, zeros, err, sizeof err);
+            rc = ssd_store_write_layer(g->ssd, l - R, layer, NULL, NULL, err, sizeof err);  // zero m, v
         }
         if (rc != 0) die("-sd %s: %s", dir, err);
         uint16_t* bf16 = g->stream.weights_host_bf16 + gpt_layer_offset(p, l);
@@ -1811,7 +1828,6 @@ static void ssd_attach(Run* r, GPT* g) {
         convert_f32_to_bf16(layer, bf16, p->layer_stride);
     }
     free(layer);
-    free(zeros);
     printf("SSD tier: %d layers' fp32 weights and AdamW m, v in %s (%.2f GiB on disk, %s; %s)\n",
            sc.num_layers, dir, r->plan.ssd_disk / GiB, ssd_io_backend(ssd_store_io(g->ssd)),
            resume ? "resumed at its checkpoint" : "created");
@@ -1825,6 +1841,11 @@ static void build_model(Run* r, GPT* g) {
     const int cores = usable_cpu_cores();
     r->adam_threads = r->ga.adam_threads > 0 ? r->ga.adam_threads : (cores > 2 ? cores - 1 : 1);
     cpu_adam_set_threads(r->adam_threads);
+    if (r->ga.ssd_dir) {  // the probe first: its buffers are gone before the model's arrive
+        if (mkdir(r->ga.ssd_dir, 0755) != 0 && errno != EEXIST)
+            die("-sd %s: cannot create it: %s", r->ga.ssd_dir, strerror(errno));
+        ssd_print_bandwidth(r);
+    }
     gpt_build(g, &r->cfg, r->args.B, r->args.T, r->n_micro, r->ga.num_slots, r->resident, r->kept, &r->args,
               r->ga.ssd_dir != NULL);
     if (r->ga.ssd_dir) ssd_attach(r, g);
@@ -1998,7 +2019,7 @@ static void print_run_summary(const Run* r, GPT* g) {
            gpu_total = 0;  // every GPU buffer exists before the first step: the use now is the peak
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
     printf(
-        "peak host memory: %.2f GiB resident; GPU memory: %.2f GiB allocated by this run (%.2f GiB in use on "
+        "peak host memory: %.3f GiB resident; GPU memory: %.2f GiB allocated by this run (%.2f GiB in use on "
         "the device of %.2f)\n",
         peak_rss_bytes() / GiB, g->gpu_bytes / GiB, (gpu_total - gpu_free) / GiB, gpu_total / GiB);
     const int first_timed = r->bench ? r->ga.bench_warmup : r->start_step + 1;
