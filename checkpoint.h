@@ -19,10 +19,11 @@
 
 #define STATE_MAGIC   20241122
 #define STATE_VERSION 2  // 2: the run's hyperparameters in the header; version 1 files are refused
-// 3: train_gpt -sd (the SSD tier, ssd.h): the streamed layers' state is in the run's SsdStore, not here.
+// 102: train_gpt -sd (the SSD tier, ssd.h): the streamed layers' state is in the run's SsdStore, not here.
 // Version 2's header and data position, then a tail of SSD_TAIL_SLOTS int64 (below), then m and v of the
-// first `prefix` parameters only (the embeddings and the -R layers, which stay in host RAM).
-#define STATE_VERSION_SSD 3
+// first `prefix` parameters only (the embeddings and the -R layers, which stay in host RAM). (Not 3: a
+// future version 3 of the plain format keeps its number; version 3 files are refused as unknown today.)
+#define STATE_VERSION_SSD 102
 enum { SSD_TAIL_PREFIX, SSD_TAIL_STORE_STEP, SSD_TAIL_STREAMED_LAYERS, SSD_TAIL_RESERVED, SSD_TAIL_SLOTS };
 
 // The 16 int64 of a state file's header. Floats are stored bit-exact (their 32 bits), so a resumed run can
@@ -367,7 +368,7 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
 // Latest step with a DONE marker in dir (exactly DONE_<digits>, see checkpoint_name_step), or -1.
 static int64_t latest_checkpoint(const char* dir) { return dir_latest_step(dir, "DONE_", "", INT64_MAX); }
 
-// A version 3 (STATE_VERSION_SSD) state file's tail. 0 with err set when it cannot be read.
+// A version 102 (STATE_VERSION_SSD) state file's tail. 0 with err set when it cannot be read.
 static int state_file_ssd_tail(const char* path, int64_t tail[SSD_TAIL_SLOTS], char* err, size_t errlen) {
     FILE* f = open_regular(path, "optimizer state", err, errlen);
     if (!f) return 0;
@@ -536,7 +537,7 @@ static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_st
 
 // Reads a state file (after state_file_check): m and v (total floats each), the data position, the step and
 // the updates applied. Exits on a read failure.
-// A version 3 file (train_gpt -sd) holds m, v of its prefix only: prefix (not NULL) must be that count,
+// A version 102 file (train_gpt -sd) holds m, v of its prefix only: prefix (not NULL) must be that count,
 // else (a trainer holding all the state in RAM) the file is refused.
 static void state_file_read(const char* path, int64_t total, float* m, float* v, DataLoaderState* data_state,
                             int64_t* step, int64_t* adam_t, const int64_t* prefix = NULL) {

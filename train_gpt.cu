@@ -20,9 +20,11 @@
 // the host ever holds a streamed layer's fp32 state beyond the store's ring and one layer-sized buffer at
 // load and checkpoint time. Step 6 becomes ssd_store_round (read ahead, update, write behind), with the
 // same update and the same per-layer hand-off to the next forward pass. Checkpoints: ssd_store_checkpoint
-// (two generations in DIR, no copy), then the state file (version 3: "streamed state in DIR at step S",
+// (two generations in DIR, no copy), then the state file (version 102: "streamed state in DIR at step S",
 // m, v of the prefix only) and model_S.bin, which is read layer by layer from the store: that model file is
 // the one extra copy of the weights on disk (so export_hf and -e keep working). DONE last, as always.
+// The streamed layers' bf16 gradients go to DIR too (GradsWriter: a ring of 3 pinned layer buffers instead
+// of a pinned array of all layers); the pinned bf16 weights of all layers stay in host RAM (-sw 1: not yet).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -221,10 +223,31 @@ typedef struct {
     int blocks_done;  // of the round in progress
     bool quit;
     float lr, grad_scale;
-    int64_t t;  // AdamW step, 1-based
+    int64_t t;           // AdamW step, 1-based
+    int64_t grads_pass;  // -sd: the backward pass whose gradients this round reads (GradsWriter)
     double last_round_seconds;
     double *block_t0, *block_t1;  // host clock at the start / end of each layer of the last round (timeline)
 } Optimizer;
+
+// -sd: the streamed layers' bf16 gradients go to the store's grads file (ssd_store_write_grads_async) through
+// GRAD_RING pinned, 4096-aligned layer buffers instead of a pinned array of all layers. The main thread sends
+// layer l into ring slot k once the writer thread has written the slot's previous layer to disk; the writer
+// waits for grads_on_host[l] (stream.h), writes, then frees the slot and marks l written for this pass; the
+// round reads l from the file once it is marked (ssd_round_grads).
+#define GRAD_RING 3
+typedef struct {
+    std::thread thread;
+    std::mutex mu;
+    std::condition_variable cv;
+    uint16_t* buf[GRAD_RING];  // 4096-aligned views into raw[k]
+    void* raw[GRAD_RING];
+    bool busy[GRAD_RING];                                       // sent and not yet written to disk
+    int next;                                                   // the slot of the next send
+    int queue_layer[GRAD_RING], queue_slot[GRAD_RING], queued;  // sends the writer has yet to take, in order
+    int64_t* written_pass;  // per layer: the backward pass whose gradients the grads file holds
+    int64_t pass;           // backward passes so far
+    bool quit;
+} GradsWriter;
 
 struct GPT {
     GPTConfig config;
@@ -272,6 +295,7 @@ struct GPT {
     char skipped[96];                        // why the last step updated nothing (-sl / -sg), or ""
     int64_t gpu_bytes;         // every byte this trainer allocated on the GPU (the "peak GPU" figure)
     SsdStore* ssd;             // -sd: the streamed layers' fp32 state (NULL: in the host arrays)
+    GradsWriter* gw;           // -sd: the gradients' way to disk (NULL without -sd)
     int64_t host_state_count;  // floats in master / adam_m / adam_v: all, or the prefix with -sd
     int* forward_order;        // R, R+1, ..., L-1: the streamed layers in the order of a forward pass
     int* backward_order;       // L-1, ..., R
@@ -426,13 +450,8 @@ static void adamw_layer(GPT* g, int l) {
 // The round's callbacks with -sd (ssd.h SsdRoundFns): store layer i is layer R + i.
 static const uint16_t* ssd_round_grads(void* ctx, int i) {
     GPT* g = (GPT*)ctx;
-    const int l = g->resident_layers + i;
-    stream_wait_grads_on_host(&g->stream, l);
-    g->opt->block_t0[l] = timeline_now();
-    const uint16_t* grads = g->stream.grads_host_bf16 + (int64_t)l * g->layout.layer_stride;
-    FAKE_CUDA_HOST_ACCESS(grads, g->layout.layer_stride * 2, false,
-                          "the CPU AdamW reading a layer's gradients");
-    return grads;
+    g->opt->block_t0[g->resident_layers + i] = timeline_now();
+    return NULL;  // grads_on_disk: in the grads file, all of them before the round began (ssd_round)
 }
 static void ssd_round_update(void* ctx, int i, int64_t off, int64_t n, float* params, const uint16_t* grads,
                              float* m, float* v, uint16_t* bf16_out) {
@@ -464,6 +483,65 @@ static void ssd_round_layer_done(void* ctx, int i) {
     optimizer_layer_done(g, g->resident_layers + i);
 }
 
+// -sd, the writer thread: each sent layer's gradients, once on the host, into the store's grads file.
+static void die_disk(const char* what, const char* err);
+static void grads_writer_main(GPT* g) {
+    GradsWriter* w = g->gw;
+    const int64_t bytes = g->layout.layer_stride * 2;
+    for (;;) {
+        int l, k;
+        int64_t pass;
+        {
+            std::unique_lock<std::mutex> lock(w->mu);
+            w->cv.wait(lock, [w] { return w->quit || w->queued > 0; });
+            if (w->queued == 0) return;
+            l = w->queue_layer[0];
+            k = w->queue_slot[0];
+            pass = w->pass;
+            w->queued--;
+            for (int q = 0; q < w->queued; q++) {
+                w->queue_layer[q] = w->queue_layer[q + 1];
+                w->queue_slot[q] = w->queue_slot[q + 1];
+            }
+        }
+        stream_wait_grads_on_host(&g->stream, l);
+        FAKE_CUDA_HOST_ACCESS(w->buf[k], bytes, false, "the gradient writer reading a layer's gradients");
+        char err[1024];
+        const SsdReq r = ssd_store_write_grads_async(g->ssd, l - g->resident_layers, w->buf[k]);
+        if (ssd_store_wait(g->ssd, r, err, sizeof err) != 0)
+            die_disk("writing the gradients to the SSD tier", err);
+        std::lock_guard<std::mutex> lock(w->mu);
+        w->busy[k] = false;
+        w->written_pass[l] = pass;
+        FAKE_CUDA_HOST_RELEASE(w);
+        w->cv.notify_all();
+    }
+}
+
+// Sends streamed layer l's gradients to the host: the pinned array (in RAM), or with -sd a free ring slot,
+// queued for the writer once the copy is enqueued (its grads_on_host event recorded).
+static void send_layer_grads(GPT* g, int l) {
+    GradsWriter* w = g->gw;
+    if (!w) {
+        stream_send_layer_grads(&g->stream, l);
+        return;
+    }
+    const int k = w->next;
+    w->next = (k + 1) % GRAD_RING;
+    {
+        std::unique_lock<std::mutex> lock(w->mu);
+        w->cv.wait(lock, [w, k] { return !w->busy[k]; });
+        FAKE_CUDA_HOST_ACQUIRE(w);
+        w->busy[k] = true;
+    }
+    stream_send_layer_grads_to(&g->stream, l, w->buf[k]);
+    std::lock_guard<std::mutex> lock(w->mu);
+    w->queue_layer[w->queued] = l;
+    w->queue_slot[w->queued] = k;
+    w->queued++;
+    w->cv.notify_all();
+}
+
 // A disk error during a round: one line, and out at once (the main thread may be inside a step). The
 // store's last checkpoint generation is never written by a round, so the last checkpoint stays intact.
 static void die_disk(const char* what, const char* err) {
@@ -493,6 +571,16 @@ static void ssd_round(GPT* g) {
     int* layers = (int*)malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
     if (!layers) die_disk("the SSD tier's AdamW round", "out of host memory");
     for (int i = 0; i < n; i++) layers[i] = i;
+    {  // the round reads ahead from the grads file: every layer of this pass must be written first
+        GradsWriter* w = g->gw;
+        std::unique_lock<std::mutex> lock(w->mu);
+        const int64_t pass = g->opt->grads_pass;
+        w->cv.wait(lock, [g, w, pass] {
+            for (int l = g->resident_layers; l < g->config.num_layers; l++)
+                if (w->written_pass[l] < pass) return false;
+            return true;
+        });
+    }
     SsdRoundFns fns = {ssd_round_grads, ssd_round_update, ssd_round_bf16_dst, ssd_round_layer_done, g};
     char err[1024];
     if (ssd_store_round(g->ssd, layers, n, &fns, err, sizeof err) != 0)
@@ -548,6 +636,10 @@ static void optimizer_submit(GPT* g, float lr, float grad_scale) {
     o->lr = lr;
     o->grad_scale = grad_scale;
     o->t = ++g->adam_t;
+    if (g->gw) {
+        std::lock_guard<std::mutex> wlock(g->gw->mu);
+        o->grads_pass = g->gw->pass;
+    }
     o->blocks_done = 0;
     o->rounds_submitted++;
     FAKE_CUDA_HOST_RELEASE(o);
@@ -596,6 +688,7 @@ static SsdStoreConfig ssd_store_config(const GPTConfig* c, int resident_layers) 
     sc.num_layers = c->num_layers - resident_layers;
     sc.layer_elems = gpt_layout(c).layer_stride;
     sc.ring = 4;
+    sc.grads_on_disk = 1;  // GradsWriter
     sc.piece_elems = (int64_t)1 << 26;
     const char* e = getenv("SSD_PIECE_ELEMS");
     if (e && atoll(e) > 0) sc.piece_elems = atoll(e);
@@ -616,7 +709,9 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
              "the parameters (fp32 weights, AdamW m and v, bf16 copies: choose a smaller model)");
     const int64_t prefix = p.embed_count + (int64_t)resident_layers * p.layer_stride;
     m.master_adam = (ssd ? prefix : p.total) * 12;
-    m.pinned = stream_host_bytes(c->num_layers, p.layer_stride, p.embed_count);
+    m.pinned = stream_host_bytes(c->num_layers, p.layer_stride, p.embed_count, !ssd);
+    if (ssd)
+        m.pinned += GRAD_RING * (ssd_round_up(p.layer_stride * 2, SSD_ALIGN) + SSD_ALIGN);  // GradsWriter
     if (ssd && resident_layers < c->num_layers) {
         const SsdStoreConfig sc = ssd_store_config(c, resident_layers);
         SsdPlanInput in;
@@ -625,6 +720,7 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
         in.layer_elems = sc.layer_elems;
         in.ring = sc.ring;
         in.piece_elems = sc.piece_elems;
+        in.grads_on_disk = sc.grads_on_disk;
         const SsdPlan sp = ssd_plan(&in);
         m.ssd_ring = sp.host_ring;
         m.ssd_disk = sp.disk_bytes;
@@ -759,7 +855,17 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
         g->backward_order[i] = c->num_layers - 1 - i;
     }
     stream_init(&g->stream, c->num_layers, p->layer_stride, p->embed_count, num_slots, optimizer_block_ready,
-                g);
+                g, !ssd);
+    if (ssd) {  // the gradients' ring; its thread starts once the store is attached (ssd_attach)
+        g->gw = new GradsWriter();
+        const int64_t bytes = ssd_round_up(p->layer_stride * 2, SSD_ALIGN) + SSD_ALIGN;
+        for (int k = 0; k < GRAD_RING; k++) {
+            cudaCheck(cudaMallocHost(&g->gw->raw[k], (size_t)bytes));
+            g->gw->buf[k] = (uint16_t*)(((uintptr_t)g->gw->raw[k] + SSD_ALIGN - 1) / SSD_ALIGN * SSD_ALIGN);
+        }
+        g->gw->written_pass = (int64_t*)calloc((size_t)c->num_layers, sizeof(int64_t));
+        if (!g->gw->written_pass) die("out of host memory");
+    }
     g->gpu_bytes += plan.slots + plan.grad_staging;  // stream_init's
 
     // GPU, from the plan: one allocation per field
@@ -844,6 +950,19 @@ static void gpt_free(GPT* g) {
         g->opt->cv.notify_all();
     }
     g->opt->thread.join();
+    if (g->gw) {
+        if (g->gw->thread.joinable()) {
+            {
+                std::lock_guard<std::mutex> lock(g->gw->mu);
+                g->gw->quit = true;
+                g->gw->cv.notify_all();
+            }
+            g->gw->thread.join();
+        }
+        for (int k = 0; k < GRAD_RING; k++) cudaCheck(cudaFreeHost(g->gw->raw[k]));
+        free(g->gw->written_pass);
+        delete g->gw;
+    }
     // the cuBLAS handle first: it is bound to the compute stream, which stream_free destroys
     cublasCheck(cublasDestroy(cublas_handle));
     cublasCheck(cublasLtDestroy(cublaslt_handle));
@@ -1013,6 +1132,10 @@ static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets,
     head_forward_backward(g, n_micro, s);
 
     // 4. backward, last layer first, last micro-batch first; a streamed layer's gradients go to the host
+    if (g->gw) {  // -sd: this pass's gradients are a new generation of the grads file
+        std::lock_guard<std::mutex> lock(g->gw->mu);
+        g->gw->pass++;
+    }
     stream_begin_pass(&g->stream, g->backward_order, L - R);
     for (int l = L - 1; l >= 0; l--) {
         const bf16* w = layer_acquire(g, l);
@@ -1026,7 +1149,7 @@ static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets,
             layer_release(g, l);
             layer_grads_end(g, l, s);
         }
-        if (l >= R) stream_send_layer_grads(&g->stream, l);
+        if (l >= R) send_layer_grads(g, l);
     }
     embeddings_backward(g, n_micro, s);
 
@@ -1342,9 +1465,8 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "%g)\n"
         "  -sd <dir>   SSD tier: the streamed layers' fp32 weights and AdamW m, v live in files under dir "
         "(an\n"
-        "              NVMe drive; O_DIRECT over io_uring), not in host RAM: 12 bytes per parameter less "
-        "RAM,\n"
-        "              24 bytes per parameter on disk (two generations: checkpoints copy nothing). Measures "
+        "              NVMe drive; O_DIRECT over io_uring), and their bf16 gradients too: 14 bytes per\n"
+        "              parameter less RAM, 26 on disk (two generations: checkpoints copy nothing). Measures "
         "the\n"
         "              disk at start. Resume (-y 1) with the same dir and -R (default off)\n",
         MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->kept,
@@ -1477,7 +1599,9 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
             ga->gpu_gib);
     if (ga->ssd_dir)
         printf(
-            "\ndisk %9.2f GiB in %s: two generations of the streamed layers' fp32 weights, AdamW m and v; "
+            "\ndisk %9.2f GiB in %s: two generations of the streamed layers' fp32 weights, AdamW m and v, "
+            "and their "
+            "bf16 gradients; "
             "per step %.2f GiB read, %.2f GiB written",
             m.ssd_disk / GiB, ga->ssd_dir, m.ssd_read_per_step / GiB, m.ssd_write_per_step / GiB);
     if (ga->ssd_dir) {
@@ -1828,6 +1952,7 @@ static void ssd_attach(Run* r, GPT* g) {
         convert_f32_to_bf16(layer, bf16, p->layer_stride);
     }
     free(layer);
+    g->gw->thread = std::thread(grads_writer_main, g);
     printf("SSD tier: %d layers' fp32 weights and AdamW m, v in %s (%.2f GiB on disk, %s; %s)\n",
            sc.num_layers, dir, r->plan.ssd_disk / GiB, ssd_io_backend(ssd_store_io(g->ssd)),
            resume ? "resumed at its checkpoint" : "created");

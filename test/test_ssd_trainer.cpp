@@ -109,10 +109,9 @@ TEST_F(SsdTrainer, SameTrainingAsInRam) {
 // ssd_store_checkpoint, before DONE: the previous checkpoint must still be whole in DIR).
 TEST_F(SsdTrainer, KillNineThenResumeIsBitForBit) {
     run_in_ram();
-    // 3 streamed layers, whole-layer pieces: 9 chunk writes to create the store and 9 per round; 9 chunk
-    // reads per round and 3 per checkpoint's model file
-    // reads (a step's round, then its checkpoint's model file): 1..9, 10..12 | 13..21, 22..24
-    // | 25..33, 34..36
+    // 3 streamed layers, whole-layer pieces: 9 chunk writes to create the store, then per step 3 of gradients
+    // and 9 in the round; per step 12 chunk reads in the round and 3 for the checkpoint's model file:
+    // writes 1..9 | 10..12, 13..21 | 22..24, 25..33 | ...; reads 1..12, 13..15 | 16..27, 28..30 | 31..42, ...
     const char* points[] = {"1,22,kill", "0,22,kill", "0,34,kill"};
     int k = 0;
     for (const char* point : points) {
@@ -136,13 +135,13 @@ TEST_F(SsdTrainer, KillNineThenResumeIsBitForBit) {
     }
 }
 
-// A disk that fails mid-run (ENOSPC on the 31st chunk written: during the third step's round): one error
+// A disk that fails mid-run (ENOSPC on the 40th chunk written: during the third step's round): one error
 // line, a non-zero exit, and the last checkpoint intact: -y 1 resumes from it and ends as the run in RAM.
 TEST_F(SsdTrainer, DiskFailureLeavesTheLastCheckpoint) {
     run_in_ram();
     const std::string out = dir + "/fail", store = dir + "/fstore";
     {
-        ScopedEnv fault("SSD_FAULT", "1,30,28");
+        ScopedEnv fault("SSD_FAULT", "1,39,28");
         const Result a = run_bin(kEmu, run_args(out, {"-sd", store}));
         EXPECT_FALSE(a.timed_out || a.signal) << a.cmd << " signal " << a.signal;
         EXPECT_EQ(a.code, 1) << a.cmd << "\n" << a.err;
@@ -207,9 +206,9 @@ double number_after(const std::string& text, const std::string& label) {
 
 // -P 1 with -sd, part by part (no GPU, no data): the 100b preset at B 8, T 1024. The host plan drops by the
 // 12 bytes per streamed parameter of the fp32 weights, m and v (their 1144 GiB become the embeddings' 5.29
-// GiB and a 3 GiB ring); the disk holds two generations of them; a step reads and writes one. The gradients
-// and the bf16 copy stay pinned in RAM here (gradients on disk and -sw 1 are not in this trainer yet), so
-// the plan is 388.90 GiB, not the 256 GiB issue 22 aims at.
+// GiB and a 3.5 GiB ring), and the bf16 gradients go to disk through 3 layer buffers: 205 GiB, within the 256
+// GiB of issue 22. The disk holds two generations of the state and one of the gradients; a step reads and
+// writes one generation and the gradients. (The pinned bf16 weights, 190 GiB, stay in RAM: no -sw 1 yet.)
 TEST_F(SsdTrainer, PlanShowsTheSsdTier) {
     const Args plan = {"-e", "100b", "-b", "8", "-t", "1024", "-P", "1", "-i", "none", "-j", "none"};
     const Result ram = run_bin(kEmu, plan);
@@ -217,26 +216,28 @@ TEST_F(SsdTrainer, PlanShowsTheSsdTier) {
     const Result sd = run_bin(kEmu, plan + Args{"-sd", dir + "/store"});
     ASSERT_EQ(sd.code, 0) << sd.err << sd.out;
     EXPECT_DOUBLE_EQ(number_after(ram.out, "\nhost "), 1525.10) << ram.out;
-    EXPECT_DOUBLE_EQ(number_after(sd.out, "\nhost "), 388.90) << sd.out;
+    EXPECT_DOUBLE_EQ(number_after(sd.out, "\nhost "), 205.23) << sd.out;
+    EXPECT_LE(number_after(sd.out, "\nhost "), 256.0) << sd.out;
     EXPECT_DOUBLE_EQ(number_after(sd.out, "fp32 master weights and AdamW m, v "), 5.29) << sd.out;
-    EXPECT_DOUBLE_EQ(number_after(sd.out, "pinned bf16 weights and gradients "), 380.61) << sd.out;
-    EXPECT_DOUBLE_EQ(number_after(sd.out, "the SSD tier's ring "), 3.00) << sd.out;
-    EXPECT_DOUBLE_EQ(number_after(sd.out, "\ndisk "), 2278.39) << sd.out;
-    EXPECT_DOUBLE_EQ(number_after(sd.out, "per step "), 1139.20) << sd.out;
-    EXPECT_DOUBLE_EQ(number_after(sd.out, "GiB read, "), 1139.20) << sd.out;
-    EXPECT_TRUE(has(sd.out, "does NOT fit: ")) << "2278 GiB is more than this disk has\n" << sd.out;
+    EXPECT_DOUBLE_EQ(number_after(sd.out, "pinned bf16 weights and gradients "), 196.44) << sd.out;
+    EXPECT_DOUBLE_EQ(number_after(sd.out, "the SSD tier's ring "), 3.50) << sd.out;
+    EXPECT_DOUBLE_EQ(number_after(sd.out, "\ndisk "), 2468.26) << sd.out;
+    EXPECT_DOUBLE_EQ(number_after(sd.out, "per step "), 1329.06) << sd.out;
+    EXPECT_DOUBLE_EQ(number_after(sd.out, "GiB read, "), 1329.06) << sd.out;
+    EXPECT_TRUE(has(sd.out, "does NOT fit: ")) << "2468 GiB is more than this disk has\n" << sd.out;
     EXPECT_FALSE(has(ram.out, "\ndisk ")) << ram.out;
     // a run whose DIR lacks the space is refused with the numbers, before anything large is allocated
     const Args run = {"-e",  "100b",     "-b", "8",        "-t", "1024", "-M", "100000",
                       "-sd", dir + "/s", "-o", dir + "/o", "-i", kTrain, "-j", kVal};
     EXPECT_TRUE(CleanError(run_bin(kEmu, run),
-                           {"-sd " + dir + "/s: the optimizer state needs 2278.39 GiB on disk", "GiB free"}));
+                           {"-sd " + dir + "/s: the optimizer state needs 2468.26 GiB on disk", "GiB free"}));
 }
 
 // Peak resident memory, measured: the trainer's own figure (getrusage) of a run in RAM and the same run with
 // -sd, on a model whose 400 streamed layers (316 M parameters) dwarf the rest. With -sd the peak is lower
-// by at least 11 bytes per streamed parameter (of the 12 of the fp32 weights, m and v; the rest pays for the
-// ring, one layer buffer at load, and the emulator's staging of the prefix's copies to the GPU).
+// by at least 11 bytes per streamed parameter (of the 14 of the fp32 weights, m, v and the pinned bf16
+// gradients; the rest pays for the ring, one layer buffer at load, and the emulator's staging of the
+// prefix's copies to the GPU).
 TEST_F(SsdTrainer, PeakMemoryDropsByElevenBytesPerStreamedParameter) {
     const Args a = {
         "-e", "L400:C256:NH4:T32", "-b", "1", "-t", "32", "-x", "1", "-v", "0", "-g", "0", "-i", kTrain, "-j",
