@@ -53,7 +53,7 @@
 // between the two leaves both generations valid (the other one is only invalidated by its first write), so
 // either checkpoint can be resumed from.
 //
-// ---- How the trainer calls it (the integration into train_gpt.cu is a later step)
+// ---- How the trainer calls it (train_gpt.cu with -sd: ssd_attach, ssd_round, GradsWriter; -sw 1 not yet)
 //   start:      plan = ssd_plan(...) for -P 1 and the space check; ssd_probe_bandwidth(DIR) for the printout;
 //               st = ssd_store_create(DIR, cfg) then ssd_store_write_layer(l, master, 0, 0) per streamed
 //               layer (a resume: st = ssd_store_open(DIR, cfg, step of the checkpoint)); host RAM keeps the
