@@ -66,8 +66,8 @@ $(BUILD)/hf_logits: test/hf_logits.cpp $(BUILD)/cpu_adam.o $(HEADERS) | $(BUILD)
 $(BUILD)/stream.o: stream.cu stream.h timeline.h cuda_common.h | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-train_gpt: train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard *.cuh)
-	$(NVCC) $(NVCCFLAGS) $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o -o $@ $(CUDA_LIBS)
+train_gpt: train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(HEADERS) $(wildcard *.cuh)
+	$(NVCC) $(NVCCFLAGS) $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ $(CUDA_LIBS) $(URING_LIBS)
 
 # stream.cu's protocol on the CPU: compiled by the host compiler against the CUDA ordering model in
 # test/fake_cuda (found before any real CUDA headers), so it runs in CI without a GPU or nvcc.
@@ -89,8 +89,8 @@ $(BUILD)/test_ssd: test/test_ssd.cpp $(BUILD)/ssd.o $(BUILD)/cpu_adam.o $(HEADER
 $(BUILD)/test_%: test/test_%.cpp $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard dev/data/*.h) test/cli_test_common.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
 
-$(BUILD)/test_%: test/test_%.cu test/gpu_test_common.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard *.cuh) | $(BUILD)
-	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o -o $@ -lgtest -lgtest_main $(CUDA_LIBS)
+$(BUILD)/test_%: test/test_%.cu test/gpu_test_common.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(HEADERS) $(wildcard *.cuh) | $(BUILD)
+	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ -lgtest -lgtest_main $(CUDA_LIBS) $(URING_LIBS)
 
 # The emulated GPU suites: the sources copied with every kernel<<<grid, block, smem, stream>>>(...) launch
 # rewritten to FAKE_LAUNCH(kernel, grid, block, smem, stream)(...) and each __shared__ array cleared to NaN
@@ -106,18 +106,18 @@ $(EMU)/.sources: $(EMU_SOURCES) test/fake_cuda/emu_rewrite.sh | $(BUILD)
 	@for f in $(EMU_SOURCES); do sh test/fake_cuda/emu_rewrite.sh $$f > $(EMU)/$$f || exit 1; done
 	@touch $@
 EMU_FLAGS := -DFAKE_CUDA_DEVICE -DGRID_FOR_CAP=64 -U_FORTIFY_SOURCE -I$(EMU) -Itest/fake_cuda -I.
-$(BUILD)/emu_train_gpt: train_gpt.cu $(EMU)/.sources $(BUILD)/cpu_adam.o $(wildcard test/fake_cuda/*.h) | $(BUILD)
-	$(CXX) $(CXXFLAGS) $(EMU_FLAGS) -x c++ $(EMU)/train_gpt.cu -x c++ $(EMU)/stream.cu -x none $(BUILD)/cpu_adam.o -o $@ $(LDLIBS)
-$(BUILD)/emu_test_%: test/test_%.cu test/gpu_test_common.h $(EMU)/.sources $(BUILD)/cpu_adam.o $(wildcard test/fake_cuda/*.h) | $(BUILD)
-	$(CXX) $(CXXFLAGS) $(EMU_FLAGS) -x c++ $< -x c++ $(EMU)/stream.cu -x none $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
+$(BUILD)/emu_train_gpt: train_gpt.cu $(EMU)/.sources $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(wildcard test/fake_cuda/*.h) | $(BUILD)
+	$(CXX) $(CXXFLAGS) $(EMU_FLAGS) -x c++ $(EMU)/train_gpt.cu -x c++ $(EMU)/stream.cu -x none $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ $(URING_LIBS) $(LDLIBS)
+$(BUILD)/emu_test_%: test/test_%.cu test/gpu_test_common.h $(EMU)/.sources $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(wildcard test/fake_cuda/*.h) | $(BUILD)
+	$(CXX) $(CXXFLAGS) $(EMU_FLAGS) -x c++ $< -x c++ $(EMU)/stream.cu -x none $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ $(GTEST_LIBS) $(URING_LIBS) $(LDLIBS)
 
 # the attention paths, and one layer stage by stage, at the benchmark's shapes (GPU only; built by
 # dev/bench/run_bench.sh and gpu_check.sh, not by `make`)
-$(BUILD)/bench_attention: dev/bench/bench_attention.cu dev/bench/gpu_timing.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard *.cuh)
-	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o -o $@ $(CUDA_LIBS)
+$(BUILD)/bench_attention: dev/bench/bench_attention.cu dev/bench/gpu_timing.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(HEADERS) $(wildcard *.cuh)
+	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ $(CUDA_LIBS) $(URING_LIBS)
 
-$(BUILD)/bench_layer: dev/bench/bench_layer.cu dev/bench/gpu_timing.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard *.cuh)
-	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o -o $@ $(CUDA_LIBS)
+$(BUILD)/bench_layer: dev/bench/bench_layer.cu dev/bench/gpu_timing.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(HEADERS) $(wildcard *.cuh)
+	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ $(CUDA_LIBS) $(URING_LIBS)
 
 $(BUILD)/bench_cpu_adam: dev/bench/bench_cpu_adam.cpp $(BUILD)/cpu_adam.o $(BUILD)/ssd.o cpu_adam.h ssd.h crc32c.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ $(URING_LIBS) $(LDLIBS)

@@ -19,6 +19,12 @@
 
 #define STATE_MAGIC   20241122
 #define STATE_VERSION 2  // 2: the run's hyperparameters in the header; version 1 files are refused
+// 102: train_gpt -sd (the SSD tier, ssd.h): the streamed layers' state is in the run's SsdStore, not here.
+// Version 2's header and data position, then a tail of SSD_TAIL_SLOTS int64 (below), then m and v of the
+// first `prefix` parameters only (the embeddings and the -R layers, which stay in host RAM). (Not 3: a
+// future version 3 of the plain format keeps its number; version 3 files are refused as unknown today.)
+#define STATE_VERSION_SSD 102
+enum { SSD_TAIL_PREFIX, SSD_TAIL_STORE_STEP, SSD_TAIL_STREAMED_LAYERS, SSD_TAIL_RESERVED, SSD_TAIL_SLOTS };
 
 // The 16 int64 of a state file's header. Floats are stored bit-exact (their 32 bits), so a resumed run can
 // tell exactly whether it uses the same values.
@@ -211,14 +217,90 @@ static int checkpoint_verify(const char* dir, int64_t step, int* verified, char*
     return 1;
 }
 
+// train_gpt -sd: the fp32 state of the layers from first_layer on is in an SSD store, not in the caller's
+// arrays (which then hold the first `prefix` parameters only). read_layer gives layer l's fp32 weights.
+typedef struct {
+    int64_t prefix;      // parameters whose master, m, v are in the caller's arrays: embeddings + -R layers
+    int64_t store_step;  // the step of the store's checkpoint generation (= the checkpoint's step)
+    int first_layer;     // the first streamed layer (-R)
+    int (*read_layer)(void* ctx, int layer, float* params, char* err, size_t errlen);
+    void* ctx;
+} StreamedState;
+
+// An llm.c model file (gpt_save_params' format, atomically) whose embeddings and first layers come from
+// `prefix_params` and whose other layers come from ss->read_layer, one layer in RAM at a time: each of a
+// layer's tensors is written at its place in the tensor-major file. The CRC-32C is read back from the file.
+static int save_model_streamed(const char* path, const GPTConfig* cfg, const float* prefix_params,
+                               const StreamedState* ss, uint32_t* crc, char* err, size_t errlen) {
+    const ParamLayout p = gpt_layout(cfg);
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE* f = fopen(tmp, "wb");
+    if (!f) {
+        snprintf(err, errlen, "cannot create %.400s: %.60s", tmp, strerror(errno));
+        return 0;
+    }
+    int header[256] = {0};
+    header[0] = MODEL_MAGIC;
+    header[1] = MODEL_VERSION_FP32;
+    header[2] = cfg->max_seq_len;
+    header[3] = cfg->vocab_size;
+    header[4] = cfg->num_layers;
+    header[5] = cfg->num_heads;
+    header[6] = cfg->channels;
+    header[7] = cfg->padded_vocab_size;
+    errno = 0;
+    int ok = fwrite(header, sizeof(int), 256, f) == 256;
+    // file offset (bytes) of tensor k of file order, layer l
+    int64_t start[16], at = 256 * 4;
+    for (int k = 0; k < 16; k++) {
+        const int is_layer = llmc_file_order[k][0], t = llmc_file_order[k][1];
+        start[k] = at;
+        at += 4 * (is_layer ? p.layer_size[t] * cfg->num_layers : p.embed_size[t]);
+    }
+    float* layer = (float*)malloc((size_t)p.layer_stride * 4);
+    if (!layer) ok = 0;
+    for (int l = -1; l < cfg->num_layers && ok; l++) {  // -1: the embeddings
+        const float* src = l < 0 ? prefix_params : prefix_params + gpt_layer_offset(&p, l);
+        if (l >= ss->first_layer) {
+            if (!ss->read_layer(ss->ctx, l, layer, err, errlen)) {
+                fclose(f);
+                remove(tmp);
+                free(layer);
+                return 0;
+            }
+            src = layer;
+        }
+        for (int k = 0; k < 16 && ok; k++) {
+            const int is_layer = llmc_file_order[k][0], t = llmc_file_order[k][1];
+            if (is_layer != (l >= 0)) continue;
+            const int64_t n = is_layer ? p.layer_size[t] : p.embed_size[t];
+            const int64_t off = is_layer ? start[k] + 4 * (int64_t)l * p.layer_size[t] : start[k];
+            ok = fseeko(f, (off_t)off, SEEK_SET) == 0 &&
+                 (int64_t)fwrite(src + (is_layer ? p.layer_offset[t] : p.embed_offset[t]), 4, (size_t)n, f) ==
+                     n;
+        }
+    }
+    free(layer);
+    int why;
+    if (!finish_atomic_write(f, ok, tmp, path, &why)) {
+        snprintf(err, errlen, "failed writing model file %.400s: %.80s", path,
+                 why ? strerror(why) : "short write");
+        return 0;
+    }
+    int64_t bytes;
+    return file_crc32c(path, &bytes, crc, err, errlen);
+}
+
 // Writes the checkpoint of `step` (adam_t updates applied) into dir: the model file, the state file (m, v,
 // the data position and a's hyperparameters for a run of B x T micro-batches), then DONE with both files'
 // sizes and checksums; then removes what -nk / -nm no longer keep. Exits with one error line on any failure:
 // the checkpoints already there stay valid. Both trainers write this format, so a run moves between them.
 static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const GPTConfig* cfg,
                             const float* master, const float* m, const float* v, const TrainArgs* a, int B,
-                            int T, const DataLoaderState* data_state) {
+                            int T, const DataLoaderState* data_state, const StreamedState* ss = NULL) {
     const int64_t total = gpt_layout(cfg).total;
+    const int64_t in_file = ss ? ss->prefix : total;  // parameters whose m, v the state file holds
     char model[4200], path[4200], tmp[4300], done[4200], err[4352];  // -o is at most 4000 characters
     if (snprintf(model, sizeof model, "%s/model_%08lld.bin", dir, (long long)step) >= (int)sizeof model)
         die("checkpoint path too long in %.200s...", dir);
@@ -234,12 +316,14 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     }
     FileSum sums[2];
     sums[0].bytes = 256 * 4 + total * 4;
-    if (!gpt_save_params(model, cfg, master, err, sizeof err, &sums[0].crc)) die("%s", err);
+    if (ss ? !save_model_streamed(model, cfg, master, ss, &sums[0].crc, err, sizeof err)
+           : !gpt_save_params(model, cfg, master, err, sizeof err, &sums[0].crc))
+        die("%s", err);
     CrcWriter w = {fopen(tmp, "wb"), 0};
     if (!w.f) die("cannot create %s: %s", tmp, strerror(errno));
     int64_t header[ST_HEADER_SLOTS] = {0};
     header[ST_MAGIC] = STATE_MAGIC;
-    header[ST_VERSION] = STATE_VERSION;
+    header[ST_VERSION] = ss ? STATE_VERSION_SSD : STATE_VERSION;
     header[ST_STEP] = step;
     header[ST_PARAMS] = total;
     header[ST_DATA_STATE_BYTES] = (int64_t)sizeof(DataLoaderState);
@@ -255,9 +339,17 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     header[ST_ADAM_T] = adam_t;
     header[ST_LR_SCHEDULE] = a->lr_schedule;
     errno = 0;
+    int64_t tail[SSD_TAIL_SLOTS] = {0};
+    if (ss) {
+        tail[SSD_TAIL_PREFIX] = ss->prefix;
+        tail[SSD_TAIL_STORE_STEP] = ss->store_step;
+        tail[SSD_TAIL_STREAMED_LAYERS] = cfg->num_layers - ss->first_layer;
+    }
     int ok = crc_write(&w, header, sizeof header) && crc_write(&w, data_state, sizeof *data_state) &&
-             crc_write(&w, m, total * 4) && crc_write(&w, v, total * 4);
-    sums[1].bytes = (int64_t)sizeof header + (int64_t)sizeof *data_state + total * 8;
+             (!ss || crc_write(&w, tail, sizeof tail)) && crc_write(&w, m, in_file * 4) &&
+             crc_write(&w, v, in_file * 4);
+    sums[1].bytes =
+        (int64_t)sizeof header + (int64_t)sizeof *data_state + (ss ? (int64_t)sizeof tail : 0) + in_file * 8;
     sums[1].crc = w.crc;
     int why;
     if (!finish_atomic_write(w.f, ok, tmp, path, &why))
@@ -275,6 +367,17 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
 
 // Latest step with a DONE marker in dir (exactly DONE_<digits>, see checkpoint_name_step), or -1.
 static int64_t latest_checkpoint(const char* dir) { return dir_latest_step(dir, "DONE_", "", INT64_MAX); }
+
+// A version 102 (STATE_VERSION_SSD) state file's tail. 0 with err set when it cannot be read.
+static int state_file_ssd_tail(const char* path, int64_t tail[SSD_TAIL_SLOTS], char* err, size_t errlen) {
+    FILE* f = open_regular(path, "optimizer state", err, errlen);
+    if (!f) return 0;
+    const int ok = fseeko(f, ST_HEADER_SLOTS * 8 + (off_t)sizeof(DataLoaderState), SEEK_SET) == 0 &&
+                   read_all(f, tail, SSD_TAIL_SLOTS * 8);
+    fclose(f);
+    if (!ok) snprintf(err, errlen, "optimizer state %.400s: too short for its SSD-tier tail", path);
+    return ok;
+}
 
 // Checks an optimizer state file against a model of `total` parameters without reading the bulk of it (so a
 // bad file is refused before any GPU or large host allocation) and reads its header. 0 with a one-line err.
@@ -299,7 +402,7 @@ static int state_file_check(const char* path, int64_t total, int64_t header[ST_H
                  path, STATE_VERSION);
         return 0;
     }
-    if (header[ST_VERSION] != STATE_VERSION) {
+    if (header[ST_VERSION] != STATE_VERSION && header[ST_VERSION] != STATE_VERSION_SSD) {
         snprintf(err, errlen, "optimizer state %.400s: bad header (version %lld, want %d)", path,
                  (long long)header[ST_VERSION], STATE_VERSION);
         return 0;
@@ -330,7 +433,19 @@ static int state_file_check(const char* path, int64_t total, int64_t header[ST_H
                  (long long)header[ST_LR_SCHEDULE]);
         return 0;
     }
-    const int64_t want = ST_HEADER_SLOTS * 8 + data_bytes + total * 8;
+    int64_t in_file = total, tail_bytes = 0;
+    if (header[ST_VERSION] == STATE_VERSION_SSD) {
+        int64_t tail[SSD_TAIL_SLOTS];
+        if (!state_file_ssd_tail(path, tail, err, errlen)) return 0;
+        in_file = tail[SSD_TAIL_PREFIX];
+        tail_bytes = (int64_t)sizeof tail;
+        if (in_file < 0 || in_file > total || tail[SSD_TAIL_STORE_STEP] != header[ST_STEP]) {
+            snprintf(err, errlen, "optimizer state %.400s: bad SSD-tier tail (prefix %lld, store step %lld)",
+                     path, (long long)in_file, (long long)tail[SSD_TAIL_STORE_STEP]);
+            return 0;
+        }
+    }
+    const int64_t want = ST_HEADER_SLOTS * 8 + data_bytes + tail_bytes + in_file * 8;
     if (size != want) {
         snprintf(err, errlen, "optimizer state %.400s: %lld bytes, expected %lld (truncated or too long)",
                  path, (long long)size, (long long)want);
@@ -422,15 +537,30 @@ static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_st
 
 // Reads a state file (after state_file_check): m and v (total floats each), the data position, the step and
 // the updates applied. Exits on a read failure.
+// A version 102 file (train_gpt -sd) holds m, v of its prefix only: prefix (not NULL) must be that count,
+// else (a trainer holding all the state in RAM) the file is refused.
 static void state_file_read(const char* path, int64_t total, float* m, float* v, DataLoaderState* data_state,
-                            int64_t* step, int64_t* adam_t) {
+                            int64_t* step, int64_t* adam_t, const int64_t* prefix = NULL) {
     *step = check_state_file(path, total);
     char err[4352];
     FILE* f = open_regular(path, "optimizer state", err, sizeof err);
     if (!f) die("%s", err);
-    int64_t header[ST_HEADER_SLOTS];
-    if (!read_all(f, header, sizeof header) || !read_all(f, data_state, sizeof *data_state) ||
-        !read_all(f, m, total * 4) || !read_all(f, v, total * 4))
+    int64_t header[ST_HEADER_SLOTS], tail[SSD_TAIL_SLOTS];
+    int ok = read_all(f, header, sizeof header) && read_all(f, data_state, sizeof *data_state);
+    int64_t in_file = total;
+    if (ok && header[ST_VERSION] == STATE_VERSION_SSD) {
+        ok = read_all(f, tail, sizeof tail);
+        if (ok && !prefix)
+            die("optimizer state %s: its streamed layers' state is in an SSD store (train_gpt -sd): resume "
+                "it "
+                "with train_gpt -sd DIR",
+                path);
+        in_file = tail[SSD_TAIL_PREFIX];
+    }
+    if (prefix && in_file != *prefix)
+        die("internal: state file %s holds the state of %lld parameters, %lld expected", path,
+            (long long)in_file, (long long)*prefix);
+    if (!ok || !read_all(f, m, in_file * 4) || !read_all(f, v, in_file * 4))
         die("optimizer state %s: read failed", path);
     fclose(f);
     *adam_t = header[ST_ADAM_T] > 0 ? header[ST_ADAM_T] : *step;

@@ -755,7 +755,7 @@ static inline int hf_read_config(const char* path, GPTConfig* cfg, char* err, si
 // gpt_load_params for a Hugging Face checkpoint: fp32 (F16, BF16 widen exactly), transposed back.
 // A saved lm_head.weight must equal wte, else the checkpoint is refused.
 static inline int hf_load_params(const char* path, const GPTConfig* cfg, float* params, char* err,
-                                 size_t errlen) {
+                                 size_t errlen, int64_t lo, int64_t hi) {
     HfCheckpoint ck;
     GPTConfig c2;
     if (!hf_open(path, &ck, err, errlen) || !hf_config_to_gpt(&ck, &c2, err, errlen)) return 0;
@@ -770,7 +770,9 @@ static inline int hf_load_params(const char* path, const GPTConfig* cfg, float* 
     std::vector<float> tmp;
     std::vector<uint16_t> half;
     int quarter = 0;
+    params -= lo;  // a window [lo, hi): params points at element lo (gpt_load_params)
     for (const auto& pl : hf_tensor_places(cfg)) {
+        if (pl.dst < lo || pl.dst >= hi) continue;
         const StTensor* t = hf_find(&ck, pl.name);
         float* dst = params + pl.dst;
         if (pl.transposed) {
@@ -782,6 +784,7 @@ static inline int hf_load_params(const char* path, const GPTConfig* cfg, float* 
         read_progress("loading", path, done, total, &quarter);
     }
     const int64_t real = (int64_t)cfg->vocab_size * cfg->channels;
+    if (lo > p.embed_offset[WTE] || hi <= p.embed_offset[WTE]) return 1;  // the window holds no wte
     memset(params + p.embed_offset[WTE] + real, 0, sizeof(float) * (size_t)(p.embed_size[WTE] - real));
     if (const StTensor* head = hf_find(&ck, "lm_head.weight")) {
         if (head->shape.size() != 2 || head->shape[0] != cfg->vocab_size || head->shape[1] != cfg->channels) {

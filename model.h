@@ -174,9 +174,10 @@ static inline void fill_const(float* x, int64_t n, float v) {
 
 // GPT-2 init: weights N(0, 0.02), residual projections (attprojw, fcprojw) scaled by 1/sqrt(2L),
 // LayerNorm weights 1, biases 0. Padded vocab rows of wte are zero (they are never a target).
-static inline void gpt_init_params(const GPTConfig* c, float* params, uint64_t seed) {
+// The embedding block alone (params: the whole array, or just its first embed_count floats).
+static inline void gpt_init_embeddings(const GPTConfig* c, float* params, uint64_t seed) {
     ParamLayout p = gpt_layout(c);
-    const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * c->num_layers);
+    const float std = 0.02f;
     float* e = params;
     fill_normal(e + p.embed_offset[WTE], (int64_t)c->vocab_size * c->channels, std, seed, 1);
     fill_const(e + p.embed_offset[WTE] + (int64_t)c->vocab_size * c->channels,
@@ -184,17 +185,25 @@ static inline void gpt_init_params(const GPTConfig* c, float* params, uint64_t s
     fill_normal(e + p.embed_offset[WPE], p.embed_size[WPE], std, seed, 2);
     fill_const(e + p.embed_offset[LNFW], p.embed_size[LNFW], 1.0f);
     fill_const(e + p.embed_offset[LNFB], p.embed_size[LNFB], 0.0f);
-    for (int l = 0; l < c->num_layers; l++) {
-        float* base = params + gpt_layer_offset(&p, l);
-        for (int t = 0; t < NUM_LAYER_TENSORS; t++) {
-            float* x = base + p.layer_offset[t];
-            int64_t n = p.layer_size[t];
-            uint64_t stream = 100 + (uint64_t)l * NUM_LAYER_TENSORS + t;
-            if (t == LN1W || t == LN2W) fill_const(x, n, 1.0f);
-            else if (!layer_tensor_is_matrix[t]) fill_const(x, n, 0.0f);
-            else fill_normal(x, n, (t == ATTPROJW || t == FCPROJW) ? resid_std : std, seed, stream);
-        }
+}
+// Layer l alone into `base` (layer_stride floats): the same bits as gpt_init_params gives it, so a trainer
+// whose layers live elsewhere (the SSD tier) initializes one layer at a time.
+static inline void gpt_init_layer(const GPTConfig* c, int l, float* base, uint64_t seed) {
+    ParamLayout p = gpt_layout(c);
+    const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * c->num_layers);
+    for (int t = 0; t < NUM_LAYER_TENSORS; t++) {
+        float* x = base + p.layer_offset[t];
+        int64_t n = p.layer_size[t];
+        uint64_t stream = 100 + (uint64_t)l * NUM_LAYER_TENSORS + t;
+        if (t == LN1W || t == LN2W) fill_const(x, n, 1.0f);
+        else if (!layer_tensor_is_matrix[t]) fill_const(x, n, 0.0f);
+        else fill_normal(x, n, (t == ATTPROJW || t == FCPROJW) ? resid_std : std, seed, stream);
     }
+}
+static inline void gpt_init_params(const GPTConfig* c, float* params, uint64_t seed) {
+    ParamLayout p = gpt_layout(c);
+    gpt_init_embeddings(c, params, seed);
+    for (int l = 0; l < c->num_layers; l++) gpt_init_layer(c, l, params + gpt_layer_offset(&p, l), seed);
 }
 
 // ----------------------------------------------------------------------------
@@ -227,7 +236,7 @@ static const int llmc_file_order[16][2] = {
 static inline int hf_is_checkpoint(const char* path);
 static inline int hf_read_config(const char* path, GPTConfig* cfg, char* err, size_t errlen);
 static inline int hf_load_params(const char* path, const GPTConfig* cfg, float* params, char* err,
-                                 size_t errlen);
+                                 size_t errlen, int64_t lo = 0, int64_t hi = INT64_MAX);
 
 // Reads the header and checks the file size against it (so a truncated file fails here, before a trainer
 // allocates or initializes anything). Returns 0 with a one-line reason in err on any problem.
@@ -286,9 +295,11 @@ static inline int gpt_read_header(const char* path, GPTConfig* cfg, char* err, s
 
 // Loads parameters into `params` (layout total elements, allocated by the caller after gpt_read_header).
 // A version 5 file's bf16 values become the fp32 weights they stand for (bits << 16: exact).
+// A window [lo, hi) of the layout (whole blocks: the embeddings [0, embed_count), or layers) loads only the
+// tensors inside it, params pointing at element lo: the SSD tier loads a model one layer at a time.
 static inline int gpt_load_params(const char* path, const GPTConfig* cfg, float* params, char* err,
-                                  size_t errlen) {
-    if (hf_is_checkpoint(path)) return hf_load_params(path, cfg, params, err, errlen);
+                                  size_t errlen, int64_t lo = 0, int64_t hi = INT64_MAX) {
+    if (hf_is_checkpoint(path)) return hf_load_params(path, cfg, params, err, errlen, lo, hi);
     ParamLayout p = gpt_layout(cfg);
     FILE* f = fopen(path, "rb");
     if (!f) {
@@ -306,18 +317,21 @@ static inline int gpt_load_params(const char* path, const GPTConfig* cfg, float*
                  (long long)bytes, (long long)want);
         return 0;
     }
-    fseeko(f, 256 * 4, SEEK_SET);
+    const int whole = lo == 0 && hi >= p.total;
     int ok = 1, quarter = 0;
     int64_t done = 256 * 4;
     for (int k = 0; k < 16 && ok; k++) {
         int is_layer = llmc_file_order[k][0], t = llmc_file_order[k][1];
         int reps = is_layer ? cfg->num_layers : 1;
         for (int l = 0; l < reps && ok; l++) {
-            float* dst =
-                is_layer ? params + gpt_layer_offset(&p, l) + p.layer_offset[t] : params + p.embed_offset[t];
+            const int64_t at = is_layer ? gpt_layer_offset(&p, l) + p.layer_offset[t] : p.embed_offset[t];
+            float* dst = params + (at - lo);
             int64_t n = is_layer ? p.layer_size[t] : p.embed_size[t];
+            const int64_t file_at = done;
             done += n * (is_bf16 ? 2 : 4);
-            read_progress("loading model file", path, done, bytes, &quarter);
+            if (at < lo || at >= hi) continue;
+            if (fseeko(f, (off_t)file_at, SEEK_SET) != 0) ok = 0;
+            if (whole) read_progress("loading model file", path, done, bytes, &quarter);
             if (!is_bf16) {
                 ok = (int64_t)fread(dst, sizeof(float), (size_t)n, f) == n;
                 continue;

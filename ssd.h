@@ -53,7 +53,7 @@
 // between the two leaves both generations valid (the other one is only invalidated by its first write), so
 // either checkpoint can be resumed from.
 //
-// ---- How the trainer calls it (the integration into train_gpt.cu is a later step)
+// ---- How the trainer calls it (train_gpt.cu with -sd: ssd_attach, ssd_round, GradsWriter; -sw 1 not yet)
 //   start:      plan = ssd_plan(...) for -P 1 and the space check; ssd_probe_bandwidth(DIR) for the printout;
 //               st = ssd_store_create(DIR, cfg) then ssd_store_write_layer(l, master, 0, 0) per streamed
 //               layer (a resume: st = ssd_store_open(DIR, cfg, step of the checkpoint)); host RAM keeps the
@@ -178,8 +178,8 @@ int64_t ssd_store_bf16_layer_bytes(const SsdStore* st);
 
 // Synchronous whole-layer transfers through the ring (any alignment of the caller's arrays), for the initial
 // state, a resume that loads the state, exporting a model file, and tests. write_layer writes into the write
-// generation (bf16 = bf16(params) too with with_bf16); read_layer reads the newest state; NULL
-// arrays are skipped.
+// generation (bf16 = bf16(params) too with with_bf16; m or v NULL: zeros, a fresh state); read_layer reads
+// the newest state, skipping NULL arrays.
 int ssd_store_write_layer(SsdStore* st, int layer, const float* params, const float* m, const float* v,
                           char* err, size_t errlen);
 int ssd_store_read_layer(SsdStore* st, int layer, float* params, float* m, float* v, uint16_t* bf16,

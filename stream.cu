@@ -24,16 +24,16 @@ static void* device_alloc(int64_t bytes, const char* what) {
     return p;
 }
 
-int64_t stream_host_bytes(int num_layers, int64_t layer_stride, int64_t embed_count) {
+int64_t stream_host_bytes(int num_layers, int64_t layer_stride, int64_t embed_count, bool host_grads) {
     const int64_t total = embed_count + (int64_t)num_layers * layer_stride;
-    return total * 2 + (int64_t)num_layers * layer_stride * 2;
+    return total * 2 + (host_grads ? (int64_t)num_layers * layer_stride * 2 : 0);
 }
 int64_t stream_gpu_bytes(int64_t layer_stride, int num_slots) {
     return (int64_t)num_slots * layer_stride * 2 + 2 * layer_stride * 2;
 }
 
 void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t embed_count, int num_slots,
-                 HostReadyFn host_ready, void* host_ready_ctx) {
+                 HostReadyFn host_ready, void* host_ready_ctx, bool host_grads) {
     memset(ws, 0, sizeof *ws);
     if (num_slots < 2 || num_slots > MAX_SLOTS) {
         // 2 is the minimum for overlap: one slot computes while the next layer lands in the other.
@@ -48,8 +48,9 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
     const int64_t total = embed_count + (int64_t)num_layers * layer_stride;
 
     ws->weights_host_bf16 = (uint16_t*)pinned_alloc(total * 2, "the bf16 weights");
-    ws->grads_host_bf16 =
-        (uint16_t*)pinned_alloc((int64_t)num_layers * layer_stride * 2, "the layer gradients");
+    if (host_grads)
+        ws->grads_host_bf16 =
+            (uint16_t*)pinned_alloc((int64_t)num_layers * layer_stride * 2, "the layer gradients");
 
     ws->slots = (bf16*)device_alloc((int64_t)num_slots * layer_stride * 2, "the weight slots");
     for (int k = 0; k < 2; k++)
@@ -93,7 +94,7 @@ void stream_free(WeightStream* ws) {
     cudaCheck(cudaStreamDestroy(ws->d2h));
     cudaCheck(cudaFree(ws->slots));
     cudaCheck(cudaFreeHost(ws->weights_host_bf16));
-    cudaCheck(cudaFreeHost(ws->grads_host_bf16));
+    if (ws->grads_host_bf16) cudaCheck(cudaFreeHost(ws->grads_host_bf16));
     free(ws->grads_on_host);
     free(ws->schedule);
     memset(ws, 0, sizeof *ws);
@@ -205,14 +206,17 @@ bf16* stream_grad_staging(WeightStream* ws) {
 }
 
 void stream_send_layer_grads(WeightStream* ws, int l) {
+    stream_send_layer_grads_to(ws, l, ws->grads_host_bf16 + (int64_t)l * ws->layer_stride);
+}
+
+void stream_send_layer_grads_to(WeightStream* ws, int l, uint16_t* host_dst) {
     const int k = ws->staging_next;
     ws->staging_next ^= 1;
     const int64_t bytes = ws->layer_stride * 2;
     cudaCheck(cudaEventRecord(ws->compute_mark, ws->compute));
     cudaCheck(cudaStreamWaitEvent(ws->d2h, ws->compute_mark, 0));
     const int span = timeline_begin(ws->timeline, TRACK_D2H, "grads", l, ws->d2h);
-    cudaCheck(cudaMemcpyAsync(ws->grads_host_bf16 + (int64_t)l * ws->layer_stride, ws->grad_staging[k],
-                              (size_t)bytes, cudaMemcpyDeviceToHost, ws->d2h));
+    cudaCheck(cudaMemcpyAsync(host_dst, ws->grad_staging[k], (size_t)bytes, cudaMemcpyDeviceToHost, ws->d2h));
     timeline_end(ws->timeline, span, ws->d2h);
     cudaCheck(cudaEventRecord(ws->staging_free[k], ws->d2h));
     cudaCheck(cudaEventRecord(ws->grads_on_host[l], ws->d2h));

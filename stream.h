@@ -9,6 +9,8 @@
 //   slot_free[s]   (compute) : the last kernel reading slot s is done  -> h2d waits before overwriting it
 //   staging_free[k] (d2h)    : gradient staging buffer k is on the host -> compute waits before refilling it
 //   grads_on_host[l] (d2h)   : layer l's gradients are in host memory   -> the CPU AdamW thread waits on it
+//                              (train_gpt -sd: its gradient writer, which then writes them to disk and frees
+//                              the pinned ring slot they arrived in: stream_send_layer_grads_to)
 // The embeddings (wte, wpe, final LayerNorm) and any GPU-resident layers (-R) are not streamed: they stay on
 // the GPU (train_gpt.cu), and a pass's `order` lists only the streamed layers.
 #pragma once
@@ -33,7 +35,9 @@ typedef struct {
     uint16_t* weights_host_bf16;  // [embeddings | layer 0 | ... | layer L-1], written by the CPU AdamW; laid
                                   // out like the fp32 master weights (the embedding part is only used to load
                                   // them: the embeddings live and are updated on the GPU, train_gpt.cu)
-    uint16_t* grads_host_bf16;    // L * layer_stride: each layer's gradient, sent once per step
+    uint16_t* grads_host_bf16;    // L * layer_stride: each layer's gradient, sent once per step (NULL when
+                                  // stream_init was told host_grads = false: the caller gives each layer's
+                                  // destination to stream_send_layer_grads_to, e.g. train_gpt -sd's ring)
 
     // GPU
     bf16* slots;                 // num_slots * layer_stride: the weights of the layers in flight
@@ -65,10 +69,10 @@ typedef struct {
 // Allocates the pinned host buffers (the caller fills weights_host_bf16), the GPU slots and staging, the
 // streams and events. Exits with a one-line error if an allocation fails.
 void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t embed_count, int num_slots,
-                 HostReadyFn host_ready, void* host_ready_ctx);
+                 HostReadyFn host_ready, void* host_ready_ctx, bool host_grads = true);
 void stream_free(WeightStream* ws);
 // Bytes of pinned host memory and of GPU memory stream_init will allocate (for the fit check before it).
-int64_t stream_host_bytes(int num_layers, int64_t layer_stride, int64_t embed_count);
+int64_t stream_host_bytes(int num_layers, int64_t layer_stride, int64_t embed_count, bool host_grads = true);
 int64_t stream_gpu_bytes(int64_t layer_stride, int num_slots);
 
 // A pass visits layers in `order` (forward: 0..L-1, backward: L-1..0). Starts copying the first
@@ -89,5 +93,8 @@ void stream_invalidate(WeightStream* ws);
 // stream, then send it: the copy to grads_host_bf16[l] runs on the d2h stream.
 bf16* stream_grad_staging(WeightStream* ws);
 void stream_send_layer_grads(WeightStream* ws, int l);
+// The same into host_dst (pinned, layer_stride bf16): the event protocol is unchanged (grads_on_host[l] once
+// it is there); the caller must not reuse host_dst before that event and its own use of the data.
+void stream_send_layer_grads_to(WeightStream* ws, int l, uint16_t* host_dst);
 // Blocks the calling (optimizer) thread until layer l's gradients are in host memory.
 void stream_wait_grads_on_host(WeightStream* ws, int l);

@@ -12,7 +12,19 @@
 //   5. the one synchronization: loss and gradient norm
 //   6. AdamW on a CPU thread, layer by layer, while the next step's forward pass already runs
 // Not here: kernels (kernels.cuh, flash_attention.cuh), cuBLAS calls (matmul.cuh, attention.cuh), host<->GPU
-// copies (stream.cu), AdamW math (cpu_adam.cpp), the CPU reference model (gpt2_cpu.h).
+// copies (stream.cu), AdamW math (cpu_adam.cpp), the CPU reference model (gpt2_cpu.h), disk I/O (ssd.cpp).
+//
+// The SSD tier (-sd DIR, issue 22; ssd.h): the fp32 master weights and AdamW m, v of the streamed layers
+// R..L-1 live in an SsdStore under DIR (store layer i = layer R + i). The host arrays master / adam_m /
+// adam_v then hold the resident prefix only (embeddings and -R layers: resident_count floats); nothing on
+// the host ever holds a streamed layer's fp32 state beyond the store's ring and one layer-sized buffer at
+// load and checkpoint time. Step 6 becomes ssd_store_round (read ahead, update, write behind), with the
+// same update and the same per-layer hand-off to the next forward pass. Checkpoints: ssd_store_checkpoint
+// (two generations in DIR, no copy), then the state file (version 102: "streamed state in DIR at step S",
+// m, v of the prefix only) and model_S.bin, which is read layer by layer from the store: that model file is
+// the one extra copy of the weights on disk (so export_hf and -e keep working). DONE last, as always.
+// The streamed layers' bf16 gradients go to DIR too (GradsWriter: a ring of 3 pinned layer buffers instead
+// of a pinned array of all layers); the pinned bf16 weights of all layers stay in host RAM (-sw 1: not yet).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -23,6 +35,7 @@
 #include <sys/mman.h>
 #include <stdarg.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 #include "adamw.h"        // defines: adamw_layer_block_bf16grad, clip_scale, ADAMW_BETA1, ADAMW_EPS
 #include "args.h"         // defines: TrainArgs, train_args_defaults, train_usage, parse_train_arg, help_flag
@@ -39,6 +52,7 @@
 #include "run_dir.h"      // defines: lock_output_dir
 #include "sampler.h"      // defines: random_u64, random_f32, sample_softmax, print_sample_token
 #include "schedulers.h"   // defines: learning_rate_at
+#include "ssd.h"          // defines: SsdStore, ssd_store_round, ssd_store_checkpoint, ssd_plan (-sd)
 #include "stop_signal.h"  // defines: stop_signal_install, stop_if_signalled
 #include "stream.h"       // defines: WeightStream, stream_wait_layer, stream_release_layer
 #include "timeline.h"     // defines: Timeline, timeline_begin, timeline_end, timeline_summarize (-Y 1)
@@ -209,10 +223,31 @@ typedef struct {
     int blocks_done;  // of the round in progress
     bool quit;
     float lr, grad_scale;
-    int64_t t;  // AdamW step, 1-based
+    int64_t t;           // AdamW step, 1-based
+    int64_t grads_pass;  // -sd: the backward pass whose gradients this round reads (GradsWriter)
     double last_round_seconds;
     double *block_t0, *block_t1;  // host clock at the start / end of each layer of the last round (timeline)
 } Optimizer;
+
+// -sd: the streamed layers' bf16 gradients go to the store's grads file (ssd_store_write_grads_async) through
+// GRAD_RING pinned, 4096-aligned layer buffers instead of a pinned array of all layers. The main thread sends
+// layer l into ring slot k once the writer thread has written the slot's previous layer to disk; the writer
+// waits for grads_on_host[l] (stream.h), writes, then frees the slot and marks l written for this pass; the
+// round reads l from the file once it is marked (ssd_round_grads).
+#define GRAD_RING 3
+typedef struct {
+    std::thread thread;
+    std::mutex mu;
+    std::condition_variable cv;
+    uint16_t* buf[GRAD_RING];  // 4096-aligned views into raw[k]
+    void* raw[GRAD_RING];
+    bool busy[GRAD_RING];                                       // sent and not yet written to disk
+    int next;                                                   // the slot of the next send
+    int queue_layer[GRAD_RING], queue_slot[GRAD_RING], queued;  // sends the writer has yet to take, in order
+    int64_t* written_pass;  // per layer: the backward pass whose gradients the grads file holds
+    int64_t pass;           // backward passes so far
+    bool quit;
+} GradsWriter;
 
 struct GPT {
     GPTConfig config;
@@ -258,10 +293,13 @@ struct GPT {
     double last_norm;  // gradient norm of the last step
     OutlierWindow loss_window, norm_window;  // -sl / -sg
     char skipped[96];                        // why the last step updated nothing (-sl / -sg), or ""
-    int64_t gpu_bytes;    // every byte this trainer allocated on the GPU (the "peak GPU" figure)
-    int* forward_order;   // R, R+1, ..., L-1: the streamed layers in the order of a forward pass
-    int* backward_order;  // L-1, ..., R
-    Timeline* timeline;   // NULL unless -Y 1
+    int64_t gpu_bytes;         // every byte this trainer allocated on the GPU (the "peak GPU" figure)
+    SsdStore* ssd;             // -sd: the streamed layers' fp32 state (NULL: in the host arrays)
+    GradsWriter* gw;           // -sd: the gradients' way to disk (NULL without -sd)
+    int64_t host_state_count;  // floats in master / adam_m / adam_v: all, or the prefix with -sd
+    int* forward_order;        // R, R+1, ..., L-1: the streamed layers in the order of a forward pass
+    int* backward_order;       // L-1, ..., R
+    Timeline* timeline;        // NULL unless -Y 1
 };
 
 static inline bf16* layer_input(GPT* g, int l, int mb) {
@@ -409,6 +447,147 @@ static void adamw_layer(GPT* g, int l) {
     adamw_layer_block_bf16grad(p, g->master + off, grads, g->adam_m + off, g->adam_v + off, bf16_out, &args);
 }
 
+// The round's callbacks with -sd (ssd.h SsdRoundFns): store layer i is layer R + i.
+static const uint16_t* ssd_round_grads(void* ctx, int i) {
+    GPT* g = (GPT*)ctx;
+    g->opt->block_t0[g->resident_layers + i] = timeline_now();
+    return NULL;  // grads_on_disk: in the grads file, all of them before the round began (ssd_round)
+}
+static void ssd_round_update(void* ctx, int i, int64_t off, int64_t n, float* params, const uint16_t* grads,
+                             float* m, float* v, uint16_t* bf16_out) {
+    GPT* g = (GPT*)ctx;
+    Optimizer* o = g->opt;
+    const AdamWArgs args = {o->lr,         ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, g->args.weight_decay,
+                            o->grad_scale, o->t};
+    const ParamLayout* p = &g->layout;
+    adamw_tensors_window_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_tensor_is_matrix,
+                                  off, n, params, grads, m, v, bf16_out, &args);
+}
+static uint16_t* ssd_round_bf16_dst(void* ctx, int i) {
+    GPT* g = (GPT*)ctx;
+    uint16_t* dst = g->stream.weights_host_bf16 + gpt_layer_offset(&g->layout, g->resident_layers + i);
+    FAKE_CUDA_HOST_ACCESS(dst, g->layout.layer_stride * 2, true, "the CPU AdamW writing a layer's bf16 copy");
+    return dst;
+}
+// Layer l is updated: what the in-RAM loop does after adamw_layer (the stream's host-ready protocol).
+static void optimizer_layer_done(GPT* g, int l) {
+    Optimizer* o = g->opt;
+    std::lock_guard<std::mutex> lock(o->mu);
+    o->block_t1[l] = timeline_now();
+    o->blocks_done = l + 1;
+    FAKE_CUDA_HOST_RELEASE(o);
+    o->cv.notify_all();
+}
+static void ssd_round_layer_done(void* ctx, int i) {
+    GPT* g = (GPT*)ctx;
+    optimizer_layer_done(g, g->resident_layers + i);
+}
+
+// -sd, the writer thread: each sent layer's gradients, once on the host, into the store's grads file.
+static void die_disk(const char* what, const char* err);
+static void grads_writer_main(GPT* g) {
+    GradsWriter* w = g->gw;
+    const int64_t bytes = g->layout.layer_stride * 2;
+    for (;;) {
+        int l, k;
+        int64_t pass;
+        {
+            std::unique_lock<std::mutex> lock(w->mu);
+            w->cv.wait(lock, [w] { return w->quit || w->queued > 0; });
+            if (w->queued == 0) return;
+            l = w->queue_layer[0];
+            k = w->queue_slot[0];
+            pass = w->pass;
+            w->queued--;
+            for (int q = 0; q < w->queued; q++) {
+                w->queue_layer[q] = w->queue_layer[q + 1];
+                w->queue_slot[q] = w->queue_slot[q + 1];
+            }
+        }
+        stream_wait_grads_on_host(&g->stream, l);
+        FAKE_CUDA_HOST_ACCESS(w->buf[k], bytes, false, "the gradient writer reading a layer's gradients");
+        char err[1024];
+        const SsdReq r = ssd_store_write_grads_async(g->ssd, l - g->resident_layers, w->buf[k]);
+        if (ssd_store_wait(g->ssd, r, err, sizeof err) != 0)
+            die_disk("writing the gradients to the SSD tier", err);
+        std::lock_guard<std::mutex> lock(w->mu);
+        w->busy[k] = false;
+        w->written_pass[l] = pass;
+        FAKE_CUDA_HOST_RELEASE(w);
+        w->cv.notify_all();
+    }
+}
+
+// Sends streamed layer l's gradients to the host: the pinned array (in RAM), or with -sd a free ring slot,
+// queued for the writer once the copy is enqueued (its grads_on_host event recorded).
+static void send_layer_grads(GPT* g, int l) {
+    GradsWriter* w = g->gw;
+    if (!w) {
+        stream_send_layer_grads(&g->stream, l);
+        return;
+    }
+    const int k = w->next;
+    w->next = (k + 1) % GRAD_RING;
+    {
+        std::unique_lock<std::mutex> lock(w->mu);
+        w->cv.wait(lock, [w, k] { return !w->busy[k]; });
+        FAKE_CUDA_HOST_ACQUIRE(w);
+        w->busy[k] = true;
+    }
+    stream_send_layer_grads_to(&g->stream, l, w->buf[k]);
+    std::lock_guard<std::mutex> lock(w->mu);
+    w->queue_layer[w->queued] = l;
+    w->queue_slot[w->queued] = k;
+    w->queued++;
+    w->cv.notify_all();
+}
+
+// A disk error during a round: one line, and out at once (the main thread may be inside a step). The
+// store's last checkpoint generation is never written by a round, so the last checkpoint stays intact.
+static void die_disk(const char* what, const char* err) {
+    fflush(stdout);
+    fprintf(stderr, "error: %s: %s (the last complete checkpoint is intact: resume with -y 1)\n", what, err);
+    fflush(stderr);
+    _exit(1);
+}
+
+// Test hook: env SSD_FAULT="WRITE,AFTER,ERRNO" (ssd_io_set_fault: the AFTER+1-th chunk written (WRITE 1) or
+// read (0) from the store's opening on fails with ERRNO, 0 = a short transfer; ERRNO "kill": the process
+// kills itself there, a crash between two writes). Unset: nothing.
+static void ssd_set_fault_from_env(SsdStore* st) {
+    const char* e = getenv("SSD_FAULT");
+    if (!e || !e[0]) return;
+    int write = 0;
+    long long after = 0;
+    char what[16] = "";
+    if (sscanf(e, "%d,%lld,%15s", &write, &after, what) != 3) die("SSD_FAULT=%s: want WRITE,AFTER,ERRNO", e);
+    const int kill = strcmp(what, "kill") == 0;
+    ssd_io_set_fault(ssd_store_io(st), write, after, kill ? 0 : atoi(what), kill);
+}
+
+// One round over the streamed layers' state in the SSD store (-sd).
+static void ssd_round(GPT* g) {
+    const int n = g->config.num_layers - g->resident_layers;
+    int* layers = (int*)malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+    if (!layers) die_disk("the SSD tier's AdamW round", "out of host memory");
+    for (int i = 0; i < n; i++) layers[i] = i;
+    {  // the round reads ahead from the grads file: every layer of this pass must be written first
+        GradsWriter* w = g->gw;
+        std::unique_lock<std::mutex> lock(w->mu);
+        const int64_t pass = g->opt->grads_pass;
+        w->cv.wait(lock, [g, w, pass] {
+            for (int l = g->resident_layers; l < g->config.num_layers; l++)
+                if (w->written_pass[l] < pass) return false;
+            return true;
+        });
+    }
+    SsdRoundFns fns = {ssd_round_grads, ssd_round_update, ssd_round_bf16_dst, ssd_round_layer_done, g};
+    char err[1024];
+    if (ssd_store_round(g->ssd, layers, n, &fns, err, sizeof err) != 0)
+        die_disk("the SSD tier's AdamW round", err);
+    free(layers);
+}
+
 static void optimizer_thread_main(GPT* g) {
     Optimizer* o = g->opt;
     for (;;) {
@@ -419,16 +598,12 @@ static void optimizer_thread_main(GPT* g) {
             FAKE_CUDA_HOST_ACQUIRE(o);
         }
         auto t0 = std::chrono::steady_clock::now();
-        for (int l = g->resident_layers; l < g->config.num_layers; l++) {
+        if (g->ssd) ssd_round(g);
+        for (int l = g->resident_layers; l < g->config.num_layers && !g->ssd; l++) {
             stream_wait_grads_on_host(&g->stream, l);
-            const double b0 = timeline_now();
+            o->block_t0[l] = timeline_now();
             adamw_layer(g, l);
-            std::lock_guard<std::mutex> lock(o->mu);
-            o->block_t0[l] = b0;
-            o->block_t1[l] = timeline_now();
-            o->blocks_done = l + 1;
-            FAKE_CUDA_HOST_RELEASE(o);
-            o->cv.notify_all();
+            optimizer_layer_done(g, l);
         }
         std::lock_guard<std::mutex> lock(o->mu);
         o->last_round_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -461,6 +636,10 @@ static void optimizer_submit(GPT* g, float lr, float grad_scale) {
     o->lr = lr;
     o->grad_scale = grad_scale;
     o->t = ++g->adam_t;
+    if (g->gw) {
+        std::lock_guard<std::mutex> wlock(g->gw->mu);
+        o->grads_pass = g->gw->pass;
+    }
     o->blocks_done = 0;
     o->rounds_submitted++;
     FAKE_CUDA_HOST_RELEASE(o);
@@ -478,8 +657,11 @@ static void optimizer_submit(GPT* g, float lr, float grad_scale) {
 typedef struct {
     int64_t resident_count;  // parameters that live on the GPU: the embeddings and the first R layers
     // host
-    int64_t master_adam;  // fp32 master weights, AdamW m and v (12 bytes per parameter)
+    int64_t master_adam;  // fp32 master weights, AdamW m and v (12 bytes per parameter; -sd: the prefix's)
     int64_t pinned;       // bf16 weights and layer gradients (stream_host_bytes)
+    int64_t ssd_ring;     // -sd: the store's ring of piece buffers
+    int64_t ssd_disk;     // -sd: the store's files in DIR (not host memory)
+    int64_t ssd_read_per_step, ssd_write_per_step;  // -sd: disk traffic of one step (ssd_plan)
     // GPU
     int64_t embeddings;       // embeddings with their AdamW state (RESIDENT_BYTES_PER_PARAM each)
     int64_t resident_layer;   // one -R layer with its AdamW state
@@ -498,20 +680,54 @@ typedef struct {
     int64_t host_bytes, gpu_bytes;  // the sums
 } MemoryPlan;
 
+// The SSD store of a run with -sd: layers R..L-1, whole layers or pieces of at most 64 Mi parameters (env
+// SSD_PIECE_ELEMS overrides: the tests cut small layers into pieces), a ring of 4 pieces.
+static SsdStoreConfig ssd_store_config(const GPTConfig* c, int resident_layers) {
+    SsdStoreConfig sc;
+    memset(&sc, 0, sizeof sc);
+    sc.num_layers = c->num_layers - resident_layers;
+    sc.layer_elems = gpt_layout(c).layer_stride;
+    sc.ring = 4;
+    sc.grads_on_disk = 1;  // GradsWriter
+    sc.piece_elems = (int64_t)1 << 26;
+    const char* e = getenv("SSD_PIECE_ELEMS");
+    if (e && atoll(e) > 0) sc.piece_elems = atoll(e);
+    return sc;
+}
+
 // Every term that grows with -b, -t, -d is overflow-checked (plan_mul / plan_add): an absurd config dies with
-// "config too large" instead of a wrapped count.
+// "config too large" instead of a wrapped count. ssd: the streamed layers' fp32 state is on disk (-sd).
 static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micro, int num_slots,
-                                  int resident_layers, int kept_layers) {
+                                  int resident_layers, int kept_layers, bool ssd = false) {
     const ParamLayout p = gpt_layout(c);
     const int64_t N = (int64_t)B * T;
     MemoryPlan m;
+    memset(&m, 0, sizeof m);
     // every per-parameter term is under 64 bytes per parameter: checking that bound covers them
     // and their sums
     plan_mul(p.total, 64,
              "the parameters (fp32 weights, AdamW m and v, bf16 copies: choose a smaller model)");
-    m.master_adam = p.total * 12;
-    m.pinned = stream_host_bytes(c->num_layers, p.layer_stride, p.embed_count);
-    m.host_bytes = m.master_adam + m.pinned;
+    const int64_t prefix = p.embed_count + (int64_t)resident_layers * p.layer_stride;
+    m.master_adam = (ssd ? prefix : p.total) * 12;
+    m.pinned = stream_host_bytes(c->num_layers, p.layer_stride, p.embed_count, !ssd);
+    if (ssd)
+        m.pinned += GRAD_RING * (ssd_round_up(p.layer_stride * 2, SSD_ALIGN) + SSD_ALIGN);  // GradsWriter
+    if (ssd && resident_layers < c->num_layers) {
+        const SsdStoreConfig sc = ssd_store_config(c, resident_layers);
+        SsdPlanInput in;
+        memset(&in, 0, sizeof in);
+        in.streamed_layers = sc.num_layers;
+        in.layer_elems = sc.layer_elems;
+        in.ring = sc.ring;
+        in.piece_elems = sc.piece_elems;
+        in.grads_on_disk = sc.grads_on_disk;
+        const SsdPlan sp = ssd_plan(&in);
+        m.ssd_ring = sp.host_ring;
+        m.ssd_disk = sp.disk_bytes;
+        m.ssd_read_per_step = sp.read_per_step;
+        m.ssd_write_per_step = sp.write_per_step;
+    }
+    m.host_bytes = m.master_adam + m.pinned + m.ssd_ring;
 
     const char* inputs = "the layer-input checkpoints ((L+1) * micro-batches * B*T*C; lower -d, -b or -t)";
     const int64_t act = plan_mul(plan_mul(N, c->channels, inputs), 2, inputs);  // one (N, C) bf16 tensor
@@ -593,8 +809,10 @@ static void host_free_floats(float* p, int64_t n) {
     if (p) munmap(p, (size_t)n * 4);
 }
 
+// ssd: the streamed layers' fp32 state will live in an SsdStore (-sd; the caller attaches it as g->ssd): the
+// host arrays then hold the resident prefix only.
 static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro, int num_slots,
-                      int resident_layers, int kept_layers, const TrainArgs* args) {
+                      int resident_layers, int kept_layers, const TrainArgs* args, bool ssd = false) {
     memset(g, 0, sizeof *g);
     g->config = *cfg;
     g->layout = gpt_layout(cfg);
@@ -611,15 +829,16 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
             c->num_layers);
     if (cublas_handle)  // matmul.cuh's handles, workspace and algorithm cache are one per process
         die("internal: a second GPT built while one is alive (gpt_free the first)");
-    const MemoryPlan plan = gpt_memory_plan(c, B, T, max_micro, num_slots, resident_layers, kept_layers);
+    const MemoryPlan plan = gpt_memory_plan(c, B, T, max_micro, num_slots, resident_layers, kept_layers, ssd);
     g->resident_layers = resident_layers;
     g->kept_layers = kept_layers;
     g->resident_count = plan.resident_count;
 
     // host: not pinned (only the CPU touches them); pages are faulted in by whoever writes first
-    g->master = host_alloc_floats(p->total);
-    g->adam_m = host_alloc_floats(p->total);
-    g->adam_v = host_alloc_floats(p->total);
+    g->host_state_count = ssd ? plan.resident_count : p->total;
+    g->master = host_alloc_floats(g->host_state_count);
+    g->adam_m = host_alloc_floats(g->host_state_count);
+    g->adam_v = host_alloc_floats(g->host_state_count);
     if (!g->master || !g->adam_m || !g->adam_v)
         die("out of host memory for the fp32 weights and AdamW state (%.1f GiB)",
             plan.master_adam / 1073741824.0);
@@ -636,7 +855,17 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
         g->backward_order[i] = c->num_layers - 1 - i;
     }
     stream_init(&g->stream, c->num_layers, p->layer_stride, p->embed_count, num_slots, optimizer_block_ready,
-                g);
+                g, !ssd);
+    if (ssd) {  // the gradients' ring; its thread starts once the store is attached (ssd_attach)
+        g->gw = new GradsWriter();
+        const int64_t bytes = ssd_round_up(p->layer_stride * 2, SSD_ALIGN) + SSD_ALIGN;
+        for (int k = 0; k < GRAD_RING; k++) {
+            cudaCheck(cudaMallocHost(&g->gw->raw[k], (size_t)bytes));
+            g->gw->buf[k] = (uint16_t*)(((uintptr_t)g->gw->raw[k] + SSD_ALIGN - 1) / SSD_ALIGN * SSD_ALIGN);
+        }
+        g->gw->written_pass = (int64_t*)calloc((size_t)c->num_layers, sizeof(int64_t));
+        if (!g->gw->written_pass) die("out of host memory");
+    }
     g->gpu_bytes += plan.slots + plan.grad_staging;  // stream_init's
 
     // GPU, from the plan: one allocation per field
@@ -703,12 +932,13 @@ static void gpt_resident_state_to_host(GPT* g) {
 }
 
 // The master weights changed outside the optimizer (init, model file, resume): refresh the bf16 copy
-// that is streamed and the GPU-resident prefix (with the host's AdamW moments: zero, or a resumed
+// that is streamed (with -sd, the streamed layers' copy was written as they were stored) and the
+// GPU-resident prefix (with the host's AdamW moments: zero, or a resumed
 // state's), and drop whatever the GPU slots hold.
 static void gpt_weights_ready(GPT* g) {
-    FAKE_CUDA_HOST_ACCESS(g->stream.weights_host_bf16, g->layout.total * 2, true,
+    FAKE_CUDA_HOST_ACCESS(g->stream.weights_host_bf16, g->host_state_count * 2, true,
                           "the host writing the bf16 copy (load)");
-    convert_f32_to_bf16(g->master, g->stream.weights_host_bf16, g->layout.total);
+    convert_f32_to_bf16(g->master, g->stream.weights_host_bf16, g->host_state_count);  // -sd: the prefix
     gpt_resident_state_to_device(g);
     stream_invalidate(&g->stream);
 }
@@ -720,6 +950,19 @@ static void gpt_free(GPT* g) {
         g->opt->cv.notify_all();
     }
     g->opt->thread.join();
+    if (g->gw) {
+        if (g->gw->thread.joinable()) {
+            {
+                std::lock_guard<std::mutex> lock(g->gw->mu);
+                g->gw->quit = true;
+                g->gw->cv.notify_all();
+            }
+            g->gw->thread.join();
+        }
+        for (int k = 0; k < GRAD_RING; k++) cudaCheck(cudaFreeHost(g->gw->raw[k]));
+        free(g->gw->written_pass);
+        delete g->gw;
+    }
     // the cuBLAS handle first: it is bound to the compute stream, which stream_free destroys
     cublasCheck(cublasDestroy(cublas_handle));
     cublasCheck(cublasLtDestroy(cublaslt_handle));
@@ -748,9 +991,10 @@ static void gpt_free(GPT* g) {
     cudaCheck(cudaFree(g->acts.memory));
     if (g->kept_memory) cudaCheck(cudaFree(g->kept_memory));
     free(g->kept);
-    host_free_floats(g->master, g->layout.total);
-    host_free_floats(g->adam_m, g->layout.total);
-    host_free_floats(g->adam_v, g->layout.total);
+    host_free_floats(g->master, g->host_state_count);
+    host_free_floats(g->adam_m, g->host_state_count);
+    host_free_floats(g->adam_v, g->host_state_count);
+    if (g->ssd) ssd_store_close(g->ssd);
     free(g->opt->block_t0);
     free(g->opt->block_t1);
     free(g->forward_order);
@@ -888,6 +1132,10 @@ static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets,
     head_forward_backward(g, n_micro, s);
 
     // 4. backward, last layer first, last micro-batch first; a streamed layer's gradients go to the host
+    if (g->gw) {  // -sd: this pass's gradients are a new generation of the grads file
+        std::lock_guard<std::mutex> lock(g->gw->mu);
+        g->gw->pass++;
+    }
     stream_begin_pass(&g->stream, g->backward_order, L - R);
     for (int l = L - 1; l >= 0; l--) {
         const bf16* w = layer_acquire(g, l);
@@ -901,7 +1149,7 @@ static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets,
             layer_release(g, l);
             layer_grads_end(g, l, s);
         }
-        if (l >= R) stream_send_layer_grads(&g->stream, l);
+        if (l >= R) send_layer_grads(g, l);
     }
     embeddings_backward(g, n_micro, s);
 
@@ -988,16 +1236,35 @@ static void gpt_copy_logits(GPT* g, int b, int t, float* out) {
 // Checkpoints (the files and their checks: checkpoint.h). The state lives partly on the GPU (the resident
 // prefix) and is being updated by the optimizer thread: it is gathered first.
 
+// StreamedState's read_layer with -sd: layer l's fp32 weights from the store (its newest state).
+static int ssd_read_layer_params(void* ctx, int l, float* params, char* err, size_t errlen) {
+    GPT* g = (GPT*)ctx;
+    return ssd_store_read_layer(g->ssd, l - g->resident_layers, params, NULL, NULL, NULL, err, errlen) == 0;
+}
+
+// With -sd the store's state becomes the checkpoint of this step first (ssd_store_checkpoint: an fsync and
+// its manifest), then the state file says so and model_S.bin is read from the store layer by layer.
 static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data_state) {
     optimizer_wait_all(g);          // the master weights and m, v of the last step must be complete
     gpt_resident_state_to_host(g);  // the GPU-resident prefix of them lives on the GPU
+    if (!g->ssd) {
+        checkpoint_save(dir, g->step, g->adam_t, &g->config, g->master, g->adam_m, g->adam_v, &g->args, g->B,
+                        g->T, data_state);
+        return;
+    }
+    char err[1024];
+    if (ssd_store_checkpoint(g->ssd, g->step, err, sizeof err) != 0)
+        die_disk("the SSD tier's checkpoint", err);
+    const StreamedState ss = {g->host_state_count, g->step, g->resident_layers, ssd_read_layer_params, g};
     checkpoint_save(dir, g->step, g->adam_t, &g->config, g->master, g->adam_m, g->adam_v, &g->args, g->B,
-                    g->T, data_state);
+                    g->T, data_state, &ss);
 }
 
 // AdamW state, step and data position of a checkpoint (its model file is loaded separately, into g->master).
+// With -sd the file holds the prefix's m, v only (the store holds the rest).
 static void load_state(GPT* g, const char* path, DataLoaderState* data_state) {
-    state_file_read(path, g->layout.total, g->adam_m, g->adam_v, data_state, &g->step, &g->adam_t);
+    state_file_read(path, g->layout.total, g->adam_m, g->adam_v, data_state, &g->step, &g->adam_t,
+                    g->ssd ? &g->host_state_count : NULL);
     gpt_resident_state_to_device(g);  // the GPU-resident prefix's weights and moments live on the GPU
 }
 
@@ -1092,6 +1359,7 @@ typedef struct {
     int plan_only;     // -P  1: print the memory this run would need and exit (no GPU, no data needed)
     float host_gib;    // -M  host memory the fit check counts on, GiB; 0 = MemAvailable
     float gpu_gib;     // -V  GPU memory this run may use, GiB; 0 = all that is free on the device
+    const char* ssd_dir;  // -sd the streamed layers' fp32 weights and AdamW m, v in an SsdStore there; NULL
 } GpuArgs;
 
 // What the host-memory fit check counts on, in bytes: -M where given (a VM whose memory grows as it is used),
@@ -1113,18 +1381,18 @@ static int64_t gpu_memory_budget(const GpuArgs* ga, int64_t gpu_free) {
 // docs/memory.md). Updates *resident / *kept and returns the plan with them.
 static MemoryPlan place_layers(const GPTConfig* c, int B, int T, int n_micro, int slots, const GpuArgs* ga,
                                int64_t budget, int* resident, int* kept) {
-    MemoryPlan plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept);
+    MemoryPlan plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ga->ssd_dir != NULL);
     auto layers_that_fit = [&](int64_t per_layer) {
         const int64_t spare = budget - gpu_reserve_bytes - gpu_margin_bytes - plan.gpu_bytes;
         return spare > 0 ? (int)std::min<int64_t>(spare / per_layer, c->num_layers) : 0;
     };
     if (ga->resident < 0) {
         *resident = layers_that_fit(plan.resident_layer);
-        plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept);
+        plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ga->ssd_dir != NULL);
     }
     if (ga->kept < 0) {
         *kept = layers_that_fit(plan.kept_layer);
-        plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept);
+        plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ga->ssd_dir != NULL);
     }
     return plan;
 }
@@ -1155,6 +1423,7 @@ static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
     ga->plan_only = 0;
     ga->host_gib = 0;
     ga->gpu_gib = 0;
+    ga->ssd_dir = NULL;
 }
 
 static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
@@ -1193,7 +1462,13 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "              whose memory grows as it is used (VMs with memory hotplug) (default %g)\n"
         "  -V <GiB>    GPU memory this run may use (its fit check, -R -1, -K -1; with -P 1 they are planned\n"
         "              for it), 0 = all that is free: e.g. -V 79 places layers as on an H100 80GB (default "
-        "%g)\n",
+        "%g)\n"
+        "  -sd <dir>   SSD tier: the streamed layers' fp32 weights and AdamW m, v live in files under dir "
+        "(an\n"
+        "              NVMe drive; O_DIRECT over io_uring), and their bf16 gradients too: 14 bytes per\n"
+        "              parameter less RAM, 26 on disk (two generations: checkpoints copy nothing). Measures "
+        "the\n"
+        "              disk at start. Resume (-y 1) with the same dir and -R (default off)\n",
         MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->kept,
         gd->flash, gd->epilogues, gd->plan_only, gd->host_gib, gd->gpu_gib);
 }
@@ -1252,7 +1527,10 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
             ok = parse_float_in(flag, value, 0.0, 1 << 24, &ga->host_gib, err, sizeof err);
         else if (strcmp(flag, "-V") == 0)
             ok = parse_float_in(flag, value, 0.0, 1 << 20, &ga->gpu_gib, err, sizeof err);
-        else {
+        else if (strcmp(flag, "-sd") == 0) {
+            if (!value[0]) die("-sd needs a directory (run ./train_gpt -h for the flags)");
+            ga->ssd_dir = value;
+        } else {
             if (strcmp(flag, "-e") == 0) ga->model_given = 1;
             const int r = parse_train_arg(a, flag, value, err, sizeof err);
             if (r < 0) {
@@ -1276,6 +1554,14 @@ static int resolve_model(const char* spec, GPTConfig* cfg) {
     return kind;
 }
 
+// Free bytes of the filesystem holding dir (made if missing), or -1 with errno set.
+static int64_t dir_free_bytes(const char* dir) {
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return -1;
+    struct statvfs sv;
+    if (statvfs(dir, &sv) != 0) return -1;
+    return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
+}
+
 // -P 1: what gpt_build would allocate for this run, part by part, and whether the host RAM here holds it.
 static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int slots, int resident,
                               int kept, const GpuArgs* ga, MemoryPlan plan, bool no_gpu_here) {
@@ -1289,8 +1575,11 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
            use_flash_attention(c) ? "fused kernels (no T x T scores stored)"
                                   : "cuBLAS + softmax (T x T scores stored in the workspace)",
            no_gpu_here ? "; no GPU here: planned for an sm_90 one" : "");
-    printf("host %9.2f GiB: fp32 master weights and AdamW m, v %.2f; pinned bf16 weights and gradients %.2f",
-           m.host_bytes / GiB, m.master_adam / GiB, m.pinned / GiB);
+    printf(
+        "host %9.2f GiB: fp32 master weights and AdamW m, v %.2f%s; pinned bf16 weights and gradients %.2f",
+        m.host_bytes / GiB, m.master_adam / GiB, ga->ssd_dir ? " (embeddings and -R layers: -sd)" : "",
+        m.pinned / GiB);
+    if (ga->ssd_dir) printf("; the SSD tier's ring %.2f", m.ssd_ring / GiB);
     if (host_avail >= 0)
         printf(" (%s: %.1f GiB %s)", plan.host_bytes <= host_avail ? "fits" : "does NOT fit",
                host_avail / GiB, ga->host_gib > 0 ? "given by -M" : "available here");
@@ -1308,6 +1597,18 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
             " (%s: %.1f GiB given by -V)",
             plan.gpu_bytes + gpu_reserve_bytes <= gpu_memory_budget(ga, INT64_MAX) ? "fits" : "does NOT fit",
             ga->gpu_gib);
+    if (ga->ssd_dir)
+        printf(
+            "\ndisk %9.2f GiB in %s: two generations of the streamed layers' fp32 weights, AdamW m and v, "
+            "and their "
+            "bf16 gradients; "
+            "per step %.2f GiB read, %.2f GiB written",
+            m.ssd_disk / GiB, ga->ssd_dir, m.ssd_read_per_step / GiB, m.ssd_write_per_step / GiB);
+    if (ga->ssd_dir) {
+        const int64_t avail = dir_free_bytes(ga->ssd_dir);
+        if (avail >= 0)
+            printf(" (%s: %.1f GiB free there)", m.ssd_disk <= avail ? "fits" : "does NOT fit", avail / GiB);
+    }
     printf("\neach further -R layer %.2f GiB, each further -K layer %.2f GiB%s\n", m.resident_layer / GiB,
            m.kept_layer / GiB,
            (ga->resident < 0 || ga->kept < 0) && ga->gpu_gib <= 0
@@ -1462,12 +1763,27 @@ static void open_data(Run* r) {
     alloc_step_buffers(r);
 }
 
+// -sd, a fresh run: DIR must hold the store (ssd_store_create allocates every file at full size).
+static void check_ssd_space(const Run* r) {
+    const double GiB = 1073741824.0;
+    const char* dir = r->ga.ssd_dir;
+    if (!dir || r->resume_step >= 0) return;
+    const int64_t avail = dir_free_bytes(dir);
+    if (avail < 0) die("-sd %s: %s", dir, strerror(errno));
+    if (avail < r->plan.ssd_disk)
+        die("-sd %s: the optimizer state needs %.2f GiB on disk (two generations of the fp32 weights, m and "
+            "v "
+            "of %d streamed layers), the filesystem has %.2f GiB free",
+            dir, r->plan.ssd_disk / GiB, r->cfg.num_layers - r->resident, avail / GiB);
+}
+
 // The fit check, before any large allocation: host RAM first (no GPU needed to know it will not fit), then
 // the device, -R -1 / -K -1 placed in its free memory, and the whole plan against that.
 static void check_fit(Run* r) {
     const double GiB = 1073741824.0;
     const GpuArgs* ga = &r->ga;
     const int64_t host_avail = host_memory_to_count_on(ga);
+    check_ssd_space(r);
     if (host_avail >= 0 && r->plan.host_bytes > host_avail)
         die("host RAM too small for this config: needs %.1f GiB (fp32 weights + AdamW m, v + pinned bf16 "
             "weights and "
@@ -1527,7 +1843,22 @@ static void plan_run(Run* r) {
     cudaGetLastError();
     if (ga.plan_only && r->no_gpu_here)
         flash_attention_device_major = 9;  // plan for an H100's attention path
-    r->plan = gpt_memory_plan(&r->cfg, a.B, a.T, r->n_micro, ga.num_slots, r->resident, r->kept);
+    r->plan = gpt_memory_plan(&r->cfg, a.B, a.T, r->n_micro, ga.num_slots, r->resident, r->kept,
+                              ga.ssd_dir != NULL);
+    if (ga.ssd_dir && ga.resident >= r->cfg.num_layers)
+        die("-sd %s with -R %d: every layer is GPU-resident, no state is left to put on disk", ga.ssd_dir,
+            ga.resident);
+    if (r->resume_step >= 0) {  // a checkpoint's streamed state is in an SSD store, or in its files
+        const bool ckpt_ssd = r->resume_header[ST_VERSION] == STATE_VERSION_SSD;
+        if (ckpt_ssd && !ga.ssd_dir)
+            die("resume: the checkpoint of step %lld in %s keeps its streamed layers' state in an SSD store: "
+                "resume with -sd DIR (the run's -sd directory)",
+                (long long)r->resume_step, a.output_dir);
+        if (!ckpt_ssd && ga.ssd_dir)
+            die("resume: the checkpoint of step %lld in %s holds all its state in its files (a run without "
+                "-sd): resume it without -sd",
+                (long long)r->resume_step, a.output_dir);
+    }
 }
 
 // -P 1: prints the plan and exits. With -V, -R -1 / -K -1 are placed for that much GPU memory, as
@@ -1542,6 +1873,91 @@ static int print_plan_only(Run* r) {
     return 0;
 }
 
+// -sd: the disk's bandwidth (ssd_probe_bandwidth: O_DIRECT, a few seconds; env SSD_PROBE_SECONDS and
+// SSD_PROBE_MIB shorten it for tests) and the disk time per step it implies. A failed probe only warns.
+static void ssd_print_bandwidth(const Run* r) {
+    const char* dir = r->ga.ssd_dir;
+    const char* sec = getenv("SSD_PROBE_SECONDS");
+    const char* mib = getenv("SSD_PROBE_MIB");
+    const double seconds = sec ? atof(sec) : 3.0;
+    const int64_t max_bytes = mib && atoll(mib) > 0 ? atoll(mib) << 20 : (int64_t)1 << 30;
+    double rbps = 0, wbps = 0;
+    int direct = 0;
+    char err[1024];
+    if (ssd_probe_bandwidth(dir, seconds, max_bytes, &rbps, &wbps, &direct, err, sizeof err) != 0) {
+        fprintf(stderr, "warning: -sd %s: %s; the disk's part of a step is not estimated\n", dir, err);
+        return;
+    }
+    const MemoryPlan& m = r->plan;
+    printf(
+        "disk %s: read %.2f GB/s, write %.2f GB/s%s; one step moves %.2f GB from it and %.2f GB to it: "
+        "%.3f s of disk time per step at these rates (overlapped with the GPU's forward pass)\n",
+        dir, rbps / 1e9, wbps / 1e9, direct ? " (O_DIRECT)" : " (buffered: the filesystem refused O_DIRECT)",
+        m.ssd_read_per_step / 1e9, m.ssd_write_per_step / 1e9,
+        m.ssd_read_per_step / rbps + m.ssd_write_per_step / wbps);
+}
+
+// -sd: the store in DIR and the weights. A fresh run creates it (after checking DIR's free space) and
+// writes every streamed layer into it through one layer-sized buffer (GPT-2 init or -e, one layer at a
+// time: the same bits as the in-RAM load), with zero moments; the prefix goes to the host arrays. A resumed
+// run opens the store at its checkpoint's step (refused when DIR no longer holds it) and reads each
+// streamed layer's weights back for the pinned bf16 copy; the prefix comes from the model file.
+static void ssd_attach(Run* r, GPT* g) {
+    const double GiB = 1073741824.0;
+    const char* dir = r->ga.ssd_dir;
+    const GPTConfig* c = &r->cfg;
+    const ParamLayout* p = &g->layout;
+    const int R = g->resident_layers;
+    char err[4352];
+    SsdStoreConfig sc = ssd_store_config(c, R);
+    const bool resume = r->resume_step >= 0;
+    if (resume) {
+        int64_t tail[SSD_TAIL_SLOTS];
+        if (!state_file_ssd_tail(r->resume_state, tail, err, sizeof err)) die("resume: %s", err);
+        if (tail[SSD_TAIL_PREFIX] != g->host_state_count)
+            die("resume: -R %d differs from the checkpoint's (%lld streamed layers in its SSD store, %d "
+                "now): "
+                "keep -R to resume with -sd",
+                R, (long long)tail[SSD_TAIL_STREAMED_LAYERS], c->num_layers - R);
+        g->ssd = ssd_store_open(dir, &sc, r->resume_step, err, sizeof err);
+        if (!g->ssd) die("resume: -sd %s: %s", dir, err);
+    } else {
+        g->ssd = ssd_store_create(dir, &sc, err, sizeof err);
+        if (!g->ssd) die("-sd %s: %s", dir, err);
+    }
+    ssd_set_fault_from_env(g->ssd);
+    // the prefix (embeddings, -R layers): into the host arrays, from the init, -e or the checkpoint's model
+    if (r->kind == 1 && !resume) {
+        gpt_init_embeddings(c, g->master, INIT_SEED);
+        for (int l = 0; l < R; l++) gpt_init_layer(c, l, g->master + gpt_layer_offset(p, l), INIT_SEED);
+    } else if (!gpt_load_params(r->args.model, c, g->master, err, sizeof err, 0, g->host_state_count)) {
+        die("%s", err);
+    }
+    // the streamed layers, one at a time through one buffer
+    float* layer = (float*)malloc((size_t)p->layer_stride * 4);
+    if (!layer) die("out of host memory for one layer");
+    for (int l = R; l < c->num_layers; l++) {
+        int rc = 0;
+        if (resume) rc = ssd_store_read_layer(g->ssd, l - R, layer, NULL, NULL, NULL, err, sizeof err);
+        else {
+            if (r->kind == 1) gpt_init_layer(c, l, layer, INIT_SEED);
+            else if (!gpt_load_params(r->args.model, c, layer, err, sizeof err, gpt_layer_offset(p, l),
+                                      gpt_layer_offset(p, l) + p->layer_stride))
+                die("%s", err);
+            rc = ssd_store_write_layer(g->ssd, l - R, layer, NULL, NULL, err, sizeof err);  // zero m, v
+        }
+        if (rc != 0) die("-sd %s: %s", dir, err);
+        uint16_t* bf16 = g->stream.weights_host_bf16 + gpt_layer_offset(p, l);
+        FAKE_CUDA_HOST_ACCESS(bf16, p->layer_stride * 2, true, "the host writing the bf16 copy (load)");
+        convert_f32_to_bf16(layer, bf16, p->layer_stride);
+    }
+    free(layer);
+    g->gw->thread = std::thread(grads_writer_main, g);
+    printf("SSD tier: %d layers' fp32 weights and AdamW m, v in %s (%.2f GiB on disk, %s; %s)\n",
+           sc.num_layers, dir, r->plan.ssd_disk / GiB, ssd_io_backend(ssd_store_io(g->ssd)),
+           resume ? "resumed at its checkpoint" : "created");
+}
+
 // Builds the model, fills its weights (GPT-2 init or an llm.c model file) and, with -y 1, its AdamW state and
 // the data position.
 static void build_model(Run* r, GPT* g) {
@@ -1550,8 +1966,15 @@ static void build_model(Run* r, GPT* g) {
     const int cores = usable_cpu_cores();
     r->adam_threads = r->ga.adam_threads > 0 ? r->ga.adam_threads : (cores > 2 ? cores - 1 : 1);
     cpu_adam_set_threads(r->adam_threads);
-    gpt_build(g, &r->cfg, r->args.B, r->args.T, r->n_micro, r->ga.num_slots, r->resident, r->kept, &r->args);
-    if (r->kind == 1) gpt_init_params(&r->cfg, g->master, INIT_SEED);
+    if (r->ga.ssd_dir) {  // the probe first: its buffers are gone before the model's arrive
+        if (mkdir(r->ga.ssd_dir, 0755) != 0 && errno != EEXIST)
+            die("-sd %s: cannot create it: %s", r->ga.ssd_dir, strerror(errno));
+        ssd_print_bandwidth(r);
+    }
+    gpt_build(g, &r->cfg, r->args.B, r->args.T, r->n_micro, r->ga.num_slots, r->resident, r->kept, &r->args,
+              r->ga.ssd_dir != NULL);
+    if (r->ga.ssd_dir) ssd_attach(r, g);
+    else if (r->kind == 1) gpt_init_params(&r->cfg, g->master, INIT_SEED);
     else if (!gpt_load_params(r->args.model, &r->cfg, g->master, err, sizeof err)) die("%s", err);
     gpt_weights_ready(g);
     if (r->ga.timeline) {
@@ -1602,8 +2025,18 @@ static void print_config_table(const Run* r, const GPT* g) {
     table_row("weight decay / clip", "%.2f / %.2f", args.weight_decay, args.grad_clip);
     table_row("steps", r->bench ? "%d (benchmark: %d warm-up + %d timed)" : "%d", r->total_steps,
               r->ga.bench_warmup, r->ga.bench_steps);
-    table_row("host memory", "%.2f GiB (fp32 master+m+v %.2f, pinned bf16 %.2f)", plan.host_bytes / GiB,
-              plan.master_adam / GiB, plan.pinned / GiB);
+    if (r->ga.ssd_dir)
+        table_row("host memory",
+                  "%.2f GiB (fp32 master+m+v of the prefix %.2f, pinned bf16 %.2f, SSD ring %.2f)",
+                  plan.host_bytes / GiB, plan.master_adam / GiB, plan.pinned / GiB, plan.ssd_ring / GiB);
+    else
+        table_row("host memory", "%.2f GiB (fp32 master+m+v %.2f, pinned bf16 %.2f)", plan.host_bytes / GiB,
+                  plan.master_adam / GiB, plan.pinned / GiB);
+    if (r->ga.ssd_dir)
+        table_row("SSD tier (-sd)",
+                  "%s: %.2f GiB on disk, %.3f GiB ring; per step %.2f GB read, %.2f GB written",
+                  r->ga.ssd_dir, plan.ssd_disk / GiB, plan.ssd_ring / GiB, plan.ssd_read_per_step / 1e9,
+                  plan.ssd_write_per_step / 1e9);
     table_row("GPU memory", "%.2f GiB (checkpoints %.2f, %d weight slots %.3f)", g->gpu_bytes / GiB,
               plan.layer_inputs / GiB, r->ga.num_slots, plan.slots / GiB);
     table_row("GPU-resident layers",
@@ -1711,7 +2144,7 @@ static void print_run_summary(const Run* r, GPT* g) {
            gpu_total = 0;  // every GPU buffer exists before the first step: the use now is the peak
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
     printf(
-        "peak host memory: %.2f GiB resident; GPU memory: %.2f GiB allocated by this run (%.2f GiB in use on "
+        "peak host memory: %.3f GiB resident; GPU memory: %.2f GiB allocated by this run (%.2f GiB in use on "
         "the device of %.2f)\n",
         peak_rss_bytes() / GiB, g->gpu_bytes / GiB, (gpu_total - gpu_free) / GiB, gpu_total / GiB);
     const int first_timed = r->bench ? r->ga.bench_warmup : r->start_step + 1;
