@@ -1,4 +1,4 @@
-// ssd.h — every host<->disk movement of the optimizer state (issue 22's SSD tier): the fp32 master weights
+// ssd.h — every host<->disk movement of the optimizer state (the SSD tier): the fp32 master weights
 // and AdamW m, v of the streamed layers (and, optionally, their bf16 copy and their bf16 gradients) live in
 // files under a directory on an NVMe drive; host RAM keeps a small ring of piece-sized buffers.
 //
@@ -19,62 +19,9 @@
 // adamw_tensors_window_bf16grad does a layer's tensors), anything about the GPU, the trainer's own checkpoint
 // files (checkpoint.h), flags.
 //
-// ---- Files (DIR is the -sd directory)
-//   DIR/ssd_manifest                  text: shape of the store and the step each generation holds (below)
-//   DIR/gen0/{params,m,v}.f32, DIR/gen0/weights.bf16 (only with_bf16)       generation 0
-//   DIR/gen1/...                                                             generation 1 (same files)
-//   DIR/grads.bf16 (only grads_on_disk)                                      this step's gradients, one copy
-// Layer l occupies [l * S, l * S + n * elem_size) of each file, S = n * elem_size rounded up to 4096, so
-// every layer and every piece (a multiple of 2048 elements) starts on a 4096-byte boundary. All files are
-// fully allocated (fallocate) when the store is created: a disk too small fails then, with the numbers.
-//
-// ---- Checkpoints with the state on disk: two generations, no copy
-// Every generation g has a step in the manifest: step[g] >= 0 means "gen g holds the complete state after
-// step step[g], durable"; -1 means "being written, or never complete". The invariants:
-//   1. the store writes into a generation only after its step = -1 is durable in the manifest (so a
-//      generation the manifest names as complete is never touched, whatever happens later: kill -9, power
-//      loss, ENOSPC);
-//   2. a generation's step is set only after its files are fsynced.
-// A round reads each layer from the generation holding its newest state (src[l]) and writes to the write
-// generation w. Between checkpoints it does so in place (src[l] = w): one copy of the state is written.
-// ssd_store_checkpoint(step): fsync gen w, manifest step[w] = step (tmp + fsync + rename + fsync DIR), then
-// w := the other generation. The next round reads every layer from the checkpoint's generation and writes to
-// the other one, which therefore receives a full copy as a side effect of the round's normal writes: a
-// checkpoint costs an fsync and a 200-byte manifest, no extra disk traffic, and the checkpoint's generation
-// stays intact until the NEXT checkpoint is complete. Disk cost: exactly two copies of the state (the
-// design's stated second copy), never three. (A layer not updated since the last checkpoint, e.g. two
-// checkpoints without a round between them, is copied at the checkpoint: the only case that moves data.)
-// Reflinks (FICLONE) were considered: a clone is free, but every step rewrites every byte of the state, so
-// after one step a cloned checkpoint costs a full second copy anyway, and only btrfs/XFS have them; the A/B
-// scheme needs nothing from the filesystem. Resume: ssd_store_open(DIR, cfg, step) finds the generation whose
-// step is `step` (the trainer's checkpoint records its step); the first write after it goes to the other
-// generation. The trainer writes its own checkpoint files (data position, hyperparameters: checkpoint.h)
-// after ssd_store_checkpoint returned and before the next round starts, and its DONE marker last; a kill
-// between the two leaves both generations valid (the other one is only invalidated by its first write), so
-// either checkpoint can be resumed from.
-//
-// ---- How the trainer calls it (train_gpt.cu with -sd: ssd_attach, ssd_round, GradsWriter; -sw 1 not yet)
-//   start:      plan = ssd_plan(...) for -P 1 and the space check; ssd_probe_bandwidth(DIR) for the printout;
-//               st = ssd_store_create(DIR, cfg) then ssd_store_write_layer(l, master, 0, 0) per streamed
-//               layer (a resume: st = ssd_store_open(DIR, cfg, step of the checkpoint)); host RAM keeps the
-//               fp32 master, m, v of the GPU-resident prefix (embeddings, -R layers) only.
-//   backward:   with grads_on_disk, after layer l's gradients reach a pinned staging buffer
-//               (grads_on_host[l]), r = ssd_store_write_grads_async(st, l, buf); the buffer is reused once
-//               ssd_store_wait(r) returns.
-//   optimizer:  optimizer_thread_main's loop over layers R..L-1 becomes one ssd_store_round(st, layers, fns):
-//               fns.grads waits for stream_wait_grads_on_host(l) and returns grads_host_bf16 + l*stride (or
-//               NULL on disk); fns.update calls adamw_tensors_window_bf16grad(NUM_LAYER_TENSORS,
-//               p->layer_offset, p->layer_size, layer_tensor_is_matrix, off, n, ...) with the round's
-//               AdamWArgs; fns.bf16_dst returns ws.weights_host_bf16 + gpt_layer_offset(l); fns.layer_done
-//               does what the loop body does after adamw_layer today (block_t0/t1, blocks_done = l + 1,
-//               notify).
-//   -sw 1:      the forward/backward read layer l's bf16 weights with ssd_store_read_bf16_async into a ring
-//               of pinned, 4096-aligned layer buffers (instead of weights_host_bf16 + offset) after
-//               layer_done(l).
-//   checkpoint: save_checkpoint = optimizer_wait_all; ssd_store_checkpoint(st, step); then the trainer's own
-//               state file (data position, hyperparameters, "state in DIR at step S" instead of m and v) and
-//               DONE last. The model file of a checkpoint is then optional (it is a copy of the params:
-//               export it with ssd_store_read_layer from the checkpoint's generation at the end of training).
+// Design (docs/ssd.md): the files and their layout; checkpoints as two generations of the state, each named
+// complete in DIR/ssd_manifest only after its files are fsynced, so the last checkpoint's generation survives
+// kill -9, power loss and ENOSPC, at no extra copy; how train_gpt.cu calls it.
 //
 // ---- Threads
 // SsdIo is thread-safe. An SsdStore's round, checkpoint and write_layer/read_layer run on one thread at a
