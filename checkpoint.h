@@ -240,24 +240,10 @@ static int save_model_streamed(const char* path, const GPTConfig* cfg, const flo
         snprintf(err, errlen, "cannot create %.400s: %.60s", tmp, strerror(errno));
         return 0;
     }
-    int header[256] = {0};
-    header[0] = MODEL_MAGIC;
-    header[1] = MODEL_VERSION_FP32;
-    header[2] = cfg->max_seq_len;
-    header[3] = cfg->vocab_size;
-    header[4] = cfg->num_layers;
-    header[5] = cfg->num_heads;
-    header[6] = cfg->channels;
-    header[7] = cfg->padded_vocab_size;
+    int header[256];
+    llmc_header(cfg, header);
     errno = 0;
     int ok = fwrite(header, sizeof(int), 256, f) == 256;
-    // file offset (bytes) of tensor k of file order, layer l
-    int64_t start[16], at = 256 * 4;
-    for (int k = 0; k < 16; k++) {
-        const int is_layer = llmc_file_order[k][0], t = llmc_file_order[k][1];
-        start[k] = at;
-        at += 4 * (is_layer ? p.layer_size[t] * cfg->num_layers : p.embed_size[t]);
-    }
     float* layer = (float*)malloc((size_t)p.layer_stride * 4);
     if (!layer) ok = 0;
     for (int l = -1; l < cfg->num_layers && ok; l++) {  // -1: the embeddings
@@ -275,7 +261,7 @@ static int save_model_streamed(const char* path, const GPTConfig* cfg, const flo
             const int is_layer = llmc_file_order[k][0], t = llmc_file_order[k][1];
             if (is_layer != (l >= 0)) continue;
             const int64_t n = is_layer ? p.layer_size[t] : p.embed_size[t];
-            const int64_t off = is_layer ? start[k] + 4 * (int64_t)l * p.layer_size[t] : start[k];
+            const int64_t off = llmc_tensor_offset(cfg, &p, k, is_layer ? l : 0, 4);
             ok = fseeko(f, (off_t)off, SEEK_SET) == 0 &&
                  (int64_t)fwrite(src + (is_layer ? p.layer_offset[t] : p.embed_offset[t]), 4, (size_t)n, f) ==
                      n;

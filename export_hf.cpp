@@ -43,33 +43,16 @@ static int64_t parse_size(const char* s) {
     return x * unit > 1e15 ? -1 : (int64_t)(x * unit);
 }
 
-// File offset of our tensor at `dst` (the file is tensor-major, ours layer-major).
+// File offset of our tensor at `dst` (the file is tensor-major, ours layer-major): the tensor of
+// llmc_file_order whose start (layer l's, for a layer tensor) is dst.
 static int64_t llmc_file_offset(const GPTConfig* c, int64_t dst, int esize) {
     const ParamLayout p = gpt_layout(c);
-    int is_layer = 0, layer = 0, t = -1;
-    int64_t within = 0;
-    if (dst < p.embed_count) {
-        for (int k = 0; k < NUM_EMBED_TENSORS; k++)
-            if (dst >= p.embed_offset[k] && dst < p.embed_offset[k] + p.embed_size[k]) {
-                t = k;
-                within = dst - p.embed_offset[k];
-            }
-    } else {
-        is_layer = 1;
-        layer = (int)((dst - p.embed_count) / p.layer_stride);
-        const int64_t in_layer = dst - gpt_layer_offset(&p, layer);
-        for (int k = 0; k < NUM_LAYER_TENSORS; k++)
-            if (in_layer >= p.layer_offset[k] && in_layer < p.layer_offset[k] + p.layer_size[k]) {
-                t = k;
-                within = in_layer - p.layer_offset[k];
-            }
-    }
-    int64_t off = 256 * 4;
+    const int layer = dst < p.embed_count ? 0 : (int)((dst - p.embed_count) / p.layer_stride);
     for (int k = 0; k < 16; k++) {
-        const int kl = llmc_file_order[k][0], kt = llmc_file_order[k][1];
-        const int64_t size = kl ? p.layer_size[kt] : p.embed_size[kt];
-        if (kl == is_layer && kt == t) return off + ((is_layer ? layer * size : 0) + within) * esize;
-        off += size * (kl ? c->num_layers : 1) * esize;
+        const int is_layer = llmc_file_order[k][0], t = llmc_file_order[k][1];
+        const int64_t at = is_layer ? gpt_layer_offset(&p, layer) + p.layer_offset[t] : p.embed_offset[t];
+        if (at == dst && (is_layer == 1) == (dst >= p.embed_count))
+            return llmc_tensor_offset(c, &p, k, layer, esize);
     }
     return -1;
 }

@@ -231,6 +231,31 @@ static const int llmc_file_order[16][2] = {
     {0, WTE},  {0, WPE},  {1, LN1W}, {1, LN1B}, {1, QKVW},    {1, QKVB},    {1, ATTPROJW}, {1, ATTPROJB},
     {1, LN2W}, {1, LN2B}, {1, FCW},  {1, FCB},  {1, FCPROJW}, {1, FCPROJB}, {0, LNFW},     {0, LNFB}};
 
+// The 256 int32 of an llm.c fp32 model file's header for cfg.
+static inline void llmc_header(const GPTConfig* cfg, int header[256]) {
+    memset(header, 0, 256 * sizeof(int));
+    header[0] = MODEL_MAGIC;
+    header[1] = MODEL_VERSION_FP32;
+    header[2] = cfg->max_seq_len;
+    header[3] = cfg->vocab_size;
+    header[4] = cfg->num_layers;
+    header[5] = cfg->num_heads;
+    header[6] = cfg->channels;
+    header[7] = cfg->padded_vocab_size;
+}
+
+// Byte offset in an llm.c file (esize bytes per value) of tensor k of llmc_file_order, layer l (0 for an
+// embedding tensor).
+static inline int64_t llmc_tensor_offset(const GPTConfig* c, const ParamLayout* p, int k, int l, int esize) {
+    int64_t at = 256 * 4;
+    for (int j = 0; j < k; j++) {
+        const int is_layer = llmc_file_order[j][0], t = llmc_file_order[j][1];
+        at += esize * (is_layer ? p->layer_size[t] * c->num_layers : p->embed_size[t]);
+    }
+    const int is_layer = llmc_file_order[k][0], t = llmc_file_order[k][1];
+    return at + (is_layer ? esize * (int64_t)l * p->layer_size[t] : 0);
+}
+
 // Hugging Face checkpoints (a directory, a .safetensors file or a shard index .json) are read by hf.h,
 // included at the end of this file: gpt_read_header and gpt_load_params hand them over.
 static inline int hf_is_checkpoint(const char* path);
@@ -389,15 +414,8 @@ static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const 
         snprintf(err, errlen, "cannot create %.400s", tmp);
         return 0;
     }
-    int header[256] = {0};
-    header[0] = MODEL_MAGIC;
-    header[1] = MODEL_VERSION_FP32;
-    header[2] = cfg->max_seq_len;
-    header[3] = cfg->vocab_size;
-    header[4] = cfg->num_layers;
-    header[5] = cfg->num_heads;
-    header[6] = cfg->channels;
-    header[7] = cfg->padded_vocab_size;
+    int header[256];
+    llmc_header(cfg, header);
     errno = 0;
     int ok = fwrite(header, sizeof(int), 256, f) == 256;
     uint32_t sum = crc32c_update(0, header, sizeof header);
