@@ -24,30 +24,54 @@ static void* device_alloc(int64_t bytes, const char* what) {
     return p;
 }
 
-int64_t stream_host_bytes(int num_layers, int64_t layer_stride, int64_t embed_count, bool host_grads) {
-    const int64_t total = embed_count + (int64_t)num_layers * layer_stride;
-    return total * 2 + (host_grads ? (int64_t)num_layers * layer_stride * 2 : 0);
+enum { READ_FREE, READ_PENDING, READ_READY, READ_COPYING };  // a read buffer's states (stream.h)
+#define READ_ALIGN 4096                                      // a read buffer's alignment (O_DIRECT)
+
+int64_t stream_host_bytes(int num_layers, int64_t layer_stride, int64_t embed_count, bool host_grads,
+                          const HostReader* reader) {
+    const int64_t host_layers = reader ? reader->first_streamed : num_layers;
+    int64_t bytes = (embed_count + host_layers * layer_stride) * 2;
+    if (host_grads) bytes += (int64_t)num_layers * layer_stride * 2;
+    if (reader) bytes += reader->num_buffers * (reader->buffer_bytes + READ_ALIGN);
+    return bytes;
 }
 int64_t stream_gpu_bytes(int64_t layer_stride, int num_slots) {
     return (int64_t)num_slots * layer_stride * 2 + 2 * layer_stride * 2;
 }
 
 void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t embed_count, int num_slots,
-                 HostReadyFn host_ready, void* host_ready_ctx, bool host_grads) {
+                 HostReadyFn host_ready, void* host_ready_ctx, bool host_grads, const HostReader* reader) {
     memset(ws, 0, sizeof *ws);
     if (num_slots < 2 || num_slots > MAX_SLOTS) {
         // 2 is the minimum for overlap: one slot computes while the next layer lands in the other.
         die("weight slots must be between 2 and %d (got %d)", MAX_SLOTS, num_slots);
     }
+    if (reader && (!reader->start || !reader->done || reader->num_buffers < 1 ||
+                   reader->num_buffers > MAX_READ_BUFFERS || reader->buffer_bytes < layer_stride * 2 ||
+                   reader->first_streamed < 0 || reader->first_streamed > num_layers))
+        die("internal: a weight reader with %d buffers of %lld bytes from layer %d (layers of %lld bytes)",
+            reader->num_buffers, (long long)reader->buffer_bytes, reader->first_streamed,
+            (long long)(layer_stride * 2));
     ws->num_layers = num_layers;
     ws->num_slots = num_slots;
     ws->layer_stride = layer_stride;
     ws->embed_count = embed_count;
     ws->host_ready = host_ready;
     ws->host_ready_ctx = host_ready_ctx;
-    const int64_t total = embed_count + (int64_t)num_layers * layer_stride;
-
-    ws->weights_host_bf16 = (uint16_t*)pinned_alloc(total * 2, "the bf16 weights");
+    const int64_t host_layers = reader ? reader->first_streamed : num_layers;
+    ws->weights_host_bf16 =
+        (uint16_t*)pinned_alloc((embed_count + host_layers * layer_stride) * 2, "the bf16 weights");
+    if (reader) {
+        ws->reader = *reader;
+        for (int b = 0; b < reader->num_buffers; b++) {
+            ws->read_raw[b] = pinned_alloc(reader->buffer_bytes + READ_ALIGN, "the weights' read buffers");
+            ws->read_buf[b] =
+                (uint16_t*)(((uintptr_t)ws->read_raw[b] + READ_ALIGN - 1) / READ_ALIGN * READ_ALIGN);
+            ws->read_layer[b] = -1;
+            ws->read_state[b] = READ_FREE;
+            cudaCheck(cudaEventCreateWithFlags(&ws->read_copied[b], cudaEventDisableTiming));
+        }
+    }
     if (host_grads)
         ws->grads_host_bf16 =
             (uint16_t*)pinned_alloc((int64_t)num_layers * layer_stride * 2, "the layer gradients");
@@ -88,6 +112,11 @@ void stream_free(WeightStream* ws) {
         cudaCheck(cudaFree(ws->grad_staging[k]));
     }
     for (int l = 0; l < ws->num_layers; l++) cudaCheck(cudaEventDestroy(ws->grads_on_host[l]));
+    for (int b = 0; ws->reader.start && b < ws->reader.num_buffers; b++) {
+        if (ws->read_state[b] == READ_PENDING) ws->reader.done(ws->reader.ctx, ws->read_req[b], 1);
+        cudaCheck(cudaEventDestroy(ws->read_copied[b]));
+        cudaCheck(cudaFreeHost(ws->read_raw[b]));
+    }
     cudaCheck(cudaEventDestroy(ws->compute_mark));
     cudaCheck(cudaStreamDestroy(ws->compute));
     cudaCheck(cudaStreamDestroy(ws->h2d));
@@ -106,17 +135,102 @@ static int slot_of(const WeightStream* ws, int l) {
     return -1;
 }
 
-// Makes sure layer l is in (or on its way to) a slot, and pins that slot for this pass. A layer that is not
-// resident must have its host bf16 copy ready (HostReadyFn) before this is called.
-static void request_layer(WeightStream* ws, int l) {
+// ---- Read buffers (-sw 1: a HostReader). A layer of the pass is read into a buffer as early as one is free
+// and the optimizer has written it, in pass order; its copy to a slot then frees the buffer once it has run.
+
+// The buffer holding layer l or being read into for it, or -1.
+static int read_buffer_of(const WeightStream* ws, int l) {
+    for (int b = 0; b < ws->reader.num_buffers; b++)
+        if (ws->read_layer[b] == l && (ws->read_state[b] == READ_PENDING || ws->read_state[b] == READ_READY))
+            return b;
+    return -1;
+}
+// Waits for a read buffer's read and forgets its layer.
+static void read_buffer_drop(WeightStream* ws, int b) {
+    if (ws->read_state[b] == READ_PENDING) ws->reader.done(ws->reader.ctx, ws->read_req[b], 1);
+    ws->read_state[b] = READ_FREE;
+    ws->read_layer[b] = -1;
+}
+// A buffer to read into: a free one, or one whose copy has run. -1 when none is (wait = 0); with wait = 1 it
+// waits for the oldest copy, or else takes the buffer whose layer comes last in the pass.
+static int read_buffer_take(WeightStream* ws, int wait) {
+    const int n = ws->reader.num_buffers;
+    for (int b = 0; b < n; b++)
+        if (ws->read_state[b] == READ_FREE) return b;
+    for (int b = 0; b < n; b++) {
+        if (ws->read_state[b] != READ_COPYING) continue;
+        const cudaError_t e =
+            wait ? cudaEventSynchronize(ws->read_copied[b]) : cudaEventQuery(ws->read_copied[b]);
+        if (e == cudaErrorNotReady) continue;
+        cudaCheck(e);
+        ws->read_state[b] = READ_FREE;
+        return b;
+    }
+    if (!wait) return -1;
+    int victim = 0, victim_pos = -1;  // every buffer holds a layer read ahead (e.g. one evicted from a slot)
+    for (int b = 0; b < n; b++) {
+        int pos = ws->schedule_next;
+        while (pos < ws->schedule_len && ws->schedule[pos] != ws->read_layer[b]) pos++;
+        if (pos > victim_pos) {
+            victim = b;
+            victim_pos = pos;
+        }
+    }
+    read_buffer_drop(ws, victim);
+    return victim;
+}
+static void read_start(WeightStream* ws, int b, int l) {
+    ws->read_layer[b] = l;
+    ws->read_state[b] = READ_PENDING;
+    ws->read_req[b] = ws->reader.start(ws->reader.ctx, l, ws->read_buf[b]);
+    ws->layer_reads++;
+}
+// Starts reading the pass's next layers that are in no slot and no buffer, while buffers are free and the
+// optimizer has written them (in pass order: it stops at the first that is not).
+static void read_ahead(WeightStream* ws) {
+    if (!ws->reader.start) return;
+    for (int pos = ws->schedule_next; pos < ws->schedule_len; pos++) {
+        const int l = ws->schedule[pos];
+        if (slot_of(ws, l) >= 0 || read_buffer_of(ws, l) >= 0) continue;
+        if (!ws->host_ready(ws->host_ready_ctx, l, 0)) return;
+        const int b = read_buffer_take(ws, 0);
+        if (b < 0) return;
+        read_start(ws, b, l);
+    }
+}
+
+// Layer l's bf16 weights on the host, ready to copy, or NULL when they are not yet (wait = 0 only asks;
+// wait = 1 waits for the CPU optimizer, then with a reader for the disk).
+static const uint16_t* host_weights(WeightStream* ws, int l, int wait) {
+    if (!ws->host_ready(ws->host_ready_ctx, l, wait)) return NULL;
+    if (!ws->reader.start) return ws->weights_host_bf16 + ws->embed_count + (int64_t)l * ws->layer_stride;
+    read_ahead(ws);
+    int b = read_buffer_of(ws, l);
+    if (b < 0) {
+        if (!wait) return NULL;
+        b = read_buffer_take(ws, 1);
+        read_start(ws, b, l);
+    }
+    if (ws->read_state[b] == READ_PENDING) {
+        if (!ws->reader.done(ws->reader.ctx, ws->read_req[b], wait)) return NULL;
+        ws->read_state[b] = READ_READY;
+    }
+    return ws->read_buf[b];
+}
+
+// Makes sure layer l is in (or on its way to) a slot, and pins that slot for this pass. Returns 0 when l
+// holds no slot and its host weights are not ready (wait = 0); wait = 1 waits for them.
+static int request_layer(WeightStream* ws, int l, int wait) {
     int s = slot_of(ws, l);
     if (s >= 0) {  // still resident from the previous pass (e.g. the last layers of the forward pass)
         if (!ws->slot_in_use[s]) {
             ws->slot_in_use[s] = 1;
             ws->layer_reuses++;
         }
-        return;
+        return 1;
     }
+    const uint16_t* src = host_weights(ws, l, wait);
+    if (!src) return 0;
     // Victim: the least recently used slot that this pass is not holding.
     int victim = -1;
     for (int k = 0; k < ws->num_slots; k++)
@@ -125,17 +239,23 @@ static void request_layer(WeightStream* ws, int l) {
     if (victim < 0) { die("internal: no free weight slot for layer %d", l); }
     cudaCheck(cudaStreamWaitEvent(ws->h2d, ws->slot_free[victim], 0));
     const int64_t bytes = ws->layer_stride * 2;
-    const uint16_t* src = ws->weights_host_bf16 + ws->embed_count + (int64_t)l * ws->layer_stride;
     const int span = timeline_begin(ws->timeline, TRACK_H2D, "weights", l, ws->h2d);
     cudaCheck(cudaMemcpyAsync(ws->slots + (int64_t)victim * ws->layer_stride, src, (size_t)bytes,
                               cudaMemcpyHostToDevice, ws->h2d));
     timeline_end(ws->timeline, span, ws->h2d);
     cudaCheck(cudaEventRecord(ws->slot_ready[victim], ws->h2d));
+    if (ws->reader.start) {  // the buffer is read into again once this copy has run
+        const int b = read_buffer_of(ws, l);
+        ws->read_state[b] = READ_COPYING;
+        ws->read_layer[b] = -1;
+        cudaCheck(cudaEventRecord(ws->read_copied[b], ws->h2d));
+    }
     ws->slot_layer[victim] = l;
     ws->slot_in_use[victim] = 1;
     ws->slot_last_use[victim] = ++ws->use_clock;
     ws->bytes_h2d += bytes;
     ws->layer_copies++;
+    return 1;
 }
 
 // Requests the pass's next layers, in order, while they are at most `until` (a schedule position) and their
@@ -143,11 +263,10 @@ static void request_layer(WeightStream* ws, int l) {
 // Never blocks: a layer left unrequested here is requested by stream_wait_layer, which may wait.
 static void request_ready_layers(WeightStream* ws, int until) {
     while (ws->schedule_next < ws->schedule_len && ws->schedule_next <= until) {
-        const int l = ws->schedule[ws->schedule_next];
-        if (slot_of(ws, l) < 0 && !ws->host_ready(ws->host_ready_ctx, l, 0)) return;
-        request_layer(ws, l);
+        if (!request_layer(ws, ws->schedule[ws->schedule_next], 0)) break;
         ws->schedule_next++;
     }
+    read_ahead(ws);
 }
 
 void stream_begin_pass(WeightStream* ws, const int* order, int n) {
@@ -163,15 +282,14 @@ void stream_begin_pass(WeightStream* ws, const int* order, int n) {
     const int ahead = ws->num_slots - 1;
     const int first = n < ahead ? n : ahead;
     for (int i = 0; i < first; i++)
-        if (slot_of(ws, order[i]) >= 0) request_layer(ws, order[i]);
+        if (slot_of(ws, order[i]) >= 0) request_layer(ws, order[i], 0);
     request_ready_layers(ws, first - 1);
 }
 
 const bf16* stream_wait_layer(WeightStream* ws, int l) {
     int s = slot_of(ws, l);
     if (s < 0 && ws->schedule_next < ws->schedule_len && ws->schedule[ws->schedule_next] == l) {
-        ws->host_ready(ws->host_ready_ctx, l, 1);  // the CPU AdamW of layer l: the GPU waits for it here
-        request_layer(ws, l);
+        request_layer(ws, l, 1);  // waits for the CPU AdamW of layer l (-sw 1: and its read): the GPU waits
         ws->schedule_next++;
         s = slot_of(ws, l);
     }
@@ -197,6 +315,8 @@ void stream_invalidate(WeightStream* ws) {
         ws->slot_layer[s] = -1;
         ws->slot_in_use[s] = 0;
     }
+    for (int b = 0; ws->reader.start && b < ws->reader.num_buffers; b++)  // read before the update: stale
+        if (ws->read_state[b] == READ_PENDING || ws->read_state[b] == READ_READY) read_buffer_drop(ws, b);
 }
 
 bf16* stream_grad_staging(WeightStream* ws) {

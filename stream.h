@@ -13,11 +13,16 @@
 //                              the pinned ring slot they arrived in: stream_send_layer_grads_to)
 // The embeddings (wte, wpe, final LayerNorm) and any GPU-resident layers (-R) are not streamed: they stay on
 // the GPU (train_gpt.cu), and a pass's `order` lists only the streamed layers.
+// With a HostReader (train_gpt -sd DIR -sw 1) the streamed layers' bf16 weights are not in host RAM: each
+// layer of a pass is read from disk into one of a few pinned read buffers, as far ahead as buffers allow,
+// and copied to its slot from there; a buffer is read into again only once its copy has run
+// (read_copied[b], h2d). The caller's start / done do the disk part (ssd.h).
 #pragma once
 #include <stdint.h>
 #include "cuda_common.h"
 
-#define MAX_SLOTS 8
+#define MAX_SLOTS        8
+#define MAX_READ_BUFFERS 8
 struct Timeline;
 
 // Called on the main thread before layer l's weights are copied to the GPU: returns 1
@@ -25,6 +30,19 @@ struct Timeline;
 // (and returns 1); with wait = 0 it only asks. This is the one place where the next step's forward pass
 // waits for the previous step's AdamW.
 typedef int (*HostReadyFn)(void* ctx, int layer, int wait);
+
+// Where the streamed layers' bf16 weights come from when they are not in host RAM (-sw 1).
+typedef struct {
+    // Starts reading layer's bf16 weights (layer_stride elements) into dst; returns the read's id.
+    int64_t (*start)(void* ctx, int layer, uint16_t* dst);
+    // 1 once read `req` is complete (wait = 1: blocks until then); called once with a 1 for each read. A read
+    // that fails is the caller's to report (it exits: the step cannot go on).
+    int (*done)(void* ctx, int64_t req, int wait);
+    void* ctx;
+    int num_buffers;       // pinned read buffers, 1..MAX_READ_BUFFERS: more = more reads in flight ahead
+    int64_t buffer_bytes;  // bytes of one (>= layer_stride * 2; the reader's size); each is 4096-aligned
+    int first_streamed;  // layers below it are GPU-resident: weights_host_bf16 holds them, and no pass reads
+} HostReader;
 
 typedef struct {
     int num_layers, num_slots;
@@ -34,7 +52,8 @@ typedef struct {
     // Host, pinned (DMA-able, so copies run at full PCIe speed and asynchronously)
     uint16_t* weights_host_bf16;  // [embeddings | layer 0 | ... | layer L-1], written by the CPU AdamW; laid
                                   // out like the fp32 master weights (the embedding part is only used to load
-                                  // them: the embeddings live and are updated on the GPU, train_gpt.cu)
+                                  // them: the embeddings live and are updated on the GPU, train_gpt.cu).
+                                  // With a reader: [embeddings | layers 0..first_streamed-1] only
     uint16_t* grads_host_bf16;    // L * layer_stride: each layer's gradient, sent once per step (NULL when
                                   // stream_init was told host_grads = false: the caller gives each layer's
                                   // destination to stream_send_layer_grads_to, e.g. train_gpt -sd's ring)
@@ -61,6 +80,17 @@ typedef struct {
     HostReadyFn host_ready;
     void* host_ready_ctx;
 
+    // With a HostReader (reader.start != NULL): the pinned read buffers, each free, being read into, holding
+    // a layer, or being copied from (until read_copied[b] on h2d).
+    HostReader reader;
+    uint16_t* read_buf[MAX_READ_BUFFERS];
+    void* read_raw[MAX_READ_BUFFERS];
+    int read_layer[MAX_READ_BUFFERS];  // the layer it holds or is being read into (-1: none)
+    int read_state[MAX_READ_BUFFERS];  // READ_FREE, READ_PENDING, READ_READY, READ_COPYING
+    int64_t read_req[MAX_READ_BUFFERS];
+    cudaEvent_t read_copied[MAX_READ_BUFFERS];
+    int64_t layer_reads;  // reads started (the config table; a pass reads each layer it copies once)
+
     // Counters for the config table and the timeline
     int64_t bytes_h2d, bytes_d2h, layer_copies, layer_reuses;
     struct Timeline* timeline;  // NULL, or where each copy records its span (timeline.h, flag -Y)
@@ -68,11 +98,14 @@ typedef struct {
 
 // Allocates the pinned host buffers (the caller fills weights_host_bf16), the GPU slots and staging, the
 // streams and events. Exits with a one-line error if an allocation fails.
+// reader: NULL, or where the streamed layers' weights come from (-sw 1; copied).
 void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t embed_count, int num_slots,
-                 HostReadyFn host_ready, void* host_ready_ctx, bool host_grads = true);
+                 HostReadyFn host_ready, void* host_ready_ctx, bool host_grads = true,
+                 const HostReader* reader = NULL);
 void stream_free(WeightStream* ws);
 // Bytes of pinned host memory and of GPU memory stream_init will allocate (for the fit check before it).
-int64_t stream_host_bytes(int num_layers, int64_t layer_stride, int64_t embed_count, bool host_grads = true);
+int64_t stream_host_bytes(int num_layers, int64_t layer_stride, int64_t embed_count, bool host_grads = true,
+                          const HostReader* reader = NULL);
 int64_t stream_gpu_bytes(int64_t layer_stride, int num_slots);
 
 // A pass visits layers in `order` (forward: 0..L-1, backward: L-1..0). Starts copying the first

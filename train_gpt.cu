@@ -24,7 +24,9 @@
 // m, v of the prefix only) and model_S.bin, which is read layer by layer from the store: that model file is
 // the one extra copy of the weights on disk (so export_hf and -e keep working). DONE last, as always.
 // The streamed layers' bf16 gradients go to DIR too (GradsWriter: a ring of 3 pinned layer buffers instead
-// of a pinned array of all layers); the pinned bf16 weights of all layers stay in host RAM (-sw 1: not yet).
+// of a pinned array of all layers). With -sw 1 the store holds their bf16 weights too (the round writes
+// them there) and the stream reads each pass's layers into SW_READ_BUFFERS pinned buffers ahead of their
+// copies (stream.h HostReader; sw_read_*): host RAM then no longer grows with depth.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -295,6 +297,7 @@ struct GPT {
     char skipped[96];                        // why the last step updated nothing (-sl / -sg), or ""
     int64_t gpu_bytes;         // every byte this trainer allocated on the GPU (the "peak GPU" figure)
     SsdStore* ssd;             // -sd: the streamed layers' fp32 state (NULL: in the host arrays)
+    bool weights_on_disk;      // -sd -sw 1: their bf16 weights too (the stream reads them: sw_read_*)
     GradsWriter* gw;           // -sd: the gradients' way to disk (NULL without -sd)
     int64_t host_state_count;  // floats in master / adam_m / adam_v: all, or the prefix with -sd
     int* forward_order;        // R, R+1, ..., L-1: the streamed layers in the order of a forward pass
@@ -551,6 +554,29 @@ static void die_disk(const char* what, const char* err) {
     _exit(1);
 }
 
+// -sw 1: the stream's HostReader (stream.h). The streamed layers' bf16 weights are read from the store into
+// SW_READ_BUFFERS pinned buffers, ahead of each layer's copy to the GPU, in every pass.
+#define SW_READ_BUFFERS 4
+static int64_t sw_read_start(void* ctx, int l, uint16_t* dst) {
+    GPT* g = (GPT*)ctx;
+    FAKE_CUDA_HOST_ACCESS(dst, g->layout.layer_stride * 2, true, "a disk read into a weights' read buffer");
+    return ssd_store_read_bf16_async(g->ssd, l - g->resident_layers, dst);
+}
+static int sw_read_done(void* ctx, int64_t req, int wait) {
+    GPT* g = (GPT*)ctx;
+    if (!wait && !ssd_io_poll(ssd_store_io(g->ssd), req)) return 0;
+    char err[1024];
+    if (ssd_store_wait(g->ssd, req, err, sizeof err) != 0)
+        die_disk("reading the bf16 weights from the SSD tier", err);
+    return 1;
+}
+static HostReader sw_reader(GPT* g, const ParamLayout* p, int resident_layers) {
+    const HostReader r = {
+        sw_read_start,  sw_read_done, g, SW_READ_BUFFERS, ssd_round_up(p->layer_stride * 2, SSD_ALIGN),
+        resident_layers};
+    return r;
+}
+
 // Test hook: env SSD_FAULT="WRITE,AFTER,ERRNO" (ssd_io_set_fault: the AFTER+1-th chunk written (WRITE 1) or
 // read (0) from the store's opening on fails with ERRNO, 0 = a short transfer; ERRNO "kill": the process
 // kills itself there, a crash between two writes). Unset: nothing.
@@ -680,13 +706,18 @@ typedef struct {
     int64_t host_bytes, gpu_bytes;  // the sums
 } MemoryPlan;
 
+// Where the streamed layers' state lives: host RAM, the SSD tier (-sd DIR), or the SSD tier with their bf16
+// weights too (-sd DIR -sw 1).
+enum { TIER_RAM = 0, TIER_SSD = 1, TIER_SSD_WEIGHTS = 2 };
+
 // The SSD store of a run with -sd: layers R..L-1, whole layers or pieces of at most 64 Mi parameters (env
 // SSD_PIECE_ELEMS overrides: the tests cut small layers into pieces), a ring of 4 pieces.
-static SsdStoreConfig ssd_store_config(const GPTConfig* c, int resident_layers) {
+static SsdStoreConfig ssd_store_config(const GPTConfig* c, int resident_layers, int tier) {
     SsdStoreConfig sc;
     memset(&sc, 0, sizeof sc);
     sc.num_layers = c->num_layers - resident_layers;
     sc.layer_elems = gpt_layout(c).layer_stride;
+    sc.with_bf16 = tier == TIER_SSD_WEIGHTS;
     sc.ring = 4;
     sc.grads_on_disk = 1;  // GradsWriter
     sc.piece_elems = (int64_t)1 << 26;
@@ -696,9 +727,9 @@ static SsdStoreConfig ssd_store_config(const GPTConfig* c, int resident_layers) 
 }
 
 // Every term that grows with -b, -t, -d is overflow-checked (plan_mul / plan_add): an absurd config dies with
-// "config too large" instead of a wrapped count. ssd: the streamed layers' fp32 state is on disk (-sd).
+// "config too large" instead of a wrapped count. tier: where the streamed layers' state lives (TIER_*).
 static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micro, int num_slots,
-                                  int resident_layers, int kept_layers, bool ssd = false) {
+                                  int resident_layers, int kept_layers, int tier = TIER_RAM) {
     const ParamLayout p = gpt_layout(c);
     const int64_t N = (int64_t)B * T;
     MemoryPlan m;
@@ -707,13 +738,16 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     // and their sums
     plan_mul(p.total, 64,
              "the parameters (fp32 weights, AdamW m and v, bf16 copies: choose a smaller model)");
+    const bool ssd = tier != TIER_RAM;
     const int64_t prefix = p.embed_count + (int64_t)resident_layers * p.layer_stride;
     m.master_adam = (ssd ? prefix : p.total) * 12;
-    m.pinned = stream_host_bytes(c->num_layers, p.layer_stride, p.embed_count, !ssd);
+    const HostReader reader = sw_reader(NULL, &p, resident_layers);
+    m.pinned = stream_host_bytes(c->num_layers, p.layer_stride, p.embed_count, !ssd,
+                                 tier == TIER_SSD_WEIGHTS ? &reader : NULL);
     if (ssd)
         m.pinned += GRAD_RING * (ssd_round_up(p.layer_stride * 2, SSD_ALIGN) + SSD_ALIGN);  // GradsWriter
     if (ssd && resident_layers < c->num_layers) {
-        const SsdStoreConfig sc = ssd_store_config(c, resident_layers);
+        const SsdStoreConfig sc = ssd_store_config(c, resident_layers, tier);
         SsdPlanInput in;
         memset(&in, 0, sizeof in);
         in.streamed_layers = sc.num_layers;
@@ -721,6 +755,8 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
         in.ring = sc.ring;
         in.piece_elems = sc.piece_elems;
         in.grads_on_disk = sc.grads_on_disk;
+        in.with_bf16 = sc.with_bf16;
+        in.bf16_buffers = SW_READ_BUFFERS;
         const SsdPlan sp = ssd_plan(&in);
         m.ssd_ring = sp.host_ring;
         m.ssd_disk = sp.disk_bytes;
@@ -809,10 +845,11 @@ static void host_free_floats(float* p, int64_t n) {
     if (p) munmap(p, (size_t)n * 4);
 }
 
-// ssd: the streamed layers' fp32 state will live in an SsdStore (-sd; the caller attaches it as g->ssd): the
-// host arrays then hold the resident prefix only.
+// tier TIER_SSD*: the streamed layers' fp32 state will live in an SsdStore (-sd; the caller attaches it as
+// g->ssd): the host arrays then hold the resident prefix only. TIER_SSD_WEIGHTS: their bf16 weights too.
 static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro, int num_slots,
-                      int resident_layers, int kept_layers, const TrainArgs* args, bool ssd = false) {
+                      int resident_layers, int kept_layers, const TrainArgs* args, int tier = TIER_RAM) {
+    const bool ssd = tier != TIER_RAM;
     memset(g, 0, sizeof *g);
     g->config = *cfg;
     g->layout = gpt_layout(cfg);
@@ -829,7 +866,8 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
             c->num_layers);
     if (cublas_handle)  // matmul.cuh's handles, workspace and algorithm cache are one per process
         die("internal: a second GPT built while one is alive (gpt_free the first)");
-    const MemoryPlan plan = gpt_memory_plan(c, B, T, max_micro, num_slots, resident_layers, kept_layers, ssd);
+    const MemoryPlan plan =
+        gpt_memory_plan(c, B, T, max_micro, num_slots, resident_layers, kept_layers, tier);
     g->resident_layers = resident_layers;
     g->kept_layers = kept_layers;
     g->resident_count = plan.resident_count;
@@ -854,8 +892,10 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
         g->forward_order[i] = resident_layers + i;
         g->backward_order[i] = c->num_layers - 1 - i;
     }
+    g->weights_on_disk = tier == TIER_SSD_WEIGHTS;
+    const HostReader reader = sw_reader(g, p, resident_layers);
     stream_init(&g->stream, c->num_layers, p->layer_stride, p->embed_count, num_slots, optimizer_block_ready,
-                g, !ssd);
+                g, !ssd, g->weights_on_disk ? &reader : NULL);
     if (ssd) {  // the gradients' ring; its thread starts once the store is attached (ssd_attach)
         g->gw = new GradsWriter();
         const int64_t bytes = ssd_round_up(p->layer_stride * 2, SSD_ALIGN) + SSD_ALIGN;
@@ -1360,7 +1400,12 @@ typedef struct {
     float host_gib;    // -M  host memory the fit check counts on, GiB; 0 = MemAvailable
     float gpu_gib;     // -V  GPU memory this run may use, GiB; 0 = all that is free on the device
     const char* ssd_dir;  // -sd the streamed layers' fp32 weights and AdamW m, v in an SsdStore there; NULL
+    int ssd_weights;      // -sw 1: with -sd, their bf16 weights there too
 } GpuArgs;
+
+static int ssd_tier(const GpuArgs* ga) {
+    return !ga->ssd_dir ? TIER_RAM : ga->ssd_weights ? TIER_SSD_WEIGHTS : TIER_SSD;
+}
 
 // What the host-memory fit check counts on, in bytes: -M where given (a VM whose memory grows as it is used),
 // else MemAvailable (-1: unknown, no check).
@@ -1381,18 +1426,18 @@ static int64_t gpu_memory_budget(const GpuArgs* ga, int64_t gpu_free) {
 // docs/memory.md). Updates *resident / *kept and returns the plan with them.
 static MemoryPlan place_layers(const GPTConfig* c, int B, int T, int n_micro, int slots, const GpuArgs* ga,
                                int64_t budget, int* resident, int* kept) {
-    MemoryPlan plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ga->ssd_dir != NULL);
+    MemoryPlan plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga));
     auto layers_that_fit = [&](int64_t per_layer) {
         const int64_t spare = budget - gpu_reserve_bytes - gpu_margin_bytes - plan.gpu_bytes;
         return spare > 0 ? (int)std::min<int64_t>(spare / per_layer, c->num_layers) : 0;
     };
     if (ga->resident < 0) {
         *resident = layers_that_fit(plan.resident_layer);
-        plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ga->ssd_dir != NULL);
+        plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga));
     }
     if (ga->kept < 0) {
         *kept = layers_that_fit(plan.kept_layer);
-        plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ga->ssd_dir != NULL);
+        plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga));
     }
     return plan;
 }
@@ -1424,6 +1469,7 @@ static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
     ga->host_gib = 0;
     ga->gpu_gib = 0;
     ga->ssd_dir = NULL;
+    ga->ssd_weights = 0;
 }
 
 static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
@@ -1468,9 +1514,13 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "              NVMe drive; O_DIRECT over io_uring), and their bf16 gradients too: 14 bytes per\n"
         "              parameter less RAM, 26 on disk (two generations: checkpoints copy nothing). Measures "
         "the\n"
-        "              disk at start. Resume (-y 1) with the same dir and -R (default off)\n",
+        "              disk at start. Resume (-y 1) with the same dir and -R (default off)\n"
+        "  -sw <0|1>   with -sd: the streamed layers' bf16 weights live there too, read ahead into %d "
+        "pinned\n"
+        "              layer buffers for each pass: 2 bytes per parameter less RAM, RAM no longer grows\n"
+        "              with depth; 2 more bytes read per parameter per pass (default %d)\n",
         MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->kept,
-        gd->flash, gd->epilogues, gd->plan_only, gd->host_gib, gd->gpu_gib);
+        gd->flash, gd->epilogues, gd->plan_only, gd->host_gib, gd->gpu_gib, SW_READ_BUFFERS, gd->ssd_weights);
 }
 
 // Parses argv: our flags first, then the shared ones. Exits on any error, prints usage on -h.
@@ -1530,6 +1580,9 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         else if (strcmp(flag, "-sd") == 0) {
             if (!value[0]) die("-sd needs a directory (run ./train_gpt -h for the flags)");
             ga->ssd_dir = value;
+        } else if (strcmp(flag, "-sw") == 0) {
+            ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err);
+            ga->ssd_weights = (int)v;
         } else {
             if (strcmp(flag, "-e") == 0) ga->model_given = 1;
             const int r = parse_train_arg(a, flag, value, err, sizeof err);
@@ -1542,6 +1595,9 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         if (!ok) die("%s (run ./train_gpt -h for the flags)", err);
     }
     if (!train_args_check(a, err, sizeof err)) die("%s (run ./train_gpt -h for the flags)", err);
+    if (ga->ssd_weights && !ga->ssd_dir)
+        die("-sw 1 puts the bf16 weights in the SSD tier: it needs -sd DIR (run ./train_gpt -h for the "
+            "flags)");
 }
 
 // Model config from -e: a spec (random init), an llm.c model file (its header) or a Hugging
@@ -1576,9 +1632,11 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
                                   : "cuBLAS + softmax (T x T scores stored in the workspace)",
            no_gpu_here ? "; no GPU here: planned for an sm_90 one" : "");
     printf(
-        "host %9.2f GiB: fp32 master weights and AdamW m, v %.2f%s; pinned bf16 weights and gradients %.2f",
+        "host %9.2f GiB: fp32 master weights and AdamW m, v %.2f%s; pinned bf16 weights and gradients %.2f%s",
         m.host_bytes / GiB, m.master_adam / GiB, ga->ssd_dir ? " (embeddings and -R layers: -sd)" : "",
-        m.pinned / GiB);
+        m.pinned / GiB,
+        ga->ssd_dir && ga->ssd_weights ? " (the prefix's weights, read and gradient layer buffers: -sw 1)"
+                                       : "");
     if (ga->ssd_dir) printf("; the SSD tier's ring %.2f", m.ssd_ring / GiB);
     if (host_avail >= 0)
         printf(" (%s: %.1f GiB %s)", plan.host_bytes <= host_avail ? "fits" : "does NOT fit",
@@ -1599,11 +1657,10 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
             ga->gpu_gib);
     if (ga->ssd_dir)
         printf(
-            "\ndisk %9.2f GiB in %s: two generations of the streamed layers' fp32 weights, AdamW m and v, "
-            "and their "
-            "bf16 gradients; "
-            "per step %.2f GiB read, %.2f GiB written",
-            m.ssd_disk / GiB, ga->ssd_dir, m.ssd_read_per_step / GiB, m.ssd_write_per_step / GiB);
+            "\ndisk %9.2f GiB in %s: two generations of the streamed layers' fp32 weights, AdamW m and v%s, "
+            "and their bf16 gradients; per step %.2f GiB read, %.2f GiB written",
+            m.ssd_disk / GiB, ga->ssd_dir, ga->ssd_weights ? " and bf16 weights" : "",
+            m.ssd_read_per_step / GiB, m.ssd_write_per_step / GiB);
     if (ga->ssd_dir) {
         const int64_t avail = dir_free_bytes(ga->ssd_dir);
         if (avail >= 0)
@@ -1772,9 +1829,9 @@ static void check_ssd_space(const Run* r) {
     if (avail < 0) die("-sd %s: %s", dir, strerror(errno));
     if (avail < r->plan.ssd_disk)
         die("-sd %s: the optimizer state needs %.2f GiB on disk (two generations of the fp32 weights, m and "
-            "v "
-            "of %d streamed layers), the filesystem has %.2f GiB free",
-            dir, r->plan.ssd_disk / GiB, r->cfg.num_layers - r->resident, avail / GiB);
+            "v%s of %d streamed layers, and their gradients), the filesystem has %.2f GiB free",
+            dir, r->plan.ssd_disk / GiB, r->ga.ssd_weights ? " and the bf16 weights" : "",
+            r->cfg.num_layers - r->resident, avail / GiB);
 }
 
 // The fit check, before any large allocation: host RAM first (no GPU needed to know it will not fit), then
@@ -1843,8 +1900,8 @@ static void plan_run(Run* r) {
     cudaGetLastError();
     if (ga.plan_only && r->no_gpu_here)
         flash_attention_device_major = 9;  // plan for an H100's attention path
-    r->plan = gpt_memory_plan(&r->cfg, a.B, a.T, r->n_micro, ga.num_slots, r->resident, r->kept,
-                              ga.ssd_dir != NULL);
+    r->plan =
+        gpt_memory_plan(&r->cfg, a.B, a.T, r->n_micro, ga.num_slots, r->resident, r->kept, ssd_tier(&ga));
     if (ga.ssd_dir && ga.resident >= r->cfg.num_layers)
         die("-sd %s with -R %d: every layer is GPU-resident, no state is left to put on disk", ga.ssd_dir,
             ga.resident);
@@ -1909,7 +1966,7 @@ static void ssd_attach(Run* r, GPT* g) {
     const ParamLayout* p = &g->layout;
     const int R = g->resident_layers;
     char err[4352];
-    SsdStoreConfig sc = ssd_store_config(c, R);
+    SsdStoreConfig sc = ssd_store_config(c, R, ssd_tier(&r->ga));
     const bool resume = r->resume_step >= 0;
     if (resume) {
         int64_t tail[SSD_TAIL_SLOTS];
@@ -1920,7 +1977,7 @@ static void ssd_attach(Run* r, GPT* g) {
                 "keep -R to resume with -sd",
                 R, (long long)tail[SSD_TAIL_STREAMED_LAYERS], c->num_layers - R);
         g->ssd = ssd_store_open(dir, &sc, r->resume_step, err, sizeof err);
-        if (!g->ssd) die("resume: -sd %s: %s", dir, err);
+        if (!g->ssd) die("resume: -sd %s: %s (resume with the run's -R and -sw)", dir, err);
     } else {
         g->ssd = ssd_store_create(dir, &sc, err, sizeof err);
         if (!g->ssd) die("-sd %s: %s", dir, err);
@@ -1947,15 +2004,16 @@ static void ssd_attach(Run* r, GPT* g) {
             rc = ssd_store_write_layer(g->ssd, l - R, layer, NULL, NULL, err, sizeof err);  // zero m, v
         }
         if (rc != 0) die("-sd %s: %s", dir, err);
+        if (g->weights_on_disk) continue;  // the store wrote their bf16 copy (-sw 1)
         uint16_t* bf16 = g->stream.weights_host_bf16 + gpt_layer_offset(p, l);
         FAKE_CUDA_HOST_ACCESS(bf16, p->layer_stride * 2, true, "the host writing the bf16 copy (load)");
         convert_f32_to_bf16(layer, bf16, p->layer_stride);
     }
     free(layer);
     g->gw->thread = std::thread(grads_writer_main, g);
-    printf("SSD tier: %d layers' fp32 weights and AdamW m, v in %s (%.2f GiB on disk, %s; %s)\n",
-           sc.num_layers, dir, r->plan.ssd_disk / GiB, ssd_io_backend(ssd_store_io(g->ssd)),
-           resume ? "resumed at its checkpoint" : "created");
+    printf("SSD tier: %d layers' fp32 weights and AdamW m, v%s in %s (%.2f GiB on disk, %s; %s)\n",
+           sc.num_layers, g->weights_on_disk ? " and bf16 weights" : "", dir, r->plan.ssd_disk / GiB,
+           ssd_io_backend(ssd_store_io(g->ssd)), resume ? "resumed at its checkpoint" : "created");
 }
 
 // Builds the model, fills its weights (GPT-2 init or an llm.c model file) and, with -y 1, its AdamW state and
@@ -1972,7 +2030,7 @@ static void build_model(Run* r, GPT* g) {
         ssd_print_bandwidth(r);
     }
     gpt_build(g, &r->cfg, r->args.B, r->args.T, r->n_micro, r->ga.num_slots, r->resident, r->kept, &r->args,
-              r->ga.ssd_dir != NULL);
+              ssd_tier(&r->ga));
     if (r->ga.ssd_dir) ssd_attach(r, g);
     else if (r->kind == 1) gpt_init_params(&r->cfg, g->master, INIT_SEED);
     else if (!gpt_load_params(r->args.model, &r->cfg, g->master, err, sizeof err)) die("%s", err);
@@ -2033,7 +2091,7 @@ static void print_config_table(const Run* r, const GPT* g) {
         table_row("host memory", "%.2f GiB (fp32 master+m+v %.2f, pinned bf16 %.2f)", plan.host_bytes / GiB,
                   plan.master_adam / GiB, plan.pinned / GiB);
     if (r->ga.ssd_dir)
-        table_row("SSD tier (-sd)",
+        table_row(r->ga.ssd_weights ? "SSD tier (-sd -sw 1)" : "SSD tier (-sd)",
                   "%s: %.2f GiB on disk, %.3f GiB ring; per step %.2f GB read, %.2f GB written",
                   r->ga.ssd_dir, plan.ssd_disk / GiB, plan.ssd_ring / GiB, plan.ssd_read_per_step / 1e9,
                   plan.ssd_write_per_step / 1e9);
@@ -2140,6 +2198,9 @@ static void print_run_summary(const Run* r, GPT* g) {
         "%.2f GB GPU->host; last CPU AdamW round %.3f s\n",
         g->stream.bytes_h2d / 1e9, (long long)g->stream.layer_copies, (long long)g->stream.layer_reuses,
         g->stream.bytes_d2h / 1e9, g->opt->last_round_seconds);
+    if (g->weights_on_disk)
+        printf("bf16 weights read from the SSD tier over the run (-sw 1): %lld layers, %.2f GB\n",
+               (long long)g->stream.layer_reads, g->stream.layer_reads * g->layout.layer_stride * 2 / 1e9);
     size_t gpu_free = 0,
            gpu_total = 0;  // every GPU buffer exists before the first step: the use now is the peak
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));

@@ -11,6 +11,9 @@
 //     gradients the optimizer reads are that layer's, of the latest backward pass (the fake copies really
 //     copy; weights and gradients carry a (layer, version) stamp);
 //   - the bookkeeping: each pass copies or reuses each of its layers exactly once and leaves no slot pinned.
+// The same with a HostReader (-sw 1): the streamed layers' weights are on a stand-in disk and the stream
+// reads them into its pinned read buffers; a read writes its buffer when it starts (for the race check) and
+// delivers the data the disk held then, at completion, which comes at random for a poll.
 // Not checked here: the kernels and what they compute (test_kernels.cu, test_gpu.cu), timing, and the
 // optimizer thread's own locking (train_gpt.cu): the optimizer is modelled as running in program order.
 #include <gtest/gtest.h>
@@ -37,26 +40,61 @@ struct Driver {
     int round_grads = 0;      // ... and the round in progress must read those of this backward pass
     int done_upto = 0;        // layers R..done_upto-1 are updated in the current round
     std::vector<std::string> errors;
+    bool on_disk;  // a HostReader: the streamed layers' weights are read from the stand-in disk
+    struct Read {
+        uint16_t* dst;
+        uint16_t value;
+        bool done;
+    };
+    std::vector<Read> reads;  // by id - 1
 
-    Driver(int L_, int S_, int R_, uint32_t seed) : L(L_), S(S_), R(R_), rng(seed), version(L_, 0) {
-        stream_init(&ws, L, kStride, kEmbed, S, &Driver::ready, this);
+    Driver(int L_, int S_, int R_, uint32_t seed, int read_buffers = 0)
+        : L(L_), S(S_), R(R_), rng(seed), version(L_, 0), on_disk(read_buffers > 0) {
+        const HostReader reader = {&Driver::read_start, &Driver::read_done, this,
+                                   read_buffers,        kStride * 2,        R};
+        stream_init(&ws, L, kStride, kEmbed, S, &Driver::ready, this, true, on_disk ? &reader : NULL);
         for (int l = 0; l < L; l++) write_stamp(l);
         for (int s = 0; s < S; s++)
             fake_cuda_track(ws.slots + s * kStride, kStride * 2, "weight slot " + std::to_string(s));
         for (int k = 0; k < 2; k++)
             fake_cuda_track(ws.grad_staging[k], kStride * 2, "gradient staging " + std::to_string(k));
+        for (int b = 0; b < read_buffers; b++)
+            fake_cuda_track(ws.read_buf[b], kStride * 2, "read buffer " + std::to_string(b));
         for (int l = 0; l < L; l++) {
-            fake_cuda_track(host_weights(l), kStride * 2,
-                            "pinned bf16 weights of layer " + std::to_string(l));
+            if (!on_disk || l < R)
+                fake_cuda_track(host_weights(l), kStride * 2,
+                                "pinned bf16 weights of layer " + std::to_string(l));
             fake_cuda_track(ws.grads_host_bf16 + l * kStride, kStride * 2,
                             "pinned grads of layer " + std::to_string(l));
         }
     }
-    ~Driver() { stream_free(&ws); }
+    ~Driver() {
+        stream_free(&ws);
+        for (const Read& r : reads)
+            if (!r.done) errors.push_back("a read was never completed");
+    }
 
     uint16_t* host_weights(int l) { return ws.weights_host_bf16 + kEmbed + l * kStride; }
-    void write_stamp(int l) {
+    void write_stamp(int l) {  // on disk: version[l] is what the disk holds
+        if (on_disk && l >= R) return;
         for (int64_t i = 0; i < kStride; i++) host_weights(l)[i] = stamp(l, version[l]);
+    }
+    // HostReader: the read writes dst now (what the race check sees) and gets the disk's data of now.
+    static int64_t read_start(void* ctx, int l, uint16_t* dst) {
+        Driver* d = (Driver*)ctx;
+        if (l < d->R) d->errors.push_back("a read of GPU-resident layer " + std::to_string(l));
+        fake_cuda_host_access(dst, kStride * 2, true, "a disk read of layer " + std::to_string(l));
+        d->reads.push_back({dst, stamp(l, d->version[l]), false});
+        return (int64_t)d->reads.size();
+    }
+    static int read_done(void* ctx, int64_t req, int wait) {
+        Driver* d = (Driver*)ctx;
+        Read& r = d->reads[(size_t)(req - 1)];
+        if (r.done) d->errors.push_back("a read completed twice");
+        if (!wait && d->rng() % 2 == 0) return 0;
+        for (int64_t i = 0; i < kStride; i++) r.dst[i] = r.value;
+        r.done = true;
+        return 1;
     }
 
     // The CPU optimizer's work on layer l: wait for its gradients, read them, write the new bf16 weights.
@@ -68,8 +106,9 @@ struct Driver {
         if (grads[0] != stamp(l, round_grads) || grads[kStride - 1] != stamp(l, round_grads))
             errors.push_back("the optimizer read stale or foreign gradients of layer " + std::to_string(l));
         version[l]++;
-        fake_cuda_host_access(host_weights(l), kStride * 2, true,
-                              "the optimizer (weights of layer " + std::to_string(l) + ")");
+        if (!on_disk)
+            fake_cuda_host_access(host_weights(l), kStride * 2, true,
+                                  "the optimizer (weights of layer " + std::to_string(l) + ")");
         write_stamp(l);
         done_upto = l + 1;
     }
@@ -151,11 +190,11 @@ struct Driver {
     }
 };
 
-void run_case(int L, int S, int R, uint32_t seed) {
+void run_case(int L, int S, int R, uint32_t seed, int read_buffers = 0) {
     fake_cuda_reset();
     std::vector<std::string> errors;
     {
-        Driver d(L, S, R, seed);
+        Driver d(L, S, R, seed, read_buffers);
         for (int s = 0; s < 5; s++) {
             if (d.rng() % 3 == 0)
                 d.forward("validation");  // a forward-only pass, as validation and sampling do
@@ -164,7 +203,8 @@ void run_case(int L, int S, int R, uint32_t seed) {
         errors = d.errors;
     }
     const std::string where = "L=" + std::to_string(L) + " slots=" + std::to_string(S) +
-                              " resident=" + std::to_string(R) + " seed=" + std::to_string(seed);
+                              " resident=" + std::to_string(R) + " seed=" + std::to_string(seed) +
+                              " read buffers=" + std::to_string(read_buffers);
     ASSERT_TRUE(errors.empty()) << where << ": " << errors[0];
     ASSERT_TRUE(fake_cuda_races().empty())
         << where << ": " << fake_cuda_races()[0] << " (" << fake_cuda_races().size() << " races)";
@@ -184,6 +224,21 @@ TEST(StreamProtocol, NoRacesAndFreshWeightsOverEverySmallShape) {
         "%d cases, 5 steps each, no race, every layer read its latest weights, the optimizer its latest "
         "gradients\n",
         cases);
+}
+
+// -sw 1: the same protocol with the streamed layers' weights read from disk into 1..4 pinned read buffers.
+TEST(StreamProtocol, ReadBuffersNoRacesAndFreshWeights) {
+    int cases = 0;
+    for (int B = 1; B <= 4; B++)
+        for (int L = 1; L <= 6; L++)
+            for (int S = 2; S <= 5; S++)
+                for (int R = 0; R <= L; R++)
+                    for (uint32_t seed = 1; seed <= 3; seed++) {
+                        run_case(L, S, R, seed, B);
+                        if (HasFatalFailure()) return;
+                        cases++;
+                    }
+    printf("%d cases with read buffers: no race, every layer read its latest weights from disk\n", cases);
 }
 
 // The checker itself: a protocol with one ordering removed must be caught. Here the host rewrites a layer's
