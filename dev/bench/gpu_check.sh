@@ -10,16 +10,19 @@
 #   call 3: build; build/bench_attention (fused vs cuBLAS attention at the 1.3B/5B shapes, T 1024), then
 #           compute-sanitizer: memcheck over the kernel suite (two shards) and over a tiny train_gpt run,
 #           racecheck over the fused attention's tests
+#   call 4: build; the SSD tier (issue 22) on the GPU: d12 for 6 steps in RAM, with -sd and with -sd -sw 1
+#           (the same losses), then the step time of each at 1M tokens per step (L12 C1024, -Y 1: the disk
+#           part below the GPU part on an NVMe drive) against the in-RAM one: the issue's target is 10%
 # Full logs go to $OUT (default ./out), one per step (checkpoints to a scratch folder under $TMPDIR or /tmp,
 # removed at the end); the LAST lines printed are a table: step, status (ok,
 # FAIL rc=N, timeout, skipped: why), seconds, key figures. It checks; it changes no source.
 #
-# usage (repo root, on the device): OUT=dir bash dev/bench/gpu_check.sh 1|2|3
+# usage (repo root, on the device): OUT=dir bash dev/bench/gpu_check.sh 1|2|3|4
 # env: BUDGET_S=450 (no step runs past it), BUILD=0 (use the binaries already built: dry runs)
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 CALL=${1:-}
-case "$CALL" in 1|2|3) ;; *) echo "usage: OUT=dir bash dev/bench/gpu_check.sh 1|2|3" >&2; exit 2;; esac
+case "$CALL" in 1|2|3|4) ;; *) echo "usage: OUT=dir bash dev/bench/gpu_check.sh 1|2|3|4" >&2; exit 2;; esac
 OUT=${OUT:-./out}
 mkdir -p "$OUT"
 BUDGET_S=${BUDGET_S:-450}
@@ -97,6 +100,22 @@ figures() {
             echo "$(grep -m1 -E "GPU-resident layers|kept activations" "$log" | tr -s ' |' ' ' | cut -c1-60); step 12 loss $b vs default $a; $(grep -m1 '^GPU memory after' "$log" | cut -c1-100)";;
         mem_L*) echo "plan $(grep -m1 -E '^\| GPU memory ' "$log" | sed 's/^| GPU memory *| *//; s/ *|$//' | cut -c1-60); peak_gpu_GiB $(grep '^RESULT' "$log" | grep -o '"peak_gpu_GiB": [0-9.]*' | cut -d' ' -f2); $(grep -m1 '^GPU memory after' "$log" | cut -c1-100)";;
         attention) grep -E 'fused vs cuBLAS path' "$log" | sed 's/^ *fused vs cuBLAS path: //' | tr '\n' ';' | cut -c1-120;;
+        sd6|sw6)
+            # the same state, batches and math, other storage: only the GPU atomics' order may differ (1e-3)
+            local worst=0 s a b d
+            for s in 1 2 3 4 5 6; do
+                a=$(loss_at "$OUT/ram6.log" "$s"); b=$(loss_at "$log" "$s")
+                d=$(awk -v a="$a" -v b="$b" 'BEGIN { if (a == "" || b == "") print "missing"; else printf "%.1e", (a > b ? a - b : b - a) / a }')
+                worst=$(awk -v w="$worst" -v d="$d" 'BEGIN { print (d == "missing" || w == "missing") ? "missing" : (d + 0 > w + 0 ? d : w) }')
+            done
+            echo "$(awk -v w="$worst" 'BEGIN { print w == "missing" ? "MISSING steps" : (w + 0 <= 1e-3 ? "match" : "MISMATCH") }') (steps 1..6 loss max rel diff vs RAM $worst; bound 1e-3); $(grep -m1 '^disk ' "$log" | sed 's/; one step moves.*//' | cut -c1-90)";;
+        ram6) echo "step 6 loss $(loss_at "$log" 6)";;
+        time_*)
+            local st ram tl
+            st=$(grep '^RESULT' "$log" | grep -o '"step_s": [0-9.]*' | cut -d' ' -f2)
+            ram=$(grep '^RESULT' "$OUT/time_ram.log" 2>/dev/null | grep -o '"step_s": [0-9.]*' | cut -d' ' -f2)
+            tl=$(grep '^TIMELINE' "$log" | tail -n1 | grep -oE '"(compute_busy_s|adam_busy_s|fwd_wait_s|disk_read_busy_s|disk_write_busy_s)": [0-9.]*' | tr -d '"' | tr '\n' ' ')
+            echo "step ${st:-?} s$( [ "$1" != time_ram ] && awk -v a="$st" -v b="$ram" 'BEGIN { if (a != "" && b != "") printf " = %.3f x RAM (target <= 1.10: %s)", a / b, a / b <= 1.10 ? "PASS" : "MISS" }'); $tl$(grep -m1 '^disk ' "$log" | grep -o '[0-9.]* s of disk time per step' | sed 's/^/; /')";;
     esac
 }
 
@@ -146,7 +165,7 @@ elif [ "$CALL" = 2 ]; then
     gpu_step mem_L12 50 ./train_gpt -e L12:C1024:NH16 -b 8 -t 1024 -d 16384 -B 2 -W 1  # 50
     gpu_step mem_L24 60 ./train_gpt -e L24:C1024:NH16 -b 8 -t 1024 -d 16384 -B 2 -W 1  # 60
     # sum 380 + 7 x 5 = 415 s
-else
+elif [ "$CALL" = 3 ]; then
     build 90 build/test_kernels build/bench_attention train_gpt                     # ~25 s; 90
     # fused vs cuBLAS at B 8, T 1024, C 2048 / 4096: agreement, then 13 timed runs of each pass: ~15 s
     gpu_step attention 50 build/bench_attention                                       # 50
@@ -173,6 +192,22 @@ else
             --gtest_filter='*Flash*:*Mma*:*Ldmatrix*'                                 # 60
     fi
     # sum 430 + 6 x 5 = 460 s
+elif [ "$CALL" = 4 ]; then
+    build 60 train_gpt                                                                # ~15 s; 60
+    SD="$RUN_DIR/sd"  # the SSD tier's files: on the machine's own disk ($TMPDIR), ~3 GB for d12, ~6 GB below
+    mkdir -p "$RUN_DIR"
+    # d12 at 8K tokens, 6 steps: ~15 s; with -sd the store is created (85 M streamed parameters, ~2.3 GB) and
+    # the drive probed (3 s); each step's round moves ~4 GB: a few s at NVMe speed
+    gpu_step ram6 35 ./train_gpt -x 6 -v 0 -g 0 -n 0                                  # 35
+    gpu_step sd6 50 ./train_gpt -x 6 -v 0 -g 0 -n 0 -sd "$SD"                         # 50
+    gpu_step sw6 50 ./train_gpt -x 6 -v 0 -g 0 -n 0 -sd "$SD" -sw 1                   # 50
+    # L12 C1024 (~200 M parameters) at 1M tokens per step (64 micro-batches of 16 x 1024): ~1.2e18 FLOP, ~4 s
+    # a step at 300 TFLOP/s; the disk part (~10 GB each way with -sd) is below that from ~3 GB/s on
+    TIME_ARGS="-e L12:C1024:NH16 -b 16 -t 1024 -d 1048576 -B 2 -W 1 -Y 1"
+    gpu_step time_ram 70 ./train_gpt $TIME_ARGS                                      # 70
+    gpu_step time_sd 80 ./train_gpt $TIME_ARGS -sd "$SD"                              # 80
+    gpu_step time_sw 80 ./train_gpt $TIME_ARGS -sd "$SD" -sw 1                        # 80
+    # sum 425 + 7 x 5 = 460 s
 fi
 
 [ -f "$RUN_DIR/main.log" ] && cp "$RUN_DIR/main.log" "$OUT/main_$CALL.log"
