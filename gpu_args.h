@@ -1,0 +1,199 @@
+// gpu_args.h — the flags only the streaming trainer has (-S, -B, -W, -Y, -A, -R, -K, -F, -G, -P, -M, -V,
+// -sd, -sw), their defaults, usage text and parsing; the shared ones are args.h's. Also where the streamed
+// layers' state lives (TIER_*, from -sd / -sw). Not here: what the flags do (train_gpt.cu, memory_plan.cuh).
+#pragma once
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "args.h"    // defines: TrainArgs, train_args_defaults, train_usage, parse_train_arg, help_flag
+#include "stream.h"  // defines: MAX_SLOTS
+#include "utils.h"   // defines: die
+
+// Where the streamed layers' state lives: host RAM, the SSD tier (-sd DIR), or the SSD tier with their bf16
+// weights too (-sd DIR -sw 1).
+enum { TIER_RAM = 0, TIER_SSD = 1, TIER_SSD_WEIGHTS = 2 };
+
+// -sw 1: pinned layer buffers the streamed layers' bf16 weights are read into from the SSD tier, ahead of
+// their copies to the GPU (stream.h HostReader).
+#define SW_READ_BUFFERS 4
+
+// The flags only this trainer has (the shared ones are in args.h).
+typedef struct {
+    int num_slots;     // -S  GPU weight slots (>= 2)
+    int bench_steps;   // -B  > 0: benchmark mode, that many timed steps on synthetic tokens
+    int bench_warmup;  // -W  untimed steps before them
+    int timeline;      // -Y  1: per-step timeline (and DIR/trace.json with -o)
+    int adam_threads;  // -A  OpenMP threads of the CPU AdamW, 0 = all cores but one
+    int model_given;   // -e was on the command line (with -y 1 it must then match the checkpoint)
+    int resident;      // -R  first layers kept on the GPU with their AdamW state: 0 = none, -1 = all that fit
+    int kept;          // -K  last layers that keep their activations: 0 = none, -1 = all that fit
+    int flash;         // -F  1: fused attention kernels where the head size allows, 0: cuBLAS + softmax
+    int epilogues;     // -G  1: bias / GELU fused into the GEMMs (cuBLASLt epilogues), 0: separate kernels
+    int plan_only;     // -P  1: print the memory this run would need and exit (no GPU, no data needed)
+    float host_gib;    // -M  host memory the fit check counts on, GiB; 0 = MemAvailable
+    float gpu_gib;     // -V  GPU memory this run may use, GiB; 0 = all that is free on the device
+    const char* ssd_dir;  // -sd the streamed layers' fp32 weights and AdamW m, v in an SsdStore there; NULL
+    int ssd_weights;      // -sw 1: with -sd, their bf16 weights there too
+} GpuArgs;
+
+static int ssd_tier(const GpuArgs* ga) {
+    return !ga->ssd_dir ? TIER_RAM : ga->ssd_weights ? TIER_SSD_WEIGHTS : TIER_SSD;
+}
+
+static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
+    train_args_defaults(a);
+    a->model = "d12";  // GPT-2 124M shape, from a random init
+    a->B = 8;
+    a->T = 1024;
+    a->lr = 6e-4f;
+    a->warmup_steps = 10;
+    a->final_lr_frac = 0.1f;
+    a->max_steps = 70;  // about two epochs of the shipped train shard at 8K tokens per step
+    a->val_every = 10;
+    a->val_max_batches =
+        4;  // a cap for big val sets: the shipped val shard (32,768 tokens) holds only 3 batches of
+            // B*T = 8192 (the last, partial one is never read), so it is validated whole
+    ga->num_slots = 2;
+    ga->bench_steps = 0;
+    ga->bench_warmup = 2;
+    ga->timeline = 0;
+    ga->adam_threads = 0;
+    ga->model_given = 0;
+    ga->resident = 0;
+    ga->kept = 0;
+    ga->flash = 1;
+    ga->epilogues = 1;
+    ga->plan_only = 0;
+    ga->host_gib = 0;
+    ga->gpu_gib = 0;
+    ga->ssd_dir = NULL;
+    ga->ssd_weights = 0;
+}
+
+static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
+    printf(
+        "usage: ./train_gpt [flags]   (no flags: train GPT-2 small (d12) on the shipped tinyshakespeare "
+        "shards)\n");
+    train_usage(stdout, d);
+    printf(
+        "flags of the streaming trainer:\n"
+        "  -S <int>    GPU weight slots, 2..%d (default %d)\n"
+        "  -B <int>    benchmark mode: N timed steps on synthetic tokens, then a RESULT json line (default "
+        "off)\n"
+        "  -W <int>    benchmark warm-up steps, not timed (default %d)\n"
+        "  -Y <0|1>    per-step timeline: busy time per stream and of the CPU AdamW, GPU idle; with -o also\n"
+        "              DIR/trace.json, a Chrome trace of the last step; at the end, the -R / -K that the\n"
+        "              last step's timeline suggests (default %d)\n"
+        "  -A <int>    CPU AdamW threads, 0 = all cores but one (default %d)\n"
+        "  -R <int>    keep the first N layers on the GPU with their fp32 weights and AdamW state (updated "
+        "there,\n"
+        "              never copied): uses GPU memory the streaming leaves free to shorten the CPU AdamW;\n"
+        "              0 = stream every layer, -1 = as many as fit (default %d)\n"
+        "  -K <int>    keep the last N layers' activations from the forward to the backward pass, which "
+        "then\n"
+        "              skips their recompute (a quarter of their compute); costs about 18*C*tokens-per-step\n"
+        "              bytes per layer: 0 = recompute every layer, -1 = as many as fit after -R (default "
+        "%d)\n"
+        "  -F <0|1>    attention: 1 = fused tensor-core kernels (head sizes 32, 64, 80, 96, 128; others use\n"
+        "              the cuBLAS path), 0 = cuBLAS GEMMs + softmax over stored (T x T) scores (default %d)\n"
+        "  -G <0|1>    1 = the bias, residual and GELU passes after the GEMMs run as cuBLASLt epilogues,\n"
+        "              0 = as separate kernels (default %d)\n"
+        "  -P <0|1>    print the host and GPU memory this run would need, part by part, and exit: a "
+        "capacity\n"
+        "              check that needs no GPU and no data (default %d)\n"
+        "  -M <GiB>    host memory the fit check may count on, 0 = MemAvailable of /proc/meminfo: for "
+        "machines\n"
+        "              whose memory grows as it is used (VMs with memory hotplug) (default %g)\n"
+        "  -V <GiB>    GPU memory this run may use (its fit check, -R -1, -K -1; with -P 1 they are planned\n"
+        "              for it), 0 = all that is free: e.g. -V 79 places layers as on an H100 80GB (default "
+        "%g)\n"
+        "  -sd <dir>   SSD tier: the streamed layers' fp32 weights and AdamW m, v live in files under dir "
+        "(an\n"
+        "              NVMe drive; O_DIRECT over io_uring), and their bf16 gradients too: 14 bytes per\n"
+        "              parameter less RAM, 26 on disk (two generations: checkpoints copy nothing). Measures "
+        "the\n"
+        "              disk at start. Resume (-y 1) with the same dir and -R (default off)\n"
+        "  -sw <0|1>   with -sd: the streamed layers' bf16 weights live there too, read ahead into %d "
+        "pinned\n"
+        "              layer buffers for each pass: 2 bytes per parameter less RAM, RAM no longer grows\n"
+        "              with depth; 2 more bytes read per parameter per pass (default %d)\n",
+        MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->kept,
+        gd->flash, gd->epilogues, gd->plan_only, gd->host_gib, gd->gpu_gib, SW_READ_BUFFERS, gd->ssd_weights);
+}
+
+// Parses argv: our flags first, then the shared ones. Exits on any error, prints usage on -h.
+static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
+    TrainArgs d;
+    GpuArgs gd;
+    gpu_train_defaults(&d, &gd);
+    *a = d;
+    *ga = gd;
+    char err[512];
+    for (int i = 1; i < argc; i += 2) {
+        const char* flag = argv[i];
+        const int help = help_flag(argc, argv, i, err, sizeof err);
+        if (help < 0) die("%s", err);
+        if (help) {
+            gpu_usage(&d, &gd);
+            exit(0);
+        }
+        if (i + 1 >= argc) die("flag %s needs a value (run ./train_gpt -h for the flags)", flag);
+        const char* value = argv[i + 1];
+        int64_t v = 0;
+        int ok = 1;
+        if (strcmp(flag, "-S") == 0) {
+            ok = parse_int_in(flag, value, 2, MAX_SLOTS, &v, err, sizeof err);
+            ga->num_slots = (int)v;
+        } else if (strcmp(flag, "-B") == 0) {
+            ok = parse_int_in(flag, value, 0, 1000000, &v, err, sizeof err);
+            ga->bench_steps = (int)v;
+        } else if (strcmp(flag, "-W") == 0) {
+            ok = parse_int_in(flag, value, 0, 1000000, &v, err, sizeof err);
+            ga->bench_warmup = (int)v;
+        } else if (strcmp(flag, "-Y") == 0) {
+            ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err);
+            ga->timeline = (int)v;
+        } else if (strcmp(flag, "-A") == 0) {
+            ok = parse_int_in(flag, value, 0, 4096, &v, err, sizeof err);
+            ga->adam_threads = (int)v;
+        } else if (strcmp(flag, "-R") == 0) {
+            ok = parse_int_in(flag, value, -1, 1 << 20, &v, err, sizeof err);
+            ga->resident = (int)v;
+        } else if (strcmp(flag, "-K") == 0) {
+            ok = parse_int_in(flag, value, -1, 1 << 20, &v, err, sizeof err);
+            ga->kept = (int)v;
+        } else if (strcmp(flag, "-F") == 0) {
+            ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err);
+            ga->flash = (int)v;
+        } else if (strcmp(flag, "-P") == 0) {
+            ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err);
+            ga->plan_only = (int)v;
+        } else if (strcmp(flag, "-G") == 0) {
+            ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err);
+            ga->epilogues = (int)v;
+        } else if (strcmp(flag, "-M") == 0)
+            ok = parse_float_in(flag, value, 0.0, 1 << 24, &ga->host_gib, err, sizeof err);
+        else if (strcmp(flag, "-V") == 0)
+            ok = parse_float_in(flag, value, 0.0, 1 << 20, &ga->gpu_gib, err, sizeof err);
+        else if (strcmp(flag, "-sd") == 0) {
+            if (!value[0]) die("-sd needs a directory (run ./train_gpt -h for the flags)");
+            ga->ssd_dir = value;
+        } else if (strcmp(flag, "-sw") == 0) {
+            ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err);
+            ga->ssd_weights = (int)v;
+        } else {
+            if (strcmp(flag, "-e") == 0) ga->model_given = 1;
+            const int r = parse_train_arg(a, flag, value, err, sizeof err);
+            if (r < 0) {
+                unknown_flag_error(flag, err, sizeof err);
+                die("%s (run ./train_gpt -h for the flags)", err);
+            }
+            ok = r;
+        }
+        if (!ok) die("%s (run ./train_gpt -h for the flags)", err);
+    }
+    if (!train_args_check(a, err, sizeof err)) die("%s (run ./train_gpt -h for the flags)", err);
+    if (ga->ssd_weights && !ga->ssd_dir)
+        die("-sw 1 puts the bf16 weights in the SSD tier: it needs -sd DIR (run ./train_gpt -h for the "
+            "flags)");
+}

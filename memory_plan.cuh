@@ -1,0 +1,251 @@
+// memory_plan.cuh — the streaming trainer's memory plan: every buffer gpt_build allocates, by name, known
+// before any allocation (gpt_memory_plan); the GPU budget and the placement of -R -1 / -K -1 in it
+// (place_layers), the -R / -K a step's timeline suggests, and -P 1's printout. gpt_build allocates from the
+// plan; the fit check, -P 1 and the config table only read it. A new buffer: a field here, its gpu_alloc
+// there.
+#pragma once
+#include <algorithm>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include "cpu_optimizer.cuh"  // defines: GRAD_RING, sw_reader
+#include "gpt.cuh"            // defines: LayerActs, acts_bytes, plan_mul, plan_add
+#include "gpu_args.h"         // defines: GpuArgs, ssd_tier
+#include "matmul.cuh"         // defines: kCublasWorkspaceBytes
+#include "ssd.h"              // defines: ssd_plan, SsdStoreConfig
+#include "utils.h"            // defines: host_available_bytes
+
+#define RESIDENT_BYTES_PER_PARAM \
+    18  // a GPU-resident parameter: bf16 weight, fp32 gradient, master, AdamW m, v
+
+typedef struct {
+    int64_t resident_count;  // parameters that live on the GPU: the embeddings and the first R layers
+    // host
+    int64_t master_adam;  // fp32 master weights, AdamW m and v (12 bytes per parameter; -sd: the prefix's)
+    int64_t pinned;       // bf16 weights and layer gradients (stream_host_bytes)
+    int64_t ssd_ring;     // -sd: the store's ring of piece buffers
+    int64_t ssd_disk;     // -sd: the store's files in DIR (not host memory)
+    int64_t ssd_read_per_step, ssd_write_per_step;  // -sd: disk traffic of one step (ssd_plan)
+    // GPU
+    int64_t embeddings;       // embeddings with their AdamW state (RESIDENT_BYTES_PER_PARAM each)
+    int64_t resident_layer;   // one -R layer with its AdamW state
+    int64_t resident_layers;  // R of them
+    int64_t slots;            // the weight slots (num_slots x one bf16 layer)
+    int64_t grad_staging;     // two bf16 layers of gradients on their way to the host
+    int64_t layer_grads;      // fp32 gradient of the streamed layer in flight
+    int64_t layer_inputs;  // (L+1) x micro-batches x (N, C) bf16: each layer's input, kept for its backward
+    int64_t dresid;        // micro-batches x (N, C) bf16: the residual stream's gradient
+    int64_t tokens;        // micro-batches x N x 4 bytes: one array each for inputs, targets and losses
+    int64_t scalars;       // loss (fp32), squared norm (fp64), the cuBLAS workspace
+    int64_t acts;          // one layer's activations for one micro-batch (acts_bytes)
+    int64_t kept_acts;     // one layer's kept activations (-K) for one micro-batch
+    int64_t kept_layer;    // one -K layer: micro-batches x kept_acts
+    int64_t kept;          // K of them
+    int64_t host_bytes, gpu_bytes;  // the sums
+} MemoryPlan;
+
+// The SSD store of a run with -sd: layers R..L-1, whole layers or pieces of at most 64 Mi parameters (env
+// SSD_PIECE_ELEMS overrides: the tests cut small layers into pieces), a ring of 4 pieces.
+static SsdStoreConfig ssd_store_config(const GPTConfig* c, int resident_layers, int tier) {
+    SsdStoreConfig sc;
+    memset(&sc, 0, sizeof sc);
+    sc.num_layers = c->num_layers - resident_layers;
+    sc.layer_elems = gpt_layout(c).layer_stride;
+    sc.with_bf16 = tier == TIER_SSD_WEIGHTS;
+    sc.ring = 4;
+    sc.grads_on_disk = 1;  // GradsWriter
+    sc.piece_elems = (int64_t)1 << 26;
+    const char* e = getenv("SSD_PIECE_ELEMS");
+    if (e && atoll(e) > 0) sc.piece_elems = atoll(e);
+    return sc;
+}
+
+// Every term that grows with -b, -t, -d is overflow-checked (plan_mul / plan_add): an absurd config dies with
+// "config too large" instead of a wrapped count. tier: where the streamed layers' state lives (TIER_*).
+static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micro, int num_slots,
+                                  int resident_layers, int kept_layers, int tier = TIER_RAM) {
+    const ParamLayout p = gpt_layout(c);
+    const int64_t N = (int64_t)B * T;
+    MemoryPlan m;
+    memset(&m, 0, sizeof m);
+    // every per-parameter term is under 64 bytes per parameter: checking that bound covers them
+    // and their sums
+    plan_mul(p.total, 64,
+             "the parameters (fp32 weights, AdamW m and v, bf16 copies: choose a smaller model)");
+    const bool ssd = tier != TIER_RAM;
+    const int64_t prefix = p.embed_count + (int64_t)resident_layers * p.layer_stride;
+    m.master_adam = (ssd ? prefix : p.total) * 12;
+    const HostReader reader = sw_reader(NULL, &p, resident_layers);
+    m.pinned = stream_host_bytes(c->num_layers, p.layer_stride, p.embed_count, !ssd,
+                                 tier == TIER_SSD_WEIGHTS ? &reader : NULL);
+    if (ssd)
+        m.pinned += GRAD_RING * (ssd_round_up(p.layer_stride * 2, SSD_ALIGN) + SSD_ALIGN);  // GradsWriter
+    if (ssd && resident_layers < c->num_layers) {
+        const SsdStoreConfig sc = ssd_store_config(c, resident_layers, tier);
+        SsdPlanInput in;
+        memset(&in, 0, sizeof in);
+        in.streamed_layers = sc.num_layers;
+        in.layer_elems = sc.layer_elems;
+        in.ring = sc.ring;
+        in.piece_elems = sc.piece_elems;
+        in.grads_on_disk = sc.grads_on_disk;
+        in.with_bf16 = sc.with_bf16;
+        in.bf16_buffers = SW_READ_BUFFERS;
+        const SsdPlan sp = ssd_plan(&in);
+        m.ssd_ring = sp.host_ring;
+        m.ssd_disk = sp.disk_bytes;
+        m.ssd_read_per_step = sp.read_per_step;
+        m.ssd_write_per_step = sp.write_per_step;
+    }
+    m.host_bytes = m.master_adam + m.pinned + m.ssd_ring;
+
+    const char* inputs = "the layer-input checkpoints ((L+1) * micro-batches * B*T*C; lower -d, -b or -t)";
+    const int64_t act = plan_mul(plan_mul(N, c->channels, inputs), 2, inputs);  // one (N, C) bf16 tensor
+    m.resident_count = p.embed_count + (int64_t)resident_layers * p.layer_stride;
+    m.embeddings = p.embed_count * RESIDENT_BYTES_PER_PARAM;
+    m.resident_layer = p.layer_stride * RESIDENT_BYTES_PER_PARAM;
+    m.resident_layers = resident_layers * m.resident_layer;
+    m.slots = num_slots * p.layer_stride * 2;
+    m.grad_staging = stream_gpu_bytes(p.layer_stride, num_slots) - m.slots;
+    m.layer_grads = p.layer_stride * 4;
+    m.layer_inputs = plan_mul(plan_mul(c->num_layers + 1, max_micro, inputs), act, inputs);
+    const char* micro =
+        "the per-micro-batch buffers (residual gradients, tokens, losses; lower -d, -b or -t)";
+    m.dresid = plan_mul(max_micro, act, micro);
+    m.tokens = plan_mul(plan_mul(max_micro, N, micro), 4, micro);
+    plan_mul(m.tokens, 3, micro);
+    m.scalars = 4 + 8 + (int64_t)kCublasWorkspaceBytes;
+    const char* kept =
+        "the kept activations (-K layers * micro-batches * one layer's forward activations; lower -K)";
+    m.kept_acts = acts_bytes(c, B, T, true);
+    m.kept_layer = plan_mul(max_micro, m.kept_acts, kept);
+    m.kept = plan_mul(kept_layers, m.kept_layer, kept);
+    m.acts = acts_bytes(c, B, T, false);
+
+    const int64_t parts[] = {
+        m.embeddings, m.resident_layers, m.slots,  m.grad_staging, m.layer_grads, m.layer_inputs, m.dresid,
+        m.tokens,     m.tokens,          m.tokens, m.scalars,      m.kept,        m.acts};
+    m.gpu_bytes = 0;
+    for (int64_t part : parts)
+        m.gpu_bytes = plan_add(m.gpu_bytes, part, "the whole GPU plan (lower -b or -t)");
+    return m;
+}
+
+// -R / -K worth trying next, from a step's timeline and the GPU memory still free (docs/memory.md): resident
+// layers while the forward pass waits for the CPU AdamW (over 2% of the step), then kept ones.
+typedef struct {
+    int resident, kept;
+} Placement;
+static Placement suggest_placement(const TimelineSummary* t, int L, Placement now, int64_t spare_bytes,
+                                   int64_t resident_layer_bytes, int64_t kept_layer_bytes) {
+    Placement next = now;
+    const double adam_per_layer = t->adam_layers > 0 ? t->busy_s[TRACK_ADAM] / t->adam_layers : 0.0;
+    if (adam_per_layer > 0.0 && t->fwd_wait_s > 0.02 * t->step_s && spare_bytes > 0) {
+        int64_t more =
+            (int64_t)ceil(t->fwd_wait_s / adam_per_layer - 1e-6);  // a whole number of layers stays one
+        more =
+            std::min<int64_t>(std::min<int64_t>(more, L - now.resident), spare_bytes / resident_layer_bytes);
+        next.resident += (int)more;
+        spare_bytes -= more * resident_layer_bytes;
+    }
+    if (spare_bytes > 0) next.kept += (int)std::min<int64_t>(L - now.kept, spare_bytes / kept_layer_bytes);
+    return next;
+}
+
+// What the host-memory fit check counts on, in bytes: -M where given (a VM whose memory grows as it is used),
+// else MemAvailable (-1: unknown, no check).
+static int64_t host_memory_to_count_on(const GpuArgs* ga) {
+    return ga->host_gib > 0 ? (int64_t)((double)ga->host_gib * 1073741824.0) : host_available_bytes();
+}
+
+// GPU memory beyond the plan: the fit check leaves gpu_reserve_bytes free, -R -1 and -K -1 gpu_margin_bytes
+// more, for what the plan cannot count (docs/memory.md). The budget: the free memory, or -V where
+// that is less.
+static const int64_t gpu_reserve_bytes = (int64_t)256 << 20;
+static const int64_t gpu_margin_bytes = (int64_t)1 << 30;
+static int64_t gpu_memory_budget(const GpuArgs* ga, int64_t gpu_free) {
+    const int64_t given = (int64_t)((double)ga->gpu_gib * 1073741824.0);
+    return ga->gpu_gib > 0 && given < gpu_free ? given : gpu_free;
+}
+// -R -1, then -K -1: as many layers as fit in the budget after the rest of the plan (resident ones first:
+// docs/memory.md). Updates *resident / *kept and returns the plan with them.
+static MemoryPlan place_layers(const GPTConfig* c, int B, int T, int n_micro, int slots, const GpuArgs* ga,
+                               int64_t budget, int* resident, int* kept) {
+    MemoryPlan plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga));
+    auto layers_that_fit = [&](int64_t per_layer) {
+        const int64_t spare = budget - gpu_reserve_bytes - gpu_margin_bytes - plan.gpu_bytes;
+        return spare > 0 ? (int)std::min<int64_t>(spare / per_layer, c->num_layers) : 0;
+    };
+    if (ga->resident < 0) {
+        *resident = layers_that_fit(plan.resident_layer);
+        plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga));
+    }
+    if (ga->kept < 0) {
+        *kept = layers_that_fit(plan.kept_layer);
+        plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga));
+    }
+    return plan;
+}
+
+// Free bytes of the filesystem holding dir (made if missing), or -1 with errno set.
+static int64_t dir_free_bytes(const char* dir) {
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return -1;
+    struct statvfs sv;
+    if (statvfs(dir, &sv) != 0) return -1;
+    return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
+}
+
+// -P 1: what gpt_build would allocate for this run, part by part, and whether the host RAM here holds it.
+static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int slots, int resident,
+                              int kept, const GpuArgs* ga, MemoryPlan plan, bool no_gpu_here) {
+    const double GiB = 1073741824.0;
+    const ParamLayout p = gpt_layout(c);
+    const int64_t host_avail = host_memory_to_count_on(ga);
+    const MemoryPlan& m = plan;
+    printf("memory plan: L%d C%d NH%d, %.3f B parameters, %d x %d tokens x %d micro-batches per step\n",
+           c->num_layers, c->channels, c->num_heads, gpt_num_real_params(c, &p) / 1e9, B, T, n_micro);
+    printf("attention: %s%s\n",
+           use_flash_attention(c) ? "fused kernels (no T x T scores stored)"
+                                  : "cuBLAS + softmax (T x T scores stored in the workspace)",
+           no_gpu_here ? "; no GPU here: planned for an sm_90 one" : "");
+    printf(
+        "host %9.2f GiB: fp32 master weights and AdamW m, v %.2f%s; pinned bf16 weights and gradients %.2f%s",
+        m.host_bytes / GiB, m.master_adam / GiB, ga->ssd_dir ? " (embeddings and -R layers: -sd)" : "",
+        m.pinned / GiB,
+        ga->ssd_dir && ga->ssd_weights ? " (the prefix's weights, read and gradient layer buffers: -sw 1)"
+                                       : "");
+    if (ga->ssd_dir) printf("; the SSD tier's ring %.2f", m.ssd_ring / GiB);
+    if (host_avail >= 0)
+        printf(" (%s: %.1f GiB %s)", plan.host_bytes <= host_avail ? "fits" : "does NOT fit",
+               host_avail / GiB, ga->host_gib > 0 ? "given by -M" : "available here");
+    printf(
+        "\nGPU  %9.2f GiB: layer-input checkpoints %.2f; %d weight slots %.2f; embeddings with their AdamW "
+        "state %.2f; "
+        "%d resident layers %.2f; %d layers' kept activations %.2f; one layer's workspace %.2f and fp32 "
+        "gradient %.2f; "
+        "the rest %.2f",
+        m.gpu_bytes / GiB, m.layer_inputs / GiB, slots, (m.slots + m.grad_staging) / GiB, m.embeddings / GiB,
+        resident, m.resident_layers / GiB, kept, m.kept / GiB, m.acts / GiB, m.layer_grads / GiB,
+        (m.dresid + 3 * m.tokens + m.scalars) / GiB);
+    if (ga->gpu_gib > 0)  // the fit check of a run: the plan and the reserve within the budget
+        printf(
+            " (%s: %.1f GiB given by -V)",
+            plan.gpu_bytes + gpu_reserve_bytes <= gpu_memory_budget(ga, INT64_MAX) ? "fits" : "does NOT fit",
+            ga->gpu_gib);
+    if (ga->ssd_dir)
+        printf(
+            "\ndisk %9.2f GiB in %s: two generations of the streamed layers' fp32 weights, AdamW m and v%s, "
+            "and their bf16 gradients; per step %.2f GiB read, %.2f GiB written",
+            m.ssd_disk / GiB, ga->ssd_dir, ga->ssd_weights ? " and bf16 weights" : "",
+            m.ssd_read_per_step / GiB, m.ssd_write_per_step / GiB);
+    if (ga->ssd_dir) {
+        const int64_t avail = dir_free_bytes(ga->ssd_dir);
+        if (avail >= 0)
+            printf(" (%s: %.1f GiB free there)", m.ssd_disk <= avail ? "fits" : "does NOT fit", avail / GiB);
+    }
+    printf("\neach further -R layer %.2f GiB, each further -K layer %.2f GiB%s\n", m.resident_layer / GiB,
+           m.kept_layer / GiB,
+           (ga->resident < 0 || ga->kept < 0) && ga->gpu_gib <= 0
+               ? " (-R -1 / -K -1 are chosen on the GPU from its free memory: 0 here; -V GiB plans them for "
+                 "that much)"
+               : "");
+}
