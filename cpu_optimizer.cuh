@@ -72,11 +72,12 @@ static void grads_writer_main(GPT* g) {
             if (w->queued == 0) return;
             l = w->queue_layer[0];
             k = w->queue_slot[0];
-            pass = w->pass;
+            pass = w->queue_pass[0];
             w->queued--;
             for (int q = 0; q < w->queued; q++) {
                 w->queue_layer[q] = w->queue_layer[q + 1];
                 w->queue_slot[q] = w->queue_slot[q + 1];
+                w->queue_pass[q] = w->queue_pass[q + 1];
             }
         }
         stream_wait_grads_on_host(&g->stream, l);
@@ -113,6 +114,7 @@ static void send_layer_grads(GPT* g, int l) {
     std::lock_guard<std::mutex> lock(w->mu);
     w->queue_layer[w->queued] = l;
     w->queue_slot[w->queued] = k;
+    w->queue_pass[w->queued] = w->pass;
     w->queued++;
     w->cv.notify_all();
 }

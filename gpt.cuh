@@ -157,8 +157,10 @@ typedef struct {
     bool busy[GRAD_RING];                                       // sent and not yet written to disk
     int next;                                                   // the slot of the next send
     int queue_layer[GRAD_RING], queue_slot[GRAD_RING], queued;  // sends the writer has yet to take, in order
-    int64_t* written_pass;  // per layer: the backward pass whose gradients the grads file holds
-    int64_t pass;           // backward passes so far
+    int64_t queue_pass[GRAD_RING];  // the backward pass of each (a skipped update's may still be queued when
+                                    // the next backward pass begins)
+    int64_t* written_pass;          // per layer: the backward pass whose gradients the grads file holds
+    int64_t pass;                   // backward passes so far
     bool quit;
 } GradsWriter;
 
