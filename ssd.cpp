@@ -39,6 +39,11 @@ void* ssd_alloc(int64_t bytes) {
 }
 void ssd_free(void* p) { free(p); }
 
+// the steady clock in seconds: timeline.h's timeline_now(), so the busy log lines up with the timeline
+static double now_s() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 static bool env_is_1(const char* name) {
     const char* e = getenv(name);
     return e && strcmp(e, "1") == 0;
@@ -54,11 +59,23 @@ struct Chunk {
     char* buf;
     int64_t bytes, off;
     const char* path;
+    bool logged = false;  // its request is in the busy log
+    double t_done = 0.0;  // when its transfer completed (logged only)
 };
 struct ReqState {
     int64_t chunks_left = 0;
     bool done = false;
-    std::string msg;  // first error, empty if none
+    std::string msg;      // first error, empty if none
+    bool logged = false;  // submitted while the busy log was on
+    int write = 0;
+    double t_done = 0.0;  // its last chunk's completion (the latest of its chunks')
+};
+// One direction's busy intervals (ssd_io_log_busy): a ring of closed ones and the open one.
+struct BusyLog {
+    std::vector<SsdBusySpan> ring;  // SSD_BUSY_LOG entries once the log is on
+    int64_t head = 0, count = 0;    // the oldest at head
+    int inflight = 0;               // logged requests in flight
+    SsdBusySpan open = {0.0, 0.0};  // while inflight > 0: its start, the latest completion so far
 };
 }  // namespace
 
@@ -79,7 +96,80 @@ struct SsdIo {
     int64_t fault_after[2] = {-1, -1};
     int fault_err[2] = {0, 0}, fault_kill[2] = {0, 0};
     std::atomic<int64_t> bytes_read{0}, bytes_written{0};
+    bool log_on = false;
+    BusyLog busy[2];  // [write]
 };
+
+// ---- the busy log
+
+// Under io->mu: a closed interval into the ring (merged into the newest one where they touch).
+static void busy_push(BusyLog* b, SsdBusySpan s) {
+    const int64_t cap = (int64_t)b->ring.size();
+    if (b->count > 0) {
+        SsdBusySpan& last = b->ring[(size_t)((b->head + b->count - 1) % cap)];
+        if (s.t0 <= last.t1) {
+            last.t1 = std::max(last.t1, s.t1);
+            return;
+        }
+    }
+    if (b->count == cap) {  // full: the oldest goes
+        b->head = (b->head + 1) % cap;
+        b->count--;
+    }
+    b->ring[(size_t)((b->head + b->count) % cap)] = s;
+    b->count++;
+}
+
+// Under io->mu: a logged request starts (t: its submit time) or ends (its last chunk's completion).
+static void busy_begin(SsdIo* io, int write, double t) {
+    BusyLog* b = &io->busy[write];
+    if (b->inflight++ == 0) b->open = {t, t};
+}
+static void busy_end(SsdIo* io, int write, double t) {
+    BusyLog* b = &io->busy[write];
+    b->open.t1 = std::max(b->open.t1, t);
+    if (--b->inflight == 0) busy_push(b, b->open);
+}
+
+void ssd_io_log_busy(SsdIo* io, int on) {
+    std::lock_guard<std::mutex> lock(io->mu);
+    for (BusyLog& b : io->busy)
+        if (on && b.ring.empty()) b.ring.resize(SSD_BUSY_LOG);
+    io->log_on = on != 0;
+}
+
+int ssd_io_busy_spans(SsdIo* io, int write, double t_from, SsdBusySpan* out, int cap) {
+    if (cap < 1) return 0;
+    std::vector<SsdBusySpan> v;
+    {
+        std::lock_guard<std::mutex> lock(io->mu);
+        const BusyLog* b = &io->busy[write ? 1 : 0];
+        for (int64_t i = 0; i < b->count; i++) {
+            const SsdBusySpan& s = b->ring[(size_t)((b->head + i) % (int64_t)b->ring.size())];
+            if (s.t1 > t_from) v.push_back(s);
+        }
+        if (b->inflight > 0) v.push_back({b->open.t0, std::max(b->open.t1, now_s())});
+    }
+    if (!v.empty()) v[0].t0 = std::max(v[0].t0, t_from);
+    // too many: join the n - cap smallest gaps between neighbours (ties: the earlier gap)
+    const size_t n = v.size();
+    if (n > (size_t)cap) {
+        std::vector<size_t> gaps(n - 1);
+        for (size_t i = 0; i + 1 < n; i++) gaps[i] = i;
+        auto gap = [&v](size_t i) { return v[i + 1].t0 - v[i].t1; };
+        std::stable_sort(gaps.begin(), gaps.end(), [&](size_t a, size_t b) { return gap(a) < gap(b); });
+        std::vector<char> join(n - 1, 0);
+        for (size_t k = 0; k < n - (size_t)cap; k++) join[gaps[k]] = 1;
+        std::vector<SsdBusySpan> w;
+        for (size_t i = 0; i < n; i++) {
+            if (i > 0 && join[i - 1]) w.back().t1 = v[i].t1;
+            else w.push_back(v[i]);
+        }
+        v.swap(w);
+    }
+    for (size_t i = 0; i < v.size(); i++) out[i] = v[i];
+    return (int)v.size();
+}
 
 static void chunk_message(const Chunk* c, int err, char* out, size_t outlen) {
     if (err)
@@ -101,8 +191,10 @@ static void complete_chunk(SsdIo* io, Chunk* c, int err) {
         chunk_message(c, err < 0 ? -err : 0, m, sizeof m);
         r.msg = m;
     }
+    if (r.logged) r.t_done = std::max(r.t_done, c->t_done);
     if (--r.chunks_left == 0) {
         r.done = true;
+        if (r.logged) busy_end(io, r.write, r.t_done);
         io->cv_done.notify_all();
     }
     delete c;
@@ -117,6 +209,7 @@ static int fault_check(SsdIo* io, Chunk* c) {
         return 1;
     }
     if (io->fault_kill[k]) kill(getpid(), SIGKILL);
+    if (c->logged) c->t_done = now_s();
     complete_chunk(io, c, io->fault_err[k] ? -io->fault_err[k] : 1);
     return 0;
 }
@@ -187,6 +280,9 @@ static void uring_reaper(SsdIo* io) {
         Chunk* c = (Chunk*)io_uring_cqe_get_data(cqe);
         const int res = cqe->res;
         io_uring_cqe_seen(&io->ring, cqe);
+        // the busy log's completion time: when this thread reaps the entry, a little after the device
+        // finished (by the thread's wake-up)
+        if (c && c->logged) c->t_done = now_s();
         std::lock_guard<std::mutex> lock(io->mu);
         if (!c) {  // the wake-up NOP of ssd_io_close
             if (io->quit) return;
@@ -216,6 +312,7 @@ static void fallback_worker(SsdIo* io) {
             res = n < 0 ? -(int64_t)errno : (int64_t)n;
             break;
         }
+        if (c->logged) c->t_done = now_s();  // the busy log's completion time: exact here
         lock.lock();
         io->inflight--;
         transfer_result(io, c, res);  // a short transfer goes back to the queue
@@ -307,6 +404,11 @@ SsdReq ssd_io_submit(SsdIo* io, const SsdFile* f, int write, void* buf, int64_t 
     const SsdReq id = io->next_id++;
     ReqState& r = io->reqs[id];
     r.chunks_left = (bytes + io->chunk - 1) / io->chunk;
+    if (io->log_on) {
+        r.logged = true;
+        r.write = write ? 1 : 0;
+        busy_begin(io, r.write, now_s());
+    }
     for (int64_t done = 0; done < bytes; done += io->chunk) {
         Chunk* c = new Chunk{id,
                              f->fd,
@@ -314,7 +416,8 @@ SsdReq ssd_io_submit(SsdIo* io, const SsdFile* f, int write, void* buf, int64_t 
                              (char*)buf + done,
                              bytes - done < io->chunk ? bytes - done : io->chunk,
                              offset + done,
-                             f->path};
+                             f->path,
+                             r.logged};
         io->pending.push_back(c);
     }
     if (io->uring) uring_pump(io);
@@ -1118,10 +1221,6 @@ SsdPlan ssd_plan(const SsdPlanInput* in) {
 
 // ============================================================================
 // Bandwidth probe
-
-static double now_s() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 int ssd_probe_bandwidth(const char* dir, double seconds, int64_t max_bytes, double* read_bps,
                         double* write_bps, int* direct, char* err, size_t errlen) {

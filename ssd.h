@@ -90,6 +90,21 @@ void ssd_io_set_fault(SsdIo* io, int write, int64_t after, int err, int kill);
 // Bytes moved so far (for the bench and the timeline).
 void ssd_io_counters(const SsdIo* io, int64_t* bytes_read, int64_t* bytes_written);
 
+// The busy log (the timeline's disk tracks, -Y 1). Off by default; off, it costs one branch per request and
+// per chunk. On, each request's submit time and completion time (the host's steady clock, the one of
+// timeline.h's timeline_now()) mark, per direction, when the disk is busy: reading while at least one read is
+// in flight, writing while at least one write is. Those busy intervals (the union of the requests' intervals,
+// so they never overlap) are kept in a ring of SSD_BUSY_LOG per direction; the oldest are dropped.
+#define SSD_BUSY_LOG 4096
+typedef struct {
+    double t0, t1;  // seconds on the steady clock
+} SsdBusySpan;
+void ssd_io_log_busy(SsdIo* io, int on);
+// The busy intervals of direction `write` that end after t_from, oldest first, the first one cut at t_from;
+// one still open ends now. At most cap (>= 1): beyond that the closest neighbours are joined, so the gaps
+// between them count as busy. Returns how many it wrote to out.
+int ssd_io_busy_spans(SsdIo* io, int write, double t_from, SsdBusySpan* out, int cap);
+
 // ============================================================================
 // The state store and the pipelined AdamW round
 

@@ -1,5 +1,6 @@
 // timeline.h — the streaming trainer's optional per-step timeline (-Y 1): CUDA events around each layer's
-// compute, weight copy (H2D) and gradient copy (D2H), and the host clock around each CPU AdamW block.
+// compute, weight copy (H2D) and gradient copy (D2H), and the host clock around each CPU AdamW block and,
+// with -sd, around the disk's busy intervals (ssd.h's busy log: reads and writes, one track each).
 // A step's summary: busy seconds per resource, and the compute stream's idle time in the forward and backward
 // passes. Optionally a Chrome trace (chrome://tracing or Perfetto).
 // With the timeline off (a NULL Timeline*) every function returns at once. It only measures, never reorders.
@@ -11,9 +12,11 @@
 #include <string.h>
 #include "cuda_common.h"
 
-enum { TRACK_COMPUTE, TRACK_H2D, TRACK_D2H, TRACK_ADAM, NUM_TRACKS };
-static const char* const track_names[NUM_TRACKS] = {"compute stream", "h2d stream (weights)",
-                                                    "d2h stream (grads)", "cpu adamw thread"};
+enum { TRACK_COMPUTE, TRACK_H2D, TRACK_D2H, TRACK_ADAM, TRACK_DISK_READ, TRACK_DISK_WRITE, NUM_TRACKS };
+static const char* const track_names[NUM_TRACKS] = {"compute stream",     "h2d stream (weights)",
+                                                    "d2h stream (grads)", "cpu adamw thread",
+                                                    "disk reads",         "disk writes"};
+#define TIMELINE_DISK_SPANS 256  // -sd: spans per disk track and step (ssd_io_busy_spans joins the rest)
 
 typedef struct {
     int track, layer;        // layer -1: embeddings / head

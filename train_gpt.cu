@@ -617,12 +617,26 @@ static void timeline_add_adamw_round(GPT* g) {
         timeline_host_span(g->timeline, TRACK_ADAM, "adamw", l, g->opt->block_t0[l], g->opt->block_t1[l]);
 }
 
+// -Y 1 with -sd: the disk's busy intervals from the step's origin until now (the previous step's round during
+// the forward pass, this step's gradient writes), reads and writes on a track each (ssd.h's busy log).
+static void timeline_add_disk(GPT* g) {
+    SsdBusySpan spans[TIMELINE_DISK_SPANS];
+    for (int write = 0; write <= 1; write++) {
+        const int n = ssd_io_busy_spans(ssd_store_io(g->ssd), write, g->timeline->origin_host, spans,
+                                        TIMELINE_DISK_SPANS);
+        for (int i = 0; i < n; i++)
+            timeline_host_span(g->timeline, write ? TRACK_DISK_WRITE : TRACK_DISK_READ,
+                               write ? "write" : "read", -1, spans[i].t0, spans[i].t1);
+    }
+}
+
 // One step of the training loop, as llm.c's: forward and backward, then the update unless the step diverged
 // (the caller stops) or -sl / -sg find it an outlier (g->skipped says why). Returns the mean loss.
 static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro, float lr) {
     timeline_start_step(g->timeline, g->stream.compute);
     const float loss = gpt_forward_backward(g, inputs, targets, n_micro);
     if (g->timeline) timeline_add_adamw_round(g);
+    if (g->timeline && g->ssd) timeline_add_disk(g);
     char diverged[96];
     if (training_diverged(loss, g->last_norm, g->config.vocab_size, diverged, sizeof diverged)) return loss;
     g->step++;
@@ -822,9 +836,13 @@ static float validation_loss(GPT* g, DataLoader* val, int64_t batches) {
 static void print_timeline(GPT* g, const TimelineSummary& t, const char* output_dir) {
     printf(
         "TIMELINE {\"step_s\": %.4f, \"compute_busy_s\": %.4f, \"h2d_busy_s\": %.4f, \"d2h_busy_s\": %.4f, "
-        "\"adam_busy_s\": %.4f, \"gpu_idle_s\": %.4f, \"fwd_wait_s\": %.4f, \"bwd_wait_s\": %.4f}\n",
+        "\"adam_busy_s\": %.4f, \"gpu_idle_s\": %.4f, \"fwd_wait_s\": %.4f, \"bwd_wait_s\": %.4f",
         t.step_s, t.busy_s[TRACK_COMPUTE], t.busy_s[TRACK_H2D], t.busy_s[TRACK_D2H], t.busy_s[TRACK_ADAM],
         t.gpu_idle_s, t.fwd_wait_s, t.bwd_wait_s);
+    if (g->ssd)  // -sd: the disk's busy time
+        printf(", \"disk_read_busy_s\": %.4f, \"disk_write_busy_s\": %.4f", t.busy_s[TRACK_DISK_READ],
+               t.busy_s[TRACK_DISK_WRITE]);
+    printf("}\n");
     if (output_dir) {
         char path[4200];
         snprintf(path, sizeof path, "%s/trace.json", output_dir);
@@ -1131,6 +1149,7 @@ static void ssd_attach(Run* r, GPT* g) {
         convert_f32_to_bf16(layer, bf16, p->layer_stride);
     }
     free(layer);
+    if (r->ga.timeline) ssd_io_log_busy(ssd_store_io(g->ssd), 1);  // the timeline's disk tracks
     g->gw->thread = std::thread(grads_writer_main, g);
     printf("SSD tier: %d layers' fp32 weights and AdamW m, v%s in %s (%.2f GiB on disk, %s; %s)\n",
            sc.num_layers, g->weights_on_disk ? " and bf16 weights" : "", dir, r->plan.ssd_disk / GiB,
@@ -1157,7 +1176,7 @@ static void build_model(Run* r, GPT* g) {
     else if (!gpt_load_params(r->args.model, &r->cfg, g->master, err, sizeof err)) die("%s", err);
     gpt_weights_ready(g);
     if (r->ga.timeline) {
-        timeline_init(&r->timeline, 8 * r->cfg.num_layers + 64);
+        timeline_init(&r->timeline, 8 * r->cfg.num_layers + 64 + (g->ssd ? 2 * TIMELINE_DISK_SPANS : 0));
         g->timeline = g->stream.timeline = &r->timeline;
     }
     r->start_step = 0;

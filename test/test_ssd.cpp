@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -167,6 +168,97 @@ TEST_P(SsdIoTest, BadRequestsAreOneErrorNotACrash) {
     ssd_io_close(io);
     ssd_file_close(&f);
     ssd_file_close(&g);
+    ssd_free(buf);
+}
+
+// timeline.h's clock (timeline_now), which the busy log uses
+static double steady_now() {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The busy log (the timeline's disk tracks): nothing while off; on, the union of the requests in flight per
+// direction (two overlapping writes are one interval, writes after a pause another), cut at t_from, the
+// closest neighbours joined beyond cap, and a ring that keeps the newest SSD_BUSY_LOG intervals.
+TEST_P(SsdIoTest, BusyLogIsTheUnionOfRequestsInFlight) {
+    TempDir d;
+    SsdIo* io = open_io(GetParam(), 4, 4096);  // 4 KiB chunks: a request of several chunks
+    ASSERT_NE(io, nullptr);
+    char err[1024] = "";
+    SsdFile f;
+    const int64_t bytes = 256 << 10;  // 64 chunks: the first write is still in flight when the second comes
+    ASSERT_EQ(ssd_file_open(&f, (d.path + "/a").c_str(), 1, 4 * bytes, 1, err, sizeof err), 0) << err;
+    uint8_t* buf = (uint8_t*)ssd_alloc(2 * bytes);
+    SsdBusySpan s[8];
+    auto write_and_read = [&]() {  // two writes in flight at once, then one read
+        const SsdReq a = ssd_io_submit(io, &f, 1, buf, bytes, 0);
+        const SsdReq b = ssd_io_submit(io, &f, 1, buf + bytes, bytes, bytes);
+        ASSERT_EQ(ssd_io_wait(io, a, err, sizeof err), 0) << err;
+        ASSERT_EQ(ssd_io_wait(io, b, err, sizeof err), 0) << err;
+        ASSERT_EQ(ssd_io_wait(io, ssd_io_submit(io, &f, 0, buf, 2 * bytes, 0), err, sizeof err), 0) << err;
+    };
+    const double t_start = steady_now();
+    write_and_read();  // the log is off
+    EXPECT_EQ(ssd_io_busy_spans(io, 1, 0.0, s, 8), 0);
+    EXPECT_EQ(ssd_io_busy_spans(io, 0, 0.0, s, 8), 0);
+
+    ssd_io_log_busy(io, 1);
+    const double t0 = steady_now();
+    write_and_read();
+    const double t1 = steady_now();
+    usleep(30000);
+    const double t2 = steady_now();
+    ASSERT_EQ(ssd_io_wait(io, ssd_io_submit(io, &f, 1, buf, bytes, 2 * bytes), err, sizeof err), 0) << err;
+    const double t3 = steady_now();
+    // writes: [t0, t1] then [t2, t3], one interval each; the read between them on its own track
+    ASSERT_EQ(ssd_io_busy_spans(io, 1, t_start, s, 8), 2);
+    EXPECT_GE(s[0].t0, t0);
+    EXPECT_LT(s[0].t0, s[0].t1);
+    EXPECT_LE(s[0].t1, t1);
+    EXPECT_GE(s[1].t0, t2);
+    EXPECT_LE(s[1].t1, t3);
+    SsdBusySpan rd[8];
+    ASSERT_EQ(ssd_io_busy_spans(io, 0, t_start, rd, 8), 1);
+    EXPECT_GE(rd[0].t0, s[0].t1);  // the read was submitted after both writes completed
+    EXPECT_LE(rd[0].t1, t1);
+    // t_from: inside the first interval it cuts it; after it, only the second is left
+    const double mid = (s[0].t0 + s[0].t1) / 2;
+    SsdBusySpan c[8];
+    ASSERT_EQ(ssd_io_busy_spans(io, 1, mid, c, 8), 2);
+    EXPECT_EQ(c[0].t0, mid);
+    EXPECT_EQ(c[0].t1, s[0].t1);
+    ASSERT_EQ(ssd_io_busy_spans(io, 1, (t1 + t2) / 2, c, 8), 1);
+    EXPECT_EQ(c[0].t0, s[1].t0);
+    // more intervals than cap: the closest neighbours are joined (a 5 ms gap before a 30 ms one)
+    usleep(5000);
+    ASSERT_EQ(ssd_io_wait(io, ssd_io_submit(io, &f, 1, buf, bytes, 0), err, sizeof err), 0) << err;
+    ASSERT_EQ(ssd_io_busy_spans(io, 1, t_start, c, 8), 3);
+    ASSERT_EQ(ssd_io_busy_spans(io, 1, t_start, s, 2), 2);
+    EXPECT_EQ(s[0].t0, c[0].t0);
+    EXPECT_EQ(s[0].t1, c[0].t1);
+    EXPECT_EQ(s[1].t0, c[1].t0);
+    EXPECT_EQ(s[1].t1, c[2].t1);
+    ASSERT_EQ(ssd_io_busy_spans(io, 1, t_start, s, 1), 1);
+    EXPECT_EQ(s[0].t0, c[0].t0);
+    EXPECT_EQ(s[0].t1, c[2].t1);
+
+    // bounded: of SSD_BUSY_LOG + 10 writes one after the other (an interval each), the newest SSD_BUSY_LOG
+    std::vector<double> submitted;
+    for (int i = 0; i < SSD_BUSY_LOG + 10; i++) {
+        submitted.push_back(steady_now());
+        ASSERT_EQ(ssd_io_wait(io, ssd_io_submit(io, &f, 1, buf, 4096, 0), err, sizeof err), 0) << err;
+    }
+    std::vector<SsdBusySpan> all(2 * SSD_BUSY_LOG);
+    ASSERT_EQ(ssd_io_busy_spans(io, 1, t_start, all.data(), (int)all.size()), SSD_BUSY_LOG);
+    EXPECT_GE(all[0].t0, submitted[10]);
+    for (int i = 1; i < SSD_BUSY_LOG; i++) ASSERT_GT(all[(size_t)i].t0, all[(size_t)i - 1].t1) << i;
+    // off again: nothing more is logged
+    ssd_io_log_busy(io, 0);
+    const double t_off = steady_now();
+    write_and_read();
+    EXPECT_EQ(ssd_io_busy_spans(io, 1, t_off, s, 8), 0);
+    EXPECT_EQ(ssd_io_busy_spans(io, 0, t_off, s, 8), 0);
+    ssd_io_close(io);
+    ssd_file_close(&f);
     ssd_free(buf);
 }
 

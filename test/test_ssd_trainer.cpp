@@ -208,6 +208,35 @@ TEST_F(SsdTrainer, SkippedUpdatesAreTheSameAsInRam) {
     EXPECT_EQ(loss_and_norm(sw.out), loss_and_norm(ram.out));
 }
 
+// -Y 1 with -sd: the TIMELINE line gains the disk's busy time, reads and writes, and trace.json (the last
+// step's) a track for each. Without a checkpoint after each step (-n 0), the round of step n runs on into
+// step n + 1's forward pass (pieces of 2048 parameters make it long enough), so its reads and writes, and
+// the step's gradient writes, land in that step's timeline.
+TEST_F(SsdTrainer, TimelineHasDiskReadAndWriteTracks) {
+    ScopedEnv pieces("SSD_PIECE_ELEMS", "2048");
+    const std::string out = dir + "/tl";
+    const Result a = run_bin(kEmu, run_args(out, {"-sd", dir + "/store", "-Y", "1", "-n", "0"}));
+    ASSERT_EQ(a.code, 0) << a.cmd << "\n" << a.err << a.out;
+    const std::regex re("TIMELINE \\{.*\"disk_read_busy_s\": ([0-9.]+), \"disk_write_busy_s\": ([0-9.]+)\\}");
+    std::vector<std::pair<double, double>> steps;  // (read, write) busy seconds per step
+    for (std::sregex_iterator it(a.out.begin(), a.out.end(), re), end; it != end; ++it)
+        steps.emplace_back(std::stod((*it)[1]), std::stod((*it)[2]));
+    ASSERT_EQ(steps.size(), 3u) << a.out;
+    EXPECT_GT(steps.back().first, 0.0) << a.out;
+    EXPECT_GT(steps.back().second, 0.0) << a.out;
+    // the trace: both rows named, and complete events ("ph":"X") on each
+    const std::string trace = slurp(out + "/trace.json");
+    EXPECT_TRUE(has(trace, "\"tid\":4,\"args\":{\"name\":\"disk reads\"}")) << trace;
+    EXPECT_TRUE(has(trace, "\"tid\":5,\"args\":{\"name\":\"disk writes\"}")) << trace;
+    EXPECT_TRUE(has(trace, "\"ph\":\"X\",\"pid\":0,\"tid\":4,")) << trace;
+    EXPECT_TRUE(has(trace, "\"ph\":\"X\",\"pid\":0,\"tid\":5,")) << trace;
+    // without -sd the line has no disk fields
+    const Result b = run_bin(kEmu, run_args(dir + "/tl_ram", {"-Y", "1", "-n", "0", "-x", "1"}));
+    ASSERT_EQ(b.code, 0) << b.cmd << "\n" << b.err << b.out;
+    EXPECT_TRUE(has(b.out, "TIMELINE {")) << b.out;
+    EXPECT_FALSE(has(b.out, "disk_read_busy_s")) << b.out;
+}
+
 // Bad input: one error line each.
 TEST_F(SsdTrainer, RefusesBadInput) {
     const std::string out = dir + "/a", store = dir + "/store";
