@@ -768,6 +768,33 @@ static SsdStore* new_store(const char* dir, const SsdStoreConfig* cfg) {
     return st;
 }
 
+// The store's I/O and its files: both generations' (and the gradients'), created at full size (create = 1)
+// or opened and checked against the shape. 0, or -1 with err set (the caller closes the store).
+static int open_files(SsdStore* st, int create, char* err, size_t errlen) {
+    const SsdStoreConfig* cfg = &st->cfg;
+    st->io = ssd_io_open(&cfg->io, err, errlen);
+    if (!st->io) return -1;
+    auto open_one = [&](SsdFile* f, const std::string& path, int64_t size) {
+        if (ssd_file_open(f, path.c_str(), create, size, cfg->io.quiet, err, errlen) != 0) return -1;
+        if (f->size != size) {
+            snprintf(err, errlen, "%.600s has %lld bytes, the store's shape needs %lld", f->path,
+                     (long long)f->size, (long long)size);
+            return -1;
+        }
+        return 0;
+    };
+    for (int g = 0; g < 2; g++)
+        for (int k = 0; k < K_COUNT; k++)
+            if (has_kind(cfg, k) &&
+                open_one(&st->files[g][k], gen_path(st->dir, g, k),
+                         cfg->num_layers * (kKindSize[k] == 4 ? st->stride4 : st->stride2)) != 0)
+                return -1;
+    if (cfg->grads_on_disk &&
+        open_one(&st->grads, st->dir + "/grads.bf16", cfg->num_layers * st->stride2) != 0)
+        return -1;
+    return 0;
+}
+
 SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err, size_t errlen) {
     if (check_config(cfg, err, errlen) != 0) return NULL;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
@@ -802,23 +829,7 @@ SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err
         ssd_store_close(st);
         return NULL;
     }
-    st->io = ssd_io_open(&cfg->io, err, errlen);
-    if (!st->io) {
-        ssd_store_close(st);
-        return NULL;
-    }
-    for (int g = 0; g < 2; g++)
-        for (int k = 0; k < K_COUNT; k++) {
-            if (!has_kind(cfg, k)) continue;
-            const int64_t size = cfg->num_layers * (kKindSize[k] == 4 ? st->stride4 : st->stride2);
-            if (ssd_file_open(&st->files[g][k], gen_path(st->dir, g, k).c_str(), 1, size, cfg->io.quiet, err,
-                              errlen) != 0) {
-                ssd_store_close(st);
-                return NULL;
-            }
-        }
-    if (cfg->grads_on_disk && ssd_file_open(&st->grads, (st->dir + "/grads.bf16").c_str(), 1,
-                                            cfg->num_layers * st->stride2, cfg->io.quiet, err, errlen) != 0) {
+    if (open_files(st, 1, err, errlen) != 0) {
         ssd_store_close(st);
         return NULL;
     }
@@ -868,39 +879,9 @@ SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t ste
         ssd_store_close(st);
         return NULL;
     }
-    st->io = ssd_io_open(&cfg->io, err, errlen);
-    if (!st->io) {
+    if (open_files(st, 0, err, errlen) != 0) {
         ssd_store_close(st);
         return NULL;
-    }
-    for (int gg = 0; gg < 2; gg++)
-        for (int k = 0; k < K_COUNT; k++) {
-            if (!has_kind(cfg, k)) continue;
-            const int64_t size = cfg->num_layers * (kKindSize[k] == 4 ? st->stride4 : st->stride2);
-            SsdFile* f = &st->files[gg][k];
-            if (ssd_file_open(f, gen_path(st->dir, gg, k).c_str(), 0, 0, cfg->io.quiet, err, errlen) != 0) {
-                ssd_store_close(st);
-                return NULL;
-            }
-            if (f->size != size) {
-                snprintf(err, errlen, "%.600s has %lld bytes, the store's shape needs %lld", f->path,
-                         (long long)f->size, (long long)size);
-                ssd_store_close(st);
-                return NULL;
-            }
-        }
-    if (cfg->grads_on_disk) {
-        if (ssd_file_open(&st->grads, (st->dir + "/grads.bf16").c_str(), 0, 0, cfg->io.quiet, err, errlen) !=
-            0) {
-            ssd_store_close(st);
-            return NULL;
-        }
-        if (st->grads.size != cfg->num_layers * st->stride2) {
-            snprintf(err, errlen, "%.600s has %lld bytes, the store's shape needs %lld", st->grads.path,
-                     (long long)st->grads.size, (long long)(cfg->num_layers * st->stride2));
-            ssd_store_close(st);
-            return NULL;
-        }
     }
     st->wgen = 1 - g;
     for (int l = 0; l < cfg->num_layers; l++) st->src[l] = (uint8_t)g;

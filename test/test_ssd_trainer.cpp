@@ -69,6 +69,22 @@ class SsdTrainer : public CliTest {
             EXPECT_EQ(got.at(s), want.at(s)) << "step " << s;
         }
     }
+    // A run killed by the store's test hook at `point` (SSD_FAULT), then -y 1: it resumes from its last
+    // complete checkpoint and ends as the run in RAM.
+    void kill_then_resume(const std::string& out, const char* point, const Args& sd) {
+        {
+            ScopedEnv fault("SSD_FAULT", point);
+            const Result a = run_bin(kEmu, run_args(out, sd));
+            ASSERT_TRUE(a.signal == SIGKILL) << a.cmd << " exit " << a.code << " signal " << a.signal << "\n"
+                                             << a.err << a.out;
+        }
+        const Result b = run_bin(kEmu, run_args(out, sd + Args{"-y", "1"}));
+        ASSERT_EQ(b.code, 0) << b.cmd << "\n" << b.err << b.out;
+        const std::regex re("resumed from .* \\(step ([0-9]+)\\)");
+        std::smatch mt;
+        ASSERT_TRUE(std::regex_search(b.out, mt, re)) << b.out;
+        expect_same_as_ram(out, b.out, std::stoi(mt[1]) + 1);
+    }
 };
 
 // -sd gives the run in RAM bit for bit: whole layers over io_uring (O_DIRECT), and pieces of 4096
@@ -119,19 +135,7 @@ TEST_F(SsdTrainer, SameTrainingAsInRamWithTheWeightsOnDisk) {
     // the fallback on buffered files, pieces, and a kill -9 mid-round then -y 1
     ScopedEnv fallback("SSD_IO_FALLBACK", "1"), buffered("SSD_NO_DIRECT", "1"),
         pieces("SSD_PIECE_ELEMS", "4096");
-    const std::string out2 = dir + "/sw_kill";
-    {
-        ScopedEnv fault("SSD_FAULT", "1,400,kill");  // in the second round
-        const Result k = run_bin(kEmu, run_args(out2, {"-sd", dir + "/store2", "-sw", "1"}));
-        ASSERT_TRUE(k.signal == SIGKILL) << k.cmd << " exit " << k.code << " signal " << k.signal << "\n"
-                                         << k.err << k.out;
-    }
-    const Result b = run_bin(kEmu, run_args(out2, {"-sd", dir + "/store2", "-sw", "1", "-y", "1"}));
-    ASSERT_EQ(b.code, 0) << b.cmd << "\n" << b.err << b.out;
-    const std::regex re("resumed from .* \\(step ([0-9]+)\\)");
-    std::smatch mt;
-    ASSERT_TRUE(std::regex_search(b.out, mt, re)) << b.out;
-    expect_same_as_ram(out2, b.out, std::stoi(mt[1]) + 1);
+    kill_then_resume(dir + "/sw_kill", "1,400,kill", {"-sd", dir + "/store2", "-sw", "1"});  // 2nd round
 }
 
 // kill -9 at several moments (the store's test hook kills the process at its n-th write or read), then
@@ -147,22 +151,10 @@ TEST_F(SsdTrainer, KillNineThenResumeIsBitForBit) {
     int k = 0;
     for (const char* point : points) {
         SCOPED_TRACE(point);
-        const std::string out = dir + "/kill" + std::to_string(k),
-                          store = dir + "/kstore" + std::to_string(k);
+        kill_then_resume(dir + "/kill" + std::to_string(k), point,
+                         {"-sd", dir + "/kstore" + std::to_string(k)});
         k++;
-        {
-            ScopedEnv fault("SSD_FAULT", point);
-            const Result a = run_bin(kEmu, run_args(out, {"-sd", store}));
-            ASSERT_TRUE(a.signal == SIGKILL) << a.cmd << " exit " << a.code << " signal " << a.signal << "\n"
-                                             << a.err << a.out;
-        }
-        const Result b = run_bin(kEmu, run_args(out, {"-sd", store, "-y", "1"}));
-        ASSERT_EQ(b.code, 0) << b.cmd << "\n" << b.err << b.out;
-        ASSERT_TRUE(has(b.out, "resumed from")) << b.out;
-        const std::regex re("resumed from .* \\(step ([0-9]+)\\)");
-        std::smatch mt;
-        ASSERT_TRUE(std::regex_search(b.out, mt, re)) << b.out;
-        expect_same_as_ram(out, b.out, std::stoi(mt[1]) + 1);
+        if (HasFatalFailure()) return;
     }
 }
 
