@@ -182,6 +182,29 @@ TEST_F(SsdTrainer, DiskFailureLeavesTheLastCheckpoint) {
     expect_same_as_ram(out, b.out, 3);
 }
 
+// -sw 1: a read of the bf16 weights that fails (EIO on the 21st chunk read: the second step's forward pass,
+// after step 1's round and checkpoint) stops the run with one error line; -y 1 resumes from step 1 and ends
+// as the run in RAM.
+TEST_F(SsdTrainer, WeightReadFailureLeavesTheLastCheckpoint) {
+    run_in_ram();
+    const std::string out = dir + "/rfail", store = dir + "/rstore";
+    {
+        ScopedEnv fault("SSD_FAULT", "0,20,5");
+        const Result a = run_bin(kEmu, run_args(out, {"-sd", store, "-sw", "1"}));
+        EXPECT_FALSE(a.timed_out || a.signal) << a.cmd << " signal " << a.signal;
+        EXPECT_EQ(a.code, 1) << a.cmd << "\n" << a.err;
+        const std::vector<std::string> lines = error_lines(a.err);
+        ASSERT_EQ(lines.size(), 1u) << a.err;
+        EXPECT_EQ(lines[0].rfind("error: reading the bf16 weights from the SSD tier: ", 0), 0u) << lines[0];
+        EXPECT_TRUE(has(lines[0], strerror(5))) << lines[0];
+        EXPECT_TRUE(has(a.out, "saved checkpoint step 1")) << a.out;
+    }
+    const Result b = run_bin(kEmu, run_args(out, {"-sd", store, "-sw", "1", "-y", "1"}));
+    ASSERT_EQ(b.code, 0) << b.cmd << "\n" << b.err << b.out;
+    EXPECT_TRUE(has(b.out, "(step 1)")) << b.out;
+    expect_same_as_ram(out, b.out, 2);
+}
+
 // -sl / -sg with the SSD tier: a skipped update leaves its gradients' writes queued while the next step's
 // backward pass begins; the round after must still read that step's gradients. 150 steps of a tiny model
 // (the outlier window is 128 steps), thresholds low enough that some updates are skipped: the same losses
