@@ -21,9 +21,10 @@ typedef struct {
     int64_t resident_count;  // parameters that live on the GPU: the embeddings and the first R layers
     // host
     int64_t master_adam;  // fp32 master weights, AdamW m and v (12 bytes per parameter; -sd: the prefix's)
-    int64_t pinned;       // bf16 weights and layer gradients (stream_host_bytes)
-    int64_t ssd_ring;     // -sd: the store's ring of piece buffers
-    int64_t ssd_disk;     // -sd: the store's files in DIR (not host memory)
+    int64_t pinned;  // bf16 weights and layer gradients (stream_host_bytes; -sd: the gradient writer's ring;
+                     // -sw 1: the prefix's weights and the read buffers)
+    int64_t ssd_ring;                               // -sd: the store's ring of piece buffers
+    int64_t ssd_disk;                               // -sd: the store's files in DIR (not host memory)
     int64_t ssd_read_per_step, ssd_write_per_step;  // -sd: disk traffic of one step (ssd_plan)
     // GPU
     int64_t embeddings;       // embeddings with their AdamW state (RESIDENT_BYTES_PER_PARAM each)

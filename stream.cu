@@ -69,7 +69,9 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
                 (uint16_t*)(((uintptr_t)ws->read_raw[b] + READ_ALIGN - 1) / READ_ALIGN * READ_ALIGN);
             ws->read_layer[b] = -1;
             ws->read_state[b] = READ_FREE;
-            cudaCheck(cudaEventCreateWithFlags(&ws->read_copied[b], cudaEventDisableTiming));
+            // the main thread may wait on it: blocking sync, so the wait does not spin a core
+            cudaCheck(cudaEventCreateWithFlags(&ws->read_copied[b],
+                                               cudaEventDisableTiming | cudaEventBlockingSync));
         }
     }
     if (host_grads)
@@ -157,16 +159,23 @@ static int read_buffer_take(WeightStream* ws, int wait) {
     const int n = ws->reader.num_buffers;
     for (int b = 0; b < n; b++)
         if (ws->read_state[b] == READ_FREE) return b;
+    int oldest = -1;  // of the buffers being copied from
     for (int b = 0; b < n; b++) {
         if (ws->read_state[b] != READ_COPYING) continue;
-        const cudaError_t e =
-            wait ? cudaEventSynchronize(ws->read_copied[b]) : cudaEventQuery(ws->read_copied[b]);
+        if (oldest < 0 || ws->read_copy_clock[b] < ws->read_copy_clock[oldest]) oldest = b;
+        if (wait) continue;
+        const cudaError_t e = cudaEventQuery(ws->read_copied[b]);
         if (e == cudaErrorNotReady) continue;
         cudaCheck(e);
         ws->read_state[b] = READ_FREE;
         return b;
     }
     if (!wait) return -1;
+    if (oldest >= 0) {
+        cudaCheck(cudaEventSynchronize(ws->read_copied[oldest]));
+        ws->read_state[oldest] = READ_FREE;
+        return oldest;
+    }
     int victim = 0, victim_pos = -1;  // every buffer holds a layer read ahead (e.g. one evicted from a slot)
     for (int b = 0; b < n; b++) {
         int pos = ws->schedule_next;
@@ -248,6 +257,7 @@ static int request_layer(WeightStream* ws, int l, int wait) {
         const int b = read_buffer_of(ws, l);
         ws->read_state[b] = READ_COPYING;
         ws->read_layer[b] = -1;
+        ws->read_copy_clock[b] = ws->use_clock + 1;  // the slot's clock below
         cudaCheck(cudaEventRecord(ws->read_copied[b], ws->h2d));
     }
     ws->slot_layer[victim] = l;

@@ -88,6 +88,8 @@ typedef struct {
     int read_layer[MAX_READ_BUFFERS];  // the layer it holds or is being read into (-1: none)
     int read_state[MAX_READ_BUFFERS];  // READ_FREE, READ_PENDING, READ_READY, READ_COPYING
     int64_t read_req[MAX_READ_BUFFERS];
+    int64_t read_copy_clock[MAX_READ_BUFFERS];  // when its copy was enqueued (use_clock): the oldest is
+                                                // reused first
     cudaEvent_t read_copied[MAX_READ_BUFFERS];
     int64_t layer_reads;  // reads started (the config table; a pass reads each layer it copies once)
 

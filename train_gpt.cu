@@ -602,7 +602,8 @@ static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets,
 // GPU-resident prefix here on the compute stream, before the next step's kernels.
 static void gpt_update(GPT* g, float lr) {
     const float grad_scale = clip_scale((float)g->last_norm, g->args.grad_clip);
-    stream_invalidate(&g->stream);
+    stream_invalidate(
+        &g->stream);  // first: -sw 1's reads of this step's weights end before the round rewrites them
     optimizer_submit(g, lr, grad_scale);
     ScopedSpan span(g->timeline, TRACK_COMPUTE, "resident adamw", -1, g->stream.compute);
     resident_adamw(g, lr, grad_scale, g->stream.compute);
