@@ -13,9 +13,10 @@
 #include <unistd.h>
 #include "dataloader.h"
 #include "model.h"
-#include "args.h"     // defines: TrainArgs, lr_schedule_name
-#include "run_dir.h"  // defines: lock_output_dir, fsync_dir, dir_latest_step, prune_checkpoints
-#include "utils.h"    // defines: die
+#include "model_specs.h"  // defines: parse_model_spec
+#include "args.h"         // defines: TrainArgs, lr_schedule_name
+#include "run_dir.h"      // defines: lock_output_dir, fsync_dir, dir_latest_step, prune_checkpoints
+#include "utils.h"        // defines: die
 
 #define STATE_MAGIC   20241122
 #define STATE_VERSION 2  // 2: the run's hyperparameters in the header; version 1 files are refused
@@ -638,4 +639,18 @@ static int64_t open_run_dir(const TrainArgs* a, char* model, char* state, size_t
                       : "a fresh run would overwrite them");
     if (a->resume) printf("no checkpoint in %s: starting from scratch\n", dir);
     return -1;
+}
+
+// -y 1 with -e: the model the flags name (a spec, an llm.c file or a Hugging Face checkpoint) must have the
+// checkpoint's shape; one error line and exit otherwise. Both trainers call it.
+static void check_resume_model(const char* model, const char* output_dir, const GPTConfig* ckpt) {
+    GPTConfig want;
+    char err[4352];
+    const int kind = parse_model_spec(model, &want, err, sizeof err);
+    if (kind == 0 || (kind == 2 && !gpt_read_header(model, &want, err, sizeof err))) die("%s", err);
+    if (memcmp(&want, ckpt, sizeof want) != 0)  // GPTConfig is six ints, no padding
+        die("-e %s does not match the checkpoint in %s (L%d C%d NH%d maxT%d V%d): drop -e or choose another "
+            "-o",
+            model, output_dir, ckpt->num_layers, ckpt->channels, ckpt->num_heads, ckpt->max_seq_len,
+            ckpt->vocab_size);
 }

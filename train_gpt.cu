@@ -904,15 +904,7 @@ static void open_output_dir(Run* r) {
     r->resume_step = open_run_dir(&r->args, r->resume_model, r->resume_state, sizeof r->resume_model, &ckpt,
                                   r->resume_header);
     if (r->resume_step < 0) return;
-    if (ga.model_given) {
-        GPTConfig want;
-        resolve_model(r->args.model, &want);
-        if (memcmp(&want, &ckpt, sizeof want) != 0)  // GPTConfig is six ints, no padding
-            die("-e %s does not match the checkpoint in %s (L%d C%d NH%d maxT%d V%d): drop -e or choose "
-                "another -o",
-                r->args.model, r->args.output_dir, ckpt.num_layers, ckpt.channels, ckpt.num_heads,
-                ckpt.max_seq_len, ckpt.vocab_size);
-    }
+    if (ga.model_given) check_resume_model(r->args.model, r->args.output_dir, &ckpt);
     r->args.model = r->resume_model;
 }
 

@@ -172,16 +172,7 @@ static void open_output_dir(CpuRun* r, int argc, char** argv) {
     if (r->resume_step < 0) return;
     bool model_given = false;
     for (int i = 1; i + 1 < argc; i += 2) model_given |= strcmp(argv[i], "-e") == 0;
-    GPTConfig want;
-    char err[4352];
-    const int kind = model_given ? parse_model_spec(r->args.model, &want, err, sizeof err) : 0;
-    if (model_given && (kind == 0 || (kind == 2 && !gpt_read_header(r->args.model, &want, err, sizeof err))))
-        die("%s", err);
-    if (kind != 0 && memcmp(&want, &ckpt, sizeof want) != 0)  // GPTConfig is six ints, no padding
-        die("-e %s does not match the checkpoint in %s (L%d C%d NH%d maxT%d V%d): drop -e or choose "
-            "another -o",
-            r->args.model, r->args.output_dir, ckpt.num_layers, ckpt.channels, ckpt.num_heads,
-            ckpt.max_seq_len, ckpt.vocab_size);
+    if (model_given) check_resume_model(r->args.model, r->args.output_dir, &ckpt);
     r->args.model = r->resume_model;
 }
 
