@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# prebuild.sh — builds here, on the CPU machine, everything the GPU window runs, into .carry/ (git-ignored; the
+# device tool sends it with the tree when a call names it: carry [".carry"]). The GPU machine then spends its
+# minutes running, not compiling. It does not run anything on a GPU.
+#   .carry/bin/       the binaries (dev/bench/build_carry.sh: sm_90 + PTX, x86-64-v3, .avx512 copies of the
+#                     CPU-heavy ones; liburing and GoogleTest linked statically)
+#   .carry/rebuild/   liburing and GoogleTest headers and static libraries: a binary that will not load there
+#                     is rebuilt from them (gpu_window.sh's probe), with no package installed
+#   .carry/peers/     the PyTorch peers (shared/peers/gpt_baseline.py)
+#   .carry/commit     the commit built (-dirty: with uncommitted changes); .carry/plan.txt: gpu_window.sh plan
+# Then a check: each binary's shared libraries must be among those an Ubuntu 24.04 machine with the CUDA 13
+# toolkit has (cuBLAS, cuBLASLt, libgomp, libstdc++ and libgcc_s, glibc), its glibc symbol versions at most
+# 2.39 (Ubuntu 24.04's), and .carry under 40 MiB. Exit 1 on any failure.
+#
+# usage (repo root): bash dev/bench/prebuild.sh          (a few minutes on 2 cores)
+#                    bash dev/bench/prebuild.sh check    (the check alone)
+# env: CARRY (.carry), SHARED (../shared), JOBS
+set -u
+cd "$(dirname "$0")/../.." || exit 1
+CARRY=${CARRY:-.carry}
+SHARED=${SHARED:-../shared}
+SYSLIB=/usr/lib/x86_64-linux-gnu
+MAX_MIB=40
+
+check() {
+    local f bad=0 libs extra glibc mib
+    printf '%-24s %8s  %s\n' binary KiB "shared libraries"
+    for f in "$CARRY"/bin/*; do
+        [ -f "$f" ] && [ -x "$f" ] || continue
+        libs=$(ldd "$f" 2> /dev/null | awk '{ print $1 }' | sed 's|.*/||' | sort -u | tr '\n' ' ')
+        # the loader, glibc's parts, the C++ runtime, OpenMP, cuBLAS / cuBLASLt: nothing else may be needed
+        extra=$(echo "$libs" | tr ' ' '\n' | grep -v '^$' | grep -vE '^(linux-vdso\.so\.1|ld-linux-x86-64\.so\.2|lib(c|m|dl|rt|pthread)\.so\.[0-9]+|libstdc\+\+\.so\.6|libgcc_s\.so\.1|libgomp\.so\.1|libcublas(Lt)?\.so\.13)$' | tr '\n' ' ')
+        glibc=$(objdump -T "$f" 2> /dev/null | grep -o 'GLIBC_[0-9.]*' | sort -V | tail -n1)
+        printf '%-24s %8s  %s\n' "$(basename "$f")" $(($(stat -c %s "$f") / 1024)) "$libs(newest $glibc)"
+        if [ -n "$extra" ]; then echo "  FAIL: $(basename "$f") needs $extra"; bad=1; fi
+        if [ -n "$glibc" ] && [ "$(printf '%s\nGLIBC_2.39\n' "$glibc" | sort -V | tail -n1)" != GLIBC_2.39 ]; then
+            echo "  FAIL: $(basename "$f") needs $glibc (Ubuntu 24.04 has 2.39)"; bad=1
+        fi
+    done
+    mib=$(du -sm "$CARRY" | cut -f1)
+    echo "$CARRY: $mib MiB (limit $MAX_MIB; the device takes 64 MiB with the tree)"
+    [ "$mib" -le $MAX_MIB ] || { echo "FAIL: $CARRY is over $MAX_MIB MiB"; bad=1; }
+    return $bad
+}
+[ "${1:-}" = check ] && { check; exit $?; }
+
+for f in "$SYSLIB/liburing.a" "$SYSLIB/libgtest.a" "$SYSLIB/libgtest_main.a" /usr/include/liburing.h /usr/include/gtest/gtest.h; do
+    [ -f "$f" ] || { echo "prebuild: $f missing (apt-get install liburing-dev libgtest-dev)"; exit 1; }
+done
+rm -rf "$CARRY/bin" "$CARRY/rebuild"
+mkdir -p "$CARRY/rebuild/include" "$CARRY/rebuild/lib" "$CARRY/peers" || exit 1
+cp -r /usr/include/liburing.h /usr/include/liburing /usr/include/gtest "$CARRY/rebuild/include/"
+cp "$SYSLIB/liburing.a" "$SYSLIB/libgtest.a" "$SYSLIB/libgtest_main.a" "$CARRY/rebuild/lib/"
+if [ -f "$SHARED/peers/gpt_baseline.py" ]; then cp "$SHARED/peers/gpt_baseline.py" "$CARRY/peers/"
+else echo "prebuild: $SHARED/peers/gpt_baseline.py not found: the peer checks will be skipped"; fi
+# the commit the binaries are built from (a dirty tree is marked: its results belong to no commit)
+c=$(git rev-parse --short=12 HEAD 2> /dev/null || echo unknown)
+[ -n "$(git status --porcelain --untracked-files=no 2> /dev/null)" ] && c="$c-dirty"
+echo "$c" > "$CARRY/commit"
+t0=$SECONDS
+REBUILD_DIR="$CARRY/rebuild" bash dev/bench/build_carry.sh "$CARRY/bin" || exit 1
+rm -rf "$CARRY/bin/obj"
+echo "built in $((SECONDS - t0)) s from $c"
+bash dev/bench/gpu_window.sh plan --ids > "$CARRY/plan.txt" || exit 1
+echo "the window's plan ($CARRY/plan.txt): $(tr '\n' ' ' < "$CARRY/plan.txt")"
+check || exit 1
+echo "prebuild: ok; send it with carry [\".carry\"]: run 'bash dev/bench/gpu_window.sh 1' (timeout_s 450), then 2 (180)"
