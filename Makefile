@@ -112,7 +112,7 @@ $(BUILD)/emu_test_%: test/test_%.cu test/gpu_test_common.h $(EMU)/.sources $(BUI
 	$(CXX) $(CXXFLAGS) $(EMU_FLAGS) -x c++ $< -x c++ $(EMU)/stream.cu -x none $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ $(GTEST_LIBS) $(URING_LIBS) $(LDLIBS)
 
 # the attention paths, and one layer stage by stage, at the benchmark's shapes (GPU only; built by
-# dev/bench/run_bench.sh and gpu_check.sh, not by `make`)
+# dev/bench/build_carry.sh for the GPU window, not by `make`)
 $(BUILD)/bench_attention: dev/bench/bench_attention.cu dev/bench/gpu_timing.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(HEADERS) $(wildcard *.cuh)
 	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ $(CUDA_LIBS) $(URING_LIBS)
 

@@ -48,8 +48,8 @@ static inline double rel_l2(const float* got, const float* ref, int64_t n) {
 }
 
 // One comparison against its bound: prints `[margin] Suite.Test | what | measured | bound | % of bound` (one
-// line, for the device log: the first run on a GPU shows how tight each bound is; dev/bench/gpu_check.sh
-// lists the tightest) and passes when measured < bound (NaN fails). Use as EXPECT_TRUE(within("logits
+// line, for the device log: the first run on a GPU shows how tight each bound is; dev/bench/gpu_window.sh
+// names the tightest) and passes when measured < bound (NaN fails). Use as EXPECT_TRUE(within("logits
 // rel-L2", err, 2e-2)).
 static inline void print_margin(const std::string& what, double measured, double bound) {
     const ::testing::TestInfo* t = ::testing::UnitTest::GetInstance()->current_test_info();

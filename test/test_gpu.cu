@@ -301,7 +301,7 @@ TEST(GpuTrainer, ResultsIndependentOfSlotCount) {
 // reloading the weights and one more step. The model checks the interleaving the run took: a hand-over that
 // is wrong only when the CPU AdamW lags behind shows where it does (the C 512 case). The real build skips it:
 // it checks the emulation's model of the order, which make test runs (build/emu_test_gpu); compute-sanitizer
-// (gpu_check.sh) checks memory accesses and shared-memory hazards on the GPU, not the order across streams.
+// (gpu_window.sh) checks memory accesses and shared-memory hazards on the GPU, not the order across streams.
 #ifdef FAKE_CUDA_DEVICE
 static void track_trainer_buffers(GPT* g) {
     fake_cuda_untrack_all();

@@ -207,6 +207,27 @@ TEST_F(GpuWindow, RebuildsWhatWillNotLoadTimesOutAHangRerunsFailuresAndRecords) 
     EXPECT_TRUE(has("\n" + plan.out, "\nmemcheck_kernels\n")) << plan.out;
 }
 
+// prebuild.sh's check: a binary needing a library outside the set an Ubuntu 24.04 + CUDA 13 machine has fails
+TEST_F(GpuWindow, CarryCheckRefusesALibraryTheDeviceMayLack) {
+    ASSERT_EQ(access("./train_gpt_cpu", X_OK), 0) << "make builds train_gpt_cpu before the tests";
+    ASSERT_EQ(system(("cp ./train_gpt_cpu " + dir + "/carry/bin/").c_str()), 0);
+    const std::string check = "CARRY=" + dir + "/carry bash dev/bench/prebuild.sh check";
+    Shell ok = sh(check);
+    EXPECT_EQ(ok.rc, 0) << ok.out;
+    EXPECT_TRUE(has(ok.out, "train_gpt_cpu")) << ok.out;
+    EXPECT_TRUE(has(ok.out, "libgomp.so.1")) << ok.out;
+    // a program linked against a library of its own
+    write_file(dir + "/extra.c", "int extra(void) { return 1; }\n", false);
+    write_file(dir + "/prog.c", "int extra(void);\nint main(void) { return extra() - 1; }\n", false);
+    ASSERT_EQ(system(("cd " + dir + " && cc -shared -fPIC extra.c -o libextra.so && cc prog.c -o carry/bin/prog "
+                      "-L. -lextra -Wl,-rpath," + dir)
+                         .c_str()),
+              0);
+    Shell bad = sh(check);
+    EXPECT_EQ(bad.rc, 1) << bad.out;
+    EXPECT_TRUE(has(bad.out, "FAIL: prog needs libextra.so")) << bad.out;
+}
+
 TEST_F(GpuWindow, BadUsageAndMissingResultsSayWhy) {
     Shell r = sh(env + "bash dev/bench/gpu_window.sh 3");
     EXPECT_EQ(r.rc, 2);

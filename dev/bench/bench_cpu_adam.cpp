@@ -2,8 +2,8 @@
 // and effective memory bandwidth next to a plain parallel memcpy, so one can see how close AdamW gets to
 // the machine's bandwidth (it should be memory-bound).
 // It checks nothing (test/test_cpu_adam.cpp does) and is not run by `make test`.
-// Its last line is `RESULT {json}` with the Gparam/s of each kernel (best of reps), for
-// dev/bench/bench_table.py.
+// Its last line is `RESULT {json}` with the Gparam/s of each kernel (best of reps), read by
+// dev/bench/gpu_window.sh.
 //
 // usage: build/bench_cpu_adam [n_params=67108864] [threads=0 (OpenMP default)] [reps=5]
 //        build/bench_cpu_adam --disk DIR [n_params=67108864] [threads=0] [reps=3]

@@ -3,7 +3,7 @@
 # fused kernels next to what the PyTorch peers' attention costs. q, k, v are views of one (B, T, 3C) tensor,
 # as in train_gpt. Times are the median of 10 after 3 warm-ups (CUDA events); the forward runs with autograd
 # on (it then keeps its log-sum-exp for the backward, as ours does). It checks no numerics.
-# Last lines: one `RESULT {json}` per shape (bench "attention", path "torch_sdpa"), for bench_table.py.
+# Last lines: one `RESULT {json}` per shape (bench "attention", path "torch_sdpa"), read by gpu_window.sh.
 #
 # usage (device, from the repo root): python3 dev/bench/bench_sdpa.py [B T C NH]...  (default: 1.3B and 5B shapes)
 import json

@@ -180,15 +180,17 @@ declare -A BINP  # binary name -> the path that loads here
 NAMES="train_gpt train_gpt.avx512 train_gpt_cpu train_gpt_cpu.avx512 test_kernels test_gpu bench_attention bench_layer bench_cpu_adam bench_cpu_adam.avx512"
 SAN_OK=0 SAN_WHY="not probed"
 load_test() {  # load_test PATH NAME: the binary starts here (libraries found, instructions supported)
+    local t=$((CK_END - $(elapsed))) l; l=$(left); [ "$l" -lt "$t" ] && t=$l; [ "$t" -gt 20 ] && t=20
+    [ "$t" -lt 1 ] && return 1
     case $2 in
-        test_*) timeout -k 2 20 "$1" --gtest_list_tests > /dev/null 2>&1;;
-        train_gpt*) timeout -k 2 20 "$1" -h > /dev/null 2>&1;;
+        test_*) timeout -k 2 "$t" "$1" --gtest_list_tests > /dev/null 2>&1;;
+        train_gpt*) timeout -k 2 "$t" "$1" -h > /dev/null 2>&1;;
         *) ! ldd "$1" 2> /dev/null | grep -q 'not found';;
     esac
 }
 cuda_lib_dirs() {  # where cuBLAS may be, if the loader does not know
     ls -d /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64 2> /dev/null
-    python3 -c 'import nvidia, os; [print(os.path.join(p, d, "lib")) for p in nvidia.__path__ for d in os.listdir(p)]' 2> /dev/null
+    timeout 20 python3 -c 'import nvidia, os; [print(os.path.join(p, d, "lib")) for p in nvidia.__path__ for d in os.listdir(p)]' 2> /dev/null
 }
 probe() {
     local f cpu avx mem disk missing dirs d n bad="" rebuilt="" why
@@ -357,10 +359,15 @@ check_memcheck_train() {
     FIG="$(grep -m1 'ERROR SUMMARY' "$LOGS/memcheck_train.log"); $(grep -E '^step' "$LOGS/memcheck_train.log" | tail -n1 | cut -c1-40)"
     return $rc
 }
-check_micro_attention() {
+# "C2048 fused 310/280" per RESULT line of an attention bench: forward / backward TFLOP/s
+attention_figs() {
+    grep -h '^RESULT' "$@" 2> /dev/null | sed -E 's/.*"path": "([a-z_]*)".*"C": ([0-9]*).*"fwd_TFLOPs": ([0-9.]*), "bwd_TFLOPs": ([0-9.]*).*/C\2 \1 \3\/\4/' | tr '\n' ';'
+}
+check_micro_attention() {  # ours (both paths) at the 1.3B and 5B shapes, then torch's SDPA at the same
     need BINP_A || return 3
     sub micro_attention "$BINP_A"; local rc=$?
-    FIG=$(grep -E 'fused vs cuBLAS path' "$LOGS/micro_attention.log" | sed 's/^ *fused vs cuBLAS path: //' | tr '\n' ';' | cut -c1-150)
+    sub micro_sdpa python3 dev/bench/bench_sdpa.py
+    FIG="fwd/bwd TFLOP/s: $(attention_figs "$LOGS/micro_attention.log" "$LOGS/micro_sdpa.log") agreement: $(grep -m1 'fused vs cuBLAS path' "$LOGS/micro_attention.log" | sed 's/^ *fused vs cuBLAS path: //')"
     return $rc
 }
 check_micro_layer() {
@@ -434,12 +441,13 @@ check_peers_5b() {
     FIG="fsdp_offload $(result peer_fsdp_5b tok_per_s) tok/s (5B, 32K)"
     return $rc
 }
+# Gparam/s, bf16 gradients upcast, AdamW, bf16 copy written: ours in one pass against torch's fused AdamW
 check_adam() {
     need BENCH_ADAM || return 3
     local rc=0
     sub adam_ours "$BENCH_ADAM" 268435456 "$(nproc)" 5 || rc=$?
     sub adam_torch python3 dev/bench/bench_torch_adam.py 268435456 "$(nproc)" 5 || rc=$?
-    FIG="ours $(grep '^RESULT' "$LOGS/adam_ours.log" | tail -n1 | grep -oE '"adamw_[a-z0-9_]*": [0-9.]+' | head -n2 | tr '\n' ' ')| torch $(grep '^RESULT' "$LOGS/adam_torch.log" | tail -n1 | cut -c8-90)"
+    FIG="Gparam/s: ours adamw_bf16grad $(grep '^RESULT' "$LOGS/adam_ours.log" | grep -o '"adamw_bf16grad": [0-9.]*' | cut -d' ' -f2), torch bf16grad_upcast_adamw_cast $(grep '^RESULT' "$LOGS/adam_torch.log" | grep -o '"bf16grad_upcast_adamw_cast": [0-9.]*' | cut -d' ' -f2) ($(nproc) threads)"
     return $rc
 }
 
