@@ -189,7 +189,8 @@ load_test() {  # load_test PATH NAME: the binary starts here (libraries found, i
     esac
 }
 cuda_lib_dirs() {  # where cuBLAS may be, if the loader does not know
-    ls -d /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/local/cuda-*/lib64 2> /dev/null
+    ls -d /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda*/targets/x86_64-linux/lib /usr/local/cuda-*/lib64 \
+        /usr/local/cuda-*/lib 2> /dev/null
     timeout 20 python3 -c 'import nvidia, os; [print(os.path.join(p, d, "lib")) for p in nvidia.__path__ for d in os.listdir(p)]' 2> /dev/null
 }
 probe() {
