@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -26,7 +27,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cpu_adam.h"
+#include "cpu_adam.h"  // defines: convert_f32_to_bf16
+#include "crc32c.h"    // defines: crc32c_update
 
 static const double GiB = 1024.0 * 1024.0 * 1024.0;
 
@@ -569,7 +571,7 @@ struct Piece {
 }  // namespace
 
 struct SsdStore {
-    std::string dir;
+    std::string dir, owner;
     SsdStoreConfig cfg;
     SsdIo* io = NULL;
     SsdFile files[2][K_COUNT];
@@ -582,6 +584,13 @@ struct SsdStore {
     void* ring_mem = NULL;
     bool failed = false;
     std::string fail_msg;
+    // the checksums of each generation's files, piece by piece (sum_index), as last written; sums_ok[g]:
+    // every piece of g has one (a checkpoint's generation, or one whose checkpoint is complete)
+    std::vector<uint32_t> sums[2][K_COUNT];
+    bool sums_ok[2] = {false, false};
+    uint32_t sums_crc[2] = {0, 0};  // the CRC-32C of each generation's sums file (the manifest holds it)
+    int64_t pieces_per_layer = 0;
+    std::vector<uint32_t> sub;  // scratch: one piece's sub-chunk checksums
 };
 
 static bool has_kind(const SsdStoreConfig* c, int k) { return k != K_BF16 || c->with_bf16; }
@@ -626,26 +635,58 @@ static int check_config(const SsdStoreConfig* c, char* err, size_t errlen) {
     return 0;
 }
 
-// ---- manifest
+// ---- manifest (docs/ssd.md has its lines): the shape, the owner, each generation's step and the checksum
+// of its sums file, then a checksum of the text itself
 
-static int write_manifest(SsdStore* st, char* err, size_t errlen) {
-    const std::string path = st->dir + "/ssd_manifest", tmp = path + ".tmp";
-    char text[512];
-    const int n = snprintf(text, sizeof text,
-                           "ssd_store 1\nlayers %d\nlayer_elems %lld\nwith_bf16 %d\ngrads_on_disk %d\n"
-                           "step0 %lld\nstep1 %lld\n",
-                           st->cfg.num_layers, (long long)st->cfg.layer_elems, st->cfg.with_bf16 ? 1 : 0,
-                           st->cfg.grads_on_disk ? 1 : 0, (long long)st->step[0], (long long)st->step[1]);
-    const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+namespace {
+struct Manifest {
+    int version = 0;
+    SsdStoreConfig shape;
+    int64_t steps[2] = {-1, -1};
+    std::string owner;                  // "" for none (and for version 1, which had no owner)
+    bool has_sums[2] = {false, false};  // version 1: none
+    uint32_t sums_crc[2] = {0, 0};
+};
+}  // namespace
+
+static const char* owner_of(const SsdStoreConfig* c) { return c->owner ? c->owner : ""; }
+
+static std::string manifest_text(const SsdStore* st) {
+    char line[256];
+    std::string t = "ssd_store 2\n";
+    snprintf(line, sizeof line,
+             "layers %d\nlayer_elems %lld\nwith_bf16 %d\ngrads_on_disk %d\npiece_elems %lld\n",
+             st->cfg.num_layers, (long long)st->cfg.layer_elems, st->cfg.with_bf16 ? 1 : 0,
+             st->cfg.grads_on_disk ? 1 : 0, (long long)st->piece);
+    t += line;
+    for (int g = 0; g < 2; g++) {
+        snprintf(line, sizeof line, "step%d %lld\n", g, (long long)st->step[g]);
+        t += line;
+        if (st->step[g] >= 0 && st->sums_ok[g])
+            snprintf(line, sizeof line, "sums%d %08x\n", g, st->sums_crc[g]);
+        else snprintf(line, sizeof line, "sums%d none\n", g);
+        t += line;
+    }
+    t += "owner " + (st->owner.empty() ? std::string("-") : st->owner) + "\n";
+    snprintf(line, sizeof line, "crc32c %08x\n", crc32c_update(0, t.data(), t.size()));
+    return t + line;
+}
+
+// tmp, fsync, rename, fsync of the directory: the file is either the old one or the new one, durably
+static int write_file_atomic(const std::string& dir, const std::string& path, const void* data, size_t n,
+                             char* err, size_t errlen) {
+    const std::string tmp = path + ".tmp";
+    unlink(tmp.c_str());  // O_EXCL below: never write through whatever was there
+    const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) {
         snprintf(err, errlen, "cannot create %.600s: %s", tmp.c_str(), strerror(errno));
         return -1;
     }
-    const ssize_t w = write(fd, text, (size_t)n);
+    const ssize_t w = write(fd, data, n);
     const int why = w < 0 ? errno : 0;
-    if (w != n || fsync(fd) != 0) {
+    if (w != (ssize_t)n || fsync(fd) != 0) {
         snprintf(err, errlen, "cannot write %.600s: %s", tmp.c_str(),
-                 w != n ? (why ? strerror(why) : "short write (disk full?)") : strerror(errno));
+                 w != (ssize_t)n ? (why ? strerror(why) : "short write (disk full?)") : strerror(errno));
         close(fd);
         return -1;
     }
@@ -654,9 +695,9 @@ static int write_manifest(SsdStore* st, char* err, size_t errlen) {
         snprintf(err, errlen, "cannot rename %.600s: %s", tmp.c_str(), strerror(errno));
         return -1;
     }
-    const int dfd = open(st->dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const int dfd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0 || fsync(dfd) != 0) {
-        snprintf(err, errlen, "cannot fsync directory %.600s: %s", st->dir.c_str(), strerror(errno));
+        snprintf(err, errlen, "cannot fsync directory %.600s: %s", dir.c_str(), strerror(errno));
         if (dfd >= 0) close(dfd);
         return -1;
     }
@@ -664,30 +705,93 @@ static int write_manifest(SsdStore* st, char* err, size_t errlen) {
     return 0;
 }
 
-static int read_manifest(const char* dir, SsdStoreConfig* shape, int64_t steps[2], char* err, size_t errlen) {
+static int write_manifest(SsdStore* st, char* err, size_t errlen) {
+    const std::string text = manifest_text(st);
+    return write_file_atomic(st->dir, st->dir + "/ssd_manifest", text.data(), text.size(), err, errlen);
+}
+
+// A small file of the store, whole: a regular file only (a FIFO or device would block or never end), at most
+// max bytes. 1: absent; 0: read; -1: err set.
+static int read_small_file(const std::string& path, size_t max, std::string* out, char* err, size_t errlen) {
+    const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT) return 1;
+        snprintf(err, errlen, "cannot open %.600s: %s", path.c_str(), strerror(errno));
+        return -1;
+    }
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || (size_t)sb.st_size > max) {
+        snprintf(err, errlen, "%.600s is not a regular file of at most %zu bytes", path.c_str(), max);
+        close(fd);
+        return -1;
+    }
+    out->resize((size_t)sb.st_size);
+    const ssize_t n = read(fd, &(*out)[0], out->size());
+    close(fd);
+    if (n != (ssize_t)out->size()) {
+        snprintf(err, errlen, "cannot read %.600s: %s", path.c_str(), n < 0 ? strerror(errno) : "short read");
+        return -1;
+    }
+    return 0;
+}
+
+// 1: no manifest in dir; 0: read into m; -1: err set (unreadable, damaged, or not a store this version knows)
+static int read_manifest(const char* dir, Manifest* m, char* err, size_t errlen) {
     const std::string path = std::string(dir) + "/ssd_manifest";
-    FILE* f = fopen(path.c_str(), "r");
-    if (!f) {
-        snprintf(err, errlen, "no SSD store in %.600s: cannot open %.600s: %s", dir, path.c_str(),
-                 strerror(errno));
+    std::string t;
+    const int rc = read_small_file(path, 1 << 16, &t, err, errlen);
+    if (rc != 0) return rc;
+    memset(&m->shape, 0, sizeof m->shape);
+    int bf = 0, gr = 0;
+    long long elems = 0, s0 = 0, s1 = 0, piece = 0;
+    if (sscanf(t.c_str(), "ssd_store %d", &m->version) == 1 && m->version == 1) {
+        // version 1 (before checksums and owners): the shape and the steps
+        const int got = sscanf(t.c_str(),
+                               "ssd_store 1\nlayers %d\nlayer_elems %lld\nwith_bf16 %d\ngrads_on_disk "
+                               "%d\nstep0 %lld\nstep1 %lld",
+                               &m->shape.num_layers, &elems, &bf, &gr, &s0, &s1);
+        if (got != 6) m->version = -1;
+    } else if (m->version == 2) {
+        const size_t at = t.rfind("crc32c ");
+        unsigned crc = 0;
+        char sums[2][16] = {"", ""};
+        if (at == std::string::npos || (at > 0 && t[at - 1] != '\n') ||
+            sscanf(t.c_str() + at, "crc32c %8x", &crc) != 1) {
+            m->version = -1;
+        } else if (crc32c_update(0, t.data(), at) != crc) {
+            snprintf(err, errlen, "%.600s is damaged (its checksum does not match its text)", path.c_str());
+            return -1;
+        } else if (sscanf(t.c_str(),
+                          "ssd_store 2\nlayers %d\nlayer_elems %lld\nwith_bf16 %d\ngrads_on_disk %d\n"
+                          "piece_elems %lld\nstep0 %lld\nsums0 %15s\nstep1 %lld\nsums1 %15s\n",
+                          &m->shape.num_layers, &elems, &bf, &gr, &piece, &s0, sums[0], &s1, sums[1]) != 9) {
+            m->version = -1;
+        } else {
+            const size_t o = t.find("\nowner ");
+            const size_t e = o == std::string::npos ? o : t.find('\n', o + 7);
+            if (e == std::string::npos) m->version = -1;
+            else m->owner = t.substr(o + 7, e - o - 7);
+            if (m->owner == "-") m->owner = "";
+            for (int g = 0; g < 2 && m->version == 2; g++) {
+                unsigned c = 0;
+                if (strcmp(sums[g], "none") == 0) continue;
+                if (sscanf(sums[g], "%8x", &c) != 1) m->version = -1;
+                m->has_sums[g] = true;
+                m->sums_crc[g] = c;
+            }
+        }
+    }
+    if (m->version < 1 || m->version > 2 || m->shape.num_layers < 1 || elems < 1 || s0 < -1 || s1 < -1 ||
+        piece < 0) {
+        snprintf(err, errlen, "%.600s is not a valid SSD store manifest (version 1 or 2)", path.c_str());
         return -1;
     }
-    int version = 0, bf = 0, gr = 0;
-    long long elems = 0, s0 = 0, s1 = 0;
-    const int got = fscanf(
-        f,
-        "ssd_store %d\nlayers %d\nlayer_elems %lld\nwith_bf16 %d\ngrads_on_disk %d\nstep0 %lld\nstep1 %lld",
-        &version, &shape->num_layers, &elems, &bf, &gr, &s0, &s1);
-    fclose(f);
-    if (got != 7 || version != 1 || shape->num_layers < 1 || elems < 1 || s0 < -1 || s1 < -1) {
-        snprintf(err, errlen, "%.600s is not a valid SSD store manifest (version 1)", path.c_str());
-        return -1;
-    }
-    shape->layer_elems = elems;
-    shape->with_bf16 = bf;
-    shape->grads_on_disk = gr;
-    steps[0] = s0;
-    steps[1] = s1;
+    m->shape.layer_elems = elems;
+    m->shape.with_bf16 = bf;
+    m->shape.grads_on_disk = gr;
+    m->shape.piece_elems = piece;
+    m->steps[0] = s0;
+    m->steps[1] = s1;
     return 0;
 }
 
@@ -696,12 +800,109 @@ static int mark_writing(SsdStore* st, char* err, size_t errlen) {
     if (st->step[st->wgen] == -1) return 0;
     const int64_t old = st->step[st->wgen];
     st->step[st->wgen] = -1;
+    st->sums_ok[st->wgen] = false;  // its checksums describe it again at its next checkpoint
     if (write_manifest(st, err, errlen) != 0) {
         st->step[st->wgen] = old;  // unknown whether the rename happened: refuse to go on either way
         st->failed = true;
         st->fail_msg = err;
         return -1;
     }
+    return 0;
+}
+
+// ---- checksums: one per piece of each file, computed from the ring's buffer as the piece is written
+
+static const int64_t kSubChunk = (int64_t)1 << 20;  // bytes
+
+static int64_t sum_index(const SsdStore* st, int layer, int64_t off) {
+    return (int64_t)layer * st->pieces_per_layer + off / st->piece;
+}
+static void alloc_sums(SsdStore* st) {
+    st->pieces_per_layer = (st->cfg.layer_elems + st->piece - 1) / st->piece;
+    for (int g = 0; g < 2; g++)
+        for (int k = 0; k < K_COUNT; k++)
+            st->sums[g][k].assign(
+                has_kind(&st->cfg, k) ? (size_t)(st->cfg.num_layers * st->pieces_per_layer) : 0, 0);
+}
+
+// The checksums of a piece's arrays (the kinds in the mask) in the slot: each the CRC-32C of the CRC-32Cs of
+// its 1 MiB sub-chunks, which are summed in parallel.
+static void piece_sums(SsdStore* st, const Slot* s, const Piece& pc, unsigned kinds, uint32_t out[K_COUNT]) {
+    const char* src[K_COUNT] = {(const char*)s->p, (const char*)s->m, (const char*)s->v, (const char*)s->b};
+    int64_t first[K_COUNT + 1], total = 0;
+    for (int k = 0; k < K_COUNT; k++) {
+        first[k] = total;
+        if (kinds & (1u << k)) total += (pc.cnt * kKindSize[k] + kSubChunk - 1) / kSubChunk;
+    }
+    first[K_COUNT] = total;
+    st->sub.resize((size_t)total);
+    uint32_t* sub = st->sub.data();
+#pragma omp parallel for schedule(static)
+    for (int64_t j = 0; j < total; j++) {
+        int k = 0;
+        while (j >= first[k + 1]) k++;
+        const int64_t o = (j - first[k]) * kSubChunk, bytes = pc.cnt * kKindSize[k];
+        sub[j] = crc32c_update(0, src[k] + o, (size_t)std::min(kSubChunk, bytes - o));
+    }
+    for (int k = 0; k < K_COUNT; k++)
+        if (kinds & (1u << k))
+            out[k] = crc32c_update(0, sub + first[k], (size_t)(first[k + 1] - first[k]) * 4);
+}
+// A piece written to generation g: its checksums become g's
+static void record_sums(SsdStore* st, const Slot* s, const Piece& pc, int g) {
+    uint32_t c[K_COUNT];
+    const unsigned kinds =
+        (1u << K_PARAMS) | (1u << K_M) | (1u << K_V) | (st->cfg.with_bf16 ? 1u << K_BF16 : 0u);
+    piece_sums(st, s, pc, kinds, c);
+    const int64_t i = sum_index(st, pc.layer, pc.off);
+    for (int k = 0; k < K_COUNT; k++)
+        if (kinds & (1u << k)) st->sums[g][k][(size_t)i] = c[k];
+}
+
+static std::string sums_path(const std::string& dir, int g) {
+    return dir + "/gen" + std::to_string(g) + "/sums.crc32c";
+}
+// gen g's checksums as a file: "ssdsums2", layers, pieces per layer, kinds (u32 each), then each kind's u32s
+static std::string sums_bytes(const SsdStore* st, int g) {
+    std::string b = "ssdsums2";
+    const uint32_t head[3] = {(uint32_t)st->cfg.num_layers, (uint32_t)st->pieces_per_layer,
+                              st->cfg.with_bf16 ? 4u : 3u};
+    b.append((const char*)head, sizeof head);
+    for (int k = 0; k < K_COUNT; k++)
+        if (has_kind(&st->cfg, k)) b.append((const char*)st->sums[g][k].data(), st->sums[g][k].size() * 4);
+    return b;
+}
+static int write_sums(SsdStore* st, int g, char* err, size_t errlen) {
+    const std::string b = sums_bytes(st, g);
+    if (write_file_atomic(st->dir + "/gen" + std::to_string(g), sums_path(st->dir, g), b.data(), b.size(),
+                          err, errlen) != 0)
+        return -1;
+    st->sums_crc[g] = crc32c_update(0, b.data(), b.size());
+    st->sums_ok[g] = true;
+    return 0;
+}
+// gen g's checksums from its file, which must be the one the manifest names (its CRC-32C)
+static int read_sums(SsdStore* st, int g, uint32_t want_crc, char* err, size_t errlen) {
+    const std::string path = sums_path(st->dir, g);
+    std::string b;
+    const int rc = read_small_file(path, (size_t)1 << 34, &b, err, errlen);
+    if (rc == 1) snprintf(err, errlen, "%.600s is missing", path.c_str());
+    if (rc != 0) return -1;
+    std::string want = sums_bytes(st, g);  // the size and header this store's shape gives
+    if (b.size() != want.size() || b.compare(0, 20, want, 0, 20) != 0 ||
+        crc32c_update(0, b.data(), b.size()) != want_crc) {
+        snprintf(err, errlen, "%.600s is damaged or not this checkpoint's (its checksum or shape differs)",
+                 path.c_str());
+        return -1;
+    }
+    size_t at = 20;
+    for (int k = 0; k < K_COUNT; k++)
+        if (has_kind(&st->cfg, k)) {
+            memcpy(st->sums[g][k].data(), b.data() + at, st->sums[g][k].size() * 4);
+            at += st->sums[g][k].size() * 4;
+        }
+    st->sums_crc[g] = want_crc;
+    st->sums_ok[g] = true;
     return 0;
 }
 
@@ -745,6 +946,7 @@ static int setup_ring(SsdStore* st, char* err, size_t errlen) {
         }
     }
     st->src.reset(new std::atomic<uint8_t>[(size_t)c->num_layers]);
+    alloc_sums(st);
     return 0;
 }
 
@@ -762,6 +964,8 @@ static SsdStore* new_store(const char* dir, const SsdStoreConfig* cfg) {
     SsdStore* st = new SsdStore();
     st->dir = dir;
     st->cfg = *cfg;
+    st->owner = owner_of(cfg);
+    st->cfg.owner = NULL;  // st->owner holds it
     for (int g = 0; g < 2; g++)
         for (int k = 0; k < K_COUNT; k++) st->files[g][k].fd = -1;
     st->grads.fd = -1;
@@ -795,10 +999,37 @@ static int open_files(SsdStore* st, int create, char* err, size_t errlen) {
     return 0;
 }
 
+static int verify_generation(SsdStore* st, int g, char* err, size_t errlen);  // below, with the pieces
+
+static std::string owner_text(const std::string& o) {
+    return o.empty() ? "a run without -o" : "the run in " + o;
+}
+
 SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err, size_t errlen) {
     if (check_config(cfg, err, errlen) != 0) return NULL;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
         snprintf(err, errlen, "cannot create %.600s: %s", dir, strerror(errno));
+        return NULL;
+    }
+    // A store already here is replaced only if it is this run's own or has no owner (never checkpointed):
+    // another run's, or one this version cannot read, is left as it is.
+    Manifest old;
+    char why[1024];
+    const int found = read_manifest(dir, &old, why, sizeof why);
+    if (found < 0) {
+        snprintf(err, errlen,
+                 "%.600s; this run will not replace what it cannot read: give it another -sd directory", why);
+        return NULL;
+    }
+    if (found == 0 && old.owner != owner_of(cfg) &&
+        (!old.owner.empty() || (old.version == 1 && (old.steps[0] >= 0 || old.steps[1] >= 0)))) {
+        snprintf(
+            err, errlen,
+            "%.600s holds the SSD store of %.600s%s; it is left as it is: give this run another -sd "
+            "directory",
+            dir,
+            old.version == 1 ? "an earlier version's run (no owner recorded)" : owner_text(old.owner).c_str(),
+            old.steps[0] >= 0 || old.steps[1] >= 0 ? " with a checkpoint" : "");
         return NULL;
     }
     SsdStore* st = new_store(dir, cfg);
@@ -806,6 +1037,7 @@ SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err
     unlink((st->dir + "/ssd_manifest").c_str());
     for (int g = 0; g < 2; g++) {
         for (int k = 0; k < K_COUNT; k++) unlink(gen_path(st->dir, g, k).c_str());
+        unlink(sums_path(st->dir, g).c_str());
         const std::string gd = st->dir + "/gen" + std::to_string(g);
         if (mkdir(gd.c_str(), 0755) != 0 && errno != EEXIST) {
             snprintf(err, errlen, "cannot create %.600s: %s", gd.c_str(), strerror(errno));
@@ -825,7 +1057,7 @@ SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err
         ssd_store_close(st);
         return NULL;
     }
-    if (write_manifest(st, err, errlen) != 0 || setup_ring(st, err, errlen) != 0) {
+    if (setup_ring(st, err, errlen) != 0 || write_manifest(st, err, errlen) != 0) {
         ssd_store_close(st);
         return NULL;
     }
@@ -840,9 +1072,12 @@ SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err
 
 SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t step, char* err, size_t errlen) {
     if (check_config(cfg, err, errlen) != 0) return NULL;
-    SsdStoreConfig shape = *cfg;
-    int64_t steps[2];
-    if (read_manifest(dir, &shape, steps, err, errlen) != 0) return NULL;
+    Manifest m;
+    const int found = read_manifest(dir, &m, err, errlen);
+    if (found == 1)
+        snprintf(err, errlen, "no SSD store in %.600s: %.600s/ssd_manifest does not exist", dir, dir);
+    if (found != 0) return NULL;
+    const SsdStoreConfig& shape = m.shape;
     if (shape.num_layers != cfg->num_layers || shape.layer_elems != cfg->layer_elems ||
         !shape.with_bf16 != !cfg->with_bf16 || !shape.grads_on_disk != !cfg->grads_on_disk) {
         snprintf(
@@ -854,6 +1089,12 @@ SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t ste
             cfg->with_bf16 ? "on disk" : "in RAM", cfg->grads_on_disk ? "on disk" : "in RAM");
         return NULL;
     }
+    if (m.version == 2 && m.owner != owner_of(cfg)) {
+        snprintf(err, errlen, "the SSD store in %.600s belongs to %.600s, not to %.600s", dir,
+                 owner_text(m.owner).c_str(), owner_text(owner_of(cfg)).c_str());
+        return NULL;
+    }
+    const int64_t* steps = m.steps;
     int g = -1;
     if (step < 0) g = steps[0] < 0 && steps[1] < 0 ? -1 : steps[0] >= steps[1] ? 0 : 1;
     else g = steps[0] == step ? 0 : steps[1] == step ? 1 : -1;
@@ -872,20 +1113,72 @@ SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t ste
                      (long long)step);
         return NULL;
     }
-    SsdStore* st = new_store(dir, cfg);
+    SsdStoreConfig use = *cfg;
+    if (m.version == 2)
+        use.piece_elems = shape.piece_elems;  // the checksums are per piece of the writer's size
+    SsdStore* st = new_store(dir, &use);
     st->step[0] = steps[0];
     st->step[1] = steps[1];
-    if (setup_ring(st, err, errlen) != 0) {
+    if (setup_ring(st, err, errlen) != 0 || open_files(st, 0, err, errlen) != 0) {
         ssd_store_close(st);
         return NULL;
     }
-    if (open_files(st, 0, err, errlen) != 0) {
+    // the checkpoint's generation, read once against its checksums; if damaged, whether the other is intact
+    if (!m.has_sums[g]) {
+        if (!use.io.quiet)
+            fprintf(stderr,
+                    "warning: the SSD store in %s has no checksums for step %lld (made before version 2): "
+                    "not verified\n",
+                    dir, (long long)steps[g]);
+    } else if (read_sums(st, g, m.sums_crc[g], err, errlen) != 0 ||
+               verify_generation(st, g, err, errlen) != 0) {
+        const int o = 1 - g;
+        char e2[256];
+        const bool other_ok = steps[o] >= 0 && m.has_sums[o] &&
+                              read_sums(st, o, m.sums_crc[o], e2, sizeof e2) == 0 &&
+                              verify_generation(st, o, e2, sizeof e2) == 0;
+        const size_t len = strlen(err);
+        if (other_ok)
+            snprintf(err + len, errlen - len,
+                     "; the state of step %lld is unusable, the store's other checkpoint, "
+                     "step %lld, is intact",
+                     (long long)steps[g], (long long)steps[o]);
+        else
+            snprintf(err + len, errlen - len,
+                     "; the state of step %lld is unusable and the store holds no other "
+                     "intact checkpoint",
+                     (long long)steps[g]);
         ssd_store_close(st);
         return NULL;
     }
     st->wgen = 1 - g;
     for (int l = 0; l < cfg->num_layers; l++) st->src[l] = (uint8_t)g;
     return st;
+}
+
+int ssd_lock_dir(const char* dir, char* err, size_t errlen) {
+    const std::string path = std::string(dir) + "/ssd_lock";
+    const int fd = open(path.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0644);
+    struct stat sb;
+    if (fd < 0 || fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        snprintf(err, errlen, "cannot lock %.600s: %s", path.c_str(),
+                 fd < 0 ? strerror(errno) : "not a regular file");
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        char pid[32] = "";
+        const ssize_t n = pread(fd, pid, sizeof pid - 1, 0);
+        pid[n > 0 ? n : 0] = 0;
+        pid[strcspn(pid, "\n")] = 0;
+        snprintf(err, errlen, "%.600s is in use by another run (pid %s)", dir, pid[0] ? pid : "unknown");
+        close(fd);
+        return -1;
+    }
+    char pid[32];
+    const int n = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
+    if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)n, 0) != n) {}  // the pid is for the message only
+    return fd;
 }
 
 // ---- pieces and their transfers
@@ -957,6 +1250,47 @@ static unsigned state_kinds(const SsdStore* st) {
     return (1u << K_PARAMS) | (1u << K_M) | (1u << K_V) | (st->cfg.with_bf16 ? 1u << K_BF16 : 0u);
 }
 
+// A piece read from generation g into the slot against g's checksums (where g has them). 0, or -1 with err
+// naming the file, the layer and the elements.
+static int check_piece(SsdStore* st, const Slot* s, const Piece& pc, int g, char* err, size_t errlen) {
+    if (!st->sums_ok[g]) return 0;
+    uint32_t c[K_COUNT];
+    piece_sums(st, s, pc, state_kinds(st), c);
+    const int64_t i = sum_index(st, pc.layer, pc.off);
+    for (int k = 0; k < K_COUNT; k++) {
+        if (!has_kind(&st->cfg, k) || c[k] == st->sums[g][k][(size_t)i]) continue;
+        snprintf(
+            err, errlen,
+            "%.600s is damaged: layer %d, elements %lld..%lld read back with checksum %08x, written with "
+            "%08x",
+            st->files[g][k].path, pc.layer, (long long)pc.off, (long long)(pc.off + pc.cnt - 1), c[k],
+            st->sums[g][k][(size_t)i]);
+        return -1;
+    }
+    return 0;
+}
+
+// Reads all of generation g once (two pieces in flight) and checks every piece against its checksum.
+static int verify_generation(SsdStore* st, int g, char* err, size_t errlen) {
+    std::vector<Piece> pcs;
+    for (int l = 0; l < st->cfg.num_layers; l++) pieces_of_layer(st, l, &pcs);
+    const size_t n = pcs.size();
+    if (n > 0) issue_read(st, &st->ring[0], pcs[0], g, state_kinds(st), false);
+    for (size_t i = 0; i < n; i++) {
+        Slot* s = &st->ring[i % 2];
+        if (i + 1 < n) issue_read(st, &st->ring[(i + 1) % 2], pcs[i + 1], g, state_kinds(st), false);
+        int rc = wait_all(st, s->rd, &s->nrd, err, errlen);
+        if (rc == 0) rc = check_piece(st, s, pcs[i], g, err, errlen);
+        if (rc != 0) {
+            char ignore[256];
+            Slot* o = &st->ring[(i + 1) % 2];
+            wait_all(st, o->rd, &o->nrd, ignore, sizeof ignore);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 // ---- whole-layer transfers
 
 int ssd_store_write_layer(SsdStore* st, int layer, const float* params, const float* m, const float* v,
@@ -981,6 +1315,7 @@ int ssd_store_write_layer(SsdStore* st, int layer, const float* params, const fl
             memset(s->b, 0, (size_t)st->bytes2);
             convert_f32_to_bf16(params + pc.off, s->b, pc.cnt);
         }
+        record_sums(st, s, pc, st->wgen);
         issue_write(st, s, pc, st->wgen, state_kinds(st));
         if (wait_all(st, s->wr, &s->nwr, err, errlen) != 0) return fail_store(st, err);
     }
@@ -1107,6 +1442,7 @@ int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* f
         const uint16_t* g = c->grads_on_disk ? s->g : gram + pc.off;
         uint16_t* bo = c->with_bf16 ? s->b : bdst ? bdst + pc.off : NULL;
         fns->update(fns->ctx, pc.layer, pc.off, pc.cnt, s->p, g, s->m, s->v, bo);
+        record_sums(st, s, pc, (int)w);
         issue_write(st, s, pc, (int)w, state_kinds(st));
         if (pc.last) {
             st->src[pc.layer] = (uint8_t)w;
@@ -1156,6 +1492,8 @@ int ssd_store_checkpoint(SsdStore* st, int64_t step, char* err, size_t errlen) {
         for (const Piece& pc : pcs) {
             issue_read(st, s, pc, st->src[l], state_kinds(st), false);
             if (wait_all(st, s->rd, &s->nrd, err, errlen) != 0) return fail_store(st, err);
+            if (check_piece(st, s, pc, st->src[l], err, errlen) != 0) return fail_store(st, err);
+            record_sums(st, s, pc, w);
             issue_write(st, s, pc, w, state_kinds(st));
             if (wait_all(st, s->wr, &s->nwr, err, errlen) != 0) return fail_store(st, err);
         }
@@ -1164,9 +1502,11 @@ int ssd_store_checkpoint(SsdStore* st, int64_t step, char* err, size_t errlen) {
     for (int k = 0; k < K_COUNT; k++)
         if (has_kind(&st->cfg, k) && ssd_file_sync(&st->files[w][k], err, errlen) != 0)
             return fail_store(st, err);
+    if (write_sums(st, w, err, errlen) != 0) return fail_store(st, err);
     st->step[w] = step;
     if (write_manifest(st, err, errlen) != 0) {
         st->step[w] = -1;
+        st->sums_ok[w] = false;
         return fail_store(st, err);
     }
     st->wgen = 1 - w;  // the checkpoint's generation is read, never written, until the next checkpoint

@@ -21,7 +21,8 @@
 //
 // Design (docs/ssd.md): the files and their layout; checkpoints as two generations of the state, each named
 // complete in DIR/ssd_manifest only after its files are fsynced, so the last checkpoint's generation survives
-// kill -9, power loss and ENOSPC, at no extra copy; how train_gpt.cu calls it.
+// kill -9, power loss and ENOSPC, at no extra copy; checksums computed as pieces are written, checked at
+// resume; the store's owner; how train_gpt.cu calls it.
 //
 // ---- Threads
 // SsdIo is thread-safe. An SsdStore's round, checkpoint and write_layer/read_layer run on one thread at a
@@ -119,14 +120,22 @@ typedef struct {
     int ring;           // piece buffers in host RAM (>= 3): ring - 2 pieces read ahead, 1 updated, 1 written
     int64_t piece_elems;  // elements per piece (rounded down to a multiple of 2048); 0: a whole layer
     SsdIoConfig io;
+    const char* owner;  // the run the store belongs to (train_gpt: its -o as an absolute path). NULL or "": a
+                        // run without checkpoints, whose store any run may replace; another owner's, never.
 } SsdStoreConfig;
 
-// A fresh store under dir (created if missing; an existing store there is replaced): every file allocated
-// at full size. Its state is undefined until written (ssd_store_write_layer). NULL with err set on failure.
+// A fresh store under dir (created if missing): every file allocated at full size. A store already there is
+// replaced only if it has the same owner or none; otherwise nothing in dir is touched. Its state is undefined
+// until written (ssd_store_write_layer). NULL with err set on failure.
 SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err, size_t errlen);
-// An existing store at its checkpoint of `step` (step < 0: the newest checkpoint). The shape in cfg must
-// match the manifest's. NULL with err set (e.g. "DIR holds the state of steps 40 and 50, not 45").
+// An existing store of cfg's owner at its checkpoint of `step` (step < 0: the newest checkpoint). The shape
+// in cfg must match the manifest's. Every file of that generation is read once and checked against the
+// checksums written with it. NULL with err set, e.g. "DIR holds the state of steps 40 and 50, not 45", or a
+// damaged file named, with whether the other generation's checkpoint is intact.
 SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t step, char* err, size_t errlen);
+// Locks dir for this process (DIR/ssd_lock, flock; released at exit): one run per store. The lock's fd, or -1
+// with err naming the pid that holds it.
+int ssd_lock_dir(const char* dir, char* err, size_t errlen);
 void ssd_store_close(SsdStore* st);
 SsdIo* ssd_store_io(SsdStore* st);
 // The step each generation holds (-1: none).

@@ -877,6 +877,7 @@ typedef struct {
     int64_t resume_step;  // -1: a fresh run
     int64_t resume_header[ST_HEADER_SLOTS];
     char resume_model[4200], resume_state[4200];
+    char ssd_owner[4200];  // -sd: the store's owner, -o as an absolute path ("": a run without checkpoints)
     // the loop's
     DataLoader train, val;
     int64_t val_batches;
@@ -903,6 +904,8 @@ static void open_output_dir(Run* r) {
     GPTConfig ckpt;
     r->resume_step = open_run_dir(&r->args, r->resume_model, r->resume_state, sizeof r->resume_model, &ckpt,
                                   r->resume_header);
+    if (r->args.output_dir && !realpath(r->args.output_dir, r->ssd_owner))
+        r->ssd_owner[0] = 0;  // it exists now
     if (r->resume_step < 0) return;
     if (ga.model_given) check_resume_model(r->args.model, r->args.output_dir, &ckpt);
     r->args.model = r->resume_model;
@@ -1099,6 +1102,7 @@ static void ssd_attach(Run* r, GPT* g) {
     const int R = g->resident_layers;
     char err[4352];
     SsdStoreConfig sc = ssd_store_config(c, R, ssd_tier(&r->ga));
+    sc.owner = r->ssd_owner;  // another run's store is neither replaced nor resumed
     const bool resume = r->resume_step >= 0;
     if (resume) {
         int64_t tail[SSD_TAIL_SLOTS];
@@ -1109,6 +1113,10 @@ static void ssd_attach(Run* r, GPT* g) {
                 "keep -R to resume with -sd",
                 R, (long long)tail[SSD_TAIL_STREAMED_LAYERS], c->num_layers - R);
         g->ssd = ssd_store_open(dir, &sc, r->resume_step, err, sizeof err);
+        if (!g->ssd && strstr(err, "other checkpoint, step "))  // damaged, the older checkpoint intact
+            die("resume: -sd %s: %s: to resume from that one, remove %s/DONE_%08lld", dir, err,
+                r->args.output_dir, (long long)r->resume_step);
+        if (!g->ssd && strstr(err, " is damaged")) die("resume: -sd %s: %s", dir, err);
         if (!g->ssd) die("resume: -sd %s: %s (resume with the run's -R and -sw)", dir, err);
     } else {
         g->ssd = ssd_store_create(dir, &sc, err, sizeof err);
@@ -1160,6 +1168,7 @@ static void build_model(Run* r, GPT* g) {
     if (r->ga.ssd_dir) {  // the probe first: its buffers are gone before the model's arrive
         if (mkdir(r->ga.ssd_dir, 0755) != 0 && errno != EEXIST)
             die("-sd %s: cannot create it: %s", r->ga.ssd_dir, strerror(errno));
+        if (ssd_lock_dir(r->ga.ssd_dir, err, sizeof err) < 0) die("-sd: %s", err);  // held until exit
         ssd_print_bandwidth(r);
     }
     gpt_build(g, &r->cfg, r->args.B, r->args.T, r->n_micro, r->ga.num_slots, r->resident, r->kept, &r->args,

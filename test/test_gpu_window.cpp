@@ -27,7 +27,9 @@ void write_file(const std::string& path, const std::string& text, bool executabl
     std::ofstream(path) << text;
     chmod(path.c_str(), executable ? 0755 : 0644);
 }
-bool has(const std::string& text, const std::string& needle) { return text.find(needle) != std::string::npos; }
+bool has(const std::string& text, const std::string& needle) {
+    return text.find(needle) != std::string::npos;
+}
 // the table row of a check: "| id | status | s | figures |"
 std::string row(const std::string& out, const std::string& id) {
     const std::string key = "\n| " + id + " |";
@@ -60,14 +62,16 @@ class GpuWindow : public ::testing::Test {
         char tmpl[] = "/tmp/test_gpu_window.XXXXXX";
         ASSERT_NE(mkdtemp(tmpl), nullptr);
         dir = tmpl;
-        ASSERT_EQ(system(("mkdir -p " + dir + "/carry/bin " + dir + "/carry/peers " + dir + "/fakebin").c_str()), 0);
+        ASSERT_EQ(
+            system(("mkdir -p " + dir + "/carry/bin " + dir + "/carry/peers " + dir + "/fakebin").c_str()),
+            0);
         ASSERT_EQ(system(("cp dev/bench/gpu_ledger.md " + dir + "/ledger.md").c_str()), 0);
         write_file(dir + "/carry/commit", "0123456789ab\n", false);
         env = "CARRY=" + dir + "/carry OUT=" + dir + "/out GW_STATE=" + dir + "/state GW_LEDGER=" + dir +
               "/ledger.md TMPDIR=" + dir + " GW_TIME_SCALE=0.1 GW_SANITIZER=" + dir + "/fakebin/sanitizer ";
         // compute-sanitizer as on a device that refuses it
-        write_file(dir + "/fakebin/sanitizer", "#!/bin/sh\necho '========= Error: Device not supported'\nexit 1\n",
-                   true);
+        write_file(dir + "/fakebin/sanitizer",
+                   "#!/bin/sh\necho '========= Error: Device not supported'\nexit 1\n", true);
     }
     void TearDown() override {
         if (!getenv("GW_TEST_KEEP")) system(("rm -rf " + dir).c_str());  // GW_TEST_KEEP=1: look at it after
@@ -80,7 +84,8 @@ class GpuWindow : public ::testing::Test {
     }
     double last_seconds = 0;
     void fake_gpu() {
-        write_file(dir + "/fakebin/nvidia-smi", "#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 81559 MiB, 580.159.04'\n", true);
+        write_file(dir + "/fakebin/nvidia-smi",
+                   "#!/bin/sh\necho 'NVIDIA H100 80GB HBM3, 81559 MiB, 580.159.04'\n", true);
         env += "GW_NVIDIA_SMI=" + dir + "/fakebin/nvidia-smi ";
     }
 };
@@ -90,9 +95,11 @@ const char* kFakeTrainer = R"(#!/bin/bash
 x=3; bench=0
 while [ $# -gt 0 ]; do case $1 in -h) exit 0;; -x) x=$2;; -B) bench=$2;; esac; shift; done
 for s in $(seq 1 $x); do
-    printf 'step %4d/%d | loss %.6f | norm 1.0 | lr 3e-4 | ms 10 | tok/s 100\n' $s $x $(awk -v s=$s 'BEGIN { print 10 - 0.1 * s + OFFSET }')
+    loss=$(awk -v s=$s 'BEGIN { print 10 - 0.1 * s + OFFSET }')
+    printf 'step %4d/%d | loss %.6f | norm 1.0 | lr 3e-4 | ms 10 | tok/s 100\n' $s $x $loss
 done
-[ $bench -gt 0 ] && echo 'RESULT {"mode": "stream", "step_s": 1.6384, "tok_per_s": 20000.0, "model_TFLOPs": 200.00, "mfu": 0.2500, "peak_gpu_GiB": 20.500, "resident_layers": 0}'
+[ $bench -gt 0 ] && echo 'RESULT {"mode": "stream", "step_s": 1.6384, "tok_per_s": 20000.0, '\
+'"model_TFLOPs": 200.00, "mfu": 0.2500, "peak_gpu_GiB": 20.500, "resident_layers": 0}'
 exit 0
 )";
 
@@ -102,7 +109,8 @@ TEST_F(GpuWindow, NoGpuSkipsEveryCheckAtOnceAndPrintsTheTable) {
     env += "GW_NVIDIA_SMI=/nonexistent/nvidia-smi ";
     const std::string out = window("1");
     EXPECT_TRUE(has(row(out, "probe"), "skipped: no GPU")) << out;
-    for (const char* id : {"kernels", "trainer", "resume_cpu", "tput_1.3b", "tput_5b", "memcheck_train", "kept_5b"})
+    for (const char* id :
+         {"kernels", "trainer", "resume_cpu", "tput_1.3b", "tput_5b", "memcheck_train", "kept_5b"})
         EXPECT_TRUE(has(row(out, id), "| skipped: no GPU | 0 |")) << id << "\n" << out;
     // the table is the last thing printed; the results and the archive are in OUT
     EXPECT_TRUE(has(out.substr(out.size() - 200), "| kept_5b | skipped: no GPU")) << out;
@@ -118,21 +126,27 @@ TEST_F(GpuWindow, RebuildsWhatWillNotLoadTimesOutAHangRerunsFailuresAndRecords) 
     // test_kernels hangs the first time it runs tests (call 1), then passes (call 2)
     write_file(bin + "test_kernels",
                "#!/bin/sh\n[ \"$1\" = --gtest_list_tests ] && exit 0\n"
-               "if [ ! -f " + dir + "/hung ]; then touch " + dir + "/hung; exec sleep 1000; fi\n"
-               "echo '[  PASSED  ] 30 tests.'\n",
+               "if [ ! -f " +
+                   dir + "/hung ]; then touch " + dir +
+                   "/hung; exec sleep 1000; fi\n"
+                   "echo '[  PASSED  ] 30 tests.'\n",
                true);
     // test_gpu as carried will not start (not a program for this machine); the rebuilt one fails one test
     // unless given a filter (call 2 reruns the failed test alone)
-    write_file(bin + "test_gpu", "\x7f" "ELF garbage", true);
-    write_file(dir + "/rebuild.sh",
-               "out=$1; shift; mkdir -p $out; for n in \"$@\"; do printf '%s\\n' '#!/bin/sh' "
-               "'[ \"$1\" = --gtest_list_tests ] && exit 0' 'echo \"ARGS: $*\"' "
-               "'case \"$*\" in *filter=GpuTrainer.Flaky*) echo \"[  PASSED  ] 1 test.\"; exit 0;; esac' "
-               "'echo \"[ RUN      ] GpuTrainer.Flaky\"' 'echo \"x.cu:1: Failure\"' 'echo \"loss differs\"' "
-               "'echo \"[  FAILED  ] GpuTrainer.Flaky (5 ms)\"' 'echo \"[  PASSED  ] 4 tests.\"' "
-               "'echo \"[  FAILED  ] 1 test, listed below:\"' 'echo \"[  FAILED  ] GpuTrainer.Flaky\"' 'exit 1' "
-               "> $out/$n; chmod +x $out/$n; done\n",
-               false);
+    write_file(bin + "test_gpu",
+               "\x7f"
+               "ELF garbage",
+               true);
+    write_file(
+        dir + "/rebuild.sh",
+        "out=$1; shift; mkdir -p $out; for n in \"$@\"; do printf '%s\\n' '#!/bin/sh' "
+        "'[ \"$1\" = --gtest_list_tests ] && exit 0' 'echo \"ARGS: $*\"' "
+        "'case \"$*\" in *filter=GpuTrainer.Flaky*) echo \"[  PASSED  ] 1 test.\"; exit 0;; esac' "
+        "'echo \"[ RUN      ] GpuTrainer.Flaky\"' 'echo \"x.cu:1: Failure\"' 'echo \"loss differs\"' "
+        "'echo \"[  FAILED  ] GpuTrainer.Flaky (5 ms)\"' 'echo \"[  PASSED  ] 4 tests.\"' "
+        "'echo \"[  FAILED  ] 1 test, listed below:\"' 'echo \"[  FAILED  ] GpuTrainer.Flaky\"' 'exit 1' "
+        "> $out/$n; chmod +x $out/$n; done\n",
+        false);
     env += "GW_REBUILD_CMD='bash " + dir + "/rebuild.sh' ";
     std::string trainer = kFakeTrainer;
     write_file(bin + "train_gpt", trainer.replace(trainer.find("OFFSET"), 6, "0"), true);
@@ -149,14 +163,16 @@ TEST_F(GpuWindow, RebuildsWhatWillNotLoadTimesOutAHangRerunsFailuresAndRecords) 
     EXPECT_TRUE(has(out, "== trainer: failed tests (1)")) << out;
     EXPECT_TRUE(has(out, "loss differs")) << "the failing assertion is printed before the table\n" << out;
     EXPECT_TRUE(has(row(out, "resume_cpu"), "| ok |")) << out;
-    EXPECT_TRUE(has(row(out, "resume_cpu"), "step 3 loss: GPU 9.700000, CPU from the GPU's step-2 checkpoint 9.701000"))
+    EXPECT_TRUE(has(row(out, "resume_cpu"),
+                    "step 3 loss: GPU 9.700000, CPU from the GPU's step-2 checkpoint 9.701000"))
         << out;
     EXPECT_TRUE(has(row(out, "tput_1.3b"), "20000.0 tok/s, 200.00 TFLOP/s")) << out;
     EXPECT_TRUE(has(row(out, "tput_1.3b"), "0.43x gpu_ckpt; 1.68x fsdp_offload; 1.27x MegaTrain")) << out;
     EXPECT_TRUE(has(row(out, "memcheck_kernels"), "skipped: compute-sanitizer not usable")) << out;
     EXPECT_TRUE(has(row(out, "memcheck_train"), "skipped: compute-sanitizer not usable")) << out;
     EXPECT_TRUE(has(row(out, "default_resume"), "| ok |")) << out;
-    EXPECT_TRUE(has(row(out, "default_resume"), "resumed steps 7..12 worst rel diff 0.0e+00 (bound 1e-3)")) << out;
+    EXPECT_TRUE(has(row(out, "default_resume"), "resumed steps 7..12 worst rel diff 0.0e+00 (bound 1e-3)"))
+        << out;
     EXPECT_TRUE(has(row(out, "ssd_same"), "worst loss rel diff 0.0e+00 (bound 1e-3)")) << out;
     EXPECT_TRUE(has(row(out, "ssd_time"), "sd 1.6384 s = 1.000x RAM (within 10%)")) << out;
     EXPECT_TRUE(has(row(out, "mem_flat"), "peak GPU L12 20.500 GiB, L24 20.500 GiB")) << out;
@@ -173,27 +189,33 @@ TEST_F(GpuWindow, RebuildsWhatWillNotLoadTimesOutAHangRerunsFailuresAndRecords) 
     EXPECT_TRUE(has(row(out, "trainer"), "| ok |")) << out;
     EXPECT_TRUE(has(row(out, "trainer"), "the failed tests of call 1 rerun")) << out;
     EXPECT_EQ(row(out, "resume_cpu"), "") << "call 1 passed it: not run again\n" << out;
-    EXPECT_FALSE(has(read_file(dir + "/out/results_2.tsv"), "probe\t")) << "call 1's probe is not recorded twice";
-    ASSERT_EQ(system(("mkdir -p " + dir + "/logs && tar xzf " + dir + "/out/window_2.tar.gz -C " + dir + "/logs")
-                         .c_str()),
-              0);
-    EXPECT_TRUE(has(read_file(dir + "/logs/logs_2/trainer.log"), "ARGS: --gtest_filter=-")) << "call 2 keeps the suite's filter";
+    EXPECT_FALSE(has(read_file(dir + "/out/results_2.tsv"), "probe\t"))
+        << "call 1's probe is not recorded twice";
+    ASSERT_EQ(
+        system(("mkdir -p " + dir + "/logs && tar xzf " + dir + "/out/window_2.tar.gz -C " + dir + "/logs")
+                   .c_str()),
+        0);
+    EXPECT_TRUE(has(read_file(dir + "/logs/logs_2/trainer.log"), "ARGS: --gtest_filter=-"))
+        << "call 2 keeps the suite's filter";
     EXPECT_TRUE(has(read_file(dir + "/logs/logs_2/trainer.log"), "--gtest_filter=GpuTrainer.Flaky"));
 
     // record both calls into the ledger; plan then leaves out what is ok
-    ASSERT_EQ(system(("mkdir -p " + dir + "/back && cp " + dir + "/state/results_1.tsv " + dir + "/state/results_2.tsv " +
-                      dir + "/back/")
+    ASSERT_EQ(system(("mkdir -p " + dir + "/back && cp " + dir + "/state/results_1.tsv " + dir +
+                      "/state/results_2.tsv " + dir + "/back/")
                          .c_str()),
               0);
     Shell rec = sh(env + "bash dev/bench/gpu_window.sh record " + dir + "/back");
     EXPECT_EQ(rec.rc, 0) << rec.out;
     const std::string ledger = read_file(dir + "/ledger.md");
-    EXPECT_TRUE(has(ledger, "| kernels | 2 | test_kernels: every kernel against the CPU reference | ok | ")) << ledger;
+    EXPECT_TRUE(has(ledger, "| kernels | 2 | test_kernels: every kernel against the CPU reference | ok | "))
+        << ledger;
     EXPECT_TRUE(has(ledger, "| resume_cpu | 4 |")) << ledger;
     EXPECT_TRUE(has(ledger, "| 0123456789ab |")) << ledger;
-    EXPECT_TRUE(has(ledger, "| memcheck_kernels | 11 | compute-sanitizer memcheck over the kernel suite (attention "
-                            "excluded) | todo | | | | | |"))
-        << "a skipped check keeps its row\n" << ledger;
+    EXPECT_TRUE(has(ledger,
+                    "| memcheck_kernels | 11 | compute-sanitizer memcheck over the kernel suite (attention "
+                    "excluded) | todo | | | | | |"))
+        << "a skipped check keeps its row\n"
+        << ledger;
     // 0123456789ab is no commit of this history: the plan runs the ok checks again, saying why
     Shell plan = sh(env + "bash dev/bench/gpu_window.sh plan");
     EXPECT_EQ(plan.rc, 0) << plan.out;
@@ -202,7 +224,8 @@ TEST_F(GpuWindow, RebuildsWhatWillNotLoadTimesOutAHangRerunsFailuresAndRecords) 
     // an ok row with no commit stays done
     ASSERT_EQ(system(("sed -i 's/| 0123456789ab |/| |/' " + dir + "/ledger.md").c_str()), 0);
     plan = sh(env + "bash dev/bench/gpu_window.sh plan --ids");
-    EXPECT_FALSE(has(plan.out, "kernels\n") && !has(plan.out, "memcheck_kernels\nmemcheck_attention")) << plan.out;
+    EXPECT_FALSE(has(plan.out, "kernels\n") && !has(plan.out, "memcheck_kernels\nmemcheck_attention"))
+        << plan.out;
     EXPECT_FALSE(has("\n" + plan.out, "\nkernels\n")) << plan.out;
     EXPECT_TRUE(has("\n" + plan.out, "\nmemcheck_kernels\n")) << plan.out;
 }
@@ -219,8 +242,10 @@ TEST_F(GpuWindow, CarryCheckRefusesALibraryTheDeviceMayLack) {
     // a program linked against a library of its own
     write_file(dir + "/extra.c", "int extra(void) { return 1; }\n", false);
     write_file(dir + "/prog.c", "int extra(void);\nint main(void) { return extra() - 1; }\n", false);
-    ASSERT_EQ(system(("cd " + dir + " && cc -shared -fPIC extra.c -o libextra.so && cc prog.c -o carry/bin/prog "
-                      "-L. -lextra -Wl,-rpath," + dir)
+    ASSERT_EQ(system(("cd " + dir +
+                      " && cc -shared -fPIC extra.c -o libextra.so && cc prog.c -o carry/bin/prog "
+                      "-L. -lextra -Wl,-rpath," +
+                      dir)
                          .c_str()),
               0);
     Shell bad = sh(check);

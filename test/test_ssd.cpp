@@ -6,6 +6,10 @@
 // the last checkpoint intact, the capacity plan of the 100b preset, and the bandwidth probe. No timed
 // assertions. Every test removes its files.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <sstream>
+#include <fstream>
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
@@ -831,6 +835,169 @@ TEST(SsdStoreErrors, FullFilesystemAtCheckpointKeepsThePreviousOne) {
     EXPECT_EQ(std::max(steps[0], steps[1]), 1);
     expect_store_equals(st, at1, 0, "checkpoint 1 after the full disk");
     ssd_store_close(st);
+}
+
+// ============================================================================
+// Checksums and owners (issue 33): damage is found at resume and named; a store belongs to one run
+
+// Two checkpoints (steps 2 and 4) of a 4-layer store, closed: the tests then damage its files.
+static SsdStoreConfig checkpointed_store(const std::string& dir, const char* owner, RamModel* ram) {
+    char err[1024] = "";
+    SsdStoreConfig cfg = store_config(kCrashCase, 4);
+    cfg.owner = owner;
+    std::vector<uint16_t> bf16(ram->b);
+    SsdStore* st = ssd_store_create(dir.c_str(), &cfg, err, sizeof err);
+    EXPECT_NE(st, nullptr) << err;
+    if (!st) return cfg;
+    for (int l = 0; l < 4; l++)
+        ssd_store_write_layer(st, l, &ram->p[(size_t)l * kLayer], &ram->m[(size_t)l * kLayer],
+                              &ram->v[(size_t)l * kLayer], err, sizeof err);
+    const std::vector<int> all = {0, 1, 2, 3};
+    for (int t = 1; t <= 4; t++) {
+        ram->step(t, all);
+        store_step(st, kCrashCase, *ram, t, all, &bf16);
+        if (t % 2 == 0) EXPECT_EQ(ssd_store_checkpoint(st, t, err, sizeof err), 0) << err;
+    }
+    ssd_store_close(st);
+    return cfg;
+}
+// Overwrites `bytes` bytes at `offset` of a file with `value`.
+static void damage(const std::string& path, int64_t offset, int bytes, unsigned char value) {
+    const int fd = open(path.c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0) << path;
+    std::vector<unsigned char> b((size_t)bytes, value);
+    ASSERT_EQ(pwrite(fd, b.data(), b.size(), offset), (ssize_t)b.size());
+    close(fd);
+}
+static std::string manifest_of(const std::string& dir) {
+    std::ifstream f(dir + "/ssd_manifest");
+    std::stringstream s;
+    s << f.rdbuf();
+    return s.str();
+}
+// the generation holding step 4 (the newest)
+static int gen_of_step4(const std::string& dir) {
+    return manifest_of(dir).find("step0 4\n") != std::string::npos ? 0 : 1;
+}
+
+TEST(SsdStoreChecksums, DamageInAnyFileIsFoundAtResumeAndTheIntactCheckpointNamed) {
+    for (const char* file : {"params.f32", "m.f32", "v.f32", "weights.bf16"}) {
+        TempDir d;
+        RamModel ram(4);
+        const SsdStoreConfig cfg = checkpointed_store(d.path, "/runs/a", &ram);
+        const int g = gen_of_step4(d.path);
+        const std::string path = d.path + "/gen" + std::to_string(g) + "/" + file;
+        const int64_t size = strcmp(file, "weights.bf16") == 0 ? 2 : 4;
+        const int64_t stride = (kLayer * size + 4095) / 4096 * 4096;
+        damage(path, stride + 4096 + 8, 4, 0x3f);  // in layer 1's first piece
+        char err[2048] = "";
+        EXPECT_EQ(ssd_store_open(d.path.c_str(), &cfg, 4, err, sizeof err), nullptr) << file;
+        EXPECT_NE(strstr(err, (path + " is damaged: layer 1, elements 0..16383 read back").c_str()), nullptr)
+            << err;
+        EXPECT_NE(
+            strstr(err, "the state of step 4 is unusable, the store's other checkpoint, step 2, is intact"),
+            nullptr)
+            << err;
+        SsdStore* st = ssd_store_open(d.path.c_str(), &cfg, 2, err, sizeof err);  // the fallback
+        ASSERT_NE(st, nullptr) << err;
+        ssd_store_close(st);
+    }
+}
+
+TEST(SsdStoreChecksums, DamageInBothGenerationsLeavesNoFallback) {
+    TempDir d;
+    RamModel ram(4);
+    const SsdStoreConfig cfg = checkpointed_store(d.path, "", &ram);
+    for (int g = 0; g < 2; g++) damage(d.path + "/gen" + std::to_string(g) + "/v.f32", 16384, 16384, 0);
+    char err[2048] = "";
+    EXPECT_EQ(ssd_store_open(d.path.c_str(), &cfg, -1, err, sizeof err), nullptr);
+    EXPECT_NE(strstr(err, "is damaged: layer 0, elements"), nullptr) << err;
+    EXPECT_NE(strstr(err, "the store holds no other intact checkpoint"), nullptr) << err;
+}
+
+TEST(SsdStoreChecksums, AnEditedManifestOrSumsFileIsRefused) {
+    TempDir d;
+    RamModel ram(4);
+    const SsdStoreConfig cfg = checkpointed_store(d.path, "", &ram);
+    const std::string m = manifest_of(d.path), path = d.path + "/ssd_manifest";
+    char err[2048] = "";
+    // the generations' labels swapped: step 2 <-> step 4
+    std::string swapped = m;
+    const size_t a = swapped.find("step0 "), b = swapped.find("step1 ");
+    std::swap(swapped[a + 6], swapped[b + 6]);
+    std::ofstream(path) << swapped;
+    EXPECT_EQ(ssd_store_open(d.path.c_str(), &cfg, 4, err, sizeof err), nullptr);
+    EXPECT_NE(strstr(err, "ssd_manifest is damaged (its checksum does not match its text)"), nullptr) << err;
+    std::ofstream(path) << m;
+    // a generation's sums file replaced by the other's
+    const int g = gen_of_step4(d.path);
+    ASSERT_EQ(system(("cp " + d.path + "/gen" + std::to_string(1 - g) + "/sums.crc32c " + d.path + "/gen" +
+                      std::to_string(g) + "/sums.crc32c")
+                         .c_str()),
+              0);
+    EXPECT_EQ(ssd_store_open(d.path.c_str(), &cfg, 4, err, sizeof err), nullptr);
+    EXPECT_NE(strstr(err, "sums.crc32c is damaged or not this checkpoint's"), nullptr) << err;
+    EXPECT_NE(strstr(err, "step 2, is intact"), nullptr) << err;
+    // a FIFO as the manifest: one error, no hang
+    unlink(path.c_str());
+    ASSERT_EQ(mkfifo(path.c_str(), 0644), 0);
+    EXPECT_EQ(ssd_store_open(d.path.c_str(), &cfg, 4, err, sizeof err), nullptr);
+    EXPECT_NE(strstr(err, "ssd_manifest is not a regular file"), nullptr) << err;
+}
+
+TEST(SsdStoreOwner, AnotherRunsStoreIsNeitherReplacedNorResumed) {
+    TempDir d;
+    RamModel ram(4);
+    SsdStoreConfig cfg = checkpointed_store(d.path, "/runs/a", &ram);
+    const std::string before = manifest_of(d.path);
+    char err[2048] = "";
+    SsdStoreConfig other = cfg;
+    for (const char* owner : {"/runs/b", ""}) {
+        other.owner = owner;
+        EXPECT_EQ(ssd_store_create(d.path.c_str(), &other, err, sizeof err), nullptr) << owner;
+        EXPECT_NE(
+            strstr(err, "holds the SSD store of the run in /runs/a with a checkpoint; it is left as it is"),
+            nullptr)
+            << err;
+        EXPECT_EQ(ssd_store_open(d.path.c_str(), &other, -1, err, sizeof err), nullptr);
+        EXPECT_NE(strstr(err, "belongs to the run in /runs/a, not to"), nullptr) << err;
+    }
+    EXPECT_EQ(manifest_of(d.path), before) << "the store is untouched";
+    RamModel want(4);
+    for (int t = 1; t <= 4; t++) want.step(t, {0, 1, 2, 3});
+    SsdStore* st = ssd_store_open(d.path.c_str(), &cfg, 4, err, sizeof err);  // its owner resumes it
+    ASSERT_NE(st, nullptr) << err;
+    expect_store_equals(st, want, 1, "the owner's resume");
+    ssd_store_close(st);
+    // a store without an owner (a run without -o, which never checkpoints) may be replaced by any run
+    TempDir e;
+    RamModel r2(4);
+    checkpointed_store(e.path, NULL, &r2);
+    st = ssd_store_create(e.path.c_str(), &cfg, err, sizeof err);
+    EXPECT_NE(st, nullptr) << err;
+    ssd_store_close(st);
+}
+
+TEST(SsdStoreOwner, OneRunAtATimeHoldsTheDirectory) {
+    TempDir d;
+    char err[1024] = "";
+    const int fd = ssd_lock_dir(d.path.c_str(), err, sizeof err);
+    ASSERT_GE(fd, 0) << err;
+    const pid_t child = fork();  // flock is per open file: another process is refused
+    if (child == 0) {
+        char e[1024];
+        const std::string want = "is in use by another run (pid " + std::to_string(getppid()) + ")";
+        const int fd2 = ssd_lock_dir(d.path.c_str(), e, sizeof e);
+        _exit(fd2 < 0 && strstr(e, want.c_str()) ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(child, &status, 0);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "a second process is refused, naming the pid";
+    close(fd);
+    const int fd3 = ssd_lock_dir(d.path.c_str(), err, sizeof err);  // released with the first
+    EXPECT_GE(fd3, 0) << err;
+    close(fd3);
 }
 
 // ============================================================================

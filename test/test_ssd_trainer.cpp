@@ -261,18 +261,23 @@ TEST_F(SsdTrainer, RefusesBadInput) {
     // a checkpoint whose state is in a store, resumed without -sd
     EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(out, {"-x", "2", "-y", "1"})),
                            {"resume: the checkpoint of step 1", "resume with -sd DIR"}));
-    // the store no longer holds the checkpoint's step (another run replaced it)
-    const Result other = run_bin(kEmu, run_args(dir + "/b", {"-x", "1", "-sd", store}));
-    ASSERT_EQ(other.code, 0) << other.err;
-    EXPECT_TRUE(has(slurp(store + "/ssd_manifest"), "")) << "the store exists";
-    const Result c = run_bin(kEmu, run_args(dir + "/c", {"-x", "2", "-sd", store}));  // fresh: replaces it
+    // another run may not replace the store (issue 33: it did, silently)
+    EXPECT_TRUE(
+        CleanError(run_bin(kEmu, run_args(dir + "/b", {"-x", "1", "-sd", store})),
+                   {"-sd", "holds the SSD store of the run in", "/a with a checkpoint", "left as it is"}));
+    // the store no longer holds the checkpoint's step: the run went on to step 3 (the store keeps 2 and 3),
+    // then its checkpoints 2 and 3 lost their DONE markers
+    const Result c = run_bin(kEmu, run_args(out, {"-x", "3", "-y", "1", "-sd", store}));
     ASSERT_EQ(c.code, 0) << c.err;
+    unlink((out + "/DONE_00000002").c_str());
+    unlink((out + "/DONE_00000003").c_str());
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(out, {"-x", "3", "-y", "1", "-sd", store})),
+                           {"resume: -sd", "the state of steps", "not of step 1"}));
     EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(out, {"-x", "2", "-y", "1", "-sd", store + "_gone"})),
                            {"resume: -sd", store + "_gone"}));
     // another -R than the checkpoint's
-    EXPECT_TRUE(
-        CleanError(run_bin(kEmu, run_args(dir + "/c", {"-x", "3", "-y", "1", "-sd", store, "-R", "2"})),
-                   {"resume: -R 2 differs from the checkpoint's"}));
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(out, {"-x", "3", "-y", "1", "-sd", store, "-R", "2"})),
+                           {"resume: -R 2 differs from the checkpoint's"}));
     // a checkpoint without -sd resumed with it
     const Result d = run_bin(kEmu, run_args(dir + "/d", {"-x", "1"}));
     ASSERT_EQ(d.code, 0) << d.err;
@@ -287,9 +292,70 @@ TEST_F(SsdTrainer, RefusesBadInput) {
                            {"every layer is GPU-resident"}));
     // -sw 1 without -sd, and a resume with another -sw than the run's
     EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(dir + "/g", {"-sw", "1"})), {"-sw 1", "needs -sd DIR"}));
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(out, {"-x", "3", "-y", "1", "-sd", store, "-sw", "1"})),
+                           {"resume: -sd", "bf16 copy", "-sw"}));
+}
+
+// Issue 33: run A (checkpoints at 2 and 4) "dies" after step 2 (its step-4 marker gone); run B, another -o,
+// and a -B benchmark are refused the store, which they leave untouched; A then resumes from step 2 and ends
+// as its first run did. Two runs at once: the second is refused while the first holds the directory.
+TEST_F(SsdTrainer, AStoreBelongsToItsRun) {
+    const std::string a = dir + "/a", store = dir + "/store";
+    const Result first = run_bin(kEmu, run_args(a, {"-x", "4", "-n", "2", "-sd", store}));
+    ASSERT_EQ(first.code, 0) << first.cmd << "\n" << first.err << first.out;
+    unlink((a + "/DONE_00000004").c_str());
+    const std::string manifest = slurp(store + "/ssd_manifest");
     EXPECT_TRUE(
-        CleanError(run_bin(kEmu, run_args(dir + "/c", {"-x", "3", "-y", "1", "-sd", store, "-sw", "1"})),
-                   {"resume: -sd", "bf16 copy", "-sw"}));
+        CleanError(run_bin(kEmu, run_args(dir + "/b", {"-x", "4", "-n", "2", "-sd", store, "-l", "0.01"})),
+                   {"-sd", "holds the SSD store of the run in", "/a with a checkpoint", "left as it is"}));
+    EXPECT_TRUE(CleanError(run_bin(kEmu, {"-e", "L4:C64:NH4:T32", "-b", "4", "-t", "32", "-R", "1", "-B", "1",
+                                          "-W", "0", "-sd", store}),
+                           {"-sd", "holds the SSD store of the run in", "left as it is"}));
+    EXPECT_EQ(slurp(store + "/ssd_manifest"), manifest) << "the store is untouched";
+    // while a process holds the directory's lock, a run is refused
+    {
+        const int fd = open((store + "/ssd_lock").c_str(), O_RDWR);
+        ASSERT_GE(fd, 0);
+        ASSERT_EQ(flock(fd, LOCK_EX | LOCK_NB), 0);
+        EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(a, {"-x", "4", "-n", "2", "-y", "1", "-sd", store})),
+                               {"-sd:", "is in use by another run"}));
+        close(fd);
+    }
+    const Result again = run_bin(kEmu, run_args(a, {"-x", "4", "-n", "2", "-y", "1", "-sd", store}));
+    ASSERT_EQ(again.code, 0) << again.cmd << "\n" << again.err << again.out;
+    EXPECT_TRUE(has(again.out, "(step 2)")) << again.out;
+    const std::map<int, std::string> want = loss_and_norm(first.out), got = loss_and_norm(again.out);
+    for (int s = 3; s <= 4; s++) {
+        ASSERT_TRUE(got.count(s)) << again.out;
+        EXPECT_EQ(got.at(s), want.at(s)) << "step " << s << ": A's own state, not another run's";
+    }
+}
+
+// Issue 33: the store's newest checkpoint damaged on disk (a piece of its m overwritten): -y 1 names the file
+// and says the older checkpoint is intact; with the newer marker removed, the run resumes from the older one
+// and ends as the run in RAM.
+TEST_F(SsdTrainer, ADamagedCheckpointIsNamedAndTheIntactOneUsed) {
+    run_in_ram();
+    const std::string out = dir + "/d", store = dir + "/store";
+    const Result first = run_bin(kEmu, run_args(out, {"-x", "2", "-sd", store}));
+    ASSERT_EQ(first.code, 0) << first.cmd << "\n" << first.err << first.out;
+    const std::string m = slurp(store + "/ssd_manifest");
+    const std::string gen = m.find("step0 2\n") != std::string::npos ? "gen0" : "gen1";
+    {
+        const int fd = open((store + "/" + gen + "/m.f32").c_str(), O_WRONLY);
+        ASSERT_GE(fd, 0);
+        const char junk[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        ASSERT_EQ(pwrite(fd, junk, sizeof junk, 4096), (ssize_t)sizeof junk);
+        close(fd);
+    }
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(out, {"-y", "1", "-sd", store})),
+                           {"resume: -sd", gen + "/m.f32 is damaged: layer 0", "step 1, is intact",
+                            "remove " + out + "/DONE_00000002"}));
+    unlink((out + "/DONE_00000002").c_str());
+    const Result b = run_bin(kEmu, run_args(out, {"-y", "1", "-sd", store}));
+    ASSERT_EQ(b.code, 0) << b.cmd << "\n" << b.err << b.out;
+    EXPECT_TRUE(has(b.out, "(step 1)")) << b.out;
+    expect_same_as_ram(out, b.out, 2);
 }
 
 }  // namespace
