@@ -1104,6 +1104,7 @@ static void ssd_attach(Run* r, GPT* g) {
     SsdStoreConfig sc = ssd_store_config(c, R, ssd_tier(&r->ga));
     sc.owner = r->ssd_owner;  // another run's store is neither replaced nor resumed
     const bool resume = r->resume_step >= 0;
+    double verify_s = 0;
     if (resume) {
         int64_t tail[SSD_TAIL_SLOTS];
         if (!state_file_ssd_tail(r->resume_state, tail, err, sizeof err)) die("resume: %s", err);
@@ -1112,7 +1113,9 @@ static void ssd_attach(Run* r, GPT* g) {
                 "now): "
                 "keep -R to resume with -sd",
                 R, (long long)tail[SSD_TAIL_STREAMED_LAYERS], c->num_layers - R);
-        g->ssd = ssd_store_open(dir, &sc, r->resume_step, err, sizeof err);
+        const double t0 = timeline_now();
+        g->ssd = ssd_store_open(dir, &sc, r->resume_step, err, sizeof err);  // reads it once: checksums
+        verify_s = timeline_now() - t0;
         if (!g->ssd && strstr(err, "other checkpoint, step "))  // damaged, the older checkpoint intact
             die("resume: -sd %s: %s: to resume from that one, remove %s/DONE_%08lld", dir, err,
                 r->args.output_dir, (long long)r->resume_step);
@@ -1152,9 +1155,11 @@ static void ssd_attach(Run* r, GPT* g) {
     free(layer);
     if (r->ga.timeline) ssd_io_log_busy(ssd_store_io(g->ssd), 1);  // the timeline's disk tracks
     g->gw->thread = std::thread(grads_writer_main, g);
+    char how[96] = "created";
+    if (resume) snprintf(how, sizeof how, "resumed at its checkpoint, its checksums verified in %.1f s", verify_s);
     printf("SSD tier: %d layers' fp32 weights and AdamW m, v%s in %s (%.2f GiB on disk, %s; %s)\n",
            sc.num_layers, g->weights_on_disk ? " and bf16 weights" : "", dir, r->plan.ssd_disk / GiB,
-           ssd_io_backend(ssd_store_io(g->ssd)), resume ? "resumed at its checkpoint" : "created");
+           ssd_io_backend(ssd_store_io(g->ssd)), how);
 }
 
 // Builds the model, fills its weights (GPT-2 init or an llm.c model file) and, with -y 1, its AdamW state and
