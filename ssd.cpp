@@ -1133,7 +1133,7 @@ SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t ste
     } else if (read_sums(st, g, m.sums_crc[g], err, errlen) != 0 ||
                verify_generation(st, g, err, errlen) != 0) {
         const int o = 1 - g;
-        char e2[256];
+        char e2[2048];
         const bool other_ok = steps[o] >= 0 && m.has_sums[o] &&
                               read_sums(st, o, m.sums_crc[o], e2, sizeof e2) == 0 &&
                               verify_generation(st, o, e2, sizeof e2) == 0;

@@ -920,8 +920,8 @@ static void alloc_step_buffers(Run* r) {
     if (!r->inputs || !r->targets || !r->step_seconds) die("out of host memory for the token buffers");
     uint64_t rng = SYNTHETIC_SEED;
     for (int64_t i = 0; r->bench && i < r->step_tokens; i++) {
-        r->inputs[i] = (int)(random_u64(&rng) % 50257);
-        r->targets[i] = (int)(random_u64(&rng) % 50257);
+        r->inputs[i] = (int)(random_u64(&rng) % (uint64_t)r->cfg.vocab_size);  // 50257 for GPT-2's vocabulary
+        r->targets[i] = (int)(random_u64(&rng) % (uint64_t)r->cfg.vocab_size);
     }
 }
 

@@ -776,6 +776,15 @@ TEST_F(CliTest, FullDiskIsACleanErrorAndLosesNoCheckpoint) {
     EXPECT_NE(c.out.find("saved checkpoint step 2"), std::string::npos) << c.out;
 }
 
+// Issue 33: -B draws its tokens below the model's vocabulary (it drew them below 50257 whatever the model:
+// out-of-bounds embedding reads, an illegal memory access in the emulator).
+TEST_F(CliTest, BenchmarkTokensAreBelowTheVocabulary) {
+    if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
+    const Result r = run_bin(kEmu, {"-e", "L2:C32:NH1:T16:V128", "-b", "2", "-t", "16", "-B", "2", "-W", "1"});
+    EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.err << r.out;
+    EXPECT_NE(r.out.find("RESULT {"), std::string::npos) << r.out;
+}
+
 // -P 1 prints the memory plan and exits, with no GPU and no data (-i names no file here): the 175B preset at
 // B=8, T=1024 needs 2600.45 GiB of host memory and 54.69 GiB of GPU memory (README's figures; test_gpu's
 // plan test checks them against the allocations), and at half the depth exactly the checkpoints less.
