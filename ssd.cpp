@@ -473,9 +473,12 @@ int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int qu
         return -1;
     }
     snprintf(f->path, sizeof f->path, "%s", path);
-    const int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_TRUNC : 0);
+    // create: a new file of ours (O_EXCL | O_NOFOLLOW); what had the name is unlinked, never followed.
+    // open: O_NONBLOCK, so that a FIFO cannot hang it; anything but a regular file is refused below.
+    const int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_EXCL | O_NOFOLLOW : O_NONBLOCK);
     const bool want_direct = !env_is_1("SSD_NO_DIRECT");
     int fd = -1;
+    if (create) unlink(path);
     if (want_direct) {
         fd = open(path, flags | O_DIRECT, 0644);
         if (fd >= 0) f->direct = 1;
@@ -485,6 +488,7 @@ int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int qu
         }
     }
     if (fd < 0) {
+        if (create) unlink(path);  // a filesystem may create the file, then refuse O_DIRECT
         fd = open(path, flags, 0644);
         if (fd < 0) {
             snprintf(err, errlen, "cannot open %.600s: %s", path, strerror(errno));
@@ -522,8 +526,12 @@ int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int qu
         f->size = size;
     } else {
         struct stat st;
-        if (fstat(fd, &st) != 0) {
-            snprintf(err, errlen, "cannot stat %.600s: %s", path, strerror(errno));
+        const bool stat_ok = fstat(fd, &st) == 0;
+        const int fl = stat_ok && S_ISREG(st.st_mode) ? fcntl(fd, F_GETFL) : -1;
+        // blocking again: io_uring would answer EAGAIN on an O_NONBLOCK file instead of waiting
+        if (!stat_ok || !S_ISREG(st.st_mode) || fl == -1 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+            if (stat_ok && !S_ISREG(st.st_mode)) snprintf(err, errlen, "%.600s is not a regular file", path);
+            else snprintf(err, errlen, "cannot stat %.600s: %s", path, strerror(errno));
             close(fd);
             f->fd = -1;
             return -1;
@@ -636,7 +644,8 @@ static int write_manifest(SsdStore* st, char* err, size_t errlen) {
                            "step0 %lld\nstep1 %lld\n",
                            st->cfg.num_layers, (long long)st->cfg.layer_elems, st->cfg.with_bf16 ? 1 : 0,
                            st->cfg.grads_on_disk ? 1 : 0, (long long)st->step[0], (long long)st->step[1]);
-    const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    unlink(tmp.c_str());  // a new file of ours: a symlink left at the name is not followed
+    const int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0) {
         snprintf(err, errlen, "cannot create %.600s: %s", tmp.c_str(), strerror(errno));
         return -1;
@@ -666,10 +675,17 @@ static int write_manifest(SsdStore* st, char* err, size_t errlen) {
 
 static int read_manifest(const char* dir, SsdStoreConfig* shape, int64_t steps[2], char* err, size_t errlen) {
     const std::string path = std::string(dir) + "/ssd_manifest";
-    FILE* f = fopen(path.c_str(), "r");
-    if (!f) {
+    const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);  // a FIFO cannot hang it
+    if (fd < 0) {
         snprintf(err, errlen, "no SSD store in %.600s: cannot open %.600s: %s", dir, path.c_str(),
                  strerror(errno));
+        return -1;
+    }
+    struct stat sb;
+    FILE* f = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        snprintf(err, errlen, "%.600s is not a regular file: not an SSD store manifest", path.c_str());
+        close(fd);
         return -1;
     }
     int version = 0, bf = 0, gr = 0;

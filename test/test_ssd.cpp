@@ -6,17 +6,20 @@
 // the last checkpoint intact, the capacity plan of the 100b preset, and the bandwidth probe. No timed
 // assertions. Every test removes its files.
 #include <gtest/gtest.h>
+#include <poll.h>  // defines: poll (the FIFO test waits on its child)
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/wait.h>  // defines: waitpid
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>  // defines: std::ifstream, std::ofstream
 #include <random>
 #include <string>
 #include <vector>
@@ -924,4 +927,72 @@ TEST(SsdProbe, MeasuresBothDirections) {
     EXPECT_GT(r, 0.0);
     EXPECT_GT(w, 0.0);
     EXPECT_TRUE(fs::is_empty(d.path)) << "the probe removes its file";
+}
+
+// A file's bytes, or "" if it cannot be read.
+static std::string file_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// What the store and the probe create is theirs: a symlink at the name (to a file of someone else's) is
+// removed, never followed. The probe and the manifest's .tmp truncated the link's target before.
+TEST(SsdProbe, SymlinksAtItsFileNamesAreNotFollowed) {
+    TempDir d, other;
+    const std::string victim = other.path + "/victim";
+    std::ofstream(victim) << "precious";
+    ASSERT_EQ(symlink(victim.c_str(), (d.path + "/ssd_probe.tmp").c_str()), 0);
+    double r = 0, w = 0;
+    int direct = -1;
+    char err[1024] = "";
+    EXPECT_EQ(ssd_probe_bandwidth(d.path.c_str(), 0.1, (int64_t)8 << 20, &r, &w, &direct, err, sizeof err), 0)
+        << err;
+    EXPECT_TRUE(file_text(victim) == "precious")
+        << "the target now has " << file_text(victim).size() << " bytes";
+    EXPECT_TRUE(fs::is_empty(d.path)) << "the probe removes its file (the symlink went first)";
+
+    ASSERT_EQ(symlink(victim.c_str(), (d.path + "/ssd_manifest.tmp").c_str()), 0);
+    SsdStoreConfig cfg = store_config(StoreCase{0, 0, 0, 3, 0}, 2);
+    SsdStore* st = ssd_store_create(d.path.c_str(), &cfg, err, sizeof err);
+    ASSERT_NE(st, nullptr) << err;
+    ssd_store_close(st);
+    EXPECT_TRUE(file_text(victim) == "precious")
+        << "the target now has " << file_text(victim).size() << " bytes";
+}
+
+// A FIFO as the manifest (or as a state file) is refused in one line; reading the manifest blocked forever.
+// The open runs in a child process, so that a hang fails the test after 20 s instead of hanging it.
+TEST(SsdStore, FifoInsteadOfAFileIsRefusedNotAHang) {
+    TempDir d;
+    ASSERT_EQ(mkfifo((d.path + "/ssd_manifest").c_str(), 0644), 0);
+    SsdStoreConfig cfg = store_config(StoreCase{0, 0, 0, 3, 0}, 2);
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        char err[1024] = "";
+        SsdStore* st = ssd_store_open(d.path.c_str(), &cfg, -1, err, sizeof err);
+        const std::string msg = std::string(st ? "opened" : "refused") + ": " + err;
+        _exit(write(fds[1], msg.data(), msg.size()) == (ssize_t)msg.size() ? 0 : 1);
+    }
+    close(fds[1]);
+    struct pollfd p = {fds[0], POLLIN, 0};
+    const int ready = poll(&p, 1, 20000);
+    char msg[1100] = "";
+    const ssize_t got = ready > 0 ? read(fds[0], msg, sizeof msg - 1) : -1;
+    close(fds[0]);
+    if (ready <= 0) kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    ASSERT_GT(got, 0) << "ssd_store_open hung on a FIFO manifest";
+    EXPECT_NE(strstr(msg, "refused: "), nullptr) << msg;
+    EXPECT_NE(strstr(msg, "is not a regular file"), nullptr) << msg;
+    EXPECT_EQ(strchr(msg, '\n'), nullptr) << msg;
+
+    SsdFile f;  // a state file: refused too (O_NONBLOCK: no open of a FIFO waits for a writer)
+    const std::string fifo = d.path + "/params.f32";
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+    char err[1024] = "";
+    EXPECT_EQ(ssd_file_open(&f, fifo.c_str(), 0, 0, 1, err, sizeof err), -1);
+    EXPECT_NE(strstr(err, "is not a regular file"), nullptr) << err;
 }
