@@ -382,12 +382,19 @@ static inline int st_read_header(const char* path, int file, HfCheckpoint* ck, c
         snprintf(err, errlen, "cannot open %.400s: %.60s", path, strerror(errno));
         return 0;
     }
-    unsigned char len8[8];
+    unsigned char len8[8] = {0};
     uint64_t n = 0;
     const bool got = fread(len8, 1, 8, f) == 8;
     for (int k = 7; k >= 0; k--) n = n << 8 | len8[k];
     const int64_t size = (int64_t)st.st_size;
-    if (!got || n < 2 || n > (100u << 20) || (int64_t)n > size - 8) {
+    if (!got) {
+        fclose(f);
+        snprintf(err, errlen,
+                 "%.400s: not a safetensors file (%lld bytes, too short for the header's length)", path,
+                 (long long)size);
+        return 0;
+    }
+    if (n < 2 || n > (100u << 20) || (int64_t)n > size - 8) {
         fclose(f);
         snprintf(err, errlen, "%.400s: not a safetensors file (header length %llu, file %lld bytes)", path,
                  (unsigned long long)n, (long long)size);

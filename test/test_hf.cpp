@@ -494,6 +494,64 @@ TEST_F(HfTest, ExportToolFlagsAndRefusals) {
     EXPECT_EQ(load(dir + "/out5"), params);
 }
 
+// export_hf writes into <dir>.tmp-<pid> and renames it when complete. Before: a failed load left an empty
+// -o directory, a failure or a kill -9 after config.json left a directory that loads, and an input of under 8
+// bytes had its header length read from uninitialised bytes.
+TEST_F(HfTest, ExportLeavesNoDirectoryWhenItFailsOrIsKilled) {
+    write_text(dir + "/tiny.safetensors", "abc");
+    EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", dir + "/tiny.safetensors", "-o", dir + "/x"}),
+                           {"3 bytes, too short"}));
+    // the input's header reads, its load fails (a tensor of I32): no -o directory, no staging directory
+    const std::string in = export_dir("in");
+    std::string bytes;
+    char err[300];
+    ASSERT_TRUE(read_whole_file((in + "/model.safetensors").c_str(), 1 << 30, &bytes, err, sizeof err));
+    const std::string f32 = "\"transformer.wte.weight\":{\"dtype\":\"F32\"";
+    const size_t at = bytes.find(f32);
+    ASSERT_NE(at, std::string::npos);
+    bytes.replace(at, f32.size(), "\"transformer.wte.weight\":{\"dtype\":\"I32\"");
+    write_text(in + "/model.safetensors", bytes);
+    EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", in, "-o", dir + "/out/a"}), {"is I32"}));
+    EXPECT_FALSE(file_exists(dir + "/out/a"));
+    EXPECT_EQ(names_in(dir + "/out"), std::vector<std::string>{});
+
+    // killed (SIGKILL) as soon as its config.json exists: no -o directory that loads
+    const std::string bin = model_file("m.bin");
+    bool killed = false;
+    for (int attempt = 0; attempt < 5 && !killed; attempt++) {
+        const std::string out = dir + "/k" + std::to_string(attempt);
+        fflush(stdout);
+        const pid_t pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+            const int null = open("/dev/null", O_WRONLY);
+            dup2(null, 1);
+            dup2(null, 2);
+            execl("./export_hf", "./export_hf", "-i", bin.c_str(), "-o", out.c_str(), (char*)NULL);
+            _exit(127);
+        }
+        int status = 0;
+        while (waitpid(pid, &status, WNOHANG) == 0) {
+            bool config = false;
+            for (const std::string& n : names_in(dir))  // out or its staging directory out.tmp-<pid>
+                config =
+                    config || (n.compare(0, out.size() - dir.size() - 1, out.substr(dir.size() + 1)) == 0 &&
+                               file_exists(dir + "/" + n + "/config.json"));
+            if (config) {
+                kill(pid, SIGKILL);
+                waitpid(pid, &status, 0);
+                killed = WIFSIGNALED(status);
+                break;
+            }
+        }
+        if (!killed) continue;  // it finished first: again
+        GPTConfig c;
+        char why[4352] = "";
+        EXPECT_FALSE(gpt_read_header(out.c_str(), &c, why, sizeof why)) << out << " loads after a kill -9";
+    }
+    EXPECT_TRUE(killed) << "export_hf finished before config.json was seen, 5 times";
+}
+
 // ----------------------------------------------------------------------------
 // Against transformers itself
 
