@@ -526,10 +526,12 @@ static inline int hf_open(const char* path, HfCheckpoint* ck, char* err, size_t 
         keep.keep = [](int level, const char* key) {
             return key && (level == 2 || (level == 1 && !strcmp(key, "weight_map")));
         };
-        if (!json_parse(text.data(), text.size(), &idx, why, sizeof why, keep) ||
-            !(map = idx.get("weight_map")) || map->type != Json::OBJ) {
+        const bool parsed = json_parse(text.data(), text.size(), &idx, why, sizeof why, keep);
+        if (!parsed || !(map = idx.get("weight_map")) || map->type != Json::OBJ) {
             snprintf(err, errlen, "%.400s: not a shard index (%.200s)", index.c_str(),
-                     map ? why : "no weight_map object");
+                     !parsed ? why
+                     : map   ? "its weight_map is not an object"
+                             : "no weight_map object");
             return 0;
         }
         std::unordered_set<std::string> seen;
@@ -598,8 +600,10 @@ static inline int hf_config_to_gpt(const HfCheckpoint* ck, GPTConfig* cfg, char*
         const Json* v = c.get(key);
         return (v && v->type == Json::BOOL ? v->b : dflt) == want;
     };
+    const char* too_large = NULL;  // the first size over the limit int_of takes
     auto int_of = [&](const char* key, int64_t* out) {
         const Json* v = c.get(key);
+        if (v && v->type == Json::NUM && v->is_int && v->i > 100000000 && !too_large) too_large = key;
         if (!v || v->type != Json::NUM || !v->is_int || v->i < 1 || v->i > 100000000) return false;
         *out = v->i;
         return true;
@@ -618,6 +622,11 @@ static inline int hf_config_to_gpt(const HfCheckpoint* ck, GPTConfig* cfg, char*
     int64_t L, NH, C, V, T;
     if (!int_of("n_layer", &L) || !int_of("n_head", &NH) || !int_of("n_embd", &C) ||
         !int_of("vocab_size", &V) || !(int_of("n_positions", &T) || int_of("n_ctx", &T))) {
+        if (too_large) {
+            snprintf(err, errlen, "%.400s: %s %lld is too large (at most 100000000)", where.c_str(),
+                     too_large, (long long)c.get(too_large)->i);
+            return 0;
+        }
         snprintf(err, errlen,
                  "%.400s: needs positive whole n_layer, n_head, n_embd, vocab_size and n_positions",
                  where.c_str());

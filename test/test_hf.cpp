@@ -313,6 +313,20 @@ TEST_F(HfTest, ShardIndexNamesOnlyFilesBesideIt) {
     EXPECT_TRUE(has(refused(d), "is missing"));
 }
 
+// Refusals name the real problem: a size over the limit is "too large" (it read "needs positive whole
+// n_layer"), a weight_map that is not an object says so (it read "not a shard index ()").
+TEST_F(HfTest, RefusalsNameTheRealProblem) {
+    const std::string d = export_dir("msg");
+    std::string cfg_text;
+    char err[300];
+    ASSERT_TRUE(read_whole_file((d + "/config.json").c_str(), 1 << 20, &cfg_text, err, sizeof err));
+    write_text(d + "/config.json", replace(cfg_text, "\"n_layer\": 2", "\"n_layer\": 1000000000"));
+    EXPECT_TRUE(has(refused(d), "n_layer 1000000000 is too large")) << refused(d);
+    write_text(d + "/config.json", cfg_text);
+    write_text(d + "/model.safetensors.index.json", "{\"weight_map\": [\"model.safetensors\"]}");
+    EXPECT_TRUE(has(refused(d), "its weight_map is not an object")) << refused(d);
+}
+
 // Hostile sizes: a header of 200k metadata keys and 200k mask buffers, an index of 100k entries. Each was
 // quadratic (a search per key or per tensor); the bound is loose, for a loaded machine.
 TEST_F(HfTest, HugeHeadersAndIndexesLoadInSeconds) {
