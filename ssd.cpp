@@ -30,6 +30,16 @@
 
 static const double GiB = 1024.0 * 1024.0 * 1024.0;
 
+// A size for a message: GiB, MiB or bytes, so that a small one does not read "0.00 GiB".
+struct SizeText {
+    char s[48];
+    explicit SizeText(double bytes) {
+        if (bytes >= GiB) snprintf(s, sizeof s, "%.2f GiB", bytes / GiB);
+        else if (bytes >= 1048576.0) snprintf(s, sizeof s, "%.2f MiB", bytes / 1048576.0);
+        else snprintf(s, sizeof s, "%.0f bytes", bytes);
+    }
+};
+
 void* ssd_alloc(int64_t bytes) {
     if (bytes <= 0) bytes = SSD_ALIGN;
     void* p = NULL;
@@ -510,12 +520,11 @@ int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int qu
                 const double avail =
                     fstatvfs(fd, &sv) == 0 ? (double)sv.f_bavail * (double)sv.f_frsize : -1.0;
                 if (r == ENOSPC)
-                    snprintf(
-                        err, errlen,
-                        "not enough space for %.600s: it needs %.2f GiB, the filesystem has %.2f GiB free",
-                        path, size / GiB, avail / GiB);
+                    snprintf(err, errlen,
+                             "not enough space for %.600s: it needs %s, the filesystem has %s free", path,
+                             SizeText((double)size).s, SizeText(avail).s);
                 else
-                    snprintf(err, errlen, "cannot allocate %.2f GiB for %.600s: %s", size / GiB, path,
+                    snprintf(err, errlen, "cannot allocate %s for %.600s: %s", SizeText((double)size).s, path,
                              strerror(r));
                 close(fd);
                 unlink(path);
@@ -834,10 +843,10 @@ SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err
     const int64_t need = ssd_store_disk_bytes(cfg);
     if (statvfs(dir, &sv) == 0 && (double)sv.f_bavail * (double)sv.f_frsize < (double)need) {
         snprintf(err, errlen,
-                 "not enough space in %.600s for the SSD store: it needs %.2f GiB (two generations of the "
-                 "state%s), the filesystem has %.2f GiB free",
-                 dir, need / GiB, cfg->grads_on_disk ? " and the gradients" : "",
-                 (double)sv.f_bavail * (double)sv.f_frsize / GiB);
+                 "not enough space in %.600s for the SSD store: it needs %s (two generations of the "
+                 "state%s), the filesystem has %s free",
+                 dir, SizeText((double)need).s, cfg->grads_on_disk ? " and the gradients" : "",
+                 SizeText((double)sv.f_bavail * (double)sv.f_frsize).s);
         ssd_store_close(st);
         return NULL;
     }
@@ -1234,9 +1243,8 @@ int ssd_probe_bandwidth(const char* dir, double seconds, int64_t max_bytes, doub
     if (size > avail / 4) size = avail / 4;
     size = size / block * block;
     if (size < block) {
-        snprintf(err, errlen,
-                 "cannot measure the disk of %.600s: %.2f GiB free, the probe needs 4 x %.3f GiB", dir,
-                 avail / GiB, block / GiB);
+        snprintf(err, errlen, "cannot measure the disk of %.600s: %s free, the probe needs 4 x %s", dir,
+                 SizeText((double)avail).s, SizeText((double)block).s);
         return -1;
     }
     const std::string path = std::string(dir) + "/ssd_probe.tmp";

@@ -996,3 +996,24 @@ TEST(SsdStore, FifoInsteadOfAFileIsRefusedNotAHang) {
     EXPECT_EQ(ssd_file_open(&f, fifo.c_str(), 0, 0, 1, err, sizeof err), -1);
     EXPECT_NE(strstr(err, "is not a regular file"), nullptr) << err;
 }
+
+// A small disk's sizes are printed in MiB: "needs 0.02 GiB, has 0.02 GiB free" said nothing. A 16 MiB tmpfs
+// where this process may mount one (skipped otherwise).
+TEST(SsdStoreErrors, SmallSizesInMessagesAreReadable) {
+    TempDir d;
+    const std::string mnt = d.path + "/mnt";
+    ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+    if (mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=16m") != 0)
+        GTEST_SKIP() << "cannot mount a small tmpfs here (" << strerror(errno) << ")";
+    struct Unmount {
+        std::string p;
+        ~Unmount() { umount2(p.c_str(), MNT_DETACH); }
+    } unmount{mnt};
+    char err[1024] = "";
+    const SsdStoreConfig cfg = store_config(StoreCase{0, 0, 0, 3, 16384}, 12);  // about 19.5 MiB of state
+    EXPECT_EQ(ssd_store_create((mnt + "/sd").c_str(), &cfg, err, sizeof err), nullptr);
+    EXPECT_NE(strstr(err, "not enough space"), nullptr) << err;
+    EXPECT_NE(strstr(err, " MiB (two generations"), nullptr) << err;
+    EXPECT_NE(strstr(err, " MiB free"), nullptr) << err;
+    EXPECT_EQ(strstr(err, "0.0"), nullptr) << err;
+}
