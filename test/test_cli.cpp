@@ -776,6 +776,20 @@ TEST_F(CliTest, FullDiskIsACleanErrorAndLosesNoCheckpoint) {
     EXPECT_NE(c.out.find("saved checkpoint step 2"), std::string::npos) << c.out;
 }
 
+// -P 1 creates nothing: with -sd naming a missing directory it measures the free space of the nearest
+// existing parent (it made the directory before).
+TEST_F(CliTest, MemoryPlanCreatesNoSsdDirectory) {
+    for (const char* bin : {kGpu, kEmu}) {
+        if (!have_binary(bin)) continue;
+        for (const std::string& sd : {dir + "/new", dir + "/new2/sub/"}) {
+            const Result r = run_bin(bin, Args{"-e", "d12", "-b", "4", "-t", "64", "-P", "1", "-sd", sd});
+            EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.err << r.out;
+            EXPECT_TRUE(has(r.out, "GiB free there)")) << r.out;
+            EXPECT_FALSE(file_exists(dir + "/new") || file_exists(dir + "/new2")) << bin << " -sd " << sd;
+        }
+    }
+}
+
 // -P 1 prints the memory plan and exits, with no GPU and no data (-i names no file here): the 175B preset at
 // B=8, T=1024 needs 2600.45 GiB of host memory and 54.69 GiB of GPU memory (README's figures; test_gpu's
 // plan test checks them against the allocations), and at half the depth exactly the checkpoints less.
