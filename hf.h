@@ -41,7 +41,8 @@ struct Json {
 
 // What a parse keeps, so that a file's ignored parts cost no memory. keep(level, key): keep this member of
 // an object at nesting level `level` (1: the top value's), key NULL for an array's item. What is not kept
-// is still checked as JSON, then dropped. A kept array holds at most max_items values.
+// is still checked as JSON (except for repeated keys), then dropped. A kept array holds at most max_items
+// values.
 struct JsonKeep {
     bool (*keep)(int level, const char* key) = NULL;  // NULL: keep everything
     size_t max_items = SIZE_MAX;
@@ -52,7 +53,7 @@ struct JsonKeep {
 static inline uint64_t json_key_hash(const std::string& s) {
     uint64_t h = 1469598103934665603ull;  // FNV-1a
     for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-    h ^= h >> 33;  // then splitmix64's finaliser
+    h ^= h >> 33;  // then part of MurmurHash3's finaliser (fmix64)
     h *= 0xff51afd7ed558ccdull;
     h ^= h >> 33;
     return h;
