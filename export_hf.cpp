@@ -2,8 +2,11 @@
 //   ./export_hf -i log/model_00000300.bin -o gpt2_hf
 // Input: an llm.c model file, a run directory (newest complete checkpoint) or a Hugging Face checkpoint.
 // Output: safetensors, config files, dev/data/gpt2's tokenizer files. Memory: the largest tensor.
+// It is written into <dir>.tmp-<pid>, renamed to <dir> once complete: a failed or killed export leaves no
+// <dir> that loads (a failure removes the staging directory; a kill -9 leaves it, named as such).
 // Not here: the format mapping (hf.h), PyTorch pickles.
 #include <limits.h>
+#include <signal.h>  // defines: signal, SIGINT, SIGTERM
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +68,31 @@ static int copy_file(const std::string& src, const std::string& dir, const char*
            write_small_file(dir, name, text, err, errlen);
 }
 
+// The staging directory while it is ours to remove: atexit (every die) and SIGINT/SIGTERM remove it.
+static char g_staging[4200];
+
+// Removes g_staging and the files in it (it holds files only). Also called from a signal handler, where
+// opendir is not async-signal-safe: a risk taken only by an export that is stopping anyway.
+static void remove_staging(void) {
+    if (!g_staging[0]) return;
+    if (DIR* d = opendir(g_staging)) {
+        char path[4500];
+        while (struct dirent* e = readdir(d)) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            snprintf(path, sizeof path, "%s/%s", g_staging, e->d_name);
+            unlink(path);
+        }
+        closedir(d);
+    }
+    rmdir(g_staging);
+    g_staging[0] = 0;
+}
+static void on_stop_signal(int sig) {
+    remove_staging();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 // This executable's directory (the repo root), for dev/data/gpt2.
 static std::string exe_dir(void) {
     char buf[PATH_MAX];
@@ -121,7 +149,8 @@ int main(int argc, char** argv) {
         closedir(d);
         if (entries) die("-o %s exists and is not empty: choose a new directory", out);
     } else if (file_exists(out)) die("-o %s exists and is not a directory", out);
-    if (!make_dirs(out, err, sizeof err)) die("%s", err);
+    std::string dest = out;  // without trailing slashes: the staging directory is its sibling
+    while (dest.size() > 1 && dest.back() == '/') dest.pop_back();
 
     std::vector<float> whole;  // a Hugging Face input, loaded whole
     FILE* f = NULL;
@@ -135,6 +164,18 @@ int main(int argc, char** argv) {
         whole.resize((size_t)gpt_layout(&cfg).total);
         if (!gpt_load_params(model.c_str(), &cfg, whole.data(), err, sizeof err)) die("%s", err);
     }
+
+    // the staging directory, made once the input has loaded (its parents are made for good)
+    const size_t slash = dest.rfind('/');
+    if (slash != std::string::npos && slash > 0 && !make_dirs(dest.substr(0, slash).c_str(), err, sizeof err))
+        die("%s", err);
+    const std::string staging = dest + ".tmp-" + std::to_string((long long)getpid());
+    if (staging.size() >= sizeof g_staging) die("-o %s: path too long", out);
+    if (mkdir(staging.c_str(), 0755) != 0) die("cannot create %s: %s", staging.c_str(), strerror(errno));
+    snprintf(g_staging, sizeof g_staging, "%s", staging.c_str());
+    atexit(remove_staging);
+    signal(SIGINT, on_stop_signal);
+    signal(SIGTERM, on_stop_signal);
     const std::vector<HfTensorPlace> places = hf_tensor_places(&cfg);
     std::vector<uint16_t> half;
     auto read = [&](size_t k, float* dst) {
@@ -158,9 +199,9 @@ int main(int argc, char** argv) {
             for (int64_t i = 0; i < pl.count; i++) dst[i] = bf16_to_float(half[(size_t)i]);
         return 1;
     };
-    if (!hf_write_safetensors(out, &cfg, bf16, max_shard, read, err, sizeof err)) die("%s", err);
+    if (!hf_write_safetensors(staging, &cfg, bf16, max_shard, read, err, sizeof err)) die("%s", err);
     if (f) fclose(f);
-    if (!hf_write_config(out, &cfg, bf16, err, sizeof err)) die("%s", err);
+    if (!hf_write_config(staging, &cfg, bf16, err, sizeof err)) die("%s", err);
 
     // GPT-2's tokenizer, which made the shipped data
     const std::string tok = exe_dir() + "/dev/data/gpt2";
@@ -181,13 +222,22 @@ int main(int argc, char** argv) {
             ",\n  \"add_prefix_space\": false,\n"
             "  \"bos_token\": \"<|endoftext|>\",\n  \"eos_token\": \"<|endoftext|>\",\n"
             "  \"unk_token\": \"<|endoftext|>\"\n}\n";
-        if (!copy_file(tok + "/encoder.json", out, "vocab.json", err, sizeof err) ||
-            !copy_file(tok + "/vocab.bpe", out, "merges.txt", err, sizeof err) ||
-            !write_small_file(out, "special_tokens_map.json", special, err, sizeof err) ||
-            !write_small_file(out, "tokenizer_config.json", config, err, sizeof err))
+        if (!copy_file(tok + "/encoder.json", staging, "vocab.json", err, sizeof err) ||
+            !copy_file(tok + "/vocab.bpe", staging, "merges.txt", err, sizeof err) ||
+            !write_small_file(staging, "special_tokens_map.json", special, err, sizeof err) ||
+            !write_small_file(staging, "tokenizer_config.json", config, err, sizeof err))
             die("%s", err);
     }
-    if (!fsync_dir(out, err, sizeof err)) die("%s", err);
+    // complete: into place (rename replaces an empty directory), durably
+    if (!fsync_dir(staging.c_str(), err, sizeof err)) die("%s", err);
+    if (rename(staging.c_str(), dest.c_str()) != 0)
+        die("cannot rename %s to %s: %s", staging.c_str(), dest.c_str(), strerror(errno));
+    g_staging[0] = 0;
+    if (!fsync_dir(slash == std::string::npos ? "."
+                   : slash == 0               ? "/"
+                                              : dest.substr(0, slash).c_str(),
+                   err, sizeof err))
+        die("%s", err);
     const HfShardPlan plan = hf_plan_shards(places, bf16 ? 2 : 4, max_shard);
     printf("wrote %s: GPT2LMHeadModel L%d C%d NH%d maxT%d V%d, %zu tensors, %s, %.1f MB in %zu file%s; %s\n",
            out, cfg.num_layers, cfg.channels, cfg.num_heads, cfg.max_seq_len, cfg.vocab_size, places.size(),

@@ -12,6 +12,8 @@
 #include <unistd.h>
 #include <algorithm>
 #include <string>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 #include "cpu_adam.h"  // float_to_bf16, bf16_to_float (inline: no link dependency)
@@ -29,6 +31,7 @@ struct Json {
     std::string str;
     std::vector<Json> items;                            // ARR
     std::vector<std::pair<std::string, Json>> members;  // OBJ, in file order
+    // linear: callers look up a few keys in small objects (a file's big objects are walked, not searched)
     const Json* get(const char* key) const {
         for (const auto& m : members)
             if (m.first == key) return &m.second;
@@ -36,10 +39,32 @@ struct Json {
     }
 };
 
+// What a parse keeps, so that a file's ignored parts cost no memory. keep(level, key): keep this member of
+// an object at nesting level `level` (1: the top value's), key NULL for an array's item. What is not kept
+// is still checked as JSON (except for repeated keys), then dropped. A kept array holds at most max_items
+// values.
+struct JsonKeep {
+    bool (*keep)(int level, const char* key) = NULL;  // NULL: keep everything
+    size_t max_items = SIZE_MAX;
+};
+
+// A key's 64-bit hash: an object's keys are told apart by sorting these (a hash collision between two
+// distinct keys would read as a duplicate: a 2^-64 chance per pair).
+static inline uint64_t json_key_hash(const std::string& s) {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    h ^= h >> 33;  // then part of MurmurHash3's finaliser (fmix64)
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return h;
+}
+
 struct JsonReader {
     const char* p;
     const char* end;
     int depth = 0;
+    JsonKeep opt;
+    std::string scratch;  // a dropped string
     char err[200] = "";
     bool fail(const char* what) {
         if (!err[0]) snprintf(err, sizeof err, "%s", what);
@@ -156,22 +181,27 @@ struct JsonReader {
         }
         return true;
     }
-    bool value(Json& v) {
+    // The next value into *v; v NULL: checked, nothing kept.
+    bool value(Json* v) {
         space();
         if (p >= end) return fail("unexpected end");
         if (++depth > 64) return fail("nested too deeply");
+        Json drop;  // the type of a dropped value (nothing else is written to it)
+        Json& out = v ? *v : drop;
         bool ok = true;
         const char c = *p;
         if (c == '{') {
-            v.type = Json::OBJ;
+            out.type = Json::OBJ;
+            std::vector<uint64_t> hashes;  // of every key of a kept object, kept member or not
+            std::string key;
             p++;
             space();
             if (p < end && *p == '}') p++;
             else
                 for (;;) {
-                    std::pair<std::string, Json> m;
+                    key.clear();
                     space();
-                    if (!string(m.first)) {
+                    if (!string(key)) {
                         ok = false;
                         break;
                     }
@@ -181,15 +211,13 @@ struct JsonReader {
                         break;
                     }
                     p++;
-                    if (!value(m.second)) {
-                        ok = false;
-                        break;
-                    }
-                    if (v.get(m.first.c_str())) {
-                        ok = fail("duplicate key");
-                        break;
-                    }
-                    v.members.push_back(std::move(m));
+                    const bool keep = v && (!opt.keep || opt.keep(depth, key.c_str()));
+                    if (v) hashes.push_back(json_key_hash(key));
+                    if (keep) {
+                        v->members.emplace_back(key, Json());
+                        ok = value(&v->members.back().second);
+                    } else ok = value(NULL);
+                    if (!ok) break;
                     space();
                     if (p < end && *p == ',') {
                         p++;
@@ -202,15 +230,24 @@ struct JsonReader {
                     ok = fail("expected ',' or '}'");
                     break;
                 }
+            std::sort(hashes.begin(), hashes.end());  // duplicates: n log n, not a search per key
+            if (ok && std::adjacent_find(hashes.begin(), hashes.end()) != hashes.end())
+                ok = fail("duplicate key");
         } else if (c == '[') {
-            v.type = Json::ARR;
+            out.type = Json::ARR;
             p++;
             space();
             if (p < end && *p == ']') p++;
             else
                 for (;;) {
-                    v.items.emplace_back();
-                    if (!value(v.items.back())) {
+                    const bool keep = v && (!opt.keep || opt.keep(depth, NULL));
+                    if (keep && v->items.size() == opt.max_items) {
+                        snprintf(err, sizeof err, "an array of more than %zu values", opt.max_items);
+                        ok = false;
+                        break;
+                    }
+                    if (keep) v->items.emplace_back();
+                    if (!value(keep ? &v->items.back() : NULL)) {
                         ok = false;
                         break;
                     }
@@ -227,30 +264,33 @@ struct JsonReader {
                     break;
                 }
         } else if (c == '"') {
-            v.type = Json::STR;
-            ok = string(v.str);
+            out.type = Json::STR;
+            scratch.clear();
+            ok = string(v ? v->str : scratch);
         } else if (c == 't') {
-            v.type = Json::BOOL;
-            v.b = true;
+            out.type = Json::BOOL;
+            out.b = true;
             ok = literal("true");
         } else if (c == 'f') {
-            v.type = Json::BOOL;
+            out.type = Json::BOOL;
             ok = literal("false");
         } else if (c == 'n') {
             ok = literal("null");
-        } else ok = number(v);
+        } else ok = number(out);
         depth--;
         return ok;
     }
 };
 
 // Parses text[0..len) as one JSON value. Returns 0 with the reason in err.
-static inline int json_parse(const char* text, size_t len, Json* out, char* err, size_t errlen) {
+static inline int json_parse(const char* text, size_t len, Json* out, char* err, size_t errlen,
+                             JsonKeep keep = JsonKeep()) {
     JsonReader r;
+    r.opt = keep;
     r.p = text;
     r.end = text + len;
     *out = Json();
-    bool ok = r.value(*out);
+    bool ok = r.value(out);
     if (ok) {
         r.space();
         if (r.p != r.end) ok = r.fail("text after the value");
@@ -306,6 +346,7 @@ struct HfCheckpoint {
     std::string dir;                 // where config.json (and the shards) are
     std::vector<std::string> files;  // the .safetensors files
     std::vector<StTensor> tensors;
+    std::unordered_map<std::string, size_t> by_name;  // tensor name -> index in tensors
     Json config;
 };
 
@@ -315,6 +356,15 @@ static inline int st_dtype_size(const std::string& d) {
     if (d == "F16" || d == "BF16" || d == "I16" || d == "U16") return 2;
     if (d == "BOOL" || d == "U8" || d == "I8" || d == "F8_E4M3" || d == "F8_E5M2") return 1;
     return 0;
+}
+
+// A safetensors header keeps its tensors' dtype, shape and data_offsets: not __metadata__ (strings we
+// ignore), not other keys; shapes and offsets are short arrays.
+static inline bool st_header_keeps(int level, const char* key) {
+    if (level == 1) return key && strcmp(key, "__metadata__") != 0;
+    if (level == 2)
+        return key && (!strcmp(key, "dtype") || !strcmp(key, "shape") || !strcmp(key, "data_offsets"));
+    return level == 3 && !key;
 }
 
 // One file's header into ck->tensors, checked: well-formed, inside the file, sized by shape, no overlaps.
@@ -333,12 +383,19 @@ static inline int st_read_header(const char* path, int file, HfCheckpoint* ck, c
         snprintf(err, errlen, "cannot open %.400s: %.60s", path, strerror(errno));
         return 0;
     }
-    unsigned char len8[8];
+    unsigned char len8[8] = {0};
     uint64_t n = 0;
     const bool got = fread(len8, 1, 8, f) == 8;
     for (int k = 7; k >= 0; k--) n = n << 8 | len8[k];
     const int64_t size = (int64_t)st.st_size;
-    if (!got || n < 2 || n > (100u << 20) || (int64_t)n > size - 8) {
+    if (!got) {
+        fclose(f);
+        snprintf(err, errlen,
+                 "%.400s: not a safetensors file (%lld bytes, too short for the header's length)", path,
+                 (long long)size);
+        return 0;
+    }
+    if (n < 2 || n > (100u << 20) || (int64_t)n > size - 8) {
         fclose(f);
         snprintf(err, errlen, "%.400s: not a safetensors file (header length %llu, file %lld bytes)", path,
                  (unsigned long long)n, (long long)size);
@@ -353,7 +410,10 @@ static inline int st_read_header(const char* path, int file, HfCheckpoint* ck, c
         snprintf(err, errlen, "%.400s: short read", path);
         return 0;
     }
-    if (!json_parse(text.data(), text.size(), &h, why, sizeof why) || h.type != Json::OBJ) {
+    JsonKeep keep;
+    keep.keep = st_header_keeps;
+    keep.max_items = 16;  // a shape of up to 16 dimensions
+    if (!json_parse(text.data(), text.size(), &h, why, sizeof why, keep) || h.type != Json::OBJ) {
         snprintf(err, errlen, "%.400s: bad safetensors header: %.200s", path,
                  h.type == Json::OBJ ? why : "not a JSON object");
         return 0;
@@ -463,12 +523,19 @@ static inline int hf_open(const char* path, HfCheckpoint* ck, char* err, size_t 
         Json idx;
         if (!read_whole_file(index.c_str(), 64 << 20, &text, err, errlen)) return 0;
         const Json* map = NULL;
-        if (!json_parse(text.data(), text.size(), &idx, why, sizeof why) || !(map = idx.get("weight_map")) ||
-            map->type != Json::OBJ) {
+        JsonKeep keep;  // the weight_map's names and files, nothing else
+        keep.keep = [](int level, const char* key) {
+            return key && (level == 2 || (level == 1 && !strcmp(key, "weight_map")));
+        };
+        const bool parsed = json_parse(text.data(), text.size(), &idx, why, sizeof why, keep);
+        if (!parsed || !(map = idx.get("weight_map")) || map->type != Json::OBJ) {
             snprintf(err, errlen, "%.400s: not a shard index (%.200s)", index.c_str(),
-                     map ? why : "no weight_map object");
+                     !parsed ? why
+                     : map   ? "its weight_map is not an object"
+                             : "no weight_map object");
             return 0;
         }
+        std::unordered_set<std::string> seen;
         for (const auto& m : map->members) {
             const std::string& f = m.second.str;
             if (m.second.type != Json::STR || f.empty() || f.find('/') != std::string::npos || f == "." ||
@@ -479,8 +546,7 @@ static inline int hf_open(const char* path, HfCheckpoint* ck, char* err, size_t 
                 return 0;
             }
             const std::string full = ck->dir + "/" + f;
-            if (std::find(ck->files.begin(), ck->files.end(), full) == ck->files.end())
-                ck->files.push_back(full);
+            if (seen.insert(full).second) ck->files.push_back(full);
         }
         if (ck->files.empty()) {
             snprintf(err, errlen, "%.400s: the weight_map is empty", index.c_str());
@@ -489,13 +555,15 @@ static inline int hf_open(const char* path, HfCheckpoint* ck, char* err, size_t 
     }
     for (size_t k = 0; k < ck->files.size(); k++)
         if (!st_read_header(ck->files[k].c_str(), (int)k, ck, err, errlen)) return 0;
-    for (size_t a = 0; a < ck->tensors.size(); a++)  // shards must not repeat a name
-        for (size_t b = a + 1; b < ck->tensors.size(); b++)
-            if (ck->tensors[a].name == ck->tensors[b].name) {
-                snprintf(err, errlen, "tensor '%.100s' is in %.300s and %.300s", ck->tensors[a].name.c_str(),
-                         ck->files[ck->tensors[a].file].c_str(), ck->files[ck->tensors[b].file].c_str());
-                return 0;
-            }
+    for (size_t b = 0; b < ck->tensors.size(); b++) {  // shards must not repeat a name
+        const auto in = ck->by_name.emplace(ck->tensors[b].name, b);
+        if (!in.second) {
+            const StTensor &ta = ck->tensors[in.first->second], &tb = ck->tensors[b];
+            snprintf(err, errlen, "tensor '%.100s' is in %.300s and %.300s", ta.name.c_str(),
+                     ck->files[ta.file].c_str(), ck->files[tb.file].c_str());
+            return 0;
+        }
+    }
     const std::string cfg_path = ck->dir + "/config.json";
     if (!file_exists(cfg_path)) {
         snprintf(err, errlen, "%.400s: no config.json beside the weights (transformers saves one with them)",
@@ -503,7 +571,10 @@ static inline int hf_open(const char* path, HfCheckpoint* ck, char* err, size_t 
         return 0;
     }
     if (!read_whole_file(cfg_path.c_str(), 16 << 20, &text, err, errlen)) return 0;
-    if (!json_parse(text.data(), text.size(), &ck->config, why, sizeof why) || ck->config.type != Json::OBJ) {
+    JsonKeep top;  // the top object's values (arrays and objects inside are read as empty)
+    top.keep = [](int level, const char* key) { return level == 1 && key; };
+    if (!json_parse(text.data(), text.size(), &ck->config, why, sizeof why, top) ||
+        ck->config.type != Json::OBJ) {
         snprintf(err, errlen, "%.400s: %.200s", cfg_path.c_str(),
                  ck->config.type == Json::OBJ ? why : "not a JSON object");
         return 0;
@@ -530,8 +601,10 @@ static inline int hf_config_to_gpt(const HfCheckpoint* ck, GPTConfig* cfg, char*
         const Json* v = c.get(key);
         return (v && v->type == Json::BOOL ? v->b : dflt) == want;
     };
+    const char* too_large = NULL;  // the first size over the limit int_of takes
     auto int_of = [&](const char* key, int64_t* out) {
         const Json* v = c.get(key);
+        if (v && v->type == Json::NUM && v->is_int && v->i > 100000000 && !too_large) too_large = key;
         if (!v || v->type != Json::NUM || !v->is_int || v->i < 1 || v->i > 100000000) return false;
         *out = v->i;
         return true;
@@ -550,6 +623,11 @@ static inline int hf_config_to_gpt(const HfCheckpoint* ck, GPTConfig* cfg, char*
     int64_t L, NH, C, V, T;
     if (!int_of("n_layer", &L) || !int_of("n_head", &NH) || !int_of("n_embd", &C) ||
         !int_of("vocab_size", &V) || !(int_of("n_positions", &T) || int_of("n_ctx", &T))) {
+        if (too_large) {
+            snprintf(err, errlen, "%.400s: %s %lld is too large (at most 100000000)", where.c_str(),
+                     too_large, (long long)c.get(too_large)->i);
+            return 0;
+        }
         snprintf(err, errlen,
                  "%.400s: needs positive whole n_layer, n_head, n_embd, vocab_size and n_positions",
                  where.c_str());
@@ -701,10 +779,13 @@ static inline int st_read_f32(const HfCheckpoint* ck, const StTensor& t, float* 
     return 1;
 }
 
+// name or transformer.name, whichever comes first in the files
 static inline const StTensor* hf_find(const HfCheckpoint* ck, const std::string& name) {
-    for (const auto& t : ck->tensors)
-        if (t.name == name || t.name == "transformer." + name) return &t;
-    return NULL;
+    const auto a = ck->by_name.find(name), b = ck->by_name.find("transformer." + name);
+    const size_t end = ck->tensors.size();
+    const size_t k =
+        std::min(a == ck->by_name.end() ? end : a->second, b == ck->by_name.end() ? end : b->second);
+    return k < end ? &ck->tensors[k] : NULL;
 }
 
 // Every tensor is GPT-2's with the config's shape, and none of ours is missing.

@@ -4,7 +4,9 @@
 // plan; the fit check, -P 1 and the config table only read it. A new buffer: a field here, its gpu_alloc
 // there.
 #pragma once
+#include <errno.h>  // defines: errno, ENOENT
 #include <algorithm>
+#include <string>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include "cpu_optimizer.cuh"  // defines: GRAD_RING, sw_reader
@@ -187,11 +189,16 @@ static MemoryPlan place_layers(const GPTConfig* c, int B, int T, int n_micro, in
     return plan;
 }
 
-// Free bytes of the filesystem holding dir (made if missing), or -1 with errno set.
+// Free bytes of the filesystem that holds (or will hold) dir, or -1 with errno set. A missing dir is not
+// made (-P 1 creates nothing): its nearest existing ancestor is measured.
 static int64_t dir_free_bytes(const char* dir) {
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return -1;
+    std::string d = dir;
     struct statvfs sv;
-    if (statvfs(dir, &sv) != 0) return -1;
+    while (statvfs(d.c_str(), &sv) != 0) {
+        const size_t slash = d.find_last_of('/', d.find_last_not_of('/'));
+        if (errno != ENOENT || d == "." || d == "/") return -1;
+        d = slash == std::string::npos ? "." : slash == 0 ? "/" : d.substr(0, slash);
+    }
     return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
 }
 

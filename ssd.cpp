@@ -32,6 +32,16 @@
 
 static const double GiB = 1024.0 * 1024.0 * 1024.0;
 
+// A size for a message: GiB, MiB or bytes, so that a small one does not read "0.00 GiB".
+struct SizeText {
+    char s[48];
+    explicit SizeText(double bytes) {
+        if (bytes >= GiB) snprintf(s, sizeof s, "%.2f GiB", bytes / GiB);
+        else if (bytes >= 1048576.0) snprintf(s, sizeof s, "%.2f MiB", bytes / 1048576.0);
+        else snprintf(s, sizeof s, "%.0f bytes", bytes);
+    }
+};
+
 void* ssd_alloc(int64_t bytes) {
     if (bytes <= 0) bytes = SSD_ALIGN;
     void* p = NULL;
@@ -475,9 +485,12 @@ int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int qu
         return -1;
     }
     snprintf(f->path, sizeof f->path, "%s", path);
-    const int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_TRUNC : 0);
+    // create: a new file of ours (O_EXCL | O_NOFOLLOW); what had the name is unlinked, never followed.
+    // open: O_NONBLOCK, so that a FIFO cannot hang it; anything but a regular file is refused below.
+    const int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_EXCL | O_NOFOLLOW : O_NONBLOCK);
     const bool want_direct = !env_is_1("SSD_NO_DIRECT");
     int fd = -1;
+    if (create) unlink(path);
     if (want_direct) {
         fd = open(path, flags | O_DIRECT, 0644);
         if (fd >= 0) f->direct = 1;
@@ -487,6 +500,7 @@ int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int qu
         }
     }
     if (fd < 0) {
+        if (create) unlink(path);  // a filesystem may create the file, then refuse O_DIRECT
         fd = open(path, flags, 0644);
         if (fd < 0) {
             snprintf(err, errlen, "cannot open %.600s: %s", path, strerror(errno));
@@ -508,12 +522,11 @@ int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int qu
                 const double avail =
                     fstatvfs(fd, &sv) == 0 ? (double)sv.f_bavail * (double)sv.f_frsize : -1.0;
                 if (r == ENOSPC)
-                    snprintf(
-                        err, errlen,
-                        "not enough space for %.600s: it needs %.2f GiB, the filesystem has %.2f GiB free",
-                        path, size / GiB, avail / GiB);
+                    snprintf(err, errlen,
+                             "not enough space for %.600s: it needs %s, the filesystem has %s free", path,
+                             SizeText((double)size).s, SizeText(avail).s);
                 else
-                    snprintf(err, errlen, "cannot allocate %.2f GiB for %.600s: %s", size / GiB, path,
+                    snprintf(err, errlen, "cannot allocate %s for %.600s: %s", SizeText((double)size).s, path,
                              strerror(r));
                 close(fd);
                 unlink(path);
@@ -524,8 +537,12 @@ int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int qu
         f->size = size;
     } else {
         struct stat st;
-        if (fstat(fd, &st) != 0) {
-            snprintf(err, errlen, "cannot stat %.600s: %s", path, strerror(errno));
+        const bool stat_ok = fstat(fd, &st) == 0;
+        const int fl = stat_ok && S_ISREG(st.st_mode) ? fcntl(fd, F_GETFL) : -1;
+        // blocking again: io_uring would answer EAGAIN on an O_NONBLOCK file instead of waiting
+        if (!stat_ok || !S_ISREG(st.st_mode) || fl == -1 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+            if (stat_ok && !S_ISREG(st.st_mode)) snprintf(err, errlen, "%.600s is not a regular file", path);
+            else snprintf(err, errlen, "cannot stat %.600s: %s", path, strerror(errno));
             close(fd);
             f->fd = -1;
             return -1;
@@ -1050,10 +1067,10 @@ SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err
     const int64_t need = ssd_store_disk_bytes(cfg);
     if (statvfs(dir, &sv) == 0 && (double)sv.f_bavail * (double)sv.f_frsize < (double)need) {
         snprintf(err, errlen,
-                 "not enough space in %.600s for the SSD store: it needs %.2f GiB (two generations of the "
-                 "state%s), the filesystem has %.2f GiB free",
-                 dir, need / GiB, cfg->grads_on_disk ? " and the gradients" : "",
-                 (double)sv.f_bavail * (double)sv.f_frsize / GiB);
+                 "not enough space in %.600s for the SSD store: it needs %s (two generations of the "
+                 "state%s), the filesystem has %s free",
+                 dir, SizeText((double)need).s, cfg->grads_on_disk ? " and the gradients" : "",
+                 SizeText((double)sv.f_bavail * (double)sv.f_frsize).s);
         ssd_store_close(st);
         return NULL;
     }
@@ -1282,7 +1299,7 @@ static int verify_generation(SsdStore* st, int g, char* err, size_t errlen) {
         int rc = wait_all(st, s->rd, &s->nrd, err, errlen);
         if (rc == 0) rc = check_piece(st, s, pcs[i], g, err, errlen);
         if (rc != 0) {
-            char ignore[256];
+            char ignore[1024];
             Slot* o = &st->ring[(i + 1) % 2];
             wait_all(st, o->rd, &o->nrd, ignore, sizeof ignore);
             return -1;
@@ -1558,9 +1575,8 @@ int ssd_probe_bandwidth(const char* dir, double seconds, int64_t max_bytes, doub
     if (size > avail / 4) size = avail / 4;
     size = size / block * block;
     if (size < block) {
-        snprintf(err, errlen,
-                 "cannot measure the disk of %.600s: %.2f GiB free, the probe needs 4 x %.3f GiB", dir,
-                 avail / GiB, block / GiB);
+        snprintf(err, errlen, "cannot measure the disk of %.600s: %s free, the probe needs 4 x %s", dir,
+                 SizeText((double)avail).s, SizeText((double)block).s);
         return -1;
     }
     const std::string path = std::string(dir) + "/ssd_probe.tmp";

@@ -11,35 +11,63 @@ usage: python3 dev/plot.py log/main.log [other/main.log ...] [-o loss.png] [-t T
 """
 import argparse
 import glob
+import math
 import os
+import stat
 import struct
 import sys
 
 
+def is_regular(path):
+    """True for a regular file (a FIFO or a device would block or never end)."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
 def read_log(path):
-    """(train, val) lists of (step, loss, lr, norm) / (step, loss) from one main.log."""
+    """(train, val) lists of (step, loss, lr, norm) / (step, loss) from one main.log. A last line without its
+    newline (a run still writing, or killed) is skipped; a loss that is not finite (inf, nan) is left out."""
     train, val = [], []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            parts = line.split()
-            if not parts or not parts[0].startswith("s:"):
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        sys.exit(f"error: {path}: {e.strerror}")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        sys.exit(f"error: {path}: not UTF-8 text (byte {e.start}): not a main.log")
+    lines = text.split("\n")
+    for n, line in enumerate(lines, 1):
+        parts = line.split()
+        if not parts or not parts[0].startswith("s:"):
+            continue
+        try:
+            step = int(parts[0][2:])
+            kind, value = parts[1].split(":", 1)
+            fields = dict(p.split(":", 1) for p in parts[2:])
+            if kind == "trl":
+                train.append((step, float(value), float(fields.get("lr", "nan")), float(fields.get("norm", "nan"))))
+            elif kind == "tel":
+                val.append((step, float(value)))
+        except (ValueError, IndexError):
+            if n == len(lines):  # the last line, cut short
+                print(f"warning: {path}:{n}: an incomplete last line, skipped", file=sys.stderr)
                 continue
-            try:
-                step = int(parts[0][2:])
-                kind, value = parts[1].split(":", 1)
-                fields = dict(p.split(":", 1) for p in parts[2:])
-                if kind == "trl":
-                    train.append((step, float(value), float(fields.get("lr", "nan")), float(fields.get("norm", "nan"))))
-                elif kind == "tel":
-                    val.append((step, float(value)))
-            except (ValueError, IndexError):
-                sys.exit(f"error: {path}:{n}: not a main.log line: {line.strip()[:80]}")
-    return train, val
+            sys.exit(f"error: {path}:{n}: not a main.log line: {line.strip()[:80]}")
+    dropped = sum(not math.isfinite(t[1]) for t in train) + sum(not math.isfinite(v[1]) for v in val)
+    if dropped:
+        print(f"warning: {path}: {dropped} losses that are not finite (inf, nan) left out", file=sys.stderr)
+    return [t for t in train if math.isfinite(t[1])], [v for v in val if math.isfinite(v[1])]
 
 
 def tokens_per_step_of(log_path):
     """Tokens per step from the header of a state_*.bin beside the log (checkpoint.h: int64 slot 6), or None."""
     for state in sorted(glob.glob(os.path.join(os.path.dirname(os.path.abspath(log_path)), "state_*.bin"))):
+        if not is_regular(state):
+            continue
         try:
             with open(state, "rb") as f:
                 header = struct.unpack("<16q", f.read(128))
@@ -59,19 +87,34 @@ def main():
     ap.add_argument("--title", default="", help="figure title")
     args = ap.parse_args()
 
-    import matplotlib
-    matplotlib.use("Agg")  # files only, no display needed
-    import matplotlib.pyplot as plt
+    # every input is read and the output checked before matplotlib is loaded
+    logs = []
+    for path in args.logs:
+        if not os.path.exists(path):
+            sys.exit(f"error: {path}: no such file")
+        if not is_regular(path):
+            sys.exit(f"error: {path}: not a regular file")
+        train, val = read_log(path)
+        if not train and not val:
+            sys.exit(f"error: {path}: no train or validation lines")
+        logs.append((path, train, val))
+    if os.path.exists(args.out) and not is_regular(args.out):
+        sys.exit(f"error: -o {args.out}: exists and is not a regular file")
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(out_dir):
+        sys.exit(f"error: -o {args.out}: no directory {out_dir}")
+
+    try:
+        import matplotlib
+        matplotlib.use("Agg")  # files only, no display needed
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        sys.exit(f"error: plot.py needs matplotlib ({e}): pip install matplotlib (or python3-matplotlib)")
 
     fig, (ax_step, ax_tok) = plt.subplots(1, 2, figsize=(13, 4.8))
     ax_lr = ax_step.twinx()
     any_tokens = False
-    for i, path in enumerate(args.logs):
-        if not os.path.isfile(path):
-            sys.exit(f"error: {path}: no such file")
-        train, val = read_log(path)
-        if not train and not val:
-            sys.exit(f"error: {path}: no train or validation lines")
+    for i, (path, train, val) in enumerate(logs):
         color = f"C{i}"
         name = os.path.basename(os.path.dirname(os.path.abspath(path))) + " " if len(args.logs) > 1 else ""
         tps = args.tokens_per_step or tokens_per_step_of(path)
@@ -104,7 +147,10 @@ def main():
     if args.title:
         fig.suptitle(args.title)
     fig.tight_layout()
-    fig.savefig(args.out, dpi=110)
+    try:
+        fig.savefig(args.out, dpi=110)
+    except (OSError, ValueError) as e:  # unwritable, or an extension matplotlib has no format for
+        sys.exit(f"error: -o {args.out}: {e}")
     print(f"wrote {args.out}")
 
 

@@ -780,9 +780,24 @@ TEST_F(CliTest, FullDiskIsACleanErrorAndLosesNoCheckpoint) {
 // out-of-bounds embedding reads, an illegal memory access in the emulator).
 TEST_F(CliTest, BenchmarkTokensAreBelowTheVocabulary) {
     if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
-    const Result r = run_bin(kEmu, {"-e", "L2:C32:NH1:T16:V128", "-b", "2", "-t", "16", "-B", "2", "-W", "1"});
+    const Result r =
+        run_bin(kEmu, {"-e", "L2:C32:NH1:T16:V128", "-b", "2", "-t", "16", "-B", "2", "-W", "1"});
     EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.err << r.out;
     EXPECT_NE(r.out.find("RESULT {"), std::string::npos) << r.out;
+}
+
+// -P 1 creates nothing: with -sd naming a missing directory it measures the free space of the nearest
+// existing parent (it made the directory before).
+TEST_F(CliTest, MemoryPlanCreatesNoSsdDirectory) {
+    for (const char* bin : {kGpu, kEmu}) {
+        if (!have_binary(bin)) continue;
+        for (const std::string& sd : {dir + "/new", dir + "/new2/sub/"}) {
+            const Result r = run_bin(bin, Args{"-e", "d12", "-b", "4", "-t", "64", "-P", "1", "-sd", sd});
+            EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.err << r.out;
+            EXPECT_TRUE(has(r.out, "GiB free there)")) << r.out;
+            EXPECT_FALSE(file_exists(dir + "/new") || file_exists(dir + "/new2")) << bin << " -sd " << sd;
+        }
+    }
 }
 
 // -P 1 prints the memory plan and exits, with no GPU and no data (-i names no file here): the 175B preset at
@@ -1127,4 +1142,30 @@ TEST_F(CliTest, PlotDrawsTheLog) {
     fclose(f);
     const Result bad = run_bin("/usr/bin/env", {"python3", "dev/plot.py", run2 + "/main.log", "-o", png});
     EXPECT_TRUE(CleanError(bad, {run2 + "/main.log:", "not a main.log line"}));
+}
+
+// dev/plot.py on hostile input: one error line or handled, never a traceback or a hang. Runs with or without
+// matplotlib (without it, input that is fine ends in the one line that says matplotlib is missing).
+TEST_F(CliTest, PlotRefusesHostileInputInOneLine) {
+    const bool mpl = system("python3 -c 'import matplotlib' >/dev/null 2>&1") == 0;
+    auto plot = [&](const Args& a) { return run_bin("/usr/bin/env", Args{"python3", "dev/plot.py"} + a); };
+    const std::string log = dir + "/main.log", png = dir + "/p.png";
+    FILE* f = fopen(log.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fputs("s:1 trl:5.0 lr:1e-3 norm:1\ns:2 trl:inf lr:1e-3 norm:1\ns:3 tel:4.5\ns:4 trl:4.9 lr:1e-", f);
+    fclose(f);
+    // a cut last line and an inf loss: skipped with warnings
+    const Result ok = plot({log, "-o", png});
+    if (mpl) EXPECT_EQ(ok.code, 0) << ok.err;
+    else EXPECT_TRUE(CleanError(ok, {"needs matplotlib"}));
+    EXPECT_TRUE(has(ok.err, "incomplete last line")) << ok.err;
+    EXPECT_FALSE(has(ok.err, "Traceback")) << ok.err;
+    f = fopen((dir + "/latin1.log").c_str(), "w");
+    fputs("s:1 trl:5.0\n\xff\xfe\n", f);
+    fclose(f);
+    EXPECT_TRUE(CleanError(plot({dir + "/latin1.log", "-o", png}), {"not UTF-8"}));
+    ASSERT_EQ(mkfifo((dir + "/fifo").c_str(), 0644), 0);
+    EXPECT_TRUE(CleanError(plot({dir + "/fifo", "-o", png}), {"not a regular file"}));
+    EXPECT_TRUE(CleanError(plot({log, "-o", dir + "/fifo"}), {"not a regular file"}));
+    EXPECT_TRUE(CleanError(plot({log, "-o", dir + "/none/p.png"}), {"no directory"}));
 }

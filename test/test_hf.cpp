@@ -9,6 +9,8 @@
 //   - test/hf_check.py against the real transformers (logits within 1e-4 relative, both directions). It needs
 //     Python with torch and transformers (.ci/run installs them in .venv-hf): skipped where they are missing,
 //     unless HF_REQUIRED=1 (CI sets it), where that is a failure.
+#include <malloc.h>  // defines: malloc_trim
+#include <chrono>    // defines: std::chrono::steady_clock
 #include "cli_test_common.h"
 #include "hf.h"
 
@@ -44,6 +46,19 @@ TEST(Json, RefusesMalformedText) {
         EXPECT_FALSE(parses(bad)) << bad;
     EXPECT_FALSE(parses(std::string(100, '[') + std::string(100, ']')));  // nesting is limited, not the stack
     EXPECT_TRUE(parses(std::string(60, '[') + std::string(60, ']')));
+}
+
+// An object of 200k keys: duplicates are found by sorting, not by comparing each key with every earlier one
+// (that took 180 s here; a loose bound, for a loaded machine, tells the two apart).
+TEST(Json, ManyKeysParseInSeconds) {
+    std::string text = "{";
+    for (int k = 0; k < 200000; k++) text += (k ? ",\"k" : "\"k") + std::to_string(k) + "\":\"v\"";
+    const auto t0 = std::chrono::steady_clock::now();
+    Json v;
+    ASSERT_TRUE(parses(text + "}", &v));
+    EXPECT_EQ(v.members.size(), 200000u);
+    EXPECT_FALSE(parses(text + ",\"k123456\":1}"));  // a duplicate far from its twin
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
 }
 
 // ----------------------------------------------------------------------------
@@ -298,6 +313,121 @@ TEST_F(HfTest, ShardIndexNamesOnlyFilesBesideIt) {
     EXPECT_TRUE(has(refused(d), "is missing"));
 }
 
+// Refusals name the real problem: a size over the limit is "too large" (it read "needs positive whole
+// n_layer"), a weight_map that is not an object says so (it read "not a shard index ()").
+TEST_F(HfTest, RefusalsNameTheRealProblem) {
+    const std::string d = export_dir("msg");
+    std::string cfg_text;
+    char err[300];
+    ASSERT_TRUE(read_whole_file((d + "/config.json").c_str(), 1 << 20, &cfg_text, err, sizeof err));
+    write_text(d + "/config.json", replace(cfg_text, "\"n_layer\": 2", "\"n_layer\": 1000000000"));
+    EXPECT_TRUE(has(refused(d), "n_layer 1000000000 is too large")) << refused(d);
+    write_text(d + "/config.json", cfg_text);
+    write_text(d + "/model.safetensors.index.json", "{\"weight_map\": [\"model.safetensors\"]}");
+    EXPECT_TRUE(has(refused(d), "its weight_map is not an object")) << refused(d);
+}
+
+// Hostile sizes: a header of 200k metadata keys and 200k mask buffers, an index of 100k entries. Each was
+// quadratic (a search per key or per tensor); the bound is loose, for a loaded machine.
+TEST_F(HfTest, HugeHeadersAndIndexesLoadInSeconds) {
+    const std::string d = export_dir("huge");
+    std::string bytes;
+    char err[300];
+    ASSERT_TRUE(read_whole_file((d + "/model.safetensors").c_str(), 1 << 30, &bytes, err, sizeof err));
+    uint64_t n = 0;
+    for (int k = 7; k >= 0; k--) n = n << 8 | (unsigned char)bytes[k];
+    std::string meta = "{\"__metadata__\":{\"format\":\"pt\"", masks;
+    for (int k = 0; k < 200000; k++) {
+        meta += ",\"m" + std::to_string(k) + "\":\"v\"";
+        masks += ",\"transformer.h." + std::to_string(k) + ".attn.bias\":{\"dtype\":\"F32\",\"shape\":[0]," +
+                 "\"data_offsets\":[0,0]}";
+    }
+    const std::string header =
+        replace(bytes.substr(8, n), "{\"__metadata__\":{\"format\":\"pt\"}", meta + "}");
+    std::string h = header.substr(0, header.rfind('}')) + masks + "}";
+    while (h.size() % 8) h += ' ';
+    std::string len(8, '\0');
+    for (int k = 0; k < 8; k++) len[k] = (char)((uint64_t)h.size() >> (8 * k));
+    write_text(d + "/model.safetensors", len + h + bytes.substr(8 + n));
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(load(d), params);
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
+
+    const std::string s = export_dir("index", 0, 40000);
+    std::string index = "{\"weight_map\": {";
+    const std::string shard = names_in(s)[2];  // model-00001-of-...
+    for (int k = 0; k < 100000; k++)
+        index += (k ? ",\"x" : "\"x") + std::to_string(k) + "\":\"" + shard + "\"";
+    write_text(s + "/model.safetensors.index.json", index + "}}");
+    t0 = std::chrono::steady_clock::now();
+    EXPECT_TRUE(has(refused(s), "is missing"));  // one shard of several named
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 20.0);
+}
+
+// The peak resident memory of this process, in bytes (/proc's VmHWM).
+static int64_t peak_rss() {
+    FILE* f = fopen("/proc/self/status", "r");
+    char line[256];
+    long long kb = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "VmHWM: %lld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb * 1024;
+}
+
+// A header of 20 MB whose mask buffer (a tensor we ignore) has a shape of 10M values: it took 90 bytes of
+// memory per byte of header. It is refused, in a child process whose peak memory grows by a small multiple
+// of the header.
+TEST_F(HfTest, AHugeShapeCostsASmallMultipleOfItsBytes) {
+    const std::string d = export_dir("shape");
+    std::string bytes;
+    char err[300];
+    ASSERT_TRUE(read_whole_file((d + "/model.safetensors").c_str(), 1 << 30, &bytes, err, sizeof err));
+    uint64_t n = 0;
+    for (int k = 7; k >= 0; k--) n = n << 8 | (unsigned char)bytes[k];
+    std::string shape = "1";
+    shape.reserve(20000000);
+    for (int k = 1; k < 10000000; k++) shape += ",1";
+    const std::string header = replace(bytes.substr(8, n), "{\"__metadata__\":{\"format\":\"pt\"}",
+                                       "{\"__metadata__\":{\"format\":\"pt\"},\"transformer.h.0.attn.bias\":{"
+                                       "\"dtype\":\"F32\",\"data_offsets\":[0,4],\"shape\":[" +
+                                           shape + "]}");
+    write_st(d + "/model.safetensors", header, (int64_t)(bytes.size() - 8 - n));
+    shape.clear();
+    shape.shrink_to_fit();
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {      // the child: load, then report its memory growth and the error
+        malloc_trim(0);  // the heap's free pages back to the system
+        FILE* reset = fopen("/proc/self/clear_refs", "w");  // "5": the peak starts again from here
+        if (reset) fputs("5", reset), fclose(reset);
+        const int64_t before = peak_rss();
+        GPTConfig c;
+        char why[600] = "";
+        const int ok = gpt_read_header(d.c_str(), &c, why, sizeof why);
+        char msg[800];
+        const int len = snprintf(msg, sizeof msg, "%lld %d %s", (long long)(peak_rss() - before), ok, why);
+        if (write(fds[1], msg, (size_t)len) != len) _exit(2);
+        _exit(0);
+    }
+    close(fds[1]);
+    char msg[800] = "";
+    const ssize_t got = read(fds[0], msg, sizeof msg - 1);
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ASSERT_GT(got, 0);
+    long long growth = 0;
+    int ok = 1, used = 0;
+    ASSERT_EQ(sscanf(msg, "%lld %d %n", &growth, &ok, &used), 2) << msg;
+    printf("header %zu bytes: peak memory grew %lld MB; %s\n", header.size(), growth >> 20, msg + used);
+    EXPECT_EQ(ok, 0);
+    EXPECT_TRUE(has(msg + used, "an array of more than 16 values")) << msg + used;
+    EXPECT_LT(growth, 4 * (int64_t)header.size());
+}
+
 // ----------------------------------------------------------------------------
 // The trainers start from an exported directory exactly as from the llm.c model file
 
@@ -376,6 +506,64 @@ TEST_F(HfTest, ExportToolFlagsAndRefusals) {
     ASSERT_EQ(ok5.code, 0) << ok5.err;
     for (float& x : params) x = bf16_to_float(float_to_bf16(x));
     EXPECT_EQ(load(dir + "/out5"), params);
+}
+
+// export_hf writes into <dir>.tmp-<pid> and renames it when complete. Before: a failed load left an empty
+// -o directory, a failure or a kill -9 after config.json left a directory that loads, and an input of under 8
+// bytes had its header length read from uninitialised bytes.
+TEST_F(HfTest, ExportLeavesNoDirectoryWhenItFailsOrIsKilled) {
+    write_text(dir + "/tiny.safetensors", "abc");
+    EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", dir + "/tiny.safetensors", "-o", dir + "/x"}),
+                           {"3 bytes, too short"}));
+    // the input's header reads, its load fails (a tensor of I32): no -o directory, no staging directory
+    const std::string in = export_dir("in");
+    std::string bytes;
+    char err[300];
+    ASSERT_TRUE(read_whole_file((in + "/model.safetensors").c_str(), 1 << 30, &bytes, err, sizeof err));
+    const std::string f32 = "\"transformer.wte.weight\":{\"dtype\":\"F32\"";
+    const size_t at = bytes.find(f32);
+    ASSERT_NE(at, std::string::npos);
+    bytes.replace(at, f32.size(), "\"transformer.wte.weight\":{\"dtype\":\"I32\"");
+    write_text(in + "/model.safetensors", bytes);
+    EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", in, "-o", dir + "/out/a"}), {"is I32"}));
+    EXPECT_FALSE(file_exists(dir + "/out/a"));
+    EXPECT_EQ(names_in(dir + "/out"), std::vector<std::string>{});
+
+    // killed (SIGKILL) as soon as its config.json exists: no -o directory that loads
+    const std::string bin = model_file("m.bin");
+    bool killed = false;
+    for (int attempt = 0; attempt < 5 && !killed; attempt++) {
+        const std::string out = dir + "/k" + std::to_string(attempt);
+        fflush(stdout);
+        const pid_t pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+            const int null = open("/dev/null", O_WRONLY);
+            dup2(null, 1);
+            dup2(null, 2);
+            execl("./export_hf", "./export_hf", "-i", bin.c_str(), "-o", out.c_str(), (char*)NULL);
+            _exit(127);
+        }
+        int status = 0;
+        while (waitpid(pid, &status, WNOHANG) == 0) {
+            bool config = false;
+            for (const std::string& n : names_in(dir))  // out or its staging directory out.tmp-<pid>
+                config =
+                    config || (n.compare(0, out.size() - dir.size() - 1, out.substr(dir.size() + 1)) == 0 &&
+                               file_exists(dir + "/" + n + "/config.json"));
+            if (config) {
+                kill(pid, SIGKILL);
+                waitpid(pid, &status, 0);
+                killed = WIFSIGNALED(status);
+                break;
+            }
+        }
+        if (!killed) continue;  // it finished first: again
+        GPTConfig c;
+        char why[4352] = "";
+        EXPECT_FALSE(gpt_read_header(out.c_str(), &c, why, sizeof why)) << out << " loads after a kill -9";
+    }
+    EXPECT_TRUE(killed) << "export_hf finished before config.json was seen, 5 times";
 }
 
 // ----------------------------------------------------------------------------

@@ -10,17 +10,20 @@
 #include <sys/wait.h>
 #include <sstream>
 #include <fstream>
+#include <poll.h>  // defines: poll (the FIFO test waits on its child)
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/wait.h>  // defines: waitpid
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <fstream>  // defines: std::ifstream, std::ofstream
 #include <random>
 #include <string>
 #include <vector>
@@ -856,7 +859,7 @@ static SsdStoreConfig checkpointed_store(const std::string& dir, const char* own
     for (int t = 1; t <= 4; t++) {
         ram->step(t, all);
         store_step(st, kCrashCase, *ram, t, all, &bf16);
-        if (t % 2 == 0) EXPECT_EQ(ssd_store_checkpoint(st, t, err, sizeof err), 0) << err;
+        if (t % 2 == 0) { EXPECT_EQ(ssd_store_checkpoint(st, t, err, sizeof err), 0) << err; }
     }
     ssd_store_close(st);
     return cfg;
@@ -1091,4 +1094,93 @@ TEST(SsdProbe, MeasuresBothDirections) {
     EXPECT_GT(r, 0.0);
     EXPECT_GT(w, 0.0);
     EXPECT_TRUE(fs::is_empty(d.path)) << "the probe removes its file";
+}
+
+// A file's bytes, or "" if it cannot be read.
+static std::string file_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// What the store and the probe create is theirs: a symlink at the name (to a file of someone else's) is
+// removed, never followed. The probe and the manifest's .tmp truncated the link's target before.
+TEST(SsdProbe, SymlinksAtItsFileNamesAreNotFollowed) {
+    TempDir d, other;
+    const std::string victim = other.path + "/victim";
+    std::ofstream(victim) << "precious";
+    ASSERT_EQ(symlink(victim.c_str(), (d.path + "/ssd_probe.tmp").c_str()), 0);
+    double r = 0, w = 0;
+    int direct = -1;
+    char err[1024] = "";
+    EXPECT_EQ(ssd_probe_bandwidth(d.path.c_str(), 0.1, (int64_t)8 << 20, &r, &w, &direct, err, sizeof err), 0)
+        << err;
+    EXPECT_TRUE(file_text(victim) == "precious")
+        << "the target now has " << file_text(victim).size() << " bytes";
+    EXPECT_TRUE(fs::is_empty(d.path)) << "the probe removes its file (the symlink went first)";
+
+    ASSERT_EQ(symlink(victim.c_str(), (d.path + "/ssd_manifest.tmp").c_str()), 0);
+    SsdStoreConfig cfg = store_config(StoreCase{0, 0, 0, 3, 0}, 2);
+    SsdStore* st = ssd_store_create(d.path.c_str(), &cfg, err, sizeof err);
+    ASSERT_NE(st, nullptr) << err;
+    ssd_store_close(st);
+    EXPECT_TRUE(file_text(victim) == "precious")
+        << "the target now has " << file_text(victim).size() << " bytes";
+}
+
+// A FIFO as the manifest (or as a state file) is refused in one line; reading the manifest blocked forever.
+// The open runs in a child process, so that a hang fails the test after 20 s instead of hanging it.
+TEST(SsdStore, FifoInsteadOfAFileIsRefusedNotAHang) {
+    TempDir d;
+    ASSERT_EQ(mkfifo((d.path + "/ssd_manifest").c_str(), 0644), 0);
+    SsdStoreConfig cfg = store_config(StoreCase{0, 0, 0, 3, 0}, 2);
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        char err[1024] = "";
+        SsdStore* st = ssd_store_open(d.path.c_str(), &cfg, -1, err, sizeof err);
+        const std::string msg = std::string(st ? "opened" : "refused") + ": " + err;
+        _exit(write(fds[1], msg.data(), msg.size()) == (ssize_t)msg.size() ? 0 : 1);
+    }
+    close(fds[1]);
+    struct pollfd p = {fds[0], POLLIN, 0};
+    const int ready = poll(&p, 1, 20000);
+    char msg[1100] = "";
+    const ssize_t got = ready > 0 ? read(fds[0], msg, sizeof msg - 1) : -1;
+    close(fds[0]);
+    if (ready <= 0) kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    ASSERT_GT(got, 0) << "ssd_store_open hung on a FIFO manifest";
+    EXPECT_NE(strstr(msg, "refused: "), nullptr) << msg;
+    EXPECT_NE(strstr(msg, "is not a regular file"), nullptr) << msg;
+    EXPECT_EQ(strchr(msg, '\n'), nullptr) << msg;
+
+    SsdFile f;  // a state file: refused too (O_NONBLOCK: no open of a FIFO waits for a writer)
+    const std::string fifo = d.path + "/params.f32";
+    ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+    char err[1024] = "";
+    EXPECT_EQ(ssd_file_open(&f, fifo.c_str(), 0, 0, 1, err, sizeof err), -1);
+    EXPECT_NE(strstr(err, "is not a regular file"), nullptr) << err;
+}
+
+// A small disk's sizes are printed in MiB: "needs 0.02 GiB, has 0.02 GiB free" said nothing. A 16 MiB tmpfs
+// where this process may mount one (skipped otherwise).
+TEST(SsdStoreErrors, SmallSizesInMessagesAreReadable) {
+    TempDir d;
+    const std::string mnt = d.path + "/mnt";
+    ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
+    if (mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=16m") != 0)
+        GTEST_SKIP() << "cannot mount a small tmpfs here (" << strerror(errno) << ")";
+    struct Unmount {
+        std::string p;
+        ~Unmount() { umount2(p.c_str(), MNT_DETACH); }
+    } unmount{mnt};
+    char err[1024] = "";
+    const SsdStoreConfig cfg = store_config(StoreCase{0, 0, 0, 3, 16384}, 12);  // about 19.5 MiB of state
+    EXPECT_EQ(ssd_store_create((mnt + "/sd").c_str(), &cfg, err, sizeof err), nullptr);
+    EXPECT_NE(strstr(err, "not enough space"), nullptr) << err;
+    EXPECT_NE(strstr(err, " MiB (two generations"), nullptr) << err;
+    EXPECT_NE(strstr(err, " MiB free"), nullptr) << err;
+    EXPECT_EQ(strstr(err, "0.0"), nullptr) << err;
 }

@@ -8,7 +8,9 @@
 #include <gtest/gtest.h>
 #include <stdio.h>
 #include <string.h>
+#include <algorithm>  // defines: std::shuffle
 #include <chrono>
+#include <random>  // defines: std::mt19937
 #include <time.h>
 #include <string>
 #include <vector>
@@ -163,6 +165,97 @@ TEST(GPT2BPE, RoundTripsWholeCorpusQuickly) {
     EXPECT_GT(ids.size(), 250000u);
     EXPECT_LT(ids.size(), 400000u);
     EXPECT_EQ(dec(ids), text);
+}
+
+// The merge loop as it was (encoder.py's, a scan of the whole piece per merge: quadratic), the reference the
+// heap-based gpt2_bpe_piece must match token for token.
+static std::vector<int> reference_bpe_piece(const GPT2BPE* t, const std::string& piece) {
+    std::vector<int> w;
+    for (unsigned char c : piece) w.push_back(t->byte_token[c]);
+    while (w.size() > 1) {
+        int best_rank = -1, left = 0, right = 0, merged = 0;
+        for (size_t i = 0; i + 1 < w.size(); i++) {
+            auto it = t->merges.find(((uint64_t)w[i] << 32) | (uint32_t)w[i + 1]);
+            if (it != t->merges.end() && (best_rank < 0 || it->second.first < best_rank)) {
+                best_rank = it->second.first;
+                left = w[i];
+                right = w[i + 1];
+                merged = it->second.second;
+            }
+        }
+        if (best_rank < 0) break;
+        size_t o = 0;
+        for (size_t i = 0; i < w.size(); i++) {
+            if (i + 1 < w.size() && w[i] == left && w[i + 1] == right) {
+                w[o++] = merged;
+                i++;
+            } else w[o++] = w[i];
+        }
+        w.resize(o);
+    }
+    return w;
+}
+static std::vector<int> heap_bpe_piece(const GPT2BPE* t, const std::string& piece) {
+    std::vector<int> out;
+    gpt2_bpe_piece(t, (const unsigned char*)piece.data(), piece.size(), &out);
+    return out;
+}
+
+// Random pieces (letters, bytes, runs of one letter, corpus words) under GPT-2's merges, then random merge
+// tables whose later tokens may merge at lower ranks than the pairs that made them (a table built to tell a
+// heap that does not work in rounds from encoder.py's passes).
+TEST(GPT2BPE, HeapMergesMatchTheQuadraticLoop) {
+    ASSERT_NE(bpe(), nullptr);
+    std::mt19937 rng(33);
+    const std::string corpus = slurp(kCorpus);
+    int compared = 0;
+    for (int k = 0; k < 20000; k++) {
+        const int len = 1 + (int)(rng() % (k % 100 == 0 ? 3000 : 40));
+        std::string piece;
+        const int kind = k % 4;
+        for (int i = 0; i < len; i++)
+            piece += kind == 0   ? (char)('a' + rng() % 26)
+                     : kind == 1 ? (char)(rng() % 256)
+                     : kind == 2 ? 'a' + (char)(k % 3)
+                                 : corpus[(k * 7919 + i) % corpus.size()];
+        ASSERT_EQ(heap_bpe_piece(bpe(), piece), reference_bpe_piece(bpe(), piece)) << "piece " << k;
+        compared++;
+    }
+    for (int table = 0; table < 200; table++) {
+        GPT2BPE t;
+        for (int b = 0; b < 256; b++) t.byte_token[b] = b % 3;  // every byte one of three tokens
+        int ids = 3;
+        std::vector<int> ranks(40);
+        for (int r = 0; r < 40; r++) ranks[r] = r;
+        std::shuffle(ranks.begin(), ranks.end(), rng);
+        for (int m = 0; m < 40; m++) {
+            const int a = (int)(rng() % ids), b = (int)(rng() % ids);
+            t.merges.emplace(((uint64_t)a << 32) | (uint32_t)b, std::make_pair(ranks[m], ids++));
+        }
+        for (int k = 0; k < 50; k++) {
+            std::string piece(1 + rng() % 60, '\0');
+            for (char& c : piece) c = (char)(rng() % 3);
+            ASSERT_EQ(heap_bpe_piece(&t, piece), reference_bpe_piece(&t, piece)) << "table " << table;
+            compared++;
+        }
+    }
+    printf("%d pieces, the same tokens\n", compared);
+}
+
+// A single 1 MB word of letters: the quadratic loop took 83 s; CPU time, not wall time (see above).
+TEST(GPT2BPE, LongWordEncodesInNLogN) {
+    ASSERT_NE(bpe(), nullptr);
+    std::mt19937 rng(7);
+    std::string word(1 << 20, 'a');
+    for (char& c : word) c = (char)('a' + rng() % 26);
+    timespec t0, t1;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+    const std::vector<int> ids = enc(word);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+    const double secs = (t1.tv_sec - t0.tv_sec) + 1e-9 * (t1.tv_nsec - t0.tv_nsec);
+    printf("a %zu-byte word: %zu tokens in %.2f s of CPU time\n", word.size(), ids.size(), secs);
+    EXPECT_LT(secs, 20.0);
+    EXPECT_EQ(dec(ids), word);
 }
 
 // ---- shipped shards ----

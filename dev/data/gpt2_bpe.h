@@ -11,6 +11,8 @@
 #pragma once
 #include <stdint.h>
 #include <stdio.h>
+#include <functional>  // defines: std::greater
+#include <queue>       // defines: std::priority_queue
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -314,32 +316,51 @@ static inline bool gpt2_bpe_load(GPT2BPE* t, const char* encoder_json, const cha
 
 // BPE of one pre-token piece: start from its bytes' tokens, then repeatedly merge every occurrence of
 // the lowest-ranked adjacent pair (left to right, as encoder.py does) until no pair has a rank.
+// n log n, as tiktoken and HF tokenizers do it: the symbols are a linked list, the candidate pairs a heap of
+// (rank, position). One round takes every entry of the lowest rank, in position order, and merges those still
+// current: the pass of encoder.py over all occurrences of that pair. (A per-round scan of the whole piece
+// was quadratic: a 1 MB word took 83 s.)
 static inline void gpt2_bpe_piece(const GPT2BPE* t, const unsigned char* s, size_t len,
                                   std::vector<int>* out) {
-    std::vector<int> w(len);
-    for (size_t i = 0; i < len; i++) w[i] = t->byte_token[s[i]];
-    while (w.size() > 1) {
-        int best_rank = -1, left = 0, right = 0, merged = 0;
-        for (size_t i = 0; i + 1 < w.size(); i++) {
-            auto it = t->merges.find(((uint64_t)w[i] << 32) | (uint32_t)w[i + 1]);
-            if (it != t->merges.end() && (best_rank < 0 || it->second.first < best_rank)) {
-                best_rank = it->second.first;
-                left = w[i];
-                right = w[i + 1];
-                merged = it->second.second;
-            }
-        }
-        if (best_rank < 0) break;
-        size_t o = 0;
-        for (size_t i = 0; i < w.size(); i++) {
-            if (i + 1 < w.size() && w[i] == left && w[i + 1] == right) {
-                w[o++] = merged;
-                i++;
-            } else w[o++] = w[i];
-        }
-        w.resize(o);
+    if (len == 0) return;
+    const int n = (int)len;
+    std::vector<int> sym(len), prev(len), next(len);  // next -1: the last symbol; a merged-away one is -2
+    for (int i = 0; i < n; i++) {
+        sym[i] = t->byte_token[s[i]];
+        prev[i] = i - 1;
+        next[i] = i + 1 < n ? i + 1 : -1;
     }
-    out->insert(out->end(), w.begin(), w.end());
+    auto merge_of = [&](int a, int b) {  // (rank, merged id) of the pair, rank -1 if none
+        auto it = t->merges.find(((uint64_t)a << 32) | (uint32_t)b);
+        return it == t->merges.end() ? std::make_pair(-1, 0) : it->second;
+    };
+    typedef std::pair<int, int> Entry;  // (rank, position of the left symbol)
+    std::priority_queue<Entry, std::vector<Entry>, std::greater<Entry>> heap;
+    auto push = [&](int i) {  // the pair starting at symbol i, if it has a rank
+        if (next[i] < 0) return;
+        const int r = merge_of(sym[i], sym[next[i]]).first;
+        if (r >= 0) heap.push({r, i});
+    };
+    for (int i = 0; i + 1 < n; i++) push(i);
+    std::vector<int> round;
+    while (!heap.empty()) {
+        const int rank = heap.top().first;
+        round.clear();
+        for (; !heap.empty() && heap.top().first == rank; heap.pop()) round.push_back(heap.top().second);
+        for (int i : round) {  // in position order: the heap gives ties lowest position first
+            const int j = next[i];
+            if (j < 0) continue;  // i is last, or was merged away
+            const std::pair<int, int> m = merge_of(sym[i], sym[j]);
+            if (m.first != rank) continue;  // a stale entry: i or j changed since it was pushed
+            sym[i] = m.second;
+            next[i] = next[j];
+            if (next[j] >= 0) prev[next[j]] = i;
+            next[j] = -2;
+            if (prev[i] >= 0) push(prev[i]);
+            push(i);
+        }
+    }
+    for (int i = 0; i >= 0; i = next[i]) out->push_back(sym[i]);
 }
 
 // Encodes text into GPT-2 token ids. `cache` (optional) memoizes pieces across calls, e.g. across the

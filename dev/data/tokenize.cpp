@@ -10,6 +10,7 @@
 // Shard format: 256 int32 header {20240520, 1, token count, 0...}, then uint16 token ids.
 // Tokenizer format: 256 int32 header {20240328, 2, vocab size, eot id, 0...}, then per id 0..V-1 one
 // uint8 length and that many raw bytes. Both little-endian, as written by the host (x86/ARM).
+#include <errno.h>  // defines: errno, ERANGE
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,8 +78,10 @@ int main(int argc, char** argv) {
         else if (!strcmp(flag, "--tokenizer-out")) tok_out = v;
         else if (!strcmp(flag, "--val-tokens")) {
             char* end;
+            errno = 0;  // ERANGE: a count past LONG_MAX is refused, not clamped
             val_tokens = strtol(v, &end, 10);
-            if (*end || end == v || val_tokens < 0) die("--val-tokens wants a count >= 0, got '%s'", v);
+            if (*end || end == v || val_tokens < 0 || errno == ERANGE)
+                die("--val-tokens wants a count >= 0 that fits 64 bits, got '%s'", v);
         } else die("unknown flag %s (%s)", flag, kUsage);
     }
     if (!input || !prefix) die("--input and --out-prefix are required (%s)", kUsage);
