@@ -29,18 +29,9 @@
 
 #include "cpu_adam.h"  // defines: convert_f32_to_bf16
 #include "crc32c.h"    // defines: crc32c_update
+#include "utils.h"     // defines: SizeText
 
 static const double GiB = 1024.0 * 1024.0 * 1024.0;
-
-// A size for a message: GiB, MiB or bytes, so that a small one does not read "0.00 GiB".
-struct SizeText {
-    char s[48];
-    explicit SizeText(double bytes) {
-        if (bytes >= GiB) snprintf(s, sizeof s, "%.2f GiB", bytes / GiB);
-        else if (bytes >= 1048576.0) snprintf(s, sizeof s, "%.2f MiB", bytes / 1048576.0);
-        else snprintf(s, sizeof s, "%.0f bytes", bytes);
-    }
-};
 
 void* ssd_alloc(int64_t bytes) {
     if (bytes <= 0) bytes = SSD_ALIGN;

@@ -61,7 +61,7 @@
 #include "stream.h"       // defines: WeightStream, stream_wait_layer, stream_release_layer
 #include "timeline.h"     // defines: Timeline, timeline_begin, timeline_end, timeline_summarize (-Y 1)
 #include "tokenizer.h"    // defines: Tokenizer, tokenizer_init
-#include "utils.h"        // defines: die, table_row, table_rule, progress_text, peak_rss_bytes
+#include "utils.h"        // defines: die, SizeText, table_row, table_rule, progress_text, peak_rss_bytes
 
 #include "matmul.cuh"           // defines: matmul_forward, matmul_backward_input, lt_matmul
 #include "attention.cuh"        // defines: attention_forward, attention_backward (cuBLAS + softmax)
@@ -957,16 +957,15 @@ static void open_data(Run* r) {
 
 // -sd, a fresh run: DIR must hold the store (ssd_store_create allocates every file at full size).
 static void check_ssd_space(const Run* r) {
-    const double GiB = 1073741824.0;
     const char* dir = r->ga.ssd_dir;
     if (!dir || r->resume_step >= 0) return;
     const int64_t avail = dir_free_bytes(dir);
     if (avail < 0) die("-sd %s: %s", dir, strerror(errno));
     if (avail < r->plan.ssd_disk)
-        die("-sd %s: the optimizer state needs %.2f GiB on disk (two generations of the fp32 weights, m and "
-            "v%s of %d streamed layers, and their gradients), the filesystem has %.2f GiB free",
-            dir, r->plan.ssd_disk / GiB, r->ga.ssd_weights ? " and the bf16 weights" : "",
-            r->cfg.num_layers - r->resident, avail / GiB);
+        die("-sd %s: the optimizer state needs %s on disk (two generations of the fp32 weights, m and "
+            "v%s of %d streamed layers, and their gradients), the filesystem has %s free",
+            dir, SizeText((double)r->plan.ssd_disk).s, r->ga.ssd_weights ? " and the bf16 weights" : "",
+            r->cfg.num_layers - r->resident, SizeText((double)avail).s);
 }
 
 // The fit check, before any large allocation: host RAM first (no GPU needed to know it will not fit), then
@@ -1156,7 +1155,8 @@ static void ssd_attach(Run* r, GPT* g) {
     if (r->ga.timeline) ssd_io_log_busy(ssd_store_io(g->ssd), 1);  // the timeline's disk tracks
     g->gw->thread = std::thread(grads_writer_main, g);
     char how[96] = "created";
-    if (resume) snprintf(how, sizeof how, "resumed at its checkpoint, its checksums verified in %.1f s", verify_s);
+    if (resume)
+        snprintf(how, sizeof how, "resumed at its checkpoint, its checksums verified in %.1f s", verify_s);
     printf("SSD tier: %d layers' fp32 weights and AdamW m, v%s in %s (%.2f GiB on disk, %s; %s)\n",
            sc.num_layers, g->weights_on_disk ? " and bf16 weights" : "", dir, r->plan.ssd_disk / GiB,
            ssd_io_backend(ssd_store_io(g->ssd)), how);

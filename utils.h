@@ -1,4 +1,4 @@
-// utils.h — die, the config table's rows, durations and progress text, peak memory.
+// utils.h — die, the config table's rows, sizes, durations and progress text, peak memory.
 // No flags, no files, no model.
 #pragma once
 #include <stdarg.h>
@@ -7,6 +7,17 @@
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <unistd.h>
+
+// A size for a message: GiB, MiB or bytes, so that a small one does not read "0.00 GiB".
+struct SizeText {
+    char s[48];
+    explicit SizeText(double bytes) {
+        const double GiB = 1073741824.0, MiB = 1048576.0;
+        if (bytes >= GiB) snprintf(s, sizeof s, "%.2f GiB", bytes / GiB);
+        else if (bytes >= MiB) snprintf(s, sizeof s, "%.2f MiB", bytes / MiB);
+        else snprintf(s, sizeof s, "%.0f bytes", bytes);
+    }
+};
 
 // Prints "error: ..." on one line (control bytes as \xNN) and exits 1: every trainer failure ends here.
 static inline void die(const char* fmt, ...) {
