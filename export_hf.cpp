@@ -1,7 +1,8 @@
 // export_hf.cpp — writes a model as a Hugging Face GPT-2 directory that transformers loads offline:
 //   ./export_hf -i log/model_00000300.bin -o gpt2_hf
 // Input: an llm.c model file, a run directory (newest complete checkpoint) or a Hugging Face checkpoint.
-// Output: safetensors, config files, dev/data/gpt2's tokenizer files. Memory: the largest tensor.
+// Output: safetensors, config files, dev/data/gpt2's tokenizer files. Memory: the largest tensor (checked
+// first), for either input: both are read tensor by tensor.
 // It is written into <dir>.tmp-<pid>, renamed to <dir> once complete: a failed or killed export leaves no
 // <dir> that loads (a failure removes the staging directory; a kill -9 leaves it, named as such).
 // Not here: the format mapping (hf.h), PyTorch pickles.
@@ -12,13 +13,14 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <dirent.h>
+#include <algorithm>
 #include <string>
 #include <vector>
 #include "checkpoint.h"  // defines: pick_checkpoint, latest_checkpoint
 #include "hf.h"          // defines: hf_write_safetensors, hf_write_config, hf_tensor_places
-#include "model.h"       // defines: gpt_read_header, gpt_load_params, gpt_layout
+#include "model.h"       // defines: gpt_read_header, gpt_layout, host_available_bytes
 #include "run_dir.h"     // defines: make_dirs, fsync_dir
-#include "utils.h"       // defines: die
+#include "utils.h"       // defines: die, SizeText
 
 static void usage(FILE* f) {
     fprintf(f,
@@ -68,7 +70,8 @@ static int copy_file(const std::string& src, const std::string& dir, const char*
            write_small_file(dir, name, text, err, errlen);
 }
 
-// The staging directory while it is ours to remove: atexit (every die) and SIGINT/SIGTERM remove it.
+// The staging directory while it is ours to remove: fail() (every error once it exists) and SIGINT/SIGTERM
+// remove it. (die() ends with _exit: atexit handlers do not run.)
 static char g_staging[4200];
 
 // Removes g_staging and the files in it (it holds files only). Also called from a signal handler, where
@@ -87,6 +90,13 @@ static void remove_staging(void) {
     rmdir(g_staging);
     g_staging[0] = 0;
 }
+
+// die(), once the staging directory exists: it goes first
+#define fail(...)         \
+    do {                  \
+        remove_staging(); \
+        die(__VA_ARGS__); \
+    } while (0)
 static void on_stop_signal(int sig) {
     remove_staging();
     signal(sig, SIG_DFL);
@@ -152,7 +162,16 @@ int main(int argc, char** argv) {
     std::string dest = out;  // without trailing slashes: the staging directory is its sibling
     while (dest.size() > 1 && dest.back() == '/') dest.pop_back();
 
-    std::vector<float> whole;  // a Hugging Face input, loaded whole
+    // the input is read tensor by tensor as it is written: memory for the largest tensor, checked first
+    const std::vector<HfTensorPlace> places = hf_tensor_places(&cfg);
+    int64_t largest = 0;
+    for (const HfTensorPlace& pl : places) largest = std::max(largest, pl.count);
+    const int64_t need = largest * (4 + 4 + 2) + ((int64_t)64 << 20);  // it, its transpose or lm_head, bf16
+    const int64_t avail = host_available_bytes();
+    if (avail >= 0 && need > avail)
+        die("%s: its largest tensor needs %s of host memory to convert, %s is available", model.c_str(),
+            SizeText((double)need).s, SizeText((double)avail).s);
+    HfCheckpoint ck;  // a Hugging Face input
     FILE* f = NULL;
     int esize = 4;
     if (from_llmc) {
@@ -160,9 +179,9 @@ int main(int argc, char** argv) {
         int header[256];
         if (!f || fread(header, 4, 256, f) != 256) die("cannot read %s", model.c_str());
         esize = header[1] == MODEL_VERSION_BF16 ? 2 : 4;
-    } else {
-        whole.resize((size_t)gpt_layout(&cfg).total);
-        if (!gpt_load_params(model.c_str(), &cfg, whole.data(), err, sizeof err)) die("%s", err);
+    } else if (!hf_open(model.c_str(), &ck, err, sizeof err) ||
+               !hf_check_tensors(&ck, &cfg, err, sizeof err)) {
+        die("%s", err);
     }
 
     // the staging directory, made once the input has loaded (its parents are made for good)
@@ -173,17 +192,13 @@ int main(int argc, char** argv) {
     if (staging.size() >= sizeof g_staging) die("-o %s: path too long", out);
     if (mkdir(staging.c_str(), 0755) != 0) die("cannot create %s: %s", staging.c_str(), strerror(errno));
     snprintf(g_staging, sizeof g_staging, "%s", staging.c_str());
-    atexit(remove_staging);
     signal(SIGINT, on_stop_signal);
     signal(SIGTERM, on_stop_signal);
-    const std::vector<HfTensorPlace> places = hf_tensor_places(&cfg);
     std::vector<uint16_t> half;
+    std::vector<float> tmp;
     auto read = [&](size_t k, float* dst) {
         const HfTensorPlace& pl = places[k];
-        if (!from_llmc) {
-            memcpy(dst, whole.data() + pl.dst, sizeof(float) * (size_t)pl.count);
-            return 1;
-        }
+        if (!from_llmc) return hf_read_place(&ck, &cfg, pl, dst, &tmp, &half, err, sizeof err);
         const int64_t off = llmc_file_offset(&cfg, pl.dst, esize);
         void* buf = dst;
         if (esize == 2) {
@@ -199,9 +214,9 @@ int main(int argc, char** argv) {
             for (int64_t i = 0; i < pl.count; i++) dst[i] = bf16_to_float(half[(size_t)i]);
         return 1;
     };
-    if (!hf_write_safetensors(staging, &cfg, bf16, max_shard, read, err, sizeof err)) die("%s", err);
+    if (!hf_write_safetensors(staging, &cfg, bf16, max_shard, read, err, sizeof err)) fail("%s", err);
     if (f) fclose(f);
-    if (!hf_write_config(staging, &cfg, bf16, err, sizeof err)) die("%s", err);
+    if (!hf_write_config(staging, &cfg, bf16, err, sizeof err)) fail("%s", err);
 
     // GPT-2's tokenizer, which made the shipped data
     const std::string tok = exe_dir() + "/dev/data/gpt2";
@@ -226,18 +241,18 @@ int main(int argc, char** argv) {
             !copy_file(tok + "/vocab.bpe", staging, "merges.txt", err, sizeof err) ||
             !write_small_file(staging, "special_tokens_map.json", special, err, sizeof err) ||
             !write_small_file(staging, "tokenizer_config.json", config, err, sizeof err))
-            die("%s", err);
+            fail("%s", err);
     }
     // complete: into place (rename replaces an empty directory), durably
-    if (!fsync_dir(staging.c_str(), err, sizeof err)) die("%s", err);
+    if (!fsync_dir(staging.c_str(), err, sizeof err)) fail("%s", err);
     if (rename(staging.c_str(), dest.c_str()) != 0)
-        die("cannot rename %s to %s: %s", staging.c_str(), dest.c_str(), strerror(errno));
+        fail("cannot rename %s to %s: %s", staging.c_str(), dest.c_str(), strerror(errno));
     g_staging[0] = 0;
     if (!fsync_dir(slash == std::string::npos ? "."
                    : slash == 0               ? "/"
                                               : dest.substr(0, slash).c_str(),
                    err, sizeof err))
-        die("%s", err);
+        fail("%s", err);
     const HfShardPlan plan = hf_plan_shards(places, bf16 ? 2 : 4, max_shard);
     printf("wrote %s: GPT2LMHeadModel L%d C%d NH%d maxT%d V%d, %zu tensors, %s, %.1f MB in %zu file%s; %s\n",
            out, cfg.num_layers, cfg.channels, cfg.num_heads, cfg.max_seq_len, cfg.vocab_size, places.size(),

@@ -833,6 +833,38 @@ static inline int hf_read_config(const char* path, GPTConfig* cfg, char* err, si
            hf_check_tensors(&ck, cfg, err, errlen);
 }
 
+// One tensor of an open checkpoint into our layout at dst (pl.count floats: fp32, F16 and BF16 widened
+// exactly, transposed back). For wte, a saved lm_head.weight must equal it, else the checkpoint is refused.
+static inline int hf_read_place(const HfCheckpoint* ck, const GPTConfig* cfg, const HfTensorPlace& pl,
+                                float* dst, std::vector<float>* tmp, std::vector<uint16_t>* half, char* err,
+                                size_t errlen) {
+    const StTensor* t = hf_find(ck, pl.name);
+    if (pl.transposed) {
+        tmp->resize((size_t)pl.count);
+        if (!st_read_f32(ck, *t, tmp->data(), *half, err, errlen)) return 0;
+        transpose_f32(tmp->data(), dst, pl.rows, pl.cols);
+    } else if (!st_read_f32(ck, *t, dst, *half, err, errlen)) return 0;
+    if (pl.dst != gpt_layout(cfg).embed_offset[WTE]) return 1;
+    const StTensor* head = hf_find(ck, "lm_head.weight");
+    if (!head) return 1;
+    const int64_t real = (int64_t)cfg->vocab_size * cfg->channels;
+    if (head->shape.size() != 2 || head->shape[0] != cfg->vocab_size || head->shape[1] != cfg->channels) {
+        snprintf(err, errlen, "%.400s: lm_head.weight does not have wte's shape",
+                 ck->files[head->file].c_str());
+        return 0;
+    }
+    tmp->resize((size_t)real);
+    if (!st_read_f32(ck, *head, tmp->data(), *half, err, errlen)) return 0;
+    if (memcmp(tmp->data(), dst, sizeof(float) * (size_t)real) != 0) {
+        snprintf(err, errlen,
+                 "%.400s: lm_head.weight differs from wte: an untied output layer, which this model "
+                 "does not have (its output layer is wte)",
+                 ck->files[head->file].c_str());
+        return 0;
+    }
+    return 1;
+}
+
 // gpt_load_params for a Hugging Face checkpoint: fp32 (F16, BF16 widen exactly), transposed back.
 // A saved lm_head.weight must equal wte, else the checkpoint is refused.
 static inline int hf_load_params(const char* path, const GPTConfig* cfg, float* params, char* err,
@@ -854,34 +886,13 @@ static inline int hf_load_params(const char* path, const GPTConfig* cfg, float* 
     params -= lo;  // a window [lo, hi): params points at element lo (gpt_load_params)
     for (const auto& pl : hf_tensor_places(cfg)) {
         if (pl.dst < lo || pl.dst >= hi) continue;
-        const StTensor* t = hf_find(&ck, pl.name);
-        float* dst = params + pl.dst;
-        if (pl.transposed) {
-            tmp.resize((size_t)pl.count);
-            if (!st_read_f32(&ck, *t, tmp.data(), half, err, errlen)) return 0;
-            transpose_f32(tmp.data(), dst, pl.rows, pl.cols);
-        } else if (!st_read_f32(&ck, *t, dst, half, err, errlen)) return 0;
-        done += t->bytes;
+        if (!hf_read_place(&ck, cfg, pl, params + pl.dst, &tmp, &half, err, errlen)) return 0;
+        done += hf_find(&ck, pl.name)->bytes;
         read_progress("loading", path, done, total, &quarter);
     }
     const int64_t real = (int64_t)cfg->vocab_size * cfg->channels;
     if (lo > p.embed_offset[WTE] || hi <= p.embed_offset[WTE]) return 1;  // the window holds no wte
     memset(params + p.embed_offset[WTE] + real, 0, sizeof(float) * (size_t)(p.embed_size[WTE] - real));
-    if (const StTensor* head = hf_find(&ck, "lm_head.weight")) {
-        if (head->shape.size() != 2 || head->shape[0] != cfg->vocab_size || head->shape[1] != cfg->channels) {
-            snprintf(err, errlen, "%.400s: lm_head.weight does not have wte's shape", path);
-            return 0;
-        }
-        tmp.resize((size_t)real);
-        if (!st_read_f32(&ck, *head, tmp.data(), half, err, errlen)) return 0;
-        if (memcmp(tmp.data(), params + p.embed_offset[WTE], sizeof(float) * (size_t)real) != 0) {
-            snprintf(err, errlen,
-                     "%.400s: lm_head.weight differs from wte: an untied output layer, which this model "
-                     "does not have (its output layer is wte)",
-                     path);
-            return 0;
-        }
-    }
     return 1;
 }
 

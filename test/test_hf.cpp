@@ -508,6 +508,42 @@ TEST_F(HfTest, ExportToolFlagsAndRefusals) {
     EXPECT_EQ(load(dir + "/out5"), params);
 }
 
+// Issue 33: export_hf reads a Hugging Face input tensor by tensor, as an llm.c one (it loaded it whole, and a
+// large one aborted with std::bad_alloc), and checks the memory its largest tensor needs before it starts.
+TEST_F(HfTest, ExportStreamsAHuggingFaceInputAndChecksMemoryFirst) {
+    // a sharded bf16 checkpoint through export_hf: the same weights, fp32 out
+    const std::string in = export_dir("hf_in", 1, 60000);
+    const Result ok = run_bin("./export_hf", {"-i", in, "-o", dir + "/hf_out"});
+    ASSERT_EQ(ok.code, 0) << ok.cmd << "\n" << ok.err;
+    EXPECT_EQ(load(dir + "/hf_out"), load(in));
+    // L1 C65536: its MLP matrices are 17.2 G parameters each (172 GB to convert); a sparse 103 GB file
+    GPTConfig big = {32, 1000, 1024, 1, 1, 65536};
+    const std::string huge = dir + "/huge";
+    char err[4352];
+    ASSERT_TRUE(make_dirs(huge.c_str(), err, sizeof err)) << err;
+    ASSERT_TRUE(hf_write_config(huge, &big, 1, err, sizeof err)) << err;
+    std::string header = "{";
+    int64_t off = 0;
+    for (const HfTensorPlace& pl : hf_tensor_places(&big)) {
+        const std::string shape = pl.cols
+                                      ? "[" + std::to_string(pl.rows) + "," + std::to_string(pl.cols) + "]"
+                                      : "[" + std::to_string(pl.rows) + "]";
+        header += (off ? "," : "") + std::string("\"transformer.") + pl.name +
+                  "\":{\"dtype\":\"BF16\",\"shape\":" + shape + ",\"data_offsets\":[" + std::to_string(off) +
+                  "," + std::to_string(off + 2 * pl.count) + "]}";
+        off += 2 * pl.count;
+    }
+    write_st(huge + "/model.safetensors", header + "}", 0);
+    const std::string st = huge + "/model.safetensors";
+    struct stat sb;
+    ASSERT_EQ(stat(st.c_str(), &sb), 0);
+    ASSERT_EQ(truncate(st.c_str(), sb.st_size + off), 0) << "a sparse file of " << off << " bytes";
+    const Result r = run_bin("./export_hf", {"-i", huge, "-o", dir + "/huge_out"});
+    EXPECT_TRUE(CleanError(r, {"largest tensor needs", "of host memory to convert", "is available"}));
+    EXPECT_FALSE(file_exists(dir + "/huge_out")) << "nothing is created";
+    for (const std::string& n : names_in(dir)) EXPECT_EQ(n.find("huge_out.tmp"), std::string::npos) << n;
+}
+
 // export_hf writes into <dir>.tmp-<pid> and renames it when complete. Before: a failed load left an empty
 // -o directory, a failure or a kill -9 after config.json left a directory that loads, and an input of under 8
 // bytes had its header length read from uninitialised bytes.
