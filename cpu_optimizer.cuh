@@ -59,7 +59,7 @@ static void ssd_round_layer_done(void* ctx, int i) {
 }
 
 // -sd, the writer thread: each sent layer's gradients, once on the host, into the store's grads file.
-static void die_disk(const char* what, const char* err);
+static void die_disk(const GPT* g, const char* what, const char* err);
 static void grads_writer_main(GPT* g) {
     GradsWriter* w = g->gw;
     [[maybe_unused]] const int64_t bytes = g->layout.layer_stride * 2;  // the emulator's host-access check
@@ -85,7 +85,7 @@ static void grads_writer_main(GPT* g) {
         char err[1024];
         const SsdReq r = ssd_store_write_grads_async(g->ssd, l - g->resident_layers, w->buf[k]);
         if (ssd_store_wait(g->ssd, r, err, sizeof err) != 0)
-            die_disk("writing the gradients to the SSD tier", err);
+            die_disk(g, "writing the gradients to the SSD tier", err);
         std::lock_guard<std::mutex> lock(w->mu);
         w->busy[k] = false;
         w->written_pass[l] = pass;
@@ -121,9 +121,13 @@ static void send_layer_grads(GPT* g, int l) {
 
 // A disk error during a round: one line, and out at once (the main thread may be inside a step). The
 // store's last checkpoint generation is never written by a round, so the last checkpoint stays intact.
-static void die_disk(const char* what, const char* err) {
+static void die_disk(const GPT* g, const char* what, const char* err) {
     fflush(stdout);
-    fprintf(stderr, "error: %s: %s (the last complete checkpoint is intact: resume with -y 1)\n", what, err);
+    if (g->checkpoint_step >= 0)
+        fprintf(stderr,
+                "error: %s: %s (the last complete checkpoint is intact, step %lld: resume with -y 1)\n", what,
+                err, (long long)g->checkpoint_step);
+    else fprintf(stderr, "error: %s: %s (no checkpoint was complete yet: nothing to resume)\n", what, err);
     fflush(stderr);
     _exit(1);
 }
@@ -140,7 +144,7 @@ static int sw_read_done(void* ctx, int64_t req, int wait) {
     if (!wait && !ssd_io_poll(ssd_store_io(g->ssd), req)) return 0;
     char err[1024];
     if (ssd_store_wait(g->ssd, req, err, sizeof err) != 0)
-        die_disk("reading the bf16 weights from the SSD tier", err);
+        die_disk(g, "reading the bf16 weights from the SSD tier", err);
     return 1;
 }
 static HostReader sw_reader(GPT* g, const ParamLayout* p, int resident_layers) {
@@ -168,7 +172,7 @@ static void ssd_set_fault_from_env(SsdStore* st) {
 static void ssd_round(GPT* g) {
     const int n = g->config.num_layers - g->resident_layers;
     int* layers = (int*)malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
-    if (!layers) die_disk("the SSD tier's AdamW round", "out of host memory");
+    if (!layers) die_disk(g, "the SSD tier's AdamW round", "out of host memory");
     for (int i = 0; i < n; i++) layers[i] = i;
     {  // the round reads ahead from the grads file: every layer of this pass must be written first
         GradsWriter* w = g->gw;
@@ -183,7 +187,7 @@ static void ssd_round(GPT* g) {
     SsdRoundFns fns = {ssd_round_grads, ssd_round_update, ssd_round_bf16_dst, ssd_round_layer_done, g};
     char err[1024];
     if (ssd_store_round(g->ssd, layers, n, &fns, err, sizeof err) != 0)
-        die_disk("the SSD tier's AdamW round", err);
+        die_disk(g, "the SSD tier's AdamW round", err);
     free(layers);
 }
 

@@ -202,10 +202,11 @@ struct GPT {
     LayerActs* kept;     // [(l - (L - K)) * max_micro + mb]: acts with the kept arrays in kept_memory
     void* kept_memory;
 
-    Optimizer* opt;    // owned; separate so this struct stays plain data
-    int64_t step;      // training steps taken (names the checkpoints)
-    int64_t adam_t;    // updates applied (AdamW's t): step less the updates -sl / -sg skipped
-    double last_norm;  // gradient norm of the last step
+    Optimizer* opt;           // owned; separate so this struct stays plain data
+    int64_t step;             // training steps taken (names the checkpoints)
+    int64_t adam_t;           // updates applied (AdamW's t): step less the updates -sl / -sg skipped
+    int64_t checkpoint_step;  // the newest complete checkpoint's step (-1: none yet), for disk errors' lines
+    double last_norm;         // gradient norm of the last step
     OutlierWindow loss_window, norm_window;  // -sl / -sg
     char skipped[96];                        // why the last step updated nothing (-sl / -sg), or ""
     int64_t gpu_bytes;         // every byte this trainer allocated on the GPU (the "peak GPU" figure)

@@ -844,6 +844,12 @@ static inline int hf_read_place(const HfCheckpoint* ck, const GPTConfig* cfg, co
         if (!st_read_f32(ck, *t, tmp->data(), *half, err, errlen)) return 0;
         transpose_f32(tmp->data(), dst, pl.rows, pl.cols);
     } else if (!st_read_f32(ck, *t, dst, *half, err, errlen)) return 0;
+    const int64_t bad = first_non_finite(dst, pl.count);
+    if (bad >= 0) {
+        snprintf(err, errlen, "%.400s: %s holds %s", ck->files[t->file].c_str(), pl.name.c_str(),
+                 isnan(dst[bad]) ? "a NaN" : "an infinity");
+        return 0;
+    }
     if (pl.dst != gpt_layout(cfg).embed_offset[WTE]) return 1;
     const StTensor* head = hf_find(ck, "lm_head.weight");
     if (!head) return 1;

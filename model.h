@@ -322,6 +322,14 @@ static inline int gpt_read_header(const char* path, GPTConfig* cfg, char* err, s
 // A version 5 file's bf16 values become the fp32 weights they stand for (bits << 16: exact).
 // A window [lo, hi) of the layout (whole blocks: the embeddings [0, embed_count), or layers) loads only the
 // tensors inside it, params pointing at element lo: the SSD tier loads a model one layer at a time.
+// The first element of x that is a NaN or an infinity, or -1: a model that holds one is refused at load,
+// with the tensor named (it would otherwise read as "training diverged at step 1").
+static inline int64_t first_non_finite(const float* x, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(x[i])) return i;
+    return -1;
+}
+
 static inline int gpt_load_params(const char* path, const GPTConfig* cfg, float* params, char* err,
                                   size_t errlen, int64_t lo = 0, int64_t hi = INT64_MAX) {
     if (hf_is_checkpoint(path)) return hf_load_params(path, cfg, params, err, errlen, lo, hi);
@@ -359,18 +367,28 @@ static inline int gpt_load_params(const char* path, const GPTConfig* cfg, float*
             if (whole) read_progress("loading model file", path, done, bytes, &quarter);
             if (!is_bf16) {
                 ok = (int64_t)fread(dst, sizeof(float), (size_t)n, f) == n;
-                continue;
+            } else {
+                // bf16: read into the upper half of dst's own bytes, then widen front to back: value j sits
+                // at byte 2n + 2j, float i goes to bytes 4i .. 4i+3 < 2n + 2(i+1), so it overwrites only
+                // values already read
+                unsigned char* half = (unsigned char*)dst + 2 * n;
+                ok = (int64_t)fread(half, 2, (size_t)n, f) == n;
+                for (int64_t i = 0; i < n && ok; i++) {
+                    uint16_t b;
+                    memcpy(&b, half + 2 * i, 2);
+                    const uint32_t bits = (uint32_t)b << 16;
+                    memcpy(dst + i, &bits, 4);
+                }
             }
-            // bf16: read into the upper half of dst's own bytes, then widen front to back: value j sits at
-            // byte 2n + 2j, float i goes to bytes 4i .. 4i+3 < 2n + 2(i+1), so it overwrites only
-            // values already read
-            unsigned char* half = (unsigned char*)dst + 2 * n;
-            ok = (int64_t)fread(half, 2, (size_t)n, f) == n;
-            for (int64_t i = 0; i < n && ok; i++) {
-                uint16_t b;
-                memcpy(&b, half + 2 * i, 2);
-                const uint32_t bits = (uint32_t)b << 16;
-                memcpy(dst + i, &bits, 4);
+            const int64_t bad = ok ? first_non_finite(dst, n) : -1;
+            if (bad >= 0) {
+                fclose(f);
+                char layer[32] = "";
+                if (is_layer) snprintf(layer, sizeof layer, " of layer %d", l);
+                snprintf(err, errlen, "model file %.400s: %s%s holds %s at element %lld", path,
+                         is_layer ? layer_tensor_names[t] : embed_tensor_names[t], layer,
+                         isnan(dst[bad]) ? "a NaN" : "an infinity", (long long)bad);
+                return 0;
             }
         }
     }

@@ -124,3 +124,13 @@ static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, 
     }
     return 1;
 }
+
+// -e NAME read as a spec (kind 1) while a file or directory NAME exists too: one warning line, so a run does
+// not silently train the spec when the path was meant. A path is always taken with a '/' in it (./d2).
+static inline void warn_if_spec_shadows_path(const char* spec, int kind) {
+    struct stat sb;
+    if (kind == 1 && stat(spec, &sb) == 0)
+        fprintf(stderr,
+                "warning: -e %s is read as a model spec, not as the %s %s here: write ./%s for that\n", spec,
+                S_ISDIR(sb.st_mode) ? "directory" : "file", spec, spec);
+}

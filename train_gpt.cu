@@ -51,7 +51,7 @@
 #include "kernels.cuh"    // defines: layernorm_forward, gelu_forward, fused_classifier, adamw_gpu
 #include "logger.h"       // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
 #include "model.h"        // defines: GPTConfig, ParamLayout, gpt_layout, gpt_init_params, gpt_load_params
-#include "model_specs.h"  // defines: parse_model_spec
+#include "model_specs.h"  // defines: parse_model_spec, warn_if_spec_shadows_path
 #include "outliers.h"     // defines: OutlierWindow, outlier_skip, training_diverged, die_diverged
 #include "run_dir.h"      // defines: lock_output_dir
 #include "sampler.h"      // defines: random_u64, random_f32, sample_softmax, print_sample_token
@@ -252,6 +252,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
                       int resident_layers, int kept_layers, const TrainArgs* args, int tier = TIER_RAM) {
     const bool ssd = tier != TIER_RAM;
     memset(g, 0, sizeof *g);
+    g->checkpoint_step = -1;
     g->config = *cfg;
     g->layout = gpt_layout(cfg);
     g->B = B;
@@ -710,7 +711,7 @@ static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data
     }
     char err[1024];
     if (ssd_store_checkpoint(g->ssd, g->step, err, sizeof err) != 0)
-        die_disk("the SSD tier's checkpoint", err);
+        die_disk(g, "the SSD tier's checkpoint", err);
     const StreamedState ss = {g->host_state_count, g->step, g->resident_layers, ssd_read_layer_params, g};
     checkpoint_save(dir, g->step, g->adam_t, &g->config, g->master, g->adam_m, g->adam_v, &g->args, g->B,
                     g->T, data_state, &ss);
@@ -806,6 +807,7 @@ static int resolve_model(const char* spec, GPTConfig* cfg) {
     char err[4352];
     const int kind = parse_model_spec(spec, cfg, err, sizeof err);
     if (kind == 0) die("%s", err);
+    warn_if_spec_shadows_path(spec, kind);
     if (kind == 2 && !gpt_read_header(spec, cfg, err, sizeof err)) die("%s", err);
     return kind;
 }
@@ -1101,6 +1103,9 @@ static void ssd_attach(Run* r, GPT* g) {
     const int R = g->resident_layers;
     char err[4352];
     SsdStoreConfig sc = ssd_store_config(c, R, ssd_tier(&r->ga));
+    if (sc.num_layers < 1)  // -R -1 placed every layer on the GPU
+        die("-sd %s with -R %d: all %d layers fit on the GPU, no state is left to put on disk: drop -sd", dir,
+            r->ga.resident, c->num_layers);
     sc.owner = r->ssd_owner;  // another run's store is neither replaced nor resumed
     const bool resume = r->resume_step >= 0;
     double verify_s = 0;
@@ -1192,6 +1197,7 @@ static void build_model(Run* r, GPT* g) {
     load_state(g, r->resume_state, &data_state);
     if (!dataloader_set_state(&r->train, &data_state, err, sizeof err)) die("resume: %s", err);
     r->start_step = (int)g->step;
+    g->checkpoint_step = g->step;
     printf("resumed from %s (step %d)\n", r->resume_model, r->start_step);
 }
 
@@ -1408,6 +1414,7 @@ static void load_step_batches(Run* r) {
 static void save_run_checkpoint(Run* r, GPT* g) {
     DataLoaderState data_state = dataloader_get_state(&r->train);
     save_checkpoint(g, r->args.output_dir, &data_state);
+    g->checkpoint_step = g->step;
 }
 
 static void free_run(Run* r, GPT* g) {

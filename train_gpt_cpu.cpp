@@ -65,6 +65,7 @@ static void build_model(GPT2CPU* model, const char* spec, int B, int T, const ch
     char err[4352];
     const int kind = parse_model_spec(spec, &cfg, err, sizeof err);
     if (kind == 0) die("%s", err);
+    warn_if_spec_shadows_path(spec, kind);
     if (kind == 2 && !gpt_read_header(spec, &cfg, err, sizeof err)) die("%s", err);
     if (T > cfg.max_seq_len) die("-t %d exceeds the model's max sequence length %d", T, cfg.max_seq_len);
     const double state_bytes = 16.0 * gpt_layout(&cfg).total;  // params, grads, m, v

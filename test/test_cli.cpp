@@ -800,6 +800,24 @@ TEST_F(CliTest, MemoryPlanCreatesNoSsdDirectory) {
     }
 }
 
+// Issue 33: -e d2 with a directory d2 where the trainer runs trained the spec without a word; it still does
+// (a path has a '/': ./d2), and says so in one warning line.
+TEST_F(CliTest, ASpecThatIsAlsoAPathIsSaid) {
+    char cwd[4096];
+    ASSERT_NE(getcwd(cwd, sizeof cwd), nullptr);
+    const std::string root = cwd;
+    ASSERT_EQ(mkdir((dir + "/d2").c_str(), 0755), 0);
+    ASSERT_EQ(chdir(dir.c_str()), 0);
+    const Result r =
+        run_bin((root + "/train_gpt_cpu").c_str(),
+                base_args() + Args{"-e", "d2", "-i", root + "/" + kTrain, "-j", root + "/" + kVal});
+    ASSERT_EQ(chdir(root.c_str()), 0);
+    EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.err;
+    EXPECT_TRUE(
+        has(r.err, "warning: -e d2 is read as a model spec, not as the directory d2 here: write ./d2"))
+        << r.err;
+}
+
 // -P 1 prints the memory plan and exits, with no GPU and no data (-i names no file here): the 175B preset at
 // B=8, T=1024 needs 2600.45 GiB of host memory and 54.69 GiB of GPU memory (README's figures; test_gpu's
 // plan test checks them against the allocations), and at half the depth exactly the checkpoints less.

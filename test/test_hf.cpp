@@ -544,6 +544,40 @@ TEST_F(HfTest, ExportStreamsAHuggingFaceInputAndChecksMemoryFirst) {
     for (const std::string& n : names_in(dir)) EXPECT_EQ(n.find("huge_out.tmp"), std::string::npos) << n;
 }
 
+// Issue 33: a NaN or an infinity in a model being loaded is refused with the tensor named (it read as
+// "training diverged at step 1"): a Hugging Face checkpoint and an llm.c file.
+TEST_F(HfTest, NonFiniteWeightsAreRefusedWithTheTensorNamed) {
+    const std::string in = export_dir("nan");
+    HfCheckpoint ck;
+    char err[4352];
+    ASSERT_TRUE(hf_open(in.c_str(), &ck, err, sizeof err)) << err;
+    const StTensor* t = hf_find(&ck, "h.1.mlp.c_fc.weight");
+    ASSERT_NE(t, nullptr);
+    auto poke = [&](const std::string& path, int64_t offset, float value) {
+        const int fd = open(path.c_str(), O_WRONLY);
+        ASSERT_GE(fd, 0) << path;
+        ASSERT_EQ(pwrite(fd, &value, 4, offset), 4);
+        close(fd);
+    };
+    poke(ck.files[t->file], t->offset + 4 * 17, NAN);
+    EXPECT_TRUE(has(refused(in), "h.1.mlp.c_fc.weight holds a NaN")) << refused(in);
+    // an llm.c file: wpe, then a layer tensor (the file is tensor-major: wte, wpe, ln1w[L], ln1b[L], ...)
+    const std::string bin = model_file("inf.bin");
+    const int64_t C = 64, Vp = 50304, T = 32, L = 2;
+    poke(bin, 1024 + (Vp * C + T * C + L * C + C + 3) * 4, INFINITY);
+    std::vector<float> p((size_t)gpt_layout(&cfg).total);
+    GPTConfig c;
+    ASSERT_TRUE(gpt_read_header(bin.c_str(), &c, err, sizeof err)) << err;
+    p.resize((size_t)gpt_layout(&c).total);
+    EXPECT_FALSE(gpt_load_params(bin.c_str(), &c, p.data(), err, sizeof err));
+    EXPECT_TRUE(has(err, "ln1b of layer 1 holds an infinity at element 3")) << err;
+    poke(bin, 1024 + (Vp * C + 5) * 4, NAN);
+    EXPECT_FALSE(gpt_load_params(bin.c_str(), &c, p.data(), err, sizeof err));
+    EXPECT_TRUE(has(err, "wpe holds a NaN at element 5")) << err;
+    // the trainers say the same in one line
+    EXPECT_TRUE(CleanError(run_bin(kCpu, base_args() + Args{"-e", bin}), {"wpe holds a NaN at element 5"}));
+}
+
 // export_hf writes into <dir>.tmp-<pid> and renames it when complete. Before: a failed load left an empty
 // -o directory, a failure or a kill -9 after config.json left a directory that loads, and an input of under 8
 // bytes had its header length read from uninitialised bytes.

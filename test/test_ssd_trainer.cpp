@@ -182,6 +182,19 @@ TEST_F(SsdTrainer, DiskFailureLeavesTheLastCheckpoint) {
     expect_same_as_ram(out, b.out, 3);
 }
 
+// Issue 33: messages that were untrue. A disk error before the first checkpoint said "the last complete
+// checkpoint is intact"; -sd with -R -1 when every layer fits said "bad SSD store shape: 0 layers".
+TEST_F(SsdTrainer, MessagesSayWhatIsTrue) {
+    {
+        ScopedEnv fault("SSD_FAULT", "1,12,28");  // the first round's first write (9 create, 3 gradients)
+        const Result a = run_bin(kEmu, run_args(dir + "/early", {"-sd", dir + "/estore", "-n", "2"}));
+        EXPECT_TRUE(CleanError(a, {"the SSD tier's AdamW round", strerror(28),
+                                   "no checkpoint was complete yet: nothing to resume"}));
+    }
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(dir + "/all", {"-sd", dir + "/astore", "-R", "-1"})),
+                           {"-sd", "with -R -1: all 4 layers fit on the GPU", "drop -sd"}));
+}
+
 // -sw 1: a read of the bf16 weights that fails (EIO on the 21st chunk read: the second step's forward pass,
 // after step 1's round and checkpoint) stops the run with one error line; -y 1 resumes from step 1 and ends
 // as the run in RAM.

@@ -80,8 +80,10 @@ int main(int argc, char** argv) {
             char* end;
             errno = 0;  // ERANGE: a count past LONG_MAX is refused, not clamped
             val_tokens = strtol(v, &end, 10);
-            if (*end || end == v || val_tokens < 0 || errno == ERANGE)
-                die("--val-tokens wants a count >= 0 that fits 64 bits, got '%s'", v);
+            if (*end || end == v || val_tokens < 1 || errno == ERANGE)
+                die("--val-tokens wants a count >= 1 that fits 64 bits (the trainers refuse an empty val "
+                    "shard), got '%s'",
+                    v);
         } else die("unknown flag %s (%s)", flag, kUsage);
     }
     if (!input || !prefix) die("--input and --out-prefix are required (%s)", kUsage);
