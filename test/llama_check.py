@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""llama_check.py: what transformers computes for tiny random Llama and Qwen2 models (test_llama_cpu reads it).
+"""llama_check.py: what transformers computes for tiny random Llama and Qwen2 models (test_llama_cpu reads
+it).
 
 For each case it writes OUT/<case>/:
   model/                the checkpoint, as save_pretrained writes it (safetensors; sharded, bf16 or fp16 where
                         the case says)
-  widened/              half-precision cases only: the same values saved as fp32 (the loader must match exactly)
+  widened/              half-precision cases only: the same values saved as fp32 (loaded, they must match
+                        model/ exactly)
   expected.safetensors  "logits" (B, T, V) and "grad.<parameter name>" for every parameter, fp32
   meta.json             B, T, inputs and targets (B*T token ids), loss; AdamW cases: the hyperparameters
                         and the losses of 3 steps of torch.optim.AdamW plus the loss after them
@@ -32,14 +34,15 @@ LLAMA3 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_fr
 # 2 pi (under 32/4: kept), 8.4 to 32 (interpolated) and above 32/1 (divided by 8): every band of the rule
 ADAMW = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1, "steps": 3}
 
-# name: kind, L, C, NH, NKV, hd, I, V, tied, extra config, B, T, save ("fp32", "shards", "bf16", "fp16"), AdamW
+# name: kind, L, C, NH, NKV, hd, I, V, tied, extra config, B, T, save (fp32, shards, bf16, fp16), AdamW
+QWEN2 = {"rope_theta": 1e6, "rms_norm_eps": 1e-6}
 CASES = {
     "llama_gqa1_hs64_tied": ("llama", 2, 256, 4, 4, 64, 512, 300, True, {}, 2, 16, "fp32", False),
-    "llama_gqa2_hs128_untied_shards": ("llama", 2, 256, 4, 2, 128, 384, 259, False, {}, 2, 16, "shards", False),
-    "llama_gqa8_llama3": ("llama", 2, 256, 8, 1, 64, 320, 200, False, {"rope_scaling": LLAMA3}, 2, 48, "fp32",
-                          True),
-    "qwen2_bias": ("qwen2", 2, 256, 4, 2, 64, 448, 320, True, {"rope_theta": 1e6, "rms_norm_eps": 1e-6}, 2, 16,
-                   "fp32", True),
+    "llama_gqa2_hs128_untied_shards": ("llama", 2, 256, 4, 2, 128, 384, 259, False, {}, 2, 16, "shards",
+                                       False),
+    "llama_gqa8_llama3": ("llama", 2, 256, 8, 1, 64, 320, 200, False, {"rope_scaling": LLAMA3}, 2, 48,
+                          "fp32", True),
+    "qwen2_bias": ("qwen2", 2, 256, 4, 2, 64, 448, 320, True, QWEN2, 2, 16, "fp32", True),
     "llama_bf16": ("llama", 1, 128, 2, 1, 64, 256, 200, False, {}, 2, 16, "bf16", False),
     "llama_fp16": ("llama", 1, 128, 2, 1, 64, 256, 200, True, {}, 2, 16, "fp16", False),
 }
