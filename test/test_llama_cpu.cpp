@@ -300,7 +300,7 @@ TEST_P(LlamaAdamW, ThreeStepsMatchTorch) {
                                 (int64_t)s + 1};
         llama_cpu_adamw(&model, m.data(), v.data(), &args);
     }
-    EXPECT_LT(fabs(theirs[steps].num - theirs[0].num), 1e9);  // (the losses are finite)
+    EXPECT_TRUE(std::isfinite(theirs[steps].num));
     EXPECT_NE(theirs[steps].num, theirs[0].num) << "the steps changed nothing";
     printf("%s: %d AdamW steps, losses %.6f -> %.6f, worst loss %.2e relative\n", GetParam(), steps,
            theirs[0].num, theirs[steps].num, worst);
