@@ -1,0 +1,730 @@
+// llama_cpu.h — the CPU reference Llama (Llama 2 / 3 and Qwen2), fp32 + OpenMP: forward, mean cross-entropy,
+// backward into a layer-major gradient, and a reference AdamW step. The oracle for Llama GPU kernels to come,
+// so one plain function per op; the matmul and the softmax cross-entropy are gpt2_cpu.h's.
+// Not here: reading Hugging Face checkpoints (llama_hf.h), data, files, the GPU.
+// Shapes: N = B*T positions, C hidden channels, NH query heads and NKV key/value heads of hd channels each,
+// QD = NH*hd, KVD = NKV*hd, I the MLP width, L layers, V tokens (not padded: logits are (N, V)).
+// A layer, as transformers' LlamaDecoderLayer:
+//   h   = x + wo(attention(rope(wq rms1(x) + bq), rope(wk rms1(x) + bk), wv rms1(x) + bv))
+//   out = h + w_down(silu(w_gate rms2(h)) * w_up rms2(h))
+// Query head h reads key/value head h / (NH/NKV) (grouped-query attention): K and V are never copied per
+// head.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "adamw.h"     // defines: adamw_tensors_f32grad (AdamW per tensor, decay on matrices only)
+#include "gpt2_cpu.h"  // defines: matmul_forward, matmul_backward, matmul_nn, residual_forward,
+                       // softmax_crossentropy_forward, crossentropy_softmax_backward, round_up64
+
+// ----------------------------------------------------------------------------
+// Config and parameter layout
+
+typedef struct {
+    int num_layers;         // L
+    int hidden_size;        // C
+    int num_heads;          // NH, query heads
+    int num_kv_heads;       // NKV, divides NH
+    int head_dim;           // hd, even: RoPE rotates channel i with channel i + hd/2
+    int intermediate_size;  // I, the MLP width
+    int vocab_size;         // V
+    int max_seq_len;        // max_position_embeddings: the longest T
+    float rms_norm_eps;
+    float rope_theta;  // RoPE base: 10000 (Llama 2), 500000 (Llama 3), 1e6 (Qwen2)
+    int rope_llama3;   // 1: Llama 3.1's frequency scaling with the four fields below; 0: plain RoPE
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_pos;  // original_max_position_embeddings
+    int qkv_bias;               // 1: q, k, v projections have biases (Qwen2)
+    int tied_embeddings;        // 1: lm_head is the embedding matrix
+} LlamaConfig;
+
+// One layer's tensors, in their order in its block; absent biases have size 0.
+enum LlamaLayerTensor {
+    LL_ATTN_NORM,
+    LL_WQ,
+    LL_WK,
+    LL_WV,
+    LL_BQ,
+    LL_BK,
+    LL_BV,
+    LL_WO,
+    LL_MLP_NORM,
+    LL_W_GATE,
+    LL_W_UP,
+    LL_W_DOWN,
+    NUM_LLAMA_LAYER_TENSORS
+};
+static const char* const llama_layer_tensor_names[NUM_LLAMA_LAYER_TENSORS] = {
+    "attn_norm", "wq", "wk", "wv", "bq", "bk", "bv", "wo", "mlp_norm", "w_gate", "w_up", "w_down"};
+// Weight decay on 2-D matrices only, as llm.c: not on norms, not on biases.
+static const int llama_layer_tensor_is_matrix[NUM_LLAMA_LAYER_TENSORS] = {0, 1, 1, 1, 0, 0, 0, 1, 0, 1, 1, 1};
+
+// The tensors after the layers; lm_head has size 0 when tied.
+enum LlamaEmbedTensor { LL_EMBED, LL_FINAL_NORM, LL_LM_HEAD, NUM_LLAMA_EMBED_TENSORS };
+static const char* const llama_embed_tensor_names[NUM_LLAMA_EMBED_TENSORS] = {"embed", "final_norm",
+                                                                              "lm_head"};
+static const int llama_embed_tensor_is_matrix[NUM_LLAMA_EMBED_TENSORS] = {1, 0, 1};
+
+// Layer-major: layer l's block at l * layer_stride, then the embedding block at embed_base.
+// Shapes as nn.Linear stores them, (out, in); cols 0 marks a vector.
+typedef struct {
+    int64_t layer_rows[NUM_LLAMA_LAYER_TENSORS], layer_cols[NUM_LLAMA_LAYER_TENSORS];
+    int64_t layer_size[NUM_LLAMA_LAYER_TENSORS];    // elements (0: absent)
+    int64_t layer_offset[NUM_LLAMA_LAYER_TENSORS];  // inside a layer block
+    int64_t layer_stride;                           // elements of one layer block
+    int64_t embed_rows[NUM_LLAMA_EMBED_TENSORS], embed_cols[NUM_LLAMA_EMBED_TENSORS];
+    int64_t embed_size[NUM_LLAMA_EMBED_TENSORS];
+    int64_t embed_offset[NUM_LLAMA_EMBED_TENSORS];  // inside the embedding block
+    int64_t embed_base;                             // L * layer_stride
+    int64_t total;
+} LlamaLayout;
+
+// Checks what the loops rely on. 0 with err on a bad config.
+static inline int llama_config_check(const LlamaConfig* c, char* err, size_t errlen) {
+    const char* bad = NULL;
+    if (c->num_layers < 1 || c->hidden_size < 1 || c->num_heads < 1 || c->num_kv_heads < 1 ||
+        c->head_dim < 1 || c->intermediate_size < 1 || c->vocab_size < 1 || c->max_seq_len < 1)
+        bad = "every size must be positive";
+    else if (c->num_heads % c->num_kv_heads) bad = "the key/value heads must divide the query heads";
+    else if (c->head_dim % 2) bad = "the head size must be even (RoPE rotates pairs)";
+    else if (!(c->rms_norm_eps > 0.0f) || !(c->rope_theta > 0.0f))
+        bad = "rms_norm_eps and rope_theta must be > 0";
+    else if (c->rope_llama3 &&
+             !(c->rope_factor >= 1.0f && c->rope_high_freq_factor > c->rope_low_freq_factor &&
+               c->rope_low_freq_factor > 0.0f && c->rope_original_max_pos >= 1))
+        bad = "llama3 rope scaling needs factor >= 1, 0 < low_freq_factor < high_freq_factor, original >= 1";
+    if (bad) snprintf(err, errlen, "bad Llama config: %s", bad);
+    return bad == NULL;
+}
+
+static inline LlamaLayout llama_layout(const LlamaConfig* c) {
+    LlamaLayout p;
+    memset(&p, 0, sizeof p);
+    const int64_t C = c->hidden_size, QD = (int64_t)c->num_heads * c->head_dim;
+    const int64_t KVD = (int64_t)c->num_kv_heads * c->head_dim, I = c->intermediate_size;
+    const int64_t bias = c->qkv_bias ? 1 : 0;
+    const int64_t shapes[NUM_LLAMA_LAYER_TENSORS][2] = {
+        {C, 0},          {QD, C}, {KVD, C}, {KVD, C}, {QD * bias, 0}, {KVD * bias, 0},
+        {KVD * bias, 0}, {C, QD}, {C, 0},   {I, C},   {I, C},         {C, I}};
+    for (int k = 0; k < NUM_LLAMA_LAYER_TENSORS; k++) {
+        p.layer_rows[k] = shapes[k][0];
+        p.layer_cols[k] = shapes[k][1];
+        p.layer_size[k] = shapes[k][0] * (shapes[k][1] ? shapes[k][1] : 1);
+        p.layer_offset[k] = p.layer_stride;
+        p.layer_stride += p.layer_size[k];
+    }
+    const int64_t V = c->vocab_size;
+    const int64_t eshapes[NUM_LLAMA_EMBED_TENSORS][2] = {{V, C}, {C, 0}, {c->tied_embeddings ? 0 : V, C}};
+    p.embed_base = c->num_layers * p.layer_stride;
+    int64_t o = 0;
+    for (int k = 0; k < NUM_LLAMA_EMBED_TENSORS; k++) {
+        p.embed_rows[k] = eshapes[k][0];
+        p.embed_cols[k] = eshapes[k][1];
+        p.embed_size[k] = eshapes[k][0] * (eshapes[k][1] ? eshapes[k][1] : 1);
+        p.embed_offset[k] = o;
+        o += p.embed_size[k];
+    }
+    p.total = p.embed_base + o;
+    return p;
+}
+
+// Parameter tensors as named pointers into a flat array (params or grads); absent ones NULL.
+typedef struct {
+    float *attn_norm, *wq, *wk, *wv, *bq, *bk, *bv, *wo, *mlp_norm, *w_gate, *w_up, *w_down;
+} LlamaLayerTensors;
+typedef struct {
+    float *embed, *final_norm, *lm_head;  // lm_head: the embedding when tied
+} LlamaEmbedTensors;
+
+static inline LlamaLayerTensors llama_layer_tensors(const LlamaLayout* p, float* base, int l) {
+    float* b = base + (int64_t)l * p->layer_stride;
+    float* t[NUM_LLAMA_LAYER_TENSORS];
+    for (int k = 0; k < NUM_LLAMA_LAYER_TENSORS; k++) t[k] = p->layer_size[k] ? b + p->layer_offset[k] : NULL;
+    LlamaLayerTensors w = {t[LL_ATTN_NORM], t[LL_WQ], t[LL_WK],       t[LL_WV],     t[LL_BQ],   t[LL_BK],
+                           t[LL_BV],        t[LL_WO], t[LL_MLP_NORM], t[LL_W_GATE], t[LL_W_UP], t[LL_W_DOWN]};
+    return w;
+}
+static inline LlamaEmbedTensors llama_embed_tensors(const LlamaLayout* p, float* base) {
+    float* b = base + p->embed_base;
+    LlamaEmbedTensors e = {b + p->embed_offset[LL_EMBED], b + p->embed_offset[LL_FINAL_NORM],
+                           p->embed_size[LL_LM_HEAD] ? b + p->embed_offset[LL_LM_HEAD] : b};
+    return e;
+}
+
+// ----------------------------------------------------------------------------
+// RoPE frequencies, as transformers' rope init functions compute them in fp32
+
+// inv_freq[i] = theta^(-2i/hd) for i < hd/2; with llama3 scaling, Llama 3.1's rule (modeling_rope_utils.py):
+// wavelengths 2 pi / inv_freq above original/low_freq_factor are divided by factor, below
+// original/high_freq_factor kept, and in between interpolated.
+static inline void llama_rope_inv_freq(const LlamaConfig* c, float* inv_freq) {
+    const int hd = c->head_dim;
+    for (int i = 0; i < hd / 2; i++) {
+        float f = 1.0f / powf(c->rope_theta, (float)(2 * i) / (float)hd);
+        if (c->rope_llama3) {
+            const float factor = c->rope_factor, low = c->rope_low_freq_factor,
+                        high = c->rope_high_freq_factor;
+            const float old_len = (float)c->rope_original_max_pos;
+            const float low_freq_wavelen = old_len / low, high_freq_wavelen = old_len / high;
+            const float wavelen = (1.0f / f) * (float)(2.0 * M_PI);
+            const float scaled = wavelen > low_freq_wavelen ? f / factor : f;
+            const float smooth = (old_len / wavelen - low) / (high - low);
+            const float smoothed = (1.0f - smooth) * scaled / factor + smooth * scaled;
+            const int medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+            f = medium ? smoothed : scaled;
+        }
+        inv_freq[i] = f;
+    }
+}
+
+// cos_t, sin_t (T, hd/2): the angle of position t, pair i is t * inv_freq[i] (fp32, as transformers).
+static void rope_table(float* cos_t, float* sin_t, const LlamaConfig* c, int T) {
+    const int half = c->head_dim / 2;
+    float* inv_freq = (float*)malloc((size_t)half * sizeof(float));
+    llama_rope_inv_freq(c, inv_freq);
+    for (int t = 0; t < T; t++)
+        for (int i = 0; i < half; i++) {
+            const float angle = (float)t * inv_freq[i];
+            cos_t[(int64_t)t * half + i] = cosf(angle);
+            sin_t[(int64_t)t * half + i] = sinf(angle);
+        }
+    free(inv_freq);
+}
+
+// ----------------------------------------------------------------------------
+// The layers, forward and backward
+
+// out[i] = embed[inp[i]] for N positions.
+static void embedding_forward(float* out, const int* inp, const float* embed, int64_t N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; i++)
+        memcpy(out + i * C, embed + (int64_t)inp[i] * C, (size_t)C * sizeof(float));
+}
+
+// dembed[inp[i]] += dout[i]. Serial: a token may repeat.
+static void embedding_backward(float* dembed, const float* dout, const int* inp, int64_t N, int C) {
+    for (int64_t i = 0; i < N; i++) {
+        float* de = dembed + (int64_t)inp[i] * C;
+        const float* d = dout + i * C;
+        for (int c = 0; c < C; c++) de[c] += d[c];
+    }
+}
+
+// RMSNorm over C for each of N rows: out = weight * (x / sqrt(mean(x^2) + eps)); keeps 1/rms for backward.
+static void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int C,
+                            float eps) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; i++) {
+        const float* x = inp + i * C;
+        float ss = 0.0f;
+        for (int c = 0; c < C; c++) ss += x[c] * x[c];
+        const float s = 1.0f / sqrtf(ss / C + eps);
+        float* o = out + i * C;
+        for (int c = 0; c < C; c++) o[c] = weight[c] * (x[c] * s);
+        rstd[i] = s;
+    }
+}
+
+// dinp += RMSNorm'(dout), dweight += sum_i dout * x * rstd.
+// With g = dout * weight: dx = rstd * (g - x * rstd^2 * mean(g * x)).
+static void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                             const float* weight, const float* rstd, int64_t N, int C) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < N; i++) {
+        const float* x = inp + i * C;
+        const float* d = dout + i * C;
+        float gx_mean = 0.0f;
+        for (int c = 0; c < C; c++) gx_mean += d[c] * weight[c] * x[c];
+        gx_mean /= C;
+        const float s = rstd[i];
+        float* dx = dinp + i * C;
+        for (int c = 0; c < C; c++) dx[c] += s * (d[c] * weight[c] - x[c] * s * s * gx_mean);
+    }
+    // weight gradient: serial over rows (rows would race), vectorized over channels
+    for (int64_t i = 0; i < N; i++) {
+        const float* x = inp + i * C;
+        const float* d = dout + i * C;
+        for (int c = 0; c < C; c++) dweight[c] += d[c] * x[c] * rstd[i];
+    }
+}
+
+// RoPE in place on x (B*T, nheads * hd), transformers' rotate_half convention: channel i pairs with
+// i + hd/2, x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin; position t of each sequence uses row t of the
+// tables.
+static void rope_forward(float* x, const float* cos_t, const float* sin_t, int B, int T, int nheads, int hd) {
+    const int half = hd / 2;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float* c = cos_t + (int64_t)t * half;
+            const float* s = sin_t + (int64_t)t * half;
+            for (int h = 0; h < nheads; h++) {
+                float* v = x + (((int64_t)b * T + t) * nheads + h) * hd;
+                for (int i = 0; i < half; i++) {
+                    const float x1 = v[i], x2 = v[i + half];
+                    v[i] = x1 * c[i] - x2 * s[i];
+                    v[i + half] = x2 * c[i] + x1 * s[i];
+                }
+            }
+        }
+}
+
+// The transpose of that rotation, in place on the gradient dx: d1 = d1' cos + d2' sin, d2 = d2' cos - d1'
+// sin.
+static void rope_backward(float* dx, const float* cos_t, const float* sin_t, int B, int T, int nheads,
+                          int hd) {
+    const int half = hd / 2;
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) {
+            const float* c = cos_t + (int64_t)t * half;
+            const float* s = sin_t + (int64_t)t * half;
+            for (int h = 0; h < nheads; h++) {
+                float* v = dx + (((int64_t)b * T + t) * nheads + h) * hd;
+                for (int i = 0; i < half; i++) {
+                    const float d1 = v[i], d2 = v[i + half];
+                    v[i] = d1 * c[i] + d2 * s[i];
+                    v[i + half] = d2 * c[i] - d1 * s[i];
+                }
+            }
+        }
+}
+
+// Causal grouped-query attention. q (N, NH*hd), k and v (N, NKV*hd); query head h reads kv head h / (NH/NKV).
+// att (B, NH, T, T) keeps the softmax probabilities (zero above the diagonal) for backward; out (N, NH*hd).
+static void gqa_attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
+                                  int B, int T, int NH, int NKV, int hd) {
+    const int64_t QD = (int64_t)NH * hd, KVD = (int64_t)NKV * hd;
+    const int group = NH / NKV;
+    const float sqrt_hd = sqrtf((float)hd);  // transformers divides the scores by it
+#pragma omp parallel for collapse(3) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const int64_t kv = (int64_t)(h / group) * hd;
+                const float* qh = q + ((int64_t)b * T + t) * QD + (int64_t)h * hd;
+                float* a = att + (((int64_t)b * NH + h) * T + t) * T;
+                float maxv = -INFINITY;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* kh = k + ((int64_t)b * T + t2) * KVD + kv;
+                    float s = 0.0f;
+                    for (int i = 0; i < hd; i++) s += qh[i] * kh[i];
+                    a[t2] = s / sqrt_hd;
+                    if (a[t2] > maxv) maxv = a[t2];
+                }
+                float sum = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    a[t2] = expf(a[t2] - maxv);
+                    sum += a[t2];
+                }
+                for (int t2 = 0; t2 <= t; t2++) a[t2] /= sum;
+                for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
+                float* o = out + ((int64_t)b * T + t) * QD + (int64_t)h * hd;
+                for (int i = 0; i < hd; i++) o[i] = 0.0f;
+                for (int t2 = 0; t2 <= t; t2++) {
+                    const float* vh = v + ((int64_t)b * T + t2) * KVD + kv;
+                    for (int i = 0; i < hd; i++) o[i] += a[t2] * vh[i];
+                }
+            }
+}
+
+// dq, dk, dv = attention'(dout) (overwritten). Parallel over (b, kv head): the NH/NKV query heads of a group
+// add into the same dk, dv channels, so one thread owns a group. dscore: scratch (B, NKV, T).
+static void gqa_attention_backward(float* dq, float* dk, float* dv, float* dscore, const float* dout,
+                                   const float* q, const float* k, const float* v, const float* att, int B,
+                                   int T, int NH, int NKV, int hd) {
+    const int64_t QD = (int64_t)NH * hd, KVD = (int64_t)NKV * hd;
+    const int group = NH / NKV;
+    const float sqrt_hd = sqrtf((float)hd);
+#pragma omp parallel for collapse(2) schedule(static)
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < NKV; g++) {
+            const int64_t kv = (int64_t)g * hd;
+            for (int t = 0; t < T; t++) {
+                const int64_t row = (int64_t)b * T + t;
+                memset(dk + row * KVD + kv, 0, (size_t)hd * sizeof(float));
+                memset(dv + row * KVD + kv, 0, (size_t)hd * sizeof(float));
+                memset(dq + row * QD + kv * group, 0, (size_t)(group * hd) * sizeof(float));
+            }
+            float* ds = dscore + ((int64_t)b * NKV + g) * T;
+            for (int h = g * group; h < (g + 1) * group; h++)
+                for (int t = 0; t < T; t++) {
+                    const int64_t row = (int64_t)b * T + t;
+                    const float* a = att + (((int64_t)b * NH + h) * T + t) * T;
+                    const float* d = dout + row * QD + (int64_t)h * hd;
+                    const float* qh = q + row * QD + (int64_t)h * hd;
+                    float* dqh = dq + row * QD + (int64_t)h * hd;
+                    // out = sum_t2 a[t2] v[t2]  ->  da[t2] = d . v[t2],  dv[t2] += a[t2] d
+                    float da_dot_a = 0.0f;
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        const float* vh = v + ((int64_t)b * T + t2) * KVD + kv;
+                        float* dvh = dv + ((int64_t)b * T + t2) * KVD + kv;
+                        float s = 0.0f;
+                        for (int i = 0; i < hd; i++) {
+                            s += d[i] * vh[i];
+                            dvh[i] += a[t2] * d[i];
+                        }
+                        ds[t2] = s;
+                        da_dot_a += s * a[t2];
+                    }
+                    // softmax backward: dscore = a * (da - sum(a*da)); then score = q.k / sqrt(hd)
+                    for (int t2 = 0; t2 <= t; t2++) {
+                        const float gs = a[t2] * (ds[t2] - da_dot_a) / sqrt_hd;
+                        const float* kh = k + ((int64_t)b * T + t2) * KVD + kv;
+                        float* dkh = dk + ((int64_t)b * T + t2) * KVD + kv;
+                        for (int i = 0; i < hd; i++) {
+                            dqh[i] += gs * kh[i];
+                            dkh[i] += gs * qh[i];
+                        }
+                    }
+                }
+        }
+}
+
+// out = silu(gate) * up, silu(x) = x / (1 + exp(-x)).
+static void swiglu_forward(float* out, const float* gate, const float* up, int64_t n) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) out[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+// dgate = dout * up * silu'(gate), dup = dout * silu(gate) (overwritten).
+// With s = sigmoid(x): silu'(x) = s * (1 + x * (1 - s)).
+static void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                            int64_t n) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        const float x = gate[i], s = 1.0f / (1.0f + expf(-x));
+        dgate[i] = dout[i] * up[i] * (s * (1.0f + x * (1.0f - s)));
+        dup[i] = dout[i] * (x * s);
+    }
+}
+
+// matmul_backward whose dinp is ADDED to (two or three projections read one input):
+// dinp += dout @ weight, dweight += dout^T @ inp, dbias += column sums of dout (may be NULL).
+static void matmul_backward_add(float* dinp, float* dweight, float* dbias, const float* dout,
+                                const float* inp, const float* weight, int64_t N, int64_t IC, int64_t OC) {
+    matmul_nn(dinp, dout, OC, 1, weight, N, IC, OC, 1);
+    matmul_nn(dweight, dout, 1, OC, inp, OC, IC, N, 1);  // A = dout^T in place: (o,i) at dout[i*OC + o]
+    if (dbias) {
+#pragma omp parallel for schedule(static)
+        for (int64_t o0 = 0; o0 < OC; o0 += 64) {
+            const int64_t o1 = mm_min(o0 + 64, OC);
+            for (int64_t i = 0; i < N; i++)
+                for (int64_t o = o0; o < o1; o++) dbias[o] += dout[i * OC + o];
+        }
+    }
+}
+
+// ----------------------------------------------------------------------------
+// The model
+
+// Activations of one forward pass for (B, T), carved from one allocation; per-layer arrays are (L, ...).
+typedef struct {
+    float* embedded;             // (N, C) embedding rows, the input of layer 0
+    float *rms1, *rms1_rstd;     // (L, N, C), (L, N) attention RMSNorm
+    float *q, *k, *v;            // (L, N, QD), (L, N, KVD), (L, N, KVD); q and k after RoPE
+    float* att;                  // (L, B, NH, T, T) softmax probabilities
+    float* atty;                 // (L, N, QD) attention output, before wo
+    float* residual2;            // (L, N, C) layer input + attention branch
+    float *rms2, *rms2_rstd;     // (L, N, C), (L, N) MLP RMSNorm
+    float *gate, *up;            // (L, N, I) the two MLP projections
+    float* swiglu;               // (L, N, I) silu(gate) * up
+    float* residual3;            // (L, N, C) layer output
+    float *rmsf, *rmsf_rstd;     // (N, C), (N) final RMSNorm
+    float* logits;               // (N, V)
+    float* probs;                // (N, V)
+    float* losses;               // (N) per-position cross-entropy
+    float *rope_cos, *rope_sin;  // (T, hd/2)
+    // backward scratch, reused by every layer
+    float* dresidual;              // (N, C) gradient of the residual stream
+    float* dln;                    // (N, C) gradient of an RMSNorm output
+    float* datty;                  // (N, QD)
+    float *dq, *dk, *dv;           // (N, QD), (N, KVD), (N, KVD)
+    float *dgate, *dup, *dswiglu;  // (N, I)
+    float* dscore;                 // (B, NKV, T)
+    float* dlogits;                // (N, V)
+} LlamaActivations;
+
+typedef struct {
+    LlamaConfig config;
+    LlamaLayout layout;
+    float* params;    // layout.total, layer-major
+    float* grads;     // same layout; backward ADDS into it
+    float* weight_t;  // scratch for a transposed weight matrix: the largest matrix
+    LlamaActivations acts;
+    float* act_memory;     // the one allocation behind acts
+    int64_t act_capacity;  // floats in act_memory
+    int B, T;              // shape of the last forward pass
+    int* inputs;           // (B*T) copies of the last batch, for backward
+    int* targets;          // (B*T), valid when has_targets
+    int has_targets;
+    float mean_loss;   // mean of acts.losses after a forward with targets, else -1
+    char error[1024];  // why the last call returned 0
+} LlamaCPU;
+
+// params (uninitialized) and zeroed grads; 0 with model->error on a bad config or out of memory.
+static int llama_cpu_build(LlamaCPU* model, const LlamaConfig* config) {
+    memset(model, 0, sizeof *model);
+    model->mean_loss = -1.0f;
+    if (!llama_config_check(config, model->error, sizeof model->error)) return 0;
+    model->config = *config;
+    model->layout = llama_layout(config);
+    const LlamaLayout* p = &model->layout;
+    int64_t wt = p->embed_size[LL_EMBED];
+    for (int k = 0; k < NUM_LLAMA_LAYER_TENSORS; k++) wt = p->layer_size[k] > wt ? p->layer_size[k] : wt;
+    model->params = (float*)malloc((size_t)p->total * sizeof(float));
+    model->grads = (float*)calloc((size_t)p->total, sizeof(float));
+    model->weight_t = (float*)malloc((size_t)wt * sizeof(float));
+    if (!model->params || !model->grads || !model->weight_t) {
+        snprintf(model->error, sizeof model->error, "out of memory for %lld parameters", (long long)p->total);
+        return 0;
+    }
+    return 1;
+}
+
+// Safe after a failed build.
+static void llama_cpu_free(LlamaCPU* model) {
+    free(model->params);
+    free(model->grads);
+    free(model->weight_t);
+    free(model->act_memory);
+    free(model->inputs);
+    free(model->targets);
+    memset(model, 0, sizeof *model);
+}
+
+// grads = 0, before the first micro-batch of a step.
+static void llama_cpu_zero_grad(LlamaCPU* model) {
+    memset(model->grads, 0, (size_t)model->layout.total * sizeof(float));
+}
+
+// Points model->acts into act_memory for (B, T), growing it only when too small; 0 when out of memory.
+static int llama_cpu_layout_activations(LlamaCPU* model, int B, int T) {
+    const LlamaConfig* c = &model->config;
+    const int64_t L = c->num_layers, C = c->hidden_size, NH = c->num_heads, NKV = c->num_kv_heads;
+    const int64_t QD = NH * c->head_dim, KVD = NKV * c->head_dim, I = c->intermediate_size;
+    const int64_t V = c->vocab_size, N = (int64_t)B * T, half = c->head_dim / 2;
+    LlamaActivations* a = &model->acts;
+    struct {
+        float** slot;
+        int64_t size;
+    } table[] = {{&a->embedded, N * C},
+                 {&a->rms1, L * N * C},
+                 {&a->rms1_rstd, L * N},
+                 {&a->q, L * N * QD},
+                 {&a->k, L * N * KVD},
+                 {&a->v, L * N * KVD},
+                 {&a->att, L * B * NH * T * T},
+                 {&a->atty, L * N * QD},
+                 {&a->residual2, L * N * C},
+                 {&a->rms2, L * N * C},
+                 {&a->rms2_rstd, L * N},
+                 {&a->gate, L * N * I},
+                 {&a->up, L * N * I},
+                 {&a->swiglu, L * N * I},
+                 {&a->residual3, L * N * C},
+                 {&a->rmsf, N * C},
+                 {&a->rmsf_rstd, N},
+                 {&a->logits, N * V},
+                 {&a->probs, N * V},
+                 {&a->losses, N},
+                 {&a->rope_cos, T * half},
+                 {&a->rope_sin, T * half},
+                 {&a->dresidual, N * C},
+                 {&a->dln, N * C},
+                 {&a->datty, N * QD},
+                 {&a->dq, N * QD},
+                 {&a->dk, N * KVD},
+                 {&a->dv, N * KVD},
+                 {&a->dgate, N * I},
+                 {&a->dup, N * I},
+                 {&a->dswiglu, N * I},
+                 {&a->dscore, B * NKV * T},
+                 {&a->dlogits, N * V}};
+    const int count = (int)(sizeof table / sizeof table[0]);
+    int64_t total = 0;
+    for (int i = 0; i < count; i++) total += round_up64(table[i].size, 16);  // 64-byte aligned arrays
+    if (total > model->act_capacity) {
+        free(model->act_memory);
+        free(model->inputs);
+        free(model->targets);
+        model->act_memory = (float*)aligned_alloc(64, (size_t)total * sizeof(float));
+        model->inputs = (int*)malloc((size_t)N * sizeof(int));
+        model->targets = (int*)malloc((size_t)N * sizeof(int));
+        model->act_capacity = model->act_memory && model->inputs && model->targets ? total : 0;
+        if (!model->act_capacity) {
+            snprintf(model->error, sizeof model->error,
+                     "out of memory for the activations of B=%d T=%d (%.1f MiB)", B, T,
+                     (double)total * 4 / (1 << 20));
+            return 0;
+        }
+    }
+    float* next = model->act_memory;
+    for (int i = 0; i < count; i++) {
+        *table[i].slot = next;
+        next += round_up64(table[i].size, 16);
+    }
+    return 1;
+}
+
+// Forward over inputs (B, T); with targets (may be NULL) also losses and mean_loss, as backward needs.
+// 0 with model->error when T > max_seq_len, a token is outside [0, V) or memory runs out.
+static int llama_cpu_forward(LlamaCPU* model, const int* inputs, const int* targets, int B, int T) {
+    const LlamaConfig* cfg = &model->config;
+    const int L = cfg->num_layers, C = cfg->hidden_size, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
+    const int hd = cfg->head_dim, I = cfg->intermediate_size, V = cfg->vocab_size;
+    const int QD = NH * hd, KVD = NKV * hd;
+    model->has_targets = 0;
+    model->mean_loss = -1.0f;
+    if (B < 1 || T < 1 || T > cfg->max_seq_len) {
+        snprintf(model->error, sizeof model->error,
+                 "forward: B=%d T=%d invalid (need B >= 1, 1 <= T <= max_seq_len=%d)", B, T,
+                 cfg->max_seq_len);
+        return 0;
+    }
+    const int64_t N = (int64_t)B * T;
+    for (int64_t i = 0; i < N; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V))) {
+            snprintf(model->error, sizeof model->error,
+                     "forward: token id %d at position %lld outside [0, V=%d)",
+                     inputs[i] < 0 || inputs[i] >= V ? inputs[i] : targets[i], (long long)i, V);
+            return 0;
+        }
+    }
+    if (!llama_cpu_layout_activations(model, B, T)) return 0;
+    model->B = B;
+    model->T = T;
+    memcpy(model->inputs, inputs, (size_t)N * sizeof(int));
+    if (targets) memcpy(model->targets, targets, (size_t)N * sizeof(int));
+
+    const LlamaLayout* p = &model->layout;
+    LlamaActivations* a = &model->acts;
+    LlamaEmbedTensors e = llama_embed_tensors(p, model->params);
+    rope_table(a->rope_cos, a->rope_sin, cfg, T);
+    embedding_forward(a->embedded, inputs, e.embed, N, C);
+    for (int l = 0; l < L; l++) {
+        LlamaLayerTensors w = llama_layer_tensors(p, model->params, l);
+        const float* x = l == 0 ? a->embedded : a->residual3 + (int64_t)(l - 1) * N * C;
+        float* rms1 = a->rms1 + (int64_t)l * N * C;
+        float* q = a->q + (int64_t)l * N * QD;
+        float* k = a->k + (int64_t)l * N * KVD;
+        float* v = a->v + (int64_t)l * N * KVD;
+        float* att = a->att + (int64_t)l * B * NH * T * T;
+        float* atty = a->atty + (int64_t)l * N * QD;
+        float* res2 = a->residual2 + (int64_t)l * N * C;
+        float* rms2 = a->rms2 + (int64_t)l * N * C;
+        float* gate = a->gate + (int64_t)l * N * I;
+        float* up = a->up + (int64_t)l * N * I;
+        float* swiglu = a->swiglu + (int64_t)l * N * I;
+        float* res3 = a->residual3 + (int64_t)l * N * C;
+        // attention: res2 = x + wo(attention(rope(q), rope(k), v)), q k v projections of rms1(x)
+        rmsnorm_forward(rms1, a->rms1_rstd + l * N, x, w.attn_norm, N, C, cfg->rms_norm_eps);
+        matmul_forward(q, rms1, w.wq, w.bq, N, C, QD, model->weight_t);
+        matmul_forward(k, rms1, w.wk, w.bk, N, C, KVD, model->weight_t);
+        matmul_forward(v, rms1, w.wv, w.bv, N, C, KVD, model->weight_t);
+        rope_forward(q, a->rope_cos, a->rope_sin, B, T, NH, hd);
+        rope_forward(k, a->rope_cos, a->rope_sin, B, T, NKV, hd);
+        gqa_attention_forward(atty, att, q, k, v, B, T, NH, NKV, hd);
+        matmul_forward(res2, atty, w.wo, NULL, N, QD, C, model->weight_t);  // projection, then
+        residual_forward(res2, x, res2, N * C);                             // + layer input
+        // MLP: res3 = res2 + w_down(silu(w_gate rms2(res2)) * w_up rms2(res2))
+        rmsnorm_forward(rms2, a->rms2_rstd + l * N, res2, w.mlp_norm, N, C, cfg->rms_norm_eps);
+        matmul_forward(gate, rms2, w.w_gate, NULL, N, C, I, model->weight_t);
+        matmul_forward(up, rms2, w.w_up, NULL, N, C, I, model->weight_t);
+        swiglu_forward(swiglu, gate, up, N * I);
+        matmul_forward(res3, swiglu, w.w_down, NULL, N, I, C, model->weight_t);
+        residual_forward(res3, res2, res3, N * C);
+    }
+    rmsnorm_forward(a->rmsf, a->rmsf_rstd, a->residual3 + (int64_t)(L - 1) * N * C, e.final_norm, N, C,
+                    cfg->rms_norm_eps);
+    matmul_forward(a->logits, a->rmsf, e.lm_head, NULL, N, C, V, model->weight_t);
+    if (targets) {
+        softmax_crossentropy_forward(a->probs, a->losses, a->logits, targets, N, V, V);
+        double sum = 0.0;
+        for (int64_t i = 0; i < N; i++) sum += a->losses[i];
+        model->mean_loss = (float)(sum / (double)N);
+        model->has_targets = 1;
+    }
+    return 1;
+}
+
+// ADDS d(mean loss)/d(params) of the last forward (with targets) into model->grads: k micro-batches sum,
+// and the caller divides by k.
+static int llama_cpu_backward(LlamaCPU* model) {
+    if (!model->has_targets) {
+        snprintf(model->error, sizeof model->error, "backward: the last forward pass had no targets");
+        return 0;
+    }
+    const LlamaConfig* cfg = &model->config;
+    const int L = cfg->num_layers, C = cfg->hidden_size, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
+    const int hd = cfg->head_dim, I = cfg->intermediate_size, V = cfg->vocab_size;
+    const int QD = NH * hd, KVD = NKV * hd, B = model->B, T = model->T;
+    const int64_t N = (int64_t)B * T;
+    const LlamaLayout* p = &model->layout;
+    LlamaActivations* a = &model->acts;
+    LlamaEmbedTensors e = llama_embed_tensors(p, model->params);
+    LlamaEmbedTensors de = llama_embed_tensors(p, model->grads);
+
+    // loss = mean over N positions -> each position's loss has weight 1/N; a tied lm_head adds into embed
+    crossentropy_softmax_backward(a->dlogits, a->probs, model->targets, 1.0f / (float)N, N, V, V);
+    matmul_backward(a->dln, de.lm_head, NULL, a->dlogits, a->rmsf, e.lm_head, N, C, V);
+    memset(a->dresidual, 0, (size_t)(N * C) * sizeof(float));
+    rmsnorm_backward(a->dresidual, de.final_norm, a->dln, a->residual3 + (int64_t)(L - 1) * N * C,
+                     e.final_norm, a->rmsf_rstd, N, C);
+
+    // dresidual holds d(loss)/d(output of layer l); each layer turns it into d/d(input of layer l)
+    for (int l = L - 1; l >= 0; l--) {
+        LlamaLayerTensors w = llama_layer_tensors(p, model->params, l);
+        LlamaLayerTensors dw = llama_layer_tensors(p, model->grads, l);
+        const float* x = l == 0 ? a->embedded : a->residual3 + (int64_t)(l - 1) * N * C;
+        const float* rms1 = a->rms1 + (int64_t)l * N * C;
+        const float* q = a->q + (int64_t)l * N * QD;
+        const float* k = a->k + (int64_t)l * N * KVD;
+        const float* v = a->v + (int64_t)l * N * KVD;
+        const float* att = a->att + (int64_t)l * B * NH * T * T;
+        const float* atty = a->atty + (int64_t)l * N * QD;
+        const float* res2 = a->residual2 + (int64_t)l * N * C;
+        const float* rms2 = a->rms2 + (int64_t)l * N * C;
+        const float* gate = a->gate + (int64_t)l * N * I;
+        const float* up = a->up + (int64_t)l * N * I;
+        const float* swiglu = a->swiglu + (int64_t)l * N * I;
+        // MLP branch: res3 = res2 + w_down(silu(w_gate rms2(res2)) * w_up rms2(res2))
+        matmul_backward(a->dswiglu, dw.w_down, NULL, a->dresidual, swiglu, w.w_down, N, I, C);
+        swiglu_backward(a->dgate, a->dup, a->dswiglu, gate, up, N * I);
+        matmul_backward(a->dln, dw.w_gate, NULL, a->dgate, rms2, w.w_gate, N, C, I);
+        matmul_backward_add(a->dln, dw.w_up, NULL, a->dup, rms2, w.w_up, N, C, I);
+        rmsnorm_backward(a->dresidual, dw.mlp_norm, a->dln, res2, w.mlp_norm, a->rms2_rstd + l * N, N, C);
+        // attention branch: res2 = x + wo(attention(rope(q), rope(k), v))
+        matmul_backward(a->datty, dw.wo, NULL, a->dresidual, atty, w.wo, N, QD, C);
+        gqa_attention_backward(a->dq, a->dk, a->dv, a->dscore, a->datty, q, k, v, att, B, T, NH, NKV, hd);
+        rope_backward(a->dq, a->rope_cos, a->rope_sin, B, T, NH, hd);
+        rope_backward(a->dk, a->rope_cos, a->rope_sin, B, T, NKV, hd);
+        matmul_backward(a->dln, dw.wq, dw.bq, a->dq, rms1, w.wq, N, C, QD);
+        matmul_backward_add(a->dln, dw.wk, dw.bk, a->dk, rms1, w.wk, N, C, KVD);
+        matmul_backward_add(a->dln, dw.wv, dw.bv, a->dv, rms1, w.wv, N, C, KVD);
+        rmsnorm_backward(a->dresidual, dw.attn_norm, a->dln, x, w.attn_norm, a->rms1_rstd + l * N, N, C);
+    }
+    embedding_backward(de.embed, a->dresidual, model->inputs, N, C);
+    return 1;
+}
+
+// ----------------------------------------------------------------------------
+// The reference optimizer step
+
+// AdamW over every tensor with cpu_adam's arithmetic (torch.optim.AdamW's update); weight decay on the
+// matrices only (embedding and lm_head included), as llm.c. m and v: layout.total floats, zero at step 1.
+static void llama_cpu_adamw(LlamaCPU* model, float* m, float* v, const AdamWArgs* args) {
+    const LlamaLayout* p = &model->layout;
+    for (int l = 0; l < model->config.num_layers; l++) {
+        const int64_t o = (int64_t)l * p->layer_stride;
+        adamw_tensors_f32grad(NUM_LLAMA_LAYER_TENSORS, p->layer_offset, p->layer_size,
+                              llama_layer_tensor_is_matrix, model->params + o, model->grads + o, m + o, v + o,
+                              NULL, args);
+    }
+    const int64_t o = p->embed_base;
+    adamw_tensors_f32grad(NUM_LLAMA_EMBED_TENSORS, p->embed_offset, p->embed_size,
+                          llama_embed_tensor_is_matrix, model->params + o, model->grads + o, m + o, v + o,
+                          NULL, args);
+}
