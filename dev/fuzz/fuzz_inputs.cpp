@@ -20,6 +20,12 @@
 //   marker     a checkpoint's DONE marker (its text, or a correct one over a state file with fuzz bytes
 //              patched in): checkpoint_verify accepts => the marker is empty (an older build's) or the files
 //              are the ones it names, byte for byte
+//   json       hf.h's JSON reader on the input, then on the input repeated into a ~1 MB array and object:
+//              run.sh's time and memory limits on this target keep the reader linear and its memory a
+//              small multiple of the input
+//   manifest   the SSD store's manifest (byte 0 even: the rest is the manifest; odd: the valid one with the
+//              rest patched in) beside a valid 2-layer store checkpointed at steps 1 and 2: ssd_store_open
+//              accepts => it opened step 1 or 2, and every layer reads back as that step wrote it
 // Not here: train_gpt's own GPU flags (-S -R -K -V ...: test_cli runs those) and the
 // checkpoint directory scan.
 //
@@ -43,10 +49,24 @@
 #include "model_specs.h"
 #include "utils.h"
 #include "hf.h"
+#include "ssd.h"
 
-enum { T_MODEL, T_SHARD, T_STATE, T_TOKENIZER, T_ARGS, T_SPEC, T_BPE, T_MARKER, T_HF, NUM_TARGETS };
-static const char* const target_names[NUM_TARGETS] = {"model", "shard", "state",  "tokenizer", "args",
-                                                      "spec",  "bpe",   "marker", "hf"};
+enum {
+    T_MODEL,
+    T_SHARD,
+    T_STATE,
+    T_TOKENIZER,
+    T_ARGS,
+    T_SPEC,
+    T_BPE,
+    T_MARKER,
+    T_HF,
+    T_JSON,
+    T_MANIFEST,
+    NUM_TARGETS
+};
+static const char* const target_names[NUM_TARGETS] = {
+    "model", "shard", "state", "tokenizer", "args", "spec", "bpe", "marker", "hf", "json", "manifest"};
 static int target = -1;
 static char dir[256];  // this process's scratch directory for the files the parsers read
 static GPT2BPE bpe;
@@ -345,6 +365,108 @@ static void fuzz_bpe(const uint8_t* data, size_t n) {
 }
 
 // ---- seeds: valid inputs written by the project's own writers, so the fuzzer starts past the headers ----
+// ---- JSON: the reader's worst cases ----
+static bool keep_top(int level, const char* key) { return level <= 1 && key; }
+static void fuzz_json(const uint8_t* data, size_t n) {
+    char err[300];
+    const char* t = (const char*)data;
+    Json v, v2;
+    const int ok = json_parse(t, n, &v, err, sizeof err);
+    JsonKeep keep;
+    keep.keep = keep_top;
+    keep.max_items = 16;
+    json_parse(t, n, &v2, err, sizeof err, keep);
+    if (!ok || n == 0 || n > 4096) return;
+    // the value repeated into an array and into an object of distinct keys, about 1 MB each
+    const size_t reps = ((size_t)1 << 20) / (n + 12) + 1;
+    std::string arr = "[", obj = "{";
+    for (size_t i = 0; i < reps; i++) {
+        if (i) arr += ',', obj += ',';
+        arr.append(t, n);
+        obj += "\"k" + std::to_string(i) + "\":";
+        obj.append(t, n);
+    }
+    arr += ']';
+    obj += '}';
+    Json a, o;
+    if (json_parse(arr.data(), arr.size(), &a, err, sizeof err))  // it may be too deep now
+        REQUIRE(a.type == Json::ARR && a.items.size() == reps, "an array of %zu values read as %zu", reps,
+                a.items.size());
+    if (json_parse(obj.data(), obj.size(), &o, err, sizeof err))
+        REQUIRE(o.type == Json::OBJ && o.members.size() == reps, "an object of %zu keys read as %zu", reps,
+                o.members.size());
+}
+
+// ---- the SSD store's manifest ----
+static const int kStoreLayers = 2;
+static const int64_t kStoreElems = 4096;
+static std::string valid_manifest;
+static SsdStoreConfig store_cfg() {
+    SsdStoreConfig c;
+    memset(&c, 0, sizeof c);
+    c.num_layers = kStoreLayers;
+    c.layer_elems = kStoreElems;
+    c.ring = 3;
+    c.io.quiet = 1;
+    return c;
+}
+static float store_value(int step, int layer, int64_t i) {
+    return (float)step + 0.5f * layer + 1e-4f * (float)i;
+}
+// A store in dir/store checkpointed at steps 1 and 2 (each step's values written whole, no round).
+static void manifest_setup(void) {
+    const std::string d = scratch("store");
+    const SsdStoreConfig c = store_cfg();
+    char err[2048];
+    SsdStore* st = ssd_store_create(d.c_str(), &c, err, sizeof err);
+    REQUIRE(st, "%s", err);
+    std::vector<float> p((size_t)kStoreElems);
+    for (int step = 1; step <= 2; step++) {
+        for (int l = 0; l < kStoreLayers; l++) {
+            for (int64_t i = 0; i < kStoreElems; i++) p[(size_t)i] = store_value(step, l, i);
+            REQUIRE(ssd_store_write_layer(st, l, p.data(), NULL, NULL, err, sizeof err) == 0, "%s", err);
+        }
+        REQUIRE(ssd_store_checkpoint(st, step, err, sizeof err) == 0, "%s", err);
+    }
+    ssd_store_close(st);
+    std::string text;
+    REQUIRE(read_whole_file((d + "/ssd_manifest").c_str(), 1 << 16, &text, err, sizeof err), "%s", err);
+    valid_manifest = text;
+}
+static void fuzz_manifest(const uint8_t* data, size_t n) {
+    if (n < 1) return;
+    const std::string d = scratch("store"), path = d + "/ssd_manifest";
+    std::string text((const char*)data + 1, n - 1);
+    if (data[0] & 1) {  // the valid manifest, the fuzz bytes patched in at an offset (its first two bytes)
+        const size_t at = n >= 3 ? ((size_t)data[1] | (size_t)data[2] << 8) % (valid_manifest.size() + 1) : 0;
+        std::string m = valid_manifest;
+        const std::string patch = n > 3 ? text.substr(2) : "";
+        m.replace(at, std::min(patch.size(), m.size() - at), patch);
+        text = m;
+    }
+    write_file(path.c_str(), text.data(), text.size());
+    const SsdStoreConfig c = store_cfg();
+    char err[4096];
+    SsdStore* st = ssd_store_open(d.c_str(), &c, -1, err, sizeof err);
+    if (st) {
+        int64_t steps[2];
+        ssd_store_steps(st, steps);
+        const int64_t step = std::max(steps[0], steps[1]);
+        REQUIRE(step == 1 || step == 2, "opened a store at step %lld", (long long)step);
+        std::vector<float> p((size_t)kStoreElems);
+        for (int l = 0; l < kStoreLayers; l++) {
+            REQUIRE(ssd_store_read_layer(st, l, p.data(), NULL, NULL, NULL, err, sizeof err) == 0, "%s", err);
+            for (int64_t i = 0; i < kStoreElems; i++)
+                REQUIRE(p[(size_t)i] == store_value((int)step, l, i), "layer %d of step %lld reads wrong", l,
+                        (long long)step);
+        }
+        ssd_store_close(st);
+    } else {
+        REQUIRE(err[0] && !strchr(err, '\n'), "a refusal without a one-line reason");
+    }
+    write_file(path.c_str(), valid_manifest.data(), valid_manifest.size());
+}
+
 static void put(const std::string& d, const char* name, const void* p, size_t n) {
     mkdir(d.c_str(), 0755);
     write_file((d + "/" + name).c_str(), p, n);
@@ -449,6 +571,16 @@ static void write_seeds(const char* root) {
     hf_valid(&hst, &hcfg);
     put(r + "/hf", "safetensors", ("\x00" + hst).data(), hst.size() + 1);
     put(r + "/hf", "config", ("\x01" + hcfg).data(), hcfg.size() + 1);
+    // json: a few shapes the readers meet (a header entry, an index, nesting)
+    const char* js[] = {"{\"a.weight\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}}",
+                        "{\"weight_map\":{\"h.0\":\"model-1.safetensors\"}}", "[[1,2.5e3,-4],{\"x\":null}]",
+                        "\"\\u00e9t\\u00e9\""};
+    for (size_t i = 0; i < sizeof js / sizeof js[0]; i++)
+        put(r + "/json", std::to_string(i).c_str(), js[i], strlen(js[i]));
+    // manifest: the valid one (even), and a patch of it (odd: offset 0, the bytes "ssd_store 3")
+    manifest_setup();
+    put(r + "/manifest", "valid", ("\x00" + valid_manifest).data(), valid_manifest.size() + 1);
+    put(r + "/manifest", "patch", "\x01\x00\x00ssd_store 3", 14);
 }
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
@@ -465,12 +597,14 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
     for (int i = 0; name && i < NUM_TARGETS; i++)
         if (strcmp(name, target_names[i]) == 0) target = i;
     if (target < 0) {
-        fprintf(
-            stderr,
-            "fuzz_inputs: set FUZZ_TARGET to one of: model shard state tokenizer args spec bpe marker hf\n");
+        fprintf(stderr,
+                "fuzz_inputs: set FUZZ_TARGET to one of: model shard state tokenizer args spec bpe marker hf "
+                "json "
+                "manifest\n");
         exit(2);
     }
     if (target == T_MARKER) marker_setup();
+    if (target == T_MANIFEST) manifest_setup();
     if (target == T_BPE) {
         std::string err;
         if (!gpt2_bpe_load(&bpe, "dev/data/gpt2/encoder.json", "dev/data/gpt2/vocab.bpe", &err)) {
@@ -492,6 +626,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t n) {
         case T_BPE: fuzz_bpe(data, n); break;
         case T_MARKER: fuzz_marker(data, n); break;
         case T_HF: fuzz_hf(data, n); break;
+        case T_JSON: fuzz_json(data, n); break;
+        case T_MANIFEST: fuzz_manifest(data, n); break;
     }
     return 0;
 }
