@@ -71,8 +71,8 @@
 #include "memory_plan.cuh"    // defines: MemoryPlan, gpt_memory_plan, place_layers, print_memory_plan
 
 // GEMMs fused with the element-wise pass after them (bias, residual, GELU) as cuBLASLt epilogues (lt_matmul):
-// the GEMM's output is not written and read again. Without a cuBLASLt algorithm: cuBLAS, then the kernels.cuh
-// pass (warned once).
+// the GEMM's output is not written and read again. Without a cuBLASLt algorithm, or when cublasLtMatmul
+// refuses it: cuBLAS, then the kernels.cuh pass (warned once).
 static int64_t cublaslt_fallbacks = 0;  // unfused calls made while fusion was asked for (the tests expect 0)
 static void lt_fell_back(const char* what) {
     if (cublaslt_fusion && cublaslt_handle && cublaslt_fallbacks++ == 0)

@@ -486,6 +486,31 @@ TEST(GpuTrainer, KeptActivationsTrainLikeRecompute) {
     cublaslt_fusion = saved;
 }
 
+// A cuBLASLt that finds no fused algorithm, or whose cublasLtMatmul refuses the one it found (NOT_SUPPORTED;
+// FAKE_CUBLASLT_REFUSE in the emulation), must not stop the run: each fused GEMM falls back to cuBLAS and the
+// kernels.cuh pass, and the run is the one -G 0 takes (bit for bit in the emulation).
+TEST(GpuTrainer, RefusedCublasLtFallsBackToUnfused) {
+    REQUIRE_GPU();
+#ifndef FAKE_CUDA_DEVICE
+    GTEST_SKIP() << "the refusal is the emulation's (FAKE_CUBLASLT_REFUSE)";
+#endif
+    const GPTConfig c = tiny_config(2, 128, 4, 64, 500);
+    const int saved = cublaslt_fusion;
+    cublaslt_fusion = 0;
+    const std::vector<double> unfused = run_gpu(c, 4, 64, 2, 2, 2, 17);
+    cublaslt_fusion = 1;
+    for (const char* what : {"heuristic", "matmul"}) {
+        setenv("FAKE_CUBLASLT_REFUSE", what, 1);
+        const int64_t before = cublaslt_fallbacks;
+        const std::vector<double> refused = run_gpu(c, 4, 64, 2, 2, 2, 17);
+        unsetenv("FAKE_CUBLASLT_REFUSE");
+        EXPECT_GT(cublaslt_fallbacks, before) << what << ": no GEMM fell back";
+        expect_same_training(refused, unfused, runs_are_bit_exact(),
+                             std::string("cuBLASLt refusing: ") + what);
+    }
+    cublaslt_fusion = saved;
+}
+
 // Forward only: the same bf16 weights whether read from a slot or from the resident prefix, the same kernels.
 // In the emulation (one fixed summation order) the logits must be bit-identical. On a GPU cuBLAS promises
 // that only for the same call on the same buffers: the weights sit at other addresses (at C = 128 with the
