@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include "cpu_optimizer.cuh"  // defines: GRAD_RING, sw_reader
-#include "gpt.cuh"            // defines: LayerActs, acts_bytes, plan_mul, plan_add
+#include "gpt.cuh"            // defines: LayerActs, acts_bytes, plan_mul, plan_add, grads_ring_bytes
 #include "gpu_args.h"         // defines: GpuArgs, ssd_tier
 #include "matmul.cuh"         // defines: kCublasWorkspaceBytes
 #include "ssd.h"              // defines: ssd_plan, SsdStoreConfig
@@ -78,8 +78,7 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     const HostReader reader = sw_reader(NULL, &p, resident_layers);
     m.pinned = stream_host_bytes(c->num_layers, p.layer_stride, p.embed_count, !ssd,
                                  tier == TIER_SSD_WEIGHTS ? &reader : NULL);
-    if (ssd)
-        m.pinned += GRAD_RING * (ssd_round_up(p.layer_stride * 2, SSD_ALIGN) + SSD_ALIGN);  // GradsWriter
+    if (ssd) m.pinned += GRAD_RING * grads_ring_bytes(&p);  // GradsWriter
     if (ssd && resident_layers < c->num_layers) {
         const SsdStoreConfig sc = ssd_store_config(c, resident_layers, tier);
         SsdPlanInput in;

@@ -58,10 +58,10 @@
 #include "schedulers.h"   // defines: learning_rate_at
 #include "ssd.h"          // defines: SsdStore, ssd_store_round, ssd_store_checkpoint, ssd_plan (-sd)
 #include "stop_signal.h"  // defines: stop_signal_install, stop_if_signalled
-#include "stream.h"       // defines: WeightStream, stream_wait_layer, stream_release_layer
-#include "timeline.h"     // defines: Timeline, timeline_begin, timeline_end, timeline_summarize (-Y 1)
-#include "tokenizer.h"    // defines: Tokenizer, tokenizer_init
-#include "utils.h"        // defines: die, table_row, table_rule, progress_text, peak_rss_bytes
+#include "stream.h"  // defines: WeightStream, stream_wait_layer, stream_release_layer, pinned_alloc_direct_io
+#include "timeline.h"   // defines: Timeline, timeline_begin, timeline_end, timeline_summarize (-Y 1)
+#include "tokenizer.h"  // defines: Tokenizer, tokenizer_init
+#include "utils.h"      // defines: die, table_row, table_rule, progress_text, peak_rss_bytes
 
 #include "matmul.cuh"           // defines: matmul_forward, matmul_backward_input, lt_matmul
 #include "attention.cuh"        // defines: attention_forward, attention_backward (cuBLAS + softmax)
@@ -299,11 +299,9 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
                 g, !ssd, g->weights_on_disk ? &reader : NULL);
     if (ssd) {  // the gradients' ring; its thread starts once the store is attached (ssd_attach)
         g->gw = new GradsWriter();
-        const int64_t bytes = ssd_round_up(p->layer_stride * 2, SSD_ALIGN) + SSD_ALIGN;
-        for (int k = 0; k < GRAD_RING; k++) {
-            cudaCheck(cudaMallocHost(&g->gw->raw[k], (size_t)bytes));
-            g->gw->buf[k] = (uint16_t*)(((uintptr_t)g->gw->raw[k] + SSD_ALIGN - 1) / SSD_ALIGN * SSD_ALIGN);
-        }
+        for (int k = 0; k < GRAD_RING; k++)
+            g->gw->buf[k] = (uint16_t*)pinned_alloc_direct_io(grads_ring_bytes(p),
+                                                              "the gradients' ring (written to -sd)");
         g->gw->written_pass = (int64_t*)calloc((size_t)c->num_layers, sizeof(int64_t));
         if (!g->gw->written_pass) die("out of host memory");
     }
@@ -400,7 +398,7 @@ static void gpt_free(GPT* g) {
             }
             g->gw->thread.join();
         }
-        for (int k = 0; k < GRAD_RING; k++) cudaCheck(cudaFreeHost(g->gw->raw[k]));
+        for (int k = 0; k < GRAD_RING; k++) pinned_free_direct_io(g->gw->buf[k]);
         free(g->gw->written_pass);
         delete g->gw;
     }
