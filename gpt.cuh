@@ -190,6 +190,7 @@ struct GPT {
     float* layer_grads;  // fp32 gradient accumulator of the streamed layer in flight
     bf16* layer_inputs;  // (L+1) x max_micro x (N, C): each layer's input, and the final residual
     bf16* dresid;        // max_micro x (N, C): gradient of the residual stream
+    int* tokens_host;    // pinned: [inputs | targets], max_micro x N each, on their way to tokens_in / out
     int* tokens_in;      // max_micro x N
     int* tokens_out;     // max_micro x N targets
     float* losses;       // max_micro x N
