@@ -71,6 +71,13 @@ static void matmul_batched(cublasOperation_t ta, cublasOperation_t tb, int m, in
 
 static cublasLtHandle_t cublaslt_handle;  // NULL: never created, every call takes the unfused path
 static int cublaslt_fusion = 1;           // 0: no epilogues (the tests compare both paths)
+// Creates the cuBLAS and cuBLASLt handles unless they exist: before the GPU's free memory is measured
+// (check_fit), so what they take is not counted as free; else in gpt_build. gpt_free destroys them.
+static void matmul_handles_create() {
+    if (cublas_handle) return;
+    cublasCheck(cublasCreate(&cublas_handle));
+    cublasCheck(cublasLtCreate(&cublaslt_handle));
+}
 
 // Largest power of two <= 256 dividing p: the heuristic assumes 256 unless told (ours sit at multiples of C).
 static uint32_t lt_alignment(const void* p) {

@@ -49,9 +49,9 @@
 #include "cpu_cores.h"    // defines: usable_cpu_cores, omp_short_spin_reexec
 #include "cuda_common.h"  // defines: cudaCheck, cublasCheck, bf16
 #include "dataloader.h"   // defines: DataLoader, dataloader_init, dataloader_next_batch
-#include "kernels.cuh"    // defines: layernorm_forward, gelu_forward, fused_classifier, adamw_gpu
-#include "logger.h"       // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
-#include "model.h"        // defines: GPTConfig, ParamLayout, gpt_layout, gpt_init_params, gpt_load_params
+#include "kernels.cuh"  // defines: layernorm_forward, gelu_forward, fused_classifier, adamw_gpu, kernels_load
+#include "logger.h"     // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
+#include "model.h"      // defines: GPTConfig, ParamLayout, gpt_layout, gpt_init_params, gpt_load_params
 #include "model_specs.h"  // defines: parse_model_spec
 #include "outliers.h"     // defines: OutlierWindow, outlier_skip, training_diverged, die_diverged
 #include "run_dir.h"      // defines: lock_output_dir
@@ -64,9 +64,9 @@
 #include "tokenizer.h"  // defines: Tokenizer, tokenizer_init
 #include "utils.h"      // defines: die, table_row, table_rule, progress_text, peak_rss_bytes
 
-#include "matmul.cuh"           // defines: matmul_forward, matmul_backward_input, lt_matmul
+#include "matmul.cuh"           // defines: matmul_forward, lt_matmul, matmul_handles_create
 #include "attention.cuh"        // defines: attention_forward, attention_backward (cuBLAS + softmax)
-#include "flash_attention.cuh"  // defines: flash_attention_forward, flash_attention_backward
+#include "flash_attention.cuh"  // defines: flash_attention_forward, _backward, flash_attention_load
 #include "gpt.cuh"              // defines: struct GPT, LayerActs, layer_input, layer_acts, TIER_*
 #include "cpu_optimizer.cuh"  // defines: optimizer_submit, optimizer_block_ready, send_layer_grads, die_disk
 #include "memory_plan.cuh"    // defines: MemoryPlan, gpt_memory_plan, place_layers, print_memory_plan
@@ -266,7 +266,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
         kept_layers > c->num_layers)
         die("internal: %d GPU-resident layers, %d with kept activations, of %d", resident_layers, kept_layers,
             c->num_layers);
-    if (cublas_handle)  // matmul.cuh's handles, workspace and algorithm cache are one per process
+    if (cublas_workspace)  // matmul.cuh's handles, workspace and algorithm cache are one per process
         die("internal: a second GPT built while one is alive (gpt_free the first)");
     const MemoryPlan plan =
         gpt_memory_plan(c, B, T, max_micro, num_slots, resident_layers, kept_layers, tier);
@@ -309,8 +309,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     g->gpu_bytes += plan.slots + plan.grad_staging;  // stream_init's
 
     // GPU, from the plan: one allocation per field
-    cublasCheck(cublasCreate(&cublas_handle));
-    cublasCheck(cublasLtCreate(&cublaslt_handle));
+    matmul_handles_create();                                          // unless check_fit did
     cublas_workspace = gpu_alloc(g, (int64_t)kCublasWorkspaceBytes);  // plan.scalars
     cublas_stream = NULL;
     cublas_use_stream(g->stream.compute);
@@ -1047,6 +1046,10 @@ static void check_fit(Run* r) {
     cudaCheck(cudaGetDeviceProperties(&r->prop, 0));
     cudaCheck(cudaSetDevice(0));
     r->peak_flops = gpu_bf16_peak_flops(r->prop.name, &r->peak_label);
+    // what the cuBLAS handles and our kernels take is not free for the plan: they come first
+    matmul_handles_create();
+    kernels_load();
+    if (use_flash_attention(&r->cfg)) flash_attention_load(r->cfg.channels / r->cfg.num_heads);
     size_t gpu_free = 0, gpu_total = 0;
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
     r->gpu_free_at_start = (int64_t)gpu_free;

@@ -820,5 +820,15 @@ cudaError_t cudaFuncSetAttribute(K* kernel, cudaFuncAttribute attr, int value) {
     fake_cuda::max_dynamic_smem()[(const void*)kernel] = value;
     return cudaSuccess;
 }
+// A kernel's attributes: none emulated (on a GPU the call also loads a lazily loaded kernel).
+typedef struct {
+    int maxThreadsPerBlock;
+} cudaFuncAttributes;
+inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void* kernel) {
+    FAKE_CUDA_RETURN_STICKY;
+    if (!kernel) return cudaErrorInvalidValue;
+    attr->maxThreadsPerBlock = 1024;
+    return cudaSuccess;
+}
 #include "fake_device.h"  // the kernels and their launcher
 #endif
