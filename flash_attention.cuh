@@ -509,6 +509,40 @@ static dim3 flash_grid(int B, int NH, int T, int tile) {
     return dim3((unsigned)heads, (unsigned)tiles);
 }
 
+// The kernels for head size hs (32, 64, 80, 96; any other: 128's).
+typedef void (*FlashForwardKernel)(bf16*, float*, const bf16*, int, int, float);
+typedef void (*FlashBackwardKernel)(bf16*, const bf16*, const bf16*, const float*, const float*, int, int,
+                                    float, float);
+static FlashForwardKernel flash_forward_kernel_for(int hs) {
+    return hs == 32   ? flash_attention_forward_kernel<32>
+           : hs == 64 ? flash_attention_forward_kernel<64>
+           : hs == 80 ? flash_attention_forward_kernel<80>
+           : hs == 96 ? flash_attention_forward_kernel<96>
+                      : flash_attention_forward_kernel<128>;
+}
+static FlashBackwardKernel flash_dq_kernel_for(int hs) {
+    return hs == 32   ? flash_attention_backward_dq_kernel<32>
+           : hs == 64 ? flash_attention_backward_dq_kernel<64>
+           : hs == 80 ? flash_attention_backward_dq_kernel<80>
+           : hs == 96 ? flash_attention_backward_dq_kernel<96>
+                      : flash_attention_backward_dq_kernel<128>;
+}
+static FlashBackwardKernel flash_dkdv_kernel_for(int hs) {
+    return hs == 32   ? flash_attention_backward_dkdv_kernel<32>
+           : hs == 64 ? flash_attention_backward_dkdv_kernel<64>
+           : hs == 80 ? flash_attention_backward_dkdv_kernel<80>
+           : hs == 96 ? flash_attention_backward_dkdv_kernel<96>
+                      : flash_attention_backward_dkdv_kernel<128>;
+}
+// Loads head size hs's kernels onto the GPU now (kernels_load in kernels.cuh says why).
+static void flash_attention_load(int hs) {
+    const void* kernels[] = {(const void*)flash_forward_kernel_for(hs), (const void*)flash_dq_kernel_for(hs),
+                             (const void*)flash_dkdv_kernel_for(hs),
+                             (const void*)flash_attention_dsum_kernel};
+    cudaFuncAttributes attr;
+    for (const void* k : kernels) cudaCheck(cudaFuncGetAttributes(&attr, k));
+}
+
 // y (B, T, C) = causal softmax(q k^T / sqrt(hs)) v per head; lse (B, NH, T): each row's base-2
 // log-sum-exp of its scaled scores, for the backward.
 static void flash_attention_forward(bf16* y, float* lse, const bf16* qkv, int B, int T, int C, int NH,
@@ -516,12 +550,7 @@ static void flash_attention_forward(bf16* y, float* lse, const bf16* qkv, int B,
     const int hs = C / NH;
     flash_check_aligned(y, qkv, qkv, qkv);
     const float scale_log2 = 1.0f / sqrtf((float)hs) * 1.4426950408889634f;  // exp(x) = exp2(x * log2(e))
-    void (*kernel)(bf16*, float*, const bf16*, int, int, float) =
-        hs == 32   ? flash_attention_forward_kernel<32>
-        : hs == 64 ? flash_attention_forward_kernel<64>
-        : hs == 80 ? flash_attention_forward_kernel<80>
-        : hs == 96 ? flash_attention_forward_kernel<96>
-                   : flash_attention_forward_kernel<128>;
+    const FlashForwardKernel kernel = flash_forward_kernel_for(hs);
     kernel<<<flash_grid(B, NH, T, 64), 128, 0, s>>>(y, lse, qkv, T, NH, scale_log2);
     cudaCheckLaunch();
 }
@@ -535,18 +564,7 @@ static void flash_attention_backward(bf16* dqkv, float* dsum, const bf16* dy, co
     const int64_t rows = (int64_t)B * T * NH;
     flash_attention_dsum_kernel<<<grid_for(rows * 32, 256), 256, 0, s>>>(dsum, y, dy, rows, T, NH, hs);
     cudaCheckLaunch();
-    typedef void (*Kernel)(bf16*, const bf16*, const bf16*, const float*, const float*, int, int, float,
-                           float);
-    Kernel dq = hs == 32   ? flash_attention_backward_dq_kernel<32>
-                : hs == 64 ? flash_attention_backward_dq_kernel<64>
-                : hs == 80 ? flash_attention_backward_dq_kernel<80>
-                : hs == 96 ? flash_attention_backward_dq_kernel<96>
-                           : flash_attention_backward_dq_kernel<128>;
-    Kernel dkdv = hs == 32   ? flash_attention_backward_dkdv_kernel<32>
-                  : hs == 64 ? flash_attention_backward_dkdv_kernel<64>
-                  : hs == 80 ? flash_attention_backward_dkdv_kernel<80>
-                  : hs == 96 ? flash_attention_backward_dkdv_kernel<96>
-                             : flash_attention_backward_dkdv_kernel<128>;
+    const FlashBackwardKernel dq = flash_dq_kernel_for(hs), dkdv = flash_dkdv_kernel_for(hs);
     dq<<<flash_grid(B, NH, T, 64), 128, 0, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, scale, scale_log2);
     cudaCheckLaunch();
     dkdv<<<flash_grid(B, NH, T, 32), 64, 0, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, scale, scale_log2);

@@ -14,7 +14,7 @@
 #include "model.h"              // defines: GPTConfig, ParamLayout
 #include "outliers.h"           // defines: OutlierWindow
 #include "ssd.h"                // defines: SsdStore
-#include "stream.h"             // defines: WeightStream
+#include "stream.h"             // defines: WeightStream, direct_io_bytes
 #include "timeline.h"           // defines: Timeline
 
 // The attention of the layers: the fused kernels (flash_attention.cuh) where they take the head size and the
@@ -148,14 +148,14 @@ typedef struct {
 // waits for grads_on_host[l] (stream.h), writes, then frees the slot and marks l written for this pass; the
 // round reads l from the file once it is marked (ssd_round_grads).
 #define GRAD_RING 3
+static inline int64_t grads_ring_bytes(const ParamLayout* p) { return direct_io_bytes(p->layer_stride * 2); }
 typedef struct {
     std::thread thread;
     std::mutex mu;
     std::condition_variable cv;
-    uint16_t* buf[GRAD_RING];  // 4096-aligned views into raw[k]
-    void* raw[GRAD_RING];
-    bool busy[GRAD_RING];                                       // sent and not yet written to disk
-    int next;                                                   // the slot of the next send
+    uint16_t* buf[GRAD_RING];  // grads_ring_bytes each, pinned_alloc_direct_io (written with O_DIRECT)
+    bool busy[GRAD_RING];      // sent and not yet written to disk
+    int next;                  // the slot of the next send
     int queue_layer[GRAD_RING], queue_slot[GRAD_RING], queued;  // sends the writer has yet to take, in order
     int64_t queue_pass[GRAD_RING];  // the backward pass of each (a skipped update's may still be queued when
                                     // the next backward pass begins)
@@ -190,6 +190,7 @@ struct GPT {
     float* layer_grads;  // fp32 gradient accumulator of the streamed layer in flight
     bf16* layer_inputs;  // (L+1) x max_micro x (N, C): each layer's input, and the final residual
     bf16* dresid;        // max_micro x (N, C): gradient of the residual stream
+    int* tokens_host;    // pinned: [inputs | targets], max_micro x N each, on their way to tokens_in / out
     int* tokens_in;      // max_micro x N
     int* tokens_out;     // max_micro x N targets
     float* losses;       // max_micro x N

@@ -17,13 +17,21 @@ enum { TIER_RAM = 0, TIER_SSD = 1, TIER_SSD_WEIGHTS = 2 };
 // their copies to the GPU (stream.h HostReader).
 #define SW_READ_BUFFERS 4
 
+// Threads that must run beside the CPU AdamW's team (-A 0 leaves them a core each): the main one, which
+// launches kernels and issues copies, and with -sd the gradient writer and the I/O completion thread.
+static inline int adam_threads_beside(bool ssd) { return ssd ? 3 : 1; }
+
+// Each generated token streams the whole model once (minutes from disk at 100B): no samples by default above
+// SAMPLE_DEFAULT_MAX_PARAMS parameters or with -sw 1; -g N still asks for them.
+#define SAMPLE_DEFAULT_MAX_PARAMS 10000000000LL
+
 // The flags only this trainer has (the shared ones are in args.h).
 typedef struct {
     int num_slots;     // -S  GPU weight slots (>= 2)
     int bench_steps;   // -B  > 0: benchmark mode, that many timed steps on synthetic tokens
     int bench_warmup;  // -W  untimed steps before them
     int timeline;      // -Y  1: per-step timeline (and DIR/trace.json with -o)
-    int adam_threads;  // -A  OpenMP threads of the CPU AdamW, 0 = all cores but one
+    int adam_threads;  // -A  OpenMP threads of the CPU AdamW, 0 = all cores but adam_threads_beside
     int model_given;   // -e was on the command line (with -y 1 it must then match the checkpoint)
     int resident;      // -R  first layers kept on the GPU with their AdamW state: 0 = none, -1 = all that fit
     int kept;          // -K  last layers that keep their activations: 0 = none, -1 = all that fit
@@ -86,7 +94,7 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "              the disk's read and write busy time); with -o also DIR/trace.json, a Chrome trace of\n"
         "              the last step; at the end, the -R / -K that the last step's timeline suggests "
         "(default %d)\n"
-        "  -A <int>    CPU AdamW threads, 0 = all cores but one (default %d)\n"
+        "  -A <int>    CPU AdamW threads, 0 = all cores but one (-sd: but three) (default %d)\n"
         "  -R <int>    keep the first N layers on the GPU with their fp32 weights and AdamW state (updated "
         "there,\n"
         "              never copied): uses GPU memory the streaming leaves free to shorten the CPU AdamW;\n"
@@ -118,9 +126,19 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "  -sw <0|1>   with -sd: the streamed layers' bf16 weights live there too, read ahead into %d "
         "pinned\n"
         "              layer buffers for each pass: 2 bytes per parameter less RAM, RAM no longer grows\n"
-        "              with depth; 2 more bytes read per parameter per pass (default %d)\n",
+        "              with depth; 2 more bytes read per parameter per pass (default %d)\n"
+        "samples (-g, -s): none by default for a model over %.0fB parameters or with -sw 1 (each token\n"
+        "  streams the whole model once); -g N still asks for them\n",
         MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->kept,
-        gd->flash, gd->epilogues, gd->plan_only, gd->host_gib, gd->gpu_gib, SW_READ_BUFFERS, gd->ssd_weights);
+        gd->flash, gd->epilogues, gd->plan_only, gd->host_gib, gd->gpu_gib, SW_READ_BUFFERS, gd->ssd_weights,
+        SAMPLE_DEFAULT_MAX_PARAMS / 1e9);
+}
+
+// Tokens per sample: -g, else none for a model over SAMPLE_DEFAULT_MAX_PARAMS or with -sw 1, else args.h's.
+static int gpu_sample_tokens(const TrainArgs* a, const GpuArgs* ga, int64_t params) {
+    if (a->gen_tokens < 0 && (params > SAMPLE_DEFAULT_MAX_PARAMS || ssd_tier(ga) == TIER_SSD_WEIGHTS))
+        return 0;
+    return sample_tokens(a);
 }
 
 // Parses argv: our flags first, then the shared ones. Exits on any error, prints usage on -h.

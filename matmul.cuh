@@ -66,10 +66,18 @@ static void matmul_batched(cublasOperation_t ta, cublasOperation_t tb, int m, in
 //   CUBLASLT_EPILOGUE_BIAS           D += bias[row of D] (an output channel)
 //   CUBLASLT_EPILOGUE_GELU_AUX_BIAS  D += bias; aux = D (GELU input, bf16); D = gelu(D) (tanh form)
 //   CUBLASLT_EPILOGUE_DGELU          D *= gelu'(aux)
-// C (a residual, D's layout) is added with beta = 1. false, nothing done: no algorithm (run unfused).
+// C (a residual, D's layout) is added with beta = 1. false, nothing done: no algorithm, or cublasLtMatmul
+// refused the one found (NOT_SUPPORTED): the caller runs it unfused.
 
 static cublasLtHandle_t cublaslt_handle;  // NULL: never created, every call takes the unfused path
 static int cublaslt_fusion = 1;           // 0: no epilogues (the tests compare both paths)
+// Creates the cuBLAS and cuBLASLt handles unless they exist: before the GPU's free memory is measured
+// (check_fit), so what they take is not counted as free; else in gpt_build. gpt_free destroys them.
+static void matmul_handles_create() {
+    if (cublas_handle) return;
+    cublasCheck(cublasCreate(&cublas_handle));
+    cublasCheck(cublasLtCreate(&cublaslt_handle));
+}
 
 // Largest power of two <= 256 dividing p: the heuristic assumes 256 unless told (ours sit at multiples of C).
 static uint32_t lt_alignment(const void* p) {
@@ -121,8 +129,8 @@ static bool lt_matmul(bf16* D, int ldd, const bf16* A, cublasOperation_t ta, int
         ldb,      ldd,       ta,       tb,
         epilogue, C != NULL, aux_ld,   align[0],
         align[1], align[2],  align[3], (int64_t)lt_alignment(bias) * 1024 + lt_alignment(aux)};
-    const LtAlgoCacheEntry* known = NULL;
-    for (const LtAlgoCacheEntry& e : lt_algo_cache)
+    LtAlgoCacheEntry* known = NULL;
+    for (LtAlgoCacheEntry& e : lt_algo_cache)
         if (memcmp(e.key, key, sizeof key) == 0) {
             known = &e;
             break;
@@ -162,11 +170,17 @@ static bool lt_matmul(bf16* D, int ldd, const bf16* A, cublasOperation_t ta, int
         lt_algo_cache.push_back(e);
         known = &lt_algo_cache.back();
     }
-    const bool ok = known->found;
+    bool ok = known->found;
     if (ok) {
         const float one = 1.0f, beta = C ? 1.0f : 0.0f;
-        cublasCheck(cublasLtMatmul(cublaslt_handle, desc, &one, A, la, B, lb, &beta, C ? C : D, ld, D, ld,
-                                   &known->algo, cublas_workspace, kCublasWorkspaceBytes, s));
+        const cublasStatus_t status =
+            cublasLtMatmul(cublaslt_handle, desc, &one, A, la, B, lb, &beta, C ? C : D, ld, D, ld,
+                           &known->algo, cublas_workspace, kCublasWorkspaceBytes, s);
+        // the chosen algorithm refused to run: this problem runs unfused from now on; any other failure is a
+        // bug
+        if (status != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(status);
+        ok = status == CUBLAS_STATUS_SUCCESS;
+        if (!ok) known->found = false;
     }
     cublasCheck(cublasLtMatrixLayoutDestroy(la));
     cublasCheck(cublasLtMatrixLayoutDestroy(lb));

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include "cpu_optimizer.cuh"  // defines: GRAD_RING, sw_reader
-#include "gpt.cuh"            // defines: LayerActs, acts_bytes, plan_mul, plan_add
+#include "gpt.cuh"            // defines: LayerActs, acts_bytes, plan_mul, plan_add, grads_ring_bytes
 #include "gpu_args.h"         // defines: GpuArgs, ssd_tier
 #include "matmul.cuh"         // defines: kCublasWorkspaceBytes
 #include "ssd.h"              // defines: ssd_plan, SsdStoreConfig
@@ -24,7 +24,7 @@ typedef struct {
     // host
     int64_t master_adam;  // fp32 master weights, AdamW m and v (12 bytes per parameter; -sd: the prefix's)
     int64_t pinned;  // bf16 weights and layer gradients (stream_host_bytes; -sd: the gradient writer's ring;
-                     // -sw 1: the prefix's weights and the read buffers)
+                     // -sw 1: the prefix's weights and the read buffers); the tokens' staging (2 x tokens)
     int64_t ssd_ring;                               // -sd: the store's ring of piece buffers
     int64_t ssd_disk;                               // -sd: the store's files in DIR (not host memory)
     int64_t ssd_read_per_step, ssd_write_per_step;  // -sd: disk traffic of one step (ssd_plan)
@@ -80,8 +80,7 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     const HostReader reader = sw_reader(NULL, &p, resident_layers);
     m.pinned = stream_host_bytes(c->num_layers, p.layer_stride, p.embed_count, !ssd,
                                  tier == TIER_SSD_WEIGHTS ? &reader : NULL);
-    if (ssd)
-        m.pinned += GRAD_RING * (ssd_round_up(p.layer_stride * 2, SSD_ALIGN) + SSD_ALIGN);  // GradsWriter
+    if (ssd) m.pinned += GRAD_RING * grads_ring_bytes(&p);  // GradsWriter
     if (ssd && resident_layers < c->num_layers) {
         const SsdStoreConfig sc = ssd_store_config(c, resident_layers, tier);
         SsdPlanInput in;
@@ -99,7 +98,6 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
         m.ssd_read_per_step = sp.read_per_step;
         m.ssd_write_per_step = sp.write_per_step;
     }
-    m.host_bytes = m.master_adam + m.pinned + m.ssd_ring;
 
     const char* inputs = "the layer-input checkpoints ((L+1) * micro-batches * B*T*C; lower -d, -b or -t)";
     const int64_t act = plan_mul(plan_mul(N, c->channels, inputs), 2, inputs);  // one (N, C) bf16 tensor
@@ -116,6 +114,8 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     m.dresid = plan_mul(max_micro, act, micro);
     m.tokens = plan_mul(plan_mul(max_micro, N, micro), 4, micro);
     plan_mul(m.tokens, 3, micro);
+    m.pinned += 2 * m.tokens;  // gpt_build's tokens_host
+    m.host_bytes = m.master_adam + m.pinned + m.ssd_ring;
     m.scalars = 4 + 8 + (int64_t)kCublasWorkspaceBytes;
     const char* kept =
         "the kept activations (-K layers * micro-batches * one layer's forward activations; lower -K)";

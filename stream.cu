@@ -14,6 +14,25 @@ static void* pinned_alloc(int64_t bytes, const char* what) {
     }
     return p;
 }
+// Buffers that O_DIRECT reads into or writes from: our own 4096-aligned memory, pinned with cudaHostRegister,
+// since some drivers refuse O_DIRECT I/O on cudaHostAlloc memory (EFAULT, "Bad address").
+void* pinned_alloc_direct_io(int64_t bytes, const char* what) {
+    void* p = NULL;
+    const int err = posix_memalign(&p, DIRECT_IO_ALIGN, (size_t)direct_io_bytes(bytes));
+    if (err != 0)
+        die("cannot allocate %.2f GiB of host memory for %s: %s", bytes / 1073741824.0, what, strerror(err));
+    const cudaError_t cerr = cudaHostRegister(p, (size_t)direct_io_bytes(bytes), cudaHostRegisterDefault);
+    if (cerr != cudaSuccess)
+        die("cannot pin %.2f GiB of host memory for %s: %s", bytes / 1073741824.0, what,
+            cudaGetErrorString(cerr));
+    return p;
+}
+void pinned_free_direct_io(void* p) {
+    if (!p) return;
+    cudaCheck(cudaDeviceSynchronize());  // no copy may still read or write it
+    cudaCheck(cudaHostUnregister(p));
+    free(p);
+}
 static void* device_alloc(int64_t bytes, const char* what) {
     void* p = NULL;
     cudaError_t err = cudaMalloc(&p, (size_t)bytes);
@@ -25,14 +44,13 @@ static void* device_alloc(int64_t bytes, const char* what) {
 }
 
 enum { READ_FREE, READ_PENDING, READ_READY, READ_COPYING };  // a read buffer's states (stream.h)
-#define READ_ALIGN 4096                                      // a read buffer's alignment (O_DIRECT)
 
 int64_t stream_host_bytes(int num_layers, int64_t layer_stride, int64_t embed_count, bool host_grads,
                           const HostReader* reader) {
     const int64_t host_layers = reader ? reader->first_streamed : num_layers;
     int64_t bytes = (embed_count + host_layers * layer_stride) * 2;
     if (host_grads) bytes += (int64_t)num_layers * layer_stride * 2;
-    if (reader) bytes += reader->num_buffers * (reader->buffer_bytes + READ_ALIGN);
+    if (reader) bytes += reader->num_buffers * direct_io_bytes(reader->buffer_bytes);
     return bytes;
 }
 int64_t stream_gpu_bytes(int64_t layer_stride, int num_slots) {
@@ -64,9 +82,8 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
     if (reader) {
         ws->reader = *reader;
         for (int b = 0; b < reader->num_buffers; b++) {
-            ws->read_raw[b] = pinned_alloc(reader->buffer_bytes + READ_ALIGN, "the weights' read buffers");
             ws->read_buf[b] =
-                (uint16_t*)(((uintptr_t)ws->read_raw[b] + READ_ALIGN - 1) / READ_ALIGN * READ_ALIGN);
+                (uint16_t*)pinned_alloc_direct_io(reader->buffer_bytes, "the weights' read buffers");
             ws->read_layer[b] = -1;
             ws->read_state[b] = READ_FREE;
             // the main thread may wait on it: blocking sync, so the wait does not spin a core
@@ -117,7 +134,7 @@ void stream_free(WeightStream* ws) {
     for (int b = 0; ws->reader.start && b < ws->reader.num_buffers; b++) {
         if (ws->read_state[b] == READ_PENDING) ws->reader.done(ws->reader.ctx, ws->read_req[b], 1);
         cudaCheck(cudaEventDestroy(ws->read_copied[b]));
-        cudaCheck(cudaFreeHost(ws->read_raw[b]));
+        pinned_free_direct_io(ws->read_buf[b]);
     }
     cudaCheck(cudaEventDestroy(ws->compute_mark));
     cudaCheck(cudaStreamDestroy(ws->compute));

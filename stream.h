@@ -40,7 +40,7 @@ typedef struct {
     int (*done)(void* ctx, int64_t req, int wait);
     void* ctx;
     int num_buffers;       // pinned read buffers, 1..MAX_READ_BUFFERS: more = more reads in flight ahead
-    int64_t buffer_bytes;  // bytes of one (>= layer_stride * 2; the reader's size); each is 4096-aligned
+    int64_t buffer_bytes;  // bytes of one (>= layer_stride * 2; the reader's size); each is DIRECT_IO_ALIGNed
     int first_streamed;  // layers below it are GPU-resident: weights_host_bf16 holds them, and no pass reads
 } HostReader;
 
@@ -84,7 +84,6 @@ typedef struct {
     // a layer, or being copied from (until read_copied[b] on h2d).
     HostReader reader;
     uint16_t* read_buf[MAX_READ_BUFFERS];
-    void* read_raw[MAX_READ_BUFFERS];
     int read_layer[MAX_READ_BUFFERS];  // the layer it holds or is being read into (-1: none)
     int read_state[MAX_READ_BUFFERS];  // READ_FREE, READ_PENDING, READ_READY, READ_COPYING
     int64_t read_req[MAX_READ_BUFFERS];
@@ -105,6 +104,14 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
                  HostReadyFn host_ready, void* host_ready_ctx, bool host_grads = true,
                  const HostReader* reader = NULL);
 void stream_free(WeightStream* ws);
+// Pinned host memory that O_DIRECT I/O reads into or writes from (the -sw 1 read buffers, train_gpt's
+// gradient ring): DIRECT_IO_ALIGN-aligned, direct_io_bytes(bytes) of it. Exits with one line if it fails.
+#define DIRECT_IO_ALIGN 4096
+static inline int64_t direct_io_bytes(int64_t bytes) {
+    return (bytes + DIRECT_IO_ALIGN - 1) / DIRECT_IO_ALIGN * DIRECT_IO_ALIGN;
+}
+void* pinned_alloc_direct_io(int64_t bytes, const char* what);
+void pinned_free_direct_io(void* p);  // waits for the device first
 // Bytes of pinned host memory and of GPU memory stream_init will allocate (for the fit check before it).
 int64_t stream_host_bytes(int num_layers, int64_t layer_stride, int64_t embed_count, bool host_grads = true,
                           const HostReader* reader = NULL);

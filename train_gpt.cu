@@ -35,6 +35,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <vector>
 #include <dirent.h>
 #include <sys/mman.h>
 #include <stdarg.h>
@@ -48,9 +49,9 @@
 #include "cpu_cores.h"    // defines: usable_cpu_cores, omp_short_spin_reexec
 #include "cuda_common.h"  // defines: cudaCheck, cublasCheck, bf16
 #include "dataloader.h"   // defines: DataLoader, dataloader_init, dataloader_next_batch
-#include "kernels.cuh"    // defines: layernorm_forward, gelu_forward, fused_classifier, adamw_gpu
-#include "logger.h"       // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
-#include "model.h"        // defines: GPTConfig, ParamLayout, gpt_layout, gpt_init_params, gpt_load_params
+#include "kernels.cuh"  // defines: layernorm_forward, gelu_forward, fused_classifier, adamw_gpu, kernels_load
+#include "logger.h"     // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
+#include "model.h"      // defines: GPTConfig, ParamLayout, gpt_layout, gpt_init_params, gpt_load_params
 #include "model_specs.h"  // defines: parse_model_spec, warn_if_spec_shadows_path
 #include "outliers.h"     // defines: OutlierWindow, outlier_skip, training_diverged, die_diverged
 #include "run_dir.h"      // defines: lock_output_dir
@@ -58,21 +59,21 @@
 #include "schedulers.h"   // defines: learning_rate_at
 #include "ssd.h"          // defines: SsdStore, ssd_store_round, ssd_store_checkpoint, ssd_plan (-sd)
 #include "stop_signal.h"  // defines: stop_signal_install, stop_if_signalled
-#include "stream.h"       // defines: WeightStream, stream_wait_layer, stream_release_layer
-#include "timeline.h"     // defines: Timeline, timeline_begin, timeline_end, timeline_summarize (-Y 1)
-#include "tokenizer.h"    // defines: Tokenizer, tokenizer_init
-#include "utils.h"        // defines: die, SizeText, table_row, table_rule, progress_text, peak_rss_bytes
+#include "stream.h"  // defines: WeightStream, stream_wait_layer, stream_release_layer, pinned_alloc_direct_io
+#include "timeline.h"   // defines: Timeline, timeline_begin, timeline_end, timeline_summarize (-Y 1)
+#include "tokenizer.h"  // defines: Tokenizer, tokenizer_init
+#include "utils.h"      // defines: die, SizeText, table_row, table_rule, progress_text, peak_rss_bytes
 
-#include "matmul.cuh"           // defines: matmul_forward, matmul_backward_input, lt_matmul
+#include "matmul.cuh"           // defines: matmul_forward, lt_matmul, matmul_handles_create
 #include "attention.cuh"        // defines: attention_forward, attention_backward (cuBLAS + softmax)
-#include "flash_attention.cuh"  // defines: flash_attention_forward, flash_attention_backward
+#include "flash_attention.cuh"  // defines: flash_attention_forward, _backward, flash_attention_load
 #include "gpt.cuh"              // defines: struct GPT, LayerActs, layer_input, layer_acts, TIER_*
 #include "cpu_optimizer.cuh"  // defines: optimizer_submit, optimizer_block_ready, send_layer_grads, die_disk
 #include "memory_plan.cuh"    // defines: MemoryPlan, gpt_memory_plan, place_layers, print_memory_plan
 
 // GEMMs fused with the element-wise pass after them (bias, residual, GELU) as cuBLASLt epilogues (lt_matmul):
-// the GEMM's output is not written and read again. Without a cuBLASLt algorithm: cuBLAS, then the kernels.cuh
-// pass (warned once).
+// the GEMM's output is not written and read again. Without a cuBLASLt algorithm, or when cublasLtMatmul
+// refuses it: cuBLAS, then the kernels.cuh pass (warned once).
 static int64_t cublaslt_fallbacks = 0;  // unfused calls made while fusion was asked for (the tests expect 0)
 static void lt_fell_back(const char* what) {
     if (cublaslt_fusion && cublaslt_handle && cublaslt_fallbacks++ == 0)
@@ -266,7 +267,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
         kept_layers > c->num_layers)
         die("internal: %d GPU-resident layers, %d with kept activations, of %d", resident_layers, kept_layers,
             c->num_layers);
-    if (cublas_handle)  // matmul.cuh's handles, workspace and algorithm cache are one per process
+    if (cublas_workspace)  // matmul.cuh's handles, workspace and algorithm cache are one per process
         die("internal: a second GPT built while one is alive (gpt_free the first)");
     const MemoryPlan plan =
         gpt_memory_plan(c, B, T, max_micro, num_slots, resident_layers, kept_layers, tier);
@@ -300,19 +301,16 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
                 g, !ssd, g->weights_on_disk ? &reader : NULL);
     if (ssd) {  // the gradients' ring; its thread starts once the store is attached (ssd_attach)
         g->gw = new GradsWriter();
-        const int64_t bytes = ssd_round_up(p->layer_stride * 2, SSD_ALIGN) + SSD_ALIGN;
-        for (int k = 0; k < GRAD_RING; k++) {
-            cudaCheck(cudaMallocHost(&g->gw->raw[k], (size_t)bytes));
-            g->gw->buf[k] = (uint16_t*)(((uintptr_t)g->gw->raw[k] + SSD_ALIGN - 1) / SSD_ALIGN * SSD_ALIGN);
-        }
+        for (int k = 0; k < GRAD_RING; k++)
+            g->gw->buf[k] = (uint16_t*)pinned_alloc_direct_io(grads_ring_bytes(p),
+                                                              "the gradients' ring (written to -sd)");
         g->gw->written_pass = (int64_t*)calloc((size_t)c->num_layers, sizeof(int64_t));
         if (!g->gw->written_pass) die("out of host memory");
     }
     g->gpu_bytes += plan.slots + plan.grad_staging;  // stream_init's
 
     // GPU, from the plan: one allocation per field
-    cublasCheck(cublasCreate(&cublas_handle));
-    cublasCheck(cublasLtCreate(&cublaslt_handle));
+    matmul_handles_create();                                          // unless check_fit did
     cublas_workspace = gpu_alloc(g, (int64_t)kCublasWorkspaceBytes);  // plan.scalars
     cublas_stream = NULL;
     cublas_use_stream(g->stream.compute);
@@ -329,8 +327,9 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     g->tokens_in = (int*)gpu_alloc(g, plan.tokens);
     g->tokens_out = (int*)gpu_alloc(g, plan.tokens);
     g->losses = (float*)gpu_alloc(g, plan.tokens);
-    g->loss_dev = (float*)gpu_alloc(g, 4);    // plan.scalars
-    g->sumsq_dev = (double*)gpu_alloc(g, 8);  // plan.scalars
+    g->loss_dev = (float*)gpu_alloc(g, 4);                                // plan.scalars
+    g->sumsq_dev = (double*)gpu_alloc(g, 8);                              // plan.scalars
+    cudaCheck(cudaMallocHost(&g->tokens_host, (size_t)plan.tokens * 2));  // plan.pinned
     cudaCheck(cudaMallocHost(&g->loss_host, 4));
     cudaCheck(cudaMallocHost(&g->sumsq_host, 8));
     g->acts.bytes = plan.acts;
@@ -351,26 +350,47 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     g->opt->thread = std::thread(optimizer_thread_main, g);
 }
 
+// The prefix's fp32 arrays between their host arrays (pageable) and the GPU, through a pinned bounce buffer
+// a chunk at a time: a pageable copy is staged by the driver at a fraction of the bus's speed. The buffer
+// lives only during the copy (load and checkpoint time), so it is not part of the memory plan.
+static const int64_t kBounceBytes = (int64_t)8 << 20;
+static void bounce_copy(GPT* g, void* const* dst, const void* const* src, int arrays, int64_t bytes,
+                        cudaMemcpyKind kind) {
+    cudaStream_t s = g->stream.compute;
+    const bool h2d = kind == cudaMemcpyHostToDevice;
+    char* bounce = NULL;
+    cudaCheck(cudaMallocHost(&bounce, (size_t)kBounceBytes));
+    for (int a = 0; a < arrays; a++)
+        for (int64_t off = 0; off < bytes; off += kBounceBytes) {
+            const size_t n = (size_t)std::min(kBounceBytes, bytes - off);
+            if (h2d) memcpy(bounce, (const char*)src[a] + off, n);
+            cudaCheck(cudaMemcpyAsync(h2d ? (char*)dst[a] + off : bounce,
+                                      h2d ? bounce : (const char*)src[a] + off, n, kind, s));
+            cudaCheck(cudaStreamSynchronize(s));  // the bounce buffer is free again
+            if (!h2d) memcpy((char*)dst[a] + off, bounce, n);
+        }
+    cudaCheck(cudaFreeHost(bounce));
+}
+
 // The GPU-resident prefix's fp32 weights and AdamW moments: host arrays (g->master, adam_m, adam_v, where
 // files are read and written; the prefix is their first resident_count floats) <-> their GPU home.
 // Synchronous: only at load and checkpoint time.
 static void gpt_resident_state_to_device(GPT* g) {
-    const size_t bytes = (size_t)g->resident_count * 4;
+    const int64_t bytes = g->resident_count * 4;
     cudaStream_t s = g->stream.compute;
-    cudaCheck(cudaMemcpyAsync(g->resident_master, g->master, bytes, cudaMemcpyHostToDevice, s));
-    cudaCheck(cudaMemcpyAsync(g->resident_m, g->adam_m, bytes, cudaMemcpyHostToDevice, s));
-    cudaCheck(cudaMemcpyAsync(g->resident_v, g->adam_v, bytes, cudaMemcpyHostToDevice, s));
+    void* const dst[3] = {g->resident_master, g->resident_m, g->resident_v};
+    const void* const src[3] = {g->master, g->adam_m, g->adam_v};
+    bounce_copy(g, dst, src, 3, bytes, cudaMemcpyHostToDevice);
     cudaCheck(cudaMemcpyAsync(g->resident, g->stream.weights_host_bf16, (size_t)g->resident_count * 2,
-                              cudaMemcpyHostToDevice, s));
+                              cudaMemcpyHostToDevice, s));  // pinned already
     cudaCheck(cudaStreamSynchronize(s));
 }
 static void gpt_resident_state_to_host(GPT* g) {
-    const size_t bytes = (size_t)g->resident_count * 4;
-    cudaStream_t s = g->stream.compute;  // after the last step's GPU AdamW, which runs on this stream
-    cudaCheck(cudaMemcpyAsync(g->master, g->resident_master, bytes, cudaMemcpyDeviceToHost, s));
-    cudaCheck(cudaMemcpyAsync(g->adam_m, g->resident_m, bytes, cudaMemcpyDeviceToHost, s));
-    cudaCheck(cudaMemcpyAsync(g->adam_v, g->resident_v, bytes, cudaMemcpyDeviceToHost, s));
-    cudaCheck(cudaStreamSynchronize(s));
+    const int64_t bytes = g->resident_count * 4;
+    // on the compute stream: after the last step's GPU AdamW, which runs there
+    void* const dst[3] = {g->master, g->adam_m, g->adam_v};
+    const void* const src[3] = {g->resident_master, g->resident_m, g->resident_v};
+    bounce_copy(g, dst, src, 3, bytes, cudaMemcpyDeviceToHost);
 }
 
 // The master weights changed outside the optimizer (init, model file, resume): refresh the bf16 copy
@@ -401,7 +421,7 @@ static void gpt_free(GPT* g) {
             }
             g->gw->thread.join();
         }
-        for (int k = 0; k < GRAD_RING; k++) cudaCheck(cudaFreeHost(g->gw->raw[k]));
+        for (int k = 0; k < GRAD_RING; k++) pinned_free_direct_io(g->gw->buf[k]);
         free(g->gw->written_pass);
         delete g->gw;
     }
@@ -428,6 +448,7 @@ static void gpt_free(GPT* g) {
     cudaCheck(cudaFree(g->losses));
     cudaCheck(cudaFree(g->loss_dev));
     cudaCheck(cudaFree(g->sumsq_dev));
+    cudaCheck(cudaFreeHost(g->tokens_host));
     cudaCheck(cudaFreeHost(g->loss_host));
     cudaCheck(cudaFreeHost(g->sumsq_host));
     cudaCheck(cudaFree(g->acts.memory));
@@ -498,12 +519,25 @@ static void layer_grads_end(GPT* g, int l, cudaStream_t s) {
                         s);
 }
 
+// n micro-batches of tokens (targets may be NULL) to the GPU through the pinned staging. Its last copy is
+// done: every step and every evaluation ends by synchronizing with stream s.
+static void tokens_to_device(GPT* g, const int* inputs, const int* targets, int n, cudaStream_t s) {
+    const int64_t count = (int64_t)n * g->B * g->T;
+    int* staged[2] = {g->tokens_host, g->tokens_host + (int64_t)g->max_micro * g->B * g->T};
+    const int* from[2] = {inputs, targets};
+    int* to[2] = {g->tokens_in, g->tokens_out};
+    for (int k = 0; k < 2 && from[k]; k++) {
+        FAKE_CUDA_HOST_ACCESS(staged[k], count * 4, true, "the host staging tokens");
+        memcpy(staged[k], from[k], (size_t)count * 4);
+        cudaCheck(cudaMemcpyAsync(to[k], staged[k], (size_t)count * 4, cudaMemcpyHostToDevice, s));
+    }
+}
+
 // The step's tokens to the GPU, and each micro-batch's embeddings: the input of layer 0.
 static void embeddings_forward(GPT* g, const int* inputs, const int* targets, int n_micro, cudaStream_t s) {
     const ParamLayout* p = &g->layout;
     const int64_t N = (int64_t)g->B * g->T;
-    cudaCheck(cudaMemcpyAsync(g->tokens_in, inputs, (size_t)(n_micro * N * 4), cudaMemcpyHostToDevice, s));
-    cudaCheck(cudaMemcpyAsync(g->tokens_out, targets, (size_t)(n_micro * N * 4), cudaMemcpyHostToDevice, s));
+    tokens_to_device(g, inputs, targets, n_micro, s);
     const bf16 *wte = g->resident + p->embed_offset[WTE], *wpe = g->resident + p->embed_offset[WPE];
     for (int mb = 0; mb < n_micro; mb++)
         embedding_forward(layer_input(g, 0, mb), g->tokens_in + mb * N, wte, wpe, N, g->T, g->config.channels,
@@ -649,32 +683,43 @@ static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro
     return loss;
 }
 
-// Forward only, on micro-batch slot 0: validation loss (targets given) or logits for sampling (targets NULL).
-// Returns the mean loss (0 without targets); the logits stay in the workspace.
-static float gpt_forward_eval(GPT* g, const int* inputs, const int* targets) {
+// Forward only over n batches (n <= max_micro; batch i in micro-batch slot i) in one walk of the layers:
+// each layer's weights arrive once and serve every batch, as in the training forward pass. With targets
+// (n x B*T tokens as inputs), losses[i] gets batch i's mean loss; without (sampling), the logits of the last
+// batch stay in the workspace.
+static void gpt_forward_eval_batches(GPT* g, const int* inputs, const int* targets, int n, float* losses) {
     const GPTConfig* c = &g->config;
-    const int L = c->num_layers, C = c->channels, T = g->T;
+    const int L = c->num_layers, C = c->channels, T = g->T, R = g->resident_layers;
     const int64_t N = (int64_t)g->B * T;
     cudaStream_t s = g->stream.compute;
-    cudaCheck(cudaMemcpyAsync(g->tokens_in, inputs, (size_t)(N * 4), cudaMemcpyHostToDevice, s));
-    if (targets)
-        cudaCheck(cudaMemcpyAsync(g->tokens_out, targets, (size_t)(N * 4), cudaMemcpyHostToDevice, s));
-    embedding_forward(layer_input(g, 0, 0), g->tokens_in, g->resident + g->layout.embed_offset[WTE],
-                      g->resident + g->layout.embed_offset[WPE], N, T, C, s);
-    const int R = g->resident_layers;
+    if (n < 1 || n > g->max_micro) die("internal: %d batches in one evaluation pass", n);
+    tokens_to_device(g, inputs, targets, n, s);
+    const bf16 *wte = g->resident + g->layout.embed_offset[WTE],
+               *wpe = g->resident + g->layout.embed_offset[WPE];
+    for (int i = 0; i < n; i++)
+        embedding_forward(layer_input(g, 0, i), g->tokens_in + i * N, wte, wpe, N, T, C, s);
     stream_begin_pass(&g->stream, g->forward_order, L - R);
     for (int l = 0; l < L; l++) {
-        layer_forward(g, layer_acquire(g, l), layer_input(g, l, 0), layer_input(g, l + 1, 0), &g->acts, s);
+        const bf16* w = layer_acquire(g, l);
+        for (int i = 0; i < n; i++)
+            layer_forward(g, w, layer_input(g, l, i), layer_input(g, l + 1, i), &g->acts, s);
         layer_release(g, l);
     }
-    head_forward(g, layer_input(g, L, 0), targets ? g->tokens_out : NULL, g->losses, 0.0f, s);
-    float loss = 0.0f;
-    if (targets) {
-        mean_loss(g->loss_dev, g->losses, N, s);
+    for (int i = 0; i < n; i++) {
+        head_forward(g, layer_input(g, L, i), targets ? g->tokens_out + i * N : NULL, g->losses + i * N, 0.0f,
+                     s);
+        if (!targets) continue;
+        mean_loss(g->loss_dev, g->losses + i * N, N, s);
         cudaCheck(cudaMemcpyAsync(g->loss_host, g->loss_dev, 4, cudaMemcpyDeviceToHost, s));
+        cudaCheck(cudaStreamSynchronize(s));
+        losses[i] = *g->loss_host;
     }
     cudaCheck(cudaStreamSynchronize(s));
-    if (targets) loss = *g->loss_host;
+}
+// One batch: its mean loss (targets given), or 0 and its logits in the workspace (targets NULL).
+static float gpt_forward_eval(GPT* g, const int* inputs, const int* targets) {
+    float loss = 0.0f;
+    gpt_forward_eval_batches(g, inputs, targets, 1, &loss);
     return loss;
 }
 
@@ -824,14 +869,26 @@ static void next_step_batches(DataLoader* dl, int n_micro, int* inputs, int* tar
     }
 }
 
-static float validation_loss(GPT* g, DataLoader* val, int64_t batches) {
+// The mean of the first `batches` validation batches' losses, max_micro of them per walk of the layers,
+// staged in inputs / targets (max_micro x B*T each). Summed in batch order: the per-batch loop's figure.
+static float validation_loss(GPT* g, DataLoader* val, int64_t batches, int* inputs, int* targets) {
+    const int64_t N = (int64_t)g->B * g->T;
     dataloader_reset(val);
     double sum = 0.0;
-    for (int64_t i = 0; i < batches; i++) {
-        if (!dataloader_next_batch(val)) die("%s", val->err);
-        char err[600];
-        if (!dataloader_check_tokens(val, g->config.vocab_size, err, sizeof err)) die("val data: %s", err);
-        sum += gpt_forward_eval(g, val->inputs, val->targets);
+    std::vector<float> losses((size_t)g->max_micro);
+    for (int64_t done = 0; done < batches;) {
+        const int n = (int)std::min<int64_t>(g->max_micro, batches - done);
+        for (int i = 0; i < n; i++) {
+            if (!dataloader_next_batch(val)) die("%s", val->err);
+            char err[600];
+            if (!dataloader_check_tokens(val, g->config.vocab_size, err, sizeof err))
+                die("val data: %s", err);
+            memcpy(inputs + i * N, val->inputs, (size_t)N * sizeof(int));
+            memcpy(targets + i * N, val->targets, (size_t)N * sizeof(int));
+        }
+        gpt_forward_eval_batches(g, inputs, targets, n, losses.data());
+        for (int i = 0; i < n; i++) sum += losses[i];
+        done += n;
     }
     return (float)(sum / (double)batches);
 }
@@ -888,6 +945,7 @@ typedef struct {
     int *inputs, *targets;  // one step's tokens
     double* step_seconds;   // each step's time
     uint64_t sample_rng;
+    int sample_tokens;              // per sample (gpu_sample_tokens: 0 by default for a large model)
     Timeline timeline;              // -Y 1
     TimelineSummary last_timeline;  // of the last step
 } Run;
@@ -987,9 +1045,15 @@ static void check_fit(Run* r) {
                 : "available (MemAvailable; where memory grows as it is used, -M GiB says how much)");
     if (r->no_gpu_here)
         die("no CUDA device found: this trainer needs an NVIDIA GPU; ./train_gpt_cpu trains on the CPU");
+    // before the context exists: a host thread that waits for the GPU sleeps instead of spinning a core
+    cudaCheck(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
     cudaCheck(cudaGetDeviceProperties(&r->prop, 0));
     cudaCheck(cudaSetDevice(0));
     r->peak_flops = gpu_bf16_peak_flops(r->prop.name, &r->peak_label);
+    // what the cuBLAS handles and our kernels take is not free for the plan: they come first
+    matmul_handles_create();
+    kernels_load();
+    if (use_flash_attention(&r->cfg)) flash_attention_load(r->cfg.channels / r->cfg.num_heads);
     size_t gpu_free = 0, gpu_total = 0;
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
     r->gpu_free_at_start = (int64_t)gpu_free;
@@ -1171,9 +1235,9 @@ static void ssd_attach(Run* r, GPT* g) {
 // the data position.
 static void build_model(Run* r, GPT* g) {
     char err[4352];
-    // the CPU AdamW's threads: every usable core but one, which launches kernels and issues copies
-    const int cores = usable_cpu_cores();
-    r->adam_threads = r->ga.adam_threads > 0 ? r->ga.adam_threads : (cores > 2 ? cores - 1 : 1);
+    // the CPU AdamW's threads: every usable core but one for each thread that runs beside them
+    const int cores = usable_cpu_cores(), beside = adam_threads_beside(r->ga.ssd_dir != NULL);
+    r->adam_threads = r->ga.adam_threads > 0 ? r->ga.adam_threads : std::max(1, cores - beside);
     cpu_adam_set_threads(r->adam_threads);
     if (r->ga.ssd_dir) {  // the probe first: its buffers are gone before the model's arrive
         if (mkdir(r->ga.ssd_dir, 0755) != 0 && errno != EEXIST)
@@ -1210,6 +1274,13 @@ static void open_tokenizer_and_log(Run* r) {
     if (!logger_open(&r->logger, r->bench ? NULL : r->args.output_dir, r->resume_step, err, sizeof err))
         die("%s", err);
     r->sample_rng = SAMPLE_SEED;
+    const int64_t params = gpt_layout(&r->cfg).total;
+    r->sample_tokens = gpu_sample_tokens(&r->args, &r->ga, params);
+    if (!r->bench && r->sample_tokens == 0 && sample_tokens(&r->args) > 0)
+        printf(
+            "samples off by default (%.1fB parameters%s: each token streams the model once); -g N asks for "
+            "them\n",
+            params / 1e9, ssd_tier(&r->ga) == TIER_SSD_WEIGHTS ? ", weights on disk" : "");
 }
 
 static void print_config_table(const Run* r, const GPT* g) {
@@ -1394,14 +1465,14 @@ static bool evaluate(Run* r, GPT* g, int step) {
     const TrainArgs& a = r->args;
     const bool last = step == r->total_steps;
     const bool val_now = !r->bench && a.val_every > 0 && (step % a.val_every == 0 || last);
-    const bool sample_now = !r->bench && sample_tokens(&a) > 0 &&
+    const bool sample_now = !r->bench && r->sample_tokens > 0 &&
                             ((a.sample_every > 0 && step > 0 && step % a.sample_every == 0) || last);
     if (val_now) {
-        const float vl = validation_loss(g, &r->val, r->val_batches);
+        const float vl = validation_loss(g, &r->val, r->val_batches, r->inputs, r->targets);
         printf("val loss %.6f\n", vl);
         logger_val(&r->logger, step, vl);
     }
-    if (sample_now) gpt_sample(g, &r->tok, sample_tokens(&a), &r->sample_rng);
+    if (sample_now) gpt_sample(g, &r->tok, r->sample_tokens, &r->sample_rng);
     return val_now || sample_now;
 }
 

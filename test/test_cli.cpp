@@ -1020,6 +1020,23 @@ TEST_F(CliTest, CpuSkipsLossSpikes) {
 // ----------------------------------------------------------------------------
 // train_gpt end to end, with its kernels emulated on the CPU
 
+// Validation walks the layers once per step's worth of micro-batches (-d / (-b * -t)) of validation batches:
+// the first val loss (step 0, the same init) is the same with 1 batch per walk (-d 128) as with 4 (-d 512: 6
+// batches in walks of 4 and 2).
+TEST_F(CliTest, EmulatedValidationLossIndependentOfBatchesPerWalk) {
+    if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
+    const Args run = {
+        "-e", "L2:C64:NH2:T32", "-b", "4", "-t", "32", "-x", "1", "-v", "1", "-m", "6", "-g", "0",
+        "-i", kTrain,           "-j", kVal};
+    const Result one = run_bin(kEmu, run + Args{"-d", "128"}), four = run_bin(kEmu, run + Args{"-d", "512"});
+    ASSERT_EQ(one.code, 0) << one.err << one.out;
+    ASSERT_EQ(four.code, 0) << four.err << four.out;
+    const size_t a = one.out.find("val loss "), b = four.out.find("val loss ");
+    ASSERT_NE(a, std::string::npos) << one.out;
+    ASSERT_NE(b, std::string::npos) << four.out;
+    EXPECT_EQ(one.out.substr(a, 20), four.out.substr(b, 20));
+}
+
 TEST_F(CliTest, EmulatedTrainGptTrainsCheckpointsAndResumes) {
     if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
     const std::string out = dir + "/emu";

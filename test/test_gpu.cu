@@ -486,6 +486,60 @@ TEST(GpuTrainer, KeptActivationsTrainLikeRecompute) {
     cublaslt_fusion = saved;
 }
 
+// A cuBLASLt that finds no fused algorithm, or whose cublasLtMatmul refuses the one it found (NOT_SUPPORTED;
+// FAKE_CUBLASLT_REFUSE in the emulation), must not stop the run: each fused GEMM falls back to cuBLAS and the
+// kernels.cuh pass, and the run is the one -G 0 takes (bit for bit in the emulation).
+TEST(GpuTrainer, RefusedCublasLtFallsBackToUnfused) {
+    REQUIRE_GPU();
+#ifndef FAKE_CUDA_DEVICE
+    GTEST_SKIP() << "the refusal is the emulation's (FAKE_CUBLASLT_REFUSE)";
+#endif
+    const GPTConfig c = tiny_config(2, 128, 4, 64, 500);
+    const int saved = cublaslt_fusion;
+    cublaslt_fusion = 0;
+    const std::vector<double> unfused = run_gpu(c, 4, 64, 2, 2, 2, 17);
+    cublaslt_fusion = 1;
+    for (const char* what : {"heuristic", "matmul"}) {
+        setenv("FAKE_CUBLASLT_REFUSE", what, 1);
+        const int64_t before = cublaslt_fallbacks;
+        const std::vector<double> refused = run_gpu(c, 4, 64, 2, 2, 2, 17);
+        unsetenv("FAKE_CUBLASLT_REFUSE");
+        EXPECT_GT(cublaslt_fallbacks, before) << what << ": no GEMM fell back";
+        expect_same_training(refused, unfused, runs_are_bit_exact(),
+                             std::string("cuBLASLt refusing: ") + what);
+    }
+    cublaslt_fusion = saved;
+}
+
+// Validation walks the layers once per max_micro batches (gpt_forward_eval_batches, as validation_loss calls
+// it): each layer's weights arrive once and serve every batch of the walk. Each batch's loss is the one a
+// one-batch pass gives (bit for bit in the emulation: the same kernels on the same values), and the stream
+// moves each layer once per walk (a copy, or a reuse of the slot it is still in), not once per batch.
+TEST(GpuTrainer, EvaluationWalksTheLayersOncePerChunkOfBatches) {
+    REQUIRE_GPU();
+    const GPTConfig c = tiny_config(3, 128, 4, 64, 500);
+    const int B = 2, T = 64, chunk = 3, batches = 5;
+    const int64_t N = (int64_t)B * T;
+    GPT g;
+    build_gpu(&g, c, B, T, chunk, 2, test_args(1.0f), 42);
+    auto in = random_tokens(batches * N, c.vocab_size, 5), tg = random_tokens(batches * N, c.vocab_size, 6);
+    auto moves = [&] { return g.stream.layer_copies + g.stream.layer_reuses; };
+    std::vector<float> one(batches), walked(batches);
+    int64_t before = moves();
+    for (int b = 0; b < batches; b++) one[b] = gpt_forward_eval(&g, in.data() + b * N, tg.data() + b * N);
+    EXPECT_EQ(moves() - before, batches * c.num_layers) << "one batch per walk";
+    before = moves();
+    for (int b = 0; b < batches; b += chunk)
+        gpt_forward_eval_batches(&g, in.data() + b * N, tg.data() + b * N, std::min(chunk, batches - b),
+                                 walked.data() + b);
+    EXPECT_EQ(moves() - before, 2 * c.num_layers) << "5 batches in walks of 3: 2 walks";
+    for (int b = 0; b < batches; b++) {
+        if (runs_are_bit_exact()) EXPECT_EQ(walked[b], one[b]) << "batch " << b;
+        else EXPECT_NEAR(walked[b], one[b], 1e-5 * fabs(one[b])) << "batch " << b;  // fp32 summation order
+    }
+    gpt_free(&g);
+}
+
 // Forward only: the same bf16 weights whether read from a slot or from the resident prefix, the same kernels.
 // In the emulation (one fixed summation order) the logits must be bit-identical. On a GPU cuBLAS promises
 // that only for the same call on the same buffers: the weights sit at other addresses (at C = 128 with the

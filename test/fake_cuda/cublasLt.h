@@ -8,9 +8,12 @@
 // a matrix less aligned than the preference's MIN_ALIGNMENT promised (256 bytes unless set, as in cuBLASLt).
 // A call is an operation on its stream for cuda_runtime.h's ordering model (A, B, C, bias read; D and a
 // GELU_AUX_BIAS aux written); the workspace is accepted and ignored.
+// FAKE_CUBLASLT_REFUSE=heuristic: the heuristic finds no algorithm; =matmul: cublasLtMatmul refuses the one
+// it found (CUBLAS_STATUS_NOT_SUPPORTED), as a real cuBLASLt may on some GPU and driver. Read at each call.
 #pragma once
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 #include <vector>
 #include "cublas_v2.h"
@@ -156,6 +159,11 @@ inline cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPrefere
 }
 
 namespace fake_cublaslt {
+// FAKE_CUBLASLT_REFUSE names `what` (heuristic or matmul)
+inline bool refuses(const char* what) {
+    const char* e = getenv("FAKE_CUBLASLT_REFUSE");
+    return e && strcmp(e, what) == 0;
+}
 // the problem the descriptors describe is well formed: op(A) m x k, op(B) k x n, C and D m x n,
 // epilogue inputs set
 inline bool valid(const FakeLtDesc* d, const FakeLtLayout* a, const FakeLtLayout* b, const FakeLtLayout* c,
@@ -193,6 +201,7 @@ inline cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtM
                                                      int* returned) {
     *returned = 0;
     if (requested < 1 || !fake_cublaslt::valid(d, a, b, c, dd)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (fake_cublaslt::refuses("heuristic")) return CUBLAS_STATUS_NOT_SUPPORTED;  // none found, 0 returned
     memset(&results[0], 0, sizeof results[0]);
     for (int i = 0; i < 4; i++) results[0].algo.data[i] = pref->align[i];
     results[0].state = CUBLAS_STATUS_SUCCESS;
@@ -204,6 +213,7 @@ inline cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t d, c
                                      cublasLtMatrixLayout_t b, const void* beta, const void* C,
                                      cublasLtMatrixLayout_t c, void* D, cublasLtMatrixLayout_t dd,
                                      const cublasLtMatmulAlgo_t* algo, void*, size_t, cudaStream_t stream) {
+    if (fake_cublaslt::refuses("matmul")) return CUBLAS_STATUS_NOT_SUPPORTED;  // nothing queued
     const FakeDeviceAccess acc[6] = {{A, false},
                                      {B, false},
                                      {C, false},

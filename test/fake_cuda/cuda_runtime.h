@@ -48,10 +48,12 @@ typedef int cudaError_t;
 #define cudaErrorLaunchFailure         719
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
 enum cudaMemcpyKind { cudaMemcpyHostToDevice = 1, cudaMemcpyDeviceToHost = 2 };
-#define cudaHostAllocDefault   0u
-#define cudaStreamNonBlocking  1u
-#define cudaEventDisableTiming 2u
-#define cudaEventBlockingSync  1u
+#define cudaHostAllocDefault           0u
+#define cudaHostRegisterDefault        0u
+#define cudaDeviceScheduleBlockingSync 4u
+#define cudaStreamNonBlocking          1u
+#define cudaEventDisableTiming         2u
+#define cudaEventBlockingSync          1u
 
 struct FakeStream;
 namespace fake_cuda {
@@ -353,6 +355,20 @@ inline cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned) {
     if (!*p) return cudaErrorMemoryAllocation;
     fake_cuda::pinned()[(const char*)*p] = bytes ? bytes : 1;
     return cudaSuccess;
+}
+
+// Memory the caller allocated, pinned: copies from or to it behave as with cudaHostAlloc's.
+inline cudaError_t cudaHostRegister(void* p, size_t bytes, unsigned) {
+    FAKE_CUDA_LOCKED;
+    FAKE_CUDA_RETURN_STICKY;
+    if (!p || bytes == 0) return cudaErrorInvalidValue;
+    fake_cuda::pinned()[(const char*)p] = bytes;
+    return cudaSuccess;
+}
+inline cudaError_t cudaHostUnregister(void* p) {
+    FAKE_CUDA_LOCKED;
+    FAKE_CUDA_RETURN_STICKY;
+    return fake_cuda::pinned().erase((const char*)p) == 1 ? cudaSuccess : cudaErrorInvalidValue;
 }
 
 // On a GPU, host code that dereferences a device pointer crashes. In the emulated build (FAKE_CUDA_DEVICE)
@@ -710,6 +726,16 @@ inline cudaError_t cudaSetDevice(int) {
     FAKE_CUDA_RETURN_STICKY;
     return cudaSuccess;
 }
+// The host's way of waiting for the device (cudaDeviceScheduleBlockingSync: sleep, not spin): recorded only.
+inline unsigned& fake_cuda_device_flags() {
+    static unsigned flags = 0;
+    return flags;
+}
+inline cudaError_t cudaSetDeviceFlags(unsigned flags) {
+    FAKE_CUDA_RETURN_STICKY;
+    fake_cuda_device_flags() = flags;
+    return cudaSuccess;
+}
 inline cudaError_t cudaGetDevice(int* d) {
     *d = 0;
     return cudaSuccess;
@@ -792,6 +818,16 @@ cudaError_t cudaFuncSetAttribute(K* kernel, cudaFuncAttribute attr, int value) {
         value > fake_cuda::kMaxDynamicSmem)
         return cudaErrorInvalidValue;
     fake_cuda::max_dynamic_smem()[(const void*)kernel] = value;
+    return cudaSuccess;
+}
+// A kernel's attributes: none emulated (on a GPU the call also loads a lazily loaded kernel).
+typedef struct {
+    int maxThreadsPerBlock;
+} cudaFuncAttributes;
+inline cudaError_t cudaFuncGetAttributes(cudaFuncAttributes* attr, const void* kernel) {
+    FAKE_CUDA_RETURN_STICKY;
+    if (!kernel) return cudaErrorInvalidValue;
+    attr->maxThreadsPerBlock = 1024;
     return cudaSuccess;
 }
 #include "fake_device.h"  // the kernels and their launcher
