@@ -91,7 +91,7 @@ std::vector<float> download(const float* d, int64_t n) {
         diff = d > diff || d != d ? d : diff;  // a NaN sticks
         mx = fabs((double)ref[i]) > mx ? fabs((double)ref[i]) : mx;
     }
-    return within(what + " max|diff|/max|ref|", mx > 0 ? diff / mx : diff, bound);
+    return within(what + " max-diff/max-ref", mx > 0 ? diff / mx : diff, bound);
 }
 // Elements that differ (for the results that must be exact).
 int64_t count_diff(const std::vector<float>& a, const std::vector<float>& b) {
