@@ -1,0 +1,180 @@
+// llama_kernels.cuh — the GPU kernels a Llama layer adds to GPT-2's, each beside its launcher: RMSNorm,
+// RoPE and SwiGLU, forward and backward. bf16 in and out, fp32 math; RMSNorm's weight gradient accumulates
+// (+=) in fp32, as kernels.cuh's LayerNorm. Each launcher has the name of its fp32 twin in llama_cpu.h
+// (rmsnorm_forward, rope_forward, swiglu_forward, ...): the CPU one is the test's oracle.
+// Not here: grouped-query attention, matrix multiplies (matmul.cuh), 16-byte vectorized variants.
+// Shapes as llama_cpu.h: N = B*T rows, C channels, NH query heads and NKV key/value heads of hd channels,
+// H the MLP width (llama_cpu.h's I).
+#pragma once
+#include <vector>
+#include "cuda_common.h"  // defines: bf16, cudaCheck, cudaCheckLaunch, grid_for, ceil_div64
+#include "kernels.cuh"    // defines: WARP, warp_sum, ROWS_PER_TILE, row_tiles_grid
+#include "llama_cpu.h"    // defines: LlamaConfig, llama_rope_inv_freq (RoPE's frequencies, one rule)
+
+// ----------------------------------------------------------------------------
+// RMSNorm: out = weight * (x * rstd), rstd = 1 / sqrt(mean(x^2) + eps). One warp per row.
+
+__global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* inp, const bf16* weight, int64_t N,
+                                       int C, float eps) {
+    const int64_t row = blockIdx.x * (int64_t)(blockDim.x / WARP) + threadIdx.x / WARP;
+    const int lane = threadIdx.x % WARP;
+    if (row >= N) return;  // the whole warp: one row per warp
+    const bf16* x = inp + row * C;
+    float ss = 0.0f;
+    for (int c = lane; c < C; c += WARP) ss += (float)x[c] * (float)x[c];
+    const float s = rsqrtf(warp_sum(ss) / C + eps);
+    bf16* o = out + row * C;
+    for (int c = lane; c < C; c += WARP) o[c] = __float2bfloat16((float)weight[c] * ((float)x[c] * s));
+    if (lane == 0) rstd[row] = s;  // kept for the backward pass
+}
+static void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* weight, int64_t N, int C,
+                            float eps, cudaStream_t s) {
+    const int block = 256, rows_per_block = block / WARP;
+    const unsigned grid = (unsigned)ceil_div64(N, rows_per_block);
+    rmsnorm_forward_kernel<<<grid, block, 0, s>>>(out, rstd, inp, weight, N, C, eps);
+    cudaCheckLaunch();
+}
+
+// dinp += rstd * (g - x * rstd^2 * mean(g * x)), g = dout * weight (+=: the residual's gradient also flows
+// around the norm).
+__global__ void rmsnorm_backward_input_kernel(bf16* dinp, const bf16* dout, const bf16* inp,
+                                              const bf16* weight, const float* rstd, int64_t N, int C) {
+    const int64_t row = blockIdx.x * (int64_t)(blockDim.x / WARP) + threadIdx.x / WARP;
+    const int lane = threadIdx.x % WARP;
+    if (row >= N) return;
+    const bf16* x = inp + row * C;
+    const bf16* dy = dout + row * C;
+    float gx = 0.0f;
+    for (int c = lane; c < C; c += WARP) gx += (float)dy[c] * (float)weight[c] * (float)x[c];
+    const float gx_mean = warp_sum(gx) / C;
+    const float s = rstd[row];
+    bf16* dx = dinp + row * C;
+    for (int c = lane; c < C; c += WARP) {
+        const float g = (float)dy[c] * (float)weight[c];
+        dx[c] = __float2bfloat16((float)dx[c] + s * (g - (float)x[c] * s * s * gx_mean));
+    }
+}
+
+// dweight[c] += sum over rows of dout * x * rstd: kernels.cuh's column sums (a (32 x 8) block reduces 32
+// columns x ROWS_PER_TILE rows in shared memory, then one atomic per column).
+__global__ void rmsnorm_backward_weight_kernel(float* dweight, const bf16* dout, const bf16* inp,
+                                               const float* rstd, int64_t N, int C) {
+    __shared__ float sw[8][WARP + 1];
+    const int c = blockIdx.x * WARP + threadIdx.x;
+    float acc = 0.0f;
+    if (c < C)
+        // stride gridDim.y (capped at 65535): any N is covered
+        for (int64_t r0 = blockIdx.y * (int64_t)ROWS_PER_TILE; r0 < N;
+             r0 += (int64_t)gridDim.y * ROWS_PER_TILE) {
+            const int64_t r1 = min(N, r0 + ROWS_PER_TILE);
+            for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y)
+                acc += (float)dout[r * C + c] * (float)inp[r * C + c] * rstd[r];
+        }
+    sw[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        for (int k = 1; k < (int)blockDim.y; k++) acc += sw[k][threadIdx.x];
+        atomicAdd(&dweight[c], acc);
+    }
+}
+static void rmsnorm_backward(bf16* dinp, float* dweight, const bf16* dout, const bf16* inp,
+                             const bf16* weight, const float* rstd, int64_t N, int C, cudaStream_t s) {
+    const int block = 256, rows_per_block = block / WARP;
+    const unsigned grid_rows = (unsigned)ceil_div64(N, rows_per_block);
+    rmsnorm_backward_input_kernel<<<grid_rows, block, 0, s>>>(dinp, dout, inp, weight, rstd, N, C);
+    cudaCheckLaunch();
+    dim3 grid((unsigned)ceil_div64(C, WARP), row_tiles_grid(N));
+    rmsnorm_backward_weight_kernel<<<grid, dim3(WARP, 8), 0, s>>>(dweight, dout, inp, rstd, N, C);
+    cudaCheckLaunch();
+}
+
+// ----------------------------------------------------------------------------
+// RoPE, in place on the q and k heads of a fused qkv activation (N, (NH + 2*NKV) * hd): each row holds NH
+// q heads, then NKV k heads, then NKV v heads, so the rotated heads are the row's first NH + NKV.
+// transformers' rotate_half convention: channel i pairs with i + hd/2,
+//   x1' = x1 cos - x2 sin,  x2' = x2 cos + x1 sin,  angle = t * inv_freq[i], t = row % T.
+// The backward is the transposed rotation, which is the rotation by -angle.
+
+// d_inv_freq (hd/2 floats, on the device) = llama_rope_inv_freq(c): plain or llama3-scaled, once.
+static void rope_inv_freq_upload(float* d_inv_freq, const LlamaConfig* c) {
+    std::vector<float> inv_freq((size_t)(c->head_dim / 2));
+    llama_rope_inv_freq(c, inv_freq.data());
+    cudaCheck(
+        cudaMemcpy(d_inv_freq, inv_freq.data(), inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(
+        cudaDeviceSynchronize());  // kernels on non-blocking streams do not wait for cudaMemcpy's stream
+}
+
+// One thread per (row, pair i): one angle, then every q and k head of the row. sign = -1 rotates back.
+__global__ void rope_rotate_kernel(bf16* qkv, const float* inv_freq, int64_t N, int T, int NH, int NKV,
+                                   int hd, float sign) {
+    const int half = hd / 2;
+    const int64_t row_width = (int64_t)(NH + 2 * NKV) * hd;
+    for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < N * half;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = idx / half;
+        const int i = (int)(idx % half);
+        const float angle = (float)(row % T) * inv_freq[i];  // fp32, as llama_cpu.h's rope_table
+        // cos and sin in double: --use_fast_math makes sinf/cosf __sinf/__cosf, inexact at large angles
+        double sin_d, cos_d;
+        sincos((double)angle, &sin_d, &cos_d);
+        const float cs = (float)cos_d, sn = sign * (float)sin_d;
+        bf16* v = qkv + row * row_width;
+        for (int h = 0; h < NH + NKV; h++, v += hd) {
+            const float x1 = (float)v[i], x2 = (float)v[i + half];
+            v[i] = __float2bfloat16(x1 * cs - x2 * sn);
+            v[i + half] = __float2bfloat16(x2 * cs + x1 * sn);
+        }
+    }
+}
+static void rope_forward(bf16* qkv, const float* inv_freq, int64_t N, int T, int NH, int NKV, int hd,
+                         cudaStream_t s) {
+    const int64_t n = N * (hd / 2);
+    rope_rotate_kernel<<<grid_for(n, 256), 256, 0, s>>>(qkv, inv_freq, N, T, NH, NKV, hd, 1.0f);
+    cudaCheckLaunch();
+}
+// in place on dqkv's dq and dk heads; its dv heads are left as they are
+static void rope_backward(bf16* dqkv, const float* inv_freq, int64_t N, int T, int NH, int NKV, int hd,
+                          cudaStream_t s) {
+    const int64_t n = N * (hd / 2);
+    rope_rotate_kernel<<<grid_for(n, 256), 256, 0, s>>>(dqkv, inv_freq, N, T, NH, NKV, hd, -1.0f);
+    cudaCheckLaunch();
+}
+
+// ----------------------------------------------------------------------------
+// SwiGLU on a fused (N, 2H) gate_up buffer: each row is H gate columns, then H up columns. llama_cpu.h's
+// layer block keeps w_up right after w_gate, so [w_gate; w_up] is one (2H, C) matrix and one matmul writes
+// gate_up.
+
+// out = silu(gate) * up, silu(x) = x / (1 + exp(-x)); out is (N, H)
+__global__ void swiglu_forward_kernel(bf16* out, const bf16* gate_up, int64_t N, int H) {
+    for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < N * H;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        const bf16* gu = gate_up + (idx / H) * 2 * H + idx % H;
+        const float g = (float)gu[0], u = (float)gu[H];
+        out[idx] = __float2bfloat16(g / (1.0f + expf(-g)) * u);
+    }
+}
+static void swiglu_forward(bf16* out, const bf16* gate_up, int64_t N, int H, cudaStream_t s) {
+    swiglu_forward_kernel<<<grid_for(N * H, 256), 256, 0, s>>>(out, gate_up, N, H);
+    cudaCheckLaunch();
+}
+
+// dgate = dout * up * silu'(gate), dup = dout * silu(gate), into dgate_up (N, 2H) laid out as gate_up
+// (overwritten; must not alias gate_up). With s = sigmoid(x): silu'(x) = s * (1 + x * (1 - s)).
+__global__ void swiglu_backward_kernel(bf16* dgate_up, const bf16* dout, const bf16* gate_up, int64_t N,
+                                       int H) {
+    for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < N * H;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t at = (idx / H) * 2 * H + idx % H;
+        const float x = (float)gate_up[at], u = (float)gate_up[at + H], d = (float)dout[idx];
+        const float s = 1.0f / (1.0f + expf(-x));
+        dgate_up[at] = __float2bfloat16(d * u * (s * (1.0f + x * (1.0f - s))));
+        dgate_up[at + H] = __float2bfloat16(d * (x * s));
+    }
+}
+static void swiglu_backward(bf16* dgate_up, const bf16* dout, const bf16* gate_up, int64_t N, int H,
+                            cudaStream_t s) {
+    swiglu_backward_kernel<<<grid_for(N * H, 256), 256, 0, s>>>(dgate_up, dout, gate_up, N, H);
+    cudaCheckLaunch();
+}
