@@ -54,7 +54,8 @@ peers_1.3b|70|140|dev/bench/gpu_window.sh
 peers_5b|100|150|dev/bench/gpu_window.sh
 adam|30|70|cpu_adam.cpp cpu_adam.h dev/bench/bench_cpu_adam.cpp dev/bench/bench_torch_adam.py
 kept_1.3b|35|80|@code
-kept_5b|60|120|@code"
+kept_5b|60|120|@code
+llama_kernels|20|60|llama_kernels.cuh llama_cpu.h kernels.cuh test/test_llama_kernels.cu"
 
 # Peer figures seen on the H100 (shared/peers/README.md, 2026-11-22), tokens/s at 32K tokens per step
 PEER_13B="gpu_ckpt 47000 fsdp_offload 11900 MegaTrain 15700"
@@ -177,7 +178,8 @@ within() { awk -v d="$1" -v b="$2" 'BEGIN { exit !(d != "missing" && d != "" && 
 # ---- the probe: the machine, the binaries (libraries resolved, or rebuilt), compute-sanitizer ----
 GPU=""
 declare -A BINP  # binary name -> the path that loads here
-NAMES="train_gpt train_gpt.avx512 train_gpt_cpu train_gpt_cpu.avx512 test_kernels test_gpu bench_attention bench_layer bench_cpu_adam bench_cpu_adam.avx512"
+NAMES="train_gpt train_gpt.avx512 train_gpt_cpu train_gpt_cpu.avx512 test_kernels test_gpu test_llama_kernels
+    bench_attention bench_layer bench_cpu_adam bench_cpu_adam.avx512"
 SAN_OK=0 SAN_WHY="not probed"
 load_test() {  # load_test PATH NAME: the binary starts here (libraries found, instructions supported)
     local t=$((CK_END - $(elapsed))) l; l=$(left); [ "$l" -lt "$t" ] && t=$l; [ "$t" -gt 20 ] && t=20
@@ -277,6 +279,7 @@ gtest_check() {  # gtest_check NAME BINARY [gtest flags...]: a suite; call 2 rer
 }
 MEASURED='*GpuMemoryGrowsWithDepthOnlyByCheckpoints:*WeightCopiesOverlapCompute'
 check_kernels() { gtest_check kernels "${BINP[test_kernels]:-}"; }
+check_llama_kernels() { gtest_check llama_kernels "${BINP[test_llama_kernels]:-}"; }  # RMSNorm, RoPE, SwiGLU
 check_trainer() { gtest_check trainer "${BINP[test_gpu]:-}" --gtest_filter="-$MEASURED"; }
 check_trainer_measured() { gtest_check trainer_measured "${BINP[test_gpu]:-}" --gtest_filter="$MEASURED"; }
 
