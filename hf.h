@@ -46,6 +46,9 @@ struct Json {
 struct JsonKeep {
     bool (*keep)(int level, const char* key) = NULL;  // NULL: keep everything
     size_t max_items = SIZE_MAX;
+    // values kept in all: a kept value costs ~150 bytes however short its text, so a file of millions of tiny
+    // entries is refused at this count instead of costing many times its size
+    size_t max_kept = SIZE_MAX;
 };
 
 // A key's 64-bit hash: an object's keys are told apart by sorting these (a hash collision between two
@@ -64,6 +67,7 @@ struct JsonReader {
     const char* end;
     int depth = 0;
     JsonKeep opt;
+    size_t kept = 0;      // values kept so far (opt.max_kept)
     std::string scratch;  // a dropped string
     char err[200] = "";
     bool fail(const char* what) {
@@ -213,6 +217,11 @@ struct JsonReader {
                     p++;
                     const bool keep = v && (!opt.keep || opt.keep(depth, key.c_str()));
                     if (v) hashes.push_back(json_key_hash(key));
+                    if (keep && ++kept > opt.max_kept) {
+                        snprintf(err, sizeof err, "more than %zu values", opt.max_kept);
+                        ok = false;
+                        break;
+                    }
                     if (keep) {
                         v->members.emplace_back(key, Json());
                         ok = value(&v->members.back().second);
@@ -243,6 +252,11 @@ struct JsonReader {
                     const bool keep = v && (!opt.keep || opt.keep(depth, NULL));
                     if (keep && v->items.size() == opt.max_items) {
                         snprintf(err, sizeof err, "an array of more than %zu values", opt.max_items);
+                        ok = false;
+                        break;
+                    }
+                    if (keep && ++kept > opt.max_kept) {
+                        snprintf(err, sizeof err, "more than %zu values", opt.max_kept);
                         ok = false;
                         break;
                     }
@@ -412,7 +426,8 @@ static inline int st_read_header(const char* path, int file, HfCheckpoint* ck, c
     }
     JsonKeep keep;
     keep.keep = st_header_keeps;
-    keep.max_items = 16;  // a shape of up to 16 dimensions
+    keep.max_items = 16;       // a shape of up to 16 dimensions
+    keep.max_kept = 1u << 21;  // about 300k tensors' entries (a real shard holds a few thousand at most)
     if (!json_parse(text.data(), text.size(), &h, why, sizeof why, keep) || h.type != Json::OBJ) {
         snprintf(err, errlen, "%.400s: bad safetensors header: %.200s", path,
                  h.type == Json::OBJ ? why : "not a JSON object");
@@ -527,6 +542,7 @@ static inline int hf_open(const char* path, HfCheckpoint* ck, char* err, size_t 
         keep.keep = [](int level, const char* key) {
             return key && (level == 2 || (level == 1 && !strcmp(key, "weight_map")));
         };
+        keep.max_kept = 1u << 18;  // tensors named by the index (Llama-3.1-405B has about 1,100)
         const bool parsed = json_parse(text.data(), text.size(), &idx, why, sizeof why, keep);
         if (!parsed || !(map = idx.get("weight_map")) || map->type != Json::OBJ) {
             snprintf(err, errlen, "%.400s: not a shard index (%.200s)", index.c_str(),

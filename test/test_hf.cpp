@@ -428,6 +428,48 @@ TEST_F(HfTest, AHugeShapeCostsASmallMultipleOfItsBytes) {
     EXPECT_LT(growth, 4 * (int64_t)header.size());
 }
 
+// An index of 5M tiny entries (69 MB) cost about 17x its size as parsed nodes (issue 33.5): a parse now keeps
+// at most 2^18 of the index's values and refuses the rest, so its memory stays a small multiple of its bytes.
+TEST_F(HfTest, AnIndexOfMillionsOfTinyEntriesIsRefusedCheaply) {
+    const std::string d = export_dir("index", 0, 60000);  // sharded: config.json and an index
+    std::string map = "{\"weight_map\":{";
+    map.reserve(64000000);
+    for (int k = 0; k < 4400000; k++) map += (k ? ",\"" : "\"") + std::to_string(k) + "\":\"b\"";
+    map += "}}";
+    write_text(d + "/model.safetensors.index.json", map);
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+        malloc_trim(0);
+        FILE* reset = fopen("/proc/self/clear_refs", "w");
+        if (reset) fputs("5", reset), fclose(reset);
+        const int64_t before = peak_rss();
+        GPTConfig c;
+        char why[600] = "";
+        const int ok = gpt_read_header(d.c_str(), &c, why, sizeof why);
+        char msg[800];
+        const int len = snprintf(msg, sizeof msg, "%lld %d %s", (long long)(peak_rss() - before), ok, why);
+        if (write(fds[1], msg, (size_t)len) != len) _exit(2);
+        _exit(0);
+    }
+    close(fds[1]);
+    char msg[800] = "";
+    const ssize_t got = read(fds[0], msg, sizeof msg - 1);
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    ASSERT_GT(got, 0);
+    long long growth = 0;
+    int ok = 1, used = 0;
+    ASSERT_EQ(sscanf(msg, "%lld %d %n", &growth, &ok, &used), 2) << msg;
+    printf("index %zu bytes: peak memory grew %lld MB; %s\n", map.size(), growth >> 20, msg + used);
+    EXPECT_EQ(ok, 0);
+    EXPECT_TRUE(has(msg + used, "more than 262144 values")) << msg + used;
+    EXPECT_LT(growth, 2 * (int64_t)map.size());  // the text read whole, plus what the parse keeps
+}
+
 // ----------------------------------------------------------------------------
 // The trainers start from an exported directory exactly as from the llm.c model file
 
