@@ -2,6 +2,11 @@
 # and the GoogleTest suites; `make test` runs them all and ends with `tests: N passed, M failed`.
 # No CMake, on purpose: everything there is to know about the build is on this page.
 
+# One job per core unless -j is given: `make test` from a clean tree compiles a dozen programs.
+ifeq ($(filter -j% j%,$(MAKEFLAGS)),)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
+endif
+
 CXX      ?= g++
 CXXFLAGS ?= -O3 -march=native -fopenmp -std=c++17 -Wall -Wextra -Wno-unused-parameter -Wno-unused-function
 LDLIBS   ?= -lm -lpthread
@@ -131,9 +136,13 @@ tokenize: dev/data/tokenize.cpp dev/data/gpt2_bpe.h dev/data/unicode_ranges.h | 
 # the emulator's two warp-at-a-time schedules, which expose a missing __syncthreads (fake_device.h), and the
 # trainer tests that compare two runs again with 4% of the atomic sums one ulp off, as a GPU's atomics leave them.
 RUN_COMPARISONS := *IndependentOf*:*AccumulateMicroBatches:*KeptActivationsTrainLikeRecompute
+# the suites run side by side (test/run_tests.sh): the longest first, test_ssd_trainer's memory test apart
+LONG_TESTS := "$(BUILD)/test_ssd_trainer --gtest_filter=*PeakMemory*" \
+	"$(BUILD)/test_ssd_trainer --gtest_filter=-*PeakMemory*" $(BUILD)/emu_test_gpu
 test: tests train_gpt_cpu export_hf $(BUILD)/hf_logits $(if $(NVCC),train_gpt,) $(EMU_TESTS) $(BUILD)/emu_train_gpt
 	@$(MAKE) --no-print-directory format-check
-	@./test/run_tests.sh $(CPU_TESTS) $(EMU_TESTS) "FAKE_SCHED=1 $(BUILD)/emu_test_kernels" \
+	@./test/run_tests.sh $(LONG_TESTS) $(filter-out $(BUILD)/test_ssd_trainer,$(CPU_TESTS)) \
+		$(filter-out $(BUILD)/emu_test_gpu,$(EMU_TESTS)) "FAKE_SCHED=1 $(BUILD)/emu_test_kernels" \
 		"FAKE_SCHED=2 $(BUILD)/emu_test_kernels" "FAKE_ATOMIC_JITTER=4 $(BUILD)/emu_test_gpu --gtest_filter='$(RUN_COMPARISONS)'" \
 		$(if $(NVCC),$(GPU_TESTS),)
 

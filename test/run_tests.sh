@@ -1,18 +1,34 @@
 #!/usr/bin/env bash
-# run_tests.sh — runs each GoogleTest binary given as an argument (optionally prefixed by VAR=value settings), sums the results and ends with the
-# line `tests: N passed, M failed` (skipped tests, e.g. GPU suites without a GPU, are reported above it).
-# A binary that crashes or fails to start counts as one failure, so a broken suite can never look green.
-passed=0; failed=0; skipped=0
+# run_tests.sh — runs each GoogleTest binary given as an argument (optionally prefixed by VAR=value settings, or
+# followed by gtest flags), RUN_TESTS_JOBS at a time (default: one per core), then prints each one's summary in
+# the order given, sums the results and ends with the line `tests: N passed, M failed` (skipped tests, e.g. GPU
+# suites without a GPU, are reported above it). A binary that crashes or fails to start counts as one failure,
+# so a broken suite can never look green. The suites use their own scratch directories, so they run side by
+# side; none has a tight time limit.
+jobs_max=${RUN_TESTS_JOBS:-$(nproc 2> /dev/null || echo 1)}
+[ "$jobs_max" -ge 1 ] 2> /dev/null || jobs_max=1
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/run_tests.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+i=0
 for t in "$@"; do
-  echo "=== $t"
-  out=$(eval "$t" 2>&1); rc=$?  # eval: an entry may set the environment, e.g. "FAKE_SCHED=1 build/emu_test_kernels"
-  echo "$out" | grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|^\[  FAILED  \] [A-Za-z]|SKIPPED \]|Failure|error' | head -60
-  p=$(echo "$out" | sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' | tail -n1)
-  f=$(echo "$out" | sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' | tail -n1)
-  s=$(echo "$out" | sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' | tail -n1)
-  p=${p:-0}; f=${f:-0}; s=${s:-0}
-  if [ $rc -ne 0 ] && [ "$f" -eq 0 ]; then echo "!!! $t exited with status $rc"; f=1; fi
-  passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs_max" ]; do wait -n; done
+    # eval: an entry may set the environment, e.g. "FAKE_SCHED=1 build/emu_test_kernels"
+    (eval "$t" > "$tmp/$i.out" 2>&1; echo $? > "$tmp/$i.rc") &
+    i=$((i + 1))
+done
+wait
+passed=0; failed=0; skipped=0; i=0
+for t in "$@"; do
+    echo "=== $t"
+    out="$tmp/$i.out"; rc=$(cat "$tmp/$i.rc" 2> /dev/null || echo 1)
+    grep -aE '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|^\[  FAILED  \] [A-Za-z]|SKIPPED \]|Failure|error' "$out" | head -60
+    p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$out" | tail -n1)
+    f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$out" | tail -n1)
+    s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$out" | tail -n1)
+    p=${p:-0}; f=${f:-0}; s=${s:-0}
+    if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then echo "!!! $t exited with status $rc"; f=1; fi
+    passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+    i=$((i + 1))
 done
 echo "skipped: $skipped (GPU suites skip when no CUDA device is present)"
 echo "tests: $passed passed, $failed failed"
