@@ -3,7 +3,7 @@
 # No CMake, on purpose: everything there is to know about the build is on this page.
 
 # One job per core unless -j is given: `make test` from a clean tree compiles a dozen programs.
-ifeq ($(filter -j% j%,$(MAKEFLAGS)),)
+ifeq ($(MAKELEVEL)$(filter -j% j% --jobserver%,$(MAKEFLAGS)),0)
 MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 1)
 endif
 
@@ -138,13 +138,13 @@ tokenize: dev/data/tokenize.cpp dev/data/gpt2_bpe.h dev/data/unicode_ranges.h | 
 RUN_COMPARISONS := *IndependentOf*:*AccumulateMicroBatches:*KeptActivationsTrainLikeRecompute
 # the suites run side by side (test/run_tests.sh): the longest first, test_ssd_trainer's memory test apart
 LONG_TESTS := "$(BUILD)/test_ssd_trainer --gtest_filter=*PeakMemory*" \
-	"$(BUILD)/test_ssd_trainer --gtest_filter=-*PeakMemory*" $(BUILD)/emu_test_gpu
+	"$(BUILD)/test_ssd_trainer --gtest_filter=-*PeakMemory*" $(BUILD)/emu_test_gpu \
+	"FAKE_ATOMIC_JITTER=4 $(BUILD)/emu_test_gpu --gtest_filter='$(RUN_COMPARISONS)'"
 test: tests train_gpt_cpu export_hf $(BUILD)/hf_logits $(if $(NVCC),train_gpt,) $(EMU_TESTS) $(BUILD)/emu_train_gpt
 	@$(MAKE) --no-print-directory format-check
 	@./test/run_tests.sh $(LONG_TESTS) $(filter-out $(BUILD)/test_ssd_trainer,$(CPU_TESTS)) \
 		$(filter-out $(BUILD)/emu_test_gpu,$(EMU_TESTS)) "FAKE_SCHED=1 $(BUILD)/emu_test_kernels" \
-		"FAKE_SCHED=2 $(BUILD)/emu_test_kernels" "FAKE_ATOMIC_JITTER=4 $(BUILD)/emu_test_gpu --gtest_filter='$(RUN_COMPARISONS)'" \
-		$(if $(NVCC),$(GPU_TESTS),)
+		"FAKE_SCHED=2 $(BUILD)/emu_test_kernels" $(if $(NVCC),$(GPU_TESTS),)
 
 # The CPU suites and the emulated GPU suites again under AddressSanitizer + UndefinedBehaviorSanitizer, built
 # in build/asan, then a 2-step emulated train_gpt run with checkpoints: an out-of-bounds access of a kernel to

