@@ -248,21 +248,25 @@ bool runs_are_bit_exact() {
 
 // Two runs (run_gpu: loss and norm per step) of what must be the same training, taken by two paths. `exact`:
 // bit for bit. Else step 1, the same weights on the same batch, may differ only by the order of fp32 sums
-// (atomics, another GEMM kernel): 1e-5 relative. From step 2 on, two runs that differ at all diverge as any
-// two runs of a training do: AdamW's first steps move each weight by about lr * sign(gradient), so a gradient
-// within rounding of 0 moves a weight by lr in one run and not in the other. Measured in the emulation over
-// the tests below, with FAKE_ATOMIC_JITTER=4 and =50 (4% or 50% of the atomic sums one ulp off) and without:
-// step 1 within 1.7e-9, later losses within 2.7e-5 (resident vs streamed layers, whose runs differ by
-// design), later norms within 8.2e-4; bounds 1e-5, 2.5e-4, 5e-3. (A recompute skipped at the wrong
-// micro-batch moves step 1 by 2.5e-3: caught, where a flat 1e-3 on every value was not.) Prints the worst of
-// each, for the device log.
+// (atomics, another GEMM kernel) and what that order does to the bf16 roundings downstream: on the H100
+// (2026-11-26) cuBLAS picks other kernels for a micro-batch half or a quarter as tall, a reordered fp32 sum
+// rounds some bf16 activation or gradient one ulp (2^-8) the other way, and step 1's gradient norm moved
+// by 3.2e-5 (the loss, a forward pass on the same rows, by less): bound 1e-4. From step 2 on, two runs that
+// differ at all diverge as any two runs of a training do: AdamW's first steps move each weight by about lr *
+// sign(gradient), so a gradient within rounding of 0 moves a weight by lr in one run and not in the other.
+// Measured in the emulation over the tests below, with FAKE_ATOMIC_JITTER=4 and =50 (4% or 50% of the atomic
+// sums one ulp off) and without: step 1 within 1.7e-9, later losses within 2.7e-5 (resident vs streamed
+// layers, whose runs differ by design), later norms within 8.2e-4; on the H100 later losses within 1.9e-5 and
+// norms 1.9e-4. Bounds 1e-4, 2.5e-4, 5e-3. (A recompute skipped at the wrong micro-batch moves step 1
+// by 2.5e-3: caught, 25x the bound, where a flat 1e-3 on every value was not.) Prints the worst of each, for
+// the device log.
 void expect_same_training(const std::vector<double>& got, const std::vector<double>& ref, bool exact,
                           const std::string& what) {
     ASSERT_EQ(got.size(), ref.size()) << what;
     double worst[3] = {0, 0, 0};  // step 1 (loss and norm), later losses, later norms
     for (size_t i = 0; i < ref.size(); i++) {
         const int kind = i < 2 ? 0 : i % 2 == 0 ? 1 : 2;
-        const double tol = exact ? 0.0 : kind == 0 ? 1e-5 : kind == 1 ? 2.5e-4 : 5e-3;
+        const double tol = exact ? 0.0 : kind == 0 ? 1e-4 : kind == 1 ? 2.5e-4 : 5e-3;
         const double rel = fabs(got[i] - ref[i]) / fabs(ref[i]);
         worst[kind] = fmax(worst[kind], rel);
         EXPECT_LE(fabs(got[i] - ref[i]), tol * fabs(ref[i]))
@@ -271,7 +275,7 @@ void expect_same_training(const std::vector<double>& got, const std::vector<doub
     printf("  %-40s step 1 within %.1e, later losses %.1e, later norms %.1e (relative)%s\n", what.c_str(),
            worst[0], worst[1], worst[2], exact ? ", bit for bit required" : "");
     if (!exact) {
-        print_margin(what + ": step 1 loss and norm, relative", worst[0], 1e-5);
+        print_margin(what + ": step 1 loss and norm, relative", worst[0], 1e-4);
         print_margin(what + ": later losses, relative", worst[1], 2.5e-4);
         print_margin(what + ": later norms, relative", worst[2], 5e-3);
     }
@@ -762,7 +766,7 @@ void checkpoint_resume(int resident_saving, int resident_resuming) {
            resident_resuming, next1, next2, resumed1, resumed2);
     // the same weights and batch (resumed1) and then the same AdamW state (resumed2), computed by another
     // trainer's buffers: on a GPU the order of fp32 sums may differ (atomics, cuBLAS's algorithm for other
-    // addresses), ~1e-5 at step 1 and ~2.5e-4 after an update (expect_same_training's bounds): 1e-3. Exact
+    // addresses), ~1e-4 at step 1 and ~2.5e-4 after an update (expect_same_training's bounds): 1e-3. Exact
     // in the emulation.
     const std::string rr =
         "resident " + std::to_string(resident_saving) + " -> " + std::to_string(resident_resuming) + ": ";
