@@ -1,0 +1,316 @@
+// llama_model.h — the Llama family (Llama 2/3, Qwen2) as data: presets and specs, seeded init, model files.
+// A model file is llm.c's shape: 256 int32 of header, then fp32 parameters in llama_layout's order.
+// Not here: the math (llama_cpu.h), Hugging Face checkpoints (llama_hf.h), the GPU.
+//
+// Header (int32 slots; floats stored as their 32 bits):
+//   0 magic 20241126, 1 version 1, 2 L, 3 C, 4 NH, 5 NKV, 6 head size, 7 MLP width I, 8 V, 9 max T,
+//   10 rms eps, 11 rope theta, 12 llama3 rope (0/1), 13 factor, 14 low, 15 high, 16 original max T,
+//   17 q/k/v biases (0/1), 18 tied embeddings (0/1); the rest 0.
+#pragma once
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include "crc32c.h"       // defines: crc32c_update
+#include "llama_cpu.h"    // defines: LlamaConfig, LlamaLayout, llama_layout, llama_config_check
+#include "model.h"        // defines: fill_normal, fill_const, finish_atomic_write, first_non_finite
+#include "model_specs.h"  // defines: spec_key_value
+
+#define LLAMA_MODEL_MAGIC   20241126
+#define LLAMA_MODEL_VERSION 1
+
+// ----------------------------------------------------------------------------
+// Presets: the published shapes
+
+typedef struct {
+    const char* name;
+    LlamaConfig c;
+} LlamaPreset;
+
+// Llama 3.1 RoPE: theta 5e5, llama3 scaling (factor 8, low 1, high 4, original 8192).
+#define LLAMA31_ROPE 131072, 1e-5f, 500000.0f, 1, 8.0f, 1.0f, 4.0f, 8192
+// Qwen2.5: theta 1e6, plain RoPE, eps 1e-6, q/k/v biases.
+#define QWEN25_ROPE 32768, 1e-6f, 1000000.0f, 0, 0.0f, 0.0f, 0.0f, 0
+static const LlamaPreset llama_presets[] = {
+    // name               L    C      NH   NKV hd   I      V       maxT, eps, rope...      bias tied
+    {"llama3.2-1b",
+     {16, 2048, 32, 8, 64, 8192, 128256, 131072, 1e-5f, 500000.0f, 1, 32.0f, 1.0f, 4.0f, 8192, 0, 1}},
+    {"llama3-8b", {32, 4096, 32, 8, 128, 14336, 128256, LLAMA31_ROPE, 0, 0}},
+    {"llama3-70b", {80, 8192, 64, 8, 128, 28672, 128256, LLAMA31_ROPE, 0, 0}},
+    {"llama3-405b", {126, 16384, 128, 8, 128, 53248, 128256, LLAMA31_ROPE, 0, 0}},
+    {"qwen2.5-0.5b", {24, 896, 14, 2, 64, 4864, 151936, QWEN25_ROPE, 1, 1}},
+    {"qwen2.5-7b", {28, 3584, 28, 4, 128, 18944, 152064, QWEN25_ROPE, 1, 0}},
+    {"qwen2.5-72b", {80, 8192, 64, 8, 128, 29568, 152064, QWEN25_ROPE, 1, 0}},
+};
+#undef LLAMA31_ROPE
+#undef QWEN25_ROPE
+
+// ----------------------------------------------------------------------------
+// Specs: a preset or a family, then :KEY<n> overrides
+
+// Matches "<key><digits>" and range-checks it; 1 on a match.
+static inline int llama_spec_int(const char* tok, size_t len, const char* key, int* out) {
+    int64_t x;
+    if (!spec_key_value(tok, len, key, &x)) return 0;
+    *out = (int)x;
+    return 1;
+}
+
+// BASE[:KEYn]...: BASE a preset (llama3-8b) or a family (llama, qwen2) needing L, C, NH and I.
+// Keys: L C NH KV (key/value heads) HD (head size) I (MLP width) V T (max T) TIE BIAS (0/1).
+// Returns 1: a Llama spec; 2: not one (a GPT-2 spec or a path); 0: invalid (err says why).
+static inline int parse_llama_spec(const char* spec, LlamaConfig* cfg, char* err, size_t errlen) {
+    if (!spec || !*spec || strchr(spec, '/')) return 2;
+    const char* tok = spec;
+    size_t len = strcspn(tok, ":");
+    LlamaConfig c;
+    memset(&c, 0, sizeof c);
+    int found = 0;
+    for (const LlamaPreset& p : llama_presets)
+        if (strlen(p.name) == len && strncasecmp(p.name, tok, len) == 0) {
+            c = p.c;
+            found = 1;
+        }
+    const int family = !found && ((len == 5 && !strncasecmp(tok, "llama", 5)) ||
+                                  (len == 5 && !strncasecmp(tok, "qwen2", 5)));
+    if (!found && !family) return 2;
+    if (family) {  // the family's defaults; the shape must be given
+        const int qwen = tok[0] == 'q' || tok[0] == 'Q';
+        c = {0, 0, 0, 0, 0,    0, qwen ? 151936 : 128256, 2048, qwen ? 1e-6f : 1e-5f, qwen ? 1e6f : 5e5f, 0,
+             0, 0, 0, 0, qwen, 0};
+    }
+    int kv = -1, hd = -1;
+    while (tok[len] == ':') {
+        tok += len + 1;
+        len = strcspn(tok, ":");
+        // TIE before T: the one key that is a prefix of another
+        if (llama_spec_int(tok, len, "NH", &c.num_heads) || llama_spec_int(tok, len, "KV", &kv) ||
+            llama_spec_int(tok, len, "HD", &hd) || llama_spec_int(tok, len, "TIE", &c.tied_embeddings) ||
+            llama_spec_int(tok, len, "BIAS", &c.qkv_bias) || llama_spec_int(tok, len, "L", &c.num_layers) ||
+            llama_spec_int(tok, len, "C", &c.hidden_size) ||
+            llama_spec_int(tok, len, "I", &c.intermediate_size) ||
+            llama_spec_int(tok, len, "V", &c.vocab_size) || llama_spec_int(tok, len, "T", &c.max_seq_len))
+            continue;
+        snprintf(err, errlen,
+                 "model spec '%.200s': bad part '%.*s' (want L C NH KV HD I V T TIE BIAS, "
+                 "each with a number)",
+                 spec, (int)len, tok);
+        return 0;
+    }
+    if (family && (c.num_layers < 1 || c.hidden_size < 1 || c.num_heads < 1 || c.intermediate_size < 1)) {
+        snprintf(err, errlen, "model spec '%.200s': a %.*s shape needs L<n>:C<n>:NH<n>:I<n>", spec,
+                 (int)strcspn(spec, ":"), spec);
+        return 0;
+    }
+    if (c.num_heads < 1) {
+        snprintf(err, errlen, "model spec '%.200s': NH must be positive", spec);
+        return 0;
+    }
+    if (kv >= 0) c.num_kv_heads = kv;
+    else if (family) c.num_kv_heads = c.num_heads;
+    if (hd >= 0) c.head_dim = hd;
+    else if (family || c.head_dim * c.num_heads != c.hidden_size) c.head_dim = c.hidden_size / c.num_heads;
+    if ((unsigned)c.tied_embeddings > 1 || (unsigned)c.qkv_bias > 1) {
+        snprintf(err, errlen, "model spec '%.200s': TIE and BIAS are 0 or 1", spec);
+        return 0;
+    }
+    if (c.num_layers > 100000 || c.hidden_size > 1000000 || c.intermediate_size > 10000000 ||
+        c.vocab_size > 10000000 || c.max_seq_len > 10000000) {
+        snprintf(err, errlen, "model spec '%.200s': dimensions too large", spec);
+        return 0;
+    }
+    char why[300];
+    if (!llama_config_check(&c, why, sizeof why)) {
+        snprintf(err, errlen, "model spec '%.200s': %.250s", spec, why);
+        return 0;
+    }
+    *cfg = c;
+    return 1;
+}
+
+// Parameters, as the model cards count them.
+static inline int64_t llama_num_params(const LlamaConfig* c) { return llama_layout(c).total; }
+
+// ----------------------------------------------------------------------------
+// Initialization: N(0, 0.02) matrices (transformers' initializer_range), norms 1, biases 0
+
+static inline void llama_init_params(const LlamaConfig* c, float* params, uint64_t seed) {
+    const LlamaLayout p = llama_layout(c);
+    for (int l = 0; l < c->num_layers; l++)
+        for (int k = 0; k < NUM_LLAMA_LAYER_TENSORS; k++) {
+            float* x = params + (int64_t)l * p.layer_stride + p.layer_offset[k];
+            const int64_t n = p.layer_size[k];
+            const uint64_t stream = 100 + (uint64_t)l * NUM_LLAMA_LAYER_TENSORS + k;
+            if (k == LL_ATTN_NORM || k == LL_MLP_NORM) fill_const(x, n, 1.0f);
+            else if (!llama_layer_tensor_is_matrix[k]) fill_const(x, n, 0.0f);
+            else fill_normal(x, n, 0.02f, seed, stream);
+        }
+    float* e = params + p.embed_base;
+    fill_normal(e + p.embed_offset[LL_EMBED], p.embed_size[LL_EMBED], 0.02f, seed, 1);
+    fill_const(e + p.embed_offset[LL_FINAL_NORM], p.embed_size[LL_FINAL_NORM], 1.0f);
+    fill_normal(e + p.embed_offset[LL_LM_HEAD], p.embed_size[LL_LM_HEAD], 0.02f, seed, 2);
+}
+
+// ----------------------------------------------------------------------------
+// Model files
+
+static inline int32_t llama_float_bits(float x) {
+    int32_t b;
+    memcpy(&b, &x, 4);
+    return b;
+}
+static inline float llama_bits_float(int32_t b) {
+    float x;
+    memcpy(&x, &b, 4);
+    return x;
+}
+
+static inline void llama_header(const LlamaConfig* c, int32_t h[256]) {
+    memset(h, 0, 256 * sizeof(int32_t));
+    const int32_t v[19] = {LLAMA_MODEL_MAGIC,
+                           LLAMA_MODEL_VERSION,
+                           c->num_layers,
+                           c->hidden_size,
+                           c->num_heads,
+                           c->num_kv_heads,
+                           c->head_dim,
+                           c->intermediate_size,
+                           c->vocab_size,
+                           c->max_seq_len,
+                           llama_float_bits(c->rms_norm_eps),
+                           llama_float_bits(c->rope_theta),
+                           c->rope_llama3,
+                           llama_float_bits(c->rope_factor),
+                           llama_float_bits(c->rope_low_freq_factor),
+                           llama_float_bits(c->rope_high_freq_factor),
+                           c->rope_original_max_pos,
+                           c->qkv_bias,
+                           c->tied_embeddings};
+    memcpy(h, v, sizeof v);
+}
+
+// 1 if path is a Llama-family model file (by its magic), else 0.
+static inline int llama_is_model_file(const char* path) {
+    FILE* f = fopen(path, "rb");
+    int32_t magic = 0;
+    const int ok = f && fread(&magic, 4, 1, f) == 1 && magic == LLAMA_MODEL_MAGIC;
+    if (f) fclose(f);
+    return ok;
+}
+
+// The config of a model file, its header checked against its size. 0 with err.
+static inline int llama_read_header(const char* path, LlamaConfig* c, char* err, size_t errlen) {
+    FILE* f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errlen, "cannot open model file %.400s: %.80s", path, strerror(errno));
+        return 0;
+    }
+    int32_t h[256];
+    const int got = fread(h, sizeof h, 1, f) == 1;
+    fseeko(f, 0, SEEK_END);
+    const int64_t bytes = (int64_t)ftello(f);
+    fclose(f);
+    if (!got || h[0] != LLAMA_MODEL_MAGIC) {
+        snprintf(err, errlen, "model file %.400s: not a Llama-family model file (magic %d, want %d)", path,
+                 got ? h[0] : -1, LLAMA_MODEL_MAGIC);
+        return 0;
+    }
+    if (h[1] != LLAMA_MODEL_VERSION) {
+        snprintf(err, errlen, "model file %.400s: unsupported version %d (want %d)", path, h[1],
+                 LLAMA_MODEL_VERSION);
+        return 0;
+    }
+    LlamaConfig x = {h[2],
+                     h[3],
+                     h[4],
+                     h[5],
+                     h[6],
+                     h[7],
+                     h[8],
+                     h[9],
+                     llama_bits_float(h[10]),
+                     llama_bits_float(h[11]),
+                     h[12],
+                     llama_bits_float(h[13]),
+                     llama_bits_float(h[14]),
+                     llama_bits_float(h[15]),
+                     h[16],
+                     h[17],
+                     h[18]};
+    char why[300];
+    const int bad_flag =
+        (unsigned)x.qkv_bias > 1 || (unsigned)x.tied_embeddings > 1 || (unsigned)x.rope_llama3 > 1;
+    if (bad_flag || !llama_config_check(&x, why, sizeof why)) {
+        snprintf(err, errlen, "model file %.300s: %.150s", path, bad_flag ? "a flag is not 0 or 1" : why);
+        return 0;
+    }
+    const int64_t want = (int64_t)sizeof h + 4 * llama_layout(&x).total;
+    if (bytes != want) {
+        snprintf(err, errlen,
+                 "model file %.400s: %lld bytes, its header says %lld (truncated or not this "
+                 "format)",
+                 path, (long long)bytes, (long long)want);
+        return 0;
+    }
+    *c = x;
+    return 1;
+}
+
+// Reads the parameters (llama_layout(c).total floats) of a file whose header gave c. 0 with err.
+static inline int llama_load_params(const char* path, const LlamaConfig* c, float* params, char* err,
+                                    size_t errlen) {
+    FILE* f = fopen(path, "rb");
+    const int64_t n = llama_layout(c).total;
+    int ok = f && fseeko(f, 256 * 4, SEEK_SET) == 0;
+    for (int64_t i = 0; ok && i < n; i += (int64_t)1 << 24) {
+        const int64_t k = n - i < ((int64_t)1 << 24) ? n - i : (int64_t)1 << 24;
+        ok = (int64_t)fread(params + i, sizeof(float), (size_t)k, f) == k;
+    }
+    if (f) fclose(f);
+    if (!ok) {
+        snprintf(err, errlen, "model file %.400s: short read", path);
+        return 0;
+    }
+    const int64_t bad = first_non_finite(params, n);
+    if (bad >= 0) {
+        snprintf(err, errlen, "model file %.400s: parameter %lld is %s", path, (long long)bad,
+                 isnan(params[bad]) ? "NaN" : "infinite");
+        return 0;
+    }
+    return 1;
+}
+
+// Saves atomically (path.tmp, fsync, rename); crc (optional) gets the file's CRC-32C. 0 with err.
+static inline int llama_save_params(const char* path, const LlamaConfig* c, const float* params, char* err,
+                                    size_t errlen, uint32_t* crc = NULL) {
+    char tmp[4200];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
+        snprintf(err, errlen, "model file path too long (%zu characters)", strlen(path));
+        return 0;
+    }
+    FILE* f = fopen(tmp, "wb");
+    if (!f) {
+        snprintf(err, errlen, "cannot create %.400s: %.80s", tmp, strerror(errno));
+        return 0;
+    }
+    int32_t h[256];
+    llama_header(c, h);
+    errno = 0;
+    int ok = fwrite(h, sizeof h, 1, f) == 1;
+    uint32_t sum = crc32c_update(0, h, sizeof h);
+    const int64_t n = llama_layout(c).total;
+    for (int64_t i = 0; ok && i < n; i += (int64_t)1 << 24) {
+        const int64_t k = n - i < ((int64_t)1 << 24) ? n - i : (int64_t)1 << 24;
+        ok = (int64_t)fwrite(params + i, sizeof(float), (size_t)k, f) == k;
+        sum = crc32c_update(sum, params + i, (size_t)k * sizeof(float));
+    }
+    if (crc) *crc = sum;
+    int why;
+    if (!finish_atomic_write(f, ok, tmp, path, &why)) {
+        snprintf(err, errlen, "failed writing model file %.400s: %.80s", path,
+                 why ? strerror(why) : "short write");
+        return 0;
+    }
+    return 1;
+}
