@@ -1,4 +1,5 @@
-// llama_model.h — the Llama family (Llama 2/3, Qwen2) as data: presets and specs, seeded init, model files.
+// llama_model.h — the Llama family (Llama 2/3, Qwen2) as data: the config, the layer-major parameter layout,
+// presets and specs, seeded init, model files.
 // A model file is llm.c's shape: 256 int32 of header, then fp32 parameters in llama_layout's order.
 // Not here: the math (llama_cpu.h), Hugging Face checkpoints (llama_hf.h), the GPU.
 //
@@ -13,12 +14,145 @@
 #include <string.h>
 #include <strings.h>
 #include "crc32c.h"       // defines: crc32c_update
-#include "llama_cpu.h"    // defines: LlamaConfig, LlamaLayout, llama_layout, llama_config_check
 #include "model.h"        // defines: fill_normal, fill_const, finish_atomic_write, first_non_finite
 #include "model_specs.h"  // defines: spec_key_value
 
 #define LLAMA_MODEL_MAGIC   20241126
 #define LLAMA_MODEL_VERSION 1
+
+// ----------------------------------------------------------------------------
+// Config and parameter layout
+
+typedef struct {
+    int num_layers;         // L
+    int hidden_size;        // C
+    int num_heads;          // NH, query heads
+    int num_kv_heads;       // NKV, divides NH
+    int head_dim;           // hd, even: RoPE rotates channel i with channel i + hd/2
+    int intermediate_size;  // I, the MLP width
+    int vocab_size;         // V
+    int max_seq_len;        // max_position_embeddings: the longest T
+    float rms_norm_eps;
+    float rope_theta;  // RoPE base: 10000 (Llama 2), 500000 (Llama 3), 1e6 (Qwen2)
+    int rope_llama3;   // 1: Llama 3.1's frequency scaling with the four fields below; 0: plain RoPE
+    float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    int rope_original_max_pos;  // original_max_position_embeddings
+    int qkv_bias;               // 1: q, k, v projections have biases (Qwen2)
+    int tied_embeddings;        // 1: lm_head is the embedding matrix
+} LlamaConfig;
+
+// One layer's tensors, in their order in its block; absent biases have size 0.
+enum LlamaLayerTensor {
+    LL_ATTN_NORM,
+    LL_WQ,
+    LL_WK,
+    LL_WV,
+    LL_BQ,
+    LL_BK,
+    LL_BV,
+    LL_WO,
+    LL_MLP_NORM,
+    LL_W_GATE,
+    LL_W_UP,
+    LL_W_DOWN,
+    NUM_LLAMA_LAYER_TENSORS
+};
+static const char* const llama_layer_tensor_names[NUM_LLAMA_LAYER_TENSORS] = {
+    "attn_norm", "wq", "wk", "wv", "bq", "bk", "bv", "wo", "mlp_norm", "w_gate", "w_up", "w_down"};
+// Weight decay on 2-D matrices only, as llm.c: not on norms, not on biases.
+static const int llama_layer_tensor_is_matrix[NUM_LLAMA_LAYER_TENSORS] = {0, 1, 1, 1, 0, 0, 0, 1, 0, 1, 1, 1};
+
+// The tensors after the layers; lm_head has size 0 when tied.
+enum LlamaEmbedTensor { LL_EMBED, LL_FINAL_NORM, LL_LM_HEAD, NUM_LLAMA_EMBED_TENSORS };
+static const char* const llama_embed_tensor_names[NUM_LLAMA_EMBED_TENSORS] = {"embed", "final_norm",
+                                                                              "lm_head"};
+static const int llama_embed_tensor_is_matrix[NUM_LLAMA_EMBED_TENSORS] = {1, 0, 1};
+
+// Layer-major: layer l's block at l * layer_stride, then the embedding block at embed_base.
+// Shapes as nn.Linear stores them, (out, in); cols 0 marks a vector.
+typedef struct {
+    int64_t layer_rows[NUM_LLAMA_LAYER_TENSORS], layer_cols[NUM_LLAMA_LAYER_TENSORS];
+    int64_t layer_size[NUM_LLAMA_LAYER_TENSORS];    // elements (0: absent)
+    int64_t layer_offset[NUM_LLAMA_LAYER_TENSORS];  // inside a layer block
+    int64_t layer_stride;                           // elements of one layer block
+    int64_t embed_rows[NUM_LLAMA_EMBED_TENSORS], embed_cols[NUM_LLAMA_EMBED_TENSORS];
+    int64_t embed_size[NUM_LLAMA_EMBED_TENSORS];
+    int64_t embed_offset[NUM_LLAMA_EMBED_TENSORS];  // inside the embedding block
+    int64_t embed_base;                             // L * layer_stride
+    int64_t total;
+} LlamaLayout;
+
+// Checks what the loops rely on. 0 with err on a bad config.
+static inline int llama_config_check(const LlamaConfig* c, char* err, size_t errlen) {
+    const char* bad = NULL;
+    if (c->num_layers < 1 || c->hidden_size < 1 || c->num_heads < 1 || c->num_kv_heads < 1 ||
+        c->head_dim < 1 || c->intermediate_size < 1 || c->vocab_size < 1 || c->max_seq_len < 1)
+        bad = "every size must be positive";
+    else if (c->num_heads % c->num_kv_heads) bad = "the key/value heads must divide the query heads";
+    else if (c->head_dim % 2) bad = "the head size must be even (RoPE rotates pairs)";
+    else if (!(c->rms_norm_eps > 0.0f) || !(c->rope_theta > 0.0f))
+        bad = "rms_norm_eps and rope_theta must be > 0";
+    else if (c->rope_llama3 &&
+             !(c->rope_factor >= 1.0f && c->rope_high_freq_factor > c->rope_low_freq_factor &&
+               c->rope_low_freq_factor > 0.0f && c->rope_original_max_pos >= 1))
+        bad = "llama3 rope scaling needs factor >= 1, 0 < low_freq_factor < high_freq_factor, original >= 1";
+    if (bad) snprintf(err, errlen, "bad Llama config: %s", bad);
+    return bad == NULL;
+}
+
+static inline LlamaLayout llama_layout(const LlamaConfig* c) {
+    LlamaLayout p;
+    memset(&p, 0, sizeof p);
+    const int64_t C = c->hidden_size, QD = (int64_t)c->num_heads * c->head_dim;
+    const int64_t KVD = (int64_t)c->num_kv_heads * c->head_dim, I = c->intermediate_size;
+    const int64_t bias = c->qkv_bias ? 1 : 0;
+    const int64_t shapes[NUM_LLAMA_LAYER_TENSORS][2] = {
+        {C, 0},          {QD, C}, {KVD, C}, {KVD, C}, {QD * bias, 0}, {KVD * bias, 0},
+        {KVD * bias, 0}, {C, QD}, {C, 0},   {I, C},   {I, C},         {C, I}};
+    for (int k = 0; k < NUM_LLAMA_LAYER_TENSORS; k++) {
+        p.layer_rows[k] = shapes[k][0];
+        p.layer_cols[k] = shapes[k][1];
+        p.layer_size[k] = shapes[k][0] * (shapes[k][1] ? shapes[k][1] : 1);
+        p.layer_offset[k] = p.layer_stride;
+        p.layer_stride += p.layer_size[k];
+    }
+    const int64_t V = c->vocab_size;
+    const int64_t eshapes[NUM_LLAMA_EMBED_TENSORS][2] = {{V, C}, {C, 0}, {c->tied_embeddings ? 0 : V, C}};
+    p.embed_base = c->num_layers * p.layer_stride;
+    int64_t o = 0;
+    for (int k = 0; k < NUM_LLAMA_EMBED_TENSORS; k++) {
+        p.embed_rows[k] = eshapes[k][0];
+        p.embed_cols[k] = eshapes[k][1];
+        p.embed_size[k] = eshapes[k][0] * (eshapes[k][1] ? eshapes[k][1] : 1);
+        p.embed_offset[k] = o;
+        o += p.embed_size[k];
+    }
+    p.total = p.embed_base + o;
+    return p;
+}
+
+// Parameter tensors as named pointers into a flat array (params or grads); absent ones NULL.
+typedef struct {
+    float *attn_norm, *wq, *wk, *wv, *bq, *bk, *bv, *wo, *mlp_norm, *w_gate, *w_up, *w_down;
+} LlamaLayerTensors;
+typedef struct {
+    float *embed, *final_norm, *lm_head;  // lm_head: the embedding when tied
+} LlamaEmbedTensors;
+
+static inline LlamaLayerTensors llama_layer_tensors(const LlamaLayout* p, float* base, int l) {
+    float* b = base + (int64_t)l * p->layer_stride;
+    float* t[NUM_LLAMA_LAYER_TENSORS];
+    for (int k = 0; k < NUM_LLAMA_LAYER_TENSORS; k++) t[k] = p->layer_size[k] ? b + p->layer_offset[k] : NULL;
+    LlamaLayerTensors w = {t[LL_ATTN_NORM], t[LL_WQ], t[LL_WK],       t[LL_WV],     t[LL_BQ],   t[LL_BK],
+                           t[LL_BV],        t[LL_WO], t[LL_MLP_NORM], t[LL_W_GATE], t[LL_W_UP], t[LL_W_DOWN]};
+    return w;
+}
+static inline LlamaEmbedTensors llama_embed_tensors(const LlamaLayout* p, float* base) {
+    float* b = base + p->embed_base;
+    LlamaEmbedTensors e = {b + p->embed_offset[LL_EMBED], b + p->embed_offset[LL_FINAL_NORM],
+                           p->embed_size[LL_LM_HEAD] ? b + p->embed_offset[LL_LM_HEAD] : b};
+    return e;
+}
 
 // ----------------------------------------------------------------------------
 // Presets: the published shapes
