@@ -1,5 +1,5 @@
 // checkpoint.h — both trainers' checkpoints on disk, three files per step:
-//   DIR/model_STEP.bin  the fp32 master weights, an llm.c model file
+//   DIR/model_STEP.bin  the fp32 master weights, an llm.c model file (the Llama family: llama_model.h's)
 //   DIR/state_STEP.bin  AdamW m and v, the step, the updates applied, the data position, the hyperparameters
 //   DIR/DONE_STEP       written last, once both files are fsynced: no DONE, no resume
 // Here: the state file's format, saving, checking files before anything large is allocated, choosing the
@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include "dataloader.h"
 #include "model.h"
+#include "llama_model.h"  // defines: LlamaConfig, llama_is_model_file, llama_read_header, llama_save_params
 #include "model_specs.h"  // defines: parse_model_spec
 #include "args.h"         // defines: TrainArgs, lr_schedule_name
 #include "run_dir.h"      // defines: lock_output_dir, fsync_dir, dir_latest_step, prune_checkpoints
@@ -283,10 +284,13 @@ static int save_model_streamed(const char* path, const GPTConfig* cfg, const flo
 // the data position and a's hyperparameters for a run of B x T micro-batches), then DONE with both files'
 // sizes and checksums; then removes what -nk / -nm no longer keep. Exits with one error line on any failure:
 // the checkpoints already there stay valid. Both trainers write this format, so a run moves between them.
+// A Llama-family model passes `llama` (cfg unused): its model file is llama_model.h's, the rest the same.
 static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const GPTConfig* cfg,
                             const float* master, const float* m, const float* v, const TrainArgs* a, int B,
-                            int T, const DataLoaderState* data_state, const StreamedState* ss = NULL) {
-    const int64_t total = gpt_layout(cfg).total;
+                            int T, const DataLoaderState* data_state, const StreamedState* ss = NULL,
+                            const LlamaConfig* llama = NULL) {
+    if (llama && ss) die("checkpoint_save: the SSD tier holds GPT-2 layers only");
+    const int64_t total = llama ? llama_layout(llama).total : gpt_layout(cfg).total;
     const int64_t in_file = ss ? ss->prefix : total;  // parameters whose m, v the state file holds
     char model[4200], path[4200], tmp[4300], done[4200], err[4352];  // -o is at most 4000 characters
     if (snprintf(model, sizeof model, "%s/model_%08lld.bin", dir, (long long)step) >= (int)sizeof model)
@@ -303,8 +307,9 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     }
     FileSum sums[2];
     sums[0].bytes = 256 * 4 + total * 4;
-    if (ss ? !save_model_streamed(model, cfg, master, ss, &sums[0].crc, err, sizeof err)
-           : !gpt_save_params(model, cfg, master, err, sizeof err, &sums[0].crc))
+    if (llama ? !llama_save_params(model, llama, master, err, sizeof err, &sums[0].crc)
+        : ss  ? !save_model_streamed(model, cfg, master, ss, &sums[0].crc, err, sizeof err)
+              : !gpt_save_params(model, cfg, master, err, sizeof err, &sums[0].crc))
         die("%s", err);
     CrcWriter w = {fopen(tmp, "wb"), 0};
     if (!w.f) die("cannot create %s: %s", tmp, strerror(errno));
@@ -452,15 +457,25 @@ static int64_t check_state_file(const char* path, int64_t total) {
 // The checkpoint a resume starts from: the newest DONE_N whose files read and match their marker's sizes and
 // checksums. A damaged one is skipped with a warning. Fills the paths, cfg and the state header; -1 when dir
 // holds no DONE marker. Dies when none of several is valid: starting over would drop the run.
+// A Llama-family checkpoint fills *llama (its num_layers 0 for a GPT-2); a caller passing none refuses it.
 static int64_t pick_checkpoint(const char* dir, char* model, char* state, size_t pathlen, GPTConfig* cfg,
-                               int64_t header[ST_HEADER_SLOTS]) {
+                               int64_t header[ST_HEADER_SLOTS], LlamaConfig* llama = NULL) {
+    if (llama) memset(llama, 0, sizeof *llama);
     char err[4352], newest_err[4352] = "";
     int skipped = 0;
     for (int64_t step = latest_checkpoint(dir); step >= 0; step = dir_latest_step(dir, "DONE_", "", step)) {
         snprintf(model, pathlen, "%s/model_%08lld.bin", dir, (long long)step);
         snprintf(state, pathlen, "%s/state_%08lld.bin", dir, (long long)step);
-        int ok = gpt_read_header(model, cfg, err, sizeof err) &&
-                 state_file_check(state, gpt_layout(cfg).total, header, err, sizeof err);
+        const int is_llama = llama_is_model_file(model);
+        if (is_llama && !llama)
+            die("resume: the checkpoint of step %lld in %s holds a Llama-family model: this trainer computes "
+                "GPT-2 only (train_gpt_cpu trains the Llama family)",
+                (long long)step, dir);
+        int ok = is_llama ? llama_read_header(model, llama, err, sizeof err) &&
+                                state_file_check(state, llama_layout(llama).total, header, err, sizeof err)
+                          : gpt_read_header(model, cfg, err, sizeof err) &&
+                                state_file_check(state, gpt_layout(cfg).total, header, err, sizeof err);
+        if (!is_llama && llama) llama->num_layers = 0;
         if (ok && header[ST_STEP] != step) {
             snprintf(err, sizeof err, "optimizer state %.400s does not hold step %lld (it holds %lld)", state,
                      (long long)step, (long long)header[ST_STEP]);
@@ -616,7 +631,8 @@ static int dir_run_files(const char* dir, char* found, size_t len) {
 // anything: a fresh run in a directory holding a main.log or checkpoint files of either trainer dies naming
 // them, since it would overwrite them. Removes leftover temporary files first. Without -o: -1.
 static int64_t open_run_dir(const TrainArgs* a, char* model, char* state, size_t pathlen, GPTConfig* cfg,
-                            int64_t header[ST_HEADER_SLOTS]) {
+                            int64_t header[ST_HEADER_SLOTS], LlamaConfig* llama = NULL) {
+    if (llama) memset(llama, 0, sizeof *llama);
     if (!a->output_dir) return -1;
     const char* dir = a->output_dir;
     char err[4352];
@@ -625,7 +641,7 @@ static int64_t open_run_dir(const TrainArgs* a, char* model, char* state, size_t
     const int64_t latest = latest_checkpoint(dir);
     if (a->resume) {
         const int64_t step =
-            pick_checkpoint(dir, model, state, pathlen, cfg, header);  // dies if none is valid
+            pick_checkpoint(dir, model, state, pathlen, cfg, header, llama);  // dies if none is valid
         if (step >= 0) return step;
     } else if (latest >= 0) {
         die("%s already holds checkpoints (latest step %lld): resume with -y 1, or choose another -o", dir,

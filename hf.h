@@ -627,7 +627,9 @@ static inline int hf_config_to_gpt(const HfCheckpoint* ck, GPTConfig* cfg, char*
     };
     const char* bad = str_is("model_type", "gpt2", {"gpt2"});
     if (bad) {
-        snprintf(err, errlen, "%.400s: %s: only GPT-2 checkpoints can be read", where.c_str(), bad);
+        snprintf(err, errlen,
+                 "%.400s: %s: only GPT-2 checkpoints can be read here (train_gpt_cpu reads llama and qwen2)",
+                 where.c_str(), bad);
         return 0;
     }
     bad = str_is("activation_function", "gelu_new", {"gelu_new", "gelu_pytorch_tanh", "gelu_fast"});

@@ -147,6 +147,17 @@ static inline int llama_hf_config(const HfCheckpoint* ck, LlamaConfig* cfg, char
     return 1;
 }
 
+// path as a Llama-family Hugging Face checkpoint: 1 with its config; 2 when it is none (not a checkpoint,
+// unreadable, or another model_type: the GPT-2 reader then says why); 0 with err when its config is refused.
+static inline int llama_hf_read_config(const char* path, LlamaConfig* cfg, char* err, size_t errlen) {
+    HfCheckpoint ck;
+    char ignored[1024];
+    if (!hf_is_checkpoint(path) || !hf_open(path, &ck, ignored, sizeof ignored)) return 2;
+    const Json* mt = ck.config.get("model_type");
+    if (!mt || mt->type != Json::STR || (mt->str != "llama" && mt->str != "qwen2")) return 2;
+    return llama_hf_config(&ck, cfg, err, errlen);
+}
+
 // ----------------------------------------------------------------------------
 // The tensors
 

@@ -850,6 +850,11 @@ static const char* kTokenizerPath = "gpt2_tokenizer.bin";
 // Face checkpoint (hf.h).
 static int resolve_model(const char* spec, GPTConfig* cfg) {
     char err[4352];
+    LlamaConfig llama;
+    if (parse_llama_spec(spec, &llama, err, sizeof err) != 2 || llama_is_model_file(spec))
+        die("-e %s is a Llama-family model: this trainer computes GPT-2 only for now (train_gpt_cpu trains "
+            "the Llama family)",
+            spec);
     const int kind = parse_model_spec(spec, cfg, err, sizeof err);
     if (kind == 0) die("%s", err);
     warn_if_spec_shadows_path(spec, kind);

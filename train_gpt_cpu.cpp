@@ -1,5 +1,6 @@
-// train_gpt_cpu.cpp — trains a GPT-2 on the CPU with the reference model (gpt2_cpu.h). Flags, data, schedule,
-// clip and AdamW are the streaming GPU trainer's, so the two compare line by line.
+// train_gpt_cpu.cpp — trains a GPT-2 (gpt2_cpu.h) or a Llama-family model (llama_cpu.h: Llama 3, Qwen2) on
+// the CPU with the reference model. Flags, data, schedule, clip and AdamW are the streaming GPU trainer's, so
+// the two compare line by line.
 // With no arguments it trains a small model (L4 C128 NH4, T 64) on the shipped tinyshakespeare shards, in a
 // few minutes on 2 cores. It writes train_gpt's log and checkpoints, so a run moves between the two trainers.
 // It uses no GPU.
@@ -13,6 +14,9 @@
 #include "cpu_cores.h"    // defines: usable_cpu_cores, omp_short_spin_reexec
 #include "dataloader.h"   // defines: DataLoader, dataloader_init, dataloader_next_batch
 #include "gpt2_cpu.h"     // defines: GPT2CPU, gpt2_cpu_forward, gpt2_cpu_backward
+#include "llama_cpu.h"    // defines: LlamaCPU, llama_cpu_forward, llama_cpu_backward, llama_cpu_adamw
+#include "llama_hf.h"     // defines: llama_hf_load, llama_hf_read_config
+#include "llama_model.h"  // defines: LlamaConfig, parse_llama_spec, llama_init_params, llama_read_header
 #include "logger.h"       // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
 #include "model.h"        // defines: GPTConfig, ParamLayout, gpt_init_params, gpt_load_params
 #include "model_specs.h"  // defines: parse_model_spec
@@ -58,9 +62,117 @@ static void check_host_fit(double bytes) {
             bytes / GiB, avail / GiB);
 }
 
-// Builds the model from a spec (random init), an llm.c model file or a Hugging Face checkpoint, per -e, with
+// ----------------------------------------------------------------------------
+// The model: GPT-2 or the Llama family, behind the few calls the loop makes
+
+typedef struct {
+    int llama;  // 1: the Llama family (ll), 0: GPT-2 (gpt)
+    GPT2CPU gpt;
+    LlamaCPU ll;
+} CpuModel;
+
+static float* model_params(CpuModel* m) { return m->llama ? m->ll.params : m->gpt.params; }
+static float* model_grads(CpuModel* m) { return m->llama ? m->ll.grads : m->gpt.grads; }
+static int64_t model_total(const CpuModel* m) { return m->llama ? m->ll.layout.total : m->gpt.layout.total; }
+static int model_vocab(const CpuModel* m) {
+    return m->llama ? m->ll.config.vocab_size : m->gpt.config.vocab_size;
+}
+static int model_max_T(const CpuModel* m) {
+    return m->llama ? m->ll.config.max_seq_len : m->gpt.config.max_seq_len;
+}
+static float model_mean_loss(const CpuModel* m) { return m->llama ? m->ll.mean_loss : m->gpt.mean_loss; }
+static const char* model_error(const CpuModel* m) { return m->llama ? m->ll.error : m->gpt.error; }
+static int64_t model_act_floats(const CpuModel* m) {
+    return m->llama ? m->ll.act_capacity : m->gpt.act_capacity;
+}
+
+// Forward over (B, T); with targets also the loss. Dies on an error (a token outside the vocabulary).
+static void model_forward(CpuModel* m, const int* inputs, const int* targets, int B, int T) {
+    const int ok = m->llama ? llama_cpu_forward(&m->ll, inputs, targets, B, T)
+                            : gpt2_cpu_forward(&m->gpt, inputs, targets, B, T);
+    if (!ok) die("%s", model_error(m));
+}
+static void model_backward(CpuModel* m) {
+    if (!(m->llama ? llama_cpu_backward(&m->ll) : gpt2_cpu_backward(&m->gpt))) die("%s", model_error(m));
+}
+static void model_zero_grad(CpuModel* m) {
+    if (m->llama) llama_cpu_zero_grad(&m->ll);
+    else gpt2_cpu_zero_grad(&m->gpt);
+}
+// The logits of row `row` of the last forward pass (V of them, then GPT-2's padding).
+static const float* model_logits(const CpuModel* m, int64_t row) {
+    return m->llama ? m->ll.acts.logits + row * m->ll.config.vocab_size
+                    : m->gpt.acts.logits + row * m->gpt.config.padded_vocab_size;
+}
+// AdamW with the clip factor and 1/accum folded into the gradient scale; decay on matrices only.
+static void model_adamw(CpuModel* m, float* adam_m, float* adam_v, int accum, float lr, const TrainArgs* a,
+                        int64_t t, float norm) {
+    if (!m->llama) {
+        adamw_apply_model_f32grad(&m->gpt.config, &m->gpt.layout, m->gpt.params, m->gpt.grads, adam_m, adam_v,
+                                  accum, lr, a, t, norm);
+        return;
+    }
+    const float scale = clip_scale(norm, a->grad_clip) / (float)accum;
+    const AdamWArgs args = {lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, a->weight_decay, scale, t};
+    llama_cpu_adamw(&m->ll, adam_m, adam_v, &args);
+}
+static void model_free(CpuModel* m) {
+    if (m->llama) llama_cpu_free(&m->ll);
+    else gpt2_cpu_free(&m->gpt);
+}
+
+// -e as a Llama-family model: a spec (kind 1), a model file (2) or a Hugging Face checkpoint (3); 0: not
+// one (GPT-2). Dies on a Llama spec or file that is malformed.
+static int llama_source_kind(const char* spec, LlamaConfig* cfg) {
+    char err[4352];
+    const int kind = parse_llama_spec(spec, cfg, err, sizeof err);
+    if (kind == 0) die("%s", err);
+    if (kind == 1) return 1;
+    if (llama_is_model_file(spec)) {
+        if (!llama_read_header(spec, cfg, err, sizeof err)) die("%s", err);
+        return 2;
+    }
+    const int hf = llama_hf_read_config(spec, cfg, err, sizeof err);
+    if (hf == 0) die("%s", err);
+    return hf == 1 ? 3 : 0;
+}
+
+// The Llama family: built for (B, T) from a spec (seeded init), a model file or a Hugging Face checkpoint.
+static void build_llama(LlamaCPU* model, const char* spec, int kind, const LlamaConfig* cfg, int B, int T,
+                        const char** source) {
+    char err[4352];
+    if (T > cfg->max_seq_len) die("-t %d exceeds the model's max sequence length %d", T, cfg->max_seq_len);
+    const double state_bytes = 16.0 * llama_layout(cfg).total;  // params, grads, m, v
+    // before any malloc, in double: per layer (N, 6C + 4QD + 3I), attention (B, NH, T, T), logits (N, V) x 2
+    const double N = (double)B * T, L = cfg->num_layers, QD = (double)cfg->num_heads * cfg->head_dim;
+    check_host_fit(state_bytes +
+                   4.0 * (L * N * (6.0 * cfg->hidden_size + 4 * QD + 3.0 * cfg->intermediate_size) +
+                          L * B * cfg->num_heads * (double)T * T + 2 * N * cfg->vocab_size));
+    if (kind == 3) {  // llama_hf_load builds the model itself
+        if (!llama_hf_load(spec, model)) die("%s", model->error);
+        *source = "Hugging Face checkpoint";
+    } else {
+        if (!llama_cpu_build(model, cfg)) die("%s", model->error);
+        if (kind == 1) llama_init_params(cfg, model->params, INIT_SEED);
+        else if (!llama_load_params(spec, cfg, model->params, err, sizeof err)) die("%s", err);
+        *source = kind == 1 ? "spec, Llama init" : "Llama-family model file";
+    }
+    if (!llama_cpu_layout_activations(model, B, T)) die("%s", model->error);
+    check_host_fit(state_bytes + 4.0 * model->act_capacity);
+}
+
+// Builds the model from a spec (random init), a model file or a Hugging Face checkpoint, per -e, with
 // activations for (B, T).
-static void build_model(GPT2CPU* model, const char* spec, int B, int T, const char** source) {
+static void build_model(CpuModel* m, const char* spec, int B, int T, const char** source) {
+    memset(m, 0, sizeof *m);
+    LlamaConfig lc;
+    const int llama_kind = llama_source_kind(spec, &lc);
+    if (llama_kind) {
+        m->llama = 1;
+        build_llama(&m->ll, spec, llama_kind, &lc, B, T, source);
+        return;
+    }
+    GPT2CPU* model = &m->gpt;
     GPTConfig cfg;
     char err[4352];
     const int kind = parse_model_spec(spec, &cfg, err, sizeof err);
@@ -89,33 +201,31 @@ static void build_model(GPT2CPU* model, const char* spec, int B, int T, const ch
 
 // Mean loss over the first `batches` batches of the val loader (reset first, so every evaluation sees
 // the same tokens).
-static float validation_loss(GPT2CPU* model, DataLoader* val, int64_t batches) {
+static float validation_loss(CpuModel* model, DataLoader* val, int64_t batches) {
     dataloader_reset(val);
     double sum = 0.0;
     for (int64_t i = 0; i < batches; i++) {
         if (!dataloader_next_batch(val)) die("%s", val->err);
         char err[600];
-        if (!dataloader_check_tokens(val, model->config.vocab_size, err, sizeof err))
-            die("val data: %s", err);
-        if (!gpt2_cpu_forward(model, val->inputs, val->targets, val->B, val->T)) die("%s", model->error);
-        sum += model->mean_loss;
+        if (!dataloader_check_tokens(val, model_vocab(model), err, sizeof err)) die("val data: %s", err);
+        model_forward(model, val->inputs, val->targets, val->B, val->T);
+        sum += model_mean_loss(model);
     }
     return (float)(sum / (double)batches);
 }
 
 // Generates n tokens after <|endoftext|> and prints them as they come. Each token is one forward pass
 // with B=1 over the context, cropped to the last maxT tokens once it grows longer.
-static void generate(GPT2CPU* model, const Tokenizer* tok, int n, uint64_t* rng) {
-    const int maxT = model->config.max_seq_len, V = model->config.vocab_size,
-              Vp = model->config.padded_vocab_size;
+static void generate(CpuModel* model, const Tokenizer* tok, int n, uint64_t* rng) {
+    const int maxT = model_max_T(model), V = model_vocab(model);
     const int eot = tok->init_ok ? tok->eot_token : 50256;
     int* tokens = (int*)malloc(sizeof(int) * (size_t)(n + 1));
     tokens[0] = eot < V ? eot : V - 1;
     printf("generating:\n---\n");
     for (int i = 1; i <= n; i++) {
         const int ctx = i < maxT ? i : maxT;
-        if (!gpt2_cpu_forward(model, tokens + i - ctx, NULL, 1, ctx)) die("%s", model->error);
-        const float* logits = model->acts.logits + (int64_t)(ctx - 1) * Vp;
+        model_forward(model, tokens + i - ctx, NULL, 1, ctx);
+        const float* logits = model_logits(model, ctx - 1);
         tokens[i] = sample_softmax(logits, V, random_f32(rng));
         print_sample_token(tok, tokens[i]);
         fflush(stdout);
@@ -129,7 +239,7 @@ static void generate(GPT2CPU* model, const Tokenizer* tok, int n, uint64_t* rng)
 
 typedef struct {
     TrainArgs args, defaults;
-    GPT2CPU model;
+    CpuModel model;
     const char* source;      // where the weights came from (the config table)
     float *adam_m, *adam_v;  // AdamW moments, the model's layout
     DataLoader train, val;
@@ -167,13 +277,29 @@ static void parse_args(CpuRun* r, int argc, char** argv) {
 // of either trainer, whose model file replaces -e (which, if given, must describe it).
 static void open_output_dir(CpuRun* r, int argc, char** argv) {
     GPTConfig ckpt;
+    LlamaConfig llama_ckpt;  // num_layers 0: the checkpoint is a GPT-2
     r->resume_step = open_run_dir(&r->args, r->resume_model, r->resume_state, sizeof r->resume_model, &ckpt,
-                                  r->resume_header);
+                                  r->resume_header, &llama_ckpt);
     r->saved_step = r->resume_step;
     if (r->resume_step < 0) return;
     bool model_given = false;
     for (int i = 1; i + 1 < argc; i += 2) model_given |= strcmp(argv[i], "-e") == 0;
-    if (model_given) check_resume_model(r->args.model, r->args.output_dir, &ckpt);
+    if (model_given) {
+        LlamaConfig want;
+        const int llama_given = llama_source_kind(r->args.model, &want) != 0;
+        const int llama_saved = llama_ckpt.num_layers > 0;
+        if (llama_given != llama_saved)
+            die("-e %s is a %s, the checkpoint in %s a %s: drop -e or choose another -o", r->args.model,
+                llama_given ? "Llama-family model" : "GPT-2", r->args.output_dir,
+                llama_saved ? "Llama-family model" : "GPT-2");
+        if (llama_saved && memcmp(&want, &llama_ckpt, sizeof want) != 0)  // ints and floats, no padding
+            die("-e %s does not match the checkpoint in %s (L%d C%d NH%d NKV%d I%d V%d): drop -e or choose "
+                "another -o",
+                r->args.model, r->args.output_dir, llama_ckpt.num_layers, llama_ckpt.hidden_size,
+                llama_ckpt.num_heads, llama_ckpt.num_kv_heads, llama_ckpt.intermediate_size,
+                llama_ckpt.vocab_size);
+        if (!llama_saved) check_resume_model(r->args.model, r->args.output_dir, &ckpt);
+    }
     r->args.model = r->resume_model;
 }
 
@@ -206,7 +332,7 @@ static void open_data(CpuRun* r) {
 
 // The AdamW moments: zero, or the checkpoint's (with the data position and the update count).
 static void init_optimizer_state(CpuRun* r) {
-    const int64_t total = r->model.layout.total;
+    const int64_t total = model_total(&r->model);
     r->adam_m = (float*)calloc((size_t)total, sizeof(float));
     r->adam_v = (float*)calloc((size_t)total, sizeof(float));
     if (!r->adam_m || !r->adam_v)
@@ -228,19 +354,36 @@ static void open_tokenizer_and_log(CpuRun* r) {
     if (!logger_open(&r->logger, r->args.output_dir, r->resume_step, err, sizeof err)) die("%s", err);
 }
 
-static void print_config_table(const CpuRun* r) {
-    const TrainArgs* a = &r->args;
-    const GPTConfig* c = &r->model.config;
-    const ParamLayout* p = &r->model.layout;
-    const double mib = 1.0 / (1 << 20);
+// The shape rows of the config table: GPT-2's or the Llama family's.
+static void print_model_rows(const CpuModel* m) {
+    if (m->llama) {
+        const LlamaConfig* c = &m->ll.config;
+        table_row("L / C / NH / NKV / hd", "%d / %d / %d / %d / %d", c->num_layers, c->hidden_size,
+                  c->num_heads, c->num_kv_heads, c->head_dim);
+        table_row("MLP / V / maxT", "%d (SwiGLU) / %d / %d", c->intermediate_size, c->vocab_size,
+                  c->max_seq_len);
+        table_row("RoPE / RMSNorm eps", "theta %g%s / %g", c->rope_theta,
+                  c->rope_llama3 ? ", llama3 scaling" : "", c->rms_norm_eps);
+        table_row("q/k/v biases / tied", "%s / %s", c->qkv_bias ? "yes" : "no",
+                  c->tied_embeddings ? "yes" : "no");
+        table_row("parameters", "%lld", (long long)m->ll.layout.total);
+        return;
+    }
+    const GPTConfig* c = &m->gpt.config;
     const int64_t padded_rows = (int64_t)(c->padded_vocab_size - c->vocab_size) * c->channels;
-    table_rule();
-    table_row("model", "%s (%s)", a->model, r->source);
     table_row("L / C / NH / maxT", "%d / %d / %d / %d", c->num_layers, c->channels, c->num_heads,
               c->max_seq_len);
     table_row("V / Vp", "%d / %d", c->vocab_size, c->padded_vocab_size);
-    table_row("parameters", "%lld (%lld with the padded vocab)", (long long)(p->total - padded_rows),
-              (long long)p->total);
+    table_row("parameters", "%lld (%lld with the padded vocab)",
+              (long long)(m->gpt.layout.total - padded_rows), (long long)m->gpt.layout.total);
+}
+
+static void print_config_table(const CpuRun* r) {
+    const TrainArgs* a = &r->args;
+    const double mib = 1.0 / (1 << 20);
+    table_rule();
+    table_row("model", "%s (%s)", a->model, r->source);
+    print_model_rows(&r->model);
     table_row("B / T / accumulation", "%d / %d / %d = %lld tokens per step", a->B, a->T, r->accum,
               (long long)r->accum * a->B * a->T);
     table_row("lr / warmup / schedule", "%.2e / %d / %s to %.2f x lr", a->lr, a->warmup_steps,
@@ -249,8 +392,8 @@ static void print_config_table(const CpuRun* r) {
     table_row("steps", "%d", r->total_steps);
     table_row("train / val batches", "%lld / %lld (val uses %lld)", (long long)r->train.num_batches,
               (long long)r->val.num_batches, (long long)r->val_batches);
-    table_row("host memory", "%.1f MiB params+grads+adam, %.1f MiB acts", 4.0 * p->total * 4 * mib,
-              (double)r->model.act_capacity * 4 * mib);
+    table_row("host memory", "%.1f MiB params+grads+adam, %.1f MiB acts",
+              4.0 * model_total(&r->model) * 4 * mib, (double)model_act_floats(&r->model) * 4 * mib);
     table_row("threads", "%d", omp_get_max_threads());
     table_rule();
     fflush(stdout);
@@ -259,35 +402,34 @@ static void print_config_table(const CpuRun* r) {
 // One step: the micro-batches' forward and backward, the divergence check, then AdamW unless -sl / -sg skip
 // the update (*skipped says why, else ""). Returns the mean loss; *norm gets the gradient norm.
 static double train_step(CpuRun* r, int step, float lr, float* norm, char* skipped, size_t skipped_len) {
-    GPT2CPU* m = &r->model;
+    CpuModel* m = &r->model;
     char err[600];
-    gpt2_cpu_zero_grad(m);
+    model_zero_grad(m);
     if (r->args.overfit_single_batch) dataloader_reset(&r->train);  // -a 1: the same first batches every step
     double loss = 0.0;
     for (int micro = 0; micro < r->accum; micro++) {
         if (!dataloader_next_batch(&r->train)) die("%s", r->train.err);
-        if (!dataloader_check_tokens(&r->train, m->config.vocab_size, err, sizeof err))
-            die("train data: %s", err);
-        if (!gpt2_cpu_forward(m, r->train.inputs, r->train.targets, r->args.B, r->args.T))
-            die("%s", m->error);
-        if (!gpt2_cpu_backward(m)) die("%s", m->error);
-        loss += m->mean_loss;
+        if (!dataloader_check_tokens(&r->train, model_vocab(m), err, sizeof err)) die("train data: %s", err);
+        model_forward(m, r->train.inputs, r->train.targets, r->args.B, r->args.T);
+        model_backward(m);
+        loss += model_mean_loss(m);
     }
     loss /= r->accum;
-    *norm = grad_norm_f32grad(&m->layout, m->grads, r->accum);
+    *norm = (float)(sqrt(sumsq_f32(model_grads(m), model_total(m))) / r->accum);  // of the mean gradient
     char diverged[96];  // the rule both trainers stop by, before the update
-    if (training_diverged(loss, *norm, m->config.vocab_size, diverged, sizeof diverged))
+    if (training_diverged(loss, *norm, model_vocab(m), diverged, sizeof diverged))
         die_diverged(step + 1, loss, *norm, diverged, r->saved_step);
     if (!outlier_skip(&r->args, &r->loss_window, &r->norm_window, loss, *norm, skipped, skipped_len))
-        adamw_apply_model_f32grad(&m->config, &m->layout, m->params, m->grads, r->adam_m, r->adam_v, r->accum,
-                                  lr, &r->args, ++r->adam_t, *norm);
+        model_adamw(m, r->adam_m, r->adam_v, r->accum, lr, &r->args, ++r->adam_t, *norm);
     return loss;
 }
 
 static void save_checkpoint(CpuRun* r, int steps_done) {
     DataLoaderState data_state = dataloader_get_state(&r->train);
-    checkpoint_save(r->args.output_dir, steps_done, r->adam_t, &r->model.config, r->model.params, r->adam_m,
-                    r->adam_v, &r->args, r->args.B, r->args.T, &data_state);
+    const CpuModel* m = &r->model;
+    checkpoint_save(r->args.output_dir, steps_done, r->adam_t, m->llama ? NULL : &m->gpt.config,
+                    model_params(&r->model), r->adam_m, r->adam_v, &r->args, r->args.B, r->args.T,
+                    &data_state, NULL, m->llama ? &m->ll.config : NULL);
     r->saved_step = steps_done;
 }
 
@@ -304,7 +446,7 @@ static void free_run(CpuRun* r) {
     dataloader_free(&r->val);
     free(r->adam_m);
     free(r->adam_v);
-    gpt2_cpu_free(&r->model);
+    model_free(&r->model);
 }
 
 int main(int argc, char** argv) {
