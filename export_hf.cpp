@@ -1,11 +1,12 @@
-// export_hf.cpp — writes a model as a Hugging Face GPT-2 directory that transformers loads offline:
+// export_hf.cpp — writes a model as a Hugging Face directory that transformers loads offline:
 //   ./export_hf -i log/model_00000300.bin -o gpt2_hf
-// Input: an llm.c model file, a run directory (newest complete checkpoint) or a Hugging Face checkpoint.
-// Output: safetensors, config files, dev/data/gpt2's tokenizer files. Memory: the largest tensor (checked
-// first), for either input: both are read tensor by tensor.
-// It is written into <dir>.tmp-<pid>, renamed to <dir> once complete: a failed or killed export leaves no
-// <dir> that loads (a failure removes the staging directory; a kill -9 leaves it, named as such).
-// Not here: the format mapping (hf.h), PyTorch pickles.
+// Input: a model file of either family (GPT-2: llm.c's; Llama, Qwen2: llama_model.h's), a run directory
+// (newest complete checkpoint) or a Hugging Face checkpoint. Output: GPT2LMHeadModel, LlamaForCausalLM or
+// Qwen2ForCausalLM safetensors, config files, tokenizer files (-t DIR's, else GPT-2's for a GPT-2). Memory:
+// the largest tensor (checked first), for either input: both are read tensor by tensor. It is written into
+// <dir>.tmp-<pid>, renamed to <dir> once complete: a failed or killed export leaves no <dir> that loads (a
+// failure removes the staging directory; a kill -9 leaves it, named as such). Not here: the format mapping
+// (hf.h), PyTorch pickles.
 #include <limits.h>
 #include <signal.h>  // defines: signal, SIGINT, SIGTERM
 #include <stdio.h>
@@ -17,20 +18,23 @@
 #include <string>
 #include <vector>
 #include "checkpoint.h"  // defines: pick_checkpoint, latest_checkpoint
-#include "hf.h"          // defines: hf_write_safetensors, hf_write_config, hf_tensor_places
+#include "hf.h"          // defines: hf_write_safetensors, hf_write_places, hf_write_config, hf_tensor_places
+#include "llama_hf.h"    // defines: llama_hf_read_config, llama_hf_write_places, llama_hf_write_config
 #include "model.h"       // defines: gpt_read_header, gpt_layout, host_available_bytes
 #include "run_dir.h"     // defines: make_dirs, fsync_dir
 #include "utils.h"       // defines: die, SizeText
 
 static void usage(FILE* f) {
     fprintf(f,
-            "usage: ./export_hf -i <model> -o <dir> [-d fp32|bf16] [-s <max shard size>]\n"
-            "  -i  an llm.c model file (fp32 or bf16), a run directory (its newest complete checkpoint)\n"
-            "      or a Hugging Face GPT-2 checkpoint\n"
+            "usage: ./export_hf -i <model> -o <dir> [-d fp32|bf16] [-s <max shard size>] [-t <dir>]\n"
+            "  -i  a model file (GPT-2: llm.c's, fp32 or bf16; Llama, Qwen2: train_gpt_cpu's), a run\n"
+            "      directory (its newest complete checkpoint) or a Hugging Face checkpoint of either family\n"
             "  -o  the directory to write (new or empty)\n"
             "  -d  dtype of the weights written (default fp32)\n"
             "  -s  largest shard, e.g. 5GB (the default, as transformers), 500MB, 2000000000; larger\n"
-            "      models are written in shards with model.safetensors.index.json\n");
+            "      models are written in shards with model.safetensors.index.json\n"
+            "  -t  copy the tokenizer files from this directory (e.g. the checkpoint a run started from);\n"
+            "      default: GPT-2's for a GPT-2, none for the Llama family\n");
 }
 
 // "5GB", "500MB", "64KB", "123" -> bytes (decimal units, as transformers' max_shard_size); -1 if malformed.
@@ -115,7 +119,7 @@ static std::string exe_dir(void) {
 }
 
 int main(int argc, char** argv) {
-    const char *in = NULL, *out = NULL;
+    const char *in = NULL, *out = NULL, *tokenizer_dir = NULL;
     int bf16 = 0;
     int64_t max_shard = 5000000000LL;
     for (int i = 1; i < argc; i++) {
@@ -127,6 +131,7 @@ int main(int argc, char** argv) {
         const char *f = argv[i], *v = argv[++i];
         if (!strcmp(f, "-i")) in = v;
         else if (!strcmp(f, "-o")) out = v;
+        else if (!strcmp(f, "-t")) tokenizer_dir = v;
         else if (!strcmp(f, "-d")) {
             if (strcmp(v, "fp32") && strcmp(v, "bf16")) die("-d %s: want fp32 or bf16", v);
             bf16 = !strcmp(v, "bf16");
@@ -141,16 +146,26 @@ int main(int argc, char** argv) {
     // the input
     std::string model = in;
     GPTConfig cfg;
+    LlamaConfig llama;  // num_layers 0: a GPT-2
+    memset(&llama, 0, sizeof llama);
     if (is_dir(in) && latest_checkpoint(in) >= 0) {
         char mp[4200], sp[4200];
         int64_t header[ST_HEADER_SLOTS];
-        const int64_t step = pick_checkpoint(in, mp, sp, sizeof mp, &cfg, header);
+        const int64_t step = pick_checkpoint(in, mp, sp, sizeof mp, &cfg, header, &llama);
         if (step < 0) die("%s: no complete checkpoint", in);
         model = mp;
         printf("run directory %s: the checkpoint of step %lld (%s)\n", in, (long long)step, mp);
     }
-    if (!gpt_read_header(model.c_str(), &cfg, err, sizeof err)) die("%s", err);
-    const bool from_llmc = !hf_is_checkpoint(model.c_str());
+    const bool from_file = !hf_is_checkpoint(model.c_str());
+    if (from_file && llama_is_model_file(model.c_str())) {
+        if (!llama_read_header(model.c_str(), &llama, err, sizeof err)) die("%s", err);
+    } else if (!from_file) {
+        const int hf = llama_hf_read_config(model.c_str(), &llama, err, sizeof err);
+        if (hf == 0) die("%s", err);
+        if (hf == 2) memset(&llama, 0, sizeof llama);
+    }
+    const bool is_llama = llama.num_layers > 0;
+    if (!is_llama && !gpt_read_header(model.c_str(), &cfg, err, sizeof err)) die("%s", err);
 
     // the output: a new or empty directory, so no earlier export's file lingers
     if (DIR* d = opendir(out)) {
@@ -163,7 +178,8 @@ int main(int argc, char** argv) {
     while (dest.size() > 1 && dest.back() == '/') dest.pop_back();
 
     // the input is read tensor by tensor as it is written: memory for the largest tensor, checked first
-    const std::vector<HfTensorPlace> places = hf_tensor_places(&cfg);
+    const std::vector<HfTensorPlace> places =
+        is_llama ? llama_hf_write_places(&llama) : hf_tensor_places(&cfg);
     int64_t largest = 0;
     for (const HfTensorPlace& pl : places) largest = std::max(largest, pl.count);
     const int64_t need = largest * (4 + 4 + 2) + ((int64_t)64 << 20);  // it, its transpose or lm_head, bf16
@@ -174,13 +190,14 @@ int main(int argc, char** argv) {
     HfCheckpoint ck;  // a Hugging Face input
     FILE* f = NULL;
     int esize = 4;
-    if (from_llmc) {
+    if (from_file) {
         f = fopen(model.c_str(), "rb");
         int header[256];
         if (!f || fread(header, 4, 256, f) != 256) die("cannot read %s", model.c_str());
-        esize = header[1] == MODEL_VERSION_BF16 ? 2 : 4;
+        esize = !is_llama && header[1] == MODEL_VERSION_BF16 ? 2 : 4;
     } else if (!hf_open(model.c_str(), &ck, err, sizeof err) ||
-               !hf_check_tensors(&ck, &cfg, err, sizeof err)) {
+               !(is_llama ? llama_hf_check_tensors(&ck, &llama, err, sizeof err)
+                          : hf_check_tensors(&ck, &cfg, err, sizeof err))) {
         die("%s", err);
     }
 
@@ -198,8 +215,13 @@ int main(int argc, char** argv) {
     std::vector<float> tmp;
     auto read = [&](size_t k, float* dst) {
         const HfTensorPlace& pl = places[k];
-        if (!from_llmc) return hf_read_place(&ck, &cfg, pl, dst, &tmp, &half, err, sizeof err);
-        const int64_t off = llmc_file_offset(&cfg, pl.dst, esize);
+        if (is_llama && !from_file) {  // a tensor of theirs, in our orientation already
+            const StTensor& t = ck.tensors[ck.by_name.at(pl.name)];
+            return st_read_f32(&ck, t, dst, half, err, sizeof err);
+        }
+        if (!from_file) return hf_read_place(&ck, &cfg, pl, dst, &tmp, &half, err, sizeof err);
+        // a Llama-family file is our layout after its header; an llm.c file is tensor-major
+        const int64_t off = is_llama ? 256 * 4 + 4 * pl.dst : llmc_file_offset(&cfg, pl.dst, esize);
         void* buf = dst;
         if (esize == 2) {
             half.resize((size_t)pl.count);
@@ -214,14 +236,33 @@ int main(int argc, char** argv) {
             for (int64_t i = 0; i < pl.count; i++) dst[i] = bf16_to_float(half[(size_t)i]);
         return 1;
     };
-    if (!hf_write_safetensors(staging, &cfg, bf16, max_shard, read, err, sizeof err)) fail("%s", err);
+    const int written = is_llama
+                            ? hf_write_places(staging, places, "", bf16, max_shard, read, err, sizeof err) &&
+                                  llama_hf_write_config(staging, &llama, bf16, err, sizeof err)
+                            : hf_write_safetensors(staging, &cfg, bf16, max_shard, read, err, sizeof err) &&
+                                  hf_write_config(staging, &cfg, bf16, err, sizeof err);
+    if (!written) fail("%s", err);
     if (f) fclose(f);
-    if (!hf_write_config(staging, &cfg, bf16, err, sizeof err)) fail("%s", err);
 
-    // GPT-2's tokenizer, which made the shipped data
+    // the tokenizer: -t's files, else GPT-2's (which made the shipped data) for a GPT-2
     const std::string tok = exe_dir() + "/dev/data/gpt2";
     const char* tokenizer_note = "GPT-2 tokenizer files";
-    if (cfg.vocab_size < 50257)
+    std::string copied;
+    if (tokenizer_dir) {
+        for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                 "vocab.json", "merges.txt", "tokenizer.model"}) {
+            const std::string src = std::string(tokenizer_dir) + "/" + name;
+            if (!file_exists(src)) continue;
+            if (!copy_file(src, staging, name, err, sizeof err)) fail("%s", err);
+            copied += copied.empty() ? name : std::string(", ") + name;
+        }
+        if (copied.empty())
+            fail("-t %s holds no tokenizer file (tokenizer.json, vocab.json + merges.txt, tokenizer.model)",
+                 tokenizer_dir);
+        copied = "tokenizer files from " + std::string(tokenizer_dir) + " (" + copied + ")";
+        tokenizer_note = copied.c_str();
+    } else if (is_llama) tokenizer_note = "no tokenizer files (-t DIR copies them)";
+    else if (cfg.vocab_size < 50257)
         tokenizer_note = "no tokenizer files (V < 50257, the GPT-2 tokenizer's ids would not fit)";
     else if (!file_exists(tok + "/encoder.json") || !file_exists(tok + "/vocab.bpe")) {
         fprintf(stderr, "warning: %s/encoder.json or vocab.bpe not found: no tokenizer files written\n",
@@ -254,8 +295,16 @@ int main(int argc, char** argv) {
                    err, sizeof err))
         fail("%s", err);
     const HfShardPlan plan = hf_plan_shards(places, bf16 ? 2 : 4, max_shard);
-    printf("wrote %s: GPT2LMHeadModel L%d C%d NH%d maxT%d V%d, %zu tensors, %s, %.1f MB in %zu file%s; %s\n",
-           out, cfg.num_layers, cfg.channels, cfg.num_heads, cfg.max_seq_len, cfg.vocab_size, places.size(),
+    char shape[160];
+    if (is_llama)
+        snprintf(shape, sizeof shape, "%s L%d C%d NH%d NKV%d I%d maxT%d V%d",
+                 llama.qkv_bias ? "Qwen2ForCausalLM" : "LlamaForCausalLM", llama.num_layers,
+                 llama.hidden_size, llama.num_heads, llama.num_kv_heads, llama.intermediate_size,
+                 llama.max_seq_len, llama.vocab_size);
+    else
+        snprintf(shape, sizeof shape, "GPT2LMHeadModel L%d C%d NH%d maxT%d V%d", cfg.num_layers, cfg.channels,
+                 cfg.num_heads, cfg.max_seq_len, cfg.vocab_size);
+    printf("wrote %s: %s, %zu tensors, %s, %.1f MB in %zu file%s; %s\n", out, shape, places.size(),
            bf16 ? "bf16" : "fp32", plan.total_bytes / 1e6, plan.shards.size(),
            plan.shards.size() > 1 ? "s" : "", tokenizer_note);
     return 0;

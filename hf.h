@@ -972,11 +972,12 @@ static inline int write_small_file(const std::string& dir, const char* name, con
     return 1;
 }
 
-// read(i, out) fills out with places[i]'s values in our layout; 0 with err on failure.
+// The tensors of `places`, each named prefix + its name, into dir's safetensors (shards and their index past
+// max_shard_bytes). read(i, out) fills out with places[i]'s values in our layout; 0 with err on failure.
 template <typename ReadTensor>
-static inline int hf_write_safetensors(const std::string& dir, const GPTConfig* cfg, int bf16,
-                                       int64_t max_shard_bytes, ReadTensor read, char* err, size_t errlen) {
-    const std::vector<HfTensorPlace> places = hf_tensor_places(cfg);
+static inline int hf_write_places(const std::string& dir, const std::vector<HfTensorPlace>& places,
+                                  const std::string& prefix, int bf16, int64_t max_shard_bytes,
+                                  ReadTensor read, char* err, size_t errlen) {
     const int esize = bf16 ? 2 : 4;
     const HfShardPlan plan = hf_plan_shards(places, esize, max_shard_bytes);
     std::vector<float> ours, theirs;
@@ -993,11 +994,11 @@ static inline int hf_write_safetensors(const std::string& dir, const GPTConfig* 
         for (int k : plan.shards[s]) {
             const HfTensorPlace& pl = places[(size_t)k];
             const int64_t b = pl.count * esize;
-            h += ",\"transformer." + pl.name + "\":{\"dtype\":\"" + (bf16 ? "BF16" : "F32") +
-                 "\",\"shape\":[" + std::to_string(pl.rows) + (pl.cols ? "," + std::to_string(pl.cols) : "") +
+            h += ",\"" + prefix + pl.name + "\":{\"dtype\":\"" + (bf16 ? "BF16" : "F32") + "\",\"shape\":[" +
+                 std::to_string(pl.rows) + (pl.cols ? "," + std::to_string(pl.cols) : "") +
                  "],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + b) + "]}";
             off += b;
-            index += std::string(index.back() == '{' ? "\n" : ",\n") + "    \"transformer." + pl.name +
+            index += std::string(index.back() == '{' ? "\n" : ",\n") + "    \"" + prefix + pl.name +
                      "\": \"" + name + "\"";
         }
         h += "}";
@@ -1045,6 +1046,14 @@ static inline int hf_write_safetensors(const std::string& dir, const GPTConfig* 
     index += "\n  }\n}\n";
     return plan.shards.size() == 1 ||
            write_small_file(dir, "model.safetensors.index.json", index, err, errlen);
+}
+
+// GPT-2's tensors (hf_tensor_places, under "transformer.").
+template <typename ReadTensor>
+static inline int hf_write_safetensors(const std::string& dir, const GPTConfig* cfg, int bf16,
+                                       int64_t max_shard_bytes, ReadTensor read, char* err, size_t errlen) {
+    return hf_write_places(dir, hf_tensor_places(cfg), "transformer.", bf16, max_shard_bytes, read, err,
+                           errlen);
 }
 
 // config.json and generation_config.json for cfg (dropout 0, as trained here).

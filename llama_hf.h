@@ -1,7 +1,8 @@
 // llama_hf.h — Hugging Face LlamaForCausalLM and Qwen2ForCausalLM checkpoints into llama_cpu.h's model:
 // config.json to LlamaConfig, then the safetensors (one file or shards; F32, F16 and BF16 widened exactly)
 // into the layer-major parameters. What llama_cpu.h does not compute is refused in one line.
-// Not here: the safetensors and JSON readers (hf.h), writing checkpoints, tokenizers.
+// Writing: config.json and the tensor list export_hf writes them with (hf.h's hf_write_places).
+// Not here: the safetensors and JSON readers (hf.h), our checkpoints, tokenizers.
 // nn.Linear stores (out, in) as our layout does: tensors are copied, never transposed.
 #pragma once
 #include <string>
@@ -276,4 +277,48 @@ static inline int llama_hf_load(const char* path, LlamaCPU* model) {
         snprintf(model->error, sizeof model->error, "%s", err);
     }
     return ok;
+}
+
+// ----------------------------------------------------------------------------
+// Writing a checkpoint (export_hf)
+
+// Our tensors as hf_write_places writes them: full names, (out, in) as stored, never transposed.
+static inline std::vector<HfTensorPlace> llama_hf_write_places(const LlamaConfig* cfg) {
+    std::vector<HfTensorPlace> out;
+    for (const LlamaHfPlace& pl : llama_hf_places(cfg)) {
+        const int64_t count = pl.rows * (pl.cols ? pl.cols : 1);
+        out.push_back({pl.name, pl.rows, pl.cols, pl.offset, count, 0});
+    }
+    return out;
+}
+
+// config.json and generation_config.json: LlamaForCausalLM, or Qwen2ForCausalLM for a model with q/k/v biases
+// (Qwen2 always has them, Llama's attention_bias would bias o_proj too).
+static inline int llama_hf_write_config(const std::string& dir, const LlamaConfig* c, int bf16, char* err,
+                                        size_t errlen) {
+    const int qwen2 = c->qkv_bias;
+    char rope[400] = "null";
+    if (c->rope_llama3)
+        snprintf(rope, sizeof rope,
+                 "{\"rope_type\": \"llama3\", \"factor\": %.9g, \"low_freq_factor\": %.9g, "
+                 "\"high_freq_factor\": %.9g, \"original_max_position_embeddings\": %d}",
+                 c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor, c->rope_original_max_pos);
+    char head_dim[64] = "";
+    if (!qwen2) snprintf(head_dim, sizeof head_dim, "  \"head_dim\": %d,\n", c->head_dim);
+    char b[2048];
+    snprintf(b, sizeof b,
+             "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n  \"hidden_act\": \"silu\",\n"
+             "  \"num_hidden_layers\": %d,\n  \"hidden_size\": %d,\n  \"num_attention_heads\": %d,\n"
+             "  \"num_key_value_heads\": %d,\n%s  \"intermediate_size\": %d,\n  \"vocab_size\": %d,\n"
+             "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.9g,\n  \"rope_theta\": %.9g,\n"
+             "  \"rope_scaling\": %s,\n  \"tie_word_embeddings\": %s,\n  \"attention_dropout\": 0.0,\n"
+             "%s  \"use_cache\": true,\n  \"torch_dtype\": \"%s\"\n}\n",
+             qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM", qwen2 ? "qwen2" : "llama", c->num_layers,
+             c->hidden_size, c->num_heads, c->num_kv_heads, head_dim, c->intermediate_size, c->vocab_size,
+             c->max_seq_len, c->rms_norm_eps, c->rope_theta, rope, c->tied_embeddings ? "true" : "false",
+             qwen2 ? "  \"use_sliding_window\": false,\n"
+                   : "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n",
+             bf16 ? "bfloat16" : "float32");
+    return write_small_file(dir, "config.json", b, err, errlen) &&
+           write_small_file(dir, "generation_config.json", "{\n  \"do_sample\": false\n}\n", err, errlen);
 }

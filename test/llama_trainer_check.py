@@ -7,7 +7,11 @@ cross-entropy of the first (B, T) batch of SHARD, inputs tokens[0 : B*T] and tar
 dataloader.h reads batch 0. Weights are drawn wider than the default init (std 0.3) so the loss depends on
 every part of the model, not only on log V. Seeded: the same files every run.
 
+With `loss DIR SHARD B T` it prints the loss of the checkpoint in DIR (loaded with AutoModelForCausalLM, computed
+in fp32) on that batch, and its class name.
+
 usage: python3 test/llama_trainer_check.py OUT SHARD B T
+       python3 test/llama_trainer_check.py loss DIR SHARD B T
 """
 import os
 import sys
@@ -18,7 +22,8 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM  # noqa: E402
+from transformers import (AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qwen2Config,  # noqa: E402
+                          Qwen2ForCausalLM)
 
 torch.set_num_threads(2)
 V = 50257  # the GPT-2 tokens of the shipped shards fit
@@ -31,11 +36,22 @@ CASES = {
 }
 
 
-def main():
-    out, shard, B, T = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+def first_batch(shard, B, T):
     tok = np.fromfile(shard, dtype=np.uint16, offset=1024, count=B * T + 1).astype(np.int64)
-    x = torch.tensor(tok[: B * T]).view(B, T)
-    y = torch.tensor(tok[1: B * T + 1]).view(B, T)
+    return torch.tensor(tok[: B * T]).view(B, T), torch.tensor(tok[1: B * T + 1]).view(B, T)
+
+
+def main():
+    if sys.argv[1] == "loss":
+        x, y = first_batch(sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
+        model = AutoModelForCausalLM.from_pretrained(sys.argv[2], attn_implementation="eager").float().eval()
+        with torch.no_grad():
+            logits = model(input_ids=x).logits
+            loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        print(f"{type(model).__name__} {loss.item():.9g}")
+        return
+    out, shard, B, T = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+    x, y = first_batch(shard, B, T)
     for seed, (name, (kind, tied, extra)) in enumerate(CASES.items()):
         torch.manual_seed(seed)
         common = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,

@@ -106,3 +106,77 @@ TEST_F(CliTest, CpuStartsFromHuggingFaceLlamaAndQwen2WithTransformersLoss) {
                got, want, fabs(got - want) / want);
     }
 }
+
+// export_hf writes what train_gpt_cpu trained as a checkpoint transformers loads: a run started from a
+// Hugging Face Llama, trained 2 steps, exported from its run directory, has transformers' loss equal to the
+// run's last validation loss (fp32 both ways: 1e-5 relative, as above). A Qwen2 input re-exported in bf16
+// loads as Qwen2ForCausalLM with the loss of its weights rounded to bf16: within 2e-2 of the fp32 loss (each
+// weight moves by at most 2^-9 relative; measured below). -t copies tokenizer files.
+TEST_F(CliTest, ExportHfWritesTheLlamaFamilyForTransformers) {
+    const std::string py = hf_python();
+    if (system((py + " -c 'import torch, transformers, safetensors, numpy' > /dev/null 2>&1").c_str()) != 0)
+        GTEST_SKIP() << py << " lacks torch, transformers or safetensors: .ci/run installs them in .venv-hf";
+    ASSERT_TRUE(have_binary("./export_hf")) << "make builds export_hf before the tests";
+    ASSERT_EQ(
+        system((py + " test/llama_trainer_check.py " + dir + " " + kVal + " 4 32 > /dev/null 2>&1").c_str()),
+        0);
+    auto hf_loss = [&](const std::string& model, std::string* cls) {
+        const std::string cmd = py + " test/llama_trainer_check.py loss " + model + " " + kVal + " 4 32 2>&1";
+        FILE* p = popen(cmd.c_str(), "r");
+        char line[512] = "";
+        std::string all;
+        while (p && fgets(line, sizeof line, p)) all += line;
+        if (p) pclose(p);
+        char name[128] = "";
+        double loss = -1;
+        if (sscanf(all.c_str(), "%127s %lf", name, &loss) != 2) ADD_FAILURE() << cmd << "\n" << all;
+        *cls = name;
+        return loss;
+    };
+    const std::string run = dir + "/run", out = dir + "/exported";
+    const Result r = run_bin(kCpu, Args{"-e", dir + "/llama_gqa2/model",
+                                        "-b", "4",
+                                        "-t", "32",
+                                        "-i", kTrain,
+                                        "-j", kVal,
+                                        "-x", "2",
+                                        "-v", "2",
+                                        "-m", "1",
+                                        "-g", "0",
+                                        "-n", "2",
+                                        "-o", run});
+    ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.err << r.out;
+    const size_t at = r.out.rfind("val loss ");
+    ASSERT_NE(at, std::string::npos) << r.out;
+    const double trained = atof(r.out.c_str() + at + 9);
+    const std::string tok = dir + "/tok";
+    ASSERT_EQ(system(("mkdir -p " + tok + " && cp dev/data/gpt2/encoder.json " + tok + "/vocab.json && cp " +
+                      "dev/data/gpt2/vocab.bpe " + tok + "/merges.txt")
+                         .c_str()),
+              0);
+    const Result e = run_bin("./export_hf", Args{"-i", run, "-o", out, "-t", tok});
+    ASSERT_EQ(e.code, 0) << e.cmd << "\n" << e.err << e.out;
+    EXPECT_TRUE(has(e.out, "LlamaForCausalLM L2 C64 NH4 NKV2 I96")) << e.out;
+    EXPECT_TRUE(has(e.out, "tokenizer files from")) << e.out;
+    EXPECT_EQ(access((out + "/merges.txt").c_str(), F_OK), 0);
+    std::string cls;
+    const double loss = hf_loss(out, &cls);
+    EXPECT_EQ(cls, "LlamaForCausalLM");
+    EXPECT_LE(fabs(loss - trained), 1e-5 * trained)
+        << "transformers " << loss << ", train_gpt_cpu " << trained;
+    printf("  exported after 2 steps: transformers %.7f, train_gpt_cpu %.7f\n", loss, trained);
+
+    const std::string qwen = dir + "/qwen2_tied/model", qout = dir + "/qwen_bf16";
+    const double fp32 = atof(slurp(dir + "/qwen2_tied/val_loss.txt").c_str());
+    const Result q = run_bin("./export_hf", Args{"-i", qwen, "-o", qout, "-d", "bf16"});
+    ASSERT_EQ(q.code, 0) << q.cmd << "\n" << q.err << q.out;
+    EXPECT_TRUE(has(q.out, "Qwen2ForCausalLM")) << q.out;
+    EXPECT_TRUE(has(q.out, "no tokenizer files")) << q.out;
+    const double bf16 = hf_loss(qout, &cls);
+    EXPECT_EQ(cls, "Qwen2ForCausalLM");
+    EXPECT_LE(fabs(bf16 - fp32), 2e-2 * fp32) << "bf16 " << bf16 << ", fp32 " << fp32;
+    printf("  qwen2 re-exported in bf16: loss %.6f, fp32 %.6f, rel diff %.1e (bound 2e-2)\n", bf16, fp32,
+           fabs(bf16 - fp32) / fp32);
+    const Result t = run_bin("./export_hf", Args{"-i", qwen, "-o", dir + "/none", "-t", dir});
+    EXPECT_TRUE(CleanError(t, {"holds no tokenizer file"})) << t.err;
+}
