@@ -26,6 +26,10 @@
 //   manifest   the SSD store's manifest (byte 0 even: the rest is the manifest; odd: the valid one with the
 //              rest patched in) beside a valid 2-layer store checkpointed at steps 1 and 2: ssd_store_open
 //              accepts => it opened step 1 or 2, and every layer reads back as that step wrote it
+//   llama      the Llama family, by byte 0 mod 3: 0 a model file (llama_read_header accepts => it loads, and
+//              save + reload gives the same config and bits); 1 a config.json (llama_hf_config accepts =>
+//              llama_hf_write_config's file reads back as the same config); 2 a spec (parse_llama_spec
+//              accepts => llama_config_check agrees, the parameter count is positive)
 // Not here: train_gpt's own GPU flags (-S -R -K -V ...: test_cli runs those) and the
 // checkpoint directory scan.
 //
@@ -49,6 +53,8 @@
 #include "model_specs.h"
 #include "utils.h"
 #include "hf.h"
+#include "llama_hf.h"
+#include "llama_model.h"
 #include "ssd.h"
 
 enum {
@@ -63,10 +69,12 @@ enum {
     T_HF,
     T_JSON,
     T_MANIFEST,
+    T_LLAMA,
     NUM_TARGETS
 };
-static const char* const target_names[NUM_TARGETS] = {
-    "model", "shard", "state", "tokenizer", "args", "spec", "bpe", "marker", "hf", "json", "manifest"};
+static const char* const target_names[NUM_TARGETS] = {"model", "shard", "state",    "tokenizer",
+                                                      "args",  "spec",  "bpe",      "marker",
+                                                      "hf",    "json",  "manifest", "llama"};
 static int target = -1;
 static char dir[256];  // this process's scratch directory for the files the parsers read
 static GPT2BPE bpe;
@@ -354,6 +362,53 @@ static void fuzz_spec(const uint8_t* data, size_t n) {
     REQUIRE(p.total > 0 && gpt_num_real_params(&cfg, &p) > 0, "parameter count %lld", (long long)p.total);
 }
 
+// ---- the Llama family ----
+static void fuzz_llama(const uint8_t* data, size_t n) {
+    if (n < 1) return;
+    char err[4400] = "";
+    LlamaConfig cfg, again;
+    if (data[0] % 3 == 0) {  // a model file
+        const std::string path = scratch("llama.bin"), copy = scratch("llama_copy.bin");
+        write_file(path.c_str(), data + 1, n - 1);
+        if (!llama_read_header(path.c_str(), &cfg, err, sizeof err)) return;
+        const int64_t total = llama_layout(&cfg).total;  // the file holds them all: at most n / 4
+        std::vector<float> params((size_t)total), back((size_t)total);
+        if (!llama_load_params(path.c_str(), &cfg, params.data(), err, sizeof err)) {
+            REQUIRE(strstr(err, "NaN") || strstr(err, "infinite"), "header accepted, load refused: %s", err);
+            return;
+        }
+        REQUIRE(llama_save_params(copy.c_str(), &cfg, params.data(), err, sizeof err), "save failed: %s",
+                err);
+        REQUIRE(llama_read_header(copy.c_str(), &again, err, sizeof err), "own file refused: %s", err);
+        REQUIRE(memcmp(&cfg, &again, sizeof cfg) == 0, "config changed by save + reload");
+        REQUIRE(llama_load_params(copy.c_str(), &again, back.data(), err, sizeof err),
+                "own file not loaded: %s", err);
+        REQUIRE(memcmp(params.data(), back.data(), 4 * (size_t)total) == 0,
+                "weights changed by save + reload");
+    } else if (data[0] % 3 == 1) {  // a config.json
+        const std::string d = scratch("llama_hf"), d2 = scratch("llama_hf_copy");
+        mkdir(d.c_str(), 0755);
+        mkdir(d2.c_str(), 0755);
+        write_file((d + "/config.json").c_str(), data + 1, n - 1);
+        HfCheckpoint ck;
+        ck.dir = d;
+        if (!llama_hf_config(&ck, &cfg, err, sizeof err)) return;
+        REQUIRE(llama_config_check(&cfg, err, sizeof err), "config accepted, check refused: %s", err);
+        REQUIRE(llama_hf_write_config(d2, &cfg, 0, err, sizeof err), "config not written: %s", err);
+        ck.dir = d2;
+        REQUIRE(llama_hf_config(&ck, &again, err, sizeof err), "own config.json refused: %s", err);
+        REQUIRE(memcmp(&cfg, &again, sizeof cfg) == 0, "config changed by write + read");
+    } else {  // a spec
+        const std::string spec((const char*)data + 1, strnlen((const char*)data + 1, n - 1));
+        const int r = parse_llama_spec(spec.c_str(), &cfg, err, sizeof err);
+        REQUIRE(r == 0 || r == 1 || r == 2, "parse returned %d", r);
+        if (r == 0) REQUIRE(err[0] != '\0', "refused without a reason");
+        if (r != 1) return;
+        REQUIRE(llama_config_check(&cfg, err, sizeof err), "spec accepted, config refused: %s", err);
+        REQUIRE(llama_layout(&cfg).total > 0, "parameter count %lld", (long long)llama_layout(&cfg).total);
+    }
+}
+
 // ---- the data-prep encoder ----
 static void fuzz_bpe(const uint8_t* data, size_t n) {
     const std::string text((const char*)data, n);
@@ -569,7 +624,7 @@ static void write_seeds(const char* root) {
     // hf: the valid checkpoint's safetensors file (byte 0 even) and config.json (odd)
     std::string hst, hcfg;
     hf_valid(&hst, &hcfg);
-    put(r + "/hf", "safetensors", ("\x00" + hst).data(), hst.size() + 1);
+    put(r + "/hf", "safetensors", (std::string(1, '\0') + hst).data(), hst.size() + 1);
     put(r + "/hf", "config", ("\x01" + hcfg).data(), hcfg.size() + 1);
     // json: a few shapes the readers meet (a header entry, an index, nesting)
     const char* js[] = {"{\"a.weight\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]}}",
@@ -579,8 +634,29 @@ static void write_seeds(const char* root) {
         put(r + "/json", std::to_string(i).c_str(), js[i], strlen(js[i]));
     // manifest: the valid one (even), and a patch of it (odd: offset 0, the bytes "ssd_store 3")
     manifest_setup();
-    put(r + "/manifest", "valid", ("\x00" + valid_manifest).data(), valid_manifest.size() + 1);
+    put(r + "/manifest", "valid", (std::string(1, '\0') + valid_manifest).data(), valid_manifest.size() + 1);
     put(r + "/manifest", "patch", "\x01\x00\x00ssd_store 3", 14);
+    // llama: a model file (0), a config.json (1), specs (2)
+    LlamaConfig lc;
+    char lerr[600];
+    parse_llama_spec("qwen2:L1:C16:NH2:KV1:I24:V40:T8:TIE1", &lc, lerr, sizeof lerr);
+    std::vector<float> lp((size_t)llama_layout(&lc).total);
+    llama_init_params(&lc, lp.data(), 1);
+    const std::string lpath = scratch("seed_llama.bin"), ldir = scratch("seed_llama_hf");
+    mkdir(ldir.c_str(), 0755);
+    llama_save_params(lpath.c_str(), &lc, lp.data(), lerr, sizeof lerr);
+    std::string lbytes, ltext;
+    read_whole_file(lpath.c_str(), 1 << 20, &lbytes, lerr, sizeof lerr);
+    lbytes.insert(lbytes.begin(), '\0');
+    put(r + "/llama", "model", lbytes.data(), lbytes.size());
+    parse_llama_spec("llama3-8b:L1:C64:NH4:KV2:I96:V50:T16", &lc, lerr, sizeof lerr);
+    llama_hf_write_config(ldir, &lc, 0, lerr, sizeof lerr);
+    read_whole_file((ldir + "/config.json").c_str(), 1 << 20, &ltext, lerr, sizeof lerr);
+    put(r + "/llama", "config", ("\x01" + ltext).data(), ltext.size() + 1);
+    const char* lspecs[] = {"\x02llama3-405b", "\x02llama:L2:C64:NH4:KV2:I128:TIE1",
+                            "\x02qwen2.5-7b:L1:HD64"};
+    for (int i = 0; i < 3; i++)
+        put(r + "/llama", ("spec" + std::to_string(i)).c_str(), lspecs[i], strlen(lspecs[i]));
 }
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
@@ -599,8 +675,7 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
     if (target < 0) {
         fprintf(stderr,
                 "fuzz_inputs: set FUZZ_TARGET to one of: model shard state tokenizer args spec bpe marker hf "
-                "json "
-                "manifest\n");
+                "json manifest llama\n");
         exit(2);
     }
     if (target == T_MARKER) marker_setup();
@@ -628,6 +703,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t n) {
         case T_HF: fuzz_hf(data, n); break;
         case T_JSON: fuzz_json(data, n); break;
         case T_MANIFEST: fuzz_manifest(data, n); break;
+        case T_LLAMA: fuzz_llama(data, n); break;
     }
     return 0;
 }

@@ -11,7 +11,7 @@ set -u
 cd "$(dirname "$0")/../.." || exit 1
 SECS=${1:-60}
 shift || true
-TARGETS=${*:-"model shard state tokenizer args spec bpe marker hf json manifest"}
+TARGETS=${*:-"model shard state tokenizer args spec bpe marker hf json manifest llama"}
 CLANG=${CLANG:-clang++}
 F=build/fuzz
 mkdir -p $F
@@ -24,6 +24,7 @@ fuzz_one() {  # target: runs it, prints one table row
     local t=$1 maxlen=4096 timeout=20 rss=4096
     [ "$t" = model ] && maxlen=72000  # the smallest legal model file is 35 KB (bf16)
     [ "$t" = hf ] && maxlen=72000     # the smallest GPT-2 safetensors file is 61 KB
+    [ "$t" = llama ] && maxlen=20000  # the seed model file is 12 KB
     # json: each input is also parsed as ~1 MB arrays and objects; a reader that is not linear, or whose memory
     # is more than a small multiple of the text, fails these limits
     [ "$t" = json ] && { timeout=5; rss=1024; }
