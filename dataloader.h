@@ -376,7 +376,7 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
 static inline int dataloader_check_pair(const DataLoader* train, const DataLoader* val, char* err,
                                         size_t errlen) {
     if (train->token_bytes == val->token_bytes) return 1;
-    snprintf(err, errlen, "train data %.200s is %s, val data %.200s is %s: one run reads one token width",
+    snprintf(err, errlen, "train data %.150s is %s, val data %.150s is %s: one run reads one token width",
              train->pattern, dl_kind_name(train->kind, train->token_bytes), val->pattern,
              dl_kind_name(val->kind, val->token_bytes));
     return 0;
