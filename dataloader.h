@@ -179,7 +179,7 @@ typedef struct {
 } DlShard;
 
 static inline int64_t dl_int64_slot(const int32_t* h, int slot) {
-    return (int64_t)(uint32_t)h[slot] | ((int64_t)h[slot + 1] << 32);
+    return (int64_t)((uint64_t)(uint32_t)h[slot] | (uint64_t)(uint32_t)h[slot + 1] << 32);
 }
 
 // A chat shard's header and size against B, T; 0 with err.
