@@ -1,8 +1,25 @@
-// dataloader.h — llm.c token shards as (B, T) inputs and next-token targets, in order or shuffled per
-// epoch from a seed; the position is saved in checkpoints. Not here: tokenizing, exiting (errors return).
-// Shard: 256 int32 header {20240520, 1, N tokens, ...}, then N uint16 ids. Batch k reads tokens
-// [k*B*T, k*B*T + B*T]; a tail short of a batch is skipped, as in llm.c. Shuffle permutes shards and
-// batches from (seed, epoch, shard) alone, so {epoch, shard, batch} is a position.
+// dataloader.h — llm.c token shards as (B, T) batches: inputs, next-token targets and each token's position,
+// in order or shuffled per epoch from a seed; the position is saved in checkpoints. Not here: tokenizing,
+// the model's use of pos and of targets == -1, exiting (errors return).
+//
+// Three shard kinds, each a 256-int32 little-endian header and then the data. A loader (one glob) reads
+// one kind; a run's train and val loaders share a token width (dataloader_check_pair).
+//   GPT-2    {20240520, 1, N, 0...}, then N uint16 ids (llm.c's shards, dev/data/tokenize.cpp)
+//   Llama 3  {20240801, 7, N, 0...}, then N uint32 ids (llm.c's llama3 branch, dev/data/hf_tokenize.py)
+//   chat     {20261126, 1, W, T, R, V, ...} (CHAT_H_* below), then R rows of T ids of W bytes (2: uint16,
+//            4: uint32), then R*T flag bytes, row by row (dev/data/chat_shards.py writes them)
+// Pretraining: batch k reads tokens [k*B*T, k*B*T + B*T]; targets are the inputs shifted by one. A tail
+// short of a batch is skipped, as in llm.c.
+// Chat: a row is T tokens of whole conversations packed end to end, then padding. Batch k is B rows.
+// A flag byte per token: CHAT_TARGET (the model learns to predict it: an assistant turn's tokens and its
+// end-of-turn), CHAT_START (a conversation's first token; a row's first token is one), CHAT_PAD (after
+// the last conversation; the first pad is also a START). From them, per token i of a row:
+//   targets[i] = the token i+1 if i+1 is in the row and a target, else -1 (a loss ignores -1)
+//   pos[i]     = i minus the index of its conversation's START: 0 at each conversation's first token
+// so attention is: query t sees key s iff same row, s <= t and s >= t - pos[t].
+// Pretraining batches get pos[i] = i % T and never a -1 target, as before these fields existed.
+// Shuffle permutes shards, then batches (pretraining) or rows (chat) inside each shard, from
+// (seed, epoch, shard) alone, so {epoch, shard, batch} is a position.
 #pragma once
 #include <glob.h>
 #include <stdint.h>
@@ -12,11 +29,33 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-#define DATALOADER_MAGIC        20240520
+#define DATALOADER_MAGIC        20240520  // GPT-2: uint16 ids
 #define DATALOADER_VERSION      1
+#define DATALOADER_MAGIC_U32    20240801  // Llama 3: uint32 ids
+#define DATALOADER_VERSION_U32  7
+#define DATALOADER_CHAT_MAGIC   20261126  // chat: packed conversations, flags
+#define DATALOADER_CHAT_VERSION 1
 #define DATALOADER_HEADER_BYTES (256 * 4)
 // fseeko/ftello: a 32-bit off_t would wrap past 2 GiB.
 static_assert(sizeof(off_t) == 8, "dataloader.h needs a 64-bit off_t (build with -D_FILE_OFFSET_BITS=64)");
+
+// The chat header's int32 slots. Counts that can pass 2^31 take two slots (int64, little-endian).
+enum {
+    CHAT_H_MAGIC = 0,
+    CHAT_H_VERSION = 1,
+    CHAT_H_TOKEN_BYTES = 2,  // 2 (uint16 ids) or 4 (uint32)
+    CHAT_H_T = 3,            // row length: a run must use this T
+    CHAT_H_ROWS = 4,         // R
+    CHAT_H_VOCAB = 5,        // the tokenizer's vocabulary size (information: ids are checked per batch)
+    CHAT_H_CONVS = 6,        // conversations in this shard (a split one counts once)
+    CHAT_H_SEGMENTS = 7,     // conversation pieces (CHAT_START flags outside padding)
+    CHAT_H_TARGETS = 8,      // int64 (slots 8, 9): tokens flagged CHAT_TARGET
+    CHAT_H_PADS = 10,        // int64 (slots 10, 11): tokens flagged CHAT_PAD
+    CHAT_H_SPLIT = 12,       // conversations longer than T cut into pieces
+    CHAT_H_DROPPED = 13,     // conversations longer than T left out (information)
+};
+enum { CHAT_TARGET = 1, CHAT_START = 2, CHAT_PAD = 4 };
+enum { DL_GPT2 = 1, DL_LLAMA3 = 2, DL_CHAT = 3 };  // DataLoader.kind
 
 // A loader's position, saved raw in checkpoints: 8-byte fields only (no padding). B, T, num_shards and
 // total_tokens are a fingerprint: restoring over other data or batch shape is refused.
@@ -34,22 +73,30 @@ typedef struct {
     int B, T, shuffle;
     uint64_t seed;
     char* pattern;
+    int kind;         // DL_GPT2, DL_LLAMA3 or DL_CHAT: every shard of the glob is this kind
+    int token_bytes;  // 2 or 4
     int64_t num_shards;
     char** paths;            // sorted glob matches
     int64_t* shard_batches;  // batches in each shard
+    int64_t* shard_rows;     // chat: rows in each shard
     int64_t max_shard_batches;
     int64_t num_batches;                      // batches per epoch, all shards
-    int64_t total_tokens;                     // sum of the header token counts
+    int64_t total_tokens;                     // sum of the shards' token counts
+    int64_t total_targets;                    // chat: sum of the headers' target counts
     int64_t epoch, shard_index, batch_index;  // position of the next batch
     int64_t* shard_order;                     // file index of the i-th shard of the current epoch
-    int64_t* batch_order;                     // batch permutation of the current shard (shuffle only)
+    int64_t* batch_order;                     // shuffle: batch (pretraining) or row (chat) permutation
     int64_t order_epoch, order_shard;         // what the two orders were made for (-1: none)
     FILE* file;                               // the open shard (file_index)
     int64_t file_index;
-    uint16_t* buf;      // B*T+1 raw tokens
-    int* inputs;        // B*T token ids
-    int* targets;       // B*T next-token ids: targets[i] = token after inputs[i]
-    int64_t last_file;  // shard and token index of the last batch's first token
+    uint8_t* buf;           // raw ids: B*T+1 (pretraining) or B*T (chat), token_bytes each
+    uint8_t* flags;         // chat: the batch's B*T flag bytes
+    int64_t* rows;          // chat: the batch's B row indices in its shard
+    int* inputs;            // B*T token ids
+    int* targets;           // B*T next-token ids, or -1 where nothing is to be predicted (chat only)
+    int* pos;               // B*T position of each token in its conversation (pretraining: i % T)
+    int64_t batch_targets;  // targets != -1 in the last batch (pretraining: B*T)
+    int64_t last_file;      // shard and token index of the last batch's first token
     int64_t last_token;
     char err[512];  // why dataloader_next_batch returned 0
 } DataLoader;
@@ -81,17 +128,39 @@ static inline void dl_permute(int64_t* a, int64_t n, uint64_t rng) {
     }
 }
 
+static inline const char* dl_kind_name(int kind, int token_bytes) {
+    if (kind == DL_GPT2) return "GPT-2 (uint16 ids, version 1)";
+    if (kind == DL_LLAMA3) return "Llama 3 (uint32 ids, version 7)";
+    return token_bytes == 2 ? "chat (uint16 ids)" : "chat (uint32 ids)";
+}
+
+// Token i of the batch's raw buffer.
+static inline uint32_t dl_token(const DataLoader* dl, int64_t i) {
+    if (dl->token_bytes == 2) {
+        uint16_t t;
+        memcpy(&t, dl->buf + 2 * i, 2);
+        return t;
+    }
+    uint32_t t;
+    memcpy(&t, dl->buf + 4 * i, 4);
+    return t;
+}
+
 static inline void dataloader_free(DataLoader* dl) {
     if (dl->file) fclose(dl->file);
     for (int64_t i = 0; dl->paths && i < dl->num_shards; i++) free(dl->paths[i]);
     free(dl->paths);
     free(dl->pattern);
     free(dl->shard_batches);
+    free(dl->shard_rows);
     free(dl->shard_order);
     free(dl->batch_order);
     free(dl->buf);
+    free(dl->flags);
+    free(dl->rows);
     free(dl->inputs);
     free(dl->targets);
+    free(dl->pos);
     memset(dl, 0, sizeof *dl);
 }
 
@@ -101,18 +170,85 @@ static inline void dataloader_reset(DataLoader* dl) {
     dl->order_epoch = dl->order_shard = -1;
 }
 
-// A shard's token count after checking header and size; -1 with err.
-static inline int64_t dl_check_shard(const char* path, int64_t BT, char* err, size_t errlen) {
+// What dl_check_shard found in a shard.
+typedef struct {
+    int kind, token_bytes;
+    int64_t tokens;   // ids in the file
+    int64_t rows;     // chat: R
+    int64_t targets;  // chat: the header's target count
+} DlShard;
+
+static inline int64_t dl_int64_slot(const int32_t* h, int slot) {
+    return (int64_t)((uint64_t)(uint32_t)h[slot] | (uint64_t)(uint32_t)h[slot + 1] << 32);
+}
+
+// A chat shard's header and size against B, T; 0 with err.
+static inline int dl_check_chat(const char* path, const int32_t* h, int64_t bytes, int B, int T, DlShard* s,
+                                char* err, size_t errlen) {
+    if (h[CHAT_H_VERSION] != DATALOADER_CHAT_VERSION) {
+        snprintf(err, errlen, "shard %s: unsupported version %d of a chat shard (want %d)", path,
+                 h[CHAT_H_VERSION], DATALOADER_CHAT_VERSION);
+        return 0;
+    }
+    const int w = h[CHAT_H_TOKEN_BYTES];
+    if (w != 2 && w != 4) {
+        snprintf(err, errlen, "shard %s: chat shard token width %d bytes (want 2 or 4)", path, w);
+        return 0;
+    }
+    if (h[CHAT_H_T] != T) {
+        snprintf(
+            err, errlen,
+            "shard %s: its rows were packed for T=%d, the run has T=%d (run with -t %d, or make the shards "
+            "again with --seq-len %d)",
+            path, h[CHAT_H_T], T, h[CHAT_H_T], T);
+        return 0;
+    }
+    const int64_t R = h[CHAT_H_ROWS], targets = dl_int64_slot(h, CHAT_H_TARGETS);
+    // R <= 2^31 and T <= 2^31: R*T*(w+1) stays below 2^63 only with this check
+    if (R < 0 || (R > 0 && (int64_t)T > (INT64_MAX / 8) / R)) {
+        snprintf(err, errlen, "shard %s: chat header says %lld rows of %d tokens", path, (long long)R, T);
+        return 0;
+    }
+    const int64_t want = DATALOADER_HEADER_BYTES + R * T * (w + 1);
+    if (bytes != want) {
+        snprintf(
+            err, errlen,
+            "shard %s: file size %lld bytes disagrees with the header's %lld rows of %d tokens (want %lld "
+            "bytes)",
+            path, (long long)bytes, (long long)R, T, (long long)want);
+        return 0;
+    }
+    if (targets < 0 || targets > R * T) {
+        snprintf(err, errlen, "shard %s: chat header counts %lld targets in %lld tokens", path,
+                 (long long)targets, (long long)(R * T));
+        return 0;
+    }
+    if (R < B) {
+        snprintf(err, errlen, "shard %s: too short: %lld rows, one batch needs B = %d rows", path,
+                 (long long)R, B);
+        return 0;
+    }
+    s->kind = DL_CHAT;
+    s->token_bytes = w;
+    s->rows = R;
+    s->tokens = R * T;
+    s->targets = targets;
+    return 1;
+}
+
+// A shard's header and size against B, T; 0 with err.
+static inline int dl_check_shard(const char* path, int B, int T, DlShard* s, char* err, size_t errlen) {
+    memset(s, 0, sizeof *s);
     // a directory opens fine on Linux: refuse anything but a file
     struct stat st;
     if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
         snprintf(err, errlen, "shard %s is not a regular file", path);
-        return -1;
+        return 0;
     }
     FILE* f = fopen(path, "rb");
     if (!f) {
         snprintf(err, errlen, "cannot open shard %s", path);
-        return -1;
+        return 0;
     }
     int32_t h[256];
     int64_t bytes = -1;
@@ -122,31 +258,37 @@ static inline int64_t dl_check_shard(const char* path, int64_t BT, char* err, si
     if (!got) {
         snprintf(err, errlen, "shard %s: file size %lld bytes is smaller than the %d-byte header", path,
                  (long long)bytes, DATALOADER_HEADER_BYTES);
-        return -1;
+        return 0;
     }
-    if (h[0] != DATALOADER_MAGIC) {
-        snprintf(err, errlen, "shard %s: bad magic %d (want %d; not an llm.c token shard)", path, h[0],
-                 DATALOADER_MAGIC);
-        return -1;
+    if (h[0] == DATALOADER_CHAT_MAGIC) return dl_check_chat(path, h, bytes, B, T, s, err, errlen);
+    if (h[0] != DATALOADER_MAGIC && h[0] != DATALOADER_MAGIC_U32) {
+        snprintf(err, errlen, "shard %s: bad magic %d (want %d, %d or %d; not an llm.c token shard)", path,
+                 h[0], DATALOADER_MAGIC, DATALOADER_MAGIC_U32, DATALOADER_CHAT_MAGIC);
+        return 0;
     }
-    if (h[1] != DATALOADER_VERSION) {
-        snprintf(err, errlen, "shard %s: unsupported version %d (want %d)", path, h[1], DATALOADER_VERSION);
-        return -1;
+    const int u32 = h[0] == DATALOADER_MAGIC_U32, version = u32 ? DATALOADER_VERSION_U32 : DATALOADER_VERSION;
+    if (h[1] != version) {
+        snprintf(err, errlen, "shard %s: unsupported version %d (want %d for magic %d)", path, h[1], version,
+                 h[0]);
+        return 0;
     }
+    s->kind = u32 ? DL_LLAMA3 : DL_GPT2;
+    s->token_bytes = u32 ? 4 : 2;
     // int32 count, 64-bit size: shards may pass 2 GiB
-    const int64_t n = h[2], want = DATALOADER_HEADER_BYTES + 2 * n;
+    const int64_t n = h[2], want = DATALOADER_HEADER_BYTES + s->token_bytes * n, BT = (int64_t)B * T;
     if (n < 0 || bytes != want) {
         snprintf(err, errlen,
                  "shard %s: file size %lld bytes disagrees with the header's %lld tokens (want %lld bytes)",
                  path, (long long)bytes, (long long)n, (long long)want);
-        return -1;
+        return 0;
     }
     if (n < BT + 1) {
         snprintf(err, errlen, "shard %s: too short: %lld tokens, one batch needs B*T+1 = %lld tokens", path,
                  (long long)n, (long long)(BT + 1));
-        return -1;
+        return 0;
     }
-    return n;
+    s->tokens = n;
+    return 1;
 }
 
 // Opens every shard of a glob(3) pattern and checks all headers now, not hours into a run.
@@ -182,25 +324,45 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
     dl->num_shards = ns;
     dl->paths = (char**)calloc((size_t)ns, sizeof(char*));
     dl->shard_batches = (int64_t*)calloc((size_t)ns, sizeof(int64_t));
+    dl->shard_rows = (int64_t*)calloc((size_t)ns, sizeof(int64_t));
     dl->shard_order = (int64_t*)calloc((size_t)ns, sizeof(int64_t));
     for (int64_t i = 0; i < ns; i++) dl->paths[i] = strdup(g.gl_pathv[i]);
     globfree(&g);
+    int64_t max_order = 0;  // the longest permutation shuffle needs
     for (int64_t i = 0; i < ns; i++) {
-        const int64_t n = dl_check_shard(dl->paths[i], BT, err, errlen);
-        if (n < 0) {
+        DlShard s;
+        if (!dl_check_shard(dl->paths[i], B, T, &s, err, errlen)) {
             dataloader_free(dl);
             return 0;
         }
-        dl->shard_batches[i] = (n - 1) / BT;
+        if (i > 0 && (s.kind != dl->kind || s.token_bytes != dl->token_bytes)) {
+            snprintf(err, errlen, "data %s: shard %s is %s, shard %s is %s: one loader reads one kind",
+                     pattern, dl->paths[i], dl_kind_name(s.kind, s.token_bytes), dl->paths[0],
+                     dl_kind_name(dl->kind, dl->token_bytes));
+            dataloader_free(dl);
+            return 0;
+        }
+        dl->kind = s.kind;
+        dl->token_bytes = s.token_bytes;
+        dl->shard_rows[i] = s.rows;
+        dl->shard_batches[i] = s.kind == DL_CHAT ? s.rows / B : (s.tokens - 1) / BT;
         dl->num_batches += dl->shard_batches[i];
-        dl->total_tokens += n;
+        dl->total_tokens += s.tokens;
+        dl->total_targets += s.targets;
         if (dl->shard_batches[i] > dl->max_shard_batches) dl->max_shard_batches = dl->shard_batches[i];
+        const int64_t order = s.kind == DL_CHAT ? s.rows : dl->shard_batches[i];
+        if (order > max_order) max_order = order;
     }
-    dl->batch_order = (int64_t*)calloc((size_t)dl->max_shard_batches, sizeof(int64_t));
-    dl->buf = (uint16_t*)malloc(sizeof(uint16_t) * (size_t)(BT + 1));
+    const int64_t raw = dl->kind == DL_CHAT ? BT : BT + 1;
+    dl->batch_order = (int64_t*)calloc((size_t)max_order, sizeof(int64_t));
+    dl->buf = (uint8_t*)malloc((size_t)(dl->token_bytes * raw));
+    dl->flags = (uint8_t*)calloc((size_t)BT, 1);
+    dl->rows = (int64_t*)calloc((size_t)B, sizeof(int64_t));
     dl->inputs = (int*)malloc(sizeof(int) * (size_t)BT);
     dl->targets = (int*)malloc(sizeof(int) * (size_t)BT);
-    if (!dl->pattern || !dl->batch_order || !dl->buf || !dl->inputs || !dl->targets) {
+    dl->pos = (int*)malloc(sizeof(int) * (size_t)BT);
+    if (!dl->pattern || !dl->batch_order || !dl->buf || !dl->flags || !dl->rows || !dl->inputs ||
+        !dl->targets || !dl->pos) {
         snprintf(err, errlen, "data %s: out of memory for B=%d T=%d", pattern, B, T);
         dataloader_free(dl);
         return 0;
@@ -210,8 +372,75 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
     return 1;
 }
 
-// The next batch into inputs / targets; advances at once past a shard's or epoch's end, so a saved state
-// points at a real batch. 0 with dl->err if a shard cannot be read.
+// Train and val of one run: the same token width (one tokenizer). 0 with err.
+static inline int dataloader_check_pair(const DataLoader* train, const DataLoader* val, char* err,
+                                        size_t errlen) {
+    if (train->token_bytes == val->token_bytes) return 1;
+    snprintf(err, errlen, "train data %.150s is %s, val data %.150s is %s: one run reads one token width",
+             train->pattern, dl_kind_name(train->kind, train->token_bytes), val->pattern,
+             dl_kind_name(val->kind, val->token_bytes));
+    return 0;
+}
+
+// Reads n bytes at offset of the open shard; 0 with dl->err.
+static inline int dl_read_at(DataLoader* dl, int64_t offset, void* dst, int64_t n) {
+    if (fseeko(dl->file, (off_t)offset, SEEK_SET) != 0 || fread(dst, 1, (size_t)n, dl->file) != (size_t)n) {
+        snprintf(dl->err, sizeof dl->err,
+                 "shard %s: read of %lld bytes at byte %lld failed (file changed since init?)",
+                 dl->paths[dl->file_index], (long long)n, (long long)offset);
+        return 0;
+    }
+    return 1;
+}
+
+// A chat batch: B rows (batch k of the shard's row order), their flags checked, then inputs, targets, pos.
+static inline int dl_chat_batch(DataLoader* dl, int64_t fi, int64_t k) {
+    const int B = dl->B, T = dl->T, w = dl->token_bytes;
+    const int64_t R = dl->shard_rows[fi], flags_at = DATALOADER_HEADER_BYTES + R * T * w;
+    for (int b = 0; b < B; b++) {
+        const int64_t r = dl->shuffle ? dl->batch_order[k * B + b] : k * B + b;
+        dl->rows[b] = r;
+        if (!dl_read_at(dl, DATALOADER_HEADER_BYTES + r * T * w, dl->buf + (int64_t)b * T * w,
+                        (int64_t)T * w) ||
+            !dl_read_at(dl, flags_at + r * T, dl->flags + (int64_t)b * T, T))
+            return 0;
+    }
+    dl->batch_targets = 0;
+    for (int b = 0; b < B; b++) {
+        const uint8_t* f = dl->flags + (int64_t)b * T;
+        const int64_t row = (int64_t)b * T;
+        const char* why = NULL;
+        int j = 0;
+        for (; j < T && !why; j++) {
+            if (f[j] & ~(CHAT_TARGET | CHAT_START | CHAT_PAD)) why = "unknown flag bits";
+            else if (j == 0 && !(f[j] & CHAT_START)) why = "the row does not begin a conversation";
+            else if ((f[j] & CHAT_TARGET) && (f[j] & (CHAT_START | CHAT_PAD)))
+                why = "a conversation's first token or a pad is flagged a target";
+            else if (j > 0 && (f[j - 1] & CHAT_PAD) && !(f[j] & CHAT_PAD)) why = "a token after the padding";
+            else if (j > 0 && !(f[j - 1] & CHAT_PAD) && (f[j] & CHAT_PAD) && !(f[j] & CHAT_START))
+                why = "the padding does not begin with a start flag";
+        }
+        if (why) {
+            snprintf(dl->err, sizeof dl->err, "shard %s: row %lld, token %d: %s (flag byte %d)",
+                     dl->paths[fi], (long long)dl->rows[b], j - 1, why, f[j - 1]);
+            return 0;
+        }
+        for (j = 0; j < T; j++) {
+            const int64_t i = row + j;
+            dl->inputs[i] = (int)dl_token(dl, i);
+            dl->pos[i] = (f[j] & CHAT_START) ? 0 : dl->pos[i - 1] + 1;
+            const int next = j + 1 < T && (f[j + 1] & CHAT_TARGET);
+            dl->targets[i] = next ? (int)dl_token(dl, i + 1) : -1;
+            dl->batch_targets += next;
+        }
+    }
+    dl->last_file = fi;
+    dl->last_token = dl->rows[0] * T;
+    return 1;
+}
+
+// The next batch into inputs / targets / pos; advances at once past a shard's or epoch's end, so a saved
+// state points at a real batch. 0 with dl->err if a shard cannot be read or a chat row is malformed.
 static inline int dataloader_next_batch(DataLoader* dl) {
     const int64_t BT = (int64_t)dl->B * dl->T;
     if (dl->order_epoch != dl->epoch) {  // a new epoch, reset or restore: its shard order
@@ -223,8 +452,10 @@ static inline int dataloader_next_batch(DataLoader* dl) {
         dl->order_shard = -1;
     }
     const int64_t fi = dl->shard_order[dl->shard_index], nb = dl->shard_batches[fi];
-    if (dl->shuffle && dl->order_shard != dl->shard_index) {
-        dl_permute(dl->batch_order, nb, dl_stream_seed(dl->seed, dl->epoch, (uint64_t)fi));
+    const int chat = dl->kind == DL_CHAT;
+    if (dl->shuffle && dl->order_shard != dl->shard_index) {  // chat permutes rows, pretraining batches
+        dl_permute(dl->batch_order, chat ? dl->shard_rows[fi] : nb,
+                   dl_stream_seed(dl->seed, dl->epoch, (uint64_t)fi));
         dl->order_shard = dl->shard_index;
     }
     if (dl->file_index != fi) {
@@ -237,21 +468,21 @@ static inline int dataloader_next_batch(DataLoader* dl) {
         }
         dl->file_index = fi;
     }
-    const int64_t k = dl->shuffle ? dl->batch_order[dl->batch_index] : dl->batch_index;
-    const int64_t offset = DATALOADER_HEADER_BYTES + 2 * k * BT;
-    if (fseeko(dl->file, (off_t)offset, SEEK_SET) != 0 ||
-        fread(dl->buf, 2, (size_t)(BT + 1), dl->file) != (size_t)(BT + 1)) {
-        snprintf(dl->err, sizeof dl->err,
-                 "shard %s: read of %lld tokens at byte %lld failed (file changed since init?)",
-                 dl->paths[fi], (long long)(BT + 1), (long long)offset);
-        return 0;
+    if (chat) {
+        if (!dl_chat_batch(dl, fi, dl->batch_index)) return 0;
+    } else {
+        const int64_t k = dl->shuffle ? dl->batch_order[dl->batch_index] : dl->batch_index;
+        const int w = dl->token_bytes;
+        if (!dl_read_at(dl, DATALOADER_HEADER_BYTES + w * k * BT, dl->buf, w * (BT + 1))) return 0;
+        for (int64_t i = 0; i < BT; i++) {
+            dl->inputs[i] = (int)dl_token(dl, i);
+            dl->targets[i] = (int)dl_token(dl, i + 1);
+            dl->pos[i] = (int)(i % dl->T);
+        }
+        dl->batch_targets = BT;
+        dl->last_file = fi;
+        dl->last_token = k * BT;
     }
-    for (int64_t i = 0; i < BT; i++) {
-        dl->inputs[i] = dl->buf[i];
-        dl->targets[i] = dl->buf[i + 1];
-    }
-    dl->last_file = fi;
-    dl->last_token = k * BT;
     if (++dl->batch_index == nb) {
         dl->batch_index = 0;
         if (++dl->shard_index == dl->num_shards) {
@@ -262,17 +493,23 @@ static inline int dataloader_next_batch(DataLoader* dl) {
     return 1;
 }
 
-// Every token of the last batch < V (else the lookup reads outside wte); 0 with err: shard, index, value.
+// Every token of the last batch < V (else the lookup reads outside wte); 0 with err: shard, index, byte,
+// value.
 static inline int dataloader_check_tokens(const DataLoader* dl, int V, char* err, size_t errlen) {
-    const int64_t n = (int64_t)dl->B * dl->T + 1;
-    for (int64_t i = 0; i < n; i++)
-        if ((int)dl->buf[i] >= V) {
+    const int chat = dl->kind == DL_CHAT;
+    const int64_t n = (int64_t)dl->B * dl->T + (chat ? 0 : 1);
+    for (int64_t i = 0; i < n; i++) {
+        const uint32_t t = dl_token(dl, i);
+        if (V < 0 || t >= (uint32_t)V) {
+            // chat rows are not contiguous in the file: row b of the batch is dl->rows[b]
+            const int64_t at = chat ? dl->rows[i / dl->T] * dl->T + i % dl->T : dl->last_token + i;
             snprintf(err, errlen,
-                     "shard %.400s: token %lld (byte %lld) is %d, outside the model's vocabulary of %d",
-                     dl->paths[dl->last_file], (long long)(dl->last_token + i),
-                     (long long)(DATALOADER_HEADER_BYTES + 2 * (dl->last_token + i)), (int)dl->buf[i], V);
+                     "shard %.400s: token %lld (byte %lld) is %u, outside the model's vocabulary of %d",
+                     dl->paths[dl->last_file], (long long)at,
+                     (long long)(DATALOADER_HEADER_BYTES + dl->token_bytes * at), t, V);
             return 0;
         }
+    }
     return 1;
 }
 

@@ -48,7 +48,7 @@
 #include "cpu_adam.h"     // defines: cpu_adam_set_threads, convert_f32_to_bf16, bf16_to_float
 #include "cpu_cores.h"    // defines: usable_cpu_cores, omp_short_spin_reexec
 #include "cuda_common.h"  // defines: cudaCheck, cublasCheck, bf16
-#include "dataloader.h"   // defines: DataLoader, dataloader_init, dataloader_next_batch
+#include "dataloader.h"   // defines: DataLoader, dataloader_init, _next_batch, _check_pair
 #include "kernels.cuh"  // defines: layernorm_forward, gelu_forward, fused_classifier, adamw_gpu, kernels_load
 #include "logger.h"     // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
 #include "model.h"      // defines: GPTConfig, ParamLayout, gpt_layout, gpt_init_params, gpt_load_params
@@ -1004,6 +1004,7 @@ static void open_data(Run* r) {
         if (!dataloader_init(train, a->train_data, a->B, a->T, 1, SHUFFLE_SEED, err, sizeof err))
             die("%s", err);
         if (!dataloader_init(val, a->val_data, a->B, a->T, 0, 0, err, sizeof err)) die("%s", err);
+        if (!dataloader_check_pair(train, val, err, sizeof err)) die("%s", err);
         if (r->total_steps < 0) r->total_steps = (int)(train->num_batches / r->n_micro);
         if (a->max_steps < 0 && r->total_steps < 1)
             die("train data %s holds fewer than %d batches of B*T: one step needs that many", a->train_data,

@@ -12,7 +12,7 @@
 #include "checkpoint.h"   // defines: checkpoint_save, open_run_dir, check_resume_args, state_file_read
 #include "cpu_adam.h"     // defines: cpu_adam_set_threads, cpu_adam_simd_name
 #include "cpu_cores.h"    // defines: usable_cpu_cores, omp_short_spin_reexec
-#include "dataloader.h"   // defines: DataLoader, dataloader_init, dataloader_next_batch
+#include "dataloader.h"   // defines: DataLoader, dataloader_init, _next_batch, _check_pair
 #include "gpt2_cpu.h"     // defines: GPT2CPU, gpt2_cpu_forward, gpt2_cpu_backward
 #include "llama_cpu.h"    // defines: LlamaCPU, llama_cpu_forward, llama_cpu_backward, llama_cpu_adamw
 #include "llama_hf.h"     // defines: llama_hf_load, llama_hf_read_config
@@ -310,6 +310,7 @@ static void open_data(CpuRun* r) {
     if (!dataloader_init(&r->train, a->train_data, a->B, a->T, 1, SHUFFLE_SEED, err, sizeof err))
         die("%s", err);
     if (!dataloader_init(&r->val, a->val_data, a->B, a->T, 0, 0, err, sizeof err)) die("%s", err);
+    if (!dataloader_check_pair(&r->train, &r->val, err, sizeof err)) die("%s", err);
     r->accum = grad_accum_steps(a);
     if (r->train.num_batches < 1)
         die("train data %s has no full batch of B*T = %lld tokens", a->train_data, (long long)a->B * a->T);

@@ -5,7 +5,9 @@
 // what is accepted is then used and checked, so a parser that accepts garbage fails as surely as
 // one that crashes:
 //   model      gpt_read_header accepts => gpt_load_params loads it, and save + reload gives the same bits
-//   shard      dataloader_init accepts => every batch reads, targets are inputs shifted by one, a saved
+//   shard      dataloader_init accepts (GPT-2, Llama 3 or chat shard) => every batch reads (a chat row may
+//              instead be refused for its flags, naming the row), targets are inputs shifted by one (chat: -1
+//              or the next input of the same conversation, pos restarting at each start flag), a saved
 //              position restores the same next batch elsewhere, and any position set_state accepts (one field
 //              of a real one changed by a small delta or overwritten with fuzz bytes) reads a batch
 //   state      state_file_check accepts => the header's step / update count / schedule are in range
@@ -188,17 +190,50 @@ static void fuzz_hf(const uint8_t* data, size_t n) {
 }
 
 // ---- token shards and the data-loader position ----
-// Input: B-1, T-1, flags (bit 0 shuffle, bit 1 a second shard: the same bytes again), batches to read, the
-// index of the state field to overwrite, how (odd: add the next byte as a signed delta, so off-by-one values
-// are near; even: the 8 bytes after it), then the shard file.
+// Input: B-1, T-1, flags (bit 0 shuffle, bit 1 a second shard: the same bytes again, bit 2 T from a chat
+// header's slot when it is 1..64), batches to read, the index of the state field to overwrite, how (odd: add
+// the next byte as a signed delta, so off-by-one values are near; even: the 8 bytes after it), then the file.
 static const size_t kShardParams = 15;
+// The next batch: read and consistent, or (chat only) refused for a malformed row. 0 if refused.
+static int shard_batch(DataLoader* dl) {
+    if (!dataloader_next_batch(dl)) {
+        REQUIRE(dl->kind == DL_CHAT && strstr(dl->err, ": row "), "batch of an accepted shard: %s", dl->err);
+        return 0;
+    }
+    const int64_t BT = (int64_t)dl->B * dl->T;
+    int64_t count = 0;
+    for (int64_t i = 0; i < BT; i++) {
+        const int j = (int)(i % dl->T);
+        if (dl->kind != DL_CHAT) {
+            REQUIRE(i + 1 == BT || dl->targets[i] == dl->inputs[i + 1], "targets are not the inputs shifted");
+            REQUIRE(dl->pos[i] == j, "pretraining pos %d at %d", dl->pos[i], j);
+            count++;
+            continue;
+        }
+        REQUIRE(dl->pos[i] == ((dl->flags[i] & CHAT_START) ? 0 : dl->pos[i - 1] + 1), "pos %d at %d",
+                dl->pos[i], j);
+        REQUIRE(j > 0 || dl->pos[i] == 0, "a row starts at pos %d", dl->pos[i]);
+        if (dl->targets[i] == -1) continue;
+        count++;
+        REQUIRE(j + 1 < dl->T && dl->targets[i] == dl->inputs[i + 1] && dl->pos[i + 1] == dl->pos[i] + 1,
+                "a target that is not the next token of the conversation (row token %d)", j);
+    }
+    REQUIRE(count == dl->batch_targets, "batch_targets %lld, counted %lld", (long long)dl->batch_targets,
+            (long long)count);
+    return 1;
+}
 static void fuzz_shard(const uint8_t* data, size_t n) {
     if (n < kShardParams) return;
-    const int B = 1 + data[0] % 4, T = 1 + data[1] % 32, shuffle = data[2] & 1, two = (data[2] >> 1) & 1;
+    int B = 1 + data[0] % 4, T = 1 + data[1] % 32;
+    const int shuffle = data[2] & 1, two = (data[2] >> 1) & 1;
     const int reads = data[3] % 24, field = data[4] % (int)(sizeof(DataLoaderState) / 8), add = data[5] & 1;
     const int64_t delta = (int8_t)data[6];
     uint64_t value;
     memcpy(&value, data + 7, 8);
+    int32_t h[4] = {0};
+    memcpy(h, data + kShardParams, std::min(sizeof h, n - kShardParams));
+    if ((data[2] & 4) && h[0] == DATALOADER_CHAT_MAGIC && h[CHAT_H_T] >= 1 && h[CHAT_H_T] <= 64)
+        T = h[CHAT_H_T];
     const std::string a = scratch("shard_a.bin"), b = scratch("shard_b.bin"),
                       pattern = scratch("shard_*.bin");
     write_file(a.c_str(), data + kShardParams, n - kShardParams);
@@ -207,23 +242,21 @@ static void fuzz_shard(const uint8_t* data, size_t n) {
     DataLoader dl, other;
     char err[1024];
     if (!dataloader_init(&dl, pattern.c_str(), B, T, shuffle, 1234, err, sizeof err)) {
+        REQUIRE(err[0] && !strchr(err, '\n'), "a refusal without a one-line reason");
         dataloader_free(&dl);
         return;
     }
     REQUIRE(dl.num_batches >= 1, "accepted with no batch");
     const int64_t BT = (int64_t)B * T;
-    for (int r = 0; r < reads; r++) {
-        REQUIRE(dataloader_next_batch(&dl), "batch %d of an accepted shard: %s", r, dl.err);
-        for (int64_t i = 0; i + 1 < BT; i++)
-            REQUIRE(dl.targets[i] == dl.inputs[i + 1], "targets are not the inputs shifted");
-    }
+    for (int r = 0; r < reads; r++) shard_batch(&dl);
     // a saved position restores the same next batch in another loader
     DataLoaderState s = dataloader_get_state(&dl);
     REQUIRE(dataloader_init(&other, pattern.c_str(), B, T, 0, 99, err, sizeof err),
             "second loader refused: %s", err);
     REQUIRE(dataloader_set_state(&other, &s, err, sizeof err), "own state refused: %s", err);
-    REQUIRE(dataloader_next_batch(&dl) && dataloader_next_batch(&other), "batch after a restore failed");
-    REQUIRE(memcmp(dl.inputs, other.inputs, sizeof(int) * (size_t)BT) == 0,
+    const int ok1 = shard_batch(&dl), ok2 = shard_batch(&other);
+    REQUIRE(ok1 == ok2, "a restored loader reads another batch (one refused)");
+    REQUIRE(!ok1 || memcmp(dl.inputs, other.inputs, sizeof(int) * (size_t)BT) == 0,
             "restored loader reads another batch");
     // a corrupted position is refused, or reads a real batch
     s = dataloader_get_state(&dl);
@@ -231,9 +264,7 @@ static void fuzz_shard(const uint8_t* data, size_t n) {
     memcpy(&old, (char*)&s + 8 * field, 8);
     if (add) value = old + (uint64_t)delta;
     memcpy((char*)&s + 8 * field, &value, 8);
-    if (dataloader_set_state(&other, &s, err, sizeof err))
-        REQUIRE(dataloader_next_batch(&other), "accepted state (field %d = %llx) reads nothing: %s", field,
-                (unsigned long long)value, other.err);
+    if (dataloader_set_state(&other, &s, err, sizeof err)) shard_batch(&other);
     dataloader_free(&dl);
     dataloader_free(&other);
 }
@@ -566,6 +597,30 @@ static void write_seeds(const char* root) {
     shard[4] = 1;
     shard[6] = 1;
     put(r + "/shard", "shuffled_two", shard.data(), shard.size());
+    // Llama 3: the same 40 ids as uint32, version 7
+    std::vector<uint8_t> wide(kShardParams + 1024 + 160, 0);
+    memcpy(wide.data(), params_plain, kShardParams);
+    const int wide_header[3] = {DATALOADER_MAGIC_U32, DATALOADER_VERSION_U32, 40};
+    memcpy(wide.data() + kShardParams, wide_header, sizeof wide_header);
+    for (int i = 0; i < 40; i++) {
+        const uint32_t t = (uint32_t)(i * 99991 % 128256);
+        memcpy(&wide[kShardParams + 1024 + 4 * i], &t, 4);
+    }
+    put(r + "/shard", "llama3", wide.data(), wide.size());
+    // chat: 5 rows of T=4 (B=2), two conversations and a pad in each row; bit 2: T from the header
+    const uint8_t row_flags[4] = {CHAT_START, CHAT_TARGET, CHAT_START, CHAT_PAD | CHAT_START};
+    std::vector<uint8_t> chat(kShardParams + 1024 + 5 * 4 * 3, 0);
+    memcpy(chat.data(), params_plain, kShardParams);
+    chat[2] = 4 | 1;  // shuffled rows
+    int32_t ch[14] = {
+        DATALOADER_CHAT_MAGIC, DATALOADER_CHAT_VERSION, 2, 4, 5, 50257, 10, 10, 5, 0, 5, 0, 0, 0};
+    memcpy(chat.data() + kShardParams, ch, sizeof ch);
+    for (int i = 0; i < 20; i++) {
+        const uint16_t t = (uint16_t)(i * 997 % 50257);
+        memcpy(&chat[kShardParams + 1024 + 2 * i], &t, 2);
+        chat[kShardParams + 1024 + 40 + i] = row_flags[i % 4];
+    }
+    put(r + "/shard", "chat", chat.data(), chat.size());
     // state: a header the check accepts for 4 parameters
     std::vector<uint8_t> state(ST_HEADER_SLOTS * 8 + sizeof(DataLoaderState) + 4 * 8, 0);
     int64_t sh[ST_HEADER_SLOTS] = {0};

@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+"""make_test_tokenizers.py — test_chat_data's tokenizers, built offline from the shipped GPT-2 files
+(dev/data/gpt2: encoder.json = vocab.json, vocab.bpe = merges.txt) with `tokenizers`. Not here: any check.
+
+usage: python test/make_test_tokenizers.py OUT_DIR    writes OUT_DIR/<name>/tokenizer.json (+ tokenizer_config.json):
+  gpt2      GPT-2's BPE, <|endoftext|> special; no chat template (chat_shards.py's plain one applies)
+  big       gpt2 + 16000 added plain tokens "<w00000>".."<w15999>" (ids 50257..66256): ids past uint16
+  chatml    gpt2 + <|im_start|> (50257) and <|im_end|> (50258), a ChatML template with no generation markers
+  strict    chatml's tokens, a template that raises on a system message (a template that fails)
+"""
+import json
+import os
+import sys
+
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
+
+CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>' + '\n' }}"
+          "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+STRICT = ("{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('no system messages here') }}"
+          "{% endif %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
+          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+def gpt2(root):
+    t = Tokenizer(models.BPE.from_file(os.path.join(root, "dev/data/gpt2/encoder.json"),
+                                       os.path.join(root, "dev/data/gpt2/vocab.bpe")))
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t.decoder = decoders.ByteLevel()
+    t.post_processor = processors.ByteLevel(trim_offsets=False)
+    t.add_special_tokens([AddedToken("<|endoftext|>", special=True)])
+    return t
+
+
+def save(out, name, tok, config):
+    d = os.path.join(out, name)
+    os.makedirs(d, exist_ok=True)
+    tok.save(os.path.join(d, "tokenizer.json"))
+    if config is not None:
+        config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1024, **config}
+        with open(os.path.join(d, "tokenizer_config.json"), "w") as f:
+            json.dump(config, f)
+
+
+def main():
+    out, root = sys.argv[1], os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    eot = {"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"}
+    save(out, "gpt2", gpt2(root), eot)
+    big = gpt2(root)
+    big.add_tokens([AddedToken(f"<w{i:05d}>", special=False) for i in range(16000)])
+    save(out, "big", big, eot)
+    chatml = gpt2(root)
+    chatml.add_special_tokens([AddedToken("<|im_start|>", special=True), AddedToken("<|im_end|>", special=True)])
+    save(out, "chatml", chatml, {**eot, "eos_token": "<|im_end|>", "chat_template": CHATML})
+    save(out, "strict", chatml, {**eot, "eos_token": "<|im_end|>", "chat_template": STRICT})
+    print(f"tokenizers in {out}: gpt2 big chatml strict")
+
+
+if __name__ == "__main__":
+    main()

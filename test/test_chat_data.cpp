@@ -1,0 +1,510 @@
+// test_chat_data.cpp — GoogleTest suite for the data tools that use a model's own tokenizer, read back
+// through dataloader.h: dev/data/hf_tokenize.py against the GPT-2 encoder of gpt2_bpe.h (the shipped shards
+// byte for byte, tricky text, a vocabulary past 65536 as uint32), and dev/data/chat_shards.py on
+// dev/data/chats.jsonl: the ids against an independent encoding, exactly the assistant turns as targets (by
+// decoding), positions, packing, splitting, the summary's counts, and every bad input named by its line. The
+// tokenizers are built offline from the shipped GPT-2 files (test/make_test_tokenizers.py). It needs Python
+// with tokenizers, transformers and jinja2 ($HF_PYTHON, else .venv-hf): without them it skips, unless
+// HF_REQUIRED=1. Run from the repo root.
+#include "cli_test_common.h"    // defines: CliTest (a scratch dir), run, Result, slurp, has
+#include "dev/data/gpt2_bpe.h"  // defines: GPT2BPE, gpt2_bpe_load, gpt2_bpe_encode, gpt2_bpe_decode
+#include "hf.h"                 // defines: Json, json_parse
+
+static const char* const kChats = "dev/data/chats.jsonl";
+static const int kEot = 50256, kImStart = 50257, kImEnd = 50258;
+
+// The Python with tokenizers and transformers: $HF_PYTHON, else .venv-hf (.ci/run makes it), else python3.
+static std::string hf_python() {
+    if (const char* p = getenv("HF_PYTHON")) return p;
+    if (access(".venv-hf/bin/python", X_OK) == 0) return ".venv-hf/bin/python";
+    return "python3";
+}
+
+static GPT2BPE* bpe() {
+    static GPT2BPE b;
+    static bool loaded = false;
+    if (!loaded) {
+        std::string err;
+        loaded = gpt2_bpe_load(&b, "dev/data/gpt2/encoder.json", "dev/data/gpt2/vocab.bpe", &err);
+        EXPECT_TRUE(loaded) << err;
+    }
+    return &b;
+}
+static std::vector<int> enc(const std::string& s) { return gpt2_bpe_encode(bpe(), s); }
+// GPT-2 ids and the test tokenizers' added specials back to text.
+static std::string dec(const std::vector<int>& ids) {
+    std::string out;
+    for (int id : ids) {
+        if (id == kImStart) out += "<|im_start|>";
+        else if (id == kImEnd) out += "<|im_end|>";
+        else out += gpt2_bpe_decode(bpe(), {id});
+    }
+    return out;
+}
+
+struct Msg {
+    std::string role, content;
+};
+typedef std::vector<Msg> Conv;
+
+// chats.jsonl's conversations, both forms, read with hf.h's JSON reader (not the tool's).
+static std::vector<Conv> read_chats(const char* path) {
+    std::vector<Conv> out;
+    std::istringstream lines(slurp(path));
+    std::string line;
+    while (std::getline(lines, line)) {
+        Json j;
+        char err[300];
+        EXPECT_TRUE(json_parse(line.data(), line.size(), &j, err, sizeof err)) << err;
+        Conv c;
+        if (const Json* m = j.get("messages")) {
+            for (const Json& x : m->items) c.push_back({x.get("role")->str, x.get("content")->str});
+        } else {
+            if (const Json* s = j.get("system")) c.push_back({"system", s->str});
+            const Json* in = j.get("input");
+            c.push_back(
+                {"user", j.get("instruction")->str + (in && !in->str.empty() ? "\n\n" + in->str : "")});
+            c.push_back({"assistant", j.get("output")->str});
+        }
+        out.push_back(c);
+    }
+    return out;
+}
+
+// chat_shards.py's plain template, by hand: ids piece by piece, and which are targets.
+static void plain_encoding(const Conv& c, std::vector<int>* ids, std::vector<char>* mask) {
+    auto add = [&](const std::vector<int>& v, bool target) {
+        ids->insert(ids->end(), v.begin(), v.end());
+        mask->insert(mask->end(), v.size(), target);
+    };
+    add({kEot}, false);
+    for (const Msg& m : c) {
+        add(enc("<|" + m.role + "|>\n"), false);
+        if (m.role == "assistant") {
+            add(enc(m.content), true);
+            add({kEot}, true);
+        } else {
+            add(enc(m.content + "\n"), false);
+        }
+    }
+}
+
+// One conversation piece as the loader gives it: from a start flag to the next start, pad or row end.
+struct Segment {
+    std::vector<int> ids, targets, pos;
+    std::vector<char> target_flag;  // the token is a target (targets[i-1] != -1)
+};
+
+// Every row of a chat shard through dataloader.h (B=1, in order), cut into segments; checks the loader's
+// invariants on the way: pos restarts at 0 on a start flag and counts up, a target is the next input of the
+// same segment, batch_targets counts them.
+static std::vector<Segment> read_segments(const std::string& path, int T, int64_t* targets_total) {
+    std::vector<Segment> segs;
+    DataLoader dl;
+    char err[512];
+    EXPECT_EQ(dataloader_init(&dl, path.c_str(), 1, T, 0, 0, err, sizeof err), 1) << err;
+    *targets_total = 0;
+    for (int64_t b = 0; b < dl.num_batches; b++) {
+        EXPECT_EQ(dataloader_next_batch(&dl), 1) << dl.err;
+        EXPECT_EQ(dataloader_check_tokens(&dl, 50259, err, sizeof err), 1) << err;
+        int64_t count = 0;
+        for (int i = 0; i < T; i++) {
+            const uint8_t f = dl.flags[i];
+            EXPECT_EQ(dl.pos[i] == 0, (f & CHAT_START) != 0) << path << " row " << b << " token " << i;
+            if (i > 0 && !(f & CHAT_START)) { EXPECT_EQ(dl.pos[i], dl.pos[i - 1] + 1); }
+            if (dl.targets[i] != -1) {
+                count++;
+                EXPECT_LT(i + 1, T);
+                EXPECT_EQ(dl.targets[i], dl.inputs[i + 1]);
+                EXPECT_EQ(dl.pos[i + 1], dl.pos[i] + 1) << "a target across conversations";
+            }
+            if (f & CHAT_PAD) {
+                EXPECT_EQ(dl.targets[i], -1);
+                continue;
+            }
+            if (f & CHAT_START) segs.push_back(Segment());
+            Segment& s = segs.back();
+            s.ids.push_back(dl.inputs[i]);
+            s.pos.push_back(dl.pos[i]);
+            s.target_flag.push_back(i > 0 && dl.targets[i - 1] != -1);
+        }
+        EXPECT_EQ(dl.batch_targets, count);
+        *targets_total += count;
+    }
+    EXPECT_EQ(dl.epoch, 1);
+    dataloader_free(&dl);
+    return segs;
+}
+
+// The runs of consecutive targets of a segment, decoded.
+static std::vector<std::string> target_runs(const Segment& s) {
+    std::vector<std::string> runs;
+    std::vector<int> cur;
+    for (size_t i = 0; i <= s.ids.size(); i++) {
+        if (i < s.ids.size() && s.target_flag[i]) {
+            cur.push_back(s.ids[i]);
+        } else if (!cur.empty()) {
+            runs.push_back(dec(cur));
+            cur.clear();
+        }
+    }
+    return runs;
+}
+
+// "name: N conversations, R rows of T, ... " -> the numbers of one summary line, by word.
+static std::map<std::string, int64_t> summary(const std::string& out, const std::string& name) {
+    std::map<std::string, int64_t> m;
+    std::smatch g;
+    const std::regex re(name +
+                        ": ([0-9]+) conversations, ([0-9]+) rows of [0-9]+, ([0-9]+) tokens, ([0-9]+) target "
+                        "tokens, ([0-9]+) padding, ([0-9]+) split, ([0-9]+) dropped");
+    EXPECT_TRUE(std::regex_search(out, g, re)) << out;
+    if (g.size() < 8) return m;
+    const char* keys[] = {"convs", "rows", "tokens", "targets", "pads", "split", "dropped"};
+    for (int i = 0; i < 7; i++) m[keys[i]] = std::stoll(g[i + 1]);
+    return m;
+}
+
+static std::vector<int32_t> header(const std::string& path) {
+    const std::string raw = slurp(path);
+    std::vector<int32_t> h(256, 0);
+    if (raw.size() >= 1024) memcpy(h.data(), raw.data(), 1024);
+    return h;
+}
+
+class ChatData : public CliTest {
+  protected:
+    static std::string tok;  // the test tokenizers' directory, made once
+    static std::string py;
+    static void SetUpTestSuite() {
+        py = hf_python();
+        const std::string probe = py + " -c 'import tokenizers, transformers, jinja2, numpy' >/dev/null 2>&1";
+        if (system(probe.c_str()) != 0) return;
+        char tmpl[] = "/tmp/test_chat_data_tok_XXXXXX";
+        if (!mkdtemp(tmpl)) return;
+        const Result r = run(py, {"test/make_test_tokenizers.py", tmpl}, tmpl);
+        if (r.code == 0) tok = tmpl;
+        else fprintf(stderr, "make_test_tokenizers.py failed:\n%s\n", r.err.c_str());
+    }
+    static void TearDownTestSuite() {
+        if (!tok.empty()) nftw(tok.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    }
+    void SetUp() override {
+        if (tok.empty()) {
+            const char* req = getenv("HF_REQUIRED");
+            if (req && strcmp(req, "1") == 0)
+                FAIL()
+                    << py
+                    << " lacks tokenizers, transformers or jinja2, or the tokenizers failed (HF_REQUIRED=1)";
+            GTEST_SKIP() << py
+                         << " lacks tokenizers, transformers or jinja2: .ci/run installs them in .venv-hf";
+        }
+        CliTest::SetUp();
+    }
+    Result tool(const char* script, const Args& args) {
+        Args a = {script};
+        a.insert(a.end(), args.begin(), args.end());
+        return run_bin(py.c_str(), a);
+    }
+    Result chat(const std::string& tokenizer, const std::string& input, int T, const Args& more = {}) {
+        Args a = {"--tokenizer", tok + "/" + tokenizer, "--input",        input, "--out-prefix",
+                  dir + "/c",    "--seq-len",           std::to_string(T)};
+        a.insert(a.end(), more.begin(), more.end());
+        return tool("dev/data/chat_shards.py", a);
+    }
+};
+std::string ChatData::tok, ChatData::py;
+
+// ----------------------------------------------------------------------------
+// hf_tokenize.py
+
+TEST_F(ChatData, HfTokenizeEqualsTheShippedGpt2Shards) {
+    const Result r = tool("dev/data/hf_tokenize.py", {"--tokenizer", tok + "/gpt2/tokenizer.json", "--input",
+                                                      "dev/data/tinyshakespeare/tinyshakespeare.txt",
+                                                      "--out-prefix", dir + "/ts", "--val-tokens", "32768"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(has(r.out, "7222 documents, 338028 tokens")) << r.out;
+    // the shipped shards are build/tokenize's output (test_tokenizer checks that)
+    EXPECT_TRUE(slurp(dir + "/ts_val.bin") == slurp("dev/data/tinyshakespeare/tiny_shakespeare_val.bin"));
+    EXPECT_TRUE(slurp(dir + "/ts_train.bin") == slurp("dev/data/tinyshakespeare/tiny_shakespeare_train.bin"));
+}
+
+// Both shards of a prefix, their ids in order (the header says the width).
+static std::vector<int64_t> shard_ids(const std::string& prefix) {
+    std::vector<int64_t> ids;
+    for (const char* part : {"_val.bin", "_train.bin"}) {
+        const std::string raw = slurp(prefix + part);
+        const std::vector<int32_t> h = header(prefix + part);
+        const int w = h[0] == DATALOADER_MAGIC_U32 ? 4 : 2;
+        EXPECT_EQ(raw.size(), 1024 + (size_t)w * (size_t)h[2]) << prefix << part;
+        for (size_t i = 1024; i + w <= raw.size(); i += w) {
+            uint32_t v = 0;
+            memcpy(&v, raw.data() + i, w);
+            ids.push_back(v);
+        }
+    }
+    return ids;
+}
+
+TEST_F(ChatData, HfTokenizeTrickyTextAsGpt2BpeDoes) {
+    // contractions, Unicode letters and digits, whitespace runs, blank-line runs, special-token text
+    const std::string text =
+        "It's 2026; they'll say \"d\xc3\xa9j\xc3\xa0 vu\" \xe2\x80\x94 \xce\xb1\xce\xb2\xce\xb3 "
+        "123,456.\n\n\n"
+        "  indented   words\t\ttabs\n\nA literal <|endoftext|> stays text.\n\n\n\nend";
+    FILE* f = fopen((dir + "/t.txt").c_str(), "wb");
+    fwrite(text.data(), 1, text.size(), f);
+    fclose(f);
+    const Result r = tool("dev/data/hf_tokenize.py", {"--tokenizer", tok + "/gpt2", "--input", dir + "/t.txt",
+                                                      "--out-prefix", dir + "/t", "--val-tokens", "3"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    std::vector<int64_t> want;
+    for (size_t start = 0; start < text.size();) {  // tokenize.cpp's cut
+        const size_t cut = text.find("\n\n", start), end = cut == std::string::npos ? text.size() : cut + 2;
+        want.push_back(kEot);
+        for (int id : enc(text.substr(start, end - start))) want.push_back(id);
+        start = end;
+    }
+    EXPECT_EQ(shard_ids(dir + "/t"), want);
+    EXPECT_EQ(header(dir + "/t_val.bin")[0], DATALOADER_MAGIC);
+}
+
+TEST_F(ChatData, HfTokenizeWideVocabularyWritesUint32) {
+    const std::string text = "alpha <w15999> beta\n\n<w00000>gamma";
+    FILE* f = fopen((dir + "/w.txt").c_str(), "wb");
+    fwrite(text.data(), 1, text.size(), f);
+    fclose(f);
+    const Result r = tool("dev/data/hf_tokenize.py", {"--tokenizer", tok + "/big", "--input", dir + "/w.txt",
+                                                      "--out-prefix", dir + "/w", "--val-tokens", "1"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(has(r.out, "uint32 (version 7) ids, vocabulary 66257")) << r.out;
+    std::vector<int64_t> want = {kEot};
+    for (int id : enc("alpha ")) want.push_back(id);
+    want.push_back(50257 + 15999);
+    for (int id : enc(" beta\n\n")) want.push_back(id);
+    want.insert(want.end(), {kEot, 50257});
+    for (int id : enc("gamma")) want.push_back(id);
+    EXPECT_EQ(shard_ids(dir + "/w"), want);
+    const std::vector<int32_t> h = header(dir + "/w_train.bin");
+    EXPECT_EQ(h[0], DATALOADER_MAGIC_U32);
+    EXPECT_EQ(h[1], DATALOADER_VERSION_U32);
+    // the loader reads it; a GPT-2-sized model refuses the first id past 50256 with file and byte
+    const std::string train = dir + "/w_train.bin";
+    DataLoader dl;
+    char err[512];
+    const int n = h[2];
+    ASSERT_EQ(dataloader_init(&dl, train.c_str(), 1, n - 1, 0, 0, err, sizeof err), 1) << err;
+    EXPECT_EQ(dl.kind, DL_LLAMA3);
+    ASSERT_EQ(dataloader_next_batch(&dl), 1) << dl.err;
+    for (int i = 0; i < n - 1; i++) EXPECT_EQ(dl.inputs[i], want[(size_t)i + 1]);
+    EXPECT_EQ(dataloader_check_tokens(&dl, 66257, err, sizeof err), 1) << err;
+    EXPECT_EQ(dataloader_check_tokens(&dl, 50257, err, sizeof err), 0);
+    const int at = (int)enc("alpha ").size();  // train token index of <w15999>
+    EXPECT_TRUE(has(err, train + ": token " + std::to_string(at) + " (byte " + std::to_string(1024 + 4 * at) +
+                             ") is 66256, outside the model's vocabulary of 50257"))
+        << err;
+    dataloader_free(&dl);
+}
+
+// ----------------------------------------------------------------------------
+// chat_shards.py
+
+// Runs the tool on chats.jsonl with the plain template (GPT-2) and checks both shards against the
+// independent encoding: each kept conversation once, in order, whole or (split) in pieces of T.
+static void check_plain(const std::string& out, const std::string& prefix, int T, bool split) {
+    const std::vector<Conv> convs = read_chats(kChats);
+    const int nval = (int)lround(convs.size() / 10.0);
+    std::map<std::string, int64_t> sum[2] = {summary(out, "val"), summary(out, "train")};
+    size_t next = 0;
+    for (int part = 0; part < 2; part++) {
+        const std::string path = prefix + (part ? "_train.bin" : "_val.bin");
+        int64_t targets = 0;
+        const std::vector<Segment> segs = read_segments(path, T, &targets);
+        const std::vector<int32_t> h = header(path);
+        const size_t end = part ? convs.size() : (size_t)nval;
+        int64_t kept = 0, dropped = 0, splits = 0, pieces = 0;
+        size_t s = 0;
+        for (; next < end; next++) {
+            std::vector<int> ids;
+            std::vector<char> mask;
+            plain_encoding(convs[next], &ids, &mask);
+            if ((int)ids.size() > T && !split) {
+                dropped++;
+                continue;
+            }
+            kept++;
+            splits += (int)ids.size() > T;
+            std::vector<int> got;
+            std::vector<char> got_mask;
+            for (size_t at = 0; at < ids.size(); at += T, s++, pieces++) {  // one piece per T tokens
+                ASSERT_LT(s, segs.size()) << path << ": conversation " << next << " missing";
+                EXPECT_EQ(segs[s].pos[0], 0);
+                EXPECT_FALSE(segs[s].target_flag[0]) << "a piece's first token is a target";
+                got.insert(got.end(), segs[s].ids.begin(), segs[s].ids.end());
+                got_mask.insert(got_mask.end(), segs[s].target_flag.begin(), segs[s].target_flag.end());
+                mask[at] = 0;  // nothing before a piece's start: not a target
+            }
+            EXPECT_EQ(got, ids) << path << ": conversation " << next << " (line " << next + 1 << ")";
+            EXPECT_EQ(got_mask, mask) << path << ": conversation " << next;
+            if ((int)ids.size() <= T) {  // decoded: each assistant turn, its end-of-turn, nothing else
+                std::vector<std::string> want;
+                for (const Msg& m : convs[next])
+                    if (m.role == "assistant") want.push_back(m.content + "<|endoftext|>");
+                EXPECT_EQ(target_runs(segs[s - 1]), want) << "conversation " << next;
+            }
+        }
+        EXPECT_EQ(s, segs.size()) << path << ": segments beyond the conversations";
+        const char* name = part ? "train" : "val";
+        EXPECT_EQ(sum[part]["convs"], kept) << name;
+        EXPECT_EQ(sum[part]["dropped"], dropped) << name;
+        EXPECT_EQ(sum[part]["split"], splits) << name;
+        EXPECT_EQ(sum[part]["targets"], targets) << name;
+        EXPECT_EQ(sum[part]["rows"] * T, sum[part]["tokens"]);
+        EXPECT_EQ(h[CHAT_H_MAGIC], DATALOADER_CHAT_MAGIC);
+        EXPECT_EQ(h[CHAT_H_TOKEN_BYTES], 2);
+        EXPECT_EQ(h[CHAT_H_T], T);
+        EXPECT_EQ(h[CHAT_H_ROWS], sum[part]["rows"]);
+        EXPECT_EQ(h[CHAT_H_VOCAB], 50257);
+        EXPECT_EQ(h[CHAT_H_CONVS], kept);
+        EXPECT_EQ(h[CHAT_H_SEGMENTS], pieces);
+        EXPECT_EQ(dl_int64_slot(h.data(), CHAT_H_TARGETS), targets);
+        EXPECT_EQ(dl_int64_slot(h.data(), CHAT_H_PADS), sum[part]["pads"]);
+        EXPECT_EQ(h[CHAT_H_SPLIT], splits);
+        EXPECT_EQ(h[CHAT_H_DROPPED], dropped);
+    }
+}
+
+TEST_F(ChatData, PlainTemplateTargetsExactlyTheAssistantTurns) {
+    const Result r = chat("gpt2", kChats, 128);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(has(r.out, "1 dropped")) << r.out;  // chats.jsonl's long conversation
+    EXPECT_TRUE(has(r.out, "template plain, targets by generation")) << r.out;
+    check_plain(r.out, dir + "/c", 128, false);
+    // the prefix method finds the same targets
+    const std::string gen = slurp(dir + "/c_train.bin");
+    const Result p = chat("gpt2", kChats, 128, {"--mask", "prefix"});
+    ASSERT_EQ(p.code, 0) << p.err;
+    EXPECT_TRUE(slurp(dir + "/c_train.bin") == gen) << "--mask prefix and generation differ";
+}
+
+TEST_F(ChatData, LongConversationsSplitIntoPiecesOfT) {
+    const Result r = chat("gpt2", kChats, 48, {"--long", "split"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_FALSE(has(r.out, "train: 0 split")) << r.out;
+    check_plain(r.out, dir + "/c", 48, true);
+    const Result d = chat("gpt2", kChats, 48);  // drop: fewer conversations, none split
+    ASSERT_EQ(d.code, 0) << d.err;
+    check_plain(d.out, dir + "/c", 48, false);
+}
+
+TEST_F(ChatData, ChatTemplateWithoutMarkersByPrefix) {
+    const Result r = chat("chatml", kChats, 128, {"--long", "split", "--val-convs", "5"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(has(r.out, "template the tokenizer's, targets by prefix")) << r.out;
+    const std::vector<Conv> convs = read_chats(kChats);
+    size_t c = 0;
+    for (const char* part : {"_val.bin", "_train.bin"}) {
+        int64_t targets = 0;
+        const std::vector<Segment> segs = read_segments(dir + "/c" + part, 128, &targets);
+        EXPECT_EQ(summary(r.out, part[1] == 'v' ? "val" : "train")["targets"], targets);
+        for (size_t s = 0; s < segs.size(); s++, c++) {
+            ASSERT_LT(c, convs.size());
+            std::string text;
+            std::vector<std::string> want;
+            for (const Msg& m : convs[c]) {
+                text += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
+                if (m.role == "assistant") want.push_back(m.content + "<|im_end|>\n");
+            }
+            std::vector<int> all = segs[s].ids;
+            while (s + 1 < segs.size() && (int)segs[s].ids.size() == 128 && dec(all) != text) {
+                s++;  // a split conversation's next piece
+                all.insert(all.end(), segs[s].ids.begin(), segs[s].ids.end());
+            }
+            EXPECT_EQ(dec(all), text) << "conversation " << c;
+            if (all.size() <= 128) { EXPECT_EQ(target_runs(segs[s]), want) << "conversation " << c; }
+        }
+    }
+    EXPECT_EQ(c, convs.size());
+    const Result g = chat("chatml", kChats, 128, {"--mask", "generation"});
+    EXPECT_NE(g.code, 0);
+    EXPECT_TRUE(has(g.err, "no {% generation %} markers")) << g.err;
+}
+
+TEST_F(ChatData, LoaderRefusesAnotherT) {
+    const Result r = chat("gpt2", kChats, 64);
+    ASSERT_EQ(r.code, 0) << r.err;
+    DataLoader dl;
+    char err[512];
+    const std::string path = dir + "/c_train.bin";
+    EXPECT_EQ(dataloader_init(&dl, path.c_str(), 4, 128, 0, 0, err, sizeof err), 0);
+    EXPECT_TRUE(has(err, path + ": its rows were packed for T=64, the run has T=128")) << err;
+    dataloader_free(&dl);
+    EXPECT_EQ(dataloader_init(&dl, path.c_str(), 1000, 64, 0, 0, err, sizeof err), 0);
+    EXPECT_TRUE(has(err, "one batch needs B = 1000 rows")) << err;
+    dataloader_free(&dl);
+}
+
+TEST_F(ChatData, BadInputNamesTheLineAndWritesNothing) {
+    const std::string ok =
+        R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]})";
+    struct Case {
+        std::string line, why;
+        const char* tokenizer;
+    };
+    const std::vector<Case> cases = {
+        {R"({"messages": [})", "not JSON", "gpt2"},
+        {R"({"messages": [{"role": "tool", "content": "x"}, {"role": "assistant", "content": "y"}]})",
+         "message 0 has the unknown role 'tool' (want system, user or assistant)", "gpt2"},
+        {R"({"messages": []})", "an empty conversation", "gpt2"},
+        {R"({"messages": [{"role": "user", "content": "x"}]})", "no assistant message", "gpt2"},
+        {R"({"messages": [{"role": "user", "content": 5}, {"role": "assistant", "content": "y"}]})",
+         "message 0's content is missing or not a string", "gpt2"},
+        {R"({"messages": "hello"})", "'messages' is not a list", "gpt2"},
+        {R"([1, 2])", "a conversation is a JSON object", "gpt2"},
+        {R"({"text": "x"})", "no 'messages', nor 'instruction' and 'output'", "gpt2"},
+        {R"({"instruction": "x"})", "'output' is missing or not a string", "gpt2"},
+        {"   ", "an empty line", "gpt2"},
+        {"{\"messages\": \"\xff\"}", "not UTF-8 at byte 14", "gpt2"},
+        {R"({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "a<|endoftext|>b"}]})",
+         "message 1 contains the special token text '<|endoftext|>'", "gpt2"},
+        {R"({"messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "x"}, )"
+         R"({"role": "assistant", "content": "y"}]})",
+         "the chat template failed: TemplateError: no system messages here", "strict"},
+    };
+    // one file, one bad line each (lines 2..): all are listed, with their line numbers
+    const std::string path = dir + "/bad.jsonl";
+    std::string text = ok + "\n";
+    for (const Case& k : cases)
+        if (!strcmp(k.tokenizer, "gpt2")) text += k.line + "\n";
+    text += ok + "\n";
+    FILE* f = fopen(path.c_str(), "wb");
+    fwrite(text.data(), 1, text.size(), f);
+    fclose(f);
+    const Result r = chat("gpt2", path, 64);
+    EXPECT_NE(r.code, 0);
+    int line = 2;
+    for (const Case& k : cases) {
+        if (strcmp(k.tokenizer, "gpt2")) continue;
+        EXPECT_TRUE(has(r.err, path + ":" + std::to_string(line++) + ": " + k.why)) << k.line << "\n"
+                                                                                    << r.err;
+    }
+    EXPECT_TRUE(has(r.err, std::to_string(line - 2) + " bad line(s)")) << r.err;
+    // a template that raises
+    const std::string strict = dir + "/strict.jsonl";
+    f = fopen(strict.c_str(), "wb");
+    fprintf(f, "%s\n%s\n%s\n", ok.c_str(), cases.back().line.c_str(), ok.c_str());
+    fclose(f);
+    const Result t = chat("strict", strict, 64);
+    EXPECT_NE(t.code, 0);
+    EXPECT_TRUE(has(t.err, strict + ":2: " + cases.back().why)) << t.err;
+    EXPECT_TRUE(has(t.err, "1 bad line(s)")) << t.err;
+    EXPECT_NE(access((dir + "/c_train.bin").c_str(), F_OK), 0) << "a shard written despite bad lines";
+    // flags and files
+    EXPECT_TRUE(has(chat("gpt2", kChats, 1).err, "--seq-len wants T >= 2")) << "T=1";
+    EXPECT_TRUE(has(chat("gpt2", dir + "/none.jsonl", 64).err, "cannot read")) << "no input";
+    FILE* e = fopen((dir + "/one.jsonl").c_str(), "wb");
+    fprintf(e, "%s\n", ok.c_str());
+    fclose(e);
+    EXPECT_TRUE(has(chat("gpt2", dir + "/one.jsonl", 64).err, "a val and a train split need at least 2"));
+    EXPECT_TRUE(has(chat("gpt2", kChats, 64, {"--val-convs", "31"}).err, "--val-convs 31: want 1 to 30"));
+}
