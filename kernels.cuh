@@ -510,26 +510,23 @@ __global__ void __launch_bounds__(1024)
     __shared__ float shared[WARP];
     int64_t row = blockIdx.x;
     bf16* x = logits + row * Vp;
+    // target -1: loss 0, gradient 0. Every row still runs the reductions (the emulation needs every block
+    // to take the same warp shuffles).
     const int target = targets[row];
-    if (target < 0) {  // not a target: no loss, no gradient (uniform across the block)
-        if (threadIdx.x == 0) losses[row] = 0.0f;
-        if (dloss_scale != 0.0f)
-            for (int i = threadIdx.x; i < Vp; i += blockDim.x) x[i] = __float2bfloat16(0.0f);
-        return;
-    }
     float mx = -INFINITY;
     for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, (float)x[i]);
     mx = block_max(mx, shared);
     float sum = 0.0f;
     for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf((float)x[i] - mx);
     sum = block_sum(sum, shared);
-    if (threadIdx.x == 0) losses[row] = logf(sum) + mx - (float)x[target];
+    if (threadIdx.x == 0) losses[row] = target < 0 ? 0.0f : logf(sum) + mx - (float)x[target];
     if (dloss_scale == 0.0f) return;
     __syncthreads();  // everyone has read x[target] before it is overwritten
     const float inv = 1.0f / sum;
     for (int i = threadIdx.x; i < Vp; i += blockDim.x) {
         float g = 0.0f;
-        if (i < V) g = (expf((float)x[i] - mx) * inv - (i == target ? 1.0f : 0.0f)) * dloss_scale;
+        if (i < V && target >= 0)
+            g = (expf((float)x[i] - mx) * inv - (i == target ? 1.0f : 0.0f)) * dloss_scale;
         x[i] = __float2bfloat16(g);
     }
 }
@@ -585,16 +582,18 @@ static void adamw_gpu(float* p, const float* grad, float* m, float* v, bf16* p_b
     cudaCheckLaunch();
 }
 
-// Mean of the per-position losses (one block; N is at most a few hundred thousand).
-__global__ void __launch_bounds__(1024) mean_loss_kernel(float* out, const float* losses, int64_t N) {
+// Mean of the per-position losses (one block; N is at most a few hundred thousand). normalizer != 0: the
+// sum times it instead (packed data: 1 / target tokens of the step; non-targets' losses are 0).
+__global__ void __launch_bounds__(1024)
+    mean_loss_kernel(float* out, const float* losses, int64_t N, float normalizer) {
     __shared__ float shared[WARP];
     float acc = 0.0f;
     for (int64_t i = threadIdx.x; i < N; i += blockDim.x) acc += losses[i];
     acc = block_sum(acc, shared);
-    if (threadIdx.x == 0) *out = acc / (float)N;
+    if (threadIdx.x == 0) *out = normalizer != 0.0f ? acc * normalizer : acc / (float)N;
 }
-static void mean_loss(float* out, const float* losses, int64_t N, cudaStream_t s) {
-    mean_loss_kernel<<<1, 1024, 0, s>>>(out, losses, N);
+static void mean_loss(float* out, const float* losses, int64_t N, cudaStream_t s, float normalizer = 0.0f) {
+    mean_loss_kernel<<<1, 1024, 0, s>>>(out, losses, N, normalizer);
     cudaCheckLaunch();
 }
 

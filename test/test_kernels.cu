@@ -6,17 +6,18 @@
 // matmul, the ldmatrix fragment loads, forward y and lse, backward dq/dk/dv, at head sizes 32/64/80/96/128
 // and T = 1, 37, 64, 70, 100, 130, 200), and one whole layer with either attention (layer_forward, then
 // layer_forward(NULL) + layer_backward) are compared with the fp32 functions of gpt2_cpu.h on the same
-// inputs. Shapes exercise the edges: T = 37 (not a multiple of 32) and 64, C = 96 and 128 with hs = 32,
-// attention also at hs = 64 (GPT-2's) and hs = 20 (not a multiple of 8: cuBLAS strides without 16-byte
-// alignment), N = 259 rows (not a multiple of the 8 rows per block, more than one 256-row tile), V = 2500
-// with Vp = 2560 (more than the 1024 threads of a row block), element counts past grid_for's cap (so the
-// grid-stride loops loop), and parameter gradients accumulated by two calls (they must ADD). Not checked
-// here: head_forward/head_backward as a unit (their kernels are checked one by one), stream.cu (weight
-// streaming, gradient hand-off: test_stream.cpp), the optimizer thread, gpt_step's orchestration and
-// micro-batch accumulation (test_gpu.cu covers those), int64 indexing past 2^31 elements and the 65535
-// row-tile cap. Every test skips (GTEST_SKIP) when no CUDA device is present; make test also runs them all
-// with the kernels emulated on the CPU (build/emu_test_kernels, test/fake_cuda/fake_device.h: CPU math,
-// not the GPU's).
+// inputs; both attention paths with grouped-query heads and packed sequences (pos) against llama_cpu.h's
+// gqa_attention_*, the embeddings by pos and the loss with -1 targets too (issues 31, 32). Shapes exercise
+// the edges: T = 37 (not a multiple of 32) and 64, C = 96 and 128 with hs = 32, attention also at hs = 64
+// (GPT-2's) and hs = 20 (not a multiple of 8: cuBLAS strides without 16-byte alignment), N = 259 rows (not a
+// multiple of the 8 rows per block, more than one 256-row tile), V = 2500 with Vp = 2560 (more than the 1024
+// threads of a row block), element counts past grid_for's cap (so the grid-stride loops loop), and parameter
+// gradients accumulated by two calls (they must ADD). Not checked here: head_forward/head_backward as a unit
+// (their kernels are checked one by one), stream.cu (weight streaming, gradient hand-off: test_stream.cpp),
+// the optimizer thread, gpt_step's orchestration and micro-batch accumulation (test_gpu.cu covers those),
+// int64 indexing past 2^31 elements and the 65535 row-tile cap. Every test skips (GTEST_SKIP) when no CUDA
+// device is present; make test also runs them all with the kernels emulated on the CPU
+// (build/emu_test_kernels, test/fake_cuda/fake_device.h: CPU math, not the GPU's).
 //
 // Method: random inputs are ROUNDED TO bf16 first and the very same values go to both sides, so a GPU
 // result differs from the CPU's only by its bf16 output rounding and fp32 summation order. Errors are the
@@ -1219,15 +1220,19 @@ std::vector<float> columns(const std::vector<float>& m, int64_t rows, int64_t ro
                            int64_t width) {
     std::vector<float> out((size_t)(rows * width));
     for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < width; c++) out[(size_t)(r * width + c)] = m[(size_t)(r * row_width + c0 + c)];
+        for (int64_t c = 0; c < width; c++)
+            out[(size_t)(r * width + c)] = m[(size_t)(r * row_width + c0 + c)];
     return out;
 }
 
 struct GqaCase {
     int B, T, NH, NKV, hs, packed;
 };
-const GqaCase kGqaCases[] = {{2, 37, 4, 4, 64, 1}, {2, 70, 4, 2, 64, 0}, {1, 130, 8, 1, 64, 1},
-                             {1, 70, 4, 2, 128, 1}, {1, 100, 8, 1, 128, 0}};
+const GqaCase kGqaCases[] = {{2, 37, 4, 4, 64, 1},
+                             {2, 70, 4, 2, 64, 0},
+                             {1, 130, 8, 1, 64, 1},
+                             {1, 70, 4, 2, 128, 1},
+                             {1, 100, 8, 1, 128, 0}};
 const std::vector<int> kConversations = {70, 9, 23, 41};
 
 // One case's inputs and llama_cpu.h's results.
@@ -1245,7 +1250,8 @@ struct GqaReference {
         y.resize((size_t)(N * QD)), att.resize((size_t)c.B * c.NH * c.T * c.T), dq.resize((size_t)(N * QD));
         dk.resize((size_t)(N * KVD)), dv.resize((size_t)(N * KVD));
         std::vector<float> dscore((size_t)c.B * c.NKV * c.T);
-        gqa_attention_forward(y.data(), att.data(), q.data(), k.data(), v.data(), c.B, c.T, c.NH, c.NKV, c.hs, p);
+        gqa_attention_forward(y.data(), att.data(), q.data(), k.data(), v.data(), c.B, c.T, c.NH, c.NKV, c.hs,
+                              p);
         gqa_attention_backward(dq.data(), dk.data(), dv.data(), dscore.data(), dy.data(), q.data(), k.data(),
                                v.data(), att.data(), c.B, c.T, c.NH, c.NKV, c.hs, p);
         // lse: log2 of each row's sum of exp(score) over its visible keys, in double
@@ -1362,7 +1368,8 @@ TEST(Kernels, AttentionPlainPositionsSameBitsAsNoPositions) {
     const int* pos_d = m.copy(plain);
     bf16 *y_d = m.zeros<bf16>(r.N * C), *att_d = m.zeros<bf16>(natt), *datt_d = m.zeros<bf16>(natt);
     bf16* dqkv_d = m.zeros<bf16>(r.N * r.W);
-    float *lse_d = m.zeros<float>((int64_t)c.B * c.NH * c.T), *dsum_d = m.zeros<float>((int64_t)c.B * c.NH * c.T);
+    float *lse_d = m.zeros<float>((int64_t)c.B * c.NH * c.T),
+          *dsum_d = m.zeros<float>((int64_t)c.B * c.NH * c.T);
     std::vector<float> outs[2][3];
     for (int with_pos = 0; with_pos < 2; with_pos++) {
         const int* p = with_pos ? pos_d : nullptr;
@@ -1431,7 +1438,7 @@ TEST(Kernels, FusedClassifierSkipsNonTargets) {
     const auto got_losses = download(d_losses, N);
     const auto got = download(d_logits, N * Vp);
     EXPECT_TRUE(check("fused_classifier (-1 targets) losses", got_losses, losses, 1e-4));  // fp32, as above
-    EXPECT_TRUE(check("fused_classifier (-1 targets) dlogits", got, dlogits, 1e-2));      // bf16 output
+    EXPECT_TRUE(check("fused_classifier (-1 targets) dlogits", got, dlogits, 1e-2));       // bf16 output
     int64_t nonzero = 0;  // rows without a target: loss and gradient exactly 0
     for (int64_t i = 0; i < N; i++)
         if (tg[(size_t)i] < 0) {
@@ -1439,7 +1446,13 @@ TEST(Kernels, FusedClassifierSkipsNonTargets) {
             for (int v = 0; v < Vp; v++) nonzero += got[(size_t)(i * Vp + v)] != 0.0f;
         }
     EXPECT_EQ(nonzero, 0);
+    // the step's loss: the sum over the targets times the normalizer (fp32 sum of 74 values: ~1e-7)
+    double sum = 0.0;
+    for (float l : losses) sum += l;
+    float* d_mean = m.zeros<float>(1);
+    mean_loss(d_mean, d_losses, N, kStream, normalizer);
+    EXPECT_TRUE(
+        within("mean_loss (normalizer), relative", rel_diff(download(d_mean, 1)[0], sum * normalizer), 1e-5));
 }
-
 
 }  // namespace

@@ -211,8 +211,8 @@ TEST_P(PackedLlamaVsTransformers, LossesAndGradientsMatchConversationsAlone) {
         compared++;
     }
     EXPECT_EQ(compared, e.file.tensors.size());
-    printf("%s: per-token losses %.2e, worst gradient %.2e (%s), %zu gradients\n", GetParam(), loss_rel, worst,
-           worst_name.c_str(), compared);
+    printf("%s: per-token losses %.2e, worst gradient %.2e (%s), %zu gradients\n", GetParam(), loss_rel,
+           worst, worst_name.c_str(), compared);
     llama_cpu_free(&m);
 }
 INSTANTIATE_TEST_SUITE_P(Cases, PackedLlamaVsTransformers, ::testing::Values("llama_gqa2", "qwen2_gqa4"));
@@ -288,7 +288,8 @@ void check_packed_vs_alone(Model* m, float* grads, int64_t n_params, Forward for
     const double loss_rel = max_rel(packed_losses.data(), alone_losses.data(), alone_losses.size());
     const double grad_rel = rel_l2(packed_grads.data(), grads, (size_t)n_params);
     int64_t nonzero = 0;  // no target, no loss: exactly 0
-    for (size_t i = 0; i < packed_losses.size(); i++) nonzero += pk.targets[i] < 0 && packed_losses[i] != 0.0f;
+    for (size_t i = 0; i < packed_losses.size(); i++)
+        nonzero += pk.targets[i] < 0 && packed_losses[i] != 0.0f;
     printf("  packed vs alone: per-token losses %.2e, gradients %.2e, %lld targets\n", loss_rel, grad_rel,
            (long long)pk.n_targets);
     EXPECT_LT(loss_rel, 1e-5);
