@@ -444,8 +444,7 @@ __global__ void __launch_bounds__(64)
             const int64_t bh = (int64_t)b * NH + h;
             const bf16* q_head = qkv + (int64_t)b * T * ld + (int64_t)h * HS;
             const bf16* dy_head = dy + (int64_t)b * T * C + (int64_t)h * HS;
-            if (pos_b) {  // skip a tile whose queries all start after these keys (same answer in every
-                          // thread)
+            if (pos_b) {  // skip a tile whose queries all start after these keys (every thread agrees)
                 bool seen = false;
                 for (int q = qt * BQ; q < min(qt * BQ + BQ, T) && !seen; q++) seen = q - pos_b[q] <= last_key;
                 if (!seen) continue;
