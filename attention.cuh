@@ -1,9 +1,12 @@
 // attention.cuh — causal self-attention (-F 0), forward and backward: cuBLAS batched GEMMs per head and the
 // causal softmax kernels, in place on the activations' layouts. No CUDA API of its own, so
 // test/test_attention.cpp checks its stride math on the CPU.
+// Grouped-query attention (Llama): qkv rows are [q (NH*hs) | k (NKV*hs) | v (NKV*hs)], query head h reads
+// key/value head h / (NH/NKV) in place (no per-head copies). GPT-2 is NKV = NH: [q | k | v] of C each.
+// Packed sequences: pos (B*T, device, may be NULL) masks key s for query t unless t - pos[t] <= s <= t.
 #pragma once
 
-// Per-head matrices in place: q, k, v of head h are column blocks of qkv (B, T, 3, NH, hs) (row stride 3C);
+// Per-head matrices in place: q, k, v of head h are column blocks of a qkv row (row stride (NH + 2 NKV) hs);
 // y, dy of (B, T, NH, hs) (row stride C); scores of (b, h) are block b*NH + h of att (T x T).
 // Heads are uniformly strided (hs, or T*T): one batched GEMM per sequence.
 typedef struct {
@@ -13,50 +16,85 @@ typedef struct {
     int64_t sequence;  // elements between sequences b and b+1
 } HeadMatrices;
 
+// beta 1: C += A B (the group's heads summed into one dk, dv)
 static void heads_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
-                       HeadMatrices A, HeadMatrices Bm, HeadMatrices Cm, int B, int NH, cudaStream_t s) {
+                       HeadMatrices A, HeadMatrices Bm, HeadMatrices Cm, int B, int heads, cudaStream_t s,
+                       float beta = 0.0f) {
     for (int b = 0; b < B; b++)
         matmul_batched(ta, tb, m, n, k, alpha, A.base + b * A.sequence, A.ld, A.head,
                        Bm.base + b * Bm.sequence, Bm.ld, Bm.head, Cm.base + b * Cm.sequence, Cm.ld, Cm.head,
-                       NH, s);
-}
-// which = 0, 1, 2: the q, k or v blocks of a (B, T, 3C) tensor (qkv or dqkv)
-static HeadMatrices qkv_heads(bf16* qkv, int which, int T, int C, int hs) {
-    return {qkv + (int64_t)which * C, 3 * C, hs, (int64_t)T * 3 * C};
-}
-static HeadMatrices row_heads(bf16* y, int T, int C, int hs) {
-    return {y, C, hs, (int64_t)T * C};
-}  // (B, T, C)
-static HeadMatrices score_heads(bf16* att, int T, int NH) {
-    return {att, T, (int64_t)T * T, (int64_t)NH * T * T};
+                       heads, s, beta);
 }
 
-// y (B, T, C) = softmax_causal(q k^T / sqrt(hs)) v per head; att (B, NH, T, T) keeps the probabilities.
-// qkv (B, T, 3C), bias added.
-static void attention_forward(bf16* y, bf16* att, bf16* qkv, int B, int T, int C, int NH, cudaStream_t s) {
-    const int hs = C / NH;
-    const HeadMatrices q = qkv_heads(qkv, 0, T, C, hs), k = qkv_heads(qkv, 1, T, C, hs),
-                       v = qkv_heads(qkv, 2, T, C, hs), a = score_heads(att, T, NH);
+// The heads one batched GEMM takes: member j (0 .. group-1) of each of the NKV groups, so query heads
+// h = g*group + j (stride group*hs) meet key/value head g (stride hs). GPT-2: group 1, j 0, every head.
+typedef struct {
+    int T, NH, NKV, hs, group;
+    int64_t ld;  // a qkv row: (NH + 2 NKV) hs
+} AttnHeads;
+static AttnHeads attn_shape(int T, int C, int NH, int NKV) {
+    const int nkv = NKV > 0 ? NKV : NH, hs = C / NH;
+    return {T, NH, nkv, hs, NH / nkv, (int64_t)(NH + 2 * nkv) * hs};
+}
+// query heads j, j + group, ... of a (B, T, qkv row) tensor (qkv or dqkv)
+static HeadMatrices q_heads(bf16* qkv, const AttnHeads& a, int j) {
+    return {qkv + (int64_t)j * a.hs, (int)a.ld, (int64_t)a.group * a.hs, (int64_t)a.T * a.ld};
+}
+// key (which 1) or value (which 2) heads 0 .. NKV-1
+static HeadMatrices kv_heads(bf16* qkv, const AttnHeads& a, int which) {
+    const int64_t first = (int64_t)(a.NH + (which - 1) * a.NKV) * a.hs;
+    return {qkv + first, (int)a.ld, a.hs, (int64_t)a.T * a.ld};
+}
+// heads j, j + group, ... of (B, T, NH*hs): y, dy
+static HeadMatrices row_heads(bf16* y, const AttnHeads& a, int j) {
+    const int64_t C = (int64_t)a.NH * a.hs;
+    return {y + (int64_t)j * a.hs, (int)C, (int64_t)a.group * a.hs, (int64_t)a.T * C};
+}
+// score blocks of heads j, j + group, ... of (B, NH, T, T)
+static HeadMatrices score_heads(bf16* att, const AttnHeads& a, int j) {
+    const int64_t TT = (int64_t)a.T * a.T;
+    return {att + j * TT, a.T, a.group * TT, (int64_t)a.NH * TT};
+}
+
+// y (B, T, C = NH*hs) = softmax_causal(q k^T / sqrt(hs)) v per head; att (B, NH, T, T) keeps the
+// probabilities. qkv (B, T, (NH + 2 NKV) hs), bias added. NKV 0: NKV = NH (GPT-2).
+static void attention_forward(bf16* y, bf16* att, bf16* qkv, int B, int T, int C, int NH, cudaStream_t s,
+                              int NKV = 0, const int* pos = nullptr) {
+    const AttnHeads sh = attn_shape(T, C, NH, NKV);
+    const HeadMatrices k = kv_heads(qkv, sh, 1), v = kv_heads(qkv, sh, 2);
     // scores = q @ k^T / sqrt(hs)  (column-major: scores^T = k q^T)
-    heads_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f / sqrtf((float)hs), k, q, a, B, NH, s);
-    softmax_causal_forward(att, (int64_t)B * NH * T, T, s);
+    for (int j = 0; j < sh.group; j++)
+        heads_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, sh.hs, 1.0f / sqrtf((float)sh.hs), k, q_heads(qkv, sh, j),
+                   score_heads(att, sh, j), B, sh.NKV, s);
+    softmax_causal_forward(att, (int64_t)B * NH * T, T, s, pos, NH);
     // y = att @ v, straight into the (B, T, NH, hs) rows the projection reads
-    heads_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, 1.0f, v, a, row_heads(y, T, C, hs), B, NH, s);
+    for (int j = 0; j < sh.group; j++)
+        heads_gemm(CUBLAS_OP_N, CUBLAS_OP_N, sh.hs, T, T, 1.0f, v, score_heads(att, sh, j),
+                   row_heads(y, sh, j), B, sh.NKV, s);
 }
 
-// dqkv (B, T, 3C), every element, from dy (B, T, C) and the forward's qkv and att; datt: scratch.
+// dqkv (B, T, qkv row), every element, from dy (B, T, C) and the forward's qkv and att; datt: scratch.
+// dk and dv sum over a group's query heads: the first head's GEMM writes them, the others add (beta 1),
+// in order, on one stream: no race, and a bf16 rounding per added head.
 static void attention_backward(bf16* dqkv, bf16* datt, bf16* dy, bf16* att, bf16* qkv, int B, int T, int C,
-                               int NH, cudaStream_t s) {
-    const int hs = C / NH;
-    const float scale = 1.0f / sqrtf((float)hs);
-    const HeadMatrices q = qkv_heads(qkv, 0, T, C, hs), k = qkv_heads(qkv, 1, T, C, hs),
-                       v = qkv_heads(qkv, 2, T, C, hs), a = score_heads(att, T, NH),
-                       da = score_heads(datt, T, NH), d = row_heads(dy, T, C, hs);
+                               int NH, cudaStream_t s, int NKV = 0, const int* pos = nullptr) {
+    const AttnHeads sh = attn_shape(T, C, NH, NKV);
+    const float scale = 1.0f / sqrtf((float)sh.hs);
+    const HeadMatrices k = kv_heads(qkv, sh, 1), v = kv_heads(qkv, sh, 2);
+    const HeadMatrices dk = kv_heads(dqkv, sh, 1), dv = kv_heads(dqkv, sh, 2);
     // datt = dy @ v^T ; dv = att^T @ dy
-    heads_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, hs, 1.0f, v, d, da, B, NH, s);
-    heads_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, 1.0f, d, a, qkv_heads(dqkv, 2, T, C, hs), B, NH, s);
-    softmax_causal_backward(datt, att, (int64_t)B * NH * T, T, s);  // now d(scores)
+    for (int j = 0; j < sh.group; j++) {
+        const HeadMatrices d = row_heads(dy, sh, j);
+        heads_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, sh.hs, 1.0f, v, d, score_heads(datt, sh, j), B, sh.NKV, s);
+        heads_gemm(CUBLAS_OP_N, CUBLAS_OP_T, sh.hs, T, T, 1.0f, d, score_heads(att, sh, j), dv, B, sh.NKV, s,
+                   j ? 1.0f : 0.0f);
+    }
+    softmax_causal_backward(datt, att, (int64_t)B * NH * T, T, s, pos, NH);  // now d(scores)
     // dq = dscores @ k * scale ; dk = dscores^T @ q * scale
-    heads_gemm(CUBLAS_OP_N, CUBLAS_OP_N, hs, T, T, scale, k, da, qkv_heads(dqkv, 0, T, C, hs), B, NH, s);
-    heads_gemm(CUBLAS_OP_N, CUBLAS_OP_T, hs, T, T, scale, q, da, qkv_heads(dqkv, 1, T, C, hs), B, NH, s);
+    for (int j = 0; j < sh.group; j++) {
+        const HeadMatrices da = score_heads(datt, sh, j);
+        heads_gemm(CUBLAS_OP_N, CUBLAS_OP_N, sh.hs, T, T, scale, k, da, q_heads(dqkv, sh, j), B, sh.NKV, s);
+        heads_gemm(CUBLAS_OP_N, CUBLAS_OP_T, sh.hs, T, T, scale, q_heads(qkv, sh, j), da, dk, B, sh.NKV, s,
+                   j ? 1.0f : 0.0f);
+    }
 }

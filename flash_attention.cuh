@@ -3,6 +3,9 @@
 // the backward recomputes P; the backward is two kernels (dq by query tiles, dk/dv by key tiles), so each
 // gradient element is written once, without atomics. Same layouts as attention.cuh (the fallback):
 // qkv (B, T, 3C) -> y (B, T, C). Head sizes 32, 64, 80, 96, 128; any T; bf16 in, fp32 accumulation.
+// Grouped-query attention (Llama): qkv rows [q (NH*hs) | k (NKV*hs) | v (NKV*hs)], query head h reads
+// key/value head h / (NH/NKV) in place; GPT-2 is NKV = NH. Packed sequences: pos (B*T, may be NULL) masks
+// key s for query t unless t - pos[t] <= s <= t; key tiles no query of a block sees are skipped.
 // Not here: choosing the path (train_gpt.cu), cp.async double buffering, Hopper's wgmma.
 #pragma once
 #include "cuda_common.h"
@@ -115,6 +118,23 @@ __device__ __forceinline__ void c_to_a(uint32_t a[4], const float left[4], const
 // the 8 rows of one ldmatrix phase in different banks. Fragment pairs down a column: ldmatrix .trans.
 #define FA_PAD 8
 
+// The first key that query rows [row0, row0 + rows) see: min of t - pos[t] (pos_b: the sequence's positions;
+// NULL: 0). Thread 0 reads them, the block gets it through `shared`; every thread must call it.
+__device__ __forceinline__ int first_key_of(const int* pos_b, int row0, int rows, int T, int* shared) {
+    if (!pos_b) return 0;
+    if (threadIdx.x == 0) {
+        int lo = row0;
+        for (int r = row0; r < min(row0 + rows, T); r++) lo = min(lo, r - pos_b[r]);
+        *shared = lo;
+    }
+    __syncthreads();
+    return *shared;
+}
+// The first key query row r sees (0 past T or without pos).
+__device__ __forceinline__ int row_first_key(const int* pos_b, int r, int T) {
+    return pos_b && r < T ? r - pos_b[r] : 0;
+}
+
 // Rows [row0, row0 + ROWS) of a head's (T, HS) matrix (row stride ld) into a shared tile [ROWS][HS + FA_PAD];
 // rows >= T are zeros.
 template <int ROWS, int HS>
@@ -171,30 +191,36 @@ __device__ __forceinline__ void b2_from_cols(uint32_t b[4], const bf16 (*tile)[W
 
 template <int HS>
 __global__ void __launch_bounds__(128)
-    flash_attention_forward_kernel(bf16* y, float* lse, const bf16* qkv, int T, int NH, float scale_log2) {
+    flash_attention_forward_kernel(bf16* y, float* lse, const bf16* qkv, int T, int NH, int NKV,
+                                   const int* pos, float scale_log2) {
     constexpr int BQ = 64, BK = 64;
     __shared__ __align__(16) bf16 ks[BK][HS + FA_PAD];  // k rows: B of S = q k^T
     __shared__ __align__(16) bf16 vs[BK][HS + FA_PAD];  // v rows: B of O += P v (ldmatrix .trans)
+    __shared__ int first_key_s;
     const int C = NH * HS;
-    const int64_t ld = 3 * (int64_t)C;
+    const int64_t ld = (int64_t)(NH + 2 * NKV) * HS;  // a qkv row
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const int q_tile = (int)gridDim.y - 1 - (int)blockIdx.y;
     const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
     const bf16* q_head = qkv + (int64_t)b * T * ld + (int64_t)h * HS;
-    const bf16* k_head = q_head + C;
-    const bf16* v_head = q_head + 2 * C;
+    const bf16* k_head = qkv + (int64_t)b * T * ld + (int64_t)(NH + h / (NH / NKV)) * HS;  // its group's
+    const bf16* v_head = k_head + (int64_t)NKV * HS;
     const int r0 = q_tile * BQ + warp * 16 + g, r1 = r0 + 8;  // this lane's two query rows
+    const int* pos_b = pos ? pos + (int64_t)b * T : nullptr;
+    const int lo0 = row_first_key(pos_b, r0, T), lo1 = row_first_key(pos_b, r1, T);  // their first keys
+    const int first_key = first_key_of(pos_b, q_tile * BQ, BQ, T, &first_key_s);
 
     uint32_t qf[HS / 16][4];
     load_a_rows<HS>(qf, q_head, ld, r0, r1, T);
     float o[HS / 8][4];
     for (int n = 0; n < HS / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    // Running max and this lane's part of the sum, rows r0 and r1. Key 0 is in every row's first tile, so m
-    // is finite after it, and exp2(-inf - m) = 0 on that first rescale.
+    // Running max and this lane's part of the sum, rows r0 and r1. m stays -inf until a row's first key;
+    // exp2(-inf - m) = 0 on the rescale after it.
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
-    for (int kt = 0; kt <= q_tile; kt++) {  // BK == BQ: key tiles up to and including the diagonal one
-        __syncthreads();                    // every warp is done with the previous tile
+    // BK == BQ: key tiles from the block's first key up to and including the diagonal one
+    for (int kt = first_key / BK; kt <= q_tile; kt++) {
+        __syncthreads();  // every warp is done with the previous tile
         load_tile<BK, HS>(ks, k_head, ld, kt * BK, T);
         load_tile<BK, HS>(vs, v_head, ld, kt * BK, T);
         __syncthreads();
@@ -212,8 +238,8 @@ __global__ void __launch_bounds__(128)
         for (int n = 0; n < BK / 8; n++)
             for (int e = 0; e < 2; e++) {
                 const int key = kt * BK + n * 8 + 2 * t + e;
-                s[n][e] = key <= r0 ? s[n][e] * scale_log2 : -INFINITY;
-                s[n][2 + e] = key <= r1 ? s[n][2 + e] * scale_log2 : -INFINITY;
+                s[n][e] = key <= r0 && key >= lo0 ? s[n][e] * scale_log2 : -INFINITY;
+                s[n][2 + e] = key <= r1 && key >= lo1 ? s[n][2 + e] * scale_log2 : -INFINITY;
                 mx0 = fmaxf(mx0, s[n][e]);
                 mx1 = fmaxf(mx1, s[n][2 + e]);
             }
@@ -223,14 +249,16 @@ __global__ void __launch_bounds__(128)
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
         const float new_m0 = fmaxf(m0, mx0), new_m1 = fmaxf(m1, mx1);
-        const float alpha0 = exp2f(m0 - new_m0), alpha1 = exp2f(m1 - new_m1);
+        // a row with no key yet (packed rows) keeps m = -inf: subtract 0, not -inf (-inf - -inf is NaN)
+        const float base0 = new_m0 == -INFINITY ? 0.0f : new_m0, base1 = new_m1 == -INFINITY ? 0.0f : new_m1;
+        const float alpha0 = exp2f(m0 - base0), alpha1 = exp2f(m1 - base1);
         m0 = new_m0;
         m1 = new_m1;
         float sum0 = 0.0f, sum1 = 0.0f;
         for (int n = 0; n < BK / 8; n++)
             for (int e = 0; e < 2; e++) {
-                s[n][e] = exp2f(s[n][e] - m0);  // masked: exp2(-inf) = 0
-                s[n][2 + e] = exp2f(s[n][2 + e] - m1);
+                s[n][e] = exp2f(s[n][e] - base0);  // masked: exp2(-inf) = 0
+                s[n][2 + e] = exp2f(s[n][2 + e] - base1);
                 sum0 += s[n][e];
                 sum1 += s[n][2 + e];
             }
@@ -291,25 +319,30 @@ __global__ void flash_attention_dsum_kernel(float* dsum, const bf16* y, const bf
     }
 }
 
-// dq. Block: 64 queries, 4 warps of 16 rows (q, dy as A fragments); key tiles of 32 up to the diagonal.
-// grid: (B * NH, ceil(T / 64)), longest rows first.
+// dq. Block: 64 queries, 4 warps of 16 rows (q, dy as A fragments); key tiles of 32 from the block's first
+// key up to the diagonal. grid: (B * NH, ceil(T / 64)), longest rows first.
 template <int HS>
 __global__ void __launch_bounds__(128)
     flash_attention_backward_dq_kernel(bf16* dqkv, const bf16* qkv, const bf16* dy, const float* lse,
-                                       const float* dsum, int T, int NH, float scale, float scale_log2) {
+                                       const float* dsum, int T, int NH, int NKV, const int* pos, float scale,
+                                       float scale_log2) {
     constexpr int BQ = 64, BK = 32;
     __shared__ __align__(16) bf16 ks[BK][HS + FA_PAD];  // k rows: B of S = q k^T and (.trans) of dq += dS k
     __shared__ __align__(16) bf16 vs[BK][HS + FA_PAD];  // v rows: B of dP = dy v^T
+    __shared__ int first_key_s;
     const int C = NH * HS;
-    const int64_t ld = 3 * (int64_t)C;
+    const int64_t ld = (int64_t)(NH + 2 * NKV) * HS;
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
     const int q_tile = (int)gridDim.y - 1 - (int)blockIdx.y;
     const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
     const bf16* q_head = qkv + (int64_t)b * T * ld + (int64_t)h * HS;
-    const bf16* k_head = q_head + C;
-    const bf16* v_head = q_head + 2 * C;
+    const bf16* k_head = qkv + (int64_t)b * T * ld + (int64_t)(NH + h / (NH / NKV)) * HS;
+    const bf16* v_head = k_head + (int64_t)NKV * HS;
     const bf16* dy_head = dy + (int64_t)b * T * C + (int64_t)h * HS;
     const int r0 = q_tile * BQ + warp * 16 + g, r1 = r0 + 8;
+    const int* pos_b = pos ? pos + (int64_t)b * T : nullptr;
+    const int lo0 = row_first_key(pos_b, r0, T), lo1 = row_first_key(pos_b, r1, T);
+    const int first_key = first_key_of(pos_b, q_tile * BQ, BQ, T, &first_key_s);
 
     uint32_t qf[HS / 16][4], df[HS / 16][4];
     load_a_rows<HS>(qf, q_head, ld, r0, r1, T);
@@ -323,7 +356,7 @@ __global__ void __launch_bounds__(128)
     for (int n = 0; n < HS / 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 
     const int last_key = min(q_tile * BQ + BQ, T) - 1;
-    for (int key_tile = 0; key_tile <= last_key / BK; key_tile++) {
+    for (int key_tile = first_key / BK; key_tile <= last_key / BK; key_tile++) {
         __syncthreads();
         load_tile<BK, HS>(ks, k_head, ld, key_tile * BK, T);
         load_tile<BK, HS>(vs, v_head, ld, key_tile * BK, T);
@@ -344,8 +377,8 @@ __global__ void __launch_bounds__(128)
         for (int n = 0; n < BK / 8; n++)
             for (int e = 0; e < 2; e++) {
                 const int key = key_tile * BK + n * 8 + 2 * t + e;
-                const float p0 = key <= r0 ? exp2f(s[n][e] * scale_log2 - lse0) : 0.0f;
-                const float p1 = key <= r1 ? exp2f(s[n][2 + e] * scale_log2 - lse1) : 0.0f;
+                const float p0 = key <= r0 && key >= lo0 ? exp2f(s[n][e] * scale_log2 - lse0) : 0.0f;
+                const float p1 = key <= r1 && key >= lo1 ? exp2f(s[n][2 + e] * scale_log2 - lse1) : 0.0f;
                 s[n][e] = p0 * (dp[n][e] - d0);  // now dS
                 s[n][2 + e] = p1 * (dp[n][2 + e] - d1);
             }
@@ -371,29 +404,33 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-// dk and dv. Block: 32 keys, 2 warps of 16 key rows; S^T = k q^T key-major, so P^T and dS^T are A fragments
-// of dv += P^T dy and dk += dS^T q. Query tiles of 32 from the diagonal on; q, dy rows are B (.trans for
-// dk, dv). grid: (B * NH, ceil(T / 32)), the first keys (most queries) first.
+// dk and dv. Block: 32 keys of one key/value head, 2 warps of 16 key rows; S^T = k q^T key-major, so P^T and
+// dS^T are A fragments of dv += P^T dy and dk += dS^T q. For each query head of the group in turn, query
+// tiles of 32 from the diagonal on; q, dy rows are B (.trans for dk, dv). grid: (B * NKV, ceil(T / 32)),
+// the first keys (most queries) first. Grouped-query attention without races: the block owns its 32 keys'
+// dk, dv, sums the group's query heads in registers, and writes each element once.
 template <int HS>
 __global__ void __launch_bounds__(64)
     flash_attention_backward_dkdv_kernel(bf16* dqkv, const bf16* qkv, const bf16* dy, const float* lse,
-                                         const float* dsum, int T, int NH, float scale, float scale_log2) {
+                                         const float* dsum, int T, int NH, int NKV, const int* pos,
+                                         float scale, float scale_log2) {
     constexpr int BKEY = 32, BQ = 32;
     __shared__ __align__(16) bf16 ks[BKEY][HS + FA_PAD];  // k rows: A of S^T = k q^T
     __shared__ __align__(16) bf16 vs[BKEY][HS + FA_PAD];  // v rows: A of dP^T = v dy^T
     __shared__ __align__(16) bf16 qs[BQ][HS + FA_PAD];    // q rows: B of S^T, and of dk += dS^T q
     __shared__ __align__(16) bf16 dys[BQ][HS + FA_PAD];   // dy rows: B of dP^T, and of dv += P^T dy
     __shared__ float lse_s[BQ], dsum_s[BQ];
-    const int C = NH * HS;
-    const int64_t ld = 3 * (int64_t)C;
-    const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
+    __shared__ int lo_s[BQ];  // each query's first key
+    const int C = NH * HS, group = NH / NKV;
+    const int64_t ld = (int64_t)(NH + 2 * NKV) * HS;
+    const int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV;
     const int key_tile = blockIdx.y;
     const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
-    const bf16* q_head = qkv + (int64_t)b * T * ld + (int64_t)h * HS;
-    const bf16* k_head = q_head + C;
-    const bf16* v_head = q_head + 2 * C;
-    const bf16* dy_head = dy + (int64_t)b * T * C + (int64_t)h * HS;
+    const bf16* k_head = qkv + (int64_t)b * T * ld + (int64_t)(NH + kvh) * HS;
+    const bf16* v_head = k_head + (int64_t)NKV * HS;
     const int k0 = key_tile * BKEY + warp * 16 + g, k1 = k0 + 8;  // this lane's two key rows
+    const int* pos_b = pos ? pos + (int64_t)b * T : nullptr;
+    const int last_key = key_tile * BKEY + BKEY - 1;
 
     load_tile<BKEY, HS>(ks, k_head, ld, key_tile * BKEY, T);
     load_tile<BKEY, HS>(vs, v_head, ld, key_tile * BKEY, T);
@@ -402,61 +439,73 @@ __global__ void __launch_bounds__(64)
         for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
 
     const int q_tiles = (T + BQ - 1) / BQ;
-    for (int qt = key_tile * BKEY / BQ; qt < q_tiles; qt++) {  // earlier queries see none of these keys
-        __syncthreads();  // the previous tile is consumed (and, the first time, ks and vs are loaded)
-        load_tile<BQ, HS>(qs, q_head, ld, qt * BQ, T);
-        load_tile<BQ, HS>(dys, dy_head, C, qt * BQ, T);
-        for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
-            const int q = qt * BQ + i;
-            lse_s[i] = q < T ? lse[(int64_t)bh * T + q] : 0.0f;
-            dsum_s[i] = q < T ? dsum[(int64_t)bh * T + q] : 0.0f;
-        }
-        __syncthreads();
-        float st[BQ / 8][4], dpt[BQ / 8][4];
-        for (int n = 0; n < BQ / 8; n++)
-            for (int e = 0; e < 4; e++) st[n][e] = dpt[n][e] = 0.0f;
-        for (int kk = 0; kk < HS / 16; kk++) {
-            uint32_t ka[4], va[4];
-            a_from_tile<HS>(ka, ks, warp * 16, kk * 16);
-            a_from_tile<HS>(va, vs, warp * 16, kk * 16);
-            for (int n = 0; n < BQ / 8; n += 2) {
-                uint32_t bq[4], bd[4];
-                b2_from_rows<HS>(bq, qs, n * 8, kk * 16);
-                mma_bf16_16816(st[n], ka, bq);  // S^T = k q^T
-                mma_bf16_16816(st[n + 1], ka, bq + 2);
-                b2_from_rows<HS>(bd, dys, n * 8, kk * 16);
-                mma_bf16_16816(dpt[n], va, bd);  // dP^T = v dy^T
-                mma_bf16_16816(dpt[n + 1], va, bd + 2);
+    for (int h = kvh * group; h < (kvh + 1) * group; h++)          // the group's query heads
+        for (int qt = key_tile * BKEY / BQ; qt < q_tiles; qt++) {  // earlier queries see none of these keys
+            const int64_t bh = (int64_t)b * NH + h;
+            const bf16* q_head = qkv + (int64_t)b * T * ld + (int64_t)h * HS;
+            const bf16* dy_head = dy + (int64_t)b * T * C + (int64_t)h * HS;
+            if (pos_b) {  // skip a tile whose queries all start after these keys (every thread agrees)
+                bool seen = false;
+                for (int q = qt * BQ; q < min(qt * BQ + BQ, T) && !seen; q++) seen = q - pos_b[q] <= last_key;
+                if (!seen) continue;
+            }
+            __syncthreads();  // the previous tile is consumed (and, the first time, ks and vs are loaded)
+            load_tile<BQ, HS>(qs, q_head, ld, qt * BQ, T);
+            load_tile<BQ, HS>(dys, dy_head, C, qt * BQ, T);
+            for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
+                const int q = qt * BQ + i;
+                lse_s[i] = q < T ? lse[bh * T + q] : 0.0f;
+                dsum_s[i] = q < T ? dsum[bh * T + q] : 0.0f;
+                lo_s[i] = row_first_key(pos_b, q, T);
+            }
+            __syncthreads();
+            float st[BQ / 8][4], dpt[BQ / 8][4];
+            for (int n = 0; n < BQ / 8; n++)
+                for (int e = 0; e < 4; e++) st[n][e] = dpt[n][e] = 0.0f;
+            for (int kk = 0; kk < HS / 16; kk++) {
+                uint32_t ka[4], va[4];
+                a_from_tile<HS>(ka, ks, warp * 16, kk * 16);
+                a_from_tile<HS>(va, vs, warp * 16, kk * 16);
+                for (int n = 0; n < BQ / 8; n += 2) {
+                    uint32_t bq[4], bd[4];
+                    b2_from_rows<HS>(bq, qs, n * 8, kk * 16);
+                    mma_bf16_16816(st[n], ka, bq);  // S^T = k q^T
+                    mma_bf16_16816(st[n + 1], ka, bq + 2);
+                    b2_from_rows<HS>(bd, dys, n * 8, kk * 16);
+                    mma_bf16_16816(dpt[n], va, bd);  // dP^T = v dy^T
+                    mma_bf16_16816(dpt[n + 1], va, bd + 2);
+                }
+            }
+            for (int n = 0; n < BQ / 8; n++)
+                for (int e = 0; e < 2; e++) {
+                    const int qi = n * 8 + 2 * t + e, q = qt * BQ + qi;
+                    const bool real = q < T;  // a padded query must add nothing to dk, dv
+                    const bool see0 = real && q >= k0 && k0 >= lo_s[qi],
+                               see1 = real && q >= k1 && k1 >= lo_s[qi];
+                    const float p0 = see0 ? exp2f(st[n][e] * scale_log2 - lse_s[qi]) : 0.0f;
+                    const float p1 = see1 ? exp2f(st[n][2 + e] * scale_log2 - lse_s[qi]) : 0.0f;
+                    st[n][e] = p0;  // now P^T
+                    st[n][2 + e] = p1;
+                    dpt[n][e] = p0 * (dpt[n][e] - dsum_s[qi]);  // now dS^T
+                    dpt[n][2 + e] = p1 * (dpt[n][2 + e] - dsum_s[qi]);
+                }
+            for (int kk = 0; kk < BQ / 16; kk++) {
+                uint32_t pa[4], da[4];
+                c_to_a(pa, st[2 * kk], st[2 * kk + 1]);
+                c_to_a(da, dpt[2 * kk], dpt[2 * kk + 1]);
+                for (int n = 0; n < HS / 8; n += 2) {
+                    uint32_t bd[4], bq[4];
+                    b2_from_cols<HS>(bd, dys, kk * 16, n * 8);
+                    mma_bf16_16816(dv[n], pa, bd);  // dv += P^T dy
+                    mma_bf16_16816(dv[n + 1], pa, bd + 2);
+                    b2_from_cols<HS>(bq, qs, kk * 16, n * 8);
+                    mma_bf16_16816(dk[n], da, bq);  // dk += dS^T q
+                    mma_bf16_16816(dk[n + 1], da, bq + 2);
+                }
             }
         }
-        for (int n = 0; n < BQ / 8; n++)
-            for (int e = 0; e < 2; e++) {
-                const int qi = n * 8 + 2 * t + e, q = qt * BQ + qi;
-                const bool real = q < T;  // a padded query must add nothing to dk, dv
-                const float p0 = real && q >= k0 ? exp2f(st[n][e] * scale_log2 - lse_s[qi]) : 0.0f;
-                const float p1 = real && q >= k1 ? exp2f(st[n][2 + e] * scale_log2 - lse_s[qi]) : 0.0f;
-                st[n][e] = p0;  // now P^T
-                st[n][2 + e] = p1;
-                dpt[n][e] = p0 * (dpt[n][e] - dsum_s[qi]);  // now dS^T
-                dpt[n][2 + e] = p1 * (dpt[n][2 + e] - dsum_s[qi]);
-            }
-        for (int kk = 0; kk < BQ / 16; kk++) {
-            uint32_t pa[4], da[4];
-            c_to_a(pa, st[2 * kk], st[2 * kk + 1]);
-            c_to_a(da, dpt[2 * kk], dpt[2 * kk + 1]);
-            for (int n = 0; n < HS / 8; n += 2) {
-                uint32_t bd[4], bq[4];
-                b2_from_cols<HS>(bd, dys, kk * 16, n * 8);
-                mma_bf16_16816(dv[n], pa, bd);  // dv += P^T dy
-                mma_bf16_16816(dv[n + 1], pa, bd + 2);
-                b2_from_cols<HS>(bq, qs, kk * 16, n * 8);
-                mma_bf16_16816(dk[n], da, bq);  // dk += dS^T q
-                mma_bf16_16816(dk[n + 1], da, bq + 2);
-            }
-        }
-    }
-    bf16* dk_head = dqkv + (int64_t)b * T * ld + C + (int64_t)h * HS;
-    bf16* dv_head = dk_head + C;
+    bf16* dk_head = dqkv + (int64_t)b * T * ld + (int64_t)(NH + kvh) * HS;
+    bf16* dv_head = dk_head + (int64_t)NKV * HS;
     for (int n = 0; n < HS / 8; n++) {
         const int c = n * 8 + 2 * t;
         if (k0 < T) {
@@ -510,9 +559,9 @@ static dim3 flash_grid(int B, int NH, int T, int tile) {
 }
 
 // The kernels for head size hs (32, 64, 80, 96; any other: 128's).
-typedef void (*FlashForwardKernel)(bf16*, float*, const bf16*, int, int, float);
+typedef void (*FlashForwardKernel)(bf16*, float*, const bf16*, int, int, int, const int*, float);
 typedef void (*FlashBackwardKernel)(bf16*, const bf16*, const bf16*, const float*, const float*, int, int,
-                                    float, float);
+                                    int, const int*, float, float);
 static FlashForwardKernel flash_forward_kernel_for(int hs) {
     return hs == 32   ? flash_attention_forward_kernel<32>
            : hs == 64 ? flash_attention_forward_kernel<64>
@@ -543,30 +592,43 @@ static void flash_attention_load(int hs) {
     for (const void* k : kernels) cudaCheck(cudaFuncGetAttributes(&attr, k));
 }
 
-// y (B, T, C) = causal softmax(q k^T / sqrt(hs)) v per head; lse (B, NH, T): each row's base-2
-// log-sum-exp of its scaled scores, for the backward.
+// NKV (0: NH) key/value heads dividing NH; pos (B*T, device, may be NULL): the packed sequences' positions.
+static int flash_kv_heads(int NH, int NKV) {
+    const int nkv = NKV > 0 ? NKV : NH;
+    if (NH % nkv) {
+        fprintf(stderr, "error: flash attention: %d key/value heads do not divide %d query heads\n", nkv, NH);
+        exit(EXIT_FAILURE);
+    }
+    return nkv;
+}
+
+// y (B, T, C = NH*hs) = causal softmax(q k^T / sqrt(hs)) v per head; lse (B, NH, T): each row's base-2
+// log-sum-exp of its scaled scores, for the backward. qkv (B, T, (NH + 2 NKV) hs); NKV, pos: see above.
 static void flash_attention_forward(bf16* y, float* lse, const bf16* qkv, int B, int T, int C, int NH,
-                                    cudaStream_t s) {
-    const int hs = C / NH;
+                                    cudaStream_t s, int NKV = 0, const int* pos = nullptr) {
+    const int hs = C / NH, nkv = flash_kv_heads(NH, NKV);
     flash_check_aligned(y, qkv, qkv, qkv);
     const float scale_log2 = 1.0f / sqrtf((float)hs) * 1.4426950408889634f;  // exp(x) = exp2(x * log2(e))
     const FlashForwardKernel kernel = flash_forward_kernel_for(hs);
-    kernel<<<flash_grid(B, NH, T, 64), 128, 0, s>>>(y, lse, qkv, T, NH, scale_log2);
+    kernel<<<flash_grid(B, NH, T, 64), 128, 0, s>>>(y, lse, qkv, T, NH, nkv, pos, scale_log2);
     cudaCheckLaunch();
 }
 
-// dqkv (B, T, 3C), every element, from dy (B, T, C) and the forward's qkv, y, lse; dsum (B, NH, T): scratch.
+// dqkv (B, T, qkv row), every element, from dy (B, T, C) and the forward's qkv, y, lse; dsum (B, NH, T):
+// scratch.
 static void flash_attention_backward(bf16* dqkv, float* dsum, const bf16* dy, const bf16* y, const bf16* qkv,
-                                     const float* lse, int B, int T, int C, int NH, cudaStream_t s) {
-    const int hs = C / NH;
+                                     const float* lse, int B, int T, int C, int NH, cudaStream_t s,
+                                     int NKV = 0, const int* pos = nullptr) {
+    const int hs = C / NH, nkv = flash_kv_heads(NH, NKV);
     flash_check_aligned(dqkv, dy, y, qkv);
     const float scale = 1.0f / sqrtf((float)hs), scale_log2 = scale * 1.4426950408889634f;
     const int64_t rows = (int64_t)B * T * NH;
     flash_attention_dsum_kernel<<<grid_for(rows * 32, 256), 256, 0, s>>>(dsum, y, dy, rows, T, NH, hs);
     cudaCheckLaunch();
     const FlashBackwardKernel dq = flash_dq_kernel_for(hs), dkdv = flash_dkdv_kernel_for(hs);
-    dq<<<flash_grid(B, NH, T, 64), 128, 0, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, scale, scale_log2);
+    dq<<<flash_grid(B, NH, T, 64), 128, 0, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, nkv, pos, scale, scale_log2);
     cudaCheckLaunch();
-    dkdv<<<flash_grid(B, NH, T, 32), 64, 0, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, scale, scale_log2);
+    dkdv<<<flash_grid(B, nkv, T, 32), 64, 0, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, nkv, pos, scale,
+                                                  scale_log2);
     cudaCheckLaunch();
 }

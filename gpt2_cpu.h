@@ -3,6 +3,8 @@
 // and the softmax's exp are written for speed. Not here: the optimizer (adamw.h), data, files.
 // Shapes: N = B*T positions, C channels, NH heads of hs = C/NH, L layers, V tokens, Vp >= V padded.
 // Logits columns >= V are computed but never enter the softmax, loss or gradient. Sizes are int64_t.
+// Packed sequences: pos (B*T) gives each token's position in its conversation (NULL: 0..T-1 per row).
+// Query t sees key s of its row iff t - pos[t] <= s <= t. Target -1: no loss, no gradient.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -112,27 +114,27 @@ static void matmul_backward(float* dinp, float* dweight, float* dbias, const flo
 // ----------------------------------------------------------------------------
 // The other layers, forward and backward
 
-// out[b,t,:] = wte[inp[b,t],:] + wpe[t,:]
+// out[b,t,:] = wte[inp[b,t],:] + wpe[p,:], p = pos[b,t] (pos NULL: p = t)
 static void encoder_forward(float* out, const int* inp, const float* wte, const float* wpe, int B, int T,
-                            int C) {
+                            int C, const int* pos = NULL) {
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             float* o = out + ((int64_t)b * T + t) * C;
             const float* e = wte + (int64_t)inp[(int64_t)b * T + t] * C;
-            const float* p = wpe + (int64_t)t * C;
+            const float* p = wpe + (int64_t)(pos ? pos[(int64_t)b * T + t] : t) * C;
             for (int c = 0; c < C; c++) o[c] = e[c] + p[c];
         }
 }
 
-// dwte[inp[b,t]] += dout[b,t], dwpe[t] += dout[b,t]. Serial: a token may repeat.
-static void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T,
-                             int C) {
+// dwte[inp[b,t]] += dout[b,t], dwpe[p] += dout[b,t] (p as encoder_forward). Serial: a token may repeat.
+static void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C,
+                             const int* pos = NULL) {
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
             const float* d = dout + ((int64_t)b * T + t) * C;
             float* de = dwte + (int64_t)inp[(int64_t)b * T + t] * C;
-            float* dp = dwpe + (int64_t)t * C;
+            float* dp = dwpe + (int64_t)(pos ? pos[(int64_t)b * T + t] : t) * C;
             for (int c = 0; c < C; c++) {
                 de[c] += d[c];
                 dp[c] += d[c];
@@ -194,8 +196,10 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, const 
 }
 
 // Causal self-attention. qkv (N, 3C) holds q | k | v, head h in channels [h*hs, (h+1)*hs) of each.
-// att (B, NH, T, T) keeps the softmax probabilities (zero above the diagonal) for backward; out (N, C).
-static void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH) {
+// att (B, NH, T, T) keeps the softmax probabilities (zero outside the mask) for backward; out (N, C).
+// pos (may be NULL): query t sees keys t - pos[t] .. t only (packed sequences).
+static void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                              const int* pos = NULL) {
     const int hs = C / NH;
     const int64_t C3 = 3 * (int64_t)C;
     const float scale = 1.0f / sqrtf((float)hs);
@@ -205,8 +209,10 @@ static void attention_forward(float* out, float* att, const float* qkv, int B, i
             for (int t = 0; t < T; t++) {
                 const float* q = qkv + ((int64_t)b * T + t) * C3 + h * hs;
                 float* a = att + (((int64_t)b * NH + h) * T + t) * T;
+                const int lo = pos ? t - pos[(int64_t)b * T + t] : 0;  // the first key t sees
+                for (int t2 = 0; t2 < lo; t2++) a[t2] = 0.0f;
                 float maxv = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = lo; t2 <= t; t2++) {
                     const float* k = qkv + ((int64_t)b * T + t2) * C3 + C + h * hs;
                     float s = 0.0f;
                     for (int i = 0; i < hs; i++) s += q[i] * k[i];
@@ -214,15 +220,15 @@ static void attention_forward(float* out, float* att, const float* qkv, int B, i
                     if (a[t2] > maxv) maxv = a[t2];
                 }
                 float sum = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = lo; t2 <= t; t2++) {
                     a[t2] = expf(a[t2] - maxv);
                     sum += a[t2];
                 }
-                for (int t2 = 0; t2 <= t; t2++) a[t2] /= sum;
+                for (int t2 = lo; t2 <= t; t2++) a[t2] /= sum;
                 for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
                 float* o = out + ((int64_t)b * T + t) * C + h * hs;
                 for (int i = 0; i < hs; i++) o[i] = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = lo; t2 <= t; t2++) {
                     const float* v = qkv + ((int64_t)b * T + t2) * C3 + 2 * C + h * hs;
                     for (int i = 0; i < hs; i++) o[i] += a[t2] * v[i];
                 }
@@ -230,9 +236,9 @@ static void attention_forward(float* out, float* att, const float* qkv, int B, i
 }
 
 // dqkv = attention'(dout) (overwritten). Parallel over (b, h), which own disjoint channels of dqkv.
-// dscore: scratch (B, NH, T).
+// dscore: scratch (B, NH, T). pos as the forward's: masked keys (att 0) are skipped.
 static void attention_backward(float* dqkv, float* dscore, const float* dout, const float* qkv,
-                               const float* att, int B, int T, int C, int NH) {
+                               const float* att, int B, int T, int C, int NH, const int* pos = NULL) {
     const int hs = C / NH;
     const int64_t C3 = 3 * (int64_t)C;
     const float scale = 1.0f / sqrtf((float)hs);
@@ -249,9 +255,10 @@ static void attention_backward(float* dqkv, float* dscore, const float* dout, co
                 const float* d = dout + ((int64_t)b * T + t) * C + h * hs;
                 const float* q = qkv + ((int64_t)b * T + t) * C3 + h * hs;
                 float* dq = dqkv + ((int64_t)b * T + t) * C3 + h * hs;
+                const int lo = pos ? t - pos[(int64_t)b * T + t] : 0;
                 // out = sum_t2 a[t2] v[t2]  ->  da[t2] = d . v[t2],  dv[t2] += a[t2] d
                 float da_dot_a = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = lo; t2 <= t; t2++) {
                     const float* v = qkv + ((int64_t)b * T + t2) * C3 + 2 * C + h * hs;
                     float* dv = dqkv + ((int64_t)b * T + t2) * C3 + 2 * C + h * hs;
                     float s = 0.0f;
@@ -263,7 +270,7 @@ static void attention_backward(float* dqkv, float* dscore, const float* dout, co
                     da_dot_a += s * a[t2];
                 }
                 // softmax backward: dscore = a * (da - sum(a*da)); then score = scale * q.k
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = lo; t2 <= t; t2++) {
                     const float g = a[t2] * (ds[t2] - da_dot_a) * scale;
                     const float* k = qkv + ((int64_t)b * T + t2) * C3 + C + h * hs;
                     float* dk = dqkv + ((int64_t)b * T + t2) * C3 + C + h * hs;
@@ -328,8 +335,8 @@ static inline float exp_nonpositive(float x) {
     return y * two_n;
 }
 
-// probs = softmax over the first V columns (padded: 0); losses[i] = -log probs[i, target[i]].
-// The sum is in double: 50k terms lose digits in fp32.
+// probs = softmax over the first V columns (padded: 0); losses[i] = -log probs[i, target[i]], 0 where
+// target[i] < 0 (not a target). The sum is in double: 50k terms lose digits in fp32.
 static void softmax_crossentropy_forward(float* probs, float* losses, const float* logits, const int* targets,
                                          int64_t N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
@@ -349,11 +356,12 @@ static void softmax_crossentropy_forward(float* probs, float* losses, const floa
         for (int v = 0; v < V; v++) p[v] *= inv;
         for (int v = V; v < Vp; v++) p[v] = 0.0f;
         // -log p[target] from the logits directly: exact even when p[target] underflows to 0
-        losses[i] = (float)(log(sum) - (double)(z[targets[i]] - maxv));
+        losses[i] = targets[i] < 0 ? 0.0f : (float)(log(sum) - (double)(z[targets[i]] - maxv));
     }
 }
 
-// dlogits = (probs - onehot(target)) * dloss for the real columns, 0 for the padded ones.
+// dlogits = (probs - onehot(target)) * dloss for the real columns, 0 for the padded ones; rows whose
+// target is < 0 are all 0. dloss: the weight of one token's loss (1 / target tokens of the step).
 static void crossentropy_softmax_backward(float* dlogits, const float* probs, const int* targets, float dloss,
                                           int64_t N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
@@ -362,8 +370,23 @@ static void crossentropy_softmax_backward(float* dlogits, const float* probs, co
         const float* p = probs + i * Vp;
         for (int v = 0; v < V; v++) d[v] = p[v] * dloss;
         for (int v = V; v < Vp; v++) d[v] = 0.0f;
-        d[targets[i]] -= dloss;
+        if (targets[i] < 0) memset(d, 0, (size_t)Vp * sizeof(float));
+        else d[targets[i]] -= dloss;
     }
+}
+
+// 1 when pos (B*T, may be NULL) is valid: 0 <= pos[b,t] <= t (a conversation starts in its row) and
+// pos[b,t] < maxT (wpe's rows); else 0 with err.
+static int check_positions(const int* pos, int B, int T, int maxT, char* err, size_t errlen) {
+    for (int64_t i = 0; pos && i < (int64_t)B * T; i++) {
+        const int t = (int)(i % T);
+        if (pos[i] < 0 || pos[i] > t || pos[i] >= maxT) {
+            snprintf(err, errlen, "forward: pos[%lld] = %d outside [0, min(t=%d, maxT-1=%d)]", (long long)i,
+                     pos[i], t, maxT - 1);
+            return 0;
+        }
+    }
+    return 1;
 }
 
 // ----------------------------------------------------------------------------
@@ -405,10 +428,12 @@ typedef struct {
     int64_t act_capacity;  // floats in act_memory
     int B, T;              // shape of the last forward pass
     int* inputs;           // (B*T) copies of the last batch, for backward
-    int* targets;          // (B*T), valid when has_targets
-    int has_targets;
-    float mean_loss;  // mean of acts.losses after a forward with targets, else -1
-    char error[256];  // why the last call returned 0
+    int* targets;          // (B*T), valid when has_targets; -1: not a target
+    int* pos;              // (B*T) positions of the last batch, valid when has_pos
+    int has_targets, has_pos;
+    int64_t num_targets;  // targets >= 0 in the last batch
+    float mean_loss;      // mean of acts.losses over the targets after a forward with targets, else -1
+    char error[256];      // why the last call returned 0
 } GPT2CPU;
 
 // Parameter tensors of the model as named pointers into a flat array (params or grads).
@@ -460,6 +485,7 @@ static void gpt2_cpu_free(GPT2CPU* model) {
     free(model->act_memory);
     free(model->inputs);
     free(model->targets);
+    free(model->pos);
     memset(model, 0, sizeof *model);
 }
 
@@ -511,10 +537,12 @@ static int gpt2_cpu_layout_activations(GPT2CPU* model, int B, int T) {
         free(model->act_memory);
         free(model->inputs);
         free(model->targets);
+        free(model->pos);
         model->act_memory = (float*)aligned_alloc(64, (size_t)total * sizeof(float));
         model->inputs = (int*)malloc((size_t)N * sizeof(int));
         model->targets = (int*)malloc((size_t)N * sizeof(int));
-        model->act_capacity = model->act_memory && model->inputs && model->targets ? total : 0;
+        model->pos = (int*)malloc((size_t)N * sizeof(int));
+        model->act_capacity = model->act_memory && model->inputs && model->targets && model->pos ? total : 0;
         if (!model->act_capacity) {
             snprintf(model->error, sizeof model->error,
                      "out of memory for the activations of B=%d T=%d (%.1f MiB)", B, T,
@@ -530,9 +558,11 @@ static int gpt2_cpu_layout_activations(GPT2CPU* model, int B, int T) {
     return 1;
 }
 
-// Forward over inputs (B, T); with targets (may be NULL) also losses and mean_loss, as backward needs.
-// 0 with model->error when T > maxT, a token is outside [0, V) or memory runs out.
-static int gpt2_cpu_forward(GPT2CPU* model, const int* inputs, const int* targets, int B, int T) {
+// Forward over inputs (B, T); with targets (may be NULL; -1: not a target) also losses and mean_loss, as
+// backward needs. pos (may be NULL): packed sequences, see the top of the file.
+// 0 with model->error when T > maxT, a token is outside [0, V), a pos is invalid or memory runs out.
+static int gpt2_cpu_forward(GPT2CPU* model, const int* inputs, const int* targets, int B, int T,
+                            const int* pos = NULL) {
     const GPTConfig* cfg = &model->config;
     const int L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads, V = cfg->vocab_size;
     const int Vp = cfg->padded_vocab_size;
@@ -545,23 +575,27 @@ static int gpt2_cpu_forward(GPT2CPU* model, const int* inputs, const int* target
     }
     const int64_t N = (int64_t)B * T;
     for (int64_t i = 0; i < N; i++) {
-        if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V))) {
+        if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < -1 || targets[i] >= V))) {
             snprintf(model->error, sizeof model->error,
                      "forward: token id %d at position %lld outside [0, V=%d)",
                      inputs[i] < 0 || inputs[i] >= V ? inputs[i] : targets[i], (long long)i, V);
             return 0;
         }
     }
+    if (!check_positions(pos, B, T, cfg->max_seq_len, model->error, sizeof model->error)) return 0;
     if (!gpt2_cpu_layout_activations(model, B, T)) return 0;
     model->B = B;
     model->T = T;
     memcpy(model->inputs, inputs, (size_t)N * sizeof(int));
     if (targets) memcpy(model->targets, targets, (size_t)N * sizeof(int));
+    model->has_pos = pos != NULL;
+    if (pos) memcpy(model->pos, pos, (size_t)N * sizeof(int));
+    pos = model->has_pos ? model->pos : NULL;
 
     const ParamLayout* p = &model->layout;
     Activations* a = &model->acts;
     EmbedTensors e = embed_tensors(p, model->params);
-    encoder_forward(a->encoded, inputs, e.wte, e.wpe, B, T, C);
+    encoder_forward(a->encoded, inputs, e.wte, e.wpe, B, T, C, pos);
     for (int l = 0; l < L; l++) {
         LayerTensors w = layer_tensors(p, model->params, l);
         const float* x = l == 0 ? a->encoded : a->residual3 + (int64_t)(l - 1) * N * C;
@@ -576,7 +610,7 @@ static int gpt2_cpu_forward(GPT2CPU* model, const int* inputs, const int* target
         float* res3 = a->residual3 + (int64_t)l * N * C;
         layernorm_forward(ln1, a->ln1_mean + l * N, a->ln1_rstd + l * N, x, w.ln1w, w.ln1b, N, C);
         matmul_forward(qkv, ln1, w.qkvw, w.qkvb, N, C, 3 * C, model->weight_t);
-        attention_forward(atty, att, qkv, B, T, C, NH);
+        attention_forward(atty, att, qkv, B, T, C, NH, pos);
         matmul_forward(res2, atty, w.attprojw, w.attprojb, N, C, C, model->weight_t);  // projection, then
         residual_forward(res2, x, res2, N * C);                                        // + layer input
         layernorm_forward(ln2, a->ln2_mean + l * N, a->ln2_rstd + l * N, res2, w.ln2w, w.ln2b, N, C);
@@ -591,16 +625,22 @@ static int gpt2_cpu_forward(GPT2CPU* model, const int* inputs, const int* target
     if (targets) {
         softmax_crossentropy_forward(a->probs, a->losses, a->logits, targets, N, V, Vp);
         double sum = 0.0;
-        for (int64_t i = 0; i < N; i++) sum += a->losses[i];
-        model->mean_loss = (float)(sum / (double)N);
+        int64_t count = 0;
+        for (int64_t i = 0; i < N; i++) {
+            sum += a->losses[i];  // 0 where not a target
+            count += targets[i] >= 0;
+        }
+        model->num_targets = count;
+        model->mean_loss = count ? (float)(sum / (double)count) : 0.0f;
         model->has_targets = 1;
     }
     return 1;
 }
 
-// ADDS d(mean loss)/d(params) of the last forward (with targets) into model->grads: k micro-batches sum,
-// and the caller divides by k (adamw.h).
-static int gpt2_cpu_backward(GPT2CPU* model) {
+// ADDS d(loss)/d(params) of the last forward (with targets) into model->grads, loss = normalizer * the sum
+// of the target tokens' losses. normalizer 0: 1/(B*T), the mean; then k micro-batches sum, and the caller
+// divides by k (adamw.h). Packed data: 1 / (target tokens of the whole step), and no division by k.
+static int gpt2_cpu_backward(GPT2CPU* model, float normalizer = 0.0f) {
     if (!model->has_targets) {
         snprintf(model->error, sizeof model->error, "backward: the last forward pass had no targets");
         return 0;
@@ -614,8 +654,10 @@ static int gpt2_cpu_backward(GPT2CPU* model) {
     EmbedTensors e = embed_tensors(p, model->params);
     EmbedTensors de = embed_tensors(p, model->grads);
 
-    // loss = mean over N positions -> each position's loss has weight 1/N
-    crossentropy_softmax_backward(a->dlogits, a->probs, model->targets, 1.0f / (float)N, N, V, Vp);
+    // loss = mean over N positions -> each position's loss has weight 1/N (or the caller's normalizer)
+    const float dloss = normalizer != 0.0f ? normalizer : 1.0f / (float)N;
+    const int* pos = model->has_pos ? model->pos : NULL;
+    crossentropy_softmax_backward(a->dlogits, a->probs, model->targets, dloss, N, V, Vp);
     matmul_backward(a->dln, de.wte, NULL, a->dlogits, a->lnf, e.wte, N, C, Vp);
     memset(a->dresidual, 0, (size_t)(N * C) * sizeof(float));
     layernorm_backward(a->dresidual, de.lnfw, de.lnfb, a->dln, a->residual3 + (int64_t)(L - 1) * N * C,
@@ -642,11 +684,11 @@ static int gpt2_cpu_backward(GPT2CPU* model) {
                            a->ln2_rstd + l * N, N, C);
         // attention branch: res2 = x + attproj(attention(qkv(ln1(x))))
         matmul_backward(a->dln, dw.attprojw, dw.attprojb, a->dresidual, atty, w.attprojw, N, C, C);
-        attention_backward(a->dqkv, a->dscore, a->dln, qkv, att, B, T, C, NH);
+        attention_backward(a->dqkv, a->dscore, a->dln, qkv, att, B, T, C, NH, pos);
         matmul_backward(a->dln, dw.qkvw, dw.qkvb, a->dqkv, ln1, w.qkvw, N, C, 3 * C);
         layernorm_backward(a->dresidual, dw.ln1w, dw.ln1b, a->dln, x, w.ln1w, a->ln1_mean + l * N,
                            a->ln1_rstd + l * N, N, C);
     }
-    encoder_backward(de.wte, de.wpe, a->dresidual, model->inputs, B, T, C);
+    encoder_backward(de.wte, de.wpe, a->dresidual, model->inputs, B, T, C, pos);
     return 1;
 }

@@ -1,6 +1,8 @@
 // kernels.cuh — the GPU kernels of a layer, the embeddings and the loss, each beside its launcher, and the
 // GPU AdamW. bf16 activations, fp32 sums; parameter gradients accumulate (+=) in fp32 across micro-batches.
 // Not here: matrix multiplies (matmul.cuh). Element counts are int64_t.
+// Packed sequences: pos (B*T, may be NULL) is each token's position in its conversation (NULL: t = row % T);
+// a target of -1 marks a token without loss. gpt2_cpu.h's top says the rules.
 #pragma once
 #include "cuda_common.h"
 #include "cpu_adam.h"  // AdamWConstants: the CPU's constants and operation order
@@ -75,39 +77,40 @@ __device__ __forceinline__ void pack8_set(Pack8& x, int i, float f) {  // rounde
 static inline bool aligned16(const void* p) { return ((uintptr_t)p & 15) == 0; }
 
 // ----------------------------------------------------------------------------
-// Embeddings: x[b,t,:] = wte[token] + wpe[t]
+// Embeddings: x[b,t,:] = wte[token] + wpe[p], p = pos[b,t] (pos NULL: t)
 
 __global__ void embedding_forward_kernel(bf16* out, const int* tokens, const bf16* wte, const bf16* wpe,
-                                         int64_t BT, int T, int C) {
+                                         int64_t BT, int T, int C, const int* pos) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < BT * C;
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t row = i / C;
         int c = (int)(i % C);
-        int t = (int)(row % T);
+        int t = pos ? pos[row] : (int)(row % T);
         out[i] = __float2bfloat16((float)wte[(int64_t)tokens[row] * C + c] + (float)wpe[(int64_t)t * C + c]);
     }
 }
+// pos (BT, device, may be NULL): positions of packed sequences
 static void embedding_forward(bf16* out, const int* tokens, const bf16* wte, const bf16* wpe, int64_t BT,
-                              int T, int C, cudaStream_t s) {
-    embedding_forward_kernel<<<grid_for(BT * C, 256), 256, 0, s>>>(out, tokens, wte, wpe, BT, T, C);
+                              int T, int C, cudaStream_t s, const int* pos = nullptr) {
+    embedding_forward_kernel<<<grid_for(BT * C, 256), 256, 0, s>>>(out, tokens, wte, wpe, BT, T, C, pos);
     cudaCheckLaunch();
 }
 
-// dwte[token] += dout, dwpe[t] += dout (fp32 atomics: a token may repeat).
+// dwte[token] += dout, dwpe[p] += dout (fp32 atomics: a token may repeat).
 __global__ void embedding_backward_kernel(float* dwte, float* dwpe, const bf16* dout, const int* tokens,
-                                          int64_t BT, int T, int C) {
+                                          int64_t BT, int T, int C, const int* pos) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < BT * C;
          i += (int64_t)gridDim.x * blockDim.x) {
         int64_t row = i / C;
         int c = (int)(i % C);
         float d = (float)dout[i];
         atomicAdd(&dwte[(int64_t)tokens[row] * C + c], d);
-        atomicAdd(&dwpe[(int64_t)(row % T) * C + c], d);
+        atomicAdd(&dwpe[(int64_t)(pos ? pos[row] : row % T) * C + c], d);
     }
 }
 static void embedding_backward(float* dwte, float* dwpe, const bf16* dout, const int* tokens, int64_t BT,
-                               int T, int C, cudaStream_t s) {
-    embedding_backward_kernel<<<grid_for(BT * C, 256), 256, 0, s>>>(dwte, dwpe, dout, tokens, BT, T, C);
+                               int T, int C, cudaStream_t s, const int* pos = nullptr) {
+    embedding_backward_kernel<<<grid_for(BT * C, 256), 256, 0, s>>>(dwte, dwpe, dout, tokens, BT, T, C, pos);
     cudaCheckLaunch();
 }
 
@@ -442,54 +445,64 @@ static void gelu_backward(bf16* d_inout, const bf16* inp, int64_t n, cudaStream_
 
 // ----------------------------------------------------------------------------
 // Causal softmax over rows of (B*NH, T, T) scores (already scaled by 1/sqrt(hs)), in place, a warp a row.
-// Exact zeros above the diagonal, so att @ v needs no mask.
+// Exact zeros outside the mask, so att @ v needs none. Row r is query t1 = r % T of sequence r / (NH*T);
+// it sees keys lo .. t1, lo = t1 - pos[b, t1] (pos NULL: 0).
 
-__global__ void softmax_causal_forward_kernel(bf16* att, int64_t rows, int T) {
+__device__ __forceinline__ int softmax_first_key(const int* pos, int64_t row, int T, int NH, int t1) {
+    return pos ? t1 - pos[row / ((int64_t)NH * T) * T + t1] : 0;
+}
+__global__ void softmax_causal_forward_kernel(bf16* att, int64_t rows, int T, const int* pos, int NH) {
     int64_t row = blockIdx.x * (int64_t)(blockDim.x / WARP) + threadIdx.x / WARP;
     int lane = threadIdx.x % WARP;
     if (row >= rows) return;
-    int t1 = (int)(row % T);
+    int t1 = (int)(row % T), lo = softmax_first_key(pos, row, T, NH, t1);
     bf16* a = att + row * T;
     float mx = -INFINITY;
-    for (int j = lane; j <= t1; j += WARP) mx = fmaxf(mx, (float)a[j]);
+    for (int j = lo + lane; j <= t1; j += WARP) mx = fmaxf(mx, (float)a[j]);
     mx = warp_max(mx);
     float sum = 0.0f;
-    for (int j = lane; j <= t1; j += WARP) sum += expf((float)a[j] - mx);
+    for (int j = lo + lane; j <= t1; j += WARP) sum += expf((float)a[j] - mx);
     float inv = 1.0f / warp_sum(sum);
     for (int j = lane; j < T; j += WARP)
-        a[j] = __float2bfloat16(j <= t1 ? expf((float)a[j] - mx) * inv : 0.0f);
+        a[j] = __float2bfloat16(j <= t1 && j >= lo ? expf((float)a[j] - mx) * inv : 0.0f);
 }
-static void softmax_causal_forward(bf16* att, int64_t rows, int T, cudaStream_t s) {
+// pos (B*T, device, may be NULL) and NH: the mask of packed sequences
+static void softmax_causal_forward(bf16* att, int64_t rows, int T, cudaStream_t s, const int* pos = nullptr,
+                                   int NH = 1) {
     const int block = 256;
-    softmax_causal_forward_kernel<<<(unsigned)ceil_div64(rows, block / WARP), block, 0, s>>>(att, rows, T);
+    softmax_causal_forward_kernel<<<(unsigned)ceil_div64(rows, block / WARP), block, 0, s>>>(att, rows, T,
+                                                                                             pos, NH);
     cudaCheckLaunch();
 }
 
-// d_score = att * (d_att - sum_j att_j d_att_j), written in place over d_att; zero above the diagonal.
-__global__ void softmax_causal_backward_kernel(bf16* datt, const bf16* att, int64_t rows, int T) {
+// d_score = att * (d_att - sum_j att_j d_att_j), written in place over d_att; zero outside the mask.
+__global__ void softmax_causal_backward_kernel(bf16* datt, const bf16* att, int64_t rows, int T,
+                                               const int* pos, int NH) {
     int64_t row = blockIdx.x * (int64_t)(blockDim.x / WARP) + threadIdx.x / WARP;
     int lane = threadIdx.x % WARP;
     if (row >= rows) return;
-    int t1 = (int)(row % T);
+    int t1 = (int)(row % T), lo = softmax_first_key(pos, row, T, NH, t1);
     const bf16* a = att + row * T;
     bf16* d = datt + row * T;
     float dot = 0.0f;
-    for (int j = lane; j <= t1; j += WARP) dot += (float)a[j] * (float)d[j];
+    for (int j = lo + lane; j <= t1; j += WARP) dot += (float)a[j] * (float)d[j];
     dot = warp_sum(dot);
     for (int j = lane; j < T; j += WARP)
-        d[j] = __float2bfloat16(j <= t1 ? (float)a[j] * ((float)d[j] - dot) : 0.0f);
+        d[j] = __float2bfloat16(j <= t1 && j >= lo ? (float)a[j] * ((float)d[j] - dot) : 0.0f);
 }
-static void softmax_causal_backward(bf16* datt, const bf16* att, int64_t rows, int T, cudaStream_t s) {
+static void softmax_causal_backward(bf16* datt, const bf16* att, int64_t rows, int T, cudaStream_t s,
+                                    const int* pos = nullptr, int NH = 1) {
     const int block = 256;
     softmax_causal_backward_kernel<<<(unsigned)ceil_div64(rows, block / WARP), block, 0, s>>>(datt, att, rows,
-                                                                                              T);
+                                                                                              T, pos, NH);
     cudaCheckLaunch();
 }
 
 // ----------------------------------------------------------------------------
 // Softmax + cross-entropy over the first V columns of logits (N, Vp): losses[row] = logsumexp -
 // logit[target]. dloss_scale != 0: logits become (softmax - one_hot) * dloss_scale in place, padded columns
-// 0.
+// 0. dloss_scale is the normalizer: 1 / (target tokens of the whole step). A row whose target is -1 has
+// loss 0 and a zero gradient.
 
 __global__ void __launch_bounds__(1024)
     fused_classifier_kernel(bf16* logits, float* losses, const int* targets, int64_t N, int V, int Vp,
@@ -497,20 +510,23 @@ __global__ void __launch_bounds__(1024)
     __shared__ float shared[WARP];
     int64_t row = blockIdx.x;
     bf16* x = logits + row * Vp;
+    // target -1: loss 0, gradient 0. Every row still runs the reductions (the emulation needs every block
+    // to take the same warp shuffles).
+    const int target = targets[row];
     float mx = -INFINITY;
     for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, (float)x[i]);
     mx = block_max(mx, shared);
     float sum = 0.0f;
     for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf((float)x[i] - mx);
     sum = block_sum(sum, shared);
-    const int target = targets[row];
-    if (threadIdx.x == 0) losses[row] = logf(sum) + mx - (float)x[target];
+    if (threadIdx.x == 0) losses[row] = target < 0 ? 0.0f : logf(sum) + mx - (float)x[target];
     if (dloss_scale == 0.0f) return;
     __syncthreads();  // everyone has read x[target] before it is overwritten
     const float inv = 1.0f / sum;
     for (int i = threadIdx.x; i < Vp; i += blockDim.x) {
         float g = 0.0f;
-        if (i < V) g = (expf((float)x[i] - mx) * inv - (i == target ? 1.0f : 0.0f)) * dloss_scale;
+        if (i < V && target >= 0)
+            g = (expf((float)x[i] - mx) * inv - (i == target ? 1.0f : 0.0f)) * dloss_scale;
         x[i] = __float2bfloat16(g);
     }
 }
@@ -566,16 +582,18 @@ static void adamw_gpu(float* p, const float* grad, float* m, float* v, bf16* p_b
     cudaCheckLaunch();
 }
 
-// Mean of the per-position losses (one block; N is at most a few hundred thousand).
-__global__ void __launch_bounds__(1024) mean_loss_kernel(float* out, const float* losses, int64_t N) {
+// Mean of the per-position losses (one block; N is at most a few hundred thousand). normalizer != 0: the
+// sum times it instead (packed data: 1 / target tokens of the step; non-targets' losses are 0).
+__global__ void __launch_bounds__(1024)
+    mean_loss_kernel(float* out, const float* losses, int64_t N, float normalizer) {
     __shared__ float shared[WARP];
     float acc = 0.0f;
     for (int64_t i = threadIdx.x; i < N; i += blockDim.x) acc += losses[i];
     acc = block_sum(acc, shared);
-    if (threadIdx.x == 0) *out = acc / (float)N;
+    if (threadIdx.x == 0) *out = normalizer != 0.0f ? acc * normalizer : acc / (float)N;
 }
-static void mean_loss(float* out, const float* losses, int64_t N, cudaStream_t s) {
-    mean_loss_kernel<<<1, 1024, 0, s>>>(out, losses, N);
+static void mean_loss(float* out, const float* losses, int64_t N, cudaStream_t s, float normalizer = 0.0f) {
+    mean_loss_kernel<<<1, 1024, 0, s>>>(out, losses, N, normalizer);
     cudaCheckLaunch();
 }
 

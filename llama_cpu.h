@@ -8,7 +8,8 @@
 //   h   = x + wo(attention(rope(wq rms1(x) + bq), rope(wk rms1(x) + bk), wv rms1(x) + bv))
 //   out = h + w_down(silu(w_gate rms2(h)) * w_up rms2(h))
 // Query head h reads key/value head h / (NH/NKV) (grouped-query attention): K and V are never copied per
-// head.
+// head. Packed sequences as gpt2_cpu.h's (pos: each token's position in its conversation; target -1: no
+// loss): RoPE rotates by pos[t], and query t sees keys t - pos[t] .. t of its row.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -18,7 +19,8 @@
 #include "adamw.h"        // defines: adamw_tensors_f32grad (AdamW per tensor, decay on matrices only)
 #include "llama_model.h"  // defines: LlamaConfig, LlamaLayout, llama_layout, llama_layer_tensors
 #include "gpt2_cpu.h"     // defines: matmul_forward, matmul_backward, matmul_nn, residual_forward,
-                          // softmax_crossentropy_forward, crossentropy_softmax_backward, round_up64
+                          // softmax_crossentropy_forward, crossentropy_softmax_backward, round_up64,
+                          // check_positions
 
 // ----------------------------------------------------------------------------
 // RoPE frequencies, as transformers' rope init functions compute them in fp32
@@ -118,15 +120,17 @@ static void rmsnorm_backward(float* dinp, float* dweight, const float* dout, con
 }
 
 // RoPE in place on x (B*T, nheads * hd), transformers' rotate_half convention: channel i pairs with
-// i + hd/2, x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin; position t of each sequence uses row t of the
-// tables.
-static void rope_forward(float* x, const float* cos_t, const float* sin_t, int B, int T, int nheads, int hd) {
+// i + hd/2, x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin; position t of each sequence uses row pos[b,t]
+// of the tables (pos NULL: row t).
+static void rope_forward(float* x, const float* cos_t, const float* sin_t, int B, int T, int nheads, int hd,
+                         const int* pos = NULL) {
     const int half = hd / 2;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
-            const float* c = cos_t + (int64_t)t * half;
-            const float* s = sin_t + (int64_t)t * half;
+            const int64_t p = pos ? pos[(int64_t)b * T + t] : t;
+            const float* c = cos_t + p * half;
+            const float* s = sin_t + p * half;
             for (int h = 0; h < nheads; h++) {
                 float* v = x + (((int64_t)b * T + t) * nheads + h) * hd;
                 for (int i = 0; i < half; i++) {
@@ -140,14 +144,15 @@ static void rope_forward(float* x, const float* cos_t, const float* sin_t, int B
 
 // The transpose of that rotation, in place on the gradient dx: d1 = d1' cos + d2' sin, d2 = d2' cos - d1'
 // sin.
-static void rope_backward(float* dx, const float* cos_t, const float* sin_t, int B, int T, int nheads,
-                          int hd) {
+static void rope_backward(float* dx, const float* cos_t, const float* sin_t, int B, int T, int nheads, int hd,
+                          const int* pos = NULL) {
     const int half = hd / 2;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) {
-            const float* c = cos_t + (int64_t)t * half;
-            const float* s = sin_t + (int64_t)t * half;
+            const int64_t p = pos ? pos[(int64_t)b * T + t] : t;
+            const float* c = cos_t + p * half;
+            const float* s = sin_t + p * half;
             for (int h = 0; h < nheads; h++) {
                 float* v = dx + (((int64_t)b * T + t) * nheads + h) * hd;
                 for (int i = 0; i < half; i++) {
@@ -160,9 +165,10 @@ static void rope_backward(float* dx, const float* cos_t, const float* sin_t, int
 }
 
 // Causal grouped-query attention. q (N, NH*hd), k and v (N, NKV*hd); query head h reads kv head h / (NH/NKV).
-// att (B, NH, T, T) keeps the softmax probabilities (zero above the diagonal) for backward; out (N, NH*hd).
+// att (B, NH, T, T) keeps the softmax probabilities (zero outside the mask) for backward; out (N, NH*hd).
+// pos (may be NULL): query t sees keys t - pos[t] .. t only.
 static void gqa_attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
-                                  int B, int T, int NH, int NKV, int hd) {
+                                  int B, int T, int NH, int NKV, int hd, const int* pos = NULL) {
     const int64_t QD = (int64_t)NH * hd, KVD = (int64_t)NKV * hd;
     const int group = NH / NKV;
     const float sqrt_hd = sqrtf((float)hd);  // transformers divides the scores by it
@@ -173,8 +179,10 @@ static void gqa_attention_forward(float* out, float* att, const float* q, const 
                 const int64_t kv = (int64_t)(h / group) * hd;
                 const float* qh = q + ((int64_t)b * T + t) * QD + (int64_t)h * hd;
                 float* a = att + (((int64_t)b * NH + h) * T + t) * T;
+                const int lo = pos ? t - pos[(int64_t)b * T + t] : 0;  // the first key t sees
+                for (int t2 = 0; t2 < lo; t2++) a[t2] = 0.0f;
                 float maxv = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = lo; t2 <= t; t2++) {
                     const float* kh = k + ((int64_t)b * T + t2) * KVD + kv;
                     float s = 0.0f;
                     for (int i = 0; i < hd; i++) s += qh[i] * kh[i];
@@ -182,15 +190,15 @@ static void gqa_attention_forward(float* out, float* att, const float* q, const 
                     if (a[t2] > maxv) maxv = a[t2];
                 }
                 float sum = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = lo; t2 <= t; t2++) {
                     a[t2] = expf(a[t2] - maxv);
                     sum += a[t2];
                 }
-                for (int t2 = 0; t2 <= t; t2++) a[t2] /= sum;
+                for (int t2 = lo; t2 <= t; t2++) a[t2] /= sum;
                 for (int t2 = t + 1; t2 < T; t2++) a[t2] = 0.0f;
                 float* o = out + ((int64_t)b * T + t) * QD + (int64_t)h * hd;
                 for (int i = 0; i < hd; i++) o[i] = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
+                for (int t2 = lo; t2 <= t; t2++) {
                     const float* vh = v + ((int64_t)b * T + t2) * KVD + kv;
                     for (int i = 0; i < hd; i++) o[i] += a[t2] * vh[i];
                 }
@@ -198,10 +206,11 @@ static void gqa_attention_forward(float* out, float* att, const float* q, const 
 }
 
 // dq, dk, dv = attention'(dout) (overwritten). Parallel over (b, kv head): the NH/NKV query heads of a group
-// add into the same dk, dv channels, so one thread owns a group. dscore: scratch (B, NKV, T).
+// add into the same dk, dv channels, so one thread owns a group. dscore: scratch (B, NKV, T). pos as the
+// forward's: masked keys (att 0) are skipped.
 static void gqa_attention_backward(float* dq, float* dk, float* dv, float* dscore, const float* dout,
                                    const float* q, const float* k, const float* v, const float* att, int B,
-                                   int T, int NH, int NKV, int hd) {
+                                   int T, int NH, int NKV, int hd, const int* pos = NULL) {
     const int64_t QD = (int64_t)NH * hd, KVD = (int64_t)NKV * hd;
     const int group = NH / NKV;
     const float sqrt_hd = sqrtf((float)hd);
@@ -223,9 +232,10 @@ static void gqa_attention_backward(float* dq, float* dk, float* dv, float* dscor
                     const float* d = dout + row * QD + (int64_t)h * hd;
                     const float* qh = q + row * QD + (int64_t)h * hd;
                     float* dqh = dq + row * QD + (int64_t)h * hd;
+                    const int lo = pos ? t - pos[row] : 0;
                     // out = sum_t2 a[t2] v[t2]  ->  da[t2] = d . v[t2],  dv[t2] += a[t2] d
                     float da_dot_a = 0.0f;
-                    for (int t2 = 0; t2 <= t; t2++) {
+                    for (int t2 = lo; t2 <= t; t2++) {
                         const float* vh = v + ((int64_t)b * T + t2) * KVD + kv;
                         float* dvh = dv + ((int64_t)b * T + t2) * KVD + kv;
                         float s = 0.0f;
@@ -237,7 +247,7 @@ static void gqa_attention_backward(float* dq, float* dk, float* dv, float* dscor
                         da_dot_a += s * a[t2];
                     }
                     // softmax backward: dscore = a * (da - sum(a*da)); then score = q.k / sqrt(hd)
-                    for (int t2 = 0; t2 <= t; t2++) {
+                    for (int t2 = lo; t2 <= t; t2++) {
                         const float gs = a[t2] * (ds[t2] - da_dot_a) / sqrt_hd;
                         const float* kh = k + ((int64_t)b * T + t2) * KVD + kv;
                         float* dkh = dk + ((int64_t)b * T + t2) * KVD + kv;
@@ -325,10 +335,12 @@ typedef struct {
     int64_t act_capacity;  // floats in act_memory
     int B, T;              // shape of the last forward pass
     int* inputs;           // (B*T) copies of the last batch, for backward
-    int* targets;          // (B*T), valid when has_targets
-    int has_targets;
-    float mean_loss;   // mean of acts.losses after a forward with targets, else -1
-    char error[1024];  // why the last call returned 0
+    int* targets;          // (B*T), valid when has_targets; -1: not a target
+    int* pos;              // (B*T) positions of the last batch, valid when has_pos
+    int has_targets, has_pos;
+    int64_t num_targets;  // targets >= 0 in the last batch
+    float mean_loss;      // mean of acts.losses over the targets after a forward with targets, else -1
+    char error[1024];     // why the last call returned 0
 } LlamaCPU;
 
 // params (uninitialized) and zeroed grads; 0 with model->error on a bad config or out of memory.
@@ -359,6 +371,7 @@ static void llama_cpu_free(LlamaCPU* model) {
     free(model->act_memory);
     free(model->inputs);
     free(model->targets);
+    free(model->pos);
     memset(model, 0, sizeof *model);
 }
 
@@ -417,10 +430,12 @@ static int llama_cpu_layout_activations(LlamaCPU* model, int B, int T) {
         free(model->act_memory);
         free(model->inputs);
         free(model->targets);
+        free(model->pos);
         model->act_memory = (float*)aligned_alloc(64, (size_t)total * sizeof(float));
         model->inputs = (int*)malloc((size_t)N * sizeof(int));
         model->targets = (int*)malloc((size_t)N * sizeof(int));
-        model->act_capacity = model->act_memory && model->inputs && model->targets ? total : 0;
+        model->pos = (int*)malloc((size_t)N * sizeof(int));
+        model->act_capacity = model->act_memory && model->inputs && model->targets && model->pos ? total : 0;
         if (!model->act_capacity) {
             snprintf(model->error, sizeof model->error,
                      "out of memory for the activations of B=%d T=%d (%.1f MiB)", B, T,
@@ -436,9 +451,11 @@ static int llama_cpu_layout_activations(LlamaCPU* model, int B, int T) {
     return 1;
 }
 
-// Forward over inputs (B, T); with targets (may be NULL) also losses and mean_loss, as backward needs.
-// 0 with model->error when T > max_seq_len, a token is outside [0, V) or memory runs out.
-static int llama_cpu_forward(LlamaCPU* model, const int* inputs, const int* targets, int B, int T) {
+// Forward over inputs (B, T); with targets (may be NULL; -1: not a target) also losses and mean_loss, as
+// backward needs. pos (may be NULL): packed sequences, see the top of the file.
+// 0 with model->error when T > max_seq_len, a token is outside [0, V), a pos is invalid or memory runs out.
+static int llama_cpu_forward(LlamaCPU* model, const int* inputs, const int* targets, int B, int T,
+                             const int* pos = NULL) {
     const LlamaConfig* cfg = &model->config;
     const int L = cfg->num_layers, C = cfg->hidden_size, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
     const int hd = cfg->head_dim, I = cfg->intermediate_size, V = cfg->vocab_size;
@@ -453,18 +470,22 @@ static int llama_cpu_forward(LlamaCPU* model, const int* inputs, const int* targ
     }
     const int64_t N = (int64_t)B * T;
     for (int64_t i = 0; i < N; i++) {
-        if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < 0 || targets[i] >= V))) {
+        if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < -1 || targets[i] >= V))) {
             snprintf(model->error, sizeof model->error,
                      "forward: token id %d at position %lld outside [0, V=%d)",
                      inputs[i] < 0 || inputs[i] >= V ? inputs[i] : targets[i], (long long)i, V);
             return 0;
         }
     }
+    if (!check_positions(pos, B, T, cfg->max_seq_len, model->error, sizeof model->error)) return 0;
     if (!llama_cpu_layout_activations(model, B, T)) return 0;
     model->B = B;
     model->T = T;
     memcpy(model->inputs, inputs, (size_t)N * sizeof(int));
     if (targets) memcpy(model->targets, targets, (size_t)N * sizeof(int));
+    model->has_pos = pos != NULL;
+    if (pos) memcpy(model->pos, pos, (size_t)N * sizeof(int));
+    pos = model->has_pos ? model->pos : NULL;
 
     const LlamaLayout* p = &model->layout;
     LlamaActivations* a = &model->acts;
@@ -491,9 +512,9 @@ static int llama_cpu_forward(LlamaCPU* model, const int* inputs, const int* targ
         matmul_forward(q, rms1, w.wq, w.bq, N, C, QD, model->weight_t);
         matmul_forward(k, rms1, w.wk, w.bk, N, C, KVD, model->weight_t);
         matmul_forward(v, rms1, w.wv, w.bv, N, C, KVD, model->weight_t);
-        rope_forward(q, a->rope_cos, a->rope_sin, B, T, NH, hd);
-        rope_forward(k, a->rope_cos, a->rope_sin, B, T, NKV, hd);
-        gqa_attention_forward(atty, att, q, k, v, B, T, NH, NKV, hd);
+        rope_forward(q, a->rope_cos, a->rope_sin, B, T, NH, hd, pos);
+        rope_forward(k, a->rope_cos, a->rope_sin, B, T, NKV, hd, pos);
+        gqa_attention_forward(atty, att, q, k, v, B, T, NH, NKV, hd, pos);
         matmul_forward(res2, atty, w.wo, NULL, N, QD, C, model->weight_t);  // projection, then
         residual_forward(res2, x, res2, N * C);                             // + layer input
         // MLP: res3 = res2 + w_down(silu(w_gate rms2(res2)) * w_up rms2(res2))
@@ -510,16 +531,22 @@ static int llama_cpu_forward(LlamaCPU* model, const int* inputs, const int* targ
     if (targets) {
         softmax_crossentropy_forward(a->probs, a->losses, a->logits, targets, N, V, V);
         double sum = 0.0;
-        for (int64_t i = 0; i < N; i++) sum += a->losses[i];
-        model->mean_loss = (float)(sum / (double)N);
+        int64_t count = 0;
+        for (int64_t i = 0; i < N; i++) {
+            sum += a->losses[i];  // 0 where not a target
+            count += targets[i] >= 0;
+        }
+        model->num_targets = count;
+        model->mean_loss = count ? (float)(sum / (double)count) : 0.0f;
         model->has_targets = 1;
     }
     return 1;
 }
 
-// ADDS d(mean loss)/d(params) of the last forward (with targets) into model->grads: k micro-batches sum,
-// and the caller divides by k.
-static int llama_cpu_backward(LlamaCPU* model) {
+// ADDS d(loss)/d(params) of the last forward (with targets) into model->grads, loss = normalizer * the sum
+// of the target tokens' losses. normalizer 0: 1/(B*T), the mean; then k micro-batches sum, and the caller
+// divides by k. Packed data: 1 / (target tokens of the whole step), and no division by k.
+static int llama_cpu_backward(LlamaCPU* model, float normalizer = 0.0f) {
     if (!model->has_targets) {
         snprintf(model->error, sizeof model->error, "backward: the last forward pass had no targets");
         return 0;
@@ -535,7 +562,9 @@ static int llama_cpu_backward(LlamaCPU* model) {
     LlamaEmbedTensors de = llama_embed_tensors(p, model->grads);
 
     // loss = mean over N positions -> each position's loss has weight 1/N; a tied lm_head adds into embed
-    crossentropy_softmax_backward(a->dlogits, a->probs, model->targets, 1.0f / (float)N, N, V, V);
+    const float dloss = normalizer != 0.0f ? normalizer : 1.0f / (float)N;
+    const int* pos = model->has_pos ? model->pos : NULL;
+    crossentropy_softmax_backward(a->dlogits, a->probs, model->targets, dloss, N, V, V);
     matmul_backward(a->dln, de.lm_head, NULL, a->dlogits, a->rmsf, e.lm_head, N, C, V);
     memset(a->dresidual, 0, (size_t)(N * C) * sizeof(float));
     rmsnorm_backward(a->dresidual, de.final_norm, a->dln, a->residual3 + (int64_t)(L - 1) * N * C,
@@ -565,9 +594,10 @@ static int llama_cpu_backward(LlamaCPU* model) {
         rmsnorm_backward(a->dresidual, dw.mlp_norm, a->dln, res2, w.mlp_norm, a->rms2_rstd + l * N, N, C);
         // attention branch: res2 = x + wo(attention(rope(q), rope(k), v))
         matmul_backward(a->datty, dw.wo, NULL, a->dresidual, atty, w.wo, N, QD, C);
-        gqa_attention_backward(a->dq, a->dk, a->dv, a->dscore, a->datty, q, k, v, att, B, T, NH, NKV, hd);
-        rope_backward(a->dq, a->rope_cos, a->rope_sin, B, T, NH, hd);
-        rope_backward(a->dk, a->rope_cos, a->rope_sin, B, T, NKV, hd);
+        gqa_attention_backward(a->dq, a->dk, a->dv, a->dscore, a->datty, q, k, v, att, B, T, NH, NKV, hd,
+                               pos);
+        rope_backward(a->dq, a->rope_cos, a->rope_sin, B, T, NH, hd, pos);
+        rope_backward(a->dk, a->rope_cos, a->rope_sin, B, T, NKV, hd, pos);
         matmul_backward(a->dln, dw.wq, dw.bq, a->dq, rms1, w.wq, N, C, QD);
         matmul_backward_add(a->dln, dw.wk, dw.bk, a->dk, rms1, w.wk, N, C, KVD);
         matmul_backward_add(a->dln, dw.wv, dw.bv, a->dv, rms1, w.wv, N, C, KVD);

@@ -2,7 +2,8 @@
 // RoPE and SwiGLU, forward and backward. bf16 in and out, fp32 math; RMSNorm's weight gradient accumulates
 // (+=) in fp32, as kernels.cuh's LayerNorm. Each launcher has the name of its fp32 twin in llama_cpu.h
 // (rmsnorm_forward, rope_forward, swiglu_forward, ...): the CPU one is the test's oracle.
-// Not here: grouped-query attention, matrix multiplies (matmul.cuh), 16-byte vectorized variants.
+// Not here: grouped-query attention (attention.cuh, flash_attention.cuh take NKV), matrix multiplies
+// (matmul.cuh), 16-byte vectorized variants.
 // Shapes as llama_cpu.h: N = B*T rows, C channels, NH query heads and NKV key/value heads of hd channels,
 // H the MLP width (llama_cpu.h's I).
 #pragma once
@@ -92,7 +93,8 @@ static void rmsnorm_backward(bf16* dinp, float* dweight, const bf16* dout, const
 // RoPE, in place on the q and k heads of a fused qkv activation (N, (NH + 2*NKV) * hd): each row holds NH
 // q heads, then NKV k heads, then NKV v heads, so the rotated heads are the row's first NH + NKV.
 // transformers' rotate_half convention: channel i pairs with i + hd/2,
-//   x1' = x1 cos - x2 sin,  x2' = x2 cos + x1 sin,  angle = t * inv_freq[i], t = row % T.
+//   x1' = x1 cos - x2 sin,  x2' = x2 cos + x1 sin,  angle = t * inv_freq[i], t = pos[row] (packed
+// sequences' positions, device) or row % T when pos is NULL.
 // The backward is the transposed rotation, which is the rotation by -angle.
 
 // d_inv_freq (hd/2 floats, on the device) = llama_rope_inv_freq(c): plain or llama3-scaled, once.
@@ -107,14 +109,15 @@ static void rope_inv_freq_upload(float* d_inv_freq, const LlamaConfig* c) {
 
 // One thread per (row, pair i): one angle, then every q and k head of the row. sign = -1 rotates back.
 __global__ void rope_rotate_kernel(bf16* qkv, const float* inv_freq, int64_t N, int T, int NH, int NKV,
-                                   int hd, float sign) {
+                                   int hd, float sign, const int* pos) {
     const int half = hd / 2;
     const int64_t row_width = (int64_t)(NH + 2 * NKV) * hd;
     for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < N * half;
          idx += (int64_t)gridDim.x * blockDim.x) {
         const int64_t row = idx / half;
         const int i = (int)(idx % half);
-        const float angle = (float)(row % T) * inv_freq[i];  // fp32, as llama_cpu.h's rope_table
+        const int t = pos ? pos[row] : (int)(row % T);
+        const float angle = (float)t * inv_freq[i];  // fp32, as llama_cpu.h's rope_table
         // cos and sin in double: --use_fast_math makes sinf/cosf __sinf/__cosf, inexact at large angles
         double sin_d, cos_d;
         sincos((double)angle, &sin_d, &cos_d);
@@ -128,16 +131,16 @@ __global__ void rope_rotate_kernel(bf16* qkv, const float* inv_freq, int64_t N, 
     }
 }
 static void rope_forward(bf16* qkv, const float* inv_freq, int64_t N, int T, int NH, int NKV, int hd,
-                         cudaStream_t s) {
+                         cudaStream_t s, const int* pos = nullptr) {
     const int64_t n = N * (hd / 2);
-    rope_rotate_kernel<<<grid_for(n, 256), 256, 0, s>>>(qkv, inv_freq, N, T, NH, NKV, hd, 1.0f);
+    rope_rotate_kernel<<<grid_for(n, 256), 256, 0, s>>>(qkv, inv_freq, N, T, NH, NKV, hd, 1.0f, pos);
     cudaCheckLaunch();
 }
 // in place on dqkv's dq and dk heads; its dv heads are left as they are
 static void rope_backward(bf16* dqkv, const float* inv_freq, int64_t N, int T, int NH, int NKV, int hd,
-                          cudaStream_t s) {
+                          cudaStream_t s, const int* pos = nullptr) {
     const int64_t n = N * (hd / 2);
-    rope_rotate_kernel<<<grid_for(n, 256), 256, 0, s>>>(dqkv, inv_freq, N, T, NH, NKV, hd, -1.0f);
+    rope_rotate_kernel<<<grid_for(n, 256), 256, 0, s>>>(dqkv, inv_freq, N, T, NH, NKV, hd, -1.0f, pos);
     cudaCheckLaunch();
 }
 

@@ -53,11 +53,10 @@ static void matmul_backward_weight(float* dw, const bf16* dout, const bf16* inp,
 // A batched GEMM, all bf16 (batch i uses A + i*strideA, B + i*strideB, C + i*strideC).
 static void matmul_batched(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
                            const bf16* A, int lda, int64_t strideA, const bf16* B, int ldb, int64_t strideB,
-                           bf16* Cm, int ldc, int64_t strideC, int batch, cudaStream_t s) {
-    const float zero = 0.0f;
-    cublas_use_stream(s);
+                           bf16* Cm, int ldc, int64_t strideC, int batch, cudaStream_t s, float beta = 0.0f) {
+    cublas_use_stream(s);  // beta 1: C += (grouped-query attention sums dk, dv over a group's heads)
     cublasCheck(cublasGemmStridedBatchedEx(cublas_handle, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda,
-                                           strideA, B, CUDA_R_16BF, ldb, strideB, &zero, Cm, CUDA_R_16BF, ldc,
+                                           strideA, B, CUDA_R_16BF, ldb, strideB, &beta, Cm, CUDA_R_16BF, ldc,
                                            strideC, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 

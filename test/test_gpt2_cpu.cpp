@@ -388,7 +388,7 @@ TEST(Forward, RejectsBadShapesAndTokens) {
     EXPECT_FALSE(gpt2_cpu_forward(&m, in.data(), tg.data(), 1, maxT));
     EXPECT_NE(strstr(m.error, "outside"), nullptr) << m.error;
     in[3] = 1;
-    tg[0] = -1;
+    tg[0] = -2;  // -1 marks a token without loss (packed data); below -1 is an error
     EXPECT_FALSE(gpt2_cpu_forward(&m, in.data(), tg.data(), 1, maxT));
     // logits only: fine, and backward refuses
     EXPECT_TRUE(gpt2_cpu_forward(&m, in.data(), NULL, 1, maxT)) << m.error;

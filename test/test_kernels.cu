@@ -6,17 +6,18 @@
 // matmul, the ldmatrix fragment loads, forward y and lse, backward dq/dk/dv, at head sizes 32/64/80/96/128
 // and T = 1, 37, 64, 70, 100, 130, 200), and one whole layer with either attention (layer_forward, then
 // layer_forward(NULL) + layer_backward) are compared with the fp32 functions of gpt2_cpu.h on the same
-// inputs. Shapes exercise the edges: T = 37 (not a multiple of 32) and 64, C = 96 and 128 with hs = 32,
-// attention also at hs = 64 (GPT-2's) and hs = 20 (not a multiple of 8: cuBLAS strides without 16-byte
-// alignment), N = 259 rows (not a multiple of the 8 rows per block, more than one 256-row tile), V = 2500
-// with Vp = 2560 (more than the 1024 threads of a row block), element counts past grid_for's cap (so the
-// grid-stride loops loop), and parameter gradients accumulated by two calls (they must ADD). Not checked
-// here: head_forward/head_backward as a unit (their kernels are checked one by one), stream.cu (weight
-// streaming, gradient hand-off: test_stream.cpp), the optimizer thread, gpt_step's orchestration and
-// micro-batch accumulation (test_gpu.cu covers those), int64 indexing past 2^31 elements and the 65535
-// row-tile cap. Every test skips (GTEST_SKIP) when no CUDA device is present; make test also runs them all
-// with the kernels emulated on the CPU (build/emu_test_kernels, test/fake_cuda/fake_device.h: CPU math,
-// not the GPU's).
+// inputs; both attention paths with grouped-query heads and packed sequences (pos) against llama_cpu.h's
+// gqa_attention_*, the embeddings by pos and the loss with -1 targets too (issues 31, 32). Shapes exercise
+// the edges: T = 37 (not a multiple of 32) and 64, C = 96 and 128 with hs = 32, attention also at hs = 64
+// (GPT-2's) and hs = 20 (not a multiple of 8: cuBLAS strides without 16-byte alignment), N = 259 rows (not a
+// multiple of the 8 rows per block, more than one 256-row tile), V = 2500 with Vp = 2560 (more than the 1024
+// threads of a row block), element counts past grid_for's cap (so the grid-stride loops loop), and parameter
+// gradients accumulated by two calls (they must ADD). Not checked here: head_forward/head_backward as a unit
+// (their kernels are checked one by one), stream.cu (weight streaming, gradient hand-off: test_stream.cpp),
+// the optimizer thread, gpt_step's orchestration and micro-batch accumulation (test_gpu.cu covers those),
+// int64 indexing past 2^31 elements and the 65535 row-tile cap. Every test skips (GTEST_SKIP) when no CUDA
+// device is present; make test also runs them all with the kernels emulated on the CPU
+// (build/emu_test_kernels, test/fake_cuda/fake_device.h: CPU math, not the GPU's).
 //
 // Method: random inputs are ROUNDED TO bf16 first and the very same values go to both sides, so a GPU
 // result differs from the CPU's only by its bf16 output rounding and fp32 summation order. Errors are the
@@ -41,6 +42,7 @@
 // order), the bound is set from the GPU's: each such difference is ~1e-6 relative, far below a
 // bf16 rounding (2^-9).
 #include "gpu_test_common.h"
+#include "llama_cpu.h"  // defines: gqa_attention_forward, gqa_attention_backward (GQA oracle)
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -1191,6 +1193,266 @@ TEST(Kernels, CublasLtFusesAtTheTrainersShapes) {
         EXPECT_EQ(cublaslt_fallbacks, before) << "C " << C << ": cuBLASLt offered no usable fused algorithm";
         EXPECT_EQ(nonfinite, 0) << "C " << C;
     }
+}
+
+// ----------------------------------------------------------------------------
+// Grouped-query attention and packed sequences (issues 31, 32), both attention paths, against llama_cpu.h's
+// gqa_attention_forward / _backward (q, k, v split out of the fused row) and gpt2_cpu.h's encoder and loss.
+// The fused row is [q (NH*hs) | k (NKV*hs) | v (NKV*hs)]; NH/NKV = 1, 2, 8 (NKV 1 too), hs 64 and 128.
+// Packed rows hold conversations of 70, 9, 23 and 41 tokens in turn (each row starts at another): masked
+// key tiles are skipped (query tile 2 of the 130-token row starts its keys at 70). Bounds are the MHA
+// tests': the same bf16 rounding points per element, the mask only removes terms (see the file's top).
+
+// Positions of B rows of T packed with conversations of the given lengths, in turn.
+std::vector<int> packed_positions(int B, int T, const std::vector<int>& lengths) {
+    std::vector<int> pos((size_t)B * T);
+    for (int b = 0; b < B; b++) {
+        int k = b, p = 0;
+        for (int t = 0; t < T; t++) {
+            if (p == lengths[(size_t)k % lengths.size()]) p = 0, k++;
+            pos[(size_t)b * T + t] = p++;
+        }
+    }
+    return pos;
+}
+// Columns [c0, c0 + width) of each row of a (rows, row_width) matrix, as a (rows, width) one.
+std::vector<float> columns(const std::vector<float>& m, int64_t rows, int64_t row_width, int64_t c0,
+                           int64_t width) {
+    std::vector<float> out((size_t)(rows * width));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < width; c++)
+            out[(size_t)(r * width + c)] = m[(size_t)(r * row_width + c0 + c)];
+    return out;
+}
+
+struct GqaCase {
+    int B, T, NH, NKV, hs, packed;
+};
+const GqaCase kGqaCases[] = {{2, 37, 4, 4, 64, 1},
+                             {2, 70, 4, 2, 64, 0},
+                             {1, 130, 8, 1, 64, 1},
+                             {1, 70, 4, 2, 128, 1},
+                             {1, 100, 8, 1, 128, 0}};
+const std::vector<int> kConversations = {70, 9, 23, 41};
+
+// One case's inputs and llama_cpu.h's results.
+struct GqaReference {
+    int64_t N, QD, KVD, W;
+    std::vector<float> qkv, dy, y, att, dq, dk, dv, lse;
+    std::vector<int> pos;
+    GqaReference(const GqaCase& c, uint64_t seed) {
+        N = (int64_t)c.B * c.T, QD = (int64_t)c.NH * c.hs, KVD = (int64_t)c.NKV * c.hs, W = QD + 2 * KVD;
+        qkv = rand_bf16(N * W, -1.5f, 1.5f, seed), dy = rand_bf16(N * QD, -1, 1, seed + 1);
+        if (c.packed) pos = packed_positions(c.B, c.T, kConversations);
+        const int* p = c.packed ? pos.data() : nullptr;
+        const auto q = columns(qkv, N, W, 0, QD), k = columns(qkv, N, W, QD, KVD),
+                   v = columns(qkv, N, W, QD + KVD, KVD);
+        y.resize((size_t)(N * QD)), att.resize((size_t)c.B * c.NH * c.T * c.T), dq.resize((size_t)(N * QD));
+        dk.resize((size_t)(N * KVD)), dv.resize((size_t)(N * KVD));
+        std::vector<float> dscore((size_t)c.B * c.NKV * c.T);
+        gqa_attention_forward(y.data(), att.data(), q.data(), k.data(), v.data(), c.B, c.T, c.NH, c.NKV, c.hs,
+                              p);
+        gqa_attention_backward(dq.data(), dk.data(), dv.data(), dscore.data(), dy.data(), q.data(), k.data(),
+                               v.data(), att.data(), c.B, c.T, c.NH, c.NKV, c.hs, p);
+        // lse: log2 of each row's sum of exp(score) over its visible keys, in double
+        lse.resize((size_t)c.B * c.NH * c.T);
+        for (int b = 0; b < c.B; b++)
+            for (int h = 0; h < c.NH; h++)
+                for (int t = 0; t < c.T; t++) {
+                    const int lo = p ? t - p[b * c.T + t] : 0, g = h / (c.NH / c.NKV);
+                    std::vector<double> sc;
+                    double mx = -INFINITY, sum = 0.0;
+                    for (int j = lo; j <= t; j++) {
+                        double dot = 0.0;
+                        for (int i = 0; i < c.hs; i++)
+                            dot += (double)q[(size_t)((b * c.T + t) * QD + h * c.hs + i)] *
+                                   k[(size_t)((b * c.T + j) * KVD + g * c.hs + i)];
+                        sc.push_back(dot / sqrt((double)c.hs));
+                        mx = std::max(mx, sc.back());
+                    }
+                    for (double s : sc) sum += exp(s - mx);
+                    lse[((size_t)b * c.NH + h) * c.T + t] = (float)((mx + log(sum)) / log(2.0));
+                }
+    }
+};
+std::string gqa_name(const GqaCase& c) {
+    char s[96];
+    snprintf(s, sizeof s, "B=%d T=%d NH=%d NKV=%d hs=%d %s", c.B, c.T, c.NH, c.NKV, c.hs,
+             c.packed ? "packed" : "plain");
+    return s;
+}
+
+// dq, dk, dv columns of a fused-row gradient against the reference, each within tol.
+void check_gqa_grads(const std::string& what, const std::vector<float>& got, const GqaReference& r,
+                     double tol) {
+    EXPECT_TRUE(check(what + " dq", columns(got, r.N, r.W, 0, r.QD), r.dq, tol));
+    EXPECT_TRUE(check(what + " dk", columns(got, r.N, r.W, r.QD, r.KVD), r.dk, tol));
+    EXPECT_TRUE(check(what + " dv", columns(got, r.N, r.W, r.QD + r.KVD, r.KVD), r.dv, tol));
+}
+
+TEST(Kernels, FlashAttentionGqaPackedMatchesCpu) {
+    REQUIRE_GPU();
+    uint64_t seed = 500;
+    for (const GqaCase& c : kGqaCases) {
+        SCOPED_TRACE(gqa_name(c));
+        printf("  %s\n", gqa_name(c).c_str());
+        const GqaReference r(c, seed += 2);
+        const int C = c.NH * c.hs;
+        DeviceMem m;
+        const bf16 *qkv_d = m.bf16s(r.qkv), *dy_d = m.bf16s(r.dy);
+        const int* pos_d = c.packed ? m.copy(r.pos) : nullptr;
+        bf16* y_d = m.zeros<bf16>(r.N * C);
+        bf16* dqkv_d = m.zeros<bf16>(r.N * r.W);
+        float* lse_d = m.zeros<float>((int64_t)c.B * c.NH * c.T);
+        float* dsum_d = m.zeros<float>((int64_t)c.B * c.NH * c.T);
+        cudaCheck(cudaMemset(y_d, 0xff, (size_t)(r.N * C) * 2));  // NaN: every element must be written
+        cudaCheck(cudaMemset(dqkv_d, 0xff, (size_t)(r.N * r.W) * 2));
+        flash_attention_forward(y_d, lse_d, qkv_d, c.B, c.T, C, c.NH, kStream, c.NKV, pos_d);
+        flash_attention_backward(dqkv_d, dsum_d, dy_d, y_d, qkv_d, lse_d, c.B, c.T, C, c.NH, kStream, c.NKV,
+                                 pos_d);
+        // as FlashAttentionForwardMatchesCpu / BackwardMatchesCpu: y 1e-2, lse 1e-4, gradients 2e-2
+        EXPECT_TRUE(check("flash gqa y", download(y_d, r.N * C), r.y, 1e-2));
+        EXPECT_TRUE(check("flash gqa lse", download(lse_d, (int64_t)c.B * c.NH * c.T), r.lse, 1e-4));
+        const auto got = download(dqkv_d, r.N * r.W);
+        check_gqa_grads("flash gqa backward", got, r, 2e-2);
+        // dk, dv: one block per key tile sums its group's heads, no atomics: the same bits again
+        flash_attention_backward(dqkv_d, dsum_d, dy_d, y_d, qkv_d, lse_d, c.B, c.T, C, c.NH, kStream, c.NKV,
+                                 pos_d);
+        EXPECT_EQ(count_bit_diff(download(dqkv_d, r.N * r.W), got), 0) << "not deterministic";
+    }
+}
+
+TEST(Kernels, AttentionGqaPackedMatchesCpu) {  // the cuBLAS path (-F 0)
+    REQUIRE_GPU();
+    TestGPT tg(tiny_config(1, 64, 1, 64, 100), 1, 8);  // the cuBLAS handle and its stream
+    const cudaStream_t s = tg.g.stream.compute;
+    uint64_t seed = 600;
+    for (const GqaCase& c : kGqaCases) {
+        SCOPED_TRACE(gqa_name(c));
+        printf("  %s\n", gqa_name(c).c_str());
+        const GqaReference r(c, seed += 2);
+        const int C = c.NH * c.hs;
+        const int64_t natt = (int64_t)c.B * c.NH * c.T * c.T;
+        DeviceMem m;
+        bf16 *qkv_d = m.bf16s(r.qkv), *dy_d = m.bf16s(r.dy);
+        const int* pos_d = c.packed ? m.copy(r.pos) : nullptr;
+        bf16 *y_d = m.zeros<bf16>(r.N * C), *att_d = m.zeros<bf16>(natt), *datt_d = m.zeros<bf16>(natt);
+        bf16* dqkv_d = m.zeros<bf16>(r.N * r.W);
+        cudaCheck(cudaMemset(dqkv_d, 0xff, (size_t)(r.N * r.W) * 2));  // NaN: every element must be written
+        cudaCheck(cudaDeviceSynchronize());  // the memset's legacy stream before the compute stream
+        attention_forward(y_d, att_d, qkv_d, c.B, c.T, C, c.NH, s, c.NKV, pos_d);
+        attention_backward(dqkv_d, datt_d, dy_d, att_d, qkv_d, c.B, c.T, C, c.NH, s, c.NKV, pos_d);
+        // as AttentionForwardMatchesCpu: att and y behind 2 and 3 bf16 roundings, 2e-2
+        EXPECT_TRUE(check("cublas gqa att", download(att_d, natt), r.att, 2e-2));
+        EXPECT_TRUE(check("cublas gqa y", download(y_d, r.N * C), r.y, 2e-2));
+        // dk, dv add the group's heads in bf16 (beta 1): up to NH/NKV - 1 = 7 more roundings of a partial
+        // sum, each <= 2^-9 of it, random in sign: ~sqrt(7) 2^-9 ~ 5e-3 more in rel-L2; 3e-2
+        check_gqa_grads("cublas gqa backward", download(dqkv_d, r.N * r.W), r, 3e-2);
+    }
+}
+
+// Explicit positions 0..T-1 in every row are the plain causal case: the same bits as pos = NULL on both
+// paths (the mask adds key >= t - pos[t], which then always holds).
+TEST(Kernels, AttentionPlainPositionsSameBitsAsNoPositions) {
+    REQUIRE_GPU();
+    TestGPT tg(tiny_config(1, 64, 1, 64, 100), 1, 8);
+    const cudaStream_t s = tg.g.stream.compute;
+    const GqaCase c = {2, 70, 4, 2, 64, 0};
+    const GqaReference r(c, 700);
+    const int C = c.NH * c.hs;
+    const int64_t natt = (int64_t)c.B * c.NH * c.T * c.T;
+    std::vector<int> plain((size_t)r.N);
+    for (int64_t i = 0; i < r.N; i++) plain[(size_t)i] = (int)(i % c.T);
+    DeviceMem m;
+    bf16 *qkv_d = m.bf16s(r.qkv), *dy_d = m.bf16s(r.dy);
+    const int* pos_d = m.copy(plain);
+    bf16 *y_d = m.zeros<bf16>(r.N * C), *att_d = m.zeros<bf16>(natt), *datt_d = m.zeros<bf16>(natt);
+    bf16* dqkv_d = m.zeros<bf16>(r.N * r.W);
+    float *lse_d = m.zeros<float>((int64_t)c.B * c.NH * c.T),
+          *dsum_d = m.zeros<float>((int64_t)c.B * c.NH * c.T);
+    std::vector<float> outs[2][3];
+    for (int with_pos = 0; with_pos < 2; with_pos++) {
+        const int* p = with_pos ? pos_d : nullptr;
+        flash_attention_forward(y_d, lse_d, qkv_d, c.B, c.T, C, c.NH, s, c.NKV, p);
+        flash_attention_backward(dqkv_d, dsum_d, dy_d, y_d, qkv_d, lse_d, c.B, c.T, C, c.NH, s, c.NKV, p);
+        outs[with_pos][0] = download(dqkv_d, r.N * r.W);
+        attention_forward(y_d, att_d, qkv_d, c.B, c.T, C, c.NH, s, c.NKV, p);
+        outs[with_pos][1] = download(y_d, r.N * C);
+        attention_backward(dqkv_d, datt_d, dy_d, att_d, qkv_d, c.B, c.T, C, c.NH, s, c.NKV, p);
+        outs[with_pos][2] = download(dqkv_d, r.N * r.W);
+    }
+    EXPECT_EQ(count_bit_diff(outs[0][0], outs[1][0]), 0) << "flash dqkv";
+    EXPECT_EQ(count_bit_diff(outs[0][1], outs[1][1]), 0) << "cublas y";
+    EXPECT_EQ(count_bit_diff(outs[0][2], outs[1][2]), 0) << "cublas dqkv";
+}
+
+// wpe rows by position: gpt2_cpu.h's encoder with the same pos (two calls of the backward: they add).
+TEST(Kernels, EmbeddingByPositionsMatchesEncoder) {
+    REQUIRE_GPU();
+    const int B = 2, T = 37, C = kC, V = 100, Vp = 128, maxT = 64;
+    const int64_t N = (int64_t)B * T;
+    auto wte = rand_bf16((int64_t)Vp * C, -1, 1, 11), wpe = rand_bf16((int64_t)maxT * C, -1, 1, 12);
+    auto dout = rand_bf16(N * C, -1, 1, 13);
+    auto tok = rand_tokens(N, V, 14);
+    const auto pos = packed_positions(B, T, {20, 9, 5});
+    DeviceMem m;
+    bf16* out = m.zeros<bf16>(N * C);
+    const int *d_tok = m.copy(tok), *d_pos = m.copy(pos);
+    embedding_forward(out, d_tok, m.bf16s(wte), m.bf16s(wpe), N, T, C, kStream, d_pos);
+    std::vector<float> ref((size_t)(N * C));
+    encoder_forward(ref.data(), tok.data(), wte.data(), wpe.data(), B, T, C, pos.data());
+    EXPECT_TRUE(check("embedding_forward (pos) out", download(out, N * C), ref, 1e-2));  // one rounding
+    float *dwte = m.zeros<float>((int64_t)Vp * C), *dwpe = m.zeros<float>((int64_t)maxT * C);
+    const bf16* d_dout = m.bf16s(dout);
+    std::vector<float> ref_wte((size_t)Vp * C, 0.0f), ref_wpe((size_t)maxT * C, 0.0f);
+    for (int rep = 0; rep < 2; rep++) {
+        embedding_backward(dwte, dwpe, d_dout, d_tok, N, T, C, kStream, d_pos);
+        encoder_backward(ref_wte.data(), ref_wpe.data(), dout.data(), tok.data(), B, T, C, pos.data());
+    }
+    // fp32 sums of identical bf16 values in another order (atomics)
+    EXPECT_TRUE(check("embedding_backward (pos) dwte", download(dwte, (int64_t)Vp * C), ref_wte, 1e-5));
+    EXPECT_TRUE(check("embedding_backward (pos) dwpe", download(dwpe, (int64_t)maxT * C), ref_wpe, 1e-5));
+}
+
+// Targets -1: loss 0 and a zero gradient row; the others weighted by the caller's normalizer.
+TEST(Kernels, FusedClassifierSkipsNonTargets) {
+    REQUIRE_GPU();
+    const int V = 2500, Vp = 2560;
+    const int64_t N = 74;
+    auto logits = rand_bf16(N * Vp, -4, 4, 120);
+    auto tg = rand_tokens(N, V, 121);
+    int64_t targets = 0;
+    for (int64_t i = 0; i < N; i++) {
+        if (i % 3 == 0 || i < 5) tg[(size_t)i] = -1;
+        targets += tg[(size_t)i] >= 0;
+    }
+    const float normalizer = 1.0f / (float)(targets * 3);  // as if the step had 3 such micro-batches
+    std::vector<float> probs((size_t)(N * Vp)), losses((size_t)N), dlogits((size_t)(N * Vp));
+    softmax_crossentropy_forward(probs.data(), losses.data(), logits.data(), tg.data(), N, V, Vp);
+    crossentropy_softmax_backward(dlogits.data(), probs.data(), tg.data(), normalizer, N, V, Vp);
+    DeviceMem m;
+    bf16* d_logits = m.bf16s(logits);
+    float* d_losses = m.zeros<float>(N);
+    cudaCheck(cudaMemset(d_losses, 0xff, (size_t)N * 4));  // NaN: every loss must be written
+    fused_classifier(d_logits, d_losses, m.copy(tg), N, V, Vp, normalizer, kStream);
+    const auto got_losses = download(d_losses, N);
+    const auto got = download(d_logits, N * Vp);
+    EXPECT_TRUE(check("fused_classifier (-1 targets) losses", got_losses, losses, 1e-4));  // fp32, as above
+    EXPECT_TRUE(check("fused_classifier (-1 targets) dlogits", got, dlogits, 1e-2));       // bf16 output
+    int64_t nonzero = 0;  // rows without a target: loss and gradient exactly 0
+    for (int64_t i = 0; i < N; i++)
+        if (tg[(size_t)i] < 0) {
+            nonzero += got_losses[(size_t)i] != 0.0f;
+            for (int v = 0; v < Vp; v++) nonzero += got[(size_t)(i * Vp + v)] != 0.0f;
+        }
+    EXPECT_EQ(nonzero, 0);
+    // the step's loss: the sum over the targets times the normalizer (fp32 sum of 74 values: ~1e-7)
+    double sum = 0.0;
+    for (float l : losses) sum += l;
+    float* d_mean = m.zeros<float>(1);
+    mean_loss(d_mean, d_losses, N, kStream, normalizer);
+    EXPECT_TRUE(
+        within("mean_loss (normalizer), relative", rel_diff(download(d_mean, 1)[0], sum * normalizer), 1e-5));
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 // gradient); C = 96, 60 and 1000; RoPE at head sizes 64 and 128 with NKV = NH, NH/2 and NH/8, plain
 // (theta 1e4) and llama3-scaled (theta 5e5, Llama 3.1's factors), and one 3000-position sequence (angles up
 // to 3000 rad); SwiGLU at H = 96, 100 and 1000 (past the emulated grid cap, so the grid-stride loops loop).
-// Not here: grouped-query attention on the GPU, the trainer (neither exists yet).
+// RoPE also by the positions of packed sequences (pos). Not here: grouped-query and packed attention on the
+// GPU (test_kernels.cu), the trainer.
 // Every test skips when no CUDA device is present; make's emulated build (build/emu_test_llama_kernels)
 // runs them on the CPU (test/fake_cuda/fake_device.h).
 //
@@ -197,8 +198,8 @@ std::vector<RopeCase> rope_cases() {
 }
 
 // The GPU's rope_forward (backward: rope_backward) on a random fused qkv, against llama_cpu.h's on the q
-// and k parts apart; the v part must come back unchanged.
-void check_rope(const RopeCase& c, bool backward, uint64_t seed) {
+// and k parts apart; the v part must come back unchanged. pos (B*T, may be empty): packed positions.
+void check_rope(const RopeCase& c, bool backward, uint64_t seed, const std::vector<int>& pos = {}) {
     SCOPED_TRACE(name(c) + (backward ? " backward" : " forward"));
     const int64_t N = (int64_t)c.B * c.T, QD = (int64_t)c.NH * c.hd, KVD = (int64_t)c.NKV * c.hd;
     const int64_t W = QD + 2 * KVD;
@@ -208,19 +209,26 @@ void check_rope(const RopeCase& c, bool backward, uint64_t seed) {
     bf16* d_qkv = m.bf16s(qkv);
     float* inv_freq = m.alloc<float>(c.hd / 2);
     rope_inv_freq_upload(inv_freq, &cfg);
-    if (backward) rope_backward(d_qkv, inv_freq, N, c.T, c.NH, c.NKV, c.hd, kStream);
-    else rope_forward(d_qkv, inv_freq, N, c.T, c.NH, c.NKV, c.hd, kStream);
+    const int* p = pos.empty() ? nullptr : pos.data();
+    int* d_pos = nullptr;
+    if (p) {
+        d_pos = m.alloc<int>(N);
+        cudaCheck(cudaMemcpy(d_pos, p, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
+        cudaCheck(cudaDeviceSynchronize());
+    }
+    if (backward) rope_backward(d_qkv, inv_freq, N, c.T, c.NH, c.NKV, c.hd, kStream, d_pos);
+    else rope_forward(d_qkv, inv_freq, N, c.T, c.NH, c.NKV, c.hd, kStream, d_pos);
     const auto got = download(d_qkv, N * W);
 
     std::vector<float> cos_t((size_t)(c.T * c.hd / 2)), sin_t(cos_t.size());
     rope_table(cos_t.data(), sin_t.data(), &cfg, c.T);
     auto q = columns(qkv, N, W, 0, QD), k = columns(qkv, N, W, QD, KVD);
     if (backward) {
-        rope_backward(q.data(), cos_t.data(), sin_t.data(), c.B, c.T, c.NH, c.hd);
-        rope_backward(k.data(), cos_t.data(), sin_t.data(), c.B, c.T, c.NKV, c.hd);
+        rope_backward(q.data(), cos_t.data(), sin_t.data(), c.B, c.T, c.NH, c.hd, p);
+        rope_backward(k.data(), cos_t.data(), sin_t.data(), c.B, c.T, c.NKV, c.hd, p);
     } else {
-        rope_forward(q.data(), cos_t.data(), sin_t.data(), c.B, c.T, c.NH, c.hd);
-        rope_forward(k.data(), cos_t.data(), sin_t.data(), c.B, c.T, c.NKV, c.hd);
+        rope_forward(q.data(), cos_t.data(), sin_t.data(), c.B, c.T, c.NH, c.hd, p);
+        rope_forward(k.data(), cos_t.data(), sin_t.data(), c.B, c.T, c.NKV, c.hd, p);
     }
     const std::string what = backward ? "rope_backward " : "rope_forward ";
     EXPECT_TRUE(check(what + "q", columns(got, N, W, 0, QD), q, kOneRounding));
@@ -247,6 +255,21 @@ TEST(LlamaKernels, RopeLongSequenceMatchesCpu) {
     uint64_t seed = 500;
     for (int llama3 : {0, 1})
         for (bool backward : {false, true}) check_rope({1, 3000, 2, 1, 64, llama3}, backward, seed++);
+}
+
+// Packed sequences: each row holds conversations of 20, 9 and 5 tokens in turn, each rotated from 0.
+TEST(LlamaKernels, RopeByPositionsMatchesCpu) {
+    REQUIRE_GPU();
+    uint64_t seed = 550;
+    const RopeCase c = {3, kT, 8, 2, 64, 1};
+    std::vector<int> pos((size_t)(c.B * c.T));
+    const int lengths[3] = {20, 9, 5};
+    for (int b = 0; b < c.B; b++)
+        for (int t = 0, k = b, p = 0; t < c.T; t++) {
+            if (p == lengths[k % 3]) p = 0, k++;
+            pos[(size_t)(b * c.T + t)] = p++;
+        }
+    for (bool backward : {false, true}) check_rope(c, backward, seed++, pos);
 }
 
 // ----------------------------------------------------------------------------

@@ -55,7 +55,8 @@ peers_5b|125|150|dev/bench/gpu_window.sh
 adam|30|70|cpu_adam.cpp cpu_adam.h dev/bench/bench_cpu_adam.cpp dev/bench/bench_torch_adam.py
 kept_1.3b|35|80|@code
 kept_5b|60|120|@code
-llama_kernels|20|60|llama_kernels.cuh llama_cpu.h kernels.cuh test/test_llama_kernels.cu"
+llama_kernels|20|60|llama_kernels.cuh llama_cpu.h kernels.cuh test/test_llama_kernels.cu
+packed_attention|20|60|flash_attention.cuh attention.cuh kernels.cuh matmul.cuh llama_cpu.h gpt2_cpu.h test/test_kernels.cu"
 
 # Peer figures seen on the H100 (shared/peers/README.md, 2026-11-22), tokens/s at 32K tokens per step
 PEER_13B="gpu_ckpt 47000 fsdp_offload 11900 MegaTrain 15700"
@@ -280,6 +281,9 @@ gtest_check() {  # gtest_check NAME BINARY [gtest flags...]: a suite; call 2 rer
 MEASURED='*GpuMemoryGrowsWithDepthOnlyByCheckpoints:*WeightCopiesOverlapCompute'
 check_kernels() { gtest_check kernels "${BINP[test_kernels]:-}"; }
 check_llama_kernels() { gtest_check llama_kernels "${BINP[test_llama_kernels]:-}"; }  # RMSNorm, RoPE, SwiGLU
+# grouped-query attention and packed sequences (issues 31, 32): both attention paths, wpe by pos, -1 targets
+PACKED='*Gqa*:*Positions*:*SkipsNonTargets*'
+check_packed_attention() { gtest_check packed_attention "${BINP[test_kernels]:-}" --gtest_filter="$PACKED"; }
 check_trainer() { gtest_check trainer "${BINP[test_gpu]:-}" --gtest_filter="-$MEASURED"; }
 check_trainer_measured() { gtest_check trainer_measured "${BINP[test_gpu]:-}" --gtest_filter="$MEASURED"; }
 
