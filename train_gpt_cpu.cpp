@@ -86,14 +86,21 @@ static int64_t model_act_floats(const CpuModel* m) {
     return m->llama ? m->ll.act_capacity : m->gpt.act_capacity;
 }
 
-// Forward over (B, T); with targets also the loss. Dies on an error (a token outside the vocabulary).
-static void model_forward(CpuModel* m, const int* inputs, const int* targets, int B, int T) {
-    const int ok = m->llama ? llama_cpu_forward(&m->ll, inputs, targets, B, T)
-                            : gpt2_cpu_forward(&m->gpt, inputs, targets, B, T);
+// Forward over (B, T); with targets (-1: none) also the loss; pos: packed conversations (NULL: pretraining).
+// Dies on an error (a token outside the vocabulary).
+static void model_forward(CpuModel* m, const int* inputs, const int* targets, int B, int T,
+                          const int* pos = NULL) {
+    const int ok = m->llama ? llama_cpu_forward(&m->ll, inputs, targets, B, T, pos)
+                            : gpt2_cpu_forward(&m->gpt, inputs, targets, B, T, pos);
     if (!ok) die("%s", model_error(m));
 }
-static void model_backward(CpuModel* m) {
-    if (!(m->llama ? llama_cpu_backward(&m->ll) : gpt2_cpu_backward(&m->gpt))) die("%s", model_error(m));
+static int64_t model_num_targets(const CpuModel* m) {
+    return m->llama ? m->ll.num_targets : m->gpt.num_targets;
+}
+// Adds the gradient of normalizer * (the sum of the batch's target losses); 0: of their mean.
+static void model_backward(CpuModel* m, float normalizer = 0.0f) {
+    const int ok = m->llama ? llama_cpu_backward(&m->ll, normalizer) : gpt2_cpu_backward(&m->gpt, normalizer);
+    if (!ok) die("%s", model_error(m));
 }
 static void model_zero_grad(CpuModel* m) {
     if (m->llama) llama_cpu_zero_grad(&m->ll);
@@ -104,17 +111,16 @@ static const float* model_logits(const CpuModel* m, int64_t row) {
     return m->llama ? m->ll.acts.logits + row * m->ll.config.vocab_size
                     : m->gpt.acts.logits + row * m->gpt.config.padded_vocab_size;
 }
-// AdamW with the clip factor and 1/accum folded into the gradient scale; decay on matrices only.
-static void model_adamw(CpuModel* m, float* adam_m, float* adam_v, int accum, float lr, const TrainArgs* a,
+// AdamW of the gradient grads / denom, clipped; decay on matrices only. denom: the micro-batches (each
+// gradient a mean) or a chat step's target tokens (each a sum).
+static void model_adamw(CpuModel* m, float* adam_m, float* adam_v, float denom, float lr, const TrainArgs* a,
                         int64_t t, float norm) {
-    if (!m->llama) {
-        adamw_apply_model_f32grad(&m->gpt.config, &m->gpt.layout, m->gpt.params, m->gpt.grads, adam_m, adam_v,
-                                  accum, lr, a, t, norm);
-        return;
-    }
-    const float scale = clip_scale(norm, a->grad_clip) / (float)accum;
+    const float scale = clip_scale(norm, a->grad_clip) / denom;
     const AdamWArgs args = {lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, a->weight_decay, scale, t};
-    llama_cpu_adamw(&m->ll, adam_m, adam_v, &args);
+    if (m->llama) llama_cpu_adamw(&m->ll, adam_m, adam_v, &args);
+    else
+        adamw_model_f32grad(&m->gpt.config, &m->gpt.layout, m->gpt.params, m->gpt.grads, adam_m, adam_v,
+                            &args);
 }
 static void model_free(CpuModel* m) {
     if (m->llama) llama_cpu_free(&m->ll);
@@ -200,18 +206,23 @@ static void build_model(CpuModel* m, const char* spec, int B, int T, const char*
 }
 
 // Mean loss over the first `batches` batches of the val loader (reset first, so every evaluation sees
-// the same tokens).
+// the same tokens); chat data: over their target tokens.
 static float validation_loss(CpuModel* model, DataLoader* val, int64_t batches) {
     dataloader_reset(val);
-    double sum = 0.0;
+    const int chat = val->kind == DL_CHAT;
+    double sum = 0.0, targets = 0.0;
     for (int64_t i = 0; i < batches; i++) {
         if (!dataloader_next_batch(val)) die("%s", val->err);
         char err[600];
         if (!dataloader_check_tokens(val, model_vocab(model), err, sizeof err)) die("val data: %s", err);
-        model_forward(model, val->inputs, val->targets, val->B, val->T);
-        sum += model_mean_loss(model);
+        model_forward(model, val->inputs, val->targets, val->B, val->T, chat ? val->pos : NULL);
+        const double n = chat ? (double)model_num_targets(model) : 1.0;  // pretraining: a mean per batch
+        sum += model_mean_loss(model) * n;
+        targets += n;
     }
-    return (float)(sum / (double)batches);
+    if (chat && targets == 0)
+        die("val data %s: no target tokens in its first %lld batches", val->pattern, (long long)batches);
+    return (float)(sum / (chat ? targets : (double)batches));
 }
 
 // Generates n tokens after <|endoftext|> and prints them as they come. Each token is one forward pass
@@ -402,26 +413,39 @@ static void print_config_table(const CpuRun* r) {
 
 // One step: the micro-batches' forward and backward, the divergence check, then AdamW unless -sl / -sg skip
 // the update (*skipped says why, else ""). Returns the mean loss; *norm gets the gradient norm.
-static double train_step(CpuRun* r, int step, float lr, float* norm, char* skipped, size_t skipped_len) {
+// Chat data: the loss is the mean over the step's target tokens (*targets), each micro-batch weighing by its
+// count; a step with none updates nothing (*skipped says so).
+static double train_step(CpuRun* r, int step, float lr, float* norm, int64_t* targets, char* skipped,
+                         size_t skipped_len) {
     CpuModel* m = &r->model;
+    DataLoader* dl = &r->train;
+    const int chat = dl->kind == DL_CHAT;
     char err[600];
     model_zero_grad(m);
-    if (r->args.overfit_single_batch) dataloader_reset(&r->train);  // -a 1: the same first batches every step
+    if (r->args.overfit_single_batch) dataloader_reset(dl);  // -a 1: the same first batches every step
     double loss = 0.0;
+    *targets = 0;
     for (int micro = 0; micro < r->accum; micro++) {
-        if (!dataloader_next_batch(&r->train)) die("%s", r->train.err);
-        if (!dataloader_check_tokens(&r->train, model_vocab(m), err, sizeof err)) die("train data: %s", err);
-        model_forward(m, r->train.inputs, r->train.targets, r->args.B, r->args.T);
-        model_backward(m);
-        loss += model_mean_loss(m);
+        if (!dataloader_next_batch(dl)) die("%s", dl->err);
+        if (!dataloader_check_tokens(dl, model_vocab(m), err, sizeof err)) die("train data: %s", err);
+        model_forward(m, dl->inputs, dl->targets, r->args.B, r->args.T, chat ? dl->pos : NULL);
+        model_backward(m, chat ? 1.0f : 0.0f);  // chat: the sum over targets, divided once below
+        loss += chat ? (double)model_mean_loss(m) * model_num_targets(m) : model_mean_loss(m);
+        *targets += chat ? model_num_targets(m) : (int64_t)r->args.B * r->args.T;
     }
-    loss /= r->accum;
-    *norm = (float)(sqrt(sumsq_f32(model_grads(m), model_total(m))) / r->accum);  // of the mean gradient
+    if (chat && *targets == 0) {
+        snprintf(skipped, skipped_len, "no target tokens in this step");
+        *norm = 0.0f;
+        return 0.0;
+    }
+    const double denom = chat ? (double)*targets : (double)r->accum;
+    loss /= denom;
+    *norm = (float)(sqrt(sumsq_f32(model_grads(m), model_total(m))) / denom);  // of the mean gradient
     char diverged[96];  // the rule both trainers stop by, before the update
     if (training_diverged(loss, *norm, model_vocab(m), diverged, sizeof diverged))
         die_diverged(step + 1, loss, *norm, diverged, r->saved_step);
     if (!outlier_skip(&r->args, &r->loss_window, &r->norm_window, loss, *norm, skipped, skipped_len))
-        model_adamw(m, r->adam_m, r->adam_v, r->accum, lr, &r->args, ++r->adam_t, *norm);
+        model_adamw(m, r->adam_m, r->adam_v, (float)denom, lr, &r->args, ++r->adam_t, *norm);
     return loss;
 }
 
@@ -485,7 +509,8 @@ int main(int argc, char** argv) {
         const float lr = learning_rate_at(a, step, r->total_steps);
         float norm;
         char skipped[96];  // -sl / -sg: why this step updates nothing, or ""
-        const double loss = train_step(r, step, lr, &norm, skipped, sizeof skipped);
+        int64_t targets;
+        const double loss = train_step(r, step, lr, &norm, &targets, skipped, sizeof skipped);
         const double dt = seconds_now() - t0;
         const int64_t tokens = (int64_t)r->accum * a->B * a->T;
         if (step > r->start_step) {  // the first step includes warm-up costs
@@ -495,11 +520,21 @@ int main(int argc, char** argv) {
         char progress[64];
         progress_text(seconds_now() - run_t0, step + 1, r->start_step, r->total_steps, progress,
                       sizeof progress);
-        printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f%s%s%s\n", step + 1,
-               r->total_steps, loss, norm, lr, dt * 1e3, tokens / dt, progress,
-               skipped[0] ? " | update skipped: " : "", skipped);
+        char targets_text[48] = "";  // chat data: the target tokens the loss is the mean over
+        if (r->train.kind == DL_CHAT)
+            snprintf(targets_text, sizeof targets_text, " | targets %lld", (long long)targets);
+        const int no_targets = r->train.kind == DL_CHAT && targets == 0;
+        if (no_targets) {
+            fprintf(stderr, "warning: step %d: no target tokens in its %d micro-batches: nothing to learn\n",
+                    step + 1, r->accum);
+            printf("step %4d/%d | loss - | lr %.2e | ms %.1f%s | update skipped: %s\n", step + 1,
+                   r->total_steps, lr, dt * 1e3, targets_text, skipped);
+        } else
+            printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f%s%s%s%s\n", step + 1,
+                   r->total_steps, loss, norm, lr, dt * 1e3, tokens / dt, targets_text, progress,
+                   skipped[0] ? " | update skipped: " : "", skipped);
         fflush(stdout);
-        logger_train(&r->logger, step + 1, (float)loss, lr, norm);
+        if (!no_targets) logger_train(&r->logger, step + 1, (float)loss, lr, norm);
         if (a->output_dir && a->checkpoint_every > 0 &&
             ((step + 1) % a->checkpoint_every == 0 || step + 1 == r->total_steps))
             save_checkpoint(r, step + 1);
