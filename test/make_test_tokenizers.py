@@ -2,7 +2,8 @@
 """make_test_tokenizers.py — test_chat_data's tokenizers, built offline from the shipped GPT-2 files
 (dev/data/gpt2: encoder.json = vocab.json, vocab.bpe = merges.txt) with `tokenizers`. Not here: any check.
 
-usage: python test/make_test_tokenizers.py OUT_DIR    writes OUT_DIR/<name>/tokenizer.json (+ tokenizer_config.json):
+usage: python test/make_test_tokenizers.py OUT_DIR
+writes OUT_DIR/<name>/tokenizer.json (+ tokenizer_config.json):
   gpt2      GPT-2's BPE, <|endoftext|> special; no chat template (chat_shards.py's plain one applies)
   big       gpt2 + 16000 added plain tokens "<w00000>".."<w15999>" (ids 50257..66256): ids past uint16
   chatml    gpt2 + <|im_start|> (50257) and <|im_end|> (50258), a ChatML template with no generation markers
@@ -14,11 +15,12 @@ import sys
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors
 
-CHATML = ("{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>' + '\n' }}"
-          "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
-STRICT = ("{% for m in messages %}{% if m['role'] == 'system' %}{{ raise_exception('no system messages here') }}"
-          "{% endif %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>' + '\n' }}{% endfor %}"
-          "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+TURN = "{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + '<|im_end|>' + '\n' }}"
+ASK = "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
+CHATML = "{% for m in messages %}" + TURN + "{% endfor %}" + ASK
+RAISE = "{{ raise_exception('no system messages here') }}"
+NO_SYSTEM = "{% if m['role'] == 'system' %}" + RAISE + "{% endif %}"
+STRICT = "{% for m in messages %}" + NO_SYSTEM + TURN + "{% endfor %}" + ASK
 
 
 def gpt2(root):
@@ -49,7 +51,7 @@ def main():
     big.add_tokens([AddedToken(f"<w{i:05d}>", special=False) for i in range(16000)])
     save(out, "big", big, eot)
     chatml = gpt2(root)
-    chatml.add_special_tokens([AddedToken("<|im_start|>", special=True), AddedToken("<|im_end|>", special=True)])
+    chatml.add_special_tokens([AddedToken(t, special=True) for t in ("<|im_start|>", "<|im_end|>")])
     save(out, "chatml", chatml, {**eot, "eos_token": "<|im_end|>", "chat_template": CHATML})
     save(out, "strict", chatml, {**eot, "eos_token": "<|im_end|>", "chat_template": STRICT})
     print(f"tokenizers in {out}: gpt2 big chatml strict")

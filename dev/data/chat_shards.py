@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""chat_shards.py — a JSONL of conversations -> chat shards (dataloader.h's format) for fine-tuning: tokens, which
-of them the model learns to predict, and where each conversation starts, packed into rows of T tokens.
+"""chat_shards.py — a JSONL of conversations -> chat shards (dataloader.h's format) for fine-tuning: tokens,
+which of them the model learns to predict, and where each conversation starts, packed into rows of T tokens.
 Not here: downloading, shuffling (the loader shuffles rows), the loss (the trainers ignore targets == -1).
 
 Input, one conversation per line (other keys are ignored):
   {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
   {"instruction": "...", "input": "..." (optional), "output": "...", "system": "..." (optional)}
     -> system (if any), user = instruction, or instruction + "\\n\\n" + input, then assistant = output.
-Template: the tokenizer's chat_template (tokenizer_config.json) through transformers' apply_chat_template, or
-where it has none (GPT-2), or with --template plain, this one (bos and eos: the tokenizer's, else <|endoftext|>):
+Template: the tokenizer's chat_template (tokenizer_config.json) through transformers' apply_chat_template,
+or where it has none (GPT-2), or with --template plain, this one (bos and eos: the tokenizer's, else
+<|endoftext|>):
   {bos}<|system|>\\n{content}\\n<|user|>\\n{content}\\n<|assistant|>\\n{content}{eos}<|user|>\\n...
   e.g. GPT-2: <|endoftext|><|user|>\\nHi\\n<|assistant|>\\nHello!<|endoftext|>
 Targets: every assistant turn's tokens and its end-of-turn (for the plain template "{content}{eos}"); system,
@@ -119,7 +120,8 @@ def conversation(obj):
 
 def render(tok, template, msgs, gen):
     try:
-        return tok.apply_chat_template(msgs, chat_template=template, tokenize=False, add_generation_prompt=gen)
+        return tok.apply_chat_template(msgs, chat_template=template, tokenize=False,
+                                       add_generation_prompt=gen)
     except Exception as e:  # jinja's raise_exception, a syntax error, a missing key
         raise Bad(f"the chat template failed: {type(e).__name__}: {e}")
 
@@ -180,7 +182,7 @@ def encode(tok, template, msgs, method):
             raise Bad(f"message {i}'s content is not among the target tokens the template's mask gives")
         at = found + len(m["content"].strip())
     if mask[0]:
-        raise Bad("the conversation's first token is a target (a template with nothing before the assistant?)")
+        raise Bad("the conversation's first token is a target (nothing before the first assistant turn?)")
     return ids, mask
 
 
@@ -249,11 +251,11 @@ class Packer:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--tokenizer", required=True, help="a directory with tokenizer.json (+ tokenizer_config.json)")
+    ap.add_argument("--tokenizer", required=True, help="a directory with tokenizer.json")
     ap.add_argument("--input", required=True, help="JSONL, one conversation per line")
     ap.add_argument("--out-prefix", required=True, help="writes PREFIX_val.bin and PREFIX_train.bin")
-    ap.add_argument("--seq-len", type=int, required=True, help="T: the rows' length; the run's -t must equal it")
-    ap.add_argument("--val-convs", type=int, default=-1, help="the first N conversations form val (default 10%%)")
+    ap.add_argument("--seq-len", type=int, required=True, help="T: the rows' length; the run's -t equals it")
+    ap.add_argument("--val-convs", type=int, default=-1, help="the first N conversations: val (default 10%%)")
     ap.add_argument("--long", choices=("drop", "split"), default="drop", help="a conversation longer than T")
     ap.add_argument("--template", choices=("auto", "plain"), default="auto", help="the tokenizer's, or plain")
     ap.add_argument("--mask", choices=("auto", "generation", "prefix"), default="auto",

@@ -3,10 +3,11 @@
 `tokenizers`), as llm.c's data scripts do. Not here: downloading, shuffling, chat data (chat_shards.py).
 
 Documents: each file's text is cut right AFTER every "\\n\\n" (tokenize.cpp's and llm.c's rule), and every
-document is preceded by one delimiter token (--doc-token): by default the tokenizer's BOS (tokenizer_config.json's
-bos_token, else <|begin_of_text|> or <s> if the vocabulary has it), else <|endoftext|>. So GPT-2 gets
-<|endoftext|> (50256) and Llama 3 <|begin_of_text|> (128000), as in llm.c. Special-token text inside the input
-(e.g. a literal "<|endoftext|>") is encoded as plain characters, never as the control token.
+document is preceded by one delimiter token (--doc-token): by default the tokenizer's BOS
+(tokenizer_config.json's bos_token, else <|begin_of_text|> or <s> if the vocabulary has it), else
+<|endoftext|>. So GPT-2 gets <|endoftext|> (50256) and Llama 3 <|begin_of_text|> (128000), as in llm.c.
+Special-token text inside the input (e.g. a literal "<|endoftext|>") is encoded as plain characters, never as
+the control token.
 Split: the FIRST --val-tokens tokens form <prefix>_val.bin, the rest <prefix>_train.bin.
 Shards: a vocabulary of at most 65536 ids gives {20240520, 1, N} + uint16 ids (llm.c's GPT-2 shards), a larger
 one {20240801, 7, N} + uint32 ids (llm.c's Llama 3 shards); 256 little-endian int32 header slots.
