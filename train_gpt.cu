@@ -1006,7 +1006,7 @@ static void open_data(Run* r) {
         if (!dataloader_init(val, a->val_data, a->B, a->T, 0, 0, err, sizeof err)) die("%s", err);
         if (!dataloader_check_pair(train, val, err, sizeof err)) die("%s", err);
         if (train->kind == DL_CHAT || val->kind == DL_CHAT)
-            die("chat shards: not wired into this trainer yet");
+            die("chat shards: this trainer does not fine-tune on conversations yet (train_gpt_cpu does)");
         if (r->total_steps < 0) r->total_steps = (int)(train->num_batches / r->n_micro);
         if (a->max_steps < 0 && r->total_steps < 1)
             die("train data %s holds fewer than %d batches of B*T: one step needs that many", a->train_data,

@@ -1,0 +1,147 @@
+// test_sft_trainer.cpp — fine-tuning on chat shards in train_gpt_cpu: a step's loss is the mean over its
+// target tokens (a micro-batch weighs by its count, so the split into micro-batches does not matter), train
+// and validation agree on it, a step without targets updates nothing, the log says each step's targets;
+// train_gpt (emulated) refuses chat shards in one line. The shards are written here, so each row's targets
+// are known. The data tool and the loader: test_chat_data, test_dataloader; the masked math: test_packed.
+#include <math.h>
+#include "cli_test_common.h"
+
+namespace {
+
+// One token of a row: its id and flags (CHAT_TARGET, CHAT_START, CHAT_PAD).
+struct Tok {
+    int id, flags;
+};
+
+// A row of T tokens: conversations of `lens` tokens (ids from `seed`), the last `targets[i]` of conversation
+// i flagged as targets, then padding.
+std::vector<Tok> row(int T, std::vector<int> lens, std::vector<int> targets, int seed) {
+    std::vector<Tok> r;
+    for (size_t c = 0; c < lens.size(); c++)
+        for (int j = 0; j < lens[c]; j++) {
+            const int flags =
+                (j == 0 ? CHAT_START : 0) | (j >= lens[c] - targets[c] && j > 0 ? CHAT_TARGET : 0);
+            r.push_back({(seed * 7919 + (int)r.size() * 104729) % 50000 + 1, flags});
+        }
+    while ((int)r.size() < T)
+        r.push_back({0, CHAT_PAD | (r.empty() || !(r.back().flags & CHAT_PAD) ? CHAT_START : 0)});
+    return r;
+}
+
+class SftTest : public CliTest {
+  protected:
+    // A chat shard (dataloader.h's format) of these rows.
+    std::string chat_shard(const std::string& name, const std::vector<std::vector<Tok>>& rows, int T) {
+        const std::string path = dir + "/" + name;
+        int32_t h[256] = {0};
+        int64_t targets = 0, pads = 0, starts = 0;
+        for (const auto& r : rows)
+            for (const Tok& t : r) {
+                targets += (t.flags & CHAT_TARGET) != 0;
+                pads += (t.flags & CHAT_PAD) != 0;
+                starts += (t.flags & CHAT_START) && !(t.flags & CHAT_PAD);
+            }
+        h[CHAT_H_MAGIC] = DATALOADER_CHAT_MAGIC;
+        h[CHAT_H_VERSION] = DATALOADER_CHAT_VERSION;
+        h[CHAT_H_TOKEN_BYTES] = 2;
+        h[CHAT_H_T] = T;
+        h[CHAT_H_ROWS] = (int32_t)rows.size();
+        h[CHAT_H_VOCAB] = 50257;
+        h[CHAT_H_CONVS] = h[CHAT_H_SEGMENTS] = (int32_t)starts;
+        h[CHAT_H_TARGETS] = (int32_t)targets;
+        h[CHAT_H_PADS] = (int32_t)pads;
+        FILE* f = fopen(path.c_str(), "wb");
+        EXPECT_NE(f, nullptr);
+        fwrite(h, sizeof h, 1, f);
+        for (const auto& r : rows)
+            for (const Tok& t : r) {
+                const uint16_t id = (uint16_t)t.id;
+                fwrite(&id, 2, 1, f);
+            }
+        for (const auto& r : rows)
+            for (const Tok& t : r) {
+                const uint8_t fl = (uint8_t)t.flags;
+                fwrite(&fl, 1, 1, f);
+            }
+        fclose(f);
+        return path;
+    }
+    Result train(const std::string& data, const std::string& val, const Args& more) {
+        return run_bin(kCpu, Args{"-e", "L2:C64:NH4:T32", "-t", "32", "-i", data, "-j", val, "-g", "0", "-l",
+                                  "1e-2", "-u", "0"} +
+                                 more);
+    }
+};
+
+// The first val line's loss, or -1.
+double first_val(const std::string& out) {
+    const size_t at = out.find("val loss ");
+    return at == std::string::npos ? -1 : atof(out.c_str() + at + 9);
+}
+
+}  // namespace
+
+// Two rows with 3 and 20 targets. One step over both, as one micro-batch of 2 rows or two of 1 row: the same
+// losses and updates if each micro-batch weighs by its targets (a mean per micro-batch would weigh the 3 as
+// much as the 20: step 1's loss then differs by about |l3 - l20| / 2, ~1e-2 here). Step 1: same weights, sums
+// in another order (1e-6); steps 2-3 after updates: 1e-4 (AdamW's first steps amplify rounding, as in
+// test_gpu).
+TEST_F(SftTest, MicroBatchesWeighByTheirTargetTokens) {
+    const int T = 32;
+    const std::string data = chat_shard("train.bin", {row(T, {12, 14}, {2, 1}, 1), row(T, {30}, {20}, 2)}, T);
+    const Result one = train(data, data, Args{"-b", "2", "-d", "64", "-x", "3", "-v", "0"});
+    const Result two = train(data, data, Args{"-b", "1", "-d", "64", "-x", "3", "-v", "0"});
+    ASSERT_EQ(one.code, 0) << one.cmd << "\n" << one.err << one.out;
+    ASSERT_EQ(two.code, 0) << two.cmd << "\n" << two.err << two.out;
+    EXPECT_TRUE(has(one.out, "| targets 23 |")) << one.out;
+    EXPECT_TRUE(has(two.out, "| targets 23 |")) << two.out;
+    const auto a = step_losses(one.out), b = step_losses(two.out);
+    ASSERT_EQ(a.size(), 3u) << one.out;
+    ASSERT_EQ(b.size(), 3u) << two.out;
+    for (int s = 1; s <= 3; s++) {
+        const double x = atof(a.at(s).c_str()), y = atof(b.at(s).c_str());
+        EXPECT_LE(fabs(x - y), (s == 1 ? 1e-6 : 1e-4) * x)
+            << "step " << s << ": 1 x 2 rows " << x << ", 2 x 1 row " << y;
+    }
+}
+
+// Validation and training agree: before any update, the step over every row and the validation over the same
+// rows are the same mean over target tokens (1e-6: the same sums).
+TEST_F(SftTest, ValidationLossIsTheMeanOverTargetTokens) {
+    const int T = 32;
+    const std::string data = chat_shard(
+        "d.bin", {row(T, {10, 9, 13}, {4, 0, 6}, 3), row(T, {25}, {1, 0}, 4), row(T, {31}, {29}, 5)}, T);
+    const Result r = train(data, data, Args{"-b", "1", "-d", "96", "-x", "1", "-v", "1", "-m", "3"});
+    ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.err << r.out;
+    const double val = first_val(r.out), step1 = atof(step_losses(r.out).at(1).c_str());
+    EXPECT_LE(fabs(val - step1), 1e-6 * step1) << "val " << val << ", step 1 " << step1 << "\n" << r.out;
+    EXPECT_TRUE(has(r.out, "| targets 40 |")) << r.out;
+}
+
+// A step whose rows hold no target token learns nothing from them: one warning, no update, and the next step
+// trains on with the loss it would have had from the start.
+TEST_F(SftTest, AStepWithoutTargetsUpdatesNothing) {
+    const int T = 32;
+    const std::string none = chat_shard("none.bin", {row(T, {20}, {0}, 6)}, T),
+                      some = chat_shard("some.bin", {row(T, {30}, {12}, 7)}, T);
+    // -i is a glob: both shards, one row each (in the order the shuffle gives), B 1: one step has no targets
+    const Result g = train(dir + "/[ns]o*.bin", some, Args{"-b", "1", "-x", "2", "-v", "2", "-m", "1"});
+    ASSERT_EQ(g.code, 0) << g.cmd << "\n" << g.err << g.out;
+    EXPECT_TRUE(has(g.err, "no target tokens in its 1 micro-batches: nothing to learn")) << g.err;
+    EXPECT_TRUE(has(g.out, "update skipped: no target tokens in this step")) << g.out;
+    const auto losses = step_losses(g.out);
+    ASSERT_EQ(losses.size(), 1u) << "one step with a loss, one without\n" << g.out;
+    // the trained step saw unchanged weights: its loss is the validation loss on that row before any step
+    const double val = first_val(g.out), trained = atof(losses.begin()->second.c_str());
+    EXPECT_LE(fabs(val - trained), 1e-6 * val) << g.out;
+}
+
+// The GPU trainer does not fine-tune on conversations yet: one error line, not silent garbage.
+TEST_F(SftTest, TrainGptRefusesChatShardsInOneLine) {
+    if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
+    const int T = 32;
+    const std::string data = chat_shard("c.bin", {row(T, {30}, {12}, 8), row(T, {30}, {12}, 9)}, T);
+    const Result r =
+        run_bin(kEmu, Args{"-e", "L2:C64:NH4:T32", "-b", "1", "-t", "32", "-i", data, "-j", data, "-x", "1"});
+    EXPECT_TRUE(CleanError(r, {"chat shards", "train_gpt_cpu does"})) << r.err;
+}
