@@ -82,10 +82,9 @@ double first_val(const std::string& out) {
 }  // namespace
 
 // Two rows with 3 and 20 targets. One step over both, as one micro-batch of 2 rows or two of 1 row: the same
-// losses and updates if each micro-batch weighs by its targets (a mean per micro-batch would weigh the 3 as
-// much as the 20: step 1's loss then differs by about |l3 - l20| / 2, ~1e-2 here). Step 1: same weights, sums
-// in another order (1e-6); steps 2-3 after updates: 1e-4 (AdamW's first steps amplify rounding, as in
-// test_gpu).
+// losses and updates if each micro-batch weighs by its targets. A trainer averaging per micro-batch (the 3
+// weigh as much as the 20) moved step 1 by 2.1e-3 here and failed. Step 1: same weights, sums in another
+// order (1e-6); steps 2-3 after updates: 1e-4 (AdamW's first steps amplify rounding, as in test_gpu).
 TEST_F(SftTest, MicroBatchesWeighByTheirTargetTokens) {
     const int T = 32;
     const std::string data = chat_shard("train.bin", {row(T, {12, 14}, {2, 1}, 1), row(T, {30}, {20}, 2)}, T);
