@@ -432,7 +432,7 @@ TEST_F(SsdTrainer, PlanShowsTheSsdTier) {
 // prefix's copies to the GPU); with -sd -sw 1 by at least 13 (of 16: the pinned bf16 weights too).
 TEST_F(SsdTrainer, PeakMemoryDropsByElevenBytesPerStreamedParameterThirteenWithSw) {
     const Args a = {
-        "-e", "L400:C256:NH4:T32", "-b", "1", "-t", "32", "-x", "1", "-v", "0", "-g", "0", "-i", kTrain, "-j",
+        "-e", "L200:C256:NH4:T32", "-b", "1", "-t", "32", "-x", "1", "-v", "0", "-g", "0", "-i", kTrain, "-j",
         kVal};
     const Result ram = run_bin(kEmu, a);
     ASSERT_EQ(ram.code, 0) << ram.err << ram.out;
@@ -445,7 +445,7 @@ TEST_F(SsdTrainer, PeakMemoryDropsByElevenBytesPerStreamedParameterThirteenWithS
                  peak_sd = number_after(sd.out, "peak host memory: ") * GiB;
     GPTConfig c = {};
     char err[4352];
-    ASSERT_EQ(parse_model_spec("L400:C256:NH4:T32", &c, err, sizeof err), 1) << err;
+    ASSERT_EQ(parse_model_spec("L200:C256:NH4:T32", &c, err, sizeof err), 1) << err;
     const double streamed = (double)gpt_layout(&c).layer_stride * c.num_layers;
     printf(
         "  peak RSS: %.3f GiB in RAM, %.3f GiB with -sd: %.2f bytes less per streamed parameter (%.0f M)\n",
