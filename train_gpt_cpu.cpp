@@ -7,25 +7,26 @@
 #include <chrono>
 #include <stdarg.h>
 #include <omp.h>
-#include "adamw.h"        // defines: grad_norm_f32grad, adamw_apply_model_f32grad
-#include "args.h"         // defines: TrainArgs, train_args_defaults, train_usage, parse_train_argv
-#include "checkpoint.h"   // defines: checkpoint_save, open_run_dir, check_resume_args, state_file_read
-#include "cpu_adam.h"     // defines: cpu_adam_set_threads, cpu_adam_simd_name
-#include "cpu_cores.h"    // defines: usable_cpu_cores, omp_short_spin_reexec
-#include "dataloader.h"   // defines: DataLoader, dataloader_init, _next_batch, _check_pair
-#include "gpt2_cpu.h"     // defines: GPT2CPU, gpt2_cpu_forward, gpt2_cpu_backward
-#include "llama_cpu.h"    // defines: LlamaCPU, llama_cpu_forward, llama_cpu_backward, llama_cpu_adamw
-#include "llama_hf.h"     // defines: llama_hf_load, llama_hf_read_config
-#include "llama_model.h"  // defines: LlamaConfig, parse_llama_spec, llama_init_params, llama_read_header
-#include "logger.h"       // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
-#include "model.h"        // defines: GPTConfig, ParamLayout, gpt_init_params, gpt_load_params
-#include "model_specs.h"  // defines: parse_model_spec
-#include "outliers.h"     // defines: OutlierWindow, outlier_skip, training_diverged, die_diverged
-#include "sampler.h"      // defines: random_f32, sample_softmax, print_sample_token
-#include "schedulers.h"   // defines: learning_rate_at
-#include "stop_signal.h"  // defines: stop_signal_install, stop_if_signalled
-#include "tokenizer.h"    // defines: Tokenizer, tokenizer_init
-#include "utils.h"        // defines: die, table_row, table_rule, progress_text, peak_rss_bytes
+#include "adamw.h"         // defines: grad_norm_f32grad, adamw_apply_model_f32grad
+#include "args.h"          // defines: TrainArgs, train_args_defaults, train_usage, parse_train_argv
+#include "checkpoint.h"    // defines: checkpoint_save, open_run_dir, check_resume_args, state_file_read
+#include "cpu_adam.h"      // defines: cpu_adam_set_threads, cpu_adam_simd_name
+#include "cpu_cores.h"     // defines: usable_cpu_cores, omp_short_spin_reexec
+#include "dataloader.h"    // defines: DataLoader, dataloader_init, _next_batch, _check_pair
+#include "gpt2_cpu.h"      // defines: GPT2CPU, gpt2_cpu_forward, gpt2_cpu_backward
+#include "llama_cpu.h"     // defines: LlamaCPU, llama_cpu_forward, llama_cpu_backward, llama_cpu_adamw
+#include "llama_hf.h"      // defines: llama_hf_load, llama_hf_read_config
+#include "llama_model.h"   // defines: LlamaConfig, parse_llama_spec, llama_init_params, llama_read_header
+#include "hf_tokenizer.h"  // defines: tokenizer_init_hf
+#include "logger.h"        // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
+#include "model.h"         // defines: GPTConfig, ParamLayout, gpt_init_params, gpt_load_params
+#include "model_specs.h"   // defines: parse_model_spec
+#include "outliers.h"      // defines: OutlierWindow, outlier_skip, training_diverged, die_diverged
+#include "sampler.h"       // defines: random_f32, sample_softmax, print_sample_token
+#include "schedulers.h"    // defines: learning_rate_at
+#include "stop_signal.h"   // defines: stop_signal_install, stop_if_signalled
+#include "tokenizer.h"     // defines: Tokenizer, tokenizer_init
+#include "utils.h"         // defines: die, table_row, table_rule, progress_text, peak_rss_bytes
 
 #define INIT_SEED    1337ull     // weights of a model made from a spec
 #define SHUFFLE_SEED 42ull       // order of the train batches
@@ -229,9 +230,9 @@ static float validation_loss(CpuModel* model, DataLoader* val, int64_t batches) 
 // with B=1 over the context, cropped to the last maxT tokens once it grows longer.
 static void generate(CpuModel* model, const Tokenizer* tok, int n, uint64_t* rng) {
     const int maxT = model_max_T(model), V = model_vocab(model);
-    const int eot = tok->init_ok ? tok->eot_token : 50256;
+    const int eot = tok->init_ok ? tok->eot_token : 50256;  // -1: a tokenizer without such a token
     int* tokens = (int*)malloc(sizeof(int) * (size_t)(n + 1));
-    tokens[0] = eot < V ? eot : V - 1;
+    tokens[0] = eot < 0 ? 0 : eot < V ? eot : V - 1;
     printf("generating:\n---\n");
     for (int i = 1; i <= n; i++) {
         const int ctx = i < maxT ? i : maxT;
@@ -252,6 +253,7 @@ typedef struct {
     TrainArgs args, defaults;
     CpuModel model;
     const char* source;      // where the weights came from (the config table)
+    const char* model_arg;   // -e as given (a resume replaces args.model with the checkpoint's file)
     float *adam_m, *adam_v;  // AdamW moments, the model's layout
     DataLoader train, val;
     int accum, total_steps;  // micro-batches per step; the step the run ends at
@@ -287,6 +289,7 @@ static void parse_args(CpuRun* r, int argc, char** argv) {
 // -o: one run per directory, a fresh run only where no run left files, -y 1 from the newest valid checkpoint
 // of either trainer, whose model file replaces -e (which, if given, must describe it).
 static void open_output_dir(CpuRun* r, int argc, char** argv) {
+    r->model_arg = r->args.model;
     GPTConfig ckpt;
     LlamaConfig llama_ckpt;  // num_layers 0: the checkpoint is a GPT-2
     r->resume_step = open_run_dir(&r->args, r->resume_model, r->resume_state, sizeof r->resume_model, &ckpt,
@@ -359,10 +362,28 @@ static void init_optimizer_state(CpuRun* r) {
     printf("resumed from %s (step %d)\n", r->resume_model, r->start_step);
 }
 
+// The samples' decoder: GPT-2's for a GPT-2; for the Llama family the tokenizer.json of the Hugging Face
+// checkpoint -e names, else GPT-2's where the vocabulary is GPT-2's (the shipped shards), else none (ids).
+static void open_tokenizer(CpuRun* r) {
+    char err[4352];
+    const int V = model_vocab(&r->model);
+    const std::string json = std::string(r->model_arg) + "/tokenizer.json";
+    if (r->model.llama && is_dir(r->model_arg) && file_exists(json)) {
+        if (!tokenizer_init_hf(&r->tok, json.c_str(), err, sizeof err)) fprintf(stderr, "warning: %s\n", err);
+        else if ((int64_t)r->tok.vocab_size > V) {
+            fprintf(stderr, "warning: %s has %u tokens, the model %d: samples are printed as token ids\n",
+                    json.c_str(), r->tok.vocab_size, V);
+            tokenizer_free(&r->tok);
+        }
+    } else if (!r->model.llama || V == 50257) {
+        if (!tokenizer_init(&r->tok, kTokenizerPath, err, sizeof err))
+            fprintf(stderr, "warning: %s; samples are printed as token ids\n", err);
+    }
+}
+
 static void open_tokenizer_and_log(CpuRun* r) {
     char err[4352];
-    if (!tokenizer_init(&r->tok, kTokenizerPath, err, sizeof err))
-        fprintf(stderr, "warning: %s; samples are printed as token ids\n", err);
+    open_tokenizer(r);
     if (!logger_open(&r->logger, r->args.output_dir, r->resume_step, err, sizeof err)) die("%s", err);
 }
 

@@ -5,6 +5,7 @@
 // without). Scratch under /tmp.
 #include <math.h>
 #include "cli_test_common.h"
+#include "hf_tokenizer.h"  // defines: tokenizer_init_hf
 
 namespace {
 
@@ -179,4 +180,64 @@ TEST_F(CliTest, ExportHfWritesTheLlamaFamilyForTransformers) {
            fabs(bf16 - fp32) / fp32);
     const Result t = run_bin("./export_hf", Args{"-i", qwen, "-o", dir + "/none", "-t", dir});
     EXPECT_TRUE(CleanError(t, {"holds no tokenizer file"})) << t.err;
+}
+
+// Samples of the family print text through the checkpoint's tokenizer.json (byte-level BPE): GPT-2's
+// tokenizer.json, built offline from the shipped files, decodes every id to the bytes gpt2_tokenizer.bin has.
+// Other tokenizers are refused with the reason, and the samples print as ids.
+TEST_F(CliTest, SamplesDecodeThroughTheCheckpointsTokenizerJson) {
+    Tokenizer t;
+    char err[1024] = "";
+    const std::string unigram = dir + "/unigram.json", spiece = dir + "/spiece.json";
+    FILE* f = fopen(unigram.c_str(), "w");
+    fputs(
+        "{\"model\": {\"type\": \"Unigram\", \"vocab\": [[\"a\", -1.0]]}, \"decoder\": {\"type\": "
+        "\"Metaspace\"}}",
+        f);
+    fclose(f);
+    EXPECT_FALSE(tokenizer_init_hf(&t, unigram.c_str(), err, sizeof err));
+    EXPECT_TRUE(has(err, "not a byte-level BPE tokenizer (model Unigram, decoder Metaspace)")) << err;
+    f = fopen(spiece.c_str(), "w");  // a BPE whose entries are SentencePiece's, not byte-level
+    fputs(
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"\\u2581the\": 0}}, \"decoder\": {\"type\": "
+        "\"Sequence\", "
+        "\"decoders\": [{\"type\": \"ByteLevel\"}]}}",
+        f);
+    fclose(f);
+    EXPECT_FALSE(tokenizer_init_hf(&t, spiece.c_str(), err, sizeof err));
+    EXPECT_TRUE(has(err, "a vocabulary entry is not byte-level")) << err;
+
+    const std::string py = hf_python();
+    if (system((py + " -c 'import tokenizers, torch, transformers' > /dev/null 2>&1").c_str()) != 0)
+        GTEST_SKIP() << py << " lacks tokenizers, torch or transformers: .ci/run installs them in .venv-hf";
+    ASSERT_EQ(system((py + " test/make_test_tokenizers.py " + dir + "/tok > /dev/null 2>&1").c_str()), 0);
+    Tokenizer gpt2;
+    ASSERT_TRUE(tokenizer_init(&gpt2, "gpt2_tokenizer.bin", err, sizeof err)) << err;
+    ASSERT_TRUE(tokenizer_init_hf(&t, (dir + "/tok/gpt2/tokenizer.json").c_str(), err, sizeof err)) << err;
+    ASSERT_EQ(t.vocab_size, gpt2.vocab_size);
+    EXPECT_EQ(t.eot_token, 50256);
+    int differ = 0;
+    for (uint32_t i = 0; i < t.vocab_size; i++)
+        differ += strcmp(tokenizer_decode(&t, i), tokenizer_decode(&gpt2, i)) != 0;
+    EXPECT_EQ(differ, 0) << "ids whose bytes differ from gpt2_tokenizer.bin's";
+    tokenizer_free(&t);
+    tokenizer_free(&gpt2);
+
+    // the trainer: a Llama checkpoint with that tokenizer.json samples text, one without it ids
+    ASSERT_EQ(
+        system((py + " test/llama_trainer_check.py " + dir + " " + kVal + " 4 32 > /dev/null 2>&1").c_str()),
+        0);
+    const std::string with = dir + "/llama_gqa2/model";
+    ASSERT_EQ(system(("cp " + dir + "/tok/gpt2/tokenizer.json " + with + "/").c_str()), 0);
+    const Args run = {"-b", "4", "-t", "32", "-i", kTrain, "-j", kVal,
+                      "-x", "1", "-v", "0",  "-g", "12",   "-e"};
+    const Result a = run_bin(kCpu, run + Args{with});
+    ASSERT_EQ(a.code, 0) << a.cmd << "\n" << a.err << a.out;
+    const std::regex ids("generating:\n---\n([0-9]+ )+\n---");
+    EXPECT_FALSE(std::regex_search(a.out, ids)) << "text, not ids:\n" << a.out;
+    EXPECT_TRUE(error_lines(a.err).empty() && !has(a.err, "warning")) << a.err;
+    const Result b =
+        run_bin(kCpu, run + Args{"llama:L1:C32:NH4:KV2:I48:T32:V50300"});  // not GPT-2's vocabulary
+    ASSERT_EQ(b.code, 0) << b.cmd << "\n" << b.err << b.out;
+    EXPECT_TRUE(std::regex_search(b.out, ids)) << "ids:\n" << b.out;
 }
