@@ -174,12 +174,13 @@ static std::vector<int32_t> header(const std::string& path) {
 
 class ChatData : public CliTest {
   protected:
-    static std::string tok;  // the test tokenizers' directory, made once
+    static std::string tok;  // the test tokenizers' directory, made once (needs tokenizers)
     static std::string py;
+    static bool chat_ok;  // transformers and jinja2 too (chat_shards.py)
     static void SetUpTestSuite() {
         py = hf_python();
-        const std::string probe = py + " -c 'import tokenizers, transformers, jinja2, numpy' >/dev/null 2>&1";
-        if (system(probe.c_str()) != 0) return;
+        chat_ok = system((py + " -c 'import transformers, jinja2' >/dev/null 2>&1").c_str()) == 0;
+        if (system((py + " -c 'import tokenizers, numpy' >/dev/null 2>&1").c_str()) != 0) return;
         char tmpl[] = "/tmp/test_chat_data_tok_XXXXXX";
         if (!mkdtemp(tmpl)) return;
         const Result r = run(py, {"test/make_test_tokenizers.py", tmpl}, tmpl);
@@ -189,16 +190,16 @@ class ChatData : public CliTest {
     static void TearDownTestSuite() {
         if (!tok.empty()) nftw(tok.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     }
+    // Skips (fails with HF_REQUIRED=1) when Python lacks what the test needs.
+    static bool missing(bool ok, const char* what) {
+        if (ok) return false;
+        const char* req = getenv("HF_REQUIRED");
+        if (req && strcmp(req, "1") == 0) ADD_FAILURE() << py << " lacks " << what << " (HF_REQUIRED=1)";
+        else printf("%s lacks %s: .ci/run installs them in .venv-hf\n", py.c_str(), what);
+        return true;
+    }
     void SetUp() override {
-        if (tok.empty()) {
-            const char* req = getenv("HF_REQUIRED");
-            if (req && strcmp(req, "1") == 0)
-                FAIL()
-                    << py
-                    << " lacks tokenizers, transformers or jinja2, or the tokenizers failed (HF_REQUIRED=1)";
-            GTEST_SKIP() << py
-                         << " lacks tokenizers, transformers or jinja2: .ci/run installs them in .venv-hf";
-        }
+        if (missing(!tok.empty(), "tokenizers or numpy, or the test tokenizers failed")) GTEST_SKIP();
         CliTest::SetUp();
     }
     Result tool(const char* script, const Args& args) {
@@ -214,6 +215,7 @@ class ChatData : public CliTest {
     }
 };
 std::string ChatData::tok, ChatData::py;
+bool ChatData::chat_ok = false;
 
 // ----------------------------------------------------------------------------
 // hf_tokenize.py
@@ -375,6 +377,7 @@ static void check_plain(const std::string& out, const std::string& prefix, int T
 }
 
 TEST_F(ChatData, PlainTemplateTargetsExactlyTheAssistantTurns) {
+    if (missing(chat_ok, "transformers or jinja2")) GTEST_SKIP();
     const Result r = chat("gpt2", kChats, 128);
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_TRUE(has(r.out, "1 dropped")) << r.out;  // chats.jsonl's long conversation
@@ -388,6 +391,7 @@ TEST_F(ChatData, PlainTemplateTargetsExactlyTheAssistantTurns) {
 }
 
 TEST_F(ChatData, LongConversationsSplitIntoPiecesOfT) {
+    if (missing(chat_ok, "transformers or jinja2")) GTEST_SKIP();
     const Result r = chat("gpt2", kChats, 48, {"--long", "split"});
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_FALSE(has(r.out, "train: 0 split")) << r.out;
@@ -398,6 +402,7 @@ TEST_F(ChatData, LongConversationsSplitIntoPiecesOfT) {
 }
 
 TEST_F(ChatData, ChatTemplateWithoutMarkersByPrefix) {
+    if (missing(chat_ok, "transformers or jinja2")) GTEST_SKIP();
     const Result r = chat("chatml", kChats, 128, {"--long", "split", "--val-convs", "5"});
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_TRUE(has(r.out, "template the tokenizer's, targets by prefix")) << r.out;
@@ -431,6 +436,7 @@ TEST_F(ChatData, ChatTemplateWithoutMarkersByPrefix) {
 }
 
 TEST_F(ChatData, LoaderRefusesAnotherT) {
+    if (missing(chat_ok, "transformers or jinja2")) GTEST_SKIP();
     const Result r = chat("gpt2", kChats, 64);
     ASSERT_EQ(r.code, 0) << r.err;
     DataLoader dl;
@@ -445,6 +451,7 @@ TEST_F(ChatData, LoaderRefusesAnotherT) {
 }
 
 TEST_F(ChatData, BadInputNamesTheLineAndWritesNothing) {
+    if (missing(chat_ok, "transformers or jinja2")) GTEST_SKIP();
     const std::string ok =
         R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]})";
     struct Case {
