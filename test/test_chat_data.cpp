@@ -315,7 +315,7 @@ TEST_F(ChatData, HfTokenizeWideVocabularyWritesUint32) {
 // independent encoding: each kept conversation once, in order, whole or (split) in pieces of T.
 static void check_plain(const std::string& out, const std::string& prefix, int T, bool split) {
     const std::vector<Conv> convs = read_chats(kChats);
-    const int nval = (int)lround(convs.size() / 10.0);
+    const int nval = std::max(1, (int)(convs.size() + 5) / 10);  // the tool's default --val-convs
     std::map<std::string, int64_t> sum[2] = {summary(out, "val"), summary(out, "train")};
     size_t next = 0;
     for (int part = 0; part < 2; part++) {

@@ -302,7 +302,7 @@ def main():
         die(f"{len(errors)} bad line(s) in {a.input}{more}: nothing written")
     if len(convs) < 2:
         die(f"{a.input}: {len(convs)} conversation(s): a val and a train split need at least 2")
-    nval = a.val_convs if a.val_convs >= 0 else max(1, round(len(convs) / 10))
+    nval = a.val_convs if a.val_convs >= 0 else max(1, (len(convs) + 5) // 10)  # 10%, rounded half up
     if not 1 <= nval < len(convs):
         die(f"--val-convs {nval}: want 1 to {len(convs) - 1} for {len(convs)} conversations")
     vocab = max(tok.get_vocab().values()) + 1
