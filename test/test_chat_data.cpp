@@ -308,6 +308,56 @@ TEST_F(ChatData, HfTokenizeWideVocabularyWritesUint32) {
     dataloader_free(&dl);
 }
 
+TEST_F(ChatData, HfTokenizeDocTokensFilesAndErrors) {
+    auto write = [&](const std::string& name, const std::string& text) {
+        FILE* f = fopen((dir + "/" + name).c_str(), "wb");
+        fwrite(text.data(), 1, text.size(), f);
+        fclose(f);
+        return dir + "/" + name;
+    };
+    const std::string a = write("a.txt", "one two\n\nthree"), b = write("b.txt", "four five six");
+    auto hf = [&](const Args& more, const std::string& tokenizer = "gpt2") {
+        const Args base = {"--tokenizer", tok + "/" + tokenizer, "--out-prefix",
+                           dir + "/o",    "--val-tokens",        "1"};
+        return tool("dev/data/hf_tokenize.py", base + more);
+    };
+    // two files: each file's last document ends at its end; a chosen delimiter, or none
+    Result r = hf({"--input", a, b, "--doc-token", "<w00042>"}, "big");
+    ASSERT_EQ(r.code, 0) << r.err;
+    std::vector<int64_t> want;
+    for (const char* d : {"one two\n\n", "three", "four five six"}) {
+        want.push_back(50257 + 42);
+        for (int id : enc(d)) want.push_back(id);
+    }
+    EXPECT_EQ(shard_ids(dir + "/o"), want);
+    r = hf({"--input", a, b, "--doc-token", "none"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    want.clear();
+    for (const char* d : {"one two\n\n", "three", "four five six"})
+        for (int id : enc(d)) want.push_back(id);
+    EXPECT_EQ(shard_ids(dir + "/o"), want);
+    // bad input: one clear line, exit 1
+    const std::string bad = write("bad.txt", "ok \xff\xfe");
+    const struct {
+        Args args;
+        std::string why;
+    } cases[] = {
+        {{"--input", bad}, bad + ": not UTF-8 at byte 3"},
+        {{"--input", a, "--val-tokens", "100"}, "6 tokens: too few for --val-tokens 100"},
+        {{"--input", a, "--val-tokens", "0"}, "--val-tokens wants a count >= 1"},
+        {{"--input", dir + "/none.txt"}, "cannot read " + dir + "/none.txt"},
+        {{"--input", a, "--doc-token", "<nope>"}, "the tokenizer has no token '<nope>'"},
+    };
+    for (const auto& k : cases) {
+        const Result e = hf(k.args);
+        EXPECT_EQ(e.code, 1) << k.why;
+        EXPECT_TRUE(has(e.err, "error: " + k.why)) << e.err;
+    }
+    const Result t =
+        tool("dev/data/hf_tokenize.py", {"--tokenizer", dir, "--input", a, "--out-prefix", dir + "/o"});
+    EXPECT_TRUE(has(t.err, "error: no tokenizer.json at " + dir)) << t.err;
+}
+
 // ----------------------------------------------------------------------------
 // chat_shards.py
 
