@@ -11,7 +11,12 @@
 #include "hf.h"                 // defines: Json, json_parse
 
 static const char* const kChats = "dev/data/chats.jsonl";
-static const int kEot = 50256, kImStart = 50257, kImEnd = 50258;
+static const int kEot = 50256;
+// The test tokenizers' special tokens after GPT-2's 50257 (make_test_tokenizers.py): chatml, then llama3.
+static const std::vector<std::string> kChatml = {"<|im_start|>", "<|im_end|>"};
+static const std::vector<std::string> kLlama3 = {"<|begin_of_text|>", "<|start_header_id|>",
+                                                 "<|end_header_id|>", "<|eot_id|>"};
+static const std::vector<std::string>* added = &kChatml;  // what dec() reads ids past 50256 as
 
 // The Python with tokenizers and transformers: $HF_PYTHON, else .venv-hf (.ci/run makes it), else python3.
 static std::string hf_python() {
@@ -35,8 +40,7 @@ static std::vector<int> enc(const std::string& s) { return gpt2_bpe_encode(bpe()
 static std::string dec(const std::vector<int>& ids) {
     std::string out;
     for (int id : ids) {
-        if (id == kImStart) out += "<|im_start|>";
-        else if (id == kImEnd) out += "<|im_end|>";
+        if (id > kEot && id - kEot - 1 < (int)added->size()) out += (*added)[(size_t)(id - kEot - 1)];
         else out += gpt2_bpe_decode(bpe(), {id});
     }
     return out;
@@ -106,7 +110,7 @@ static std::vector<Segment> read_segments(const std::string& path, int T, int64_
     *targets_total = 0;
     for (int64_t b = 0; b < dl.num_batches; b++) {
         EXPECT_EQ(dataloader_next_batch(&dl), 1) << dl.err;
-        EXPECT_EQ(dataloader_check_tokens(&dl, 50259, err, sizeof err), 1) << err;
+        EXPECT_EQ(dataloader_check_tokens(&dl, 50261, err, sizeof err), 1) << err;
         int64_t count = 0;
         for (int i = 0; i < T; i++) {
             const uint8_t f = dl.flags[i];
@@ -363,7 +367,8 @@ TEST_F(ChatData, HfTokenizeDocTokensFilesAndErrors) {
 
 // Runs the tool on chats.jsonl with the plain template (GPT-2) and checks both shards against the
 // independent encoding: each kept conversation once, in order, whole or (split) in pieces of T.
-static void check_plain(const std::string& out, const std::string& prefix, int T, bool split) {
+static void check_plain(const std::string& out, const std::string& prefix, int T, bool split, int width = 2,
+                        int vocab = 50257) {
     const std::vector<Conv> convs = read_chats(kChats);
     const int nval = std::max(1, (int)(convs.size() + 5) / 10);  // the tool's default --val-convs
     std::map<std::string, int64_t> sum[2] = {summary(out, "val"), summary(out, "train")};
@@ -413,10 +418,10 @@ static void check_plain(const std::string& out, const std::string& prefix, int T
         EXPECT_EQ(sum[part]["targets"], targets) << name;
         EXPECT_EQ(sum[part]["rows"] * T, sum[part]["tokens"]);
         EXPECT_EQ(h[CHAT_H_MAGIC], DATALOADER_CHAT_MAGIC);
-        EXPECT_EQ(h[CHAT_H_TOKEN_BYTES], 2);
+        EXPECT_EQ(h[CHAT_H_TOKEN_BYTES], width);
         EXPECT_EQ(h[CHAT_H_T], T);
         EXPECT_EQ(h[CHAT_H_ROWS], sum[part]["rows"]);
-        EXPECT_EQ(h[CHAT_H_VOCAB], 50257);
+        EXPECT_EQ(h[CHAT_H_VOCAB], vocab);
         EXPECT_EQ(h[CHAT_H_CONVS], kept);
         EXPECT_EQ(h[CHAT_H_SEGMENTS], pieces);
         EXPECT_EQ(dl_int64_slot(h.data(), CHAT_H_TARGETS), targets);
@@ -453,6 +458,7 @@ TEST_F(ChatData, LongConversationsSplitIntoPiecesOfT) {
 
 TEST_F(ChatData, ChatTemplateWithoutMarkersByPrefix) {
     if (missing(chat_ok, "transformers or jinja2")) GTEST_SKIP();
+    added = &kChatml;
     const Result r = chat("chatml", kChats, 128, {"--long", "split", "--val-convs", "5"});
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_TRUE(has(r.out, "template the tokenizer's, targets by prefix")) << r.out;
@@ -483,6 +489,48 @@ TEST_F(ChatData, ChatTemplateWithoutMarkersByPrefix) {
     const Result g = chat("chatml", kChats, 128, {"--mask", "generation"});
     EXPECT_NE(g.code, 0);
     EXPECT_TRUE(has(g.err, "no {% generation %} markers")) << g.err;
+}
+
+// A Llama 3 style template (BOS, header tokens, trimmed content, <|eot_id|>): each turn's target is its
+// trimmed content and <|eot_id|>. And the plain template over a 66257-id vocabulary: uint32 chat shards.
+TEST_F(ChatData, Llama3StyleTemplateAndUint32Ids) {
+    if (missing(chat_ok, "transformers or jinja2")) GTEST_SKIP();
+    added = &kLlama3;
+    const Result r = chat("llama3", kChats, 160, {"--long", "split"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const std::vector<Conv> convs = read_chats(kChats);
+    auto trim = [](const std::string& x) {
+        const size_t a = x.find_first_not_of(" \n\t"), b = x.find_last_not_of(" \n\t");
+        return a == std::string::npos ? std::string() : x.substr(a, b - a + 1);
+    };
+    size_t c = 0;
+    for (const char* part : {"_val.bin", "_train.bin"}) {
+        int64_t targets = 0;
+        const std::vector<Segment> segs = read_segments(dir + "/c" + part, 160, &targets);
+        for (size_t s = 0; s < segs.size(); s++, c++) {
+            ASSERT_LT(c, convs.size());
+            std::string text = "<|begin_of_text|>";
+            std::vector<std::string> want;
+            for (const Msg& m : convs[c]) {
+                text +=
+                    "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trim(m.content) + "<|eot_id|>";
+                if (m.role == "assistant") want.push_back(trim(m.content) + "<|eot_id|>");
+            }
+            std::vector<int> all = segs[s].ids;
+            while (s + 1 < segs.size() && (int)segs[s].ids.size() == 160 && dec(all) != text) {
+                s++;
+                all.insert(all.end(), segs[s].ids.begin(), segs[s].ids.end());
+            }
+            EXPECT_EQ(dec(all), text) << "conversation " << c;
+            if (all.size() <= 160) { EXPECT_EQ(target_runs(segs[s]), want) << "conversation " << c; }
+        }
+    }
+    EXPECT_EQ(c, convs.size());
+    added = &kChatml;
+    const Result w = chat("big", kChats, 128);
+    ASSERT_EQ(w.code, 0) << w.err;
+    EXPECT_TRUE(has(w.out, "uint32 ids (vocabulary 66257)")) << w.out;
+    check_plain(w.out, dir + "/c", 128, false, 4, 66257);
 }
 
 TEST_F(ChatData, LoaderRefusesAnotherT) {
