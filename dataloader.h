@@ -18,6 +18,8 @@
 //   pos[i]     = i minus the index of its conversation's START: 0 at each conversation's first token
 // so attention is: query t sees key s iff same row, s <= t and s >= t - pos[t].
 // Pretraining batches get pos[i] = i % T and never a -1 target, as before these fields existed.
+// Every batch: batch_targets counts its targets != -1; dataloader_check_tokens refuses an id >= the model's
+// vocabulary, naming the shard, the token and its byte.
 // Shuffle permutes shards, then batches (pretraining) or rows (chat) inside each shard, from
 // (seed, epoch, shard) alone, so {epoch, shard, batch} is a position.
 #pragma once

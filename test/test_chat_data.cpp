@@ -11,7 +11,12 @@
 #include "hf.h"                 // defines: Json, json_parse
 
 static const char* const kChats = "dev/data/chats.jsonl";
-static const int kEot = 50256, kImStart = 50257, kImEnd = 50258;
+static const int kEot = 50256;
+// The test tokenizers' special tokens after GPT-2's 50257 (make_test_tokenizers.py): chatml, then llama3.
+static const std::vector<std::string> kChatml = {"<|im_start|>", "<|im_end|>"};
+static const std::vector<std::string> kLlama3 = {"<|begin_of_text|>", "<|start_header_id|>",
+                                                 "<|end_header_id|>", "<|eot_id|>"};
+static const std::vector<std::string>* added = &kChatml;  // what dec() reads ids past 50256 as
 
 // The Python with tokenizers and transformers: $HF_PYTHON, else .venv-hf (.ci/run makes it), else python3.
 static std::string hf_python() {
@@ -35,8 +40,7 @@ static std::vector<int> enc(const std::string& s) { return gpt2_bpe_encode(bpe()
 static std::string dec(const std::vector<int>& ids) {
     std::string out;
     for (int id : ids) {
-        if (id == kImStart) out += "<|im_start|>";
-        else if (id == kImEnd) out += "<|im_end|>";
+        if (id > kEot && id - kEot - 1 < (int)added->size()) out += (*added)[(size_t)(id - kEot - 1)];
         else out += gpt2_bpe_decode(bpe(), {id});
     }
     return out;
@@ -106,7 +110,7 @@ static std::vector<Segment> read_segments(const std::string& path, int T, int64_
     *targets_total = 0;
     for (int64_t b = 0; b < dl.num_batches; b++) {
         EXPECT_EQ(dataloader_next_batch(&dl), 1) << dl.err;
-        EXPECT_EQ(dataloader_check_tokens(&dl, 50259, err, sizeof err), 1) << err;
+        EXPECT_EQ(dataloader_check_tokens(&dl, 50261, err, sizeof err), 1) << err;
         int64_t count = 0;
         for (int i = 0; i < T; i++) {
             const uint8_t f = dl.flags[i];
@@ -174,12 +178,13 @@ static std::vector<int32_t> header(const std::string& path) {
 
 class ChatData : public CliTest {
   protected:
-    static std::string tok;  // the test tokenizers' directory, made once
+    static std::string tok;  // the test tokenizers' directory, made once (needs tokenizers)
     static std::string py;
+    static bool chat_ok;  // transformers and jinja2 too (chat_shards.py)
     static void SetUpTestSuite() {
         py = hf_python();
-        const std::string probe = py + " -c 'import tokenizers, transformers, jinja2, numpy' >/dev/null 2>&1";
-        if (system(probe.c_str()) != 0) return;
+        chat_ok = system((py + " -c 'import transformers, jinja2' >/dev/null 2>&1").c_str()) == 0;
+        if (system((py + " -c 'import tokenizers, numpy' >/dev/null 2>&1").c_str()) != 0) return;
         char tmpl[] = "/tmp/test_chat_data_tok_XXXXXX";
         if (!mkdtemp(tmpl)) return;
         const Result r = run(py, {"test/make_test_tokenizers.py", tmpl}, tmpl);
@@ -189,16 +194,16 @@ class ChatData : public CliTest {
     static void TearDownTestSuite() {
         if (!tok.empty()) nftw(tok.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
     }
+    // Skips (fails with HF_REQUIRED=1) when Python lacks what the test needs.
+    static bool missing(bool ok, const char* what) {
+        if (ok) return false;
+        const char* req = getenv("HF_REQUIRED");
+        if (req && strcmp(req, "1") == 0) ADD_FAILURE() << py << " lacks " << what << " (HF_REQUIRED=1)";
+        else printf("%s lacks %s: .ci/run installs them in .venv-hf\n", py.c_str(), what);
+        return true;
+    }
     void SetUp() override {
-        if (tok.empty()) {
-            const char* req = getenv("HF_REQUIRED");
-            if (req && strcmp(req, "1") == 0)
-                FAIL()
-                    << py
-                    << " lacks tokenizers, transformers or jinja2, or the tokenizers failed (HF_REQUIRED=1)";
-            GTEST_SKIP() << py
-                         << " lacks tokenizers, transformers or jinja2: .ci/run installs them in .venv-hf";
-        }
+        if (missing(!tok.empty(), "tokenizers or numpy, or the test tokenizers failed")) GTEST_SKIP();
         CliTest::SetUp();
     }
     Result tool(const char* script, const Args& args) {
@@ -214,6 +219,7 @@ class ChatData : public CliTest {
     }
 };
 std::string ChatData::tok, ChatData::py;
+bool ChatData::chat_ok = false;
 
 // ----------------------------------------------------------------------------
 // hf_tokenize.py
@@ -306,14 +312,65 @@ TEST_F(ChatData, HfTokenizeWideVocabularyWritesUint32) {
     dataloader_free(&dl);
 }
 
+TEST_F(ChatData, HfTokenizeDocTokensFilesAndErrors) {
+    auto write = [&](const std::string& name, const std::string& text) {
+        FILE* f = fopen((dir + "/" + name).c_str(), "wb");
+        fwrite(text.data(), 1, text.size(), f);
+        fclose(f);
+        return dir + "/" + name;
+    };
+    const std::string a = write("a.txt", "one two\n\nthree"), b = write("b.txt", "four five six");
+    auto hf = [&](const Args& more, const std::string& tokenizer = "gpt2") {
+        const Args base = {"--tokenizer", tok + "/" + tokenizer, "--out-prefix",
+                           dir + "/o",    "--val-tokens",        "1"};
+        return tool("dev/data/hf_tokenize.py", base + more);
+    };
+    // two files: each file's last document ends at its end; a chosen delimiter, or none
+    Result r = hf({"--input", a, b, "--doc-token", "<w00042>"}, "big");
+    ASSERT_EQ(r.code, 0) << r.err;
+    std::vector<int64_t> want;
+    for (const char* d : {"one two\n\n", "three", "four five six"}) {
+        want.push_back(50257 + 42);
+        for (int id : enc(d)) want.push_back(id);
+    }
+    EXPECT_EQ(shard_ids(dir + "/o"), want);
+    r = hf({"--input", a, b, "--doc-token", "none"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    want.clear();
+    for (const char* d : {"one two\n\n", "three", "four five six"})
+        for (int id : enc(d)) want.push_back(id);
+    EXPECT_EQ(shard_ids(dir + "/o"), want);
+    // bad input: one clear line, exit 1
+    const std::string bad = write("bad.txt", "ok \xff\xfe");
+    const struct {
+        Args args;
+        std::string why;
+    } cases[] = {
+        {{"--input", bad}, bad + ": not UTF-8 at byte 3"},
+        {{"--input", a, "--val-tokens", "100"}, "6 tokens: too few for --val-tokens 100"},
+        {{"--input", a, "--val-tokens", "0"}, "--val-tokens wants a count >= 1"},
+        {{"--input", dir + "/none.txt"}, "cannot read " + dir + "/none.txt"},
+        {{"--input", a, "--doc-token", "<nope>"}, "the tokenizer has no token '<nope>'"},
+    };
+    for (const auto& k : cases) {
+        const Result e = hf(k.args);
+        EXPECT_EQ(e.code, 1) << k.why;
+        EXPECT_TRUE(has(e.err, "error: " + k.why)) << e.err;
+    }
+    const Result t =
+        tool("dev/data/hf_tokenize.py", {"--tokenizer", dir, "--input", a, "--out-prefix", dir + "/o"});
+    EXPECT_TRUE(has(t.err, "error: no tokenizer.json at " + dir)) << t.err;
+}
+
 // ----------------------------------------------------------------------------
 // chat_shards.py
 
 // Runs the tool on chats.jsonl with the plain template (GPT-2) and checks both shards against the
 // independent encoding: each kept conversation once, in order, whole or (split) in pieces of T.
-static void check_plain(const std::string& out, const std::string& prefix, int T, bool split) {
+static void check_plain(const std::string& out, const std::string& prefix, int T, bool split, int width = 2,
+                        int vocab = 50257) {
     const std::vector<Conv> convs = read_chats(kChats);
-    const int nval = (int)lround(convs.size() / 10.0);
+    const int nval = std::max(1, (int)(convs.size() + 5) / 10);  // the tool's default --val-convs
     std::map<std::string, int64_t> sum[2] = {summary(out, "val"), summary(out, "train")};
     size_t next = 0;
     for (int part = 0; part < 2; part++) {
@@ -361,10 +418,10 @@ static void check_plain(const std::string& out, const std::string& prefix, int T
         EXPECT_EQ(sum[part]["targets"], targets) << name;
         EXPECT_EQ(sum[part]["rows"] * T, sum[part]["tokens"]);
         EXPECT_EQ(h[CHAT_H_MAGIC], DATALOADER_CHAT_MAGIC);
-        EXPECT_EQ(h[CHAT_H_TOKEN_BYTES], 2);
+        EXPECT_EQ(h[CHAT_H_TOKEN_BYTES], width);
         EXPECT_EQ(h[CHAT_H_T], T);
         EXPECT_EQ(h[CHAT_H_ROWS], sum[part]["rows"]);
-        EXPECT_EQ(h[CHAT_H_VOCAB], 50257);
+        EXPECT_EQ(h[CHAT_H_VOCAB], vocab);
         EXPECT_EQ(h[CHAT_H_CONVS], kept);
         EXPECT_EQ(h[CHAT_H_SEGMENTS], pieces);
         EXPECT_EQ(dl_int64_slot(h.data(), CHAT_H_TARGETS), targets);
@@ -375,6 +432,7 @@ static void check_plain(const std::string& out, const std::string& prefix, int T
 }
 
 TEST_F(ChatData, PlainTemplateTargetsExactlyTheAssistantTurns) {
+    if (missing(chat_ok, "transformers or jinja2")) GTEST_SKIP();
     const Result r = chat("gpt2", kChats, 128);
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_TRUE(has(r.out, "1 dropped")) << r.out;  // chats.jsonl's long conversation
@@ -388,6 +446,7 @@ TEST_F(ChatData, PlainTemplateTargetsExactlyTheAssistantTurns) {
 }
 
 TEST_F(ChatData, LongConversationsSplitIntoPiecesOfT) {
+    if (missing(chat_ok, "transformers or jinja2")) GTEST_SKIP();
     const Result r = chat("gpt2", kChats, 48, {"--long", "split"});
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_FALSE(has(r.out, "train: 0 split")) << r.out;
@@ -398,6 +457,8 @@ TEST_F(ChatData, LongConversationsSplitIntoPiecesOfT) {
 }
 
 TEST_F(ChatData, ChatTemplateWithoutMarkersByPrefix) {
+    if (missing(chat_ok, "transformers or jinja2")) GTEST_SKIP();
+    added = &kChatml;
     const Result r = chat("chatml", kChats, 128, {"--long", "split", "--val-convs", "5"});
     ASSERT_EQ(r.code, 0) << r.err;
     EXPECT_TRUE(has(r.out, "template the tokenizer's, targets by prefix")) << r.out;
@@ -430,7 +491,50 @@ TEST_F(ChatData, ChatTemplateWithoutMarkersByPrefix) {
     EXPECT_TRUE(has(g.err, "no {% generation %} markers")) << g.err;
 }
 
+// A Llama 3 style template (BOS, header tokens, trimmed content, <|eot_id|>): each turn's target is its
+// trimmed content and <|eot_id|>. And the plain template over a 66257-id vocabulary: uint32 chat shards.
+TEST_F(ChatData, Llama3StyleTemplateAndUint32Ids) {
+    if (missing(chat_ok, "transformers or jinja2")) GTEST_SKIP();
+    added = &kLlama3;
+    const Result r = chat("llama3", kChats, 160, {"--long", "split"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const std::vector<Conv> convs = read_chats(kChats);
+    auto trim = [](const std::string& x) {
+        const size_t a = x.find_first_not_of(" \n\t"), b = x.find_last_not_of(" \n\t");
+        return a == std::string::npos ? std::string() : x.substr(a, b - a + 1);
+    };
+    size_t c = 0;
+    for (const char* part : {"_val.bin", "_train.bin"}) {
+        int64_t targets = 0;
+        const std::vector<Segment> segs = read_segments(dir + "/c" + part, 160, &targets);
+        for (size_t s = 0; s < segs.size(); s++, c++) {
+            ASSERT_LT(c, convs.size());
+            std::string text = "<|begin_of_text|>";
+            std::vector<std::string> want;
+            for (const Msg& m : convs[c]) {
+                text +=
+                    "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + trim(m.content) + "<|eot_id|>";
+                if (m.role == "assistant") want.push_back(trim(m.content) + "<|eot_id|>");
+            }
+            std::vector<int> all = segs[s].ids;
+            while (s + 1 < segs.size() && (int)segs[s].ids.size() == 160 && dec(all) != text) {
+                s++;
+                all.insert(all.end(), segs[s].ids.begin(), segs[s].ids.end());
+            }
+            EXPECT_EQ(dec(all), text) << "conversation " << c;
+            if (all.size() <= 160) { EXPECT_EQ(target_runs(segs[s]), want) << "conversation " << c; }
+        }
+    }
+    EXPECT_EQ(c, convs.size());
+    added = &kChatml;
+    const Result w = chat("big", kChats, 128);
+    ASSERT_EQ(w.code, 0) << w.err;
+    EXPECT_TRUE(has(w.out, "uint32 ids (vocabulary 66257)")) << w.out;
+    check_plain(w.out, dir + "/c", 128, false, 4, 66257);
+}
+
 TEST_F(ChatData, LoaderRefusesAnotherT) {
+    if (missing(chat_ok, "transformers or jinja2")) GTEST_SKIP();
     const Result r = chat("gpt2", kChats, 64);
     ASSERT_EQ(r.code, 0) << r.err;
     DataLoader dl;
@@ -445,6 +549,7 @@ TEST_F(ChatData, LoaderRefusesAnotherT) {
 }
 
 TEST_F(ChatData, BadInputNamesTheLineAndWritesNothing) {
+    if (missing(chat_ok, "transformers or jinja2")) GTEST_SKIP();
     const std::string ok =
         R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]})";
     struct Case {

@@ -306,6 +306,44 @@ TEST_P(Both, BadDataShards) {
     }
 }
 
+// The same tokens as llm.c's Llama 3 shard (uint32 ids, version 7) train to the same losses as the GPT-2
+// shard (uint16); a run with one of each, or with chat shards (not wired yet), is refused.
+TEST_P(Both, Llama3ShardsTrainAsGpt2Shards) {
+    std::vector<uint16_t> t16(2000);
+    for (size_t i = 0; i < t16.size(); i++) t16[i] = (uint16_t)((i * 7919) % 50257);
+    const std::string narrow = shard_of("narrow.bin", t16), wide = dir + "/wide.bin";
+    FILE* f = fopen(wide.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    int32_t h[256] = {DATALOADER_MAGIC_U32, DATALOADER_VERSION_U32, (int32_t)t16.size()};
+    fwrite(h, sizeof h, 1, f);
+    for (uint16_t t : t16) {
+        const uint32_t w = t;
+        fwrite(&w, 4, 1, f);
+    }
+    fclose(f);
+    const Args two = {"-x", "2", "-v", "1", "-m", "1"};
+    const Result a = run_it(base_args() + two + Args{"-i", narrow, "-j", narrow});
+    const Result b = run_it(base_args() + two + Args{"-i", wide, "-j", wide});
+    ASSERT_EQ(a.code, 0) << a.cmd << "\n" << a.err;
+    ASSERT_EQ(b.code, 0) << b.cmd << "\n" << b.err;
+    EXPECT_EQ(step_losses(a.out).size(), 2u) << a.out;
+    EXPECT_EQ(step_losses(a.out), step_losses(b.out));
+    EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-i", wide, "-j", narrow}),
+                           {wide, "Llama 3 (uint32 ids, version 7)", "one run reads one token width"}));
+    // a chat shard: 4 rows of T=32, one conversation each
+    const std::string chat = dir + "/chat.bin";
+    f = fopen(chat.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    int32_t ch[256] = {DATALOADER_CHAT_MAGIC, DATALOADER_CHAT_VERSION, 2, 32, 4, 50257, 4, 4};
+    fwrite(ch, sizeof ch, 1, f);
+    fwrite(t16.data(), 2, 4 * 32, f);
+    std::vector<uint8_t> flags(4 * 32, 0);
+    for (int r = 0; r < 4; r++) flags[r * 32] = CHAT_START;
+    fwrite(flags.data(), 1, flags.size(), f);
+    fclose(f);
+    EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-i", chat, "-j", chat}), {"chat shards: not wired"}));
+}
+
 // ----------------------------------------------------------------------------
 // Resources and what only one trainer does
 

@@ -32,6 +32,7 @@ usage: python dev/data/chat_shards.py --tokenizer DIR --input chats.jsonl --out-
            [--val-convs N] [--long drop|split] [--template auto|plain] [--mask auto|generation|prefix]
 """
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -62,6 +63,8 @@ def die(msg):
 def load_tokenizer(path, template):
     """transformers' tokenizer of DIR (tokenizer.json, tokenizer_config.json) and the template to use."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast  # defines: apply_chat_template, decode
+    if importlib.util.find_spec("jinja2") is None:  # apply_chat_template renders with it
+        die("chat templates need the jinja2 module (pip install jinja2)")
 
     try:
         if os.path.isfile(os.path.join(path, "tokenizer_config.json")):
@@ -164,9 +167,10 @@ def encode_prefix(tok, template, msgs):
 
 def encode(tok, template, msgs, method):
     """A conversation's ids and target mask, the mask checked against each assistant turn's content."""
-    specials = [s for s in tok.all_special_tokens if s]
+    specials = set(s for s in tok.all_special_tokens if s)  # and the added ones marked special (Llama 3's)
+    specials |= set(t.content for t in tok.added_tokens_decoder.values() if t.special and t.content)
     for i, m in enumerate(msgs):
-        for s in specials:
+        for s in sorted(specials):
             if s in m["content"]:
                 raise Bad(f"message {i} contains the special token text {s!r}: it would read as that token")
     ids, mask = (encode_generation if method == "generation" else encode_prefix)(tok, template, msgs)
@@ -298,7 +302,7 @@ def main():
         die(f"{len(errors)} bad line(s) in {a.input}{more}: nothing written")
     if len(convs) < 2:
         die(f"{a.input}: {len(convs)} conversation(s): a val and a train split need at least 2")
-    nval = a.val_convs if a.val_convs >= 0 else max(1, round(len(convs) / 10))
+    nval = a.val_convs if a.val_convs >= 0 else max(1, (len(convs) + 5) // 10)  # 10%, rounded half up
     if not 1 <= nval < len(convs):
         die(f"--val-convs {nval}: want 1 to {len(convs) - 1} for {len(convs)} conversations")
     vocab = max(tok.get_vocab().values()) + 1
