@@ -23,8 +23,8 @@ os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
-from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM, Qwen2Config,  # noqa: E402
-                          Qwen2ForCausalLM)
+from transformers import (GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM,  # noqa: E402
+                          Qwen2Config, Qwen2ForCausalLM)
 
 torch.set_num_threads(2)
 ROWS = [[9, 14, 6], [12, 17]]  # conversation lengths per row: T = 29
@@ -47,7 +47,8 @@ def make_model(kind, L, C, NH, NKV, hd, seed):
     else:
         common = dict(hidden_size=C, intermediate_size=3 * C, num_hidden_layers=L, num_attention_heads=NH,
                       num_key_value_heads=NKV, vocab_size=V, max_position_embeddings=64,
-                      tie_word_embeddings=kind == "qwen2", initializer_range=0.05, attn_implementation="eager")
+                      tie_word_embeddings=kind == "qwen2", initializer_range=0.05,
+                      attn_implementation="eager")
         if kind == "llama":
             model = LlamaForCausalLM(LlamaConfig(head_dim=hd, rms_norm_eps=1e-5, **common))
         else:

@@ -56,7 +56,7 @@ adam|30|70|cpu_adam.cpp cpu_adam.h dev/bench/bench_cpu_adam.cpp dev/bench/bench_
 kept_1.3b|35|80|@code
 kept_5b|60|120|@code
 llama_kernels|20|60|llama_kernels.cuh llama_cpu.h kernels.cuh test/test_llama_kernels.cu
-packed_attention|20|60|flash_attention.cuh attention.cuh kernels.cuh matmul.cuh llama_cpu.h gpt2_cpu.h test/test_kernels.cu"
+packed_attention|20|60|flash_attention.cuh attention.cuh kernels.cuh llama_cpu.h gpt2_cpu.h test/test_kernels.cu"
 
 # Peer figures seen on the H100 (shared/peers/README.md, 2026-11-22), tokens/s at 32K tokens per step
 PEER_13B="gpu_ckpt 47000 fsdp_offload 11900 MegaTrain 15700"
