@@ -144,3 +144,62 @@ TEST_F(SftTest, TrainGptRefusesChatShardsInOneLine) {
         run_bin(kEmu, Args{"-e", "L2:C64:NH4:T32", "-b", "1", "-t", "32", "-i", data, "-j", data, "-x", "1"});
     EXPECT_TRUE(CleanError(r, {"chat shards", "train_gpt_cpu does"})) << r.err;
 }
+
+// The README's path, end to end: a Hugging Face GPT-2, the shipped chats.jsonl through chat_shards.py with
+// the plain template, a fine-tune in train_gpt_cpu (the validation loss over targets falls), export_hf with
+// the tokenizer chat_shards.py saved, then transformers loads the result, renders a question with the
+// template and answers it.
+TEST_F(SftTest, FromHuggingFaceThroughChatShardsToTransformersChat) {
+    const std::string py = getenv("HF_PYTHON")                        ? getenv("HF_PYTHON")
+                           : access(".venv-hf/bin/python", X_OK) == 0 ? ".venv-hf/bin/python"
+                                                                      : "python3";
+    if (system((py + " -c 'import torch, transformers, jinja2' > /dev/null 2>&1").c_str()) != 0)
+        GTEST_SKIP() << py << " lacks torch, transformers or jinja2: .ci/run installs them in .venv-hf";
+    ASSERT_TRUE(have_binary("./export_hf")) << "make builds export_hf before the tests";
+    auto sh = [&](const std::string& cmd) {
+        FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+        std::string out;
+        char buf[4096];
+        size_t n;
+        while (p && (n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+        const int rc = p ? pclose(p) : -1;
+        EXPECT_EQ(rc, 0) << cmd << "\n" << out;
+        return out;
+    };
+    sh(py + " test/sft_e2e.py make " + dir);
+    sh(py + " test/make_test_tokenizers.py " + dir + "/tok");
+    const std::string made =
+        sh(py + " dev/data/chat_shards.py --tokenizer " + dir + "/tok/gpt2 --input " +
+           "dev/data/chats.jsonl --out-prefix " + dir + "/chats --seq-len 128 --val-convs 4 " +
+           "--long split --save-tokenizer " + dir + "/chat_tok");
+    EXPECT_TRUE(has(made, "template plain")) << made;
+    const Result t = run_bin(kCpu, Args{"-e", dir + "/gpt2_hf",
+                                        "-i", dir + "/chats_train.bin",
+                                        "-j", dir + "/chats_val.bin",
+                                        "-t", "128",
+                                        "-b", "2",
+                                        "-x", "30",
+                                        "-l", "3e-3",
+                                        "-u", "5",
+                                        "-v", "30",
+                                        "-g", "0",
+                                        "-n", "30",
+                                        "-o", dir + "/sft"});
+    ASSERT_EQ(t.code, 0) << t.cmd << "\n" << t.err << t.out;
+    EXPECT_TRUE(has(t.out, "Hugging Face checkpoint")) << t.out;
+    const double first = first_val(t.out), last = atof(t.out.c_str() + t.out.rfind("val loss ") + 9);
+    EXPECT_LT(last, first - 0.5) << "30 steps on the chats: the validation loss over targets falls\n"
+                                 << t.out;
+    printf("  val loss over targets: %.4f before, %.4f after 30 steps\n", first, last);
+    const Result e =
+        run_bin("./export_hf", Args{"-i", dir + "/sft", "-o", dir + "/sft_hf", "-t", dir + "/chat_tok"});
+    ASSERT_EQ(e.code, 0) << e.cmd << "\n" << e.err << e.out;
+    const std::string chat = sh(py + " test/sft_e2e.py chat " + dir + "/sft_hf");
+    EXPECT_TRUE(has(chat, "<|assistant|>\\n'")) << "the prompt ends as the plain template asks for a turn\n"
+                                                << chat;
+    int new_tokens = 0;
+    const size_t nl = chat.find('\n');
+    if (nl != std::string::npos) new_tokens = atoi(chat.c_str() + nl + 1);
+    EXPECT_GE(new_tokens, 1) << chat;
+    printf("  transformers, after the template's prompt: %s", chat.c_str());
+}

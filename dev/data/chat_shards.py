@@ -30,6 +30,7 @@ bytes: 1 target, 2 start (of a conversation, of a piece, of the padding), 4 pad.
 
 usage: python dev/data/chat_shards.py --tokenizer DIR --input chats.jsonl --out-prefix DIR/name --seq-len T \\
            [--val-convs N] [--long drop|split] [--template auto|plain] [--mask auto|generation|prefix]
+           [--save-tokenizer DIR]   (the tokenizer with the template used, for export_hf -t DIR)
 """
 import argparse
 import importlib.util
@@ -264,6 +265,8 @@ def main():
     ap.add_argument("--template", choices=("auto", "plain"), default="auto", help="the tokenizer's, or plain")
     ap.add_argument("--mask", choices=("auto", "generation", "prefix"), default="auto",
                     help="how the targets are found (auto: generation markers if the template has them)")
+    ap.add_argument("--save-tokenizer", metavar="DIR",
+                    help="also write the tokenizer with the template used (export_hf -t DIR puts it beside the model)")
     a = ap.parse_args()
     if a.seq_len < 2:
         die(f"--seq-len wants T >= 2, got {a.seq_len}")
@@ -329,6 +332,13 @@ def main():
     which = "plain" if template == PLAIN_TEMPLATE else "the tokenizer's"
     print(f"template {which}, targets by {method}, {'uint32' if vocab > 65536 else 'uint16'} ids "
           f"(vocabulary {vocab})")
+    if a.save_tokenizer:  # the template the shards were made with, so the fine-tuned model chats in it
+        tok.chat_template = template
+        try:
+            tok.save_pretrained(a.save_tokenizer)
+        except OSError as e:
+            die(f"--save-tokenizer {a.save_tokenizer}: {e}")
+        print(f"tokenizer with the {which} template: {a.save_tokenizer}")
 
 if __name__ == "__main__":
     main()
