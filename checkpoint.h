@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "dataloader.h"
-#include "model.h"
+#include "model_file.h"   // defines: gpt_read_header, gpt_load_params, and model.h
 #include "model_specs.h"  // defines: parse_model_spec
 #include "args.h"         // defines: TrainArgs, lr_schedule_name
 #include "run_dir.h"      // defines: lock_output_dir, fsync_dir, dir_latest_step, prune_checkpoints

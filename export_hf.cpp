@@ -18,7 +18,7 @@
 #include <vector>
 #include "checkpoint.h"  // defines: pick_checkpoint, latest_checkpoint
 #include "hf.h"          // defines: hf_write_safetensors, hf_write_config, hf_tensor_places
-#include "model.h"       // defines: gpt_read_header, gpt_layout, host_available_bytes
+#include "model_file.h"  // defines: gpt_read_header, gpt_layout, host_available_bytes
 #include "run_dir.h"     // defines: make_dirs, fsync_dir
 #include "utils.h"       // defines: die, SizeText
 

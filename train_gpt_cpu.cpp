@@ -14,7 +14,7 @@
 #include "dataloader.h"   // defines: DataLoader, dataloader_init, dataloader_next_batch
 #include "gpt2_cpu.h"     // defines: GPT2CPU, gpt2_cpu_forward, gpt2_cpu_backward
 #include "logger.h"       // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
-#include "model.h"        // defines: GPTConfig, ParamLayout, gpt_init_params, gpt_load_params
+#include "model_file.h"   // defines: GPTConfig, ParamLayout, gpt_init_params, gpt_load_params
 #include "model_specs.h"  // defines: parse_model_spec
 #include "outliers.h"     // defines: OutlierWindow, outlier_skip, training_diverged, die_diverged
 #include "sampler.h"      // defines: random_f32, sample_softmax, print_sample_token

@@ -43,13 +43,16 @@ def comment_blocks(path):
 
 
 def wrapped_statements(path):
-    """Statements ending in ';' (comments and strings stripped), and how many of them span several lines."""
+    """Statements ending in ';' (comments and strings stripped), and how many of them span several lines.
+    An if / for / while / else header on a line of its own is not part of the statement after it."""
     src = re.sub(r'"(\\.|[^"\\])*"', '""', open(path, encoding="utf-8", errors="replace").read())
     statements, wrapped, current = 0, 0, 0
     for line in src.split("\n"):
         s = re.sub(r"//.*$", "", line).strip()
         if not s or (current == 0 and (s.startswith("#") or s in ("{", "}", "};"))):
             continue
+        if current == 0 and re.match(r"(}\s*)?(if|else|for|while)\b", s) and (s.endswith(")") or s.endswith("else")):
+            continue  # a header whose statement follows on the next line: the statement is measured alone
         current += 1
         if s.endswith(";"):
             statements, wrapped, current = statements + 1, wrapped + (current > 1), 0

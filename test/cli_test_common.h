@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 #include "dataloader.h"
-#include "model.h"
+#include "model_file.h"  // defines: gpt_read_header, gpt_load_params, and model.h
 #include "checkpoint.h"
 #include "args.h"
 #include "cpu_cores.h"

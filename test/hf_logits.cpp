@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <vector>
 #include "gpt2_cpu.h"
-#include "model.h"
+#include "model_file.h"  // defines: gpt_read_header, gpt_load_params, and model.h
 
 int main(int argc, char** argv) {
     if (argc < 4) {

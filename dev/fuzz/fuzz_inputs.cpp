@@ -43,7 +43,7 @@
 #include "checkpoint.h"
 #include "dataloader.h"
 #include "dev/data/gpt2_bpe.h"
-#include "model.h"
+#include "model_file.h"
 #include "tokenizer.h"
 #include "args.h"
 #include "model_specs.h"
