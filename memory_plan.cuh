@@ -120,7 +120,7 @@ static SsdStoreConfig ssd_store_config(const GPTConfig* c, int resident_layers, 
     sc.layer_elems = gpt_layout(c).layer_stride;
     sc.with_bf16 = tier == TIER_SSD_WEIGHTS;
     sc.ring = 4;
-    sc.grads_on_disk = 1;  // GradsWriter
+    sc.grads_on_disk = 1;  // ssd_tier.h's gradient writer
     sc.piece_elems = (int64_t)1 << 26;
     const char* e = getenv("SSD_PIECE_ELEMS");
     if (e && atoll(e) > 0) sc.piece_elems = atoll(e);  // the tests cut small layers into pieces
@@ -144,7 +144,7 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     const HostReader reader = sw_reader(NULL, &p, resident_layers);
     m.pinned = stream_host_bytes(c->num_layers, p.layer_stride, p.embed_count, !ssd,
                                  tier == TIER_SSD_WEIGHTS ? &reader : NULL);
-    if (ssd) m.pinned += GRAD_RING * grads_ring_bytes(&p);  // GradsWriter
+    if (ssd) m.pinned += GRAD_RING * grads_ring_bytes(&p);  // the gradients' ring
     if (ssd && resident_layers < c->num_layers) {
         const SsdStoreConfig sc = ssd_store_config(c, resident_layers, tier);
         SsdPlanInput in;
