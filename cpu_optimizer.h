@@ -7,9 +7,9 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
-#include "adamw.h"     // defines: AdamWArgs, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, adamw_layer_block_bf16grad
-#include "gpt.cuh"     // defines: struct GPT
-#include "ssd_tier.h"  // defines: ssd_tier_round, ssd_tier_submit, ssd_tier_send_grads
+#include "llmc/adamw.h"  // defines: AdamWArgs, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, adamw_layer_block_bf16grad
+#include "gpt.cuh"       // defines: struct GPT
+#include "ssd_tier.h"    // defines: ssd_tier_round, ssd_tier_submit, ssd_tier_send_grads
 
 // The thread's state: one "round" per step updates the streamed layers R..L-1 in order.
 struct Optimizer {

@@ -4,12 +4,12 @@
 // Not here: anything that launches work or allocates; the activations' layout (memory_plan.cuh).
 #pragma once
 #include <string.h>
-#include "args.h"         // defines: TrainArgs
-#include "cuda_common.h"  // defines: bf16, die
-#include "model.h"        // defines: GPTConfig, ParamLayout, gpt_layer_offset, LN1W..FCPROJB, WTE..LNFB
-#include "outliers.h"     // defines: OutlierWindow
-#include "stream.h"       // defines: WeightStream
-#include "timeline.h"     // defines: Timeline
+#include "llmc/args.h"         // defines: TrainArgs
+#include "llmc/cuda_common.h"  // defines: bf16, die
+#include "llmc/model.h"        // defines: GPTConfig, ParamLayout, gpt_layer_offset, LN1W..FCPROJB, WTE..LNFB
+#include "llmc/outliers.h"     // defines: OutlierWindow
+#include "stream.h"            // defines: WeightStream
+#include "llmc/timeline.h"     // defines: Timeline
 
 // ----------------------------------------------------------------------------
 // Activations of ONE layer for ONE micro-batch, named as gpt2_cpu.h's Activations. N = B*T tokens.

@@ -7,13 +7,13 @@
 #include <string>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include "flash_attention.cuh"  // defines: flash_attention_usable
-#include "gpt.cuh"              // defines: LayerActs
-#include "gpu_args.h"           // defines: GpuArgs, ssd_tier
-#include "matmul.cuh"           // defines: kCublasWorkspaceBytes
-#include "ssd.h"                // defines: ssd_plan, SsdStoreConfig
-#include "ssd_tier.h"           // defines: GRAD_RING, grads_ring_bytes, sw_reader
-#include "utils.h"              // defines: host_available_bytes
+#include "llmc/flash_attention.cuh"  // defines: flash_attention_usable
+#include "gpt.cuh"                   // defines: LayerActs
+#include "gpu_args.h"                // defines: GpuArgs, ssd_tier
+#include "llmc/matmul.cuh"           // defines: kCublasWorkspaceBytes
+#include "ssd.h"                     // defines: ssd_plan, SsdStoreConfig
+#include "ssd_tier.h"                // defines: GRAD_RING, grads_ring_bytes, sw_reader
+#include "llmc/utils.h"              // defines: host_available_bytes
 
 // The attention path: the fused kernels where they take the head size and the GPU is sm_80+.
 // Else cuBLAS + softmax (attention.cuh), which stores the (T x T) scores. -F 0 forces cuBLAS.

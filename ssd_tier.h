@@ -9,13 +9,13 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
-#include "adamw.h"       // defines: AdamWArgs
-#include "checkpoint.h"  // defines: StreamedState
-#include "cpu_adam.h"    // defines: adamw_tensors_window_bf16grad
-#include "gpt.cuh"       // defines: struct GPT
-#include "gpu_args.h"    // defines: TIER_*, SW_READ_BUFFERS
-#include "ssd.h"         // defines: SsdStore, ssd_store_round, ssd_store_checkpoint, ssd_store_wait
-#include "stream.h"      // defines: HostReader, stream_send_layer_grads_to, pinned_alloc_direct_io
+#include "llmc/adamw.h"     // defines: AdamWArgs
+#include "checkpoint.h"     // defines: StreamedState
+#include "llmc/cpu_adam.h"  // defines: adamw_tensors_window_bf16grad
+#include "gpt.cuh"          // defines: struct GPT
+#include "gpu_args.h"       // defines: TIER_*, SW_READ_BUFFERS
+#include "ssd.h"            // defines: SsdStore, ssd_store_round, ssd_store_checkpoint, ssd_store_wait
+#include "stream.h"         // defines: HostReader, stream_send_layer_grads_to, pinned_alloc_direct_io
 
 // The gradients go to the store's grads file through GRAD_RING pinned layer buffers, by a writer thread.
 #define GRAD_RING 3

@@ -3,7 +3,7 @@
 // No math here and no optimizer: this file only decides what is copied where, and when.
 #include "stream.h"
 #include <string.h>
-#include "timeline.h"
+#include "llmc/timeline.h"
 
 static void* pinned_alloc(int64_t bytes, const char* what) {
     void* p = NULL;

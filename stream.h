@@ -13,7 +13,7 @@
 // Weights not in host RAM (-sw 1) come through a HostReader's read buffers (StreamReads, below).
 #pragma once
 #include <stdint.h>
-#include "cuda_common.h"
+#include "llmc/cuda_common.h"
 
 #define MAX_SLOTS        8
 #define MAX_READ_BUFFERS 8

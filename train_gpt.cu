@@ -28,35 +28,35 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-#include "adamw.h"        // defines: adamw_layer_block_bf16grad, clip_scale, ADAMW_BETA1, ADAMW_EPS
-#include "args.h"         // defines: TrainArgs, train_args_defaults, train_usage, parse_train_arg, help_flag
-#include "checkpoint.h"   // defines: checkpoint_save, open_run_dir, check_resume_args, state_file_read
-#include "cpu_adam.h"     // defines: cpu_adam_set_threads, convert_f32_to_bf16, bf16_to_float
-#include "cpu_cores.h"    // defines: usable_cpu_cores, omp_short_spin_reexec
-#include "cuda_common.h"  // defines: cudaCheck, cublasCheck, bf16
-#include "dataloader.h"   // defines: DataLoader, dataloader_init, dataloader_next_batch
-#include "kernels.cuh"  // defines: layernorm_forward, gelu_forward, fused_classifier, adamw_gpu, kernels_load
-#include "logger.h"     // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
-#include "model_file.h"   // defines: GPTConfig, ParamLayout, gpt_layout, gpt_init_params, gpt_load_params
-#include "model_specs.h"  // defines: parse_model_spec, warn_if_spec_shadows_path
-#include "outliers.h"     // defines: OutlierWindow, outlier_skip, training_diverged, die_diverged
-#include "run_dir.h"      // defines: lock_output_dir
-#include "sampler.h"      // defines: random_u64, random_f32, sample_softmax, print_sample_token
-#include "schedulers.h"   // defines: learning_rate_at
-#include "ssd.h"          // defines: SsdStore, ssd_store_round, ssd_store_checkpoint, ssd_plan (-sd)
-#include "stop_signal.h"  // defines: stop_signal_install, stop_if_signalled
+#include "llmc/adamw.h"  // defines: adamw_layer_block_bf16grad, clip_scale, ADAMW_BETA1, ADAMW_EPS
+#include "llmc/args.h"   // defines: TrainArgs, train_args_defaults, train_usage, parse_train_arg, help_flag
+#include "checkpoint.h"  // defines: checkpoint_save, open_run_dir, check_resume_args, state_file_read
+#include "llmc/cpu_adam.h"     // defines: cpu_adam_set_threads, convert_f32_to_bf16, bf16_to_float
+#include "llmc/cpu_cores.h"    // defines: usable_cpu_cores, omp_short_spin_reexec
+#include "llmc/cuda_common.h"  // defines: cudaCheck, cublasCheck, bf16
+#include "dataloader.h"        // defines: DataLoader, dataloader_init, dataloader_next_batch
+#include "llmc/kernels.cuh"  // defines: layernorm_forward, gelu_forward, fused_classifier, adamw_gpu, kernels_load
+#include "llmc/logger.h"      // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
+#include "llmc/model_file.h"  // defines: GPTConfig, ParamLayout, gpt_layout, gpt_init_params, gpt_load_params
+#include "llmc/model_specs.h"  // defines: parse_model_spec, warn_if_spec_shadows_path
+#include "llmc/outliers.h"     // defines: OutlierWindow, outlier_skip, training_diverged, die_diverged
+#include "llmc/run_dir.h"      // defines: lock_output_dir
+#include "llmc/sampler.h"      // defines: random_u64, random_f32, sample_softmax, print_sample_token
+#include "llmc/schedulers.h"   // defines: learning_rate_at
+#include "ssd.h"               // defines: SsdStore, ssd_store_round, ssd_store_checkpoint, ssd_plan (-sd)
+#include "llmc/stop_signal.h"  // defines: stop_signal_install, stop_if_signalled
 #include "stream.h"  // defines: WeightStream, stream_wait_layer, stream_release_layer, pinned_alloc_direct_io
-#include "timeline.h"   // defines: Timeline, timeline_begin, timeline_end, timeline_summarize (-Y 1)
-#include "tokenizer.h"  // defines: Tokenizer, tokenizer_init
-#include "utils.h"      // defines: die, SizeText, table_row, table_rule, progress_text, peak_rss_bytes
+#include "llmc/timeline.h"   // defines: Timeline, timeline_begin, timeline_end, timeline_summarize (-Y 1)
+#include "llmc/tokenizer.h"  // defines: Tokenizer, tokenizer_init
+#include "llmc/utils.h"      // defines: die, SizeText, table_row, table_rule, progress_text, peak_rss_bytes
 
-#include "matmul.cuh"           // defines: matmul_forward, lt_matmul, matmul_handles_create
-#include "attention.cuh"        // defines: attention_forward, attention_backward (cuBLAS + softmax)
-#include "flash_attention.cuh"  // defines: flash_attention_forward, _backward, flash_attention_load
-#include "gpt.cuh"              // defines: struct GPT, LayerActs, LayerWeights, layer_params, layer_input
-#include "ssd_tier.h"           // defines: ssd_tier_new, ssd_tier_begin_backward, ssd_tier_checkpoint (-sd)
-#include "cpu_optimizer.h"      // defines: optimizer_submit, optimizer_block_ready, send_layer_grads
-#include "memory_plan.cuh"      // defines: MemoryPlan, gpt_memory_plan, place_layers, print_memory_plan
+#include "llmc/matmul.cuh"           // defines: matmul_forward, lt_matmul, matmul_handles_create
+#include "llmc/attention.cuh"        // defines: attention_forward, attention_backward (cuBLAS + softmax)
+#include "llmc/flash_attention.cuh"  // defines: flash_attention_forward, _backward, flash_attention_load
+#include "gpt.cuh"          // defines: struct GPT, LayerActs, LayerWeights, layer_params, layer_input
+#include "ssd_tier.h"       // defines: ssd_tier_new, ssd_tier_begin_backward, ssd_tier_checkpoint (-sd)
+#include "cpu_optimizer.h"  // defines: optimizer_submit, optimizer_block_ready, send_layer_grads
+#include "memory_plan.cuh"  // defines: MemoryPlan, gpt_memory_plan, place_layers, print_memory_plan
 
 // ----------------------------------------------------------------------------
 // One transformer layer, forward, as gpt2_cpu.h's gpt2_cpu_forward. x: the layer's input.

@@ -6,22 +6,22 @@
 #include <chrono>
 #include <stdarg.h>
 #include <omp.h>
-#include "adamw.h"        // defines: grad_norm_f32grad, adamw_apply_model_f32grad
-#include "args.h"         // defines: TrainArgs, train_args_defaults, train_usage, parse_train_argv
-#include "checkpoint.h"   // defines: checkpoint_save, open_run_dir, check_resume_args, state_file_read
-#include "cpu_adam.h"     // defines: cpu_adam_set_threads, cpu_adam_simd_name
-#include "cpu_cores.h"    // defines: usable_cpu_cores, omp_short_spin_reexec
-#include "dataloader.h"   // defines: DataLoader, dataloader_init, dataloader_next_batch
-#include "gpt2_cpu.h"     // defines: GPT2CPU, gpt2_cpu_forward, gpt2_cpu_backward
-#include "logger.h"       // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
-#include "model_file.h"   // defines: GPTConfig, ParamLayout, gpt_init_params, gpt_load_params
-#include "model_specs.h"  // defines: parse_model_spec
-#include "outliers.h"     // defines: OutlierWindow, outlier_skip, training_diverged, die_diverged
-#include "sampler.h"      // defines: random_f32, sample_softmax, print_sample_token
-#include "schedulers.h"   // defines: learning_rate_at
-#include "stop_signal.h"  // defines: stop_signal_install, stop_if_signalled
-#include "tokenizer.h"    // defines: Tokenizer, tokenizer_init
-#include "utils.h"        // defines: die, table_row, table_rule, progress_text, peak_rss_bytes
+#include "llmc/adamw.h"        // defines: grad_norm_f32grad, adamw_apply_model_f32grad
+#include "llmc/args.h"         // defines: TrainArgs, train_args_defaults, train_usage, parse_train_argv
+#include "checkpoint.h"        // defines: checkpoint_save, open_run_dir, check_resume_args, state_file_read
+#include "llmc/cpu_adam.h"     // defines: cpu_adam_set_threads, cpu_adam_simd_name
+#include "llmc/cpu_cores.h"    // defines: usable_cpu_cores, omp_short_spin_reexec
+#include "dataloader.h"        // defines: DataLoader, dataloader_init, dataloader_next_batch
+#include "llmc/gpt2_cpu.h"     // defines: GPT2CPU, gpt2_cpu_forward, gpt2_cpu_backward
+#include "llmc/logger.h"       // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
+#include "llmc/model_file.h"   // defines: GPTConfig, ParamLayout, gpt_init_params, gpt_load_params
+#include "llmc/model_specs.h"  // defines: parse_model_spec
+#include "llmc/outliers.h"     // defines: OutlierWindow, outlier_skip, training_diverged, die_diverged
+#include "llmc/sampler.h"      // defines: random_f32, sample_softmax, print_sample_token
+#include "llmc/schedulers.h"   // defines: learning_rate_at
+#include "llmc/stop_signal.h"  // defines: stop_signal_install, stop_if_signalled
+#include "llmc/tokenizer.h"    // defines: Tokenizer, tokenizer_init
+#include "llmc/utils.h"        // defines: die, table_row, table_rule, progress_text, peak_rss_bytes
 
 #define INIT_SEED    1337ull     // weights of a model made from a spec
 #define SHUFFLE_SEED 42ull       // order of the train batches

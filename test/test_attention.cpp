@@ -10,8 +10,8 @@
 #include <math.h>
 #include <string>
 #include <vector>
-#include "gpt2_cpu.h"
-#include "sampler.h"  // random_f32
+#include "llmc/gpt2_cpu.h"
+#include "llmc/sampler.h"  // random_f32
 
 namespace {
 
@@ -71,7 +71,7 @@ void softmax_causal_backward(bf16* datt, const bf16* att, int64_t rows, int T, c
     }
 }
 
-#include "attention.cuh"
+#include "llmc/attention.cuh"
 
 double max_rel(const std::vector<float>& got, const std::vector<float>& ref) {
     double err = 0.0, scale = 0.0;

@@ -43,12 +43,12 @@
 #include "checkpoint.h"
 #include "dataloader.h"
 #include "dev/data/gpt2_bpe.h"
-#include "model_file.h"
-#include "tokenizer.h"
-#include "args.h"
-#include "model_specs.h"
-#include "utils.h"
-#include "hf.h"
+#include "llmc/model_file.h"
+#include "llmc/tokenizer.h"
+#include "llmc/args.h"
+#include "llmc/model_specs.h"
+#include "llmc/utils.h"
+#include "llmc/hf.h"
 #include "ssd.h"
 
 enum {
