@@ -33,7 +33,7 @@ CPU_TESTS := $(patsubst test/%.cpp,$(BUILD)/%,$(wildcard test/test_*.cpp))
 GPU_TESTS := $(patsubst test/%.cu,$(BUILD)/%,$(wildcard test/test_*.cu))
 # The GPU suites again, with the kernels run on the CPU (test/fake_cuda/fake_device.h): everywhere, no nvcc needed
 EMU_TESTS := $(patsubst test/%.cu,$(BUILD)/emu_%,$(wildcard test/test_*.cu))
-HEADERS := $(wildcard *.h)
+HEADERS := $(wildcard *.h llmc/*.h)
 
 ifneq ($(NVCC),)
 all: train_gpt train_gpt_cpu export_hf tests bench
@@ -49,12 +49,12 @@ bench: $(BUILD)/bench_cpu_adam
 $(BUILD):
 	@mkdir -p $(BUILD)
 
-$(BUILD)/cpu_adam.o: cpu_adam.cpp cpu_adam.h | $(BUILD)
+$(BUILD)/cpu_adam.o: cpu_adam.cpp llmc/cpu_adam.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
 # The SSD tier (ssd.h: direct I/O over io_uring, the optimizer state on disk). liburing from Debian's liburing-dev.
 URING_LIBS ?= -luring
-$(BUILD)/ssd.o: ssd.cpp ssd.h cpu_adam.h | $(BUILD)
+$(BUILD)/ssd.o: ssd.cpp ssd.h llmc/cpu_adam.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
 train_gpt_cpu: train_gpt_cpu.cpp $(BUILD)/cpu_adam.o $(HEADERS)
@@ -68,23 +68,23 @@ export_hf: export_hf.cpp $(BUILD)/cpu_adam.o $(HEADERS)
 $(BUILD)/hf_logits: test/hf_logits.cpp $(BUILD)/cpu_adam.o $(HEADERS) | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(LDLIBS)
 
-$(BUILD)/stream.o: stream.cu stream.h timeline.h cuda_common.h | $(BUILD)
+$(BUILD)/stream.o: stream.cu stream.h llmc/timeline.h llmc/cuda_common.h | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-train_gpt: train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(HEADERS) $(wildcard *.cuh)
+train_gpt: train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(HEADERS) $(wildcard *.cuh llmc/*.cuh)
 	$(NVCC) $(NVCCFLAGS) $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ $(CUDA_LIBS) $(URING_LIBS)
 
 # stream.cu's protocol on the CPU: compiled by the host compiler against the CUDA ordering model in
 # test/fake_cuda (found before any real CUDA headers), so it runs in CI without a GPU or nvcc.
-$(BUILD)/test_stream: test/test_stream.cpp stream.cu stream.h timeline.h cuda_common.h $(wildcard test/fake_cuda/*.h) | $(BUILD)
+$(BUILD)/test_stream: test/test_stream.cpp stream.cu stream.h llmc/timeline.h llmc/cuda_common.h $(wildcard test/fake_cuda/*.h) | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. -Itest/fake_cuda $< -o $@ $(GTEST_LIBS) $(LDLIBS)
 
 # the cuBLAS wrappers on the CPU, against test/fake_cuda's emulation of cuBLAS
-$(BUILD)/test_matmul: test/test_matmul.cpp matmul.cuh cuda_common.h $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard test/fake_cuda/*.h) | $(BUILD)
+$(BUILD)/test_matmul: test/test_matmul.cpp llmc/matmul.cuh llmc/cuda_common.h $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard test/fake_cuda/*.h) | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. -Itest/fake_cuda $< $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
 
 # attention.cuh's index math on the CPU (CPU stand-ins for cuBLAS and the softmax kernels, see the test)
-$(BUILD)/test_attention: test/test_attention.cpp attention.cuh $(BUILD)/cpu_adam.o $(HEADERS) | $(BUILD)
+$(BUILD)/test_attention: test/test_attention.cpp llmc/attention.cuh $(BUILD)/cpu_adam.o $(HEADERS) | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
 
 # the SSD tier's suite (ssd.h): its I/O layer, the store against the in-RAM AdamW, checkpoints, crashes, disk errors
@@ -94,7 +94,7 @@ $(BUILD)/test_ssd: test/test_ssd.cpp $(BUILD)/ssd.o $(BUILD)/cpu_adam.o $(HEADER
 $(BUILD)/test_%: test/test_%.cpp $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard dev/data/*.h) test/cli_test_common.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
 
-$(BUILD)/test_%: test/test_%.cu test/gpu_test_common.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(HEADERS) $(wildcard *.cuh) | $(BUILD)
+$(BUILD)/test_%: test/test_%.cu test/gpu_test_common.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(HEADERS) $(wildcard *.cuh llmc/*.cuh) | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ -lgtest -lgtest_main $(CUDA_LIBS) $(URING_LIBS)
 
 # The emulated GPU suites: the sources copied with every kernel<<<grid, block, smem, stream>>>(...) launch
@@ -105,9 +105,9 @@ $(BUILD)/test_%: test/test_%.cu test/gpu_test_common.h train_gpt.cu $(BUILD)/str
 # grid cap keeps the fiber count low (the grid-stride loops loop sooner). _FORTIFY_SOURCE off: the fibers
 # switch stacks with longjmp, which its checked variant refuses.
 EMU := $(BUILD)/emu
-EMU_SOURCES := $(wildcard *.cu *.cuh *.h)
+EMU_SOURCES := $(wildcard *.cu *.cuh *.h llmc/*.cuh llmc/*.h)
 $(EMU)/.sources: $(EMU_SOURCES) test/fake_cuda/emu_rewrite.sh | $(BUILD)
-	@mkdir -p $(EMU)
+	@mkdir -p $(EMU)/llmc
 	@for f in $(EMU_SOURCES); do sh test/fake_cuda/emu_rewrite.sh $$f > $(EMU)/$$f || exit 1; done
 	@touch $@
 EMU_FLAGS := -DFAKE_CUDA_DEVICE -DGRID_FOR_CAP=64 -U_FORTIFY_SOURCE -I$(EMU) -Itest/fake_cuda -I.
@@ -118,13 +118,13 @@ $(BUILD)/emu_test_%: test/test_%.cu test/gpu_test_common.h $(EMU)/.sources $(BUI
 
 # the attention paths, and one layer stage by stage, at the benchmark's shapes (GPU only; built by
 # dev/bench/build_carry.sh for the GPU window, not by `make`)
-$(BUILD)/bench_attention: dev/bench/bench_attention.cu dev/bench/gpu_timing.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(HEADERS) $(wildcard *.cuh)
+$(BUILD)/bench_attention: dev/bench/bench_attention.cu dev/bench/gpu_timing.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(HEADERS) $(wildcard *.cuh llmc/*.cuh)
 	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ $(CUDA_LIBS) $(URING_LIBS)
 
-$(BUILD)/bench_layer: dev/bench/bench_layer.cu dev/bench/gpu_timing.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(HEADERS) $(wildcard *.cuh)
+$(BUILD)/bench_layer: dev/bench/bench_layer.cu dev/bench/gpu_timing.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(HEADERS) $(wildcard *.cuh llmc/*.cuh)
 	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ $(CUDA_LIBS) $(URING_LIBS)
 
-$(BUILD)/bench_cpu_adam: dev/bench/bench_cpu_adam.cpp $(BUILD)/cpu_adam.o $(BUILD)/ssd.o cpu_adam.h ssd.h crc32c.h | $(BUILD)
+$(BUILD)/bench_cpu_adam: dev/bench/bench_cpu_adam.cpp $(BUILD)/cpu_adam.o $(BUILD)/ssd.o llmc/cpu_adam.h ssd.h llmc/crc32c.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ $(URING_LIBS) $(LDLIBS)
 
 # The tokenizer tool that made the shipped shards (dev/data/README.md says how to re-make them).
@@ -183,7 +183,7 @@ fuzz:
 # `make format` rewrites the files in place.
 CLANG_FORMAT := $(shell command -v clang-format-14 2>/dev/null || \
 	(clang-format --version 2>/dev/null | grep -q 'version 14\.' && command -v clang-format))
-FORMAT_SOURCES := $(wildcard *.h *.cu *.cuh *.cpp test/*.h test/*.cu test/*.cpp test/fake_cuda/*.h \
+FORMAT_SOURCES := $(wildcard *.h *.cu *.cuh *.cpp llmc/*.h llmc/*.cuh test/*.h test/*.cu test/*.cpp test/fake_cuda/*.h \
 	dev/*/*.h dev/*/*.cu dev/*/*.cpp)
 format-check:
 	@if [ -z "$(CLANG_FORMAT)" ]; then \

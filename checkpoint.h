@@ -12,12 +12,12 @@
 #include <string.h>
 #include <unistd.h>
 #include "dataloader.h"
-#include "model.h"
-#include "llama_model.h"  // defines: LlamaConfig, llama_is_model_file, llama_read_header, llama_save_params
-#include "model_specs.h"  // defines: parse_model_spec
-#include "args.h"         // defines: TrainArgs, lr_schedule_name
-#include "run_dir.h"      // defines: lock_output_dir, fsync_dir, dir_latest_step, prune_checkpoints
-#include "utils.h"        // defines: die
+#include "llmc/model_file.h"  // defines: gpt_read_header, gpt_load_params, and model.h
+#include "llmc/llama_model.h"  // defines: LlamaConfig, llama_is_model_file, llama_read_header, llama_save_params
+#include "llmc/model_specs.h"  // defines: parse_model_spec
+#include "llmc/args.h"         // defines: TrainArgs, lr_schedule_name
+#include "llmc/run_dir.h"      // defines: lock_output_dir, fsync_dir, dir_latest_step, prune_checkpoints
+#include "llmc/utils.h"        // defines: die
 
 #define STATE_MAGIC   20241122
 #define STATE_VERSION 2  // 2: the run's hyperparameters in the header; version 1 files are refused

@@ -4,7 +4,7 @@
 // An update moves ~30 bytes and ~15 flops per parameter: memory-bound, so moments, weight and the GPU's bf16
 // copy are one fused pass. Every path does the same IEEE ops in the same order: results are bit-identical
 // whatever path, thread or chunk an element lands on.
-#include "cpu_adam.h"
+#include "llmc/cpu_adam.h"
 
 #include <math.h>
 #include <atomic>

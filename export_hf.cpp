@@ -18,11 +18,11 @@
 #include <string>
 #include <vector>
 #include "checkpoint.h"  // defines: pick_checkpoint, latest_checkpoint
-#include "hf.h"          // defines: hf_write_safetensors, hf_write_places, hf_write_config, hf_tensor_places
-#include "llama_hf.h"    // defines: llama_hf_read_config, llama_hf_write_places, llama_hf_write_config
-#include "model.h"       // defines: gpt_read_header, gpt_layout, host_available_bytes
-#include "run_dir.h"     // defines: make_dirs, fsync_dir
-#include "utils.h"       // defines: die, SizeText
+#include "llmc/hf.h"     // defines: hf_write_safetensors, hf_write_places, hf_write_config, hf_tensor_places
+#include "llmc/llama_hf.h"    // defines: llama_hf_read_config, llama_hf_write_places, llama_hf_write_config
+#include "llmc/model_file.h"  // defines: gpt_read_header, gpt_layout, host_available_bytes
+#include "llmc/run_dir.h"     // defines: make_dirs, fsync_dir
+#include "llmc/utils.h"       // defines: die, SizeText
 
 static void usage(FILE* f) {
     fprintf(f,

@@ -1,169 +1,78 @@
-// gpt.cuh — the streaming trainer's model as data: one layer's activations (LayerActs: one allocation carved
-// by a table of sizes, as llm.c's) and struct GPT (what it holds on the host and on the GPU, and the state
-// the CPU optimizer thread and the SSD tier hand over), with small accessors. Included by train_gpt.cu and
-// its parts (cpu_optimizer.cuh, memory_plan.cuh). Not here: anything that launches work or allocates.
+// gpt.cuh — the streaming trainer's model as data: struct GPT, one layer's activations (LayerActs) and a
+// layer's parameters as named pointers (LayerParams), with small accessors.
+// Names follow gpt2_cpu.h, so layer_forward reads line for line against its CPU twin.
+// Not here: anything that launches work or allocates; the activations' layout (memory_plan.cuh).
 #pragma once
-#include <condition_variable>
-#include <mutex>
 #include <string.h>
-#include <thread>
-#include "args.h"               // defines: TrainArgs
-#include "cuda_common.h"        // defines: bf16, die, round_up64
-#include "flash_attention.cuh"  // defines: flash_attention_usable
-#include "gpu_args.h"           // defines: TIER_*, SW_READ_BUFFERS
-#include "model.h"              // defines: GPTConfig, ParamLayout
-#include "outliers.h"           // defines: OutlierWindow
-#include "ssd.h"                // defines: SsdStore
-#include "stream.h"             // defines: WeightStream, direct_io_bytes
-#include "timeline.h"           // defines: Timeline
-
-// The attention of the layers: the fused kernels (flash_attention.cuh) where they take the head size and the
-// GPU has bf16 mma.sync (sm_80+), else cuBLAS + softmax (attention.cuh), which stores the (T x T) scores.
-// -F 0 forces the cuBLAS path.
-static int flash_attention_flag = 1;
-static bool use_flash_attention(const GPTConfig* c) {
-    return flash_attention_flag && flash_attention_usable(c->channels / c->num_heads);
-}
+#include "llmc/args.h"         // defines: TrainArgs
+#include "llmc/cuda_common.h"  // defines: bf16, die
+#include "llmc/model.h"        // defines: GPTConfig, ParamLayout, gpt_layer_offset, LN1W..FCPROJB, WTE..LNFB
+#include "llmc/outliers.h"     // defines: OutlierWindow
+#include "stream.h"            // defines: WeightStream
+#include "llmc/timeline.h"     // defines: Timeline
 
 // ----------------------------------------------------------------------------
-// Activations of ONE layer for ONE micro-batch: what its backward pass reads, recomputed from the layer's
-// input. One allocation carved by a table of sizes, as llm.c's. N = B*T tokens of the micro-batch.
-// A layer with kept activations (-K) holds only the costly ones (act_is_kept: 9C values per token). Its
-// LayerNorm and GELU outputs (6C more) are redone before its backward pass (layer_redo_cheap_part), so a GiB
-// keeps 5/3 as many layers as keeping them all would.
-
-enum {
-    ACT_LN1,       // (N, C) LayerNorm 1 output
-    ACT_QKV,       // (N, 3C) q, k, v
-    ACT_ATT,       // (B, NH, T, T) attention probabilities: the cuBLAS path only, empty when fused
-    ACT_ATTY,      // (N, C) attention output, before its projection
-    ACT_RES2,      // (N, C) residual after attention: x + attproj(atty)
-    ACT_LN2,       // (N, C) LayerNorm 2 output
-    ACT_FCH,       // (N, 4C) MLP pre-activation
-    ACT_FCH_GELU,  // (N, 4C) GELU output
-    ACT_DFCH,      // (N, 4C) backward scratch: gradient of the MLP pre-activation
-    ACT_DC,        // (N, C) backward scratch: gradient of a LayerNorm output or of atty
-    ACT_DQKV,      // (N, 3C) backward scratch: gradient of q, k, v
-    ACT_DATT,      // (B, NH, T, T) backward scratch: the cuBLAS path only
-    ACT_LNF,       // (N, C) final LayerNorm output (the head's)
-    ACT_DLNF,      // (N, C) its gradient
-    ACT_LOGITS,    // (N, Vp) logits, then their gradient
-    NUM_ACTS
-};
-static inline bool act_is_kept(int i) {
-    return i == ACT_QKV || i == ACT_ATT || i == ACT_ATTY || i == ACT_RES2 || i == ACT_FCH;
-}
+// Activations of ONE layer for ONE micro-batch, named as gpt2_cpu.h's Activations. N = B*T tokens.
+// A kept layer (-K) holds only the costly ones (memory_plan.cuh acts_layout).
 typedef struct {
-    bf16* p[NUM_ACTS];
+    bf16* ln1;        // (N, C) LayerNorm 1 output
+    bf16* qkv;        // (N, 3C)
+    bf16* att;        // (B, NH, T, T) softmax probabilities: the cuBLAS path only
+    bf16* atty;       // (N, C) attention output, before the projection
+    bf16* residual2;  // (N, C) layer input + attention branch
+    bf16* ln2;        // (N, C)
+    bf16* fch;        // (N, 4C) fc output, before GELU
+    bf16* fch_gelu;   // (N, 4C)
+    // backward scratch, reused by every layer
+    bf16* dfch;  // (N, 4C)
+    bf16* dln;   // (N, C) gradient of a LayerNorm output / of atty
+    bf16* dqkv;  // (N, 3C)
+    bf16* datt;  // (B, NH, T, T): the cuBLAS path only
+    // the head's
+    bf16* lnf;                                                               // (N, C)
+    bf16* dlnf;                                                              // (N, C)
+    bf16* logits;                                                            // (N, Vp), then their gradient
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lnf_mean, *lnf_rstd;  // (N) each
-    float *att_lse, *att_dsum;  // (B, NH, T) each: the fused attention's row log-sum-exp and rowsum(dy * y)
+    float *att_lse, *att_dsum;  // (B, NH, T) each: the fused attention's row statistics
     void* memory;
     int64_t bytes;
 } LayerActs;
 
-static void act_sizes(const GPTConfig* c, int B, int T, int64_t sizes[NUM_ACTS]) {
-    // the (T x T) scores and their gradient only for the cuBLAS path: the fused kernels keep
-    // them in registers
-    const int64_t N = (int64_t)B * T, C = c->channels,
-                  att = use_flash_attention(c) ? 0 : (int64_t)B * c->num_heads * T * T;
-    const int64_t s[NUM_ACTS] = {N * C,     N * 3 * C, att,       N * C,     N * C,
-                                 N * C,     N * 4 * C, N * 4 * C, N * 4 * C, N * C,
-                                 N * 3 * C, att,       N * C,     N * C,     N * c->padded_vocab_size};
-    memcpy(sizes, s, sizeof s);
+// A layer's parameters as named pointers, as gpt2_cpu.h's LayerTensors: bf16 weights or fp32 gradients.
+template <typename T>
+struct LayerParams {
+    T *ln1w, *ln1b, *qkvw, *qkvb, *attprojw, *attprojb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+};
+typedef LayerParams<const bf16> LayerWeights;
+typedef LayerParams<float> LayerGrads;
+template <typename T>
+static inline LayerParams<T> layer_params(const ParamLayout* p, T* layer) {
+    const int64_t* o = p->layer_offset;
+    return {layer + o[LN1W],     layer + o[LN1B],     layer + o[QKVW],    layer + o[QKVB],
+            layer + o[ATTPROJW], layer + o[ATTPROJB], layer + o[LN2W],    layer + o[LN2B],
+            layer + o[FCW],      layer + o[FCB],      layer + o[FCPROJW], layer + o[FCPROJB]};
 }
-// Byte counts of the memory plan, overflow-checked: an absurd shape (-e, -b, -t) must be refused here, not
-// wrap to a negative count that passes the fit check and fails later in cudaMalloc.
-static int64_t plan_mul(int64_t a, int64_t b, const char* what) {
-    int64_t r;
-    if (__builtin_mul_overflow(a, b, &r)) die("config too large: the byte count of %s overflows int64", what);
-    return r;
+// The embeddings' parameters, as gpt2_cpu.h's EmbedTensors.
+template <typename T>
+struct EmbedParams {
+    T *wte, *wpe, *lnfw, *lnfb;
+};
+template <typename T>
+static inline EmbedParams<T> embed_params(const ParamLayout* p, T* base) {
+    const int64_t* o = p->embed_offset;
+    return {base + o[WTE], base + o[WPE], base + o[LNFW], base + o[LNFB]};
 }
-static int64_t plan_add(int64_t a, int64_t b, const char* what) {
-    int64_t r;
-    if (__builtin_add_overflow(a, b, &r)) die("config too large: the byte count of %s overflows int64", what);
-    return r;
-}
-// The one description of the activations' layout: returns their bytes and, given a base, points w's arrays
-// into it. kept_only: only what a kept layer holds (act_is_kept and att_lse; w's other arrays stay
-// as they are).
-static int64_t acts_layout(const GPTConfig* c, int B, int T, bool kept_only, char* base, LayerActs* w) {
-    // the largest entries of act_sizes (every other one is smaller), checked first so that table cannot wrap
-    const char* what =
-        "the activation workspace of one layer (B*T*4C, B*NH*T*T attention scores or B*T*Vp logits; lower -b "
-        "or -t)";
-    const int64_t N = (int64_t)B * T;
-    const int64_t largest[3] = {plan_mul(N, 4 * (int64_t)c->channels, what),
-                                plan_mul(plan_mul((int64_t)B * c->num_heads, T, what), T, what),
-                                plan_mul(N, c->padded_vocab_size, what)};
-    for (int i = 0; i < 3; i++)
-        plan_add(plan_mul(largest[i], 2, what), 255, what);                        // bf16, round_up64 to 256
-    const int64_t row_stats = plan_mul(plan_mul(N, c->num_heads, what), 4, what);  // (B, NH, T) floats
-    int64_t sizes[NUM_ACTS], bytes = 0;
-    act_sizes(c, B, T, sizes);
-    for (int i = 0; i < NUM_ACTS; i++) {
-        if (kept_only && !act_is_kept(i)) continue;
-        if (base) w->p[i] = (bf16*)(base + bytes);
-        bytes = plan_add(bytes, round_up64(sizes[i] * 2, 256), what);
-    }
-    float** stats[6] = {&w->ln1_mean, &w->ln1_rstd, &w->ln2_mean, &w->ln2_rstd, &w->lnf_mean, &w->lnf_rstd};
-    for (int i = 0; i < (kept_only ? 0 : 6); i++) {  // a kept layer's are redone with its LayerNorm outputs
-        if (base) *stats[i] = (float*)(base + bytes);
-        bytes = plan_add(bytes, N * 4, what);
-    }
-    float** rows[2] = {&w->att_lse, &w->att_dsum};
-    for (int i = 0; i < (kept_only ? 1 : 2); i++) {
-        if (base) *rows[i] = (float*)(base + bytes);
-        bytes = plan_add(bytes, row_stats, what);
-    }
-    return round_up64(bytes, 256);  // so that kept blocks laid end to end each start 256-byte aligned
-}
-static int64_t acts_bytes(const GPTConfig* c, int B, int T, bool kept_only) {
-    LayerActs unused;
-    return acts_layout(c, B, T, kept_only, NULL, &unused);
-}
+
+typedef EmbedParams<const bf16> EmbedWeights;
+typedef EmbedParams<float> EmbedGrads;
 
 // ----------------------------------------------------------------------------
 // The model as the GPU trainer holds it
 
+struct Optimizer;  // the CPU AdamW thread (cpu_optimizer.h)
+struct SsdTier;    // -sd: the SSD tier (ssd_tier.h)
+
 typedef struct GPT GPT;
-
-// The CPU optimizer thread: one "round" per step updates the streamed layers R..L-1 in order.
-typedef struct {
-    std::thread thread;
-    std::mutex mu;
-    std::condition_variable cv;
-    int64_t rounds_submitted, rounds_done;
-    int blocks_done;  // of the round in progress
-    bool quit;
-    float lr, grad_scale;
-    int64_t t;           // AdamW step, 1-based
-    int64_t grads_pass;  // -sd: the backward pass whose gradients this round reads (GradsWriter)
-    double last_round_seconds;
-    double *block_t0, *block_t1;  // host clock at the start / end of each layer of the last round (timeline)
-} Optimizer;
-
-// -sd: the streamed layers' bf16 gradients go to the store's grads file (ssd_store_write_grads_async) through
-// GRAD_RING pinned, 4096-aligned layer buffers instead of a pinned array of all layers. The main thread sends
-// layer l into ring slot k once the writer thread has written the slot's previous layer to disk; the writer
-// waits for grads_on_host[l] (stream.h), writes, then frees the slot and marks l written for this pass; the
-// round reads l from the file once it is marked (ssd_round_grads).
-#define GRAD_RING 3
-static inline int64_t grads_ring_bytes(const ParamLayout* p) { return direct_io_bytes(p->layer_stride * 2); }
-typedef struct {
-    std::thread thread;
-    std::mutex mu;
-    std::condition_variable cv;
-    uint16_t* buf[GRAD_RING];  // grads_ring_bytes each, pinned_alloc_direct_io (written with O_DIRECT)
-    bool busy[GRAD_RING];      // sent and not yet written to disk
-    int next;                  // the slot of the next send
-    int queue_layer[GRAD_RING], queue_slot[GRAD_RING], queued;  // sends the writer has yet to take, in order
-    int64_t queue_pass[GRAD_RING];  // the backward pass of each (a skipped update's may still be queued when
-                                    // the next backward pass begins)
-    int64_t* written_pass;          // per layer: the backward pass whose gradients the grads file holds
-    int64_t pass;                   // backward passes so far
-    bool quit;
-} GradsWriter;
-
 struct GPT {
     GPTConfig config;
     ParamLayout layout;
@@ -178,8 +87,8 @@ struct GPT {
     float* adam_v;        // fp32 AdamW second moment
     WeightStream stream;  // pinned bf16 weights and gradients, GPU slots, copy streams
 
-    // GPU. The resident prefix [embeddings | layers 0..R-1] is never streamed: a GPU AdamW updates it in
-    // place. The host's master / adam_m / adam_v hold the prefix only for files (gpt_resident_state_to_*).
+    // GPU. The resident prefix [embeddings | layers 0..R-1] is never streamed.
+    // A GPU AdamW updates it in place; the host arrays hold it only for files.
     int resident_layers;     // R
     int64_t resident_count;  // parameters in the prefix: embed_count + R * layer_stride
     bf16* resident;          // bf16 weights of the prefix (what the kernels read)
@@ -211,9 +120,7 @@ struct GPT {
     OutlierWindow loss_window, norm_window;  // -sl / -sg
     char skipped[96];                        // why the last step updated nothing (-sl / -sg), or ""
     int64_t gpu_bytes;         // every byte this trainer allocated on the GPU (the "peak GPU" figure)
-    SsdStore* ssd;             // -sd: the streamed layers' fp32 state (NULL: in the host arrays)
-    bool weights_on_disk;      // -sd -sw 1: their bf16 weights too (the stream reads them: sw_read_*)
-    GradsWriter* gw;           // -sd: the gradients' way to disk (NULL without -sd)
+    SsdTier* ssd;              // -sd: the streamed layers' state on disk (NULL: in the host arrays)
     int64_t host_state_count;  // floats in master / adam_m / adam_v: all, or the prefix with -sd
     int* forward_order;        // R, R+1, ..., L-1: the streamed layers in the order of a forward pass
     int* backward_order;       // L-1, ..., R
@@ -226,9 +133,6 @@ static inline bf16* layer_input(GPT* g, int l, int mb) {
 }
 static inline bf16* dresid_at(GPT* g, int mb) {
     return g->dresid + (int64_t)mb * g->B * g->T * g->config.channels;
-}
-static inline const bf16* wt(const GPT* g, const bf16* layer, int t) {
-    return layer + g->layout.layer_offset[t];
 }
 // Layer l's weights in the GPU-resident prefix.
 static inline bf16* resident_layer(GPT* g, int l) { return g->resident + gpt_layer_offset(&g->layout, l); }

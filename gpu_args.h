@@ -5,9 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "args.h"    // defines: TrainArgs, train_args_defaults, train_usage, parse_train_arg, help_flag
-#include "stream.h"  // defines: MAX_SLOTS
-#include "utils.h"   // defines: die
+#include "llmc/args.h"   // defines: TrainArgs, train_args_defaults, train_usage, parse_train_arg, help_flag
+#include "stream.h"      // defines: MAX_SLOTS
+#include "llmc/utils.h"  // defines: die
 
 // Where the streamed layers' state lives: host RAM, the SSD tier (-sd DIR), or the SSD tier with their bf16
 // weights too (-sd DIR -sw 1).

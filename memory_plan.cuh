@@ -1,20 +1,86 @@
-// memory_plan.cuh — the streaming trainer's memory plan: every buffer gpt_build allocates, by name, known
-// before any allocation (gpt_memory_plan); the GPU budget and the placement of -R -1 / -K -1 in it
-// (place_layers), the -R / -K a step's timeline suggests, and -P 1's printout. gpt_build allocates from the
-// plan; the fit check, -P 1 and the config table only read it. A new buffer: a field here, its gpu_alloc
-// there.
+// memory_plan.cuh — the streaming trainer's memory plan: every buffer gpt_build allocates, by name.
+// Also the activations' layout, the GPU budget, -R -1 / -K -1's placement, and -P 1's printout.
+// gpt_build allocates from the plan. A new buffer: a field here, its gpu_alloc there.
 #pragma once
 #include <errno.h>  // defines: errno, ENOENT
 #include <algorithm>
 #include <string>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include "cpu_optimizer.cuh"  // defines: GRAD_RING, sw_reader
-#include "gpt.cuh"            // defines: LayerActs, acts_bytes, plan_mul, plan_add, grads_ring_bytes
-#include "gpu_args.h"         // defines: GpuArgs, ssd_tier
-#include "matmul.cuh"         // defines: kCublasWorkspaceBytes
-#include "ssd.h"              // defines: ssd_plan, SsdStoreConfig
-#include "utils.h"            // defines: host_available_bytes
+#include "llmc/flash_attention.cuh"  // defines: flash_attention_usable
+#include "gpt.cuh"                   // defines: LayerActs
+#include "gpu_args.h"                // defines: GpuArgs, ssd_tier
+#include "llmc/matmul.cuh"           // defines: kCublasWorkspaceBytes
+#include "ssd.h"                     // defines: ssd_plan, SsdStoreConfig
+#include "ssd_tier.h"                // defines: GRAD_RING, grads_ring_bytes, sw_reader
+#include "llmc/utils.h"              // defines: host_available_bytes
+
+// The attention path: the fused kernels where they take the head size and the GPU is sm_80+.
+// Else cuBLAS + softmax (attention.cuh), which stores the (T x T) scores. -F 0 forces cuBLAS.
+static int flash_attention_flag = 1;
+static bool use_flash_attention(const GPTConfig* c) {
+    return flash_attention_flag && flash_attention_usable(c->channels / c->num_heads);
+}
+
+// Byte counts, overflow-checked: an absurd shape (-e, -b, -t) dies here, not in cudaMalloc.
+static int64_t plan_mul(int64_t a, int64_t b, const char* what) {
+    int64_t r;
+    if (__builtin_mul_overflow(a, b, &r)) die("config too large: the byte count of %s overflows int64", what);
+    return r;
+}
+static int64_t plan_add(int64_t a, int64_t b, const char* what) {
+    int64_t r;
+    if (__builtin_add_overflow(a, b, &r)) die("config too large: the byte count of %s overflows int64", what);
+    return r;
+}
+
+// The one description of a layer's activations, as llm.c's table of sizes: returns their bytes.
+// Given a base, it also points a's arrays into it. kept_only: what a kept layer (-K) holds.
+// A kept layer redoes its LayerNorms and GELU (6C per token) and keeps the rest (9C).
+static int64_t acts_layout(const GPTConfig* c, int B, int T, bool kept_only, char* base, LayerActs* a) {
+    const char* what =
+        "the activation workspace of one layer (B*T*4C, B*NH*T*T attention scores or B*T*Vp logits; lower -b "
+        "or -t)";
+    const int64_t N = (int64_t)B * T, C = c->channels, Vp = c->padded_vocab_size;
+    // the largest arrays first, so no size below can wrap
+    const int64_t largest[3] = {plan_mul(N, 4 * C, what),
+                                plan_mul(plan_mul((int64_t)B * c->num_heads, T, what), T, what),
+                                plan_mul(N, Vp, what)};
+    for (int i = 0; i < 3; i++) plan_add(plan_mul(largest[i], 2, what), 255, what);  // bf16, 256-aligned
+    // the (T x T) scores only on the cuBLAS path: the fused kernels keep them in registers
+    const int64_t att = use_flash_attention(c) ? 0 : (int64_t)B * c->num_heads * T * T;
+    const struct {
+        bf16** p;
+        int64_t n;
+        bool kept;
+    } arrays[] = {{&a->ln1, N * C, false},    {&a->qkv, N * 3 * C, true},       {&a->att, att, true},
+                  {&a->atty, N * C, true},    {&a->residual2, N * C, true},     {&a->ln2, N * C, false},
+                  {&a->fch, N * 4 * C, true}, {&a->fch_gelu, N * 4 * C, false}, {&a->dfch, N * 4 * C, false},
+                  {&a->dln, N * C, false},    {&a->dqkv, N * 3 * C, false},     {&a->datt, att, false},
+                  {&a->lnf, N * C, false},    {&a->dlnf, N * C, false},         {&a->logits, N * Vp, false}};
+    int64_t bytes = 0;
+    for (const auto& x : arrays) {
+        if (kept_only && !x.kept) continue;
+        if (base) *x.p = (bf16*)(base + bytes);
+        bytes = plan_add(bytes, round_up64(x.n * 2, 256), what);
+    }
+    float** stats[6] = {&a->ln1_mean, &a->ln1_rstd, &a->ln2_mean, &a->ln2_rstd, &a->lnf_mean, &a->lnf_rstd};
+    for (int i = 0; i < (kept_only ? 0 : 6); i++) {  // a kept layer's are redone with its LayerNorms
+        if (base) *stats[i] = (float*)(base + bytes);
+        bytes = plan_add(bytes, N * 4, what);
+    }
+    const int64_t row_stats = plan_mul(plan_mul(N, c->num_heads, what), 4, what);  // (B, NH, T) floats
+    float** rows[2] = {&a->att_lse, &a->att_dsum};
+    for (int i = 0; i < (kept_only ? 1 : 2); i++) {
+        if (base) *rows[i] = (float*)(base + bytes);
+        bytes = plan_add(bytes, row_stats, what);
+    }
+    return round_up64(bytes, 256);  // kept layers laid end to end each start 256-byte aligned
+}
+static int64_t acts_bytes(const GPTConfig* c, int B, int T, bool kept_only) {
+    LayerActs unused;
+    return acts_layout(c, B, T, kept_only, NULL, &unused);
+}
 
 #define RESIDENT_BYTES_PER_PARAM \
     18  // a GPU-resident parameter: bf16 weight, fp32 gradient, master, AdamW m, v
@@ -46,8 +112,7 @@ typedef struct {
     int64_t host_bytes, gpu_bytes;  // the sums
 } MemoryPlan;
 
-// The SSD store of a run with -sd: layers R..L-1, whole layers or pieces of at most 64 Mi parameters (env
-// SSD_PIECE_ELEMS overrides: the tests cut small layers into pieces), a ring of 4 pieces.
+// The SSD store of a run with -sd: layers R..L-1 in pieces of at most 64 Mi parameters, a ring of 4.
 static SsdStoreConfig ssd_store_config(const GPTConfig* c, int resident_layers, int tier) {
     SsdStoreConfig sc;
     memset(&sc, 0, sizeof sc);
@@ -55,15 +120,14 @@ static SsdStoreConfig ssd_store_config(const GPTConfig* c, int resident_layers, 
     sc.layer_elems = gpt_layout(c).layer_stride;
     sc.with_bf16 = tier == TIER_SSD_WEIGHTS;
     sc.ring = 4;
-    sc.grads_on_disk = 1;  // GradsWriter
+    sc.grads_on_disk = 1;  // ssd_tier.h's gradient writer
     sc.piece_elems = (int64_t)1 << 26;
     const char* e = getenv("SSD_PIECE_ELEMS");
-    if (e && atoll(e) > 0) sc.piece_elems = atoll(e);
+    if (e && atoll(e) > 0) sc.piece_elems = atoll(e);  // the tests cut small layers into pieces
     return sc;
 }
 
-// Every term that grows with -b, -t, -d is overflow-checked (plan_mul / plan_add): an absurd config dies with
-// "config too large" instead of a wrapped count. tier: where the streamed layers' state lives (TIER_*).
+// The plan; every term that grows with -b, -t, -d is overflow-checked. tier: TIER_*.
 static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micro, int num_slots,
                                   int resident_layers, int kept_layers, int tier = TIER_RAM) {
     const ParamLayout p = gpt_layout(c);
@@ -80,7 +144,7 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     const HostReader reader = sw_reader(NULL, &p, resident_layers);
     m.pinned = stream_host_bytes(c->num_layers, p.layer_stride, p.embed_count, !ssd,
                                  tier == TIER_SSD_WEIGHTS ? &reader : NULL);
-    if (ssd) m.pinned += GRAD_RING * grads_ring_bytes(&p);  // GradsWriter
+    if (ssd) m.pinned += GRAD_RING * grads_ring_bytes(&p);  // the gradients' ring
     if (ssd && resident_layers < c->num_layers) {
         const SsdStoreConfig sc = ssd_store_config(c, resident_layers, tier);
         SsdPlanInput in;
@@ -133,8 +197,7 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     return m;
 }
 
-// -R / -K worth trying next, from a step's timeline and the GPU memory still free (docs/memory.md): resident
-// layers while the forward pass waits for the CPU AdamW (over 2% of the step), then kept ones.
+// -R / -K worth trying next, from a step's timeline and the GPU memory still free (docs/memory.md).
 typedef struct {
     int resident, kept;
 } Placement;
@@ -142,6 +205,7 @@ static Placement suggest_placement(const TimelineSummary* t, int L, Placement no
                                    int64_t resident_layer_bytes, int64_t kept_layer_bytes) {
     Placement next = now;
     const double adam_per_layer = t->adam_layers > 0 ? t->busy_s[TRACK_ADAM] / t->adam_layers : 0.0;
+    // resident layers while the forward pass waits for the CPU AdamW (over 2% of the step), then kept ones
     if (adam_per_layer > 0.0 && t->fwd_wait_s > 0.02 * t->step_s && spare_bytes > 0) {
         int64_t more =
             (int64_t)ceil(t->fwd_wait_s / adam_per_layer - 1e-6);  // a whole number of layers stays one
@@ -160,17 +224,15 @@ static int64_t host_memory_to_count_on(const GpuArgs* ga) {
     return ga->host_gib > 0 ? (int64_t)((double)ga->host_gib * 1073741824.0) : host_available_bytes();
 }
 
-// GPU memory beyond the plan: the fit check leaves gpu_reserve_bytes free, -R -1 and -K -1 gpu_margin_bytes
-// more, for what the plan cannot count (docs/memory.md). The budget: the free memory, or -V where
-// that is less.
+// GPU memory left out of the plan, for what it cannot count (docs/memory.md).
 static const int64_t gpu_reserve_bytes = (int64_t)256 << 20;
 static const int64_t gpu_margin_bytes = (int64_t)1 << 30;
+// The budget: the free memory, or -V where that is less.
 static int64_t gpu_memory_budget(const GpuArgs* ga, int64_t gpu_free) {
     const int64_t given = (int64_t)((double)ga->gpu_gib * 1073741824.0);
     return ga->gpu_gib > 0 && given < gpu_free ? given : gpu_free;
 }
-// -R -1, then -K -1: as many layers as fit in the budget after the rest of the plan (resident ones first:
-// docs/memory.md). Updates *resident / *kept and returns the plan with them.
+// -R -1, then -K -1: as many layers as fit in the budget; returns the plan with them.
 static MemoryPlan place_layers(const GPTConfig* c, int B, int T, int n_micro, int slots, const GpuArgs* ga,
                                int64_t budget, int* resident, int* kept) {
     MemoryPlan plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga));
@@ -189,8 +251,7 @@ static MemoryPlan place_layers(const GPTConfig* c, int B, int T, int n_micro, in
     return plan;
 }
 
-// Free bytes of the filesystem that holds (or will hold) dir, or -1 with errno set. A missing dir is not
-// made (-P 1 creates nothing): its nearest existing ancestor is measured.
+// Free bytes of the filesystem that holds (or will hold) dir, or -1 with errno set.
 static int64_t dir_free_bytes(const char* dir) {
     std::string d = dir;
     struct statvfs sv;

@@ -27,9 +27,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "cpu_adam.h"  // defines: convert_f32_to_bf16
-#include "crc32c.h"    // defines: crc32c_update
-#include "utils.h"     // defines: SizeText
+#include "llmc/cpu_adam.h"  // defines: convert_f32_to_bf16
+#include "llmc/crc32c.h"    // defines: crc32c_update
+#include "llmc/utils.h"     // defines: SizeText
 
 static const double GiB = 1024.0 * 1024.0 * 1024.0;
 

@@ -1,28 +1,11 @@
-// ssd.h — every host<->disk movement of the optimizer state (the SSD tier): the fp32 master weights
-// and AdamW m, v of the streamed layers (and, optionally, their bf16 copy and their bf16 gradients) live in
-// files under a directory on an NVMe drive; host RAM keeps a small ring of piece-sized buffers.
-//
-// Three layers, bottom up:
-//   SsdIo    asynchronous direct I/O: O_DIRECT files, 4096-aligned buffers, each request split into large
-//            sequential chunks (default 4 MiB) with several in flight, over io_uring (liburing). Where the
-//            kernel refuses io_uring (containers: EPERM/ENOSYS) or SSD_IO_FALLBACK=1 is set, a pool of
-//            pread/pwrite threads does the same; where a filesystem refuses O_DIRECT (EINVAL), the file is
-//            opened buffered. Each fallback prints one warning line. Errors (EIO, ENOSPC, short transfers)
-//            become one message through the return value of ssd_io_wait; nothing here exits or aborts.
-//   SsdStore the per-layer state in two generations of files (below) and the pipelined AdamW round over it:
-//            read the state of the pieces ahead, update the current one with the caller's update function
-//            (which calls cpu_adam.h's adamw_update_*: same math as the in-RAM update, bit for bit), write
-//            back the ones behind, so disk reads, the update and disk writes overlap.
-//   helpers  ssd_plan (host RAM, disk bytes and disk traffic per step of a configuration, for -P 1) and
-//            ssd_probe_bandwidth (the disk's O_DIRECT read and write bandwidth in a few seconds).
-// Not here: which tensors decay, the lr, the clip (the trainer's update function decides; cpu_adam.h's
-// adamw_tensors_window_bf16grad does a layer's tensors), anything about the GPU, the trainer's own checkpoint
-// files (checkpoint.h), flags.
-//
-// Design (docs/ssd.md): the files and their layout; checkpoints as two generations of the state, each named
-// complete in DIR/ssd_manifest only after its files are fsynced, so the last checkpoint's generation survives
-// kill -9, power loss and ENOSPC, at no extra copy; checksums computed as pieces are written, checked at
-// resume; the store's owner; how train_gpt.cu calls it.
+// ssd.h — every host<->disk movement of the optimizer state (the SSD tier).
+// The streamed layers' fp32 weights, AdamW m and v (optionally bf16 weights and gradients) live in files
+// under a directory on an NVMe drive; host RAM keeps a small ring of piece-sized buffers.
+// Three layers, bottom up (docs/ssd.md has each in full):
+//   SsdIo     asynchronous direct I/O over io_uring; errors come back through ssd_io_wait, nothing exits
+//   SsdStore  the state in two generations of files, and the pipelined AdamW round over it
+//   helpers   ssd_plan (for -P 1) and ssd_probe_bandwidth
+// Not here: which tensors decay, the lr, the clip (the caller's update function), the GPU, flags.
 //
 // ---- Threads
 // SsdIo is thread-safe. An SsdStore's round, checkpoint and write_layer/read_layer run on one thread at a

@@ -3,7 +3,7 @@
 // No math here and no optimizer: this file only decides what is copied where, and when.
 #include "stream.h"
 #include <string.h>
-#include "timeline.h"
+#include "llmc/timeline.h"
 
 static void* pinned_alloc(int64_t bytes, const char* what) {
     void* p = NULL;
@@ -80,14 +80,14 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
     ws->weights_host_bf16 =
         (uint16_t*)pinned_alloc((embed_count + host_layers * layer_stride) * 2, "the bf16 weights");
     if (reader) {
-        ws->reader = *reader;
+        ws->reads.reader = *reader;
         for (int b = 0; b < reader->num_buffers; b++) {
-            ws->read_buf[b] =
+            ws->reads.buf[b] =
                 (uint16_t*)pinned_alloc_direct_io(reader->buffer_bytes, "the weights' read buffers");
-            ws->read_layer[b] = -1;
-            ws->read_state[b] = READ_FREE;
+            ws->reads.layer[b] = -1;
+            ws->reads.state[b] = READ_FREE;
             // the main thread may wait on it: blocking sync, so the wait does not spin a core
-            cudaCheck(cudaEventCreateWithFlags(&ws->read_copied[b],
+            cudaCheck(cudaEventCreateWithFlags(&ws->reads.copied[b],
                                                cudaEventDisableTiming | cudaEventBlockingSync));
         }
     }
@@ -131,10 +131,11 @@ void stream_free(WeightStream* ws) {
         cudaCheck(cudaFree(ws->grad_staging[k]));
     }
     for (int l = 0; l < ws->num_layers; l++) cudaCheck(cudaEventDestroy(ws->grads_on_host[l]));
-    for (int b = 0; ws->reader.start && b < ws->reader.num_buffers; b++) {
-        if (ws->read_state[b] == READ_PENDING) ws->reader.done(ws->reader.ctx, ws->read_req[b], 1);
-        cudaCheck(cudaEventDestroy(ws->read_copied[b]));
-        pinned_free_direct_io(ws->read_buf[b]);
+    for (int b = 0; ws->reads.reader.start && b < ws->reads.reader.num_buffers; b++) {
+        if (ws->reads.state[b] == READ_PENDING)
+            ws->reads.reader.done(ws->reads.reader.ctx, ws->reads.req[b], 1);
+        cudaCheck(cudaEventDestroy(ws->reads.copied[b]));
+        pinned_free_direct_io(ws->reads.buf[b]);
     }
     cudaCheck(cudaEventDestroy(ws->compute_mark));
     cudaCheck(cudaStreamDestroy(ws->compute));
@@ -159,44 +160,45 @@ static int slot_of(const WeightStream* ws, int l) {
 
 // The buffer holding layer l or being read into for it, or -1.
 static int read_buffer_of(const WeightStream* ws, int l) {
-    for (int b = 0; b < ws->reader.num_buffers; b++)
-        if (ws->read_layer[b] == l && (ws->read_state[b] == READ_PENDING || ws->read_state[b] == READ_READY))
+    for (int b = 0; b < ws->reads.reader.num_buffers; b++)
+        if (ws->reads.layer[b] == l &&
+            (ws->reads.state[b] == READ_PENDING || ws->reads.state[b] == READ_READY))
             return b;
     return -1;
 }
 // Waits for a read buffer's read and forgets its layer.
 static void read_buffer_drop(WeightStream* ws, int b) {
-    if (ws->read_state[b] == READ_PENDING) ws->reader.done(ws->reader.ctx, ws->read_req[b], 1);
-    ws->read_state[b] = READ_FREE;
-    ws->read_layer[b] = -1;
+    if (ws->reads.state[b] == READ_PENDING) ws->reads.reader.done(ws->reads.reader.ctx, ws->reads.req[b], 1);
+    ws->reads.state[b] = READ_FREE;
+    ws->reads.layer[b] = -1;
 }
 // A buffer to read into: a free one, or one whose copy has run. -1 when none is (wait = 0); with wait = 1 it
 // waits for the oldest copy, or else takes the buffer whose layer comes last in the pass.
 static int read_buffer_take(WeightStream* ws, int wait) {
-    const int n = ws->reader.num_buffers;
+    const int n = ws->reads.reader.num_buffers;
     for (int b = 0; b < n; b++)
-        if (ws->read_state[b] == READ_FREE) return b;
+        if (ws->reads.state[b] == READ_FREE) return b;
     int oldest = -1;  // of the buffers being copied from
     for (int b = 0; b < n; b++) {
-        if (ws->read_state[b] != READ_COPYING) continue;
-        if (oldest < 0 || ws->read_copy_clock[b] < ws->read_copy_clock[oldest]) oldest = b;
+        if (ws->reads.state[b] != READ_COPYING) continue;
+        if (oldest < 0 || ws->reads.copy_clock[b] < ws->reads.copy_clock[oldest]) oldest = b;
         if (wait) continue;
-        const cudaError_t e = cudaEventQuery(ws->read_copied[b]);
+        const cudaError_t e = cudaEventQuery(ws->reads.copied[b]);
         if (e == cudaErrorNotReady) continue;
         cudaCheck(e);
-        ws->read_state[b] = READ_FREE;
+        ws->reads.state[b] = READ_FREE;
         return b;
     }
     if (!wait) return -1;
     if (oldest >= 0) {
-        cudaCheck(cudaEventSynchronize(ws->read_copied[oldest]));
-        ws->read_state[oldest] = READ_FREE;
+        cudaCheck(cudaEventSynchronize(ws->reads.copied[oldest]));
+        ws->reads.state[oldest] = READ_FREE;
         return oldest;
     }
     int victim = 0, victim_pos = -1;  // every buffer holds a layer read ahead (e.g. one evicted from a slot)
     for (int b = 0; b < n; b++) {
         int pos = ws->schedule_next;
-        while (pos < ws->schedule_len && ws->schedule[pos] != ws->read_layer[b]) pos++;
+        while (pos < ws->schedule_len && ws->schedule[pos] != ws->reads.layer[b]) pos++;
         if (pos > victim_pos) {
             victim = b;
             victim_pos = pos;
@@ -206,15 +208,15 @@ static int read_buffer_take(WeightStream* ws, int wait) {
     return victim;
 }
 static void read_start(WeightStream* ws, int b, int l) {
-    ws->read_layer[b] = l;
-    ws->read_state[b] = READ_PENDING;
-    ws->read_req[b] = ws->reader.start(ws->reader.ctx, l, ws->read_buf[b]);
-    ws->layer_reads++;
+    ws->reads.layer[b] = l;
+    ws->reads.state[b] = READ_PENDING;
+    ws->reads.req[b] = ws->reads.reader.start(ws->reads.reader.ctx, l, ws->reads.buf[b]);
+    ws->reads.count++;
 }
 // Starts reading the pass's next layers that are in no slot and no buffer, while buffers are free and the
 // optimizer has written them (in pass order: it stops at the first that is not).
 static void read_ahead(WeightStream* ws) {
-    if (!ws->reader.start) return;
+    if (!ws->reads.reader.start) return;
     for (int pos = ws->schedule_next; pos < ws->schedule_len; pos++) {
         const int l = ws->schedule[pos];
         if (slot_of(ws, l) >= 0 || read_buffer_of(ws, l) >= 0) continue;
@@ -229,7 +231,8 @@ static void read_ahead(WeightStream* ws) {
 // wait = 1 waits for the CPU optimizer, then with a reader for the disk).
 static const uint16_t* host_weights(WeightStream* ws, int l, int wait) {
     if (!ws->host_ready(ws->host_ready_ctx, l, wait)) return NULL;
-    if (!ws->reader.start) return ws->weights_host_bf16 + ws->embed_count + (int64_t)l * ws->layer_stride;
+    if (!ws->reads.reader.start)
+        return ws->weights_host_bf16 + ws->embed_count + (int64_t)l * ws->layer_stride;
     read_ahead(ws);
     int b = read_buffer_of(ws, l);
     if (b < 0) {
@@ -237,11 +240,11 @@ static const uint16_t* host_weights(WeightStream* ws, int l, int wait) {
         b = read_buffer_take(ws, 1);
         read_start(ws, b, l);
     }
-    if (ws->read_state[b] == READ_PENDING) {
-        if (!ws->reader.done(ws->reader.ctx, ws->read_req[b], wait)) return NULL;
-        ws->read_state[b] = READ_READY;
+    if (ws->reads.state[b] == READ_PENDING) {
+        if (!ws->reads.reader.done(ws->reads.reader.ctx, ws->reads.req[b], wait)) return NULL;
+        ws->reads.state[b] = READ_READY;
     }
-    return ws->read_buf[b];
+    return ws->reads.buf[b];
 }
 
 // Makes sure layer l is in (or on its way to) a slot, and pins that slot for this pass. Returns 0 when l
@@ -270,12 +273,12 @@ static int request_layer(WeightStream* ws, int l, int wait) {
                               cudaMemcpyHostToDevice, ws->h2d));
     timeline_end(ws->timeline, span, ws->h2d);
     cudaCheck(cudaEventRecord(ws->slot_ready[victim], ws->h2d));
-    if (ws->reader.start) {  // the buffer is read into again once this copy has run
+    if (ws->reads.reader.start) {  // the buffer is read into again once this copy has run
         const int b = read_buffer_of(ws, l);
-        ws->read_state[b] = READ_COPYING;
-        ws->read_layer[b] = -1;
-        ws->read_copy_clock[b] = ws->use_clock + 1;  // the slot's clock below
-        cudaCheck(cudaEventRecord(ws->read_copied[b], ws->h2d));
+        ws->reads.state[b] = READ_COPYING;
+        ws->reads.layer[b] = -1;
+        ws->reads.copy_clock[b] = ws->use_clock + 1;  // the slot's clock below
+        cudaCheck(cudaEventRecord(ws->reads.copied[b], ws->h2d));
     }
     ws->slot_layer[victim] = l;
     ws->slot_in_use[victim] = 1;
@@ -342,8 +345,9 @@ void stream_invalidate(WeightStream* ws) {
         ws->slot_layer[s] = -1;
         ws->slot_in_use[s] = 0;
     }
-    for (int b = 0; ws->reader.start && b < ws->reader.num_buffers; b++)  // read before the update: stale
-        if (ws->read_state[b] == READ_PENDING || ws->read_state[b] == READ_READY) read_buffer_drop(ws, b);
+    for (int b = 0; ws->reads.reader.start && b < ws->reads.reader.num_buffers;
+         b++)  // read before the update: stale
+        if (ws->reads.state[b] == READ_PENDING || ws->reads.state[b] == READ_READY) read_buffer_drop(ws, b);
 }
 
 bf16* stream_grad_staging(WeightStream* ws) {

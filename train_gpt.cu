@@ -1,34 +1,20 @@
-// train_gpt.cu — trains a GPT-2 far larger than GPU memory on ONE GPU by streaming it layer by layer.
+// train_gpt.cu — trains a GPT-2 far larger than GPU memory on ONE GPU, streaming it layer by layer.
 //
 // Where the model lives:
-//   host RAM: fp32 master weights, AdamW m and v; pinned bf16 copies of weights and gradients (stream.cu).
-//   GPU: a ring of layer-sized weight slots, each layer's input per micro-batch, one layer's activations,
+//   host RAM: fp32 master weights, AdamW m and v; pinned bf16 weights and gradients (stream.cu).
+//   GPU: a ring of layer weight slots, each layer's input per micro-batch, one layer's activations,
 //        the embeddings with their AdamW state, and with -R the first R layers too.
-// One step, in the order of gpt_forward_backward and gpt_update below (numbered the same):
+// One step, numbered as in gpt_forward_backward and gpt_update below:
 //   1. tokens and embeddings
 //   2. forward, layer by layer: each layer's weights arrive once and serve every micro-batch
 //   3. loss: final LayerNorm, tied lm_head, softmax cross-entropy, and their backward
-//   4. backward, last layer first: recompute each layer from its input (-K: kept), send its gradients out
+//   4. backward, last layer first: recompute each layer from its input, send its gradients out
 //   5. the one synchronization: loss and gradient norm
-//   6. AdamW on a CPU thread, layer by layer, while the next step's forward pass already runs
-// Its parts: struct GPT and one layer's activations (gpt.cuh), the CPU optimizer thread of step 6 and the SSD
-// tier's hand-overs (cpu_optimizer.cuh), the memory plan and -P 1 (memory_plan.cuh), its flags (gpu_args.h).
-// Not here: kernels (kernels.cuh, flash_attention.cuh), cuBLAS calls (matmul.cuh, attention.cuh), host<->GPU
-// copies (stream.cu), AdamW math (cpu_adam.cpp), the CPU reference model (gpt2_cpu.h), disk I/O (ssd.cpp).
-//
-// The SSD tier (-sd DIR, issue 22; ssd.h): the fp32 master weights and AdamW m, v of the streamed layers
-// R..L-1 live in an SsdStore under DIR (store layer i = layer R + i). The host arrays master / adam_m /
-// adam_v then hold the resident prefix only (embeddings and -R layers: resident_count floats); nothing on
-// the host ever holds a streamed layer's fp32 state beyond the store's ring and one layer-sized buffer at
-// load and checkpoint time. Step 6 becomes ssd_store_round (read ahead, update, write behind), with the
-// same update and the same per-layer hand-off to the next forward pass. Checkpoints: ssd_store_checkpoint
-// (two generations in DIR, no copy), then the state file (version 102: "streamed state in DIR at step S",
-// m, v of the prefix only) and model_S.bin, which is read layer by layer from the store: that model file is
-// the one extra copy of the weights on disk (so export_hf and -e keep working). DONE last, as always.
-// The streamed layers' bf16 gradients go to DIR too (GradsWriter: a ring of 3 pinned layer buffers instead
-// of a pinned array of all layers). With -sw 1 the store holds their bf16 weights too (the round writes
-// them there) and the stream reads each pass's layers into SW_READ_BUFFERS pinned buffers ahead of their
-// copies (stream.h HostReader; sw_read_*): host RAM then no longer grows with depth.
+//   6. AdamW on a CPU thread, layer by layer, while the next step's forward pass runs
+// Its parts: the model as data (gpt.cuh), the CPU AdamW thread (cpu_optimizer.h),
+// the memory plan (memory_plan.cuh), its flags (gpu_args.h).
+// Not here: kernels (kernels.cuh), GEMMs (matmul.cuh), copies (stream.cu), AdamW math (cpu_adam.cpp).
+// The SSD tier (-sd DIR) keeps the optimizer state on disk: ssd_tier.h, docs/ssd.md.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -42,182 +28,126 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-#include "adamw.h"        // defines: adamw_layer_block_bf16grad, clip_scale, ADAMW_BETA1, ADAMW_EPS
-#include "args.h"         // defines: TrainArgs, train_args_defaults, train_usage, parse_train_arg, help_flag
-#include "checkpoint.h"   // defines: checkpoint_save, open_run_dir, check_resume_args, state_file_read
-#include "cpu_adam.h"     // defines: cpu_adam_set_threads, convert_f32_to_bf16, bf16_to_float
-#include "cpu_cores.h"    // defines: usable_cpu_cores, omp_short_spin_reexec
-#include "cuda_common.h"  // defines: cudaCheck, cublasCheck, bf16
-#include "dataloader.h"   // defines: DataLoader, dataloader_init, _next_batch, _check_pair
-#include "kernels.cuh"  // defines: layernorm_forward, gelu_forward, fused_classifier, adamw_gpu, kernels_load
-#include "logger.h"     // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
-#include "model.h"      // defines: GPTConfig, ParamLayout, gpt_layout, gpt_init_params, gpt_load_params
-#include "model_specs.h"  // defines: parse_model_spec, warn_if_spec_shadows_path
-#include "outliers.h"     // defines: OutlierWindow, outlier_skip, training_diverged, die_diverged
-#include "run_dir.h"      // defines: lock_output_dir
-#include "sampler.h"      // defines: random_u64, random_f32, sample_softmax, print_sample_token
-#include "schedulers.h"   // defines: learning_rate_at
-#include "ssd.h"          // defines: SsdStore, ssd_store_round, ssd_store_checkpoint, ssd_plan (-sd)
-#include "stop_signal.h"  // defines: stop_signal_install, stop_if_signalled
+#include "llmc/adamw.h"  // defines: adamw_layer_block_bf16grad, clip_scale, ADAMW_BETA1, ADAMW_EPS
+#include "llmc/args.h"   // defines: TrainArgs, train_args_defaults, train_usage, parse_train_arg, help_flag
+#include "checkpoint.h"  // defines: checkpoint_save, open_run_dir, check_resume_args, state_file_read
+#include "llmc/cpu_adam.h"     // defines: cpu_adam_set_threads, convert_f32_to_bf16, bf16_to_float
+#include "llmc/cpu_cores.h"    // defines: usable_cpu_cores, omp_short_spin_reexec
+#include "llmc/cuda_common.h"  // defines: cudaCheck, cublasCheck, bf16
+#include "dataloader.h"        // defines: DataLoader, dataloader_init, _next_batch, _check_pair
+#include "llmc/kernels.cuh"  // defines: layernorm_forward, gelu_forward, fused_classifier, adamw_gpu, kernels_load
+#include "llmc/logger.h"      // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
+#include "llmc/model_file.h"  // defines: GPTConfig, ParamLayout, gpt_layout, gpt_init_params, gpt_load_params
+#include "llmc/model_specs.h"  // defines: parse_model_spec, warn_if_spec_shadows_path
+#include "llmc/outliers.h"     // defines: OutlierWindow, outlier_skip, training_diverged, die_diverged
+#include "llmc/run_dir.h"      // defines: lock_output_dir
+#include "llmc/sampler.h"      // defines: random_u64, random_f32, sample_softmax, print_sample_token
+#include "llmc/schedulers.h"   // defines: learning_rate_at
+#include "ssd.h"               // defines: SsdStore, ssd_store_round, ssd_store_checkpoint, ssd_plan (-sd)
+#include "llmc/stop_signal.h"  // defines: stop_signal_install, stop_if_signalled
 #include "stream.h"  // defines: WeightStream, stream_wait_layer, stream_release_layer, pinned_alloc_direct_io
-#include "timeline.h"   // defines: Timeline, timeline_begin, timeline_end, timeline_summarize (-Y 1)
-#include "tokenizer.h"  // defines: Tokenizer, tokenizer_init
-#include "utils.h"      // defines: die, SizeText, table_row, table_rule, progress_text, peak_rss_bytes
+#include "llmc/timeline.h"   // defines: Timeline, timeline_begin, timeline_end, timeline_summarize (-Y 1)
+#include "llmc/tokenizer.h"  // defines: Tokenizer, tokenizer_init
+#include "llmc/utils.h"      // defines: die, SizeText, table_row, table_rule, progress_text, peak_rss_bytes
 
-#include "matmul.cuh"           // defines: matmul_forward, lt_matmul, matmul_handles_create
-#include "attention.cuh"        // defines: attention_forward, attention_backward (cuBLAS + softmax)
-#include "flash_attention.cuh"  // defines: flash_attention_forward, _backward, flash_attention_load
-#include "gpt.cuh"              // defines: struct GPT, LayerActs, layer_input, layer_acts, TIER_*
-#include "cpu_optimizer.cuh"  // defines: optimizer_submit, optimizer_block_ready, send_layer_grads, die_disk
-#include "memory_plan.cuh"    // defines: MemoryPlan, gpt_memory_plan, place_layers, print_memory_plan
+#include "llmc/matmul.cuh"           // defines: matmul_forward, lt_matmul, matmul_handles_create
+#include "llmc/attention.cuh"        // defines: attention_forward, attention_backward (cuBLAS + softmax)
+#include "llmc/flash_attention.cuh"  // defines: flash_attention_forward, _backward, flash_attention_load
+#include "gpt.cuh"          // defines: struct GPT, LayerActs, LayerWeights, layer_params, layer_input
+#include "ssd_tier.h"       // defines: ssd_tier_new, ssd_tier_begin_backward, ssd_tier_checkpoint (-sd)
+#include "cpu_optimizer.h"  // defines: optimizer_submit, optimizer_block_ready, send_layer_grads
+#include "memory_plan.cuh"  // defines: MemoryPlan, gpt_memory_plan, place_layers, print_memory_plan
 
-// GEMMs fused with the element-wise pass after them (bias, residual, GELU) as cuBLASLt epilogues (lt_matmul):
-// the GEMM's output is not written and read again. Without a cuBLASLt algorithm, or when cublasLtMatmul
-// refuses it: cuBLAS, then the kernels.cuh pass (warned once).
-static int64_t cublaslt_fallbacks = 0;  // unfused calls made while fusion was asked for (the tests expect 0)
-static void lt_fell_back(const char* what) {
-    if (cublaslt_fusion && cublaslt_handle && cublaslt_fallbacks++ == 0)
-        fprintf(stderr,
-                "warning: cuBLASLt has no fused algorithm for %s; using cuBLAS and a separate kernel\n",
-                what);
+// ----------------------------------------------------------------------------
+// One transformer layer, forward, as gpt2_cpu.h's gpt2_cpu_forward. x: the layer's input.
+// out: its output, or NULL when recomputing for the backward pass (the last GEMM is skipped).
+// What the backward pass reads stays in `a`.
+
+static void layer_forward(GPT* g, const bf16* weights, const bf16* x, bf16* out, LayerActs* a,
+                          cudaStream_t s) {
+    const int B = g->B, T = g->T, C = g->config.channels, NH = g->config.num_heads;
+    const int64_t N = (int64_t)B * T;
+    const LayerWeights w = layer_params(&g->layout, weights);
+    bf16* res2 = a->residual2;
+    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C, s);
+    matmul_forward_bias(a->qkv, a->ln1, w.qkvw, w.qkvb, NULL, N, C, 3 * C, s);
+    if (g->flash) flash_attention_forward(a->atty, a->att_lse, a->qkv, B, T, C, NH, s);
+    else attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, s);
+    matmul_forward_bias(res2, a->atty, w.attprojw, w.attprojb, x, N, C, C, s);  // projection + layer input
+    layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, res2, w.ln2w, w.ln2b, N, C, s);
+    matmul_forward_bias_gelu(a->fch, a->fch_gelu, a->ln2, w.fcw, w.fcb, N, C, 4 * C, s);
+    if (out) matmul_forward_bias(out, a->fch_gelu, w.fcprojw, w.fcprojb, res2, N, 4 * C, C, s);  // + res2
 }
-// out (N, OC) = inp (N, C) @ w (OC, C)^T + bias, + residual (N, OC) when not NULL (residual != out)
-static void matmul_forward_bias(bf16* out, const bf16* inp, const bf16* w, const bf16* bias,
-                                const bf16* residual, int64_t N, int C, int OC, cudaStream_t s) {
-    if (lt_matmul(out, OC, w, CUBLAS_OP_T, C, inp, CUBLAS_OP_N, C, OC, (int)N, C, residual,
-                  CUBLASLT_EPILOGUE_BIAS, bias, NULL, 0, s))
-        return;
-    lt_fell_back("a GEMM + bias");
-    matmul_forward(out, inp, w, N, C, OC, s);
-    add_bias(out, bias, residual, N, OC, s);
-}
-// pre (N, OC) = inp @ w^T + bias (kept for the backward pass), out = gelu(pre)
-static void matmul_forward_bias_gelu(bf16* pre, bf16* out, const bf16* inp, const bf16* w, const bf16* bias,
-                                     int64_t N, int C, int OC, cudaStream_t s) {
-    if (lt_matmul(out, OC, w, CUBLAS_OP_T, C, inp, CUBLAS_OP_N, C, OC, (int)N, C, NULL,
-                  CUBLASLT_EPILOGUE_GELU_AUX_BIAS, bias, pre, OC, s))
-        return;
-    lt_fell_back("a GEMM + bias + GELU");
-    matmul_forward(pre, inp, w, N, C, OC, s);
-    bias_gelu_forward(pre, out, bias, N, OC, s);
-}
-// dinp (N, C) = (dout (N, OC) @ w (OC, C)) * gelu'(pre (N, C))
-static void matmul_backward_input_gelu(bf16* dinp, const bf16* dout, const bf16* w, const bf16* pre,
-                                       int64_t N, int C, int OC, cudaStream_t s) {
-    if (lt_matmul(dinp, C, w, CUBLAS_OP_N, C, dout, CUBLAS_OP_N, OC, C, (int)N, OC, NULL,
-                  CUBLASLT_EPILOGUE_DGELU, NULL, pre, C, s))
-        return;
-    lt_fell_back("a GEMM + GELU backward");
-    matmul_backward_input(dinp, dout, w, N, C, OC, s);
-    gelu_backward(dinp, pre, N * C, s);
+
+// A kept layer (-K) redoes its LayerNorms and GELU before its backward pass.
+// Three memory-bound passes replace a recompute's GEMMs and attention.
+static void layer_redo_cheap_part(GPT* g, const bf16* weights, const bf16* x, LayerActs* a, cudaStream_t s) {
+    const int64_t N = (int64_t)g->B * g->T;
+    const int C = g->config.channels;
+    const LayerWeights w = layer_params(&g->layout, weights);
+    layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C, s);
+    layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, w.ln2w, w.ln2b, N, C, s);
+    gelu_forward(a->fch_gelu, a->fch, N * 4 * C, s);  // with -G 1, not cuBLASLt's GELU to the bit
 }
 
 // ----------------------------------------------------------------------------
-// One transformer layer, forward. x: the layer's input. out: its output, or NULL when recomputing for the
-// backward pass (the last GEMM is then skipped). What the backward pass reads stays in `a`.
+// One transformer layer, backward, as gpt2_cpu.h's gpt2_cpu_backward, once `a` holds its activations.
+// dres: the gradient of the layer's output on entry, of its input on return.
+// Parameter gradients are ADDED to `grads`.
 
-static void layer_forward(GPT* g, const bf16* w, const bf16* x, bf16* out, LayerActs* a, cudaStream_t s) {
-    const int64_t N = (int64_t)g->B * g->T;
-    const int C = g->config.channels;
-    layernorm_forward(a->p[ACT_LN1], a->ln1_mean, a->ln1_rstd, x, wt(g, w, LN1W), wt(g, w, LN1B), N, C, s);
-    matmul_forward_bias(a->p[ACT_QKV], a->p[ACT_LN1], wt(g, w, QKVW), wt(g, w, QKVB), NULL, N, C, 3 * C, s);
-    if (g->flash)
-        flash_attention_forward(a->p[ACT_ATTY], a->att_lse, a->p[ACT_QKV], g->B, g->T, C, g->config.num_heads,
-                                s);
-    else
-        attention_forward(a->p[ACT_ATTY], a->p[ACT_ATT], a->p[ACT_QKV], g->B, g->T, C, g->config.num_heads,
-                          s);
-    // res2 = x + attn(x)
-    matmul_forward_bias(a->p[ACT_RES2], a->p[ACT_ATTY], wt(g, w, ATTPROJW), wt(g, w, ATTPROJB), x, N, C, C,
-                        s);
-    layernorm_forward(a->p[ACT_LN2], a->ln2_mean, a->ln2_rstd, a->p[ACT_RES2], wt(g, w, LN2W), wt(g, w, LN2B),
-                      N, C, s);
-    matmul_forward_bias_gelu(a->p[ACT_FCH], a->p[ACT_FCH_GELU], a->p[ACT_LN2], wt(g, w, FCW), wt(g, w, FCB),
-                             N, C, 4 * C, s);
-    if (out)  // out = res2 + mlp(res2)
-        matmul_forward_bias(out, a->p[ACT_FCH_GELU], wt(g, w, FCPROJW), wt(g, w, FCPROJB), a->p[ACT_RES2], N,
-                            4 * C, C, s);
-}
-
-// Before a kept layer's backward pass: what it did not keep, from what it did. Both LayerNorms and the GELU:
-// three memory-bound passes instead of a recompute's GEMMs and attention. (With -G 1 the forward's GELU was
-// cuBLASLt's, which need not match this one to the bit.)
-static void layer_redo_cheap_part(GPT* g, const bf16* w, const bf16* x, LayerActs* a, cudaStream_t s) {
-    const int64_t N = (int64_t)g->B * g->T;
-    const int C = g->config.channels;
-    layernorm_forward(a->p[ACT_LN1], a->ln1_mean, a->ln1_rstd, x, wt(g, w, LN1W), wt(g, w, LN1B), N, C, s);
-    layernorm_forward(a->p[ACT_LN2], a->ln2_mean, a->ln2_rstd, a->p[ACT_RES2], wt(g, w, LN2W), wt(g, w, LN2B),
-                      N, C, s);
-    gelu_forward(a->p[ACT_FCH_GELU], a->p[ACT_FCH], N * 4 * C, s);
-}
-
-// ----------------------------------------------------------------------------
-// One transformer layer, backward, once `a` holds its activations. dres: the gradient of the layer's output
-// on entry, of its input on return (the residual passes it through). Parameter gradients are
-// ADDED to `grads`.
-
-static void layer_backward(GPT* g, const bf16* w, float* grads, const bf16* x, bf16* dres, LayerActs* a,
+static void layer_backward(GPT* g, const bf16* weights, float* grads, const bf16* x, bf16* dres, LayerActs* a,
                            cudaStream_t s) {
-    const int64_t N = (int64_t)g->B * g->T;
-    const int C = g->config.channels;
-    auto gt = [g, grads](int t) { return grads + g->layout.layer_offset[t]; };  // tensor t's gradient
-    // MLP: out = res2 + fcproj(gelu(fc(ln2(res2))))
-    matmul_backward_weight(gt(FCPROJW), dres, a->p[ACT_FCH_GELU], N, 4 * C, C, s);
-    bias_backward(gt(FCPROJB), dres, N, C, s);
-    matmul_backward_input_gelu(a->p[ACT_DFCH], dres, wt(g, w, FCPROJW), a->p[ACT_FCH], N, 4 * C, C, s);
-    matmul_backward_weight(gt(FCW), a->p[ACT_DFCH], a->p[ACT_LN2], N, C, 4 * C, s);
-    bias_backward(gt(FCB), a->p[ACT_DFCH], N, 4 * C, s);
-    matmul_backward_input(a->p[ACT_DC], a->p[ACT_DFCH], wt(g, w, FCW), N, C, 4 * C, s);
-    layernorm_backward(dres, gt(LN2W), gt(LN2B), a->p[ACT_DC], a->p[ACT_RES2], wt(g, w, LN2W), a->ln2_mean,
-                       a->ln2_rstd, N, C, s);
-    // attention: res2 = x + attproj(attention(qkv(ln1(x))))
-    matmul_backward_weight(gt(ATTPROJW), dres, a->p[ACT_ATTY], N, C, C, s);
-    bias_backward(gt(ATTPROJB), dres, N, C, s);
-    matmul_backward_input(a->p[ACT_DC], dres, wt(g, w, ATTPROJW), N, C, C, s);
+    const int B = g->B, T = g->T, C = g->config.channels, NH = g->config.num_heads;
+    const int64_t N = (int64_t)B * T;
+    const LayerWeights w = layer_params(&g->layout, weights);
+    const LayerGrads dw = layer_params(&g->layout, grads);
+    const bf16* res2 = a->residual2;
+    // MLP branch: res3 = res2 + fcproj(gelu(fc(ln2(res2))))
+    matmul_backward_weight(dw.fcprojw, dres, a->fch_gelu, N, 4 * C, C, s);
+    bias_backward(dw.fcprojb, dres, N, C, s);
+    matmul_backward_input_gelu(a->dfch, dres, w.fcprojw, a->fch, N, 4 * C, C, s);
+    matmul_backward_weight(dw.fcw, a->dfch, a->ln2, N, C, 4 * C, s);
+    bias_backward(dw.fcb, a->dfch, N, 4 * C, s);
+    matmul_backward_input(a->dln, a->dfch, w.fcw, N, C, 4 * C, s);
+    layernorm_backward(dres, dw.ln2w, dw.ln2b, a->dln, res2, w.ln2w, a->ln2_mean, a->ln2_rstd, N, C, s);
+    // attention branch: res2 = x + attproj(attention(qkv(ln1(x))))
+    matmul_backward_weight(dw.attprojw, dres, a->atty, N, C, C, s);
+    bias_backward(dw.attprojb, dres, N, C, s);
+    matmul_backward_input(a->dln, dres, w.attprojw, N, C, C, s);
     if (g->flash)
-        flash_attention_backward(a->p[ACT_DQKV], a->att_dsum, a->p[ACT_DC], a->p[ACT_ATTY], a->p[ACT_QKV],
-                                 a->att_lse, g->B, g->T, C, g->config.num_heads, s);
-    else
-        attention_backward(a->p[ACT_DQKV], a->p[ACT_DATT], a->p[ACT_DC], a->p[ACT_ATT], a->p[ACT_QKV], g->B,
-                           g->T, C, g->config.num_heads, s);
-    matmul_backward_weight(gt(QKVW), a->p[ACT_DQKV], a->p[ACT_LN1], N, C, 3 * C, s);
-    bias_backward(gt(QKVB), a->p[ACT_DQKV], N, 3 * C, s);
-    matmul_backward_input(a->p[ACT_DC], a->p[ACT_DQKV], wt(g, w, QKVW), N, C, 3 * C, s);
-    layernorm_backward(dres, gt(LN1W), gt(LN1B), a->p[ACT_DC], x, wt(g, w, LN1W), a->ln1_mean, a->ln1_rstd, N,
-                       C, s);
+        flash_attention_backward(a->dqkv, a->att_dsum, a->dln, a->atty, a->qkv, a->att_lse, B, T, C, NH, s);
+    else attention_backward(a->dqkv, a->datt, a->dln, a->att, a->qkv, B, T, C, NH, s);
+    matmul_backward_weight(dw.qkvw, a->dqkv, a->ln1, N, C, 3 * C, s);
+    bias_backward(dw.qkvb, a->dqkv, N, 3 * C, s);
+    matmul_backward_input(a->dln, a->dqkv, w.qkvw, N, C, 3 * C, s);
+    layernorm_backward(dres, dw.ln1w, dw.ln1b, a->dln, x, w.ln1w, a->ln1_mean, a->ln1_rstd, N, C, s);
 }
 
 // ----------------------------------------------------------------------------
-// Final LayerNorm + tied lm_head + loss. The backward pass overwrites the logits with their gradient, adds to
-// the wte and lnf gradients, and overwrites dres.
+// Final LayerNorm + tied lm_head + loss. The backward pass overwrites the logits with their gradient.
+// It adds to the wte and lnf gradients, and overwrites dres.
 
 static void head_forward(GPT* g, const bf16* x, const int* targets, float* losses, float dloss_scale,
                          cudaStream_t s) {
     const int64_t N = (int64_t)g->B * g->T;
-    const int C = g->config.channels;
+    const int C = g->config.channels, V = g->config.vocab_size, Vp = g->config.padded_vocab_size;
     LayerActs* a = &g->acts;
-    const bf16* e = g->resident;
-    layernorm_forward(a->p[ACT_LNF], a->lnf_mean, a->lnf_rstd, x, e + g->layout.embed_offset[LNFW],
-                      e + g->layout.embed_offset[LNFB], N, C, s);
-    matmul_forward(a->p[ACT_LOGITS], a->p[ACT_LNF], e + g->layout.embed_offset[WTE], N, C,
-                   g->config.padded_vocab_size, s);
-    if (targets)
-        fused_classifier(a->p[ACT_LOGITS], losses, targets, N, g->config.vocab_size,
-                         g->config.padded_vocab_size, dloss_scale, s);
+    const EmbedWeights e = embed_params(&g->layout, (const bf16*)g->resident);
+    layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, x, e.lnfw, e.lnfb, N, C, s);
+    matmul_forward(a->logits, a->lnf, e.wte, N, C, Vp, s);  // lm_head tied to wte
+    if (targets) fused_classifier(a->logits, losses, targets, N, V, Vp, dloss_scale, s);
 }
 
 static void head_backward(GPT* g, const bf16* x, bf16* dres, cudaStream_t s) {
     const int64_t N = (int64_t)g->B * g->T;
     const int C = g->config.channels, Vp = g->config.padded_vocab_size;
     LayerActs* a = &g->acts;
-    const ParamLayout* p = &g->layout;
-    matmul_backward_weight(g->resident_grads + p->embed_offset[WTE], a->p[ACT_LOGITS], a->p[ACT_LNF], N, C,
-                           Vp, s);
-    matmul_backward_input(a->p[ACT_DLNF], a->p[ACT_LOGITS], g->resident + p->embed_offset[WTE], N, C, Vp, s);
+    const EmbedWeights e = embed_params(&g->layout, (const bf16*)g->resident);
+    const EmbedGrads de = embed_params(&g->layout, g->resident_grads);
+    matmul_backward_weight(de.wte, a->logits, a->lnf, N, C, Vp, s);
+    matmul_backward_input(a->dlnf, a->logits, e.wte, N, C, Vp, s);
     cudaCheck(cudaMemsetAsync(dres, 0, (size_t)(N * C * 2), s));
-    layernorm_backward(dres, g->resident_grads + p->embed_offset[LNFW],
-                       g->resident_grads + p->embed_offset[LNFB], a->p[ACT_DLNF], x,
-                       g->resident + p->embed_offset[LNFW], a->lnf_mean, a->lnf_rstd, N, C, s);
+    layernorm_backward(dres, de.lnfw, de.lnfb, a->dlnf, x, e.lnfw, a->lnf_mean, a->lnf_rstd, N, C, s);
 }
 
 // ----------------------------------------------------------------------------
@@ -234,21 +164,19 @@ static void* gpu_alloc(GPT* g, int64_t bytes) {
     return p;
 }
 
-// Host arrays for the fp32 master weights and AdamW state: anonymous mmap, page-aligned, zero-filled lazily
-// by the kernel, and backed by transparent huge pages where available.
+// Host arrays for the fp32 master weights and AdamW state: anonymous mmap, zero-filled lazily.
 static float* host_alloc_floats(int64_t n) {
     const size_t bytes = (size_t)n * 4;
     void* p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
-    madvise(p, bytes, MADV_HUGEPAGE);  // a hint: failure is harmless
+    madvise(p, bytes, MADV_HUGEPAGE);  // transparent huge pages where available
     return (float*)p;
 }
 static void host_free_floats(float* p, int64_t n) {
     if (p) munmap(p, (size_t)n * 4);
 }
 
-// tier TIER_SSD*: the streamed layers' fp32 state will live in an SsdStore (-sd; the caller attaches it as
-// g->ssd): the host arrays then hold the resident prefix only. TIER_SSD_WEIGHTS: their bf16 weights too.
+// tier: where the streamed layers' state lives (TIER_*). With -sd the host arrays hold the prefix only.
 static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro, int num_slots,
                       int resident_layers, int kept_layers, const TrainArgs* args, int tier = TIER_RAM) {
     const bool ssd = tier != TIER_RAM;
@@ -283,30 +211,19 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     if (!g->master || !g->adam_m || !g->adam_v)
         die("out of host memory for the fp32 weights and AdamW state (%.1f GiB)",
             plan.master_adam / 1073741824.0);
-    g->opt = new Optimizer();
-    g->opt->block_t0 = (double*)calloc((size_t)c->num_layers, sizeof(double));
-    g->opt->block_t1 = (double*)calloc((size_t)c->num_layers, sizeof(double));
     g->forward_order = (int*)malloc(sizeof(int) * (size_t)c->num_layers);
     g->backward_order = (int*)malloc(sizeof(int) * (size_t)c->num_layers);
-    if (!g->opt->block_t0 || !g->opt->block_t1 || !g->forward_order || !g->backward_order)
-        die("out of host memory");
+    if (!g->forward_order || !g->backward_order) die("out of host memory");
     const int streamed = c->num_layers - resident_layers;
     for (int i = 0; i < streamed; i++) {
         g->forward_order[i] = resident_layers + i;
         g->backward_order[i] = c->num_layers - 1 - i;
     }
-    g->weights_on_disk = tier == TIER_SSD_WEIGHTS;
     const HostReader reader = sw_reader(g, p, resident_layers);
+    const HostReader* from_disk = tier == TIER_SSD_WEIGHTS ? &reader : NULL;
     stream_init(&g->stream, c->num_layers, p->layer_stride, p->embed_count, num_slots, optimizer_block_ready,
-                g, !ssd, g->weights_on_disk ? &reader : NULL);
-    if (ssd) {  // the gradients' ring; its thread starts once the store is attached (ssd_attach)
-        g->gw = new GradsWriter();
-        for (int k = 0; k < GRAD_RING; k++)
-            g->gw->buf[k] = (uint16_t*)pinned_alloc_direct_io(grads_ring_bytes(p),
-                                                              "the gradients' ring (written to -sd)");
-        g->gw->written_pass = (int64_t*)calloc((size_t)c->num_layers, sizeof(int64_t));
-        if (!g->gw->written_pass) die("out of host memory");
-    }
+                g, !ssd, from_disk);
+    if (ssd) g->ssd = ssd_tier_new(g, tier);         // its store comes with ssd_attach
     g->gpu_bytes += plan.slots + plan.grad_staging;  // stream_init's
 
     // GPU, from the plan: one allocation per field
@@ -314,8 +231,8 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     cublas_workspace = gpu_alloc(g, (int64_t)kCublasWorkspaceBytes);  // plan.scalars
     cublas_stream = NULL;
     cublas_use_stream(g->stream.compute);
-    const int64_t rc =
-        plan.resident_count;  // plan.embeddings + plan.resident_layers, RESIDENT_BYTES_PER_PARAM each:
+    // plan.embeddings + plan.resident_layers, RESIDENT_BYTES_PER_PARAM each:
+    const int64_t rc = plan.resident_count;
     g->resident = (bf16*)gpu_alloc(g, rc * 2);
     g->resident_grads = (float*)gpu_alloc(g, rc * 4);
     g->resident_master = (float*)gpu_alloc(g, rc * 4);
@@ -340,19 +257,17 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
         g->kept_memory = gpu_alloc(g, plan.kept);
         g->kept = (LayerActs*)malloc(sizeof(LayerActs) * (size_t)n);
         if (!g->kept) die("out of host memory");
-        for (int64_t i = 0; i < n;
-             i++) {  // what a kept layer does not keep (redone, scratch) stays in g->acts
-            g->kept[i] = g->acts;
+        for (int64_t i = 0; i < n; i++) {
+            g->kept[i] = g->acts;  // what a kept layer does not keep stays in g->acts
             acts_layout(c, B, T, true, (char*)g->kept_memory + i * plan.kept_acts, &g->kept[i]);
         }
     }
-
-    g->opt->thread = std::thread(optimizer_thread_main, g);
+    optimizer_start(g);
 }
 
-// The prefix's fp32 arrays between their host arrays (pageable) and the GPU, through a pinned bounce buffer
-// a chunk at a time: a pageable copy is staged by the driver at a fraction of the bus's speed. The buffer
-// lives only during the copy (load and checkpoint time), so it is not part of the memory plan.
+// Pageable host arrays <-> the GPU through a pinned bounce buffer, a chunk at a time.
+// A pageable copy would run at a fraction of the bus's speed.
+// The buffer lives only during the copy, so the memory plan leaves it out.
 static const int64_t kBounceBytes = (int64_t)8 << 20;
 static void bounce_copy(GPT* g, void* const* dst, const void* const* src, int arrays, int64_t bytes,
                         cudaMemcpyKind kind) {
@@ -372,8 +287,7 @@ static void bounce_copy(GPT* g, void* const* dst, const void* const* src, int ar
     cudaCheck(cudaFreeHost(bounce));
 }
 
-// The GPU-resident prefix's fp32 weights and AdamW moments: host arrays (g->master, adam_m, adam_v, where
-// files are read and written; the prefix is their first resident_count floats) <-> their GPU home.
+// The resident prefix's fp32 weights and moments between the host arrays (for files) and the GPU.
 // Synchronous: only at load and checkpoint time.
 static void gpt_resident_state_to_device(GPT* g) {
     const int64_t bytes = g->resident_count * 4;
@@ -381,8 +295,9 @@ static void gpt_resident_state_to_device(GPT* g) {
     void* const dst[3] = {g->resident_master, g->resident_m, g->resident_v};
     const void* const src[3] = {g->master, g->adam_m, g->adam_v};
     bounce_copy(g, dst, src, 3, bytes, cudaMemcpyHostToDevice);
-    cudaCheck(cudaMemcpyAsync(g->resident, g->stream.weights_host_bf16, (size_t)g->resident_count * 2,
-                              cudaMemcpyHostToDevice, s));  // pinned already
+    const size_t bf16_bytes = (size_t)g->resident_count * 2;
+    cudaCheck(
+        cudaMemcpyAsync(g->resident, g->stream.weights_host_bf16, bf16_bytes, cudaMemcpyHostToDevice, s));
     cudaCheck(cudaStreamSynchronize(s));
 }
 static void gpt_resident_state_to_host(GPT* g) {
@@ -393,38 +308,20 @@ static void gpt_resident_state_to_host(GPT* g) {
     bounce_copy(g, dst, src, 3, bytes, cudaMemcpyDeviceToHost);
 }
 
-// The master weights changed outside the optimizer (init, model file, resume): refresh the bf16 copy
-// that is streamed (with -sd, the streamed layers' copy was written as they were stored) and the
-// GPU-resident prefix (with the host's AdamW moments: zero, or a resumed
-// state's), and drop whatever the GPU slots hold.
+// The master weights changed outside the optimizer (init, model file, resume).
+// Refreshes the streamed bf16 copy and the resident prefix, and empties the slots.
 static void gpt_weights_ready(GPT* g) {
-    FAKE_CUDA_HOST_ACCESS(g->stream.weights_host_bf16, g->host_state_count * 2, true,
-                          "the host writing the bf16 copy (load)");
-    convert_f32_to_bf16(g->master, g->stream.weights_host_bf16, g->host_state_count);  // -sd: the prefix
+    uint16_t* bf16 = g->stream.weights_host_bf16;
+    const int64_t n = g->host_state_count;  // -sd: the prefix only
+    FAKE_CUDA_HOST_ACCESS(bf16, n * 2, true, "the host writing the bf16 copy (load)");
+    convert_f32_to_bf16(g->master, bf16, n);
     gpt_resident_state_to_device(g);
     stream_invalidate(&g->stream);
 }
 
 static void gpt_free(GPT* g) {
-    {
-        std::lock_guard<std::mutex> lock(g->opt->mu);
-        g->opt->quit = true;
-        g->opt->cv.notify_all();
-    }
-    g->opt->thread.join();
-    if (g->gw) {
-        if (g->gw->thread.joinable()) {
-            {
-                std::lock_guard<std::mutex> lock(g->gw->mu);
-                g->gw->quit = true;
-                g->gw->cv.notify_all();
-            }
-            g->gw->thread.join();
-        }
-        for (int k = 0; k < GRAD_RING; k++) pinned_free_direct_io(g->gw->buf[k]);
-        free(g->gw->written_pass);
-        delete g->gw;
-    }
+    optimizer_stop(g);
+    ssd_tier_free(g);
     // the cuBLAS handle first: it is bound to the compute stream, which stream_free destroys
     cublasCheck(cublasDestroy(cublas_handle));
     cublasCheck(cublasLtDestroy(cublaslt_handle));
@@ -457,31 +354,29 @@ static void gpt_free(GPT* g) {
     host_free_floats(g->master, g->host_state_count);
     host_free_floats(g->adam_m, g->host_state_count);
     host_free_floats(g->adam_v, g->host_state_count);
-    if (g->ssd) ssd_store_close(g->ssd);
-    free(g->opt->block_t0);
-    free(g->opt->block_t1);
     free(g->forward_order);
     free(g->backward_order);
-    delete g->opt;
 }
 
-// AdamW of the GPU-resident prefix, tensor by tensor (weight decay on matrices only, as adamw.h's
-// block updates do), with the t optimizer_submit just took.
+// AdamW of the resident prefix on the GPU, tensor by tensor; weight decay on matrices only.
 static void resident_adamw(GPT* g, float lr, float grad_scale, cudaStream_t s) {
     const ParamLayout* p = &g->layout;
     const AdamWArgs args = {lr,         ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, g->args.weight_decay,
                             grad_scale, g->adam_t};
-    auto update = [&](int64_t o, int64_t n, int is_matrix) {
-        AdamWArgs a = args;
-        if (!is_matrix) a.weight_decay = 0.0f;
-        adamw_gpu(g->resident_master + o, g->resident_grads + o, g->resident_m + o, g->resident_v + o,
-                  g->resident + o, n, &a, s);
+    auto gpu_form = [g, s](int64_t block) {  // adamw.h's update for the block at `block`
+        return [g, s, block](int64_t o, int64_t n, const AdamWArgs* a) {
+            o += block;
+            float *master = g->resident_master + o, *grads = g->resident_grads + o;
+            adamw_gpu(master, grads, g->resident_m + o, g->resident_v + o, g->resident + o, n, a, s);
+        };
     };
-    for (int t = 0; t < NUM_EMBED_TENSORS; t++)
-        update(p->embed_offset[t], p->embed_size[t], embed_tensor_is_matrix[t]);
-    for (int l = 0; l < g->resident_layers; l++)
-        for (int t = 0; t < NUM_LAYER_TENSORS; t++)
-            update(gpt_layer_offset(p, l) + p->layer_offset[t], p->layer_size[t], layer_tensor_is_matrix[t]);
+    adamw_tensors(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_tensor_is_matrix, &args,
+                  gpu_form(0));
+    for (int l = 0; l < g->resident_layers; l++) {
+        const int64_t block = gpt_layer_offset(p, l);
+        adamw_tensors(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_tensor_is_matrix, &args,
+                      gpu_form(block));
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -496,17 +391,15 @@ static void layer_release(GPT* g, int l) {
     if (l >= g->resident_layers) stream_release_layer(&g->stream, l);
 }
 
-// Layer l's activations for micro-batch mb, before its backward pass. A kept layer (-K) redoes the cheap
-// part. The last layer's last micro-batch still has them from the forward pass. Any other is recomputed.
+// Layer l's activations for micro-batch mb, before its backward pass: kept, left over, or recomputed.
 static void restore_activations(GPT* g, const bf16* w, int l, int mb, int n_micro, cudaStream_t s) {
     LayerActs* a = layer_acts(g, l, mb);
+    const bool last_forward = l == g->config.num_layers - 1 && mb == n_micro - 1;  // still in g->acts
     if (layer_kept(g, l)) layer_redo_cheap_part(g, w, layer_input(g, l, mb), a, s);
-    else if (l < g->config.num_layers - 1 || mb < n_micro - 1)
-        layer_forward(g, w, layer_input(g, l, mb), NULL, a, s);
+    else if (!last_forward) layer_forward(g, w, layer_input(g, l, mb), NULL, a, s);
 }
 
-// Where layer l's gradients accumulate: the streamed layers' one buffer (zeroed here), or the layer's place
-// in resident_grads (zeroed with the embeddings' before the head).
+// Where layer l's gradients accumulate: a streamed layer's buffer, or its place in resident_grads.
 static float* layer_grads_begin(GPT* g, int l, cudaStream_t s) {
     if (l < g->resident_layers) return g->resident_grads + gpt_layer_offset(&g->layout, l);
     cudaCheck(cudaMemsetAsync(g->layer_grads, 0, (size_t)(g->layout.layer_stride * 4), s));
@@ -515,12 +408,11 @@ static float* layer_grads_begin(GPT* g, int l, cudaStream_t s) {
 // A streamed layer's gradients, as bf16, into a staging buffer for the host; their squares go to the norm.
 static void layer_grads_end(GPT* g, int l, cudaStream_t s) {
     if (l < g->resident_layers) return;
-    grads_to_bf16_sumsq(stream_grad_staging(&g->stream), g->layer_grads, g->layout.layer_stride, g->sumsq_dev,
-                        s);
+    bf16* staging = stream_grad_staging(&g->stream);
+    grads_to_bf16_sumsq(staging, g->layer_grads, g->layout.layer_stride, g->sumsq_dev, s);
 }
 
-// n micro-batches of tokens (targets may be NULL) to the GPU through the pinned staging. Its last copy is
-// done: every step and every evaluation ends by synchronizing with stream s.
+// n micro-batches of tokens to the GPU through the pinned staging; targets may be NULL.
 static void tokens_to_device(GPT* g, const int* inputs, const int* targets, int n, cudaStream_t s) {
     const int64_t count = (int64_t)n * g->B * g->T;
     int* staged[2] = {g->tokens_host, g->tokens_host + (int64_t)g->max_micro * g->B * g->T};
@@ -535,27 +427,26 @@ static void tokens_to_device(GPT* g, const int* inputs, const int* targets, int 
 
 // The step's tokens to the GPU, and each micro-batch's embeddings: the input of layer 0.
 static void embeddings_forward(GPT* g, const int* inputs, const int* targets, int n_micro, cudaStream_t s) {
-    const ParamLayout* p = &g->layout;
     const int64_t N = (int64_t)g->B * g->T;
+    const int C = g->config.channels;
     tokens_to_device(g, inputs, targets, n_micro, s);
-    const bf16 *wte = g->resident + p->embed_offset[WTE], *wpe = g->resident + p->embed_offset[WPE];
+    const EmbedWeights e = embed_params(&g->layout, (const bf16*)g->resident);
     for (int mb = 0; mb < n_micro; mb++)
-        embedding_forward(layer_input(g, 0, mb), g->tokens_in + mb * N, wte, wpe, N, g->T, g->config.channels,
-                          s);
+        embedding_forward(layer_input(g, 0, mb), g->tokens_in + mb * N, e.wte, e.wpe, N, g->T, C, s);
 }
 
-// The loss of every micro-batch and its backward through lm_head and the final LayerNorm (dlogits scaled to
-// the step's mean). Zeroes the resident prefix's gradients and the norm first: this is where they start.
+// Each micro-batch's loss and its backward through lm_head and the final LayerNorm.
 static void head_forward_backward(GPT* g, int n_micro, cudaStream_t s) {
     const int L = g->config.num_layers;
     const int64_t N = (int64_t)g->B * g->T;
-    cudaCheck(cudaMemsetAsync(g->resident_grads, 0, (size_t)(g->resident_count * 4), s));
+    cudaCheck(cudaMemsetAsync(g->resident_grads, 0, (size_t)(g->resident_count * 4), s));  // they start here
     cudaCheck(cudaMemsetAsync(g->sumsq_dev, 0, 8, s));
     ScopedSpan span(g->timeline, TRACK_COMPUTE, "head", -1, s);
+    const float dloss = 1.0f / (float)(N * n_micro);  // each token's share of the step's mean loss
     for (int mb = 0; mb < n_micro; mb++) {
-        head_forward(g, layer_input(g, L, mb), g->tokens_out + mb * N, g->losses + mb * N,
-                     1.0f / (float)(N * n_micro), s);
-        head_backward(g, layer_input(g, L, mb), dresid_at(g, mb), s);
+        const bf16* x = layer_input(g, L, mb);
+        head_forward(g, x, g->tokens_out + mb * N, g->losses + mb * N, dloss, s);
+        head_backward(g, x, dresid_at(g, mb), s);
     }
     mean_loss(g->loss_dev, g->losses, n_micro * N, s);
 }
@@ -580,7 +471,7 @@ static float read_loss_and_norm(GPT* g, cudaStream_t s) {
     return *g->loss_host;
 }
 
-// Forward and backward of one step: inputs / targets are n_micro x (B*T) tokens. Returns the mean loss;
+// Forward and backward of one step over n_micro x (B*T) tokens; returns the mean loss.
 // g->last_norm gets the gradient norm. Updates nothing (gpt_update does).
 static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets, int n_micro) {
     const int L = g->config.num_layers, R = g->resident_layers;
@@ -597,9 +488,10 @@ static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets,
         const bf16* w = layer_acquire(g, l);
         {
             ScopedSpan span(tl, TRACK_COMPUTE, "fwd", l, s);
-            for (int mb = 0; mb < n_micro; mb++)
-                layer_forward(g, w, layer_input(g, l, mb), layer_input(g, l + 1, mb), layer_acts(g, l, mb),
-                              s);
+            for (int mb = 0; mb < n_micro; mb++) {
+                bf16* out = layer_input(g, l + 1, mb);
+                layer_forward(g, w, layer_input(g, l, mb), out, layer_acts(g, l, mb), s);
+            }
         }
         layer_release(g, l);
     }
@@ -608,10 +500,7 @@ static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets,
     head_forward_backward(g, n_micro, s);
 
     // 4. backward, last layer first, last micro-batch first; a streamed layer's gradients go to the host
-    if (g->gw) {  // -sd: this pass's gradients are a new generation of the grads file
-        std::lock_guard<std::mutex> lock(g->gw->mu);
-        g->gw->pass++;
-    }
+    ssd_tier_begin_backward(g);  // -sd: a new generation of the grads file
     stream_begin_pass(&g->stream, g->backward_order, L - R);
     for (int l = L - 1; l >= 0; l--) {
         const bf16* w = layer_acquire(g, l);
@@ -633,71 +522,58 @@ static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets,
     return read_loss_and_norm(g, s);
 }
 
-// 6. AdamW: the streamed layers on the CPU thread (the next forward pass takes each one once it is done), the
-// GPU-resident prefix here on the compute stream, before the next step's kernels.
+// 6. AdamW: the streamed layers on the CPU thread, the resident prefix here on the GPU.
 static void gpt_update(GPT* g, float lr) {
     const float grad_scale = clip_scale((float)g->last_norm, g->args.grad_clip);
-    stream_invalidate(
-        &g->stream);  // first: -sw 1's reads of this step's weights end before the round rewrites them
+    // first: -sw 1's reads of this step's weights end before the round rewrites them
+    stream_invalidate(&g->stream);
     optimizer_submit(g, lr, grad_scale);
     ScopedSpan span(g->timeline, TRACK_COMPUTE, "resident adamw", -1, g->stream.compute);
     resident_adamw(g, lr, grad_scale, g->stream.compute);
 }
 
-// -Y 1: the previous step's CPU AdamW round ran during this step's forward pass; it joins this step's
-// timeline (no round when -sl / -sg skipped that step's update).
+// -Y 1: the previous step's CPU AdamW round ran during this forward pass: it joins this timeline.
 static void timeline_add_adamw_round(GPT* g) {
     optimizer_wait_all(g);  // already done: the forward pass waited for every block
     if (g->opt->rounds_done == 0 || g->skipped[0]) return;
+    const Optimizer* o = g->opt;
     for (int l = g->resident_layers; l < g->config.num_layers; l++)
-        timeline_host_span(g->timeline, TRACK_ADAM, "adamw", l, g->opt->block_t0[l], g->opt->block_t1[l]);
+        timeline_host_span(g->timeline, TRACK_ADAM, "adamw", l, o->block_t0[l], o->block_t1[l]);
 }
 
-// -Y 1 with -sd: the disk's busy intervals from the step's origin until now (the previous step's round during
-// the forward pass, this step's gradient writes), reads and writes on a track each (ssd.h's busy log).
-static void timeline_add_disk(GPT* g) {
-    SsdBusySpan spans[TIMELINE_DISK_SPANS];
-    for (int write = 0; write <= 1; write++) {
-        const int n = ssd_io_busy_spans(ssd_store_io(g->ssd), write, g->timeline->origin_host, spans,
-                                        TIMELINE_DISK_SPANS);
-        for (int i = 0; i < n; i++)
-            timeline_host_span(g->timeline, write ? TRACK_DISK_WRITE : TRACK_DISK_READ,
-                               write ? "write" : "read", -1, spans[i].t0, spans[i].t1);
-    }
-}
+// What one step did: its loss and norm, and whether it diverged or skipped its update.
+typedef struct {
+    float loss;
+    double norm;
+    char diverged[96];  // why the run must stop before this update, or ""
+    bool skipped;       // -sl / -sg: no update (g->skipped says why)
+} StepResult;
 
-// One step of the training loop, as llm.c's: forward and backward, then the update unless the step diverged
-// (the caller stops) or -sl / -sg find it an outlier (g->skipped says why). Returns the mean loss.
-static float gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro, float lr) {
+// One step of the training loop, as llm.c's: forward and backward, then the update.
+// No update when the step diverged (the caller stops) or -sl / -sg find it an outlier.
+static StepResult gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro, float lr) {
     timeline_start_step(g->timeline, g->stream.compute);
-    const float loss = gpt_forward_backward(g, inputs, targets, n_micro);
+    StepResult r = {};
+    r.loss = gpt_forward_backward(g, inputs, targets, n_micro);
+    r.norm = g->last_norm;
     if (g->timeline) timeline_add_adamw_round(g);
-    if (g->timeline && g->ssd) timeline_add_disk(g);
-    char diverged[96];
-    if (training_diverged(loss, g->last_norm, g->config.vocab_size, diverged, sizeof diverged)) return loss;
+    ssd_tier_timeline(g);
+    if (training_diverged(r.loss, r.norm, g->config.vocab_size, r.diverged, sizeof r.diverged)) return r;
     g->step++;
-    if (outlier_skip(&g->args, &g->loss_window, &g->norm_window, loss, g->last_norm, g->skipped,
-                     sizeof g->skipped))
-        return loss;  // the weights, the slots and the AdamW state stay those of the last step
-    gpt_update(g, lr);
-    return loss;
+    r.skipped = outlier_skip(&g->args, &g->loss_window, &g->norm_window, r.loss, r.norm, g->skipped,
+                             sizeof g->skipped);
+    if (!r.skipped) gpt_update(g, lr);  // skipped: the weights, slots and AdamW state stay as they were
+    return r;
 }
 
-// Forward only over n batches (n <= max_micro; batch i in micro-batch slot i) in one walk of the layers:
-// each layer's weights arrive once and serve every batch, as in the training forward pass. With targets
-// (n x B*T tokens as inputs), losses[i] gets batch i's mean loss; without (sampling), the logits of the last
-// batch stay in the workspace.
+// Forward only over n <= max_micro batches in one walk of the layers.
+// With targets, losses[i] gets batch i's mean loss; without, the last batch's logits stay in g->acts.
 static void gpt_forward_eval_batches(GPT* g, const int* inputs, const int* targets, int n, float* losses) {
-    const GPTConfig* c = &g->config;
-    const int L = c->num_layers, C = c->channels, T = g->T, R = g->resident_layers;
-    const int64_t N = (int64_t)g->B * T;
+    const int L = g->config.num_layers, R = g->resident_layers;
+    const int64_t N = (int64_t)g->B * g->T;
     cudaStream_t s = g->stream.compute;
     if (n < 1 || n > g->max_micro) die("internal: %d batches in one evaluation pass", n);
-    tokens_to_device(g, inputs, targets, n, s);
-    const bf16 *wte = g->resident + g->layout.embed_offset[WTE],
-               *wpe = g->resident + g->layout.embed_offset[WPE];
-    for (int i = 0; i < n; i++)
-        embedding_forward(layer_input(g, 0, i), g->tokens_in + i * N, wte, wpe, N, T, C, s);
+    embeddings_forward(g, inputs, targets, n, s);
     stream_begin_pass(&g->stream, g->forward_order, L - R);
     for (int l = 0; l < L; l++) {
         const bf16* w = layer_acquire(g, l);
@@ -706,8 +582,8 @@ static void gpt_forward_eval_batches(GPT* g, const int* inputs, const int* targe
         layer_release(g, l);
     }
     for (int i = 0; i < n; i++) {
-        head_forward(g, layer_input(g, L, i), targets ? g->tokens_out + i * N : NULL, g->losses + i * N, 0.0f,
-                     s);
+        const int* t = targets ? g->tokens_out + i * N : NULL;
+        head_forward(g, layer_input(g, L, i), t, g->losses + i * N, 0.0f, s);
         if (!targets) continue;
         mean_loss(g->loss_dev, g->losses + i * N, N, s);
         cudaCheck(cudaMemcpyAsync(g->loss_host, g->loss_dev, 4, cudaMemcpyDeviceToHost, s));
@@ -727,7 +603,7 @@ static float gpt_forward_eval(GPT* g, const int* inputs, const int* targets) {
 static void gpt_copy_logits(GPT* g, int b, int t, float* out) {
     const int Vp = g->config.padded_vocab_size;
     uint16_t* tmp = (uint16_t*)malloc(sizeof(uint16_t) * Vp);
-    const bf16* src = g->acts.p[ACT_LOGITS] + ((int64_t)b * g->T + t) * Vp;
+    const bf16* src = g->acts.logits + ((int64_t)b * g->T + t) * Vp;
     cudaCheck(cudaMemcpyAsync(tmp, src, (size_t)Vp * 2, cudaMemcpyDeviceToHost, g->stream.compute));
     cudaCheck(cudaStreamSynchronize(g->stream.compute));
     for (int i = 0; i < Vp; i++) out[i] = bf16_to_float(tmp[i]);
@@ -735,17 +611,9 @@ static void gpt_copy_logits(GPT* g, int b, int t, float* out) {
 }
 
 // ----------------------------------------------------------------------------
-// Checkpoints (the files and their checks: checkpoint.h). The state lives partly on the GPU (the resident
-// prefix) and is being updated by the optimizer thread: it is gathered first.
+// Checkpoints (the files: checkpoint.h)
 
-// StreamedState's read_layer with -sd: layer l's fp32 weights from the store (its newest state).
-static int ssd_read_layer_params(void* ctx, int l, float* params, char* err, size_t errlen) {
-    GPT* g = (GPT*)ctx;
-    return ssd_store_read_layer(g->ssd, l - g->resident_layers, params, NULL, NULL, NULL, err, errlen) == 0;
-}
-
-// With -sd the store's state becomes the checkpoint of this step first (ssd_store_checkpoint: an fsync and
-// its manifest), then the state file says so and model_S.bin is read from the store layer by layer.
+// Gathers the state from the optimizer thread and the GPU, then writes the checkpoint.
 static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data_state) {
     optimizer_wait_all(g);          // the master weights and m, v of the last step must be complete
     gpt_resident_state_to_host(g);  // the GPU-resident prefix of them lives on the GPU
@@ -754,16 +622,12 @@ static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data
                         g->T, data_state);
         return;
     }
-    char err[1024];
-    if (ssd_store_checkpoint(g->ssd, g->step, err, sizeof err) != 0)
-        die_disk(g, "the SSD tier's checkpoint", err);
-    const StreamedState ss = {g->host_state_count, g->step, g->resident_layers, ssd_read_layer_params, g};
+    const StreamedState ss = ssd_tier_checkpoint(g);
     checkpoint_save(dir, g->step, g->adam_t, &g->config, g->master, g->adam_m, g->adam_v, &g->args, g->B,
                     g->T, data_state, &ss);
 }
 
-// AdamW state, step and data position of a checkpoint (its model file is loaded separately, into g->master).
-// With -sd the file holds the prefix's m, v only (the store holds the rest).
+// A checkpoint's AdamW state, step and data position; its model file is loaded apart.
 static void load_state(GPT* g, const char* path, DataLoaderState* data_state) {
     state_file_read(path, g->layout.total, g->adam_m, g->adam_v, data_state, &g->step, &g->adam_t,
                     g->ssd ? &g->host_state_count : NULL);
@@ -800,9 +664,8 @@ static double step_flops(const GPT* g, int64_t tokens) {
     return 6.0 * (double)g->layout.total * tokens + 6.0 * c->num_layers * (double)c->channels * g->T * tokens;
 }
 
-// The MFU denominator: the GPU's dense bf16 tensor-core peak, found by a whole word of its name; the first
-// match wins, so the H100 variants come first. 0 (no MFU) for a GPU not in the table. Sources:
-// docs/memory.md.
+// The MFU denominator: the GPU's dense bf16 peak, by a word of its name (docs/memory.md).
+// The first match wins, so the H100 variants come first; 0 for a GPU not in the table.
 static double gpu_bf16_peak_flops(const char* device_name, const char** label) {
     static const struct {
         const char* word;
@@ -862,20 +725,23 @@ static int resolve_model(const char* spec, GPTConfig* cfg) {
     return kind;
 }
 
+// The loader's next batch, its tokens checked against the vocabulary, into inputs / targets.
+static void fetch_batch(DataLoader* dl, int V, const char* which, int* inputs, int* targets) {
+    const int64_t N = (int64_t)dl->B * dl->T;
+    if (!dataloader_next_batch(dl)) die("%s", dl->err);
+    char err[600];
+    if (!dataloader_check_tokens(dl, V, err, sizeof err)) die("%s data: %s", which, err);
+    memcpy(inputs, dl->inputs, (size_t)N * sizeof(int));
+    memcpy(targets, dl->targets, (size_t)N * sizeof(int));
+}
+
 // Fills n_micro micro-batches from the loader into contiguous host arrays.
 static void next_step_batches(DataLoader* dl, int n_micro, int* inputs, int* targets, int V) {
     const int64_t N = (int64_t)dl->B * dl->T;
-    for (int mb = 0; mb < n_micro; mb++) {
-        if (!dataloader_next_batch(dl)) die("%s", dl->err);
-        char err[600];
-        if (!dataloader_check_tokens(dl, V, err, sizeof err)) die("train data: %s", err);
-        memcpy(inputs + mb * N, dl->inputs, (size_t)N * sizeof(int));
-        memcpy(targets + mb * N, dl->targets, (size_t)N * sizeof(int));
-    }
+    for (int mb = 0; mb < n_micro; mb++) fetch_batch(dl, V, "train", inputs + mb * N, targets + mb * N);
 }
 
-// The mean of the first `batches` validation batches' losses, max_micro of them per walk of the layers,
-// staged in inputs / targets (max_micro x B*T each). Summed in batch order: the per-batch loop's figure.
+// The mean loss of the first `batches` validation batches, max_micro per walk of the layers.
 static float validation_loss(GPT* g, DataLoader* val, int64_t batches, int* inputs, int* targets) {
     const int64_t N = (int64_t)g->B * g->T;
     dataloader_reset(val);
@@ -883,14 +749,8 @@ static float validation_loss(GPT* g, DataLoader* val, int64_t batches, int* inpu
     std::vector<float> losses((size_t)g->max_micro);
     for (int64_t done = 0; done < batches;) {
         const int n = (int)std::min<int64_t>(g->max_micro, batches - done);
-        for (int i = 0; i < n; i++) {
-            if (!dataloader_next_batch(val)) die("%s", val->err);
-            char err[600];
-            if (!dataloader_check_tokens(val, g->config.vocab_size, err, sizeof err))
-                die("val data: %s", err);
-            memcpy(inputs + i * N, val->inputs, (size_t)N * sizeof(int));
-            memcpy(targets + i * N, val->targets, (size_t)N * sizeof(int));
-        }
+        for (int i = 0; i < n; i++)
+            fetch_batch(val, g->config.vocab_size, "val", inputs + i * N, targets + i * N);
         gpt_forward_eval_batches(g, inputs, targets, n, losses.data());
         for (int i = 0; i < n; i++) sum += losses[i];
         done += n;
@@ -921,8 +781,7 @@ static int compare_double(const void* a, const void* b) {
     return (x > y) - (x < y);
 }
 
-// The run: what main settles before the training loop (its shape, where its layers live, its device) and the
-// host state of the loop (data, tokenizer, log, token buffers, step times).
+// The run: what main settles before the loop, and the loop's host state.
 typedef struct {
     TrainArgs args;
     GpuArgs ga;
@@ -955,9 +814,8 @@ typedef struct {
     TimelineSummary last_timeline;  // of the last step
 } Run;
 
-// -o: one run per directory, a fresh run only where no run left files, -y 1 from the newest valid checkpoint
-// (open_run_dir). Benchmark mode writes there only the timeline's trace.json (-Y 1) and resumes nothing; -P 1
-// writes nothing. A resumed run's model file replaces -e, which, if given, must describe it.
+// -o: one run per directory; -y 1 resumes from its newest valid checkpoint (open_run_dir).
+// A benchmark writes only trace.json there; -P 1 writes nothing.
 static void open_output_dir(Run* r) {
     char err[4352];
     const GpuArgs& ga = r->ga;
@@ -972,12 +830,11 @@ static void open_output_dir(Run* r) {
     if (r->args.output_dir && !realpath(r->args.output_dir, r->ssd_owner))
         r->ssd_owner[0] = 0;  // it exists now
     if (r->resume_step < 0) return;
-    if (ga.model_given) check_resume_model(r->args.model, r->args.output_dir, &ckpt);
+    if (ga.model_given) check_resume_model(r->args.model, r->args.output_dir, &ckpt);  // -e must match
     r->args.model = r->resume_model;
 }
 
-// The host buffers of the loop: one step's tokens (in benchmark mode one fixed batch of random tokens, as the
-// PyTorch peers use) and each step's time.
+// One step's tokens (a benchmark: one fixed random batch, as its peers) and each step's time.
 static void alloc_step_buffers(Run* r) {
     r->inputs = (int*)malloc((size_t)r->step_tokens * sizeof(int));
     r->targets = (int*)malloc((size_t)r->step_tokens * sizeof(int));
@@ -990,8 +847,7 @@ static void alloc_step_buffers(Run* r) {
     }
 }
 
-// The data (not in benchmark mode: synthetic tokens there, so any T and -d work without a corpus), the run's
-// length, the checks of a resumed run against it, and the loop's token buffers.
+// The data (none in benchmark mode), the run's length, and the checks of a resumed run.
 static void open_data(Run* r) {
     char err[4352];
     TrainArgs* a = &r->args;
@@ -1036,8 +892,7 @@ static void check_ssd_space(const Run* r) {
             r->cfg.num_layers - r->resident, SizeText((double)avail).s);
 }
 
-// The fit check, before any large allocation: host RAM first (no GPU needed to know it will not fit), then
-// the device, -R -1 / -K -1 placed in its free memory, and the whole plan against that.
+// The fit check, before any large allocation: host RAM first, then the GPU.
 static void check_fit(Run* r) {
     const double GiB = 1073741824.0;
     const GpuArgs* ga = &r->ga;
@@ -1087,9 +942,7 @@ static void check_fit(Run* r) {
         budget_text);
 }
 
-// The model (-e, or the resumed checkpoint's), its shape against the flags, the micro-batches per step, and
-// the memory plan (which dies on a config whose byte counts overflow). -R -1 / -K -1 count as 0 until the
-// GPU's free memory is known.
+// The model, its shape against the flags, and the memory plan (-R -1 / -K -1 count as 0 here).
 static void plan_run(Run* r) {
     const TrainArgs& a = r->args;
     const GpuArgs& ga = r->ga;
@@ -1138,8 +991,8 @@ static int print_plan_only(Run* r) {
     return 0;
 }
 
-// -sd: the disk's bandwidth (ssd_probe_bandwidth: O_DIRECT, a few seconds; env SSD_PROBE_SECONDS and
-// SSD_PROBE_MIB shorten it for tests) and the disk time per step it implies. A failed probe only warns.
+// -sd: the disk's bandwidth and the disk time per step it implies; a failed probe only warns.
+// Env SSD_PROBE_SECONDS and SSD_PROBE_MIB shorten the probe for tests.
 static void ssd_print_bandwidth(const Run* r) {
     const char* dir = r->ga.ssd_dir;
     const char* sec = getenv("SSD_PROBE_SECONDS");
@@ -1162,17 +1015,16 @@ static void ssd_print_bandwidth(const Run* r) {
         m.ssd_read_per_step / rbps + m.ssd_write_per_step / wbps);
 }
 
-// -sd: the store in DIR and the weights. A fresh run creates it (after checking DIR's free space) and
-// writes every streamed layer into it through one layer-sized buffer (GPT-2 init or -e, one layer at a
-// time: the same bits as the in-RAM load), with zero moments; the prefix goes to the host arrays. A resumed
-// run opens the store at its checkpoint's step (refused when DIR no longer holds it) and reads each
-// streamed layer's weights back for the pinned bf16 copy; the prefix comes from the model file.
+// -sd: the store in DIR, and the weights. A fresh run writes each streamed layer into a new store.
+// A resumed run opens the store at its checkpoint and reads each layer's weights back.
+// The prefix goes to the host arrays either way.
 static void ssd_attach(Run* r, GPT* g) {
     const double GiB = 1073741824.0;
     const char* dir = r->ga.ssd_dir;
     const GPTConfig* c = &r->cfg;
     const ParamLayout* p = &g->layout;
     const int R = g->resident_layers;
+    SsdStore*& st = g->ssd->store;
     char err[4352];
     SsdStoreConfig sc = ssd_store_config(c, R, ssd_tier(&r->ga));
     if (sc.num_layers < 1)  // -R -1 placed every layer on the GPU
@@ -1190,18 +1042,18 @@ static void ssd_attach(Run* r, GPT* g) {
                 "keep -R to resume with -sd",
                 R, (long long)tail[SSD_TAIL_STREAMED_LAYERS], c->num_layers - R);
         const double t0 = timeline_now();
-        g->ssd = ssd_store_open(dir, &sc, r->resume_step, err, sizeof err);  // reads it once: checksums
+        st = ssd_store_open(dir, &sc, r->resume_step, err, sizeof err);  // reads it once: checksums
         verify_s = timeline_now() - t0;
-        if (!g->ssd && strstr(err, "other checkpoint, step "))  // damaged, the older checkpoint intact
+        if (!st && strstr(err, "other checkpoint, step "))  // damaged, the older checkpoint intact
             die("resume: -sd %s: %s: to resume from that one, remove %s/DONE_%08lld", dir, err,
                 r->args.output_dir, (long long)r->resume_step);
-        if (!g->ssd && strstr(err, " is damaged")) die("resume: -sd %s: %s", dir, err);
-        if (!g->ssd) die("resume: -sd %s: %s (resume with the run's -R and -sw)", dir, err);
+        if (!st && strstr(err, " is damaged")) die("resume: -sd %s: %s", dir, err);
+        if (!st) die("resume: -sd %s: %s (resume with the run's -R and -sw)", dir, err);
     } else {
-        g->ssd = ssd_store_create(dir, &sc, err, sizeof err);
-        if (!g->ssd) die("-sd %s: %s", dir, err);
+        st = ssd_store_create(dir, &sc, err, sizeof err);
+        if (!st) die("-sd %s: %s", dir, err);
     }
-    ssd_set_fault_from_env(g->ssd);
+    ssd_set_fault_from_env(st);
     // the prefix (embeddings, -R layers): into the host arrays, from the init, -e or the checkpoint's model
     if (r->kind == 1 && !resume) {
         gpt_init_embeddings(c, g->master, INIT_SEED);
@@ -1214,33 +1066,32 @@ static void ssd_attach(Run* r, GPT* g) {
     if (!layer) die("out of host memory for one layer");
     for (int l = R; l < c->num_layers; l++) {
         int rc = 0;
-        if (resume) rc = ssd_store_read_layer(g->ssd, l - R, layer, NULL, NULL, NULL, err, sizeof err);
+        if (resume) rc = ssd_store_read_layer(st, l - R, layer, NULL, NULL, NULL, err, sizeof err);
         else {
             if (r->kind == 1) gpt_init_layer(c, l, layer, INIT_SEED);
             else if (!gpt_load_params(r->args.model, c, layer, err, sizeof err, gpt_layer_offset(p, l),
                                       gpt_layer_offset(p, l) + p->layer_stride))
                 die("%s", err);
-            rc = ssd_store_write_layer(g->ssd, l - R, layer, NULL, NULL, err, sizeof err);  // zero m, v
+            rc = ssd_store_write_layer(st, l - R, layer, NULL, NULL, err, sizeof err);  // zero m, v
         }
         if (rc != 0) die("-sd %s: %s", dir, err);
-        if (g->weights_on_disk) continue;  // the store wrote their bf16 copy (-sw 1)
+        if (g->ssd->weights_on_disk) continue;  // the store wrote their bf16 copy (-sw 1)
         uint16_t* bf16 = g->stream.weights_host_bf16 + gpt_layer_offset(p, l);
         FAKE_CUDA_HOST_ACCESS(bf16, p->layer_stride * 2, true, "the host writing the bf16 copy (load)");
         convert_f32_to_bf16(layer, bf16, p->layer_stride);
     }
     free(layer);
-    if (r->ga.timeline) ssd_io_log_busy(ssd_store_io(g->ssd), 1);  // the timeline's disk tracks
-    g->gw->thread = std::thread(grads_writer_main, g);
+    if (r->ga.timeline) ssd_io_log_busy(ssd_store_io(st), 1);  // the timeline's disk tracks
+    ssd_tier_start_writer(g);
     char how[96] = "created";
     if (resume)
         snprintf(how, sizeof how, "resumed at its checkpoint, its checksums verified in %.1f s", verify_s);
     printf("SSD tier: %d layers' fp32 weights and AdamW m, v%s in %s (%.2f GiB on disk, %s; %s)\n",
-           sc.num_layers, g->weights_on_disk ? " and bf16 weights" : "", dir, r->plan.ssd_disk / GiB,
-           ssd_io_backend(ssd_store_io(g->ssd)), how);
+           sc.num_layers, g->ssd->weights_on_disk ? " and bf16 weights" : "", dir, r->plan.ssd_disk / GiB,
+           ssd_io_backend(ssd_store_io(st)), how);
 }
 
-// Builds the model, fills its weights (GPT-2 init or an llm.c model file) and, with -y 1, its AdamW state and
-// the data position.
+// Builds the model and fills its weights; with -y 1 also its AdamW state and data position.
 static void build_model(Run* r, GPT* g) {
     char err[4352];
     // the CPU AdamW's threads: every usable core but one for each thread that runs beside them
@@ -1419,9 +1270,7 @@ static void print_tuning_advice(const Run* r, const TimelineSummary* t) {
     else printf(": -R %d -K %d fit this step\n", r->resident, r->kept);
 }
 
-// The end of a run: bytes streamed, peak memory, the median step (over the timed steps of a benchmark, else
-// all but the first), the benchmark's RESULT line, and with -Y 1 the -R / -K the last
-// step's timeline suggests.
+// The end of a run: bytes streamed, peak memory, the median step, RESULT, and -Y 1's advice.
 static void print_run_summary(const Run* r, GPT* g) {
     const double GiB = 1073741824.0;
     printf(
@@ -1430,9 +1279,9 @@ static void print_run_summary(const Run* r, GPT* g) {
         "%.2f GB GPU->host; last CPU AdamW round %.3f s\n",
         g->stream.bytes_h2d / 1e9, (long long)g->stream.layer_copies, (long long)g->stream.layer_reuses,
         g->stream.bytes_d2h / 1e9, g->opt->last_round_seconds);
-    if (g->weights_on_disk)
+    if (g->ssd && g->ssd->weights_on_disk)
         printf("bf16 weights read from the SSD tier over the run (-sw 1): %lld layers, %.2f GB\n",
-               (long long)g->stream.layer_reads, g->stream.layer_reads * g->layout.layer_stride * 2 / 1e9);
+               (long long)g->stream.reads.count, g->stream.reads.count * g->layout.layer_stride * 2 / 1e9);
     size_t gpu_free = 0,
            gpu_total = 0;  // every GPU buffer exists before the first step: the use now is the peak
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
@@ -1440,7 +1289,7 @@ static void print_run_summary(const Run* r, GPT* g) {
         "peak host memory: %.3f GiB resident; GPU memory: %.2f GiB allocated by this run (%.2f GiB in use on "
         "the device of %.2f)\n",
         peak_rss_bytes() / GiB, g->gpu_bytes / GiB, (gpu_total - gpu_free) / GiB, gpu_total / GiB);
-    const int first_timed = r->bench ? r->ga.bench_warmup : r->start_step + 1;
+    const int first_timed = r->bench ? r->ga.bench_warmup : r->start_step + 1;  // the first is warm-up
     const int timed = r->total_steps - first_timed;
     if (timed > 0) {
         double* sorted = (double*)malloc(sizeof(double) * (size_t)timed);
@@ -1467,9 +1316,8 @@ static void print_step_line(const Run* r, const GPT* g, int step, float loss, fl
            g->skipped[0] ? " | update skipped: " : "", g->skipped);
 }
 
-// Validation (every -v steps and at the end) and a sample (every -s steps and at the end). Returns whether
-// it ran either.
-static bool evaluate(Run* r, GPT* g, int step) {
+// Validation (every -v steps and at the end) and a sample (every -s steps and at the end).
+static void evaluate(Run* r, GPT* g, int step) {
     const TrainArgs& a = r->args;
     const bool last = step == r->total_steps;
     const bool val_now = !r->bench && a.val_every > 0 && (step % a.val_every == 0 || last);
@@ -1481,7 +1329,6 @@ static bool evaluate(Run* r, GPT* g, int step) {
         logger_val(&r->logger, step, vl);
     }
     if (sample_now) gpt_sample(g, &r->tok, r->sample_tokens, &r->sample_rng);
-    return val_now || sample_now;
 }
 
 // The next step's micro-batches (-a 1: the same first ones every step).
@@ -1539,34 +1386,29 @@ int main(int argc, char** argv) {
     };
     stop_signal_install();
     const double run_t0 = timeline_now();
-    double last_return = run_t0;  // a step's time runs from the last one's return: waiting for AdamW counts
     for (int step = r.start_step; step <= r.total_steps; step++) {
-        stop_if_asked(step);                                       // a signal during validation or sampling
-        if (evaluate(&r, &g, step)) last_return = timeline_now();  // not part of the step time
+        stop_if_asked(step);  // a signal during validation or sampling
+        evaluate(&r, &g, step);
         if (step == r.total_steps) break;
 
+        const double step_start = timeline_now();  // the step's time runs to its end below
         if (!r.bench) load_step_batches(&r);
         const float lr = learning_rate_at(&args, step, r.total_steps);
-        const float loss = gpt_step(&g, r.inputs, r.targets, r.n_micro, lr);
-        if (g.timeline)
-            r.last_timeline = timeline_summarize(g.timeline);  // waits for the step's last GPU work
-        const double now = timeline_now(), dt = now - last_return;
-        last_return = now;
-        char diverged[96];
-        if (training_diverged(loss, g.last_norm, r.cfg.vocab_size, diverged, sizeof diverged))
-            die_diverged(step + 1, loss, g.last_norm, diverged, saved_step);
+        const StepResult res = gpt_step(&g, r.inputs, r.targets, r.n_micro, lr);
+        if (g.timeline) r.last_timeline = timeline_summarize(g.timeline);  // waits for the GPU
+        const double step_end = timeline_now(), dt = step_end - step_start;
+        if (res.diverged[0]) die_diverged(step + 1, res.loss, res.norm, res.diverged, saved_step);
         r.step_seconds[step] = dt;
-        print_step_line(&r, &g, step, loss, lr, dt, timeline_now() - run_t0);
+        print_step_line(&r, &g, step, res.loss, lr, dt, step_end - run_t0);
         if (step == r.start_step) print_gpu_margin(&r, &g, step);
         if (g.timeline) print_timeline(&g, r.last_timeline, args.output_dir);
-        if (step == r.start_step || g.timeline) last_return = timeline_now();  // printing is not step time
         fflush(stdout);
-        logger_train(&r.logger, step + 1, loss, lr, (float)g.last_norm);
-        if (!r.bench && args.checkpoint_every > 0 &&
-            ((step + 1) % args.checkpoint_every == 0 || step + 1 == r.total_steps)) {
+        logger_train(&r.logger, step + 1, res.loss, lr, (float)res.norm);
+        const bool last = step + 1 == r.total_steps;
+        const int every = args.checkpoint_every;
+        if (!r.bench && every > 0 && ((step + 1) % every == 0 || last)) {
             save_run_checkpoint(&r, &g);
             saved_step = step + 1;
-            last_return = timeline_now();
         }
         stop_if_asked(step + 1);
     }

@@ -7,26 +7,26 @@
 #include <chrono>
 #include <stdarg.h>
 #include <omp.h>
-#include "adamw.h"         // defines: grad_norm_f32grad, adamw_apply_model_f32grad
-#include "args.h"          // defines: TrainArgs, train_args_defaults, train_usage, parse_train_argv
-#include "checkpoint.h"    // defines: checkpoint_save, open_run_dir, check_resume_args, state_file_read
-#include "cpu_adam.h"      // defines: cpu_adam_set_threads, cpu_adam_simd_name
-#include "cpu_cores.h"     // defines: usable_cpu_cores, omp_short_spin_reexec
-#include "dataloader.h"    // defines: DataLoader, dataloader_init, _next_batch, _check_pair
-#include "gpt2_cpu.h"      // defines: GPT2CPU, gpt2_cpu_forward, gpt2_cpu_backward
-#include "llama_cpu.h"     // defines: LlamaCPU, llama_cpu_forward, llama_cpu_backward, llama_cpu_adamw
-#include "llama_hf.h"      // defines: llama_hf_load, llama_hf_read_config
-#include "llama_model.h"   // defines: LlamaConfig, parse_llama_spec, llama_init_params, llama_read_header
-#include "hf_tokenizer.h"  // defines: tokenizer_init_hf
-#include "logger.h"        // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
-#include "model.h"         // defines: GPTConfig, ParamLayout, gpt_init_params, gpt_load_params
-#include "model_specs.h"   // defines: parse_model_spec
-#include "outliers.h"      // defines: OutlierWindow, outlier_skip, training_diverged, die_diverged
-#include "sampler.h"       // defines: random_f32, sample_softmax, print_sample_token
-#include "schedulers.h"    // defines: learning_rate_at
-#include "stop_signal.h"   // defines: stop_signal_install, stop_if_signalled
-#include "tokenizer.h"     // defines: Tokenizer, tokenizer_init
-#include "utils.h"         // defines: die, table_row, table_rule, progress_text, peak_rss_bytes
+#include "llmc/adamw.h"        // defines: clip_scale, adamw_model_f32grad, ADAMW_BETA1
+#include "llmc/args.h"         // defines: TrainArgs, train_args_defaults, train_usage, parse_train_argv
+#include "checkpoint.h"        // defines: checkpoint_save, open_run_dir, check_resume_args, state_file_read
+#include "llmc/cpu_adam.h"     // defines: cpu_adam_set_threads, cpu_adam_simd_name, sumsq_f32
+#include "llmc/cpu_cores.h"    // defines: usable_cpu_cores, omp_short_spin_reexec
+#include "dataloader.h"        // defines: DataLoader, dataloader_init, _next_batch, _check_pair
+#include "llmc/gpt2_cpu.h"     // defines: GPT2CPU, gpt2_cpu_forward, gpt2_cpu_backward
+#include "llmc/llama_cpu.h"    // defines: LlamaCPU, llama_cpu_forward, llama_cpu_backward, llama_cpu_adamw
+#include "llmc/llama_hf.h"     // defines: llama_hf_load, llama_hf_read_config
+#include "llmc/llama_model.h"  // defines: LlamaConfig, parse_llama_spec, llama_init_params, llama_read_header
+#include "llmc/hf_tokenizer.h"  // defines: tokenizer_init_hf
+#include "llmc/logger.h"        // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
+#include "llmc/model_file.h"    // defines: GPTConfig, ParamLayout, gpt_init_params, gpt_load_params
+#include "llmc/model_specs.h"   // defines: parse_model_spec
+#include "llmc/outliers.h"      // defines: OutlierWindow, outlier_skip, training_diverged, die_diverged
+#include "llmc/sampler.h"       // defines: random_f32, sample_softmax, print_sample_token
+#include "llmc/schedulers.h"    // defines: learning_rate_at
+#include "llmc/stop_signal.h"   // defines: stop_signal_install, stop_if_signalled
+#include "llmc/tokenizer.h"     // defines: Tokenizer, tokenizer_init
+#include "llmc/utils.h"         // defines: die, table_row, table_rule, progress_text, peak_rss_bytes
 
 #define INIT_SEED    1337ull     // weights of a model made from a spec
 #define SHUFFLE_SEED 42ull       // order of the train batches

@@ -6,15 +6,19 @@ Usage: python3 dev/readability_stats.py [REPO_DIR]   (default: the repository th
 Prints: words per comment block (mean, max, where), % of source lines over 100 characters, README words,
 headings, code blocks and words per sentence, and for the training step (gpt_step and what it calls in
 train_gpt.cu: gpt_forward_backward, gpt_update where they exist) the distinct functions called, GPT fields
-touched and the share of lines about the timeline. Sources: the *.h, *.cu, *.cuh, *.cpp files of the root.
+touched and the share of lines about the timeline. Sources: the *.h, *.cu, *.cuh, *.cpp files of the root and llmc/.
+Also: words per comment block as mean (median), overall and for train_gpt.cu; the share of train_gpt.cu's
+statements (code ending in ';') that span several lines; the files at the top level.
 """
 import glob
 import os
 import re
+import statistics
 import sys
 
 root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
-sources = sorted(f for ext in ("h", "cu", "cuh", "cpp") for f in glob.glob(os.path.join(root, "*." + ext)))
+sources = sorted(f for ext in ("h", "cu", "cuh", "cpp") for d in ("", "llmc")
+                 for f in glob.glob(os.path.join(root, d, "*." + ext)))
 
 
 def comment_blocks(path):
@@ -38,13 +42,34 @@ def comment_blocks(path):
     return blocks
 
 
-words, longest, lines, long_lines, longer_lines = [], (0, ""), 0, 0, 0
+def wrapped_statements(path):
+    """Statements ending in ';' (comments and strings stripped), and how many of them span several lines.
+    An if / for / while / else header on a line of its own is not part of the statement after it."""
+    src = re.sub(r'"(\\.|[^"\\])*"', '""', open(path, encoding="utf-8", errors="replace").read())
+    statements, wrapped, current = 0, 0, 0
+    for line in src.split("\n"):
+        s = re.sub(r"//.*$", "", line).strip()
+        if not s or (current == 0 and (s.startswith("#") or s in ("{", "}", "};"))):
+            continue
+        if current == 0 and re.match(r"(}\s*)?(if|else|for|while)\b", s) and (s.endswith(")") or s.endswith("else")):
+            continue  # a header whose statement follows on the next line: the statement is measured alone
+        current += 1
+        if s.endswith(";"):
+            statements, wrapped, current = statements + 1, wrapped + (current > 1), 0
+        elif s.endswith(("{", "}")):
+            current = 0
+    return statements, wrapped
+
+
+words, longest, lines, long_lines, longer_lines, trainer_words = [], (0, ""), 0, 0, 0, []
 for path in sources:
     for start, text in comment_blocks(path):
         n = len(re.findall(r"[A-Za-z0-9][\w'.-]*", text))
         if n == 0 or set(text.strip()) <= set("-="):
             continue
         words.append(n)
+        if os.path.basename(path) == "train_gpt.cu":
+            trainer_words.append(n)
         if n > longest[0]:
             longest = (n, "%s:%d" % (os.path.basename(path), start))
     for line in open(path, encoding="utf-8", errors="replace"):
@@ -54,6 +79,15 @@ for path in sources:
 print("sources: %d files, %d lines" % (len(sources), lines))
 print("words per comment block: %.1f mean, max %d (%s), %d blocks" % (sum(words) / len(words), longest[0], longest[1],
                                                                    len(words)))
+print("words per comment block, mean (median): %.1f (%g); train_gpt.cu %.1f (%g)" % (
+    sum(words) / len(words), statistics.median(words), sum(trainer_words) / max(1, len(trainer_words)),
+    statistics.median(trainer_words) if trainer_words else 0))
+n_statements, n_wrapped = wrapped_statements(os.path.join(root, "train_gpt.cu"))
+print("train_gpt.cu: %.1f%% of %d statements wrapped over several lines" % (100.0 * n_wrapped / n_statements,
+                                                                          n_statements))
+top = [f for f in os.listdir(root) if os.path.isfile(os.path.join(root, f)) and not f.startswith(".")
+       and not os.access(os.path.join(root, f), os.X_OK)]
+print("files at the top level: %d (%s)" % (len(top), " ".join(sorted(top))))
 print("lines over 100 characters: %.1f%% (over 110: %.1f%%)" % (100.0 * long_lines / lines, 100.0 * longer_lines / lines))
 
 readme = open(os.path.join(root, "README.md"), encoding="utf-8").read()

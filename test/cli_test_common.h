@@ -29,14 +29,14 @@
 #include <string>
 #include <vector>
 #include "dataloader.h"
-#include "model.h"
+#include "llmc/model_file.h"  // defines: gpt_read_header, gpt_load_params, and model.h
 #include "checkpoint.h"
-#include "args.h"
-#include "cpu_cores.h"
-#include "model_specs.h"
-#include "run_dir.h"
-#include "sampler.h"
-#include "schedulers.h"
+#include "llmc/args.h"
+#include "llmc/cpu_cores.h"
+#include "llmc/model_specs.h"
+#include "llmc/run_dir.h"
+#include "llmc/sampler.h"
+#include "llmc/schedulers.h"
 
 static const char* const kCpu = "./train_gpt_cpu";
 static const char* const kGpu = "./train_gpt";

@@ -5,7 +5,7 @@
 #pragma once
 #define TESTING
 #include "train_gpt.cu"  // from -I. (or the emulated build's copy, see the Makefile)
-#include "gpt2_cpu.h"
+#include "llmc/gpt2_cpu.h"
 #include <gtest/gtest.h>
 #include <string>
 #include <vector>

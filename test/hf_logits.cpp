@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <vector>
-#include "gpt2_cpu.h"
-#include "model.h"
+#include "llmc/gpt2_cpu.h"
+#include "llmc/model_file.h"  // defines: gpt_read_header, gpt_load_params, and model.h
 
 int main(int argc, char** argv) {
     if (argc < 4) {

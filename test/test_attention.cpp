@@ -11,8 +11,8 @@
 #include <math.h>
 #include <string>
 #include <vector>
-#include "llama_cpu.h"  // defines: gqa_attention_forward, _backward; through gpt2_cpu.h attention_forward
-#include "sampler.h"    // random_f32
+#include "llmc/llama_cpu.h"  // defines: gqa_attention_forward, _backward; through gpt2_cpu.h attention_forward
+#include "llmc/sampler.h"    // random_f32
 
 namespace {
 
@@ -78,7 +78,7 @@ void softmax_causal_backward(bf16* datt, const bf16* att, int64_t rows, int T, c
     }
 }
 
-#include "attention.cuh"
+#include "llmc/attention.cuh"
 
 double max_rel(const std::vector<float>& got, const std::vector<float>& ref) {
     double err = 0.0, scale = 0.0;

@@ -8,7 +8,7 @@
 // HF_REQUIRED=1. Run from the repo root.
 #include "cli_test_common.h"    // defines: CliTest (a scratch dir), run, Result, slurp, has
 #include "dev/data/gpt2_bpe.h"  // defines: GPT2BPE, gpt2_bpe_load, gpt2_bpe_encode, gpt2_bpe_decode
-#include "hf.h"                 // defines: Json, json_parse
+#include "llmc/json.h"          // defines: Json, json_parse
 
 static const char* const kChats = "dev/data/chats.jsonl";
 static const int kEot = 50256;

@@ -11,7 +11,7 @@
 #include <random>
 #include <string>
 #include <vector>
-#include "cpu_adam.h"
+#include "llmc/cpu_adam.h"
 #if defined(__SSE__)
 #include <xmmintrin.h>  // _mm_getcsr: the update must leave the caller's FP mode alone
 #endif

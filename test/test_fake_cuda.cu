@@ -11,7 +11,7 @@
 // subnormals, results after a sync) and skips what is only a possibility there (stale data, a first "not
 // ready", faults). It tests the emulator, not the trainer: the trainer's kernels are tested in
 // test_kernels.cu and test_gpu.cu.
-#include "cuda_common.h"
+#include "llmc/cuda_common.h"
 #include <gtest/gtest.h>
 #include <vector>
 

@@ -13,16 +13,16 @@
 #include <unistd.h>
 #include <string>
 #include <vector>
-#include "gpt2_cpu.h"
+#include "llmc/gpt2_cpu.h"
 #include "checkpoint.h"
-#include "adamw.h"
-#include "args.h"
-#include "logger.h"
-#include "model_specs.h"
-#include "outliers.h"
-#include "run_dir.h"
-#include "sampler.h"
-#include "schedulers.h"
+#include "llmc/adamw.h"
+#include "llmc/args.h"
+#include "llmc/logger.h"
+#include "llmc/model_specs.h"
+#include "llmc/outliers.h"
+#include "llmc/run_dir.h"
+#include "llmc/sampler.h"
+#include "llmc/schedulers.h"
 
 static const char* kTinyModel = "test/fixtures/tiny_model.bin";
 static const char* kTinyFixture = "test/fixtures/tiny_fixture.bin";

@@ -61,7 +61,7 @@ void build_cpu(GPT2CPU* m, const GPTConfig& c, int B, int T, uint64_t seed) {
 std::vector<float> gpu_logits(GPT* g) {
     const int64_t n = (int64_t)g->B * g->T * g->config.padded_vocab_size;
     std::vector<uint16_t> raw((size_t)n);
-    cudaCheck(cudaMemcpy(raw.data(), g->acts.p[ACT_LOGITS], (size_t)n * 2, cudaMemcpyDeviceToHost));
+    cudaCheck(cudaMemcpy(raw.data(), g->acts.logits, (size_t)n * 2, cudaMemcpyDeviceToHost));
     std::vector<float> out((size_t)n);
     for (int64_t i = 0; i < n; i++) out[(size_t)i] = bf16_to_float(raw[(size_t)i]);
     return out;
@@ -130,7 +130,7 @@ static void gradients_match_cpu_reference(int n_micro) {
     ASSERT_TRUE(gpt2_cpu_backward(&cpu)) << cpu.error;
     GPT g;
     build_gpu(&g, c, B / n_micro, T, n_micro, 2, a, 7);
-    const float loss = gpt_step(&g, in.data(), tg.data(), n_micro, 0.0f);
+    const float loss = gpt_step(&g, in.data(), tg.data(), n_micro, 0.0f).loss;
     std::vector<float> grads = gpu_grads(&g);
     // bounds: the loss as in LogitsAndLossMatchCpuReference; every gradient tensor passes through about twice
     // as many bf16 roundings (and the layers' arrive rounded to bf16), plus fp32 atomics in any order: 5e-2
@@ -193,7 +193,7 @@ TEST(GpuTrainer, TenStepsTrackCpuTrainer) {
         ASSERT_TRUE(gpt2_cpu_backward(&cpu));
         cpu_losses.push_back(cpu.mean_loss);
         adamw_step_model_f32grad(&c, &cpu.layout, cpu.params, cpu.grads, m, v, 1, 1e-3f, &a, s + 1);
-        gpu_losses.push_back(gpt_step(&g, in.data(), tg.data(), 1, 1e-3f));
+        gpu_losses.push_back(gpt_step(&g, in.data(), tg.data(), 1, 1e-3f).loss);
         printf("step %2d loss cpu %.5f gpu %.5f\n", s + 1, cpu_losses.back(), gpu_losses.back());
     }
     // each step's loss as in LogitsAndLossMatchCpuReference (2e-2); the two trainers' weights drift apart by
@@ -228,7 +228,7 @@ std::vector<double> run_gpu(const GPTConfig& c, int B, int T, int n_micro, int s
     std::vector<double> out;
     for (int s = 0; s < steps; s++) {
         auto in = random_tokens(n, c.vocab_size, 300 + s), tg = random_tokens(n, c.vocab_size, 400 + s);
-        out.push_back(gpt_step(&g, in.data(), tg.data(), n_micro, 1e-3f));
+        out.push_back(gpt_step(&g, in.data(), tg.data(), n_micro, 1e-3f).loss);
         out.push_back(g.last_norm);
     }
     gpt_free(&g);
@@ -373,7 +373,7 @@ TEST(GpuTrainer, StreamsOrderEveryHandOver) {
         char dir[] = "/tmp/test_gpu_racesXXXXXX";
         ASSERT_TRUE(mkdtemp(dir));
         for (int step = 0; step < 3; step++) {
-            const float loss = gpt_step(&g, in.data(), tg.data(), n_micro, 1e-3f);
+            const float loss = gpt_step(&g, in.data(), tg.data(), n_micro, 1e-3f).loss;
             EXPECT_TRUE(isfinite(loss));
             if (step == 1) { EXPECT_TRUE(isfinite(gpt_forward_eval(&g, in.data(), tg.data()))); }
         }
@@ -386,7 +386,7 @@ TEST(GpuTrainer, StreamsOrderEveryHandOver) {
         std::vector<float> logits((size_t)c.padded_vocab_size);
         gpt_copy_logits(&g, 0, T - 1, logits.data());
         gpt_weights_ready(&g);
-        EXPECT_TRUE(isfinite(gpt_step(&g, in.data(), tg.data(), n_micro, 1e-3f)));
+        EXPECT_TRUE(isfinite(gpt_step(&g, in.data(), tg.data(), n_micro, 1e-3f).loss));
         optimizer_wait_all(&g);
         const auto& races = fake_cuda_races();
         EXPECT_TRUE(races.empty()) << "C " << k.C << ", " << k.slots << " slots, -R " << k.resident << " -K "
@@ -610,7 +610,7 @@ TEST(GpuTrainer, OutlierStepUpdatesNothing) {
         const int64_t n = g.layout.total;
         const std::vector<float> master0(g.master, g.master + n);
         for (int i = 0; i < OUTLIER_WINDOW; i++) outlier_z(&g.loss_window, i % 2 ? 1.0 : 1.1);
-        const float skipped_loss = gpt_step(&g, in.data(), tg.data(), 1, 1e-3f);
+        const float skipped_loss = gpt_step(&g, in.data(), tg.data(), 1, 1e-3f).loss;
         EXPECT_EQ(std::string(g.skipped).rfind("loss z-score ", 0), 0u)
             << "R " << resident << ": " << g.skipped;
         EXPECT_EQ(g.step, 1);
@@ -623,7 +623,7 @@ TEST(GpuTrainer, OutlierStepUpdatesNothing) {
         EXPECT_EQ(moved, 0) << "R " << resident << ": AdamW moments changed by a skipped step";
 
         g.args.skip_loss_z = 0.0f;
-        const float loss = gpt_step(&g, in.data(), tg.data(), 1, 1e-3f);
+        const float loss = gpt_step(&g, in.data(), tg.data(), 1, 1e-3f).loss;
 #ifdef FAKE_CUDA_DEVICE
         EXPECT_EQ(loss, skipped_loss)
             << "R " << resident << ": the skipped step changed the weights the GPU reads";
@@ -643,7 +643,7 @@ TEST(GpuTrainer, OutlierStepUpdatesNothing) {
 
         a.skip_loss_z = 0.0f;
         build_gpu(&fresh, c, B, T, 1, 2, a, 42, resident);
-        const float fresh_loss = gpt_step(&fresh, in.data(), tg.data(), 1, 1e-3f);
+        const float fresh_loss = gpt_step(&fresh, in.data(), tg.data(), 1, 1e-3f).loss;
 #ifdef FAKE_CUDA_DEVICE
         EXPECT_EQ(fresh_loss, loss);
 #else
@@ -743,8 +743,8 @@ void checkpoint_resume(int resident_saving, int resident_resuming) {
     save_checkpoint(&g, dir, &ds);
     EXPECT_EQ(latest_checkpoint(dir), 3);
     // two more steps: the first loss depends only on the weights, the second also on the AdamW moments
-    const float next1 = gpt_step(&g, in.data(), tg.data(), 1, 1e-3f);
-    const float next2 = gpt_step(&g, in.data(), tg.data(), 1, 1e-3f);
+    const float next1 = gpt_step(&g, in.data(), tg.data(), 1, 1e-3f).loss;
+    const float next2 = gpt_step(&g, in.data(), tg.data(), 1, 1e-3f).loss;
     gpt_free(&g);
 
     char path[512], err[4352];
@@ -760,8 +760,8 @@ void checkpoint_resume(int resident_saving, int resident_resuming) {
     load_state(&r, path, &rs);
     EXPECT_EQ(r.step, 3);
     EXPECT_EQ(rs.batch_index, 12345);
-    const float resumed1 = gpt_step(&r, in.data(), tg.data(), 1, 1e-3f);
-    const float resumed2 = gpt_step(&r, in.data(), tg.data(), 1, 1e-3f);
+    const float resumed1 = gpt_step(&r, in.data(), tg.data(), 1, 1e-3f).loss;
+    const float resumed2 = gpt_step(&r, in.data(), tg.data(), 1, 1e-3f).loss;
     printf("resident %d -> %d: losses after the checkpoint %.6f %.6f, resumed %.6f %.6f\n", resident_saving,
            resident_resuming, next1, next2, resumed1, resumed2);
     // the same weights and batch (resumed1) and then the same AdamW state (resumed2), computed by another
@@ -903,7 +903,7 @@ TEST(GpuTrainer, GpuMemoryGrowsWithDepthOnlyByCheckpoints) {
         build_gpu(&g, c, B, T, n_micro, 2, a, 1);
         auto in = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 5),
              tg = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 6);
-        gpt_step(&g, in.data(), tg.data(), n_micro, 1e-4f);
+        gpt_step(&g, in.data(), tg.data(), n_micro, 1e-4f).loss;
         gpt_free(&g);
     }
     for (int i = 0; i < 2; i++) {
@@ -914,7 +914,7 @@ TEST(GpuTrainer, GpuMemoryGrowsWithDepthOnlyByCheckpoints) {
         build_gpu(&g, c, B, T, n_micro, 2, a, 1);
         auto in = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 5),
              tg = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 6);
-        gpt_step(&g, in.data(), tg.data(), n_micro, 1e-4f);
+        gpt_step(&g, in.data(), tg.data(), n_micro, 1e-4f).loss;
         optimizer_wait_all(&g);
         cudaCheck(cudaDeviceSynchronize());
         measured[i] = device_used_bytes() - before;
@@ -952,10 +952,10 @@ TEST(GpuTrainer, WeightCopiesOverlapCompute) {
     timeline_init(&tl, 8 * c.num_layers + 64);
     auto in = random_tokens((int64_t)B * T, c.vocab_size, 8),
          tg = random_tokens((int64_t)B * T, c.vocab_size, 9);
-    gpt_step(&g, in.data(), tg.data(), 1, 1e-4f);  // warm-up (cuBLAS heuristics, first touches)
+    gpt_step(&g, in.data(), tg.data(), 1, 1e-4f).loss;  // warm-up (cuBLAS heuristics, first touches)
     g.timeline = &tl;
     g.stream.timeline = &tl;
-    gpt_step(&g, in.data(), tg.data(), 1, 1e-4f);
+    gpt_step(&g, in.data(), tg.data(), 1, 1e-4f).loss;
     const TimelineSummary s = timeline_summarize(&tl);
     double backward_start = 1e30;
     for (int j = 0; j < tl.n; j++)

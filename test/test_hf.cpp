@@ -12,7 +12,7 @@
 #include <malloc.h>  // defines: malloc_trim
 #include <chrono>    // defines: std::chrono::steady_clock
 #include "cli_test_common.h"
-#include "hf.h"
+#include "llmc/hf.h"
 
 // ----------------------------------------------------------------------------
 // JSON

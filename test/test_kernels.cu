@@ -42,7 +42,7 @@
 // order), the bound is set from the GPU's: each such difference is ~1e-6 relative, far below a
 // bf16 rounding (2^-9).
 #include "gpu_test_common.h"
-#include "llama_cpu.h"  // defines: gqa_attention_forward, gqa_attention_backward (GQA oracle)
+#include "llmc/llama_cpu.h"  // defines: gqa_attention_forward, gqa_attention_backward (GQA oracle)
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -633,17 +633,17 @@ TEST(Kernels, AttentionForwardMatchesCpu) {
         TestGPT tg(tiny_config(1, C, NH, 64, 100), B, T);
         LayerActs* a = &tg.g.acts;
         auto qkv = rand_bf16(N * 3 * C, -1.5f, 1.5f, 80 + T);  // scores ~ N(0, 0.75^2): a non-flat softmax
-        upload(a->p[ACT_QKV], qkv);
-        attention_forward(a->p[ACT_ATTY], a->p[ACT_ATT], a->p[ACT_QKV], B, T, C, NH, tg.g.stream.compute);
+        upload(a->qkv, qkv);
+        attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, tg.g.stream.compute);
         std::vector<float> out((size_t)(N * C)), att((size_t)natt);
         attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
         printf("  B=%d T=%d C=%d NH=%d\n", B, T, C, NH);
-        auto gatt = download(a->p[ACT_ATT], natt);
+        auto gatt = download(a->att, natt);
         // probabilities: scores rounded to bf16 before the softmax, then the probabilities: 2 roundings;
         // y: 3 (scores, probabilities, y)
         EXPECT_TRUE(check("attention_forward att (B, NH, T, T)", gatt, att, 2e-2));
         EXPECT_EQ(above_diagonal_nonzeros(gatt, (int64_t)B * NH * T, T), 0);
-        EXPECT_TRUE(check("attention_forward out (N, C)", download(a->p[ACT_ATTY], N * C), out, 2e-2));
+        EXPECT_TRUE(check("attention_forward out (N, C)", download(a->atty, N * C), out, 2e-2));
     }
 }
 
@@ -657,13 +657,12 @@ TEST(Kernels, AttentionBackwardMatchesCpu) {
         LayerActs* a = &tg.g.acts;
         const cudaStream_t s = tg.g.stream.compute;
         auto qkv = rand_bf16(N * 3 * C, -1.5f, 1.5f, 90 + T), datty = rand_bf16(N * C, -1, 1, 91 + T);
-        upload(a->p[ACT_QKV], qkv);
-        upload(a->p[ACT_DC], datty);  // where layer_backward passes it from
-        attention_forward(a->p[ACT_ATTY], a->p[ACT_ATT], a->p[ACT_QKV], B, T, C, NH,
+        upload(a->qkv, qkv);
+        upload(a->dln, datty);  // where layer_backward passes it from
+        attention_forward(a->atty, a->att, a->qkv, B, T, C, NH,
                           s);  // att for the backward
-        attention_backward(a->p[ACT_DQKV], a->p[ACT_DATT], a->p[ACT_DC], a->p[ACT_ATT], a->p[ACT_QKV], B, T,
-                           C, NH, s);
-        auto got = download(a->p[ACT_DQKV], N * 3 * C);
+        attention_backward(a->dqkv, a->datt, a->dln, a->att, a->qkv, B, T, C, NH, s);
+        auto got = download(a->dqkv, N * 3 * C);
         std::vector<float> out((size_t)(N * C)), att((size_t)natt), dqkv((size_t)(N * 3 * C)),
             dscore((size_t)B * NH * T);
         attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
@@ -1065,19 +1064,23 @@ void check_layer_against_cpu(int flash, int fused) {
     layer_forward(g, w_d, x_d, out_d, a, s);
     const struct {
         const char* name;
-        int act;
+        bf16* LayerActs::*act;
         const std::vector<float>* ref;
-    } acts[] = {{"layer fwd ln1", ACT_LN1, &ln1},         {"layer fwd qkv (+bias)", ACT_QKV, &qkv},
-                {"layer fwd att", ACT_ATT, &att},         {"layer fwd atty", ACT_ATTY, &atty},
-                {"layer fwd res2", ACT_RES2, &res2},      {"layer fwd ln2", ACT_LN2, &ln2},
-                {"layer fwd fch (+bias)", ACT_FCH, &fch}, {"layer fwd fch_gelu", ACT_FCH_GELU, &fch_gelu}};
+    } acts[] = {{"layer fwd ln1", &LayerActs::ln1, &ln1},
+                {"layer fwd qkv (+bias)", &LayerActs::qkv, &qkv},
+                {"layer fwd att", &LayerActs::att, &att},
+                {"layer fwd atty", &LayerActs::atty, &atty},
+                {"layer fwd res2", &LayerActs::residual2, &res2},
+                {"layer fwd ln2", &LayerActs::ln2, &ln2},
+                {"layer fwd fch (+bias)", &LayerActs::fch, &fch},
+                {"layer fwd fch_gelu", &LayerActs::fch_gelu, &fch_gelu}};
     std::vector<std::vector<float>> first;
     for (const auto& t : acts) {
-        if (t.act == ACT_ATT && g->flash) {
+        if (t.act == &LayerActs::att && g->flash) {
             first.emplace_back();
             continue;
         }  // the fused path stores no att
-        first.push_back(download(a->p[t.act], (int64_t)t.ref->size()));
+        first.push_back(download(a->*t.act, (int64_t)t.ref->size()));
         // up to ~6 bf16 roundings deep (LN, GEMM, bias, 3 in attention, residual); emulated <= 5e-3
         EXPECT_TRUE(check(t.name, first.back(), *t.ref, 2e-2)) << t.name;
     }
@@ -1092,7 +1095,7 @@ void check_layer_against_cpu(int flash, int fused) {
     // reproducible results on one GPU) and our kernels, none with atomics in the forward pass
     layer_forward(g, w_d, x_d, NULL, a, s);
     for (size_t i = 0; i < first.size(); i++)
-        EXPECT_EQ(count_diff(download(a->p[acts[i].act], (int64_t)first[i].size()), first[i]), 0)
+        EXPECT_EQ(count_diff(download(a->*acts[i].act, (int64_t)first[i].size()), first[i]), 0)
             << "layer_forward(NULL) recomputed a different " << acts[i].name;
 
     // GPU backward
@@ -1119,9 +1122,8 @@ void check_layer_against_cpu(int flash, int fused) {
                        ln1_rstd.data(), N, C);
 
     // gradients pass through about twice as many bf16 roundings as the forward (emulated <= 8e-3): 3e-2
-    EXPECT_TRUE(
-        check("layer bwd dfch (after gelu_backward)", download(a->p[ACT_DFCH], N * 4 * C), dfch, 3e-2));
-    EXPECT_TRUE(check("layer bwd dqkv", download(a->p[ACT_DQKV], N * 3 * C), dqkv, 3e-2));
+    EXPECT_TRUE(check("layer bwd dfch (after gelu_backward)", download(a->dfch, N * 4 * C), dfch, 3e-2));
+    EXPECT_TRUE(check("layer bwd dqkv", download(a->dqkv, N * 3 * C), dqkv, 3e-2));
     for (int t = 0; t < NUM_LAYER_TENSORS; t++) {
         char name[64];
         snprintf(name, sizeof name, "layer bwd grad %s", layer_tensor_names[t]);

@@ -15,7 +15,7 @@
 #include <map>       // defines: std::map
 // defines: llama_hf_load, llama_hf_places, LlamaCPU, llama_cpu_forward, llama_cpu_backward, llama_cpu_adamw,
 // llama_rope_inv_freq; through hf.h: st_read_header, st_read_f32, json_parse, read_whole_file
-#include "llama_hf.h"
+#include "llmc/llama_hf.h"
 
 // ----------------------------------------------------------------------------
 // Scratch directories

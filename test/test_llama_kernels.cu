@@ -21,7 +21,7 @@
 //   1e-4  fp32 dweight (259 rows a call, summed in another order and by atomics: ~1e-6);
 //   exact RoPE's v heads, which no rotation touches.
 #include "gpu_test_common.h"
-#include "llama_kernels.cuh"  // defines: rmsnorm_forward, rope_forward, swiglu_forward, rope_inv_freq_upload
+#include "llmc/llama_kernels.cuh"  // defines: rmsnorm_forward, rope_forward, swiglu_forward, rope_inv_freq_upload
 #include <string>
 #include <vector>
 

@@ -6,8 +6,8 @@
 #include <unistd.h>
 #include <string>
 #include <vector>
-#include "checkpoint.h"   // defines: file_crc32c
-#include "llama_model.h"  // defines: llama_presets, parse_llama_spec, llama_init_params, llama_save_params
+#include "checkpoint.h"        // defines: file_crc32c
+#include "llmc/llama_model.h"  // defines: llama_presets, parse_llama_spec, llama_init_params, llama_save_params
 
 namespace {
 

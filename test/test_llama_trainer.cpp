@@ -5,7 +5,7 @@
 // without). Scratch under /tmp.
 #include <math.h>
 #include "cli_test_common.h"
-#include "hf_tokenizer.h"  // defines: tokenizer_init_hf
+#include "llmc/hf_tokenizer.h"  // defines: tokenizer_init_hf
 
 namespace {
 

@@ -19,8 +19,8 @@
 // defines: llama_hf_load, llama_hf_places, LlamaCPU, llama_cpu_*; through hf.h: hf_read_config,
 // hf_load_params, hf_tensor_places, st_read_header, st_read_f32, json_parse, read_whole_file;
 // through gpt2_cpu.h: GPT2CPU, gpt2_cpu_*
-#include "llama_hf.h"
-#include "sampler.h"  // defines: random_f32, random_u64
+#include "llmc/llama_hf.h"
+#include "llmc/sampler.h"  // defines: random_f32, random_u64
 
 namespace {
 

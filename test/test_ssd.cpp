@@ -28,9 +28,9 @@
 #include <string>
 #include <vector>
 
-#include "cpu_adam.h"
+#include "llmc/cpu_adam.h"
 #include "ssd.h"
-#include "model_specs.h"  // parse_model_spec, gpt_layout: the 100b preset of the plan test
+#include "llmc/model_specs.h"  // parse_model_spec, gpt_layout: the 100b preset of the plan test
 
 namespace fs = std::filesystem;
 

@@ -59,7 +59,7 @@ struct Driver {
         for (int k = 0; k < 2; k++)
             fake_cuda_track(ws.grad_staging[k], kStride * 2, "gradient staging " + std::to_string(k));
         for (int b = 0; b < read_buffers; b++)
-            fake_cuda_track(ws.read_buf[b], kStride * 2, "read buffer " + std::to_string(b));
+            fake_cuda_track(ws.reads.buf[b], kStride * 2, "read buffer " + std::to_string(b));
         for (int l = 0; l < L; l++) {
             if (!on_disk || l < R)
                 fake_cuda_track(host_weights(l), kStride * 2,

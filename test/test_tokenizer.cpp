@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 #include "dev/data/gpt2_bpe.h"
-#include "tokenizer.h"
+#include "llmc/tokenizer.h"
 
 static const char* kEncoder = "dev/data/gpt2/encoder.json";
 static const char* kVocab = "dev/data/gpt2/vocab.bpe";

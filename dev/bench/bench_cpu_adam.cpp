@@ -29,8 +29,8 @@
 #include <vector>
 #include <sys/statvfs.h>
 #include <unistd.h>
-#include "cpu_adam.h"
-#include "crc32c.h"
+#include "llmc/cpu_adam.h"
+#include "llmc/crc32c.h"
 #include "ssd.h"
 
 static double now_s(void) {

@@ -61,7 +61,7 @@ static void bench_shape(int B, int T, int C, int NH) {
     // the legacy stream it runs on: wait here, before the first kernel on s reads w, x or dres
     cudaCheck(cudaDeviceSynchronize());
     float* grads = g.layer_grads;
-    auto W = [&](int t) { return wt(&g, w, t); };
+    auto W = [&](int t) { return (const bf16*)w + p->layer_offset[t]; };
     auto G = [&](int t) { return grads + p->layer_offset[t]; };
     layer_forward(&g, w, x, out, a, s);  // fills the workspace the backward stages read
     cudaCheck(cudaStreamSynchronize(s));
@@ -74,63 +74,56 @@ static void bench_shape(int B, int T, int C, int NH) {
         st.push_back({name, median_ms(fn, s), flop, bytes});
     };
     stage("fwd ln1", 0, 2 * act,
-          [&] { layernorm_forward(a->p[ACT_LN1], a->ln1_mean, a->ln1_rstd, x, W(LN1W), W(LN1B), N, C, s); });
+          [&] { layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, W(LN1W), W(LN1B), N, C, s); });
     stage("fwd qkv (+bias)", gemm * 3 * C, 0,
-          [&] { matmul_forward_bias(a->p[ACT_QKV], a->p[ACT_LN1], W(QKVW), W(QKVB), NULL, N, C, 3 * C, s); });
+          [&] { matmul_forward_bias(a->qkv, a->ln1, W(QKVW), W(QKVB), NULL, N, C, 3 * C, s); });
     stage(g.flash ? "fwd attention (fused)" : "fwd attention (cuBLAS)", attn_fwd, 0, [&] {
-        if (g.flash) flash_attention_forward(a->p[ACT_ATTY], a->att_lse, a->p[ACT_QKV], B, T, C, NH, s);
-        else attention_forward(a->p[ACT_ATTY], a->p[ACT_ATT], a->p[ACT_QKV], B, T, C, NH, s);
+        if (g.flash) flash_attention_forward(a->atty, a->att_lse, a->qkv, B, T, C, NH, s);
+        else attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, s);
     });
-    stage("fwd attproj (+bias+res)", gemm * C, 0, [&] {
-        matmul_forward_bias(a->p[ACT_RES2], a->p[ACT_ATTY], W(ATTPROJW), W(ATTPROJB), x, N, C, C, s);
-    });
+    stage("fwd attproj (+bias+res)", gemm * C, 0,
+          [&] { matmul_forward_bias(a->residual2, a->atty, W(ATTPROJW), W(ATTPROJB), x, N, C, C, s); });
     stage("fwd ln2", 0, 2 * act, [&] {
-        layernorm_forward(a->p[ACT_LN2], a->ln2_mean, a->ln2_rstd, a->p[ACT_RES2], W(LN2W), W(LN2B), N, C, s);
+        layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, a->residual2, W(LN2W), W(LN2B), N, C, s);
     });
-    stage("fwd fc (+bias+gelu)", gemm * 4 * C, 0, [&] {
-        matmul_forward_bias_gelu(a->p[ACT_FCH], a->p[ACT_FCH_GELU], a->p[ACT_LN2], W(FCW), W(FCB), N, C,
-                                 4 * C, s);
-    });
+    stage("fwd fc (+bias+gelu)", gemm * 4 * C, 0,
+          [&] { matmul_forward_bias_gelu(a->fch, a->fch_gelu, a->ln2, W(FCW), W(FCB), N, C, 4 * C, s); });
     stage("fwd fcproj (+bias+res)", gemm * C * 4, 0, [&] {
-        matmul_forward_bias(out, a->p[ACT_FCH_GELU], W(FCPROJW), W(FCPROJB), a->p[ACT_RES2], N, 4 * C, C, s);
+        matmul_forward_bias(out, a->fch_gelu, W(FCPROJW), W(FCPROJB), a->residual2, N, 4 * C, C, s);
     });
     const size_t n_forward = st.size();
     stage("bwd fcproj dW", gemm * 4 * C, 0,
-          [&] { matmul_backward_weight(G(FCPROJW), dres, a->p[ACT_FCH_GELU], N, 4 * C, C, s); });
+          [&] { matmul_backward_weight(G(FCPROJW), dres, a->fch_gelu, N, 4 * C, C, s); });
     stage("bwd fcproj db", 0, act, [&] { bias_backward(G(FCPROJB), dres, N, C, s); });
-    stage("bwd fcproj dX (+gelu')", gemm * 4 * C, 0, [&] {
-        matmul_backward_input_gelu(a->p[ACT_DFCH], dres, W(FCPROJW), a->p[ACT_FCH], N, 4 * C, C, s);
-    });
+    stage("bwd fcproj dX (+gelu')", gemm * 4 * C, 0,
+          [&] { matmul_backward_input_gelu(a->dfch, dres, W(FCPROJW), a->fch, N, 4 * C, C, s); });
     stage("bwd fc dW", gemm * 4 * C, 0,
-          [&] { matmul_backward_weight(G(FCW), a->p[ACT_DFCH], a->p[ACT_LN2], N, C, 4 * C, s); });
-    stage("bwd fc db", 0, 4 * act, [&] { bias_backward(G(FCB), a->p[ACT_DFCH], N, 4 * C, s); });
+          [&] { matmul_backward_weight(G(FCW), a->dfch, a->ln2, N, C, 4 * C, s); });
+    stage("bwd fc db", 0, 4 * act, [&] { bias_backward(G(FCB), a->dfch, N, 4 * C, s); });
     stage("bwd fc dX", gemm * 4 * C, 0,
-          [&] { matmul_backward_input(a->p[ACT_DC], a->p[ACT_DFCH], W(FCW), N, C, 4 * C, s); });
+          [&] { matmul_backward_input(a->dln, a->dfch, W(FCW), N, C, 4 * C, s); });
     stage("bwd ln2", 0, 5 * act, [&] {
-        layernorm_backward(dres, G(LN2W), G(LN2B), a->p[ACT_DC], a->p[ACT_RES2], W(LN2W), a->ln2_mean,
-                           a->ln2_rstd, N, C, s);
+        layernorm_backward(dres, G(LN2W), G(LN2B), a->dln, a->residual2, W(LN2W), a->ln2_mean, a->ln2_rstd, N,
+                           C, s);
     });
     stage("bwd attproj dW", gemm * C, 0,
-          [&] { matmul_backward_weight(G(ATTPROJW), dres, a->p[ACT_ATTY], N, C, C, s); });
+          [&] { matmul_backward_weight(G(ATTPROJW), dres, a->atty, N, C, C, s); });
     stage("bwd attproj db", 0, act, [&] { bias_backward(G(ATTPROJB), dres, N, C, s); });
     stage("bwd attproj dX", gemm * C, 0,
-          [&] { matmul_backward_input(a->p[ACT_DC], dres, W(ATTPROJW), N, C, C, s); });
+          [&] { matmul_backward_input(a->dln, dres, W(ATTPROJW), N, C, C, s); });
     stage(g.flash ? "bwd attention (fused)" : "bwd attention (cuBLAS)", 2.5 * attn_fwd, 0, [&] {
         if (g.flash)
-            flash_attention_backward(a->p[ACT_DQKV], a->att_dsum, a->p[ACT_DC], a->p[ACT_ATTY], a->p[ACT_QKV],
-                                     a->att_lse, B, T, C, NH, s);
-        else
-            attention_backward(a->p[ACT_DQKV], a->p[ACT_DATT], a->p[ACT_DC], a->p[ACT_ATT], a->p[ACT_QKV], B,
-                               T, C, NH, s);
+            flash_attention_backward(a->dqkv, a->att_dsum, a->dln, a->atty, a->qkv, a->att_lse, B, T, C, NH,
+                                     s);
+        else attention_backward(a->dqkv, a->datt, a->dln, a->att, a->qkv, B, T, C, NH, s);
     });
     stage("bwd qkv dW", gemm * 3 * C, 0,
-          [&] { matmul_backward_weight(G(QKVW), a->p[ACT_DQKV], a->p[ACT_LN1], N, C, 3 * C, s); });
-    stage("bwd qkv db", 0, 3 * act, [&] { bias_backward(G(QKVB), a->p[ACT_DQKV], N, 3 * C, s); });
+          [&] { matmul_backward_weight(G(QKVW), a->dqkv, a->ln1, N, C, 3 * C, s); });
+    stage("bwd qkv db", 0, 3 * act, [&] { bias_backward(G(QKVB), a->dqkv, N, 3 * C, s); });
     stage("bwd qkv dX", gemm * 3 * C, 0,
-          [&] { matmul_backward_input(a->p[ACT_DC], a->p[ACT_DQKV], W(QKVW), N, C, 3 * C, s); });
+          [&] { matmul_backward_input(a->dln, a->dqkv, W(QKVW), N, C, 3 * C, s); });
     stage("bwd ln1", 0, 5 * act, [&] {
-        layernorm_backward(dres, G(LN1W), G(LN1B), a->p[ACT_DC], x, W(LN1W), a->ln1_mean, a->ln1_rstd, N, C,
-                           s);
+        layernorm_backward(dres, G(LN1W), G(LN1B), a->dln, x, W(LN1W), a->ln1_mean, a->ln1_rstd, N, C, s);
     });
     const double whole_fwd = median_ms([&] { layer_forward(&g, w, x, out, a, s); }, s);
     const double whole_bwd = median_ms(

@@ -4,7 +4,7 @@
 #pragma once
 #include <algorithm>
 #include <vector>
-#include "cuda_common.h"
+#include "llmc/cuda_common.h"
 
 template <typename F>
 static double median_ms(F fn, cudaStream_t s) {

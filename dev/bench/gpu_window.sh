@@ -30,9 +30,9 @@ SCALE=${GW_TIME_SCALE:-1}
 NVSMI=${GW_NVIDIA_SMI:-nvidia-smi}
 
 # The checks: id | estimate s | timeout s | sources whose change since the ok commit makes the check due
-# again (@code: every top-level source). Their priority, status and figures live in the ledger.
+# again (@code: every top-level source and llmc/). Their priority, status and figures live in the ledger.
 CHECKS="probe|15|60|@code
-kernels|40|120|kernels.cuh flash_attention.cuh matmul.cuh attention.cuh cuda_common.h cpu_adam.h test/test_kernels.cu test/gpu_test_common.h
+kernels|40|120|llmc/kernels.cuh llmc/flash_attention.cuh llmc/matmul.cuh llmc/attention.cuh llmc/cuda_common.h llmc/cpu_adam.h test/test_kernels.cu test/gpu_test_common.h
 trainer|70|150|@code test/test_gpu.cu test/gpu_test_common.h
 resume_cpu|50|110|@code
 tput_1.3b|35|80|@code
@@ -41,22 +41,22 @@ tput_5b|60|120|@code
 tput_5b_res|60|120|@code
 trainer_measured|25|80|@code test/test_gpu.cu
 default_resume|50|120|@code
-memcheck_kernels|60|100|kernels.cuh flash_attention.cuh matmul.cuh attention.cuh test/test_kernels.cu
-memcheck_attention|60|100|flash_attention.cuh attention.cuh kernels.cuh test/test_kernels.cu
+memcheck_kernels|60|100|llmc/kernels.cuh llmc/flash_attention.cuh llmc/matmul.cuh llmc/attention.cuh test/test_kernels.cu
+memcheck_attention|60|100|llmc/flash_attention.cuh llmc/attention.cuh llmc/kernels.cuh test/test_kernels.cu
 memcheck_train|30|70|@code
-racecheck_attention|45|80|flash_attention.cuh test/test_kernels.cu
-micro_attention|15|45|flash_attention.cuh attention.cuh dev/bench/bench_attention.cu
+racecheck_attention|45|80|llmc/flash_attention.cuh test/test_kernels.cu
+micro_attention|15|45|llmc/flash_attention.cuh llmc/attention.cuh dev/bench/bench_attention.cu
 micro_layer|15|45|@code dev/bench/bench_layer.cu
 ssd_same|60|130|@code ssd.cpp ssd.h
 ssd_time|90|220|@code ssd.cpp ssd.h
 mem_flat|40|100|@code
 peers_1.3b|70|140|dev/bench/gpu_window.sh
 peers_5b|125|150|dev/bench/gpu_window.sh
-adam|30|70|cpu_adam.cpp cpu_adam.h dev/bench/bench_cpu_adam.cpp dev/bench/bench_torch_adam.py
+adam|30|70|cpu_adam.cpp llmc/cpu_adam.h dev/bench/bench_cpu_adam.cpp dev/bench/bench_torch_adam.py
 kept_1.3b|35|80|@code
 kept_5b|60|120|@code
-llama_kernels|20|60|llama_kernels.cuh llama_cpu.h kernels.cuh test/test_llama_kernels.cu
-packed_attention|20|60|flash_attention.cuh attention.cuh kernels.cuh llama_cpu.h gpt2_cpu.h test/test_kernels.cu"
+llama_kernels|20|60|llmc/llama_kernels.cuh llmc/llama_cpu.h llmc/kernels.cuh test/test_llama_kernels.cu
+packed_attention|20|60|llmc/flash_attention.cuh llmc/attention.cuh llmc/kernels.cuh llmc/llama_cpu.h llmc/gpt2_cpu.h test/test_kernels.cu"
 
 # Peer figures seen on the H100 (shared/peers/README.md, 2026-11-22), tokens/s at 32K tokens per step
 PEER_13B="gpu_ckpt 47000 fsdp_offload 11900 MegaTrain 15700"
@@ -75,7 +75,7 @@ ledger_rows() {
 # sources_of ID: the files behind a check, @code expanded (top-level C++/CUDA sources and headers)
 sources_of() {
     local s; s=$(check_field "$1" 4)
-    echo "${s//@code/*.cu *.cuh *.h *.cpp Makefile}"
+    echo "${s//@code/*.cu *.cuh *.h *.cpp llmc/*.h llmc/*.cuh Makefile}"
 }
 # plan [--ids]: the checks the next window runs, in priority order: not ok yet, or ok at a commit whose
 # sources changed since (where git can tell). --ids: the ids alone (prebuild.sh stores them in .carry/plan.txt).

@@ -45,27 +45,12 @@ static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, 
     int is_shape = spec_key_value(tok, len, "L", &x);
     if (is_shape) L = x;
     else if (len > 1 && (tok[0] == 'd' || tok[0] == 'D') && spec_key_value(tok + 1, len - 1, "", &x)) {
-        if (x == 12) {
-            L = 12;
-            C = 768;
-            NH = 12;
-        } else if (x == 24) {
-            L = 24;
-            C = 1024;
-            NH = 16;
-        } else if (x == 36) {
-            L = 36;
-            C = 1280;
-            NH = 20;
-        } else if (x == 48) {
-            L = 48;
-            C = 1600;
-            NH = 25;
-        } else {
-            L = x;
-            C = 64 * x;
-            NH = x;
-        }
+        const ModelPreset* gpt2 = NULL;  // d12 d24 d36 d48: GPT-2's sizes, the first four presets
+        for (int i = 0; i < 4; i++)
+            if (model_presets[i].L == x) gpt2 = &model_presets[i];
+        L = x;
+        C = gpt2 ? gpt2->C : 64 * x;
+        NH = gpt2 ? gpt2->NH : x;
     } else {
         for (size_t i = 0; i < sizeof model_presets / sizeof model_presets[0]; i++) {
             const ModelPreset* p = &model_presets[i];

@@ -1,5 +1,6 @@
 // adamw.h — AdamW over a parameter block, tensor by tensor; the clip factor; llm.c's constants.
-// Not here: the arithmetic (cpu_adam.cpp; the GPU's: kernels.cuh's adamw_gpu).
+// The per-element math is AdamWArgs / AdamWConstants (cpu_adam.h), in two forms:
+// the CPU's (cpu_adam.cpp adamw_update) and the GPU's (kernels.cuh adamw_gpu).
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -14,30 +15,37 @@ static inline float clip_scale(float norm, float clip) {
     return s < 1.0f ? s : 1.0f;
 }
 
-// AdamW over one block; weight decay on matrices only. params, grads, m, v, bf16_out (may be NULL)
-// point at the block's start (layer l: gpt_layer_offset(p, l)).
-
-static inline void adamw_tensors_f32grad(int count, const int64_t* offset, const int64_t* size,
-                                         const int* is_matrix, float* params, const float* grads, float* m,
-                                         float* v, uint16_t* bf16_out, const AdamWArgs* args) {
+// AdamW over one block of `count` tensors (tensor i: offset[i], size[i]); weight decay on matrices only.
+// update(offset, n, args) is one tensor's AdamW: the CPU's form (cpu_adam.h) or the GPU's (adamw_gpu).
+template <typename Update>
+static inline void adamw_tensors(int count, const int64_t* offset, const int64_t* size, const int* is_matrix,
+                                 const AdamWArgs* args, Update update) {
     for (int i = 0; i < count; i++) {
         AdamWArgs a = *args;
         if (!is_matrix[i]) a.weight_decay = 0.0f;
-        const int64_t o = offset[i];
-        adamw_update_f32grad(params + o, grads + o, m + o, v + o, bf16_out ? bf16_out + o : NULL, size[i],
-                             &a);
+        update(offset[i], size[i], &a);
     }
+}
+
+// The CPU's form over one block. params, grads, m, v, bf16_out (may be NULL) point at the block's start.
+template <typename Grad>
+static inline void adamw_tensors_cpu(int count, const int64_t* offset, const int64_t* size,
+                                     const int* is_matrix, float* params, const Grad* grads, float* m,
+                                     float* v, uint16_t* bf16_out, const AdamWArgs* args) {
+    adamw_tensors(count, offset, size, is_matrix, args, [&](int64_t o, int64_t n, const AdamWArgs* a) {
+        uint16_t* out = bf16_out ? bf16_out + o : NULL;
+        adamw_update(params + o, grads + o, m + o, v + o, out, n, a);  // fp32 or bf16 gradients
+    });
+}
+static inline void adamw_tensors_f32grad(int count, const int64_t* offset, const int64_t* size,
+                                         const int* is_matrix, float* params, const float* grads, float* m,
+                                         float* v, uint16_t* bf16_out, const AdamWArgs* args) {
+    adamw_tensors_cpu(count, offset, size, is_matrix, params, grads, m, v, bf16_out, args);
 }
 static inline void adamw_tensors_bf16grad(int count, const int64_t* offset, const int64_t* size,
                                           const int* is_matrix, float* params, const uint16_t* grads,
                                           float* m, float* v, uint16_t* bf16_out, const AdamWArgs* args) {
-    for (int i = 0; i < count; i++) {
-        AdamWArgs a = *args;
-        if (!is_matrix[i]) a.weight_decay = 0.0f;
-        const int64_t o = offset[i];
-        adamw_update_bf16grad(params + o, grads + o, m + o, v + o, bf16_out ? bf16_out + o : NULL, size[i],
-                              &a);
-    }
+    adamw_tensors_cpu(count, offset, size, is_matrix, params, grads, m, v, bf16_out, args);
 }
 
 static inline void adamw_layer_block_f32grad(const ParamLayout* p, float* params, const float* grads,

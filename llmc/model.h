@@ -256,17 +256,9 @@ static inline int64_t llmc_tensor_offset(const GPTConfig* c, const ParamLayout* 
     return at + (is_layer ? esize * (int64_t)l * p->layer_size[t] : 0);
 }
 
-// Hugging Face checkpoints (a directory, a .safetensors file or a shard index .json) are read by hf.h,
-// included at the end of this file: gpt_read_header and gpt_load_params hand them over.
-static inline int hf_is_checkpoint(const char* path);
-static inline int hf_read_config(const char* path, GPTConfig* cfg, char* err, size_t errlen);
-static inline int hf_load_params(const char* path, const GPTConfig* cfg, float* params, char* err,
-                                 size_t errlen, int64_t lo = 0, int64_t hi = INT64_MAX);
-
 // Reads the header and checks the file size against it (so a truncated file fails here, before a trainer
 // allocates or initializes anything). Returns 0 with a one-line reason in err on any problem.
-static inline int gpt_read_header(const char* path, GPTConfig* cfg, char* err, size_t errlen) {
-    if (hf_is_checkpoint(path)) return hf_read_config(path, cfg, err, errlen);
+static inline int llmc_read_header(const char* path, GPTConfig* cfg, char* err, size_t errlen) {
     struct stat st;
     if (stat(path, &st) != 0) {
         snprintf(err, errlen, "cannot open model file %.400s: %.60s", path, strerror(errno));
@@ -330,9 +322,8 @@ static inline int64_t first_non_finite(const float* x, int64_t n) {
     return -1;
 }
 
-static inline int gpt_load_params(const char* path, const GPTConfig* cfg, float* params, char* err,
-                                  size_t errlen, int64_t lo = 0, int64_t hi = INT64_MAX) {
-    if (hf_is_checkpoint(path)) return hf_load_params(path, cfg, params, err, errlen, lo, hi);
+static inline int llmc_load_params(const char* path, const GPTConfig* cfg, float* params, char* err,
+                                   size_t errlen, int64_t lo = 0, int64_t hi = INT64_MAX) {
     ParamLayout p = gpt_layout(cfg);
     FILE* f = fopen(path, "rb");
     if (!f) {
@@ -473,5 +464,3 @@ static inline int64_t host_available_bytes(void) {
     fclose(f);
     return kb < 0 ? -1 : kb * 1024;
 }
-
-#include "hf.h"  // after everything above: hf.h builds on this file

@@ -1,0 +1,144 @@
+// cpu_optimizer.h — the CPU optimizer thread of train_gpt: AdamW of the streamed layers, one round per step.
+// A round runs in layer order, beside the next forward pass, which waits per layer (optimizer_block_ready).
+// With -sd the round runs over the SSD store instead (ssd_tier.h).
+// Not here: the AdamW math (cpu_adam.h), the GPU side of the hand-overs (stream.cu).
+#pragma once
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include "llmc/adamw.h"  // defines: AdamWArgs, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, adamw_layer_block_bf16grad
+#include "gpt.cuh"       // defines: struct GPT
+#include "ssd_tier.h"    // defines: ssd_tier_round, ssd_tier_submit, ssd_tier_send_grads
+
+// The thread's state: one "round" per step updates the streamed layers R..L-1 in order.
+struct Optimizer {
+    std::thread thread;
+    std::mutex mu;
+    std::condition_variable cv;
+    int64_t rounds_submitted, rounds_done;
+    int blocks_done;  // layers done in the round in progress
+    bool quit;
+    float lr, grad_scale;
+    int64_t t;  // AdamW step, 1-based
+    double last_round_seconds;
+    double *block_t0, *block_t1;  // host clock at the start / end of each layer of the last round
+};
+
+static AdamWArgs optimizer_adamw_args(const GPT* g) {
+    const Optimizer* o = g->opt;
+    return {o->lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, g->args.weight_decay, o->grad_scale, o->t};
+}
+
+// Layer l's AdamW in host RAM: its master weights, moments and bf16 copy.
+static void adamw_layer(GPT* g, int l) {
+    const AdamWArgs args = optimizer_adamw_args(g);
+    const ParamLayout* p = &g->layout;
+    const int64_t off = gpt_layer_offset(p, l);
+    const uint16_t* grads = g->stream.grads_host_bf16 + (int64_t)l * p->layer_stride;
+    uint16_t* bf16_out = g->stream.weights_host_bf16 + off;
+    FAKE_CUDA_HOST_ACCESS(grads, p->layer_stride * 2, false, "the CPU AdamW reading a layer's gradients");
+    FAKE_CUDA_HOST_ACCESS(bf16_out, p->layer_stride * 2, true, "the CPU AdamW writing a layer's bf16 copy");
+    adamw_layer_block_bf16grad(p, g->master + off, grads, g->adam_m + off, g->adam_v + off, bf16_out, &args);
+}
+
+// Layer l is updated: the next forward pass may copy it (the stream's host-ready protocol).
+static void optimizer_layer_done(GPT* g, int l) {
+    Optimizer* o = g->opt;
+    std::lock_guard<std::mutex> lock(o->mu);
+    o->block_t1[l] = timeline_now();
+    o->blocks_done = l + 1;
+    FAKE_CUDA_HOST_RELEASE(o);
+    o->cv.notify_all();
+}
+
+static void optimizer_round(GPT* g) {
+    if (g->ssd) {
+        SsdRound round = {g, optimizer_adamw_args(g), g->opt->block_t0, optimizer_layer_done};
+        ssd_tier_round(&round);
+        return;
+    }
+    for (int l = g->resident_layers; l < g->config.num_layers; l++) {
+        stream_wait_grads_on_host(&g->stream, l);
+        g->opt->block_t0[l] = timeline_now();
+        adamw_layer(g, l);
+        optimizer_layer_done(g, l);
+    }
+}
+
+static void optimizer_thread_main(GPT* g) {
+    Optimizer* o = g->opt;
+    for (;;) {
+        {
+            std::unique_lock<std::mutex> lock(o->mu);
+            o->cv.wait(lock, [o] { return o->quit || o->rounds_submitted > o->rounds_done; });
+            if (o->quit && o->rounds_submitted == o->rounds_done) return;
+            FAKE_CUDA_HOST_ACQUIRE(o);
+        }
+        auto t0 = std::chrono::steady_clock::now();
+        optimizer_round(g);
+        std::lock_guard<std::mutex> lock(o->mu);
+        o->last_round_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        o->rounds_done++;
+        o->blocks_done = 0;
+        o->cv.notify_all();
+    }
+}
+
+static void optimizer_start(GPT* g) {
+    const size_t L = (size_t)g->config.num_layers;
+    g->opt = new Optimizer();
+    g->opt->block_t0 = (double*)calloc(L, sizeof(double));
+    g->opt->block_t1 = (double*)calloc(L, sizeof(double));
+    if (!g->opt->block_t0 || !g->opt->block_t1) die("out of host memory");
+    g->opt->thread = std::thread(optimizer_thread_main, g);
+}
+static void optimizer_stop(GPT* g) {
+    Optimizer* o = g->opt;
+    {
+        std::lock_guard<std::mutex> lock(o->mu);
+        o->quit = true;
+        o->cv.notify_all();
+    }
+    o->thread.join();
+    free(o->block_t0);
+    free(o->block_t1);
+    delete o;
+    g->opt = NULL;
+}
+
+// HostReadyFn for the stream: has the optimizer finished layer `layer`? wait: block until so.
+static int optimizer_block_ready(void* ctx, int layer, int wait) {
+    Optimizer* o = ((GPT*)ctx)->opt;
+    std::unique_lock<std::mutex> lock(o->mu);
+    auto done = [o, layer] { return o->rounds_done == o->rounds_submitted || o->blocks_done > layer; };
+    if (wait) o->cv.wait(lock, done);
+    if (!done()) return 0;
+    FAKE_CUDA_HOST_ACQUIRE(o);
+    return 1;
+}
+static void optimizer_wait_all(GPT* g) {
+    Optimizer* o = g->opt;
+    std::unique_lock<std::mutex> lock(o->mu);
+    o->cv.wait(lock, [o] { return o->rounds_done == o->rounds_submitted; });
+    FAKE_CUDA_HOST_ACQUIRE(o);
+}
+static void optimizer_submit(GPT* g, float lr, float grad_scale) {
+    optimizer_wait_all(g);  // never waits in practice: the forward pass waited for every layer
+    if (g->ssd) ssd_tier_submit(g);
+    Optimizer* o = g->opt;
+    std::lock_guard<std::mutex> lock(o->mu);
+    o->lr = lr;
+    o->grad_scale = grad_scale;
+    o->t = ++g->adam_t;
+    o->blocks_done = 0;
+    o->rounds_submitted++;
+    FAKE_CUDA_HOST_RELEASE(o);
+    o->cv.notify_all();
+}
+
+// Streamed layer l's gradients to the host: the pinned array, or with -sd the tier's ring.
+static void send_layer_grads(GPT* g, int l) {
+    if (g->ssd) ssd_tier_send_grads(g, l);
+    else stream_send_layer_grads(&g->stream, l);
+}

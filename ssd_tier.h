@@ -1,0 +1,281 @@
+// ssd_tier.h — train_gpt's side of the SSD tier (-sd DIR, docs/ssd.md): the streamed layers' optimizer state
+// in an SsdStore on disk. The step calls it in one line where it acts:
+//   backward pass: ssd_tier_begin_backward, and send_layer_grads -> ssd_tier_send_grads
+//   CPU AdamW: ssd_tier_submit, then the optimizer thread's ssd_tier_round
+//   checkpoint: ssd_tier_checkpoint; -sw 1: the stream's reader, sw_reader
+// Not here: the store and its disk I/O (ssd.cpp), the AdamW math (cpu_adam.h), the loading (train_gpt.cu).
+// FAKE_CUDA_HOST_*: the emulated build's checks of host accesses (cuda_common.h); nothing in a real build.
+#pragma once
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include "llmc/adamw.h"     // defines: AdamWArgs
+#include "checkpoint.h"     // defines: StreamedState
+#include "llmc/cpu_adam.h"  // defines: adamw_tensors_window_bf16grad
+#include "gpt.cuh"          // defines: struct GPT
+#include "gpu_args.h"       // defines: TIER_*, SW_READ_BUFFERS
+#include "ssd.h"            // defines: SsdStore, ssd_store_round, ssd_store_checkpoint, ssd_store_wait
+#include "stream.h"         // defines: HostReader, stream_send_layer_grads_to, pinned_alloc_direct_io
+
+// The gradients go to the store's grads file through GRAD_RING pinned layer buffers, by a writer thread.
+#define GRAD_RING 3
+static inline int64_t grads_ring_bytes(const ParamLayout* p) { return direct_io_bytes(p->layer_stride * 2); }
+
+struct SsdTier {
+    SsdStore* store;       // layer R + i is store layer i
+    bool weights_on_disk;  // -sw 1: the streamed layers' bf16 weights are in the store too
+    // the gradient writer: the main thread sends into a free ring buffer, the writer writes it to disk
+    std::thread thread;
+    std::mutex mu;
+    std::condition_variable cv;
+    uint16_t* buf[GRAD_RING];  // grads_ring_bytes each, 4096-aligned for O_DIRECT
+    bool busy[GRAD_RING];      // sent, not yet on disk
+    int next;                  // the buffer of the next send
+    int queue_layer[GRAD_RING], queue_buf[GRAD_RING], queued;  // sends the writer has yet to take
+    int64_t queue_pass[GRAD_RING];                             // the backward pass of each
+    int64_t* written_pass;  // per layer: the backward pass the grads file holds
+    int64_t pass;           // backward passes so far
+    int64_t round_pass;     // the backward pass the next AdamW round reads
+    bool quit;
+};
+
+// A disk error: one line, and out at once (the main thread may be inside a step).
+// A round never writes the last checkpoint's generation, so that checkpoint stays intact.
+static void die_disk(const GPT* g, const char* what, const char* err) {
+    fflush(stdout);
+    if (g->checkpoint_step >= 0)
+        fprintf(stderr,
+                "error: %s: %s (the last complete checkpoint is intact, step %lld: resume with -y 1)\n", what,
+                err, (long long)g->checkpoint_step);
+    else fprintf(stderr, "error: %s: %s (no checkpoint was complete yet: nothing to resume)\n", what, err);
+    fflush(stderr);
+    _exit(1);
+}
+
+// The tier of gpt_build, before its store is attached (train_gpt.cu ssd_attach).
+static SsdTier* ssd_tier_new(const GPT* g, int tier) {
+    SsdTier* t = new SsdTier();
+    t->weights_on_disk = tier == TIER_SSD_WEIGHTS;
+    const int64_t bytes = grads_ring_bytes(&g->layout);
+    for (int k = 0; k < GRAD_RING; k++)
+        t->buf[k] = (uint16_t*)pinned_alloc_direct_io(bytes, "the gradients' ring (written to -sd)");
+    t->written_pass = (int64_t*)calloc((size_t)g->config.num_layers, sizeof(int64_t));
+    if (!t->written_pass) die("out of host memory");
+    return t;
+}
+
+// The writer thread: each sent layer's gradients, once on the host, into the grads file.
+static void grads_writer_main(GPT* g) {
+    SsdTier* t = g->ssd;
+    [[maybe_unused]] const int64_t bytes = g->layout.layer_stride * 2;  // the emulator's check
+    for (;;) {
+        int l, k;
+        int64_t pass;
+        {
+            std::unique_lock<std::mutex> lock(t->mu);
+            t->cv.wait(lock, [t] { return t->quit || t->queued > 0; });
+            if (t->queued == 0) return;
+            l = t->queue_layer[0];
+            k = t->queue_buf[0];
+            pass = t->queue_pass[0];
+            t->queued--;
+            for (int q = 0; q < t->queued; q++) {
+                t->queue_layer[q] = t->queue_layer[q + 1];
+                t->queue_buf[q] = t->queue_buf[q + 1];
+                t->queue_pass[q] = t->queue_pass[q + 1];
+            }
+        }
+        stream_wait_grads_on_host(&g->stream, l);
+        FAKE_CUDA_HOST_ACCESS(t->buf[k], bytes, false, "the gradient writer reading a layer's gradients");
+        char err[1024];
+        const SsdReq r = ssd_store_write_grads_async(t->store, l - g->resident_layers, t->buf[k]);
+        if (ssd_store_wait(t->store, r, err, sizeof err) != 0)
+            die_disk(g, "writing the gradients to the SSD tier", err);
+        std::lock_guard<std::mutex> lock(t->mu);
+        t->busy[k] = false;
+        t->written_pass[l] = pass;
+        FAKE_CUDA_HOST_RELEASE(t);
+        t->cv.notify_all();
+    }
+}
+static void ssd_tier_start_writer(GPT* g) { g->ssd->thread = std::thread(grads_writer_main, g); }
+
+static void ssd_tier_free(GPT* g) {
+    SsdTier* t = g->ssd;
+    if (!t) return;
+    if (t->thread.joinable()) {
+        {
+            std::lock_guard<std::mutex> lock(t->mu);
+            t->quit = true;
+            t->cv.notify_all();
+        }
+        t->thread.join();
+    }
+    for (int k = 0; k < GRAD_RING; k++) pinned_free_direct_io(t->buf[k]);
+    free(t->written_pass);
+    if (t->store) ssd_store_close(t->store);
+    delete t;
+    g->ssd = NULL;
+}
+
+// A backward pass begins: its gradients are a new generation of the grads file.
+static void ssd_tier_begin_backward(GPT* g) {
+    if (!g->ssd) return;
+    std::lock_guard<std::mutex> lock(g->ssd->mu);
+    g->ssd->pass++;
+}
+
+// Streamed layer l's gradients into a free ring buffer, queued for the writer once the copy is enqueued.
+static void ssd_tier_send_grads(GPT* g, int l) {
+    SsdTier* t = g->ssd;
+    const int k = t->next;
+    t->next = (k + 1) % GRAD_RING;
+    {
+        std::unique_lock<std::mutex> lock(t->mu);
+        t->cv.wait(lock, [t, k] { return !t->busy[k]; });
+        FAKE_CUDA_HOST_ACQUIRE(t);
+        t->busy[k] = true;
+    }
+    stream_send_layer_grads_to(&g->stream, l, t->buf[k]);
+    std::lock_guard<std::mutex> lock(t->mu);
+    t->queue_layer[t->queued] = l;
+    t->queue_buf[t->queued] = k;
+    t->queue_pass[t->queued] = t->pass;
+    t->queued++;
+    t->cv.notify_all();
+}
+
+// The update of this step is submitted: its round reads this backward pass's gradients.
+static void ssd_tier_submit(GPT* g) {
+    std::lock_guard<std::mutex> lock(g->ssd->mu);
+    g->ssd->round_pass = g->ssd->pass;
+}
+
+// ----------------------------------------------------------------------------
+// The AdamW round over the store (ssd_store_round: read ahead, update, write behind)
+
+// What the optimizer thread gives a round: AdamW's arguments, the layers' start times, a per-layer hand-off.
+typedef struct {
+    GPT* g;
+    AdamWArgs adamw;
+    double* layer_t0;                   // the timeline's start of each layer's update
+    void (*layer_done)(GPT* g, int l);  // layer l is updated: the next forward pass may copy it
+} SsdRound;
+
+// ssd.h's SsdRoundFns; store layer i is layer R + i.
+static const uint16_t* ssd_round_grads(void* ctx, int i) {
+    SsdRound* r = (SsdRound*)ctx;
+    r->layer_t0[r->g->resident_layers + i] = timeline_now();
+    return NULL;  // grads_on_disk: all in the grads file before the round began
+}
+static void ssd_round_update(void* ctx, int i, int64_t off, int64_t n, float* params, const uint16_t* grads,
+                             float* m, float* v, uint16_t* bf16_out) {
+    SsdRound* r = (SsdRound*)ctx;
+    const ParamLayout* p = &r->g->layout;
+    adamw_tensors_window_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_tensor_is_matrix,
+                                  off, n, params, grads, m, v, bf16_out, &r->adamw);
+}
+static uint16_t* ssd_round_bf16_dst(void* ctx, int i) {
+    GPT* g = ((SsdRound*)ctx)->g;
+    uint16_t* dst = g->stream.weights_host_bf16 + gpt_layer_offset(&g->layout, g->resident_layers + i);
+    FAKE_CUDA_HOST_ACCESS(dst, g->layout.layer_stride * 2, true, "the CPU AdamW writing a layer's bf16 copy");
+    return dst;
+}
+static void ssd_round_layer_done(void* ctx, int i) {
+    SsdRound* r = (SsdRound*)ctx;
+    r->layer_done(r->g, r->g->resident_layers + i);
+}
+
+// Waits until the grads file holds every streamed layer of the round's pass.
+static void ssd_tier_wait_grads(GPT* g) {
+    SsdTier* t = g->ssd;
+    std::unique_lock<std::mutex> lock(t->mu);
+    const int64_t pass = t->round_pass;
+    t->cv.wait(lock, [g, t, pass] {
+        for (int l = g->resident_layers; l < g->config.num_layers; l++)
+            if (t->written_pass[l] < pass) return false;
+        return true;
+    });
+}
+
+// One round over the streamed layers' state in the store, in layer order.
+static void ssd_tier_round(SsdRound* round) {
+    GPT* g = round->g;
+    const int n = g->config.num_layers - g->resident_layers;
+    int* layers = (int*)malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
+    if (!layers) die_disk(g, "the SSD tier's AdamW round", "out of host memory");
+    for (int i = 0; i < n; i++) layers[i] = i;
+    ssd_tier_wait_grads(g);  // the round reads ahead from the grads file
+    SsdRoundFns fns = {ssd_round_grads, ssd_round_update, ssd_round_bf16_dst, ssd_round_layer_done, round};
+    char err[1024];
+    if (ssd_store_round(g->ssd->store, layers, n, &fns, err, sizeof err) != 0)
+        die_disk(g, "the SSD tier's AdamW round", err);
+    free(layers);
+}
+
+// ----------------------------------------------------------------------------
+// -sw 1: the stream's HostReader (stream.h) reads the streamed layers' bf16 weights from the store
+
+static int64_t sw_read_start(void* ctx, int l, uint16_t* dst) {
+    GPT* g = (GPT*)ctx;
+    FAKE_CUDA_HOST_ACCESS(dst, g->layout.layer_stride * 2, true, "a disk read into a weights' read buffer");
+    return ssd_store_read_bf16_async(g->ssd->store, l - g->resident_layers, dst);
+}
+static int sw_read_done(void* ctx, int64_t req, int wait) {
+    GPT* g = (GPT*)ctx;
+    if (!wait && !ssd_io_poll(ssd_store_io(g->ssd->store), req)) return 0;
+    char err[1024];
+    if (ssd_store_wait(g->ssd->store, req, err, sizeof err) != 0)
+        die_disk(g, "reading the bf16 weights from the SSD tier", err);
+    return 1;
+}
+// SW_READ_BUFFERS pinned buffers, each one layer; g may be NULL (the memory plan's sizes).
+static HostReader sw_reader(GPT* g, const ParamLayout* p, int resident_layers) {
+    const int64_t bytes = ssd_round_up(p->layer_stride * 2, SSD_ALIGN);
+    const HostReader r = {sw_read_start, sw_read_done, g, SW_READ_BUFFERS, bytes, resident_layers};
+    return r;
+}
+
+// ----------------------------------------------------------------------------
+// Checkpoints, fault injection, the timeline
+
+// StreamedState's read_layer: layer l's fp32 weights from the store (its newest state).
+static int ssd_read_layer_params(void* ctx, int l, float* params, char* err, size_t errlen) {
+    GPT* g = (GPT*)ctx;
+    SsdStore* st = g->ssd->store;
+    return ssd_store_read_layer(st, l - g->resident_layers, params, NULL, NULL, NULL, err, errlen) == 0;
+}
+// The store's state becomes this step's checkpoint (an fsync and its manifest).
+// Returns what the state file and model_S.bin read from the store.
+static StreamedState ssd_tier_checkpoint(GPT* g) {
+    char err[1024];
+    if (ssd_store_checkpoint(g->ssd->store, g->step, err, sizeof err) != 0)
+        die_disk(g, "the SSD tier's checkpoint", err);
+    return {g->host_state_count, g->step, g->resident_layers, ssd_read_layer_params, g};
+}
+
+// Test hook: env SSD_FAULT="WRITE,AFTER,ERRNO" makes the AFTER+1-th chunk written (1) or read (0) fail.
+// ERRNO 0 is a short transfer; "kill" kills the process there. Unset: nothing.
+static void ssd_set_fault_from_env(SsdStore* st) {
+    const char* e = getenv("SSD_FAULT");
+    if (!e || !e[0]) return;
+    int write = 0;
+    long long after = 0;
+    char what[16] = "";
+    if (sscanf(e, "%d,%lld,%15s", &write, &after, what) != 3) die("SSD_FAULT=%s: want WRITE,AFTER,ERRNO", e);
+    const int kill = strcmp(what, "kill") == 0;
+    ssd_io_set_fault(ssd_store_io(st), write, after, kill ? 0 : atoi(what), kill);
+}
+
+// -Y 1: the disk's busy intervals since the step's origin, reads and writes on a track each.
+static void ssd_tier_timeline(GPT* g) {
+    if (!g->timeline || !g->ssd) return;
+    SsdBusySpan spans[TIMELINE_DISK_SPANS];
+    SsdIo* io = ssd_store_io(g->ssd->store);
+    for (int write = 0; write <= 1; write++) {
+        const int n = ssd_io_busy_spans(io, write, g->timeline->origin_host, spans, TIMELINE_DISK_SPANS);
+        const int track = write ? TRACK_DISK_WRITE : TRACK_DISK_READ;
+        for (int i = 0; i < n; i++)
+            timeline_host_span(g->timeline, track, write ? "write" : "read", -1, spans[i].t0, spans[i].t1);
+    }
+}
