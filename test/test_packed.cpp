@@ -20,7 +20,8 @@
 // hf_load_params, hf_tensor_places, st_read_header, st_read_f32, json_parse, read_whole_file;
 // through gpt2_cpu.h: GPT2CPU, gpt2_cpu_*
 #include "llmc/llama_hf.h"
-#include "llmc/sampler.h"  // defines: random_f32, random_u64
+#include "llmc/model_file.h"  // defines: gpt_load_params
+#include "llmc/sampler.h"     // defines: random_f32, random_u64
 
 namespace {
 
@@ -159,7 +160,7 @@ TEST(PackedVsTransformers, Gpt2LossesAndGradientsMatchConversationsAlone) {
     ASSERT_TRUE(hf_read_config(model_dir.c_str(), &cfg, err, sizeof err)) << err;
     GPT2CPU m;
     ASSERT_TRUE(gpt2_cpu_build(&m, &cfg)) << m.error;
-    ASSERT_TRUE(hf_load_params(model_dir.c_str(), &cfg, m.params, err, sizeof err)) << err;
+    ASSERT_TRUE(gpt_load_params(model_dir.c_str(), &cfg, m.params, err, sizeof err)) << err;
     ASSERT_TRUE(gpt2_cpu_forward(&m, e.inputs.data(), e.targets.data(), e.B, e.T, e.pos.data())) << m.error;
     ASSERT_EQ(m.num_targets, e.n_targets);
     const double loss_rel = max_rel(m.acts.losses, e.losses.data(), e.losses.size());
