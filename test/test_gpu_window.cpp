@@ -65,8 +65,9 @@ class GpuWindow : public ::testing::Test {
         ASSERT_EQ(
             system(("mkdir -p " + dir + "/carry/bin " + dir + "/carry/peers " + dir + "/fakebin").c_str()),
             0);
-        // the ledger as before any window: every check todo (the real one records what windows saw)
-        ASSERT_EQ(system(("awk -F'|' 'NF >= 10 && $2 !~ /^ *(id|---)/ { print \"|\" $2 \"|\" $3 \"|\" $4 "
+        // the ledger as before any window: every check todo, priorities in row order (the real one records
+        // what windows saw, and its priorities move with what the next window should learn first)
+        ASSERT_EQ(system(("awk -F'|' 'NF >= 10 && $2 !~ /^ *(id|---)/ { print \"|\" $2 \"| \" ++n \" |\" $4 "
                           "\"| todo | | | | | |\"; next } { print }' dev/bench/gpu_ledger.md > " +
                           dir + "/ledger.md")
                              .c_str()),
