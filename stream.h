@@ -1,14 +1,15 @@
-// stream.h — everything that moves between host and GPU during training: the pinned host copies of the
-// weights (bf16) and gradients, the ring of GPU weight slots, the three CUDA streams and their events.
-// The model code asks for "layer l's weights" and "send layer l's grads"; it never calls cudaMemcpy itself.
-// It does no math (train_gpt.cu, kernels.cuh) and no optimizer update (cpu_adam.cpp).
-//
+// stream.h — everything that moves between host and GPU during training.
+// Holds: pinned bf16 weights and gradients, the ring of GPU weight slots, three CUDA streams, their events.
+// The model asks for "layer l's weights" and "send layer l's grads"; it never calls cudaMemcpy.
+// Not here: math (train_gpt.cu, kernels.cuh), the optimizer update (cpu_adam.cpp).
+
 // Streams:  compute — every kernel and GEMM;  h2d — weights host->GPU;  d2h — gradients GPU->host.
 // Ordering is by events only (no device-wide synchronization inside a pass):
 //   slot_ready[s]  (h2d)     : the weights in slot s have arrived      -> compute waits before using them
 //   slot_free[s]   (compute) : the last kernel reading slot s is done  -> h2d waits before overwriting it
 //   staging_free[k] (d2h)    : gradient staging buffer k is on the host -> compute waits before refilling it
 //   grads_on_host[l] (d2h)   : layer l's gradients are in host memory   -> the CPU AdamW thread waits on it
+
 // The embeddings and any GPU-resident layers (-R) are not streamed: a pass's `order` lists only the others.
 // Weights not in host RAM (-sw 1) come through a HostReader's read buffers (StreamReads, below).
 #pragma once
