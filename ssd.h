@@ -1,17 +1,16 @@
 // ssd.h — every host<->disk movement of the optimizer state (the SSD tier).
-// The streamed layers' fp32 weights, AdamW m and v (optionally bf16 weights and gradients) live in files
-// under a directory on an NVMe drive; host RAM keeps a small ring of piece-sized buffers.
+// Files on an NVMe drive hold the streamed layers' fp32 weights, AdamW m and v (optionally bf16 copies).
+// Host RAM keeps a small ring of piece-sized buffers.
+
 // Three layers, bottom up (docs/ssd.md has each in full):
 //   SsdIo     asynchronous direct I/O over io_uring; errors come back through ssd_io_wait, nothing exits
 //   SsdStore  the state in two generations of files, and the pipelined AdamW round over it
 //   helpers   ssd_plan (for -P 1) and ssd_probe_bandwidth
 // Not here: which tensors decay, the lr, the clip (the caller's update function), the GPU, flags.
-//
-// ---- Threads
-// SsdIo is thread-safe. An SsdStore's round, checkpoint and write_layer/read_layer run on one thread at a
-// time (the optimizer thread; the checkpoint when no round is running); ssd_store_read_bf16_async and
-// ssd_store_write_grads_async may be called from any thread, concurrently with a round
-// (the trainer's streams).
+
+// Threads: SsdIo is thread-safe.
+// An SsdStore's round, checkpoint and write_layer/read_layer run on one thread at a time.
+// ssd_store_read_bf16_async and ssd_store_write_grads_async may run on any thread, during a round.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -74,19 +73,16 @@ void ssd_io_set_fault(SsdIo* io, int write, int64_t after, int err, int kill);
 // Bytes moved so far (for the bench and the timeline).
 void ssd_io_counters(const SsdIo* io, int64_t* bytes_read, int64_t* bytes_written);
 
-// The busy log (the timeline's disk tracks, -Y 1). Off by default; off, it costs one branch per request and
-// per chunk. On, each request's submit time and completion time (the host's steady clock, the one of
-// timeline.h's timeline_now()) mark, per direction, when the disk is busy: reading while at least one read is
-// in flight, writing while at least one write is. Those busy intervals (the union of the requests' intervals,
-// so they never overlap) are kept in a ring of SSD_BUSY_LOG per direction; the oldest are dropped.
+// The busy log (the timeline's disk tracks, -Y 1). Off by default: one branch per request.
+// On: a direction is busy while at least one of its requests is in flight (timeline_now()'s clock).
+// The busy intervals never overlap; a ring keeps the newest SSD_BUSY_LOG per direction.
 #define SSD_BUSY_LOG 4096
 typedef struct {
     double t0, t1;  // seconds on the steady clock
 } SsdBusySpan;
 void ssd_io_log_busy(SsdIo* io, int on);
-// The busy intervals of direction `write` that end after t_from, oldest first, the first one cut at t_from;
-// one still open ends now. At most cap (>= 1): beyond that the closest neighbours are joined, so the gaps
-// between them count as busy. Returns how many it wrote to out.
+// Busy intervals of direction `write` ending after t_from, oldest first, cut at t_from; an open one ends now.
+// Over cap (>= 1), the closest neighbours are joined. Returns how many it wrote.
 int ssd_io_busy_spans(SsdIo* io, int write, double t_from, SsdBusySpan* out, int cap);
 
 // ============================================================================
@@ -107,14 +103,13 @@ typedef struct {
                         // run without checkpoints, whose store any run may replace; another owner's, never.
 } SsdStoreConfig;
 
-// A fresh store under dir (created if missing): every file allocated at full size. A store already there is
-// replaced only if it has the same owner or none; otherwise nothing in dir is touched. Its state is undefined
-// until written (ssd_store_write_layer). NULL with err set on failure.
+// A fresh store under dir (created if missing), every file at full size. NULL with err on failure.
+// A store already there is replaced only if its owner is the same or none.
+// The state is undefined until ssd_store_write_layer.
 SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err, size_t errlen);
-// An existing store of cfg's owner at its checkpoint of `step` (step < 0: the newest checkpoint). The shape
-// in cfg must match the manifest's. Every file of that generation is read once and checked against the
-// checksums written with it. NULL with err set, e.g. "DIR holds the state of steps 40 and 50, not 45", or a
-// damaged file named, with whether the other generation's checkpoint is intact.
+// An existing store of cfg's owner at its checkpoint of `step` (< 0: the newest); the shape must match.
+// Every file of that generation is read once and checked against its checksums.
+// NULL with err, e.g. "DIR holds the state of steps 40 and 50, not 45", or the damaged file.
 SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t step, char* err, size_t errlen);
 // Locks dir for this process (DIR/ssd_lock, flock; released at exit): one run per store. The lock's fd, or -1
 // with err naming the pid that holds it.
