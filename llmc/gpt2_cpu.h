@@ -1,8 +1,11 @@
-// gpt2_cpu.h — the CPU reference GPT-2, fp32 + OpenMP, forward and backward; grads in the parameters'
-// layer-major layout (model.h). The GPU trainer's test oracle, so one plain function per op; only the matmul
-// and the softmax's exp are written for speed. Not here: the optimizer (adamw.h), data, files.
+// gpt2_cpu.h — the CPU reference GPT-2, fp32 + OpenMP, forward and backward.
+// Grads use the parameters' layer-major layout (model.h).
+// The GPU trainer's test oracle: one plain function per op; only the matmul and softmax's exp are fast.
+// Not here: the optimizer (adamw.h), data, files.
+
 // Shapes: N = B*T positions, C channels, NH heads of hs = C/NH, L layers, V tokens, Vp >= V padded.
 // Logits columns >= V are computed but never enter the softmax, loss or gradient. Sizes are int64_t.
+
 // Packed sequences: pos (B*T) gives each token's position in its conversation (NULL: 0..T-1 per row).
 // Query t sees key s of its row iff t - pos[t] <= s <= t. Target -1: no loss, no gradient.
 #pragma once
@@ -14,9 +17,9 @@
 #include "model.h"
 
 // ----------------------------------------------------------------------------
-// Matrix multiply, the one fast kernel: C (M,N) = or += A (M,K) @ B (K,N), B row-major, A through two
-// strides (so dout^T needs no copy of the huge dlogits). An MM_MC x MM_NC tile is one OpenMP task; K in
-// MM_KC chunks keeps panels in L2; an MM_MR x MM_NR micro tile sits in registers.
+// Matrix multiply, the one fast kernel: C (M,N) = or += A (M,K) @ B (K,N), B row-major.
+// A goes through two strides, so dout^T needs no copy of the huge dlogits.
+// Blocking: an MM_MC x MM_NC tile per OpenMP task, K in MM_KC chunks (L2), MM_MR x MM_NR in registers.
 // Tuned on a 2-core AVX-512 EPYC: ~100-170 GFLOP/s for GPT-2's shapes.
 
 #define MM_MR 8
@@ -312,6 +315,7 @@ static void residual_forward(float* out, const float* a, const float* b, int64_t
 }
 
 // exp(x) for x <= 0 within a few ulp of expf, branch-free so the softmax vectorizes (libm's expf is scalar).
+
 // exp(x) = 2^n exp(r), n = round(x / ln2), r = x - n ln2 (ln2 in two parts: r exact), exp(r) by Cephes'
 // polynomial on |r| <= ln2/2. Adding 1.5*2^23 rounds n into the low mantissa bits (floorf does not
 // vectorize under -ftrapping-math). Below -87 it returns ~1e-38, which no softmax sum notices.

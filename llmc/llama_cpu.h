@@ -1,15 +1,19 @@
-// llama_cpu.h — the CPU reference Llama (Llama 2 / 3 and Qwen2), fp32 + OpenMP: forward, mean cross-entropy,
-// backward into a layer-major gradient, and a reference AdamW step. The oracle for Llama GPU kernels to come,
-// so one plain function per op; the matmul and the softmax cross-entropy are gpt2_cpu.h's.
+// llama_cpu.h — the CPU reference Llama (Llama 2 / 3 and Qwen2), fp32 + OpenMP.
+// Forward, mean cross-entropy, backward into a layer-major gradient, a reference AdamW step.
+// The oracle for Llama GPU kernels to come: one plain function per op.
+// The matmul and the softmax cross-entropy are gpt2_cpu.h's.
 // Not here: reading Hugging Face checkpoints (llama_hf.h), data, files, the GPU.
+
 // Shapes: N = B*T positions, C hidden channels, NH query heads and NKV key/value heads of hd channels each,
 // QD = NH*hd, KVD = NKV*hd, I the MLP width, L layers, V tokens (not padded: logits are (N, V)).
+
 // A layer, as transformers' LlamaDecoderLayer:
 //   h   = x + wo(attention(rope(wq rms1(x) + bq), rope(wk rms1(x) + bk), wv rms1(x) + bv))
 //   out = h + w_down(silu(w_gate rms2(h)) * w_up rms2(h))
-// Query head h reads key/value head h / (NH/NKV) (grouped-query attention): K and V are never copied per
-// head. Packed sequences as gpt2_cpu.h's (pos: each token's position in its conversation; target -1: no
-// loss): RoPE rotates by pos[t], and query t sees keys t - pos[t] .. t of its row.
+
+// Grouped-query attention: query head h reads key/value head h / (NH/NKV); K, V are never copied per head.
+
+// Packed sequences as gpt2_cpu.h's: RoPE rotates by pos[t]; query t sees keys t - pos[t] .. t of its row.
 #pragma once
 #include <math.h>
 #include <stdint.h>
