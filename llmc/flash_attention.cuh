@@ -1,11 +1,14 @@
-// flash_attention.cuh — causal self-attention as fused tensor-core kernels (FlashAttention-2): the (T x T)
-// scores live only in registers, tile by tile. The forward keeps one log-sum-exp per query row, from which
-// the backward recomputes P; the backward is two kernels (dq by query tiles, dk/dv by key tiles), so each
-// gradient element is written once, without atomics. Same layouts as attention.cuh (the fallback):
-// qkv (B, T, 3C) -> y (B, T, C). Head sizes 32, 64, 80, 96, 128; any T; bf16 in, fp32 accumulation.
-// Grouped-query attention (Llama): qkv rows [q (NH*hs) | k (NKV*hs) | v (NKV*hs)], query head h reads
-// key/value head h / (NH/NKV) in place; GPT-2 is NKV = NH. Packed sequences: pos (B*T, may be NULL) masks
-// key s for query t unless t - pos[t] <= s <= t; key tiles no query of a block sees are skipped.
+// flash_attention.cuh — causal self-attention as fused tensor-core kernels (FlashAttention-2).
+// The (T x T) scores live only in registers, tile by tile.
+// The forward keeps one log-sum-exp per query row; the backward recomputes P from it.
+// Backward: two kernels (dq by query tiles, dk/dv by key tiles), each gradient written once, no atomics.
+// Layouts as attention.cuh (the fallback): qkv (B, T, 3C) -> y (B, T, C).
+// Head sizes 32, 64, 80, 96, 128; any T; bf16 in, fp32 accumulation.
+
+// Grouped-query attention (Llama): qkv rows [q (NH*hs) | k (NKV*hs) | v (NKV*hs)].
+// Query head h reads key/value head h / (NH/NKV) in place; GPT-2 is NKV = NH.
+// Packed sequences: pos (B*T, may be NULL) masks key s for query t unless t - pos[t] <= s <= t.
+// Key tiles no query of a block sees are skipped.
 // Not here: choosing the path (train_gpt.cu), cp.async double buffering, Hopper's wgmma.
 #pragma once
 #include "cuda_common.h"
@@ -14,13 +17,16 @@
 // ----------------------------------------------------------------------------
 // The tensor-core instruction and its register layout (PTX ISA, "Matrix Fragments for mma.m16n8k16 with
 // floating point type"). One warp multiplies A (16 x 16, bf16) by B (16 x 8, bf16) into C (16 x 8, fp32).
+
 // Lane l holds, with g = l / 4 and t = l % 4 (pairs are packed low element first):
 //   A: a[0] = A[g][2t, 2t+1]  a[1] = A[g+8][2t, 2t+1]  a[2] = A[g][2t+8, 2t+9]  a[3] = A[g+8][2t+8, 2t+9]
 //   B: b[0] = B[2t, 2t+1][g]  b[1] = B[2t+8, 2t+9][g]
 //   C: c[0], c[1] = C[g][2t, 2t+1]  c[2], c[3] = C[g+8][2t, 2t+1]
-// So the C fragments of two neighbouring 8-column tiles are the A fragment of their 16-column block:
-// P = softmax(S) feeds the next product from registers. test/fake_cuda/fake_device.h emulates this table;
-// test_kernels.cu's MmaFragmentLayoutMatchesMatmul checks it on the real instruction.
+
+// Two neighbouring 8-column C tiles are their 16-column block's A fragment.
+// So P = softmax(S) feeds the next product from registers.
+
+// test/fake_cuda/fake_device.h emulates this table; MmaFragmentLayoutMatchesMatmul checks it on the GPU.
 
 __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
 #ifdef FAKE_CUDA_DEVICE
@@ -38,10 +44,13 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], 
 
 // ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: the warp loads four 8 x 8 bf16 matrices from shared
 // memory; lanes 8i .. 8i+7 give the addresses of matrix i's 8 rows (16 contiguous bytes each, 16-byte
-// aligned). Lane l receives in r[i], with g = l / 4 and t = l % 4:
+// aligned).
+
+// Lane l receives in r[i], with g = l / 4 and t = l % 4:
 //   plain:  matrix i's elements [g][2t], [g][2t+1]
 //   .trans: matrix i's elements [2t][g], [2t+1][g]   (the transposed matrix's [g][2t, 2t+1])
 // the mma fragments' layout: one instruction loads four fragment registers.
+
 // fake_device.h emulates this table; test_kernels.cu's LdmatrixMatchesItsTable checks it.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const bf16* row, bool transpose) {
 #ifdef FAKE_CUDA_DEVICE
@@ -185,8 +194,9 @@ __device__ __forceinline__ void b2_from_cols(uint32_t b[4], const bf16 (*tile)[W
 
 // ----------------------------------------------------------------------------
 // Forward. Block: 64 queries of one (sequence, head), 4 warps of 16 rows; key tiles of 64 up to the diagonal.
-// Per tile: S = q k^T, base-2 scaled, masked; online softmax (row max m, sum l); O = O * exp2(m_old - m_new)
-// + P v. Then y = O / l, lse = m + log2(l), so p = exp2(score * scale_log2 - lse).
+// Per tile: S = q k^T, base-2 scaled, masked; online softmax (row max m, sum l).
+// O = O * exp2(m_old - m_new) + P v. Then y = O / l, lse = m + log2(l).
+// So p = exp2(score * scale_log2 - lse).
 // grid: (B * NH, ceil(T / 64)), the last tiles (most keys) first.
 
 template <int HS>
@@ -404,11 +414,11 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-// dk and dv. Block: 32 keys of one key/value head, 2 warps of 16 key rows; S^T = k q^T key-major, so P^T and
-// dS^T are A fragments of dv += P^T dy and dk += dS^T q. For each query head of the group in turn, query
-// tiles of 32 from the diagonal on; q, dy rows are B (.trans for dk, dv). grid: (B * NKV, ceil(T / 32)),
-// the first keys (most queries) first. Grouped-query attention without races: the block owns its 32 keys'
-// dk, dv, sums the group's query heads in registers, and writes each element once.
+// dk and dv. Block: 32 keys of one key/value head, 2 warps of 16 key rows.
+// S^T = k q^T key-major, so P^T and dS^T are A fragments of dv += P^T dy and dk += dS^T q.
+// Per query head of the group: query tiles of 32 from the diagonal on; q, dy rows are B (.trans).
+// grid: (B * NKV, ceil(T / 32)), the first keys (most queries) first.
+// No races: the block owns its keys' dk, dv, sums the group's heads in registers, writes each once.
 template <int HS>
 __global__ void __launch_bounds__(64)
     flash_attention_backward_dkdv_kernel(bf16* dqkv, const bf16* qkv, const bf16* dy, const float* lse,
