@@ -2,9 +2,9 @@
 //   DIR/model_STEP.bin  the fp32 master weights, an llm.c model file (the Llama family: llama_model.h's)
 //   DIR/state_STEP.bin  AdamW m and v, the step, the updates applied, the data position, the hyperparameters
 //   DIR/DONE_STEP       written last, once both files are fsynced: no DONE, no resume
-// Here: the state file's format, saving, checking files before anything large is allocated, choosing the
-// checkpoint a resume starts from. Not here: moving the state off the GPU (train_gpt.cu), model files
-// (model.h).
+
+// Here: the state file's format, saving, checking files before large allocations, picking a resume point.
+// Not here: moving the state off the GPU (train_gpt.cu), model files (model.h).
 #pragma once
 #include <errno.h>
 #include <stdint.h>
@@ -21,10 +21,10 @@
 
 #define STATE_MAGIC   20241122
 #define STATE_VERSION 2  // 2: the run's hyperparameters in the header; version 1 files are refused
-// 102: train_gpt -sd (the SSD tier, ssd.h): the streamed layers' state is in the run's SsdStore, not here.
-// Version 2's header and data position, then a tail of SSD_TAIL_SLOTS int64 (below), then m and v of the
-// first `prefix` parameters only (the embeddings and the -R layers, which stay in host RAM). (Not 3: a
-// future version 3 of the plain format keeps its number; version 3 files are refused as unknown today.)
+// 102: train_gpt -sd (ssd.h): the streamed layers' state is in the run's SsdStore, not here.
+// Layout: version 2's header and data position, a tail of SSD_TAIL_SLOTS int64, then m and v.
+// m and v cover the first `prefix` parameters only (the embeddings and -R layers, kept in host RAM).
+// Not 3: that number stays free for the plain format; version 3 files are refused as unknown.
 #define STATE_VERSION_SSD 102
 enum { SSD_TAIL_PREFIX, SSD_TAIL_STORE_STEP, SSD_TAIL_STREAMED_LAYERS, SSD_TAIL_RESERVED, SSD_TAIL_SLOTS };
 
@@ -280,11 +280,12 @@ static int save_model_streamed(const char* path, const GPTConfig* cfg, const flo
     return file_crc32c(path, &bytes, crc, err, errlen);
 }
 
-// Writes the checkpoint of `step` (adam_t updates applied) into dir: the model file, the state file (m, v,
-// the data position and a's hyperparameters for a run of B x T micro-batches), then DONE with both files'
-// sizes and checksums; then removes what -nk / -nm no longer keep. Exits with one error line on any failure:
-// the checkpoints already there stay valid. Both trainers write this format, so a run moves between them.
-// A Llama-family model passes `llama` (cfg unused): its model file is llama_model.h's, the rest the same.
+// Writes the checkpoint of `step` (adam_t updates applied): model file, state file, then DONE.
+// The state: m, v, the data position, a's hyperparameters for B x T micro-batches.
+// DONE holds both files' sizes and checksums; then -nk / -nm prune older ones.
+// Any failure exits with one line; the checkpoints already there stay valid.
+// Both trainers write this format, so a run moves between them.
+// A Llama-family model passes `llama` (cfg unused): its model file is llama_model.h's.
 static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const GPTConfig* cfg,
                             const float* master, const float* m, const float* v, const TrainArgs* a, int B,
                             int T, const DataLoaderState* data_state, const StreamedState* ss = NULL,
@@ -454,10 +455,10 @@ static int64_t check_state_file(const char* path, int64_t total) {
     return header[ST_STEP];
 }
 
-// The checkpoint a resume starts from: the newest DONE_N whose files read and match their marker's sizes and
-// checksums. A damaged one is skipped with a warning. Fills the paths, cfg and the state header; -1 when dir
-// holds no DONE marker. Dies when none of several is valid: starting over would drop the run.
-// A Llama-family checkpoint fills *llama (its num_layers 0 for a GPT-2); a caller passing none refuses it.
+// The resume point: the newest DONE_N whose files match its sizes and checksums; damaged ones warn.
+// Fills the paths, cfg and the state header; -1 when dir holds no DONE marker.
+// Dies when none of several is valid: starting over would drop the run.
+// A Llama-family checkpoint fills *llama (num_layers 0 for GPT-2); a caller passing none refuses it.
 static int64_t pick_checkpoint(const char* dir, char* model, char* state, size_t pathlen, GPTConfig* cfg,
                                int64_t header[ST_HEADER_SLOTS], LlamaConfig* llama = NULL) {
     if (llama) memset(llama, 0, sizeof *llama);
@@ -625,11 +626,10 @@ static int dir_run_files(const char* dir, char* found, size_t len) {
     return count;
 }
 
-// Makes and locks the -o directory of a training run (not a benchmark) and decides where the run starts. With
-// -y 1: the newest valid checkpoint (pick_checkpoint fills model, state, cfg and header) and its step.
-// Otherwise, or with -y 1 and no checkpoint at all, -1, a fresh start, allowed only where no run left
-// anything: a fresh run in a directory holding a main.log or checkpoint files of either trainer dies naming
-// them, since it would overwrite them. Removes leftover temporary files first. Without -o: -1.
+// Makes and locks a training run's -o directory and returns where the run starts (-1: fresh).
+// -y 1: the newest valid checkpoint's step (pick_checkpoint fills model, state, cfg, header).
+// A fresh start over a main.log or checkpoint files dies naming them: it would overwrite them.
+// Removes leftover temporary files first. Without -o: -1.
 static int64_t open_run_dir(const TrainArgs* a, char* model, char* state, size_t pathlen, GPTConfig* cfg,
                             int64_t header[ST_HEADER_SLOTS], LlamaConfig* llama = NULL) {
     if (llama) memset(llama, 0, sizeof *llama);
