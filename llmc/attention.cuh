@@ -1,8 +1,9 @@
-// attention.cuh — causal self-attention (-F 0), forward and backward: cuBLAS batched GEMMs per head and the
-// causal softmax kernels, in place on the activations' layouts. No CUDA API of its own, so
-// test/test_attention.cpp checks its stride math on the CPU.
-// Grouped-query attention (Llama): qkv rows are [q (NH*hs) | k (NKV*hs) | v (NKV*hs)], query head h reads
-// key/value head h / (NH/NKV) in place (no per-head copies). GPT-2 is NKV = NH: [q | k | v] of C each.
+// attention.cuh — causal self-attention (-F 0), forward and backward.
+// cuBLAS batched GEMMs per head and the causal softmax kernels, in place on the activations' layouts.
+// No CUDA API of its own, so test/test_attention.cpp checks its stride math on the CPU.
+
+// Grouped-query attention (Llama): qkv rows are [q (NH*hs) | k (NKV*hs) | v (NKV*hs)].
+// Query head h reads key/value head h / (NH/NKV) in place. GPT-2 is NKV = NH: [q | k | v] of C each.
 // Packed sequences: pos (B*T, device, may be NULL) masks key s for query t unless t - pos[t] <= s <= t.
 #pragma once
 

@@ -1,9 +1,9 @@
-// llama_kernels.cuh — the GPU kernels a Llama layer adds to GPT-2's, each beside its launcher: RMSNorm,
-// RoPE and SwiGLU, forward and backward. bf16 in and out, fp32 math; RMSNorm's weight gradient accumulates
-// (+=) in fp32, as kernels.cuh's LayerNorm. Each launcher has the name of its fp32 twin in llama_cpu.h
-// (rmsnorm_forward, rope_forward, swiglu_forward, ...): the CPU one is the test's oracle.
-// Not here: grouped-query attention (attention.cuh, flash_attention.cuh take NKV), matrix multiplies
-// (matmul.cuh), 16-byte vectorized variants.
+// llama_kernels.cuh — the GPU kernels a Llama layer adds to GPT-2's: RMSNorm, RoPE, SwiGLU, fwd and bwd.
+// bf16 in and out, fp32 math. RMSNorm's weight gradient accumulates (+=) in fp32, as LayerNorm's.
+// Each launcher is named as its fp32 twin in llama_cpu.h, the test's oracle (rmsnorm_forward, ...).
+// Not here: grouped-query attention (attention.cuh, flash_attention.cuh), GEMMs (matmul.cuh).
+// Not here either: 16-byte vectorized variants.
+
 // Shapes as llama_cpu.h: N = B*T rows, C channels, NH query heads and NKV key/value heads of hd channels,
 // H the MLP width (llama_cpu.h's I).
 #pragma once
@@ -90,11 +90,13 @@ static void rmsnorm_backward(bf16* dinp, float* dweight, const bf16* dout, const
 }
 
 // ----------------------------------------------------------------------------
-// RoPE, in place on the q and k heads of a fused qkv activation (N, (NH + 2*NKV) * hd): each row holds NH
-// q heads, then NKV k heads, then NKV v heads, so the rotated heads are the row's first NH + NKV.
+// RoPE, in place on the q and k heads of a fused qkv activation (N, (NH + 2*NKV) * hd).
+// A row holds NH q, NKV k, NKV v heads: the rotated heads are its first NH + NKV.
+
 // transformers' rotate_half convention: channel i pairs with i + hd/2,
-//   x1' = x1 cos - x2 sin,  x2' = x2 cos + x1 sin,  angle = t * inv_freq[i], t = pos[row] (packed
-// sequences' positions, device) or row % T when pos is NULL.
+//   x1' = x1 cos - x2 sin,  x2' = x2 cos + x1 sin,  angle = t * inv_freq[i]
+// t = pos[row] (packed sequences, device), or row % T when pos is NULL.
+
 // The backward is the transposed rotation, which is the rotation by -angle.
 
 // d_inv_freq (hd/2 floats, on the device) = llama_rope_inv_freq(c): plain or llama3-scaled, once.
