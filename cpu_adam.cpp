@@ -1,9 +1,11 @@
-// cpu_adam.cpp — AdamW, sum of squares and fp32 -> bf16 over large host arrays: OpenMP chunks, SIMD
-// (AVX-512, else AVX2+FMA, else scalar), one pass over memory per call. Not here: which tensors decay,
-// clipping, lr (adamw.h, schedulers.h).
-// An update moves ~30 bytes and ~15 flops per parameter: memory-bound, so moments, weight and the GPU's bf16
-// copy are one fused pass. Every path does the same IEEE ops in the same order: results are bit-identical
-// whatever path, thread or chunk an element lands on.
+// cpu_adam.cpp — AdamW, sum of squares and fp32 -> bf16 over large host arrays.
+// OpenMP chunks, SIMD (AVX-512, else AVX2+FMA, else scalar), one pass over memory per call.
+// Not here: which tensors decay, clipping, lr (adamw.h, schedulers.h).
+
+// An update moves ~30 bytes and ~15 flops per parameter: memory-bound.
+// So moments, weight and the GPU's bf16 copy are one fused pass.
+
+// Every path does the same IEEE ops in the same order: results are bit-identical across paths and threads.
 #include "llmc/cpu_adam.h"
 
 #include <math.h>

@@ -1,9 +1,7 @@
-// train_gpt_cpu.cpp — trains a GPT-2 (gpt2_cpu.h) or a Llama-family model (llama_cpu.h: Llama 3, Qwen2) on
-// the CPU with the reference model. Flags, data, schedule, clip and AdamW are the streaming GPU trainer's, so
-// the two compare line by line.
-// With no arguments it trains a small model (L4 C128 NH4, T 64) on the shipped tinyshakespeare shards, in a
-// few minutes on 2 cores. It writes train_gpt's log and checkpoints, so a run moves between the two trainers.
-// It uses no GPU.
+// train_gpt_cpu.cpp — trains a GPT-2 (gpt2_cpu.h) or a Llama-family model (llama_cpu.h) on the CPU.
+// Flags, data, schedule, clip and AdamW are the GPU trainer's, so the two compare line by line.
+// No arguments: a small model (L4 C128 NH4, T 64) on tinyshakespeare, a few minutes on 2 cores.
+// It writes train_gpt's log and checkpoints, so a run moves between the two trainers. No GPU.
 #include <chrono>
 #include <stdarg.h>
 #include <omp.h>

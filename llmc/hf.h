@@ -1,8 +1,9 @@
-// hf.h — Hugging Face GPT-2 checkpoints in and out: safetensors (one file or sharded), config.json, and
-// GPT2LMHeadModel's tensors mapped to our layer-major layout. model_file.h reads -e through it; export_hf
-// writes. Not here: PyTorch pickles (.bin), other architectures, tokenizer files. transformers' Conv1D stores
-// weights (in, out), ours are (out, in): the four matrices of a layer are transposed both ways. lm_head is
-// tied to wte, which has V rows there and Vp here (extra rows zero).
+// hf.h — Hugging Face GPT-2 checkpoints in and out: safetensors (one file or sharded), config.json.
+// GPT2LMHeadModel's tensors map to our layer-major layout. model_file.h reads -e through it; export_hf
+// writes. Not here: PyTorch pickles (.bin), other architectures, tokenizer files.
+
+// transformers' Conv1D stores (in, out), ours (out, in): a layer's four matrices are transposed both ways.
+// lm_head is tied to wte: V rows there, Vp here (extra rows zero).
 #pragma once
 #include <fcntl.h>
 #include <stdint.h>

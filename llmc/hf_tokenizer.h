@@ -1,7 +1,8 @@
-// hf_tokenizer.h — a Hugging Face tokenizer.json as tokenizer.h's decoder, to print the samples of a model
-// that came with one (Llama 3, Qwen2, GPT-2): a byte-level BPE's ids to their bytes.
-// Not here: encoding (dev/data/hf_tokenize.py); other tokenizer models (SentencePiece, WordPiece) are
-// refused with the reason, and their samples print as ids.
+// hf_tokenizer.h — a Hugging Face tokenizer.json as tokenizer.h's decoder: byte-level BPE ids to bytes.
+// It prints the samples of a model that came with one (Llama 3, Qwen2, GPT-2).
+// Not here: encoding (dev/data/hf_tokenize.py).
+// Other tokenizer models (SentencePiece, WordPiece) are refused with the reason; samples print as ids.
+
 // Byte-level BPE writes each byte as one character (GPT-2's bytes_to_unicode): printable bytes as themselves,
 // the other 68 as U+0100 onwards, in byte order. A token string maps back through that table.
 #pragma once

@@ -1,8 +1,9 @@
-// kernels.cuh — the GPU kernels of a layer, the embeddings and the loss, each beside its launcher, and the
-// GPU AdamW. bf16 activations, fp32 sums; parameter gradients accumulate (+=) in fp32 across micro-batches.
+// kernels.cuh — the GPU kernels of a layer, the embeddings, the loss and AdamW, each beside its launcher.
+// bf16 activations, fp32 sums; parameter gradients accumulate (+=) in fp32 across micro-batches.
 // Not here: matrix multiplies (matmul.cuh). Element counts are int64_t.
-// Packed sequences: pos (B*T, may be NULL) is each token's position in its conversation (NULL: t = row % T);
-// a target of -1 marks a token without loss. gpt2_cpu.h's top says the rules.
+
+// Packed sequences: pos (B*T, NULL: t = row % T) is a token's position in its conversation.
+// A target of -1 marks a token without loss. gpt2_cpu.h's top says the rules.
 #pragma once
 #include "cuda_common.h"
 #include "cpu_adam.h"  // AdamWConstants: the CPU's constants and operation order

@@ -1,8 +1,9 @@
-// llama_hf.h — Hugging Face LlamaForCausalLM and Qwen2ForCausalLM checkpoints into llama_cpu.h's model:
-// config.json to LlamaConfig, then the safetensors (one file or shards; F32, F16 and BF16 widened exactly)
-// into the layer-major parameters. What llama_cpu.h does not compute is refused in one line.
+// llama_hf.h — Hugging Face LlamaForCausalLM and Qwen2ForCausalLM checkpoints into llama_cpu.h's model.
+// config.json becomes a LlamaConfig; safetensors (F32, F16, BF16 widened exactly) the layer-major params.
+// What llama_cpu.h does not compute is refused in one line.
 // Writing: config.json and the tensor list export_hf writes them with (hf.h's hf_write_places).
 // Not here: the safetensors and JSON readers (hf.h), our checkpoints, tokenizers.
+
 // nn.Linear stores (out, in) as our layout does: tensors are copied, never transposed.
 #pragma once
 #include <string>

@@ -1,9 +1,9 @@
-// timeline.h — the streaming trainer's optional per-step timeline (-Y 1): CUDA events around each layer's
-// compute, weight copy (H2D) and gradient copy (D2H), and the host clock around each CPU AdamW block and,
-// with -sd, around the disk's busy intervals (ssd.h's busy log: reads and writes, one track each).
-// A step's summary: busy seconds per resource, and the compute stream's idle time in the forward and backward
-// passes. Optionally a Chrome trace (chrome://tracing or Perfetto).
-// With the timeline off (a NULL Timeline*) every function returns at once. It only measures, never reorders.
+// timeline.h — the streaming trainer's optional per-step timeline (-Y 1).
+// CUDA events time each layer's compute, weight copy (H2D) and gradient copy (D2H).
+// The host clock times each CPU AdamW block and, with -sd, the disk's busy reads and writes (ssd.h).
+// A step's summary: busy seconds per resource, the compute stream's idle time in forward and backward.
+// Optionally a Chrome trace (chrome://tracing or Perfetto).
+// Off (a NULL Timeline*), every function returns at once. It only measures, never reorders.
 #pragma once
 #include <chrono>
 #include <math.h>
