@@ -5,7 +5,7 @@
 // An update moves ~30 bytes and ~15 flops per parameter: memory-bound.
 // So moments, weight and the GPU's bf16 copy are one fused pass.
 
-// Every path does the same IEEE ops in the same order: results are bit-identical across paths and threads.
+// Every path does the same IEEE ops in the same order: bit-identical whatever path, thread or chunk.
 #include "llmc/cpu_adam.h"
 
 #include <math.h>
