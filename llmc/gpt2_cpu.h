@@ -20,6 +20,7 @@
 // Matrix multiply, the one fast kernel: C (M,N) = or += A (M,K) @ B (K,N), B row-major.
 // A goes through two strides, so dout^T needs no copy of the huge dlogits.
 // Blocking: an MM_MC x MM_NC tile per OpenMP task, K in MM_KC chunks (L2), MM_MR x MM_NR in registers.
+
 // Tuned on a 2-core AVX-512 EPYC: ~100-170 GFLOP/s for GPT-2's shapes.
 
 #define MM_MR 8
@@ -198,9 +199,9 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, const 
     }
 }
 
-// Causal self-attention. qkv (N, 3C) holds q | k | v, head h in channels [h*hs, (h+1)*hs) of each.
-// att (B, NH, T, T) keeps the softmax probabilities (zero outside the mask) for backward; out (N, C).
-// pos (may be NULL): query t sees keys t - pos[t] .. t only (packed sequences).
+// Causal self-attention. qkv (N, 3C) holds q | k | v; head h is channels [h*hs, (h+1)*hs) of each.
+// att (B, NH, T, T): softmax probabilities for backward, zero outside the mask. out (N, C).
+// pos (may be NULL): query t sees keys t - pos[t] .. t only.
 static void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
                               const int* pos = NULL) {
     const int hs = C / NH;
@@ -316,9 +317,10 @@ static void residual_forward(float* out, const float* a, const float* b, int64_t
 
 // exp(x) for x <= 0 within a few ulp of expf, branch-free so the softmax vectorizes (libm's expf is scalar).
 
-// exp(x) = 2^n exp(r), n = round(x / ln2), r = x - n ln2 (ln2 in two parts: r exact), exp(r) by Cephes'
-// polynomial on |r| <= ln2/2. Adding 1.5*2^23 rounds n into the low mantissa bits (floorf does not
-// vectorize under -ftrapping-math). Below -87 it returns ~1e-38, which no softmax sum notices.
+// exp(x) = 2^n exp(r), n = round(x / ln2), r = x - n ln2 (ln2 in two parts: r exact).
+// exp(r): Cephes' polynomial on |r| <= ln2/2.
+// Adding 1.5*2^23 rounds n into the low mantissa bits (floorf does not vectorize under -ftrapping-math).
+// Below -87 it returns ~1e-38, which no softmax sum notices.
 static inline float exp_nonpositive(float x) {
     x = x < -87.0f ? -87.0f : x;
     const float shifted = x * 1.44269504088896341f + 12582912.0f;  // 1.5 * 2^23 + round(x / ln2)
@@ -562,8 +564,8 @@ static int gpt2_cpu_layout_activations(GPT2CPU* model, int B, int T) {
     return 1;
 }
 
-// Forward over inputs (B, T); with targets (may be NULL; -1: not a target) also losses and mean_loss, as
-// backward needs. pos (may be NULL): packed sequences, see the top of the file.
+// Forward over inputs (B, T). With targets (may be NULL; -1: none) also losses and mean_loss, for backward.
+// pos (may be NULL): packed sequences, see the top of the file.
 // 0 with model->error when T > maxT, a token is outside [0, V), a pos is invalid or memory runs out.
 static int gpt2_cpu_forward(GPT2CPU* model, const int* inputs, const int* targets, int B, int T,
                             const int* pos = NULL) {
@@ -641,9 +643,10 @@ static int gpt2_cpu_forward(GPT2CPU* model, const int* inputs, const int* target
     return 1;
 }
 
-// ADDS d(loss)/d(params) of the last forward (with targets) into model->grads, loss = normalizer * the sum
-// of the target tokens' losses. normalizer 0: 1/(B*T), the mean; then k micro-batches sum, and the caller
-// divides by k (adamw.h). Packed data: 1 / (target tokens of the whole step), and no division by k.
+// ADDS d(loss)/d(params) of the last forward (with targets) into model->grads.
+// loss = normalizer * the sum of the target tokens' losses.
+// normalizer 0: 1/(B*T), the mean; k micro-batches then sum, and the caller divides by k (adamw.h). Packed
+// data: 1 / (target tokens of the whole step), and no division by k.
 static int gpt2_cpu_backward(GPT2CPU* model, float normalizer = 0.0f) {
     if (!model->has_targets) {
         snprintf(model->error, sizeof model->error, "backward: the last forward pass had no targets");
