@@ -1,6 +1,6 @@
-// ssd.cpp — the SSD tier (ssd.h says what and why): asynchronous direct I/O over io_uring with a pread/pwrite
-// fallback, the two-generation state store and its pipelined AdamW round, the capacity plan and the bandwidth
-// probe. Host code only; no CUDA. Every size and offset is int64_t.
+// ssd.cpp — the SSD tier; ssd.h says what and why.
+// Direct I/O over io_uring (pread/pwrite fallback), the two-generation store, its pipelined AdamW round.
+// Also the capacity plan and the bandwidth probe. Host code only, no CUDA; sizes and offsets are int64_t.
 #include "ssd.h"
 
 #include <errno.h>

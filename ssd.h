@@ -49,26 +49,26 @@ typedef struct {
     char path[1024];
 } SsdFile;
 
-// Opens (create = 1: creates or truncates, then allocates `size` bytes with fallocate) path read-write with
-// O_DIRECT; a filesystem that refuses O_DIRECT gets a buffered file and one warning line (env SSD_NO_DIRECT=1
-// forces that, for tests). 0, or -1 with err set ("no space" names the bytes asked and free).
+// Opens path read-write with O_DIRECT; create = 1 creates or truncates, then fallocates `size` bytes.
+// A filesystem refusing O_DIRECT gets a buffered file and one warning (SSD_NO_DIRECT=1 forces it, for tests).
+// 0, or -1 with err set ("no space" names the bytes asked and free).
 int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int quiet, char* err,
                   size_t errlen);
 void ssd_file_close(SsdFile* f);
 int ssd_file_sync(SsdFile* f, char* err, size_t errlen);  // fsync
 
-// Queues a read (write = 0) or write of `bytes` at `offset`; returns its id. A bad request (unaligned on an
-// O_DIRECT file, out of the file) is not refused here: its ssd_io_wait returns the error. buf must stay valid
-// until the request is waited for.
+// Queues a read (write = 0) or write of `bytes` at `offset`; returns its id.
+// A bad request (unaligned under O_DIRECT, out of the file) fails in its ssd_io_wait, not here.
+// buf must stay valid until the request is waited for.
 SsdReq ssd_io_submit(SsdIo* io, const SsdFile* f, int write, void* buf, int64_t bytes, int64_t offset);
 // Blocks until request r is complete; 0, or -1 with err set to one line naming the file, the offset and why.
 // Every submitted request must be waited for exactly once.
 int ssd_io_wait(SsdIo* io, SsdReq r, char* err, size_t errlen);
 int ssd_io_poll(SsdIo* io, SsdReq r);  // 1 when complete (ssd_io_wait then returns at once)
 
-// Test hook: the (after + 1)-th chunk of kind `write` from now, and every one after it, fails with errno err
-// (err = 0: transfers 0 bytes, a short write/read) without touching the disk; kill = 1: the process kills
-// itself with SIGKILL there instead (a crash between two writes). after < 0 removes the fault.
+// Test hook: from the (after + 1)-th chunk of kind `write` on, every chunk fails with errno err, disk
+// untouched. err = 0: a short write/read of 0 bytes. kill = 1: SIGKILL there instead (a crash between two
+// writes). after < 0 removes the fault.
 void ssd_io_set_fault(SsdIo* io, int write, int64_t after, int err, int kill);
 // Bytes moved so far (for the bench and the timeline).
 void ssd_io_counters(const SsdIo* io, int64_t* bytes_read, int64_t* bytes_written);
@@ -125,10 +125,9 @@ int64_t ssd_store_ring_bytes(const SsdStoreConfig* cfg);
 // ssd_store_read_bf16_async / ssd_store_write_grads_async.
 int64_t ssd_store_bf16_layer_bytes(const SsdStore* st);
 
-// Synchronous whole-layer transfers through the ring (any alignment of the caller's arrays), for the initial
-// state, a resume that loads the state, exporting a model file, and tests. write_layer writes into the write
-// generation (bf16 = bf16(params) too with with_bf16; m or v NULL: zeros, a fresh state); read_layer reads
-// the newest state, skipping NULL arrays.
+// Synchronous whole-layer transfers through the ring, any alignment: initial state, resume, export, tests.
+// write_layer writes the write generation (and bf16(params) with with_bf16); m or v NULL: zeros.
+// read_layer reads the newest state, skipping NULL arrays.
 int ssd_store_write_layer(SsdStore* st, int layer, const float* params, const float* m, const float* v,
                           char* err, size_t errlen);
 int ssd_store_read_layer(SsdStore* st, int layer, float* params, float* m, float* v, uint16_t* bf16,
@@ -142,9 +141,9 @@ int ssd_store_wait(SsdStore* st, SsdReq r, char* err, size_t errlen);
 
 // What a round calls back (on the round's thread).
 typedef struct {
-    // Once per layer, before its first update: blocks until its gradients are ready and returns them (bf16,
-    // in RAM: the layer's layer_elems gradients); NULL with grads_on_disk (the round reads them from the
-    // file: the caller has waited for its ssd_store_write_grads_async first). May be NULL with grads_on_disk.
+    // Once per layer, before its first update: blocks until its layer_elems bf16 gradients are in RAM.
+    // With grads_on_disk: may be NULL, or returns NULL; the round reads the file.
+    // (The caller has then waited for its ssd_store_write_grads_async.)
     const uint16_t* (*grads)(void* ctx, int layer);
     // Updates elements [offset, offset + n) of the layer: params, grads, m, v, bf16_out (NULL: none) point at
     // element `offset`. Typically adamw_tensors_window_bf16grad (cpu_adam.h) with the layer's tensor table.
@@ -195,8 +194,8 @@ typedef struct {
 } SsdPlan;
 SsdPlan ssd_plan(const SsdPlanInput* in);
 
-// Measures dir's O_DIRECT sequential write, then read bandwidth (bytes/s) with a temporary file of at most
-// max_bytes (0: 1 GiB, less when the filesystem has less than 4x that free), about `seconds` in all. *direct
-// = 0 when the filesystem refused O_DIRECT (the read figure is then the page cache's). 0, or -1 with err set.
+// Measures dir's O_DIRECT sequential write, then read bandwidth (bytes/s), about `seconds` in all.
+// The temporary file is at most max_bytes (0: 1 GiB, less if under 4x that is free).
+// *direct = 0: O_DIRECT refused, and the read figure is the page cache's. 0, or -1 with err set.
 int ssd_probe_bandwidth(const char* dir, double seconds, int64_t max_bytes, double* read_bps,
                         double* write_bps, int* direct, char* err, size_t errlen);

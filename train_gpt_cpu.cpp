@@ -430,10 +430,10 @@ static void print_config_table(const CpuRun* r) {
     fflush(stdout);
 }
 
-// One step: the micro-batches' forward and backward, the divergence check, then AdamW unless -sl / -sg skip
-// the update (*skipped says why, else ""). Returns the mean loss; *norm gets the gradient norm.
-// Chat data: the loss is the mean over the step's target tokens (*targets), each micro-batch weighing by its
-// count; a step with none updates nothing (*skipped says so).
+// One step: micro-batches forward and backward, the divergence check, then AdamW.
+// -sl / -sg may skip the update (*skipped says why, else ""). Returns the mean loss; *norm the grad norm.
+// Chat data: the loss is the mean over the step's target tokens (*targets); each micro-batch weighs by count.
+// A step with no target updates nothing (*skipped says so).
 static double train_step(CpuRun* r, int step, float lr, float* norm, int64_t* targets, char* skipped,
                          size_t skipped_len) {
     CpuModel* m = &r->model;

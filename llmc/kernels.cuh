@@ -352,9 +352,9 @@ static void add_bias(bf16* out, const bf16* bias, const bf16* residual, int64_t 
     cudaCheckLaunch();
 }
 
-// GPT-2's GELU, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), as x / (1 + exp(-2u)), and its
-// derivative with sech^2(u) = 4 e / (1 + e)^2, e = exp(-2|u|). Not tanhf: why, and the check at every bf16
-// input, are beside test_kernels.cu's Kernels.GeluIsAccurateAtEveryBf16Input.
+// GPT-2's GELU, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), as x / (1 + exp(-2u)).
+// Its derivative uses sech^2(u) = 4 e / (1 + e)^2, e = exp(-2|u|).
+// Why not tanhf: beside test_kernels.cu's Kernels.GeluIsAccurateAtEveryBf16Input, which checks every bf16.
 #define GELU_SCALE 0.7978845608028654f  // sqrt(2/pi)
 #define GELU_CUBE  0.044715f
 __device__ __forceinline__ float gelu_half_one_plus_tanh(float u, float* sech2) {
@@ -445,9 +445,9 @@ static void gelu_backward(bf16* d_inout, const bf16* inp, int64_t n, cudaStream_
 }
 
 // ----------------------------------------------------------------------------
-// Causal softmax over rows of (B*NH, T, T) scores (already scaled by 1/sqrt(hs)), in place, a warp a row.
-// Exact zeros outside the mask, so att @ v needs none. Row r is query t1 = r % T of sequence r / (NH*T);
-// it sees keys lo .. t1, lo = t1 - pos[b, t1] (pos NULL: 0).
+// Causal softmax over rows of (B*NH, T, T) scores (scaled by 1/sqrt(hs)), in place, a warp a row.
+// Exact zeros outside the mask, so att @ v needs none.
+// Row r is query t1 = r % T of sequence r / (NH*T); it sees keys t1 - pos[b, t1] .. t1 (pos NULL: 0 .. t1).
 
 __device__ __forceinline__ int softmax_first_key(const int* pos, int64_t row, int T, int NH, int t1) {
     return pos ? t1 - pos[row / ((int64_t)NH * T) * T + t1] : 0;
@@ -502,8 +502,8 @@ static void softmax_causal_backward(bf16* datt, const bf16* att, int64_t rows, i
 // ----------------------------------------------------------------------------
 // Softmax + cross-entropy over the first V columns of logits (N, Vp): losses[row] = logsumexp -
 // logit[target]. dloss_scale != 0: logits become (softmax - one_hot) * dloss_scale in place, padded columns
-// 0. dloss_scale is the normalizer: 1 / (target tokens of the whole step). A row whose target is -1 has
-// loss 0 and a zero gradient.
+// 0. dloss_scale is the normalizer: 1 / (target tokens of the whole step). A row whose target is -1 has loss
+// 0 and a zero gradient.
 
 __global__ void __launch_bounds__(1024)
     fused_classifier_kernel(bf16* logits, float* losses, const int* targets, int64_t N, int V, int Vp,
