@@ -1,6 +1,7 @@
-// gpu_args.h — the flags only the streaming trainer has (-S, -B, -W, -Y, -A, -R, -K, -F, -G, -P, -M, -V,
-// -sd, -sw), their defaults, usage text and parsing; the shared ones are args.h's. Also where the streamed
-// layers' state lives (TIER_*, from -sd / -sw). Not here: what the flags do (train_gpt.cu, memory_plan.cuh).
+// gpu_args.h — the streaming trainer's own flags: defaults, usage text, parsing. Shared ones: args.h.
+// Its flags: -S, -B, -W, -Y, -A, -R, -K, -F, -G, -P, -M, -V, -sd, -sw.
+// Also where the streamed layers' state lives (TIER_*, from -sd / -sw).
+// Not here: what the flags do (train_gpt.cu, memory_plan.cuh).
 #pragma once
 #include <stdio.h>
 #include <stdlib.h>

@@ -177,8 +177,8 @@ __device__ __forceinline__ void a_from_tile(uint32_t a[4], const bf16 (*tile)[W 
     const int lane = threadIdx.x % 32, i = lane / 8;
     ldmatrix_x4(a, &tile[row + (i % 2) * 8 + lane % 8][col + (i / 2) * 8], false);
 }
-// B fragments of two neighbouring 8-column tiles n0 and n0 + 8 of B[k][n] = tile[n][k] (k0 .. k0 + 15): B's
-// columns are rows of the tile (k rows for S = q k^T). b[0], b[1] are tile n0's, b[2], b[3] tile n0 + 8's.
+// B fragments of 8-column tiles n0 and n0 + 8 of B[k][n] = tile[n][k], k0 .. k0 + 15.
+// B's columns are the tile's rows (k rows for S = q k^T). b[0], b[1]: tile n0; b[2], b[3]: tile n0 + 8.
 template <int W>
 __device__ __forceinline__ void b2_from_rows(uint32_t b[4], const bf16 (*tile)[W + FA_PAD], int n0, int k0) {
     const int lane = threadIdx.x % 32, i = lane / 8;
@@ -612,8 +612,9 @@ static int flash_kv_heads(int NH, int NKV) {
     return nkv;
 }
 
-// y (B, T, C = NH*hs) = causal softmax(q k^T / sqrt(hs)) v per head; lse (B, NH, T): each row's base-2
-// log-sum-exp of its scaled scores, for the backward. qkv (B, T, (NH + 2 NKV) hs); NKV, pos: see above.
+// y (B, T, C = NH*hs) = causal softmax(q k^T / sqrt(hs)) v per head.
+// lse (B, NH, T): each row's base-2 log-sum-exp of its scaled scores, for the backward.
+// qkv (B, T, (NH + 2 NKV) hs); NKV, pos: see above.
 static void flash_attention_forward(bf16* y, float* lse, const bf16* qkv, int B, int T, int C, int NH,
                                     cudaStream_t s, int NKV = 0, const int* pos = nullptr) {
     const int hs = C / NH, nkv = flash_kv_heads(NH, NKV);

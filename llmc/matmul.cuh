@@ -65,8 +65,8 @@ static void matmul_batched(cublasOperation_t ta, cublasOperation_t tb, int m, in
 //   CUBLASLT_EPILOGUE_BIAS           D += bias[row of D] (an output channel)
 //   CUBLASLT_EPILOGUE_GELU_AUX_BIAS  D += bias; aux = D (GELU input, bf16); D = gelu(D) (tanh form)
 //   CUBLASLT_EPILOGUE_DGELU          D *= gelu'(aux)
-// C (a residual, D's layout) is added with beta = 1. false, nothing done: no algorithm, or cublasLtMatmul
-// refused the one found (NOT_SUPPORTED): the caller runs it unfused.
+// C (a residual, D's layout) is added with beta = 1.
+// false, nothing done: no algorithm, or cublasLtMatmul refused it (NOT_SUPPORTED); the caller runs unfused.
 
 static cublasLtHandle_t cublaslt_handle;  // NULL: never created, every call takes the unfused path
 static int cublaslt_fusion = 1;           // 0: no epilogues (the tests compare both paths)

@@ -171,8 +171,9 @@ static inline void fill_const(float* x, int64_t n, float v) {
     for (int64_t i = 0; i < n; i++) x[i] = v;
 }
 
-// GPT-2 init: weights N(0, 0.02), residual projections (attprojw, fcprojw) scaled by 1/sqrt(2L),
+// GPT-2 init: weights N(0, 0.02); residual projections (attprojw, fcprojw) scaled by 1/sqrt(2L).
 // LayerNorm weights 1, biases 0. Padded vocab rows of wte are zero (they are never a target).
+
 // The embedding block alone (params: the whole array, or just its first embed_count floats).
 static inline void gpt_init_embeddings(const GPTConfig* c, float* params, uint64_t seed) {
     ParamLayout p = gpt_layout(c);
@@ -354,9 +355,9 @@ static inline int llmc_load_params(const char* path, const GPTConfig* cfg, float
             if (!is_bf16) {
                 ok = (int64_t)fread(dst, sizeof(float), (size_t)n, f) == n;
             } else {
-                // bf16: read into the upper half of dst's own bytes, then widen front to back: value j sits
-                // at byte 2n + 2j, float i goes to bytes 4i .. 4i+3 < 2n + 2(i+1), so it overwrites only
-                // values already read
+                // bf16: read into the upper half of dst, then widen front to back.
+                // Value j sits at byte 2n + 2j; float i goes to bytes 4i .. 4i+3 < 2n + 2(i+1).
+                // So it overwrites only values already read.
                 unsigned char* half = (unsigned char*)dst + 2 * n;
                 ok = (int64_t)fread(half, 2, (size_t)n, f) == n;
                 for (int64_t i = 0; i < n && ok; i++) {
@@ -383,9 +384,8 @@ static inline int llmc_load_params(const char* path, const GPTConfig* cfg, float
     return ok;
 }
 
-// The end of an atomic save: flushes and fsyncs f (written as tmp), closes it and renames tmp to path; ok
-// says whether the writes so far succeeded. Returns 1, or 0 with tmp removed and the first failure's reason
-// in *why (an errno value, 0 for a short write that set none).
+// The end of an atomic save: flush, fsync and close f (tmp), rename tmp to path. ok: the writes so far.
+// Returns 1, or 0 with tmp removed and *why the first failure's errno (0: a short write).
 static inline int finish_atomic_write(FILE* f, int ok, const char* tmp, const char* path, int* why) {
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     *why = ok ? 0 : errno;
