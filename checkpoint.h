@@ -131,16 +131,16 @@ static int file_crc32c(const char* path, int64_t* bytes, uint32_t* crc, char* er
 //   checkpoint 1 crc32c
 //   model_00000012.bin 1234567 1a2b3c4d
 //   state_00000012.bin 2345678 5e6f7081
-// A checksum beside the model file, not inside it, keeps that an llm.c model file. Markers of builds before
-// checksums are empty: such a checkpoint is resumed unverified, with a warning.
+// A checksum beside the model file, not inside it, keeps that an llm.c model file.
+// Older builds wrote empty markers: such a checkpoint resumes unverified, with a warning.
 #define DONE_HEADER "checkpoint 1 crc32c\n"
 typedef struct {
     int64_t bytes;
     uint32_t crc;
 } FileSum;
 
-// Writes dir/DONE_<step> naming sums[0] (the model file) and sums[1] (the state file), atomically (a .tmp,
-// fsynced, renamed; the caller fsyncs dir): a marker is there whole or not at all. 0 with err set on failure.
+// Writes dir/DONE_<step> naming sums[0] (model file) and sums[1] (state file). 0 with err on failure.
+// Atomic (.tmp, fsync, rename; the caller fsyncs dir): a marker is whole or absent.
 static int checkpoint_write_done(const char* dir, int64_t step, const FileSum sums[2], char* err,
                                  size_t errlen) {
     char done[4200], tmp[4300];
@@ -163,9 +163,9 @@ static int checkpoint_write_done(const char* dir, int64_t step, const FileSum su
     return 1;
 }
 
-// Checks the files of the checkpoint of `step` against its DONE marker: sizes, then CRC-32C over every byte
-// (one read of each file; at resume only). 1 if they match (*verified = 1) or the marker is an older build's
-// empty one (*verified = 0); 0 with err naming the bad file otherwise.
+// Checks checkpoint `step`'s files against its DONE marker: sizes, then CRC-32C (one read each, at resume).
+// 1 if they match (*verified = 1) or the marker is an older build's empty one (*verified = 0).
+// Else 0 with err naming the bad file.
 static int checkpoint_verify(const char* dir, int64_t step, int* verified, char* err, size_t errlen) {
     char done[4200];
     snprintf(done, sizeof done, "%s/DONE_%08lld", dir, (long long)step);
@@ -229,9 +229,9 @@ typedef struct {
     void* ctx;
 } StreamedState;
 
-// An llm.c model file (gpt_save_params' format, atomically) whose embeddings and first layers come from
-// `prefix_params` and whose other layers come from ss->read_layer, one layer in RAM at a time: each of a
-// layer's tensors is written at its place in the tensor-major file. The CRC-32C is read back from the file.
+// An llm.c model file (gpt_save_params' format, atomic) from `prefix_params` and ss->read_layer.
+// The prefix: embeddings and first layers. The rest: one layer in RAM at a time, each tensor at its place.
+// The CRC-32C is read back from the file.
 static int save_model_streamed(const char* path, const GPTConfig* cfg, const float* prefix_params,
                                const StreamedState* ss, uint32_t* crc, char* err, size_t errlen) {
     const ParamLayout p = gpt_layout(cfg);
@@ -501,10 +501,9 @@ static int64_t pick_checkpoint(const char* dir, char* model, char* state, size_t
     return -1;
 }
 
-// A resumed run's flags against the hyperparameters its checkpoint was written with. B, T and the tokens per
-// step must stay: the data position counts B*T batches, and a step's gradient is the mean over its
-// micro-batches. The others may change (raising -x extends a run), with one warning each, since the run is
-// then not the same.
+// A resumed run's flags against its checkpoint's hyperparameters.
+// B, T and tokens per step must stay: the data position counts B*T batches; a step's gradient is a mean.
+// The others may change (raising -x extends a run), with one warning each: the run is then not the same.
 static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_steps, int64_t step_tokens,
                               const char* dir) {
     if (h[ST_B] != a->B || h[ST_T] != a->T || h[ST_STEP_TOKENS] != step_tokens)
@@ -538,10 +537,9 @@ static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_st
                     f[i].now, bits_float(h[f[i].slot]), f[i].effect);
 }
 
-// Reads a state file (after state_file_check): m and v (total floats each), the data position, the step and
-// the updates applied. Exits on a read failure.
-// A version 102 file (train_gpt -sd) holds m, v of its prefix only: prefix (not NULL) must be that count,
-// else (a trainer holding all the state in RAM) the file is refused.
+// Reads a state file (after state_file_check): m, v (total floats each), data position, step, updates.
+// Exits on a read failure.
+// Version 102 (train_gpt -sd) holds m, v of its prefix only: prefix must be that count, else it is refused.
 static void state_file_read(const char* path, int64_t total, float* m, float* v, DataLoaderState* data_state,
                             int64_t* step, int64_t* adam_t, const int64_t* prefix = NULL) {
     *step = check_state_file(path, total);
@@ -572,9 +570,8 @@ static void state_file_read(const char* path, int64_t total, float* m, float* v,
 // ----------------------------------------------------------------------------
 // The output directory of a run: one run per directory, and a run never overwrites what it did not write.
 
-// Removes the temporary files of saves that were interrupted (a kill or a power loss between a .tmp's
-// creation and its rename): <checkpoint file>.tmp and main.log.tmp, only names this project writes. Called
-// with the directory's LOCK held, so no running save owns them.
+// Removes interrupted saves' temporary files: <checkpoint file>.tmp and main.log.tmp, only our names.
+// Called with the directory's LOCK held, so no running save owns them.
 static void remove_stale_tmp_files(const char* dir) {
     DIR* d = opendir(dir);
     if (!d) return;

@@ -645,8 +645,8 @@ static int gpt2_cpu_forward(GPT2CPU* model, const int* inputs, const int* target
 
 // ADDS d(loss)/d(params) of the last forward (with targets) into model->grads.
 // loss = normalizer * the sum of the target tokens' losses.
-// normalizer 0: 1/(B*T), the mean; k micro-batches then sum, and the caller divides by k (adamw.h). Packed
-// data: 1 / (target tokens of the whole step), and no division by k.
+// normalizer 0: 1/(B*T), the mean; k micro-batches then sum, and the caller divides by k (adamw.h).
+// Packed data: 1 / (target tokens of the whole step), and no division by k.
 static int gpt2_cpu_backward(GPT2CPU* model, float normalizer = 0.0f) {
     if (!model->has_targets) {
         snprintf(model->error, sizeof model->error, "backward: the last forward pass had no targets");

@@ -30,10 +30,10 @@ struct Json {
     }
 };
 
-// What a parse keeps, so that a file's ignored parts cost no memory. keep(level, key): keep this member of
-// an object at nesting level `level` (1: the top value's), key NULL for an array's item. What is not kept
-// is still checked as JSON (except for repeated keys), then dropped. A kept array holds at most max_items
-// values.
+// What a parse keeps, so a file's ignored parts cost no memory.
+// keep(level, key): keep this member at nesting level `level` (1: the top value's); key NULL: an array item.
+// What is not kept is still checked as JSON (except repeated keys), then dropped.
+// A kept array holds at most max_items values.
 struct JsonKeep {
     bool (*keep)(int level, const char* key) = NULL;  // NULL: keep everything
     size_t max_items = SIZE_MAX;

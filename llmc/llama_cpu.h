@@ -549,8 +549,8 @@ static int llama_cpu_forward(LlamaCPU* model, const int* inputs, const int* targ
 
 // ADDS d(loss)/d(params) of the last forward (with targets) into model->grads.
 // loss = normalizer * the sum of the target tokens' losses.
-// normalizer 0: 1/(B*T), the mean; k micro-batches then sum, and the caller divides by k. Packed data: 1 /
-// (target tokens of the whole step), and no division by k.
+// normalizer 0: 1/(B*T), the mean; k micro-batches then sum, and the caller divides by k.
+// Packed data: 1 / (target tokens of the whole step), and no division by k.
 static int llama_cpu_backward(LlamaCPU* model, float normalizer = 0.0f) {
     if (!model->has_targets) {
         snprintf(model->error, sizeof model->error, "backward: the last forward pass had no targets");
