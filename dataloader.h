@@ -433,8 +433,8 @@ static inline int dl_chat_batch(DataLoader* dl, int64_t fi, int64_t k) {
 // Shuffle permutes shards, then batches or rows per shard, from (seed, epoch, shard) alone.
 // So {epoch, shard, batch} is a position.
 
-// The next batch into inputs / targets / pos; advances at once past a shard's or epoch's end, so a saved
-// state points at a real batch. 0 with dl->err if a shard cannot be read or a chat row is malformed.
+// The next batch into inputs / targets / pos. 0 with dl->err: an unreadable shard or malformed chat row.
+// Advances at once past a shard's or epoch's end, so a saved state points at a real batch.
 static inline int dataloader_next_batch(DataLoader* dl) {
     const int64_t BT = (int64_t)dl->B * dl->T;
     if (dl->order_epoch != dl->epoch) {  // a new epoch, reset or restore: its shard order

@@ -40,9 +40,9 @@ __device__ __forceinline__ float block_max(float x, float* shared) {
     return warp_max(x);
 }
 
-// 8 bf16 as four 32-bit words (element 2i in the low half of w[i]): one 128-bit access, for rows of a
-// multiple of 8 in 16-byte-aligned buffers (every GPT shape). Other shapes take an element-wise twin that
-// does the same float operations.
+// 8 bf16 as four 32-bit words (element 2i in the low half of w[i]): one 128-bit access.
+// For rows of a multiple of 8 in 16-byte-aligned buffers (every GPT shape).
+// Other shapes take an element-wise twin doing the same float operations.
 struct Pack8 {
     uint32_t w[4];
 };
@@ -500,10 +500,10 @@ static void softmax_causal_backward(bf16* datt, const bf16* att, int64_t rows, i
 }
 
 // ----------------------------------------------------------------------------
-// Softmax + cross-entropy over the first V columns of logits (N, Vp): losses[row] = logsumexp -
-// logit[target]. dloss_scale != 0: logits become (softmax - one_hot) * dloss_scale in place, padded columns
-// 0. dloss_scale is the normalizer: 1 / (target tokens of the whole step). A row whose target is -1 has loss
-// 0 and a zero gradient.
+// Softmax + cross-entropy over logits (N, Vp)'s first V columns: losses[row] = logsumexp - logit[target].
+// dloss_scale != 0: logits become (softmax - one_hot) * dloss_scale in place, padded columns 0.
+// dloss_scale is the normalizer: 1 / (target tokens of the whole step).
+// A row whose target is -1 has loss 0 and a zero gradient.
 
 __global__ void __launch_bounds__(1024)
     fused_classifier_kernel(bf16* logits, float* losses, const int* targets, int64_t N, int V, int Vp,
@@ -538,8 +538,9 @@ static void fused_classifier(bf16* logits, float* losses, const int* targets, in
 }
 
 // ----------------------------------------------------------------------------
-// fp32 gradients -> bf16 for the host, and their sum of squares, in one read. Double: a thread adds ~1000
-// squares in a billion-parameter layer, where fp32 would lose ~1e-4 of the norm; memory-bound, so free.
+// fp32 gradients -> bf16 for the host, and their sum of squares, in one read.
+// Double: a thread adds ~1000 squares per billion-parameter layer; fp32 would lose ~1e-4 of the norm.
+// Memory-bound, so double is free.
 
 __global__ void grads_to_bf16_sumsq_kernel(bf16* out, const float* in, int64_t n, double* sumsq) {
     __shared__ double shared[WARP];
@@ -558,8 +559,8 @@ static void grads_to_bf16_sumsq(bf16* out, const float* in, int64_t n, double* s
     cudaCheckLaunch();
 }
 
-// AdamW for parameters kept on the GPU (the embedding block), in cpu_adam.cpp's order with explicitly
-// rounded intrinsics (immune to --use_fast_math): the same update as on the CPU. Writes p_bf16 too.
+// AdamW for parameters kept on the GPU (the embedding block); writes p_bf16 too.
+// cpu_adam.cpp's order with explicitly rounded intrinsics (immune to --use_fast_math): the CPU's update.
 
 __global__ void adamw_kernel(float* p, const float* grad, float* m, float* v, bf16* p_bf16, int64_t n,
                              AdamWConstants c) {
@@ -583,8 +584,8 @@ static void adamw_gpu(float* p, const float* grad, float* m, float* v, bf16* p_b
     cudaCheckLaunch();
 }
 
-// Mean of the per-position losses (one block; N is at most a few hundred thousand). normalizer != 0: the
-// sum times it instead (packed data: 1 / target tokens of the step; non-targets' losses are 0).
+// Mean of the per-position losses (one block; N is at most a few hundred thousand).
+// normalizer != 0: the sum times it (packed data: 1 / target tokens of the step; non-targets add 0).
 __global__ void __launch_bounds__(1024)
     mean_loss_kernel(float* out, const float* losses, int64_t N, float normalizer) {
     __shared__ float shared[WARP];
@@ -598,8 +599,8 @@ static void mean_loss(float* out, const float* losses, int64_t N, cudaStream_t s
     cudaCheckLaunch();
 }
 
-// Loads every kernel above onto the GPU now: CUDA 12 loads a kernel lazily (CUDA_MODULE_LOADING=LAZY, the
-// default) at its first launch, into memory the fit check would otherwise have counted as free.
+// Loads every kernel above onto the GPU now.
+// CUDA 12 loads lazily at first launch, into memory the fit check would have counted as free.
 static void kernels_load() {
     const void* kernels[] = {(const void*)embedding_forward_kernel,
                              (const void*)embedding_backward_kernel,
