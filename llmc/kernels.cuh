@@ -600,7 +600,8 @@ static void mean_loss(float* out, const float* losses, int64_t N, cudaStream_t s
 }
 
 // Loads every kernel above onto the GPU now.
-// CUDA 12 loads lazily at first launch, into memory the fit check would have counted as free.
+// CUDA 12 loads lazily (CUDA_MODULE_LOADING=LAZY, the default), at first launch.
+// That would be memory the fit check counted as free.
 static void kernels_load() {
     const void* kernels[] = {(const void*)embedding_forward_kernel,
                              (const void*)embedding_backward_kernel,
