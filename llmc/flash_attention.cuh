@@ -123,12 +123,13 @@ __device__ __forceinline__ void c_to_a(uint32_t a[4], const float left[4], const
     a[3] = pack_pair(right[2], right[3]);
 }
 
-// Shared tiles are [rows][W + FA_PAD], rows as in memory: the padding keeps rows 16-byte aligned and puts
-// the 8 rows of one ldmatrix phase in different banks. Fragment pairs down a column: ldmatrix .trans.
+// Shared tiles are [rows][W + FA_PAD], rows as in memory.
+// The padding keeps rows 16-byte aligned and puts one ldmatrix phase's 8 rows in different banks.
+// Fragment pairs down a column: ldmatrix .trans.
 #define FA_PAD 8
 
-// The first key that query rows [row0, row0 + rows) see: min of t - pos[t] (pos_b: the sequence's positions;
-// NULL: 0). Thread 0 reads them, the block gets it through `shared`; every thread must call it.
+// The first key query rows [row0, row0 + rows) see: min of t - pos[t] (pos_b NULL: 0).
+// Thread 0 reads it, the block gets it through `shared`: every thread must call it.
 __device__ __forceinline__ int first_key_of(const int* pos_b, int row0, int rows, int T, int* shared) {
     if (!pos_b) return 0;
     if (threadIdx.x == 0) {
@@ -155,8 +156,8 @@ __device__ __forceinline__ void load_tile(bf16 (*tile)[HS + FA_PAD], const bf16*
         else zero16(&tile[r][c]);
     }
 }
-// A fragments (rows r0 = g, r1 = g + 8 of a warp's 16) of a (T, HS) head matrix read from global memory,
-// rows >= T as zeros; f[kk] covers columns [16kk, 16kk + 16).
+// A fragments of a (T, HS) head matrix, from global memory: rows r0 = g, r1 = g + 8 of a warp's 16.
+// Rows >= T are zeros; f[kk] covers columns [16kk, 16kk + 16).
 template <int HS>
 __device__ __forceinline__ void load_a_rows(uint32_t f[HS / 16][4], const bf16* head, int64_t ld, int r0,
                                             int r1, int T) {
@@ -170,8 +171,9 @@ __device__ __forceinline__ void load_a_rows(uint32_t f[HS / 16][4], const bf16* 
     }
 }
 // Fragments from a shared tile of W columns, one ldmatrix each. Lane l addresses row l % 8 of matrix l / 8.
-// The A fragment of rows [row, row + 16), columns [col, col + 16): matrices (row, col), (row + 8, col),
-// (row, col + 8), (row + 8, col + 8) are a[0..3].
+
+// The A fragment of rows [row, row + 16), columns [col, col + 16).
+// a[0..3] are matrices (row, col), (row + 8, col), (row, col + 8), (row + 8, col + 8).
 template <int W>
 __device__ __forceinline__ void a_from_tile(uint32_t a[4], const bf16 (*tile)[W + FA_PAD], int row, int col) {
     const int lane = threadIdx.x % 32, i = lane / 8;
@@ -184,8 +186,8 @@ __device__ __forceinline__ void b2_from_rows(uint32_t b[4], const bf16 (*tile)[W
     const int lane = threadIdx.x % 32, i = lane / 8;
     ldmatrix_x4(b, &tile[n0 + (i / 2) * 8 + lane % 8][k0 + (i % 2) * 8], false);
 }
-// The same for B[k][n] = tile[k][n]: B's columns run down the tile (v rows for O += P v), so ldmatrix
-// transposes: matrices (k0, n0), (k0 + 8, n0), (k0, n0 + 8), (k0 + 8, n0 + 8).
+// The same for B[k][n] = tile[k][n]: B's columns run down the tile (v rows for O += P v).
+// So ldmatrix transposes matrices (k0, n0), (k0 + 8, n0), (k0, n0 + 8), (k0 + 8, n0 + 8).
 template <int W>
 __device__ __forceinline__ void b2_from_cols(uint32_t b[4], const bf16 (*tile)[W + FA_PAD], int k0, int n0) {
     const int lane = threadIdx.x % 32, i = lane / 8;
@@ -224,8 +226,8 @@ __global__ void __launch_bounds__(128)
     load_a_rows<HS>(qf, q_head, ld, r0, r1, T);
     float o[HS / 8][4];
     for (int n = 0; n < HS / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    // Running max and this lane's part of the sum, rows r0 and r1. m stays -inf until a row's first key;
-    // exp2(-inf - m) = 0 on the rescale after it.
+    // Running max and this lane's part of the sum, rows r0 and r1.
+    // m stays -inf until a row's first key; the rescale after it is exp2(-inf - m) = 0.
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
     // BK == BQ: key tiles from the block's first key up to and including the diagonal one
@@ -329,8 +331,9 @@ __global__ void flash_attention_dsum_kernel(float* dsum, const bf16* y, const bf
     }
 }
 
-// dq. Block: 64 queries, 4 warps of 16 rows (q, dy as A fragments); key tiles of 32 from the block's first
-// key up to the diagonal. grid: (B * NH, ceil(T / 64)), longest rows first.
+// dq. Block: 64 queries, 4 warps of 16 rows (q, dy as A fragments).
+// Key tiles of 32 from the block's first key up to the diagonal.
+// grid: (B * NH, ceil(T / 64)), longest rows first.
 template <int HS>
 __global__ void __launch_bounds__(128)
     flash_attention_backward_dq_kernel(bf16* dqkv, const bf16* qkv, const bf16* dy, const float* lse,
