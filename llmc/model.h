@@ -86,8 +86,8 @@ static inline int gpt_config_check(const GPTConfig* c, char* err, size_t errlen)
                  c->channels, c->max_seq_len, c->padded_vocab_size);
         return 0;
     }
-    // 32: vectorized bf16 kernels load 8 elements (16 bytes) at a time, and every tensor offset stays
-    // 64-byte aligned because all tensor sizes are then multiples of 32.
+    // 32: vectorized bf16 kernels load 8 elements (16 bytes) at a time.
+    // With every tensor size a multiple of 32, every tensor offset stays 64-byte aligned.
     if (c->channels % 32 != 0) {
         snprintf(err, errlen, "channels C=%d must be a multiple of 32", c->channels);
         return 0;
@@ -144,8 +144,8 @@ static inline int64_t gpt_num_real_params(const GPTConfig* c, const ParamLayout*
 }
 
 // ----------------------------------------------------------------------------
-// Initialization: counter-based RNG, so init is deterministic, parallel (OpenMP) and identical on every
-// machine and thread count — a 100B model initializes in seconds, not an hour.
+// Initialization: a counter-based RNG, deterministic and parallel, identical on any machine or thread count.
+// A 100B model initializes in seconds, not an hour.
 
 static inline uint64_t splitmix64(uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
@@ -186,8 +186,8 @@ static inline void gpt_init_embeddings(const GPTConfig* c, float* params, uint64
     fill_const(e + p.embed_offset[LNFW], p.embed_size[LNFW], 1.0f);
     fill_const(e + p.embed_offset[LNFB], p.embed_size[LNFB], 0.0f);
 }
-// Layer l alone into `base` (layer_stride floats): the same bits as gpt_init_params gives it, so a trainer
-// whose layers live elsewhere (the SSD tier) initializes one layer at a time.
+// Layer l alone into `base` (layer_stride floats), the same bits as gpt_init_params.
+// So the SSD tier initializes one layer at a time.
 static inline void gpt_init_layer(const GPTConfig* c, int l, float* base, uint64_t seed) {
     ParamLayout p = gpt_layout(c);
     const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * c->num_layers);
@@ -253,8 +253,8 @@ static inline int64_t llmc_tensor_offset(const GPTConfig* c, const ParamLayout* 
     return at + (is_layer ? esize * (int64_t)l * p->layer_size[t] : 0);
 }
 
-// Reads the header and checks the file size against it (so a truncated file fails here, before a trainer
-// allocates or initializes anything). Returns 0 with a one-line reason in err on any problem.
+// Reads the header and checks the file size against it: a truncated file fails before any allocation.
+// 0 with a one-line reason in err on any problem.
 static inline int llmc_read_header(const char* path, GPTConfig* cfg, char* err, size_t errlen) {
     struct stat st;
     if (stat(path, &st) != 0) {
