@@ -28,8 +28,8 @@
 #define STATE_VERSION_SSD 102
 enum { SSD_TAIL_PREFIX, SSD_TAIL_STORE_STEP, SSD_TAIL_STREAMED_LAYERS, SSD_TAIL_RESERVED, SSD_TAIL_SLOTS };
 
-// The 16 int64 of a state file's header. Floats are stored bit-exact (their 32 bits), so a resumed run can
-// tell exactly whether it uses the same values.
+// The 16 int64 of a state file's header.
+// Floats are stored as their 32 bits, so a resumed run tells exactly whether its values are the same.
 enum {
     ST_MAGIC,
     ST_VERSION,
@@ -76,8 +76,8 @@ static int crc_write(CrcWriter* w, const void* p, int64_t bytes) {
     return (int64_t)fwrite(p, 1, (size_t)bytes, w->f) == bytes;
 }
 
-// Opens path for reading only if it is a regular file: a FIFO or a device in its place would block the open
-// or the read forever. NULL with err set otherwise. `what` names the file in the message.
+// Opens path for reading only if it is a regular file (a FIFO or device could block forever).
+// NULL with err set otherwise; `what` names the file in the message.
 static FILE* open_regular(const char* path, const char* what, char* err, size_t errlen) {
     const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
@@ -219,8 +219,8 @@ static int checkpoint_verify(const char* dir, int64_t step, int* verified, char*
     return 1;
 }
 
-// train_gpt -sd: the fp32 state of the layers from first_layer on is in an SSD store, not in the caller's
-// arrays (which then hold the first `prefix` parameters only). read_layer gives layer l's fp32 weights.
+// train_gpt -sd: layers from first_layer on keep their fp32 state in an SSD store.
+// The caller's arrays then hold the first `prefix` parameters only. read_layer gives layer l's weights.
 typedef struct {
     int64_t prefix;      // parameters whose master, m, v are in the caller's arrays: embeddings + -R layers
     int64_t store_step;  // the step of the store's checkpoint generation (= the checkpoint's step)
@@ -299,8 +299,8 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     snprintf(path, sizeof path, "%s/state_%08lld.bin", dir, (long long)step);  // as long as model
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     snprintf(done, sizeof done, "%s/DONE_%08lld", dir, (long long)step);
-    // a DONE of this step from an earlier pass over it (a run resumed from an older checkpoint) must not
-    // vouch for the files about to be rewritten: it goes first, durably
+    // an old DONE of this step (a run resumed from an older checkpoint) must not vouch for new files:
+    // it goes first, durably
     if (unlink(done) == 0) {
         if (!fsync_dir(dir, err, sizeof err)) die("%s", err);
     } else if (errno != ENOENT) {
@@ -372,8 +372,8 @@ static int state_file_ssd_tail(const char* path, int64_t tail[SSD_TAIL_SLOTS], c
     return ok;
 }
 
-// Checks an optimizer state file against a model of `total` parameters without reading the bulk of it (so a
-// bad file is refused before any GPU or large host allocation) and reads its header. 0 with a one-line err.
+// Checks a state file against a model of `total` parameters and reads its header, not the bulk.
+// So a bad file is refused before any large allocation. 0 with a one-line err.
 static int state_file_check(const char* path, int64_t total, int64_t header[ST_HEADER_SLOTS], char* err,
                             size_t errlen) {
     FILE* f = open_regular(path, "optimizer state", err, errlen);
@@ -597,8 +597,8 @@ static void remove_stale_tmp_files(const char* dir) {
                dir);
 }
 
-// The files in dir that a run of either trainer writes (main.log, DONE_N, model_N.bin, state_N.bin), listed
-// into `found` ("main.log, model_00000004.bin and 2 more"); returns how many there are.
+// How many files of a run (main.log, DONE_N, model_N.bin, state_N.bin) dir holds.
+// `found` lists them: "main.log, model_00000004.bin and 2 more".
 static int dir_run_files(const char* dir, char* found, size_t len) {
     found[0] = '\0';
     DIR* d = opendir(dir);
@@ -654,8 +654,8 @@ static int64_t open_run_dir(const TrainArgs* a, char* model, char* state, size_t
     return -1;
 }
 
-// -y 1 with -e: the model the flags name (a spec, an llm.c file or a Hugging Face checkpoint) must have the
-// checkpoint's shape; one error line and exit otherwise. Both trainers call it.
+// -y 1 with -e: the model -e names (spec, llm.c file, Hugging Face checkpoint) must match the checkpoint.
+// Otherwise one error line and exit. Both trainers call it.
 static void check_resume_model(const char* model, const char* output_dir, const GPTConfig* ckpt) {
     GPTConfig want;
     char err[4352];
