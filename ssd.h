@@ -61,7 +61,7 @@ int ssd_file_sync(SsdFile* f, char* err, size_t errlen);  // fsync
 // A bad request (unaligned under O_DIRECT, out of the file) fails in its ssd_io_wait, not here.
 // buf must stay valid until the request is waited for.
 SsdReq ssd_io_submit(SsdIo* io, const SsdFile* f, int write, void* buf, int64_t bytes, int64_t offset);
-// Blocks until request r is complete; 0, or -1 with err set to one line naming the file, the offset and why.
+// Blocks until request r is complete. 0, or -1 with err naming the file, the offset and why.
 // Every submitted request must be waited for exactly once.
 int ssd_io_wait(SsdIo* io, SsdReq r, char* err, size_t errlen);
 int ssd_io_poll(SsdIo* io, SsdReq r);  // 1 when complete (ssd_io_wait then returns at once)
@@ -111,8 +111,8 @@ SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err
 // Every file of that generation is read once and checked against its checksums.
 // NULL with err, e.g. "DIR holds the state of steps 40 and 50, not 45", or the damaged file.
 SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t step, char* err, size_t errlen);
-// Locks dir for this process (DIR/ssd_lock, flock; released at exit): one run per store. The lock's fd, or -1
-// with err naming the pid that holds it.
+// Locks dir for this process (DIR/ssd_lock, flock, released at exit): one run per store.
+// The lock's fd, or -1 with err naming the holder's pid.
 int ssd_lock_dir(const char* dir, char* err, size_t errlen);
 void ssd_store_close(SsdStore* st);
 SsdIo* ssd_store_io(SsdStore* st);
@@ -133,8 +133,8 @@ int ssd_store_write_layer(SsdStore* st, int layer, const float* params, const fl
 int ssd_store_read_layer(SsdStore* st, int layer, float* params, float* m, float* v, uint16_t* bf16,
                          char* err, size_t errlen);
 
-// -sw 1: layer's bf16 weights (newest) into dst; -sd with grads on disk: layer's gradients from src into the
-// grads file. dst/src 4096-aligned with ssd_store_bf16_layer_bytes bytes. Wait with ssd_store_wait.
+// -sw 1: layer's newest bf16 weights into dst. Grads on disk: layer's gradients from src into the file.
+// dst/src: 4096-aligned, ssd_store_bf16_layer_bytes long. Wait with ssd_store_wait.
 SsdReq ssd_store_read_bf16_async(SsdStore* st, int layer, uint16_t* dst);
 SsdReq ssd_store_write_grads_async(SsdStore* st, int layer, const uint16_t* src);
 int ssd_store_wait(SsdStore* st, SsdReq r, char* err, size_t errlen);
@@ -145,8 +145,8 @@ typedef struct {
     // With grads_on_disk: may be NULL, or returns NULL; the round reads the file.
     // (The caller has then waited for its ssd_store_write_grads_async.)
     const uint16_t* (*grads)(void* ctx, int layer);
-    // Updates elements [offset, offset + n) of the layer: params, grads, m, v, bf16_out (NULL: none) point at
-    // element `offset`. Typically adamw_tensors_window_bf16grad (cpu_adam.h) with the layer's tensor table.
+    // Updates the layer's elements [offset, offset + n); the pointers point at element `offset`.
+    // bf16_out may be NULL. Typically adamw_tensors_window_bf16grad (cpu_adam.h).
     void (*update)(void* ctx, int layer, int64_t offset, int64_t n, float* params, const uint16_t* grads,
                    float* m, float* v, uint16_t* bf16_out);
     // Without with_bf16: where the layer's bf16 copy goes (the pinned weights), or NULL for none.
@@ -158,8 +158,9 @@ typedef struct {
     void* ctx;
 } SsdRoundFns;
 
-// The AdamW round over layers[0..n) in that order. 0, or -1 with err set; after an error the store refuses
-// further rounds and checkpoints (the write generation may be torn; the last checkpoint's is intact).
+// The AdamW round over layers[0..n) in that order. 0, or -1 with err set.
+// After an error the store refuses rounds and checkpoints: the write generation may be torn.
+// The last checkpoint's generation stays intact.
 int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* fns, char* err, size_t errlen);
 // Makes the newest state durable as the checkpoint of `step` (see the file comment). 0, or -1 with err set.
 int ssd_store_checkpoint(SsdStore* st, int64_t step, char* err, size_t errlen);

@@ -56,8 +56,8 @@ __global__ void rmsnorm_backward_input_kernel(bf16* dinp, const bf16* dout, cons
     }
 }
 
-// dweight[c] += sum over rows of dout * x * rstd: kernels.cuh's column sums (a (32 x 8) block reduces 32
-// columns x ROWS_PER_TILE rows in shared memory, then one atomic per column).
+// dweight[c] += sum over rows of dout * x * rstd, as kernels.cuh's column sums.
+// A (32 x 8) block reduces 32 columns x ROWS_PER_TILE rows in shared memory, then one atomic per column.
 __global__ void rmsnorm_backward_weight_kernel(float* dweight, const bf16* dout, const bf16* inp,
                                                const float* rstd, int64_t N, int C) {
     __shared__ float sw[8][WARP + 1];
@@ -147,9 +147,8 @@ static void rope_backward(bf16* dqkv, const float* inv_freq, int64_t N, int T, i
 }
 
 // ----------------------------------------------------------------------------
-// SwiGLU on a fused (N, 2H) gate_up buffer: each row is H gate columns, then H up columns. llama_cpu.h's
-// layer block keeps w_up right after w_gate, so [w_gate; w_up] is one (2H, C) matrix and one matmul writes
-// gate_up.
+// SwiGLU on a fused (N, 2H) gate_up buffer: each row is H gate columns, then H up columns.
+// w_up follows w_gate in the layer block: [w_gate; w_up] is one (2H, C) matrix, one matmul.
 
 // out = silu(gate) * up, silu(x) = x / (1 + exp(-x)); out is (N, H)
 __global__ void swiglu_forward_kernel(bf16* out, const bf16* gate_up, int64_t N, int H) {
@@ -165,8 +164,9 @@ static void swiglu_forward(bf16* out, const bf16* gate_up, int64_t N, int H, cud
     cudaCheckLaunch();
 }
 
-// dgate = dout * up * silu'(gate), dup = dout * silu(gate), into dgate_up (N, 2H) laid out as gate_up
-// (overwritten; must not alias gate_up). With s = sigmoid(x): silu'(x) = s * (1 + x * (1 - s)).
+// dgate = dout * up * silu'(gate), dup = dout * silu(gate), into dgate_up (N, 2H), laid out as gate_up.
+// dgate_up is overwritten and must not alias gate_up.
+// With s = sigmoid(x): silu'(x) = s * (1 + x * (1 - s)).
 __global__ void swiglu_backward_kernel(bf16* dgate_up, const bf16* dout, const bf16* gate_up, int64_t N,
                                        int H) {
     for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < N * H;

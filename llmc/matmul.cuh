@@ -1,4 +1,4 @@
-// matmul.cuh — every matrix multiply, as cuBLAS calls (bf16 in, fp32 accumulation) on the compute stream;
+// matmul.cuh — every matrix multiply: cuBLAS calls (bf16 in, fp32 accumulation) on the compute stream.
 // lt_matmul fuses bias / GELU epilogues (cuBLASLt). Not here: kernels, training logic.
 // test/test_matmul.cpp checks the wrappers on the CPU.
 #pragma once
@@ -70,8 +70,8 @@ static void matmul_batched(cublasOperation_t ta, cublasOperation_t tb, int m, in
 
 static cublasLtHandle_t cublaslt_handle;  // NULL: never created, every call takes the unfused path
 static int cublaslt_fusion = 1;           // 0: no epilogues (the tests compare both paths)
-// Creates the cuBLAS and cuBLASLt handles unless they exist: before the GPU's free memory is measured
-// (check_fit), so what they take is not counted as free; else in gpt_build. gpt_free destroys them.
+// Creates the cuBLAS and cuBLASLt handles unless they exist; gpt_free destroys them.
+// Called before check_fit measures free memory, so their memory is not counted as free.
 static void matmul_handles_create() {
     if (cublas_handle) return;
     cublasCheck(cublasCreate(&cublas_handle));
