@@ -531,8 +531,8 @@ static inline int hf_read_config(const char* path, GPTConfig* cfg, char* err, si
            hf_check_tensors(&ck, cfg, err, errlen);
 }
 
-// One tensor of an open checkpoint into our layout at dst (pl.count floats: fp32, F16 and BF16 widened
-// exactly, transposed back). For wte, a saved lm_head.weight must equal it, else the checkpoint is refused.
+// One tensor of an open checkpoint into our layout at dst: pl.count floats, widened exactly, transposed back.
+// For wte, a saved lm_head.weight must equal it, else the checkpoint is refused.
 static inline int hf_read_place(const HfCheckpoint* ck, const GPTConfig* cfg, const HfTensorPlace& pl,
                                 float* dst, std::vector<float>* tmp, std::vector<uint16_t>* half, char* err,
                                 size_t errlen) {
@@ -652,8 +652,8 @@ static inline int write_small_file(const std::string& dir, const char* name, con
     return 1;
 }
 
-// The tensors of `places`, each named prefix + its name, into dir's safetensors (shards and their index past
-// max_shard_bytes). read(i, out) fills out with places[i]'s values in our layout; 0 with err on failure.
+// The tensors of `places`, named prefix + name, into dir's safetensors; shards and index past
+// max_shard_bytes. read(i, out) fills out with places[i]'s values in our layout. 0 with err on failure.
 template <typename ReadTensor>
 static inline int hf_write_places(const std::string& dir, const std::vector<HfTensorPlace>& places,
                                   const std::string& prefix, int bf16, int64_t max_shard_bytes,
