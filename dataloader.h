@@ -46,8 +46,8 @@ enum {
 enum { CHAT_TARGET = 1, CHAT_START = 2, CHAT_PAD = 4 };
 enum { DL_GPT2 = 1, DL_LLAMA3 = 2, DL_CHAT = 3 };  // DataLoader.kind
 
-// A loader's position, saved raw in checkpoints: 8-byte fields only (no padding). B, T, num_shards and
-// total_tokens are a fingerprint: restoring over other data or batch shape is refused.
+// A loader's position, saved raw in checkpoints: 8-byte fields only (no padding).
+// B, T, num_shards and total_tokens are a fingerprint: other data or batch shapes are refused.
 typedef struct {
     int64_t epoch;        // completed passes over all shards
     int64_t shard_index;  // position in this epoch's shard order
@@ -465,8 +465,8 @@ static inline int dataloader_next_batch(DataLoader* dl) {
     if (chat) {
         if (!dl_chat_batch(dl, fi, dl->batch_index)) return 0;
     } else {
-        // pretraining: batch k is tokens [k*B*T, k*B*T + B*T]; a tail short of a batch is skipped, as in
-        // llm.c
+        // pretraining: batch k is tokens [k*B*T, k*B*T + B*T]
+        // a tail short of a batch is skipped, as in llm.c
         const int64_t k = dl->shuffle ? dl->batch_order[dl->batch_index] : dl->batch_index;
         const int w = dl->token_bytes;
         if (!dl_read_at(dl, DATALOADER_HEADER_BYTES + w * k * BT, dl->buf, w * (BT + 1))) return 0;
@@ -524,8 +524,8 @@ static inline DataLoaderState dataloader_get_state(const DataLoader* dl) {
     return s;
 }
 
-// Restores a position, with its shuffle flag and seed (the order it means). 0 with err, loader
-// unchanged, if the state does not fit this data.
+// Restores a position, with its shuffle flag and seed (the order it means).
+// 0 with err, loader unchanged, if the state does not fit this data.
 static inline int dataloader_set_state(DataLoader* dl, const DataLoaderState* s, char* err, size_t errlen) {
     char dummy[8];
     if (!err) {

@@ -5,7 +5,7 @@
 
 // Not here: reading Hugging Face checkpoints (llama_hf.h), data, files, the GPU.
 
-// Shapes: N = B*T positions, C hidden channels, NH query heads and NKV key/value heads of hd channels each,
+// Shapes: N = B*T positions, C hidden channels, NH query and NKV key/value heads of hd channels each.
 // QD = NH*hd, KVD = NKV*hd, I the MLP width, L layers, V tokens (not padded: logits are (N, V)).
 
 // A layer, as transformers' LlamaDecoderLayer:
@@ -30,9 +30,10 @@
 // ----------------------------------------------------------------------------
 // RoPE frequencies, as transformers' rope init functions compute them in fp32
 
-// inv_freq[i] = theta^(-2i/hd) for i < hd/2; with llama3 scaling, Llama 3.1's rule (modeling_rope_utils.py):
-// wavelengths 2 pi / inv_freq above original/low_freq_factor are divided by factor, below
-// original/high_freq_factor kept, and in between interpolated.
+// inv_freq[i] = theta^(-2i/hd) for i < hd/2.
+// llama3 scaling, Llama 3.1's rule (modeling_rope_utils.py), on wavelengths 2 pi / inv_freq:
+// above original/low_freq_factor divided by factor, below original/high_freq_factor kept, between
+// interpolated.
 static inline void llama_rope_inv_freq(const LlamaConfig* c, float* inv_freq) {
     const int hd = c->head_dim;
     for (int i = 0; i < hd / 2; i++) {
@@ -615,8 +616,9 @@ static int llama_cpu_backward(LlamaCPU* model, float normalizer = 0.0f) {
 // ----------------------------------------------------------------------------
 // The reference optimizer step
 
-// AdamW over every tensor with cpu_adam's arithmetic (torch.optim.AdamW's update); weight decay on the
-// matrices only (embedding and lm_head included), as llm.c. m and v: layout.total floats, zero at step 1.
+// AdamW over every tensor with cpu_adam's arithmetic (torch.optim.AdamW's update).
+// Weight decay on matrices only (embedding and lm_head included), as llm.c.
+// m and v: layout.total floats, zero at step 1.
 static void llama_cpu_adamw(LlamaCPU* model, float* m, float* v, const AdamWArgs* args) {
     const LlamaLayout* p = &model->layout;
     for (int l = 0; l < model->config.num_layers; l++) {
