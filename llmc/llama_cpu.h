@@ -32,8 +32,9 @@
 
 // inv_freq[i] = theta^(-2i/hd) for i < hd/2.
 // llama3 scaling, Llama 3.1's rule (modeling_rope_utils.py), on wavelengths 2 pi / inv_freq:
-// above original/low_freq_factor divided by factor, below original/high_freq_factor kept, between
-// interpolated.
+//   above original/low_freq_factor: divided by factor
+//   below original/high_freq_factor: kept
+//   between: interpolated
 static inline void llama_rope_inv_freq(const LlamaConfig* c, float* inv_freq) {
     const int hd = c->head_dim;
     for (int i = 0; i < hd / 2; i++) {
