@@ -110,8 +110,8 @@ static const float* model_logits(const CpuModel* m, int64_t row) {
     return m->llama ? m->ll.acts.logits + row * m->ll.config.vocab_size
                     : m->gpt.acts.logits + row * m->gpt.config.padded_vocab_size;
 }
-// AdamW of the gradient grads / denom, clipped; decay on matrices only. denom: the micro-batches (each
-// gradient a mean) or a chat step's target tokens (each a sum).
+// AdamW of the gradient grads / denom, clipped; decay on matrices only.
+// denom: the micro-batches (each gradient a mean) or a chat step's target tokens (each a sum).
 static void model_adamw(CpuModel* m, float* adam_m, float* adam_v, float denom, float lr, const TrainArgs* a,
                         int64_t t, float norm) {
     const float scale = clip_scale(norm, a->grad_clip) / denom;
@@ -203,8 +203,8 @@ static void build_model(CpuModel* m, const char* spec, int B, int T, const char*
     }
 }
 
-// Mean loss over the first `batches` batches of the val loader (reset first, so every evaluation sees
-// the same tokens); chat data: over their target tokens.
+// Mean loss over the val loader's first `batches` batches; chat data: over their target tokens.
+// The loader is reset first, so every evaluation sees the same tokens.
 static float validation_loss(CpuModel* model, DataLoader* val, int64_t batches) {
     dataloader_reset(val);
     const int chat = val->kind == DL_CHAT;

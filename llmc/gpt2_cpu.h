@@ -341,8 +341,8 @@ static inline float exp_nonpositive(float x) {
     return y * two_n;
 }
 
-// probs = softmax over the first V columns (padded: 0); losses[i] = -log probs[i, target[i]], 0 where
-// target[i] < 0 (not a target). The sum is in double: 50k terms lose digits in fp32.
+// probs = softmax over the first V columns (padded: 0); losses[i] = -log probs[i, target[i]].
+// losses[i] = 0 where target[i] < 0. The sum is in double: 50k terms lose digits in fp32.
 static void softmax_crossentropy_forward(float* probs, float* losses, const float* logits, const int* targets,
                                          int64_t N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
@@ -366,8 +366,8 @@ static void softmax_crossentropy_forward(float* probs, float* losses, const floa
     }
 }
 
-// dlogits = (probs - onehot(target)) * dloss for the real columns, 0 for the padded ones; rows whose
-// target is < 0 are all 0. dloss: the weight of one token's loss (1 / target tokens of the step).
+// dlogits = (probs - onehot(target)) * dloss for real columns; padded columns and non-target rows are 0.
+// dloss: the weight of one token's loss (1 / target tokens of the step).
 static void crossentropy_softmax_backward(float* dlogits, const float* probs, const int* targets, float dloss,
                                           int64_t N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
@@ -381,8 +381,8 @@ static void crossentropy_softmax_backward(float* dlogits, const float* probs, co
     }
 }
 
-// 1 when pos (B*T, may be NULL) is valid: 0 <= pos[b,t] <= t (a conversation starts in its row) and
-// pos[b,t] < maxT (wpe's rows); else 0 with err.
+// 1 when pos (B*T, may be NULL) is valid, else 0 with err.
+// Valid: 0 <= pos[b,t] <= t (a conversation starts in its row) and pos[b,t] < maxT (wpe's rows).
 static int check_positions(const int* pos, int B, int T, int maxT, char* err, size_t errlen) {
     for (int64_t i = 0; pos && i < (int64_t)B * T; i++) {
         const int t = (int)(i % T);
