@@ -624,7 +624,7 @@ static int dir_run_files(const char* dir, char* found, size_t len) {
 }
 
 // Makes and locks a training run's -o directory and returns where the run starts (-1: fresh).
-// -y 1: the newest valid checkpoint's step (pick_checkpoint fills model, state, cfg, header).
+// -y 1: the newest valid checkpoint's step, or -1 if none (pick_checkpoint fills model, state, cfg, header).
 // A fresh start over a main.log or checkpoint files dies naming them: it would overwrite them.
 // Removes leftover temporary files first. Without -o: -1.
 static int64_t open_run_dir(const TrainArgs* a, char* model, char* state, size_t pathlen, GPTConfig* cfg,

@@ -66,9 +66,9 @@ SsdReq ssd_io_submit(SsdIo* io, const SsdFile* f, int write, void* buf, int64_t 
 int ssd_io_wait(SsdIo* io, SsdReq r, char* err, size_t errlen);
 int ssd_io_poll(SsdIo* io, SsdReq r);  // 1 when complete (ssd_io_wait then returns at once)
 
-// Test hook: from the (after + 1)-th chunk of kind `write` on, every chunk fails with errno err, disk
-// untouched. err = 0: a short write/read of 0 bytes. kill = 1: SIGKILL there instead (a crash between two
-// writes). after < 0 removes the fault.
+// Test hook: from now, the (after + 1)-th chunk of kind `write` and all after it fail with errno err.
+// The disk is untouched. err = 0: a short write/read of 0 bytes.
+// kill = 1: SIGKILL there instead (a crash between two writes). after < 0 removes the fault.
 void ssd_io_set_fault(SsdIo* io, int write, int64_t after, int err, int kill);
 // Bytes moved so far (for the bench and the timeline).
 void ssd_io_counters(const SsdIo* io, int64_t* bytes_read, int64_t* bytes_written);
