@@ -241,10 +241,11 @@ static void adam_range(float* __restrict p, const G* __restrict g, float* __rest
     }
 }
 
-// FTZ and DAZ during the update, then the thread's setting restored
-// (SubnormalStateIsFlushedAndFpModeRestored). A rare token's v decays into subnormals within a few thousand
-// steps: slow microcode (1.7x on Zen 4). Below 1.2e-38, sqrt(v) < 1e-19, far below eps: no effect on the
-// update. The GPU (--use_fast_math) flushes too.
+// FTZ and DAZ during the update, then the thread's setting restored.
+// test_cpu_adam's SubnormalStateIsFlushedAndFpModeRestored checks both.
+// A rare token's v decays into subnormals within a few thousand steps: slow microcode (1.7x on Zen 4).
+// Below 1.2e-38, sqrt(v) < 1e-19, far below eps: no effect on the update.
+// The GPU (--use_fast_math) flushes too.
 #if defined(__SSE__)
 static inline unsigned flush_subnormals_begin(void) {
     const unsigned old = _mm_getcsr();
