@@ -1,6 +1,7 @@
 // hf.h — Hugging Face GPT-2 checkpoints in and out: safetensors (one file or sharded), config.json.
-// GPT2LMHeadModel's tensors map to our layer-major layout. model_file.h reads -e through it; export_hf
-// writes. Not here: PyTorch pickles (.bin), other architectures, tokenizer files.
+// GPT2LMHeadModel's tensors map to our layer-major layout.
+// model_file.h reads -e through it; export_hf writes.
+// Not here: PyTorch pickles (.bin), other architectures, tokenizer files.
 
 // transformers' Conv1D stores (in, out), ours (out, in): a layer's four matrices are transposed both ways.
 // lm_head is tied to wte: V rows there, Vp here (extra rows zero).

@@ -123,8 +123,9 @@ typedef struct {
     const char* suffix;
 } CheckpointFile;
 
-// -nk / -nm: removes complete checkpoints up to `newest` beyond the `keep` newest, but multiples of
-// major_every. files[0], the marker, goes first and durably: it never vouches for removed files.
+// -nk / -nm: removes complete checkpoints up to `newest` beyond the `keep` newest.
+// Multiples of major_every stay.
+// files[0], the marker, goes first and durably: it never vouches for removed files.
 static inline int prune_checkpoints(const char* dir, int64_t newest, int keep, int major_every,
                                     const CheckpointFile* files, int n_files, char* err, size_t errlen) {
     if (keep <= 0) return 1;
