@@ -1,5 +1,5 @@
-// llama_model.h — the Llama family (Llama 2/3, Qwen2) as data: the config, the layer-major parameter layout,
-// presets and specs, seeded init, model files.
+// llama_model.h — the Llama family (Llama 2/3, Qwen2) as data.
+// The config, the layer-major parameter layout, presets and specs, seeded init, model files.
 // A model file is llm.c's shape: 256 int32 of header, then fp32 parameters in llama_layout's order.
 // Not here: the math (llama_cpu.h), Hugging Face checkpoints (llama_hf.h), the GPU.
 
