@@ -47,7 +47,8 @@ static inline bool hf_tokenizer_keeps(int level, const char* key) {
 }
 
 // Loads path (a tokenizer.json) into t: 1, or 0 with err (t then empty).
-// eot_token, the sample's first token: <|begin_of_text|> (Llama 3), else <|endoftext|>, else -1.
+// eot_token, the sample's first token: <|begin_of_text|> (Llama 3).
+// Else <|endoftext|> (GPT-2, Qwen2), else -1.
 static inline int tokenizer_init_hf(Tokenizer* t, const char* path, char* err, size_t errlen) {
     memset(t, 0, sizeof *t);
     t->eot_token = -1;
