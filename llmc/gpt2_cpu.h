@@ -19,14 +19,15 @@
 // ----------------------------------------------------------------------------
 // Matrix multiply, the one fast kernel: C (M,N) = or += A (M,K) @ B (K,N), B row-major.
 // A goes through two strides, so dout^T needs no copy of the huge dlogits.
-// Blocking: an MM_MC x MM_NC tile per OpenMP task, K in MM_KC chunks (L2), MM_MR x MM_NR in registers.
-
 // Tuned on a 2-core AVX-512 EPYC: ~100-170 GFLOP/s for GPT-2's shapes.
 
+// an MM_MR x MM_NR micro tile sits in registers
 #define MM_MR 8
 #define MM_NR 32
+// an MM_MC x MM_NC tile is one OpenMP task
 #define MM_MC 128
 #define MM_NC 256
+// K in MM_KC chunks keeps panels in L2
 #define MM_KC 256
 
 static inline int64_t mm_min(int64_t a, int64_t b) { return a < b ? a : b; }
