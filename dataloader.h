@@ -12,8 +12,9 @@
 
 // Three shard kinds: a 256-int32 little-endian header, then the data. One loader reads one kind.
 // GPT-2: {20240520, 1, N, 0...}, then N uint16 ids (llm.c's shards, dev/data/tokenize.cpp).
-// Llama 3: {20240801, 7, N, 0...}, then N uint32 ids (dev/data/hf_tokenize.py).
+// Llama 3: {20240801, 7, N, 0...}, then N uint32 ids (llm.c's llama3 branch, dev/data/hf_tokenize.py).
 // Chat: {20261126, 1, W, T, R, V, ...} (CHAT_H_*), R rows of T ids of W bytes, then R*T flag bytes.
+// (dev/data/chat_shards.py writes chat shards.)
 #define DATALOADER_MAGIC        20240520  // GPT-2: uint16 ids
 #define DATALOADER_VERSION      1
 #define DATALOADER_MAGIC_U32    20240801  // Llama 3: uint32 ids
