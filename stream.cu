@@ -307,6 +307,7 @@ void stream_begin_pass(WeightStream* ws, const int* order, int n) {
     // The free slot is then the one whose layer finished longest ago.
     // Requests come right AFTER the compute stream got a layer's kernels.
     // A layer whose AdamW is unfinished is not waited for here: stream_wait_layer waits.
+    // (Waiting here would hold back kernels of layers that are ready.)
 
     // Resident layers are pinned first, so the copies below never evict them.
     const int ahead = ws->num_slots - 1;
