@@ -2,9 +2,9 @@
 //   DIR/model_STEP.bin  the fp32 master weights, an llm.c model file (the Llama family: llama_model.h's)
 //   DIR/state_STEP.bin  AdamW m and v, the step, the updates applied, the data position, the hyperparameters
 //   DIR/DONE_STEP       written last, once both files are fsynced: no DONE, no resume
-// Here: the state file's format, saving, checking files before anything large is allocated, choosing the
-// checkpoint a resume starts from. Not here: moving the state off the GPU (train_gpt.cu), model files
-// (model.h).
+
+// Here: the state file's format, saving, checking files before large allocations, picking a resume point.
+// Not here: moving the state off the GPU (train_gpt.cu), model files (model.h).
 #pragma once
 #include <errno.h>
 #include <stdint.h>
@@ -21,15 +21,15 @@
 
 #define STATE_MAGIC   20241122
 #define STATE_VERSION 2  // 2: the run's hyperparameters in the header; version 1 files are refused
-// 102: train_gpt -sd (the SSD tier, ssd.h): the streamed layers' state is in the run's SsdStore, not here.
-// Version 2's header and data position, then a tail of SSD_TAIL_SLOTS int64 (below), then m and v of the
-// first `prefix` parameters only (the embeddings and the -R layers, which stay in host RAM). (Not 3: a
-// future version 3 of the plain format keeps its number; version 3 files are refused as unknown today.)
+// 102: train_gpt -sd (ssd.h): the streamed layers' state is in the run's SsdStore, not here.
+// Layout: version 2's header and data position, a tail of SSD_TAIL_SLOTS int64, then m and v.
+// m and v cover the first `prefix` parameters only (the embeddings and -R layers, kept in host RAM).
+// Not 3: that number stays free for the plain format; version 3 files are refused as unknown.
 #define STATE_VERSION_SSD 102
 enum { SSD_TAIL_PREFIX, SSD_TAIL_STORE_STEP, SSD_TAIL_STREAMED_LAYERS, SSD_TAIL_RESERVED, SSD_TAIL_SLOTS };
 
-// The 16 int64 of a state file's header. Floats are stored bit-exact (their 32 bits), so a resumed run can
-// tell exactly whether it uses the same values.
+// The 16 int64 of a state file's header.
+// Floats are stored as their 32 bits, so a resumed run tells exactly whether its values are the same.
 enum {
     ST_MAGIC,
     ST_VERSION,
@@ -76,8 +76,8 @@ static int crc_write(CrcWriter* w, const void* p, int64_t bytes) {
     return (int64_t)fwrite(p, 1, (size_t)bytes, w->f) == bytes;
 }
 
-// Opens path for reading only if it is a regular file: a FIFO or a device in its place would block the open
-// or the read forever. NULL with err set otherwise. `what` names the file in the message.
+// Opens path for reading only if it is a regular file (a FIFO or device could block forever).
+// NULL with err set otherwise; `what` names the file in the message.
 static FILE* open_regular(const char* path, const char* what, char* err, size_t errlen) {
     const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
@@ -131,16 +131,16 @@ static int file_crc32c(const char* path, int64_t* bytes, uint32_t* crc, char* er
 //   checkpoint 1 crc32c
 //   model_00000012.bin 1234567 1a2b3c4d
 //   state_00000012.bin 2345678 5e6f7081
-// A checksum beside the model file, not inside it, keeps that an llm.c model file. Markers of builds before
-// checksums are empty: such a checkpoint is resumed unverified, with a warning.
+// A checksum beside the model file, not inside it, keeps that an llm.c model file.
+// Older builds wrote empty markers: such a checkpoint resumes unverified, with a warning.
 #define DONE_HEADER "checkpoint 1 crc32c\n"
 typedef struct {
     int64_t bytes;
     uint32_t crc;
 } FileSum;
 
-// Writes dir/DONE_<step> naming sums[0] (the model file) and sums[1] (the state file), atomically (a .tmp,
-// fsynced, renamed; the caller fsyncs dir): a marker is there whole or not at all. 0 with err set on failure.
+// Writes dir/DONE_<step> naming sums[0] (model file) and sums[1] (state file). 0 with err on failure.
+// Atomic (.tmp, fsync, rename; the caller fsyncs dir): a marker is whole or absent.
 static int checkpoint_write_done(const char* dir, int64_t step, const FileSum sums[2], char* err,
                                  size_t errlen) {
     char done[4200], tmp[4300];
@@ -163,9 +163,9 @@ static int checkpoint_write_done(const char* dir, int64_t step, const FileSum su
     return 1;
 }
 
-// Checks the files of the checkpoint of `step` against its DONE marker: sizes, then CRC-32C over every byte
-// (one read of each file; at resume only). 1 if they match (*verified = 1) or the marker is an older build's
-// empty one (*verified = 0); 0 with err naming the bad file otherwise.
+// Checks checkpoint `step`'s files against its DONE marker: sizes, then CRC-32C (one read each, at resume).
+// 1 if they match (*verified = 1) or the marker is an older build's empty one (*verified = 0).
+// Else 0 with err naming the bad file.
 static int checkpoint_verify(const char* dir, int64_t step, int* verified, char* err, size_t errlen) {
     char done[4200];
     snprintf(done, sizeof done, "%s/DONE_%08lld", dir, (long long)step);
@@ -219,8 +219,8 @@ static int checkpoint_verify(const char* dir, int64_t step, int* verified, char*
     return 1;
 }
 
-// train_gpt -sd: the fp32 state of the layers from first_layer on is in an SSD store, not in the caller's
-// arrays (which then hold the first `prefix` parameters only). read_layer gives layer l's fp32 weights.
+// train_gpt -sd: layers from first_layer on keep their fp32 state in an SSD store.
+// The caller's arrays then hold the first `prefix` parameters only. read_layer gives layer l's weights.
 typedef struct {
     int64_t prefix;      // parameters whose master, m, v are in the caller's arrays: embeddings + -R layers
     int64_t store_step;  // the step of the store's checkpoint generation (= the checkpoint's step)
@@ -229,9 +229,9 @@ typedef struct {
     void* ctx;
 } StreamedState;
 
-// An llm.c model file (gpt_save_params' format, atomically) whose embeddings and first layers come from
-// `prefix_params` and whose other layers come from ss->read_layer, one layer in RAM at a time: each of a
-// layer's tensors is written at its place in the tensor-major file. The CRC-32C is read back from the file.
+// An llm.c model file (gpt_save_params' format, atomic) from `prefix_params` and ss->read_layer.
+// The prefix: embeddings and first layers. The rest: one layer in RAM at a time, each tensor at its place.
+// The CRC-32C is read back from the file.
 static int save_model_streamed(const char* path, const GPTConfig* cfg, const float* prefix_params,
                                const StreamedState* ss, uint32_t* crc, char* err, size_t errlen) {
     const ParamLayout p = gpt_layout(cfg);
@@ -280,11 +280,12 @@ static int save_model_streamed(const char* path, const GPTConfig* cfg, const flo
     return file_crc32c(path, &bytes, crc, err, errlen);
 }
 
-// Writes the checkpoint of `step` (adam_t updates applied) into dir: the model file, the state file (m, v,
-// the data position and a's hyperparameters for a run of B x T micro-batches), then DONE with both files'
-// sizes and checksums; then removes what -nk / -nm no longer keep. Exits with one error line on any failure:
-// the checkpoints already there stay valid. Both trainers write this format, so a run moves between them.
-// A Llama-family model passes `llama` (cfg unused): its model file is llama_model.h's, the rest the same.
+// Writes the checkpoint of `step` (adam_t updates applied): model file, state file, then DONE.
+// The state: m, v, the data position, a's hyperparameters for B x T micro-batches.
+// DONE holds both files' sizes and checksums; then -nk / -nm prune older ones.
+// Any failure exits with one line; the checkpoints already there stay valid.
+// Both trainers write this format, so a run moves between them.
+// A Llama-family model passes `llama` (cfg unused): its model file is llama_model.h's.
 static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const GPTConfig* cfg,
                             const float* master, const float* m, const float* v, const TrainArgs* a, int B,
                             int T, const DataLoaderState* data_state, const StreamedState* ss = NULL,
@@ -298,8 +299,8 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     snprintf(path, sizeof path, "%s/state_%08lld.bin", dir, (long long)step);  // as long as model
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     snprintf(done, sizeof done, "%s/DONE_%08lld", dir, (long long)step);
-    // a DONE of this step from an earlier pass over it (a run resumed from an older checkpoint) must not
-    // vouch for the files about to be rewritten: it goes first, durably
+    // an old DONE of this step (a run resumed from an older checkpoint) must not vouch for new files:
+    // it goes first, durably
     if (unlink(done) == 0) {
         if (!fsync_dir(dir, err, sizeof err)) die("%s", err);
     } else if (errno != ENOENT) {
@@ -371,8 +372,8 @@ static int state_file_ssd_tail(const char* path, int64_t tail[SSD_TAIL_SLOTS], c
     return ok;
 }
 
-// Checks an optimizer state file against a model of `total` parameters without reading the bulk of it (so a
-// bad file is refused before any GPU or large host allocation) and reads its header. 0 with a one-line err.
+// Checks a state file against a model of `total` parameters and reads its header, not the bulk.
+// So a bad file is refused before any large allocation. 0 with a one-line err.
 static int state_file_check(const char* path, int64_t total, int64_t header[ST_HEADER_SLOTS], char* err,
                             size_t errlen) {
     FILE* f = open_regular(path, "optimizer state", err, errlen);
@@ -454,10 +455,10 @@ static int64_t check_state_file(const char* path, int64_t total) {
     return header[ST_STEP];
 }
 
-// The checkpoint a resume starts from: the newest DONE_N whose files read and match their marker's sizes and
-// checksums. A damaged one is skipped with a warning. Fills the paths, cfg and the state header; -1 when dir
-// holds no DONE marker. Dies when none of several is valid: starting over would drop the run.
-// A Llama-family checkpoint fills *llama (its num_layers 0 for a GPT-2); a caller passing none refuses it.
+// The resume point: the newest DONE_N whose files match its sizes and checksums; damaged ones warn.
+// Fills the paths, cfg and the state header; -1 when dir holds no DONE marker.
+// Dies when none of several is valid: starting over would drop the run.
+// A Llama-family checkpoint fills *llama (num_layers 0 for GPT-2); a caller passing none refuses it.
 static int64_t pick_checkpoint(const char* dir, char* model, char* state, size_t pathlen, GPTConfig* cfg,
                                int64_t header[ST_HEADER_SLOTS], LlamaConfig* llama = NULL) {
     if (llama) memset(llama, 0, sizeof *llama);
@@ -500,10 +501,9 @@ static int64_t pick_checkpoint(const char* dir, char* model, char* state, size_t
     return -1;
 }
 
-// A resumed run's flags against the hyperparameters its checkpoint was written with. B, T and the tokens per
-// step must stay: the data position counts B*T batches, and a step's gradient is the mean over its
-// micro-batches. The others may change (raising -x extends a run), with one warning each, since the run is
-// then not the same.
+// A resumed run's flags against its checkpoint's hyperparameters.
+// B, T and tokens per step must stay: the data position counts B*T batches; a step's gradient is a mean.
+// The others may change (raising -x extends a run), with one warning each: the run is then not the same.
 static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_steps, int64_t step_tokens,
                               const char* dir) {
     if (h[ST_B] != a->B || h[ST_T] != a->T || h[ST_STEP_TOKENS] != step_tokens)
@@ -537,10 +537,9 @@ static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_st
                     f[i].now, bits_float(h[f[i].slot]), f[i].effect);
 }
 
-// Reads a state file (after state_file_check): m and v (total floats each), the data position, the step and
-// the updates applied. Exits on a read failure.
-// A version 102 file (train_gpt -sd) holds m, v of its prefix only: prefix (not NULL) must be that count,
-// else (a trainer holding all the state in RAM) the file is refused.
+// Reads a state file (after state_file_check): m, v (total floats each), data position, step, updates.
+// Exits on a read failure.
+// Version 102 (train_gpt -sd) holds m, v of its prefix only: prefix must be that count, else it is refused.
 static void state_file_read(const char* path, int64_t total, float* m, float* v, DataLoaderState* data_state,
                             int64_t* step, int64_t* adam_t, const int64_t* prefix = NULL) {
     *step = check_state_file(path, total);
@@ -571,9 +570,8 @@ static void state_file_read(const char* path, int64_t total, float* m, float* v,
 // ----------------------------------------------------------------------------
 // The output directory of a run: one run per directory, and a run never overwrites what it did not write.
 
-// Removes the temporary files of saves that were interrupted (a kill or a power loss between a .tmp's
-// creation and its rename): <checkpoint file>.tmp and main.log.tmp, only names this project writes. Called
-// with the directory's LOCK held, so no running save owns them.
+// Removes interrupted saves' temporary files: <checkpoint file>.tmp and main.log.tmp, only our names.
+// Called with the directory's LOCK held, so no running save owns them.
 static void remove_stale_tmp_files(const char* dir) {
     DIR* d = opendir(dir);
     if (!d) return;
@@ -599,8 +597,8 @@ static void remove_stale_tmp_files(const char* dir) {
                dir);
 }
 
-// The files in dir that a run of either trainer writes (main.log, DONE_N, model_N.bin, state_N.bin), listed
-// into `found` ("main.log, model_00000004.bin and 2 more"); returns how many there are.
+// How many files of a run (main.log, DONE_N, model_N.bin, state_N.bin) dir holds.
+// `found` lists them: "main.log, model_00000004.bin and 2 more".
 static int dir_run_files(const char* dir, char* found, size_t len) {
     found[0] = '\0';
     DIR* d = opendir(dir);
@@ -625,11 +623,10 @@ static int dir_run_files(const char* dir, char* found, size_t len) {
     return count;
 }
 
-// Makes and locks the -o directory of a training run (not a benchmark) and decides where the run starts. With
-// -y 1: the newest valid checkpoint (pick_checkpoint fills model, state, cfg and header) and its step.
-// Otherwise, or with -y 1 and no checkpoint at all, -1, a fresh start, allowed only where no run left
-// anything: a fresh run in a directory holding a main.log or checkpoint files of either trainer dies naming
-// them, since it would overwrite them. Removes leftover temporary files first. Without -o: -1.
+// Makes and locks a training run's -o directory and returns where the run starts (-1: fresh).
+// -y 1: the newest valid checkpoint's step, or -1 if none (pick_checkpoint fills model, state, cfg, header).
+// A fresh start over a main.log or checkpoint files dies naming them: it would overwrite them.
+// Removes leftover temporary files first. Without -o: -1.
 static int64_t open_run_dir(const TrainArgs* a, char* model, char* state, size_t pathlen, GPTConfig* cfg,
                             int64_t header[ST_HEADER_SLOTS], LlamaConfig* llama = NULL) {
     if (llama) memset(llama, 0, sizeof *llama);
@@ -657,8 +654,8 @@ static int64_t open_run_dir(const TrainArgs* a, char* model, char* state, size_t
     return -1;
 }
 
-// -y 1 with -e: the model the flags name (a spec, an llm.c file or a Hugging Face checkpoint) must have the
-// checkpoint's shape; one error line and exit otherwise. Both trainers call it.
+// -y 1 with -e: the model -e names (spec, llm.c file, Hugging Face checkpoint) must match the checkpoint.
+// Otherwise one error line and exit. Both trainers call it.
 static void check_resume_model(const char* model, const char* output_dir, const GPTConfig* ckpt) {
     GPTConfig want;
     char err[4352];

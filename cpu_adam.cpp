@@ -1,9 +1,11 @@
-// cpu_adam.cpp — AdamW, sum of squares and fp32 -> bf16 over large host arrays: OpenMP chunks, SIMD
-// (AVX-512, else AVX2+FMA, else scalar), one pass over memory per call. Not here: which tensors decay,
-// clipping, lr (adamw.h, schedulers.h).
-// An update moves ~30 bytes and ~15 flops per parameter: memory-bound, so moments, weight and the GPU's bf16
-// copy are one fused pass. Every path does the same IEEE ops in the same order: results are bit-identical
-// whatever path, thread or chunk an element lands on.
+// cpu_adam.cpp — AdamW, sum of squares and fp32 -> bf16 over large host arrays.
+// OpenMP chunks, SIMD (AVX-512, else AVX2+FMA, else scalar), one pass over memory per call.
+// Not here: which tensors decay, clipping, lr (adamw.h, schedulers.h).
+
+// An update moves ~30 bytes and ~15 flops per parameter: memory-bound.
+// So moments, weight and the GPU's bf16 copy are one fused pass.
+
+// Every path does the same IEEE ops in the same order: bit-identical whatever path, thread or chunk.
 #include "llmc/cpu_adam.h"
 
 #include <math.h>
@@ -176,9 +178,9 @@ static inline __m128i bf16x8(__m256 x) {
 // ----------------------------------------------------------------------------
 // AdamW
 
-// The bf16 copy uses streaming stores: only the GPU's DMA reads it, so it skips the cache (a plain store
-// reads each line first: +2 bytes per parameter) and evicts no moments. They need an aligned destination
-// (scalar start) and an sfence at the end, before the caller signals the copy.
+// The bf16 copy uses streaming stores: only the GPU's DMA reads it, so it skips the cache.
+// (A plain store reads each line first: +2 bytes per parameter, and evicts moments.)
+// They need an aligned destination (scalar start) and an sfence before the caller signals the copy.
 template <typename G>
 static void adam_range(float* __restrict p, const G* __restrict g, float* __restrict m, float* __restrict v,
                        uint16_t* __restrict out, int64_t lo, int64_t hi, const AdamWConstants* c) {
@@ -239,10 +241,11 @@ static void adam_range(float* __restrict p, const G* __restrict g, float* __rest
     }
 }
 
-// FTZ and DAZ during the update, the thread's setting restored after (test_cpu_adam's
-// SubnormalStateIsFlushedAndFpModeRestored). v of a rarely seen token's row decays by beta2 into subnormals
-// within a few thousand steps, which x86 runs in slow microcode (1.7x per element on Zen 4). Below 1.2e-38,
-// sqrt(v) < 1e-19, far below eps: no effect on the update. The GPU (--use_fast_math) flushes too.
+// FTZ and DAZ during the update, then the thread's setting restored.
+// test_cpu_adam's SubnormalStateIsFlushedAndFpModeRestored checks both.
+// A rare token's v decays into subnormals within a few thousand steps: slow microcode (1.7x on Zen 4).
+// Below 1.2e-38, sqrt(v) < 1e-19, far below eps: no effect on the update.
+// The GPU (--use_fast_math) flushes too.
 #if defined(__SSE__)
 static inline unsigned flush_subnormals_begin(void) {
     const unsigned old = _mm_getcsr();

@@ -1,6 +1,6 @@
-// cpu_optimizer.h — the CPU optimizer thread of train_gpt: AdamW of the streamed layers, one round per step.
-// A round runs in layer order, beside the next forward pass, which waits per layer (optimizer_block_ready).
-// With -sd the round runs over the SSD store instead (ssd_tier.h).
+// cpu_optimizer.h — train_gpt's CPU optimizer thread: AdamW of the streamed layers, one round per step.
+// A round runs in layer order beside the next forward pass, which waits per layer (optimizer_block_ready).
+// With -sd the round runs over the SSD store (ssd_tier.h).
 // Not here: the AdamW math (cpu_adam.h), the GPU side of the hand-overs (stream.cu).
 #pragma once
 #include <chrono>

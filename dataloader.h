@@ -1,27 +1,6 @@
-// dataloader.h — llm.c token shards as (B, T) batches: inputs, next-token targets and each token's position,
-// in order or shuffled per epoch from a seed; the position is saved in checkpoints. Not here: tokenizing,
-// the model's use of pos and of targets == -1, exiting (errors return).
-//
-// Three shard kinds, each a 256-int32 little-endian header and then the data. A loader (one glob) reads
-// one kind; a run's train and val loaders share a token width (dataloader_check_pair).
-//   GPT-2    {20240520, 1, N, 0...}, then N uint16 ids (llm.c's shards, dev/data/tokenize.cpp)
-//   Llama 3  {20240801, 7, N, 0...}, then N uint32 ids (llm.c's llama3 branch, dev/data/hf_tokenize.py)
-//   chat     {20261126, 1, W, T, R, V, ...} (CHAT_H_* below), then R rows of T ids of W bytes (2: uint16,
-//            4: uint32), then R*T flag bytes, row by row (dev/data/chat_shards.py writes them)
-// Pretraining: batch k reads tokens [k*B*T, k*B*T + B*T]; targets are the inputs shifted by one. A tail
-// short of a batch is skipped, as in llm.c.
-// Chat: a row is T tokens of whole conversations packed end to end, then padding. Batch k is B rows.
-// A flag byte per token: CHAT_TARGET (the model learns to predict it: an assistant turn's tokens and its
-// end-of-turn), CHAT_START (a conversation's first token; a row's first token is one), CHAT_PAD (after
-// the last conversation; the first pad is also a START). From them, per token i of a row:
-//   targets[i] = the token i+1 if i+1 is in the row and a target, else -1 (a loss ignores -1)
-//   pos[i]     = i minus the index of its conversation's START: 0 at each conversation's first token
-// so attention is: query t sees key s iff same row, s <= t and s >= t - pos[t].
-// Pretraining batches get pos[i] = i % T and never a -1 target, as before these fields existed.
-// Every batch: batch_targets counts its targets != -1; dataloader_check_tokens refuses an id >= the model's
-// vocabulary, naming the shard, the token and its byte.
-// Shuffle permutes shards, then batches (pretraining) or rows (chat) inside each shard, from
-// (seed, epoch, shard) alone, so {epoch, shard, batch} is a position.
+// dataloader.h — llm.c token shards as (B, T) batches of inputs, targets and positions.
+// Order: in sequence, or shuffled per epoch from a seed; checkpoints save the position.
+// Not here: tokenizing, the model's use of pos and of targets == -1, exiting (errors return).
 #pragma once
 #include <glob.h>
 #include <stdint.h>
@@ -31,6 +10,11 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
+// Three shard kinds: a 256-int32 little-endian header, then the data. One loader reads one kind.
+// GPT-2: {20240520, 1, N, 0...}, then N uint16 ids (llm.c's shards, dev/data/tokenize.cpp).
+// Llama 3: {20240801, 7, N, 0...}, then N uint32 ids (llm.c's llama3 branch, dev/data/hf_tokenize.py).
+// Chat: {20261126, 1, W, T, R, V, ...} (CHAT_H_*), R rows of T ids of W bytes, then R*T flag bytes.
+// (dev/data/chat_shards.py writes chat shards.)
 #define DATALOADER_MAGIC        20240520  // GPT-2: uint16 ids
 #define DATALOADER_VERSION      1
 #define DATALOADER_MAGIC_U32    20240801  // Llama 3: uint32 ids
@@ -56,11 +40,15 @@ enum {
     CHAT_H_SPLIT = 12,       // conversations longer than T cut into pieces
     CHAT_H_DROPPED = 13,     // conversations longer than T left out (information)
 };
+// A chat row: T tokens of whole conversations packed end to end, then padding. One flag byte per token.
+// CHAT_TARGET: the model learns to predict it (an assistant turn and its end-of-turn).
+// CHAT_START: a conversation's first token; a row's first token is one.
+// CHAT_PAD: after the last conversation; the first pad is also a START.
 enum { CHAT_TARGET = 1, CHAT_START = 2, CHAT_PAD = 4 };
 enum { DL_GPT2 = 1, DL_LLAMA3 = 2, DL_CHAT = 3 };  // DataLoader.kind
 
-// A loader's position, saved raw in checkpoints: 8-byte fields only (no padding). B, T, num_shards and
-// total_tokens are a fingerprint: restoring over other data or batch shape is refused.
+// A loader's position, saved raw in checkpoints: 8-byte fields only (no padding).
+// B, T, num_shards and total_tokens are a fingerprint: other data or batch shapes are refused.
 typedef struct {
     int64_t epoch;        // completed passes over all shards
     int64_t shard_index;  // position in this epoch's shard order
@@ -430,7 +418,9 @@ static inline int dl_chat_batch(DataLoader* dl, int64_t fi, int64_t k) {
         for (j = 0; j < T; j++) {
             const int64_t i = row + j;
             dl->inputs[i] = (int)dl_token(dl, i);
+            // pos: 0 at a START, so query t sees key s iff same row and t - pos[t] <= s <= t
             dl->pos[i] = (f[j] & CHAT_START) ? 0 : dl->pos[i - 1] + 1;
+            // target: the next token if it is in the row and flagged, else -1 (a loss ignores -1)
             const int next = j + 1 < T && (f[j + 1] & CHAT_TARGET);
             dl->targets[i] = next ? (int)dl_token(dl, i + 1) : -1;
             dl->batch_targets += next;
@@ -441,8 +431,11 @@ static inline int dl_chat_batch(DataLoader* dl, int64_t fi, int64_t k) {
     return 1;
 }
 
-// The next batch into inputs / targets / pos; advances at once past a shard's or epoch's end, so a saved
-// state points at a real batch. 0 with dl->err if a shard cannot be read or a chat row is malformed.
+// Shuffle permutes shards, then batches or rows per shard, from (seed, epoch, shard) alone.
+// So {epoch, shard, batch} is a position.
+
+// The next batch into inputs / targets / pos. 0 with dl->err: an unreadable shard or malformed chat row.
+// Advances at once past a shard's or epoch's end, so a saved state points at a real batch.
 static inline int dataloader_next_batch(DataLoader* dl) {
     const int64_t BT = (int64_t)dl->B * dl->T;
     if (dl->order_epoch != dl->epoch) {  // a new epoch, reset or restore: its shard order
@@ -473,6 +466,8 @@ static inline int dataloader_next_batch(DataLoader* dl) {
     if (chat) {
         if (!dl_chat_batch(dl, fi, dl->batch_index)) return 0;
     } else {
+        // pretraining: batch k is tokens [k*B*T, k*B*T + B*T]
+        // a tail short of a batch is skipped, as in llm.c
         const int64_t k = dl->shuffle ? dl->batch_order[dl->batch_index] : dl->batch_index;
         const int w = dl->token_bytes;
         if (!dl_read_at(dl, DATALOADER_HEADER_BYTES + w * k * BT, dl->buf, w * (BT + 1))) return 0;
@@ -530,8 +525,8 @@ static inline DataLoaderState dataloader_get_state(const DataLoader* dl) {
     return s;
 }
 
-// Restores a position, with its shuffle flag and seed (the order it means). 0 with err, loader
-// unchanged, if the state does not fit this data.
+// Restores a position, with its shuffle flag and seed (the order it means).
+// 0 with err, loader unchanged, if the state does not fit this data.
 static inline int dataloader_set_state(DataLoader* dl, const DataLoaderState* s, char* err, size_t errlen) {
     char dummy[8];
     if (!err) {

@@ -1,12 +1,15 @@
 // export_hf.cpp — writes a model as a Hugging Face directory that transformers loads offline:
 //   ./export_hf -i log/model_00000300.bin -o gpt2_hf
-// Input: a model file of either family (GPT-2: llm.c's; Llama, Qwen2: llama_model.h's), a run directory
-// (newest complete checkpoint) or a Hugging Face checkpoint. Output: GPT2LMHeadModel, LlamaForCausalLM or
-// Qwen2ForCausalLM safetensors, config files, tokenizer files (-t DIR's, else GPT-2's for a GPT-2). Memory:
-// the largest tensor (checked first), for either input: both are read tensor by tensor. It is written into
-// <dir>.tmp-<pid>, renamed to <dir> once complete: a failed or killed export leaves no <dir> that loads (a
-// failure removes the staging directory; a kill -9 leaves it, named as such). Not here: the format mapping
-// (hf.h), PyTorch pickles.
+// Not here: the format mapping (hf.h), PyTorch pickles.
+
+// Input: a model file (GPT-2: llm.c's; Llama, Qwen2: llama_model.h's), a run directory or an HF checkpoint.
+// A run directory means its newest complete checkpoint.
+// Output: GPT2LMHeadModel, LlamaForCausalLM or Qwen2ForCausalLM safetensors, configs, tokenizer files.
+// Tokenizer files: -t DIR's, else GPT-2's for a GPT-2.
+// Memory: the largest tensor (checked first); inputs are read tensor by tensor.
+
+// Written into <dir>.tmp-<pid>, renamed to <dir> once complete: a failed export leaves no loadable <dir>.
+// A failure removes the staging directory; a kill -9 leaves it, named as such.
 #include <limits.h>
 #include <signal.h>  // defines: signal, SIGINT, SIGTERM
 #include <stdio.h>

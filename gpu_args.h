@@ -1,6 +1,7 @@
-// gpu_args.h — the flags only the streaming trainer has (-S, -B, -W, -Y, -A, -R, -K, -F, -G, -P, -M, -V,
-// -sd, -sw), their defaults, usage text and parsing; the shared ones are args.h's. Also where the streamed
-// layers' state lives (TIER_*, from -sd / -sw). Not here: what the flags do (train_gpt.cu, memory_plan.cuh).
+// gpu_args.h — the streaming trainer's own flags: defaults, usage text, parsing. Shared ones: args.h.
+// Its flags: -S, -B, -W, -Y, -A, -R, -K, -F, -G, -P, -M, -V, -sd, -sw.
+// Also where the streamed layers' state lives (TIER_*, from -sd / -sw).
+// Not here: what the flags do (train_gpt.cu, memory_plan.cuh).
 #pragma once
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,12 +18,12 @@ enum { TIER_RAM = 0, TIER_SSD = 1, TIER_SSD_WEIGHTS = 2 };
 // their copies to the GPU (stream.h HostReader).
 #define SW_READ_BUFFERS 4
 
-// Threads that must run beside the CPU AdamW's team (-A 0 leaves them a core each): the main one, which
-// launches kernels and issues copies, and with -sd the gradient writer and the I/O completion thread.
+// Threads beside the CPU AdamW's team (-A 0 leaves each a core): the main one (kernels, copies).
+// With -sd also the gradient writer and the I/O completion thread.
 static inline int adam_threads_beside(bool ssd) { return ssd ? 3 : 1; }
 
-// Each generated token streams the whole model once (minutes from disk at 100B): no samples by default above
-// SAMPLE_DEFAULT_MAX_PARAMS parameters or with -sw 1; -g N still asks for them.
+// Each generated token streams the whole model once (minutes from disk at 100B).
+// So no samples by default above SAMPLE_DEFAULT_MAX_PARAMS or with -sw 1; -g N still asks for them.
 #define SAMPLE_DEFAULT_MAX_PARAMS 10000000000LL
 
 // The flags only this trainer has (the shared ones are in args.h).

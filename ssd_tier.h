@@ -1,10 +1,13 @@
-// ssd_tier.h — train_gpt's side of the SSD tier (-sd DIR, docs/ssd.md): the streamed layers' optimizer state
-// in an SsdStore on disk. The step calls it in one line where it acts:
+// ssd_tier.h — train_gpt's side of the SSD tier (-sd DIR, docs/ssd.md).
+// The streamed layers' optimizer state lives in an SsdStore on disk.
+
+// The step calls it in one line where it acts:
 //   backward pass: ssd_tier_begin_backward, and send_layer_grads -> ssd_tier_send_grads
 //   CPU AdamW: ssd_tier_submit, then the optimizer thread's ssd_tier_round
 //   checkpoint: ssd_tier_checkpoint; -sw 1: the stream's reader, sw_reader
+
 // Not here: the store and its disk I/O (ssd.cpp), the AdamW math (cpu_adam.h), the loading (train_gpt.cu).
-// FAKE_CUDA_HOST_*: the emulated build's checks of host accesses (cuda_common.h); nothing in a real build.
+// FAKE_CUDA_HOST_*: the emulated build's host-access checks (cuda_common.h); empty in a real build.
 #pragma once
 #include <condition_variable>
 #include <mutex>

@@ -1,6 +1,5 @@
-// stream.cu — host<->GPU movement for the streaming trainer: pinned buffers, the ring of weight slots,
-// the copy streams and the events that order them against the compute stream (see stream.h for the map).
-// No math here and no optimizer: this file only decides what is copied where, and when.
+// stream.cu — host<->GPU movement: pinned buffers, the weight slot ring, copy streams and their events.
+// stream.h has the map. No math, no optimizer: only what is copied where, and when.
 #include "stream.h"
 #include <string.h>
 #include "llmc/timeline.h"
@@ -155,8 +154,9 @@ static int slot_of(const WeightStream* ws, int l) {
     return -1;
 }
 
-// ---- Read buffers (-sw 1: a HostReader). A layer of the pass is read into a buffer as early as one is free
-// and the optimizer has written it, in pass order; its copy to a slot then frees the buffer once it has run.
+// ---- Read buffers (-sw 1: a HostReader)
+// In pass order, a layer is read into a buffer once one is free and the optimizer has written the layer.
+// Its copy to a slot frees the buffer once it has run.
 
 // The buffer holding layer l or being read into for it, or -1.
 static int read_buffer_of(const WeightStream* ws, int l) {
@@ -172,8 +172,8 @@ static void read_buffer_drop(WeightStream* ws, int b) {
     ws->reads.state[b] = READ_FREE;
     ws->reads.layer[b] = -1;
 }
-// A buffer to read into: a free one, or one whose copy has run. -1 when none is (wait = 0); with wait = 1 it
-// waits for the oldest copy, or else takes the buffer whose layer comes last in the pass.
+// A buffer to read into: a free one, or one whose copy has run; -1 if none (wait = 0).
+// wait = 1: waits for the oldest copy, or else takes the buffer whose layer comes last in the pass.
 static int read_buffer_take(WeightStream* ws, int wait) {
     const int n = ws->reads.reader.num_buffers;
     for (int b = 0; b < n; b++)
@@ -213,8 +213,8 @@ static void read_start(WeightStream* ws, int b, int l) {
     ws->reads.req[b] = ws->reads.reader.start(ws->reads.reader.ctx, l, ws->reads.buf[b]);
     ws->reads.count++;
 }
-// Starts reading the pass's next layers that are in no slot and no buffer, while buffers are free and the
-// optimizer has written them (in pass order: it stops at the first that is not).
+// Starts reading the pass's next layers held nowhere, while buffers are free.
+// In pass order: it stops at the first layer the optimizer has not written.
 static void read_ahead(WeightStream* ws) {
     if (!ws->reads.reader.start) return;
     for (int pos = ws->schedule_next; pos < ws->schedule_len; pos++) {
@@ -227,8 +227,8 @@ static void read_ahead(WeightStream* ws) {
     }
 }
 
-// Layer l's bf16 weights on the host, ready to copy, or NULL when they are not yet (wait = 0 only asks;
-// wait = 1 waits for the CPU optimizer, then with a reader for the disk).
+// Layer l's bf16 weights on the host, ready to copy, or NULL if not yet (wait = 0).
+// wait = 1 waits for the CPU optimizer, then (with a reader) for the disk.
 static const uint16_t* host_weights(WeightStream* ws, int l, int wait) {
     if (!ws->host_ready(ws->host_ready_ctx, l, wait)) return NULL;
     if (!ws->reads.reader.start)
@@ -247,8 +247,8 @@ static const uint16_t* host_weights(WeightStream* ws, int l, int wait) {
     return ws->reads.buf[b];
 }
 
-// Makes sure layer l is in (or on its way to) a slot, and pins that slot for this pass. Returns 0 when l
-// holds no slot and its host weights are not ready (wait = 0); wait = 1 waits for them.
+// Puts layer l in (or on its way to) a slot, pinned for this pass.
+// 0 if l holds no slot and its host weights are not ready (wait = 0); wait = 1 waits for them.
 static int request_layer(WeightStream* ws, int l, int wait) {
     int s = slot_of(ws, l);
     if (s >= 0) {  // still resident from the previous pass (e.g. the last layers of the forward pass)
@@ -288,9 +288,8 @@ static int request_layer(WeightStream* ws, int l, int wait) {
     return 1;
 }
 
-// Requests the pass's next layers, in order, while they are at most `until` (a schedule position) and their
-// weights are ready on the host; stops at the first one that is not (the optimizer works in order too).
-// Never blocks: a layer left unrequested here is requested by stream_wait_layer, which may wait.
+// Requests the pass's next layers up to schedule position `until`, stopping at the first not ready.
+// (The optimizer works in order too.) Never blocks: stream_wait_layer requests the rest, and may wait.
 static void request_ready_layers(WeightStream* ws, int until) {
     while (ws->schedule_next < ws->schedule_len && ws->schedule_next <= until) {
         if (!request_layer(ws, ws->schedule[ws->schedule_next], 0)) break;
@@ -305,10 +304,12 @@ void stream_begin_pass(WeightStream* ws, const int* order, int n) {
     ws->schedule_len = n;
     ws->schedule_next = 0;
     // Up to num_slots - 1 layers are requested ahead of the one computing; each release lets one more in.
-    // The slot that is free then is the one whose layer finished longest ago, and the request comes right
-    // AFTER the compute stream was given a layer's kernels. A layer whose AdamW is not finished is not
-    // waited for there (that would hold back kernels of layers that are ready): stream_wait_layer waits.
-    // Layers already resident are pinned first so that the copies below never evict them.
+    // The free slot is then the one whose layer finished longest ago.
+    // Requests come right AFTER the compute stream got a layer's kernels.
+    // A layer whose AdamW is unfinished is not waited for here: stream_wait_layer waits.
+    // (Waiting here would hold back kernels of layers that are ready.)
+
+    // Resident layers are pinned first, so the copies below never evict them.
     const int ahead = ws->num_slots - 1;
     const int first = n < ahead ? n : ahead;
     for (int i = 0; i < first; i++)

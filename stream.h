@@ -1,16 +1,17 @@
-// stream.h — everything that moves between host and GPU during training: the pinned host copies of the
-// weights (bf16) and gradients, the ring of GPU weight slots, the three CUDA streams and their events.
-// The model code asks for "layer l's weights" and "send layer l's grads"; it never calls cudaMemcpy itself.
-// It does no math (train_gpt.cu, kernels.cuh) and no optimizer update (cpu_adam.cpp).
-//
+// stream.h — everything that moves between host and GPU during training.
+// Holds: pinned bf16 weights and gradients, the ring of GPU weight slots, three CUDA streams, their events.
+// The model asks for "layer l's weights" and "send layer l's grads"; it never calls cudaMemcpy.
+// Not here: math (train_gpt.cu, kernels.cuh), the optimizer update (cpu_adam.cpp).
+
 // Streams:  compute — every kernel and GEMM;  h2d — weights host->GPU;  d2h — gradients GPU->host.
 // Ordering is by events only (no device-wide synchronization inside a pass):
 //   slot_ready[s]  (h2d)     : the weights in slot s have arrived      -> compute waits before using them
 //   slot_free[s]   (compute) : the last kernel reading slot s is done  -> h2d waits before overwriting it
 //   staging_free[k] (d2h)    : gradient staging buffer k is on the host -> compute waits before refilling it
 //   grads_on_host[l] (d2h)   : layer l's gradients are in host memory   -> the CPU AdamW thread waits on it
-// The embeddings and any GPU-resident layers (-R) are not streamed: a pass's `order` lists only the others.
-// Weights not in host RAM (-sw 1) come through a HostReader's read buffers (StreamReads, below).
+
+// The embeddings and GPU-resident layers (-R) are not streamed: a pass's `order` omits them.
+// Weights not in host RAM (-sw 1) come through a HostReader's read buffers (StreamReads).
 #pragma once
 #include <stdint.h>
 #include "llmc/cuda_common.h"
@@ -35,9 +36,10 @@ typedef struct {
     int first_streamed;  // layers below it are GPU-resident: weights_host_bf16 holds them, and no pass reads
 } HostReader;
 
-// With a HostReader, each layer of a pass is read into a pinned read buffer, as far ahead as buffers allow,
-// then copied to its slot. A buffer is free, being read into, holding a layer, or being copied from; it is
-// read into again only once its copy has run (copied[b], h2d).
+// With a HostReader, a pass's layers are read into pinned buffers, as far ahead as buffers allow.
+// Then each is copied to its slot.
+// A buffer is free, being read, holding a layer, or being copied from.
+// It is read into again only once its copy has run (copied[b], h2d).
 typedef struct {
     HostReader reader;
     uint16_t* buf[MAX_READ_BUFFERS];
@@ -54,8 +56,8 @@ typedef struct {
     int64_t layer_stride;  // elements of one layer block (model.h ParamLayout)
     int64_t embed_count;   // elements of the embedding block
 
-    // Host, pinned (DMA-able, so copies run at full PCIe speed and asynchronously)
-    // [embeddings | layer 0 | ... | layer L-1], laid out as the master weights, written by the CPU AdamW.
+    // Host, pinned: copies run asynchronously at full PCIe speed.
+    // [embeddings | layer 0 | ... | layer L-1] as the master weights; the CPU AdamW writes them.
     // With a reader: up to first_streamed only.
     uint16_t* weights_host_bf16;
     uint16_t* grads_host_bf16;  // L * layer_stride; NULL without host_grads (stream_send_layer_grads_to)

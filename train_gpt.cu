@@ -1,9 +1,10 @@
 // train_gpt.cu — trains a GPT-2 far larger than GPU memory on ONE GPU, streaming it layer by layer.
-//
+
 // Where the model lives:
 //   host RAM: fp32 master weights, AdamW m and v; pinned bf16 weights and gradients (stream.cu).
 //   GPU: a ring of layer weight slots, each layer's input per micro-batch, one layer's activations,
 //        the embeddings with their AdamW state, and with -R the first R layers too.
+
 // One step, numbered as in gpt_forward_backward and gpt_update below:
 //   1. tokens and embeddings
 //   2. forward, layer by layer: each layer's weights arrive once and serve every micro-batch
@@ -11,9 +12,11 @@
 //   4. backward, last layer first: recompute each layer from its input, send its gradients out
 //   5. the one synchronization: loss and gradient norm
 //   6. AdamW on a CPU thread, layer by layer, while the next step's forward pass runs
+
 // Its parts: the model as data (gpt.cuh), the CPU AdamW thread (cpu_optimizer.h),
 // the memory plan (memory_plan.cuh), its flags (gpu_args.h).
 // Not here: kernels (kernels.cuh), GEMMs (matmul.cuh), copies (stream.cu), AdamW math (cpu_adam.cpp).
+
 // The SSD tier (-sd DIR) keeps the optimizer state on disk: ssd_tier.h, docs/ssd.md.
 #include <algorithm>
 #include <atomic>

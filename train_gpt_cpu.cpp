@@ -1,9 +1,7 @@
-// train_gpt_cpu.cpp — trains a GPT-2 (gpt2_cpu.h) or a Llama-family model (llama_cpu.h: Llama 3, Qwen2) on
-// the CPU with the reference model. Flags, data, schedule, clip and AdamW are the streaming GPU trainer's, so
-// the two compare line by line.
-// With no arguments it trains a small model (L4 C128 NH4, T 64) on the shipped tinyshakespeare shards, in a
-// few minutes on 2 cores. It writes train_gpt's log and checkpoints, so a run moves between the two trainers.
-// It uses no GPU.
+// train_gpt_cpu.cpp — trains a GPT-2 (gpt2_cpu.h) or a Llama-family model (llama_cpu.h) on the CPU.
+// Flags, data, schedule, clip and AdamW are the GPU trainer's, so the two compare line by line.
+// No arguments: a small model (L4 C128 NH4, T 64) on tinyshakespeare, a few minutes on 2 cores.
+// It writes train_gpt's log and checkpoints, so a run moves between the two trainers. No GPU.
 #include <chrono>
 #include <stdarg.h>
 #include <omp.h>
@@ -51,8 +49,8 @@ static void cpu_train_defaults(TrainArgs* a) {
     a->val_max_batches = 10;
 }
 
-// Dies unless `bytes` fit the available host RAM. Allocations are lazy (overcommit), so without this a
-// model too big for the machine gets through malloc and is OOM-killed while it is initialized or trained.
+// Dies unless `bytes` fit the available host RAM.
+// Allocations are lazy (overcommit): a model too big passes malloc, then is OOM-killed mid-run.
 static void check_host_fit(double bytes) {
     const int64_t avail = host_available_bytes();
     const double GiB = 1073741824.0;
@@ -112,8 +110,8 @@ static const float* model_logits(const CpuModel* m, int64_t row) {
     return m->llama ? m->ll.acts.logits + row * m->ll.config.vocab_size
                     : m->gpt.acts.logits + row * m->gpt.config.padded_vocab_size;
 }
-// AdamW of the gradient grads / denom, clipped; decay on matrices only. denom: the micro-batches (each
-// gradient a mean) or a chat step's target tokens (each a sum).
+// AdamW of the gradient grads / denom, clipped; decay on matrices only.
+// denom: the micro-batches (each gradient a mean) or a chat step's target tokens (each a sum).
 static void model_adamw(CpuModel* m, float* adam_m, float* adam_v, float denom, float lr, const TrainArgs* a,
                         int64_t t, float norm) {
     const float scale = clip_scale(norm, a->grad_clip) / denom;
@@ -128,8 +126,8 @@ static void model_free(CpuModel* m) {
     else gpt2_cpu_free(&m->gpt);
 }
 
-// -e as a Llama-family model: a spec (kind 1), a model file (2) or a Hugging Face checkpoint (3); 0: not
-// one (GPT-2). Dies on a Llama spec or file that is malformed.
+// -e as a Llama-family model: a spec (1), a model file (2), a Hugging Face checkpoint (3); 0: GPT-2.
+// Dies on a malformed Llama spec or file.
 static int llama_source_kind(const char* spec, LlamaConfig* cfg) {
     char err[4352];
     const int kind = parse_llama_spec(spec, cfg, err, sizeof err);
@@ -188,9 +186,8 @@ static void build_model(CpuModel* m, const char* spec, int B, int T, const char*
     if (kind == 2 && !gpt_read_header(spec, &cfg, err, sizeof err)) die("%s", err);
     if (T > cfg.max_seq_len) die("-t %d exceeds the model's max sequence length %d", T, cfg.max_seq_len);
     const double state_bytes = 16.0 * gpt_layout(&cfg).total;  // params, grads, m, v
-    // Before any malloc, in double: the main activation terms (per-layer (N, 12C), attention (B, NH, T, T),
-    // logits and probs (N, Vp)), whose int64 sizes in gpt2_cpu_layout_activations can overflow for
-    // absurd B, T.
+    // Before any malloc, in double: the main activation terms, whose int64 sizes overflow for absurd B, T.
+    // They are per-layer (N, 12C), attention (B, NH, T, T), logits and probs (N, Vp).
     const double N = (double)B * T, L = cfg.num_layers;
     check_host_fit(state_bytes + 4.0 * (L * N * 12 * cfg.channels + L * B * cfg.num_heads * (double)T * T +
                                         2 * N * cfg.padded_vocab_size));
@@ -206,8 +203,8 @@ static void build_model(CpuModel* m, const char* spec, int B, int T, const char*
     }
 }
 
-// Mean loss over the first `batches` batches of the val loader (reset first, so every evaluation sees
-// the same tokens); chat data: over their target tokens.
+// Mean loss over the val loader's first `batches` batches; chat data: over their target tokens.
+// The loader is reset first, so every evaluation sees the same tokens.
 static float validation_loss(CpuModel* model, DataLoader* val, int64_t batches) {
     dataloader_reset(val);
     const int chat = val->kind == DL_CHAT;
@@ -226,8 +223,8 @@ static float validation_loss(CpuModel* model, DataLoader* val, int64_t batches) 
     return (float)(sum / (chat ? targets : (double)batches));
 }
 
-// Generates n tokens after <|endoftext|> and prints them as they come. Each token is one forward pass
-// with B=1 over the context, cropped to the last maxT tokens once it grows longer.
+// Generates n tokens after <|endoftext|> and prints them as they come.
+// Each token: one B=1 forward pass over the context, cropped to the last maxT tokens.
 static void generate(CpuModel* model, const Tokenizer* tok, int n, uint64_t* rng) {
     const int maxT = model_max_T(model), V = model_vocab(model);
     const int eot = tok->init_ok ? tok->eot_token : 50256;  // -1: a tokenizer without such a token
@@ -286,8 +283,8 @@ static void parse_args(CpuRun* r, int argc, char** argv) {
     if (!getenv("OMP_NUM_THREADS") && cores < omp_get_max_threads()) omp_set_num_threads(cores);
 }
 
-// -o: one run per directory, a fresh run only where no run left files, -y 1 from the newest valid checkpoint
-// of either trainer, whose model file replaces -e (which, if given, must describe it).
+// -o: one run per directory; a fresh run only where no run left files.
+// -y 1: the newest valid checkpoint of either trainer; its model file replaces -e (which must match it).
 static void open_output_dir(CpuRun* r, int argc, char** argv) {
     r->model_arg = r->args.model;
     GPTConfig ckpt;
@@ -362,8 +359,8 @@ static void init_optimizer_state(CpuRun* r) {
     printf("resumed from %s (step %d)\n", r->resume_model, r->start_step);
 }
 
-// The samples' decoder: GPT-2's for a GPT-2; for the Llama family the tokenizer.json of the Hugging Face
-// checkpoint -e names, else GPT-2's where the vocabulary is GPT-2's (the shipped shards), else none (ids).
+// The samples' decoder: GPT-2's for a GPT-2.
+// Llama family: -e's Hugging Face tokenizer.json, else GPT-2's for GPT-2's vocabulary, else none (ids).
 static void open_tokenizer(CpuRun* r) {
     char err[4352];
     const int V = model_vocab(&r->model);
@@ -432,10 +429,10 @@ static void print_config_table(const CpuRun* r) {
     fflush(stdout);
 }
 
-// One step: the micro-batches' forward and backward, the divergence check, then AdamW unless -sl / -sg skip
-// the update (*skipped says why, else ""). Returns the mean loss; *norm gets the gradient norm.
-// Chat data: the loss is the mean over the step's target tokens (*targets), each micro-batch weighing by its
-// count; a step with none updates nothing (*skipped says so).
+// One step: micro-batches forward and backward, the divergence check, then AdamW.
+// -sl / -sg may skip the update (*skipped says why, else ""). Returns the mean loss; *norm the grad norm.
+// Chat data: the loss is the mean over the step's target tokens (*targets); each micro-batch weighs by count.
+// A step with no target updates nothing (*skipped says so).
 static double train_step(CpuRun* r, int step, float lr, float* norm, int64_t* targets, char* skipped,
                          size_t skipped_len) {
     CpuModel* m = &r->model;

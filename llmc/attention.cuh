@@ -1,13 +1,16 @@
-// attention.cuh — causal self-attention (-F 0), forward and backward: cuBLAS batched GEMMs per head and the
-// causal softmax kernels, in place on the activations' layouts. No CUDA API of its own, so
-// test/test_attention.cpp checks its stride math on the CPU.
-// Grouped-query attention (Llama): qkv rows are [q (NH*hs) | k (NKV*hs) | v (NKV*hs)], query head h reads
-// key/value head h / (NH/NKV) in place (no per-head copies). GPT-2 is NKV = NH: [q | k | v] of C each.
+// attention.cuh — causal self-attention (-F 0), forward and backward.
+// cuBLAS batched GEMMs per head and the causal softmax kernels, in place on the activations' layouts.
+// No CUDA API of its own, so test/test_attention.cpp checks its stride math on the CPU.
+
+// Grouped-query attention (Llama): qkv rows are [q (NH*hs) | k (NKV*hs) | v (NKV*hs)].
+// Query head h reads key/value head h / (NH/NKV) in place. GPT-2 is NKV = NH: [q | k | v] of C each.
 // Packed sequences: pos (B*T, device, may be NULL) masks key s for query t unless t - pos[t] <= s <= t.
 #pragma once
 
-// Per-head matrices in place: q, k, v of head h are column blocks of a qkv row (row stride (NH + 2 NKV) hs);
-// y, dy of (B, T, NH, hs) (row stride C); scores of (b, h) are block b*NH + h of att (T x T).
+// Per-head matrices in place:
+//   q, k, v of head h: column blocks of a qkv row (row stride (NH + 2 NKV) hs)
+//   y, dy: (B, T, NH, hs) (row stride C)
+//   scores of (b, h): block b*NH + h of att (T x T)
 // Heads are uniformly strided (hs, or T*T): one batched GEMM per sequence.
 typedef struct {
     bf16* base;        // head 0 of sequence 0
@@ -26,8 +29,9 @@ static void heads_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                        heads, s, beta);
 }
 
-// The heads one batched GEMM takes: member j (0 .. group-1) of each of the NKV groups, so query heads
-// h = g*group + j (stride group*hs) meet key/value head g (stride hs). GPT-2: group 1, j 0, every head.
+// One batched GEMM takes member j (0 .. group-1) of each of the NKV groups.
+// So query heads h = g*group + j (stride group*hs) meet key/value head g (stride hs).
+// GPT-2: group 1, j 0, every head.
 typedef struct {
     int T, NH, NKV, hs, group;
     int64_t ld;  // a qkv row: (NH + 2 NKV) hs
@@ -56,8 +60,8 @@ static HeadMatrices score_heads(bf16* att, const AttnHeads& a, int j) {
     return {att + j * TT, a.T, a.group * TT, (int64_t)a.NH * TT};
 }
 
-// y (B, T, C = NH*hs) = softmax_causal(q k^T / sqrt(hs)) v per head; att (B, NH, T, T) keeps the
-// probabilities. qkv (B, T, (NH + 2 NKV) hs), bias added. NKV 0: NKV = NH (GPT-2).
+// y (B, T, C = NH*hs) = softmax_causal(q k^T / sqrt(hs)) v per head; att (B, NH, T, T) keeps P.
+// qkv (B, T, (NH + 2 NKV) hs), bias added. NKV 0: NKV = NH (GPT-2).
 static void attention_forward(bf16* y, bf16* att, bf16* qkv, int B, int T, int C, int NH, cudaStream_t s,
                               int NKV = 0, const int* pos = nullptr) {
     const AttnHeads sh = attn_shape(T, C, NH, NKV);
@@ -74,8 +78,8 @@ static void attention_forward(bf16* y, bf16* att, bf16* qkv, int B, int T, int C
 }
 
 // dqkv (B, T, qkv row), every element, from dy (B, T, C) and the forward's qkv and att; datt: scratch.
-// dk and dv sum over a group's query heads: the first head's GEMM writes them, the others add (beta 1),
-// in order, on one stream: no race, and a bf16 rounding per added head.
+// dk, dv sum a group's query heads: the first head's GEMM writes, the others add (beta 1) in order.
+// One stream, so no race; one bf16 rounding per added head.
 static void attention_backward(bf16* dqkv, bf16* datt, bf16* dy, bf16* att, bf16* qkv, int B, int T, int C,
                                int NH, cudaStream_t s, int NKV = 0, const int* pos = nullptr) {
     const AttnHeads sh = attn_shape(T, C, NH, NKV);

@@ -1,5 +1,6 @@
 // cpu_adam.h — AdamW's math (AdamWArgs, AdamWConstants) and its CPU form: OpenMP + SIMD over fp32 weights.
-// The CPU form also writes the bf16 copy streamed next; also the squared norm and fp32 -> bf16.
+// The CPU form also writes the bf16 copy streamed next. Also here: the squared norm, fp32 -> bf16.
+
 // Not here: hyperparameters and which tensors decay (adamw.h), the GPU form (kernels.cuh adamw_gpu).
 // No intrinsics here, so nvcc can include it.
 #pragma once
@@ -54,7 +55,7 @@ static inline void adamw_update(float* params, const uint16_t* grads, float* m, 
 }
 
 // AdamW over the window [lo, lo + n) of a block of tensors, each with its decay (adamw.h's rule).
-// The pointers point at element lo. Same bits as the whole block: the SSD tier updates piece by piece.
+// The pointers point at element lo. Same bits as the whole block, so the SSD tier goes piece by piece.
 void adamw_tensors_window_bf16grad(int count, const int64_t* offset, const int64_t* size,
                                    const int* is_matrix, int64_t lo, int64_t n, float* params,
                                    const uint16_t* grads, float* m, float* v, uint16_t* bf16_out,

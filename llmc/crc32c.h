@@ -1,5 +1,6 @@
 // crc32c.h — CRC-32C (Castagnoli), every checkpoint file's checksum, as ext4's ("123456789" -> e3069283).
-// SSE4.2's crc32 instruction on three chains, else a table (slicing by 8). Catches corruption, not tampering.
+// SSE4.2's crc32 instruction on three chains, else a table (slicing by 8).
+// Catches corruption, not tampering.
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -40,7 +41,7 @@ static inline uint32_t crc32c_portable(uint32_t crc, const void* data, size_t n)
 
 #if defined(__SSE4_2__) && defined(__x86_64__)
 // crc32 has latency 3, throughput 1/cycle: 3 lanes of CRC32C_LANE bytes run as independent chains.
-// Joining them: the raw register is linear over GF(2), so run(B from r) = shift(r) ^ run(B from 0), where
+// Joining them: the register is linear over GF(2), so run(B from r) = shift(r) ^ run(B from 0).
 // shift (running CRC32C_LANE zero bytes) is tabulated per register byte (crc32c_shift_tables).
 #define CRC32C_LANE 4096
 static inline uint64_t crc32c_hw_run(uint64_t c, const unsigned char* p, size_t n) {

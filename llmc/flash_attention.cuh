@@ -1,11 +1,14 @@
-// flash_attention.cuh — causal self-attention as fused tensor-core kernels (FlashAttention-2): the (T x T)
-// scores live only in registers, tile by tile. The forward keeps one log-sum-exp per query row, from which
-// the backward recomputes P; the backward is two kernels (dq by query tiles, dk/dv by key tiles), so each
-// gradient element is written once, without atomics. Same layouts as attention.cuh (the fallback):
-// qkv (B, T, 3C) -> y (B, T, C). Head sizes 32, 64, 80, 96, 128; any T; bf16 in, fp32 accumulation.
-// Grouped-query attention (Llama): qkv rows [q (NH*hs) | k (NKV*hs) | v (NKV*hs)], query head h reads
-// key/value head h / (NH/NKV) in place; GPT-2 is NKV = NH. Packed sequences: pos (B*T, may be NULL) masks
-// key s for query t unless t - pos[t] <= s <= t; key tiles no query of a block sees are skipped.
+// flash_attention.cuh — causal self-attention as fused tensor-core kernels (FlashAttention-2).
+// The (T x T) scores live only in registers, tile by tile.
+// The forward keeps one log-sum-exp per query row; the backward recomputes P from it.
+// Backward: two kernels (dq by query tiles, dk/dv by key tiles), each gradient written once, no atomics.
+// Layouts as attention.cuh (the fallback): qkv (B, T, 3C) -> y (B, T, C).
+// Head sizes 32, 64, 80, 96, 128; any T; bf16 in, fp32 accumulation.
+
+// Grouped-query attention (Llama): qkv rows [q (NH*hs) | k (NKV*hs) | v (NKV*hs)].
+// Query head h reads key/value head h / (NH/NKV) in place; GPT-2 is NKV = NH.
+// Packed sequences: pos (B*T, may be NULL) masks key s for query t unless t - pos[t] <= s <= t.
+// Key tiles no query of a block sees are skipped.
 // Not here: choosing the path (train_gpt.cu), cp.async double buffering, Hopper's wgmma.
 #pragma once
 #include "cuda_common.h"
@@ -14,13 +17,16 @@
 // ----------------------------------------------------------------------------
 // The tensor-core instruction and its register layout (PTX ISA, "Matrix Fragments for mma.m16n8k16 with
 // floating point type"). One warp multiplies A (16 x 16, bf16) by B (16 x 8, bf16) into C (16 x 8, fp32).
+
 // Lane l holds, with g = l / 4 and t = l % 4 (pairs are packed low element first):
 //   A: a[0] = A[g][2t, 2t+1]  a[1] = A[g+8][2t, 2t+1]  a[2] = A[g][2t+8, 2t+9]  a[3] = A[g+8][2t+8, 2t+9]
 //   B: b[0] = B[2t, 2t+1][g]  b[1] = B[2t+8, 2t+9][g]
 //   C: c[0], c[1] = C[g][2t, 2t+1]  c[2], c[3] = C[g+8][2t, 2t+1]
-// So the C fragments of two neighbouring 8-column tiles are the A fragment of their 16-column block:
-// P = softmax(S) feeds the next product from registers. test/fake_cuda/fake_device.h emulates this table;
-// test_kernels.cu's MmaFragmentLayoutMatchesMatmul checks it on the real instruction.
+
+// Two neighbouring 8-column C tiles are their 16-column block's A fragment.
+// So P = softmax(S) feeds the next product from registers.
+
+// test/fake_cuda/fake_device.h emulates this table; MmaFragmentLayoutMatchesMatmul checks it on the GPU.
 
 __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
 #ifdef FAKE_CUDA_DEVICE
@@ -38,10 +44,13 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], 
 
 // ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: the warp loads four 8 x 8 bf16 matrices from shared
 // memory; lanes 8i .. 8i+7 give the addresses of matrix i's 8 rows (16 contiguous bytes each, 16-byte
-// aligned). Lane l receives in r[i], with g = l / 4 and t = l % 4:
+// aligned).
+
+// Lane l receives in r[i], with g = l / 4 and t = l % 4:
 //   plain:  matrix i's elements [g][2t], [g][2t+1]
 //   .trans: matrix i's elements [2t][g], [2t+1][g]   (the transposed matrix's [g][2t, 2t+1])
 // the mma fragments' layout: one instruction loads four fragment registers.
+
 // fake_device.h emulates this table; test_kernels.cu's LdmatrixMatchesItsTable checks it.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const bf16* row, bool transpose) {
 #ifdef FAKE_CUDA_DEVICE
@@ -114,12 +123,13 @@ __device__ __forceinline__ void c_to_a(uint32_t a[4], const float left[4], const
     a[3] = pack_pair(right[2], right[3]);
 }
 
-// Shared tiles are [rows][W + FA_PAD], rows as in memory: the padding keeps rows 16-byte aligned and puts
-// the 8 rows of one ldmatrix phase in different banks. Fragment pairs down a column: ldmatrix .trans.
+// Shared tiles are [rows][W + FA_PAD], rows as in memory.
+// The padding keeps rows 16-byte aligned and puts one ldmatrix phase's 8 rows in different banks.
+// Fragment pairs down a column: ldmatrix .trans.
 #define FA_PAD 8
 
-// The first key that query rows [row0, row0 + rows) see: min of t - pos[t] (pos_b: the sequence's positions;
-// NULL: 0). Thread 0 reads them, the block gets it through `shared`; every thread must call it.
+// The first key query rows [row0, row0 + rows) see: min of t - pos[t] (pos_b NULL: 0).
+// Thread 0 reads it, the block gets it through `shared`: every thread must call it.
 __device__ __forceinline__ int first_key_of(const int* pos_b, int row0, int rows, int T, int* shared) {
     if (!pos_b) return 0;
     if (threadIdx.x == 0) {
@@ -146,8 +156,8 @@ __device__ __forceinline__ void load_tile(bf16 (*tile)[HS + FA_PAD], const bf16*
         else zero16(&tile[r][c]);
     }
 }
-// A fragments (rows r0 = g, r1 = g + 8 of a warp's 16) of a (T, HS) head matrix read from global memory,
-// rows >= T as zeros; f[kk] covers columns [16kk, 16kk + 16).
+// A fragments of a (T, HS) head matrix, from global memory: rows r0 = g, r1 = g + 8 of a warp's 16.
+// Rows >= T are zeros; f[kk] covers columns [16kk, 16kk + 16).
 template <int HS>
 __device__ __forceinline__ void load_a_rows(uint32_t f[HS / 16][4], const bf16* head, int64_t ld, int r0,
                                             int r1, int T) {
@@ -161,22 +171,23 @@ __device__ __forceinline__ void load_a_rows(uint32_t f[HS / 16][4], const bf16* 
     }
 }
 // Fragments from a shared tile of W columns, one ldmatrix each. Lane l addresses row l % 8 of matrix l / 8.
-// The A fragment of rows [row, row + 16), columns [col, col + 16): matrices (row, col), (row + 8, col),
-// (row, col + 8), (row + 8, col + 8) are a[0..3].
+
+// The A fragment of rows [row, row + 16), columns [col, col + 16).
+// a[0..3] are matrices (row, col), (row + 8, col), (row, col + 8), (row + 8, col + 8).
 template <int W>
 __device__ __forceinline__ void a_from_tile(uint32_t a[4], const bf16 (*tile)[W + FA_PAD], int row, int col) {
     const int lane = threadIdx.x % 32, i = lane / 8;
     ldmatrix_x4(a, &tile[row + (i % 2) * 8 + lane % 8][col + (i / 2) * 8], false);
 }
-// B fragments of two neighbouring 8-column tiles n0 and n0 + 8 of B[k][n] = tile[n][k] (k0 .. k0 + 15): B's
-// columns are rows of the tile (k rows for S = q k^T). b[0], b[1] are tile n0's, b[2], b[3] tile n0 + 8's.
+// B fragments of 8-column tiles n0 and n0 + 8 of B[k][n] = tile[n][k], k0 .. k0 + 15.
+// B's columns are the tile's rows (k rows for S = q k^T). b[0], b[1]: tile n0; b[2], b[3]: tile n0 + 8.
 template <int W>
 __device__ __forceinline__ void b2_from_rows(uint32_t b[4], const bf16 (*tile)[W + FA_PAD], int n0, int k0) {
     const int lane = threadIdx.x % 32, i = lane / 8;
     ldmatrix_x4(b, &tile[n0 + (i / 2) * 8 + lane % 8][k0 + (i % 2) * 8], false);
 }
-// The same for B[k][n] = tile[k][n]: B's columns run down the tile (v rows for O += P v), so ldmatrix
-// transposes: matrices (k0, n0), (k0 + 8, n0), (k0, n0 + 8), (k0 + 8, n0 + 8).
+// The same for B[k][n] = tile[k][n]: B's columns run down the tile (v rows for O += P v).
+// So ldmatrix transposes matrices (k0, n0), (k0 + 8, n0), (k0, n0 + 8), (k0 + 8, n0 + 8).
 template <int W>
 __device__ __forceinline__ void b2_from_cols(uint32_t b[4], const bf16 (*tile)[W + FA_PAD], int k0, int n0) {
     const int lane = threadIdx.x % 32, i = lane / 8;
@@ -185,8 +196,9 @@ __device__ __forceinline__ void b2_from_cols(uint32_t b[4], const bf16 (*tile)[W
 
 // ----------------------------------------------------------------------------
 // Forward. Block: 64 queries of one (sequence, head), 4 warps of 16 rows; key tiles of 64 up to the diagonal.
-// Per tile: S = q k^T, base-2 scaled, masked; online softmax (row max m, sum l); O = O * exp2(m_old - m_new)
-// + P v. Then y = O / l, lse = m + log2(l), so p = exp2(score * scale_log2 - lse).
+// Per tile: S = q k^T, base-2 scaled, masked; online softmax (row max m, sum l).
+// O = O * exp2(m_old - m_new) + P v. Then y = O / l, lse = m + log2(l).
+// So p = exp2(score * scale_log2 - lse).
 // grid: (B * NH, ceil(T / 64)), the last tiles (most keys) first.
 
 template <int HS>
@@ -214,8 +226,8 @@ __global__ void __launch_bounds__(128)
     load_a_rows<HS>(qf, q_head, ld, r0, r1, T);
     float o[HS / 8][4];
     for (int n = 0; n < HS / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    // Running max and this lane's part of the sum, rows r0 and r1. m stays -inf until a row's first key;
-    // exp2(-inf - m) = 0 on the rescale after it.
+    // Running max and this lane's part of the sum, rows r0 and r1.
+    // m stays -inf until a row's first key; the rescale after it is exp2(-inf - m) = 0.
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
     // BK == BQ: key tiles from the block's first key up to and including the diagonal one
@@ -319,8 +331,9 @@ __global__ void flash_attention_dsum_kernel(float* dsum, const bf16* y, const bf
     }
 }
 
-// dq. Block: 64 queries, 4 warps of 16 rows (q, dy as A fragments); key tiles of 32 from the block's first
-// key up to the diagonal. grid: (B * NH, ceil(T / 64)), longest rows first.
+// dq. Block: 64 queries, 4 warps of 16 rows (q, dy as A fragments).
+// Key tiles of 32 from the block's first key up to the diagonal.
+// grid: (B * NH, ceil(T / 64)), longest rows first.
 template <int HS>
 __global__ void __launch_bounds__(128)
     flash_attention_backward_dq_kernel(bf16* dqkv, const bf16* qkv, const bf16* dy, const float* lse,
@@ -404,11 +417,11 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-// dk and dv. Block: 32 keys of one key/value head, 2 warps of 16 key rows; S^T = k q^T key-major, so P^T and
-// dS^T are A fragments of dv += P^T dy and dk += dS^T q. For each query head of the group in turn, query
-// tiles of 32 from the diagonal on; q, dy rows are B (.trans for dk, dv). grid: (B * NKV, ceil(T / 32)),
-// the first keys (most queries) first. Grouped-query attention without races: the block owns its 32 keys'
-// dk, dv, sums the group's query heads in registers, and writes each element once.
+// dk and dv. Block: 32 keys of one key/value head, 2 warps of 16 key rows.
+// S^T = k q^T key-major, so P^T and dS^T are A fragments of dv += P^T dy and dk += dS^T q.
+// Per query head of the group: query tiles of 32 from the diagonal on; q, dy rows are B (.trans).
+// grid: (B * NKV, ceil(T / 32)), the first keys (most queries) first.
+// No races: the block owns its keys' dk, dv, sums the group's heads in registers, writes each once.
 template <int HS>
 __global__ void __launch_bounds__(64)
     flash_attention_backward_dkdv_kernel(bf16* dqkv, const bf16* qkv, const bf16* dy, const float* lse,
@@ -602,8 +615,9 @@ static int flash_kv_heads(int NH, int NKV) {
     return nkv;
 }
 
-// y (B, T, C = NH*hs) = causal softmax(q k^T / sqrt(hs)) v per head; lse (B, NH, T): each row's base-2
-// log-sum-exp of its scaled scores, for the backward. qkv (B, T, (NH + 2 NKV) hs); NKV, pos: see above.
+// y (B, T, C = NH*hs) = causal softmax(q k^T / sqrt(hs)) v per head.
+// lse (B, NH, T): each row's base-2 log-sum-exp of its scaled scores, for the backward.
+// qkv (B, T, (NH + 2 NKV) hs); NKV, pos: see above.
 static void flash_attention_forward(bf16* y, float* lse, const bf16* qkv, int B, int T, int C, int NH,
                                     cudaStream_t s, int NKV = 0, const int* pos = nullptr) {
     const int hs = C / NH, nkv = flash_kv_heads(NH, NKV);

@@ -1,15 +1,20 @@
-// llama_cpu.h — the CPU reference Llama (Llama 2 / 3 and Qwen2), fp32 + OpenMP: forward, mean cross-entropy,
-// backward into a layer-major gradient, and a reference AdamW step. The oracle for Llama GPU kernels to come,
-// so one plain function per op; the matmul and the softmax cross-entropy are gpt2_cpu.h's.
+// llama_cpu.h — the CPU reference Llama (Llama 2 / 3 and Qwen2), fp32 + OpenMP.
+// Forward, mean cross-entropy, backward into a layer-major gradient, a reference AdamW step.
+// The oracle for Llama GPU kernels to come: one plain function per op.
+// The matmul and the softmax cross-entropy are gpt2_cpu.h's.
+
 // Not here: reading Hugging Face checkpoints (llama_hf.h), data, files, the GPU.
-// Shapes: N = B*T positions, C hidden channels, NH query heads and NKV key/value heads of hd channels each,
+
+// Shapes: N = B*T positions, C hidden channels, NH query and NKV key/value heads of hd channels each.
 // QD = NH*hd, KVD = NKV*hd, I the MLP width, L layers, V tokens (not padded: logits are (N, V)).
+
 // A layer, as transformers' LlamaDecoderLayer:
 //   h   = x + wo(attention(rope(wq rms1(x) + bq), rope(wk rms1(x) + bk), wv rms1(x) + bv))
 //   out = h + w_down(silu(w_gate rms2(h)) * w_up rms2(h))
-// Query head h reads key/value head h / (NH/NKV) (grouped-query attention): K and V are never copied per
-// head. Packed sequences as gpt2_cpu.h's (pos: each token's position in its conversation; target -1: no
-// loss): RoPE rotates by pos[t], and query t sees keys t - pos[t] .. t of its row.
+
+// Grouped-query attention: query head h reads key/value head h / (NH/NKV); K, V are never copied per head.
+
+// Packed sequences as gpt2_cpu.h's: RoPE rotates by pos[t]; query t sees keys t - pos[t] .. t of its row.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -25,9 +30,11 @@
 // ----------------------------------------------------------------------------
 // RoPE frequencies, as transformers' rope init functions compute them in fp32
 
-// inv_freq[i] = theta^(-2i/hd) for i < hd/2; with llama3 scaling, Llama 3.1's rule (modeling_rope_utils.py):
-// wavelengths 2 pi / inv_freq above original/low_freq_factor are divided by factor, below
-// original/high_freq_factor kept, and in between interpolated.
+// inv_freq[i] = theta^(-2i/hd) for i < hd/2.
+// llama3 scaling, Llama 3.1's rule (modeling_rope_utils.py), on wavelengths 2 pi / inv_freq:
+//   above original/low_freq_factor: divided by factor
+//   below original/high_freq_factor: kept
+//   between: interpolated
 static inline void llama_rope_inv_freq(const LlamaConfig* c, float* inv_freq) {
     const int hd = c->head_dim;
     for (int i = 0; i < hd / 2; i++) {
@@ -119,9 +126,8 @@ static void rmsnorm_backward(float* dinp, float* dweight, const float* dout, con
     }
 }
 
-// RoPE in place on x (B*T, nheads * hd), transformers' rotate_half convention: channel i pairs with
-// i + hd/2, x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin; position t of each sequence uses row pos[b,t]
-// of the tables (pos NULL: row t).
+// RoPE in place on x (B*T, nheads * hd), transformers' rotate_half: channel i pairs with i + hd/2.
+// x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin; position t uses table row pos[b,t] (pos NULL: row t).
 static void rope_forward(float* x, const float* cos_t, const float* sin_t, int B, int T, int nheads, int hd,
                          const int* pos = NULL) {
     const int half = hd / 2;
@@ -165,7 +171,7 @@ static void rope_backward(float* dx, const float* cos_t, const float* sin_t, int
 }
 
 // Causal grouped-query attention. q (N, NH*hd), k and v (N, NKV*hd); query head h reads kv head h / (NH/NKV).
-// att (B, NH, T, T) keeps the softmax probabilities (zero outside the mask) for backward; out (N, NH*hd).
+// att (B, NH, T, T): softmax probabilities for backward, zero outside the mask. out (N, NH*hd).
 // pos (may be NULL): query t sees keys t - pos[t] .. t only.
 static void gqa_attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
                                   int B, int T, int NH, int NKV, int hd, const int* pos = NULL) {
@@ -205,9 +211,9 @@ static void gqa_attention_forward(float* out, float* att, const float* q, const 
             }
 }
 
-// dq, dk, dv = attention'(dout) (overwritten). Parallel over (b, kv head): the NH/NKV query heads of a group
-// add into the same dk, dv channels, so one thread owns a group. dscore: scratch (B, NKV, T). pos as the
-// forward's: masked keys (att 0) are skipped.
+// dq, dk, dv = attention'(dout) (overwritten). dscore: scratch (B, NKV, T).
+// A group's query heads add into the same dk, dv: one thread owns a (b, kv head) group.
+// pos as the forward's: masked keys (att 0) are skipped.
 static void gqa_attention_backward(float* dq, float* dk, float* dv, float* dscore, const float* dout,
                                    const float* q, const float* k, const float* v, const float* att, int B,
                                    int T, int NH, int NKV, int hd, const int* pos = NULL) {
@@ -451,8 +457,8 @@ static int llama_cpu_layout_activations(LlamaCPU* model, int B, int T) {
     return 1;
 }
 
-// Forward over inputs (B, T); with targets (may be NULL; -1: not a target) also losses and mean_loss, as
-// backward needs. pos (may be NULL): packed sequences, see the top of the file.
+// Forward over inputs (B, T). With targets (may be NULL; -1: none) also losses and mean_loss, for backward.
+// pos (may be NULL): packed sequences, see the top of the file.
 // 0 with model->error when T > max_seq_len, a token is outside [0, V), a pos is invalid or memory runs out.
 static int llama_cpu_forward(LlamaCPU* model, const int* inputs, const int* targets, int B, int T,
                              const int* pos = NULL) {
@@ -543,9 +549,10 @@ static int llama_cpu_forward(LlamaCPU* model, const int* inputs, const int* targ
     return 1;
 }
 
-// ADDS d(loss)/d(params) of the last forward (with targets) into model->grads, loss = normalizer * the sum
-// of the target tokens' losses. normalizer 0: 1/(B*T), the mean; then k micro-batches sum, and the caller
-// divides by k. Packed data: 1 / (target tokens of the whole step), and no division by k.
+// ADDS d(loss)/d(params) of the last forward (with targets) into model->grads.
+// loss = normalizer * the sum of the target tokens' losses.
+// normalizer 0: 1/(B*T), the mean; k micro-batches then sum, and the caller divides by k.
+// Packed data: 1 / (target tokens of the whole step), and no division by k.
 static int llama_cpu_backward(LlamaCPU* model, float normalizer = 0.0f) {
     if (!model->has_targets) {
         snprintf(model->error, sizeof model->error, "backward: the last forward pass had no targets");
@@ -610,8 +617,9 @@ static int llama_cpu_backward(LlamaCPU* model, float normalizer = 0.0f) {
 // ----------------------------------------------------------------------------
 // The reference optimizer step
 
-// AdamW over every tensor with cpu_adam's arithmetic (torch.optim.AdamW's update); weight decay on the
-// matrices only (embedding and lm_head included), as llm.c. m and v: layout.total floats, zero at step 1.
+// AdamW over every tensor with cpu_adam's arithmetic (torch.optim.AdamW's update).
+// Weight decay on matrices only (embedding and lm_head included), as llm.c.
+// m and v: layout.total floats, zero at step 1.
 static void llama_cpu_adamw(LlamaCPU* model, float* m, float* v, const AdamWArgs* args) {
     const LlamaLayout* p = &model->layout;
     for (int l = 0; l < model->config.num_layers; l++) {

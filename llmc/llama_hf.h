@@ -1,8 +1,9 @@
-// llama_hf.h — Hugging Face LlamaForCausalLM and Qwen2ForCausalLM checkpoints into llama_cpu.h's model:
-// config.json to LlamaConfig, then the safetensors (one file or shards; F32, F16 and BF16 widened exactly)
-// into the layer-major parameters. What llama_cpu.h does not compute is refused in one line.
+// llama_hf.h — Hugging Face LlamaForCausalLM and Qwen2ForCausalLM checkpoints into llama_cpu.h's model.
+// config.json becomes a LlamaConfig; safetensors (F32, F16, BF16 widened exactly) the layer-major params.
+// What llama_cpu.h does not compute is refused in one line.
 // Writing: config.json and the tensor list export_hf writes them with (hf.h's hf_write_places).
 // Not here: the safetensors and JSON readers (hf.h), our checkpoints, tokenizers.
+
 // nn.Linear stores (out, in) as our layout does: tensors are copied, never transposed.
 #pragma once
 #include <string>
@@ -148,8 +149,8 @@ static inline int llama_hf_config(const HfCheckpoint* ck, LlamaConfig* cfg, char
     return 1;
 }
 
-// path as a Llama-family Hugging Face checkpoint: 1 with its config; 2 when it is none (not a checkpoint,
-// unreadable, or another model_type: the GPT-2 reader then says why); 0 with err when its config is refused.
+// path as a Llama-family Hugging Face checkpoint: 1 with its config; 0 with err if the config is refused.
+// 2 when it is none (not a checkpoint, unreadable, another model_type): the GPT-2 reader then says why.
 static inline int llama_hf_read_config(const char* path, LlamaConfig* cfg, char* err, size_t errlen) {
     HfCheckpoint ck;
     char ignored[1024];
@@ -229,8 +230,8 @@ static inline int llama_hf_check_tensors(const HfCheckpoint* ck, const LlamaConf
     return 1;
 }
 
-// The model of a checkpoint (a directory, its .safetensors file or its index): model built and loaded.
-// 0 with the reason in model->error (one line, the file named), the model then freed.
+// Builds and loads the model of a checkpoint (a directory, its .safetensors file or its index).
+// 0 with a one-line reason in model->error, the file named; the model is then freed.
 static inline int llama_hf_load(const char* path, LlamaCPU* model) {
     char err[1024];
     HfCheckpoint ck;

@@ -1,9 +1,9 @@
-// llama_kernels.cuh — the GPU kernels a Llama layer adds to GPT-2's, each beside its launcher: RMSNorm,
-// RoPE and SwiGLU, forward and backward. bf16 in and out, fp32 math; RMSNorm's weight gradient accumulates
-// (+=) in fp32, as kernels.cuh's LayerNorm. Each launcher has the name of its fp32 twin in llama_cpu.h
-// (rmsnorm_forward, rope_forward, swiglu_forward, ...): the CPU one is the test's oracle.
-// Not here: grouped-query attention (attention.cuh, flash_attention.cuh take NKV), matrix multiplies
-// (matmul.cuh), 16-byte vectorized variants.
+// llama_kernels.cuh — the GPU kernels a Llama layer adds to GPT-2's: RMSNorm, RoPE, SwiGLU, fwd and bwd.
+// bf16 in and out, fp32 math. RMSNorm's weight gradient accumulates (+=) in fp32, as LayerNorm's.
+// Each launcher is named as its fp32 twin in llama_cpu.h, the test's oracle (rmsnorm_forward, ...).
+// Not here: grouped-query attention (attention.cuh, flash_attention.cuh), GEMMs (matmul.cuh).
+// Not here either: 16-byte vectorized variants.
+
 // Shapes as llama_cpu.h: N = B*T rows, C channels, NH query heads and NKV key/value heads of hd channels,
 // H the MLP width (llama_cpu.h's I).
 #pragma once
@@ -56,8 +56,8 @@ __global__ void rmsnorm_backward_input_kernel(bf16* dinp, const bf16* dout, cons
     }
 }
 
-// dweight[c] += sum over rows of dout * x * rstd: kernels.cuh's column sums (a (32 x 8) block reduces 32
-// columns x ROWS_PER_TILE rows in shared memory, then one atomic per column).
+// dweight[c] += sum over rows of dout * x * rstd, as kernels.cuh's column sums.
+// A (32 x 8) block reduces 32 columns x ROWS_PER_TILE rows in shared memory, then one atomic per column.
 __global__ void rmsnorm_backward_weight_kernel(float* dweight, const bf16* dout, const bf16* inp,
                                                const float* rstd, int64_t N, int C) {
     __shared__ float sw[8][WARP + 1];
@@ -90,11 +90,13 @@ static void rmsnorm_backward(bf16* dinp, float* dweight, const bf16* dout, const
 }
 
 // ----------------------------------------------------------------------------
-// RoPE, in place on the q and k heads of a fused qkv activation (N, (NH + 2*NKV) * hd): each row holds NH
-// q heads, then NKV k heads, then NKV v heads, so the rotated heads are the row's first NH + NKV.
+// RoPE, in place on the q and k heads of a fused qkv activation (N, (NH + 2*NKV) * hd).
+// A row holds NH q, NKV k, NKV v heads: the rotated heads are its first NH + NKV.
+
 // transformers' rotate_half convention: channel i pairs with i + hd/2,
-//   x1' = x1 cos - x2 sin,  x2' = x2 cos + x1 sin,  angle = t * inv_freq[i], t = pos[row] (packed
-// sequences' positions, device) or row % T when pos is NULL.
+//   x1' = x1 cos - x2 sin,  x2' = x2 cos + x1 sin,  angle = t * inv_freq[i]
+// t = pos[row] (packed sequences, device), or row % T when pos is NULL.
+
 // The backward is the transposed rotation, which is the rotation by -angle.
 
 // d_inv_freq (hd/2 floats, on the device) = llama_rope_inv_freq(c): plain or llama3-scaled, once.
@@ -145,9 +147,8 @@ static void rope_backward(bf16* dqkv, const float* inv_freq, int64_t N, int T, i
 }
 
 // ----------------------------------------------------------------------------
-// SwiGLU on a fused (N, 2H) gate_up buffer: each row is H gate columns, then H up columns. llama_cpu.h's
-// layer block keeps w_up right after w_gate, so [w_gate; w_up] is one (2H, C) matrix and one matmul writes
-// gate_up.
+// SwiGLU on a fused (N, 2H) gate_up buffer: each row is H gate columns, then H up columns.
+// w_up follows w_gate in the layer block: [w_gate; w_up] is one (2H, C) matrix, one matmul.
 
 // out = silu(gate) * up, silu(x) = x / (1 + exp(-x)); out is (N, H)
 __global__ void swiglu_forward_kernel(bf16* out, const bf16* gate_up, int64_t N, int H) {
@@ -163,8 +164,9 @@ static void swiglu_forward(bf16* out, const bf16* gate_up, int64_t N, int H, cud
     cudaCheckLaunch();
 }
 
-// dgate = dout * up * silu'(gate), dup = dout * silu(gate), into dgate_up (N, 2H) laid out as gate_up
-// (overwritten; must not alias gate_up). With s = sigmoid(x): silu'(x) = s * (1 + x * (1 - s)).
+// dgate = dout * up * silu'(gate), dup = dout * silu(gate), into dgate_up (N, 2H), laid out as gate_up.
+// dgate_up is overwritten and must not alias gate_up.
+// With s = sigmoid(x): silu'(x) = s * (1 + x * (1 - s)).
 __global__ void swiglu_backward_kernel(bf16* dgate_up, const bf16* dout, const bf16* gate_up, int64_t N,
                                        int H) {
     for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < N * H;

@@ -1,8 +1,8 @@
-// llama_model.h — the Llama family (Llama 2/3, Qwen2) as data: the config, the layer-major parameter layout,
-// presets and specs, seeded init, model files.
+// llama_model.h — the Llama family (Llama 2/3, Qwen2) as data.
+// The config, the layer-major parameter layout, presets and specs, seeded init, model files.
 // A model file is llm.c's shape: 256 int32 of header, then fp32 parameters in llama_layout's order.
 // Not here: the math (llama_cpu.h), Hugging Face checkpoints (llama_hf.h), the GPU.
-//
+
 // Header (int32 slots; floats stored as their 32 bits):
 //   0 magic 20241126, 1 version 1, 2 L, 3 C, 4 NH, 5 NKV, 6 head size, 7 MLP width I, 8 V, 9 max T,
 //   10 rms eps, 11 rope theta, 12 llama3 rope (0/1), 13 factor, 14 low, 15 high, 16 original max T,

@@ -1,5 +1,6 @@
-// logger.h — DIR/main.log, llm.c's format: "s:STEP trl:LOSS lr:LR norm:NORM" (train), "s:STEP tel:LOSS"
-// (val). A resumed run rewrites the log up to its step. Not here: stdout's step lines (the trainers).
+// logger.h — DIR/main.log in llm.c's format.
+// Train: "s:STEP trl:LOSS lr:LR norm:NORM"; val: "s:STEP tel:LOSS".
+// A resumed run rewrites the log up to its step. Not here: stdout's step lines (the trainers).
 #pragma once
 #include <errno.h>
 #include <stdio.h>
@@ -14,8 +15,8 @@ typedef struct {
     char path[4200];
 } TrainLogger;
 
-// Opens DIR/main.log (dir NULL: disabled). A resume keeps train lines <= resume_step and val lines < it,
-// so no step appears twice; resume_step < 0 starts afresh.
+// Opens DIR/main.log (dir NULL: disabled); resume_step < 0 starts afresh.
+// A resume keeps train lines <= resume_step and val lines < it, so no step appears twice.
 static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_step, char* err,
                               size_t errlen) {
     lg->f = NULL;

@@ -1,4 +1,4 @@
-// matmul.cuh — every matrix multiply, as cuBLAS calls (bf16 in, fp32 accumulation) on the compute stream;
+// matmul.cuh — every matrix multiply: cuBLAS calls (bf16 in, fp32 accumulation) on the compute stream.
 // lt_matmul fuses bias / GELU epilogues (cuBLASLt). Not here: kernels, training logic.
 // test/test_matmul.cpp checks the wrappers on the CPU.
 #pragma once
@@ -65,13 +65,13 @@ static void matmul_batched(cublasOperation_t ta, cublasOperation_t tb, int m, in
 //   CUBLASLT_EPILOGUE_BIAS           D += bias[row of D] (an output channel)
 //   CUBLASLT_EPILOGUE_GELU_AUX_BIAS  D += bias; aux = D (GELU input, bf16); D = gelu(D) (tanh form)
 //   CUBLASLT_EPILOGUE_DGELU          D *= gelu'(aux)
-// C (a residual, D's layout) is added with beta = 1. false, nothing done: no algorithm, or cublasLtMatmul
-// refused the one found (NOT_SUPPORTED): the caller runs it unfused.
+// C (a residual, D's layout) is added with beta = 1.
+// false, nothing done: no algorithm, or cublasLtMatmul refused it (NOT_SUPPORTED); the caller runs unfused.
 
 static cublasLtHandle_t cublaslt_handle;  // NULL: never created, every call takes the unfused path
 static int cublaslt_fusion = 1;           // 0: no epilogues (the tests compare both paths)
-// Creates the cuBLAS and cuBLASLt handles unless they exist: before the GPU's free memory is measured
-// (check_fit), so what they take is not counted as free; else in gpt_build. gpt_free destroys them.
+// Creates the cuBLAS and cuBLASLt handles unless they exist; gpt_free destroys them.
+// First before check_fit measures free memory (so theirs is not counted free), else in gpt_build.
 static void matmul_handles_create() {
     if (cublas_handle) return;
     cublasCheck(cublasCreate(&cublas_handle));

@@ -1,15 +1,14 @@
-// model.h — GPT-2 shapes and the LAYER-MAJOR parameter layout shared by the CPU reference and the
-// streaming GPU trainer; loading/saving llm.c model files (which are tensor-major, so we convert);
-// GPT-2 initialization from a seed; host-memory estimates.
-// It does no forward/backward math (see gpt2_cpu.h, train_gpt.cu) and no I/O besides model files.
-//
+// model.h — GPT-2 shapes and the LAYER-MAJOR parameter layout, shared by the CPU and GPU trainers.
+// Also: llm.c model files (tensor-major, converted), GPT-2 init from a seed, host-memory estimates.
+// Not here: forward/backward math (gpt2_cpu.h, train_gpt.cu), I/O besides model files.
+
 // Layout of the one flat fp32 parameter array (64-bit offsets everywhere):
 //   [ embeddings: wte (Vp x C) | wpe (maxT x C) | lnfw (C) | lnfb (C) ]
 //   [ layer 0: ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw fcprojb ]
 //   [ layer 1: ... ] ... [ layer L-1 ]
-// All tensors of one transformer layer are contiguous, so a layer is ONE block to copy to the GPU,
-// to receive gradients for and to update with AdamW. Weight matrices are (out, in) row-major as in
-// PyTorch's nn.Linear and llm.c: out = in @ W^T + b.
+// A layer is contiguous: one copy to the GPU, one gradient transfer, one AdamW update.
+
+// Weight matrices are (out, in) row-major, as nn.Linear and llm.c: out = in @ W^T + b.
 #pragma once
 #include <errno.h>
 #include <math.h>
@@ -87,8 +86,8 @@ static inline int gpt_config_check(const GPTConfig* c, char* err, size_t errlen)
                  c->channels, c->max_seq_len, c->padded_vocab_size);
         return 0;
     }
-    // 32: vectorized bf16 kernels load 8 elements (16 bytes) at a time, and every tensor offset stays
-    // 64-byte aligned because all tensor sizes are then multiples of 32.
+    // 32: vectorized bf16 kernels load 8 elements (16 bytes) at a time.
+    // With every tensor size a multiple of 32, every tensor offset stays 64-byte aligned.
     if (c->channels % 32 != 0) {
         snprintf(err, errlen, "channels C=%d must be a multiple of 32", c->channels);
         return 0;
@@ -145,8 +144,8 @@ static inline int64_t gpt_num_real_params(const GPTConfig* c, const ParamLayout*
 }
 
 // ----------------------------------------------------------------------------
-// Initialization: counter-based RNG, so init is deterministic, parallel (OpenMP) and identical on every
-// machine and thread count — a 100B model initializes in seconds, not an hour.
+// Initialization: a counter-based RNG, deterministic and parallel, identical on any machine or thread count.
+// A 100B model initializes in seconds, not an hour.
 
 static inline uint64_t splitmix64(uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
@@ -172,8 +171,9 @@ static inline void fill_const(float* x, int64_t n, float v) {
     for (int64_t i = 0; i < n; i++) x[i] = v;
 }
 
-// GPT-2 init: weights N(0, 0.02), residual projections (attprojw, fcprojw) scaled by 1/sqrt(2L),
+// GPT-2 init: weights N(0, 0.02); residual projections (attprojw, fcprojw) scaled by 1/sqrt(2L).
 // LayerNorm weights 1, biases 0. Padded vocab rows of wte are zero (they are never a target).
+
 // The embedding block alone (params: the whole array, or just its first embed_count floats).
 static inline void gpt_init_embeddings(const GPTConfig* c, float* params, uint64_t seed) {
     ParamLayout p = gpt_layout(c);
@@ -186,8 +186,8 @@ static inline void gpt_init_embeddings(const GPTConfig* c, float* params, uint64
     fill_const(e + p.embed_offset[LNFW], p.embed_size[LNFW], 1.0f);
     fill_const(e + p.embed_offset[LNFB], p.embed_size[LNFB], 0.0f);
 }
-// Layer l alone into `base` (layer_stride floats): the same bits as gpt_init_params gives it, so a trainer
-// whose layers live elsewhere (the SSD tier) initializes one layer at a time.
+// Layer l alone into `base` (layer_stride floats), the same bits as gpt_init_params.
+// So the SSD tier initializes one layer at a time.
 static inline void gpt_init_layer(const GPTConfig* c, int l, float* base, uint64_t seed) {
     ParamLayout p = gpt_layout(c);
     const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * c->num_layers);
@@ -207,15 +207,12 @@ static inline void gpt_init_params(const GPTConfig* c, float* params, uint64_t s
 }
 
 // ----------------------------------------------------------------------------
-// llm.c model files: header of 256 int32 {magic 20240326, version 3, maxT, V, L, NH, C, Vp}, then fp32
-// tensors in llm.c's order, each holding ALL layers: wte wpe ln1w[L] ln1b[L] qkvw[L] ... fcprojb[L] lnfw
-// lnfb. We convert to/from our layer-major layout while reading/writing, tensor by tensor. Version 5 is the
-// same with bf16 tensors (what llm.c's CUDA trainer saves): read too, widened exactly to fp32; we
-// write version 3.
+// llm.c model files: 256 int32 {20240326, version 3, maxT, V, L, NH, C, Vp}, then fp32 tensors.
+// Tensor-major: wte wpe ln1w[L] ln1b[L] qkvw[L] ... fcprojb[L] lnfw lnfb; converted tensor by tensor.
+// Version 5: the same in bf16 (llm.c's CUDA trainer), read and widened exactly; we write version 3.
 
-// Progress of a long read (a file over 1 GiB: a large model or checkpoint takes seconds to minutes): one line
-// per quarter, "loading model file log/model_00001000.bin: 50%". *quarter: the last quarter printed
-// (start at 0).
+// Progress of a read over 1 GiB: one line per quarter, "loading model file X: 50%".
+// *quarter: the last quarter printed (start at 0).
 static inline void read_progress(const char* what, const char* path, int64_t done, int64_t total,
                                  int* quarter) {
     if (total < ((int64_t)1 << 30)) return;
@@ -256,8 +253,8 @@ static inline int64_t llmc_tensor_offset(const GPTConfig* c, const ParamLayout* 
     return at + (is_layer ? esize * (int64_t)l * p->layer_size[t] : 0);
 }
 
-// Reads the header and checks the file size against it (so a truncated file fails here, before a trainer
-// allocates or initializes anything). Returns 0 with a one-line reason in err on any problem.
+// Reads the header and checks the file size against it: a truncated file fails before any allocation.
+// 0 with a one-line reason in err on any problem.
 static inline int llmc_read_header(const char* path, GPTConfig* cfg, char* err, size_t errlen) {
     struct stat st;
     if (stat(path, &st) != 0) {
@@ -310,18 +307,17 @@ static inline int llmc_read_header(const char* path, GPTConfig* cfg, char* err, 
     return 1;
 }
 
-// Loads parameters into `params` (layout total elements, allocated by the caller after gpt_read_header).
-// A version 5 file's bf16 values become the fp32 weights they stand for (bits << 16: exact).
-// A window [lo, hi) of the layout (whole blocks: the embeddings [0, embed_count), or layers) loads only the
-// tensors inside it, params pointing at element lo: the SSD tier loads a model one layer at a time.
-// The first element of x that is a NaN or an infinity, or -1: a model that holds one is refused at load,
-// with the tensor named (it would otherwise read as "training diverged at step 1").
+// The first NaN or infinity in x, or -1. A model holding one is refused at load, the tensor named.
+// (Otherwise it would read as "training diverged at step 1".)
 static inline int64_t first_non_finite(const float* x, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(x[i])) return i;
     return -1;
 }
 
+// Loads parameters into `params` (layout total elements, allocated after gpt_read_header).
+// Version 5's bf16 values widen exactly to fp32 (bits << 16).
+// A window [lo, hi) of whole blocks loads only those tensors, params at element lo (the SSD tier, per layer).
 static inline int llmc_load_params(const char* path, const GPTConfig* cfg, float* params, char* err,
                                    size_t errlen, int64_t lo = 0, int64_t hi = INT64_MAX) {
     ParamLayout p = gpt_layout(cfg);
@@ -359,9 +355,9 @@ static inline int llmc_load_params(const char* path, const GPTConfig* cfg, float
             if (!is_bf16) {
                 ok = (int64_t)fread(dst, sizeof(float), (size_t)n, f) == n;
             } else {
-                // bf16: read into the upper half of dst's own bytes, then widen front to back: value j sits
-                // at byte 2n + 2j, float i goes to bytes 4i .. 4i+3 < 2n + 2(i+1), so it overwrites only
-                // values already read
+                // bf16: read into the upper half of dst, then widen front to back.
+                // Value j sits at byte 2n + 2j; float i goes to bytes 4i .. 4i+3 < 2n + 2(i+1).
+                // So it overwrites only values already read.
                 unsigned char* half = (unsigned char*)dst + 2 * n;
                 ok = (int64_t)fread(half, 2, (size_t)n, f) == n;
                 for (int64_t i = 0; i < n && ok; i++) {
@@ -388,9 +384,8 @@ static inline int llmc_load_params(const char* path, const GPTConfig* cfg, float
     return ok;
 }
 
-// The end of an atomic save: flushes and fsyncs f (written as tmp), closes it and renames tmp to path; ok
-// says whether the writes so far succeeded. Returns 1, or 0 with tmp removed and the first failure's reason
-// in *why (an errno value, 0 for a short write that set none).
+// The end of an atomic save: flush, fsync and close f (tmp), rename tmp to path. ok: the writes so far.
+// Returns 1, or 0 with tmp removed and *why the first failure's errno (0: a short write).
 static inline int finish_atomic_write(FILE* f, int ok, const char* tmp, const char* path, int* why) {
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     *why = ok ? 0 : errno;
@@ -406,10 +401,9 @@ static inline int finish_atomic_write(FILE* f, int ok, const char* tmp, const ch
     return ok;
 }
 
-// Saves atomically: writes path.tmp, fsyncs it, then renames, so a crash mid-save never destroys the old file
-// and the new name never points at data still in the page cache. The caller fsyncs the directory (fsync_dir
-// in run_dir.h) to make the rename itself durable. crc (optional) gets the CRC-32C of the file's bytes,
-// computed as they are written (checkpoints record it beside the file: the file stays llm.c's format).
+// Saves atomically: path.tmp, fsync, rename; a crash never leaves the name on partial data.
+// The caller fsyncs the directory (fsync_dir, run_dir.h) to make the rename durable.
+// crc (optional): the file's CRC-32C, recorded beside it so the file stays llm.c's format.
 static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const float* params, char* err,
                                   size_t errlen, uint32_t* crc = NULL) {
     ParamLayout p = gpt_layout(cfg);

@@ -110,8 +110,8 @@ static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, 
     return 1;
 }
 
-// -e NAME read as a spec (kind 1) while a file or directory NAME exists too: one warning line, so a run does
-// not silently train the spec when the path was meant. A path is always taken with a '/' in it (./d2).
+// -e NAME read as a spec while a file or directory NAME exists too: one warning line.
+// So a run never silently trains the spec when the path was meant. A '/' (./d2) always means a path.
 static inline void warn_if_spec_shadows_path(const char* spec, int kind) {
     struct stat sb;
     if (kind == 1 && stat(spec, &sb) == 0)

@@ -1,5 +1,6 @@
-// stop_signal.h — Ctrl-C / SIGTERM without losing work. The first signal: finish the step, save (with -o),
-// exit 128 + signal. A second: exit at once (a cut save leaves only a .tmp file).
+// stop_signal.h — Ctrl-C / SIGTERM without losing work.
+// The first signal: finish the step, save (with -o), exit 128 + signal.
+// A second: exit at once (a cut save leaves only a .tmp file).
 // Not here: what a trainer saves (checkpoint.h).
 #pragma once
 #include <signal.h>

@@ -1,9 +1,9 @@
-// timeline.h — the streaming trainer's optional per-step timeline (-Y 1): CUDA events around each layer's
-// compute, weight copy (H2D) and gradient copy (D2H), and the host clock around each CPU AdamW block and,
-// with -sd, around the disk's busy intervals (ssd.h's busy log: reads and writes, one track each).
-// A step's summary: busy seconds per resource, and the compute stream's idle time in the forward and backward
-// passes. Optionally a Chrome trace (chrome://tracing or Perfetto).
-// With the timeline off (a NULL Timeline*) every function returns at once. It only measures, never reorders.
+// timeline.h — the streaming trainer's optional per-step timeline (-Y 1).
+// CUDA events time each layer's compute, weight copy (H2D) and gradient copy (D2H).
+// The host clock times each CPU AdamW block and, with -sd, the disk's busy reads and writes (ssd.h).
+// A step's summary: busy seconds per resource, the compute stream's idle time in forward and backward.
+// Optionally a Chrome trace (chrome://tracing or Perfetto).
+// Off (a NULL Timeline*), every function returns at once. It only measures, never reorders.
 #pragma once
 #include <chrono>
 #include <math.h>
@@ -38,8 +38,8 @@ typedef struct {
     double step_s;              // origin to the end of the last span
     double busy_s[NUM_TRACKS];  // sum of span lengths per track (spans of one track never overlap)
     double gpu_idle_s;          // step_s minus the compute stream's busy time
-    // where the idle time is: the forward pass (origin to its last layer: waiting for weights, i.e. for the
-    // CPU AdamW or a copy) and the backward pass (first to last layer: waiting for a copy)
+    // idle time, forward: origin to its last layer, waiting for weights (the CPU AdamW or a copy)
+    // idle time, backward: first to last layer, waiting for a copy
     double fwd_busy_s, fwd_wait_s, bwd_wait_s;
     int fwd_layers, adam_layers;  // "fwd" compute spans and "adamw" host spans counted
 } TimelineSummary;
@@ -102,8 +102,8 @@ struct ScopedSpan {
     ~ScopedSpan() { timeline_end(tl, index, s); }
 };
 
-// A span measured on the host clock (t0, t1 from timeline_now), e.g. one AdamW block. Only the part after
-// the step's origin counts: AdamW that ran earlier (during a validation pass, say) belongs to no step.
+// A span on the host clock (t0, t1 from timeline_now), e.g. one AdamW block.
+// Only the part after the step's origin counts: earlier AdamW (during validation, say) is no step's.
 static inline void timeline_host_span(Timeline* tl, int track, const char* what, int layer, double t0,
                                       double t1) {
     if (!tl || tl->n >= tl->cap) return;
@@ -125,9 +125,8 @@ static inline TimelineSummary timeline_summarize(Timeline* tl) {
         TimelineSpan* sp = &tl->spans[i];
         if (!sp->on_host) {
             float a = 0.0f, b = 0.0f;
-            // the origin too (once): cudaEventElapsedTime needs both events completed (cudaErrorNotReady
-            // otherwise), and the origin is on the compute stream while a span may end on a copy stream that
-            // never waited for it
+            // the origin too (once): cudaEventElapsedTime needs both events complete (else NotReady)
+            // the origin is on the compute stream; a span may end on a copy stream that never waited for it
             if (!origin_done) {
                 cudaCheck(cudaEventSynchronize(tl->origin));
                 origin_done = true;

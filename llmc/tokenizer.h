@@ -1,6 +1,6 @@
-// tokenizer.h — GPT-2 token decoder for printing samples, from llm.c's gpt2_tokenizer.bin
-// (dev/data/README.md). Not here: encoding (dev/data/gpt2_bpe.h). File: 256 uint32 header {20240328, version,
-// vocab_size, eot_token (version 2)}, then per id a uint8 length and that many bytes.
+// tokenizer.h — GPT-2 token decoder for printing samples, from llm.c's gpt2_tokenizer.bin.
+// dev/data/README.md describes it. Not here: encoding (dev/data/gpt2_bpe.h).
+// File: 256 uint32 {20240328, version, vocab_size, eot_token (version 2)}, then per id a uint8 length, bytes.
 #pragma once
 #include <ctype.h>
 #include <stdint.h>
