@@ -1062,9 +1062,10 @@ void check_layer_against_cpu(int flash, int fused) {
     const bf16 *w_d = m.bf16s(w), *x_d = m.bf16s(x);
     bf16* out_d = m.zeros<bf16>(N * C);
     layer_forward(g, w_d, x_d, out_d, a, s);
+    using ActOf = bf16* LayerActs::*;  // which activation of a layer
     const struct {
         const char* name;
-        bf16* LayerActs::*act;
+        ActOf act;
         const std::vector<float>* ref;
     } acts[] = {{"layer fwd ln1", &LayerActs::ln1, &ln1},
                 {"layer fwd qkv (+bias)", &LayerActs::qkv, &qkv},
