@@ -1,7 +1,6 @@
 // stream.h — everything that moves between host and GPU during training.
-// Holds: pinned bf16 weights and gradients, the ring of GPU weight slots, three CUDA streams, their events.
-// The model asks for "layer l's weights" and "send layer l's grads"; it never calls cudaMemcpy.
-// Not here: math (train_gpt.cu, kernels.cuh), the optimizer update (cpu_adam.cpp).
+// The model asks for "layer l's weights"; it never calls cudaMemcpy.
+// Not here: math (train_gpt.cu, kernels.cuh), the optimizer (cpu_adam.cpp).
 
 // Streams:  compute — every kernel and GEMM;  h2d — weights host->GPU;  d2h — gradients GPU->host.
 // Ordering is by events only (no device-wide synchronization inside a pass):
@@ -10,8 +9,8 @@
 //   staging_free[k] (d2h)    : gradient staging buffer k is on the host -> compute waits before refilling it
 //   grads_on_host[l] (d2h)   : layer l's gradients are in host memory   -> the CPU AdamW thread waits on it
 
-// The embeddings and GPU-resident layers (-R) are not streamed: a pass's `order` omits them.
-// Weights not in host RAM (-sw 1) come through a HostReader's read buffers (StreamReads).
+// The embeddings and GPU-resident layers (-R) are not streamed.
+// -sw 1: weights come from disk through read buffers (StreamReads).
 #pragma once
 #include <stdint.h>
 #include "llmc/cuda_common.h"
@@ -20,8 +19,7 @@
 #define MAX_READ_BUFFERS 8
 struct Timeline;
 
-// Has the CPU optimizer written layer l's new bf16 copy? wait = 1 blocks until it has.
-// The one place where the next forward pass waits for the last step's AdamW.
+// Has the optimizer written layer l's bf16 copy? wait = 1 blocks until it has.
 typedef int (*HostReadyFn)(void* ctx, int layer, int wait);
 
 // Where the streamed layers' bf16 weights come from when they are not in host RAM (-sw 1).
@@ -36,10 +34,8 @@ typedef struct {
     int first_streamed;  // layers below it are GPU-resident: weights_host_bf16 holds them, and no pass reads
 } HostReader;
 
-// With a HostReader, a pass's layers are read into pinned buffers, as far ahead as buffers allow.
-// Then each is copied to its slot.
-// A buffer is free, being read, holding a layer, or being copied from.
-// It is read into again only once its copy has run (copied[b], h2d).
+// -sw 1: layers are read into pinned buffers ahead, then copied to their slots.
+// A buffer is reused once its copy has run (copied[b]).
 typedef struct {
     HostReader reader;
     uint16_t* buf[MAX_READ_BUFFERS];
@@ -56,8 +52,7 @@ typedef struct {
     int64_t layer_stride;  // elements of one layer block (model.h ParamLayout)
     int64_t embed_count;   // elements of the embedding block
 
-    // Host, pinned: copies run asynchronously at full PCIe speed.
-    // [embeddings | layer 0 | ... | layer L-1] as the master weights; the CPU AdamW writes them.
+    // Host, pinned: [embeddings | layer 0 | ... | layer L-1]; the CPU AdamW writes them.
     // With a reader: up to first_streamed only.
     uint16_t* weights_host_bf16;
     uint16_t* grads_host_bf16;  // L * layer_stride; NULL without host_grads (stream_send_layer_grads_to)
@@ -91,8 +86,8 @@ typedef struct {
     struct Timeline* timeline;  // NULL, or where each copy records its span (timeline.h, flag -Y)
 } WeightStream;
 
-// Allocates the pinned buffers, the GPU slots and staging, the streams and events; dies if it cannot.
-// reader: NULL, or where the streamed layers' weights come from (-sw 1).
+// Allocates buffers, slots, streams and events; dies if it cannot.
+// reader: NULL, or where weights come from (-sw 1).
 void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t embed_count, int num_slots,
                  HostReadyFn host_ready, void* host_ready_ctx, bool host_grads = true,
                  const HostReader* reader = NULL);
@@ -109,11 +104,10 @@ int64_t stream_host_bytes(int num_layers, int64_t layer_stride, int64_t embed_co
                           const HostReader* reader = NULL);
 int64_t stream_gpu_bytes(int64_t layer_stride, int num_slots);
 
-// A pass visits layers in `order`: it starts copying the first num_slots - 1 that are ready.
-// A layer still in its slot from the last pass is not copied again.
+// Starts a pass over `order`; a layer still in its slot is not copied again.
 void stream_begin_pass(WeightStream* ws, const int* order, int n);
-// The compute stream waits until layer l is in its slot; returns the slot's weights.
-// A copy not yet started (its AdamW was not done) is started here, after the host waits.
+// The compute stream waits for layer l's slot; returns its weights.
+// A copy not yet started is started here, after the host waits for its AdamW.
 const bf16* stream_wait_layer(WeightStream* ws, int l);
 // Every kernel reading layer l is queued: its slot frees once they ran, and the next copies start.
 void stream_release_layer(WeightStream* ws, int l);
