@@ -1,5 +1,4 @@
-// cpu_adam.cpp — AdamW, sum of squares and fp32 -> bf16 over large host arrays.
-// OpenMP chunks, SIMD (AVX-512, else AVX2+FMA, else scalar), one pass over memory per call.
+// cpu_adam.cpp — AdamW, sum of squares and fp32 -> bf16 over large host arrays, in one pass each.
 // Not here: which tensors decay, clipping, lr (adamw.h, schedulers.h).
 
 // An update moves ~30 bytes and ~15 flops per parameter: memory-bound.
@@ -37,8 +36,7 @@
 #define PARALLEL_MIN ((int64_t)1 << 15)
 // Fewest elements per thread.
 #define MIN_PER_THREAD ((int64_t)8192)
-// Chunks are multiples of 64 elements: with 64-byte-aligned arrays no two threads write one cache line
-// (even of the bf16 output), and only the last chunk has a scalar tail.
+// Chunks of 64 elements: no two threads write one cache line.
 #define CHUNK_ALIGN ((int64_t)64)
 
 static std::atomic<int> g_threads{0};
@@ -179,8 +177,7 @@ static inline __m128i bf16x8(__m256 x) {
 // AdamW
 
 // The bf16 copy uses streaming stores: only the GPU's DMA reads it, so it skips the cache.
-// (A plain store reads each line first: +2 bytes per parameter, and evicts moments.)
-// They need an aligned destination (scalar start) and an sfence before the caller signals the copy.
+// They need an aligned destination and an sfence before the copy is signalled.
 template <typename G>
 static void adam_range(float* __restrict p, const G* __restrict g, float* __restrict m, float* __restrict v,
                        uint16_t* __restrict out, int64_t lo, int64_t hi, const AdamWConstants* c) {
@@ -241,11 +238,8 @@ static void adam_range(float* __restrict p, const G* __restrict g, float* __rest
     }
 }
 
-// FTZ and DAZ during the update, then the thread's setting restored.
-// test_cpu_adam's SubnormalStateIsFlushedAndFpModeRestored checks both.
-// A rare token's v decays into subnormals within a few thousand steps: slow microcode (1.7x on Zen 4).
-// Below 1.2e-38, sqrt(v) < 1e-19, far below eps: no effect on the update.
-// The GPU (--use_fast_math) flushes too.
+// FTZ and DAZ during the update: subnormal v is slow (1.7x on Zen 4) and far below eps.
+// The thread's setting is restored after; the GPU flushes too.
 #if defined(__SSE__)
 static inline unsigned flush_subnormals_begin(void) {
     const unsigned old = _mm_getcsr();

@@ -476,8 +476,8 @@ int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int qu
         return -1;
     }
     snprintf(f->path, sizeof f->path, "%s", path);
-    // create: a new file of ours (O_EXCL | O_NOFOLLOW); what had the name is unlinked, never followed.
-    // open: O_NONBLOCK, so a FIFO cannot hang it; non-regular files are refused below.
+    // create: O_EXCL | O_NOFOLLOW, a symlink is never followed.
+    // open: O_NONBLOCK, so a FIFO cannot hang it.
     const int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_EXCL | O_NOFOLLOW : O_NONBLOCK);
     const bool want_direct = !env_is_1("SSD_NO_DIRECT");
     int fd = -1;
@@ -592,8 +592,8 @@ struct SsdStore {
     void* ring_mem = NULL;
     bool failed = false;
     std::string fail_msg;
-    // each generation's checksums, piece by piece (sum_index), as last written
-    // sums_ok[g]: every piece of g has one (a checkpoint's generation, or one whose checkpoint is complete)
+    // each generation's checksums, piece by piece (sum_index)
+    // sums_ok[g]: every piece of g has one
     std::vector<uint32_t> sums[2][K_COUNT];
     bool sums_ok[2] = {false, false};
     uint32_t sums_crc[2] = {0, 0};  // the CRC-32C of each generation's sums file (the manifest holds it)
@@ -718,8 +718,7 @@ static int write_manifest(SsdStore* st, char* err, size_t errlen) {
     return write_file_atomic(st->dir, st->dir + "/ssd_manifest", text.data(), text.size(), err, errlen);
 }
 
-// A small file of the store, whole, at most max bytes; regular files only (a FIFO could block forever).
-// 1: absent; 0: read; -1: err set.
+// A small regular file, whole, at most max bytes. 1: absent; 0: read; -1: err set.
 static int read_small_file(const std::string& path, size_t max, std::string* out, char* err, size_t errlen) {
     const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
@@ -833,8 +832,7 @@ static void alloc_sums(SsdStore* st) {
                 has_kind(&st->cfg, k) ? (size_t)(st->cfg.num_layers * st->pieces_per_layer) : 0, 0);
 }
 
-// The checksums of a piece's arrays (the kinds in the mask) in the slot.
-// Each is the CRC-32C of its 1 MiB sub-chunks' CRC-32Cs, summed in parallel.
+// The CRC-32C of each array in the mask: over its 1 MiB sub-chunks' CRCs, in parallel.
 static void piece_sums(SsdStore* st, const Slot* s, const Piece& pc, unsigned kinds, uint32_t out[K_COUNT]) {
     const char* src[K_COUNT] = {(const char*)s->p, (const char*)s->m, (const char*)s->v, (const char*)s->b};
     int64_t first[K_COUNT + 1], total = 0;
@@ -980,8 +978,7 @@ static SsdStore* new_store(const char* dir, const SsdStoreConfig* cfg) {
     return st;
 }
 
-// The store's I/O and files (both generations, the gradients): created at full size, or opened and checked.
-// 0, or -1 with err set (the caller closes the store).
+// Creates at full size, or opens and checks, the store's files: 0, or -1 with err set.
 static int open_files(SsdStore* st, int create, char* err, size_t errlen) {
     const SsdStoreConfig* cfg = &st->cfg;
     st->io = ssd_io_open(&cfg->io, err, errlen);
@@ -1019,8 +1016,7 @@ SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err
         snprintf(err, errlen, "cannot create %.600s: %s", dir, strerror(errno));
         return NULL;
     }
-    // A store here is replaced only if it is this run's or has no owner (never checkpointed).
-    // Another run's, or one this version cannot read, is left as it is.
+    // Only this run's store, or one with no owner, is replaced.
     Manifest old;
     char why[1024];
     const int found = read_manifest(dir, &old, why, sizeof why);
@@ -1258,8 +1254,7 @@ static unsigned state_kinds(const SsdStore* st) {
     return (1u << K_PARAMS) | (1u << K_M) | (1u << K_V) | (st->cfg.with_bf16 ? 1u << K_BF16 : 0u);
 }
 
-// Reads a piece of generation g into the slot, checked against g's checksums where it has them.
-// 0, or -1 with err naming the file, the layer and the elements.
+// Reads a piece of generation g, checked against its checksums: 0, or -1 with err set.
 static int check_piece(SsdStore* st, const Slot* s, const Piece& pc, int g, char* err, size_t errlen) {
     if (!st->sums_ok[g]) return 0;
     uint32_t c[K_COUNT];
