@@ -1,13 +1,11 @@
 // gpt2_cpu.h — the CPU reference GPT-2, fp32 + OpenMP, forward and backward.
-// Grads use the parameters' layer-major layout (model.h).
-// The GPU trainer's test oracle: one plain function per op; only the matmul and softmax's exp are fast.
+// The GPU trainer's test oracle: one plain function per op.
 // Not here: the optimizer (adamw.h), data, files.
 
 // Shapes: N = B*T positions, C channels, NH heads of hs = C/NH, L layers, V tokens, Vp >= V padded.
-// Logits columns >= V are computed but never enter the softmax, loss or gradient. Sizes are int64_t.
 
-// Packed sequences: pos (B*T) gives each token's position in its conversation (NULL: 0..T-1 per row).
-// Query t sees key s of its row iff t - pos[t] <= s <= t. Target -1: no loss, no gradient.
+// Packed sequences: pos (B*T, NULL: 0..T-1) is each token's position in its conversation.
+// Target -1: no loss, no gradient.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -17,9 +15,8 @@
 #include "model.h"
 
 // ----------------------------------------------------------------------------
-// Matrix multiply, the one fast kernel: C (M,N) = or += A (M,K) @ B (K,N), B row-major.
-// A goes through two strides, so dout^T needs no copy of the huge dlogits.
-// Tuned on a 2-core AVX-512 EPYC: ~100-170 GFLOP/s for GPT-2's shapes.
+// Matrix multiply: C (M,N) = or += A (M,K) @ B (K,N).
+// A has two strides, so dout^T needs no copy of dlogits.
 
 // an MM_MR x MM_NR micro tile sits in registers
 #define MM_MR 8
@@ -200,8 +197,7 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, const 
     }
 }
 
-// Causal self-attention. qkv (N, 3C) holds q | k | v; head h is channels [h*hs, (h+1)*hs) of each.
-// att (B, NH, T, T): softmax probabilities for backward, zero outside the mask. out (N, C).
+// Causal self-attention. qkv (N, 3C) = q | k | v; att (B, NH, T, T) kept for backward.
 // pos (may be NULL): query t sees keys t - pos[t] .. t only.
 static void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
                               const int* pos = NULL) {
@@ -240,8 +236,7 @@ static void attention_forward(float* out, float* att, const float* qkv, int B, i
             }
 }
 
-// dqkv = attention'(dout) (overwritten). Parallel over (b, h), which own disjoint channels of dqkv.
-// dscore: scratch (B, NH, T). pos as the forward's: masked keys (att 0) are skipped.
+// dqkv = attention'(dout), overwritten; parallel over (b, h). dscore: scratch (B, NH, T).
 static void attention_backward(float* dqkv, float* dscore, const float* dout, const float* qkv,
                                const float* att, int B, int T, int C, int NH, const int* pos = NULL) {
     const int hs = C / NH;
@@ -318,9 +313,7 @@ static void residual_forward(float* out, const float* a, const float* b, int64_t
 
 // exp(x) for x <= 0 within a few ulp of expf, branch-free so the softmax vectorizes (libm's expf is scalar).
 
-// exp(x) = 2^n exp(r), n = round(x / ln2), r = x - n ln2 (ln2 in two parts: r exact).
-// exp(r): Cephes' polynomial on |r| <= ln2/2.
-// Adding 1.5*2^23 rounds n into the low mantissa bits (floorf does not vectorize under -ftrapping-math).
+// exp(x) = 2^n exp(r), n = round(x / ln2); exp(r) by Cephes' polynomial.
 // Below -87 it returns ~1e-38, which no softmax sum notices.
 static inline float exp_nonpositive(float x) {
     x = x < -87.0f ? -87.0f : x;
@@ -342,8 +335,7 @@ static inline float exp_nonpositive(float x) {
     return y * two_n;
 }
 
-// probs = softmax over the first V columns (padded: 0); losses[i] = -log probs[i, target[i]].
-// losses[i] = 0 where target[i] < 0. The sum is in double: 50k terms lose digits in fp32.
+// probs = softmax over the first V columns; losses[i] = -log probs[i, target[i]] (0 if target < 0).
 static void softmax_crossentropy_forward(float* probs, float* losses, const float* logits, const int* targets,
                                          int64_t N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
@@ -367,8 +359,7 @@ static void softmax_crossentropy_forward(float* probs, float* losses, const floa
     }
 }
 
-// dlogits = (probs - onehot(target)) * dloss for real columns; padded columns and non-target rows are 0.
-// dloss: the weight of one token's loss (1 / target tokens of the step).
+// dlogits = (probs - onehot(target)) * dloss; padded columns and non-target rows are 0.
 static void crossentropy_softmax_backward(float* dlogits, const float* probs, const int* targets, float dloss,
                                           int64_t N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
@@ -382,8 +373,7 @@ static void crossentropy_softmax_backward(float* dlogits, const float* probs, co
     }
 }
 
-// 1 when pos (B*T, may be NULL) is valid, else 0 with err.
-// Valid: 0 <= pos[b,t] <= t (a conversation starts in its row) and pos[b,t] < maxT (wpe's rows).
+// 1 when every pos is in 0 .. min(t, maxT - 1), else 0 with err.
 static int check_positions(const int* pos, int B, int T, int maxT, char* err, size_t errlen) {
     for (int64_t i = 0; pos && i < (int64_t)B * T; i++) {
         const int t = (int)(i % T);
@@ -565,9 +555,8 @@ static int gpt2_cpu_layout_activations(GPT2CPU* model, int B, int T) {
     return 1;
 }
 
-// Forward over inputs (B, T). With targets (may be NULL; -1: none) also losses and mean_loss, for backward.
-// pos (may be NULL): packed sequences, see the top of the file.
-// 0 with model->error when T > maxT, a token is outside [0, V), a pos is invalid or memory runs out.
+// Forward over inputs (B, T); with targets (may be NULL) also the losses.
+// 0 with model->error on bad input or no memory.
 static int gpt2_cpu_forward(GPT2CPU* model, const int* inputs, const int* targets, int B, int T,
                             const int* pos = NULL) {
     const GPTConfig* cfg = &model->config;
@@ -644,10 +633,8 @@ static int gpt2_cpu_forward(GPT2CPU* model, const int* inputs, const int* target
     return 1;
 }
 
-// ADDS d(loss)/d(params) of the last forward (with targets) into model->grads.
-// loss = normalizer * the sum of the target tokens' losses.
-// normalizer 0: 1/(B*T), the mean; k micro-batches then sum, and the caller divides by k (adamw.h).
-// Packed data: 1 / (target tokens of the whole step), and no division by k.
+// ADDS d(loss)/d(params) of the last forward into model->grads.
+// loss = normalizer * the sum of target losses; normalizer 0 means 1/(B*T).
 static int gpt2_cpu_backward(GPT2CPU* model, float normalizer = 0.0f) {
     if (!model->has_targets) {
         snprintf(model->error, sizeof model->error, "backward: the last forward pass had no targets");

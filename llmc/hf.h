@@ -1,10 +1,8 @@
-// hf.h — Hugging Face GPT-2 checkpoints in and out: safetensors (one file or sharded), config.json.
-// GPT2LMHeadModel's tensors map to our layer-major layout.
-// model_file.h reads -e through it; export_hf writes.
+// hf.h — Hugging Face GPT-2 checkpoints in and out: safetensors and config.json.
 // Not here: PyTorch pickles (.bin), other architectures, tokenizer files.
 
-// transformers' Conv1D stores (in, out), ours (out, in): a layer's four matrices are transposed both ways.
-// lm_head is tied to wte: V rows there, Vp here (extra rows zero).
+// Conv1D stores (in, out), ours (out, in): the four matrices are transposed both ways.
+// lm_head is tied to wte.
 #pragma once
 #include <fcntl.h>
 #include <stdint.h>
@@ -532,8 +530,7 @@ static inline int hf_read_config(const char* path, GPTConfig* cfg, char* err, si
            hf_check_tensors(&ck, cfg, err, errlen);
 }
 
-// One tensor of an open checkpoint into our layout at dst: pl.count floats, widened exactly, transposed back.
-// For wte, a saved lm_head.weight must equal it, else the checkpoint is refused.
+// One tensor into our layout at dst, widened and transposed; a saved lm_head must equal wte.
 static inline int hf_read_place(const HfCheckpoint* ck, const GPTConfig* cfg, const HfTensorPlace& pl,
                                 float* dst, std::vector<float>* tmp, std::vector<uint16_t>* half, char* err,
                                 size_t errlen) {
@@ -653,8 +650,7 @@ static inline int write_small_file(const std::string& dir, const char* name, con
     return 1;
 }
 
-// The tensors of `places`, named prefix + name, into dir's safetensors; shards and index past
-// max_shard_bytes. read(i, out) fills out with places[i]'s values in our layout. 0 with err on failure.
+// Writes `places` into dir's safetensors, sharded past max_shard_bytes. 0 with err on failure.
 template <typename ReadTensor>
 static inline int hf_write_places(const std::string& dir, const std::vector<HfTensorPlace>& places,
                                   const std::string& prefix, int bf16, int64_t max_shard_bytes,

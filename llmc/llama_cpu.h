@@ -1,12 +1,10 @@
 // llama_cpu.h — the CPU reference Llama (Llama 2 / 3 and Qwen2), fp32 + OpenMP.
-// Forward, mean cross-entropy, backward into a layer-major gradient, a reference AdamW step.
-// The oracle for Llama GPU kernels to come: one plain function per op.
+// The oracle for Llama GPU kernels: one plain function per op.
 // The matmul and the softmax cross-entropy are gpt2_cpu.h's.
 
 // Not here: reading Hugging Face checkpoints (llama_hf.h), data, files, the GPU.
 
-// Shapes: N = B*T positions, C hidden channels, NH query and NKV key/value heads of hd channels each.
-// QD = NH*hd, KVD = NKV*hd, I the MLP width, L layers, V tokens (not padded: logits are (N, V)).
+// Shapes: N = B*T, C channels, NH query and NKV key/value heads of hd, I MLP width, V tokens.
 
 // A layer, as transformers' LlamaDecoderLayer:
 //   h   = x + wo(attention(rope(wq rms1(x) + bq), rope(wk rms1(x) + bk), wv rms1(x) + bv))
@@ -126,8 +124,8 @@ static void rmsnorm_backward(float* dinp, float* dweight, const float* dout, con
     }
 }
 
-// RoPE in place on x (B*T, nheads * hd), transformers' rotate_half: channel i pairs with i + hd/2.
-// x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin; position t uses table row pos[b,t] (pos NULL: row t).
+// RoPE in place on x (B*T, nheads * hd): channel i pairs with i + hd/2 (rotate_half).
+// Position t uses table row pos[b,t] (pos NULL: row t).
 static void rope_forward(float* x, const float* cos_t, const float* sin_t, int B, int T, int nheads, int hd,
                          const int* pos = NULL) {
     const int half = hd / 2;
@@ -170,8 +168,7 @@ static void rope_backward(float* dx, const float* cos_t, const float* sin_t, int
         }
 }
 
-// Causal grouped-query attention. q (N, NH*hd), k and v (N, NKV*hd); query head h reads kv head h / (NH/NKV).
-// att (B, NH, T, T): softmax probabilities for backward, zero outside the mask. out (N, NH*hd).
+// Causal grouped-query attention: query head h reads kv head h / (NH/NKV).
 // pos (may be NULL): query t sees keys t - pos[t] .. t only.
 static void gqa_attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
                                   int B, int T, int NH, int NKV, int hd, const int* pos = NULL) {
@@ -211,9 +208,7 @@ static void gqa_attention_forward(float* out, float* att, const float* q, const 
             }
 }
 
-// dq, dk, dv = attention'(dout) (overwritten). dscore: scratch (B, NKV, T).
-// A group's query heads add into the same dk, dv: one thread owns a (b, kv head) group.
-// pos as the forward's: masked keys (att 0) are skipped.
+// dq, dk, dv = attention'(dout), overwritten. One thread owns a (b, kv head) group.
 static void gqa_attention_backward(float* dq, float* dk, float* dv, float* dscore, const float* dout,
                                    const float* q, const float* k, const float* v, const float* att, int B,
                                    int T, int NH, int NKV, int hd, const int* pos = NULL) {
@@ -284,8 +279,7 @@ static void swiglu_backward(float* dgate, float* dup, const float* dout, const f
     }
 }
 
-// matmul_backward whose dinp is ADDED to (two or three projections read one input):
-// dinp += dout @ weight, dweight += dout^T @ inp, dbias += column sums of dout (may be NULL).
+// matmul_backward that ADDS to dinp (two or three projections read one input).
 static void matmul_backward_add(float* dinp, float* dweight, float* dbias, const float* dout,
                                 const float* inp, const float* weight, int64_t N, int64_t IC, int64_t OC) {
     matmul_nn(dinp, dout, OC, 1, weight, N, IC, OC, 1);
@@ -457,9 +451,8 @@ static int llama_cpu_layout_activations(LlamaCPU* model, int B, int T) {
     return 1;
 }
 
-// Forward over inputs (B, T). With targets (may be NULL; -1: none) also losses and mean_loss, for backward.
-// pos (may be NULL): packed sequences, see the top of the file.
-// 0 with model->error when T > max_seq_len, a token is outside [0, V), a pos is invalid or memory runs out.
+// Forward over inputs (B, T); with targets (may be NULL) also the losses.
+// 0 with model->error on bad input or no memory.
 static int llama_cpu_forward(LlamaCPU* model, const int* inputs, const int* targets, int B, int T,
                              const int* pos = NULL) {
     const LlamaConfig* cfg = &model->config;
@@ -549,10 +542,8 @@ static int llama_cpu_forward(LlamaCPU* model, const int* inputs, const int* targ
     return 1;
 }
 
-// ADDS d(loss)/d(params) of the last forward (with targets) into model->grads.
-// loss = normalizer * the sum of the target tokens' losses.
-// normalizer 0: 1/(B*T), the mean; k micro-batches then sum, and the caller divides by k.
-// Packed data: 1 / (target tokens of the whole step), and no division by k.
+// ADDS d(loss)/d(params) of the last forward into model->grads.
+// loss = normalizer * the sum of target losses; normalizer 0 means 1/(B*T).
 static int llama_cpu_backward(LlamaCPU* model, float normalizer = 0.0f) {
     if (!model->has_targets) {
         snprintf(model->error, sizeof model->error, "backward: the last forward pass had no targets");
@@ -617,9 +608,7 @@ static int llama_cpu_backward(LlamaCPU* model, float normalizer = 0.0f) {
 // ----------------------------------------------------------------------------
 // The reference optimizer step
 
-// AdamW over every tensor with cpu_adam's arithmetic (torch.optim.AdamW's update).
-// Weight decay on matrices only (embedding and lm_head included), as llm.c.
-// m and v: layout.total floats, zero at step 1.
+// AdamW over every tensor, as torch.optim.AdamW; decay on matrices only.
 static void llama_cpu_adamw(LlamaCPU* model, float* m, float* v, const AdamWArgs* args) {
     const LlamaLayout* p = &model->layout;
     for (int l = 0; l < model->config.num_layers; l++) {

@@ -1,12 +1,11 @@
-// model.h — GPT-2 shapes and the LAYER-MAJOR parameter layout, shared by the CPU and GPU trainers.
-// Also: llm.c model files (tensor-major, converted), GPT-2 init from a seed, host-memory estimates.
-// Not here: forward/backward math (gpt2_cpu.h, train_gpt.cu), I/O besides model files.
+// model.h — GPT-2 shapes and the LAYER-MAJOR parameter layout, shared by both trainers.
+// Also: llm.c model files, GPT-2 init. Not here: forward/backward math.
 
 // Layout of the one flat fp32 parameter array (64-bit offsets everywhere):
 //   [ embeddings: wte (Vp x C) | wpe (maxT x C) | lnfw (C) | lnfb (C) ]
 //   [ layer 0: ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw fcprojb ]
 //   [ layer 1: ... ] ... [ layer L-1 ]
-// A layer is contiguous: one copy to the GPU, one gradient transfer, one AdamW update.
+// A layer is contiguous: one copy, one transfer, one update.
 
 // Weight matrices are (out, in) row-major, as nn.Linear and llm.c: out = in @ W^T + b.
 #pragma once
@@ -171,8 +170,7 @@ static inline void fill_const(float* x, int64_t n, float v) {
     for (int64_t i = 0; i < n; i++) x[i] = v;
 }
 
-// GPT-2 init: weights N(0, 0.02); residual projections (attprojw, fcprojw) scaled by 1/sqrt(2L).
-// LayerNorm weights 1, biases 0. Padded vocab rows of wte are zero (they are never a target).
+// GPT-2 init: N(0, 0.02), residual projections scaled by 1/sqrt(2L); LayerNorm 1, 0.
 
 // The embedding block alone (params: the whole array, or just its first embed_count floats).
 static inline void gpt_init_embeddings(const GPTConfig* c, float* params, uint64_t seed) {
@@ -207,9 +205,8 @@ static inline void gpt_init_params(const GPTConfig* c, float* params, uint64_t s
 }
 
 // ----------------------------------------------------------------------------
-// llm.c model files: 256 int32 {20240326, version 3, maxT, V, L, NH, C, Vp}, then fp32 tensors.
-// Tensor-major: wte wpe ln1w[L] ln1b[L] qkvw[L] ... fcprojb[L] lnfw lnfb; converted tensor by tensor.
-// Version 5: the same in bf16 (llm.c's CUDA trainer), read and widened exactly; we write version 3.
+// llm.c model files: 256 int32 {20240326, 3, maxT, V, L, NH, C, Vp}, then tensor-major fp32.
+// Version 5 (bf16) is read too; we write version 3.
 
 // Progress of a read over 1 GiB: one line per quarter, "loading model file X: 50%".
 // *quarter: the last quarter printed (start at 0).
@@ -307,17 +304,15 @@ static inline int llmc_read_header(const char* path, GPTConfig* cfg, char* err, 
     return 1;
 }
 
-// The first NaN or infinity in x, or -1. A model holding one is refused at load, the tensor named.
-// (Otherwise it would read as "training diverged at step 1".)
+// The first NaN or infinity in x, or -1: such a model is refused at load.
 static inline int64_t first_non_finite(const float* x, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(x[i])) return i;
     return -1;
 }
 
-// Loads parameters into `params` (layout total elements, allocated after gpt_read_header).
-// Version 5's bf16 values widen exactly to fp32 (bits << 16).
-// A window [lo, hi) of whole blocks loads only those tensors, params at element lo (the SSD tier, per layer).
+// Loads parameters into `params`; bf16 widens exactly.
+// A window [lo, hi) of whole blocks loads only those tensors (the SSD tier).
 static inline int llmc_load_params(const char* path, const GPTConfig* cfg, float* params, char* err,
                                    size_t errlen, int64_t lo = 0, int64_t hi = INT64_MAX) {
     ParamLayout p = gpt_layout(cfg);
@@ -355,9 +350,8 @@ static inline int llmc_load_params(const char* path, const GPTConfig* cfg, float
             if (!is_bf16) {
                 ok = (int64_t)fread(dst, sizeof(float), (size_t)n, f) == n;
             } else {
-                // bf16: read into the upper half of dst, then widen front to back.
-                // Value j sits at byte 2n + 2j; float i goes to bytes 4i .. 4i+3 < 2n + 2(i+1).
-                // So it overwrites only values already read.
+                // bf16: read into dst's upper half, then widen front to back.
+                // Each float overwrites only values already read.
                 unsigned char* half = (unsigned char*)dst + 2 * n;
                 ok = (int64_t)fread(half, 2, (size_t)n, f) == n;
                 for (int64_t i = 0; i < n && ok; i++) {
@@ -384,8 +378,7 @@ static inline int llmc_load_params(const char* path, const GPTConfig* cfg, float
     return ok;
 }
 
-// The end of an atomic save: flush, fsync and close f (tmp), rename tmp to path. ok: the writes so far.
-// Returns 1, or 0 with tmp removed and *why the first failure's errno (0: a short write).
+// Ends an atomic save: fsync, close, rename tmp to path. 1, or 0 with tmp removed and *why set.
 static inline int finish_atomic_write(FILE* f, int ok, const char* tmp, const char* path, int* why) {
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     *why = ok ? 0 : errno;
@@ -401,9 +394,8 @@ static inline int finish_atomic_write(FILE* f, int ok, const char* tmp, const ch
     return ok;
 }
 
-// Saves atomically: path.tmp, fsync, rename; a crash never leaves the name on partial data.
-// The caller fsyncs the directory (fsync_dir, run_dir.h) to make the rename durable.
-// crc (optional): the file's CRC-32C, recorded beside it so the file stays llm.c's format.
+// Saves atomically (tmp, fsync, rename); the caller fsyncs the directory.
+// crc (optional): the file's CRC-32C, written beside it.
 static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const float* params, char* err,
                                   size_t errlen, uint32_t* crc = NULL) {
     ParamLayout p = gpt_layout(cfg);
