@@ -4,10 +4,8 @@
 #include <stdint.h>
 #include <string.h>
 
-// float -> bf16, round to nearest, ties to even. Overflow rounds to +-Inf (the largest finite float too).
-// Subnormals are rounded, not flushed; -0 stays -0.
-// A NaN stays a NaN, sign kept, quiet bit set: a payload only in the low 16 bits would truncate to Inf.
-// The vectorized convert_f32_to_bf16 / adamw_update_* give the same bits.
+// float -> bf16, round to nearest even; NaN stays NaN, overflow is +-Inf.
+// convert_f32_to_bf16 and adamw_update_* give the same bits.
 static inline uint16_t float_to_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);

@@ -38,10 +38,8 @@ static inline int usable_cpu_cores(void) {
     return cores > 0 ? cores : 1;
 }
 
-// libgomp's idle threads spin 300000 iterations, stealing a busy core's time (a CPU test ran 16x slower).
-// libgomp reads GOMP_SPINCOUNT before main: main re-execs once with 10000.
-// Not if the user set GOMP_SPINCOUNT or OMP_WAIT_POLICY.
-// train_gpt_cpu on 2 loaded cores, ms/step: default 1510, short spin 1225, passive 1195.
+// libgomp's idle threads spin long and steal busy cores (a test ran 16x slower).
+// main re-execs once with GOMP_SPINCOUNT=10000, unless the user set it or OMP_WAIT_POLICY.
 #define OMP_SHORT_SPINCOUNT "10000"
 static inline void omp_short_spin_reexec(char** argv) {
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || getenv("LLMC_OMP_REEXEC")) return;

@@ -197,7 +197,7 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, const 
     }
 }
 
-// Causal self-attention. qkv (N, 3C) = q | k | v; att (B, NH, T, T) kept for backward.
+// Causal self-attention; att (B, NH, T, T) is kept for backward.
 // pos (may be NULL): query t sees keys t - pos[t] .. t only.
 static void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
                               const int* pos = NULL) {

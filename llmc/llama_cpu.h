@@ -1,6 +1,5 @@
 // llama_cpu.h — the CPU reference Llama (Llama 2 / 3 and Qwen2), fp32 + OpenMP.
-// The oracle for Llama GPU kernels: one plain function per op.
-// The matmul and the softmax cross-entropy are gpt2_cpu.h's.
+// The oracle for Llama GPU kernels; matmul and loss are gpt2_cpu.h's.
 
 // Not here: reading Hugging Face checkpoints (llama_hf.h), data, files, the GPU.
 
@@ -124,8 +123,7 @@ static void rmsnorm_backward(float* dinp, float* dweight, const float* dout, con
     }
 }
 
-// RoPE in place on x (B*T, nheads * hd): channel i pairs with i + hd/2 (rotate_half).
-// Position t uses table row pos[b,t] (pos NULL: row t).
+// RoPE in place: channel i pairs with i + hd/2 (rotate_half); pos NULL means row t.
 static void rope_forward(float* x, const float* cos_t, const float* sin_t, int B, int T, int nheads, int hd,
                          const int* pos = NULL) {
     const int half = hd / 2;

@@ -1,6 +1,5 @@
-// logger.h — DIR/main.log in llm.c's format.
-// Train: "s:STEP trl:LOSS lr:LR norm:NORM"; val: "s:STEP tel:LOSS".
-// A resumed run rewrites the log up to its step. Not here: stdout's step lines (the trainers).
+// logger.h — DIR/main.log in llm.c's format: "s:STEP trl:LOSS ...", "s:STEP tel:LOSS".
+// A resumed run rewrites the log up to its step.
 #pragma once
 #include <errno.h>
 #include <stdio.h>

@@ -32,7 +32,7 @@ static inline int spec_key_value(const char* tok, size_t len, const char* key, i
     return 1;
 }
 
-// BASE[:T<n>][:V<n>], BASE = dN, a preset or L<n>:C<n>:NH<n>; T 1024, V 50257, Vp = V up to 128s.
+// BASE[:T<n>][:V<n>], BASE = dN, a preset or L<n>:C<n>:NH<n>.
 // Returns 1: valid; 2: not a spec (a model file path); 0: invalid (err says why).
 static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, size_t errlen) {
     if (!spec || !*spec || strchr(spec, '/') || strchr(spec, '\\')) return 2;
@@ -110,8 +110,7 @@ static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, 
     return 1;
 }
 
-// -e NAME read as a spec while a file or directory NAME exists too: one warning line.
-// So a run never silently trains the spec when the path was meant. A '/' (./d2) always means a path.
+// -e NAME read as a spec while a path NAME exists too: one warning line.
 static inline void warn_if_spec_shadows_path(const char* spec, int kind) {
     struct stat sb;
     if (kind == 1 && stat(spec, &sb) == 0)

@@ -1,7 +1,5 @@
 // stop_signal.h — Ctrl-C / SIGTERM without losing work.
-// The first signal: finish the step, save (with -o), exit 128 + signal.
-// A second: exit at once (a cut save leaves only a .tmp file).
-// Not here: what a trainer saves (checkpoint.h).
+// The first signal: finish the step, save, exit 128 + signal; a second: exit at once.
 #pragma once
 #include <signal.h>
 #include <stdint.h>

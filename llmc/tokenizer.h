@@ -1,6 +1,5 @@
 // tokenizer.h — GPT-2 token decoder for printing samples, from llm.c's gpt2_tokenizer.bin.
-// dev/data/README.md describes it. Not here: encoding (dev/data/gpt2_bpe.h).
-// File: 256 uint32 {20240328, version, vocab_size, eot_token (version 2)}, then per id a uint8 length, bytes.
+// Not here: encoding (dev/data/gpt2_bpe.h).
 #pragma once
 #include <ctype.h>
 #include <stdint.h>
