@@ -1,8 +1,7 @@
 // cpu_adam.cpp — AdamW, sum of squares and fp32 -> bf16 over large host arrays, in one pass each.
 // Not here: which tensors decay, clipping, lr (adamw.h, schedulers.h).
 
-// An update moves ~30 bytes and ~15 flops per parameter: memory-bound.
-// So moments, weight and the GPU's bf16 copy are one fused pass.
+// An update is memory-bound (~30 bytes, ~15 flops a parameter): one fused pass.
 
 // Every path does the same IEEE ops in the same order: bit-identical whatever path, thread or chunk.
 #include "llmc/cpu_adam.h"
@@ -133,8 +132,7 @@ static inline float adam1(float p, float grad, float* m, float* v, const AdamWCo
 }
 
 // ----------------------------------------------------------------------------
-// SIMD building blocks. bf16 rounding is float_to_bf16's integer trick: vcvtneps2bf16 flushes subnormals,
-// unlike the scalar conversion and the GPU's __float2bfloat16.
+// SIMD building blocks. bf16 rounding by float_to_bf16's integer trick (vcvtneps2bf16 flushes subnormals).
 
 #if CPU_ADAM_VEC == 16
 static inline __m512 load_grad16(const float* g) { return _mm512_loadu_ps(g); }

@@ -415,7 +415,7 @@ static inline int dl_chat_batch(DataLoader* dl, int64_t fi, int64_t k) {
         for (j = 0; j < T; j++) {
             const int64_t i = row + j;
             dl->inputs[i] = (int)dl_token(dl, i);
-            // pos: 0 at a START, so query t sees key s iff same row and t - pos[t] <= s <= t
+            // pos: 0 at a START
             dl->pos[i] = (f[j] & CHAT_START) ? 0 : dl->pos[i - 1] + 1;
             // target: the next token if it is in the row and flagged, else -1 (a loss ignores -1)
             const int next = j + 1 < T && (f[j + 1] & CHAT_TARGET);
@@ -428,8 +428,7 @@ static inline int dl_chat_batch(DataLoader* dl, int64_t fi, int64_t k) {
     return 1;
 }
 
-// Shuffle permutes shards, then batches or rows per shard, from (seed, epoch, shard) alone.
-// So {epoch, shard, batch} is a position.
+// Shuffle order comes from (seed, epoch, shard) alone, so {epoch, shard, batch} is a position.
 
 // The next batch; 0 with dl->err on a bad shard. A saved state then points at a real batch.
 static inline int dataloader_next_batch(DataLoader* dl) {
@@ -462,8 +461,7 @@ static inline int dataloader_next_batch(DataLoader* dl) {
     if (chat) {
         if (!dl_chat_batch(dl, fi, dl->batch_index)) return 0;
     } else {
-        // pretraining: batch k is tokens [k*B*T, k*B*T + B*T]
-        // a tail short of a batch is skipped, as in llm.c
+        // pretraining: batch k is tokens [k*B*T, k*B*T + B*T]; a short tail is skipped
         const int64_t k = dl->shuffle ? dl->batch_order[dl->batch_index] : dl->batch_index;
         const int w = dl->token_bytes;
         if (!dl_read_at(dl, DATALOADER_HEADER_BYTES + w * k * BT, dl->buf, w * (BT + 1))) return 0;
@@ -486,8 +484,7 @@ static inline int dataloader_next_batch(DataLoader* dl) {
     return 1;
 }
 
-// Every token of the last batch < V (else the lookup reads outside wte); 0 with err: shard, index, byte,
-// value.
+// Every token of the last batch < V; else 0 with err naming where.
 static inline int dataloader_check_tokens(const DataLoader* dl, int V, char* err, size_t errlen) {
     const int chat = dl->kind == DL_CHAT;
     const int64_t n = (int64_t)dl->B * dl->T + (chat ? 0 : 1);

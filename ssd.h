@@ -7,8 +7,7 @@
 //   helpers   ssd_plan (-P 1) and ssd_probe_bandwidth
 // Not here: the update's math, the GPU, flags.
 
-// Threads: SsdIo is thread-safe; an SsdStore runs on one thread at a time,
-// except its two _async calls, which may run on any thread.
+// Threads: SsdIo is thread-safe; an SsdStore is used by one thread at a time (its _async calls: any).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -61,14 +60,12 @@ SsdReq ssd_io_submit(SsdIo* io, const SsdFile* f, int write, void* buf, int64_t 
 int ssd_io_wait(SsdIo* io, SsdReq r, char* err, size_t errlen);
 int ssd_io_poll(SsdIo* io, SsdReq r);  // 1 when complete (ssd_io_wait then returns at once)
 
-// Test hook: chunks of kind `write` after the first `after` fail with errno err (0: a short transfer).
-// kill = 1: SIGKILL there instead; after < 0 removes the fault.
+// Test hook: chunks of kind `write` after the first `after` fail with errno err; kill = 1: SIGKILL.
 void ssd_io_set_fault(SsdIo* io, int write, int64_t after, int err, int kill);
 // Bytes moved so far (for the bench and the timeline).
 void ssd_io_counters(const SsdIo* io, int64_t* bytes_read, int64_t* bytes_written);
 
-// The busy log: the timeline's disk tracks (-Y 1); off by default.
-// A direction is busy while one of its requests is in flight; a ring keeps the newest SSD_BUSY_LOG.
+// The busy log (-Y 1's disk tracks), off by default: when each direction had a request in flight.
 #define SSD_BUSY_LOG 4096
 typedef struct {
     double t0, t1;  // seconds on the steady clock
@@ -95,8 +92,7 @@ typedef struct {
                         // run without checkpoints, whose store any run may replace; another owner's, never.
 } SsdStoreConfig;
 
-// A fresh store under dir, every file at full size; NULL with err on failure.
-// Replaces only a store of the same owner or none. Undefined until ssd_store_write_layer.
+// A fresh store under dir, files at full size; NULL with err. Replaces only its owner's store.
 SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err, size_t errlen);
 // An existing store at its checkpoint of `step` (< 0: the newest), every file checked once.
 // NULL with err on failure.
@@ -110,8 +106,7 @@ void ssd_store_steps(const SsdStore* st, int64_t steps[2]);
 // Bytes the store's files take on disk, and its ring's host bytes.
 int64_t ssd_store_disk_bytes(const SsdStoreConfig* cfg);
 int64_t ssd_store_ring_bytes(const SsdStoreConfig* cfg);
-// Bytes of one layer's bf16 region (2 * layer_elems rounded up to 4096): the size of a buffer for
-// ssd_store_read_bf16_async / ssd_store_write_grads_async.
+// Bytes of one layer's bf16 region: the buffer size for the two _async calls.
 int64_t ssd_store_bf16_layer_bytes(const SsdStore* st);
 
 // Synchronous whole-layer transfers: initial state, resume, export, tests.
@@ -147,7 +142,7 @@ typedef struct {
 // The AdamW round over layers[0..n) in that order: 0, or -1 with err set.
 // After an error the store refuses rounds; the last checkpoint stays intact.
 int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* fns, char* err, size_t errlen);
-// Makes the newest state durable as the checkpoint of `step` (see the file comment). 0, or -1 with err set.
+// Makes the newest state durable as the checkpoint of `step` (docs/ssd.md). 0, or -1 with err set.
 int ssd_store_checkpoint(SsdStore* st, int64_t step, char* err, size_t errlen);
 
 // ============================================================================
@@ -180,7 +175,7 @@ typedef struct {
 } SsdPlan;
 SsdPlan ssd_plan(const SsdPlanInput* in);
 
-// Measures dir's O_DIRECT write, then read bandwidth (bytes/s), in about `seconds`.
-// *direct = 0: O_DIRECT refused (the page cache's figure). 0, or -1 with err set.
+// Measures dir's O_DIRECT write and read bandwidth (bytes/s) in about `seconds`.
+// *direct = 0: O_DIRECT refused. 0, or -1 with err set.
 int ssd_probe_bandwidth(const char* dir, double seconds, int64_t max_bytes, double* read_bps,
                         double* write_bps, int* direct, char* err, size_t errlen);

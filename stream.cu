@@ -171,7 +171,7 @@ static void read_buffer_drop(WeightStream* ws, int b) {
     ws->reads.layer[b] = -1;
 }
 // A free buffer, or one whose copy has run; -1 if none (wait = 0).
-// wait = 1: the oldest copy's buffer, else the one holding the pass's last layer.
+// wait = 1 always finds one, dropping a read-ahead layer if it must.
 static int read_buffer_take(WeightStream* ws, int wait) {
     const int n = ws->reads.reader.num_buffers;
     for (int b = 0; b < n; b++)

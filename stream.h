@@ -34,8 +34,7 @@ typedef struct {
     int first_streamed;  // layers below it are GPU-resident: weights_host_bf16 holds them, and no pass reads
 } HostReader;
 
-// -sw 1: layers are read into pinned buffers ahead, then copied to their slots.
-// A buffer is reused once its copy has run (copied[b]).
+// -sw 1: layers are read ahead into pinned buffers, then copied to their slots.
 typedef struct {
     HostReader reader;
     uint16_t* buf[MAX_READ_BUFFERS];

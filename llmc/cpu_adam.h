@@ -31,7 +31,6 @@ typedef struct {
 AdamWConstants adamw_constants(const AdamWArgs* a);
 
 // Threads for the parallel regions below; 0 = the OpenMP default.
-// Ranges under 32768 elements run on the calling thread alone.
 void cpu_adam_set_threads(int n);
 // "avx512", "avx2" or "scalar": the SIMD path this build was compiled with (for logs and the bench).
 const char* cpu_adam_simd_name(void);

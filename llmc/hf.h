@@ -51,8 +51,7 @@ static inline int st_dtype_size(const std::string& d) {
     return 0;
 }
 
-// A safetensors header keeps its tensors' dtype, shape and data_offsets: not __metadata__ (strings we
-// ignore), not other keys; shapes and offsets are short arrays.
+// A safetensors header keeps its tensors' dtype, shape and data_offsets only.
 static inline bool st_header_keeps(int level, const char* key) {
     if (level == 1) return key && strcmp(key, "__metadata__") != 0;
     if (level == 2)
@@ -567,8 +566,7 @@ static inline int hf_read_place(const HfCheckpoint* ck, const GPTConfig* cfg, co
     return 1;
 }
 
-// gpt_load_params for a Hugging Face checkpoint: fp32 (F16, BF16 widen exactly), transposed back.
-// A saved lm_head.weight must equal wte, else the checkpoint is refused.
+// gpt_load_params for a Hugging Face checkpoint; a saved lm_head.weight must equal wte.
 static inline int hf_load_params(const char* path, const GPTConfig* cfg, float* params, char* err,
                                  size_t errlen, int64_t lo, int64_t hi) {
     HfCheckpoint ck;
@@ -599,8 +597,7 @@ static inline int hf_load_params(const char* path, const GPTConfig* cfg, float* 
 }
 
 // ----------------------------------------------------------------------------
-// Writing, as save_pretrained: fp32 or bf16, shards of at most max_shard_bytes (a larger tensor alone),
-// no lm_head (re-tied on load). Each file: .tmp, fsync, rename.
+// Writing, as save_pretrained: fp32 or bf16, sharded, no lm_head (re-tied on load).
 
 struct HfShardPlan {
     std::vector<std::vector<int>> shards;  // indices into the places

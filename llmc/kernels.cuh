@@ -239,8 +239,7 @@ __global__ void layernorm_backward_input_kernel8(bf16* dinp, const bf16* dout, c
     }
 }
 
-// Column sums: a (32 x 8) block reduces 32 columns x ROWS_PER_TILE rows in shared memory, then one atomic
-// per column.
+// Column sums: a (32 x 8) block sums a tile in shared memory, then one atomic per column.
 #define ROWS_PER_TILE 256
 // gridDim.y: at most 65535; the kernels loop over the remaining tiles.
 static inline unsigned row_tiles_grid(int64_t N) {
@@ -501,8 +500,7 @@ __global__ void __launch_bounds__(1024)
     __shared__ float shared[WARP];
     int64_t row = blockIdx.x;
     bf16* x = logits + row * Vp;
-    // target -1: loss 0, gradient 0. Every row still runs the reductions (the emulation needs every block
-    // to take the same warp shuffles).
+    // target -1: loss 0, gradient 0; every row still runs the reductions (the emulation needs it).
     const int target = targets[row];
     float mx = -INFINITY;
     for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, (float)x[i]);
@@ -547,8 +545,7 @@ static void grads_to_bf16_sumsq(bf16* out, const float* in, int64_t n, double* s
     cudaCheckLaunch();
 }
 
-// AdamW for parameters kept on the GPU (the embedding block); writes p_bf16 too.
-// cpu_adam.cpp's order with explicitly rounded intrinsics (immune to --use_fast_math): the CPU's update.
+// AdamW for parameters kept on the GPU; cpu_adam.cpp's order, rounded explicitly: the CPU's bits.
 
 __global__ void adamw_kernel(float* p, const float* grad, float* m, float* v, bf16* p_bf16, int64_t n,
                              AdamWConstants c) {

@@ -288,8 +288,7 @@ static inline std::vector<HfTensorPlace> llama_hf_write_places(const LlamaConfig
     return out;
 }
 
-// config.json and generation_config.json: LlamaForCausalLM, or Qwen2ForCausalLM for a model with q/k/v biases
-// (Qwen2 always has them, Llama's attention_bias would bias o_proj too).
+// config.json and generation_config.json; Qwen2ForCausalLM for a model with q/k/v biases.
 static inline int llama_hf_write_config(const std::string& dir, const LlamaConfig* c, int bf16, char* err,
                                         size_t errlen) {
     const int qwen2 = c->qkv_bias;

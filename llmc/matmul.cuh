@@ -69,7 +69,6 @@ static void matmul_batched(cublasOperation_t ta, cublasOperation_t tb, int m, in
 static cublasLtHandle_t cublaslt_handle;  // NULL: never created, every call takes the unfused path
 static int cublaslt_fusion = 1;           // 0: no epilogues (the tests compare both paths)
 // Creates the cuBLAS and cuBLASLt handles unless they exist; gpt_free destroys them.
-// First before check_fit measures free memory (so theirs is not counted free), else in gpt_build.
 static void matmul_handles_create() {
     if (cublas_handle) return;
     cublasCheck(cublasCreate(&cublas_handle));

@@ -77,16 +77,14 @@ static inline int gpt_config_check(const GPTConfig* c, char* err, size_t errlen)
                  c->num_layers, c->channels, c->num_heads, c->max_seq_len, c->vocab_size);
         return 0;
     }
-    // bounds (those of parse_model_spec) that keep every size and byte count of gpt_layout far from int64
-    // overflow, whatever a model file's header says
+    // bounds (as parse_model_spec's) that keep every size of gpt_layout far from int64 overflow
     if (c->num_layers > 100000 || c->channels > 1000000 || c->max_seq_len > 10000000 ||
         c->padded_vocab_size > 10000000) {
         snprintf(err, errlen, "model dimensions too large (L=%d C=%d maxT=%d Vp=%d)", c->num_layers,
                  c->channels, c->max_seq_len, c->padded_vocab_size);
         return 0;
     }
-    // 32: vectorized bf16 kernels load 8 elements (16 bytes) at a time.
-    // With every tensor size a multiple of 32, every tensor offset stays 64-byte aligned.
+    // 32: every tensor offset stays 64-byte aligned for the 16-byte bf16 loads.
     if (c->channels % 32 != 0) {
         snprintf(err, errlen, "channels C=%d must be a multiple of 32", c->channels);
         return 0;
@@ -143,8 +141,7 @@ static inline int64_t gpt_num_real_params(const GPTConfig* c, const ParamLayout*
 }
 
 // ----------------------------------------------------------------------------
-// Initialization: a counter-based RNG, deterministic and parallel, identical on any machine or thread count.
-// A 100B model initializes in seconds, not an hour.
+// Initialization: a counter-based RNG, the same on any machine or thread count.
 
 static inline uint64_t splitmix64(uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
@@ -184,8 +181,7 @@ static inline void gpt_init_embeddings(const GPTConfig* c, float* params, uint64
     fill_const(e + p.embed_offset[LNFW], p.embed_size[LNFW], 1.0f);
     fill_const(e + p.embed_offset[LNFB], p.embed_size[LNFB], 0.0f);
 }
-// Layer l alone into `base` (layer_stride floats), the same bits as gpt_init_params.
-// So the SSD tier initializes one layer at a time.
+// Layer l alone into `base`, the same bits as gpt_init_params (for the SSD tier).
 static inline void gpt_init_layer(const GPTConfig* c, int l, float* base, uint64_t seed) {
     ParamLayout p = gpt_layout(c);
     const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * c->num_layers);
@@ -208,8 +204,7 @@ static inline void gpt_init_params(const GPTConfig* c, float* params, uint64_t s
 // llm.c model files: 256 int32 {20240326, 3, maxT, V, L, NH, C, Vp}, then tensor-major fp32.
 // Version 5 (bf16) is read too; we write version 3.
 
-// Progress of a read over 1 GiB: one line per quarter, "loading model file X: 50%".
-// *quarter: the last quarter printed (start at 0).
+// Progress of a read over 1 GiB: one line per quarter (*quarter: the last printed).
 static inline void read_progress(const char* what, const char* path, int64_t done, int64_t total,
                                  int* quarter) {
     if (total < ((int64_t)1 << 30)) return;
@@ -238,8 +233,7 @@ static inline void llmc_header(const GPTConfig* cfg, int header[256]) {
     header[7] = cfg->padded_vocab_size;
 }
 
-// Byte offset in an llm.c file (esize bytes per value) of tensor k of llmc_file_order, layer l (0 for an
-// embedding tensor).
+// Byte offset in an llm.c file of tensor k of llmc_file_order, layer l.
 static inline int64_t llmc_tensor_offset(const GPTConfig* c, const ParamLayout* p, int k, int l, int esize) {
     int64_t at = 256 * 4;
     for (int j = 0; j < k; j++) {
@@ -250,8 +244,7 @@ static inline int64_t llmc_tensor_offset(const GPTConfig* c, const ParamLayout* 
     return at + (is_layer ? esize * (int64_t)l * p->layer_size[t] : 0);
 }
 
-// Reads the header and checks the file size against it: a truncated file fails before any allocation.
-// 0 with a one-line reason in err on any problem.
+// Reads the header and checks the file's size against it; 0 with err on any problem.
 static inline int llmc_read_header(const char* path, GPTConfig* cfg, char* err, size_t errlen) {
     struct stat st;
     if (stat(path, &st) != 0) {
