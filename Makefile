@@ -91,7 +91,8 @@ $(BUILD)/test_attention: test/test_attention.cpp llmc/attention.cuh $(BUILD)/cpu
 $(BUILD)/test_ssd: test/test_ssd.cpp $(BUILD)/ssd.o $(BUILD)/cpu_adam.o $(HEADERS) | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/ssd.o $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(URING_LIBS) $(LDLIBS)
 
-$(BUILD)/test_%: test/test_%.cpp $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard dev/data/*.h) test/cli_test_common.h | $(BUILD)
+$(BUILD)/test_%: test/test_%.cpp $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard dev/data/*.h) test/cli_test_common.h \
+		test/hf_cases.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
 
 $(BUILD)/test_%: test/test_%.cu test/gpu_test_common.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(HEADERS) $(wildcard *.cuh llmc/*.cuh) | $(BUILD)

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "cpu_model.h"  // defines: ActArray, cpu_model_alloc, _free, _carve, _check_batch, _keep_batch,
+                        // _mean_loss, check_positions
 #include "model.h"
 
 // ----------------------------------------------------------------------------
@@ -373,19 +375,6 @@ static void crossentropy_softmax_backward(float* dlogits, const float* probs, co
     }
 }
 
-// 1 when every pos is in 0 .. min(t, maxT - 1), else 0 with err.
-static int check_positions(const int* pos, int B, int T, int maxT, char* err, size_t errlen) {
-    for (int64_t i = 0; pos && i < (int64_t)B * T; i++) {
-        const int t = (int)(i % T);
-        if (pos[i] < 0 || pos[i] > t || pos[i] >= maxT) {
-            snprintf(err, errlen, "forward: pos[%lld] = %d outside [0, min(t=%d, maxT-1=%d)]", (long long)i,
-                     pos[i], t, maxT - 1);
-            return 0;
-        }
-    }
-    return 1;
-}
-
 // ----------------------------------------------------------------------------
 // The model
 
@@ -463,96 +452,47 @@ static int gpt2_cpu_build(GPT2CPU* model, const GPTConfig* config) {
     model->layout = gpt_layout(config);
     const int64_t C = config->channels, Vp = config->padded_vocab_size;
     const int64_t wt = Vp * C > 4 * C * C ? Vp * C : 4 * C * C;
-    model->params = (float*)malloc((size_t)model->layout.total * sizeof(float));
-    model->grads = (float*)calloc((size_t)model->layout.total, sizeof(float));
-    model->weight_t = (float*)malloc((size_t)wt * sizeof(float));
-    if (!model->params || !model->grads || !model->weight_t) {
-        snprintf(model->error, sizeof model->error, "out of memory for %lld parameters",
-                 (long long)model->layout.total);
-        return 0;
-    }
-    return 1;
+    return cpu_model_alloc(model, model->layout.total, wt);
 }
 
 // Safe after a failed build.
-static void gpt2_cpu_free(GPT2CPU* model) {
-    free(model->params);
-    free(model->grads);
-    free(model->weight_t);
-    free(model->act_memory);
-    free(model->inputs);
-    free(model->targets);
-    free(model->pos);
-    memset(model, 0, sizeof *model);
-}
+static void gpt2_cpu_free(GPT2CPU* model) { cpu_model_free(model); }
 
 // grads = 0, before the first micro-batch of a step.
-static void gpt2_cpu_zero_grad(GPT2CPU* model) {
-    memset(model->grads, 0, (size_t)model->layout.total * sizeof(float));
-}
+static void gpt2_cpu_zero_grad(GPT2CPU* model) { cpu_model_zero_grad(model); }
 
 // Points model->acts into act_memory for (B, T), growing it only when too small; 0 when out of memory.
 static int gpt2_cpu_layout_activations(GPT2CPU* model, int B, int T) {
     const int64_t L = model->config.num_layers, C = model->config.channels, NH = model->config.num_heads;
     const int64_t Vp = model->config.padded_vocab_size, N = (int64_t)B * T;
     Activations* a = &model->acts;
-    float** slots[] = {&a->encoded,  &a->ln1,       &a->ln1_mean,  &a->ln1_rstd, &a->qkv,      &a->atty,
-                       &a->att,      &a->residual2, &a->ln2,       &a->ln2_mean, &a->ln2_rstd, &a->fch,
-                       &a->fch_gelu, &a->residual3, &a->lnf,       &a->lnf_mean, &a->lnf_rstd, &a->logits,
-                       &a->probs,    &a->losses,    &a->dresidual, &a->dln,      &a->dqkv,     &a->dfch,
-                       &a->dscore,   &a->dlogits};
-    const int64_t sizes[] = {N * C,
-                             L * N * C,
-                             L * N,
-                             L * N,
-                             L * N * 3 * C,
-                             L * N * C,
-                             L * B * NH * T * T,
-                             L * N * C,
-                             L * N * C,
-                             L * N,
-                             L * N,
-                             L * N * 4 * C,
-                             L * N * 4 * C,
-                             L * N * C,
-                             N * C,
-                             N,
-                             N,
-                             N * Vp,
-                             N * Vp,
-                             N,
-                             N * C,
-                             N * C,
-                             N * 3 * C,
-                             N * 4 * C,
-                             B * NH * T,
-                             N * Vp};
-    const int count = (int)(sizeof sizes / sizeof sizes[0]);
-    int64_t total = 0;
-    for (int i = 0; i < count; i++) total += round_up64(sizes[i], 16);  // 64-byte aligned arrays
-    if (total > model->act_capacity) {
-        free(model->act_memory);
-        free(model->inputs);
-        free(model->targets);
-        free(model->pos);
-        model->act_memory = (float*)aligned_alloc(64, (size_t)total * sizeof(float));
-        model->inputs = (int*)malloc((size_t)N * sizeof(int));
-        model->targets = (int*)malloc((size_t)N * sizeof(int));
-        model->pos = (int*)malloc((size_t)N * sizeof(int));
-        model->act_capacity = model->act_memory && model->inputs && model->targets && model->pos ? total : 0;
-        if (!model->act_capacity) {
-            snprintf(model->error, sizeof model->error,
-                     "out of memory for the activations of B=%d T=%d (%.1f MiB)", B, T,
-                     (double)total * 4 / (1 << 20));
-            return 0;
-        }
-    }
-    float* next = model->act_memory;
-    for (int i = 0; i < count; i++) {
-        *slots[i] = next;
-        next += round_up64(sizes[i], 16);
-    }
-    return 1;
+    const ActArray table[] = {{&a->encoded, N * C},
+                              {&a->ln1, L * N * C},
+                              {&a->ln1_mean, L * N},
+                              {&a->ln1_rstd, L * N},
+                              {&a->qkv, L * N * 3 * C},
+                              {&a->atty, L * N * C},
+                              {&a->att, L * B * NH * T * T},
+                              {&a->residual2, L * N * C},
+                              {&a->ln2, L * N * C},
+                              {&a->ln2_mean, L * N},
+                              {&a->ln2_rstd, L * N},
+                              {&a->fch, L * N * 4 * C},
+                              {&a->fch_gelu, L * N * 4 * C},
+                              {&a->residual3, L * N * C},
+                              {&a->lnf, N * C},
+                              {&a->lnf_mean, N},
+                              {&a->lnf_rstd, N},
+                              {&a->logits, N * Vp},
+                              {&a->probs, N * Vp},
+                              {&a->losses, N},
+                              {&a->dresidual, N * C},
+                              {&a->dln, N * C},
+                              {&a->dqkv, N * 3 * C},
+                              {&a->dfch, N * 4 * C},
+                              {&a->dscore, B * NH * T},
+                              {&a->dlogits, N * Vp}};
+    return cpu_model_carve(model, table, (int)(sizeof table / sizeof table[0]), B, T);
 }
 
 // Forward over inputs (B, T); with targets (may be NULL) also the losses.
@@ -562,31 +502,10 @@ static int gpt2_cpu_forward(GPT2CPU* model, const int* inputs, const int* target
     const GPTConfig* cfg = &model->config;
     const int L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads, V = cfg->vocab_size;
     const int Vp = cfg->padded_vocab_size;
-    model->has_targets = 0;
-    model->mean_loss = -1.0f;
-    if (B < 1 || T < 1 || T > cfg->max_seq_len) {
-        snprintf(model->error, sizeof model->error,
-                 "forward: B=%d T=%d invalid (need B >= 1, 1 <= T <= maxT=%d)", B, T, cfg->max_seq_len);
-        return 0;
-    }
-    const int64_t N = (int64_t)B * T;
-    for (int64_t i = 0; i < N; i++) {
-        if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < -1 || targets[i] >= V))) {
-            snprintf(model->error, sizeof model->error,
-                     "forward: token id %d at position %lld outside [0, V=%d)",
-                     inputs[i] < 0 || inputs[i] >= V ? inputs[i] : targets[i], (long long)i, V);
-            return 0;
-        }
-    }
-    if (!check_positions(pos, B, T, cfg->max_seq_len, model->error, sizeof model->error)) return 0;
+    if (!cpu_model_check_batch(model, inputs, targets, pos, B, T, V, cfg->max_seq_len, "maxT")) return 0;
     if (!gpt2_cpu_layout_activations(model, B, T)) return 0;
-    model->B = B;
-    model->T = T;
-    memcpy(model->inputs, inputs, (size_t)N * sizeof(int));
-    if (targets) memcpy(model->targets, targets, (size_t)N * sizeof(int));
-    model->has_pos = pos != NULL;
-    if (pos) memcpy(model->pos, pos, (size_t)N * sizeof(int));
-    pos = model->has_pos ? model->pos : NULL;
+    pos = cpu_model_keep_batch(model, inputs, targets, pos, B, T);
+    const int64_t N = (int64_t)B * T;
 
     const ParamLayout* p = &model->layout;
     Activations* a = &model->acts;
@@ -620,15 +539,7 @@ static int gpt2_cpu_forward(GPT2CPU* model, const int* inputs, const int* target
     matmul_forward(a->logits, a->lnf, e.wte, NULL, N, C, Vp, model->weight_t);  // lm_head tied to wte
     if (targets) {
         softmax_crossentropy_forward(a->probs, a->losses, a->logits, targets, N, V, Vp);
-        double sum = 0.0;
-        int64_t count = 0;
-        for (int64_t i = 0; i < N; i++) {
-            sum += a->losses[i];  // 0 where not a target
-            count += targets[i] >= 0;
-        }
-        model->num_targets = count;
-        model->mean_loss = count ? (float)(sum / (double)count) : 0.0f;
-        model->has_targets = 1;
+        cpu_model_mean_loss(model, a->losses, targets, N);
     }
     return 1;
 }
@@ -636,10 +547,7 @@ static int gpt2_cpu_forward(GPT2CPU* model, const int* inputs, const int* target
 // ADDS d(loss)/d(params) of the last forward into model->grads.
 // loss = normalizer * the sum of target losses; normalizer 0 means 1/(B*T).
 static int gpt2_cpu_backward(GPT2CPU* model, float normalizer = 0.0f) {
-    if (!model->has_targets) {
-        snprintf(model->error, sizeof model->error, "backward: the last forward pass had no targets");
-        return 0;
-    }
+    if (!cpu_model_has_targets(model)) return 0;
     const GPTConfig* cfg = &model->config;
     const int L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads, V = cfg->vocab_size;
     const int Vp = cfg->padded_vocab_size, B = model->B, T = model->T;

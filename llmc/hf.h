@@ -18,7 +18,7 @@
 #include <vector>
 #include "bf16.h"   // defines: float_to_bf16, bf16_to_float
 #include "json.h"   // defines: Json, json_parse, read_whole_file
-#include "model.h"  // defines: GPTConfig, ParamLayout, gpt_layout, gpt_config_check
+#include "model.h"  // defines: GPTConfig, ParamLayout, gpt_layout, gpt_config_make, fopen_regular
 
 // ----------------------------------------------------------------------------
 // safetensors: u64 LE header length N, N bytes of JSON {"<name>": {"dtype": "F32", "shape": [..],
@@ -62,19 +62,8 @@ static inline bool st_header_keeps(int level, const char* key) {
 // One file's header into ck->tensors, checked: well-formed, inside the file, sized by shape, no overlaps.
 static inline int st_read_header(const char* path, int file, HfCheckpoint* ck, char* err, size_t errlen) {
     struct stat st;
-    if (stat(path, &st) != 0) {
-        snprintf(err, errlen, "cannot open %.400s: %.60s", path, strerror(errno));
-        return 0;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%.400s is not a regular file", path);
-        return 0;
-    }
-    FILE* f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "cannot open %.400s: %.60s", path, strerror(errno));
-        return 0;
-    }
+    FILE* f = fopen_regular(path, "", &st, err, errlen);
+    if (!f) return 0;
     unsigned char len8[8] = {0};
     uint64_t n = 0;
     const bool got = fread(len8, 1, 8, f) == 8;
@@ -349,14 +338,8 @@ static inline int hf_config_to_gpt(const HfCheckpoint* ck, GPTConfig* cfg, char*
         snprintf(err, errlen, "%.400s: %s", where.c_str(), refuse);
         return 0;
     }
-    cfg->num_layers = (int)L;
-    cfg->num_heads = (int)NH;
-    cfg->channels = (int)C;
-    cfg->max_seq_len = (int)T;
-    cfg->vocab_size = (int)V;
-    cfg->padded_vocab_size = (int)round_up64(V, 128);
     char why[256];
-    if (!gpt_config_check(cfg, why, sizeof why)) {
+    if (!gpt_config_make(cfg, L, C, NH, T, V, why, sizeof why)) {
         snprintf(err, errlen, "%.400s: %.200s", where.c_str(), why);
         return 0;
     }

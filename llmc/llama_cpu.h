@@ -21,8 +21,9 @@
 #include "adamw.h"        // defines: adamw_tensors_f32grad (AdamW per tensor, decay on matrices only)
 #include "llama_model.h"  // defines: LlamaConfig, LlamaLayout, llama_layout, llama_layer_tensors
 #include "gpt2_cpu.h"     // defines: matmul_forward, matmul_backward, matmul_nn, residual_forward,
-                          // softmax_crossentropy_forward, crossentropy_softmax_backward, round_up64,
-                          // check_positions
+                          // softmax_crossentropy_forward, crossentropy_softmax_backward
+#include "cpu_model.h"    // defines: ActArray, cpu_model_alloc, _free, _carve, _check_batch, _keep_batch,
+                          // _mean_loss
 
 // ----------------------------------------------------------------------------
 // RoPE frequencies, as transformers' rope init functions compute them in fp32
@@ -351,32 +352,14 @@ static int llama_cpu_build(LlamaCPU* model, const LlamaConfig* config) {
     const LlamaLayout* p = &model->layout;
     int64_t wt = p->embed_size[LL_EMBED];
     for (int k = 0; k < NUM_LLAMA_LAYER_TENSORS; k++) wt = p->layer_size[k] > wt ? p->layer_size[k] : wt;
-    model->params = (float*)malloc((size_t)p->total * sizeof(float));
-    model->grads = (float*)calloc((size_t)p->total, sizeof(float));
-    model->weight_t = (float*)malloc((size_t)wt * sizeof(float));
-    if (!model->params || !model->grads || !model->weight_t) {
-        snprintf(model->error, sizeof model->error, "out of memory for %lld parameters", (long long)p->total);
-        return 0;
-    }
-    return 1;
+    return cpu_model_alloc(model, p->total, wt);
 }
 
 // Safe after a failed build.
-static void llama_cpu_free(LlamaCPU* model) {
-    free(model->params);
-    free(model->grads);
-    free(model->weight_t);
-    free(model->act_memory);
-    free(model->inputs);
-    free(model->targets);
-    free(model->pos);
-    memset(model, 0, sizeof *model);
-}
+static void llama_cpu_free(LlamaCPU* model) { cpu_model_free(model); }
 
 // grads = 0, before the first micro-batch of a step.
-static void llama_cpu_zero_grad(LlamaCPU* model) {
-    memset(model->grads, 0, (size_t)model->layout.total * sizeof(float));
-}
+static void llama_cpu_zero_grad(LlamaCPU* model) { cpu_model_zero_grad(model); }
 
 // Points model->acts into act_memory for (B, T), growing it only when too small; 0 when out of memory.
 static int llama_cpu_layout_activations(LlamaCPU* model, int B, int T) {
@@ -385,68 +368,40 @@ static int llama_cpu_layout_activations(LlamaCPU* model, int B, int T) {
     const int64_t QD = NH * c->head_dim, KVD = NKV * c->head_dim, I = c->intermediate_size;
     const int64_t V = c->vocab_size, N = (int64_t)B * T, half = c->head_dim / 2;
     LlamaActivations* a = &model->acts;
-    struct {
-        float** slot;
-        int64_t size;
-    } table[] = {{&a->embedded, N * C},
-                 {&a->rms1, L * N * C},
-                 {&a->rms1_rstd, L * N},
-                 {&a->q, L * N * QD},
-                 {&a->k, L * N * KVD},
-                 {&a->v, L * N * KVD},
-                 {&a->att, L * B * NH * T * T},
-                 {&a->atty, L * N * QD},
-                 {&a->residual2, L * N * C},
-                 {&a->rms2, L * N * C},
-                 {&a->rms2_rstd, L * N},
-                 {&a->gate, L * N * I},
-                 {&a->up, L * N * I},
-                 {&a->swiglu, L * N * I},
-                 {&a->residual3, L * N * C},
-                 {&a->rmsf, N * C},
-                 {&a->rmsf_rstd, N},
-                 {&a->logits, N * V},
-                 {&a->probs, N * V},
-                 {&a->losses, N},
-                 {&a->rope_cos, T * half},
-                 {&a->rope_sin, T * half},
-                 {&a->dresidual, N * C},
-                 {&a->dln, N * C},
-                 {&a->datty, N * QD},
-                 {&a->dq, N * QD},
-                 {&a->dk, N * KVD},
-                 {&a->dv, N * KVD},
-                 {&a->dgate, N * I},
-                 {&a->dup, N * I},
-                 {&a->dswiglu, N * I},
-                 {&a->dscore, B * NKV * T},
-                 {&a->dlogits, N * V}};
-    const int count = (int)(sizeof table / sizeof table[0]);
-    int64_t total = 0;
-    for (int i = 0; i < count; i++) total += round_up64(table[i].size, 16);  // 64-byte aligned arrays
-    if (total > model->act_capacity) {
-        free(model->act_memory);
-        free(model->inputs);
-        free(model->targets);
-        free(model->pos);
-        model->act_memory = (float*)aligned_alloc(64, (size_t)total * sizeof(float));
-        model->inputs = (int*)malloc((size_t)N * sizeof(int));
-        model->targets = (int*)malloc((size_t)N * sizeof(int));
-        model->pos = (int*)malloc((size_t)N * sizeof(int));
-        model->act_capacity = model->act_memory && model->inputs && model->targets && model->pos ? total : 0;
-        if (!model->act_capacity) {
-            snprintf(model->error, sizeof model->error,
-                     "out of memory for the activations of B=%d T=%d (%.1f MiB)", B, T,
-                     (double)total * 4 / (1 << 20));
-            return 0;
-        }
-    }
-    float* next = model->act_memory;
-    for (int i = 0; i < count; i++) {
-        *table[i].slot = next;
-        next += round_up64(table[i].size, 16);
-    }
-    return 1;
+    const ActArray table[] = {{&a->embedded, N * C},
+                              {&a->rms1, L * N * C},
+                              {&a->rms1_rstd, L * N},
+                              {&a->q, L * N * QD},
+                              {&a->k, L * N * KVD},
+                              {&a->v, L * N * KVD},
+                              {&a->att, L * B * NH * T * T},
+                              {&a->atty, L * N * QD},
+                              {&a->residual2, L * N * C},
+                              {&a->rms2, L * N * C},
+                              {&a->rms2_rstd, L * N},
+                              {&a->gate, L * N * I},
+                              {&a->up, L * N * I},
+                              {&a->swiglu, L * N * I},
+                              {&a->residual3, L * N * C},
+                              {&a->rmsf, N * C},
+                              {&a->rmsf_rstd, N},
+                              {&a->logits, N * V},
+                              {&a->probs, N * V},
+                              {&a->losses, N},
+                              {&a->rope_cos, T * half},
+                              {&a->rope_sin, T * half},
+                              {&a->dresidual, N * C},
+                              {&a->dln, N * C},
+                              {&a->datty, N * QD},
+                              {&a->dq, N * QD},
+                              {&a->dk, N * KVD},
+                              {&a->dv, N * KVD},
+                              {&a->dgate, N * I},
+                              {&a->dup, N * I},
+                              {&a->dswiglu, N * I},
+                              {&a->dscore, B * NKV * T},
+                              {&a->dlogits, N * V}};
+    return cpu_model_carve(model, table, (int)(sizeof table / sizeof table[0]), B, T);
 }
 
 // Forward over inputs (B, T); with targets (may be NULL) also the losses.
@@ -457,32 +412,11 @@ static int llama_cpu_forward(LlamaCPU* model, const int* inputs, const int* targ
     const int L = cfg->num_layers, C = cfg->hidden_size, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
     const int hd = cfg->head_dim, I = cfg->intermediate_size, V = cfg->vocab_size;
     const int QD = NH * hd, KVD = NKV * hd;
-    model->has_targets = 0;
-    model->mean_loss = -1.0f;
-    if (B < 1 || T < 1 || T > cfg->max_seq_len) {
-        snprintf(model->error, sizeof model->error,
-                 "forward: B=%d T=%d invalid (need B >= 1, 1 <= T <= max_seq_len=%d)", B, T,
-                 cfg->max_seq_len);
+    if (!cpu_model_check_batch(model, inputs, targets, pos, B, T, V, cfg->max_seq_len, "max_seq_len"))
         return 0;
-    }
-    const int64_t N = (int64_t)B * T;
-    for (int64_t i = 0; i < N; i++) {
-        if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < -1 || targets[i] >= V))) {
-            snprintf(model->error, sizeof model->error,
-                     "forward: token id %d at position %lld outside [0, V=%d)",
-                     inputs[i] < 0 || inputs[i] >= V ? inputs[i] : targets[i], (long long)i, V);
-            return 0;
-        }
-    }
-    if (!check_positions(pos, B, T, cfg->max_seq_len, model->error, sizeof model->error)) return 0;
     if (!llama_cpu_layout_activations(model, B, T)) return 0;
-    model->B = B;
-    model->T = T;
-    memcpy(model->inputs, inputs, (size_t)N * sizeof(int));
-    if (targets) memcpy(model->targets, targets, (size_t)N * sizeof(int));
-    model->has_pos = pos != NULL;
-    if (pos) memcpy(model->pos, pos, (size_t)N * sizeof(int));
-    pos = model->has_pos ? model->pos : NULL;
+    pos = cpu_model_keep_batch(model, inputs, targets, pos, B, T);
+    const int64_t N = (int64_t)B * T;
 
     const LlamaLayout* p = &model->layout;
     LlamaActivations* a = &model->acts;
@@ -527,15 +461,7 @@ static int llama_cpu_forward(LlamaCPU* model, const int* inputs, const int* targ
     matmul_forward(a->logits, a->rmsf, e.lm_head, NULL, N, C, V, model->weight_t);
     if (targets) {
         softmax_crossentropy_forward(a->probs, a->losses, a->logits, targets, N, V, V);
-        double sum = 0.0;
-        int64_t count = 0;
-        for (int64_t i = 0; i < N; i++) {
-            sum += a->losses[i];  // 0 where not a target
-            count += targets[i] >= 0;
-        }
-        model->num_targets = count;
-        model->mean_loss = count ? (float)(sum / (double)count) : 0.0f;
-        model->has_targets = 1;
+        cpu_model_mean_loss(model, a->losses, targets, N);
     }
     return 1;
 }
@@ -543,10 +469,7 @@ static int llama_cpu_forward(LlamaCPU* model, const int* inputs, const int* targ
 // ADDS d(loss)/d(params) of the last forward into model->grads.
 // loss = normalizer * the sum of target losses; normalizer 0 means 1/(B*T).
 static int llama_cpu_backward(LlamaCPU* model, float normalizer = 0.0f) {
-    if (!model->has_targets) {
-        snprintf(model->error, sizeof model->error, "backward: the last forward pass had no targets");
-        return 0;
-    }
+    if (!cpu_model_has_targets(model)) return 0;
     const LlamaConfig* cfg = &model->config;
     const int L = cfg->num_layers, C = cfg->hidden_size, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
     const int hd = cfg->head_dim, I = cfg->intermediate_size, V = cfg->vocab_size;

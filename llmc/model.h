@@ -18,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "crc32c.h"
+#include "utils.h"  // defines: fopen_regular
 
 #define MODEL_MAGIC        20240326
 #define MODEL_VERSION_FP32 3
@@ -104,6 +105,18 @@ static inline int gpt_config_check(const GPTConfig* c, char* err, size_t errlen)
         return 0;
     }
     return 1;
+}
+
+// A config of these shapes, Vp = V rounded up to 128; 0 with err if gpt_config_check refuses it.
+static inline int gpt_config_make(GPTConfig* cfg, int64_t L, int64_t C, int64_t NH, int64_t T, int64_t V,
+                                  char* err, size_t errlen) {
+    cfg->num_layers = (int)L;
+    cfg->channels = (int)C;
+    cfg->num_heads = (int)NH;
+    cfg->max_seq_len = (int)T;
+    cfg->vocab_size = (int)V;
+    cfg->padded_vocab_size = (int)round_up64(V, 128);
+    return gpt_config_check(cfg, err, errlen);
 }
 
 static inline ParamLayout gpt_layout(const GPTConfig* c) {
@@ -247,19 +260,8 @@ static inline int64_t llmc_tensor_offset(const GPTConfig* c, const ParamLayout* 
 // Reads the header and checks the file's size against it; 0 with err on any problem.
 static inline int llmc_read_header(const char* path, GPTConfig* cfg, char* err, size_t errlen) {
     struct stat st;
-    if (stat(path, &st) != 0) {
-        snprintf(err, errlen, "cannot open model file %.400s: %.60s", path, strerror(errno));
-        return 0;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "model file %.400s is not a regular file", path);
-        return 0;
-    }
-    FILE* f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "cannot open model file %.400s: %.60s", path, strerror(errno));
-        return 0;
-    }
+    FILE* f = fopen_regular(path, "model file ", &st, err, errlen);
+    if (!f) return 0;
     int header[256];
     size_t got = fread(header, sizeof(int), 256, f);
     fclose(f);

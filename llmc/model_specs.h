@@ -96,14 +96,8 @@ static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, 
         snprintf(err, errlen, "model spec '%s': dimensions too large", spec);
         return 0;
     }
-    cfg->num_layers = (int)L;
-    cfg->channels = (int)C;
-    cfg->num_heads = (int)NH;
-    cfg->max_seq_len = (int)T;
-    cfg->vocab_size = (int)V;
-    cfg->padded_vocab_size = (int)round_up64(V, 128);
     char why[256];
-    if (!gpt_config_check(cfg, why, sizeof why)) {
+    if (!gpt_config_make(cfg, L, C, NH, T, V, why, sizeof why)) {
         snprintf(err, errlen, "model spec '%.64s': %.160s", spec, why);
         return 0;
     }
