@@ -53,9 +53,12 @@ $(BUILD)/cpu_adam.o: cpu_adam.cpp llmc/cpu_adam.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
 # The SSD tier (ssd.h: direct I/O over io_uring, the optimizer state on disk). liburing from Debian's liburing-dev.
+# Its two sources (ssd_io.cpp, ssd_store.cpp) are joined into one object, ssd.o, by a relocatable link.
 URING_LIBS ?= -luring
-$(BUILD)/ssd.o: ssd.cpp ssd.h llmc/cpu_adam.h | $(BUILD)
+$(BUILD)/ssd_%.o: ssd_%.cpp ssd.h llmc/cpu_adam.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
+$(BUILD)/ssd.o: $(BUILD)/ssd_io.o $(BUILD)/ssd_store.o
+	$(LD) -r $^ -o $@
 
 train_gpt_cpu: train_gpt_cpu.cpp $(BUILD)/cpu_adam.o $(HEADERS)
 	$(CXX) $(CXXFLAGS) $< $(BUILD)/cpu_adam.o -o $@ $(LDLIBS)

@@ -3,7 +3,7 @@
 
 // An update is memory-bound (~30 bytes, ~15 flops a parameter): one fused pass.
 
-// Every path does the same IEEE ops in the same order: bit-identical whatever path, thread or chunk.
+// Every path does the same IEEE ops in the same order: bit-identical results.
 #include "llmc/cpu_adam.h"
 
 #include <math.h>
@@ -288,7 +288,7 @@ void adamw_tensors_window_bf16grad(int count, const int64_t* offset, const int64
 }
 
 // ----------------------------------------------------------------------------
-// Sum of squares. Two (AVX2: four) double accumulators hide FMA latency; x*x of a float is exact in double.
+// Sum of squares, in double accumulators (x*x of a float is exact in double).
 
 template <typename G>
 static double sumsq_range(const G* __restrict x, int64_t lo, int64_t hi) {

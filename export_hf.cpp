@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
     std::string dest = out;  // without trailing slashes: the staging directory is its sibling
     while (dest.size() > 1 && dest.back() == '/') dest.pop_back();
 
-    // the input is read tensor by tensor as it is written: memory for the largest tensor, checked first
+    // read tensor by tensor as written: memory for the largest tensor, checked first
     const std::vector<HfTensorPlace> places =
         is_llama ? llama_hf_write_places(&llama) : hf_tensor_places(&cfg);
     int64_t largest = 0;

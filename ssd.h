@@ -46,8 +46,7 @@ typedef struct {
     char path[1024];
 } SsdFile;
 
-// Opens path with O_DIRECT (buffered, with one warning, where refused); create = 1 fallocates `size`.
-// 0, or -1 with err set.
+// Opens path with O_DIRECT (buffered, with a warning, where refused); create = 1 fallocates `size`.
 int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int quiet, char* err,
                   size_t errlen);
 void ssd_file_close(SsdFile* f);
@@ -59,6 +58,8 @@ SsdReq ssd_io_submit(SsdIo* io, const SsdFile* f, int write, void* buf, int64_t 
 // Blocks until request r is complete: 0, or -1 with err set. One wait per request.
 int ssd_io_wait(SsdIo* io, SsdReq r, char* err, size_t errlen);
 int ssd_io_poll(SsdIo* io, SsdReq r);  // 1 when complete (ssd_io_wait then returns at once)
+// A request that fails with msg in its ssd_io_wait (a caller's bad arguments).
+SsdReq ssd_io_fail(SsdIo* io, const char* msg);
 
 // Test hook: chunks of kind `write` after the first `after` fail with errno err; kill = 1: SIGKILL.
 void ssd_io_set_fault(SsdIo* io, int write, int64_t after, int err, int kill);
@@ -94,8 +95,7 @@ typedef struct {
 
 // A fresh store under dir, files at full size; NULL with err. Replaces only its owner's store.
 SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err, size_t errlen);
-// An existing store at its checkpoint of `step` (< 0: the newest), every file checked once.
-// NULL with err on failure.
+// An existing store at its checkpoint of `step` (< 0: the newest), every file checked; NULL with err.
 SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t step, char* err, size_t errlen);
 // Locks dir for this process (flock): one run per store. The fd, or -1 with err.
 int ssd_lock_dir(const char* dir, char* err, size_t errlen);
@@ -123,18 +123,14 @@ int ssd_store_wait(SsdStore* st, SsdReq r, char* err, size_t errlen);
 
 // What a round calls back (on the round's thread).
 typedef struct {
-    // Blocks until layer's bf16 gradients are in RAM; returns them.
-    // With grads_on_disk: may return NULL, and the round reads the file.
+    // Blocks until layer's bf16 gradients are in RAM. grads_on_disk: may be or return NULL.
     const uint16_t* (*grads)(void* ctx, int layer);
-    // Updates the layer's elements [offset, offset + n); the pointers point at element `offset`.
-    // bf16_out may be NULL. Typically adamw_tensors_window_bf16grad (cpu_adam.h).
+    // Updates elements [offset, offset + n) (the pointers at `offset`); bf16_out may be NULL.
     void (*update)(void* ctx, int layer, int64_t offset, int64_t n, float* params, const uint16_t* grads,
                    float* m, float* v, uint16_t* bf16_out);
-    // Without with_bf16: where the layer's bf16 copy goes (the pinned weights), or NULL for none.
-    // Unused with it.
+    // Without with_bf16: where the layer's bf16 copy goes, or NULL for none.
     uint16_t* (*bf16_dst)(void* ctx, int layer);
-    // The layer is updated and its bf16 copy complete (in RAM; with with_bf16, written to the store).
-    // May be NULL.
+    // The layer is updated and its bf16 copy complete. May be NULL.
     void (*layer_done)(void* ctx, int layer);
     void* ctx;
 } SsdRoundFns;

@@ -59,7 +59,7 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
                  HostReadyFn host_ready, void* host_ready_ctx, bool host_grads, const HostReader* reader) {
     memset(ws, 0, sizeof *ws);
     if (num_slots < 2 || num_slots > MAX_SLOTS) {
-        // 2 is the minimum for overlap: one slot computes while the next layer lands in the other.
+        // 2 is the minimum for overlap: one slot computes while the other fills.
         die("weight slots must be between 2 and %d (got %d)", MAX_SLOTS, num_slots);
     }
     if (reader && (!reader->start || !reader->done || reader->num_buffers < 1 ||
@@ -84,7 +84,7 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
                 (uint16_t*)pinned_alloc_direct_io(reader->buffer_bytes, "the weights' read buffers");
             ws->reads.layer[b] = -1;
             ws->reads.state[b] = READ_FREE;
-            // the main thread may wait on it: blocking sync, so the wait does not spin a core
+            // blocking sync: a waiting host thread does not spin a core
             cudaCheck(cudaEventCreateWithFlags(&ws->reads.copied[b],
                                                cudaEventDisableTiming | cudaEventBlockingSync));
         }
@@ -111,7 +111,7 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
     ws->grads_on_host = (cudaEvent_t*)malloc(sizeof(cudaEvent_t) * num_layers);
     ws->schedule = (int*)malloc(sizeof(int) * (num_layers > 0 ? num_layers : 1));
     if (!ws->grads_on_host || !ws->schedule) { die("out of host memory in stream_init"); }
-    // The CPU optimizer thread waits on these: blocking sync, so the wait does not spin a core.
+    // blocking sync: the waiting optimizer thread does not spin a core
     const unsigned host_wait_flags = cudaEventDisableTiming | cudaEventBlockingSync;
     for (int l = 0; l < num_layers; l++)
         cudaCheck(cudaEventCreateWithFlags(&ws->grads_on_host[l], host_wait_flags));
@@ -224,8 +224,7 @@ static void read_ahead(WeightStream* ws) {
     }
 }
 
-// Layer l's host weights, or NULL if not ready (wait = 0).
-// wait = 1 waits for the optimizer, then for the disk.
+// Layer l's host weights, or NULL if not ready (wait = 0); wait = 1 waits for them.
 static const uint16_t* host_weights(WeightStream* ws, int l, int wait) {
     if (!ws->host_ready(ws->host_ready_ctx, l, wait)) return NULL;
     if (!ws->reads.reader.start)
@@ -327,7 +326,7 @@ void stream_release_layer(WeightStream* ws, int l) {
     if (s < 0) { die("internal: release of layer %d that holds no slot", l); }
     cudaCheck(cudaEventRecord(ws->slot_free[s], ws->compute));
     ws->slot_in_use[s] = 0;
-    // l's position in the pass: layers up to num_slots - 1 positions after it may now be in flight
+    // layers up to num_slots - 1 positions after l may now be in flight
     int pos = 0;
     while (pos < ws->schedule_len && ws->schedule[pos] != l) pos++;
     request_ready_layers(ws, pos + ws->num_slots - 1);

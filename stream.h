@@ -22,11 +22,11 @@ struct Timeline;
 // Has the optimizer written layer l's bf16 copy? wait = 1 blocks until it has.
 typedef int (*HostReadyFn)(void* ctx, int layer, int wait);
 
-// Where the streamed layers' bf16 weights come from when they are not in host RAM (-sw 1).
+// Where streamed layers' bf16 weights come from when not in host RAM (-sw 1).
 typedef struct {
     // Starts reading layer's bf16 weights (layer_stride elements) into dst; returns the read's id.
     int64_t (*start)(void* ctx, int layer, uint16_t* dst);
-    // 1 once read `req` is complete (wait = 1: blocks until then). A failed read is the caller's to report.
+    // 1 once read `req` is complete (wait = 1: blocks until then).
     int (*done)(void* ctx, int64_t req, int wait);
     void* ctx;
     int num_buffers;       // pinned read buffers, 1..MAX_READ_BUFFERS: more = more reads in flight ahead
@@ -106,14 +106,14 @@ int64_t stream_gpu_bytes(int64_t layer_stride, int num_slots);
 // Starts a pass over `order`; a layer still in its slot is not copied again.
 void stream_begin_pass(WeightStream* ws, const int* order, int n);
 // The compute stream waits for layer l's slot; returns its weights.
-// A copy not yet started is started here, after the host waits for its AdamW.
+// A copy not yet started starts here, once the host has its AdamW.
 const bf16* stream_wait_layer(WeightStream* ws, int l);
-// Every kernel reading layer l is queued: its slot frees once they ran, and the next copies start.
+// Every kernel reading layer l is queued: its slot frees once they ran.
 void stream_release_layer(WeightStream* ws, int l);
 // The host weights changed (optimizer step): no slot content may be reused.
 void stream_invalidate(WeightStream* ws);
 
-// Gradients: fill a staging buffer on the compute stream, then send it to the host on d2h.
+// Gradients: fill a staging buffer on compute, then send it to the host on d2h.
 bf16* stream_grad_staging(WeightStream* ws);
 void stream_send_layer_grads(WeightStream* ws, int l);
 // The same into the caller's pinned host_dst; reuse it only after grads_on_host[l].

@@ -26,7 +26,7 @@ static inline void adamw_tensors(int count, const int64_t* offset, const int64_t
     }
 }
 
-// The CPU's form over one block. params, grads, m, v, bf16_out (may be NULL) point at the block's start.
+// The CPU's form over one block; the pointers point at the block's start.
 template <typename Grad>
 static inline void adamw_tensors_cpu(int count, const int64_t* offset, const int64_t* size,
                                      const int* is_matrix, float* params, const Grad* grads, float* m,

@@ -1,5 +1,5 @@
-// bf16.h — scalar bf16 <-> float conversion on the host; bf16 values are uint16_t, a float's upper half.
-// Not here: the vectorized conversion (cpu_adam.h convert_f32_to_bf16), the GPU's (cuda_common.h).
+// bf16.h — scalar bf16 <-> float on the host; a bf16 is a uint16_t, a float's upper half.
+// Not here: the vectorized conversion (cpu_adam.h), the GPU's (cuda_common.h).
 #pragma once
 #include <stdint.h>
 #include <string.h>

@@ -1,7 +1,6 @@
 // cpu_adam.h — AdamW's math and its CPU form (OpenMP + SIMD); also the squared norm.
 
-// Not here: hyperparameters and which tensors decay (adamw.h), the GPU form (kernels.cuh adamw_gpu).
-// No intrinsics here, so nvcc can include it.
+// Not here: which tensors decay (adamw.h), the GPU form (kernels.cuh). No intrinsics, so nvcc can include it.
 #pragma once
 #include <stdint.h>
 #include <string.h>

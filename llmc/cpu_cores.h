@@ -1,5 +1,4 @@
-// cpu_cores.h — how many cores this process may use (affinity, cgroup quota), and libgomp's short spin.
-// Not here: the thread teams themselves (cpu_adam.cpp, gpt2_cpu.h).
+// cpu_cores.h — how many cores this process may use, and libgomp's short spin.
 #pragma once
 #include <sched.h>
 #include <stdio.h>
@@ -13,8 +12,7 @@ static inline int cgroup_quota_cores(const char* cpu_max) {
         return -1;
     return (int)((quota + period - 1) / period);
 }
-// Cores this process can use: its affinity mask (taskset, cpuset), capped by a cgroup quota (docker --cpus).
-// A larger thread team would time-slice every parallel region.
+// Cores this process can use: its affinity mask, capped by a cgroup quota (docker --cpus).
 static inline int usable_cpu_cores(void) {
     cpu_set_t allowed;
     int cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed)

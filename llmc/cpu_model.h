@@ -1,6 +1,5 @@
-// cpu_model.h — what the CPU reference models (gpt2_cpu.h, llama_cpu.h) share around their math.
-// Parameters and gradients, one allocation carved into activations, the batch kept for backward.
-// Templates: both models name these fields alike. Not here: any layer's math.
+// cpu_model.h — what the two CPU reference models share around their math.
+// Templates: gpt2_cpu.h and llama_cpu.h name these fields alike. Not here: any layer's math.
 #pragma once
 #include <stdint.h>
 #include <stdio.h>
@@ -46,7 +45,7 @@ static void cpu_model_zero_grad(Model* model) {
     memset(model->grads, 0, (size_t)model->layout.total * sizeof(float));
 }
 
-// Points each array of `table` into act_memory, growing it only when too small; 0 when out of memory.
+// Points each array of `table` into act_memory, growing it when too small; 0 when out of memory.
 template <typename Model>
 static int cpu_model_carve(Model* model, const ActArray* table, int count, int B, int T) {
     const int64_t N = (int64_t)B * T;
@@ -113,7 +112,7 @@ static int cpu_model_check_batch(Model* model, const int* inputs, const int* tar
     return check_positions(pos, B, T, maxT, model->error, sizeof model->error);
 }
 
-// Keeps a copy of the batch for backward (after cpu_model_carve); returns the kept pos, or NULL.
+// Keeps a copy of the batch for backward; returns the kept pos, or NULL.
 template <typename Model>
 static const int* cpu_model_keep_batch(Model* model, const int* inputs, const int* targets, const int* pos,
                                        int B, int T) {

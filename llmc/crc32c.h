@@ -1,5 +1,4 @@
-// crc32c.h — CRC-32C (Castagnoli), every checkpoint file's checksum, as ext4's ("123456789" -> e3069283).
-// SSE4.2's crc32 instruction on three chains, else a table (slicing by 8).
+// crc32c.h — CRC-32C, every checkpoint file's checksum (ext4's: "123456789" -> e3069283).
 // Catches corruption, not tampering.
 #pragma once
 #include <stddef.h>

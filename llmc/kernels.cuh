@@ -360,7 +360,7 @@ __device__ __forceinline__ float gelu_tanh(float x) {
     return x * gelu_half_one_plus_tanh(GELU_SCALE * (x + GELU_CUBE * x * x * x), nullptr);
 }
 
-// Bias and GELU in one pass: pre[row, :] += bias (kept, bf16), out = gelu(pre) of the rounded pre.
+// Bias and GELU in one pass: pre += bias (kept), out = gelu(pre).
 __global__ void bias_gelu_forward_kernel(bf16* pre, bf16* out, const bf16* bias, int64_t N, int OC) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N * OC;
          i += (int64_t)gridDim.x * blockDim.x) {

@@ -75,7 +75,7 @@ static void matmul_handles_create() {
     cublasCheck(cublasLtCreate(&cublaslt_handle));
 }
 
-// Largest power of two <= 256 dividing p: the heuristic assumes 256 unless told (ours sit at multiples of C).
+// Largest power of two <= 256 dividing p: the alignment the heuristic is told.
 static uint32_t lt_alignment(const void* p) {
     uint32_t a = 256;
     while (a > 1 && (uintptr_t)p % a != 0) a /= 2;
@@ -171,8 +171,7 @@ static bool lt_matmul(bf16* D, int ldd, const bf16* A, cublasOperation_t ta, int
         const cublasStatus_t status =
             cublasLtMatmul(cublaslt_handle, desc, &one, A, la, B, lb, &beta, C ? C : D, ld, D, ld,
                            &known->algo, cublas_workspace, kCublasWorkspaceBytes, s);
-        // the chosen algorithm refused to run: this problem runs unfused from now on; any other failure is a
-        // bug
+        // the algorithm refused to run: this problem runs unfused from now on
         if (status != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(status);
         ok = status == CUBLAS_STATUS_SUCCESS;
         if (!ok) known->found = false;

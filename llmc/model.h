@@ -373,7 +373,7 @@ static inline int llmc_load_params(const char* path, const GPTConfig* cfg, float
     return ok;
 }
 
-// Ends an atomic save: fsync, close, rename tmp to path. 1, or 0 with tmp removed and *why set.
+// Ends an atomic save: fsync, close, rename tmp to path. 1, or 0 with *why set.
 static inline int finish_atomic_write(FILE* f, int ok, const char* tmp, const char* path, int* why) {
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     *why = ok ? 0 : errno;

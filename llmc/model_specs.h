@@ -33,7 +33,7 @@ static inline int spec_key_value(const char* tok, size_t len, const char* key, i
 }
 
 // BASE[:T<n>][:V<n>], BASE = dN, a preset or L<n>:C<n>:NH<n>.
-// Returns 1: valid; 2: not a spec (a model file path); 0: invalid (err says why).
+// 1: valid; 2: not a spec (a path); 0: invalid, err says why.
 static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, size_t errlen) {
     if (!spec || !*spec || strchr(spec, '/') || strchr(spec, '\\')) return 2;
     const size_t n = strlen(spec);

@@ -1,5 +1,5 @@
 // outliers.h — checks on a step's loss and grad norm before its update.
-// Diverged: stop. Outlier (-sl / -sg): skip the update. Not here: what the trainers do then.
+// Diverged: stop. Outlier (-sl / -sg): skip the update.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -27,7 +27,7 @@ static inline void die_diverged(int step, double loss, double norm, const char* 
 }
 
 // ----------------------------------------------------------------------------
-// -sl / -sg: skip the update of a step whose loss or grad norm is far above its window's.
+// -sl / -sg: skip a step whose loss or grad norm is far above its window's.
 
 typedef struct {
     double values[OUTLIER_WINDOW];

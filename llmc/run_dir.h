@@ -121,7 +121,6 @@ typedef struct {
 } CheckpointFile;
 
 // -nk / -nm: removes all but the `keep` newest checkpoints (multiples of major_every stay).
-// The marker goes first, so it never vouches for removed files.
 static inline int prune_checkpoints(const char* dir, int64_t newest, int keep, int major_every,
                                     const CheckpointFile* files, int n_files, char* err, size_t errlen) {
     if (keep <= 0) return 1;

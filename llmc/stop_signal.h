@@ -38,8 +38,7 @@ static inline void stop_signal_install(void) {
 // The signal that asked the run to stop (SIGINT or SIGTERM), or 0.
 static inline int stop_signal_pending(void) { return stop_signal_received; }
 
-// Between steps: if a signal asked to stop, save() (with -o, unless already saved or no step ran), then
-// exit 128 + signal.
+// Between steps: if a signal asked to stop, save() (with -o), then exit 128 + signal.
 template <typename Save>
 static void stop_if_signalled(int steps_done, int first_step, int64_t saved_step, const char* dir,
                               Save save) {

@@ -1,5 +1,4 @@
 // timeline.h — the optional per-step timeline (-Y 1): compute, copies, AdamW and disk, per layer.
-// A step's summary, and optionally a Chrome trace.
 // Off (a NULL Timeline*), every function returns at once.
 #pragma once
 #include <chrono>
@@ -111,7 +110,7 @@ static inline void timeline_host_span(Timeline* tl, int track, const char* what,
     sp->on_host = 1;
 }
 
-// Waits for every recorded event, converts GPU spans to seconds since the origin, and sums them up.
+// Waits for every recorded event, then sums the spans up.
 static inline TimelineSummary timeline_summarize(Timeline* tl) {
     TimelineSummary s = {};
     double fwd_end = 0.0, bwd_begin = INFINITY, bwd_end = 0.0, bwd_busy = 0.0;

@@ -80,8 +80,7 @@ static inline const char* tokenizer_decode(const Tokenizer* t, uint32_t id) {
     return t->token_table[id];
 }
 
-// Prints a token, skipping a lone ASCII control byte (as llm.c's safe_printf). Bytes >= 0x80 print: a
-// non-ASCII character is often split over several tokens.
+// Prints a token, skipping a lone ASCII control byte (as llm.c's safe_printf).
 static inline void print_token(const Tokenizer* t, uint32_t id) {
     const char* piece = tokenizer_decode(t, id);
     if (!piece || piece[0] == '\0') return;

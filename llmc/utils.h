@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-// A size for a message: GiB, MiB or bytes, so that a small one does not read "0.00 GiB".
+// A size for a message: GiB, MiB or bytes (never "0.00 GiB").
 struct SizeText {
     char s[48];
     explicit SizeText(double bytes) {
@@ -71,7 +71,7 @@ static inline void progress_text(double elapsed, int steps_done, int first_step,
     snprintf(buf, len, " | %.20s, eta %.20s", e, r);
 }
 
-// Opens a regular file to read (a FIFO could block forever); *st its stat. NULL with err naming `what` path.
+// Opens a regular file to read (a FIFO could block forever); NULL with err.
 static inline FILE* fopen_regular(const char* path, const char* what, struct stat* st, char* err,
                                   size_t errlen) {
     if (stat(path, st) != 0) {
