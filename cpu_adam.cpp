@@ -1,5 +1,5 @@
 // cpu_adam.cpp — AdamW, sum of squares and fp32 -> bf16 over large host arrays, in one pass each.
-// Not here: which tensors decay, clipping, lr (adamw.h, schedulers.h).
+// Not here: which tensors decay, clipping, lr (adamw.h, schedulers.h). Why each trick: docs/cpu_notes.md.
 
 // An update is memory-bound (~30 bytes, ~15 flops a parameter): one fused pass.
 

@@ -4,8 +4,7 @@
 
 // Shapes: N = B*T positions, C channels, NH heads of hs = C/NH, L layers, V tokens, Vp >= V padded.
 
-// Packed sequences: pos (B*T, NULL: 0..T-1) is each token's position in its conversation.
-// Target -1: no loss, no gradient.
+// Packed sequences: pos (B*T, NULL: 0..T-1) is a token's position in its conversation.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -31,7 +30,7 @@
 
 static inline int64_t mm_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
-// C (M,N) = A @ B, or C += A @ B when accumulate; A(i,k) = A[i*a_row + k*a_col], B row-major (K,N).
+// C = A @ B, or C += A @ B when accumulate; A(i,k) = A[i*a_row + k*a_col].
 static void matmul_nn(float* C, const float* A, int64_t a_row, int64_t a_col, const float* B, int64_t M,
                       int64_t N, int64_t K, int accumulate) {
     const int64_t row_tiles = (M + MM_MC - 1) / MM_MC, col_tiles = (N + MM_NC - 1) / MM_NC;
@@ -87,8 +86,7 @@ static void transpose(float* out, const float* in, int64_t rows, int64_t cols) {
                 for (int64_t c = c0; c < mm_min(c0 + 32, cols); c++) out[c * rows + r] = in[r * cols + c];
 }
 
-// out (N,OC) = inp (N,IC) @ weight^T + bias, weight (OC,IC) as in nn.Linear; bias may be NULL.
-// weight_t: scratch (IC,OC) for the transposed weight.
+// out (N,OC) = inp (N,IC) @ weight^T + bias (may be NULL); weight_t: scratch (IC,OC).
 static void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                            int64_t IC, int64_t OC, float* weight_t) {
     transpose(weight_t, weight, OC, IC);
@@ -131,7 +129,7 @@ static void encoder_forward(float* out, const int* inp, const float* wte, const 
         }
 }
 
-// dwte[inp[b,t]] += dout[b,t], dwpe[p] += dout[b,t] (p as encoder_forward). Serial: a token may repeat.
+// dwte[inp[b,t]] += dout[b,t], dwpe[p] += dout[b,t]. Serial: a token may repeat.
 static void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C,
                              const int* pos = NULL) {
     for (int b = 0; b < B; b++)
@@ -313,7 +311,7 @@ static void residual_forward(float* out, const float* a, const float* b, int64_t
     for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-// exp(x) for x <= 0 within a few ulp of expf, branch-free so the softmax vectorizes (libm's expf is scalar).
+// exp(x) for x <= 0 within a few ulp of expf, branch-free so the softmax vectorizes.
 
 // exp(x) = 2^n exp(r), n = round(x / ln2); exp(r) by Cephes' polynomial.
 // Below -87 it returns ~1e-38, which no softmax sum notices.
@@ -443,7 +441,7 @@ static inline LayerTensors layer_tensors(const ParamLayout* p, float* base, int 
     return t;
 }
 
-// params (uninitialized) and zeroed grads; 0 with model->error on a bad config or out of memory.
+// params (uninitialized) and zeroed grads; 0 with model->error.
 static int gpt2_cpu_build(GPT2CPU* model, const GPTConfig* config) {
     memset(model, 0, sizeof *model);
     model->mean_loss = -1.0f;
@@ -461,7 +459,7 @@ static void gpt2_cpu_free(GPT2CPU* model) { cpu_model_free(model); }
 // grads = 0, before the first micro-batch of a step.
 static void gpt2_cpu_zero_grad(GPT2CPU* model) { cpu_model_zero_grad(model); }
 
-// Points model->acts into act_memory for (B, T), growing it only when too small; 0 when out of memory.
+// Points model->acts into one allocation for (B, T); 0 when out of memory.
 static int gpt2_cpu_layout_activations(GPT2CPU* model, int B, int T) {
     const int64_t L = model->config.num_layers, C = model->config.channels, NH = model->config.num_heads;
     const int64_t Vp = model->config.padded_vocab_size, N = (int64_t)B * T;
@@ -557,7 +555,7 @@ static int gpt2_cpu_backward(GPT2CPU* model, float normalizer = 0.0f) {
     EmbedTensors e = embed_tensors(p, model->params);
     EmbedTensors de = embed_tensors(p, model->grads);
 
-    // loss = mean over N positions -> each position's loss has weight 1/N (or the caller's normalizer)
+    // each position's loss has weight 1/N, or the caller's normalizer
     const float dloss = normalizer != 0.0f ? normalizer : 1.0f / (float)N;
     const int* pos = model->has_pos ? model->pos : NULL;
     crossentropy_softmax_backward(a->dlogits, a->probs, model->targets, dloss, N, V, Vp);

@@ -9,9 +9,9 @@
 //   h   = x + wo(attention(rope(wq rms1(x) + bq), rope(wk rms1(x) + bk), wv rms1(x) + bv))
 //   out = h + w_down(silu(w_gate rms2(h)) * w_up rms2(h))
 
-// Grouped-query attention: query head h reads key/value head h / (NH/NKV); K, V are never copied per head.
+// Grouped-query attention: query head h reads key/value head h / (NH/NKV), never copied.
 
-// Packed sequences as gpt2_cpu.h's: RoPE rotates by pos[t]; query t sees keys t - pos[t] .. t of its row.
+// Packed sequences as gpt2_cpu.h's; RoPE rotates by pos[t].
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -145,8 +145,7 @@ static void rope_forward(float* x, const float* cos_t, const float* sin_t, int B
         }
 }
 
-// The transpose of that rotation, in place on the gradient dx: d1 = d1' cos + d2' sin, d2 = d2' cos - d1'
-// sin.
+// The transpose of that rotation, in place on dx: d1 = d1' cos + d2' sin, d2 = d2' cos - d1' sin.
 static void rope_backward(float* dx, const float* cos_t, const float* sin_t, int B, int T, int nheads, int hd,
                           const int* pos = NULL) {
     const int half = hd / 2;
@@ -342,7 +341,7 @@ typedef struct {
     char error[1024];     // why the last call returned 0
 } LlamaCPU;
 
-// params (uninitialized) and zeroed grads; 0 with model->error on a bad config or out of memory.
+// params (uninitialized) and zeroed grads; 0 with model->error.
 static int llama_cpu_build(LlamaCPU* model, const LlamaConfig* config) {
     memset(model, 0, sizeof *model);
     model->mean_loss = -1.0f;
@@ -361,7 +360,7 @@ static void llama_cpu_free(LlamaCPU* model) { cpu_model_free(model); }
 // grads = 0, before the first micro-batch of a step.
 static void llama_cpu_zero_grad(LlamaCPU* model) { cpu_model_zero_grad(model); }
 
-// Points model->acts into act_memory for (B, T), growing it only when too small; 0 when out of memory.
+// Points model->acts into one allocation for (B, T); 0 when out of memory.
 static int llama_cpu_layout_activations(LlamaCPU* model, int B, int T) {
     const LlamaConfig* c = &model->config;
     const int64_t L = c->num_layers, C = c->hidden_size, NH = c->num_heads, NKV = c->num_kv_heads;
