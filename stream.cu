@@ -97,7 +97,7 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
     for (int k = 0; k < 2; k++)
         ws->grad_staging[k] = (bf16*)device_alloc(layer_stride * 2, "gradient staging");
 
-    // Copy streams get the same (default) priority; the compute stream never waits on the host.
+    // Copy streams keep the default priority; compute never waits on the host.
     cudaCheck(cudaStreamCreateWithFlags(&ws->compute, cudaStreamNonBlocking));
     cudaCheck(cudaStreamCreateWithFlags(&ws->h2d, cudaStreamNonBlocking));
     cudaCheck(cudaStreamCreateWithFlags(&ws->d2h, cudaStreamNonBlocking));
@@ -193,7 +193,7 @@ static int read_buffer_take(WeightStream* ws, int wait) {
         ws->reads.state[oldest] = READ_FREE;
         return oldest;
     }
-    int victim = 0, victim_pos = -1;  // every buffer holds a layer read ahead (e.g. one evicted from a slot)
+    int victim = 0, victim_pos = -1;  // every buffer holds a layer read ahead
     for (int b = 0; b < n; b++) {
         int pos = ws->schedule_next;
         while (pos < ws->schedule_len && ws->schedule[pos] != ws->reads.layer[b]) pos++;
@@ -246,7 +246,7 @@ static const uint16_t* host_weights(WeightStream* ws, int l, int wait) {
 // Puts layer l in a slot for this pass; 0 if its weights are not ready (wait = 0).
 static int request_layer(WeightStream* ws, int l, int wait) {
     int s = slot_of(ws, l);
-    if (s >= 0) {  // still resident from the previous pass (e.g. the last layers of the forward pass)
+    if (s >= 0) {  // still resident from the previous pass
         if (!ws->slot_in_use[s]) {
             ws->slot_in_use[s] = 1;
             ws->layer_reuses++;
@@ -298,7 +298,7 @@ void stream_begin_pass(WeightStream* ws, const int* order, int n) {
     ws->schedule_len = n;
     ws->schedule_next = 0;
     // num_slots - 1 layers are requested ahead; each release lets one more in.
-    // A layer whose AdamW is unfinished is left to stream_wait_layer, so ready kernels are not held back.
+    // An unfinished AdamW is waited for in stream_wait_layer, not here.
 
     // Resident layers are pinned first, so the copies below never evict them.
     const int ahead = ws->num_slots - 1;
@@ -311,7 +311,7 @@ void stream_begin_pass(WeightStream* ws, const int* order, int n) {
 const bf16* stream_wait_layer(WeightStream* ws, int l) {
     int s = slot_of(ws, l);
     if (s < 0 && ws->schedule_next < ws->schedule_len && ws->schedule[ws->schedule_next] == l) {
-        request_layer(ws, l, 1);  // waits for the CPU AdamW of layer l (-sw 1: and its read): the GPU waits
+        request_layer(ws, l, 1);  // blocks for layer l's AdamW (-sw 1: and its read)
         ws->schedule_next++;
         s = slot_of(ws, l);
     }

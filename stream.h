@@ -9,8 +9,7 @@
 //   staging_free[k] (d2h)    : gradient staging buffer k is on the host -> compute waits before refilling it
 //   grads_on_host[l] (d2h)   : layer l's gradients are in host memory   -> the CPU AdamW thread waits on it
 
-// The embeddings and GPU-resident layers (-R) are not streamed.
-// -sw 1: weights come from disk through read buffers (StreamReads).
+// Not streamed: the embeddings and GPU-resident layers (-R).
 #pragma once
 #include <stdint.h>
 #include "llmc/cuda_common.h"
@@ -51,8 +50,7 @@ typedef struct {
     int64_t layer_stride;  // elements of one layer block (model.h ParamLayout)
     int64_t embed_count;   // elements of the embedding block
 
-    // Host, pinned: [embeddings | layer 0 | ... | layer L-1]; the CPU AdamW writes them.
-    // With a reader: up to first_streamed only.
+    // Host, pinned: [embeddings | layer 0 | ... | layer L-1] (with a reader: up to first_streamed).
     uint16_t* weights_host_bf16;
     uint16_t* grads_host_bf16;  // L * layer_stride; NULL without host_grads (stream_send_layer_grads_to)
 
@@ -71,7 +69,7 @@ typedef struct {
 
     cudaStream_t compute, h2d, d2h;
 
-    // The order in which the current pass visits layers, and how far ahead we have requested.
+    // The current pass's layer order, and how far ahead it is requested.
     int* schedule;
     int schedule_len, schedule_next;
 
@@ -85,8 +83,7 @@ typedef struct {
     struct Timeline* timeline;  // NULL, or where each copy records its span (timeline.h, flag -Y)
 } WeightStream;
 
-// Allocates buffers, slots, streams and events; dies if it cannot.
-// reader: NULL, or where weights come from (-sw 1).
+// Allocates buffers, slots, streams and events; dies if it cannot. reader: -sw 1 or NULL.
 void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t embed_count, int num_slots,
                  HostReadyFn host_ready, void* host_ready_ctx, bool host_grads = true,
                  const HostReader* reader = NULL);
@@ -118,5 +115,5 @@ bf16* stream_grad_staging(WeightStream* ws);
 void stream_send_layer_grads(WeightStream* ws, int l);
 // The same into the caller's pinned host_dst; reuse it only after grads_on_host[l].
 void stream_send_layer_grads_to(WeightStream* ws, int l, uint16_t* host_dst);
-// Blocks the calling (optimizer) thread until layer l's gradients are in host memory.
+// Blocks the optimizer thread until layer l's gradients are on the host.
 void stream_wait_grads_on_host(WeightStream* ws, int l);

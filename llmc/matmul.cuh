@@ -142,7 +142,7 @@ static bool lt_matmul(bf16* D, int ldd, const bf16* A, cublasOperation_t ta, int
         for (int i = 0; i < 4; i++)
             cublasCheck(
                 cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]));
-        // several candidates: the first may not run here (state not SUCCESS) where a later one can
+        // several candidates: the first may not run here where a later one can
         cublasLtMatmulHeuristicResult_t heuristic[kLtHeuristicCount];
         memset(heuristic, 0, sizeof heuristic);
         int found = 0;
