@@ -43,6 +43,11 @@ CUDA_LIBS=(-lcublas -lcublasLt -lgomp -lm -lpthread)
 FAILED=0
 # job CMD...: runs CMD in the background (at most JOBS at once); its output goes to OBJ/<n>.log
 NJOB=0
+ssd_object() {  # the SSD tier's two sources as one object, as the Makefile's ssd.o
+    "$CXX" "${CXXF[@]}" -march=x86-64-v3 "${INC[@]}" -c ssd_io.cpp -o "$OBJ/ssd_io.o" &&
+        "$CXX" "${CXXF[@]}" -march=x86-64-v3 "${INC[@]}" -c ssd_store.cpp -o "$OBJ/ssd_store.o" &&
+        ld -r "$OBJ/ssd_io.o" "$OBJ/ssd_store.o" -o "$OBJ/ssd.o"
+}
 job() {
     while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
     NJOB=$((NJOB + 1))
@@ -68,7 +73,7 @@ want_any train_gpt train_gpt_cpu test_kernels test_gpu test_llama_kernels bench_
 want_any train_gpt.avx512 train_gpt_cpu.avx512 bench_cpu_adam.avx512 &&
     job "$CXX" "${CXXF[@]}" -march=x86-64-v4 "${INC[@]}" -c cpu_adam.cpp -o "$OBJ/cpu_adam_v4.o"
 want_any train_gpt train_gpt.avx512 test_kernels test_gpu test_llama_kernels bench_attention bench_layer \
-    bench_cpu_adam bench_cpu_adam.avx512 && job "$CXX" "${CXXF[@]}" -march=x86-64-v3 "${INC[@]}" -c ssd.cpp -o "$OBJ/ssd.o"
+    bench_cpu_adam bench_cpu_adam.avx512 && job ssd_object
 want_any train_gpt train_gpt.avx512 test_kernels test_gpu test_llama_kernels bench_attention bench_layer &&
     job "$NVCC" "${NVF[@]}" "${INC[@]}" -c stream.cu -o "$OBJ/stream.o"
 want_any train_gpt train_gpt.avx512 && job "$NVCC" "${NVF[@]}" "${INC[@]}" -c train_gpt.cu -o "$OBJ/train_gpt.o"

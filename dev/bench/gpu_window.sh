@@ -47,8 +47,8 @@ memcheck_train|30|70|@code
 racecheck_attention|45|80|llmc/flash_attention.cuh test/test_kernels.cu
 micro_attention|15|45|llmc/flash_attention.cuh llmc/attention.cuh dev/bench/bench_attention.cu
 micro_layer|15|45|@code dev/bench/bench_layer.cu
-ssd_same|60|130|@code ssd.cpp ssd.h
-ssd_time|90|220|@code ssd.cpp ssd.h
+ssd_same|60|130|@code ssd_io.cpp ssd_store.cpp ssd.h
+ssd_time|90|220|@code ssd_io.cpp ssd_store.cpp ssd.h
 mem_flat|40|100|@code
 peers_1.3b|70|140|dev/bench/gpu_window.sh
 peers_5b|125|150|dev/bench/gpu_window.sh
