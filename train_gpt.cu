@@ -13,6 +13,9 @@
 //   5. the one synchronization: loss and gradient norm
 //   6. AdamW on a CPU thread, layer by layer, while the next step's forward pass runs
 
+// The Llama family (Llama 3, Qwen2; llama_model.h) takes the same step: its layer, head and embeddings are
+// llama_layers.cuh's, which layer_forward and the others hand over to (is_llama).
+
 // Its parts: the model as data (gpt.cuh), the CPU AdamW thread (cpu_optimizer.h),
 // the memory plan (memory_plan.cuh), its flags (gpu_args.h).
 // Not here: kernels (kernels.cuh), GEMMs (matmul.cuh), copies (stream.cu), AdamW math (cpu_adam.cpp).
@@ -764,11 +767,11 @@ static int llama_source_kind(const char* spec, LlamaConfig* llama) {
         }
         kind = 3;
     }
-    // every tensor a multiple of 32 elements keeps every offset 64-byte aligned (vectorized kernels)
+    // every tensor a multiple of 8 elements keeps every tensor and layer 16-byte aligned (copies, cuBLASLt)
     const LlamaConfig& c = *llama;
     const int QD = c.num_heads * c.head_dim, KVD = c.num_kv_heads * c.head_dim;
-    if (c.hidden_size % 32 || QD % 32 || KVD % 32 || c.intermediate_size % 32)
-        die("-e %s: this trainer needs C, NH*HD, KV*HD and I multiples of 32 (C%d, %d, %d, I%d)", spec,
+    if (c.hidden_size % 8 || QD % 8 || KVD % 8 || c.intermediate_size % 8)
+        die("-e %s: this trainer needs C, NH*HD, KV*HD and I multiples of 8 (C%d, %d, %d, I%d)", spec,
             c.hidden_size, QD, KVD, c.intermediate_size);
     return kind;
 }

@@ -40,19 +40,19 @@ std::vector<int> random_tokens(int64_t n, int V, uint64_t seed) {
     return t;
 }
 
-// Llama 3: untied, NH 4 / KV 2 of head size 64 (C 256), llama3 RoPE scaling on a short original length so
-// that all three frequency bands occur at these positions.
+// Llama 3: untied, NH 4 / KV 2 of head size 64 (C 128, so NH hd = 256 != C), llama3 RoPE scaling on a short
+// original length so that all three frequency bands occur at these positions.
 LlamaConfig llama_shape(int L = 2) {
     LlamaConfig c;
     memset(&c, 0, sizeof c);
-    c = {L, 256, 4, 2, 64, 384, 500, 64, 1e-5f, 500000.0f, 1, 8.0f, 1.0f, 4.0f, 32, 0, 0};
+    c = {L, 128, 4, 2, 64, 256, 320, 64, 1e-5f, 500000.0f, 1, 8.0f, 1.0f, 4.0f, 32, 0, 0};
     return c;
 }
-// Qwen2: q/k/v biases, tied, NH 4 / KV 1 of head size 64, theta 1e6.
+// Qwen2: q/k/v biases, tied, NH 4 / KV 1 of head size 32 (C 128), theta 1e6.
 LlamaConfig qwen_shape(int L = 2) {
     LlamaConfig c;
     memset(&c, 0, sizeof c);
-    c = {L, 256, 4, 1, 64, 320, 500, 64, 1e-6f, 1000000.0f, 0, 0.0f, 0.0f, 0.0f, 0, 1, 1};
+    c = {L, 128, 4, 1, 32, 192, 320, 64, 1e-6f, 1000000.0f, 0, 0.0f, 0.0f, 0.0f, 0, 1, 1};
     return c;
 }
 struct Shape {
@@ -145,7 +145,7 @@ TEST(GpuLlama, LogitsAndLossMatchCpuReference) {
 // One step's gradients, the whole batch as n_micro micro-batches, on the attention path `flash`.
 void gradients_match_cpu_reference(const Shape& sh, int n_micro, int flash) {
     const LlamaConfig& c = sh.c;
-    const int B = 4, T = 64;
+    const int B = 4, T = 32;
     auto in = random_tokens((int64_t)B * T, c.vocab_size, 3), tg = random_tokens((int64_t)B * T, c.vocab_size, 4);
     LlamaCPU cpu;
     build_cpu(&cpu, c, B, T, 7);
@@ -196,7 +196,7 @@ TEST(GpuLlama, AccumulatedGradientsMatchCpuReference) {
 // on matrices only, the same clip and schedule inputs).
 TEST(GpuLlama, TrainingStepsTrackCpuReference) {
     REQUIRE_GPU();
-    const int B = 4, T = 64, steps = 8;
+    const int B = 2, T = 32, steps = 8;
     const float lr = 1e-3f;
     const TrainArgs a = test_args();
     for (const Shape& sh : shapes()) {
@@ -285,26 +285,26 @@ void expect_same_training(const std::vector<double>& got, const std::vector<doub
 TEST(GpuLlama, ResidentLayersTrainLikeStreaming) {
     REQUIRE_GPU();
     for (const Shape& sh : shapes()) {
-        const LlamaConfig c = sh.name[0] == 'l' ? llama_shape(3) : qwen_shape(3);
-        auto streamed = run_gpu(c, 2, 64, 2, 3);
-        for (int resident : {1, 3})
-            expect_same_training(run_gpu(c, 2, 64, 2, 3, resident), streamed, false,
+        const LlamaConfig& c = sh.c;
+        auto streamed = run_gpu(c, 2, 32, 2, 3);
+        for (int resident : {1, 2})
+            expect_same_training(run_gpu(c, 2, 32, 2, 3, resident), streamed, false,
                                  std::string(sh.name) + ": " + std::to_string(resident) + " resident vs 0");
     }
 }
 
 // -K: kept activations (the RMSNorms and SwiGLU redone by the forward's kernels) against recompute, two
-// micro-batches, alone and with a resident layer: the same sums.
+// micro-batches, every layer kept, and a resident layer beside a kept streamed one: the same sums.
 TEST(GpuLlama, KeptActivationsTrainLikeRecompute) {
     REQUIRE_GPU();
     for (const Shape& sh : shapes()) {
-        const LlamaConfig c = sh.name[0] == 'l' ? llama_shape(3) : qwen_shape(3);
-        auto recomputed = run_gpu(c, 2, 64, 2, 3);
-        expect_same_training(run_gpu(c, 2, 64, 2, 3, 0, 3), recomputed, runs_are_bit_exact(),
-                             std::string(sh.name) + ": 3 kept vs 0");
-        auto resident = run_gpu(c, 2, 64, 2, 3, 1);
-        expect_same_training(run_gpu(c, 2, 64, 2, 3, 1, 2), resident, runs_are_bit_exact(),
-                             std::string(sh.name) + ": -R 1 -K 2 vs -R 1");
+        const LlamaConfig& c = sh.c;
+        auto recomputed = run_gpu(c, 2, 32, 2, 3);
+        expect_same_training(run_gpu(c, 2, 32, 2, 3, 0, 2), recomputed, runs_are_bit_exact(),
+                             std::string(sh.name) + ": 2 kept vs 0");
+        auto resident = run_gpu(c, 2, 32, 2, 3, 1);
+        expect_same_training(run_gpu(c, 2, 32, 2, 3, 1, 1), resident, runs_are_bit_exact(),
+                             std::string(sh.name) + ": -R 1 -K 1 vs -R 1");
     }
 }
 
@@ -313,7 +313,7 @@ TEST(GpuLlama, KeptActivationsTrainLikeRecompute) {
 // CPU reference reads it and computes the same loss.
 TEST(GpuLlama, CheckpointResumeContinuesTheRun) {
     REQUIRE_GPU();
-    const int B = 2, T = 64;
+    const int B = 2, T = 32;
     const TrainArgs a = test_args();
     for (const Shape& sh : shapes()) {
         const LlamaConfig& c = sh.c;
@@ -364,9 +364,12 @@ TEST(GpuLlama, CheckpointResumeContinuesTheRun) {
         // -R 1 saving, -R 2 resuming: layer 1's AdamW moves from the CPU (bf16 gradient) to the GPU (fp32
         // gradient) at step 5, so step 5's loss (resumed2) is test_gpu.cu's 1e-3 apart; step 4 is the same
         // weights on the same batch: bit for bit in the emulation
-        if (runs_are_bit_exact()) EXPECT_EQ(resumed1, next1) << sh.name;
-        EXPECT_TRUE(within(std::string(sh.name) + " first loss after resuming, relative", rel_diff(resumed1, next1), 1e-3));
-        EXPECT_TRUE(within(std::string(sh.name) + " second loss after resuming, relative", rel_diff(resumed2, next2), 1e-3));
+        if (runs_are_bit_exact()) {
+            EXPECT_EQ(resumed1, next1) << sh.name;
+        }
+        const std::string what = std::string(sh.name) + " -R 1 -> 2: ";
+        EXPECT_TRUE(within(what + "first loss after resuming, relative", rel_diff(resumed1, next1), 1e-3));
+        EXPECT_TRUE(within(what + "second loss after resuming, relative", rel_diff(resumed2, next2), 1e-3));
         gpt_free(&r);
         char cmd[600];
         snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
@@ -378,7 +381,7 @@ TEST(GpuLlama, CheckpointResumeContinuesTheRun) {
 TEST(GpuLlama, CheckpointResumeIsBitExact) {
     REQUIRE_GPU();
     if (!runs_are_bit_exact()) GTEST_SKIP() << "bit for bit only where the sums run in one fixed order";
-    const int B = 2, T = 64;
+    const int B = 2, T = 32;
     const TrainArgs a = test_args();
     const LlamaConfig c = llama_shape();
     char dir[] = "/tmp/test_gpu_llama_exactXXXXXX";
