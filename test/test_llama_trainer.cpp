@@ -60,8 +60,7 @@ TEST_F(CliTest, CpuTrainsALlamaSpecAndResumesWithTheSameLosses) {
     EXPECT_TRUE(CleanError(d, {"does not match the checkpoint", "NKV2"})) << d.err;
     // the GPU trainer (emulated) resumes the CPU trainer's checkpoint of step 3: steps 4..6 within bf16's
     // numerics of the CPU's (test_gpu_llama's 2e-2 relative on a loss)
-    if (have_binary(kEmu)) {
-        ASSERT_EQ(unlink((out + "/DONE_00000006").c_str()), 0);
+    if (have_binary(kEmu)) {  // the run above wrote no checkpoint (-n 0): step 3's is still the newest
         const Result e = run_bin(kEmu, Args{"-b", "4", "-t", "32", "-i", kTrain, "-j", kVal, "-x", "6", "-v", "0",
                                             "-g", "0", "-n", "0", "-o", out, "-y", "1"});
         ASSERT_EQ(e.code, 0) << e.cmd << "\n" << e.err << e.out;
@@ -121,7 +120,7 @@ TEST_F(CliTest, GpuPlansTheLlamaPresetsAndRefusesWhatItCannot) {
     EXPECT_TRUE(has(p.out, "L32 C4096 NH32 KV8 hd128 I14336 V128256, 8.030 B parameters")) << p.out;
     EXPECT_TRUE(CleanError(run_bin(kEmu, kLlama + Args{"-x", "1", "-sd", dir + "/ssd"}),
                            {"-sd", "GPT-2 layers only"}));
-    EXPECT_TRUE(CleanError(run_bin(kEmu, Args{"-e", "llama:L1:C36:NH4:I64:T32", "-b", "1", "-t", "32", "-i", kTrain,
+    EXPECT_TRUE(CleanError(run_bin(kEmu, Args{"-e", "llama:L1:C36:NH2:I64:T32", "-b", "1", "-t", "32", "-i", kTrain,
                                               "-j", kVal, "-x", "1"}),
                            {"multiples of 8", "C36"}));
 }
