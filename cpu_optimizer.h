@@ -40,8 +40,8 @@ static void adamw_layer(GPT* g, int l) {
     FAKE_CUDA_HOST_ACCESS(grads, p->layer_stride * 2, false, "the CPU AdamW reading a layer's gradients");
     FAKE_CUDA_HOST_ACCESS(bf16_out, p->layer_stride * 2, true, "the CPU AdamW writing a layer's bf16 copy");
     // weight decay on the matrices of the model's family (llm.c's rule)
-    adamw_tensors_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_is_matrix(g), g->master + off,
-                           grads, g->adam_m + off, g->adam_v + off, bf16_out, &args);
+    adamw_tensors_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_is_matrix(g),
+                           g->master + off, grads, g->adam_m + off, g->adam_v + off, bf16_out, &args);
 }
 
 // Layer l is updated: the next forward pass may copy it (the stream's host-ready protocol).

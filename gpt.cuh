@@ -4,14 +4,14 @@
 // Not here: anything that launches work or allocates; the activations' layout (memory_plan.cuh).
 #pragma once
 #include <string.h>
-#include <algorithm>  // defines: std::rotate
+#include <algorithm>           // defines: std::rotate
 #include "llmc/args.h"         // defines: TrainArgs
 #include "llmc/cuda_common.h"  // defines: bf16, die
 #include "llmc/model.h"        // defines: GPTConfig, ParamLayout, gpt_layer_offset, LN1W..FCPROJB, WTE..LNFB
 #include "llmc/llama_model.h"  // defines: LlamaConfig, llama_layout, LL_ATTN_NORM..LL_W_DOWN, LL_EMBED..LL_LM_HEAD
-#include "llmc/outliers.h"     // defines: OutlierWindow
-#include "stream.h"            // defines: WeightStream
-#include "llmc/timeline.h"     // defines: Timeline
+#include "llmc/outliers.h"  // defines: OutlierWindow
+#include "stream.h"         // defines: WeightStream
+#include "llmc/timeline.h"  // defines: Timeline
 
 // ----------------------------------------------------------------------------
 // Activations of ONE layer for ONE micro-batch, named as gpt2_cpu.h's Activations. N = B*T tokens.
@@ -37,13 +37,13 @@ typedef struct {
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lnf_mean, *lnf_rstd;  // (N) each
     float *att_lse, *att_dsum;  // (B, NH, T) each: the fused attention's row statistics
     // the Llama family's, named as llama_cpu.h's LlamaActivations (NULL for GPT-2). QKV = (NH + 2 NKV) hd.
-    bf16* rms1;                  // (N, C) RMSNorm 1 output
-    bf16* gate_up;               // (N, 2I) [gate | up], before SwiGLU (qkv above: (N, QKV), q and k rotated)
-    bf16* swiglu;                // (N, I) silu(gate) * up
-    bf16* rms2;                  // (N, C)
-    bf16* dswiglu;               // (N, I)
-    bf16* dgate_up;              // (N, 2I)
-    bf16* datty;                 // (N, NH hd)
+    bf16* rms1;      // (N, C) RMSNorm 1 output
+    bf16* gate_up;   // (N, 2I) [gate | up], before SwiGLU (qkv above: (N, QKV), q and k rotated)
+    bf16* swiglu;    // (N, I) silu(gate) * up
+    bf16* rms2;      // (N, C)
+    bf16* dswiglu;   // (N, I)
+    bf16* dgate_up;  // (N, 2I)
+    bf16* datty;     // (N, NH hd)
     float *rms1_rstd, *rms2_rstd;  // (N) each; the final RMSNorm's is lnf_rstd
     void* memory;
     int64_t bytes;
@@ -153,7 +153,8 @@ struct LlamaEmbedParams {
 template <typename T>
 static inline LlamaEmbedParams<T> llama_embed_params(const ParamLayout* p, T* base) {
     const int64_t* o = p->embed_offset;
-    return {base + o[LL_EMBED], base + o[LL_FINAL_NORM], base + o[p->embed_size[LL_LM_HEAD] ? LL_LM_HEAD : LL_EMBED]};
+    return {base + o[LL_EMBED], base + o[LL_FINAL_NORM],
+            base + o[p->embed_size[LL_LM_HEAD] ? LL_LM_HEAD : LL_EMBED]};
 }
 
 // ----------------------------------------------------------------------------
@@ -164,8 +165,8 @@ struct SsdTier;    // -sd: the SSD tier (ssd_tier.h)
 
 typedef struct GPT GPT;
 struct GPT {
-    GPTConfig config;    // GPT-2's, or the sizes of the Llama family's buffers (llama_gpt_config)
-    LlamaConfig llama;   // the Llama family's config; num_layers 0: GPT-2
+    GPTConfig config;      // GPT-2's, or the sizes of the Llama family's buffers (llama_gpt_config)
+    LlamaConfig llama;     // the Llama family's config; num_layers 0: GPT-2
     float* rope_inv_freq;  // the family's RoPE frequencies (hd/2 floats, GPU)
     ParamLayout layout;
     int B, T;        // micro-batch

@@ -14,8 +14,8 @@
 #include "llmc/attention.cuh"        // defines: attention_forward, attention_backward (GQA: NKV)
 #include "llmc/flash_attention.cuh"  // defines: flash_attention_forward, flash_attention_backward
 #include "llmc/kernels.cuh"          // defines: fused_classifier, bias_backward
-#include "llmc/llama_kernels.cuh"    // defines: rmsnorm_forward, rmsnorm_backward, rope_forward, swiglu_forward
-#include "llmc/matmul.cuh"           // defines: matmul_forward, matmul_forward_bias, matmul_backward_*
+#include "llmc/llama_kernels.cuh"  // defines: rmsnorm_forward, rmsnorm_backward, rope_forward, swiglu_forward
+#include "llmc/matmul.cuh"         // defines: matmul_forward, matmul_forward_bias, matmul_backward_*
 
 typedef LlamaLayerParams<const bf16> LlamaLayerWeights;
 typedef LlamaLayerParams<float> LlamaLayerGrads;
@@ -40,7 +40,8 @@ __global__ void token_embedding_backward_kernel(float* dembed, const bf16* dout,
 
 // out[i] = in[i]: the residual under an unfused GEMM's beta-1 sum
 __global__ void copy_bf16_kernel(bf16* out, const bf16* in, int64_t n) {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
         out[i] = in[i];
 }
 
@@ -64,8 +65,8 @@ static void llama_embedding_backward(GPT* g, const bf16* dout, const int* tokens
 
 // out (N, OC) = inp (N, C) @ w (OC, C)^T + residual (N, OC), residual != out: no bias, unlike GPT-2's
 // matmul_forward_bias. cuBLASLt adds the residual as its C term; unfused, a copy and cuBLAS with beta 1.
-static void matmul_forward_residual(bf16* out, const bf16* inp, const bf16* w, const bf16* residual, int64_t N,
-                                    int C, int OC, cudaStream_t s) {
+static void matmul_forward_residual(bf16* out, const bf16* inp, const bf16* w, const bf16* residual,
+                                    int64_t N, int C, int OC, cudaStream_t s) {
     if (lt_matmul(out, OC, w, CUBLAS_OP_T, C, inp, CUBLAS_OP_N, C, OC, (int)N, C, residual,
                   CUBLASLT_EPILOGUE_DEFAULT, NULL, NULL, 0, s))
         return;

@@ -46,7 +46,8 @@ static int64_t llama_acts_layout(const LlamaConfig* c, int B, int T, bool kept_o
         "the activation workspace of one layer (B*T*2I, B*NH*T*T attention scores or B*T*V logits; lower -b "
         "or -t)";
     const int64_t N = (int64_t)B * T, C = c->hidden_size, V = c->vocab_size, I = c->intermediate_size;
-    const int64_t QD = (int64_t)c->num_heads * c->head_dim, QKV = QD + 2 * (int64_t)c->num_kv_heads * c->head_dim;
+    const int64_t QD = (int64_t)c->num_heads * c->head_dim,
+                  QKV = QD + 2 * (int64_t)c->num_kv_heads * c->head_dim;
     const int64_t largest[4] = {plan_mul(N, 2 * I, what), plan_mul(N, QKV, what),
                                 plan_mul(plan_mul((int64_t)B * c->num_heads, T, what), T, what),
                                 plan_mul(N, V, what)};
@@ -57,12 +58,12 @@ static int64_t llama_acts_layout(const LlamaConfig* c, int B, int T, bool kept_o
         bf16** p;
         int64_t n;
         bool kept;
-    } arrays[] = {{&a->rms1, N * C, false},     {&a->qkv, N * QKV, true},        {&a->att, att, true},
-                  {&a->atty, N * QD, true},     {&a->residual2, N * C, true},    {&a->rms2, N * C, false},
-                  {&a->gate_up, N * 2 * I, true}, {&a->swiglu, N * I, false},    {&a->dswiglu, N * I, false},
-                  {&a->dgate_up, N * 2 * I, false}, {&a->dln, N * C, false},     {&a->datty, N * QD, false},
-                  {&a->dqkv, N * QKV, false},   {&a->datt, att, false},          {&a->lnf, N * C, false},
-                  {&a->dlnf, N * C, false},     {&a->logits, N * V, false}};
+    } arrays[] = {{&a->rms1, N * C, false},         {&a->qkv, N * QKV, true},     {&a->att, att, true},
+                  {&a->atty, N * QD, true},         {&a->residual2, N * C, true}, {&a->rms2, N * C, false},
+                  {&a->gate_up, N * 2 * I, true},   {&a->swiglu, N * I, false},   {&a->dswiglu, N * I, false},
+                  {&a->dgate_up, N * 2 * I, false}, {&a->dln, N * C, false},      {&a->datty, N * QD, false},
+                  {&a->dqkv, N * QKV, false},       {&a->datt, att, false},       {&a->lnf, N * C, false},
+                  {&a->dlnf, N * C, false},         {&a->logits, N * V, false}};
     int64_t bytes = 0;
     for (const auto& x : arrays) {
         if (kept_only && !x.kept) continue;
@@ -328,16 +329,17 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
     const int64_t host_avail = host_memory_to_count_on(ga);
     const MemoryPlan& m = plan;
     if (llama && llama->num_layers)
-        printf("memory plan: Llama family L%d C%d NH%d KV%d hd%d I%d V%d, %.3f B parameters, %d x %d tokens x "
-               "%d micro-batches per step\n",
-               c->num_layers, c->channels, c->num_heads, llama->num_kv_heads, llama->head_dim,
-               llama->intermediate_size, llama->vocab_size, p.total / 1e9, B, T, n_micro);
+        printf(
+            "memory plan: Llama family L%d C%d NH%d KV%d hd%d I%d V%d, %.3f B parameters, %d x %d tokens x "
+            "%d micro-batches per step\n",
+            c->num_layers, c->channels, c->num_heads, llama->num_kv_heads, llama->head_dim,
+            llama->intermediate_size, llama->vocab_size, p.total / 1e9, B, T, n_micro);
     else
         printf("memory plan: L%d C%d NH%d, %.3f B parameters, %d x %d tokens x %d micro-batches per step\n",
                c->num_layers, c->channels, c->num_heads, gpt_num_real_params(c, &p) / 1e9, B, T, n_micro);
     printf("attention: %s%s\n",
            use_flash_attention(c, llama) ? "fused kernels (no T x T scores stored)"
-                                  : "cuBLAS + softmax (T x T scores stored in the workspace)",
+                                         : "cuBLAS + softmax (T x T scores stored in the workspace)",
            no_gpu_here ? "; no GPU here: planned for an sm_90 one" : "");
     printf(
         "host %9.2f GiB: fp32 master weights and AdamW m, v %.2f%s; pinned bf16 weights and gradients %.2f%s",

@@ -60,11 +60,11 @@
 #include "llmc/matmul.cuh"           // defines: matmul_forward, lt_matmul, matmul_handles_create
 #include "llmc/attention.cuh"        // defines: attention_forward, attention_backward (cuBLAS + softmax)
 #include "llmc/flash_attention.cuh"  // defines: flash_attention_forward, _backward, flash_attention_load
-#include "gpt.cuh"          // defines: struct GPT, LayerActs, LayerWeights, layer_params, layer_input
+#include "gpt.cuh"           // defines: struct GPT, LayerActs, LayerWeights, layer_params, layer_input
 #include "llama_layers.cuh"  // defines: llama_layer_forward, _backward, llama_head_forward, llama_embedding_*
-#include "ssd_tier.h"       // defines: ssd_tier_new, ssd_tier_begin_backward, ssd_tier_checkpoint (-sd)
-#include "cpu_optimizer.h"  // defines: optimizer_submit, optimizer_block_ready, send_layer_grads
-#include "memory_plan.cuh"  // defines: MemoryPlan, gpt_memory_plan, place_layers, print_memory_plan
+#include "ssd_tier.h"        // defines: ssd_tier_new, ssd_tier_begin_backward, ssd_tier_checkpoint (-sd)
+#include "cpu_optimizer.h"   // defines: optimizer_submit, optimizer_block_ready, send_layer_grads
+#include "memory_plan.cuh"   // defines: MemoryPlan, gpt_memory_plan, place_layers, print_memory_plan
 
 // ----------------------------------------------------------------------------
 // One transformer layer, forward, as gpt2_cpu.h's gpt2_cpu_forward. x: the layer's input.
@@ -260,9 +260,9 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     g->tokens_in = (int*)gpu_alloc(g, plan.tokens);
     g->tokens_out = (int*)gpu_alloc(g, plan.tokens);
     g->losses = (float*)gpu_alloc(g, plan.tokens);
-    g->loss_dev = (float*)gpu_alloc(g, 4);                                // plan.scalars
-    g->sumsq_dev = (double*)gpu_alloc(g, 8);                              // plan.scalars
-    if (is_llama(g)) {                                                    // plan.scalars
+    g->loss_dev = (float*)gpu_alloc(g, 4);    // plan.scalars
+    g->sumsq_dev = (double*)gpu_alloc(g, 8);  // plan.scalars
+    if (is_llama(g)) {                        // plan.scalars
         g->rope_inv_freq = (float*)gpu_alloc(g, (int64_t)(g->llama.head_dim / 2) * 4);
         rope_inv_freq_upload(g->rope_inv_freq, &g->llama);
     }
@@ -480,8 +480,9 @@ static void embeddings_backward(GPT* g, int n_micro, cudaStream_t s) {
     for (int mb = 0; mb < n_micro; mb++)
         if (is_llama(g)) llama_embedding_backward(g, dresid_at(g, mb), g->tokens_in + mb * N, s);
         else
-            embedding_backward(g->resident_grads + p->embed_offset[WTE], g->resident_grads + p->embed_offset[WPE],
-                               dresid_at(g, mb), g->tokens_in + mb * N, N, g->T, g->config.channels, s);
+            embedding_backward(g->resident_grads + p->embed_offset[WTE],
+                               g->resident_grads + p->embed_offset[WPE], dresid_at(g, mb),
+                               g->tokens_in + mb * N, N, g->T, g->config.channels, s);
     grads_to_bf16_sumsq(NULL, g->resident_grads, g->resident_count, g->sumsq_dev, s);
 }
 
@@ -853,9 +854,9 @@ static int compare_double(const void* a, const void* b) {
 typedef struct {
     TrainArgs args;
     GpuArgs ga;
-    GPTConfig cfg;    // GPT-2's, or the Llama family's llama_gpt_config
+    GPTConfig cfg;      // GPT-2's, or the Llama family's llama_gpt_config
     LlamaConfig llama;  // the Llama family's config (num_layers 0: GPT-2)
-    int kind;  // 1: a model spec (seeded init), 2: a model file or Hugging Face checkpoint
+    int kind;           // 1: a model spec (seeded init), 2: a model file or Hugging Face checkpoint
     int bench, n_micro, total_steps, start_step;
     int64_t step_tokens;
     int resident, kept;  // -R / -K, once -1 is resolved
@@ -893,7 +894,8 @@ static void check_resume_family(const char* model, const char* dir, const GPTCon
             llama_given ? "Llama-family model" : "GPT-2", dir, llama_saved ? "Llama-family model" : "GPT-2");
     if (!llama_saved) return check_resume_model(model, dir, ckpt);
     if (memcmp(&want, llama_ckpt, sizeof want) != 0)  // ints and floats, no padding
-        die("-e %s does not match the checkpoint in %s (L%d C%d NH%d NKV%d I%d V%d): drop -e or choose another "
+        die("-e %s does not match the checkpoint in %s (L%d C%d NH%d NKV%d I%d V%d): drop -e or choose "
+            "another "
             "-o",
             model, dir, llama_ckpt->num_layers, llama_ckpt->hidden_size, llama_ckpt->num_heads,
             llama_ckpt->num_kv_heads, llama_ckpt->intermediate_size, llama_ckpt->vocab_size);
@@ -1002,7 +1004,8 @@ static void check_fit(Run* r) {
     // what the cuBLAS handles and our kernels take is not free for the plan: they come first
     matmul_handles_create();
     kernels_load();
-    if (use_flash_attention(&r->cfg, &r->llama)) flash_attention_load(attention_head_size(&r->cfg, &r->llama));
+    if (use_flash_attention(&r->cfg, &r->llama))
+        flash_attention_load(attention_head_size(&r->cfg, &r->llama));
     size_t gpu_free = 0, gpu_total = 0;
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
     r->gpu_free_at_start = (int64_t)gpu_free;
@@ -1050,8 +1053,8 @@ static void plan_run(Run* r) {
     cudaGetLastError();
     if (ga.plan_only && r->no_gpu_here)
         flash_attention_device_major = 9;  // plan for an H100's attention path
-    r->plan = gpt_memory_plan(&r->cfg, a.B, a.T, r->n_micro, ga.num_slots, r->resident, r->kept, ssd_tier(&ga),
-                              &r->llama);
+    r->plan = gpt_memory_plan(&r->cfg, a.B, a.T, r->n_micro, ga.num_slots, r->resident, r->kept,
+                              ssd_tier(&ga), &r->llama);
     if (ga.ssd_dir && ga.resident >= r->cfg.num_layers)
         die("-sd %s with -R %d: every layer is GPU-resident, no state is left to put on disk", ga.ssd_dir,
             ga.resident);
@@ -1188,7 +1191,7 @@ static void load_llama_weights(Run* r, GPT* g) {
     if (r->kind == 1) llama_init_params(&r->llama, g->master, INIT_SEED);
     else if (llama_is_model_file(model)) {
         if (!llama_load_params(model, &r->llama, g->master, err, sizeof err)) die("%s", err);
-    } else {  // llama_hf_load reads into a CPU model (params and grads: 8 bytes a parameter for a moment)
+    } else {  // llama_hf_load reads into a CPU model: 4 more bytes a parameter for a moment (grads untouched)
         LlamaCPU hf;
         if (!llama_hf_load(model, &hf)) die("%s", hf.error);
         if (memcmp(&hf.config, &r->llama, sizeof r->llama) != 0)
@@ -1268,7 +1271,8 @@ static void print_config_table(const Run* r, const GPT* g) {
     if (r->llama.num_layers)
         table_row("Llama family", "KV %d / hd %d / I %d / rope theta %g%s / %s / %s", r->llama.num_kv_heads,
                   r->llama.head_dim, r->llama.intermediate_size, r->llama.rope_theta,
-                  r->llama.rope_llama3 ? " llama3-scaled" : "", r->llama.qkv_bias ? "q/k/v biases" : "no biases",
+                  r->llama.rope_llama3 ? " llama3-scaled" : "",
+                  r->llama.qkv_bias ? "q/k/v biases" : "no biases",
                   r->llama.tied_embeddings ? "tied lm_head" : "untied lm_head");
     table_row("L / C / NH / maxT", "%d / %d / %d / %d", cfg.num_layers, cfg.channels, cfg.num_heads,
               cfg.max_seq_len);
