@@ -8,7 +8,7 @@
 // Shapes: N = B*T tokens, C channels, NH query and NKV key/value heads of hd channels, QD = NH hd,
 // QKV = QD + 2 NKV hd, I the MLP width. A layer's [wq; wk; wv] is one (QKV, C) matrix and [w_gate; w_up]
 // one (2I, C) matrix (adjacent in the layer block): one GEMM each.
-// Positions: t = row % T (pos NULL), as the GPT-2 path's embeddings.
+// Positions: pos (chat data's, B*T on the GPU: RoPE's angles and the attention masks), or t = row % T (NULL).
 #pragma once
 #include "gpt.cuh"                   // defines: GPT, LayerActs, llama_layer_params, llama_embed_params
 #include "llmc/attention.cuh"        // defines: attention_forward, attention_backward (GQA: NKV)
@@ -86,7 +86,7 @@ static void matmul_forward_residual(bf16* out, const bf16* inp, const bf16* w, c
 //   out = h + w_down(silu(w_gate rms2(h)) * w_up rms2(h))
 
 static void llama_layer_forward(GPT* g, const bf16* weights, const bf16* x, bf16* out, LayerActs* a,
-                                cudaStream_t s) {
+                                const int* pos, cudaStream_t s) {
     const LlamaConfig* c = &g->llama;
     const int B = g->B, T = g->T, C = c->hidden_size, NH = c->num_heads, NKV = c->num_kv_heads;
     const int hd = c->head_dim, I = c->intermediate_size, QD = NH * hd, QKV = QD + 2 * NKV * hd;
@@ -98,9 +98,9 @@ static void llama_layer_forward(GPT* g, const bf16* weights, const bf16* x, bf16
     rmsnorm_forward(a->rms1, a->rms1_rstd, x, w.attn_norm, N, C, eps, s);
     if (w.bq) matmul_forward_bias(a->qkv, a->rms1, w.wq, w.bq, NULL, N, C, QKV, s);
     else matmul_forward(a->qkv, a->rms1, w.wq, N, C, QKV, s);
-    rope_forward(a->qkv, g->rope_inv_freq, N, T, NH, NKV, hd, s);  // q and k heads, in place
-    if (g->flash) flash_attention_forward(a->atty, a->att_lse, a->qkv, B, T, QD, NH, s, NKV);
-    else attention_forward(a->atty, a->att, a->qkv, B, T, QD, NH, s, NKV);
+    rope_forward(a->qkv, g->rope_inv_freq, N, T, NH, NKV, hd, s, pos);  // q and k heads, in place
+    if (g->flash) flash_attention_forward(a->atty, a->att_lse, a->qkv, B, T, QD, NH, s, NKV, pos);
+    else attention_forward(a->atty, a->att, a->qkv, B, T, QD, NH, s, NKV, pos);
     matmul_forward_residual(res2, a->atty, w.wo, x, N, QD, C, s);  // wo + layer input
     // MLP branch; w_gate is [w_gate; w_up]
     rmsnorm_forward(a->rms2, a->rms2_rstd, res2, w.mlp_norm, N, C, eps, s);
@@ -126,7 +126,7 @@ static void llama_layer_redo_cheap_part(GPT* g, const bf16* weights, const bf16*
 // dres: the gradient of the layer's output on entry, of its input on return. Gradients are ADDED to grads.
 
 static void llama_layer_backward(GPT* g, const bf16* weights, float* grads, const bf16* x, bf16* dres,
-                                 LayerActs* a, cudaStream_t s) {
+                                 LayerActs* a, const int* pos, cudaStream_t s) {
     const LlamaConfig* c = &g->llama;
     const int B = g->B, T = g->T, C = c->hidden_size, NH = c->num_heads, NKV = c->num_kv_heads;
     const int hd = c->head_dim, I = c->intermediate_size, QD = NH * hd, QKV = QD + 2 * NKV * hd;
@@ -146,11 +146,11 @@ static void llama_layer_backward(GPT* g, const bf16* weights, float* grads, cons
     matmul_backward_input(a->datty, dres, w.wo, N, QD, C, s);
     if (g->flash)
         flash_attention_backward(a->dqkv, a->att_dsum, a->datty, a->atty, a->qkv, a->att_lse, B, T, QD, NH, s,
-                                 NKV);
-    else attention_backward(a->dqkv, a->datt, a->datty, a->att, a->qkv, B, T, QD, NH, s, NKV);
-    rope_backward(a->dqkv, g->rope_inv_freq, N, T, NH, NKV, hd, s);  // dq, dk rotated back
-    matmul_backward_weight(dw.wq, a->dqkv, a->rms1, N, C, QKV, s);   // wq, wk, wv
-    if (dw.bq) bias_backward(dw.bq, a->dqkv, N, QKV, s);             // bq, bk, bv
+                                 NKV, pos);
+    else attention_backward(a->dqkv, a->datt, a->datty, a->att, a->qkv, B, T, QD, NH, s, NKV, pos);
+    rope_backward(a->dqkv, g->rope_inv_freq, N, T, NH, NKV, hd, s, pos);  // dq, dk rotated back
+    matmul_backward_weight(dw.wq, a->dqkv, a->rms1, N, C, QKV, s);        // wq, wk, wv
+    if (dw.bq) bias_backward(dw.bq, a->dqkv, N, QKV, s);                  // bq, bk, bv
     matmul_backward_input(a->dln, a->dqkv, w.wq, N, C, QKV, s);
     rmsnorm_backward(dres, dw.attn_norm, a->dln, x, w.attn_norm, a->rms1_rstd, N, C, s);
 }

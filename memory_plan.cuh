@@ -143,7 +143,7 @@ typedef struct {
     // host
     int64_t master_adam;  // fp32 master weights, AdamW m and v (12 bytes per parameter; -sd: the prefix's)
     int64_t pinned;  // bf16 weights and layer gradients (stream_host_bytes; -sd: the gradient writer's ring;
-                     // -sw 1: the prefix's weights and the read buffers); the tokens' staging (2 x tokens)
+                     // -sw 1: the prefix's weights and the read buffers); the tokens' staging (3 x tokens)
     int64_t ssd_ring;                               // -sd: the store's ring of piece buffers
     int64_t ssd_disk;                               // -sd: the store's files in DIR (not host memory)
     int64_t ssd_read_per_step, ssd_write_per_step;  // -sd: disk traffic of one step (ssd_plan)
@@ -156,12 +156,12 @@ typedef struct {
     int64_t layer_grads;      // fp32 gradient of the streamed layer in flight
     int64_t layer_inputs;  // (L+1) x micro-batches x (N, C) bf16: each layer's input, kept for its backward
     int64_t dresid;        // micro-batches x (N, C) bf16: the residual stream's gradient
-    int64_t tokens;        // micro-batches x N x 4 bytes: one array each for inputs, targets and losses
-    int64_t scalars;       // loss (fp32), squared norm (fp64), the cuBLAS workspace
-    int64_t acts;          // one layer's activations for one micro-batch (acts_bytes)
-    int64_t kept_acts;     // one layer's kept activations (-K) for one micro-batch
-    int64_t kept_layer;    // one -K layer: micro-batches x kept_acts
-    int64_t kept;          // K of them
+    int64_t tokens;      // micro-batches x N x 4 bytes: one array each for inputs, targets, positions, losses
+    int64_t scalars;     // loss (fp32), squared norm (fp64), the cuBLAS workspace
+    int64_t acts;        // one layer's activations for one micro-batch (acts_bytes)
+    int64_t kept_acts;   // one layer's kept activations (-K) for one micro-batch
+    int64_t kept_layer;  // one -K layer: micro-batches x kept_acts
+    int64_t kept;        // K of them
     int64_t host_bytes, gpu_bytes;  // the sums
 } MemoryPlan;
 
@@ -233,8 +233,8 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
         "the per-micro-batch buffers (residual gradients, tokens, losses; lower -d, -b or -t)";
     m.dresid = plan_mul(max_micro, act, micro);
     m.tokens = plan_mul(plan_mul(max_micro, N, micro), 4, micro);
-    plan_mul(m.tokens, 3, micro);
-    m.pinned += 2 * m.tokens;  // gpt_build's tokens_host
+    plan_mul(m.tokens, 4, micro);
+    m.pinned += 3 * m.tokens;  // gpt_build's tokens_host
     m.host_bytes = m.master_adam + m.pinned + m.ssd_ring;
     m.scalars = 4 + 8 + (int64_t)kCublasWorkspaceBytes;
     if (llama && llama->num_layers) m.scalars += (int64_t)(llama->head_dim / 2) * 4;  // RoPE's frequencies
@@ -245,9 +245,9 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     m.kept = plan_mul(kept_layers, m.kept_layer, kept);
     m.acts = acts_bytes(c, B, T, false, llama);
 
-    const int64_t parts[] = {
-        m.embeddings, m.resident_layers, m.slots,  m.grad_staging, m.layer_grads, m.layer_inputs, m.dresid,
-        m.tokens,     m.tokens,          m.tokens, m.scalars,      m.kept,        m.acts};
+    const int64_t parts[] = {m.embeddings,   m.resident_layers, m.slots,  m.grad_staging, m.layer_grads,
+                             m.layer_inputs, m.dresid,          m.tokens, m.tokens,       m.tokens,
+                             m.tokens,       m.scalars,         m.kept,   m.acts};
     m.gpu_bytes = 0;
     for (int64_t part : parts)
         m.gpu_bytes = plan_add(m.gpu_bytes, part, "the whole GPU plan (lower -b or -t)");
@@ -359,7 +359,7 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
         "the rest %.2f",
         m.gpu_bytes / GiB, m.layer_inputs / GiB, slots, (m.slots + m.grad_staging) / GiB, m.embeddings / GiB,
         resident, m.resident_layers / GiB, kept, m.kept / GiB, m.acts / GiB, m.layer_grads / GiB,
-        (m.dresid + 3 * m.tokens + m.scalars) / GiB);
+        (m.dresid + 4 * m.tokens + m.scalars) / GiB);
     if (ga->gpu_gib > 0)  // the fit check of a run: the plan and the reserve within the budget
         printf(
             " (%s: %.1f GiB given by -V)",

@@ -69,19 +69,19 @@
 // ----------------------------------------------------------------------------
 // One transformer layer, forward, as gpt2_cpu.h's gpt2_cpu_forward. x: the layer's input.
 // out: its output, or NULL when recomputing for the backward pass (the last GEMM is skipped).
-// What the backward pass reads stays in `a`.
+// pos: chat data's positions (NULL: t). What the backward pass reads stays in `a`.
 
-static void layer_forward(GPT* g, const bf16* weights, const bf16* x, bf16* out, LayerActs* a,
+static void layer_forward(GPT* g, const bf16* weights, const bf16* x, bf16* out, LayerActs* a, const int* pos,
                           cudaStream_t s) {
-    if (is_llama(g)) return llama_layer_forward(g, weights, x, out, a, s);  // the Llama family's layer
+    if (is_llama(g)) return llama_layer_forward(g, weights, x, out, a, pos, s);  // the Llama family's layer
     const int B = g->B, T = g->T, C = g->config.channels, NH = g->config.num_heads;
     const int64_t N = (int64_t)B * T;
     const LayerWeights w = layer_params(&g->layout, weights);
     bf16* res2 = a->residual2;
     layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C, s);
     matmul_forward_bias(a->qkv, a->ln1, w.qkvw, w.qkvb, NULL, N, C, 3 * C, s);
-    if (g->flash) flash_attention_forward(a->atty, a->att_lse, a->qkv, B, T, C, NH, s);
-    else attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, s);
+    if (g->flash) flash_attention_forward(a->atty, a->att_lse, a->qkv, B, T, C, NH, s, NH, pos);
+    else attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, s, NH, pos);
     matmul_forward_bias(res2, a->atty, w.attprojw, w.attprojb, x, N, C, C, s);  // projection + layer input
     layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, res2, w.ln2w, w.ln2b, N, C, s);
     matmul_forward_bias_gelu(a->fch, a->fch_gelu, a->ln2, w.fcw, w.fcb, N, C, 4 * C, s);
@@ -106,8 +106,8 @@ static void layer_redo_cheap_part(GPT* g, const bf16* weights, const bf16* x, La
 // Parameter gradients are ADDED to `grads`.
 
 static void layer_backward(GPT* g, const bf16* weights, float* grads, const bf16* x, bf16* dres, LayerActs* a,
-                           cudaStream_t s) {
-    if (is_llama(g)) return llama_layer_backward(g, weights, grads, x, dres, a, s);
+                           const int* pos, cudaStream_t s) {
+    if (is_llama(g)) return llama_layer_backward(g, weights, grads, x, dres, a, pos, s);
     const int B = g->B, T = g->T, C = g->config.channels, NH = g->config.num_heads;
     const int64_t N = (int64_t)B * T;
     const LayerWeights w = layer_params(&g->layout, weights);
@@ -126,8 +126,9 @@ static void layer_backward(GPT* g, const bf16* weights, float* grads, const bf16
     bias_backward(dw.attprojb, dres, N, C, s);
     matmul_backward_input(a->dln, dres, w.attprojw, N, C, C, s);
     if (g->flash)
-        flash_attention_backward(a->dqkv, a->att_dsum, a->dln, a->atty, a->qkv, a->att_lse, B, T, C, NH, s);
-    else attention_backward(a->dqkv, a->datt, a->dln, a->att, a->qkv, B, T, C, NH, s);
+        flash_attention_backward(a->dqkv, a->att_dsum, a->dln, a->atty, a->qkv, a->att_lse, B, T, C, NH, s,
+                                 NH, pos);
+    else attention_backward(a->dqkv, a->datt, a->dln, a->att, a->qkv, B, T, C, NH, s, NH, pos);
     matmul_backward_weight(dw.qkvw, a->dqkv, a->ln1, N, C, 3 * C, s);
     bias_backward(dw.qkvb, a->dqkv, N, 3 * C, s);
     matmul_backward_input(a->dln, a->dqkv, w.qkvw, N, C, 3 * C, s);
@@ -259,6 +260,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     g->dresid = (bf16*)gpu_alloc(g, plan.dresid);
     g->tokens_in = (int*)gpu_alloc(g, plan.tokens);
     g->tokens_out = (int*)gpu_alloc(g, plan.tokens);
+    g->tokens_pos = (int*)gpu_alloc(g, plan.tokens);
     g->losses = (float*)gpu_alloc(g, plan.tokens);
     g->loss_dev = (float*)gpu_alloc(g, 4);    // plan.scalars
     g->sumsq_dev = (double*)gpu_alloc(g, 8);  // plan.scalars
@@ -266,7 +268,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
         g->rope_inv_freq = (float*)gpu_alloc(g, (int64_t)(g->llama.head_dim / 2) * 4);
         rope_inv_freq_upload(g->rope_inv_freq, &g->llama);
     }
-    cudaCheck(cudaMallocHost(&g->tokens_host, (size_t)plan.tokens * 2));  // plan.pinned
+    cudaCheck(cudaMallocHost(&g->tokens_host, (size_t)plan.tokens * 3));  // plan.pinned
     cudaCheck(cudaMallocHost(&g->loss_host, 4));
     cudaCheck(cudaMallocHost(&g->sumsq_host, 8));
     g->acts.bytes = plan.acts;
@@ -362,6 +364,7 @@ static void gpt_free(GPT* g) {
     cudaCheck(cudaFree(g->dresid));
     cudaCheck(cudaFree(g->tokens_in));
     cudaCheck(cudaFree(g->tokens_out));
+    cudaCheck(cudaFree(g->tokens_pos));
     cudaCheck(cudaFree(g->losses));
     cudaCheck(cudaFree(g->loss_dev));
     cudaCheck(cudaFree(g->sumsq_dev));
@@ -411,12 +414,17 @@ static void layer_release(GPT* g, int l) {
     if (l >= g->resident_layers) stream_release_layer(&g->stream, l);
 }
 
+// Micro-batch mb's positions on the GPU: chat data's, or NULL (position t).
+static const int* positions(const GPT* g, int mb) {
+    return g->packed ? g->tokens_pos + mb * (int64_t)g->B * g->T : NULL;
+}
+
 // Layer l's activations for micro-batch mb, before its backward pass: kept, left over, or recomputed.
 static void restore_activations(GPT* g, const bf16* w, int l, int mb, int n_micro, cudaStream_t s) {
     LayerActs* a = layer_acts(g, l, mb);
     const bool last_forward = l == g->config.num_layers - 1 && mb == n_micro - 1;  // still in g->acts
     if (layer_kept(g, l)) layer_redo_cheap_part(g, w, layer_input(g, l, mb), a, s);
-    else if (!last_forward) layer_forward(g, w, layer_input(g, l, mb), NULL, a, s);
+    else if (!last_forward) layer_forward(g, w, layer_input(g, l, mb), NULL, a, positions(g, mb), s);
 }
 
 // Where layer l's gradients accumulate: a streamed layer's buffer, or its place in resident_grads.
@@ -432,13 +440,16 @@ static void layer_grads_end(GPT* g, int l, cudaStream_t s) {
     grads_to_bf16_sumsq(staging, g->layer_grads, g->layout.layer_stride, g->sumsq_dev, s);
 }
 
-// n micro-batches of tokens to the GPU through the pinned staging; targets may be NULL.
-static void tokens_to_device(GPT* g, const int* inputs, const int* targets, int n, cudaStream_t s) {
-    const int64_t count = (int64_t)n * g->B * g->T;
-    int* staged[2] = {g->tokens_host, g->tokens_host + (int64_t)g->max_micro * g->B * g->T};
-    const int* from[2] = {inputs, targets};
-    int* to[2] = {g->tokens_in, g->tokens_out};
-    for (int k = 0; k < 2 && from[k]; k++) {
+// n micro-batches of tokens to the GPU through the pinned staging; targets and pos may be NULL.
+static void tokens_to_device(GPT* g, const int* inputs, const int* targets, const int* pos, int n,
+                             cudaStream_t s) {
+    const int64_t count = (int64_t)n * g->B * g->T, stride = (int64_t)g->max_micro * g->B * g->T;
+    int* staged[3] = {g->tokens_host, g->tokens_host + stride, g->tokens_host + 2 * stride};
+    const int* from[3] = {inputs, targets, pos};
+    int* to[3] = {g->tokens_in, g->tokens_out, g->tokens_pos};
+    g->packed = pos != NULL;
+    for (int k = 0; k < 3; k++) {
+        if (!from[k]) continue;
         FAKE_CUDA_HOST_ACCESS(staged[k], count * 4, true, "the host staging tokens");
         memcpy(staged[k], from[k], (size_t)count * 4);
         cudaCheck(cudaMemcpyAsync(to[k], staged[k], (size_t)count * 4, cudaMemcpyHostToDevice, s));
@@ -446,30 +457,35 @@ static void tokens_to_device(GPT* g, const int* inputs, const int* targets, int 
 }
 
 // The step's tokens to the GPU, and each micro-batch's embeddings: the input of layer 0.
-static void embeddings_forward(GPT* g, const int* inputs, const int* targets, int n_micro, cudaStream_t s) {
+static void embeddings_forward(GPT* g, const int* inputs, const int* targets, const int* pos, int n_micro,
+                               cudaStream_t s) {
     const int64_t N = (int64_t)g->B * g->T;
     const int C = g->config.channels;
-    tokens_to_device(g, inputs, targets, n_micro, s);
+    tokens_to_device(g, inputs, targets, pos, n_micro, s);
     const EmbedWeights e = embed_params(&g->layout, (const bf16*)g->resident);
-    for (int mb = 0; mb < n_micro; mb++)
-        if (is_llama(g)) llama_embedding_forward(g, layer_input(g, 0, mb), g->tokens_in + mb * N, s);
-        else embedding_forward(layer_input(g, 0, mb), g->tokens_in + mb * N, e.wte, e.wpe, N, g->T, C, s);
+    for (int mb = 0; mb < n_micro; mb++) {
+        const int* tokens = g->tokens_in + mb * N;
+        if (is_llama(g)) llama_embedding_forward(g, layer_input(g, 0, mb), tokens, s);  // no wpe: RoPE
+        else embedding_forward(layer_input(g, 0, mb), tokens, e.wte, e.wpe, N, g->T, C, s, positions(g, mb));
+    }
 }
 
 // Each micro-batch's loss and its backward through lm_head and the final LayerNorm.
-static void head_forward_backward(GPT* g, int n_micro, cudaStream_t s) {
+// The step's loss is the mean over its targets: N * n_micro tokens, or chat data's num_targets.
+static void head_forward_backward(GPT* g, int n_micro, int64_t num_targets, cudaStream_t s) {
     const int L = g->config.num_layers;
     const int64_t N = (int64_t)g->B * g->T;
     cudaCheck(cudaMemsetAsync(g->resident_grads, 0, (size_t)(g->resident_count * 4), s));  // they start here
     cudaCheck(cudaMemsetAsync(g->sumsq_dev, 0, 8, s));
     ScopedSpan span(g->timeline, TRACK_COMPUTE, "head", -1, s);
-    const float dloss = 1.0f / (float)(N * n_micro);  // each token's share of the step's mean loss
+    const float dloss =
+        g->packed ? 1.0f / (float)num_targets : 1.0f / (float)(N * n_micro);  // each target's share
     for (int mb = 0; mb < n_micro; mb++) {
         const bf16* x = layer_input(g, L, mb);
         head_forward(g, x, g->tokens_out + mb * N, g->losses + mb * N, dloss, s);
         head_backward(g, x, dresid_at(g, mb), s);
     }
-    mean_loss(g->loss_dev, g->losses, n_micro * N, s);
+    mean_loss(g->loss_dev, g->losses, n_micro * N, s, g->packed ? dloss : 0.0f);  // non-targets add 0
 }
 
 // The embeddings' backward, then the resident prefix's squared norm (its gradients stay on the GPU).
@@ -482,7 +498,7 @@ static void embeddings_backward(GPT* g, int n_micro, cudaStream_t s) {
         else
             embedding_backward(g->resident_grads + p->embed_offset[WTE],
                                g->resident_grads + p->embed_offset[WPE], dresid_at(g, mb),
-                               g->tokens_in + mb * N, N, g->T, g->config.channels, s);
+                               g->tokens_in + mb * N, N, g->T, g->config.channels, s, positions(g, mb));
     grads_to_bf16_sumsq(NULL, g->resident_grads, g->resident_count, g->sumsq_dev, s);
 }
 
@@ -496,15 +512,16 @@ static float read_loss_and_norm(GPT* g, cudaStream_t s) {
 }
 
 // Forward and backward of one step over n_micro x (B*T) tokens; returns the mean loss.
-// g->last_norm gets the gradient norm. Updates nothing (gpt_update does).
-static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets, int n_micro) {
+// Chat data: pos, and the step's num_targets (> 0). g->last_norm gets the gradient norm. Updates nothing.
+static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets, const int* pos, int n_micro,
+                                  int64_t num_targets) {
     const int L = g->config.num_layers, R = g->resident_layers;
     cudaStream_t s = g->stream.compute;
     Timeline* tl = g->timeline;
     if (n_micro < 1 || n_micro > g->max_micro) die("internal: %d micro-batches", n_micro);
 
     // 1. tokens and embeddings (the resident prefix is up to date: the last GPU AdamW ran on this stream)
-    embeddings_forward(g, inputs, targets, n_micro, s);
+    embeddings_forward(g, inputs, targets, pos, n_micro, s);
 
     // 2. forward: each layer's weights arrive once and serve every micro-batch (resident layers first)
     stream_begin_pass(&g->stream, g->forward_order, L - R);
@@ -514,14 +531,14 @@ static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets,
             ScopedSpan span(tl, TRACK_COMPUTE, "fwd", l, s);
             for (int mb = 0; mb < n_micro; mb++) {
                 bf16* out = layer_input(g, l + 1, mb);
-                layer_forward(g, w, layer_input(g, l, mb), out, layer_acts(g, l, mb), s);
+                layer_forward(g, w, layer_input(g, l, mb), out, layer_acts(g, l, mb), positions(g, mb), s);
             }
         }
         layer_release(g, l);
     }
 
     // 3. loss, and its backward through lm_head and the final LayerNorm
-    head_forward_backward(g, n_micro, s);
+    head_forward_backward(g, n_micro, num_targets, s);
 
     // 4. backward, last layer first, last micro-batch first; a streamed layer's gradients go to the host
     ssd_tier_begin_backward(g);  // -sd: a new generation of the grads file
@@ -533,7 +550,8 @@ static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets,
             float* grads = layer_grads_begin(g, l, s);
             for (int mb = n_micro - 1; mb >= 0; mb--) {
                 restore_activations(g, w, l, mb, n_micro, s);
-                layer_backward(g, w, grads, layer_input(g, l, mb), dresid_at(g, mb), layer_acts(g, l, mb), s);
+                layer_backward(g, w, grads, layer_input(g, l, mb), dresid_at(g, mb), layer_acts(g, l, mb),
+                               positions(g, mb), s);
             }
             layer_release(g, l);
             layer_grads_end(g, l, s);
@@ -569,16 +587,34 @@ static void timeline_add_adamw_round(GPT* g) {
 typedef struct {
     float loss;
     double norm;
+    int64_t targets;    // the tokens its loss is the mean over (chat data: 0 skips the step)
     char diverged[96];  // why the run must stop before this update, or ""
-    bool skipped;       // -sl / -sg: no update (g->skipped says why)
+    bool skipped;       // -sl / -sg, or no targets: no update (g->skipped says why)
 } StepResult;
 
+// Targets that are not -1 among n.
+static int64_t count_targets(const int* targets, int64_t n) {
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++) count += targets[i] >= 0;
+    return count;
+}
+
 // One step of the training loop, as llm.c's: forward and backward, then the update.
-// No update when the step diverged (the caller stops) or -sl / -sg find it an outlier.
-static StepResult gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro, float lr) {
-    timeline_start_step(g->timeline, g->stream.compute);
+// pos: chat data's positions (NULL: pretraining). No update when the step diverged (the caller stops),
+// -sl / -sg find it an outlier, or chat data has no target in the step.
+static StepResult gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro, float lr,
+                           const int* pos = NULL) {
     StepResult r = {};
-    r.loss = gpt_forward_backward(g, inputs, targets, n_micro);
+    const int64_t tokens = (int64_t)n_micro * g->B * g->T;
+    r.targets = pos ? count_targets(targets, tokens) : tokens;
+    if (r.targets == 0) {  // nothing to learn: no forward pass, no update
+        snprintf(g->skipped, sizeof g->skipped, "no target tokens in this step");
+        g->last_norm = 0.0;
+        r.skipped = true;
+        return r;
+    }
+    timeline_start_step(g->timeline, g->stream.compute);
+    r.loss = gpt_forward_backward(g, inputs, targets, pos, n_micro, r.targets);
     r.norm = g->last_norm;
     if (g->timeline) timeline_add_adamw_round(g);
     ssd_tier_timeline(g);
@@ -591,25 +627,32 @@ static StepResult gpt_step(GPT* g, const int* inputs, const int* targets, int n_
 }
 
 // Forward only over n <= max_micro batches in one walk of the layers.
-// With targets, losses[i] gets batch i's mean loss; without, the last batch's logits stay in g->acts.
-static void gpt_forward_eval_batches(GPT* g, const int* inputs, const int* targets, int n, float* losses) {
+// With targets, losses[i] gets batch i's mean loss (chat data, pos given: over its targets, 0 with none);
+// without, the last batch's logits stay in g->acts.
+static void gpt_forward_eval_batches(GPT* g, const int* inputs, const int* targets, int n, float* losses,
+                                     const int* pos = NULL) {
     const int L = g->config.num_layers, R = g->resident_layers;
     const int64_t N = (int64_t)g->B * g->T;
     cudaStream_t s = g->stream.compute;
     if (n < 1 || n > g->max_micro) die("internal: %d batches in one evaluation pass", n);
-    embeddings_forward(g, inputs, targets, n, s);
+    embeddings_forward(g, inputs, targets, pos, n, s);
     stream_begin_pass(&g->stream, g->forward_order, L - R);
     for (int l = 0; l < L; l++) {
         const bf16* w = layer_acquire(g, l);
         for (int i = 0; i < n; i++)
-            layer_forward(g, w, layer_input(g, l, i), layer_input(g, l + 1, i), &g->acts, s);
+            layer_forward(g, w, layer_input(g, l, i), layer_input(g, l + 1, i), &g->acts, positions(g, i), s);
         layer_release(g, l);
     }
     for (int i = 0; i < n; i++) {
         const int* t = targets ? g->tokens_out + i * N : NULL;
         head_forward(g, layer_input(g, L, i), t, g->losses + i * N, 0.0f, s);
         if (!targets) continue;
-        mean_loss(g->loss_dev, g->losses + i * N, N, s);
+        const int64_t count = pos ? count_targets(targets + i * N, N) : N;
+        if (count == 0) {
+            losses[i] = 0.0f;
+            continue;
+        }
+        mean_loss(g->loss_dev, g->losses + i * N, N, s, pos ? 1.0f / (float)count : 0.0f);
         cudaCheck(cudaMemcpyAsync(g->loss_host, g->loss_dev, 4, cudaMemcpyDeviceToHost, s));
         cudaCheck(cudaStreamSynchronize(s));
         losses[i] = *g->loss_host;
@@ -617,9 +660,9 @@ static void gpt_forward_eval_batches(GPT* g, const int* inputs, const int* targe
     cudaCheck(cudaStreamSynchronize(s));
 }
 // One batch: its mean loss (targets given), or 0 and its logits in the workspace (targets NULL).
-static float gpt_forward_eval(GPT* g, const int* inputs, const int* targets) {
+static float gpt_forward_eval(GPT* g, const int* inputs, const int* targets, const int* pos = NULL) {
     float loss = 0.0f;
-    gpt_forward_eval_batches(g, inputs, targets, 1, &loss);
+    gpt_forward_eval_batches(g, inputs, targets, 1, &loss, pos);
     return loss;
 }
 
@@ -794,37 +837,45 @@ static int resolve_model(const char* spec, GPTConfig* cfg, LlamaConfig* llama) {
     return kind;
 }
 
-// The loader's next batch, its tokens checked against the vocabulary, into inputs / targets.
-static void fetch_batch(DataLoader* dl, int V, const char* which, int* inputs, int* targets) {
+// One step's tokens on the host: n_micro x N each; pos only for chat data (else NULL).
+typedef struct {
+    int *inputs, *targets, *pos;
+} StepTokens;
+
+// The loader's next batch, its tokens checked against the vocabulary, into batch mb of `to`.
+static void fetch_batch(DataLoader* dl, int V, const char* which, StepTokens* to, int mb) {
     const int64_t N = (int64_t)dl->B * dl->T;
     if (!dataloader_next_batch(dl)) die("%s", dl->err);
     char err[600];
     if (!dataloader_check_tokens(dl, V, err, sizeof err)) die("%s data: %s", which, err);
-    memcpy(inputs, dl->inputs, (size_t)N * sizeof(int));
-    memcpy(targets, dl->targets, (size_t)N * sizeof(int));
-}
-
-// Fills n_micro micro-batches from the loader into contiguous host arrays.
-static void next_step_batches(DataLoader* dl, int n_micro, int* inputs, int* targets, int V) {
-    const int64_t N = (int64_t)dl->B * dl->T;
-    for (int mb = 0; mb < n_micro; mb++) fetch_batch(dl, V, "train", inputs + mb * N, targets + mb * N);
+    memcpy(to->inputs + mb * N, dl->inputs, (size_t)N * sizeof(int));
+    memcpy(to->targets + mb * N, dl->targets, (size_t)N * sizeof(int));
+    // chat rows begin a conversation, so 0 <= pos[t] <= t < T: the kernels' masks stay in the row
+    if (to->pos) memcpy(to->pos + mb * N, dl->pos, (size_t)N * sizeof(int));
 }
 
 // The mean loss of the first `batches` validation batches, max_micro per walk of the layers.
-static float validation_loss(GPT* g, DataLoader* val, int64_t batches, int* inputs, int* targets) {
+// Chat data: the mean over their target tokens.
+static float validation_loss(GPT* g, DataLoader* val, int64_t batches, StepTokens* buf) {
     const int64_t N = (int64_t)g->B * g->T;
+    const bool chat = val->kind == DL_CHAT;
     dataloader_reset(val);
-    double sum = 0.0;
+    double sum = 0.0, targets = 0.0;
     std::vector<float> losses((size_t)g->max_micro);
     for (int64_t done = 0; done < batches;) {
         const int n = (int)std::min<int64_t>(g->max_micro, batches - done);
-        for (int i = 0; i < n; i++)
-            fetch_batch(val, g->config.vocab_size, "val", inputs + i * N, targets + i * N);
-        gpt_forward_eval_batches(g, inputs, targets, n, losses.data());
-        for (int i = 0; i < n; i++) sum += losses[i];
+        for (int i = 0; i < n; i++) fetch_batch(val, g->config.vocab_size, "val", buf, i);
+        gpt_forward_eval_batches(g, buf->inputs, buf->targets, n, losses.data(), chat ? buf->pos : NULL);
+        for (int i = 0; i < n; i++) {
+            const double count = chat ? (double)count_targets(buf->targets + i * N, N) : 1.0;  // a mean each
+            sum += losses[i] * count;
+            targets += count;
+        }
         done += n;
     }
-    return (float)(sum / (double)batches);
+    if (chat && targets == 0)
+        die("val data %s: no target tokens in its first %lld batches", val->pattern, (long long)batches);
+    return (float)(sum / targets);
 }
 
 static void print_timeline(GPT* g, const TimelineSummary& t, const char* output_dir) {
@@ -876,8 +927,8 @@ typedef struct {
     int64_t val_batches;
     Tokenizer tok;
     TrainLogger logger;
-    int *inputs, *targets;  // one step's tokens
-    double* step_seconds;   // each step's time
+    StepTokens batch;      // one step's tokens
+    double* step_seconds;  // each step's time
     uint64_t sample_rng;
     int sample_tokens;              // per sample (gpu_sample_tokens: 0 by default for a large model)
     Timeline timeline;              // -Y 1
@@ -924,14 +975,18 @@ static void open_output_dir(Run* r) {
 
 // One step's tokens (a benchmark: one fixed random batch, as its peers) and each step's time.
 static void alloc_step_buffers(Run* r) {
-    r->inputs = (int*)malloc((size_t)r->step_tokens * sizeof(int));
-    r->targets = (int*)malloc((size_t)r->step_tokens * sizeof(int));
+    StepTokens* b = &r->batch;
+    const size_t bytes = (size_t)r->step_tokens * sizeof(int);
+    b->inputs = (int*)malloc(bytes);
+    b->targets = (int*)malloc(bytes);
+    b->pos = r->train.kind == DL_CHAT ? (int*)malloc(bytes) : NULL;
     r->step_seconds = (double*)calloc((size_t)r->total_steps + 1, sizeof(double));
-    if (!r->inputs || !r->targets || !r->step_seconds) die("out of host memory for the token buffers");
+    if (!b->inputs || !b->targets || (r->train.kind == DL_CHAT && !b->pos) || !r->step_seconds)
+        die("out of host memory for the token buffers");
     uint64_t rng = SYNTHETIC_SEED;
     for (int64_t i = 0; r->bench && i < r->step_tokens; i++) {
-        r->inputs[i] = (int)(random_u64(&rng) % (uint64_t)r->cfg.vocab_size);  // 50257 for GPT-2's vocabulary
-        r->targets[i] = (int)(random_u64(&rng) % (uint64_t)r->cfg.vocab_size);
+        b->inputs[i] = (int)(random_u64(&rng) % (uint64_t)r->cfg.vocab_size);  // 50257 for GPT-2's vocabulary
+        b->targets[i] = (int)(random_u64(&rng) % (uint64_t)r->cfg.vocab_size);
     }
 }
 
@@ -949,8 +1004,6 @@ static void open_data(Run* r) {
             die("%s", err);
         if (!dataloader_init(val, a->val_data, a->B, a->T, 0, 0, err, sizeof err)) die("%s", err);
         if (!dataloader_check_pair(train, val, err, sizeof err)) die("%s", err);
-        if (train->kind == DL_CHAT || val->kind == DL_CHAT)
-            die("chat shards: this trainer does not fine-tune on conversations yet (train_gpt_cpu does)");
         if (r->total_steps < 0) r->total_steps = (int)(train->num_batches / r->n_micro);
         if (a->max_steps < 0 && r->total_steps < 1)
             die("train data %s holds fewer than %d batches of B*T: one step needs that many", a->train_data,
@@ -1425,14 +1478,23 @@ static void print_run_summary(const Run* r, GPT* g) {
 
 // One step's line: loss, norm, lr, time, throughput, MFU, progress, and why an update was skipped
 // (-sl / -sg).
-static void print_step_line(const Run* r, const GPT* g, int step, float loss, float lr, double dt,
+// Chat data: "| targets N" (the tokens the loss is the mean over); a step without any has no loss.
+static void print_step_line(const Run* r, const GPT* g, int step, const StepResult* res, float lr, double dt,
                             double elapsed) {
-    char mfu[32] = "MFU n/a", progress[64];
+    char mfu[32] = "MFU n/a", progress[64], targets[48] = "";
     if (r->peak_flops > 0)
         snprintf(mfu, sizeof mfu, "MFU %.1f%%", 100.0 * step_flops(g, r->step_tokens) / dt / r->peak_flops);
     progress_text(elapsed, step + 1, r->start_step, r->total_steps, progress, sizeof progress);
-    printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f | %s%s%s%s\n", step + 1,
-           r->total_steps, loss, g->last_norm, lr, dt * 1e3, r->step_tokens / dt, mfu, progress,
+    if (r->batch.pos) snprintf(targets, sizeof targets, " | targets %lld", (long long)res->targets);
+    if (res->targets == 0) {
+        fprintf(stderr, "warning: step %d: no target tokens in its %d micro-batches: nothing to learn\n",
+                step + 1, r->n_micro);
+        printf("step %4d/%d | loss - | lr %.2e | ms %.1f%s | update skipped: %s\n", step + 1, r->total_steps,
+               lr, dt * 1e3, targets, g->skipped);
+        return;
+    }
+    printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | ms %.1f | tok/s %.0f%s | %s%s%s%s\n", step + 1,
+           r->total_steps, res->loss, g->last_norm, lr, dt * 1e3, r->step_tokens / dt, targets, mfu, progress,
            g->skipped[0] ? " | update skipped: " : "", g->skipped);
 }
 
@@ -1444,7 +1506,7 @@ static void evaluate(Run* r, GPT* g, int step) {
     const bool sample_now = !r->bench && r->sample_tokens > 0 &&
                             ((a.sample_every > 0 && step > 0 && step % a.sample_every == 0) || last);
     if (val_now) {
-        const float vl = validation_loss(g, &r->val, r->val_batches, r->inputs, r->targets);
+        const float vl = validation_loss(g, &r->val, r->val_batches, &r->batch);
         printf("val loss %.6f\n", vl);
         logger_val(&r->logger, step, vl);
     }
@@ -1454,7 +1516,7 @@ static void evaluate(Run* r, GPT* g, int step) {
 // The next step's micro-batches (-a 1: the same first ones every step).
 static void load_step_batches(Run* r) {
     if (r->args.overfit_single_batch) dataloader_reset(&r->train);
-    next_step_batches(&r->train, r->n_micro, r->inputs, r->targets, r->cfg.vocab_size);
+    for (int mb = 0; mb < r->n_micro; mb++) fetch_batch(&r->train, r->cfg.vocab_size, "train", &r->batch, mb);
 }
 
 static void save_run_checkpoint(Run* r, GPT* g) {
@@ -1464,8 +1526,9 @@ static void save_run_checkpoint(Run* r, GPT* g) {
 }
 
 static void free_run(Run* r, GPT* g) {
-    free(r->inputs);
-    free(r->targets);
+    free(r->batch.inputs);
+    free(r->batch.targets);
+    free(r->batch.pos);
     free(r->step_seconds);
     logger_close(&r->logger);
     tokenizer_free(&r->tok);
@@ -1514,16 +1577,17 @@ int main(int argc, char** argv) {
         const double step_start = timeline_now();  // the step's time runs to its end below
         if (!r.bench) load_step_batches(&r);
         const float lr = learning_rate_at(&args, step, r.total_steps);
-        const StepResult res = gpt_step(&g, r.inputs, r.targets, r.n_micro, lr);
-        if (g.timeline) r.last_timeline = timeline_summarize(g.timeline);  // waits for the GPU
+        const StepResult res = gpt_step(&g, r.batch.inputs, r.batch.targets, r.n_micro, lr, r.batch.pos);
+        const bool ran = res.targets > 0;  // chat data: a step without targets runs nothing
+        if (g.timeline && ran) r.last_timeline = timeline_summarize(g.timeline);  // waits for the GPU
         const double step_end = timeline_now(), dt = step_end - step_start;
         if (res.diverged[0]) die_diverged(step + 1, res.loss, res.norm, res.diverged, saved_step);
         r.step_seconds[step] = dt;
-        print_step_line(&r, &g, step, res.loss, lr, dt, step_end - run_t0);
+        print_step_line(&r, &g, step, &res, lr, dt, step_end - run_t0);
         if (step == r.start_step) print_gpu_margin(&r, &g, step);
-        if (g.timeline) print_timeline(&g, r.last_timeline, args.output_dir);
+        if (g.timeline && ran) print_timeline(&g, r.last_timeline, args.output_dir);
         fflush(stdout);
-        logger_train(&r.logger, step + 1, res.loss, lr, (float)res.norm);
+        if (ran) logger_train(&r.logger, step + 1, res.loss, lr, (float)res.norm);
         const bool last = step + 1 == r.total_steps;
         const int every = args.checkpoint_every;
         if (!r.bench && every > 0 && ((step + 1) % every == 0 || last)) {

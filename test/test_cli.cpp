@@ -345,9 +345,8 @@ TEST_P(Both, Llama3ShardsTrainAsGpt2Shards) {
     for (int r = 0; r < 4; r++) flags[r * 32] = CHAT_START;
     fwrite(flags.data(), 1, flags.size(), f);
     fclose(f);
-    const Result c = run_it(base_args() + Args{"-i", chat, "-j", chat, "-v", "1"});
-    if (bin == kCpu) EXPECT_TRUE(CleanError(c, {"no target tokens"})) << c.err;
-    else EXPECT_TRUE(CleanError(c, {"chat shards", "train_gpt_cpu does"})) << c.err;
+    const Result c = run_bin(trainer, base_args() + Args{"-i", chat, "-j", chat, "-v", "1"});
+    EXPECT_TRUE(CleanError(c, {"no target tokens"})) << c.err;  // both trainers: its validation has none
 }
 
 // ----------------------------------------------------------------------------

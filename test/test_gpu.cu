@@ -114,27 +114,52 @@ TEST(GpuTrainer, LogitsAndLossMatchCpuReference) {
     gpt2_cpu_free(&cpu);
 }
 
+// Chat data as the loader gives it (dataloader.h): each row packs conversations of random lengths; pos
+// restarts at 0 at each one, and only some tokens are targets (the rest -1). Row 0 holds far fewer targets
+// than the others, so a trainer that weighed micro-batches equally, not by their targets, would fail.
+static void make_chat_batch(int B, int T, std::vector<int>* pos, std::vector<int>* tg) {
+    uint64_t s = 99;
+    pos->assign((size_t)B * T, 0);
+    for (int b = 0; b < B; b++) {
+        int* p = pos->data() + (size_t)b * T;
+        for (int t = 0, left = 0; t < T; t++, left--) {
+            if (left == 0) left = 5 + (int)(random_u64(&s) % 27);  // a conversation of 5..31 tokens starts
+            else p[t] = p[t - 1] + 1;
+        }
+        // a target predicts the next token of the same conversation: row 0 1 in 9, the others 1 in 2
+        for (int t = 0; t < T; t++)
+            if (t + 1 == T || p[t + 1] == 0 || random_u64(&s) % (b ? 2 : 9) != 0)
+                (*tg)[(size_t)b * T + t] = -1;
+    }
+}
+
 // The CPU reference takes the whole batch at once; the GPU trainer takes it whole or as n_micro micro-batches
 // (B / n_micro rows each, accumulated: the backward pass recomputes every micro-batch's activations but the
-// last one's in the last layer, which the forward pass left in the workspace).
-static void gradients_match_cpu_reference(int n_micro) {
+// last one's in the last layer, which the forward pass left in the workspace). chat: packed conversations
+// (make_chat_batch); the loss is then the mean over the step's targets, on both sides.
+static void gradients_match_cpu_reference(int n_micro, bool chat = false) {
     const GPTConfig c = tiny_config(3, 128, 4, 64, 500);
     const int B = 4, T = 64;
     const TrainArgs a = test_args(1.0f);
     auto in = random_tokens((int64_t)B * T, c.vocab_size, 3),
          tg = random_tokens((int64_t)B * T, c.vocab_size, 4);
+    std::vector<int> pos;
+    if (chat) make_chat_batch(B, T, &pos, &tg);
+    const int* p_pos = chat ? pos.data() : NULL;
     GPT2CPU cpu;
     build_cpu(&cpu, c, B, T, 7);
     gpt2_cpu_zero_grad(&cpu);
-    ASSERT_TRUE(gpt2_cpu_forward(&cpu, in.data(), tg.data(), B, T)) << cpu.error;
-    ASSERT_TRUE(gpt2_cpu_backward(&cpu)) << cpu.error;
+    ASSERT_TRUE(gpt2_cpu_forward(&cpu, in.data(), tg.data(), B, T, p_pos)) << cpu.error;
+    ASSERT_TRUE(gpt2_cpu_backward(&cpu, chat ? 1.0f / (float)cpu.num_targets : 0.0f)) << cpu.error;
     GPT g;
     build_gpu(&g, c, B / n_micro, T, n_micro, 2, a, 7);
-    const float loss = gpt_step(&g, in.data(), tg.data(), n_micro, 0.0f).loss;
+    const StepResult step = gpt_step(&g, in.data(), tg.data(), n_micro, 0.0f, p_pos);
+    const float loss = step.loss;
+    if (chat) { EXPECT_EQ(step.targets, cpu.num_targets); }
     std::vector<float> grads = gpu_grads(&g);
     // bounds: the loss as in LogitsAndLossMatchCpuReference; every gradient tensor passes through about twice
     // as many bf16 roundings (and the layers' arrive rounded to bf16), plus fp32 atomics in any order: 5e-2
-    const std::string mb = std::to_string(n_micro) + " micro-batches: ";
+    const std::string mb = std::to_string(n_micro) + " micro-batches" + (chat ? " of chat data: " : ": ");
     EXPECT_TRUE(within(mb + "loss, relative", rel_diff(loss, cpu.mean_loss), 2e-2));
     const ParamLayout* p = &g.layout;
     // the padded vocabulary rows of wte take no part in the model: their gradient is exactly zero
@@ -169,6 +194,17 @@ TEST(GpuTrainer, AccumulatedGradientsMatchCpuReference) {
     REQUIRE_GPU();
     gradients_match_cpu_reference(2);
     gradients_match_cpu_reference(4);
+}
+// Chat data: positions restart per conversation (wpe, both attention masks), -1 targets add nothing, and
+// micro-batches weigh by their target counts. Both attention paths.
+TEST(GpuTrainer, ChatDataGradientsMatchCpuReference) {
+    REQUIRE_GPU();
+    for (bool flash : {true, false}) {
+        flash_attention_flag = flash;
+        gradients_match_cpu_reference(1, true);
+        gradients_match_cpu_reference(4, true);
+    }
+    flash_attention_flag = -1;
 }
 
 // 10 steps of the same batches through both trainers: same schedule, clip and AdamW (schedulers.h, adamw.h).

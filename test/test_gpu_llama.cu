@@ -1,13 +1,13 @@
 // test_gpu_llama.cu — the streaming GPU trainer (train_gpt.cu, llama_layers.cuh) on the Llama family, against
 // the fp32 CPU reference llama_cpu.h (itself checked against transformers): logits and loss, every gradient
-// tensor (one and two micro-batches, both attention paths), 8 AdamW steps beside llama_cpu_adamw, -R and -K
-// against plain streaming, a checkpoint round trip that continues bit for bit and whose model file the CPU
-// reference reads, every hand-over between the streams and the CPU AdamW ordered (the emulation's race
-// check), and the memory plan against what gpt_build allocates. Two shapes: a Llama 3 (untied lm_head, GQA
-// ratio 2, head size 64, llama3-scaled RoPE) and a Qwen2 (q/k/v biases, tied embeddings, GQA ratio 4, head
-// size 64). Not here: the CLI (test_llama_trainer.cpp), the kernels one by one (test_llama_kernels.cu), GPT-2
-// (test_gpu.cu). Every test skips when no CUDA device is present; make's emulated build
-// (build/emu_test_gpu_llama) runs them on the CPU (test/fake_cuda).
+// tensor (one and two micro-batches, both attention paths, chat data's packed conversations), 8 AdamW steps
+// beside llama_cpu_adamw, -R and -K against plain streaming, a checkpoint round trip that continues bit for
+// bit and whose model file the CPU reference reads, every hand-over between the streams and the CPU AdamW
+// ordered (the emulation's race check), and the memory plan against what gpt_build allocates. Two shapes: a
+// Llama 3 (untied lm_head, GQA ratio 2, head size 64, llama3-scaled RoPE) and a Qwen2 (q/k/v biases, tied
+// embeddings, GQA ratio 4, head size 64). Not here: the CLI (test_llama_trainer.cpp), the kernels one by one
+// (test_llama_kernels.cu), GPT-2 (test_gpu.cu). Every test skips when no CUDA device is present; make's
+// emulated build (build/emu_test_gpu_llama) runs them on the CPU (test/fake_cuda).
 //
 // Tolerances, and why (test_gpu.cu's, from the same numerics): the GPU computes in bf16 (relative rounding
 // 2^-9) with fp32 accumulation on bf16 copies of the fp32 weights, the reference in fp32 throughout; a few
@@ -145,26 +145,49 @@ TEST(GpuLlama, LogitsAndLossMatchCpuReference) {
     }
 }
 
+// Chat data as test_gpu.cu's make_chat_batch: conversations of 5..31 tokens packed in rows, positions
+// restarting at each, targets only inside a conversation (row 0 sparser), the rest -1.
+void make_chat_batch(int B, int T, std::vector<int>* pos, std::vector<int>* tg) {
+    uint64_t s = 99;
+    pos->assign((size_t)B * T, 0);
+    for (int b = 0; b < B; b++) {
+        int* p = pos->data() + (size_t)b * T;
+        for (int t = 0, left = 0; t < T; t++, left--) {
+            if (left == 0) left = 5 + (int)(random_u64(&s) % 27);
+            else p[t] = p[t - 1] + 1;
+        }
+        for (int t = 0; t < T; t++)
+            if (t + 1 == T || p[t + 1] == 0 || random_u64(&s) % (b ? 2 : 9) != 0)
+                (*tg)[(size_t)b * T + t] = -1;
+    }
+}
+
 // One step's gradients, the whole batch as n_micro micro-batches, on the attention path `flash`.
-void gradients_match_cpu_reference(const Shape& sh, int n_micro, int flash) {
+// chat: packed conversations (RoPE by their positions, masks per conversation, the mean over the targets).
+void gradients_match_cpu_reference(const Shape& sh, int n_micro, int flash, bool chat = false) {
     const LlamaConfig& c = sh.c;
     const int B = 4, T = 32;
     auto in = random_tokens((int64_t)B * T, c.vocab_size, 3),
          tg = random_tokens((int64_t)B * T, c.vocab_size, 4);
+    std::vector<int> pos;
+    if (chat) make_chat_batch(B, T, &pos, &tg);
+    const int* p_pos = chat ? pos.data() : NULL;
     LlamaCPU cpu;
     build_cpu(&cpu, c, B, T, 7);
     llama_cpu_zero_grad(&cpu);
-    ASSERT_TRUE(llama_cpu_forward(&cpu, in.data(), tg.data(), B, T)) << cpu.error;
-    ASSERT_TRUE(llama_cpu_backward(&cpu)) << cpu.error;
+    ASSERT_TRUE(llama_cpu_forward(&cpu, in.data(), tg.data(), B, T, p_pos)) << cpu.error;
+    ASSERT_TRUE(llama_cpu_backward(&cpu, chat ? 1.0f / (float)cpu.num_targets : 0.0f)) << cpu.error;
     const int saved = flash_attention_flag;
     flash_attention_flag = flash;
     GPT g;
     build_gpu(&g, c, B / n_micro, T, n_micro, 2, test_args(), 7);
     flash_attention_flag = saved;
-    const float loss = gpt_step(&g, in.data(), tg.data(), n_micro, 0.0f).loss;
+    const StepResult step = gpt_step(&g, in.data(), tg.data(), n_micro, 0.0f, p_pos);
+    const float loss = step.loss;
+    if (chat) { EXPECT_EQ(step.targets, cpu.num_targets); }
     std::vector<float> grads = gpu_grads(&g);
-    const std::string what = std::string(sh.name) + ", " + std::to_string(n_micro) + " micro-batches, " +
-                             (g.flash ? "fused" : "cuBLAS") + " attention: ";
+    const std::string what = std::string(sh.name) + (chat ? " chat" : "") + ", " + std::to_string(n_micro) +
+                             " micro-batches, " + (g.flash ? "fused" : "cuBLAS") + " attention: ";
     EXPECT_TRUE(within(what + "loss, relative", rel_diff(loss, cpu.mean_loss), 2e-2));
     const LlamaLayout p = llama_layout(&c);
     for (int t = 0; t < NUM_LLAMA_EMBED_TENSORS; t++) {
@@ -195,6 +218,12 @@ TEST(GpuLlama, EveryGradientTensorMatchesCpuReference) {
 TEST(GpuLlama, AccumulatedGradientsMatchCpuReference) {
     REQUIRE_GPU();
     for (const Shape& sh : shapes()) gradients_match_cpu_reference(sh, 2, 1);
+}
+// Chat shards' packed conversations, both attention paths, 2 micro-batches weighed by their target counts.
+TEST(GpuLlama, ChatDataGradientsMatchCpuReference) {
+    REQUIRE_GPU();
+    for (const Shape& sh : shapes())
+        for (int flash : {1, 0}) gradients_match_cpu_reference(sh, 2, flash, true);
 }
 
 // 8 steps on the same batches: the GPU trainer against llama_cpu.h with llama_cpu_adamw (llm.c's AdamW, decay

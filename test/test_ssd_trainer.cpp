@@ -8,6 +8,9 @@
 
 namespace {
 
+// The model of most runs here: 4 layers of 49,984 parameters, a vocabulary of 512.
+const char* const kSpec = "L4:C64:NH4:T32:V512";
+
 // The steps' "loss X | norm Y" (the part of a step line that must not change with where the state lives).
 std::map<int, std::string> loss_and_norm(const std::string& out) {
     std::map<int, std::string> m;
@@ -26,28 +29,28 @@ struct ScopedEnv {
 
 class SsdTrainer : public CliTest {
   protected:
+    // The models' vocabulary is 512 (kSpec's V512), and so are the shards' ids: the emulator spends most
+    // of a GPT-2 vocabulary's run in lm_head and the loss, which the SSD tier never touches.
+    std::string train, val;
     void SetUp() override {
         if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
         CliTest::SetUp();
         setenv("SSD_PROBE_SECONDS", "0", 1);  // one 64 MiB pass: the probe is printed, not tested, here
         setenv("SSD_PROBE_MIB", "64", 1);
+        train = shard_of("train.bin", small_vocab_ids(24576, 1));
+        val = shard_of("val.bin", small_vocab_ids(4096, 2));
+    }
+    // n ids below 512, a fixed pseudo-random sequence per seed
+    static std::vector<uint16_t> small_vocab_ids(int64_t n, uint64_t seed) {
+        std::vector<uint16_t> t((size_t)n);
+        for (auto& x : t) x = (uint16_t)(random_u64(&seed) % 512);
+        return t;
     }
     // 4 layers (-R 1: layer 0 on the GPU, -K 1: layer 3 keeps its activations), 3 micro-batches per step,
     // 3 steps, a checkpoint after each.
     Args run_args(const std::string& out, const std::vector<std::string>& more = {}) {
-        Args a = {"-e", "L4:C64:NH4:T32",
-                  "-b", "4",
-                  "-t", "32",
-                  "-d", "384",
-                  "-x", "3",
-                  "-v", "0",
-                  "-g", "0",
-                  "-n", "1",
-                  "-R", "1",
-                  "-K", "1",
-                  "-o", out,
-                  "-i", kTrain,
-                  "-j", kVal};
+        Args a = {"-e", kSpec, "-b", "4",  "-t", "32", "-d", "384", "-x", "3",  "-v",  "0",  "-g",
+                  "0",  "-n",  "1",  "-R", "1",  "-K", "1",  "-o",  out,  "-i", train, "-j", val};
         return a + more;
     }
     // The reference: the same run with the state in RAM (once per test).
@@ -107,7 +110,7 @@ TEST_F(SsdTrainer, SameTrainingAsInRam) {
     // the state file holds the prefix's m, v only: embeddings and layer 0
     GPTConfig c = {};
     char err[4352];
-    ASSERT_EQ(parse_model_spec("L4:C64:NH4:T32", &c, err, sizeof err), 1) << err;
+    ASSERT_EQ(parse_model_spec(kSpec, &c, err, sizeof err), 1) << err;
     const ParamLayout p = gpt_layout(&c);
     EXPECT_EQ(file_size(out + "/state_00000003.bin"),
               16 * 8 + (int64_t)sizeof(DataLoaderState) + 4 * 8 + (p.embed_count + p.layer_stride) * 8);
@@ -227,9 +230,18 @@ TEST_F(SsdTrainer, WeightReadFailureLeavesTheLastCheckpoint) {
 // (the outlier window is 128 steps), thresholds low enough that some updates are skipped: the same losses
 // and norms as in RAM, every step (before the fix, steps after the first skip differed).
 TEST_F(SsdTrainer, SkippedUpdatesAreTheSameAsInRam) {
-    const Args a = {
-        "-e", "L2:C32:NH2:T8", "-b",   "1",   "-t",   "8",  "-x",    "150", "-v",   "0",  "-g", "0", "-n",
-        "0",  "-sl",           "0.01", "-sg", "0.01", "-l", "0.003", "-i",  kTrain, "-j", kVal};
+    const Args a = {"-e",  "L2:C32:NH2:T8:V512",
+                    "-b",  "1",
+                    "-t",  "8",
+                    "-x",  "150",
+                    "-v",  "0",
+                    "-g",  "0",
+                    "-n",  "0",
+                    "-sl", "0.01",
+                    "-sg", "0.01",
+                    "-l",  "0.003",
+                    "-i",  train,
+                    "-j",  val};
     const Result ram = run_bin(kEmu, a);
     ASSERT_EQ(ram.code, 0) << ram.err << ram.out;
     EXPECT_TRUE(has(ram.out, "update skipped")) << "no update was skipped: the test checks nothing\n"
@@ -325,9 +337,9 @@ TEST_F(SsdTrainer, AStoreBelongsToItsRun) {
     EXPECT_TRUE(
         CleanError(run_bin(kEmu, run_args(dir + "/b", {"-x", "4", "-n", "2", "-sd", store, "-l", "0.01"})),
                    {"-sd", "holds the SSD store of the run in", "/a with a checkpoint", "left as it is"}));
-    EXPECT_TRUE(CleanError(run_bin(kEmu, {"-e", "L4:C64:NH4:T32", "-b", "4", "-t", "32", "-R", "1", "-B", "1",
-                                          "-W", "0", "-sd", store}),
-                           {"-sd", "holds the SSD store of the run in", "left as it is"}));
+    EXPECT_TRUE(CleanError(
+        run_bin(kEmu, {"-e", kSpec, "-b", "4", "-t", "32", "-R", "1", "-B", "1", "-W", "0", "-sd", store}),
+        {"-sd", "holds the SSD store of the run in", "left as it is"}));
     EXPECT_EQ(slurp(store + "/ssd_manifest"), manifest) << "the store is untouched";
     // while a process holds the directory's lock, a run is refused
     {
@@ -431,9 +443,14 @@ TEST_F(SsdTrainer, PlanShowsTheSsdTier) {
 // gradients; the rest pays for the ring, one layer buffer at load, and the emulator's staging of the
 // prefix's copies to the GPU); with -sd -sw 1 by at least 13 (of 16: the pinned bf16 weights too).
 TEST_F(SsdTrainer, PeakMemoryDropsByElevenBytesPerStreamedParameterThirteenWithSw) {
-    const Args a = {
-        "-e", "L200:C256:NH4:T32", "-b", "1", "-t", "32", "-x", "1", "-v", "0", "-g", "0", "-i", kTrain, "-j",
-        kVal};
+    const Args a = {"-e", "L200:C256:NH4:T32:V512",
+                    "-b", "1",
+                    "-t", "32",
+                    "-x", "1",
+                    "-v", "0",
+                    "-g", "0",
+                    "-i", train,
+                    "-j", val};
     const Result ram = run_bin(kEmu, a);
     ASSERT_EQ(ram.code, 0) << ram.err << ram.out;
     ScopedEnv pieces("SSD_PIECE_ELEMS", "65536");  // a ring of 3 MiB
@@ -445,7 +462,7 @@ TEST_F(SsdTrainer, PeakMemoryDropsByElevenBytesPerStreamedParameterThirteenWithS
                  peak_sd = number_after(sd.out, "peak host memory: ") * GiB;
     GPTConfig c = {};
     char err[4352];
-    ASSERT_EQ(parse_model_spec("L200:C256:NH4:T32", &c, err, sizeof err), 1) << err;
+    ASSERT_EQ(parse_model_spec("L200:C256:NH4:T32:V512", &c, err, sizeof err), 1) << err;
     const double streamed = (double)gpt_layout(&c).layer_stride * c.num_layers;
     printf(
         "  peak RSS: %.3f GiB in RAM, %.3f GiB with -sd: %.2f bytes less per streamed parameter (%.0f M)\n",
