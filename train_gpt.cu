@@ -945,9 +945,8 @@ static void check_resume_family(const char* model, const char* dir, const GPTCon
             llama_given ? "Llama-family model" : "GPT-2", dir, llama_saved ? "Llama-family model" : "GPT-2");
     if (!llama_saved) return check_resume_model(model, dir, ckpt);
     if (memcmp(&want, llama_ckpt, sizeof want) != 0)  // ints and floats, no padding
-        die("-e %s does not match the checkpoint in %s (L%d C%d NH%d NKV%d I%d V%d): drop -e or choose "
-            "another "
-            "-o",
+        die("-e %s does not match the checkpoint in %s (L%d C%d NH%d NKV%d I%d V%d): drop -e or "
+            "choose another -o",
             model, dir, llama_ckpt->num_layers, llama_ckpt->hidden_size, llama_ckpt->num_heads,
             llama_ckpt->num_kv_heads, llama_ckpt->intermediate_size, llama_ckpt->vocab_size);
 }
