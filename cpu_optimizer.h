@@ -7,8 +7,8 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
-#include "llmc/adamw.h"  // defines: AdamWArgs, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, adamw_layer_block_bf16grad
-#include "gpt.cuh"       // defines: struct GPT
+#include "llmc/adamw.h"  // defines: AdamWArgs, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, adamw_tensors_bf16grad
+#include "gpt.cuh"       // defines: struct GPT, layer_is_matrix
 #include "ssd_tier.h"    // defines: ssd_tier_round, ssd_tier_submit, ssd_tier_send_grads
 
 // The thread's state: one "round" per step updates the streamed layers R..L-1 in order.
@@ -39,7 +39,9 @@ static void adamw_layer(GPT* g, int l) {
     uint16_t* bf16_out = g->stream.weights_host_bf16 + off;
     FAKE_CUDA_HOST_ACCESS(grads, p->layer_stride * 2, false, "the CPU AdamW reading a layer's gradients");
     FAKE_CUDA_HOST_ACCESS(bf16_out, p->layer_stride * 2, true, "the CPU AdamW writing a layer's bf16 copy");
-    adamw_layer_block_bf16grad(p, g->master + off, grads, g->adam_m + off, g->adam_v + off, bf16_out, &args);
+    // weight decay on the matrices of the model's family (llm.c's rule)
+    adamw_tensors_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_is_matrix(g),
+                           g->master + off, grads, g->adam_m + off, g->adam_v + off, bf16_out, &args);
 }
 
 // Layer l is updated: the next forward pass may copy it (the stream's host-ready protocol).

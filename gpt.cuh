@@ -4,12 +4,14 @@
 // Not here: anything that launches work or allocates; the activations' layout (memory_plan.cuh).
 #pragma once
 #include <string.h>
+#include <algorithm>           // defines: std::rotate
 #include "llmc/args.h"         // defines: TrainArgs
 #include "llmc/cuda_common.h"  // defines: bf16, die
 #include "llmc/model.h"        // defines: GPTConfig, ParamLayout, gpt_layer_offset, LN1W..FCPROJB, WTE..LNFB
-#include "llmc/outliers.h"     // defines: OutlierWindow
-#include "stream.h"            // defines: WeightStream
-#include "llmc/timeline.h"     // defines: Timeline
+#include "llmc/llama_model.h"  // defines: LlamaConfig, llama_layout, LL_ATTN_NORM..LL_W_DOWN, LL_EMBED..LL_LM_HEAD
+#include "llmc/outliers.h"  // defines: OutlierWindow
+#include "stream.h"         // defines: WeightStream
+#include "llmc/timeline.h"  // defines: Timeline
 
 // ----------------------------------------------------------------------------
 // Activations of ONE layer for ONE micro-batch, named as gpt2_cpu.h's Activations. N = B*T tokens.
@@ -34,6 +36,15 @@ typedef struct {
     bf16* logits;                                                            // (N, Vp), then their gradient
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd, *lnf_mean, *lnf_rstd;  // (N) each
     float *att_lse, *att_dsum;  // (B, NH, T) each: the fused attention's row statistics
+    // the Llama family's, named as llama_cpu.h's LlamaActivations (NULL for GPT-2). QKV = (NH + 2 NKV) hd.
+    bf16* rms1;      // (N, C) RMSNorm 1 output
+    bf16* gate_up;   // (N, 2I) [gate | up], before SwiGLU (qkv above: (N, QKV), q and k rotated)
+    bf16* swiglu;    // (N, I) silu(gate) * up
+    bf16* rms2;      // (N, C)
+    bf16* dswiglu;   // (N, I)
+    bf16* dgate_up;  // (N, 2I)
+    bf16* datty;     // (N, NH hd)
+    float *rms1_rstd, *rms2_rstd;  // (N) each; the final RMSNorm's is lnf_rstd
     void* memory;
     int64_t bytes;
 } LayerActs;
@@ -67,6 +78,86 @@ typedef EmbedParams<const bf16> EmbedWeights;
 typedef EmbedParams<float> EmbedGrads;
 
 // ----------------------------------------------------------------------------
+// The Llama family (llama_model.h) in this trainer: its tensors in a ParamLayout, embeddings first.
+// A ParamLayout's layer tensors are llama_layout's LL_ATTN_NORM..LL_W_DOWN, its embedding tensors
+// LL_EMBED, LL_FINAL_NORM, LL_LM_HEAD (size 0 when tied) and an empty fourth.
+// The model file's order is [layers | embeddings]: llama_file_order / llama_trainer_order convert.
+static_assert((int)NUM_LLAMA_LAYER_TENSORS == (int)NUM_LAYER_TENSORS, "one ParamLayout for both families");
+static_assert((int)NUM_LLAMA_EMBED_TENSORS < (int)NUM_EMBED_TENSORS, "one ParamLayout for both families");
+static const int llama_embed_is_matrix4[NUM_EMBED_TENSORS] = {1, 0, 1, 0};  // embed, final_norm, lm_head
+
+static inline ParamLayout llama_param_layout(const LlamaConfig* c) {
+    const LlamaLayout ll = llama_layout(c);
+    ParamLayout p;
+    memset(&p, 0, sizeof p);
+    for (int k = 0; k < NUM_LAYER_TENSORS; k++) {
+        p.layer_size[k] = ll.layer_size[k];
+        p.layer_offset[k] = ll.layer_offset[k];
+    }
+    p.layer_stride = ll.layer_stride;
+    for (int k = 0; k < NUM_LLAMA_EMBED_TENSORS; k++) {
+        p.embed_size[k] = ll.embed_size[k];
+        p.embed_offset[k] = ll.embed_offset[k];
+        p.embed_count += ll.embed_size[k];
+    }
+    p.embed_offset[NUM_EMBED_TENSORS - 1] = p.embed_count;  // the empty fourth
+    p.total = ll.total;
+    return p;
+}
+
+// A flat array (weights, m or v) between the model file's order [layers | embeddings] and this trainer's
+// [embeddings | layers], in place.
+static inline void llama_trainer_order(const ParamLayout* p, float* x) {
+    std::rotate(x, x + (p->total - p->embed_count), x + p->total);
+}
+static inline void llama_file_order(const ParamLayout* p, float* x) {
+    std::rotate(x, x + p->embed_count, x + p->total);
+}
+
+// The GPTConfig the family's buffers are sized by: C, L, NH, maxT; Vp = V (logits are (N, V)).
+static inline GPTConfig llama_gpt_config(const LlamaConfig* c) {
+    GPTConfig g;
+    g.max_seq_len = c->max_seq_len;
+    g.vocab_size = c->vocab_size;
+    g.padded_vocab_size = c->vocab_size;
+    g.num_layers = c->num_layers;
+    g.num_heads = c->num_heads;
+    g.channels = c->hidden_size;
+    return g;
+}
+
+// The model's ParamLayout: GPT-2's, or the family's when llama is given (and has layers).
+static inline ParamLayout model_layout(const GPTConfig* c, const LlamaConfig* llama) {
+    return llama && llama->num_layers ? llama_param_layout(llama) : gpt_layout(c);
+}
+
+// A layer's parameters as named pointers, as llama_cpu.h's LlamaLayerTensors; absent biases NULL.
+// wq, wk, wv are adjacent: wq is also the fused (NH + 2 NKV) hd x C matrix [wq; wk; wv], and bq the fused
+// bias. w_gate, w_up too: w_gate is the fused (2I, C) matrix [w_gate; w_up].
+template <typename T>
+struct LlamaLayerParams {
+    T *attn_norm, *wq, *wk, *wv, *bq, *bk, *bv, *wo, *mlp_norm, *w_gate, *w_up, *w_down;
+};
+template <typename T>
+static inline LlamaLayerParams<T> llama_layer_params(const ParamLayout* p, T* layer) {
+    T* t[NUM_LAYER_TENSORS];
+    for (int k = 0; k < NUM_LAYER_TENSORS; k++) t[k] = p->layer_size[k] ? layer + p->layer_offset[k] : NULL;
+    return {t[LL_ATTN_NORM], t[LL_WQ], t[LL_WK],       t[LL_WV],     t[LL_BQ],   t[LL_BK],
+            t[LL_BV],        t[LL_WO], t[LL_MLP_NORM], t[LL_W_GATE], t[LL_W_UP], t[LL_W_DOWN]};
+}
+// The embeddings' parameters, as llama_cpu.h's LlamaEmbedTensors: lm_head is embed when tied.
+template <typename T>
+struct LlamaEmbedParams {
+    T *embed, *final_norm, *lm_head;
+};
+template <typename T>
+static inline LlamaEmbedParams<T> llama_embed_params(const ParamLayout* p, T* base) {
+    const int64_t* o = p->embed_offset;
+    return {base + o[LL_EMBED], base + o[LL_FINAL_NORM],
+            base + o[p->embed_size[LL_LM_HEAD] ? LL_LM_HEAD : LL_EMBED]};
+}
+
+// ----------------------------------------------------------------------------
 // The model as the GPU trainer holds it
 
 struct Optimizer;  // the CPU AdamW thread (cpu_optimizer.h)
@@ -74,7 +165,9 @@ struct SsdTier;    // -sd: the SSD tier (ssd_tier.h)
 
 typedef struct GPT GPT;
 struct GPT {
-    GPTConfig config;
+    GPTConfig config;      // GPT-2's, or the sizes of the Llama family's buffers (llama_gpt_config)
+    LlamaConfig llama;     // the Llama family's config; num_layers 0: GPT-2
+    float* rope_inv_freq;  // the family's RoPE frequencies (hd/2 floats, GPU)
     ParamLayout layout;
     int B, T;        // micro-batch
     bool flash;      // attention: fused kernels (flash_attention.cuh) or cuBLAS + softmax
@@ -128,6 +221,15 @@ struct GPT {
     int* backward_order;       // L-1, ..., R
     Timeline* timeline;        // NULL unless -Y 1
 };
+
+static inline bool is_llama(const GPT* g) { return g->llama.num_layers > 0; }
+// Which tensors are matrices (weight decay, llm.c's rule): the family's flags or GPT-2's.
+static inline const int* layer_is_matrix(const GPT* g) {
+    return is_llama(g) ? llama_layer_tensor_is_matrix : layer_tensor_is_matrix;
+}
+static inline const int* embed_is_matrix(const GPT* g) {
+    return is_llama(g) ? llama_embed_is_matrix4 : embed_tensor_is_matrix;
+}
 
 static inline bf16* layer_input(GPT* g, int l, int mb) {
     const int64_t n = (int64_t)g->B * g->T * g->config.channels;

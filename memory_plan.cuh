@@ -18,8 +18,12 @@
 // The attention path: the fused kernels where they take the head size and the GPU is sm_80+.
 // Else cuBLAS + softmax (attention.cuh), which stores the (T x T) scores. -F 0 forces cuBLAS.
 static int flash_attention_flag = 1;
-static bool use_flash_attention(const GPTConfig* c) {
-    return flash_attention_flag && flash_attention_usable(c->channels / c->num_heads);
+// The head size: C / NH for GPT-2, the family's hd for Llama (llama non-NULL with layers).
+static int attention_head_size(const GPTConfig* c, const LlamaConfig* llama = NULL) {
+    return llama && llama->num_layers ? llama->head_dim : c->channels / c->num_heads;
+}
+static bool use_flash_attention(const GPTConfig* c, const LlamaConfig* llama = NULL) {
+    return flash_attention_flag && flash_attention_usable(attention_head_size(c, llama));
 }
 
 // Byte counts, overflow-checked: an absurd shape (-e, -b, -t) dies here, not in cudaMalloc.
@@ -34,10 +38,59 @@ static int64_t plan_add(int64_t a, int64_t b, const char* what) {
     return r;
 }
 
+// The Llama family's table (acts_layout's twin), named as llama_cpu.h's. QKV = (NH + 2 NKV) hd, QD = NH hd.
+// A kept layer redoes its RMSNorms and SwiGLU (2C + I per token) and keeps the rest (QKV + QD + C + 2I).
+static int64_t llama_acts_layout(const LlamaConfig* c, int B, int T, bool kept_only, char* base,
+                                 LayerActs* a) {
+    const char* what =
+        "the activation workspace of one layer (B*T*2I, B*NH*T*T attention scores or B*T*V logits; lower -b "
+        "or -t)";
+    const int64_t N = (int64_t)B * T, C = c->hidden_size, V = c->vocab_size, I = c->intermediate_size;
+    const int64_t QD = (int64_t)c->num_heads * c->head_dim,
+                  QKV = QD + 2 * (int64_t)c->num_kv_heads * c->head_dim;
+    const int64_t largest[4] = {plan_mul(N, 2 * I, what), plan_mul(N, QKV, what),
+                                plan_mul(plan_mul((int64_t)B * c->num_heads, T, what), T, what),
+                                plan_mul(N, V, what)};
+    for (int i = 0; i < 4; i++) plan_add(plan_mul(largest[i], 2, what), 255, what);  // bf16, 256-aligned
+    const GPTConfig gc = llama_gpt_config(c);
+    const int64_t att = use_flash_attention(&gc, c) ? 0 : (int64_t)B * c->num_heads * T * T;
+    const struct {
+        bf16** p;
+        int64_t n;
+        bool kept;
+    } arrays[] = {{&a->rms1, N * C, false},         {&a->qkv, N * QKV, true},     {&a->att, att, true},
+                  {&a->atty, N * QD, true},         {&a->residual2, N * C, true}, {&a->rms2, N * C, false},
+                  {&a->gate_up, N * 2 * I, true},   {&a->swiglu, N * I, false},   {&a->dswiglu, N * I, false},
+                  {&a->dgate_up, N * 2 * I, false}, {&a->dln, N * C, false},      {&a->datty, N * QD, false},
+                  {&a->dqkv, N * QKV, false},       {&a->datt, att, false},       {&a->lnf, N * C, false},
+                  {&a->dlnf, N * C, false},         {&a->logits, N * V, false}};
+    int64_t bytes = 0;
+    for (const auto& x : arrays) {
+        if (kept_only && !x.kept) continue;
+        if (base) *x.p = (bf16*)(base + bytes);
+        bytes = plan_add(bytes, round_up64(x.n * 2, 256), what);
+    }
+    float** stats[3] = {&a->rms1_rstd, &a->rms2_rstd, &a->lnf_rstd};
+    for (int i = 0; i < (kept_only ? 0 : 3); i++) {  // a kept layer's are redone with its RMSNorms
+        if (base) *stats[i] = (float*)(base + bytes);
+        bytes = plan_add(bytes, round_up64(N * 4, 256), what);
+    }
+    const int64_t row_stats = plan_mul(plan_mul(N, c->num_heads, what), 4, what);  // (B, NH, T) floats
+    float** rows[2] = {&a->att_lse, &a->att_dsum};
+    for (int i = 0; i < (kept_only ? 1 : 2); i++) {
+        if (base) *rows[i] = (float*)(base + bytes);
+        bytes = plan_add(bytes, round_up64(row_stats, 256), what);
+    }
+    return round_up64(bytes, 256);
+}
+
 // The one description of a layer's activations, as llm.c's table of sizes: returns their bytes.
 // Given a base, it also points a's arrays into it. kept_only: what a kept layer (-K) holds.
 // A kept layer redoes its LayerNorms and GELU (6C per token) and keeps the rest (9C).
-static int64_t acts_layout(const GPTConfig* c, int B, int T, bool kept_only, char* base, LayerActs* a) {
+// llama (with layers): the family's table, llama_acts_layout.
+static int64_t acts_layout(const GPTConfig* c, int B, int T, bool kept_only, char* base, LayerActs* a,
+                           const LlamaConfig* llama = NULL) {
+    if (llama && llama->num_layers) return llama_acts_layout(llama, B, T, kept_only, base, a);
     const char* what =
         "the activation workspace of one layer (B*T*4C, B*NH*T*T attention scores or B*T*Vp logits; lower -b "
         "or -t)";
@@ -77,9 +130,9 @@ static int64_t acts_layout(const GPTConfig* c, int B, int T, bool kept_only, cha
     }
     return round_up64(bytes, 256);  // kept layers laid end to end each start 256-byte aligned
 }
-static int64_t acts_bytes(const GPTConfig* c, int B, int T, bool kept_only) {
+static int64_t acts_bytes(const GPTConfig* c, int B, int T, bool kept_only, const LlamaConfig* llama = NULL) {
     LayerActs unused;
-    return acts_layout(c, B, T, kept_only, NULL, &unused);
+    return acts_layout(c, B, T, kept_only, NULL, &unused, llama);
 }
 
 #define RESIDENT_BYTES_PER_PARAM \
@@ -113,11 +166,12 @@ typedef struct {
 } MemoryPlan;
 
 // The SSD store of a run with -sd: layers R..L-1 in pieces of at most 64 Mi parameters, a ring of 4.
-static SsdStoreConfig ssd_store_config(const GPTConfig* c, int resident_layers, int tier) {
+static SsdStoreConfig ssd_store_config(const GPTConfig* c, int resident_layers, int tier,
+                                       const LlamaConfig* llama = NULL) {
     SsdStoreConfig sc;
     memset(&sc, 0, sizeof sc);
     sc.num_layers = c->num_layers - resident_layers;
-    sc.layer_elems = gpt_layout(c).layer_stride;
+    sc.layer_elems = model_layout(c, llama).layer_stride;
     sc.with_bf16 = tier == TIER_SSD_WEIGHTS;
     sc.ring = 4;
     sc.grads_on_disk = 1;  // ssd_tier.h's gradient writer
@@ -128,9 +182,11 @@ static SsdStoreConfig ssd_store_config(const GPTConfig* c, int resident_layers, 
 }
 
 // The plan; every term that grows with -b, -t, -d is overflow-checked. tier: TIER_*.
+// llama (with layers): the Llama family's, c its llama_gpt_config.
 static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micro, int num_slots,
-                                  int resident_layers, int kept_layers, int tier = TIER_RAM) {
-    const ParamLayout p = gpt_layout(c);
+                                  int resident_layers, int kept_layers, int tier = TIER_RAM,
+                                  const LlamaConfig* llama = NULL) {
+    const ParamLayout p = model_layout(c, llama);
     const int64_t N = (int64_t)B * T;
     MemoryPlan m;
     memset(&m, 0, sizeof m);
@@ -146,7 +202,7 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
                                  tier == TIER_SSD_WEIGHTS ? &reader : NULL);
     if (ssd) m.pinned += GRAD_RING * grads_ring_bytes(&p);  // the gradients' ring
     if (ssd && resident_layers < c->num_layers) {
-        const SsdStoreConfig sc = ssd_store_config(c, resident_layers, tier);
+        const SsdStoreConfig sc = ssd_store_config(c, resident_layers, tier, llama);
         SsdPlanInput in;
         memset(&in, 0, sizeof in);
         in.streamed_layers = sc.num_layers;
@@ -181,12 +237,13 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     m.pinned += 3 * m.tokens;  // gpt_build's tokens_host
     m.host_bytes = m.master_adam + m.pinned + m.ssd_ring;
     m.scalars = 4 + 8 + (int64_t)kCublasWorkspaceBytes;
+    if (llama && llama->num_layers) m.scalars += (int64_t)(llama->head_dim / 2) * 4;  // RoPE's frequencies
     const char* kept =
         "the kept activations (-K layers * micro-batches * one layer's forward activations; lower -K)";
-    m.kept_acts = acts_bytes(c, B, T, true);
+    m.kept_acts = acts_bytes(c, B, T, true, llama);
     m.kept_layer = plan_mul(max_micro, m.kept_acts, kept);
     m.kept = plan_mul(kept_layers, m.kept_layer, kept);
-    m.acts = acts_bytes(c, B, T, false);
+    m.acts = acts_bytes(c, B, T, false, llama);
 
     const int64_t parts[] = {m.embeddings,   m.resident_layers, m.slots,  m.grad_staging, m.layer_grads,
                              m.layer_inputs, m.dresid,          m.tokens, m.tokens,       m.tokens,
@@ -234,19 +291,19 @@ static int64_t gpu_memory_budget(const GpuArgs* ga, int64_t gpu_free) {
 }
 // -R -1, then -K -1: as many layers as fit in the budget; returns the plan with them.
 static MemoryPlan place_layers(const GPTConfig* c, int B, int T, int n_micro, int slots, const GpuArgs* ga,
-                               int64_t budget, int* resident, int* kept) {
-    MemoryPlan plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga));
+                               int64_t budget, int* resident, int* kept, const LlamaConfig* llama = NULL) {
+    MemoryPlan plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga), llama);
     auto layers_that_fit = [&](int64_t per_layer) {
         const int64_t spare = budget - gpu_reserve_bytes - gpu_margin_bytes - plan.gpu_bytes;
         return spare > 0 ? (int)std::min<int64_t>(spare / per_layer, c->num_layers) : 0;
     };
     if (ga->resident < 0) {
         *resident = layers_that_fit(plan.resident_layer);
-        plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga));
+        plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga), llama);
     }
     if (ga->kept < 0) {
         *kept = layers_that_fit(plan.kept_layer);
-        plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga));
+        plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga), llama);
     }
     return plan;
 }
@@ -265,16 +322,24 @@ static int64_t dir_free_bytes(const char* dir) {
 
 // -P 1: what gpt_build would allocate for this run, part by part, and whether the host RAM here holds it.
 static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int slots, int resident,
-                              int kept, const GpuArgs* ga, MemoryPlan plan, bool no_gpu_here) {
+                              int kept, const GpuArgs* ga, MemoryPlan plan, bool no_gpu_here,
+                              const LlamaConfig* llama = NULL) {
     const double GiB = 1073741824.0;
-    const ParamLayout p = gpt_layout(c);
+    const ParamLayout p = model_layout(c, llama);
     const int64_t host_avail = host_memory_to_count_on(ga);
     const MemoryPlan& m = plan;
-    printf("memory plan: L%d C%d NH%d, %.3f B parameters, %d x %d tokens x %d micro-batches per step\n",
-           c->num_layers, c->channels, c->num_heads, gpt_num_real_params(c, &p) / 1e9, B, T, n_micro);
+    if (llama && llama->num_layers)
+        printf(
+            "memory plan: Llama family L%d C%d NH%d KV%d hd%d I%d V%d, %.3f B parameters, %d x %d tokens x "
+            "%d micro-batches per step\n",
+            c->num_layers, c->channels, c->num_heads, llama->num_kv_heads, llama->head_dim,
+            llama->intermediate_size, llama->vocab_size, p.total / 1e9, B, T, n_micro);
+    else
+        printf("memory plan: L%d C%d NH%d, %.3f B parameters, %d x %d tokens x %d micro-batches per step\n",
+               c->num_layers, c->channels, c->num_heads, gpt_num_real_params(c, &p) / 1e9, B, T, n_micro);
     printf("attention: %s%s\n",
-           use_flash_attention(c) ? "fused kernels (no T x T scores stored)"
-                                  : "cuBLAS + softmax (T x T scores stored in the workspace)",
+           use_flash_attention(c, llama) ? "fused kernels (no T x T scores stored)"
+                                         : "cuBLAS + softmax (T x T scores stored in the workspace)",
            no_gpu_here ? "; no GPU here: planned for an sm_90 one" : "");
     printf(
         "host %9.2f GiB: fp32 master weights and AdamW m, v %.2f%s; pinned bf16 weights and gradients %.2f%s",

@@ -175,7 +175,7 @@ static void ssd_round_update(void* ctx, int i, int64_t off, int64_t n, float* pa
                              float* m, float* v, uint16_t* bf16_out) {
     SsdRound* r = (SsdRound*)ctx;
     const ParamLayout* p = &r->g->layout;
-    adamw_tensors_window_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_tensor_is_matrix,
+    adamw_tensors_window_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_is_matrix(r->g),
                                   off, n, params, grads, m, v, bf16_out, &r->adamw);
 }
 static uint16_t* ssd_round_bf16_dst(void* ctx, int i) {

@@ -13,6 +13,9 @@
 //   5. the one synchronization: loss and gradient norm
 //   6. AdamW on a CPU thread, layer by layer, while the next step's forward pass runs
 
+// The Llama family (Llama 3, Qwen2; llama_model.h) takes the same step: its layer, head and embeddings are
+// llama_layers.cuh's, which layer_forward and the others hand over to (is_llama).
+
 // Its parts: the model as data (gpt.cuh), the CPU AdamW thread (cpu_optimizer.h),
 // the memory plan (memory_plan.cuh), its flags (gpu_args.h).
 // Not here: kernels (kernels.cuh), GEMMs (matmul.cuh), copies (stream.cu), AdamW math (cpu_adam.cpp).
@@ -40,6 +43,7 @@
 #include "dataloader.h"        // defines: DataLoader, dataloader_init, _next_batch, _check_pair
 #include "llmc/kernels.cuh"  // defines: layernorm_forward, gelu_forward, fused_classifier, adamw_gpu, kernels_load
 #include "llmc/logger.h"      // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
+#include "llmc/llama_hf.h"    // defines: llama_hf_read_config, llama_hf_load (the Llama family's checkpoints)
 #include "llmc/model_file.h"  // defines: GPTConfig, ParamLayout, gpt_layout, gpt_init_params, gpt_load_params
 #include "llmc/model_specs.h"  // defines: parse_model_spec, warn_if_spec_shadows_path
 #include "llmc/outliers.h"     // defines: OutlierWindow, outlier_skip, training_diverged, die_diverged
@@ -56,10 +60,11 @@
 #include "llmc/matmul.cuh"           // defines: matmul_forward, lt_matmul, matmul_handles_create
 #include "llmc/attention.cuh"        // defines: attention_forward, attention_backward (cuBLAS + softmax)
 #include "llmc/flash_attention.cuh"  // defines: flash_attention_forward, _backward, flash_attention_load
-#include "gpt.cuh"          // defines: struct GPT, LayerActs, LayerWeights, layer_params, layer_input
-#include "ssd_tier.h"       // defines: ssd_tier_new, ssd_tier_begin_backward, ssd_tier_checkpoint (-sd)
-#include "cpu_optimizer.h"  // defines: optimizer_submit, optimizer_block_ready, send_layer_grads
-#include "memory_plan.cuh"  // defines: MemoryPlan, gpt_memory_plan, place_layers, print_memory_plan
+#include "gpt.cuh"           // defines: struct GPT, LayerActs, LayerWeights, layer_params, layer_input
+#include "llama_layers.cuh"  // defines: llama_layer_forward, _backward, llama_head_forward, llama_embedding_*
+#include "ssd_tier.h"        // defines: ssd_tier_new, ssd_tier_begin_backward, ssd_tier_checkpoint (-sd)
+#include "cpu_optimizer.h"   // defines: optimizer_submit, optimizer_block_ready, send_layer_grads
+#include "memory_plan.cuh"   // defines: MemoryPlan, gpt_memory_plan, place_layers, print_memory_plan
 
 // ----------------------------------------------------------------------------
 // One transformer layer, forward, as gpt2_cpu.h's gpt2_cpu_forward. x: the layer's input.
@@ -68,6 +73,7 @@
 
 static void layer_forward(GPT* g, const bf16* weights, const bf16* x, bf16* out, LayerActs* a, const int* pos,
                           cudaStream_t s) {
+    if (is_llama(g)) return llama_layer_forward(g, weights, x, out, a, pos, s);  // the Llama family's layer
     const int B = g->B, T = g->T, C = g->config.channels, NH = g->config.num_heads;
     const int64_t N = (int64_t)B * T;
     const LayerWeights w = layer_params(&g->layout, weights);
@@ -85,6 +91,7 @@ static void layer_forward(GPT* g, const bf16* weights, const bf16* x, bf16* out,
 // A kept layer (-K) redoes its LayerNorms and GELU before its backward pass.
 // Three memory-bound passes replace a recompute's GEMMs and attention.
 static void layer_redo_cheap_part(GPT* g, const bf16* weights, const bf16* x, LayerActs* a, cudaStream_t s) {
+    if (is_llama(g)) return llama_layer_redo_cheap_part(g, weights, x, a, s);
     const int64_t N = (int64_t)g->B * g->T;
     const int C = g->config.channels;
     const LayerWeights w = layer_params(&g->layout, weights);
@@ -100,6 +107,7 @@ static void layer_redo_cheap_part(GPT* g, const bf16* weights, const bf16* x, La
 
 static void layer_backward(GPT* g, const bf16* weights, float* grads, const bf16* x, bf16* dres, LayerActs* a,
                            const int* pos, cudaStream_t s) {
+    if (is_llama(g)) return llama_layer_backward(g, weights, grads, x, dres, a, pos, s);
     const int B = g->B, T = g->T, C = g->config.channels, NH = g->config.num_heads;
     const int64_t N = (int64_t)B * T;
     const LayerWeights w = layer_params(&g->layout, weights);
@@ -133,6 +141,7 @@ static void layer_backward(GPT* g, const bf16* weights, float* grads, const bf16
 
 static void head_forward(GPT* g, const bf16* x, const int* targets, float* losses, float dloss_scale,
                          cudaStream_t s) {
+    if (is_llama(g)) return llama_head_forward(g, x, targets, losses, dloss_scale, s);  // RMSNorm, lm_head
     const int64_t N = (int64_t)g->B * g->T;
     const int C = g->config.channels, V = g->config.vocab_size, Vp = g->config.padded_vocab_size;
     LayerActs* a = &g->acts;
@@ -143,6 +152,7 @@ static void head_forward(GPT* g, const bf16* x, const int* targets, float* losse
 }
 
 static void head_backward(GPT* g, const bf16* x, bf16* dres, cudaStream_t s) {
+    if (is_llama(g)) return llama_head_backward(g, x, dres, s);
     const int64_t N = (int64_t)g->B * g->T;
     const int C = g->config.channels, Vp = g->config.padded_vocab_size;
     LayerActs* a = &g->acts;
@@ -181,18 +191,21 @@ static void host_free_floats(float* p, int64_t n) {
 }
 
 // tier: where the streamed layers' state lives (TIER_*). With -sd the host arrays hold the prefix only.
+// llama (with layers): a Llama-family model, cfg its llama_gpt_config.
 static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro, int num_slots,
-                      int resident_layers, int kept_layers, const TrainArgs* args, int tier = TIER_RAM) {
+                      int resident_layers, int kept_layers, const TrainArgs* args, int tier = TIER_RAM,
+                      const LlamaConfig* llama = NULL) {
     const bool ssd = tier != TIER_RAM;
     memset(g, 0, sizeof *g);
     g->checkpoint_step = -1;
     g->config = *cfg;
-    g->layout = gpt_layout(cfg);
+    if (llama) g->llama = *llama;
+    g->layout = model_layout(cfg, llama);
     g->B = B;
     g->T = T;
     g->max_micro = max_micro;
     g->args = *args;
-    g->flash = use_flash_attention(cfg);
+    g->flash = use_flash_attention(cfg, llama);
     const ParamLayout* p = &g->layout;
     const GPTConfig* c = &g->config;
     if (resident_layers < 0 || resident_layers > c->num_layers || kept_layers < 0 ||
@@ -202,7 +215,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     if (cublas_workspace)  // matmul.cuh's handles, workspace and algorithm cache are one per process
         die("internal: a second GPT built while one is alive (gpt_free the first)");
     const MemoryPlan plan =
-        gpt_memory_plan(c, B, T, max_micro, num_slots, resident_layers, kept_layers, tier);
+        gpt_memory_plan(c, B, T, max_micro, num_slots, resident_layers, kept_layers, tier, llama);
     g->resident_layers = resident_layers;
     g->kept_layers = kept_layers;
     g->resident_count = plan.resident_count;
@@ -249,14 +262,18 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     g->tokens_out = (int*)gpu_alloc(g, plan.tokens);
     g->tokens_pos = (int*)gpu_alloc(g, plan.tokens);
     g->losses = (float*)gpu_alloc(g, plan.tokens);
-    g->loss_dev = (float*)gpu_alloc(g, 4);                                // plan.scalars
-    g->sumsq_dev = (double*)gpu_alloc(g, 8);                              // plan.scalars
+    g->loss_dev = (float*)gpu_alloc(g, 4);    // plan.scalars
+    g->sumsq_dev = (double*)gpu_alloc(g, 8);  // plan.scalars
+    if (is_llama(g)) {                        // plan.scalars
+        g->rope_inv_freq = (float*)gpu_alloc(g, (int64_t)(g->llama.head_dim / 2) * 4);
+        rope_inv_freq_upload(g->rope_inv_freq, &g->llama);
+    }
     cudaCheck(cudaMallocHost(&g->tokens_host, (size_t)plan.tokens * 3));  // plan.pinned
     cudaCheck(cudaMallocHost(&g->loss_host, 4));
     cudaCheck(cudaMallocHost(&g->sumsq_host, 8));
     g->acts.bytes = plan.acts;
     g->acts.memory = gpu_alloc(g, plan.acts);
-    acts_layout(c, B, T, false, (char*)g->acts.memory, &g->acts);
+    acts_layout(c, B, T, false, (char*)g->acts.memory, &g->acts, llama);
     if (kept_layers > 0) {
         const int64_t n = (int64_t)kept_layers * max_micro;
         g->kept_memory = gpu_alloc(g, plan.kept);
@@ -264,7 +281,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
         if (!g->kept) die("out of host memory");
         for (int64_t i = 0; i < n; i++) {
             g->kept[i] = g->acts;  // what a kept layer does not keep stays in g->acts
-            acts_layout(c, B, T, true, (char*)g->kept_memory + i * plan.kept_acts, &g->kept[i]);
+            acts_layout(c, B, T, true, (char*)g->kept_memory + i * plan.kept_acts, &g->kept[i], llama);
         }
     }
     optimizer_start(g);
@@ -351,6 +368,7 @@ static void gpt_free(GPT* g) {
     cudaCheck(cudaFree(g->losses));
     cudaCheck(cudaFree(g->loss_dev));
     cudaCheck(cudaFree(g->sumsq_dev));
+    if (g->rope_inv_freq) cudaCheck(cudaFree(g->rope_inv_freq));
     cudaCheck(cudaFreeHost(g->tokens_host));
     cudaCheck(cudaFreeHost(g->loss_host));
     cudaCheck(cudaFreeHost(g->sumsq_host));
@@ -376,11 +394,10 @@ static void resident_adamw(GPT* g, float lr, float grad_scale, cudaStream_t s) {
             adamw_gpu(master, grads, g->resident_m + o, g->resident_v + o, g->resident + o, n, a, s);
         };
     };
-    adamw_tensors(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_tensor_is_matrix, &args,
-                  gpu_form(0));
+    adamw_tensors(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_is_matrix(g), &args, gpu_form(0));
     for (int l = 0; l < g->resident_layers; l++) {
         const int64_t block = gpt_layer_offset(p, l);
-        adamw_tensors(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_tensor_is_matrix, &args,
+        adamw_tensors(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_is_matrix(g), &args,
                       gpu_form(block));
     }
 }
@@ -448,7 +465,8 @@ static void embeddings_forward(GPT* g, const int* inputs, const int* targets, co
     const EmbedWeights e = embed_params(&g->layout, (const bf16*)g->resident);
     for (int mb = 0; mb < n_micro; mb++) {
         const int* tokens = g->tokens_in + mb * N;
-        embedding_forward(layer_input(g, 0, mb), tokens, e.wte, e.wpe, N, g->T, C, s, positions(g, mb));
+        if (is_llama(g)) llama_embedding_forward(g, layer_input(g, 0, mb), tokens, s);  // no wpe: RoPE
+        else embedding_forward(layer_input(g, 0, mb), tokens, e.wte, e.wpe, N, g->T, C, s, positions(g, mb));
     }
 }
 
@@ -476,9 +494,11 @@ static void embeddings_backward(GPT* g, int n_micro, cudaStream_t s) {
     const int64_t N = (int64_t)g->B * g->T;
     ScopedSpan span(g->timeline, TRACK_COMPUTE, "embed bwd", -1, s);
     for (int mb = 0; mb < n_micro; mb++)
-        embedding_backward(g->resident_grads + p->embed_offset[WTE], g->resident_grads + p->embed_offset[WPE],
-                           dresid_at(g, mb), g->tokens_in + mb * N, N, g->T, g->config.channels, s,
-                           positions(g, mb));
+        if (is_llama(g)) llama_embedding_backward(g, dresid_at(g, mb), g->tokens_in + mb * N, s);
+        else
+            embedding_backward(g->resident_grads + p->embed_offset[WTE],
+                               g->resident_grads + p->embed_offset[WPE], dresid_at(g, mb),
+                               g->tokens_in + mb * N, N, g->T, g->config.channels, s, positions(g, mb));
     grads_to_bf16_sumsq(NULL, g->resident_grads, g->resident_count, g->sumsq_dev, s);
 }
 
@@ -660,10 +680,24 @@ static void gpt_copy_logits(GPT* g, int b, int t, float* out) {
 // ----------------------------------------------------------------------------
 // Checkpoints (the files: checkpoint.h)
 
+// The Llama family's model file (and state file) order is [layers | embeddings], this trainer's
+// [embeddings | layers]: rotating the host arrays in place converts, without a second copy.
+static void llama_state_order(GPT* g, bool to_file) {
+    for (float* x : {g->master, g->adam_m, g->adam_v})
+        to_file ? llama_file_order(&g->layout, x) : llama_trainer_order(&g->layout, x);
+}
+
 // Gathers the state from the optimizer thread and the GPU, then writes the checkpoint.
 static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data_state) {
     optimizer_wait_all(g);          // the master weights and m, v of the last step must be complete
     gpt_resident_state_to_host(g);  // the GPU-resident prefix of them lives on the GPU
+    if (is_llama(g)) {              // llama_model.h's file: the Llama family, in its order
+        llama_state_order(g, true);
+        checkpoint_save(dir, g->step, g->adam_t, &g->config, g->master, g->adam_m, g->adam_v, &g->args, g->B,
+                        g->T, data_state, NULL, &g->llama);
+        llama_state_order(g, false);
+        return;
+    }
     if (!g->ssd) {
         checkpoint_save(dir, g->step, g->adam_t, &g->config, g->master, g->adam_m, g->adam_v, &g->args, g->B,
                         g->T, data_state);
@@ -678,6 +712,8 @@ static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data
 static void load_state(GPT* g, const char* path, DataLoaderState* data_state) {
     state_file_read(path, g->layout.total, g->adam_m, g->adam_v, data_state, &g->step, &g->adam_t,
                     g->ssd ? &g->host_state_count : NULL);
+    if (is_llama(g))  // m, v in the family's file order: to this trainer's (master is already)
+        for (float* x : {g->adam_m, g->adam_v}) llama_trainer_order(&g->layout, x);
     gpt_resident_state_to_device(g);  // the GPU-resident prefix's weights and moments live on the GPU
 }
 
@@ -708,7 +744,8 @@ static void gpt_sample(GPT* g, const Tokenizer* tok, int gen_tokens, uint64_t* r
 // recompute).
 static double step_flops(const GPT* g, int64_t tokens) {
     const GPTConfig* c = &g->config;
-    return 6.0 * (double)g->layout.total * tokens + 6.0 * c->num_layers * (double)c->channels * g->T * tokens;
+    const double width = is_llama(g) ? (double)g->llama.num_heads * g->llama.head_dim : c->channels;
+    return 6.0 * (double)g->layout.total * tokens + 6.0 * c->num_layers * width * g->T * tokens;
 }
 
 // The MFU denominator: the GPU's dense bf16 peak, by a word of its name (docs/memory.md).
@@ -756,15 +793,43 @@ static double gpu_bf16_peak_flops(const char* device_name, const char** label) {
 #define SYNTHETIC_SEED 7ull        // tokens of the benchmark mode
 static const char* kTokenizerPath = "gpt2_tokenizer.bin";
 
-// Model config from -e: a spec (random init), an llm.c model file (its header) or a Hugging
-// Face checkpoint (hf.h).
-static int resolve_model(const char* spec, GPTConfig* cfg) {
+// -e as a Llama-family model (llama_model.h): a spec or preset (1), a model file (2), a Hugging Face
+// checkpoint (3); 0: GPT-2. Dies on a malformed Llama spec or file, or a shape the GPU kernels refuse.
+static int llama_source_kind(const char* spec, LlamaConfig* llama) {
     char err[4352];
-    LlamaConfig llama;
-    if (parse_llama_spec(spec, &llama, err, sizeof err) != 2 || llama_is_model_file(spec))
-        die("-e %s is a Llama-family model: this trainer computes GPT-2 only for now (train_gpt_cpu trains "
-            "the Llama family)",
-            spec);
+    memset(llama, 0, sizeof *llama);
+    int kind = parse_llama_spec(spec, llama, err, sizeof err);
+    if (kind == 0) die("%s", err);
+    if (kind == 2 && llama_is_model_file(spec)) {
+        if (!llama_read_header(spec, llama, err, sizeof err)) die("%s", err);
+    } else if (kind == 2) {
+        const int hf = llama_hf_read_config(spec, llama, err, sizeof err);
+        if (hf == 0) die("%s", err);
+        if (hf != 1) {
+            memset(llama, 0, sizeof *llama);
+            return 0;
+        }
+        kind = 3;
+    }
+    // every tensor a multiple of 8 elements keeps every tensor and layer 16-byte aligned (copies, cuBLASLt)
+    const LlamaConfig& c = *llama;
+    const int QD = c.num_heads * c.head_dim, KVD = c.num_kv_heads * c.head_dim;
+    if (c.hidden_size % 8 || QD % 8 || KVD % 8 || c.intermediate_size % 8)
+        die("-e %s: this trainer needs C, NH*HD, KV*HD and I multiples of 8 (C%d, %d, %d, I%d)", spec,
+            c.hidden_size, QD, KVD, c.intermediate_size);
+    return kind;
+}
+
+// Model config from -e: a spec (random init), an llm.c model file (its header) or a Hugging
+// Face checkpoint (hf.h); or the Llama family's (llama_source_kind: *llama gets its config, cfg its
+// llama_gpt_config). llama->num_layers 0: GPT-2.
+static int resolve_model(const char* spec, GPTConfig* cfg, LlamaConfig* llama) {
+    char err[4352];
+    const int llama_kind = llama_source_kind(spec, llama);
+    if (llama_kind) {
+        *cfg = llama_gpt_config(llama);
+        return llama_kind == 1 ? 1 : 2;
+    }
     const int kind = parse_model_spec(spec, cfg, err, sizeof err);
     if (kind == 0) die("%s", err);
     warn_if_spec_shadows_path(spec, kind);
@@ -840,8 +905,9 @@ static int compare_double(const void* a, const void* b) {
 typedef struct {
     TrainArgs args;
     GpuArgs ga;
-    GPTConfig cfg;
-    int kind;  // 1: a model spec (GPT-2 init), 2: an llm.c model file
+    GPTConfig cfg;      // GPT-2's, or the Llama family's llama_gpt_config
+    LlamaConfig llama;  // the Llama family's config (num_layers 0: GPT-2)
+    int kind;           // 1: a model spec (seeded init), 2: a model file or Hugging Face checkpoint
     int bench, n_micro, total_steps, start_step;
     int64_t step_tokens;
     int resident, kept;  // -R / -K, once -1 is resolved
@@ -869,6 +935,22 @@ typedef struct {
     TimelineSummary last_timeline;  // of the last step
 } Run;
 
+// -y 1 with -e: the model -e names must be the checkpoint's, GPT-2 (check_resume_model) or Llama family.
+static void check_resume_family(const char* model, const char* dir, const GPTConfig* ckpt,
+                                const LlamaConfig* llama_ckpt) {
+    LlamaConfig want;
+    const bool llama_given = llama_source_kind(model, &want) != 0, llama_saved = llama_ckpt->num_layers > 0;
+    if (llama_given != llama_saved)
+        die("-e %s is a %s, the checkpoint in %s a %s: drop -e or choose another -o", model,
+            llama_given ? "Llama-family model" : "GPT-2", dir, llama_saved ? "Llama-family model" : "GPT-2");
+    if (!llama_saved) return check_resume_model(model, dir, ckpt);
+    if (memcmp(&want, llama_ckpt, sizeof want) != 0)  // ints and floats, no padding
+        die("-e %s does not match the checkpoint in %s (L%d C%d NH%d NKV%d I%d V%d): drop -e or "
+            "choose another -o",
+            model, dir, llama_ckpt->num_layers, llama_ckpt->hidden_size, llama_ckpt->num_heads,
+            llama_ckpt->num_kv_heads, llama_ckpt->intermediate_size, llama_ckpt->vocab_size);
+}
+
 // -o: one run per directory; -y 1 resumes from its newest valid checkpoint (open_run_dir).
 // A benchmark writes only trace.json there; -P 1 writes nothing.
 static void open_output_dir(Run* r) {
@@ -880,12 +962,13 @@ static void open_output_dir(Run* r) {
         die("%s", err);
     if (r->bench || ga.plan_only) return;
     GPTConfig ckpt;
+    LlamaConfig llama_ckpt;  // num_layers 0: the checkpoint is a GPT-2
     r->resume_step = open_run_dir(&r->args, r->resume_model, r->resume_state, sizeof r->resume_model, &ckpt,
-                                  r->resume_header);
+                                  r->resume_header, &llama_ckpt);
     if (r->args.output_dir && !realpath(r->args.output_dir, r->ssd_owner))
         r->ssd_owner[0] = 0;  // it exists now
     if (r->resume_step < 0) return;
-    if (ga.model_given) check_resume_model(r->args.model, r->args.output_dir, &ckpt);  // -e must match
+    if (ga.model_given) check_resume_family(r->args.model, r->args.output_dir, &ckpt, &llama_ckpt);
     r->args.model = r->resume_model;
 }
 
@@ -973,14 +1056,15 @@ static void check_fit(Run* r) {
     // what the cuBLAS handles and our kernels take is not free for the plan: they come first
     matmul_handles_create();
     kernels_load();
-    if (use_flash_attention(&r->cfg)) flash_attention_load(r->cfg.channels / r->cfg.num_heads);
+    if (use_flash_attention(&r->cfg, &r->llama))
+        flash_attention_load(attention_head_size(&r->cfg, &r->llama));
     size_t gpu_free = 0, gpu_total = 0;
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
     r->gpu_free_at_start = (int64_t)gpu_free;
     r->gpu_total = (int64_t)gpu_total;
     r->gpu_budget = gpu_memory_budget(ga, r->gpu_free_at_start);
     r->plan = place_layers(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga, r->gpu_budget,
-                           &r->resident, &r->kept);
+                           &r->resident, &r->kept, &r->llama);
     const MemoryPlan& m = r->plan;
     if (m.gpu_bytes + gpu_reserve_bytes <= r->gpu_budget) return;
     char budget_text[512];
@@ -1003,7 +1087,10 @@ static void check_fit(Run* r) {
 static void plan_run(Run* r) {
     const TrainArgs& a = r->args;
     const GpuArgs& ga = r->ga;
-    r->kind = resolve_model(a.model, &r->cfg);
+    r->kind = resolve_model(a.model, &r->cfg, &r->llama);
+    if (r->llama.num_layers && ga.ssd_dir)
+        die("-sd %s: the SSD tier holds GPT-2 layers only for now (train the Llama family without -sd)",
+            ga.ssd_dir);
     if (a.T > r->cfg.max_seq_len)
         die("-t %d exceeds the model's max sequence length %d", a.T, r->cfg.max_seq_len);
     r->n_micro = grad_accum_steps(&a);
@@ -1018,8 +1105,8 @@ static void plan_run(Run* r) {
     cudaGetLastError();
     if (ga.plan_only && r->no_gpu_here)
         flash_attention_device_major = 9;  // plan for an H100's attention path
-    r->plan =
-        gpt_memory_plan(&r->cfg, a.B, a.T, r->n_micro, ga.num_slots, r->resident, r->kept, ssd_tier(&ga));
+    r->plan = gpt_memory_plan(&r->cfg, a.B, a.T, r->n_micro, ga.num_slots, r->resident, r->kept,
+                              ssd_tier(&ga), &r->llama);
     if (ga.ssd_dir && ga.resident >= r->cfg.num_layers)
         die("-sd %s with -R %d: every layer is GPU-resident, no state is left to put on disk", ga.ssd_dir,
             ga.resident);
@@ -1042,9 +1129,9 @@ static int print_plan_only(Run* r) {
     const GpuArgs* ga = &r->ga;
     if (ga->gpu_gib > 0)
         r->plan = place_layers(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga,
-                               gpu_memory_budget(ga, INT64_MAX), &r->resident, &r->kept);
+                               gpu_memory_budget(ga, INT64_MAX), &r->resident, &r->kept, &r->llama);
     print_memory_plan(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, r->resident, r->kept, ga,
-                      r->plan, r->no_gpu_here);
+                      r->plan, r->no_gpu_here, &r->llama);
     return 0;
 }
 
@@ -1148,6 +1235,25 @@ static void ssd_attach(Run* r, GPT* g) {
            ssd_io_backend(ssd_store_io(st)), how);
 }
 
+// The Llama family's weights into g->master: the seeded init, a model file or a Hugging Face checkpoint,
+// each in the model file's order, then rotated into this trainer's (llama_trainer_order).
+static void load_llama_weights(Run* r, GPT* g) {
+    char err[4352];
+    const char* model = r->args.model;
+    if (r->kind == 1) llama_init_params(&r->llama, g->master, INIT_SEED);
+    else if (llama_is_model_file(model)) {
+        if (!llama_load_params(model, &r->llama, g->master, err, sizeof err)) die("%s", err);
+    } else {  // llama_hf_load reads into a CPU model: 4 more bytes a parameter for a moment (grads untouched)
+        LlamaCPU hf;
+        if (!llama_hf_load(model, &hf)) die("%s", hf.error);
+        if (memcmp(&hf.config, &r->llama, sizeof r->llama) != 0)
+            die("%s: its config changed while the trainer read it", model);
+        memcpy(g->master, hf.params, (size_t)g->layout.total * 4);
+        llama_cpu_free(&hf);
+    }
+    llama_trainer_order(&g->layout, g->master);
+}
+
 // Builds the model and fills its weights; with -y 1 also its AdamW state and data position.
 static void build_model(Run* r, GPT* g) {
     char err[4352];
@@ -1162,8 +1268,9 @@ static void build_model(Run* r, GPT* g) {
         ssd_print_bandwidth(r);
     }
     gpt_build(g, &r->cfg, r->args.B, r->args.T, r->n_micro, r->ga.num_slots, r->resident, r->kept, &r->args,
-              ssd_tier(&r->ga));
-    if (r->ga.ssd_dir) ssd_attach(r, g);
+              ssd_tier(&r->ga), &r->llama);
+    if (r->llama.num_layers) load_llama_weights(r, g);
+    else if (r->ga.ssd_dir) ssd_attach(r, g);
     else if (r->kind == 1) gpt_init_params(&r->cfg, g->master, INIT_SEED);
     else if (!gpt_load_params(r->args.model, &r->cfg, g->master, err, sizeof err)) die("%s", err);
     gpt_weights_ready(g);
@@ -1190,7 +1297,7 @@ static void open_tokenizer_and_log(Run* r) {
     if (!logger_open(&r->logger, r->bench ? NULL : r->args.output_dir, r->resume_step, err, sizeof err))
         die("%s", err);
     r->sample_rng = SAMPLE_SEED;
-    const int64_t params = gpt_layout(&r->cfg).total;
+    const int64_t params = model_layout(&r->cfg, &r->llama).total;
     r->sample_tokens = gpu_sample_tokens(&r->args, &r->ga, params);
     if (!r->bench && r->sample_tokens == 0 && sample_tokens(&r->args) > 0)
         printf(
@@ -1208,9 +1315,17 @@ static void print_config_table(const Run* r, const GPT* g) {
     const int64_t real_params = gpt_num_real_params(&cfg, p);
     table_rule();
     table_row("model", "%s (%s)", args.model,
-              r->kind == 1                   ? "spec, GPT-2 init"
-              : hf_is_checkpoint(args.model) ? "Hugging Face checkpoint"
-                                             : "llm.c model file");
+              r->kind == 1 && r->llama.num_layers ? "spec, Llama init"
+              : r->kind == 1                      ? "spec, GPT-2 init"
+              : hf_is_checkpoint(args.model)      ? "Hugging Face checkpoint"
+              : r->llama.num_layers               ? "Llama-family model file"
+                                                  : "llm.c model file");
+    if (r->llama.num_layers)
+        table_row("Llama family", "KV %d / hd %d / I %d / rope theta %g%s / %s / %s", r->llama.num_kv_heads,
+                  r->llama.head_dim, r->llama.intermediate_size, r->llama.rope_theta,
+                  r->llama.rope_llama3 ? " llama3-scaled" : "",
+                  r->llama.qkv_bias ? "q/k/v biases" : "no biases",
+                  r->llama.tied_embeddings ? "tied lm_head" : "untied lm_head");
     table_row("L / C / NH / maxT", "%d / %d / %d / %d", cfg.num_layers, cfg.channels, cfg.num_heads,
               cfg.max_seq_len);
     table_row("V / Vp", "%d / %d", cfg.vocab_size, cfg.padded_vocab_size);
