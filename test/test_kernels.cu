@@ -1061,7 +1061,7 @@ void check_layer_against_cpu(int flash, int fused) {
     DeviceMem m;
     const bf16 *w_d = m.bf16s(w), *x_d = m.bf16s(x);
     bf16* out_d = m.zeros<bf16>(N * C);
-    layer_forward(g, w_d, x_d, out_d, a, s);
+    layer_forward(g, w_d, x_d, out_d, a, NULL, s);
     using ActOf = bf16* LayerActs::*;  // which activation of a layer
     const struct {
         const char* name;
@@ -1094,7 +1094,7 @@ void check_layer_against_cpu(int flash, int fused) {
     // the recompute (out = NULL) must refill the workspace bit for bit: the same cuBLAS / cuBLASLt calls (the
     // algorithm cached, our own workspace, one stream: cuBLAS's documented condition for bit-wise
     // reproducible results on one GPU) and our kernels, none with atomics in the forward pass
-    layer_forward(g, w_d, x_d, NULL, a, s);
+    layer_forward(g, w_d, x_d, NULL, a, NULL, s);
     for (size_t i = 0; i < first.size(); i++)
         EXPECT_EQ(count_diff(download(a->*acts[i].act, (int64_t)first[i].size()), first[i]), 0)
             << "layer_forward(NULL) recomputed a different " << acts[i].name;
@@ -1102,7 +1102,7 @@ void check_layer_against_cpu(int flash, int fused) {
     // GPU backward
     bf16* dres_d = m.bf16s(dout);
     cudaCheck(cudaMemsetAsync(g->layer_grads, 0, (size_t)p->layer_stride * 4, s));
-    layer_backward(g, w_d, g->layer_grads, x_d, dres_d, a, s);
+    layer_backward(g, w_d, g->layer_grads, x_d, dres_d, a, NULL, s);
     auto dw_gpu = download(g->layer_grads, p->layer_stride);
     auto dx_gpu = download(dres_d, N * C);
 
@@ -1184,10 +1184,10 @@ TEST(Kernels, CublasLtFusesAtTheTrainersShapes) {
         bf16 *x = m.bf16s(rand_bf16(N * C, -1, 1, 501)), *out = m.zeros<bf16>(N * C),
              *dres = m.bf16s(rand_bf16(N * C, -1, 1, 502));
         const int64_t before = cublaslt_fallbacks;
-        layer_forward(g, w, x, out, &g->acts, g->stream.compute);
-        layer_forward(g, w, x, NULL, &g->acts, g->stream.compute);
+        layer_forward(g, w, x, out, &g->acts, NULL, g->stream.compute);
+        layer_forward(g, w, x, NULL, &g->acts, NULL, g->stream.compute);
         cudaCheck(cudaMemsetAsync(g->layer_grads, 0, (size_t)S * 4, g->stream.compute));
-        layer_backward(g, w, g->layer_grads, x, dres, &g->acts, g->stream.compute);
+        layer_backward(g, w, g->layer_grads, x, dres, &g->acts, NULL, g->stream.compute);
         const std::vector<float> y = download(out, N * C), dx = download(dres, N * C);
         int64_t nonfinite = 0;
         for (size_t i = 0; i < y.size(); i++) nonfinite += !std::isfinite(y[i]) + !std::isfinite(dx[i]);

@@ -63,7 +63,7 @@ static void bench_shape(int B, int T, int C, int NH) {
     float* grads = g.layer_grads;
     auto W = [&](int t) { return (const bf16*)w + p->layer_offset[t]; };
     auto G = [&](int t) { return grads + p->layer_offset[t]; };
-    layer_forward(&g, w, x, out, a, s);  // fills the workspace the backward stages read
+    layer_forward(&g, w, x, out, a, NULL, s);  // fills the workspace the backward stages read
     cudaCheck(cudaStreamSynchronize(s));
 
     const double gemm = 2.0 * N * C;  // x OC: one GEMM's FLOPs per output column
@@ -125,15 +125,15 @@ static void bench_shape(int B, int T, int C, int NH) {
     stage("bwd ln1", 0, 5 * act, [&] {
         layernorm_backward(dres, G(LN1W), G(LN1B), a->dln, x, W(LN1W), a->ln1_mean, a->ln1_rstd, N, C, s);
     });
-    const double whole_fwd = median_ms([&] { layer_forward(&g, w, x, out, a, s); }, s);
+    const double whole_fwd = median_ms([&] { layer_forward(&g, w, x, out, a, NULL, s); }, s);
     const double whole_bwd = median_ms(
         [&] {
-            layer_forward(&g, w, x, NULL, a, s);
-            layer_backward(&g, w, grads, x, dres, a, s);
+            layer_forward(&g, w, x, NULL, a, NULL, s);
+            layer_backward(&g, w, grads, x, dres, a, NULL, s);
         },
         s);
     const double kept_bwd =
-        median_ms([&] { layer_backward(&g, w, grads, x, dres, a, s); }, s);  // -K: no recompute
+        median_ms([&] { layer_backward(&g, w, grads, x, dres, a, NULL, s); }, s);  // -K: no recompute
 
     printf("B=%d T=%d C=%d NH=%d: attention %s, GEMM epilogues %s\n", B, T, C, NH,
            g.flash ? "fused" : "cuBLAS", cublaslt_fusion ? "cuBLASLt" : "separate kernels");
