@@ -53,9 +53,12 @@ $(BUILD)/cpu_adam.o: cpu_adam.cpp llmc/cpu_adam.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
 # The SSD tier (ssd.h: direct I/O over io_uring, the optimizer state on disk). liburing from Debian's liburing-dev.
+# Its two sources (ssd_io.cpp, ssd_store.cpp) are joined into one object, ssd.o, by a relocatable link.
 URING_LIBS ?= -luring
-$(BUILD)/ssd.o: ssd.cpp ssd.h llmc/cpu_adam.h | $(BUILD)
+$(BUILD)/ssd_%.o: ssd_%.cpp ssd.h llmc/cpu_adam.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
+$(BUILD)/ssd.o: $(BUILD)/ssd_io.o $(BUILD)/ssd_store.o
+	$(LD) -r $^ -o $@
 
 train_gpt_cpu: train_gpt_cpu.cpp $(BUILD)/cpu_adam.o $(HEADERS)
 	$(CXX) $(CXXFLAGS) $< $(BUILD)/cpu_adam.o -o $@ $(LDLIBS)
@@ -91,7 +94,8 @@ $(BUILD)/test_attention: test/test_attention.cpp llmc/attention.cuh $(BUILD)/cpu
 $(BUILD)/test_ssd: test/test_ssd.cpp $(BUILD)/ssd.o $(BUILD)/cpu_adam.o $(HEADERS) | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/ssd.o $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(URING_LIBS) $(LDLIBS)
 
-$(BUILD)/test_%: test/test_%.cpp $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard dev/data/*.h) test/cli_test_common.h | $(BUILD)
+$(BUILD)/test_%: test/test_%.cpp $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard dev/data/*.h) test/cli_test_common.h \
+		test/hf_cases.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
 
 $(BUILD)/test_%: test/test_%.cu test/gpu_test_common.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(HEADERS) $(wildcard *.cuh llmc/*.cuh) | $(BUILD)

@@ -1,11 +1,9 @@
-// cpu_adam.cpp — AdamW, sum of squares and fp32 -> bf16 over large host arrays.
-// OpenMP chunks, SIMD (AVX-512, else AVX2+FMA, else scalar), one pass over memory per call.
-// Not here: which tensors decay, clipping, lr (adamw.h, schedulers.h).
+// cpu_adam.cpp — AdamW, sum of squares and fp32 -> bf16 over large host arrays, in one pass each.
+// Not here: which tensors decay, clipping, lr (adamw.h, schedulers.h). Why each trick: docs/cpu_notes.md.
 
-// An update moves ~30 bytes and ~15 flops per parameter: memory-bound.
-// So moments, weight and the GPU's bf16 copy are one fused pass.
+// An update is memory-bound (~30 bytes, ~15 flops a parameter): one fused pass.
 
-// Every path does the same IEEE ops in the same order: bit-identical whatever path, thread or chunk.
+// Every path does the same IEEE ops in the same order: bit-identical results.
 #include "llmc/cpu_adam.h"
 
 #include <math.h>
@@ -37,8 +35,7 @@
 #define PARALLEL_MIN ((int64_t)1 << 15)
 // Fewest elements per thread.
 #define MIN_PER_THREAD ((int64_t)8192)
-// Chunks are multiples of 64 elements: with 64-byte-aligned arrays no two threads write one cache line
-// (even of the bf16 output), and only the last chunk has a scalar tail.
+// Chunks of 64 elements: no two threads write one cache line.
 #define CHUNK_ALIGN ((int64_t)64)
 
 static std::atomic<int> g_threads{0};
@@ -135,8 +132,7 @@ static inline float adam1(float p, float grad, float* m, float* v, const AdamWCo
 }
 
 // ----------------------------------------------------------------------------
-// SIMD building blocks. bf16 rounding is float_to_bf16's integer trick: vcvtneps2bf16 flushes subnormals,
-// unlike the scalar conversion and the GPU's __float2bfloat16.
+// SIMD building blocks. bf16 rounding by float_to_bf16's integer trick (vcvtneps2bf16 flushes subnormals).
 
 #if CPU_ADAM_VEC == 16
 static inline __m512 load_grad16(const float* g) { return _mm512_loadu_ps(g); }
@@ -179,8 +175,7 @@ static inline __m128i bf16x8(__m256 x) {
 // AdamW
 
 // The bf16 copy uses streaming stores: only the GPU's DMA reads it, so it skips the cache.
-// (A plain store reads each line first: +2 bytes per parameter, and evicts moments.)
-// They need an aligned destination (scalar start) and an sfence before the caller signals the copy.
+// They need an aligned destination and an sfence before the copy is signalled.
 template <typename G>
 static void adam_range(float* __restrict p, const G* __restrict g, float* __restrict m, float* __restrict v,
                        uint16_t* __restrict out, int64_t lo, int64_t hi, const AdamWConstants* c) {
@@ -241,11 +236,8 @@ static void adam_range(float* __restrict p, const G* __restrict g, float* __rest
     }
 }
 
-// FTZ and DAZ during the update, then the thread's setting restored.
-// test_cpu_adam's SubnormalStateIsFlushedAndFpModeRestored checks both.
-// A rare token's v decays into subnormals within a few thousand steps: slow microcode (1.7x on Zen 4).
-// Below 1.2e-38, sqrt(v) < 1e-19, far below eps: no effect on the update.
-// The GPU (--use_fast_math) flushes too.
+// FTZ and DAZ during the update: subnormal v is slow (1.7x on Zen 4) and far below eps.
+// The thread's setting is restored after; the GPU flushes too.
 #if defined(__SSE__)
 static inline unsigned flush_subnormals_begin(void) {
     const unsigned old = _mm_getcsr();
@@ -296,7 +288,7 @@ void adamw_tensors_window_bf16grad(int count, const int64_t* offset, const int64
 }
 
 // ----------------------------------------------------------------------------
-// Sum of squares. Two (AVX2: four) double accumulators hide FMA latency; x*x of a float is exact in double.
+// Sum of squares, in double accumulators (x*x of a float is exact in double).
 
 template <typename G>
 static double sumsq_range(const G* __restrict x, int64_t lo, int64_t hi) {

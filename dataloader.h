@@ -1,6 +1,5 @@
 // dataloader.h — llm.c token shards as (B, T) batches of inputs, targets and positions.
-// Order: in sequence, or shuffled per epoch from a seed; checkpoints save the position.
-// Not here: tokenizing, the model's use of pos and of targets == -1, exiting (errors return).
+// Not here: tokenizing, or exiting (errors return).
 #pragma once
 #include <glob.h>
 #include <stdint.h>
@@ -10,11 +9,10 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-// Three shard kinds: a 256-int32 little-endian header, then the data. One loader reads one kind.
-// GPT-2: {20240520, 1, N, 0...}, then N uint16 ids (llm.c's shards, dev/data/tokenize.cpp).
-// Llama 3: {20240801, 7, N, 0...}, then N uint32 ids (llm.c's llama3 branch, dev/data/hf_tokenize.py).
-// Chat: {20261126, 1, W, T, R, V, ...} (CHAT_H_*), R rows of T ids of W bytes, then R*T flag bytes.
-// (dev/data/chat_shards.py writes chat shards.)
+// Shards: a 256-int32 header, then the data; one loader reads one kind.
+//   GPT-2:   {20240520, 1, N, 0...}, N uint16 ids (dev/data/tokenize.cpp)
+//   Llama 3: {20240801, 7, N, 0...}, N uint32 ids (dev/data/hf_tokenize.py)
+//   Chat:    {20261126, 1, W, T, R, V, ...}, R rows of T ids, R*T flags (dev/data/chat_shards.py)
 #define DATALOADER_MAGIC        20240520  // GPT-2: uint16 ids
 #define DATALOADER_VERSION      1
 #define DATALOADER_MAGIC_U32    20240801  // Llama 3: uint32 ids
@@ -40,15 +38,15 @@ enum {
     CHAT_H_SPLIT = 12,       // conversations longer than T cut into pieces
     CHAT_H_DROPPED = 13,     // conversations longer than T left out (information)
 };
-// A chat row: T tokens of whole conversations packed end to end, then padding. One flag byte per token.
-// CHAT_TARGET: the model learns to predict it (an assistant turn and its end-of-turn).
-// CHAT_START: a conversation's first token; a row's first token is one.
-// CHAT_PAD: after the last conversation; the first pad is also a START.
+// A chat row: whole conversations packed end to end, then padding; one flag byte per token.
+//   CHAT_TARGET: to be predicted (an assistant turn)
+//   CHAT_START:  a conversation's first token
+//   CHAT_PAD:    padding after the last conversation
 enum { CHAT_TARGET = 1, CHAT_START = 2, CHAT_PAD = 4 };
 enum { DL_GPT2 = 1, DL_LLAMA3 = 2, DL_CHAT = 3 };  // DataLoader.kind
 
-// A loader's position, saved raw in checkpoints: 8-byte fields only (no padding).
-// B, T, num_shards and total_tokens are a fingerprint: other data or batch shapes are refused.
+// A loader's position, saved raw in checkpoints (8-byte fields, no padding).
+// B, T, num_shards, total_tokens: a fingerprint of the data.
 typedef struct {
     int64_t epoch;        // completed passes over all shards
     int64_t shard_index;  // position in this epoch's shard order
@@ -281,8 +279,7 @@ static inline int dl_check_shard(const char* path, int B, int T, DlShard* s, cha
     return 1;
 }
 
-// Opens every shard of a glob(3) pattern and checks all headers now, not hours into a run.
-// 0 on failure, with err and *dl empty (safe to free).
+// Opens and checks every shard of a glob pattern. 0 with err on failure (*dl safe to free).
 static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, int T, int shuffle,
                                   uint64_t seed, char* err, size_t errlen) {
     memset(dl, 0, sizeof *dl);
@@ -418,7 +415,7 @@ static inline int dl_chat_batch(DataLoader* dl, int64_t fi, int64_t k) {
         for (j = 0; j < T; j++) {
             const int64_t i = row + j;
             dl->inputs[i] = (int)dl_token(dl, i);
-            // pos: 0 at a START, so query t sees key s iff same row and t - pos[t] <= s <= t
+            // pos: 0 at a START
             dl->pos[i] = (f[j] & CHAT_START) ? 0 : dl->pos[i - 1] + 1;
             // target: the next token if it is in the row and flagged, else -1 (a loss ignores -1)
             const int next = j + 1 < T && (f[j + 1] & CHAT_TARGET);
@@ -431,11 +428,9 @@ static inline int dl_chat_batch(DataLoader* dl, int64_t fi, int64_t k) {
     return 1;
 }
 
-// Shuffle permutes shards, then batches or rows per shard, from (seed, epoch, shard) alone.
-// So {epoch, shard, batch} is a position.
+// Shuffle order comes from (seed, epoch, shard) alone, so {epoch, shard, batch} is a position.
 
-// The next batch into inputs / targets / pos. 0 with dl->err: an unreadable shard or malformed chat row.
-// Advances at once past a shard's or epoch's end, so a saved state points at a real batch.
+// The next batch; 0 with dl->err on a bad shard. A saved state then points at a real batch.
 static inline int dataloader_next_batch(DataLoader* dl) {
     const int64_t BT = (int64_t)dl->B * dl->T;
     if (dl->order_epoch != dl->epoch) {  // a new epoch, reset or restore: its shard order
@@ -466,8 +461,7 @@ static inline int dataloader_next_batch(DataLoader* dl) {
     if (chat) {
         if (!dl_chat_batch(dl, fi, dl->batch_index)) return 0;
     } else {
-        // pretraining: batch k is tokens [k*B*T, k*B*T + B*T]
-        // a tail short of a batch is skipped, as in llm.c
+        // pretraining: batch k is tokens [k*B*T, k*B*T + B*T]; a short tail is skipped
         const int64_t k = dl->shuffle ? dl->batch_order[dl->batch_index] : dl->batch_index;
         const int w = dl->token_bytes;
         if (!dl_read_at(dl, DATALOADER_HEADER_BYTES + w * k * BT, dl->buf, w * (BT + 1))) return 0;
@@ -490,8 +484,7 @@ static inline int dataloader_next_batch(DataLoader* dl) {
     return 1;
 }
 
-// Every token of the last batch < V (else the lookup reads outside wte); 0 with err: shard, index, byte,
-// value.
+// Every token of the last batch < V; else 0 with err naming where.
 static inline int dataloader_check_tokens(const DataLoader* dl, int V, char* err, size_t errlen) {
     const int chat = dl->kind == DL_CHAT;
     const int64_t n = (int64_t)dl->B * dl->T + (chat ? 0 : 1);
@@ -525,8 +518,7 @@ static inline DataLoaderState dataloader_get_state(const DataLoader* dl) {
     return s;
 }
 
-// Restores a position, with its shuffle flag and seed (the order it means).
-// 0 with err, loader unchanged, if the state does not fit this data.
+// Restores a position; 0 with err, loader unchanged, if it does not fit this data.
 static inline int dataloader_set_state(DataLoader* dl, const DataLoaderState* s, char* err, size_t errlen) {
     char dummy[8];
     if (!err) {

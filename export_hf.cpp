@@ -1,15 +1,12 @@
-// export_hf.cpp — writes a model as a Hugging Face directory that transformers loads offline:
+// export_hf.cpp — writes a model as a Hugging Face directory:
 //   ./export_hf -i log/model_00000300.bin -o gpt2_hf
-// Not here: the format mapping (hf.h), PyTorch pickles.
+// Not here: the format mapping (hf.h).
 
-// Input: a model file (GPT-2: llm.c's; Llama, Qwen2: llama_model.h's), a run directory or an HF checkpoint.
-// A run directory means its newest complete checkpoint.
-// Output: GPT2LMHeadModel, LlamaForCausalLM or Qwen2ForCausalLM safetensors, configs, tokenizer files.
-// Tokenizer files: -t DIR's, else GPT-2's for a GPT-2.
-// Memory: the largest tensor (checked first); inputs are read tensor by tensor.
+// Input: a model file, a run directory (its newest checkpoint) or an HF checkpoint.
+// Output: safetensors, configs and tokenizer files (-t DIR's, else GPT-2's).
+// Memory: the largest tensor; inputs are read tensor by tensor.
 
-// Written into <dir>.tmp-<pid>, renamed to <dir> once complete: a failed export leaves no loadable <dir>.
-// A failure removes the staging directory; a kill -9 leaves it, named as such.
+// Written into <dir>.tmp-<pid>, renamed to <dir> once complete.
 #include <limits.h>
 #include <signal.h>  // defines: signal, SIGINT, SIGTERM
 #include <stdio.h>
@@ -55,8 +52,7 @@ static int64_t parse_size(const char* s) {
     return x * unit > 1e15 ? -1 : (int64_t)(x * unit);
 }
 
-// File offset of our tensor at `dst` (the file is tensor-major, ours layer-major): the tensor of
-// llmc_file_order whose start (layer l's, for a layer tensor) is dst.
+// File offset of our tensor at `dst` (the file is tensor-major, ours layer-major).
 static int64_t llmc_file_offset(const GPTConfig* c, int64_t dst, int esize) {
     const ParamLayout p = gpt_layout(c);
     const int layer = dst < p.embed_count ? 0 : (int)((dst - p.embed_count) / p.layer_stride);
@@ -77,12 +73,10 @@ static int copy_file(const std::string& src, const std::string& dir, const char*
            write_small_file(dir, name, text, err, errlen);
 }
 
-// The staging directory while it is ours to remove: fail() (every error once it exists) and SIGINT/SIGTERM
-// remove it. (die() ends with _exit: atexit handlers do not run.)
+// The staging directory while ours to remove, on error or SIGINT/SIGTERM.
 static char g_staging[4200];
 
-// Removes g_staging and the files in it (it holds files only). Also called from a signal handler, where
-// opendir is not async-signal-safe: a risk taken only by an export that is stopping anyway.
+// Removes g_staging's files and itself; also from a signal handler (opendir: a risk taken on exit).
 static void remove_staging(void) {
     if (!g_staging[0]) return;
     if (DIR* d = opendir(g_staging)) {
@@ -180,7 +174,7 @@ int main(int argc, char** argv) {
     std::string dest = out;  // without trailing slashes: the staging directory is its sibling
     while (dest.size() > 1 && dest.back() == '/') dest.pop_back();
 
-    // the input is read tensor by tensor as it is written: memory for the largest tensor, checked first
+    // read tensor by tensor as written: memory for the largest tensor, checked first
     const std::vector<HfTensorPlace> places =
         is_llama ? llama_hf_write_places(&llama) : hf_tensor_places(&cfg);
     int64_t largest = 0;

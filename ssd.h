@@ -1,16 +1,13 @@
-// ssd.h — every host<->disk movement of the optimizer state (the SSD tier).
-// Files on an NVMe drive hold the streamed layers' fp32 weights, AdamW m and v (optionally bf16 copies).
-// Host RAM keeps a small ring of piece-sized buffers.
+// ssd.h — the SSD tier: every host<->disk movement of the optimizer state.
+// NVMe files hold the streamed layers' fp32 weights and AdamW m, v; RAM keeps a small ring.
 
 // Three layers, bottom up (docs/ssd.md has each in full):
-//   SsdIo     asynchronous direct I/O over io_uring; errors come back through ssd_io_wait, nothing exits
-//   SsdStore  the state in two generations of files, and the pipelined AdamW round over it
-//   helpers   ssd_plan (for -P 1) and ssd_probe_bandwidth
-// Not here: which tensors decay, the lr, the clip (the caller's update function), the GPU, flags.
+//   SsdIo     direct I/O over io_uring; errors return, nothing exits
+//   SsdStore  two generations of files, and the AdamW round over them
+//   helpers   ssd_plan (-P 1) and ssd_probe_bandwidth
+// Not here: the update's math, the GPU, flags.
 
-// Threads: SsdIo is thread-safe.
-// An SsdStore's round, checkpoint and write_layer/read_layer run on one thread at a time.
-// ssd_store_read_bf16_async and ssd_store_write_grads_async may run on any thread, during a round.
+// Threads: SsdIo is thread-safe; an SsdStore is used by one thread at a time (its _async calls: any).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -49,40 +46,33 @@ typedef struct {
     char path[1024];
 } SsdFile;
 
-// Opens path read-write with O_DIRECT; create = 1 creates or truncates, then fallocates `size` bytes.
-// A filesystem refusing O_DIRECT gets a buffered file and one warning (SSD_NO_DIRECT=1 forces it, for tests).
-// 0, or -1 with err set ("no space" names the bytes asked and free).
+// Opens path with O_DIRECT (buffered, with a warning, where refused); create = 1 fallocates `size`.
 int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int quiet, char* err,
                   size_t errlen);
 void ssd_file_close(SsdFile* f);
 int ssd_file_sync(SsdFile* f, char* err, size_t errlen);  // fsync
 
-// Queues a read (write = 0) or write of `bytes` at `offset`; returns its id.
-// A bad request (unaligned under O_DIRECT, out of the file) fails in its ssd_io_wait, not here.
-// buf must stay valid until the request is waited for.
+// Queues a read (write = 0) or write; returns its id. buf lives until the wait.
+// A bad request fails in its ssd_io_wait, not here.
 SsdReq ssd_io_submit(SsdIo* io, const SsdFile* f, int write, void* buf, int64_t bytes, int64_t offset);
-// Blocks until request r is complete. 0, or -1 with err naming the file, the offset and why.
-// Every submitted request must be waited for exactly once.
+// Blocks until request r is complete: 0, or -1 with err set. One wait per request.
 int ssd_io_wait(SsdIo* io, SsdReq r, char* err, size_t errlen);
 int ssd_io_poll(SsdIo* io, SsdReq r);  // 1 when complete (ssd_io_wait then returns at once)
+// A request that fails with msg in its ssd_io_wait (a caller's bad arguments).
+SsdReq ssd_io_fail(SsdIo* io, const char* msg);
 
-// Test hook: from now, the (after + 1)-th chunk of kind `write` and all after it fail with errno err.
-// The disk is untouched. err = 0: a short write/read of 0 bytes.
-// kill = 1: SIGKILL there instead (a crash between two writes). after < 0 removes the fault.
+// Test hook: chunks of kind `write` after the first `after` fail with errno err; kill = 1: SIGKILL.
 void ssd_io_set_fault(SsdIo* io, int write, int64_t after, int err, int kill);
 // Bytes moved so far (for the bench and the timeline).
 void ssd_io_counters(const SsdIo* io, int64_t* bytes_read, int64_t* bytes_written);
 
-// The busy log (the timeline's disk tracks, -Y 1). Off by default: one branch per request.
-// On: a direction is busy while at least one of its requests is in flight (timeline_now()'s clock).
-// The busy intervals never overlap; a ring keeps the newest SSD_BUSY_LOG per direction.
+// The busy log (-Y 1's disk tracks), off by default: when each direction had a request in flight.
 #define SSD_BUSY_LOG 4096
 typedef struct {
     double t0, t1;  // seconds on the steady clock
 } SsdBusySpan;
 void ssd_io_log_busy(SsdIo* io, int on);
-// Busy intervals of direction `write` ending after t_from, oldest first, cut at t_from; an open one ends now.
-// Over cap (>= 1), the closest neighbours are joined. Returns how many it wrote.
+// Busy intervals of direction `write` ending after t_from, oldest first; at most cap, neighbours joined.
 int ssd_io_busy_spans(SsdIo* io, int write, double t_from, SsdBusySpan* out, int cap);
 
 // ============================================================================
@@ -103,16 +93,11 @@ typedef struct {
                         // run without checkpoints, whose store any run may replace; another owner's, never.
 } SsdStoreConfig;
 
-// A fresh store under dir (created if missing), every file at full size. NULL with err on failure.
-// A store already there is replaced only if its owner is the same or none.
-// The state is undefined until ssd_store_write_layer.
+// A fresh store under dir, files at full size; NULL with err. Replaces only its owner's store.
 SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err, size_t errlen);
-// An existing store of cfg's owner at its checkpoint of `step` (< 0: the newest); the shape must match.
-// Every file of that generation is read once and checked against its checksums.
-// NULL with err, e.g. "DIR holds the state of steps 40 and 50, not 45", or the damaged file.
+// An existing store at its checkpoint of `step` (< 0: the newest), every file checked; NULL with err.
 SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t step, char* err, size_t errlen);
-// Locks dir for this process (DIR/ssd_lock, flock, released at exit): one run per store.
-// The lock's fd, or -1 with err naming the holder's pid.
+// Locks dir for this process (flock): one run per store. The fd, or -1 with err.
 int ssd_lock_dir(const char* dir, char* err, size_t errlen);
 void ssd_store_close(SsdStore* st);
 SsdIo* ssd_store_io(SsdStore* st);
@@ -121,48 +106,39 @@ void ssd_store_steps(const SsdStore* st, int64_t steps[2]);
 // Bytes the store's files take on disk, and its ring's host bytes.
 int64_t ssd_store_disk_bytes(const SsdStoreConfig* cfg);
 int64_t ssd_store_ring_bytes(const SsdStoreConfig* cfg);
-// Bytes of one layer's bf16 region (2 * layer_elems rounded up to 4096): the size of a buffer for
-// ssd_store_read_bf16_async / ssd_store_write_grads_async.
+// Bytes of one layer's bf16 region: the buffer size for the two _async calls.
 int64_t ssd_store_bf16_layer_bytes(const SsdStore* st);
 
-// Synchronous whole-layer transfers through the ring, any alignment: initial state, resume, export, tests.
-// write_layer writes the write generation (and bf16(params) with with_bf16); m or v NULL: zeros.
-// read_layer reads the newest state, skipping NULL arrays.
+// Synchronous whole-layer transfers: initial state, resume, export, tests.
+// m or v NULL: zeros when writing, skipped when reading.
 int ssd_store_write_layer(SsdStore* st, int layer, const float* params, const float* m, const float* v,
                           char* err, size_t errlen);
 int ssd_store_read_layer(SsdStore* st, int layer, float* params, float* m, float* v, uint16_t* bf16,
                          char* err, size_t errlen);
 
-// -sw 1: layer's newest bf16 weights into dst. Grads on disk: layer's gradients from src into the file.
-// dst/src: 4096-aligned, ssd_store_bf16_layer_bytes long. Wait with ssd_store_wait.
+// -sw 1 and grads on disk: one layer's bf16 from or to 4096-aligned memory; wait with ssd_store_wait.
 SsdReq ssd_store_read_bf16_async(SsdStore* st, int layer, uint16_t* dst);
 SsdReq ssd_store_write_grads_async(SsdStore* st, int layer, const uint16_t* src);
 int ssd_store_wait(SsdStore* st, SsdReq r, char* err, size_t errlen);
 
 // What a round calls back (on the round's thread).
 typedef struct {
-    // Once per layer, before its first update: blocks until its layer_elems bf16 gradients are in RAM.
-    // With grads_on_disk: may be NULL, or returns NULL; the round reads the file.
-    // (The caller has then waited for its ssd_store_write_grads_async.)
+    // Blocks until layer's bf16 gradients are in RAM. grads_on_disk: may be or return NULL.
     const uint16_t* (*grads)(void* ctx, int layer);
-    // Updates the layer's elements [offset, offset + n); the pointers point at element `offset`.
-    // bf16_out may be NULL. Typically adamw_tensors_window_bf16grad (cpu_adam.h).
+    // Updates elements [offset, offset + n) (the pointers at `offset`); bf16_out may be NULL.
     void (*update)(void* ctx, int layer, int64_t offset, int64_t n, float* params, const uint16_t* grads,
                    float* m, float* v, uint16_t* bf16_out);
-    // Without with_bf16: where the layer's bf16 copy goes (the pinned weights), or NULL for none.
-    // Unused with it.
+    // Without with_bf16: where the layer's bf16 copy goes, or NULL for none.
     uint16_t* (*bf16_dst)(void* ctx, int layer);
-    // The layer is updated and its bf16 copy complete (in RAM; with with_bf16, written to the store).
-    // May be NULL.
+    // The layer is updated and its bf16 copy complete. May be NULL.
     void (*layer_done)(void* ctx, int layer);
     void* ctx;
 } SsdRoundFns;
 
-// The AdamW round over layers[0..n) in that order. 0, or -1 with err set.
-// After an error the store refuses rounds and checkpoints: the write generation may be torn.
-// The last checkpoint's generation stays intact.
+// The AdamW round over layers[0..n) in that order: 0, or -1 with err set.
+// After an error the store refuses rounds; the last checkpoint stays intact.
 int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* fns, char* err, size_t errlen);
-// Makes the newest state durable as the checkpoint of `step` (see the file comment). 0, or -1 with err set.
+// Makes the newest state durable as the checkpoint of `step` (docs/ssd.md). 0, or -1 with err set.
 int ssd_store_checkpoint(SsdStore* st, int64_t step, char* err, size_t errlen);
 
 // ============================================================================
@@ -195,8 +171,7 @@ typedef struct {
 } SsdPlan;
 SsdPlan ssd_plan(const SsdPlanInput* in);
 
-// Measures dir's O_DIRECT sequential write, then read bandwidth (bytes/s), about `seconds` in all.
-// The temporary file is at most max_bytes (0: 1 GiB, less if under 4x that is free).
-// *direct = 0: O_DIRECT refused, and the read figure is the page cache's. 0, or -1 with err set.
+// Measures dir's O_DIRECT write and read bandwidth (bytes/s) in about `seconds`.
+// *direct = 0: O_DIRECT refused. 0, or -1 with err set.
 int ssd_probe_bandwidth(const char* dir, double seconds, int64_t max_bytes, double* read_bps,
                         double* write_bps, int* direct, char* err, size_t errlen);

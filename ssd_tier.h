@@ -6,7 +6,7 @@
 //   CPU AdamW: ssd_tier_submit, then the optimizer thread's ssd_tier_round
 //   checkpoint: ssd_tier_checkpoint; -sw 1: the stream's reader, sw_reader
 
-// Not here: the store and its disk I/O (ssd.cpp), the AdamW math (cpu_adam.h), the loading (train_gpt.cu).
+// Not here: the store and its I/O (ssd_store.cpp, ssd_io.cpp), AdamW (cpu_adam.h), loading (train_gpt.cu).
 // FAKE_CUDA_HOST_*: the emulated build's host-access checks (cuda_common.h); empty in a real build.
 #pragma once
 #include <condition_variable>

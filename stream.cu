@@ -1,5 +1,5 @@
-// stream.cu — host<->GPU movement: pinned buffers, the weight slot ring, copy streams and their events.
-// stream.h has the map. No math, no optimizer: only what is copied where, and when.
+// stream.cu — host<->GPU copies: pinned buffers, the weight slots, copy streams, events.
+// stream.h has the map. No math, no optimizer.
 #include "stream.h"
 #include <string.h>
 #include "llmc/timeline.h"
@@ -13,8 +13,7 @@ static void* pinned_alloc(int64_t bytes, const char* what) {
     }
     return p;
 }
-// Buffers that O_DIRECT reads into or writes from: our own 4096-aligned memory, pinned with cudaHostRegister,
-// since some drivers refuse O_DIRECT I/O on cudaHostAlloc memory (EFAULT, "Bad address").
+// O_DIRECT buffers: aligned and pinned by cudaHostRegister (some drivers refuse cudaHostAlloc memory).
 void* pinned_alloc_direct_io(int64_t bytes, const char* what) {
     void* p = NULL;
     const int err = posix_memalign(&p, DIRECT_IO_ALIGN, (size_t)direct_io_bytes(bytes));
@@ -60,7 +59,7 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
                  HostReadyFn host_ready, void* host_ready_ctx, bool host_grads, const HostReader* reader) {
     memset(ws, 0, sizeof *ws);
     if (num_slots < 2 || num_slots > MAX_SLOTS) {
-        // 2 is the minimum for overlap: one slot computes while the next layer lands in the other.
+        // 2 is the minimum for overlap: one slot computes while the other fills.
         die("weight slots must be between 2 and %d (got %d)", MAX_SLOTS, num_slots);
     }
     if (reader && (!reader->start || !reader->done || reader->num_buffers < 1 ||
@@ -85,7 +84,7 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
                 (uint16_t*)pinned_alloc_direct_io(reader->buffer_bytes, "the weights' read buffers");
             ws->reads.layer[b] = -1;
             ws->reads.state[b] = READ_FREE;
-            // the main thread may wait on it: blocking sync, so the wait does not spin a core
+            // blocking sync: a waiting host thread does not spin a core
             cudaCheck(cudaEventCreateWithFlags(&ws->reads.copied[b],
                                                cudaEventDisableTiming | cudaEventBlockingSync));
         }
@@ -98,7 +97,7 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
     for (int k = 0; k < 2; k++)
         ws->grad_staging[k] = (bf16*)device_alloc(layer_stride * 2, "gradient staging");
 
-    // Copy streams get the same (default) priority; the compute stream never waits on the host.
+    // Copy streams keep the default priority; compute never waits on the host.
     cudaCheck(cudaStreamCreateWithFlags(&ws->compute, cudaStreamNonBlocking));
     cudaCheck(cudaStreamCreateWithFlags(&ws->h2d, cudaStreamNonBlocking));
     cudaCheck(cudaStreamCreateWithFlags(&ws->d2h, cudaStreamNonBlocking));
@@ -112,7 +111,7 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
     ws->grads_on_host = (cudaEvent_t*)malloc(sizeof(cudaEvent_t) * num_layers);
     ws->schedule = (int*)malloc(sizeof(int) * (num_layers > 0 ? num_layers : 1));
     if (!ws->grads_on_host || !ws->schedule) { die("out of host memory in stream_init"); }
-    // The CPU optimizer thread waits on these: blocking sync, so the wait does not spin a core.
+    // blocking sync: the waiting optimizer thread does not spin a core
     const unsigned host_wait_flags = cudaEventDisableTiming | cudaEventBlockingSync;
     for (int l = 0; l < num_layers; l++)
         cudaCheck(cudaEventCreateWithFlags(&ws->grads_on_host[l], host_wait_flags));
@@ -155,8 +154,7 @@ static int slot_of(const WeightStream* ws, int l) {
 }
 
 // ---- Read buffers (-sw 1: a HostReader)
-// In pass order, a layer is read into a buffer once one is free and the optimizer has written the layer.
-// Its copy to a slot frees the buffer once it has run.
+// A layer is read in pass order; its copy to a slot frees the buffer.
 
 // The buffer holding layer l or being read into for it, or -1.
 static int read_buffer_of(const WeightStream* ws, int l) {
@@ -172,8 +170,8 @@ static void read_buffer_drop(WeightStream* ws, int b) {
     ws->reads.state[b] = READ_FREE;
     ws->reads.layer[b] = -1;
 }
-// A buffer to read into: a free one, or one whose copy has run; -1 if none (wait = 0).
-// wait = 1: waits for the oldest copy, or else takes the buffer whose layer comes last in the pass.
+// A free buffer, or one whose copy has run; -1 if none (wait = 0).
+// wait = 1 always finds one, dropping a read-ahead layer if it must.
 static int read_buffer_take(WeightStream* ws, int wait) {
     const int n = ws->reads.reader.num_buffers;
     for (int b = 0; b < n; b++)
@@ -195,7 +193,7 @@ static int read_buffer_take(WeightStream* ws, int wait) {
         ws->reads.state[oldest] = READ_FREE;
         return oldest;
     }
-    int victim = 0, victim_pos = -1;  // every buffer holds a layer read ahead (e.g. one evicted from a slot)
+    int victim = 0, victim_pos = -1;  // every buffer holds a layer read ahead
     for (int b = 0; b < n; b++) {
         int pos = ws->schedule_next;
         while (pos < ws->schedule_len && ws->schedule[pos] != ws->reads.layer[b]) pos++;
@@ -213,8 +211,7 @@ static void read_start(WeightStream* ws, int b, int l) {
     ws->reads.req[b] = ws->reads.reader.start(ws->reads.reader.ctx, l, ws->reads.buf[b]);
     ws->reads.count++;
 }
-// Starts reading the pass's next layers held nowhere, while buffers are free.
-// In pass order: it stops at the first layer the optimizer has not written.
+// Reads the pass's next layers ahead; stops at the first the optimizer has not written.
 static void read_ahead(WeightStream* ws) {
     if (!ws->reads.reader.start) return;
     for (int pos = ws->schedule_next; pos < ws->schedule_len; pos++) {
@@ -227,8 +224,7 @@ static void read_ahead(WeightStream* ws) {
     }
 }
 
-// Layer l's bf16 weights on the host, ready to copy, or NULL if not yet (wait = 0).
-// wait = 1 waits for the CPU optimizer, then (with a reader) for the disk.
+// Layer l's host weights, or NULL if not ready (wait = 0); wait = 1 waits for them.
 static const uint16_t* host_weights(WeightStream* ws, int l, int wait) {
     if (!ws->host_ready(ws->host_ready_ctx, l, wait)) return NULL;
     if (!ws->reads.reader.start)
@@ -247,11 +243,10 @@ static const uint16_t* host_weights(WeightStream* ws, int l, int wait) {
     return ws->reads.buf[b];
 }
 
-// Puts layer l in (or on its way to) a slot, pinned for this pass.
-// 0 if l holds no slot and its host weights are not ready (wait = 0); wait = 1 waits for them.
+// Puts layer l in a slot for this pass; 0 if its weights are not ready (wait = 0).
 static int request_layer(WeightStream* ws, int l, int wait) {
     int s = slot_of(ws, l);
-    if (s >= 0) {  // still resident from the previous pass (e.g. the last layers of the forward pass)
+    if (s >= 0) {  // still resident from the previous pass
         if (!ws->slot_in_use[s]) {
             ws->slot_in_use[s] = 1;
             ws->layer_reuses++;
@@ -288,8 +283,7 @@ static int request_layer(WeightStream* ws, int l, int wait) {
     return 1;
 }
 
-// Requests the pass's next layers up to schedule position `until`, stopping at the first not ready.
-// (The optimizer works in order too.) Never blocks: stream_wait_layer requests the rest, and may wait.
+// Requests layers up to schedule position `until`; never blocks (stream_wait_layer may).
 static void request_ready_layers(WeightStream* ws, int until) {
     while (ws->schedule_next < ws->schedule_len && ws->schedule_next <= until) {
         if (!request_layer(ws, ws->schedule[ws->schedule_next], 0)) break;
@@ -303,11 +297,8 @@ void stream_begin_pass(WeightStream* ws, const int* order, int n) {
     if (n > 0) memcpy(ws->schedule, order, sizeof(int) * n);  // a pass over no streamed layer may pass NULL
     ws->schedule_len = n;
     ws->schedule_next = 0;
-    // Up to num_slots - 1 layers are requested ahead of the one computing; each release lets one more in.
-    // The free slot is then the one whose layer finished longest ago.
-    // Requests come right AFTER the compute stream got a layer's kernels.
-    // A layer whose AdamW is unfinished is not waited for here: stream_wait_layer waits.
-    // (Waiting here would hold back kernels of layers that are ready.)
+    // num_slots - 1 layers are requested ahead; each release lets one more in.
+    // An unfinished AdamW is waited for in stream_wait_layer, not here.
 
     // Resident layers are pinned first, so the copies below never evict them.
     const int ahead = ws->num_slots - 1;
@@ -320,7 +311,7 @@ void stream_begin_pass(WeightStream* ws, const int* order, int n) {
 const bf16* stream_wait_layer(WeightStream* ws, int l) {
     int s = slot_of(ws, l);
     if (s < 0 && ws->schedule_next < ws->schedule_len && ws->schedule[ws->schedule_next] == l) {
-        request_layer(ws, l, 1);  // waits for the CPU AdamW of layer l (-sw 1: and its read): the GPU waits
+        request_layer(ws, l, 1);  // blocks for layer l's AdamW (-sw 1: and its read)
         ws->schedule_next++;
         s = slot_of(ws, l);
     }
@@ -335,7 +326,7 @@ void stream_release_layer(WeightStream* ws, int l) {
     if (s < 0) { die("internal: release of layer %d that holds no slot", l); }
     cudaCheck(cudaEventRecord(ws->slot_free[s], ws->compute));
     ws->slot_in_use[s] = 0;
-    // l's position in the pass: layers up to num_slots - 1 positions after it may now be in flight
+    // layers up to num_slots - 1 positions after l may now be in flight
     int pos = 0;
     while (pos < ws->schedule_len && ws->schedule[pos] != l) pos++;
     request_ready_layers(ws, pos + ws->num_slots - 1);

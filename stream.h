@@ -1,7 +1,6 @@
 // stream.h — everything that moves between host and GPU during training.
-// Holds: pinned bf16 weights and gradients, the ring of GPU weight slots, three CUDA streams, their events.
-// The model asks for "layer l's weights" and "send layer l's grads"; it never calls cudaMemcpy.
-// Not here: math (train_gpt.cu, kernels.cuh), the optimizer update (cpu_adam.cpp).
+// The model asks for "layer l's weights"; it never calls cudaMemcpy.
+// Not here: math (train_gpt.cu, kernels.cuh), the optimizer (cpu_adam.cpp).
 
 // Streams:  compute — every kernel and GEMM;  h2d — weights host->GPU;  d2h — gradients GPU->host.
 // Ordering is by events only (no device-wide synchronization inside a pass):
@@ -10,8 +9,7 @@
 //   staging_free[k] (d2h)    : gradient staging buffer k is on the host -> compute waits before refilling it
 //   grads_on_host[l] (d2h)   : layer l's gradients are in host memory   -> the CPU AdamW thread waits on it
 
-// The embeddings and GPU-resident layers (-R) are not streamed: a pass's `order` omits them.
-// Weights not in host RAM (-sw 1) come through a HostReader's read buffers (StreamReads).
+// Not streamed: the embeddings and GPU-resident layers (-R).
 #pragma once
 #include <stdint.h>
 #include "llmc/cuda_common.h"
@@ -20,15 +18,14 @@
 #define MAX_READ_BUFFERS 8
 struct Timeline;
 
-// Has the CPU optimizer written layer l's new bf16 copy? wait = 1 blocks until it has.
-// The one place where the next forward pass waits for the last step's AdamW.
+// Has the optimizer written layer l's bf16 copy? wait = 1 blocks until it has.
 typedef int (*HostReadyFn)(void* ctx, int layer, int wait);
 
-// Where the streamed layers' bf16 weights come from when they are not in host RAM (-sw 1).
+// Where streamed layers' bf16 weights come from when not in host RAM (-sw 1).
 typedef struct {
     // Starts reading layer's bf16 weights (layer_stride elements) into dst; returns the read's id.
     int64_t (*start)(void* ctx, int layer, uint16_t* dst);
-    // 1 once read `req` is complete (wait = 1: blocks until then). A failed read is the caller's to report.
+    // 1 once read `req` is complete (wait = 1: blocks until then).
     int (*done)(void* ctx, int64_t req, int wait);
     void* ctx;
     int num_buffers;       // pinned read buffers, 1..MAX_READ_BUFFERS: more = more reads in flight ahead
@@ -36,10 +33,7 @@ typedef struct {
     int first_streamed;  // layers below it are GPU-resident: weights_host_bf16 holds them, and no pass reads
 } HostReader;
 
-// With a HostReader, a pass's layers are read into pinned buffers, as far ahead as buffers allow.
-// Then each is copied to its slot.
-// A buffer is free, being read, holding a layer, or being copied from.
-// It is read into again only once its copy has run (copied[b], h2d).
+// -sw 1: layers are read ahead into pinned buffers, then copied to their slots.
 typedef struct {
     HostReader reader;
     uint16_t* buf[MAX_READ_BUFFERS];
@@ -56,9 +50,7 @@ typedef struct {
     int64_t layer_stride;  // elements of one layer block (model.h ParamLayout)
     int64_t embed_count;   // elements of the embedding block
 
-    // Host, pinned: copies run asynchronously at full PCIe speed.
-    // [embeddings | layer 0 | ... | layer L-1] as the master weights; the CPU AdamW writes them.
-    // With a reader: up to first_streamed only.
+    // Host, pinned: [embeddings | layer 0 | ... | layer L-1] (with a reader: up to first_streamed).
     uint16_t* weights_host_bf16;
     uint16_t* grads_host_bf16;  // L * layer_stride; NULL without host_grads (stream_send_layer_grads_to)
 
@@ -77,7 +69,7 @@ typedef struct {
 
     cudaStream_t compute, h2d, d2h;
 
-    // The order in which the current pass visits layers, and how far ahead we have requested.
+    // The current pass's layer order, and how far ahead it is requested.
     int* schedule;
     int schedule_len, schedule_next;
 
@@ -91,8 +83,7 @@ typedef struct {
     struct Timeline* timeline;  // NULL, or where each copy records its span (timeline.h, flag -Y)
 } WeightStream;
 
-// Allocates the pinned buffers, the GPU slots and staging, the streams and events; dies if it cannot.
-// reader: NULL, or where the streamed layers' weights come from (-sw 1).
+// Allocates buffers, slots, streams and events; dies if it cannot. reader: -sw 1 or NULL.
 void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t embed_count, int num_slots,
                  HostReadyFn host_ready, void* host_ready_ctx, bool host_grads = true,
                  const HostReader* reader = NULL);
@@ -109,21 +100,20 @@ int64_t stream_host_bytes(int num_layers, int64_t layer_stride, int64_t embed_co
                           const HostReader* reader = NULL);
 int64_t stream_gpu_bytes(int64_t layer_stride, int num_slots);
 
-// A pass visits layers in `order`: it starts copying the first num_slots - 1 that are ready.
-// A layer still in its slot from the last pass is not copied again.
+// Starts a pass over `order`; a layer still in its slot is not copied again.
 void stream_begin_pass(WeightStream* ws, const int* order, int n);
-// The compute stream waits until layer l is in its slot; returns the slot's weights.
-// A copy not yet started (its AdamW was not done) is started here, after the host waits.
+// The compute stream waits for layer l's slot; returns its weights.
+// A copy not yet started starts here, once the host has its AdamW.
 const bf16* stream_wait_layer(WeightStream* ws, int l);
-// Every kernel reading layer l is queued: its slot frees once they ran, and the next copies start.
+// Every kernel reading layer l is queued: its slot frees once they ran.
 void stream_release_layer(WeightStream* ws, int l);
 // The host weights changed (optimizer step): no slot content may be reused.
 void stream_invalidate(WeightStream* ws);
 
-// Gradients: fill a staging buffer on the compute stream, then send it to the host on d2h.
+// Gradients: fill a staging buffer on compute, then send it to the host on d2h.
 bf16* stream_grad_staging(WeightStream* ws);
 void stream_send_layer_grads(WeightStream* ws, int l);
 // The same into the caller's pinned host_dst; reuse it only after grads_on_host[l].
 void stream_send_layer_grads_to(WeightStream* ws, int l, uint16_t* host_dst);
-// Blocks the calling (optimizer) thread until layer l's gradients are in host memory.
+// Blocks the optimizer thread until layer l's gradients are on the host.
 void stream_wait_grads_on_host(WeightStream* ws, int l);

@@ -1,6 +1,5 @@
-// adamw.h — AdamW over a parameter block, tensor by tensor; the clip factor; llm.c's constants.
-// The per-element math is AdamWArgs / AdamWConstants (cpu_adam.h), in two forms:
-// the CPU's (cpu_adam.cpp adamw_update) and the GPU's (kernels.cuh adamw_gpu).
+// adamw.h — AdamW over a parameter block, tensor by tensor; the clip factor.
+// The per-element math is in cpu_adam.h; its GPU form is kernels.cuh's adamw_gpu.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -15,8 +14,8 @@ static inline float clip_scale(float norm, float clip) {
     return s < 1.0f ? s : 1.0f;
 }
 
-// AdamW over one block of `count` tensors (tensor i: offset[i], size[i]); weight decay on matrices only.
-// update(offset, n, args) is one tensor's AdamW: the CPU's form (cpu_adam.h) or the GPU's (adamw_gpu).
+// AdamW over one block's tensors, weight decay on matrices only.
+// update(offset, n, args): one tensor's AdamW, CPU or GPU form.
 template <typename Update>
 static inline void adamw_tensors(int count, const int64_t* offset, const int64_t* size, const int* is_matrix,
                                  const AdamWArgs* args, Update update) {
@@ -27,7 +26,7 @@ static inline void adamw_tensors(int count, const int64_t* offset, const int64_t
     }
 }
 
-// The CPU's form over one block. params, grads, m, v, bf16_out (may be NULL) point at the block's start.
+// The CPU's form over one block; the pointers point at the block's start.
 template <typename Grad>
 static inline void adamw_tensors_cpu(int count, const int64_t* offset, const int64_t* size,
                                      const int* is_matrix, float* params, const Grad* grads, float* m,

@@ -354,7 +354,7 @@ static inline const char* llmc_flag_note(const char* flag) {
         if (strcmp(flag, notes[i].flag) == 0) return notes[i].note;
     return NULL;
 }
-// -h alone is the help; llm.c's "-h 1" (HellaSwag) is refused rather than answered with help and exit 0.
+// -h alone is the help; llm.c's "-h 1" (HellaSwag) is refused.
 static inline int help_flag(int argc, char** argv, int i, char* err, size_t errlen) {
     if (strcmp(argv[i], "-h") != 0 && strcmp(argv[i], "--help") != 0) return 0;
     if (i + 1 < argc && argv[i + 1][0] != '-') {

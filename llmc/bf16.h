@@ -1,13 +1,11 @@
-// bf16.h — scalar bf16 <-> float conversion on the host; bf16 values are uint16_t, a float's upper half.
-// Not here: the vectorized conversion (cpu_adam.h convert_f32_to_bf16), the GPU's (cuda_common.h).
+// bf16.h — scalar bf16 <-> float on the host; a bf16 is a uint16_t, a float's upper half.
+// Not here: the vectorized conversion (cpu_adam.h), the GPU's (cuda_common.h).
 #pragma once
 #include <stdint.h>
 #include <string.h>
 
-// float -> bf16, round to nearest, ties to even. Overflow rounds to +-Inf (the largest finite float too).
-// Subnormals are rounded, not flushed; -0 stays -0.
-// A NaN stays a NaN, sign kept, quiet bit set: a payload only in the low 16 bits would truncate to Inf.
-// The vectorized convert_f32_to_bf16 / adamw_update_* give the same bits.
+// float -> bf16, round to nearest even; NaN stays NaN, overflow is +-Inf.
+// convert_f32_to_bf16 and adamw_update_* give the same bits.
 static inline uint16_t float_to_bf16(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);

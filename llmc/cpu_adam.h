@@ -1,18 +1,16 @@
-// cpu_adam.h — AdamW's math (AdamWArgs, AdamWConstants) and its CPU form: OpenMP + SIMD over fp32 weights.
-// The CPU form also writes the bf16 copy streamed next. Also here: the squared norm, fp32 -> bf16.
+// cpu_adam.h — AdamW's math and its CPU form (OpenMP + SIMD); also the squared norm.
 
-// Not here: hyperparameters and which tensors decay (adamw.h), the GPU form (kernels.cuh adamw_gpu).
-// No intrinsics here, so nvcc can include it.
+// Not here: which tensors decay (adamw.h), the GPU form (kernels.cuh). No intrinsics, so nvcc can include it.
 #pragma once
 #include <stdint.h>
 #include <string.h>
 #include "bf16.h"  // defines: float_to_bf16, bf16_to_float
 
-// One AdamW step (PyTorch torch.optim.AdamW / llm.c), per element:
+// One AdamW step (torch.optim.AdamW), per element:
 //   g = grad * grad_scale
 //   m = beta1 * m + (1 - beta1) * g          v = beta2 * v + (1 - beta2) * g * g
 //   mhat = m / (1 - beta1^t)                  vhat = v / (1 - beta2^t)
-//   param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param)     (decoupled weight decay)
+//   param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param)
 typedef struct {
     float lr, beta1, beta2, eps;
     float weight_decay;  // the CALLER passes 0 for tensors that must not decay (adamw.h)
@@ -20,7 +18,7 @@ typedef struct {
     int64_t t;           // 1-based step, for the bias corrections
 } AdamWArgs;
 
-// The step's constants, rounded to float once; both forms use them in this order:
+// The step's constants, rounded once; both forms compute, in this order:
 //   g = grad*scale;  m = fma(b1, m, omb1*g);  v = fma(b2, v, (omb2*g)*g);
 //   upd = (m*ibc1) / fma(sqrt(v), irs2, eps);  param = fma(neg_lr, fma(wd, param, upd), param)
 typedef struct {
@@ -32,14 +30,12 @@ typedef struct {
 AdamWConstants adamw_constants(const AdamWArgs* a);
 
 // Threads for the parallel regions below; 0 = the OpenMP default.
-// Ranges under 32768 elements run on the calling thread alone.
 void cpu_adam_set_threads(int n);
 // "avx512", "avx2" or "scalar": the SIMD path this build was compiled with (for logs and the bench).
 const char* cpu_adam_simd_name(void);
 
-// The CPU form: params, m, v in place, and bf16(params) into params_bf16_out unless NULL.
-// An element's result depends on nothing but its inputs: not on n, its position or the threads.
-// Subnormals count as zero (x86 FTZ/DAZ, per call).
+// The CPU form: params, m, v in place, bf16(params) into params_bf16_out unless NULL.
+// An element's result depends on its inputs only, not on n or the threads.
 void adamw_update_f32grad(float* params, const float* grads, float* m, float* v, uint16_t* params_bf16_out,
                           int64_t n, const AdamWArgs* a);
 void adamw_update_bf16grad(float* params, const uint16_t* grads, float* m, float* v,
@@ -54,8 +50,7 @@ static inline void adamw_update(float* params, const uint16_t* grads, float* m, 
     adamw_update_bf16grad(params, grads, m, v, bf16_out, n, a);
 }
 
-// AdamW over the window [lo, lo + n) of a block of tensors, each with its decay (adamw.h's rule).
-// The pointers point at element lo. Same bits as the whole block, so the SSD tier goes piece by piece.
+// AdamW over the window [lo, lo + n) of a block; same bits as the whole block.
 void adamw_tensors_window_bf16grad(int count, const int64_t* offset, const int64_t* size,
                                    const int* is_matrix, int64_t lo, int64_t n, float* params,
                                    const uint16_t* grads, float* m, float* v, uint16_t* bf16_out,

@@ -1,5 +1,4 @@
-// cpu_cores.h — how many cores this process may use (affinity, cgroup quota), and libgomp's short spin.
-// Not here: the thread teams themselves (cpu_adam.cpp, gpt2_cpu.h).
+// cpu_cores.h — how many cores this process may use, and libgomp's short spin.
 #pragma once
 #include <sched.h>
 #include <stdio.h>
@@ -13,8 +12,7 @@ static inline int cgroup_quota_cores(const char* cpu_max) {
         return -1;
     return (int)((quota + period - 1) / period);
 }
-// Cores this process can use: its affinity mask (taskset, cpuset), capped by a cgroup quota (docker --cpus).
-// A larger thread team would time-slice every parallel region.
+// Cores this process can use: its affinity mask, capped by a cgroup quota (docker --cpus).
 static inline int usable_cpu_cores(void) {
     cpu_set_t allowed;
     int cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed)
@@ -38,10 +36,8 @@ static inline int usable_cpu_cores(void) {
     return cores > 0 ? cores : 1;
 }
 
-// libgomp's idle threads spin 300000 iterations, stealing a busy core's time (a CPU test ran 16x slower).
-// libgomp reads GOMP_SPINCOUNT before main: main re-execs once with 10000.
-// Not if the user set GOMP_SPINCOUNT or OMP_WAIT_POLICY.
-// train_gpt_cpu on 2 loaded cores, ms/step: default 1510, short spin 1225, passive 1195.
+// libgomp's idle threads spin long and steal busy cores (a test ran 16x slower).
+// main re-execs once with GOMP_SPINCOUNT=10000, unless the user set it or OMP_WAIT_POLICY.
 #define OMP_SHORT_SPINCOUNT "10000"
 static inline void omp_short_spin_reexec(char** argv) {
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || getenv("LLMC_OMP_REEXEC")) return;

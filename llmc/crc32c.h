@@ -1,5 +1,4 @@
-// crc32c.h — CRC-32C (Castagnoli), every checkpoint file's checksum, as ext4's ("123456789" -> e3069283).
-// SSE4.2's crc32 instruction on three chains, else a table (slicing by 8).
+// crc32c.h — CRC-32C, every checkpoint file's checksum (ext4's: "123456789" -> e3069283).
 // Catches corruption, not tampering.
 #pragma once
 #include <stddef.h>
@@ -40,9 +39,8 @@ static inline uint32_t crc32c_portable(uint32_t crc, const void* data, size_t n)
 }
 
 #if defined(__SSE4_2__) && defined(__x86_64__)
-// crc32 has latency 3, throughput 1/cycle: 3 lanes of CRC32C_LANE bytes run as independent chains.
-// Joining them: the register is linear over GF(2), so run(B from r) = shift(r) ^ run(B from 0).
-// shift (running CRC32C_LANE zero bytes) is tabulated per register byte (crc32c_shift_tables).
+// 3 lanes run as independent chains (crc32's latency is 3).
+// They are joined by a tabulated shift: CRC is linear over GF(2).
 #define CRC32C_LANE 4096
 static inline uint64_t crc32c_hw_run(uint64_t c, const unsigned char* p, size_t n) {
     for (; n >= 8; n -= 8, p += 8) {

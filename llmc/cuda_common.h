@@ -24,8 +24,7 @@ static inline void cublas_check(cublasStatus_t status, const char* file, int lin
 }
 #define cublasCheck(status) (cublas_check((status), __FILE__, __LINE__))
 
-// Test hooks, empty in a real build: test/fake_cuda checks host accesses are ordered after the streams.
-// Also thread hand-overs: RELEASE after the handed data, ACQUIRE after seeing it.
+// Test hooks, empty in a real build: test/fake_cuda checks host accesses and thread hand-overs.
 #ifndef FAKE_CUDA_HOST_ACCESS
 #define FAKE_CUDA_HOST_ACCESS(p, bytes, write, what) ((void)0)
 #define FAKE_CUDA_HOST_RELEASE(obj)                  ((void)0)

@@ -1,25 +1,23 @@
 // gpt2_cpu.h — the CPU reference GPT-2, fp32 + OpenMP, forward and backward.
-// Grads use the parameters' layer-major layout (model.h).
-// The GPU trainer's test oracle: one plain function per op; only the matmul and softmax's exp are fast.
+// The GPU trainer's test oracle: one plain function per op.
 // Not here: the optimizer (adamw.h), data, files.
 
 // Shapes: N = B*T positions, C channels, NH heads of hs = C/NH, L layers, V tokens, Vp >= V padded.
-// Logits columns >= V are computed but never enter the softmax, loss or gradient. Sizes are int64_t.
 
-// Packed sequences: pos (B*T) gives each token's position in its conversation (NULL: 0..T-1 per row).
-// Query t sees key s of its row iff t - pos[t] <= s <= t. Target -1: no loss, no gradient.
+// Packed sequences: pos (B*T, NULL: 0..T-1) is a token's position in its conversation.
 #pragma once
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "cpu_model.h"  // defines: ActArray, cpu_model_alloc, _free, _carve, _check_batch, _keep_batch,
+                        // _mean_loss, check_positions
 #include "model.h"
 
 // ----------------------------------------------------------------------------
-// Matrix multiply, the one fast kernel: C (M,N) = or += A (M,K) @ B (K,N), B row-major.
-// A goes through two strides, so dout^T needs no copy of the huge dlogits.
-// Tuned on a 2-core AVX-512 EPYC: ~100-170 GFLOP/s for GPT-2's shapes.
+// Matrix multiply: C (M,N) = or += A (M,K) @ B (K,N).
+// A has two strides, so dout^T needs no copy of dlogits.
 
 // an MM_MR x MM_NR micro tile sits in registers
 #define MM_MR 8
@@ -32,7 +30,7 @@
 
 static inline int64_t mm_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
-// C (M,N) = A @ B, or C += A @ B when accumulate; A(i,k) = A[i*a_row + k*a_col], B row-major (K,N).
+// C = A @ B, or C += A @ B when accumulate; A(i,k) = A[i*a_row + k*a_col].
 static void matmul_nn(float* C, const float* A, int64_t a_row, int64_t a_col, const float* B, int64_t M,
                       int64_t N, int64_t K, int accumulate) {
     const int64_t row_tiles = (M + MM_MC - 1) / MM_MC, col_tiles = (N + MM_NC - 1) / MM_NC;
@@ -88,8 +86,7 @@ static void transpose(float* out, const float* in, int64_t rows, int64_t cols) {
                 for (int64_t c = c0; c < mm_min(c0 + 32, cols); c++) out[c * rows + r] = in[r * cols + c];
 }
 
-// out (N,OC) = inp (N,IC) @ weight^T + bias, weight (OC,IC) as in nn.Linear; bias may be NULL.
-// weight_t: scratch (IC,OC) for the transposed weight.
+// out (N,OC) = inp (N,IC) @ weight^T + bias (may be NULL); weight_t: scratch (IC,OC).
 static void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t N,
                            int64_t IC, int64_t OC, float* weight_t) {
     transpose(weight_t, weight, OC, IC);
@@ -132,7 +129,7 @@ static void encoder_forward(float* out, const int* inp, const float* wte, const 
         }
 }
 
-// dwte[inp[b,t]] += dout[b,t], dwpe[p] += dout[b,t] (p as encoder_forward). Serial: a token may repeat.
+// dwte[inp[b,t]] += dout[b,t], dwpe[p] += dout[b,t]. Serial: a token may repeat.
 static void encoder_backward(float* dwte, float* dwpe, const float* dout, const int* inp, int B, int T, int C,
                              const int* pos = NULL) {
     for (int b = 0; b < B; b++)
@@ -200,8 +197,7 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, const 
     }
 }
 
-// Causal self-attention. qkv (N, 3C) holds q | k | v; head h is channels [h*hs, (h+1)*hs) of each.
-// att (B, NH, T, T): softmax probabilities for backward, zero outside the mask. out (N, C).
+// Causal self-attention; att (B, NH, T, T) is kept for backward.
 // pos (may be NULL): query t sees keys t - pos[t] .. t only.
 static void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
                               const int* pos = NULL) {
@@ -240,8 +236,7 @@ static void attention_forward(float* out, float* att, const float* qkv, int B, i
             }
 }
 
-// dqkv = attention'(dout) (overwritten). Parallel over (b, h), which own disjoint channels of dqkv.
-// dscore: scratch (B, NH, T). pos as the forward's: masked keys (att 0) are skipped.
+// dqkv = attention'(dout), overwritten; parallel over (b, h). dscore: scratch (B, NH, T).
 static void attention_backward(float* dqkv, float* dscore, const float* dout, const float* qkv,
                                const float* att, int B, int T, int C, int NH, const int* pos = NULL) {
     const int hs = C / NH;
@@ -316,11 +311,9 @@ static void residual_forward(float* out, const float* a, const float* b, int64_t
     for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-// exp(x) for x <= 0 within a few ulp of expf, branch-free so the softmax vectorizes (libm's expf is scalar).
+// exp(x) for x <= 0 within a few ulp of expf, branch-free so the softmax vectorizes.
 
-// exp(x) = 2^n exp(r), n = round(x / ln2), r = x - n ln2 (ln2 in two parts: r exact).
-// exp(r): Cephes' polynomial on |r| <= ln2/2.
-// Adding 1.5*2^23 rounds n into the low mantissa bits (floorf does not vectorize under -ftrapping-math).
+// exp(x) = 2^n exp(r), n = round(x / ln2); exp(r) by Cephes' polynomial.
 // Below -87 it returns ~1e-38, which no softmax sum notices.
 static inline float exp_nonpositive(float x) {
     x = x < -87.0f ? -87.0f : x;
@@ -342,8 +335,7 @@ static inline float exp_nonpositive(float x) {
     return y * two_n;
 }
 
-// probs = softmax over the first V columns (padded: 0); losses[i] = -log probs[i, target[i]].
-// losses[i] = 0 where target[i] < 0. The sum is in double: 50k terms lose digits in fp32.
+// probs = softmax over the first V columns; losses[i] = -log probs[i, target[i]] (0 if target < 0).
 static void softmax_crossentropy_forward(float* probs, float* losses, const float* logits, const int* targets,
                                          int64_t N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
@@ -367,8 +359,7 @@ static void softmax_crossentropy_forward(float* probs, float* losses, const floa
     }
 }
 
-// dlogits = (probs - onehot(target)) * dloss for real columns; padded columns and non-target rows are 0.
-// dloss: the weight of one token's loss (1 / target tokens of the step).
+// dlogits = (probs - onehot(target)) * dloss; padded columns and non-target rows are 0.
 static void crossentropy_softmax_backward(float* dlogits, const float* probs, const int* targets, float dloss,
                                           int64_t N, int V, int Vp) {
 #pragma omp parallel for schedule(static)
@@ -380,20 +371,6 @@ static void crossentropy_softmax_backward(float* dlogits, const float* probs, co
         if (targets[i] < 0) memset(d, 0, (size_t)Vp * sizeof(float));
         else d[targets[i]] -= dloss;
     }
-}
-
-// 1 when pos (B*T, may be NULL) is valid, else 0 with err.
-// Valid: 0 <= pos[b,t] <= t (a conversation starts in its row) and pos[b,t] < maxT (wpe's rows).
-static int check_positions(const int* pos, int B, int T, int maxT, char* err, size_t errlen) {
-    for (int64_t i = 0; pos && i < (int64_t)B * T; i++) {
-        const int t = (int)(i % T);
-        if (pos[i] < 0 || pos[i] > t || pos[i] >= maxT) {
-            snprintf(err, errlen, "forward: pos[%lld] = %d outside [0, min(t=%d, maxT-1=%d)]", (long long)i,
-                     pos[i], t, maxT - 1);
-            return 0;
-        }
-    }
-    return 1;
 }
 
 // ----------------------------------------------------------------------------
@@ -464,7 +441,7 @@ static inline LayerTensors layer_tensors(const ParamLayout* p, float* base, int 
     return t;
 }
 
-// params (uninitialized) and zeroed grads; 0 with model->error on a bad config or out of memory.
+// params (uninitialized) and zeroed grads; 0 with model->error.
 static int gpt2_cpu_build(GPT2CPU* model, const GPTConfig* config) {
     memset(model, 0, sizeof *model);
     model->mean_loss = -1.0f;
@@ -473,131 +450,60 @@ static int gpt2_cpu_build(GPT2CPU* model, const GPTConfig* config) {
     model->layout = gpt_layout(config);
     const int64_t C = config->channels, Vp = config->padded_vocab_size;
     const int64_t wt = Vp * C > 4 * C * C ? Vp * C : 4 * C * C;
-    model->params = (float*)malloc((size_t)model->layout.total * sizeof(float));
-    model->grads = (float*)calloc((size_t)model->layout.total, sizeof(float));
-    model->weight_t = (float*)malloc((size_t)wt * sizeof(float));
-    if (!model->params || !model->grads || !model->weight_t) {
-        snprintf(model->error, sizeof model->error, "out of memory for %lld parameters",
-                 (long long)model->layout.total);
-        return 0;
-    }
-    return 1;
+    return cpu_model_alloc(model, model->layout.total, wt);
 }
 
 // Safe after a failed build.
-static void gpt2_cpu_free(GPT2CPU* model) {
-    free(model->params);
-    free(model->grads);
-    free(model->weight_t);
-    free(model->act_memory);
-    free(model->inputs);
-    free(model->targets);
-    free(model->pos);
-    memset(model, 0, sizeof *model);
-}
+static void gpt2_cpu_free(GPT2CPU* model) { cpu_model_free(model); }
 
 // grads = 0, before the first micro-batch of a step.
-static void gpt2_cpu_zero_grad(GPT2CPU* model) {
-    memset(model->grads, 0, (size_t)model->layout.total * sizeof(float));
-}
+static void gpt2_cpu_zero_grad(GPT2CPU* model) { cpu_model_zero_grad(model); }
 
-// Points model->acts into act_memory for (B, T), growing it only when too small; 0 when out of memory.
+// Points model->acts into one allocation for (B, T); 0 when out of memory.
 static int gpt2_cpu_layout_activations(GPT2CPU* model, int B, int T) {
     const int64_t L = model->config.num_layers, C = model->config.channels, NH = model->config.num_heads;
     const int64_t Vp = model->config.padded_vocab_size, N = (int64_t)B * T;
     Activations* a = &model->acts;
-    float** slots[] = {&a->encoded,  &a->ln1,       &a->ln1_mean,  &a->ln1_rstd, &a->qkv,      &a->atty,
-                       &a->att,      &a->residual2, &a->ln2,       &a->ln2_mean, &a->ln2_rstd, &a->fch,
-                       &a->fch_gelu, &a->residual3, &a->lnf,       &a->lnf_mean, &a->lnf_rstd, &a->logits,
-                       &a->probs,    &a->losses,    &a->dresidual, &a->dln,      &a->dqkv,     &a->dfch,
-                       &a->dscore,   &a->dlogits};
-    const int64_t sizes[] = {N * C,
-                             L * N * C,
-                             L * N,
-                             L * N,
-                             L * N * 3 * C,
-                             L * N * C,
-                             L * B * NH * T * T,
-                             L * N * C,
-                             L * N * C,
-                             L * N,
-                             L * N,
-                             L * N * 4 * C,
-                             L * N * 4 * C,
-                             L * N * C,
-                             N * C,
-                             N,
-                             N,
-                             N * Vp,
-                             N * Vp,
-                             N,
-                             N * C,
-                             N * C,
-                             N * 3 * C,
-                             N * 4 * C,
-                             B * NH * T,
-                             N * Vp};
-    const int count = (int)(sizeof sizes / sizeof sizes[0]);
-    int64_t total = 0;
-    for (int i = 0; i < count; i++) total += round_up64(sizes[i], 16);  // 64-byte aligned arrays
-    if (total > model->act_capacity) {
-        free(model->act_memory);
-        free(model->inputs);
-        free(model->targets);
-        free(model->pos);
-        model->act_memory = (float*)aligned_alloc(64, (size_t)total * sizeof(float));
-        model->inputs = (int*)malloc((size_t)N * sizeof(int));
-        model->targets = (int*)malloc((size_t)N * sizeof(int));
-        model->pos = (int*)malloc((size_t)N * sizeof(int));
-        model->act_capacity = model->act_memory && model->inputs && model->targets && model->pos ? total : 0;
-        if (!model->act_capacity) {
-            snprintf(model->error, sizeof model->error,
-                     "out of memory for the activations of B=%d T=%d (%.1f MiB)", B, T,
-                     (double)total * 4 / (1 << 20));
-            return 0;
-        }
-    }
-    float* next = model->act_memory;
-    for (int i = 0; i < count; i++) {
-        *slots[i] = next;
-        next += round_up64(sizes[i], 16);
-    }
-    return 1;
+    const ActArray table[] = {{&a->encoded, N * C},
+                              {&a->ln1, L * N * C},
+                              {&a->ln1_mean, L * N},
+                              {&a->ln1_rstd, L * N},
+                              {&a->qkv, L * N * 3 * C},
+                              {&a->atty, L * N * C},
+                              {&a->att, L * B * NH * T * T},
+                              {&a->residual2, L * N * C},
+                              {&a->ln2, L * N * C},
+                              {&a->ln2_mean, L * N},
+                              {&a->ln2_rstd, L * N},
+                              {&a->fch, L * N * 4 * C},
+                              {&a->fch_gelu, L * N * 4 * C},
+                              {&a->residual3, L * N * C},
+                              {&a->lnf, N * C},
+                              {&a->lnf_mean, N},
+                              {&a->lnf_rstd, N},
+                              {&a->logits, N * Vp},
+                              {&a->probs, N * Vp},
+                              {&a->losses, N},
+                              {&a->dresidual, N * C},
+                              {&a->dln, N * C},
+                              {&a->dqkv, N * 3 * C},
+                              {&a->dfch, N * 4 * C},
+                              {&a->dscore, B * NH * T},
+                              {&a->dlogits, N * Vp}};
+    return cpu_model_carve(model, table, (int)(sizeof table / sizeof table[0]), B, T);
 }
 
-// Forward over inputs (B, T). With targets (may be NULL; -1: none) also losses and mean_loss, for backward.
-// pos (may be NULL): packed sequences, see the top of the file.
-// 0 with model->error when T > maxT, a token is outside [0, V), a pos is invalid or memory runs out.
+// Forward over inputs (B, T); with targets (may be NULL) also the losses.
+// 0 with model->error on bad input or no memory.
 static int gpt2_cpu_forward(GPT2CPU* model, const int* inputs, const int* targets, int B, int T,
                             const int* pos = NULL) {
     const GPTConfig* cfg = &model->config;
     const int L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads, V = cfg->vocab_size;
     const int Vp = cfg->padded_vocab_size;
-    model->has_targets = 0;
-    model->mean_loss = -1.0f;
-    if (B < 1 || T < 1 || T > cfg->max_seq_len) {
-        snprintf(model->error, sizeof model->error,
-                 "forward: B=%d T=%d invalid (need B >= 1, 1 <= T <= maxT=%d)", B, T, cfg->max_seq_len);
-        return 0;
-    }
-    const int64_t N = (int64_t)B * T;
-    for (int64_t i = 0; i < N; i++) {
-        if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < -1 || targets[i] >= V))) {
-            snprintf(model->error, sizeof model->error,
-                     "forward: token id %d at position %lld outside [0, V=%d)",
-                     inputs[i] < 0 || inputs[i] >= V ? inputs[i] : targets[i], (long long)i, V);
-            return 0;
-        }
-    }
-    if (!check_positions(pos, B, T, cfg->max_seq_len, model->error, sizeof model->error)) return 0;
+    if (!cpu_model_check_batch(model, inputs, targets, pos, B, T, V, cfg->max_seq_len, "maxT")) return 0;
     if (!gpt2_cpu_layout_activations(model, B, T)) return 0;
-    model->B = B;
-    model->T = T;
-    memcpy(model->inputs, inputs, (size_t)N * sizeof(int));
-    if (targets) memcpy(model->targets, targets, (size_t)N * sizeof(int));
-    model->has_pos = pos != NULL;
-    if (pos) memcpy(model->pos, pos, (size_t)N * sizeof(int));
-    pos = model->has_pos ? model->pos : NULL;
+    pos = cpu_model_keep_batch(model, inputs, targets, pos, B, T);
+    const int64_t N = (int64_t)B * T;
 
     const ParamLayout* p = &model->layout;
     Activations* a = &model->acts;
@@ -631,28 +537,15 @@ static int gpt2_cpu_forward(GPT2CPU* model, const int* inputs, const int* target
     matmul_forward(a->logits, a->lnf, e.wte, NULL, N, C, Vp, model->weight_t);  // lm_head tied to wte
     if (targets) {
         softmax_crossentropy_forward(a->probs, a->losses, a->logits, targets, N, V, Vp);
-        double sum = 0.0;
-        int64_t count = 0;
-        for (int64_t i = 0; i < N; i++) {
-            sum += a->losses[i];  // 0 where not a target
-            count += targets[i] >= 0;
-        }
-        model->num_targets = count;
-        model->mean_loss = count ? (float)(sum / (double)count) : 0.0f;
-        model->has_targets = 1;
+        cpu_model_mean_loss(model, a->losses, targets, N);
     }
     return 1;
 }
 
-// ADDS d(loss)/d(params) of the last forward (with targets) into model->grads.
-// loss = normalizer * the sum of the target tokens' losses.
-// normalizer 0: 1/(B*T), the mean; k micro-batches then sum, and the caller divides by k (adamw.h).
-// Packed data: 1 / (target tokens of the whole step), and no division by k.
+// ADDS d(loss)/d(params) of the last forward into model->grads.
+// loss = normalizer * the sum of target losses; normalizer 0 means 1/(B*T).
 static int gpt2_cpu_backward(GPT2CPU* model, float normalizer = 0.0f) {
-    if (!model->has_targets) {
-        snprintf(model->error, sizeof model->error, "backward: the last forward pass had no targets");
-        return 0;
-    }
+    if (!cpu_model_has_targets(model)) return 0;
     const GPTConfig* cfg = &model->config;
     const int L = cfg->num_layers, C = cfg->channels, NH = cfg->num_heads, V = cfg->vocab_size;
     const int Vp = cfg->padded_vocab_size, B = model->B, T = model->T;
@@ -662,7 +555,7 @@ static int gpt2_cpu_backward(GPT2CPU* model, float normalizer = 0.0f) {
     EmbedTensors e = embed_tensors(p, model->params);
     EmbedTensors de = embed_tensors(p, model->grads);
 
-    // loss = mean over N positions -> each position's loss has weight 1/N (or the caller's normalizer)
+    // each position's loss has weight 1/N, or the caller's normalizer
     const float dloss = normalizer != 0.0f ? normalizer : 1.0f / (float)N;
     const int* pos = model->has_pos ? model->pos : NULL;
     crossentropy_softmax_backward(a->dlogits, a->probs, model->targets, dloss, N, V, Vp);

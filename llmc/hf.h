@@ -1,10 +1,8 @@
-// hf.h — Hugging Face GPT-2 checkpoints in and out: safetensors (one file or sharded), config.json.
-// GPT2LMHeadModel's tensors map to our layer-major layout.
-// model_file.h reads -e through it; export_hf writes.
+// hf.h — Hugging Face GPT-2 checkpoints in and out: safetensors and config.json.
 // Not here: PyTorch pickles (.bin), other architectures, tokenizer files.
 
-// transformers' Conv1D stores (in, out), ours (out, in): a layer's four matrices are transposed both ways.
-// lm_head is tied to wte: V rows there, Vp here (extra rows zero).
+// Conv1D stores (in, out), ours (out, in): the four matrices are transposed both ways.
+// lm_head is tied to wte.
 #pragma once
 #include <fcntl.h>
 #include <stdint.h>
@@ -20,7 +18,7 @@
 #include <vector>
 #include "bf16.h"   // defines: float_to_bf16, bf16_to_float
 #include "json.h"   // defines: Json, json_parse, read_whole_file
-#include "model.h"  // defines: GPTConfig, ParamLayout, gpt_layout, gpt_config_check
+#include "model.h"  // defines: GPTConfig, ParamLayout, gpt_layout, gpt_config_make, fopen_regular
 
 // ----------------------------------------------------------------------------
 // safetensors: u64 LE header length N, N bytes of JSON {"<name>": {"dtype": "F32", "shape": [..],
@@ -53,8 +51,7 @@ static inline int st_dtype_size(const std::string& d) {
     return 0;
 }
 
-// A safetensors header keeps its tensors' dtype, shape and data_offsets: not __metadata__ (strings we
-// ignore), not other keys; shapes and offsets are short arrays.
+// A safetensors header keeps its tensors' dtype, shape and data_offsets only.
 static inline bool st_header_keeps(int level, const char* key) {
     if (level == 1) return key && strcmp(key, "__metadata__") != 0;
     if (level == 2)
@@ -65,19 +62,8 @@ static inline bool st_header_keeps(int level, const char* key) {
 // One file's header into ck->tensors, checked: well-formed, inside the file, sized by shape, no overlaps.
 static inline int st_read_header(const char* path, int file, HfCheckpoint* ck, char* err, size_t errlen) {
     struct stat st;
-    if (stat(path, &st) != 0) {
-        snprintf(err, errlen, "cannot open %.400s: %.60s", path, strerror(errno));
-        return 0;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "%.400s is not a regular file", path);
-        return 0;
-    }
-    FILE* f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "cannot open %.400s: %.60s", path, strerror(errno));
-        return 0;
-    }
+    FILE* f = fopen_regular(path, "", &st, err, errlen);
+    if (!f) return 0;
     unsigned char len8[8] = {0};
     uint64_t n = 0;
     const bool got = fread(len8, 1, 8, f) == 8;
@@ -352,14 +338,8 @@ static inline int hf_config_to_gpt(const HfCheckpoint* ck, GPTConfig* cfg, char*
         snprintf(err, errlen, "%.400s: %s", where.c_str(), refuse);
         return 0;
     }
-    cfg->num_layers = (int)L;
-    cfg->num_heads = (int)NH;
-    cfg->channels = (int)C;
-    cfg->max_seq_len = (int)T;
-    cfg->vocab_size = (int)V;
-    cfg->padded_vocab_size = (int)round_up64(V, 128);
     char why[256];
-    if (!gpt_config_check(cfg, why, sizeof why)) {
+    if (!gpt_config_make(cfg, L, C, NH, T, V, why, sizeof why)) {
         snprintf(err, errlen, "%.400s: %.200s", where.c_str(), why);
         return 0;
     }
@@ -532,8 +512,7 @@ static inline int hf_read_config(const char* path, GPTConfig* cfg, char* err, si
            hf_check_tensors(&ck, cfg, err, errlen);
 }
 
-// One tensor of an open checkpoint into our layout at dst: pl.count floats, widened exactly, transposed back.
-// For wte, a saved lm_head.weight must equal it, else the checkpoint is refused.
+// One tensor into our layout at dst, widened and transposed; a saved lm_head must equal wte.
 static inline int hf_read_place(const HfCheckpoint* ck, const GPTConfig* cfg, const HfTensorPlace& pl,
                                 float* dst, std::vector<float>* tmp, std::vector<uint16_t>* half, char* err,
                                 size_t errlen) {
@@ -570,8 +549,7 @@ static inline int hf_read_place(const HfCheckpoint* ck, const GPTConfig* cfg, co
     return 1;
 }
 
-// gpt_load_params for a Hugging Face checkpoint: fp32 (F16, BF16 widen exactly), transposed back.
-// A saved lm_head.weight must equal wte, else the checkpoint is refused.
+// gpt_load_params for a Hugging Face checkpoint; a saved lm_head.weight must equal wte.
 static inline int hf_load_params(const char* path, const GPTConfig* cfg, float* params, char* err,
                                  size_t errlen, int64_t lo, int64_t hi) {
     HfCheckpoint ck;
@@ -602,8 +580,7 @@ static inline int hf_load_params(const char* path, const GPTConfig* cfg, float* 
 }
 
 // ----------------------------------------------------------------------------
-// Writing, as save_pretrained: fp32 or bf16, shards of at most max_shard_bytes (a larger tensor alone),
-// no lm_head (re-tied on load). Each file: .tmp, fsync, rename.
+// Writing, as save_pretrained: fp32 or bf16, sharded, no lm_head (re-tied on load).
 
 struct HfShardPlan {
     std::vector<std::vector<int>> shards;  // indices into the places
@@ -653,8 +630,7 @@ static inline int write_small_file(const std::string& dir, const char* name, con
     return 1;
 }
 
-// The tensors of `places`, named prefix + name, into dir's safetensors; shards and index past
-// max_shard_bytes. read(i, out) fills out with places[i]'s values in our layout. 0 with err on failure.
+// Writes `places` into dir's safetensors, sharded past max_shard_bytes. 0 with err on failure.
 template <typename ReadTensor>
 static inline int hf_write_places(const std::string& dir, const std::vector<HfTensorPlace>& places,
                                   const std::string& prefix, int bf16, int64_t max_shard_bytes,

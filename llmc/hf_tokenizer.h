@@ -1,11 +1,7 @@
-// hf_tokenizer.h — a Hugging Face tokenizer.json as tokenizer.h's decoder: byte-level BPE ids to bytes.
-// It prints the samples of a model that came with one (Llama 3, Qwen2, GPT-2).
-// Not here: encoding (dev/data/hf_tokenize.py).
-// Other tokenizer models (SentencePiece, WordPiece) are refused with the reason; samples print as ids.
+// hf_tokenizer.h — a Hugging Face tokenizer.json as a decoder: byte-level BPE ids to bytes.
+// Not here: encoding (dev/data/hf_tokenize.py); other tokenizer models are refused.
 
 // Byte-level BPE writes each byte as one character (GPT-2's bytes_to_unicode).
-// Printable bytes are themselves; the other 68 are U+0100 onwards, in byte order.
-// A token string maps back through that table.
 #pragma once
 #include <string>
 #include "hf.h"         // defines: Json, json_parse, JsonKeep, read_whole_file
@@ -46,9 +42,7 @@ static inline bool hf_tokenizer_keeps(int level, const char* key) {
     return true;  // vocab entries, an added token's id and content, a decoder's type
 }
 
-// Loads path (a tokenizer.json) into t: 1, or 0 with err (t then empty).
-// eot_token, the sample's first token: <|begin_of_text|> (Llama 3).
-// Else <|endoftext|> (GPT-2, Qwen2), else -1.
+// Loads a tokenizer.json into t: 1, or 0 with err (t then empty).
 static inline int tokenizer_init_hf(Tokenizer* t, const char* path, char* err, size_t errlen) {
     memset(t, 0, sizeof *t);
     t->eot_token = -1;

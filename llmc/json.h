@@ -1,5 +1,4 @@
-// json.h — a small JSON reader (RFC 8259): what safetensors headers, config.json and the shard index need.
-// Also read_whole_file, a size-capped read of a regular file.
+// json.h — a small JSON reader (RFC 8259), and read_whole_file.
 // Not here: writing JSON, what the keys mean (hf.h).
 #pragma once
 #include <errno.h>
@@ -30,20 +29,16 @@ struct Json {
     }
 };
 
-// What a parse keeps, so a file's ignored parts cost no memory.
-// keep(level, key): keep this member at nesting level `level` (1: the top value's); key NULL: an array item.
-// What is not kept is still checked as JSON (except repeated keys), then dropped.
-// A kept array holds at most max_items values.
+// What a parse keeps: keep(level, key) for each member (key NULL: an array item).
+// The rest is checked as JSON, then dropped.
 struct JsonKeep {
     bool (*keep)(int level, const char* key) = NULL;  // NULL: keep everything
     size_t max_items = SIZE_MAX;
-    // values kept in all: a kept value costs ~150 bytes however short its text
-    // so a file of millions of tiny entries is refused here, not kept at many times its size
+    // values kept in all (~150 bytes each): a cap on memory
     size_t max_kept = SIZE_MAX;
 };
 
-// A key's 64-bit hash: sorting these finds an object's duplicate keys.
-// A collision of two distinct keys would read as a duplicate: a 2^-64 chance per pair.
+// A key's 64-bit hash: sorting these finds duplicate keys.
 static inline uint64_t json_key_hash(const std::string& s) {
     uint64_t h = 1469598103934665603ull;  // FNV-1a
     for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;

@@ -1,9 +1,7 @@
 // kernels.cuh — the GPU kernels of a layer, the embeddings, the loss and AdamW, each beside its launcher.
-// bf16 activations, fp32 sums; parameter gradients accumulate (+=) in fp32 across micro-batches.
-// Not here: matrix multiplies (matmul.cuh). Element counts are int64_t.
+// bf16 activations, fp32 sums and parameter gradients (+=). Not here: matmuls (matmul.cuh).
 
-// Packed sequences: pos (B*T, NULL: t = row % T) is a token's position in its conversation.
-// A target of -1 marks a token without loss. gpt2_cpu.h's top says the rules.
+// Packed sequences: pos (B*T, NULL: row % T) as in gpt2_cpu.h; target -1 has no loss.
 #pragma once
 #include "cuda_common.h"
 #include "cpu_adam.h"  // AdamWConstants: the CPU's constants and operation order
@@ -40,9 +38,7 @@ __device__ __forceinline__ float block_max(float x, float* shared) {
     return warp_max(x);
 }
 
-// 8 bf16 as four 32-bit words (element 2i in the low half of w[i]): one 128-bit access.
-// For rows of a multiple of 8 in 16-byte-aligned buffers (every GPT shape).
-// Other shapes take an element-wise twin doing the same float operations.
+// 8 bf16 as four 32-bit words: one 128-bit access. Other shapes take an element-wise twin.
 struct Pack8 {
     uint32_t w[4];
 };
@@ -243,8 +239,7 @@ __global__ void layernorm_backward_input_kernel8(bf16* dinp, const bf16* dout, c
     }
 }
 
-// Column sums: a (32 x 8) block reduces 32 columns x ROWS_PER_TILE rows in shared memory, then one atomic
-// per column.
+// Column sums: a (32 x 8) block sums a tile in shared memory, then one atomic per column.
 #define ROWS_PER_TILE 256
 // gridDim.y: at most 65535; the kernels loop over the remaining tiles.
 static inline unsigned row_tiles_grid(int64_t N) {
@@ -352,9 +347,7 @@ static void add_bias(bf16* out, const bf16* bias, const bf16* residual, int64_t 
     cudaCheckLaunch();
 }
 
-// GPT-2's GELU, 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3), as x / (1 + exp(-2u)).
-// Its derivative uses sech^2(u) = 4 e / (1 + e)^2, e = exp(-2|u|).
-// Why not tanhf: beside test_kernels.cu's Kernels.GeluIsAccurateAtEveryBf16Input, which checks every bf16.
+// GPT-2's GELU, 0.5 x (1 + tanh(u)), as x / (1 + exp(-2u)): accurate at every bf16 input.
 #define GELU_SCALE 0.7978845608028654f  // sqrt(2/pi)
 #define GELU_CUBE  0.044715f
 __device__ __forceinline__ float gelu_half_one_plus_tanh(float u, float* sech2) {
@@ -367,7 +360,7 @@ __device__ __forceinline__ float gelu_tanh(float x) {
     return x * gelu_half_one_plus_tanh(GELU_SCALE * (x + GELU_CUBE * x * x * x), nullptr);
 }
 
-// Bias and GELU in one pass: pre[row, :] += bias (kept, bf16), out = gelu(pre) of the rounded pre.
+// Bias and GELU in one pass: pre += bias (kept), out = gelu(pre).
 __global__ void bias_gelu_forward_kernel(bf16* pre, bf16* out, const bf16* bias, int64_t N, int OC) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N * OC;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -445,9 +438,7 @@ static void gelu_backward(bf16* d_inout, const bf16* inp, int64_t n, cudaStream_
 }
 
 // ----------------------------------------------------------------------------
-// Causal softmax over rows of (B*NH, T, T) scores (scaled by 1/sqrt(hs)), in place, a warp a row.
-// Exact zeros outside the mask, so att @ v needs none.
-// Row r is query t1 = r % T of sequence r / (NH*T); it sees keys t1 - pos[b, t1] .. t1 (pos NULL: 0 .. t1).
+// Causal softmax over (B*NH, T, T) scores, in place, a warp a row; exact zeros outside the mask.
 
 __device__ __forceinline__ int softmax_first_key(const int* pos, int64_t row, int T, int NH, int t1) {
     return pos ? t1 - pos[row / ((int64_t)NH * T) * T + t1] : 0;
@@ -500,10 +491,8 @@ static void softmax_causal_backward(bf16* datt, const bf16* att, int64_t rows, i
 }
 
 // ----------------------------------------------------------------------------
-// Softmax + cross-entropy over logits (N, Vp)'s first V columns: losses[row] = logsumexp - logit[target].
-// dloss_scale != 0: logits become (softmax - one_hot) * dloss_scale in place, padded columns 0.
-// dloss_scale is the normalizer: 1 / (target tokens of the whole step).
-// A row whose target is -1 has loss 0 and a zero gradient.
+// Softmax + cross-entropy over the first V columns: losses[row] = logsumexp - logit[target].
+// dloss_scale != 0: logits become (softmax - one_hot) * dloss_scale in place.
 
 __global__ void __launch_bounds__(1024)
     fused_classifier_kernel(bf16* logits, float* losses, const int* targets, int64_t N, int V, int Vp,
@@ -511,8 +500,7 @@ __global__ void __launch_bounds__(1024)
     __shared__ float shared[WARP];
     int64_t row = blockIdx.x;
     bf16* x = logits + row * Vp;
-    // target -1: loss 0, gradient 0. Every row still runs the reductions (the emulation needs every block
-    // to take the same warp shuffles).
+    // target -1: loss 0, gradient 0; every row still runs the reductions (the emulation needs it).
     const int target = targets[row];
     float mx = -INFINITY;
     for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, (float)x[i]);
@@ -538,9 +526,7 @@ static void fused_classifier(bf16* logits, float* losses, const int* targets, in
 }
 
 // ----------------------------------------------------------------------------
-// fp32 gradients -> bf16 for the host, and their sum of squares, in one read.
-// Double: a thread adds ~1000 squares per billion-parameter layer; fp32 would lose ~1e-4 of the norm.
-// Memory-bound, so double is free.
+// fp32 gradients -> bf16 for the host, and their sum of squares (in double), in one read.
 
 __global__ void grads_to_bf16_sumsq_kernel(bf16* out, const float* in, int64_t n, double* sumsq) {
     __shared__ double shared[WARP];
@@ -559,8 +545,7 @@ static void grads_to_bf16_sumsq(bf16* out, const float* in, int64_t n, double* s
     cudaCheckLaunch();
 }
 
-// AdamW for parameters kept on the GPU (the embedding block); writes p_bf16 too.
-// cpu_adam.cpp's order with explicitly rounded intrinsics (immune to --use_fast_math): the CPU's update.
+// AdamW for parameters kept on the GPU; cpu_adam.cpp's order, rounded explicitly: the CPU's bits.
 
 __global__ void adamw_kernel(float* p, const float* grad, float* m, float* v, bf16* p_bf16, int64_t n,
                              AdamWConstants c) {
@@ -584,8 +569,7 @@ static void adamw_gpu(float* p, const float* grad, float* m, float* v, bf16* p_b
     cudaCheckLaunch();
 }
 
-// Mean of the per-position losses (one block; N is at most a few hundred thousand).
-// normalizer != 0: the sum times it (packed data: 1 / target tokens of the step; non-targets add 0).
+// Mean of the per-position losses; normalizer != 0: their sum times it.
 __global__ void __launch_bounds__(1024)
     mean_loss_kernel(float* out, const float* losses, int64_t N, float normalizer) {
     __shared__ float shared[WARP];
@@ -599,9 +583,7 @@ static void mean_loss(float* out, const float* losses, int64_t N, cudaStream_t s
     cudaCheckLaunch();
 }
 
-// Loads every kernel above onto the GPU now.
-// CUDA 12 loads lazily (CUDA_MODULE_LOADING=LAZY, the default), at first launch.
-// That would be memory the fit check counted as free.
+// Loads every kernel now: lazy loading would take memory the fit check counted as free.
 static void kernels_load() {
     const void* kernels[] = {(const void*)embedding_forward_kernel,
                              (const void*)embedding_backward_kernel,

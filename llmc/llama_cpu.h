@@ -1,20 +1,17 @@
 // llama_cpu.h — the CPU reference Llama (Llama 2 / 3 and Qwen2), fp32 + OpenMP.
-// Forward, mean cross-entropy, backward into a layer-major gradient, a reference AdamW step.
-// The oracle for Llama GPU kernels to come: one plain function per op.
-// The matmul and the softmax cross-entropy are gpt2_cpu.h's.
+// The oracle for Llama GPU kernels; matmul and loss are gpt2_cpu.h's.
 
 // Not here: reading Hugging Face checkpoints (llama_hf.h), data, files, the GPU.
 
-// Shapes: N = B*T positions, C hidden channels, NH query and NKV key/value heads of hd channels each.
-// QD = NH*hd, KVD = NKV*hd, I the MLP width, L layers, V tokens (not padded: logits are (N, V)).
+// Shapes: N = B*T, C channels, NH query and NKV key/value heads of hd, I MLP width, V tokens.
 
 // A layer, as transformers' LlamaDecoderLayer:
 //   h   = x + wo(attention(rope(wq rms1(x) + bq), rope(wk rms1(x) + bk), wv rms1(x) + bv))
 //   out = h + w_down(silu(w_gate rms2(h)) * w_up rms2(h))
 
-// Grouped-query attention: query head h reads key/value head h / (NH/NKV); K, V are never copied per head.
+// Grouped-query attention: query head h reads key/value head h / (NH/NKV), never copied.
 
-// Packed sequences as gpt2_cpu.h's: RoPE rotates by pos[t]; query t sees keys t - pos[t] .. t of its row.
+// Packed sequences as gpt2_cpu.h's; RoPE rotates by pos[t].
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -24,8 +21,9 @@
 #include "adamw.h"        // defines: adamw_tensors_f32grad (AdamW per tensor, decay on matrices only)
 #include "llama_model.h"  // defines: LlamaConfig, LlamaLayout, llama_layout, llama_layer_tensors
 #include "gpt2_cpu.h"     // defines: matmul_forward, matmul_backward, matmul_nn, residual_forward,
-                          // softmax_crossentropy_forward, crossentropy_softmax_backward, round_up64,
-                          // check_positions
+                          // softmax_crossentropy_forward, crossentropy_softmax_backward
+#include "cpu_model.h"    // defines: ActArray, cpu_model_alloc, _free, _carve, _check_batch, _keep_batch,
+                          // _mean_loss
 
 // ----------------------------------------------------------------------------
 // RoPE frequencies, as transformers' rope init functions compute them in fp32
@@ -126,8 +124,7 @@ static void rmsnorm_backward(float* dinp, float* dweight, const float* dout, con
     }
 }
 
-// RoPE in place on x (B*T, nheads * hd), transformers' rotate_half: channel i pairs with i + hd/2.
-// x1' = x1 cos - x2 sin, x2' = x2 cos + x1 sin; position t uses table row pos[b,t] (pos NULL: row t).
+// RoPE in place: channel i pairs with i + hd/2 (rotate_half); pos NULL means row t.
 static void rope_forward(float* x, const float* cos_t, const float* sin_t, int B, int T, int nheads, int hd,
                          const int* pos = NULL) {
     const int half = hd / 2;
@@ -148,8 +145,7 @@ static void rope_forward(float* x, const float* cos_t, const float* sin_t, int B
         }
 }
 
-// The transpose of that rotation, in place on the gradient dx: d1 = d1' cos + d2' sin, d2 = d2' cos - d1'
-// sin.
+// The transpose of that rotation, in place on dx: d1 = d1' cos + d2' sin, d2 = d2' cos - d1' sin.
 static void rope_backward(float* dx, const float* cos_t, const float* sin_t, int B, int T, int nheads, int hd,
                           const int* pos = NULL) {
     const int half = hd / 2;
@@ -170,8 +166,7 @@ static void rope_backward(float* dx, const float* cos_t, const float* sin_t, int
         }
 }
 
-// Causal grouped-query attention. q (N, NH*hd), k and v (N, NKV*hd); query head h reads kv head h / (NH/NKV).
-// att (B, NH, T, T): softmax probabilities for backward, zero outside the mask. out (N, NH*hd).
+// Causal grouped-query attention: query head h reads kv head h / (NH/NKV).
 // pos (may be NULL): query t sees keys t - pos[t] .. t only.
 static void gqa_attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
                                   int B, int T, int NH, int NKV, int hd, const int* pos = NULL) {
@@ -211,9 +206,7 @@ static void gqa_attention_forward(float* out, float* att, const float* q, const 
             }
 }
 
-// dq, dk, dv = attention'(dout) (overwritten). dscore: scratch (B, NKV, T).
-// A group's query heads add into the same dk, dv: one thread owns a (b, kv head) group.
-// pos as the forward's: masked keys (att 0) are skipped.
+// dq, dk, dv = attention'(dout), overwritten. One thread owns a (b, kv head) group.
 static void gqa_attention_backward(float* dq, float* dk, float* dv, float* dscore, const float* dout,
                                    const float* q, const float* k, const float* v, const float* att, int B,
                                    int T, int NH, int NKV, int hd, const int* pos = NULL) {
@@ -284,8 +277,7 @@ static void swiglu_backward(float* dgate, float* dup, const float* dout, const f
     }
 }
 
-// matmul_backward whose dinp is ADDED to (two or three projections read one input):
-// dinp += dout @ weight, dweight += dout^T @ inp, dbias += column sums of dout (may be NULL).
+// matmul_backward that ADDS to dinp (two or three projections read one input).
 static void matmul_backward_add(float* dinp, float* dweight, float* dbias, const float* dout,
                                 const float* inp, const float* weight, int64_t N, int64_t IC, int64_t OC) {
     matmul_nn(dinp, dout, OC, 1, weight, N, IC, OC, 1);
@@ -349,7 +341,7 @@ typedef struct {
     char error[1024];     // why the last call returned 0
 } LlamaCPU;
 
-// params (uninitialized) and zeroed grads; 0 with model->error on a bad config or out of memory.
+// params (uninitialized) and zeroed grads; 0 with model->error.
 static int llama_cpu_build(LlamaCPU* model, const LlamaConfig* config) {
     memset(model, 0, sizeof *model);
     model->mean_loss = -1.0f;
@@ -359,139 +351,71 @@ static int llama_cpu_build(LlamaCPU* model, const LlamaConfig* config) {
     const LlamaLayout* p = &model->layout;
     int64_t wt = p->embed_size[LL_EMBED];
     for (int k = 0; k < NUM_LLAMA_LAYER_TENSORS; k++) wt = p->layer_size[k] > wt ? p->layer_size[k] : wt;
-    model->params = (float*)malloc((size_t)p->total * sizeof(float));
-    model->grads = (float*)calloc((size_t)p->total, sizeof(float));
-    model->weight_t = (float*)malloc((size_t)wt * sizeof(float));
-    if (!model->params || !model->grads || !model->weight_t) {
-        snprintf(model->error, sizeof model->error, "out of memory for %lld parameters", (long long)p->total);
-        return 0;
-    }
-    return 1;
+    return cpu_model_alloc(model, p->total, wt);
 }
 
 // Safe after a failed build.
-static void llama_cpu_free(LlamaCPU* model) {
-    free(model->params);
-    free(model->grads);
-    free(model->weight_t);
-    free(model->act_memory);
-    free(model->inputs);
-    free(model->targets);
-    free(model->pos);
-    memset(model, 0, sizeof *model);
-}
+static void llama_cpu_free(LlamaCPU* model) { cpu_model_free(model); }
 
 // grads = 0, before the first micro-batch of a step.
-static void llama_cpu_zero_grad(LlamaCPU* model) {
-    memset(model->grads, 0, (size_t)model->layout.total * sizeof(float));
-}
+static void llama_cpu_zero_grad(LlamaCPU* model) { cpu_model_zero_grad(model); }
 
-// Points model->acts into act_memory for (B, T), growing it only when too small; 0 when out of memory.
+// Points model->acts into one allocation for (B, T); 0 when out of memory.
 static int llama_cpu_layout_activations(LlamaCPU* model, int B, int T) {
     const LlamaConfig* c = &model->config;
     const int64_t L = c->num_layers, C = c->hidden_size, NH = c->num_heads, NKV = c->num_kv_heads;
     const int64_t QD = NH * c->head_dim, KVD = NKV * c->head_dim, I = c->intermediate_size;
     const int64_t V = c->vocab_size, N = (int64_t)B * T, half = c->head_dim / 2;
     LlamaActivations* a = &model->acts;
-    struct {
-        float** slot;
-        int64_t size;
-    } table[] = {{&a->embedded, N * C},
-                 {&a->rms1, L * N * C},
-                 {&a->rms1_rstd, L * N},
-                 {&a->q, L * N * QD},
-                 {&a->k, L * N * KVD},
-                 {&a->v, L * N * KVD},
-                 {&a->att, L * B * NH * T * T},
-                 {&a->atty, L * N * QD},
-                 {&a->residual2, L * N * C},
-                 {&a->rms2, L * N * C},
-                 {&a->rms2_rstd, L * N},
-                 {&a->gate, L * N * I},
-                 {&a->up, L * N * I},
-                 {&a->swiglu, L * N * I},
-                 {&a->residual3, L * N * C},
-                 {&a->rmsf, N * C},
-                 {&a->rmsf_rstd, N},
-                 {&a->logits, N * V},
-                 {&a->probs, N * V},
-                 {&a->losses, N},
-                 {&a->rope_cos, T * half},
-                 {&a->rope_sin, T * half},
-                 {&a->dresidual, N * C},
-                 {&a->dln, N * C},
-                 {&a->datty, N * QD},
-                 {&a->dq, N * QD},
-                 {&a->dk, N * KVD},
-                 {&a->dv, N * KVD},
-                 {&a->dgate, N * I},
-                 {&a->dup, N * I},
-                 {&a->dswiglu, N * I},
-                 {&a->dscore, B * NKV * T},
-                 {&a->dlogits, N * V}};
-    const int count = (int)(sizeof table / sizeof table[0]);
-    int64_t total = 0;
-    for (int i = 0; i < count; i++) total += round_up64(table[i].size, 16);  // 64-byte aligned arrays
-    if (total > model->act_capacity) {
-        free(model->act_memory);
-        free(model->inputs);
-        free(model->targets);
-        free(model->pos);
-        model->act_memory = (float*)aligned_alloc(64, (size_t)total * sizeof(float));
-        model->inputs = (int*)malloc((size_t)N * sizeof(int));
-        model->targets = (int*)malloc((size_t)N * sizeof(int));
-        model->pos = (int*)malloc((size_t)N * sizeof(int));
-        model->act_capacity = model->act_memory && model->inputs && model->targets && model->pos ? total : 0;
-        if (!model->act_capacity) {
-            snprintf(model->error, sizeof model->error,
-                     "out of memory for the activations of B=%d T=%d (%.1f MiB)", B, T,
-                     (double)total * 4 / (1 << 20));
-            return 0;
-        }
-    }
-    float* next = model->act_memory;
-    for (int i = 0; i < count; i++) {
-        *table[i].slot = next;
-        next += round_up64(table[i].size, 16);
-    }
-    return 1;
+    const ActArray table[] = {{&a->embedded, N * C},
+                              {&a->rms1, L * N * C},
+                              {&a->rms1_rstd, L * N},
+                              {&a->q, L * N * QD},
+                              {&a->k, L * N * KVD},
+                              {&a->v, L * N * KVD},
+                              {&a->att, L * B * NH * T * T},
+                              {&a->atty, L * N * QD},
+                              {&a->residual2, L * N * C},
+                              {&a->rms2, L * N * C},
+                              {&a->rms2_rstd, L * N},
+                              {&a->gate, L * N * I},
+                              {&a->up, L * N * I},
+                              {&a->swiglu, L * N * I},
+                              {&a->residual3, L * N * C},
+                              {&a->rmsf, N * C},
+                              {&a->rmsf_rstd, N},
+                              {&a->logits, N * V},
+                              {&a->probs, N * V},
+                              {&a->losses, N},
+                              {&a->rope_cos, T * half},
+                              {&a->rope_sin, T * half},
+                              {&a->dresidual, N * C},
+                              {&a->dln, N * C},
+                              {&a->datty, N * QD},
+                              {&a->dq, N * QD},
+                              {&a->dk, N * KVD},
+                              {&a->dv, N * KVD},
+                              {&a->dgate, N * I},
+                              {&a->dup, N * I},
+                              {&a->dswiglu, N * I},
+                              {&a->dscore, B * NKV * T},
+                              {&a->dlogits, N * V}};
+    return cpu_model_carve(model, table, (int)(sizeof table / sizeof table[0]), B, T);
 }
 
-// Forward over inputs (B, T). With targets (may be NULL; -1: none) also losses and mean_loss, for backward.
-// pos (may be NULL): packed sequences, see the top of the file.
-// 0 with model->error when T > max_seq_len, a token is outside [0, V), a pos is invalid or memory runs out.
+// Forward over inputs (B, T); with targets (may be NULL) also the losses.
+// 0 with model->error on bad input or no memory.
 static int llama_cpu_forward(LlamaCPU* model, const int* inputs, const int* targets, int B, int T,
                              const int* pos = NULL) {
     const LlamaConfig* cfg = &model->config;
     const int L = cfg->num_layers, C = cfg->hidden_size, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
     const int hd = cfg->head_dim, I = cfg->intermediate_size, V = cfg->vocab_size;
     const int QD = NH * hd, KVD = NKV * hd;
-    model->has_targets = 0;
-    model->mean_loss = -1.0f;
-    if (B < 1 || T < 1 || T > cfg->max_seq_len) {
-        snprintf(model->error, sizeof model->error,
-                 "forward: B=%d T=%d invalid (need B >= 1, 1 <= T <= max_seq_len=%d)", B, T,
-                 cfg->max_seq_len);
+    if (!cpu_model_check_batch(model, inputs, targets, pos, B, T, V, cfg->max_seq_len, "max_seq_len"))
         return 0;
-    }
-    const int64_t N = (int64_t)B * T;
-    for (int64_t i = 0; i < N; i++) {
-        if (inputs[i] < 0 || inputs[i] >= V || (targets && (targets[i] < -1 || targets[i] >= V))) {
-            snprintf(model->error, sizeof model->error,
-                     "forward: token id %d at position %lld outside [0, V=%d)",
-                     inputs[i] < 0 || inputs[i] >= V ? inputs[i] : targets[i], (long long)i, V);
-            return 0;
-        }
-    }
-    if (!check_positions(pos, B, T, cfg->max_seq_len, model->error, sizeof model->error)) return 0;
     if (!llama_cpu_layout_activations(model, B, T)) return 0;
-    model->B = B;
-    model->T = T;
-    memcpy(model->inputs, inputs, (size_t)N * sizeof(int));
-    if (targets) memcpy(model->targets, targets, (size_t)N * sizeof(int));
-    model->has_pos = pos != NULL;
-    if (pos) memcpy(model->pos, pos, (size_t)N * sizeof(int));
-    pos = model->has_pos ? model->pos : NULL;
+    pos = cpu_model_keep_batch(model, inputs, targets, pos, B, T);
+    const int64_t N = (int64_t)B * T;
 
     const LlamaLayout* p = &model->layout;
     LlamaActivations* a = &model->acts;
@@ -536,28 +460,15 @@ static int llama_cpu_forward(LlamaCPU* model, const int* inputs, const int* targ
     matmul_forward(a->logits, a->rmsf, e.lm_head, NULL, N, C, V, model->weight_t);
     if (targets) {
         softmax_crossentropy_forward(a->probs, a->losses, a->logits, targets, N, V, V);
-        double sum = 0.0;
-        int64_t count = 0;
-        for (int64_t i = 0; i < N; i++) {
-            sum += a->losses[i];  // 0 where not a target
-            count += targets[i] >= 0;
-        }
-        model->num_targets = count;
-        model->mean_loss = count ? (float)(sum / (double)count) : 0.0f;
-        model->has_targets = 1;
+        cpu_model_mean_loss(model, a->losses, targets, N);
     }
     return 1;
 }
 
-// ADDS d(loss)/d(params) of the last forward (with targets) into model->grads.
-// loss = normalizer * the sum of the target tokens' losses.
-// normalizer 0: 1/(B*T), the mean; k micro-batches then sum, and the caller divides by k.
-// Packed data: 1 / (target tokens of the whole step), and no division by k.
+// ADDS d(loss)/d(params) of the last forward into model->grads.
+// loss = normalizer * the sum of target losses; normalizer 0 means 1/(B*T).
 static int llama_cpu_backward(LlamaCPU* model, float normalizer = 0.0f) {
-    if (!model->has_targets) {
-        snprintf(model->error, sizeof model->error, "backward: the last forward pass had no targets");
-        return 0;
-    }
+    if (!cpu_model_has_targets(model)) return 0;
     const LlamaConfig* cfg = &model->config;
     const int L = cfg->num_layers, C = cfg->hidden_size, NH = cfg->num_heads, NKV = cfg->num_kv_heads;
     const int hd = cfg->head_dim, I = cfg->intermediate_size, V = cfg->vocab_size;
@@ -617,9 +528,7 @@ static int llama_cpu_backward(LlamaCPU* model, float normalizer = 0.0f) {
 // ----------------------------------------------------------------------------
 // The reference optimizer step
 
-// AdamW over every tensor with cpu_adam's arithmetic (torch.optim.AdamW's update).
-// Weight decay on matrices only (embedding and lm_head included), as llm.c.
-// m and v: layout.total floats, zero at step 1.
+// AdamW over every tensor, as torch.optim.AdamW; decay on matrices only.
 static void llama_cpu_adamw(LlamaCPU* model, float* m, float* v, const AdamWArgs* args) {
     const LlamaLayout* p = &model->layout;
     for (int l = 0; l < model->config.num_layers; l++) {

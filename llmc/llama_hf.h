@@ -1,8 +1,6 @@
-// llama_hf.h — Hugging Face LlamaForCausalLM and Qwen2ForCausalLM checkpoints into llama_cpu.h's model.
-// config.json becomes a LlamaConfig; safetensors (F32, F16, BF16 widened exactly) the layer-major params.
+// llama_hf.h — Hugging Face Llama and Qwen2 checkpoints into llama_cpu.h's model, and back.
 // What llama_cpu.h does not compute is refused in one line.
-// Writing: config.json and the tensor list export_hf writes them with (hf.h's hf_write_places).
-// Not here: the safetensors and JSON readers (hf.h), our checkpoints, tokenizers.
+// Not here: the safetensors and JSON readers (hf.h), tokenizers.
 
 // nn.Linear stores (out, in) as our layout does: tensors are copied, never transposed.
 #pragma once
@@ -149,8 +147,7 @@ static inline int llama_hf_config(const HfCheckpoint* ck, LlamaConfig* cfg, char
     return 1;
 }
 
-// path as a Llama-family Hugging Face checkpoint: 1 with its config; 0 with err if the config is refused.
-// 2 when it is none (not a checkpoint, unreadable, another model_type): the GPT-2 reader then says why.
+// 1 with path's Llama-family config; 0 with err if refused; 2 if not one.
 static inline int llama_hf_read_config(const char* path, LlamaConfig* cfg, char* err, size_t errlen) {
     HfCheckpoint ck;
     char ignored[1024];
@@ -194,8 +191,7 @@ static inline std::vector<LlamaHfPlace> llama_hf_places(const LlamaConfig* cfg) 
     return places;
 }
 
-// Every tensor of ours is there with its shape, and every tensor there is one of ours (or a tied lm_head,
-// or a RoPE inv_freq buffer older transformers saved).
+// Every tensor of ours is there, and every tensor there is ours (or tied or RoPE's inv_freq).
 static inline int llama_hf_check_tensors(const HfCheckpoint* ck, const LlamaConfig* cfg, char* err,
                                          size_t errlen) {
     std::vector<int> used(ck->tensors.size(), 0);
@@ -230,8 +226,7 @@ static inline int llama_hf_check_tensors(const HfCheckpoint* ck, const LlamaConf
     return 1;
 }
 
-// Builds and loads the model of a checkpoint (a directory, its .safetensors file or its index).
-// 0 with a one-line reason in model->error, the file named; the model is then freed.
+// Builds and loads a checkpoint's model; 0 with model->error (the model then freed).
 static inline int llama_hf_load(const char* path, LlamaCPU* model) {
     char err[1024];
     HfCheckpoint ck;
@@ -293,8 +288,7 @@ static inline std::vector<HfTensorPlace> llama_hf_write_places(const LlamaConfig
     return out;
 }
 
-// config.json and generation_config.json: LlamaForCausalLM, or Qwen2ForCausalLM for a model with q/k/v biases
-// (Qwen2 always has them, Llama's attention_bias would bias o_proj too).
+// config.json and generation_config.json; Qwen2ForCausalLM for a model with q/k/v biases.
 static inline int llama_hf_write_config(const std::string& dir, const LlamaConfig* c, int bf16, char* err,
                                         size_t errlen) {
     const int qwen2 = c->qkv_bias;

@@ -1,6 +1,4 @@
-// logger.h — DIR/main.log in llm.c's format.
-// Train: "s:STEP trl:LOSS lr:LR norm:NORM"; val: "s:STEP tel:LOSS".
-// A resumed run rewrites the log up to its step. Not here: stdout's step lines (the trainers).
+// logger.h — DIR/main.log in llm.c's format: "s:STEP trl:LOSS ...", "s:STEP tel:LOSS".
 #pragma once
 #include <errno.h>
 #include <stdio.h>
@@ -16,7 +14,7 @@ typedef struct {
 } TrainLogger;
 
 // Opens DIR/main.log (dir NULL: disabled); resume_step < 0 starts afresh.
-// A resume keeps train lines <= resume_step and val lines < it, so no step appears twice.
+// A resume keeps the lines before its step (and its train line): no step appears twice.
 static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_step, char* err,
                               size_t errlen) {
     lg->f = NULL;
@@ -60,7 +58,7 @@ static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_s
     }
     return 1;
 }
-// One line, flushed. A failed write warns once and does not stop the run (stdout has the same losses).
+// One line, flushed. A failed write warns once; the run goes on.
 static inline void logger_line(TrainLogger* lg, int step, const char* kind, float loss, const char* more) {
     if (!lg->f || lg->lost) return;
     errno = 0;

@@ -1,6 +1,5 @@
-// matmul.cuh — every matrix multiply: cuBLAS calls (bf16 in, fp32 accumulation) on the compute stream.
-// lt_matmul fuses bias / GELU epilogues (cuBLASLt). Not here: kernels, training logic.
-// test/test_matmul.cpp checks the wrappers on the CPU.
+// matmul.cuh — every matrix multiply: cuBLAS (bf16 in, fp32 sums), fused epilogues by cuBLASLt.
+// Not here: kernels, training logic.
 #pragma once
 #include <cublasLt.h>
 #include <string.h>
@@ -61,31 +60,28 @@ static void matmul_batched(cublasOperation_t ta, cublasOperation_t tb, int m, in
 }
 
 // ----------------------------------------------------------------------------
-// cuBLASLt: D = epilogue(op(A) op(B) [+ C]), column-major (out (N, OC) is D (OC x N), m = OC, n = N):
-//   CUBLASLT_EPILOGUE_BIAS           D += bias[row of D] (an output channel)
-//   CUBLASLT_EPILOGUE_GELU_AUX_BIAS  D += bias; aux = D (GELU input, bf16); D = gelu(D) (tanh form)
+// cuBLASLt: D = epilogue(op(A) op(B) [+ C]), column-major:
+//   CUBLASLT_EPILOGUE_BIAS           D += bias
+//   CUBLASLT_EPILOGUE_GELU_AUX_BIAS  D += bias; aux = D; D = gelu(D)
 //   CUBLASLT_EPILOGUE_DGELU          D *= gelu'(aux)
-// C (a residual, D's layout) is added with beta = 1.
-// false, nothing done: no algorithm, or cublasLtMatmul refused it (NOT_SUPPORTED); the caller runs unfused.
+// false, nothing done: no algorithm; the caller runs unfused.
 
 static cublasLtHandle_t cublaslt_handle;  // NULL: never created, every call takes the unfused path
 static int cublaslt_fusion = 1;           // 0: no epilogues (the tests compare both paths)
 // Creates the cuBLAS and cuBLASLt handles unless they exist; gpt_free destroys them.
-// First before check_fit measures free memory (so theirs is not counted free), else in gpt_build.
 static void matmul_handles_create() {
     if (cublas_handle) return;
     cublasCheck(cublasCreate(&cublas_handle));
     cublasCheck(cublasLtCreate(&cublaslt_handle));
 }
 
-// Largest power of two <= 256 dividing p: the heuristic assumes 256 unless told (ours sit at multiples of C).
+// Largest power of two <= 256 dividing p: the alignment the heuristic is told.
 static uint32_t lt_alignment(const void* p) {
     uint32_t a = 256;
     while (a > 1 && (uintptr_t)p % a != 0) a /= 2;
     return a;
 }
-// Cached heuristic answers: a query costs tens of microseconds, and every layer repeats a few calls.
-// The key is all the heuristic sees: shapes, transposes, epilogue, C or not, alignments.
+// Cached heuristic answers: a query costs tens of microseconds.
 typedef struct {
     int64_t key[16];
     bool found;
@@ -146,7 +142,7 @@ static bool lt_matmul(bf16* D, int ldd, const bf16* A, cublasOperation_t ta, int
         for (int i = 0; i < 4; i++)
             cublasCheck(
                 cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]));
-        // several candidates: the first may not run here (state not SUCCESS) where a later one can
+        // several candidates: the first may not run here where a later one can
         cublasLtMatmulHeuristicResult_t heuristic[kLtHeuristicCount];
         memset(heuristic, 0, sizeof heuristic);
         int found = 0;
@@ -175,8 +171,7 @@ static bool lt_matmul(bf16* D, int ldd, const bf16* A, cublasOperation_t ta, int
         const cublasStatus_t status =
             cublasLtMatmul(cublaslt_handle, desc, &one, A, la, B, lb, &beta, C ? C : D, ld, D, ld,
                            &known->algo, cublas_workspace, kCublasWorkspaceBytes, s);
-        // the chosen algorithm refused to run: this problem runs unfused from now on; any other failure is a
-        // bug
+        // the algorithm refused to run: this problem runs unfused from now on
         if (status != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(status);
         ok = status == CUBLAS_STATUS_SUCCESS;
         if (!ok) known->found = false;
@@ -189,10 +184,8 @@ static bool lt_matmul(bf16* D, int ldd, const bf16* A, cublasOperation_t ta, int
 }
 
 // ----------------------------------------------------------------------------
-// GEMMs fused with the pass after them (bias, residual, GELU) as cuBLASLt epilogues.
-// The GEMM's output is then not written and read again.
-// Unfused (no algorithm, or refused): cuBLAS, then kernels.cuh's pass (warned once).
-// The includer brings those passes (add_bias, bias_gelu_forward, gelu_backward), as attention.cuh's.
+// GEMMs fused with the bias, residual or GELU after them (cuBLASLt epilogues).
+// Unfused: cuBLAS, then the includer's kernels (add_bias, bias_gelu_forward, gelu_backward).
 static int64_t cublaslt_fallbacks = 0;  // unfused calls made while fusion was asked for (the tests expect 0)
 static void lt_fell_back(const char* what) {
     if (cublaslt_fusion && cublaslt_handle && cublaslt_fallbacks++ == 0)

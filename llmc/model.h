@@ -1,12 +1,11 @@
-// model.h — GPT-2 shapes and the LAYER-MAJOR parameter layout, shared by the CPU and GPU trainers.
-// Also: llm.c model files (tensor-major, converted), GPT-2 init from a seed, host-memory estimates.
-// Not here: forward/backward math (gpt2_cpu.h, train_gpt.cu), I/O besides model files.
+// model.h — GPT-2 shapes and the LAYER-MAJOR parameter layout, shared by both trainers.
+// Also: llm.c model files, GPT-2 init. Not here: forward/backward math.
 
 // Layout of the one flat fp32 parameter array (64-bit offsets everywhere):
 //   [ embeddings: wte (Vp x C) | wpe (maxT x C) | lnfw (C) | lnfb (C) ]
 //   [ layer 0: ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw fcprojb ]
 //   [ layer 1: ... ] ... [ layer L-1 ]
-// A layer is contiguous: one copy to the GPU, one gradient transfer, one AdamW update.
+// A layer is contiguous: one copy, one transfer, one update.
 
 // Weight matrices are (out, in) row-major, as nn.Linear and llm.c: out = in @ W^T + b.
 #pragma once
@@ -19,6 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "crc32c.h"
+#include "utils.h"  // defines: fopen_regular
 
 #define MODEL_MAGIC        20240326
 #define MODEL_VERSION_FP32 3
@@ -78,16 +78,14 @@ static inline int gpt_config_check(const GPTConfig* c, char* err, size_t errlen)
                  c->num_layers, c->channels, c->num_heads, c->max_seq_len, c->vocab_size);
         return 0;
     }
-    // bounds (those of parse_model_spec) that keep every size and byte count of gpt_layout far from int64
-    // overflow, whatever a model file's header says
+    // bounds (as parse_model_spec's) that keep every size of gpt_layout far from int64 overflow
     if (c->num_layers > 100000 || c->channels > 1000000 || c->max_seq_len > 10000000 ||
         c->padded_vocab_size > 10000000) {
         snprintf(err, errlen, "model dimensions too large (L=%d C=%d maxT=%d Vp=%d)", c->num_layers,
                  c->channels, c->max_seq_len, c->padded_vocab_size);
         return 0;
     }
-    // 32: vectorized bf16 kernels load 8 elements (16 bytes) at a time.
-    // With every tensor size a multiple of 32, every tensor offset stays 64-byte aligned.
+    // 32: every tensor offset stays 64-byte aligned for the 16-byte bf16 loads.
     if (c->channels % 32 != 0) {
         snprintf(err, errlen, "channels C=%d must be a multiple of 32", c->channels);
         return 0;
@@ -107,6 +105,18 @@ static inline int gpt_config_check(const GPTConfig* c, char* err, size_t errlen)
         return 0;
     }
     return 1;
+}
+
+// A config of these shapes, Vp = V rounded up to 128; 0 with err if gpt_config_check refuses it.
+static inline int gpt_config_make(GPTConfig* cfg, int64_t L, int64_t C, int64_t NH, int64_t T, int64_t V,
+                                  char* err, size_t errlen) {
+    cfg->num_layers = (int)L;
+    cfg->channels = (int)C;
+    cfg->num_heads = (int)NH;
+    cfg->max_seq_len = (int)T;
+    cfg->vocab_size = (int)V;
+    cfg->padded_vocab_size = (int)round_up64(V, 128);
+    return gpt_config_check(cfg, err, errlen);
 }
 
 static inline ParamLayout gpt_layout(const GPTConfig* c) {
@@ -144,8 +154,7 @@ static inline int64_t gpt_num_real_params(const GPTConfig* c, const ParamLayout*
 }
 
 // ----------------------------------------------------------------------------
-// Initialization: a counter-based RNG, deterministic and parallel, identical on any machine or thread count.
-// A 100B model initializes in seconds, not an hour.
+// Initialization: a counter-based RNG, the same on any machine or thread count.
 
 static inline uint64_t splitmix64(uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
@@ -171,8 +180,7 @@ static inline void fill_const(float* x, int64_t n, float v) {
     for (int64_t i = 0; i < n; i++) x[i] = v;
 }
 
-// GPT-2 init: weights N(0, 0.02); residual projections (attprojw, fcprojw) scaled by 1/sqrt(2L).
-// LayerNorm weights 1, biases 0. Padded vocab rows of wte are zero (they are never a target).
+// GPT-2 init: N(0, 0.02), residual projections scaled by 1/sqrt(2L); LayerNorm 1, 0.
 
 // The embedding block alone (params: the whole array, or just its first embed_count floats).
 static inline void gpt_init_embeddings(const GPTConfig* c, float* params, uint64_t seed) {
@@ -186,8 +194,7 @@ static inline void gpt_init_embeddings(const GPTConfig* c, float* params, uint64
     fill_const(e + p.embed_offset[LNFW], p.embed_size[LNFW], 1.0f);
     fill_const(e + p.embed_offset[LNFB], p.embed_size[LNFB], 0.0f);
 }
-// Layer l alone into `base` (layer_stride floats), the same bits as gpt_init_params.
-// So the SSD tier initializes one layer at a time.
+// Layer l alone into `base`, the same bits as gpt_init_params (for the SSD tier).
 static inline void gpt_init_layer(const GPTConfig* c, int l, float* base, uint64_t seed) {
     ParamLayout p = gpt_layout(c);
     const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * c->num_layers);
@@ -207,12 +214,10 @@ static inline void gpt_init_params(const GPTConfig* c, float* params, uint64_t s
 }
 
 // ----------------------------------------------------------------------------
-// llm.c model files: 256 int32 {20240326, version 3, maxT, V, L, NH, C, Vp}, then fp32 tensors.
-// Tensor-major: wte wpe ln1w[L] ln1b[L] qkvw[L] ... fcprojb[L] lnfw lnfb; converted tensor by tensor.
-// Version 5: the same in bf16 (llm.c's CUDA trainer), read and widened exactly; we write version 3.
+// llm.c model files: 256 int32 {20240326, 3, maxT, V, L, NH, C, Vp}, then tensor-major fp32.
+// Version 5 (bf16) is read too; we write version 3.
 
-// Progress of a read over 1 GiB: one line per quarter, "loading model file X: 50%".
-// *quarter: the last quarter printed (start at 0).
+// Progress of a read over 1 GiB: one line per quarter (*quarter: the last printed).
 static inline void read_progress(const char* what, const char* path, int64_t done, int64_t total,
                                  int* quarter) {
     if (total < ((int64_t)1 << 30)) return;
@@ -241,8 +246,7 @@ static inline void llmc_header(const GPTConfig* cfg, int header[256]) {
     header[7] = cfg->padded_vocab_size;
 }
 
-// Byte offset in an llm.c file (esize bytes per value) of tensor k of llmc_file_order, layer l (0 for an
-// embedding tensor).
+// Byte offset in an llm.c file of tensor k of llmc_file_order, layer l.
 static inline int64_t llmc_tensor_offset(const GPTConfig* c, const ParamLayout* p, int k, int l, int esize) {
     int64_t at = 256 * 4;
     for (int j = 0; j < k; j++) {
@@ -253,23 +257,11 @@ static inline int64_t llmc_tensor_offset(const GPTConfig* c, const ParamLayout* 
     return at + (is_layer ? esize * (int64_t)l * p->layer_size[t] : 0);
 }
 
-// Reads the header and checks the file size against it: a truncated file fails before any allocation.
-// 0 with a one-line reason in err on any problem.
+// Reads the header and checks the file's size against it; 0 with err on any problem.
 static inline int llmc_read_header(const char* path, GPTConfig* cfg, char* err, size_t errlen) {
     struct stat st;
-    if (stat(path, &st) != 0) {
-        snprintf(err, errlen, "cannot open model file %.400s: %.60s", path, strerror(errno));
-        return 0;
-    }
-    if (!S_ISREG(st.st_mode)) {
-        snprintf(err, errlen, "model file %.400s is not a regular file", path);
-        return 0;
-    }
-    FILE* f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "cannot open model file %.400s: %.60s", path, strerror(errno));
-        return 0;
-    }
+    FILE* f = fopen_regular(path, "model file ", &st, err, errlen);
+    if (!f) return 0;
     int header[256];
     size_t got = fread(header, sizeof(int), 256, f);
     fclose(f);
@@ -307,17 +299,15 @@ static inline int llmc_read_header(const char* path, GPTConfig* cfg, char* err, 
     return 1;
 }
 
-// The first NaN or infinity in x, or -1. A model holding one is refused at load, the tensor named.
-// (Otherwise it would read as "training diverged at step 1".)
+// The first NaN or infinity in x, or -1: such a model is refused at load.
 static inline int64_t first_non_finite(const float* x, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(x[i])) return i;
     return -1;
 }
 
-// Loads parameters into `params` (layout total elements, allocated after gpt_read_header).
-// Version 5's bf16 values widen exactly to fp32 (bits << 16).
-// A window [lo, hi) of whole blocks loads only those tensors, params at element lo (the SSD tier, per layer).
+// Loads parameters into `params`; bf16 widens exactly.
+// A window [lo, hi) of whole blocks loads only those tensors (the SSD tier).
 static inline int llmc_load_params(const char* path, const GPTConfig* cfg, float* params, char* err,
                                    size_t errlen, int64_t lo = 0, int64_t hi = INT64_MAX) {
     ParamLayout p = gpt_layout(cfg);
@@ -355,9 +345,8 @@ static inline int llmc_load_params(const char* path, const GPTConfig* cfg, float
             if (!is_bf16) {
                 ok = (int64_t)fread(dst, sizeof(float), (size_t)n, f) == n;
             } else {
-                // bf16: read into the upper half of dst, then widen front to back.
-                // Value j sits at byte 2n + 2j; float i goes to bytes 4i .. 4i+3 < 2n + 2(i+1).
-                // So it overwrites only values already read.
+                // bf16: read into dst's upper half, then widen front to back.
+                // Each float overwrites only values already read.
                 unsigned char* half = (unsigned char*)dst + 2 * n;
                 ok = (int64_t)fread(half, 2, (size_t)n, f) == n;
                 for (int64_t i = 0; i < n && ok; i++) {
@@ -384,8 +373,7 @@ static inline int llmc_load_params(const char* path, const GPTConfig* cfg, float
     return ok;
 }
 
-// The end of an atomic save: flush, fsync and close f (tmp), rename tmp to path. ok: the writes so far.
-// Returns 1, or 0 with tmp removed and *why the first failure's errno (0: a short write).
+// Ends an atomic save: fsync, close, rename tmp to path. 1, or 0 with *why set.
 static inline int finish_atomic_write(FILE* f, int ok, const char* tmp, const char* path, int* why) {
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     *why = ok ? 0 : errno;
@@ -401,9 +389,8 @@ static inline int finish_atomic_write(FILE* f, int ok, const char* tmp, const ch
     return ok;
 }
 
-// Saves atomically: path.tmp, fsync, rename; a crash never leaves the name on partial data.
-// The caller fsyncs the directory (fsync_dir, run_dir.h) to make the rename durable.
-// crc (optional): the file's CRC-32C, recorded beside it so the file stays llm.c's format.
+// Saves atomically (tmp, fsync, rename); the caller fsyncs the directory.
+// crc (optional): the file's CRC-32C, written beside it.
 static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const float* params, char* err,
                                   size_t errlen, uint32_t* crc = NULL) {
     ParamLayout p = gpt_layout(cfg);

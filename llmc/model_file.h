@@ -1,11 +1,9 @@
-// model_file.h — a model file of either format, chosen by its path: an llm.c model file (model.h) or a
-// Hugging Face checkpoint (hf.h: a directory, a .safetensors file or a shard index .json).
-// Not here: the formats themselves, writing either (model.h gpt_save_params, export_hf.cpp).
+// model_file.h — a model file of either format by its path: llm.c's (model.h) or Hugging Face's (hf.h).
 #pragma once
 #include "hf.h"     // defines: hf_is_checkpoint, hf_read_config, hf_load_params
 #include "model.h"  // defines: GPTConfig, llmc_read_header, llmc_load_params
 
-// The model's config from the file's header, its size checked. Returns 0 with a one-line reason in err.
+// The model's config from the file's header, its size checked; 0 with err.
 static inline int gpt_read_header(const char* path, GPTConfig* cfg, char* err, size_t errlen) {
     if (hf_is_checkpoint(path)) return hf_read_config(path, cfg, err, errlen);
     return llmc_read_header(path, cfg, err, errlen);

@@ -32,8 +32,8 @@ static inline int spec_key_value(const char* tok, size_t len, const char* key, i
     return 1;
 }
 
-// BASE[:T<n>][:V<n>], BASE = dN, a preset or L<n>:C<n>:NH<n>; T 1024, V 50257, Vp = V up to 128s.
-// Returns 1: valid; 2: not a spec (a model file path); 0: invalid (err says why).
+// BASE[:T<n>][:V<n>], BASE = dN, a preset or L<n>:C<n>:NH<n>.
+// 1: valid; 2: not a spec (a path); 0: invalid, err says why.
 static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, size_t errlen) {
     if (!spec || !*spec || strchr(spec, '/') || strchr(spec, '\\')) return 2;
     const size_t n = strlen(spec);
@@ -96,22 +96,15 @@ static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, 
         snprintf(err, errlen, "model spec '%s': dimensions too large", spec);
         return 0;
     }
-    cfg->num_layers = (int)L;
-    cfg->channels = (int)C;
-    cfg->num_heads = (int)NH;
-    cfg->max_seq_len = (int)T;
-    cfg->vocab_size = (int)V;
-    cfg->padded_vocab_size = (int)round_up64(V, 128);
     char why[256];
-    if (!gpt_config_check(cfg, why, sizeof why)) {
+    if (!gpt_config_make(cfg, L, C, NH, T, V, why, sizeof why)) {
         snprintf(err, errlen, "model spec '%.64s': %.160s", spec, why);
         return 0;
     }
     return 1;
 }
 
-// -e NAME read as a spec while a file or directory NAME exists too: one warning line.
-// So a run never silently trains the spec when the path was meant. A '/' (./d2) always means a path.
+// -e NAME read as a spec while a path NAME exists too: one warning line.
 static inline void warn_if_spec_shadows_path(const char* spec, int kind) {
     struct stat sb;
     if (kind == 1 && stat(spec, &sb) == 0)

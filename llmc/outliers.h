@@ -1,5 +1,5 @@
 // outliers.h — checks on a step's loss and grad norm before its update.
-// Diverged: stop. Outlier (-sl / -sg): skip the update. Not here: what the trainers do then.
+// Diverged: stop. Outlier (-sl / -sg): skip the update.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -7,8 +7,7 @@
 #include "args.h"
 #include "utils.h"
 
-// 1 (with why) if not finite, loss > 10 x ln(V) (ten times a uniform guess's) or norm > 1e10; else 0.
-// 1e10: an fp32 sum of squares overflows near 1.3e19. Checked before the update.
+// 1 (with why) if not finite, loss > 10 x ln(V) or norm > 1e10; else 0.
 static inline int training_diverged(double loss, double norm, int V, char* why, size_t len) {
     const double loss_cap = 10.0 * log((double)V), norm_cap = 1e10;
     if (!isfinite(loss) || !isfinite(norm)) snprintf(why, len, "not finite");
@@ -28,8 +27,7 @@ static inline void die_diverged(int step, double loss, double norm, const char* 
 }
 
 // ----------------------------------------------------------------------------
-// -sl / -sg: skip the update of a step whose loss or grad norm is far above the last OUTLIER_WINDOW steps'.
-// Every value joins its window, so a lasting new level becomes normal. In memory only.
+// -sl / -sg: skip a step whose loss or grad norm is far above its window's.
 
 typedef struct {
     double values[OUTLIER_WINDOW];

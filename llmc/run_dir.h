@@ -1,6 +1,5 @@
-// run_dir.h — the -o directory: creating it, one run at a time (flock), durable renames.
-// Also finding and pruning checkpoint files by step (-nk / -nm).
-// Not here: checkpoint contents (checkpoint.h), main.log.
+// run_dir.h — the -o directory: one run at a time, durable renames, pruning old checkpoints.
+// Not here: checkpoint contents (checkpoint.h).
 #pragma once
 #include <dirent.h>
 #include <errno.h>
@@ -45,8 +44,7 @@ static inline int make_dirs(const char* dir, char* err, size_t errlen) {
     return 1;
 }
 
-// One run per directory: holds DIR/LOCK (flock) until exit; a second run is refused with the first's pid.
-// Where flock is unsupported (some network file systems) the run goes on unchecked.
+// One run per directory: holds DIR/LOCK (flock) until exit; unchecked where flock is unsupported.
 static inline int lock_output_dir(const char* dir, char* err, size_t errlen) {
     if (!make_dirs(dir, err, errlen)) return 0;
     char path[4200];
@@ -77,7 +75,6 @@ static inline int lock_output_dir(const char* dir, char* err, size_t errlen) {
 }
 
 // Makes renames, creations and removals in dir durable. 0 with err on failure.
-// Checkpoints call it between their data files and their DONE marker: the marker never lands first.
 static inline int fsync_dir(const char* dir, char* err, size_t errlen) {
     const int fd = open(dir, O_RDONLY | O_DIRECTORY);
     if (fd < 0) {
@@ -123,9 +120,7 @@ typedef struct {
     const char* suffix;
 } CheckpointFile;
 
-// -nk / -nm: removes complete checkpoints up to `newest` beyond the `keep` newest.
-// Multiples of major_every stay.
-// files[0], the marker, goes first and durably: it never vouches for removed files.
+// -nk / -nm: removes all but the `keep` newest checkpoints (multiples of major_every stay).
 static inline int prune_checkpoints(const char* dir, int64_t newest, int keep, int major_every,
                                     const CheckpointFile* files, int n_files, char* err, size_t errlen) {
     if (keep <= 0) return 1;

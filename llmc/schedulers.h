@@ -3,10 +3,8 @@
 #include <math.h>
 #include "args.h"
 
-// Linear warmup (step 0 gets lr/warmup), then decay to lr*final_lr_frac at the last step:
-//   cosine, linear; constant: lr (-u 0 for llm.c's, which has no warmup);
-//   wsd (arXiv 2405.18392): lr until 80% of the steps, then 1 - sqrt(ratio).
-// step is 0-based; past total_steps it stays at the end of the decay.
+// Linear warmup, then decay to lr*final_lr_frac at the last step:
+//   cosine, linear, constant, or wsd (arXiv 2405.18392).
 static inline float learning_rate_at(const TrainArgs* a, int step, int total_steps) {
     if (step < a->warmup_steps) return a->lr * (float)(step + 1) / (float)a->warmup_steps;
     const float min_lr = a->lr * a->final_lr_frac;

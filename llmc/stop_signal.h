@@ -1,7 +1,5 @@
 // stop_signal.h — Ctrl-C / SIGTERM without losing work.
-// The first signal: finish the step, save (with -o), exit 128 + signal.
-// A second: exit at once (a cut save leaves only a .tmp file).
-// Not here: what a trainer saves (checkpoint.h).
+// The first signal: finish the step, save, exit 128 + signal; a second: exit at once.
 #pragma once
 #include <signal.h>
 #include <stdint.h>
@@ -40,8 +38,7 @@ static inline void stop_signal_install(void) {
 // The signal that asked the run to stop (SIGINT or SIGTERM), or 0.
 static inline int stop_signal_pending(void) { return stop_signal_received; }
 
-// Between steps: if a signal asked to stop, save() (with -o, unless already saved or no step ran), then
-// exit 128 + signal.
+// Between steps: if a signal asked to stop, save() (with -o), then exit 128 + signal.
 template <typename Save>
 static void stop_if_signalled(int steps_done, int first_step, int64_t saved_step, const char* dir,
                               Save save) {

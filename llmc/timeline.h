@@ -1,9 +1,5 @@
-// timeline.h — the streaming trainer's optional per-step timeline (-Y 1).
-// CUDA events time each layer's compute, weight copy (H2D) and gradient copy (D2H).
-// The host clock times each CPU AdamW block and, with -sd, the disk's busy reads and writes (ssd.h).
-// A step's summary: busy seconds per resource, the compute stream's idle time in forward and backward.
-// Optionally a Chrome trace (chrome://tracing or Perfetto).
-// Off (a NULL Timeline*), every function returns at once. It only measures, never reorders.
+// timeline.h — the optional per-step timeline (-Y 1): compute, copies, AdamW and disk, per layer.
+// Off (a NULL Timeline*), every function returns at once.
 #pragma once
 #include <chrono>
 #include <math.h>
@@ -38,8 +34,7 @@ typedef struct {
     double step_s;              // origin to the end of the last span
     double busy_s[NUM_TRACKS];  // sum of span lengths per track (spans of one track never overlap)
     double gpu_idle_s;          // step_s minus the compute stream's busy time
-    // idle time, forward: origin to its last layer, waiting for weights (the CPU AdamW or a copy)
-    // idle time, backward: first to last layer, waiting for a copy
+    // idle time of the compute stream, forward and backward
     double fwd_busy_s, fwd_wait_s, bwd_wait_s;
     int fwd_layers, adam_layers;  // "fwd" compute spans and "adamw" host spans counted
 } TimelineSummary;
@@ -102,8 +97,7 @@ struct ScopedSpan {
     ~ScopedSpan() { timeline_end(tl, index, s); }
 };
 
-// A span on the host clock (t0, t1 from timeline_now), e.g. one AdamW block.
-// Only the part after the step's origin counts: earlier AdamW (during validation, say) is no step's.
+// A span on the host clock (timeline_now); only its part after the step's origin counts.
 static inline void timeline_host_span(Timeline* tl, int track, const char* what, int layer, double t0,
                                       double t1) {
     if (!tl || tl->n >= tl->cap) return;
@@ -116,7 +110,7 @@ static inline void timeline_host_span(Timeline* tl, int track, const char* what,
     sp->on_host = 1;
 }
 
-// Waits for every recorded event, converts GPU spans to seconds since the origin, and sums them up.
+// Waits for every recorded event, then sums the spans up.
 static inline TimelineSummary timeline_summarize(Timeline* tl) {
     TimelineSummary s = {};
     double fwd_end = 0.0, bwd_begin = INFINITY, bwd_end = 0.0, bwd_busy = 0.0;
@@ -125,8 +119,7 @@ static inline TimelineSummary timeline_summarize(Timeline* tl) {
         TimelineSpan* sp = &tl->spans[i];
         if (!sp->on_host) {
             float a = 0.0f, b = 0.0f;
-            // the origin too (once): cudaEventElapsedTime needs both events complete (else NotReady)
-            // the origin is on the compute stream; a span may end on a copy stream that never waited for it
+            // the origin too, once: cudaEventElapsedTime needs both events complete
             if (!origin_done) {
                 cudaCheck(cudaEventSynchronize(tl->origin));
                 origin_done = true;

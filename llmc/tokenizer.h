@@ -1,6 +1,5 @@
 // tokenizer.h — GPT-2 token decoder for printing samples, from llm.c's gpt2_tokenizer.bin.
-// dev/data/README.md describes it. Not here: encoding (dev/data/gpt2_bpe.h).
-// File: 256 uint32 {20240328, version, vocab_size, eot_token (version 2)}, then per id a uint8 length, bytes.
+// Not here: encoding (dev/data/gpt2_bpe.h).
 #pragma once
 #include <ctype.h>
 #include <stdint.h>
@@ -81,8 +80,7 @@ static inline const char* tokenizer_decode(const Tokenizer* t, uint32_t id) {
     return t->token_table[id];
 }
 
-// Prints a token, skipping a lone ASCII control byte (as llm.c's safe_printf). Bytes >= 0x80 print: a
-// non-ASCII character is often split over several tokens.
+// Prints a token, skipping a lone ASCII control byte (as llm.c's safe_printf).
 static inline void print_token(const Tokenizer* t, uint32_t id) {
     const char* piece = tokenizer_decode(t, id);
     if (!piece || piece[0] == '\0') return;

@@ -1,14 +1,17 @@
-// utils.h — die, the config table's rows, sizes, durations and progress text, peak memory.
-// No flags, no files, no model.
+// utils.h — die, the config table's rows, sizes, durations and progress text, peak memory, fopen_regular.
+// No flags, no model.
 #pragma once
+#include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
-// A size for a message: GiB, MiB or bytes, so that a small one does not read "0.00 GiB".
+// A size for a message: GiB, MiB or bytes (never "0.00 GiB").
 struct SizeText {
     char s[48];
     explicit SizeText(double bytes) {
@@ -66,6 +69,22 @@ static inline void progress_text(double elapsed, int steps_done, int first_step,
     const int done = steps_done - first_step;
     format_duration(done > 0 ? elapsed / done * (total_steps - steps_done) : 0.0, r, sizeof r);
     snprintf(buf, len, " | %.20s, eta %.20s", e, r);
+}
+
+// Opens a regular file to read (a FIFO could block forever); NULL with err.
+static inline FILE* fopen_regular(const char* path, const char* what, struct stat* st, char* err,
+                                  size_t errlen) {
+    if (stat(path, st) != 0) {
+        snprintf(err, errlen, "cannot open %s%.400s: %.60s", what, path, strerror(errno));
+        return NULL;
+    }
+    if (!S_ISREG(st->st_mode)) {
+        snprintf(err, errlen, "%s%.400s is not a regular file", what, path);
+        return NULL;
+    }
+    FILE* f = fopen(path, "rb");
+    if (!f) snprintf(err, errlen, "cannot open %s%.400s: %.60s", what, path, strerror(errno));
+    return f;
 }
 
 // Peak resident memory so far, in bytes.

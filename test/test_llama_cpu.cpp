@@ -16,6 +16,7 @@
 // defines: llama_hf_load, llama_hf_places, LlamaCPU, llama_cpu_forward, llama_cpu_backward, llama_cpu_adamw,
 // llama_rope_inv_freq; through hf.h: st_read_header, st_read_f32, json_parse, read_whole_file
 #include "llmc/llama_hf.h"
+#include "hf_cases.h"  // defines: HfCases, hf_cases_run, hf_cases_remove, NEED_HF_CASES
 
 // ----------------------------------------------------------------------------
 // Scratch directories
@@ -33,60 +34,16 @@ static bool has(const std::string& text, const std::string& needle) {
 // ----------------------------------------------------------------------------
 // The cases transformers made: test/llama_check.py runs once per test run, into a directory removed at exit
 
-// The Python that has torch and transformers: $HF_PYTHON, else .venv-hf, else python3 (as test_hf).
-static std::string hf_python() {
-    if (const char* p = getenv("HF_PYTHON")) return p;
-    if (access(".venv-hf/bin/python", X_OK) == 0) return ".venv-hf/bin/python";
-    return "python3";
-}
-
-struct TransformersCases {
-    std::string dir;     // OUT of llama_check.py; empty when it could not run
-    std::string reason;  // why not
-    bool python_missing = false;
-};
-
-static TransformersCases& transformers_cases() {
-    static TransformersCases tc;
-    static bool tried = false;
-    if (tried) return tc;
-    tried = true;
-    const std::string py = hf_python();
-    const std::string probe = py + " -c 'import torch, transformers, safetensors' >/dev/null 2>&1";
-    if (system(probe.c_str()) != 0) {
-        tc.python_missing = true;
-        tc.reason = py + " lacks torch, transformers or safetensors: .ci/run installs them in .venv-hf";
-        return tc;
-    }
-    const std::string dir = make_temp_dir("test_llama_cpu");
-    const std::string cmd = py + " test/llama_check.py " + dir + " > " + dir + "/log.txt 2>&1";
-    if (dir.empty() || system(cmd.c_str()) != 0) {
-        tc.reason = "test/llama_check.py failed (" + cmd + ")";
-        return tc;
-    }
-    tc.dir = dir;
+static HfCases& transformers_cases() {
+    static HfCases tc = hf_cases_run("test/llama_check.py", "test_llama_cpu");
     return tc;
 }
 
 class CleanUpCases : public ::testing::Environment {
   public:
-    void TearDown() override {
-        if (!transformers_cases().dir.empty()) rm_tree(transformers_cases().dir);
-    }
+    void TearDown() override { hf_cases_remove(transformers_cases()); }
 };
 static ::testing::Environment* const kCleanUp = ::testing::AddGlobalTestEnvironment(new CleanUpCases);
-
-// Skips (or fails under HF_REQUIRED=1) when transformers is missing; fails when the script failed.
-#define NEED_TRANSFORMERS()                                                               \
-    do {                                                                                  \
-        const TransformersCases& tc_ = transformers_cases();                              \
-        if (tc_.python_missing) {                                                         \
-            const char* req = getenv("HF_REQUIRED");                                      \
-            if (req && strcmp(req, "1") == 0) FAIL() << tc_.reason << " (HF_REQUIRED=1)"; \
-            GTEST_SKIP() << tc_.reason;                                                   \
-        }                                                                                 \
-        ASSERT_FALSE(tc_.dir.empty()) << tc_.reason;                                      \
-    } while (0)
 
 // One case's expected values: meta.json and expected.safetensors.
 struct Expected {
@@ -156,7 +113,7 @@ static const double kLogitsRel = 1e-4, kLossRel = 1e-5, kGradRel = 1e-4;
 class LlamaVsTransformers : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(LlamaVsTransformers, LogitsLossAndGradientsMatch) {
-    NEED_TRANSFORMERS();
+    NEED_HF_CASES(transformers_cases());
     const std::string case_dir = transformers_cases().dir + "/" + GetParam();
     Expected e;
     std::string why;
@@ -206,7 +163,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, LlamaVsTransformers,
 
 // The configs behind those cases, as the loader reads them: what each case is meant to cover.
 TEST(LlamaVsTransformersConfigs, CoverWhatTheyAreNamedFor) {
-    NEED_TRANSFORMERS();
+    NEED_HF_CASES(transformers_cases());
     struct Want {
         const char* name;
         int nh, nkv, hd, tied, llama3, bias;
@@ -241,7 +198,7 @@ TEST(LlamaVsTransformersConfigs, CoverWhatTheyAreNamedFor) {
 class HalfPrecision : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(HalfPrecision, WidensExactly) {
-    NEED_TRANSFORMERS();
+    NEED_HF_CASES(transformers_cases());
     const std::string case_dir = transformers_cases().dir + "/" + GetParam();
     HfCheckpoint ck;
     char err[1024];
@@ -268,7 +225,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, HalfPrecision, ::testing::Values("llama_bf16", "
 class LlamaAdamW : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(LlamaAdamW, ThreeStepsMatchTorch) {
-    NEED_TRANSFORMERS();
+    NEED_HF_CASES(transformers_cases());
     const std::string case_dir = transformers_cases().dir + "/" + GetParam();
     Expected e;
     std::string why;

@@ -22,63 +22,22 @@
 #include "llmc/llama_hf.h"
 #include "llmc/model_file.h"  // defines: gpt_load_params
 #include "llmc/sampler.h"     // defines: random_f32, random_u64
+#include "hf_cases.h"         // defines: HfCases, hf_cases_run, hf_cases_remove, NEED_HF_CASES
 
 namespace {
 
 // ----------------------------------------------------------------------------
 // test/packed_check.py, once per run, into a directory removed at exit
 
-int rm_entry(const char* path, const struct stat*, int, struct FTW*) { return remove(path); }
-
-std::string hf_python() {  // as test_llama_cpu: $HF_PYTHON, else .venv-hf, else python3
-    if (const char* p = getenv("HF_PYTHON")) return p;
-    if (access(".venv-hf/bin/python", X_OK) == 0) return ".venv-hf/bin/python";
-    return "python3";
-}
-
-struct PackedCases {
-    std::string dir, reason;
-    bool python_missing = false;
-};
-PackedCases& packed_cases() {
-    static PackedCases pc;
-    static bool tried = false;
-    if (tried) return pc;
-    tried = true;
-    const std::string py = hf_python();
-    if (system((py + " -c 'import torch, transformers, safetensors' >/dev/null 2>&1").c_str()) != 0) {
-        pc.python_missing = true;
-        pc.reason = py + " lacks torch, transformers or safetensors: .ci/run installs them in .venv-hf";
-        return pc;
-    }
-    std::string tmpl = "/tmp/test_packed_XXXXXX";
-    const std::string dir = mkdtemp(&tmpl[0]) ? tmpl : std::string();
-    const std::string cmd = py + " test/packed_check.py " + dir + " > " + dir + "/log.txt 2>&1";
-    if (dir.empty() || system(cmd.c_str()) != 0) {
-        pc.reason = "test/packed_check.py failed (" + cmd + ")";
-        return pc;
-    }
-    pc.dir = dir;
+HfCases& packed_cases() {
+    static HfCases pc = hf_cases_run("test/packed_check.py", "test_packed");
     return pc;
 }
 class CleanUp : public ::testing::Environment {
   public:
-    void TearDown() override {
-        if (!packed_cases().dir.empty()) nftw(packed_cases().dir.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
-    }
+    void TearDown() override { hf_cases_remove(packed_cases()); }
 };
 ::testing::Environment* const kCleanUp = ::testing::AddGlobalTestEnvironment(new CleanUp);
-
-#define NEED_TRANSFORMERS()                                                               \
-    do {                                                                                  \
-        const PackedCases& pc_ = packed_cases();                                          \
-        if (pc_.python_missing) {                                                         \
-            const char* req = getenv("HF_REQUIRED");                                      \
-            if (req && strcmp(req, "1") == 0) FAIL() << pc_.reason << " (HF_REQUIRED=1)"; \
-            GTEST_SKIP() << pc_.reason;                                                   \
-        }                                                                                 \
-        ASSERT_FALSE(pc_.dir.empty()) << pc_.reason;                                      \
-    } while (0)
 
 // One case: meta.json and expected.safetensors.
 struct Expected {
@@ -149,7 +108,7 @@ const double kLossRel = 1e-5, kGradRel = 1e-4;
 // Against transformers
 
 TEST(PackedVsTransformers, Gpt2LossesAndGradientsMatchConversationsAlone) {
-    NEED_TRANSFORMERS();
+    NEED_HF_CASES(packed_cases());
     const std::string dir = packed_cases().dir + "/gpt2";
     Expected e;
     std::string why;
@@ -187,7 +146,7 @@ TEST(PackedVsTransformers, Gpt2LossesAndGradientsMatchConversationsAlone) {
 class PackedLlamaVsTransformers : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(PackedLlamaVsTransformers, LossesAndGradientsMatchConversationsAlone) {
-    NEED_TRANSFORMERS();
+    NEED_HF_CASES(packed_cases());
     const std::string dir = packed_cases().dir + "/" + GetParam();
     Expected e;
     std::string why;

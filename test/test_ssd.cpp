@@ -783,6 +783,18 @@ TEST(SsdStoreErrors, FileSizeLimitAtCreationIsOneError) {
     EXPECT_NE(strstr(err, "params.f32"), nullptr) << err;
 }
 
+// A 16 MiB tmpfs at path while it lives, where this process may mount one (mount_errno 0).
+struct SmallTmpfs {
+    std::string path;
+    int mount_errno = 0;
+    explicit SmallTmpfs(const std::string& p) : path(p) {
+        if (mount("tmpfs", p.c_str(), "tmpfs", 0, "size=16m") != 0) mount_errno = errno;
+    }
+    ~SmallTmpfs() {
+        if (!mount_errno) umount2(path.c_str(), MNT_DETACH);
+    }
+};
+
 // A really full filesystem: a 16 MiB tmpfs where this process may mount one (root, or a user namespace
 // allowing it; skipped otherwise). The store's files are allocated at creation, so the round's writes cannot
 // run out of space; what can is the manifest of the next checkpoint once something else has filled the disk:
@@ -791,12 +803,9 @@ TEST(SsdStoreErrors, FullFilesystemAtCheckpointKeepsThePreviousOne) {
     TempDir d;
     const std::string mnt = d.path + "/mnt";
     ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
-    if (mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=16m") != 0)
-        GTEST_SKIP() << "cannot mount a small tmpfs here (" << strerror(errno) << ")";
-    struct Unmount {
-        std::string p;
-        ~Unmount() { umount2(p.c_str(), MNT_DETACH); }
-    } unmount{mnt};
+    SmallTmpfs fs(mnt);
+    if (fs.mount_errno)
+        GTEST_SKIP() << "cannot mount a small tmpfs here (" << strerror(fs.mount_errno) << ")";
     char err[1024] = "";
     const SsdStoreConfig cfg = store_config(StoreCase{0, 0, 0, 3, 16384}, 4);  // 4 x 70999 x 12 x 2 = 6.5 MiB
     RamModel ram(4);
@@ -1170,12 +1179,9 @@ TEST(SsdStoreErrors, SmallSizesInMessagesAreReadable) {
     TempDir d;
     const std::string mnt = d.path + "/mnt";
     ASSERT_EQ(mkdir(mnt.c_str(), 0755), 0);
-    if (mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=16m") != 0)
-        GTEST_SKIP() << "cannot mount a small tmpfs here (" << strerror(errno) << ")";
-    struct Unmount {
-        std::string p;
-        ~Unmount() { umount2(p.c_str(), MNT_DETACH); }
-    } unmount{mnt};
+    SmallTmpfs fs(mnt);
+    if (fs.mount_errno)
+        GTEST_SKIP() << "cannot mount a small tmpfs here (" << strerror(fs.mount_errno) << ")";
     char err[1024] = "";
     const SsdStoreConfig cfg = store_config(StoreCase{0, 0, 0, 3, 16384}, 12);  // about 19.5 MiB of state
     EXPECT_EQ(ssd_store_create((mnt + "/sd").c_str(), &cfg, err, sizeof err), nullptr);

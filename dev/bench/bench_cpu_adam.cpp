@@ -305,7 +305,7 @@ static int disk_main(int argc, char** argv) {
     const double ram_rate = nn / tram.best;
     report("adamw in RAM", tram, nn, 28);
 
-    // the disk, measured by fio (independent of ssd.cpp) and by ssd.cpp's probe
+    // the disk, measured by fio (independent of the SSD tier) and by ssd_io.cpp's probe
     double fw_r = 0, fw_w = 0, fr_r = 0, fr_w = 0, fm_r = 0, fm_w = 0, fc_r = 0, fc_w = 0;
     const bool have_fio = run_fio(dir, "write", fio_bytes, 4, &fw_r, &fw_w) == 0 &&
                           run_fio(dir, "read", fio_bytes, 4, &fr_r, &fr_w) == 0 &&

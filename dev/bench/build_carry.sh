@@ -6,7 +6,7 @@
 #
 # usage (repo root): bash dev/bench/build_carry.sh OUTDIR [NAME...]   (no NAME: all of them)
 # names: train_gpt train_gpt.avx512 train_gpt_cpu train_gpt_cpu.avx512 test_kernels test_gpu
-#        test_llama_kernels bench_attention bench_layer bench_cpu_adam bench_cpu_adam.avx512
+#        test_gpu_llama test_llama_kernels bench_attention bench_layer bench_cpu_adam bench_cpu_adam.avx512
 # env: JOBS (parallel compiles; default nproc), REBUILD_DIR (headers and .a files; default .carry/rebuild,
 #      else the system's), NVCC, CXX
 set -u
@@ -15,7 +15,7 @@ OUTDIR=${1:?usage: bash dev/bench/build_carry.sh OUTDIR [NAME...]}
 shift
 NAMES=("$@")
 [ ${#NAMES[@]} -eq 0 ] && NAMES=(train_gpt train_gpt.avx512 train_gpt_cpu train_gpt_cpu.avx512 test_kernels
-    test_gpu test_llama_kernels bench_attention bench_layer bench_cpu_adam bench_cpu_adam.avx512)
+    test_gpu test_gpu_llama test_llama_kernels bench_attention bench_layer bench_cpu_adam bench_cpu_adam.avx512)
 JOBS=${JOBS:-$(nproc)}
 CXX=${CXX:-g++}
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
@@ -43,6 +43,11 @@ CUDA_LIBS=(-lcublas -lcublasLt -lgomp -lm -lpthread)
 FAILED=0
 # job CMD...: runs CMD in the background (at most JOBS at once); its output goes to OBJ/<n>.log
 NJOB=0
+ssd_object() {  # the SSD tier's two sources as one object, as the Makefile's ssd.o
+    "$CXX" "${CXXF[@]}" -march=x86-64-v3 "${INC[@]}" -c ssd_io.cpp -o "$OBJ/ssd_io.o" &&
+        "$CXX" "${CXXF[@]}" -march=x86-64-v3 "${INC[@]}" -c ssd_store.cpp -o "$OBJ/ssd_store.o" &&
+        ld -r "$OBJ/ssd_io.o" "$OBJ/ssd_store.o" -o "$OBJ/ssd.o"
+}
 job() {
     while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
     NJOB=$((NJOB + 1))
@@ -63,13 +68,13 @@ want_any() { local n; for n in "$@"; do want "$n" && return 0; done; return 1; }
 rm -f "$OBJ"/job*.log
 
 # the objects first: CPU AdamW at both levels, the SSD tier, the stream, the trainer itself
-want_any train_gpt train_gpt_cpu test_kernels test_gpu test_llama_kernels bench_attention bench_layer bench_cpu_adam &&
+want_any train_gpt train_gpt_cpu test_kernels test_gpu test_gpu_llama test_llama_kernels bench_attention bench_layer bench_cpu_adam &&
     job "$CXX" "${CXXF[@]}" -march=x86-64-v3 "${INC[@]}" -c cpu_adam.cpp -o "$OBJ/cpu_adam.o"
 want_any train_gpt.avx512 train_gpt_cpu.avx512 bench_cpu_adam.avx512 &&
     job "$CXX" "${CXXF[@]}" -march=x86-64-v4 "${INC[@]}" -c cpu_adam.cpp -o "$OBJ/cpu_adam_v4.o"
-want_any train_gpt train_gpt.avx512 test_kernels test_gpu test_llama_kernels bench_attention bench_layer \
-    bench_cpu_adam bench_cpu_adam.avx512 && job "$CXX" "${CXXF[@]}" -march=x86-64-v3 "${INC[@]}" -c ssd.cpp -o "$OBJ/ssd.o"
-want_any train_gpt train_gpt.avx512 test_kernels test_gpu test_llama_kernels bench_attention bench_layer &&
+want_any train_gpt train_gpt.avx512 test_kernels test_gpu test_gpu_llama test_llama_kernels bench_attention bench_layer \
+    bench_cpu_adam bench_cpu_adam.avx512 && job ssd_object
+want_any train_gpt train_gpt.avx512 test_kernels test_gpu test_gpu_llama test_llama_kernels bench_attention bench_layer &&
     job "$NVCC" "${NVF[@]}" "${INC[@]}" -c stream.cu -o "$OBJ/stream.o"
 want_any train_gpt train_gpt.avx512 && job "$NVCC" "${NVF[@]}" "${INC[@]}" -c train_gpt.cu -o "$OBJ/train_gpt.o"
 # programs that need no object: the test and bench sources include train_gpt.cu themselves
@@ -79,6 +84,7 @@ nv_prog() {  # nv_prog NAME SOURCE [extra libs...]: a CUDA program linked with s
 }
 nv_prog test_kernels test/test_kernels.cu
 nv_prog test_gpu test/test_gpu.cu
+nv_prog test_gpu_llama test/test_gpu_llama.cu
 nv_prog test_llama_kernels test/test_llama_kernels.cu
 nv_prog bench_attention dev/bench/bench_attention.cu
 nv_prog bench_layer dev/bench/bench_layer.cu
@@ -97,7 +103,7 @@ want train_gpt && job "$NVCC" "${NVF[@]}" "$OBJ/train_gpt.o" "${COMMON[@]}" "$OB
     -o "$OUTDIR/train_gpt" "${CUDA_LIBS[@]}" "$URING"
 want train_gpt.avx512 && job "$NVCC" "${NVF[@]}" "$OBJ/train_gpt.o" "${COMMON[@]}" "$OBJ/cpu_adam_v4.o" \
     -o "$OUTDIR/train_gpt.avx512" "${CUDA_LIBS[@]}" "$URING"
-for n in test_kernels test_gpu test_llama_kernels; do
+for n in test_kernels test_gpu test_gpu_llama test_llama_kernels; do
     want $n && job "$NVCC" "${NVF[@]}" "$OBJ/$n.o" "${COMMON[@]}" "$OBJ/cpu_adam.o" -o "$OUTDIR/$n" \
         "${GTEST[@]}" "${CUDA_LIBS[@]}" "$URING"
 done

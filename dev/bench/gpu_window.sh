@@ -47,8 +47,8 @@ memcheck_train|30|70|@code
 racecheck_attention|45|80|llmc/flash_attention.cuh test/test_kernels.cu
 micro_attention|15|45|llmc/flash_attention.cuh llmc/attention.cuh dev/bench/bench_attention.cu
 micro_layer|15|45|@code dev/bench/bench_layer.cu
-ssd_same|60|130|@code ssd.cpp ssd.h
-ssd_time|90|220|@code ssd.cpp ssd.h
+ssd_same|60|130|@code ssd_io.cpp ssd_store.cpp ssd.h
+ssd_time|90|220|@code ssd_io.cpp ssd_store.cpp ssd.h
 mem_flat|40|100|@code
 peers_1.3b|70|140|dev/bench/gpu_window.sh
 peers_5b|125|150|dev/bench/gpu_window.sh
@@ -56,7 +56,9 @@ adam|30|70|cpu_adam.cpp llmc/cpu_adam.h dev/bench/bench_cpu_adam.cpp dev/bench/b
 kept_1.3b|35|80|@code
 kept_5b|60|120|@code
 llama_kernels|20|60|llmc/llama_kernels.cuh llmc/llama_cpu.h llmc/kernels.cuh test/test_llama_kernels.cu
-packed_attention|20|60|llmc/flash_attention.cuh llmc/attention.cuh llmc/kernels.cuh llmc/llama_cpu.h llmc/gpt2_cpu.h test/test_kernels.cu"
+packed_attention|20|60|llmc/flash_attention.cuh llmc/attention.cuh llmc/kernels.cuh llmc/llama_cpu.h llmc/gpt2_cpu.h test/test_kernels.cu
+llama_trainer|40|120|@code test/test_gpu_llama.cu test/gpu_test_common.h
+tput_llama8b|80|160|@code"
 
 # Peer figures seen on the H100 (shared/peers/README.md, 2026-11-22), tokens/s at 32K tokens per step
 PEER_13B="gpu_ckpt 47000 fsdp_offload 11900 MegaTrain 15700"
@@ -179,7 +181,7 @@ within() { awk -v d="$1" -v b="$2" 'BEGIN { exit !(d != "missing" && d != "" && 
 # ---- the probe: the machine, the binaries (libraries resolved, or rebuilt), compute-sanitizer ----
 GPU=""
 declare -A BINP  # binary name -> the path that loads here
-NAMES="train_gpt train_gpt.avx512 train_gpt_cpu train_gpt_cpu.avx512 test_kernels test_gpu test_llama_kernels
+NAMES="train_gpt train_gpt.avx512 train_gpt_cpu train_gpt_cpu.avx512 test_kernels test_gpu test_gpu_llama test_llama_kernels
     bench_attention bench_layer bench_cpu_adam bench_cpu_adam.avx512"
 SAN_OK=0 SAN_WHY="not probed"
 load_test() {  # load_test PATH NAME: the binary starts here (libraries found, instructions supported)
@@ -285,6 +287,7 @@ check_llama_kernels() { gtest_check llama_kernels "${BINP[test_llama_kernels]:-}
 PACKED='*Gqa*:*Positions*:*SkipsNonTargets*'
 check_packed_attention() { gtest_check packed_attention "${BINP[test_kernels]:-}" --gtest_filter="$PACKED"; }
 check_trainer() { gtest_check trainer "${BINP[test_gpu]:-}" --gtest_filter="-$MEASURED"; }
+check_llama_trainer() { gtest_check llama_trainer "${BINP[test_gpu_llama]:-}"; }
 check_trainer_measured() { gtest_check trainer_measured "${BINP[test_gpu]:-}" --gtest_filter="$MEASURED"; }
 
 # A run on the shipped data (d12, 1K tokens per step) checkpoints at step 2; the CPU trainer resumes it and
@@ -328,6 +331,9 @@ check_tput_5b_res() { tput tput_5b_res L24:C4096:NH32 3 "$PEER_5B" -R -1; }
 # -R / -K as the streaming run's timeline advised (its `try -R N -K M` line), else all that fits
 kept_args() { local t; t=$(cat "$STATE"/logs_*/"$1".log 2> /dev/null | grep -o 'try -R [0-9]* -K [0-9]*' | tail -n1); echo "${t#try }"; }
 check_kept_1.3b() { local k; k=$(kept_args tput_1.3b); tput kept_1.3b L24:C2048:NH16 4 "$PEER_13B" ${k:--R -1 -K -1}; }
+# Llama 3 8B's shape (32 layers, C4096, GQA 32/8, SwiGLU 14336, vocabulary 128256; untied) at 32K tokens per
+# step; no peer figure on this machine yet
+check_tput_llama8b() { tput tput_llama8b llama3-8b 3 ""; }
 check_kept_5b() { local k; k=$(kept_args tput_5b); tput kept_5b L24:C4096:NH32 3 "$PEER_5B" ${k:--R 10 -K -1}; }
 
 # The default run (d12 on the shipped data, checkpoints at 6 and 12), then -y 1 from step 6: steps 7..12

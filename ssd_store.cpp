@@ -1,12 +1,9 @@
-// ssd.cpp — the SSD tier; ssd.h says what and why.
-// Direct I/O over io_uring (pread/pwrite fallback), the two-generation store, its pipelined AdamW round.
-// Also the capacity plan and the bandwidth probe. Host code only, no CUDA; sizes and offsets are int64_t.
+// ssd_store.cpp — the SSD tier's store: two generations of files, checksums, manifest, the AdamW round.
+// Not here: the I/O itself (ssd_io.cpp). ssd.h says what and why.
 #include "ssd.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <liburing.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,14 +14,9 @@
 
 #include <atomic>
 #include <algorithm>
-#include <chrono>
-#include <condition_variable>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "llmc/cpu_adam.h"  // defines: convert_f32_to_bf16
@@ -32,529 +24,6 @@
 #include "llmc/utils.h"     // defines: SizeText
 
 static const double GiB = 1024.0 * 1024.0 * 1024.0;
-
-void* ssd_alloc(int64_t bytes) {
-    if (bytes <= 0) bytes = SSD_ALIGN;
-    void* p = NULL;
-    if (posix_memalign(&p, SSD_ALIGN, (size_t)ssd_round_up(bytes, SSD_ALIGN)) != 0) return NULL;
-    memset(p, 0, (size_t)ssd_round_up(bytes, SSD_ALIGN));
-    return p;
-}
-void ssd_free(void* p) { free(p); }
-
-// the steady clock in seconds: timeline.h's timeline_now(), so the busy log lines up with the timeline
-static double now_s() {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-static bool env_is_1(const char* name) {
-    const char* e = getenv(name);
-    return e && strcmp(e, "1") == 0;
-}
-
-// ============================================================================
-// Asynchronous direct I/O
-
-namespace {
-struct Chunk {
-    SsdReq req;
-    int fd, write;
-    char* buf;
-    int64_t bytes, off;
-    const char* path;
-    bool logged = false;  // its request is in the busy log
-    double t_done = 0.0;  // when its transfer completed (logged only)
-};
-struct ReqState {
-    int64_t chunks_left = 0;
-    bool done = false;
-    std::string msg;      // first error, empty if none
-    bool logged = false;  // submitted while the busy log was on
-    int write = 0;
-    double t_done = 0.0;  // its last chunk's completion (the latest of its chunks')
-};
-// One direction's busy intervals (ssd_io_log_busy): a ring of closed ones and the open one.
-struct BusyLog {
-    std::vector<SsdBusySpan> ring;  // SSD_BUSY_LOG entries once the log is on
-    int64_t head = 0, count = 0;    // the oldest at head
-    int inflight = 0;               // logged requests in flight
-    SsdBusySpan open = {0.0, 0.0};  // while inflight > 0: its start, the latest completion so far
-};
-}  // namespace
-
-struct SsdIo {
-    std::mutex mu;
-    std::condition_variable cv_done, cv_work;
-    std::deque<Chunk*> pending;
-    std::unordered_map<SsdReq, ReqState> reqs;
-    SsdReq next_id = 1;
-    int qd = 16;
-    int64_t chunk = (int64_t)4 << 20;
-    int inflight = 0;
-    bool quit = false;
-    bool uring = false;
-    struct io_uring ring;
-    std::thread reaper;
-    std::vector<std::thread> workers;
-    int64_t fault_after[2] = {-1, -1};
-    int fault_err[2] = {0, 0}, fault_kill[2] = {0, 0};
-    std::atomic<int64_t> bytes_read{0}, bytes_written{0};
-    bool log_on = false;
-    BusyLog busy[2];  // [write]
-};
-
-// ---- the busy log
-
-// Under io->mu: a closed interval into the ring (merged into the newest one where they touch).
-static void busy_push(BusyLog* b, SsdBusySpan s) {
-    const int64_t cap = (int64_t)b->ring.size();
-    if (b->count > 0) {
-        SsdBusySpan& last = b->ring[(size_t)((b->head + b->count - 1) % cap)];
-        if (s.t0 <= last.t1) {
-            last.t1 = std::max(last.t1, s.t1);
-            return;
-        }
-    }
-    if (b->count == cap) {  // full: the oldest goes
-        b->head = (b->head + 1) % cap;
-        b->count--;
-    }
-    b->ring[(size_t)((b->head + b->count) % cap)] = s;
-    b->count++;
-}
-
-// Under io->mu: a logged request starts (t: its submit time) or ends (its last chunk's completion).
-static void busy_begin(SsdIo* io, int write, double t) {
-    BusyLog* b = &io->busy[write];
-    if (b->inflight++ == 0) b->open = {t, t};
-}
-static void busy_end(SsdIo* io, int write, double t) {
-    BusyLog* b = &io->busy[write];
-    b->open.t1 = std::max(b->open.t1, t);
-    if (--b->inflight == 0) busy_push(b, b->open);
-}
-
-void ssd_io_log_busy(SsdIo* io, int on) {
-    std::lock_guard<std::mutex> lock(io->mu);
-    for (BusyLog& b : io->busy)
-        if (on && b.ring.empty()) b.ring.resize(SSD_BUSY_LOG);
-    io->log_on = on != 0;
-}
-
-int ssd_io_busy_spans(SsdIo* io, int write, double t_from, SsdBusySpan* out, int cap) {
-    if (cap < 1) return 0;
-    std::vector<SsdBusySpan> v;
-    {
-        std::lock_guard<std::mutex> lock(io->mu);
-        const BusyLog* b = &io->busy[write ? 1 : 0];
-        for (int64_t i = 0; i < b->count; i++) {
-            const SsdBusySpan& s = b->ring[(size_t)((b->head + i) % (int64_t)b->ring.size())];
-            if (s.t1 > t_from) v.push_back(s);
-        }
-        if (b->inflight > 0) v.push_back({b->open.t0, std::max(b->open.t1, now_s())});
-    }
-    if (!v.empty()) v[0].t0 = std::max(v[0].t0, t_from);
-    // too many: join the n - cap smallest gaps between neighbours (ties: the earlier gap)
-    const size_t n = v.size();
-    if (n > (size_t)cap) {
-        std::vector<size_t> gaps(n - 1);
-        for (size_t i = 0; i + 1 < n; i++) gaps[i] = i;
-        auto gap = [&v](size_t i) { return v[i + 1].t0 - v[i].t1; };
-        std::stable_sort(gaps.begin(), gaps.end(), [&](size_t a, size_t b) { return gap(a) < gap(b); });
-        std::vector<char> join(n - 1, 0);
-        for (size_t k = 0; k < n - (size_t)cap; k++) join[gaps[k]] = 1;
-        std::vector<SsdBusySpan> w;
-        for (size_t i = 0; i < n; i++) {
-            if (i > 0 && join[i - 1]) w.back().t1 = v[i].t1;
-            else w.push_back(v[i]);
-        }
-        v.swap(w);
-    }
-    for (size_t i = 0; i < v.size(); i++) out[i] = v[i];
-    return (int)v.size();
-}
-
-static void chunk_message(const Chunk* c, int err, char* out, size_t outlen) {
-    if (err)
-        snprintf(out, outlen, "cannot %s %.600s at offset %lld (%lld bytes): %s", c->write ? "write" : "read",
-                 c->path, (long long)c->off, (long long)c->bytes, strerror(err));
-    else if (c->write)
-        snprintf(out, outlen, "short write to %.600s at offset %lld: 0 of %lld bytes written (disk full?)",
-                 c->path, (long long)c->off, (long long)c->bytes);
-    else
-        snprintf(out, outlen, "short read from %.600s at offset %lld: 0 of %lld bytes (the file ends early)",
-                 c->path, (long long)c->off, (long long)c->bytes);
-}
-
-// Under io->mu. Completes chunk c (err < 0: -errno; err == 1: a zero-byte transfer; 0: ok) and frees it.
-static void complete_chunk(SsdIo* io, Chunk* c, int err) {
-    ReqState& r = io->reqs[c->req];
-    if (err != 0 && r.msg.empty()) {
-        char m[1024];
-        chunk_message(c, err < 0 ? -err : 0, m, sizeof m);
-        r.msg = m;
-    }
-    if (r.logged) r.t_done = std::max(r.t_done, c->t_done);
-    if (--r.chunks_left == 0) {
-        r.done = true;
-        if (r.logged) busy_end(io, r.write, r.t_done);
-        io->cv_done.notify_all();
-    }
-    delete c;
-}
-
-// Under io->mu, when a chunk is about to be started: 1 to go on; 0 when the test fault took it (completed).
-static int fault_check(SsdIo* io, Chunk* c) {
-    const int k = c->write ? 1 : 0;
-    if (io->fault_after[k] < 0) return 1;
-    if (io->fault_after[k] > 0) {
-        io->fault_after[k]--;
-        return 1;
-    }
-    if (io->fault_kill[k]) kill(getpid(), SIGKILL);
-    if (c->logged) c->t_done = now_s();
-    complete_chunk(io, c, io->fault_err[k] ? -io->fault_err[k] : 1);
-    return 0;
-}
-
-// Under io->mu: the result of one transfer of chunk c (res: bytes, or -errno).
-static void transfer_result(SsdIo* io, Chunk* c, int64_t res) {
-    if (res < 0) {
-        complete_chunk(io, c, (int)res);
-        return;
-    }
-    if (res == 0) {
-        complete_chunk(io, c, 1);
-        return;
-    }
-    (c->write ? io->bytes_written : io->bytes_read) += res;
-    if (res < c->bytes) {  // a short transfer: the rest goes again, first
-        c->buf += res;
-        c->off += res;
-        c->bytes -= res;
-        io->pending.push_front(c);
-        return;
-    }
-    complete_chunk(io, c, 0);
-}
-
-// Under io->mu: start pending chunks while the ring has room.
-static void uring_pump(SsdIo* io) {
-    int queued = 0;
-    while (io->inflight < io->qd && !io->pending.empty()) {
-        Chunk* c = io->pending.front();
-        io->pending.pop_front();
-        if (!fault_check(io, c)) continue;
-        struct io_uring_sqe* sqe = io_uring_get_sqe(&io->ring);
-        if (!sqe) {
-            io->pending.push_front(c);
-            break;
-        }
-        if (c->write) io_uring_prep_write(sqe, c->fd, c->buf, (unsigned)c->bytes, (uint64_t)c->off);
-        else io_uring_prep_read(sqe, c->fd, c->buf, (unsigned)c->bytes, (uint64_t)c->off);
-        io_uring_sqe_set_data(sqe, c);
-        io->inflight++;
-        queued++;
-    }
-    if (queued == 0) return;
-    for (int tries = 0;; tries++) {
-        const int r = io_uring_submit(&io->ring);
-        if (r >= 0) break;
-        if ((r == -EINTR || r == -EAGAIN || r == -EBUSY) && tries < 1000) {
-            usleep(100);
-            continue;
-        }
-        fprintf(stderr, "ssd: io_uring_submit failed: %s\n",
-                strerror(-r));  // the entries stay queued in the ring
-        break;
-    }
-}
-
-static void uring_reaper(SsdIo* io) {
-    for (;;) {
-        struct io_uring_cqe* cqe = NULL;
-        const int r = io_uring_wait_cqe(&io->ring, &cqe);
-        if (r == -EINTR || r == -EAGAIN) continue;
-        if (r < 0) {
-            fprintf(stderr, "ssd: io_uring_wait_cqe failed: %s\n", strerror(-r));
-            usleep(1000);
-            continue;
-        }
-        Chunk* c = (Chunk*)io_uring_cqe_get_data(cqe);
-        const int res = cqe->res;
-        io_uring_cqe_seen(&io->ring, cqe);
-        // the busy log's completion time: when this thread reaps the entry, a little after the device
-        // finished (by the thread's wake-up)
-        if (c && c->logged) c->t_done = now_s();
-        std::lock_guard<std::mutex> lock(io->mu);
-        if (!c) {  // the wake-up NOP of ssd_io_close
-            if (io->quit) return;
-            continue;
-        }
-        io->inflight--;
-        transfer_result(io, c, res);
-        uring_pump(io);
-    }
-}
-
-static void fallback_worker(SsdIo* io) {
-    std::unique_lock<std::mutex> lock(io->mu);
-    for (;;) {
-        io->cv_work.wait(lock, [io] { return io->quit || !io->pending.empty(); });
-        if (io->pending.empty()) return;  // quit
-        Chunk* c = io->pending.front();
-        io->pending.pop_front();
-        if (!fault_check(io, c)) continue;
-        io->inflight++;
-        lock.unlock();
-        int64_t res;
-        for (;;) {
-            const ssize_t n = c->write ? pwrite(c->fd, c->buf, (size_t)c->bytes, (off_t)c->off)
-                                       : pread(c->fd, c->buf, (size_t)c->bytes, (off_t)c->off);
-            if (n < 0 && errno == EINTR) continue;
-            res = n < 0 ? -(int64_t)errno : (int64_t)n;
-            break;
-        }
-        if (c->logged) c->t_done = now_s();  // the busy log's completion time: exact here
-        lock.lock();
-        io->inflight--;
-        transfer_result(io, c, res);  // a short transfer goes back to the queue
-        if (!io->pending.empty()) io->cv_work.notify_one();
-    }
-}
-
-SsdIo* ssd_io_open(const SsdIoConfig* cfg, char* err, size_t errlen) {
-    SsdIoConfig c = cfg ? *cfg : SsdIoConfig{};
-    if (c.queue_depth < 0 || c.chunk_bytes < 0 || c.fallback_threads < 0 || c.chunk_bytes % SSD_ALIGN != 0 ||
-        c.chunk_bytes > ((int64_t)1 << 30)) {
-        snprintf(err, errlen,
-                 "bad SSD I/O settings: queue depth %d, chunk %lld bytes (a multiple of 4096 up to 1 GiB)",
-                 c.queue_depth, (long long)c.chunk_bytes);
-        return NULL;
-    }
-    SsdIo* io = new SsdIo();
-    io->qd = c.queue_depth > 0 ? c.queue_depth : 16;
-    io->chunk = c.chunk_bytes > 0 ? c.chunk_bytes : ((int64_t)4 << 20);
-    const bool force = c.force_fallback || env_is_1("SSD_IO_FALLBACK");
-    if (!force) {
-        const int r = io_uring_queue_init((unsigned)io->qd + 1, &io->ring, 0);  // + 1: room for the close NOP
-        if (r == 0) {
-            io->uring = true;
-        } else if (!c.quiet) {
-            fprintf(stderr, "warning: io_uring unavailable (%s): the SSD tier uses pread/pwrite threads\n",
-                    strerror(-r));
-        }
-    }
-    if (io->uring) {
-        io->reaper = std::thread(uring_reaper, io);
-    } else {
-        const int t = c.fallback_threads > 0 ? c.fallback_threads
-                                             : io->qd;  // as many transfers in flight as io_uring would have
-        for (int i = 0; i < t; i++) io->workers.emplace_back(fallback_worker, io);
-    }
-    return io;
-}
-
-void ssd_io_close(SsdIo* io) {
-    if (!io) return;
-    {
-        std::unique_lock<std::mutex> lock(io->mu);
-        io->cv_done.wait(lock, [io] { return io->inflight == 0 && io->pending.empty(); });
-        io->quit = true;
-        if (io->uring) {
-            struct io_uring_sqe* sqe = io_uring_get_sqe(&io->ring);
-            io_uring_prep_nop(sqe);
-            io_uring_sqe_set_data(sqe, NULL);
-            io_uring_submit(&io->ring);
-        }
-        io->cv_work.notify_all();
-    }
-    if (io->uring) {
-        io->reaper.join();
-        io_uring_queue_exit(&io->ring);
-    }
-    for (auto& t : io->workers) t.join();
-    delete io;
-}
-
-const char* ssd_io_backend(const SsdIo* io) { return io->uring ? "io_uring" : "pread/pwrite threads"; }
-
-static SsdReq failed_request(SsdIo* io, const char* msg) {
-    std::lock_guard<std::mutex> lock(io->mu);
-    const SsdReq id = io->next_id++;
-    ReqState& r = io->reqs[id];
-    r.done = true;
-    r.msg = msg;
-    return id;
-}
-
-SsdReq ssd_io_submit(SsdIo* io, const SsdFile* f, int write, void* buf, int64_t bytes, int64_t offset) {
-    char msg[1024];
-    if (bytes <= 0 || offset < 0 || offset > f->size - bytes) {
-        snprintf(msg, sizeof msg, "bad request on %.600s: %lld bytes at offset %lld of a %lld-byte file",
-                 f->path, (long long)bytes, (long long)offset, (long long)f->size);
-        return failed_request(io, msg);
-    }
-    if (f->direct &&
-        (((uintptr_t)buf % SSD_ALIGN) != 0 || bytes % SSD_ALIGN != 0 || offset % SSD_ALIGN != 0)) {
-        snprintf(msg, sizeof msg,
-                 "bad request on %.600s: O_DIRECT needs 4096-aligned buffer, length and offset "
-                 "(%lld bytes at offset %lld)",
-                 f->path, (long long)bytes, (long long)offset);
-        return failed_request(io, msg);
-    }
-    std::lock_guard<std::mutex> lock(io->mu);
-    const SsdReq id = io->next_id++;
-    ReqState& r = io->reqs[id];
-    r.chunks_left = (bytes + io->chunk - 1) / io->chunk;
-    if (io->log_on) {
-        r.logged = true;
-        r.write = write ? 1 : 0;
-        busy_begin(io, r.write, now_s());
-    }
-    for (int64_t done = 0; done < bytes; done += io->chunk) {
-        Chunk* c = new Chunk{id,
-                             f->fd,
-                             write ? 1 : 0,
-                             (char*)buf + done,
-                             bytes - done < io->chunk ? bytes - done : io->chunk,
-                             offset + done,
-                             f->path,
-                             r.logged};
-        io->pending.push_back(c);
-    }
-    if (io->uring) uring_pump(io);
-    else io->cv_work.notify_all();
-    return id;
-}
-
-int ssd_io_wait(SsdIo* io, SsdReq r, char* err, size_t errlen) {
-    std::unique_lock<std::mutex> lock(io->mu);
-    auto it = io->reqs.find(r);
-    if (it == io->reqs.end()) {
-        snprintf(err, errlen, "internal error: SSD request %lld is unknown or was waited for already",
-                 (long long)r);
-        return -1;
-    }
-    ReqState* s = &it->second;  // pointers to elements stay valid when the map rehashes
-    io->cv_done.wait(lock, [s] { return s->done; });
-    const int rc = s->msg.empty() ? 0 : -1;
-    if (rc) snprintf(err, errlen, "%s", s->msg.c_str());
-    io->reqs.erase(r);
-    return rc;
-}
-
-int ssd_io_poll(SsdIo* io, SsdReq r) {
-    std::lock_guard<std::mutex> lock(io->mu);
-    auto it = io->reqs.find(r);
-    return it == io->reqs.end() || it->second.done;
-}
-
-void ssd_io_set_fault(SsdIo* io, int write, int64_t after, int err, int kill_it) {
-    std::lock_guard<std::mutex> lock(io->mu);
-    const int k = write ? 1 : 0;
-    io->fault_after[k] = after;
-    io->fault_err[k] = err;
-    io->fault_kill[k] = kill_it;
-}
-
-void ssd_io_counters(const SsdIo* io, int64_t* bytes_read, int64_t* bytes_written) {
-    if (bytes_read) *bytes_read = io->bytes_read.load();
-    if (bytes_written) *bytes_written = io->bytes_written.load();
-}
-
-// ---- files
-
-static std::atomic<int> g_warned_direct{0};
-
-int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int quiet, char* err,
-                  size_t errlen) {
-    memset(f, 0, sizeof *f);
-    f->fd = -1;
-    if (strlen(path) >= sizeof f->path) {
-        snprintf(err, errlen, "path too long: %.200s...", path);
-        return -1;
-    }
-    snprintf(f->path, sizeof f->path, "%s", path);
-    // create: a new file of ours (O_EXCL | O_NOFOLLOW); what had the name is unlinked, never followed.
-    // open: O_NONBLOCK, so a FIFO cannot hang it; non-regular files are refused below.
-    const int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_EXCL | O_NOFOLLOW : O_NONBLOCK);
-    const bool want_direct = !env_is_1("SSD_NO_DIRECT");
-    int fd = -1;
-    if (create) unlink(path);
-    if (want_direct) {
-        fd = open(path, flags | O_DIRECT, 0644);
-        if (fd >= 0) f->direct = 1;
-        else if (errno != EINVAL) {
-            snprintf(err, errlen, "cannot open %.600s: %s", path, strerror(errno));
-            return -1;
-        }
-    }
-    if (fd < 0) {
-        if (create) unlink(path);  // a filesystem may create the file, then refuse O_DIRECT
-        fd = open(path, flags, 0644);
-        if (fd < 0) {
-            snprintf(err, errlen, "cannot open %.600s: %s", path, strerror(errno));
-            return -1;
-        }
-        if (want_direct && !quiet && g_warned_direct.fetch_add(1) == 0)
-            fprintf(stderr,
-                    "warning: the filesystem of %s refuses O_DIRECT: the SSD tier uses buffered I/O (page "
-                    "cache)\n",
-                    path);
-    }
-    f->fd = fd;
-    if (create) {
-        if (size > 0) {
-            int r = fallocate(fd, 0, 0, (off_t)size) == 0 ? 0 : errno;
-            if (r == EOPNOTSUPP || r == ENOSYS) r = ftruncate(fd, (off_t)size) == 0 ? 0 : errno;
-            if (r != 0) {
-                struct statvfs sv;
-                const double avail =
-                    fstatvfs(fd, &sv) == 0 ? (double)sv.f_bavail * (double)sv.f_frsize : -1.0;
-                if (r == ENOSPC)
-                    snprintf(err, errlen,
-                             "not enough space for %.600s: it needs %s, the filesystem has %s free", path,
-                             SizeText((double)size).s, SizeText(avail).s);
-                else
-                    snprintf(err, errlen, "cannot allocate %s for %.600s: %s", SizeText((double)size).s, path,
-                             strerror(r));
-                close(fd);
-                unlink(path);
-                f->fd = -1;
-                return -1;
-            }
-        }
-        f->size = size;
-    } else {
-        struct stat st;
-        const bool stat_ok = fstat(fd, &st) == 0;
-        const int fl = stat_ok && S_ISREG(st.st_mode) ? fcntl(fd, F_GETFL) : -1;
-        // blocking again: io_uring would answer EAGAIN on an O_NONBLOCK file instead of waiting
-        if (!stat_ok || !S_ISREG(st.st_mode) || fl == -1 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
-            if (stat_ok && !S_ISREG(st.st_mode)) snprintf(err, errlen, "%.600s is not a regular file", path);
-            else snprintf(err, errlen, "cannot stat %.600s: %s", path, strerror(errno));
-            close(fd);
-            f->fd = -1;
-            return -1;
-        }
-        f->size = (int64_t)st.st_size;
-    }
-    return 0;
-}
-
-void ssd_file_close(SsdFile* f) {
-    if (f->fd >= 0) close(f->fd);
-    f->fd = -1;
-}
-
-int ssd_file_sync(SsdFile* f, char* err, size_t errlen) {
-    if (fsync(f->fd) != 0) {
-        snprintf(err, errlen, "cannot fsync %.600s: %s", f->path, strerror(errno));
-        return -1;
-    }
-    return 0;
-}
 
 // ============================================================================
 // The state store
@@ -592,8 +61,8 @@ struct SsdStore {
     void* ring_mem = NULL;
     bool failed = false;
     std::string fail_msg;
-    // each generation's checksums, piece by piece (sum_index), as last written
-    // sums_ok[g]: every piece of g has one (a checkpoint's generation, or one whose checkpoint is complete)
+    // each generation's checksums, piece by piece (sum_index)
+    // sums_ok[g]: every piece of g has one
     std::vector<uint32_t> sums[2][K_COUNT];
     bool sums_ok[2] = {false, false};
     uint32_t sums_crc[2] = {0, 0};  // the CRC-32C of each generation's sums file (the manifest holds it)
@@ -644,7 +113,6 @@ static int check_config(const SsdStoreConfig* c, char* err, size_t errlen) {
 }
 
 // ---- manifest (docs/ssd.md has its lines)
-// The shape, the owner, each generation's step and sums-file checksum, then the text's own checksum.
 
 namespace {
 struct Manifest {
@@ -718,8 +186,7 @@ static int write_manifest(SsdStore* st, char* err, size_t errlen) {
     return write_file_atomic(st->dir, st->dir + "/ssd_manifest", text.data(), text.size(), err, errlen);
 }
 
-// A small file of the store, whole, at most max bytes; regular files only (a FIFO could block forever).
-// 1: absent; 0: read; -1: err set.
+// A small regular file, whole, at most max bytes. 1: absent; 0: read; -1: err set.
 static int read_small_file(const std::string& path, size_t max, std::string* out, char* err, size_t errlen) {
     const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
@@ -743,7 +210,7 @@ static int read_small_file(const std::string& path, size_t max, std::string* out
     return 0;
 }
 
-// 1: no manifest in dir; 0: read into m; -1: err set (unreadable, damaged, or not a store this version knows)
+// 1: no manifest in dir; 0: read into m; -1: err set
 static int read_manifest(const char* dir, Manifest* m, char* err, size_t errlen) {
     const std::string path = std::string(dir) + "/ssd_manifest";
     std::string t;
@@ -818,7 +285,7 @@ static int mark_writing(SsdStore* st, char* err, size_t errlen) {
     return 0;
 }
 
-// ---- checksums: one per piece of each file, computed from the ring's buffer as the piece is written
+// ---- checksums: one per piece of each file, from the ring's buffer as it is written
 
 static const int64_t kSubChunk = (int64_t)1 << 20;  // bytes
 
@@ -833,8 +300,7 @@ static void alloc_sums(SsdStore* st) {
                 has_kind(&st->cfg, k) ? (size_t)(st->cfg.num_layers * st->pieces_per_layer) : 0, 0);
 }
 
-// The checksums of a piece's arrays (the kinds in the mask) in the slot.
-// Each is the CRC-32C of its 1 MiB sub-chunks' CRC-32Cs, summed in parallel.
+// The CRC-32C of each array in the mask: over its 1 MiB sub-chunks' CRCs, in parallel.
 static void piece_sums(SsdStore* st, const Slot* s, const Piece& pc, unsigned kinds, uint32_t out[K_COUNT]) {
     const char* src[K_COUNT] = {(const char*)s->p, (const char*)s->m, (const char*)s->v, (const char*)s->b};
     int64_t first[K_COUNT + 1], total = 0;
@@ -870,7 +336,7 @@ static void record_sums(SsdStore* st, const Slot* s, const Piece& pc, int g) {
 static std::string sums_path(const std::string& dir, int g) {
     return dir + "/gen" + std::to_string(g) + "/sums.crc32c";
 }
-// gen g's checksums as a file: "ssdsums2", layers, pieces per layer, kinds (u32 each), then each kind's u32s
+// gen g's checksums as a file: "ssdsums2", its shape, then each kind's u32s
 static std::string sums_bytes(const SsdStore* st, int g) {
     std::string b = "ssdsums2";
     const uint32_t head[3] = {(uint32_t)st->cfg.num_layers, (uint32_t)st->pieces_per_layer,
@@ -980,8 +446,7 @@ static SsdStore* new_store(const char* dir, const SsdStoreConfig* cfg) {
     return st;
 }
 
-// The store's I/O and files (both generations, the gradients): created at full size, or opened and checked.
-// 0, or -1 with err set (the caller closes the store).
+// Creates at full size, or opens and checks, the store's files: 0, or -1 with err set.
 static int open_files(SsdStore* st, int create, char* err, size_t errlen) {
     const SsdStoreConfig* cfg = &st->cfg;
     st->io = ssd_io_open(&cfg->io, err, errlen);
@@ -1019,8 +484,7 @@ SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err
         snprintf(err, errlen, "cannot create %.600s: %s", dir, strerror(errno));
         return NULL;
     }
-    // A store here is replaced only if it is this run's or has no owner (never checkpointed).
-    // Another run's, or one this version cannot read, is left as it is.
+    // Only this run's store, or one with no owner, is replaced.
     Manifest old;
     char why[1024];
     const int found = read_manifest(dir, &old, why, sizeof why);
@@ -1041,7 +505,7 @@ SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err
         return NULL;
     }
     SsdStore* st = new_store(dir, cfg);
-    // Any older store here is replaced: its manifest first (no generation of it stays valid), then its files.
+    // An older store here is replaced: its manifest first, then its files.
     unlink((st->dir + "/ssd_manifest").c_str());
     for (int g = 0; g < 2; g++) {
         for (int k = 0; k < K_COUNT; k++) unlink(gen_path(st->dir, g, k).c_str());
@@ -1202,7 +666,7 @@ static void pieces_of_layer(const SsdStore* st, int layer, std::vector<Piece>* o
 static int64_t off4(const SsdStore* st, int layer, int64_t e) { return (int64_t)layer * st->stride4 + e * 4; }
 static int64_t off2(const SsdStore* st, int layer, int64_t e) { return (int64_t)layer * st->stride2 + e * 2; }
 
-// Reads piece pc of generation g (kinds: mask of 1 << K_*; grads: from the gradients file too) into slot s.
+// Reads piece pc of generation g (kinds: a mask of 1 << K_*) into slot s.
 static void issue_read(SsdStore* st, Slot* s, const Piece& pc, int g, unsigned kinds, bool grads) {
     const int64_t len4 = ssd_round_up(pc.cnt * 4, SSD_ALIGN), len2 = ssd_round_up(pc.cnt * 2, SSD_ALIGN);
     float* dst4[3] = {s->p, s->m, s->v};
@@ -1258,8 +722,7 @@ static unsigned state_kinds(const SsdStore* st) {
     return (1u << K_PARAMS) | (1u << K_M) | (1u << K_V) | (st->cfg.with_bf16 ? 1u << K_BF16 : 0u);
 }
 
-// Reads a piece of generation g into the slot, checked against g's checksums where it has them.
-// 0, or -1 with err naming the file, the layer and the elements.
+// Reads a piece of generation g, checked against its checksums: 0, or -1 with err set.
 static int check_piece(SsdStore* st, const Slot* s, const Piece& pc, int g, char* err, size_t errlen) {
     if (!st->sums_ok[g]) return 0;
     uint32_t c[K_COUNT];
@@ -1357,15 +820,14 @@ int ssd_store_read_layer(SsdStore* st, int layer, float* params, float* m, float
 
 SsdReq ssd_store_read_bf16_async(SsdStore* st, int layer, uint16_t* dst) {
     if (!st->cfg.with_bf16 || layer < 0 || layer >= st->cfg.num_layers)
-        return failed_request(st->io,
-                              "ssd_store_read_bf16_async: the store has no bf16 copy, or no such layer");
+        return ssd_io_fail(st->io, "ssd_store_read_bf16_async: the store has no bf16 copy, or no such layer");
     return ssd_io_submit(st->io, &st->files[st->src[layer]][K_BF16], 0, dst, st->stride2, off2(st, layer, 0));
 }
 
 SsdReq ssd_store_write_grads_async(SsdStore* st, int layer, const uint16_t* src) {
     if (!st->cfg.grads_on_disk || layer < 0 || layer >= st->cfg.num_layers)
-        return failed_request(st->io,
-                              "ssd_store_write_grads_async: the store keeps no gradients, or no such layer");
+        return ssd_io_fail(st->io,
+                           "ssd_store_write_grads_async: the store keeps no gradients, or no such layer");
     return ssd_io_submit(st->io, &st->grads, 1, (void*)src, st->stride2, off2(st, layer, 0));
 }
 
@@ -1489,8 +951,7 @@ int ssd_store_checkpoint(SsdStore* st, int64_t step, char* err, size_t errlen) {
         return -1;
     }
     const int w = st->wgen;
-    // A layer whose newest state is in the other generation (not updated since the last
-    // checkpoint) is copied.
+    // A layer not updated since the last checkpoint is copied from the other generation.
     for (int l = 0; l < st->cfg.num_layers; l++) {
         if (st->src[l] == w) continue;
         if (mark_writing(st, err, errlen) != 0) return -1;
@@ -1546,87 +1007,4 @@ SsdPlan ssd_plan(const SsdPlanInput* in) {
     p.read_per_step = L * (3 * s4 + (in->grads_on_disk ? s2 : 0) + (in->with_bf16 ? 2 * s2 : 0));
     p.write_per_step = L * (3 * s4 + (in->with_bf16 ? s2 : 0) + (in->grads_on_disk ? s2 : 0));
     return p;
-}
-
-// ============================================================================
-// Bandwidth probe
-
-int ssd_probe_bandwidth(const char* dir, double seconds, int64_t max_bytes, double* read_bps,
-                        double* write_bps, int* direct, char* err, size_t errlen) {
-    int64_t size = max_bytes > 0 ? max_bytes : ((int64_t)1 << 30);
-    // 64 MiB requests; a probe of under 256 MiB (tests) uses a quarter of it, whole MiB: less host memory
-    const int64_t block =
-        size >= ((int64_t)256 << 20) ? (int64_t)64 << 20 : std::max<int64_t>(size / 4 >> 20, 1) << 20;
-    struct statvfs sv;
-    if (statvfs(dir, &sv) != 0) {
-        snprintf(err, errlen, "cannot measure the disk of %.600s: %s", dir, strerror(errno));
-        return -1;
-    }
-    const int64_t avail = (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
-    if (size > avail / 4) size = avail / 4;
-    size = size / block * block;
-    if (size < block) {
-        snprintf(err, errlen, "cannot measure the disk of %.600s: %s free, the probe needs 4 x %s", dir,
-                 SizeText((double)avail).s, SizeText((double)block).s);
-        return -1;
-    }
-    const std::string path = std::string(dir) + "/ssd_probe.tmp";
-    SsdFile f;
-    if (ssd_file_open(&f, path.c_str(), 1, size, 0, err, errlen) != 0) return -1;
-    SsdIoConfig ioc;
-    memset(&ioc, 0, sizeof ioc);
-    ioc.queue_depth = 16;
-    SsdIo* io = ssd_io_open(&ioc, err, errlen);
-    char* buf[2] = {(char*)ssd_alloc(block), (char*)ssd_alloc(block)};
-    int rc = 0;
-    if (!io || !buf[0] || !buf[1]) {
-        if (io) snprintf(err, errlen, "out of memory for the disk probe");
-        rc = -1;
-    } else {
-        uint64_t x = 88172645463325252ull;  // incompressible data: some devices compress zeros
-        for (int64_t i = 0; i < block / 8; i++) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            memcpy(buf[0] + i * 8, &x, 8);
-        }
-        memcpy(buf[1], buf[0], (size_t)block);
-        for (int write = 1; write >= 0 && rc == 0; write--) {
-            // two blocks in flight; at least one pass over the file (the read pass then reads written data)
-            const double t0 = now_s();
-            int64_t moved = 0, off = 0;
-            SsdReq inflight[2] = {0, 0};
-            for (int64_t k = 0;; k++) {
-                const int b = (int)(k & 1);
-                if (inflight[b] && ssd_io_wait(io, inflight[b], err, errlen) != 0) {
-                    rc = -1;
-                    inflight[b] = 0;
-                    break;
-                }
-                inflight[b] = 0;
-                if ((moved >= size && now_s() - t0 >= seconds / 2) || moved >= size * 64) break;
-                inflight[b] = ssd_io_submit(io, &f, write, buf[b], block, off);
-                moved += block;
-                off = (off + block) % size;
-            }
-            for (int b = 0; b < 2; b++) {
-                char e2[256];
-                if (inflight[b] && ssd_io_wait(io, inflight[b], e2, sizeof e2) != 0 && rc == 0) {
-                    rc = -1;
-                    snprintf(err, errlen, "%s", e2);
-                }
-            }
-            if (rc == 0 && write && ssd_file_sync(&f, err, errlen) != 0) rc = -1;
-            const double dt = now_s() - t0;
-            if (write) *write_bps = moved / dt;
-            else *read_bps = moved / dt;
-        }
-    }
-    *direct = f.direct;
-    if (io) ssd_io_close(io);
-    ssd_free(buf[0]);
-    ssd_free(buf[1]);
-    ssd_file_close(&f);
-    unlink(path.c_str());
-    return rc;
 }
