@@ -103,6 +103,10 @@ TEST_F(CliTest, GpuTrainsTheLlamaFamilyAndTheCpuTrainerResumesIt) {
         EXPECT_LE(fabs(got - want), 2e-2 * want)
             << "step " << s << ": train_gpt_cpu " << got << ", gpu " << want;
     }
+    Args wider = kLlama;  // a resume naming another Llama shape is one error line
+    wider[1] = "llama:L2:C32:NH4:KV1:I64:V50257:T32";
+    EXPECT_TRUE(CleanError(run_bin(kEmu, wider + Args{"-x", "6", "-o", out, "-y", "1"}),
+                           {"does not match the checkpoint", "NKV2"}));
     const Result q =
         run_bin(kEmu, Args{"-e", "qwen2.5-0.5b:L1:C32:NH4:KV2:I48:T32:V50257", "-b", "2", "-t", "16", "-i",
                            kTrain, "-j", kVal, "-x", "3", "-v", "0", "-g", "0", "-l", "1e-2"});
