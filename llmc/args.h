@@ -84,7 +84,7 @@ static inline void train_usage(FILE* f, const TrainArgs* d = NULL) {
     fprintf(
         f,
         "flags (every flag takes a value: -X value):\n"
-        "  -i <glob>   train data shards (default %s)\n"
+        "  -i <glob>   train data shards, GPT-2 / Llama 3 / chat (default %s)\n"
         "  -j <glob>   val data shards (default %s)\n"
         "  -e <model>  llm.c model file (fp32 or bf16), Hugging Face GPT-2 checkpoint (a directory as\n"
         "              save_pretrained writes it, or its .safetensors / index .json), or a spec (default "
@@ -93,6 +93,9 @@ static inline void train_usage(FILE* f, const TrainArgs* d = NULL) {
         "L<n>:C<n>:NH<n>[:T<n>][:V<n>],\n"
         "              124m 350m 774m 1558m 1.3b 2.7b 5b 7b 13b 30b 70b 100b 175b (any spec may add :T<n> "
         ":V<n>)\n"
+        "              Llama 3 / Qwen2.5: a LlamaForCausalLM or Qwen2ForCausalLM directory, a preset\n"
+        "              (llama3.2-1b llama3-8b llama3-70b llama3-405b qwen2.5-0.5b qwen2.5-7b qwen2.5-72b)\n"
+        "              or llama: / qwen2: with :L :C :NH :KV :HD :I :V :T :TIE :BIAS parts (README)\n"
         "  -o <dir>    output dir for main.log and checkpoints (default none)\n"
         "  -b <int>    micro-batch size B (default %d)\n"
         "  -t <int>    sequence length T (default %d)\n"
