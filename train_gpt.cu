@@ -42,7 +42,8 @@
 #include "llmc/cuda_common.h"  // defines: cudaCheck, cublasCheck, bf16
 #include "dataloader.h"        // defines: DataLoader, dataloader_init, _next_batch, _check_pair
 #include "llmc/kernels.cuh"  // defines: layernorm_forward, gelu_forward, fused_classifier, adamw_gpu, kernels_load
-#include "llmc/logger.h"      // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
+#include "llmc/logger.h"        // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
+#include "llmc/hf_tokenizer.h"  // defines: tokenizer_init_hf (a Llama-family checkpoint's samples)
 #include "llmc/llama_hf.h"    // defines: llama_hf_read_config, llama_hf_load (the Llama family's checkpoints)
 #include "llmc/model_file.h"  // defines: GPTConfig, ParamLayout, gpt_layout, gpt_init_params, gpt_load_params
 #include "llmc/model_specs.h"  // defines: parse_model_spec, warn_if_spec_shadows_path
@@ -722,7 +723,8 @@ static void load_state(GPT* g, const char* path, DataLoaderState* data_state) {
 
 static void gpt_sample(GPT* g, const Tokenizer* tok, int gen_tokens, uint64_t* rng) {
     const int64_t N = (int64_t)g->B * g->T;
-    const int V = g->config.vocab_size, eot = 50256 < V ? 50256 : V - 1;
+    const int V = g->config.vocab_size, want = tok->init_ok ? tok->eot_token : 50256;  // -1: none
+    const int eot = want < 0 ? 0 : want < V ? want : V - 1;
     int* tokens = (int*)malloc(sizeof(int) * N);
     float* logits = (float*)malloc(sizeof(float) * g->config.padded_vocab_size);
     for (int64_t i = 0; i < N; i++) tokens[i] = eot;
@@ -1289,11 +1291,29 @@ static void build_model(Run* r, GPT* g) {
 }
 
 // The tokenizer for samples (without it they print as token ids), and DIR/main.log (none in benchmark mode).
+// Samples decode with a Llama-family checkpoint's tokenizer.json, GPT-2's tokenizer for GPT-2's vocabulary,
+// else print ids (as train_gpt_cpu).
+static void open_tokenizer(Run* r) {
+    char err[4352];
+    const bool llama = r->llama.num_layers > 0;
+    const std::string json = std::string(r->args.model) + "/tokenizer.json";
+    if (llama && is_dir(r->args.model) && file_exists(json)) {
+        if (!tokenizer_init_hf(&r->tok, json.c_str(), err, sizeof err)) fprintf(stderr, "warning: %s\n", err);
+        else if ((int64_t)r->tok.vocab_size > r->cfg.vocab_size) {
+            fprintf(stderr, "warning: %s has %u tokens, the model %d: samples are printed as token ids\n",
+                    json.c_str(), r->tok.vocab_size, r->cfg.vocab_size);
+            tokenizer_free(&r->tok);
+        }
+    } else if (!llama || r->cfg.vocab_size == 50257) {
+        if (!tokenizer_init(&r->tok, kTokenizerPath, err, sizeof err))
+            fprintf(stderr, "warning: %s; samples are printed as token ids\n", err);
+    }
+}
+
 static void open_tokenizer_and_log(Run* r) {
     char err[4352];
     memset(&r->tok, 0, sizeof r->tok);
-    if (!r->bench && !tokenizer_init(&r->tok, kTokenizerPath, err, sizeof err))
-        fprintf(stderr, "warning: %s; samples are printed as token ids\n", err);
+    if (!r->bench) open_tokenizer(r);
     if (!logger_open(&r->logger, r->bench ? NULL : r->args.output_dir, r->resume_step, err, sizeof err))
         die("%s", err);
     r->sample_rng = SAMPLE_SEED;

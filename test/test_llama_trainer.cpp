@@ -319,4 +319,13 @@ TEST_F(CliTest, SamplesDecodeThroughTheCheckpointsTokenizerJson) {
         run_bin(kCpu, run + Args{"llama:L1:C32:NH4:KV2:I48:T32:V50300"});  // not GPT-2's vocabulary
     ASSERT_EQ(b.code, 0) << b.cmd << "\n" << b.err << b.out;
     EXPECT_TRUE(std::regex_search(b.out, ids)) << "ids:\n" << b.out;
+    if (!have_binary(kEmu)) return;  // train_gpt (emulated) decodes the same way
+    const Result c = run_bin(kEmu, run + Args{with});
+    ASSERT_EQ(c.code, 0) << c.cmd << "\n" << c.err << c.out;
+    EXPECT_TRUE(has(c.out, "generating:")) << c.out;
+    EXPECT_FALSE(std::regex_search(c.out, ids)) << "train_gpt: text, not ids:\n" << c.out;
+    EXPECT_TRUE(error_lines(c.err).empty() && !has(c.err, "warning")) << c.err;
+    const Result d = run_bin(kEmu, run + Args{"llama:L1:C32:NH4:KV2:I48:T32:V50300"});
+    ASSERT_EQ(d.code, 0) << d.cmd << "\n" << d.err << d.out;
+    EXPECT_TRUE(std::regex_search(d.out, ids)) << "train_gpt: ids:\n" << d.out;
 }
