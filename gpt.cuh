@@ -162,6 +162,7 @@ static inline LlamaEmbedParams<T> llama_embed_params(const ParamLayout* p, T* ba
 
 struct Optimizer;  // the CPU AdamW thread (cpu_optimizer.h)
 struct SsdTier;    // -sd: the SSD tier (ssd_tier.h)
+struct HostVocab;  // -E 1: the vocabulary tensors in host RAM (vocab_host.cuh)
 
 typedef struct GPT GPT;
 struct GPT {
@@ -182,8 +183,11 @@ struct GPT {
 
     // GPU. The resident prefix [embeddings | layers 0..R-1] is never streamed.
     // A GPU AdamW updates it in place; the host arrays hold it only for files.
+    // With -E 1 the embeddings stay on the host: the GPU arrays start at parameter resident_start.
     int resident_layers;     // R
     int64_t resident_count;  // parameters in the prefix: embed_count + R * layer_stride
+    int64_t resident_start;  // 0, or embed_count with -E 1
+    HostVocab* vocab;        // -E 1 (NULL: the embeddings are GPU-resident)
     bf16* resident;          // bf16 weights of the prefix (what the kernels read)
     float* resident_grads;   // fp32, accumulated over micro-batches
     float* resident_master;  // fp32 master weights of the prefix
@@ -239,7 +243,9 @@ static inline bf16* dresid_at(GPT* g, int mb) {
     return g->dresid + (int64_t)mb * g->B * g->T * g->config.channels;
 }
 // Layer l's weights in the GPU-resident prefix.
-static inline bf16* resident_layer(GPT* g, int l) { return g->resident + gpt_layer_offset(&g->layout, l); }
+static inline bf16* resident_layer(GPT* g, int l) {
+    return g->resident + gpt_layer_offset(&g->layout, l) - g->resident_start;
+}
 // Where layer l's forward pass for micro-batch mb leaves its activations: its own kept ones (-K), or the one
 // g->acts that the backward pass refills by recomputing.
 static inline bool layer_kept(const GPT* g, int l) { return l >= g->config.num_layers - g->kept_layers; }

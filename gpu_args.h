@@ -1,5 +1,5 @@
 // gpu_args.h — the streaming trainer's own flags: defaults, usage text, parsing. Shared ones: args.h.
-// Its flags: -S, -B, -W, -Y, -A, -R, -K, -F, -G, -P, -M, -V, -sd, -sw.
+// Its flags: -S, -B, -W, -Y, -A, -R, -K, -F, -G, -P, -M, -V, -E, -sd, -sw.
 // Also where the streamed layers' state lives (TIER_*, from -sd / -sw).
 // Not here: what the flags do (train_gpt.cu, memory_plan.cuh).
 #pragma once
@@ -41,6 +41,7 @@ typedef struct {
     int plan_only;     // -P  1: print the memory this run would need and exit (no GPU, no data needed)
     float host_gib;    // -M  host memory the fit check counts on, GiB; 0 = MemAvailable
     float gpu_gib;     // -V  GPU memory this run may use, GiB; 0 = all that is free on the device
+    int vocab_host;    // -E  1: the Llama family's embeddings and lm_head in host RAM, updated by the CPU AdamW
     const char* ssd_dir;  // -sd the streamed layers' fp32 weights and AdamW m, v in an SsdStore there; NULL
     int ssd_weights;      // -sw 1: with -sd, their bf16 weights there too
 } GpuArgs;
@@ -75,6 +76,7 @@ static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
     ga->plan_only = 0;
     ga->host_gib = 0;
     ga->gpu_gib = 0;
+    ga->vocab_host = 0;
     ga->ssd_dir = NULL;
     ga->ssd_weights = 0;
 }
@@ -118,6 +120,9 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "  -V <GiB>    GPU memory this run may use (its fit check, -R -1, -K -1; with -P 1 they are planned\n"
         "              for it), 0 = all that is free: e.g. -V 79 places layers as on an H100 80GB (default "
         "%g)\n"
+        "  -E <0|1>    the Llama family's vocabulary tensors (embeddings, lm_head, final norm): 0 = on the GPU\n"
+        "              with their AdamW state, 1 = in host RAM, updated by the CPU AdamW; the head and the loss\n"
+        "              then run over the vocabulary in chunks, so the logits never exist for all of it (default %d)\n"
         "  -sd <dir>   SSD tier: the streamed layers' fp32 weights and AdamW m, v live in files under dir "
         "(an\n"
         "              NVMe drive; O_DIRECT over io_uring), and their bf16 gradients too: 14 bytes per\n"
@@ -131,7 +136,7 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "samples (-g, -s): none by default for a model over %.0fB parameters or with -sw 1 (each token\n"
         "  streams the whole model once); -g N still asks for them\n",
         MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->kept,
-        gd->flash, gd->epilogues, gd->plan_only, gd->host_gib, gd->gpu_gib, SW_READ_BUFFERS, gd->ssd_weights,
+        gd->flash, gd->epilogues, gd->plan_only, gd->host_gib, gd->gpu_gib, gd->vocab_host, SW_READ_BUFFERS, gd->ssd_weights,
         SAMPLE_DEFAULT_MAX_PARAMS / 1e9);
 }
 
@@ -196,7 +201,10 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
             ok = parse_float_in(flag, value, 0.0, 1 << 24, &ga->host_gib, err, sizeof err);
         else if (strcmp(flag, "-V") == 0)
             ok = parse_float_in(flag, value, 0.0, 1 << 20, &ga->gpu_gib, err, sizeof err);
-        else if (strcmp(flag, "-sd") == 0) {
+        else if (strcmp(flag, "-E") == 0) {
+            ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err);
+            ga->vocab_host = (int)v;
+        } else if (strcmp(flag, "-sd") == 0) {
             if (!value[0]) die("-sd needs a directory (run ./train_gpt -h for the flags)");
             ga->ssd_dir = value;
         } else if (strcmp(flag, "-sw") == 0) {

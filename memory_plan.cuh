@@ -38,14 +38,26 @@ static int64_t plan_add(int64_t a, int64_t b, const char* what) {
     return r;
 }
 
+// -E 1: vocabulary rows per chunk of the head, 64 Mi parameters (a 256 MiB fp32 gradient) or fewer.
+// Env VOCAB_CHUNK_ROWS sets it: the tests cut small vocabularies into several chunks.
+static int64_t vocab_chunk_rows(int64_t V, int64_t C) {
+    int64_t rows = ((int64_t)1 << 26) / C;
+    rows = rows >= 64 ? rows / 64 * 64 : std::max<int64_t>(rows, 1);  // GEMM-friendly multiples of 64
+    const char* e = getenv("VOCAB_CHUNK_ROWS");
+    if (e && atoll(e) > 0) rows = atoll(e);
+    return std::min(rows, V);
+}
+
 // The Llama family's table (acts_layout's twin), named as llama_cpu.h's. QKV = (NH + 2 NKV) hd, QD = NH hd.
 // A kept layer redoes its RMSNorms and SwiGLU (2C + I per token) and keeps the rest (QKV + QD + C + 2I).
+// vocab_host (-E 1): the logits hold one chunk of the vocabulary.
 static int64_t llama_acts_layout(const LlamaConfig* c, int B, int T, bool kept_only, char* base,
-                                 LayerActs* a) {
+                                 LayerActs* a, bool vocab_host = false) {
     const char* what =
         "the activation workspace of one layer (B*T*2I, B*NH*T*T attention scores or B*T*V logits; lower -b "
         "or -t)";
-    const int64_t N = (int64_t)B * T, C = c->hidden_size, V = c->vocab_size, I = c->intermediate_size;
+    const int64_t N = (int64_t)B * T, C = c->hidden_size, I = c->intermediate_size;
+    const int64_t V = vocab_host ? vocab_chunk_rows(c->vocab_size, C) : c->vocab_size;  // logits' columns
     const int64_t QD = (int64_t)c->num_heads * c->head_dim,
                   QKV = QD + 2 * (int64_t)c->num_kv_heads * c->head_dim;
     const int64_t largest[4] = {plan_mul(N, 2 * I, what), plan_mul(N, QKV, what),
@@ -89,8 +101,8 @@ static int64_t llama_acts_layout(const LlamaConfig* c, int B, int T, bool kept_o
 // A kept layer redoes its LayerNorms and GELU (6C per token) and keeps the rest (9C).
 // llama (with layers): the family's table, llama_acts_layout.
 static int64_t acts_layout(const GPTConfig* c, int B, int T, bool kept_only, char* base, LayerActs* a,
-                           const LlamaConfig* llama = NULL) {
-    if (llama && llama->num_layers) return llama_acts_layout(llama, B, T, kept_only, base, a);
+                           const LlamaConfig* llama = NULL, bool vocab_host = false) {
+    if (llama && llama->num_layers) return llama_acts_layout(llama, B, T, kept_only, base, a, vocab_host);
     const char* what =
         "the activation workspace of one layer (B*T*4C, B*NH*T*T attention scores or B*T*Vp logits; lower -b "
         "or -t)";
@@ -130,9 +142,10 @@ static int64_t acts_layout(const GPTConfig* c, int B, int T, bool kept_only, cha
     }
     return round_up64(bytes, 256);  // kept layers laid end to end each start 256-byte aligned
 }
-static int64_t acts_bytes(const GPTConfig* c, int B, int T, bool kept_only, const LlamaConfig* llama = NULL) {
+static int64_t acts_bytes(const GPTConfig* c, int B, int T, bool kept_only, const LlamaConfig* llama = NULL,
+                          bool vocab_host = false) {
     LayerActs unused;
-    return acts_layout(c, B, T, kept_only, NULL, &unused, llama);
+    return acts_layout(c, B, T, kept_only, NULL, &unused, llama, vocab_host);
 }
 
 #define RESIDENT_BYTES_PER_PARAM \
@@ -147,8 +160,11 @@ typedef struct {
     int64_t ssd_ring;                               // -sd: the store's ring of piece buffers
     int64_t ssd_disk;                               // -sd: the store's files in DIR (not host memory)
     int64_t ssd_read_per_step, ssd_write_per_step;  // -sd: disk traffic of one step (ssd_plan)
+    int64_t vocab_grads;                            // -E 1: the vocabulary tensors' fp32 gradients
+    int64_t vocab_staging;  // -E 1, pinned: one chunk's gradient and one micro-batch's rows
     // GPU
     int64_t embeddings;       // embeddings with their AdamW state (RESIDENT_BYTES_PER_PARAM each)
+    int64_t vocab_chunks;     // -E 1, instead: a head chunk, its gradient, the head's row buffers
     int64_t resident_layer;   // one -R layer with its AdamW state
     int64_t resident_layers;  // R of them
     int64_t slots;            // the weight slots (num_slots x one bf16 layer)
@@ -182,10 +198,10 @@ static SsdStoreConfig ssd_store_config(const GPTConfig* c, int resident_layers, 
 }
 
 // The plan; every term that grows with -b, -t, -d is overflow-checked. tier: TIER_*.
-// llama (with layers): the Llama family's, c its llama_gpt_config.
+// llama (with layers): the Llama family's, c its llama_gpt_config. vocab_host: -E 1.
 static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micro, int num_slots,
                                   int resident_layers, int kept_layers, int tier = TIER_RAM,
-                                  const LlamaConfig* llama = NULL) {
+                                  const LlamaConfig* llama = NULL, bool vocab_host = false) {
     const ParamLayout p = model_layout(c, llama);
     const int64_t N = (int64_t)B * T;
     MemoryPlan m;
@@ -223,6 +239,13 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     const int64_t act = plan_mul(plan_mul(N, c->channels, inputs), 2, inputs);  // one (N, C) bf16 tensor
     m.resident_count = p.embed_count + (int64_t)resident_layers * p.layer_stride;
     m.embeddings = p.embed_count * RESIDENT_BYTES_PER_PARAM;
+    if (vocab_host) {  // vocab_host.cuh's buffers
+        const int64_t rows = vocab_chunk_rows(c->vocab_size, c->channels), C = c->channels;
+        m.embeddings = 0;
+        m.vocab_chunks = rows * C * (2 + 4) + C * (2 + 4) + plan_mul(N, C * 4 + 3 * 4, inputs);
+        m.vocab_grads = p.embed_count * 4;
+        m.vocab_staging = rows * C * 4 + plan_mul(N, C * 2, inputs);
+    }
     m.resident_layer = p.layer_stride * RESIDENT_BYTES_PER_PARAM;
     m.resident_layers = resident_layers * m.resident_layer;
     m.slots = num_slots * p.layer_stride * 2;
@@ -235,17 +258,18 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     m.tokens = plan_mul(plan_mul(max_micro, N, micro), 4, micro);
     plan_mul(m.tokens, 4, micro);
     m.pinned += 3 * m.tokens;  // gpt_build's tokens_host
-    m.host_bytes = m.master_adam + m.pinned + m.ssd_ring;
+    m.pinned += m.vocab_staging;
+    m.host_bytes = m.master_adam + m.pinned + m.ssd_ring + m.vocab_grads;
     m.scalars = 4 + 8 + (int64_t)kCublasWorkspaceBytes;
     if (llama && llama->num_layers) m.scalars += (int64_t)(llama->head_dim / 2) * 4;  // RoPE's frequencies
     const char* kept =
         "the kept activations (-K layers * micro-batches * one layer's forward activations; lower -K)";
-    m.kept_acts = acts_bytes(c, B, T, true, llama);
+    m.kept_acts = acts_bytes(c, B, T, true, llama, vocab_host);
     m.kept_layer = plan_mul(max_micro, m.kept_acts, kept);
     m.kept = plan_mul(kept_layers, m.kept_layer, kept);
-    m.acts = acts_bytes(c, B, T, false, llama);
+    m.acts = acts_bytes(c, B, T, false, llama, vocab_host);
 
-    const int64_t parts[] = {m.embeddings,   m.resident_layers, m.slots,  m.grad_staging, m.layer_grads,
+    const int64_t parts[] = {m.embeddings,   m.vocab_chunks, m.resident_layers, m.slots,  m.grad_staging, m.layer_grads,
                              m.layer_inputs, m.dresid,          m.tokens, m.tokens,       m.tokens,
                              m.tokens,       m.scalars,         m.kept,   m.acts};
     m.gpu_bytes = 0;
@@ -292,18 +316,21 @@ static int64_t gpu_memory_budget(const GpuArgs* ga, int64_t gpu_free) {
 // -R -1, then -K -1: as many layers as fit in the budget; returns the plan with them.
 static MemoryPlan place_layers(const GPTConfig* c, int B, int T, int n_micro, int slots, const GpuArgs* ga,
                                int64_t budget, int* resident, int* kept, const LlamaConfig* llama = NULL) {
-    MemoryPlan plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga), llama);
+    MemoryPlan plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga), llama,
+                                      ga->vocab_host);
     auto layers_that_fit = [&](int64_t per_layer) {
         const int64_t spare = budget - gpu_reserve_bytes - gpu_margin_bytes - plan.gpu_bytes;
         return spare > 0 ? (int)std::min<int64_t>(spare / per_layer, c->num_layers) : 0;
     };
     if (ga->resident < 0) {
         *resident = layers_that_fit(plan.resident_layer);
-        plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga), llama);
+        plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga), llama,
+                                      ga->vocab_host);
     }
     if (ga->kept < 0) {
         *kept = layers_that_fit(plan.kept_layer);
-        plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga), llama);
+        plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga), llama,
+                                      ga->vocab_host);
     }
     return plan;
 }
@@ -348,17 +375,18 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
         ga->ssd_dir && ga->ssd_weights ? " (the prefix's weights, read and gradient layer buffers: -sw 1)"
                                        : "");
     if (ga->ssd_dir) printf("; the SSD tier's ring %.2f", m.ssd_ring / GiB);
+    if (ga->vocab_host) printf("; the vocabulary tensors' fp32 gradients %.2f (-E 1)", m.vocab_grads / GiB);
     if (host_avail >= 0)
         printf(" (%s: %.1f GiB %s)", plan.host_bytes <= host_avail ? "fits" : "does NOT fit",
                host_avail / GiB, ga->host_gib > 0 ? "given by -M" : "available here");
     printf(
-        "\nGPU  %9.2f GiB: layer-input checkpoints %.2f; %d weight slots %.2f; embeddings with their AdamW "
-        "state %.2f; "
+        "\nGPU  %9.2f GiB: layer-input checkpoints %.2f; %d weight slots %.2f; %s %.2f; "
         "%d resident layers %.2f; %d layers' kept activations %.2f; one layer's workspace %.2f and fp32 "
         "gradient %.2f; "
         "the rest %.2f",
-        m.gpu_bytes / GiB, m.layer_inputs / GiB, slots, (m.slots + m.grad_staging) / GiB, m.embeddings / GiB,
-        resident, m.resident_layers / GiB, kept, m.kept / GiB, m.acts / GiB, m.layer_grads / GiB,
+        m.gpu_bytes / GiB, m.layer_inputs / GiB, slots, (m.slots + m.grad_staging) / GiB,
+        ga->vocab_host ? "vocabulary chunk buffers (-E 1)" : "embeddings with their AdamW state",
+        (m.embeddings + m.vocab_chunks) / GiB, resident, m.resident_layers / GiB, kept, m.kept / GiB, m.acts / GiB, m.layer_grads / GiB,
         (m.dresid + 4 * m.tokens + m.scalars) / GiB);
     if (ga->gpu_gib > 0)  // the fit check of a run: the plan and the reserve within the budget
         printf(

@@ -63,6 +63,7 @@
 #include "llmc/flash_attention.cuh"  // defines: flash_attention_forward, _backward, flash_attention_load
 #include "gpt.cuh"           // defines: struct GPT, LayerActs, LayerWeights, layer_params, layer_input
 #include "llama_layers.cuh"  // defines: llama_layer_forward, _backward, llama_head_forward, llama_embedding_*
+#include "vocab_host.cuh"    // defines: HostVocab, vocab_head_forward, _backward, vocab_embedding_* (-E 1)
 #include "ssd_tier.h"        // defines: ssd_tier_new, ssd_tier_begin_backward, ssd_tier_checkpoint (-sd)
 #include "cpu_optimizer.h"   // defines: optimizer_submit, optimizer_block_ready, send_layer_grads
 #include "memory_plan.cuh"   // defines: MemoryPlan, gpt_memory_plan, place_layers, print_memory_plan
@@ -142,6 +143,7 @@ static void layer_backward(GPT* g, const bf16* weights, float* grads, const bf16
 
 static void head_forward(GPT* g, const bf16* x, const int* targets, float* losses, float dloss_scale,
                          cudaStream_t s) {
+    if (g->vocab) return vocab_head_forward(g, x, targets, losses, dloss_scale, s);  // -E 1: in chunks
     if (is_llama(g)) return llama_head_forward(g, x, targets, losses, dloss_scale, s);  // RMSNorm, lm_head
     const int64_t N = (int64_t)g->B * g->T;
     const int C = g->config.channels, V = g->config.vocab_size, Vp = g->config.padded_vocab_size;
@@ -172,6 +174,7 @@ static void head_backward(GPT* g, const bf16* x, bf16* dres, cudaStream_t s) {
 // cudaMalloc that counts, so the trainer reports exactly what it holds on the GPU.
 static void* gpu_alloc(GPT* g, int64_t bytes) {
     void* p = NULL;
+    if (bytes == 0) return NULL;  // -E 1 without -R: no GPU-resident parameter
     const cudaError_t err = cudaMalloc(&p, (size_t)bytes);
     if (err != cudaSuccess)
         die("out of GPU memory allocating %.3f GiB (%s)", bytes / 1073741824.0, cudaGetErrorString(err));
@@ -191,11 +194,43 @@ static void host_free_floats(float* p, int64_t n) {
     if (p) munmap(p, (size_t)n * 4);
 }
 
+// -E 1: vocab_host.cuh's buffers, as the plan's vocab_chunks, vocab_staging and vocab_grads count them.
+static void vocab_build(GPT* g, int64_t N, const MemoryPlan& plan) {
+    HostVocab* v = new HostVocab();
+    const int64_t C = g->llama.hidden_size;
+    v->rows = vocab_chunk_rows(g->llama.vocab_size, C);
+    v->w_chunk = (bf16*)gpu_alloc(g, v->rows * C * 2);
+    v->dw_chunk = (float*)gpu_alloc(g, v->rows * C * 4);
+    v->final_norm = (bf16*)gpu_alloc(g, C * 2);
+    v->dfinal_norm = (float*)gpu_alloc(g, C * 4);
+    v->dlnf = (float*)gpu_alloc(g, N * C * 4);
+    v->row_max = (float*)gpu_alloc(g, N * 4);
+    v->row_sum = (float*)gpu_alloc(g, N * 4);
+    v->row_target = (float*)gpu_alloc(g, N * 4);
+    cudaCheck(cudaMallocHost(&v->dw_host, (size_t)(v->rows * C * 4)));
+    cudaCheck(cudaMallocHost(&v->rows_host, (size_t)(N * C * 2)));
+    v->grads = host_alloc_floats(g->layout.embed_count);
+    if (!v->grads) die("out of host memory for the vocabulary's gradients (%.1f GiB)", plan.vocab_grads / 1073741824.0);
+    g->vocab = v;
+}
+static void vocab_free(GPT* g) {
+    HostVocab* v = g->vocab;
+    if (!v) return;
+    for (void* p : {(void*)v->w_chunk, (void*)v->dw_chunk, (void*)v->final_norm, (void*)v->dfinal_norm,
+                    (void*)v->dlnf, (void*)v->row_max, (void*)v->row_sum, (void*)v->row_target})
+        cudaCheck(cudaFree(p));
+    cudaCheck(cudaFreeHost(v->dw_host));
+    cudaCheck(cudaFreeHost(v->rows_host));
+    host_free_floats(v->grads, g->layout.embed_count);
+    delete v;
+    g->vocab = NULL;
+}
+
 // tier: where the streamed layers' state lives (TIER_*). With -sd the host arrays hold the prefix only.
 // llama (with layers): a Llama-family model, cfg its llama_gpt_config.
 static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro, int num_slots,
                       int resident_layers, int kept_layers, const TrainArgs* args, int tier = TIER_RAM,
-                      const LlamaConfig* llama = NULL) {
+                      const LlamaConfig* llama = NULL, bool vocab_host = false) {
     const bool ssd = tier != TIER_RAM;
     memset(g, 0, sizeof *g);
     g->checkpoint_step = -1;
@@ -215,11 +250,13 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
             c->num_layers);
     if (cublas_workspace)  // matmul.cuh's handles, workspace and algorithm cache are one per process
         die("internal: a second GPT built while one is alive (gpt_free the first)");
+    if (vocab_host && !is_llama(g)) die("internal: -E 1 for GPT-2");
     const MemoryPlan plan =
-        gpt_memory_plan(c, B, T, max_micro, num_slots, resident_layers, kept_layers, tier, llama);
+        gpt_memory_plan(c, B, T, max_micro, num_slots, resident_layers, kept_layers, tier, llama, vocab_host);
     g->resident_layers = resident_layers;
     g->kept_layers = kept_layers;
     g->resident_count = plan.resident_count;
+    g->resident_start = vocab_host ? p->embed_count : 0;
 
     // host: not pinned (only the CPU touches them); pages are faulted in by whoever writes first
     g->host_state_count = ssd ? plan.resident_count : p->total;
@@ -249,8 +286,8 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     cublas_workspace = gpu_alloc(g, (int64_t)kCublasWorkspaceBytes);  // plan.scalars
     cublas_stream = NULL;
     cublas_use_stream(g->stream.compute);
-    // plan.embeddings + plan.resident_layers, RESIDENT_BYTES_PER_PARAM each:
-    const int64_t rc = plan.resident_count;
+    // plan.embeddings + plan.resident_layers, RESIDENT_BYTES_PER_PARAM each (-E 1: the layers only):
+    const int64_t rc = plan.resident_count - g->resident_start;
     g->resident = (bf16*)gpu_alloc(g, rc * 2);
     g->resident_grads = (float*)gpu_alloc(g, rc * 4);
     g->resident_master = (float*)gpu_alloc(g, rc * 4);
@@ -274,7 +311,8 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     cudaCheck(cudaMallocHost(&g->sumsq_host, 8));
     g->acts.bytes = plan.acts;
     g->acts.memory = gpu_alloc(g, plan.acts);
-    acts_layout(c, B, T, false, (char*)g->acts.memory, &g->acts, llama);
+    acts_layout(c, B, T, false, (char*)g->acts.memory, &g->acts, llama, vocab_host);
+    if (vocab_host) vocab_build(g, B * (int64_t)T, plan);
     if (kept_layers > 0) {
         const int64_t n = (int64_t)kept_layers * max_micro;
         g->kept_memory = gpu_alloc(g, plan.kept);
@@ -282,7 +320,8 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
         if (!g->kept) die("out of host memory");
         for (int64_t i = 0; i < n; i++) {
             g->kept[i] = g->acts;  // what a kept layer does not keep stays in g->acts
-            acts_layout(c, B, T, true, (char*)g->kept_memory + i * plan.kept_acts, &g->kept[i], llama);
+            acts_layout(c, B, T, true, (char*)g->kept_memory + i * plan.kept_acts, &g->kept[i], llama,
+                        vocab_host);
         }
     }
     optimizer_start(g);
@@ -313,20 +352,22 @@ static void bounce_copy(GPT* g, void* const* dst, const void* const* src, int ar
 // The resident prefix's fp32 weights and moments between the host arrays (for files) and the GPU.
 // Synchronous: only at load and checkpoint time.
 static void gpt_resident_state_to_device(GPT* g) {
-    const int64_t bytes = g->resident_count * 4;
+    const int64_t o = g->resident_start, bytes = (g->resident_count - o) * 4;
     cudaStream_t s = g->stream.compute;
     void* const dst[3] = {g->resident_master, g->resident_m, g->resident_v};
-    const void* const src[3] = {g->master, g->adam_m, g->adam_v};
+    const void* const src[3] = {g->master + o, g->adam_m + o, g->adam_v + o};
     bounce_copy(g, dst, src, 3, bytes, cudaMemcpyHostToDevice);
-    const size_t bf16_bytes = (size_t)g->resident_count * 2;
-    cudaCheck(
-        cudaMemcpyAsync(g->resident, g->stream.weights_host_bf16, bf16_bytes, cudaMemcpyHostToDevice, s));
+    const size_t bf16_bytes = (size_t)(g->resident_count - o) * 2;
+    if (bf16_bytes)
+        cudaCheck(cudaMemcpyAsync(g->resident, g->stream.weights_host_bf16 + o, bf16_bytes,
+                                  cudaMemcpyHostToDevice, s));
+    if (g->vocab) vocab_upload_final_norm(g, s);
     cudaCheck(cudaStreamSynchronize(s));
 }
 static void gpt_resident_state_to_host(GPT* g) {
-    const int64_t bytes = g->resident_count * 4;
+    const int64_t o = g->resident_start, bytes = (g->resident_count - o) * 4;
     // on the compute stream: after the last step's GPU AdamW, which runs there
-    void* const dst[3] = {g->master, g->adam_m, g->adam_v};
+    void* const dst[3] = {g->master + o, g->adam_m + o, g->adam_v + o};
     const void* const src[3] = {g->resident_master, g->resident_m, g->resident_v};
     bounce_copy(g, dst, src, 3, bytes, cudaMemcpyDeviceToHost);
 }
@@ -374,6 +415,7 @@ static void gpt_free(GPT* g) {
     cudaCheck(cudaFreeHost(g->loss_host));
     cudaCheck(cudaFreeHost(g->sumsq_host));
     cudaCheck(cudaFree(g->acts.memory));
+    vocab_free(g);
     if (g->kept_memory) cudaCheck(cudaFree(g->kept_memory));
     free(g->kept);
     host_free_floats(g->master, g->host_state_count);
@@ -384,10 +426,8 @@ static void gpt_free(GPT* g) {
 }
 
 // AdamW of the resident prefix on the GPU, tensor by tensor; weight decay on matrices only.
-static void resident_adamw(GPT* g, float lr, float grad_scale, cudaStream_t s) {
+static void resident_adamw(GPT* g, const AdamWArgs& args, cudaStream_t s) {
     const ParamLayout* p = &g->layout;
-    const AdamWArgs args = {lr,         ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, g->args.weight_decay,
-                            grad_scale, g->adam_t};
     auto gpu_form = [g, s](int64_t block) {  // adamw.h's update for the block at `block`
         return [g, s, block](int64_t o, int64_t n, const AdamWArgs* a) {
             o += block;
@@ -395,9 +435,11 @@ static void resident_adamw(GPT* g, float lr, float grad_scale, cudaStream_t s) {
             adamw_gpu(master, grads, g->resident_m + o, g->resident_v + o, g->resident + o, n, a, s);
         };
     };
-    adamw_tensors(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_is_matrix(g), &args, gpu_form(0));
+    if (!g->vocab)  // -E 1: the CPU's (vocab_adamw)
+        adamw_tensors(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_is_matrix(g), &args,
+                      gpu_form(0));
     for (int l = 0; l < g->resident_layers; l++) {
-        const int64_t block = gpt_layer_offset(p, l);
+        const int64_t block = gpt_layer_offset(p, l) - g->resident_start;
         adamw_tensors(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_is_matrix(g), &args,
                       gpu_form(block));
     }
@@ -430,7 +472,7 @@ static void restore_activations(GPT* g, const bf16* w, int l, int mb, int n_micr
 
 // Where layer l's gradients accumulate: a streamed layer's buffer, or its place in resident_grads.
 static float* layer_grads_begin(GPT* g, int l, cudaStream_t s) {
-    if (l < g->resident_layers) return g->resident_grads + gpt_layer_offset(&g->layout, l);
+    if (l < g->resident_layers) return g->resident_grads + gpt_layer_offset(&g->layout, l) - g->resident_start;
     cudaCheck(cudaMemsetAsync(g->layer_grads, 0, (size_t)(g->layout.layer_stride * 4), s));
     return g->layer_grads;
 }
@@ -466,7 +508,8 @@ static void embeddings_forward(GPT* g, const int* inputs, const int* targets, co
     const EmbedWeights e = embed_params(&g->layout, (const bf16*)g->resident);
     for (int mb = 0; mb < n_micro; mb++) {
         const int* tokens = g->tokens_in + mb * N;
-        if (is_llama(g)) llama_embedding_forward(g, layer_input(g, 0, mb), tokens, s);  // no wpe: RoPE
+        if (g->vocab) vocab_embedding_forward(g, layer_input(g, 0, mb), inputs + mb * N, s);  // -E 1
+        else if (is_llama(g)) llama_embedding_forward(g, layer_input(g, 0, mb), tokens, s);  // no wpe: RoPE
         else embedding_forward(layer_input(g, 0, mb), tokens, e.wte, e.wpe, N, g->T, C, s, positions(g, mb));
     }
 }
@@ -476,7 +519,8 @@ static void embeddings_forward(GPT* g, const int* inputs, const int* targets, co
 static void head_forward_backward(GPT* g, int n_micro, int64_t num_targets, cudaStream_t s) {
     const int L = g->config.num_layers;
     const int64_t N = (int64_t)g->B * g->T;
-    cudaCheck(cudaMemsetAsync(g->resident_grads, 0, (size_t)(g->resident_count * 4), s));  // they start here
+    const size_t grad_bytes = (size_t)(g->resident_count - g->resident_start) * 4;
+    if (grad_bytes) cudaCheck(cudaMemsetAsync(g->resident_grads, 0, grad_bytes, s));  // they start here
     cudaCheck(cudaMemsetAsync(g->sumsq_dev, 0, 8, s));
     ScopedSpan span(g->timeline, TRACK_COMPUTE, "head", -1, s);
     const float dloss =
@@ -484,7 +528,8 @@ static void head_forward_backward(GPT* g, int n_micro, int64_t num_targets, cuda
     for (int mb = 0; mb < n_micro; mb++) {
         const bf16* x = layer_input(g, L, mb);
         head_forward(g, x, g->tokens_out + mb * N, g->losses + mb * N, dloss, s);
-        head_backward(g, x, dresid_at(g, mb), s);
+        if (g->vocab) vocab_head_backward(g, x, g->tokens_out + mb * N, dresid_at(g, mb), mb == 0, s);
+        else head_backward(g, x, dresid_at(g, mb), s);
     }
     mean_loss(g->loss_dev, g->losses, n_micro * N, s, g->packed ? dloss : 0.0f);  // non-targets add 0
 }
@@ -494,13 +539,15 @@ static void embeddings_backward(GPT* g, int n_micro, cudaStream_t s) {
     const ParamLayout* p = &g->layout;
     const int64_t N = (int64_t)g->B * g->T;
     ScopedSpan span(g->timeline, TRACK_COMPUTE, "embed bwd", -1, s);
-    for (int mb = 0; mb < n_micro; mb++)
+    if (g->vocab) vocab_embedding_backward(g, g->tokens_host, n_micro, s);  // the inputs' staging
+    for (int mb = 0; mb < n_micro && !g->vocab; mb++)
         if (is_llama(g)) llama_embedding_backward(g, dresid_at(g, mb), g->tokens_in + mb * N, s);
         else
             embedding_backward(g->resident_grads + p->embed_offset[WTE],
                                g->resident_grads + p->embed_offset[WPE], dresid_at(g, mb),
                                g->tokens_in + mb * N, N, g->T, g->config.channels, s, positions(g, mb));
-    grads_to_bf16_sumsq(NULL, g->resident_grads, g->resident_count, g->sumsq_dev, s);
+    const int64_t n = g->resident_count - g->resident_start;
+    if (n) grads_to_bf16_sumsq(NULL, g->resident_grads, n, g->sumsq_dev, s);
 }
 
 // Waits for the step's work on stream s: the mean loss, and the gradient norm into g->last_norm.
@@ -508,7 +555,7 @@ static float read_loss_and_norm(GPT* g, cudaStream_t s) {
     cudaCheck(cudaMemcpyAsync(g->loss_host, g->loss_dev, 4, cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaMemcpyAsync(g->sumsq_host, g->sumsq_dev, 8, cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
-    g->last_norm = sqrt(*g->sumsq_host);
+    g->last_norm = sqrt(*g->sumsq_host + (g->vocab ? g->vocab->sumsq : 0.0));  // -E 1: the host's part
     return *g->loss_host;
 }
 
@@ -571,8 +618,11 @@ static void gpt_update(GPT* g, float lr) {
     // first: -sw 1's reads of this step's weights end before the round rewrites them
     stream_invalidate(&g->stream);
     optimizer_submit(g, lr, grad_scale);
+    const AdamWArgs args = {lr,         ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, g->args.weight_decay,
+                            grad_scale, g->adam_t};
+    if (g->vocab) vocab_adamw(g, &args, g->stream.compute);  // on this thread, beside the streamed layers'
     ScopedSpan span(g->timeline, TRACK_COMPUTE, "resident adamw", -1, g->stream.compute);
-    resident_adamw(g, lr, grad_scale, g->stream.compute);
+    resident_adamw(g, args, g->stream.compute);
 }
 
 // -Y 1: the previous step's CPU AdamW round ran during this forward pass: it joins this timeline.
@@ -669,6 +719,7 @@ static float gpt_forward_eval(GPT* g, const int* inputs, const int* targets, con
 
 // Copies the logits of position (b, t) to host floats (Vp of them).
 static void gpt_copy_logits(GPT* g, int b, int t, float* out) {
+    if (g->vocab) return vocab_copy_logits(g, (int64_t)b * g->T + t, out, g->stream.compute);  // -E 1
     const int Vp = g->config.padded_vocab_size;
     uint16_t* tmp = (uint16_t*)malloc(sizeof(uint16_t) * Vp);
     const bf16* src = g->acts.logits + ((int64_t)b * g->T + t) * Vp;
@@ -1093,6 +1144,8 @@ static void plan_run(Run* r) {
     if (r->llama.num_layers && ga.ssd_dir)
         die("-sd %s: the SSD tier holds GPT-2 layers only for now (train the Llama family without -sd)",
             ga.ssd_dir);
+    if (ga.vocab_host && !r->llama.num_layers)
+        die("-E 1 moves the Llama family's vocabulary tensors to the host: GPT-2's stay on the GPU");
     if (a.T > r->cfg.max_seq_len)
         die("-t %d exceeds the model's max sequence length %d", a.T, r->cfg.max_seq_len);
     r->n_micro = grad_accum_steps(&a);
@@ -1108,7 +1161,7 @@ static void plan_run(Run* r) {
     if (ga.plan_only && r->no_gpu_here)
         flash_attention_device_major = 9;  // plan for an H100's attention path
     r->plan = gpt_memory_plan(&r->cfg, a.B, a.T, r->n_micro, ga.num_slots, r->resident, r->kept,
-                              ssd_tier(&ga), &r->llama);
+                              ssd_tier(&ga), &r->llama, ga.vocab_host);
     if (ga.ssd_dir && ga.resident >= r->cfg.num_layers)
         die("-sd %s with -R %d: every layer is GPU-resident, no state is left to put on disk", ga.ssd_dir,
             ga.resident);
@@ -1270,7 +1323,7 @@ static void build_model(Run* r, GPT* g) {
         ssd_print_bandwidth(r);
     }
     gpt_build(g, &r->cfg, r->args.B, r->args.T, r->n_micro, r->ga.num_slots, r->resident, r->kept, &r->args,
-              ssd_tier(&r->ga), &r->llama);
+              ssd_tier(&r->ga), &r->llama, r->ga.vocab_host);
     if (r->llama.num_layers) load_llama_weights(r, g);
     else if (r->ga.ssd_dir) ssd_attach(r, g);
     else if (r->kind == 1) gpt_init_params(&r->cfg, g->master, INIT_SEED);

@@ -80,9 +80,9 @@ void build_cpu(LlamaCPU* m, const LlamaConfig& c, int B, int T, uint64_t seed) {
 }
 // The GPU trainer on the same weights: file order in, this trainer's order in g->master.
 void build_gpu(GPT* g, const LlamaConfig& c, int B, int T, int max_micro, int slots, const TrainArgs& a,
-               uint64_t seed, int resident = 0, int kept = 0) {
+               uint64_t seed, int resident = 0, int kept = 0, bool vocab_host = false) {
     const GPTConfig gc = llama_gpt_config(&c);
-    gpt_build(g, &gc, B, T, max_micro, slots, resident, kept, &a, TIER_RAM, &c);
+    gpt_build(g, &gc, B, T, max_micro, slots, resident, kept, &a, TIER_RAM, &c, vocab_host);
     llama_init_params(&c, g->master, seed);
     randomize_biases(c, g->master, seed);
     llama_trainer_order(&g->layout, g->master);
@@ -99,14 +99,15 @@ std::vector<float> gpu_logits(GPT* g) {
 }
 
 // The last step's gradients as the optimizers saw them, in the model file's order (llama_layout): the
-// embeddings' fp32 ones on the GPU, the streamed layers' bf16 ones on the host.
+// embeddings' fp32 ones on the GPU (-E 1: the host), the streamed layers' bf16 ones on the host.
 std::vector<float> gpu_grads(GPT* g) {
     optimizer_wait_all(g);
     cudaCheck(cudaStreamSynchronize(g->stream.compute));
     const ParamLayout* p = &g->layout;
     std::vector<float> out((size_t)p->total);
     if (g->resident_layers != 0) ADD_FAILURE() << "gpu_grads: streamed layers only";
-    cudaCheck(cudaMemcpy(out.data(), g->resident_grads, (size_t)p->embed_count * 4, cudaMemcpyDeviceToHost));
+    if (g->vocab) memcpy(out.data(), g->vocab->grads, (size_t)p->embed_count * 4);
+    else cudaCheck(cudaMemcpy(out.data(), g->resident_grads, (size_t)p->embed_count * 4, cudaMemcpyDeviceToHost));
     for (int64_t i = 0; i < (int64_t)g->config.num_layers * p->layer_stride; i++)
         out[(size_t)(p->embed_count + i)] = bf16_to_float(g->stream.grads_host_bf16[i]);
     llama_file_order(p, out.data());
@@ -164,7 +165,9 @@ void make_chat_batch(int B, int T, std::vector<int>* pos, std::vector<int>* tg) 
 
 // One step's gradients, the whole batch as n_micro micro-batches, on the attention path `flash`.
 // chat: packed conversations (RoPE by their positions, masks per conversation, the mean over the targets).
-void gradients_match_cpu_reference(const Shape& sh, int n_micro, int flash, bool chat = false) {
+// vocab_host: -E 1, the vocabulary tensors on the host and the head in chunks.
+void gradients_match_cpu_reference(const Shape& sh, int n_micro, int flash, bool chat = false,
+                                   bool vocab_host = false) {
     const LlamaConfig& c = sh.c;
     const int B = 4, T = 32;
     auto in = random_tokens((int64_t)B * T, c.vocab_size, 3),
@@ -180,13 +183,14 @@ void gradients_match_cpu_reference(const Shape& sh, int n_micro, int flash, bool
     const int saved = flash_attention_flag;
     flash_attention_flag = flash;
     GPT g;
-    build_gpu(&g, c, B / n_micro, T, n_micro, 2, test_args(), 7);
+    build_gpu(&g, c, B / n_micro, T, n_micro, 2, test_args(), 7, 0, 0, vocab_host);
     flash_attention_flag = saved;
     const StepResult step = gpt_step(&g, in.data(), tg.data(), n_micro, 0.0f, p_pos);
     const float loss = step.loss;
     if (chat) { EXPECT_EQ(step.targets, cpu.num_targets); }
     std::vector<float> grads = gpu_grads(&g);
-    const std::string what = std::string(sh.name) + (chat ? " chat" : "") + ", " + std::to_string(n_micro) +
+    const std::string what = std::string(sh.name) + (chat ? " chat" : "") + (vocab_host ? " -E 1" : "") + ", " +
+                             std::to_string(n_micro) +
                              " micro-batches, " + (g.flash ? "fused" : "cuBLAS") + " attention: ";
     EXPECT_TRUE(within(what + "loss, relative", rel_diff(loss, cpu.mean_loss), 2e-2));
     const LlamaLayout p = llama_layout(&c);
@@ -555,6 +559,58 @@ TEST(GpuLlama, PresetPlansCountTheFamilysBuffers) {
     printf("llama3-8b B1 T2048: GPU %.2f GiB, host %.2f GiB\n", m.gpu_bytes / 1073741824.0,
            m.host_bytes / 1073741824.0);
     EXPECT_LT(m.gpu_bytes, (int64_t)78 << 30);
+}
+
+// -E 1: the vocabulary tensors in host RAM, the head in chunks of 96 rows (320 = 3 x 96 + 32: a short
+// last chunk). The bounds are the GPU-resident ones: a chunked logsumexp and the host's sums reorder
+// roundings only.
+struct ChunkRows96 {
+    ChunkRows96() { setenv("VOCAB_CHUNK_ROWS", "96", 1); }
+    ~ChunkRows96() { unsetenv("VOCAB_CHUNK_ROWS"); }
+};
+TEST(GpuLlama, VocabOnHostGradientsMatchCpuReference) {
+    REQUIRE_GPU();
+    ChunkRows96 rows;
+    for (const Shape& sh : shapes()) gradients_match_cpu_reference(sh, 2, 1, false, true);
+    gradients_match_cpu_reference(shapes()[0], 2, 1, true, true);  // chat data: rows without a target
+}
+
+// -E 1 against the GPU-resident vocabulary, the same -R (Llama -R 1: the GPU arrays start after the
+// embeddings; Qwen2 -R 0: no GPU-resident parameter at all): 3 steps of 2 micro-batches within
+// expect_same_training's bounds (the same AdamW bits on CPU and GPU; the head's sums in another order).
+// The plan is what gpt_build allocated, and a sample's logits match.
+TEST(GpuLlama, VocabOnHostTrainsLikeOnGpu) {
+    REQUIRE_GPU();
+    ChunkRows96 rows;
+    const int B = 2, T = 32, n_micro = 2, steps = 3;
+    for (const Shape& sh : shapes()) {
+        const LlamaConfig& c = sh.c;
+        const GPTConfig gc = llama_gpt_config(&c);
+        const int R = c.tied_embeddings ? 0 : 1;
+        std::vector<double> out[2];
+        std::vector<float> logits[2];
+        for (int host = 0; host < 2; host++) {
+            GPT g;
+            build_gpu(&g, c, B, T, n_micro, 2, test_args(), 5, R, 0, host);
+            EXPECT_EQ(gpt_memory_plan(&gc, B, T, n_micro, 2, R, 0, TIER_RAM, &c, host).gpu_bytes, g.gpu_bytes)
+                << sh.name << " -E " << host << ": the fit check must plan exactly what is allocated";
+            auto prompt = random_tokens((int64_t)B * T, c.vocab_size, 77);
+            gpt_forward_eval(&g, prompt.data(), NULL);
+            logits[host].resize((size_t)c.vocab_size);
+            gpt_copy_logits(&g, 1, 7, logits[host].data());
+            const int64_t n = (int64_t)n_micro * B * T;
+            for (int s = 0; s < steps; s++) {
+                auto in = random_tokens(n, c.vocab_size, 300 + s), tg = random_tokens(n, c.vocab_size, 400 + s);
+                out[host].push_back(gpt_step(&g, in.data(), tg.data(), n_micro, 1e-3f).loss);
+                out[host].push_back(g.last_norm);
+            }
+            gpt_free(&g);
+        }
+        const std::string what = std::string(sh.name) + " -E 1 -R " + std::to_string(R);
+        expect_same_training(out[1], out[0], false, what);
+        EXPECT_TRUE(within(what + ": a sample's logits rel-L2",
+                           rel_l2(logits[1].data(), logits[0].data(), c.vocab_size), 1e-2));
+    }
 }
 
 }  // namespace

@@ -1,0 +1,265 @@
+// vocab_host.cuh — -E 1: the Llama family's vocabulary tensors (embeddings, final norm, lm_head) in host RAM.
+// Their fp32 weights, AdamW m, v and gradients stay in the host arrays; the CPU AdamW updates them.
+// The forward pass gathers the step's embedding rows on the host. The head and the loss run over the
+// vocabulary in chunks, each streamed up from the host's bf16 copy: pass 1 a logsumexp per token, pass 2
+// the gradient. So no GPU buffer grows with the vocabulary, and the logits never exist for all of it.
+// Not here: the buffers' sizes (memory_plan.cuh), their allocation (gpt_build), the step (train_gpt.cu).
+#pragma once
+#include <math.h>
+#include <string.h>
+#include <vector>
+#include "gpt.cuh"                 // defines: GPT, LayerActs, llama_embed_params, embed_is_matrix
+#include "llmc/adamw.h"            // defines: AdamWArgs, adamw_tensors_f32grad
+#include "llmc/bf16.h"             // defines: bf16_to_float
+#include "llmc/cpu_adam.h"         // defines: sumsq_f32
+#include "llmc/kernels.cuh"        // defines: block_max, block_sum, WARP
+#include "llmc/llama_kernels.cuh"  // defines: rmsnorm_forward, rmsnorm_backward
+#include "llmc/matmul.cuh"         // defines: matmul_forward, matmul_backward_weight, cublas_use_stream
+#include "stream.h"                // defines: WeightStream (weights_host_bf16: the bf16 copy)
+
+// Shapes: N = B*T tokens, C channels, V the vocabulary, in chunks of `rows`; a chunk starts at row v0.
+struct HostVocab {
+    int64_t rows;       // vocabulary rows per chunk (memory_plan.cuh vocab_chunk_rows)
+    float dloss_scale;  // the head's forward pass leaves it to the backward pass
+    // GPU
+    bf16* w_chunk;      // (rows, C): one chunk of lm_head
+    float* dw_chunk;    // (rows, C): its gradient
+    bf16* final_norm;   // (C): the final RMSNorm's weight
+    float* dfinal_norm; // (C): its gradient, summed over micro-batches
+    float* dlnf;        // (N, C): the head input's gradient, summed over chunks
+    float* row_max;     // (N): the running max, then each token's logsumexp
+    float* row_sum;     // (N): the running sum of exponentials
+    float* row_target;  // (N): the target's logit
+    // host
+    float* dw_host;          // pinned (rows, C): dw_chunk on its way into grads
+    uint16_t* rows_host;     // pinned (N, C) bf16: embedding rows up, the residual's gradient down
+    float* grads;            // the vocabulary tensors' fp32 gradients, as the host arrays' embeddings
+    std::vector<int> touched;  // tokens whose embedding rows hold gradients (untied: zeroed next step)
+    double sumsq;              // squared norm of grads after the backward pass
+};
+
+// ----------------------------------------------------------------------------
+// CUDA kernels
+
+// Online logsumexp over one chunk (one block per token): max and sum merge with the chunks before.
+__global__ void __launch_bounds__(1024)
+    chunk_logsumexp_kernel(const bf16* logits, int n, int v0, const int* targets, float* row_max,
+                           float* row_sum, float* row_target) {
+    __shared__ float shared[WARP];
+    const int64_t row = blockIdx.x;
+    const bf16* x = logits + row * n;
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, (float)x[i]);
+    mx = block_max(mx, shared);
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sum += expf((float)x[i] - mx);
+    sum = block_sum(sum, shared);
+    if (threadIdx.x != 0) return;
+    const float m0 = row_max[row], m1 = fmaxf(m0, mx);
+    row_sum[row] = row_sum[row] * expf(m0 - m1) + sum * expf(mx - m1);  // the first chunk: 0 * 0 + sum
+    row_max[row] = m1;
+    const int t = targets[row];
+    if (t >= v0 && t < v0 + n) row_target[row] = (float)x[t - v0];
+}
+
+// Each token's loss (0 without a target, as fused_classifier); row_max becomes its logsumexp.
+__global__ void chunk_loss_kernel(float* losses, float* row_max, const float* row_sum, const float* row_target,
+                                  const int* targets, int64_t N) {
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= N) return;
+    const float lse = row_max[i] + logf(row_sum[i]);
+    losses[i] = targets[i] < 0 ? 0.0f : lse - row_target[i];
+    row_max[i] = lse;
+}
+
+// A chunk's logits become (softmax - one_hot) * dloss_scale in place; 0 without a target.
+__global__ void chunk_dlogits_kernel(bf16* logits, int n, int v0, const int* targets, const float* lse,
+                                     float dloss_scale, int64_t N) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N * n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = i / n;
+        const int t = targets[row], v = v0 + (int)(i % n);
+        float g = 0.0f;
+        if (t >= 0) g = (expf((float)logits[i] - lse[row]) - (v == t ? 1.0f : 0.0f)) * dloss_scale;
+        logits[i] = __float2bfloat16(g);
+    }
+}
+
+__global__ void fill_f32_kernel(float* x, float value, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = value;
+}
+__global__ void f32_to_bf16_kernel(bf16* out, const float* in, int64_t n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = __float2bfloat16(in[i]);
+}
+
+// dinp (N, C) = dout (N, OC) @ w (OC, C) + beta * dinp, in fp32: the head input's gradient over chunks.
+static void matmul_backward_input_f32(float* dinp, const bf16* dout, const bf16* w, int64_t N, int C, int OC,
+                                      float beta, cudaStream_t s) {
+    const float one = 1.0f;
+    cublas_use_stream(s);
+    cublasCheck(cublasGemmEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_N, C, (int)N, OC, &one, w, CUDA_R_16BF, C,
+                             dout, CUDA_R_16BF, OC, &beta, dinp, CUDA_R_32F, C, CUBLAS_COMPUTE_32F,
+                             CUBLAS_GEMM_DEFAULT));
+}
+
+// ----------------------------------------------------------------------------
+// The host's side
+
+// Where lm_head sits in the embeddings' arrays (the embedding itself when tied).
+static int64_t vocab_head_offset(const GPT* g) {
+    const ParamLayout* p = &g->layout;
+    return p->embed_offset[p->embed_size[LL_LM_HEAD] ? LL_LM_HEAD : LL_EMBED];
+}
+
+// Rows [v0, v0 + n) of lm_head's bf16 copy into the GPU's chunk buffer, on stream s.
+static void vocab_upload_chunk(GPT* g, int64_t v0, int64_t n, cudaStream_t s) {
+    const int64_t C = g->llama.hidden_size;
+    const uint16_t* src = g->stream.weights_host_bf16 + vocab_head_offset(g) + v0 * C;
+    cudaCheck(cudaMemcpyAsync(g->vocab->w_chunk, src, (size_t)(n * C * 2), cudaMemcpyHostToDevice, s));
+}
+
+// The final norm's bf16 weight to the GPU, after a load or an update of the host's copy.
+static void vocab_upload_final_norm(GPT* g, cudaStream_t s) {
+    const uint16_t* src = g->stream.weights_host_bf16 + g->layout.embed_offset[LL_FINAL_NORM];
+    const size_t bytes = (size_t)g->llama.hidden_size * 2;
+    cudaCheck(cudaMemcpyAsync(g->vocab->final_norm, src, bytes, cudaMemcpyHostToDevice, s));
+}
+
+// out (N, C) = embed[tokens]: rows gathered from the host's bf16 copy, then one copy up.
+static void vocab_embedding_forward(GPT* g, bf16* out, const int* tokens, cudaStream_t s) {
+    HostVocab* v = g->vocab;
+    const int64_t N = (int64_t)g->B * g->T, C = g->llama.hidden_size;
+    const uint16_t* embed = g->stream.weights_host_bf16 + g->layout.embed_offset[LL_EMBED];
+    FAKE_CUDA_HOST_ACCESS(v->rows_host, N * C * 2, true, "the host gathering embedding rows");
+#pragma omp parallel for
+    for (int64_t i = 0; i < N; i++) memcpy(v->rows_host + i * C, embed + (int64_t)tokens[i] * C, (size_t)C * 2);
+    cudaCheck(cudaMemcpyAsync(out, v->rows_host, (size_t)(N * C * 2), cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaStreamSynchronize(s));  // rows_host is free again
+}
+
+// The head's forward pass: final RMSNorm, then (with targets) pass 1 over the chunks: each token's loss.
+// Without targets only the norm runs: vocab_copy_logits computes the logits a sample needs.
+static void vocab_head_forward(GPT* g, const bf16* x, const int* targets, float* losses, float dloss_scale,
+                               cudaStream_t s) {
+    HostVocab* v = g->vocab;
+    LayerActs* a = &g->acts;
+    const int64_t N = (int64_t)g->B * g->T, V = g->llama.vocab_size;
+    const int C = g->llama.hidden_size;
+    rmsnorm_forward(a->lnf, a->lnf_rstd, x, v->final_norm, N, C, g->llama.rms_norm_eps, s);
+    v->dloss_scale = dloss_scale;
+    if (!targets) return;
+    fill_f32_kernel<<<grid_for(N, 256), 256, 0, s>>>(v->row_max, -INFINITY, N);
+    cudaCheckLaunch();
+    cudaCheck(cudaMemsetAsync(v->row_sum, 0, (size_t)N * 4, s));
+    cudaCheck(cudaMemsetAsync(v->row_target, 0, (size_t)N * 4, s));
+    for (int64_t v0 = 0; v0 < V; v0 += v->rows) {
+        const int n = (int)std::min(v->rows, V - v0);
+        vocab_upload_chunk(g, v0, n, s);
+        matmul_forward(a->logits, a->lnf, v->w_chunk, N, C, n, s);
+        chunk_logsumexp_kernel<<<(unsigned)N, 1024, 0, s>>>(a->logits, n, (int)v0, targets, v->row_max,
+                                                            v->row_sum, v->row_target);
+        cudaCheckLaunch();
+    }
+    chunk_loss_kernel<<<grid_for(N, 256), 256, 0, s>>>(losses, v->row_max, v->row_sum, v->row_target, targets,
+                                                       N);
+    cudaCheckLaunch();
+}
+
+// grads[o..o+n) = src (first) or += src.
+static void vocab_add(float* grads, const float* src, int64_t n, bool first) {
+#pragma omp parallel for
+    for (int64_t i = 0; i < n; i++) grads[i] = first ? src[i] : grads[i] + src[i];
+}
+
+// The head's backward pass after vocab_head_forward with targets: pass 2 over the chunks. Each chunk's
+// gradient goes to the host (the first micro-batch's overwrite); dres gets the head input's gradient.
+static void vocab_head_backward(GPT* g, const bf16* x, const int* targets, bf16* dres, bool first_micro,
+                                cudaStream_t s) {
+    HostVocab* v = g->vocab;
+    LayerActs* a = &g->acts;
+    const int64_t N = (int64_t)g->B * g->T, V = g->llama.vocab_size, C = g->llama.hidden_size;
+    if (first_micro) {  // the step's gradients start here
+        if (g->layout.embed_size[LL_LM_HEAD])  // untied: last step's embedding rows (the head overwrites)
+            for (int t : v->touched) memset(v->grads + g->layout.embed_offset[LL_EMBED] + t * C, 0, C * 4);
+        v->touched.clear();
+        cudaCheck(cudaMemsetAsync(v->dfinal_norm, 0, (size_t)C * 4, s));
+    }
+    for (int64_t v0 = 0; v0 < V; v0 += v->rows) {
+        const int n = (int)std::min(v->rows, V - v0);
+        vocab_upload_chunk(g, v0, n, s);
+        matmul_forward(a->logits, a->lnf, v->w_chunk, N, (int)C, n, s);
+        chunk_dlogits_kernel<<<grid_for(N * n, 256), 256, 0, s>>>(a->logits, n, (int)v0, targets, v->row_max,
+                                                                  v->dloss_scale, N);
+        cudaCheckLaunch();
+        cudaCheck(cudaMemsetAsync(v->dw_chunk, 0, (size_t)(n * C * 4), s));
+        matmul_backward_weight(v->dw_chunk, a->logits, a->lnf, N, (int)C, n, s);
+        matmul_backward_input_f32(v->dlnf, a->logits, v->w_chunk, N, (int)C, n, v0 ? 1.0f : 0.0f, s);
+        cudaCheck(cudaMemcpyAsync(v->dw_host, v->dw_chunk, (size_t)(n * C * 4), cudaMemcpyDeviceToHost, s));
+        cudaCheck(cudaStreamSynchronize(s));
+        FAKE_CUDA_HOST_ACCESS(v->dw_host, n * C * 4, false, "the host reading a chunk's gradient");
+        vocab_add(v->grads + vocab_head_offset(g) + v0 * C, v->dw_host, n * C, first_micro);
+    }
+    f32_to_bf16_kernel<<<grid_for(N * C, 256), 256, 0, s>>>(a->dlnf, v->dlnf, N * C);
+    cudaCheckLaunch();
+    cudaCheck(cudaMemsetAsync(dres, 0, (size_t)(N * C * 2), s));
+    rmsnorm_backward(dres, v->dfinal_norm, a->dlnf, x, v->final_norm, a->lnf_rstd, N, (int)C, s);
+}
+
+// The embeddings' backward pass: each micro-batch's residual gradient down, added to its tokens' rows on
+// the host; then the final norm's gradient, and the squared norm of them all.
+// tokens: the step's inputs on the host, n_micro x N.
+static void vocab_embedding_backward(GPT* g, const int* tokens, int n_micro, cudaStream_t s) {
+    HostVocab* v = g->vocab;
+    const int64_t N = (int64_t)g->B * g->T, C = g->llama.hidden_size;
+    float* dembed = v->grads + g->layout.embed_offset[LL_EMBED];
+    for (int mb = 0; mb < n_micro; mb++) {
+        cudaCheck(cudaMemcpyAsync(v->rows_host, dresid_at(g, mb), (size_t)(N * C * 2), cudaMemcpyDeviceToHost, s));
+        cudaCheck(cudaStreamSynchronize(s));
+        FAKE_CUDA_HOST_ACCESS(v->rows_host, N * C * 2, false, "the host reading the residual's gradient");
+        const int* tok = tokens + mb * N;
+        // columns in parallel, tokens in order: a repeated token's sum is race-free and deterministic
+#pragma omp parallel for
+        for (int64_t c0 = 0; c0 < C; c0 += 64)
+            for (int64_t i = 0; i < N; i++) {
+                float* dst = dembed + (int64_t)tok[i] * C;
+                const uint16_t* src = v->rows_host + i * C;
+                for (int64_t c = c0; c < std::min(c0 + 64, C); c++) dst[c] += bf16_to_float(src[c]);
+            }
+        v->touched.insert(v->touched.end(), tok, tok + N);
+    }
+    float* dnorm = v->grads + g->layout.embed_offset[LL_FINAL_NORM];
+    cudaCheck(cudaMemcpyAsync(dnorm, v->dfinal_norm, (size_t)C * 4, cudaMemcpyDeviceToHost, s));
+    cudaCheck(cudaStreamSynchronize(s));
+    v->sumsq = sumsq_f32(v->grads, g->layout.embed_count);
+}
+
+// AdamW of the vocabulary tensors on the CPU (llm.c's rule: the matrices decay), then their new bf16
+// copy's final norm to the GPU; the head's chunks are read from the host's copy as they are.
+static void vocab_adamw(GPT* g, const AdamWArgs* args, cudaStream_t s) {
+    const ParamLayout* p = &g->layout;
+    uint16_t* bf16 = g->stream.weights_host_bf16;  // the embeddings come first
+    FAKE_CUDA_HOST_ACCESS(bf16, p->embed_count * 2, true, "the host updating the vocabulary's bf16 copy");
+    adamw_tensors_f32grad(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_is_matrix(g), g->master,
+                          g->vocab->grads, g->adam_m, g->adam_v, bf16, args);
+    vocab_upload_final_norm(g, s);
+}
+
+// The logits of token `row` (V floats) for a sample, after vocab_head_forward without targets.
+static void vocab_copy_logits(GPT* g, int64_t row, float* out, cudaStream_t s) {
+    HostVocab* v = g->vocab;
+    const int64_t V = g->llama.vocab_size;
+    const int C = g->llama.hidden_size;
+    std::vector<uint16_t> tmp((size_t)v->rows);
+    for (int64_t v0 = 0; v0 < V; v0 += v->rows) {
+        const int n = (int)std::min(v->rows, V - v0);
+        vocab_upload_chunk(g, v0, n, s);
+        matmul_forward(g->acts.logits, g->acts.lnf + row * C, v->w_chunk, 1, C, n, s);
+        cudaCheck(cudaMemcpyAsync(tmp.data(), g->acts.logits, (size_t)n * 2, cudaMemcpyDeviceToHost, s));
+        cudaCheck(cudaStreamSynchronize(s));
+        for (int i = 0; i < n; i++) out[v0 + i] = bf16_to_float(tmp[(size_t)i]);
+    }
+}
