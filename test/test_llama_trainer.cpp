@@ -329,3 +329,37 @@ TEST_F(CliTest, SamplesDecodeThroughTheCheckpointsTokenizerJson) {
     ASSERT_EQ(d.code, 0) << d.cmd << "\n" << d.err << d.out;
     EXPECT_TRUE(std::regex_search(d.out, ids)) << "train_gpt: ids:\n" << d.out;
 }
+
+// -E 1: the vocabulary tensors in host RAM, the head in chunks (VOCAB_CHUNK_ROWS 4096: 50257 rows in 13,
+// the last short). train_gpt trains as with them on the GPU (losses within 2.5e-4 relative, test_gpu_llama's
+// bound), resumes its own checkpoint bit for bit, plans the chunk buffers, and GPT-2 refuses -E 1.
+TEST_F(CliTest, GpuTrainsWithTheVocabularyOnTheHost) {
+    if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
+    const std::string out = dir + "/vocab";
+    const Args run = kLlama + Args{"-x", "4", "-v", "0", "-g", "0"};
+    setenv("VOCAB_CHUNK_ROWS", "4096", 1);
+    const Result gpu = run_bin(kEmu, run);
+    const Result host = run_bin(kEmu, run + Args{"-E", "1", "-n", "2", "-o", out});
+    ASSERT_EQ(gpu.code, 0) << gpu.cmd << "\n" << gpu.err << gpu.out;
+    ASSERT_EQ(host.code, 0) << host.cmd << "\n" << host.err << host.out;
+    const auto a = step_losses(gpu.out), b = step_losses(host.out);
+    ASSERT_EQ(a.size(), 4u) << gpu.out;
+    ASSERT_EQ(b.size(), 4u) << host.out;
+    for (int s = 1; s <= 4; s++) {
+        const double got = atof(b.at(s).c_str()), want = atof(a.at(s).c_str());
+        EXPECT_LE(fabs(got - want), 2.5e-4 * want) << "step " << s << ": -E 1 " << got << ", -E 0 " << want;
+    }
+    ASSERT_EQ(unlink((out + "/DONE_00000004").c_str()), 0);
+    const Result resumed = run_bin(kEmu, run + Args{"-E", "1", "-n", "2", "-o", out, "-y", "1"});
+    unsetenv("VOCAB_CHUNK_ROWS");
+    ASSERT_EQ(resumed.code, 0) << resumed.cmd << "\n" << resumed.err << resumed.out;
+    const auto c = step_losses(resumed.out);
+    ASSERT_EQ(c.size(), 2u) << resumed.out;
+    for (int s = 3; s <= 4; s++) EXPECT_EQ(c.at(s), b.at(s)) << "step " << s << " after the resume";
+    const Result p = run_bin(kEmu, Args{"-e", "llama3-405b", "-b", "1", "-t", "4096", "-P", "1", "-E", "1"});
+    ASSERT_EQ(p.code, 0) << p.cmd << "\n" << p.err << p.out;
+    EXPECT_TRUE(has(p.out, "vocabulary chunk buffers (-E 1)")) << p.out;
+    EXPECT_TRUE(CleanError(run_bin(kEmu, Args{"-e", "d12", "-b", "1", "-t", "32", "-i", kTrain, "-j", kVal, "-E",
+                                              "1"}),
+                           {"-E 1", "GPT-2"}));
+}
