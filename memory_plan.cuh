@@ -242,9 +242,10 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     if (vocab_host) {  // vocab_host.cuh's buffers
         const int64_t rows = vocab_chunk_rows(c->vocab_size, c->channels), C = c->channels;
         m.embeddings = 0;
-        m.vocab_chunks = rows * C * (2 + 4) + C * (2 + 4) + plan_mul(N, C * 4 + 3 * 4, inputs);
+        const int64_t tokens = plan_mul(max_micro, N, inputs);  // lnf, its rstd, dlnf (fp32), 3 row stats
+        m.vocab_chunks = rows * C * (2 + 4) + C * (2 + 4) + plan_mul(tokens, C * 6 + 4 * 4, inputs);
         m.vocab_grads = p.embed_count * 4;
-        m.vocab_staging = rows * C * 4 + plan_mul(N, C * 2, inputs);
+        m.vocab_staging = 2 * rows * C * 4 + plan_mul(N, C * 2, inputs);  // two chunks' gradients, rows
     }
     m.resident_layer = p.layer_stride * RESIDENT_BYTES_PER_PARAM;
     m.resident_layers = resident_layers * m.resident_layer;

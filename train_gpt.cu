@@ -143,7 +143,7 @@ static void layer_backward(GPT* g, const bf16* weights, float* grads, const bf16
 
 static void head_forward(GPT* g, const bf16* x, const int* targets, float* losses, float dloss_scale,
                          cudaStream_t s) {
-    if (g->vocab) return vocab_head_forward(g, x, targets, losses, dloss_scale, s);  // -E 1: in chunks
+    if (g->vocab) return vocab_head_forward(g, x, targets, losses, s);  // -E 1: in chunks (evaluation)
     if (is_llama(g)) return llama_head_forward(g, x, targets, losses, dloss_scale, s);  // RMSNorm, lm_head
     const int64_t N = (int64_t)g->B * g->T;
     const int C = g->config.channels, V = g->config.vocab_size, Vp = g->config.padded_vocab_size;
@@ -197,17 +197,22 @@ static void host_free_floats(float* p, int64_t n) {
 // -E 1: vocab_host.cuh's buffers, as the plan's vocab_chunks, vocab_staging and vocab_grads count them.
 static void vocab_build(GPT* g, int64_t N, const MemoryPlan& plan) {
     HostVocab* v = new HostVocab();
-    const int64_t C = g->llama.hidden_size;
+    const int64_t C = g->llama.hidden_size, MN = g->max_micro * N;
     v->rows = vocab_chunk_rows(g->llama.vocab_size, C);
     v->w_chunk = (bf16*)gpu_alloc(g, v->rows * C * 2);
     v->dw_chunk = (float*)gpu_alloc(g, v->rows * C * 4);
     v->final_norm = (bf16*)gpu_alloc(g, C * 2);
     v->dfinal_norm = (float*)gpu_alloc(g, C * 4);
-    v->dlnf = (float*)gpu_alloc(g, N * C * 4);
-    v->row_max = (float*)gpu_alloc(g, N * 4);
-    v->row_sum = (float*)gpu_alloc(g, N * 4);
-    v->row_target = (float*)gpu_alloc(g, N * 4);
-    cudaCheck(cudaMallocHost(&v->dw_host, (size_t)(v->rows * C * 4)));
+    v->lnf = (bf16*)gpu_alloc(g, MN * C * 2);
+    v->lnf_rstd = (float*)gpu_alloc(g, MN * 4);
+    v->dlnf = (float*)gpu_alloc(g, MN * C * 4);
+    v->row_max = (float*)gpu_alloc(g, MN * 4);
+    v->row_sum = (float*)gpu_alloc(g, MN * 4);
+    v->row_target = (float*)gpu_alloc(g, MN * 4);
+    for (int k = 0; k < 2; k++) {
+        cudaCheck(cudaMallocHost(&v->dw_host[k], (size_t)(v->rows * C * 4)));
+        cudaCheck(cudaEventCreateWithFlags(&v->dw_copied[k], cudaEventDisableTiming));
+    }
     cudaCheck(cudaMallocHost(&v->rows_host, (size_t)(N * C * 2)));
     v->grads = host_alloc_floats(g->layout.embed_count);
     if (!v->grads) die("out of host memory for the vocabulary's gradients (%.1f GiB)", plan.vocab_grads / 1073741824.0);
@@ -217,9 +222,13 @@ static void vocab_free(GPT* g) {
     HostVocab* v = g->vocab;
     if (!v) return;
     for (void* p : {(void*)v->w_chunk, (void*)v->dw_chunk, (void*)v->final_norm, (void*)v->dfinal_norm,
-                    (void*)v->dlnf, (void*)v->row_max, (void*)v->row_sum, (void*)v->row_target})
+                    (void*)v->lnf, (void*)v->lnf_rstd, (void*)v->dlnf, (void*)v->row_max, (void*)v->row_sum,
+                    (void*)v->row_target})
         cudaCheck(cudaFree(p));
-    cudaCheck(cudaFreeHost(v->dw_host));
+    for (int k = 0; k < 2; k++) {
+        cudaCheck(cudaFreeHost(v->dw_host[k]));
+        cudaCheck(cudaEventDestroy(v->dw_copied[k]));
+    }
     cudaCheck(cudaFreeHost(v->rows_host));
     host_free_floats(v->grads, g->layout.embed_count);
     delete v;
@@ -525,11 +534,19 @@ static void head_forward_backward(GPT* g, int n_micro, int64_t num_targets, cuda
     ScopedSpan span(g->timeline, TRACK_COMPUTE, "head", -1, s);
     const float dloss =
         g->packed ? 1.0f / (float)num_targets : 1.0f / (float)(N * n_micro);  // each target's share
-    for (int mb = 0; mb < n_micro; mb++) {
+    if (g->vocab) {  // -E 1: the vocabulary's chunks outside, the micro-batches inside
+        std::vector<const bf16*> xs;
+        std::vector<bf16*> dres;
+        for (int mb = 0; mb < n_micro; mb++) {
+            xs.push_back(layer_input(g, L, mb));
+            dres.push_back(dresid_at(g, mb));
+        }
+        vocab_head_step(g, xs.data(), g->tokens_out, g->losses, dres.data(), n_micro, dloss, s);
+    }
+    for (int mb = 0; mb < n_micro && !g->vocab; mb++) {
         const bf16* x = layer_input(g, L, mb);
         head_forward(g, x, g->tokens_out + mb * N, g->losses + mb * N, dloss, s);
-        if (g->vocab) vocab_head_backward(g, x, g->tokens_out + mb * N, dresid_at(g, mb), mb == 0, s);
-        else head_backward(g, x, dresid_at(g, mb), s);
+        head_backward(g, x, dresid_at(g, mb), s);
     }
     mean_loss(g->loss_dev, g->losses, n_micro * N, s, g->packed ? dloss : 0.0f);  // non-targets add 0
 }

@@ -2,7 +2,8 @@
 // Their fp32 weights, AdamW m, v and gradients stay in the host arrays; the CPU AdamW updates them.
 // The forward pass gathers the step's embedding rows on the host. The head and the loss run over the
 // vocabulary in chunks, each streamed up from the host's bf16 copy: pass 1 a logsumexp per token, pass 2
-// the gradient. So no GPU buffer grows with the vocabulary, and the logits never exist for all of it.
+// the gradient. Chunks are the outer loop: each crosses the bus twice a step, whatever the micro-batches.
+// So no GPU buffer grows with the vocabulary, and the logits never exist for all of it.
 // Not here: the buffers' sizes (memory_plan.cuh), their allocation (gpt_build), the step (train_gpt.cu).
 #pragma once
 #include <math.h>
@@ -18,22 +19,25 @@
 #include "stream.h"                // defines: WeightStream (weights_host_bf16: the bf16 copy)
 
 // Shapes: N = B*T tokens, C channels, V the vocabulary, in chunks of `rows`; a chunk starts at row v0.
+// The per-token buffers hold every micro-batch of a step (M of them): [mb * N ...].
 struct HostVocab {
-    int64_t rows;       // vocabulary rows per chunk (memory_plan.cuh vocab_chunk_rows)
-    float dloss_scale;  // the head's forward pass leaves it to the backward pass
+    int64_t rows;  // vocabulary rows per chunk (memory_plan.cuh vocab_chunk_rows)
     // GPU
-    bf16* w_chunk;      // (rows, C): one chunk of lm_head
-    float* dw_chunk;    // (rows, C): its gradient
-    bf16* final_norm;   // (C): the final RMSNorm's weight
-    float* dfinal_norm; // (C): its gradient, summed over micro-batches
-    float* dlnf;        // (N, C): the head input's gradient, summed over chunks
-    float* row_max;     // (N): the running max, then each token's logsumexp
-    float* row_sum;     // (N): the running sum of exponentials
-    float* row_target;  // (N): the target's logit
+    bf16* w_chunk;       // (rows, C): one chunk of lm_head
+    float* dw_chunk;     // (rows, C): its gradient, summed over the micro-batches
+    bf16* final_norm;    // (C): the final RMSNorm's weight
+    float* dfinal_norm;  // (C): its gradient, summed over the micro-batches
+    bf16* lnf;           // (M, N, C): the final norm's output
+    float* lnf_rstd;     // (M, N)
+    float* dlnf;         // (M, N, C): the head input's gradient, summed over the chunks
+    float* row_max;      // (M, N): the running max, then each token's logsumexp
+    float* row_sum;      // (M, N): the running sum of exponentials
+    float* row_target;   // (M, N): the target's logit
     // host
-    float* dw_host;          // pinned (rows, C): dw_chunk on its way into grads
-    uint16_t* rows_host;     // pinned (N, C) bf16: embedding rows up, the residual's gradient down
-    float* grads;            // the vocabulary tensors' fp32 gradients, as the host arrays' embeddings
+    float* dw_host[2];         // pinned (rows, C) x 2: chunk gradients on their way into grads, in turn
+    cudaEvent_t dw_copied[2];  // each one's copy from the GPU is done
+    uint16_t* rows_host;       // pinned (N, C) bf16: embedding rows up, the residual's gradient down
+    float* grads;              // the vocabulary tensors' fp32 gradients, as the host arrays' embeddings
     std::vector<int> touched;  // tokens whose embedding rows hold gradients (untied: zeroed next step)
     double sumsq;              // squared norm of grads after the backward pass
 };
@@ -141,72 +145,102 @@ static void vocab_embedding_forward(GPT* g, bf16* out, const int* tokens, cudaSt
     cudaCheck(cudaStreamSynchronize(s));  // rows_host is free again
 }
 
-// The head's forward pass: final RMSNorm, then (with targets) pass 1 over the chunks: each token's loss.
-// Without targets only the norm runs: vocab_copy_logits computes the logits a sample needs.
-static void vocab_head_forward(GPT* g, const bf16* x, const int* targets, float* losses, float dloss_scale,
-                               cudaStream_t s) {
+// The final norm of micro-batch slot mb's head input x, and its running logsumexp's start.
+static void vocab_head_norm(GPT* g, const bf16* x, int mb, cudaStream_t s) {
     HostVocab* v = g->vocab;
-    LayerActs* a = &g->acts;
+    const int64_t N = (int64_t)g->B * g->T, o = mb * N;
+    const int C = g->llama.hidden_size;
+    rmsnorm_forward(v->lnf + o * C, v->lnf_rstd + o, x, v->final_norm, N, C, g->llama.rms_norm_eps, s);
+    fill_f32_kernel<<<grid_for(N, 256), 256, 0, s>>>(v->row_max + o, -INFINITY, N);
+    cudaCheckLaunch();
+    cudaCheck(cudaMemsetAsync(v->row_sum + o, 0, (size_t)N * 4, s));
+    cudaCheck(cudaMemsetAsync(v->row_target + o, 0, (size_t)N * 4, s));
+}
+
+// Pass 1 over n_micro micro-batches (inputs xs[mb], targets [mb * N]): losses [mb * N] as fused_classifier's;
+// row_max ends as each token's logsumexp.
+static void vocab_head_loss_pass(GPT* g, const bf16* const* xs, const int* targets, float* losses, int n_micro,
+                                 cudaStream_t s) {
+    HostVocab* v = g->vocab;
     const int64_t N = (int64_t)g->B * g->T, V = g->llama.vocab_size;
     const int C = g->llama.hidden_size;
-    rmsnorm_forward(a->lnf, a->lnf_rstd, x, v->final_norm, N, C, g->llama.rms_norm_eps, s);
-    v->dloss_scale = dloss_scale;
-    if (!targets) return;
-    fill_f32_kernel<<<grid_for(N, 256), 256, 0, s>>>(v->row_max, -INFINITY, N);
-    cudaCheckLaunch();
-    cudaCheck(cudaMemsetAsync(v->row_sum, 0, (size_t)N * 4, s));
-    cudaCheck(cudaMemsetAsync(v->row_target, 0, (size_t)N * 4, s));
+    for (int mb = 0; mb < n_micro; mb++) vocab_head_norm(g, xs[mb], mb, s);
     for (int64_t v0 = 0; v0 < V; v0 += v->rows) {
         const int n = (int)std::min(v->rows, V - v0);
         vocab_upload_chunk(g, v0, n, s);
-        matmul_forward(a->logits, a->lnf, v->w_chunk, N, C, n, s);
-        chunk_logsumexp_kernel<<<(unsigned)N, 1024, 0, s>>>(a->logits, n, (int)v0, targets, v->row_max,
-                                                            v->row_sum, v->row_target);
+        for (int mb = 0; mb < n_micro; mb++) {
+            const int64_t o = mb * N;
+            matmul_forward(g->acts.logits, v->lnf + o * C, v->w_chunk, N, C, n, s);
+            chunk_logsumexp_kernel<<<(unsigned)N, 1024, 0, s>>>(g->acts.logits, n, (int)v0, targets + o,
+                                                                v->row_max + o, v->row_sum + o, v->row_target + o);
+            cudaCheckLaunch();
+        }
+    }
+    for (int mb = 0; mb < n_micro; mb++) {
+        const int64_t o = mb * N;
+        chunk_loss_kernel<<<grid_for(N, 256), 256, 0, s>>>(losses + o, v->row_max + o, v->row_sum + o,
+                                                           v->row_target + o, targets + o, N);
         cudaCheckLaunch();
     }
-    chunk_loss_kernel<<<grid_for(N, 256), 256, 0, s>>>(losses, v->row_max, v->row_sum, v->row_target, targets,
-                                                       N);
-    cudaCheckLaunch();
 }
 
-// grads[o..o+n) = src (first) or += src.
-static void vocab_add(float* grads, const float* src, int64_t n, bool first) {
-#pragma omp parallel for
-    for (int64_t i = 0; i < n; i++) grads[i] = first ? src[i] : grads[i] + src[i];
+// The head's forward pass for one batch (evaluation): its losses, or without targets only the final norm
+// (vocab_copy_logits then computes the logits a sample needs).
+static void vocab_head_forward(GPT* g, const bf16* x, const int* targets, float* losses, cudaStream_t s) {
+    if (!targets) return vocab_head_norm(g, x, 0, s);
+    vocab_head_loss_pass(g, &x, targets, losses, 1, s);
 }
 
-// The head's backward pass after vocab_head_forward with targets: pass 2 over the chunks. Each chunk's
-// gradient goes to the host (the first micro-batch's overwrite); dres gets the head input's gradient.
-static void vocab_head_backward(GPT* g, const bf16* x, const int* targets, bf16* dres, bool first_micro,
-                                cudaStream_t s) {
+// Chunk k's gradient, on its way in dw_host[k % 2], into grads once its copy is done.
+static void vocab_take_chunk_grads(GPT* g, int k, int64_t v0, int64_t n) {
     HostVocab* v = g->vocab;
-    LayerActs* a = &g->acts;
+    const int64_t C = g->llama.hidden_size;
+    cudaCheck(cudaEventSynchronize(v->dw_copied[k % 2]));
+    FAKE_CUDA_HOST_ACCESS(v->dw_host[k % 2], n * C * 4, false, "the host reading a chunk's gradient");
+    memcpy(v->grads + vocab_head_offset(g) + v0 * C, v->dw_host[k % 2], (size_t)(n * C * 4));
+}
+
+// The step's head: the loss (pass 1) and the gradients (pass 2) of n_micro micro-batches; inputs xs[mb],
+// targets [mb * N]; dres[mb] gets the head input's gradient. Each chunk's lm_head gradient goes to the host
+// while the GPU works on the next chunk; the final norm's stays on the GPU for vocab_embedding_backward.
+static void vocab_head_step(GPT* g, const bf16* const* xs, const int* targets, float* losses,
+                            bf16* const* dres, int n_micro, float dloss_scale, cudaStream_t s) {
+    HostVocab* v = g->vocab;
     const int64_t N = (int64_t)g->B * g->T, V = g->llama.vocab_size, C = g->llama.hidden_size;
-    if (first_micro) {  // the step's gradients start here
-        if (g->layout.embed_size[LL_LM_HEAD])  // untied: last step's embedding rows (the head overwrites)
-            for (int t : v->touched) memset(v->grads + g->layout.embed_offset[LL_EMBED] + t * C, 0, C * 4);
-        v->touched.clear();
-        cudaCheck(cudaMemsetAsync(v->dfinal_norm, 0, (size_t)C * 4, s));
-    }
-    for (int64_t v0 = 0; v0 < V; v0 += v->rows) {
+    if (g->layout.embed_size[LL_LM_HEAD])  // untied: last step's embedding rows (tied: the head overwrites)
+        for (int t : v->touched) memset(v->grads + g->layout.embed_offset[LL_EMBED] + t * C, 0, (size_t)C * 4);
+    v->touched.clear();
+    vocab_head_loss_pass(g, xs, targets, losses, n_micro, s);
+    int k = 0;
+    for (int64_t v0 = 0; v0 < V; v0 += v->rows, k++) {
         const int n = (int)std::min(v->rows, V - v0);
         vocab_upload_chunk(g, v0, n, s);
-        matmul_forward(a->logits, a->lnf, v->w_chunk, N, (int)C, n, s);
-        chunk_dlogits_kernel<<<grid_for(N * n, 256), 256, 0, s>>>(a->logits, n, (int)v0, targets, v->row_max,
-                                                                  v->dloss_scale, N);
-        cudaCheckLaunch();
         cudaCheck(cudaMemsetAsync(v->dw_chunk, 0, (size_t)(n * C * 4), s));
-        matmul_backward_weight(v->dw_chunk, a->logits, a->lnf, N, (int)C, n, s);
-        matmul_backward_input_f32(v->dlnf, a->logits, v->w_chunk, N, (int)C, n, v0 ? 1.0f : 0.0f, s);
-        cudaCheck(cudaMemcpyAsync(v->dw_host, v->dw_chunk, (size_t)(n * C * 4), cudaMemcpyDeviceToHost, s));
-        cudaCheck(cudaStreamSynchronize(s));
-        FAKE_CUDA_HOST_ACCESS(v->dw_host, n * C * 4, false, "the host reading a chunk's gradient");
-        vocab_add(v->grads + vocab_head_offset(g) + v0 * C, v->dw_host, n * C, first_micro);
+        for (int mb = 0; mb < n_micro; mb++) {
+            const int64_t o = mb * N;
+            bf16* logits = g->acts.logits;
+            matmul_forward(logits, v->lnf + o * C, v->w_chunk, N, (int)C, n, s);
+            chunk_dlogits_kernel<<<grid_for(N * n, 256), 256, 0, s>>>(logits, n, (int)v0, targets + o,
+                                                                      v->row_max + o, dloss_scale, N);
+            cudaCheckLaunch();
+            matmul_backward_weight(v->dw_chunk, logits, v->lnf + o * C, N, (int)C, n, s);
+            matmul_backward_input_f32(v->dlnf + o * C, logits, v->w_chunk, N, (int)C, n, v0 ? 1.0f : 0.0f, s);
+        }
+        cudaCheck(
+            cudaMemcpyAsync(v->dw_host[k % 2], v->dw_chunk, (size_t)(n * C * 4), cudaMemcpyDeviceToHost, s));
+        cudaCheck(cudaEventRecord(v->dw_copied[k % 2], s));
+        if (k > 0) vocab_take_chunk_grads(g, k - 1, v0 - v->rows, v->rows);  // the one before, meanwhile
     }
-    f32_to_bf16_kernel<<<grid_for(N * C, 256), 256, 0, s>>>(a->dlnf, v->dlnf, N * C);
-    cudaCheckLaunch();
-    cudaCheck(cudaMemsetAsync(dres, 0, (size_t)(N * C * 2), s));
-    rmsnorm_backward(dres, v->dfinal_norm, a->dlnf, x, v->final_norm, a->lnf_rstd, N, (int)C, s);
+    vocab_take_chunk_grads(g, k - 1, (k - 1) * v->rows, V - (k - 1) * v->rows);
+    cudaCheck(cudaMemsetAsync(v->dfinal_norm, 0, (size_t)C * 4, s));
+    for (int mb = 0; mb < n_micro; mb++) {
+        const int64_t o = mb * N;
+        bf16* dlnf = g->acts.dlnf;
+        f32_to_bf16_kernel<<<grid_for(N * C, 256), 256, 0, s>>>(dlnf, v->dlnf + o * C, N * C);
+        cudaCheckLaunch();
+        cudaCheck(cudaMemsetAsync(dres[mb], 0, (size_t)(N * C * 2), s));
+        rmsnorm_backward(dres[mb], v->dfinal_norm, dlnf, xs[mb], v->final_norm, v->lnf_rstd + o, N, (int)C, s);
+    }
 }
 
 // The embeddings' backward pass: each micro-batch's residual gradient down, added to its tokens' rows on
@@ -257,7 +291,7 @@ static void vocab_copy_logits(GPT* g, int64_t row, float* out, cudaStream_t s) {
     for (int64_t v0 = 0; v0 < V; v0 += v->rows) {
         const int n = (int)std::min(v->rows, V - v0);
         vocab_upload_chunk(g, v0, n, s);
-        matmul_forward(g->acts.logits, g->acts.lnf + row * C, v->w_chunk, 1, C, n, s);
+        matmul_forward(g->acts.logits, v->lnf + row * C, v->w_chunk, 1, C, n, s);
         cudaCheck(cudaMemcpyAsync(tmp.data(), g->acts.logits, (size_t)n * 2, cudaMemcpyDeviceToHost, s));
         cudaCheck(cudaStreamSynchronize(s));
         for (int i = 0; i < n; i++) out[v0 + i] = bf16_to_float(tmp[(size_t)i]);

@@ -114,6 +114,12 @@ std::vector<float> gpu_grads(GPT* g) {
     return out;
 }
 
+// -E 1's head in chunks of 96 rows: 320 = 3 x 96 + 32, a short last chunk.
+struct ChunkRows96 {
+    ChunkRows96() { setenv("VOCAB_CHUNK_ROWS", "96", 1); }
+    ~ChunkRows96() { unsetenv("VOCAB_CHUNK_ROWS"); }
+};
+
 double sumsq(const float* x, int64_t n) {
     double s = 0;
     for (int64_t i = 0; i < n; i++) s += (double)x[i] * x[i];
@@ -475,12 +481,14 @@ TEST(GpuLlama, StreamsOrderEveryHandOver) {
     const int B = 2, T = 32, n_micro = 2;
     struct {
         int slots, resident, kept;
-    } cases[] = {{2, 0, 0}, {3, 1, 1}};
+        bool vocab_host;  // -E 1
+    } cases[] = {{2, 0, 0, false}, {3, 1, 1, false}, {2, 1, 0, true}};
+    ChunkRows96 rows;  // -E 1: several chunks, so the two gradient buffers take turns
     for (const Shape& sh : shapes())
         for (auto k : cases) {
             const LlamaConfig& c = sh.c;
             GPT g;
-            build_gpu(&g, c, B, T, n_micro, k.slots, test_args(), 21, k.resident, k.kept);
+            build_gpu(&g, c, B, T, n_micro, k.slots, test_args(), 21, k.resident, k.kept, k.vocab_host);
             fake_cuda_untrack_all();
             const WeightStream* ws = &g.stream;
             const ParamLayout* p = &g.layout;
@@ -502,9 +510,21 @@ TEST(GpuLlama, StreamsOrderEveryHandOver) {
                                     "checkpoint " + std::to_string(l) + "/" + std::to_string(mb));
             for (int mb = 0; mb < n_micro; mb++) fake_cuda_track(dresid_at(&g, mb), act * 2, "dresid");
             fake_cuda_track(g.layer_grads, S * 4, "layer gradient accumulator");
-            fake_cuda_track(g.resident, g.resident_count * 2, "resident bf16 weights");
-            fake_cuda_track(g.resident_grads, g.resident_count * 4, "resident gradients");
-            fake_cuda_track(g.resident_master, g.resident_count * 4, "resident master weights");
+            const int64_t rc = g.resident_count - g.resident_start;
+            fake_cuda_track(g.resident, rc * 2, "resident bf16 weights");
+            fake_cuda_track(g.resident_grads, rc * 4, "resident gradients");
+            fake_cuda_track(g.resident_master, rc * 4, "resident master weights");
+            if (HostVocab* v = g.vocab) {
+                const int64_t chunk = v->rows * c.hidden_size;
+                fake_cuda_track(v->w_chunk, chunk * 2, "lm_head chunk");
+                fake_cuda_track(v->dw_chunk, chunk * 4, "lm_head chunk gradient");
+                for (int i = 0; i < 2; i++)
+                    fake_cuda_track(v->dw_host[i], chunk * 4, "pinned chunk gradient " + std::to_string(i));
+                fake_cuda_track(v->rows_host, act * 2, "pinned embedding rows");
+                fake_cuda_track(v->final_norm, c.hidden_size * 2, "final norm");
+                fake_cuda_track(v->lnf, n_micro * act * 2, "final norm outputs");
+                fake_cuda_track(v->dlnf, n_micro * act * 4, "head input gradients");
+            }
             fake_cuda_track(g.tokens_in, n_micro * N * 4, "input tokens");
             fake_cuda_track(g.losses, n_micro * N * 4, "losses");
             fake_cuda_track(g.rope_inv_freq, c.head_dim / 2 * 4, "RoPE frequencies");
@@ -529,7 +549,8 @@ TEST(GpuLlama, StreamsOrderEveryHandOver) {
             optimizer_wait_all(&g);
             const auto& races = fake_cuda_races();
             EXPECT_TRUE(races.empty())
-                << sh.name << ", " << k.slots << " slots, -R " << k.resident << " -K " << k.kept << ": "
+                << sh.name << ", " << k.slots << " slots, -R " << k.resident << " -K " << k.kept << " -E "
+                << k.vocab_host << ": "
                 << races.size() << " races, the first: " << (races.empty() ? "" : races[0]);
             fake_cuda_untrack_all();
             gpt_free(&g);
@@ -561,13 +582,8 @@ TEST(GpuLlama, PresetPlansCountTheFamilysBuffers) {
     EXPECT_LT(m.gpu_bytes, (int64_t)78 << 30);
 }
 
-// -E 1: the vocabulary tensors in host RAM, the head in chunks of 96 rows (320 = 3 x 96 + 32: a short
-// last chunk). The bounds are the GPU-resident ones: a chunked logsumexp and the host's sums reorder
-// roundings only.
-struct ChunkRows96 {
-    ChunkRows96() { setenv("VOCAB_CHUNK_ROWS", "96", 1); }
-    ~ChunkRows96() { unsetenv("VOCAB_CHUNK_ROWS"); }
-};
+// -E 1: the vocabulary tensors in host RAM, the head in chunks of 96 rows (ChunkRows96). The bounds are
+// the GPU-resident ones: a chunked logsumexp and the host's sums reorder roundings only.
 TEST(GpuLlama, VocabOnHostGradientsMatchCpuReference) {
     REQUIRE_GPU();
     ChunkRows96 rows;
