@@ -58,7 +58,8 @@ kept_5b|60|120|@code
 llama_kernels|20|60|llmc/llama_kernels.cuh llmc/llama_cpu.h llmc/kernels.cuh test/test_llama_kernels.cu
 packed_attention|20|60|llmc/flash_attention.cuh llmc/attention.cuh llmc/kernels.cuh llmc/llama_cpu.h llmc/gpt2_cpu.h test/test_kernels.cu
 llama_trainer|40|120|@code test/test_gpu_llama.cu test/gpu_test_common.h
-tput_llama8b|80|160|@code"
+tput_llama8b|80|160|@code
+tput_llama8b_vocab|80|160|@code"
 
 # Peer figures seen on the H100 (shared/peers/README.md, 2026-11-22), tokens/s at 32K tokens per step
 PEER_13B="gpu_ckpt 47000 fsdp_offload 11900 MegaTrain 15700"
@@ -334,6 +335,8 @@ check_kept_1.3b() { local k; k=$(kept_args tput_1.3b); tput kept_1.3b L24:C2048:
 # Llama 3 8B's shape (32 layers, C4096, GQA 32/8, SwiGLU 14336, vocabulary 128256; untied) at 32K tokens per
 # step; no peer figure on this machine yet
 check_tput_llama8b() { tput tput_llama8b llama3-8b 3 ""; }
+# the same with -E 1: the vocabulary tensors in host RAM (17.6 GiB less GPU), the head in 8 chunks of 16384 rows
+check_tput_llama8b_vocab() { tput tput_llama8b_vocab llama3-8b 3 "" -E 1; }
 check_kept_5b() { local k; k=$(kept_args tput_5b); tput kept_5b L24:C4096:NH32 3 "$PEER_5B" ${k:--R 10 -K -1}; }
 
 # The default run (d12 on the shipped data, checkpoints at 6 and 12), then -y 1 from step 6: steps 7..12
