@@ -138,6 +138,7 @@ static void vocab_embedding_forward(GPT* g, bf16* out, const int* tokens, cudaSt
     HostVocab* v = g->vocab;
     const int64_t N = (int64_t)g->B * g->T, C = g->llama.hidden_size;
     const uint16_t* embed = g->stream.weights_host_bf16 + g->layout.embed_offset[LL_EMBED];
+    FAKE_CUDA_HOST_ACCESS(embed, g->layout.embed_size[LL_EMBED] * 2, false, "the host reading embeddings");
     FAKE_CUDA_HOST_ACCESS(v->rows_host, N * C * 2, true, "the host gathering embedding rows");
 #pragma omp parallel for
     for (int64_t i = 0; i < N; i++) memcpy(v->rows_host + i * C, embed + (int64_t)tokens[i] * C, (size_t)C * 2);
