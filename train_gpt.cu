@@ -695,10 +695,10 @@ static StepResult gpt_step(GPT* g, const int* inputs, const int* targets, int n_
 }
 
 // Forward only over n <= max_micro batches in one walk of the layers.
-// With targets, losses[i] gets batch i's mean loss (chat data, pos given: over its targets, 0 with none);
-// without, the last batch's logits stay in g->acts.
+// With targets, losses[i] gets batch i's mean loss (chat data, pos given: over its targets, 0 with none)
+// and counts[i] (if given) its targets; without, the last batch's logits stay in g->acts.
 static void gpt_forward_eval_batches(GPT* g, const int* inputs, const int* targets, int n, float* losses,
-                                     const int* pos = NULL) {
+                                     const int* pos = NULL, int64_t* counts = NULL) {
     const int L = g->config.num_layers, R = g->resident_layers;
     const int64_t N = (int64_t)g->B * g->T;
     cudaStream_t s = g->stream.compute;
@@ -716,6 +716,7 @@ static void gpt_forward_eval_batches(GPT* g, const int* inputs, const int* targe
         head_forward(g, layer_input(g, L, i), t, g->losses + i * N, 0.0f, s);
         if (!targets) continue;
         const int64_t count = pos ? count_targets(targets + i * N, N) : N;
+        if (counts) counts[i] = count;
         if (count == 0) {
             losses[i] = 0.0f;
             continue;
@@ -927,17 +928,18 @@ static void fetch_batch(DataLoader* dl, int V, const char* which, StepTokens* to
 // The mean loss of the first `batches` validation batches, max_micro per walk of the layers.
 // Chat data: the mean over their target tokens.
 static float validation_loss(GPT* g, DataLoader* val, int64_t batches, StepTokens* buf) {
-    const int64_t N = (int64_t)g->B * g->T;
     const bool chat = val->kind == DL_CHAT;
     dataloader_reset(val);
     double sum = 0.0, targets = 0.0;
     std::vector<float> losses((size_t)g->max_micro);
+    std::vector<int64_t> counts((size_t)g->max_micro);
     for (int64_t done = 0; done < batches;) {
         const int n = (int)std::min<int64_t>(g->max_micro, batches - done);
         for (int i = 0; i < n; i++) fetch_batch(val, g->config.vocab_size, "val", buf, i);
-        gpt_forward_eval_batches(g, buf->inputs, buf->targets, n, losses.data(), chat ? buf->pos : NULL);
+        gpt_forward_eval_batches(g, buf->inputs, buf->targets, n, losses.data(), chat ? buf->pos : NULL,
+                                 counts.data());
         for (int i = 0; i < n; i++) {
-            const double count = chat ? (double)count_targets(buf->targets + i * N, N) : 1.0;  // a mean each
+            const double count = chat ? (double)counts[(size_t)i] : 1.0;  // pretraining: a mean each
             sum += losses[i] * count;
             targets += count;
         }
