@@ -41,7 +41,7 @@ typedef struct {
     int plan_only;     // -P  1: print the memory this run would need and exit (no GPU, no data needed)
     float host_gib;    // -M  host memory the fit check counts on, GiB; 0 = MemAvailable
     float gpu_gib;     // -V  GPU memory this run may use, GiB; 0 = all that is free on the device
-    int vocab_host;    // -E  1: the Llama family's embeddings and lm_head in host RAM, updated by the CPU AdamW
+    int vocab_host;    // -E  1: the Llama family's embeddings and lm_head in host RAM (CPU AdamW), -1: if needed
     const char* ssd_dir;  // -sd the streamed layers' fp32 weights and AdamW m, v in an SsdStore there; NULL
     int ssd_weights;      // -sw 1: with -sd, their bf16 weights there too
 } GpuArgs;
@@ -76,7 +76,7 @@ static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
     ga->plan_only = 0;
     ga->host_gib = 0;
     ga->gpu_gib = 0;
-    ga->vocab_host = 0;
+    ga->vocab_host = -1;
     ga->ssd_dir = NULL;
     ga->ssd_weights = 0;
 }
@@ -120,9 +120,10 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "  -V <GiB>    GPU memory this run may use (its fit check, -R -1, -K -1; with -P 1 they are planned\n"
         "              for it), 0 = all that is free: e.g. -V 79 places layers as on an H100 80GB (default "
         "%g)\n"
-        "  -E <0|1>    the Llama family's vocabulary tensors (embeddings, lm_head, final norm): 0 = on the GPU\n"
+        "  -E <int>    the Llama family's vocabulary tensors (embeddings, lm_head, final norm): 0 = on the GPU\n"
         "              with their AdamW state, 1 = in host RAM, updated by the CPU AdamW; the head and the loss\n"
-        "              then run over the vocabulary in chunks, so the logits never exist for all of it (default %d)\n"
+        "              then run over the vocabulary in chunks, so the logits never exist for all of it;\n"
+        "              -1 = in host RAM only when the GPU (or -V) cannot hold them (default %d)\n"
         "  -sd <dir>   SSD tier: the streamed layers' fp32 weights and AdamW m, v live in files under dir "
         "(an\n"
         "              NVMe drive; O_DIRECT over io_uring), and their bf16 gradients too: 14 bytes per\n"
@@ -202,7 +203,7 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         else if (strcmp(flag, "-V") == 0)
             ok = parse_float_in(flag, value, 0.0, 1 << 20, &ga->gpu_gib, err, sizeof err);
         else if (strcmp(flag, "-E") == 0) {
-            ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err);
+            ok = parse_int_in(flag, value, -1, 1, &v, err, sizeof err);
             ga->vocab_host = (int)v;
         } else if (strcmp(flag, "-sd") == 0) {
             if (!value[0]) die("-sd needs a directory (run ./train_gpt -h for the flags)");

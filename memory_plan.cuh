@@ -314,11 +314,22 @@ static int64_t gpu_memory_budget(const GpuArgs* ga, int64_t gpu_free) {
     const int64_t given = (int64_t)((double)ga->gpu_gib * 1073741824.0);
     return ga->gpu_gib > 0 && given < gpu_free ? given : gpu_free;
 }
+// -E -1: the vocabulary tensors go to the host when the plan with them on the GPU (and the -R / -K given)
+// exceeds the budget. 0 or 1 otherwise, as given; GPT-2: 0.
+static int vocab_host_for(const GPTConfig* c, int B, int T, int n_micro, int slots, const GpuArgs* ga,
+                          int64_t budget, const LlamaConfig* llama) {
+    if (!llama || !llama->num_layers) return 0;
+    if (ga->vocab_host >= 0) return ga->vocab_host;
+    const MemoryPlan on_gpu = gpt_memory_plan(c, B, T, n_micro, slots, std::max(ga->resident, 0),
+                                              std::max(ga->kept, 0), ssd_tier(ga), llama, false);
+    return on_gpu.gpu_bytes + gpu_reserve_bytes + gpu_margin_bytes > budget ? 1 : 0;
+}
+
 // -R -1, then -K -1: as many layers as fit in the budget; returns the plan with them.
 static MemoryPlan place_layers(const GPTConfig* c, int B, int T, int n_micro, int slots, const GpuArgs* ga,
                                int64_t budget, int* resident, int* kept, const LlamaConfig* llama = NULL) {
     MemoryPlan plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga), llama,
-                                      ga->vocab_host);
+                                      ga->vocab_host > 0);
     auto layers_that_fit = [&](int64_t per_layer) {
         const int64_t spare = budget - gpu_reserve_bytes - gpu_margin_bytes - plan.gpu_bytes;
         return spare > 0 ? (int)std::min<int64_t>(spare / per_layer, c->num_layers) : 0;
@@ -326,12 +337,12 @@ static MemoryPlan place_layers(const GPTConfig* c, int B, int T, int n_micro, in
     if (ga->resident < 0) {
         *resident = layers_that_fit(plan.resident_layer);
         plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga), llama,
-                                      ga->vocab_host);
+                                      ga->vocab_host > 0);
     }
     if (ga->kept < 0) {
         *kept = layers_that_fit(plan.kept_layer);
         plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga), llama,
-                                      ga->vocab_host);
+                                      ga->vocab_host > 0);
     }
     return plan;
 }
@@ -376,7 +387,7 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
         ga->ssd_dir && ga->ssd_weights ? " (the prefix's weights, read and gradient layer buffers: -sw 1)"
                                        : "");
     if (ga->ssd_dir) printf("; the SSD tier's ring %.2f", m.ssd_ring / GiB);
-    if (ga->vocab_host) printf("; the vocabulary tensors' fp32 gradients %.2f (-E 1)", m.vocab_grads / GiB);
+    if (ga->vocab_host > 0) printf("; the vocabulary tensors' fp32 gradients %.2f (-E 1)", m.vocab_grads / GiB);
     if (host_avail >= 0)
         printf(" (%s: %.1f GiB %s)", plan.host_bytes <= host_avail ? "fits" : "does NOT fit",
                host_avail / GiB, ga->host_gib > 0 ? "given by -M" : "available here");
@@ -386,7 +397,7 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
         "gradient %.2f; "
         "the rest %.2f",
         m.gpu_bytes / GiB, m.layer_inputs / GiB, slots, (m.slots + m.grad_staging) / GiB,
-        ga->vocab_host ? "vocabulary chunk buffers (-E 1)" : "embeddings with their AdamW state",
+        ga->vocab_host > 0 ? "vocabulary chunk buffers (-E 1)" : "embeddings with their AdamW state",
         (m.embeddings + m.vocab_chunks) / GiB, resident, m.resident_layers / GiB, kept, m.kept / GiB, m.acts / GiB, m.layer_grads / GiB,
         (m.dresid + 4 * m.tokens + m.scalars) / GiB);
     if (ga->gpu_gib > 0)  // the fit check of a run: the plan and the reserve within the budget

@@ -1105,11 +1105,10 @@ static void check_ssd_space(const Run* r) {
 }
 
 // The fit check, before any large allocation: host RAM first, then the GPU.
-static void check_fit(Run* r) {
+static void check_host_fit(const Run* r) {
     const double GiB = 1073741824.0;
     const GpuArgs* ga = &r->ga;
     const int64_t host_avail = host_memory_to_count_on(ga);
-    check_ssd_space(r);
     if (host_avail >= 0 && r->plan.host_bytes > host_avail)
         die("host RAM too small for this config: needs %.1f GiB (fp32 weights + AdamW m, v + pinned bf16 "
             "weights and "
@@ -1118,6 +1117,12 @@ static void check_fit(Run* r) {
             ga->host_gib > 0
                 ? "given by -M"
                 : "available (MemAvailable; where memory grows as it is used, -M GiB says how much)");
+}
+static void check_fit(Run* r) {
+    const double GiB = 1073741824.0;
+    GpuArgs* ga = &r->ga;
+    check_ssd_space(r);
+    check_host_fit(r);
     if (r->no_gpu_here)
         die("no CUDA device found: this trainer needs an NVIDIA GPU; ./train_gpt_cpu trains on the CPU");
     // before the context exists: a host thread that waits for the GPU sleeps instead of spinning a core
@@ -1135,8 +1140,15 @@ static void check_fit(Run* r) {
     r->gpu_free_at_start = (int64_t)gpu_free;
     r->gpu_total = (int64_t)gpu_total;
     r->gpu_budget = gpu_memory_budget(ga, r->gpu_free_at_start);
+    const int vocab_host = ga->vocab_host;
+    ga->vocab_host = vocab_host_for(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga, r->gpu_budget,
+                                    &r->llama);
     r->plan = place_layers(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga, r->gpu_budget,
                            &r->resident, &r->kept, &r->llama);
+    if (vocab_host < 0 && ga->vocab_host > 0) {  // -E -1 chose the host: its RAM must hold them too
+        printf("vocabulary tensors: in host RAM (-E -1: they do not fit the GPU's budget with the layers')\n");
+        check_host_fit(r);
+    }
     const MemoryPlan& m = r->plan;
     if (m.gpu_bytes + gpu_reserve_bytes <= r->gpu_budget) return;
     char budget_text[512];
@@ -1163,8 +1175,9 @@ static void plan_run(Run* r) {
     if (r->llama.num_layers && ga.ssd_dir)
         die("-sd %s: the SSD tier holds GPT-2 layers only for now (train the Llama family without -sd)",
             ga.ssd_dir);
-    if (ga.vocab_host && !r->llama.num_layers)
+    if (ga.vocab_host > 0 && !r->llama.num_layers)
         die("-E 1 moves the Llama family's vocabulary tensors to the host: GPT-2's stay on the GPU");
+    if (!r->llama.num_layers) r->ga.vocab_host = 0;  // -E -1 decides with the GPU's budget (check_fit)
     if (a.T > r->cfg.max_seq_len)
         die("-t %d exceeds the model's max sequence length %d", a.T, r->cfg.max_seq_len);
     r->n_micro = grad_accum_steps(&a);
@@ -1180,7 +1193,7 @@ static void plan_run(Run* r) {
     if (ga.plan_only && r->no_gpu_here)
         flash_attention_device_major = 9;  // plan for an H100's attention path
     r->plan = gpt_memory_plan(&r->cfg, a.B, a.T, r->n_micro, ga.num_slots, r->resident, r->kept,
-                              ssd_tier(&ga), &r->llama, ga.vocab_host);
+                              ssd_tier(&ga), &r->llama, ga.vocab_host > 0);
     if (ga.ssd_dir && ga.resident >= r->cfg.num_layers)
         die("-sd %s with -R %d: every layer is GPU-resident, no state is left to put on disk", ga.ssd_dir,
             ga.resident);
@@ -1200,7 +1213,12 @@ static void plan_run(Run* r) {
 // -P 1: prints the plan and exits. With -V, -R -1 / -K -1 are placed for that much GPU memory, as
 // a run would.
 static int print_plan_only(Run* r) {
-    const GpuArgs* ga = &r->ga;
+    GpuArgs* ga = &r->ga;
+    ga->vocab_host = ga->gpu_gib > 0 ? vocab_host_for(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots,
+                                                      ga, gpu_memory_budget(ga, INT64_MAX), &r->llama)
+                                     : std::max(ga->vocab_host, 0);  // -E -1 without -V: on the GPU
+    r->plan = gpt_memory_plan(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, r->resident, r->kept,
+                              ssd_tier(ga), &r->llama, ga->vocab_host > 0);
     if (ga->gpu_gib > 0)
         r->plan = place_layers(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga,
                                gpu_memory_budget(ga, INT64_MAX), &r->resident, &r->kept, &r->llama);
@@ -1342,7 +1360,7 @@ static void build_model(Run* r, GPT* g) {
         ssd_print_bandwidth(r);
     }
     gpt_build(g, &r->cfg, r->args.B, r->args.T, r->n_micro, r->ga.num_slots, r->resident, r->kept, &r->args,
-              ssd_tier(&r->ga), &r->llama, r->ga.vocab_host);
+              ssd_tier(&r->ga), &r->llama, r->ga.vocab_host > 0);
     if (r->llama.num_layers) load_llama_weights(r, g);
     else if (r->ga.ssd_dir) ssd_attach(r, g);
     else if (r->kind == 1) gpt_init_params(&r->cfg, g->master, INIT_SEED);

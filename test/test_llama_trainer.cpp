@@ -333,6 +333,7 @@ TEST_F(CliTest, SamplesDecodeThroughTheCheckpointsTokenizerJson) {
 // -E 1: the vocabulary tensors in host RAM, the head in chunks (VOCAB_CHUNK_ROWS 4096: 50257 rows in 13,
 // the last short). train_gpt trains as with them on the GPU (losses within 2.5e-4 relative, test_gpu_llama's
 // bound), resumes its own checkpoint bit for bit, plans the chunk buffers, and GPT-2 refuses -E 1.
+// The default -E -1 moves them only when the GPU cannot hold them.
 TEST_F(CliTest, GpuTrainsWithTheVocabularyOnTheHost) {
     if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
     const std::string out = dir + "/vocab";
@@ -356,6 +357,13 @@ TEST_F(CliTest, GpuTrainsWithTheVocabularyOnTheHost) {
     const auto c = step_losses(resumed.out);
     ASSERT_EQ(c.size(), 2u) << resumed.out;
     for (int s = 3; s <= 4; s++) EXPECT_EQ(c.at(s), b.at(s)) << "step " << s << " after the resume";
+    // -E -1 (the default) moves them only when the GPU's budget cannot hold them: here -V 1.3 leaves the
+    // plan 51 MiB after the reserve and the margin, the embeddings and head with their AdamW state take 58
+    const Result fit = run_bin(kEmu, kLlama + Args{"-x", "1", "-v", "0", "-g", "0", "-V", "1.3"});
+    ASSERT_EQ(fit.code, 0) << fit.cmd << "\n" << fit.err << fit.out;
+    EXPECT_TRUE(has(fit.out, "vocabulary tensors: in host RAM (-E -1")) << fit.out;
+    const Result roomy = run_bin(kEmu, kLlama + Args{"-x", "1", "-v", "0", "-g", "0"});
+    EXPECT_FALSE(has(roomy.out, "vocabulary tensors: in host RAM")) << roomy.out;
     const Result p = run_bin(kEmu, Args{"-e", "llama3-405b", "-b", "1", "-t", "4096", "-P", "1", "-E", "1"});
     ASSERT_EQ(p.code, 0) << p.cmd << "\n" << p.err << p.out;
     EXPECT_TRUE(has(p.out, "vocabulary chunk buffers (-E 1)")) << p.out;
