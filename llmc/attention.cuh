@@ -1,17 +1,8 @@
-// attention.cuh — causal self-attention (-F 0), forward and backward.
-// cuBLAS batched GEMMs per head and the causal softmax kernels, in place on the activations' layouts.
-// No CUDA API of its own, so test/test_attention.cpp checks its stride math on the CPU.
-
-// Grouped-query attention (Llama): qkv rows are [q (NH*hs) | k (NKV*hs) | v (NKV*hs)].
-// Query head h reads key/value head h / (NH/NKV) in place. GPT-2 is NKV = NH: [q | k | v] of C each.
-// Packed sequences: pos (B*T, device, may be NULL) masks key s for query t unless t - pos[t] <= s <= t.
+// attention.cuh — causal self-attention (-F 0): cuBLAS GEMMs per head, softmax kernels.
+// test/test_attention.cpp checks its stride math on the CPU.
 #pragma once
 
-// Per-head matrices in place:
-//   q, k, v of head h: column blocks of a qkv row (row stride (NH + 2 NKV) hs)
-//   y, dy: (B, T, NH, hs) (row stride C)
-//   scores of (b, h): block b*NH + h of att (T x T)
-// Heads are uniformly strided (hs, or T*T): one batched GEMM per sequence.
+// Per-head matrices in place, uniformly strided: one batched GEMM per sequence.
 typedef struct {
     bf16* base;        // head 0 of sequence 0
     int ld;            // elements between consecutive rows of one head's matrix
@@ -29,12 +20,10 @@ static void heads_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                        heads, s, beta);
 }
 
-// One batched GEMM takes member j (0 .. group-1) of each of the NKV groups.
-// So query heads h = g*group + j (stride group*hs) meet key/value head g (stride hs).
-// GPT-2: group 1, j 0, every head.
+// Grouped-query attention: query head g*group + j reads key/value head g (GPT-2: group 1).
 typedef struct {
     int T, NH, NKV, hs, group;
-    int64_t ld;  // a qkv row: (NH + 2 NKV) hs
+    int64_t ld;  // a qkv row: [q (NH hs) | k (NKV hs) | v (NKV hs)]
 } AttnHeads;
 static AttnHeads attn_shape(int T, int C, int NH, int NKV) {
     const int nkv = NKV > 0 ? NKV : NH, hs = C / NH;
@@ -60,13 +49,13 @@ static HeadMatrices score_heads(bf16* att, const AttnHeads& a, int j) {
     return {att + j * TT, a.T, a.group * TT, (int64_t)a.NH * TT};
 }
 
-// y (B, T, C = NH*hs) = softmax_causal(q k^T / sqrt(hs)) v per head; att (B, NH, T, T) keeps P.
-// qkv (B, T, (NH + 2 NKV) hs), bias added. NKV 0: NKV = NH (GPT-2).
+// y (B, T, NH*hs) = softmax_causal(q k^T / sqrt(hs)) v per head; att (B, NH, T, T) keeps P.
+// NKV 0: NKV = NH (GPT-2). pos (B*T, may be NULL): query t sees keys t - pos[t] .. t.
 static void attention_forward(bf16* y, bf16* att, bf16* qkv, int B, int T, int C, int NH, cudaStream_t s,
                               int NKV = 0, const int* pos = nullptr) {
     const AttnHeads sh = attn_shape(T, C, NH, NKV);
     const HeadMatrices k = kv_heads(qkv, sh, 1), v = kv_heads(qkv, sh, 2);
-    // scores = q @ k^T / sqrt(hs)  (column-major: scores^T = k q^T)
+    // scores = q @ k^T / sqrt(hs)  (column-major: scores^T = k q^T), one GEMM per group member j
     for (int j = 0; j < sh.group; j++)
         heads_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, sh.hs, 1.0f / sqrtf((float)sh.hs), k, q_heads(qkv, sh, j),
                    score_heads(att, sh, j), B, sh.NKV, s);
@@ -77,16 +66,14 @@ static void attention_forward(bf16* y, bf16* att, bf16* qkv, int B, int T, int C
                    row_heads(y, sh, j), B, sh.NKV, s);
 }
 
-// dqkv (B, T, qkv row), every element, from dy (B, T, C) and the forward's qkv and att; datt: scratch.
-// dk, dv sum a group's query heads: the first head's GEMM writes, the others add (beta 1) in order.
-// One stream, so no race; one bf16 rounding per added head.
+// dqkv (B, T, qkv row), every element, from dy (B, T, C), qkv and att; datt: scratch.
 static void attention_backward(bf16* dqkv, bf16* datt, bf16* dy, bf16* att, bf16* qkv, int B, int T, int C,
                                int NH, cudaStream_t s, int NKV = 0, const int* pos = nullptr) {
     const AttnHeads sh = attn_shape(T, C, NH, NKV);
     const float scale = 1.0f / sqrtf((float)sh.hs);
     const HeadMatrices k = kv_heads(qkv, sh, 1), v = kv_heads(qkv, sh, 2);
     const HeadMatrices dk = kv_heads(dqkv, sh, 1), dv = kv_heads(dqkv, sh, 2);
-    // datt = dy @ v^T ; dv = att^T @ dy
+    // datt = dy @ v^T ; dv = att^T @ dy (later heads of a group add: beta 1)
     for (int j = 0; j < sh.group; j++) {
         const HeadMatrices d = row_heads(dy, sh, j);
         heads_gemm(CUBLAS_OP_T, CUBLAS_OP_N, T, T, sh.hs, 1.0f, v, d, score_heads(datt, sh, j), B, sh.NKV, s);

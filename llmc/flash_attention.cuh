@@ -1,22 +1,13 @@
 // flash_attention.cuh — causal self-attention as fused tensor-core kernels (FlashAttention-2).
-// The (T x T) scores live only in registers, tile by tile.
-// The forward keeps one log-sum-exp per query row; the backward recomputes P from it.
-// Backward: two kernels (dq by query tiles, dk/dv by key tiles), each gradient written once, no atomics.
-// Layouts as attention.cuh (the fallback): qkv (B, T, 3C) -> y (B, T, C).
-// Head sizes 32, 64, 80, 96, 128; any T; bf16 in, fp32 accumulation.
-
-// Grouped-query attention (Llama): qkv rows [q (NH*hs) | k (NKV*hs) | v (NKV*hs)].
-// Query head h reads key/value head h / (NH/NKV) in place; GPT-2 is NKV = NH.
-// Packed sequences: pos (B*T, may be NULL) masks key s for query t unless t - pos[t] <= s <= t.
-// Key tiles no query of a block sees are skipped.
+// The (T x T) scores stay in registers, tile by tile; bf16 in, fp32 accumulation.
 // Not here: choosing the path (train_gpt.cu), cp.async double buffering, Hopper's wgmma.
 #pragma once
-#include "cuda_common.h"
-#include "kernels.cuh"  // warp_sum
+#include "cuda_common.h"  // defines: bf16, cudaCheck, cudaCheckLaunch, grid_for, ceil_div64
+#include "kernels.cuh"    // defines: warp_sum
 
 // ----------------------------------------------------------------------------
-// The tensor-core instruction and its register layout (PTX ISA, "Matrix Fragments for mma.m16n8k16 with
-// floating point type"). One warp multiplies A (16 x 16, bf16) by B (16 x 8, bf16) into C (16 x 8, fp32).
+// mma.sync m16n8k16: one warp adds A (16 x 16, bf16) B (16 x 8, bf16) to C (16 x 8, fp32).
+// Its register layout: PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type".
 
 // Lane l holds, with g = l / 4 and t = l % 4 (pairs are packed low element first):
 //   A: a[0] = A[g][2t, 2t+1]  a[1] = A[g+8][2t, 2t+1]  a[2] = A[g][2t+8, 2t+9]  a[3] = A[g+8][2t+8, 2t+9]
@@ -42,9 +33,8 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], 
 #endif
 }
 
-// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: the warp loads four 8 x 8 bf16 matrices from shared
-// memory; lanes 8i .. 8i+7 give the addresses of matrix i's 8 rows (16 contiguous bytes each, 16-byte
-// aligned).
+// ldmatrix .x4: the warp loads four 8 x 8 bf16 matrices from shared memory.
+// Lanes 8i .. 8i+7 address matrix i's 8 rows (16 bytes each, 16-byte aligned).
 
 // Lane l receives in r[i], with g = l / 4 and t = l % 4:
 //   plain:  matrix i's elements [g][2t], [g][2t+1]
@@ -123,13 +113,10 @@ __device__ __forceinline__ void c_to_a(uint32_t a[4], const float left[4], const
     a[3] = pack_pair(right[2], right[3]);
 }
 
-// Shared tiles are [rows][W + FA_PAD], rows as in memory.
-// The padding keeps rows 16-byte aligned and puts one ldmatrix phase's 8 rows in different banks.
-// Fragment pairs down a column: ldmatrix .trans.
+// Shared tiles are [rows][W + FA_PAD]: rows 16-byte aligned, an ldmatrix's 8 rows in different banks.
 #define FA_PAD 8
 
 // The first key query rows [row0, row0 + rows) see: min of t - pos[t] (pos_b NULL: 0).
-// Thread 0 reads it, the block gets it through `shared`: every thread must call it.
 __device__ __forceinline__ int first_key_of(const int* pos_b, int row0, int rows, int T, int* shared) {
     if (!pos_b) return 0;
     if (threadIdx.x == 0) {
@@ -137,7 +124,7 @@ __device__ __forceinline__ int first_key_of(const int* pos_b, int row0, int rows
         for (int r = row0; r < min(row0 + rows, T); r++) lo = min(lo, r - pos_b[r]);
         *shared = lo;
     }
-    __syncthreads();
+    __syncthreads();  // so every thread must call it
     return *shared;
 }
 // The first key query row r sees (0 past T or without pos).
@@ -195,16 +182,12 @@ __device__ __forceinline__ void b2_from_cols(uint32_t b[4], const bf16 (*tile)[W
 }
 
 // ----------------------------------------------------------------------------
-// Forward. Block: 64 queries of one (sequence, head), 4 warps of 16 rows; key tiles of 64 up to the diagonal.
-// Per tile: S = q k^T, base-2 scaled, masked; online softmax (row max m, sum l).
-// O = O * exp2(m_old - m_new) + P v. Then y = O / l, lse = m + log2(l).
-// So p = exp2(score * scale_log2 - lse).
-// grid: (B * NH, ceil(T / 64)), the last tiles (most keys) first.
-
+// Forward: online softmax over key tiles (row max m, sum l); y = O / l, lse = m + log2(l).
 template <int HS>
 __global__ void __launch_bounds__(128)
     flash_attention_forward_kernel(bf16* y, float* lse, const bf16* qkv, int T, int NH, int NKV,
                                    const int* pos, float scale_log2) {
+    // 64 queries of one (b, h), 4 warps of 16 rows; key tiles of 64
     constexpr int BQ = 64, BK = 64;
     __shared__ __align__(16) bf16 ks[BK][HS + FA_PAD];  // k rows: B of S = q k^T
     __shared__ __align__(16) bf16 vs[BK][HS + FA_PAD];  // v rows: B of O += P v (ldmatrix .trans)
@@ -212,7 +195,7 @@ __global__ void __launch_bounds__(128)
     const int C = NH * HS;
     const int64_t ld = (int64_t)(NH + 2 * NKV) * HS;  // a qkv row
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-    const int q_tile = (int)gridDim.y - 1 - (int)blockIdx.y;
+    const int q_tile = (int)gridDim.y - 1 - (int)blockIdx.y;  // the last tiles (most keys) first
     const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
     const bf16* q_head = qkv + (int64_t)b * T * ld + (int64_t)h * HS;
     const bf16* k_head = qkv + (int64_t)b * T * ld + (int64_t)(NH + h / (NH / NKV)) * HS;  // its group's
@@ -226,8 +209,7 @@ __global__ void __launch_bounds__(128)
     load_a_rows<HS>(qf, q_head, ld, r0, r1, T);
     float o[HS / 8][4];
     for (int n = 0; n < HS / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    // Running max and this lane's part of the sum, rows r0 and r1.
-    // m stays -inf until a row's first key; the rescale after it is exp2(-inf - m) = 0.
+    // Running max and this lane's part of the sum, rows r0 and r1; m is -inf before a row's first key.
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
     // BK == BQ: key tiles from the block's first key up to and including the diagonal one
@@ -243,9 +225,10 @@ __global__ void __launch_bounds__(128)
             for (int n = 0; n < BK / 8; n += 2) {
                 uint32_t bk[4];
                 b2_from_rows<HS>(bk, ks, n * 8, kk * 16);
-                mma_bf16_16816(s[n], qf[kk], bk);
+                mma_bf16_16816(s[n], qf[kk], bk);  // S = q k^T
                 mma_bf16_16816(s[n + 1], qf[kk], bk + 2);
             }
+        // scaled to base 2, masked; each row's max
         float mx0 = -INFINITY, mx1 = -INFINITY;
         for (int n = 0; n < BK / 8; n++)
             for (int e = 0; e < 2; e++) {
@@ -276,7 +259,7 @@ __global__ void __launch_bounds__(128)
             }
         l0 = l0 * alpha0 + sum0;
         l1 = l1 * alpha1 + sum1;
-        for (int n = 0; n < HS / 8; n++) {
+        for (int n = 0; n < HS / 8; n++) {  // O *= exp2(m_old - m_new)
             o[n][0] *= alpha0;
             o[n][1] *= alpha0;
             o[n][2] *= alpha1;
@@ -312,7 +295,7 @@ __global__ void __launch_bounds__(128)
 }
 
 // ----------------------------------------------------------------------------
-// Backward. With P = exp2(S * scale_log2 - lse) recomputed from q, k and lse, and D = rowsum(dy * y):
+// Backward: P = exp2(S * scale_log2 - lse) recomputed, D = rowsum(dy * y):
 //   dv = P^T dy,  dP = dy v^T,  dS = P * (dP - D),  dq = scale * dS k,  dk = scale * dS^T q.
 
 // D (B, NH, T) = rowsum(dy * y) over each head's HS columns; one warp per (b, t, h) row.
@@ -331,9 +314,7 @@ __global__ void flash_attention_dsum_kernel(float* dsum, const bf16* y, const bf
     }
 }
 
-// dq. Block: 64 queries, 4 warps of 16 rows (q, dy as A fragments).
-// Key tiles of 32 from the block's first key up to the diagonal.
-// grid: (B * NH, ceil(T / 64)), longest rows first.
+// dq, by query tiles: 64 queries a block, 4 warps of 16 rows, key tiles of 32.
 template <int HS>
 __global__ void __launch_bounds__(128)
     flash_attention_backward_dq_kernel(bf16* dqkv, const bf16* qkv, const bf16* dy, const float* lse,
@@ -346,7 +327,7 @@ __global__ void __launch_bounds__(128)
     const int C = NH * HS;
     const int64_t ld = (int64_t)(NH + 2 * NKV) * HS;
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
-    const int q_tile = (int)gridDim.y - 1 - (int)blockIdx.y;
+    const int q_tile = (int)gridDim.y - 1 - (int)blockIdx.y;  // longest rows first
     const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
     const bf16* q_head = qkv + (int64_t)b * T * ld + (int64_t)h * HS;
     const bf16* k_head = qkv + (int64_t)b * T * ld + (int64_t)(NH + h / (NH / NKV)) * HS;
@@ -417,11 +398,8 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-// dk and dv. Block: 32 keys of one key/value head, 2 warps of 16 key rows.
-// S^T = k q^T key-major, so P^T and dS^T are A fragments of dv += P^T dy and dk += dS^T q.
-// Per query head of the group: query tiles of 32 from the diagonal on; q, dy rows are B (.trans).
-// grid: (B * NKV, ceil(T / 32)), the first keys (most queries) first.
-// No races: the block owns its keys' dk, dv, sums the group's heads in registers, writes each once.
+// dk and dv, by key tiles: 32 keys of one key/value head a block, 2 warps of 16 rows.
+// The block owns its keys' dk, dv: summed over the group's heads, written once, no atomics.
 template <int HS>
 __global__ void __launch_bounds__(64)
     flash_attention_backward_dkdv_kernel(bf16* dqkv, const bf16* qkv, const bf16* dy, const float* lse,
@@ -437,7 +415,7 @@ __global__ void __launch_bounds__(64)
     const int C = NH * HS, group = NH / NKV;
     const int64_t ld = (int64_t)(NH + 2 * NKV) * HS;
     const int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV;
-    const int key_tile = blockIdx.y;
+    const int key_tile = blockIdx.y;  // the first keys (most queries) first
     const int warp = threadIdx.x / 32, g = (threadIdx.x % 32) / 4, t = threadIdx.x % 4;
     const bf16* k_head = qkv + (int64_t)b * T * ld + (int64_t)(NH + kvh) * HS;
     const bf16* v_head = k_head + (int64_t)NKV * HS;
@@ -475,7 +453,7 @@ __global__ void __launch_bounds__(64)
             float st[BQ / 8][4], dpt[BQ / 8][4];
             for (int n = 0; n < BQ / 8; n++)
                 for (int e = 0; e < 4; e++) st[n][e] = dpt[n][e] = 0.0f;
-            for (int kk = 0; kk < HS / 16; kk++) {
+            for (int kk = 0; kk < HS / 16; kk++) {  // key-major: P^T, dS^T come out as A fragments
                 uint32_t ka[4], va[4];
                 a_from_tile<HS>(ka, ks, warp * 16, kk * 16);
                 a_from_tile<HS>(va, vs, warp * 16, kk * 16);
@@ -552,8 +530,7 @@ static bool flash_attention_usable(int head_size) {
            (head_size == 32 || head_size == 64 || head_size == 80 || head_size == 96 || head_size == 128);
 }
 
-// 16-byte moves: q, k, v, y, dy bases must be 16-byte aligned (allocations align to 256, rows of C
-// = NH * HS to 64 bytes).
+// 16-byte moves need 16-byte aligned q, k, v, y, dy (allocations align to 256 bytes, rows to 64).
 static void flash_check_aligned(const void* a, const void* b, const void* c, const void* d) {
     if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d) & 15) {
         fprintf(stderr, "error: flash attention: a tensor is not 16-byte aligned\n");
@@ -605,7 +582,7 @@ static void flash_attention_load(int hs) {
     for (const void* k : kernels) cudaCheck(cudaFuncGetAttributes(&attr, k));
 }
 
-// NKV (0: NH) key/value heads dividing NH; pos (B*T, device, may be NULL): the packed sequences' positions.
+// NKV (0: NH) key/value heads dividing NH; query head h reads head h / (NH / NKV).
 static int flash_kv_heads(int NH, int NKV) {
     const int nkv = NKV > 0 ? NKV : NH;
     if (NH % nkv) {
@@ -615,9 +592,8 @@ static int flash_kv_heads(int NH, int NKV) {
     return nkv;
 }
 
-// y (B, T, C = NH*hs) = causal softmax(q k^T / sqrt(hs)) v per head.
-// lse (B, NH, T): each row's base-2 log-sum-exp of its scaled scores, for the backward.
-// qkv (B, T, (NH + 2 NKV) hs); NKV, pos: see above.
+// y (B, T, NH*hs) = causal softmax(q k^T / sqrt(hs)) v per head; lse (B, NH, T): base-2 logsumexp.
+// qkv (B, T, (NH + 2 NKV) hs); pos (B*T, may be NULL): query t sees keys t - pos[t] .. t.
 static void flash_attention_forward(bf16* y, float* lse, const bf16* qkv, int B, int T, int C, int NH,
                                     cudaStream_t s, int NKV = 0, const int* pos = nullptr) {
     const int hs = C / NH, nkv = flash_kv_heads(NH, NKV);
@@ -628,8 +604,7 @@ static void flash_attention_forward(bf16* y, float* lse, const bf16* qkv, int B,
     cudaCheckLaunch();
 }
 
-// dqkv (B, T, qkv row), every element, from dy (B, T, C) and the forward's qkv, y, lse; dsum (B, NH, T):
-// scratch.
+// dqkv (B, T, qkv row), every element, from dy (B, T, C), qkv, y, lse; dsum (B, NH, T): scratch.
 static void flash_attention_backward(bf16* dqkv, float* dsum, const bf16* dy, const bf16* y, const bf16* qkv,
                                      const float* lse, int B, int T, int C, int NH, cudaStream_t s,
                                      int NKV = 0, const int* pos = nullptr) {

@@ -1,11 +1,8 @@
-// llama_kernels.cuh — the GPU kernels a Llama layer adds to GPT-2's: RMSNorm, RoPE, SwiGLU, fwd and bwd.
-// bf16 in and out, fp32 math. RMSNorm's weight gradient accumulates (+=) in fp32, as LayerNorm's.
-// Each launcher is named as its fp32 twin in llama_cpu.h, the test's oracle (rmsnorm_forward, ...).
-// Not here: grouped-query attention (attention.cuh, flash_attention.cuh), GEMMs (matmul.cuh).
-// Not here either: 16-byte vectorized variants.
+// llama_kernels.cuh — the kernels a Llama layer adds to GPT-2's: RMSNorm, RoPE, SwiGLU.
+// bf16 in and out, fp32 math; each launcher named as its fp32 twin in llama_cpu.h.
+// Not here: attention (attention.cuh, flash_attention.cuh), GEMMs (matmul.cuh).
 
-// Shapes as llama_cpu.h: N = B*T rows, C channels, NH query heads and NKV key/value heads of hd channels,
-// H the MLP width (llama_cpu.h's I).
+// Shapes: N = B*T rows, C channels, NH and NKV heads of hd channels, H = llama_cpu.h's I.
 #pragma once
 #include <vector>
 #include "cuda_common.h"  // defines: bf16, cudaCheck, cudaCheckLaunch, grid_for, ceil_div64
@@ -57,7 +54,6 @@ __global__ void rmsnorm_backward_input_kernel(bf16* dinp, const bf16* dout, cons
 }
 
 // dweight[c] += sum over rows of dout * x * rstd, as kernels.cuh's column sums.
-// A (32 x 8) block reduces 32 columns x ROWS_PER_TILE rows in shared memory, then one atomic per column.
 __global__ void rmsnorm_backward_weight_kernel(float* dweight, const bf16* dout, const bf16* inp,
                                                const float* rstd, int64_t N, int C) {
     __shared__ float sw[8][WARP + 1];
@@ -71,9 +67,9 @@ __global__ void rmsnorm_backward_weight_kernel(float* dweight, const bf16* dout,
             for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y)
                 acc += (float)dout[r * C + c] * (float)inp[r * C + c] * rstd[r];
         }
-    sw[threadIdx.y][threadIdx.x] = acc;
+    sw[threadIdx.y][threadIdx.x] = acc;  // the block's 8 row groups summed in shared memory
     __syncthreads();
-    if (threadIdx.y == 0 && c < C) {
+    if (threadIdx.y == 0 && c < C) {  // then one atomic per column
         for (int k = 1; k < (int)blockDim.y; k++) acc += sw[k][threadIdx.x];
         atomicAdd(&dweight[c], acc);
     }
@@ -90,14 +86,14 @@ static void rmsnorm_backward(bf16* dinp, float* dweight, const bf16* dout, const
 }
 
 // ----------------------------------------------------------------------------
-// RoPE, in place on the q and k heads of a fused qkv activation (N, (NH + 2*NKV) * hd).
-// A row holds NH q, NKV k, NKV v heads: the rotated heads are its first NH + NKV.
+// RoPE, in place on the first NH + NKV heads (q, k) of qkv rows (N, (NH + 2*NKV) * hd).
 
-// transformers' rotate_half convention: channel i pairs with i + hd/2,
+// transformers' rotate_half: channel i pairs with i + hd/2,
 //   x1' = x1 cos - x2 sin,  x2' = x2 cos + x1 sin,  angle = t * inv_freq[i]
+
 // t = pos[row] (packed sequences, device), or row % T when pos is NULL.
 
-// The backward is the transposed rotation, which is the rotation by -angle.
+// The backward is the rotation by -angle (the transposed rotation).
 
 // d_inv_freq (hd/2 floats, on the device) = llama_rope_inv_freq(c): plain or llama3-scaled, once.
 static void rope_inv_freq_upload(float* d_inv_freq, const LlamaConfig* c) {
@@ -147,8 +143,8 @@ static void rope_backward(bf16* dqkv, const float* inv_freq, int64_t N, int T, i
 }
 
 // ----------------------------------------------------------------------------
-// SwiGLU on a fused (N, 2H) gate_up buffer: each row is H gate columns, then H up columns.
-// w_up follows w_gate in the layer block: [w_gate; w_up] is one (2H, C) matrix, one matmul.
+// SwiGLU on gate_up (N, 2H): each row is H gate columns, then H up columns.
+// [w_gate; w_up] is one (2H, C) matrix in the layer block: one matmul.
 
 // out = silu(gate) * up, silu(x) = x / (1 + exp(-x)); out is (N, H)
 __global__ void swiglu_forward_kernel(bf16* out, const bf16* gate_up, int64_t N, int H) {
@@ -166,7 +162,6 @@ static void swiglu_forward(bf16* out, const bf16* gate_up, int64_t N, int H, cud
 
 // dgate = dout * up * silu'(gate), dup = dout * silu(gate), into dgate_up (N, 2H), laid out as gate_up.
 // dgate_up is overwritten and must not alias gate_up.
-// With s = sigmoid(x): silu'(x) = s * (1 + x * (1 - s)).
 __global__ void swiglu_backward_kernel(bf16* dgate_up, const bf16* dout, const bf16* gate_up, int64_t N,
                                        int H) {
     for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < N * H;
@@ -174,7 +169,7 @@ __global__ void swiglu_backward_kernel(bf16* dgate_up, const bf16* dout, const b
         const int64_t at = (idx / H) * 2 * H + idx % H;
         const float x = (float)gate_up[at], u = (float)gate_up[at + H], d = (float)dout[idx];
         const float s = 1.0f / (1.0f + expf(-x));
-        dgate_up[at] = __float2bfloat16(d * u * (s * (1.0f + x * (1.0f - s))));
+        dgate_up[at] = __float2bfloat16(d * u * (s * (1.0f + x * (1.0f - s))));  // silu'(x), s = sigmoid(x)
         dgate_up[at + H] = __float2bfloat16(d * (x * s));
     }
 }

@@ -14,7 +14,8 @@
 #include <string.h>
 #include <strings.h>
 #include "crc32c.h"       // defines: crc32c_update
-#include "model.h"        // defines: fill_normal, fill_const, finish_atomic_write, first_non_finite
+#include "model.h"        // defines: fill_normal, fill_const, read_model_header, finish_atomic_write,
+                          // first_non_finite
 #include "model_specs.h"  // defines: spec_key_value
 
 #define LLAMA_MODEL_MAGIC   20241126
@@ -335,16 +336,10 @@ static inline int llama_is_model_file(const char* path) {
 
 // The config of a model file, its header checked against its size. 0 with err.
 static inline int llama_read_header(const char* path, LlamaConfig* c, char* err, size_t errlen) {
-    FILE* f = fopen(path, "rb");
-    if (!f) {
-        snprintf(err, errlen, "cannot open model file %.400s: %.80s", path, strerror(errno));
-        return 0;
-    }
     int32_t h[256];
-    const int got = fread(h, sizeof h, 1, f) == 1;
-    fseeko(f, 0, SEEK_END);
-    const int64_t bytes = (int64_t)ftello(f);
-    fclose(f);
+    int got;
+    int64_t bytes;
+    if (!read_model_header(path, h, &got, &bytes, err, errlen)) return 0;
     if (!got || h[0] != LLAMA_MODEL_MAGIC) {
         snprintf(err, errlen, "model file %.400s: not a Llama-family model file (magic %d, want %d)", path,
                  got ? h[0] : -1, LLAMA_MODEL_MAGIC);

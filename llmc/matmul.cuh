@@ -64,7 +64,6 @@ static void matmul_batched(cublasOperation_t ta, cublasOperation_t tb, int m, in
 //   CUBLASLT_EPILOGUE_BIAS           D += bias
 //   CUBLASLT_EPILOGUE_GELU_AUX_BIAS  D += bias; aux = D; D = gelu(D)
 //   CUBLASLT_EPILOGUE_DGELU          D *= gelu'(aux)
-// false, nothing done: no algorithm; the caller runs unfused.
 
 static cublasLtHandle_t cublaslt_handle;  // NULL: never created, every call takes the unfused path
 static int cublaslt_fusion = 1;           // 0: no epilogues (the tests compare both paths)
@@ -90,6 +89,7 @@ typedef struct {
 static std::vector<LtAlgoCacheEntry> lt_algo_cache;
 static const int kLtHeuristicCount = 8;  // algorithms asked of the heuristic per problem
 
+// false, nothing done: no algorithm; the caller runs unfused.
 static bool lt_matmul(bf16* D, int ldd, const bf16* A, cublasOperation_t ta, int lda, const bf16* B,
                       cublasOperation_t tb, int ldb, int m, int n, int k, const bf16* C,
                       cublasLtEpilogue_t epilogue, const bf16* bias, const bf16* aux, int64_t aux_ld,

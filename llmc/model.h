@@ -257,15 +257,25 @@ static inline int64_t llmc_tensor_offset(const GPTConfig* c, const ParamLayout* 
     return at + (is_layer ? esize * (int64_t)l * p->layer_size[t] : 0);
 }
 
-// Reads the header and checks the file's size against it; 0 with err on any problem.
-static inline int llmc_read_header(const char* path, GPTConfig* cfg, char* err, size_t errlen) {
+// Any model file's 256 int32 of header (*got 0: the file is shorter) and its size; 0 with err.
+static inline int read_model_header(const char* path, int32_t header[256], int* got, int64_t* bytes,
+                                    char* err, size_t errlen) {
     struct stat st;
     FILE* f = fopen_regular(path, "model file ", &st, err, errlen);
     if (!f) return 0;
-    int header[256];
-    size_t got = fread(header, sizeof(int), 256, f);
+    *got = fread(header, sizeof(int32_t), 256, f) == 256;
     fclose(f);
-    if (got != 256) {
+    *bytes = (int64_t)st.st_size;
+    return 1;
+}
+
+// Reads the header and checks the file's size against it; 0 with err on any problem.
+static inline int llmc_read_header(const char* path, GPTConfig* cfg, char* err, size_t errlen) {
+    int32_t header[256];
+    int got;
+    int64_t bytes;
+    if (!read_model_header(path, header, &got, &bytes, err, errlen)) return 0;
+    if (!got) {
         snprintf(err, errlen, "model file %.400s: too short for its 1024-byte header", path);
         return 0;
     }
@@ -290,10 +300,10 @@ static inline int llmc_read_header(const char* path, GPTConfig* cfg, char* err, 
         return 0;
     }
     const int64_t want = 256 * 4 + gpt_layout(cfg).total * (header[1] == MODEL_VERSION_BF16 ? 2 : 4);
-    if ((int64_t)st.st_size != want) {
+    if (bytes != want) {
         snprintf(err, errlen,
                  "model file %.400s: size %lld bytes, its header implies %lld (truncated or not this format)",
-                 path, (long long)st.st_size, (long long)want);
+                 path, (long long)bytes, (long long)want);
         return 0;
     }
     return 1;

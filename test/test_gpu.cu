@@ -19,28 +19,14 @@
 // layers) do the same bf16 math, up to the order of fp32 sums: the backward pass's atomics add in any order,
 // and cuBLAS may pick another algorithm (another summation order) for buffers at other addresses. Such a
 // difference is ~1e-6 relative, but it flips the bf16 rounding of some elements and, from step 2 on, AdamW's
-// first steps amplify it (expect_same_training below). So no comparison of two GPU runs is bit for bit on a
-// GPU: bit for bit only under #ifdef FAKE_CUDA_DEVICE, where the emulation adds every sum in one fixed order.
+// first steps amplify it (expect_same_training, gpu_test_common.h). So no comparison of two GPU runs is bit
+// for bit on a GPU: bit for bit only under #ifdef FAKE_CUDA_DEVICE, where the emulation adds every sum in one
+// fixed order.
 // Every bound is printed with what was measured ("[margin] ..." lines, gpu_test_common.h `within`).
 #include "gpu_test_common.h"
 #include <vector>
 
 namespace {
-
-TrainArgs test_args(float clip) {
-    TrainArgs a;
-    train_args_defaults(&a);
-    a.weight_decay = 0.1f;
-    a.grad_clip = clip;
-    return a;
-}
-
-std::vector<int> random_tokens(int64_t n, int V, uint64_t seed) {
-    std::vector<int> t((size_t)n);
-    uint64_t s = seed;
-    for (auto& x : t) x = (int)(random_u64(&s) % (uint64_t)V);
-    return t;
-}
 
 // A GPU trainer with the GPT-2 init of `seed`; `resident` of its layers GPU-resident (-R), the last `kept`
 // keeping their activations (-K).
@@ -55,31 +41,6 @@ void build_cpu(GPT2CPU* m, const GPTConfig& c, int B, int T, uint64_t seed) {
     ASSERT_TRUE(gpt2_cpu_build(m, &c)) << m->error;
     gpt_init_params(&c, m->params, seed);
     ASSERT_TRUE(gpt2_cpu_layout_activations(m, B, T)) << m->error;
-}
-
-// Host copy of the bf16 logits the last gpt_forward_eval left in the workspace: (B*T, Vp).
-std::vector<float> gpu_logits(GPT* g) {
-    const int64_t n = (int64_t)g->B * g->T * g->config.padded_vocab_size;
-    std::vector<uint16_t> raw((size_t)n);
-    cudaCheck(cudaMemcpy(raw.data(), g->acts.logits, (size_t)n * 2, cudaMemcpyDeviceToHost));
-    std::vector<float> out((size_t)n);
-    for (int64_t i = 0; i < n; i++) out[(size_t)i] = bf16_to_float(raw[(size_t)i]);
-    return out;
-}
-
-// The gradients of the last gpt_step as its optimizers saw them, in the model's flat layout (fp32): the
-// embeddings' fp32 gradients on the GPU, the layers' bf16 gradients the host received.
-std::vector<float> gpu_grads(GPT* g) {
-    optimizer_wait_all(g);  // the optimizer waited for every copy, so all layer gradients are on the host
-    cudaCheck(cudaStreamSynchronize(g->stream.compute));
-    const ParamLayout* p = &g->layout;
-    std::vector<float> out((size_t)p->total);
-    if (g->resident_layers != 0)
-        ADD_FAILURE() << "gpu_grads reads the layers' gradients from the host: streamed layers only";
-    cudaCheck(cudaMemcpy(out.data(), g->resident_grads, (size_t)p->embed_count * 4, cudaMemcpyDeviceToHost));
-    for (int64_t i = 0; i < (int64_t)g->config.num_layers * p->layer_stride; i++)
-        out[(size_t)(p->embed_count + i)] = bf16_to_float(g->stream.grads_host_bf16[i]);
-    return out;
 }
 
 // ----------------------------------------------------------------------------
@@ -97,7 +58,7 @@ TEST(GpuTrainer, LogitsAndLossMatchCpuReference) {
     GPT g;
     build_gpu(&g, c, B, T, 1, 2, a, 42);
     gpt_forward_eval(&g, in.data(), NULL);  // logits only, left in the workspace
-    std::vector<float> logits = gpu_logits(&g);
+    std::vector<float> logits = gpu_logits(&g, c.padded_vocab_size);
     const float loss = gpt_forward_eval(&g, in.data(), tg.data());
     // compare the real vocabulary columns (padded ones are 0 logits on both sides by construction)
     const int Vp = c.padded_vocab_size;
@@ -112,25 +73,6 @@ TEST(GpuTrainer, LogitsAndLossMatchCpuReference) {
     EXPECT_TRUE(within("loss, relative", rel_diff(loss, cpu.mean_loss), 2e-2));
     gpt_free(&g);
     gpt2_cpu_free(&cpu);
-}
-
-// Chat data as the loader gives it (dataloader.h): each row packs conversations of random lengths; pos
-// restarts at 0 at each one, and only some tokens are targets (the rest -1). Row 0 holds far fewer targets
-// than the others, so a trainer that weighed micro-batches equally, not by their targets, would fail.
-static void make_chat_batch(int B, int T, std::vector<int>* pos, std::vector<int>* tg) {
-    uint64_t s = 99;
-    pos->assign((size_t)B * T, 0);
-    for (int b = 0; b < B; b++) {
-        int* p = pos->data() + (size_t)b * T;
-        for (int t = 0, left = 0; t < T; t++, left--) {
-            if (left == 0) left = 5 + (int)(random_u64(&s) % 27);  // a conversation of 5..31 tokens starts
-            else p[t] = p[t - 1] + 1;
-        }
-        // a target predicts the next token of the same conversation: row 0 1 in 9, the others 1 in 2
-        for (int t = 0; t < T; t++)
-            if (t + 1 == T || p[t + 1] == 0 || random_u64(&s) % (b ? 2 : 9) != 0)
-                (*tg)[(size_t)b * T + t] = -1;
-    }
 }
 
 // The CPU reference takes the whole batch at once; the GPU trainer takes it whole or as n_micro micro-batches
@@ -259,61 +201,9 @@ std::vector<double> run_gpu(const GPTConfig& c, int B, int T, int n_micro, int s
     build_gpu(&g, c, B, T, n_micro, slots, a, seed, resident, kept);
     EXPECT_EQ(gpt_memory_plan(&c, B, T, n_micro, slots, resident, kept).gpu_bytes, g.gpu_bytes)
         << "the fit check must plan exactly what is allocated";
-    const int64_t n = (int64_t)n_micro * B * T;
-    std::vector<double> out;
-    for (int s = 0; s < steps; s++) {
-        auto in = random_tokens(n, c.vocab_size, 300 + s), tg = random_tokens(n, c.vocab_size, 400 + s);
-        out.push_back(gpt_step(&g, in.data(), tg.data(), n_micro, 1e-3f).loss);
-        out.push_back(g.last_norm);
-    }
+    std::vector<double> out = train_steps(&g, c.vocab_size, n_micro, steps);
     gpt_free(&g);
     return out;
-}
-
-// Whether the emulation adds every sum in one fixed order (atomics included): then two paths that compute the
-// same sums give the same bits. Not on a GPU, nor under FAKE_ATOMIC_JITTER (make test runs the run
-// comparisons below with it too, as a stand-in for a GPU's atomics).
-bool runs_are_bit_exact() {
-#ifdef FAKE_CUDA_DEVICE
-    return !(getenv("FAKE_ATOMIC_JITTER") && atoi(getenv("FAKE_ATOMIC_JITTER")) > 0);
-#else
-    return false;
-#endif
-}
-
-// Two runs (run_gpu: loss and norm per step) of what must be the same training, taken by two paths. `exact`:
-// bit for bit. Else step 1, the same weights on the same batch, may differ only by the order of fp32 sums
-// (atomics, another GEMM kernel) and what that order does to the bf16 roundings downstream: on the H100
-// (2026-11-26) cuBLAS picks other kernels for a micro-batch half or a quarter as tall, a reordered fp32 sum
-// rounds some bf16 activation or gradient one ulp (2^-8) the other way, and step 1's gradient norm moved
-// by 3.2e-5 (the loss, a forward pass on the same rows, by less): bound 1e-4. From step 2 on, two runs that
-// differ at all diverge as any two runs of a training do: AdamW's first steps move each weight by about lr *
-// sign(gradient), so a gradient within rounding of 0 moves a weight by lr in one run and not in the other.
-// Measured in the emulation over the tests below, with FAKE_ATOMIC_JITTER=4 and =50 (4% or 50% of the atomic
-// sums one ulp off) and without: step 1 within 1.7e-9, later losses within 2.7e-5 (resident vs streamed
-// layers, whose runs differ by design), later norms within 8.2e-4; on the H100 later losses within 1.9e-5 and
-// norms 1.9e-4. Bounds 1e-4, 2.5e-4, 5e-3. (A recompute skipped at the wrong micro-batch moves step 1
-// by 2.5e-3: caught, 25x the bound, where a flat 1e-3 on every value was not.) Prints the worst of each, for
-// the device log.
-void expect_same_training(const std::vector<double>& got, const std::vector<double>& ref, bool exact,
-                          const std::string& what) {
-    ASSERT_EQ(got.size(), ref.size()) << what;
-    double worst[3] = {0, 0, 0};  // step 1 (loss and norm), later losses, later norms
-    for (size_t i = 0; i < ref.size(); i++) {
-        const int kind = i < 2 ? 0 : i % 2 == 0 ? 1 : 2;
-        const double tol = exact ? 0.0 : kind == 0 ? 1e-4 : kind == 1 ? 2.5e-4 : 5e-3;
-        const double rel = fabs(got[i] - ref[i]) / fabs(ref[i]);
-        worst[kind] = fmax(worst[kind], rel);
-        EXPECT_LE(fabs(got[i] - ref[i]), tol * fabs(ref[i]))
-            << what << ": step " << i / 2 + 1 << (i % 2 ? " norm" : " loss");
-    }
-    printf("  %-40s step 1 within %.1e, later losses %.1e, later norms %.1e (relative)%s\n", what.c_str(),
-           worst[0], worst[1], worst[2], exact ? ", bit for bit required" : "");
-    if (!exact) {
-        print_margin(what + ": step 1 loss and norm, relative", worst[0], 1e-4);
-        print_margin(what + ": later losses, relative", worst[1], 2.5e-4);
-        print_margin(what + ": later norms, relative", worst[2], 5e-3);
-    }
 }
 
 TEST(GpuTrainer, ResultsIndependentOfSlotCount) {
@@ -429,9 +319,7 @@ TEST(GpuTrainer, StreamsOrderEveryHandOver) {
                                    << " races, the first: " << (races.empty() ? "" : races[0]);
         fake_cuda_untrack_all();  // before the buffers are freed (and their addresses reused)
         gpt_free(&g);
-        char cmd[600];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-        EXPECT_EQ(system(cmd), 0);
+        remove_dir(dir);
     }
 #endif
 }
@@ -598,7 +486,7 @@ TEST(GpuTrainer, ResidentLayersGiveIdenticalLogits) {
         GPT g;
         build_gpu(&g, c, B, T, 1, 2, a, 42, resident[i]);
         gpt_forward_eval(&g, in.data(), NULL);
-        logits[i] = gpu_logits(&g);
+        logits[i] = gpu_logits(&g, c.padded_vocab_size);
         gpt_free(&g);
     }
 #ifdef FAKE_CUDA_DEVICE
@@ -809,9 +697,7 @@ void checkpoint_resume(int resident_saving, int resident_resuming) {
     // a lost m or v (e.g. the GPU-resident prefix's not saved or not loaded) moves this one by ~1e-2
     EXPECT_TRUE(within(rr + "second loss after resuming, relative", rel_diff(resumed2, next2), 1e-3));
     gpt_free(&r);
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    EXPECT_EQ(system(cmd), 0);
+    remove_dir(dir);
 }
 TEST(GpuTrainer, CheckpointResumeContinuesTheRun) {
     REQUIRE_GPU();

@@ -19,28 +19,13 @@
 // Two GPU runs that compute the same sums (-K against recompute, a resumed run against the one that went
 // on) are bit for bit where the emulation adds in a fixed order (runs_are_bit_exact), else within
 // test_gpu.cu's bounds. -R against streaming differs by design (a resident layer's AdamW reads its fp32
-// gradient, a streamed layer's the bf16 copy sent to the host): test_gpu.cu's expect_same_training bounds.
+// gradient, a streamed layer's the bf16 copy sent to the host): gpu_test_common.h's expect_same_training.
 // Each bound is printed with what was measured ("[margin]" lines).
 #include "gpu_test_common.h"
 #include <string>
 #include <vector>
 
 namespace {
-
-TrainArgs test_args() {
-    TrainArgs a;
-    train_args_defaults(&a);
-    a.weight_decay = 0.1f;
-    a.grad_clip = 1.0f;
-    return a;
-}
-
-std::vector<int> random_tokens(int64_t n, int V, uint64_t seed) {
-    std::vector<int> t((size_t)n);
-    uint64_t s = seed;
-    for (auto& x : t) x = (int)(random_u64(&s) % (uint64_t)V);
-    return t;
-}
 
 // Llama 3: untied, NH 4 / KV 2 of head size 64 (C 128, so NH hd = 256 != C), llama3 RoPE scaling on a short
 // original length so that all three frequency bands occur at these positions.
@@ -89,28 +74,10 @@ void build_gpu(GPT* g, const LlamaConfig& c, int B, int T, int max_micro, int sl
     gpt_weights_ready(g);
 }
 
-std::vector<float> gpu_logits(GPT* g) {
-    const int64_t n = (int64_t)g->B * g->T * g->llama.vocab_size;
-    std::vector<uint16_t> raw((size_t)n);
-    cudaCheck(cudaMemcpy(raw.data(), g->acts.logits, (size_t)n * 2, cudaMemcpyDeviceToHost));
-    std::vector<float> out((size_t)n);
-    for (int64_t i = 0; i < n; i++) out[(size_t)i] = bf16_to_float(raw[(size_t)i]);
-    return out;
-}
-
-// The last step's gradients as the optimizers saw them, in the model file's order (llama_layout): the
-// embeddings' fp32 ones on the GPU (-E 1: the host), the streamed layers' bf16 ones on the host.
-std::vector<float> gpu_grads(GPT* g) {
-    optimizer_wait_all(g);
-    cudaCheck(cudaStreamSynchronize(g->stream.compute));
-    const ParamLayout* p = &g->layout;
-    std::vector<float> out((size_t)p->total);
-    if (g->resident_layers != 0) ADD_FAILURE() << "gpu_grads: streamed layers only";
-    if (g->vocab) memcpy(out.data(), g->vocab->grads, (size_t)p->embed_count * 4);
-    else cudaCheck(cudaMemcpy(out.data(), g->resident_grads, (size_t)p->embed_count * 4, cudaMemcpyDeviceToHost));
-    for (int64_t i = 0; i < (int64_t)g->config.num_layers * p->layer_stride; i++)
-        out[(size_t)(p->embed_count + i)] = bf16_to_float(g->stream.grads_host_bf16[i]);
-    llama_file_order(p, out.data());
+// gpu_grads (gpu_test_common.h) in the model file's order (llama_layout).
+std::vector<float> gpu_grads_file_order(GPT* g) {
+    std::vector<float> out = gpu_grads(g);
+    llama_file_order(&g->layout, out.data());
     return out;
 }
 
@@ -141,7 +108,7 @@ TEST(GpuLlama, LogitsAndLossMatchCpuReference) {
         GPT g;
         build_gpu(&g, c, B, T, 1, 2, test_args(), 42);
         gpt_forward_eval(&g, in.data(), NULL);
-        std::vector<float> logits = gpu_logits(&g);
+        std::vector<float> logits = gpu_logits(&g, c.vocab_size);
         const float loss = gpt_forward_eval(&g, in.data(), tg.data());
         const double err = rel_l2(logits.data(), cpu.acts.logits, (int64_t)logits.size());
         printf("%s: logits rel-L2 %.3e, loss gpu %.6f cpu %.6f\n", sh.name, err, loss, cpu.mean_loss);
@@ -149,23 +116,6 @@ TEST(GpuLlama, LogitsAndLossMatchCpuReference) {
         EXPECT_TRUE(within(std::string(sh.name) + " loss, relative", rel_diff(loss, cpu.mean_loss), 2e-2));
         gpt_free(&g);
         llama_cpu_free(&cpu);
-    }
-}
-
-// Chat data as test_gpu.cu's make_chat_batch: conversations of 5..31 tokens packed in rows, positions
-// restarting at each, targets only inside a conversation (row 0 sparser), the rest -1.
-void make_chat_batch(int B, int T, std::vector<int>* pos, std::vector<int>* tg) {
-    uint64_t s = 99;
-    pos->assign((size_t)B * T, 0);
-    for (int b = 0; b < B; b++) {
-        int* p = pos->data() + (size_t)b * T;
-        for (int t = 0, left = 0; t < T; t++, left--) {
-            if (left == 0) left = 5 + (int)(random_u64(&s) % 27);
-            else p[t] = p[t - 1] + 1;
-        }
-        for (int t = 0; t < T; t++)
-            if (t + 1 == T || p[t + 1] == 0 || random_u64(&s) % (b ? 2 : 9) != 0)
-                (*tg)[(size_t)b * T + t] = -1;
     }
 }
 
@@ -194,7 +144,7 @@ void gradients_match_cpu_reference(const Shape& sh, int n_micro, int flash, bool
     const StepResult step = gpt_step(&g, in.data(), tg.data(), n_micro, 0.0f, p_pos);
     const float loss = step.loss;
     if (chat) { EXPECT_EQ(step.targets, cpu.num_targets); }
-    std::vector<float> grads = gpu_grads(&g);
+    std::vector<float> grads = gpu_grads_file_order(&g);
     const std::string what = std::string(sh.name) + (chat ? " chat" : "") + (vocab_host ? " -E 1" : "") + ", " +
                              std::to_string(n_micro) +
                              " micro-batches, " + (g.flash ? "fused" : "cuBLAS") + " attention: ";
@@ -286,45 +236,9 @@ std::vector<double> run_gpu(const LlamaConfig& c, int B, int T, int n_micro, int
     const GPTConfig gc = llama_gpt_config(&c);
     EXPECT_EQ(gpt_memory_plan(&gc, B, T, n_micro, 2, resident, kept, TIER_RAM, &c).gpu_bytes, g.gpu_bytes)
         << "the fit check must plan exactly what is allocated";
-    const int64_t n = (int64_t)n_micro * B * T;
-    std::vector<double> out;
-    for (int s = 0; s < steps; s++) {
-        auto in = random_tokens(n, c.vocab_size, 300 + s), tg = random_tokens(n, c.vocab_size, 400 + s);
-        out.push_back(gpt_step(&g, in.data(), tg.data(), n_micro, 1e-3f).loss);
-        out.push_back(g.last_norm);
-    }
+    std::vector<double> out = train_steps(&g, c.vocab_size, n_micro, steps);
     gpt_free(&g);
     return out;
-}
-
-bool runs_are_bit_exact() {
-#ifdef FAKE_CUDA_DEVICE
-    return !(getenv("FAKE_ATOMIC_JITTER") && atoi(getenv("FAKE_ATOMIC_JITTER")) > 0);
-#else
-    return false;
-#endif
-}
-
-// test_gpu.cu's expect_same_training, with its bounds and their reasons: step 1 1e-4, later losses 2.5e-4,
-// later norms 5e-3 relative; 0 where `exact`.
-void expect_same_training(const std::vector<double>& got, const std::vector<double>& ref, bool exact,
-                          const std::string& what) {
-    ASSERT_EQ(got.size(), ref.size()) << what;
-    double worst[3] = {0, 0, 0};
-    for (size_t i = 0; i < ref.size(); i++) {
-        const int kind = i < 2 ? 0 : i % 2 == 0 ? 1 : 2;
-        const double tol = exact ? 0.0 : kind == 0 ? 1e-4 : kind == 1 ? 2.5e-4 : 5e-3;
-        worst[kind] = fmax(worst[kind], fabs(got[i] - ref[i]) / fabs(ref[i]));
-        EXPECT_LE(fabs(got[i] - ref[i]), tol * fabs(ref[i]))
-            << what << ": step " << i / 2 + 1 << (i % 2 ? " norm" : " loss");
-    }
-    printf("  %-40s step 1 within %.1e, later losses %.1e, later norms %.1e%s\n", what.c_str(), worst[0],
-           worst[1], worst[2], exact ? ", bit for bit required" : "");
-    if (!exact) {
-        print_margin(what + ": step 1, relative", worst[0], 1e-4);
-        print_margin(what + ": later losses, relative", worst[1], 2.5e-4);
-        print_margin(what + ": later norms, relative", worst[2], 5e-3);
-    }
 }
 
 // -R: GPU-resident layers (their AdamW on the GPU, on fp32 gradients) against plain streaming.
@@ -354,13 +268,54 @@ TEST(GpuLlama, KeptActivationsTrainLikeRecompute) {
     }
 }
 
+// dir/<kind>_<step, 8 digits>.bin: a checkpoint's model or state file
+std::string checkpoint_path(const char* dir, const char* kind, int step) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s_%08d.bin", dir, kind, step);
+    return path;
+}
+
+// With -R 1: `steps` steps on one batch, then a checkpoint in dir, its loader at `batch_index`.
+void train_and_save(GPT* g, const LlamaConfig& c, int B, int T, uint64_t seed, const std::vector<int>& in,
+                    const std::vector<int>& tg, int steps, const char* dir, int64_t batch_index) {
+    build_gpu(g, c, B, T, 1, 2, test_args(), seed, 1);
+    for (int s = 0; s < steps; s++) gpt_step(g, in.data(), tg.data(), 1, 1e-3f);
+    DataLoaderState ds;
+    memset(&ds, 0, sizeof ds);
+    ds.batch_index = batch_index;
+    save_checkpoint(g, dir, &ds);
+}
+
+// A fresh trainer (`slots` slots, -R `resident`) resumed from dir's checkpoint of `step`.
+void resume_gpu(GPT* r, const LlamaConfig& c, int B, int T, int slots, int resident, const char* dir,
+                int step, DataLoaderState* rs) {
+    char err[4352];
+    const GPTConfig gc = llama_gpt_config(&c);
+    const TrainArgs a = test_args();
+    gpt_build(r, &gc, B, T, 1, slots, resident, 0, &a, TIER_RAM, &c);
+    const std::string model = checkpoint_path(dir, "model", step);
+    ASSERT_TRUE(llama_load_params(model.c_str(), &c, r->master, err, sizeof err)) << err;
+    llama_trainer_order(&r->layout, r->master);
+    gpt_weights_ready(r);
+    load_state(r, checkpoint_path(dir, "state", step).c_str(), rs);
+}
+
+// `steps` steps on one batch: each step's loss, then its gradient norm.
+std::vector<double> steps_on(GPT* g, const std::vector<int>& in, const std::vector<int>& tg, int steps) {
+    std::vector<double> out;
+    for (int s = 0; s < steps; s++) {
+        out.push_back(gpt_step(g, in.data(), tg.data(), 1, 1e-3f).loss);
+        out.push_back(g->last_norm);
+    }
+    return out;
+}
+
 // save_checkpoint, then a fresh trainer (other -R) loads the model file and state: the next two steps match
 // the run that went on (bit for bit in the emulation). The model file is llama_model.h's, in its order: the
 // CPU reference reads it and computes the same loss.
 TEST(GpuLlama, CheckpointResumeContinuesTheRun) {
     REQUIRE_GPU();
     const int B = 2, T = 32;
-    const TrainArgs a = test_args();
     for (const Shape& sh : shapes()) {
         const LlamaConfig& c = sh.c;
         char dir[] = "/tmp/test_gpu_llama_ckptXXXXXX";
@@ -368,40 +323,29 @@ TEST(GpuLlama, CheckpointResumeContinuesTheRun) {
         auto in = random_tokens((int64_t)B * T, c.vocab_size, 77),
              tg = random_tokens((int64_t)B * T, c.vocab_size, 78);
         GPT g;
-        build_gpu(&g, c, B, T, 1, 2, a, 21, 1);
-        for (int s = 0; s < 3; s++) gpt_step(&g, in.data(), tg.data(), 1, 1e-3f);
-        DataLoaderState ds;
-        memset(&ds, 0, sizeof ds);
-        ds.batch_index = 12345;
-        save_checkpoint(&g, dir, &ds);
+        train_and_save(&g, c, B, T, 21, in, tg, 3, dir, 12345);
         const float eval_loss = gpt_forward_eval(&g, in.data(), tg.data());
         const float next1 = gpt_step(&g, in.data(), tg.data(), 1, 1e-3f).loss;
         const float next2 = gpt_step(&g, in.data(), tg.data(), 1, 1e-3f).loss;
         gpt_free(&g);
 
-        char path[512], err[4352];
-        snprintf(path, sizeof path, "%s/model_%08d.bin", dir, 3);
+        const std::string model = checkpoint_path(dir, "model", 3);
+        char err[4352];
         LlamaConfig loaded;
-        ASSERT_TRUE(llama_read_header(path, &loaded, err, sizeof err)) << err;
+        ASSERT_TRUE(llama_read_header(model.c_str(), &loaded, err, sizeof err)) << err;
         EXPECT_EQ(memcmp(&loaded, &c, sizeof c), 0) << "the config round-trips";
         LlamaCPU cpu;  // the CPU reference reads the same file: the same model
         ASSERT_TRUE(llama_cpu_build(&cpu, &loaded)) << cpu.error;
-        ASSERT_TRUE(llama_load_params(path, &loaded, cpu.params, err, sizeof err)) << err;
+        ASSERT_TRUE(llama_load_params(model.c_str(), &loaded, cpu.params, err, sizeof err)) << err;
         ASSERT_TRUE(llama_cpu_layout_activations(&cpu, B, T)) << cpu.error;
         ASSERT_TRUE(llama_cpu_forward(&cpu, in.data(), tg.data(), B, T)) << cpu.error;
         EXPECT_TRUE(within(std::string(sh.name) + " CPU loss of the saved model file vs GPU's, relative",
                            rel_diff(cpu.mean_loss, eval_loss), 2e-2));
         llama_cpu_free(&cpu);
 
-        const GPTConfig gc = llama_gpt_config(&loaded);
         GPT r;
-        gpt_build(&r, &gc, B, T, 1, 3, 2, 0, &a, TIER_RAM, &loaded);
-        ASSERT_TRUE(llama_load_params(path, &loaded, r.master, err, sizeof err)) << err;
-        llama_trainer_order(&r.layout, r.master);
-        gpt_weights_ready(&r);
         DataLoaderState rs;
-        snprintf(path, sizeof path, "%s/state_%08d.bin", dir, 3);
-        load_state(&r, path, &rs);
+        ASSERT_NO_FATAL_FAILURE(resume_gpu(&r, loaded, B, T, 3, 2, dir, 3, &rs));
         EXPECT_EQ(r.step, 3);
         EXPECT_EQ(rs.batch_index, 12345);
         const float resumed1 = gpt_step(&r, in.data(), tg.data(), 1, 1e-3f).loss;
@@ -416,9 +360,7 @@ TEST(GpuLlama, CheckpointResumeContinuesTheRun) {
         EXPECT_TRUE(within(what + "first loss after resuming, relative", rel_diff(resumed1, next1), 1e-3));
         EXPECT_TRUE(within(what + "second loss after resuming, relative", rel_diff(resumed2, next2), 1e-3));
         gpt_free(&r);
-        char cmd[600];
-        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-        EXPECT_EQ(system(cmd), 0);
+        remove_dir(dir);
     }
 }
 
@@ -427,45 +369,22 @@ TEST(GpuLlama, CheckpointResumeIsBitExact) {
     REQUIRE_GPU();
     if (!runs_are_bit_exact()) GTEST_SKIP() << "bit for bit only where the sums run in one fixed order";
     const int B = 2, T = 32;
-    const TrainArgs a = test_args();
     const LlamaConfig c = llama_shape();
     char dir[] = "/tmp/test_gpu_llama_exactXXXXXX";
     ASSERT_TRUE(mkdtemp(dir));
     auto in = random_tokens((int64_t)B * T, c.vocab_size, 7),
          tg = random_tokens((int64_t)B * T, c.vocab_size, 8);
     GPT g;
-    build_gpu(&g, c, B, T, 1, 2, a, 3, 1);
-    for (int s = 0; s < 2; s++) gpt_step(&g, in.data(), tg.data(), 1, 1e-3f);
-    DataLoaderState ds;
-    memset(&ds, 0, sizeof ds);
-    save_checkpoint(&g, dir, &ds);
-    std::vector<double> went_on;
-    for (int s = 0; s < 3; s++) {
-        went_on.push_back(gpt_step(&g, in.data(), tg.data(), 1, 1e-3f).loss);
-        went_on.push_back(g.last_norm);
-    }
+    train_and_save(&g, c, B, T, 3, in, tg, 2, dir, 0);
+    std::vector<double> went_on = steps_on(&g, in, tg, 3);
     gpt_free(&g);
-    char path[512], err[4352];
-    snprintf(path, sizeof path, "%s/model_%08d.bin", dir, 2);
-    const GPTConfig gc = llama_gpt_config(&c);
     GPT r;
-    gpt_build(&r, &gc, B, T, 1, 2, 1, 0, &a, TIER_RAM, &c);
-    ASSERT_TRUE(llama_load_params(path, &c, r.master, err, sizeof err)) << err;
-    llama_trainer_order(&r.layout, r.master);
-    gpt_weights_ready(&r);
     DataLoaderState rs;
-    snprintf(path, sizeof path, "%s/state_%08d.bin", dir, 2);
-    load_state(&r, path, &rs);
-    std::vector<double> resumed;
-    for (int s = 0; s < 3; s++) {
-        resumed.push_back(gpt_step(&r, in.data(), tg.data(), 1, 1e-3f).loss);
-        resumed.push_back(r.last_norm);
-    }
+    ASSERT_NO_FATAL_FAILURE(resume_gpu(&r, c, B, T, 2, 1, dir, 2, &rs));
+    std::vector<double> resumed = steps_on(&r, in, tg, 3);
     gpt_free(&r);
     expect_same_training(resumed, went_on, true, "resumed vs went on");
-    char cmd[600];
-    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-    EXPECT_EQ(system(cmd), 0);
+    remove_dir(dir);
 }
 
 // test_gpu.cu's StreamsOrderEveryHandOver for the family: under the emulation every access to the trainer's
@@ -554,9 +473,7 @@ TEST(GpuLlama, StreamsOrderEveryHandOver) {
                 << races.size() << " races, the first: " << (races.empty() ? "" : races[0]);
             fake_cuda_untrack_all();
             gpt_free(&g);
-            char cmd[600];
-            snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
-            EXPECT_EQ(system(cmd), 0);
+            remove_dir(dir);
         }
 #endif
 }
@@ -614,12 +531,7 @@ TEST(GpuLlama, VocabOnHostTrainsLikeOnGpu) {
             gpt_forward_eval(&g, prompt.data(), NULL);
             logits[host].resize((size_t)c.vocab_size);
             gpt_copy_logits(&g, 1, 7, logits[host].data());
-            const int64_t n = (int64_t)n_micro * B * T;
-            for (int s = 0; s < steps; s++) {
-                auto in = random_tokens(n, c.vocab_size, 300 + s), tg = random_tokens(n, c.vocab_size, 400 + s);
-                out[host].push_back(gpt_step(&g, in.data(), tg.data(), n_micro, 1e-3f).loss);
-                out[host].push_back(g.last_norm);
-            }
+            out[host] = train_steps(&g, c.vocab_size, n_micro, steps);
             gpt_free(&g);
         }
         const std::string what = std::string(sh.name) + " -E 1 -R " + std::to_string(R);
