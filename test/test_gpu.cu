@@ -621,10 +621,9 @@ TEST(GpuTrainer, ResidentAdamwMatchesCpuBlockUpdatesBitForBit) {
     cudaCheck(cudaMemcpy(g.resident_grads, grads.data(), (size_t)n * 4, cudaMemcpyHostToDevice));
     cudaCheck(
         cudaDeviceSynchronize());  // a pageable copy may return before it lands; compute does not wait for it
-    g.adam_t = 5;                  // resident_adamw uses the t optimizer_submit took
-    resident_adamw(&g, 3e-4f, 0.8f, g.stream.compute);
-    cudaCheck(cudaStreamSynchronize(g.stream.compute));
     AdamWArgs args = {3e-4f, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, a.weight_decay, 0.8f, 5};
+    resident_adamw(&g, args, g.stream.compute);  // t 5: as optimizer_submit would have taken
+    cudaCheck(cudaStreamSynchronize(g.stream.compute));
     adamw_embed_block_f32grad(p, params.data(), grads.data(), m.data(), v.data(), NULL, &args);
     const int64_t o = gpt_layer_offset(p, 0);
     adamw_layer_block_f32grad(p, params.data() + o, grads.data() + o, m.data() + o, v.data() + o, NULL,
