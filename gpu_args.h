@@ -41,7 +41,8 @@ typedef struct {
     int plan_only;     // -P  1: print the memory this run would need and exit (no GPU, no data needed)
     float host_gib;    // -M  host memory the fit check counts on, GiB; 0 = MemAvailable
     float gpu_gib;     // -V  GPU memory this run may use, GiB; 0 = all that is free on the device
-    int vocab_host;    // -E  1: the Llama family's embeddings and lm_head in host RAM (CPU AdamW), -1: if needed
+    int vocab_host;    // -E  1: the Llama family's embeddings and lm_head in host RAM (CPU AdamW), -1: if
+                       // needed
     const char* ssd_dir;  // -sd the streamed layers' fp32 weights and AdamW m, v in an SsdStore there; NULL
     int ssd_weights;      // -sw 1: with -sd, their bf16 weights there too
 } GpuArgs;
@@ -120,8 +121,10 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "  -V <GiB>    GPU memory this run may use (its fit check, -R -1, -K -1; with -P 1 they are planned\n"
         "              for it), 0 = all that is free: e.g. -V 79 places layers as on an H100 80GB (default "
         "%g)\n"
-        "  -E <int>    the Llama family's vocabulary tensors (embeddings, lm_head, final norm): 0 = on the GPU\n"
-        "              with their AdamW state, 1 = in host RAM, updated by the CPU AdamW; the head and the loss\n"
+        "  -E <int>    the Llama family's vocabulary tensors (embeddings, lm_head, final norm): 0 = on the "
+        "GPU\n"
+        "              with their AdamW state, 1 = in host RAM, updated by the CPU AdamW; the head and the "
+        "loss\n"
         "              then run over the vocabulary in chunks, so the logits never exist for all of it;\n"
         "              -1 = in host RAM only when the GPU (or -V) cannot hold them (default %d)\n"
         "  -sd <dir>   SSD tier: the streamed layers' fp32 weights and AdamW m, v live in files under dir "
@@ -137,8 +140,8 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "samples (-g, -s): none by default for a model over %.0fB parameters or with -sw 1 (each token\n"
         "  streams the whole model once); -g N still asks for them\n",
         MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->kept,
-        gd->flash, gd->epilogues, gd->plan_only, gd->host_gib, gd->gpu_gib, gd->vocab_host, SW_READ_BUFFERS, gd->ssd_weights,
-        SAMPLE_DEFAULT_MAX_PARAMS / 1e9);
+        gd->flash, gd->epilogues, gd->plan_only, gd->host_gib, gd->gpu_gib, gd->vocab_host, SW_READ_BUFFERS,
+        gd->ssd_weights, SAMPLE_DEFAULT_MAX_PARAMS / 1e9);
 }
 
 // Tokens per sample: -g, else none for a model over SAMPLE_DEFAULT_MAX_PARAMS or with -sw 1, else args.h's.

@@ -51,8 +51,8 @@ static int64_t vocab_chunk_rows(int64_t V, int64_t C) {
 // The Llama family's table (acts_layout's twin), named as llama_cpu.h's. QKV = (NH + 2 NKV) hd, QD = NH hd.
 // A kept layer redoes its RMSNorms and SwiGLU (2C + I per token) and keeps the rest (QKV + QD + C + 2I).
 // vocab_host (-E 1): the logits hold one chunk of the vocabulary.
-static int64_t llama_acts_layout(const LlamaConfig* c, int B, int T, bool kept_only, char* base,
-                                 LayerActs* a, bool vocab_host = false) {
+static int64_t llama_acts_layout(const LlamaConfig* c, int B, int T, bool kept_only, char* base, LayerActs* a,
+                                 bool vocab_host = false) {
     const char* what =
         "the activation workspace of one layer (B*T*2I, B*NH*T*T attention scores or B*T*V logits; lower -b "
         "or -t)";
@@ -270,9 +270,9 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     m.kept = plan_mul(kept_layers, m.kept_layer, kept);
     m.acts = acts_bytes(c, B, T, false, llama, vocab_host);
 
-    const int64_t parts[] = {m.embeddings,   m.vocab_chunks, m.resident_layers, m.slots,  m.grad_staging, m.layer_grads,
-                             m.layer_inputs, m.dresid,          m.tokens, m.tokens,       m.tokens,
-                             m.tokens,       m.scalars,         m.kept,   m.acts};
+    const int64_t parts[] = {m.embeddings,  m.vocab_chunks, m.resident_layers, m.slots,  m.grad_staging,
+                             m.layer_grads, m.layer_inputs, m.dresid,          m.tokens, m.tokens,
+                             m.tokens,      m.tokens,       m.scalars,         m.kept,   m.acts};
     m.gpu_bytes = 0;
     for (int64_t part : parts)
         m.gpu_bytes = plan_add(m.gpu_bytes, part, "the whole GPU plan (lower -b or -t)");
@@ -328,8 +328,8 @@ static int vocab_host_for(const GPTConfig* c, int B, int T, int n_micro, int slo
 // -R -1, then -K -1: as many layers as fit in the budget; returns the plan with them.
 static MemoryPlan place_layers(const GPTConfig* c, int B, int T, int n_micro, int slots, const GpuArgs* ga,
                                int64_t budget, int* resident, int* kept, const LlamaConfig* llama = NULL) {
-    MemoryPlan plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga), llama,
-                                      ga->vocab_host > 0);
+    MemoryPlan plan =
+        gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga), llama, ga->vocab_host > 0);
     auto layers_that_fit = [&](int64_t per_layer) {
         const int64_t spare = budget - gpu_reserve_bytes - gpu_margin_bytes - plan.gpu_bytes;
         return spare > 0 ? (int)std::min<int64_t>(spare / per_layer, c->num_layers) : 0;
@@ -337,12 +337,12 @@ static MemoryPlan place_layers(const GPTConfig* c, int B, int T, int n_micro, in
     if (ga->resident < 0) {
         *resident = layers_that_fit(plan.resident_layer);
         plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga), llama,
-                                      ga->vocab_host > 0);
+                               ga->vocab_host > 0);
     }
     if (ga->kept < 0) {
         *kept = layers_that_fit(plan.kept_layer);
         plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga), llama,
-                                      ga->vocab_host > 0);
+                               ga->vocab_host > 0);
     }
     return plan;
 }
@@ -387,7 +387,8 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
         ga->ssd_dir && ga->ssd_weights ? " (the prefix's weights, read and gradient layer buffers: -sw 1)"
                                        : "");
     if (ga->ssd_dir) printf("; the SSD tier's ring %.2f", m.ssd_ring / GiB);
-    if (ga->vocab_host > 0) printf("; the vocabulary tensors' fp32 gradients %.2f (-E 1)", m.vocab_grads / GiB);
+    if (ga->vocab_host > 0)
+        printf("; the vocabulary tensors' fp32 gradients %.2f (-E 1)", m.vocab_grads / GiB);
     if (host_avail >= 0)
         printf(" (%s: %.1f GiB %s)", plan.host_bytes <= host_avail ? "fits" : "does NOT fit",
                host_avail / GiB, ga->host_gib > 0 ? "given by -M" : "available here");
@@ -398,8 +399,8 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
         "the rest %.2f",
         m.gpu_bytes / GiB, m.layer_inputs / GiB, slots, (m.slots + m.grad_staging) / GiB,
         ga->vocab_host > 0 ? "vocabulary chunk buffers (-E 1)" : "embeddings with their AdamW state",
-        (m.embeddings + m.vocab_chunks) / GiB, resident, m.resident_layers / GiB, kept, m.kept / GiB, m.acts / GiB, m.layer_grads / GiB,
-        (m.dresid + 4 * m.tokens + m.scalars) / GiB);
+        (m.embeddings + m.vocab_chunks) / GiB, resident, m.resident_layers / GiB, kept, m.kept / GiB,
+        m.acts / GiB, m.layer_grads / GiB, (m.dresid + 4 * m.tokens + m.scalars) / GiB);
     if (ga->gpu_gib > 0)  // the fit check of a run: the plan and the reserve within the budget
         printf(
             " (%s: %.1f GiB given by -V)",

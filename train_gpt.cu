@@ -215,15 +215,16 @@ static void vocab_build(GPT* g, int64_t N, const MemoryPlan& plan) {
     }
     cudaCheck(cudaMallocHost(&v->rows_host, (size_t)(N * C * 2)));
     v->grads = host_alloc_floats(g->layout.embed_count);
-    if (!v->grads) die("out of host memory for the vocabulary's gradients (%.1f GiB)", plan.vocab_grads / 1073741824.0);
+    if (!v->grads)
+        die("out of host memory for the vocabulary's gradients (%.1f GiB)", plan.vocab_grads / 1073741824.0);
     g->vocab = v;
 }
 static void vocab_free(GPT* g) {
     HostVocab* v = g->vocab;
     if (!v) return;
-    for (void* p : {(void*)v->w_chunk, (void*)v->dw_chunk, (void*)v->final_norm, (void*)v->dfinal_norm,
-                    (void*)v->lnf, (void*)v->lnf_rstd, (void*)v->dlnf, (void*)v->row_max, (void*)v->row_sum,
-                    (void*)v->row_target})
+    for (void* p :
+         {(void*)v->w_chunk, (void*)v->dw_chunk, (void*)v->final_norm, (void*)v->dfinal_norm, (void*)v->lnf,
+          (void*)v->lnf_rstd, (void*)v->dlnf, (void*)v->row_max, (void*)v->row_sum, (void*)v->row_target})
         cudaCheck(cudaFree(p));
     for (int k = 0; k < 2; k++) {
         cudaCheck(cudaFreeHost(v->dw_host[k]));
@@ -481,7 +482,8 @@ static void restore_activations(GPT* g, const bf16* w, int l, int mb, int n_micr
 
 // Where layer l's gradients accumulate: a streamed layer's buffer, or its place in resident_grads.
 static float* layer_grads_begin(GPT* g, int l, cudaStream_t s) {
-    if (l < g->resident_layers) return g->resident_grads + gpt_layer_offset(&g->layout, l) - g->resident_start;
+    if (l < g->resident_layers)
+        return g->resident_grads + gpt_layer_offset(&g->layout, l) - g->resident_start;
     cudaCheck(cudaMemsetAsync(g->layer_grads, 0, (size_t)(g->layout.layer_stride * 4), s));
     return g->layer_grads;
 }
@@ -518,7 +520,7 @@ static void embeddings_forward(GPT* g, const int* inputs, const int* targets, co
     for (int mb = 0; mb < n_micro; mb++) {
         const int* tokens = g->tokens_in + mb * N;
         if (g->vocab) vocab_embedding_forward(g, layer_input(g, 0, mb), inputs + mb * N, s);  // -E 1
-        else if (is_llama(g)) llama_embedding_forward(g, layer_input(g, 0, mb), tokens, s);  // no wpe: RoPE
+        else if (is_llama(g)) llama_embedding_forward(g, layer_input(g, 0, mb), tokens, s);   // no wpe: RoPE
         else embedding_forward(layer_input(g, 0, mb), tokens, e.wte, e.wpe, N, g->T, C, s, positions(g, mb));
     }
 }
@@ -1141,12 +1143,13 @@ static void check_fit(Run* r) {
     r->gpu_total = (int64_t)gpu_total;
     r->gpu_budget = gpu_memory_budget(ga, r->gpu_free_at_start);
     const int vocab_host = ga->vocab_host;
-    ga->vocab_host = vocab_host_for(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga, r->gpu_budget,
-                                    &r->llama);
+    ga->vocab_host = vocab_host_for(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga,
+                                    r->gpu_budget, &r->llama);
     r->plan = place_layers(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga, r->gpu_budget,
                            &r->resident, &r->kept, &r->llama);
     if (vocab_host < 0 && ga->vocab_host > 0) {  // -E -1 chose the host: its RAM must hold them too
-        printf("vocabulary tensors: in host RAM (-E -1: they do not fit the GPU's budget with the layers')\n");
+        printf(
+            "vocabulary tensors: in host RAM (-E -1: they do not fit the GPU's budget with the layers')\n");
         check_host_fit(r);
     }
     const MemoryPlan& m = r->plan;
@@ -1214,9 +1217,10 @@ static void plan_run(Run* r) {
 // a run would.
 static int print_plan_only(Run* r) {
     GpuArgs* ga = &r->ga;
-    ga->vocab_host = ga->gpu_gib > 0 ? vocab_host_for(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots,
-                                                      ga, gpu_memory_budget(ga, INT64_MAX), &r->llama)
-                                     : std::max(ga->vocab_host, 0);  // -E -1 without -V: on the GPU
+    ga->vocab_host = ga->gpu_gib > 0
+                         ? vocab_host_for(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga,
+                                          gpu_memory_budget(ga, INT64_MAX), &r->llama)
+                         : std::max(ga->vocab_host, 0);  // -E -1 without -V: on the GPU
     r->plan = gpt_memory_plan(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, r->resident, r->kept,
                               ssd_tier(ga), &r->llama, ga->vocab_host > 0);
     if (ga->gpu_gib > 0)

@@ -1,9 +1,7 @@
 // vocab_host.cuh — -E 1: the Llama family's vocabulary tensors (embeddings, final norm, lm_head) in host RAM.
-// Their fp32 weights, AdamW m, v and gradients stay in the host arrays; the CPU AdamW updates them.
-// The forward pass gathers the step's embedding rows on the host. The head and the loss run over the
-// vocabulary in chunks, each streamed up from the host's bf16 copy: pass 1 a logsumexp per token, pass 2
-// the gradient. Chunks are the outer loop: each crosses the bus twice a step, whatever the micro-batches.
-// So no GPU buffer grows with the vocabulary, and the logits never exist for all of it.
+// Their weights, AdamW state and gradients stay on the host; the CPU AdamW updates them.
+// The head and the loss run over the vocabulary in chunks: pass 1 a logsumexp, pass 2 the gradient.
+// docs/memory.md says why and what it costs.
 // Not here: the buffers' sizes (memory_plan.cuh), their allocation (gpt_build), the step (train_gpt.cu).
 #pragma once
 #include <math.h>
@@ -67,8 +65,8 @@ __global__ void __launch_bounds__(1024)
 }
 
 // Each token's loss (0 without a target, as fused_classifier); row_max becomes its logsumexp.
-__global__ void chunk_loss_kernel(float* losses, float* row_max, const float* row_sum, const float* row_target,
-                                  const int* targets, int64_t N) {
+__global__ void chunk_loss_kernel(float* losses, float* row_max, const float* row_sum,
+                                  const float* row_target, const int* targets, int64_t N) {
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
     if (i >= N) return;
     const float lse = row_max[i] + logf(row_sum[i]);
@@ -141,7 +139,8 @@ static void vocab_embedding_forward(GPT* g, bf16* out, const int* tokens, cudaSt
     FAKE_CUDA_HOST_ACCESS(embed, g->layout.embed_size[LL_EMBED] * 2, false, "the host reading embeddings");
     FAKE_CUDA_HOST_ACCESS(v->rows_host, N * C * 2, true, "the host gathering embedding rows");
 #pragma omp parallel for
-    for (int64_t i = 0; i < N; i++) memcpy(v->rows_host + i * C, embed + (int64_t)tokens[i] * C, (size_t)C * 2);
+    for (int64_t i = 0; i < N; i++)
+        memcpy(v->rows_host + i * C, embed + (int64_t)tokens[i] * C, (size_t)C * 2);
     cudaCheck(cudaMemcpyAsync(out, v->rows_host, (size_t)(N * C * 2), cudaMemcpyHostToDevice, s));
     cudaCheck(cudaStreamSynchronize(s));  // rows_host is free again
 }
@@ -160,8 +159,8 @@ static void vocab_head_norm(GPT* g, const bf16* x, int mb, cudaStream_t s) {
 
 // Pass 1 over n_micro micro-batches (inputs xs[mb], targets [mb * N]): losses [mb * N] as fused_classifier's;
 // row_max ends as each token's logsumexp.
-static void vocab_head_loss_pass(GPT* g, const bf16* const* xs, const int* targets, float* losses, int n_micro,
-                                 cudaStream_t s) {
+static void vocab_head_loss_pass(GPT* g, const bf16* const* xs, const int* targets, float* losses,
+                                 int n_micro, cudaStream_t s) {
     HostVocab* v = g->vocab;
     const int64_t N = (int64_t)g->B * g->T, V = g->llama.vocab_size;
     const int C = g->llama.hidden_size;
@@ -172,8 +171,8 @@ static void vocab_head_loss_pass(GPT* g, const bf16* const* xs, const int* targe
         for (int mb = 0; mb < n_micro; mb++) {
             const int64_t o = mb * N;
             matmul_forward(g->acts.logits, v->lnf + o * C, v->w_chunk, N, C, n, s);
-            chunk_logsumexp_kernel<<<(unsigned)N, 1024, 0, s>>>(g->acts.logits, n, (int)v0, targets + o,
-                                                                v->row_max + o, v->row_sum + o, v->row_target + o);
+            chunk_logsumexp_kernel<<<(unsigned)N, 1024, 0, s>>>(
+                g->acts.logits, n, (int)v0, targets + o, v->row_max + o, v->row_sum + o, v->row_target + o);
             cudaCheckLaunch();
         }
     }
@@ -209,7 +208,8 @@ static void vocab_head_step(GPT* g, const bf16* const* xs, const int* targets, f
     HostVocab* v = g->vocab;
     const int64_t N = (int64_t)g->B * g->T, V = g->llama.vocab_size, C = g->llama.hidden_size;
     if (g->layout.embed_size[LL_LM_HEAD])  // untied: last step's embedding rows (tied: the head overwrites)
-        for (int t : v->touched) memset(v->grads + g->layout.embed_offset[LL_EMBED] + t * C, 0, (size_t)C * 4);
+        for (int t : v->touched)
+            memset(v->grads + g->layout.embed_offset[LL_EMBED] + t * C, 0, (size_t)C * 4);
     v->touched.clear();
     vocab_head_loss_pass(g, xs, targets, losses, n_micro, s);
     int k = 0;
@@ -240,7 +240,8 @@ static void vocab_head_step(GPT* g, const bf16* const* xs, const int* targets, f
         f32_to_bf16_kernel<<<grid_for(N * C, 256), 256, 0, s>>>(dlnf, v->dlnf + o * C, N * C);
         cudaCheckLaunch();
         cudaCheck(cudaMemsetAsync(dres[mb], 0, (size_t)(N * C * 2), s));
-        rmsnorm_backward(dres[mb], v->dfinal_norm, dlnf, xs[mb], v->final_norm, v->lnf_rstd + o, N, (int)C, s);
+        rmsnorm_backward(dres[mb], v->dfinal_norm, dlnf, xs[mb], v->final_norm, v->lnf_rstd + o, N, (int)C,
+                         s);
     }
 }
 
@@ -252,7 +253,8 @@ static void vocab_embedding_backward(GPT* g, const int* tokens, int n_micro, cud
     const int64_t N = (int64_t)g->B * g->T, C = g->llama.hidden_size;
     float* dembed = v->grads + g->layout.embed_offset[LL_EMBED];
     for (int mb = 0; mb < n_micro; mb++) {
-        cudaCheck(cudaMemcpyAsync(v->rows_host, dresid_at(g, mb), (size_t)(N * C * 2), cudaMemcpyDeviceToHost, s));
+        cudaCheck(
+            cudaMemcpyAsync(v->rows_host, dresid_at(g, mb), (size_t)(N * C * 2), cudaMemcpyDeviceToHost, s));
         cudaCheck(cudaStreamSynchronize(s));
         FAKE_CUDA_HOST_ACCESS(v->rows_host, N * C * 2, false, "the host reading the residual's gradient");
         const int* tok = tokens + mb * N;

@@ -124,7 +124,9 @@ static inline std::vector<float> gpu_grads(GPT* g) {
     if (g->resident_layers != 0)
         ADD_FAILURE() << "gpu_grads reads the layers' gradients from the host: streamed layers only";
     if (g->vocab) memcpy(out.data(), g->vocab->grads, (size_t)p->embed_count * 4);  // -E 1: on the host
-    else cudaCheck(cudaMemcpy(out.data(), g->resident_grads, (size_t)p->embed_count * 4, cudaMemcpyDeviceToHost));
+    else
+        cudaCheck(
+            cudaMemcpy(out.data(), g->resident_grads, (size_t)p->embed_count * 4, cudaMemcpyDeviceToHost));
     for (int64_t i = 0; i < (int64_t)g->config.num_layers * p->layer_stride; i++)
         out[(size_t)(p->embed_count + i)] = bf16_to_float(g->stream.grads_host_bf16[i]);
     return out;

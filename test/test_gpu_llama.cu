@@ -145,9 +145,9 @@ void gradients_match_cpu_reference(const Shape& sh, int n_micro, int flash, bool
     const float loss = step.loss;
     if (chat) { EXPECT_EQ(step.targets, cpu.num_targets); }
     std::vector<float> grads = gpu_grads_file_order(&g);
-    const std::string what = std::string(sh.name) + (chat ? " chat" : "") + (vocab_host ? " -E 1" : "") + ", " +
-                             std::to_string(n_micro) +
-                             " micro-batches, " + (g.flash ? "fused" : "cuBLAS") + " attention: ";
+    const std::string what = std::string(sh.name) + (chat ? " chat" : "") + (vocab_host ? " -E 1" : "") +
+                             ", " + std::to_string(n_micro) + " micro-batches, " +
+                             (g.flash ? "fused" : "cuBLAS") + " attention: ";
     EXPECT_TRUE(within(what + "loss, relative", rel_diff(loss, cpu.mean_loss), 2e-2));
     const LlamaLayout p = llama_layout(&c);
     for (int t = 0; t < NUM_LLAMA_EMBED_TENSORS; t++) {
@@ -467,10 +467,9 @@ TEST(GpuLlama, StreamsOrderEveryHandOver) {
             EXPECT_TRUE(isfinite(gpt_step(&g, in.data(), tg.data(), n_micro, 1e-3f).loss));
             optimizer_wait_all(&g);
             const auto& races = fake_cuda_races();
-            EXPECT_TRUE(races.empty())
-                << sh.name << ", " << k.slots << " slots, -R " << k.resident << " -K " << k.kept << " -E "
-                << k.vocab_host << ": "
-                << races.size() << " races, the first: " << (races.empty() ? "" : races[0]);
+            EXPECT_TRUE(races.empty()) << sh.name << ", " << k.slots << " slots, -R " << k.resident << " -K "
+                                       << k.kept << " -E " << k.vocab_host << ": " << races.size()
+                                       << " races, the first: " << (races.empty() ? "" : races[0]);
             fake_cuda_untrack_all();
             gpt_free(&g);
             remove_dir(dir);

@@ -367,7 +367,7 @@ TEST_F(CliTest, GpuTrainsWithTheVocabularyOnTheHost) {
     const Result p = run_bin(kEmu, Args{"-e", "llama3-405b", "-b", "1", "-t", "4096", "-P", "1", "-E", "1"});
     ASSERT_EQ(p.code, 0) << p.cmd << "\n" << p.err << p.out;
     EXPECT_TRUE(has(p.out, "vocabulary chunk buffers (-E 1)")) << p.out;
-    EXPECT_TRUE(CleanError(run_bin(kEmu, Args{"-e", "d12", "-b", "1", "-t", "32", "-i", kTrain, "-j", kVal, "-E",
-                                              "1"}),
-                           {"-E 1", "GPT-2"}));
+    EXPECT_TRUE(CleanError(
+        run_bin(kEmu, Args{"-e", "d12", "-b", "1", "-t", "32", "-i", kTrain, "-j", kVal, "-E", "1"}),
+        {"-E 1", "GPT-2"}));
 }
