@@ -1,14 +1,10 @@
-// llama_layers.cuh — the Llama family (Llama 3, Qwen2) in the streaming trainer: one layer forward and
-// backward, a kept layer's cheap redo, the head (final RMSNorm, lm_head tied or not, loss) and the token
-// embeddings. Each function reads line for line against its fp32 twin in llama_cpu.h, with its names.
-// train_gpt.cu's GPT-2 functions hand over to these when is_llama(g).
-// Not here: the kernels (llama_kernels.cuh, attention.cuh, flash_attention.cuh, matmul.cuh), the step,
-// the buffers (memory_plan.cuh's llama_acts_layout), the optimizers (their flags: gpt.cuh layer_is_matrix).
+// llama_layers.cuh — the Llama family (Llama 3, Qwen2) in the streaming trainer: layers, head, embeddings.
+// Each function reads line for line against its fp32 twin in llama_cpu.h; GPT-2's hand over (is_llama).
+// Not here: the kernels, the step, the buffers (memory_plan.cuh), the optimizers.
 
-// Shapes: N = B*T tokens, C channels, NH query and NKV key/value heads of hd channels, QD = NH hd,
-// QKV = QD + 2 NKV hd, I the MLP width. A layer's [wq; wk; wv] is one (QKV, C) matrix and [w_gate; w_up]
-// one (2I, C) matrix (adjacent in the layer block): one GEMM each.
-// Positions: pos (chat data's, B*T on the GPU: RoPE's angles and the attention masks), or t = row % T (NULL).
+// N = B*T tokens, C channels, NH / NKV query / key-value heads of hd, QD = NH hd, QKV = QD + 2 NKV hd.
+// [wq; wk; wv] is one (QKV, C) matrix, [w_gate; w_up] one (2I, C): one GEMM each.
+// pos: chat data's positions on the GPU (RoPE, the masks), or NULL: t = row % T.
 #pragma once
 #include "gpt.cuh"                   // defines: GPT, LayerActs, llama_layer_params, llama_embed_params
 #include "llmc/attention.cuh"        // defines: attention_forward, attention_backward (GQA: NKV)
@@ -63,8 +59,7 @@ static void llama_embedding_backward(GPT* g, const bf16* dout, const int* tokens
     cudaCheckLaunch();
 }
 
-// out (N, OC) = inp (N, C) @ w (OC, C)^T + residual (N, OC), residual != out: no bias, unlike GPT-2's
-// matmul_forward_bias. cuBLASLt adds the residual as its C term; unfused, a copy and cuBLAS with beta 1.
+// out (N, OC) = inp (N, C) @ w (OC, C)^T + residual (N, OC), residual != out: cuBLASLt's C term.
 static void matmul_forward_residual(bf16* out, const bf16* inp, const bf16* w, const bf16* residual,
                                     int64_t N, int C, int OC, cudaStream_t s) {
     if (lt_matmul(out, OC, w, CUBLAS_OP_T, C, inp, CUBLAS_OP_N, C, OC, (int)N, C, residual,
@@ -123,7 +118,7 @@ static void llama_layer_redo_cheap_part(GPT* g, const bf16* weights, const bf16*
 
 // ----------------------------------------------------------------------------
 // One layer, backward, as llama_cpu.h's llama_cpu_backward, once `a` holds its activations.
-// dres: the gradient of the layer's output on entry, of its input on return. Gradients are ADDED to grads.
+// dres: the output's gradient in, the input's out. Gradients are ADDED to grads.
 
 static void llama_layer_backward(GPT* g, const bf16* weights, float* grads, const bf16* x, bf16* dres,
                                  LayerActs* a, const int* pos, cudaStream_t s) {
@@ -156,8 +151,8 @@ static void llama_layer_backward(GPT* g, const bf16* weights, float* grads, cons
 }
 
 // ----------------------------------------------------------------------------
-// The head: final RMSNorm, lm_head (the embedding when tied), loss. The backward pass overwrites the
-// logits with their gradient, adds to the lm_head (or embed) and final_norm gradients, overwrites dres.
+// The head: final RMSNorm, lm_head (the embedding when tied), loss. The backward pass turns the logits
+// into their gradient, adds to lm_head's and final_norm's, and overwrites dres.
 
 static void llama_head_forward(GPT* g, const bf16* x, const int* targets, float* losses, float dloss_scale,
                                cudaStream_t s) {

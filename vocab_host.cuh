@@ -16,8 +16,7 @@
 #include "llmc/matmul.cuh"         // defines: matmul_forward, matmul_backward_weight, cublas_use_stream
 #include "stream.h"                // defines: WeightStream (weights_host_bf16: the bf16 copy)
 
-// Shapes: N = B*T tokens, C channels, V the vocabulary, in chunks of `rows`; a chunk starts at row v0.
-// The per-token buffers hold every micro-batch of a step (M of them): [mb * N ...].
+// N = B*T tokens, C channels, V rows in chunks of `rows` from row v0; M micro-batches at [mb * N].
 struct HostVocab {
     int64_t rows;  // vocabulary rows per chunk (memory_plan.cuh vocab_chunk_rows)
     // GPU
@@ -200,9 +199,8 @@ static void vocab_take_chunk_grads(GPT* g, int k, int64_t v0, int64_t n) {
     memcpy(v->grads + vocab_head_offset(g) + v0 * C, v->dw_host[k % 2], (size_t)(n * C * 4));
 }
 
-// The step's head: the loss (pass 1) and the gradients (pass 2) of n_micro micro-batches; inputs xs[mb],
-// targets [mb * N]; dres[mb] gets the head input's gradient. Each chunk's lm_head gradient goes to the host
-// while the GPU works on the next chunk; the final norm's stays on the GPU for vocab_embedding_backward.
+// The step's head over n_micro micro-batches: losses (pass 1), then gradients (pass 2) into dres[mb].
+// A chunk's lm_head gradient goes down while the GPU works on the next.
 static void vocab_head_step(GPT* g, const bf16* const* xs, const int* targets, float* losses,
                             bf16* const* dres, int n_micro, float dloss_scale, cudaStream_t s) {
     HostVocab* v = g->vocab;
@@ -245,9 +243,8 @@ static void vocab_head_step(GPT* g, const bf16* const* xs, const int* targets, f
     }
 }
 
-// The embeddings' backward pass: each micro-batch's residual gradient down, added to its tokens' rows on
-// the host; then the final norm's gradient, and the squared norm of them all.
-// tokens: the step's inputs on the host, n_micro x N.
+// The embeddings' backward: the residual's gradient down, added to its tokens' rows on the host.
+// Then the final norm's gradient, and the squared norm of all. tokens: the host's inputs, n_micro x N.
 static void vocab_embedding_backward(GPT* g, const int* tokens, int n_micro, cudaStream_t s) {
     HostVocab* v = g->vocab;
     const int64_t N = (int64_t)g->B * g->T, C = g->llama.hidden_size;
@@ -274,8 +271,7 @@ static void vocab_embedding_backward(GPT* g, const int* tokens, int n_micro, cud
     v->sumsq = sumsq_f32(v->grads, g->layout.embed_count);
 }
 
-// AdamW of the vocabulary tensors on the CPU (llm.c's rule: the matrices decay), then their new bf16
-// copy's final norm to the GPU; the head's chunks are read from the host's copy as they are.
+// AdamW of the vocabulary tensors on the CPU (matrices decay); the new final norm goes up.
 static void vocab_adamw(GPT* g, const AdamWArgs* args, cudaStream_t s) {
     const ParamLayout* p = &g->layout;
     uint16_t* bf16 = g->stream.weights_host_bf16;  // the embeddings come first
