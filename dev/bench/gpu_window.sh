@@ -59,7 +59,8 @@ llama_kernels|20|60|llmc/llama_kernels.cuh llmc/llama_cpu.h llmc/kernels.cuh tes
 packed_attention|20|60|llmc/flash_attention.cuh llmc/attention.cuh llmc/kernels.cuh llmc/llama_cpu.h llmc/gpt2_cpu.h test/test_kernels.cu
 llama_trainer|40|120|@code test/test_gpu_llama.cu test/gpu_test_common.h
 tput_llama8b|80|160|@code
-tput_llama8b_vocab|80|160|@code"
+tput_llama8b_vocab|80|160|@code
+ssd_llama|50|130|@code ssd_io.cpp ssd_store.cpp ssd.h"
 
 # Peer figures seen on the H100 (shared/peers/README.md, 2026-11-22), tokens/s at 32K tokens per step
 PEER_13B="gpu_ckpt 47000 fsdp_offload 11900 MegaTrain 15700"
@@ -396,24 +397,28 @@ check_micro_layer() {
 
 # The SSD tier: the same 6 steps of d12 in RAM, with -sd and with -sd -sw 1 (only the GPU atomics' order may
 # differ: 1e-3), then the step time at 1M tokens per step against RAM's (the issue's target: within 10%).
-check_ssd_same() {
+# -sd and -sd -sw 1 against RAM, 6 steps on the shipped data: losses within 1e-3. ssd_same PREFIX [flags...]
+ssd_same() {
     need TRAIN_GPT || return 3
-    local sd="$RUN/sd" worst=0.0e+00 s diff n rc
-    sub ram6 "$TRAIN_GPT" -x 6 -v 0 -g 0 -n 0 || { rc=$?; FIG="RAM: $(last_line ram6)"; return $rc; }
-    for n in sd6 sw6; do
+    local p=$1 sd="$RUN/sd" worst=0.0e+00 s diff n rc; shift
+    sub ${p}ram6 "$TRAIN_GPT" -x 6 -v 0 -g 0 -n 0 "$@" || { rc=$?; FIG="RAM: $(last_line ${p}ram6)"; return $rc; }
+    for n in ${p}sd6 ${p}sw6; do
         rm -rf "$sd"
-        if [ $n = sd6 ]; then sub $n "$TRAIN_GPT" -x 6 -v 0 -g 0 -n 0 -sd "$sd"
-        else sub $n "$TRAIN_GPT" -x 6 -v 0 -g 0 -n 0 -sd "$sd" -sw 1; fi || { rc=$?; FIG="$n: $(last_line $n)"; return $rc; }
+        if [ $n = ${p}sd6 ]; then sub $n "$TRAIN_GPT" -x 6 -v 0 -g 0 -n 0 "$@" -sd "$sd"
+        else sub $n "$TRAIN_GPT" -x 6 -v 0 -g 0 -n 0 "$@" -sd "$sd" -sw 1; fi || { rc=$?; FIG="$n: $(last_line $n)"; return $rc; }
         for s in 1 2 3 4 5 6; do
-            diff=$(rel_diff "$(loss_at $n $s)" "$(loss_at ram6 $s)")
+            diff=$(rel_diff "$(loss_at $n $s)" "$(loss_at ${p}ram6 $s)")
             [ "$diff" = missing ] && { worst=missing; break 2; }
             worst=$(awk -v w="$worst" -v d="$diff" 'BEGIN { print (d + 0 > w + 0 ? d : w) }')
         done
     done
     rm -rf "$sd"
-    FIG="-sd and -sd -sw 1 vs RAM, steps 1..6: worst loss rel diff $worst (bound 1e-3); $(grep -m1 '^disk ' "$LOGS/sd6.log" | cut -c1-70)"
+    FIG="-sd and -sd -sw 1 vs RAM, steps 1..6: worst loss rel diff $worst (bound 1e-3); $(grep -m1 '^disk ' "$LOGS/${p}sd6.log" | cut -c1-70)"
     within "$worst" 1e-3 || { FIG="MISMATCH: $FIG"; return 1; }
 }
+check_ssd_same() { ssd_same ""; }
+# the Llama family (GQA, untied) with its vocabulary tensors on the host (-E 1)
+check_ssd_llama() { ssd_same llama_ -e llama:L4:C512:NH8:KV2:I1536:V50257:T1024 -E 1; }
 check_ssd_time() {
     need TRAIN_GPT || return 3
     local sd="$RUN/sd" a=(-e L12:C1024:NH16 -b 16 -t 1024 -d 1048576 -B 2 -W 1 -Y 1) ram st n rc
