@@ -119,7 +119,7 @@ TEST_F(GpuWindow, NoGpuSkipsEveryCheckAtOnceAndPrintsTheTable) {
          {"kernels", "trainer", "resume_cpu", "tput_1.3b", "tput_5b", "memcheck_train", "kept_5b"})
         EXPECT_TRUE(has(row(out, id), "| skipped: no GPU | 0 |")) << id << "\n" << out;
     // the table is the last thing printed; the results and the archive are in OUT
-    EXPECT_TRUE(has(out.substr(out.size() - 200), "| packed_attention | skipped: no GPU")) << out;
+    EXPECT_TRUE(has(out.substr(out.size() - 200), "| ssd_llama | skipped: no GPU")) << out;
     const std::string res = read_file(dir + "/out/results_1.tsv");
     EXPECT_EQ(std::count(res.begin(), res.end(), '\n'), 30) << res;
     EXPECT_EQ(access((dir + "/out/window_1.tar.gz").c_str(), F_OK), 0);
