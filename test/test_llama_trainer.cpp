@@ -115,7 +115,8 @@ TEST_F(CliTest, GpuTrainsTheLlamaFamilyAndTheCpuTrainerResumesIt) {
     EXPECT_EQ(step_losses(q.out).size(), 3u) << q.out;
 }
 
-// -P 1 prints the presets' plans without a GPU; the SSD tier and shapes the kernels refuse are one line.
+// -P 1 prints the presets' plans without a GPU, with the SSD tier too; shapes the kernels refuse are one
+// line.
 TEST_F(CliTest, GpuPlansTheLlamaPresetsAndRefusesWhatItCannot) {
     if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
     for (const char* preset : {"llama3-8b", "qwen2.5-7b", "llama3-70b"}) {
@@ -126,8 +127,12 @@ TEST_F(CliTest, GpuPlansTheLlamaPresetsAndRefusesWhatItCannot) {
     }
     const Result p = run_bin(kEmu, Args{"-e", "llama3-8b", "-b", "1", "-t", "2048", "-P", "1"});
     EXPECT_TRUE(has(p.out, "L32 C4096 NH32 KV8 hd128 I14336 V128256, 8.030 B parameters")) << p.out;
-    EXPECT_TRUE(CleanError(run_bin(kEmu, kLlama + Args{"-x", "1", "-sd", dir + "/ssd"}),
-                           {"-sd", "GPT-2 layers only"}));
+    // the SSD tier's plan for the largest preset: the streamed layers' state and bf16 weights on disk
+    const Result sd = run_bin(
+        kEmu, Args{"-e", "llama3-405b", "-b", "1", "-t", "4096", "-P", "1", "-sd", dir + "/ssd", "-sw", "1"});
+    ASSERT_EQ(sd.code, 0) << sd.cmd << "\n" << sd.err << sd.out;
+    EXPECT_TRUE(has(sd.out, "memory plan: Llama family")) << sd.out;
+    EXPECT_TRUE(has(sd.out, "AdamW m and v and bf16 weights")) << sd.out;
     EXPECT_TRUE(CleanError(run_bin(kEmu, Args{"-e", "llama:L1:C36:NH2:I64:T32", "-b", "1", "-t", "32", "-i",
                                               kTrain, "-j", kVal, "-x", "1"}),
                            {"multiples of 8", "C36"}));
@@ -184,6 +189,20 @@ TEST_F(CliTest, CpuStartsFromHuggingFaceLlamaAndQwen2WithTransformersLoss) {
             << name << ": train_gpt " << gpu << ", transformers " << want;
         printf("  %-12s val loss: train_gpt (emulated) %.7f, transformers %.7f, rel diff %.1e (bound 2e-2)\n",
                name, gpu, want, fabs(gpu - want) / want);
+        // -sd reads the checkpoint a window at a time (the prefix, then layer 1): the same weights, same loss
+        setenv("SSD_PROBE_SECONDS", "0", 1);  // the disk probe: one 64 MiB pass
+        setenv("SSD_PROBE_MIB", "64", 1);
+        const Result sd = run_bin(
+            kEmu,
+            Args{
+                "-e", model, "-b", "4",  "-t", "32", "-i", kTrain, "-j", kVal,  "-x",
+                "1",  "-v",  "1",  "-m", "1",  "-g", "0",  "-R",   "1",  "-sd", dir + "/" + name + "/store"});
+        unsetenv("SSD_PROBE_SECONDS");
+        unsetenv("SSD_PROBE_MIB");
+        ASSERT_EQ(sd.code, 0) << sd.cmd << "\n" << sd.err << sd.out;
+        const size_t sat = sd.out.find("val loss ");
+        ASSERT_NE(sat, std::string::npos) << sd.out;
+        EXPECT_EQ(sd.out.substr(sat, 20), g.out.substr(gat, 20)) << name << ": -sd, and without";
     }
 }
 
