@@ -192,11 +192,10 @@ TEST_F(CliTest, CpuStartsFromHuggingFaceLlamaAndQwen2WithTransformersLoss) {
         // -sd reads the checkpoint a window at a time (the prefix, then layer 1): the same weights, same loss
         setenv("SSD_PROBE_SECONDS", "0", 1);  // the disk probe: one 64 MiB pass
         setenv("SSD_PROBE_MIB", "64", 1);
-        const Result sd = run_bin(
-            kEmu,
-            Args{
-                "-e", model, "-b", "4",  "-t", "32", "-i", kTrain, "-j", kVal,  "-x",
-                "1",  "-v",  "1",  "-m", "1",  "-g", "0",  "-R",   "1",  "-sd", dir + "/" + name + "/store"});
+        const std::string store = dir + "/" + name + "/store";
+        const Result sd =
+            run_bin(kEmu, Args{"-e", model, "-b", "4",  "-t", "32", "-i", kTrain, "-j", kVal,  "-x",
+                               "1",  "-v",  "1",  "-m", "1",  "-g", "0",  "-R",   "1",  "-sd", store});
         unsetenv("SSD_PROBE_SECONDS");
         unsetenv("SSD_PROBE_MIB");
         ASSERT_EQ(sd.code, 0) << sd.cmd << "\n" << sd.err << sd.out;
