@@ -1201,8 +1201,8 @@ static void ssd_load_layer(Run* r, const GPT* g, int l, float* layer) {
         die("%s", err);
 }
 
-// -sd: the store in DIR, and the weights. A fresh run writes each streamed layer into a new store.
-// A resumed run opens the store at its checkpoint and reads each layer's weights back.
+// -sd, either family: the store in DIR, and the weights. A fresh run writes each streamed layer into a new
+// store. A resumed run opens the store at its checkpoint and reads each layer's weights back.
 // The prefix goes to the host arrays either way.
 static void ssd_attach(Run* r, GPT* g) {
     const double GiB = 1073741824.0;
