@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include "dataloader.h"
 #include "llmc/model_file.h"  // defines: gpt_read_header, gpt_load_params, and model.h
-#include "llmc/llama_model.h"  // defines: LlamaConfig, llama_is_model_file, llama_read_header, llama_save_params
+#include "llmc/llama_model.h"  // defines: LlamaConfig, llama_is_model_file, llama_read_header, llama_save_params, llama_header
 #include "llmc/model_specs.h"  // defines: parse_model_spec
 #include "llmc/args.h"         // defines: TrainArgs, lr_schedule_name
 #include "llmc/run_dir.h"      // defines: lock_output_dir, fsync_dir, dir_latest_step, prune_checkpoints
@@ -24,6 +24,8 @@
 // 102: train_gpt -sd (ssd.h): the streamed layers' state is in the run's SsdStore, not here.
 // Layout: version 2's header and data position, a tail of SSD_TAIL_SLOTS int64, then m and v.
 // m and v cover the first `prefix` parameters only (the embeddings and -R layers, kept in host RAM).
+// Their order is train_gpt's [embeddings | layers], the Llama family's too (its version 2 files: [layers |
+// embeddings]). train_gpt_cpu refuses them (state_file_read): the streamed layers' state is in the store.
 // Not 3: that number stays free for the plain format; version 3 files are refused as unknown.
 #define STATE_VERSION_SSD 102
 enum { SSD_TAIL_PREFIX, SSD_TAIL_STORE_STEP, SSD_TAIL_STREAMED_LAYERS, SSD_TAIL_RESERVED, SSD_TAIL_SLOTS };
@@ -280,17 +282,63 @@ static int save_model_streamed(const char* path, const GPTConfig* cfg, const flo
     return file_crc32c(path, &bytes, crc, err, errlen);
 }
 
+// llama_model.h's model file (llama_save_params' format, atomic) from `prefix_params` and ss->read_layer.
+// The prefix is in train_gpt's order [embeddings | first layers]; the file's is [layers | embeddings].
+static int llama_save_model_streamed(const char* path, const LlamaConfig* c, const float* prefix_params,
+                                     const StreamedState* ss, uint32_t* crc, char* err, size_t errlen) {
+    const LlamaLayout p = llama_layout(c);
+    const int64_t embed_count = p.total - p.embed_base;
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE* f = fopen(tmp, "wb");
+    if (!f) {
+        snprintf(err, errlen, "cannot create %.400s: %.60s", tmp, strerror(errno));
+        return 0;
+    }
+    int32_t h[256];
+    llama_header(c, h);
+    errno = 0;
+    int ok = fwrite(h, sizeof h, 1, f) == 1;
+    *crc = crc32c_update(0, h, sizeof h);
+    float* layer = (float*)malloc((size_t)p.layer_stride * 4);
+    if (!layer) ok = 0;
+    for (int l = 0; l <= c->num_layers && ok; l++) {  // l = L: the embeddings
+        const float* src =
+            l == c->num_layers ? prefix_params : prefix_params + embed_count + l * p.layer_stride;
+        const int64_t n = l == c->num_layers ? embed_count : p.layer_stride;
+        if (l < c->num_layers && l >= ss->first_layer) {
+            if (!ss->read_layer(ss->ctx, l, layer, err, errlen)) {
+                fclose(f);
+                remove(tmp);
+                free(layer);
+                return 0;
+            }
+            src = layer;
+        }
+        ok = (int64_t)fwrite(src, 4, (size_t)n, f) == n;
+        *crc = crc32c_update(*crc, src, (size_t)n * 4);
+    }
+    free(layer);
+    int why;
+    if (!finish_atomic_write(f, ok, tmp, path, &why)) {
+        snprintf(err, errlen, "failed writing model file %.400s: %.80s", path,
+                 why ? strerror(why) : "short write");
+        return 0;
+    }
+    return 1;
+}
+
 // Writes the checkpoint of `step` (adam_t updates applied): model file, state file, then DONE.
 // The state: m, v, the data position, a's hyperparameters for B x T micro-batches.
 // DONE holds both files' sizes and checksums; then -nk / -nm prune older ones.
 // Any failure exits with one line; the checkpoints already there stay valid.
 // Both trainers write this format, so a run moves between them.
 // A Llama-family model passes `llama` (cfg unused): its model file is llama_model.h's.
+// With ss (train_gpt -sd), m and v hold the prefix in train_gpt's order, either family.
 static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const GPTConfig* cfg,
                             const float* master, const float* m, const float* v, const TrainArgs* a, int B,
                             int T, const DataLoaderState* data_state, const StreamedState* ss = NULL,
                             const LlamaConfig* llama = NULL) {
-    if (llama && ss) die("checkpoint_save: the SSD tier holds GPT-2 layers only");
     const int64_t total = llama ? llama_layout(llama).total : gpt_layout(cfg).total;
     const int64_t in_file = ss ? ss->prefix : total;  // parameters whose m, v the state file holds
     char model[4200], path[4200], tmp[4300], done[4200], err[4352];  // -o is at most 4000 characters
@@ -308,10 +356,13 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     }
     FileSum sums[2];
     sums[0].bytes = 256 * 4 + total * 4;
-    if (llama ? !llama_save_params(model, llama, master, err, sizeof err, &sums[0].crc)
-        : ss  ? !save_model_streamed(model, cfg, master, ss, &sums[0].crc, err, sizeof err)
-              : !gpt_save_params(model, cfg, master, err, sizeof err, &sums[0].crc))
-        die("%s", err);
+    int saved;
+    if (llama && ss)
+        saved = llama_save_model_streamed(model, llama, master, ss, &sums[0].crc, err, sizeof err);
+    else if (llama) saved = llama_save_params(model, llama, master, err, sizeof err, &sums[0].crc);
+    else if (ss) saved = save_model_streamed(model, cfg, master, ss, &sums[0].crc, err, sizeof err);
+    else saved = gpt_save_params(model, cfg, master, err, sizeof err, &sums[0].crc);
+    if (!saved) die("%s", err);
     CrcWriter w = {fopen(tmp, "wb"), 0};
     if (!w.f) die("cannot create %s: %s", tmp, strerror(errno));
     int64_t header[ST_HEADER_SLOTS] = {0};
@@ -336,7 +387,7 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     if (ss) {
         tail[SSD_TAIL_PREFIX] = ss->prefix;
         tail[SSD_TAIL_STORE_STEP] = ss->store_step;
-        tail[SSD_TAIL_STREAMED_LAYERS] = cfg->num_layers - ss->first_layer;
+        tail[SSD_TAIL_STREAMED_LAYERS] = (llama ? llama->num_layers : cfg->num_layers) - ss->first_layer;
     }
     int ok = crc_write(&w, header, sizeof header) && crc_write(&w, data_state, sizeof *data_state) &&
              (!ss || crc_write(&w, tail, sizeof tail)) && crc_write(&w, m, in_file * 4) &&

@@ -760,31 +760,28 @@ static void llama_state_order(GPT* g, bool to_file) {
 }
 
 // Gathers the state from the optimizer thread and the GPU, then writes the checkpoint.
+// -sd: the prefix stays in this trainer's order; checkpoint_save writes the family's model file.
 static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data_state) {
     optimizer_wait_all(g);          // the master weights and m, v of the last step must be complete
     gpt_resident_state_to_host(g);  // the GPU-resident prefix of them lives on the GPU
-    if (is_llama(g)) {              // llama_model.h's file: the Llama family, in its order
-        llama_state_order(g, true);
+    const LlamaConfig* llama = is_llama(g) ? &g->llama : NULL;  // llama_model.h's file: the family's order
+    if (g->ssd) {
+        const StreamedState ss = ssd_tier_checkpoint(g);
         checkpoint_save(dir, g->step, g->adam_t, &g->config, g->master, g->adam_m, g->adam_v, &g->args, g->B,
-                        g->T, data_state, NULL, &g->llama);
-        llama_state_order(g, false);
+                        g->T, data_state, &ss, llama);
         return;
     }
-    if (!g->ssd) {
-        checkpoint_save(dir, g->step, g->adam_t, &g->config, g->master, g->adam_m, g->adam_v, &g->args, g->B,
-                        g->T, data_state);
-        return;
-    }
-    const StreamedState ss = ssd_tier_checkpoint(g);
+    if (llama) llama_state_order(g, true);
     checkpoint_save(dir, g->step, g->adam_t, &g->config, g->master, g->adam_m, g->adam_v, &g->args, g->B,
-                    g->T, data_state, &ss);
+                    g->T, data_state, NULL, llama);
+    if (llama) llama_state_order(g, false);
 }
 
 // A checkpoint's AdamW state, step and data position; its model file is loaded apart.
 static void load_state(GPT* g, const char* path, DataLoaderState* data_state) {
     state_file_read(path, g->layout.total, g->adam_m, g->adam_v, data_state, &g->step, &g->adam_t,
                     g->ssd ? &g->host_state_count : NULL);
-    if (is_llama(g))  // m, v in the family's file order: to this trainer's (master is already)
+    if (is_llama(g) && !g->ssd)  // m, v in the family's file order: to this trainer's (-sd: already)
         for (float* x : {g->adam_m, g->adam_v}) llama_trainer_order(&g->layout, x);
     gpt_resident_state_to_device(g);  // the GPU-resident prefix's weights and moments live on the GPU
 }
@@ -1175,9 +1172,6 @@ static void plan_run(Run* r) {
     const TrainArgs& a = r->args;
     const GpuArgs& ga = r->ga;
     r->kind = resolve_model(a.model, &r->cfg, &r->llama);
-    if (r->llama.num_layers && ga.ssd_dir)
-        die("-sd %s: the SSD tier holds GPT-2 layers only for now (train the Llama family without -sd)",
-            ga.ssd_dir);
     if (ga.vocab_host > 0 && !r->llama.num_layers)
         die("-E 1 moves the Llama family's vocabulary tensors to the host: GPT-2's stay on the GPU");
     if (!r->llama.num_layers) r->ga.vocab_host = 0;  // -E -1 decides with the GPU's budget (check_fit)
@@ -1255,8 +1249,54 @@ static void ssd_print_bandwidth(const Run* r) {
         m.ssd_read_per_step / rbps + m.ssd_write_per_step / wbps);
 }
 
-// -sd: the store in DIR, and the weights. A fresh run writes each streamed layer into a new store.
-// A resumed run opens the store at its checkpoint and reads each layer's weights back.
+// -sd, the Llama family: the window [lo, hi) of -e's parameters (the model file's order) into dst.
+// A Hugging Face directory is read tensor by tensor: only the window's (llama_hf_load_window).
+static void llama_load_window(const Run* r, float* dst, int64_t lo, int64_t hi) {
+    char err[4352];
+    const char* model = r->args.model;
+    const int ok = llama_is_model_file(model)
+                       ? llama_load_params(model, &r->llama, dst, err, sizeof err, lo, hi)
+                       : llama_hf_load_window(model, &r->llama, dst, lo, hi, err, sizeof err);
+    if (!ok) die("%s", err);
+}
+
+// -sd: the prefix (embeddings, layers 0..R-1) into g->master, in this trainer's order.
+// From the seeded init, -e, or the checkpoint's model file (a resumed run's -e).
+static void ssd_load_prefix(Run* r, GPT* g) {
+    char err[4352];
+    const ParamLayout* p = &g->layout;
+    const int R = g->resident_layers;
+    const bool init = r->kind == 1 && r->resume_step < 0;
+    if (init && is_llama(g)) {
+        llama_init_embeddings(&r->llama, g->master, INIT_SEED);
+        for (int l = 0; l < R; l++)
+            llama_init_layer(&r->llama, l, g->master + gpt_layer_offset(p, l), INIT_SEED);
+    } else if (init) {
+        gpt_init_embeddings(&r->cfg, g->master, INIT_SEED);
+        for (int l = 0; l < R; l++) gpt_init_layer(&r->cfg, l, g->master + gpt_layer_offset(p, l), INIT_SEED);
+    } else if (is_llama(g)) {  // the file is [layers | embeddings]
+        llama_load_window(r, g->master, p->total - p->embed_count, p->total);
+        if (R > 0) llama_load_window(r, g->master + p->embed_count, 0, (int64_t)R * p->layer_stride);
+    } else if (!gpt_load_params(r->args.model, &r->cfg, g->master, err, sizeof err, 0, g->host_state_count)) {
+        die("%s", err);
+    }
+}
+
+// -sd, a fresh run: streamed layer l's fp32 weights, from the seeded init or -e.
+static void ssd_load_layer(Run* r, const GPT* g, int l, float* layer) {
+    char err[4352];
+    const ParamLayout* p = &g->layout;
+    const int64_t lo = (int64_t)l * p->layer_stride;  // the family's file: layer l's offset
+    if (is_llama(g) && r->kind == 1) llama_init_layer(&r->llama, l, layer, INIT_SEED);
+    else if (is_llama(g)) llama_load_window(r, layer, lo, lo + p->layer_stride);
+    else if (r->kind == 1) gpt_init_layer(&r->cfg, l, layer, INIT_SEED);
+    else if (!gpt_load_params(r->args.model, &r->cfg, layer, err, sizeof err, gpt_layer_offset(p, l),
+                              gpt_layer_offset(p, l) + p->layer_stride))
+        die("%s", err);
+}
+
+// -sd, either family: the store in DIR, and the weights. A fresh run writes each streamed layer into a new
+// store. A resumed run opens the store at its checkpoint and reads each layer's weights back.
 // The prefix goes to the host arrays either way.
 static void ssd_attach(Run* r, GPT* g) {
     const double GiB = 1073741824.0;
@@ -1266,7 +1306,7 @@ static void ssd_attach(Run* r, GPT* g) {
     const int R = g->resident_layers;
     SsdStore*& st = g->ssd->store;
     char err[4352];
-    SsdStoreConfig sc = ssd_store_config(c, R, ssd_tier(&r->ga));
+    SsdStoreConfig sc = ssd_store_config(c, R, ssd_tier(&r->ga), &r->llama);
     if (sc.num_layers < 1)  // -R -1 placed every layer on the GPU
         die("-sd %s with -R %d: all %d layers fit on the GPU, no state is left to put on disk: drop -sd", dir,
             r->ga.resident, c->num_layers);
@@ -1294,13 +1334,7 @@ static void ssd_attach(Run* r, GPT* g) {
         if (!st) die("-sd %s: %s", dir, err);
     }
     ssd_set_fault_from_env(st);
-    // the prefix (embeddings, -R layers): into the host arrays, from the init, -e or the checkpoint's model
-    if (r->kind == 1 && !resume) {
-        gpt_init_embeddings(c, g->master, INIT_SEED);
-        for (int l = 0; l < R; l++) gpt_init_layer(c, l, g->master + gpt_layer_offset(p, l), INIT_SEED);
-    } else if (!gpt_load_params(r->args.model, c, g->master, err, sizeof err, 0, g->host_state_count)) {
-        die("%s", err);
-    }
+    ssd_load_prefix(r, g);
     // the streamed layers, one at a time through one buffer
     float* layer = (float*)malloc((size_t)p->layer_stride * 4);
     if (!layer) die("out of host memory for one layer");
@@ -1308,10 +1342,7 @@ static void ssd_attach(Run* r, GPT* g) {
         int rc = 0;
         if (resume) rc = ssd_store_read_layer(st, l - R, layer, NULL, NULL, NULL, err, sizeof err);
         else {
-            if (r->kind == 1) gpt_init_layer(c, l, layer, INIT_SEED);
-            else if (!gpt_load_params(r->args.model, c, layer, err, sizeof err, gpt_layer_offset(p, l),
-                                      gpt_layer_offset(p, l) + p->layer_stride))
-                die("%s", err);
+            ssd_load_layer(r, g, l, layer);
             rc = ssd_store_write_layer(st, l - R, layer, NULL, NULL, err, sizeof err);  // zero m, v
         }
         if (rc != 0) die("-sd %s: %s", dir, err);
@@ -1365,8 +1396,8 @@ static void build_model(Run* r, GPT* g) {
     }
     gpt_build(g, &r->cfg, r->args.B, r->args.T, r->n_micro, r->ga.num_slots, r->resident, r->kept, &r->args,
               ssd_tier(&r->ga), &r->llama, r->ga.vocab_host > 0);
-    if (r->llama.num_layers) load_llama_weights(r, g);
-    else if (r->ga.ssd_dir) ssd_attach(r, g);
+    if (r->ga.ssd_dir) ssd_attach(r, g);  // either family, one layer at a time
+    else if (r->llama.num_layers) load_llama_weights(r, g);
     else if (r->kind == 1) gpt_init_params(&r->cfg, g->master, INIT_SEED);
     else if (!gpt_load_params(r->args.model, &r->cfg, g->master, err, sizeof err)) die("%s", err);
     gpt_weights_ready(g);

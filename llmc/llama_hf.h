@@ -226,6 +226,40 @@ static inline int llama_hf_check_tensors(const HfCheckpoint* ck, const LlamaConf
     return 1;
 }
 
+// The tensors whose place is in the window [lo, hi) of the flat array, into params (element lo).
+// A tied checkpoint's saved lm_head must equal the embedding (checked when the window holds it). 0 with err.
+static inline int llama_hf_read_window(const HfCheckpoint* ck, const LlamaConfig* cfg, float* params,
+                                       int64_t lo, int64_t hi, char* err, size_t errlen) {
+    std::vector<uint16_t> half;
+    params -= lo;  // indexed by place from here
+    for (const LlamaHfPlace& pl : llama_hf_places(cfg)) {
+        if (pl.offset < lo || pl.offset >= hi) continue;
+        const StTensor& t = ck->tensors[ck->by_name.at(pl.name)];
+        float* dst = params + pl.offset;
+        if (!st_read_f32(ck, t, dst, half, err, errlen)) return 0;
+        const int64_t bad = first_non_finite(dst, pl.rows * (pl.cols ? pl.cols : 1));
+        if (bad >= 0) {
+            snprintf(err, errlen, "%.400s: tensor '%.100s' holds %g at element %lld",
+                     ck->files[t.file].c_str(), t.name.c_str(), (double)dst[bad], (long long)bad);
+            return 0;
+        }
+    }
+    const LlamaLayout p = llama_layout(cfg);
+    const int64_t embed = p.embed_base + p.embed_offset[LL_EMBED];
+    const auto tied_head = ck->by_name.find("lm_head.weight");
+    if (!cfg->tied_embeddings || tied_head == ck->by_name.end() || embed < lo || embed >= hi) return 1;
+    std::vector<float> lm_head((size_t)p.embed_size[LL_EMBED]);  // a saved tied head must be the embedding
+    if (!st_read_f32(ck, ck->tensors[tied_head->second], lm_head.data(), half, err, errlen)) return 0;
+    if (memcmp(lm_head.data(), params + embed, lm_head.size() * sizeof(float)) != 0) {
+        snprintf(err, errlen,
+                 "%.400s: tie_word_embeddings is true but lm_head.weight differs from "
+                 "model.embed_tokens.weight",
+                 ck->dir.c_str());
+        return 0;
+    }
+    return 1;
+}
+
 // Builds and loads a checkpoint's model; 0 with model->error (the model then freed).
 static inline int llama_hf_load(const char* path, LlamaCPU* model) {
     char err[1024];
@@ -238,41 +272,28 @@ static inline int llama_hf_load(const char* path, LlamaCPU* model) {
         snprintf(err, sizeof err, "%.1000s", model->error);
         ok = 0;
     }
-    std::vector<uint16_t> half;
-    std::vector<float> lm_head;
-    for (const LlamaHfPlace& pl : ok ? llama_hf_places(&cfg) : std::vector<LlamaHfPlace>()) {
-        const StTensor& t = ck.tensors[ck.by_name.at(pl.name)];
-        float* dst = model->params + pl.offset;
-        const int64_t n = pl.rows * (pl.cols ? pl.cols : 1);
-        if (!st_read_f32(&ck, t, dst, half, err, sizeof err)) ok = 0;
-        const int64_t bad = ok ? first_non_finite(dst, n) : -1;
-        if (bad >= 0) {
-            snprintf(err, sizeof err, "%.400s: tensor '%.100s' holds %g at element %lld",
-                     ck.files[t.file].c_str(), t.name.c_str(), (double)dst[bad], (long long)bad);
-            ok = 0;
-        }
-        if (!ok) break;
-    }
-    const auto tied_head = ck.by_name.find("lm_head.weight");
-    if (ok && cfg.tied_embeddings &&
-        tied_head != ck.by_name.end()) {  // a saved tied head must be the embedding
-        const LlamaLayout& p = model->layout;
-        lm_head.resize((size_t)p.embed_size[LL_EMBED]);
-        ok = st_read_f32(&ck, ck.tensors[tied_head->second], lm_head.data(), half, err, sizeof err);
-        if (ok && memcmp(lm_head.data(), model->params + p.embed_base + p.embed_offset[LL_EMBED],
-                         lm_head.size() * sizeof(float)) != 0) {
-            snprintf(err, sizeof err,
-                     "%.400s: tie_word_embeddings is true but lm_head.weight differs from "
-                     "model.embed_tokens.weight",
-                     ck.dir.c_str());
-            ok = 0;
-        }
-    }
+    if (ok) ok = llama_hf_read_window(&ck, &cfg, model->params, 0, INT64_MAX, err, sizeof err);
     if (!ok) {
         llama_cpu_free(model);
         snprintf(model->error, sizeof model->error, "%s", err);
     }
     return ok;
+}
+
+// The window [lo, hi) of a checkpoint's parameters (llama_model.h's order) into params (element lo).
+// cfg: its config as read before; a change since is refused. train_gpt -sd loads one layer at a time.
+static inline int llama_hf_load_window(const char* path, const LlamaConfig* cfg, float* params, int64_t lo,
+                                       int64_t hi, char* err, size_t errlen) {
+    HfCheckpoint ck;
+    LlamaConfig now;
+    if (!hf_open(path, &ck, err, errlen) || !llama_hf_config(&ck, &now, err, errlen) ||
+        !llama_hf_check_tensors(&ck, cfg, err, errlen))
+        return 0;
+    if (memcmp(&now, cfg, sizeof now) != 0) {
+        snprintf(err, errlen, "%.400s: its config changed while the trainer read it", path);
+        return 0;
+    }
+    return llama_hf_read_window(&ck, cfg, params, lo, hi, err, errlen);
 }
 
 // ----------------------------------------------------------------------------

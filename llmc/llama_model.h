@@ -270,21 +270,32 @@ static inline int64_t llama_num_params(const LlamaConfig* c) { return llama_layo
 // ----------------------------------------------------------------------------
 // Initialization: N(0, 0.02) matrices (transformers' initializer_range), norms 1, biases 0
 
-static inline void llama_init_params(const LlamaConfig* c, float* params, uint64_t seed) {
+// Layer l's block (layer_stride floats); its streams depend on l only, so layers init one at a time.
+static inline void llama_init_layer(const LlamaConfig* c, int l, float* layer, uint64_t seed) {
     const LlamaLayout p = llama_layout(c);
-    for (int l = 0; l < c->num_layers; l++)
-        for (int k = 0; k < NUM_LLAMA_LAYER_TENSORS; k++) {
-            float* x = params + (int64_t)l * p.layer_stride + p.layer_offset[k];
-            const int64_t n = p.layer_size[k];
-            const uint64_t stream = 100 + (uint64_t)l * NUM_LLAMA_LAYER_TENSORS + k;
-            if (k == LL_ATTN_NORM || k == LL_MLP_NORM) fill_const(x, n, 1.0f);
-            else if (!llama_layer_tensor_is_matrix[k]) fill_const(x, n, 0.0f);
-            else fill_normal(x, n, 0.02f, seed, stream);
-        }
-    float* e = params + p.embed_base;
+    for (int k = 0; k < NUM_LLAMA_LAYER_TENSORS; k++) {
+        float* x = layer + p.layer_offset[k];
+        const int64_t n = p.layer_size[k];
+        const uint64_t stream = 100 + (uint64_t)l * NUM_LLAMA_LAYER_TENSORS + k;
+        if (k == LL_ATTN_NORM || k == LL_MLP_NORM) fill_const(x, n, 1.0f);
+        else if (!llama_layer_tensor_is_matrix[k]) fill_const(x, n, 0.0f);
+        else fill_normal(x, n, 0.02f, seed, stream);
+    }
+}
+
+// The embedding block (embed, final_norm, lm_head: total - embed_base floats).
+static inline void llama_init_embeddings(const LlamaConfig* c, float* e, uint64_t seed) {
+    const LlamaLayout p = llama_layout(c);
     fill_normal(e + p.embed_offset[LL_EMBED], p.embed_size[LL_EMBED], 0.02f, seed, 1);
     fill_const(e + p.embed_offset[LL_FINAL_NORM], p.embed_size[LL_FINAL_NORM], 1.0f);
     fill_normal(e + p.embed_offset[LL_LM_HEAD], p.embed_size[LL_LM_HEAD], 0.02f, seed, 2);
+}
+
+static inline void llama_init_params(const LlamaConfig* c, float* params, uint64_t seed) {
+    const LlamaLayout p = llama_layout(c);
+    for (int l = 0; l < c->num_layers; l++)
+        llama_init_layer(c, l, params + (int64_t)l * p.layer_stride, seed);
+    llama_init_embeddings(c, params + p.embed_base, seed);
 }
 
 // ----------------------------------------------------------------------------
@@ -386,12 +397,13 @@ static inline int llama_read_header(const char* path, LlamaConfig* c, char* err,
     return 1;
 }
 
-// Reads the parameters (llama_layout(c).total floats) of a file whose header gave c. 0 with err.
+// Reads the parameters of a file whose header gave c. 0 with err.
+// A window [lo, hi) of the file's order reads only those floats: params then points at element lo.
 static inline int llama_load_params(const char* path, const LlamaConfig* c, float* params, char* err,
-                                    size_t errlen) {
+                                    size_t errlen, int64_t lo = 0, int64_t hi = INT64_MAX) {
     FILE* f = fopen(path, "rb");
-    const int64_t n = llama_layout(c).total;
-    int ok = f && fseeko(f, 256 * 4, SEEK_SET) == 0;
+    const int64_t total = llama_layout(c).total, n = (hi < total ? hi : total) - lo;
+    int ok = f && fseeko(f, (off_t)(256 * 4 + lo * 4), SEEK_SET) == 0;
     for (int64_t i = 0; ok && i < n; i += (int64_t)1 << 24) {
         const int64_t k = n - i < ((int64_t)1 << 24) ? n - i : (int64_t)1 << 24;
         ok = (int64_t)fread(params + i, sizeof(float), (size_t)k, f) == k;
@@ -403,7 +415,7 @@ static inline int llama_load_params(const char* path, const LlamaConfig* c, floa
     }
     const int64_t bad = first_non_finite(params, n);
     if (bad >= 0) {
-        snprintf(err, errlen, "model file %.400s: parameter %lld is %s", path, (long long)bad,
+        snprintf(err, errlen, "model file %.400s: parameter %lld is %s", path, (long long)(lo + bad),
                  isnan(params[bad]) ? "NaN" : "infinite");
         return 0;
     }

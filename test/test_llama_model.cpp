@@ -1,12 +1,12 @@
 // test_llama_model.cpp — llama_model.h: presets against the published parameter counts, specs, seeded init,
-// and model files (round trip, checksums, refusals). CPU only, no Python.
+// and model files (round trip, windows, train_gpt -sd's streamed save, checksums, refusals). CPU only.
 #include <gtest/gtest.h>
 #include <math.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <string>
 #include <vector>
-#include "checkpoint.h"        // defines: file_crc32c
+#include "checkpoint.h"        // defines: file_crc32c, StreamedState, llama_save_model_streamed
 #include "llmc/llama_model.h"  // defines: llama_presets, parse_llama_spec, llama_init_params, llama_save_params
 
 namespace {
@@ -136,6 +136,50 @@ TEST(LlamaModel, ModelFilesRoundTripWithTheirChecksum) {
     uint32_t file_crc = 0;
     ASSERT_TRUE(file_crc32c(path.c_str(), &bytes, &file_crc, err, sizeof err)) << err;
     EXPECT_EQ(file_crc, crc) << "the CRC computed while writing is the file's";
+    EXPECT_EQ(bytes, 1024 + 4 * p.total);
+    // a window (train_gpt -sd reads a layer, the embeddings): only those floats, at the window's start
+    std::vector<float> layer1(p.layer_stride, -1.0f);
+    ASSERT_TRUE(llama_load_params(path.c_str(), &r, layer1.data(), err, sizeof err, p.layer_stride,
+                                  2 * p.layer_stride))
+        << err;
+    EXPECT_EQ(memcmp(layer1.data(), w.data() + p.layer_stride, layer1.size() * 4), 0);
+    std::vector<float> one(p.layer_stride);
+    llama_init_layer(&c, 1, one.data(), 3);
+    EXPECT_EQ(memcmp(layer1.data(), one.data(), one.size() * 4), 0) << "llama_init_layer: the same numbers";
+}
+
+// train_gpt -sd's checkpoint: the prefix [embeddings | layer 0] in RAM, layer 1 from a store; the file is
+// the one llama_save_params writes of the whole model, checksum included.
+TEST(LlamaModel, StreamedSaveWritesTheSameModelFile) {
+    const LlamaConfig c = spec("llama:L2:C64:NH4:KV2:I96:V300:T128");
+    const LlamaLayout p = llama_layout(&c);
+    std::vector<float> w(p.total);
+    llama_init_params(&c, w.data(), 3);
+    const int64_t embed_count = p.total - p.embed_base;
+    std::vector<float> prefix(w.begin() + p.embed_base, w.end());  // train_gpt's order: embeddings first
+    prefix.insert(prefix.end(), w.begin(), w.begin() + p.layer_stride);
+    ASSERT_EQ((int64_t)prefix.size(), embed_count + p.layer_stride);
+    const std::string whole = temp_path("whole.bin"), streamed = temp_path("streamed.bin");
+    char err[600] = "";
+    uint32_t crc = 0, crc2 = 0;
+    ASSERT_TRUE(llama_save_params(whole.c_str(), &c, w.data(), err, sizeof err, &crc)) << err;
+    struct Store {
+        const float* w;
+        int64_t stride;
+    } store = {w.data(), p.layer_stride};
+    auto read_layer = [](void* ctx, int l, float* params, char*, size_t) {
+        const Store* st = (const Store*)ctx;
+        memcpy(params, st->w + l * st->stride, (size_t)st->stride * 4);
+        return 1;
+    };
+    const StreamedState ss = {(int64_t)prefix.size(), 1, 1, read_layer, &store};
+    ASSERT_TRUE(llama_save_model_streamed(streamed.c_str(), &c, prefix.data(), &ss, &crc2, err, sizeof err))
+        << err;
+    EXPECT_EQ(crc2, crc);
+    int64_t bytes = 0;
+    uint32_t file_crc = 0;
+    ASSERT_TRUE(file_crc32c(streamed.c_str(), &bytes, &file_crc, err, sizeof err)) << err;
+    EXPECT_EQ(file_crc, crc);
     EXPECT_EQ(bytes, 1024 + 4 * p.total);
 }
 

@@ -5,6 +5,7 @@
 // the presets (-P 1). Needs Python with torch and transformers for the Hugging Face part (skipped
 // without). Scratch under /tmp.
 #include <math.h>
+#include <sstream>
 #include "cli_test_common.h"
 #include "llmc/hf_tokenizer.h"  // defines: tokenizer_init_hf
 
@@ -115,7 +116,8 @@ TEST_F(CliTest, GpuTrainsTheLlamaFamilyAndTheCpuTrainerResumesIt) {
     EXPECT_EQ(step_losses(q.out).size(), 3u) << q.out;
 }
 
-// -P 1 prints the presets' plans without a GPU; the SSD tier and shapes the kernels refuse are one line.
+// -P 1 prints the presets' plans without a GPU, with the SSD tier too; shapes the kernels refuse are one
+// line.
 TEST_F(CliTest, GpuPlansTheLlamaPresetsAndRefusesWhatItCannot) {
     if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
     for (const char* preset : {"llama3-8b", "qwen2.5-7b", "llama3-70b"}) {
@@ -126,8 +128,12 @@ TEST_F(CliTest, GpuPlansTheLlamaPresetsAndRefusesWhatItCannot) {
     }
     const Result p = run_bin(kEmu, Args{"-e", "llama3-8b", "-b", "1", "-t", "2048", "-P", "1"});
     EXPECT_TRUE(has(p.out, "L32 C4096 NH32 KV8 hd128 I14336 V128256, 8.030 B parameters")) << p.out;
-    EXPECT_TRUE(CleanError(run_bin(kEmu, kLlama + Args{"-x", "1", "-sd", dir + "/ssd"}),
-                           {"-sd", "GPT-2 layers only"}));
+    // the SSD tier's plan for the largest preset: the streamed layers' state and bf16 weights on disk
+    const Result sd = run_bin(
+        kEmu, Args{"-e", "llama3-405b", "-b", "1", "-t", "4096", "-P", "1", "-sd", dir + "/ssd", "-sw", "1"});
+    ASSERT_EQ(sd.code, 0) << sd.cmd << "\n" << sd.err << sd.out;
+    EXPECT_TRUE(has(sd.out, "memory plan: Llama family")) << sd.out;
+    EXPECT_TRUE(has(sd.out, "AdamW m and v and bf16 weights")) << sd.out;
     EXPECT_TRUE(CleanError(run_bin(kEmu, Args{"-e", "llama:L1:C36:NH2:I64:T32", "-b", "1", "-t", "32", "-i",
                                               kTrain, "-j", kVal, "-x", "1"}),
                            {"multiples of 8", "C36"}));
@@ -184,6 +190,19 @@ TEST_F(CliTest, CpuStartsFromHuggingFaceLlamaAndQwen2WithTransformersLoss) {
             << name << ": train_gpt " << gpu << ", transformers " << want;
         printf("  %-12s val loss: train_gpt (emulated) %.7f, transformers %.7f, rel diff %.1e (bound 2e-2)\n",
                name, gpu, want, fabs(gpu - want) / want);
+        // -sd reads the checkpoint a window at a time (the prefix, then layer 1): the same weights, same loss
+        setenv("SSD_PROBE_SECONDS", "0", 1);  // the disk probe: one 64 MiB pass
+        setenv("SSD_PROBE_MIB", "64", 1);
+        const std::string store = dir + "/" + name + "/store";
+        const Result sd =
+            run_bin(kEmu, Args{"-e", model, "-b", "4",  "-t", "32", "-i", kTrain, "-j", kVal,  "-x",
+                               "1",  "-v",  "1",  "-m", "1",  "-g", "0",  "-R",   "1",  "-sd", store});
+        unsetenv("SSD_PROBE_SECONDS");
+        unsetenv("SSD_PROBE_MIB");
+        ASSERT_EQ(sd.code, 0) << sd.cmd << "\n" << sd.err << sd.out;
+        const size_t sat = sd.out.find("val loss ");
+        ASSERT_NE(sat, std::string::npos) << sd.out;
+        EXPECT_EQ(sd.out.substr(sat, 20), g.out.substr(gat, 20)) << name << ": -sd, and without";
     }
 }
 
@@ -370,4 +389,46 @@ TEST_F(CliTest, GpuTrainsWithTheVocabularyOnTheHost) {
     EXPECT_TRUE(CleanError(
         run_bin(kEmu, Args{"-e", "d12", "-b", "1", "-t", "32", "-i", kTrain, "-j", kVal, "-E", "1"}),
         {"-E 1", "GPT-2"}));
+}
+
+// Issue 31's headline: -P 1 plans llama3-405b at 4,096 tokens per micro-batch within one 80 GB GPU (-V 79,
+// an H100's usable memory) with -sd -sw 1 and at most 128 GiB of host RAM, llama3-70b within 64 GiB.
+// -E -1 (the default) puts the vocabulary tensors in host RAM by itself; the disk's bytes and traffic print.
+TEST_F(CliTest, GpuPlansLlama405bOnOneGpuWithTheSsdTier) {
+    if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
+    const struct {
+        const char* preset;
+        double host_max_gib;
+    } cases[] = {{"llama3-405b", 128}, {"llama3-70b", 64}};
+    for (const auto& k : cases) {
+        const Result p = run_bin(kEmu, Args{"-e", k.preset, "-b", "1", "-t", "4096", "-P", "1", "-sd",
+                                            dir + "/ssd", "-sw", "1", "-V", "79"});
+        ASSERT_EQ(p.code, 0) << p.cmd << "\n" << p.err << p.out;
+        double host = -1, gpu = -1, disk = -1, read = -1, written = -1;
+        std::istringstream lines(p.out);
+        for (std::string l; std::getline(lines, l);) {
+            sscanf(l.c_str(), "host %lf GiB:", &host);
+            sscanf(l.c_str(), "GPU %lf GiB:", &gpu);
+            if (sscanf(l.c_str(), "disk %lf GiB in", &disk) == 1) {
+                const size_t at = l.find("per step ");
+                ASSERT_NE(at, std::string::npos) << l;
+                EXPECT_EQ(sscanf(l.c_str() + at, "per step %lf GiB read, %lf GiB written", &read, &written),
+                          2)
+                    << l;
+            }
+        }
+        printf(
+            "%s at 4096 tokens, -sd -sw 1 -V 79: host %.2f GiB, GPU %.2f GiB, disk %.2f GiB, per step %.2f "
+            "GiB "
+            "read, %.2f GiB written\n",
+            k.preset, host, gpu, disk, read, written);
+        EXPECT_GT(host, 0) << p.out;
+        EXPECT_LE(host, k.host_max_gib) << p.out;
+        EXPECT_GT(gpu, 0) << p.out;
+        EXPECT_TRUE(has(p.out, "(fits: 79.0 GiB given by -V)")) << p.out;
+        EXPECT_TRUE(has(p.out, "vocabulary chunk buffers (-E 1)")) << p.out;
+        EXPECT_GT(disk, 0) << p.out;
+        EXPECT_GT(read, 0) << p.out;
+        EXPECT_GT(written, 0) << p.out;
+    }
 }

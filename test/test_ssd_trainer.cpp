@@ -10,6 +10,8 @@ namespace {
 
 // The model of most runs here: 4 layers of 49,984 parameters, a vocabulary of 512.
 const char* const kSpec = "L4:C64:NH4:T32:V512";
+// The Llama family's: 4 layers of 36,992 parameters, GQA (4 query heads, 2 key/value heads), untied lm_head.
+const char* const kLlamaSpec = "llama:L4:C64:NH4:KV2:I128:T32:V512";
 
 // The steps' "loss X | norm Y" (the part of a step line that must not change with where the state lives).
 std::map<int, std::string> loss_and_norm(const std::string& out) {
@@ -48,9 +50,10 @@ class SsdTrainer : public CliTest {
     }
     // 4 layers (-R 1: layer 0 on the GPU, -K 1: layer 3 keeps its activations), 3 micro-batches per step,
     // 3 steps, a checkpoint after each.
+    const char* spec = kSpec;  // the model of run_args (a Llama test sets kLlamaSpec)
     Args run_args(const std::string& out, const std::vector<std::string>& more = {}) {
-        Args a = {"-e", kSpec, "-b", "4",  "-t", "32", "-d", "384", "-x", "3",  "-v",  "0",  "-g",
-                  "0",  "-n",  "1",  "-R", "1",  "-K", "1",  "-o",  out,  "-i", train, "-j", val};
+        Args a = {"-e", spec, "-b", "4",  "-t", "32", "-d", "384", "-x", "3",  "-v",  "0",  "-g",
+                  "0",  "-n", "1",  "-R", "1",  "-K", "1",  "-o",  out,  "-i", train, "-j", val};
         return a + more;
     }
     // The reference: the same run with the state in RAM (once per test).
@@ -73,8 +76,8 @@ class SsdTrainer : public CliTest {
         }
     }
     // A run killed by the store's test hook at `point` (SSD_FAULT), then -y 1: it resumes from its last
-    // complete checkpoint and ends as the run in RAM.
-    void kill_then_resume(const std::string& out, const char* point, const Args& sd) {
+    // complete checkpoint (resumed_at, when given) and ends as the run in RAM.
+    void kill_then_resume(const std::string& out, const char* point, const Args& sd, int resumed_at = -1) {
         {
             ScopedEnv fault("SSD_FAULT", point);
             const Result a = run_bin(kEmu, run_args(out, sd));
@@ -86,6 +89,7 @@ class SsdTrainer : public CliTest {
         const std::regex re("resumed from .* \\(step ([0-9]+)\\)");
         std::smatch mt;
         ASSERT_TRUE(std::regex_search(b.out, mt, re)) << b.out;
+        if (resumed_at >= 0) { EXPECT_EQ(std::stoi(mt[1]), resumed_at) << b.out; }
         expect_same_as_ram(out, b.out, std::stoi(mt[1]) + 1);
     }
 };
@@ -183,6 +187,55 @@ TEST_F(SsdTrainer, DiskFailureLeavesTheLastCheckpoint) {
     EXPECT_TRUE(has(b.out, "resumed from")) << b.out;
     EXPECT_TRUE(has(b.out, "(step 2)")) << b.out;
     expect_same_as_ram(out, b.out, 3);
+}
+
+// The Llama family with -sd: the run in RAM bit for bit (losses, norms, every checkpoint's model file, which
+// is llama_model.h's as without -sd), the state file holding the prefix's m, v only. train_gpt_cpu refuses to
+// resume it in one line (the streamed layers' state is in the store), and so does -y 1 with another -R.
+TEST_F(SsdTrainer, LlamaSameTrainingAsInRam) {
+    spec = kLlamaSpec;
+    run_in_ram();
+    const std::string out = dir + "/sd", store = dir + "/store";
+    const Result a = run_bin(kEmu, run_args(out, {"-sd", store}));
+    ASSERT_EQ(a.code, 0) << a.cmd << "\n" << a.err << a.out;
+    EXPECT_TRUE(has(a.out, "SSD tier: 3 layers' fp32 weights and AdamW m, v in")) << a.out;
+    EXPECT_TRUE(has(a.out, "untied lm_head")) << a.out;
+    expect_same_as_ram(out, a.out, 1);
+    for (int s = 1; s <= 2; s++)
+        EXPECT_TRUE(slurp(out + "/" + step_name("model_", s, ".bin")) ==
+                    slurp(dir + "/ram/" + step_name("model_", s, ".bin")))
+            << "model file of step " << s;
+    LlamaConfig c = {};
+    char err[4352];
+    ASSERT_EQ(parse_llama_spec(kLlamaSpec, &c, err, sizeof err), 1) << err;
+    const LlamaLayout p = llama_layout(&c);
+    EXPECT_EQ(p.layer_stride, 36992);
+    EXPECT_EQ(file_size(out + "/state_00000003.bin"), 16 * 8 + (int64_t)sizeof(DataLoaderState) + 4 * 8 +
+                                                          (p.total - p.embed_base + p.layer_stride) * 8);
+    // a fresh -sd run from a model file (read a layer at a time): the same as one in RAM from it
+    const Args from_file = {"-e", dir + "/ram/model_00000001.bin", "-x", "1"};
+    const Result f = run_bin(kEmu, run_args(dir + "/f_ram", from_file));
+    const Result g = run_bin(kEmu, run_args(dir + "/f_sd", from_file + Args{"-sd", dir + "/fstore"}));
+    ASSERT_EQ(g.code, 0) << g.cmd << "\n" << g.err << g.out;
+    EXPECT_EQ(loss_and_norm(g.out).size(), 1u) << g.out;
+    EXPECT_EQ(loss_and_norm(g.out), loss_and_norm(f.out));
+    EXPECT_TRUE(slurp(dir + "/f_sd/model_00000001.bin") == slurp(dir + "/f_ram/model_00000001.bin"));
+    if (have_binary(kCpu)) {
+        EXPECT_TRUE(CleanError(run_bin(kCpu, {"-b", "4", "-t", "32", "-d", "384", "-x", "4", "-o", out, "-y",
+                                              "1", "-i", train, "-j", val}),
+                               {"in an SSD store", "train_gpt -sd DIR"}));
+    }
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(out, {"-x", "4", "-y", "1", "-sd", store, "-R", "2"})),
+                           {"resume: -R 2 differs from the checkpoint's"}));
+}
+
+// The Llama family with -sd -sw 1 (the bf16 weights read from the store for every pass), killed mid-run (the
+// 29th chunk written: 12 create the store, 15 are step 1's, the 29th is step 2's gradients), then -y 1 from
+// step 1: steps 2 and 3 and the final model file are the run in RAM's bit for bit.
+TEST_F(SsdTrainer, LlamaWithTheWeightsOnDiskKilledThenResumed) {
+    spec = kLlamaSpec;
+    run_in_ram();
+    kill_then_resume(dir + "/sw", "1,28,kill", {"-sd", dir + "/store", "-sw", "1"}, 1);
 }
 
 // Issue 33: messages that were untrue. A disk error before the first checkpoint said "the last complete
