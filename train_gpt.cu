@@ -1497,6 +1497,10 @@ static void print_config_table(const Run* r, const GPT* g) {
                   plan.ssd_write_per_step / 1e9);
     table_row("GPU memory", "%.2f GiB (checkpoints %.2f, %d weight slots %.3f)", g->gpu_bytes / GiB,
               plan.layer_inputs / GiB, r->ga.num_slots, plan.slots / GiB);
+    if (g->vocab)
+        table_row("vocabulary tensors", "host RAM, CPU AdamW; the head in chunks of %lld rows (-E 1)",
+                  (long long)g->vocab->rows);
+    else if (r->llama.num_layers) table_row("vocabulary tensors", "GPU, with their AdamW state (-E 0)");
     table_row("GPU-resident layers",
               r->resident ? "%d of %d (%.2f GiB with their AdamW state)" : "%d of %d (all streamed)",
               r->resident, cfg.num_layers, plan.resident_layers / GiB);

@@ -51,10 +51,11 @@ class SsdTrainer : public CliTest {
     // 4 layers (-R 1: layer 0 on the GPU, -K 1: layer 3 keeps its activations), 3 micro-batches per step,
     // 3 steps, a checkpoint after each.
     const char* spec = kSpec;  // the model of run_args (a Llama test sets kLlamaSpec)
+    Args flags;                // a test's own flags, on every run (the one in RAM too)
     Args run_args(const std::string& out, const std::vector<std::string>& more = {}) {
         Args a = {"-e", spec, "-b", "4",  "-t", "32", "-d", "384", "-x", "3",  "-v",  "0",  "-g",
                   "0",  "-n", "1",  "-R", "1",  "-K", "1",  "-o",  out,  "-i", train, "-j", val};
-        return a + more;
+        return a + flags + more;
     }
     // The reference: the same run with the state in RAM (once per test).
     Result ram;
@@ -236,6 +237,18 @@ TEST_F(SsdTrainer, LlamaWithTheWeightsOnDiskKilledThenResumed) {
     spec = kLlamaSpec;
     run_in_ram();
     kill_then_resume(dir + "/sw", "1,28,kill", {"-sd", dir + "/store", "-sw", "1"}, 1);
+}
+
+// -E 1 (the vocabulary tensors in host RAM, beside the prefix) with -sd -sw 1: bit for bit with RAM's -E 1.
+TEST_F(SsdTrainer, LlamaVocabularyOnTheHostWithTheWeightsOnDisk) {
+    spec = kLlamaSpec;
+    flags = {"-E", "1"};
+    run_in_ram();
+    const std::string out = dir + "/sw";
+    const Result a = run_bin(kEmu, run_args(out, {"-sd", dir + "/store", "-sw", "1"}));
+    ASSERT_EQ(a.code, 0) << a.cmd << "\n" << a.err << a.out;
+    EXPECT_TRUE(has(a.out, "host RAM, CPU AdamW; the head in chunks")) << a.out;
+    expect_same_as_ram(out, a.out, 1);
 }
 
 // Issue 33: messages that were untrue. A disk error before the first checkpoint said "the last complete
