@@ -1,0 +1,746 @@
+// run_setup.cuh — train_gpt.cu's run around its loop: the model from -e, the data, the output directory,
+// the plan and the fit check, the weights (RAM or the SSD tier), the tokenizer, the printed tables.
+// Included by train_gpt.cu after the step, whose functions it calls (gpt_build, load_state).
+// Not here: the step, the loop and its lines (train_gpt.cu).
+#pragma once
+#define INIT_SEED      1337ull     // weights of a model made from a spec (the CPU trainer uses the same)
+#define SHUFFLE_SEED   42ull       // order of the train batches
+#define SAMPLE_SEED    1234567ull  // sampling RNG
+#define SYNTHETIC_SEED 7ull        // tokens of the benchmark mode
+static const char* kTokenizerPath = "gpt2_tokenizer.bin";
+
+// -e as a Llama-family model (llama_model.h): a spec or preset (1), a model file (2), a Hugging Face
+// checkpoint (3); 0: GPT-2. Dies on a malformed Llama spec or file, or a shape the GPU kernels refuse.
+static int llama_source_kind(const char* spec, LlamaConfig* llama) {
+    char err[4352];
+    memset(llama, 0, sizeof *llama);
+    int kind = parse_llama_spec(spec, llama, err, sizeof err);
+    if (kind == 0) die("%s", err);
+    if (kind == 2 && llama_is_model_file(spec)) {
+        if (!llama_read_header(spec, llama, err, sizeof err)) die("%s", err);
+    } else if (kind == 2) {
+        const int hf = llama_hf_read_config(spec, llama, err, sizeof err);
+        if (hf == 0) die("%s", err);
+        if (hf != 1) {
+            memset(llama, 0, sizeof *llama);
+            return 0;
+        }
+        kind = 3;
+    }
+    // every tensor a multiple of 8 elements keeps every tensor and layer 16-byte aligned (copies, cuBLASLt)
+    const LlamaConfig& c = *llama;
+    const int QD = c.num_heads * c.head_dim, KVD = c.num_kv_heads * c.head_dim;
+    if (c.hidden_size % 8 || QD % 8 || KVD % 8 || c.intermediate_size % 8)
+        die("-e %s: this trainer needs C, NH*HD, KV*HD and I multiples of 8 (C%d, %d, %d, I%d)", spec,
+            c.hidden_size, QD, KVD, c.intermediate_size);
+    return kind;
+}
+
+// Model config from -e: a spec (random init), an llm.c model file (its header) or a Hugging
+// Face checkpoint (hf.h); or the Llama family's (llama_source_kind: *llama gets its config, cfg its
+// llama_gpt_config). llama->num_layers 0: GPT-2.
+static int resolve_model(const char* spec, GPTConfig* cfg, LlamaConfig* llama) {
+    char err[4352];
+    const int llama_kind = llama_source_kind(spec, llama);
+    if (llama_kind) {
+        *cfg = llama_gpt_config(llama);
+        return llama_kind == 1 ? 1 : 2;
+    }
+    const int kind = parse_model_spec(spec, cfg, err, sizeof err);
+    if (kind == 0) die("%s", err);
+    warn_if_spec_shadows_path(spec, kind);
+    if (kind == 2 && !gpt_read_header(spec, cfg, err, sizeof err)) die("%s", err);
+    return kind;
+}
+
+// One step's tokens on the host: n_micro x N each; pos only for chat data (else NULL).
+typedef struct {
+    int *inputs, *targets, *pos;
+} StepTokens;
+
+// The loader's next batch, its tokens checked against the vocabulary, into batch mb of `to`.
+static void fetch_batch(DataLoader* dl, int V, const char* which, StepTokens* to, int mb) {
+    const int64_t N = (int64_t)dl->B * dl->T;
+    if (!dataloader_next_batch(dl)) die("%s", dl->err);
+    char err[600];
+    if (!dataloader_check_tokens(dl, V, err, sizeof err)) die("%s data: %s", which, err);
+    memcpy(to->inputs + mb * N, dl->inputs, (size_t)N * sizeof(int));
+    memcpy(to->targets + mb * N, dl->targets, (size_t)N * sizeof(int));
+    // chat rows begin a conversation, so 0 <= pos[t] <= t < T: the kernels' masks stay in the row
+    if (to->pos) memcpy(to->pos + mb * N, dl->pos, (size_t)N * sizeof(int));
+}
+
+static void print_timeline(GPT* g, const TimelineSummary& t, const char* output_dir) {
+    printf(
+        "TIMELINE {\"step_s\": %.4f, \"compute_busy_s\": %.4f, \"h2d_busy_s\": %.4f, \"d2h_busy_s\": %.4f, "
+        "\"adam_busy_s\": %.4f, \"gpu_idle_s\": %.4f, \"fwd_wait_s\": %.4f, \"bwd_wait_s\": %.4f",
+        t.step_s, t.busy_s[TRACK_COMPUTE], t.busy_s[TRACK_H2D], t.busy_s[TRACK_D2H], t.busy_s[TRACK_ADAM],
+        t.gpu_idle_s, t.fwd_wait_s, t.bwd_wait_s);
+    if (g->ssd)  // -sd: the disk's busy time
+        printf(", \"disk_read_busy_s\": %.4f, \"disk_write_busy_s\": %.4f", t.busy_s[TRACK_DISK_READ],
+               t.busy_s[TRACK_DISK_WRITE]);
+    printf("}\n");
+    if (output_dir) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/trace.json", output_dir);
+        if (!timeline_write_chrome_trace(g->timeline, path))
+            fprintf(stderr, "warning: cannot write %s\n", path);
+    }
+}
+
+static int compare_double(const void* a, const void* b) {
+    const double x = *(const double*)a, y = *(const double*)b;
+    return (x > y) - (x < y);
+}
+
+// The run: what main settles before the loop, and the loop's host state.
+typedef struct {
+    TrainArgs args;
+    GpuArgs ga;
+    GPTConfig cfg;      // GPT-2's, or the Llama family's llama_gpt_config
+    LlamaConfig llama;  // the Llama family's config (num_layers 0: GPT-2)
+    int kind;           // 1: a model spec (seeded init), 2: a model file or Hugging Face checkpoint
+    int bench, n_micro, total_steps, start_step;
+    int64_t step_tokens;
+    int resident, kept;  // -R / -K, once -1 is resolved
+    MemoryPlan plan;
+    bool no_gpu_here;
+    cudaDeviceProp prop;
+    int64_t gpu_free_at_start, gpu_total, gpu_budget;
+    int adam_threads;
+    double peak_flops;  // 0: a GPU not in gpu_bf16_peak_flops's table (no MFU)
+    const char* peak_label;
+    int64_t resume_step;  // -1: a fresh run
+    int64_t resume_header[ST_HEADER_SLOTS];
+    char resume_model[4200], resume_state[4200];
+    char ssd_owner[4200];  // -sd: the store's owner, -o as an absolute path ("": a run without checkpoints)
+    // the loop's
+    DataLoader train, val;
+    int64_t val_batches;
+    Tokenizer tok;
+    TrainLogger logger;
+    StepTokens batch;      // one step's tokens
+    double* step_seconds;  // each step's time
+    uint64_t sample_rng;
+    int sample_tokens;              // per sample (gpu_sample_tokens: 0 by default for a large model)
+    Timeline timeline;              // -Y 1
+    TimelineSummary last_timeline;  // of the last step
+} Run;
+
+// -y 1 with -e: the model -e names must be the checkpoint's, GPT-2 (check_resume_model) or Llama family.
+static void check_resume_family(const char* model, const char* dir, const GPTConfig* ckpt,
+                                const LlamaConfig* llama_ckpt) {
+    LlamaConfig want;
+    const bool llama_given = llama_source_kind(model, &want) != 0, llama_saved = llama_ckpt->num_layers > 0;
+    if (llama_given != llama_saved)
+        die("-e %s is a %s, the checkpoint in %s a %s: drop -e or choose another -o", model,
+            llama_given ? "Llama-family model" : "GPT-2", dir, llama_saved ? "Llama-family model" : "GPT-2");
+    if (!llama_saved) return check_resume_model(model, dir, ckpt);
+    if (memcmp(&want, llama_ckpt, sizeof want) != 0)  // ints and floats, no padding
+        die("-e %s does not match the checkpoint in %s (L%d C%d NH%d NKV%d I%d V%d): drop -e or "
+            "choose another -o",
+            model, dir, llama_ckpt->num_layers, llama_ckpt->hidden_size, llama_ckpt->num_heads,
+            llama_ckpt->num_kv_heads, llama_ckpt->intermediate_size, llama_ckpt->vocab_size);
+}
+
+// -o: one run per directory; -y 1 resumes from its newest valid checkpoint (open_run_dir).
+// A benchmark writes only trace.json there; -P 1 writes nothing.
+static void open_output_dir(Run* r) {
+    char err[4352];
+    const GpuArgs& ga = r->ga;
+    r->resume_step = -1;
+    if (r->args.output_dir && r->bench && ga.timeline && !ga.plan_only &&
+        !lock_output_dir(r->args.output_dir, err, sizeof err))
+        die("%s", err);
+    if (r->bench || ga.plan_only) return;
+    GPTConfig ckpt;
+    LlamaConfig llama_ckpt;  // num_layers 0: the checkpoint is a GPT-2
+    r->resume_step = open_run_dir(&r->args, r->resume_model, r->resume_state, sizeof r->resume_model, &ckpt,
+                                  r->resume_header, &llama_ckpt);
+    if (r->args.output_dir && !realpath(r->args.output_dir, r->ssd_owner))
+        r->ssd_owner[0] = 0;  // it exists now
+    if (r->resume_step < 0) return;
+    if (ga.model_given) check_resume_family(r->args.model, r->args.output_dir, &ckpt, &llama_ckpt);
+    r->args.model = r->resume_model;
+}
+
+// One step's tokens (a benchmark: one fixed random batch, as its peers) and each step's time.
+static void alloc_step_buffers(Run* r) {
+    StepTokens* b = &r->batch;
+    const size_t bytes = (size_t)r->step_tokens * sizeof(int);
+    b->inputs = (int*)malloc(bytes);
+    b->targets = (int*)malloc(bytes);
+    b->pos = r->train.kind == DL_CHAT ? (int*)malloc(bytes) : NULL;
+    r->step_seconds = (double*)calloc((size_t)r->total_steps + 1, sizeof(double));
+    if (!b->inputs || !b->targets || (r->train.kind == DL_CHAT && !b->pos) || !r->step_seconds)
+        die("out of host memory for the token buffers");
+    uint64_t rng = SYNTHETIC_SEED;
+    for (int64_t i = 0; r->bench && i < r->step_tokens; i++) {
+        b->inputs[i] = (int)(random_u64(&rng) % (uint64_t)r->cfg.vocab_size);  // 50257 for GPT-2's vocabulary
+        b->targets[i] = (int)(random_u64(&rng) % (uint64_t)r->cfg.vocab_size);
+    }
+}
+
+// The data (none in benchmark mode), the run's length, and the checks of a resumed run.
+static void open_data(Run* r) {
+    char err[4352];
+    TrainArgs* a = &r->args;
+    DataLoader *train = &r->train, *val = &r->val;
+    memset(train, 0, sizeof *train);
+    memset(val, 0, sizeof *val);
+    r->total_steps = r->bench ? r->ga.bench_warmup + r->ga.bench_steps : a->max_steps;
+    r->val_batches = 0;
+    if (!r->bench) {
+        if (!dataloader_init(train, a->train_data, a->B, a->T, 1, SHUFFLE_SEED, err, sizeof err))
+            die("%s", err);
+        if (!dataloader_init(val, a->val_data, a->B, a->T, 0, 0, err, sizeof err)) die("%s", err);
+        if (!dataloader_check_pair(train, val, err, sizeof err)) die("%s", err);
+        if (r->total_steps < 0) r->total_steps = (int)(train->num_batches / r->n_micro);
+        if (a->max_steps < 0 && r->total_steps < 1)
+            die("train data %s holds fewer than %d batches of B*T: one step needs that many", a->train_data,
+                r->n_micro);
+        r->val_batches = dataloader_eval_batches(val, a->val_max_batches);
+        a->max_steps = r->total_steps;  // -x -1 resolved: checkpoints record the run's length
+    }
+    if (r->resume_step >= 0)
+        check_resume_args(r->resume_header, a, r->total_steps, r->step_tokens, a->output_dir);
+    if (r->resume_step >= r->total_steps)
+        die("resume: the checkpoint in %s is at step %lld, the run ends at step %d: nothing to train (raise "
+            "-x)",
+            a->output_dir, (long long)r->resume_step, r->total_steps);
+    alloc_step_buffers(r);
+}
+
+// -sd, a fresh run: DIR must hold the store (ssd_store_create allocates every file at full size).
+static void check_ssd_space(const Run* r) {
+    const char* dir = r->ga.ssd_dir;
+    if (!dir || r->resume_step >= 0) return;
+    const int64_t avail = dir_free_bytes(dir);
+    if (avail < 0) die("-sd %s: %s", dir, strerror(errno));
+    if (avail < r->plan.ssd_disk)
+        die("-sd %s: the optimizer state needs %s on disk (two generations of the fp32 weights, m and "
+            "v%s of %d streamed layers, and their gradients), the filesystem has %s free",
+            dir, SizeText((double)r->plan.ssd_disk).s, r->ga.ssd_weights ? " and the bf16 weights" : "",
+            r->cfg.num_layers - r->resident, SizeText((double)avail).s);
+}
+
+// The fit check, before any large allocation: host RAM first, then the GPU.
+static void check_host_fit(const Run* r) {
+    const double GiB = 1073741824.0;
+    const GpuArgs* ga = &r->ga;
+    const int64_t host_avail = host_memory_to_count_on(ga);
+    if (host_avail >= 0 && r->plan.host_bytes > host_avail)
+        die("host RAM too small for this config: needs %.1f GiB (fp32 weights + AdamW m, v + pinned bf16 "
+            "weights and "
+            "grads), %.1f GiB %s",
+            r->plan.host_bytes / GiB, host_avail / GiB,
+            ga->host_gib > 0
+                ? "given by -M"
+                : "available (MemAvailable; where memory grows as it is used, -M GiB says how much)");
+}
+static void check_fit(Run* r) {
+    const double GiB = 1073741824.0;
+    GpuArgs* ga = &r->ga;
+    check_ssd_space(r);
+    check_host_fit(r);
+    if (r->no_gpu_here)
+        die("no CUDA device found: this trainer needs an NVIDIA GPU; ./train_gpt_cpu trains on the CPU");
+    // before the context exists: a host thread that waits for the GPU sleeps instead of spinning a core
+    cudaCheck(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
+    cudaCheck(cudaGetDeviceProperties(&r->prop, 0));
+    cudaCheck(cudaSetDevice(0));
+    r->peak_flops = gpu_bf16_peak_flops(r->prop.name, &r->peak_label);
+    // what the cuBLAS handles and our kernels take is not free for the plan: they come first
+    matmul_handles_create();
+    kernels_load();
+    if (use_flash_attention(&r->cfg, &r->llama))
+        flash_attention_load(attention_head_size(&r->cfg, &r->llama));
+    size_t gpu_free = 0, gpu_total = 0;
+    cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
+    r->gpu_free_at_start = (int64_t)gpu_free;
+    r->gpu_total = (int64_t)gpu_total;
+    r->gpu_budget = gpu_memory_budget(ga, r->gpu_free_at_start);
+    const int vocab_host = ga->vocab_host;
+    ga->vocab_host = vocab_host_for(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga,
+                                    r->gpu_budget, &r->llama);
+    r->plan = place_layers(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga, r->gpu_budget,
+                           &r->resident, &r->kept, &r->llama);
+    if (vocab_host < 0 && ga->vocab_host > 0) {  // -E -1 chose the host: its RAM must hold them too
+        printf(
+            "vocabulary tensors: in host RAM (-E -1: they do not fit the GPU's budget with the layers')\n");
+        check_host_fit(r);
+    }
+    const MemoryPlan& m = r->plan;
+    if (m.gpu_bytes + gpu_reserve_bytes <= r->gpu_budget) return;
+    char budget_text[512];
+    if (r->gpu_budget < r->gpu_free_at_start)
+        snprintf(budget_text, sizeof budget_text, "%.2f GiB given by -V (%.2f GiB free on %s)",
+                 r->gpu_budget / GiB, r->gpu_free_at_start / GiB, r->prop.name);
+    else
+        snprintf(budget_text, sizeof budget_text, "%.2f GiB free on %s", r->gpu_free_at_start / GiB,
+                 r->prop.name);
+    die("GPU memory too small for this config: needs %.2f GiB (of which %.2f GiB layer-input checkpoints: "
+        "lower -d, "
+        "-b or -t; %.2f GiB for %d GPU-resident layers: lower -R; %.2f GiB for %d layers' kept activations: "
+        "lower "
+        "-K), %s",
+        m.gpu_bytes / GiB, m.layer_inputs / GiB, m.resident_layers / GiB, r->resident, m.kept / GiB, r->kept,
+        budget_text);
+}
+
+// The model, its shape against the flags, and the memory plan (-R -1 / -K -1 count as 0 here).
+static void plan_run(Run* r) {
+    const TrainArgs& a = r->args;
+    const GpuArgs& ga = r->ga;
+    r->kind = resolve_model(a.model, &r->cfg, &r->llama);
+    if (ga.vocab_host > 0 && !r->llama.num_layers)
+        die("-E 1 moves the Llama family's vocabulary tensors to the host: GPT-2's stay on the GPU");
+    if (!r->llama.num_layers) r->ga.vocab_host = 0;  // -E -1 decides with the GPU's budget (check_fit)
+    if (a.T > r->cfg.max_seq_len)
+        die("-t %d exceeds the model's max sequence length %d", a.T, r->cfg.max_seq_len);
+    r->n_micro = grad_accum_steps(&a);
+    r->step_tokens = (int64_t)r->n_micro * a.B * a.T;
+    if (ga.resident > r->cfg.num_layers)
+        die("-R %d: the model has only %d layers", ga.resident, r->cfg.num_layers);
+    if (ga.kept > r->cfg.num_layers) die("-K %d: the model has only %d layers", ga.kept, r->cfg.num_layers);
+    r->resident = ga.resident > 0 ? ga.resident : 0;
+    r->kept = ga.kept > 0 ? ga.kept : 0;
+    int devices = 0;
+    r->no_gpu_here = cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0;
+    cudaGetLastError();
+    if (ga.plan_only && r->no_gpu_here)
+        flash_attention_device_major = 9;  // plan for an H100's attention path
+    r->plan = gpt_memory_plan(&r->cfg, a.B, a.T, r->n_micro, ga.num_slots, r->resident, r->kept,
+                              ssd_tier(&ga), &r->llama, ga.vocab_host > 0);
+    if (ga.ssd_dir && ga.resident >= r->cfg.num_layers)
+        die("-sd %s with -R %d: every layer is GPU-resident, no state is left to put on disk", ga.ssd_dir,
+            ga.resident);
+    if (r->resume_step >= 0) {  // a checkpoint's streamed state is in an SSD store, or in its files
+        const bool ckpt_ssd = r->resume_header[ST_VERSION] == STATE_VERSION_SSD;
+        if (ckpt_ssd && !ga.ssd_dir)
+            die("resume: the checkpoint of step %lld in %s keeps its streamed layers' state in an SSD store: "
+                "resume with -sd DIR (the run's -sd directory)",
+                (long long)r->resume_step, a.output_dir);
+        if (!ckpt_ssd && ga.ssd_dir)
+            die("resume: the checkpoint of step %lld in %s holds all its state in its files (a run without "
+                "-sd): resume it without -sd",
+                (long long)r->resume_step, a.output_dir);
+    }
+}
+
+// -P 1: prints the plan and exits. With -V, -R -1 / -K -1 are placed for that much GPU memory, as
+// a run would.
+static int print_plan_only(Run* r) {
+    GpuArgs* ga = &r->ga;
+    ga->vocab_host = ga->gpu_gib > 0
+                         ? vocab_host_for(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga,
+                                          gpu_memory_budget(ga, INT64_MAX), &r->llama)
+                         : std::max(ga->vocab_host, 0);  // -E -1 without -V: on the GPU
+    r->plan = gpt_memory_plan(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, r->resident, r->kept,
+                              ssd_tier(ga), &r->llama, ga->vocab_host > 0);
+    if (ga->gpu_gib > 0)
+        r->plan = place_layers(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga,
+                               gpu_memory_budget(ga, INT64_MAX), &r->resident, &r->kept, &r->llama);
+    print_memory_plan(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, r->resident, r->kept, ga,
+                      r->plan, r->no_gpu_here, &r->llama);
+    return 0;
+}
+
+// -sd: the disk's bandwidth and the disk time per step it implies; a failed probe only warns.
+// Env SSD_PROBE_SECONDS and SSD_PROBE_MIB shorten the probe for tests.
+static void ssd_print_bandwidth(const Run* r) {
+    const char* dir = r->ga.ssd_dir;
+    const char* sec = getenv("SSD_PROBE_SECONDS");
+    const char* mib = getenv("SSD_PROBE_MIB");
+    const double seconds = sec ? atof(sec) : 3.0;
+    const int64_t max_bytes = mib && atoll(mib) > 0 ? atoll(mib) << 20 : (int64_t)1 << 30;
+    double rbps = 0, wbps = 0;
+    int direct = 0;
+    char err[1024];
+    if (ssd_probe_bandwidth(dir, seconds, max_bytes, &rbps, &wbps, &direct, err, sizeof err) != 0) {
+        fprintf(stderr, "warning: -sd %s: %s; the disk's part of a step is not estimated\n", dir, err);
+        return;
+    }
+    const MemoryPlan& m = r->plan;
+    printf(
+        "disk %s: read %.2f GB/s, write %.2f GB/s%s; one step moves %.2f GB from it and %.2f GB to it: "
+        "%.3f s of disk time per step at these rates (overlapped with the GPU's forward pass)\n",
+        dir, rbps / 1e9, wbps / 1e9, direct ? " (O_DIRECT)" : " (buffered: the filesystem refused O_DIRECT)",
+        m.ssd_read_per_step / 1e9, m.ssd_write_per_step / 1e9,
+        m.ssd_read_per_step / rbps + m.ssd_write_per_step / wbps);
+}
+
+// -sd, the Llama family: the window [lo, hi) of -e's parameters (the model file's order) into dst.
+// A Hugging Face directory is read tensor by tensor: only the window's (llama_hf_load_window).
+static void llama_load_window(const Run* r, float* dst, int64_t lo, int64_t hi) {
+    char err[4352];
+    const char* model = r->args.model;
+    const int ok = llama_is_model_file(model)
+                       ? llama_load_params(model, &r->llama, dst, err, sizeof err, lo, hi)
+                       : llama_hf_load_window(model, &r->llama, dst, lo, hi, err, sizeof err);
+    if (!ok) die("%s", err);
+}
+
+// -sd: the prefix (embeddings, layers 0..R-1) into g->master, in this trainer's order.
+// From the seeded init, -e, or the checkpoint's model file (a resumed run's -e).
+static void ssd_load_prefix(Run* r, GPT* g) {
+    char err[4352];
+    const ParamLayout* p = &g->layout;
+    const int R = g->resident_layers;
+    const bool init = r->kind == 1 && r->resume_step < 0;
+    if (init && is_llama(g)) {
+        llama_init_embeddings(&r->llama, g->master, INIT_SEED);
+        for (int l = 0; l < R; l++)
+            llama_init_layer(&r->llama, l, g->master + gpt_layer_offset(p, l), INIT_SEED);
+    } else if (init) {
+        gpt_init_embeddings(&r->cfg, g->master, INIT_SEED);
+        for (int l = 0; l < R; l++) gpt_init_layer(&r->cfg, l, g->master + gpt_layer_offset(p, l), INIT_SEED);
+    } else if (is_llama(g)) {  // the file is [layers | embeddings]
+        llama_load_window(r, g->master, p->total - p->embed_count, p->total);
+        if (R > 0) llama_load_window(r, g->master + p->embed_count, 0, (int64_t)R * p->layer_stride);
+    } else if (!gpt_load_params(r->args.model, &r->cfg, g->master, err, sizeof err, 0, g->host_state_count)) {
+        die("%s", err);
+    }
+}
+
+// -sd, a fresh run: streamed layer l's fp32 weights, from the seeded init or -e.
+static void ssd_load_layer(Run* r, const GPT* g, int l, float* layer) {
+    char err[4352];
+    const ParamLayout* p = &g->layout;
+    const int64_t lo = (int64_t)l * p->layer_stride;  // the family's file: layer l's offset
+    if (is_llama(g) && r->kind == 1) llama_init_layer(&r->llama, l, layer, INIT_SEED);
+    else if (is_llama(g)) llama_load_window(r, layer, lo, lo + p->layer_stride);
+    else if (r->kind == 1) gpt_init_layer(&r->cfg, l, layer, INIT_SEED);
+    else if (!gpt_load_params(r->args.model, &r->cfg, layer, err, sizeof err, gpt_layer_offset(p, l),
+                              gpt_layer_offset(p, l) + p->layer_stride))
+        die("%s", err);
+}
+
+// -sd, either family: the store in DIR, and the weights. A fresh run writes each streamed layer into a new
+// store. A resumed run opens the store at its checkpoint and reads each layer's weights back.
+// The prefix goes to the host arrays either way.
+static void ssd_attach(Run* r, GPT* g) {
+    const double GiB = 1073741824.0;
+    const char* dir = r->ga.ssd_dir;
+    const GPTConfig* c = &r->cfg;
+    const ParamLayout* p = &g->layout;
+    const int R = g->resident_layers;
+    SsdStore*& st = g->ssd->store;
+    char err[4352];
+    SsdStoreConfig sc = ssd_store_config(c, R, ssd_tier(&r->ga), &r->llama);
+    if (sc.num_layers < 1)  // -R -1 placed every layer on the GPU
+        die("-sd %s with -R %d: all %d layers fit on the GPU, no state is left to put on disk: drop -sd", dir,
+            r->ga.resident, c->num_layers);
+    sc.owner = r->ssd_owner;  // another run's store is neither replaced nor resumed
+    const bool resume = r->resume_step >= 0;
+    double verify_s = 0;
+    if (resume) {
+        int64_t tail[SSD_TAIL_SLOTS];
+        if (!state_file_ssd_tail(r->resume_state, tail, err, sizeof err)) die("resume: %s", err);
+        if (tail[SSD_TAIL_PREFIX] != g->host_state_count)
+            die("resume: -R %d differs from the checkpoint's (%lld streamed layers in its SSD store, %d "
+                "now): "
+                "keep -R to resume with -sd",
+                R, (long long)tail[SSD_TAIL_STREAMED_LAYERS], c->num_layers - R);
+        const double t0 = timeline_now();
+        st = ssd_store_open(dir, &sc, r->resume_step, err, sizeof err);  // reads it once: checksums
+        verify_s = timeline_now() - t0;
+        if (!st && strstr(err, "other checkpoint, step "))  // damaged, the older checkpoint intact
+            die("resume: -sd %s: %s: to resume from that one, remove %s/DONE_%08lld", dir, err,
+                r->args.output_dir, (long long)r->resume_step);
+        if (!st && strstr(err, " is damaged")) die("resume: -sd %s: %s", dir, err);
+        if (!st) die("resume: -sd %s: %s (resume with the run's -R and -sw)", dir, err);
+    } else {
+        st = ssd_store_create(dir, &sc, err, sizeof err);
+        if (!st) die("-sd %s: %s", dir, err);
+    }
+    ssd_set_fault_from_env(st);
+    ssd_load_prefix(r, g);
+    // the streamed layers, one at a time through one buffer
+    float* layer = (float*)malloc((size_t)p->layer_stride * 4);
+    if (!layer) die("out of host memory for one layer");
+    for (int l = R; l < c->num_layers; l++) {
+        int rc = 0;
+        if (resume) rc = ssd_store_read_layer(st, l - R, layer, NULL, NULL, NULL, err, sizeof err);
+        else {
+            ssd_load_layer(r, g, l, layer);
+            rc = ssd_store_write_layer(st, l - R, layer, NULL, NULL, err, sizeof err);  // zero m, v
+        }
+        if (rc != 0) die("-sd %s: %s", dir, err);
+        if (g->ssd->weights_on_disk) continue;  // the store wrote their bf16 copy (-sw 1)
+        uint16_t* bf16 = g->stream.weights_host_bf16 + gpt_layer_offset(p, l);
+        FAKE_CUDA_HOST_ACCESS(bf16, p->layer_stride * 2, true, "the host writing the bf16 copy (load)");
+        convert_f32_to_bf16(layer, bf16, p->layer_stride);
+    }
+    free(layer);
+    if (r->ga.timeline) ssd_io_log_busy(ssd_store_io(st), 1);  // the timeline's disk tracks
+    ssd_tier_start_writer(g);
+    char how[96] = "created";
+    if (resume)
+        snprintf(how, sizeof how, "resumed at its checkpoint, its checksums verified in %.1f s", verify_s);
+    printf("SSD tier: %d layers' fp32 weights and AdamW m, v%s in %s (%.2f GiB on disk, %s; %s)\n",
+           sc.num_layers, g->ssd->weights_on_disk ? " and bf16 weights" : "", dir, r->plan.ssd_disk / GiB,
+           ssd_io_backend(ssd_store_io(st)), how);
+}
+
+// The Llama family's weights into g->master: the seeded init, a model file or a Hugging Face checkpoint,
+// each in the model file's order, then rotated into this trainer's (llama_trainer_order).
+static void load_llama_weights(Run* r, GPT* g) {
+    char err[4352];
+    const char* model = r->args.model;
+    if (r->kind == 1) llama_init_params(&r->llama, g->master, INIT_SEED);
+    else if (llama_is_model_file(model)) {
+        if (!llama_load_params(model, &r->llama, g->master, err, sizeof err)) die("%s", err);
+    } else {  // llama_hf_load reads into a CPU model: 4 more bytes a parameter for a moment (grads untouched)
+        LlamaCPU hf;
+        if (!llama_hf_load(model, &hf)) die("%s", hf.error);
+        if (memcmp(&hf.config, &r->llama, sizeof r->llama) != 0)
+            die("%s: its config changed while the trainer read it", model);
+        memcpy(g->master, hf.params, (size_t)g->layout.total * 4);
+        llama_cpu_free(&hf);
+    }
+    llama_trainer_order(&g->layout, g->master);
+}
+
+// Builds the model and fills its weights; with -y 1 also its AdamW state and data position.
+static void build_model(Run* r, GPT* g) {
+    char err[4352];
+    // the CPU AdamW's threads: every usable core but one for each thread that runs beside them
+    const int cores = usable_cpu_cores(), beside = adam_threads_beside(r->ga.ssd_dir != NULL);
+    r->adam_threads = r->ga.adam_threads > 0 ? r->ga.adam_threads : std::max(1, cores - beside);
+    cpu_adam_set_threads(r->adam_threads);
+    if (r->ga.ssd_dir) {  // the probe first: its buffers are gone before the model's arrive
+        if (mkdir(r->ga.ssd_dir, 0755) != 0 && errno != EEXIST)
+            die("-sd %s: cannot create it: %s", r->ga.ssd_dir, strerror(errno));
+        if (ssd_lock_dir(r->ga.ssd_dir, err, sizeof err) < 0) die("-sd: %s", err);  // held until exit
+        ssd_print_bandwidth(r);
+    }
+    gpt_build(g, &r->cfg, r->args.B, r->args.T, r->n_micro, r->ga.num_slots, r->resident, r->kept, &r->args,
+              ssd_tier(&r->ga), &r->llama, r->ga.vocab_host > 0);
+    if (r->ga.ssd_dir) ssd_attach(r, g);  // either family, one layer at a time
+    else if (r->llama.num_layers) load_llama_weights(r, g);
+    else if (r->kind == 1) gpt_init_params(&r->cfg, g->master, INIT_SEED);
+    else if (!gpt_load_params(r->args.model, &r->cfg, g->master, err, sizeof err)) die("%s", err);
+    gpt_weights_ready(g);
+    if (r->ga.timeline) {
+        timeline_init(&r->timeline, 8 * r->cfg.num_layers + 64 + (g->ssd ? 2 * TIMELINE_DISK_SPANS : 0));
+        g->timeline = g->stream.timeline = &r->timeline;
+    }
+    r->start_step = 0;
+    if (r->resume_step < 0) return;
+    DataLoaderState data_state;
+    load_state(g, r->resume_state, &data_state);
+    if (!dataloader_set_state(&r->train, &data_state, err, sizeof err)) die("resume: %s", err);
+    r->start_step = (int)g->step;
+    g->checkpoint_step = g->step;
+    printf("resumed from %s (step %d)\n", r->resume_model, r->start_step);
+}
+
+// The tokenizer for samples (without it they print as token ids), and DIR/main.log (none in benchmark mode).
+// Samples decode with a Llama-family checkpoint's tokenizer.json, GPT-2's tokenizer for GPT-2's vocabulary,
+// else print ids (as train_gpt_cpu).
+static void open_tokenizer(Run* r) {
+    char err[4352];
+    const bool llama = r->llama.num_layers > 0;
+    const std::string json = std::string(r->args.model) + "/tokenizer.json";
+    if (llama && is_dir(r->args.model) && file_exists(json)) {
+        if (!tokenizer_init_hf(&r->tok, json.c_str(), err, sizeof err)) fprintf(stderr, "warning: %s\n", err);
+        else if ((int64_t)r->tok.vocab_size > r->cfg.vocab_size) {
+            fprintf(stderr, "warning: %s has %u tokens, the model %d: samples are printed as token ids\n",
+                    json.c_str(), r->tok.vocab_size, r->cfg.vocab_size);
+            tokenizer_free(&r->tok);
+        }
+    } else if (!llama || r->cfg.vocab_size == 50257) {
+        if (!tokenizer_init(&r->tok, kTokenizerPath, err, sizeof err))
+            fprintf(stderr, "warning: %s; samples are printed as token ids\n", err);
+    }
+}
+
+static void open_tokenizer_and_log(Run* r) {
+    char err[4352];
+    memset(&r->tok, 0, sizeof r->tok);
+    if (!r->bench) open_tokenizer(r);
+    if (!logger_open(&r->logger, r->bench ? NULL : r->args.output_dir, r->resume_step, err, sizeof err))
+        die("%s", err);
+    r->sample_rng = SAMPLE_SEED;
+    const int64_t params = model_layout(&r->cfg, &r->llama).total;
+    r->sample_tokens = gpu_sample_tokens(&r->args, &r->ga, params);
+    if (!r->bench && r->sample_tokens == 0 && sample_tokens(&r->args) > 0)
+        printf(
+            "samples off by default (%.1fB parameters%s: each token streams the model once); -g N asks for "
+            "them\n",
+            params / 1e9, ssd_tier(&r->ga) == TIER_SSD_WEIGHTS ? ", weights on disk" : "");
+}
+
+static void print_config_table(const Run* r, const GPT* g) {
+    const double GiB = 1073741824.0;
+    const TrainArgs& args = r->args;
+    const GPTConfig& cfg = r->cfg;
+    const MemoryPlan& plan = r->plan;
+    const ParamLayout* p = &g->layout;
+    const int64_t real_params = gpt_num_real_params(&cfg, p);
+    table_rule();
+    table_row("model", "%s (%s)", args.model,
+              r->kind == 1 && r->llama.num_layers ? "spec, Llama init"
+              : r->kind == 1                      ? "spec, GPT-2 init"
+              : hf_is_checkpoint(args.model)      ? "Hugging Face checkpoint"
+              : r->llama.num_layers               ? "Llama-family model file"
+                                                  : "llm.c model file");
+    if (r->llama.num_layers)
+        table_row("Llama family", "KV %d / hd %d / I %d / rope theta %g%s / %s / %s", r->llama.num_kv_heads,
+                  r->llama.head_dim, r->llama.intermediate_size, r->llama.rope_theta,
+                  r->llama.rope_llama3 ? " llama3-scaled" : "",
+                  r->llama.qkv_bias ? "q/k/v biases" : "no biases",
+                  r->llama.tied_embeddings ? "tied lm_head" : "untied lm_head");
+    table_row("L / C / NH / maxT", "%d / %d / %d / %d", cfg.num_layers, cfg.channels, cfg.num_heads,
+              cfg.max_seq_len);
+    table_row("V / Vp", "%d / %d", cfg.vocab_size, cfg.padded_vocab_size);
+    table_row("parameters", "%.3f B (%lld; %lld with the padded vocab)", real_params / 1e9,
+              (long long)real_params, (long long)p->total);
+    table_row("B / T / accumulation", "%d / %d / %d = %lld tokens per step", args.B, args.T, r->n_micro,
+              (long long)r->step_tokens);
+    table_row("lr / warmup / schedule", "%.2e / %d / %s to %.2f x lr", args.lr, args.warmup_steps,
+              lr_schedule_name(args.lr_schedule), args.final_lr_frac);
+    table_row("weight decay / clip", "%.2f / %.2f", args.weight_decay, args.grad_clip);
+    table_row("steps", r->bench ? "%d (benchmark: %d warm-up + %d timed)" : "%d", r->total_steps,
+              r->ga.bench_warmup, r->ga.bench_steps);
+    if (r->ga.ssd_dir)
+        table_row("host memory",
+                  "%.2f GiB (fp32 master+m+v of the prefix %.2f, pinned bf16 %.2f, SSD ring %.2f)",
+                  plan.host_bytes / GiB, plan.master_adam / GiB, plan.pinned / GiB, plan.ssd_ring / GiB);
+    else
+        table_row("host memory", "%.2f GiB (fp32 master+m+v %.2f, pinned bf16 %.2f)", plan.host_bytes / GiB,
+                  plan.master_adam / GiB, plan.pinned / GiB);
+    if (r->ga.ssd_dir)
+        table_row(r->ga.ssd_weights ? "SSD tier (-sd -sw 1)" : "SSD tier (-sd)",
+                  "%s: %.2f GiB on disk, %.3f GiB ring; per step %.2f GB read, %.2f GB written",
+                  r->ga.ssd_dir, plan.ssd_disk / GiB, plan.ssd_ring / GiB, plan.ssd_read_per_step / 1e9,
+                  plan.ssd_write_per_step / 1e9);
+    table_row("GPU memory", "%.2f GiB (checkpoints %.2f, %d weight slots %.3f)", g->gpu_bytes / GiB,
+              plan.layer_inputs / GiB, r->ga.num_slots, plan.slots / GiB);
+    if (g->vocab)
+        table_row("vocabulary tensors", "host RAM, CPU AdamW; the head in chunks of %lld rows (-E 1)",
+                  (long long)g->vocab->rows);
+    else if (r->llama.num_layers) table_row("vocabulary tensors", "GPU, with their AdamW state (-E 0)");
+    table_row("GPU-resident layers",
+              r->resident ? "%d of %d (%.2f GiB with their AdamW state)" : "%d of %d (all streamed)",
+              r->resident, cfg.num_layers, plan.resident_layers / GiB);
+    table_row(
+        "kept activations",
+        r->kept ? "last %d of %d layers (%.2f GiB; no recompute there)" : "%d of %d layers (all recomputed)",
+        r->kept, cfg.num_layers, plan.kept / GiB);
+    table_row("attention", "%s",
+              g->flash      ? "fused tensor-core kernels (flash_attention.cuh)"
+              : r->ga.flash ? "cuBLAS GEMMs + softmax, T x T scores stored (head size not 32, 64, 80, 96, "
+                              "128 or GPU before sm_80)"
+                            : "cuBLAS GEMMs + softmax, T x T scores stored (-F 0)");
+    table_row("GEMM epilogues", "%s",
+              r->ga.epilogues ? "bias, residual, GELU fused (cuBLASLt)" : "separate kernels (-G 0)");
+    table_row("device", "%s, %.1f GiB", r->prop.name, r->gpu_total / GiB);
+    if (r->peak_flops > 0) table_row("MFU vs", "%.0f TFLOP/s (%s)", r->peak_flops / 1e12, r->peak_label);
+    else table_row("MFU vs", "n/a (this GPU is not in gpu_bf16_peak_flops's table)");
+    table_row("cpu adamw", "%d threads, %s", r->adam_threads, cpu_adam_simd_name());
+    table_rule();
+    fflush(stdout);
+}
+
+// After the first step of a run: what this process took on the GPU beyond its plan (the margin check).
+static void print_gpu_margin(const Run* r, const GPT* g, int step) {
+    const double GiB = 1073741824.0;
+    size_t free_now = 0, total_now = 0;
+    cudaCheck(cudaMemGetInfo(&free_now, &total_now));
+    printf(
+        "GPU memory after step %d: %.2f GiB free of %.2f, this process %.2f GiB beyond its plan "
+        "(-R -1 / -K -1 leave %.2f GiB for that)\n",
+        step + 1, free_now / GiB, total_now / GiB,
+        ((double)(r->gpu_free_at_start - (int64_t)free_now) - (double)g->gpu_bytes) / GiB,
+        (gpu_reserve_bytes + gpu_margin_bytes) / GiB);
+}
+
+// The median step time, and in benchmark mode the RESULT json line that dev/bench reads.
+static void print_median_and_result(const Run* r, const GPT* g, int timed, double median) {
+    const double GiB = 1073741824.0, flops = step_flops(g, r->step_tokens), peak = r->peak_flops;
+    char mfu[32] = "MFU n/a", mfu_json[32] = "null", peak_json[32] = "null";
+    if (peak > 0) {
+        snprintf(mfu, sizeof mfu, "MFU %.1f%%", 100.0 * flops / median / peak);
+        snprintf(mfu_json, sizeof mfu_json, "%.4f", flops / median / peak);
+        snprintf(peak_json, sizeof peak_json, "%.1f", peak / 1e12);
+    }
+    printf("median step time over %d steps: %.1f ms, %.0f tok/s, %.1f model TFLOP/s (%s)\n", timed,
+           median * 1e3, r->step_tokens / median, flops / median / 1e12, mfu);
+    if (!r->bench) return;
+    const GPTConfig& c = r->cfg;
+    printf(
+        "RESULT {\"mode\": \"stream\", \"model\": \"%s\", \"params_B\": %.4f, \"L\": %d, \"C\": %d, \"NH\": "
+        "%d, "
+        "\"B\": %d, \"T\": %d, \"tokens_per_step\": %lld, \"grad_accum\": %d, \"slots\": %d, "
+        "\"resident_layers\": %d, "
+        "\"kept_layers\": %d, \"flash\": %d, \"epilogues\": %d, "
+        "\"step_s\": %.5f, "
+        "\"tok_per_s\": %.1f, \"model_TFLOPs\": %.2f, \"mfu\": %s, \"peak_TFLOPs\": %s, \"peak_gpu_GiB\": "
+        "%.3f, "
+        "\"host_GiB\": %.2f}\n",
+        r->args.model, g->layout.total / 1e9, c.num_layers, c.channels, c.num_heads, r->args.B, r->args.T,
+        (long long)r->step_tokens, r->n_micro, r->ga.num_slots, r->resident, r->kept, (int)g->flash,
+        r->ga.epilogues, median, r->step_tokens / median, flops / median / 1e12, mfu_json, peak_json,
+        g->gpu_bytes / GiB, r->plan.host_bytes / GiB);
+}
+
+// -Y 1: what the last step's timeline says about -R and -K, with the GPU memory left of the budget.
+static void print_tuning_advice(const Run* r, const TimelineSummary* t) {
+    const double GiB = 1073741824.0;
+    size_t gpu_free = 0, gpu_total = 0;
+    cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
+    // what is left of the budget (all that is free, or -V less what this run took), less -R -1's margins
+    const int64_t spare =
+        std::min<int64_t>((int64_t)gpu_free, r->gpu_budget - (r->gpu_free_at_start - (int64_t)gpu_free)) -
+        gpu_reserve_bytes - gpu_margin_bytes;
+    const int64_t resident_bytes = r->plan.resident_layer, kept_bytes = r->plan.kept_layer;
+    const Placement next =
+        suggest_placement(t, r->cfg.num_layers, {r->resident, r->kept}, spare, resident_bytes, kept_bytes);
+    printf(
+        "tuning, from the last step's timeline: the forward pass waited %.3f s for weights (CPU AdamW %.1f "
+        "ms per "
+        "streamed layer, forward %.1f ms per layer), the backward pass %.3f s; %.2f GiB of GPU memory to "
+        "spare "
+        "(%.2f GiB per GPU-resident layer, %.2f GiB per kept one)",
+        t->fwd_wait_s, t->adam_layers ? 1e3 * t->busy_s[TRACK_ADAM] / t->adam_layers : 0.0,
+        t->fwd_layers ? 1e3 * t->fwd_busy_s / t->fwd_layers : 0.0, t->bwd_wait_s,
+        std::max<int64_t>(spare, 0) / GiB, resident_bytes / GiB, kept_bytes / GiB);
+    if (next.resident != r->resident || next.kept != r->kept)
+        printf(": try -R %d -K %d\n", next.resident, next.kept);
+    else printf(": -R %d -K %d fit this step\n", r->resident, r->kept);
+}
+
+// The end of a run: bytes streamed, peak memory, the median step, RESULT, and -Y 1's advice.
+static void print_run_summary(const Run* r, GPT* g) {
+    const double GiB = 1073741824.0;
+    printf(
+        "streamed over the run: %.2f GB host->GPU (%lld layer copies, %lld layers reused from the previous "
+        "pass), "
+        "%.2f GB GPU->host; last CPU AdamW round %.3f s\n",
+        g->stream.bytes_h2d / 1e9, (long long)g->stream.layer_copies, (long long)g->stream.layer_reuses,
+        g->stream.bytes_d2h / 1e9, g->opt->last_round_seconds);
+    if (g->ssd && g->ssd->weights_on_disk)
+        printf("bf16 weights read from the SSD tier over the run (-sw 1): %lld layers, %.2f GB\n",
+               (long long)g->stream.reads.count, g->stream.reads.count * g->layout.layer_stride * 2 / 1e9);
+    size_t gpu_free = 0,
+           gpu_total = 0;  // every GPU buffer exists before the first step: the use now is the peak
+    cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
+    printf(
+        "peak host memory: %.3f GiB resident; GPU memory: %.2f GiB allocated by this run (%.2f GiB in use on "
+        "the device of %.2f)\n",
+        peak_rss_bytes() / GiB, g->gpu_bytes / GiB, (gpu_total - gpu_free) / GiB, gpu_total / GiB);
+    const int first_timed = r->bench ? r->ga.bench_warmup : r->start_step + 1;  // the first is warm-up
+    const int timed = r->total_steps - first_timed;
+    if (timed > 0) {
+        double* sorted = (double*)malloc(sizeof(double) * (size_t)timed);
+        memcpy(sorted, r->step_seconds + first_timed, sizeof(double) * (size_t)timed);
+        qsort(sorted, (size_t)timed, sizeof(double), compare_double);
+        const double median = sorted[timed / 2];
+        free(sorted);
+        print_median_and_result(r, g, timed, median);
+    }
+    if (g->timeline && timed > 0) print_tuning_advice(r, &r->last_timeline);
+    fflush(stdout);
+}
