@@ -21,12 +21,7 @@
 
 #define STATE_MAGIC   20241122
 #define STATE_VERSION 2  // 2: the run's hyperparameters in the header; version 1 files are refused
-// 102: train_gpt -sd (ssd.h): the streamed layers' state is in the run's SsdStore, not here.
-// Layout: version 2's header and data position, a tail of SSD_TAIL_SLOTS int64, then m and v.
-// m and v cover the first `prefix` parameters only (the embeddings and -R layers, kept in host RAM).
-// Their order is train_gpt's [embeddings | layers], the Llama family's too (its version 2 files: [layers |
-// embeddings]). train_gpt_cpu refuses them (state_file_read): the streamed layers' state is in the store.
-// Not 3: that number stays free for the plain format; version 3 files are refused as unknown.
+// 102: train_gpt -sd, whose streamed layers' state is in its SsdStore (ssd.h); docs/ssd.md has the layout.
 #define STATE_VERSION_SSD 102
 enum { SSD_TAIL_PREFIX, SSD_TAIL_STORE_STEP, SSD_TAIL_STREAMED_LAYERS, SSD_TAIL_RESERVED, SSD_TAIL_SLOTS };
 
@@ -129,12 +124,10 @@ static int file_crc32c(const char* path, int64_t* bytes, uint32_t* crc, char* er
     return ok;
 }
 
-// The DONE marker of a checkpoint, written last, names its two files with their sizes and CRC-32C:
+// DONE, written last, names both files with their sizes and CRC-32C (beside, so the model stays llm.c's):
 //   checkpoint 1 crc32c
 //   model_00000012.bin 1234567 1a2b3c4d
 //   state_00000012.bin 2345678 5e6f7081
-// A checksum beside the model file, not inside it, keeps that an llm.c model file.
-// Older builds wrote empty markers: such a checkpoint resumes unverified, with a warning.
 #define DONE_HEADER "checkpoint 1 crc32c\n"
 typedef struct {
     int64_t bytes;
@@ -165,9 +158,8 @@ static int checkpoint_write_done(const char* dir, int64_t step, const FileSum su
     return 1;
 }
 
-// Checks checkpoint `step`'s files against its DONE marker: sizes, then CRC-32C (one read each, at resume).
-// 1 if they match (*verified = 1) or the marker is an older build's empty one (*verified = 0).
-// Else 0 with err naming the bad file.
+// Checks checkpoint `step`'s files against its DONE marker: sizes, then CRC-32C. 0 with err if not.
+// An older build's empty marker passes unverified (*verified = 0).
 static int checkpoint_verify(const char* dir, int64_t step, int* verified, char* err, size_t errlen) {
     char done[4200];
     snprintf(done, sizeof done, "%s/DONE_%08lld", dir, (long long)step);
@@ -231,9 +223,7 @@ typedef struct {
     void* ctx;
 } StreamedState;
 
-// An llm.c model file (gpt_save_params' format, atomic) from `prefix_params` and ss->read_layer.
-// The prefix: embeddings and first layers. The rest: one layer in RAM at a time, each tensor at its place.
-// The CRC-32C is read back from the file.
+// An llm.c model file (atomic) from `prefix_params` and ss->read_layer, one streamed layer at a time.
 static int save_model_streamed(const char* path, const GPTConfig* cfg, const float* prefix_params,
                                const StreamedState* ss, uint32_t* crc, char* err, size_t errlen) {
     const ParamLayout p = gpt_layout(cfg);
@@ -328,13 +318,8 @@ static int llama_save_model_streamed(const char* path, const LlamaConfig* c, con
     return 1;
 }
 
-// Writes the checkpoint of `step` (adam_t updates applied): model file, state file, then DONE.
-// The state: m, v, the data position, a's hyperparameters for B x T micro-batches.
-// DONE holds both files' sizes and checksums; then -nk / -nm prune older ones.
-// Any failure exits with one line; the checkpoints already there stay valid.
-// Both trainers write this format, so a run moves between them.
-// A Llama-family model passes `llama` (cfg unused): its model file is llama_model.h's.
-// With ss (train_gpt -sd), m and v hold the prefix in train_gpt's order, either family.
+// Writes the checkpoint of `step`: model file, state file, then DONE; -nk / -nm prune older ones.
+// A failure exits with one line; older checkpoints stay valid. llama: the family's file (cfg unused).
 static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const GPTConfig* cfg,
                             const float* master, const float* m, const float* v, const TrainArgs* a, int B,
                             int T, const DataLoaderState* data_state, const StreamedState* ss = NULL,
@@ -423,8 +408,7 @@ static int state_file_ssd_tail(const char* path, int64_t tail[SSD_TAIL_SLOTS], c
     return ok;
 }
 
-// Checks a state file against a model of `total` parameters and reads its header, not the bulk.
-// So a bad file is refused before any large allocation. 0 with a one-line err.
+// Checks a state file's header against `total` parameters before any large allocation. 0 with err.
 static int state_file_check(const char* path, int64_t total, int64_t header[ST_HEADER_SLOTS], char* err,
                             size_t errlen) {
     FILE* f = open_regular(path, "optimizer state", err, errlen);
@@ -506,10 +490,8 @@ static int64_t check_state_file(const char* path, int64_t total) {
     return header[ST_STEP];
 }
 
-// The resume point: the newest DONE_N whose files match its sizes and checksums; damaged ones warn.
-// Fills the paths, cfg and the state header; -1 when dir holds no DONE marker.
-// Dies when none of several is valid: starting over would drop the run.
-// A Llama-family checkpoint fills *llama (num_layers 0 for GPT-2); a caller passing none refuses it.
+// The resume point: the newest DONE_N whose files match it (-1: none); dies if none of several is valid.
+// A Llama-family checkpoint fills *llama; a caller passing none refuses it.
 static int64_t pick_checkpoint(const char* dir, char* model, char* state, size_t pathlen, GPTConfig* cfg,
                                int64_t header[ST_HEADER_SLOTS], LlamaConfig* llama = NULL) {
     if (llama) memset(llama, 0, sizeof *llama);
@@ -552,9 +534,7 @@ static int64_t pick_checkpoint(const char* dir, char* model, char* state, size_t
     return -1;
 }
 
-// A resumed run's flags against its checkpoint's hyperparameters.
-// B, T and tokens per step must stay: the data position counts B*T batches; a step's gradient is a mean.
-// The others may change (raising -x extends a run), with one warning each: the run is then not the same.
+// A resumed run's flags against its checkpoint's: B, T and tokens per step must stay, the rest warn.
 static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_steps, int64_t step_tokens,
                               const char* dir) {
     if (h[ST_B] != a->B || h[ST_T] != a->T || h[ST_STEP_TOKENS] != step_tokens)
@@ -588,9 +568,8 @@ static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_st
                     f[i].now, bits_float(h[f[i].slot]), f[i].effect);
 }
 
-// Reads a state file (after state_file_check): m, v (total floats each), data position, step, updates.
-// Exits on a read failure.
-// Version 102 (train_gpt -sd) holds m, v of its prefix only: prefix must be that count, else it is refused.
+// Reads a state file (after state_file_check): m, v, data position, step, updates; exits on failure.
+// Version 102 (train_gpt -sd) holds the prefix's m, v only: `prefix` must be their count.
 static void state_file_read(const char* path, int64_t total, float* m, float* v, DataLoaderState* data_state,
                             int64_t* step, int64_t* adam_t, const int64_t* prefix = NULL) {
     *step = check_state_file(path, total);
@@ -674,10 +653,8 @@ static int dir_run_files(const char* dir, char* found, size_t len) {
     return count;
 }
 
-// Makes and locks a training run's -o directory and returns where the run starts (-1: fresh).
-// -y 1: the newest valid checkpoint's step, or -1 if none (pick_checkpoint fills model, state, cfg, header).
-// A fresh start over a main.log or checkpoint files dies naming them: it would overwrite them.
-// Removes leftover temporary files first. Without -o: -1.
+// Makes and locks the -o directory; returns the step to resume from (-y 1), or -1 for a fresh start.
+// A fresh start over an earlier run's files dies naming them.
 static int64_t open_run_dir(const TrainArgs* a, char* model, char* state, size_t pathlen, GPTConfig* cfg,
                             int64_t header[ST_HEADER_SLOTS], LlamaConfig* llama = NULL) {
     if (llama) memset(llama, 0, sizeof *llama);
