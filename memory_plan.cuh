@@ -314,8 +314,7 @@ static int64_t gpu_memory_budget(const GpuArgs* ga, int64_t gpu_free) {
     const int64_t given = (int64_t)((double)ga->gpu_gib * 1073741824.0);
     return ga->gpu_gib > 0 && given < gpu_free ? given : gpu_free;
 }
-// -E -1: the vocabulary tensors go to the host when the plan with them on the GPU (and the -R / -K given)
-// exceeds the budget. 0 or 1 otherwise, as given; GPT-2: 0.
+// -E -1: the vocabulary tensors go to the host when the GPU's budget cannot hold them (GPT-2: never).
 static int vocab_host_for(const GPTConfig* c, int B, int T, int n_micro, int slots, const GpuArgs* ga,
                           int64_t budget, const LlamaConfig* llama) {
     if (!llama || !llama->num_layers) return 0;

@@ -416,9 +416,8 @@ static void ssd_load_layer(Run* r, const GPT* g, int l, float* layer) {
         die("%s", err);
 }
 
-// -sd, either family: the store in DIR, and the weights. A fresh run writes each streamed layer into a new
-// store. A resumed run opens the store at its checkpoint and reads each layer's weights back.
-// The prefix goes to the host arrays either way.
+// -sd, either family: a fresh run writes each streamed layer into a new store in DIR, a resumed one
+// opens it at its checkpoint. The prefix goes to the host arrays.
 static void ssd_attach(Run* r, GPT* g) {
     const double GiB = 1073741824.0;
     const char* dir = r->ga.ssd_dir;
@@ -536,9 +535,7 @@ static void build_model(Run* r, GPT* g) {
     printf("resumed from %s (step %d)\n", r->resume_model, r->start_step);
 }
 
-// The tokenizer for samples (without it they print as token ids), and DIR/main.log (none in benchmark mode).
-// Samples decode with a Llama-family checkpoint's tokenizer.json, GPT-2's tokenizer for GPT-2's vocabulary,
-// else print ids (as train_gpt_cpu).
+// The tokenizer for samples: a Llama checkpoint's tokenizer.json, GPT-2's, or none (ids); and DIR/main.log.
 static void open_tokenizer(Run* r) {
     char err[4352];
     const bool llama = r->llama.num_layers > 0;

@@ -337,9 +337,8 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     optimizer_start(g);
 }
 
-// Pageable host arrays <-> the GPU through a pinned bounce buffer, a chunk at a time.
-// A pageable copy would run at a fraction of the bus's speed.
-// The buffer lives only during the copy, so the memory plan leaves it out.
+// Pageable host arrays <-> the GPU through a pinned bounce buffer (a pageable copy is slow).
+// It lives only during the copy: the memory plan leaves it out.
 static const int64_t kBounceBytes = (int64_t)8 << 20;
 static void bounce_copy(GPT* g, void* const* dst, const void* const* src, int arrays, int64_t bytes,
                         cudaMemcpyKind kind) {
@@ -670,8 +669,7 @@ static int64_t count_targets(const int* targets, int64_t n) {
 }
 
 // One step of the training loop, as llm.c's: forward and backward, then the update.
-// pos: chat data's positions (NULL: pretraining). No update when the step diverged (the caller stops),
-// -sl / -sg find it an outlier, or chat data has no target in the step.
+// No update when it diverged, -sl / -sg skip it, or chat data (pos) has no target.
 static StepResult gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro, float lr,
                            const int* pos = NULL) {
     StepResult r = {};
@@ -696,9 +694,8 @@ static StepResult gpt_step(GPT* g, const int* inputs, const int* targets, int n_
     return r;
 }
 
-// Forward only over n <= max_micro batches in one walk of the layers.
-// With targets, losses[i] gets batch i's mean loss (chat data, pos given: over its targets, 0 with none)
-// and counts[i] (if given) its targets; without, the last batch's logits stay in g->acts.
+// Forward only over n <= max_micro batches in one walk of the layers. With targets: each batch's mean
+// loss (and target count); without, the last batch's logits stay in g->acts.
 static void gpt_forward_eval_batches(GPT* g, const int* inputs, const int* targets, int n, float* losses,
                                      const int* pos = NULL, int64_t* counts = NULL) {
     const int L = g->config.num_layers, R = g->resident_layers;
@@ -884,9 +881,7 @@ static float validation_loss(GPT* g, DataLoader* val, int64_t batches, StepToken
     return (float)(sum / targets);
 }
 
-// One step's line: loss, norm, lr, time, throughput, MFU, progress, and why an update was skipped
-// (-sl / -sg).
-// Chat data: "| targets N" (the tokens the loss is the mean over); a step without any has no loss.
+// One step's line: loss, norm, lr, time, throughput, MFU, progress, skips; chat data: "| targets N".
 static void print_step_line(const Run* r, const GPT* g, int step, const StepResult* res, float lr, double dt,
                             double elapsed) {
     char mfu[32] = "MFU n/a", progress[64], targets[48] = "";
