@@ -482,22 +482,11 @@ static void ssd_attach(Run* r, GPT* g) {
            ssd_io_backend(ssd_store_io(st)), how);
 }
 
-// The Llama family's weights into g->master: the seeded init, a model file or a Hugging Face checkpoint,
-// each in the model file's order, then rotated into this trainer's (llama_trainer_order).
+// The Llama family's weights into g->master: the seeded init, a model file or a Hugging Face checkpoint
+// (read straight into it, no whole-model copy), in the file's order, then rotated into this trainer's.
 static void load_llama_weights(Run* r, GPT* g) {
-    char err[4352];
-    const char* model = r->args.model;
     if (r->kind == 1) llama_init_params(&r->llama, g->master, INIT_SEED);
-    else if (llama_is_model_file(model)) {
-        if (!llama_load_params(model, &r->llama, g->master, err, sizeof err)) die("%s", err);
-    } else {  // llama_hf_load reads into a CPU model: 4 more bytes a parameter for a moment (grads untouched)
-        LlamaCPU hf;
-        if (!llama_hf_load(model, &hf)) die("%s", hf.error);
-        if (memcmp(&hf.config, &r->llama, sizeof r->llama) != 0)
-            die("%s: its config changed while the trainer read it", model);
-        memcpy(g->master, hf.params, (size_t)g->layout.total * 4);
-        llama_cpu_free(&hf);
-    }
+    else llama_load_window(r, g->master, 0, g->layout.total);
     llama_trainer_order(&g->layout, g->master);
 }
 
