@@ -44,7 +44,7 @@
 #include "llmc/kernels.cuh"  // defines: layernorm_forward, gelu_forward, fused_classifier, adamw_gpu, kernels_load
 #include "llmc/logger.h"        // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
 #include "llmc/hf_tokenizer.h"  // defines: tokenizer_init_hf (a Llama-family checkpoint's samples)
-#include "llmc/llama_hf.h"    // defines: llama_hf_read_config, llama_hf_load_window (Hugging Face Llamas)
+#include "llmc/llama_hf.h"      // defines: llama_hf_read_config, llama_hf_load_window (Hugging Face Llamas)
 #include "llmc/model_file.h"  // defines: GPTConfig, ParamLayout, gpt_layout, gpt_init_params, gpt_load_params
 #include "llmc/model_specs.h"  // defines: parse_model_spec, warn_if_spec_shadows_path
 #include "llmc/outliers.h"     // defines: OutlierWindow, outlier_skip, training_diverged, die_diverged
