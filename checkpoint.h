@@ -23,7 +23,7 @@
 #define STATE_VERSION 2  // 2: the run's hyperparameters in the header; version 1 files are refused
 // 102: train_gpt -sd, whose streamed layers' state is in its SsdStore (ssd.h); docs/ssd.md has the layout.
 #define STATE_VERSION_SSD 102
-enum { SSD_TAIL_PREFIX, SSD_TAIL_STORE_STEP, SSD_TAIL_STREAMED_LAYERS, SSD_TAIL_RESERVED, SSD_TAIL_SLOTS };
+enum { SSD_TAIL_PREFIX, SSD_TAIL_STORE_STEP, SSD_TAIL_STREAMED_LAYERS, SSD_TAIL_RESERVED, SSD_TAIL_FIELDS };
 
 // The 16 int64 of a state file's header.
 // Floats are stored as their 32 bits, so a resumed run tells exactly whether its values are the same.
@@ -44,9 +44,9 @@ enum {
     ST_GRAD_CLIP,
     ST_ADAM_T,       // updates applied (< ST_STEP after -sl / -sg skipped some); 0 in older files: = ST_STEP
     ST_LR_SCHEDULE,  // -k (LR_COSINE ...); 0 = cosine in files written before it, which is what they ran
-    ST_HEADER_SLOTS = 16
+    ST_HEADER_FIELDS = 16
 };
-static_assert(ST_LR_SCHEDULE < ST_HEADER_SLOTS, "the state header is full");
+static_assert(ST_LR_SCHEDULE < ST_HEADER_FIELDS, "the state header is full");
 static int64_t float_bits(float x) {
     uint32_t u;
     memcpy(&u, &x, 4);
@@ -350,7 +350,7 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     if (!saved) die("%s", err);
     CrcWriter w = {fopen(tmp, "wb"), 0};
     if (!w.f) die("cannot create %s: %s", tmp, strerror(errno));
-    int64_t header[ST_HEADER_SLOTS] = {0};
+    int64_t header[ST_HEADER_FIELDS] = {0};
     header[ST_MAGIC] = STATE_MAGIC;
     header[ST_VERSION] = ss ? STATE_VERSION_SSD : STATE_VERSION;
     header[ST_STEP] = step;
@@ -368,7 +368,7 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     header[ST_ADAM_T] = adam_t;
     header[ST_LR_SCHEDULE] = a->lr_schedule;
     errno = 0;
-    int64_t tail[SSD_TAIL_SLOTS] = {0};
+    int64_t tail[SSD_TAIL_FIELDS] = {0};
     if (ss) {
         tail[SSD_TAIL_PREFIX] = ss->prefix;
         tail[SSD_TAIL_STORE_STEP] = ss->store_step;
@@ -398,23 +398,23 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
 static int64_t latest_checkpoint(const char* dir) { return dir_latest_step(dir, "DONE_", "", INT64_MAX); }
 
 // A version 102 (STATE_VERSION_SSD) state file's tail. 0 with err set when it cannot be read.
-static int state_file_ssd_tail(const char* path, int64_t tail[SSD_TAIL_SLOTS], char* err, size_t errlen) {
+static int state_file_ssd_tail(const char* path, int64_t tail[SSD_TAIL_FIELDS], char* err, size_t errlen) {
     FILE* f = open_regular(path, "optimizer state", err, errlen);
     if (!f) return 0;
-    const int ok = fseeko(f, ST_HEADER_SLOTS * 8 + (off_t)sizeof(DataLoaderState), SEEK_SET) == 0 &&
-                   read_all(f, tail, SSD_TAIL_SLOTS * 8);
+    const int ok = fseeko(f, ST_HEADER_FIELDS * 8 + (off_t)sizeof(DataLoaderState), SEEK_SET) == 0 &&
+                   read_all(f, tail, SSD_TAIL_FIELDS * 8);
     fclose(f);
     if (!ok) snprintf(err, errlen, "optimizer state %.400s: too short for its SSD-tier tail", path);
     return ok;
 }
 
 // Checks a state file's header against `total` parameters before any large allocation. 0 with err.
-static int state_file_check(const char* path, int64_t total, int64_t header[ST_HEADER_SLOTS], char* err,
+static int state_file_check(const char* path, int64_t total, int64_t header[ST_HEADER_FIELDS], char* err,
                             size_t errlen) {
     FILE* f = open_regular(path, "optimizer state", err, errlen);
     if (!f) return 0;
-    memset(header, 0, ST_HEADER_SLOTS * sizeof(int64_t));
-    const int got = read_all(f, header, ST_HEADER_SLOTS * sizeof(int64_t));
+    memset(header, 0, ST_HEADER_FIELDS * sizeof(int64_t));
+    const int got = read_all(f, header, ST_HEADER_FIELDS * sizeof(int64_t));
     const int64_t size = fseeko(f, 0, SEEK_END) == 0 ? (int64_t)ftello(f) : -1;
     fclose(f);
     const int64_t data_bytes = (int64_t)sizeof(DataLoaderState);
@@ -463,7 +463,7 @@ static int state_file_check(const char* path, int64_t total, int64_t header[ST_H
     }
     int64_t in_file = total, tail_bytes = 0;
     if (header[ST_VERSION] == STATE_VERSION_SSD) {
-        int64_t tail[SSD_TAIL_SLOTS];
+        int64_t tail[SSD_TAIL_FIELDS];
         if (!state_file_ssd_tail(path, tail, err, errlen)) return 0;
         in_file = tail[SSD_TAIL_PREFIX];
         tail_bytes = (int64_t)sizeof tail;
@@ -473,7 +473,7 @@ static int state_file_check(const char* path, int64_t total, int64_t header[ST_H
             return 0;
         }
     }
-    const int64_t want = ST_HEADER_SLOTS * 8 + data_bytes + tail_bytes + in_file * 8;
+    const int64_t want = ST_HEADER_FIELDS * 8 + data_bytes + tail_bytes + in_file * 8;
     if (size != want) {
         snprintf(err, errlen, "optimizer state %.400s: %lld bytes, expected %lld (truncated or too long)",
                  path, (long long)size, (long long)want);
@@ -484,7 +484,7 @@ static int state_file_check(const char* path, int64_t total, int64_t header[ST_H
 
 // state_file_check for callers that cannot go on without the file: exits on a problem, else returns its step.
 static int64_t check_state_file(const char* path, int64_t total) {
-    int64_t header[ST_HEADER_SLOTS];
+    int64_t header[ST_HEADER_FIELDS];
     char err[4352];
     if (!state_file_check(path, total, header, err, sizeof err)) die("%s", err);
     return header[ST_STEP];
@@ -493,7 +493,7 @@ static int64_t check_state_file(const char* path, int64_t total) {
 // The resume point: the newest DONE_N whose files match it (-1: none); dies if none of several is valid.
 // A Llama-family checkpoint fills *llama; a caller passing none refuses it.
 static int64_t pick_checkpoint(const char* dir, char* model, char* state, size_t pathlen, GPTConfig* cfg,
-                               int64_t header[ST_HEADER_SLOTS], LlamaConfig* llama = NULL) {
+                               int64_t header[ST_HEADER_FIELDS], LlamaConfig* llama = NULL) {
     if (llama) memset(llama, 0, sizeof *llama);
     char err[4352], newest_err[4352] = "";
     int skipped = 0;
@@ -556,16 +556,16 @@ static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_st
     const struct {
         const char* flag;
         float now;
-        int slot;
+        int field;
         const char* effect;
     } f[] = {{"-l", a->lr, ST_LR, sched},
              {"-q", a->final_lr_frac, ST_FINAL_LR_FRAC, sched},
              {"-c", a->weight_decay, ST_WEIGHT_DECAY, "the weight decay changes from here"},
              {"-gc", a->grad_clip, ST_GRAD_CLIP, "the gradient clip changes from here"}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
-        if (float_bits(f[i].now) != h[f[i].slot])
+        if (float_bits(f[i].now) != h[f[i].field])
             fprintf(stderr, "warning: resume: %s %g differs from the checkpoint's %g: %s\n", f[i].flag,
-                    f[i].now, bits_float(h[f[i].slot]), f[i].effect);
+                    f[i].now, bits_float(h[f[i].field]), f[i].effect);
 }
 
 // Reads a state file (after state_file_check): m, v, data position, step, updates; exits on failure.
@@ -576,7 +576,7 @@ static void state_file_read(const char* path, int64_t total, float* m, float* v,
     char err[4352];
     FILE* f = open_regular(path, "optimizer state", err, sizeof err);
     if (!f) die("%s", err);
-    int64_t header[ST_HEADER_SLOTS], tail[SSD_TAIL_SLOTS];
+    int64_t header[ST_HEADER_FIELDS], tail[SSD_TAIL_FIELDS];
     int ok = read_all(f, header, sizeof header) && read_all(f, data_state, sizeof *data_state);
     int64_t in_file = total;
     if (ok && header[ST_VERSION] == STATE_VERSION_SSD) {
@@ -656,7 +656,7 @@ static int dir_run_files(const char* dir, char* found, size_t len) {
 // Makes and locks the -o directory; returns the step to resume from (-y 1), or -1 for a fresh start.
 // A fresh start over an earlier run's files dies naming them.
 static int64_t open_run_dir(const TrainArgs* a, char* model, char* state, size_t pathlen, GPTConfig* cfg,
-                            int64_t header[ST_HEADER_SLOTS], LlamaConfig* llama = NULL) {
+                            int64_t header[ST_HEADER_FIELDS], LlamaConfig* llama = NULL) {
     if (llama) memset(llama, 0, sizeof *llama);
     if (!a->output_dir) return -1;
     const char* dir = a->output_dir;

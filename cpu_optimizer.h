@@ -1,5 +1,5 @@
 // cpu_optimizer.h — train_gpt's CPU optimizer thread: AdamW of the streamed layers, one round per step.
-// A round runs in layer order beside the next forward pass, which waits per layer (optimizer_block_ready).
+// A round runs in layer order beside the next forward pass, which waits per layer (optimizer_layer_ready).
 // With -sd the round runs over the SSD store (ssd_tier.h).
 // Not here: the AdamW math (cpu_adam.h), the GPU side of the hand-overs (stream.cu).
 #pragma once
@@ -17,12 +17,12 @@ struct Optimizer {
     std::mutex mu;
     std::condition_variable cv;
     int64_t rounds_submitted, rounds_done;
-    int blocks_done;  // layers done in the round in progress
+    int layers_done;  // layers done in the round in progress
     bool quit;
     float lr, grad_scale;
     int64_t t;  // AdamW step, 1-based
     double last_round_seconds;
-    double *block_t0, *block_t1;  // host clock at the start / end of each layer of the last round
+    double *layer_t0, *layer_t1;  // host clock at the start / end of each layer of the last round
 };
 
 static AdamWArgs optimizer_adamw_args(const GPT* g) {
@@ -48,21 +48,21 @@ static void adamw_layer(GPT* g, int l) {
 static void optimizer_layer_done(GPT* g, int l) {
     Optimizer* o = g->opt;
     std::lock_guard<std::mutex> lock(o->mu);
-    o->block_t1[l] = timeline_now();
-    o->blocks_done = l + 1;
+    o->layer_t1[l] = timeline_now();
+    o->layers_done = l + 1;
     FAKE_CUDA_HOST_RELEASE(o);
     o->cv.notify_all();
 }
 
 static void optimizer_round(GPT* g) {
     if (g->ssd) {
-        SsdRound round = {g, optimizer_adamw_args(g), g->opt->block_t0, optimizer_layer_done};
+        SsdRound round = {g, optimizer_adamw_args(g), g->opt->layer_t0, optimizer_layer_done};
         ssd_tier_round(&round);
         return;
     }
     for (int l = g->resident_layers; l < g->config.num_layers; l++) {
         stream_wait_grads_on_host(&g->stream, l);
-        g->opt->block_t0[l] = timeline_now();
+        g->opt->layer_t0[l] = timeline_now();
         adamw_layer(g, l);
         optimizer_layer_done(g, l);
     }
@@ -82,7 +82,7 @@ static void optimizer_thread_main(GPT* g) {
         std::lock_guard<std::mutex> lock(o->mu);
         o->last_round_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         o->rounds_done++;
-        o->blocks_done = 0;
+        o->layers_done = 0;
         o->cv.notify_all();
     }
 }
@@ -90,9 +90,9 @@ static void optimizer_thread_main(GPT* g) {
 static void optimizer_start(GPT* g) {
     const size_t L = (size_t)g->config.num_layers;
     g->opt = new Optimizer();
-    g->opt->block_t0 = (double*)calloc(L, sizeof(double));
-    g->opt->block_t1 = (double*)calloc(L, sizeof(double));
-    if (!g->opt->block_t0 || !g->opt->block_t1) die("out of host memory");
+    g->opt->layer_t0 = (double*)calloc(L, sizeof(double));
+    g->opt->layer_t1 = (double*)calloc(L, sizeof(double));
+    if (!g->opt->layer_t0 || !g->opt->layer_t1) die("out of host memory");
     g->opt->thread = std::thread(optimizer_thread_main, g);
 }
 static void optimizer_stop(GPT* g) {
@@ -103,17 +103,17 @@ static void optimizer_stop(GPT* g) {
         o->cv.notify_all();
     }
     o->thread.join();
-    free(o->block_t0);
-    free(o->block_t1);
+    free(o->layer_t0);
+    free(o->layer_t1);
     delete o;
     g->opt = NULL;
 }
 
 // HostReadyFn for the stream: has the optimizer finished layer `layer`? wait: block until so.
-static int optimizer_block_ready(void* ctx, int layer, int wait) {
+static int optimizer_layer_ready(void* ctx, int layer, int wait) {
     Optimizer* o = ((GPT*)ctx)->opt;
     std::unique_lock<std::mutex> lock(o->mu);
-    auto done = [o, layer] { return o->rounds_done == o->rounds_submitted || o->blocks_done > layer; };
+    auto done = [o, layer] { return o->rounds_done == o->rounds_submitted || o->layers_done > layer; };
     if (wait) o->cv.wait(lock, done);
     if (!done()) return 0;
     FAKE_CUDA_HOST_ACQUIRE(o);
@@ -133,7 +133,7 @@ static void optimizer_submit(GPT* g, float lr, float grad_scale) {
     o->lr = lr;
     o->grad_scale = grad_scale;
     o->t = ++g->adam_t;
-    o->blocks_done = 0;
+    o->layers_done = 0;
     o->rounds_submitted++;
     FAKE_CUDA_HOST_RELEASE(o);
     o->cv.notify_all();

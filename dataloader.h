@@ -166,7 +166,7 @@ typedef struct {
     int64_t targets;  // chat: the header's target count
 } DlShard;
 
-static inline int64_t dl_int64_slot(const int32_t* h, int slot) {
+static inline int64_t dl_int64_at(const int32_t* h, int slot) {
     return (int64_t)((uint64_t)(uint32_t)h[slot] | (uint64_t)(uint32_t)h[slot + 1] << 32);
 }
 
@@ -191,7 +191,7 @@ static inline int dl_check_chat(const char* path, const int32_t* h, int64_t byte
             path, h[CHAT_H_T], T, h[CHAT_H_T], T);
         return 0;
     }
-    const int64_t R = h[CHAT_H_ROWS], targets = dl_int64_slot(h, CHAT_H_TARGETS);
+    const int64_t R = h[CHAT_H_ROWS], targets = dl_int64_at(h, CHAT_H_TARGETS);
     // R <= 2^31 and T <= 2^31: R*T*(w+1) stays below 2^63 only with this check
     if (R < 0 || (R > 0 && (int64_t)T > (INT64_MAX / 8) / R)) {
         snprintf(err, errlen, "shard %s: chat header says %lld rows of %d tokens", path, (long long)R, T);

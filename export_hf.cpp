@@ -147,7 +147,7 @@ int main(int argc, char** argv) {
     memset(&llama, 0, sizeof llama);
     if (is_dir(in) && latest_checkpoint(in) >= 0) {
         char mp[4200], sp[4200];
-        int64_t header[ST_HEADER_SLOTS];
+        int64_t header[ST_HEADER_FIELDS];
         const int64_t step = pick_checkpoint(in, mp, sp, sizeof mp, &cfg, header, &llama);
         if (step < 0) die("%s: no complete checkpoint", in);
         model = mp;

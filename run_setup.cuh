@@ -111,7 +111,7 @@ typedef struct {
     double peak_flops;  // 0: a GPU not in gpu_bf16_peak_flops's table (no MFU)
     const char* peak_label;
     int64_t resume_step;  // -1: a fresh run
-    int64_t resume_header[ST_HEADER_SLOTS];
+    int64_t resume_header[ST_HEADER_FIELDS];
     char resume_model[4200], resume_state[4200];
     char ssd_owner[4200];  // -sd: the store's owner, -o as an absolute path ("": a run without checkpoints)
     // the loop's
@@ -434,7 +434,7 @@ static void ssd_attach(Run* r, GPT* g) {
     const bool resume = r->resume_step >= 0;
     double verify_s = 0;
     if (resume) {
-        int64_t tail[SSD_TAIL_SLOTS];
+        int64_t tail[SSD_TAIL_FIELDS];
         if (!state_file_ssd_tail(r->resume_state, tail, err, sizeof err)) die("resume: %s", err);
         if (tail[SSD_TAIL_PREFIX] != g->host_state_count)
             die("resume: -R %d differs from the checkpoint's (%lld streamed layers in its SSD store, %d "

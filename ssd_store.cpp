@@ -666,7 +666,7 @@ static void pieces_of_layer(const SsdStore* st, int layer, std::vector<Piece>* o
 static int64_t off4(const SsdStore* st, int layer, int64_t e) { return (int64_t)layer * st->stride4 + e * 4; }
 static int64_t off2(const SsdStore* st, int layer, int64_t e) { return (int64_t)layer * st->stride2 + e * 2; }
 
-// Reads piece pc of generation g (kinds: a mask of 1 << K_*) into slot s.
+// Reads piece pc of generation g (kinds: a mask of 1 << K_*) into ring entry s.
 static void issue_read(SsdStore* st, Slot* s, const Piece& pc, int g, unsigned kinds, bool grads) {
     const int64_t len4 = ssd_round_up(pc.cnt * 4, SSD_ALIGN), len2 = ssd_round_up(pc.cnt * 2, SSD_ALIGN);
     float* dst4[3] = {s->p, s->m, s->v};
@@ -692,7 +692,7 @@ static void issue_write(SsdStore* st, Slot* s, const Piece& pc, int g, unsigned 
             ssd_io_submit(st->io, &st->files[g][K_BF16], 1, s->b, len2, off2(st, pc.layer, pc.off));
 }
 
-// Waits for every request of the slot (reads or writes); the first error goes to err. 0 or -1.
+// Waits for every request of ring entry s (reads or writes); the first error goes to err. 0 or -1.
 static int wait_all(SsdStore* st, SsdReq* reqs, int* n, char* err, size_t errlen) {
     int rc = 0;
     char e[1024];
@@ -886,7 +886,7 @@ int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* f
     };
 
     for (int64_t i = 0; i < P && rc == 0; i++) {
-        // keep ring - 2 pieces read ahead; a slot is reused once the writes of its previous piece are done
+        // keep ring - 2 pieces read ahead; an entry is reused once the writes of its previous piece are done
         while (rc == 0 && next_read < P && next_read <= i + R - 2) {
             Slot* s = &st->ring[(size_t)(next_read % R)];
             if (s->piece >= 0 && (rc = retire_upto(s->piece)) != 0) break;

@@ -34,7 +34,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-#include "llmc/adamw.h"  // defines: adamw_layer_block_bf16grad, clip_scale, ADAMW_BETA1, ADAMW_EPS
+#include "llmc/adamw.h"  // defines: adamw_layer_bf16grad, clip_scale, ADAMW_BETA1, ADAMW_EPS
 #include "llmc/args.h"   // defines: TrainArgs, train_args_defaults, train_usage, parse_train_arg, help_flag
 #include "checkpoint.h"  // defines: checkpoint_save, open_run_dir, check_resume_args, state_file_read
 #include "llmc/cpu_adam.h"     // defines: cpu_adam_set_threads, convert_f32_to_bf16, bf16_to_float
@@ -65,7 +65,7 @@
 #include "llama_layers.cuh"  // defines: llama_layer_forward, _backward, llama_head_forward, llama_embedding_*
 #include "vocab_host.cuh"    // defines: HostVocab, vocab_head_forward, _backward, vocab_embedding_* (-E 1)
 #include "ssd_tier.h"        // defines: ssd_tier_new, ssd_tier_begin_backward, ssd_tier_checkpoint (-sd)
-#include "cpu_optimizer.h"   // defines: optimizer_submit, optimizer_block_ready, send_layer_grads
+#include "cpu_optimizer.h"   // defines: optimizer_submit, optimizer_layer_ready, send_layer_grads
 #include "memory_plan.cuh"   // defines: MemoryPlan, gpt_memory_plan, place_layers, print_memory_plan
 
 // ----------------------------------------------------------------------------
@@ -286,7 +286,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     }
     const HostReader reader = sw_reader(g, p, resident_layers);
     const HostReader* from_disk = tier == TIER_SSD_WEIGHTS ? &reader : NULL;
-    stream_init(&g->stream, c->num_layers, p->layer_stride, p->embed_count, num_slots, optimizer_block_ready,
+    stream_init(&g->stream, c->num_layers, p->layer_stride, p->embed_count, num_slots, optimizer_layer_ready,
                 g, !ssd, from_disk);
     if (ssd) g->ssd = ssd_tier_new(g, tier);         // its store comes with ssd_attach
     g->gpu_bytes += plan.slots + plan.grad_staging;  // stream_init's
@@ -437,9 +437,9 @@ static void gpt_free(GPT* g) {
 // AdamW of the resident prefix on the GPU, tensor by tensor; weight decay on matrices only.
 static void resident_adamw(GPT* g, const AdamWArgs& args, cudaStream_t s) {
     const ParamLayout* p = &g->layout;
-    auto gpu_form = [g, s](int64_t block) {  // adamw.h's update for the block at `block`
-        return [g, s, block](int64_t o, int64_t n, const AdamWArgs* a) {
-            o += block;
+    auto gpu_form = [g, s](int64_t base) {  // adamw.h's update for the tensors from `base`
+        return [g, s, base](int64_t o, int64_t n, const AdamWArgs* a) {
+            o += base;
             float *master = g->resident_master + o, *grads = g->resident_grads + o;
             adamw_gpu(master, grads, g->resident_m + o, g->resident_v + o, g->resident + o, n, a, s);
         };
@@ -448,9 +448,9 @@ static void resident_adamw(GPT* g, const AdamWArgs& args, cudaStream_t s) {
         adamw_tensors(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_is_matrix(g), &args,
                       gpu_form(0));
     for (int l = 0; l < g->resident_layers; l++) {
-        const int64_t block = gpt_layer_offset(p, l) - g->resident_start;
+        const int64_t base = gpt_layer_offset(p, l) - g->resident_start;
         adamw_tensors(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_is_matrix(g), &args,
-                      gpu_form(block));
+                      gpu_form(base));
     }
 }
 
@@ -645,11 +645,11 @@ static void gpt_update(GPT* g, float lr) {
 
 // -Y 1: the previous step's CPU AdamW round ran during this forward pass: it joins this timeline.
 static void timeline_add_adamw_round(GPT* g) {
-    optimizer_wait_all(g);  // already done: the forward pass waited for every block
+    optimizer_wait_all(g);  // already done: the forward pass waited for every layer
     if (g->opt->rounds_done == 0 || g->skipped[0]) return;
     const Optimizer* o = g->opt;
     for (int l = g->resident_layers; l < g->config.num_layers; l++)
-        timeline_host_span(g->timeline, TRACK_ADAM, "adamw", l, o->block_t0[l], o->block_t1[l]);
+        timeline_host_span(g->timeline, TRACK_ADAM, "adamw", l, o->layer_t0[l], o->layer_t1[l]);
 }
 
 // What one step did: its loss and norm, and whether it diverged or skipped its update.

@@ -256,7 +256,7 @@ typedef struct {
     int accum, total_steps;  // micro-batches per step; the step the run ends at
     int64_t val_batches;
     int64_t resume_step;  // the checkpoint resumed from, -1: a fresh run
-    int64_t resume_header[ST_HEADER_SLOTS];
+    int64_t resume_header[ST_HEADER_FIELDS];
     char resume_model[4200], resume_state[4200];
     Tokenizer tok;
     TrainLogger logger;

@@ -144,7 +144,7 @@ static void vocab_embedding_forward(GPT* g, bf16* out, const int* tokens, cudaSt
     cudaCheck(cudaStreamSynchronize(s));  // rows_host is free again
 }
 
-// The final norm of micro-batch slot mb's head input x, and its running logsumexp's start.
+// The final norm of micro-batch mb's head input x, and its running logsumexp's start.
 static void vocab_head_norm(GPT* g, const bf16* x, int mb, cudaStream_t s) {
     HostVocab* v = g->vocab;
     const int64_t N = (int64_t)g->B * g->T, o = mb * N;

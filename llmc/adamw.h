@@ -1,4 +1,4 @@
-// adamw.h — AdamW over a parameter block, tensor by tensor; the clip factor.
+// adamw.h — AdamW over a layer or the embeddings, tensor by tensor; the clip factor.
 // The per-element math is in cpu_adam.h; its GPU form is kernels.cuh's adamw_gpu.
 #pragma once
 #include <math.h>
@@ -14,7 +14,7 @@ static inline float clip_scale(float norm, float clip) {
     return s < 1.0f ? s : 1.0f;
 }
 
-// AdamW over one block's tensors, weight decay on matrices only.
+// AdamW over one layer's (or the embeddings') tensors, weight decay on matrices only.
 // update(offset, n, args): one tensor's AdamW, CPU or GPU form.
 template <typename Update>
 static inline void adamw_tensors(int count, const int64_t* offset, const int64_t* size, const int* is_matrix,
@@ -26,7 +26,7 @@ static inline void adamw_tensors(int count, const int64_t* offset, const int64_t
     }
 }
 
-// The CPU's form over one block; the pointers point at the block's start.
+// The CPU's form over one layer or the embeddings; the pointers point at its start.
 template <typename Grad>
 static inline void adamw_tensors_cpu(int count, const int64_t* offset, const int64_t* size,
                                      const int* is_matrix, float* params, const Grad* grads, float* m,
@@ -47,18 +47,18 @@ static inline void adamw_tensors_bf16grad(int count, const int64_t* offset, cons
     adamw_tensors_cpu(count, offset, size, is_matrix, params, grads, m, v, bf16_out, args);
 }
 
-static inline void adamw_layer_block_f32grad(const ParamLayout* p, float* params, const float* grads,
-                                             float* m, float* v, uint16_t* bf16_out, const AdamWArgs* args) {
+static inline void adamw_layer_f32grad(const ParamLayout* p, float* params, const float* grads, float* m,
+                                       float* v, uint16_t* bf16_out, const AdamWArgs* args) {
     adamw_tensors_f32grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_tensor_is_matrix, params,
                           grads, m, v, bf16_out, args);
 }
-static inline void adamw_layer_block_bf16grad(const ParamLayout* p, float* params, const uint16_t* grads,
-                                              float* m, float* v, uint16_t* bf16_out, const AdamWArgs* args) {
+static inline void adamw_layer_bf16grad(const ParamLayout* p, float* params, const uint16_t* grads, float* m,
+                                        float* v, uint16_t* bf16_out, const AdamWArgs* args) {
     adamw_tensors_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_tensor_is_matrix, params,
                            grads, m, v, bf16_out, args);
 }
-static inline void adamw_embed_block_f32grad(const ParamLayout* p, float* params, const float* grads,
-                                             float* m, float* v, uint16_t* bf16_out, const AdamWArgs* args) {
+static inline void adamw_embed_f32grad(const ParamLayout* p, float* params, const float* grads, float* m,
+                                       float* v, uint16_t* bf16_out, const AdamWArgs* args) {
     adamw_tensors_f32grad(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_tensor_is_matrix, params,
                           grads, m, v, bf16_out, args);
 }
@@ -66,10 +66,10 @@ static inline void adamw_embed_block_f32grad(const ParamLayout* p, float* params
 // The whole model, fp32 gradients (the CPU trainer).
 static inline void adamw_model_f32grad(const GPTConfig* c, const ParamLayout* p, float* params,
                                        const float* grads, float* m, float* v, const AdamWArgs* args) {
-    adamw_embed_block_f32grad(p, params, grads, m, v, NULL, args);
+    adamw_embed_f32grad(p, params, grads, m, v, NULL, args);
     for (int l = 0; l < c->num_layers; l++) {
         const int64_t o = gpt_layer_offset(p, l);
-        adamw_layer_block_f32grad(p, params + o, grads + o, m + o, v + o, NULL, args);
+        adamw_layer_f32grad(p, params + o, grads + o, m + o, v + o, NULL, args);
     }
 }
 

@@ -50,7 +50,7 @@ static inline void adamw_update(float* params, const uint16_t* grads, float* m, 
     adamw_update_bf16grad(params, grads, m, v, bf16_out, n, a);
 }
 
-// AdamW over the window [lo, lo + n) of a block; same bits as the whole block.
+// AdamW over the window [lo, lo + n) of a layer; same bits as the whole layer.
 void adamw_tensors_window_bf16grad(int count, const int64_t* offset, const int64_t* size,
                                    const int* is_matrix, int64_t lo, int64_t n, float* params,
                                    const uint16_t* grads, float* m, float* v, uint16_t* bf16_out,

@@ -9,7 +9,7 @@
 
 // One activation array: where its pointer goes, and its floats.
 typedef struct {
-    float** slot;
+    float** where;
     int64_t size;
 } ActArray;
 
@@ -70,7 +70,7 @@ static int cpu_model_carve(Model* model, const ActArray* table, int count, int B
     }
     float* next = model->act_memory;
     for (int i = 0; i < count; i++) {
-        *table[i].slot = next;
+        *table[i].where = next;
         next += round_up64(table[i].size, 16);
     }
     return 1;

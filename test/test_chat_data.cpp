@@ -424,8 +424,8 @@ static void check_plain(const std::string& out, const std::string& prefix, int T
         EXPECT_EQ(h[CHAT_H_VOCAB], vocab);
         EXPECT_EQ(h[CHAT_H_CONVS], kept);
         EXPECT_EQ(h[CHAT_H_SEGMENTS], pieces);
-        EXPECT_EQ(dl_int64_slot(h.data(), CHAT_H_TARGETS), targets);
-        EXPECT_EQ(dl_int64_slot(h.data(), CHAT_H_PADS), sum[part]["pads"]);
+        EXPECT_EQ(dl_int64_at(h.data(), CHAT_H_TARGETS), targets);
+        EXPECT_EQ(dl_int64_at(h.data(), CHAT_H_PADS), sum[part]["pads"]);
         EXPECT_EQ(h[CHAT_H_SPLIT], splits);
         EXPECT_EQ(h[CHAT_H_DROPPED], dropped);
     }

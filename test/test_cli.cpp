@@ -396,7 +396,7 @@ TEST_F(CliTest, TrainGptPlanOverflow) {
 // device (and with one would train): the tests stop it first with -x at the checkpoint's step ("nothing to
 // train"), whose message names the step the resume picked.
 
-// The state file header (checkpoint.h) is ST_HEADER_SLOTS int64, floats as their 32 bits. The tests leave
+// The state file header (checkpoint.h) is ST_HEADER_FIELDS int64, floats as their 32 bits. The tests leave
 // ST_ADAM_T 0, as in files written before -sl / -sg: a resume then takes the step as the update count.
 class ResumeTest : public CliTest {
   protected:
@@ -412,7 +412,7 @@ class ResumeTest : public CliTest {
     // What train_gpt with base_args() + {"-x", "5"} and its defaults (-l 6e-4 -u 10 -q 0.1 -c 0 -gc 1 -k
     // cosine) writes at step (ST_LR_SCHEDULE stays 0, as in files written before -k: cosine).
     std::vector<int64_t> header(int64_t step) const {
-        std::vector<int64_t> h(ST_HEADER_SLOTS, 0);
+        std::vector<int64_t> h(ST_HEADER_FIELDS, 0);
         // literals, not checkpoint.h's names: files already on disk must stay readable
         h[ST_MAGIC] = 20241122;
         h[ST_VERSION] = 2;

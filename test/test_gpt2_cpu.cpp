@@ -1004,7 +1004,7 @@ TEST(Checkpoints, SaveThenResumeRoundTrip) {
 
     char model[4200], state[4200];
     GPTConfig got_cfg;
-    int64_t header[ST_HEADER_SLOTS];
+    int64_t header[ST_HEADER_FIELDS];
     ASSERT_EQ(pick_checkpoint(dir.c_str(), model, state, sizeof model, &got_cfg, header), 7);
     EXPECT_EQ(memcmp(&got_cfg, &cfg, sizeof cfg), 0);
     EXPECT_EQ(header[ST_ADAM_T], 5);

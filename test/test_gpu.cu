@@ -624,10 +624,9 @@ TEST(GpuTrainer, ResidentAdamwMatchesCpuBlockUpdatesBitForBit) {
     AdamWArgs args = {3e-4f, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, a.weight_decay, 0.8f, 5};
     resident_adamw(&g, args, g.stream.compute);  // t 5: as optimizer_submit would have taken
     cudaCheck(cudaStreamSynchronize(g.stream.compute));
-    adamw_embed_block_f32grad(p, params.data(), grads.data(), m.data(), v.data(), NULL, &args);
+    adamw_embed_f32grad(p, params.data(), grads.data(), m.data(), v.data(), NULL, &args);
     const int64_t o = gpt_layer_offset(p, 0);
-    adamw_layer_block_f32grad(p, params.data() + o, grads.data() + o, m.data() + o, v.data() + o, NULL,
-                              &args);
+    adamw_layer_f32grad(p, params.data() + o, grads.data() + o, m.data() + o, v.data() + o, NULL, &args);
     gpt_resident_state_to_host(&g);
     EXPECT_EQ(memcmp(g.master, params.data(), (size_t)n * 4), 0) << "weights";
     EXPECT_EQ(memcmp(g.adam_m, m.data(), (size_t)n * 4), 0) << "m";

@@ -405,6 +405,7 @@ TEST(GpuLlama, StreamsOrderEveryHandOver) {
     ChunkRows96 rows;  // -E 1: several chunks, so the two gradient buffers take turns
     for (const Shape& sh : shapes())
         for (auto k : cases) {
+            if (k.vocab_host && strcmp(sh.name, "llama") != 0) continue;  // -E 1: one shape is enough here
             const LlamaConfig& c = sh.c;
             GPT g;
             build_gpu(&g, c, B, T, n_micro, k.slots, test_args(), 21, k.resident, k.kept, k.vocab_host);
@@ -508,13 +509,13 @@ TEST(GpuLlama, VocabOnHostGradientsMatchCpuReference) {
 }
 
 // -E 1 against the GPU-resident vocabulary, the same -R (Llama -R 1: the GPU arrays start after the
-// embeddings; Qwen2 -R 0: no GPU-resident parameter at all): 3 steps of 2 micro-batches within
+// embeddings; Qwen2 -R 0: no GPU-resident parameter at all): 2 steps of 2 micro-batches within
 // expect_same_training's bounds (the same AdamW bits on CPU and GPU; the head's sums in another order).
 // The plan is what gpt_build allocated, and a sample's logits match.
 TEST(GpuLlama, VocabOnHostTrainsLikeOnGpu) {
     REQUIRE_GPU();
     ChunkRows96 rows;
-    const int B = 2, T = 32, n_micro = 2, steps = 3;
+    const int B = 2, T = 32, n_micro = 2, steps = 2;
     for (const Shape& sh : shapes()) {
         const LlamaConfig& c = sh.c;
         const GPTConfig gc = llama_gpt_config(&c);

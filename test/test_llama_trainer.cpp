@@ -356,7 +356,8 @@ TEST_F(CliTest, SamplesDecodeThroughTheCheckpointsTokenizerJson) {
 TEST_F(CliTest, GpuTrainsWithTheVocabularyOnTheHost) {
     if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
     const std::string out = dir + "/vocab";
-    const Args run = kLlama + Args{"-x", "4", "-v", "0", "-g", "0"};
+    const Args run =
+        kLlama + Args{"-b", "2", "-t", "16", "-x", "4", "-v", "0", "-g", "0"};  // small: emulated
     setenv("VOCAB_CHUNK_ROWS", "4096", 1);
     const Result gpu = run_bin(kEmu, run);
     const Result host = run_bin(kEmu, run + Args{"-E", "1", "-n", "2", "-o", out});

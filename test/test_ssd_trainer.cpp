@@ -230,25 +230,16 @@ TEST_F(SsdTrainer, LlamaSameTrainingAsInRam) {
                            {"resume: -R 2 differs from the checkpoint's"}));
 }
 
-// The Llama family with -sd -sw 1 (the bf16 weights read from the store for every pass), killed mid-run (the
-// 29th chunk written: 12 create the store, 15 are step 1's, the 29th is step 2's gradients), then -y 1 from
-// step 1: steps 2 and 3 and the final model file are the run in RAM's bit for bit.
+// The Llama family with -E 1 and -sd -sw 1 (the bf16 weights read from the store each pass), killed mid-run
+// (the 29th chunk written: 12 create the store, 15 are step 1's, the 29th is step 2's gradients), then -y 1
+// from step 1: steps 2 and 3 and the final model file are the run in RAM's bit for bit.
 TEST_F(SsdTrainer, LlamaWithTheWeightsOnDiskKilledThenResumed) {
     spec = kLlamaSpec;
+    flags = {"-E",
+             "1"};  // the vocabulary tensors in host RAM, beside the prefix: the same bits as RAM's -E 1
     run_in_ram();
+    EXPECT_TRUE(has(ram.out, "host RAM, CPU AdamW; the head in chunks")) << ram.out;
     kill_then_resume(dir + "/sw", "1,28,kill", {"-sd", dir + "/store", "-sw", "1"}, 1);
-}
-
-// -E 1 (the vocabulary tensors in host RAM, beside the prefix) with -sd -sw 1: bit for bit with RAM's -E 1.
-TEST_F(SsdTrainer, LlamaVocabularyOnTheHostWithTheWeightsOnDisk) {
-    spec = kLlamaSpec;
-    flags = {"-E", "1"};
-    run_in_ram();
-    const std::string out = dir + "/sw";
-    const Result a = run_bin(kEmu, run_args(out, {"-sd", dir + "/store", "-sw", "1"}));
-    ASSERT_EQ(a.code, 0) << a.cmd << "\n" << a.err << a.out;
-    EXPECT_TRUE(has(a.out, "host RAM, CPU AdamW; the head in chunks")) << a.out;
-    expect_same_as_ram(out, a.out, 1);
 }
 
 // Issue 33: messages that were untrue. A disk error before the first checkpoint said "the last complete

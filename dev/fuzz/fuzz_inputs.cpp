@@ -274,9 +274,9 @@ static void fuzz_shard(const uint8_t* data, size_t n) {
 static void fuzz_state(const uint8_t* data, size_t n) {
     const std::string path = scratch("state.bin");
     write_file(path.c_str(), data, n);
-    const int64_t rest = (int64_t)n - ST_HEADER_SLOTS * 8 - (int64_t)sizeof(DataLoaderState);
+    const int64_t rest = (int64_t)n - ST_HEADER_FIELDS * 8 - (int64_t)sizeof(DataLoaderState);
     const int64_t total = rest > 0 ? rest / 8 : 1;
-    int64_t header[ST_HEADER_SLOTS];
+    int64_t header[ST_HEADER_FIELDS];
     char err[4400];
     if (!state_file_check(path.c_str(), total, header, err, sizeof err)) return;
     REQUIRE(header[ST_STEP] >= 1 && header[ST_ADAM_T] >= 0 && header[ST_ADAM_T] <= header[ST_STEP],
@@ -622,8 +622,8 @@ static void write_seeds(const char* root) {
     }
     put(r + "/shard", "chat", chat.data(), chat.size());
     // state: a header the check accepts for 4 parameters
-    std::vector<uint8_t> state(ST_HEADER_SLOTS * 8 + sizeof(DataLoaderState) + 4 * 8, 0);
-    int64_t sh[ST_HEADER_SLOTS] = {0};
+    std::vector<uint8_t> state(ST_HEADER_FIELDS * 8 + sizeof(DataLoaderState) + 4 * 8, 0);
+    int64_t sh[ST_HEADER_FIELDS] = {0};
     sh[ST_MAGIC] = STATE_MAGIC;
     sh[ST_VERSION] = STATE_VERSION;
     sh[ST_STEP] = 3;
