@@ -9,8 +9,8 @@
 #define SYNTHETIC_SEED 7ull        // tokens of the benchmark mode
 static const char* kTokenizerPath = "gpt2_tokenizer.bin";
 
-// -e as a Llama-family model (llama_model.h): a spec or preset (1), a model file (2), a Hugging Face
-// checkpoint (3); 0: GPT-2. Dies on a malformed Llama spec or file, or a shape the GPU kernels refuse.
+// -e as a Llama-family model: a spec or preset (1), a model file (2), a Hugging Face checkpoint (3);
+// 0: GPT-2. Dies on what the family's files or the GPU kernels refuse.
 static int llama_source_kind(const char* spec, LlamaConfig* llama) {
     char err[4352];
     memset(llama, 0, sizeof *llama);
@@ -36,9 +36,8 @@ static int llama_source_kind(const char* spec, LlamaConfig* llama) {
     return kind;
 }
 
-// Model config from -e: a spec (random init), an llm.c model file (its header) or a Hugging
-// Face checkpoint (hf.h); or the Llama family's (llama_source_kind: *llama gets its config, cfg its
-// llama_gpt_config). llama->num_layers 0: GPT-2.
+// Model config from -e (a spec, an llm.c model file, a Hugging Face checkpoint), or the Llama family's
+// (*llama; cfg its llama_gpt_config).
 static int resolve_model(const char* spec, GPTConfig* cfg, LlamaConfig* llama) {
     char err[4352];
     const int llama_kind = llama_source_kind(spec, llama);
@@ -328,8 +327,7 @@ static void plan_run(Run* r) {
     }
 }
 
-// -P 1: prints the plan and exits. With -V, -R -1 / -K -1 are placed for that much GPU memory, as
-// a run would.
+// -P 1: prints the plan and exits; with -V, -R -1 / -K -1 / -E -1 are decided for that budget.
 static int print_plan_only(Run* r) {
     GpuArgs* ga = &r->ga;
     ga->vocab_host = ga->gpu_gib > 0
@@ -370,8 +368,7 @@ static void ssd_print_bandwidth(const Run* r) {
         m.ssd_read_per_step / rbps + m.ssd_write_per_step / wbps);
 }
 
-// -sd, the Llama family: the window [lo, hi) of -e's parameters (the model file's order) into dst.
-// A Hugging Face directory is read tensor by tensor: only the window's (llama_hf_load_window).
+// The Llama family: the window [lo, hi) of -e's parameters (the file's order) into dst, tensor by tensor.
 static void llama_load_window(const Run* r, float* dst, int64_t lo, int64_t hi) {
     char err[4352];
     const char* model = r->args.model;
@@ -381,8 +378,7 @@ static void llama_load_window(const Run* r, float* dst, int64_t lo, int64_t hi) 
     if (!ok) die("%s", err);
 }
 
-// -sd: the prefix (embeddings, layers 0..R-1) into g->master, in this trainer's order.
-// From the seeded init, -e, or the checkpoint's model file (a resumed run's -e).
+// -sd: the prefix (embeddings, layers 0..R-1) into g->master, from the init, -e or the checkpoint.
 static void ssd_load_prefix(Run* r, GPT* g) {
     char err[4352];
     const ParamLayout* p = &g->layout;
@@ -482,8 +478,7 @@ static void ssd_attach(Run* r, GPT* g) {
            ssd_io_backend(ssd_store_io(st)), how);
 }
 
-// The Llama family's weights into g->master: the seeded init, a model file or a Hugging Face checkpoint
-// (read straight into it, no whole-model copy), in the file's order, then rotated into this trainer's.
+// The Llama family's weights into g->master (init, model file or Hugging Face), then this trainer's order.
 static void load_llama_weights(Run* r, GPT* g) {
     if (r->kind == 1) llama_init_params(&r->llama, g->master, INIT_SEED);
     else llama_load_window(r, g->master, 0, g->layout.total);

@@ -69,9 +69,8 @@
 #include "memory_plan.cuh"   // defines: MemoryPlan, gpt_memory_plan, place_layers, print_memory_plan
 
 // ----------------------------------------------------------------------------
-// One transformer layer, forward, as gpt2_cpu.h's gpt2_cpu_forward. x: the layer's input.
-// out: its output, or NULL when recomputing for the backward pass (the last GEMM is skipped).
-// pos: chat data's positions (NULL: t). What the backward pass reads stays in `a`.
+// One transformer layer, forward, as gpt2_cpu.h's gpt2_cpu_forward; what the backward reads stays in `a`.
+// out NULL: a recompute (the last GEMM is skipped). pos: chat data's positions, or NULL.
 
 static void layer_forward(GPT* g, const bf16* weights, const bf16* x, bf16* out, LayerActs* a, const int* pos,
                           cudaStream_t s) {
@@ -104,8 +103,7 @@ static void layer_redo_cheap_part(GPT* g, const bf16* weights, const bf16* x, La
 
 // ----------------------------------------------------------------------------
 // One transformer layer, backward, as gpt2_cpu.h's gpt2_cpu_backward, once `a` holds its activations.
-// dres: the gradient of the layer's output on entry, of its input on return.
-// Parameter gradients are ADDED to `grads`.
+// dres: the output's gradient in, the input's out. Gradients are ADDED to `grads`.
 
 static void layer_backward(GPT* g, const bf16* weights, float* grads, const bf16* x, bf16* dres, LayerActs* a,
                            const int* pos, cudaStream_t s) {
@@ -138,8 +136,7 @@ static void layer_backward(GPT* g, const bf16* weights, float* grads, const bf16
 }
 
 // ----------------------------------------------------------------------------
-// Final LayerNorm + tied lm_head + loss. The backward pass overwrites the logits with their gradient.
-// It adds to the wte and lnf gradients, and overwrites dres.
+// Final LayerNorm + tied lm_head + loss. The backward adds to wte's and lnf's gradients, overwrites dres.
 
 static void head_forward(GPT* g, const bf16* x, const int* targets, float* losses, float dloss_scale,
                          cudaStream_t s) {
@@ -168,8 +165,7 @@ static void head_backward(GPT* g, const bf16* x, bf16* dres, cudaStream_t s) {
 }
 
 // ----------------------------------------------------------------------------
-// Build / free. gpt_build allocates everything (nothing is allocated later); the caller then fills
-// g->master (GPT-2 init or an llm.c model file) and calls gpt_weights_ready.
+// Build / free. gpt_build allocates everything; the caller fills g->master, then gpt_weights_ready.
 
 // cudaMalloc that counts, so the trainer reports exactly what it holds on the GPU.
 static void* gpu_alloc(GPT* g, int64_t bytes) {
@@ -358,8 +354,7 @@ static void bounce_copy(GPT* g, void* const* dst, const void* const* src, int ar
     cudaCheck(cudaFreeHost(bounce));
 }
 
-// The resident prefix's fp32 weights and moments between the host arrays (for files) and the GPU.
-// Synchronous: only at load and checkpoint time.
+// The resident prefix's fp32 state between the host arrays and the GPU, at load and checkpoint time.
 static void gpt_resident_state_to_device(GPT* g) {
     const int64_t o = g->resident_start, bytes = (g->resident_count - o) * 4;
     cudaStream_t s = g->stream.compute;
@@ -381,8 +376,7 @@ static void gpt_resident_state_to_host(GPT* g) {
     bounce_copy(g, dst, src, 3, bytes, cudaMemcpyDeviceToHost);
 }
 
-// The master weights changed outside the optimizer (init, model file, resume).
-// Refreshes the streamed bf16 copy and the resident prefix, and empties the slots.
+// The master weights changed outside the optimizer: new bf16 copy and resident prefix, empty slots.
 static void gpt_weights_ready(GPT* g) {
     uint16_t* bf16 = g->stream.weights_host_bf16;
     const int64_t n = g->host_state_count;  // -sd: the prefix only
@@ -524,8 +518,7 @@ static void embeddings_forward(GPT* g, const int* inputs, const int* targets, co
     }
 }
 
-// Each micro-batch's loss and its backward through lm_head and the final LayerNorm.
-// The step's loss is the mean over its targets: N * n_micro tokens, or chat data's num_targets.
+// Each micro-batch's loss and its backward through the head; the loss is the mean over the step's targets.
 static void head_forward_backward(GPT* g, int n_micro, int64_t num_targets, cudaStream_t s) {
     const int L = g->config.num_layers;
     const int64_t N = (int64_t)g->B * g->T;
@@ -577,8 +570,7 @@ static float read_loss_and_norm(GPT* g, cudaStream_t s) {
     return *g->loss_host;
 }
 
-// Forward and backward of one step over n_micro x (B*T) tokens; returns the mean loss.
-// Chat data: pos, and the step's num_targets (> 0). g->last_norm gets the gradient norm. Updates nothing.
+// Forward and backward of one step: returns the mean loss, g->last_norm the gradient norm. No update.
 static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets, const int* pos, int n_micro,
                                   int64_t num_targets) {
     const int L = g->config.num_layers, R = g->resident_layers;
@@ -749,15 +741,13 @@ static void gpt_copy_logits(GPT* g, int b, int t, float* out) {
 // ----------------------------------------------------------------------------
 // Checkpoints (the files: checkpoint.h)
 
-// The Llama family's model file (and state file) order is [layers | embeddings], this trainer's
-// [embeddings | layers]: rotating the host arrays in place converts, without a second copy.
+// The Llama family's files are [layers | embeddings], this trainer [embeddings | layers]: rotate in place.
 static void llama_state_order(GPT* g, bool to_file) {
     for (float* x : {g->master, g->adam_m, g->adam_v})
         to_file ? llama_file_order(&g->layout, x) : llama_trainer_order(&g->layout, x);
 }
 
 // Gathers the state from the optimizer thread and the GPU, then writes the checkpoint.
-// -sd: the prefix stays in this trainer's order; checkpoint_save writes the family's model file.
 static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data_state) {
     optimizer_wait_all(g);          // the master weights and m, v of the last step must be complete
     gpt_resident_state_to_host(g);  // the GPU-resident prefix of them lives on the GPU
@@ -815,8 +805,7 @@ static double step_flops(const GPT* g, int64_t tokens) {
     return 6.0 * (double)g->layout.total * tokens + 6.0 * c->num_layers * width * g->T * tokens;
 }
 
-// The MFU denominator: the GPU's dense bf16 peak, by a word of its name (docs/memory.md).
-// The first match wins, so the H100 variants come first; 0 for a GPU not in the table.
+// The MFU denominator: the GPU's dense bf16 peak, by a word of its name (docs/memory.md); 0 if unknown.
 static double gpu_bf16_peak_flops(const char* device_name, const char** label) {
     static const struct {
         const char* word;
