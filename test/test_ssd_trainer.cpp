@@ -495,7 +495,7 @@ TEST_F(SsdTrainer, PlanShowsTheSsdTier) {
 }
 
 // Peak resident memory, measured: the trainer's own figure (getrusage) of a run in RAM and the same run with
-// -sd, on a model whose 400 streamed layers (316 M parameters) dwarf the rest. With -sd the peak is lower
+// -sd, on a model whose 200 streamed layers (158 M parameters) dwarf the rest. With -sd the peak is lower
 // by at least 11 bytes per streamed parameter (of the 14 of the fp32 weights, m, v and the pinned bf16
 // gradients; the rest pays for the ring, one layer buffer at load, and the emulator's staging of the
 // prefix's copies to the GPU); with -sd -sw 1 by at least 13 (of 16: the pinned bf16 weights too).
