@@ -223,33 +223,49 @@ typedef struct {
     void* ctx;
 } StreamedState;
 
+// A streamed save's file: path.tmp opened for writing, then renamed into place (atomic). 0 with err.
+static FILE* model_tmp_open(const char* path, char* tmp, size_t tmplen, char* err, size_t errlen) {
+    snprintf(tmp, tmplen, "%s.tmp", path);
+    FILE* f = fopen(tmp, "wb");
+    if (!f) snprintf(err, errlen, "cannot create %.400s: %.60s", tmp, strerror(errno));
+    errno = 0;
+    return f;
+}
+static int model_tmp_finish(FILE* f, int ok, const char* tmp, const char* path, char* err, size_t errlen) {
+    int why;
+    if (finish_atomic_write(f, ok, tmp, path, &why)) return 1;
+    snprintf(err, errlen, "failed writing model file %.400s: %.80s", path,
+             why ? strerror(why) : "short write");
+    return 0;
+}
+// Layer l's weights for a streamed save: its place in the prefix, or read from the store into `layer`.
+static const float* streamed_layer(const StreamedState* ss, int l, const float* in_prefix, float* layer,
+                                   char* err, size_t errlen) {
+    if (l < ss->first_layer) return in_prefix;
+    return ss->read_layer(ss->ctx, l, layer, err, errlen) ? layer : NULL;
+}
+
 // An llm.c model file (atomic) from `prefix_params` and ss->read_layer, one streamed layer at a time.
 static int save_model_streamed(const char* path, const GPTConfig* cfg, const float* prefix_params,
                                const StreamedState* ss, uint32_t* crc, char* err, size_t errlen) {
     const ParamLayout p = gpt_layout(cfg);
     char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE* f = fopen(tmp, "wb");
-    if (!f) {
-        snprintf(err, errlen, "cannot create %.400s: %.60s", tmp, strerror(errno));
-        return 0;
-    }
+    FILE* f = model_tmp_open(path, tmp, sizeof tmp, err, errlen);
+    if (!f) return 0;
     int header[256];
     llmc_header(cfg, header);
-    errno = 0;
     int ok = fwrite(header, sizeof(int), 256, f) == 256;
     float* layer = (float*)malloc((size_t)p.layer_stride * 4);
     if (!layer) ok = 0;
     for (int l = -1; l < cfg->num_layers && ok; l++) {  // -1: the embeddings
-        const float* src = l < 0 ? prefix_params : prefix_params + gpt_layer_offset(&p, l);
-        if (l >= ss->first_layer) {
-            if (!ss->read_layer(ss->ctx, l, layer, err, errlen)) {
-                fclose(f);
-                remove(tmp);
-                free(layer);
-                return 0;
-            }
-            src = layer;
+        const float* src =
+            l < 0 ? prefix_params
+                  : streamed_layer(ss, l, prefix_params + gpt_layer_offset(&p, l), layer, err, errlen);
+        if (!src) {
+            fclose(f);
+            remove(tmp);
+            free(layer);
+            return 0;
         }
         for (int k = 0; k < 16 && ok; k++) {
             const int is_layer = llmc_file_order[k][0], t = llmc_file_order[k][1];
@@ -262,12 +278,7 @@ static int save_model_streamed(const char* path, const GPTConfig* cfg, const flo
         }
     }
     free(layer);
-    int why;
-    if (!finish_atomic_write(f, ok, tmp, path, &why)) {
-        snprintf(err, errlen, "failed writing model file %.400s: %.80s", path,
-                 why ? strerror(why) : "short write");
-        return 0;
-    }
+    if (!model_tmp_finish(f, ok, tmp, path, err, errlen)) return 0;
     int64_t bytes;
     return file_crc32c(path, &bytes, crc, err, errlen);
 }
@@ -279,43 +290,32 @@ static int llama_save_model_streamed(const char* path, const LlamaConfig* c, con
     const LlamaLayout p = llama_layout(c);
     const int64_t embed_count = p.total - p.embed_base;
     char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE* f = fopen(tmp, "wb");
-    if (!f) {
-        snprintf(err, errlen, "cannot create %.400s: %.60s", tmp, strerror(errno));
-        return 0;
-    }
+    FILE* f = model_tmp_open(path, tmp, sizeof tmp, err, errlen);
+    if (!f) return 0;
     int32_t h[256];
     llama_header(c, h);
-    errno = 0;
     int ok = fwrite(h, sizeof h, 1, f) == 1;
     *crc = crc32c_update(0, h, sizeof h);
     float* layer = (float*)malloc((size_t)p.layer_stride * 4);
     if (!layer) ok = 0;
     for (int l = 0; l <= c->num_layers && ok; l++) {  // l = L: the embeddings
+        const bool embeddings = l == c->num_layers;
         const float* src =
-            l == c->num_layers ? prefix_params : prefix_params + embed_count + l * p.layer_stride;
-        const int64_t n = l == c->num_layers ? embed_count : p.layer_stride;
-        if (l < c->num_layers && l >= ss->first_layer) {
-            if (!ss->read_layer(ss->ctx, l, layer, err, errlen)) {
-                fclose(f);
-                remove(tmp);
-                free(layer);
-                return 0;
-            }
-            src = layer;
+            embeddings
+                ? prefix_params
+                : streamed_layer(ss, l, prefix_params + embed_count + l * p.layer_stride, layer, err, errlen);
+        if (!src) {
+            fclose(f);
+            remove(tmp);
+            free(layer);
+            return 0;
         }
+        const int64_t n = embeddings ? embed_count : p.layer_stride;
         ok = (int64_t)fwrite(src, 4, (size_t)n, f) == n;
         *crc = crc32c_update(*crc, src, (size_t)n * 4);
     }
     free(layer);
-    int why;
-    if (!finish_atomic_write(f, ok, tmp, path, &why)) {
-        snprintf(err, errlen, "failed writing model file %.400s: %.80s", path,
-                 why ? strerror(why) : "short write");
-        return 0;
-    }
-    return 1;
+    return model_tmp_finish(f, ok, tmp, path, err, errlen);
 }
 
 // Writes the checkpoint of `step`: model file, state file, then DONE; -nk / -nm prune older ones.
