@@ -92,44 +92,8 @@ static void for_chunks(int64_t n, Body body) {
 // ----------------------------------------------------------------------------
 // Scalar building blocks (the tail of every SIMD loop, and the whole loop without SIMD)
 
-static inline float fmadd1(float a, float b, float c) {
-#if defined(__FMA__) || defined(FP_FAST_FMAF)
-    return fmaf(a, b, c);  // one rounding, as the SIMD fmadd
-#else
-    return a * b + c;  // no FMA: no FMA SIMD path to agree with
-#endif
-}
-
 static inline float load_grad1(const float* g, int64_t i) { return g[i]; }
 static inline float load_grad1(const uint16_t* g, int64_t i) { return bf16_to_float(g[i]); }
-
-AdamWConstants adamw_constants(const AdamWArgs* a) {
-    AdamWConstants c;
-    const double t = (double)a->t;
-    c.b1 = a->beta1;
-    c.b2 = a->beta2;
-    c.omb1 = (float)(1.0 - (double)a->beta1);
-    c.omb2 = (float)(1.0 - (double)a->beta2);
-    c.ibc1 = (float)(1.0 / (1.0 - pow((double)a->beta1, t)));
-    c.irs2 = (float)(1.0 / sqrt(1.0 - pow((double)a->beta2, t)));
-    c.eps = a->eps;
-    c.neg_lr = -a->lr;
-    c.wd = a->weight_decay;
-    c.scale = a->grad_scale;
-    return c;
-}
-
-// The one definition of the update's operation order; the SIMD loops below mirror it op for op.
-static inline float adam1(float p, float grad, float* m, float* v, const AdamWConstants* c) {
-    const float g = grad * c->scale;
-    const float mm = fmadd1(c->b1, *m, c->omb1 * g);
-    const float vv = fmadd1(c->b2, *v, (c->omb2 * g) * g);
-    const float denom = fmadd1(sqrtf(vv), c->irs2, c->eps);  // sqrt(vhat) + eps
-    const float upd = (mm * c->ibc1) / denom;                // mhat / (sqrt(vhat) + eps)
-    *m = mm;
-    *v = vv;
-    return fmadd1(c->neg_lr, fmadd1(c->wd, p, upd), p);  // p - lr * (upd + wd * p)
-}
 
 // ----------------------------------------------------------------------------
 // SIMD building blocks. bf16 rounding by float_to_bf16's integer trick (vcvtneps2bf16 flushes subnormals).
@@ -183,7 +147,7 @@ static void adam_range(float* __restrict p, const G* __restrict g, float* __rest
 #if CPU_ADAM_VEC > 1
     const uintptr_t out_align = CPU_ADAM_VEC * sizeof(uint16_t) - 1;  // 32 (AVX-512) or 16 (AVX2) bytes
     for (; out && i < hi && ((uintptr_t)(out + i) & out_align) != 0; i++) {
-        p[i] = adam1(p[i], load_grad1(g, i), m + i, v + i, c);
+        p[i] = adamw_element(p[i], load_grad1(g, i), m + i, v + i, *c);
         out[i] = float_to_bf16(p[i]);
     }
 #endif
@@ -231,7 +195,7 @@ static void adam_range(float* __restrict p, const G* __restrict g, float* __rest
     if (out) _mm_sfence();
 #endif
     for (; i < hi; i++) {
-        p[i] = adam1(p[i], load_grad1(g, i), m + i, v + i, c);
+        p[i] = adamw_element(p[i], load_grad1(g, i), m + i, v + i, *c);
         if (out) out[i] = float_to_bf16(p[i]);
     }
 }

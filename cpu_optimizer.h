@@ -7,9 +7,10 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
-#include "llmc/adamw.h"  // defines: AdamWArgs, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, adamw_tensors_bf16grad
-#include "gpt.cuh"       // defines: struct GPT, layer_is_matrix
-#include "ssd_tier.h"    // defines: ssd_tier_round, ssd_tier_submit, ssd_tier_send_grads
+#include "llmc/adamw.h"     // defines: AdamWArgs, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS
+#include "llmc/cpu_adam.h"  // defines: adamw_tensors_bf16grad
+#include "gpt.cuh"          // defines: struct GPT, layer_is_matrix
+#include "ssd_tier.h"       // defines: ssd_tier_round, ssd_tier_submit, ssd_tier_send_grads
 
 // The thread's state: one "round" per step updates the streamed layers R..L-1 in order.
 struct Optimizer {

@@ -34,7 +34,7 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
-#include "llmc/adamw.h"  // defines: adamw_layer_bf16grad, clip_scale, ADAMW_BETA1, ADAMW_EPS
+#include "llmc/adamw.h"  // defines: AdamWArgs, adamw_tensors, clip_scale, ADAMW_BETA1, ADAMW_EPS
 #include "llmc/args.h"   // defines: TrainArgs, train_args_defaults, train_usage, parse_train_arg, help_flag
 #include "checkpoint.h"  // defines: checkpoint_save, open_run_dir, check_resume_args, state_file_read
 #include "llmc/cpu_adam.h"     // defines: cpu_adam_set_threads, convert_f32_to_bf16, bf16_to_float

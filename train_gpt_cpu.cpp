@@ -5,13 +5,13 @@
 #include <chrono>
 #include <stdarg.h>
 #include <omp.h>
-#include "llmc/adamw.h"        // defines: clip_scale, adamw_model_f32grad, ADAMW_BETA1
+#include "llmc/adamw.h"        // defines: clip_scale, ADAMW_BETA1
 #include "llmc/args.h"         // defines: TrainArgs, train_args_defaults, train_usage, parse_train_argv
 #include "checkpoint.h"        // defines: checkpoint_save, open_run_dir, check_resume_args, state_file_read
 #include "llmc/cpu_adam.h"     // defines: cpu_adam_set_threads, cpu_adam_simd_name, sumsq_f32
 #include "llmc/cpu_cores.h"    // defines: usable_cpu_cores, omp_short_spin_reexec
 #include "dataloader.h"        // defines: DataLoader, dataloader_init, _next_batch, _check_pair
-#include "llmc/gpt2_cpu.h"     // defines: GPT2CPU, gpt2_cpu_forward, gpt2_cpu_backward
+#include "llmc/gpt2_cpu.h"     // defines: GPT2CPU, gpt2_cpu_forward, gpt2_cpu_backward, adamw_model_f32grad
 #include "llmc/llama_cpu.h"    // defines: LlamaCPU, llama_cpu_forward, llama_cpu_backward, llama_cpu_adamw
 #include "llmc/llama_hf.h"     // defines: llama_hf_load, llama_hf_read_config
 #include "llmc/llama_model.h"  // defines: LlamaConfig, parse_llama_spec, llama_init_params, llama_read_header

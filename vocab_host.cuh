@@ -8,9 +8,9 @@
 #include <string.h>
 #include <vector>
 #include "gpt.cuh"                 // defines: GPT, LayerActs, llama_embed_params, embed_is_matrix
-#include "llmc/adamw.h"            // defines: AdamWArgs, adamw_tensors_f32grad
+#include "llmc/adamw.h"            // defines: AdamWArgs
 #include "llmc/bf16.h"             // defines: bf16_to_float
-#include "llmc/cpu_adam.h"         // defines: sumsq_f32
+#include "llmc/cpu_adam.h"         // defines: sumsq_f32, adamw_tensors_f32grad
 #include "llmc/kernels.cuh"        // defines: block_max, block_sum, WARP
 #include "llmc/llama_kernels.cuh"  // defines: rmsnorm_forward, rmsnorm_backward
 #include "llmc/matmul.cuh"         // defines: matmul_forward, matmul_backward_weight, cublas_use_stream

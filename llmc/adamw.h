@@ -1,11 +1,102 @@
-// adamw.h — AdamW over a layer or the embeddings, tensor by tensor; the clip factor.
-// The per-element math is in cpu_adam.h; its GPU form is kernels.cuh's adamw_gpu.
+// adamw.h — AdamW's math, once: the per-element update both forms run, the clip factor, the decay rule.
+// The CPU form (OpenMP + SIMD over host arrays) is cpu_adam.h; the GPU form is kernels.cuh's adamw_gpu.
+// Not here: loops over arrays, threads, the model's tensors (gpt2_cpu.h, llama_cpu.h, cpu_optimizer.h).
 #pragma once
 #include <math.h>
 #include <stdint.h>
-#include "args.h"
-#include "cpu_adam.h"
-#include "model.h"
+
+// llm.c's AdamW constants; lr from the schedule, weight decay from -c.
+#define ADAMW_BETA1 0.9f
+#define ADAMW_BETA2 0.95f
+#define ADAMW_EPS   1e-8f
+
+// One AdamW step (torch.optim.AdamW), per element:
+//   g = grad * grad_scale
+//   m = beta1 * m + (1 - beta1) * g          v = beta2 * v + (1 - beta2) * g * g
+//   mhat = m / (1 - beta1^t)                  vhat = v / (1 - beta2^t)
+//   param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param)
+typedef struct {
+    float lr, beta1, beta2, eps;
+    float weight_decay;  // the caller passes 0 for tensors that must not decay
+    float grad_scale;    // the clip factor and/or 1/accumulation
+    int64_t t;           // 1-based step, for the bias corrections
+} AdamWArgs;
+
+// The step's constants, rounded once.
+typedef struct {
+    float b1, b2, omb1, omb2;  // beta1, beta2, 1-beta1, 1-beta2
+    float ibc1;                // 1 / (1 - beta1^t)
+    float irs2;                // 1 / sqrt(1 - beta2^t): sqrt(vhat) = sqrt(v) * irs2
+    float eps, neg_lr, wd, scale;
+} AdamWConstants;
+
+static inline AdamWConstants adamw_constants(const AdamWArgs* a) {
+    AdamWConstants c;
+    const double t = (double)a->t;
+    c.b1 = a->beta1;
+    c.b2 = a->beta2;
+    c.omb1 = (float)(1.0 - (double)a->beta1);
+    c.omb2 = (float)(1.0 - (double)a->beta2);
+    c.ibc1 = (float)(1.0 / (1.0 - pow((double)a->beta1, t)));
+    c.irs2 = (float)(1.0 / sqrt(1.0 - pow((double)a->beta2, t)));
+    c.eps = a->eps;
+    c.neg_lr = -a->lr;
+    c.wd = a->weight_decay;
+    c.scale = a->grad_scale;
+    return c;
+}
+
+#ifdef __CUDACC__
+#define ADAMW_HD __host__ __device__ __forceinline__
+#else
+#define ADAMW_HD static inline
+#endif
+
+// One rounding per operation on both sides: the GPU's bits equal the CPU's.
+// nvcc builds with --use_fast_math, so the device path names IEEE operations.
+ADAMW_HD float adamw_mul(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+ADAMW_HD float adamw_div(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fdiv_rn(a, b);
+#else
+    return a / b;
+#endif
+}
+ADAMW_HD float adamw_sqrt(float a) {
+#ifdef __CUDA_ARCH__
+    return __fsqrt_rn(a);
+#else
+    return sqrtf(a);
+#endif
+}
+ADAMW_HD float adamw_fma(float a, float b, float c) {
+#if defined(__CUDA_ARCH__)
+    return __fmaf_rn(a, b, c);
+#elif defined(__FMA__) || defined(FP_FAST_FMAF)
+    return fmaf(a, b, c);  // as the SIMD fmadd
+#else
+    return a * b + c;  // no FMA: no FMA SIMD path to agree with
+#endif
+}
+
+// The update of one element: m and v in place, the new parameter returned.
+// cpu_adam.cpp's SIMD loops mirror it op for op.
+ADAMW_HD float adamw_element(float p, float grad, float* m, float* v, const AdamWConstants& c) {
+    const float g = adamw_mul(grad, c.scale);
+    const float mm = adamw_fma(c.b1, *m, adamw_mul(c.omb1, g));
+    const float vv = adamw_fma(c.b2, *v, adamw_mul(adamw_mul(c.omb2, g), g));
+    const float denom = adamw_fma(adamw_sqrt(vv), c.irs2, c.eps);  // sqrt(vhat) + eps
+    const float upd = adamw_div(adamw_mul(mm, c.ibc1), denom);     // mhat / (sqrt(vhat) + eps)
+    *m = mm;
+    *v = vv;
+    return adamw_fma(c.neg_lr, adamw_fma(c.wd, p, upd), p);  // p - lr * (upd + wd * p)
+}
 
 // clip / (norm + 1e-6) capped at 1, as torch's clip_grad_norm_; 1 when clip <= 0. norm must be finite.
 static inline float clip_scale(float norm, float clip) {
@@ -15,7 +106,7 @@ static inline float clip_scale(float norm, float clip) {
 }
 
 // AdamW over one layer's (or the embeddings') tensors, weight decay on matrices only.
-// update(offset, n, args): one tensor's AdamW, CPU or GPU form.
+// update(offset, n, args): one tensor's update, CPU or GPU form.
 template <typename Update>
 static inline void adamw_tensors(int count, const int64_t* offset, const int64_t* size, const int* is_matrix,
                                  const AdamWArgs* args, Update update) {
@@ -24,78 +115,4 @@ static inline void adamw_tensors(int count, const int64_t* offset, const int64_t
         if (!is_matrix[i]) a.weight_decay = 0.0f;
         update(offset[i], size[i], &a);
     }
-}
-
-// The CPU's form over one layer or the embeddings; the pointers point at its start.
-template <typename Grad>
-static inline void adamw_tensors_cpu(int count, const int64_t* offset, const int64_t* size,
-                                     const int* is_matrix, float* params, const Grad* grads, float* m,
-                                     float* v, uint16_t* bf16_out, const AdamWArgs* args) {
-    adamw_tensors(count, offset, size, is_matrix, args, [&](int64_t o, int64_t n, const AdamWArgs* a) {
-        uint16_t* out = bf16_out ? bf16_out + o : NULL;
-        adamw_update(params + o, grads + o, m + o, v + o, out, n, a);  // fp32 or bf16 gradients
-    });
-}
-static inline void adamw_tensors_f32grad(int count, const int64_t* offset, const int64_t* size,
-                                         const int* is_matrix, float* params, const float* grads, float* m,
-                                         float* v, uint16_t* bf16_out, const AdamWArgs* args) {
-    adamw_tensors_cpu(count, offset, size, is_matrix, params, grads, m, v, bf16_out, args);
-}
-static inline void adamw_tensors_bf16grad(int count, const int64_t* offset, const int64_t* size,
-                                          const int* is_matrix, float* params, const uint16_t* grads,
-                                          float* m, float* v, uint16_t* bf16_out, const AdamWArgs* args) {
-    adamw_tensors_cpu(count, offset, size, is_matrix, params, grads, m, v, bf16_out, args);
-}
-
-static inline void adamw_layer_f32grad(const ParamLayout* p, float* params, const float* grads, float* m,
-                                       float* v, uint16_t* bf16_out, const AdamWArgs* args) {
-    adamw_tensors_f32grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_tensor_is_matrix, params,
-                          grads, m, v, bf16_out, args);
-}
-static inline void adamw_layer_bf16grad(const ParamLayout* p, float* params, const uint16_t* grads, float* m,
-                                        float* v, uint16_t* bf16_out, const AdamWArgs* args) {
-    adamw_tensors_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_tensor_is_matrix, params,
-                           grads, m, v, bf16_out, args);
-}
-static inline void adamw_embed_f32grad(const ParamLayout* p, float* params, const float* grads, float* m,
-                                       float* v, uint16_t* bf16_out, const AdamWArgs* args) {
-    adamw_tensors_f32grad(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_tensor_is_matrix, params,
-                          grads, m, v, bf16_out, args);
-}
-
-// The whole model, fp32 gradients (the CPU trainer).
-static inline void adamw_model_f32grad(const GPTConfig* c, const ParamLayout* p, float* params,
-                                       const float* grads, float* m, float* v, const AdamWArgs* args) {
-    adamw_embed_f32grad(p, params, grads, m, v, NULL, args);
-    for (int l = 0; l < c->num_layers; l++) {
-        const int64_t o = gpt_layer_offset(p, l);
-        adamw_layer_f32grad(p, params + o, grads + o, m + o, v + o, NULL, args);
-    }
-}
-
-// llm.c's AdamW constants; lr from the schedule, weight decay from -c.
-#define ADAMW_BETA1 0.9f
-#define ADAMW_BETA2 0.95f
-#define ADAMW_EPS   1e-8f
-
-// grads hold the SUM of accum micro-batches' gradients: the norm of their mean.
-static inline float grad_norm_f32grad(const ParamLayout* p, const float* grads, int accum) {
-    return (float)(sqrt(sumsq_f32(grads, p->total)) / accum);
-}
-// AdamW with grad_scale = clip factor / accum; t is the 1-based step; norm finite.
-static inline void adamw_apply_model_f32grad(const GPTConfig* c, const ParamLayout* p, float* params,
-                                             const float* grads, float* m, float* v, int accum, float lr,
-                                             const TrainArgs* a, int64_t t, float norm) {
-    AdamWArgs args = {lr,        ADAMW_BETA1,     ADAMW_BETA2,
-                      ADAMW_EPS, a->weight_decay, clip_scale(norm, a->grad_clip) / (float)accum,
-                      t};
-    adamw_model_f32grad(c, p, params, grads, m, v, &args);
-}
-// Norm, then the update if it is finite (else the caller reports the divergence).
-static inline float adamw_step_model_f32grad(const GPTConfig* c, const ParamLayout* p, float* params,
-                                             const float* grads, float* m, float* v, int accum, float lr,
-                                             const TrainArgs* a, int64_t t) {
-    const float norm = grad_norm_f32grad(p, grads, accum);
-    if (isfinite(norm)) adamw_apply_model_f32grad(c, p, params, grads, m, v, accum, lr, a, t, norm);
-    return norm;
 }

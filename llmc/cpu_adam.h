@@ -1,33 +1,11 @@
-// cpu_adam.h — AdamW's math and its CPU form (OpenMP + SIMD); also the squared norm.
-
-// Not here: which tensors decay (adamw.h), the GPU form (kernels.cuh). No intrinsics, so nvcc can include it.
+// cpu_adam.h — AdamW's CPU form (OpenMP + SIMD over host arrays); also the squared norm and bf16 casts.
+// Not here: the math and the decay rule (adamw.h), the GPU form (kernels.cuh). No intrinsics: nvcc includes
+// it.
 #pragma once
 #include <stdint.h>
 #include <string.h>
-#include "bf16.h"  // defines: float_to_bf16, bf16_to_float
-
-// One AdamW step (torch.optim.AdamW), per element:
-//   g = grad * grad_scale
-//   m = beta1 * m + (1 - beta1) * g          v = beta2 * v + (1 - beta2) * g * g
-//   mhat = m / (1 - beta1^t)                  vhat = v / (1 - beta2^t)
-//   param -= lr * (mhat / (sqrt(vhat) + eps) + weight_decay * param)
-typedef struct {
-    float lr, beta1, beta2, eps;
-    float weight_decay;  // the CALLER passes 0 for tensors that must not decay (adamw.h)
-    float grad_scale;    // multiplies every gradient first: the clip factor and/or 1/accumulation
-    int64_t t;           // 1-based step, for the bias corrections
-} AdamWArgs;
-
-// The step's constants, rounded once; both forms compute, in this order:
-//   g = grad*scale;  m = fma(b1, m, omb1*g);  v = fma(b2, v, (omb2*g)*g);
-//   upd = (m*ibc1) / fma(sqrt(v), irs2, eps);  param = fma(neg_lr, fma(wd, param, upd), param)
-typedef struct {
-    float b1, b2, omb1, omb2;  // beta1, beta2, 1-beta1, 1-beta2
-    float ibc1;                // 1 / (1 - beta1^t)
-    float irs2;                // 1 / sqrt(1 - beta2^t): sqrt(vhat) = sqrt(v) * irs2
-    float eps, neg_lr, wd, scale;
-} AdamWConstants;
-AdamWConstants adamw_constants(const AdamWArgs* a);
+#include "adamw.h"  // defines: AdamWArgs, AdamWConstants, adamw_tensors
+#include "bf16.h"   // defines: float_to_bf16, bf16_to_float
 
 // Threads for the parallel regions below; 0 = the OpenMP default.
 void cpu_adam_set_threads(int n);
@@ -48,6 +26,27 @@ static inline void adamw_update(float* params, const float* grads, float* m, flo
 static inline void adamw_update(float* params, const uint16_t* grads, float* m, float* v, uint16_t* bf16_out,
                                 int64_t n, const AdamWArgs* a) {
     adamw_update_bf16grad(params, grads, m, v, bf16_out, n, a);
+}
+
+// The CPU form over one layer's (or the embeddings') tensors; the pointers point at its start.
+template <typename Grad>
+static inline void adamw_tensors_cpu(int count, const int64_t* offset, const int64_t* size,
+                                     const int* is_matrix, float* params, const Grad* grads, float* m,
+                                     float* v, uint16_t* bf16_out, const AdamWArgs* args) {
+    adamw_tensors(count, offset, size, is_matrix, args, [&](int64_t o, int64_t n, const AdamWArgs* a) {
+        uint16_t* out = bf16_out ? bf16_out + o : NULL;
+        adamw_update(params + o, grads + o, m + o, v + o, out, n, a);  // fp32 or bf16 gradients
+    });
+}
+static inline void adamw_tensors_f32grad(int count, const int64_t* offset, const int64_t* size,
+                                         const int* is_matrix, float* params, const float* grads, float* m,
+                                         float* v, uint16_t* bf16_out, const AdamWArgs* args) {
+    adamw_tensors_cpu(count, offset, size, is_matrix, params, grads, m, v, bf16_out, args);
+}
+static inline void adamw_tensors_bf16grad(int count, const int64_t* offset, const int64_t* size,
+                                          const int* is_matrix, float* params, const uint16_t* grads,
+                                          float* m, float* v, uint16_t* bf16_out, const AdamWArgs* args) {
+    adamw_tensors_cpu(count, offset, size, is_matrix, params, grads, m, v, bf16_out, args);
 }
 
 // AdamW over the window [lo, lo + n) of a layer; same bits as the whole layer.

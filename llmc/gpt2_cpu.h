@@ -1,6 +1,6 @@
 // gpt2_cpu.h — the CPU reference GPT-2, fp32 + OpenMP, forward and backward.
 // The GPU trainer's test oracle: one plain function per op.
-// Not here: the optimizer (adamw.h), data, files.
+// Also the reference optimizer step (AdamW, as llama_cpu.h). Not here: data, files.
 
 // Shapes: N = B*T positions, C channels, NH heads of hs = C/NH, L layers, V tokens, Vp >= V padded.
 
@@ -14,6 +14,8 @@
 #include "cpu_model.h"  // defines: ActArray, cpu_model_alloc, _free, _carve, _check_batch, _keep_batch,
                         // _mean_loss, check_positions
 #include "model.h"
+#include "args.h"      // defines: TrainArgs
+#include "cpu_adam.h"  // defines: adamw_tensors_f32grad, sumsq_f32, clip_scale, ADAMW_BETA1
 
 // ----------------------------------------------------------------------------
 // Matrix multiply: C (M,N) = or += A (M,K) @ B (K,N).
@@ -592,4 +594,50 @@ static int gpt2_cpu_backward(GPT2CPU* model, float normalizer = 0.0f) {
     }
     encoder_backward(de.wte, de.wpe, a->dresidual, model->inputs, B, T, C, pos);
     return 1;
+}
+
+// ----------------------------------------------------------------------------
+// The reference optimizer step
+
+static inline void adamw_layer_f32grad(const ParamLayout* p, float* params, const float* grads, float* m,
+                                       float* v, uint16_t* bf16_out, const AdamWArgs* args) {
+    adamw_tensors_f32grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_tensor_is_matrix, params,
+                          grads, m, v, bf16_out, args);
+}
+static inline void adamw_embed_f32grad(const ParamLayout* p, float* params, const float* grads, float* m,
+                                       float* v, uint16_t* bf16_out, const AdamWArgs* args) {
+    adamw_tensors_f32grad(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_tensor_is_matrix, params,
+                          grads, m, v, bf16_out, args);
+}
+
+// The whole model, fp32 gradients (the CPU trainer).
+static inline void adamw_model_f32grad(const GPTConfig* c, const ParamLayout* p, float* params,
+                                       const float* grads, float* m, float* v, const AdamWArgs* args) {
+    adamw_embed_f32grad(p, params, grads, m, v, NULL, args);
+    for (int l = 0; l < c->num_layers; l++) {
+        const int64_t o = gpt_layer_offset(p, l);
+        adamw_layer_f32grad(p, params + o, grads + o, m + o, v + o, NULL, args);
+    }
+}
+
+// grads hold the SUM of accum micro-batches' gradients: the norm of their mean.
+static inline float grad_norm_f32grad(const ParamLayout* p, const float* grads, int accum) {
+    return (float)(sqrt(sumsq_f32(grads, p->total)) / accum);
+}
+// AdamW with grad_scale = clip factor / accum; t is the 1-based step; norm finite.
+static inline void adamw_apply_model_f32grad(const GPTConfig* c, const ParamLayout* p, float* params,
+                                             const float* grads, float* m, float* v, int accum, float lr,
+                                             const TrainArgs* a, int64_t t, float norm) {
+    AdamWArgs args = {lr,        ADAMW_BETA1,     ADAMW_BETA2,
+                      ADAMW_EPS, a->weight_decay, clip_scale(norm, a->grad_clip) / (float)accum,
+                      t};
+    adamw_model_f32grad(c, p, params, grads, m, v, &args);
+}
+// Norm, then the update if it is finite (else the caller reports the divergence).
+static inline float adamw_step_model_f32grad(const GPTConfig* c, const ParamLayout* p, float* params,
+                                             const float* grads, float* m, float* v, int accum, float lr,
+                                             const TrainArgs* a, int64_t t) {
+    const float norm = grad_norm_f32grad(p, grads, accum);
+    if (isfinite(norm)) adamw_apply_model_f32grad(c, p, params, grads, m, v, accum, lr, a, t, norm);
+    return norm;
 }

@@ -4,7 +4,7 @@
 // Packed sequences: pos (B*T, NULL: row % T) as in gpt2_cpu.h; target -1 has no loss.
 #pragma once
 #include "cuda_common.h"
-#include "cpu_adam.h"  // AdamWConstants: the CPU's constants and operation order
+#include "adamw.h"  // defines: AdamWConstants, adamw_constants, adamw_element (the CPU's bits)
 
 #define WARP 32
 
@@ -545,20 +545,12 @@ static void grads_to_bf16_sumsq(bf16* out, const float* in, int64_t n, double* s
     cudaCheckLaunch();
 }
 
-// AdamW for parameters kept on the GPU; cpu_adam.cpp's order, rounded explicitly: the CPU's bits.
-
+// AdamW's GPU form, for parameters kept on the GPU: adamw.h's adamw_element, the CPU's bits.
 __global__ void adamw_kernel(float* p, const float* grad, float* m, float* v, bf16* p_bf16, int64_t n,
                              AdamWConstants c) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const float g = __fmul_rn(grad[i], c.scale);
-        const float mm = __fmaf_rn(c.b1, m[i], __fmul_rn(c.omb1, g));
-        const float vv = __fmaf_rn(c.b2, v[i], __fmul_rn(__fmul_rn(c.omb2, g), g));
-        const float denom = __fmaf_rn(__fsqrt_rn(vv), c.irs2, c.eps);
-        const float upd = __fdiv_rn(__fmul_rn(mm, c.ibc1), denom);
-        const float pp = __fmaf_rn(c.neg_lr, __fmaf_rn(c.wd, p[i], upd), p[i]);
-        m[i] = mm;
-        v[i] = vv;
+        const float pp = adamw_element(p[i], grad[i], m + i, v + i, c);
         p[i] = pp;
         p_bf16[i] = __float2bfloat16(pp);
     }

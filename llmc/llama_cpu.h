@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "adamw.h"        // defines: adamw_tensors_f32grad (AdamW per tensor, decay on matrices only)
+#include "cpu_adam.h"     // defines: adamw_tensors_f32grad (AdamW per tensor, decay on matrices only)
 #include "llama_model.h"  // defines: LlamaConfig, LlamaLayout, llama_layout, llama_layer_tensors
 #include "gpt2_cpu.h"     // defines: matmul_forward, matmul_backward, matmul_nn, residual_forward,
                           // softmax_crossentropy_forward, crossentropy_softmax_backward
