@@ -375,7 +375,7 @@ static void gpt_resident_state_to_host(GPT* g) {
     bounce_copy(g, dst, src, 3, bytes, cudaMemcpyDeviceToHost);
 }
 
-// Master weights changed outside AdamW: refresh bf16, resident prefix, slots.
+// Master weights changed outside AdamW: new bf16 copy and resident prefix, empty slots.
 static void gpt_weights_ready(GPT* g) {
     uint16_t* bf16 = g->stream.weights_host_bf16;
     const int64_t n = g->host_state_count;  // -sd: the prefix only
@@ -748,8 +748,8 @@ static void llama_state_order(GPT* g, bool to_file) {
 
 // Gathers state from the optimizer thread and GPU, then saves.
 static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data_state) {
-    optimizer_wait_all(g);                                      // the last step's master, m, v complete
-    gpt_resident_state_to_host(g);                              // the resident prefix's copy lives on the GPU
+    optimizer_wait_all(g);          // the last step's master, m, v complete
+    gpt_resident_state_to_host(g);  // the resident prefix's state lives on the GPU
     const LlamaConfig* llama = is_llama(g) ? &g->llama : NULL;  // llama_model.h's file: the family's order
     if (g->ssd) {
         const StreamedState ss = ssd_tier_checkpoint(g);
