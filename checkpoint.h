@@ -1,10 +1,10 @@
-// checkpoint.h — both trainers' checkpoints on disk, three files per step:
-//   DIR/model_STEP.bin  the fp32 master weights, an llm.c model file (the Llama family: llama_model.h's)
-//   DIR/state_STEP.bin  AdamW m and v, the step, the updates applied, the data position, the hyperparameters
-//   DIR/DONE_STEP       written last, once both files are fsynced: no DONE, no resume
+// checkpoint.h — both trainers' checkpoints, three files a step:
+//   DIR/model_STEP.bin  fp32 master weights, llm.c's format (Llama: llama_model.h's)
+//   DIR/state_STEP.bin  AdamW m, v, step, updates, data position, hyperparameters
+//   DIR/DONE_STEP       written last, after fsyncing both: no DONE, no resume
 
-// Here: the state file's format, saving, checking files before large allocations, picking a resume point.
-// Not here: moving the state off the GPU (train_gpt.cu), model files (model.h).
+// Here: the state format, saving, checks, the resume point.
+// Not here: copying state off the GPU (train_gpt.cu), model files (model.h).
 #pragma once
 #include <errno.h>
 #include <stdint.h>
@@ -13,20 +13,20 @@
 #include <unistd.h>
 #include "dataloader.h"
 #include "llmc/model_file.h"  // defines: gpt_read_header, gpt_load_params, and model.h
-#include "llmc/llama_model.h"  // defines: LlamaConfig, llama_is_model_file, llama_read_header, llama_save_params, llama_header
+// defines: LlamaConfig, llama_is_model_file, llama_read_header, llama_save_params, llama_header
+#include "llmc/llama_model.h"
 #include "llmc/model_specs.h"  // defines: parse_model_spec
 #include "llmc/args.h"         // defines: TrainArgs, lr_schedule_name
 #include "llmc/run_dir.h"      // defines: lock_output_dir, fsync_dir, dir_latest_step, prune_checkpoints
 #include "llmc/utils.h"        // defines: die
 
 #define STATE_MAGIC   20241122
-#define STATE_VERSION 2  // 2: the run's hyperparameters in the header; version 1 files are refused
-// 102: train_gpt -sd, whose streamed layers' state is in its SsdStore (ssd.h); docs/ssd.md has the layout.
+#define STATE_VERSION 2  // adds the hyperparameters. Version 1 is refused.
+// -sd: streamed layers' state is in an SsdStore (ssd.h, docs/ssd.md).
 #define STATE_VERSION_SSD 102
 enum { SSD_TAIL_PREFIX, SSD_TAIL_STORE_STEP, SSD_TAIL_STREAMED_LAYERS, SSD_TAIL_RESERVED, SSD_TAIL_FIELDS };
 
-// The 16 int64 of a state file's header.
-// Floats are stored as their 32 bits, so a resumed run tells exactly whether its values are the same.
+// The state header: 16 int64. Floats as bits, so resume compares exactly.
 enum {
     ST_MAGIC,
     ST_VERSION,
@@ -42,8 +42,8 @@ enum {
     ST_FINAL_LR_FRAC,
     ST_WEIGHT_DECAY,
     ST_GRAD_CLIP,
-    ST_ADAM_T,       // updates applied (< ST_STEP after -sl / -sg skipped some); 0 in older files: = ST_STEP
-    ST_LR_SCHEDULE,  // -k (LR_COSINE ...); 0 = cosine in files written before it, which is what they ran
+    ST_ADAM_T,       // updates applied: -sl / -sg skips lower it. Old files: 0
+    ST_LR_SCHEDULE,  // -k (LR_COSINE ...). Old files: 0, cosine
     ST_HEADER_FIELDS = 16
 };
 static_assert(ST_LR_SCHEDULE < ST_HEADER_FIELDS, "the state header is full");
@@ -63,7 +63,7 @@ static int read_all(FILE* f, void* p, int64_t bytes) {
     return (int64_t)fread(p, 1, (size_t)bytes, f) == bytes;
 }
 
-// A file being written and the CRC-32C (crc32c.h) of what went into it so far.
+// A file being written, with the CRC-32C of its bytes so far.
 typedef struct {
     FILE* f;
     uint32_t crc;
@@ -73,8 +73,7 @@ static int crc_write(CrcWriter* w, const void* p, int64_t bytes) {
     return (int64_t)fwrite(p, 1, (size_t)bytes, w->f) == bytes;
 }
 
-// Opens path for reading only if it is a regular file (a FIFO or device could block forever).
-// NULL with err set otherwise; `what` names the file in the message.
+// Opens regular files only: a FIFO could block forever. NULL with err.
 static FILE* open_regular(const char* path, const char* what, char* err, size_t errlen) {
     const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
@@ -95,7 +94,7 @@ static FILE* open_regular(const char* path, const char* what, char* err, size_t 
     return f;
 }
 
-// Size and CRC-32C of a whole file, read in 8 MiB pieces. 0 with err set on failure.
+// Size and CRC-32C of a file. 0 with err on failure.
 static int file_crc32c(const char* path, int64_t* bytes, uint32_t* crc, char* err, size_t errlen) {
     FILE* f = open_regular(path, "checkpoint file", err, errlen);
     if (!f) return 0;
@@ -124,7 +123,7 @@ static int file_crc32c(const char* path, int64_t* bytes, uint32_t* crc, char* er
     return ok;
 }
 
-// DONE, written last, names both files with their sizes and CRC-32C (beside, so the model stays llm.c's):
+// DONE: sizes and CRC-32C, apart so model files stay llm.c's.
 //   checkpoint 1 crc32c
 //   model_00000012.bin 1234567 1a2b3c4d
 //   state_00000012.bin 2345678 5e6f7081
@@ -134,8 +133,7 @@ typedef struct {
     uint32_t crc;
 } FileSum;
 
-// Writes dir/DONE_<step> naming sums[0] (model file) and sums[1] (state file). 0 with err on failure.
-// Atomic (.tmp, fsync, rename; the caller fsyncs dir): a marker is whole or absent.
+// Writes DONE_<step> from sums {model, state}. 0 with err on failure.
 static int checkpoint_write_done(const char* dir, int64_t step, const FileSum sums[2], char* err,
                                  size_t errlen) {
     char done[4200], tmp[4300];
@@ -151,15 +149,14 @@ static int checkpoint_write_done(const char* dir, int64_t step, const FileSum su
                            (long long)step, (long long)sums[0].bytes, sums[0].crc, (long long)step,
                            (long long)sums[1].bytes, sums[1].crc) > 0;
     int why;
-    if (!finish_atomic_write(f, ok, tmp, done, &why)) {
+    if (!finish_atomic_write(f, ok, tmp, done, &why)) {  // atomic. The caller fsyncs dir.
         snprintf(err, errlen, "cannot write %.400s: %.60s", done, why ? strerror(why) : "short write");
         return 0;
     }
     return 1;
 }
 
-// Checks checkpoint `step`'s files against its DONE marker: sizes, then CRC-32C. 0 with err if not.
-// An older build's empty marker passes unverified (*verified = 0).
+// Checks step's files' sizes, then CRC-32C, against DONE. 0 with err.
 static int checkpoint_verify(const char* dir, int64_t step, int* verified, char* err, size_t errlen) {
     char done[4200];
     snprintf(done, sizeof done, "%s/DONE_%08lld", dir, (long long)step);
@@ -171,7 +168,7 @@ static int checkpoint_verify(const char* dir, int64_t step, int* verified, char*
     const int more = fgetc(f) != EOF;
     fclose(f);
     text[n] = '\0';
-    if (n == 0) return 1;  // an older build's marker: nothing to check against
+    if (n == 0) return 1;  // an older build's empty marker: unverified
     char name[2][64];
     long long bytes[2];
     unsigned crc[2];
@@ -213,17 +210,16 @@ static int checkpoint_verify(const char* dir, int64_t step, int* verified, char*
     return 1;
 }
 
-// train_gpt -sd: layers from first_layer on keep their fp32 state in an SSD store.
-// The caller's arrays then hold the first `prefix` parameters only. read_layer gives layer l's weights.
+// -sd: layers from first_layer on keep fp32 state on SSD.
 typedef struct {
-    int64_t prefix;      // parameters whose master, m, v are in the caller's arrays: embeddings + -R layers
-    int64_t store_step;  // the step of the store's checkpoint generation (= the checkpoint's step)
+    int64_t prefix;      // parameters in the caller's arrays: embeddings + -R layers
+    int64_t store_step;  // the store generation's step (= the checkpoint's)
     int first_layer;     // the first streamed layer (-R)
-    int (*read_layer)(void* ctx, int layer, float* params, char* err, size_t errlen);
+    int (*read_layer)(void* ctx, int layer, float* params, char* err, size_t errlen);  // from the store
     void* ctx;
 } StreamedState;
 
-// A streamed save's file: path.tmp opened for writing, then renamed into place (atomic). 0 with err.
+// Opens path.tmp. model_tmp_finish renames it to path. NULL with err.
 static FILE* model_tmp_open(const char* path, char* tmp, size_t tmplen, char* err, size_t errlen) {
     snprintf(tmp, tmplen, "%s.tmp", path);
     FILE* f = fopen(tmp, "wb");
@@ -238,14 +234,14 @@ static int model_tmp_finish(FILE* f, int ok, const char* tmp, const char* path, 
              why ? strerror(why) : "short write");
     return 0;
 }
-// Layer l's weights for a streamed save: its place in the prefix, or read from the store into `layer`.
+// Layer l: in the prefix, or read from the store into layer.
 static const float* streamed_layer(const StreamedState* ss, int l, const float* in_prefix, float* layer,
                                    char* err, size_t errlen) {
     if (l < ss->first_layer) return in_prefix;
     return ss->read_layer(ss->ctx, l, layer, err, errlen) ? layer : NULL;
 }
 
-// An llm.c model file (atomic) from `prefix_params` and ss->read_layer, one streamed layer at a time.
+// Saves an llm.c model file, one streamed layer at a time.
 static int save_model_streamed(const char* path, const GPTConfig* cfg, const float* prefix_params,
                                const StreamedState* ss, uint32_t* crc, char* err, size_t errlen) {
     const ParamLayout p = gpt_layout(cfg);
@@ -283,12 +279,11 @@ static int save_model_streamed(const char* path, const GPTConfig* cfg, const flo
     return file_crc32c(path, &bytes, crc, err, errlen);
 }
 
-// llama_model.h's model file (llama_save_params' format, atomic) from `prefix_params` and ss->read_layer.
-// The prefix is in train_gpt's order [embeddings | first layers]; the file's is [layers | embeddings].
+// Saves llama_save_params' format, one streamed layer at a time.
 static int llama_save_model_streamed(const char* path, const LlamaConfig* c, const float* prefix_params,
                                      const StreamedState* ss, uint32_t* crc, char* err, size_t errlen) {
     const LlamaLayout p = llama_layout(c);
-    const int64_t embed_count = p.total - p.embed_base;
+    const int64_t embed_count = p.total - p.embed_base;  // the prefix: [embeddings | first layers]
     char tmp[4300];
     FILE* f = model_tmp_open(path, tmp, sizeof tmp, err, errlen);
     if (!f) return 0;
@@ -298,7 +293,7 @@ static int llama_save_model_streamed(const char* path, const LlamaConfig* c, con
     *crc = crc32c_update(0, h, sizeof h);
     float* layer = (float*)malloc((size_t)p.layer_stride * 4);
     if (!layer) ok = 0;
-    for (int l = 0; l <= c->num_layers && ok; l++) {  // l = L: the embeddings
+    for (int l = 0; l <= c->num_layers && ok; l++) {  // the file: [layers | embeddings (l = L)]
         const bool embeddings = l == c->num_layers;
         const float* src =
             embeddings
@@ -318,8 +313,7 @@ static int llama_save_model_streamed(const char* path, const LlamaConfig* c, con
     return model_tmp_finish(f, ok, tmp, path, err, errlen);
 }
 
-// Writes the checkpoint of `step`: model file, state file, then DONE; -nk / -nm prune older ones.
-// A failure exits with one line; older checkpoints stay valid. llama: the family's file (cfg unused).
+// Saves model, state, then DONE. Failure exits, older ones stay valid.
 static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const GPTConfig* cfg,
                             const float* master, const float* m, const float* v, const TrainArgs* a, int B,
                             int T, const DataLoaderState* data_state, const StreamedState* ss = NULL,
@@ -332,8 +326,7 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     snprintf(path, sizeof path, "%s/state_%08lld.bin", dir, (long long)step);  // as long as model
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     snprintf(done, sizeof done, "%s/DONE_%08lld", dir, (long long)step);
-    // an old DONE of this step (a run resumed from an older checkpoint) must not vouch for new files:
-    // it goes first, durably
+    // a stale DONE of this step must not vouch for new files
     if (unlink(done) == 0) {
         if (!fsync_dir(dir, err, sizeof err)) die("%s", err);
     } else if (errno != ENOENT) {
@@ -356,7 +349,7 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     header[ST_STEP] = step;
     header[ST_PARAMS] = total;
     header[ST_DATA_STATE_BYTES] = (int64_t)sizeof(DataLoaderState);
-    header[ST_TOTAL_STEPS] = a->max_steps;  // main resolves -x -1 (one epoch) to the number of steps first
+    header[ST_TOTAL_STEPS] = a->max_steps;  // main resolved -x -1 (one epoch) to steps
     header[ST_STEP_TOKENS] = a->total_batch_tokens ? a->total_batch_tokens : (int64_t)B * T;
     header[ST_B] = B;
     header[ST_T] = T;
@@ -383,21 +376,22 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     int why;
     if (!finish_atomic_write(w.f, ok, tmp, path, &why))
         die("failed writing %s: %s", path, why ? strerror(why) : "short write");
-    // both files and their new names on disk before the marker that vouches for them exists
+    // both files durable before the marker vouching for them
     if (!fsync_dir(dir, err, sizeof err)) die("%s", err);
     if (!checkpoint_write_done(dir, step, sums, err, sizeof err)) die("%s", err);
     if (!fsync_dir(dir, err, sizeof err)) die("%s", err);
     printf("saved checkpoint step %lld to %s\n", (long long)step, dir);
+    // -nk / -nm prune older checkpoints
     static const CheckpointFile files[] = {{"DONE_", ""}, {"model_", ".bin"}, {"state_", ".bin"}};
     if (!prune_checkpoints(dir, step, a->keep_checkpoints, a->major_checkpoint_every, files, 3, err,
                            sizeof err))
         die("%s", err);
 }
 
-// Latest step with a DONE marker in dir (exactly DONE_<digits>, see checkpoint_name_step), or -1.
+// Latest step with a DONE_<digits> marker in dir, or -1.
 static int64_t latest_checkpoint(const char* dir) { return dir_latest_step(dir, "DONE_", "", INT64_MAX); }
 
-// A version 102 (STATE_VERSION_SSD) state file's tail. 0 with err set when it cannot be read.
+// Reads a STATE_VERSION_SSD file's tail. 0 with err on failure.
 static int state_file_ssd_tail(const char* path, int64_t tail[SSD_TAIL_FIELDS], char* err, size_t errlen) {
     FILE* f = open_regular(path, "optimizer state", err, errlen);
     if (!f) return 0;
@@ -408,7 +402,7 @@ static int state_file_ssd_tail(const char* path, int64_t tail[SSD_TAIL_FIELDS], 
     return ok;
 }
 
-// Checks a state file's header against `total` parameters before any large allocation. 0 with err.
+// Checks a state file against total, before large allocations. 0 with err.
 static int state_file_check(const char* path, int64_t total, int64_t header[ST_HEADER_FIELDS], char* err,
                             size_t errlen) {
     FILE* f = open_regular(path, "optimizer state", err, errlen);
@@ -482,7 +476,7 @@ static int state_file_check(const char* path, int64_t total, int64_t header[ST_H
     return 1;
 }
 
-// state_file_check for callers that cannot go on without the file: exits on a problem, else returns its step.
+// state_file_check that dies on a problem. Returns the file's step.
 static int64_t check_state_file(const char* path, int64_t total) {
     int64_t header[ST_HEADER_FIELDS];
     char err[4352];
@@ -490,8 +484,8 @@ static int64_t check_state_file(const char* path, int64_t total) {
     return header[ST_STEP];
 }
 
-// The resume point: the newest DONE_N whose files match it (-1: none); dies if none of several is valid.
-// A Llama-family checkpoint fills *llama; a caller passing none refuses it.
+// Newest DONE_N with good files, or -1. Dies if all are bad.
+// A Llama checkpoint fills *llama.
 static int64_t pick_checkpoint(const char* dir, char* model, char* state, size_t pathlen, GPTConfig* cfg,
                                int64_t header[ST_HEADER_FIELDS], LlamaConfig* llama = NULL) {
     if (llama) memset(llama, 0, sizeof *llama);
@@ -534,7 +528,7 @@ static int64_t pick_checkpoint(const char* dir, char* model, char* state, size_t
     return -1;
 }
 
-// A resumed run's flags against its checkpoint's: B, T and tokens per step must stay, the rest warn.
+// B, T, tokens per step must match the checkpoint's. Other flags warn.
 static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_steps, int64_t step_tokens,
                               const char* dir) {
     if (h[ST_B] != a->B || h[ST_T] != a->T || h[ST_STEP_TOKENS] != step_tokens)
@@ -568,8 +562,7 @@ static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_st
                     f[i].now, bits_float(h[f[i].field]), f[i].effect);
 }
 
-// Reads a state file (after state_file_check): m, v, data position, step, updates; exits on failure.
-// Version 102 (train_gpt -sd) holds the prefix's m, v only: `prefix` must be their count.
+// Reads m, v, data position, step and updates. Exits on failure.
 static void state_file_read(const char* path, int64_t total, float* m, float* v, DataLoaderState* data_state,
                             int64_t* step, int64_t* adam_t, const int64_t* prefix = NULL) {
     *step = check_state_file(path, total);
@@ -586,7 +579,7 @@ static void state_file_read(const char* path, int64_t total, float* m, float* v,
                 "it "
                 "with train_gpt -sd DIR",
                 path);
-        in_file = tail[SSD_TAIL_PREFIX];
+        in_file = tail[SSD_TAIL_PREFIX];  // -sd: the prefix's m, v only
     }
     if (prefix && in_file != *prefix)
         die("internal: state file %s holds the state of %lld parameters, %lld expected", path,
@@ -598,10 +591,10 @@ static void state_file_read(const char* path, int64_t total, float* m, float* v,
 }
 
 // ----------------------------------------------------------------------------
-// The output directory of a run: one run per directory, and a run never overwrites what it did not write.
+// The output directory: one run each, never overwriting another's files.
 
-// Removes interrupted saves' temporary files: <checkpoint file>.tmp and main.log.tmp, only our names.
-// Called with the directory's LOCK held, so no running save owns them.
+// Removes interrupted saves' .tmp files, our names only.
+// The caller holds LOCK, so no running save owns them.
 static void remove_stale_tmp_files(const char* dir) {
     DIR* d = opendir(dir);
     if (!d) return;
@@ -627,8 +620,8 @@ static void remove_stale_tmp_files(const char* dir) {
                dir);
 }
 
-// How many files of a run (main.log, DONE_N, model_N.bin, state_N.bin) dir holds.
-// `found` lists them: "main.log, model_00000004.bin and 2 more".
+// Counts run files (main.log, DONE_N, model_N.bin, state_N.bin).
+// found: "main.log, model_00000004.bin and 2 more".
 static int dir_run_files(const char* dir, char* found, size_t len) {
     found[0] = '\0';
     DIR* d = opendir(dir);
@@ -653,8 +646,8 @@ static int dir_run_files(const char* dir, char* found, size_t len) {
     return count;
 }
 
-// Makes and locks the -o directory; returns the step to resume from (-y 1), or -1 for a fresh start.
-// A fresh start over an earlier run's files dies naming them.
+// Makes and locks -o. Returns the step to resume (-y 1), or -1.
+// Dies before overwriting a run's files.
 static int64_t open_run_dir(const TrainArgs* a, char* model, char* state, size_t pathlen, GPTConfig* cfg,
                             int64_t header[ST_HEADER_FIELDS], LlamaConfig* llama = NULL) {
     if (llama) memset(llama, 0, sizeof *llama);
@@ -682,8 +675,7 @@ static int64_t open_run_dir(const TrainArgs* a, char* model, char* state, size_t
     return -1;
 }
 
-// -y 1 with -e: the model -e names (spec, llm.c file, Hugging Face checkpoint) must match the checkpoint.
-// Otherwise one error line and exit. Both trainers call it.
+// -y 1 with -e: -e's model must match the checkpoint, or die.
 static void check_resume_model(const char* model, const char* output_dir, const GPTConfig* ckpt) {
     GPTConfig want;
     char err[4352];

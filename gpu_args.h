@@ -1,6 +1,4 @@
-// gpu_args.h — the streaming trainer's own flags: defaults, usage text, parsing. Shared ones: args.h.
-// Its flags: -S, -B, -W, -Y, -A, -R, -K, -F, -G, -P, -M, -V, -E, -sd, -sw.
-// Also where the streamed layers' state lives (TIER_*, from -sd / -sw).
+// gpu_args.h — train_gpt's own flags: defaults, usage, parsing, TIER_*. Shared: args.h.
 // Not here: what the flags do (train_gpt.cu, memory_plan.cuh).
 #pragma once
 #include <stdio.h>
@@ -10,40 +8,35 @@
 #include "stream.h"      // defines: MAX_SLOTS
 #include "llmc/utils.h"  // defines: die
 
-// Where the streamed layers' state lives: host RAM, the SSD tier (-sd DIR), or the SSD tier with their bf16
-// weights too (-sd DIR -sw 1).
+// Streamed layers' state: RAM, SSD (-sd), or SSD with bf16 weights too (-sw 1).
 enum { TIER_RAM = 0, TIER_SSD = 1, TIER_SSD_WEIGHTS = 2 };
 
-// -sw 1: pinned layer buffers the streamed layers' bf16 weights are read into from the SSD tier, ahead of
-// their copies to the GPU (stream.h HostReader).
+// -sw 1: pinned read-ahead buffers for bf16 layers (stream.h HostReader).
 #define SW_READ_BUFFERS 4
 
-// Threads beside the CPU AdamW's team (-A 0 leaves each a core): the main one (kernels, copies).
-// With -sd also the gradient writer and the I/O completion thread.
+// Cores -A 0 leaves to other threads: main, plus -sd's gradient writer and I/O completion.
 static inline int adam_threads_beside(bool ssd) { return ssd ? 3 : 1; }
 
-// Each generated token streams the whole model once (minutes from disk at 100B).
-// So no samples by default above SAMPLE_DEFAULT_MAX_PARAMS or with -sw 1; -g N still asks for them.
+// No default samples above this or with -sw 1: each token streams the model. -g N asks.
 #define SAMPLE_DEFAULT_MAX_PARAMS 10000000000LL
 
-// The flags only this trainer has (the shared ones are in args.h).
+// The flags only this trainer has.
 typedef struct {
-    int num_slots;     // -S  GPU weight slots (>= 2)
-    int bench_steps;   // -B  > 0: benchmark mode, that many timed steps on synthetic tokens
-    int bench_warmup;  // -W  untimed steps before them
-    int timeline;      // -Y  1: per-step timeline (and DIR/trace.json with -o)
-    int adam_threads;  // -A  OpenMP threads of the CPU AdamW, 0 = all cores but adam_threads_beside
-    int model_given;   // -e was on the command line (with -y 1 it must then match the checkpoint)
-    int resident;      // -R  first layers kept on the GPU with their AdamW state: 0 = none, -1 = all that fit
-    int kept;          // -K  last layers that keep their activations: 0 = none, -1 = all that fit
-    int flash;         // -F  1: fused attention kernels where the head size allows, 0: cuBLAS + softmax
-    int epilogues;     // -G  1: bias / GELU fused into the GEMMs (cuBLASLt epilogues), 0: separate kernels
-    int plan_only;     // -P  1: print the memory this run would need and exit (no GPU, no data needed)
-    float host_gib;    // -M  host memory the fit check counts on, GiB; 0 = MemAvailable
-    float gpu_gib;     // -V  GPU memory this run may use, GiB; 0 = all that is free on the device
-    int vocab_host;    // -E  1: the Llama family's embeddings and lm_head in host RAM (CPU AdamW), -1: if
-                       // needed
-    const char* ssd_dir;  // -sd the streamed layers' fp32 weights and AdamW m, v in an SsdStore there; NULL
+    int num_slots;        // -S  GPU weight slots (>= 2)
+    int bench_steps;      // -B  N timed benchmark steps on synthetic tokens, 0: off
+    int bench_warmup;     // -W  untimed steps before them
+    int timeline;         // -Y  1: per-step timeline, -o adds DIR/trace.json
+    int adam_threads;     // -A  CPU AdamW threads, 0: all cores but adam_threads_beside
+    int model_given;      // -e given: with -y 1 it must match the checkpoint
+    int resident;         // -R  first layers resident with AdamW state, -1: all that fit
+    int kept;             // -K  last layers keeping activations. -1: all that fit
+    int flash;            // -F  1: fused attention where head sizes allow, 0: cuBLAS
+    int epilogues;        // -G  1: bias / GELU as cuBLASLt epilogues
+    int plan_only;        // -P  1: print the memory plan and exit, without GPU or data
+    float host_gib;       // -M  host GiB for the fit check, 0: MemAvailable
+    float gpu_gib;        // -V  GPU GiB this run may use, 0: all free
+    int vocab_host;       // -E  1: Llama's vocabulary in host RAM, -1: if needed
+    const char* ssd_dir;  // -sd the SsdStore's directory (fp32 weights, m, v)
     int ssd_weights;      // -sw 1: with -sd, their bf16 weights there too
 } GpuArgs;
 
@@ -59,11 +52,9 @@ static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
     a->lr = 6e-4f;
     a->warmup_steps = 10;
     a->final_lr_frac = 0.1f;
-    a->max_steps = 70;  // about two epochs of the shipped train shard at 8K tokens per step
+    a->max_steps = 70;  // two epochs of the shipped shard at 8K tokens a step
     a->val_every = 10;
-    a->val_max_batches =
-        4;  // a cap for big val sets: the shipped val shard (32,768 tokens) holds only 3 batches of
-            // B*T = 8192 (the last, partial one is never read), so it is validated whole
+    a->val_max_batches = 4;  // caps big val sets. The shipped one (3 batches) runs whole
     ga->num_slots = 2;
     ga->bench_steps = 0;
     ga->bench_warmup = 2;
@@ -144,14 +135,14 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         gd->ssd_weights, SAMPLE_DEFAULT_MAX_PARAMS / 1e9);
 }
 
-// Tokens per sample: -g, else none for a model over SAMPLE_DEFAULT_MAX_PARAMS or with -sw 1, else args.h's.
+// -g, else SAMPLE_DEFAULT_MAX_PARAMS' rule, else args.h's.
 static int gpu_sample_tokens(const TrainArgs* a, const GpuArgs* ga, int64_t params) {
     if (a->gen_tokens < 0 && (params > SAMPLE_DEFAULT_MAX_PARAMS || ssd_tier(ga) == TIER_SSD_WEIGHTS))
         return 0;
     return sample_tokens(a);
 }
 
-// Parses argv: our flags first, then the shared ones. Exits on any error, prints usage on -h.
+// Our flags first, then shared ones. Dies on errors.
 static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
     TrainArgs d;
     GpuArgs gd;

@@ -1,6 +1,6 @@
-// memory_plan.cuh — the streaming trainer's memory plan: every buffer gpt_build allocates, by name.
-// Also the activations' layout, the GPU budget, -R -1 / -K -1's placement, and -P 1's printout.
-// gpt_build allocates from the plan. A new buffer: a field here, its gpu_alloc there.
+// memory_plan.cuh — train_gpt's memory plan: every buffer gpt_build allocates, by name.
+// Also the activation layout, GPU budget, -R -1 / -K -1 placement, -P 1's printout.
+// gpt_build allocates from it. A new buffer: a field here, its gpu_alloc there.
 #pragma once
 #include <errno.h>  // defines: errno, ENOENT
 #include <algorithm>
@@ -15,10 +15,10 @@
 #include "ssd_tier.h"                // defines: GRAD_RING, grads_ring_bytes, sw_reader
 #include "llmc/utils.h"              // defines: host_available_bytes
 
-// The attention path: the fused kernels where they take the head size and the GPU is sm_80+.
-// Else cuBLAS + softmax (attention.cuh), which stores the (T x T) scores. -F 0 forces cuBLAS.
+// Attention: fused kernels where the head size allows and the GPU is sm_80+.
+// Else cuBLAS + softmax (attention.cuh), storing (T x T) scores. -F 0 forces it.
 static int flash_attention_flag = 1;
-// The head size: C / NH for GPT-2, the family's hd for Llama (llama non-NULL with layers).
+// Head size: C / NH for GPT-2, hd for Llama.
 static int attention_head_size(const GPTConfig* c, const LlamaConfig* llama = NULL) {
     return llama && llama->num_layers ? llama->head_dim : c->channels / c->num_heads;
 }
@@ -26,7 +26,7 @@ static bool use_flash_attention(const GPTConfig* c, const LlamaConfig* llama = N
     return flash_attention_flag && flash_attention_usable(attention_head_size(c, llama));
 }
 
-// Byte counts, overflow-checked: an absurd shape (-e, -b, -t) dies here, not in cudaMalloc.
+// Overflow-checked byte counts: an absurd shape dies here, not in cudaMalloc.
 static int64_t plan_mul(int64_t a, int64_t b, const char* what) {
     int64_t r;
     if (__builtin_mul_overflow(a, b, &r)) die("config too large: the byte count of %s overflows int64", what);
@@ -38,8 +38,8 @@ static int64_t plan_add(int64_t a, int64_t b, const char* what) {
     return r;
 }
 
-// -E 1: vocabulary rows per chunk of the head, 64 Mi parameters (a 256 MiB fp32 gradient) or fewer.
-// Env VOCAB_CHUNK_ROWS sets it: the tests cut small vocabularies into several chunks.
+// -E 1: head chunk rows, at most 64 Mi parameters (a 256 MiB fp32 gradient).
+// Tests set VOCAB_CHUNK_ROWS to cut small vocabularies into chunks.
 static int64_t vocab_chunk_rows(int64_t V, int64_t C) {
     int64_t rows = ((int64_t)1 << 26) / C;
     rows = rows >= 64 ? rows / 64 * 64 : std::max<int64_t>(rows, 1);  // GEMM-friendly multiples of 64
@@ -48,9 +48,9 @@ static int64_t vocab_chunk_rows(int64_t V, int64_t C) {
     return std::min(rows, V);
 }
 
-// The Llama family's table (acts_layout's twin), named as llama_cpu.h's. QKV = (NH + 2 NKV) hd, QD = NH hd.
-// A kept layer redoes its RMSNorms and SwiGLU (2C + I per token) and keeps the rest (QKV + QD + C + 2I).
-// vocab_host (-E 1): the logits hold one chunk of the vocabulary.
+// Llama's table (acts_layout's twin), named as llama_cpu.h. QKV = (NH + 2 NKV) hd, QD = NH hd.
+// Kept layers redo RMSNorms and SwiGLU (2C + I per token), keep QKV + QD + C + 2I.
+// -E 1: the logits hold one vocabulary chunk.
 static int64_t llama_acts_layout(const LlamaConfig* c, int B, int T, bool kept_only, char* base, LayerActs* a,
                                  bool vocab_host = false) {
     const char* what =
@@ -96,10 +96,9 @@ static int64_t llama_acts_layout(const LlamaConfig* c, int B, int T, bool kept_o
     return round_up64(bytes, 256);
 }
 
-// The one description of a layer's activations, as llm.c's table of sizes: returns their bytes.
-// Given a base, it also points a's arrays into it. kept_only: what a kept layer (-K) holds.
-// A kept layer redoes its LayerNorms and GELU (6C per token) and keeps the rest (9C).
-// llama (with layers): the family's table, llama_acts_layout.
+// A layer's activations, as llm.c's table of sizes: returns their bytes.
+// With a base, points a's arrays into it. Llama: llama_acts_layout.
+// kept_only: a -K layer redoes LayerNorms and GELU (6C per token), keeps 9C.
 static int64_t acts_layout(const GPTConfig* c, int B, int T, bool kept_only, char* base, LayerActs* a,
                            const LlamaConfig* llama = NULL, bool vocab_host = false) {
     if (llama && llama->num_layers) return llama_acts_layout(llama, B, T, kept_only, base, a, vocab_host);
@@ -112,7 +111,7 @@ static int64_t acts_layout(const GPTConfig* c, int B, int T, bool kept_only, cha
                                 plan_mul(plan_mul((int64_t)B * c->num_heads, T, what), T, what),
                                 plan_mul(N, Vp, what)};
     for (int i = 0; i < 3; i++) plan_add(plan_mul(largest[i], 2, what), 255, what);  // bf16, 256-aligned
-    // the (T x T) scores only on the cuBLAS path: the fused kernels keep them in registers
+    // (T x T) scores only on the cuBLAS path: fused kernels keep them in registers
     const int64_t att = use_flash_attention(c) ? 0 : (int64_t)B * c->num_heads * T * T;
     const struct {
         bf16** p;
@@ -152,19 +151,18 @@ static int64_t acts_bytes(const GPTConfig* c, int B, int T, bool kept_only, cons
     18  // a GPU-resident parameter: bf16 weight, fp32 gradient, master, AdamW m, v
 
 typedef struct {
-    int64_t resident_count;  // parameters that live on the GPU: the embeddings and the first R layers
+    int64_t resident_count;  // parameters on the GPU: embeddings and the first R layers
     // host
-    int64_t master_adam;  // fp32 master weights, AdamW m and v (12 bytes per parameter; -sd: the prefix's)
-    int64_t pinned;  // bf16 weights and layer gradients (stream_host_bytes; -sd: the gradient writer's ring;
-                     // -sw 1: the prefix's weights and the read buffers); the tokens' staging (3 x tokens)
-    int64_t ssd_ring;                               // -sd: the store's ring of piece buffers
-    int64_t ssd_disk;                               // -sd: the store's files in DIR (not host memory)
+    int64_t master_adam;  // fp32 master, AdamW m, v: 12 bytes a parameter (-sd: prefix only)
+    int64_t pinned;       // bf16 weights, gradients, -sw 1 read buffers (stream_host_bytes), token staging
+    int64_t ssd_ring;     // -sd: the store's ring of piece buffers
+    int64_t ssd_disk;     // -sd: the store's files in DIR (not host memory)
     int64_t ssd_read_per_step, ssd_write_per_step;  // -sd: disk traffic of one step (ssd_plan)
     int64_t vocab_grads;                            // -E 1: the vocabulary tensors' fp32 gradients
     int64_t vocab_staging;  // -E 1, pinned: one chunk's gradient and one micro-batch's rows
     // GPU
     int64_t embeddings;       // embeddings with their AdamW state (RESIDENT_BYTES_PER_PARAM each)
-    int64_t vocab_chunks;     // -E 1, instead: a head chunk, its gradient, the head's row buffers
+    int64_t vocab_chunks;     // -E 1 instead: a head chunk, its gradient, row buffers
     int64_t resident_layer;   // one -R layer with its AdamW state
     int64_t resident_layers;  // R of them
     int64_t slots;            // the weight slots (num_slots x one bf16 layer)
@@ -172,16 +170,16 @@ typedef struct {
     int64_t layer_grads;      // fp32 gradient of the streamed layer in flight
     int64_t layer_inputs;  // (L+1) x micro-batches x (N, C) bf16: each layer's input, kept for its backward
     int64_t dresid;        // micro-batches x (N, C) bf16: the residual stream's gradient
-    int64_t tokens;      // micro-batches x N x 4 bytes: one array each for inputs, targets, positions, losses
-    int64_t scalars;     // loss (fp32), squared norm (fp64), the cuBLAS workspace
-    int64_t acts;        // one layer's activations for one micro-batch (acts_bytes)
-    int64_t kept_acts;   // one layer's kept activations (-K) for one micro-batch
-    int64_t kept_layer;  // one -K layer: micro-batches x kept_acts
-    int64_t kept;        // K of them
+    int64_t tokens;        // micro-batches x N x 4 bytes, each of inputs, targets, positions, losses
+    int64_t scalars;       // loss (fp32), squared norm (fp64), the cuBLAS workspace
+    int64_t acts;          // one layer's activations for one micro-batch (acts_bytes)
+    int64_t kept_acts;     // one layer's kept activations (-K) for one micro-batch
+    int64_t kept_layer;    // one -K layer: micro-batches x kept_acts
+    int64_t kept;          // K of them
     int64_t host_bytes, gpu_bytes;  // the sums
 } MemoryPlan;
 
-// The SSD store of a run with -sd: layers R..L-1 in pieces of at most 64 Mi parameters, a ring of 4.
+// -sd's store: layers R..L-1 in pieces of <= 64 Mi parameters, a ring of 4.
 static SsdStoreConfig ssd_store_config(const GPTConfig* c, int resident_layers, int tier,
                                        const LlamaConfig* llama = NULL) {
     SsdStoreConfig sc;
@@ -197,8 +195,8 @@ static SsdStoreConfig ssd_store_config(const GPTConfig* c, int resident_layers, 
     return sc;
 }
 
-// The plan; every term that grows with -b, -t, -d is overflow-checked. tier: TIER_*.
-// llama (with layers): the Llama family's, c its llama_gpt_config. vocab_host: -E 1.
+// The plan. Terms growing with -b, -t, -d are overflow-checked.
+// llama: c is its llama_gpt_config. vocab_host: -E 1.
 static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micro, int num_slots,
                                   int resident_layers, int kept_layers, int tier = TIER_RAM,
                                   const LlamaConfig* llama = NULL, bool vocab_host = false) {
@@ -206,8 +204,7 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     const int64_t N = (int64_t)B * T;
     MemoryPlan m;
     memset(&m, 0, sizeof m);
-    // every per-parameter term is under 64 bytes per parameter: checking that bound covers them
-    // and their sums
+    // each per-parameter term and sum is under 64 bytes: one check covers all
     plan_mul(p.total, 64,
              "the parameters (fp32 weights, AdamW m and v, bf16 copies: choose a smaller model)");
     const bool ssd = tier != TIER_RAM;
@@ -279,7 +276,7 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     return m;
 }
 
-// -R / -K worth trying next, from a step's timeline and the GPU memory still free (docs/memory.md).
+// -R / -K to try next, from a step's timeline and free GPU memory (docs/memory.md).
 typedef struct {
     int resident, kept;
 } Placement;
@@ -287,10 +284,9 @@ static Placement suggest_placement(const TimelineSummary* t, int L, Placement no
                                    int64_t resident_layer_bytes, int64_t kept_layer_bytes) {
     Placement next = now;
     const double adam_per_layer = t->adam_layers > 0 ? t->busy_s[TRACK_ADAM] / t->adam_layers : 0.0;
-    // resident layers while the forward pass waits for the CPU AdamW (over 2% of the step), then kept ones
+    // resident layers while the forward waits on CPU AdamW (over 2% of the step), then kept
     if (adam_per_layer > 0.0 && t->fwd_wait_s > 0.02 * t->step_s && spare_bytes > 0) {
-        int64_t more =
-            (int64_t)ceil(t->fwd_wait_s / adam_per_layer - 1e-6);  // a whole number of layers stays one
+        int64_t more = (int64_t)ceil(t->fwd_wait_s / adam_per_layer - 1e-6);  // exact counts stay exact
         more =
             std::min<int64_t>(std::min<int64_t>(more, L - now.resident), spare_bytes / resident_layer_bytes);
         next.resident += (int)more;
@@ -300,21 +296,21 @@ static Placement suggest_placement(const TimelineSummary* t, int L, Placement no
     return next;
 }
 
-// What the host-memory fit check counts on, in bytes: -M where given (a VM whose memory grows as it is used),
-// else MemAvailable (-1: unknown, no check).
+// Host bytes for the fit check: -M (a VM that grows with use), else MemAvailable.
+// -1: unknown, no check.
 static int64_t host_memory_to_count_on(const GpuArgs* ga) {
     return ga->host_gib > 0 ? (int64_t)((double)ga->host_gib * 1073741824.0) : host_available_bytes();
 }
 
-// GPU memory left out of the plan, for what it cannot count (docs/memory.md).
+// Reserve for what the plan cannot count (docs/memory.md).
 static const int64_t gpu_reserve_bytes = (int64_t)256 << 20;
 static const int64_t gpu_margin_bytes = (int64_t)1 << 30;
-// The budget: the free memory, or -V where that is less.
+// Budget: free memory, or -V if less.
 static int64_t gpu_memory_budget(const GpuArgs* ga, int64_t gpu_free) {
     const int64_t given = (int64_t)((double)ga->gpu_gib * 1073741824.0);
     return ga->gpu_gib > 0 && given < gpu_free ? given : gpu_free;
 }
-// -E -1: the vocabulary tensors go to the host when the GPU's budget cannot hold them (GPT-2: never).
+// -E -1: vocabulary tensors go to the host if the GPU budget cannot hold them.
 static int vocab_host_for(const GPTConfig* c, int B, int T, int n_micro, int slots, const GpuArgs* ga,
                           int64_t budget, const LlamaConfig* llama) {
     if (!llama || !llama->num_layers) return 0;
@@ -324,7 +320,7 @@ static int vocab_host_for(const GPTConfig* c, int B, int T, int n_micro, int slo
     return on_gpu.gpu_bytes + gpu_reserve_bytes + gpu_margin_bytes > budget ? 1 : 0;
 }
 
-// -R -1, then -K -1: as many layers as fit in the budget; returns the plan with them.
+// -R -1, then -K -1: as many layers as fit. Returns the plan.
 static MemoryPlan place_layers(const GPTConfig* c, int B, int T, int n_micro, int slots, const GpuArgs* ga,
                                int64_t budget, int* resident, int* kept, const LlamaConfig* llama = NULL) {
     MemoryPlan plan =
@@ -346,7 +342,7 @@ static MemoryPlan place_layers(const GPTConfig* c, int B, int T, int n_micro, in
     return plan;
 }
 
-// Free bytes of the filesystem that holds (or will hold) dir, or -1 with errno set.
+// Free bytes on dir's filesystem (dir may not exist yet), or -1 with errno.
 static int64_t dir_free_bytes(const char* dir) {
     std::string d = dir;
     struct statvfs sv;
@@ -358,7 +354,7 @@ static int64_t dir_free_bytes(const char* dir) {
     return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
 }
 
-// -P 1: what gpt_build would allocate for this run, part by part, and whether the host RAM here holds it.
+// -P 1: gpt_build's allocations, part by part, and whether they fit here.
 static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int slots, int resident,
                               int kept, const GpuArgs* ga, MemoryPlan plan, bool no_gpu_here,
                               const LlamaConfig* llama = NULL) {
@@ -400,7 +396,7 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
         ga->vocab_host > 0 ? "vocabulary chunk buffers (-E 1)" : "embeddings with their AdamW state",
         (m.embeddings + m.vocab_chunks) / GiB, resident, m.resident_layers / GiB, kept, m.kept / GiB,
         m.acts / GiB, m.layer_grads / GiB, (m.dresid + 4 * m.tokens + m.scalars) / GiB);
-    if (ga->gpu_gib > 0)  // the fit check of a run: the plan and the reserve within the budget
+    if (ga->gpu_gib > 0)  // a run's fit check: plan plus reserve within the budget
         printf(
             " (%s: %.1f GiB given by -V)",
             plan.gpu_bytes + gpu_reserve_bytes <= gpu_memory_budget(ga, INT64_MAX) ? "fits" : "does NOT fit",

@@ -1,16 +1,15 @@
-// run_setup.cuh — train_gpt.cu's run around its loop: the model from -e, the data, the output directory,
-// the plan and the fit check, the weights (RAM or the SSD tier), the tokenizer, the printed tables.
-// Included by train_gpt.cu after the step, whose functions it calls (gpt_build, load_state).
+// run_setup.cuh — train_gpt.cu's set-up around the loop: -e's model, data, output directory,
+// memory plan and fit check, weights (RAM or SSD), tokenizer, printed tables.
+// Included after the step, whose gpt_build and load_state it calls.
 // Not here: the step, the loop and its lines (train_gpt.cu).
 #pragma once
-#define INIT_SEED      1337ull     // weights of a model made from a spec (the CPU trainer uses the same)
+#define INIT_SEED      1337ull     // weights of a spec's model, as the CPU trainer's
 #define SHUFFLE_SEED   42ull       // order of the train batches
 #define SAMPLE_SEED    1234567ull  // sampling RNG
 #define SYNTHETIC_SEED 7ull        // tokens of the benchmark mode
 static const char* kTokenizerPath = "gpt2_tokenizer.bin";
 
-// -e as a Llama-family model: a spec or preset (1), a model file (2), a Hugging Face checkpoint (3);
-// 0: GPT-2. Dies on what the family's files or the GPU kernels refuse.
+// -e as Llama: spec or preset 1, model file 2, Hugging Face checkpoint 3. 0: GPT-2.
 static int llama_source_kind(const char* spec, LlamaConfig* llama) {
     char err[4352];
     memset(llama, 0, sizeof *llama);
@@ -27,7 +26,7 @@ static int llama_source_kind(const char* spec, LlamaConfig* llama) {
         }
         kind = 3;
     }
-    // every tensor a multiple of 8 elements keeps every tensor and layer 16-byte aligned (copies, cuBLASLt)
+    // multiples of 8 elements keep tensors and layers 16-byte aligned (copies, cuBLASLt)
     const LlamaConfig& c = *llama;
     const int QD = c.num_heads * c.head_dim, KVD = c.num_kv_heads * c.head_dim;
     if (c.hidden_size % 8 || QD % 8 || KVD % 8 || c.intermediate_size % 8)
@@ -36,8 +35,7 @@ static int llama_source_kind(const char* spec, LlamaConfig* llama) {
     return kind;
 }
 
-// Model config from -e (a spec, an llm.c model file, a Hugging Face checkpoint), or the Llama family's
-// (*llama; cfg its llama_gpt_config).
+// -e's config. Llama fills *llama, and cfg with its llama_gpt_config.
 static int resolve_model(const char* spec, GPTConfig* cfg, LlamaConfig* llama) {
     char err[4352];
     const int llama_kind = llama_source_kind(spec, llama);
@@ -52,12 +50,12 @@ static int resolve_model(const char* spec, GPTConfig* cfg, LlamaConfig* llama) {
     return kind;
 }
 
-// One step's tokens on the host: n_micro x N each; pos only for chat data (else NULL).
+// One step's host tokens, n_micro x N each. pos: chat only, else NULL.
 typedef struct {
     int *inputs, *targets, *pos;
 } StepTokens;
 
-// The loader's next batch, its tokens checked against the vocabulary, into batch mb of `to`.
+// The loader's next batch, checked against V, into batch mb of `to`.
 static void fetch_batch(DataLoader* dl, int V, const char* which, StepTokens* to, int mb) {
     const int64_t N = (int64_t)dl->B * dl->T;
     if (!dataloader_next_batch(dl)) die("%s", dl->err);
@@ -65,7 +63,7 @@ static void fetch_batch(DataLoader* dl, int V, const char* which, StepTokens* to
     if (!dataloader_check_tokens(dl, V, err, sizeof err)) die("%s data: %s", which, err);
     memcpy(to->inputs + mb * N, dl->inputs, (size_t)N * sizeof(int));
     memcpy(to->targets + mb * N, dl->targets, (size_t)N * sizeof(int));
-    // chat rows begin a conversation, so 0 <= pos[t] <= t < T: the kernels' masks stay in the row
+    // chat rows start a conversation: 0 <= pos[t] <= t < T keeps masks in the row
     if (to->pos) memcpy(to->pos + mb * N, dl->pos, (size_t)N * sizeof(int));
 }
 
@@ -92,13 +90,13 @@ static int compare_double(const void* a, const void* b) {
     return (x > y) - (x < y);
 }
 
-// The run: what main settles before the loop, and the loop's host state.
+// The run: main's set-up, and the loop's host state.
 typedef struct {
     TrainArgs args;
     GpuArgs ga;
     GPTConfig cfg;      // GPT-2's, or the Llama family's llama_gpt_config
     LlamaConfig llama;  // the Llama family's config (num_layers 0: GPT-2)
-    int kind;           // 1: a model spec (seeded init), 2: a model file or Hugging Face checkpoint
+    int kind;           // 1: spec (seeded init), 2: model file or checkpoint
     int bench, n_micro, total_steps, start_step;
     int64_t step_tokens;
     int resident, kept;  // -R / -K, once -1 is resolved
@@ -112,7 +110,7 @@ typedef struct {
     int64_t resume_step;  // -1: a fresh run
     int64_t resume_header[ST_HEADER_FIELDS];
     char resume_model[4200], resume_state[4200];
-    char ssd_owner[4200];  // -sd: the store's owner, -o as an absolute path ("": a run without checkpoints)
+    char ssd_owner[4200];  // -sd: the store's owner, -o's absolute path ("": no checkpoints)
     // the loop's
     DataLoader train, val;
     int64_t val_batches;
@@ -121,12 +119,12 @@ typedef struct {
     StepTokens batch;      // one step's tokens
     double* step_seconds;  // each step's time
     uint64_t sample_rng;
-    int sample_tokens;              // per sample (gpu_sample_tokens: 0 by default for a large model)
+    int sample_tokens;              // per sample (gpu_sample_tokens: 0 for big models)
     Timeline timeline;              // -Y 1
     TimelineSummary last_timeline;  // of the last step
 } Run;
 
-// -y 1 with -e: the model -e names must be the checkpoint's, GPT-2 (check_resume_model) or Llama family.
+// -y 1 with -e: -e must name the checkpoint's model, either family.
 static void check_resume_family(const char* model, const char* dir, const GPTConfig* ckpt,
                                 const LlamaConfig* llama_ckpt) {
     LlamaConfig want;
@@ -142,8 +140,8 @@ static void check_resume_family(const char* model, const char* dir, const GPTCon
             llama_ckpt->num_kv_heads, llama_ckpt->intermediate_size, llama_ckpt->vocab_size);
 }
 
-// -o: one run per directory; -y 1 resumes from its newest valid checkpoint (open_run_dir).
-// A benchmark writes only trace.json there; -P 1 writes nothing.
+// -o: one run per directory, -y 1 resumes its newest checkpoint.
+// A benchmark writes only trace.json there, -P 1 nothing.
 static void open_output_dir(Run* r) {
     char err[4352];
     const GpuArgs& ga = r->ga;
@@ -163,7 +161,7 @@ static void open_output_dir(Run* r) {
     r->args.model = r->resume_model;
 }
 
-// One step's tokens (a benchmark: one fixed random batch, as its peers) and each step's time.
+// Step token buffers (benchmark: one fixed random batch, as peers) and step times.
 static void alloc_step_buffers(Run* r) {
     StepTokens* b = &r->batch;
     const size_t bytes = (size_t)r->step_tokens * sizeof(int);
@@ -180,7 +178,7 @@ static void alloc_step_buffers(Run* r) {
     }
 }
 
-// The data (none in benchmark mode), the run's length, and the checks of a resumed run.
+// Data (none for a benchmark), run length, resume checks.
 static void open_data(Run* r) {
     char err[4352];
     TrainArgs* a = &r->args;
@@ -210,7 +208,7 @@ static void open_data(Run* r) {
     alloc_step_buffers(r);
 }
 
-// -sd, a fresh run: DIR must hold the store (ssd_store_create allocates every file at full size).
+// -sd, fresh run: DIR must hold the store, allocated at full size.
 static void check_ssd_space(const Run* r) {
     const char* dir = r->ga.ssd_dir;
     if (!dir || r->resume_step >= 0) return;
@@ -223,7 +221,7 @@ static void check_ssd_space(const Run* r) {
             r->cfg.num_layers - r->resident, SizeText((double)avail).s);
 }
 
-// The fit check, before any large allocation: host RAM first, then the GPU.
+// Fit check before large allocations: host RAM, then GPU.
 static void check_host_fit(const Run* r) {
     const double GiB = 1073741824.0;
     const GpuArgs* ga = &r->ga;
@@ -244,12 +242,12 @@ static void check_fit(Run* r) {
     check_host_fit(r);
     if (r->no_gpu_here)
         die("no CUDA device found: this trainer needs an NVIDIA GPU; ./train_gpt_cpu trains on the CPU");
-    // before the context exists: a host thread that waits for the GPU sleeps instead of spinning a core
+    // before the context: a host thread waiting on the GPU sleeps, not spins
     cudaCheck(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
     cudaCheck(cudaGetDeviceProperties(&r->prop, 0));
     cudaCheck(cudaSetDevice(0));
     r->peak_flops = gpu_bf16_peak_flops(r->prop.name, &r->peak_label);
-    // what the cuBLAS handles and our kernels take is not free for the plan: they come first
+    // cuBLAS handles and kernels first: what they take is not free for the plan
     matmul_handles_create();
     kernels_load();
     if (use_flash_attention(&r->cfg, &r->llama))
@@ -287,7 +285,7 @@ static void check_fit(Run* r) {
         budget_text);
 }
 
-// The model, its shape against the flags, and the memory plan (-R -1 / -K -1 count as 0 here).
+// Model, shape checks, memory plan. -R -1 / -K -1 count as 0 here.
 static void plan_run(Run* r) {
     const TrainArgs& a = r->args;
     const GpuArgs& ga = r->ga;
@@ -314,7 +312,7 @@ static void plan_run(Run* r) {
     if (ga.ssd_dir && ga.resident >= r->cfg.num_layers)
         die("-sd %s with -R %d: every layer is GPU-resident, no state is left to put on disk", ga.ssd_dir,
             ga.resident);
-    if (r->resume_step >= 0) {  // a checkpoint's streamed state is in an SSD store, or in its files
+    if (r->resume_step >= 0) {  // streamed state: in an SSD store, or the checkpoint's files
         const bool ckpt_ssd = r->resume_header[ST_VERSION] == STATE_VERSION_SSD;
         if (ckpt_ssd && !ga.ssd_dir)
             die("resume: the checkpoint of step %lld in %s keeps its streamed layers' state in an SSD store: "
@@ -327,7 +325,7 @@ static void plan_run(Run* r) {
     }
 }
 
-// -P 1: prints the plan and exits; with -V, -R -1 / -K -1 / -E -1 are decided for that budget.
+// -P 1: print the plan. With -V, -R -1 / -K -1 / -E -1 fit that budget.
 static int print_plan_only(Run* r) {
     GpuArgs* ga = &r->ga;
     ga->vocab_host = ga->gpu_gib > 0
@@ -344,8 +342,8 @@ static int print_plan_only(Run* r) {
     return 0;
 }
 
-// -sd: the disk's bandwidth and the disk time per step it implies; a failed probe only warns.
-// Env SSD_PROBE_SECONDS and SSD_PROBE_MIB shorten the probe for tests.
+// -sd: disk bandwidth and disk time per step. A failed probe only warns.
+// Tests shorten it: SSD_PROBE_SECONDS, SSD_PROBE_MIB.
 static void ssd_print_bandwidth(const Run* r) {
     const char* dir = r->ga.ssd_dir;
     const char* sec = getenv("SSD_PROBE_SECONDS");
@@ -368,7 +366,7 @@ static void ssd_print_bandwidth(const Run* r) {
         m.ssd_read_per_step / rbps + m.ssd_write_per_step / wbps);
 }
 
-// The Llama family: the window [lo, hi) of -e's parameters (the file's order) into dst, tensor by tensor.
+// Llama: -e's parameters [lo, hi), in file order, into dst.
 static void llama_load_window(const Run* r, float* dst, int64_t lo, int64_t hi) {
     char err[4352];
     const char* model = r->args.model;
@@ -378,7 +376,7 @@ static void llama_load_window(const Run* r, float* dst, int64_t lo, int64_t hi) 
     if (!ok) die("%s", err);
 }
 
-// -sd: the prefix (embeddings, layers 0..R-1) into g->master, from the init, -e or the checkpoint.
+// -sd: the prefix (embeddings, layers 0..R-1) into g->master: init, -e or checkpoint.
 static void ssd_load_prefix(Run* r, GPT* g) {
     char err[4352];
     const ParamLayout* p = &g->layout;
@@ -399,7 +397,7 @@ static void ssd_load_prefix(Run* r, GPT* g) {
     }
 }
 
-// -sd, a fresh run: streamed layer l's fp32 weights, from the seeded init or -e.
+// -sd, fresh run: streamed layer l's fp32 weights, from init or -e.
 static void ssd_load_layer(Run* r, const GPT* g, int l, float* layer) {
     char err[4352];
     const ParamLayout* p = &g->layout;
@@ -412,8 +410,7 @@ static void ssd_load_layer(Run* r, const GPT* g, int l, float* layer) {
         die("%s", err);
 }
 
-// -sd, either family: a fresh run writes each streamed layer into a new store in DIR, a resumed one
-// opens it at its checkpoint. The prefix goes to the host arrays.
+// -sd: a fresh run fills a new store in DIR, a resume opens it. The prefix goes to host arrays.
 static void ssd_attach(Run* r, GPT* g) {
     const double GiB = 1073741824.0;
     const char* dir = r->ga.ssd_dir;
@@ -478,17 +475,17 @@ static void ssd_attach(Run* r, GPT* g) {
            ssd_io_backend(ssd_store_io(st)), how);
 }
 
-// The Llama family's weights into g->master (init, model file or Hugging Face), then this trainer's order.
+// Llama weights into g->master, then this trainer's order.
 static void load_llama_weights(Run* r, GPT* g) {
     if (r->kind == 1) llama_init_params(&r->llama, g->master, INIT_SEED);
     else llama_load_window(r, g->master, 0, g->layout.total);
     llama_trainer_order(&g->layout, g->master);
 }
 
-// Builds the model and fills its weights; with -y 1 also its AdamW state and data position.
+// Builds the model and its weights. -y 1: AdamW state and data position too.
 static void build_model(Run* r, GPT* g) {
     char err[4352];
-    // the CPU AdamW's threads: every usable core but one for each thread that runs beside them
+    // CPU AdamW threads: every usable core but adam_threads_beside's
     const int cores = usable_cpu_cores(), beside = adam_threads_beside(r->ga.ssd_dir != NULL);
     r->adam_threads = r->ga.adam_threads > 0 ? r->ga.adam_threads : std::max(1, cores - beside);
     cpu_adam_set_threads(r->adam_threads);
@@ -519,7 +516,7 @@ static void build_model(Run* r, GPT* g) {
     printf("resumed from %s (step %d)\n", r->resume_model, r->start_step);
 }
 
-// The tokenizer for samples: a Llama checkpoint's tokenizer.json, GPT-2's, or none (ids); and DIR/main.log.
+// Samples' tokenizer: Llama's tokenizer.json, GPT-2's, or none (ids).
 static void open_tokenizer(Run* r) {
     char err[4352];
     const bool llama = r->llama.num_layers > 0;
@@ -625,7 +622,7 @@ static void print_config_table(const Run* r, const GPT* g) {
     fflush(stdout);
 }
 
-// After the first step of a run: what this process took on the GPU beyond its plan (the margin check).
+// After the first step: GPU memory taken beyond the plan (the margin check).
 static void print_gpu_margin(const Run* r, const GPT* g, int step) {
     const double GiB = 1073741824.0;
     size_t free_now = 0, total_now = 0;
@@ -638,7 +635,7 @@ static void print_gpu_margin(const Run* r, const GPT* g, int step) {
         (gpu_reserve_bytes + gpu_margin_bytes) / GiB);
 }
 
-// The median step time, and in benchmark mode the RESULT json line that dev/bench reads.
+// Median step time, and for a benchmark the RESULT line dev/bench reads.
 static void print_median_and_result(const Run* r, const GPT* g, int timed, double median) {
     const double GiB = 1073741824.0, flops = step_flops(g, r->step_tokens), peak = r->peak_flops;
     char mfu[32] = "MFU n/a", mfu_json[32] = "null", peak_json[32] = "null";
@@ -667,12 +664,12 @@ static void print_median_and_result(const Run* r, const GPT* g, int timed, doubl
         g->gpu_bytes / GiB, r->plan.host_bytes / GiB);
 }
 
-// -Y 1: what the last step's timeline says about -R and -K, with the GPU memory left of the budget.
+// -Y 1: -R and -K advice from the last step's timeline and spare GPU memory.
 static void print_tuning_advice(const Run* r, const TimelineSummary* t) {
     const double GiB = 1073741824.0;
     size_t gpu_free = 0, gpu_total = 0;
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
-    // what is left of the budget (all that is free, or -V less what this run took), less -R -1's margins
+    // the budget's rest (free, or -V less this run's use), less -R -1's margins
     const int64_t spare =
         std::min<int64_t>((int64_t)gpu_free, r->gpu_budget - (r->gpu_free_at_start - (int64_t)gpu_free)) -
         gpu_reserve_bytes - gpu_margin_bytes;
@@ -693,7 +690,7 @@ static void print_tuning_advice(const Run* r, const TimelineSummary* t) {
     else printf(": -R %d -K %d fit this step\n", r->resident, r->kept);
 }
 
-// The end of a run: bytes streamed, peak memory, the median step, RESULT, and -Y 1's advice.
+// Run summary: bytes streamed, peak memory, median step, RESULT, -Y 1's advice.
 static void print_run_summary(const Run* r, GPT* g) {
     const double GiB = 1073741824.0;
     printf(
@@ -705,8 +702,7 @@ static void print_run_summary(const Run* r, GPT* g) {
     if (g->ssd && g->ssd->weights_on_disk)
         printf("bf16 weights read from the SSD tier over the run (-sw 1): %lld layers, %.2f GB\n",
                (long long)g->stream.reads.count, g->stream.reads.count * g->layout.layer_stride * 2 / 1e9);
-    size_t gpu_free = 0,
-           gpu_total = 0;  // every GPU buffer exists before the first step: the use now is the peak
+    size_t gpu_free = 0, gpu_total = 0;  // all buffers exist from step 1: use now is the peak
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
     printf(
         "peak host memory: %.3f GiB resident; GPU memory: %.2f GiB allocated by this run (%.2f GiB in use on "

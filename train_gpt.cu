@@ -1,26 +1,26 @@
-// train_gpt.cu — trains a GPT-2 or a Llama far larger than GPU memory on ONE GPU, layer by layer.
+// train_gpt.cu — trains GPT-2 or Llama far larger than GPU memory on ONE GPU.
 
 // Where the model lives:
-//   host RAM: fp32 master weights, AdamW m and v; pinned bf16 weights and gradients (stream.cu).
-//   GPU: a ring of layer weight slots, each layer's input per micro-batch, one layer's activations,
-//        the embeddings with their AdamW state (-E 1: on the host), and with -R the first R layers too.
+//   host RAM: fp32 master weights, AdamW m, v, pinned bf16 weights and gradients (stream.cu)
+//   GPU: a ring of weight slots, layer inputs per micro-batch, one layer's activations,
+//        the embeddings with AdamW state (-E 1: host), and with -R the first R layers
 
-// One step, numbered as in gpt_forward_backward and gpt_update below:
+// One step, numbered as in gpt_forward_backward and gpt_update:
 //   1. tokens and embeddings
-//   2. forward, layer by layer: each layer's weights arrive once and serve every micro-batch
-//   3. loss: final LayerNorm, tied lm_head, softmax cross-entropy, and their backward
-//   4. backward, last layer first: recompute each layer from its input, send its gradients out
+//   2. forward: each layer's weights arrive once and serve every micro-batch
+//   3. loss: final LayerNorm, tied lm_head, cross-entropy, and their backward
+//   4. backward, last layer first: recompute from the layer input, send gradients out
 //   5. the one synchronization: loss and gradient norm
-//   6. AdamW on a CPU thread, layer by layer, while the next step's forward pass runs
+//   6. AdamW on a CPU thread, layer by layer, during the next step's forward
 
-// The Llama family (Llama 3, Qwen2; llama_model.h) takes the same step: its layer, head and embeddings are
-// llama_layers.cuh's, which layer_forward and the others hand over to (is_llama).
+// Llama 3 and Qwen2 (llama_model.h) take the same step.
+// is_llama hands layers, head and embeddings to llama_layers.cuh.
 
-// Its parts: the model as data (gpt.cuh), the CPU AdamW thread (cpu_optimizer.h),
-// the memory plan (memory_plan.cuh), its flags (gpu_args.h), the run's set-up (run_setup.cuh).
+// Parts: model data (gpt.cuh), CPU AdamW thread (cpu_optimizer.h),
+// memory plan (memory_plan.cuh), flags (gpu_args.h), set-up (run_setup.cuh).
 // Not here: kernels (kernels.cuh), GEMMs (matmul.cuh), copies (stream.cu), AdamW math (cpu_adam.cpp).
 
-// The SSD tier (-sd DIR) keeps the optimizer state on disk: ssd_tier.h, docs/ssd.md.
+// -sd DIR keeps the optimizer state on SSD: ssd_tier.h, docs/ssd.md.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -41,7 +41,8 @@
 #include "llmc/cpu_cores.h"    // defines: usable_cpu_cores, omp_short_spin_reexec
 #include "llmc/cuda_common.h"  // defines: cudaCheck, cublasCheck, bf16
 #include "dataloader.h"        // defines: DataLoader, dataloader_init, _next_batch, _check_pair
-#include "llmc/kernels.cuh"  // defines: layernorm_forward, gelu_forward, fused_classifier, adamw_gpu, kernels_load
+// defines: layernorm_forward, gelu_forward, fused_classifier, adamw_gpu, kernels_load
+#include "llmc/kernels.cuh"
 #include "llmc/logger.h"        // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
 #include "llmc/hf_tokenizer.h"  // defines: tokenizer_init_hf (a Llama-family checkpoint's samples)
 #include "llmc/llama_hf.h"      // defines: llama_hf_read_config, llama_hf_load_window (Hugging Face Llamas)
@@ -69,8 +70,8 @@
 #include "memory_plan.cuh"   // defines: MemoryPlan, gpt_memory_plan, place_layers, print_memory_plan
 
 // ----------------------------------------------------------------------------
-// One transformer layer, forward, as gpt2_cpu.h's gpt2_cpu_forward; what the backward reads stays in `a`.
-// out NULL: a recompute (the last GEMM is skipped). pos: chat data's positions, or NULL.
+// Layer forward, as gpt2_cpu_forward. What the backward reads stays in a.
+// out NULL: a recompute, skipping the last GEMM. pos: chat positions or NULL.
 
 static void layer_forward(GPT* g, const bf16* weights, const bf16* x, bf16* out, LayerActs* a, const int* pos,
                           cudaStream_t s) {
@@ -89,8 +90,7 @@ static void layer_forward(GPT* g, const bf16* weights, const bf16* x, bf16* out,
     if (out) matmul_forward_bias(out, a->fch_gelu, w.fcprojw, w.fcprojb, res2, N, 4 * C, C, s);  // + res2
 }
 
-// A kept layer (-K) redoes its LayerNorms and GELU before its backward pass.
-// Three memory-bound passes replace a recompute's GEMMs and attention.
+// A kept layer (-K) redoes only LayerNorms and GELU: three memory-bound passes, no GEMMs.
 static void layer_redo_cheap_part(GPT* g, const bf16* weights, const bf16* x, LayerActs* a, cudaStream_t s) {
     if (is_llama(g)) return llama_layer_redo_cheap_part(g, weights, x, a, s);
     const int64_t N = (int64_t)g->B * g->T;
@@ -102,8 +102,8 @@ static void layer_redo_cheap_part(GPT* g, const bf16* weights, const bf16* x, La
 }
 
 // ----------------------------------------------------------------------------
-// One transformer layer, backward, as gpt2_cpu.h's gpt2_cpu_backward, once `a` holds its activations.
-// dres: the output's gradient in, the input's out. Gradients are ADDED to `grads`.
+// Layer backward, as gpt2_cpu_backward. dres: output gradient in, input gradient out.
+// Gradients are ADDED to grads.
 
 static void layer_backward(GPT* g, const bf16* weights, float* grads, const bf16* x, bf16* dres, LayerActs* a,
                            const int* pos, cudaStream_t s) {
@@ -136,7 +136,7 @@ static void layer_backward(GPT* g, const bf16* weights, float* grads, const bf16
 }
 
 // ----------------------------------------------------------------------------
-// Final LayerNorm + tied lm_head + loss. The backward adds to wte's and lnf's gradients, overwrites dres.
+// Final LayerNorm, tied lm_head, loss. Backward adds to wte, lnf grads, overwrites dres.
 
 static void head_forward(GPT* g, const bf16* x, const int* targets, float* losses, float dloss_scale,
                          cudaStream_t s) {
@@ -165,9 +165,9 @@ static void head_backward(GPT* g, const bf16* x, bf16* dres, cudaStream_t s) {
 }
 
 // ----------------------------------------------------------------------------
-// Build / free. gpt_build allocates everything; the caller fills g->master, then gpt_weights_ready.
+// Build / free. gpt_build allocates, the caller fills g->master, then gpt_weights_ready.
 
-// cudaMalloc that counts, so the trainer reports exactly what it holds on the GPU.
+// cudaMalloc that counts the trainer's GPU bytes.
 static void* gpu_alloc(GPT* g, int64_t bytes) {
     void* p = NULL;
     if (bytes == 0) return NULL;  // -E 1 without -R: no GPU-resident parameter
@@ -178,7 +178,7 @@ static void* gpu_alloc(GPT* g, int64_t bytes) {
     return p;
 }
 
-// Host arrays for the fp32 master weights and AdamW state: anonymous mmap, zero-filled lazily.
+// fp32 master weights and AdamW state: anonymous mmap, zero-filled lazily.
 static float* host_alloc_floats(int64_t n) {
     const size_t bytes = (size_t)n * 4;
     void* p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -190,7 +190,7 @@ static void host_free_floats(float* p, int64_t n) {
     if (p) munmap(p, (size_t)n * 4);
 }
 
-// -E 1: vocab_host.cuh's buffers, as the plan's vocab_chunks, vocab_staging and vocab_grads count them.
+// -E 1: vocab_host.cuh's buffers (plan: vocab_chunks, vocab_staging, vocab_grads).
 static void vocab_build(GPT* g, int64_t N, const MemoryPlan& plan) {
     HostVocab* v = new HostVocab();
     const int64_t C = g->llama.hidden_size, MN = g->max_micro * N;
@@ -232,8 +232,7 @@ static void vocab_free(GPT* g) {
     g->vocab = NULL;
 }
 
-// tier: where the streamed layers' state lives (TIER_*). With -sd the host arrays hold the prefix only.
-// llama (with layers): a Llama-family model, cfg its llama_gpt_config.
+// tier: where streamed layers' state lives (TIER_*). llama: cfg is its llama_gpt_config.
 static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro, int num_slots,
                       int resident_layers, int kept_layers, const TrainArgs* args, int tier = TIER_RAM,
                       const LlamaConfig* llama = NULL, bool vocab_host = false) {
@@ -254,7 +253,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
         kept_layers > c->num_layers)
         die("internal: %d GPU-resident layers, %d with kept activations, of %d", resident_layers, kept_layers,
             c->num_layers);
-    if (cublas_workspace)  // matmul.cuh's handles, workspace and algorithm cache are one per process
+    if (cublas_workspace)  // matmul.cuh's handles, workspace, algorithm cache: one per process
         die("internal: a second GPT built while one is alive (gpt_free the first)");
     if (vocab_host && !is_llama(g)) die("internal: -E 1 for GPT-2");
     const MemoryPlan plan =
@@ -264,7 +263,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     g->resident_count = plan.resident_count;
     g->resident_start = vocab_host ? p->embed_count : 0;
 
-    // host: not pinned (only the CPU touches them); pages are faulted in by whoever writes first
+    // host: not pinned, only the CPU touches them. -sd: the prefix only.
     g->host_state_count = ssd ? plan.resident_count : p->total;
     g->master = host_alloc_floats(g->host_state_count);
     g->adam_m = host_alloc_floats(g->host_state_count);
@@ -333,8 +332,8 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     optimizer_start(g);
 }
 
-// Pageable host arrays <-> the GPU through a pinned bounce buffer (a pageable copy is slow).
-// It lives only during the copy: the memory plan leaves it out.
+// Pageable host <-> GPU via a pinned bounce buffer: pageable copies are slow.
+// Freed after the copy, so the memory plan leaves it out.
 static const int64_t kBounceBytes = (int64_t)8 << 20;
 static void bounce_copy(GPT* g, void* const* dst, const void* const* src, int arrays, int64_t bytes,
                         cudaMemcpyKind kind) {
@@ -354,7 +353,7 @@ static void bounce_copy(GPT* g, void* const* dst, const void* const* src, int ar
     cudaCheck(cudaFreeHost(bounce));
 }
 
-// The resident prefix's fp32 state between the host arrays and the GPU, at load and checkpoint time.
+// Resident prefix's fp32 state, host <-> GPU, at load and checkpoint.
 static void gpt_resident_state_to_device(GPT* g) {
     const int64_t o = g->resident_start, bytes = (g->resident_count - o) * 4;
     cudaStream_t s = g->stream.compute;
@@ -370,13 +369,13 @@ static void gpt_resident_state_to_device(GPT* g) {
 }
 static void gpt_resident_state_to_host(GPT* g) {
     const int64_t o = g->resident_start, bytes = (g->resident_count - o) * 4;
-    // on the compute stream: after the last step's GPU AdamW, which runs there
+    // on the compute stream, so after the last GPU AdamW
     void* const dst[3] = {g->master + o, g->adam_m + o, g->adam_v + o};
     const void* const src[3] = {g->resident_master, g->resident_m, g->resident_v};
     bounce_copy(g, dst, src, 3, bytes, cudaMemcpyDeviceToHost);
 }
 
-// The master weights changed outside the optimizer: new bf16 copy and resident prefix, empty slots.
+// Master weights changed outside AdamW: new bf16 copy and resident prefix, empty slots.
 static void gpt_weights_ready(GPT* g) {
     uint16_t* bf16 = g->stream.weights_host_bf16;
     const int64_t n = g->host_state_count;  // -sd: the prefix only
@@ -389,7 +388,7 @@ static void gpt_weights_ready(GPT* g) {
 static void gpt_free(GPT* g) {
     optimizer_stop(g);
     ssd_tier_free(g);
-    // the cuBLAS handle first: it is bound to the compute stream, which stream_free destroys
+    // cuBLAS first: its handle is bound to the compute stream, which stream_free destroys
     cublasCheck(cublasDestroy(cublas_handle));
     cublasCheck(cublasLtDestroy(cublaslt_handle));
     lt_algo_cache.clear();  // the answers of that handle
@@ -428,7 +427,7 @@ static void gpt_free(GPT* g) {
     free(g->backward_order);
 }
 
-// AdamW of the resident prefix on the GPU, tensor by tensor; weight decay on matrices only.
+// AdamW of the GPU-resident prefix, per tensor. Decay on matrices only.
 static void resident_adamw(GPT* g, const AdamWArgs& args, cudaStream_t s) {
     const ParamLayout* p = &g->layout;
     auto gpu_form = [g, s](int64_t base) {  // adamw.h's update for the tensors from `base`
@@ -449,23 +448,23 @@ static void resident_adamw(GPT* g, const AdamWArgs& args, cudaStream_t s) {
 }
 
 // ----------------------------------------------------------------------------
-// The training step: forward (layer-outer), loss, backward with recompute, gradient hand-off, update.
+// The training step: forward (layer-outer), loss, backward with recompute, update.
 
-// Layer l's weights for this pass: in the GPU-resident prefix, or in the stream slot it waits for.
+// Layer l's weights: resident, or the stream slot it waits for.
 static const bf16* layer_acquire(GPT* g, int l) {
     return l < g->resident_layers ? resident_layer(g, l) : stream_wait_layer(&g->stream, l);
 }
-// Every kernel that reads layer l's weights is queued: a streamed layer's slot may be reused once they ran.
+// Kernels reading layer l are queued: its slot may be reused once they ran.
 static void layer_release(GPT* g, int l) {
     if (l >= g->resident_layers) stream_release_layer(&g->stream, l);
 }
 
-// Micro-batch mb's positions on the GPU: chat data's, or NULL (position t).
+// Micro-batch mb's chat positions on the GPU, or NULL (position t).
 static const int* positions(const GPT* g, int mb) {
     return g->packed ? g->tokens_pos + mb * (int64_t)g->B * g->T : NULL;
 }
 
-// Layer l's activations for micro-batch mb, before its backward pass: kept, left over, or recomputed.
+// Layer l's activations for mb before backward: kept, left over or recomputed.
 static void restore_activations(GPT* g, const bf16* w, int l, int mb, int n_micro, cudaStream_t s) {
     LayerActs* a = layer_acts(g, l, mb);
     const bool last_forward = l == g->config.num_layers - 1 && mb == n_micro - 1;  // still in g->acts
@@ -473,21 +472,21 @@ static void restore_activations(GPT* g, const bf16* w, int l, int mb, int n_micr
     else if (!last_forward) layer_forward(g, w, layer_input(g, l, mb), NULL, a, positions(g, mb), s);
 }
 
-// Where layer l's gradients accumulate: a streamed layer's buffer, or its place in resident_grads.
+// Layer l's gradient buffer: the streamed one, or its place in resident_grads.
 static float* layer_grads_begin(GPT* g, int l, cudaStream_t s) {
     if (l < g->resident_layers)
         return g->resident_grads + gpt_layer_offset(&g->layout, l) - g->resident_start;
     cudaCheck(cudaMemsetAsync(g->layer_grads, 0, (size_t)(g->layout.layer_stride * 4), s));
     return g->layer_grads;
 }
-// A streamed layer's gradients, as bf16, into a staging buffer for the host; their squares go to the norm.
+// Streamed gradients to bf16 staging for the host. Squares add to the norm.
 static void layer_grads_end(GPT* g, int l, cudaStream_t s) {
     if (l < g->resident_layers) return;
     bf16* staging = stream_grad_staging(&g->stream);
     grads_to_bf16_sumsq(staging, g->layer_grads, g->layout.layer_stride, g->sumsq_dev, s);
 }
 
-// n micro-batches of tokens to the GPU through the pinned staging; targets and pos may be NULL.
+// n micro-batches of tokens to the GPU via pinned staging. targets, pos may be NULL.
 static void tokens_to_device(GPT* g, const int* inputs, const int* targets, const int* pos, int n,
                              cudaStream_t s) {
     const int64_t count = (int64_t)n * g->B * g->T, stride = (int64_t)g->max_micro * g->B * g->T;
@@ -503,7 +502,7 @@ static void tokens_to_device(GPT* g, const int* inputs, const int* targets, cons
     }
 }
 
-// The step's tokens to the GPU, and each micro-batch's embeddings: the input of layer 0.
+// Tokens to the GPU, then each micro-batch's embeddings: layer 0's input.
 static void embeddings_forward(GPT* g, const int* inputs, const int* targets, const int* pos, int n_micro,
                                cudaStream_t s) {
     const int64_t N = (int64_t)g->B * g->T;
@@ -518,7 +517,7 @@ static void embeddings_forward(GPT* g, const int* inputs, const int* targets, co
     }
 }
 
-// Each micro-batch's loss and its backward through the head; the loss is the mean over the step's targets.
+// Each micro-batch's loss and head backward. Loss: the mean over the step's targets.
 static void head_forward_backward(GPT* g, int n_micro, int64_t num_targets, cudaStream_t s) {
     const int L = g->config.num_layers;
     const int64_t N = (int64_t)g->B * g->T;
@@ -545,7 +544,7 @@ static void head_forward_backward(GPT* g, int n_micro, int64_t num_targets, cuda
     mean_loss(g->loss_dev, g->losses, n_micro * N, s, g->packed ? dloss : 0.0f);  // non-targets add 0
 }
 
-// The embeddings' backward, then the resident prefix's squared norm (its gradients stay on the GPU).
+// Embeddings backward, then the resident prefix's squared norm. Its gradients stay on the GPU.
 static void embeddings_backward(GPT* g, int n_micro, cudaStream_t s) {
     const ParamLayout* p = &g->layout;
     const int64_t N = (int64_t)g->B * g->T;
@@ -561,7 +560,7 @@ static void embeddings_backward(GPT* g, int n_micro, cudaStream_t s) {
     if (n) grads_to_bf16_sumsq(NULL, g->resident_grads, n, g->sumsq_dev, s);
 }
 
-// Waits for the step's work on stream s: the mean loss, and the gradient norm into g->last_norm.
+// Waits for stream s: returns the mean loss, sets g->last_norm.
 static float read_loss_and_norm(GPT* g, cudaStream_t s) {
     cudaCheck(cudaMemcpyAsync(g->loss_host, g->loss_dev, 4, cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaMemcpyAsync(g->sumsq_host, g->sumsq_dev, 8, cudaMemcpyDeviceToHost, s));
@@ -570,7 +569,7 @@ static float read_loss_and_norm(GPT* g, cudaStream_t s) {
     return *g->loss_host;
 }
 
-// Forward and backward of one step: returns the mean loss, g->last_norm the gradient norm. No update.
+// One step's forward and backward: the mean loss, and g->last_norm. No update.
 static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets, const int* pos, int n_micro,
                                   int64_t num_targets) {
     const int L = g->config.num_layers, R = g->resident_layers;
@@ -578,10 +577,10 @@ static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets,
     Timeline* tl = g->timeline;
     if (n_micro < 1 || n_micro > g->max_micro) die("internal: %d micro-batches", n_micro);
 
-    // 1. tokens and embeddings (the resident prefix is up to date: the last GPU AdamW ran on this stream)
+    // 1. tokens and embeddings (resident weights are current: GPU AdamW ran on this stream)
     embeddings_forward(g, inputs, targets, pos, n_micro, s);
 
-    // 2. forward: each layer's weights arrive once and serve every micro-batch (resident layers first)
+    // 2. forward: each layer's weights arrive once, for every micro-batch
     stream_begin_pass(&g->stream, g->forward_order, L - R);
     for (int l = 0; l < L; l++) {
         const bf16* w = layer_acquire(g, l);
@@ -598,7 +597,7 @@ static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets,
     // 3. loss, and its backward through lm_head and the final LayerNorm
     head_forward_backward(g, n_micro, num_targets, s);
 
-    // 4. backward, last layer first, last micro-batch first; a streamed layer's gradients go to the host
+    // 4. backward, last layer and micro-batch first. Streamed gradients go to the host.
     ssd_tier_begin_backward(g);  // -sd: a new generation of the grads file
     stream_begin_pass(&g->stream, g->backward_order, L - R);
     for (int l = L - 1; l >= 0; l--) {
@@ -618,14 +617,14 @@ static float gpt_forward_backward(GPT* g, const int* inputs, const int* targets,
     }
     embeddings_backward(g, n_micro, s);
 
-    // 5. the one synchronization of the step: loss and global norm
+    // 5. the step's one synchronization: loss and global norm
     return read_loss_and_norm(g, s);
 }
 
-// 6. AdamW: the streamed layers on the CPU thread, the resident prefix here on the GPU.
+// 6. AdamW: streamed layers on the CPU thread, the resident prefix on the GPU.
 static void gpt_update(GPT* g, float lr) {
     const float grad_scale = clip_scale((float)g->last_norm, g->args.grad_clip);
-    // first: -sw 1's reads of this step's weights end before the round rewrites them
+    // first: -sw 1's weight reads end before the round rewrites them
     stream_invalidate(&g->stream);
     optimizer_submit(g, lr, grad_scale);
     const AdamWArgs args = {lr,         ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, g->args.weight_decay,
@@ -635,7 +634,7 @@ static void gpt_update(GPT* g, float lr) {
     resident_adamw(g, args, g->stream.compute);
 }
 
-// -Y 1: the previous step's CPU AdamW round ran during this forward pass: it joins this timeline.
+// -Y 1: last step's CPU AdamW ran during this forward. Add it to this timeline.
 static void timeline_add_adamw_round(GPT* g) {
     optimizer_wait_all(g);  // already done: the forward pass waited for every layer
     if (g->opt->rounds_done == 0 || g->skipped[0]) return;
@@ -644,11 +643,11 @@ static void timeline_add_adamw_round(GPT* g) {
         timeline_host_span(g->timeline, TRACK_ADAM, "adamw", l, o->layer_t0[l], o->layer_t1[l]);
 }
 
-// What one step did: its loss and norm, and whether it diverged or skipped its update.
+// One step's loss, norm, and whether it diverged or skipped the update.
 typedef struct {
     float loss;
     double norm;
-    int64_t targets;    // the tokens its loss is the mean over (chat data: 0 skips the step)
+    int64_t targets;    // tokens the loss averages over. Chat: 0 skips the step
     char diverged[96];  // why the run must stop before this update, or ""
     bool skipped;       // -sl / -sg, or no targets: no update (g->skipped says why)
 } StepResult;
@@ -660,8 +659,8 @@ static int64_t count_targets(const int* targets, int64_t n) {
     return count;
 }
 
-// One step of the training loop, as llm.c's: forward and backward, then the update.
-// No update when it diverged, -sl / -sg skip it, or chat data (pos) has no target.
+// One training step, as llm.c's: forward and backward, then the update.
+// None when it diverged, -sl / -sg skip it, or chat data has no target.
 static StepResult gpt_step(GPT* g, const int* inputs, const int* targets, int n_micro, float lr,
                            const int* pos = NULL) {
     StepResult r = {};
@@ -682,12 +681,12 @@ static StepResult gpt_step(GPT* g, const int* inputs, const int* targets, int n_
     g->step++;
     r.skipped = outlier_skip(&g->args, &g->loss_window, &g->norm_window, r.loss, r.norm, g->skipped,
                              sizeof g->skipped);
-    if (!r.skipped) gpt_update(g, lr);  // skipped: the weights, slots and AdamW state stay as they were
+    if (!r.skipped) gpt_update(g, lr);  // skipped: weights, slots and AdamW state stay as they were
     return r;
 }
 
-// Forward only over n <= max_micro batches in one walk of the layers. With targets: each batch's mean
-// loss (and target count); without, the last batch's logits stay in g->acts.
+// Forward only, n <= max_micro batches per walk of the layers.
+// With targets: each batch's mean loss and count. Without: the last batch's logits in g->acts.
 static void gpt_forward_eval_batches(GPT* g, const int* inputs, const int* targets, int n, float* losses,
                                      const int* pos = NULL, int64_t* counts = NULL) {
     const int L = g->config.num_layers, R = g->resident_layers;
@@ -719,14 +718,14 @@ static void gpt_forward_eval_batches(GPT* g, const int* inputs, const int* targe
     }
     cudaCheck(cudaStreamSynchronize(s));
 }
-// One batch: its mean loss (targets given), or 0 and its logits in the workspace (targets NULL).
+// One batch's mean loss. targets NULL: 0, logits in the workspace.
 static float gpt_forward_eval(GPT* g, const int* inputs, const int* targets, const int* pos = NULL) {
     float loss = 0.0f;
     gpt_forward_eval_batches(g, inputs, targets, 1, &loss, pos);
     return loss;
 }
 
-// Copies the logits of position (b, t) to host floats (Vp of them).
+// Position (b, t)'s Vp logits to host floats.
 static void gpt_copy_logits(GPT* g, int b, int t, float* out) {
     if (g->vocab) return vocab_copy_logits(g, (int64_t)b * g->T + t, out, g->stream.compute);  // -E 1
     const int Vp = g->config.padded_vocab_size;
@@ -741,16 +740,16 @@ static void gpt_copy_logits(GPT* g, int b, int t, float* out) {
 // ----------------------------------------------------------------------------
 // Checkpoints (the files: checkpoint.h)
 
-// The Llama family's files are [layers | embeddings], this trainer [embeddings | layers]: rotate in place.
+// Llama files: [layers | embeddings], this trainer: [embeddings | layers]. Rotates in place.
 static void llama_state_order(GPT* g, bool to_file) {
     for (float* x : {g->master, g->adam_m, g->adam_v})
         to_file ? llama_file_order(&g->layout, x) : llama_trainer_order(&g->layout, x);
 }
 
-// Gathers the state from the optimizer thread and the GPU, then writes the checkpoint.
+// Gathers state from the optimizer thread and GPU, then saves.
 static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data_state) {
-    optimizer_wait_all(g);          // the master weights and m, v of the last step must be complete
-    gpt_resident_state_to_host(g);  // the GPU-resident prefix of them lives on the GPU
+    optimizer_wait_all(g);          // the last step's master, m, v complete
+    gpt_resident_state_to_host(g);  // the resident prefix's state lives on the GPU
     const LlamaConfig* llama = is_llama(g) ? &g->llama : NULL;  // llama_model.h's file: the family's order
     if (g->ssd) {
         const StreamedState ss = ssd_tier_checkpoint(g);
@@ -764,17 +763,17 @@ static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data
     if (llama) llama_state_order(g, false);
 }
 
-// A checkpoint's AdamW state, step and data position; its model file is loaded apart.
+// Loads AdamW state, step, data position. The model file loads apart.
 static void load_state(GPT* g, const char* path, DataLoaderState* data_state) {
     state_file_read(path, g->layout.total, g->adam_m, g->adam_v, data_state, &g->step, &g->adam_t,
                     g->ssd ? &g->host_state_count : NULL);
-    if (is_llama(g) && !g->ssd)  // m, v in the family's file order: to this trainer's (-sd: already)
+    if (is_llama(g) && !g->ssd)  // m, v from file order to ours (-sd: already)
         for (float* x : {g->adam_m, g->adam_v}) llama_trainer_order(&g->layout, x);
-    gpt_resident_state_to_device(g);  // the GPU-resident prefix's weights and moments live on the GPU
+    gpt_resident_state_to_device(g);  // resident prefix's weights and moments to the GPU
 }
 
 // ----------------------------------------------------------------------------
-// Sampling: generate from <|endoftext|> with full forward passes (each one streams the model once).
+// Sampling from <|endoftext|>: each token, a full forward streaming the model once.
 
 static void gpt_sample(GPT* g, const Tokenizer* tok, int gen_tokens, uint64_t* rng) {
     const int64_t N = (int64_t)g->B * g->T;
@@ -797,15 +796,14 @@ static void gpt_sample(GPT* g, const Tokenizer* tok, int gen_tokens, uint64_t* r
     free(logits);
 }
 
-// Model FLOPs of one step, counted as PyTorch peers do: 6 * params * tokens + causal attention (no
-// recompute).
+// Model FLOPs per step, as PyTorch peers count: 6 * params * tokens + causal attention, no recompute.
 static double step_flops(const GPT* g, int64_t tokens) {
     const GPTConfig* c = &g->config;
     const double width = is_llama(g) ? (double)g->llama.num_heads * g->llama.head_dim : c->channels;
     return 6.0 * (double)g->layout.total * tokens + 6.0 * c->num_layers * width * g->T * tokens;
 }
 
-// The MFU denominator: the GPU's dense bf16 peak, by a word of its name (docs/memory.md); 0 if unknown.
+// MFU denominator: dense bf16 peak by a word of the GPU name (docs/memory.md). 0: unknown.
 static double gpu_bf16_peak_flops(const char* device_name, const char** label) {
     static const struct {
         const char* word;
@@ -839,14 +837,13 @@ static double gpu_bf16_peak_flops(const char* device_name, const char** label) {
 }
 
 // ----------------------------------------------------------------------------
-// main: flags, fit check, config table, the training loop (or the benchmark loop with -B).
+// main: flags, fit check, config table, training loop (-B: benchmark loop).
 
 #ifndef TESTING
 
 #include "run_setup.cuh"  // defines: Run, plan_run, check_fit, build_model, open_data, print_config_table
 
-// The mean loss of the first `batches` validation batches, max_micro per walk of the layers.
-// Chat data: the mean over their target tokens.
+// Mean loss of the first `batches` val batches, max_micro per walk. Chat: per target token.
 static float validation_loss(GPT* g, DataLoader* val, int64_t batches, StepTokens* buf) {
     const bool chat = val->kind == DL_CHAT;
     dataloader_reset(val);
@@ -870,7 +867,7 @@ static float validation_loss(GPT* g, DataLoader* val, int64_t batches, StepToken
     return (float)(sum / targets);
 }
 
-// One step's line: loss, norm, lr, time, throughput, MFU, progress, skips; chat data: "| targets N".
+// Prints the step's line. Chat data adds "| targets N".
 static void print_step_line(const Run* r, const GPT* g, int step, const StepResult* res, float lr, double dt,
                             double elapsed) {
     char mfu[32] = "MFU n/a", progress[64], targets[48] = "";
@@ -890,7 +887,7 @@ static void print_step_line(const Run* r, const GPT* g, int step, const StepResu
            g->skipped[0] ? " | update skipped: " : "", g->skipped);
 }
 
-// Validation (every -v steps and at the end) and a sample (every -s steps and at the end).
+// Validation every -v steps, a sample every -s, both at the end.
 static void evaluate(Run* r, GPT* g, int step) {
     const TrainArgs& a = r->args;
     const bool last = step == r->total_steps;
@@ -905,7 +902,7 @@ static void evaluate(Run* r, GPT* g, int step) {
     if (sample_now) gpt_sample(g, &r->tok, r->sample_tokens, &r->sample_rng);
 }
 
-// The next step's micro-batches (-a 1: the same first ones every step).
+// Next step's micro-batches (-a 1: the same first ones).
 static void load_step_batches(Run* r) {
     if (r->args.overfit_single_batch) dataloader_reset(&r->train);
     for (int mb = 0; mb < r->n_micro; mb++) fetch_batch(&r->train, r->cfg.vocab_size, "train", &r->batch, mb);

@@ -1,7 +1,7 @@
-// train_gpt_cpu.cpp — trains a GPT-2 (gpt2_cpu.h) or a Llama-family model (llama_cpu.h) on the CPU.
-// Flags, data, schedule, clip and AdamW are the GPU trainer's, so the two compare line by line.
-// No arguments: a small model (L4 C128 NH4, T 64) on tinyshakespeare, a few minutes on 2 cores.
-// It writes train_gpt's log and checkpoints, so a run moves between the two trainers. No GPU.
+// train_gpt_cpu.cpp — trains GPT-2 (gpt2_cpu.h) or Llama (llama_cpu.h) on the CPU. No GPU.
+// Flags, data, schedule, clip and AdamW are train_gpt's, line for line.
+// Same log and checkpoints: a run moves between the two trainers.
+// No arguments: L4 C128 NH4, T 64 on tinyshakespeare, minutes on 2 cores.
 #include <chrono>
 #include <stdarg.h>
 #include <omp.h>
@@ -35,7 +35,7 @@ static double seconds_now(void) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-// The defaults of this trainer: small enough that the loss falls clearly within a few minutes on 2 cores.
+// Defaults: the loss falls clearly within minutes on 2 cores.
 static void cpu_train_defaults(TrainArgs* a) {
     train_args_defaults(a);
     a->model = "L4:C128:NH4:T64";
@@ -49,8 +49,7 @@ static void cpu_train_defaults(TrainArgs* a) {
     a->val_max_batches = 10;
 }
 
-// Dies unless `bytes` fit the available host RAM.
-// Allocations are lazy (overcommit): a model too big passes malloc, then is OOM-killed mid-run.
+// Dies unless bytes fit host RAM. Overcommit: malloc passes, then OOM kill mid-run.
 static void check_host_fit(double bytes) {
     const int64_t avail = host_available_bytes();
     const double GiB = 1073741824.0;
@@ -62,7 +61,7 @@ static void check_host_fit(double bytes) {
 }
 
 // ----------------------------------------------------------------------------
-// The model: GPT-2 or the Llama family, behind the few calls the loop makes
+// The model: GPT-2 or Llama, behind the calls the loop makes
 
 typedef struct {
     int llama;  // 1: the Llama family (ll), 0: GPT-2 (gpt)
@@ -85,8 +84,7 @@ static int64_t model_act_floats(const CpuModel* m) {
     return m->llama ? m->ll.act_capacity : m->gpt.act_capacity;
 }
 
-// Forward over (B, T); with targets (-1: none) also the loss; pos: packed conversations (NULL: pretraining).
-// Dies on an error (a token outside the vocabulary).
+// Forward over (B, T), the loss given targets (-1: none). pos: packed chats, NULL: pretraining.
 static void model_forward(CpuModel* m, const int* inputs, const int* targets, int B, int T,
                           const int* pos = NULL) {
     const int ok = m->llama ? llama_cpu_forward(&m->ll, inputs, targets, B, T, pos)
@@ -96,7 +94,7 @@ static void model_forward(CpuModel* m, const int* inputs, const int* targets, in
 static int64_t model_num_targets(const CpuModel* m) {
     return m->llama ? m->ll.num_targets : m->gpt.num_targets;
 }
-// Adds the gradient of normalizer * (the sum of the batch's target losses); 0: of their mean.
+// Adds the gradient of normalizer * sum of target losses. 0: of their mean.
 static void model_backward(CpuModel* m, float normalizer = 0.0f) {
     const int ok = m->llama ? llama_cpu_backward(&m->ll, normalizer) : gpt2_cpu_backward(&m->gpt, normalizer);
     if (!ok) die("%s", model_error(m));
@@ -105,13 +103,13 @@ static void model_zero_grad(CpuModel* m) {
     if (m->llama) llama_cpu_zero_grad(&m->ll);
     else gpt2_cpu_zero_grad(&m->gpt);
 }
-// The logits of row `row` of the last forward pass (V of them, then GPT-2's padding).
+// Logits of row `row` of the last forward: V, then GPT-2's padding.
 static const float* model_logits(const CpuModel* m, int64_t row) {
     return m->llama ? m->ll.acts.logits + row * m->ll.config.vocab_size
                     : m->gpt.acts.logits + row * m->gpt.config.padded_vocab_size;
 }
-// AdamW of the gradient grads / denom, clipped; decay on matrices only.
-// denom: the micro-batches (each gradient a mean) or a chat step's target tokens (each a sum).
+// AdamW on grads / denom, clipped. Decay on matrices only.
+// denom: micro-batches (mean gradients) or chat target tokens (sums).
 static void model_adamw(CpuModel* m, float* adam_m, float* adam_v, float denom, float lr, const TrainArgs* a,
                         int64_t t, float norm) {
     const float scale = clip_scale(norm, a->grad_clip) / denom;
@@ -126,8 +124,7 @@ static void model_free(CpuModel* m) {
     else gpt2_cpu_free(&m->gpt);
 }
 
-// -e as a Llama-family model: a spec (1), a model file (2), a Hugging Face checkpoint (3); 0: GPT-2.
-// Dies on a malformed Llama spec or file.
+// -e as Llama: spec 1, model file 2, Hugging Face checkpoint 3. 0: GPT-2.
 static int llama_source_kind(const char* spec, LlamaConfig* cfg) {
     char err[4352];
     const int kind = parse_llama_spec(spec, cfg, err, sizeof err);
@@ -142,13 +139,14 @@ static int llama_source_kind(const char* spec, LlamaConfig* cfg) {
     return hf == 1 ? 3 : 0;
 }
 
-// The Llama family: built for (B, T) from a spec (seeded init), a model file or a Hugging Face checkpoint.
+// Builds Llama for (B, T) from a spec, model file or Hugging Face checkpoint.
 static void build_llama(LlamaCPU* model, const char* spec, int kind, const LlamaConfig* cfg, int B, int T,
                         const char** source) {
     char err[4352];
     if (T > cfg->max_seq_len) die("-t %d exceeds the model's max sequence length %d", T, cfg->max_seq_len);
     const double state_bytes = 16.0 * llama_layout(cfg).total;  // params, grads, m, v
-    // before any malloc, in double: per layer (N, 6C + 4QD + 3I), attention (B, NH, T, T), logits (N, V) x 2
+    // before malloc, in double (int64 overflows for huge B, T):
+    // per layer (N, 6C + 4QD + 3I), attention (B, NH, T, T), logits (N, V) x 2
     const double N = (double)B * T, L = cfg->num_layers, QD = (double)cfg->num_heads * cfg->head_dim;
     check_host_fit(state_bytes +
                    4.0 * (L * N * (6.0 * cfg->hidden_size + 4 * QD + 3.0 * cfg->intermediate_size) +
@@ -166,8 +164,7 @@ static void build_llama(LlamaCPU* model, const char* spec, int kind, const Llama
     check_host_fit(state_bytes + 4.0 * model->act_capacity);
 }
 
-// Builds the model from a spec (random init), a model file or a Hugging Face checkpoint, per -e, with
-// activations for (B, T).
+// Builds -e's model with activations for (B, T).
 static void build_model(CpuModel* m, const char* spec, int B, int T, const char** source) {
     memset(m, 0, sizeof *m);
     LlamaConfig lc;
@@ -186,8 +183,7 @@ static void build_model(CpuModel* m, const char* spec, int B, int T, const char*
     if (kind == 2 && !gpt_read_header(spec, &cfg, err, sizeof err)) die("%s", err);
     if (T > cfg.max_seq_len) die("-t %d exceeds the model's max sequence length %d", T, cfg.max_seq_len);
     const double state_bytes = 16.0 * gpt_layout(&cfg).total;  // params, grads, m, v
-    // Before any malloc, in double: the main activation terms, whose int64 sizes overflow for absurd B, T.
-    // They are per-layer (N, 12C), attention (B, NH, T, T), logits and probs (N, Vp).
+    // as in build_llama: per layer (N, 12C), attention (B, NH, T, T), logits and probs (N, Vp)
     const double N = (double)B * T, L = cfg.num_layers;
     check_host_fit(state_bytes + 4.0 * (L * N * 12 * cfg.channels + L * B * cfg.num_heads * (double)T * T +
                                         2 * N * cfg.padded_vocab_size));
@@ -203,8 +199,7 @@ static void build_model(CpuModel* m, const char* spec, int B, int T, const char*
     }
 }
 
-// Mean loss over the val loader's first `batches` batches; chat data: over their target tokens.
-// The loader is reset first, so every evaluation sees the same tokens.
+// Mean loss of the first `batches` val batches, the same each time. Chat: per target token.
 static float validation_loss(CpuModel* model, DataLoader* val, int64_t batches) {
     dataloader_reset(val);
     const int chat = val->kind == DL_CHAT;
@@ -223,8 +218,7 @@ static float validation_loss(CpuModel* model, DataLoader* val, int64_t batches) 
     return (float)(sum / (chat ? targets : (double)batches));
 }
 
-// Generates n tokens after <|endoftext|> and prints them as they come.
-// Each token: one B=1 forward pass over the context, cropped to the last maxT tokens.
+// Prints n sampled tokens after <|endoftext|>. Each: a B=1 forward over the last maxT.
 static void generate(CpuModel* model, const Tokenizer* tok, int n, uint64_t* rng) {
     const int maxT = model_max_T(model), V = model_vocab(model);
     const int eot = tok->init_ok ? tok->eot_token : 50256;  // -1: a tokenizer without such a token
@@ -244,16 +238,16 @@ static void generate(CpuModel* model, const Tokenizer* tok, int n, uint64_t* rng
 }
 
 // ----------------------------------------------------------------------------
-// The run: what main() sets up, in the order it does so, and what the loop changes.
+// The run: what main() sets up, in order, and what the loop changes.
 
 typedef struct {
     TrainArgs args, defaults;
     CpuModel model;
     const char* source;      // where the weights came from (the config table)
-    const char* model_arg;   // -e as given (a resume replaces args.model with the checkpoint's file)
+    const char* model_arg;   // -e as given (resume replaces args.model)
     float *adam_m, *adam_v;  // AdamW moments, the model's layout
     DataLoader train, val;
-    int accum, total_steps;  // micro-batches per step; the step the run ends at
+    int accum, total_steps;  // micro-batches per step, the last step
     int64_t val_batches;
     int64_t resume_step;  // the checkpoint resumed from, -1: a fresh run
     int64_t resume_header[ST_HEADER_FIELDS];
@@ -261,17 +255,16 @@ typedef struct {
     Tokenizer tok;
     TrainLogger logger;
     int start_step;
-    int64_t adam_t;      // updates applied: the step count less the steps -sl / -sg skipped
-    int64_t saved_step;  // the step of the newest checkpoint in -o (-1: none)
+    int64_t adam_t;                          // updates applied: steps less -sl / -sg skips
+    int64_t saved_step;                      // the step of the newest checkpoint in -o (-1: none)
     OutlierWindow loss_window, norm_window;  // -sl / -sg
 } CpuRun;
 
-// Flags, then the OpenMP team: its default follows the affinity mask but not a cgroup CPU quota (docker
-// --cpus).
+// Flags, then OpenMP threads: the default ignores a cgroup CPU quota (docker --cpus).
 static void parse_args(CpuRun* r, int argc, char** argv) {
     cpu_train_defaults(&r->defaults);
     r->args = r->defaults;
-    char err[4352];  // model.h may report a 4 KiB path; a smaller buffer draws -Wformat-truncation
+    char err[4352];  // fits model.h's 4 KiB paths (-Wformat-truncation)
     const int parsed = parse_train_argv(argc, argv, &r->args, err, sizeof err);
     if (parsed == 2) {
         printf("usage: %s [flags]\n", argv[0]);
@@ -283,8 +276,7 @@ static void parse_args(CpuRun* r, int argc, char** argv) {
     if (!getenv("OMP_NUM_THREADS") && cores < omp_get_max_threads()) omp_set_num_threads(cores);
 }
 
-// -o: one run per directory; a fresh run only where no run left files.
-// -y 1: the newest valid checkpoint of either trainer; its model file replaces -e (which must match it).
+// -o: one run per directory. -y 1: the newest valid checkpoint of either trainer.
 static void open_output_dir(CpuRun* r, int argc, char** argv) {
     r->model_arg = r->args.model;
     GPTConfig ckpt;
@@ -295,7 +287,7 @@ static void open_output_dir(CpuRun* r, int argc, char** argv) {
     if (r->resume_step < 0) return;
     bool model_given = false;
     for (int i = 1; i + 1 < argc; i += 2) model_given |= strcmp(argv[i], "-e") == 0;
-    if (model_given) {
+    if (model_given) {  // -e must match the checkpoint
         LlamaConfig want;
         const int llama_given = llama_source_kind(r->args.model, &want) != 0;
         const int llama_saved = llama_ckpt.num_layers > 0;
@@ -311,10 +303,10 @@ static void open_output_dir(CpuRun* r, int argc, char** argv) {
                 llama_ckpt.vocab_size);
         if (!llama_saved) check_resume_model(r->args.model, r->args.output_dir, &ckpt);
     }
-    r->args.model = r->resume_model;
+    r->args.model = r->resume_model;  // the checkpoint's model replaces -e
 }
 
-// The shards, the run's length (-x -1: one epoch), and a resumed run's flags against its checkpoint.
+// Shards, run length (-x -1: one epoch), resume flags vs the checkpoint.
 static void open_data(CpuRun* r) {
     TrainArgs* a = &r->args;
     char err[4352];
@@ -328,7 +320,7 @@ static void open_data(CpuRun* r) {
     if (r->val.num_batches < 1)
         die("val data %s has no full batch of B*T = %lld tokens", a->val_data, (long long)a->B * a->T);
     r->total_steps = a->max_steps >= 0 ? a->max_steps : (int)(r->train.num_batches / r->accum);
-    // -x -1 (one epoch) with fewer batches than one step accumulates would silently train nothing
+    // -x -1 with less than one step's batches would silently train nothing
     if (r->total_steps < 1 && a->max_steps < 0)
         die("train data %s holds %lld batches of B*T, fewer than the %d one step needs (-d)", a->train_data,
             (long long)r->train.num_batches, r->accum);
@@ -342,7 +334,7 @@ static void open_data(CpuRun* r) {
             a->output_dir, (long long)r->resume_step, r->total_steps);
 }
 
-// The AdamW moments: zero, or the checkpoint's (with the data position and the update count).
+// AdamW moments: zero, or the checkpoint's with data position and update count.
 static void init_optimizer_state(CpuRun* r) {
     const int64_t total = model_total(&r->model);
     r->adam_m = (float*)calloc((size_t)total, sizeof(float));
@@ -359,8 +351,7 @@ static void init_optimizer_state(CpuRun* r) {
     printf("resumed from %s (step %d)\n", r->resume_model, r->start_step);
 }
 
-// The samples' decoder: GPT-2's for a GPT-2.
-// Llama family: -e's Hugging Face tokenizer.json, else GPT-2's for GPT-2's vocabulary, else none (ids).
+// Samples' decoder. Llama: -e's tokenizer.json, or GPT-2's for its vocabulary, or ids.
 static void open_tokenizer(CpuRun* r) {
     char err[4352];
     const int V = model_vocab(&r->model);
@@ -384,7 +375,7 @@ static void open_tokenizer_and_log(CpuRun* r) {
     if (!logger_open(&r->logger, r->args.output_dir, r->resume_step, err, sizeof err)) die("%s", err);
 }
 
-// The shape rows of the config table: GPT-2's or the Llama family's.
+// Config table shape rows: GPT-2's or Llama's.
 static void print_model_rows(const CpuModel* m) {
     if (m->llama) {
         const LlamaConfig* c = &m->ll.config;
@@ -429,10 +420,8 @@ static void print_config_table(const CpuRun* r) {
     fflush(stdout);
 }
 
-// One step: micro-batches forward and backward, the divergence check, then AdamW.
-// -sl / -sg may skip the update (*skipped says why, else ""). Returns the mean loss; *norm the grad norm.
-// Chat data: the loss is the mean over the step's target tokens (*targets); each micro-batch weighs by count.
-// A step with no target updates nothing (*skipped says so).
+// One step: forward and backward per micro-batch, divergence check, AdamW.
+// Returns the mean loss, per target token for chat.
 static double train_step(CpuRun* r, int step, float lr, float* norm, int64_t* targets, char* skipped,
                          size_t skipped_len) {
     CpuModel* m = &r->model;
@@ -462,6 +451,7 @@ static double train_step(CpuRun* r, int step, float lr, float* norm, int64_t* ta
     char diverged[96];  // the rule both trainers stop by, before the update
     if (training_diverged(loss, *norm, model_vocab(m), diverged, sizeof diverged))
         die_diverged(step + 1, loss, *norm, diverged, r->saved_step);
+    // -sl / -sg may skip the update: *skipped says why
     if (!outlier_skip(&r->args, &r->loss_window, &r->norm_window, loss, *norm, skipped, skipped_len))
         model_adamw(m, r->adam_m, r->adam_v, (float)denom, lr, &r->args, ++r->adam_t, *norm);
     return loss;
@@ -476,7 +466,7 @@ static void save_checkpoint(CpuRun* r, int steps_done) {
     r->saved_step = steps_done;
 }
 
-// Ctrl-C / SIGTERM (stop_signal.h): the step in progress finishes, a checkpoint is written (with -o), exit.
+// Ctrl-C / SIGTERM: finish the step, checkpoint (with -o), exit.
 static void stop_if_asked(CpuRun* r, int steps_done) {
     stop_if_signalled(steps_done, r->start_step, r->saved_step, r->args.output_dir,
                       [&] { save_checkpoint(r, steps_done); });
@@ -493,7 +483,7 @@ static void free_run(CpuRun* r) {
 }
 
 int main(int argc, char** argv) {
-    omp_short_spin_reexec(argv);  // first: waiting OpenMP threads must not spin away a loaded machine's cores
+    omp_short_spin_reexec(argv);  // first: idle OpenMP threads must not spin on a loaded machine
     static CpuRun run;            // static: zeroed (the outlier windows), and off the stack
     CpuRun* r = &run;
     const TrainArgs* a = &r->args;
@@ -538,7 +528,7 @@ int main(int argc, char** argv) {
         char progress[64];
         progress_text(seconds_now() - run_t0, step + 1, r->start_step, r->total_steps, progress,
                       sizeof progress);
-        char targets_text[48] = "";  // chat data: the target tokens the loss is the mean over
+        char targets_text[48] = "";  // chat: the target tokens the loss averages over
         if (r->train.kind == DL_CHAT)
             snprintf(targets_text, sizeof targets_text, " | targets %lld", (long long)targets);
         const int no_targets = r->train.kind == DL_CHAT && targets == 0;
