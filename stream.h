@@ -19,7 +19,7 @@
 #define MAX_READ_BUFFERS 8
 struct Timeline;
 
-// Is layer l's bf16 copy written? wait = 1 blocks until so.
+// Is layer l's bf16 copy written? wait = 1 blocks until it is.
 typedef int (*HostReadyFn)(void* ctx, int layer, int wait);
 
 // -sw 1: the source of bf16 weights not in host RAM
@@ -103,7 +103,7 @@ int64_t stream_gpu_bytes(int64_t layer_stride, int num_slots);
 
 // Starts a pass. Layers still in slots are reused.
 void stream_begin_pass(WeightStream* ws, const int* order, int n);
-// Compute waits for layer l's slot. Starts its copy once AdamW is done.
+// Compute waits for layer l's slot. A copy not yet begun starts here, after AdamW.
 const bf16* stream_wait_layer(WeightStream* ws, int l);
 // Layer l's readers are queued: its slot frees after them.
 void stream_release_layer(WeightStream* ws, int l);

@@ -508,7 +508,7 @@ __global__ void __launch_bounds__(64)
 // Launchers
 
 // Built head sizes (80: 2.7b), compute capability >= 8.0.
-static int flash_attention_device_major = -1;  // device's major; preset by -P to plan another GPU
+static int flash_attention_device_major = -1;  // device's major, asked once. -P presets it for another GPU
 static bool flash_attention_usable(int head_size) {
     int& major = flash_attention_device_major;
     if (major < 0) {
