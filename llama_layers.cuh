@@ -1,10 +1,10 @@
-// llama_layers.cuh — the Llama family (Llama 3, Qwen2) in the streaming trainer: layers, head, embeddings.
-// Each function reads line for line against its fp32 twin in llama_cpu.h; GPT-2's hand over (is_llama).
-// Not here: the kernels, the step, the buffers (memory_plan.cuh), the optimizers.
+// llama_layers.cuh — Llama 3 and Qwen2 layers, head and embeddings on the GPU.
+// Each function mirrors its fp32 twin in llama_cpu.h. GPT-2's functions defer here when is_llama.
+// Not here: kernels, the step, buffers (memory_plan.cuh), optimizers.
 
-// N = B*T tokens, C channels, NH / NKV query / key-value heads of hd, QD = NH hd, QKV = QD + 2 NKV hd.
-// [wq; wk; wv] is one (QKV, C) matrix, [w_gate; w_up] one (2I, C): one GEMM each.
-// pos: chat data's positions on the GPU (RoPE, the masks), or NULL: t = row % T.
+// N = B*T tokens, C channels, NH query and NKV key/value heads of hd.
+
+// pos: chat data's positions on the GPU, or NULL: t = row % T.
 #pragma once
 #include "gpt.cuh"                   // defines: GPT, LayerActs, llama_layer_params, llama_embed_params
 #include "llmc/attention.cuh"        // defines: attention_forward, attention_backward (GQA: NKV)
@@ -17,7 +17,7 @@ typedef LlamaLayerParams<const bf16> LlamaLayerWeights;
 typedef LlamaLayerParams<float> LlamaLayerGrads;
 
 // ----------------------------------------------------------------------------
-// CUDA kernels: the token embedding without positions (RoPE places the tokens)
+// CUDA kernels: token embedding, no positions (RoPE has them)
 
 // out[i] = embed[tokens[i]]
 __global__ void token_embedding_forward_kernel(bf16* out, const int* tokens, const bf16* embed, int64_t N,
@@ -26,7 +26,7 @@ __global__ void token_embedding_forward_kernel(bf16* out, const int* tokens, con
          i += (int64_t)gridDim.x * blockDim.x)
         out[i] = embed[(int64_t)tokens[i / C] * C + i % C];
 }
-// dembed[tokens[i]] += dout[i] (fp32 atomics: a token may repeat)
+// dembed[tokens[i]] += dout[i], atomic: tokens repeat
 __global__ void token_embedding_backward_kernel(float* dembed, const bf16* dout, const int* tokens, int64_t N,
                                                 int C) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N * C;
@@ -34,7 +34,7 @@ __global__ void token_embedding_backward_kernel(float* dembed, const bf16* dout,
         atomicAdd(&dembed[(int64_t)tokens[i / C] * C + i % C], (float)dout[i]);
 }
 
-// out[i] = in[i]: the residual under an unfused GEMM's beta-1 sum
+// the residual, for an unfused GEMM's beta = 1 sum
 __global__ void copy_bf16_kernel(bf16* out, const bf16* in, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x)
@@ -59,7 +59,7 @@ static void llama_embedding_backward(GPT* g, const bf16* dout, const int* tokens
     cudaCheckLaunch();
 }
 
-// out (N, OC) = inp (N, C) @ w (OC, C)^T + residual (N, OC), residual != out: cuBLASLt's C term.
+// out = inp @ w^T + residual (cuBLASLt's C term), residual != out
 static void matmul_forward_residual(bf16* out, const bf16* inp, const bf16* w, const bf16* residual,
                                     int64_t N, int C, int OC, cudaStream_t s) {
     if (lt_matmul(out, OC, w, CUBLAS_OP_T, C, inp, CUBLAS_OP_N, C, OC, (int)N, C, residual,
@@ -76,7 +76,7 @@ static void matmul_forward_residual(bf16* out, const bf16* inp, const bf16* w, c
 }
 
 // ----------------------------------------------------------------------------
-// One layer, forward, as llama_cpu.h's llama_cpu_forward. out NULL: a recompute (the last GEMM is skipped).
+// One layer forward, as llama_cpu.h's llama_cpu_forward:
 //   h   = x + wo(attention(rope(wq rms1(x) + bq), rope(wk rms1(x) + bk), wv rms1(x) + bv))
 //   out = h + w_down(silu(w_gate rms2(h)) * w_up rms2(h))
 
@@ -89,7 +89,7 @@ static void llama_layer_forward(GPT* g, const bf16* weights, const bf16* x, bf16
     const int64_t N = (int64_t)B * T;
     const LlamaLayerWeights w = llama_layer_params(&g->layout, weights);
     bf16* res2 = a->residual2;
-    // attention branch; wq is [wq; wk; wv], bq is [bq; bk; bv] (NULL without biases)
+    // attention: wq holds [wq; wk; wv], bq [bq; bk; bv] or NULL
     rmsnorm_forward(a->rms1, a->rms1_rstd, x, w.attn_norm, N, C, eps, s);
     if (w.bq) matmul_forward_bias(a->qkv, a->rms1, w.wq, w.bq, NULL, N, C, QKV, s);
     else matmul_forward(a->qkv, a->rms1, w.wq, N, C, QKV, s);
@@ -101,10 +101,10 @@ static void llama_layer_forward(GPT* g, const bf16* weights, const bf16* x, bf16
     rmsnorm_forward(a->rms2, a->rms2_rstd, res2, w.mlp_norm, N, C, eps, s);
     matmul_forward(a->gate_up, a->rms2, w.w_gate, N, C, 2 * I, s);
     swiglu_forward(a->swiglu, a->gate_up, N, I, s);
-    if (out) matmul_forward_residual(out, a->swiglu, w.w_down, res2, N, I, C, s);  // w_down + res2
+    if (out) matmul_forward_residual(out, a->swiglu, w.w_down, res2, N, I, C, s);  // out NULL: a recompute
 }
 
-// A kept layer (-K) redoes its RMSNorms and SwiGLU before its backward pass: memory-bound passes only.
+// -K layers redo their RMSNorms and SwiGLU before backward.
 static void llama_layer_redo_cheap_part(GPT* g, const bf16* weights, const bf16* x, LayerActs* a,
                                         cudaStream_t s) {
     const LlamaConfig* c = &g->llama;
@@ -117,8 +117,8 @@ static void llama_layer_redo_cheap_part(GPT* g, const bf16* weights, const bf16*
 }
 
 // ----------------------------------------------------------------------------
-// One layer, backward, as llama_cpu.h's llama_cpu_backward, once `a` holds its activations.
-// dres: the output's gradient in, the input's out. Gradients are ADDED to grads.
+// One layer backward, as llama_cpu_backward. `a` holds its activations.
+// dres: output gradient in, input gradient out. grads: +=.
 
 static void llama_layer_backward(GPT* g, const bf16* weights, float* grads, const bf16* x, bf16* dres,
                                  LayerActs* a, const int* pos, cudaStream_t s) {
@@ -151,8 +151,7 @@ static void llama_layer_backward(GPT* g, const bf16* weights, float* grads, cons
 }
 
 // ----------------------------------------------------------------------------
-// The head: final RMSNorm, lm_head (the embedding when tied), loss. The backward pass turns the logits
-// into their gradient, adds to lm_head's and final_norm's, and overwrites dres.
+// Head: final RMSNorm, lm_head (tied: the embedding), loss.
 
 static void llama_head_forward(GPT* g, const bf16* x, const int* targets, float* losses, float dloss_scale,
                                cudaStream_t s) {
@@ -165,6 +164,7 @@ static void llama_head_forward(GPT* g, const bf16* x, const int* targets, float*
     if (targets) fused_classifier(a->logits, losses, targets, N, V, V, dloss_scale, s);
 }
 
+// logits hold their gradient (fused_classifier). Overwrites dres.
 static void llama_head_backward(GPT* g, const bf16* x, bf16* dres, cudaStream_t s) {
     const int64_t N = (int64_t)g->B * g->T;
     const int C = g->llama.hidden_size, V = g->llama.vocab_size;

@@ -1,5 +1,5 @@
-// ssd_tier.h — train_gpt's side of the SSD tier (-sd DIR, docs/ssd.md).
-// The streamed layers' optimizer state lives in an SsdStore on disk.
+// ssd_tier.h — train_gpt's use of an SsdStore (-sd DIR, docs/ssd.md).
+// Streamed layers' optimizer state lives on disk.
 
 // The step calls it in one line where it acts:
 //   backward pass: ssd_tier_begin_backward, and send_layer_grads -> ssd_tier_send_grads
@@ -7,7 +7,8 @@
 //   checkpoint: ssd_tier_checkpoint; -sw 1: the stream's reader, sw_reader
 
 // Not here: the store and its I/O (ssd_store.cpp, ssd_io.cpp), AdamW (cpu_adam.h), loading (train_gpt.cu).
-// FAKE_CUDA_HOST_*: the emulated build's host-access checks (cuda_common.h); empty in a real build.
+
+// FAKE_CUDA_HOST_*: emulator checks (cuda_common.h), empty in a real build.
 #pragma once
 #include <condition_variable>
 #include <mutex>
@@ -20,14 +21,14 @@
 #include "ssd.h"            // defines: SsdStore, ssd_store_round, ssd_store_checkpoint, ssd_store_wait
 #include "stream.h"         // defines: HostReader, stream_send_layer_grads_to, pinned_alloc_direct_io
 
-// The gradients go to the store's grads file through GRAD_RING pinned layer buffers, by a writer thread.
+// Pinned layer buffers for gradients on their way to disk
 #define GRAD_RING 3
 static inline int64_t grads_ring_bytes(const ParamLayout* p) { return direct_io_bytes(p->layer_stride * 2); }
 
 struct SsdTier {
     SsdStore* store;       // layer R + i is store layer i
-    bool weights_on_disk;  // -sw 1: the streamed layers' bf16 weights are in the store too
-    // the gradient writer: the main thread sends into a free ring buffer, the writer writes it to disk
+    bool weights_on_disk;  // -sw 1: streamed bf16 weights are in the store too
+    // the writer thread drains the main thread's sends to disk
     std::thread thread;
     std::mutex mu;
     std::condition_variable cv;
@@ -42,11 +43,10 @@ struct SsdTier {
     bool quit;
 };
 
-// A disk error: one line, and out at once (the main thread may be inside a step).
-// A round never writes the last checkpoint's generation, so that checkpoint stays intact.
+// Disk errors exit at once: the main thread may be mid-step.
 static void die_disk(const GPT* g, const char* what, const char* err) {
     fflush(stdout);
-    if (g->checkpoint_step >= 0)
+    if (g->checkpoint_step >= 0)  // rounds never write the last checkpoint's generation
         fprintf(stderr,
                 "error: %s: %s (the last complete checkpoint is intact, step %lld: resume with -y 1)\n", what,
                 err, (long long)g->checkpoint_step);
@@ -55,7 +55,7 @@ static void die_disk(const GPT* g, const char* what, const char* err) {
     _exit(1);
 }
 
-// The tier of gpt_build, before its store is attached (train_gpt.cu ssd_attach).
+// gpt_build's tier, before ssd_attach (train_gpt.cu) opens its store.
 static SsdTier* ssd_tier_new(const GPT* g, int tier) {
     SsdTier* t = new SsdTier();
     t->weights_on_disk = tier == TIER_SSD_WEIGHTS;
@@ -67,7 +67,7 @@ static SsdTier* ssd_tier_new(const GPT* g, int tier) {
     return t;
 }
 
-// The writer thread: each sent layer's gradients, once on the host, into the grads file.
+// Writer thread: sent layers' gradients to the grads file.
 static void grads_writer_main(GPT* g) {
     SsdTier* t = g->ssd;
     [[maybe_unused]] const int64_t bytes = g->layout.layer_stride * 2;  // the emulator's check
@@ -121,14 +121,14 @@ static void ssd_tier_free(GPT* g) {
     g->ssd = NULL;
 }
 
-// A backward pass begins: its gradients are a new generation of the grads file.
+// Each backward pass is a new generation of the grads file.
 static void ssd_tier_begin_backward(GPT* g) {
     if (!g->ssd) return;
     std::lock_guard<std::mutex> lock(g->ssd->mu);
     g->ssd->pass++;
 }
 
-// Streamed layer l's gradients into a free ring buffer, queued for the writer once the copy is enqueued.
+// Layer l's gradients into a ring buffer, queued for the writer.
 static void ssd_tier_send_grads(GPT* g, int l) {
     SsdTier* t = g->ssd;
     const int k = t->next;
@@ -148,21 +148,21 @@ static void ssd_tier_send_grads(GPT* g, int l) {
     t->cv.notify_all();
 }
 
-// The update of this step is submitted: its round reads this backward pass's gradients.
+// This step's round reads this backward pass's gradients.
 static void ssd_tier_submit(GPT* g) {
     std::lock_guard<std::mutex> lock(g->ssd->mu);
     g->ssd->round_pass = g->ssd->pass;
 }
 
 // ----------------------------------------------------------------------------
-// The AdamW round over the store (ssd_store_round: read ahead, update, write behind)
+// AdamW over the store (ssd_store_round): read ahead, update, write behind
 
-// What the optimizer thread gives a round: AdamW's arguments, the layers' start times, a per-layer hand-off.
+// The optimizer thread's inputs to a round.
 typedef struct {
     GPT* g;
     AdamWArgs adamw;
     double* layer_t0;                   // the timeline's start of each layer's update
-    void (*layer_done)(GPT* g, int l);  // layer l is updated: the next forward pass may copy it
+    void (*layer_done)(GPT* g, int l);  // layer l updated: the next forward may copy it
 } SsdRound;
 
 // ssd.h's SsdRoundFns; store layer i is layer R + i.
@@ -189,7 +189,7 @@ static void ssd_round_layer_done(void* ctx, int i) {
     r->layer_done(r->g, r->g->resident_layers + i);
 }
 
-// Waits until the grads file holds every streamed layer of the round's pass.
+// Waits until every streamed layer's round gradients are on disk.
 static void ssd_tier_wait_grads(GPT* g) {
     SsdTier* t = g->ssd;
     std::unique_lock<std::mutex> lock(t->mu);
@@ -201,7 +201,7 @@ static void ssd_tier_wait_grads(GPT* g) {
     });
 }
 
-// One round over the streamed layers' state in the store, in layer order.
+// One AdamW round over the store, in layer order.
 static void ssd_tier_round(SsdRound* round) {
     GPT* g = round->g;
     const int n = g->config.num_layers - g->resident_layers;
@@ -217,7 +217,7 @@ static void ssd_tier_round(SsdRound* round) {
 }
 
 // ----------------------------------------------------------------------------
-// -sw 1: the stream's HostReader (stream.h) reads the streamed layers' bf16 weights from the store
+// -sw 1: the stream's HostReader reads bf16 weights from the store
 
 static int64_t sw_read_start(void* ctx, int l, uint16_t* dst) {
     GPT* g = (GPT*)ctx;
@@ -232,7 +232,7 @@ static int sw_read_done(void* ctx, int64_t req, int wait) {
         die_disk(g, "reading the bf16 weights from the SSD tier", err);
     return 1;
 }
-// SW_READ_BUFFERS pinned buffers, each one layer; g may be NULL (the memory plan's sizes).
+// g may be NULL: sizes only, for the memory plan.
 static HostReader sw_reader(GPT* g, const ParamLayout* p, int resident_layers) {
     const int64_t bytes = ssd_round_up(p->layer_stride * 2, SSD_ALIGN);
     const HostReader r = {sw_read_start, sw_read_done, g, SW_READ_BUFFERS, bytes, resident_layers};
@@ -242,23 +242,23 @@ static HostReader sw_reader(GPT* g, const ParamLayout* p, int resident_layers) {
 // ----------------------------------------------------------------------------
 // Checkpoints, fault injection, the timeline
 
-// StreamedState's read_layer: layer l's fp32 weights from the store (its newest state).
+// StreamedState's read_layer: layer l's newest fp32 weights from the store.
 static int ssd_read_layer_params(void* ctx, int l, float* params, char* err, size_t errlen) {
     GPT* g = (GPT*)ctx;
     SsdStore* st = g->ssd->store;
     return ssd_store_read_layer(st, l - g->resident_layers, params, NULL, NULL, NULL, err, errlen) == 0;
 }
-// The store's state becomes this step's checkpoint (an fsync and its manifest).
-// Returns what the state file and model_S.bin read from the store.
+// The store's state becomes this step's checkpoint (fsync, manifest).
 static StreamedState ssd_tier_checkpoint(GPT* g) {
     char err[1024];
     if (ssd_store_checkpoint(g->ssd->store, g->step, err, sizeof err) != 0)
         die_disk(g, "the SSD tier's checkpoint", err);
+    // what the state file and model_S.bin read
     return {g->host_state_count, g->step, g->resident_layers, ssd_read_layer_params, g};
 }
 
-// Test hook: env SSD_FAULT="WRITE,AFTER,ERRNO" makes the AFTER+1-th chunk written (1) or read (0) fail.
-// ERRNO 0 is a short transfer; "kill" kills the process there. Unset: nothing.
+// Test hook: SSD_FAULT="WRITE,AFTER,ERRNO" fails chunk AFTER+1 of writes (1) or reads (0).
+// ERRNO 0: a short transfer.
 static void ssd_set_fault_from_env(SsdStore* st) {
     const char* e = getenv("SSD_FAULT");
     if (!e || !e[0]) return;
@@ -266,11 +266,11 @@ static void ssd_set_fault_from_env(SsdStore* st) {
     long long after = 0;
     char what[16] = "";
     if (sscanf(e, "%d,%lld,%15s", &write, &after, what) != 3) die("SSD_FAULT=%s: want WRITE,AFTER,ERRNO", e);
-    const int kill = strcmp(what, "kill") == 0;
+    const int kill = strcmp(what, "kill") == 0;  // "kill": the process dies at that chunk
     ssd_io_set_fault(ssd_store_io(st), write, after, kill ? 0 : atoi(what), kill);
 }
 
-// -Y 1: the disk's busy intervals since the step's origin, reads and writes on a track each.
+// -Y 1: disk reads and writes as timeline tracks.
 static void ssd_tier_timeline(GPT* g) {
     if (!g->timeline || !g->ssd) return;
     SsdBusySpan spans[TIMELINE_DISK_SPANS];

@@ -1,4 +1,4 @@
-// stream.cu — host<->GPU copies: pinned buffers, the weight slots, copy streams, events.
+// stream.cu — host<->GPU copies: pinned buffers, weight slots, streams, events.
 // stream.h has the map. No math, no optimizer.
 #include "stream.h"
 #include <string.h>
@@ -13,7 +13,7 @@ static void* pinned_alloc(int64_t bytes, const char* what) {
     }
     return p;
 }
-// O_DIRECT buffers: aligned and pinned by cudaHostRegister (some drivers refuse cudaHostAlloc memory).
+// O_DIRECT buffers, pinned by cudaHostRegister: some drivers refuse cudaHostAlloc memory.
 void* pinned_alloc_direct_io(int64_t bytes, const char* what) {
     void* p = NULL;
     const int err = posix_memalign(&p, DIRECT_IO_ALIGN, (size_t)direct_io_bytes(bytes));
@@ -59,7 +59,7 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
                  HostReadyFn host_ready, void* host_ready_ctx, bool host_grads, const HostReader* reader) {
     memset(ws, 0, sizeof *ws);
     if (num_slots < 2 || num_slots > MAX_SLOTS) {
-        // 2 is the minimum for overlap: one slot computes while the other fills.
+        // overlap needs 2: one slot computes while the other fills
         die("weight slots must be between 2 and %d (got %d)", MAX_SLOTS, num_slots);
     }
     if (reader && (!reader->start || !reader->done || reader->num_buffers < 1 ||
@@ -84,7 +84,7 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
                 (uint16_t*)pinned_alloc_direct_io(reader->buffer_bytes, "the weights' read buffers");
             ws->reads.layer[b] = -1;
             ws->reads.state[b] = READ_FREE;
-            // blocking sync: a waiting host thread does not spin a core
+            // blocking sync: waiting threads do not spin
             cudaCheck(cudaEventCreateWithFlags(&ws->reads.copied[b],
                                                cudaEventDisableTiming | cudaEventBlockingSync));
         }
@@ -97,7 +97,7 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
     for (int k = 0; k < 2; k++)
         ws->grad_staging[k] = (bf16*)device_alloc(layer_stride * 2, "gradient staging");
 
-    // Copy streams keep the default priority; compute never waits on the host.
+    // Default priority for all. Compute never waits on the host.
     cudaCheck(cudaStreamCreateWithFlags(&ws->compute, cudaStreamNonBlocking));
     cudaCheck(cudaStreamCreateWithFlags(&ws->h2d, cudaStreamNonBlocking));
     cudaCheck(cudaStreamCreateWithFlags(&ws->d2h, cudaStreamNonBlocking));
@@ -111,7 +111,7 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
     ws->grads_on_host = (cudaEvent_t*)malloc(sizeof(cudaEvent_t) * num_layers);
     ws->schedule = (int*)malloc(sizeof(int) * (num_layers > 0 ? num_layers : 1));
     if (!ws->grads_on_host || !ws->schedule) { die("out of host memory in stream_init"); }
-    // blocking sync: the waiting optimizer thread does not spin a core
+    // blocking sync: the optimizer thread does not spin
     const unsigned host_wait_flags = cudaEventDisableTiming | cudaEventBlockingSync;
     for (int l = 0; l < num_layers; l++)
         cudaCheck(cudaEventCreateWithFlags(&ws->grads_on_host[l], host_wait_flags));
@@ -153,10 +153,10 @@ static int slot_of(const WeightStream* ws, int l) {
     return -1;
 }
 
-// ---- Read buffers (-sw 1: a HostReader)
-// A layer is read in pass order; its copy to a slot frees the buffer.
+// ---- Read buffers (-sw 1)
+// Layers are read in pass order. A slot copy frees the buffer.
 
-// The buffer holding layer l or being read into for it, or -1.
+// The buffer holding or reading layer l, or -1.
 static int read_buffer_of(const WeightStream* ws, int l) {
     for (int b = 0; b < ws->reads.reader.num_buffers; b++)
         if (ws->reads.layer[b] == l &&
@@ -170,8 +170,8 @@ static void read_buffer_drop(WeightStream* ws, int b) {
     ws->reads.state[b] = READ_FREE;
     ws->reads.layer[b] = -1;
 }
-// A free buffer, or one whose copy has run; -1 if none (wait = 0).
-// wait = 1 always finds one, dropping a read-ahead layer if it must.
+// A free or copied-from buffer, or -1 (wait = 0).
+// wait = 1 may drop a read-ahead layer to find one.
 static int read_buffer_take(WeightStream* ws, int wait) {
     const int n = ws->reads.reader.num_buffers;
     for (int b = 0; b < n; b++)
@@ -211,7 +211,7 @@ static void read_start(WeightStream* ws, int b, int l) {
     ws->reads.req[b] = ws->reads.reader.start(ws->reads.reader.ctx, l, ws->reads.buf[b]);
     ws->reads.count++;
 }
-// Reads the pass's next layers ahead; stops at the first the optimizer has not written.
+// Reads ahead, stopping at a layer AdamW has not written.
 static void read_ahead(WeightStream* ws) {
     if (!ws->reads.reader.start) return;
     for (int pos = ws->schedule_next; pos < ws->schedule_len; pos++) {
@@ -224,7 +224,7 @@ static void read_ahead(WeightStream* ws) {
     }
 }
 
-// Layer l's host weights, or NULL if not ready (wait = 0); wait = 1 waits for them.
+// Layer l's host weights. NULL if not ready, unless wait = 1.
 static const uint16_t* host_weights(WeightStream* ws, int l, int wait) {
     if (!ws->host_ready(ws->host_ready_ctx, l, wait)) return NULL;
     if (!ws->reads.reader.start)
@@ -243,7 +243,7 @@ static const uint16_t* host_weights(WeightStream* ws, int l, int wait) {
     return ws->reads.buf[b];
 }
 
-// Puts layer l in a slot for this pass; 0 if its weights are not ready (wait = 0).
+// Puts layer l in a slot. 0 if not ready (wait = 0).
 static int request_layer(WeightStream* ws, int l, int wait) {
     int s = slot_of(ws, l);
     if (s >= 0) {  // still resident from the previous pass
@@ -255,7 +255,7 @@ static int request_layer(WeightStream* ws, int l, int wait) {
     }
     const uint16_t* src = host_weights(ws, l, wait);
     if (!src) return 0;
-    // Victim: the least recently used slot that this pass is not holding.
+    // Victim: the least recently used slot not in use.
     int victim = -1;
     for (int k = 0; k < ws->num_slots; k++)
         if (!ws->slot_in_use[k] && (victim < 0 || ws->slot_last_use[k] < ws->slot_last_use[victim]))
@@ -268,7 +268,7 @@ static int request_layer(WeightStream* ws, int l, int wait) {
                               cudaMemcpyHostToDevice, ws->h2d));
     timeline_end(ws->timeline, span, ws->h2d);
     cudaCheck(cudaEventRecord(ws->slot_ready[victim], ws->h2d));
-    if (ws->reads.reader.start) {  // the buffer is read into again once this copy has run
+    if (ws->reads.reader.start) {  // the buffer is reused once this copy has run
         const int b = read_buffer_of(ws, l);
         ws->reads.state[b] = READ_COPYING;
         ws->reads.layer[b] = -1;
@@ -283,7 +283,7 @@ static int request_layer(WeightStream* ws, int l, int wait) {
     return 1;
 }
 
-// Requests layers up to schedule position `until`; never blocks (stream_wait_layer may).
+// Requests layers up to schedule position `until`, never blocking.
 static void request_ready_layers(WeightStream* ws, int until) {
     while (ws->schedule_next < ws->schedule_len && ws->schedule_next <= until) {
         if (!request_layer(ws, ws->schedule[ws->schedule_next], 0)) break;
@@ -297,10 +297,9 @@ void stream_begin_pass(WeightStream* ws, const int* order, int n) {
     if (n > 0) memcpy(ws->schedule, order, sizeof(int) * n);  // a pass over no streamed layer may pass NULL
     ws->schedule_len = n;
     ws->schedule_next = 0;
-    // num_slots - 1 layers are requested ahead; each release lets one more in.
-    // An unfinished AdamW is waited for in stream_wait_layer, not here.
+    // Requests num_slots - 1 layers ahead. Each release admits one more.
 
-    // Resident layers are pinned first, so the copies below never evict them.
+    // Resident layers are pinned first, so copies never evict them.
     const int ahead = ws->num_slots - 1;
     const int first = n < ahead ? n : ahead;
     for (int i = 0; i < first; i++)
@@ -326,7 +325,7 @@ void stream_release_layer(WeightStream* ws, int l) {
     if (s < 0) { die("internal: release of layer %d that holds no slot", l); }
     cudaCheck(cudaEventRecord(ws->slot_free[s], ws->compute));
     ws->slot_in_use[s] = 0;
-    // layers up to num_slots - 1 positions after l may now be in flight
+    // num_slots - 1 layers past l may now be in flight
     int pos = 0;
     while (pos < ws->schedule_len && ws->schedule[pos] != l) pos++;
     request_ready_layers(ws, pos + ws->num_slots - 1);

@@ -1,8 +1,7 @@
-// vocab_host.cuh — -E 1: the Llama family's vocabulary tensors (embeddings, final norm, lm_head) in host RAM.
-// Their weights, AdamW state and gradients stay on the host; the CPU AdamW updates them.
-// The head and the loss run over the vocabulary in chunks: pass 1 a logsumexp, pass 2 the gradient.
-// docs/memory.md says why and what it costs.
-// Not here: the buffers' sizes (memory_plan.cuh), their allocation (gpt_build), the step (train_gpt.cu).
+// vocab_host.cuh — -E 1: Llama's vocabulary tensors live in host RAM (docs/memory.md).
+// That is the embeddings, final norm and lm_head, with their AdamW state and gradients.
+// The head runs in vocabulary chunks: pass 1 a logsumexp, pass 2 the gradient.
+// Not here: sizes (memory_plan.cuh), allocation (gpt_build), the step (train_gpt.cu).
 #pragma once
 #include <math.h>
 #include <string.h>
@@ -16,7 +15,7 @@
 #include "llmc/matmul.cuh"         // defines: matmul_forward, matmul_backward_weight, cublas_use_stream
 #include "stream.h"                // defines: WeightStream (weights_host_bf16: the bf16 copy)
 
-// N = B*T tokens, C channels, V rows in chunks of `rows` from row v0; M micro-batches at [mb * N].
+// N = B*T tokens, C channels, M micro-batches. Chunks of `rows` vocabulary rows.
 struct HostVocab {
     int64_t rows;  // vocabulary rows per chunk (memory_plan.cuh vocab_chunk_rows)
     // GPU
@@ -26,14 +25,14 @@ struct HostVocab {
     float* dfinal_norm;  // (C): its gradient, summed over the micro-batches
     bf16* lnf;           // (M, N, C): the final norm's output
     float* lnf_rstd;     // (M, N)
-    float* dlnf;         // (M, N, C): the head input's gradient, summed over the chunks
+    float* dlnf;         // (M, N, C): head input gradient, summed over chunks
     float* row_max;      // (M, N): the running max, then each token's logsumexp
     float* row_sum;      // (M, N): the running sum of exponentials
     float* row_target;   // (M, N): the target's logit
     // host
-    float* dw_host[2];         // pinned (rows, C) x 2: chunk gradients on their way into grads, in turn
+    float* dw_host[2];         // pinned (rows, C) x 2: chunk gradients going to grads
     cudaEvent_t dw_copied[2];  // each one's copy from the GPU is done
-    uint16_t* rows_host;       // pinned (N, C) bf16: embedding rows up, the residual's gradient down
+    uint16_t* rows_host;       // pinned (N, C): embedding rows up, residual gradient down
     float* grads;              // the vocabulary tensors' fp32 gradients, as the host arrays' embeddings
     std::vector<int> touched;  // tokens whose embedding rows hold gradients (untied: zeroed next step)
     double sumsq;              // squared norm of grads after the backward pass
@@ -42,7 +41,7 @@ struct HostVocab {
 // ----------------------------------------------------------------------------
 // CUDA kernels
 
-// Online logsumexp over one chunk (one block per token): max and sum merge with the chunks before.
+// Online logsumexp over a chunk, one block a token.
 __global__ void __launch_bounds__(1024)
     chunk_logsumexp_kernel(const bf16* logits, int n, int v0, const int* targets, float* row_max,
                            float* row_sum, float* row_target) {
@@ -63,7 +62,7 @@ __global__ void __launch_bounds__(1024)
     if (t >= v0 && t < v0 + n) row_target[row] = (float)x[t - v0];
 }
 
-// Each token's loss (0 without a target, as fused_classifier); row_max becomes its logsumexp.
+// Token losses (0 without a target). row_max becomes the logsumexp.
 __global__ void chunk_loss_kernel(float* losses, float* row_max, const float* row_sum,
                                   const float* row_target, const int* targets, int64_t N) {
     const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
@@ -73,7 +72,7 @@ __global__ void chunk_loss_kernel(float* losses, float* row_max, const float* ro
     row_max[i] = lse;
 }
 
-// A chunk's logits become (softmax - one_hot) * dloss_scale in place; 0 without a target.
+// logits = (softmax - one_hot) * dloss_scale, in place. 0 without a target.
 __global__ void chunk_dlogits_kernel(bf16* logits, int n, int v0, const int* targets, const float* lse,
                                      float dloss_scale, int64_t N) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N * n;
@@ -97,7 +96,7 @@ __global__ void f32_to_bf16_kernel(bf16* out, const float* in, int64_t n) {
         out[i] = __float2bfloat16(in[i]);
 }
 
-// dinp (N, C) = dout (N, OC) @ w (OC, C) + beta * dinp, in fp32: the head input's gradient over chunks.
+// dinp (N, C) = dout (N, OC) @ w (OC, C) + beta * dinp, in fp32.
 static void matmul_backward_input_f32(float* dinp, const bf16* dout, const bf16* w, int64_t N, int C, int OC,
                                       float beta, cudaStream_t s) {
     const float one = 1.0f;
@@ -110,27 +109,27 @@ static void matmul_backward_input_f32(float* dinp, const bf16* dout, const bf16*
 // ----------------------------------------------------------------------------
 // The host's side
 
-// Where lm_head sits in the embeddings' arrays (the embedding itself when tied).
+// lm_head's offset in the embeddings' arrays (tied: the embedding's).
 static int64_t vocab_head_offset(const GPT* g) {
     const ParamLayout* p = &g->layout;
     return p->embed_offset[p->embed_size[LL_LM_HEAD] ? LL_LM_HEAD : LL_EMBED];
 }
 
-// Rows [v0, v0 + n) of lm_head's bf16 copy into the GPU's chunk buffer, on stream s.
+// lm_head rows [v0, v0 + n) to the GPU's chunk buffer.
 static void vocab_upload_chunk(GPT* g, int64_t v0, int64_t n, cudaStream_t s) {
     const int64_t C = g->llama.hidden_size;
     const uint16_t* src = g->stream.weights_host_bf16 + vocab_head_offset(g) + v0 * C;
     cudaCheck(cudaMemcpyAsync(g->vocab->w_chunk, src, (size_t)(n * C * 2), cudaMemcpyHostToDevice, s));
 }
 
-// The final norm's bf16 weight to the GPU, after a load or an update of the host's copy.
+// Final norm weight to the GPU, after each load or update.
 static void vocab_upload_final_norm(GPT* g, cudaStream_t s) {
     const uint16_t* src = g->stream.weights_host_bf16 + g->layout.embed_offset[LL_FINAL_NORM];
     const size_t bytes = (size_t)g->llama.hidden_size * 2;
     cudaCheck(cudaMemcpyAsync(g->vocab->final_norm, src, bytes, cudaMemcpyHostToDevice, s));
 }
 
-// out (N, C) = embed[tokens]: rows gathered from the host's bf16 copy, then one copy up.
+// out (N, C) = embed[tokens], gathered on the host, one copy up.
 static void vocab_embedding_forward(GPT* g, bf16* out, const int* tokens, cudaStream_t s) {
     HostVocab* v = g->vocab;
     const int64_t N = (int64_t)g->B * g->T, C = g->llama.hidden_size;
@@ -144,7 +143,7 @@ static void vocab_embedding_forward(GPT* g, bf16* out, const int* tokens, cudaSt
     cudaCheck(cudaStreamSynchronize(s));  // rows_host is free again
 }
 
-// The final norm of micro-batch mb's head input x, and its running logsumexp's start.
+// Final norm of micro-batch mb's x, and a fresh logsumexp.
 static void vocab_head_norm(GPT* g, const bf16* x, int mb, cudaStream_t s) {
     HostVocab* v = g->vocab;
     const int64_t N = (int64_t)g->B * g->T, o = mb * N;
@@ -156,8 +155,7 @@ static void vocab_head_norm(GPT* g, const bf16* x, int mb, cudaStream_t s) {
     cudaCheck(cudaMemsetAsync(v->row_target + o, 0, (size_t)N * 4, s));
 }
 
-// Pass 1 over n_micro micro-batches (inputs xs[mb], targets [mb * N]): losses [mb * N] as fused_classifier's;
-// row_max ends as each token's logsumexp.
+// Pass 1: losses (as fused_classifier's) and each token's logsumexp in row_max.
 static void vocab_head_loss_pass(GPT* g, const bf16* const* xs, const int* targets, float* losses,
                                  int n_micro, cudaStream_t s) {
     HostVocab* v = g->vocab;
@@ -183,14 +181,13 @@ static void vocab_head_loss_pass(GPT* g, const bf16* const* xs, const int* targe
     }
 }
 
-// The head's forward pass for one batch (evaluation): its losses, or without targets only the final norm
-// (vocab_copy_logits then computes the logits a sample needs).
+// Evaluation: the losses. Without targets, only the final norm, for vocab_copy_logits.
 static void vocab_head_forward(GPT* g, const bf16* x, const int* targets, float* losses, cudaStream_t s) {
     if (!targets) return vocab_head_norm(g, x, 0, s);
     vocab_head_loss_pass(g, &x, targets, losses, 1, s);
 }
 
-// Chunk k's gradient, on its way in dw_host[k % 2], into grads once its copy is done.
+// Chunk k's gradient from dw_host[k % 2] into grads, once copied.
 static void vocab_take_chunk_grads(GPT* g, int k, int64_t v0, int64_t n) {
     HostVocab* v = g->vocab;
     const int64_t C = g->llama.hidden_size;
@@ -199,8 +196,7 @@ static void vocab_take_chunk_grads(GPT* g, int k, int64_t v0, int64_t n) {
     memcpy(v->grads + vocab_head_offset(g) + v0 * C, v->dw_host[k % 2], (size_t)(n * C * 4));
 }
 
-// The step's head over n_micro micro-batches: losses (pass 1), then gradients (pass 2) into dres[mb].
-// A chunk's lm_head gradient goes down while the GPU works on the next.
+// The step's head: losses (pass 1), then gradients into dres[mb] (pass 2).
 static void vocab_head_step(GPT* g, const bf16* const* xs, const int* targets, float* losses,
                             bf16* const* dres, int n_micro, float dloss_scale, cudaStream_t s) {
     HostVocab* v = g->vocab;
@@ -228,7 +224,8 @@ static void vocab_head_step(GPT* g, const bf16* const* xs, const int* targets, f
         cudaCheck(
             cudaMemcpyAsync(v->dw_host[k % 2], v->dw_chunk, (size_t)(n * C * 4), cudaMemcpyDeviceToHost, s));
         cudaCheck(cudaEventRecord(v->dw_copied[k % 2], s));
-        if (k > 0) vocab_take_chunk_grads(g, k - 1, v0 - v->rows, v->rows);  // the one before, meanwhile
+        // the previous chunk to grads, while the GPU computes this one
+        if (k > 0) vocab_take_chunk_grads(g, k - 1, v0 - v->rows, v->rows);
     }
     vocab_take_chunk_grads(g, k - 1, (k - 1) * v->rows, V - (k - 1) * v->rows);
     cudaCheck(cudaMemsetAsync(v->dfinal_norm, 0, (size_t)C * 4, s));
@@ -243,8 +240,8 @@ static void vocab_head_step(GPT* g, const bf16* const* xs, const int* targets, f
     }
 }
 
-// The embeddings' backward: the residual's gradient down, added to its tokens' rows on the host.
-// Then the final norm's gradient, and the squared norm of all. tokens: the host's inputs, n_micro x N.
+// Embeddings' backward: the residual's gradient added to host rows.
+// tokens: host, n_micro x N.
 static void vocab_embedding_backward(GPT* g, const int* tokens, int n_micro, cudaStream_t s) {
     HostVocab* v = g->vocab;
     const int64_t N = (int64_t)g->B * g->T, C = g->llama.hidden_size;
@@ -255,7 +252,7 @@ static void vocab_embedding_backward(GPT* g, const int* tokens, int n_micro, cud
         cudaCheck(cudaStreamSynchronize(s));
         FAKE_CUDA_HOST_ACCESS(v->rows_host, N * C * 2, false, "the host reading the residual's gradient");
         const int* tok = tokens + mb * N;
-        // columns in parallel, tokens in order: a repeated token's sum is race-free and deterministic
+        // columns in parallel, tokens in order: race-free, deterministic sums
 #pragma omp parallel for
         for (int64_t c0 = 0; c0 < C; c0 += 64)
             for (int64_t i = 0; i < N; i++) {
@@ -271,7 +268,7 @@ static void vocab_embedding_backward(GPT* g, const int* tokens, int n_micro, cud
     v->sumsq = sumsq_f32(v->grads, g->layout.embed_count);
 }
 
-// AdamW of the vocabulary tensors on the CPU (matrices decay); the new final norm goes up.
+// CPU AdamW of the vocabulary tensors. Matrices decay.
 static void vocab_adamw(GPT* g, const AdamWArgs* args, cudaStream_t s) {
     const ParamLayout* p = &g->layout;
     uint16_t* bf16 = g->stream.weights_host_bf16;  // the embeddings come first
@@ -281,7 +278,7 @@ static void vocab_adamw(GPT* g, const AdamWArgs* args, cudaStream_t s) {
     vocab_upload_final_norm(g, s);
 }
 
-// The logits of token `row` (V floats) for a sample, after vocab_head_forward without targets.
+// Token row's V logits for sampling, after vocab_head_forward without targets.
 static void vocab_copy_logits(GPT* g, int64_t row, float* out, cudaStream_t s) {
     HostVocab* v = g->vocab;
     const int64_t V = g->llama.vocab_size;

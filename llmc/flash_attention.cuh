@@ -1,29 +1,28 @@
 // flash_attention.cuh — causal self-attention as fused tensor-core kernels (FlashAttention-2).
-// The (T x T) scores stay in registers, tile by tile; bf16 in, fp32 accumulation.
+// Scores stay in registers, tile by tile. bf16 in, fp32 accumulation.
 // Not here: choosing the path (train_gpt.cu), cp.async double buffering, Hopper's wgmma.
 #pragma once
 #include "cuda_common.h"  // defines: bf16, cudaCheck, cudaCheckLaunch, grid_for, ceil_div64
 #include "kernels.cuh"    // defines: warp_sum
 
 // ----------------------------------------------------------------------------
-// mma.sync m16n8k16: one warp adds A (16 x 16, bf16) B (16 x 8, bf16) to C (16 x 8, fp32).
-// Its register layout: PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type".
+// mma.sync m16n8k16: one warp computes C (16 x 8, fp32) += A (16 x 16) B (16 x 8), bf16.
+// Layout: PTX ISA, "Matrix Fragments for mma.m16n8k16".
 
-// Lane l holds, with g = l / 4 and t = l % 4 (pairs are packed low element first):
+// Lane l holds (g = l / 4, t = l % 4, pairs low element first):
 //   A: a[0] = A[g][2t, 2t+1]  a[1] = A[g+8][2t, 2t+1]  a[2] = A[g][2t+8, 2t+9]  a[3] = A[g+8][2t+8, 2t+9]
 //   B: b[0] = B[2t, 2t+1][g]  b[1] = B[2t+8, 2t+9][g]
 //   C: c[0], c[1] = C[g][2t, 2t+1]  c[2], c[3] = C[g+8][2t, 2t+1]
 
-// Two neighbouring 8-column C tiles are their 16-column block's A fragment.
-// So P = softmax(S) feeds the next product from registers.
+// Two adjacent C tiles are one A fragment, so P stays in registers.
 
-// test/fake_cuda/fake_device.h emulates this table; MmaFragmentLayoutMatchesMatmul checks it on the GPU.
+// test/fake_cuda/fake_device.h emulates it. MmaFragmentLayoutMatchesMatmul tests it.
 
 __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], const uint32_t b[2]) {
 #ifdef FAKE_CUDA_DEVICE
     fake_device::mma_bf16_16816(c, a, b);
 #elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-    __trap();  // no bf16 mma.sync before sm_80: flash_attention_usable() keeps these kernels off
+    __trap();  // no bf16 mma.sync before sm_80 (flash_attention_usable)
 #else
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
@@ -33,19 +32,19 @@ __device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], 
 #endif
 }
 
-// ldmatrix .x4: the warp loads four 8 x 8 bf16 matrices from shared memory.
-// Lanes 8i .. 8i+7 address matrix i's 8 rows (16 bytes each, 16-byte aligned).
+// ldmatrix .x4: the warp loads four 8 x 8 matrices from shared memory.
 
-// Lane l receives in r[i], with g = l / 4 and t = l % 4:
-//   plain:  matrix i's elements [g][2t], [g][2t+1]
-//   .trans: matrix i's elements [2t][g], [2t+1][g]   (the transposed matrix's [g][2t, 2t+1])
-// the mma fragments' layout: one instruction loads four fragment registers.
+// Lane l gets in r[i] (g = l / 4, t = l % 4):
+//   plain:  matrix i's [g][2t], [g][2t+1]
+//   .trans: matrix i's [2t][g], [2t+1][g]
+// This is the mma fragment layout: one instruction fills four registers.
 
 // fake_device.h emulates this table; test_kernels.cu's LdmatrixMatchesItsTable checks it.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const bf16* row, bool transpose) {
 #ifdef FAKE_CUDA_DEVICE
     fake_device::ldmatrix_x4(r, row, transpose);
 #else
+    // lane 8i + j: row j of matrix i, 16-byte aligned
     const uint32_t address = (uint32_t)__cvta_generic_to_shared(row);
     if (transpose)
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -58,12 +57,12 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const bf16* row, bool
 #endif
 }
 
-// bf16 moves in 4- and 16-byte units (memcpy in the emulation: no type punning on the host).
+// bf16 moves of 4 and 16 bytes
 __device__ __forceinline__ uint32_t load_pair(const bf16* p) {  // p[0], p[1]; p 4-byte aligned
 #ifdef FAKE_CUDA_DEVICE
     fake_device::require_aligned(p, 4, "load_pair");
     uint32_t u;
-    memcpy(&u, p, 4);
+    memcpy(&u, p, 4);  // memcpy: no type punning on the host
     return u;
 #else
     return *reinterpret_cast<const uint32_t*>(p);
@@ -105,7 +104,7 @@ __device__ __forceinline__ uint32_t pack_pair(float lo, float hi) {  // round to
     return *reinterpret_cast<const uint32_t*>(&v);
 #endif
 }
-// The A fragment of the 16 x 16 block formed by the C fragments of two neighbouring 8-column tiles.
+// Two adjacent 8-column C tiles as one A fragment
 __device__ __forceinline__ void c_to_a(uint32_t a[4], const float left[4], const float right[4]) {
     a[0] = pack_pair(left[0], left[1]);
     a[1] = pack_pair(left[2], left[3]);
@@ -113,10 +112,10 @@ __device__ __forceinline__ void c_to_a(uint32_t a[4], const float left[4], const
     a[3] = pack_pair(right[2], right[3]);
 }
 
-// Shared tiles are [rows][W + FA_PAD]: rows 16-byte aligned, an ldmatrix's 8 rows in different banks.
+// Tile row padding keeps 16-byte alignment and spreads ldmatrix rows over banks.
 #define FA_PAD 8
 
-// The first key query rows [row0, row0 + rows) see: min of t - pos[t] (pos_b NULL: 0).
+// The block's first key: min over its rows of t - pos[t].
 __device__ __forceinline__ int first_key_of(const int* pos_b, int row0, int rows, int T, int* shared) {
     if (!pos_b) return 0;
     if (threadIdx.x == 0) {
@@ -127,13 +126,12 @@ __device__ __forceinline__ int first_key_of(const int* pos_b, int row0, int rows
     __syncthreads();  // so every thread must call it
     return *shared;
 }
-// The first key query row r sees (0 past T or without pos).
+// The first key seen by query row r.
 __device__ __forceinline__ int row_first_key(const int* pos_b, int r, int T) {
     return pos_b && r < T ? r - pos_b[r] : 0;
 }
 
-// Rows [row0, row0 + ROWS) of a head's (T, HS) matrix (row stride ld) into a shared tile [ROWS][HS + FA_PAD];
-// rows >= T are zeros.
+// A (T, HS) head's rows from row0 into a shared tile.
 template <int ROWS, int HS>
 __device__ __forceinline__ void load_tile(bf16 (*tile)[HS + FA_PAD], const bf16* head, int64_t ld, int row0,
                                           int T) {
@@ -143,13 +141,12 @@ __device__ __forceinline__ void load_tile(bf16 (*tile)[HS + FA_PAD], const bf16*
         else zero16(&tile[r][c]);
     }
 }
-// A fragments of a (T, HS) head matrix, from global memory: rows r0 = g, r1 = g + 8 of a warp's 16.
-// Rows >= T are zeros; f[kk] covers columns [16kk, 16kk + 16).
+// A fragments of head rows r0, r1 from global memory.
 template <int HS>
 __device__ __forceinline__ void load_a_rows(uint32_t f[HS / 16][4], const bf16* head, int64_t ld, int r0,
                                             int r1, int T) {
     const int t = threadIdx.x % 4;
-    for (int kk = 0; kk < HS / 16; kk++) {
+    for (int kk = 0; kk < HS / 16; kk++) {  // f[kk]: columns [16kk, 16kk + 16)
         const int c = kk * 16 + 2 * t;
         f[kk][0] = r0 < T ? load_pair(head + (int64_t)r0 * ld + c) : 0u;
         f[kk][1] = r1 < T ? load_pair(head + (int64_t)r1 * ld + c) : 0u;
@@ -157,24 +154,22 @@ __device__ __forceinline__ void load_a_rows(uint32_t f[HS / 16][4], const bf16* 
         f[kk][3] = r1 < T ? load_pair(head + (int64_t)r1 * ld + c + 8) : 0u;
     }
 }
-// Fragments from a shared tile of W columns, one ldmatrix each. Lane l addresses row l % 8 of matrix l / 8.
+// Fragments from a shared tile, one ldmatrix each.
 
-// The A fragment of rows [row, row + 16), columns [col, col + 16).
-// a[0..3] are matrices (row, col), (row + 8, col), (row, col + 8), (row + 8, col + 8).
+// A fragment of the 16 x 16 block at (row, col).
 template <int W>
 __device__ __forceinline__ void a_from_tile(uint32_t a[4], const bf16 (*tile)[W + FA_PAD], int row, int col) {
-    const int lane = threadIdx.x % 32, i = lane / 8;
+    const int lane = threadIdx.x % 32, i = lane / 8;  // lane: row lane % 8 of matrix i
     ldmatrix_x4(a, &tile[row + (i % 2) * 8 + lane % 8][col + (i / 2) * 8], false);
 }
-// B fragments of 8-column tiles n0 and n0 + 8 of B[k][n] = tile[n][k], k0 .. k0 + 15.
-// B's columns are the tile's rows (k rows for S = q k^T). b[0], b[1]: tile n0; b[2], b[3]: tile n0 + 8.
+// B = tile^T fragments (k rows in S = q k^T).
 template <int W>
 __device__ __forceinline__ void b2_from_rows(uint32_t b[4], const bf16 (*tile)[W + FA_PAD], int n0, int k0) {
     const int lane = threadIdx.x % 32, i = lane / 8;
+    // b[2], b[3]: the tile at n0 + 8
     ldmatrix_x4(b, &tile[n0 + (i / 2) * 8 + lane % 8][k0 + (i % 2) * 8], false);
 }
-// The same for B[k][n] = tile[k][n]: B's columns run down the tile (v rows for O += P v).
-// So ldmatrix transposes matrices (k0, n0), (k0 + 8, n0), (k0, n0 + 8), (k0 + 8, n0 + 8).
+// The same for B = tile (v rows in O += P v): ldmatrix transposes.
 template <int W>
 __device__ __forceinline__ void b2_from_cols(uint32_t b[4], const bf16 (*tile)[W + FA_PAD], int k0, int n0) {
     const int lane = threadIdx.x % 32, i = lane / 8;
@@ -182,12 +177,12 @@ __device__ __forceinline__ void b2_from_cols(uint32_t b[4], const bf16 (*tile)[W
 }
 
 // ----------------------------------------------------------------------------
-// Forward: online softmax over key tiles (row max m, sum l); y = O / l, lse = m + log2(l).
+// Forward: online softmax over key tiles. y = O / l, lse = m + log2(l).
 template <int HS>
 __global__ void __launch_bounds__(128)
     flash_attention_forward_kernel(bf16* y, float* lse, const bf16* qkv, int T, int NH, int NKV,
                                    const int* pos, float scale_log2) {
-    // 64 queries of one (b, h), 4 warps of 16 rows; key tiles of 64
+    // 64 queries of one (b, h): 4 warps of 16 rows
     constexpr int BQ = 64, BK = 64;
     __shared__ __align__(16) bf16 ks[BK][HS + FA_PAD];  // k rows: B of S = q k^T
     __shared__ __align__(16) bf16 vs[BK][HS + FA_PAD];  // v rows: B of O += P v (ldmatrix .trans)
@@ -209,10 +204,10 @@ __global__ void __launch_bounds__(128)
     load_a_rows<HS>(qf, q_head, ld, r0, r1, T);
     float o[HS / 8][4];
     for (int n = 0; n < HS / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    // Running max and this lane's part of the sum, rows r0 and r1; m is -inf before a row's first key.
+    // Rows r0, r1: running max m, this lane's part of sum l.
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
-    // BK == BQ: key tiles from the block's first key up to and including the diagonal one
+    // key tiles up to the diagonal one (BK == BQ)
     for (int kt = first_key / BK; kt <= q_tile; kt++) {
         __syncthreads();  // every warp is done with the previous tile
         load_tile<BK, HS>(ks, k_head, ld, kt * BK, T);
@@ -238,13 +233,13 @@ __global__ void __launch_bounds__(128)
                 mx0 = fmaxf(mx0, s[n][e]);
                 mx1 = fmaxf(mx1, s[n][2 + e]);
             }
-        // a row's 64 scores are spread over the 4 lanes of its group (lanes 4g .. 4g+3)
+        // a row's scores sit in 4 lanes, 4g .. 4g+3
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 1));
         mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffff, mx0, 2));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 1));
         mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffff, mx1, 2));
         const float new_m0 = fmaxf(m0, mx0), new_m1 = fmaxf(m1, mx1);
-        // a row with no key yet (packed rows) keeps m = -inf: subtract 0, not -inf (-inf - -inf is NaN)
+        // no key yet: m = -inf, so subtract 0 (-inf - -inf is NaN)
         const float base0 = new_m0 == -INFINITY ? 0.0f : new_m0, base1 = new_m1 == -INFINITY ? 0.0f : new_m1;
         const float alpha0 = exp2f(m0 - base0), alpha1 = exp2f(m1 - base1);
         m0 = new_m0;
@@ -298,7 +293,7 @@ __global__ void __launch_bounds__(128)
 // Backward: P = exp2(S * scale_log2 - lse) recomputed, D = rowsum(dy * y):
 //   dv = P^T dy,  dP = dy v^T,  dS = P * (dP - D),  dq = scale * dS k,  dk = scale * dS^T q.
 
-// D (B, NH, T) = rowsum(dy * y) over each head's HS columns; one warp per (b, t, h) row.
+// D (B, NH, T) = rowsum(dy * y), one warp a row.
 __global__ void flash_attention_dsum_kernel(float* dsum, const bf16* y, const bf16* dy, int64_t rows, int T,
                                             int NH, int HS) {
     const int64_t warps = (int64_t)gridDim.x * (blockDim.x / 32);
@@ -314,14 +309,14 @@ __global__ void flash_attention_dsum_kernel(float* dsum, const bf16* y, const bf
     }
 }
 
-// dq, by query tiles: 64 queries a block, 4 warps of 16 rows, key tiles of 32.
+// dq: 64 queries a block, 4 warps of 16 rows.
 template <int HS>
 __global__ void __launch_bounds__(128)
     flash_attention_backward_dq_kernel(bf16* dqkv, const bf16* qkv, const bf16* dy, const float* lse,
                                        const float* dsum, int T, int NH, int NKV, const int* pos, float scale,
                                        float scale_log2) {
     constexpr int BQ = 64, BK = 32;
-    __shared__ __align__(16) bf16 ks[BK][HS + FA_PAD];  // k rows: B of S = q k^T and (.trans) of dq += dS k
+    __shared__ __align__(16) bf16 ks[BK][HS + FA_PAD];  // k rows: B of S = q k^T, dq += dS k
     __shared__ __align__(16) bf16 vs[BK][HS + FA_PAD];  // v rows: B of dP = dy v^T
     __shared__ int first_key_s;
     const int C = NH * HS;
@@ -341,7 +336,7 @@ __global__ void __launch_bounds__(128)
     uint32_t qf[HS / 16][4], df[HS / 16][4];
     load_a_rows<HS>(qf, q_head, ld, r0, r1, T);
     load_a_rows<HS>(df, dy_head, C, r0, r1, T);
-    // rows past T compute finite garbage that is never stored (zero q and dy, lse = D = 0)
+    // rows past T: zero inputs, finite results, never stored
     const float lse0 = r0 < T ? lse[(int64_t)bh * T + r0] : 0.0f,
                 lse1 = r1 < T ? lse[(int64_t)bh * T + r1] : 0.0f;
     const float d0 = r0 < T ? dsum[(int64_t)bh * T + r0] : 0.0f,
@@ -398,8 +393,7 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-// dk and dv, by key tiles: 32 keys of one key/value head a block, 2 warps of 16 rows.
-// The block owns its keys' dk, dv: summed over the group's heads, written once, no atomics.
+// dk, dv: each block owns 32 keys, so no atomics.
 template <int HS>
 __global__ void __launch_bounds__(64)
     flash_attention_backward_dkdv_kernel(bf16* dqkv, const bf16* qkv, const bf16* dy, const float* lse,
@@ -408,8 +402,8 @@ __global__ void __launch_bounds__(64)
     constexpr int BKEY = 32, BQ = 32;
     __shared__ __align__(16) bf16 ks[BKEY][HS + FA_PAD];  // k rows: A of S^T = k q^T
     __shared__ __align__(16) bf16 vs[BKEY][HS + FA_PAD];  // v rows: A of dP^T = v dy^T
-    __shared__ __align__(16) bf16 qs[BQ][HS + FA_PAD];    // q rows: B of S^T, and of dk += dS^T q
-    __shared__ __align__(16) bf16 dys[BQ][HS + FA_PAD];   // dy rows: B of dP^T, and of dv += P^T dy
+    __shared__ __align__(16) bf16 qs[BQ][HS + FA_PAD];    // q rows: B of S^T, dk += dS^T q
+    __shared__ __align__(16) bf16 dys[BQ][HS + FA_PAD];   // dy rows: B of dP^T, dv += P^T dy
     __shared__ float lse_s[BQ], dsum_s[BQ];
     __shared__ int lo_s[BQ];  // each query's first key
     const int C = NH * HS, group = NH / NKV;
@@ -435,12 +429,12 @@ __global__ void __launch_bounds__(64)
             const int64_t bh = (int64_t)b * NH + h;
             const bf16* q_head = qkv + (int64_t)b * T * ld + (int64_t)h * HS;
             const bf16* dy_head = dy + (int64_t)b * T * C + (int64_t)h * HS;
-            if (pos_b) {  // skip a tile whose queries all start after these keys (every thread agrees)
+            if (pos_b) {  // skip tiles that miss these keys (uniform: all threads agree)
                 bool seen = false;
                 for (int q = qt * BQ; q < min(qt * BQ + BQ, T) && !seen; q++) seen = q - pos_b[q] <= last_key;
                 if (!seen) continue;
             }
-            __syncthreads();  // the previous tile is consumed (and, the first time, ks and vs are loaded)
+            __syncthreads();  // previous tile consumed, or first time: ks, vs loaded
             load_tile<BQ, HS>(qs, q_head, ld, qt * BQ, T);
             load_tile<BQ, HS>(dys, dy_head, C, qt * BQ, T);
             for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
@@ -513,9 +507,8 @@ __global__ void __launch_bounds__(64)
 // ----------------------------------------------------------------------------
 // Launchers
 
-// Head sizes built (multiples of 16; 80 for 2.7b), on compute capability >= 8.0.
-static int flash_attention_device_major =
-    -1;  // device 0's compute capability, asked once; preset to plan for another GPU (-P)
+// Built head sizes (80: 2.7b), compute capability >= 8.0.
+static int flash_attention_device_major = -1;  // device's major, asked once. -P presets it for another GPU
 static bool flash_attention_usable(int head_size) {
     int& major = flash_attention_device_major;
     if (major < 0) {
@@ -530,7 +523,7 @@ static bool flash_attention_usable(int head_size) {
            (head_size == 32 || head_size == 64 || head_size == 80 || head_size == 96 || head_size == 128);
 }
 
-// 16-byte moves need 16-byte aligned q, k, v, y, dy (allocations align to 256 bytes, rows to 64).
+// 16-byte moves need 16-byte aligned q, k, v, y, dy.
 static void flash_check_aligned(const void* a, const void* b, const void* c, const void* d) {
     if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d) & 15) {
         fprintf(stderr, "error: flash attention: a tensor is not 16-byte aligned\n");
@@ -548,7 +541,7 @@ static dim3 flash_grid(int B, int NH, int T, int tile) {
     return dim3((unsigned)heads, (unsigned)tiles);
 }
 
-// The kernels for head size hs (32, 64, 80, 96; any other: 128's).
+// Kernels for head size hs (other sizes: 128's).
 typedef void (*FlashForwardKernel)(bf16*, float*, const bf16*, int, int, int, const int*, float);
 typedef void (*FlashBackwardKernel)(bf16*, const bf16*, const bf16*, const float*, const float*, int, int,
                                     int, const int*, float, float);
@@ -573,7 +566,7 @@ static FlashBackwardKernel flash_dkdv_kernel_for(int hs) {
            : hs == 96 ? flash_attention_backward_dkdv_kernel<96>
                       : flash_attention_backward_dkdv_kernel<128>;
 }
-// Loads head size hs's kernels onto the GPU now (kernels_load in kernels.cuh says why).
+// Loads hs's kernels now (see kernels_load in kernels.cuh).
 static void flash_attention_load(int hs) {
     const void* kernels[] = {(const void*)flash_forward_kernel_for(hs), (const void*)flash_dq_kernel_for(hs),
                              (const void*)flash_dkdv_kernel_for(hs),
@@ -582,7 +575,7 @@ static void flash_attention_load(int hs) {
     for (const void* k : kernels) cudaCheck(cudaFuncGetAttributes(&attr, k));
 }
 
-// NKV (0: NH) key/value heads dividing NH; query head h reads head h / (NH / NKV).
+// Key/value heads: NKV, or NH when 0. Must divide NH.
 static int flash_kv_heads(int NH, int NKV) {
     const int nkv = NKV > 0 ? NKV : NH;
     if (NH % nkv) {
@@ -592,8 +585,9 @@ static int flash_kv_heads(int NH, int NKV) {
     return nkv;
 }
 
-// y (B, T, NH*hs) = causal softmax(q k^T / sqrt(hs)) v per head; lse (B, NH, T): base-2 logsumexp.
-// qkv (B, T, (NH + 2 NKV) hs); pos (B*T, may be NULL): query t sees keys t - pos[t] .. t.
+// y (B, T, NH * hs) = causal softmax(q k^T / sqrt(hs)) v per head.
+// qkv (B, T, (NH + 2 NKV) hs). lse (B, NH, T): base-2 logsumexp.
+// pos (B, T) or NULL: query t sees keys t - pos[t] .. t.
 static void flash_attention_forward(bf16* y, float* lse, const bf16* qkv, int B, int T, int C, int NH,
                                     cudaStream_t s, int NKV = 0, const int* pos = nullptr) {
     const int hs = C / NH, nkv = flash_kv_heads(NH, NKV);
@@ -604,7 +598,7 @@ static void flash_attention_forward(bf16* y, float* lse, const bf16* qkv, int B,
     cudaCheckLaunch();
 }
 
-// dqkv (B, T, qkv row), every element, from dy (B, T, C), qkv, y, lse; dsum (B, NH, T): scratch.
+// Overwrites all of dqkv (B, T, qkv row). dsum (B, NH, T): scratch.
 static void flash_attention_backward(bf16* dqkv, float* dsum, const bf16* dy, const bf16* y, const bf16* qkv,
                                      const float* lse, int B, int T, int C, int NH, cudaStream_t s,
                                      int NKV = 0, const int* pos = nullptr) {

@@ -1,8 +1,8 @@
-// llama_kernels.cuh — the kernels a Llama layer adds to GPT-2's: RMSNorm, RoPE, SwiGLU.
-// bf16 in and out, fp32 math; each launcher named as its fp32 twin in llama_cpu.h.
+// llama_kernels.cuh — Llama's kernels beyond GPT-2's: RMSNorm, RoPE, SwiGLU.
+// bf16 in and out, fp32 math. Launchers share names with llama_cpu.h's fp32 twins.
 // Not here: attention (attention.cuh, flash_attention.cuh), GEMMs (matmul.cuh).
 
-// Shapes: N = B*T rows, C channels, NH and NKV heads of hd channels, H = llama_cpu.h's I.
+// N = B*T rows, C channels, hd a head, H = llama_cpu.h's I.
 #pragma once
 #include <vector>
 #include "cuda_common.h"  // defines: bf16, cudaCheck, cudaCheckLaunch, grid_for, ceil_div64
@@ -10,7 +10,7 @@
 #include "llama_cpu.h"    // defines: LlamaConfig, llama_rope_inv_freq (RoPE's frequencies, one rule)
 
 // ----------------------------------------------------------------------------
-// RMSNorm: out = weight * (x * rstd), rstd = 1 / sqrt(mean(x^2) + eps). One warp per row.
+// RMSNorm: out = weight * (x * rstd), rstd = 1 / sqrt(mean(x^2) + eps).
 
 __global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* inp, const bf16* weight, int64_t N,
                                        int C, float eps) {
@@ -33,8 +33,7 @@ static void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16*
     cudaCheckLaunch();
 }
 
-// dinp += rstd * (g - x * rstd^2 * mean(g * x)), g = dout * weight (+=: the residual's gradient also flows
-// around the norm).
+// dinp += rstd * (g - x * rstd^2 * mean(g * x)), g = dout * weight
 __global__ void rmsnorm_backward_input_kernel(bf16* dinp, const bf16* dout, const bf16* inp,
                                               const bf16* weight, const float* rstd, int64_t N, int C) {
     const int64_t row = blockIdx.x * (int64_t)(blockDim.x / WARP) + threadIdx.x / WARP;
@@ -49,11 +48,12 @@ __global__ void rmsnorm_backward_input_kernel(bf16* dinp, const bf16* dout, cons
     bf16* dx = dinp + row * C;
     for (int c = lane; c < C; c += WARP) {
         const float g = (float)dy[c] * (float)weight[c];
+        // +=: the residual's gradient also flows around the norm
         dx[c] = __float2bfloat16((float)dx[c] + s * (g - (float)x[c] * s * s * gx_mean));
     }
 }
 
-// dweight[c] += sum over rows of dout * x * rstd, as kernels.cuh's column sums.
+// dweight[c] += sum over rows of dout * x * rstd
 __global__ void rmsnorm_backward_weight_kernel(float* dweight, const bf16* dout, const bf16* inp,
                                                const float* rstd, int64_t N, int C) {
     __shared__ float sw[8][WARP + 1];
@@ -86,16 +86,13 @@ static void rmsnorm_backward(bf16* dinp, float* dweight, const bf16* dout, const
 }
 
 // ----------------------------------------------------------------------------
-// RoPE, in place on the first NH + NKV heads (q, k) of qkv rows (N, (NH + 2*NKV) * hd).
+// RoPE rotates q and k in place in qkv rows.
 
-// transformers' rotate_half: channel i pairs with i + hd/2,
-//   x1' = x1 cos - x2 sin,  x2' = x2 cos + x1 sin,  angle = t * inv_freq[i]
+// transformers' rotate_half: channel i pairs with i + hd/2.
 
-// t = pos[row] (packed sequences, device), or row % T when pos is NULL.
+// The backward rotates by -angle (sign = -1), the transposed rotation.
 
-// The backward is the rotation by -angle (the transposed rotation).
-
-// d_inv_freq (hd/2 floats, on the device) = llama_rope_inv_freq(c): plain or llama3-scaled, once.
+// d_inv_freq (hd/2, device) = llama_rope_inv_freq(c), plain or llama3-scaled.
 static void rope_inv_freq_upload(float* d_inv_freq, const LlamaConfig* c) {
     std::vector<float> inv_freq((size_t)(c->head_dim / 2));
     llama_rope_inv_freq(c, inv_freq.data());
@@ -105,7 +102,7 @@ static void rope_inv_freq_upload(float* d_inv_freq, const LlamaConfig* c) {
         cudaDeviceSynchronize());  // kernels on non-blocking streams do not wait for cudaMemcpy's stream
 }
 
-// One thread per (row, pair i): one angle, then every q and k head of the row. sign = -1 rotates back.
+// One thread a (row, pair i), all q, k heads.
 __global__ void rope_rotate_kernel(bf16* qkv, const float* inv_freq, int64_t N, int T, int NH, int NKV,
                                    int hd, float sign, const int* pos) {
     const int half = hd / 2;
@@ -114,9 +111,9 @@ __global__ void rope_rotate_kernel(bf16* qkv, const float* inv_freq, int64_t N, 
          idx += (int64_t)gridDim.x * blockDim.x) {
         const int64_t row = idx / half;
         const int i = (int)(idx % half);
-        const int t = pos ? pos[row] : (int)(row % T);
-        const float angle = (float)t * inv_freq[i];  // fp32, as llama_cpu.h's rope_table
-        // cos and sin in double: --use_fast_math makes sinf/cosf __sinf/__cosf, inexact at large angles
+        const int t = pos ? pos[row] : (int)(row % T);  // pos (device): packed sequences
+        const float angle = (float)t * inv_freq[i];     // fp32, as llama_cpu.h's rope_table
+        // double: --use_fast_math's __sinf/__cosf are inexact at large angles
         double sin_d, cos_d;
         sincos((double)angle, &sin_d, &cos_d);
         const float cs = (float)cos_d, sn = sign * (float)sin_d;
@@ -134,7 +131,7 @@ static void rope_forward(bf16* qkv, const float* inv_freq, int64_t N, int T, int
     rope_rotate_kernel<<<grid_for(n, 256), 256, 0, s>>>(qkv, inv_freq, N, T, NH, NKV, hd, 1.0f, pos);
     cudaCheckLaunch();
 }
-// in place on dqkv's dq and dk heads; its dv heads are left as they are
+// in place on dq, dk. dv is untouched.
 static void rope_backward(bf16* dqkv, const float* inv_freq, int64_t N, int T, int NH, int NKV, int hd,
                           cudaStream_t s, const int* pos = nullptr) {
     const int64_t n = N * (hd / 2);
@@ -143,10 +140,10 @@ static void rope_backward(bf16* dqkv, const float* inv_freq, int64_t N, int T, i
 }
 
 // ----------------------------------------------------------------------------
-// SwiGLU on gate_up (N, 2H): each row is H gate columns, then H up columns.
-// [w_gate; w_up] is one (2H, C) matrix in the layer block: one matmul.
+// SwiGLU: gate_up rows (2H) are H gate, then H up columns.
+// [w_gate; w_up] is one (2H, C) matrix: one matmul.
 
-// out = silu(gate) * up, silu(x) = x / (1 + exp(-x)); out is (N, H)
+// out (N, H) = silu(gate) * up
 __global__ void swiglu_forward_kernel(bf16* out, const bf16* gate_up, int64_t N, int H) {
     for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < N * H;
          idx += (int64_t)gridDim.x * blockDim.x) {
@@ -160,8 +157,8 @@ static void swiglu_forward(bf16* out, const bf16* gate_up, int64_t N, int H, cud
     cudaCheckLaunch();
 }
 
-// dgate = dout * up * silu'(gate), dup = dout * silu(gate), into dgate_up (N, 2H), laid out as gate_up.
-// dgate_up is overwritten and must not alias gate_up.
+// dgate = dout * up * silu'(gate), dup = dout * silu(gate).
+// Overwrites dgate_up, which must not alias gate_up.
 __global__ void swiglu_backward_kernel(bf16* dgate_up, const bf16* dout, const bf16* gate_up, int64_t N,
                                        int H) {
     for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < N * H;

@@ -1,4 +1,4 @@
-// matmul.cuh — every matrix multiply: cuBLAS (bf16 in, fp32 sums), fused epilogues by cuBLASLt.
+// matmul.cuh — all GEMMs: cuBLAS (bf16 in, fp32 sums), epilogues fused by cuBLASLt.
 // Not here: kernels, training logic.
 #pragma once
 #include <cublasLt.h>
@@ -6,15 +6,15 @@
 #include <vector>
 #include "cuda_common.h"
 
-// Ours are row-major, cuBLAS column-major: each call computes C^T = B^T A^T, moving no data.
+// Row-major arrays, column-major cuBLAS: each call computes C^T = B^T A^T.
 
-// One set per process (gpt_build / gpt_free): one GPT alive at a time.
+// One set per process: one GPT alive at a time.
 static cublasHandle_t cublas_handle;
 static cudaStream_t cublas_stream;  // the stream cublas_handle is bound to
 static void* cublas_workspace;      // ours, so every GPU byte is counted
 static const size_t kCublasWorkspaceBytes = 32u << 20;
 
-// Binds cuBLAS to s; cublasSetStream resets the workspace, so ours is set again after it.
+// cublasSetStream resets the workspace, so ours is set again.
 static void cublas_use_stream(cudaStream_t s) {
     if (s == cublas_stream) return;
     cublasCheck(cublasSetStream(cublas_handle, s));
@@ -22,7 +22,7 @@ static void cublas_use_stream(cudaStream_t s) {
     cublas_stream = s;
 }
 
-// out (N, OC) = inp (N, C) @ w (OC, C)^T          [bias added separately]
+// out (N, OC) = inp (N, C) @ w (OC, C)^T
 static void matmul_forward(bf16* out, const bf16* inp, const bf16* w, int64_t N, int C, int OC,
                            cudaStream_t s) {
     const float one = 1.0f, zero = 0.0f;
@@ -40,7 +40,7 @@ static void matmul_backward_input(bf16* dinp, const bf16* dout, const bf16* w, i
                              dout, CUDA_R_16BF, OC, &zero, dinp, CUDA_R_16BF, C, CUBLAS_COMPUTE_32F,
                              CUBLAS_GEMM_DEFAULT));
 }
-// dw (OC, C) += dout (N, OC)^T @ inp (N, C), accumulated in fp32 across micro-batches
+// dw (OC, C) += dout (N, OC)^T @ inp (N, C), in fp32
 static void matmul_backward_weight(float* dw, const bf16* dout, const bf16* inp, int64_t N, int C, int OC,
                                    cudaStream_t s) {
     const float one = 1.0f;
@@ -49,11 +49,11 @@ static void matmul_backward_weight(float* dw, const bf16* dout, const bf16* inp,
                              C, dout, CUDA_R_16BF, OC, &one, dw, CUDA_R_32F, C, CUBLAS_COMPUTE_32F,
                              CUBLAS_GEMM_DEFAULT));
 }
-// A batched GEMM, all bf16 (batch i uses A + i*strideA, B + i*strideB, C + i*strideC).
+// Strided batched GEMM, all bf16
 static void matmul_batched(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha,
                            const bf16* A, int lda, int64_t strideA, const bf16* B, int ldb, int64_t strideB,
                            bf16* Cm, int ldc, int64_t strideC, int batch, cudaStream_t s, float beta = 0.0f) {
-    cublas_use_stream(s);  // beta 1: C += (grouped-query attention sums dk, dv over a group's heads)
+    cublas_use_stream(s);  // beta 1: C += (GQA sums dk, dv over a group)
     cublasCheck(cublasGemmStridedBatchedEx(cublas_handle, ta, tb, m, n, k, &alpha, A, CUDA_R_16BF, lda,
                                            strideA, B, CUDA_R_16BF, ldb, strideB, &beta, Cm, CUDA_R_16BF, ldc,
                                            strideC, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -67,14 +67,14 @@ static void matmul_batched(cublasOperation_t ta, cublasOperation_t tb, int m, in
 
 static cublasLtHandle_t cublaslt_handle;  // NULL: never created, every call takes the unfused path
 static int cublaslt_fusion = 1;           // 0: no epilogues (the tests compare both paths)
-// Creates the cuBLAS and cuBLASLt handles unless they exist; gpt_free destroys them.
+// Creates both handles once. gpt_free destroys them.
 static void matmul_handles_create() {
     if (cublas_handle) return;
     cublasCheck(cublasCreate(&cublas_handle));
     cublasCheck(cublasLtCreate(&cublaslt_handle));
 }
 
-// Largest power of two <= 256 dividing p: the alignment the heuristic is told.
+// p's alignment for the heuristic: largest power of two <= 256
 static uint32_t lt_alignment(const void* p) {
     uint32_t a = 256;
     while (a > 1 && (uintptr_t)p % a != 0) a /= 2;
@@ -142,11 +142,11 @@ static bool lt_matmul(bf16* D, int ldd, const bf16* A, cublasOperation_t ta, int
         for (int i = 0; i < 4; i++)
             cublasCheck(
                 cublasLtMatmulPreferenceSetAttribute(pref, align_attr[i], &align[i], sizeof align[i]));
-        // several candidates: the first may not run here where a later one can
+        // several: the first may fail where a later one runs
         cublasLtMatmulHeuristicResult_t heuristic[kLtHeuristicCount];
         memset(heuristic, 0, sizeof heuristic);
         int found = 0;
-        // NOT_SUPPORTED means "not fusable here"; any other failure is a bug
+        // NOT_SUPPORTED: not fusable here. Any other failure is a bug.
         const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
             cublaslt_handle, desc, la, lb, ld, ld, pref, kLtHeuristicCount, heuristic, &found);
         if (status != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(status);
@@ -171,7 +171,7 @@ static bool lt_matmul(bf16* D, int ldd, const bf16* A, cublasOperation_t ta, int
         const cublasStatus_t status =
             cublasLtMatmul(cublaslt_handle, desc, &one, A, la, B, lb, &beta, C ? C : D, ld, D, ld,
                            &known->algo, cublas_workspace, kCublasWorkspaceBytes, s);
-        // the algorithm refused to run: this problem runs unfused from now on
+        // refused: this problem runs unfused from now on
         if (status != CUBLAS_STATUS_NOT_SUPPORTED) cublasCheck(status);
         ok = status == CUBLAS_STATUS_SUCCESS;
         if (!ok) known->found = false;
@@ -184,16 +184,16 @@ static bool lt_matmul(bf16* D, int ldd, const bf16* A, cublasOperation_t ta, int
 }
 
 // ----------------------------------------------------------------------------
-// GEMMs fused with the bias, residual or GELU after them (cuBLASLt epilogues).
-// Unfused: cuBLAS, then the includer's kernels (add_bias, bias_gelu_forward, gelu_backward).
-static int64_t cublaslt_fallbacks = 0;  // unfused calls made while fusion was asked for (the tests expect 0)
+// GEMMs with fused bias, residual or GELU (cuBLASLt epilogues).
+// Fallback: cuBLAS, then the includer's kernels.
+static int64_t cublaslt_fallbacks = 0;  // unfused calls despite fusion on (tests expect 0)
 static void lt_fell_back(const char* what) {
     if (cublaslt_fusion && cublaslt_handle && cublaslt_fallbacks++ == 0)
         fprintf(stderr,
                 "warning: cuBLASLt has no fused algorithm for %s; using cuBLAS and a separate kernel\n",
                 what);
 }
-// out (N, OC) = inp (N, C) @ w (OC, C)^T + bias, + residual (N, OC) when not NULL (residual != out)
+// out = inp @ w^T + bias (+ residual if not NULL, != out)
 static void matmul_forward_bias(bf16* out, const bf16* inp, const bf16* w, const bf16* bias,
                                 const bf16* residual, int64_t N, int C, int OC, cudaStream_t s) {
     if (lt_matmul(out, OC, w, CUBLAS_OP_T, C, inp, CUBLAS_OP_N, C, OC, (int)N, C, residual,
@@ -203,7 +203,7 @@ static void matmul_forward_bias(bf16* out, const bf16* inp, const bf16* w, const
     matmul_forward(out, inp, w, N, C, OC, s);
     add_bias(out, bias, residual, N, OC, s);
 }
-// pre (N, OC) = inp @ w^T + bias (kept for the backward pass), out = gelu(pre)
+// pre = inp @ w^T + bias (for backward), out = gelu(pre)
 static void matmul_forward_bias_gelu(bf16* pre, bf16* out, const bf16* inp, const bf16* w, const bf16* bias,
                                      int64_t N, int C, int OC, cudaStream_t s) {
     if (lt_matmul(out, OC, w, CUBLAS_OP_T, C, inp, CUBLAS_OP_N, C, OC, (int)N, C, NULL,
@@ -213,7 +213,7 @@ static void matmul_forward_bias_gelu(bf16* pre, bf16* out, const bf16* inp, cons
     matmul_forward(pre, inp, w, N, C, OC, s);
     bias_gelu_forward(pre, out, bias, N, OC, s);
 }
-// dinp (N, C) = (dout (N, OC) @ w (OC, C)) * gelu'(pre (N, C))
+// dinp = (dout @ w) * gelu'(pre)
 static void matmul_backward_input_gelu(bf16* dinp, const bf16* dout, const bf16* w, const bf16* pre,
                                        int64_t N, int C, int OC, cudaStream_t s) {
     if (lt_matmul(dinp, C, w, CUBLAS_OP_N, C, dout, CUBLAS_OP_N, OC, C, (int)N, OC, NULL,
