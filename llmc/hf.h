@@ -1,7 +1,7 @@
 // hf.h — Hugging Face GPT-2 checkpoints in and out: safetensors and config.json.
 // Not here: PyTorch pickles (.bin), other architectures, tokenizer files.
 
-// Conv1D stores (in, out), ours (out, in): the four matrices are transposed both ways.
+// Conv1D stores (in, out), we (out, in): four matrices transpose both ways.
 // lm_head is tied to wte.
 #pragma once
 #include <fcntl.h>
@@ -59,7 +59,7 @@ static inline bool st_header_keeps(int level, const char* key) {
     return level == 3 && !key;
 }
 
-// One file's header into ck->tensors, checked: well-formed, inside the file, sized by shape, no overlaps.
+// One file's header into ck->tensors, checked: well-formed, in the file, shape-sized, no overlaps.
 static inline int st_read_header(const char* path, int file, HfCheckpoint* ck, char* err, size_t errlen) {
     struct stat st;
     FILE* f = fopen_regular(path, "", &st, err, errlen);
@@ -369,7 +369,7 @@ static const HfLayerName hf_layer_names[NUM_LAYER_TENSORS] = {{"ln_1.weight", LN
 static const char* const hf_embed_names[NUM_EMBED_TENSORS] = {"wte.weight", "wpe.weight", "ln_f.weight",
                                                               "ln_f.bias"};
 
-// One tensor as transformers stores it (rows x cols; cols = 0: a vector) and where it goes in ours.
+// A tensor as transformers stores it (rows x cols, cols 0: vector) and its place in ours.
 struct HfTensorPlace {
     std::string name;  // without the "transformer." prefix
     int64_t rows, cols, dst, count;
