@@ -543,7 +543,7 @@ static int gpt2_cpu_forward(GPT2CPU* model, const int* inputs, const int* target
 }
 
 // ADDS d(loss)/d(params) of the last forward into model->grads.
-// loss = normalizer * the sum of target losses; normalizer 0 means 1/(B*T).
+// loss = normalizer * sum of target losses; 0 means 1/(B*T).
 static int gpt2_cpu_backward(GPT2CPU* model, float normalizer = 0.0f) {
     if (!cpu_model_has_targets(model)) return 0;
     const GPTConfig* cfg = &model->config;
@@ -555,7 +555,7 @@ static int gpt2_cpu_backward(GPT2CPU* model, float normalizer = 0.0f) {
     EmbedTensors e = embed_tensors(p, model->params);
     EmbedTensors de = embed_tensors(p, model->grads);
 
-    // each position's loss has weight 1/N, or the caller's normalizer
+    // d(loss)/d(each position's loss)
     const float dloss = normalizer != 0.0f ? normalizer : 1.0f / (float)N;
     const int* pos = model->has_pos ? model->pos : NULL;
     crossentropy_softmax_backward(a->dlogits, a->probs, model->targets, dloss, N, V, Vp);

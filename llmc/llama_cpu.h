@@ -466,7 +466,7 @@ static int llama_cpu_forward(LlamaCPU* model, const int* inputs, const int* targ
 }
 
 // ADDS d(loss)/d(params) of the last forward into model->grads.
-// loss = normalizer * the sum of target losses; normalizer 0 means 1/(B*T).
+// loss = normalizer * sum of target losses; 0 means 1/(B*T).
 static int llama_cpu_backward(LlamaCPU* model, float normalizer = 0.0f) {
     if (!cpu_model_has_targets(model)) return 0;
     const LlamaConfig* cfg = &model->config;
@@ -479,7 +479,7 @@ static int llama_cpu_backward(LlamaCPU* model, float normalizer = 0.0f) {
     LlamaEmbedTensors e = llama_embed_tensors(p, model->params);
     LlamaEmbedTensors de = llama_embed_tensors(p, model->grads);
 
-    // a position's loss weighs 1/N (or normalizer); a tied lm_head adds into embed
+    // d(loss)/d(each position's loss); a tied lm_head adds into embed
     const float dloss = normalizer != 0.0f ? normalizer : 1.0f / (float)N;
     const int* pos = model->has_pos ? model->pos : NULL;
     crossentropy_softmax_backward(a->dlogits, a->probs, model->targets, dloss, N, V, V);
