@@ -1,7 +1,6 @@
-// cpu_optimizer.h — train_gpt's CPU optimizer thread: AdamW of the streamed layers, one round per step.
-// A round runs in layer order beside the next forward pass, which waits per layer (optimizer_layer_ready).
-// With -sd the round runs over the SSD store (ssd_tier.h).
-// Not here: the AdamW math (cpu_adam.h), the GPU side of the hand-overs (stream.cu).
+// cpu_optimizer.h — a CPU thread: AdamW of the streamed layers, in layer order, one round a step,
+// beside the next forward pass. -sd: over the SSD store (ssd_tier.h).
+// Not here: AdamW math (cpu_adam.h), the GPU side of hand-overs (stream.cu).
 #pragma once
 #include <chrono>
 #include <condition_variable>
@@ -12,7 +11,7 @@
 #include "gpt.cuh"          // defines: struct GPT, layer_is_matrix
 #include "ssd_tier.h"       // defines: ssd_tier_round, ssd_tier_submit, ssd_tier_send_grads
 
-// The thread's state: one "round" per step updates the streamed layers R..L-1 in order.
+// Rounds update streamed layers R..L-1, in order.
 struct Optimizer {
     std::thread thread;
     std::mutex mu;
@@ -23,7 +22,7 @@ struct Optimizer {
     float lr, grad_scale;
     int64_t t;  // AdamW step, 1-based
     double last_round_seconds;
-    double *layer_t0, *layer_t1;  // host clock at the start / end of each layer of the last round
+    double *layer_t0, *layer_t1;  // host clock per layer, start / end, last round
 };
 
 static AdamWArgs optimizer_adamw_args(const GPT* g) {
@@ -31,7 +30,7 @@ static AdamWArgs optimizer_adamw_args(const GPT* g) {
     return {o->lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, g->args.weight_decay, o->grad_scale, o->t};
 }
 
-// Layer l's AdamW in host RAM: its master weights, moments and bf16 copy.
+// Layer l's AdamW, in host RAM
 static void adamw_layer(GPT* g, int l) {
     const AdamWArgs args = optimizer_adamw_args(g);
     const ParamLayout* p = &g->layout;
@@ -40,12 +39,12 @@ static void adamw_layer(GPT* g, int l) {
     uint16_t* bf16_out = g->stream.weights_host_bf16 + off;
     FAKE_CUDA_HOST_ACCESS(grads, p->layer_stride * 2, false, "the CPU AdamW reading a layer's gradients");
     FAKE_CUDA_HOST_ACCESS(bf16_out, p->layer_stride * 2, true, "the CPU AdamW writing a layer's bf16 copy");
-    // weight decay on the matrices of the model's family (llm.c's rule)
+    // decay only matrices, llm.c's rule
     adamw_tensors_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_is_matrix(g),
                            g->master + off, grads, g->adam_m + off, g->adam_v + off, bf16_out, &args);
 }
 
-// Layer l is updated: the next forward pass may copy it (the stream's host-ready protocol).
+// Layer l done: the next forward may copy it.
 static void optimizer_layer_done(GPT* g, int l) {
     Optimizer* o = g->opt;
     std::lock_guard<std::mutex> lock(o->mu);
@@ -110,7 +109,7 @@ static void optimizer_stop(GPT* g) {
     g->opt = NULL;
 }
 
-// HostReadyFn for the stream: has the optimizer finished layer `layer`? wait: block until so.
+// HostReadyFn: is `layer` updated? wait: block until so.
 static int optimizer_layer_ready(void* ctx, int layer, int wait) {
     Optimizer* o = ((GPT*)ctx)->opt;
     std::unique_lock<std::mutex> lock(o->mu);
@@ -127,7 +126,7 @@ static void optimizer_wait_all(GPT* g) {
     FAKE_CUDA_HOST_ACQUIRE(o);
 }
 static void optimizer_submit(GPT* g, float lr, float grad_scale) {
-    optimizer_wait_all(g);  // never waits in practice: the forward pass waited for every layer
+    optimizer_wait_all(g);  // never waits: the forward pass waited for every layer
     if (g->ssd) ssd_tier_submit(g);
     Optimizer* o = g->opt;
     std::lock_guard<std::mutex> lock(o->mu);
@@ -140,7 +139,7 @@ static void optimizer_submit(GPT* g, float lr, float grad_scale) {
     o->cv.notify_all();
 }
 
-// Streamed layer l's gradients to the host: the pinned array, or with -sd the tier's ring.
+// Layer l's gradients to host: pinned, or -sd's ring.
 static void send_layer_grads(GPT* g, int l) {
     if (g->ssd) ssd_tier_send_grads(g, l);
     else stream_send_layer_grads(&g->stream, l);

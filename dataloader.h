@@ -23,7 +23,7 @@
 // fseeko/ftello: a 32-bit off_t would wrap past 2 GiB.
 static_assert(sizeof(off_t) == 8, "dataloader.h needs a 64-bit off_t (build with -D_FILE_OFFSET_BITS=64)");
 
-// The chat header's int32 slots. Counts that can pass 2^31 take two slots (int64, little-endian).
+// The chat header's int32 slots. Counts past 2^31 take two (int64, little-endian).
 enum {
     CHAT_H_MAGIC = 0,
     CHAT_H_VERSION = 1,
@@ -279,7 +279,7 @@ static inline int dl_check_shard(const char* path, int B, int T, DlShard* s, cha
     return 1;
 }
 
-// Opens and checks every shard of a glob pattern. 0 with err on failure (*dl safe to free).
+// Opens and checks every shard of a glob; 0 with err (*dl safe to free).
 static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, int T, int shuffle,
                                   uint64_t seed, char* err, size_t errlen) {
     memset(dl, 0, sizeof *dl);
@@ -380,7 +380,7 @@ static inline int dl_read_at(DataLoader* dl, int64_t offset, void* dst, int64_t 
     return 1;
 }
 
-// A chat batch: B rows (batch k of the shard's row order), their flags checked, then inputs, targets, pos.
+// A chat batch: B rows (batch k in row order), flags checked, then inputs, targets, pos.
 static inline int dl_chat_batch(DataLoader* dl, int64_t fi, int64_t k) {
     const int B = dl->B, T = dl->T, w = dl->token_bytes;
     const int64_t R = dl->shard_rows[fi], flags_at = DATALOADER_HEADER_BYTES + R * T * w;
@@ -417,7 +417,7 @@ static inline int dl_chat_batch(DataLoader* dl, int64_t fi, int64_t k) {
             dl->inputs[i] = (int)dl_token(dl, i);
             // pos: 0 at a START
             dl->pos[i] = (f[j] & CHAT_START) ? 0 : dl->pos[i - 1] + 1;
-            // target: the next token if it is in the row and flagged, else -1 (a loss ignores -1)
+            // target: the next token if in the row and flagged, else -1 (ignored)
             const int next = j + 1 < T && (f[j + 1] & CHAT_TARGET);
             dl->targets[i] = next ? (int)dl_token(dl, i + 1) : -1;
             dl->batch_targets += next;
@@ -428,9 +428,9 @@ static inline int dl_chat_batch(DataLoader* dl, int64_t fi, int64_t k) {
     return 1;
 }
 
-// Shuffle order comes from (seed, epoch, shard) alone, so {epoch, shard, batch} is a position.
+// Shuffle depends on (seed, epoch, shard) only: {epoch, shard, batch} is a position.
 
-// The next batch; 0 with dl->err on a bad shard. A saved state then points at a real batch.
+// The next batch; 0 with dl->err on a bad shard. Saved states point at real batches.
 static inline int dataloader_next_batch(DataLoader* dl) {
     const int64_t BT = (int64_t)dl->B * dl->T;
     if (dl->order_epoch != dl->epoch) {  // a new epoch, reset or restore: its shard order
@@ -461,7 +461,7 @@ static inline int dataloader_next_batch(DataLoader* dl) {
     if (chat) {
         if (!dl_chat_batch(dl, fi, dl->batch_index)) return 0;
     } else {
-        // pretraining: batch k is tokens [k*B*T, k*B*T + B*T]; a short tail is skipped
+        // pretraining: batch k is tokens [k*B*T, k*B*T + B*T]; short tails skipped
         const int64_t k = dl->shuffle ? dl->batch_order[dl->batch_index] : dl->batch_index;
         const int w = dl->token_bytes;
         if (!dl_read_at(dl, DATALOADER_HEADER_BYTES + w * k * BT, dl->buf, w * (BT + 1))) return 0;
@@ -491,7 +491,7 @@ static inline int dataloader_check_tokens(const DataLoader* dl, int V, char* err
     for (int64_t i = 0; i < n; i++) {
         const uint32_t t = dl_token(dl, i);
         if (V < 0 || t >= (uint32_t)V) {
-            // chat rows are not contiguous in the file: row b of the batch is dl->rows[b]
+            // chat rows are not contiguous: batch row b is dl->rows[b]
             const int64_t at = chat ? dl->rows[i / dl->T] * dl->T + i % dl->T : dl->last_token + i;
             snprintf(err, errlen,
                      "shard %.400s: token %lld (byte %lld) is %u, outside the model's vocabulary of %d",
@@ -518,7 +518,7 @@ static inline DataLoaderState dataloader_get_state(const DataLoader* dl) {
     return s;
 }
 
-// Restores a position; 0 with err, loader unchanged, if it does not fit this data.
+// Restores a position; 0 with err, loader unchanged, if it does not fit.
 static inline int dataloader_set_state(DataLoader* dl, const DataLoaderState* s, char* err, size_t errlen) {
     char dummy[8];
     if (!err) {
@@ -543,7 +543,7 @@ static inline int dataloader_set_state(DataLoader* dl, const DataLoaderState* s,
                  dl->pattern, (long long)s->epoch, (long long)s->shard_index, (long long)s->shuffle);
         return 0;
     }
-    // with shuffle the shard at shard_index depends on (seed, epoch): check them all
+    // shuffled, shard_index's shard depends on (seed, epoch): check all
     int64_t nb = dl->shard_batches[s->shard_index];
     if (s->shuffle) {
         int64_t* order = (int64_t*)malloc(sizeof(int64_t) * (size_t)dl->num_shards);
@@ -569,7 +569,7 @@ static inline int dataloader_set_state(DataLoader* dl, const DataLoaderState* s,
     return 1;
 }
 
-// Batches of one validation pass (an unshuffled loader, reset first): all, or at most max_batches > 0.
+// Batches per validation pass (unshuffled loader, reset first): all, or at most max_batches > 0.
 static inline int64_t dataloader_eval_batches(const DataLoader* dl, int64_t max_batches) {
     return max_batches > 0 && max_batches < dl->num_batches ? max_batches : dl->num_batches;
 }

@@ -2,11 +2,11 @@
 //   ./export_hf -i log/model_00000300.bin -o gpt2_hf
 // Not here: the format mapping (hf.h).
 
-// Input: a model file, a run directory (its newest checkpoint) or an HF checkpoint.
-// Output: safetensors, configs and tokenizer files (-t DIR's, else GPT-2's).
-// Memory: the largest tensor; inputs are read tensor by tensor.
+// Input: model file, run directory (newest checkpoint) or HF checkpoint.
+// Output: safetensors, configs, tokenizer (-t DIR's, else GPT-2's).
+// Memory: the largest tensor; input is read tensor by tensor.
 
-// Written into <dir>.tmp-<pid>, renamed to <dir> once complete.
+// Staged in <dir>.tmp-<pid>, renamed to <dir> when complete.
 #include <limits.h>
 #include <signal.h>  // defines: signal, SIGINT, SIGTERM
 #include <stdio.h>
@@ -37,7 +37,7 @@ static void usage(FILE* f) {
             "      default: GPT-2's for a GPT-2, none for the Llama family\n");
 }
 
-// "5GB", "500MB", "64KB", "123" -> bytes (decimal units, as transformers' max_shard_size); -1 if malformed.
+// "5GB", "500MB", "64KB", "123" -> bytes (decimal, as max_shard_size); -1 if bad.
 static int64_t parse_size(const char* s) {
     char* end;
     errno = 0;
@@ -52,7 +52,7 @@ static int64_t parse_size(const char* s) {
     return x * unit > 1e15 ? -1 : (int64_t)(x * unit);
 }
 
-// File offset of our tensor at `dst` (the file is tensor-major, ours layer-major).
+// File offset of our tensor at `dst`: the file is tensor-major.
 static int64_t llmc_file_offset(const GPTConfig* c, int64_t dst, int esize) {
     const ParamLayout p = gpt_layout(c);
     const int layer = dst < p.embed_count ? 0 : (int)((dst - p.embed_count) / p.layer_stride);
@@ -73,10 +73,10 @@ static int copy_file(const std::string& src, const std::string& dir, const char*
            write_small_file(dir, name, text, err, errlen);
 }
 
-// The staging directory while ours to remove, on error or SIGINT/SIGTERM.
+// The staging directory, while ours to remove (error, SIGINT, SIGTERM).
 static char g_staging[4200];
 
-// Removes g_staging's files and itself; also from a signal handler (opendir: a risk taken on exit).
+// Removes g_staging and its files, from signal handlers too (opendir: a risk).
 static void remove_staging(void) {
     if (!g_staging[0]) return;
     if (DIR* d = opendir(g_staging)) {
@@ -164,7 +164,7 @@ int main(int argc, char** argv) {
     const bool is_llama = llama.num_layers > 0;
     if (!is_llama && !gpt_read_header(model.c_str(), &cfg, err, sizeof err)) die("%s", err);
 
-    // the output: a new or empty directory, so no earlier export's file lingers
+    // the output: new or empty, so no stale files
     if (DIR* d = opendir(out)) {
         int entries = 0;
         while (struct dirent* e = readdir(d)) entries += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
@@ -174,7 +174,7 @@ int main(int argc, char** argv) {
     std::string dest = out;  // without trailing slashes: the staging directory is its sibling
     while (dest.size() > 1 && dest.back() == '/') dest.pop_back();
 
-    // read tensor by tensor as written: memory for the largest tensor, checked first
+    // check memory for the largest tensor first
     const std::vector<HfTensorPlace> places =
         is_llama ? llama_hf_write_places(&llama) : hf_tensor_places(&cfg);
     int64_t largest = 0;
@@ -198,7 +198,7 @@ int main(int argc, char** argv) {
         die("%s", err);
     }
 
-    // the staging directory, made once the input has loaded (its parents are made for good)
+    // staging directory, after the input loads; its parents stay
     const size_t slash = dest.rfind('/');
     if (slash != std::string::npos && slash > 0 && !make_dirs(dest.substr(0, slash).c_str(), err, sizeof err))
         die("%s", err);
@@ -217,7 +217,7 @@ int main(int argc, char** argv) {
             return st_read_f32(&ck, t, dst, half, err, sizeof err);
         }
         if (!from_file) return hf_read_place(&ck, &cfg, pl, dst, &tmp, &half, err, sizeof err);
-        // a Llama-family file is our layout after its header; an llm.c file is tensor-major
+        // Llama file: our layout after the header. llm.c file: tensor-major.
         const int64_t off = is_llama ? 256 * 4 + 4 * pl.dst : llmc_file_offset(&cfg, pl.dst, esize);
         void* buf = dst;
         if (esize == 2) {
@@ -241,7 +241,7 @@ int main(int argc, char** argv) {
     if (!written) fail("%s", err);
     if (f) fclose(f);
 
-    // the tokenizer: -t's files, else GPT-2's (which made the shipped data) for a GPT-2
+    // tokenizer: -t's files, else GPT-2's (the shipped data's) for GPT-2
     const std::string tok = exe_dir() + "/dev/data/gpt2";
     const char* tokenizer_note = "GPT-2 tokenizer files";
     std::string copied;

@@ -65,7 +65,7 @@ struct SsdStore {
     // sums_ok[g]: every piece of g has one
     std::vector<uint32_t> sums[2][K_COUNT];
     bool sums_ok[2] = {false, false};
-    uint32_t sums_crc[2] = {0, 0};  // the CRC-32C of each generation's sums file (the manifest holds it)
+    uint32_t sums_crc[2] = {0, 0};  // CRC-32C of each generation's sums file, kept in the manifest
     int64_t pieces_per_layer = 0;
     std::vector<uint32_t> sub;  // scratch: one piece's sub-chunk checksums
 };
@@ -148,7 +148,7 @@ static std::string manifest_text(const SsdStore* st) {
     return t + line;
 }
 
-// tmp, fsync, rename, fsync of the directory: the file is either the old one or the new one, durably
+// tmp, fsync, rename, fsync the directory: durably the old file or the new
 static int write_file_atomic(const std::string& dir, const std::string& path, const void* data, size_t n,
                              char* err, size_t errlen) {
     const std::string tmp = path + ".tmp";
@@ -186,7 +186,7 @@ static int write_manifest(SsdStore* st, char* err, size_t errlen) {
     return write_file_atomic(st->dir, st->dir + "/ssd_manifest", text.data(), text.size(), err, errlen);
 }
 
-// A small regular file, whole, at most max bytes. 1: absent; 0: read; -1: err set.
+// A small regular file, whole, up to max bytes. 1: absent, 0: read, -1: err.
 static int read_small_file(const std::string& path, size_t max, std::string* out, char* err, size_t errlen) {
     const int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
@@ -270,7 +270,7 @@ static int read_manifest(const char* dir, Manifest* m, char* err, size_t errlen)
     return 0;
 }
 
-// The write generation may be written only once the manifest says it holds no checkpoint (invariant 1).
+// Write a generation only once the manifest says it holds no checkpoint (invariant 1).
 static int mark_writing(SsdStore* st, char* err, size_t errlen) {
     if (st->step[st->wgen] == -1) return 0;
     const int64_t old = st->step[st->wgen];
@@ -285,7 +285,7 @@ static int mark_writing(SsdStore* st, char* err, size_t errlen) {
     return 0;
 }
 
-// ---- checksums: one per piece of each file, from the ring's buffer as it is written
+// ---- checksums: one per piece of each file, from the ring buffer as written
 
 static const int64_t kSubChunk = (int64_t)1 << 20;  // bytes
 
@@ -300,7 +300,7 @@ static void alloc_sums(SsdStore* st) {
                 has_kind(&st->cfg, k) ? (size_t)(st->cfg.num_layers * st->pieces_per_layer) : 0, 0);
 }
 
-// The CRC-32C of each array in the mask: over its 1 MiB sub-chunks' CRCs, in parallel.
+// CRC-32C of each masked array: over its 1 MiB sub-chunks' CRCs, in parallel.
 static void piece_sums(SsdStore* st, const Slot* s, const Piece& pc, unsigned kinds, uint32_t out[K_COUNT]) {
     const char* src[K_COUNT] = {(const char*)s->p, (const char*)s->m, (const char*)s->v, (const char*)s->b};
     int64_t first[K_COUNT + 1], total = 0;
@@ -355,7 +355,7 @@ static int write_sums(SsdStore* st, int g, char* err, size_t errlen) {
     st->sums_ok[g] = true;
     return 0;
 }
-// gen g's checksums from its file, which must be the one the manifest names (its CRC-32C)
+// gen g's checksums from its file; its CRC-32C must match the manifest's
 static int read_sums(SsdStore* st, int g, uint32_t want_crc, char* err, size_t errlen) {
     const std::string path = sums_path(st->dir, g);
     std::string b;
@@ -446,7 +446,7 @@ static SsdStore* new_store(const char* dir, const SsdStoreConfig* cfg) {
     return st;
 }
 
-// Creates at full size, or opens and checks, the store's files: 0, or -1 with err set.
+// Creates at full size, or opens and checks, the store's files; -1 with err.
 static int open_files(SsdStore* st, int create, char* err, size_t errlen) {
     const SsdStoreConfig* cfg = &st->cfg;
     st->io = ssd_io_open(&cfg->io, err, errlen);
@@ -595,7 +595,7 @@ SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t ste
         ssd_store_close(st);
         return NULL;
     }
-    // the checkpoint's generation, read once against its checksums; if damaged, whether the other is intact
+    // the checkpoint's generation, checked once; if damaged, is the other intact?
     if (!m.has_sums[g]) {
         if (!use.io.quiet)
             fprintf(stderr,
@@ -692,7 +692,7 @@ static void issue_write(SsdStore* st, Slot* s, const Piece& pc, int g, unsigned 
             ssd_io_submit(st->io, &st->files[g][K_BF16], 1, s->b, len2, off2(st, pc.layer, pc.off));
 }
 
-// Waits for every request of ring entry s (reads or writes); the first error goes to err. 0 or -1.
+// Waits for all of ring entry s's requests; -1 with the first error.
 static int wait_all(SsdStore* st, SsdReq* reqs, int* n, char* err, size_t errlen) {
     int rc = 0;
     char e[1024];
@@ -722,7 +722,7 @@ static unsigned state_kinds(const SsdStore* st) {
     return (1u << K_PARAMS) | (1u << K_M) | (1u << K_V) | (st->cfg.with_bf16 ? 1u << K_BF16 : 0u);
 }
 
-// Reads a piece of generation g, checked against its checksums: 0, or -1 with err set.
+// Reads a piece of generation g, checked against its checksum; -1 with err.
 static int check_piece(SsdStore* st, const Slot* s, const Piece& pc, int g, char* err, size_t errlen) {
     if (!st->sums_ok[g]) return 0;
     uint32_t c[K_COUNT];
@@ -741,7 +741,7 @@ static int check_piece(SsdStore* st, const Slot* s, const Piece& pc, int g, char
     return 0;
 }
 
-// Reads all of generation g once (two pieces in flight) and checks every piece against its checksum.
+// Reads all of generation g (two pieces in flight), checking every piece.
 static int verify_generation(SsdStore* st, int g, char* err, size_t errlen) {
     std::vector<Piece> pcs;
     for (int l = 0; l < st->cfg.num_layers; l++) pieces_of_layer(st, l, &pcs);
@@ -871,7 +871,7 @@ int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* f
     uint16_t* bdst = NULL;
     int rc = 0;
 
-    // Waits, in piece order, for the writes of every piece up to j, and reports the layers they complete.
+    // Waits in piece order for the writes of pieces up to j; reports completed layers.
     auto retire_upto = [&](int64_t j) -> int {
         for (int64_t k = retired + 1; k <= j; k++) {
             Slot* s = &st->ring[(size_t)(k % R)];
@@ -886,7 +886,7 @@ int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* f
     };
 
     for (int64_t i = 0; i < P && rc == 0; i++) {
-        // keep ring - 2 pieces read ahead; an entry is reused once the writes of its previous piece are done
+        // read ring - 2 pieces ahead; reuse an entry once its last piece's writes are done
         while (rc == 0 && next_read < P && next_read <= i + R - 2) {
             Slot* s = &st->ring[(size_t)(next_read % R)];
             if (s->piece >= 0 && (rc = retire_upto(s->piece)) != 0) break;
@@ -922,7 +922,7 @@ int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* f
                 done_q.emplace_back(pc.layer, i);
             }
         }
-        // report finished layers early: retire the oldest pieces whose writes have all completed
+        // report finished layers early: retire the oldest fully written pieces
         while (retired + 1 < i) {
             Slot* o = &st->ring[(size_t)((retired + 1) % R)];
             bool all = true;

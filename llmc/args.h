@@ -1,5 +1,5 @@
-// args.h — the flags both trainers share (llm.c's where they overlap): TrainArgs, defaults, -h text,
-// parsing, checks across flags. Not here: train_gpt.cu's own flags (GpuArgs).
+// args.h — flags both trainers share (llm.c's where they overlap): TrainArgs, defaults, -h,
+// parsing, cross-flag checks. Not here: train_gpt.cu's flags (GpuArgs).
 #pragma once
 #include <ctype.h>
 #include <errno.h>
@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OUTLIER_WINDOW 128  // -sl / -sg compare a step with this many steps before it
+#define OUTLIER_WINDOW 128  // -sl / -sg window: the previous N steps
 
-// -k: the lr after the warmup. Saved in checkpoints; cosine is 0, as older state files stored there.
+// -k values, saved in checkpoints: fixed, cosine 0 as in older files.
 enum { LR_COSINE = 0, LR_LINEAR = 1, LR_CONSTANT = 2, LR_WSD = 3, LR_SCHEDULES };
 static const char* const LR_SCHEDULE_NAMES[LR_SCHEDULES] = {"cosine", "linear", "constant", "wsd"};
 static inline const char* lr_schedule_name(int64_t s) {
@@ -31,22 +31,22 @@ typedef struct {
     float final_lr_frac;         // -q  the decay ends at lr * final_lr_frac (1 = constant lr)
     int lr_schedule;             // -k  LR_COSINE, LR_LINEAR, LR_CONSTANT or LR_WSD (after the warmup)
     float weight_decay;          // -c  AdamW decoupled weight decay, 2-D matrices only
-    float grad_clip;             // -gc global gradient-norm clip; 0 = off (llm.c has no flag: 1.0 always)
+    float grad_clip;             // -gc global gradient-norm clip; 0 = off (llm.c: always 1.0)
     int max_steps;               // -x  optimizer steps; -1 = one epoch of the train data
     int val_every;               // -v  validation every N steps (and at the end); 0 = never
     int val_max_batches;         // -m  batches per validation; 0 = the whole val set
     int sample_every;            // -s  generate a sample every N steps; 0 = only at the end
-    int gen_tokens;  // -g  tokens per generated sample; 0 = no sampling; -1 = the default (sample_tokens)
+    int gen_tokens;              // -g  tokens per sample; 0 = no sampling; -1 = sample_tokens()
     int checkpoint_every;        // -n  checkpoint every N steps (needs -o); 0 = never
-    int keep_checkpoints;        // -nk keep only the newest N checkpoints (llm.c's flag); 0 = keep all
+    int keep_checkpoints;        // -nk keep the newest N checkpoints (llm.c's flag); 0 = all
     int major_checkpoint_every;  // -nm checkpoints at multiples of N steps outlive -nk; 0 = none
     int resume;                  // -y  1 = resume from the latest checkpoint in -o
     int overfit_single_batch;    // -a  1 = every step trains on the first step's tokens (loss -> 0)
-    float skip_loss_z;           // -sl skip an update whose loss z-score exceeds this (outliers.h); 0 = off
+    float skip_loss_z;           // -sl skip an update whose loss z-score exceeds this; 0 = off
     float skip_grad_z;           // -sg the same for the gradient norm; 0 = off
 } TrainArgs;
 
-// llm.c's defaults (a trainer overrides what differs for it before parsing argv).
+// llm.c's defaults; a trainer changes its own before parsing.
 static inline void train_args_defaults(TrainArgs* a) {
     memset(a, 0, sizeof *a);
     a->train_data = "dev/data/tinyshakespeare/tiny_shakespeare_train.bin";
@@ -130,7 +130,7 @@ static inline void train_usage(FILE* f, const TrainArgs* d = NULL) {
         d->skip_grad_z);
 }
 
-// Whole-string integer / float parse with a range check; 0 and a one-line err on failure.
+// Whole-string integer / float parse, range checked; 0 with a one-line err.
 static inline int parse_int_in(const char* flag, const char* s, int64_t lo, int64_t hi, int64_t* out,
                                char* err, size_t errlen) {
     char* end = NULL;
@@ -165,7 +165,7 @@ static inline int parse_float_in(const char* flag, const char* s, double lo, dou
     return 1;
 }
 
-// Applies one "-X value" pair: 1 consumed, 0 bad value (err says why), -1 not a shared flag.
+// One "-X value" pair: 1 consumed, 0 bad value (err), -1 not shared.
 static inline int parse_train_arg(TrainArgs* a, const char* flag, const char* value, char* err,
                                   size_t errlen) {
     const int64_t IMAX = 2147483647;
@@ -279,7 +279,7 @@ static inline int parse_train_arg(TrainArgs* a, const char* flag, const char* va
     return ok;
 }
 
-// Checks what single flags cannot: -d against B*T, -n/-y need -o. Call after all flags are parsed.
+// What single flags cannot check: -d against B*T, -n/-y need -o. After parsing.
 static inline int train_args_check(const TrainArgs* a, char* err, size_t errlen) {
     const int64_t bt = (int64_t)a->B * a->T;
     if (a->total_batch_tokens != 0 && a->total_batch_tokens % bt != 0) {
@@ -309,7 +309,7 @@ static inline int train_args_check(const TrainArgs* a, char* err, size_t errlen)
                  "-nk and -nm choose which checkpoints to keep: they need checkpoints (-n N and -o)");
         return 0;
     }
-    // names under -o must fit 4200-byte buffers: refuse now, not after hours of training
+    // names under -o must fit 4200-byte buffers: refuse now, not hours later
     if (a->output_dir && strlen(a->output_dir) > 4000) {
         snprintf(err, errlen, "flag -o: the output directory path is too long (%zu characters, at most 4000)",
                  strlen(a->output_dir));
@@ -318,7 +318,7 @@ static inline int train_args_check(const TrainArgs* a, char* err, size_t errlen)
     return 1;
 }
 
-// Tokens per generated sample: -g, or by default 64 (llm.c's) or T - 1 if less.
+// Tokens per sample: -g, or by default 64 (llm.c's) or T - 1 if less.
 static inline int sample_tokens(const TrainArgs* a) {
     return a->gen_tokens >= 0 ? a->gen_tokens : (a->T - 1 < 64 ? a->T - 1 : 64);
 }
@@ -373,7 +373,7 @@ static inline void unknown_flag_error(const char* flag, char* err, size_t errlen
     snprintf(err, errlen, "unknown flag %.100s%s%s", flag, note ? ": " : "", note ? note : "");
 }
 
-// argv[1..] with the shared flags only (the CPU trainer): 1 ok, 2 -h, 0 error (err set).
+// argv[1..], shared flags only (CPU trainer): 1 ok, 2 -h, 0 error (err set).
 static inline int parse_train_argv(int argc, char** argv, TrainArgs* a, char* err, size_t errlen) {
     for (int i = 1; i < argc; i += 2) {
         const int help = help_flag(argc, argv, i, err, errlen);

@@ -1,18 +1,18 @@
-// cpu_cores.h — how many cores this process may use, and libgomp's short spin.
+// cpu_cores.h — the cores this process may use, and libgomp's short spin.
 #pragma once
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-// Cores a cgroup v2 cpu.max text ("QUOTA PERIOD") allows, rounded up; -1: unlimited or unreadable.
+// Cores cpu.max ("QUOTA PERIOD") allows, rounded up; -1: no limit or unreadable.
 static inline int cgroup_quota_cores(const char* cpu_max) {
     long long quota = 0, period = 0;
     if (!cpu_max || sscanf(cpu_max, "%lld %lld", &quota, &period) != 2 || quota <= 0 || period <= 0)
         return -1;
     return (int)((quota + period - 1) / period);
 }
-// Cores this process can use: its affinity mask, capped by a cgroup quota (docker --cpus).
+// Affinity cores, capped by a cgroup quota (docker --cpus).
 static inline int usable_cpu_cores(void) {
     cpu_set_t allowed;
     int cores = sched_getaffinity(0, sizeof allowed, &allowed) == 0 ? CPU_COUNT(&allowed)
@@ -36,13 +36,13 @@ static inline int usable_cpu_cores(void) {
     return cores > 0 ? cores : 1;
 }
 
-// libgomp's idle threads spin long and steal busy cores (a test ran 16x slower).
-// main re-execs once with GOMP_SPINCOUNT=10000, unless the user set it or OMP_WAIT_POLICY.
+// libgomp's idle threads spin and steal busy cores (a test ran 16x slower).
+// main re-execs once with GOMP_SPINCOUNT=10000 unless it or OMP_WAIT_POLICY is set.
 #define OMP_SHORT_SPINCOUNT "10000"
 static inline void omp_short_spin_reexec(char** argv) {
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || getenv("LLMC_OMP_REEXEC")) return;
     setenv("GOMP_SPINCOUNT", OMP_SHORT_SPINCOUNT, 1);
     setenv("LLMC_OMP_REEXEC", "1", 1);
     execv("/proc/self/exe", argv);
-    unsetenv("GOMP_SPINCOUNT");  // exec failed: this libgomp keeps the default; tell children the same
+    unsetenv("GOMP_SPINCOUNT");  // exec failed: children keep the default too
 }

@@ -1,5 +1,5 @@
-// cpu_model.h — what the two CPU reference models share around their math.
-// Templates: gpt2_cpu.h and llama_cpu.h name these fields alike. Not here: any layer's math.
+// cpu_model.h — what the two CPU reference models share, as templates.
+// gpt2_cpu.h and llama_cpu.h name the fields alike. Not here: layer math.
 #pragma once
 #include <stdint.h>
 #include <stdio.h>
@@ -13,7 +13,7 @@ typedef struct {
     int64_t size;
 } ActArray;
 
-// params (uninitialized), zeroed grads, a weight_t scratch; 0 with model->error when out of memory.
+// params (uninitialized), zeroed grads, weight_t scratch; 0 with model->error if OOM.
 template <typename Model>
 static int cpu_model_alloc(Model* model, int64_t total, int64_t weight_t_floats) {
     model->params = (float*)malloc((size_t)total * sizeof(float));
@@ -39,13 +39,13 @@ static void cpu_model_free(Model* model) {
     memset(model, 0, sizeof *model);
 }
 
-// grads = 0, before the first micro-batch of a step.
+// grads = 0, before a step's first micro-batch.
 template <typename Model>
 static void cpu_model_zero_grad(Model* model) {
     memset(model->grads, 0, (size_t)model->layout.total * sizeof(float));
 }
 
-// Points each array of `table` into act_memory, growing it when too small; 0 when out of memory.
+// Points `table`'s arrays into act_memory, grown as needed; 0 if OOM.
 template <typename Model>
 static int cpu_model_carve(Model* model, const ActArray* table, int count, int B, int T) {
     const int64_t N = (int64_t)B * T;
@@ -76,7 +76,7 @@ static int cpu_model_carve(Model* model, const ActArray* table, int count, int B
     return 1;
 }
 
-// 1 when every pos is in 0 .. min(t, maxT - 1), else 0 with err.
+// Each pos in 0 .. min(t, maxT - 1)? Else 0 with err.
 static int check_positions(const int* pos, int B, int T, int maxT, char* err, size_t errlen) {
     for (int64_t i = 0; pos && i < (int64_t)B * T; i++) {
         const int t = (int)(i % T);
@@ -89,7 +89,7 @@ static int check_positions(const int* pos, int B, int T, int maxT, char* err, si
     return 1;
 }
 
-// Checks a forward's batch: shape, token ids, positions. maxT_name: how the error names maxT.
+// Checks a batch's shape, token ids, positions. maxT_name: maxT in errors.
 template <typename Model>
 static int cpu_model_check_batch(Model* model, const int* inputs, const int* targets, const int* pos, int B,
                                  int T, int V, int maxT, const char* maxT_name) {
@@ -112,7 +112,7 @@ static int cpu_model_check_batch(Model* model, const int* inputs, const int* tar
     return check_positions(pos, B, T, maxT, model->error, sizeof model->error);
 }
 
-// Keeps a copy of the batch for backward; returns the kept pos, or NULL.
+// Copies the batch for backward; returns the kept pos, or NULL.
 template <typename Model>
 static const int* cpu_model_keep_batch(Model* model, const int* inputs, const int* targets, const int* pos,
                                        int B, int T) {
@@ -126,7 +126,7 @@ static const int* cpu_model_keep_batch(Model* model, const int* inputs, const in
     return model->has_pos ? model->pos : NULL;
 }
 
-// The mean of the losses over the targets; the model is then ready for backward.
+// Mean loss over the targets; backward may follow.
 template <typename Model>
 static void cpu_model_mean_loss(Model* model, const float* losses, const int* targets, int64_t N) {
     double sum = 0.0;

@@ -39,8 +39,8 @@ static inline uint32_t crc32c_portable(uint32_t crc, const void* data, size_t n)
 }
 
 #if defined(__SSE4_2__) && defined(__x86_64__)
-// 3 lanes run as independent chains (crc32's latency is 3).
-// They are joined by a tabulated shift: CRC is linear over GF(2).
+// 3 independent lanes hide crc32's 3-cycle latency.
+// A tabulated shift joins them: CRC is linear over GF(2).
 #define CRC32C_LANE 4096
 static inline uint64_t crc32c_hw_run(uint64_t c, const unsigned char* p, size_t n) {
     for (; n >= 8; n -= 8, p += 8) {
@@ -74,7 +74,7 @@ static inline uint32_t crc32c_shift(uint32_t c, const uint32_t (*t)[256]) {
 }
 #endif
 
-// Continues crc over more bytes (start at 0): crc32c(a + b) = update(update(0, a), b).
+// Extends crc (start at 0): crc32c(a + b) = update(update(0, a), b).
 static inline uint32_t crc32c_update(uint32_t crc, const void* data, size_t n) {
 #if defined(__SSE4_2__) && defined(__x86_64__)
     const unsigned char* p = (const unsigned char*)data;

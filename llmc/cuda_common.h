@@ -1,4 +1,4 @@
-// cuda_common.h — CUDA / cuBLAS error checks, the bf16 type, launch helpers.
+// cuda_common.h — CUDA / cuBLAS error checks, bf16, launch helpers.
 // Not here: kernels (kernels.cuh), streaming (stream.cu).
 #pragma once
 #include <cublas_v2.h>
@@ -12,7 +12,7 @@
 // GPU activations and weights; reductions accumulate in fp32.
 typedef __nv_bfloat16 bf16;
 
-// A failed CUDA call dies with where and why.
+// A failed CUDA call dies: where and why.
 static inline void cuda_check(cudaError_t err, const char* file, int line) {
     if (err != cudaSuccess) die("CUDA: %s at %s:%d", cudaGetErrorString(err), file, line);
 }
@@ -24,19 +24,19 @@ static inline void cublas_check(cublasStatus_t status, const char* file, int lin
 }
 #define cublasCheck(status) (cublas_check((status), __FILE__, __LINE__))
 
-// Test hooks, empty in a real build: test/fake_cuda checks host accesses and thread hand-overs.
+// Test hooks, empty here: test/fake_cuda checks host accesses, hand-overs.
 #ifndef FAKE_CUDA_HOST_ACCESS
 #define FAKE_CUDA_HOST_ACCESS(p, bytes, write, what) ((void)0)
 #define FAKE_CUDA_HOST_RELEASE(obj)                  ((void)0)
 #define FAKE_CUDA_HOST_ACQUIRE(obj)                  ((void)0)
 #endif
 
-// Kernel launches return no status: check the launch right after it.
+// Launches return no status: check right after.
 #define cudaCheckLaunch() cudaCheck(cudaGetLastError())
 
 static inline int64_t ceil_div64(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Blocks for a grid-stride loop over n: at most n needs, capped at 132 SMs (H100 SXM) x 16.
+// Grid-stride blocks for n, capped at 132 SMs (H100 SXM) x 16.
 #ifndef GRID_FOR_CAP
 #define GRID_FOR_CAP (132 * 16)
 #endif

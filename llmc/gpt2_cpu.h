@@ -146,7 +146,7 @@ static void encoder_backward(float* dwte, float* dwpe, const float* dout, const 
         }
 }
 
-// LayerNorm over C for each of N rows (eps 1e-5, biased variance); keeps mean and 1/std for backward.
+// LayerNorm over C per row (eps 1e-5, biased variance); keeps mean, 1/std for backward.
 static void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
                               const float* bias, int64_t N, int C) {
 #pragma omp parallel for schedule(static)
@@ -188,7 +188,7 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, const 
             dx[c] += rstd[i] * (d[c] * weight[c] - g_mean - xhat * gx_mean);
         }
     }
-    // parameter gradients: serial over rows (rows would race), vectorized over channels
+    // param grads: serial over rows (they'd race), vectorized over C
     for (int64_t i = 0; i < N; i++) {
         const float* x = inp + i * C;
         const float* d = dout + i * C;
@@ -199,8 +199,8 @@ static void layernorm_backward(float* dinp, float* dweight, float* dbias, const 
     }
 }
 
-// Causal self-attention; att (B, NH, T, T) is kept for backward.
-// pos (may be NULL): query t sees keys t - pos[t] .. t only.
+// Causal self-attention; keeps att (B, NH, T, T) for backward.
+// pos (may be NULL): query t sees keys t - pos[t] .. t.
 static void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
                               const int* pos = NULL) {
     const int hs = C / NH;
@@ -313,10 +313,10 @@ static void residual_forward(float* out, const float* a, const float* b, int64_t
     for (int64_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
-// exp(x) for x <= 0 within a few ulp of expf, branch-free so the softmax vectorizes.
+// exp(x), x <= 0, within a few ulp of expf; branch-free so softmax vectorizes.
 
 // exp(x) = 2^n exp(r), n = round(x / ln2); exp(r) by Cephes' polynomial.
-// Below -87 it returns ~1e-38, which no softmax sum notices.
+// Below -87: ~1e-38, invisible in any softmax sum.
 static inline float exp_nonpositive(float x) {
     x = x < -87.0f ? -87.0f : x;
     const float shifted = x * 1.44269504088896341f + 12582912.0f;  // 1.5 * 2^23 + round(x / ln2)
@@ -356,7 +356,7 @@ static void softmax_crossentropy_forward(float* probs, float* losses, const floa
         const float inv = (float)(1.0 / sum);
         for (int v = 0; v < V; v++) p[v] *= inv;
         for (int v = V; v < Vp; v++) p[v] = 0.0f;
-        // -log p[target] from the logits directly: exact even when p[target] underflows to 0
+        // -log p[target] straight from the logits: exact even if p[target] underflows
         losses[i] = targets[i] < 0 ? 0.0f : (float)(log(sum) - (double)(z[targets[i]] - maxv));
     }
 }
@@ -378,7 +378,7 @@ static void crossentropy_softmax_backward(float* dlogits, const float* probs, co
 // ----------------------------------------------------------------------------
 // The model
 
-// Activations of one forward pass for (B, T), carved from one allocation; per-layer arrays are (L, ...).
+// One forward's activations for (B, T), from one allocation; per-layer arrays are (L, ...).
 typedef struct {
     float* encoded;                    // (N, C) embedding sum, the input of layer 0
     float *ln1, *ln1_mean, *ln1_rstd;  // (L, N, C), (L, N), (L, N)
@@ -418,11 +418,11 @@ typedef struct {
     int* pos;              // (B*T) positions of the last batch, valid when has_pos
     int has_targets, has_pos;
     int64_t num_targets;  // targets >= 0 in the last batch
-    float mean_loss;      // mean of acts.losses over the targets after a forward with targets, else -1
+    float mean_loss;      // mean loss over targets after a forward with targets, else -1
     char error[256];      // why the last call returned 0
 } GPT2CPU;
 
-// Parameter tensors of the model as named pointers into a flat array (params or grads).
+// Named pointers into a flat array (params or grads).
 typedef struct {
     float *wte, *wpe, *lnfw, *lnfb;
 } EmbedTensors;
@@ -461,7 +461,7 @@ static void gpt2_cpu_free(GPT2CPU* model) { cpu_model_free(model); }
 // grads = 0, before the first micro-batch of a step.
 static void gpt2_cpu_zero_grad(GPT2CPU* model) { cpu_model_zero_grad(model); }
 
-// Points model->acts into one allocation for (B, T); 0 when out of memory.
+// Points model->acts into one allocation for (B, T); 0 if OOM.
 static int gpt2_cpu_layout_activations(GPT2CPU* model, int B, int T) {
     const int64_t L = model->config.num_layers, C = model->config.channels, NH = model->config.num_heads;
     const int64_t Vp = model->config.padded_vocab_size, N = (int64_t)B * T;
@@ -495,8 +495,8 @@ static int gpt2_cpu_layout_activations(GPT2CPU* model, int B, int T) {
     return cpu_model_carve(model, table, (int)(sizeof table / sizeof table[0]), B, T);
 }
 
-// Forward over inputs (B, T); with targets (may be NULL) also the losses.
-// 0 with model->error on bad input or no memory.
+// Forward over inputs (B, T); with targets (may be NULL), the losses too.
+// 0 with model->error on bad input or OOM.
 static int gpt2_cpu_forward(GPT2CPU* model, const int* inputs, const int* targets, int B, int T,
                             const int* pos = NULL) {
     const GPTConfig* cfg = &model->config;
@@ -545,7 +545,7 @@ static int gpt2_cpu_forward(GPT2CPU* model, const int* inputs, const int* target
 }
 
 // ADDS d(loss)/d(params) of the last forward into model->grads.
-// loss = normalizer * the sum of target losses; normalizer 0 means 1/(B*T).
+// loss = normalizer * sum of target losses; 0 means 1/(B*T).
 static int gpt2_cpu_backward(GPT2CPU* model, float normalizer = 0.0f) {
     if (!cpu_model_has_targets(model)) return 0;
     const GPTConfig* cfg = &model->config;
@@ -557,7 +557,7 @@ static int gpt2_cpu_backward(GPT2CPU* model, float normalizer = 0.0f) {
     EmbedTensors e = embed_tensors(p, model->params);
     EmbedTensors de = embed_tensors(p, model->grads);
 
-    // each position's loss has weight 1/N, or the caller's normalizer
+    // d(loss)/d(each position's loss)
     const float dloss = normalizer != 0.0f ? normalizer : 1.0f / (float)N;
     const int* pos = model->has_pos ? model->pos : NULL;
     crossentropy_softmax_backward(a->dlogits, a->probs, model->targets, dloss, N, V, Vp);
@@ -566,7 +566,7 @@ static int gpt2_cpu_backward(GPT2CPU* model, float normalizer = 0.0f) {
     layernorm_backward(a->dresidual, de.lnfw, de.lnfb, a->dln, a->residual3 + (int64_t)(L - 1) * N * C,
                        e.lnfw, a->lnf_mean, a->lnf_rstd, N, C);
 
-    // dresidual holds d(loss)/d(output of layer l); each layer turns it into d/d(input of layer l)
+    // dresidual: d(loss)/d(layer l's output); each layer makes it d/d(its input)
     for (int l = L - 1; l >= 0; l--) {
         LayerTensors w = layer_tensors(p, model->params, l);
         LayerTensors dw = layer_tensors(p, model->grads, l);

@@ -1,7 +1,7 @@
 // hf.h — Hugging Face GPT-2 checkpoints in and out: safetensors and config.json.
 // Not here: PyTorch pickles (.bin), other architectures, tokenizer files.
 
-// Conv1D stores (in, out), ours (out, in): the four matrices are transposed both ways.
+// Conv1D stores (in, out), we (out, in): four matrices transpose both ways.
 // lm_head is tied to wte.
 #pragma once
 #include <fcntl.h>
@@ -59,7 +59,7 @@ static inline bool st_header_keeps(int level, const char* key) {
     return level == 3 && !key;
 }
 
-// One file's header into ck->tensors, checked: well-formed, inside the file, sized by shape, no overlaps.
+// One file's header into ck->tensors, checked: well-formed, in the file, shape-sized, no overlaps.
 static inline int st_read_header(const char* path, int file, HfCheckpoint* ck, char* err, size_t errlen) {
     struct stat st;
     FILE* f = fopen_regular(path, "", &st, err, errlen);
@@ -94,7 +94,7 @@ static inline int st_read_header(const char* path, int file, HfCheckpoint* ck, c
     JsonKeep keep;
     keep.keep = st_header_keeps;
     keep.max_items = 16;       // a shape of up to 16 dimensions
-    keep.max_kept = 1u << 21;  // about 300k tensors' entries (a real shard holds a few thousand at most)
+    keep.max_kept = 1u << 21;  // ~300k tensors' entries; real shards hold a few thousand
     if (!json_parse(text.data(), text.size(), &h, why, sizeof why, keep) || h.type != Json::OBJ) {
         snprintf(err, errlen, "%.400s: bad safetensors header: %.200s", path,
                  h.type == Json::OBJ ? why : "not a JSON object");
@@ -171,7 +171,7 @@ static inline bool file_exists(const std::string& path) {
     return stat(path.c_str(), &st) == 0;
 }
 
-// A directory, a .safetensors file or an index .json (not an llm.c model file).
+// A directory, .safetensors file or index .json; not an llm.c model file.
 static inline int hf_is_checkpoint(const char* path) {
     const std::string s(path);
     return is_dir(path) || ends_with(s, ".safetensors") || ends_with(s, ".json");
@@ -254,7 +254,7 @@ static inline int hf_open(const char* path, HfCheckpoint* ck, char* err, size_t 
         return 0;
     }
     if (!read_whole_file(cfg_path.c_str(), 16 << 20, &text, err, errlen)) return 0;
-    JsonKeep top;  // the top object's values (arrays and objects inside are read as empty)
+    JsonKeep top;  // the top object's values; nested arrays and objects read as empty
     top.keep = [](int level, const char* key) { return level == 1 && key; };
     if (!json_parse(text.data(), text.size(), &ck->config, why, sizeof why, top) ||
         ck->config.type != Json::OBJ) {
@@ -265,7 +265,7 @@ static inline int hf_open(const char* path, HfCheckpoint* ck, char* err, size_t 
     return 1;
 }
 
-// config.json -> GPTConfig; refuses what this model does not compute (erf GELU, untied lm_head, ...).
+// config.json -> GPTConfig; refuses what we don't compute (erf GELU, untied lm_head, ...).
 static inline int hf_config_to_gpt(const HfCheckpoint* ck, GPTConfig* cfg, char* err, size_t errlen) {
     const Json& c = ck->config;
     const std::string where = ck->dir + "/config.json";
@@ -369,7 +369,7 @@ static const HfLayerName hf_layer_names[NUM_LAYER_TENSORS] = {{"ln_1.weight", LN
 static const char* const hf_embed_names[NUM_EMBED_TENSORS] = {"wte.weight", "wpe.weight", "ln_f.weight",
                                                               "ln_f.bias"};
 
-// One tensor as transformers stores it (rows x cols; cols = 0: a vector) and where it goes in ours.
+// A tensor as transformers stores it (rows x cols, cols 0: vector) and its place in ours.
 struct HfTensorPlace {
     std::string name;  // without the "transformer." prefix
     int64_t rows, cols, dst, count;
@@ -467,7 +467,7 @@ static inline const StTensor* hf_find(const HfCheckpoint* ck, const std::string&
     return k < end ? &ck->tensors[k] : NULL;
 }
 
-// Every tensor is GPT-2's with the config's shape, and none of ours is missing.
+// Every tensor is GPT-2's, config-shaped, and none of ours is missing.
 static inline int hf_check_tensors(const HfCheckpoint* ck, const GPTConfig* cfg, char* err, size_t errlen) {
     const std::vector<HfTensorPlace> places = hf_tensor_places(cfg);
     std::vector<int> used(ck->tensors.size(), 0);
@@ -512,7 +512,7 @@ static inline int hf_read_config(const char* path, GPTConfig* cfg, char* err, si
            hf_check_tensors(&ck, cfg, err, errlen);
 }
 
-// One tensor into our layout at dst, widened and transposed; a saved lm_head must equal wte.
+// One tensor into our layout at dst, widened, transposed; a saved lm_head must equal wte.
 static inline int hf_read_place(const HfCheckpoint* ck, const GPTConfig* cfg, const HfTensorPlace& pl,
                                 float* dst, std::vector<float>* tmp, std::vector<uint16_t>* half, char* err,
                                 size_t errlen) {
@@ -549,7 +549,7 @@ static inline int hf_read_place(const HfCheckpoint* ck, const GPTConfig* cfg, co
     return 1;
 }
 
-// gpt_load_params for a Hugging Face checkpoint; a saved lm_head.weight must equal wte.
+// gpt_load_params for a Hugging Face checkpoint.
 static inline int hf_load_params(const char* path, const GPTConfig* cfg, float* params, char* err,
                                  size_t errlen, int64_t lo, int64_t hi) {
     HfCheckpoint ck;
@@ -630,7 +630,7 @@ static inline int write_small_file(const std::string& dir, const char* name, con
     return 1;
 }
 
-// Writes `places` into dir's safetensors, sharded past max_shard_bytes. 0 with err on failure.
+// Writes `places` into dir's safetensors, sharded past max_shard_bytes; 0 with err.
 template <typename ReadTensor>
 static inline int hf_write_places(const std::string& dir, const std::vector<HfTensorPlace>& places,
                                   const std::string& prefix, int bf16, int64_t max_shard_bytes,

@@ -7,7 +7,7 @@
 #include "hf.h"         // defines: Json, json_parse, JsonKeep, read_whole_file
 #include "tokenizer.h"  // defines: Tokenizer, tokenizer_free
 
-// The byte that code point cp stands for in a byte-level vocabulary, or -1.
+// The byte code point cp encodes in byte-level BPE, or -1.
 static inline int byte_level_byte(uint32_t cp) {
     auto direct = [](uint32_t b) { return (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174; };
     if (cp < 256) return direct(cp) ? (int)cp : -1;
@@ -17,7 +17,7 @@ static inline int byte_level_byte(uint32_t cp) {
     return -1;
 }
 
-// A byte-level token string (UTF-8) to its bytes; 0 if it is not one.
+// A byte-level token string (UTF-8) to bytes; 0 if not one.
 static inline int byte_level_decode(const std::string& s, std::string* out) {
     out->clear();
     for (size_t i = 0; i < s.size();) {
@@ -42,7 +42,7 @@ static inline bool hf_tokenizer_keeps(int level, const char* key) {
     return true;  // vocab entries, an added token's id and content, a decoder's type
 }
 
-// Loads a tokenizer.json into t: 1, or 0 with err (t then empty).
+// Loads tokenizer.json into t: 1, or 0 with err, t empty.
 static inline int tokenizer_init_hf(Tokenizer* t, const char* path, char* err, size_t errlen) {
     memset(t, 0, sizeof *t);
     t->eot_token = -1;

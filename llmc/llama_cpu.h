@@ -86,7 +86,7 @@ static void embedding_backward(float* dembed, const float* dout, const int* inp,
     }
 }
 
-// RMSNorm over C for each of N rows: out = weight * (x / sqrt(mean(x^2) + eps)); keeps 1/rms for backward.
+// RMSNorm over C per row: out = weight * (x / sqrt(mean(x^2) + eps)); keeps 1/rms.
 static void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int64_t N, int C,
                             float eps) {
 #pragma omp parallel for schedule(static)
@@ -116,7 +116,7 @@ static void rmsnorm_backward(float* dinp, float* dweight, const float* dout, con
         float* dx = dinp + i * C;
         for (int c = 0; c < C; c++) dx[c] += s * (d[c] * weight[c] - x[c] * s * s * gx_mean);
     }
-    // weight gradient: serial over rows (rows would race), vectorized over channels
+    // weight grads: serial over rows (they'd race), vectorized over C
     for (int64_t i = 0; i < N; i++) {
         const float* x = inp + i * C;
         const float* d = dout + i * C;
@@ -167,7 +167,7 @@ static void rope_backward(float* dx, const float* cos_t, const float* sin_t, int
 }
 
 // Causal grouped-query attention: query head h reads kv head h / (NH/NKV).
-// pos (may be NULL): query t sees keys t - pos[t] .. t only.
+// pos (may be NULL): query t sees keys t - pos[t] .. t.
 static void gqa_attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
                                   int B, int T, int NH, int NKV, int hd, const int* pos = NULL) {
     const int64_t QD = (int64_t)NH * hd, KVD = (int64_t)NKV * hd;
@@ -295,7 +295,7 @@ static void matmul_backward_add(float* dinp, float* dweight, float* dbias, const
 // ----------------------------------------------------------------------------
 // The model
 
-// Activations of one forward pass for (B, T), carved from one allocation; per-layer arrays are (L, ...).
+// One forward's activations for (B, T), from one allocation; per-layer arrays are (L, ...).
 typedef struct {
     float* embedded;             // (N, C) embedding rows, the input of layer 0
     float *rms1, *rms1_rstd;     // (L, N, C), (L, N) attention RMSNorm
@@ -337,7 +337,7 @@ typedef struct {
     int* pos;              // (B*T) positions of the last batch, valid when has_pos
     int has_targets, has_pos;
     int64_t num_targets;  // targets >= 0 in the last batch
-    float mean_loss;      // mean of acts.losses over the targets after a forward with targets, else -1
+    float mean_loss;      // mean loss over targets after a forward with targets, else -1
     char error[1024];     // why the last call returned 0
 } LlamaCPU;
 
@@ -360,7 +360,7 @@ static void llama_cpu_free(LlamaCPU* model) { cpu_model_free(model); }
 // grads = 0, before the first micro-batch of a step.
 static void llama_cpu_zero_grad(LlamaCPU* model) { cpu_model_zero_grad(model); }
 
-// Points model->acts into one allocation for (B, T); 0 when out of memory.
+// Points model->acts into one allocation for (B, T); 0 if OOM.
 static int llama_cpu_layout_activations(LlamaCPU* model, int B, int T) {
     const LlamaConfig* c = &model->config;
     const int64_t L = c->num_layers, C = c->hidden_size, NH = c->num_heads, NKV = c->num_kv_heads;
@@ -403,8 +403,8 @@ static int llama_cpu_layout_activations(LlamaCPU* model, int B, int T) {
     return cpu_model_carve(model, table, (int)(sizeof table / sizeof table[0]), B, T);
 }
 
-// Forward over inputs (B, T); with targets (may be NULL) also the losses.
-// 0 with model->error on bad input or no memory.
+// Forward over inputs (B, T); with targets (may be NULL), the losses too.
+// 0 with model->error on bad input or OOM.
 static int llama_cpu_forward(LlamaCPU* model, const int* inputs, const int* targets, int B, int T,
                              const int* pos = NULL) {
     const LlamaConfig* cfg = &model->config;
@@ -466,7 +466,7 @@ static int llama_cpu_forward(LlamaCPU* model, const int* inputs, const int* targ
 }
 
 // ADDS d(loss)/d(params) of the last forward into model->grads.
-// loss = normalizer * the sum of target losses; normalizer 0 means 1/(B*T).
+// loss = normalizer * sum of target losses; 0 means 1/(B*T).
 static int llama_cpu_backward(LlamaCPU* model, float normalizer = 0.0f) {
     if (!cpu_model_has_targets(model)) return 0;
     const LlamaConfig* cfg = &model->config;
@@ -479,7 +479,7 @@ static int llama_cpu_backward(LlamaCPU* model, float normalizer = 0.0f) {
     LlamaEmbedTensors e = llama_embed_tensors(p, model->params);
     LlamaEmbedTensors de = llama_embed_tensors(p, model->grads);
 
-    // loss = mean over N positions -> each position's loss has weight 1/N; a tied lm_head adds into embed
+    // d(loss)/d(each position's loss); a tied lm_head adds into embed
     const float dloss = normalizer != 0.0f ? normalizer : 1.0f / (float)N;
     const int* pos = model->has_pos ? model->pos : NULL;
     crossentropy_softmax_backward(a->dlogits, a->probs, model->targets, dloss, N, V, V);
@@ -488,7 +488,7 @@ static int llama_cpu_backward(LlamaCPU* model, float normalizer = 0.0f) {
     rmsnorm_backward(a->dresidual, de.final_norm, a->dln, a->residual3 + (int64_t)(L - 1) * N * C,
                      e.final_norm, a->rmsf_rstd, N, C);
 
-    // dresidual holds d(loss)/d(output of layer l); each layer turns it into d/d(input of layer l)
+    // dresidual: d(loss)/d(layer l's output); each layer makes it d/d(its input)
     for (int l = L - 1; l >= 0; l--) {
         LlamaLayerTensors w = llama_layer_tensors(p, model->params, l);
         LlamaLayerTensors dw = llama_layer_tensors(p, model->grads, l);

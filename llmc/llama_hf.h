@@ -1,8 +1,8 @@
 // llama_hf.h — Hugging Face Llama and Qwen2 checkpoints into llama_cpu.h's model, and back.
-// What llama_cpu.h does not compute is refused in one line.
-// Not here: the safetensors and JSON readers (hf.h), tokenizers.
+// Refuses in one line what llama_cpu.h does not compute.
+// Not here: safetensors and JSON readers (hf.h), tokenizers.
 
-// nn.Linear stores (out, in) as our layout does: tensors are copied, never transposed.
+// nn.Linear stores (out, in) like our layout: copied, never transposed.
 #pragma once
 #include <string>
 #include <vector>
@@ -21,7 +21,7 @@ static const char* const llama_hf_moe_keys[] = {"num_experts",
                                                 "n_shared_experts",
                                                 "shared_expert_intermediate_size"};
 
-// ck's config.json, read again whole (hf_open keeps only its top-level scalars; rope_scaling is an object).
+// config.json read whole: rope_scaling is an object, hf_open drops it.
 static inline int llama_hf_config(const HfCheckpoint* ck, LlamaConfig* cfg, char* err, size_t errlen) {
     const std::string where = ck->dir + "/config.json";
     std::string text;
@@ -147,7 +147,7 @@ static inline int llama_hf_config(const HfCheckpoint* ck, LlamaConfig* cfg, char
     return 1;
 }
 
-// 1 with path's Llama-family config; 0 with err if refused; 2 if not one.
+// 1: path's Llama config. 0: refused (err). 2: not Llama.
 static inline int llama_hf_read_config(const char* path, LlamaConfig* cfg, char* err, size_t errlen) {
     HfCheckpoint ck;
     char ignored[1024];
@@ -160,7 +160,7 @@ static inline int llama_hf_read_config(const char* path, LlamaConfig* cfg, char*
 // ----------------------------------------------------------------------------
 // The tensors
 
-// One tensor as transformers names it and where it lives in our layout (cols 0: a vector).
+// A tensor's transformers name and place in our layout (cols 0: vector).
 struct LlamaHfPlace {
     std::string name;
     int64_t rows, cols;
@@ -175,7 +175,7 @@ static const char* const llama_hf_layer_names[NUM_LLAMA_LAYER_TENSORS] = {
 static const char* const llama_hf_embed_names[NUM_LLAMA_EMBED_TENSORS] = {
     "model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"};
 
-// Every tensor of the model with cfg, in layout order (a tied lm_head and absent biases left out).
+// The model's tensors in layout order, minus a tied lm_head and absent biases.
 static inline std::vector<LlamaHfPlace> llama_hf_places(const LlamaConfig* cfg) {
     const LlamaLayout p = llama_layout(cfg);
     std::vector<LlamaHfPlace> places;
@@ -191,7 +191,7 @@ static inline std::vector<LlamaHfPlace> llama_hf_places(const LlamaConfig* cfg) 
     return places;
 }
 
-// Every tensor of ours is there, and every tensor there is ours (or tied or RoPE's inv_freq).
+// Ours and the checkpoint's tensors match (tied and RoPE's inv_freq aside).
 static inline int llama_hf_check_tensors(const HfCheckpoint* ck, const LlamaConfig* cfg, char* err,
                                          size_t errlen) {
     std::vector<int> used(ck->tensors.size(), 0);
@@ -218,7 +218,7 @@ static inline int llama_hf_check_tensors(const HfCheckpoint* ck, const LlamaConf
     for (size_t k = 0; k < ck->tensors.size(); k++) {
         const std::string& n = ck->tensors[k].name;
         if (used[k] || ends_with(n, ".rotary_emb.inv_freq")) continue;
-        if (n == "lm_head.weight" && cfg->tied_embeddings) continue;  // checked against the embedding on load
+        if (n == "lm_head.weight" && cfg->tied_embeddings) continue;  // checked against embed on load
         snprintf(err, errlen, "%.400s: tensor '%.100s' is not part of this model's config.json",
                  ck->files[ck->tensors[k].file].c_str(), n.c_str());
         return 0;
@@ -226,8 +226,8 @@ static inline int llama_hf_check_tensors(const HfCheckpoint* ck, const LlamaConf
     return 1;
 }
 
-// The tensors whose place is in the window [lo, hi) of the flat array, into params (element lo).
-// A tied checkpoint's saved lm_head must equal the embedding (checked when the window holds it). 0 with err.
+// Loads the tensors placed in [lo, hi) of the flat array; params holds element lo.
+// A saved tied lm_head must equal the embedding (checked in its window). 0 with err.
 static inline int llama_hf_read_window(const HfCheckpoint* ck, const LlamaConfig* cfg, float* params,
                                        int64_t lo, int64_t hi, char* err, size_t errlen) {
     std::vector<uint16_t> half;
@@ -248,7 +248,7 @@ static inline int llama_hf_read_window(const HfCheckpoint* ck, const LlamaConfig
     const int64_t embed = p.embed_base + p.embed_offset[LL_EMBED];
     const auto tied_head = ck->by_name.find("lm_head.weight");
     if (!cfg->tied_embeddings || tied_head == ck->by_name.end() || embed < lo || embed >= hi) return 1;
-    std::vector<float> lm_head((size_t)p.embed_size[LL_EMBED]);  // a saved tied head must be the embedding
+    std::vector<float> lm_head((size_t)p.embed_size[LL_EMBED]);  // the saved tied head, to compare
     if (!st_read_f32(ck, ck->tensors[tied_head->second], lm_head.data(), half, err, errlen)) return 0;
     if (memcmp(lm_head.data(), params + embed, lm_head.size() * sizeof(float)) != 0) {
         snprintf(err, errlen,
@@ -260,7 +260,7 @@ static inline int llama_hf_read_window(const HfCheckpoint* ck, const LlamaConfig
     return 1;
 }
 
-// Builds and loads a checkpoint's model; 0 with model->error (the model then freed).
+// Builds and loads a checkpoint's model; 0 with model->error, model freed.
 static inline int llama_hf_load(const char* path, LlamaCPU* model) {
     char err[1024];
     HfCheckpoint ck;
@@ -280,8 +280,8 @@ static inline int llama_hf_load(const char* path, LlamaCPU* model) {
     return ok;
 }
 
-// The window [lo, hi) of a checkpoint's parameters (llama_model.h's order) into params (element lo).
-// cfg: its config as read before; a change since is refused. train_gpt -sd loads one layer at a time.
+// Window [lo, hi) of a checkpoint, llama_model.h's order, into params (element lo).
+// cfg: the config read before; a change since is refused. -sd loads a layer at a time.
 static inline int llama_hf_load_window(const char* path, const LlamaConfig* cfg, float* params, int64_t lo,
                                        int64_t hi, char* err, size_t errlen) {
     HfCheckpoint ck;
@@ -299,7 +299,7 @@ static inline int llama_hf_load_window(const char* path, const LlamaConfig* cfg,
 // ----------------------------------------------------------------------------
 // Writing a checkpoint (export_hf)
 
-// Our tensors as hf_write_places writes them: full names, (out, in) as stored, never transposed.
+// Our tensors as hf_write_places writes them: full names, (out, in), not transposed.
 static inline std::vector<HfTensorPlace> llama_hf_write_places(const LlamaConfig* cfg) {
     std::vector<HfTensorPlace> out;
     for (const LlamaHfPlace& pl : llama_hf_places(cfg)) {
@@ -309,7 +309,7 @@ static inline std::vector<HfTensorPlace> llama_hf_write_places(const LlamaConfig
     return out;
 }
 
-// config.json and generation_config.json; Qwen2ForCausalLM for a model with q/k/v biases.
+// config.json, generation_config.json; Qwen2ForCausalLM when q/k/v have biases.
 static inline int llama_hf_write_config(const std::string& dir, const LlamaConfig* c, int bf16, char* err,
                                         size_t errlen) {
     const int qwen2 = c->qkv_bias;

@@ -1,12 +1,11 @@
-// llama_model.h — the Llama family (Llama 2/3, Qwen2) as data.
-// The config, the layer-major parameter layout, presets and specs, seeded init, model files.
-// A model file is llm.c's shape: 256 int32 of header, then fp32 parameters in llama_layout's order.
+// llama_model.h — the Llama family (Llama 2/3, Qwen2) as data: config, layer-major layout,
+// presets, specs, init, model files (256 int32 of header, then fp32 in llama_layout's order).
 // Not here: the math (llama_cpu.h), Hugging Face checkpoints (llama_hf.h), the GPU.
 
-// Header (int32 slots; floats stored as their 32 bits):
-//   0 magic 20241126, 1 version 1, 2 L, 3 C, 4 NH, 5 NKV, 6 head size, 7 MLP width I, 8 V, 9 max T,
-//   10 rms eps, 11 rope theta, 12 llama3 rope (0/1), 13 factor, 14 low, 15 high, 16 original max T,
-//   17 q/k/v biases (0/1), 18 tied embeddings (0/1); the rest 0.
+// Header, int32 slots (floats as their bits):
+//   0 magic 20241126, 1 version 1, 2 L, 3 C, 4 NH, 5 NKV, 6 hd, 7 I, 8 V, 9 maxT,
+//   10 rms eps, 11 rope theta, 12 rope_llama3, 13 factor, 14 low, 15 high, 16 original maxT,
+//   17 qkv_bias, 18 tied_embeddings; the rest 0.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -35,14 +34,14 @@ typedef struct {
     int max_seq_len;        // max_position_embeddings: the longest T
     float rms_norm_eps;
     float rope_theta;  // RoPE base: 10000 (Llama 2), 500000 (Llama 3), 1e6 (Qwen2)
-    int rope_llama3;   // 1: Llama 3.1's frequency scaling with the four fields below; 0: plain RoPE
+    int rope_llama3;   // 1: Llama 3.1 frequency scaling (four fields below); 0: plain
     float rope_factor, rope_low_freq_factor, rope_high_freq_factor;
     int rope_original_max_pos;  // original_max_position_embeddings
     int qkv_bias;               // 1: q, k, v projections have biases (Qwen2)
     int tied_embeddings;        // 1: lm_head is the embedding matrix
 } LlamaConfig;
 
-// One layer's tensors, in their order in its block; absent biases have size 0.
+// One layer's tensors in block order. Absent biases: size 0.
 enum LlamaLayerTensor {
     LL_ATTN_NORM,
     LL_WQ,
@@ -60,17 +59,17 @@ enum LlamaLayerTensor {
 };
 static const char* const llama_layer_tensor_names[NUM_LLAMA_LAYER_TENSORS] = {
     "attn_norm", "wq", "wk", "wv", "bq", "bk", "bv", "wo", "mlp_norm", "w_gate", "w_up", "w_down"};
-// Weight decay on 2-D matrices only, as llm.c: not on norms, not on biases.
+// Weight decay on matrices only, not on norms or biases.
 static const int llama_layer_tensor_is_matrix[NUM_LLAMA_LAYER_TENSORS] = {0, 1, 1, 1, 0, 0, 0, 1, 0, 1, 1, 1};
 
-// The tensors after the layers; lm_head has size 0 when tied.
+// After the layers. lm_head has size 0 when tied.
 enum LlamaEmbedTensor { LL_EMBED, LL_FINAL_NORM, LL_LM_HEAD, NUM_LLAMA_EMBED_TENSORS };
 static const char* const llama_embed_tensor_names[NUM_LLAMA_EMBED_TENSORS] = {"embed", "final_norm",
                                                                               "lm_head"};
 static const int llama_embed_tensor_is_matrix[NUM_LLAMA_EMBED_TENSORS] = {1, 0, 1};
 
-// Layer-major: layer l's block at l * layer_stride, then the embedding block at embed_base.
-// Shapes as nn.Linear stores them, (out, in); cols 0 marks a vector.
+// Layer l at l * layer_stride, then the embedding block at embed_base.
+// Shapes (out, in) as nn.Linear; cols 0: a vector.
 typedef struct {
     int64_t layer_rows[NUM_LLAMA_LAYER_TENSORS], layer_cols[NUM_LLAMA_LAYER_TENSORS];
     int64_t layer_size[NUM_LLAMA_LAYER_TENSORS];    // elements (0: absent)
@@ -83,7 +82,7 @@ typedef struct {
     int64_t total;
 } LlamaLayout;
 
-// Checks what the loops rely on. 0 with err on a bad config.
+// What the loops rely on; 0 with err if bad.
 static inline int llama_config_check(const LlamaConfig* c, char* err, size_t errlen) {
     const char* bad = NULL;
     if (c->num_layers < 1 || c->hidden_size < 1 || c->num_heads < 1 || c->num_kv_heads < 1 ||
@@ -132,7 +131,7 @@ static inline LlamaLayout llama_layout(const LlamaConfig* c) {
     return p;
 }
 
-// Parameter tensors as named pointers into a flat array (params or grads); absent ones NULL.
+// Named pointers into params or grads; absent: NULL.
 typedef struct {
     float *attn_norm, *wq, *wk, *wv, *bq, *bk, *bv, *wo, *mlp_norm, *w_gate, *w_up, *w_down;
 } LlamaLayerTensors;
@@ -192,9 +191,9 @@ static inline int llama_spec_int(const char* tok, size_t len, const char* key, i
     return 1;
 }
 
-// BASE[:KEYn]...: BASE a preset (llama3-8b) or a family (llama, qwen2) needing L, C, NH and I.
-// Keys: L C NH KV (key/value heads) HD (head size) I (MLP width) V T (max T) TIE BIAS (0/1).
-// Returns 1: a Llama spec; 2: not one (a GPT-2 spec or a path); 0: invalid (err says why).
+// BASE[:KEYn]...: a preset (llama3-8b), or a family (llama, qwen2) plus L, C, NH, I.
+// Keys: L C NH KV=NKV HD=hd I V T=maxT, TIE BIAS (0/1).
+// 1: a Llama spec. 2: not one (GPT-2 or a path). 0: invalid, err says why.
 static inline int parse_llama_spec(const char* spec, LlamaConfig* cfg, char* err, size_t errlen) {
     if (!spec || !*spec || strchr(spec, '/')) return 2;
     const char* tok = spec;
@@ -219,7 +218,7 @@ static inline int parse_llama_spec(const char* spec, LlamaConfig* cfg, char* err
     while (tok[len] == ':') {
         tok += len + 1;
         len = strcspn(tok, ":");
-        // TIE before T: the one key that is a prefix of another
+        // TIE before T: T is a prefix of TIE
         if (llama_spec_int(tok, len, "NH", &c.num_heads) || llama_spec_int(tok, len, "KV", &kv) ||
             llama_spec_int(tok, len, "HD", &hd) || llama_spec_int(tok, len, "TIE", &c.tied_embeddings) ||
             llama_spec_int(tok, len, "BIAS", &c.qkv_bias) || llama_spec_int(tok, len, "L", &c.num_layers) ||
@@ -268,9 +267,9 @@ static inline int parse_llama_spec(const char* spec, LlamaConfig* cfg, char* err
 static inline int64_t llama_num_params(const LlamaConfig* c) { return llama_layout(c).total; }
 
 // ----------------------------------------------------------------------------
-// Initialization: N(0, 0.02) matrices (transformers' initializer_range), norms 1, biases 0
+// Init: matrices N(0, 0.02) as transformers, norms 1, biases 0
 
-// Layer l's block (layer_stride floats); its streams depend on l only, so layers init one at a time.
+// Layer l alone: its RNG streams depend only on l.
 static inline void llama_init_layer(const LlamaConfig* c, int l, float* layer, uint64_t seed) {
     const LlamaLayout p = llama_layout(c);
     for (int k = 0; k < NUM_LLAMA_LAYER_TENSORS; k++) {
@@ -336,7 +335,7 @@ static inline void llama_header(const LlamaConfig* c, int32_t h[256]) {
     memcpy(h, v, sizeof v);
 }
 
-// 1 if path is a Llama-family model file (by its magic), else 0.
+// 1 if path has the Llama model magic, else 0.
 static inline int llama_is_model_file(const char* path) {
     FILE* f = fopen(path, "rb");
     int32_t magic = 0;
@@ -345,7 +344,7 @@ static inline int llama_is_model_file(const char* path) {
     return ok;
 }
 
-// The config of a model file, its header checked against its size. 0 with err.
+// A model file's config, header checked against size; 0 with err.
 static inline int llama_read_header(const char* path, LlamaConfig* c, char* err, size_t errlen) {
     int32_t h[256];
     int got;
@@ -397,8 +396,8 @@ static inline int llama_read_header(const char* path, LlamaConfig* c, char* err,
     return 1;
 }
 
-// Reads the parameters of a file whose header gave c. 0 with err.
-// A window [lo, hi) of the file's order reads only those floats: params then points at element lo.
+// Reads the parameters (c from the header); 0 with err.
+// Window [lo, hi) in file order: only those floats, params[0] is element lo.
 static inline int llama_load_params(const char* path, const LlamaConfig* c, float* params, char* err,
                                     size_t errlen, int64_t lo = 0, int64_t hi = INT64_MAX) {
     FILE* f = fopen(path, "rb");
@@ -422,7 +421,7 @@ static inline int llama_load_params(const char* path, const LlamaConfig* c, floa
     return 1;
 }
 
-// Saves atomically (path.tmp, fsync, rename); crc (optional) gets the file's CRC-32C. 0 with err.
+// Atomic save (tmp, fsync, rename); crc (optional) gets the CRC-32C.
 static inline int llama_save_params(const char* path, const LlamaConfig* c, const float* params, char* err,
                                     size_t errlen, uint32_t* crc = NULL) {
     char tmp[4200];

@@ -6,15 +6,13 @@
 #include <unistd.h>
 #include "run_dir.h"
 
-// f: NULL = no log; lost: a write failed (warned once, no more tries).
 typedef struct {
-    FILE* f;
-    int lost;
+    FILE* f;   // NULL: no log
+    int lost;  // a write failed: warned once, not retried
     char path[4200];
 } TrainLogger;
 
-// Opens DIR/main.log (dir NULL: disabled); resume_step < 0 starts afresh.
-// A resume keeps the lines before its step (and its train line): no step appears twice.
+// Opens DIR/main.log; dir NULL: no log. resume_step < 0: afresh.
 static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_step, char* err,
                               size_t errlen) {
     lg->f = NULL;
@@ -25,7 +23,7 @@ static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_s
     char tmp[4300];
     char* path = lg->path;
     snprintf(path, sizeof lg->path, "%s/main.log", dir);
-    if (resume_step >= 0) {
+    if (resume_step >= 0) {  // keep lines before resume_step, and its trl: no step twice
         FILE* in = fopen(path, "r");
         if (in) {
             snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -42,7 +40,7 @@ static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_s
                 if (strcmp(kind, "tel") == 0 ? step < resume_step : step <= resume_step) fputs(line, out);
             }
             fclose(in);
-            // durable before the rename: a crash leaves the old or the new log whole
+            // fsync before rename: a crash leaves one whole log
             const int synced = fflush(out) == 0 && fsync(fileno(out)) == 0;
             if (fclose(out) != 0 || !synced || rename(tmp, path) != 0) {
                 snprintf(err, errlen, "cannot rewrite %.160s: %.60s", path, strerror(errno));
@@ -58,7 +56,7 @@ static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_s
     }
     return 1;
 }
-// One line, flushed. A failed write warns once; the run goes on.
+// Flushed. A failed write warns once; the run goes on.
 static inline void logger_line(TrainLogger* lg, int step, const char* kind, float loss, const char* more) {
     if (!lg->f || lg->lost) return;
     errno = 0;

@@ -1,13 +1,13 @@
-// model.h — GPT-2 shapes and the LAYER-MAJOR parameter layout, shared by both trainers.
-// Also: llm.c model files, GPT-2 init. Not here: forward/backward math.
+// model.h — GPT-2 shapes, the LAYER-MAJOR parameter layout, init, llm.c model files.
+// Shared by both trainers. Not here: forward/backward math.
 
-// Layout of the one flat fp32 parameter array (64-bit offsets everywhere):
+// The one flat fp32 parameter array, 64-bit offsets:
 //   [ embeddings: wte (Vp x C) | wpe (maxT x C) | lnfw (C) | lnfb (C) ]
 //   [ layer 0: ln1w ln1b qkvw qkvb attprojw attprojb ln2w ln2b fcw fcb fcprojw fcprojb ]
 //   [ layer 1: ... ] ... [ layer L-1 ]
 // A layer is contiguous: one copy, one transfer, one update.
 
-// Weight matrices are (out, in) row-major, as nn.Linear and llm.c: out = in @ W^T + b.
+// Matrices are (out, in) row-major, as nn.Linear: out = in @ W^T + b.
 #pragma once
 #include <errno.h>
 #include <math.h>
@@ -28,7 +28,7 @@
 typedef struct {
     int max_seq_len;        // maxT: rows of the position embedding
     int vocab_size;         // V: real tokens (50257 for GPT-2)
-    int padded_vocab_size;  // Vp: V rounded up to a multiple of 128 so the lm_head GEMM has friendly shapes
+    int padded_vocab_size;  // Vp: V rounded up to 128, for the lm_head GEMM
     int num_layers;         // L
     int num_heads;          // NH
     int channels;           // C
@@ -52,7 +52,7 @@ enum LayerTensor {
 static const char* const layer_tensor_names[NUM_LAYER_TENSORS] = {
     "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
     "ln2w", "ln2b", "fcw",  "fcb",  "fcprojw",  "fcprojb"};
-// Which layer tensors are 2-D weight matrices: only these get weight decay (as in llm.c / nanoGPT).
+// Only matrices get weight decay, as in nanoGPT.
 static const int layer_tensor_is_matrix[NUM_LAYER_TENSORS] = {0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0};
 
 enum EmbedTensor { WTE, WPE, LNFW, LNFB, NUM_EMBED_TENSORS };
@@ -71,21 +71,21 @@ typedef struct {
 
 static inline int64_t round_up64(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-// Checks the shapes the kernels rely on. Returns 0 and fills err on a bad config.
+// The shapes the kernels rely on; 0 with err if bad.
 static inline int gpt_config_check(const GPTConfig* c, char* err, size_t errlen) {
     if (c->num_layers < 1 || c->channels < 1 || c->num_heads < 1 || c->max_seq_len < 1 || c->vocab_size < 1) {
         snprintf(err, errlen, "all model dimensions must be positive (L=%d C=%d NH=%d maxT=%d V=%d)",
                  c->num_layers, c->channels, c->num_heads, c->max_seq_len, c->vocab_size);
         return 0;
     }
-    // bounds (as parse_model_spec's) that keep every size of gpt_layout far from int64 overflow
+    // keeps gpt_layout's sizes far from int64 overflow
     if (c->num_layers > 100000 || c->channels > 1000000 || c->max_seq_len > 10000000 ||
         c->padded_vocab_size > 10000000) {
         snprintf(err, errlen, "model dimensions too large (L=%d C=%d maxT=%d Vp=%d)", c->num_layers,
                  c->channels, c->max_seq_len, c->padded_vocab_size);
         return 0;
     }
-    // 32: every tensor offset stays 64-byte aligned for the 16-byte bf16 loads.
+    // keeps tensor offsets 64-byte aligned for 16-byte bf16 loads
     if (c->channels % 32 != 0) {
         snprintf(err, errlen, "channels C=%d must be a multiple of 32", c->channels);
         return 0;
@@ -107,7 +107,7 @@ static inline int gpt_config_check(const GPTConfig* c, char* err, size_t errlen)
     return 1;
 }
 
-// A config of these shapes, Vp = V rounded up to 128; 0 with err if gpt_config_check refuses it.
+// Vp = V rounded up to 128; 0 with err if invalid.
 static inline int gpt_config_make(GPTConfig* cfg, int64_t L, int64_t C, int64_t NH, int64_t T, int64_t V,
                                   char* err, size_t errlen) {
     cfg->num_layers = (int)L;
@@ -148,13 +148,13 @@ static inline int64_t gpt_layer_offset(const ParamLayout* p, int l) {
     return p->embed_count + (int64_t)l * p->layer_stride;
 }
 
-// Parameters counted the way papers do: without the padded vocab rows.
+// Parameters as papers count them: without padded vocab rows.
 static inline int64_t gpt_num_real_params(const GPTConfig* c, const ParamLayout* p) {
     return p->total - (int64_t)(c->padded_vocab_size - c->vocab_size) * c->channels;
 }
 
 // ----------------------------------------------------------------------------
-// Initialization: a counter-based RNG, the same on any machine or thread count.
+// Init: a counter-based RNG, same bits on any thread count.
 
 static inline uint64_t splitmix64(uint64_t x) {
     x += 0x9E3779B97F4A7C15ull;
@@ -162,7 +162,7 @@ static inline uint64_t splitmix64(uint64_t x) {
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
     return x ^ (x >> 31);
 }
-// Standard normal for (seed, stream, index) via Box-Muller on two 53-bit uniforms.
+// N(0, 1) for (seed, stream, index): Box-Muller on 53-bit uniforms.
 static inline float normal_at(uint64_t seed, uint64_t stream, uint64_t index) {
     uint64_t h = splitmix64(seed ^ splitmix64(stream * 0x632BE59BD9B4E019ull + index));
     uint64_t h2 = splitmix64(h);
@@ -182,7 +182,7 @@ static inline void fill_const(float* x, int64_t n, float v) {
 
 // GPT-2 init: N(0, 0.02), residual projections scaled by 1/sqrt(2L); LayerNorm 1, 0.
 
-// The embedding block alone (params: the whole array, or just its first embed_count floats).
+// The embedding block only; params needs just embed_count floats.
 static inline void gpt_init_embeddings(const GPTConfig* c, float* params, uint64_t seed) {
     ParamLayout p = gpt_layout(c);
     const float std = 0.02f;
@@ -194,7 +194,7 @@ static inline void gpt_init_embeddings(const GPTConfig* c, float* params, uint64
     fill_const(e + p.embed_offset[LNFW], p.embed_size[LNFW], 1.0f);
     fill_const(e + p.embed_offset[LNFB], p.embed_size[LNFB], 0.0f);
 }
-// Layer l alone into `base`, the same bits as gpt_init_params (for the SSD tier).
+// Layer l into `base`, bit-equal to gpt_init_params (SSD tier).
 static inline void gpt_init_layer(const GPTConfig* c, int l, float* base, uint64_t seed) {
     ParamLayout p = gpt_layout(c);
     const float std = 0.02f, resid_std = 0.02f / sqrtf(2.0f * c->num_layers);
@@ -215,9 +215,9 @@ static inline void gpt_init_params(const GPTConfig* c, float* params, uint64_t s
 
 // ----------------------------------------------------------------------------
 // llm.c model files: 256 int32 {20240326, 3, maxT, V, L, NH, C, Vp}, then tensor-major fp32.
-// Version 5 (bf16) is read too; we write version 3.
+// We read version 5 (bf16) too and write 3.
 
-// Progress of a read over 1 GiB: one line per quarter (*quarter: the last printed).
+// Prints each quarter of a read over 1 GiB. *quarter: last printed.
 static inline void read_progress(const char* what, const char* path, int64_t done, int64_t total,
                                  int* quarter) {
     if (total < ((int64_t)1 << 30)) return;
@@ -233,7 +233,7 @@ static const int llmc_file_order[16][2] = {
     {0, WTE},  {0, WPE},  {1, LN1W}, {1, LN1B}, {1, QKVW},    {1, QKVB},    {1, ATTPROJW}, {1, ATTPROJB},
     {1, LN2W}, {1, LN2B}, {1, FCW},  {1, FCB},  {1, FCPROJW}, {1, FCPROJB}, {0, LNFW},     {0, LNFB}};
 
-// The 256 int32 of an llm.c fp32 model file's header for cfg.
+// llm.c fp32 file header for cfg.
 static inline void llmc_header(const GPTConfig* cfg, int header[256]) {
     memset(header, 0, 256 * sizeof(int));
     header[0] = MODEL_MAGIC;
@@ -246,7 +246,7 @@ static inline void llmc_header(const GPTConfig* cfg, int header[256]) {
     header[7] = cfg->padded_vocab_size;
 }
 
-// Byte offset in an llm.c file of tensor k of llmc_file_order, layer l.
+// File byte offset of tensor k (llmc_file_order), layer l.
 static inline int64_t llmc_tensor_offset(const GPTConfig* c, const ParamLayout* p, int k, int l, int esize) {
     int64_t at = 256 * 4;
     for (int j = 0; j < k; j++) {
@@ -257,7 +257,7 @@ static inline int64_t llmc_tensor_offset(const GPTConfig* c, const ParamLayout* 
     return at + (is_layer ? esize * (int64_t)l * p->layer_size[t] : 0);
 }
 
-// Any model file's 256 int32 of header (*got 0: the file is shorter) and its size; 0 with err.
+// Any model file's 256-int header and size. *got 0: too short.
 static inline int read_model_header(const char* path, int32_t header[256], int* got, int64_t* bytes,
                                     char* err, size_t errlen) {
     struct stat st;
@@ -269,7 +269,7 @@ static inline int read_model_header(const char* path, int32_t header[256], int* 
     return 1;
 }
 
-// Reads the header and checks the file's size against it; 0 with err on any problem.
+// Reads the header; 0 with err if the file size disagrees.
 static inline int llmc_read_header(const char* path, GPTConfig* cfg, char* err, size_t errlen) {
     int32_t header[256];
     int got;
@@ -309,15 +309,15 @@ static inline int llmc_read_header(const char* path, GPTConfig* cfg, char* err, 
     return 1;
 }
 
-// The first NaN or infinity in x, or -1: such a model is refused at load.
+// First NaN or inf, or -1; loading refuses them.
 static inline int64_t first_non_finite(const float* x, int64_t n) {
     for (int64_t i = 0; i < n; i++)
         if (!isfinite(x[i])) return i;
     return -1;
 }
 
-// Loads parameters into `params`; bf16 widens exactly.
-// A window [lo, hi) of whole blocks loads only those tensors (the SSD tier).
+// Loads into `params`; bf16 widens exactly.
+// [lo, hi) of whole blocks: only those tensors (SSD tier).
 static inline int llmc_load_params(const char* path, const GPTConfig* cfg, float* params, char* err,
                                    size_t errlen, int64_t lo = 0, int64_t hi = INT64_MAX) {
     ParamLayout p = gpt_layout(cfg);
@@ -355,8 +355,8 @@ static inline int llmc_load_params(const char* path, const GPTConfig* cfg, float
             if (!is_bf16) {
                 ok = (int64_t)fread(dst, sizeof(float), (size_t)n, f) == n;
             } else {
-                // bf16: read into dst's upper half, then widen front to back.
-                // Each float overwrites only values already read.
+                // bf16: read into dst's upper half, widen front to back.
+                // Each float overwrites only bf16s already read.
                 unsigned char* half = (unsigned char*)dst + 2 * n;
                 ok = (int64_t)fread(half, 2, (size_t)n, f) == n;
                 for (int64_t i = 0; i < n && ok; i++) {
@@ -383,7 +383,7 @@ static inline int llmc_load_params(const char* path, const GPTConfig* cfg, float
     return ok;
 }
 
-// Ends an atomic save: fsync, close, rename tmp to path. 1, or 0 with *why set.
+// Ends an atomic save: fsync, close, rename tmp to path; 0 sets *why.
 static inline int finish_atomic_write(FILE* f, int ok, const char* tmp, const char* path, int* why) {
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     *why = ok ? 0 : errno;
@@ -399,8 +399,8 @@ static inline int finish_atomic_write(FILE* f, int ok, const char* tmp, const ch
     return ok;
 }
 
-// Saves atomically (tmp, fsync, rename); the caller fsyncs the directory.
-// crc (optional): the file's CRC-32C, written beside it.
+// Atomic save; the caller fsyncs the directory.
+// crc (optional): gets the file's CRC-32C.
 static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const float* params, char* err,
                                   size_t errlen, uint32_t* crc = NULL) {
     ParamLayout p = gpt_layout(cfg);
@@ -443,7 +443,7 @@ static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const 
 // ----------------------------------------------------------------------------
 // Host memory
 
-// Available host RAM in bytes (MemAvailable from /proc/meminfo), or -1 if unknown.
+// MemAvailable from /proc/meminfo in bytes, or -1.
 static inline int64_t host_available_bytes(void) {
     FILE* f = fopen("/proc/meminfo", "r");
     if (!f) return -1;

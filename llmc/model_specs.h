@@ -1,4 +1,4 @@
-// model_specs.h — a model spec (-e d12, L4:C128:NH4, 7b, ...) as a GPTConfig.
+// model_specs.h — -e specs (d12, L4:C128:NH4, 7b, ...) as GPTConfigs.
 // Not here: model files (model.h).
 #pragma once
 #include <stdint.h>
@@ -18,7 +18,7 @@ static const ModelPreset model_presets[] = {
     {"13b", 40, 5120, 40},  {"30b", 48, 7168, 56},  {"70b", 86, 8192, 64},  {"100b", 100, 9216, 72},
     {"175b", 96, 12288, 96}};
 
-// Reads "<key><digits>" (e.g. "NH12") into *v if the token starts with key; 1 on a match.
+// "<key><digits>" ("NH12") into *v; 1 on a match.
 static inline int spec_key_value(const char* tok, size_t len, const char* key, int64_t* v) {
     size_t k = strlen(key);
     if (len <= k || strncmp(tok, key, k) != 0) return 0;
@@ -33,7 +33,7 @@ static inline int spec_key_value(const char* tok, size_t len, const char* key, i
 }
 
 // BASE[:T<n>][:V<n>], BASE = dN, a preset or L<n>:C<n>:NH<n>.
-// 1: valid; 2: not a spec (a path); 0: invalid, err says why.
+// Returns 1, 2 (a path) or 0 (invalid, err set).
 static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, size_t errlen) {
     if (!spec || !*spec || strchr(spec, '/') || strchr(spec, '\\')) return 2;
     const size_t n = strlen(spec);
@@ -41,11 +41,11 @@ static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, 
     int64_t L = -1, C = -1, NH = -1, T = 1024, V = 50257, x;
     const char* tok = spec;
     size_t len = strcspn(tok, ":");
-    // the first token decides whether this is a spec
+    // first token: spec or path?
     int is_shape = spec_key_value(tok, len, "L", &x);
     if (is_shape) L = x;
     else if (len > 1 && (tok[0] == 'd' || tok[0] == 'D') && spec_key_value(tok + 1, len - 1, "", &x)) {
-        const ModelPreset* gpt2 = NULL;  // d12 d24 d36 d48: GPT-2's sizes, the first four presets
+        const ModelPreset* gpt2 = NULL;  // d12 d24 d36 d48: GPT-2's sizes, presets 0-3
         for (int i = 0; i < 4; i++)
             if (model_presets[i].L == x) gpt2 = &model_presets[i];
         L = x;
@@ -61,7 +61,7 @@ static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, 
             }
         }
         if (L < 0) {
-            // "Lx:C128" is a mistyped spec unless such a file exists
+            // "Lx:C128": a typo unless the file exists
             struct stat st;
             if (strchr(spec, ':') && stat(spec, &st) != 0) {
                 snprintf(err, errlen,
@@ -77,7 +77,7 @@ static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, 
     while (tok[len] == ':') {
         tok += len + 1;
         len = strcspn(tok, ":");
-        if (spec_key_value(tok, len, "NH", &x)) NH = x;  // before "C"/"L": no key is a prefix of another
+        if (spec_key_value(tok, len, "NH", &x)) NH = x;  // order is free: no key prefixes another
         else if (spec_key_value(tok, len, "C", &x)) C = x;
         else if (spec_key_value(tok, len, "L", &x)) L = x;
         else if (spec_key_value(tok, len, "T", &x)) T = x;
@@ -104,7 +104,7 @@ static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, 
     return 1;
 }
 
-// -e NAME read as a spec while a path NAME exists too: one warning line.
+// -e NAME, both spec and path: warn once.
 static inline void warn_if_spec_shadows_path(const char* spec, int kind) {
     struct stat sb;
     if (kind == 1 && stat(spec, &sb) == 0)

@@ -1,5 +1,5 @@
-// outliers.h — checks on a step's loss and grad norm before its update.
-// Diverged: stop. Outlier (-sl / -sg): skip the update.
+// outliers.h — loss and grad norm checks before the update.
+// Diverged: stop. Outlier: skip the update.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -7,7 +7,7 @@
 #include "args.h"
 #include "utils.h"
 
-// 1 (with why) if not finite, loss > 10 x ln(V) or norm > 1e10; else 0.
+// 1 with why: non-finite, loss > 10 ln(V), norm > 1e10.
 static inline int training_diverged(double loss, double norm, int V, char* why, size_t len) {
     const double loss_cap = 10.0 * log((double)V), norm_cap = 1e10;
     if (!isfinite(loss) || !isfinite(norm)) snprintf(why, len, "not finite");
@@ -17,7 +17,7 @@ static inline int training_diverged(double loss, double norm, int V, char* why, 
     return 1;
 }
 
-// One error line and exit; saved_step: the last checkpoint (-1: none).
+// Dies. saved_step: last checkpoint, -1: none.
 static inline void die_diverged(int step, double loss, double norm, const char* why, int64_t saved_step) {
     char last[96] = "";
     if (saved_step >= 0)
@@ -27,14 +27,14 @@ static inline void die_diverged(int step, double loss, double norm, const char* 
 }
 
 // ----------------------------------------------------------------------------
-// -sl / -sg: skip a step whose loss or grad norm is far above its window's.
+// -sl / -sg: skip steps far above the window's loss or norm.
 
 typedef struct {
     double values[OUTLIER_WINDOW];
     int count, next;
 } OutlierWindow;
 
-// z-score of x against the window (NaN until full); x then joins it.
+// x's z-score (NaN until the window fills); x joins it.
 static inline double outlier_z(OutlierWindow* w, double x) {
     double z = NAN;
     if (w->count == OUTLIER_WINDOW) {
@@ -51,7 +51,7 @@ static inline double outlier_z(OutlierWindow* w, double x) {
     return z;
 }
 
-// 1 (with why) when -sl or -sg says to skip this step's update.
+// 1 with why: -sl or -sg says skip.
 static inline int outlier_skip(const TrainArgs* a, OutlierWindow* losses, OutlierWindow* norms, double loss,
                                double norm, char* why, size_t whylen) {
     const double zl = outlier_z(losses, loss), zg = outlier_z(norms, norm);

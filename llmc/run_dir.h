@@ -1,4 +1,4 @@
-// run_dir.h — the -o directory: one run at a time, durable renames, pruning old checkpoints.
+// run_dir.h — the -o directory: one run at a time, durable renames, pruning.
 // Not here: checkpoint contents (checkpoint.h).
 #pragma once
 #include <dirent.h>
@@ -15,7 +15,7 @@
 // mkdir -p, mode 0755; 0 with err on failure.
 static inline int make_dirs(const char* dir, char* err, size_t errlen) {
     char path[4096];
-    // the loop starts at path + 1: an empty path would run past the terminator
+    // from path + 1: an empty path would overrun the terminator
     if (!dir[0]) {
         snprintf(err, errlen, "output dir path is empty");
         return 0;
@@ -44,7 +44,7 @@ static inline int make_dirs(const char* dir, char* err, size_t errlen) {
     return 1;
 }
 
-// One run per directory: holds DIR/LOCK (flock) until exit; unchecked where flock is unsupported.
+// One run per directory: flock on DIR/LOCK until exit, if supported.
 static inline int lock_output_dir(const char* dir, char* err, size_t errlen) {
     if (!make_dirs(dir, err, errlen)) return 0;
     char path[4200];
@@ -71,10 +71,10 @@ static inline int lock_output_dir(const char* dir, char* err, size_t errlen) {
     char pid[24];
     const int len = snprintf(pid, sizeof pid, "%d\n", (int)getpid());
     if (ftruncate(fd, 0) != 0 || pwrite(fd, pid, (size_t)len, 0) != len) {}  // the pid only helps the message
-    return 1;  // fd stays open, and the lock held, for the rest of the run
+    return 1;  // fd, and so the lock, held until exit
 }
 
-// Makes renames, creations and removals in dir durable. 0 with err on failure.
+// Makes dir's renames, creations, removals durable; 0 with err.
 static inline int fsync_dir(const char* dir, char* err, size_t errlen) {
     const int fd = open(dir, O_RDONLY | O_DIRECTORY);
     if (fd < 0) {
@@ -87,7 +87,7 @@ static inline int fsync_dir(const char* dir, char* err, size_t errlen) {
     return ok;
 }
 
-// N of a name exactly <prefix>N<suffix> (N: digits, 1..INT_MAX), else -1 ("DONE_-5", "DONE_2x").
+// N of exactly <prefix>N<suffix>, N digits in 1..INT_MAX; else -1 ("DONE_2x").
 static inline int64_t checkpoint_name_step(const char* name, const char* prefix, const char* suffix) {
     const size_t np = strlen(prefix);
     if (strncmp(name, prefix, np) != 0 || name[np] < '0' || name[np] > '9')
@@ -99,7 +99,7 @@ static inline int64_t checkpoint_name_step(const char* name, const char* prefix,
     return v;
 }
 
-// Largest step < below among <prefix>N<suffix> in dir, or -1. From INT64_MAX down: newest first.
+// Largest N < below in dir's <prefix>N<suffix>, or -1. INT64_MAX: newest.
 static inline int64_t dir_latest_step(const char* dir, const char* prefix, const char* suffix,
                                       int64_t below) {
     DIR* d = opendir(dir);
@@ -114,7 +114,7 @@ static inline int64_t dir_latest_step(const char* dir, const char* prefix, const
     return best;
 }
 
-// The files of one checkpoint are <prefix><step, 8 digits><suffix> in the -o directory.
+// A checkpoint's files: <prefix><step, 8 digits><suffix> in -o.
 typedef struct {
     const char* prefix;
     const char* suffix;

@@ -1,4 +1,4 @@
-// sampler.h — a tiny RNG, drawing a token from softmax(logits) (as llm.c's), printing a sample.
+// sampler.h — a tiny RNG, a token from softmax(logits) (as llm.c's), sample printing.
 // Not here: the forward passes that make the logits.
 #pragma once
 #include <math.h>
@@ -19,7 +19,7 @@ static inline uint64_t random_u64(uint64_t* state) {
 // Uniform in [0, 1), 24 random bits.
 static inline float random_f32(uint64_t* state) { return (float)(random_u64(state) >> 40) / 16777216.0f; }
 
-// Token from softmax(logits[0..V)) by walking the CDF with coin in [0, 1); padded columns are ignored.
+// Token from softmax(logits[0..V)): walk the CDF to coin in [0, 1). Padding ignored.
 static inline int sample_softmax(const float* logits, int V, float coin) {
     float maxv = logits[0];
     for (int i = 1; i < V; i++) maxv = logits[i] > maxv ? logits[i] : maxv;

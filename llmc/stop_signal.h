@@ -1,5 +1,5 @@
 // stop_signal.h — Ctrl-C / SIGTERM without losing work.
-// The first signal: finish the step, save, exit 128 + signal; a second: exit at once.
+// First signal: finish the step, save, exit 128 + signal. Second: exit now.
 #pragma once
 #include <signal.h>
 #include <stdint.h>
@@ -12,7 +12,7 @@ static volatile sig_atomic_t stop_signal_received = 0;
 static void stop_signal_handler(int sig) {
     const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
     char msg[160] = "\n";
-    if (stop_signal_received) {  // the second: write and _exit are async-signal-safe, printf is not
+    if (stop_signal_received) {  // second: async-signal-safe calls only (write, _exit)
         strcat(msg, name);
         strcat(msg, " again: exiting now, without a checkpoint\n");
         if (write(2, msg, strlen(msg)) < 0) {}
@@ -24,7 +24,7 @@ static void stop_signal_handler(int sig) {
     if (write(2, msg, strlen(msg)) < 0) {}
 }
 
-// SA_RESTART: a read or write the signal interrupts goes on.
+// SA_RESTART: interrupted reads and writes resume.
 static inline void stop_signal_install(void) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -35,10 +35,10 @@ static inline void stop_signal_install(void) {
     sigaction(SIGTERM, &sa, NULL);
 }
 
-// The signal that asked the run to stop (SIGINT or SIGTERM), or 0.
+// The stop signal (SIGINT or SIGTERM), or 0.
 static inline int stop_signal_pending(void) { return stop_signal_received; }
 
-// Between steps: if a signal asked to stop, save() (with -o), then exit 128 + signal.
+// Between steps: on a stop signal, save() (with -o), exit 128 + signal.
 template <typename Save>
 static void stop_if_signalled(int steps_done, int first_step, int64_t saved_step, const char* dir,
                               Save save) {

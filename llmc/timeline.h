@@ -1,5 +1,5 @@
-// timeline.h — the optional per-step timeline (-Y 1): compute, copies, AdamW and disk, per layer.
-// Off (a NULL Timeline*), every function returns at once.
+// timeline.h — optional per-step timeline (-Y 1): compute, copies, AdamW, disk, per layer.
+// Off (NULL Timeline*): every function returns at once.
 #pragma once
 #include <chrono>
 #include <math.h>
@@ -12,27 +12,27 @@ enum { TRACK_COMPUTE, TRACK_H2D, TRACK_D2H, TRACK_ADAM, TRACK_DISK_READ, TRACK_D
 static const char* const track_names[NUM_TRACKS] = {"compute stream",     "h2d stream (weights)",
                                                     "d2h stream (grads)", "cpu adamw thread",
                                                     "disk reads",         "disk writes"};
-#define TIMELINE_DISK_SPANS 256  // -sd: spans per disk track and step (ssd_io_busy_spans joins the rest)
+#define TIMELINE_DISK_SPANS 256  // -sd: spans per disk track and step; ssd_io_busy_spans joins extras
 
 typedef struct {
     int track, layer;        // layer -1: embeddings / head
     const char* what;        // static string: "fwd", "bwd", "weights", "grads", "adamw", ...
     cudaEvent_t begin, end;  // GPU spans
-    double t0, t1;           // seconds since the step's origin (filled for host spans, and by summarize)
+    double t0, t1;           // seconds since origin; set for host spans and by summarize
     int on_host;             // 1: measured on the host clock, the events are unused
 } TimelineSpan;
 
 typedef struct Timeline {
     TimelineSpan* spans;
     int cap, n;
-    cudaEvent_t origin;  // recorded on the compute stream when the step starts; the GPU is idle then, as the
-                         // summary of the step before waited for all of its spans (its resident AdamW's too)
+    cudaEvent_t origin;  // recorded on the compute stream at step start. The GPU is idle then:
+                         // the last step's summary waited for all its spans
     double origin_host;  // host clock at that moment
 } Timeline;
 
 typedef struct {
     double step_s;              // origin to the end of the last span
-    double busy_s[NUM_TRACKS];  // sum of span lengths per track (spans of one track never overlap)
+    double busy_s[NUM_TRACKS];  // sum of span lengths per track (a track's spans never overlap)
     double gpu_idle_s;          // step_s minus the compute stream's busy time
     // idle time of the compute stream, forward and backward
     double fwd_busy_s, fwd_wait_s, bwd_wait_s;
@@ -71,7 +71,7 @@ static inline void timeline_start_step(Timeline* tl, cudaStream_t compute) {
     cudaCheck(cudaEventRecord(tl->origin, compute));
 }
 
-// Opens a GPU span on stream s; returns its index for timeline_end (-1 when off or full).
+// Opens a GPU span on stream s; its index for timeline_end, -1 if off or full.
 static inline int timeline_begin(Timeline* tl, int track, const char* what, int layer, cudaStream_t s) {
     if (!tl || tl->n >= tl->cap) return -1;
     TimelineSpan* sp = &tl->spans[tl->n];
@@ -87,7 +87,7 @@ static inline void timeline_end(Timeline* tl, int index, cudaStream_t s) {
     cudaCheck(cudaEventRecord(tl->spans[index].end, s));
 }
 
-// A GPU span as a scope: it opens where it is declared and closes where its block ends.
+// A GPU span as a scope: opens at its declaration, closes at its block's end.
 struct ScopedSpan {
     Timeline* tl;
     int index;
@@ -97,7 +97,7 @@ struct ScopedSpan {
     ~ScopedSpan() { timeline_end(tl, index, s); }
 };
 
-// A span on the host clock (timeline_now); only its part after the step's origin counts.
+// A span on the host clock (timeline_now); only its part after the origin counts.
 static inline void timeline_host_span(Timeline* tl, int track, const char* what, int layer, double t0,
                                       double t1) {
     if (!tl || tl->n >= tl->cap) return;
@@ -150,7 +150,7 @@ static inline TimelineSummary timeline_summarize(Timeline* tl) {
     return s;
 }
 
-// Chrome trace ("traceEvents", complete events in microseconds), one row per track. Returns 0 on failure.
+// Chrome trace ("traceEvents", complete events in microseconds), a row per track. 0 on failure.
 static inline int timeline_write_chrome_trace(const Timeline* tl, const char* path) {
     FILE* f = fopen(path, "w");
     if (!f) return 0;

@@ -26,7 +26,7 @@ static inline void tokenizer_free(Tokenizer* t) {
     t->init_ok = 0;
 }
 
-// 1 on success; else 0, *t empty (safe to free) and the reason in err.
+// 1 on success; else 0, *t empty (safe to free), err says why.
 static inline int tokenizer_init(Tokenizer* t, const char* path, char* err, size_t errlen) {
     memset(t, 0, sizeof *t);
     t->eot_token = -1;
@@ -74,7 +74,7 @@ static inline int tokenizer_init(Tokenizer* t, const char* path, char* err, size
     return 1;
 }
 
-// The bytes of token id, NUL-terminated (token 0x00 reads ""); NULL if not loaded or out of range.
+// Token id's bytes, NUL-terminated (token 0x00 reads ""); NULL if not loaded or out of range.
 static inline const char* tokenizer_decode(const Tokenizer* t, uint32_t id) {
     if (!t || !t->init_ok || id >= t->vocab_size) return NULL;
     return t->token_table[id];

@@ -1,4 +1,4 @@
-// utils.h — die, the config table's rows, sizes, durations and progress text, peak memory, fopen_regular.
+// utils.h — die, config table rows, size and time text, peak memory, fopen_regular.
 // No flags, no model.
 #pragma once
 #include <errno.h>
@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-// A size for a message: GiB, MiB or bytes (never "0.00 GiB").
+// GiB, MiB or bytes for a message (never "0.00 GiB").
 struct SizeText {
     char s[48];
     explicit SizeText(double bytes) {
@@ -22,7 +22,7 @@ struct SizeText {
     }
 };
 
-// Prints "error: ..." on one line (control bytes as \xNN) and exits 1: every trainer failure ends here.
+// One "error: ..." line (control bytes as \xNN), exit 1. All failures end here.
 static inline void die(const char* fmt, ...) {
     char msg[8192];
     va_list ap;
@@ -35,12 +35,12 @@ static inline void die(const char* fmt, ...) {
         else fputc(*c, stderr);
     }
     fprintf(stderr, "\n");
-    // _exit: exit() would tear down the CUDA runtime under the optimizer thread
+    // _exit: exit() tears down CUDA under the optimizer thread
     fflush(NULL);
     _exit(1);
 }
 
-// One "| key | value |" line of a trainer's config table, and the rule around it.
+// A "| key | value |" config table row, and its rule.
 static inline void table_row(const char* key, const char* fmt, ...) {
     char value[256];
     va_list ap;
@@ -53,7 +53,7 @@ static inline void table_rule(void) {
     printf("+------------------------+----------------------------------------------------------+\n");
 }
 
-// A duration as a person reads it: "850ms", "12.3s", "4m05s", "2h07m".
+// Duration text: "850ms", "12.3s", "4m05s", "2h07m".
 static inline void format_duration(double s, char* buf, size_t len) {
     if (s < 1.0) snprintf(buf, len, "%.0fms", s * 1e3);
     else if (s < 60.0) snprintf(buf, len, "%.1fs", s);
@@ -61,7 +61,7 @@ static inline void format_duration(double s, char* buf, size_t len) {
     else snprintf(buf, len, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
 }
 
-// " | 4m05s, eta 12m30s": time since the first step, and the rest at the mean pace so far.
+// " | 4m05s, eta 12m30s": elapsed since step one, rest at mean pace.
 static inline void progress_text(double elapsed, int steps_done, int first_step, int total_steps, char* buf,
                                  size_t len) {
     char e[32], r[32];
@@ -71,7 +71,7 @@ static inline void progress_text(double elapsed, int steps_done, int first_step,
     snprintf(buf, len, " | %.20s, eta %.20s", e, r);
 }
 
-// Opens a regular file to read (a FIFO could block forever); NULL with err.
+// Regular files only: a FIFO could block forever. NULL with err.
 static inline FILE* fopen_regular(const char* path, const char* what, struct stat* st, char* err,
                                   size_t errlen) {
     if (stat(path, st) != 0) {
@@ -87,7 +87,7 @@ static inline FILE* fopen_regular(const char* path, const char* what, struct sta
     return f;
 }
 
-// Peak resident memory so far, in bytes.
+// Peak resident bytes so far.
 static inline int64_t peak_rss_bytes(void) {
     struct rusage ru;
     return getrusage(RUSAGE_SELF, &ru) == 0 ? (int64_t)ru.ru_maxrss * 1024 : -1;
