@@ -1,9 +1,9 @@
-// cpu_adam.cpp — AdamW, sum of squares and fp32 -> bf16 over large host arrays, in one pass each.
-// Not here: which tensors decay, clipping, lr (adamw.h, schedulers.h). Why each trick: docs/cpu_notes.md.
+// cpu_adam.cpp — AdamW's CPU form, sum of squares, fp32 -> bf16: large host arrays, one pass each.
+// Not here: the math (adamw.h), clipping, lr (schedulers.h). Why each trick: docs/cpu_notes.md.
 
 // An update is memory-bound (~30 bytes, ~15 flops a parameter): one fused pass.
 
-// Every path does the same IEEE ops in the same order: bit-identical results.
+// Every path runs adamw_element's IEEE ops in its order: bit-identical results.
 #include "llmc/cpu_adam.h"
 
 #include <math.h>

@@ -10,7 +10,7 @@
 #include "llmc/adamw.h"            // defines: AdamWArgs
 #include "llmc/bf16.h"             // defines: bf16_to_float
 #include "llmc/cpu_adam.h"         // defines: sumsq_f32, adamw_tensors_f32grad
-#include "llmc/kernels.cuh"        // defines: block_max, block_sum, WARP
+#include "llmc/kernels.cuh"        // defines: block_max_sumexp, WARP
 #include "llmc/llama_kernels.cuh"  // defines: rmsnorm_forward, rmsnorm_backward
 #include "llmc/matmul.cuh"         // defines: matmul_forward, matmul_backward_weight, cublas_use_stream
 #include "stream.h"                // defines: WeightStream (weights_host_bf16: the bf16 copy)
@@ -48,12 +48,8 @@ __global__ void __launch_bounds__(1024)
     __shared__ float shared[WARP];
     const int64_t row = blockIdx.x;
     const bf16* x = logits + row * n;
-    float mx = -INFINITY;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, (float)x[i]);
-    mx = block_max(mx, shared);
-    float sum = 0.0f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) sum += expf((float)x[i] - mx);
-    sum = block_sum(sum, shared);
+    const MaxSumExp r = block_max_sumexp(x, n, shared);
+    const float mx = r.max, sum = r.sum;
     if (threadIdx.x != 0) return;
     const float m0 = row_max[row], m1 = fmaxf(m0, mx);
     row_sum[row] = row_sum[row] * expf(m0 - m1) + sum * expf(mx - m1);  // the first chunk: 0 * 0 + sum

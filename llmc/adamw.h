@@ -52,8 +52,7 @@ static inline AdamWConstants adamw_constants(const AdamWArgs* a) {
 #define ADAMW_HD static inline
 #endif
 
-// One rounding per operation on both sides: the GPU's bits equal the CPU's.
-// nvcc builds with --use_fast_math, so the device path names IEEE operations.
+// One IEEE rounding per op on both sides, despite nvcc's --use_fast_math.
 ADAMW_HD float adamw_mul(float a, float b) {
 #ifdef __CUDA_ARCH__
     return __fmul_rn(a, b);
@@ -85,8 +84,7 @@ ADAMW_HD float adamw_fma(float a, float b, float c) {
 #endif
 }
 
-// The update of one element: m and v in place, the new parameter returned.
-// cpu_adam.cpp's SIMD loops mirror it op for op.
+// One element's update; cpu_adam.cpp's SIMD loops mirror it op for op.
 ADAMW_HD float adamw_element(float p, float grad, float* m, float* v, const AdamWConstants& c) {
     const float g = adamw_mul(grad, c.scale);
     const float mm = adamw_fma(c.b1, *m, adamw_mul(c.omb1, g));
@@ -98,21 +96,20 @@ ADAMW_HD float adamw_element(float p, float grad, float* m, float* v, const Adam
     return adamw_fma(c.neg_lr, adamw_fma(c.wd, p, upd), p);  // p - lr * (upd + wd * p)
 }
 
-// clip / (norm + 1e-6) capped at 1, as torch's clip_grad_norm_; 1 when clip <= 0. norm must be finite.
+// clip / (norm + 1e-6), at most 1, as torch's clip_grad_norm_; 1 if clip <= 0.
 static inline float clip_scale(float norm, float clip) {
     if (clip <= 0.0f) return 1.0f;
     const float s = clip / (norm + 1e-6f);
     return s < 1.0f ? s : 1.0f;
 }
 
-// AdamW over one layer's (or the embeddings') tensors, weight decay on matrices only.
-// update(offset, n, args): one tensor's update, CPU or GPU form.
+// AdamW tensor by tensor; update(offset, n, args) is the CPU or GPU form.
 template <typename Update>
 static inline void adamw_tensors(int count, const int64_t* offset, const int64_t* size, const int* is_matrix,
                                  const AdamWArgs* args, Update update) {
     for (int i = 0; i < count; i++) {
         AdamWArgs a = *args;
-        if (!is_matrix[i]) a.weight_decay = 0.0f;
+        if (!is_matrix[i]) a.weight_decay = 0.0f;  // decay on matrices only
         update(offset[i], size[i], &a);
     }
 }

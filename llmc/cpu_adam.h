@@ -9,11 +9,10 @@
 
 // Threads for the parallel regions below; 0 = the OpenMP default.
 void cpu_adam_set_threads(int n);
-// "avx512", "avx2" or "scalar": the SIMD path this build was compiled with (for logs and the bench).
+// The SIMD path built: "avx512", "avx2" or "scalar".
 const char* cpu_adam_simd_name(void);
 
-// The CPU form: params, m, v in place, bf16(params) into params_bf16_out unless NULL.
-// An element's result depends on its inputs only, not on n or the threads.
+// In place; bf16(params) into params_bf16_out unless NULL. Same bits for any n or threads.
 void adamw_update_f32grad(float* params, const float* grads, float* m, float* v, uint16_t* params_bf16_out,
                           int64_t n, const AdamWArgs* a);
 void adamw_update_bf16grad(float* params, const uint16_t* grads, float* m, float* v,
@@ -28,7 +27,7 @@ static inline void adamw_update(float* params, const uint16_t* grads, float* m, 
     adamw_update_bf16grad(params, grads, m, v, bf16_out, n, a);
 }
 
-// The CPU form over one layer's (or the embeddings') tensors; the pointers point at its start.
+// Over one layer's (or the embeddings') tensors, from their start.
 template <typename Grad>
 static inline void adamw_tensors_cpu(int count, const int64_t* offset, const int64_t* size,
                                      const int* is_matrix, float* params, const Grad* grads, float* m,
@@ -49,13 +48,13 @@ static inline void adamw_tensors_bf16grad(int count, const int64_t* offset, cons
     adamw_tensors_cpu(count, offset, size, is_matrix, params, grads, m, v, bf16_out, args);
 }
 
-// AdamW over the window [lo, lo + n) of a layer; same bits as the whole layer.
+// The window [lo, lo + n) of a layer: the whole layer's bits.
 void adamw_tensors_window_bf16grad(int count, const int64_t* offset, const int64_t* size,
                                    const int* is_matrix, int64_t lo, int64_t n, float* params,
                                    const uint16_t* grads, float* m, float* v, uint16_t* bf16_out,
                                    const AdamWArgs* args);
 
-// Sum of squares of x[0..n) in double; the same bits for the same n and threads.
+// Sum of squares in double; same bits for the same n and threads.
 double sumsq_f32(const float* x, int64_t n);
 double sumsq_bf16(const uint16_t* x, int64_t n);
 

@@ -37,6 +37,18 @@ __device__ __forceinline__ float block_max(float x, float* shared) {
     x = lane < nwarps ? shared[lane] : -INFINITY;
     return warp_max(x);
 }
+// A row's max and sum of exp(x - max), over the block; every thread gets both.
+struct MaxSumExp {
+    float max, sum;
+};
+__device__ __forceinline__ MaxSumExp block_max_sumexp(const bf16* x, int n, float* shared) {
+    float mx = -INFINITY;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) mx = fmaxf(mx, (float)x[i]);
+    mx = block_max(mx, shared);
+    float sum = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sum += expf((float)x[i] - mx);
+    return {mx, block_sum(sum, shared)};
+}
 
 // 8 bf16 as four 32-bit words: one 128-bit access. Other shapes take an element-wise twin.
 struct Pack8 {
@@ -502,12 +514,8 @@ __global__ void __launch_bounds__(1024)
     bf16* x = logits + row * Vp;
     // target -1: loss 0, gradient 0; every row still runs the reductions (the emulation needs it).
     const int target = targets[row];
-    float mx = -INFINITY;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, (float)x[i]);
-    mx = block_max(mx, shared);
-    float sum = 0.0f;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) sum += expf((float)x[i] - mx);
-    sum = block_sum(sum, shared);
+    const MaxSumExp r = block_max_sumexp(x, V, shared);
+    const float mx = r.max, sum = r.sum;
     if (threadIdx.x == 0) losses[row] = target < 0 ? 0.0f : logf(sum) + mx - (float)x[target];
     if (dloss_scale == 0.0f) return;
     __syncthreads();  // everyone has read x[target] before it is overwritten

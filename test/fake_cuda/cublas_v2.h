@@ -107,8 +107,14 @@ inline cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t h, cublasOperati
                 for (int i = 0; i < m; i++) {
                     const float* x = a.data() + (size_t)i * k;
                     const float* y = b.data() + (size_t)j * k;
-                    double acc = 0.0;
-                    for (int l = 0; l < k; l++) acc += (double)x[l] * y[l];
+                    // eight partial sums in a fixed order (products of floats are exact in double)
+                    double acc8[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                    int l = 0;
+                    for (; l + 8 <= k; l += 8)
+                        for (int q = 0; q < 8; q++) acc8[q] += (double)x[l + q] * y[l + q];
+                    for (; l < k; l++) acc8[0] += (double)x[l] * y[l];
+                    const double acc = ((acc8[0] + acc8[4]) + (acc8[1] + acc8[5])) +
+                                       ((acc8[2] + acc8[6]) + (acc8[3] + acc8[7]));
                     const int64_t ci = oc + i + (int64_t)j * ldc;
                     fake_cublas::store(C, Ctype, ci,
                                        al * acc + (be != 0.0 ? be * fake_cublas::load(C, Ctype, ci) : 0.0));

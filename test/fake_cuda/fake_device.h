@@ -7,12 +7,13 @@
 // much dynamic shared memory: cudaGetLastError's error, and the kernel does not run), then queued on its
 // stream and run when the host synchronizes with it (cuda_runtime.h). A fault while it runs (a device memory
 // fault, a misaligned vector access, __trap) ends it and makes the error sticky. Kernels run with subnormals
-// flushed to zero (FTZ and DAZ set while they run), as nvcc -ftz=true builds them. Fibers switch with
-// _setjmp/_longjmp across stacks, so this is built with _FORTIFY_SOURCE off (Makefile). Math is the host's
-// IEEE math (no --use_fast_math approximations): results can differ from a GPU's in the last bits, never in
-// meaning. Not emulated: timing, concurrency between streams (their ORDER is modelled: cuda_runtime.h),
-// memory spaces, 3D grids and blocks (refused), dynamic shared memory's contents (the trainer's kernels use
-// static shared memory only; a launch may ask for dynamic shared memory, within the limit).
+// flushed to zero (FTZ and DAZ set while they run), as nvcc -ftz=true builds them. Fibers switch stacks with
+// __builtin_setjmp/longjmp (_setjmp/_longjmp under ASan), so this is built with _FORTIFY_SOURCE off
+// (Makefile). Math is the host's IEEE math (no --use_fast_math approximations): results can differ from a
+// GPU's in the last bits, never in meaning. Not emulated: timing, concurrency between streams (their ORDER is
+// modelled: cuda_runtime.h), memory spaces, 3D grids and blocks (refused), dynamic shared memory's contents
+// (the trainer's kernels use static shared memory only; a launch may ask for dynamic shared memory, within
+// the limit).
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -36,17 +37,32 @@ struct dim3 {
 };
 
 namespace fake_device {
+// A switch saves where this context is in `from` and jumps to `to`. __builtin_setjmp saves the frame, the
+// stack pointer and the resume address (the compiler spills the rest): cheaper than _longjmp, which also
+// unwinds cleanup handlers. Under ASan, _setjmp/_longjmp, which ASan intercepts to track the stacks.
+#if defined(__SANITIZE_ADDRESS__)
+typedef jmp_buf fiber_buf;
+#define FIBER_SAVE(buf) _setjmp(buf)
+#define FIBER_JUMP(buf) _longjmp(buf, 1)
+#else
+typedef void* fiber_buf[5];
+[[gnu::noinline]] inline void jump_to(void** to) { __builtin_longjmp(to, 1); }
+#define FIBER_SAVE(buf) __builtin_setjmp(buf)
+#define FIBER_JUMP(buf) fake_device::jump_to(buf)
+#endif
+#define FIBER_SWITCH(from, to) \
+    if (!FIBER_SAVE(from)) FIBER_JUMP(to)
 // A pool of fibers (one per thread of a block, created once, reused by every block of every launch). The
-// first entry into a fiber goes through ucontext; every later switch is _setjmp/_longjmp (no signal-mask
-// system call), so a barrier costs two cheap switches per thread.
-struct Fiber {
-    ucontext_t ctx;
-    jmp_buf jb;
+// first entry into a fiber goes through ucontext; every later switch is FIBER_SWITCH (no signal mask, no
+// unwinding), so a barrier costs two cheap switches per thread.
+struct alignas(64) Fiber {  // what every switch touches first, in two cache lines
     dim3 tid;
     int warp, lane;
     bool done;
     bool at_syncthreads;  // parked at __syncthreads of generation wait_gen
     uint64_t wait_gen;
+    fiber_buf jb;
+    ucontext_t ctx;  // the first entry only
 };
 struct Warp {
     int live = 0, arrived = 0;
@@ -61,6 +77,7 @@ struct State {
     void (*body)(void*) = nullptr;  // runs one thread of the current kernel
     void* args = nullptr;
     std::vector<Fiber*> pool;
+    std::vector<Fiber*> live;  // round-robin order: the block's threads not done yet
     std::vector<Warp> warps;
     int block_live = 0, block_arrived = 0;
     uint64_t block_gen = 0;
@@ -68,7 +85,7 @@ struct State {
     Fiber* cur = nullptr;
     bool used_barrier = false;  // the current launch's threads met __syncthreads or a shuffle
     bool direct = false;        // threads run as plain calls: a barrier is then a fatal error
-    jmp_buf sched;
+    fiber_buf sched;
     dim3 direct_tid;
     uint64_t block_serial = 0;  // one per block run: shared_fresh's "new block"
     std::map<const void*, uint64_t>
@@ -86,7 +103,7 @@ inline dim3 thread_idx() {
 }
 inline void yield() {
     State& s = st();
-    if (!_setjmp(s.cur->jb)) _longjmp(s.sched, 1);
+    FIBER_SWITCH(s.cur->jb, s.sched);
 }
 inline void no_barrier_in_direct_mode(const char* what) {
     if (st().direct) {
@@ -225,7 +242,7 @@ inline void fiber_main(unsigned lo, unsigned hi) {
     Fiber* f = (Fiber*)(((uintptr_t)hi << 32) | lo);
     State& s = st();
     for (;;) {
-        if (!_setjmp(f->jb)) _longjmp(s.sched, 1);  // idle until the scheduler hands it a thread
+        FIBER_SWITCH(f->jb, s.sched);  // idle until the scheduler hands it a thread
         s.body(s.args);
         f->done = true;
         s.progress++;
@@ -248,20 +265,23 @@ inline void grow_pool(size_t n) {
     while (s.pool.size() < n) {
         Fiber* f = new Fiber();
         getcontext(&f->ctx);
-        f->ctx.uc_stack.ss_sp = malloc(kStack);
+        // Stacks 128 KiB apart would map their hot tops onto the same cache sets: each starts at its own
+        // offset within 8 KiB (a multiple of 64 bytes).
+        const size_t color = (s.pool.size() * 9 % 128) * 64;
+        f->ctx.uc_stack.ss_sp = (char*)malloc(kStack + 8192) + color;
         f->ctx.uc_stack.ss_size = kStack;
         f->ctx.uc_link = NULL;  // fiber_main never returns
         const uintptr_t p = (uintptr_t)f;
         makecontext(&f->ctx, (void (*)())fiber_main, 2, (unsigned)(p & 0xffffffffu), (unsigned)(p >> 32));
         ucontext_t here;
-        if (!_setjmp(s.sched)) swapcontext(&here, &f->ctx);  // runs to its first idle point, jumps back
+        if (!FIBER_SAVE(s.sched)) swapcontext(&here, &f->ctx);  // runs to its first idle point, jumps back
         s.pool.push_back(f);
     }
 }
 inline void resume(Fiber* f) {
     State& s = st();
     s.cur = f;
-    if (!_setjmp(s.sched)) _longjmp(f->jb, 1);
+    FIBER_SWITCH(s.sched, f->jb);
 }
 // A block's shared memory starts as garbage on a GPU; here each __shared__ array of the trainer's kernels
 // starts every block as 0xFF bytes (a NaN as float and as bf16), so a kernel that reads a shared element its
@@ -302,15 +322,19 @@ inline bool run_block(bool probe) {
     // (a fast warp overwrites what a slow one has not read yet), as it can on a GPU. FAKE_SCHED picks it.
     static const int mode = getenv("FAKE_SCHED") ? atoi(getenv("FAKE_SCHED")) : 0;
     const int nw = (n + 31) / 32;
+    if (mode == 0) s.live.assign(s.pool.begin(), s.pool.begin() + n);
     for (bool pending = true; pending;) {
         pending = false;
         const uint64_t before = s.progress;
-        if (mode == 0) {
-            for (int i = 0; i < n; i++)
-                if (!s.pool[(size_t)i]->done) {
-                    resume(s.pool[(size_t)i]);
-                    pending = true;
-                }
+        if (mode == 0) {  // the threads not done, in index order; done ones leave the list
+            size_t k = 0;
+            for (Fiber* f : s.live) {
+                if (f->done) continue;
+                resume(f);
+                pending = true;
+                if (!f->done) s.live[k++] = f;
+            }
+            s.live.resize(k);
         } else {
             for (int wi = 0; wi < nw; wi++) {
                 const int w = mode == 1 ? wi : nw - 1 - wi;
