@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "dataloader.h"
-#include "llmc/model_file.h"  // defines: gpt_read_header, gpt_load_params, and model.h
+#include "llmc/model_file.h"  // defines: gpt_read_header, gpt_load_params; model.h: write_crc, model_tmp_open
 // defines: LlamaConfig, llama_is_model_file, llama_read_header, llama_save_params, llama_header
 #include "llmc/llama_model.h"
 #include "llmc/model_specs.h"  // defines: parse_model_spec
@@ -61,16 +61,6 @@ static float bits_float(int64_t b) {
 
 static int read_all(FILE* f, void* p, int64_t bytes) {
     return (int64_t)fread(p, 1, (size_t)bytes, f) == bytes;
-}
-
-// A file being written, with the CRC-32C of its bytes so far.
-typedef struct {
-    FILE* f;
-    uint32_t crc;
-} CrcWriter;
-static int crc_write(CrcWriter* w, const void* p, int64_t bytes) {
-    w->crc = crc32c_update(w->crc, p, (size_t)bytes);
-    return (int64_t)fwrite(p, 1, (size_t)bytes, w->f) == bytes;
 }
 
 // Opens regular files only: a FIFO could block forever. NULL with err.
@@ -219,21 +209,6 @@ typedef struct {
     void* ctx;
 } StreamedState;
 
-// Opens path.tmp. model_tmp_finish renames it to path. NULL with err.
-static FILE* model_tmp_open(const char* path, char* tmp, size_t tmplen, char* err, size_t errlen) {
-    snprintf(tmp, tmplen, "%s.tmp", path);
-    FILE* f = fopen(tmp, "wb");
-    if (!f) snprintf(err, errlen, "cannot create %.400s: %.60s", tmp, strerror(errno));
-    errno = 0;
-    return f;
-}
-static int model_tmp_finish(FILE* f, int ok, const char* tmp, const char* path, char* err, size_t errlen) {
-    int why;
-    if (finish_atomic_write(f, ok, tmp, path, &why)) return 1;
-    snprintf(err, errlen, "failed writing model file %.400s: %.80s", path,
-             why ? strerror(why) : "short write");
-    return 0;
-}
 // Layer l: in the prefix, or read from the store into layer.
 static const float* streamed_layer(const StreamedState* ss, int l, const float* in_prefix, float* layer,
                                    char* err, size_t errlen) {
@@ -250,7 +225,7 @@ static int save_model_streamed(const char* path, const GPTConfig* cfg, const flo
     if (!f) return 0;
     int header[256];
     llmc_header(cfg, header);
-    int ok = fwrite(header, sizeof(int), 256, f) == 256;
+    int ok = fwrite(header, sizeof(int), 256, f) == 256;  // out of order: its CRC is read back after
     float* layer = (float*)malloc((size_t)p.layer_stride * 4);
     if (!layer) ok = 0;
     for (int l = -1; l < cfg->num_layers && ok; l++) {  // -1: the embeddings
@@ -289,8 +264,8 @@ static int llama_save_model_streamed(const char* path, const LlamaConfig* c, con
     if (!f) return 0;
     int32_t h[256];
     llama_header(c, h);
-    int ok = fwrite(h, sizeof h, 1, f) == 1;
-    *crc = crc32c_update(0, h, sizeof h);
+    *crc = 0;
+    int ok = write_crc(f, h, sizeof h, crc);
     float* layer = (float*)malloc((size_t)p.layer_stride * 4);
     if (!layer) ok = 0;
     for (int l = 0; l <= c->num_layers && ok; l++) {  // the file: [layers | embeddings (l = L)]
@@ -306,8 +281,7 @@ static int llama_save_model_streamed(const char* path, const LlamaConfig* c, con
             return 0;
         }
         const int64_t n = embeddings ? embed_count : p.layer_stride;
-        ok = (int64_t)fwrite(src, 4, (size_t)n, f) == n;
-        *crc = crc32c_update(*crc, src, (size_t)n * 4);
+        ok = write_crc(f, src, n * 4, crc);
     }
     free(layer);
     return model_tmp_finish(f, ok, tmp, path, err, errlen);
@@ -341,8 +315,9 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     else if (ss) saved = save_model_streamed(model, cfg, master, ss, &sums[0].crc, err, sizeof err);
     else saved = gpt_save_params(model, cfg, master, err, sizeof err, &sums[0].crc);
     if (!saved) die("%s", err);
-    CrcWriter w = {fopen(tmp, "wb"), 0};
-    if (!w.f) die("cannot create %s: %s", tmp, strerror(errno));
+    FILE* f = fopen(tmp, "wb");
+    if (!f) die("cannot create %s: %s", tmp, strerror(errno));
+    uint32_t crc = 0;
     int64_t header[ST_HEADER_FIELDS] = {0};
     header[ST_MAGIC] = STATE_MAGIC;
     header[ST_VERSION] = ss ? STATE_VERSION_SSD : STATE_VERSION;
@@ -367,14 +342,15 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
         tail[SSD_TAIL_STORE_STEP] = ss->store_step;
         tail[SSD_TAIL_STREAMED_LAYERS] = (llama ? llama->num_layers : cfg->num_layers) - ss->first_layer;
     }
-    int ok = crc_write(&w, header, sizeof header) && crc_write(&w, data_state, sizeof *data_state) &&
-             (!ss || crc_write(&w, tail, sizeof tail)) && crc_write(&w, m, in_file * 4) &&
-             crc_write(&w, v, in_file * 4);
+    int ok = write_crc(f, header, sizeof header, &crc) &&
+             write_crc(f, data_state, sizeof *data_state, &crc) &&
+             (!ss || write_crc(f, tail, sizeof tail, &crc)) && write_crc(f, m, in_file * 4, &crc) &&
+             write_crc(f, v, in_file * 4, &crc);
     sums[1].bytes =
         (int64_t)sizeof header + (int64_t)sizeof *data_state + (ss ? (int64_t)sizeof tail : 0) + in_file * 8;
-    sums[1].crc = w.crc;
+    sums[1].crc = crc;
     int why;
-    if (!finish_atomic_write(w.f, ok, tmp, path, &why))
+    if (!finish_atomic_write(f, ok, tmp, path, &why))
         die("failed writing %s: %s", path, why ? strerror(why) : "short write");
     // both files durable before the marker vouching for them
     if (!fsync_dir(dir, err, sizeof err)) die("%s", err);

@@ -425,32 +425,17 @@ static inline int llama_load_params(const char* path, const LlamaConfig* c, floa
 static inline int llama_save_params(const char* path, const LlamaConfig* c, const float* params, char* err,
                                     size_t errlen, uint32_t* crc = NULL) {
     char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
-        snprintf(err, errlen, "model file path too long (%zu characters)", strlen(path));
-        return 0;
-    }
-    FILE* f = fopen(tmp, "wb");
-    if (!f) {
-        snprintf(err, errlen, "cannot create %.400s: %.80s", tmp, strerror(errno));
-        return 0;
-    }
+    FILE* f = model_tmp_open(path, tmp, sizeof tmp, err, errlen);
+    if (!f) return 0;
     int32_t h[256];
     llama_header(c, h);
-    errno = 0;
-    int ok = fwrite(h, sizeof h, 1, f) == 1;
-    uint32_t sum = crc32c_update(0, h, sizeof h);
+    uint32_t sum = 0;
+    int ok = write_crc(f, h, sizeof h, &sum);
     const int64_t n = llama_layout(c).total;
     for (int64_t i = 0; ok && i < n; i += (int64_t)1 << 24) {
         const int64_t k = n - i < ((int64_t)1 << 24) ? n - i : (int64_t)1 << 24;
-        ok = (int64_t)fwrite(params + i, sizeof(float), (size_t)k, f) == k;
-        sum = crc32c_update(sum, params + i, (size_t)k * sizeof(float));
+        ok = write_crc(f, params + i, k * 4, &sum);
     }
     if (crc) *crc = sum;
-    int why;
-    if (!finish_atomic_write(f, ok, tmp, path, &why)) {
-        snprintf(err, errlen, "failed writing model file %.400s: %.80s", path,
-                 why ? strerror(why) : "short write");
-        return 0;
-    }
-    return 1;
+    return model_tmp_finish(f, ok, tmp, path, err, errlen);
 }

@@ -399,26 +399,45 @@ static inline int finish_atomic_write(FILE* f, int ok, const char* tmp, const ch
     return ok;
 }
 
+// A model file's atomic save: model_tmp_open, write_crc for each piece, model_tmp_finish.
+// Opens path.tmp (tmp gets the name); NULL with err.
+static inline FILE* model_tmp_open(const char* path, char* tmp, size_t tmplen, char* err, size_t errlen) {
+    if (snprintf(tmp, tmplen, "%s.tmp", path) >= (int)tmplen) {
+        snprintf(err, errlen, "model file path too long (%zu characters)", strlen(path));
+        return NULL;
+    }
+    FILE* f = fopen(tmp, "wb");
+    if (!f) snprintf(err, errlen, "cannot create %.400s: %.60s", tmp, strerror(errno));
+    errno = 0;
+    return f;
+}
+// Writes bytes and adds them to *crc; 0 on a short write.
+static inline int write_crc(FILE* f, const void* p, int64_t bytes, uint32_t* crc) {
+    *crc = crc32c_update(*crc, p, (size_t)bytes);
+    return (int64_t)fwrite(p, 1, (size_t)bytes, f) == bytes;
+}
+// Renames path.tmp to path (the caller fsyncs the directory); 0 with err.
+static inline int model_tmp_finish(FILE* f, int ok, const char* tmp, const char* path, char* err,
+                                   size_t errlen) {
+    int why;
+    if (finish_atomic_write(f, ok, tmp, path, &why)) return 1;
+    snprintf(err, errlen, "failed writing model file %.400s: %.80s", path,
+             why ? strerror(why) : "short write");
+    return 0;
+}
+
 // Atomic save; the caller fsyncs the directory.
 // crc (optional): gets the file's CRC-32C.
 static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const float* params, char* err,
                                   size_t errlen, uint32_t* crc = NULL) {
     ParamLayout p = gpt_layout(cfg);
     char tmp[4200];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) {
-        snprintf(err, errlen, "model file path too long (%zu characters)", strlen(path));
-        return 0;
-    }
-    FILE* f = fopen(tmp, "wb");
-    if (!f) {
-        snprintf(err, errlen, "cannot create %.400s", tmp);
-        return 0;
-    }
+    FILE* f = model_tmp_open(path, tmp, sizeof tmp, err, errlen);
+    if (!f) return 0;
     int header[256];
     llmc_header(cfg, header);
-    errno = 0;
-    int ok = fwrite(header, sizeof(int), 256, f) == 256;
-    uint32_t sum = crc32c_update(0, header, sizeof header);
+    uint32_t sum = 0;
+    int ok = write_crc(f, header, sizeof header, &sum);
     for (int k = 0; k < 16 && ok; k++) {
         int is_layer = llmc_file_order[k][0], t = llmc_file_order[k][1];
         int reps = is_layer ? cfg->num_layers : 1;
@@ -426,18 +445,11 @@ static inline int gpt_save_params(const char* path, const GPTConfig* cfg, const 
             const float* src =
                 is_layer ? params + gpt_layer_offset(&p, l) + p.layer_offset[t] : params + p.embed_offset[t];
             int64_t n = is_layer ? p.layer_size[t] : p.embed_size[t];
-            ok = (int64_t)fwrite(src, sizeof(float), (size_t)n, f) == n;
-            sum = crc32c_update(sum, src, (size_t)n * sizeof(float));
+            ok = write_crc(f, src, n * 4, &sum);
         }
     }
     if (crc) *crc = sum;
-    int why;
-    if (!finish_atomic_write(f, ok, tmp, path, &why)) {
-        snprintf(err, errlen, "failed writing model file %.400s: %.80s", path,
-                 why ? strerror(why) : "short write");
-        return 0;
-    }
-    return 1;
+    return model_tmp_finish(f, ok, tmp, path, err, errlen);
 }
 
 // ----------------------------------------------------------------------------

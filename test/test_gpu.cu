@@ -384,6 +384,10 @@ TEST(GpuTrainer, KeptActivationsTrainLikeRecompute) {
     const GPTConfig c = tiny_config(3, 128, 4, 64, 500);
     const int saved = cublaslt_fusion;
     for (int fusion : {0, 1}) {
+#ifdef FAKE_CUDA_DEVICE
+        if (fusion && getenv("FAKE_ATOMIC_JITTER"))
+            continue;  // -G 1 is bounded, not exact: jitter adds nothing
+#endif
         cublaslt_fusion = fusion;
         auto recomputed = run_gpu(c, 4, 32, 2, 2, 3, 13);
         struct {

@@ -53,7 +53,7 @@ class SsdTrainer : public CliTest {
     const char* spec = kSpec;  // the model of run_args (a Llama test sets kLlamaSpec)
     Args flags;                // a test's own flags, on every run (the one in RAM too)
     Args run_args(const std::string& out, const std::vector<std::string>& more = {}) {
-        Args a = {"-e", spec, "-b", "4",  "-t", "32", "-d", "384", "-x", "3",  "-v",  "0",  "-g",
+        Args a = {"-e", spec, "-b", "2",  "-t", "32", "-d", "192", "-x", "3",  "-v",  "0",  "-g",
                   "0",  "-n", "1",  "-R", "1",  "-K", "1",  "-o",  out,  "-i", train, "-j", val};
         return a + flags + more;
     }
@@ -222,7 +222,7 @@ TEST_F(SsdTrainer, LlamaSameTrainingAsInRam) {
     EXPECT_EQ(loss_and_norm(g.out), loss_and_norm(f.out));
     EXPECT_TRUE(slurp(dir + "/f_sd/model_00000001.bin") == slurp(dir + "/f_ram/model_00000001.bin"));
     if (have_binary(kCpu)) {
-        EXPECT_TRUE(CleanError(run_bin(kCpu, {"-b", "4", "-t", "32", "-d", "384", "-x", "4", "-o", out, "-y",
+        EXPECT_TRUE(CleanError(run_bin(kCpu, {"-b", "2", "-t", "32", "-d", "192", "-x", "4", "-o", out, "-y",
                                               "1", "-i", train, "-j", val}),
                                {"in an SSD store", "train_gpt -sd DIR"}));
     }
