@@ -26,9 +26,28 @@ NVCCFLAGS ?= -O3 -std=c++17 $(GENCODE) --use_fast_math -Xcompiler -fopenmp,-marc
 # (embeddings, -R layers) and the CPU one give a parameter the same bits: --use_fast_math implies it; `override`
 # keeps it when NVCCFLAGS is set on the command line.
 override NVCCFLAGS += -ftz=true
-CUDA_LIBS ?= -lcublas -lcublasLt -lgomp -lm -lpthread
+CUDA_LIBS ?= -lcublas -lcublasLt -lgomp -lm -lpthread -ldl
 
 BUILD := build
+
+# cuDNN's attention (llmc/cudnn_att.cpp) needs cudnn-frontend's headers: PyPI's nvidia-cudnn-frontend (headers
+# only), installed into .deps/ on the first build (.ci/run does it too). cuDNN itself is dlopen'ed at run time, so
+# nothing links against it. Without the headers the trainer builds without the cuDNN path and says so.
+CUDNN_FE_VERSION := 1.32.0
+CUDNN_FE := .deps/cudnn_frontend/include
+ifneq ($(NVCC),)
+ifeq ($(wildcard $(CUDNN_FE)/cudnn_frontend.h),)
+$(shell python3 -m pip install -q --no-deps --disable-pip-version-check --timeout 30 --target .deps/cudnn_frontend \
+	nvidia-cudnn-frontend==$(CUDNN_FE_VERSION) >/dev/null 2>&1)
+endif
+ifneq ($(wildcard $(CUDNN_FE)/cudnn_frontend.h),)
+CUDNN_OBJ := $(BUILD)/cudnn_att.o
+override NVCCFLAGS += -DENABLE_CUDNN
+else
+$(info cudnn-frontend's headers not found in $(CUDNN_FE) (pip install --no-deps --target .deps/cudnn_frontend nvidia-cudnn-frontend): building without the cuDNN attention path)
+endif
+endif
+GPU_OBJS := $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(CUDNN_OBJ)
 CPU_TESTS := $(patsubst test/%.cpp,$(BUILD)/%,$(wildcard test/test_*.cpp))
 GPU_TESTS := $(patsubst test/%.cu,$(BUILD)/%,$(wildcard test/test_*.cu))
 # The GPU suites again, with the kernels run on the CPU (test/fake_cuda/fake_device.h): everywhere, no nvcc needed
@@ -74,8 +93,13 @@ $(BUILD)/hf_logits: test/hf_logits.cpp $(BUILD)/cpu_adam.o $(HEADERS) | $(BUILD)
 $(BUILD)/stream.o: stream.cu stream.h llmc/timeline.h llmc/cuda_common.h | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-train_gpt: train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(HEADERS) $(wildcard *.cuh llmc/*.cuh)
-	$(NVCC) $(NVCCFLAGS) $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ $(CUDA_LIBS) $(URING_LIBS)
+train_gpt: train_gpt.cu $(GPU_OBJS) $(HEADERS) $(wildcard *.cuh llmc/*.cuh)
+	$(NVCC) $(NVCCFLAGS) $< $(GPU_OBJS) -o $@ $(CUDA_LIBS) $(URING_LIBS)
+
+# one translation unit for cudnn-frontend (its headers compile slowly), as llm.c's llmc/cudnn_att.cpp
+$(BUILD)/cudnn_att.o: llmc/cudnn_att.cpp llmc/cudnn_att.h | $(BUILD)
+	$(NVCC) -O2 -std=c++17 -x c++ -DENABLE_CUDNN -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING -I$(CUDNN_FE) \
+		-Xcompiler -Wall,-Wno-unused-function -c $< -o $@
 
 # stream.cu's protocol on the CPU: compiled by the host compiler against the CUDA ordering model in
 # test/fake_cuda (found before any real CUDA headers), so it runs in CI without a GPU or nvcc.
@@ -94,12 +118,19 @@ $(BUILD)/test_attention: test/test_attention.cpp llmc/attention.cuh $(BUILD)/cpu
 $(BUILD)/test_ssd: test/test_ssd.cpp $(BUILD)/ssd.o $(BUILD)/cpu_adam.o $(HEADERS) | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/ssd.o $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(URING_LIBS) $(LDLIBS)
 
+# the cuDNN path's host side; with cudnn-frontend's headers, its loader too (linked by nvcc: cudnn_att.o
+# calls the CUDA runtime)
+ifneq ($(CUDNN_OBJ),)
+$(BUILD)/test_attention_path: test/test_attention_path.cpp llmc/ragged.h llmc/cudnn_att.h $(CUDNN_OBJ) | $(BUILD)
+	$(NVCC) -O2 -std=c++17 -DENABLE_CUDNN -I. $< $(CUDNN_OBJ) -o $@ -lgtest -lgtest_main -ldl -lpthread
+endif
+
 $(BUILD)/test_%: test/test_%.cpp $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard dev/data/*.h) test/cli_test_common.h \
 		test/hf_cases.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
 
-$(BUILD)/test_%: test/test_%.cu test/gpu_test_common.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(HEADERS) $(wildcard *.cuh llmc/*.cuh) | $(BUILD)
-	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ -lgtest -lgtest_main $(CUDA_LIBS) $(URING_LIBS)
+$(BUILD)/test_%: test/test_%.cu test/gpu_test_common.h train_gpt.cu $(GPU_OBJS) $(HEADERS) $(wildcard *.cuh llmc/*.cuh) | $(BUILD)
+	$(NVCC) $(NVCCFLAGS) -I. $< $(GPU_OBJS) -o $@ -lgtest -lgtest_main $(CUDA_LIBS) $(URING_LIBS)
 
 # The emulated GPU suites: the sources copied with every kernel<<<grid, block, smem, stream>>>(...) launch
 # rewritten to FAKE_LAUNCH(kernel, grid, block, smem, stream)(...) and each __shared__ array cleared to NaN
@@ -122,11 +153,11 @@ $(BUILD)/emu_test_%: test/test_%.cu test/gpu_test_common.h $(EMU)/.sources $(BUI
 
 # the attention paths, and one layer stage by stage, at the benchmark's shapes (GPU only; built by
 # dev/bench/build_carry.sh for the GPU window, not by `make`)
-$(BUILD)/bench_attention: dev/bench/bench_attention.cu dev/bench/gpu_timing.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(HEADERS) $(wildcard *.cuh llmc/*.cuh)
-	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ $(CUDA_LIBS) $(URING_LIBS)
+$(BUILD)/bench_attention: dev/bench/bench_attention.cu dev/bench/gpu_timing.h train_gpt.cu $(GPU_OBJS) $(HEADERS) $(wildcard *.cuh llmc/*.cuh)
+	$(NVCC) $(NVCCFLAGS) -I. $< $(GPU_OBJS) -o $@ $(CUDA_LIBS) $(URING_LIBS)
 
-$(BUILD)/bench_layer: dev/bench/bench_layer.cu dev/bench/gpu_timing.h train_gpt.cu $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(HEADERS) $(wildcard *.cuh llmc/*.cuh)
-	$(NVCC) $(NVCCFLAGS) -I. $< $(BUILD)/stream.o $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ $(CUDA_LIBS) $(URING_LIBS)
+$(BUILD)/bench_layer: dev/bench/bench_layer.cu dev/bench/gpu_timing.h train_gpt.cu $(GPU_OBJS) $(HEADERS) $(wildcard *.cuh llmc/*.cuh)
+	$(NVCC) $(NVCCFLAGS) -I. $< $(GPU_OBJS) -o $@ $(CUDA_LIBS) $(URING_LIBS)
 
 $(BUILD)/bench_cpu_adam: dev/bench/bench_cpu_adam.cpp $(BUILD)/cpu_adam.o $(BUILD)/ssd.o llmc/cpu_adam.h ssd.h llmc/crc32c.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ $(URING_LIBS) $(LDLIBS)

@@ -163,6 +163,7 @@ static inline LlamaEmbedParams<T> llama_embed_params(const ParamLayout* p, T* ba
 struct Optimizer;  // the CPU AdamW thread (cpu_optimizer.h)
 struct SsdTier;    // -sd: the SSD tier (ssd_tier.h)
 struct HostVocab;  // -E 1: the vocabulary tensors in host RAM (vocab_host.cuh)
+struct AttnMicro;  // a micro-batch's ragged sequences for cuDNN (attention_path.cuh)
 
 typedef struct GPT GPT;
 struct GPT {
@@ -171,7 +172,8 @@ struct GPT {
     float* rope_inv_freq;  // the family's RoPE frequencies (hd/2 floats, GPU)
     ParamLayout layout;
     int B, T;        // micro-batch
-    bool flash;      // attention: fused kernels (flash_attention.cuh) or cuBLAS + softmax
+    bool flash;      // attention without T x T scores stored: cuDNN or our fused kernels (else cuBLAS)
+    int attn_path;   // ATTN_CUDNN, ATTN_FUSED or ATTN_CUBLAS (attention_path.cuh)
     int max_micro;   // micro-batches per step the buffers are sized for
     TrainArgs args;  // hyperparameters (lr, betas are llm.c's, weight decay, clip)
 
@@ -201,6 +203,10 @@ struct GPT {
     int* tokens_out;    // max_micro x N targets (-1: no loss)
     int* tokens_pos;    // max_micro x N positions in their conversation (chat data)
     bool packed;        // this pass's data is chat data: tokens_pos holds positions (else t)
+    AttnMicro* attn_micro;  // cuDNN path: max_micro micro-batches' ragged sequences
+    int* attn_meta;         //   their metadata on the GPU, 4 (N + 1) ints each
+    int* attn_meta_host;    //   pinned, on its way
+    void* attn_workspace;   //   cuDNN's workspace (plan.attn)
     float* losses;      // max_micro x N
     float* loss_dev;    // mean loss (1 float)
     double* sumsq_dev;  // squared gradient norm accumulator
@@ -227,6 +233,11 @@ struct GPT {
 };
 
 static inline bool is_llama(const GPT* g) { return g->llama.num_layers > 0; }
+// The ragged sequences of the micro-batch whose positions start at pos (cuDNN path; else NULL).
+static inline const AttnMicro* attn_micro_of(const GPT* g, const int* pos) {
+    if (!pos || !g->attn_micro) return NULL;
+    return g->attn_micro + (pos - g->tokens_pos) / ((int64_t)g->B * g->T);
+}
 // Which tensors are matrices (weight decay, llm.c's rule): the family's flags or GPT-2's.
 static inline const int* layer_is_matrix(const GPT* g) {
     return is_llama(g) ? llama_layer_tensor_is_matrix : layer_tensor_is_matrix;

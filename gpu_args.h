@@ -30,7 +30,7 @@ typedef struct {
     int model_given;      // -e given: with -y 1 it must match the checkpoint
     int resident;         // -R  first layers resident with AdamW state, -1: all that fit
     int kept;             // -K  last layers keeping activations. -1: all that fit
-    int flash;            // -F  1: fused attention where head sizes allow, 0: cuBLAS
+    int flash;            // -F  -1: fastest that works, 2: cuDNN, 1: our fused kernels, 0: cuBLAS
     int epilogues;        // -G  1: bias / GELU as cuBLASLt epilogues
     int plan_only;        // -P  1: print the memory plan and exit, without GPU or data
     float host_gib;       // -M  host GiB for the fit check, 0: MemAvailable
@@ -63,7 +63,7 @@ static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
     ga->model_given = 0;
     ga->resident = 0;
     ga->kept = 0;
-    ga->flash = 1;
+    ga->flash = -1;
     ga->epilogues = 1;
     ga->plan_only = 0;
     ga->host_gib = 0;
@@ -99,8 +99,10 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "              skips their recompute (a quarter of their compute); costs about 18*C*tokens-per-step\n"
         "              bytes per layer: 0 = recompute every layer, -1 = as many as fit after -R (default "
         "%d)\n"
-        "  -F <0|1>    attention: 1 = fused tensor-core kernels (head sizes 32, 64, 80, 96, 128; others use\n"
-        "              the cuBLAS path), 0 = cuBLAS GEMMs + softmax over stored (T x T) scores (default %d)\n"
+        "  -F <-1..2>  attention: 2 = cuDNN's SDPA (loaded at run time, checked against our kernel at start;\n"
+        "              falls back with one line), 1 = our fused tensor-core kernels (head sizes 32, 64, 80, 96,\n"
+        "              128), 0 = cuBLAS GEMMs + softmax over stored (T x T) scores, -1 = the fastest that\n"
+        "              works: cuDNN, then fused, then cuBLAS (default %d)\n"
         "  -G <0|1>    1 = the bias, residual and GELU passes after the GEMMs run as cuBLASLt epilogues,\n"
         "              0 = as separate kernels (default %d)\n"
         "  -P <0|1>    print the host and GPU memory this run would need, part by part, and exit: a "
@@ -184,7 +186,7 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
             ok = parse_int_in(flag, value, -1, 1 << 20, &v, err, sizeof err);
             ga->kept = (int)v;
         } else if (strcmp(flag, "-F") == 0) {
-            ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err);
+            ok = parse_int_in(flag, value, -1, 2, &v, err, sizeof err);
             ga->flash = (int)v;
         } else if (strcmp(flag, "-P") == 0) {
             ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err);

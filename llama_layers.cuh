@@ -7,8 +7,7 @@
 // pos: chat data's positions on the GPU, or NULL: t = row % T.
 #pragma once
 #include "gpt.cuh"                   // defines: GPT, LayerActs, llama_layer_params, llama_embed_params
-#include "llmc/attention.cuh"        // defines: attention_forward, attention_backward (GQA: NKV)
-#include "llmc/flash_attention.cuh"  // defines: flash_attention_forward, flash_attention_backward
+#include "llmc/attention_path.cuh"  // defines: attention_forward_path, attention_backward_path (GQA: NKV)
 #include "llmc/kernels.cuh"          // defines: fused_classifier, bias_backward
 #include "llmc/llama_kernels.cuh"  // defines: rmsnorm_forward, rmsnorm_backward, rope_forward, swiglu_forward
 #include "llmc/matmul.cuh"         // defines: matmul_forward, matmul_forward_bias, matmul_backward_*
@@ -94,8 +93,8 @@ static void llama_layer_forward(GPT* g, const bf16* weights, const bf16* x, bf16
     if (w.bq) matmul_forward_bias(a->qkv, a->rms1, w.wq, w.bq, NULL, N, C, QKV, s);
     else matmul_forward(a->qkv, a->rms1, w.wq, N, C, QKV, s);
     rope_forward(a->qkv, g->rope_inv_freq, N, T, NH, NKV, hd, s, pos);  // q and k heads, in place
-    if (g->flash) flash_attention_forward(a->atty, a->att_lse, a->qkv, B, T, QD, NH, s, NKV, pos);
-    else attention_forward(a->atty, a->att, a->qkv, B, T, QD, NH, s, NKV, pos);
+    attention_forward_path(g->attn_path, a->atty, a->att_lse, a->att, a->qkv, B, T, NH, NKV, hd, pos,
+                           attn_micro_of(g, pos), s);
     matmul_forward_residual(res2, a->atty, w.wo, x, N, QD, C, s);  // wo + layer input
     // MLP branch; w_gate is [w_gate; w_up]
     rmsnorm_forward(a->rms2, a->rms2_rstd, res2, w.mlp_norm, N, C, eps, s);
@@ -139,10 +138,8 @@ static void llama_layer_backward(GPT* g, const bf16* weights, float* grads, cons
     // attention branch: res2 = x + wo(attention(rope(q), rope(k), v))
     matmul_backward_weight(dw.wo, dres, a->atty, N, QD, C, s);
     matmul_backward_input(a->datty, dres, w.wo, N, QD, C, s);
-    if (g->flash)
-        flash_attention_backward(a->dqkv, a->att_dsum, a->datty, a->atty, a->qkv, a->att_lse, B, T, QD, NH, s,
-                                 NKV, pos);
-    else attention_backward(a->dqkv, a->datt, a->datty, a->att, a->qkv, B, T, QD, NH, s, NKV, pos);
+    attention_backward_path(g->attn_path, a->dqkv, a->att_dsum, a->datt, a->datty, a->atty, a->att, a->qkv,
+                            a->att_lse, B, T, NH, NKV, hd, pos, attn_micro_of(g, pos), s);
     rope_backward(a->dqkv, g->rope_inv_freq, N, T, NH, NKV, hd, s, pos);  // dq, dk rotated back
     matmul_backward_weight(dw.wq, a->dqkv, a->rms1, N, C, QKV, s);        // wq, wk, wv
     if (dw.bq) bias_backward(dw.bq, a->dqkv, N, QKV, s);                  // bq, bk, bv

@@ -7,7 +7,7 @@
 #include <string>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
-#include "llmc/flash_attention.cuh"  // defines: flash_attention_usable
+#include "llmc/attention_path.cuh"  // defines: cudnn_attention_ready, _workspace, ATTN_CUDNN, flash_attention_usable
 #include "gpt.cuh"                   // defines: LayerActs
 #include "gpu_args.h"                // defines: GpuArgs, ssd_tier
 #include "llmc/matmul.cuh"           // defines: kCublasWorkspaceBytes
@@ -15,16 +15,23 @@
 #include "ssd_tier.h"                // defines: GRAD_RING, grads_ring_bytes, sw_reader
 #include "llmc/utils.h"              // defines: host_available_bytes
 
-// Attention: fused kernels where the head size allows and the GPU is sm_80+.
-// Else cuBLAS + softmax (attention.cuh), storing (T x T) scores. -F 0 forces it.
-static int flash_attention_flag = 1;
+// Attention (-F): -1 the fastest that works: cuDNN's SDPA where attention_path_select found it working, our
+// fused kernels where the head size allows and the GPU is sm_80+, else cuBLAS + softmax (attention.cuh),
+// storing (T x T) scores. 0 cuBLAS, 1 fused (not cuDNN), 2 cuDNN first (as -1).
+static int flash_attention_flag = -1;
 // Head size: C / NH for GPT-2, hd for Llama.
 static int attention_head_size(const GPTConfig* c, const LlamaConfig* llama = NULL) {
     return llama && llama->num_layers ? llama->head_dim : c->channels / c->num_heads;
 }
-static bool use_flash_attention(const GPTConfig* c, const LlamaConfig* llama = NULL) {
-    return flash_attention_flag && flash_attention_usable(attention_head_size(c, llama));
+static bool use_cudnn_attention() {
+    return cudnn_attention_ready && (flash_attention_flag == -1 || flash_attention_flag == ATTN_CUDNN);
 }
+// No T x T scores: cuDNN or the fused kernels
+static bool use_flash_attention(const GPTConfig* c, const LlamaConfig* llama = NULL) {
+    return use_cudnn_attention() || (flash_attention_flag && flash_attention_usable(attention_head_size(c, llama)));
+}
+// cuDNN's buffers: its workspace, and max_micro micro-batches' ragged metadata (4 (N + 1) ints each)
+static int64_t attention_meta_bytes(int64_t N, int max_micro) { return (int64_t)max_micro * 4 * (N + 1) * 4; }
 
 // Overflow-checked byte counts: an absurd shape dies here, not in cudaMalloc.
 static int64_t plan_mul(int64_t a, int64_t b, const char* what) {
@@ -172,6 +179,7 @@ typedef struct {
     int64_t dresid;        // micro-batches x (N, C) bf16: the residual stream's gradient
     int64_t tokens;        // micro-batches x N x 4 bytes, each of inputs, targets, positions, losses
     int64_t scalars;       // loss (fp32), squared norm (fp64), the cuBLAS workspace
+    int64_t attn;          // cuDNN's attention: its workspace and the ragged metadata (also pinned)
     int64_t acts;          // one layer's activations for one micro-batch (acts_bytes)
     int64_t kept_acts;     // one layer's kept activations (-K) for one micro-batch
     int64_t kept_layer;    // one -K layer: micro-batches x kept_acts
@@ -259,6 +267,12 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     m.pinned += m.vocab_staging;
     m.host_bytes = m.master_adam + m.pinned + m.ssd_ring + m.vocab_grads;
     m.scalars = 4 + 8 + (int64_t)kCublasWorkspaceBytes;
+    if (use_cudnn_attention()) {
+        const int64_t meta = attention_meta_bytes(N, max_micro);  // m.tokens checked max_micro N
+        m.attn = cudnn_attention_workspace + meta;
+        m.pinned += meta;
+        m.host_bytes += meta;
+    }
     if (llama && llama->num_layers) m.scalars += (int64_t)(llama->head_dim / 2) * 4;  // RoPE's frequencies
     const char* kept =
         "the kept activations (-K layers * micro-batches * one layer's forward activations; lower -K)";
@@ -269,7 +283,8 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
 
     const int64_t parts[] = {m.embeddings,  m.vocab_chunks, m.resident_layers, m.slots,  m.grad_staging,
                              m.layer_grads, m.layer_inputs, m.dresid,          m.tokens, m.tokens,
-                             m.tokens,      m.tokens,       m.scalars,         m.kept,   m.acts};
+                             m.tokens,      m.tokens,       m.scalars,         m.kept,   m.acts,
+                             m.attn};
     m.gpu_bytes = 0;
     for (int64_t part : parts)
         m.gpu_bytes = plan_add(m.gpu_bytes, part, "the whole GPU plan (lower -b or -t)");
@@ -372,8 +387,9 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
         printf("memory plan: L%d C%d NH%d, %.3f B parameters, %d x %d tokens x %d micro-batches per step\n",
                c->num_layers, c->channels, c->num_heads, gpt_num_real_params(c, &p) / 1e9, B, T, n_micro);
     printf("attention: %s%s\n",
-           use_flash_attention(c, llama) ? "fused kernels (no T x T scores stored)"
-                                         : "cuBLAS + softmax (T x T scores stored in the workspace)",
+           use_cudnn_attention()           ? "cuDNN SDPA (no T x T scores stored; its workspace counted)"
+           : use_flash_attention(c, llama) ? "fused kernels (no T x T scores stored)"
+                                           : "cuBLAS + softmax (T x T scores stored in the workspace)",
            no_gpu_here ? "; no GPU here: planned for an sm_90 one" : "");
     printf(
         "host %9.2f GiB: fp32 master weights and AdamW m, v %.2f%s; pinned bf16 weights and gradients %.2f%s",
@@ -395,7 +411,7 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
         m.gpu_bytes / GiB, m.layer_inputs / GiB, slots, (m.slots + m.grad_staging) / GiB,
         ga->vocab_host > 0 ? "vocabulary chunk buffers (-E 1)" : "embeddings with their AdamW state",
         (m.embeddings + m.vocab_chunks) / GiB, resident, m.resident_layers / GiB, kept, m.kept / GiB,
-        m.acts / GiB, m.layer_grads / GiB, (m.dresid + 4 * m.tokens + m.scalars) / GiB);
+        m.acts / GiB, m.layer_grads / GiB, (m.dresid + 4 * m.tokens + m.scalars + m.attn) / GiB);
     if (ga->gpu_gib > 0)  // a run's fit check: plan plus reserve within the budget
         printf(
             " (%s: %.1f GiB given by -V)",

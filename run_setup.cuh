@@ -250,8 +250,11 @@ static void check_fit(Run* r) {
     // cuBLAS handles and kernels first: what they take is not free for the plan
     matmul_handles_create();
     kernels_load();
-    if (use_flash_attention(&r->cfg, &r->llama))
-        flash_attention_load(attention_head_size(&r->cfg, &r->llama));
+    // the attention path: cuDNN if it loads, builds this shape's graphs and agrees with our kernel
+    const int hs = attention_head_size(&r->cfg, &r->llama), NH = r->cfg.num_heads;
+    const int NKV = r->llama.num_layers ? r->llama.num_kv_heads : NH;
+    attention_path_select(flash_attention_flag, r->args.B, r->args.T, NH, NKV, hs, r->train.kind == DL_CHAT);
+    if (flash_attention_usable(hs)) flash_attention_load(hs);
     size_t gpu_free = 0, gpu_total = 0;
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
     r->gpu_free_at_start = (int64_t)gpu_free;
@@ -607,11 +610,15 @@ static void print_config_table(const Run* r, const GPT* g) {
         "kept activations",
         r->kept ? "last %d of %d layers (%.2f GiB; no recompute there)" : "%d of %d layers (all recomputed)",
         r->kept, cfg.num_layers, plan.kept / GiB);
-    table_row("attention", "%s",
-              g->flash      ? "fused tensor-core kernels (flash_attention.cuh)"
-              : r->ga.flash ? "cuBLAS GEMMs + softmax, T x T scores stored (head size not 32, 64, 80, 96, "
-                              "128 or GPU before sm_80)"
-                            : "cuBLAS GEMMs + softmax, T x T scores stored (-F 0)");
+    if (g->attn_path == ATTN_CUDNN)
+        table_row("attention", "%s, workspace %.1f MiB", cudnn_attention_note, cudnn_attention_workspace / 1048576.0);
+    else
+        table_row("attention", "%s%s%s",
+                  g->flash      ? "fused tensor-core kernels (flash_attention.cuh)"
+                  : r->ga.flash ? "cuBLAS GEMMs + softmax, T x T scores stored (head size not 32, 64, 80, 96, "
+                                  "128 or GPU before sm_80)"
+                                : "cuBLAS GEMMs + softmax, T x T scores stored (-F 0)",
+                  cudnn_attention_note[0] ? "; cuDNN not used: " : "", cudnn_attention_note);
     table_row("GEMM epilogues", "%s",
               r->ga.epilogues ? "bias, residual, GELU fused (cuBLASLt)" : "separate kernels (-G 0)");
     table_row("device", "%s, %.1f GiB", r->prop.name, r->gpu_total / GiB);
@@ -653,14 +660,14 @@ static void print_median_and_result(const Run* r, const GPT* g, int timed, doubl
         "%d, "
         "\"B\": %d, \"T\": %d, \"tokens_per_step\": %lld, \"grad_accum\": %d, \"slots\": %d, "
         "\"resident_layers\": %d, "
-        "\"kept_layers\": %d, \"flash\": %d, \"epilogues\": %d, "
+        "\"kept_layers\": %d, \"flash\": %d, \"attention\": \"%s\", \"epilogues\": %d, "
         "\"step_s\": %.5f, "
         "\"tok_per_s\": %.1f, \"model_TFLOPs\": %.2f, \"mfu\": %s, \"peak_TFLOPs\": %s, \"peak_gpu_GiB\": "
         "%.3f, "
         "\"host_GiB\": %.2f}\n",
         r->args.model, g->layout.total / 1e9, c.num_layers, c.channels, c.num_heads, r->args.B, r->args.T,
         (long long)r->step_tokens, r->n_micro, r->ga.num_slots, r->resident, r->kept, (int)g->flash,
-        r->ga.epilogues, median, r->step_tokens / median, flops / median / 1e12, mfu_json, peak_json,
+        g->attn_path == ATTN_CUDNN ? "cudnn" : g->attn_path == ATTN_FUSED ? "fused" : "cublas", r->ga.epilogues, median, r->step_tokens / median, flops / median / 1e12, mfu_json, peak_json,
         g->gpu_bytes / GiB, r->plan.host_bytes / GiB);
 }
 

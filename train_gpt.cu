@@ -60,8 +60,8 @@
 #include "llmc/utils.h"      // defines: die, SizeText, table_row, table_rule, progress_text, peak_rss_bytes
 
 #include "llmc/matmul.cuh"           // defines: matmul_forward, lt_matmul, matmul_handles_create
-#include "llmc/attention.cuh"        // defines: attention_forward, attention_backward (cuBLAS + softmax)
-#include "llmc/flash_attention.cuh"  // defines: flash_attention_forward, _backward, flash_attention_load
+#include "llmc/attention_path.cuh"  // defines: attention_forward_path, _backward_path, attention_path_select
+#include "llmc/ragged.h"            // defines: positions_valid, ragged_sequences
 #include "gpt.cuh"           // defines: struct GPT, LayerActs, LayerWeights, layer_params, layer_input
 #include "llama_layers.cuh"  // defines: llama_layer_forward, _backward, llama_head_forward, llama_embedding_*
 #include "vocab_host.cuh"    // defines: HostVocab, vocab_head_forward, _backward, vocab_embedding_* (-E 1)
@@ -82,8 +82,8 @@ static void layer_forward(GPT* g, const bf16* weights, const bf16* x, bf16* out,
     bf16* res2 = a->residual2;
     layernorm_forward(a->ln1, a->ln1_mean, a->ln1_rstd, x, w.ln1w, w.ln1b, N, C, s);
     matmul_forward_bias(a->qkv, a->ln1, w.qkvw, w.qkvb, NULL, N, C, 3 * C, s);
-    if (g->flash) flash_attention_forward(a->atty, a->att_lse, a->qkv, B, T, C, NH, s, NH, pos);
-    else attention_forward(a->atty, a->att, a->qkv, B, T, C, NH, s, NH, pos);
+    attention_forward_path(g->attn_path, a->atty, a->att_lse, a->att, a->qkv, B, T, NH, NH, C / NH, pos,
+                           attn_micro_of(g, pos), s);
     matmul_forward_bias(res2, a->atty, w.attprojw, w.attprojb, x, N, C, C, s);  // projection + layer input
     layernorm_forward(a->ln2, a->ln2_mean, a->ln2_rstd, res2, w.ln2w, w.ln2b, N, C, s);
     matmul_forward_bias_gelu(a->fch, a->fch_gelu, a->ln2, w.fcw, w.fcb, N, C, 4 * C, s);
@@ -125,10 +125,8 @@ static void layer_backward(GPT* g, const bf16* weights, float* grads, const bf16
     matmul_backward_weight(dw.attprojw, dres, a->atty, N, C, C, s);
     bias_backward(dw.attprojb, dres, N, C, s);
     matmul_backward_input(a->dln, dres, w.attprojw, N, C, C, s);
-    if (g->flash)
-        flash_attention_backward(a->dqkv, a->att_dsum, a->dln, a->atty, a->qkv, a->att_lse, B, T, C, NH, s,
-                                 NH, pos);
-    else attention_backward(a->dqkv, a->datt, a->dln, a->att, a->qkv, B, T, C, NH, s, NH, pos);
+    attention_backward_path(g->attn_path, a->dqkv, a->att_dsum, a->datt, a->dln, a->atty, a->att, a->qkv,
+                            a->att_lse, B, T, NH, NH, C / NH, pos, attn_micro_of(g, pos), s);
     matmul_backward_weight(dw.qkvw, a->dqkv, a->ln1, N, C, 3 * C, s);
     bias_backward(dw.qkvb, a->dqkv, N, 3 * C, s);
     matmul_backward_input(a->dln, a->dqkv, w.qkvw, N, C, 3 * C, s);
@@ -247,6 +245,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     g->max_micro = max_micro;
     g->args = *args;
     g->flash = use_flash_attention(cfg, llama);
+    g->attn_path = use_cudnn_attention() ? ATTN_CUDNN : g->flash ? ATTN_FUSED : ATTN_CUBLAS;
     const ParamLayout* p = &g->layout;
     const GPTConfig* c = &g->config;
     if (resident_layers < 0 || resident_layers > c->num_layers || kept_layers < 0 ||
@@ -312,6 +311,19 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
         rope_inv_freq_upload(g->rope_inv_freq, &g->llama);
     }
     cudaCheck(cudaMallocHost(&g->tokens_host, (size_t)plan.tokens * 3));  // plan.pinned
+    if (g->attn_path == ATTN_CUDNN) {  // plan.attn: the workspace, the ragged metadata (pinned too)
+        const int64_t N = (int64_t)B * T, meta = attention_meta_bytes(N, max_micro);
+        g->attn_workspace = gpu_alloc(g, cudnn_attention_workspace);
+        cudnn_att_use_workspace(g->attn_workspace, cudnn_attention_workspace);
+        g->attn_meta = (int*)gpu_alloc(g, meta);
+        cudaCheck(cudaMallocHost(&g->attn_meta_host, (size_t)meta));
+        g->attn_micro = (AttnMicro*)calloc((size_t)max_micro, sizeof(AttnMicro));
+        if (!g->attn_micro) die("out of host memory");
+        for (int mb = 0; mb < max_micro; mb++) {
+            int* d = g->attn_meta + (int64_t)mb * 4 * (N + 1);
+            g->attn_micro[mb] = {-1, {d, d + (N + 1), d + 2 * (N + 1), d + 3 * (N + 1)}};
+        }
+    }
     cudaCheck(cudaMallocHost(&g->loss_host, 4));
     cudaCheck(cudaMallocHost(&g->sumsq_host, 8));
     g->acts.bytes = plan.acts;
@@ -414,6 +426,13 @@ static void gpt_free(GPT* g) {
     cudaCheck(cudaFree(g->sumsq_dev));
     if (g->rope_inv_freq) cudaCheck(cudaFree(g->rope_inv_freq));
     cudaCheck(cudaFreeHost(g->tokens_host));
+    if (g->attn_path == ATTN_CUDNN) {
+        cudnn_att_use_workspace(NULL, 0);
+        if (g->attn_workspace) cudaCheck(cudaFree(g->attn_workspace));
+        cudaCheck(cudaFree(g->attn_meta));
+        cudaCheck(cudaFreeHost(g->attn_meta_host));
+        free(g->attn_micro);
+    }
     cudaCheck(cudaFreeHost(g->loss_host));
     cudaCheck(cudaFreeHost(g->sumsq_host));
     cudaCheck(cudaFree(g->acts.memory));
@@ -486,6 +505,34 @@ static void layer_grads_end(GPT* g, int l, cudaStream_t s) {
     grads_to_bf16_sumsq(staging, g->layer_grads, g->layout.layer_stride, g->sumsq_dev, s);
 }
 
+// cuDNN path, chat data: each micro-batch's conversations as ragged sequences (ragged.h), via pinned staging.
+// A micro-batch whose positions are not runs 0, 1, 2, ..., or whose bucket's graphs cannot be built, runs
+// our fused kernel (said once).
+static void attention_ragged_to_device(GPT* g, const int* pos, int n, cudaStream_t s) {
+    const int64_t N = (int64_t)g->B * g->T, each = 4 * (N + 1);
+    const int NH = is_llama(g) ? g->llama.num_heads : g->config.num_heads;
+    const int hs = is_llama(g) ? g->llama.head_dim : g->config.channels / NH;
+    const int NKV = is_llama(g) ? g->llama.num_kv_heads : NH;
+    const int64_t ld = (int64_t)(NH + 2 * NKV) * hs, od = (int64_t)NH * hs;
+    static bool said = false;
+    FAKE_CUDA_HOST_ACCESS(g->attn_meta_host, n * each * 4, true, "the ragged metadata's staging");
+    for (int mb = 0; mb < n; mb++) {
+        int* h = g->attn_meta_host + mb * each;
+        const RaggedHost r = {h, h + (N + 1), h + 2 * (N + 1), h + 3 * (N + 1)};
+        int bucket = 0;
+        const int count = ragged_sequences(pos + mb * N, g->B, g->T, ld, od, NH, r, (int)N, &bucket);
+        char why[512] = "the positions are not runs of 0, 1, 2, ...";
+        const CudnnAttShape shape = {g->B, g->T, NH, NKV, hs, bucket};
+        const bool ok = count > 0 && cudnn_att_prepare(&shape, why, sizeof why);
+        g->attn_micro[mb].seqs = ok ? bucket : -1;
+        if (!ok && !said) {
+            fprintf(stderr, "attention: a chat micro-batch runs our fused kernel, not cuDNN: %s\n", why);
+            said = true;
+        }
+    }
+    cudaCheck(cudaMemcpyAsync(g->attn_meta, g->attn_meta_host, (size_t)(n * each * 4), cudaMemcpyHostToDevice, s));
+}
+
 // n micro-batches of tokens to the GPU via pinned staging. targets, pos may be NULL.
 static void tokens_to_device(GPT* g, const int* inputs, const int* targets, const int* pos, int n,
                              cudaStream_t s) {
@@ -494,6 +541,9 @@ static void tokens_to_device(GPT* g, const int* inputs, const int* targets, cons
     const int* from[3] = {inputs, targets, pos};
     int* to[3] = {g->tokens_in, g->tokens_out, g->tokens_pos};
     g->packed = pos != NULL;
+    char why[160];
+    if (pos && !positions_valid(pos, (int64_t)n * g->B, g->T, why, sizeof why)) die("chat positions: %s", why);
+    if (pos && g->attn_path == ATTN_CUDNN) attention_ragged_to_device(g, pos, n, s);
     for (int k = 0; k < 3; k++) {
         if (!from[k]) continue;
         FAKE_CUDA_HOST_ACCESS(staged[k], count * 4, true, "the host staging tokens");

@@ -95,13 +95,15 @@ static void gradients_match_cpu_reference(int n_micro, bool chat = false) {
     ASSERT_TRUE(gpt2_cpu_backward(&cpu, chat ? 1.0f / (float)cpu.num_targets : 0.0f)) << cpu.error;
     GPT g;
     build_gpu(&g, c, B / n_micro, T, n_micro, 2, a, 7);
+    if (flash_attention_flag == ATTN_CUDNN) { EXPECT_EQ(g.attn_path, ATTN_CUDNN); }
     const StepResult step = gpt_step(&g, in.data(), tg.data(), n_micro, 0.0f, p_pos);
     const float loss = step.loss;
     if (chat) { EXPECT_EQ(step.targets, cpu.num_targets); }
     std::vector<float> grads = gpu_grads(&g);
     // bounds: the loss as in LogitsAndLossMatchCpuReference; every gradient tensor passes through about twice
     // as many bf16 roundings (and the layers' arrive rounded to bf16), plus fp32 atomics in any order: 5e-2
-    const std::string mb = std::to_string(n_micro) + " micro-batches" + (chat ? " of chat data: " : ": ");
+    const std::string mb = std::to_string(n_micro) + " micro-batches" + (chat ? " of chat data, " : ", ") +
+                           attention_path_name(g.attn_path) + ": ";
     EXPECT_TRUE(within(mb + "loss, relative", rel_diff(loss, cpu.mean_loss), 2e-2));
     const ParamLayout* p = &g.layout;
     // the padded vocabulary rows of wte take no part in the model: their gradient is exactly zero
@@ -322,6 +324,33 @@ TEST(GpuTrainer, StreamsOrderEveryHandOver) {
         remove_dir(dir);
     }
 #endif
+}
+
+// cuDNN's SDPA, where this machine has it (else skipped, saying why; always in the emulation): one step's
+// gradients against the CPU reference with the fused path's bounds (dense, and chat data as ragged sequences,
+// 4 micro-batches of one row: buckets of 2 and 4 sequences), and 4 whole steps against the fused kernel
+// within FusedAndCublasAttentionTrainAlike's 5e-3 (cuDNN keeps the scores in fp32 as the fused kernel does,
+// and rounds P to bf16 as it does: a wrong stride, head or offset moves the loss by O(1)). run_gpu also
+// checks that the plan, with cuDNN's workspace and metadata, is what gpt_build allocates.
+TEST(GpuTrainer, CudnnAttentionMatchesCpuReferenceAndTrainsLikeFused) {
+    REQUIRE_GPU();
+    const GPTConfig c = tiny_config(3, 128, 4, 64, 500);  // hs 32
+    attention_path_select(ATTN_CUDNN, 4, 64, 4, 4, 32, true);
+    if (!cudnn_attention_ready) GTEST_SKIP() << "cuDNN: " << cudnn_attention_note;
+    printf("%s\n", cudnn_attention_note);
+    const int saved = flash_attention_flag;
+    flash_attention_flag = ATTN_CUDNN;
+    gradients_match_cpu_reference(1);
+    gradients_match_cpu_reference(4, true);
+    auto cudnn = run_gpu(c, 4, 64, 1, 2, 4, 5);
+    flash_attention_flag = ATTN_FUSED;
+    auto fused = run_gpu(c, 4, 64, 1, 2, 4, 5);
+    flash_attention_flag = saved;
+    cudnn_attention_ready = false;  // the other tests plan without it
+    for (size_t i = 0; i < fused.size(); i++) {
+        printf("%s step %zu: cudnn %.6f fused %.6f\n", i % 2 ? "norm" : "loss", i / 2 + 1, cudnn[i], fused[i]);
+        EXPECT_NEAR(cudnn[i], fused[i], 5e-3 * fabs(fused[i])) << "value " << i;
+    }
 }
 
 // The fused attention kernels (the default where the head size allows) and the cuBLAS + softmax path train

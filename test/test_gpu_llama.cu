@@ -138,16 +138,21 @@ void gradients_match_cpu_reference(const Shape& sh, int n_micro, int flash, bool
     ASSERT_TRUE(llama_cpu_backward(&cpu, chat ? 1.0f / (float)cpu.num_targets : 0.0f)) << cpu.error;
     const int saved = flash_attention_flag;
     flash_attention_flag = flash;
+    if (flash == ATTN_CUDNN) attention_path_select(ATTN_CUDNN, B / n_micro, T, c.num_heads, c.num_kv_heads, c.head_dim, chat);
     GPT g;
     build_gpu(&g, c, B / n_micro, T, n_micro, 2, test_args(), 7, 0, 0, vocab_host);
     flash_attention_flag = saved;
+    if (flash == ATTN_CUDNN) {
+        EXPECT_EQ(g.attn_path, ATTN_CUDNN) << cudnn_attention_note;
+        cudnn_attention_ready = false;  // the other tests plan without it
+    }
     const StepResult step = gpt_step(&g, in.data(), tg.data(), n_micro, 0.0f, p_pos);
     const float loss = step.loss;
     if (chat) { EXPECT_EQ(step.targets, cpu.num_targets); }
     std::vector<float> grads = gpu_grads_file_order(&g);
     const std::string what = std::string(sh.name) + (chat ? " chat" : "") + (vocab_host ? " -E 1" : "") +
                              ", " + std::to_string(n_micro) + " micro-batches, " +
-                             (g.flash ? "fused" : "cuBLAS") + " attention: ";
+                             attention_path_name(g.attn_path) + " attention: ";
     EXPECT_TRUE(within(what + "loss, relative", rel_diff(loss, cpu.mean_loss), 2e-2));
     const LlamaLayout p = llama_layout(&c);
     for (int t = 0; t < NUM_LLAMA_EMBED_TENSORS; t++) {
@@ -168,6 +173,20 @@ void gradients_match_cpu_reference(const Shape& sh, int n_micro, int flash, bool
     EXPECT_TRUE(within(what + "gradient norm, relative", rel_diff(g.last_norm, cpu_norm), 2e-2));
     gpt_free(&g);
     llama_cpu_free(&cpu);
+}
+
+// cuDNN's SDPA, where this machine has it (else skipped, saying why): every gradient tensor of both shapes
+// (GQA, q/k/v biases) against the CPU reference with the fused path's bounds, dense and chat data (ragged
+// sequences; RoPE by position before the attention).
+TEST(GpuLlama, CudnnAttentionGradientsMatchCpuReference) {
+    REQUIRE_GPU();
+    for (const Shape& sh : shapes()) {
+        attention_path_select(ATTN_CUDNN, 2, 32, sh.c.num_heads, sh.c.num_kv_heads, sh.c.head_dim, true);
+        if (!cudnn_attention_ready) GTEST_SKIP() << "cuDNN: " << cudnn_attention_note;
+        printf("%s: %s\n", sh.name, cudnn_attention_note);
+        gradients_match_cpu_reference(sh, 2, ATTN_CUDNN);
+        gradients_match_cpu_reference(sh, 2, ATTN_CUDNN, true);
+    }
 }
 
 TEST(GpuLlama, EveryGradientTensorMatchesCpuReference) {

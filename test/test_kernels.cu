@@ -865,6 +865,42 @@ TEST(Kernels, FlashAttentionBackwardMatchesCpu) {
     }
 }
 
+// cuDNN's SDPA (where this machine has it; skipped, saying why, elsewhere) on the fused kernels' shapes
+// against the CPU: the same roundings as the fused path (scores fp32, P and the outputs bf16), so its bounds.
+TEST(Kernels, CudnnAttentionMatchesCpu) {
+    REQUIRE_GPU();
+    char why[512];
+    if (!cudnn_att_open(why, sizeof why)) GTEST_SKIP() << "cuDNN: " << why;
+    for (const FlashShape& sh : kFlashShapes) {
+        const int B = sh.B, T = sh.T, C = sh.C, NH = sh.NH;
+        const int64_t N = (int64_t)B * T;
+        printf("  B=%d T=%d C=%d NH=%d (hs %d)\n", B, T, C, NH, C / NH);
+        const CudnnAttShape shape = {B, T, NH, NH, C / NH, 0};
+        if (!cudnn_att_prepare(&shape, why, sizeof why)) {
+            ADD_FAILURE() << "cuDNN cannot run this shape: " << why;
+            continue;
+        }
+        auto qkv = rand_bf16(N * 3 * C, -1.5f, 1.5f, 500 + T), dy = rand_bf16(N * C, -1, 1, 501 + T);
+        DeviceMem m;
+        const bf16 *qkv_d = m.bf16s(qkv), *dy_d = m.bf16s(dy);
+        bf16* y_d = m.zeros<bf16>(N * C);
+        bf16* dqkv_d = m.zeros<bf16>(N * 3 * C);
+        float* lse_d = m.zeros<float>(N * NH);
+        cudaCheck(cudaMemset(y_d, 0xff, (size_t)(N * C) * 2));  // NaN: every element must be written
+        cudaCheck(cudaMemset(dqkv_d, 0xff, (size_t)(N * 3 * C) * 2));
+        ASSERT_TRUE(cudnn_att_forward(y_d, lse_d, qkv_d, &shape, NULL, kStream, why, sizeof why)) << why;
+        ASSERT_TRUE(cudnn_att_backward(dqkv_d, dy_d, qkv_d, y_d, lse_d, &shape, NULL, kStream, why, sizeof why))
+            << why;
+        std::vector<float> out((size_t)(N * C)), att((size_t)B * NH * T * T), dqkv((size_t)(N * 3 * C)),
+            dscore((size_t)B * NH * T);
+        attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
+        attention_backward(dqkv.data(), dscore.data(), dy.data(), qkv.data(), att.data(), B, T, C, NH);
+        EXPECT_TRUE(check("cuDNN forward y (N, C)", download(y_d, N * C), out, 1e-2));
+        check_dqkv_parts("cuDNN backward", download(dqkv_d, N * 3 * C), dqkv, N, C, 2e-2);
+    }
+    cudnn_att_free_own_workspace();
+}
+
 // ----------------------------------------------------------------------------
 // Loss and gradient hand-off
 

@@ -1,0 +1,247 @@
+// attention_path.cuh — which causal attention runs, and running it: cuDNN's SDPA (cudnn_att.cpp), our fused
+// kernels (flash_attention.cuh) or cuBLAS + softmax (attention.cuh). At start: cuDNN's version, a support
+// check of the run's graphs and a numerical self-check against our kernel; any failure is one line and the
+// next path. Not here: the kernels themselves, the memory plan (memory_plan.cuh counts the workspace).
+#pragma once
+#include <math.h>
+#include <string.h>
+#include <vector>
+#include "attention.cuh"        // defines: attention_forward, attention_backward
+#include "cudnn_att.h"          // defines: cudnn_att_open, cudnn_att_prepare, cudnn_att_forward, CudnnRagged
+#include "flash_attention.cuh"  // defines: flash_attention_forward, _backward, _usable, _load
+#include "ragged.h"             // defines: ragged_sequences, positions_valid, RaggedHost
+
+enum { ATTN_CUBLAS = 0, ATTN_FUSED = 1, ATTN_CUDNN = 2 };
+static const char* attention_path_name(int path) {
+    return path == ATTN_CUDNN ? "cuDNN SDPA" : path == ATTN_FUSED ? "fused kernels" : "cuBLAS + softmax";
+}
+
+// Set by attention_path_select for this run's shape; read by the plan and gpt_build.
+static bool cudnn_attention_ready = false;
+static int64_t cudnn_attention_workspace = 0;  // bytes: the largest of the run's graphs
+static char cudnn_attention_note[512] = "";     // why cuDNN does not run, or what it is
+
+// One micro-batch's ragged sequences: seqs -1 when dense rows or not expressible (then our kernel).
+typedef struct AttnMicro {
+    int seqs;         // the graph's bucket
+    CudnnRagged dev;  // on the GPU
+} AttnMicro;
+
+// Launch one path. lse: the path's own row statistics (fused: base-2, cuDNN: natural), never mixed: a
+// micro-batch takes the same path forward and backward (its AttnMicro decides).
+static void attention_forward_path(int path, bf16* out, float* lse, bf16* att, bf16* qkv, int B, int T, int NH,
+                                   int NKV, int hs, const int* pos, const AttnMicro* m, cudaStream_t s) {
+    const int QD = NH * hs;
+    if (path == ATTN_CUDNN && (!pos || (m && m->seqs > 0))) {
+        const CudnnAttShape sh = {B, T, NH, NKV, hs, pos ? m->seqs : 0};
+        char why[512];
+        if (!cudnn_att_forward(out, lse, qkv, &sh, pos ? &m->dev : NULL, s, why, sizeof why))
+            die("attention: %s", why);
+    } else if (path != ATTN_CUBLAS) {
+        if (!flash_attention_usable(hs))
+            die("attention: a micro-batch's conversations are not runs of positions 0, 1, 2, ... (cuDNN's "
+                "ragged layout) and our fused kernels do not take head size %d: use -F 0", hs);
+        flash_attention_forward(out, lse, qkv, B, T, QD, NH, s, NKV, pos);
+    } else attention_forward(out, att, qkv, B, T, QD, NH, s, NKV, pos);
+}
+static void attention_backward_path(int path, bf16* dqkv, float* dsum, bf16* datt, bf16* dout, bf16* out,
+                                    bf16* att, bf16* qkv, const float* lse, int B, int T, int NH, int NKV, int hs,
+                                    const int* pos, const AttnMicro* m, cudaStream_t s) {
+    const int QD = NH * hs;
+    if (path == ATTN_CUDNN && (!pos || (m && m->seqs > 0))) {
+        const CudnnAttShape sh = {B, T, NH, NKV, hs, pos ? m->seqs : 0};
+        char why[512];
+        if (!cudnn_att_backward(dqkv, dout, qkv, out, lse, &sh, pos ? &m->dev : NULL, s, why, sizeof why))
+            die("attention: %s", why);
+    } else if (path != ATTN_CUBLAS)
+        flash_attention_backward(dqkv, dsum, dout, out, qkv, lse, B, T, QD, NH, s, NKV, pos);
+    else attention_backward(dqkv, datt, dout, att, qkv, B, T, QD, NH, s, NKV, pos);
+}
+
+// ----------------------------------------------------------------------------
+// The self-check: cuDNN against our kernel (fused where the head size allows, else cuBLAS) on B = 2 rows of
+// 128 tokens with the run's heads, dense and packed (three conversations, a bucket of four: one empty slot).
+// Bounds: both paths round P and the outputs to bf16 (2^-8 relative) and sum in other orders; the output
+// (|y| <= max |v| = 1) within 2e-2, each gradient tensor within 5e-2 of its largest element. A wrong stride,
+// head mapping or offset is off by O(1).
+
+static float bf16_bits_to_float(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static float max_abs_diff(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, int64_t rows,
+                          int64_t ld, int64_t from, int64_t count, float* ref_max) {
+    float d = 0, m = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = from; j < from + count; j++) {
+            const float x = bf16_bits_to_float(a[r * ld + j]), y = bf16_bits_to_float(b[r * ld + j]);
+            if (!(fabsf(x - y) <= d)) d = isnan(x - y) ? INFINITY : fabsf(x - y);
+            m = fmaxf(m, fabsf(y));
+        }
+    *ref_max = m;
+    return d;
+}
+
+static bool attention_self_check(int NH, int NKV, int hs, bool packed, char* why, size_t n) {
+    const int B = 2, T = 128;
+    const int64_t N = (int64_t)B * T, ld = (int64_t)(NH + 2 * NKV) * hs, od = (int64_t)NH * hs;
+    const bool fused = flash_attention_usable(hs);
+    if (fused) flash_attention_load(hs);
+    std::vector<uint16_t> qkv(N * ld), dout(N * od);
+    uint64_t state = 0x9E3779B97F4A7C15ull;
+    auto uniform = [&]() {  // xorshift: [-1, 1)
+        state ^= state << 13, state ^= state >> 7, state ^= state << 17;
+        return (float)((state >> 40) * (1.0 / (1 << 23))) - 1.0f;
+    };
+    auto to_bf16 = [](float f) {
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        return (uint16_t)((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+    };
+    for (auto& x : qkv) x = to_bf16(uniform());
+    for (auto& x : dout) x = to_bf16(uniform());
+    // packed: row 0 holds conversations of 50 and 78 tokens, row 1 one of 128
+    std::vector<int> pos(N);
+    for (int64_t i = 0; i < N; i++) pos[i] = i < 50 ? (int)i : i < T ? (int)(i - 50) : (int)(i - T);
+    std::vector<int> meta(4 * (N + 1));
+    RaggedHost h = {meta.data(), meta.data() + (N + 1), meta.data() + 2 * (N + 1), meta.data() + 3 * (N + 1)};
+    int bucket = 0;
+    if (packed && ragged_sequences(pos.data(), B, T, ld, od, NH, h, (int)N, &bucket) != 3)
+        return snprintf(why, n, "internal: the self-check's ragged sequences"), false;
+
+    bf16 *d_qkv, *d_dout, *d_out[2], *d_dqkv[2], *d_att = NULL, *d_datt = NULL;
+    float *d_lse[2], *d_dsum;
+    int *d_pos, *d_meta;
+    cudaCheck(cudaMalloc(&d_qkv, N * ld * 2));
+    cudaCheck(cudaMalloc(&d_dout, N * od * 2));
+    for (int k = 0; k < 2; k++) {
+        cudaCheck(cudaMalloc(&d_out[k], N * od * 2));
+        cudaCheck(cudaMalloc(&d_dqkv[k], N * ld * 2));
+        cudaCheck(cudaMalloc(&d_lse[k], N * NH * 4));
+    }
+    cudaCheck(cudaMalloc(&d_dsum, N * NH * 4));
+    if (!fused) {
+        cudaCheck(cudaMalloc(&d_att, (int64_t)B * NH * T * T * 2));
+        cudaCheck(cudaMalloc(&d_datt, (int64_t)B * NH * T * T * 2));
+    }
+    cudaCheck(cudaMalloc(&d_pos, N * 4));
+    cudaCheck(cudaMalloc(&d_meta, meta.size() * 4));
+    cudaCheck(cudaMemcpy(d_qkv, qkv.data(), qkv.size() * 2, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d_dout, dout.data(), dout.size() * 2, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d_pos, pos.data(), N * 4, cudaMemcpyHostToDevice));
+    cudaCheck(cudaMemcpy(d_meta, meta.data(), meta.size() * 4, cudaMemcpyHostToDevice));
+    AttnMicro m = {bucket, {d_meta, d_meta + (N + 1), d_meta + 2 * (N + 1), d_meta + 3 * (N + 1)}};
+
+    bool ok = true;
+    for (int pass = 0; pass < (packed ? 2 : 1) && ok; pass++) {
+        const int* p = pass ? d_pos : NULL;
+        const int ref = fused ? ATTN_FUSED : ATTN_CUBLAS;
+        const int paths[2] = {ref, ATTN_CUDNN};
+        for (int k = 0; k < 2; k++) {
+            cudaCheck(cudaMemset(d_dqkv[k], 0xFF, N * ld * 2));  // NaN: a gradient left unwritten fails
+            const CudnnAttShape sh = {B, T, NH, NKV, hs, pass ? bucket : 0};
+            if (paths[k] == ATTN_CUDNN && !cudnn_att_prepare(&sh, why, n)) {
+                ok = false;
+                break;
+            }
+            char err[512];
+            if (paths[k] == ATTN_CUDNN) {  // not attention_forward_path: a failure falls back, not dies
+                ok = cudnn_att_forward(d_out[k], d_lse[k], d_qkv, &sh, p ? &m.dev : NULL, 0, err, sizeof err) &&
+                     cudnn_att_backward(d_dqkv[k], d_dout, d_qkv, d_out[k], d_lse[k], &sh, p ? &m.dev : NULL, 0,
+                                        err, sizeof err);
+                if (!ok) snprintf(why, n, "%s", err);
+            } else {
+                attention_forward_path(paths[k], d_out[k], d_lse[k], d_att, d_qkv, B, T, NH, NKV, hs, p, &m, 0);
+                attention_backward_path(paths[k], d_dqkv[k], d_dsum, d_datt, d_dout, d_out[k], d_att, d_qkv,
+                                        d_lse[k], B, T, NH, NKV, hs, p, &m, 0);
+            }
+            if (!ok) break;
+        }
+        if (!ok) break;
+        const cudaError_t err = cudaDeviceSynchronize();
+        if (err != cudaSuccess) {
+            snprintf(why, n, "the self-check's run failed: %s", cudaGetErrorString(err));
+            ok = false;
+            break;
+        }
+        std::vector<uint16_t> out[2], dqkv[2];
+        for (int k = 0; k < 2; k++) {
+            out[k].resize(N * od);
+            dqkv[k].resize(N * ld);
+            cudaCheck(cudaMemcpy(out[k].data(), d_out[k], N * od * 2, cudaMemcpyDeviceToHost));
+            cudaCheck(cudaMemcpy(dqkv[k].data(), d_dqkv[k], N * ld * 2, cudaMemcpyDeviceToHost));
+        }
+        float ref_max;
+        const float dy = max_abs_diff(out[1], out[0], N, od, 0, od, &ref_max);
+        const char* name[3] = {"dq", "dk", "dv"};
+        const int64_t from[3] = {0, od, od + (int64_t)NKV * hs}, count[3] = {od, (int64_t)NKV * hs, (int64_t)NKV * hs};
+        float dg[3], gmax[3];
+        for (int j = 0; j < 3; j++) dg[j] = max_abs_diff(dqkv[1], dqkv[0], N, ld, from[j], count[j], &gmax[j]);
+        const char* layout = pass ? "packed" : "dense";
+        if (!(dy <= 2e-2f)) {
+            snprintf(why, n, "self-check (%s): cuDNN's output is %.3g from %s's", layout, dy,
+                     attention_path_name(paths[0]));
+            ok = false;
+        }
+        for (int j = 0; j < 3 && ok; j++)
+            if (!(dg[j] <= 5e-2f * gmax[j])) {
+                snprintf(why, n, "self-check (%s): cuDNN's %s is %.3g from %s's (largest %.3g)", layout, name[j],
+                         dg[j], attention_path_name(paths[0]), gmax[j]);
+                ok = false;
+            }
+    }
+    cudaCheck(cudaFree(d_qkv));
+    cudaCheck(cudaFree(d_dout));
+    for (int k = 0; k < 2; k++) {
+        cudaCheck(cudaFree(d_out[k]));
+        cudaCheck(cudaFree(d_dqkv[k]));
+        cudaCheck(cudaFree(d_lse[k]));
+    }
+    cudaCheck(cudaFree(d_dsum));
+    if (d_att) cudaCheck(cudaFree(d_att));
+    if (d_datt) cudaCheck(cudaFree(d_datt));
+    cudaCheck(cudaFree(d_pos));
+    cudaCheck(cudaFree(d_meta));
+    return ok;
+}
+
+// -F: -1 the fastest that works (cuDNN, our fused kernels, cuBLAS), 0 cuBLAS, 1 fused, 2 cuDNN first.
+// Tries cuDNN for the run's shape (B rows of T, heads NH / NKV of hs) unless -F 0 / 1; packed: the chat
+// shape's graphs too (a bucket of B sequences; other buckets build when first met). Sets the globals above.
+// The eval micro-batch is the same shape. Prints one line when cuDNN could have run and does not.
+static void attention_path_select(int flag, int B, int T, int NH, int NKV, int hs, bool packed) {
+    cudnn_attention_ready = false;
+    cudnn_attention_workspace = 0;
+    cudnn_attention_note[0] = 0;
+    if (flag == ATTN_CUBLAS || flag == ATTN_FUSED) return;
+    const char* skip = getenv("LLMC_NO_CUDNN");  // 1: as if cuDNN were absent
+    char why[512] = "";
+    bool ok = !(skip && atoi(skip) == 1);
+    if (!ok) snprintf(why, sizeof why, "LLMC_NO_CUDNN=1");
+    ok = ok && cudnn_att_open(why, sizeof why);
+    if (ok) {
+        const CudnnAttShape dense = {B, T, NH, NKV, hs, 0};
+        ok = cudnn_att_prepare(&dense, why, sizeof why);
+        if (ok && packed) {
+            const CudnnAttShape ragged = {B, T, NH, NKV, hs, ragged_bucket(B, (int64_t)B * T)};
+            ok = cudnn_att_prepare(&ragged, why, sizeof why);
+        }
+    }
+    ok = ok && attention_self_check(NH, NKV, hs, packed, why, sizeof why);
+    const long v = cudnn_att_version();
+    if (ok) {
+        cudnn_attention_ready = true;
+        cudnn_attention_workspace = cudnn_att_workspace_need();
+        cudnn_att_free_own_workspace();  // the self-check's; the plan allocates the run's
+        snprintf(cudnn_attention_note, sizeof cudnn_attention_note, "cuDNN %ld.%ld.%ld SDPA (%s)", v / 10000,
+                 v / 100 % 100, v % 100, cudnn_att_library());
+        return;
+    }
+    cudnn_att_free_own_workspace();
+    snprintf(cudnn_attention_note, sizeof cudnn_attention_note, "%s", why);
+    if (flag == ATTN_CUDNN || cudnn_att_built())  // a build without the path says so in the config table only
+        fprintf(stderr, "attention: cuDNN not used: %s; %s instead\n", why,
+            flash_attention_usable(hs) ? "our fused kernels" : "cuBLAS + softmax");
+}
