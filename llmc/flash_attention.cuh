@@ -115,13 +115,15 @@ __device__ __forceinline__ void c_to_a(uint32_t a[4], const float left[4], const
 // Tile row padding keeps 16-byte alignment and spreads ldmatrix rows over banks.
 #define FA_PAD 8
 
-// The block's first key: min over its rows of t - pos[t].
+// The block's first key: min over its rows of t - pos[t], by the first warp (a lane per row, then a
+// butterfly; floats are exact below 2^24 > T).
 __device__ __forceinline__ int first_key_of(const int* pos_b, int row0, int rows, int T, int* shared) {
     if (!pos_b) return 0;
-    if (threadIdx.x == 0) {
-        int lo = row0;
-        for (int r = row0; r < min(row0 + rows, T); r++) lo = min(lo, r - pos_b[r]);
-        *shared = lo;
+    if (threadIdx.x < 32) {
+        float lo = (float)row0;
+        for (int r = row0 + (int)threadIdx.x; r < min(row0 + rows, T); r += 32) lo = fminf(lo, (float)(r - pos_b[r]));
+        for (int o = 16; o > 0; o >>= 1) lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+        if (threadIdx.x == 0) *shared = (int)lo;
     }
     __syncthreads();  // so every thread must call it
     return *shared;
