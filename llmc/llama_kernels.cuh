@@ -25,11 +25,35 @@ __global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* inp, 
     for (int c = lane; c < C; c += WARP) o[c] = __float2bfloat16((float)weight[c] * ((float)x[c] * s));
     if (lane == 0) rstd[row] = s;  // kept for the backward pass
 }
+// the same in Pack8s (16-byte moves): lane l reads elements [8l, 8l + 8) of every 256
+__global__ void rmsnorm_forward_kernel8(bf16* out, float* rstd, const bf16* inp, const bf16* weight, int64_t N,
+                                        int C, float eps) {
+    const int64_t row = blockIdx.x * (int64_t)(blockDim.x / WARP) + threadIdx.x / WARP;
+    const int lane = threadIdx.x % WARP;
+    if (row >= N) return;
+    const bf16* x = inp + row * C;
+    float ss = 0.0f;
+    for (int c = lane * 8; c < C; c += WARP * 8) {
+        const Pack8 v = load_pack8(x + c);
+        for (int k = 0; k < 8; k++) ss += pack8_get(v, k) * pack8_get(v, k);
+    }
+    const float s = rsqrtf(warp_sum(ss) / C + eps);
+    bf16* o = out + row * C;
+    for (int c = lane * 8; c < C; c += WARP * 8) {
+        const Pack8 v = load_pack8(x + c), w = load_pack8(weight + c);
+        Pack8 y = {{0, 0, 0, 0}};
+        for (int k = 0; k < 8; k++) pack8_set(y, k, pack8_get(w, k) * (pack8_get(v, k) * s));
+        store_pack8(o + c, y);
+    }
+    if (lane == 0) rstd[row] = s;
+}
 static void rmsnorm_forward(bf16* out, float* rstd, const bf16* inp, const bf16* weight, int64_t N, int C,
                             float eps, cudaStream_t s) {
     const int block = 256, rows_per_block = block / WARP;
     const unsigned grid = (unsigned)ceil_div64(N, rows_per_block);
-    rmsnorm_forward_kernel<<<grid, block, 0, s>>>(out, rstd, inp, weight, N, C, eps);
+    if (C % 8 == 0 && aligned16(out) && aligned16(inp) && aligned16(weight))
+        rmsnorm_forward_kernel8<<<grid, block, 0, s>>>(out, rstd, inp, weight, N, C, eps);
+    else rmsnorm_forward_kernel<<<grid, block, 0, s>>>(out, rstd, inp, weight, N, C, eps);
     cudaCheckLaunch();
 }
 
@@ -50,6 +74,32 @@ __global__ void rmsnorm_backward_input_kernel(bf16* dinp, const bf16* dout, cons
         const float g = (float)dy[c] * (float)weight[c];
         // +=: the residual's gradient also flows around the norm
         dx[c] = __float2bfloat16((float)dx[c] + s * (g - (float)x[c] * s * s * gx_mean));
+    }
+}
+
+__global__ void rmsnorm_backward_input_kernel8(bf16* dinp, const bf16* dout, const bf16* inp,
+                                               const bf16* weight, const float* rstd, int64_t N, int C) {
+    const int64_t row = blockIdx.x * (int64_t)(blockDim.x / WARP) + threadIdx.x / WARP;
+    const int lane = threadIdx.x % WARP;
+    if (row >= N) return;
+    const bf16* x = inp + row * C;
+    const bf16* dy = dout + row * C;
+    float gx = 0.0f;
+    for (int c = lane * 8; c < C; c += WARP * 8) {
+        const Pack8 xv = load_pack8(x + c), dv = load_pack8(dy + c), wv = load_pack8(weight + c);
+        for (int k = 0; k < 8; k++) gx += pack8_get(dv, k) * pack8_get(wv, k) * pack8_get(xv, k);
+    }
+    const float gx_mean = warp_sum(gx) / C;
+    const float s = rstd[row];
+    bf16* dx = dinp + row * C;
+    for (int c = lane * 8; c < C; c += WARP * 8) {
+        const Pack8 xv = load_pack8(x + c), dv = load_pack8(dy + c), wv = load_pack8(weight + c);
+        Pack8 d = load_pack8(dx + c);
+        for (int k = 0; k < 8; k++) {
+            const float g = pack8_get(dv, k) * pack8_get(wv, k);
+            pack8_set(d, k, pack8_get(d, k) + s * (g - pack8_get(xv, k) * s * s * gx_mean));
+        }
+        store_pack8(dx + c, d);
     }
 }
 
@@ -78,7 +128,9 @@ static void rmsnorm_backward(bf16* dinp, float* dweight, const bf16* dout, const
                              const bf16* weight, const float* rstd, int64_t N, int C, cudaStream_t s) {
     const int block = 256, rows_per_block = block / WARP;
     const unsigned grid_rows = (unsigned)ceil_div64(N, rows_per_block);
-    rmsnorm_backward_input_kernel<<<grid_rows, block, 0, s>>>(dinp, dout, inp, weight, rstd, N, C);
+    if (C % 8 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight))
+        rmsnorm_backward_input_kernel8<<<grid_rows, block, 0, s>>>(dinp, dout, inp, weight, rstd, N, C);
+    else rmsnorm_backward_input_kernel<<<grid_rows, block, 0, s>>>(dinp, dout, inp, weight, rstd, N, C);
     cudaCheckLaunch();
     dim3 grid((unsigned)ceil_div64(C, WARP), row_tiles_grid(N));
     rmsnorm_backward_weight_kernel<<<grid, dim3(WARP, 8), 0, s>>>(dweight, dout, inp, rstd, N, C);
@@ -152,8 +204,24 @@ __global__ void swiglu_forward_kernel(bf16* out, const bf16* gate_up, int64_t N,
         out[idx] = __float2bfloat16(g / (1.0f + expf(-g)) * u);
     }
 }
+// the same 8 columns at a time (16-byte moves); bit for bit the scalar kernel's
+__global__ void swiglu_forward_kernel8(bf16* out, const bf16* gate_up, int64_t N, int H) {
+    for (int64_t idx = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * 8; idx < N * H;
+         idx += (int64_t)gridDim.x * blockDim.x * 8) {
+        const bf16* gu = gate_up + (idx / H) * 2 * H + idx % H;
+        const Pack8 g = load_pack8(gu), u = load_pack8(gu + H);
+        Pack8 y = {{0, 0, 0, 0}};
+        for (int k = 0; k < 8; k++) {
+            const float x = pack8_get(g, k);
+            pack8_set(y, k, x / (1.0f + expf(-x)) * pack8_get(u, k));
+        }
+        store_pack8(out + idx, y);
+    }
+}
 static void swiglu_forward(bf16* out, const bf16* gate_up, int64_t N, int H, cudaStream_t s) {
-    swiglu_forward_kernel<<<grid_for(N * H, 256), 256, 0, s>>>(out, gate_up, N, H);
+    if (H % 8 == 0 && aligned16(out) && aligned16(gate_up))
+        swiglu_forward_kernel8<<<grid_for(N * H / 8, 256), 256, 0, s>>>(out, gate_up, N, H);
+    else swiglu_forward_kernel<<<grid_for(N * H, 256), 256, 0, s>>>(out, gate_up, N, H);
     cudaCheckLaunch();
 }
 
@@ -170,8 +238,27 @@ __global__ void swiglu_backward_kernel(bf16* dgate_up, const bf16* dout, const b
         dgate_up[at + H] = __float2bfloat16(d * (x * s));
     }
 }
+__global__ void swiglu_backward_kernel8(bf16* dgate_up, const bf16* dout, const bf16* gate_up, int64_t N,
+                                        int H) {
+    for (int64_t idx = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * 8; idx < N * H;
+         idx += (int64_t)gridDim.x * blockDim.x * 8) {
+        const int64_t at = (idx / H) * 2 * H + idx % H;
+        const Pack8 g = load_pack8(gate_up + at), u = load_pack8(gate_up + at + H), d = load_pack8(dout + idx);
+        Pack8 dg = {{0, 0, 0, 0}}, du = {{0, 0, 0, 0}};
+        for (int k = 0; k < 8; k++) {
+            const float x = pack8_get(g, k), dk = pack8_get(d, k);
+            const float s = 1.0f / (1.0f + expf(-x));
+            pack8_set(dg, k, dk * pack8_get(u, k) * (s * (1.0f + x * (1.0f - s))));
+            pack8_set(du, k, dk * (x * s));
+        }
+        store_pack8(dgate_up + at, dg);
+        store_pack8(dgate_up + at + H, du);
+    }
+}
 static void swiglu_backward(bf16* dgate_up, const bf16* dout, const bf16* gate_up, int64_t N, int H,
                             cudaStream_t s) {
-    swiglu_backward_kernel<<<grid_for(N * H, 256), 256, 0, s>>>(dgate_up, dout, gate_up, N, H);
+    if (H % 8 == 0 && aligned16(dgate_up) && aligned16(dout) && aligned16(gate_up))
+        swiglu_backward_kernel8<<<grid_for(N * H / 8, 256), 256, 0, s>>>(dgate_up, dout, gate_up, N, H);
+    else swiglu_backward_kernel<<<grid_for(N * H, 256), 256, 0, s>>>(dgate_up, dout, gate_up, N, H);
     cudaCheckLaunch();
 }
