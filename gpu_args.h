@@ -38,6 +38,8 @@ typedef struct {
     int vocab_host;       // -E  1: Llama's vocabulary in host RAM, -1: if needed
     const char* ssd_dir;  // -sd the SsdStore's directory (fp32 weights, m, v)
     int ssd_weights;      // -sw 1: with -sd, their bf16 weights there too
+    float disk_read_gbs;  // -sr R[,W] the -sd disk's GB/s, for -P 1's step time. 0: assumed
+    float disk_write_gbs;
 } GpuArgs;
 
 static int ssd_tier(const GpuArgs* ga) {
@@ -71,6 +73,7 @@ static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
     ga->vocab_host = -1;
     ga->ssd_dir = NULL;
     ga->ssd_weights = 0;
+    ga->disk_read_gbs = ga->disk_write_gbs = 0;
 }
 
 static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
@@ -107,7 +110,11 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "              0 = as separate kernels (default %d)\n"
         "  -P <0|1>    print the host and GPU memory this run would need, part by part, and exit: a "
         "capacity\n"
-        "              check that needs no GPU and no data (default %d)\n"
+        "              check that needs no GPU and no data. A table sets them against the GPU's memory (-V,\n"
+        "              else this GPU's free memory, else an H100 80GB's 79 GiB), host RAM (-M) and the -sd\n"
+        "              disk, with the time a step must take at stated rates; where they do not fit, the\n"
+        "              flags that make them fit. Exit status 0: fits, 2: does not fit but the advice does,\n"
+        "              3: nothing tried fits (default %d)\n"
         "  -M <GiB>    host memory the fit check may count on, 0 = MemAvailable of /proc/meminfo: for "
         "machines\n"
         "              whose memory grows as it is used (VMs with memory hotplug) (default %g)\n"
@@ -130,6 +137,7 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "pinned\n"
         "              layer buffers for each pass: 2 bytes per parameter less RAM, RAM no longer grows\n"
         "              with depth; 2 more bytes read per parameter per pass (default %d)\n"
+        "  -sr <GB/s>[,<GB/s>]  -P 1's step time: the -sd disk's read[,write] rate (default: 6,4 assumed)\n"
         "samples (-g, -s): none by default for a model over %.0fB parameters or with -sw 1 (each token\n"
         "  streams the whole model once); -g N still asks for them\n",
         MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->kept,
@@ -142,6 +150,19 @@ static int gpu_sample_tokens(const TrainArgs* a, const GpuArgs* ga, int64_t para
     if (a->gen_tokens < 0 && (params > SAMPLE_DEFAULT_MAX_PARAMS || ssd_tier(ga) == TIER_SSD_WEIGHTS))
         return 0;
     return sample_tokens(a);
+}
+
+// -sr R or R,W in GB/s: write as read where W is left out. 1 ok, 0 error (err set).
+static int parse_disk_rates(const char* value, GpuArgs* ga, char* err, size_t errlen) {
+    char read[64];
+    const char* comma = strchr(value, ',');
+    snprintf(read, sizeof read, "%.*s", comma ? (int)(comma - value) : (int)strlen(value), value);
+    if (!parse_float_in("-sr", read, 0.001, 1e4, &ga->disk_read_gbs, err, errlen)) return 0;
+    if (!comma) {
+        ga->disk_write_gbs = ga->disk_read_gbs;
+        return 1;
+    }
+    return parse_float_in("-sr", comma + 1, 0.001, 1e4, &ga->disk_write_gbs, err, errlen);
 }
 
 // Our flags first, then shared ones. Dies on errors.
@@ -204,6 +225,8 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         } else if (strcmp(flag, "-sd") == 0) {
             if (!value[0]) die("-sd needs a directory (run ./train_gpt -h for the flags)");
             ga->ssd_dir = value;
+        } else if (strcmp(flag, "-sr") == 0) {
+            ok = parse_disk_rates(value, ga, err, sizeof err);
         } else if (strcmp(flag, "-sw") == 0) {
             ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err);
             ga->ssd_weights = (int)v;

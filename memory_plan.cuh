@@ -369,13 +369,12 @@ static int64_t dir_free_bytes(const char* dir) {
     return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
 }
 
-// -P 1: gpt_build's allocations, part by part, and whether they fit here.
+// -P 1: gpt_build's allocations, part by part. Whether they fit: plan_advice.cuh.
 static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int slots, int resident,
                               int kept, const GpuArgs* ga, MemoryPlan plan, bool no_gpu_here,
                               const LlamaConfig* llama = NULL) {
     const double GiB = 1073741824.0;
     const ParamLayout p = model_layout(c, llama);
-    const int64_t host_avail = host_memory_to_count_on(ga);
     const MemoryPlan& m = plan;
     if (llama && llama->num_layers)
         printf(
@@ -400,9 +399,6 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
     if (ga->ssd_dir) printf("; the SSD tier's ring %.2f", m.ssd_ring / GiB);
     if (ga->vocab_host > 0)
         printf("; the vocabulary tensors' fp32 gradients %.2f (-E 1)", m.vocab_grads / GiB);
-    if (host_avail >= 0)
-        printf(" (%s: %.1f GiB %s)", plan.host_bytes <= host_avail ? "fits" : "does NOT fit",
-               host_avail / GiB, ga->host_gib > 0 ? "given by -M" : "available here");
     printf(
         "\nGPU  %9.2f GiB: layer-input checkpoints %.2f; %d weight slots %.2f; %s %.2f; "
         "%d resident layers %.2f; %d layers' kept activations %.2f; one layer's workspace %.2f and fp32 "
@@ -412,22 +408,12 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
         ga->vocab_host > 0 ? "vocabulary chunk buffers (-E 1)" : "embeddings with their AdamW state",
         (m.embeddings + m.vocab_chunks) / GiB, resident, m.resident_layers / GiB, kept, m.kept / GiB,
         m.acts / GiB, m.layer_grads / GiB, (m.dresid + 4 * m.tokens + m.scalars + m.attn) / GiB);
-    if (ga->gpu_gib > 0)  // a run's fit check: plan plus reserve within the budget
-        printf(
-            " (%s: %.1f GiB given by -V)",
-            plan.gpu_bytes + gpu_reserve_bytes <= gpu_memory_budget(ga, INT64_MAX) ? "fits" : "does NOT fit",
-            ga->gpu_gib);
     if (ga->ssd_dir)
         printf(
             "\ndisk %9.2f GiB in %s: two generations of the streamed layers' fp32 weights, AdamW m and v%s, "
             "and their bf16 gradients; per step %.2f GiB read, %.2f GiB written",
             m.ssd_disk / GiB, ga->ssd_dir, ga->ssd_weights ? " and bf16 weights" : "",
             m.ssd_read_per_step / GiB, m.ssd_write_per_step / GiB);
-    if (ga->ssd_dir) {
-        const int64_t avail = dir_free_bytes(ga->ssd_dir);
-        if (avail >= 0)
-            printf(" (%s: %.1f GiB free there)", m.ssd_disk <= avail ? "fits" : "does NOT fit", avail / GiB);
-    }
     printf("\neach further -R layer %.2f GiB, each further -K layer %.2f GiB%s\n", m.resident_layer / GiB,
            m.kept_layer / GiB,
            (ga->resident < 0 || ga->kept < 0) && ga->gpu_gib <= 0

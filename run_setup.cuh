@@ -3,6 +3,8 @@
 // Included after the step, whose gpt_build and load_state it calls.
 // Not here: the step, the loop and its lines (train_gpt.cu).
 #pragma once
+#include "plan_advice.cuh"  // defines: print_plan_verdicts, PlanChoice, PLAN_FITS, PLAN_FITS_WITH_ADVICE
+
 #define INIT_SEED      1337ull     // weights of a spec's model, as the CPU trainer's
 #define SHUFFLE_SEED   42ull       // order of the train batches
 #define SAMPLE_SEED    1234567ull  // sampling RNG
@@ -328,7 +330,8 @@ static void plan_run(Run* r) {
     }
 }
 
-// -P 1: print the plan. With -V, -R -1 / -K -1 / -E -1 fit that budget.
+// -P 1: print the plan, its verdicts and advice; returns the exit status (PLAN_FITS ...).
+// With -V, -R -1 / -K -1 / -E -1 fit that budget.
 static int print_plan_only(Run* r) {
     GpuArgs* ga = &r->ga;
     ga->vocab_host = ga->gpu_gib > 0
@@ -342,7 +345,8 @@ static int print_plan_only(Run* r) {
                                gpu_memory_budget(ga, INT64_MAX), &r->resident, &r->kept, &r->llama);
     print_memory_plan(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, r->resident, r->kept, ga,
                       r->plan, r->no_gpu_here, &r->llama);
-    return 0;
+    const PlanChoice given = {r->args.B, r->n_micro, r->resident, r->kept, ga->vocab_host, ssd_tier(ga)};
+    return print_plan_verdicts(&r->cfg, &r->llama, r->args.T, ga, given, r->no_gpu_here);
 }
 
 // -sd: disk bandwidth and disk time per step. A failed probe only warns.

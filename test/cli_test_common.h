@@ -62,6 +62,12 @@ static Args operator+(Args a, const Args& b) {
     return a;
 }
 
+// -P 1 printed its plan and exited 0 (fits), 2 (the advice fits) or 3 (nothing tried fits): which one
+// depends on this machine's RAM and disk where a test does not give -M (and -sd a drive that large).
+static bool plan_printed(int code, const std::string& out) {
+    return (code == 0 || code == 2 || code == 3) && out.find("memory plan: ") != std::string::npos;
+}
+
 // ----------------------------------------------------------------------------
 // Running a trainer
 

@@ -837,7 +837,7 @@ TEST_F(CliTest, MemoryPlanCreatesNoSsdDirectory) {
         for (const std::string& sd : {dir + "/new", dir + "/new2/sub/"}) {
             const Result r = run_bin(bin, Args{"-e", "d12", "-b", "4", "-t", "64", "-P", "1", "-sd", sd});
             EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.err << r.out;
-            EXPECT_TRUE(has(r.out, "GiB free there)")) << r.out;
+            EXPECT_TRUE(has(r.out, "GiB free in -sd DIR")) << r.out;
             EXPECT_FALSE(file_exists(dir + "/new") || file_exists(dir + "/new2")) << bin << " -sd " << sd;
         }
     }
@@ -864,10 +864,11 @@ TEST_F(CliTest, ASpecThatIsAlsoAPathIsSaid) {
 // -P 1 prints the memory plan and exits, with no GPU and no data (-i names no file here): the 175B preset at
 // B=8, T=1024 needs 2600.45 GiB of host memory and 54.69 GiB of GPU memory (README's figures; test_gpu's
 // plan test checks them against the allocations), and at half the depth exactly the checkpoints less.
+// -M 3000 -V 79 hold it: exit 0. Its verdicts are the table's rows (issue 41).
 TEST_F(CliTest, MemoryPlanNeedsNoGpu) {
     auto plan = [&](const char* bin, const char* model, double* host, double* gpu, double* ckpt) {
-        const Result r =
-            run_bin(bin, Args{"-e", model, "-b", "8", "-t", "1024", "-i", dir + "/none_*.bin", "-P", "1"});
+        const Result r = run_bin(bin, Args{"-e", model, "-b", "8", "-t", "1024", "-i", dir + "/none_*.bin",
+                                           "-P", "1", "-M", "3000", "-V", "79"});
         EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.err << r.out;
         std::smatch m;
         const std::regex re(
@@ -889,10 +890,17 @@ TEST_F(CliTest, MemoryPlanNeedsNoGpu) {
         EXPECT_NEAR(ckpt, 2 * ckpt2 - 0.19, 0.011) << bin << ": (L + 1) layer inputs of 0.19 GiB each";
         // -M: the host memory to count on instead of MemAvailable (a VM whose memory grows as it is used)
         const Result big = run_bin(bin, Args{"-e", "175b", "-b", "8", "-t", "1024", "-P", "1", "-M", "3000"});
-        EXPECT_TRUE(has(big.out, "(fits: 3000.0 GiB given by -M)")) << bin << "\n" << big.out;
+        auto row = [](const Result& r, const std::string& re) {
+            return std::regex_search(r.out, std::regex(re));
+        };
+        EXPECT_TRUE(row(big, "\nhost RAM +2600.45 GiB +3000.00 GiB given by -M +fits\n")) << bin << "\n"
+                                                                                          << big.out;
         const Result tight =
-            run_bin(bin, Args{"-e", "175b", "-b", "8", "-t", "1024", "-P", "1", "-M", "2600"});
-        EXPECT_TRUE(has(tight.out, "(does NOT fit: 2600.0 GiB given by -M)")) << bin << "\n" << tight.out;
+            run_bin(bin, Args{"-e", "175b", "-b", "8", "-t", "1024", "-P", "1", "-M", "2600", "-V", "79"});
+        EXPECT_TRUE(row(tight, "\nhost RAM +2600.45 GiB +2600.00 GiB given by -M +does NOT fit\n"))
+            << bin << "\n"
+            << tight.out;
+        EXPECT_EQ(tight.code, 2) << bin << ": the advice (-sd DIR) fits\n" << tight.out;
         EXPECT_TRUE(CleanError(run_bin(bin, base_args() + Args{"-M", "0.01"}),
                                {"host RAM too small", "0.0 GiB given by -M"}))
             << bin;
@@ -903,15 +911,20 @@ TEST_F(CliTest, MemoryPlanNeedsNoGpu) {
             run_bin(bin, Args{"-e", "5b", "-b", "8", "-t", "1024", "-R", "-1", "-V", "79", "-P", "1"});
         EXPECT_TRUE(has(h100.out, "GPU      77.28 GiB:")) << bin << "\n" << h100.out;
         EXPECT_TRUE(has(h100.out, "; 20 resident layers 67.52;")) << bin << "\n" << h100.out;
-        EXPECT_TRUE(has(h100.out, "(fits: 79.0 GiB given by -V)")) << bin << "\n" << h100.out;
+        EXPECT_TRUE(row(h100, "\nGPU memory +77.28 GiB +79.00 GiB given by -V +fits\n")) << bin << "\n"
+                                                                                         << h100.out;
         const Result h200 = run_bin(
             bin, Args{"-e", "5b", "-b", "8", "-t", "1024", "-R", "-1", "-K", "-1", "-V", "130", "-P", "1"});
         EXPECT_TRUE(has(h200.out, "; 24 resident layers 81.02; 24 layers' kept activations 13.52;"))
             << bin << "\n"
             << h200.out;
-        const Result too_big =
-            run_bin(bin, Args{"-e", "70b", "-b", "8", "-t", "1024", "-R", "10", "-V", "79", "-P", "1"});
-        EXPECT_TRUE(has(too_big.out, "(does NOT fit: 79.0 GiB given by -V)")) << bin << "\n" << too_big.out;
+        const Result too_big = run_bin(
+            bin, Args{"-e", "70b", "-b", "8", "-t", "1024", "-R", "10", "-V", "79", "-P", "1", "-M", "4096"});
+        EXPECT_TRUE(row(too_big, "\nGPU memory +166.00 GiB +79.00 GiB given by -V +does NOT fit\n"))
+            << bin << "\n"
+            << too_big.out;
+        EXPECT_TRUE(row(too_big, "\n  -R 3 +GPU 71.48 GiB, host 1037.62 GiB; step >= ")) << bin << "\n"
+                                                                                         << too_big.out;
         const Result unplaced =
             run_bin(bin, Args{"-e", "5b", "-b", "8", "-t", "1024", "-R", "-1", "-P", "1"});
         EXPECT_TRUE(has(unplaced.out, "; 0 resident layers 0.00;")) << bin << "\n" << unplaced.out;
@@ -921,6 +934,37 @@ TEST_F(CliTest, MemoryPlanNeedsNoGpu) {
         EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.err;
         EXPECT_NE(access((dir + "/plan_out").c_str(), F_OK), 0) << bin;
     }
+}
+
+// Issue 41: -P 1's exit status tells a plan that fits (0) from one the advice's flags make fit (2) and from
+// one nothing tried fits (3): 70b's layer inputs alone (10.9 GiB at 8K tokens) exceed -V 2 at any -b. 5B with
+// -R 4 -K 8 in 20 GiB: the shortest step keeps the most -K layers, at -b 1 (the same 32K tokens a step).
+// Without -V the GPU verdict is against the GPU here (the emulator's 8 GiB device).
+TEST_F(CliTest, MemoryPlanExitStatusSaysWhatFits) {
+    if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
+    const Result fits = run_bin(kEmu, Args{"-e", "d12", "-b", "4", "-t", "64", "-P", "1", "-M", "64"});
+    EXPECT_EQ(fits.code, 0) << fits.cmd << "\n" << fits.err << fits.out;
+    EXPECT_TRUE(std::regex_search(
+        fits.out, std::regex("\nGPU memory +[0-9.]+ GiB +8.00 GiB free on fake CUDA[^\n]* fits\n")))
+        << fits.out;
+    EXPECT_FALSE(has(fits.out, "advice:")) << fits.out;
+    const Result none =
+        run_bin(kEmu, Args{"-e", "70b", "-b", "8", "-t", "1024", "-P", "1", "-M", "4096", "-V", "2"});
+    EXPECT_EQ(none.code, 3) << none.cmd << "\n" << none.err << none.out;
+    EXPECT_TRUE(has(none.out, "advice: nothing fits")) << none.out;
+    EXPECT_TRUE(has(none.out, "the least any of them needs: GPU 27.57 GiB (2.00 here)")) << none.out;
+    const Result advised = run_bin(kEmu, Args{"-e", "5b", "-b", "8", "-t", "1024", "-d", "32768", "-R", "4",
+                                              "-K", "8", "-V", "20", "-M", "4096", "-P", "1"});
+    EXPECT_EQ(advised.code, 2) << advised.cmd << "\n" << advised.err << advised.out;
+    EXPECT_TRUE(has(advised.out,
+                    "advice: it does not fit the GPU; these do, the shortest step first:\n"
+                    "  -b 1 -d 32768 -R 0 -K 3  GPU 19.36 GiB"))
+        << advised.out;
+    EXPECT_TRUE(
+        has(run_bin(kEmu, Args{"-h"}).out, "Exit status 0: fits, 2: does not fit but the advice does"));
+    EXPECT_TRUE(CleanError(run_bin(kEmu, Args{"-e", "d12", "-P", "1", "-sr", "fast"}), {"-sr", "fast"}));
+    EXPECT_TRUE(
+        CleanError(run_bin(kEmu, Args{"-e", "d12", "-P", "1", "-sr", "6,0"}), {"-sr", "out of range"}));
 }
 
 // One run per -o: while a run holds DIR/LOCK (here this test, as a running trainer would), a second one,

@@ -1,0 +1,351 @@
+// plan_advice.cuh — -P 1's verdicts, step time and advice, after memory_plan.cuh's part-by-part lines:
+// a table of what the plan needs against what the GPU, host RAM and disk have, the time a step must
+// take at stated rates (compute, PCIe, disk, CPU AdamW), and for a plan that does not fit, the flags
+// that make it fit (-b, -R, -K, -E, -sd, -sw), found by planning again with gpt_memory_plan.
+// -P 1 then exits PLAN_FITS, PLAN_FITS_WITH_ADVICE or PLAN_FITS_NOWHERE.
+// Not here: the plan (memory_plan.cuh), a run's own fit check (run_setup.cuh's check_fit).
+// The rates are stated assumptions unless given (-sr) or read from the GPU here; nothing is measured.
+// Included by run_setup.cuh: uses train_gpt.cu's gpu_bf16_peak_flops.
+#pragma once
+#include <math.h>
+#include <algorithm>
+#include <vector>
+#include "memory_plan.cuh"  // defines: MemoryPlan, gpt_memory_plan, gpu_reserve_bytes, dir_free_bytes,
+                            // host_memory_to_count_on, gpu_memory_budget
+
+// -P 1's exit status: scripts tell a plan that fits from one that needs other flags.
+enum { PLAN_FITS = 0, PLAN_FITS_WITH_ADVICE = 2, PLAN_FITS_NOWHERE = 3 };
+
+// Without a GPU and without -V the verdict is against an H100 80GB (79 GiB usable, as -V 79).
+#define PLAN_DEFAULT_GPU_GIB 79.0
+// The rates a step's bounds assume, each printed beside its bound.
+#define PLAN_H100_PEAK_FLOPS  989.4e12  // H100 SXM dense bf16 (docs/memory.md's table)
+#define PLAN_MFU              0.45  // the kernels' share of that peak (0.33-0.41 measured, docs/status.md)
+#define PLAN_PCIE_BPS         50e9  // each way: pinned copies over PCIe 5.0 x16
+#define PLAN_DISK_READ_BPS    6e9   // one PCIe 4.0 NVMe drive, unless -sr
+#define PLAN_DISK_WRITE_BPS   4e9
+#define PLAN_HOST_BPS         125e9  // CPU AdamW: 4.48 Gparam/s on the H100 machine (docs/status.md)
+#define ADAMW_BYTES_PER_PARAM 28     // read fp32 weight, m, v, gradient; write weight, m, v
+
+// The flags the advice may change. tier: TIER_RAM, TIER_SSD (-sd), TIER_SSD_WEIGHTS (-sd -sw 1).
+typedef struct {
+    int B, n_micro, resident, kept, vocab_host, tier;
+} PlanChoice;
+
+// One choice's plan, its fit and the bounds on its step (seconds; 0: no such traffic).
+typedef struct {
+    PlanChoice c;
+    MemoryPlan m;
+    bool gpu_fits, host_fits, disk_fits;
+    double flops, h2d, d2h, adam_bytes;  // a step's work and bytes moved
+    double compute_s, h2d_s, d2h_s, disk_s, adam_s, step_s;
+    const char* bound;  // which of them is step_s
+} PlanEval;
+
+// What -P 1 plans for and checks against.
+typedef struct {
+    const GPTConfig* cfg;
+    const LlamaConfig* llama;
+    int T, slots;
+    int64_t gpu_budget, host_avail, disk_free;  // bytes; -1: unknown (no check)
+    double peak_flops, disk_read_Bps, disk_write_Bps;
+} PlanTarget;
+
+// Choice c's plan, whether it fits t, and the bounds on its step.
+static PlanEval plan_evaluate(const PlanTarget* t, PlanChoice c) {
+    PlanEval e;
+    memset(&e, 0, sizeof e);
+    e.c = c;
+    const GPTConfig* cfg = t->cfg;
+    e.m = gpt_memory_plan(cfg, c.B, t->T, c.n_micro, t->slots, c.resident, c.kept, c.tier, t->llama,
+                          c.vocab_host > 0);
+    e.gpu_fits = e.m.gpu_bytes + gpu_reserve_bytes <= t->gpu_budget;
+    e.host_fits = t->host_avail < 0 || e.m.host_bytes <= t->host_avail;
+    e.disk_fits = c.tier == TIER_RAM || t->disk_free < 0 || e.m.ssd_disk <= t->disk_free;
+    // the work: step_flops' model FLOPs, plus the recompute of the layers not kept (-K)
+    const ParamLayout p = model_layout(cfg, t->llama);
+    const bool llama = t->llama && t->llama->num_layers;
+    const double width = llama ? (double)t->llama->num_heads * t->llama->head_dim : cfg->channels;
+    const double tokens = (double)c.B * t->T * c.n_micro, L = cfg->num_layers;
+    const double streamed = (L - c.resident) * (double)p.layer_stride;  // parameters crossing the bus
+    const double head = (double)cfg->vocab_size * cfg->channels;        // -E 1: lm_head in chunks
+    e.flops = 6.0 * p.total * tokens + 6.0 * L * width * t->T * tokens;
+    e.flops += 2.0 * (L - c.kept) * ((double)p.layer_stride + width * t->T) * tokens;
+    if (c.vocab_host > 0) e.flops += 2.0 * head * tokens;  // the head's logits, again in pass 2
+    // host -> GPU: bf16 weights of each streamed layer in both passes, -E 1's head chunks twice;
+    // GPU -> host: their bf16 gradients, -E 1's fp32 head gradient and the embedding rows' gradients
+    e.h2d = 2.0 * streamed * 2 + (c.vocab_host > 0 ? 2.0 * head * 2 : 0.0);
+    e.d2h = streamed * 2 + (c.vocab_host > 0 ? head * 4 + tokens * cfg->channels * 2 : 0.0);
+    const double cpu_params = streamed + (c.vocab_host > 0 ? (double)p.embed_count : 0.0);
+    e.adam_bytes = cpu_params * ADAMW_BYTES_PER_PARAM;
+    e.compute_s = e.flops / (t->peak_flops * PLAN_MFU);
+    e.h2d_s = e.h2d / PLAN_PCIE_BPS;
+    e.d2h_s = e.d2h / PLAN_PCIE_BPS;
+    e.disk_s = c.tier == TIER_RAM ? 0.0
+                                  : e.m.ssd_read_per_step / t->disk_read_Bps +
+                                        e.m.ssd_write_per_step / t->disk_write_Bps;  // one drive, both ways
+    e.adam_s = e.adam_bytes / PLAN_HOST_BPS;
+    const struct {
+        double s;
+        const char* name;
+    } bounds[] = {{e.compute_s, "compute"},
+                  {e.h2d_s, "PCIe, host to GPU"},
+                  {e.d2h_s, "PCIe, GPU to host"},
+                  {e.disk_s, "the disk"},
+                  {e.adam_s, "the CPU AdamW"}};
+    e.step_s = -1;
+    for (const auto& b : bounds)
+        if (b.s > e.step_s) e.step_s = b.s, e.bound = b.name;
+    return e;
+}
+
+static bool plan_fits(const PlanEval& e) { return e.gpu_fits && e.host_fits && e.disk_fits; }
+
+// The flags that differ from the given ones, cheapest first: -b, -R, -K, -E, -sd, -sw, as a command
+// line's (-b with the -d that keeps the tokens per step).
+static void plan_changes(const PlanChoice& given, const PlanChoice& c, int T, const char* dir, char* text,
+                         size_t len) {
+    int at = 0;
+    text[0] = 0;
+    auto add = [&](const char* fmt, auto... v) {
+        at += snprintf(text + at, at < (int)len ? len - at : 0, fmt, v...);
+    };
+    if (c.B != given.B) add(" -b %d -d %lld", c.B, (long long)c.B * T * c.n_micro);
+    if (c.resident != given.resident) add(" -R %d", c.resident);
+    if (c.kept != given.kept) add(" -K %d", c.kept);
+    if (c.vocab_host != given.vocab_host) add(" -E %d", c.vocab_host);
+    if (c.tier != TIER_RAM && given.tier == TIER_RAM) add(" -sd %s", dir ? dir : "DIR");
+    if (c.tier == TIER_SSD_WEIGHTS && given.tier != TIER_SSD_WEIGHTS) add(" -sw 1");
+}
+// Bit i: flag i of plan_changes' order differs.
+static unsigned plan_change_mask(const PlanChoice& given, const PlanChoice& c) {
+    return (c.B != given.B) | (c.resident != given.resident) << 1 | (c.kept != given.kept) << 2 |
+           (c.vocab_host != given.vocab_host) << 3 | (c.tier != given.tier && given.tier == TIER_RAM) << 4 |
+           (c.tier == TIER_SSD_WEIGHTS && given.tier != TIER_SSD_WEIGHTS) << 5;
+}
+
+// Every choice the advice tries: -b down to 1 at the same tokens per step; -R and -K as given, as many
+// as fit (at most as given), or 0; -E 1; -sd, -sd -sw 1.
+static std::vector<PlanEval> plan_alternatives(const PlanTarget* t, const PlanChoice& given) {
+    std::vector<PlanEval> out;
+    const bool llama = t->llama && t->llama->num_layers;
+    const int L = t->cfg->num_layers;
+    for (int tier = given.tier; tier <= TIER_SSD_WEIGHTS; tier++)
+        for (int E = given.vocab_host; E <= (llama ? 1 : given.vocab_host); E++)
+            for (int B = given.B; B >= 1; B--) {
+                if (given.B % B) continue;  // the same tokens per step
+                PlanChoice c = given;
+                c.tier = tier, c.vocab_host = E, c.B = B, c.n_micro = given.n_micro * (given.B / B);
+                c.resident = c.kept = 0;
+                const PlanEval bare = plan_evaluate(t, c);  // how many -R / -K layers the GPU has room for
+                const int64_t spare = t->gpu_budget - gpu_reserve_bytes - bare.m.gpu_bytes;
+                const int R_fit =
+                    spare > 0 ? (int)std::min<int64_t>(given.resident,
+                                                       spare / std::max<int64_t>(bare.m.resident_layer, 1))
+                              : 0;
+                const int Rs[3] = {given.resident, R_fit, 0};
+                for (int i = 0; i < 3; i++) {
+                    if (i && Rs[i] == Rs[i - 1]) continue;
+                    if (tier != TIER_RAM && Rs[i] >= L) continue;  // -sd needs a streamed layer
+                    const int64_t left = spare - (int64_t)Rs[i] * bare.m.resident_layer;
+                    const int K_fit = left > 0
+                                          ? (int)std::min<int64_t>(
+                                                given.kept, left / std::max<int64_t>(bare.m.kept_layer, 1))
+                                          : 0;
+                    const int Ks[3] = {given.kept, K_fit, 0};
+                    for (int j = 0; j < 3; j++) {
+                        if (j && Ks[j] == Ks[j - 1]) continue;
+                        c.resident = Rs[i], c.kept = Ks[j];
+                        out.push_back(plan_evaluate(t, c));
+                    }
+                }
+            }
+    return out;
+}
+
+// The GPU budget of the verdict: -V, else this GPU's free memory, else PLAN_DEFAULT_GPU_GIB. Also the
+// peak the compute bound divides by: this GPU's, else an H100's.
+static int64_t plan_gpu_target(const GpuArgs* ga, bool no_gpu_here, char* text, size_t len, double* peak,
+                               char* peak_text, size_t peak_len) {
+    const double GiB = 1073741824.0;
+    const char* label = NULL;
+    cudaDeviceProp prop;
+    memset(&prop, 0, sizeof prop);
+    if (!no_gpu_here && cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+        *peak = gpu_bf16_peak_flops(prop.name, &label);
+    else *peak = 0;
+    if (*peak > 0)
+        snprintf(peak_text, peak_len, "%.*s",
+                 (int)(strstr(label, " bf16") ? strstr(label, " bf16") - label : strlen(label)), label);
+    else {
+        *peak = PLAN_H100_PEAK_FLOPS;
+        snprintf(peak_text, peak_len, "H100");
+    }
+    if (ga->gpu_gib > 0) {
+        snprintf(text, len, "%.2f GiB given by -V", ga->gpu_gib);
+        return gpu_memory_budget(ga, INT64_MAX);
+    }
+    size_t free_b = 0, total_b = 0;
+    if (!no_gpu_here && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) {
+        snprintf(text, len, "%.2f GiB free on %.22s", free_b / GiB, prop.name);
+        return (int64_t)free_b;
+    }
+    cudaGetLastError();
+    snprintf(text, len, "%.2f GiB: H100 80GB, assumed", PLAN_DEFAULT_GPU_GIB);
+    return (int64_t)(PLAN_DEFAULT_GPU_GIB * GiB);
+}
+
+// A time in the table: seconds, or milliseconds below 0.1 s.
+static void plan_seconds(char* text, size_t len, double s) {
+    if (s >= 0.1) snprintf(text, len, "%.2f s", s);
+    else snprintf(text, len, "%.2f ms", s * 1e3);
+}
+
+// A row of the table: what, needed, available, verdict.
+static void plan_row(const char* what, const char* needed, const char* available, const char* verdict) {
+    printf("%-14s %18s   %-46s %s\n", what, needed, available, verdict);
+}
+
+// The table: memory needed and available with verdicts, then a step's work and the time it takes.
+static void print_plan_table(const PlanTarget* t, const PlanEval& e, const GpuArgs* ga, const char* gpu_text,
+                             const char* peak_text) {
+    const double GiB = 1073741824.0;
+    char need[64], have[160], verdict[64];
+    auto fit = [](bool f) { return f ? "fits" : "does NOT fit"; };
+    plan_row("", "needed", "available", "verdict");
+    snprintf(need, sizeof need, "%.2f GiB", e.m.gpu_bytes / GiB);
+    plan_row("GPU memory", need, gpu_text, fit(e.gpu_fits));
+    snprintf(need, sizeof need, "%.2f GiB", e.m.host_bytes / GiB);
+    if (t->host_avail >= 0)
+        snprintf(have, sizeof have, "%.2f GiB %s", t->host_avail / GiB,
+                 ga->host_gib > 0 ? "given by -M" : "available here (-M GiB for another)");
+    plan_row("host RAM", need, t->host_avail >= 0 ? have : "unknown",
+             t->host_avail >= 0 ? fit(e.host_fits) : "");
+    if (e.c.tier != TIER_RAM) {
+        snprintf(need, sizeof need, "%.2f GiB", e.m.ssd_disk / GiB);
+        if (t->disk_free >= 0) snprintf(have, sizeof have, "%.2f GiB free in -sd DIR", t->disk_free / GiB);
+        plan_row("disk space", need, t->disk_free >= 0 ? have : "unknown",
+                 t->disk_free >= 0 ? fit(e.disk_fits) : "");
+    }
+    plan_row("a step", "moves", "at", "takes");
+    if (e.flops >= 1e15) snprintf(need, sizeof need, "%.2f PFLOP", e.flops / 1e15);
+    else snprintf(need, sizeof need, "%.2f TFLOP", e.flops / 1e12);
+    snprintf(have, sizeof have, "%.0f TFLOP/s: %.0f (%s) x MFU %.2f, assumed",
+             t->peak_flops * PLAN_MFU / 1e12, t->peak_flops / 1e12, peak_text, PLAN_MFU);
+    plan_seconds(verdict, sizeof verdict, e.compute_s);
+    plan_row("compute", need, have, verdict);
+    snprintf(need, sizeof need, "%.1f GB", e.h2d / 1e9);
+    snprintf(have, sizeof have, "%.0f GB/s each way, assumed", PLAN_PCIE_BPS / 1e9);
+    plan_seconds(verdict, sizeof verdict, e.h2d_s);
+    plan_row("PCIe up", need, have, verdict);
+    snprintf(need, sizeof need, "%.1f GB", e.d2h / 1e9);
+    plan_seconds(verdict, sizeof verdict, e.d2h_s);
+    plan_row("PCIe down", need, have, verdict);
+    if (e.c.tier != TIER_RAM) {
+        const bool given = ga->disk_read_gbs > 0;
+        snprintf(need, sizeof need, "%.1f + %.1f GB", e.m.ssd_read_per_step / 1e9,
+                 e.m.ssd_write_per_step / 1e9);
+        snprintf(have, sizeof have, "%.2f / %.2f GB/s, %s", t->disk_read_Bps / 1e9, t->disk_write_Bps / 1e9,
+                 given ? "given by -sr" : "assumed: -sr for yours");
+        plan_seconds(verdict, sizeof verdict, e.disk_s);
+        plan_row("disk r + w", need, have, verdict);
+    }
+    snprintf(need, sizeof need, "%.1f GB", e.adam_bytes / 1e9);
+    snprintf(have, sizeof have, "%.0f GB/s of host memory, assumed", PLAN_HOST_BPS / 1e9);
+    plan_seconds(verdict, sizeof verdict, e.adam_s);
+    plan_row("CPU AdamW", need, have, verdict);
+    const double tokens = (double)e.c.B * t->T * e.c.n_micro;
+    const double rate = tokens / e.step_s;
+    printf(rate >= 100 ? "step >= %.2f s (bound by %s), <= %.0f tokens/s\n"
+                       : "step >= %.2f s (bound by %s), <= %.3g tokens/s\n",
+           e.step_s, e.bound, rate);
+}
+
+// -P 1 after the part-by-part lines: the table, and advice where the plan does not fit. Returns the exit
+// status. given: the flags as resolved (-R -1 / -K -1 / -E -1 placed or 0).
+static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, int T, const GpuArgs* ga,
+                               PlanChoice given, bool no_gpu_here) {
+    const double GiB = 1073741824.0;
+    PlanTarget t;
+    memset(&t, 0, sizeof t);
+    t.cfg = cfg, t.llama = llama, t.T = T, t.slots = ga->num_slots;
+    char gpu_text[96], peak_text[64];
+    t.gpu_budget = plan_gpu_target(ga, no_gpu_here, gpu_text, sizeof gpu_text, &t.peak_flops, peak_text,
+                                   sizeof peak_text);
+    t.host_avail = host_memory_to_count_on(ga);
+    t.disk_free = ga->ssd_dir ? dir_free_bytes(ga->ssd_dir) : -1;
+    t.disk_read_Bps = ga->disk_read_gbs > 0 ? ga->disk_read_gbs * 1e9 : PLAN_DISK_READ_BPS;
+    t.disk_write_Bps = ga->disk_write_gbs > 0 ? ga->disk_write_gbs * 1e9 : PLAN_DISK_WRITE_BPS;
+    const PlanEval e = plan_evaluate(&t, given);
+    printf("\n");
+    if (no_gpu_here && ga->gpu_gib <= 0)
+        printf("no GPU here: the GPU verdict is against an H100 80GB's %.0f GiB; -V GiB for another\n",
+               PLAN_DEFAULT_GPU_GIB);
+    print_plan_table(&t, e, ga, gpu_text, peak_text);
+    const double micro = ceil(given.n_micro * e.step_s / e.compute_s);  // -d's limit: 2^20 micro-batches
+    if (e.compute_s < e.step_s && micro <= (1 << 20)) {  // the other bounds do not grow with -d
+        PlanChoice more = given;
+        more.n_micro = (int)micro;
+        const PlanEval d = plan_evaluate(&t, more);
+        printf("-d %lld (%d micro-batches) would make compute the bound: %.0f tokens/s, GPU %.2f GiB (%s)\n",
+               (long long)more.n_micro * given.B * T, more.n_micro,
+               (double)more.n_micro * given.B * T / d.step_s, d.m.gpu_bytes / GiB,
+               d.gpu_fits ? "fits" : "does NOT fit");
+    }
+    if (plan_fits(e)) return PLAN_FITS;
+    // plan again with other flags: the fitting ones, fastest step first, fewer and cheaper changes first
+    std::vector<PlanEval> all = plan_alternatives(&t, given), fit;
+    for (const PlanEval& a : all)
+        if (plan_fits(a)) fit.push_back(a);
+    std::sort(fit.begin(), fit.end(), [&](const PlanEval& a, const PlanEval& b) {
+        if (a.step_s != b.step_s) return a.step_s < b.step_s;
+        const unsigned ma = plan_change_mask(given, a.c), mb = plan_change_mask(given, b.c);
+        if (__builtin_popcount(ma) != __builtin_popcount(mb))
+            return __builtin_popcount(ma) < __builtin_popcount(mb);
+        return ma < mb;
+    });
+    char missing[64] = "";
+    const struct {
+        bool fits;
+        const char* name;
+    } parts[] = {{e.gpu_fits, "the GPU"}, {e.host_fits, "host RAM"}, {e.disk_fits, "the disk"}};
+    for (const auto& p : parts)
+        if (!p.fits)
+            snprintf(missing + strlen(missing), sizeof missing - strlen(missing), "%s%s",
+                     missing[0] ? ", " : "", p.name);
+    if (fit.empty()) {  // the least each resource is asked for, by any choice tried
+        double gpu = 1e30, host = 1e30, disk = 1e30;
+        for (const PlanEval& a : all) {
+            gpu = std::min(gpu, (double)a.m.gpu_bytes);
+            host = std::min(host, (double)a.m.host_bytes);
+            if (a.c.tier != TIER_RAM) disk = std::min(disk, (double)a.m.ssd_disk);
+        }
+        printf(
+            "advice: nothing fits, as given or with a smaller -b, fewer -R / -K, -E 1, -sd or -sd -sw 1;\n");
+        printf("  the least any of them needs: GPU %.2f GiB (%.2f here), host %.2f GiB", gpu / GiB,
+               t.gpu_budget / GiB, host / GiB);
+        if (t.host_avail >= 0) printf(" (%.2f here)", t.host_avail / GiB);
+        if (t.disk_free >= 0 && disk < 1e30)
+            printf(", disk %.2f GiB (%.2f free)", disk / GiB, t.disk_free / GiB);
+        printf("\n  lower -t or -d, or choose a smaller model\n");
+        return PLAN_FITS_NOWHERE;
+    }
+    printf("advice: it does not fit %s; these do, the shortest step first:\n", missing);
+    std::vector<unsigned> shown;
+    for (const PlanEval& a : fit) {
+        const unsigned mask = plan_change_mask(given, a.c);
+        bool more = false;  // changes a shown one's flags and more: no faster, so not shown
+        for (unsigned s : shown) more |= (mask & s) == s;
+        if (more) continue;
+        shown.push_back(mask);
+        char flags[256], disk[64] = "";
+        plan_changes(given, a.c, T, ga->ssd_dir, flags, sizeof flags);
+        if (a.c.tier != TIER_RAM) snprintf(disk, sizeof disk, ", disk %.2f GiB", a.m.ssd_disk / GiB);
+        const double rate = (double)a.c.B * T * a.c.n_micro / a.step_s;
+        printf(rate >= 100 ? "  %-24s GPU %.2f GiB, host %.2f GiB%s; step >= %.2f s (%s), <= %.0f tokens/s\n"
+                           : "  %-24s GPU %.2f GiB, host %.2f GiB%s; step >= %.2f s (%s), <= %.3g tokens/s\n",
+               flags + 1, a.m.gpu_bytes / GiB, a.m.host_bytes / GiB, disk, a.step_s, a.bound, rate);
+        if (shown.size() == 3) break;
+    }
+    return PLAN_FITS_WITH_ADVICE;
+}
