@@ -198,23 +198,23 @@ struct GPT {
     float* layer_grads;  // fp32 gradient accumulator of the streamed layer in flight
     bf16* layer_inputs;  // (L+1) x max_micro x (N, C): each layer's input, and the final residual
     bf16* dresid;        // max_micro x (N, C): gradient of the residual stream
-    int* tokens_host;   // pinned: [inputs | targets | positions], max_micro x N each, on their way to the GPU
-    int* tokens_in;     // max_micro x N
-    int* tokens_out;    // max_micro x N targets (-1: no loss)
-    int* tokens_pos;    // max_micro x N positions in their conversation (chat data)
-    bool packed;        // this pass's data is chat data: tokens_pos holds positions (else t)
+    int* tokens_host;  // pinned: [inputs | targets | positions], max_micro x N each, on their way to the GPU
+    int* tokens_in;    // max_micro x N
+    int* tokens_out;   // max_micro x N targets (-1: no loss)
+    int* tokens_pos;   // max_micro x N positions in their conversation (chat data)
+    bool packed;       // this pass's data is chat data: tokens_pos holds positions (else t)
     AttnMicro* attn_micro;  // cuDNN path: max_micro micro-batches' ragged sequences
     int* attn_meta;         //   their metadata on the GPU, 4 (N + 1) ints each
     int* attn_meta_host;    //   pinned, on its way
     void* attn_workspace;   //   cuDNN's workspace (plan.attn)
-    float* losses;      // max_micro x N
-    float* loss_dev;    // mean loss (1 float)
-    double* sumsq_dev;  // squared gradient norm accumulator
-    float* loss_host;   // pinned: mean loss and
-    double* sumsq_host;  //   squared norm, read once per step
-    LayerActs acts;      // one layer, one micro-batch: recompute, backward scratch, the head's buffers
-    int kept_layers;     // K: the last K layers keep their costly activations (-K), no recompute
-    LayerActs* kept;     // [(l - (L - K)) * max_micro + mb]: acts with the kept arrays in kept_memory
+    float* losses;          // max_micro x N
+    float* loss_dev;        // mean loss (1 float)
+    double* sumsq_dev;      // squared gradient norm accumulator
+    float* loss_host;       // pinned: mean loss and
+    double* sumsq_host;     //   squared norm, read once per step
+    LayerActs acts;         // one layer, one micro-batch: recompute, backward scratch, the head's buffers
+    int kept_layers;        // K: the last K layers keep their costly activations (-K), no recompute
+    LayerActs* kept;        // [(l - (L - K)) * max_micro + mb]: acts with the kept arrays in kept_memory
     void* kept_memory;
 
     Optimizer* opt;           // owned; separate so this struct stays plain data

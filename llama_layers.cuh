@@ -6,9 +6,9 @@
 
 // pos: chat data's positions on the GPU, or NULL: t = row % T.
 #pragma once
-#include "gpt.cuh"                   // defines: GPT, LayerActs, llama_layer_params, llama_embed_params
+#include "gpt.cuh"                  // defines: GPT, LayerActs, llama_layer_params, llama_embed_params
 #include "llmc/attention_path.cuh"  // defines: attention_forward_path, attention_backward_path (GQA: NKV)
-#include "llmc/kernels.cuh"          // defines: fused_classifier, bias_backward
+#include "llmc/kernels.cuh"         // defines: fused_classifier, bias_backward
 #include "llmc/llama_kernels.cuh"  // defines: rmsnorm_forward, rmsnorm_backward, rope_forward, swiglu_forward
 #include "llmc/matmul.cuh"         // defines: matmul_forward, matmul_forward_bias, matmul_backward_*
 

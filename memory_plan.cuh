@@ -8,12 +8,12 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include "llmc/attention_path.cuh"  // defines: cudnn_attention_ready, _workspace, ATTN_CUDNN, flash_attention_usable
-#include "gpt.cuh"                   // defines: LayerActs
-#include "gpu_args.h"                // defines: GpuArgs, ssd_tier
-#include "llmc/matmul.cuh"           // defines: kCublasWorkspaceBytes
-#include "ssd.h"                     // defines: ssd_plan, SsdStoreConfig
-#include "ssd_tier.h"                // defines: GRAD_RING, grads_ring_bytes, sw_reader
-#include "llmc/utils.h"              // defines: host_available_bytes
+#include "gpt.cuh"                  // defines: LayerActs
+#include "gpu_args.h"               // defines: GpuArgs, ssd_tier
+#include "llmc/matmul.cuh"          // defines: kCublasWorkspaceBytes
+#include "ssd.h"                    // defines: ssd_plan, SsdStoreConfig
+#include "ssd_tier.h"               // defines: GRAD_RING, grads_ring_bytes, sw_reader
+#include "llmc/utils.h"             // defines: host_available_bytes
 
 // Attention (-F): -1 the fastest that works: cuDNN's SDPA where attention_path_select found it working, our
 // fused kernels where the head size allows and the GPU is sm_80+, else cuBLAS + softmax (attention.cuh),
@@ -28,7 +28,8 @@ static bool use_cudnn_attention() {
 }
 // No T x T scores: cuDNN or the fused kernels
 static bool use_flash_attention(const GPTConfig* c, const LlamaConfig* llama = NULL) {
-    return use_cudnn_attention() || (flash_attention_flag && flash_attention_usable(attention_head_size(c, llama)));
+    return use_cudnn_attention() ||
+           (flash_attention_flag && flash_attention_usable(attention_head_size(c, llama)));
 }
 // cuDNN's buffers: its workspace, and max_micro micro-batches' ragged metadata (4 (N + 1) ints each)
 static int64_t attention_meta_bytes(int64_t N, int max_micro) { return (int64_t)max_micro * 4 * (N + 1) * 4; }

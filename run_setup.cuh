@@ -615,13 +615,15 @@ static void print_config_table(const Run* r, const GPT* g) {
         r->kept ? "last %d of %d layers (%.2f GiB; no recompute there)" : "%d of %d layers (all recomputed)",
         r->kept, cfg.num_layers, plan.kept / GiB);
     if (g->attn_path == ATTN_CUDNN)
-        table_row("attention", "%s, workspace %.1f MiB", cudnn_attention_note, cudnn_attention_workspace / 1048576.0);
+        table_row("attention", "%s, workspace %.1f MiB", cudnn_attention_note,
+                  cudnn_attention_workspace / 1048576.0);
     else
         table_row("attention", "%s%s%s",
-                  g->flash      ? "fused tensor-core kernels (flash_attention.cuh)"
-                  : r->ga.flash ? "cuBLAS GEMMs + softmax, T x T scores stored (head size not 32, 64, 80, 96, "
-                                  "128 or GPU before sm_80)"
-                                : "cuBLAS GEMMs + softmax, T x T scores stored (-F 0)",
+                  g->flash ? "fused tensor-core kernels (flash_attention.cuh)"
+                  : r->ga.flash
+                      ? "cuBLAS GEMMs + softmax, T x T scores stored (head size not 32, 64, 80, 96, "
+                        "128 or GPU before sm_80)"
+                      : "cuBLAS GEMMs + softmax, T x T scores stored (-F 0)",
                   cudnn_attention_note[0] ? "; cuDNN not used: " : "", cudnn_attention_note);
     table_row("GEMM epilogues", "%s",
               r->ga.epilogues ? "bias, residual, GELU fused (cuBLASLt)" : "separate kernels (-G 0)");
@@ -671,7 +673,10 @@ static void print_median_and_result(const Run* r, const GPT* g, int timed, doubl
         "\"host_GiB\": %.2f}\n",
         r->args.model, g->layout.total / 1e9, c.num_layers, c.channels, c.num_heads, r->args.B, r->args.T,
         (long long)r->step_tokens, r->n_micro, r->ga.num_slots, r->resident, r->kept, (int)g->flash,
-        g->attn_path == ATTN_CUDNN ? "cudnn" : g->attn_path == ATTN_FUSED ? "fused" : "cublas", r->ga.epilogues, median, r->step_tokens / median, flops / median / 1e12, mfu_json, peak_json,
+        g->attn_path == ATTN_CUDNN   ? "cudnn"
+        : g->attn_path == ATTN_FUSED ? "fused"
+                                     : "cublas",
+        r->ga.epilogues, median, r->step_tokens / median, flops / median / 1e12, mfu_json, peak_json,
         g->gpu_bytes / GiB, r->plan.host_bytes / GiB);
 }
 

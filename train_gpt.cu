@@ -59,10 +59,10 @@
 #include "llmc/tokenizer.h"  // defines: Tokenizer, tokenizer_init
 #include "llmc/utils.h"      // defines: die, SizeText, table_row, table_rule, progress_text, peak_rss_bytes
 
-#include "llmc/matmul.cuh"           // defines: matmul_forward, lt_matmul, matmul_handles_create
+#include "llmc/matmul.cuh"          // defines: matmul_forward, lt_matmul, matmul_handles_create
 #include "llmc/attention_path.cuh"  // defines: attention_forward_path, _backward_path, attention_path_select
 #include "llmc/ragged.h"            // defines: positions_valid, ragged_sequences
-#include "gpt.cuh"           // defines: struct GPT, LayerActs, LayerWeights, layer_params, layer_input
+#include "gpt.cuh"                  // defines: struct GPT, LayerActs, LayerWeights, layer_params, layer_input
 #include "llama_layers.cuh"  // defines: llama_layer_forward, _backward, llama_head_forward, llama_embedding_*
 #include "vocab_host.cuh"    // defines: HostVocab, vocab_head_forward, _backward, vocab_embedding_* (-E 1)
 #include "ssd_tier.h"        // defines: ssd_tier_new, ssd_tier_begin_backward, ssd_tier_checkpoint (-sd)
@@ -530,7 +530,8 @@ static void attention_ragged_to_device(GPT* g, const int* pos, int n, cudaStream
             said = true;
         }
     }
-    cudaCheck(cudaMemcpyAsync(g->attn_meta, g->attn_meta_host, (size_t)(n * each * 4), cudaMemcpyHostToDevice, s));
+    cudaCheck(
+        cudaMemcpyAsync(g->attn_meta, g->attn_meta_host, (size_t)(n * each * 4), cudaMemcpyHostToDevice, s));
 }
 
 // n micro-batches of tokens to the GPU via pinned staging. targets, pos may be NULL.
@@ -542,7 +543,8 @@ static void tokens_to_device(GPT* g, const int* inputs, const int* targets, cons
     int* to[3] = {g->tokens_in, g->tokens_out, g->tokens_pos};
     g->packed = pos != NULL;
     char why[160];
-    if (pos && !positions_valid(pos, (int64_t)n * g->B, g->T, why, sizeof why)) die("chat positions: %s", why);
+    if (pos && !positions_valid(pos, (int64_t)n * g->B, g->T, why, sizeof why))
+        die("chat positions: %s", why);
     if (pos && g->attn_path == ATTN_CUDNN) attention_ragged_to_device(g, pos, n, s);
     for (int k = 0; k < 3; k++) {
         if (!from[k]) continue;

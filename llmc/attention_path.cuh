@@ -19,7 +19,7 @@ static const char* attention_path_name(int path) {
 // Set by attention_path_select for this run's shape; read by the plan and gpt_build.
 static bool cudnn_attention_ready = false;
 static int64_t cudnn_attention_workspace = 0;  // bytes: the largest of the run's graphs
-static char cudnn_attention_note[512] = "";     // why cuDNN does not run, or what it is
+static char cudnn_attention_note[512] = "";    // why cuDNN does not run, or what it is
 
 // One micro-batch's ragged sequences: seqs -1 when dense rows or not expressible (then our kernel).
 typedef struct AttnMicro {
@@ -29,8 +29,9 @@ typedef struct AttnMicro {
 
 // Launch one path. lse: the path's own row statistics (fused: base-2, cuDNN: natural), never mixed: a
 // micro-batch takes the same path forward and backward (its AttnMicro decides).
-static void attention_forward_path(int path, bf16* out, float* lse, bf16* att, bf16* qkv, int B, int T, int NH,
-                                   int NKV, int hs, const int* pos, const AttnMicro* m, cudaStream_t s) {
+static void attention_forward_path(int path, bf16* out, float* lse, bf16* att, bf16* qkv, int B, int T,
+                                   int NH, int NKV, int hs, const int* pos, const AttnMicro* m,
+                                   cudaStream_t s) {
     const int QD = NH * hs;
     if (path == ATTN_CUDNN && (!pos || (m && m->seqs > 0))) {
         const CudnnAttShape sh = {B, T, NH, NKV, hs, pos ? m->seqs : 0};
@@ -40,13 +41,14 @@ static void attention_forward_path(int path, bf16* out, float* lse, bf16* att, b
     } else if (path != ATTN_CUBLAS) {
         if (!flash_attention_usable(hs))
             die("attention: a micro-batch's conversations are not runs of positions 0, 1, 2, ... (cuDNN's "
-                "ragged layout) and our fused kernels do not take head size %d: use -F 0", hs);
+                "ragged layout) and our fused kernels do not take head size %d: use -F 0",
+                hs);
         flash_attention_forward(out, lse, qkv, B, T, QD, NH, s, NKV, pos);
     } else attention_forward(out, att, qkv, B, T, QD, NH, s, NKV, pos);
 }
 static void attention_backward_path(int path, bf16* dqkv, float* dsum, bf16* datt, bf16* dout, bf16* out,
-                                    bf16* att, bf16* qkv, const float* lse, int B, int T, int NH, int NKV, int hs,
-                                    const int* pos, const AttnMicro* m, cudaStream_t s) {
+                                    bf16* att, bf16* qkv, const float* lse, int B, int T, int NH, int NKV,
+                                    int hs, const int* pos, const AttnMicro* m, cudaStream_t s) {
     const int QD = NH * hs;
     if (path == ATTN_CUDNN && (!pos || (m && m->seqs > 0))) {
         const CudnnAttShape sh = {B, T, NH, NKV, hs, pos ? m->seqs : 0};
@@ -148,12 +150,14 @@ static bool attention_self_check(int NH, int NKV, int hs, bool packed, char* why
             }
             char err[512];
             if (paths[k] == ATTN_CUDNN) {  // not attention_forward_path: a failure falls back, not dies
-                ok = cudnn_att_forward(d_out[k], d_lse[k], d_qkv, &sh, p ? &m.dev : NULL, 0, err, sizeof err) &&
-                     cudnn_att_backward(d_dqkv[k], d_dout, d_qkv, d_out[k], d_lse[k], &sh, p ? &m.dev : NULL, 0,
-                                        err, sizeof err);
+                ok = cudnn_att_forward(d_out[k], d_lse[k], d_qkv, &sh, p ? &m.dev : NULL, 0, err,
+                                       sizeof err) &&
+                     cudnn_att_backward(d_dqkv[k], d_dout, d_qkv, d_out[k], d_lse[k], &sh, p ? &m.dev : NULL,
+                                        0, err, sizeof err);
                 if (!ok) snprintf(why, n, "%s", err);
             } else {
-                attention_forward_path(paths[k], d_out[k], d_lse[k], d_att, d_qkv, B, T, NH, NKV, hs, p, &m, 0);
+                attention_forward_path(paths[k], d_out[k], d_lse[k], d_att, d_qkv, B, T, NH, NKV, hs, p, &m,
+                                       0);
                 attention_backward_path(paths[k], d_dqkv[k], d_dsum, d_datt, d_dout, d_out[k], d_att, d_qkv,
                                         d_lse[k], B, T, NH, NKV, hs, p, &m, 0);
             }
@@ -176,9 +180,11 @@ static bool attention_self_check(int NH, int NKV, int hs, bool packed, char* why
         float ref_max;
         const float dy = max_abs_diff(out[1], out[0], N, od, 0, od, &ref_max);
         const char* name[3] = {"dq", "dk", "dv"};
-        const int64_t from[3] = {0, od, od + (int64_t)NKV * hs}, count[3] = {od, (int64_t)NKV * hs, (int64_t)NKV * hs};
+        const int64_t from[3] = {0, od, od + (int64_t)NKV * hs},
+                      count[3] = {od, (int64_t)NKV * hs, (int64_t)NKV * hs};
         float dg[3], gmax[3];
-        for (int j = 0; j < 3; j++) dg[j] = max_abs_diff(dqkv[1], dqkv[0], N, ld, from[j], count[j], &gmax[j]);
+        for (int j = 0; j < 3; j++)
+            dg[j] = max_abs_diff(dqkv[1], dqkv[0], N, ld, from[j], count[j], &gmax[j]);
         const char* layout = pass ? "packed" : "dense";
         if (!(dy <= 2e-2f)) {
             snprintf(why, n, "self-check (%s): cuDNN's output is %.3g from %s's", layout, dy,
@@ -187,8 +193,8 @@ static bool attention_self_check(int NH, int NKV, int hs, bool packed, char* why
         }
         for (int j = 0; j < 3 && ok; j++)
             if (!(dg[j] <= 5e-2f * gmax[j])) {
-                snprintf(why, n, "self-check (%s): cuDNN's %s is %.3g from %s's (largest %.3g)", layout, name[j],
-                         dg[j], attention_path_name(paths[0]), gmax[j]);
+                snprintf(why, n, "self-check (%s): cuDNN's %s is %.3g from %s's (largest %.3g)", layout,
+                         name[j], dg[j], attention_path_name(paths[0]), gmax[j]);
                 ok = false;
             }
     }
@@ -243,5 +249,5 @@ static void attention_path_select(int flag, int B, int T, int NH, int NKV, int h
     snprintf(cudnn_attention_note, sizeof cudnn_attention_note, "%s", why);
     if (flag == ATTN_CUDNN || cudnn_att_built())  // a build without the path says so in the config table only
         fprintf(stderr, "attention: cuDNN not used: %s; %s instead\n", why,
-            flash_attention_usable(hs) ? "our fused kernels" : "cuBLAS + softmax");
+                flash_attention_usable(hs) ? "our fused kernels" : "cuBLAS + softmax");
 }

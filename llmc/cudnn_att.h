@@ -1,8 +1,8 @@
 // cudnn_att.h — cuDNN's fused attention (SDPA) as the trainers' third attention path, loaded at run time.
-// q, k, v are strided views into the qkv buffer, dq, dk, dv written into dqkv; GQA native; packed chat rows as
-// ragged (THD) sequences. Graphs are built once per shape and cached (llm.c's llmc/cudnn_att.cpp).
-// Not here: choosing the path or checking its numbers (attention_path.cuh), our own kernels.
-// Built without cudnn-frontend's headers (or in the emulator), every call reports "not built with cuDNN".
+// q, k, v are strided views into the qkv buffer, dq, dk, dv written into dqkv; GQA native; packed chat rows
+// as ragged (THD) sequences. Graphs are built once per shape and cached (llm.c's llmc/cudnn_att.cpp). Not
+// here: choosing the path or checking its numbers (attention_path.cuh), our own kernels. Built without
+// cudnn-frontend's headers (or in the emulator), every call reports "not built with cuDNN".
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -40,7 +40,8 @@ bool cudnn_att_forward(void* out, float* stats, const void* qkv, const CudnnAttS
                        cudaStream_t stream, char* why, size_t n);
 // dqkv overwritten: dq, dk, dv (dk, dv summed over each kv head's query heads).
 bool cudnn_att_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* stats,
-                        const CudnnAttShape* s, const CudnnRagged* r, cudaStream_t stream, char* why, size_t n);
+                        const CudnnAttShape* s, const CudnnRagged* r, cudaStream_t stream, char* why,
+                        size_t n);
 #else
 static inline bool cudnn_att_built() { return false; }
 static inline bool cudnn_att_unbuilt(char* why, size_t n) {
@@ -50,7 +51,9 @@ static inline bool cudnn_att_unbuilt(char* why, size_t n) {
 static inline bool cudnn_att_open(char* why, size_t n) { return cudnn_att_unbuilt(why, n); }
 static inline const char* cudnn_att_library() { return ""; }
 static inline long cudnn_att_version() { return 0; }
-static inline bool cudnn_att_prepare(const CudnnAttShape*, char* why, size_t n) { return cudnn_att_unbuilt(why, n); }
+static inline bool cudnn_att_prepare(const CudnnAttShape*, char* why, size_t n) {
+    return cudnn_att_unbuilt(why, n);
+}
 static inline int64_t cudnn_att_workspace_need() { return 0; }
 static inline void cudnn_att_use_workspace(void*, int64_t) {}
 static inline void cudnn_att_free_own_workspace() {}
@@ -59,7 +62,8 @@ static inline bool cudnn_att_forward(void*, float*, const void*, const CudnnAttS
     return cudnn_att_unbuilt(why, n);
 }
 static inline bool cudnn_att_backward(void*, const void*, const void*, const void*, const float*,
-                                      const CudnnAttShape*, const CudnnRagged*, cudaStream_t, char* why, size_t n) {
+                                      const CudnnAttShape*, const CudnnRagged*, cudaStream_t, char* why,
+                                      size_t n) {
     return cudnn_att_unbuilt(why, n);
 }
 #endif

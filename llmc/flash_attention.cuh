@@ -121,7 +121,8 @@ __device__ __forceinline__ int first_key_of(const int* pos_b, int row0, int rows
     if (!pos_b) return 0;
     if (threadIdx.x < 32) {
         float lo = (float)row0;
-        for (int r = row0 + (int)threadIdx.x; r < min(row0 + rows, T); r += 32) lo = fminf(lo, (float)(r - pos_b[r]));
+        for (int r = row0 + (int)threadIdx.x; r < min(row0 + rows, T); r += 32)
+            lo = fminf(lo, (float)(r - pos_b[r]));
         for (int o = 16; o > 0; o >>= 1) lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, o));
         if (threadIdx.x == 0) *shared = (int)lo;
     }

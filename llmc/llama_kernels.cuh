@@ -26,8 +26,8 @@ __global__ void rmsnorm_forward_kernel(bf16* out, float* rstd, const bf16* inp, 
     if (lane == 0) rstd[row] = s;  // kept for the backward pass
 }
 // the same in Pack8s (16-byte moves): lane l reads elements [8l, 8l + 8) of every 256
-__global__ void rmsnorm_forward_kernel8(bf16* out, float* rstd, const bf16* inp, const bf16* weight, int64_t N,
-                                        int C, float eps) {
+__global__ void rmsnorm_forward_kernel8(bf16* out, float* rstd, const bf16* inp, const bf16* weight,
+                                        int64_t N, int C, float eps) {
     const int64_t row = blockIdx.x * (int64_t)(blockDim.x / WARP) + threadIdx.x / WARP;
     const int lane = threadIdx.x % WARP;
     if (row >= N) return;
@@ -243,7 +243,8 @@ __global__ void swiglu_backward_kernel8(bf16* dgate_up, const bf16* dout, const 
     for (int64_t idx = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) * 8; idx < N * H;
          idx += (int64_t)gridDim.x * blockDim.x * 8) {
         const int64_t at = (idx / H) * 2 * H + idx % H;
-        const Pack8 g = load_pack8(gate_up + at), u = load_pack8(gate_up + at + H), d = load_pack8(dout + idx);
+        const Pack8 g = load_pack8(gate_up + at), u = load_pack8(gate_up + at + H),
+                    d = load_pack8(dout + idx);
         Pack8 dg = {{0, 0, 0, 0}}, du = {{0, 0, 0, 0}};
         for (int k = 0; k < 8; k++) {
             const float x = pack8_get(g, k), dk = pack8_get(d, k);

@@ -11,7 +11,8 @@ static bool positions_valid(const int* pos, int64_t rows, int T, char* why, size
         for (int t = 0; t < T; t++) {
             const int p = pos[r * T + t];
             if (p < 0 || p > t) {
-                snprintf(why, n, "row %lld, token %d has position %d: a position must be 0 .. its index in the row",
+                snprintf(why, n,
+                         "row %lld, token %d has position %d: a position must be 0 .. its index in the row",
                          (long long)r, t, p);
                 return false;
             }
@@ -35,8 +36,8 @@ typedef struct {
 // B rows of T tokens with positions pos: the sequences (count returned) and their bucket's padding (length 0,
 // offsets at the end). -1: not runs of 0, 1, 2, ... (our kernel's "keys t - pos[t] .. t" serves those), or
 // more than cap sequences. ld, od, NH: qkv's row, the output's row, the statistics' row (elements).
-static int ragged_sequences(const int* pos, int B, int T, int64_t ld, int64_t od, int NH, RaggedHost h, int cap,
-                            int* bucket) {
+static int ragged_sequences(const int* pos, int B, int T, int64_t ld, int64_t od, int NH, RaggedHost h,
+                            int cap, int* bucket) {
     const int64_t N = (int64_t)B * T;
     if (N * ld >= ((int64_t)1 << 31)) return -1;  // cuDNN's offsets here are 32-bit
     int count = 0;
@@ -49,8 +50,7 @@ static int ragged_sequences(const int* pos, int B, int T, int64_t ld, int64_t od
             h.off_out[count] = (int)(i * od);
             h.off_stats[count] = (int)(i * NH);
             count++;
-        } else if (i % T == 0 || p != pos[i - 1] + 1)
-            return -1;
+        } else if (i % T == 0 || p != pos[i - 1] + 1) return -1;
         h.seq_len[count - 1]++;
     }
     const int b = ragged_bucket(count, N);

@@ -348,7 +348,8 @@ TEST(GpuTrainer, CudnnAttentionMatchesCpuReferenceAndTrainsLikeFused) {
     flash_attention_flag = saved;
     cudnn_attention_ready = false;  // the other tests plan without it
     for (size_t i = 0; i < fused.size(); i++) {
-        printf("%s step %zu: cudnn %.6f fused %.6f\n", i % 2 ? "norm" : "loss", i / 2 + 1, cudnn[i], fused[i]);
+        printf("%s step %zu: cudnn %.6f fused %.6f\n", i % 2 ? "norm" : "loss", i / 2 + 1, cudnn[i],
+               fused[i]);
         EXPECT_NEAR(cudnn[i], fused[i], 5e-3 * fabs(fused[i])) << "value " << i;
     }
 }

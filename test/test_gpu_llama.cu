@@ -138,7 +138,8 @@ void gradients_match_cpu_reference(const Shape& sh, int n_micro, int flash, bool
     ASSERT_TRUE(llama_cpu_backward(&cpu, chat ? 1.0f / (float)cpu.num_targets : 0.0f)) << cpu.error;
     const int saved = flash_attention_flag;
     flash_attention_flag = flash;
-    if (flash == ATTN_CUDNN) attention_path_select(ATTN_CUDNN, B / n_micro, T, c.num_heads, c.num_kv_heads, c.head_dim, chat);
+    if (flash == ATTN_CUDNN)
+        attention_path_select(ATTN_CUDNN, B / n_micro, T, c.num_heads, c.num_kv_heads, c.head_dim, chat);
     GPT g;
     build_gpu(&g, c, B / n_micro, T, n_micro, 2, test_args(), 7, 0, 0, vocab_host);
     flash_attention_flag = saved;

@@ -889,7 +889,8 @@ TEST(Kernels, CudnnAttentionMatchesCpu) {
         cudaCheck(cudaMemset(y_d, 0xff, (size_t)(N * C) * 2));  // NaN: every element must be written
         cudaCheck(cudaMemset(dqkv_d, 0xff, (size_t)(N * 3 * C) * 2));
         ASSERT_TRUE(cudnn_att_forward(y_d, lse_d, qkv_d, &shape, NULL, kStream, why, sizeof why)) << why;
-        ASSERT_TRUE(cudnn_att_backward(dqkv_d, dy_d, qkv_d, y_d, lse_d, &shape, NULL, kStream, why, sizeof why))
+        ASSERT_TRUE(
+            cudnn_att_backward(dqkv_d, dy_d, qkv_d, y_d, lse_d, &shape, NULL, kStream, why, sizeof why))
             << why;
         std::vector<float> out((size_t)(N * C)), att((size_t)B * NH * T * T), dqkv((size_t)(N * 3 * C)),
             dscore((size_t)B * NH * T);
