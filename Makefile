@@ -221,7 +221,7 @@ fuzz:
 # `make format` rewrites the files in place.
 CLANG_FORMAT := $(shell command -v clang-format-14 2>/dev/null || \
 	(clang-format --version 2>/dev/null | grep -q 'version 14\.' && command -v clang-format))
-FORMAT_SOURCES := $(wildcard *.h *.cu *.cuh *.cpp llmc/*.h llmc/*.cuh test/*.h test/*.cu test/*.cpp test/fake_cuda/*.h \
+FORMAT_SOURCES := $(wildcard *.h *.cu *.cuh *.cpp llmc/*.h llmc/*.cuh llmc/*.cpp test/*.h test/*.cu test/*.cpp test/fake_cuda/*.h \
 	dev/*/*.h dev/*/*.cu dev/*/*.cpp)
 format-check:
 	@if [ -z "$(CLANG_FORMAT)" ]; then \

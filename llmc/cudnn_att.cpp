@@ -90,7 +90,10 @@ bool cudnn_att_open(char* why, size_t n) {
         }
         if (tried.size() < 400) tried += (tried.empty() ? "" : ", ") + path;
     }
-    if (!h) return fail(why, n, "no libcudnn.so.9 found (tried " + tried + "; set LLMC_CUDNN_LIB=/path/to/libcudnn.so.9)");
+    if (!h)
+        return fail(
+            why, n,
+            "no libcudnn.so.9 found (tried " + tried + "; set LLMC_CUDNN_LIB=/path/to/libcudnn.so.9)");
     char resolved[4096];
     if (dlinfo(h, RTLD_DI_ORIGIN, resolved) == 0 && library.find('/') == std::string::npos)
         library = std::string(resolved) + "/" + library;
@@ -100,8 +103,8 @@ bool cudnn_att_open(char* why, size_t n) {
     const long v = (long)get_version();
     if (v < 90000) {
         char msg[256];
-        snprintf(msg, sizeof msg, "%s is cuDNN %ld.%ld.%ld; the SDPA path needs 9.0 or newer", library.c_str(),
-                 v / 10000, v / 100 % 100, v % 100);
+        snprintf(msg, sizeof msg, "%s is cuDNN %ld.%ld.%ld; the SDPA path needs 9.0 or newer",
+                 library.c_str(), v / 10000, v / 100 % 100, v % 100);
         return fail(why, n, msg);
     }
     fe::cudnn_dlhandle = h;
@@ -133,8 +136,8 @@ struct Graphs {
 };
 static std::map<Key, Graphs> cache;
 
-static std::shared_ptr<fe::graph::Tensor_attributes> index_tensor(fe::graph::Graph& g, const char* name, int uid,
-                                                                  int64_t count) {
+static std::shared_ptr<fe::graph::Tensor_attributes> index_tensor(fe::graph::Graph& g, const char* name,
+                                                                  int uid, int64_t count) {
     return g.tensor(fe::graph::Tensor_attributes()
                         .set_name(name)
                         .set_uid(uid)
@@ -171,7 +174,8 @@ static void set_out_view(fe::graph::Tensor_attributes& t, const Layout& l, int u
 }
 static void set_stats_view(fe::graph::Tensor_attributes& t, const Layout& l) {
     t.set_uid(STATS).set_data_type(fe::DataType_t::FLOAT).set_dim({l.b, l.NH, l.T, 1});
-    if (l.ragged) t.set_stride({l.T * l.NH, 1, l.NH, 1});  // (token, head): the dense (B, NH, T) would not fit
+    if (l.ragged)
+        t.set_stride({l.T * l.NH, 1, l.NH, 1});  // (token, head): the dense (B, NH, T) would not fit
     else t.set_stride({l.NH * l.T, l.T, 1, 1});
 }
 
@@ -297,8 +301,10 @@ static const Graphs* graphs_for(const CudnnAttShape* s, char* why, size_t n) {
     auto it = cache.find(key);
     if (it != cache.end()) return &it->second;
     if (s->seqs > 0 && (int64_t)s->B * s->T * (s->NH + 2 * s->NKV) * s->hs >= ((int64_t)1 << 31))
-        return fail(why, n, "a micro-batch's qkv has 2^31 elements or more: the 32-bit ragged offsets cannot "
-                            "address it"), nullptr;
+        return fail(why, n,
+                    "a micro-batch's qkv has 2^31 elements or more: the 32-bit ragged offsets cannot "
+                    "address it"),
+               nullptr;
     Graphs gr;
     try {
         gr.fwd = build_forward(s, why, n);
@@ -311,7 +317,9 @@ static const Graphs* graphs_for(const CudnnAttShape* s, char* why, size_t n) {
     return &cache.emplace(key, gr).first->second;
 }
 
-bool cudnn_att_prepare(const CudnnAttShape* s, char* why, size_t n) { return graphs_for(s, why, n) != nullptr; }
+bool cudnn_att_prepare(const CudnnAttShape* s, char* why, size_t n) {
+    return graphs_for(s, why, n) != nullptr;
+}
 int64_t cudnn_att_workspace_need() { return workspace_need; }
 
 void cudnn_att_free_own_workspace() {
@@ -329,8 +337,10 @@ void cudnn_att_use_workspace(void* p, int64_t bytes) {
 static bool workspace_for(int64_t need, char* why, size_t n) {
     if (need <= workspace_bytes) return true;
     if (!workspace_own && workspace)
-        fprintf(stderr, "cuDNN attention: a new shape needs %.1f MiB of workspace, over the plan's %.1f MiB: "
-                        "allocated apart\n", need / 1048576.0, workspace_bytes / 1048576.0);
+        fprintf(stderr,
+                "cuDNN attention: a new shape needs %.1f MiB of workspace, over the plan's %.1f MiB: "
+                "allocated apart\n",
+                need / 1048576.0, workspace_bytes / 1048576.0);
     cudnn_att_free_own_workspace();
     const cudaError_t err = cudaMalloc(&workspace, (size_t)need);
     if (err != cudaSuccess) {
@@ -353,12 +363,11 @@ static bool run(const fe::graph::Graph& g, std::unordered_map<int64_t, void*>& p
         pack[OFF_STATS] = r->off_stats;
     }
     try {
-        if (fe::detail::set_stream(handle, stream) != CUDNN_STATUS_SUCCESS) return fail(why, n, "cudnnSetStream failed");
+        if (fe::detail::set_stream(handle, stream) != CUDNN_STATUS_SUCCESS)
+            return fail(why, n, "cudnnSetStream failed");
         fe::error_object e = g.execute(handle, pack, workspace);
         if (!e.is_good()) return fail(why, n, std::string(what) + ": " + e.get_message());
-    } catch (const std::exception& e) {
-        return fail(why, n, std::string(what) + ": " + e.what());
-    }
+    } catch (const std::exception& e) { return fail(why, n, std::string(what) + ": " + e.what()); }
     return true;
 }
 
@@ -374,19 +383,15 @@ bool cudnn_att_forward(void* out, float* stats, const void* qkv, const CudnnAttS
 }
 
 bool cudnn_att_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* stats,
-                        const CudnnAttShape* s, const CudnnRagged* r, cudaStream_t stream, char* why, size_t n) {
+                        const CudnnAttShape* s, const CudnnRagged* r, cudaStream_t stream, char* why,
+                        size_t n) {
     const Graphs* gr = graphs_for(s, why, n);
     if (!gr) return false;
     const int64_t q = (int64_t)s->NH * s->hs, kv = (int64_t)s->NKV * s->hs;
     char *base = (char*)qkv, *dbase = (char*)dqkv;  // bf16: 2 bytes an element
-    std::unordered_map<int64_t, void*> pack = {{Q, base},
-                                               {K, base + 2 * q},
-                                               {V, base + 2 * (q + kv)},
-                                               {O, (void*)out},
-                                               {DO, (void*)dout},
-                                               {STATS, (void*)stats},
-                                               {DQ, dbase},
-                                               {DK, dbase + 2 * q},
-                                               {DV, dbase + 2 * (q + kv)}};
+    std::unordered_map<int64_t, void*> pack = {
+        {Q, base},       {K, base + 2 * q},   {V, base + 2 * (q + kv)},
+        {O, (void*)out}, {DO, (void*)dout},   {STATS, (void*)stats},
+        {DQ, dbase},     {DK, dbase + 2 * q}, {DV, dbase + 2 * (q + kv)}};
     return run(*gr->bwd, pack, s->seqs > 0 ? r : nullptr, stream, "cuDNN SDPA backward", why, n);
 }
