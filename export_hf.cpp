@@ -3,7 +3,7 @@
 // Not here: the format mapping (hf.h).
 
 // Input: model file, run directory (newest checkpoint) or HF checkpoint.
-// Output: safetensors, configs, tokenizer (-t DIR's, else GPT-2's).
+// Output: safetensors, configs with bos/eos ids (hf_special_ids), tokenizer (-t DIR's, else GPT-2's).
 // Memory: the largest tensor; input is read tensor by tensor.
 
 // Staged in <dir>.tmp-<pid>, renamed to <dir> when complete; a killed export's staging directory is
@@ -38,7 +38,9 @@ static void usage(FILE* f) {
             "  -s  largest shard, e.g. 5GB (the default, as transformers), 500MB, 2000000000; larger\n"
             "      models are written in shards with model.safetensors.index.json\n"
             "  -t  copy the tokenizer files from this directory (e.g. the checkpoint a run started from);\n"
-            "      default: GPT-2's for a GPT-2, none for the Llama family\n");
+            "      default: GPT-2's for a GPT-2, none for the Llama family. Its generation_config.json is\n"
+            "      carried over, and the bos and eos ids come from its configs and tokenizer (the chat\n"
+            "      template's end of turn among the eos ids)\n");
 }
 
 // "5GB", "500MB", "64KB", "123" -> bytes (decimal, as max_shard_size); -1 if bad.

@@ -180,6 +180,23 @@ static inline int hf_is_checkpoint(const char* path) {
 // config.json's size limit: real ones are a few kB (id2label maps included).
 #define HF_CONFIG_MAX_BYTES (4 << 20)
 
+// config.json (path) into *c: its top object's values and theirs (rope_scaling's, a list of eos ids).
+static inline int hf_config_read(const std::string& path, Json* c, char* err, size_t errlen) {
+    std::string text;
+    char why[300];
+    if (!read_whole_file(path.c_str(), HF_CONFIG_MAX_BYTES, &text, err, errlen)) return 0;
+    JsonKeep top;  // deeper values are checked as JSON, then dropped
+    top.keep = [](int level, const char* key) { return level == 2 || (level == 1 && key); };
+    top.max_kept = 1 << 16;  // a real config.json has a few hundred values
+    if (!json_parse(text.data(), text.size(), c, why, sizeof why, top) || c->type != Json::OBJ) {
+        snprintf(err, errlen, "%.400s: %.200s", path.c_str(),
+                 c->type == Json::OBJ ? why : "not a JSON object");
+        *c = Json();
+        return 0;
+    }
+    return 1;
+}
+
 // Reads config.json and every safetensors header.
 static inline int hf_open(const char* path, HfCheckpoint* ck, char* err, size_t errlen) {
     std::string p(path), index;
@@ -258,17 +275,7 @@ static inline int hf_open(const char* path, HfCheckpoint* ck, char* err, size_t 
                  path);
         return 0;
     }
-    if (!read_whole_file(cfg_path.c_str(), HF_CONFIG_MAX_BYTES, &text, err, errlen)) return 0;
-    JsonKeep top;  // the top object's values and theirs (rope_scaling's, a list of eos ids); deeper: empty
-    top.keep = [](int level, const char* key) { return level == 2 || (level == 1 && key); };
-    top.max_kept = 1 << 16;  // a real config.json has a few hundred values
-    if (!json_parse(text.data(), text.size(), &ck->config, why, sizeof why, top) ||
-        ck->config.type != Json::OBJ) {
-        snprintf(err, errlen, "%.400s: %.200s", cfg_path.c_str(),
-                 ck->config.type == Json::OBJ ? why : "not a JSON object");
-        return 0;
-    }
-    return 1;
+    return hf_config_read(cfg_path, &ck->config, err, errlen);
 }
 
 // The first of keys set to neither true, false nor null ("false" is a string, and Python reads it as true).

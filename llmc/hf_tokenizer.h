@@ -1,4 +1,5 @@
-// hf_tokenizer.h — a Hugging Face tokenizer.json as a decoder: byte-level BPE ids to bytes.
+// hf_tokenizer.h — a Hugging Face tokenizer.json as a decoder: byte-level BPE ids to bytes; and the ids a
+// chat model starts with and stops at (hf_special_ids, for export_hf).
 // Not here: encoding (dev/data/hf_tokenize.py); other tokenizer models are refused.
 
 // Byte-level BPE writes each byte as one character (GPT-2's bytes_to_unicode).
@@ -197,13 +198,10 @@ static inline int hf_special_ids(const std::vector<std::string>& dirs, int vocab
     from->clear();
     std::vector<int> bos;
     JsonKeep all;
-    JsonKeep top2;  // config.json as hf_open reads it
-    top2.keep = [](int level, const char* key) { return level == 2 || (level == 1 && key); };
-    top2.max_kept = 1 << 16;
     for (const std::string& d : dirs) {
         Json g, c;
         if (!hf_read_json(d, "generation_config.json", 1 << 20, all, &g, err, errlen) ||
-            !hf_read_json(d, "config.json", HF_CONFIG_MAX_BYTES, top2, &c, err, errlen))
+            (file_exists(d + "/config.json") && !hf_config_read(d + "/config.json", &c, err, errlen)))
             return 0;
         const size_t had = ids->gen_eos.size() + ids->eos.size() + bos.size();
         if (g.type == Json::OBJ && ids->generation.type != Json::OBJ) ids->generation = g;
