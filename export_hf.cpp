@@ -188,12 +188,17 @@ int main(int argc, char** argv) {
     GPTConfig cfg;
     LlamaConfig llama;  // num_layers 0: a GPT-2
     memset(&llama, 0, sizeof llama);
-    char found[300];
+    char found[300];  // a run directory (train_gpt -o) without a DONE_<step> marker: no checkpoint
     if (is_dir(in) && latest_checkpoint(in) < 0 && !file_exists(std::string(in) + "/config.json") &&
-        (dir_run_files(in, found, sizeof found) > 0 || file_exists(std::string(in) + "/LOCK")))
+        (dir_run_files(in, found, sizeof found) > 0 || file_exists(std::string(in) + "/LOCK"))) {
+        if (dir_latest_step(in, "model_", ".bin", INT64_MAX) >= 0)
+            die("%s has no complete checkpoint: no DONE_<step> marker vouches for its files (%s; a save that "
+                "did not finish). -i %s/model_<step>.bin exports such a file as it is",
+                in, found, in);
         die("%s has no checkpoint: the run saved none (-n 0, the default, saves none; it holds %s). Train "
             "with -n N (a checkpoint every N steps and at the end, e.g. -o %s -n 100), then export_hf -i %s",
             in, found[0] ? found : "only its LOCK", in, in);
+    }
     if (is_dir(in) && latest_checkpoint(in) >= 0) {
         char mp[4200], sp[4200];
         int64_t header[ST_HEADER_FIELDS];

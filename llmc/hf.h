@@ -766,12 +766,10 @@ static inline std::string hf_ids_text(const std::vector<int>& ids) {
     return s + "]";
 }
 
-// config.json's lines for the ids: "  \"bos_token_id\": 1,\n" ...
+// config.json's lines for the ids; null where unknown (LlamaConfig would default to 1 and 2).
 static inline std::string hf_config_id_lines(const HfSpecialIds& ids) {
-    std::string s;
-    if (ids.bos >= 0) s += "  \"bos_token_id\": " + std::to_string(ids.bos) + ",\n";
-    if (!ids.eos.empty()) s += "  \"eos_token_id\": " + hf_ids_text(ids.eos) + ",\n";
-    return s;
+    return "  \"bos_token_id\": " + (ids.bos >= 0 ? std::to_string(ids.bos) : std::string("null")) +
+           ",\n  \"eos_token_id\": " + (ids.eos.empty() ? std::string("null") : hf_ids_text(ids.eos)) + ",\n";
 }
 
 // generation_config.json: the source's, its bos and eos ids set to ours; else do_sample false and the ids.

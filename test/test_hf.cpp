@@ -989,6 +989,9 @@ TEST_F(HfTest, ExportSaysARunWithoutACheckpointSavedNone) {
     ASSERT_EQ(t.code, 0) << t.err;
     EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", run, "-o", dir + "/sft_hf"}),
                            {"sft has no checkpoint: the run saved none", "-n N"}));
+    write_text(run + "/model_00000001.bin", "x");  // a save that did not finish: no DONE_00000001
+    EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", run, "-o", dir + "/sft_hf"}),
+                           {"sft has no complete checkpoint", "model_00000001.bin"}));
 }
 
 // The ids generation starts with and stops at: a source's generation_config.json merged with the chat
@@ -1074,4 +1077,5 @@ TEST_F(HfTest, ExportedChatModelStopsAtItsEndOfTurn) {
     const Result c = run_bin("./export_hf", {"-i", dir + "/run", "-o", dir + "/c"});
     ASSERT_EQ(c.code, 0) << c.err;
     EXPECT_TRUE(has(c.out, "no eos_token_id known")) << c.out;
+    EXPECT_TRUE(has(slurp(dir + "/c/config.json"), "\"eos_token_id\": null")) << "not LlamaConfig's 2";
 }
