@@ -3,26 +3,30 @@
 // Not here: the format mapping (hf.h).
 
 // Input: model file, run directory (newest checkpoint) or HF checkpoint.
-// Output: safetensors, configs, tokenizer (-t DIR's, else GPT-2's).
+// Output: safetensors, configs with bos/eos ids (hf_special_ids), tokenizer (-t DIR's, else GPT-2's).
 // Memory: the largest tensor; input is read tensor by tensor.
 
-// Staged in <dir>.tmp-<pid>, renamed to <dir> when complete.
+// Staged in <dir>.tmp-<pid>, renamed to <dir> when complete; a killed export's staging directory is
+// removed by the next export to <dir> (its marker file says it is ours).
+#include <ctype.h>  // defines: isdigit
 #include <limits.h>
 #include <signal.h>  // defines: signal, SIGINT, SIGTERM
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>  // defines: statvfs
 #include <dirent.h>
 #include <algorithm>
 #include <string>
 #include <vector>
 #include "checkpoint.h"  // defines: pick_checkpoint, latest_checkpoint
 #include "llmc/hf.h"     // defines: hf_write_safetensors, hf_write_places, hf_write_config, hf_tensor_places
-#include "llmc/llama_hf.h"    // defines: llama_hf_read_config, llama_hf_write_places, llama_hf_write_config
-#include "llmc/model_file.h"  // defines: gpt_read_header, gpt_layout, host_available_bytes
-#include "llmc/run_dir.h"     // defines: make_dirs, fsync_dir
-#include "llmc/utils.h"       // defines: die, SizeText
+#include "llmc/hf_tokenizer.h"  // defines: hf_special_ids, HfSpecialIds
+#include "llmc/llama_hf.h"      // defines: llama_hf_read_config, llama_hf_write_places, llama_hf_write_config
+#include "llmc/model_file.h"    // defines: gpt_read_header, gpt_layout, host_available_bytes
+#include "llmc/run_dir.h"       // defines: make_dirs, fsync_dir
+#include "llmc/utils.h"         // defines: die, SizeText
 
 static void usage(FILE* f) {
     fprintf(f,
@@ -34,7 +38,9 @@ static void usage(FILE* f) {
             "  -s  largest shard, e.g. 5GB (the default, as transformers), 500MB, 2000000000; larger\n"
             "      models are written in shards with model.safetensors.index.json\n"
             "  -t  copy the tokenizer files from this directory (e.g. the checkpoint a run started from);\n"
-            "      default: GPT-2's for a GPT-2, none for the Llama family\n");
+            "      default: GPT-2's for a GPT-2, none for the Llama family. Its generation_config.json is\n"
+            "      carried over, and the bos and eos ids come from its configs and tokenizer (the chat\n"
+            "      template's end of turn among the eos ids)\n");
 }
 
 // "5GB", "500MB", "64KB", "123" -> bytes (decimal, as max_shard_size); -1 if bad.
@@ -104,6 +110,43 @@ static void on_stop_signal(int sig) {
     raise(sig);
 }
 
+// In each staging directory while it is one: the mark of ours that a later export may remove.
+static const char kStagingMarker[] = "EXPORT_HF_STAGING";
+
+// Removes <dest>.tmp-<pid> directories holding our marker whose export is gone (killed); says so.
+static void remove_stale_staging(const std::string& dest) {
+    const size_t slash = dest.rfind('/');
+    const std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : dest.substr(0, slash);
+    const std::string prefix = (slash == std::string::npos ? dest : dest.substr(slash + 1)) + ".tmp-";
+    DIR* d = opendir(parent.c_str());
+    if (!d) return;
+    std::vector<std::string> stale;
+    while (struct dirent* e = readdir(d)) {
+        const char* n = e->d_name;
+        if (strncmp(n, prefix.c_str(), prefix.size()) != 0) continue;
+        char* end = NULL;
+        const long pid = strtol(n + prefix.size(), &end, 10);
+        const std::string path = parent + "/" + n;
+        if (!isdigit((unsigned char)n[prefix.size()]) || *end || pid <= 0 ||
+            !file_exists(path + "/" + kStagingMarker))
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue;  // its export may still run
+        stale.push_back(path);
+    }
+    closedir(d);
+    for (const std::string& path : stale) {
+        DIR* s = opendir(path.c_str());
+        while (struct dirent* e = s ? readdir(s) : NULL)
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) unlink((path + "/" + e->d_name).c_str());
+        if (s) closedir(s);
+        if (rmdir(path.c_str()) == 0)
+            printf("removed %s: the staging directory of an export that did not finish\n", path.c_str());
+        else
+            fprintf(stderr, "warning: cannot remove %s, a stale staging directory: %s\n", path.c_str(),
+                    strerror(errno));
+    }
+}
+
 // This executable's directory (the repo root), for dev/data/gpt2.
 static std::string exe_dir(void) {
     char buf[PATH_MAX];
@@ -145,6 +188,17 @@ int main(int argc, char** argv) {
     GPTConfig cfg;
     LlamaConfig llama;  // num_layers 0: a GPT-2
     memset(&llama, 0, sizeof llama);
+    char found[300];  // a run directory (train_gpt -o) without a DONE_<step> marker: no checkpoint
+    if (is_dir(in) && latest_checkpoint(in) < 0 && !file_exists(std::string(in) + "/config.json") &&
+        (dir_run_files(in, found, sizeof found) > 0 || file_exists(std::string(in) + "/LOCK"))) {
+        if (dir_latest_step(in, "model_", ".bin", INT64_MAX) >= 0)
+            die("%s has no complete checkpoint: no DONE_<step> marker vouches for its files (%s; a save that "
+                "did not finish). -i %s/model_<step>.bin exports such a file as it is",
+                in, found, in);
+        die("%s has no checkpoint: the run saved none (-n 0, the default, saves none; it holds %s). Train "
+            "with -n N (a checkpoint every N steps and at the end, e.g. -o %s -n 100), then export_hf -i %s",
+            in, found[0] ? found : "only its LOCK", in, in);
+    }
     if (is_dir(in) && latest_checkpoint(in) >= 0) {
         char mp[4200], sp[4200];
         int64_t header[ST_HEADER_FIELDS];
@@ -198,16 +252,42 @@ int main(int argc, char** argv) {
         die("%s", err);
     }
 
+    // the ids generation starts with and stops at: the input's and -t's configs, else their tokenizer
+    std::vector<std::string> id_dirs;
+    if (!from_file) id_dirs.push_back(ck.dir);
+    if (tokenizer_dir) id_dirs.push_back(tokenizer_dir);
+    HfSpecialIds ids;
+    std::string ids_from;
+    if (!hf_special_ids(id_dirs, is_llama ? llama.vocab_size : cfg.vocab_size, &ids, &ids_from, err,
+                        sizeof err))
+        die("%s", err);
+    if (!is_llama && ids.bos < 0 && ids.gen_eos.empty()) {  // GPT-2's <|endoftext|>, as hf_write_config's
+        ids.bos = cfg.vocab_size > 50256 ? 50256 : cfg.vocab_size - 1;
+        ids.eos = ids.gen_eos = {ids.bos};
+        ids_from = "GPT-2's <|endoftext|>";
+    }
+
     // staging directory, after the input loads; its parents stay
     const size_t slash = dest.rfind('/');
-    if (slash != std::string::npos && slash > 0 && !make_dirs(dest.substr(0, slash).c_str(), err, sizeof err))
+    const std::string parent = slash == std::string::npos ? "." : slash == 0 ? "/" : dest.substr(0, slash);
+    if (slash != std::string::npos && slash > 0 && !make_dirs(parent.c_str(), err, sizeof err))
         die("%s", err);
+    const HfShardPlan plan = hf_plan_shards(places, bf16 ? 2 : 4, max_shard);
+    remove_stale_staging(dest);
+    struct statvfs fs;  // the weights, and 64 MB for the configs and tokenizer files
+    const int64_t disk_need = plan.total_bytes + ((int64_t)64 << 20);
+    if (statvfs(parent.c_str(), &fs) == 0 && (int64_t)fs.f_bavail * (int64_t)fs.f_frsize < disk_need)
+        die("-o %s: the export needs %s on disk, %s is free there", out, SizeText((double)disk_need).s,
+            SizeText((double)fs.f_bavail * (double)fs.f_frsize).s);
     const std::string staging = dest + ".tmp-" + std::to_string((long long)getpid());
     if (staging.size() >= sizeof g_staging) die("-o %s: path too long", out);
     if (mkdir(staging.c_str(), 0755) != 0) die("cannot create %s: %s", staging.c_str(), strerror(errno));
     snprintf(g_staging, sizeof g_staging, "%s", staging.c_str());
     signal(SIGINT, on_stop_signal);
     signal(SIGTERM, on_stop_signal);
+    if (!write_small_file(staging, kStagingMarker, std::to_string((long long)getpid()) + "\n", err,
+                          sizeof err))
+        fail("%s", err);
     std::vector<uint16_t> half;
     std::vector<float> tmp;
     auto read = [&](size_t k, float* dst) {
@@ -235,9 +315,9 @@ int main(int argc, char** argv) {
     };
     const int written = is_llama
                             ? hf_write_places(staging, places, "", bf16, max_shard, read, err, sizeof err) &&
-                                  llama_hf_write_config(staging, &llama, bf16, err, sizeof err)
+                                  llama_hf_write_config(staging, &llama, bf16, err, sizeof err, &ids)
                             : hf_write_safetensors(staging, &cfg, bf16, max_shard, read, err, sizeof err) &&
-                                  hf_write_config(staging, &cfg, bf16, err, sizeof err);
+                                  hf_write_config(staging, &cfg, bf16, err, sizeof err, &ids);
     if (!written) fail("%s", err);
     if (f) fclose(f);
 
@@ -282,6 +362,8 @@ int main(int argc, char** argv) {
             fail("%s", err);
     }
     // complete: into place (rename replaces an empty directory), durably
+    if (unlink((staging + "/" + kStagingMarker).c_str()) != 0)
+        fail("cannot remove %s/%s: %s", staging.c_str(), kStagingMarker, strerror(errno));
     if (!fsync_dir(staging.c_str(), err, sizeof err)) fail("%s", err);
     if (rename(staging.c_str(), dest.c_str()) != 0)
         fail("cannot rename %s to %s: %s", staging.c_str(), dest.c_str(), strerror(errno));
@@ -291,7 +373,6 @@ int main(int argc, char** argv) {
                                               : dest.substr(0, slash).c_str(),
                    err, sizeof err))
         fail("%s", err);
-    const HfShardPlan plan = hf_plan_shards(places, bf16 ? 2 : 4, max_shard);
     char shape[160];
     if (is_llama)
         snprintf(shape, sizeof shape, "%s L%d C%d NH%d NKV%d I%d maxT%d V%d",
@@ -304,5 +385,9 @@ int main(int argc, char** argv) {
     printf("wrote %s: %s, %zu tensors, %s, %.1f MB in %zu file%s; %s\n", out, shape, places.size(),
            bf16 ? "bf16" : "fp32", plan.total_bytes / 1e6, plan.shards.size(),
            plan.shards.size() > 1 ? "s" : "", tokenizer_note);
+    if (!ids.gen_eos.empty())
+        printf("generation stops at eos_token_id %s (from %s)\n", hf_ids_text(ids.gen_eos).c_str(),
+               ids_from.c_str());
+    else printf("no eos_token_id known: generation runs to max_new_tokens (-t DIR gives the tokenizer's)\n");
     return 0;
 }

@@ -529,12 +529,8 @@ static void open_tokenizer(Run* r) {
     const bool llama = r->llama.num_layers > 0;
     const std::string json = std::string(r->args.model) + "/tokenizer.json";
     if (llama && is_dir(r->args.model) && file_exists(json)) {
-        if (!tokenizer_init_hf(&r->tok, json.c_str(), err, sizeof err)) fprintf(stderr, "warning: %s\n", err);
-        else if ((int64_t)r->tok.vocab_size > r->cfg.vocab_size) {
-            fprintf(stderr, "warning: %s has %u tokens, the model %d: samples are printed as token ids\n",
-                    json.c_str(), r->tok.vocab_size, r->cfg.vocab_size);
-            tokenizer_free(&r->tok);
-        }
+        if (!tokenizer_init_hf(&r->tok, json.c_str(), err, sizeof err, r->cfg.vocab_size))
+            fprintf(stderr, "warning: %s\n", err);  // ids past the model's: refused
     } else if (!llama || r->cfg.vocab_size == 50257) {
         if (!tokenizer_init(&r->tok, kTokenizerPath, err, sizeof err))
             fprintf(stderr, "warning: %s; samples are printed as token ids\n", err);

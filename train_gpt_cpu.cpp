@@ -357,12 +357,8 @@ static void open_tokenizer(CpuRun* r) {
     const int V = model_vocab(&r->model);
     const std::string json = std::string(r->model_arg) + "/tokenizer.json";
     if (r->model.llama && is_dir(r->model_arg) && file_exists(json)) {
-        if (!tokenizer_init_hf(&r->tok, json.c_str(), err, sizeof err)) fprintf(stderr, "warning: %s\n", err);
-        else if ((int64_t)r->tok.vocab_size > V) {
-            fprintf(stderr, "warning: %s has %u tokens, the model %d: samples are printed as token ids\n",
-                    json.c_str(), r->tok.vocab_size, V);
-            tokenizer_free(&r->tok);
-        }
+        if (!tokenizer_init_hf(&r->tok, json.c_str(), err, sizeof err, V))
+            fprintf(stderr, "warning: %s\n", err);  // ids past the model's: refused
     } else if (!r->model.llama || V == 50257) {
         if (!tokenizer_init(&r->tok, kTokenizerPath, err, sizeof err))
             fprintf(stderr, "warning: %s; samples are printed as token ids\n", err);

@@ -177,14 +177,36 @@ static inline int hf_is_checkpoint(const char* path) {
     return is_dir(path) || ends_with(s, ".safetensors") || ends_with(s, ".json");
 }
 
+// config.json's size limit: real ones are a few kB (id2label maps included).
+#define HF_CONFIG_MAX_BYTES (4 << 20)
+
+// config.json (path) into *c: its top object's values and theirs (rope_scaling's, a list of eos ids).
+static inline int hf_config_read(const std::string& path, Json* c, char* err, size_t errlen) {
+    std::string text;
+    char why[300];
+    if (!read_whole_file(path.c_str(), HF_CONFIG_MAX_BYTES, &text, err, errlen)) return 0;
+    JsonKeep top;  // deeper values are checked as JSON, then dropped
+    top.keep = [](int level, const char* key) { return level == 2 || (level == 1 && key); };
+    top.max_kept = 1 << 16;  // a real config.json has a few hundred values
+    if (!json_parse(text.data(), text.size(), c, why, sizeof why, top) || c->type != Json::OBJ) {
+        snprintf(err, errlen, "%.400s: %.200s", path.c_str(),
+                 c->type == Json::OBJ ? why : "not a JSON object");
+        *c = Json();
+        return 0;
+    }
+    return 1;
+}
+
 // Reads config.json and every safetensors header.
 static inline int hf_open(const char* path, HfCheckpoint* ck, char* err, size_t errlen) {
     std::string p(path), index;
     *ck = HfCheckpoint();
     if (is_dir(path)) {
         ck->dir = p;
-        if (file_exists(p + "/model.safetensors.index.json")) index = p + "/model.safetensors.index.json";
-        else if (file_exists(p + "/model.safetensors")) ck->files.push_back(p + "/model.safetensors");
+        // transformers' order: the single file first, an index beside it (a stale one) is not read
+        if (file_exists(p + "/model.safetensors")) ck->files.push_back(p + "/model.safetensors");
+        else if (file_exists(p + "/model.safetensors.index.json"))
+            index = p + "/model.safetensors.index.json";
         else {
             snprintf(err, errlen, "%.400s holds no model.safetensors%s", path,
                      file_exists(p + "/pytorch_model.bin")
@@ -253,16 +275,16 @@ static inline int hf_open(const char* path, HfCheckpoint* ck, char* err, size_t 
                  path);
         return 0;
     }
-    if (!read_whole_file(cfg_path.c_str(), 16 << 20, &text, err, errlen)) return 0;
-    JsonKeep top;  // the top object's values; nested arrays and objects read as empty
-    top.keep = [](int level, const char* key) { return level == 1 && key; };
-    if (!json_parse(text.data(), text.size(), &ck->config, why, sizeof why, top) ||
-        ck->config.type != Json::OBJ) {
-        snprintf(err, errlen, "%.400s: %.200s", cfg_path.c_str(),
-                 ck->config.type == Json::OBJ ? why : "not a JSON object");
-        return 0;
+    return hf_config_read(cfg_path, &ck->config, err, errlen);
+}
+
+// The first of keys set to neither true, false nor null ("false" is a string, and Python reads it as true).
+static inline const char* hf_config_non_bool(const Json& c, std::initializer_list<const char*> keys) {
+    for (const char* k : keys) {
+        const Json* v = c.get(k);
+        if (v && v->type != Json::BOOL && v->type != Json::NUL) return k;
     }
-    return 1;
+    return NULL;
 }
 
 // config.json -> GPTConfig; refuses what we don't compute (erf GELU, untied lm_head, ...).
@@ -292,6 +314,14 @@ static inline int hf_config_to_gpt(const HfCheckpoint* ck, GPTConfig* cfg, char*
         *out = v->i;
         return true;
     };
+    const Json* mt = c.get("model_type");
+    if (!mt || mt->type == Json::NUL) {
+        snprintf(err, errlen,
+                 "%.400s: config.json has no model_type (transformers needs it to pick the architecture: "
+                 "gpt2, llama or qwen2)",
+                 where.c_str());
+        return 0;
+    }
     const char* bad = str_is("model_type", "gpt2", {"gpt2"});
     if (bad) {
         snprintf(err, errlen,
@@ -319,6 +349,12 @@ static inline int hf_config_to_gpt(const HfCheckpoint* ck, GPTConfig* cfg, char*
         return 0;
     }
     const char* refuse = NULL;
+    const char* flag = hf_config_non_bool(c, {"tie_word_embeddings", "scale_attn_weights",
+                                              "scale_attn_by_inverse_layer_idx", "add_cross_attention"});
+    if (flag) {
+        snprintf(err, errlen, "%.400s: %s is not true or false (JSON's own, unquoted)", where.c_str(), flag);
+        return 0;
+    }
     const Json* inner = c.get("n_inner");
     const Json* eps = c.get("layer_norm_epsilon");
     if (inner && inner->type != Json::NUL &&
@@ -713,10 +749,72 @@ static inline int hf_write_safetensors(const std::string& dir, const GPTConfig* 
                            errlen);
 }
 
-// config.json and generation_config.json for cfg (dropout 0, as trained here).
+// The ids generation starts with and stops at, as official chat models list them (Llama 3 Instruct:
+// eos_token_id [128001, 128008, 128009]; Qwen2.5 Instruct: [151645, 151643]). Empty: none known.
+struct HfSpecialIds {
+    int bos = -1;
+    std::vector<int> eos;      // config.json's
+    std::vector<int> gen_eos;  // generation_config.json's: the end-of-turn among them
+    Json generation;           // the source's generation_config.json (OBJ), merged into ours
+};
+
+// 128009 or [128001, 128009]
+static inline std::string hf_ids_text(const std::vector<int>& ids) {
+    if (ids.size() == 1) return std::to_string(ids[0]);
+    std::string s = "[";
+    for (size_t k = 0; k < ids.size(); k++) s += (k ? ", " : "") + std::to_string(ids[k]);
+    return s + "]";
+}
+
+// config.json's lines for the ids; null where unknown (LlamaConfig would default to 1 and 2).
+static inline std::string hf_config_id_lines(const HfSpecialIds& ids) {
+    return "  \"bos_token_id\": " + (ids.bos >= 0 ? std::to_string(ids.bos) : std::string("null")) +
+           ",\n  \"eos_token_id\": " + (ids.eos.empty() ? std::string("null") : hf_ids_text(ids.eos)) + ",\n";
+}
+
+// generation_config.json: the source's, its bos and eos ids set to ours; else do_sample false and the ids.
+static inline int hf_generation_config_text(const HfSpecialIds& ids, std::string* out) {
+    Json g = ids.generation.type == Json::OBJ ? ids.generation : Json();
+    if (g.type != Json::OBJ) {
+        g.type = Json::OBJ;
+        g.members.emplace_back("do_sample", Json());
+        g.members.back().second.type = Json::BOOL;
+    }
+    auto set = [&](const char* key, const std::vector<int>& v) {
+        Json j;
+        j.type = v.size() == 1 ? Json::NUM : Json::ARR;
+        for (int id : v) {
+            Json n;
+            n.type = Json::NUM;
+            n.is_int = true;
+            n.i = id;
+            n.num = id;
+            if (v.size() == 1) j = n;
+            else j.items.push_back(n);
+        }
+        for (auto& m : g.members)
+            if (m.first == key) {
+                m.second = j;
+                return;
+            }
+        g.members.emplace_back(key, j);
+    };
+    if (ids.bos >= 0) set("bos_token_id", {ids.bos});
+    if (!ids.gen_eos.empty()) set("eos_token_id", ids.gen_eos);
+    out->clear();
+    if (!json_write(g, out)) return 0;
+    *out += "\n";
+    return 1;
+}
+
+// config.json and generation_config.json for cfg (dropout 0, as trained here); ids NULL: <|endoftext|>.
 static inline int hf_write_config(const std::string& dir, const GPTConfig* c, int bf16, char* err,
-                                  size_t errlen) {
-    const int eot = c->vocab_size > 50256 ? 50256 : c->vocab_size - 1;
+                                  size_t errlen, const HfSpecialIds* ids = NULL) {
+    HfSpecialIds eot;  // GPT-2's <|endoftext|> (or the last id of a smaller vocabulary) when none are given
+    eot.bos = c->vocab_size > 50256 ? 50256 : c->vocab_size - 1;
+    eot.eos = eot.gen_eos = {eot.bos};
+    if (!ids || (ids->bos < 0 && ids->gen_eos.empty())) ids = &eot;
+    const std::string id_lines = hf_config_id_lines(*ids);
     char b[2048];
     snprintf(
         b, sizeof b,
@@ -726,13 +824,15 @@ static inline int hf_write_config(const std::string& dir, const GPTConfig* c, in
         "  \"layer_norm_epsilon\": 1e-05,\n  \"initializer_range\": 0.02,\n  \"attn_pdrop\": 0.0,\n"
         "  \"embd_pdrop\": 0.0,\n  \"resid_pdrop\": 0.0,\n  \"scale_attn_weights\": true,\n"
         "  \"scale_attn_by_inverse_layer_idx\": false,\n  \"reorder_and_upcast_attn\": false,\n"
-        "  \"tie_word_embeddings\": true,\n  \"use_cache\": true,\n  \"bos_token_id\": %d,\n  "
-        "\"eos_token_id\": %d,\n"
+        "  \"tie_word_embeddings\": true,\n  \"use_cache\": true,\n%.600s"
         "  \"torch_dtype\": \"%s\"\n}\n",
-        c->num_layers, c->num_heads, c->channels, c->max_seq_len, c->max_seq_len, c->vocab_size, eot, eot,
-        bf16 ? "bfloat16" : "float32");
-    char g[256];
-    snprintf(g, sizeof g, "{\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d\n}\n", eot, eot);
+        c->num_layers, c->num_heads, c->channels, c->max_seq_len, c->max_seq_len, c->vocab_size,
+        id_lines.c_str(), bf16 ? "bfloat16" : "float32");
+    std::string g;
+    if (!hf_generation_config_text(*ids, &g)) {
+        snprintf(err, errlen, "the source's generation_config.json holds a number JSON cannot write");
+        return 0;
+    }
     return write_small_file(dir, "config.json", b, err, errlen) &&
            write_small_file(dir, "generation_config.json", g, err, errlen);
 }

@@ -1,7 +1,8 @@
-// json.h — a small JSON reader (RFC 8259), and read_whole_file.
-// Not here: writing JSON, what the keys mean (hf.h).
+// json.h — a small JSON reader (RFC 8259), its writer (json_write), and read_whole_file.
+// Not here: what the keys mean (hf.h).
 #pragma once
 #include <errno.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -165,6 +166,7 @@ struct JsonReader {
         const std::string text(s, (size_t)(p - s));
         v.type = Json::NUM;
         v.num = strtod(text.c_str(), NULL);
+        if (!isfinite(v.num)) return fail("a number beyond a double's range");  // 1e999: Python reads inf
         if (integral && text.size() <= 19) {  // 19 digits (or '-' and 18) always fit int64
             v.is_int = true;
             v.i = strtoll(text.c_str(), NULL, 10);
@@ -297,6 +299,54 @@ static inline int json_parse(const char* text, size_t len, Json* out, char* err,
     }
     if (!ok) snprintf(err, errlen, "%s at byte %lld", r.err, (long long)(r.p - text));
     return ok;
+}
+
+// v as JSON text; 0 if it holds a number that JSON cannot write (inf, NaN).
+static inline int json_write(const Json& v, std::string* out) {
+    char b[40];
+    switch (v.type) {
+        case Json::NUL: *out += "null"; return 1;
+        case Json::BOOL: *out += v.b ? "true" : "false"; return 1;
+        case Json::NUM:
+            if (!isfinite(v.num)) return 0;
+            if (v.is_int) snprintf(b, sizeof b, "%lld", (long long)v.i);
+            else  // the shortest that reads back: 0.7, not 0.69999999999999996
+                for (int digits = 15; digits <= 17; digits++) {
+                    snprintf(b, sizeof b, "%.*g", digits, v.num);
+                    if (strtod(b, NULL) == v.num) break;
+                }
+            *out += b;
+            return 1;
+        case Json::STR:
+            *out += '"';
+            for (unsigned char c : v.str) {
+                if (c == '"' || c == '\\') *out += '\\', *out += (char)c;
+                else if (c < 0x20) snprintf(b, sizeof b, "\\u%04x", c), *out += b;
+                else *out += (char)c;
+            }
+            *out += '"';
+            return 1;
+        case Json::ARR:
+            *out += '[';
+            for (size_t k = 0; k < v.items.size(); k++) {
+                if (k) *out += ", ";
+                if (!json_write(v.items[k], out)) return 0;
+            }
+            *out += ']';
+            return 1;
+        case Json::OBJ:
+            *out += "{";
+            for (size_t k = 0; k < v.members.size(); k++) {
+                *out += k ? ",\n  " : "\n  ";
+                Json key;
+                key.type = Json::STR;
+                key.str = v.members[k].first;
+                if (!json_write(key, out) || (*out += ": ", !json_write(v.members[k].second, out))) return 0;
+            }
+            *out += v.members.empty() ? "}" : "\n}";
+            return 1;
+    }
+    return 0;
 }
 
 static inline int read_whole_file(const char* path, int64_t max_bytes, std::string* out, char* err,

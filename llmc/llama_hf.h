@@ -21,18 +21,11 @@ static const char* const llama_hf_moe_keys[] = {"num_experts",
                                                 "n_shared_experts",
                                                 "shared_expert_intermediate_size"};
 
-// config.json read whole: rope_scaling is an object, hf_open drops it.
+// config.json as hf_open read it: the top values and theirs (rope_scaling's).
 static inline int llama_hf_config(const HfCheckpoint* ck, LlamaConfig* cfg, char* err, size_t errlen) {
     const std::string where = ck->dir + "/config.json";
-    std::string text;
-    Json c;
+    const Json& c = ck->config;
     char why[300];
-    if (!read_whole_file(where.c_str(), 16 << 20, &text, err, errlen)) return 0;
-    if (!json_parse(text.data(), text.size(), &c, why, sizeof why) || c.type != Json::OBJ) {
-        snprintf(err, errlen, "%.400s: %.200s", where.c_str(),
-                 c.type == Json::OBJ ? why : "not a JSON object");
-        return 0;
-    }
     std::string refuse;                                              // the reason, when set
     auto set = [&](const Json* o, const char* key) -> const Json* {  // o's key, NULL when absent or null
         const Json* v = o->get(key);
@@ -61,8 +54,13 @@ static inline int llama_hf_config(const HfCheckpoint* ck, LlamaConfig* cfg, char
     const char* arch_ok = qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
     const Json* arch = set(&c, "architectures");
     memset(cfg, 0, sizeof *cfg);
-    if (model_type != "llama" && !qwen2)
+    if (!mt) refuse = "config.json has no model_type (transformers needs it: llama or qwen2 here)";
+    else if (model_type != "llama" && !qwen2)
         refuse = "model_type '" + model_type + "': only llama and qwen2 checkpoints can be read";
+    const char* non_bool =
+        hf_config_non_bool(c, {"tie_word_embeddings", "use_sliding_window", "attention_bias", "mlp_bias"});
+    if (refuse.empty() && non_bool)
+        refuse = std::string(non_bool) + " is not true or false (JSON's own, unquoted)";
     if (refuse.empty() && arch) {
         if (arch->type != Json::ARR || arch->items.size() != 1 || arch->items[0].type != Json::STR ||
             arch->items[0].str != arch_ok)
@@ -137,7 +135,7 @@ static inline int llama_hf_config(const HfCheckpoint* ck, LlamaConfig* cfg, char
     }
     if (qwen2) cfg->head_dim = cfg->hidden_size / cfg->num_heads;  // Qwen2's attention ignores head_dim
     cfg->rms_norm_eps = (float)eps;
-    cfg->rope_theta = (float)theta;
+    cfg->rope_theta = (float)theta;                      // llama_config_check refuses one past float's range
     cfg->qkv_bias = qwen2;                               // Qwen2's q, k, v projections always have biases
     cfg->tied_embeddings = flag("tie_word_embeddings");  // transformers' default for both: false
     if (!llama_config_check(cfg, why, sizeof why)) {
@@ -309,10 +307,24 @@ static inline std::vector<HfTensorPlace> llama_hf_write_places(const LlamaConfig
     return out;
 }
 
-// config.json, generation_config.json; Qwen2ForCausalLM when q/k/v have biases.
+// config.json, generation_config.json; Qwen2ForCausalLM when q/k/v have biases. Refused: what JSON or
+// transformers cannot hold (a non-finite number; Qwen2's head size apart from C / NH: 4.46's Qwen2 has
+// no head_dim, and Llama's attention_bias would bias o_proj too).
 static inline int llama_hf_write_config(const std::string& dir, const LlamaConfig* c, int bf16, char* err,
-                                        size_t errlen) {
+                                        size_t errlen, const HfSpecialIds* ids = NULL) {
     const int qwen2 = c->qkv_bias;
+    char why[200];
+    if (!llama_config_check(c, why, sizeof why)) {  // rope_theta inf would be written as "inf": not JSON
+        snprintf(err, errlen, "cannot export: %.190s", why);
+        return 0;
+    }
+    if (qwen2 && c->head_dim * c->num_heads != c->hidden_size) {
+        snprintf(err, errlen,
+                 "cannot export: q/k/v biases with head size %d, not hidden_size / num_attention_heads "
+                 "(%d / %d): transformers' Qwen2 has no head_dim, and its Llama biases o_proj too",
+                 c->head_dim, c->hidden_size, c->num_heads);
+        return 0;
+    }
     char rope[400] = "null";
     if (c->rope_llama3)
         snprintf(rope, sizeof rope,
@@ -321,6 +333,9 @@ static inline int llama_hf_write_config(const std::string& dir, const LlamaConfi
                  c->rope_factor, c->rope_low_freq_factor, c->rope_high_freq_factor, c->rope_original_max_pos);
     char head_dim[64] = "";
     if (!qwen2) snprintf(head_dim, sizeof head_dim, "  \"head_dim\": %d,\n", c->head_dim);
+    const HfSpecialIds none;
+    if (!ids) ids = &none;
+    const std::string id_lines = hf_config_id_lines(*ids);
     char b[2048];
     snprintf(b, sizeof b,
              "{\n  \"architectures\": [\"%s\"],\n  \"model_type\": \"%s\",\n  \"hidden_act\": \"silu\",\n"
@@ -328,13 +343,18 @@ static inline int llama_hf_write_config(const std::string& dir, const LlamaConfi
              "  \"num_key_value_heads\": %d,\n%s  \"intermediate_size\": %d,\n  \"vocab_size\": %d,\n"
              "  \"max_position_embeddings\": %d,\n  \"rms_norm_eps\": %.9g,\n  \"rope_theta\": %.9g,\n"
              "  \"rope_scaling\": %s,\n  \"tie_word_embeddings\": %s,\n  \"attention_dropout\": 0.0,\n"
-             "%s  \"use_cache\": true,\n  \"torch_dtype\": \"%s\"\n}\n",
+             "%s%.600s  \"use_cache\": true,\n  \"torch_dtype\": \"%s\"\n}\n",
              qwen2 ? "Qwen2ForCausalLM" : "LlamaForCausalLM", qwen2 ? "qwen2" : "llama", c->num_layers,
              c->hidden_size, c->num_heads, c->num_kv_heads, head_dim, c->intermediate_size, c->vocab_size,
              c->max_seq_len, c->rms_norm_eps, c->rope_theta, rope, c->tied_embeddings ? "true" : "false",
              qwen2 ? "  \"use_sliding_window\": false,\n"
                    : "  \"attention_bias\": false,\n  \"mlp_bias\": false,\n",
-             bf16 ? "bfloat16" : "float32");
+             id_lines.c_str(), bf16 ? "bfloat16" : "float32");
+    std::string g;
+    if (!hf_generation_config_text(*ids, &g)) {
+        snprintf(err, errlen, "the source's generation_config.json holds a number JSON cannot write");
+        return 0;
+    }
     return write_small_file(dir, "config.json", b, err, errlen) &&
-           write_small_file(dir, "generation_config.json", "{\n  \"do_sample\": false\n}\n", err, errlen);
+           write_small_file(dir, "generation_config.json", g, err, errlen);
 }

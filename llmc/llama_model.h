@@ -90,8 +90,12 @@ static inline int llama_config_check(const LlamaConfig* c, char* err, size_t err
         bad = "every size must be positive";
     else if (c->num_heads % c->num_kv_heads) bad = "the key/value heads must divide the query heads";
     else if (c->head_dim % 2) bad = "the head size must be even (RoPE rotates pairs)";
-    else if (!(c->rms_norm_eps > 0.0f) || !(c->rope_theta > 0.0f))
-        bad = "rms_norm_eps and rope_theta must be > 0";
+    else if (!(c->rms_norm_eps > 0.0f) || !(c->rope_theta > 0.0f) || !isfinite(c->rms_norm_eps) ||
+             !isfinite(c->rope_theta))
+        bad = "rms_norm_eps and rope_theta must be finite and > 0";
+    else if (c->rope_llama3 && !(isfinite(c->rope_factor) && isfinite(c->rope_low_freq_factor) &&
+                                 isfinite(c->rope_high_freq_factor)))
+        bad = "llama3 rope scaling's factors must be finite";
     else if (c->rope_llama3 &&
              !(c->rope_factor >= 1.0f && c->rope_high_freq_factor > c->rope_low_freq_factor &&
                c->rope_low_freq_factor > 0.0f && c->rope_original_max_pos >= 1))

@@ -9,10 +9,13 @@
 //   - test/hf_check.py against the real transformers (logits within 1e-4 relative, both directions). It needs
 //     Python with torch and transformers (.ci/run installs them in .venv-hf): skipped where they are missing,
 //     unless HF_REQUIRED=1 (CI sets it), where that is a failure.
-#include <malloc.h>  // defines: malloc_trim
-#include <chrono>    // defines: std::chrono::steady_clock
+#include <malloc.h>    // defines: malloc_trim
+#include <chrono>      // defines: std::chrono::steady_clock
+#include <functional>  // defines: std::function
 #include "cli_test_common.h"
 #include "llmc/hf.h"
+#include "llmc/hf_tokenizer.h"  // defines: tokenizer_init_hf, hf_special_ids
+#include "llmc/llama_hf.h"      // defines: llama_hf_read_config, llama_hf_write_places, llama_hf_write_config
 
 // ----------------------------------------------------------------------------
 // JSON
@@ -125,6 +128,21 @@ class HfTest : public CliTest {
         std::string bytes(8, '\0');
         for (int k = 0; k < 8; k++) bytes[k] = (char)((uint64_t)h.size() >> (8 * k));
         write_text(path, bytes + h + std::string((size_t)data_bytes, '\0'));
+    }
+    // A Llama-family checkpoint of ours for config c, weights w (llama_layout order).
+    std::string export_llama(const std::string& name, const LlamaConfig& c, const std::vector<float>& w,
+                             int64_t max_shard = INT64_MAX) {
+        const std::string out = dir + "/" + name;
+        char err[4352];
+        EXPECT_TRUE(make_dirs(out.c_str(), err, sizeof err)) << err;
+        const std::vector<HfTensorPlace> places = llama_hf_write_places(&c);
+        auto read = [&](size_t k, float* dst) {
+            memcpy(dst, w.data() + places[k].dst, sizeof(float) * (size_t)places[k].count);
+            return 1;
+        };
+        EXPECT_TRUE(hf_write_places(out, places, "", 0, max_shard, read, err, sizeof err)) << err;
+        EXPECT_TRUE(llama_hf_write_config(out, &c, 0, err, sizeof err)) << err;
+        return out;
     }
     std::string replace(std::string s, const std::string& from, const std::string& to) {
         const size_t at = s.find(from);
@@ -322,9 +340,9 @@ TEST_F(HfTest, RefusalsNameTheRealProblem) {
     ASSERT_TRUE(read_whole_file((d + "/config.json").c_str(), 1 << 20, &cfg_text, err, sizeof err));
     write_text(d + "/config.json", replace(cfg_text, "\"n_layer\": 2", "\"n_layer\": 1000000000"));
     EXPECT_TRUE(has(refused(d), "n_layer 1000000000 is too large")) << refused(d);
-    write_text(d + "/config.json", cfg_text);
-    write_text(d + "/model.safetensors.index.json", "{\"weight_map\": [\"model.safetensors\"]}");
-    EXPECT_TRUE(has(refused(d), "its weight_map is not an object")) << refused(d);
+    const std::string s = export_dir("msg_shards", 0, 40000);  // an index is read where no single file is
+    write_text(s + "/model.safetensors.index.json", "{\"weight_map\": [\"model.safetensors\"]}");
+    EXPECT_TRUE(has(refused(s), "its weight_map is not an object")) << refused(s);
 }
 
 // Hostile sizes: a header of 200k metadata keys and 200k mask buffers, an index of 100k entries. Each was
@@ -378,13 +396,14 @@ static int64_t peak_rss() {
 // A header of 20 MB whose mask buffer (a tensor we ignore) has a shape of 10M values: it took 90 bytes of
 // memory per byte of header. It is refused, in a child process whose peak memory grows by a small multiple
 // of the header.
-// gpt_read_header(d) in a child process: its peak memory growth, whether it accepted, and its error.
+// load() (gpt_read_header(d): load_cost) in a child process: its peak memory growth, whether it accepted,
+// and its error.
 struct LoadCost {
     long long growth = -1;
     int ok = -1;
     std::string why;
 };
-static LoadCost load_cost(const std::string& d) {
+static LoadCost child_cost(const std::function<int(char*, size_t)>& load) {
     LoadCost r;
     int fds[2];
     if (pipe(fds) != 0) return r;
@@ -395,9 +414,8 @@ static LoadCost load_cost(const std::string& d) {
         FILE* reset = fopen("/proc/self/clear_refs", "w");  // "5": the peak starts again from here
         if (reset) fputs("5", reset), fclose(reset);
         const int64_t before = peak_rss();
-        GPTConfig c;
         char why[600] = "";
-        const int ok = gpt_read_header(d.c_str(), &c, why, sizeof why);
+        const int ok = load(why, sizeof why);
         char msg[800];
         const int len = snprintf(msg, sizeof msg, "%lld %d %s", (long long)(peak_rss() - before), ok, why);
         if (write(fds[1], msg, (size_t)len) != len) _exit(2);
@@ -412,6 +430,12 @@ static LoadCost load_cost(const std::string& d) {
     int used = 0;
     if (got > 0 && sscanf(msg, "%lld %d %n", &r.growth, &r.ok, &used) == 2) r.why = msg + used;
     return r;
+}
+static LoadCost load_cost(const std::string& d) {
+    return child_cost([&](char* why, size_t len) {
+        GPTConfig c;
+        return gpt_read_header(d.c_str(), &c, why, len);
+    });
 }
 
 TEST_F(HfTest, AHugeShapeCostsASmallMultipleOfItsBytes) {
@@ -692,4 +716,366 @@ TEST_F(HfTest, MatchesTransformers) {
     printf("%s", r.out.c_str());
     EXPECT_EQ(r.code, 0) << r.err.substr(r.err.size() > 3000 ? r.err.size() - 3000 : 0);
     EXPECT_TRUE(has(r.out, " 0 failed"));
+}
+
+// ----------------------------------------------------------------------------
+// Issue 41: what transformers reads, we read; bad configs refused in one line; export_hf's output says when
+// generation stops, and the export checks the disk and cleans up after a killed run.
+
+// A directory holding model.safetensors and a stale index (an earlier sharded save): transformers 4.46's
+// from_pretrained loads the single file (modeling_utils: SAFE_WEIGHTS_NAME before SAFE_WEIGHTS_INDEX_NAME),
+// we loaded the index's shards. GPT-2 and Llama share hf_open: both are checked.
+TEST_F(HfTest, ASingleFileWinsOverAStaleIndexAsInTransformers) {
+    const std::string d = export_dir("both", 0, 40000);  // shards and an index: the old weights
+    const std::vector<float> old_params = params;
+    for (float& x : params) x *= 0.5f;  // the new weights, saved whole
+    const std::string single = export_dir("single");
+    std::string bytes;
+    char err[4352];
+    ASSERT_TRUE(read_whole_file((single + "/model.safetensors").c_str(), 1 << 30, &bytes, err, sizeof err));
+    write_text(d + "/model.safetensors", bytes);
+    ASSERT_TRUE(file_exists(d + "/model.safetensors.index.json"));
+    EXPECT_EQ(load(d), params) << "the index's shards were read, not model.safetensors";
+    EXPECT_NE(params, old_params);
+
+    LlamaConfig c;
+    ASSERT_EQ(parse_llama_spec("llama:L1:C32:NH4:KV2:I64:V100:T32", &c, err, sizeof err), 1) << err;
+    std::vector<float> a((size_t)llama_layout(&c).total), b(a.size());
+    llama_init_params(&c, a.data(), 1);
+    llama_init_params(&c, b.data(), 2);
+    const std::string ld = export_llama("llama_both", c, a, 20000), ls = export_llama("llama_single", c, b);
+    ASSERT_TRUE(file_exists(ld + "/model.safetensors.index.json"));
+    ASSERT_TRUE(read_whole_file((ls + "/model.safetensors").c_str(), 1 << 30, &bytes, err, sizeof err));
+    write_text(ld + "/model.safetensors", bytes);
+    LlamaCPU m;
+    ASSERT_TRUE(llama_hf_load(ld.c_str(), &m)) << m.error;
+    EXPECT_EQ(memcmp(m.params, b.data(), b.size() * sizeof(float)), 0) << "Llama: the index was read";
+    llama_cpu_free(&m);
+}
+
+// Values transformers reads otherwise are refused in one line: "false" (a string: true in Python) or 1 for a
+// flag, a config.json without model_type (it read as GPT-2's and was blamed on GPT-2's keys, or loaded), a
+// number past a double (1e999: inf) or past a float (rope_theta 1e39, our float: inf).
+TEST_F(HfTest, ConfigValuesTransformersReadsOtherwiseAreRefused) {
+    const std::string good = export_dir("good");
+    std::string cfg_text;
+    char err[4352];
+    ASSERT_TRUE(read_whole_file((good + "/config.json").c_str(), 1 << 20, &cfg_text, err, sizeof err));
+    auto variant = [&](const std::string& name, const std::string& config) {
+        const std::string d = dir + "/" + name;
+        mkdir(d.c_str(), 0755);
+        std::string st;
+        EXPECT_TRUE(read_whole_file((good + "/model.safetensors").c_str(), 1 << 30, &st, err, sizeof err));
+        write_text(d + "/model.safetensors", st);
+        write_text(d + "/config.json", config);
+        return d;
+    };
+    const std::string tie = "\"tie_word_embeddings\": true";
+    EXPECT_TRUE(has(refused(variant("str", replace(cfg_text, tie, "\"tie_word_embeddings\": \"false\""))),
+                    "tie_word_embeddings is not true or false"));
+    EXPECT_TRUE(has(refused(variant("one", replace(cfg_text, tie, "\"tie_word_embeddings\": 1"))),
+                    "tie_word_embeddings is not true or false"));
+    EXPECT_TRUE(has(refused(variant("nomt", replace(cfg_text, "\"model_type\": \"gpt2\",", ""))),
+                    "config.json has no model_type"));
+    EXPECT_TRUE(has(refused(variant("big", replace(cfg_text, "1e-05", "1e999"))), "beyond a double's range"));
+    Json v;
+    EXPECT_FALSE(parses("[1e400]", &v));
+    EXPECT_FALSE(parses("-1e400", &v));
+    EXPECT_TRUE(parses("1e-400", &v));  // underflow is 0, a number
+
+    // Llama: an untied checkpoint whose config says "true" (a string: transformers ties it, we untied it)
+    LlamaConfig c;
+    ASSERT_EQ(parse_llama_spec("llama:L1:C32:NH4:KV2:I64:V100:T32", &c, err, sizeof err), 1) << err;
+    std::vector<float> w((size_t)llama_layout(&c).total);
+    llama_init_params(&c, w.data(), 1);
+    const std::string ld = export_llama("llama", c, w);
+    std::string lcfg;
+    ASSERT_TRUE(read_whole_file((ld + "/config.json").c_str(), 1 << 20, &lcfg, err, sizeof err));
+    auto llama_refusal = [&](const std::string& config) {
+        write_text(ld + "/config.json", config);
+        LlamaConfig r;
+        char why[4352] = "";
+        const int got = llama_hf_read_config(ld.c_str(), &r, why, sizeof why);
+        GPTConfig g;
+        if (got == 2) EXPECT_FALSE(gpt_read_header(ld.c_str(), &g, why, sizeof why));  // as the trainers do
+        EXPECT_NE(got, 1) << config;
+        EXPECT_EQ(std::string(why).find('\n'), std::string::npos);
+        return std::string(why);
+    };
+    const std::string untied = "\"tie_word_embeddings\": false";
+    EXPECT_TRUE(has(llama_refusal(replace(lcfg, untied, "\"tie_word_embeddings\": \"true\"")),
+                    "tie_word_embeddings is not true or false"));
+    EXPECT_TRUE(has(llama_refusal(replace(lcfg, "\"attention_bias\": false", "\"attention_bias\": 0")),
+                    "attention_bias is not true or false"));
+    const size_t at = lcfg.find("\"rope_theta\": ");
+    ASSERT_NE(at, std::string::npos);
+    const std::string theta = lcfg.substr(at, lcfg.find(',', at) - at);  // "rope_theta": 500000
+    EXPECT_TRUE(has(llama_refusal(replace(lcfg, theta, "\"rope_theta\": 1e999")), "beyond a double's range"));
+    EXPECT_TRUE(has(llama_refusal(replace(lcfg, theta, "\"rope_theta\": 1e39")), "must be finite"));
+    EXPECT_TRUE(
+        has(llama_refusal(replace(lcfg, "\"model_type\": \"llama\",", "")), "config.json has no model_type"));
+    write_text(ld + "/config.json", lcfg);
+    LlamaConfig r;
+    EXPECT_EQ(llama_hf_read_config(ld.c_str(), &r, err, sizeof err), 1) << err;
+}
+
+// A 16 MB config.json of a Llama was parsed whole a second time (0.97 GB of memory); now config.json is
+// parsed once, keeping its top two levels (at most 65536 values), and one over 4 MB is refused.
+TEST_F(HfTest, AHugeConfigIsRefusedCheaply) {
+    LlamaConfig c;
+    char err[4352];
+    ASSERT_EQ(parse_llama_spec("llama:L1:C32:NH4:KV2:I64:V100:T32", &c, err, sizeof err), 1) << err;
+    std::vector<float> w((size_t)llama_layout(&c).total);
+    llama_init_params(&c, w.data(), 1);
+    const std::string ld = export_llama("llama", c, w);
+    std::string lcfg;
+    ASSERT_TRUE(read_whole_file((ld + "/config.json").c_str(), 1 << 20, &lcfg, err, sizeof err));
+    auto with_padding = [&](int64_t bytes, int nest) {  // "x": [[[1],[1],...]] nested nest deep
+        std::string pad = "\"x\": " + std::string((size_t)nest, '[');
+        pad.reserve((size_t)bytes + 64);
+        while ((int64_t)pad.size() < bytes) pad += "[1],";
+        pad += "[1]" + std::string((size_t)nest, ']') + ",\n  \"model_type\"";
+        write_text(ld + "/config.json", replace(lcfg, "\"model_type\"", pad));
+    };
+    auto cost = [&]() {
+        return child_cost([&](char* why, size_t len) {
+            LlamaConfig r;
+            GPTConfig g;
+            const int got = llama_hf_read_config(ld.c_str(), &r, why, len);  // as the trainers: then GPT-2
+            return got == 2 ? gpt_read_header(ld.c_str(), &g, why, len) : got;
+        });
+    };
+    with_padding(16000000, 1);
+    LoadCost k = cost();
+    printf("16 MB config.json: peak memory grew %lld MB; %s\n", k.growth >> 20, k.why.c_str());
+    EXPECT_EQ(k.ok, 0);
+    EXPECT_TRUE(has(k.why, "more than the 4194304 this file may have")) << k.why;
+    EXPECT_LT(k.growth, 64ll << 20);
+    with_padding(4000000, 1);  // 1M small arrays at the second level: more values than a config holds
+    k = cost();
+    printf("4 MB config.json: peak memory grew %lld MB; %s\n", k.growth >> 20, k.why.c_str());
+    EXPECT_EQ(k.ok, 0);
+    EXPECT_TRUE(has(k.why, "more than 65536 values")) << k.why;
+    EXPECT_LT(k.growth, 64ll << 20);
+    with_padding(4000000, 2);  // deeper: checked as JSON, dropped, the config read
+    k = cost();
+    printf("4 MB config.json, nested: peak memory grew %lld MB; %s\n", k.growth >> 20, k.why.c_str());
+    EXPECT_EQ(k.ok, 1) << k.why;
+    EXPECT_LT(k.growth, 64ll << 20);
+}
+
+// A tokenizer.json naming id 16777215 cost 660 MB of id table before the model's vocabulary refused it;
+// ids are now bounded by the vocabulary first. The trainer says so in its warning.
+TEST_F(HfTest, ATokenizerIdPastTheVocabularyIsRefusedBeforeAllocating) {
+    const std::string tok = dir + "/tokenizer.json";
+    write_text(tok,
+               "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}}, \"decoder\": {\"type\": "
+               "\"ByteLevel\"}, \"added_tokens\": [{\"id\": 16777215, \"content\": \"<x>\"}]}");
+    const LoadCost k = child_cost([&](char* why, size_t len) {
+        Tokenizer t;
+        const int ok = tokenizer_init_hf(&t, tok.c_str(), why, len, 50304);
+        if (ok) tokenizer_free(&t);
+        return ok;
+    });
+    printf("tokenizer.json with id 16777215: peak memory grew %lld MB; %s\n", k.growth >> 20, k.why.c_str());
+    EXPECT_EQ(k.ok, 0);
+    EXPECT_TRUE(has(k.why, "token id 16777215 is past the model's vocabulary of 50304")) << k.why;
+    EXPECT_LT(k.growth, 64ll << 20);
+
+    if (!have_binary(kCpu)) GTEST_SKIP() << kCpu << " not built";
+    LlamaConfig c;
+    char err[4352];
+    ASSERT_EQ(parse_llama_spec("llama:L1:C32:NH4:KV2:I64:V50304:T32", &c, err, sizeof err), 1) << err;
+    std::vector<float> w((size_t)llama_layout(&c).total);
+    llama_init_params(&c, w.data(), 1);
+    const std::string ld = export_llama("llama", c, w);
+    ASSERT_EQ(rename(tok.c_str(), (ld + "/tokenizer.json").c_str()), 0);
+    const Result r = run_bin(kCpu, base_args() + Args{"-e", ld});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(has(r.err, "token id 16777215 is past the model's vocabulary of 50304")) << r.err;
+}
+
+// What transformers could not read back is refused before anything is written: rope_theta inf (it was
+// written as `inf`, not JSON) and q/k/v biases with a head size apart from C / NH (4.46's Qwen2 has no
+// head_dim: it computed another model).
+TEST_F(HfTest, ExportRefusesWhatTransformersCannotReadBack) {
+    LlamaConfig c;
+    char err[4352];
+    ASSERT_EQ(parse_llama_spec("qwen2:L1:C64:NH4:KV2:I96:V300:T32:HD32", &c, err, sizeof err), 1) << err;
+    std::vector<float> w((size_t)llama_layout(&c).total);
+    llama_init_params(&c, w.data(), 1);
+    const std::string q = dir + "/qwen_hd.bin";
+    ASSERT_TRUE(llama_save_params(q.c_str(), &c, w.data(), err, sizeof err)) << err;
+    EXPECT_TRUE(
+        CleanError(run_bin("./export_hf", {"-i", q, "-o", dir + "/q_out"}), {"head size 32", "no head_dim"}));
+    EXPECT_FALSE(file_exists(dir + "/q_out"));
+    ASSERT_EQ(parse_llama_spec("llama:L1:C64:NH4:KV2:I96:V300:T32:HD32", &c, err, sizeof err), 1) << err;
+    w.assign((size_t)llama_layout(&c).total, 0.0f);
+    llama_init_params(&c, w.data(), 1);
+    const std::string l = dir + "/llama_hd.bin";
+    ASSERT_TRUE(llama_save_params(l.c_str(), &c, w.data(), err, sizeof err)) << err;
+    const Result ok = run_bin("./export_hf", {"-i", l, "-o", dir + "/l_out"});  // Llama has head_dim
+    ASSERT_EQ(ok.code, 0) << ok.err;
+    EXPECT_TRUE(has(slurp(dir + "/l_out/config.json"), "\"head_dim\": 32"));
+    patch_int(l, 11, 0x7f800000);  // rope_theta: +inf
+    EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", l, "-o", dir + "/inf_out"}), {"finite"}));
+    EXPECT_FALSE(file_exists(dir + "/inf_out"));
+}
+
+// export_hf checks the free space for what it will write before it writes (it filled the disk, then
+// failed): on a 2 MB tmpfs of its own (a user and mount namespace; skipped where unshare is not allowed).
+TEST_F(HfTest, ExportChecksTheDiskSpaceFirst) {
+    if (system("unshare -r -m true > /dev/null 2>&1") != 0)
+        GTEST_SKIP() << "unshare -r -m is not allowed here: no small file system to fill";
+    const std::string bin = model_file("m.bin"), small = dir + "/small";
+    ASSERT_EQ(mkdir(small.c_str(), 0755), 0);
+    const std::string script = "mount -t tmpfs -o size=2m tmpfs " + small + " || exit 99; ./export_hf -i " +
+                               bin + " -o " + small + "/out; rc=$?; ls -A " + small + "; exit $rc";
+    const Result r = run_bin("unshare", {"-r", "-m", "sh", "-c", script});
+    ASSERT_NE(r.code, 99) << r.err;
+    EXPECT_TRUE(CleanError(r, {"the export needs", "on disk", "is free there"}));
+    EXPECT_EQ(r.out, "") << "left in the file system";
+}
+
+// A killed export's staging directory stayed forever; the next export to the same -o removes it (ours by
+// its name, <out>.tmp-<pid>, and its marker file; its pid gone) and says so. A live export's, and a directory
+// of that name without the marker, stay.
+TEST_F(HfTest, ExportRemovesAKilledExportsStagingDirectory) {
+    const std::string bin = model_file("m.bin"), out = dir + "/out";
+    bool killed = false;
+    for (int attempt = 0; attempt < 5 && !killed; attempt++) {
+        fflush(stdout);
+        const pid_t pid = fork();
+        ASSERT_GE(pid, 0);
+        if (pid == 0) {
+            const int null = open("/dev/null", O_WRONLY);
+            dup2(null, 1);
+            dup2(null, 2);
+            execl("./export_hf", "./export_hf", "-i", bin.c_str(), "-o", out.c_str(), (char*)NULL);
+            _exit(127);
+        }
+        const std::string staging = out + ".tmp-" + std::to_string(pid);
+        int status = 0;
+        while (waitpid(pid, &status, WNOHANG) == 0)
+            if (file_exists(staging + "/config.json")) {
+                kill(pid, SIGKILL);
+                waitpid(pid, &status, 0);
+                killed = WIFSIGNALED(status);
+                break;
+            }
+        if (!killed) system(("rm -rf " + out).c_str());  // it finished first: again
+    }
+    ASSERT_TRUE(killed) << "export_hf finished before config.json was seen, 5 times";
+    const std::string live = out + ".tmp-" + std::to_string(getpid()), unmarked = out + ".tmp-1234567";
+    ASSERT_EQ(mkdir(live.c_str(), 0755), 0);
+    write_text(live + "/EXPORT_HF_STAGING", "x");
+    ASSERT_EQ(mkdir(unmarked.c_str(), 0755), 0);
+    const Result r = run_bin("./export_hf", {"-i", bin, "-o", out});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(has(r.out, "the staging directory of an export that did not finish")) << r.out;
+    std::vector<std::string> left;
+    for (const std::string& n : names_in(dir))
+        if (n.compare(0, 8, "out.tmp-") == 0) left.push_back(n);
+    EXPECT_EQ(left, (std::vector<std::string>{"out.tmp-1234567", "out.tmp-" + std::to_string(getpid())}));
+    EXPECT_FALSE(file_exists(out + "/EXPORT_HF_STAGING")) << "the marker is not part of the export";
+}
+
+// A run directory whose run saved no checkpoint (-n 0, the default) read as a Hugging Face directory
+// without model.safetensors; it says what it is and what to do.
+TEST_F(HfTest, ExportSaysARunWithoutACheckpointSavedNone) {
+    if (!have_binary(kCpu)) GTEST_SKIP() << kCpu << " not built";
+    const std::string run = dir + "/sft";
+    const Result t = run_bin(kCpu, base_args() + Args{"-o", run});
+    ASSERT_EQ(t.code, 0) << t.err;
+    EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", run, "-o", dir + "/sft_hf"}),
+                           {"sft has no checkpoint: the run saved none", "-n N"}));
+    write_text(run + "/model_00000001.bin", "x");  // a save that did not finish: no DONE_00000001
+    EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", run, "-o", dir + "/sft_hf"}),
+                           {"sft has no complete checkpoint", "model_00000001.bin"}));
+}
+
+// The ids generation starts with and stops at: a source's generation_config.json merged with the chat
+// template's end of turn; from the tokenizer alone: the end of turn first (Qwen2.5's order), then its eos.
+TEST_F(HfTest, SpecialIdsComeFromTheSourceAndTheTemplate) {
+    const std::string tok = dir + "/tok", src = dir + "/src";
+    ASSERT_EQ(mkdir(tok.c_str(), 0755), 0);
+    ASSERT_EQ(mkdir(src.c_str(), 0755), 0);
+    write_text(tok + "/tokenizer_config.json",
+               "{\"added_tokens_decoder\": {\"128000\": {\"content\": \"<|begin_of_text|>\"}, \"128001\": "
+               "{\"content\": \"<|end_of_text|>\"}, \"128006\": {\"content\": \"<|start_header_id|>\"}, "
+               "\"128007\": {\"content\": \"<|end_header_id|>\"}, \"128009\": {\"content\": \"<|eot_id|>\"}},"
+               " \"bos_token\": \"<|begin_of_text|>\", \"eos_token\": {\"content\": \"<|end_of_text|>\"}, "
+               "\"chat_template\": \"{{ bos_token }}{% for message in messages %}{{ '<|start_header_id|>' + "
+               "message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim + '<|eot_id|>' }}"
+               "{% endfor %}\"}");
+    HfSpecialIds ids;
+    std::string from;
+    char err[4352];
+    ASSERT_TRUE(hf_special_ids({tok}, 128256, &ids, &from, err, sizeof err)) << err;
+    EXPECT_EQ(ids.bos, 128000);
+    EXPECT_EQ(ids.gen_eos, (std::vector<int>{128009, 128001}));
+    EXPECT_EQ(ids.eos, ids.gen_eos);
+    std::string g;
+    ASSERT_TRUE(hf_generation_config_text(ids, &g));
+    EXPECT_EQ(
+        g,
+        "{\n  \"do_sample\": false,\n  \"bos_token_id\": 128000,\n  \"eos_token_id\": [128009, 128001]\n}\n");
+    write_text(src + "/generation_config.json",
+               "{\"bos_token_id\": 128000, \"eos_token_id\": [128001, 128008], \"temperature\": 0.6, "
+               "\"do_sample\": true}");
+    write_text(src + "/config.json", "{\"eos_token_id\": 128001}");
+    ASSERT_TRUE(hf_special_ids({src, tok}, 128256, &ids, &from, err, sizeof err)) << err;
+    EXPECT_EQ(ids.gen_eos, (std::vector<int>{128001, 128008, 128009}));  // Llama 3 Instruct's list
+    EXPECT_EQ(ids.eos, (std::vector<int>{128001, 128009}));
+    ASSERT_TRUE(hf_generation_config_text(ids, &g));
+    EXPECT_EQ(
+        g,
+        "{\n  \"bos_token_id\": 128000,\n  \"eos_token_id\": [128001, 128008, 128009],\n  \"temperature\": "
+        "0.6,\n  \"do_sample\": true\n}\n");
+    EXPECT_FALSE(hf_special_ids({src, tok}, 128005, &ids, &from, err, sizeof err));
+    EXPECT_TRUE(has(err, "special token id 128008")) << err;
+    EXPECT_TRUE(has(err, "past the model's vocabulary of 128005")) << err;
+    write_text(src + "/config.json", "{\"eos_token_id\": \"</s>\"}");
+    EXPECT_FALSE(hf_special_ids({src, tok}, 128256, &ids, &from, err, sizeof err));
+    EXPECT_TRUE(has(err, "is not a token id")) << err;
+}
+
+// The export of a chat model stops generating at its end of turn in transformers. Before, its
+// generation_config.json held no eos_token_id, and a chat answer ran to max_new_tokens. The model (made by
+// test/export_chat_check.py) always picks <|im_end|> (50258): the template's end of turn, not the
+// tokenizer's eos (<|endoftext|>, 50256). Exported from its Hugging Face directory (whose generation_config
+// says eos 50256 and temperature 0.7: kept, the end of turn added) and from a run directory (the tokenizer
+// alone says).
+TEST_F(HfTest, ExportedChatModelStopsAtItsEndOfTurn) {
+    const std::string py = hf_python();
+    if (system((py + " -c 'import torch, transformers, tokenizers, jinja2' >/dev/null 2>&1").c_str()) != 0) {
+        const char* req = getenv("HF_REQUIRED");
+        if (req && strcmp(req, "1") == 0) FAIL() << py << " lacks torch, transformers, tokenizers or jinja2";
+        GTEST_SKIP() << py << " lacks torch, transformers, tokenizers or jinja2: .ci/run installs them";
+    }
+    const Result made = run_bin(py.c_str(), {"test/export_chat_check.py", "make", dir});
+    ASSERT_EQ(made.code, 0) << made.err;
+    auto generate = [&](const std::string& d) {
+        const Result g = run_bin(py.c_str(), {"test/export_chat_check.py", "generate", d});
+        EXPECT_EQ(g.code, 0) << g.err;
+        return g.out;
+    };
+    const Result a = run_bin("./export_hf", {"-i", dir + "/model", "-o", dir + "/a", "-t", dir + "/tok"});
+    ASSERT_EQ(a.code, 0) << a.err;
+    EXPECT_TRUE(has(a.out, "generation stops at eos_token_id [50256, 50258]")) << a.out;
+    EXPECT_EQ(generate(dir + "/a"), "new 1 last 50258 eos [50256,50258] temperature 0.7\n");
+
+    if (!have_binary(kCpu)) GTEST_SKIP() << kCpu << " not built";
+    const Result t = run_bin(
+        kCpu, {"-e", dir + "/model", "-b", "1",  "-t", "16", "-x",         "1",  "-l",   "1e-4", "-v",
+               "0",  "-g",           "0",  "-n", "1",  "-o", dir + "/run", "-i", kTrain, "-j",   kVal});
+    ASSERT_EQ(t.code, 0) << t.err;
+    const Result b = run_bin("./export_hf", {"-i", dir + "/run", "-o", dir + "/b", "-t", dir + "/tok"});
+    ASSERT_EQ(b.code, 0) << b.err;
+    EXPECT_TRUE(has(b.out, "generation stops at eos_token_id [50258, 50256]")) << b.out;
+    EXPECT_EQ(generate(dir + "/b"), "new 1 last 50258 eos [50258,50256] temperature 1.0\n");
+    const Result c = run_bin("./export_hf", {"-i", dir + "/run", "-o", dir + "/c"});
+    ASSERT_EQ(c.code, 0) << c.err;
+    EXPECT_TRUE(has(c.out, "no eos_token_id known")) << c.out;
+    EXPECT_TRUE(has(slurp(dir + "/c/config.json"), "\"eos_token_id\": null")) << "not LlamaConfig's 2";
 }

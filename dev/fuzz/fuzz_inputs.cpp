@@ -423,11 +423,15 @@ static void fuzz_llama(const uint8_t* data, size_t n) {
         write_file((d + "/config.json").c_str(), data + 1, n - 1);
         HfCheckpoint ck;
         ck.dir = d;
-        if (!llama_hf_config(&ck, &cfg, err, sizeof err)) return;
+        if (!hf_config_read(d + "/config.json", &ck.config, err, sizeof err) ||
+            !llama_hf_config(&ck, &cfg, err, sizeof err))
+            return;
         REQUIRE(llama_config_check(&cfg, err, sizeof err), "config accepted, check refused: %s", err);
         REQUIRE(llama_hf_write_config(d2, &cfg, 0, err, sizeof err), "config not written: %s", err);
         ck.dir = d2;
-        REQUIRE(llama_hf_config(&ck, &again, err, sizeof err), "own config.json refused: %s", err);
+        REQUIRE(hf_config_read(d2 + "/config.json", &ck.config, err, sizeof err) &&
+                    llama_hf_config(&ck, &again, err, sizeof err),
+                "own config.json refused: %s", err);
         REQUIRE(memcmp(&cfg, &again, sizeof cfg) == 0, "config changed by write + read");
     } else {  // a spec
         const std::string spec((const char*)data + 1, strnlen((const char*)data + 1, n - 1));
