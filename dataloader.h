@@ -68,7 +68,8 @@ typedef struct {
     int kind;         // DL_GPT2, DL_LLAMA3 or DL_CHAT: every shard of the glob is this kind
     int token_bytes;  // 2 or 4
     int vocab;        // chat: the vocabulary the shards were made with (0: not recorded), as every shard's
-    int32_t tokenizer[256];  // chat: shard 0's header, whose specials (slots 14..) every shard repeats
+    int32_t tokenizer[256];   // chat: the header of the first shard that records special tokens (slots 14..)
+    int64_t tokenizer_shard;  // chat: that shard's index in paths
     int64_t num_shards;
     char** paths;            // sorted glob matches
     int64_t* shard_batches;  // batches in each shard
@@ -300,7 +301,8 @@ static inline int dl_check_shard(const char* path, int B, int T, DlShard* s, cha
     return 1;
 }
 
-// Two chat headers made with one tokenizer: the same vocabulary and special tokens; 0 with err.
+// Two chat headers made with one tokenizer: the same vocabulary and, where both record them, special tokens;
+// 0 with err.
 static inline int dl_same_tokenizer(const char* what, const char* a, const int32_t* ha, const char* b,
                                     const int32_t* hb, char* err, size_t errlen) {
     if (ha[CHAT_H_VOCAB] != hb[CHAT_H_VOCAB]) {
@@ -311,7 +313,8 @@ static inline int dl_same_tokenizer(const char* what, const char* a, const int32
         return 0;
     }
     const size_t at = CHAT_H_SPECIALS * 4;  // the specials' count, ids and texts: the header's rest
-    if (memcmp((const char*)ha + at, (const char*)hb + at, DATALOADER_HEADER_BYTES - at) != 0) {
+    if (ha[CHAT_H_SPECIALS] > 0 && hb[CHAT_H_SPECIALS] > 0 &&
+        memcmp((const char*)ha + at, (const char*)hb + at, DATALOADER_HEADER_BYTES - at) != 0) {
         snprintf(err, errlen,
                  "%s: shard %s and shard %s record different special tokens: one tokenizer's shards", what, a,
                  b);
@@ -371,12 +374,14 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
             return 0;
         }
         if (i > 0 && s.kind == DL_CHAT &&
-            !dl_same_tokenizer(pattern, dl->paths[i], s.h, dl->paths[0], dl->tokenizer, err, errlen)) {
+            !dl_same_tokenizer(pattern, dl->paths[i], s.h, dl->paths[dl->tokenizer_shard], dl->tokenizer, err,
+                               errlen)) {
             dataloader_free(dl);
             return 0;
         }
-        if (i == 0 && s.kind == DL_CHAT) {
-            memcpy(dl->tokenizer, s.h, sizeof s.h);
+        if (s.kind == DL_CHAT && (i == 0 || (!dl->tokenizer[CHAT_H_SPECIALS] && s.h[CHAT_H_SPECIALS]))) {
+            memcpy(dl->tokenizer, s.h, sizeof s.h);  // the first shard that records specials
+            dl->tokenizer_shard = i;
             dl->vocab = s.h[CHAT_H_VOCAB];
         }
         dl->kind = s.kind;
@@ -419,8 +424,8 @@ static inline int dataloader_check_pair(const DataLoader* train, const DataLoade
         return 0;
     }
     if (train->kind != DL_CHAT || val->kind != DL_CHAT) return 1;
-    return dl_same_tokenizer("train and val data", train->paths[0], train->tokenizer, val->paths[0],
-                             val->tokenizer, err, errlen);
+    return dl_same_tokenizer("train and val data", train->paths[train->tokenizer_shard], train->tokenizer,
+                             val->paths[val->tokenizer_shard], val->tokenizer, err, errlen);
 }
 
 // The shards against the model: V its vocabulary, table its tokenizer's id -> text (n ids; NULL: none
@@ -434,7 +439,7 @@ static inline int dataloader_check_model(const DataLoader* dl, int V, const char
     const char* data = dl->pattern;
     if (dl->kind == DL_GPT2 && V > 65536) {
         snprintf(err, errlen,
-                 "data %.300s holds uint16 ids and records no vocabulary (GPT-2's shards?), the model %.300s "
+                 "data %.90s holds uint16 ids and records no vocabulary (GPT-2's shards?), the model %.90s "
                  "has %d ids: shards of its own tokenizer are uint32 (dev/data/hf_tokenize.py)",
                  data, model, V);
         return 2;
@@ -443,14 +448,14 @@ static inline int dataloader_check_model(const DataLoader* dl, int V, const char
     if (table && n != dl->vocab) {
         snprintf(
             err, errlen,
-            "data %.300s was made with a tokenizer of %d ids, the model %.300s's tokenizer %.300s has %lld: "
+            "data %.90s was made with a tokenizer of %d ids, the model %.90s's tokenizer %.90s has %lld: "
             "make the shards with the model's tokenizer",
             data, dl->vocab, model, tok, (long long)n);
         return 0;
     }
     if (!table && (dl->vocab > V || V - dl->vocab > V / 64)) {
         snprintf(err, errlen,
-                 "data %.300s was made with a tokenizer of %d ids, the model %.300s has a vocabulary of %d: "
+                 "data %.90s was made with a tokenizer of %d ids, the model %.90s has a vocabulary of %d: "
                  "make the shards with the model's tokenizer",
                  data, dl->vocab, model, V);
         return 0;
@@ -459,11 +464,10 @@ static inline int dataloader_check_model(const DataLoader* dl, int V, const char
     for (int i = 0; table && i < dl->tokenizer[CHAT_H_SPECIALS]; i++, text += strlen(text) + 1) {
         const int id = dl->tokenizer[CHAT_H_SPECIAL_IDS + i];
         if (id < n && table[id] && strcmp(table[id], text) == 0) continue;
-        snprintf(
-            err, errlen,
-            "data %.300s: token %d is '%.100s' in the tokenizer the shards were made with, '%.100s' in the "
-            "model %.300s's tokenizer %.300s: make the shards with the model's tokenizer",
-            data, id, text, id < n && table[id] ? table[id] : "(none)", model, tok);
+        snprintf(err, errlen,
+                 "data %.90s: token %d is '%.40s' in the tokenizer the shards were made with, '%.40s' in the "
+                 "model %.90s's tokenizer %.90s: make the shards with the model's tokenizer",
+                 data, id, text, id < n && table[id] ? table[id] : "(none)", model, tok);
         return 0;
     }
     return 1;

@@ -2,10 +2,11 @@
 // through dataloader.h: dev/data/hf_tokenize.py against the GPT-2 encoder of gpt2_bpe.h (the shipped shards
 // byte for byte, tricky text, a vocabulary past 65536 as uint32), and dev/data/chat_shards.py on
 // dev/data/chats.jsonl: the ids against an independent encoding, exactly the assistant turns as targets (by
-// decoding), positions, packing, splitting, the summary's counts, and every bad input named by its line. The
-// tokenizers are built offline from the shipped GPT-2 files (test/make_test_tokenizers.py). It needs Python
-// with tokenizers, transformers and jinja2 ($HF_PYTHON, else .venv-hf): without them it skips, unless
-// HF_REQUIRED=1. Run from the repo root.
+// decoding), positions, packing, splitting, the summary's counts, the special tokens in the header, the two
+// shards replaced together (never through a symlink), the prefix method's bounded renders, and every bad
+// input named by its line. The tokenizers are built offline from the shipped GPT-2 files
+// (test/make_test_tokenizers.py). It needs Python with tokenizers, transformers and jinja2 ($HF_PYTHON, else
+// .venv-hf): without them it skips, unless HF_REQUIRED=1. Run from the repo root.
 #include "cli_test_common.h"    // defines: CliTest (a scratch dir), run, Result, slurp, has
 #include "dev/data/gpt2_bpe.h"  // defines: GPT2BPE, gpt2_bpe_load, gpt2_bpe_encode, gpt2_bpe_decode
 #include "llmc/json.h"          // defines: Json, json_parse

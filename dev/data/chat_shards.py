@@ -107,7 +107,7 @@ def special_ids(tok):
     """Special token text -> id: the tokenizer's named ones and the added ones marked special (Llama 3's)."""
     out = {s: tok.convert_tokens_to_ids(s) for s in tok.all_special_tokens if s}
     out.update({t.content: i for i, t in tok.added_tokens_decoder.items() if t.special and t.content})
-    return out
+    return {s: i for s, i in out.items() if isinstance(i, int)}  # a name the vocabulary lacks: no id
 
 
 def conversation(obj):
