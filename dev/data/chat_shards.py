@@ -413,10 +413,11 @@ def write_together(files):
             os.fsync(fd)
             os.close(fd)
     except OSError as e:
-        for tmp in tmps.values():
-            if os.path.exists(tmp):
-                os.unlink(tmp)
         die(f"cannot write {e.filename or ' and '.join(files)}: {e.strerror}")
+    finally:  # after a failure (or a symlink made meanwhile): no temporary file left
+        for tmp in tmps.values():
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
 
 
 def main():
