@@ -27,17 +27,21 @@ static_assert(sizeof(off_t) == 8, "dataloader.h needs a 64-bit off_t (build with
 enum {
     CHAT_H_MAGIC = 0,
     CHAT_H_VERSION = 1,
-    CHAT_H_TOKEN_BYTES = 2,  // 2 (uint16 ids) or 4 (uint32)
-    CHAT_H_T = 3,            // row length: a run must use this T
-    CHAT_H_ROWS = 4,         // R
-    CHAT_H_VOCAB = 5,        // the tokenizer's vocabulary size (information: ids are checked per batch)
-    CHAT_H_CONVS = 6,        // conversations in this shard (a split one counts once)
-    CHAT_H_SEGMENTS = 7,     // conversation pieces (CHAT_START flags outside padding)
-    CHAT_H_TARGETS = 8,      // int64 (slots 8, 9): tokens flagged CHAT_TARGET
-    CHAT_H_PADS = 10,        // int64 (slots 10, 11): tokens flagged CHAT_PAD
-    CHAT_H_SPLIT = 12,       // conversations longer than T cut into pieces
-    CHAT_H_DROPPED = 13,     // conversations longer than T left out (information)
+    CHAT_H_TOKEN_BYTES = 2,   // 2 (uint16 ids) or 4 (uint32)
+    CHAT_H_T = 3,             // row length: a run must use this T
+    CHAT_H_ROWS = 4,          // R
+    CHAT_H_VOCAB = 5,         // the tokenizer's vocabulary size (0: not recorded): dataloader_check_model
+    CHAT_H_CONVS = 6,         // conversations in this shard (a split one counts once)
+    CHAT_H_SEGMENTS = 7,      // conversation pieces (CHAT_START flags outside padding)
+    CHAT_H_TARGETS = 8,       // int64 (slots 8, 9): tokens flagged CHAT_TARGET
+    CHAT_H_PADS = 10,         // int64 (slots 10, 11): tokens flagged CHAT_PAD
+    CHAT_H_SPLIT = 12,        // conversations longer than T cut into pieces
+    CHAT_H_DROPPED = 13,      // conversations longer than T left out (information)
+    CHAT_H_SPECIALS = 14,     // S <= CHAT_MAX_SPECIALS special tokens the shard holds (0: none recorded)
+    CHAT_H_SPECIAL_IDS = 15,  // slots 15..15+S-1: their ids; their texts from byte CHAT_SPECIAL_TEXT_AT
 };
+#define CHAT_MAX_SPECIALS    16
+#define CHAT_SPECIAL_TEXT_AT 128  // the S texts, each NUL-ended, in the header's last 896 bytes
 // A chat row: whole conversations packed end to end, then padding; one flag byte per token.
 //   CHAT_TARGET: to be predicted (an assistant turn)
 //   CHAT_START:  a conversation's first token
@@ -63,6 +67,9 @@ typedef struct {
     char* pattern;
     int kind;         // DL_GPT2, DL_LLAMA3 or DL_CHAT: every shard of the glob is this kind
     int token_bytes;  // 2 or 4
+    int vocab;        // chat: the vocabulary the shards were made with (0: not recorded), as every shard's
+    int32_t tokenizer[256];   // chat: the header of the first shard that records special tokens (slots 14..)
+    int64_t tokenizer_shard;  // chat: that shard's index in paths
     int64_t num_shards;
     char** paths;            // sorted glob matches
     int64_t* shard_batches;  // batches in each shard
@@ -164,6 +171,7 @@ typedef struct {
     int64_t tokens;   // ids in the file
     int64_t rows;     // chat: R
     int64_t targets;  // chat: the header's target count
+    int32_t h[256];   // the header
 } DlShard;
 
 static inline int64_t dl_int64_at(const int32_t* h, int slot) {
@@ -216,6 +224,19 @@ static inline int dl_check_chat(const char* path, const int32_t* h, int64_t byte
                  (long long)R, B);
         return 0;
     }
+    const int S = h[CHAT_H_SPECIALS];
+    const char* text = (const char*)h + CHAT_SPECIAL_TEXT_AT;
+    int at = 0, ends = 0;  // the NUL-ended texts in the header's last bytes
+    for (; at < DATALOADER_HEADER_BYTES - CHAT_SPECIAL_TEXT_AT && ends < S; at++) ends += text[at] == 0;
+    bool bad_id = false;
+    for (int i = 0; i < S && S <= CHAT_MAX_SPECIALS; i++)
+        bad_id |= h[CHAT_H_SPECIAL_IDS + i] < 0 ||
+                  (h[CHAT_H_VOCAB] > 0 && h[CHAT_H_SPECIAL_IDS + i] >= h[CHAT_H_VOCAB]);
+    if (h[CHAT_H_VOCAB] < 0 || S < 0 || S > CHAT_MAX_SPECIALS || ends < S || bad_id) {
+        snprintf(err, errlen, "shard %s: chat header's vocabulary %d or its %d special tokens are corrupt",
+                 path, h[CHAT_H_VOCAB], S);
+        return 0;
+    }
     s->kind = DL_CHAT;
     s->token_bytes = w;
     s->rows = R;
@@ -248,6 +269,7 @@ static inline int dl_check_shard(const char* path, int B, int T, DlShard* s, cha
                  (long long)bytes, DATALOADER_HEADER_BYTES);
         return 0;
     }
+    memcpy(s->h, h, sizeof h);
     if (h[0] == DATALOADER_CHAT_MAGIC) return dl_check_chat(path, h, bytes, B, T, s, err, errlen);
     if (h[0] != DATALOADER_MAGIC && h[0] != DATALOADER_MAGIC_U32) {
         snprintf(err, errlen, "shard %s: bad magic %d (want %d, %d or %d; not an llm.c token shard)", path,
@@ -276,6 +298,28 @@ static inline int dl_check_shard(const char* path, int B, int T, DlShard* s, cha
         return 0;
     }
     s->tokens = n;
+    return 1;
+}
+
+// Two chat headers made with one tokenizer: the same vocabulary and, where both record them, special tokens;
+// 0 with err.
+static inline int dl_same_tokenizer(const char* what, const char* a, const int32_t* ha, const char* b,
+                                    const int32_t* hb, char* err, size_t errlen) {
+    if (ha[CHAT_H_VOCAB] != hb[CHAT_H_VOCAB]) {
+        snprintf(
+            err, errlen,
+            "%s: shard %s was made with a vocabulary of %d ids, shard %s with %d: one tokenizer's shards",
+            what, a, ha[CHAT_H_VOCAB], b, hb[CHAT_H_VOCAB]);
+        return 0;
+    }
+    const size_t at = CHAT_H_SPECIALS * 4;  // the specials' count, ids and texts: the header's rest
+    if (ha[CHAT_H_SPECIALS] > 0 && hb[CHAT_H_SPECIALS] > 0 &&
+        memcmp((const char*)ha + at, (const char*)hb + at, DATALOADER_HEADER_BYTES - at) != 0) {
+        snprintf(err, errlen,
+                 "%s: shard %s and shard %s record different special tokens: one tokenizer's shards", what, a,
+                 b);
+        return 0;
+    }
     return 1;
 }
 
@@ -329,6 +373,17 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
             dataloader_free(dl);
             return 0;
         }
+        if (i > 0 && s.kind == DL_CHAT &&
+            !dl_same_tokenizer(pattern, dl->paths[i], s.h, dl->paths[dl->tokenizer_shard], dl->tokenizer, err,
+                               errlen)) {
+            dataloader_free(dl);
+            return 0;
+        }
+        if (s.kind == DL_CHAT && (i == 0 || (!dl->tokenizer[CHAT_H_SPECIALS] && s.h[CHAT_H_SPECIALS]))) {
+            memcpy(dl->tokenizer, s.h, sizeof s.h);  // the first shard that records specials
+            dl->tokenizer_shard = i;
+            dl->vocab = s.h[CHAT_H_VOCAB];
+        }
         dl->kind = s.kind;
         dl->token_bytes = s.token_bytes;
         dl->shard_rows[i] = s.rows;
@@ -362,11 +417,60 @@ static inline int dataloader_init(DataLoader* dl, const char* pattern, int B, in
 // Train and val of one run: the same token width (one tokenizer). 0 with err.
 static inline int dataloader_check_pair(const DataLoader* train, const DataLoader* val, char* err,
                                         size_t errlen) {
-    if (train->token_bytes == val->token_bytes) return 1;
-    snprintf(err, errlen, "train data %.150s is %s, val data %.150s is %s: one run reads one token width",
-             train->pattern, dl_kind_name(train->kind, train->token_bytes), val->pattern,
-             dl_kind_name(val->kind, val->token_bytes));
-    return 0;
+    if (train->token_bytes != val->token_bytes) {
+        snprintf(err, errlen, "train data %.150s is %s, val data %.150s is %s: one run reads one token width",
+                 train->pattern, dl_kind_name(train->kind, train->token_bytes), val->pattern,
+                 dl_kind_name(val->kind, val->token_bytes));
+        return 0;
+    }
+    if (train->kind != DL_CHAT || val->kind != DL_CHAT) return 1;
+    return dl_same_tokenizer("train and val data", train->paths[train->tokenizer_shard], train->tokenizer,
+                             val->paths[val->tokenizer_shard], val->tokenizer, err, errlen);
+}
+
+// The shards against the model: V its vocabulary, table its tokenizer's id -> text (n ids; NULL: none
+// known, tok names it). A chat shard's vocabulary must be the tokenizer's, its special tokens the same
+// texts; with no tokenizer, V may exceed the shard's vocabulary by unused rows (Qwen2.5: 151,936 for
+// 151,665 ids), at most V/64. 1: fits; 0: refused, err says why; 2: fits with a warning in err
+// (uint16 pretraining shards, which record no vocabulary, for a model past 65536 ids).
+static inline int dataloader_check_model(const DataLoader* dl, int V, const char* model,
+                                         const char* const* table, int64_t n, const char* tok, char* err,
+                                         size_t errlen) {
+    const char* data = dl->pattern;
+    if (dl->kind == DL_GPT2 && V > 65536) {
+        snprintf(err, errlen,
+                 "data %.90s holds uint16 ids and records no vocabulary (GPT-2's shards?), the model %.90s "
+                 "has %d ids: shards of its own tokenizer are uint32 (dev/data/hf_tokenize.py)",
+                 data, model, V);
+        return 2;
+    }
+    if (dl->kind != DL_CHAT || dl->vocab == 0) return 1;  // ids are still checked per batch
+    if (table && n != dl->vocab) {
+        snprintf(
+            err, errlen,
+            "data %.90s was made with a tokenizer of %d ids, the model %.90s's tokenizer %.90s has %lld: "
+            "make the shards with the model's tokenizer",
+            data, dl->vocab, model, tok, (long long)n);
+        return 0;
+    }
+    if (!table && (dl->vocab > V || V - dl->vocab > V / 64)) {
+        snprintf(err, errlen,
+                 "data %.90s was made with a tokenizer of %d ids, the model %.90s has a vocabulary of %d: "
+                 "make the shards with the model's tokenizer",
+                 data, dl->vocab, model, V);
+        return 0;
+    }
+    const char* text = (const char*)dl->tokenizer + CHAT_SPECIAL_TEXT_AT;
+    for (int i = 0; table && i < dl->tokenizer[CHAT_H_SPECIALS]; i++, text += strlen(text) + 1) {
+        const int id = dl->tokenizer[CHAT_H_SPECIAL_IDS + i];
+        if (id < n && table[id] && strcmp(table[id], text) == 0) continue;
+        snprintf(err, errlen,
+                 "data %.90s: token %d is '%.40s' in the tokenizer the shards were made with, '%.40s' in the "
+                 "model %.90s's tokenizer %.90s: make the shards with the model's tokenizer",
+                 data, id, text, id < n && table[id] ? table[id] : "(none)", model, tok);
+        return 0;
+    }
+    return 1;
 }
 
 // Reads n bytes at offset of the open shard; 0 with dl->err.

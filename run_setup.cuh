@@ -180,13 +180,36 @@ static void alloc_step_buffers(Run* r) {
     }
 }
 
-// Data (none for a benchmark), run length, resume checks.
+// Samples' tokenizer: Llama's tokenizer.json, GPT-2's, or none (ids). Returns its path.
+static std::string open_tokenizer(Run* r) {
+    char err[4352];
+    const bool llama = r->llama.num_layers > 0;
+    const std::string json = std::string(r->args.model) + "/tokenizer.json";
+    if (llama && is_dir(r->args.model) && file_exists(json)) {
+        if (!tokenizer_init_hf(&r->tok, json.c_str(), err, sizeof err, r->cfg.vocab_size))
+            fprintf(stderr, "warning: %s\n", err);
+        else if ((int64_t)r->tok.vocab_size > r->cfg.vocab_size) {
+            fprintf(stderr, "warning: %s has %u tokens, the model %d: samples are printed as token ids\n",
+                    json.c_str(), r->tok.vocab_size, r->cfg.vocab_size);
+            tokenizer_free(&r->tok);
+        }
+        return r->tok.init_ok ? json : "";
+    }
+    if (llama && r->cfg.vocab_size != 50257) return "";
+    if (!tokenizer_init(&r->tok, kTokenizerPath, err, sizeof err))
+        fprintf(stderr, "warning: %s; samples are printed as token ids\n", err);
+    return r->tok.init_ok ? kTokenizerPath : "";
+}
+
+// Data (none for a benchmark), run length, resume checks; the tokenizer, and the shards against it and
+// the model's vocabulary (dataloader_check_model), before the model is built.
 static void open_data(Run* r) {
     char err[4352];
     TrainArgs* a = &r->args;
     DataLoader *train = &r->train, *val = &r->val;
     memset(train, 0, sizeof *train);
     memset(val, 0, sizeof *val);
+    memset(&r->tok, 0, sizeof r->tok);
     r->total_steps = r->bench ? r->ga.bench_warmup + r->ga.bench_steps : a->max_steps;
     r->val_batches = 0;
     if (!r->bench) {
@@ -200,6 +223,14 @@ static void open_data(Run* r) {
                 r->n_micro);
         r->val_batches = dataloader_eval_batches(val, a->val_max_batches);
         a->max_steps = r->total_steps;  // -x -1 resolved: checkpoints record the run's length
+        const std::string tok = open_tokenizer(r);
+        for (const DataLoader* dl : {train, val}) {
+            const int fits = dataloader_check_model(dl, r->cfg.vocab_size, a->model,
+                                                    r->tok.init_ok ? r->tok.token_table : NULL,
+                                                    r->tok.vocab_size, tok.c_str(), err, sizeof err);
+            if (!fits) die("%s", err);
+            if (fits == 2 && dl == train) fprintf(stderr, "warning: %s\n", err);
+        }
     }
     if (r->resume_step >= 0)
         check_resume_args(r->resume_header, a, r->total_steps, r->step_tokens, a->output_dir);
@@ -523,24 +554,8 @@ static void build_model(Run* r, GPT* g) {
     printf("resumed from %s (step %d)\n", r->resume_model, r->start_step);
 }
 
-// Samples' tokenizer: Llama's tokenizer.json, GPT-2's, or none (ids).
-static void open_tokenizer(Run* r) {
+static void open_logger(Run* r) {
     char err[4352];
-    const bool llama = r->llama.num_layers > 0;
-    const std::string json = std::string(r->args.model) + "/tokenizer.json";
-    if (llama && is_dir(r->args.model) && file_exists(json)) {
-        if (!tokenizer_init_hf(&r->tok, json.c_str(), err, sizeof err, r->cfg.vocab_size))
-            fprintf(stderr, "warning: %s\n", err);  // ids past the model's: refused
-    } else if (!llama || r->cfg.vocab_size == 50257) {
-        if (!tokenizer_init(&r->tok, kTokenizerPath, err, sizeof err))
-            fprintf(stderr, "warning: %s; samples are printed as token ids\n", err);
-    }
-}
-
-static void open_tokenizer_and_log(Run* r) {
-    char err[4352];
-    memset(&r->tok, 0, sizeof r->tok);
-    if (!r->bench) open_tokenizer(r);
     if (!logger_open(&r->logger, r->bench ? NULL : r->args.output_dir, r->resume_step, err, sizeof err))
         die("%s", err);
     r->sample_rng = SAMPLE_SEED;

@@ -999,7 +999,7 @@ int main(int argc, char** argv) {
     check_fit(&r);
     GPT g;
     build_model(&r, &g);
-    open_tokenizer_and_log(&r);
+    open_logger(&r);
     print_config_table(&r, &g);
 
     // the training loop

@@ -306,7 +306,29 @@ static void open_output_dir(CpuRun* r, int argc, char** argv) {
     r->args.model = r->resume_model;  // the checkpoint's model replaces -e
 }
 
-// Shards, run length (-x -1: one epoch), resume flags vs the checkpoint.
+// Samples' decoder. Llama: -e's tokenizer.json, or GPT-2's for its vocabulary, or ids. Returns its path.
+static std::string open_tokenizer(CpuRun* r) {
+    char err[4352];
+    const int V = model_vocab(&r->model);
+    const std::string json = std::string(r->model_arg) + "/tokenizer.json";
+    if (r->model.llama && is_dir(r->model_arg) && file_exists(json)) {
+        if (!tokenizer_init_hf(&r->tok, json.c_str(), err, sizeof err, V))
+            fprintf(stderr, "warning: %s\n", err);
+        else if ((int64_t)r->tok.vocab_size > V) {
+            fprintf(stderr, "warning: %s has %u tokens, the model %d: samples are printed as token ids\n",
+                    json.c_str(), r->tok.vocab_size, V);
+            tokenizer_free(&r->tok);
+        }
+        return r->tok.init_ok ? json : "";
+    }
+    if (r->model.llama && V != 50257) return "";
+    if (!tokenizer_init(&r->tok, kTokenizerPath, err, sizeof err))
+        fprintf(stderr, "warning: %s; samples are printed as token ids\n", err);
+    return r->tok.init_ok ? kTokenizerPath : "";
+}
+
+// Shards, run length (-x -1: one epoch), resume flags vs the checkpoint; the tokenizer, and the shards
+// against it and the model's vocabulary (dataloader_check_model).
 static void open_data(CpuRun* r) {
     TrainArgs* a = &r->args;
     char err[4352];
@@ -326,6 +348,14 @@ static void open_data(CpuRun* r) {
             (long long)r->train.num_batches, r->accum);
     r->val_batches = dataloader_eval_batches(&r->val, a->val_max_batches);
     a->max_steps = r->total_steps;  // -x -1 resolved: checkpoints record the run's length
+    const std::string tok = open_tokenizer(r);
+    for (const DataLoader* dl : {&r->train, &r->val}) {
+        const int fits = dataloader_check_model(dl, model_vocab(&r->model), r->model_arg,
+                                                r->tok.init_ok ? r->tok.token_table : NULL, r->tok.vocab_size,
+                                                tok.c_str(), err, sizeof err);
+        if (!fits) die("%s", err);
+        if (fits == 2 && dl == &r->train) fprintf(stderr, "warning: %s\n", err);
+    }
     if (r->resume_step < 0) return;
     check_resume_args(r->resume_header, a, r->total_steps, (int64_t)r->accum * a->B * a->T, a->output_dir);
     if (r->resume_step >= r->total_steps)
@@ -351,23 +381,8 @@ static void init_optimizer_state(CpuRun* r) {
     printf("resumed from %s (step %d)\n", r->resume_model, r->start_step);
 }
 
-// Samples' decoder. Llama: -e's tokenizer.json, or GPT-2's for its vocabulary, or ids.
-static void open_tokenizer(CpuRun* r) {
+static void open_logger(CpuRun* r) {
     char err[4352];
-    const int V = model_vocab(&r->model);
-    const std::string json = std::string(r->model_arg) + "/tokenizer.json";
-    if (r->model.llama && is_dir(r->model_arg) && file_exists(json)) {
-        if (!tokenizer_init_hf(&r->tok, json.c_str(), err, sizeof err, V))
-            fprintf(stderr, "warning: %s\n", err);  // ids past the model's: refused
-    } else if (!r->model.llama || V == 50257) {
-        if (!tokenizer_init(&r->tok, kTokenizerPath, err, sizeof err))
-            fprintf(stderr, "warning: %s; samples are printed as token ids\n", err);
-    }
-}
-
-static void open_tokenizer_and_log(CpuRun* r) {
-    char err[4352];
-    open_tokenizer(r);
     if (!logger_open(&r->logger, r->args.output_dir, r->resume_step, err, sizeof err)) die("%s", err);
 }
 
@@ -488,7 +503,7 @@ int main(int argc, char** argv) {
     build_model(&r->model, a->model, a->B, a->T, &r->source);
     open_data(r);
     init_optimizer_state(r);
-    open_tokenizer_and_log(r);
+    open_logger(r);
     print_config_table(r);
 
     uint64_t rng = SAMPLE_SEED;

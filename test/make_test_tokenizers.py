@@ -8,6 +8,8 @@ writes OUT_DIR/<name>/tokenizer.json (+ tokenizer_config.json):
   big       gpt2 + 16000 added plain tokens "<w00000>".."<w15999>" (ids 50257..66256): ids past uint16
   chatml    gpt2 + <|im_start|> (50257) and <|im_end|> (50258), a ChatML template with no generation markers
   strict    chatml's tokens, a template that raises on a system message (a template that fails)
+  scan      chatml with a first loop over the messages (counting them): chatml's text, but its loop does
+            not fetch each message where that message's text begins (chat_shards.py's slow prefix path)
   llama3    gpt2 + <|begin_of_text|> <|start_header_id|> <|end_header_id|> <|eot_id|> (50257..50260), a
             Llama 3 style template (BOS, header tokens, trimmed content) with no generation markers
 """
@@ -23,6 +25,7 @@ CHATML = "{% for m in messages %}" + TURN + "{% endfor %}" + ASK
 RAISE = "{{ raise_exception('no system messages here') }}"
 NO_SYSTEM = "{% if m['role'] == 'system' %}" + RAISE + "{% endif %}"
 STRICT = "{% for m in messages %}" + NO_SYSTEM + TURN + "{% endfor %}" + ASK
+SCAN = "{% set n = namespace(k=0) %}{% for m in messages %}{% set n.k = n.k + 1 %}{% endfor %}" + CHATML
 HEADER = "'<|start_header_id|>' + m['role'] + '<|end_header_id|>\n\n'"
 ASK3 = "{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
 LLAMA3 = ("{{ bos_token }}{% for m in messages %}{{ " + HEADER + " + m['content'] | trim + '<|eot_id|>' }}"
@@ -60,12 +63,13 @@ def main():
     chatml.add_special_tokens([AddedToken(t, special=True) for t in ("<|im_start|>", "<|im_end|>")])
     save(out, "chatml", chatml, {**eot, "eos_token": "<|im_end|>", "chat_template": CHATML})
     save(out, "strict", chatml, {**eot, "eos_token": "<|im_end|>", "chat_template": STRICT})
+    save(out, "scan", chatml, {**eot, "eos_token": "<|im_end|>", "chat_template": SCAN})
     llama3 = gpt2(root)
     names = ("<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>")
     llama3.add_special_tokens([AddedToken(t, special=True) for t in names])
     config = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "chat_template": LLAMA3}
     save(out, "llama3", llama3, config)
-    print(f"tokenizers in {out}: gpt2 big chatml strict llama3")
+    print(f"tokenizers in {out}: gpt2 big chatml strict scan llama3")
 
 
 if __name__ == "__main__":

@@ -2,10 +2,11 @@
 // through dataloader.h: dev/data/hf_tokenize.py against the GPT-2 encoder of gpt2_bpe.h (the shipped shards
 // byte for byte, tricky text, a vocabulary past 65536 as uint32), and dev/data/chat_shards.py on
 // dev/data/chats.jsonl: the ids against an independent encoding, exactly the assistant turns as targets (by
-// decoding), positions, packing, splitting, the summary's counts, and every bad input named by its line. The
-// tokenizers are built offline from the shipped GPT-2 files (test/make_test_tokenizers.py). It needs Python
-// with tokenizers, transformers and jinja2 ($HF_PYTHON, else .venv-hf): without them it skips, unless
-// HF_REQUIRED=1. Run from the repo root.
+// decoding), positions, packing, splitting, the summary's counts, the special tokens in the header, the two
+// shards replaced together (never through a symlink), the prefix method's bounded renders, and every bad
+// input named by its line. The tokenizers are built offline from the shipped GPT-2 files
+// (test/make_test_tokenizers.py). It needs Python with tokenizers, transformers and jinja2 ($HF_PYTHON, else
+// .venv-hf): without them it skips, unless HF_REQUIRED=1. Run from the repo root.
 #include "cli_test_common.h"    // defines: CliTest (a scratch dir), run, Result, slurp, has
 #include "dev/data/gpt2_bpe.h"  // defines: GPT2BPE, gpt2_bpe_load, gpt2_bpe_encode, gpt2_bpe_decode
 #include "llmc/json.h"          // defines: Json, json_parse
@@ -428,6 +429,10 @@ static void check_plain(const std::string& out, const std::string& prefix, int T
         EXPECT_EQ(dl_int64_at(h.data(), CHAT_H_PADS), sum[part]["pads"]);
         EXPECT_EQ(h[CHAT_H_SPLIT], splits);
         EXPECT_EQ(h[CHAT_H_DROPPED], dropped);
+        // the special tokens the shard holds, for the trainers' check against the model's tokenizer
+        EXPECT_EQ(h[CHAT_H_SPECIALS], 1);
+        EXPECT_EQ(h[CHAT_H_SPECIAL_IDS], kEot);
+        EXPECT_STREQ((const char*)h.data() + CHAT_SPECIAL_TEXT_AT, "<|endoftext|>");
     }
 }
 
@@ -526,6 +531,13 @@ TEST_F(ChatData, Llama3StyleTemplateAndUint32Ids) {
         }
     }
     EXPECT_EQ(c, convs.size());
+    const std::vector<int32_t> h = header(dir + "/c_train.bin");  // its four special tokens, by id
+    ASSERT_EQ(h[CHAT_H_SPECIALS], 4);
+    const char* text = (const char*)h.data() + CHAT_SPECIAL_TEXT_AT;
+    for (int i = 0; i < 4; i++, text += strlen(text) + 1) {
+        EXPECT_EQ(h[CHAT_H_SPECIAL_IDS + i], kEot + 1 + i);
+        EXPECT_EQ(text, kLlama3[(size_t)i]);
+    }
     added = &kChatml;
     const Result w = chat("big", kChats, 128);
     ASSERT_EQ(w.code, 0) << w.err;
@@ -612,4 +624,167 @@ TEST_F(ChatData, BadInputNamesTheLineAndWritesNothing) {
     fclose(e);
     EXPECT_TRUE(has(chat("gpt2", dir + "/one.jsonl", 64).err, "a val and a train split need at least 2"));
     EXPECT_TRUE(has(chat("gpt2", kChats, 64, {"--val-convs", "31"}).err, "--val-convs 31: want 1 to 30"));
+}
+
+// The two shards are replaced together: written beside their paths, then renamed. A write that fails
+// (a file-size limit standing for a full disk) leaves both old shards as they were and no temporary file; an
+// output path that is a symlink is refused, its target untouched; a missing directory is made.
+TEST_F(ChatData, ShardsReplacedTogetherNeverThroughASymlink) {
+    if (missing(chat_ok, "transformers or jinja2")) GTEST_SKIP();
+    ASSERT_EQ(mkdir((dir + "/out").c_str(), 0755), 0);
+    const std::string prefix = dir + "/out/c", val = prefix + "_val.bin", train = prefix + "_train.bin";
+    auto make = [&](const Args& more, int64_t max_file_bytes = 0) {
+        Args a = {"dev/data/chat_shards.py",
+                  "--tokenizer",
+                  tok + "/gpt2",
+                  "--input",
+                  kChats,
+                  "--out-prefix",
+                  prefix,
+                  "--seq-len",
+                  "128"};
+        a.insert(a.end(), more.begin(), more.end());
+        return run_bin(py.c_str(), a, max_file_bytes);
+    };
+    Result r = make({});
+    ASSERT_EQ(r.code, 0) << r.err;
+    const std::string old_val = slurp(val), old_train = slurp(train);
+    // in place, a hard link to the old train shard would see the new bytes
+    ASSERT_EQ(link(train.c_str(), (dir + "/old_train.bin").c_str()), 0);
+    // one conversation of val (1 row, 1408 bytes) fits under the limit, the train shard does not
+    ASSERT_GT(old_train.size(), 4096u);
+    r = make({"--val-convs", "1"}, 4096);
+    EXPECT_EQ(r.code, 1) << r.err;
+    EXPECT_TRUE(has(r.err, "error: cannot write ")) << r.err;
+    EXPECT_TRUE(slurp(val) == old_val) << "a new val shard beside the old train shard";
+    EXPECT_TRUE(slurp(train) == old_train) << "the train shard changed";
+    EXPECT_EQ(names_in(dir + "/out"), (std::vector<std::string>{"c_train.bin", "c_val.bin"}))
+        << "temporary files left behind";
+    r = make({"--val-convs", "1"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_FALSE(slurp(val) == old_val);
+    EXPECT_TRUE(slurp(dir + "/old_train.bin") == old_train) << "the train shard was rewritten in place";
+    EXPECT_EQ(names_in(dir + "/out"), (std::vector<std::string>{"c_train.bin", "c_val.bin"}));
+    // a symlink at an output path: refused before any work, its target untouched
+    const std::string victim = dir + "/victim.txt";
+    FILE* f = fopen(victim.c_str(), "wb");
+    fputs("keep", f);
+    fclose(f);
+    ASSERT_EQ(unlink(train.c_str()), 0);
+    ASSERT_EQ(symlink(victim.c_str(), train.c_str()), 0);
+    r = make({});
+    EXPECT_EQ(r.code, 1);
+    EXPECT_TRUE(has(r.err, "error: " + train + " is a symbolic link: refusing to write through it")) << r.err;
+    EXPECT_TRUE(slurp(victim) == "keep") << "written through the symlink";
+    // the README's data/ need not exist
+    const Result d = chat("gpt2", kChats, 128, {"--out-prefix", dir + "/new/data/chats"});
+    ASSERT_EQ(d.code, 0) << d.err;
+    EXPECT_EQ(names_in(dir + "/new/data"), (std::vector<std::string>{"chats_train.bin", "chats_val.bin"}));
+}
+
+// Input that once ended in a Python traceback or a silent success: one error line naming the file and line
+// (or the flag), exit 1, nothing written.
+TEST_F(ChatData, MoreBadInputIsOneLineEach) {
+    if (missing(chat_ok, "transformers or jinja2")) GTEST_SKIP();
+    const std::string ok =
+        R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]})";
+    auto file = [&](const std::string& name, const std::string& line) {
+        const std::string path = dir + "/" + name;
+        FILE* f = fopen(path.c_str(), "wb");
+        fprintf(f, "%s\n%s\n%s\n", ok.c_str(), line.c_str(), ok.c_str());
+        fclose(f);
+        return path;
+    };
+    const struct {
+        std::string input, tokenizer, why;
+        Args more;
+    } cases[] = {
+        {file("surrogate.jsonl", R"({"messages": [{"role": "user", "content": "a\ud800b"}, )"
+                                 R"({"role": "assistant", "content": "y"}]})"),
+         "gpt2",
+         ":2: message 0's content has a lone surrogate \\ud800 at character 1: not text",
+         {}},
+        {file("deep.jsonl", std::string(100000, '[') + std::string(100000, ']')),
+         "gpt2",
+         ":2: not JSON this tool reads: nested deeper than Python's json module goes",
+         {}},
+        {file("first.jsonl", R"({"messages": [{"role": "assistant", "content": "Hello"}, )"
+                             R"({"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]})"),
+         "chatml",
+         ":2: message 0 is an assistant turn with no prompt before it: the prefix method needs a user",
+         {}},
+        {kChats, "gpt2", "--val-convs wants a count >= 1, got -5", {"--val-convs", "-5"}},
+        {kChats,
+         "gpt2",
+         "--save-tokenizer " + dir + "/surrogate.jsonl: exists and is not a directory",
+         {"--save-tokenizer", dir + "/surrogate.jsonl"}},
+    };
+    for (const auto& k : cases) {
+        const Result r = chat(k.tokenizer, k.input, 64, k.more);
+        EXPECT_EQ(r.code, 1) << k.why << "\n" << r.err;
+        EXPECT_TRUE(has(r.err, "error: " + (k.why[0] == ':' ? k.input : "") + k.why)) << r.err;
+        EXPECT_FALSE(has(r.err, "Traceback")) << r.err;
+        EXPECT_NE(access((dir + "/c_train.bin").c_str(), F_OK), 0) << "a shard written despite " << k.why;
+    }
+}
+
+// --tokenizer DIR/tokenizer.json reads DIR's tokenizer_config.json too: its chat template, not the plain one.
+TEST_F(ChatData, TokenizerJsonPathKeepsTheTemplateBesideIt) {
+    if (missing(chat_ok, "transformers or jinja2")) GTEST_SKIP();
+    const Result r = chat("chatml/tokenizer.json", kChats, 128);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(has(r.out, "template the tokenizer's, targets by prefix")) << r.out;
+    const std::string file = slurp(dir + "/c_train.bin");
+    ASSERT_EQ(chat("chatml", kChats, 128).code, 0);
+    EXPECT_TRUE(slurp(dir + "/c_train.bin") == file);
+}
+
+// The prefix method renders a conversation a bounded number of times (one streamed render, checked against
+// the real prefixes of three turns), not twice per turn: 2,000 turns take seconds, not minutes. A template
+// whose loop does not fetch each message where its text begins falls back to every prefix, same shards.
+TEST_F(ChatData, PrefixMethodRendersEachConversationAFewTimes) {
+    if (missing(chat_ok, "transformers or jinja2")) GTEST_SKIP();
+    const std::string path = dir + "/long.jsonl";
+    FILE* f = fopen(path.c_str(), "wb");
+    fprintf(f, R"({"messages": [{"role": "system", "content": "Be brief."})");
+    for (int i = 0; i < 1000; i++)
+        fprintf(f, R"(, {"role": "user", "content": "Q%d?"}, {"role": "assistant", "content": "A%d."})", i,
+                i);
+    fprintf(f, "]}\n%s\n",
+            R"({"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo"}]})");
+    fclose(f);
+    Result r = chat("chatml", path, 128, {"--long", "split", "--val-convs", "1"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    std::smatch g;
+    ASSERT_TRUE(std::regex_search(r.out, g,
+                                  std::regex("prefix method: ([0-9]+) template renders for 2 "
+                                             "conversations, 0 of them rendered prefix by prefix")))
+        << r.out;
+    EXPECT_LE(std::stoi(g[1]), 2 * 8) << "at most 8 renders a conversation (the full one, the streamed one, "
+                                         "three turns' two prefixes)";
+    int64_t targets = 0;
+    const std::vector<Segment> segs = read_segments(dir + "/c_val.bin", 128, &targets);
+    std::string text, want;  // decoded: the whole conversation, and the runs of targets
+    for (const Segment& s : segs) text += dec(s.ids);
+    for (const Segment& s : segs)
+        for (const std::string& run : target_runs(s)) want += run;
+    std::string expect = "<|im_start|>system\nBe brief.<|im_end|>\n", expect_targets;
+    for (int i = 0; i < 1000; i++) {
+        expect += "<|im_start|>user\nQ" + std::to_string(i) + "?<|im_end|>\n<|im_start|>assistant\nA" +
+                  std::to_string(i) + ".<|im_end|>\n";
+        expect_targets += "A" + std::to_string(i) + ".<|im_end|>\n";
+    }
+    EXPECT_EQ(text, expect);
+    // a piece's first token is never a target: the runs lose the turn a row boundary cuts at its start
+    EXPECT_LE(want.size(), expect_targets.size());
+    EXPECT_GT(want.size(), expect_targets.size() * 9 / 10);
+    // the slow path: the same shards as chatml's on chats.jsonl
+    ASSERT_EQ(chat("chatml", kChats, 128).code, 0);
+    const std::string val = slurp(dir + "/c_val.bin"), train = slurp(dir + "/c_train.bin");
+    r = chat("scan", kChats, 128);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(
+        std::regex_search(r.out, std::regex("for 31 conversations, [1-9][0-9]* of them rendered prefix")))
+        << r.out;
+    EXPECT_TRUE(slurp(dir + "/c_val.bin") == val && slurp(dir + "/c_train.bin") == train);
 }

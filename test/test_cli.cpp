@@ -1,21 +1,21 @@
 // test_cli.cpp — GoogleTest suite that runs the two trainers, ./train_gpt_cpu and ./train_gpt, as
 // subprocesses from the repo root and checks that bad input (unknown or valueless flags, bad values,
-// malformed model specs, missing / corrupt / truncated model files, missing / corrupt / short data shards, a
-// model too big for the host RAM) ends in exactly ONE "error: ..." line on stderr and a non-zero exit: never
-// a crash (death by signal), a hang (each run is under `timeout 900`) or a training run on garbage. It checks
-// train_gpt's checkpoint handling up to the device: a fresh run refuses an -o with checkpoints, a resume
-// picks the newest valid checkpoint, refuses a changed B/T/-d or -e and warns about other changed
-// hyperparameters, and the memory plan refuses shapes whose byte counts overflow. A checkpoint that cannot be
-// written (a file-size limit standing for a full disk) is one error line, leaves no partial file, and the
-// checkpoint before it resumes. It also runs a 3-step CPU training smoke test (step lines with progress,
-// main.log, a model file that loads back) and dev/plot.py on a log. It does not check training math
-// (test_gpt2_cpu, test_gpu do) and never lets the real train_gpt train: every train_gpt run here is refused
-// before the GPU is touched, and the one valid-input run ("no CUDA device") is skipped when `nvidia-smi -L`
-// finds a GPU. A trainer that is not built (train_gpt without nvcc) is skipped. The emulated train_gpt (kEmu)
-// does train, a tiny model for 6 steps: the step lines, validation, sampling, checkpoints (and -nk pruning
-// them), a resume that continues with the very same losses, and -R -1 (every layer GPU-resident). Nothing
-// lost across trainers, checksums and signals: test_nothing_lost.cpp. Scratch files live in a mkdtemp
-// directory under /tmp, removed at the end.
+// malformed model specs, missing / corrupt / truncated model files, missing / corrupt / short data shards,
+// shards of another tokenizer than the model's, a model too big for the host RAM) ends in exactly ONE "error:
+// ..." line on stderr and a non-zero exit: never a crash (death by signal), a hang (each run is under
+// `timeout 900`) or a training run on garbage. It checks train_gpt's checkpoint handling up to the device: a
+// fresh run refuses an -o with checkpoints, a resume picks the newest valid checkpoint, refuses a changed
+// B/T/-d or -e and warns about other changed hyperparameters, and the memory plan refuses shapes whose byte
+// counts overflow. A checkpoint that cannot be written (a file-size limit standing for a full disk) is one
+// error line, leaves no partial file, and the checkpoint before it resumes. It also runs a 3-step CPU
+// training smoke test (step lines with progress, main.log, a model file that loads back) and dev/plot.py on a
+// log. It does not check training math (test_gpt2_cpu, test_gpu do) and never lets the real train_gpt train:
+// every train_gpt run here is refused before the GPU is touched, and the one valid-input run ("no CUDA
+// device") is skipped when `nvidia-smi -L` finds a GPU. A trainer that is not built (train_gpt without nvcc)
+// is skipped. The emulated train_gpt (kEmu) does train, a tiny model for 6 steps: the step lines, validation,
+// sampling, checkpoints (and -nk pruning them), a resume that continues with the very same losses, and -R -1
+// (every layer GPU-resident). Nothing lost across trainers, checksums and signals: test_nothing_lost.cpp.
+// Scratch files live in a mkdtemp directory under /tmp, removed at the end.
 #include "cli_test_common.h"
 
 INSTANTIATE_TEST_SUITE_P(Trainers, Both, ::testing::Values(kCpu, kGpu),
@@ -347,6 +347,79 @@ TEST_P(Both, Llama3ShardsTrainAsGpt2Shards) {
     fclose(f);
     const Result c = run_bin(trainer, base_args() + Args{"-i", chat, "-j", chat, "-v", "1"});
     EXPECT_TRUE(CleanError(c, {"no target tokens"})) << c.err;  // both trainers: its validation has none
+}
+
+// Shards of another tokenizer are refused before training, in one line naming both sides: a chat shard's
+// vocabulary against the model's tokenizer (GPT-2's: gpt2_tokenizer.bin) or, with none known, the model's
+// vocabulary; its special tokens' texts against the tokenizer's; train against val. GPT-2's uint16 shards on
+// a vocabulary past 65536 ids train, with a warning. Both trainers, train_gpt emulated (the checks run before
+// the device is used).
+TEST_F(CliTest, ShardsOfAnotherTokenizerRefused) {
+    // 4 rows of T=32, a conversation each, its last 16 tokens targets; specials: (id, text) in the header
+    auto chat = [&](const std::string& name, int vocab, const std::vector<std::pair<int, std::string>>& sp) {
+        const std::string path = dir + "/" + name;
+        int32_t h[256] = {DATALOADER_CHAT_MAGIC, DATALOADER_CHAT_VERSION, 2, 32, 4, vocab, 4, 4, 4 * 15};
+        h[CHAT_H_SPECIALS] = (int32_t)sp.size();
+        char* text = (char*)h + CHAT_SPECIAL_TEXT_AT;
+        for (size_t i = 0; i < sp.size(); i++, text += sp[i - 1].second.size() + 1) {
+            h[CHAT_H_SPECIAL_IDS + i] = sp[i].first;
+            memcpy(text, sp[i].second.c_str(), sp[i].second.size() + 1);
+        }
+        std::vector<uint16_t> ids(4 * 32);
+        std::vector<uint8_t> flags(4 * 32, 0);
+        for (int i = 0; i < 4 * 32; i++) {
+            ids[i] = (uint16_t)((i * 7919) % 50256);
+            flags[i] = i % 32 == 0 ? CHAT_START : i % 32 >= 17 ? CHAT_TARGET : 0;
+        }
+        FILE* f = fopen(path.c_str(), "wb");
+        EXPECT_NE(f, nullptr);
+        fwrite(h, sizeof h, 1, f);
+        fwrite(ids.data(), 2, ids.size(), f);
+        fwrite(flags.data(), 1, flags.size(), f);
+        fclose(f);
+        return path;
+    };
+    const std::string ok = chat("ok.bin", 50257, {{50256, "<|endoftext|>"}});
+    const std::string wider = chat("wider.bin", 50261, {{50256, "<|endoftext|>"}});
+    const std::string eot = chat("eot.bin", 50257, {{50256, "<|eot_id|>"}});
+    const std::string none = chat("none.bin", 50257, {});  // no specials recorded (a shard from before)
+    const std::string other = chat("other.bin", 50257, {{50256, "<|end|>"}});
+    const std::string llama = "llama:L1:C64:NH4:KV2:I128:V128256:T32";
+    int ran = 0;
+    for (const char* trainer : {kCpu, kEmu}) {
+        if (!have_binary(trainer)) continue;
+        ran++;
+        auto go = [&](const Args& more) { return run_bin(trainer, base_args() + more); };
+        EXPECT_TRUE(CleanError(go({"-i", wider, "-j", wider}), {"data " + wider, "a tokenizer of 50261 ids",
+                                                                "the model L2:C64:NH4:T32's tokenizer "
+                                                                "gpt2_tokenizer.bin has 50257"}))
+            << trainer;
+        EXPECT_TRUE(
+            CleanError(go({"-i", eot, "-j", eot}), {"data " + eot,
+                                                    "token 50256 is '<|eot_id|>' in the tokenizer the "
+                                                    "shards were made with, '<|endoftext|>' in the model"}))
+            << trainer;
+        EXPECT_TRUE(CleanError(go({"-i", ok, "-j", other}), {ok, other, "record different special tokens"}))
+            << trainer;
+        EXPECT_TRUE(
+            CleanError(go({"-i", ok, "-j", wider}), {ok, wider, "a vocabulary of 50257 ids", "with 50261"}))
+            << trainer;
+        EXPECT_TRUE(CleanError(
+            go({"-e", llama, "-i", ok, "-j", ok}),
+            {"data " + ok, "a tokenizer of 50257 ids", "the model " + llama, "has a vocabulary of 128256"}))
+            << trainer;
+        Result a = go({"-i", ok, "-j", none});  // none recorded: nothing to compare
+        EXPECT_EQ(a.code, 0) << trainer << "\n" << a.err;
+        EXPECT_EQ(a.code, 0) << trainer << "\n" << a.err;
+        a = go({"-e", llama});  // the tinyshakespeare GPT-2 shards
+        EXPECT_EQ(a.code, 0) << trainer << "\n" << a.err;
+        EXPECT_TRUE(
+            has(a.err, "warning: data " + std::string(kTrain) +
+                           " holds uint16 ids and records no vocabulary (GPT-2's shards?), the model " +
+                           llama + " has 128256 ids"))
+            << a.err;
+    }
+    if (!ran) GTEST_SKIP() << "neither trainer is built";
 }
 
 // ----------------------------------------------------------------------------

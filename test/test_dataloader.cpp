@@ -545,6 +545,71 @@ TEST_F(DataLoaderTest, ChatHeaderRefusals) {
     expect_has(init_error(huge, 1, 6), huge, "disagrees with the header's 2147483647 rows");
 }
 
+// A chat shard's vocabulary and special tokens (chat_shards.py records them): checked for sense, one glob
+// holds one tokenizer's shards, and dataloader_check_model holds them against the model's tokenizer.
+TEST_F(DataLoaderTest, ChatShardsOfOneTokenizer) {
+    auto patch = [&](const std::string& name, std::vector<std::pair<int, int32_t>> slots, const char* text) {
+        const std::string path = write_chat(dir + "/" + name, small_chat());
+        files.push_back(path);
+        FILE* f = fopen(path.c_str(), "r+b");
+        for (const auto& s : slots) {
+            fseek(f, 4 * s.first, SEEK_SET);
+            fwrite(&s.second, 4, 1, f);
+        }
+        fseek(f, CHAT_SPECIAL_TEXT_AT, SEEK_SET);
+        fwrite(text, 1, strlen(text) + 1, f);
+        fclose(f);
+        return path;
+    };
+    const char* eot = "<|eot|>";
+    const std::string a =
+        patch("tok_a.bin", {{CHAT_H_VOCAB, 1000}, {CHAT_H_SPECIALS, 1}, {CHAT_H_SPECIAL_IDS, 999}}, eot);
+    const std::string many = patch("many.bin", {{CHAT_H_SPECIALS, CHAT_MAX_SPECIALS + 1}}, eot);
+    expect_has(init_error(many, 1, 6), many,
+               "chat header's vocabulary 1048576 or its 17 special tokens are corrupt");
+    const std::string past =
+        patch("past.bin", {{CHAT_H_VOCAB, 1000}, {CHAT_H_SPECIALS, 1}, {CHAT_H_SPECIAL_IDS, 1000}}, eot);
+    expect_has(init_error(past, 1, 6), past, "its 1 special tokens are corrupt");
+    // one glob: the same vocabulary and specials (a shard recording none passes)
+    patch("glob_0.bin", {{CHAT_H_VOCAB, 1000}, {CHAT_H_SPECIALS, 1}, {CHAT_H_SPECIAL_IDS, 999}}, eot);
+    patch("glob_1.bin", {{CHAT_H_VOCAB, 2000}}, "");
+    expect_has(init_error(dir + "/glob_*.bin", 1, 6), dir + "/glob_1.bin",
+               "was made with a vocabulary of 2000 ids, shard " + dir + "/glob_0.bin with 1000");
+    patch("glob_1.bin", {{CHAT_H_VOCAB, 1000}, {CHAT_H_SPECIALS, 1}, {CHAT_H_SPECIAL_IDS, 999}}, "<|end|>");
+    expect_has(init_error(dir + "/glob_*.bin", 1, 6), dir + "/glob_1.bin", "record different special tokens");
+    patch("glob_1.bin", {{CHAT_H_VOCAB, 1000}}, "");
+    DataLoader dl;
+    char err[512];
+    ASSERT_EQ(dataloader_init(&dl, (dir + "/glob_*.bin").c_str(), 1, 6, 0, 0, err, sizeof err), 1) << err;
+    EXPECT_EQ(dl.vocab, 1000);
+    // against a model: its tokenizer's size and texts, or with none its vocabulary (unused rows up to V/64)
+    std::vector<std::string> names(1000, "x");
+    std::vector<const char*> table;
+    for (const std::string& n : names) table.push_back(n.c_str());
+    auto check = [&](int V, int64_t n, const char* tok) {
+        err[0] = 0;
+        return dataloader_check_model(&dl, V, "M", n ? table.data() : NULL, n, tok, err, sizeof err);
+    };
+    EXPECT_EQ(check(1000, 1000, "t.json"), 0);
+    EXPECT_NE(strstr(err,
+                     "token 999 is '<|eot|>' in the tokenizer the shards were made with, 'x' in the model "
+                     "M's tokenizer t.json"),
+              nullptr)
+        << err;
+    names[999] = eot;
+    table[999] = names[999].c_str();
+    EXPECT_EQ(check(1000, 1000, "t.json"), 1) << err;
+    EXPECT_EQ(check(1200, 999, "t.json"), 0);
+    EXPECT_NE(strstr(err, "was made with a tokenizer of 1000 ids, the model M's tokenizer t.json has 999"),
+              nullptr)
+        << err;
+    EXPECT_EQ(check(1015, 0, ""), 1) << err;  // 15 unused rows <= 1015/64
+    EXPECT_EQ(check(1016, 0, ""), 0);         // 16 > 1016/64 = 15
+    EXPECT_NE(strstr(err, "a tokenizer of 1000 ids, the model M has a vocabulary of 1016"), nullptr) << err;
+    EXPECT_EQ(check(999, 0, ""), 0);
+    dataloader_free(&dl);
+}
+
 TEST_F(DataLoaderTest, ChatMalformedFlagsAreAnErrorAtTheirBatch) {
     struct Case {
         int at;

@@ -17,16 +17,23 @@ user and template tokens are not. Found (--mask auto) from the template's {% gen
 has them, else by rendering each prefix: the text an assistant turn adds after the prompt that asks for it
 (add_generation_prompt) is the turn. With the prefix method each such piece is tokenized on its own, as a
 model would generate it after the prompt. Each turn's content must then be found in the decoded targets.
+The prefixes' lengths come from one streamed render of the whole conversation (where the template's loop over
+the messages fetches each one), checked against real prefix renders of the first, a middle and the last
+assistant turn; a template that does not pass is rendered prefix by prefix (quadratic in the turns).
 Packing: conversations in file order, end to end in rows of --seq-len T; a row ends with padding when the next
 one does not fit. A conversation longer than T is dropped, or with --long split cut into pieces of T (each a
 conversation of its own to the loader: a piece's first token is not a target and sees no earlier piece).
-Split: the first --val-convs conversations form <prefix>_val.bin, the rest <prefix>_train.bin.
+Split: the first --val-convs conversations form <prefix>_val.bin, the rest <prefix>_train.bin. Both are
+written to temporary files beside them, synced, then renamed into place together; an output path that is a
+symbolic link is refused, and the prefix's directory is made if missing.
 Errors (bad JSON, an unknown role, an empty conversation, no assistant turn, special-token text in a message,
 a template that fails) name the line; all are listed (at most 20) and nothing is written.
 
 Shard (dataloader.h): 256 int32 header {20261126, 1, W, T, R, V, conversations, segments, targets (int64),
-pads (int64), split, dropped, 0...}, then R*T ids (uint16 if V <= 65536, W=2, else uint32, W=4), then R*T flag
-bytes: 1 target, 2 start (of a conversation, of a piece, of the padding), 4 pad.
+pads (int64), split, dropped, S, S special ids (slots 15..30), 0...}, the S special tokens' texts NUL-ended
+from byte 128, then R*T ids (uint16 if V <= 65536, W=2, else uint32, W=4), then R*T flag bytes: 1 target,
+2 start (of a conversation, of a piece, of the padding), 4 pad. V is the tokenizer's vocabulary and the S
+specials are those the shards hold (the template's and the padding): the trainers check both against the model.
 
 usage: python dev/data/chat_shards.py --tokenizer DIR --input chats.jsonl --out-prefix DIR/name --seq-len T \\
            [--val-convs N] [--long drop|split] [--template auto|plain] [--mask auto|generation|prefix]
@@ -38,11 +45,14 @@ import json
 import os
 import re
 import sys
+import tempfile
 
 import numpy as np  # defines: the header, id and flag arrays
 
 CHAT_MAGIC, CHAT_VERSION = 20261126, 1  # dataloader.h: DATALOADER_CHAT_MAGIC
 TARGET, START, PAD = 1, 2, 4  # dataloader.h: CHAT_TARGET, CHAT_START, CHAT_PAD
+H_SPECIALS, H_SPECIAL_IDS, MAX_SPECIALS = 14, 15, 16  # dataloader.h: CHAT_H_SPECIALS, CHAT_H_SPECIAL_IDS
+H_SPECIAL_TEXT = 128  # byte offset of the specials' texts; they end with the 1024-byte header
 ROLES = ("system", "user", "assistant")
 PLAIN_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n"
@@ -50,6 +60,7 @@ PLAIN_TEMPLATE = (
     "{% else %}{{ m['content'] }}\n{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
 MAX_ERRORS = 20
+SAMPLE_TURNS = 3  # the prefix method's real prefix renders per conversation: first, middle, last turn
 
 
 class Bad(Exception):
@@ -66,12 +77,16 @@ def load_tokenizer(path, template):
     from transformers import AutoTokenizer, PreTrainedTokenizerFast  # defines: apply_chat_template, decode
     if importlib.util.find_spec("jinja2") is None:  # apply_chat_template renders with it
         die("chat templates need the jinja2 module (pip install jinja2)")
-
+    if os.path.isfile(path) and os.path.basename(path) == "tokenizer.json":
+        path = os.path.dirname(path) or "."  # DIR/tokenizer.json: DIR's tokenizer_config.json too
     try:
         if os.path.isfile(os.path.join(path, "tokenizer_config.json")):
             tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
         else:  # a bare tokenizer.json, or its directory
             file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+            if os.path.isfile(os.path.join(os.path.dirname(file), "tokenizer_config.json")):
+                print(f"note: {file} is read alone: the tokenizer_config.json beside it (chat template, special "
+                      "tokens) is not (pass the directory to use it)")
             tok = PreTrainedTokenizerFast(tokenizer_file=file)
     except Exception as e:  # the library's own message says what is wrong
         die(f"cannot load a tokenizer from {path}: {e}")
@@ -86,6 +101,13 @@ def load_tokenizer(path, template):
                 die(f"{path}: no chat template, and no eos token or <|endoftext|> for the plain one")
             setattr(tok, name, tok.eos_token or "<|endoftext|>")
     return tok, PLAIN_TEMPLATE
+
+
+def special_ids(tok):
+    """Special token text -> id: the tokenizer's named ones and the added ones marked special (Llama 3's)."""
+    out = {s: tok.convert_tokens_to_ids(s) for s in tok.all_special_tokens if s}
+    out.update({t.content: i for i, t in tok.added_tokens_decoder.items() if t.special and t.content})
+    return {s: i for s, i in out.items() if isinstance(i, int)}  # a name the vocabulary lacks: no id
 
 
 def conversation(obj):
@@ -117,12 +139,21 @@ def conversation(obj):
             raise Bad(f"message {i} has the unknown role {m.get('role')!r} (want system, user or assistant)")
         if not isinstance(m.get("content"), str):
             raise Bad(f"message {i}'s content is missing or not a string")
+        try:
+            m["content"].encode("utf-8")
+        except UnicodeEncodeError as e:  # JSON's "\ud800": half of a UTF-16 pair, no character
+            raise Bad(f"message {i}'s content has a lone surrogate \\u{ord(m['content'][e.start]):04x} at "
+                      f"character {e.start}: not text")
     if not any(m["role"] == "assistant" for m in msgs):
         raise Bad("no assistant message: nothing to learn")
     return [{"role": m["role"], "content": m["content"]} for m in msgs]
 
 
+RENDERS = [0]  # the prefix method's renders of a conversation or prefix, the streamed one included
+
+
 def render(tok, template, msgs, gen):
+    RENDERS[0] += 1
     try:
         return tok.apply_chat_template(msgs, chat_template=template, tokenize=False,
                                        add_generation_prompt=gen)
@@ -144,37 +175,112 @@ def encode_generation(tok, template, msgs):
     return list(out["input_ids"]), [bool(x) for x in out["assistant_masks"]]
 
 
-def encode_prefix(tok, template, msgs):
-    """Ids and target mask by rendering prefixes: assistant turn i is what msgs[:i+1] adds to the prompt
-    msgs[:i] + the generation prompt; the pieces between turns are the non-targets."""
-    full = render(tok, template, msgs, False)
-    ids, mask, at = [], [], 0
-    for i, m in enumerate(msgs):
-        if m["role"] != "assistant":
-            continue
+class Fetched(list):
+    """The messages, noting how much text the template had rendered when its loop fetched each one."""
+
+    def __init__(self, msgs):
+        super().__init__(msgs)
+        self.rendered, self.at = 0, [None] * len(msgs)  # rendered: characters so far (the caller counts)
+
+    def __iter__(self):
+        for k, m in enumerate(list.__iter__(self)):
+            if self.at[k] is None:
+                self.at[k] = self.rendered
+            yield m
+
+
+def streamed_lengths(tok, template, msgs, full):
+    """len(render(msgs[:k])) for k = 1..n, read off one streamed render of all of msgs: where the template's
+    loop fetched message k. None if the stream is not the render, or a message was not fetched in order."""
+    from transformers.utils.chat_template_utils import _compile_jinja_template  # apply_chat_template's
+    out = []
+    seen = Fetched(msgs)
+    RENDERS[0] += 1
+    try:
+        for piece in _compile_jinja_template(template).generate(
+                messages=seen, tools=None, documents=None, add_generation_prompt=False,
+                **tok.special_tokens_map):
+            out.append(piece)
+            seen.rendered += len(piece)
+    except Exception:
+        return None
+    if "".join(out) != full or None in seen.at or seen.at != sorted(seen.at):
+        return None
+    return seen.at[1:] + [len(full)]
+
+
+def prefix_bounds_fast(tok, template, msgs, full, turns):
+    """(prompt end, turn end) of each assistant turn from one streamed render; None: not this template."""
+    R = streamed_lengths(tok, template, msgs, full)  # R[k - 1] = len(render(msgs[:k]))
+    if R is None:
+        return None
+    picks = sorted(set(turns[j * (len(turns) - 1) // max(1, SAMPLE_TURNS - 1)] for j in range(SAMPLE_TURNS)))
+    gen = None  # the generation prompt: what render(msgs[:i], True) adds to render(msgs[:i])
+    for i in picks:  # real prefix renders: the streamed lengths must agree
         prompt, upto = render(tok, template, msgs[:i], True), render(tok, template, msgs[:i + 1], False)
-        if not (full.startswith(prompt) and full.startswith(upto) and upto.startswith(prompt) and
-                len(prompt) >= at):
+        if upto != full[:R[i]] or not prompt.startswith(full[:R[i - 1]]):
+            return None
+        if gen is None:
+            gen = prompt[R[i - 1]:]
+        if prompt[R[i - 1]:] != gen:
+            return None
+    bounds = []
+    for i in turns:
+        start = R[i - 1] + len(gen)
+        if full[R[i - 1]:start] != gen or start > R[i]:
+            return None
+        bounds.append((start, R[i]))
+    return bounds
+
+
+def prefix_bounds_slow(tok, template, msgs, full, turns):
+    """(prompt end, turn end) of each assistant turn from real renders of its two prefixes."""
+    bounds = []
+    for i in turns:
+        prompt, upto = render(tok, template, msgs[:i], True), render(tok, template, msgs[:i + 1], False)
+        if not (full.startswith(prompt) and full.startswith(upto) and upto.startswith(prompt)):
             raise Bad(f"the chat template does not render message {i} as a continuation of the ones before "
                       "(it rewrites earlier turns): this tool cannot find the turn's tokens")
-        for text, target in ((full[at:len(prompt)], False), (upto[len(prompt):], True)):
+        bounds.append((len(prompt), len(upto)))
+    return bounds
+
+
+def encode_prefix(tok, template, msgs, stats):
+    """Ids and target mask by rendering prefixes: assistant turn i is what msgs[:i+1] adds to the prompt
+    msgs[:i] + the generation prompt; the pieces between turns are the non-targets."""
+    turns = [i for i, m in enumerate(msgs) if m["role"] == "assistant"]
+    if turns[0] == 0:
+        raise Bad("message 0 is an assistant turn with no prompt before it: the prefix method needs a user "
+                  "(or system) turn first")
+    full = render(tok, template, msgs, False)
+    bounds = prefix_bounds_fast(tok, template, msgs, full, turns)
+    if bounds is None:
+        stats["slow"] += 1
+        bounds = prefix_bounds_slow(tok, template, msgs, full, turns)
+    ids, mask, at = [], [], 0
+    for i, (prompt, upto) in zip(turns, bounds):
+        if prompt < at:
+            raise Bad(f"the chat template does not render message {i} as a continuation of the ones before "
+                      "(it rewrites earlier turns): this tool cannot find the turn's tokens")
+        for text, target in ((full[at:prompt], False), (full[prompt:upto], True)):
             piece = ids_of(tok, text)
             ids += piece
             mask += [target] * len(piece)
-        at = len(upto)
+        at = upto
     piece = ids_of(tok, full[at:])
     return ids + piece, mask + [False] * len(piece)
 
 
-def encode(tok, template, msgs, method):
+def encode(tok, template, msgs, method, specials, stats):
     """A conversation's ids and target mask, the mask checked against each assistant turn's content."""
-    specials = set(s for s in tok.all_special_tokens if s)  # and the added ones marked special (Llama 3's)
-    specials |= set(t.content for t in tok.added_tokens_decoder.values() if t.special and t.content)
     for i, m in enumerate(msgs):
         for s in sorted(specials):
             if s in m["content"]:
                 raise Bad(f"message {i} contains the special token text {s!r}: it would read as that token")
-    ids, mask = (encode_generation if method == "generation" else encode_prefix)(tok, template, msgs)
+    if method == "generation":
+        ids, mask = encode_generation(tok, template, msgs)
+    else:
+        ids, mask = encode_prefix(tok, template, msgs, stats)
     if not ids:
         raise Bad("the chat template rendered nothing")
     decoded = tok.decode([t for t, m in zip(ids, mask) if m], skip_special_tokens=False)
@@ -230,7 +336,11 @@ class Packer:
         if len(self.row) == T:
             self.flush()
 
-    def write(self, path, vocab):
+    def ids(self):
+        return set(t for r, _ in self.rows for t in r)
+
+    def shard(self, vocab, specials):
+        """The shard's bytes: header, ids, flags."""
         self.flush()
         wide = vocab > 65536
         R = len(self.rows)
@@ -238,20 +348,76 @@ class Packer:
         h[:8] = [CHAT_MAGIC, CHAT_VERSION, 4 if wide else 2, self.T, R, vocab, self.convs, self.segments]
         h[8:12] = np.array([self.targets, self.pads], dtype="<i8").view("<i4")
         h[12:14] = [self.split, self.dropped]
+        h[H_SPECIALS] = len(specials)
+        h[H_SPECIAL_IDS:H_SPECIAL_IDS + len(specials)] = [i for i, _ in specials]
+        head = bytearray(h.tobytes())
+        text = b"".join(s.encode("utf-8") + b"\0" for _, s in specials)
+        head[H_SPECIAL_TEXT:H_SPECIAL_TEXT + len(text)] = text
         ids = np.array([t for r, _ in self.rows for t in r], dtype="<u4" if wide else "<u2")
         flags = np.array([f for _, fl in self.rows for f in fl], dtype=np.uint8)
-        try:
-            with open(path, "wb") as f:
-                f.write(h.tobytes())
-                f.write(ids.tobytes())
-                f.write(flags.tobytes())
-        except OSError as e:
-            die(f"cannot write {path}: {e}")
+        return bytes(head) + ids.tobytes() + flags.tobytes()
 
     def summary(self, name):
         return (f"{name}: {self.convs} conversations, {len(self.rows)} rows of {self.T}, "
                 f"{len(self.rows) * self.T} tokens, {self.targets} target tokens, {self.pads} padding, "
                 f"{self.split} split, {self.dropped} dropped")
+
+
+def recorded_specials(specials, used):
+    """(id, text) of the special tokens the shards hold, by id: as many as the header has room for."""
+    out, room = [], 1024 - H_SPECIAL_TEXT
+    for text, i in sorted(specials.items(), key=lambda x: x[1]):
+        if i in used and len(out) < MAX_SPECIALS and len(text.encode("utf-8")) + 1 <= room:
+            out.append((i, text))
+            room -= len(text.encode("utf-8")) + 1
+    return out
+
+
+def check_output(path):
+    """An output path must be a regular file or nothing: a symlink is not written through."""
+    if os.path.islink(path):
+        die(f"{path} is a symbolic link: refusing to write through it (remove it or choose another "
+            "--out-prefix)")
+    if os.path.exists(path) and not os.path.isfile(path):
+        die(f"{path} exists and is not a regular file")
+
+
+def write_together(files):
+    """Writes {path: bytes}: each to a new temporary file beside it (O_EXCL, no symlink followed), synced,
+    then all renamed into place, so a failure leaves the old files, not a mix or a half-written one."""
+    for path in files:
+        check_output(path)
+        d = os.path.dirname(path) or "."
+        try:
+            os.makedirs(d, exist_ok=True)
+        except OSError as e:
+            die(f"cannot make the directory {d}: {e.strerror}")
+    mask = os.umask(0)
+    os.umask(mask)
+    tmps = {}
+    try:
+        for path, data in files.items():
+            fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path) or ".",
+                                       prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+            tmps[path] = tmp
+            with os.fdopen(fd, "wb") as f:
+                os.fchmod(f.fileno(), 0o666 & ~mask)  # as open() would make it
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        for path, tmp in tmps.items():
+            check_output(path)
+            os.replace(tmp, path)  # a symlink made meanwhile is replaced, not followed
+        for d in set(os.path.dirname(p) or "." for p in files):
+            fd = os.open(d, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+    except OSError as e:
+        die(f"cannot write {e.filename or ' and '.join(files)}: {e.strerror}")
+    finally:  # after a failure (or a symlink made meanwhile): no temporary file left
+        for tmp in tmps.values():
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
 
 
 def main():
@@ -260,7 +426,7 @@ def main():
     ap.add_argument("--input", required=True, help="JSONL, one conversation per line")
     ap.add_argument("--out-prefix", required=True, help="writes PREFIX_val.bin and PREFIX_train.bin")
     ap.add_argument("--seq-len", type=int, required=True, help="T: the rows' length; the run's -t equals it")
-    ap.add_argument("--val-convs", type=int, default=-1, help="the first N conversations: val (default 10%%)")
+    ap.add_argument("--val-convs", type=int, help="the first N conversations: val (default 10%%)")
     ap.add_argument("--long", choices=("drop", "split"), default="drop", help="a conversation longer than T")
     ap.add_argument("--template", choices=("auto", "plain"), default="auto", help="the tokenizer's, or plain")
     ap.add_argument("--mask", choices=("auto", "generation", "prefix"), default="auto",
@@ -270,6 +436,13 @@ def main():
     a = ap.parse_args()
     if a.seq_len < 2:
         die(f"--seq-len wants T >= 2, got {a.seq_len}")
+    if a.val_convs is not None and a.val_convs < 1:
+        die(f"--val-convs wants a count >= 1, got {a.val_convs} (leave it out for 10%)")
+    if a.save_tokenizer and os.path.exists(a.save_tokenizer) and not os.path.isdir(a.save_tokenizer):
+        die(f"--save-tokenizer {a.save_tokenizer}: exists and is not a directory")
+    outputs = {name: f"{a.out_prefix}_{name}.bin" for name in ("val", "train")}
+    for path in outputs.values():  # before the work, as well as at the end
+        check_output(path)
     tok, template = load_tokenizer(a.tokenizer, a.template)
     markers = re.search(r"\{%-?\s*generation\s*-?%\}", template) is not None
     method = a.mask if a.mask != "auto" else ("generation" if markers else "prefix")
@@ -279,10 +452,11 @@ def main():
         with open(a.input, "rb") as f:
             lines = f.read().split(b"\n")
     except OSError as e:
-        die(f"cannot read {a.input}: {e}")
+        die(f"cannot read {a.input}: {e.strerror}")
     if lines and lines[-1] == b"":
         lines.pop()  # the file's final newline
-    convs, errors = [], []
+    specials = special_ids(tok)
+    convs, errors, stats = [], [], {"slow": 0}
     for n, raw in enumerate(lines, 1):
         try:
             try:
@@ -295,9 +469,13 @@ def main():
                 obj = json.loads(text)
             except ValueError as e:
                 raise Bad(f"not JSON ({e})")
-            convs.append(encode(tok, template, conversation(obj), method))
+            except RecursionError:
+                raise Bad("not JSON this tool reads: nested deeper than Python's json module goes")
+            convs.append(encode(tok, template, conversation(obj), method, specials, stats))
         except Bad as e:
             errors.append(f"{a.input}:{n}: {e}")
+        except Exception as e:  # the tokenizer's or the template's library: still one line
+            errors.append(f"{a.input}:{n}: cannot encode the conversation: {type(e).__name__}: {e}")
     for e in errors[:MAX_ERRORS]:
         print(f"error: {e}", file=sys.stderr)
     if errors:
@@ -305,7 +483,7 @@ def main():
         die(f"{len(errors)} bad line(s) in {a.input}{more}: nothing written")
     if len(convs) < 2:
         die(f"{a.input}: {len(convs)} conversation(s): a val and a train split need at least 2")
-    nval = a.val_convs if a.val_convs >= 0 else max(1, (len(convs) + 5) // 10)  # 10%, rounded half up
+    nval = a.val_convs if a.val_convs is not None else max(1, (len(convs) + 5) // 10)  # 10%, rounded half up
     if not 1 <= nval < len(convs):
         die(f"--val-convs {nval}: want 1 to {len(convs) - 1} for {len(convs)} conversations")
     vocab = max(tok.get_vocab().values()) + 1
@@ -322,8 +500,9 @@ def main():
             die(f"{name}: every conversation is longer than --seq-len {a.seq_len} and was dropped: "
                 "nothing to write (--long split keeps them)")
         parts[name] = p
+    recorded = recorded_specials(specials, set().union(*(p.ids() for p in parts.values())))
+    write_together({outputs[name]: p.shard(vocab, recorded) for name, p in parts.items()})
     for name, p in parts.items():
-        p.write(f"{a.out_prefix}_{name}.bin", vocab)
         print(p.summary(name))
     t = {k: sum(getattr(p, k) for p in parts.values()) for k in ("convs", "targets", "split", "dropped")}
     tokens = sum(len(p.rows) * a.seq_len for p in parts.values())
@@ -331,7 +510,11 @@ def main():
           f"{t['split']} split, {t['dropped']} dropped")
     which = "plain" if template == PLAIN_TEMPLATE else "the tokenizer's"
     print(f"template {which}, targets by {method}, {'uint32' if vocab > 65536 else 'uint16'} ids "
-          f"(vocabulary {vocab})")
+          f"(vocabulary {vocab}), special tokens recorded: {' '.join(f'{i}={s}' for i, s in recorded)}")
+    if method == "prefix":  # a few per conversation, unless the template is not a loop over the messages
+        print(f"prefix method: {RENDERS[0]} template renders for {t['convs'] + t['dropped']} "
+              f"conversations, {stats['slow']} of them rendered prefix by prefix (the template's text for a "
+              "prefix is not where its loop fetches the next message: slow for long conversations)")
     if a.save_tokenizer:  # the template the shards were made with, so the fine-tuned model chats in it
         tok.chat_template = template
         try:
@@ -339,6 +522,7 @@ def main():
         except OSError as e:
             die(f"--save-tokenizer {a.save_tokenizer}: {e}")
         print(f"tokenizer with the {which} template: {a.save_tokenizer}")
+
 
 if __name__ == "__main__":
     main()
