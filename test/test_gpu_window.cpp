@@ -96,15 +96,17 @@ class GpuWindow : public ::testing::Test {
     }
 };
 
-// a trainer: -h exits 0; step lines with loss 10 - 0.1 * step (+ OFFSET); RESULT with -B
+// a trainer: -h exits 0; step lines with loss 10 - 0.1 * step (+ OFFSET); RESULT with -B, its attention path
+// cuDNN unless -F 1 (then fused, and 10% slower); the cuDNN library it was given
 const char* kFakeTrainer = R"(#!/bin/bash
-x=3; bench=0
-while [ $# -gt 0 ]; do case $1 in -h) exit 0;; -x) x=$2;; -B) bench=$2;; esac; shift; done
+x=3; bench=0; att=cudnn; tps=20000.0
+while [ $# -gt 0 ]; do case $1 in -h) exit 0;; -x) x=$2;; -B) bench=$2;; -F) [ "$2" = 1 ] && att=fused tps=18000.0;; esac; shift; done
+echo "LLMC_CUDNN_LIB=${LLMC_CUDNN_LIB:-}"
 for s in $(seq 1 $x); do
     loss=$(awk -v s=$s 'BEGIN { print 10 - 0.1 * s + OFFSET }')
     printf 'step %4d/%d | loss %.6f | norm 1.0 | lr 3e-4 | ms 10 | tok/s 100\n' $s $x $loss
 done
-[ $bench -gt 0 ] && echo 'RESULT {"mode": "stream", "step_s": 1.6384, "tok_per_s": 20000.0, '\
+[ $bench -gt 0 ] && echo 'RESULT {"mode": "stream", "attention": "'$att'", "step_s": 1.6384, "tok_per_s": '$tps', '\
 '"model_TFLOPs": 200.00, "mfu": 0.2500, "peak_gpu_GiB": 20.500, "resident_layers": 0}'
 exit 0
 )";
@@ -115,13 +117,14 @@ TEST_F(GpuWindow, NoGpuSkipsEveryCheckAtOnceAndPrintsTheTable) {
     env += "GW_NVIDIA_SMI=/nonexistent/nvidia-smi ";
     const std::string out = window("1");
     EXPECT_TRUE(has(row(out, "probe"), "skipped: no GPU")) << out;
-    for (const char* id :
-         {"kernels", "trainer", "resume_cpu", "tput_1.3b", "tput_5b", "memcheck_train", "kept_5b"})
+    for (const char* id : {"kernels", "trainer", "cudnn_kernels", "cudnn_trainer", "resume_cpu", "tput_1.3b",
+                           "tput_1.3b_fused", "tput_5b", "memcheck_train", "kept_5b", "tput_llama8b_fused"})
         EXPECT_TRUE(has(row(out, id), "| skipped: no GPU | 0 |")) << id << "\n" << out;
     // the table is the last thing printed; the results and the archive are in OUT
     EXPECT_TRUE(has(out.substr(out.size() - 200), "| ssd_llama | skipped: no GPU")) << out;
+    EXPECT_TRUE(has(row(out, "probe"), "cuDNN not probed (no GPU)")) << out;
     const std::string res = read_file(dir + "/out/results_1.tsv");
-    EXPECT_EQ(std::count(res.begin(), res.end(), '\n'), 30) << res;
+    EXPECT_EQ(std::count(res.begin(), res.end(), '\n'), 34) << res;
     EXPECT_EQ(access((dir + "/out/window_1.tar.gz").c_str(), F_OK), 0);
     EXPECT_LT(last_seconds, 30.0) << "with no GPU every check is skipped at once";
 }
@@ -135,6 +138,7 @@ TEST_F(GpuWindow, RebuildsWhatWillNotLoadTimesOutAHangRerunsFailuresAndRecords) 
                "if [ ! -f " +
                    dir + "/hung ]; then touch " + dir +
                    "/hung; exec sleep 1000; fi\n"
+                   "echo '[       OK ] Kernels.CudnnAttentionMatchesCpu (5 ms)'\n"
                    "echo '[  PASSED  ] 30 tests.'\n",
                true);
     // test_gpu as carried will not start (not a program for this machine); the rebuilt one fails one test
@@ -174,6 +178,14 @@ TEST_F(GpuWindow, RebuildsWhatWillNotLoadTimesOutAHangRerunsFailuresAndRecords) 
         << out;
     EXPECT_TRUE(has(row(out, "tput_1.3b"), "20000.0 tok/s, 200.00 TFLOP/s")) << out;
     EXPECT_TRUE(has(row(out, "tput_1.3b"), "0.43x gpu_ckpt; 1.68x fsdp_offload; 1.27x MegaTrain")) << out;
+    // the attention path that ran is in the figures; the -F 1 run is set against the default one
+    EXPECT_TRUE(has(row(out, "tput_1.3b"), "resident 0, attention cudnn;")) << out;
+    EXPECT_TRUE(has(row(out, "tput_1.3b_fused"), "| ok |")) << out;
+    EXPECT_TRUE(has(row(out, "tput_1.3b_fused"), "18000.0 tok/s")) << out;
+    EXPECT_TRUE(has(row(out, "tput_1.3b_fused"), "attention fused;")) << out;
+    EXPECT_TRUE(has(row(out, "tput_1.3b_fused"), "tput_1.3b 1.111x this")) << out;
+    EXPECT_TRUE(has(row(out, "cudnn_kernels"), "| ok |")) << out;
+    EXPECT_TRUE(has(row(out, "cudnn_trainer"), "skipped: BINP_GL does not load")) << out;
     EXPECT_TRUE(has(row(out, "memcheck_kernels"), "skipped: compute-sanitizer not usable")) << out;
     EXPECT_TRUE(has(row(out, "memcheck_train"), "skipped: compute-sanitizer not usable")) << out;
     EXPECT_TRUE(has(row(out, "default_resume"), "| ok |")) << out;
@@ -213,12 +225,14 @@ TEST_F(GpuWindow, RebuildsWhatWillNotLoadTimesOutAHangRerunsFailuresAndRecords) 
     Shell rec = sh(env + "bash dev/bench/gpu_window.sh record " + dir + "/back");
     EXPECT_EQ(rec.rc, 0) << rec.out;
     const std::string ledger = read_file(dir + "/ledger.md");
-    EXPECT_TRUE(has(ledger, "| kernels | 2 | test_kernels: every kernel against the CPU reference | ok | "))
+    EXPECT_TRUE(has(
+        ledger,
+        "| kernels | 2 | test_kernels: every kernel against the CPU reference (cuDNN's SDPA too) | ok | "))
         << ledger;
-    EXPECT_TRUE(has(ledger, "| resume_cpu | 4 |")) << ledger;
+    EXPECT_TRUE(has(ledger, "| resume_cpu | 6 |")) << ledger;
     EXPECT_TRUE(has(ledger, "| 0123456789ab |")) << ledger;
     EXPECT_TRUE(has(ledger,
-                    "| memcheck_kernels | 11 | compute-sanitizer memcheck over the kernel suite (attention "
+                    "| memcheck_kernels | 14 | compute-sanitizer memcheck over the kernel suite (attention "
                     "excluded) | todo | | | | | |"))
         << "a skipped check keeps its row\n"
         << ledger;
@@ -244,6 +258,47 @@ TEST_F(GpuWindow, RebuildsWhatWillNotLoadTimesOutAHangRerunsFailuresAndRecords) 
     EXPECT_EQ(row(only.out, "kernels"), "") << only.out;
     EXPECT_EQ(row(only.out, "trainer"), "") << only.out;
     EXPECT_EQ(row(only.out, "peers_1.3b"), "") << only.out;
+}
+
+// The probe's cuDNN (here LLMC_CUDNN_LIB, set by hand: a file that is no library, so its version is not read)
+// reaches every later command; a cuDNN test that skips (cuDNN would not load) fails cudnn_kernels, saying
+// why; a -F 1 run that reports another path fails as such.
+TEST_F(GpuWindow, ProbeHandsCudnnToEveryRunAndCudnnNotRunningFails) {
+    fake_gpu();
+    const std::string bin = dir + "/carry/bin/", lib = dir + "/cudnn/libcudnn.so.9";
+    ASSERT_EQ(system(("mkdir -p " + dir + "/cudnn").c_str()), 0);
+    write_file(lib, "not a library\n", false);
+    env += "LLMC_CUDNN_LIB=" + lib + " GW_ONLY=cudnn_kernels,tput_1.3b,tput_1.3b_fused ";
+    write_file(bin + "test_kernels",
+               "#!/bin/sh\n[ \"$1\" = --gtest_list_tests ] && exit 0\n"
+               "echo '[ RUN      ] Kernels.CudnnAttentionMatchesCpu'\n"
+               "echo 'test/test_kernels.cu:873: Skipped'\n"
+               "echo 'cuDNN: no libcudnn.so.9 found (tried x)'\n"
+               "echo '[  SKIPPED ] Kernels.CudnnAttentionMatchesCpu (0 ms)'\n"
+               "echo '[  PASSED  ] 0 tests.'\n"
+               "echo '[  SKIPPED ] 1 test, listed below:'\n",
+               true);
+    std::string trainer = kFakeTrainer;
+    trainer.replace(trainer.find("OFFSET"), 6, "0");
+    trainer.replace(trainer.find("att=fused"), 9, "att=cudnn");  // -F 1 ignored: cuDNN runs anyway
+    write_file(bin + "train_gpt", trainer, true);
+
+    const std::string out = window("1");
+    EXPECT_TRUE(has(row(out, "probe"), "cuDNN of unknown version (found, version not read) " + lib)) << out;
+    EXPECT_TRUE(has(row(out, "cudnn_kernels"), "| FAIL rc=1 |")) << out;
+    EXPECT_TRUE(has(row(out, "cudnn_kernels"), "cuDNN NOT RUN: cuDNN: no libcudnn.so.9 found (tried x)"))
+        << out;
+    EXPECT_TRUE(has(row(out, "tput_1.3b"), "| ok |")) << out;
+    EXPECT_TRUE(has(row(out, "tput_1.3b_fused"), "| FAIL rc=1 |")) << out;
+    EXPECT_TRUE(has(row(out, "tput_1.3b_fused"), "WRONG PATH (wanted fused)")) << out;
+    ASSERT_EQ(
+        system(("mkdir -p " + dir + "/logs && tar xzf " + dir + "/out/window_1.tar.gz -C " + dir + "/logs")
+                   .c_str()),
+        0);
+    EXPECT_TRUE(has(read_file(dir + "/logs/logs_1/tput_1.3b.log"), "LLMC_CUDNN_LIB=" + lib));
+    const std::string probe = read_file(dir + "/logs/logs_1/probe.log");
+    EXPECT_TRUE(has(probe, "LD_LIBRARY_PATH=" + dir + "/cudnn") || has(probe, ":" + dir + "/cudnn"))
+        << "cuDNN's folder is on the library path (it loads its sub-libraries by name)";
 }
 
 // prebuild.sh's check: a binary needing a library outside the set an Ubuntu 24.04 + CUDA 13 machine has fails

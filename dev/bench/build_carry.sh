@@ -9,6 +9,10 @@
 #        test_gpu_llama test_llama_kernels bench_attention bench_layer bench_cpu_adam bench_cpu_adam.avx512
 # env: JOBS (parallel compiles; default nproc), REBUILD_DIR (headers and .a files; default .carry/rebuild,
 #      else the system's), NVCC, CXX
+# cuDNN's attention path (llmc/cudnn_att.cpp, -DENABLE_CUDNN) is built where cudnn-frontend's headers are: in
+# REBUILD_DIR/include (prebuild.sh copies them there, with cuDNN's own cudnn*.h) or .deps/cudnn_frontend/include
+# (the Makefile's). cuDNN itself is dlopen'ed at run time: no binary links against it. Without the headers the
+# binaries build without the path (they say so at start) and this script says so here.
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 OUTDIR=${1:?usage: bash dev/bench/build_carry.sh OUTDIR [NAME...]}
@@ -29,6 +33,17 @@ if [ -f "$REBUILD_DIR/include/liburing.h" ]; then INC+=(-I"$REBUILD_DIR/include"
 else LIBDIR=/usr/lib/x86_64-linux-gnu; fi
 URING="$LIBDIR/liburing.a"
 GTEST=("$LIBDIR/libgtest.a" "$LIBDIR/libgtest_main.a")
+# cudnn-frontend's headers: the rebuild kit's, else the Makefile's .deps
+if [ -f "$REBUILD_DIR/include/cudnn_frontend.h" ]; then FE_INC=$REBUILD_DIR/include
+elif [ -f .deps/cudnn_frontend/include/cudnn_frontend.h ]; then FE_INC=.deps/cudnn_frontend/include
+else FE_INC=""; fi
+# and cuDNN's own cudnn.h, which the frontend includes: the kit's, else the CUDA toolkit's or the system's
+if [ -n "$FE_INC" ]; then
+    CUDNN_H=""
+    for f in "$FE_INC/cudnn.h" "$(dirname "$NVCC")/../include/cudnn.h" /usr/local/cuda/include/cudnn.h \
+        /usr/include/cudnn.h /usr/include/x86_64-linux-gnu/cudnn.h; do [ -f "$f" ] && { CUDNN_H=$f; break; }; done
+    [ -n "$CUDNN_H" ] || { echo "build_carry: cudnn-frontend's headers are in $FE_INC but no cudnn.h was found"; FE_INC=""; }
+fi
 
 # The Makefile's flags, with a fixed CPU level instead of -march=native: x86-64-v3 (AVX2, FMA) everywhere,
 # x86-64-v4 (AVX-512) for the .avx512 copies of the CPU-heavy programs (cpu_adam.cpp picks its SIMD width at
@@ -38,7 +53,15 @@ CXXF=(-O3 -fopenmp -std=c++17 "${WARN[@]}")
 GENCODE=(-gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90)
 NVF=(-O3 -std=c++17 "${GENCODE[@]}" --use_fast_math -ftz=true -Wno-deprecated-gpu-targets
     -Xcompiler -fopenmp,-march=x86-64-v3,-Wall,-Wno-unused-function)
-CUDA_LIBS=(-lcublas -lcublasLt -lgomp -lm -lpthread)
+CUDA_LIBS=(-lcublas -lcublasLt -lgomp -lm -lpthread -ldl)
+CUDNN_O=()
+if [ -n "$FE_INC" ]; then
+    NVF+=(-DENABLE_CUDNN)
+    CUDNN_O=("$OBJ/cudnn_att.o")
+    echo "build_carry: cuDNN attention path on (cudnn-frontend's headers: $FE_INC)"
+else
+    echo "build_carry: cudnn-frontend's headers not found (REBUILD_DIR/include, .deps/cudnn_frontend/include): building without the cuDNN attention path"
+fi
 
 FAILED=0
 # job CMD...: runs CMD in the background (at most JOBS at once); its output goes to OBJ/<n>.log
@@ -76,6 +99,10 @@ want_any train_gpt train_gpt.avx512 test_kernels test_gpu test_gpu_llama test_ll
     bench_cpu_adam bench_cpu_adam.avx512 && job ssd_object
 want_any train_gpt train_gpt.avx512 test_kernels test_gpu test_gpu_llama test_llama_kernels bench_attention bench_layer &&
     job "$NVCC" "${NVF[@]}" "${INC[@]}" -c stream.cu -o "$OBJ/stream.o"
+# cuDNN's SDPA through cudnn-frontend: one host-only translation unit, as the Makefile's build/cudnn_att.o
+[ -n "$FE_INC" ] && want_any train_gpt train_gpt.avx512 test_kernels test_gpu test_gpu_llama test_llama_kernels \
+    bench_attention bench_layer && job "$NVCC" -O2 -std=c++17 -x c++ -DENABLE_CUDNN -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING \
+    -I"$FE_INC" -Xcompiler -march=x86-64-v3,-Wall,-Wno-unused-function -c llmc/cudnn_att.cpp -o "$OBJ/cudnn_att.o"
 want_any train_gpt train_gpt.avx512 && job "$NVCC" "${NVF[@]}" "${INC[@]}" -c train_gpt.cu -o "$OBJ/train_gpt.o"
 # programs that need no object: the test and bench sources include train_gpt.cu themselves
 nv_prog() {  # nv_prog NAME SOURCE [extra libs...]: a CUDA program linked with stream.o, cpu_adam.o, ssd.o
@@ -98,7 +125,7 @@ finish
 [ "$FAILED" = 0 ] || { echo "build_carry: compiling failed (logs in $OBJ)"; exit 1; }
 
 # the links (the AVX-512 copies differ only in cpu_adam's object)
-COMMON=("$OBJ/stream.o" "$OBJ/ssd.o")
+COMMON=("$OBJ/stream.o" "$OBJ/ssd.o" "${CUDNN_O[@]}")
 want train_gpt && job "$NVCC" "${NVF[@]}" "$OBJ/train_gpt.o" "${COMMON[@]}" "$OBJ/cpu_adam.o" \
     -o "$OUTDIR/train_gpt" "${CUDA_LIBS[@]}" "$URING"
 want train_gpt.avx512 && job "$NVCC" "${NVF[@]}" "$OBJ/train_gpt.o" "${COMMON[@]}" "$OBJ/cpu_adam_v4.o" \
