@@ -120,6 +120,7 @@ typedef struct {
     double* step_seconds;  // each step's time
     uint64_t sample_rng;
     int sample_tokens;              // per sample (gpu_sample_tokens: 0 for big models)
+    int prompt[65536], prompt_len;  // chat data: the samples' prompt (dataloader_chat_prompt), or 0
     Timeline timeline;              // -Y 1
     TimelineSummary last_timeline;  // of the last step
 } Run;
@@ -198,6 +199,8 @@ static void open_data(Run* r) {
                 r->n_micro);
         r->val_batches = dataloader_eval_batches(val, a->val_max_batches);
         a->max_steps = r->total_steps;  // -x -1 resolved: checkpoints record the run's length
+        const int room = a->T - 1 < 65536 ? a->T - 1 : 65536;
+        r->prompt_len = dataloader_chat_prompt(val, r->prompt, room);
     }
     if (r->resume_step >= 0)
         check_resume_args(r->resume_header, a, r->total_steps, r->step_tokens, a->output_dir);
