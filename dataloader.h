@@ -214,7 +214,9 @@ static inline int dl_check_chat(const char* path, const int32_t* h, int64_t byte
     if (R < B) {  // -t is the shard's --seq-len: fewer rows per batch, or shorter rows for more of them
         char fix[160];
         if (R > 0)
-            snprintf(fix, sizeof fix, "use -b %lld or fewer, or re-make the shards with a smaller --seq-len",
+            snprintf(fix, sizeof fix,
+                     "use -b %lld or fewer, or re-make the shards with a smaller --seq-len (a val shard: a "
+                     "larger --val-convs)",
                      (long long)R);
         else snprintf(fix, sizeof fix, "re-make it with a smaller --seq-len or more conversations");
         snprintf(err, errlen, "shard %s: too short: %lld rows, one batch needs B = %d rows: %s", path,

@@ -191,18 +191,21 @@ static inline int llama_spec_int(const char* tok, size_t len, const char* key, i
     return 1;
 }
 
-// -e NAME that is no file, no directory, no spec of either family: 1 with err, which lists the presets
-// and the nearest name ("did you mean llama3-70b?"). Names ending in .bin stay model files.
+// -e NAME (no ':') that is no file, no directory, no preset of either family: 1 with err, which lists the
+// presets and the nearest name ("did you mean llama3-70b?"). Names ending in .bin stay model files; a
+// spec with ':' parts is parse_model_spec's to judge.
 static inline int unknown_model_name(const char* spec, char* err, size_t errlen) {
     struct stat st;
-    const size_t n = strlen(spec), len = strcspn(spec, ":");
-    if (strchr(spec, '/') || (n >= 4 && strcmp(spec + n - 4, ".bin") == 0) || stat(spec, &st) == 0) return 0;
+    const size_t n = strlen(spec);
+    if (strchr(spec, '/') || strchr(spec, ':') || (n >= 4 && strcmp(spec + n - 4, ".bin") == 0) ||
+        stat(spec, &st) == 0)
+        return 0;
     int64_t x;
-    if (spec_key_value(spec, len, "L", &x) ||
-        (len > 1 && (spec[0] == 'd' || spec[0] == 'D') && spec_key_value(spec + 1, len - 1, "", &x)))
+    if (spec_key_value(spec, n, "L", &x) ||
+        (n > 1 && (spec[0] == 'd' || spec[0] == 'D') && spec_key_value(spec + 1, n - 1, "", &x)))
         return 0;  // a GPT-2 shape: parse_model_spec says what is wrong with it
     char base[64];
-    snprintf(base, sizeof base, "%.*s", (int)(len < 63 ? len : 63), spec);
+    snprintf(base, sizeof base, "%.63s", spec);
     const char* best = NULL;
     int best_d = 1 << 20;
     char list[600] = "";
