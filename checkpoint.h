@@ -288,15 +288,18 @@ static int llama_save_model_streamed(const char* path, const LlamaConfig* c, con
 }
 
 // Saves model, state, then DONE. Failure exits, older ones stay valid.
+// The model is written to model_N.bin.tmp and renamed after the state file: a failed state write
+// (a full disk) leaves no model_N.bin that looks like a finished checkpoint.
 static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const GPTConfig* cfg,
                             const float* master, const float* m, const float* v, const TrainArgs* a, int B,
                             int T, const DataLoaderState* data_state, const StreamedState* ss = NULL,
                             const LlamaConfig* llama = NULL) {
     const int64_t total = llama ? llama_layout(llama).total : gpt_layout(cfg).total;
     const int64_t in_file = ss ? ss->prefix : total;  // parameters whose m, v the state file holds
-    char model[4200], path[4200], tmp[4300], done[4200], err[4352];  // -o is at most 4000 characters
+    char model[4200], staged[4300], path[4200], tmp[4300], done[4200], err[4352];  // -o: 4000 at most
     if (snprintf(model, sizeof model, "%s/model_%08lld.bin", dir, (long long)step) >= (int)sizeof model)
         die("checkpoint path too long in %.200s...", dir);
+    snprintf(staged, sizeof staged, "%s.tmp", model);  // renamed to model once the state file is whole
     snprintf(path, sizeof path, "%s/state_%08lld.bin", dir, (long long)step);  // as long as model
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     snprintf(done, sizeof done, "%s/DONE_%08lld", dir, (long long)step);
@@ -310,13 +313,20 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     sums[0].bytes = 256 * 4 + total * 4;
     int saved;
     if (llama && ss)
-        saved = llama_save_model_streamed(model, llama, master, ss, &sums[0].crc, err, sizeof err);
-    else if (llama) saved = llama_save_params(model, llama, master, err, sizeof err, &sums[0].crc);
-    else if (ss) saved = save_model_streamed(model, cfg, master, ss, &sums[0].crc, err, sizeof err);
-    else saved = gpt_save_params(model, cfg, master, err, sizeof err, &sums[0].crc);
-    if (!saved) die("%s", err);
+        saved = llama_save_model_streamed(staged, llama, master, ss, &sums[0].crc, err, sizeof err);
+    else if (llama) saved = llama_save_params(staged, llama, master, err, sizeof err, &sums[0].crc);
+    else if (ss) saved = save_model_streamed(staged, cfg, master, ss, &sums[0].crc, err, sizeof err);
+    else saved = gpt_save_params(staged, cfg, master, err, sizeof err, &sums[0].crc);
+    if (!saved) {  // the error names the file the checkpoint was to write
+        char* at = strstr(err, staged);
+        if (at) memmove(at + strlen(model), at + strlen(staged), strlen(at + strlen(staged)) + 1);
+        die("%s", err);
+    }
     FILE* f = fopen(tmp, "wb");
-    if (!f) die("cannot create %s: %s", tmp, strerror(errno));
+    if (!f) {
+        remove(staged);
+        die("cannot create %s: %s", tmp, strerror(errno));
+    }
     uint32_t crc = 0;
     int64_t header[ST_HEADER_FIELDS] = {0};
     header[ST_MAGIC] = STATE_MAGIC;
@@ -350,8 +360,11 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
         (int64_t)sizeof header + (int64_t)sizeof *data_state + (ss ? (int64_t)sizeof tail : 0) + in_file * 8;
     sums[1].crc = crc;
     int why;
-    if (!finish_atomic_write(f, ok, tmp, path, &why))
+    if (!finish_atomic_write(f, ok, tmp, path, &why)) {
+        remove(staged);  // no model file without its state
         die("failed writing %s: %s", path, why ? strerror(why) : "short write");
+    }
+    if (rename(staged, model) != 0) die("cannot rename %s to %s: %s", staged, model, strerror(errno));
     // both files durable before the marker vouching for them
     if (!fsync_dir(dir, err, sizeof err)) die("%s", err);
     if (!checkpoint_write_done(dir, step, sums, err, sizeof err)) die("%s", err);
@@ -504,6 +517,33 @@ static int64_t pick_checkpoint(const char* dir, char* model, char* state, size_t
     return -1;
 }
 
+// -y 1: the hyperparameters not on the command line come from the checkpoint, not from this trainer's
+// defaults (train_gpt's and train_gpt_cpu's differ: a run moving between them keeps its own).
+static void resume_recorded_hyperparameters(const int64_t* h, TrainArgs* a) {
+    char taken[300] = "";
+    auto take_int = [&](unsigned bit, const char* flag, int* x, int64_t v) {
+        if (!(a->given & bit) && *x != v)
+            snprintf(taken + strlen(taken), sizeof taken - strlen(taken), " %s %lld", flag, (long long)v);
+        if (!(a->given & bit)) *x = (int)v;
+    };
+    auto take_float = [&](unsigned bit, const char* flag, float* x, int64_t bits) {
+        if (!(a->given & bit) && float_bits(*x) != bits)
+            snprintf(taken + strlen(taken), sizeof taken - strlen(taken), " %s %g", flag, bits_float(bits));
+        if (!(a->given & bit)) *x = bits_float(bits);
+    };
+    take_int(GIVEN_X, "-x", &a->max_steps, h[ST_TOTAL_STEPS]);
+    take_float(GIVEN_L, "-l", &a->lr, h[ST_LR]);
+    take_int(GIVEN_U, "-u", &a->warmup_steps, h[ST_WARMUP]);
+    take_float(GIVEN_Q, "-q", &a->final_lr_frac, h[ST_FINAL_LR_FRAC]);
+    if (!(a->given & GIVEN_K) && a->lr_schedule != h[ST_LR_SCHEDULE])
+        snprintf(taken + strlen(taken), sizeof taken - strlen(taken), " -k %s",
+                 lr_schedule_name(h[ST_LR_SCHEDULE]));
+    if (!(a->given & GIVEN_K)) a->lr_schedule = (int)h[ST_LR_SCHEDULE];
+    take_float(GIVEN_C, "-c", &a->weight_decay, h[ST_WEIGHT_DECAY]);
+    take_float(GIVEN_GC, "-gc", &a->grad_clip, h[ST_GRAD_CLIP]);
+    if (taken[0]) printf("resume: the checkpoint's%s (flags given here override them)\n", taken);
+}
+
 // B, T, tokens per step must match the checkpoint's. Other flags warn.
 static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_steps, int64_t step_tokens,
                               const char* dir) {
@@ -578,10 +618,10 @@ static void remove_stale_tmp_files(const char* dir) {
     struct dirent* e;
     while ((e = readdir(d))) {
         char base[256];
-        const size_t len = strlen(e->d_name);
+        size_t len = strlen(e->d_name);
         if (len < 5 || len >= sizeof base || strcmp(e->d_name + len - 4, ".tmp") != 0) continue;
-        memcpy(base, e->d_name, len - 4);
-        base[len - 4] = '\0';
+        memcpy(base, e->d_name, len + 1);
+        while (len > 4 && strcmp(base + len - 4, ".tmp") == 0) base[len -= 4] = '\0';  // model_N.bin.tmp.tmp
         if (strcmp(base, "main.log") != 0 && checkpoint_name_step(base, "DONE_", "") < 0 &&
             checkpoint_name_step(base, "model_", ".bin") < 0 &&
             checkpoint_name_step(base, "state_", ".bin") < 0)
@@ -624,7 +664,7 @@ static int dir_run_files(const char* dir, char* found, size_t len) {
 
 // Makes and locks -o. Returns the step to resume (-y 1), or -1.
 // Dies before overwriting a run's files.
-static int64_t open_run_dir(const TrainArgs* a, char* model, char* state, size_t pathlen, GPTConfig* cfg,
+static int64_t open_run_dir(TrainArgs* a, char* model, char* state, size_t pathlen, GPTConfig* cfg,
                             int64_t header[ST_HEADER_FIELDS], LlamaConfig* llama = NULL) {
     if (llama) memset(llama, 0, sizeof *llama);
     if (!a->output_dir) return -1;
@@ -636,17 +676,25 @@ static int64_t open_run_dir(const TrainArgs* a, char* model, char* state, size_t
     if (a->resume) {
         const int64_t step =
             pick_checkpoint(dir, model, state, pathlen, cfg, header, llama);  // dies if none is valid
-        if (step >= 0) return step;
+        if (step >= 0) {
+            resume_recorded_hyperparameters(header, a);
+            return step;
+        }
     } else if (latest >= 0) {
         die("%s already holds checkpoints (latest step %lld): resume with -y 1, or choose another -o", dir,
             (long long)latest);
     }
     char found[400];
-    if (dir_run_files(dir, found, sizeof found) > 0)
-        die("%s already holds files of another run (%s) but no complete checkpoint: %s; choose another -o",
-            dir, found,
-            a->resume ? "nothing to resume (-y 1), and starting over would overwrite them"
-                      : "a fresh run would overwrite them");
+    if (dir_run_files(dir, found, sizeof found) > 0) {
+        if (a->resume)  // a run killed before its first checkpoint: nothing to go on from
+            die("%s has no complete checkpoint yet (%s): the run was stopped before its first save, so there "
+                "is "
+                "nothing to resume; to start over, remove %s (or choose another -o) and run without -y 1",
+                dir, found, dir);
+        die("%s already holds files of another run (%s) but no complete checkpoint: a fresh run would "
+            "overwrite them; choose another -o",
+            dir, found);
+    }
     if (a->resume) printf("no checkpoint in %s: starting from scratch\n", dir);
     return -1;
 }

@@ -219,9 +219,16 @@ static inline int dl_check_chat(const char* path, const int32_t* h, int64_t byte
                  (long long)targets, (long long)(R * T));
         return 0;
     }
-    if (R < B) {
-        snprintf(err, errlen, "shard %s: too short: %lld rows, one batch needs B = %d rows", path,
-                 (long long)R, B);
+    if (R < B) {  // -t is the shard's --seq-len: fewer rows per batch, or shorter rows for more of them
+        char fix[160];
+        if (R > 0)
+            snprintf(fix, sizeof fix,
+                     "use -b %lld or fewer, or re-make the shards with a smaller --seq-len (a val shard: a "
+                     "larger --val-convs)",
+                     (long long)R);
+        else snprintf(fix, sizeof fix, "re-make it with a smaller --seq-len or more conversations");
+        snprintf(err, errlen, "shard %s: too short: %lld rows, one batch needs B = %d rows: %s", path,
+                 (long long)R, B, fix);
         return 0;
     }
     const int S = h[CHAT_H_SPECIALS];
@@ -293,8 +300,12 @@ static inline int dl_check_shard(const char* path, int B, int T, DlShard* s, cha
         return 0;
     }
     if (n < BT + 1) {
-        snprintf(err, errlen, "shard %s: too short: %lld tokens, one batch needs B*T+1 = %lld tokens", path,
-                 (long long)n, (long long)(BT + 1));
+        char fix[160];
+        const int64_t fits = (n - 1) / T;  // the B that fits at this T
+        if (fits > 0) snprintf(fix, sizeof fix, "use -b %lld or fewer, or a smaller -t", (long long)fits);
+        else snprintf(fix, sizeof fix, "use -b 1 and -t %lld or less", (long long)(n > 1 ? n - 1 : 1));
+        snprintf(err, errlen, "shard %s: too short: %lld tokens, one batch needs B*T+1 = %lld tokens: %s",
+                 path, (long long)n, (long long)(BT + 1), fix);
         return 0;
     }
     s->tokens = n;
@@ -671,6 +682,24 @@ static inline int dataloader_set_state(DataLoader* dl, const DataLoaderState* s,
     dl->shuffle = (int)s->shuffle;
     dl->order_epoch = dl->order_shard = -1;  // rebuilt from (seed, epoch) on the next batch
     return 1;
+}
+
+// A chat run's sample prompt: the first row's first conversation with a target, up to that target (where
+// the assistant's turn starts), into prompt. Its length, or 0 (not chat data, or longer than max_len).
+// Resets dl (an unshuffled val loader).
+static inline int dataloader_chat_prompt(DataLoader* dl, int* prompt, int max_len) {
+    if (dl->kind != DL_CHAT) return 0;
+    dataloader_reset(dl);
+    int start = 0, n = 0;
+    if (dataloader_next_batch(dl))
+        for (int j = 0; j < dl->T && n == 0; j++) {
+            if (dl->pos[j] == 0) start = j;              // a conversation starts
+            if (dl->targets[j] >= 0) n = j + 1 - start;  // inputs[j] is the last token before the answer
+        }
+    if (n > max_len) n = 0;
+    if (n > 0) memcpy(prompt, dl->inputs + start, (size_t)n * sizeof(int));
+    dataloader_reset(dl);
+    return n;
 }
 
 // Batches per validation pass (unshuffled loader, reset first): all, or at most max_batches > 0.

@@ -122,6 +122,7 @@ typedef struct {
     double* step_seconds;  // each step's time
     uint64_t sample_rng;
     int sample_tokens;              // per sample (gpu_sample_tokens: 0 for big models)
+    int prompt[65536], prompt_len;  // chat data: the samples' prompt (dataloader_chat_prompt), or 0
     Timeline timeline;              // -Y 1
     TimelineSummary last_timeline;  // of the last step
 } Run;
@@ -231,6 +232,8 @@ static void open_data(Run* r) {
             if (!fits) die("%s", err);
             if (fits == 2 && dl == train) fprintf(stderr, "warning: %s\n", err);
         }
+        const int room = a->T - 1 < 65536 ? a->T - 1 : 65536;
+        r->prompt_len = dataloader_chat_prompt(val, r->prompt, room);
     }
     if (r->resume_step >= 0)
         check_resume_args(r->resume_header, a, r->total_steps, r->step_tokens, a->output_dir);

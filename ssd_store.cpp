@@ -504,6 +504,21 @@ SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err
             old.steps[0] >= 0 || old.steps[1] >= 0 ? " with a checkpoint" : "");
         return NULL;
     }
+    // gen0, gen1, the manifest and grads.bf16 must be this store's own: a symbolic link there would have
+    // the store delete and overwrite files elsewhere (lstat: the link itself, not its target)
+    for (const char* name : {"gen0", "gen1", "ssd_manifest", "grads.bf16"}) {
+        const std::string path = std::string(dir) + "/" + name;
+        const bool want_dir = strncmp(name, "gen", 3) == 0;
+        struct stat sb;
+        if (lstat(path.c_str(), &sb) == 0 && (S_ISLNK(sb.st_mode) || want_dir != S_ISDIR(sb.st_mode))) {
+            snprintf(err, errlen,
+                     "%.600s is a %s, not the SSD store's own %s: the store does not write through it; "
+                     "remove it or give this run another -sd directory",
+                     path.c_str(), S_ISLNK(sb.st_mode) ? "symbolic link" : "file of another kind",
+                     want_dir ? "directory" : "file");
+            return NULL;
+        }
+    }
     SsdStore* st = new_store(dir, cfg);
     // An older store here is replaced: its manifest first, then its files.
     unlink((st->dir + "/ssd_manifest").c_str());

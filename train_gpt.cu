@@ -825,17 +825,23 @@ static void load_state(GPT* g, const char* path, DataLoaderState* data_state) {
 }
 
 // ----------------------------------------------------------------------------
-// Sampling from <|endoftext|>: each token, a full forward streaming the model once.
+// Sampling from <|endoftext|>, or a chat run's prompt: each token, a full forward streaming the model once.
 
-static void gpt_sample(GPT* g, const Tokenizer* tok, int gen_tokens, uint64_t* rng) {
+static void gpt_sample(GPT* g, const Tokenizer* tok, int gen_tokens, uint64_t* rng, const int* prompt,
+                       int prompt_len) {
     const int64_t N = (int64_t)g->B * g->T;
     const int V = g->config.vocab_size, want = tok->init_ok ? tok->eot_token : 50256;  // -1: none
     const int eot = want < 0 ? 0 : want < V ? want : V - 1;
     int* tokens = (int*)malloc(sizeof(int) * N);
     float* logits = (float*)malloc(sizeof(float) * g->config.padded_vocab_size);
     for (int64_t i = 0; i < N; i++) tokens[i] = eot;
+    const int first = prompt_len > 0 ? prompt_len : 1;  // row 0 holds the prompt, then the sample
+    if (prompt_len > 0) {
+        memcpy(tokens, prompt, sizeof(int) * prompt_len);
+        print_sample_prompt(tok, prompt, prompt_len);
+    }
     printf("generating:\n---\n");
-    for (int t = 1; t < gen_tokens + 1 && t < g->T; t++) {
+    for (int t = first; t < first + gen_tokens && t < g->T; t++) {
         gpt_forward_eval(g, tokens, NULL);
         gpt_copy_logits(g, 0, t - 1, logits);
         int next = sample_softmax(logits, V, random_f32(rng));
@@ -951,7 +957,7 @@ static void evaluate(Run* r, GPT* g, int step) {
         printf("val loss %.6f\n", vl);
         logger_val(&r->logger, step, vl);
     }
-    if (sample_now) gpt_sample(g, &r->tok, r->sample_tokens, &r->sample_rng);
+    if (sample_now) gpt_sample(g, &r->tok, r->sample_tokens, &r->sample_rng, r->prompt, r->prompt_len);
 }
 
 // Next step's micro-batches (-a 1: the same first ones).
@@ -1030,8 +1036,8 @@ int main(int argc, char** argv) {
         fflush(stdout);
         if (ran) logger_train(&r.logger, step + 1, res.loss, lr, (float)res.norm);
         const bool last = step + 1 == r.total_steps;
-        const int every = args.checkpoint_every;
-        if (!r.bench && every > 0 && ((step + 1) % every == 0 || last)) {
+        const int every = args.checkpoint_every;  // and the last step with -o: a run that ends saves
+        if (!r.bench && args.output_dir && ((every > 0 && (step + 1) % every == 0) || last)) {
             save_run_checkpoint(&r, &g);
             saved_step = step + 1;
         }

@@ -218,14 +218,22 @@ static float validation_loss(CpuModel* model, DataLoader* val, int64_t batches) 
     return (float)(sum / (chat ? targets : (double)batches));
 }
 
-// Prints n sampled tokens after <|endoftext|>. Each: a B=1 forward over the last maxT.
-static void generate(CpuModel* model, const Tokenizer* tok, int n, uint64_t* rng) {
+// Prints n sampled tokens after <|endoftext|>, or after a chat run's prompt (its P tokens, then at most
+// T - P). Each: a B=1 forward over the last maxT.
+static void generate(CpuModel* model, const Tokenizer* tok, int n, uint64_t* rng, const int* prompt = NULL,
+                     int P = 0, int T = 0) {
     const int maxT = model_max_T(model), V = model_vocab(model);
     const int eot = tok->init_ok ? tok->eot_token : 50256;  // -1: a tokenizer without such a token
-    int* tokens = (int*)malloc(sizeof(int) * (size_t)(n + 1));
+    if (P > 0 && n > T - P) n = T - P;
+    int* tokens = (int*)malloc(sizeof(int) * (size_t)(n + (P > 0 ? P : 1)));
     tokens[0] = eot < 0 ? 0 : eot < V ? eot : V - 1;
+    if (P > 0) {
+        memcpy(tokens, prompt, sizeof(int) * (size_t)P);
+        print_sample_prompt(tok, prompt, P);
+    }
+    const int first = P > 0 ? P : 1;
     printf("generating:\n---\n");
-    for (int i = 1; i <= n; i++) {
+    for (int i = first; i < first + n; i++) {
         const int ctx = i < maxT ? i : maxT;
         model_forward(model, tokens + i - ctx, NULL, 1, ctx);
         const float* logits = model_logits(model, ctx - 1);
@@ -253,6 +261,8 @@ typedef struct {
     int64_t resume_header[ST_HEADER_FIELDS];
     char resume_model[4200], resume_state[4200];
     Tokenizer tok;
+    int* prompt;  // chat data: the samples' prompt (dataloader_chat_prompt), prompt_len tokens
+    int prompt_len;
     TrainLogger logger;
     int start_step;
     int64_t adam_t;                          // updates applied: steps less -sl / -sg skips
@@ -347,6 +357,9 @@ static void open_data(CpuRun* r) {
         die("train data %s holds %lld batches of B*T, fewer than the %d one step needs (-d)", a->train_data,
             (long long)r->train.num_batches, r->accum);
     r->val_batches = dataloader_eval_batches(&r->val, a->val_max_batches);
+    r->prompt = (int*)malloc(sizeof(int) * (size_t)a->T);  // a chat run samples after a prompt
+    if (!r->prompt) die("out of memory");
+    r->prompt_len = dataloader_chat_prompt(&r->val, r->prompt, a->T - 1);
     a->max_steps = r->total_steps;  // -x -1 resolved: checkpoints record the run's length
     const std::string tok = open_tokenizer(r);
     for (const DataLoader* dl : {&r->train, &r->val}) {
@@ -488,6 +501,7 @@ static void free_run(CpuRun* r) {
     tokenizer_free(&r->tok);
     dataloader_free(&r->train);
     dataloader_free(&r->val);
+    free(r->prompt);
     free(r->adam_m);
     free(r->adam_v);
     model_free(&r->model);
@@ -521,7 +535,7 @@ int main(int argc, char** argv) {
         }
         if (sample_tokens(a) > 0 &&
             ((a->sample_every > 0 && step > 0 && step % a->sample_every == 0) || last))
-            generate(&r->model, &r->tok, sample_tokens(a), &rng);
+            generate(&r->model, &r->tok, sample_tokens(a), &rng, r->prompt, r->prompt_len, a->T);
         if (last) break;
 
         const double t0 = seconds_now();
@@ -554,8 +568,9 @@ int main(int argc, char** argv) {
                    skipped[0] ? " | update skipped: " : "", skipped);
         fflush(stdout);
         if (!no_targets) logger_train(&r->logger, step + 1, (float)loss, lr, norm);
-        if (a->output_dir && a->checkpoint_every > 0 &&
-            ((step + 1) % a->checkpoint_every == 0 || step + 1 == r->total_steps))
+        // every -n steps, and the last step with -o whatever -n says: a run that ends saves its model
+        if (a->output_dir && ((a->checkpoint_every > 0 && (step + 1) % a->checkpoint_every == 0) ||
+                              step + 1 == r->total_steps))
             save_checkpoint(r, step + 1);
         stop_if_asked(r, step + 1);
     }

@@ -3,11 +3,13 @@
 write it: "s:STEP trl:LOSS lr:LR norm:NORM" and "s:STEP tel:LOSS").
 
 Left: train loss (thin) and validation loss (dots) against the step, the learning rate on a second axis
-(dashed). Right: the same losses against the tokens seen, when the tokens per step are known: from -t, or from
-a checkpoint's state file (state_*.bin) beside the log. Several logs are overlaid, one colour each, to compare
-runs. It trains nothing and reads nothing else.
+(dashed). Right: the gradient norm against the step (log scale), which every run logs, however short; where
+the tokens per step are known (--tokens-per-step, or a checkpoint's state file, state_*.bin, beside the log),
+both panels get a "tokens seen" axis on top. Several logs are overlaid, one colour each, to compare runs. It
+trains nothing and reads nothing else.
 
-usage: python3 dev/plot.py log/main.log [other/main.log ...] [-o loss.png] [-t TOKENS_PER_STEP] [--title T]
+usage: python3 dev/plot.py log/main.log [other/main.log ...] [-o loss.png] [--tokens-per-step N] [--title T]
+(the trainers' -t is the sequence length: the tokens per step is B x T x accumulation, the trainers' -d)
 """
 import argparse
 import glob
@@ -82,10 +84,17 @@ def main():
     ap = argparse.ArgumentParser(description="loss curves from main.log files")
     ap.add_argument("logs", nargs="+", help="main.log files (one curve each)")
     ap.add_argument("-o", "--out", default="loss.png", help="image file to write (default loss.png)")
-    ap.add_argument("-t", "--tokens-per-step", type=int, default=0,
-                    help="tokens per step, for the tokens axis (default: from a state_*.bin beside each log)")
+    ap.add_argument("--tokens-per-step", type=int, default=0,
+                    help="tokens per step (the trainers' -d, or B x T), for the tokens axis (default: from a "
+                         "state_*.bin beside each log)")
+    ap.add_argument("-t", dest="seq_len", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--title", default="", help="figure title")
     args = ap.parse_args()
+    if args.seq_len is not None:  # the trainers' -t is the sequence length, not the tokens per step
+        sys.exit(f"error: -t {args.seq_len}: plot.py has no -t (the trainers' -t is the sequence length); "
+                 f"give the tokens per step as --tokens-per-step N (the run's -d, or B x T)")
+    if args.tokens_per_step < 0:
+        sys.exit(f"error: --tokens-per-step {args.tokens_per_step}: must be positive")
 
     # every input is read and the output checked before matplotlib is loaded
     logs = []
@@ -111,39 +120,46 @@ def main():
     except ImportError as e:
         sys.exit(f"error: plot.py needs matplotlib ({e}): pip install matplotlib (or python3-matplotlib)")
 
-    fig, (ax_step, ax_tok) = plt.subplots(1, 2, figsize=(13, 4.8))
+    fig, (ax_step, ax_norm) = plt.subplots(1, 2, figsize=(13, 4.8))
     ax_lr = ax_step.twinx()
-    any_tokens = False
+    tokens = set()  # the tokens per step of each log, where known
     for i, (path, train, val) in enumerate(logs):
         color = f"C{i}"
         name = os.path.basename(os.path.dirname(os.path.abspath(path))) + " " if len(args.logs) > 1 else ""
         tps = args.tokens_per_step or tokens_per_step_of(path)
+        tokens.add(tps)
         if train:
             steps, losses, lrs = [t[0] for t in train], [t[1] for t in train], [t[2] for t in train]
-            ax_step.plot(steps, losses, color=color, lw=0.8, alpha=0.8, label=f"{name}train")
+            ax_step.plot(steps, losses, color=color, lw=0.8, alpha=0.8, marker="." if len(steps) < 30 else None,
+                         label=f"{name}train")
             ax_lr.plot(steps, lrs, color=color, lw=1.0, ls="--", alpha=0.6)
-            if tps:
-                ax_tok.plot([s * tps for s in steps], losses, color=color, lw=0.8, alpha=0.8, label=f"{name}train")
+            norms = [(t[0], t[3]) for t in train if math.isfinite(t[3]) and t[3] > 0]
+            if norms:
+                ax_norm.plot([n[0] for n in norms], [n[1] for n in norms], color=color, lw=0.8,
+                             marker="." if len(norms) < 30 else None, label=f"{name}gradient norm")
         if val:
-            vsteps, vlosses = [v[0] for v in val], [v[1] for v in val]
-            label = f"{name}val"
-            ax_step.plot(vsteps, vlosses, "o-", color=color, ms=4, lw=1.5, label=label)
-            if tps:
-                ax_tok.plot([s * tps for s in vsteps], vlosses, "o-", color=color, ms=4, lw=1.5, label=label)
-        any_tokens = any_tokens or bool(tps)
+            ax_step.plot([v[0] for v in val], [v[1] for v in val], "o-", color=color, ms=4, lw=1.5,
+                         label=f"{name}val")
     ax_step.set_xlabel("step")
     ax_step.set_ylabel("loss")
     ax_lr.set_ylabel("learning rate (dashed)")
     ax_step.grid(alpha=0.3)
     ax_step.legend(loc="upper right")
-    ax_tok.set_xlabel("tokens seen")
-    ax_tok.set_ylabel("loss")
-    ax_tok.grid(alpha=0.3)
-    if any_tokens:
-        ax_tok.legend(loc="upper right")
+    ax_norm.set_xlabel("step")
+    ax_norm.set_ylabel("gradient norm (before the clip)")
+    ax_norm.grid(alpha=0.3, which="both")
+    if ax_norm.lines:
+        ax_norm.set_yscale("log")
+        ax_norm.legend(loc="upper right")
     else:
-        ax_tok.text(0.5, 0.5, "tokens per step unknown:\nno state_*.bin beside the log; pass -t", ha="center",
-                    va="center", transform=ax_tok.transAxes)
+        ax_norm.text(0.5, 0.5, "no train lines with a gradient norm", ha="center", va="center",
+                     transform=ax_norm.transAxes)
+    # one tokens-per-step for every log: a tokens axis on top of both panels
+    tps = tokens.pop() if len(tokens) == 1 else None
+    if tps:
+        for ax in (ax_step, ax_norm):
+            top = ax.secondary_xaxis("top", functions=(lambda s, k=tps: s * k, lambda n, k=tps: n / k))
+            top.set_xlabel(f"tokens seen ({tps:,} a step)")
     if args.title:
         fig.suptitle(args.title)
     fig.tight_layout()
@@ -151,7 +167,8 @@ def main():
         fig.savefig(args.out, dpi=110)
     except (OSError, ValueError) as e:  # unwritable, or an extension matplotlib has no format for
         sys.exit(f"error: -o {args.out}: {e}")
-    print(f"wrote {args.out}")
+    print(f"wrote {args.out}: loss and learning rate by step, gradient norm by step"
+          + (f", tokens seen on top ({tps:,} a step)" if tps else " (tokens per step unknown: --tokens-per-step N)"))
 
 
 if __name__ == "__main__":

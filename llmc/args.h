@@ -37,14 +37,17 @@ typedef struct {
     int val_max_batches;         // -m  batches per validation; 0 = the whole val set
     int sample_every;            // -s  generate a sample every N steps; 0 = only at the end
     int gen_tokens;              // -g  tokens per sample; 0 = no sampling; -1 = sample_tokens()
-    int checkpoint_every;        // -n  checkpoint every N steps (needs -o); 0 = never
+    int checkpoint_every;        // -n  checkpoint every N steps (needs -o); the last step saves anyway
     int keep_checkpoints;        // -nk keep the newest N checkpoints (llm.c's flag); 0 = all
     int major_checkpoint_every;  // -nm checkpoints at multiples of N steps outlive -nk; 0 = none
     int resume;                  // -y  1 = resume from the latest checkpoint in -o
     int overfit_single_batch;    // -a  1 = every step trains on the first step's tokens (loss -> 0)
     float skip_loss_z;           // -sl skip an update whose loss z-score exceeds this; 0 = off
     float skip_grad_z;           // -sg the same for the gradient norm; 0 = off
+    unsigned given;              // GIVEN_* bits: flags on the command line (-y 1 takes the rest from the run)
 } TrainArgs;
+// The hyperparameters a checkpoint records, as bits of TrainArgs.given.
+enum { GIVEN_X = 1, GIVEN_L = 2, GIVEN_U = 4, GIVEN_Q = 8, GIVEN_K = 16, GIVEN_C = 32, GIVEN_GC = 64 };
 
 // llm.c's defaults; a trainer changes its own before parsing.
 static inline void train_args_defaults(TrainArgs* a) {
@@ -113,7 +116,7 @@ static inline void train_usage(FILE* f, const TrainArgs* d = NULL) {
         "  -m <int>    val batches, 0 = all (default %d)\n"
         "  -s <int>    sample every N steps, 0 = only at the end (default %d)\n"
         "  -g <int>    generated tokens per sample, at most T - 1, 0 = none (default 64, or T - 1 if less)\n"
-        "  -n <int>    checkpoint every N steps, 0 = never (default %d)\n"
+        "  -n <int>    checkpoint every N steps; with -o the last step always saves one (default %d)\n"
         "  -nk <int>   keep only the newest N checkpoints, removing older ones once a new one is complete,\n"
         "              0 = keep all (default %d)\n"
         "  -nm <int>   checkpoints at multiples of N steps are never removed by -nk, 0 = none (default %d)\n"
@@ -185,6 +188,7 @@ static inline int parse_train_arg(TrainArgs* a, const char* flag, const char* va
             snprintf(err, errlen, "flag %s needs a value", flag);
             return 0;
         }
+        a->given |= GIVEN_GC;
         return parse_float_in(flag, value, 0.0, 1e30, &a->grad_clip, err, errlen);
     }
     if (strcmp(flag, "-sl") == 0 || strcmp(flag, "-sg") == 0) {  // llm.c's outlier thresholds (z-scores)
@@ -200,6 +204,8 @@ static inline int parse_train_arg(TrainArgs* a, const char* flag, const char* va
         snprintf(err, errlen, "flag %s needs a value", flag);
         return 0;
     }
+    const char* recorded = strchr("xluqkc", flag[1]);  // GIVEN_X ... GIVEN_C, in this order
+    if (recorded) a->given |= 1u << (recorded - "xluqkc");
     switch (flag[1]) {
         case 'i': a->train_data = value; break;
         case 'j': a->val_data = value; break;

@@ -195,6 +195,44 @@ static inline int llama_spec_int(const char* tok, size_t len, const char* key, i
     return 1;
 }
 
+// -e NAME (no ':') that is no file, no directory, no preset of either family: 1 with err, which lists the
+// presets and the nearest name ("did you mean llama3-70b?"). Names ending in .bin stay model files; a
+// spec with ':' parts is parse_model_spec's to judge.
+static inline int unknown_model_name(const char* spec, char* err, size_t errlen) {
+    struct stat st;
+    const size_t n = strlen(spec);
+    if (strchr(spec, '/') || strchr(spec, ':') || (n >= 4 && strcmp(spec + n - 4, ".bin") == 0) ||
+        stat(spec, &st) == 0)
+        return 0;
+    int64_t x;
+    if (spec_key_value(spec, n, "L", &x) ||
+        (n > 1 && (spec[0] == 'd' || spec[0] == 'D') && spec_key_value(spec + 1, n - 1, "", &x)))
+        return 0;  // a GPT-2 shape: parse_model_spec says what is wrong with it
+    char base[64];
+    snprintf(base, sizeof base, "%.63s", spec);
+    const char* best = NULL;
+    int best_d = 1 << 20;
+    char list[600] = "";
+    for (const ModelPreset& p : model_presets) {
+        if (!strcasecmp(p.name, base)) return 0;  // a GPT-2 preset
+        const int d = spec_edit_distance(base, p.name);
+        if (d < best_d) best_d = d, best = p.name;
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", list[0] ? " " : "", p.name);
+    }
+    for (const LlamaPreset& p : llama_presets) {
+        const int d = spec_edit_distance(base, p.name);
+        if (d < best_d) best_d = d, best = p.name;
+        snprintf(list + strlen(list), sizeof list - strlen(list), " %s", p.name);
+    }
+    char hint[96] = "";
+    if (best && best_d <= 3) snprintf(hint, sizeof hint, "did you mean %s? ", best);
+    snprintf(err, errlen,
+             "-e %.200s: no such file or directory, and not a model preset: %sthe presets are %s (or a "
+             "spec: dN, L<n>:C<n>:NH<n>, llama:... / qwen2:...; see -h)",
+             spec, hint, list);
+    return 1;
+}
+
 // BASE[:KEYn]...: a preset (llama3-8b), or a family (llama, qwen2) plus L, C, NH, I.
 // Keys: L C NH KV=NKV HD=hd I V T=maxT, TIE BIAS (0/1).
 // 1: a Llama spec. 2: not one (GPT-2 or a path). 0: invalid, err says why.
@@ -212,29 +250,35 @@ static inline int parse_llama_spec(const char* spec, LlamaConfig* cfg, char* err
         }
     const int family = !found && ((len == 5 && !strncasecmp(tok, "llama", 5)) ||
                                   (len == 5 && !strncasecmp(tok, "qwen2", 5)));
-    if (!found && !family) return 2;
+    if (!found && !family) return unknown_model_name(spec, err, errlen) ? 0 : 2;
     if (family) {  // the family's defaults; the shape must be given
         const int qwen = tok[0] == 'q' || tok[0] == 'Q';
         c = {0, 0, 0, 0, 0,    0, qwen ? 151936 : 128256, 2048, qwen ? 1e-6f : 1e-5f, qwen ? 1e6f : 5e5f, 0,
              0, 0, 0, 0, qwen, 0};
     }
     int kv = -1, hd = -1;
+    // TIE before T: T is a prefix of TIE. Each key once.
+    const struct {
+        const char* key;
+        int* value;
+    } keys[] = {
+        {"NH", &c.num_heads},  {"KV", &kv},          {"HD", &hd},           {"TIE", &c.tied_embeddings},
+        {"BIAS", &c.qkv_bias}, {"L", &c.num_layers}, {"C", &c.hidden_size}, {"I", &c.intermediate_size},
+        {"V", &c.vocab_size},  {"T", &c.max_seq_len}};
+    unsigned seen = 0;
     while (tok[len] == ':') {
         tok += len + 1;
         len = strcspn(tok, ":");
-        // TIE before T: T is a prefix of TIE
-        if (llama_spec_int(tok, len, "NH", &c.num_heads) || llama_spec_int(tok, len, "KV", &kv) ||
-            llama_spec_int(tok, len, "HD", &hd) || llama_spec_int(tok, len, "TIE", &c.tied_embeddings) ||
-            llama_spec_int(tok, len, "BIAS", &c.qkv_bias) || llama_spec_int(tok, len, "L", &c.num_layers) ||
-            llama_spec_int(tok, len, "C", &c.hidden_size) ||
-            llama_spec_int(tok, len, "I", &c.intermediate_size) ||
-            llama_spec_int(tok, len, "V", &c.vocab_size) || llama_spec_int(tok, len, "T", &c.max_seq_len))
-            continue;
-        snprintf(err, errlen,
-                 "model spec '%.200s': bad part '%.*s' (want L C NH KV HD I V T TIE BIAS, "
-                 "each with a number)",
-                 spec, (int)len, tok);
-        return 0;
+        int k = 0;
+        while (k < 10 && !llama_spec_int(tok, len, keys[k].key, keys[k].value)) k++;
+        if (k == 10) {
+            snprintf(err, errlen,
+                     "model spec '%.200s': bad part '%.*s' (want L C NH KV HD I V T TIE BIAS, "
+                     "each with a number)",
+                     spec, (int)len, tok);
+            return 0;
+        }
+        if (spec_key_repeated(spec, keys[k].key, k, &seen, err, errlen)) return 0;
     }
     if (family && (c.num_layers < 1 || c.hidden_size < 1 || c.num_heads < 1 || c.intermediate_size < 1)) {
         snprintf(err, errlen, "model spec '%.200s': a %.*s shape needs L<n>:C<n>:NH<n>:I<n>", spec,
@@ -248,7 +292,16 @@ static inline int parse_llama_spec(const char* spec, LlamaConfig* cfg, char* err
     if (kv >= 0) c.num_kv_heads = kv;
     else if (family) c.num_kv_heads = c.num_heads;
     if (hd >= 0) c.head_dim = hd;
-    else if (family || c.head_dim * c.num_heads != c.hidden_size) c.head_dim = c.hidden_size / c.num_heads;
+    else if (family || c.head_dim * c.num_heads != c.hidden_size) {
+        if (c.hidden_size % c.num_heads) {  // the head size is C / NH unless HD says otherwise
+            snprintf(err, errlen,
+                     "model spec '%.200s': C (%d) is not divisible by the head count (%d): change C or NH, "
+                     "or give the head size (HD<n>)",
+                     spec, c.hidden_size, c.num_heads);
+            return 0;
+        }
+        c.head_dim = c.hidden_size / c.num_heads;
+    }
     if ((unsigned)c.tied_embeddings > 1 || (unsigned)c.qkv_bias > 1) {
         snprintf(err, errlen, "model spec '%.200s': TIE and BIAS are 0 or 1", spec);
         return 0;

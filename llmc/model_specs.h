@@ -1,6 +1,7 @@
 // model_specs.h — -e specs (d12, L4:C128:NH4, 7b, ...) as GPTConfigs.
 // Not here: model files (model.h).
 #pragma once
+#include <ctype.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -29,6 +30,37 @@ static inline int spec_key_value(const char* tok, size_t len, const char* key, i
         if (x > 100000000) return 0;
     }
     *v = x;
+    return 1;
+}
+
+// Levenshtein distance, case-insensitive, of two short names (0 if either is too long).
+static inline int spec_edit_distance(const char* a, const char* b) {
+    const size_t n = strlen(a), m = strlen(b);
+    if (n > 63 || m > 63) return 1 << 20;
+    int row[64];
+    for (size_t j = 0; j <= m; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= n; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= m; j++) {
+            const int up = row[j],
+                      same = tolower((unsigned char)a[i - 1]) == tolower((unsigned char)b[j - 1]);
+            const int best = diag + !same < up + 1 ? diag + !same : up + 1;
+            row[j] = best < row[j - 1] + 1 ? best : row[j - 1] + 1;
+            diag = up;
+        }
+    }
+    return row[m];
+}
+
+// A spec key given twice ("L2:...:L3"): 1 with err. seen: a bit per key.
+static inline int spec_key_repeated(const char* spec, const char* key, int bit, unsigned* seen, char* err,
+                                    size_t errlen) {
+    if (!(*seen & (1u << bit))) {
+        *seen |= 1u << bit;
+        return 0;
+    }
+    snprintf(err, errlen, "model spec '%.200s': %s is given twice", spec, key);
     return 1;
 }
 
@@ -73,20 +105,22 @@ static inline int parse_model_spec(const char* spec, GPTConfig* cfg, char* err, 
             return 2;
         }
     }
-    // the remaining ":KEYvalue" tokens
+    // the remaining ":KEYvalue" tokens, each key once
+    static const char* const keys[] = {"NH", "C", "L", "T", "V"};  // no key prefixes another
+    int64_t* const values[] = {&NH, &C, &L, &T, &V};
+    unsigned seen = is_shape ? 1u << 2 : 0;  // L<n> first
     while (tok[len] == ':') {
         tok += len + 1;
         len = strcspn(tok, ":");
-        if (spec_key_value(tok, len, "NH", &x)) NH = x;  // order is free: no key prefixes another
-        else if (spec_key_value(tok, len, "C", &x)) C = x;
-        else if (spec_key_value(tok, len, "L", &x)) L = x;
-        else if (spec_key_value(tok, len, "T", &x)) T = x;
-        else if (spec_key_value(tok, len, "V", &x)) V = x;
-        else {
+        int k = 0;
+        while (k < 5 && !spec_key_value(tok, len, keys[k], &x)) k++;
+        if (k == 5) {
             snprintf(err, errlen, "model spec '%s': bad part '%.*s' (want L<n> C<n> NH<n> T<n> V<n>)", spec,
                      (int)len, tok);
             return 0;
         }
+        if (spec_key_repeated(spec, keys[k], k, &seen, err, errlen)) return 0;
+        *values[k] = x;
     }
     if (L < 0 || C < 0 || NH < 0) {
         snprintf(err, errlen, "model spec '%s': a shape needs L<n>:C<n>:NH<n>", spec);

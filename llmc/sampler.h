@@ -40,6 +40,13 @@ static inline void print_sample_token(const Tokenizer* tok, int id) {
     else printf("%d ", id);
 }
 
+// A chat run's prompt, before its sample's completion is printed.
+static inline void print_sample_prompt(const Tokenizer* tok, const int* prompt, int n) {
+    printf("prompt (the first val conversation, up to its answer):\n---\n");
+    for (int i = 0; i < n; i++) print_sample_token(tok, prompt[i]);
+    printf("\n---\n");
+}
+
 // Between "---" lines; tokens[0], the prompt, is not printed.
 static inline void print_sample(const Tokenizer* tok, const int* tokens, int n) {
     printf("generated:\n---\n");

@@ -1332,6 +1332,20 @@ TEST_F(CliTest, PlotDrawsTheLog) {
     const std::string img = slurp(png);
     EXPECT_GT(img.size(), 20000u);
     EXPECT_EQ(img.substr(0, 8), std::string("\x89PNG\r\n\x1a\n", 8));
+    // issue 41: the right panel is the gradient norm, which every run logs, and the tokens seen go on top
+    // where the tokens per step are known (before: the right panel stayed empty without a state file);
+    // the tokens per step is --tokens-per-step, not -t, the trainers' sequence length
+    EXPECT_TRUE(has(r.out, "gradient norm by step")) << r.out;
+    const Result one = run_bin("/usr/bin/env", {"python3", "dev/plot.py", run1 + "/main.log", "-o", png});
+    ASSERT_EQ(one.code, 0) << one.err << one.out;
+    EXPECT_TRUE(has(one.out, "tokens seen on top (8,192 a step)")) << one.out;
+    const Result given = run_bin("/usr/bin/env", {"python3", "dev/plot.py", run2 + "/main.log", "-o", png,
+                                                  "--tokens-per-step", "4096"});
+    ASSERT_EQ(given.code, 0) << given.err << given.out;
+    EXPECT_TRUE(has(given.out, "tokens seen on top (4,096 a step)")) << given.out;
+    EXPECT_TRUE(CleanError(
+        run_bin("/usr/bin/env", {"python3", "dev/plot.py", run2 + "/main.log", "-o", png, "-t", "64"}),
+        {"plot.py has no -t", "sequence length", "--tokens-per-step"}));
     f = fopen((run2 + "/main.log").c_str(), "a");
     fputs("s:41 trl:abc\n", f);
     fclose(f);
@@ -1363,4 +1377,26 @@ TEST_F(CliTest, PlotRefusesHostileInputInOneLine) {
     EXPECT_TRUE(CleanError(plot({dir + "/fifo", "-o", png}), {"not a regular file"}));
     EXPECT_TRUE(CleanError(plot({log, "-o", dir + "/fifo"}), {"not a regular file"}));
     EXPECT_TRUE(CleanError(plot({log, "-o", dir + "/none/p.png"}), {"no directory"}));
+}
+
+// Issue 41: an -e that is no file and no preset lists the presets and the nearest one (before: "cannot open
+// model file llama-3-70b"); a spec key given twice is refused (before: the last one won silently); a Llama
+// C that NH does not divide says so (before: "the head size must be even"). Both trainers (train_gpt
+// emulated).
+TEST_F(CliTest, ModelNamesAndSpecsSayWhatIsWrong) {
+    for (const char* bin : {kCpu, kEmu}) {
+        if (!have_binary(bin)) continue;
+        auto refused = [&](const char* model, const std::vector<std::string>& why) {
+            return CleanError(run_bin(bin, base_args() + Args{"-e", model}), why);
+        };
+        EXPECT_TRUE(
+            refused("llama-3-70b", {"-e llama-3-70b: no such file or directory, and not a model preset",
+                                    "did you mean llama3-70b?", "124m", "175b", "qwen2.5-72b"}));
+        EXPECT_TRUE(refused("llama3.1-70b", {"did you mean llama3-70b?", "llama3.2-1b"}));
+        EXPECT_TRUE(refused("gpt2-small", {"not a model preset", "the presets are 124m"}));
+        EXPECT_TRUE(refused("llama3-8b:L2:C256:NH4:KV2:I512:L3", {"L is given twice"}));
+        EXPECT_TRUE(refused("L2:C64:NH4:T32:C128", {"C is given twice"}));
+        EXPECT_TRUE(refused("llama:L2:C100:NH3:I64", {"C (100) is not divisible by the head count (3)"}));
+        EXPECT_TRUE(refused((dir + "/missing.bin").c_str(), {"cannot open model file"}));
+    }
 }

@@ -86,7 +86,10 @@ TEST(LlamaModel, SpecsOverridePresetsAndDescribeFamilies) {
         EXPECT_EQ(parse_llama_spec(other, &none, err, sizeof err), 2) << other;
     EXPECT_NE(refusal("llama:L2:C64").find("needs L<n>:C<n>:NH<n>:I<n>"), std::string::npos);
     EXPECT_NE(refusal("llama3-8b:X3").find("bad part 'X3'"), std::string::npos);
-    EXPECT_NE(refusal("llama3-8b:NH12").find("key/value heads must divide"), std::string::npos);
+    EXPECT_NE(refusal("llama3-8b:NH12:HD128").find("key/value heads must divide"), std::string::npos);
+    EXPECT_NE(refusal("llama3-8b:NH12").find("C (4096) is not divisible by the head count (12)"),
+              std::string::npos);
+    EXPECT_NE(refusal("llama3-8b:KV2:KV4").find("KV is given twice"), std::string::npos);
     EXPECT_NE(refusal("llama:L1:C64:NH4:I96:TIE2").find("TIE and BIAS are 0 or 1"), std::string::npos);
     EXPECT_NE(refusal("llama3-8b:NH0").find("NH must be positive"), std::string::npos);
     EXPECT_NE(refusal("llama:L1:C66:NH6:I96").find("head size must be even"), std::string::npos);

@@ -61,7 +61,9 @@ TEST_F(CliTest, CpuTrainsALlamaSpecAndResumesWithTheSameLosses) {
     EXPECT_TRUE(CleanError(d, {"does not match the checkpoint", "NKV2"})) << d.err;
     // the GPU trainer (emulated) resumes the CPU trainer's checkpoint of step 3: steps 4..6 within bf16's
     // numerics of the CPU's (test_gpu_llama's 2e-2 relative on a loss)
-    if (have_binary(kEmu)) {  // the run above wrote no checkpoint (-n 0): step 3's is still the newest
+    if (have_binary(kEmu)) {  // the run above saved step 6 as it ended: step 3's is the newest once more
+        EXPECT_TRUE(has(b.out, "saved checkpoint step 6")) << b.out;
+        ASSERT_EQ(unlink((out + "/DONE_00000006").c_str()), 0);
         const Result e = run_bin(kEmu, Args{"-b", "4", "-t", "32", "-i", kTrain, "-j", kVal, "-x", "6",
                                             "-v", "0", "-g", "0",  "-n", "0",    "-o", out,  "-y", "1"});
         ASSERT_EQ(e.code, 0) << e.cmd << "\n" << e.err << e.out;

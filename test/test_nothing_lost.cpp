@@ -74,8 +74,10 @@ TEST_F(CliTest, NoRunOverwritesAnother) {
                 CleanError(run_bin(bin, base_args() + Args{"-o", out}),
                            {out + " already holds files of another run", c.found, "choose another -o"}))
                 << bin;
+            // issue 41: -y 1 says why (before: "files of another run") and how to start over
             EXPECT_TRUE(CleanError(run_bin(bin, base_args() + Args{"-o", out, "-y", "1"}),
-                                   {"no complete checkpoint", c.found, "nothing to resume"}))
+                                   {"no complete checkpoint yet", c.found, "stopped before its first save",
+                                    "nothing to resume", "remove " + out, "run without -y 1"}))
                 << bin;
             EXPECT_EQ(names_in(out), before) << bin;
             for (const std::string& f : c.files)
@@ -102,8 +104,8 @@ TEST_F(CliTest, NoRunOverwritesAnother) {
 TEST_F(CliTest, LeftoverTemporaryFilesAreRemoved) {
     const std::string out = dir + "/tmps";
     ASSERT_EQ(mkdir(out.c_str(), 0755), 0);
-    const std::vector<std::string> ours = {"model_00000002.bin.tmp", "state_00000002.bin.tmp",
-                                           "DONE_00000002.tmp", "main.log.tmp"};
+    const std::vector<std::string> ours = {"model_00000002.bin.tmp", "model_00000002.bin.tmp.tmp",
+                                           "state_00000002.bin.tmp", "DONE_00000002.tmp", "main.log.tmp"};
     for (const std::string& f : ours + std::vector<std::string>{"notes.tmp", "model_x.bin.tmp"}) {
         FILE* fp = fopen((out + "/" + f).c_str(), "w");
         ASSERT_NE(fp, nullptr);
@@ -111,8 +113,50 @@ TEST_F(CliTest, LeftoverTemporaryFilesAreRemoved) {
     }
     const Result r = run_bin(kCpu, base_args() + Args{"-o", out});
     ASSERT_EQ(r.code, 0) << r.err;
-    EXPECT_TRUE(has(r.out, "removed 4 temporary files of an interrupted save in " + out)) << r.out;
-    EXPECT_EQ(names_in(out), (std::vector<std::string>{"LOCK", "main.log", "model_x.bin.tmp", "notes.tmp"}));
+    EXPECT_TRUE(has(r.out, "removed 5 temporary files of an interrupted save in " + out)) << r.out;
+    EXPECT_EQ(names_in(out),
+              (std::vector<std::string>{"DONE_00000001", "LOCK", "main.log", "model_00000001.bin",
+                                        "model_x.bin.tmp", "notes.tmp", "state_00000001.bin"}));
+}
+
+// Issue 41: a run with -o saves its final model whatever -n says (before: the README's fine-tuning recipe,
+// -o without -n, wrote no model file at all), once, and -y 1 goes on from that checkpoint. Both trainers.
+TEST_F(CliTest, ARunThatEndsSavesItsModel) {
+    for (const char* bin : training_bins()) {
+        const std::string out = dir + "/end_" + std::to_string(bin == kCpu);
+        const Result a = run_bin(bin, same_run(out, 2));  // no -n
+        ASSERT_EQ(a.code, 0) << a.cmd << "\n" << a.err << a.out;
+        EXPECT_TRUE(has(a.out, "saved checkpoint step 2 to " + out)) << bin_name(bin) << "\n" << a.out;
+        EXPECT_EQ(names_in(out), (std::vector<std::string>{"DONE_00000002", "LOCK", "main.log",
+                                                           "model_00000002.bin", "state_00000002.bin"}))
+            << bin_name(bin);
+        const Result b = run_bin(bin, same_run(out, 3) + Args{"-y", "1"});
+        ASSERT_EQ(b.code, 0) << b.cmd << "\n" << b.err << b.out;
+        EXPECT_TRUE(has(b.out, "resumed from " + out + "/model_00000002.bin (step 2)")) << b.out;
+        EXPECT_TRUE(has(b.out, "saved checkpoint step 3 to " + out)) << b.out;
+        // -n 2 over 2 steps: the last step's checkpoint is written once, not twice
+        const std::string out2 = out + "_n";
+        const Result c = run_bin(bin, same_run(out2, 2) + Args{"-n", "2"});
+        ASSERT_EQ(c.code, 0) << c.cmd << "\n" << c.err << c.out;
+        const size_t first = c.out.find("saved checkpoint step 2");
+        ASSERT_NE(first, std::string::npos) << c.out;
+        EXPECT_EQ(c.out.find("saved checkpoint", first + 1), std::string::npos) << c.out;
+    }
+}
+
+// Issue 41: a checkpoint whose state file cannot be written (no file may exceed 20 MB: the model file, 13 MB,
+// fits, the state file, 26 MB, does not) leaves no model file behind (before: model_00000001.bin stayed,
+// complete-looking, without its state).
+TEST_F(CliTest, AFailedStateWriteLeavesNoModelFile) {
+    const std::string out = dir + "/state_full";
+    const Result r = run_bin(kCpu, base_args() + Args{"-x", "1", "-n", "1", "-o", out}, 20 << 20);
+    EXPECT_FALSE(r.timed_out || r.signal) << r.cmd << "\nsignal " << r.signal << "\n" << r.err;
+    EXPECT_NE(r.code, 0) << r.cmd;
+    const std::vector<std::string> lines = error_lines(r.err);
+    ASSERT_EQ(lines.size(), 1u) << r.err;
+    EXPECT_NE(lines[0].find("state_00000001.bin: File too large"), std::string::npos) << lines[0];
+    EXPECT_EQ(names_in(out), (std::vector<std::string>{"LOCK", "main.log"}))
+        << "no model file without its state";
 }
 
 // One checkpoint format: a run moves between the trainers. Each trainer trains 4 steps with a checkpoint at
@@ -148,6 +192,37 @@ TEST_F(CliTest, CheckpointsMoveBetweenTrainers) {
         }
         EXPECT_TRUE(has(b.out, "saved checkpoint step 4")) << b.out;
     }
+}
+
+// Issue 41: a run resumed in the other trainer keeps the hyperparameters its checkpoint recorded where the
+// command line does not give them (before: train_gpt_cpu took its own defaults, -l 2e-3 -u 20 -x 300
+// against train_gpt's 6e-4, 10, 70, with a warning each). train_gpt (emulated) runs 3 steps with its
+// defaults and a checkpoint at 2; train_gpt_cpu resumes it with no -x -l -u -q and trains step 3 at
+// train_gpt's learning rate, to train_gpt's loss (CheckpointsMoveBetweenTrainers' bound).
+TEST_F(CliTest, AResumeKeepsTheRunsRecordedHyperparameters) {
+    if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
+    const std::string out = dir + "/recorded";
+    const Args run = {"-e", "L2:C64:NH2:T32", "-b", "4",  "-t", "32", "-v", "0", "-g", "0",
+                      "-i", kTrain,           "-j", kVal, "-o", out};
+    const Result a = run_bin(kEmu, run + Args{"-x", "3", "-n", "2"});
+    ASSERT_EQ(a.code, 0) << a.cmd << "\n" << a.err << a.out;
+    ASSERT_EQ(unlink((out + "/DONE_00000003").c_str()), 0);
+    const Result b = run_bin(kCpu, run + Args{"-y", "1"});
+    ASSERT_EQ(b.code, 0) << b.cmd << "\n" << b.err << b.out;
+    EXPECT_TRUE(has(b.out, "resume: the checkpoint's -x 3 -l 0.0006 -u 10")) << b.out;
+    EXPECT_FALSE(has(b.err, "warning: resume")) << b.err;
+    const std::regex lr("step +3/3 \\| loss ([0-9.]+) \\| norm [0-9.]+ \\| (lr [0-9.e+-]+)");
+    std::smatch want, got;
+    ASSERT_TRUE(std::regex_search(a.out, want, lr)) << a.out;
+    ASSERT_TRUE(std::regex_search(b.out, got, lr)) << b.out;
+    EXPECT_EQ(got[2].str(), want[2].str());
+    EXPECT_NEAR(atof(got[1].str().c_str()), atof(want[1].str().c_str()), 2e-3 * atof(want[1].str().c_str()));
+    // a flag given on the command line still wins, with the warning
+    ASSERT_EQ(unlink((out + "/DONE_00000003").c_str()), 0);
+    const Result c = run_bin(kCpu, run + Args{"-y", "1", "-l", "1e-3"});
+    ASSERT_EQ(c.code, 0) << c.cmd << "\n" << c.err << c.out;
+    EXPECT_TRUE(has(c.err, "warning: resume: -l 0.001 differs from the checkpoint's 0.0006")) << c.err;
+    EXPECT_TRUE(has(c.out, "resume: the checkpoint's -x 3 -u 10")) << c.out;
 }
 
 // A damaged checkpoint file (4 KiB of random bytes in the middle, as a bad sector or a stray write leaves it)

@@ -211,3 +211,51 @@ TEST_F(SftTest, FromHuggingFaceThroughChatShardsToTransformersChat) {
     EXPECT_GE(new_tokens, 1) << chat;
     printf("  transformers, after the template's prompt: %s", chat.c_str());
 }
+
+// Issue 41: a chat shard with fewer rows than -b is refused with the -b that fits (the README's recipe gave 3
+// train rows and -b 4, and the refusal did not say what would do), the train shard first, then the val one.
+TEST_F(SftTest, TooFewRowsSaysWhichBatchSizeFits) {
+    const int T = 32;
+    const std::string data =
+        chat_shard("train.bin", {row(T, {20}, {5}, 1), row(T, {20}, {5}, 2), row(T, {20}, {5}, 3)}, T);
+    const std::string val = chat_shard("val.bin", {row(T, {20}, {5}, 4)}, T);
+    for (const char* bin : {kCpu, kEmu}) {
+        if (!have_binary(bin)) continue;
+        EXPECT_TRUE(
+            CleanError(train(data, val, Args{"-b", "4", "-x", "1"}, bin),
+                       {data, "3 rows, one batch needs B = 4 rows: use -b 3 or fewer", "smaller --seq-len"}));
+        EXPECT_TRUE(CleanError(train(data, val, Args{"-b", "2", "-x", "1"}, bin),
+                               {val, "1 rows, one batch needs B = 2 rows: use -b 1 or fewer"}));
+    }
+}
+
+// Issue 41: a chat run's sample starts from a prompt in the run's template, the first val conversation up to
+// where its answer starts (the tokens before its first target), printed apart from the completion (before:
+// an unprompted sample after <|endoftext|>, which reads like a failed fine-tune). Both trainers.
+TEST_F(SftTest, TheSampleAnswersTheFirstValPrompt) {
+    const int T = 32;
+    const std::vector<Tok> first = row(T, {20}, {5}, 4);  // the answer starts at token 15
+    const std::string data = chat_shard("train.bin", {row(T, {20}, {5}, 1), row(T, {24}, {6}, 2)}, T);
+    const std::string val = chat_shard("val.bin", {first}, T);
+    Tokenizer tok;
+    char err[600];
+    ASSERT_TRUE(tokenizer_init(&tok, "gpt2_tokenizer.bin", err, sizeof err)) << err;
+    std::string want = "prompt (the first val conversation, up to its answer):\n---\n";
+    for (int j = 0; j < 15; j++) {  // as print_token prints them
+        const char* piece = tokenizer_decode(&tok, (uint32_t)first[j].id);
+        const unsigned char c = piece ? (unsigned char)piece[0] : 0;
+        if (piece && c && !(piece[1] == '\0' && c < 0x80 && !(isprint(c) || isspace(c)))) want += piece;
+    }
+    want += "\n---\ngenerating:\n---\n";
+    tokenizer_free(&tok);
+    for (const char* bin : {kCpu, kEmu}) {
+        if (!have_binary(bin)) continue;
+        const Result r = train(data, val, Args{"-b", "1", "-x", "1", "-v", "0", "-g", "4"}, bin);
+        ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.err << r.out;
+        const size_t at = r.out.find(want);
+        ASSERT_NE(at, std::string::npos) << bin << "\n" << r.out;
+        const size_t end = r.out.find("\n---\n", at + want.size());
+        ASSERT_NE(end, std::string::npos) << r.out;
+        EXPECT_GT(end, at + want.size()) << "an empty completion";
+    }
+}

@@ -166,6 +166,22 @@ TEST_F(SsdTrainer, KillNineThenResumeIsBitForBit) {
     }
 }
 
+// Issue 41: with -o and no checkpoint every -n steps, the run still saves its final checkpoint with -sd
+// (the model file read back from the store, the same as the run in RAM's), and -y 1 goes on from it.
+TEST_F(SsdTrainer, ARunWithoutNSavesItsFinalCheckpoint) {
+    run_in_ram();
+    const std::string out = dir + "/end", store = dir + "/estore";
+    const Result a = run_bin(kEmu, run_args(out, {"-sd", store, "-n", "0"}));
+    ASSERT_EQ(a.code, 0) << a.cmd << "\n" << a.err << a.out;
+    EXPECT_TRUE(has(a.out, "saved checkpoint step 3")) << a.out;
+    EXPECT_FALSE(has(a.out, "saved checkpoint step 2")) << a.out;
+    expect_same_as_ram(out, a.out, 1);
+    const Result b = run_bin(kEmu, run_args(out, {"-sd", store, "-n", "0", "-x", "4", "-y", "1"}));
+    ASSERT_EQ(b.code, 0) << b.cmd << "\n" << b.err << b.out;
+    EXPECT_TRUE(has(b.out, "(step 3)")) << b.out;
+    EXPECT_TRUE(has(b.out, "saved checkpoint step 4")) << b.out;
+}
+
 // A disk that fails mid-run (ENOSPC on the 40th chunk written: during the third step's round): one error
 // line, a non-zero exit, and the last checkpoint intact: -y 1 resumes from it and ends as the run in RAM.
 TEST_F(SsdTrainer, DiskFailureLeavesTheLastCheckpoint) {
@@ -380,6 +396,33 @@ TEST_F(SsdTrainer, RefusesBadInput) {
     EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(dir + "/g", {"-sw", "1"})), {"-sw 1", "needs -sd DIR"}));
     EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(out, {"-x", "3", "-y", "1", "-sd", store, "-sw", "1"})),
                            {"resume: -sd", "bf16 copy", "-sw"}));
+}
+
+// Issue 41: a gen0 (or gen1) that is a symbolic link in a store directory without a manifest is refused in
+// one line, and the files where it points stay as they were (before: the store removed and overwrote
+// params.f32, m.f32, v.f32 in the link's target).
+TEST_F(SsdTrainer, ASymlinkInTheStoreIsNotFollowed) {
+    const std::string victim = dir + "/victim", store = dir + "/lstore";
+    ASSERT_EQ(mkdir(victim.c_str(), 0755), 0);
+    ASSERT_EQ(mkdir(store.c_str(), 0755), 0);
+    for (const char* f : {"params.f32", "m.f32", "v.f32", "sums.crc32c"}) {
+        FILE* fp = fopen((victim + "/" + f).c_str(), "w");
+        ASSERT_NE(fp, nullptr);
+        fputs("precious\n", fp);
+        fclose(fp);
+    }
+    for (const char* gen : {"gen0", "gen1"}) {
+        const std::string link = store + "/" + gen;
+        ASSERT_EQ(symlink(victim.c_str(), link.c_str()), 0);
+        EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(dir + "/l" + gen, {"-sd", store})),
+                               {link + " is a symbolic link", "does not write through it"}));
+        for (const char* f : {"params.f32", "m.f32", "v.f32", "sums.crc32c"})
+            EXPECT_EQ(slurp(victim + "/" + f), "precious\n") << gen << ": " << f;
+        ASSERT_EQ(unlink(link.c_str()), 0);
+        if (std::string(gen) == "gen0") {
+            ASSERT_EQ(mkdir(link.c_str(), 0755), 0);  // then gen1's turn
+        }
+    }
 }
 
 // Issue 33: run A (checkpoints at 2 and 4) "dies" after step 2 (its step-4 marker gone); run B, another -o,
