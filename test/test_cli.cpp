@@ -118,7 +118,7 @@ TEST_F(CliTest, GpuOnlyFlagValues) {
     if (!have_binary(kGpu))
         GTEST_SKIP() << kGpu << " not built (train_gpt is built only where nvcc is present)";
     const Args bad[] = {{"-S", "1"},  {"-S", "x"},  {"-Y", "2"},  {"-A", "-1"}, {"-B", "-3"}, {"-W", "1.5"},
-                        {"-R", "-2"}, {"-K", "-2"}, {"-K", "y"},  {"-F", "2"},  {"-F", "x"},  {"-G", "-1"},
+                        {"-R", "-2"}, {"-K", "-2"}, {"-K", "y"},  {"-F", "3"},  {"-F", "x"},  {"-G", "-1"},
                         {"-M", "-1"}, {"-M", "x"},  {"-V", "-1"}, {"-V", "x"}};
     for (const Args& a : bad) EXPECT_TRUE(CleanError(run_bin(kGpu, base_args() + a), {"flag " + a[0]}));
     // more GPU-resident layers than the model has (base_args' model has 2)
