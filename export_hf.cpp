@@ -195,8 +195,8 @@ int main(int argc, char** argv) {
             die("%s has no complete checkpoint: no DONE_<step> marker vouches for its files (%s; a save that "
                 "did not finish). -i %s/model_<step>.bin exports such a file as it is",
                 in, found, in);
-        die("%s has no checkpoint: the run saved none (-n 0, the default, saves none; it holds %s). Train "
-            "with -n N (a checkpoint every N steps and at the end, e.g. -o %s -n 100), then export_hf -i %s",
+        die("%s has no checkpoint: the run stopped before its first save (it holds %s). A run with -o saves "
+            "when it ends and every -n N steps: train again (or longer) with -o %s, then export_hf -i %s",
             in, found[0] ? found : "only its LOCK", in, in);
     }
     if (is_dir(in) && latest_checkpoint(in) >= 0) {

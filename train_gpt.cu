@@ -13,12 +13,13 @@
 //   5. the one synchronization: loss and gradient norm
 //   6. AdamW on a CPU thread, layer by layer, during the next step's forward
 
-// Llama 3 and Qwen2 (llama_model.h) take the same step.
+// Llama 3 and Qwen2 (llmc/llama_model.h) take the same step.
 // is_llama hands layers, head and embeddings to llama_layers.cuh.
 
 // Parts: model data (gpt.cuh), CPU AdamW thread (cpu_optimizer.h),
 // memory plan (memory_plan.cuh), flags (gpu_args.h), set-up (run_setup.cuh).
-// Not here: kernels (kernels.cuh), GEMMs (matmul.cuh), copies (stream.cu), AdamW math (cpu_adam.cpp).
+// Not here: kernels (llmc/kernels.cuh), GEMMs (llmc/matmul.cuh), copies (stream.cu),
+// AdamW's math (llmc/adamw.h, for both its CPU form in cpu_adam.cpp and its GPU form).
 
 // -sd DIR keeps the optimizer state on SSD: ssd_tier.h, docs/ssd.md.
 #include <algorithm>

@@ -98,7 +98,7 @@ static inline void train_usage(FILE* f, const TrainArgs* d = NULL) {
         ":V<n>)\n"
         "              Llama 3 / Qwen2.5: a LlamaForCausalLM or Qwen2ForCausalLM directory, a preset\n"
         "              (llama3.2-1b llama3-8b llama3-70b llama3-405b qwen2.5-0.5b qwen2.5-7b qwen2.5-72b)\n"
-        "              or llama: / qwen2: with :L :C :NH :KV :HD :I :V :T :TIE :BIAS parts (README)\n"
+        "              or llama: / qwen2: with :L :C :NH :KV :HD :I :V :T :TIE :BIAS parts (docs/hf.md)\n"
         "  -o <dir>    output dir for main.log and checkpoints (default none)\n"
         "  -b <int>    micro-batch size B (default %d)\n"
         "  -t <int>    sequence length T (default %d)\n"

@@ -935,7 +935,7 @@ TEST_F(CliTest, ASpecThatIsAlsoAPathIsSaid) {
 }
 
 // -P 1 prints the memory plan and exits, with no GPU and no data (-i names no file here): the 175B preset at
-// B=8, T=1024 needs 2600.45 GiB of host memory and 54.69 GiB of GPU memory (README's figures; test_gpu's
+// B=8, T=1024 needs 2600.45 GiB of host memory and 54.69 GiB of GPU memory (-P 1's figures; test_gpu's
 // plan test checks them against the allocations), and at half the depth exactly the checkpoints less.
 // -M 3000 -V 79 hold it: exit 0. Its verdicts are the table's rows (issue 41).
 TEST_F(CliTest, MemoryPlanNeedsNoGpu) {

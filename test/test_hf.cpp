@@ -980,15 +980,22 @@ TEST_F(HfTest, ExportRemovesAKilledExportsStagingDirectory) {
     EXPECT_FALSE(file_exists(out + "/EXPORT_HF_STAGING")) << "the marker is not part of the export";
 }
 
-// A run directory whose run saved no checkpoint (-n 0, the default) read as a Hugging Face directory
-// without model.safetensors; it says what it is and what to do.
+// A run directory without a checkpoint read as a Hugging Face directory without model.safetensors; it says
+// what it is and what to do. Every run with -o saves when it ends (issue 41), so such a directory is a run
+// stopped before its first save: here its main.log alone. A run that ends is exported from its last step.
 TEST_F(HfTest, ExportSaysARunWithoutACheckpointSavedNone) {
     if (!have_binary(kCpu)) GTEST_SKIP() << kCpu << " not built";
     const std::string run = dir + "/sft";
     const Result t = run_bin(kCpu, base_args() + Args{"-o", run});
     ASSERT_EQ(t.code, 0) << t.err;
-    EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", run, "-o", dir + "/sft_hf"}),
-                           {"sft has no checkpoint: the run saved none", "-n N"}));
+    EXPECT_TRUE(file_exists(run + "/DONE_00000001")) << "a run with -o saves its last step without -n";
+    const Result e = run_bin("./export_hf", {"-i", run, "-o", dir + "/sft_hf"});
+    EXPECT_EQ(e.code, 0) << e.err;
+    for (const std::string& n : names_in(run)) unlink((run + "/" + n).c_str());
+    write_text(run + "/main.log", "s:1 trl:5.0\n");  // stopped (kill -9) before its first save
+    EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", run, "-o", dir + "/sft_hf2"}),
+                           {"sft has no checkpoint: the run stopped before its first save", "main.log",
+                            "saves when it ends and every -n N steps"}));
     write_text(run + "/model_00000001.bin", "x");  // a save that did not finish: no DONE_00000001
     EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", run, "-o", dir + "/sft_hf"}),
                            {"sft has no complete checkpoint", "model_00000001.bin"}));

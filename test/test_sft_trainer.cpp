@@ -212,6 +212,101 @@ TEST_F(SftTest, FromHuggingFaceThroughChatShardsToTransformersChat) {
     printf("  transformers, after the template's prompt: %s", chat.c_str());
 }
 
+// The README's fine-tuning commands, read from README.md's "### Fine-tuning on conversations" section (its
+// first ```sh block), so the two cannot drift (issue 41: the recipe's -b did not fit its data, and it saved
+// nothing to export). Run as written in a scratch directory, with three substitutions:
+//   path/to/Qwen2.5-0.5B-Instruct -> a tiny random Qwen2 with a Qwen2.5-style chat template beside it
+//                                    (test/sft_e2e.py qwen: GPT-2's BPE + <|im_start|> <|im_end|>, the
+//                                    default system prompt; no model is downloaded here)
+//   python3 -> the Python with transformers (HF_PYTHON, .venv-hf, else python3)
+//   -x N    -> -x 10, for time (the README's -x 100 takes ~25 s on 2 cores; what is checked is the same)
+// Checks: the shards are made (data/ created by chat_shards.py), the run saves its model in sft/ without -n,
+// export_hf writes sft_hf, and transformers loads sft_hf with <|im_end|> among generation_config's eos ids.
+// A README command that breaks (a -b that does not fit, a lost flag) fails this test.
+TEST_F(SftTest, ReadmeRecipeRunsAsWritten) {
+    const std::string py = getenv("HF_PYTHON")                        ? getenv("HF_PYTHON")
+                           : access(".venv-hf/bin/python", X_OK) == 0 ? ".venv-hf/bin/python"
+                                                                      : "python3";
+    if (system((py + " -c 'import torch, transformers, tokenizers, jinja2' > /dev/null 2>&1").c_str()) != 0)
+        GTEST_SKIP() << py
+                     << " lacks torch, transformers, tokenizers or jinja2: .ci/run installs them in .venv-hf";
+    ASSERT_TRUE(have_binary("./export_hf")) << "make builds export_hf before the tests";
+    char cwd[PATH_MAX];
+    ASSERT_NE(getcwd(cwd, sizeof cwd), nullptr);
+    const std::string root = cwd,
+                      pyabs = py[0] == '/' || py.find('/') == std::string::npos ? py : root + "/" + py;
+
+    // the section's first ```sh block, its continued lines joined
+    std::istringstream readme(slurp("README.md"));
+    std::vector<std::string> cmds;
+    std::string line, cont;
+    int state = 0;  // 0 before the section, 1 in it before the block, 2 in the block
+    while (state < 3 && std::getline(readme, line)) {
+        if (state == 0) {
+            state = line == "### Fine-tuning on conversations" ? 1 : 0;
+        } else if (state == 1) {
+            if (line.compare(0, 2, "##") == 0) break;  // the next section: no block
+            state = line == "```sh" ? 2 : 1;
+        } else if (line == "```") {
+            state = 3;
+        } else {
+            const bool more = !line.empty() && line.back() == '\\';
+            cont += more ? line.substr(0, line.size() - 1) : line;
+            if (!more && !cont.empty()) cmds.push_back(cont), cont.clear();
+        }
+    }
+    ASSERT_EQ(state, 3) << "README.md has no ```sh block in '### Fine-tuning on conversations'";
+    ASSERT_EQ(cmds.size(), 3u) << "the recipe: chat_shards.py, train_gpt_cpu, export_hf";
+
+    const std::string model = dir + "/Qwen2.5-0.5B-Instruct", work = dir + "/work";
+    const Result made = run_bin(py.c_str(), {"test/sft_e2e.py", "qwen", model});
+    ASSERT_EQ(made.code, 0) << made.err << made.out;
+    ASSERT_EQ(mkdir(work.c_str(), 0755), 0);
+    for (const char* f : {"dev", "train_gpt_cpu", "export_hf", "gpt2_tokenizer.bin"})
+        ASSERT_EQ(symlink((root + "/" + f).c_str(), (work + "/" + f).c_str()), 0) << f;
+    auto shell = [&](const std::string& cmd) {  // in work/, stdout and stderr together
+        FILE* p = popen(("cd " + work + " && timeout 300 " + cmd + " 2>&1").c_str(), "r");
+        std::string out;
+        char buf[4096];
+        size_t n;
+        while (p && (n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+        const int rc = p ? pclose(p) : -1;
+        return std::make_pair(rc, out);
+    };
+    const std::vector<std::string> want = {"python3 dev/data/chat_shards.py ", "./train_gpt_cpu ",
+                                           "./export_hf "};
+    std::vector<std::string> outs;
+    for (size_t i = 0; i < cmds.size(); i++) {
+        std::string c = cmds[i];
+        ASSERT_EQ(c.compare(0, want[i].size(), want[i]), 0) << "README command " << i + 1 << ": " << c;
+        int subs = 0;
+        for (size_t at; (at = c.find("path/to/Qwen2.5-0.5B-Instruct")) != std::string::npos; subs++)
+            c.replace(at, strlen("path/to/Qwen2.5-0.5B-Instruct"), model);
+        EXPECT_GE(subs, 1) << "README command " << i + 1 << " names no path/to/Qwen2.5-0.5B-Instruct: " << c;
+        if (i == 0) c = pyabs + c.substr(strlen("python3"));
+        c = std::regex_replace(c, std::regex(" -x [0-9]+"), " -x 10");
+        if (i == 0) {
+            EXPECT_NE(access((work + "/data").c_str(), F_OK), 0) << "data/ exists before the recipe";
+        }
+        const auto r = shell(c);
+        ASSERT_EQ(r.first, 0) << "README command " << i + 1 << ", as run here:\n" << c << "\n" << r.second;
+        outs.push_back(r.second);
+    }
+    EXPECT_TRUE(file_exists(work + "/data/chats_train.bin") && file_exists(work + "/data/chats_val.bin"))
+        << outs[0];
+    EXPECT_TRUE(has(outs[1], "saved checkpoint step 10 to sft")) << outs[1];
+    EXPECT_TRUE(file_exists(work + "/sft/DONE_00000010"))
+        << "the run saves its model when it ends, without -n";
+    EXPECT_TRUE(file_exists(work + "/sft_hf/model.safetensors") && file_exists(work + "/sft_hf/config.json"))
+        << outs[2];
+    const Result e = run_bin(py.c_str(), {"test/sft_e2e.py", "eos", work + "/sft_hf"});
+    ASSERT_EQ(e.code, 0) << e.err << e.out;
+    EXPECT_TRUE(std::regex_search(e.out, std::regex("^eos \\[(\\d+,)*50258(,\\d+)*\\] end_of_turn 50258 ")))
+        << "generation stops at <|im_end|> (50258)\n"
+        << e.out;
+    printf("  the README's recipe, -x 10: %s", e.out.c_str());
+}
+
 // Issue 41: a chat shard with fewer rows than -b is refused with the -b that fits (the README's recipe gave 3
 // train rows and -b 4, and the refusal did not say what would do), the train shard first, then the val one.
 TEST_F(SftTest, TooFewRowsSaysWhichBatchSizeFits) {

@@ -421,13 +421,15 @@ def write_together(files):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description="a JSONL of conversations -> chat shards for fine-tuning (the module's "
+                                             "docstring: the template, targets, packing and shard format)")
     ap.add_argument("--tokenizer", required=True, help="a directory with tokenizer.json")
     ap.add_argument("--input", required=True, help="JSONL, one conversation per line")
     ap.add_argument("--out-prefix", required=True, help="writes PREFIX_val.bin and PREFIX_train.bin")
     ap.add_argument("--seq-len", type=int, required=True, help="T: the rows' length; the run's -t equals it")
     ap.add_argument("--val-convs", type=int, help="the first N conversations: val (default 10%%)")
-    ap.add_argument("--long", choices=("drop", "split"), default="drop", help="a conversation longer than T")
+    ap.add_argument("--long", choices=("drop", "split"), default="drop",
+                    help="a conversation longer than T: dropped (default) or cut into pieces of T")
     ap.add_argument("--template", choices=("auto", "plain"), default="auto", help="the tokenizer's, or plain")
     ap.add_argument("--mask", choices=("auto", "generation", "prefix"), default="auto",
                     help="how the targets are found (auto: generation markers if the template has them)")

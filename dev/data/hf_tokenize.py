@@ -100,7 +100,9 @@ def documents(text):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(description="text files -> llm.c token shards with a model's own tokenizer.json, "
+                                             "as llm.c's data scripts do (the module's docstring: documents, "
+                                             "the delimiter token, the shard format)")
     ap.add_argument("--tokenizer", required=True, help="a directory with tokenizer.json, or the file")
     ap.add_argument("--input", required=True, nargs="+", help="UTF-8 text file(s), read in order")
     ap.add_argument("--out-prefix", required=True, help="writes PREFIX_val.bin and PREFIX_train.bin")
