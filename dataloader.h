@@ -442,18 +442,19 @@ static inline int dataloader_check_pair(const DataLoader* train, const DataLoade
 // The shards against the model: V its vocabulary, table its tokenizer's id -> text (n ids; NULL: none
 // known, tok names it). A chat shard's vocabulary must be the tokenizer's, its special tokens the same
 // texts; with no tokenizer, V may exceed the shard's vocabulary by unused rows (Qwen2.5: 151,936 for
-// 151,665 ids), at most V/64. 1: fits; 0: refused, err says why; 2: fits with a warning in err
-// (uint16 pretraining shards, which record no vocabulary, for a model past 65536 ids).
+// 151,665 ids), at most V/64. 1: fits; 0: refused, err says why (uint16 pretraining shards, which record
+// no vocabulary, for a model past 65536 ids: GPT-2's ids for Llama 3's vocabulary); 2: fits with a warning.
 static inline int dataloader_check_model(const DataLoader* dl, int V, const char* model,
                                          const char* const* table, int64_t n, const char* tok, char* err,
                                          size_t errlen) {
     const char* data = dl->pattern;
-    if (dl->kind == DL_GPT2 && V > 65536) {
+    if (dl->kind == DL_GPT2 && V > 65536) {  // ids of another tokenizer: an embedding trained on nonsense
         snprintf(err, errlen,
                  "data %.90s holds uint16 ids and records no vocabulary (GPT-2's shards?), the model %.90s "
-                 "has %d ids: shards of its own tokenizer are uint32 (dev/data/hf_tokenize.py)",
+                 "has %d ids: make shards of its own tokenizer (uint32, dev/data/hf_tokenize.py), or give a "
+                 "spec GPT-2's vocabulary (:V50257)",
                  data, model, V);
-        return 2;
+        return 0;
     }
     if (dl->kind != DL_CHAT || dl->vocab == 0) return 1;  // ids are still checked per batch
     if (table && n != dl->vocab) {
