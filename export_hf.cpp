@@ -196,8 +196,10 @@ int main(int argc, char** argv) {
                 "did not finish). -i %s/model_<step>.bin exports such a file as it is",
                 in, found, in);
         die("%s has no checkpoint: the run stopped before its first save (it holds %s). A run with -o saves "
-            "when it ends and every -n N steps: train again (or longer) with -o %s, then export_hf -i %s",
-            in, found[0] ? found : "only its LOCK", in, in);
+            "when it ends and every -n N steps: remove %s (or choose another -o), train again, then "
+            "export_hf "
+            "-i on that folder",
+            in, found[0] ? found : "only its LOCK", in);
     }
     if (is_dir(in) && latest_checkpoint(in) >= 0) {
         char mp[4200], sp[4200];

@@ -183,6 +183,10 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
             gpu_usage(&d, &gd);
             exit(0);
         }
+        if (flag[0] != '-') {  // not a flag: likely a file of an unquoted pattern
+            unknown_flag_error(flag, err, sizeof err);
+            die("%s (run ./train_gpt -h for the flags)", err);
+        }
         if (i + 1 >= argc) die("flag %s needs a value (run ./train_gpt -h for the flags)", flag);
         const char* value = argv[i + 1];
         int64_t v = 0;

@@ -99,6 +99,8 @@ def main():
     # every input is read and the output checked before matplotlib is loaded
     logs = []
     for path in args.logs:
+        if os.path.isdir(path) and os.path.isfile(os.path.join(path, "main.log")):
+            path = os.path.join(path, "main.log")  # a run folder (-o DIR)
         if not os.path.exists(path):
             sys.exit(f"error: {path}: no such file")
         if not is_regular(path):

@@ -358,6 +358,23 @@ static inline const char* llmc_flag_note(const char* flag) {
         {"-pp", "llm.c's multi-process setting: this trainer runs on one GPU"},
         {"-pi", "llm.c's multi-process setting: this trainer runs on one GPU"},
         {"-pf", "llm.c's multi-process setting: this trainer runs on one GPU"},
+        // reached only in train_gpt_cpu: train_gpt parses these itself
+        {"-P", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
+        {"-R", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
+        {"-K", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
+        {"-F", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
+        {"-G", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
+        {"-M", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
+        {"-V", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
+        {"-E", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
+        {"-sd", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
+        {"-sw", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
+        {"-sr", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
+        {"-Y", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
+        {"-B", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
+        {"-W", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
+        {"-A", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
+        {"-S", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
     };
     for (size_t i = 0; i < sizeof notes / sizeof notes[0]; i++)
         if (strcmp(flag, notes[i].flag) == 0) return notes[i].note;
@@ -376,6 +393,8 @@ static inline int help_flag(int argc, char** argv, int i, char* err, size_t errl
 }
 static inline void unknown_flag_error(const char* flag, char* err, size_t errlen) {
     const char* note = llmc_flag_note(flag);
+    if (!note && flag[0] != '-')  // the shell expanded an unquoted -i "data/*.bin"
+        note = "not a flag: a file pattern the shell expanded? quote it: -i \"data/my_train_*.bin\"";
     snprintf(err, errlen, "unknown flag %.100s%s%s", flag, note ? ": " : "", note ? note : "");
 }
 
@@ -384,6 +403,10 @@ static inline int parse_train_argv(int argc, char** argv, TrainArgs* a, char* er
     for (int i = 1; i < argc; i += 2) {
         const int help = help_flag(argc, argv, i, err, errlen);
         if (help) return help > 0 ? 2 : 0;
+        if (argv[i][0] != '-') {  // not a flag: likely a file of an unquoted pattern
+            unknown_flag_error(argv[i], err, errlen);
+            return 0;
+        }
         if (i + 1 >= argc) {
             snprintf(err, errlen, "flag %s needs a value", argv[i]);
             return 0;

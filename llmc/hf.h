@@ -212,7 +212,8 @@ static inline int hf_open(const char* path, HfCheckpoint* ck, char* err, size_t 
                      file_exists(p + "/pytorch_model.bin")
                          ? " (only PyTorch's pytorch_model.bin: save it with "
                            "save_pretrained(dir, safe_serialization=True))"
-                         : " or model.safetensors.index.json");
+                         : " or model.safetensors.index.json (a Hugging Face model), and no checkpoint of a "
+                           "run (-o DIR)");
             return 0;
         }
     } else {

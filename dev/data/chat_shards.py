@@ -47,7 +47,10 @@ import re
 import sys
 import tempfile
 
-import numpy as np  # defines: the header, id and flag arrays
+try:
+    import numpy as np  # defines: the header, id and flag arrays
+except ImportError as e:
+    sys.exit(f"error: chat_shards.py needs numpy ({e}): pip install numpy transformers tokenizers jinja2")
 
 CHAT_MAGIC, CHAT_VERSION = 20261126, 1  # dataloader.h: DATALOADER_CHAT_MAGIC
 TARGET, START, PAD = 1, 2, 4  # dataloader.h: CHAT_TARGET, CHAT_START, CHAT_PAD
@@ -74,7 +77,10 @@ def die(msg):
 
 def load_tokenizer(path, template):
     """transformers' tokenizer of DIR (tokenizer.json, tokenizer_config.json) and the template to use."""
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast  # defines: apply_chat_template, decode
+    try:
+        from transformers import AutoTokenizer, PreTrainedTokenizerFast  # defines: apply_chat_template, decode
+    except ImportError as e:
+        die(f"chat_shards.py needs transformers ({e}): pip install transformers tokenizers jinja2")
     if importlib.util.find_spec("jinja2") is None:  # apply_chat_template renders with it
         die("chat templates need the jinja2 module (pip install jinja2)")
     if os.path.isfile(path) and os.path.basename(path) == "tokenizer.json":
@@ -513,10 +519,11 @@ def main():
     which = "plain" if template == PLAIN_TEMPLATE else "the tokenizer's"
     print(f"template {which}, targets by {method}, {'uint32' if vocab > 65536 else 'uint16'} ids "
           f"(vocabulary {vocab}), special tokens recorded: {' '.join(f'{i}={s}' for i, s in recorded)}")
-    if method == "prefix":  # a few per conversation, unless the template is not a loop over the messages
+    if method == "prefix":  # a few renders each, unless the template is not a loop over the messages
+        why = (" (the template's text for a prefix is not where its loop fetches the next message: slow for "
+               "long conversations)") if stats['slow'] else ""
         print(f"prefix method: {RENDERS[0]} template renders for {t['convs'] + t['dropped']} "
-              f"conversations, {stats['slow']} of them rendered prefix by prefix (the template's text for a "
-              "prefix is not where its loop fetches the next message: slow for long conversations)")
+              f"conversations, {stats['slow']} of them rendered prefix by prefix{why}")
     if a.save_tokenizer:  # the template the shards were made with, so the fine-tuned model chats in it
         tok.chat_template = template
         try:

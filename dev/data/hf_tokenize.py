@@ -21,7 +21,10 @@ import os
 import sys
 import time
 
-import numpy as np  # defines: the header and id arrays written to the shards
+try:
+    import numpy as np  # defines: the header and id arrays written to the shards
+except ImportError as e:
+    sys.exit(f"error: hf_tokenize.py needs numpy ({e}): pip install numpy transformers tokenizers")
 
 GPT2_MAGIC, GPT2_VERSION = 20240520, 1  # dataloader.h: DATALOADER_MAGIC, uint16 ids
 LLAMA3_MAGIC, LLAMA3_VERSION = 20240801, 7  # DATALOADER_MAGIC_U32, uint32 ids
@@ -35,7 +38,10 @@ def die(msg):
 def load_tokenizer(path):
     """The `tokenizers` Tokenizer of DIR/tokenizer.json or of a tokenizer.json, and the directory's
     tokenizer_config.json as a dict ({} if none)."""
-    from tokenizers import Tokenizer  # defines: Tokenizer.from_file, encode_batch, token_to_id
+    try:
+        from tokenizers import Tokenizer  # defines: Tokenizer.from_file, encode_batch, token_to_id
+    except ImportError as e:
+        die(f"hf_tokenize.py needs the tokenizers module ({e}): pip install tokenizers")
 
     file = os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
     if not os.path.isfile(file):
