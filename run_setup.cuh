@@ -333,7 +333,9 @@ static void plan_run(Run* r) {
         die("-E 1 moves the Llama family's vocabulary tensors to the host: GPT-2's stay on the GPU");
     if (!r->llama.num_layers) r->ga.vocab_host = 0;  // -E -1 decides with the GPU's budget (check_fit)
     if (a.T > r->cfg.max_seq_len)
-        die("-t %d exceeds the model's max sequence length %d", a.T, r->cfg.max_seq_len);
+        die("-t %d exceeds the model's max sequence length %d (a preset or spec takes :T<n>, e.g. -e "
+            "13b:T2048)",
+            a.T, r->cfg.max_seq_len);
     r->n_micro = grad_accum_steps(&a);
     r->step_tokens = (int64_t)r->n_micro * a.B * a.T;
     if (ga.resident > r->cfg.num_layers)

@@ -143,7 +143,10 @@ static int llama_source_kind(const char* spec, LlamaConfig* cfg) {
 static void build_llama(LlamaCPU* model, const char* spec, int kind, const LlamaConfig* cfg, int B, int T,
                         const char** source) {
     char err[4352];
-    if (T > cfg->max_seq_len) die("-t %d exceeds the model's max sequence length %d", T, cfg->max_seq_len);
+    if (T > cfg->max_seq_len)
+        die("-t %d exceeds the model's max sequence length %d (a preset or spec takes :T<n>, e.g. -e "
+            "13b:T2048)",
+            T, cfg->max_seq_len);
     const double state_bytes = 16.0 * llama_layout(cfg).total;  // params, grads, m, v
     // before malloc, in double (int64 overflows for huge B, T):
     // per layer (N, 6C + 4QD + 3I), attention (B, NH, T, T), logits (N, V) x 2
@@ -181,7 +184,10 @@ static void build_model(CpuModel* m, const char* spec, int B, int T, const char*
     if (kind == 0) die("%s", err);
     warn_if_spec_shadows_path(spec, kind);
     if (kind == 2 && !gpt_read_header(spec, &cfg, err, sizeof err)) die("%s", err);
-    if (T > cfg.max_seq_len) die("-t %d exceeds the model's max sequence length %d", T, cfg.max_seq_len);
+    if (T > cfg.max_seq_len)
+        die("-t %d exceeds the model's max sequence length %d (a preset or spec takes :T<n>, e.g. -e "
+            "13b:T2048)",
+            T, cfg.max_seq_len);
     const double state_bytes = 16.0 * gpt_layout(&cfg).total;  // params, grads, m, v
     // as in build_llama: per layer (N, 12C), attention (B, NH, T, T), logits and probs (N, Vp)
     const double N = (double)B * T, L = cfg.num_layers;

@@ -224,6 +224,13 @@ static inline int unknown_model_name(const char* spec, char* err, size_t errlen)
         if (d < best_d) best_d = d, best = p.name;
         snprintf(list + strlen(list), sizeof list - strlen(list), " %s", p.name);
     }
+    char depth[24];  // d12x: the GPT-2 depth spec it starts with
+    if ((spec[0] == 'd' || spec[0] == 'D') && spec[1] >= '0' && spec[1] <= '9') {
+        size_t k = 1;
+        while (k < n && k < 6 && spec[k] >= '0' && spec[k] <= '9') k++;
+        snprintf(depth, sizeof depth, "d%.*s", (int)(k - 1), spec + 1);
+        best = depth, best_d = 0;
+    }
     char hint[96] = "";
     if (best && best_d <= 3) snprintf(hint, sizeof hint, "did you mean %s? ", best);
     snprintf(err, errlen,
