@@ -739,6 +739,24 @@ TEST_F(ChatData, TokenizerJsonPathKeepsTheTemplateBesideIt) {
     EXPECT_TRUE(slurp(dir + "/c_train.bin") == file);
 }
 
+// Issue 41: shards in a template the tokenizer lacks (GPT-2's plain one) say at once that --save-tokenizer
+// DIR is needed for export_hf -t DIR, not at the end in transformers ("chat_template is not set").
+TEST_F(ChatData, ATemplateTheTokenizerLacksAsksForSaveTokenizer) {
+    if (missing(chat_ok, "transformers or jinja2")) GTEST_SKIP();
+    Result r = chat("gpt2", kChats, 128);
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_TRUE(has(r.err,
+                    "warning: the tokenizer lacks the template these shards use (plain): add "
+                    "--save-tokenizer DIR"))
+        << r.err;
+    r = chat("gpt2", kChats, 128, {"--save-tokenizer", dir + "/with_template"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_FALSE(has(r.err, "lacks the template")) << r.err;
+    r = chat("chatml", kChats, 128);  // its own template: nothing to say
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_FALSE(has(r.err, "lacks the template")) << r.err;
+}
+
 // The prefix method renders a conversation a bounded number of times (one streamed render, checked against
 // the real prefixes of three turns), not twice per turn: 2,000 turns take seconds, not minutes. A template
 // whose loop does not fetch each message where its text begins falls back to every prefix, same shards.

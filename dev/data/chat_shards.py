@@ -531,6 +531,10 @@ def main():
         except OSError as e:
             die(f"--save-tokenizer {a.save_tokenizer}: {e}")
         print(f"tokenizer with the {which} template: {a.save_tokenizer}")
+    elif template != getattr(tok, "chat_template", None):  # found at the end otherwise, in transformers
+        print(f"warning: the tokenizer lacks the template these shards use ({which}): add --save-tokenizer "
+              "DIR and export with export_hf -t DIR, or the fine-tuned model has no template to chat in",
+              file=sys.stderr)
 
 
 if __name__ == "__main__":
