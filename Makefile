@@ -37,7 +37,7 @@ CUDNN_FE_VERSION := 1.32.0
 CUDNN_FE := .deps/cudnn_frontend/include
 ifneq ($(NVCC),)
 ifeq ($(wildcard $(CUDNN_FE)/cudnn_frontend.h),)
-$(shell python3 -m pip install -q --no-deps --disable-pip-version-check --timeout 30 --target .deps/cudnn_frontend \
+$(shell python3 -m pip install -q --no-deps --disable-pip-version-check --timeout 20 --retries 0 --target .deps/cudnn_frontend \
 	nvidia-cudnn-frontend==$(CUDNN_FE_VERSION) >/dev/null 2>&1)
 endif
 ifneq ($(wildcard $(CUDNN_FE)/cudnn_frontend.h),)
