@@ -82,6 +82,17 @@ class HfTest : public CliTest {
                       pad = gpt_layout(&cfg).embed_size[WTE] - real;
         std::fill(params.begin() + real, params.begin() + real + pad, 0.0f);  // the padded rows are zero
     }
+    // dir/name: good's model.safetensors beside another config.json
+    std::string config_variant(const std::string& good, const std::string& name, const std::string& config) {
+        const std::string d = dir + "/" + name;
+        mkdir(d.c_str(), 0755);
+        std::string st;
+        char err[4352];
+        EXPECT_TRUE(read_whole_file((good + "/model.safetensors").c_str(), 1 << 30, &st, err, sizeof err));
+        write_text(d + "/model.safetensors", st);
+        write_text(d + "/config.json", config);
+        return d;
+    }
     // Our exporter's output for params (fp32 or bf16, shards of at most max_shard bytes).
     std::string export_dir(const std::string& name, int bf16 = 0, int64_t max_shard = INT64_MAX) {
         const std::string out = dir + "/" + name;
@@ -183,13 +194,7 @@ TEST_F(HfTest, RefusesWhatIsNotAGpt2Checkpoint) {
     char err[300];
     ASSERT_TRUE(read_whole_file((good + "/config.json").c_str(), 1 << 20, &cfg_text, err, sizeof err));
     auto variant = [&](const std::string& name, const std::string& config) {
-        const std::string d = dir + "/" + name;
-        mkdir(d.c_str(), 0755);
-        std::string st;
-        EXPECT_TRUE(read_whole_file((good + "/model.safetensors").c_str(), 1 << 30, &st, err, sizeof err));
-        write_text(d + "/model.safetensors", st);
-        write_text(d + "/config.json", config);
-        return d;
+        return config_variant(good, name, config);
     };
     EXPECT_TRUE(
         has(refused(variant("erf", replace(cfg_text, "gelu_new", "gelu"))), "activation_function 'gelu'"));
@@ -762,13 +767,7 @@ TEST_F(HfTest, ConfigValuesTransformersReadsOtherwiseAreRefused) {
     char err[4352];
     ASSERT_TRUE(read_whole_file((good + "/config.json").c_str(), 1 << 20, &cfg_text, err, sizeof err));
     auto variant = [&](const std::string& name, const std::string& config) {
-        const std::string d = dir + "/" + name;
-        mkdir(d.c_str(), 0755);
-        std::string st;
-        EXPECT_TRUE(read_whole_file((good + "/model.safetensors").c_str(), 1 << 30, &st, err, sizeof err));
-        write_text(d + "/model.safetensors", st);
-        write_text(d + "/config.json", config);
-        return d;
+        return config_variant(good, name, config);
     };
     const std::string tie = "\"tie_word_embeddings\": true";
     EXPECT_TRUE(has(refused(variant("str", replace(cfg_text, tie, "\"tie_word_embeddings\": \"false\""))),
@@ -797,7 +796,9 @@ TEST_F(HfTest, ConfigValuesTransformersReadsOtherwiseAreRefused) {
         char why[4352] = "";
         const int got = llama_hf_read_config(ld.c_str(), &r, why, sizeof why);
         GPTConfig g;
-        if (got == 2) EXPECT_FALSE(gpt_read_header(ld.c_str(), &g, why, sizeof why));  // as the trainers do
+        if (got == 2) {
+            EXPECT_FALSE(gpt_read_header(ld.c_str(), &g, why, sizeof why));
+        }  // as the trainers do
         EXPECT_NE(got, 1) << config;
         EXPECT_EQ(std::string(why).find('\n'), std::string::npos);
         return std::string(why);
