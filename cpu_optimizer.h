@@ -9,6 +9,7 @@
 #include "llmc/adamw.h"     // defines: AdamWArgs, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS
 #include "llmc/cpu_adam.h"  // defines: adamw_tensors_bf16grad
 #include "gpt.cuh"          // defines: struct GPT, layer_is_matrix
+#include "llmc/collectives.h"  // defines: Comm, NodeShared (several ranks: each updates its slice)
 #include "ssd_tier.h"       // defines: ssd_tier_round, ssd_tier_submit, ssd_tier_send_grads
 
 // Rounds update streamed layers R..L-1, in order.
@@ -30,18 +31,45 @@ static AdamWArgs optimizer_adamw_args(const GPT* g) {
     return {o->lr, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, g->args.weight_decay, o->grad_scale, o->t};
 }
 
-// Layer l's AdamW, in host RAM
+// Layer l's AdamW, in host RAM. Several ranks: this rank's slice [grad_lo, grad_hi) of it.
 static void adamw_layer(GPT* g, int l) {
     const AdamWArgs args = optimizer_adamw_args(g);
     const ParamLayout* p = &g->layout;
-    const int64_t off = gpt_layer_offset(p, l);
-    const uint16_t* grads = g->stream.grads_host_bf16 + (int64_t)l * p->layer_stride;
+    const int64_t lo = g->stream.grad_lo, n = g->stream.grad_hi - lo, off = gpt_layer_offset(p, l) + lo;
+    const uint16_t* grads = g->stream.grads_host_bf16 + (int64_t)l * p->layer_stride + lo;
     uint16_t* bf16_out = g->stream.weights_host_bf16 + off;
-    FAKE_CUDA_HOST_ACCESS(grads, p->layer_stride * 2, false, "the CPU AdamW reading a layer's gradients");
-    FAKE_CUDA_HOST_ACCESS(bf16_out, p->layer_stride * 2, true, "the CPU AdamW writing a layer's bf16 copy");
+    if (n <= 0) return;
+    FAKE_CUDA_HOST_ACCESS(grads, n * 2, false, "the CPU AdamW reading a layer's gradients");
+    FAKE_CUDA_HOST_ACCESS(bf16_out, n * 2, true, "the CPU AdamW writing a layer's bf16 copy");
     // decay only matrices, llm.c's rule
-    adamw_tensors_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_is_matrix(g),
-                           g->master + off, grads, g->adam_m + off, g->adam_v + off, bf16_out, &args);
+    if (n == p->layer_stride)
+        return adamw_tensors_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_is_matrix(g),
+                                      g->master + off, grads, g->adam_m + off, g->adam_v + off, bf16_out, &args);
+    adamw_tensors_window_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_is_matrix(g), lo, n,
+                                  g->master + off, grads, g->adam_m + off, g->adam_v + off, bf16_out, &args);
+}
+
+// Several ranks: how far each rank's rounds are, (round - 1) * (L + 1) + layers done, in NodeShared.
+static int64_t rank_progress_mark(const GPT* g, int64_t round, int layers_done) {
+    return (round - 1) * (g->config.num_layers + 1) + layers_done;
+}
+static void publish_progress(GPT* g, int64_t round, int layers_done) {
+    if (g->comm->world == 1) return;
+    g->comm->node->progress[g->comm->rank].store(rank_progress_mark(g, round, layers_done),
+                                                 std::memory_order_release);
+}
+// Has every rank reached `mark`? wait: until they have.
+static bool ranks_reached(const GPT* g, int64_t mark, int wait) {
+    const Comm* c = g->comm;
+    for (int r = 0; r < c->world; r++)
+        for (int spins = 0; c->node->progress[r].load(std::memory_order_acquire) < mark; spins++) {
+            if (!wait) return false;
+            if (spins > 2000) {
+                usleep(20);
+                comm_check_alive(c);
+            }
+        }
+    return true;
 }
 
 // Layer l done: the next forward may copy it.
@@ -50,6 +78,7 @@ static void optimizer_layer_done(GPT* g, int l) {
     std::lock_guard<std::mutex> lock(o->mu);
     o->layer_t1[l] = timeline_now();
     o->layers_done = l + 1;
+    publish_progress(g, o->rounds_done + 1, l + 1);
     FAKE_CUDA_HOST_RELEASE(o);
     o->cv.notify_all();
 }
@@ -83,6 +112,7 @@ static void optimizer_thread_main(GPT* g) {
         o->last_round_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         o->rounds_done++;
         o->layers_done = 0;
+        publish_progress(g, o->rounds_done, g->config.num_layers + 1);  // the round's end
         o->cv.notify_all();
     }
 }
@@ -110,20 +140,32 @@ static void optimizer_stop(GPT* g) {
 }
 
 // HostReadyFn: is `layer` updated? wait: block until so.
+// Several ranks: each updated its slice; the layer is ready when every rank's is.
 static int optimizer_layer_ready(void* ctx, int layer, int wait) {
-    Optimizer* o = ((GPT*)ctx)->opt;
-    std::unique_lock<std::mutex> lock(o->mu);
-    auto done = [o, layer] { return o->rounds_done == o->rounds_submitted || o->layers_done > layer; };
-    if (wait) o->cv.wait(lock, done);
-    if (!done()) return 0;
-    FAKE_CUDA_HOST_ACQUIRE(o);
-    return 1;
+    GPT* g = (GPT*)ctx;
+    Optimizer* o = g->opt;
+    int64_t round = 0;
+    {
+        std::unique_lock<std::mutex> lock(o->mu);
+        auto done = [o, layer] { return o->rounds_done == o->rounds_submitted || o->layers_done > layer; };
+        if (wait) o->cv.wait(lock, done);
+        if (!done()) return 0;
+        FAKE_CUDA_HOST_ACQUIRE(o);
+        round = o->rounds_submitted;
+    }
+    if (g->comm->world == 1 || round == 0) return 1;
+    return ranks_reached(g, rank_progress_mark(g, round, layer + 1), wait) ? 1 : 0;
 }
 static void optimizer_wait_all(GPT* g) {
     Optimizer* o = g->opt;
-    std::unique_lock<std::mutex> lock(o->mu);
-    o->cv.wait(lock, [o] { return o->rounds_done == o->rounds_submitted; });
-    FAKE_CUDA_HOST_ACQUIRE(o);
+    int64_t round = 0;
+    {
+        std::unique_lock<std::mutex> lock(o->mu);
+        o->cv.wait(lock, [o] { return o->rounds_done == o->rounds_submitted; });
+        FAKE_CUDA_HOST_ACQUIRE(o);
+        round = o->rounds_submitted;
+    }
+    if (g->comm->world > 1 && round > 0) ranks_reached(g, rank_progress_mark(g, round + 1, 0), 1);
 }
 static void optimizer_submit(GPT* g, float lr, float grad_scale) {
     optimizer_wait_all(g);  // never waits: the forward pass waited for every layer

@@ -164,6 +164,7 @@ struct Optimizer;  // the CPU AdamW thread (cpu_optimizer.h)
 struct SsdTier;    // -sd: the SSD tier (ssd_tier.h)
 struct HostVocab;  // -E 1: the vocabulary tensors in host RAM (vocab_host.cuh)
 struct AttnMicro;  // a micro-batch's ragged sequences for cuDNN (attention_path.cuh)
+struct Comm;       // a multi-GPU run's ranks (collectives.h)
 
 typedef struct GPT GPT;
 struct GPT {
@@ -230,6 +231,7 @@ struct GPT {
     int* forward_order;        // R, R+1, ..., L-1: the streamed layers in the order of a forward pass
     int* backward_order;       // L-1, ..., R
     Timeline* timeline;        // NULL unless -Y 1
+    Comm* comm;                // the ranks (-pn): one, or G sharing the host arrays above
 };
 
 static inline bool is_llama(const GPT* g) { return g->llama.num_layers > 0; }

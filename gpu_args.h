@@ -40,6 +40,7 @@ typedef struct {
     int ssd_weights;      // -sw 1: with -sd, their bf16 weights there too
     float disk_read_gbs;  // -sr R[,W] the -sd disk's GB/s, for -P 1's step time. 0: assumed
     float disk_write_gbs;
+    int ranks;  // -pn GPUs of this node, one rank process each, started by this process (1: this one)
 } GpuArgs;
 
 static int ssd_tier(const GpuArgs* ga) {
@@ -74,6 +75,7 @@ static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
     ga->ssd_dir = NULL;
     ga->ssd_weights = 0;
     ga->disk_read_gbs = ga->disk_write_gbs = 0;
+    ga->ranks = 1;
 }
 
 static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
@@ -140,11 +142,15 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "              layer buffers for each pass: 2 bytes per parameter less RAM, RAM no longer grows\n"
         "              with depth; 2 more bytes read per parameter per pass (default %d)\n"
         "  -sr <GB/s>[,<GB/s>]  -P 1's step time: the -sd disk's read[,write] rate (default: 6,4 assumed)\n"
+        "  -pn <int>   GPUs of this node: starts one rank process per GPU, each computing its share of the\n"
+        "              step's micro-batches (-d / (-b * -t) must divide by it); the fp32 weights, AdamW state\n"
+        "              and pinned bf16 copies exist once in host RAM for all of them; gradients are summed\n"
+        "              by NCCL (LLMC_COLLECTIVES=host: through host memory) (default %d)\n"
         "samples (-g, -s): none by default for a model over %.0fB parameters or with -sw 1 (each token\n"
         "  streams the whole model once); -g N still asks for them\n",
         MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->kept,
         gd->flash, gd->epilogues, gd->plan_only, gd->host_gib, gd->gpu_gib, gd->vocab_host, SW_READ_BUFFERS,
-        gd->ssd_weights, SAMPLE_DEFAULT_MAX_PARAMS / 1e9);
+        gd->ssd_weights, gd->ranks, SAMPLE_DEFAULT_MAX_PARAMS / 1e9);
 }
 
 // -g, else SAMPLE_DEFAULT_MAX_PARAMS' rule, else args.h's.
@@ -233,6 +239,9 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
             ga->ssd_dir = value;
         } else if (strcmp(flag, "-sr") == 0) {
             ok = parse_disk_rates(value, ga, err, sizeof err);
+        } else if (strcmp(flag, "-pn") == 0) {
+            ok = parse_int_in(flag, value, 1, 64, &v, err, sizeof err);
+            ga->ranks = (int)v;
         } else if (strcmp(flag, "-sw") == 0) {
             ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err);
             ga->ssd_weights = (int)v;

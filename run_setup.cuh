@@ -99,8 +99,10 @@ typedef struct {
     GPTConfig cfg;      // GPT-2's, or the Llama family's llama_gpt_config
     LlamaConfig llama;  // the Llama family's config (num_layers 0: GPT-2)
     int kind;           // 1: spec (seeded init), 2: model file or checkpoint
-    int bench, n_micro, total_steps, start_step;
-    int64_t step_tokens;
+    int bench, n_micro, total_steps, start_step;  // n_micro: this rank's micro-batches per step
+    int n_micro_all;                              // every rank's (-pn G: G x n_micro)
+    int64_t step_tokens;                          // every rank's
+    Comm* comm;                                   // the ranks (-pn; one: a Comm of world 1)
     int resident, kept;  // -R / -K, once -1 is resolved
     MemoryPlan plan;
     bool no_gpu_here;
@@ -145,10 +147,36 @@ static void check_resume_family(const char* model, const char* dir, const GPTCon
 
 // -o: one run per directory, -y 1 resumes its newest checkpoint.
 // A benchmark writes only trace.json there, -P 1 nothing.
+// Several ranks: rank 0 opens it; the others take what it found (share_resume).
+static void share_resume(Run* r) {
+    struct {
+        int64_t step, header[ST_HEADER_FIELDS];
+        char model[4200], state[4200];
+    } x;
+    memset(&x, 0, sizeof x);
+    x.step = r->resume_step;
+    memcpy(x.header, r->resume_header, sizeof x.header);
+    memcpy(x.model, r->resume_model, sizeof x.model);
+    memcpy(x.state, r->resume_state, sizeof x.state);
+    comm_share(r->comm, &x, sizeof x);
+    if (r->comm->rank == 0 || x.step < 0) return;
+    r->resume_step = x.step;
+    memcpy(r->resume_header, x.header, sizeof x.header);
+    memcpy(r->resume_model, x.model, sizeof x.model);
+    memcpy(r->resume_state, x.state, sizeof x.state);
+    resume_recorded_hyperparameters(r->resume_header, &r->args);
+    r->args.model = r->resume_model;
+}
+
+static void open_output_dir_rank0(Run* r);
 static void open_output_dir(Run* r) {
+    r->resume_step = -1;
+    if (r->comm->rank == 0) open_output_dir_rank0(r);
+    if (!r->bench && !r->ga.plan_only) share_resume(r);
+}
+static void open_output_dir_rank0(Run* r) {
     char err[4352];
     const GpuArgs& ga = r->ga;
-    r->resume_step = -1;
     if (r->args.output_dir && r->bench && ga.timeline && !ga.plan_only &&
         !lock_output_dir(r->args.output_dir, err, sizeof err))
         die("%s", err);
@@ -218,10 +246,10 @@ static void open_data(Run* r) {
             die("%s", err);
         if (!dataloader_init(val, a->val_data, a->B, a->T, 0, 0, err, sizeof err)) die("%s", err);
         if (!dataloader_check_pair(train, val, err, sizeof err)) die("%s", err);
-        if (r->total_steps < 0) r->total_steps = (int)(train->num_batches / r->n_micro);
+        if (r->total_steps < 0) r->total_steps = (int)(train->num_batches / r->n_micro_all);
         if (a->max_steps < 0 && r->total_steps < 1)
             die("train data %s holds fewer than %d batches of B*T: one step needs that many", a->train_data,
-                r->n_micro);
+                r->n_micro_all);
         r->val_batches = dataloader_eval_batches(val, a->val_max_batches);
         a->max_steps = r->total_steps;  // -x -1 resolved: checkpoints record the run's length
         const std::string tok = open_tokenizer(r);
@@ -280,9 +308,16 @@ static void check_fit(Run* r) {
         die("no CUDA device found: this trainer needs an NVIDIA GPU; ./train_gpt_cpu trains on the CPU");
     // before the context: a host thread waiting on the GPU sleeps, not spins
     cudaCheck(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
-    cudaCheck(cudaGetDeviceProperties(&r->prop, 0));
-    cudaCheck(cudaSetDevice(0));
-    r->peak_flops = gpu_bf16_peak_flops(r->prop.name, &r->peak_label);
+    int devices = 1;
+    cudaCheck(cudaGetDeviceCount(&devices));
+    const int device = r->comm->rank % devices;  // -pn: rank r on GPU r
+    if (r->comm->world > devices && r->comm->rank == 0)
+        fprintf(stderr, "warning: -pn %d on %d GPU%s: ranks share a GPU\n", r->comm->world, devices,
+                devices > 1 ? "s" : "");
+    cudaCheck(cudaGetDeviceProperties(&r->prop, device));
+    cudaCheck(cudaSetDevice(device));
+    comm_init(r->comm);  // NCCL's communicator, or the host's sums
+    r->peak_flops = gpu_bf16_peak_flops(r->prop.name, &r->peak_label) * r->comm->world;  // MFU of all GPUs
     // cuBLAS handles and kernels first: what they take is not free for the plan
     matmul_handles_create();
     kernels_load();
@@ -336,8 +371,19 @@ static void plan_run(Run* r) {
         die("-t %d exceeds the model's max sequence length %d (a preset or spec takes :T<n>, e.g. -e "
             "13b:T2048)",
             a.T, r->cfg.max_seq_len);
-    r->n_micro = grad_accum_steps(&a);
-    r->step_tokens = (int64_t)r->n_micro * a.B * a.T;
+    r->n_micro_all = grad_accum_steps(&a);
+    r->step_tokens = (int64_t)r->n_micro_all * a.B * a.T;
+    const int G = ga.ranks;  // each rank takes n_micro of the step's micro-batches
+    if (r->n_micro_all % G != 0)
+        die("-pn %d: the step's %d micro-batches (-d %lld / (-b %d * -t %d)) do not divide among %d GPUs: make "
+            "-d a multiple of %lld",
+            G, r->n_micro_all, (long long)r->step_tokens, a.B, a.T, G, (long long)G * a.B * a.T);
+    r->n_micro = r->n_micro_all / G;
+    if (G > 1 && ga.ssd_dir)
+        die("-pn %d with -sd: the SSD tier runs on one GPU for now; drop -pn or -sd", G);
+    if (G > 1 && ga.vocab_host > 0)
+        die("-pn %d with -E 1: the vocabulary in host RAM runs on one GPU for now; drop -pn or -E 1", G);
+    if (G > 1) r->ga.vocab_host = 0;  // -E -1: on the GPU
     if (ga.resident > r->cfg.num_layers)
         die("-R %d: the model has only %d layers", ga.resident, r->cfg.num_layers);
     if (ga.kept > r->cfg.num_layers) die("-K %d: the model has only %d layers", ga.kept, r->cfg.num_layers);
@@ -529,8 +575,8 @@ static void load_llama_weights(Run* r, GPT* g) {
 static void build_model(Run* r, GPT* g) {
     char err[4352];
     // CPU AdamW threads: every usable core but adam_threads_beside's
-    const int cores = usable_cpu_cores(), beside = adam_threads_beside(r->ga.ssd_dir != NULL);
-    r->adam_threads = r->ga.adam_threads > 0 ? r->ga.adam_threads : std::max(1, cores - beside);
+    const int cores = usable_cpu_cores() / r->comm->world, beside = adam_threads_beside(r->ga.ssd_dir != NULL);
+    r->adam_threads = r->ga.adam_threads > 0 ? r->ga.adam_threads : std::max(1, cores - beside);  // a rank's
     cpu_adam_set_threads(r->adam_threads);
     if (r->ga.ssd_dir) {  // the probe first: its buffers are gone before the model's arrive
         if (mkdir(r->ga.ssd_dir, 0755) != 0 && errno != EEXIST)
@@ -539,9 +585,10 @@ static void build_model(Run* r, GPT* g) {
         ssd_print_bandwidth(r);
     }
     gpt_build(g, &r->cfg, r->args.B, r->args.T, r->n_micro, r->ga.num_slots, r->resident, r->kept, &r->args,
-              ssd_tier(&r->ga), &r->llama, r->ga.vocab_host > 0);
+              ssd_tier(&r->ga), &r->llama, r->ga.vocab_host > 0, r->comm);
     if (r->ga.ssd_dir) ssd_attach(r, g);  // either family, one layer at a time
-    else if (r->llama.num_layers) load_llama_weights(r, g);
+    else if (r->comm->rank != 0) {        // several ranks: rank 0 fills the node's host arrays
+    } else if (r->llama.num_layers) load_llama_weights(r, g);
     else if (r->kind == 1) gpt_init_params(&r->cfg, g->master, INIT_SEED);
     else if (!gpt_load_params(r->args.model, &r->cfg, g->master, err, sizeof err)) die("%s", err);
     gpt_weights_ready(g);
@@ -561,7 +608,8 @@ static void build_model(Run* r, GPT* g) {
 
 static void open_logger(Run* r) {
     char err[4352];
-    if (!logger_open(&r->logger, r->bench ? NULL : r->args.output_dir, r->resume_step, err, sizeof err))
+    const bool logs = !r->bench && r->comm->rank == 0;  // several ranks: rank 0's log
+    if (!logger_open(&r->logger, logs ? r->args.output_dir : NULL, r->resume_step, err, sizeof err))
         die("%s", err);
     r->sample_rng = SAMPLE_SEED;
     const int64_t params = model_layout(&r->cfg, &r->llama).total;
@@ -598,8 +646,12 @@ static void print_config_table(const Run* r, const GPT* g) {
     table_row("V / Vp", "%d / %d", cfg.vocab_size, cfg.padded_vocab_size);
     table_row("parameters", "%.3f B (%lld; %lld with the padded vocab)", real_params / 1e9,
               (long long)real_params, (long long)p->total);
-    table_row("B / T / accumulation", "%d / %d / %d = %lld tokens per step", args.B, args.T, r->n_micro,
-              (long long)r->step_tokens);
+    if (r->comm->world > 1)
+        table_row("B / T / accumulation", "%d / %d / %d on each of %d GPUs = %lld tokens per step", args.B, args.T,
+                  r->n_micro, r->comm->world, (long long)r->step_tokens);
+    else
+        table_row("B / T / accumulation", "%d / %d / %d = %lld tokens per step", args.B, args.T, r->n_micro,
+                  (long long)r->step_tokens);
     table_row("lr / warmup / schedule", "%.2e / %d / %s to %.2f x lr", args.lr, args.warmup_steps,
               lr_schedule_name(args.lr_schedule), args.final_lr_frac);
     table_row("weight decay / clip", "%.2f / %.2f", args.weight_decay, args.grad_clip);
@@ -644,6 +696,8 @@ static void print_config_table(const Run* r, const GPT* g) {
     table_row("GEMM epilogues", "%s",
               r->ga.epilogues ? "bias, residual, GELU fused (cuBLASLt)" : "separate kernels (-G 0)");
     table_row("device", "%s, %.1f GiB", r->prop.name, r->gpu_total / GiB);
+    if (r->comm->world > 1)
+        table_row("GPUs (-pn)", "%d ranks; host arrays once on the node; sums: %s", r->comm->world, r->comm->note);
     if (r->peak_flops > 0) table_row("MFU vs", "%.0f TFLOP/s (%s)", r->peak_flops / 1e12, r->peak_label);
     else table_row("MFU vs", "n/a (this GPU is not in gpu_bf16_peak_flops's table)");
     table_row("cpu adamw", "%d threads, %s", r->adam_threads, cpu_adam_simd_name());

@@ -55,8 +55,17 @@ int64_t stream_gpu_bytes(int64_t layer_stride, int num_slots) {
     return (int64_t)num_slots * layer_stride * 2 + 2 * layer_stride * 2;
 }
 
+// The node's shared host array p, pinned in this process.
+static void* pinned_register(void* p, int64_t bytes, const char* what) {
+    const cudaError_t err = cudaHostRegister(p, (size_t)bytes, cudaHostRegisterDefault);
+    if (err != cudaSuccess)
+        die("cannot pin %.2f GiB of host memory for %s: %s", bytes / 1073741824.0, what, cudaGetErrorString(err));
+    return p;
+}
+
 void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t embed_count, int num_slots,
-                 HostReadyFn host_ready, void* host_ready_ctx, bool host_grads, const HostReader* reader) {
+                 HostReadyFn host_ready, void* host_ready_ctx, bool host_grads, const HostReader* reader,
+                 const StreamHostArrays* shared) {
     memset(ws, 0, sizeof *ws);
     if (num_slots < 2 || num_slots > MAX_SLOTS) {
         // overlap needs 2: one slot computes while the other fills
@@ -74,9 +83,14 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
     ws->embed_count = embed_count;
     ws->host_ready = host_ready;
     ws->host_ready_ctx = host_ready_ctx;
+    ws->grad_lo = 0;
+    ws->grad_hi = layer_stride;
     const int64_t host_layers = reader ? reader->first_streamed : num_layers;
-    ws->weights_host_bf16 =
-        (uint16_t*)pinned_alloc((embed_count + host_layers * layer_stride) * 2, "the bf16 weights");
+    const int64_t weight_bytes = (embed_count + host_layers * layer_stride) * 2;
+    if (shared && (reader || !host_grads)) die("internal: shared host arrays with the SSD tier");
+    ws->host_shared = shared != NULL;
+    ws->weights_host_bf16 = shared ? (uint16_t*)pinned_register(shared->weights, weight_bytes, "the bf16 weights")
+                                   : (uint16_t*)pinned_alloc(weight_bytes, "the bf16 weights");
     if (reader) {
         ws->reads.reader = *reader;
         for (int b = 0; b < reader->num_buffers; b++) {
@@ -91,7 +105,9 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
     }
     if (host_grads)
         ws->grads_host_bf16 =
-            (uint16_t*)pinned_alloc((int64_t)num_layers * layer_stride * 2, "the layer gradients");
+            shared ? (uint16_t*)pinned_register(shared->grads, (int64_t)num_layers * layer_stride * 2,
+                                                "the layer gradients")
+                   : (uint16_t*)pinned_alloc((int64_t)num_layers * layer_stride * 2, "the layer gradients");
 
     ws->slots = (bf16*)device_alloc((int64_t)num_slots * layer_stride * 2, "the weight slots");
     for (int k = 0; k < 2; k++)
@@ -140,8 +156,13 @@ void stream_free(WeightStream* ws) {
     cudaCheck(cudaStreamDestroy(ws->h2d));
     cudaCheck(cudaStreamDestroy(ws->d2h));
     cudaCheck(cudaFree(ws->slots));
-    cudaCheck(cudaFreeHost(ws->weights_host_bf16));
-    if (ws->grads_host_bf16) cudaCheck(cudaFreeHost(ws->grads_host_bf16));
+    if (ws->host_shared) {  // the owner unmaps them
+        cudaCheck(cudaHostUnregister(ws->weights_host_bf16));
+        cudaCheck(cudaHostUnregister(ws->grads_host_bf16));
+    } else {
+        cudaCheck(cudaFreeHost(ws->weights_host_bf16));
+        if (ws->grads_host_bf16) cudaCheck(cudaFreeHost(ws->grads_host_bf16));
+    }
     free(ws->grads_on_host);
     free(ws->schedule);
     memset(ws, 0, sizeof *ws);
@@ -354,11 +375,13 @@ void stream_send_layer_grads(WeightStream* ws, int l) {
 void stream_send_layer_grads_to(WeightStream* ws, int l, uint16_t* host_dst) {
     const int k = ws->staging_next;
     ws->staging_next ^= 1;
-    const int64_t bytes = ws->layer_stride * 2;
+    const int64_t lo = ws->grad_lo, bytes = (ws->grad_hi - lo) * 2;  // this rank's part
     cudaCheck(cudaEventRecord(ws->compute_mark, ws->compute));
     cudaCheck(cudaStreamWaitEvent(ws->d2h, ws->compute_mark, 0));
     const int span = timeline_begin(ws->timeline, TRACK_D2H, "grads", l, ws->d2h);
-    cudaCheck(cudaMemcpyAsync(host_dst, ws->grad_staging[k], (size_t)bytes, cudaMemcpyDeviceToHost, ws->d2h));
+    if (bytes > 0)
+        cudaCheck(cudaMemcpyAsync(host_dst + lo, ws->grad_staging[k] + lo, (size_t)bytes, cudaMemcpyDeviceToHost,
+                                  ws->d2h));
     timeline_end(ws->timeline, span, ws->d2h);
     cudaCheck(cudaEventRecord(ws->staging_free[k], ws->d2h));
     cudaCheck(cudaEventRecord(ws->grads_on_host[l], ws->d2h));

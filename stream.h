@@ -79,15 +79,25 @@ typedef struct {
 
     StreamReads reads;  // -sw 1: the weights' way from disk (reads.reader.start == NULL: none)
 
+    // A multi-GPU rank sends only its part [grad_lo, grad_hi) of each layer's gradients (collectives.h).
+    int64_t grad_lo, grad_hi;
+    bool host_shared;  // the pinned host arrays are the node's (StreamHostArrays): registered, not owned
+
     // Counters for the config table and the timeline
     int64_t bytes_h2d, bytes_d2h, layer_copies, layer_reuses;
     struct Timeline* timeline;  // -Y: where each copy records its span, or NULL
 } WeightStream;
 
-// Allocates everything or dies. reader: -sw 1, or NULL.
+// A multi-GPU run's host arrays, shared by the node's ranks: stream_init pins them instead of allocating.
+typedef struct {
+    uint16_t* weights;  // stream_host_bytes' bf16 weights
+    uint16_t* grads;    // and gradients
+} StreamHostArrays;
+
+// Allocates everything or dies. reader: -sw 1, or NULL. shared: the node's host arrays, or NULL.
 void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t embed_count, int num_slots,
                  HostReadyFn host_ready, void* host_ready_ctx, bool host_grads = true,
-                 const HostReader* reader = NULL);
+                 const HostReader* reader = NULL, const StreamHostArrays* shared = NULL);
 void stream_free(WeightStream* ws);
 // Pinned, aligned host memory for O_DIRECT, rounded up to DIRECT_IO_ALIGN.
 #define DIRECT_IO_ALIGN 4096

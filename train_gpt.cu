@@ -36,6 +36,8 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 #include "llmc/adamw.h"  // defines: AdamWArgs, adamw_tensors, clip_scale, ADAMW_BETA1, ADAMW_EPS
+// defines: Comm, comm_reduce_scatter, comm_all_reduce, comm_sum_host, node_shared_alloc, node_barrier
+#include "llmc/collectives.h"
 #include "llmc/args.h"   // defines: TrainArgs, train_args_defaults, train_usage, parse_train_arg, help_flag
 #include "checkpoint.h"  // defines: checkpoint_save, open_run_dir, check_resume_args, state_file_read
 #include "llmc/cpu_adam.h"     // defines: cpu_adam_set_threads, convert_f32_to_bf16, bf16_to_float
@@ -177,9 +179,10 @@ static void* gpu_alloc(GPT* g, int64_t bytes) {
     return p;
 }
 
-// fp32 master weights and AdamW state: anonymous mmap, zero-filled lazily.
-static float* host_alloc_floats(int64_t n) {
+// fp32 master weights and AdamW state: anonymous mmap, zero-filled lazily. Several ranks: the node's one copy.
+static float* host_alloc_floats(int64_t n, Comm* comm = NULL, const char* what = "") {
     const size_t bytes = (size_t)n * 4;
+    if (comm && comm->world > 1) return (float*)node_shared_alloc(comm, (int64_t)bytes, what);
     void* p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;
     madvise(p, bytes, MADV_HUGEPAGE);  // transparent huge pages where available
@@ -232,11 +235,33 @@ static void vocab_free(GPT* g) {
 }
 
 // tier: where streamed layers' state lives (TIER_*). llama: cfg is its llama_gpt_config.
+static Comm single_rank;  // a run of one GPU
+
+// Streamed layers' gradient buffer: the layer, or with several ranks one slice per rank (collectives.h).
+static int64_t layer_grads_floats(const GPT* g) {
+    const Comm* c = g->comm;
+    return c->world > 1 ? (int64_t)c->world * comm_slice(c, g->layout.layer_stride) : g->layout.layer_stride;
+}
+
+// The node's pinned bf16 weights and gradients, once for all ranks (NULL: one rank, stream_init's own).
+static StreamHostArrays* node_stream_arrays(GPT* g) {
+    static StreamHostArrays shared;
+    if (g->comm->world == 1) return NULL;
+    const ParamLayout* p = &g->layout;
+    const int64_t L = g->config.num_layers;
+    shared.weights = (uint16_t*)node_shared_alloc(g->comm, p->total * 2, "the bf16 weights");
+    shared.grads = (uint16_t*)node_shared_alloc(g->comm, L * p->layer_stride * 2, "the layer gradients");
+    return &shared;
+}
+
 static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro, int num_slots,
                       int resident_layers, int kept_layers, const TrainArgs* args, int tier = TIER_RAM,
-                      const LlamaConfig* llama = NULL, bool vocab_host = false) {
+                      const LlamaConfig* llama = NULL, bool vocab_host = false, Comm* comm = NULL) {
     const bool ssd = tier != TIER_RAM;
     memset(g, 0, sizeof *g);
+    g->comm = comm ? comm : &single_rank;
+    if (g->comm->world > 1 && (ssd || vocab_host))
+        die("internal: several ranks with the SSD tier or -E 1");
     g->checkpoint_step = -1;
     g->config = *cfg;
     if (llama) g->llama = *llama;
@@ -265,9 +290,9 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
 
     // host: not pinned, only the CPU touches them. -sd: the prefix only.
     g->host_state_count = ssd ? plan.resident_count : p->total;
-    g->master = host_alloc_floats(g->host_state_count);
-    g->adam_m = host_alloc_floats(g->host_state_count);
-    g->adam_v = host_alloc_floats(g->host_state_count);
+    g->master = host_alloc_floats(g->host_state_count, g->comm, "the fp32 weights");
+    g->adam_m = host_alloc_floats(g->host_state_count, g->comm, "AdamW m");
+    g->adam_v = host_alloc_floats(g->host_state_count, g->comm, "AdamW v");
     if (!g->master || !g->adam_m || !g->adam_v)
         die("out of host memory for the fp32 weights and AdamW state (%.1f GiB)",
             plan.master_adam / 1073741824.0);
@@ -282,7 +307,8 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     const HostReader reader = sw_reader(g, p, resident_layers);
     const HostReader* from_disk = tier == TIER_SSD_WEIGHTS ? &reader : NULL;
     stream_init(&g->stream, c->num_layers, p->layer_stride, p->embed_count, num_slots, optimizer_layer_ready,
-                g, !ssd, from_disk);
+                g, !ssd, from_disk, node_stream_arrays(g));
+    if (g->comm->world > 1) comm_part(g->comm, p->layer_stride, &g->stream.grad_lo, &g->stream.grad_hi);
     if (ssd) g->ssd = ssd_tier_new(g, tier);         // its store comes with ssd_attach
     g->gpu_bytes += plan.slots + plan.grad_staging;  // stream_init's
 
@@ -298,7 +324,8 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     g->resident_master = (float*)gpu_alloc(g, rc * 4);
     g->resident_m = (float*)gpu_alloc(g, rc * 4);
     g->resident_v = (float*)gpu_alloc(g, rc * 4);
-    g->layer_grads = (float*)gpu_alloc(g, plan.layer_grads);
+    // plan.layer_grads; several ranks: rounded up to a slice per rank
+    g->layer_grads = (float*)gpu_alloc(g, std::max(plan.layer_grads, layer_grads_floats(g) * 4));
     g->layer_inputs = (bf16*)gpu_alloc(g, plan.layer_inputs);
     g->dresid = (bf16*)gpu_alloc(g, plan.dresid);
     g->tokens_in = (int*)gpu_alloc(g, plan.tokens);
@@ -392,8 +419,11 @@ static void gpt_resident_state_to_host(GPT* g) {
 static void gpt_weights_ready(GPT* g) {
     uint16_t* bf16 = g->stream.weights_host_bf16;
     const int64_t n = g->host_state_count;  // -sd: the prefix only
-    FAKE_CUDA_HOST_ACCESS(bf16, n * 2, true, "the host writing the bf16 copy (load)");
-    convert_f32_to_bf16(g->master, bf16, n);
+    if (g->comm->rank == 0) {  // several ranks: the node's one copy
+        FAKE_CUDA_HOST_ACCESS(bf16, n * 2, true, "the host writing the bf16 copy (load)");
+        convert_f32_to_bf16(g->master, bf16, n);
+    }
+    node_barrier(g->comm);
     gpt_resident_state_to_device(g);
     stream_invalidate(&g->stream);
 }
@@ -410,7 +440,13 @@ static void gpt_free(GPT* g) {
     cublaslt_handle = NULL;
     cublas_workspace = NULL;
     cublas_stream = NULL;
+    const bool shared = g->stream.host_shared;
+    uint16_t *weights_bf16 = g->stream.weights_host_bf16, *grads_bf16 = g->stream.grads_host_bf16;
     stream_free(&g->stream);
+    if (shared) {
+        node_shared_free(weights_bf16, g->layout.total * 2);
+        node_shared_free(grads_bf16, (int64_t)g->config.num_layers * g->layout.layer_stride * 2);
+    }
     cudaCheck(cudaFree(g->resident));
     cudaCheck(cudaFree(g->resident_grads));
     cudaCheck(cudaFree(g->layer_grads));
@@ -496,14 +532,17 @@ static void restore_activations(GPT* g, const bf16* w, int l, int mb, int n_micr
 static float* layer_grads_begin(GPT* g, int l, cudaStream_t s) {
     if (l < g->resident_layers)
         return g->resident_grads + gpt_layer_offset(&g->layout, l) - g->resident_start;
-    cudaCheck(cudaMemsetAsync(g->layer_grads, 0, (size_t)(g->layout.layer_stride * 4), s));
+    cudaCheck(cudaMemsetAsync(g->layer_grads, 0, (size_t)(layer_grads_floats(g) * 4), s));
     return g->layer_grads;
 }
 // Streamed gradients to bf16 staging for the host. Squares add to the norm.
+// Several ranks: summed over them, and each converts and sends its own slice [grad_lo, grad_hi).
 static void layer_grads_end(GPT* g, int l, cudaStream_t s) {
     if (l < g->resident_layers) return;
+    comm_reduce_scatter(g->comm, g->layer_grads, g->layout.layer_stride, s);
+    const int64_t lo = g->stream.grad_lo, n = g->stream.grad_hi - lo;
     bf16* staging = stream_grad_staging(&g->stream);
-    grads_to_bf16_sumsq(staging, g->layer_grads, g->layout.layer_stride, g->sumsq_dev, s);
+    if (n > 0) grads_to_bf16_sumsq(staging + lo, g->layer_grads + lo, n, g->sumsq_dev, s);
 }
 
 // cuDNN path, chat data: each micro-batch's conversations as ragged sequences (ragged.h), via pinned staging.
@@ -578,8 +617,8 @@ static void head_forward_backward(GPT* g, int n_micro, int64_t num_targets, cuda
     if (grad_bytes) cudaCheck(cudaMemsetAsync(g->resident_grads, 0, grad_bytes, s));  // they start here
     cudaCheck(cudaMemsetAsync(g->sumsq_dev, 0, 8, s));
     ScopedSpan span(g->timeline, TRACK_COMPUTE, "head", -1, s);
-    const float dloss =
-        g->packed ? 1.0f / (float)num_targets : 1.0f / (float)(N * n_micro);  // each target's share
+    const float dloss = g->packed ? 1.0f / (float)num_targets  // each target's share, over every rank's
+                                  : 1.0f / (float)(N * n_micro * g->comm->world);
     if (g->vocab) {  // -E 1: the vocabulary's chunks outside, the micro-batches inside
         std::vector<const bf16*> xs;
         std::vector<bf16*> dres;
@@ -610,7 +649,8 @@ static void embeddings_backward(GPT* g, int n_micro, cudaStream_t s) {
                                g->resident_grads + p->embed_offset[WPE], dresid_at(g, mb),
                                g->tokens_in + mb * N, N, g->T, g->config.channels, s, positions(g, mb));
     const int64_t n = g->resident_count - g->resident_start;
-    if (n) grads_to_bf16_sumsq(NULL, g->resident_grads, n, g->sumsq_dev, s);
+    comm_all_reduce(g->comm, g->resident_grads, n, s);  // every rank updates the prefix alike
+    if (n && g->comm->rank == 0) grads_to_bf16_sumsq(NULL, g->resident_grads, n, g->sumsq_dev, s);
 }
 
 // Waits for stream s: returns the mean loss, sets g->last_norm.
@@ -618,8 +658,11 @@ static float read_loss_and_norm(GPT* g, cudaStream_t s) {
     cudaCheck(cudaMemcpyAsync(g->loss_host, g->loss_dev, 4, cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaMemcpyAsync(g->sumsq_host, g->sumsq_dev, 8, cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
-    g->last_norm = sqrt(*g->sumsq_host + (g->vocab ? g->vocab->sumsq : 0.0));  // -E 1: the host's part
-    return *g->loss_host;
+    // several ranks: the sum of their squares; their losses' sum (chat: scaled by the step's targets)
+    double sums[2] = {*g->loss_host * (g->packed ? 1.0 : 1.0 / g->comm->world), *g->sumsq_host};
+    comm_sum_host(g->comm, sums, 2);
+    g->last_norm = sqrt(sums[1] + (g->vocab ? g->vocab->sumsq : 0.0));  // -E 1: the host's part
+    return g->comm->world > 1 ? (float)sums[0] : *g->loss_host;
 }
 
 // One step's forward and backward: the mean loss, and g->last_norm. No update.
@@ -718,7 +761,9 @@ static StepResult gpt_step(GPT* g, const int* inputs, const int* targets, int n_
                            const int* pos = NULL) {
     StepResult r = {};
     const int64_t tokens = (int64_t)n_micro * g->B * g->T;
-    r.targets = pos ? count_targets(targets, tokens) : tokens;
+    double targets_all = (double)(pos ? count_targets(targets, tokens) : tokens);
+    comm_sum_host(g->comm, &targets_all, 1);  // several ranks: the step's targets, every rank's
+    r.targets = (int64_t)targets_all;
     if (r.targets == 0) {  // nothing to learn: no forward pass, no update
         snprintf(g->skipped, sizeof g->skipped, "no target tokens in this step");
         g->last_norm = 0.0;
@@ -817,11 +862,22 @@ static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data
 }
 
 // Loads AdamW state, step, data position. The model file loads apart.
+// Several ranks: rank 0 reads into the node's arrays and tells the others where the run stands.
 static void load_state(GPT* g, const char* path, DataLoaderState* data_state) {
-    state_file_read(path, g->layout.total, g->adam_m, g->adam_v, data_state, &g->step, &g->adam_t,
-                    g->ssd ? &g->host_state_count : NULL);
-    if (is_llama(g) && !g->ssd)  // m, v from file order to ours (-sd: already)
-        for (float* x : {g->adam_m, g->adam_v}) llama_trainer_order(&g->layout, x);
+    if (g->comm->rank == 0) {
+        state_file_read(path, g->layout.total, g->adam_m, g->adam_v, data_state, &g->step, &g->adam_t,
+                        g->ssd ? &g->host_state_count : NULL);
+        if (is_llama(g) && !g->ssd)  // m, v from file order to ours (-sd: already)
+            for (float* x : {g->adam_m, g->adam_v}) llama_trainer_order(&g->layout, x);
+    }
+    struct {
+        DataLoaderState data;
+        int64_t step, adam_t;
+    } at = {*data_state, g->step, g->adam_t};
+    comm_share(g->comm, &at, sizeof at);
+    *data_state = at.data;
+    g->step = at.step;
+    g->adam_t = at.adam_t;
     gpt_resident_state_to_device(g);  // resident prefix's weights and moments to the GPU
 }
 
@@ -900,27 +956,36 @@ static double gpu_bf16_peak_flops(const char* device_name, const char** label) {
 
 #ifndef TESTING
 
+#include "llmc/rank_launch.h"  // defines: rank_launch (-pn G: one process per GPU)
 #include "run_setup.cuh"  // defines: Run, plan_run, check_fit, build_model, open_data, print_config_table
 
 // Mean loss of the first `batches` val batches, max_micro per walk. Chat: per target token.
+// Several ranks: each walk reads max_micro batches per rank, and each rank evaluates its own.
 static float validation_loss(GPT* g, DataLoader* val, int64_t batches, StepTokens* buf) {
     const bool chat = val->kind == DL_CHAT;
+    const int64_t N = (int64_t)g->B * g->T, walk = (int64_t)g->max_micro * g->comm->world;
     dataloader_reset(val);
     double sum = 0.0, targets = 0.0;
     std::vector<float> losses((size_t)g->max_micro);
     std::vector<int64_t> counts((size_t)g->max_micro);
     for (int64_t done = 0; done < batches;) {
-        const int n = (int)std::min<int64_t>(g->max_micro, batches - done);
-        for (int i = 0; i < n; i++) fetch_batch(val, g->config.vocab_size, "val", buf, i);
-        gpt_forward_eval_batches(g, buf->inputs, buf->targets, n, losses.data(), chat ? buf->pos : NULL,
-                                 counts.data());
+        const int all = (int)std::min<int64_t>(walk, batches - done), first = g->comm->rank * g->max_micro;
+        const int n = std::max(0, std::min(g->max_micro, all - first));  // this rank's
+        for (int i = 0; i < all; i++) fetch_batch(val, g->config.vocab_size, "val", buf, i);
+        if (n > 0)
+            gpt_forward_eval_batches(g, buf->inputs + first * N, buf->targets + first * N, n, losses.data(),
+                                     chat ? buf->pos + first * N : NULL, counts.data());
         for (int i = 0; i < n; i++) {
             const double count = chat ? (double)counts[(size_t)i] : 1.0;  // pretraining: a mean each
             sum += losses[i] * count;
             targets += count;
         }
-        done += n;
+        done += all;
     }
+    double sums[2] = {sum, targets};
+    comm_sum_host(g->comm, sums, 2);
+    sum = sums[0];
+    targets = sums[1];
     if (chat && targets == 0)
         die("val data %s: no target tokens in its first %lld batches", val->pattern, (long long)batches);
     return (float)(sum / targets);
@@ -958,19 +1023,32 @@ static void evaluate(Run* r, GPT* g, int step) {
         printf("val loss %.6f\n", vl);
         logger_val(&r->logger, step, vl);
     }
-    if (sample_now) gpt_sample(g, &r->tok, r->sample_tokens, &r->sample_rng, r->prompt, r->prompt_len);
+    if (sample_now && g->comm->rank == 0)  // several ranks: rank 0's
+        gpt_sample(g, &r->tok, r->sample_tokens, &r->sample_rng, r->prompt, r->prompt_len);
 }
 
 // Next step's micro-batches (-a 1: the same first ones).
+// Every rank reads all of them (the same loader, the same order): rank r trains on its n_micro of them.
 static void load_step_batches(Run* r) {
     if (r->args.overfit_single_batch) dataloader_reset(&r->train);
-    for (int mb = 0; mb < r->n_micro; mb++) fetch_batch(&r->train, r->cfg.vocab_size, "train", &r->batch, mb);
+    for (int mb = 0; mb < r->n_micro_all; mb++)
+        fetch_batch(&r->train, r->cfg.vocab_size, "train", &r->batch, mb);
 }
 
+// Several ranks: rank 0 writes the node's state, once.
 static void save_run_checkpoint(Run* r, GPT* g) {
     DataLoaderState data_state = dataloader_get_state(&r->train);
-    save_checkpoint(g, r->args.output_dir, &data_state);
+    if (r->comm->rank == 0) save_checkpoint(g, r->args.output_dir, &data_state);
     g->checkpoint_step = g->step;
+}
+
+// Several ranks stop together: a stop signal on any rank is a stop signal on all.
+static void agree_on_stop_signal(const Run* r) {
+    if (r->comm->world == 1) return;
+    const int sig = stop_signal_pending();
+    double got[2] = {sig == SIGINT ? 1.0 : 0.0, sig == SIGTERM ? 1.0 : 0.0};
+    comm_sum_host(r->comm, got, 2);
+    if (!sig && (got[0] > 0 || got[1] > 0)) stop_signal_received = got[0] > 0 ? SIGINT : SIGTERM;
 }
 
 static void free_run(Run* r, GPT* g) {
@@ -994,7 +1072,10 @@ static void free_run(Run* r, GPT* g) {
 int main(int argc, char** argv) {
     omp_short_spin_reexec(argv);  // first: libgomp reads its spin count before main (cpu_cores.h)
     static Run r;                 // static: zero-initialized
+    static Comm ranks;
     parse_args(argc, argv, &r.args, &r.ga);
+    r.comm = &ranks;
+    if (!r.ga.plan_only) rank_launch(&ranks, r.ga.ranks);  // -pn G: from here on, one of G processes
     const TrainArgs& args = r.args;
     flash_attention_flag = r.ga.flash;  // before the memory plan: the cuBLAS path stores the scores
     cublaslt_fusion = r.ga.epilogues;
@@ -1012,6 +1093,7 @@ int main(int argc, char** argv) {
     // the training loop
     int64_t saved_step = r.resume_step;         // the step of the newest checkpoint in -o (-1: none)
     auto stop_if_asked = [&](int steps_done) {  // Ctrl-C / SIGTERM: finish the step, checkpoint, exit
+        agree_on_stop_signal(&r);
         stop_if_signalled(steps_done, r.start_step, saved_step, r.bench ? NULL : args.output_dir,
                           [&] { save_run_checkpoint(&r, &g); });
     };
@@ -1025,7 +1107,9 @@ int main(int argc, char** argv) {
         const double step_start = timeline_now();  // the step's time runs to its end below
         if (!r.bench) load_step_batches(&r);
         const float lr = learning_rate_at(&args, step, r.total_steps);
-        const StepResult res = gpt_step(&g, r.batch.inputs, r.batch.targets, r.n_micro, lr, r.batch.pos);
+        const int64_t mine = (int64_t)r.comm->rank * r.n_micro * args.B * args.T;  // this rank's micro-batches
+        const StepResult res = gpt_step(&g, r.batch.inputs + mine, r.batch.targets + mine, r.n_micro, lr,
+                                        r.batch.pos ? r.batch.pos + mine : NULL);
         const bool ran = res.targets > 0;  // chat data: a step without targets runs nothing
         if (g.timeline && ran) r.last_timeline = timeline_summarize(g.timeline);  // waits for the GPU
         const double step_end = timeline_now(), dt = step_end - step_start;

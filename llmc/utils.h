@@ -22,6 +22,9 @@ struct SizeText {
     }
 };
 
+// A multi-GPU run's rank (collectives.h), named in its error lines; -1: one rank.
+inline int die_rank = -1;
+
 // One "error: ..." line (control bytes as \xNN), exit 1. All failures end here.
 static inline void die(const char* fmt, ...) {
     char msg[8192];
@@ -30,6 +33,7 @@ static inline void die(const char* fmt, ...) {
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     fprintf(stderr, "error: ");
+    if (die_rank >= 0) fprintf(stderr, "rank %d: ", die_rank);
     for (const unsigned char* c = (const unsigned char*)msg; *c; c++) {
         if (*c < 0x20 || *c == 0x7f) fprintf(stderr, "\\x%02x", *c);
         else fputc(*c, stderr);

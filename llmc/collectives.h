@@ -1,0 +1,348 @@
+// collectives.h — the ranks of a multi-GPU run on one node (-pn G): what they share and how they sum.
+// One process per GPU, as llm.c's ranks. The node's fp32 master weights, AdamW m, v and the pinned bf16
+// weights and gradients exist ONCE, in memory every rank maps (node_shared_alloc: a memfd), so host RAM does
+// not grow with G. Sums over ranks, behind one interface with two backends:
+//   COMM_NCCL: NCCL, loaded at run time (libnccl.so.2: LLMC_NCCL_LIB, the loader, Python wheels' nvidia/*)
+//   COMM_HOST: through the shared memory on the host, summed in rank order (the CPU emulator's backend, and
+//              the fallback where NCCL does not load: slow, but the same sums)
+// LLMC_COLLECTIVES=host|nccl chooses; default NCCL where it loads.
+// Not here: which buffers are summed when (train_gpt.cu), starting the ranks (rank_launch.h).
+#pragma once
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdint.h>
+#include <string.h>
+#include <errno.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <algorithm>
+#include <atomic>
+#include <string>
+#include <vector>
+#include "llmc/cuda_common.h"  // defines: cudaCheck, die
+#include "llmc/utils.h"        // defines: die, die_rank
+
+#define MAX_RANKS          64
+#define NODE_SHARED_ARRAYS 16
+#define NODE_NOTE_BYTES    (64 * 1024)
+enum { COMM_SINGLE = 0, COMM_HOST = 1, COMM_NCCL = 2 };
+
+// One per node, in memory the launcher maps before it starts the ranks (rank_launch.h).
+struct NodeShared {
+    std::atomic<int> arrived, generation;       // node_barrier
+    std::atomic<int> failed_rank, failed_code;  // set by the launcher when a rank dies (-1: none)
+    std::atomic<int64_t> progress[MAX_RANKS];   // each rank's CPU AdamW progress (cpu_optimizer.h)
+    int owner_pid;                              // rank 0: the memfds below are its
+    int fds[NODE_SHARED_ARRAYS];
+    char nccl_id[128];
+    double sums[MAX_RANKS][4];        // comm_sum_host's slots
+    char note[NODE_NOTE_BYTES];       // comm_share's bytes from rank 0
+};
+
+struct Comm {
+    int rank = 0, world = 1;
+    int backend = COMM_SINGLE;
+    NodeShared* node = nullptr;
+    int arrays = 0;                   // node_shared_alloc calls so far (collective: same order on every rank)
+    float* scratch = nullptr;         // COMM_HOST: world x chunk floats, shared and pinned
+    float* staging = nullptr;         //   chunk floats, this rank's, pinned
+    int64_t chunk = 0;
+    void* nccl = nullptr;             // COMM_NCCL: the communicator
+    double* dev_sums = nullptr;       //   4 doubles on the GPU for comm_sum_host
+    cudaStream_t stream = nullptr;    //   comm_sum_host's stream
+    char note[256] = "";              // how the ranks sum, for the config table
+};
+
+// ----------------------------------------------------------------------------
+// The host side: a barrier, small sums, bytes from rank 0. A dead rank ends the others in one line.
+
+static inline void comm_check_alive(const Comm* c) {
+    const int f = c->node->failed_rank.load(std::memory_order_acquire);
+    if (f >= 0)
+        die("rank %d stopped (exit status %d): this rank stops too", f, c->node->failed_code.load());
+}
+
+static inline void node_barrier(const Comm* c) {
+    if (c->world == 1) return;
+    NodeShared* n = c->node;
+    const int gen = n->generation.load(std::memory_order_acquire);
+    if (n->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == c->world) {
+        n->arrived.store(0, std::memory_order_relaxed);
+        n->generation.fetch_add(1, std::memory_order_acq_rel);
+        return;
+    }
+    for (int spins = 0; n->generation.load(std::memory_order_acquire) == gen; spins++)
+        if (spins > 2000) {
+            usleep(20);
+            comm_check_alive(c);
+        }
+}
+
+// ----------------------------------------------------------------------------
+// NCCL, loaded at run time: its ABI's few types, declared here, so nothing needs nccl.h to build.
+
+typedef struct {
+    char internal[128];
+} NcclUniqueId;
+enum { NCCL_FLOAT32 = 7, NCCL_FLOAT64 = 8, NCCL_SUM = 0 };
+struct NcclApi {
+    int (*get_unique_id)(NcclUniqueId*);
+    int (*comm_init_rank)(void**, int, NcclUniqueId, int);
+    int (*all_reduce)(const void*, void*, size_t, int, int, void*, cudaStream_t);
+    int (*reduce_scatter)(const void*, void*, size_t, int, int, void*, cudaStream_t);
+    int (*comm_destroy)(void*);
+    const char* (*error_string)(int);
+    int (*get_version)(int*);
+    std::string library;
+};
+static NcclApi nccl_api;
+
+#define ncclCheck(call)                                                                              \
+    do {                                                                                             \
+        const int nccl_rc_ = (call);                                                                 \
+        if (nccl_rc_ != 0) die("NCCL: %s: %s", #call, nccl_api.error_string(nccl_rc_));             \
+    } while (0)
+
+// Where libnccl.so.2 may be: LLMC_NCCL_LIB, the loader's search, Python wheels (PyTorch's nvidia/nccl).
+static inline std::vector<std::string> nccl_candidates() {
+    const char* env = getenv("LLMC_NCCL_LIB");
+    if (env && *env) return {env};
+    std::vector<std::string> c = {"libnccl.so.2"};
+    std::vector<std::string> prefixes = {"/usr/local/lib", "/usr/lib", "/opt/conda/lib"};
+    for (const char* var : {"VIRTUAL_ENV", "CONDA_PREFIX"}) {
+        const char* v = getenv(var);
+        if (v && *v) prefixes.push_back(std::string(v) + "/lib");
+    }
+    for (const std::string& p : prefixes) {
+        glob_t g;
+        if (glob((p + "/python3*/*-packages/nvidia/nccl/lib/libnccl.so.2").c_str(), 0, NULL, &g) == 0)
+            for (size_t i = 0; i < g.gl_pathc; i++) c.push_back(g.gl_pathv[i]);
+        globfree(&g);
+    }
+    return c;
+}
+
+// NCCL's functions, or false with why.
+static inline bool nccl_open(char* why, size_t n) {
+    if (nccl_api.all_reduce) return true;
+    void* h = nullptr;
+    std::string tried;
+    for (const std::string& path : nccl_candidates()) {
+        if ((h = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL))) {
+            nccl_api.library = path;
+            break;
+        }
+        tried += (tried.empty() ? "" : ", ") + path;
+    }
+    if (!h) {
+        snprintf(why, n, "no libnccl.so.2 found (tried %.300s; set LLMC_NCCL_LIB=/path/to/libnccl.so.2)",
+                 tried.c_str());
+        return false;
+    }
+    NcclApi a;
+    a.library = nccl_api.library;
+    a.get_unique_id = (int (*)(NcclUniqueId*))dlsym(h, "ncclGetUniqueId");
+    a.comm_init_rank = (int (*)(void**, int, NcclUniqueId, int))dlsym(h, "ncclCommInitRank");
+    a.all_reduce = (int (*)(const void*, void*, size_t, int, int, void*, cudaStream_t))dlsym(h, "ncclAllReduce");
+    a.reduce_scatter =
+        (int (*)(const void*, void*, size_t, int, int, void*, cudaStream_t))dlsym(h, "ncclReduceScatter");
+    a.comm_destroy = (int (*)(void*))dlsym(h, "ncclCommDestroy");
+    a.error_string = (const char* (*)(int))dlsym(h, "ncclGetErrorString");
+    a.get_version = (int (*)(int*))dlsym(h, "ncclGetVersion");
+    if (!a.get_unique_id || !a.comm_init_rank || !a.all_reduce || !a.reduce_scatter || !a.comm_destroy ||
+        !a.error_string || !a.get_version) {
+        snprintf(why, n, "%s lacks NCCL's functions", a.library.c_str());
+        return false;
+    }
+    nccl_api = a;
+    return true;
+}
+
+// ----------------------------------------------------------------------------
+// Memory every rank of the node maps: rank 0 makes a memfd, the others open it through /proc.
+// Collective: every rank calls it, in the same order. One rank: private anonymous memory, as before.
+
+static inline void* node_shared_alloc(Comm* c, int64_t bytes, const char* what) {
+    if (bytes <= 0) return NULL;
+    if (c->world == 1) {
+        void* p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        return p == MAP_FAILED ? NULL : p;
+    }
+    const int id = c->arrays++;
+    if (id >= NODE_SHARED_ARRAYS) die("internal: more than %d node-shared arrays", NODE_SHARED_ARRAYS);
+    int fd = -1;
+    if (c->rank == 0) {
+        fd = (int)syscall(SYS_memfd_create, what, 0);
+        if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0)
+            die("cannot make %.2f GiB of node-shared memory for %s: %s", bytes / 1073741824.0, what,
+                strerror(errno));
+        c->node->owner_pid = getpid();
+        c->node->fds[id] = fd;
+    }
+    node_barrier(c);
+    if (c->rank != 0) {
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/fd/%d", c->node->owner_pid, c->node->fds[id]);
+        fd = open(path, O_RDWR);
+        if (fd < 0) die("cannot open rank 0's node-shared memory for %s (%s): %s", what, path, strerror(errno));
+    }
+    void* p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) die("cannot map %.2f GiB of node-shared memory for %s", bytes / 1073741824.0, what);
+    node_barrier(c);  // every rank mapped it: the file may close (the mappings keep it)
+    close(fd);
+    return p;
+}
+static inline void node_shared_free(void* p, int64_t bytes) {
+    if (p) munmap(p, (size_t)bytes);
+}
+
+// ----------------------------------------------------------------------------
+// Sums
+
+// v[0..n) summed over the ranks, the same bits on every rank (n <= 4).
+static inline void comm_sum_host(Comm* c, double* v, int n) {
+    if (c->world == 1) return;
+    if (c->backend == COMM_NCCL) {
+        cudaCheck(cudaMemcpyAsync(c->dev_sums, v, (size_t)n * 8, cudaMemcpyHostToDevice, c->stream));
+        ncclCheck(nccl_api.all_reduce(c->dev_sums, c->dev_sums, (size_t)n, NCCL_FLOAT64, NCCL_SUM, c->nccl,
+                                      c->stream));
+        cudaCheck(cudaMemcpyAsync(v, c->dev_sums, (size_t)n * 8, cudaMemcpyDeviceToHost, c->stream));
+        cudaCheck(cudaStreamSynchronize(c->stream));
+        return;
+    }
+    for (int i = 0; i < n; i++) c->node->sums[c->rank][i] = v[i];
+    node_barrier(c);
+    for (int i = 0; i < n; i++) {
+        double s = 0.0;
+        for (int r = 0; r < c->world; r++) s += c->node->sums[r][i];
+        v[i] = s;
+    }
+    node_barrier(c);  // the slots are free again
+}
+
+// Rank 0's `bytes` bytes at p, to every rank.
+static inline void comm_share(Comm* c, void* p, size_t bytes) {
+    if (c->world == 1) return;
+    if (bytes > sizeof c->node->note) die("internal: %zu bytes to share", bytes);
+    if (c->rank == 0) memcpy(c->node->note, p, bytes);
+    node_barrier(c);
+    if (c->rank != 0) memcpy(p, c->node->note, bytes);
+    node_barrier(c);
+}
+
+// The part of n elements that rank r owns: [lo, hi), slices of comm_slice elements (multiples of 64).
+static inline int64_t comm_slice(const Comm* c, int64_t n) {
+    const int64_t s = (n + c->world - 1) / c->world;
+    return (s + 63) / 64 * 64;
+}
+static inline void comm_part(const Comm* c, int64_t n, int64_t* lo, int64_t* hi) {
+    const int64_t s = comm_slice(c, n);
+    *lo = std::min<int64_t>(n, (int64_t)c->rank * s);
+    *hi = std::min<int64_t>(n, *lo + s);
+}
+
+// COMM_HOST: dev[0, n) summed over the ranks chunk by chunk, in rank order; this rank keeps [keep_lo, keep_hi).
+static inline void host_sum_device(Comm* c, float* dev, int64_t n, int64_t keep_lo, int64_t keep_hi,
+                                   cudaStream_t s) {
+    for (int64_t o = 0; o < n; o += c->chunk) {
+        const int64_t m = std::min(c->chunk, n - o);
+        float* mine = c->scratch + (int64_t)c->rank * c->chunk;
+        cudaCheck(cudaMemcpyAsync(mine, dev + o, (size_t)m * 4, cudaMemcpyDeviceToHost, s));
+        cudaCheck(cudaStreamSynchronize(s));
+        node_barrier(c);
+        const int64_t a = std::max(o, keep_lo), b = std::min(o + m, keep_hi);
+        for (int64_t i = a; i < b; i++) {
+            float sum = 0.0f;
+            for (int r = 0; r < c->world; r++) sum += c->scratch[(int64_t)r * c->chunk + (i - o)];
+            c->staging[i - a] = sum;
+        }
+        if (a < b) {
+            cudaCheck(cudaMemcpyAsync(dev + a, c->staging, (size_t)(b - a) * 4, cudaMemcpyHostToDevice, s));
+            cudaCheck(cudaStreamSynchronize(s));
+        }
+        node_barrier(c);  // every rank read the scratch
+    }
+}
+
+// dev[0, n) summed over the ranks, on every rank (stream s).
+static inline void comm_all_reduce(Comm* c, float* dev, int64_t n, cudaStream_t s) {
+    if (c->world == 1 || n == 0) return;
+    if (c->backend == COMM_NCCL)
+        ncclCheck(nccl_api.all_reduce(dev, dev, (size_t)n, NCCL_FLOAT32, NCCL_SUM, c->nccl, s));
+    else host_sum_device(c, dev, n, 0, n, s);
+}
+
+// dev holds world x comm_slice(n) floats (zero past n): afterwards this rank's slice holds their sum.
+static inline void comm_reduce_scatter(Comm* c, float* dev, int64_t n, cudaStream_t s) {
+    if (c->world == 1) return;
+    const int64_t slice = comm_slice(c, n);
+    if (c->backend == COMM_NCCL) {
+        ncclCheck(nccl_api.reduce_scatter(dev, dev + (int64_t)c->rank * slice, (size_t)slice, NCCL_FLOAT32,
+                                          NCCL_SUM, c->nccl, s));
+        return;
+    }
+    int64_t lo, hi;
+    comm_part(c, n, &lo, &hi);
+    host_sum_device(c, dev, n, lo, hi, s);
+}
+
+// ----------------------------------------------------------------------------
+// Set-up, after the rank chose its GPU. world 1: nothing to set up.
+
+static inline void comm_init(Comm* c) {
+    if (c->world == 1) return;
+    const char* want = getenv("LLMC_COLLECTIVES");
+    const bool host_asked = want && strcmp(want, "host") == 0, nccl_asked = want && strcmp(want, "nccl") == 0;
+    if (want && *want && !host_asked && !nccl_asked)
+        die("LLMC_COLLECTIVES=%s: host or nccl", want);
+    char why[512] = "";
+#ifdef FAKE_CUDA_DEVICE
+    if (nccl_asked) die("LLMC_COLLECTIVES=nccl: the CPU emulator has no NCCL");
+    snprintf(why, sizeof why, "the CPU emulator");
+    const bool nccl = false;
+#else
+    const bool nccl = !host_asked && nccl_open(why, sizeof why);
+    if (nccl_asked && !nccl) die("LLMC_COLLECTIVES=nccl: %s", why);
+#endif
+    if (nccl) {
+        NcclUniqueId id;
+        if (c->rank == 0) {
+            ncclCheck(nccl_api.get_unique_id(&id));
+            memcpy(c->node->nccl_id, &id, sizeof id);
+        }
+        node_barrier(c);
+        memcpy(&id, c->node->nccl_id, sizeof id);
+        node_barrier(c);
+        ncclCheck(nccl_api.comm_init_rank(&c->nccl, c->world, id, c->rank));
+        cudaCheck(cudaMalloc((void**)&c->dev_sums, 4 * 8));
+        cudaCheck(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
+        int version = 0;
+        nccl_api.get_version(&version);
+        c->backend = COMM_NCCL;
+        snprintf(c->note, sizeof c->note, "NCCL %d.%d.%d (%.180s)", version / 10000, version / 100 % 100,
+                 version % 100, nccl_api.library.c_str());
+        return;
+    }
+    c->backend = COMM_HOST;
+    c->chunk = (int64_t)1 << 20;  // 4 MiB a rank
+    c->scratch = (float*)node_shared_alloc(c, (int64_t)c->world * c->chunk * 4, "the ranks' sums");
+    cudaCheck(cudaHostRegister(c->scratch, (size_t)c->world * c->chunk * 4, cudaHostRegisterDefault));
+    cudaCheck(cudaMallocHost((void**)&c->staging, (size_t)c->chunk * 4));
+    snprintf(c->note, sizeof c->note, "through host memory, in rank order (%s)",
+             host_asked ? "LLMC_COLLECTIVES=host" : why);
+}
+
+static inline void comm_free(Comm* c) {
+    if (c->backend == COMM_NCCL) {
+        nccl_api.comm_destroy(c->nccl);
+        cudaCheck(cudaFree(c->dev_sums));
+        cudaCheck(cudaStreamDestroy(c->stream));
+    } else if (c->backend == COMM_HOST) {
+        cudaCheck(cudaHostUnregister(c->scratch));
+        node_shared_free(c->scratch, (int64_t)c->world * c->chunk * 4);
+        cudaCheck(cudaFreeHost(c->staging));
+    }
+    c->backend = COMM_SINGLE;
+}
