@@ -6,11 +6,11 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
-#include "llmc/adamw.h"     // defines: AdamWArgs, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS
-#include "llmc/cpu_adam.h"  // defines: adamw_tensors_bf16grad
-#include "gpt.cuh"          // defines: struct GPT, layer_is_matrix
+#include "llmc/adamw.h"        // defines: AdamWArgs, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS
+#include "llmc/cpu_adam.h"     // defines: adamw_tensors_bf16grad
+#include "gpt.cuh"             // defines: struct GPT, layer_is_matrix
 #include "llmc/collectives.h"  // defines: Comm, NodeShared (several ranks: each updates its slice)
-#include "ssd_tier.h"       // defines: ssd_tier_round, ssd_tier_submit, ssd_tier_send_grads
+#include "ssd_tier.h"          // defines: ssd_tier_round, ssd_tier_submit, ssd_tier_send_grads
 
 // Rounds update streamed layers R..L-1, in order.
 struct Optimizer {
@@ -44,9 +44,11 @@ static void adamw_layer(GPT* g, int l) {
     // decay only matrices, llm.c's rule
     if (n == p->layer_stride)
         return adamw_tensors_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_is_matrix(g),
-                                      g->master + off, grads, g->adam_m + off, g->adam_v + off, bf16_out, &args);
-    adamw_tensors_window_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_is_matrix(g), lo, n,
-                                  g->master + off, grads, g->adam_m + off, g->adam_v + off, bf16_out, &args);
+                                      g->master + off, grads, g->adam_m + off, g->adam_v + off, bf16_out,
+                                      &args);
+    adamw_tensors_window_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_is_matrix(g), lo,
+                                  n, g->master + off, grads, g->adam_m + off, g->adam_v + off, bf16_out,
+                                  &args);
 }
 
 // Several ranks: how far each rank's rounds are, (round - 1) * (L + 1) + layers done, in NodeShared.

@@ -96,14 +96,14 @@ static int compare_double(const void* a, const void* b) {
 typedef struct {
     TrainArgs args;
     GpuArgs ga;
-    GPTConfig cfg;      // GPT-2's, or the Llama family's llama_gpt_config
-    LlamaConfig llama;  // the Llama family's config (num_layers 0: GPT-2)
-    int kind;           // 1: spec (seeded init), 2: model file or checkpoint
+    GPTConfig cfg;                                // GPT-2's, or the Llama family's llama_gpt_config
+    LlamaConfig llama;                            // the Llama family's config (num_layers 0: GPT-2)
+    int kind;                                     // 1: spec (seeded init), 2: model file or checkpoint
     int bench, n_micro, total_steps, start_step;  // n_micro: this rank's micro-batches per step
     int n_micro_all;                              // every rank's (-pn G: G x n_micro)
     int64_t step_tokens;                          // every rank's
     Comm* comm;                                   // the ranks (-pn; one: a Comm of world 1)
-    int resident, kept;  // -R / -K, once -1 is resolved
+    int resident, kept;                           // -R / -K, once -1 is resolved
     MemoryPlan plan;
     bool no_gpu_here;
     cudaDeviceProp prop;
@@ -147,32 +147,33 @@ static void check_resume_family(const char* model, const char* dir, const GPTCon
 
 // -o: one run per directory, -y 1 resumes its newest checkpoint.
 // A benchmark writes only trace.json there, -P 1 nothing.
-// Several ranks: rank 0 opens it; the others take what it found (share_resume).
-static void share_resume(Run* r) {
-    struct {
-        int64_t step, header[ST_HEADER_FIELDS];
-        char model[4200], state[4200];
-    } x;
-    memset(&x, 0, sizeof x);
-    x.step = r->resume_step;
-    memcpy(x.header, r->resume_header, sizeof x.header);
-    memcpy(x.model, r->resume_model, sizeof x.model);
-    memcpy(x.state, r->resume_state, sizeof x.state);
-    comm_share(r->comm, &x, sizeof x);
-    if (r->comm->rank == 0 || x.step < 0) return;
-    r->resume_step = x.step;
-    memcpy(r->resume_header, x.header, sizeof x.header);
-    memcpy(r->resume_model, x.model, sizeof x.model);
-    memcpy(r->resume_state, x.state, sizeof x.state);
-    resume_recorded_hyperparameters(r->resume_header, &r->args);
-    r->args.model = r->resume_model;
-}
-
+// Several ranks: rank 0 opens it and leaves what it found in NodeShared's note, where the others take it
+// once rank 0's set-up passed (rank_gate_wait).
+struct ResumeNote {
+    int64_t step, header[ST_HEADER_FIELDS];
+    char model[4200], state[4200];
+};
 static void open_output_dir_rank0(Run* r);
 static void open_output_dir(Run* r) {
     r->resume_step = -1;
-    if (r->comm->rank == 0) open_output_dir_rank0(r);
-    if (!r->bench && !r->ga.plan_only) share_resume(r);
+    if (r->comm->world == 1) return open_output_dir_rank0(r);
+    static_assert(sizeof(ResumeNote) <= NODE_NOTE_BYTES, "the note holds it");
+    ResumeNote* x = (ResumeNote*)r->comm->node->note;
+    if (r->comm->rank == 0) {
+        open_output_dir_rank0(r);
+        x->step = r->resume_step;
+        memcpy(x->header, r->resume_header, sizeof x->header);
+        memcpy(x->model, r->resume_model, sizeof x->model);
+        memcpy(x->state, r->resume_state, sizeof x->state);
+        return;
+    }
+    if (r->bench || r->ga.plan_only || x->step < 0) return;
+    r->resume_step = x->step;
+    memcpy(r->resume_header, x->header, sizeof x->header);
+    memcpy(r->resume_model, x->model, sizeof x->model);
+    memcpy(r->resume_state, x->state, sizeof x->state);
+    resume_recorded_hyperparameters(r->resume_header, &r->args);
+    r->args.model = r->resume_model;
 }
 static void open_output_dir_rank0(Run* r) {
     char err[4352];
@@ -375,12 +376,12 @@ static void plan_run(Run* r) {
     r->step_tokens = (int64_t)r->n_micro_all * a.B * a.T;
     const int G = ga.ranks;  // each rank takes n_micro of the step's micro-batches
     if (r->n_micro_all % G != 0)
-        die("-pn %d: the step's %d micro-batches (-d %lld / (-b %d * -t %d)) do not divide among %d GPUs: make "
+        die("-pn %d: the step's %d micro-batches (-d %lld / (-b %d * -t %d)) do not divide among %d GPUs: "
+            "make "
             "-d a multiple of %lld",
             G, r->n_micro_all, (long long)r->step_tokens, a.B, a.T, G, (long long)G * a.B * a.T);
     r->n_micro = r->n_micro_all / G;
-    if (G > 1 && ga.ssd_dir)
-        die("-pn %d with -sd: the SSD tier runs on one GPU for now; drop -pn or -sd", G);
+    if (G > 1 && ga.ssd_dir) die("-pn %d with -sd: the SSD tier runs on one GPU for now; drop -pn or -sd", G);
     if (G > 1 && ga.vocab_host > 0)
         die("-pn %d with -E 1: the vocabulary in host RAM runs on one GPU for now; drop -pn or -E 1", G);
     if (G > 1) r->ga.vocab_host = 0;  // -E -1: on the GPU
@@ -575,7 +576,8 @@ static void load_llama_weights(Run* r, GPT* g) {
 static void build_model(Run* r, GPT* g) {
     char err[4352];
     // CPU AdamW threads: every usable core but adam_threads_beside's
-    const int cores = usable_cpu_cores() / r->comm->world, beside = adam_threads_beside(r->ga.ssd_dir != NULL);
+    const int cores = usable_cpu_cores() / r->comm->world,
+              beside = adam_threads_beside(r->ga.ssd_dir != NULL);
     r->adam_threads = r->ga.adam_threads > 0 ? r->ga.adam_threads : std::max(1, cores - beside);  // a rank's
     cpu_adam_set_threads(r->adam_threads);
     if (r->ga.ssd_dir) {  // the probe first: its buffers are gone before the model's arrive
@@ -647,8 +649,8 @@ static void print_config_table(const Run* r, const GPT* g) {
     table_row("parameters", "%.3f B (%lld; %lld with the padded vocab)", real_params / 1e9,
               (long long)real_params, (long long)p->total);
     if (r->comm->world > 1)
-        table_row("B / T / accumulation", "%d / %d / %d on each of %d GPUs = %lld tokens per step", args.B, args.T,
-                  r->n_micro, r->comm->world, (long long)r->step_tokens);
+        table_row("B / T / accumulation", "%d / %d / %d on each of %d GPUs = %lld tokens per step", args.B,
+                  args.T, r->n_micro, r->comm->world, (long long)r->step_tokens);
     else
         table_row("B / T / accumulation", "%d / %d / %d = %lld tokens per step", args.B, args.T, r->n_micro,
                   (long long)r->step_tokens);
@@ -697,7 +699,8 @@ static void print_config_table(const Run* r, const GPT* g) {
               r->ga.epilogues ? "bias, residual, GELU fused (cuBLASLt)" : "separate kernels (-G 0)");
     table_row("device", "%s, %.1f GiB", r->prop.name, r->gpu_total / GiB);
     if (r->comm->world > 1)
-        table_row("GPUs (-pn)", "%d ranks; host arrays once on the node; sums: %s", r->comm->world, r->comm->note);
+        table_row("GPUs (-pn)", "%d ranks; host arrays once on the node; sums: %s", r->comm->world,
+                  r->comm->note);
     if (r->peak_flops > 0) table_row("MFU vs", "%.0f TFLOP/s (%s)", r->peak_flops / 1e12, r->peak_label);
     else table_row("MFU vs", "n/a (this GPU is not in gpu_bf16_peak_flops's table)");
     table_row("cpu adamw", "%d threads, %s", r->adam_threads, cpu_adam_simd_name());

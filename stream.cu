@@ -59,7 +59,8 @@ int64_t stream_gpu_bytes(int64_t layer_stride, int num_slots) {
 static void* pinned_register(void* p, int64_t bytes, const char* what) {
     const cudaError_t err = cudaHostRegister(p, (size_t)bytes, cudaHostRegisterDefault);
     if (err != cudaSuccess)
-        die("cannot pin %.2f GiB of host memory for %s: %s", bytes / 1073741824.0, what, cudaGetErrorString(err));
+        die("cannot pin %.2f GiB of host memory for %s: %s", bytes / 1073741824.0, what,
+            cudaGetErrorString(err));
     return p;
 }
 
@@ -89,8 +90,9 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
     const int64_t weight_bytes = (embed_count + host_layers * layer_stride) * 2;
     if (shared && (reader || !host_grads)) die("internal: shared host arrays with the SSD tier");
     ws->host_shared = shared != NULL;
-    ws->weights_host_bf16 = shared ? (uint16_t*)pinned_register(shared->weights, weight_bytes, "the bf16 weights")
-                                   : (uint16_t*)pinned_alloc(weight_bytes, "the bf16 weights");
+    ws->weights_host_bf16 =
+        shared ? (uint16_t*)pinned_register(shared->weights, weight_bytes, "the bf16 weights")
+               : (uint16_t*)pinned_alloc(weight_bytes, "the bf16 weights");
     if (reader) {
         ws->reads.reader = *reader;
         for (int b = 0; b < reader->num_buffers; b++) {
@@ -380,8 +382,8 @@ void stream_send_layer_grads_to(WeightStream* ws, int l, uint16_t* host_dst) {
     cudaCheck(cudaStreamWaitEvent(ws->d2h, ws->compute_mark, 0));
     const int span = timeline_begin(ws->timeline, TRACK_D2H, "grads", l, ws->d2h);
     if (bytes > 0)
-        cudaCheck(cudaMemcpyAsync(host_dst + lo, ws->grad_staging[k] + lo, (size_t)bytes, cudaMemcpyDeviceToHost,
-                                  ws->d2h));
+        cudaCheck(cudaMemcpyAsync(host_dst + lo, ws->grad_staging[k] + lo, (size_t)bytes,
+                                  cudaMemcpyDeviceToHost, ws->d2h));
     timeline_end(ws->timeline, span, ws->d2h);
     cudaCheck(cudaEventRecord(ws->staging_free[k], ws->d2h));
     cudaCheck(cudaEventRecord(ws->grads_on_host[l], ws->d2h));

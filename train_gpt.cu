@@ -179,7 +179,8 @@ static void* gpu_alloc(GPT* g, int64_t bytes) {
     return p;
 }
 
-// fp32 master weights and AdamW state: anonymous mmap, zero-filled lazily. Several ranks: the node's one copy.
+// fp32 master weights and AdamW state: anonymous mmap, zero-filled lazily. Several ranks: the node's one
+// copy.
 static float* host_alloc_floats(int64_t n, Comm* comm = NULL, const char* what = "") {
     const size_t bytes = (size_t)n * 4;
     if (comm && comm->world > 1) return (float*)node_shared_alloc(comm, (int64_t)bytes, what);
@@ -260,8 +261,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     const bool ssd = tier != TIER_RAM;
     memset(g, 0, sizeof *g);
     g->comm = comm ? comm : &single_rank;
-    if (g->comm->world > 1 && (ssd || vocab_host))
-        die("internal: several ranks with the SSD tier or -E 1");
+    if (g->comm->world > 1 && (ssd || vocab_host)) die("internal: several ranks with the SSD tier or -E 1");
     g->checkpoint_step = -1;
     g->config = *cfg;
     if (llama) g->llama = *llama;
@@ -419,7 +419,7 @@ static void gpt_resident_state_to_host(GPT* g) {
 static void gpt_weights_ready(GPT* g) {
     uint16_t* bf16 = g->stream.weights_host_bf16;
     const int64_t n = g->host_state_count;  // -sd: the prefix only
-    if (g->comm->rank == 0) {  // several ranks: the node's one copy
+    if (g->comm->rank == 0) {               // several ranks: the node's one copy
         FAKE_CUDA_HOST_ACCESS(bf16, n * 2, true, "the host writing the bf16 copy (load)");
         convert_f32_to_bf16(g->master, bf16, n);
     }
@@ -1042,6 +1042,14 @@ static void save_run_checkpoint(Run* r, GPT* g) {
     g->checkpoint_step = g->step;
 }
 
+// Tests: LLMC_TEST_RANK_DIES=r:s kills rank r after step s (a rank that dies: test_multi_gpu).
+static void test_rank_dies(const Run* r, int steps_done) {
+    const char* e = getenv("LLMC_TEST_RANK_DIES");
+    int rank = -1, step = -1;
+    if (e && sscanf(e, "%d:%d", &rank, &step) == 2 && rank == r->comm->rank && step == steps_done)
+        raise(SIGKILL);
+}
+
 // Several ranks stop together: a stop signal on any rank is a stop signal on all.
 static void agree_on_stop_signal(const Run* r) {
     if (r->comm->world == 1) return;
@@ -1076,6 +1084,7 @@ int main(int argc, char** argv) {
     parse_args(argc, argv, &r.args, &r.ga);
     r.comm = &ranks;
     if (!r.ga.plan_only) rank_launch(&ranks, r.ga.ranks);  // -pn G: from here on, one of G processes
+    rank_gate_wait(&ranks);                                // the other ranks: after rank 0's checks
     const TrainArgs& args = r.args;
     flash_attention_flag = r.ga.flash;  // before the memory plan: the cuBLAS path stores the scores
     cublaslt_fusion = r.ga.epilogues;
@@ -1084,6 +1093,7 @@ int main(int argc, char** argv) {
     plan_run(&r);
     if (r.ga.plan_only) return print_plan_only(&r);
     open_data(&r);
+    rank_gate_open(&ranks);
     check_fit(&r);
     GPT g;
     build_model(&r, &g);
@@ -1107,7 +1117,8 @@ int main(int argc, char** argv) {
         const double step_start = timeline_now();  // the step's time runs to its end below
         if (!r.bench) load_step_batches(&r);
         const float lr = learning_rate_at(&args, step, r.total_steps);
-        const int64_t mine = (int64_t)r.comm->rank * r.n_micro * args.B * args.T;  // this rank's micro-batches
+        const int64_t mine =
+            (int64_t)r.comm->rank * r.n_micro * args.B * args.T;  // this rank's micro-batches
         const StepResult res = gpt_step(&g, r.batch.inputs + mine, r.batch.targets + mine, r.n_micro, lr,
                                         r.batch.pos ? r.batch.pos + mine : NULL);
         const bool ran = res.targets > 0;  // chat data: a step without targets runs nothing
@@ -1126,6 +1137,7 @@ int main(int argc, char** argv) {
             save_run_checkpoint(&r, &g);
             saved_step = step + 1;
         }
+        if (r.comm->world > 1) test_rank_dies(&r, step + 1);
         stop_if_asked(step + 1);
     }
     stop_if_asked(r.total_steps);  // a signal during the last validation or sample

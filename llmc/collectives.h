@@ -21,8 +21,8 @@
 #include <atomic>
 #include <string>
 #include <vector>
-#include "llmc/cuda_common.h"  // defines: cudaCheck, die
-#include "llmc/utils.h"        // defines: die, die_rank
+#include "cuda_common.h"  // defines: cudaCheck
+#include "utils.h"        // defines: die, die_rank
 
 #define MAX_RANKS          64
 #define NODE_SHARED_ARRAYS 16
@@ -33,26 +33,27 @@ enum { COMM_SINGLE = 0, COMM_HOST = 1, COMM_NCCL = 2 };
 struct NodeShared {
     std::atomic<int> arrived, generation;       // node_barrier
     std::atomic<int> failed_rank, failed_code;  // set by the launcher when a rank dies (-1: none)
+    std::atomic<int> gate_open;                 // rank 0 passed the set-up that checks flags and data
     std::atomic<int64_t> progress[MAX_RANKS];   // each rank's CPU AdamW progress (cpu_optimizer.h)
     int owner_pid;                              // rank 0: the memfds below are its
     int fds[NODE_SHARED_ARRAYS];
     char nccl_id[128];
-    double sums[MAX_RANKS][4];        // comm_sum_host's slots
-    char note[NODE_NOTE_BYTES];       // comm_share's bytes from rank 0
+    double sums[MAX_RANKS][4];   // comm_sum_host's slots
+    char note[NODE_NOTE_BYTES];  // comm_share's bytes from rank 0
 };
 
 struct Comm {
     int rank = 0, world = 1;
     int backend = COMM_SINGLE;
     NodeShared* node = nullptr;
-    int arrays = 0;                   // node_shared_alloc calls so far (collective: same order on every rank)
-    float* scratch = nullptr;         // COMM_HOST: world x chunk floats, shared and pinned
-    float* staging = nullptr;         //   chunk floats, this rank's, pinned
+    int arrays = 0;            // node_shared_alloc calls so far (collective: same order on every rank)
+    float* scratch = nullptr;  // COMM_HOST: world x chunk floats, shared and pinned
+    float* staging = nullptr;  //   chunk floats, this rank's, pinned
     int64_t chunk = 0;
-    void* nccl = nullptr;             // COMM_NCCL: the communicator
-    double* dev_sums = nullptr;       //   4 doubles on the GPU for comm_sum_host
-    cudaStream_t stream = nullptr;    //   comm_sum_host's stream
-    char note[256] = "";              // how the ranks sum, for the config table
+    void* nccl = nullptr;           // COMM_NCCL: the communicator
+    double* dev_sums = nullptr;     //   4 doubles on the GPU for comm_sum_host
+    cudaStream_t stream = nullptr;  //   comm_sum_host's stream
+    char note[256] = "";            // how the ranks sum, for the config table
 };
 
 // ----------------------------------------------------------------------------
@@ -60,8 +61,7 @@ struct Comm {
 
 static inline void comm_check_alive(const Comm* c) {
     const int f = c->node->failed_rank.load(std::memory_order_acquire);
-    if (f >= 0)
-        die("rank %d stopped (exit status %d): this rank stops too", f, c->node->failed_code.load());
+    if (f >= 0) die("rank %d stopped (exit status %d): this rank stops too", f, c->node->failed_code.load());
 }
 
 static inline void node_barrier(const Comm* c) {
@@ -99,10 +99,10 @@ struct NcclApi {
 };
 static NcclApi nccl_api;
 
-#define ncclCheck(call)                                                                              \
-    do {                                                                                             \
-        const int nccl_rc_ = (call);                                                                 \
-        if (nccl_rc_ != 0) die("NCCL: %s: %s", #call, nccl_api.error_string(nccl_rc_));             \
+#define ncclCheck(call)                                                                 \
+    do {                                                                                \
+        const int nccl_rc_ = (call);                                                    \
+        if (nccl_rc_ != 0) die("NCCL: %s: %s", #call, nccl_api.error_string(nccl_rc_)); \
     } while (0)
 
 // Where libnccl.so.2 may be: LLMC_NCCL_LIB, the loader's search, Python wheels (PyTorch's nvidia/nccl).
@@ -145,7 +145,8 @@ static inline bool nccl_open(char* why, size_t n) {
     a.library = nccl_api.library;
     a.get_unique_id = (int (*)(NcclUniqueId*))dlsym(h, "ncclGetUniqueId");
     a.comm_init_rank = (int (*)(void**, int, NcclUniqueId, int))dlsym(h, "ncclCommInitRank");
-    a.all_reduce = (int (*)(const void*, void*, size_t, int, int, void*, cudaStream_t))dlsym(h, "ncclAllReduce");
+    a.all_reduce =
+        (int (*)(const void*, void*, size_t, int, int, void*, cudaStream_t))dlsym(h, "ncclAllReduce");
     a.reduce_scatter =
         (int (*)(const void*, void*, size_t, int, int, void*, cudaStream_t))dlsym(h, "ncclReduceScatter");
     a.comm_destroy = (int (*)(void*))dlsym(h, "ncclCommDestroy");
@@ -186,7 +187,8 @@ static inline void* node_shared_alloc(Comm* c, int64_t bytes, const char* what) 
         char path[64];
         snprintf(path, sizeof path, "/proc/%d/fd/%d", c->node->owner_pid, c->node->fds[id]);
         fd = open(path, O_RDWR);
-        if (fd < 0) die("cannot open rank 0's node-shared memory for %s (%s): %s", what, path, strerror(errno));
+        if (fd < 0)
+            die("cannot open rank 0's node-shared memory for %s (%s): %s", what, path, strerror(errno));
     }
     void* p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) die("cannot map %.2f GiB of node-shared memory for %s", bytes / 1073741824.0, what);
@@ -243,7 +245,8 @@ static inline void comm_part(const Comm* c, int64_t n, int64_t* lo, int64_t* hi)
     *hi = std::min<int64_t>(n, *lo + s);
 }
 
-// COMM_HOST: dev[0, n) summed over the ranks chunk by chunk, in rank order; this rank keeps [keep_lo, keep_hi).
+// COMM_HOST: dev[0, n) summed over the ranks chunk by chunk, in rank order; this rank keeps [keep_lo,
+// keep_hi).
 static inline void host_sum_device(Comm* c, float* dev, int64_t n, int64_t keep_lo, int64_t keep_hi,
                                    cudaStream_t s) {
     for (int64_t o = 0; o < n; o += c->chunk) {
@@ -295,8 +298,7 @@ static inline void comm_init(Comm* c) {
     if (c->world == 1) return;
     const char* want = getenv("LLMC_COLLECTIVES");
     const bool host_asked = want && strcmp(want, "host") == 0, nccl_asked = want && strcmp(want, "nccl") == 0;
-    if (want && *want && !host_asked && !nccl_asked)
-        die("LLMC_COLLECTIVES=%s: host or nccl", want);
+    if (want && *want && !host_asked && !nccl_asked) die("LLMC_COLLECTIVES=%s: host or nccl", want);
     char why[512] = "";
 #ifdef FAKE_CUDA_DEVICE
     if (nccl_asked) die("LLMC_COLLECTIVES=nccl: the CPU emulator has no NCCL");

@@ -13,8 +13,8 @@
 #include <time.h>
 #include <new>
 #include <unistd.h>
-#include "llmc/collectives.h"  // defines: Comm, NodeShared, MAX_RANKS
-#include "llmc/utils.h"        // defines: die, die_rank
+#include "collectives.h"  // defines: Comm, NodeShared, MAX_RANKS
+#include "utils.h"        // defines: die, die_rank
 
 static pid_t launch_children[MAX_RANKS];
 static int launch_count = 0;
@@ -56,11 +56,16 @@ static int launch_wait(NodeShared* node, int G) {
         if (code != 0 && !stopped && failed < 0) {
             failed = r;
             failed_at = now();
-            status_of_run = code;
+            status_of_run = WIFEXITED(status) ? code : 1;
             node->failed_code.store(code);
             node->failed_rank.store(r, std::memory_order_release);
-            fprintf(stderr, "error: rank %d of %d ended with exit status %d: stopping the other ranks\n", r, G,
-                    code);
+            char how[96];
+            if (WIFEXITED(status)) snprintf(how, sizeof how, "ended with exit status %d", code);
+            else
+                snprintf(how, sizeof how, "was killed by signal %d (%s)", WTERMSIG(status),
+                         strsignal(WTERMSIG(status)));
+            if (node->gate_open.load())  // before: rank 0's set-up error, said once by rank 0
+                fprintf(stderr, "error: rank %d of %d %s: stopping the other ranks\n", r, G, how);
         } else if (code != 0 && status_of_run == 0) {
             status_of_run = code;
         }
@@ -92,7 +97,7 @@ static void rank_launch(Comm* c, int G) {
             c->rank = r;
             c->world = G;
             c->node = node;
-            die_rank = r;
+            if (r != 0) die_rank = r;  // rank 0's set-up errors are the run's (rank_gate_open)
             return;
         }
         launch_children[r] = pid;
@@ -108,4 +113,19 @@ static void rank_launch(Comm* c, int G) {
     const int status = launch_wait(node, G);
     fflush(NULL);
     _exit(status);
+}
+
+// Bad flags or data are found by rank 0 alone, in one line: the other ranks wait here until its set-up passed
+// (and end quietly if it failed).
+static void rank_gate_wait(const Comm* c) {
+    if (c->world == 1 || c->rank == 0) return;
+    while (!c->node->gate_open.load(std::memory_order_acquire)) {
+        if (c->node->failed_rank.load() == 0) _exit(1);
+        usleep(1000);
+    }
+}
+static void rank_gate_open(const Comm* c) {
+    if (c->world == 1 || c->rank != 0) return;
+    die_rank = 0;
+    c->node->gate_open.store(1, std::memory_order_release);
 }

@@ -27,18 +27,20 @@ inline int die_rank = -1;
 
 // One "error: ..." line (control bytes as \xNN), exit 1. All failures end here.
 static inline void die(const char* fmt, ...) {
-    char msg[8192];
+    char msg[8192], line[8192 * 4 + 64];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    fprintf(stderr, "error: ");
-    if (die_rank >= 0) fprintf(stderr, "rank %d: ", die_rank);
+    int n = snprintf(line, sizeof line, "error: ");
+    if (die_rank >= 0) n += snprintf(line + n, sizeof line - n, "rank %d: ", die_rank);
     for (const unsigned char* c = (const unsigned char*)msg; *c; c++) {
-        if (*c < 0x20 || *c == 0x7f) fprintf(stderr, "\\x%02x", *c);
-        else fputc(*c, stderr);
+        if (*c < 0x20 || *c == 0x7f) n += snprintf(line + n, sizeof line - n, "\\x%02x", *c);
+        else line[n++] = (char)*c;
     }
-    fprintf(stderr, "\n");
+    line[n++] = '\n';
+    fflush(stdout);
+    fwrite(line, 1, (size_t)n, stderr);  // one write: several ranks' lines do not interleave
     // _exit: exit() tears down CUDA under the optimizer thread
     fflush(NULL);
     _exit(1);
