@@ -41,6 +41,7 @@ typedef struct {
     float disk_read_gbs;  // -sr R[,W] the -sd disk's GB/s, for -P 1's step time. 0: assumed
     float disk_write_gbs;
     int ranks;  // -pn GPUs of this node, one rank process each, started by this process (1: this one)
+    int nodes;  // -pN nodes: -P 1 plans for them (training runs on one node for now)
 } GpuArgs;
 
 static int ssd_tier(const GpuArgs* ga) {
@@ -76,6 +77,7 @@ static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
     ga->ssd_weights = 0;
     ga->disk_read_gbs = ga->disk_write_gbs = 0;
     ga->ranks = 1;
+    ga->nodes = 1;
 }
 
 static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
@@ -147,6 +149,8 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "state\n"
         "              and pinned bf16 copies exist once in host RAM for all of them; gradients are summed\n"
         "              by NCCL (LLMC_COLLECTIVES=host: through host memory) (default %d)\n"
+        "  -pN <int>   nodes of -pn GPUs each, for -P 1's plan: memory per GPU and per node, each link's\n"
+        "              bytes and the step time (training runs on one node for now) (default 1)\n"
         "samples (-g, -s): none by default for a model over %.0fB parameters or with -sw 1 (each token\n"
         "  streams the whole model once); -g N still asks for them\n",
         MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->kept,
@@ -243,6 +247,9 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         } else if (strcmp(flag, "-pn") == 0) {
             ok = parse_int_in(flag, value, 1, 64, &v, err, sizeof err);
             ga->ranks = (int)v;
+        } else if (strcmp(flag, "-pN") == 0) {
+            ok = parse_int_in(flag, value, 1, 4096, &v, err, sizeof err);
+            ga->nodes = (int)v;
         } else if (strcmp(flag, "-sw") == 0) {
             ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err);
             ga->ssd_weights = (int)v;
@@ -258,6 +265,10 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         if (!ok) die("%s (run ./train_gpt -h for the flags)", err);
     }
     if (!train_args_check(a, err, sizeof err)) die("%s (run ./train_gpt -h for the flags)", err);
+    if (ga->nodes > 1 && !ga->plan_only)
+        die("-pN %d: training on several nodes is not supported yet; -P 1 -pN %d plans it, -pn G trains on "
+            "the GPUs of one node",
+            ga->nodes, ga->nodes);
     if (ga->ssd_weights && !ga->ssd_dir)
         die("-sw 1 puts the bf16 weights in the SSD tier: it needs -sd DIR (run ./train_gpt -h for the "
             "flags)");

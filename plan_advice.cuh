@@ -26,6 +26,9 @@ enum { PLAN_FITS = 0, PLAN_FITS_WITH_ADVICE = 2, PLAN_FITS_NOWHERE = 3 };
 #define PLAN_DISK_WRITE_BPS   4e9
 #define PLAN_HOST_BPS         125e9  // CPU AdamW: 4.48 Gparam/s on the H100 machine (docs/status.md)
 #define ADAMW_BYTES_PER_PARAM 28     // read fp32 weight, m, v, gradient; write weight, m, v
+#define PLAN_NVLINK_BPS       360e9  // each GPU's share of a ring reduce-scatter in an H100 node (NVLink 4)
+#define PLAN_NETWORK_BPS      50e9   // each GPU's 400 Gb/s NIC (InfiniBand NDR), between nodes
+#define PLAN_HOST_MEM_BPS     300e9  // a two-socket node's host memory, for the PCIe copies' reads
 
 // The flags the advice may change. tier: TIER_RAM, TIER_SSD (-sd), TIER_SSD_WEIGHTS (-sd -sw 1).
 typedef struct {
@@ -256,15 +259,92 @@ static void print_plan_table(const PlanTarget* t, const PlanEval& e, const GpuAr
     plan_row("CPU AdamW", need, have, verdict);
     const double tokens = (double)e.c.B * t->T * e.c.n_micro;
     const double rate = tokens / e.step_s;
+    if (ga->ranks * ga->nodes > 1) printf("each GPU's part of the step (several GPUs: below): ");
     printf(rate >= 100 ? "step >= %.2f s (bound by %s), <= %.0f tokens/s\n"
                        : "step >= %.2f s (bound by %s), <= %.3g tokens/s\n",
            e.step_s, e.bound, rate);
+}
+
+// -pn G -pN N: the step on G GPUs a node, N nodes. Each GPU computes its micro-batches (e, planned for them)
+// and streams every layer over its own PCIe link; the gradients are reduce-scattered in fp32, over NVLink in
+// a node and the network between nodes; each GPU sends its slice to the host; the node's CPU AdamW updates
+// the node's share of the parameters: all of them on one node, 1/N of them on N nodes, whose updated bf16
+// weights are then all-gathered over the network (several nodes: planned, not yet run).
+static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, int N) {
+    const double GiB = 1073741824.0, ranks = (double)G * N;
+    const ParamLayout p = model_layout(t->cfg, t->llama);
+    const double streamed = (t->cfg->num_layers - e.c.resident) * (double)p.layer_stride;
+    const double resident = (double)p.total - streamed;
+    // in a node: a ring reduce-scatter sends (G-1)/G of each GPU's fp32 gradients; the prefix an all-reduce
+    const double nvlink = G > 1 ? (G - 1.0) / G * (streamed * 4 + 2 * resident * 4) : 0.0;
+    // between nodes: the gradients' reduce-scatter (fp32) and the bf16 weights' all-gather, per node
+    const double network = N > 1 ? (N - 1.0) / N * (streamed * 4 + streamed * 2 + 2 * resident * 4) : 0.0;
+    const double pcie_down = e.d2h / ranks;
+    const double host_copies =
+        G * e.h2d + G * pcie_down;  // every byte over PCIe is read or written on the host
+    const double adam = e.adam_bytes / N;
+    const struct {
+        const char* what;
+        double bytes, rate;
+        const char* at;
+    } rows[] = {
+        {"compute, a GPU", e.flops, t->peak_flops * PLAN_MFU, "TFLOP/s (as above), assumed"},
+        {"PCIe up, a GPU", e.h2d, PLAN_PCIE_BPS, "GB/s, assumed"},
+        {"PCIe down", pcie_down, PLAN_PCIE_BPS, "GB/s (its slice of the gradients), assumed"},
+        {"NVLink, a GPU", nvlink, PLAN_NVLINK_BPS, "GB/s (fp32 gradients reduce-scattered), assumed"},
+        {"network, node", network, PLAN_NETWORK_BPS * G, "GB/s (a 400 Gb/s NIC a GPU), assumed"},
+        {"host mem, node", host_copies, PLAN_HOST_MEM_BPS, "GB/s for the copies, assumed"},
+        {"CPU AdamW, node", adam, PLAN_HOST_BPS, "GB/s of host memory (its share), assumed"},
+    };
+    printf(
+        "\nseveral GPUs: %d node%s of %d GPUs (-pN %d -pn %d), %.0f tokens a step; each GPU: %d "
+        "micro-batches "
+        "of %d x %d\n",
+        N, N > 1 ? "s" : "", G, N, G, ranks * e.c.B * t->T * e.c.n_micro, e.c.n_micro, e.c.B, t->T);
+    plan_row("", "moves", "at", "takes");
+    double step = 0;
+    const char* bound = "";
+    for (const auto& r : rows) {
+        if (r.bytes <= 0) continue;
+        char need[64], at[160], takes[64];
+        const bool flops = r.what[0] == 'c';
+        if (flops) snprintf(need, sizeof need, "%.2f PFLOP", r.bytes / 1e15);
+        else snprintf(need, sizeof need, "%.1f GB", r.bytes / 1e9);
+        snprintf(at, sizeof at, "%.0f %s", (flops ? r.rate / 1e12 : r.rate / 1e9), r.at);
+        const double s = r.bytes / r.rate;
+        plan_seconds(takes, sizeof takes, s);
+        plan_row(r.what, need, at, takes);
+        if (s > step) step = s, bound = r.what;
+    }
+    const double tokens = ranks * e.c.B * t->T * e.c.n_micro;
+    printf("step >= %.2f s (bound by %s), <= %.0f tokens/s on %d GPUs\n", step, bound, tokens / step, G * N);
+    if (G > 1)  // the other way to feed G GPUs: each reads 1/G of a layer, NVLink all-gathers the rest
+        printf(
+            "each GPU reads whole layers over its own PCIe link (%.2f s a step); reading 1/%d of each and "
+            "all-gathering the rest over NVLink would take %.2f s + %.2f s: worth it only where GPUs share "
+            "a PCIe link\n",
+            e.h2d / PLAN_PCIE_BPS, G, e.h2d / G / PLAN_PCIE_BPS, e.h2d * (G - 1.0) / G / PLAN_NVLINK_BPS);
+    const double host = N == 1 ? (double)e.m.host_bytes
+                               : (double)e.m.host_bytes - e.m.master_adam * (N - 1.0) / N -
+                                     (double)t->cfg->num_layers * p.layer_stride * 2 * (N - 1.0) / N;
+    printf(
+        "memory: each GPU %.2f GiB (the plan above, for its micro-batches); each node's host RAM %.2f GiB: ",
+        e.m.gpu_bytes / GiB, host / GiB);
+    if (N == 1)
+        printf("the fp32 weights, m, v and bf16 copies once, whatever G (%.1f bytes a parameter)\n",
+               host / p.total);
+    else
+        printf("%.1f bytes a parameter (fp32 weights, m, v: 12/%d; bf16 weights whole: 2; gradients: 2/%d)\n",
+               host / p.total, N, N);
+    if (N > 1) printf("several nodes: this is the plan; training runs on one node (-pn) for now\n");
 }
 
 // -P 1 after the part-by-part lines: the table, and advice where the plan does not fit. Returns the exit
 // status. given: the flags as resolved (-R -1 / -K -1 / -E -1 placed or 0).
 static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, int T, const GpuArgs* ga,
                                PlanChoice given, bool no_gpu_here) {
+    const bool several = ga->ranks * ga->nodes > 1;
+    const double ranks = (double)ga->ranks * ga->nodes;
     const double GiB = 1073741824.0;
     PlanTarget t;
     memset(&t, 0, sizeof t);
@@ -282,8 +362,9 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
         printf("no GPU here: the GPU verdict is against an H100 80GB's %.0f GiB; -V GiB for another\n",
                PLAN_DEFAULT_GPU_GIB);
     print_plan_table(&t, e, ga, gpu_text, peak_text);
+    if (several) print_multi_gpu_plan(&t, e, ga->ranks, ga->nodes);
     const double micro = ceil(given.n_micro * e.step_s / e.compute_s);  // -d's limit: 2^20 micro-batches
-    if (e.compute_s < e.step_s && micro <= (1 << 20)) {  // the other bounds do not grow with -d
+    if (!several && e.compute_s < e.step_s && micro <= (1 << 20)) {  // the other bounds do not grow with -d
         PlanChoice more = given;
         more.n_micro = (int)micro;
         const PlanEval d = plan_evaluate(&t, more);
@@ -341,7 +422,7 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
         char flags[256], disk[64] = "";
         plan_changes(given, a.c, T, ga->ssd_dir, flags, sizeof flags);
         if (a.c.tier != TIER_RAM) snprintf(disk, sizeof disk, ", disk %.2f GiB", a.m.ssd_disk / GiB);
-        const double rate = (double)a.c.B * T * a.c.n_micro / a.step_s;
+        const double rate = ranks * a.c.B * T * a.c.n_micro / a.step_s;  // every GPU's tokens
         printf(rate >= 100 ? "  %-24s GPU %.2f GiB, host %.2f GiB%s; step >= %.2f s (%s), <= %.0f tokens/s\n"
                            : "  %-24s GPU %.2f GiB, host %.2f GiB%s; step >= %.2f s (%s), <= %.3g tokens/s\n",
                flags + 1, a.m.gpu_bytes / GiB, a.m.host_bytes / GiB, disk, a.step_s, a.bound, rate);

@@ -374,12 +374,14 @@ static void plan_run(Run* r) {
             a.T, r->cfg.max_seq_len);
     r->n_micro_all = grad_accum_steps(&a);
     r->step_tokens = (int64_t)r->n_micro_all * a.B * a.T;
-    const int G = ga.ranks;  // each rank takes n_micro of the step's micro-batches
+    const int G = ga.ranks * ga.nodes;  // each rank takes n_micro of the step's micro-batches
+    char ranks_text[48];
+    snprintf(ranks_text, sizeof ranks_text, ga.nodes > 1 ? "-pn %d -pN %d" : "-pn %d", ga.ranks, ga.nodes);
     if (r->n_micro_all % G != 0)
-        die("-pn %d: the step's %d micro-batches (-d %lld / (-b %d * -t %d)) do not divide among %d GPUs: "
-            "make "
-            "-d a multiple of %lld",
-            G, r->n_micro_all, (long long)r->step_tokens, a.B, a.T, G, (long long)G * a.B * a.T);
+        die("%s: the step's %d micro-batches (-d %lld / (-b %d * -t %d)) do not divide among %d GPUs: make "
+            "-d "
+            "a multiple of %lld",
+            ranks_text, r->n_micro_all, (long long)r->step_tokens, a.B, a.T, G, (long long)G * a.B * a.T);
     r->n_micro = r->n_micro_all / G;
     if (G > 1 && ga.ssd_dir) die("-pn %d with -sd: the SSD tier runs on one GPU for now; drop -pn or -sd", G);
     if (G > 1 && ga.vocab_host > 0)

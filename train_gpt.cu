@@ -241,7 +241,8 @@ static Comm single_rank;  // a run of one GPU
 // Streamed layers' gradient buffer: the layer, or with several ranks one slice per rank (collectives.h).
 static int64_t layer_grads_floats(const GPT* g) {
     const Comm* c = g->comm;
-    return c->world > 1 ? (int64_t)c->world * comm_slice(c, g->layout.layer_stride) : g->layout.layer_stride;
+    return c->backend != COMM_SINGLE ? (int64_t)c->world * comm_slice(c, g->layout.layer_stride)
+                                     : g->layout.layer_stride;
 }
 
 // The node's pinned bf16 weights and gradients, once for all ranks (NULL: one rank, stream_init's own).

@@ -205,7 +205,7 @@ static inline void node_shared_free(void* p, int64_t bytes) {
 
 // v[0..n) summed over the ranks, the same bits on every rank (n <= 4).
 static inline void comm_sum_host(Comm* c, double* v, int n) {
-    if (c->world == 1) return;
+    if (c->backend == COMM_SINGLE) return;
     if (c->backend == COMM_NCCL) {
         cudaCheck(cudaMemcpyAsync(c->dev_sums, v, (size_t)n * 8, cudaMemcpyHostToDevice, c->stream));
         ncclCheck(nccl_api.all_reduce(c->dev_sums, c->dev_sums, (size_t)n, NCCL_FLOAT64, NCCL_SUM, c->nccl,
@@ -271,7 +271,7 @@ static inline void host_sum_device(Comm* c, float* dev, int64_t n, int64_t keep_
 
 // dev[0, n) summed over the ranks, on every rank (stream s).
 static inline void comm_all_reduce(Comm* c, float* dev, int64_t n, cudaStream_t s) {
-    if (c->world == 1 || n == 0) return;
+    if (c->backend == COMM_SINGLE || n == 0) return;
     if (c->backend == COMM_NCCL)
         ncclCheck(nccl_api.all_reduce(dev, dev, (size_t)n, NCCL_FLOAT32, NCCL_SUM, c->nccl, s));
     else host_sum_device(c, dev, n, 0, n, s);
@@ -279,7 +279,7 @@ static inline void comm_all_reduce(Comm* c, float* dev, int64_t n, cudaStream_t 
 
 // dev holds world x comm_slice(n) floats (zero past n): afterwards this rank's slice holds their sum.
 static inline void comm_reduce_scatter(Comm* c, float* dev, int64_t n, cudaStream_t s) {
-    if (c->world == 1) return;
+    if (c->backend == COMM_SINGLE) return;
     const int64_t slice = comm_slice(c, n);
     if (c->backend == COMM_NCCL) {
         ncclCheck(nccl_api.reduce_scatter(dev, dev + (int64_t)c->rank * slice, (size_t)slice, NCCL_FLOAT32,
@@ -292,11 +292,13 @@ static inline void comm_reduce_scatter(Comm* c, float* dev, int64_t n, cudaStrea
 }
 
 // ----------------------------------------------------------------------------
-// Set-up, after the rank chose its GPU. world 1: nothing to set up.
+// Set-up, after the rank chose its GPU. One rank: nothing to set up, unless LLMC_COLLECTIVES=nccl asks for
+// NCCL's one-rank sums (a check that it loads and runs). LLMC_NCCL_HOSTS=split: each rank another
+// NCCL_HOSTID, so that ranks sharing a GPU talk as two nodes would.
 
 static inline void comm_init(Comm* c) {
-    if (c->world == 1) return;
     const char* want = getenv("LLMC_COLLECTIVES");
+    if (c->world == 1 && !(want && strcmp(want, "nccl") == 0)) return;
     const bool host_asked = want && strcmp(want, "host") == 0, nccl_asked = want && strcmp(want, "nccl") == 0;
     if (want && *want && !host_asked && !nccl_asked) die("LLMC_COLLECTIVES=%s: host or nccl", want);
     char why[512] = "";
@@ -310,13 +312,19 @@ static inline void comm_init(Comm* c) {
 #endif
     if (nccl) {
         NcclUniqueId id;
-        if (c->rank == 0) {
-            ncclCheck(nccl_api.get_unique_id(&id));
-            memcpy(c->node->nccl_id, &id, sizeof id);
+        const char* hosts = getenv("LLMC_NCCL_HOSTS");
+        if (hosts && strcmp(hosts, "split") == 0) {
+            char host[64];
+            snprintf(host, sizeof host, "llmc-rank-%d", c->rank);
+            setenv("NCCL_HOSTID", host, 1);
         }
-        node_barrier(c);
-        memcpy(&id, c->node->nccl_id, sizeof id);
-        node_barrier(c);
+        if (c->rank == 0) ncclCheck(nccl_api.get_unique_id(&id));
+        if (c->world > 1) {
+            if (c->rank == 0) memcpy(c->node->nccl_id, &id, sizeof id);
+            node_barrier(c);
+            memcpy(&id, c->node->nccl_id, sizeof id);
+            node_barrier(c);
+        }
         ncclCheck(nccl_api.comm_init_rank(&c->nccl, c->world, id, c->rank));
         cudaCheck(cudaMalloc((void**)&c->dev_sums, 4 * 8));
         cudaCheck(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
