@@ -68,7 +68,7 @@ static bool ranks_reached(const GPT* g, int64_t mark, int wait) {
             if (!wait) return false;
             if (spins > 2000) {
                 usleep(20);
-                comm_check_alive(c);
+                if (c->node->progress[r].load(std::memory_order_acquire) < mark) comm_check_alive(c);
             }
         }
     return true;

@@ -363,6 +363,18 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
                PLAN_DEFAULT_GPU_GIB);
     print_plan_table(&t, e, ga, gpu_text, peak_text);
     if (several) print_multi_gpu_plan(&t, e, ga->ranks, ga->nodes);
+    if (e.c.tier != TIER_RAM && e.disk_s > 0) {  // -sd: the tokens a step at which compute covers the disk
+        // the disk's bytes a step do not grow with -d; compute does. Within 1.10x of RAM's step: disk <= 1.1
+        // x compute
+        const double micro = ceil(given.n_micro * e.disk_s / (1.1 * e.compute_s));
+        printf(
+            "the disk's %.2f s a step (at %.2f / %.2f GB/s%s) is within 1.10x of the compute from -d %lld on "
+            "(%d micro-batches of %d x %d%s)\n",
+            e.disk_s, t.disk_read_Bps / 1e9, t.disk_write_Bps / 1e9,
+            ga->disk_read_gbs > 0 ? ", -sr" : ", assumed",
+            (long long)(std::max(micro, (double)given.n_micro) * given.B * T * ranks),
+            (int)std::max(micro, (double)given.n_micro), given.B, T, several ? " on each GPU" : "");
+    }
     const double micro = ceil(given.n_micro * e.step_s / e.compute_s);  // -d's limit: 2^20 micro-batches
     if (!several && e.compute_s < e.step_s && micro <= (1 << 20)) {  // the other bounds do not grow with -d
         PlanChoice more = given;

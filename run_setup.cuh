@@ -700,7 +700,7 @@ static void print_config_table(const Run* r, const GPT* g) {
     table_row("GEMM epilogues", "%s",
               r->ga.epilogues ? "bias, residual, GELU fused (cuBLASLt)" : "separate kernels (-G 0)");
     table_row("device", "%s, %.1f GiB", r->prop.name, r->gpu_total / GiB);
-    if (r->comm->world > 1)
+    if (r->comm->backend != COMM_SINGLE)
         table_row("GPUs (-pn)", "%d ranks; host arrays once on the node; sums: %s", r->comm->world,
                   r->comm->note);
     if (r->peak_flops > 0) table_row("MFU vs", "%.0f TFLOP/s (%s)", r->peak_flops / 1e12, r->peak_label);

@@ -957,7 +957,7 @@ static double gpu_bf16_peak_flops(const char* device_name, const char** label) {
 
 #ifndef TESTING
 
-#include "llmc/rank_launch.h"  // defines: rank_launch (-pn G: one process per GPU)
+#include "llmc/rank_launch.h"  // defines: rank_start, rank_gate_wait (-pn G, or another launcher's ranks)
 #include "run_setup.cuh"  // defines: Run, plan_run, check_fit, build_model, open_data, print_config_table
 
 // Mean loss of the first `batches` val batches, max_micro per walk. Chat: per target token.
@@ -1084,8 +1084,11 @@ int main(int argc, char** argv) {
     static Comm ranks;
     parse_args(argc, argv, &r.args, &r.ga);
     r.comm = &ranks;
-    if (!r.ga.plan_only) rank_launch(&ranks, r.ga.ranks);  // -pn G: from here on, one of G processes
-    rank_gate_wait(&ranks);                                // the other ranks: after rank 0's checks
+    if (!r.ga.plan_only) {
+        rank_start(&ranks, r.ga.ranks);  // -pn G, or another launcher's ranks: this is one of G processes
+        r.ga.ranks = ranks.world;        // another launcher's ranks count as -pn
+    }
+    rank_gate_wait(&ranks);  // the other ranks: after rank 0's checks
     const TrainArgs& args = r.args;
     flash_attention_flag = r.ga.flash;  // before the memory plan: the cuBLAS path stores the scores
     cublaslt_fusion = r.ga.epilogues;
@@ -1105,8 +1108,11 @@ int main(int argc, char** argv) {
     int64_t saved_step = r.resume_step;         // the step of the newest checkpoint in -o (-1: none)
     auto stop_if_asked = [&](int steps_done) {  // Ctrl-C / SIGTERM: finish the step, checkpoint, exit
         agree_on_stop_signal(&r);
-        stop_if_signalled(steps_done, r.start_step, saved_step, r.bench ? NULL : args.output_dir,
-                          [&] { save_run_checkpoint(&r, &g); });
+        stop_if_signalled(steps_done, r.start_step, saved_step, r.bench ? NULL : args.output_dir, [&] {
+            save_run_checkpoint(&r, &g);
+            optimizer_wait_all(&g);  // several ranks: each rank's share of the update, then rank 0's save,
+            node_barrier(r.comm);    // before any of them exits
+        });
     };
     stop_signal_install();
     const double run_t0 = timeline_now();

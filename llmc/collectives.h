@@ -14,6 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <errno.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -27,6 +28,7 @@
 #define MAX_RANKS          64
 #define NODE_SHARED_ARRAYS 16
 #define NODE_NOTE_BYTES    (64 * 1024)
+#define NODE_SHARED_MAGIC  0x6c6c6d63  // "llmc"
 enum { COMM_SINGLE = 0, COMM_HOST = 1, COMM_NCCL = 2 };
 
 // One per node, in memory the launcher maps before it starts the ranks (rank_launch.h).
@@ -35,6 +37,10 @@ struct NodeShared {
     std::atomic<int> failed_rank, failed_code;  // set by the launcher when a rank dies (-1: none)
     std::atomic<int> gate_open;                 // rank 0 passed the set-up that checks flags and data
     std::atomic<int64_t> progress[MAX_RANKS];   // each rank's CPU AdamW progress (cpu_optimizer.h)
+    std::atomic<int> magic;                     // NODE_SHARED_MAGIC once rank 0 set it up (rank_attach)
+    std::atomic<int> attached;                  // ranks that joined rank 0's block (rank_attach)
+    int pids[MAX_RANKS];                        // each rank's process, for comm_check_alive
+    int launched;                               // 1: -pn's launcher watches the ranks (rank_launch.h)
     int owner_pid;                              // rank 0: the memfds below are its
     int fds[NODE_SHARED_ARRAYS];
     char nccl_id[128];
@@ -59,9 +65,16 @@ struct Comm {
 // ----------------------------------------------------------------------------
 // The host side: a barrier, small sums, bytes from rank 0. A dead rank ends the others in one line.
 
+// Another rank ended: -pn's launcher says so in the block; started by another launcher, its process is gone.
 static inline void comm_check_alive(const Comm* c) {
     const int f = c->node->failed_rank.load(std::memory_order_acquire);
     if (f >= 0) die("rank %d stopped (exit status %d): this rank stops too", f, c->node->failed_code.load());
+    if (c->node->launched) return;
+    for (int r = 0; r < c->world; r++) {
+        const int pid = c->node->pids[r];
+        if (r != c->rank && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
+            die("rank %d (process %d) is gone: this rank stops too", r, pid);
+    }
 }
 
 static inline void node_barrier(const Comm* c) {
@@ -73,10 +86,11 @@ static inline void node_barrier(const Comm* c) {
         n->generation.fetch_add(1, std::memory_order_acq_rel);
         return;
     }
-    for (int spins = 0; n->generation.load(std::memory_order_acquire) == gen; spins++)
+    auto passed = [n, gen] { return n->generation.load(std::memory_order_acquire) != gen; };
+    for (int spins = 0; !passed(); spins++)
         if (spins > 2000) {
             usleep(20);
-            comm_check_alive(c);
+            if (!passed()) comm_check_alive(c);  // the last rank may have left at once: passed first
         }
 }
 

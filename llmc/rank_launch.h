@@ -1,14 +1,17 @@
 // rank_launch.h — -pn G: this process starts G rank processes on this node, one per GPU, and watches them.
-// It maps the node's NodeShared (collectives.h) before it forks, so every rank finds it. Each rank:
-// its own process group (a terminal's Ctrl-C reaches the launcher, which passes it on once), killed when
-// the launcher dies, stdout silent but rank 0's. A rank that fails stops the others: the launcher marks it
-// in NodeShared, which every waiting rank checks, and kills what still runs after a grace period.
-// Not here: what a rank does (train_gpt.cu), how ranks sum (collectives.h).
+// Or another launcher started them (torchrun, mpirun, a scheduler): rank_attach finds the node's block by
+// name. It maps the node's NodeShared (collectives.h) before it forks, so every rank finds it. Each rank: its
+// own process group (a terminal's Ctrl-C reaches the launcher, which passes it on once), killed when the
+// launcher dies, stdout silent but rank 0's. A rank that fails stops the others: the launcher marks it in
+// NodeShared, which every waiting rank checks, and kills what still runs after a grace period. Not here: what
+// a rank does (train_gpt.cu), how ranks sum (collectives.h).
 #pragma once
 #include <signal.h>
 #include <stdio.h>
 #include <sys/mman.h>
+#include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <new>
@@ -82,6 +85,7 @@ static void rank_launch(Comm* c, int G) {
     if (p == MAP_FAILED) die("cannot map the ranks' shared control block");
     NodeShared* node = new (p) NodeShared();
     node->failed_rank.store(-1);
+    node->launched = 1;
     fflush(NULL);
     const pid_t launcher = getpid();
     for (int r = 0; r < G; r++) {
@@ -97,6 +101,7 @@ static void rank_launch(Comm* c, int G) {
             c->rank = r;
             c->world = G;
             c->node = node;
+            node->pids[r] = getpid();
             if (r != 0) die_rank = r;  // rank 0's set-up errors are the run's (rank_gate_open)
             return;
         }
@@ -120,7 +125,8 @@ static void rank_launch(Comm* c, int G) {
 static void rank_gate_wait(const Comm* c) {
     if (c->world == 1 || c->rank == 0) return;
     while (!c->node->gate_open.load(std::memory_order_acquire)) {
-        if (c->node->failed_rank.load() == 0) _exit(1);
+        const int pid0 = c->node->pids[0];
+        if (c->node->failed_rank.load() == 0 || (pid0 > 0 && kill(pid0, 0) != 0 && errno == ESRCH)) _exit(1);
         usleep(1000);
     }
 }
@@ -128,4 +134,94 @@ static void rank_gate_open(const Comm* c) {
     if (c->world == 1 || c->rank != 0) return;
     die_rank = 0;
     c->node->gate_open.store(1, std::memory_order_release);
+}
+
+// ----------------------------------------------------------------------------
+// Ranks started by another launcher: torchrun's RANK / WORLD_SIZE / LOCAL_WORLD_SIZE, Open MPI's
+// OMPI_COMM_WORLD_*. false: none (or one rank); else this process's rank, world and ranks on this node.
+static int env_int(const char* a, const char* b) {
+    const char* v = getenv(a);
+    if (!v || !*v) v = getenv(b);
+    return v && *v ? atoi(v) : -1;
+}
+static bool env_ranks(int* rank, int* world, int* local_world) {
+    *world = env_int("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE");
+    *rank = env_int("RANK", "OMPI_COMM_WORLD_RANK");
+    *local_world = env_int("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (*world <= 1) return false;
+    if (*rank < 0 || *rank >= *world) die("RANK %d with WORLD_SIZE %d", *rank, *world);
+    if (*local_world < 0) *local_world = *world;
+    return true;
+}
+
+// The node's block, by a name every rank derives alike: LLMC_RUN_ID, else MASTER_PORT (torchrun), else Open
+// MPI's job id. Rank 0 creates it (a stale one of a run that died is replaced); the others open it once rank
+// 0's process is alive behind it; rank 0 removes the name once all joined.
+static void rank_attach(Comm* c, int rank, int world) {
+    if (world > MAX_RANKS) die("WORLD_SIZE %d: at most %d ranks on one node", world, MAX_RANKS);
+    const char* key = getenv("LLMC_RUN_ID");
+    if (!key || !*key) key = getenv("MASTER_PORT");
+    if (!key || !*key) key = getenv("OMPI_MCA_ess_base_jobid");
+    char name[128];
+    snprintf(name, sizeof name, "/llmc-ranks-%d-%.60s", (int)getuid(), key && *key ? key : "default");
+    for (char* p = name + 1; *p; p++)
+        if (*p == '/') *p = '_';
+    NodeShared* node = NULL;
+    if (rank == 0) {
+        shm_unlink(name);
+        const int fd = shm_open(name, O_CREAT | O_EXCL | O_RDWR, 0600);
+        if (fd < 0 || ftruncate(fd, sizeof(NodeShared)) != 0)
+            die("cannot create %s: %s", name, strerror(errno));
+        void* p = mmap(NULL, sizeof(NodeShared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (p == MAP_FAILED) die("cannot map %s", name);
+        node = new (p) NodeShared();
+        node->failed_rank.store(-1);
+        node->pids[0] = getpid();
+        node->magic.store(NODE_SHARED_MAGIC, std::memory_order_release);
+    }
+    for (int tries = 0; !node; tries++) {  // the others: up to 10 minutes for rank 0 (a slow start)
+        if (tries > 600000) die("rank 0 did not start (no %s after 10 minutes)", name);
+        const int fd = shm_open(name, O_RDWR, 0600);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size >= (off_t)sizeof(NodeShared)) {
+            void* p = mmap(NULL, sizeof(NodeShared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            NodeShared* n = p == MAP_FAILED ? NULL : (NodeShared*)p;
+            if (n && n->magic.load(std::memory_order_acquire) == NODE_SHARED_MAGIC && n->pids[0] > 0 &&
+                kill(n->pids[0], 0) == 0)
+                node = n;
+            else if (n) munmap(p, sizeof(NodeShared));
+        }
+        if (fd >= 0) close(fd);
+        if (!node) usleep(1000);
+    }
+    node->pids[rank] = getpid();
+    c->rank = rank;
+    c->world = world;
+    c->node = node;
+    if (rank != 0) {
+        die_rank = rank;
+        if (!freopen("/dev/null", "w", stdout)) die("cannot silence stdout");
+        node->attached.fetch_add(1, std::memory_order_acq_rel);
+        return;
+    }
+    for (int tries = 0; node->attached.load(std::memory_order_acquire) < world - 1; tries++) {
+        if (tries > 600000) die("%d of %d ranks joined in 10 minutes", node->attached.load() + 1, world);
+        usleep(1000);
+    }
+    shm_unlink(name);  // every rank holds it: nothing is left behind
+}
+
+// main's choice: -pn's launcher, another launcher's environment, or one rank.
+static void rank_start(Comm* c, int G) {
+    int rank, world, local_world;
+    if (!env_ranks(&rank, &world, &local_world)) return rank_launch(c, G);
+    if (G > 1 && G != world) die("-pn %d, but the environment's WORLD_SIZE is %d", G, world);
+    const int nodes = world / std::max(local_world, 1);
+    if (local_world != world)
+        die("WORLD_SIZE %d over %d nodes (LOCAL_WORLD_SIZE %d): training on several nodes is not supported "
+            "yet; "
+            "-P 1 -pn %d -pN %d plans it",
+            world, nodes, local_world, local_world, nodes);
+    rank_attach(c, rank, world);
 }

@@ -209,6 +209,58 @@ TEST_F(MultiGpu, ARankThatDiesEndsTheRunOnEveryRank) {
     EXPECT_TRUE(has(b.out, "(step 1)")) << b.out;
 }
 
+// Ctrl-C to the launcher: every rank finishes the step, rank 0 saves it, the run exits 130; -y 1 goes on.
+TEST_F(MultiGpu, CtrlCStopsEveryRankAfterTheStep) {
+    const char* spec = "L3:C64:NH4:T32:V512";
+    const pid_t pid =
+        spawn(kEmu, run_args(spec, dir + "/run", {"-pn", "2", "-x", "1000", "-n", "1000"}), dir);
+    ASSERT_GT(pid, 0);
+    if (!wait_for_text(dir + "/stdout.txt", "step    2/", 600, pid)) {
+        wait_exit(pid, 0);
+        FAIL() << "no step 2:\n" << slurp(dir + "/stdout.txt") << slurp(dir + "/stderr.txt");
+    }
+    kill(pid, SIGINT);
+    EXPECT_EQ(wait_exit(pid, 600), 130) << slurp(dir + "/stderr.txt");
+    const std::string o = slurp(dir + "/stdout.txt");
+    std::smatch m;
+    ASSERT_TRUE(
+        std::regex_search(o, m, std::regex("stopped by SIGINT after step ([0-9]+): resume with -y 1")))
+        << o;
+    const std::string stopped = m[1];
+    EXPECT_TRUE(has(o, "saved checkpoint step " + stopped)) << o;
+    const Result b = run_bin(
+        kEmu, run_args(spec, dir + "/run", {"-y", "1", "-x", std::to_string(std::stoi(stopped) + 1)}));
+    EXPECT_EQ(b.code, 0) << b.err;
+    EXPECT_TRUE(has(b.out, "(step " + stopped + ")")) << b.out;
+}
+
+// Ranks started by another launcher (torchrun's RANK, WORLD_SIZE, LOCAL_WORLD_SIZE; LLMC_RUN_ID names the
+// node's block): the same run as -pn 2, bit for bit; rank 0 alone writes stdout and the checkpoint.
+TEST_F(MultiGpu, RanksFromTorchrunsEnvironmentTrainAsPn) {
+    const char* spec = "L3:C64:NH4:T32:V512";
+    const Result pn = run_bin(kEmu, run_args(spec, dir + "/pn", {"-pn", "2"}));
+    ASSERT_EQ(pn.code, 0) << pn.err;
+    pid_t pids[2];
+    for (int r = 1; r >= 0; r--) {  // rank 1 first: it waits for rank 0's block
+        const std::string scratch = dir + "/r" + std::to_string(r);
+        mkdir(scratch.c_str(), 0755);
+        setenv("RANK", std::to_string(r).c_str(), 1);
+        setenv("WORLD_SIZE", "2", 1);
+        setenv("LOCAL_WORLD_SIZE", "2", 1);
+        setenv("LLMC_RUN_ID", ("test-" + std::to_string(getpid())).c_str(), 1);
+        pids[r] = spawn(kEmu, run_args(spec, dir + "/env"), scratch);
+    }
+    for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "LLMC_RUN_ID"}) unsetenv(v);
+    EXPECT_EQ(wait_exit(pids[0], 600), 0) << slurp(dir + "/r0/stderr.txt");
+    EXPECT_EQ(wait_exit(pids[1], 600), 0) << slurp(dir + "/r1/stderr.txt");
+    const std::string out0 = slurp(dir + "/r0/stdout.txt");
+    EXPECT_TRUE(has(out0, "2 ranks; host arrays once on the node")) << out0;
+    EXPECT_EQ(slurp(dir + "/r1/stdout.txt"), "");
+    EXPECT_TRUE(slurp(dir + "/env/model_00000003.bin") == slurp(dir + "/pn/model_00000003.bin"))
+        << "the environment's ranks trained otherwise than -pn 2";
+    EXPECT_EQ(step_losses(out0), step_losses(pn.out));
+}
+
 // What cannot work is refused in one line, before any step.
 TEST_F(MultiGpu, BadFlagsAreOneLineErrors) {
     const char* spec = "L2:C64:NH4:T32:V512";

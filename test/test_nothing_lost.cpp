@@ -283,51 +283,6 @@ TEST_F(CliTest, ResumeVerifiesChecksums) {
     }
 }
 
-// Starts bin with args (stdout, stderr into files under scratch), returns its pid.
-static pid_t spawn(const std::string& bin, const Args& args, const std::string& scratch) {
-    std::vector<std::string> argv_s = {bin};
-    argv_s.insert(argv_s.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& s : argv_s) argv.push_back(&s[0]);
-    argv.push_back(nullptr);
-    fflush(stdout);
-    const pid_t pid = fork();
-    if (pid == 0) {
-        const int fo = open((scratch + "/stdout.txt").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        const int fe = open((scratch + "/stderr.txt").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fo < 0 || fe < 0 || dup2(fo, 1) < 0 || dup2(fe, 2) < 0) _exit(126);
-        execv(bin.c_str(), argv.data());
-        _exit(127);
-    }
-    return pid;
-}
-// Waits (up to `seconds`, generous for a loaded machine) until the file holds needle; false if it never does
-// or process pid ended first (a zombie: its exit is left for wait_exit).
-static bool wait_for_text(const std::string& path, const std::string& needle, double seconds, pid_t pid) {
-    for (double t = 0; t < seconds; t += 0.05) {
-        if (has(slurp(path), needle)) return true;
-        const std::string stat = slurp("/proc/" + std::to_string((int)pid) + "/stat");
-        const size_t paren = stat.rfind(')');
-        if (stat.empty() || (paren != std::string::npos && stat.compare(paren, 3, ") Z") == 0))
-            return has(slurp(path), needle);
-        usleep(50000);
-    }
-    return false;
-}
-// Waits for pid to exit (killing it after `seconds`; 0: at once); its exit code, 128 + N if killed by signal
-// N, -1 if it had to be killed.
-static int wait_exit(pid_t pid, double seconds) {
-    int status = 0;
-    for (double t = 0; t <= seconds; t += 0.05) {
-        if (waitpid(pid, &status, WNOHANG) == pid)
-            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        usleep(50000);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    return -1;
-}
-
 // The first SIGINT / SIGTERM finishes the step, writes a checkpoint and exits 130 / 143, saying so; -y 1 then
 // goes on from that step (before: both exited 130 at once, with no message and no checkpoint). A second
 // signal exits at once, and what it interrupted leaves no checkpoint that a resume would take.

@@ -64,7 +64,9 @@ llama_trainer|40|120|@code test/test_gpu_llama.cu test/gpu_test_common.h
 tput_llama8b|80|160|@code
 tput_llama8b_fused|80|160|@code
 tput_llama8b_vocab|80|160|@code
-ssd_llama|50|130|@code ssd_io.cpp ssd_store.cpp ssd.h"
+ssd_llama|50|130|@code ssd_io.cpp ssd_store.cpp ssd.h
+nccl_one_rank|30|90|@code
+nccl_two_ranks|70|160|@code"
 
 # Peer figures seen on the H100 (shared/peers/README.md, 2026-11-22), tokens/s at 32K tokens per step
 PEER_13B="gpu_ckpt 47000 fsdp_offload 11900 MegaTrain 15700"
@@ -391,6 +393,52 @@ check_resume_cpu() {
     a=$(loss_at resume_cpu_gpu 3) b=$(loss_at resume_cpu_cpu 3) diff=$(rel_diff "$a" "$b")
     FIG="step 3 loss: GPU $a, CPU from the GPU's step-2 checkpoint $b, rel diff $diff (bound 2e-2); step 1 $(loss_at resume_cpu_gpu 1)"
     within "$diff" 2e-2 || { FIG="MISMATCH: $FIG"; return 1; }
+}
+
+# NCCL (issue 43): train_gpt dlopens libnccl.so.2; PyTorch's wheel ships one. LLMC_NCCL_LIB: it, where found.
+find_nccl() {
+    local f
+    [ -n "${LLMC_NCCL_LIB:-}" ] && return
+    f=$(timeout 20 python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib", "libnccl.so.2"))' 2> /dev/null)
+    [ -n "$f" ] && [ -f "$f" ] && export LLMC_NCCL_LIB=$f
+}
+steps_of() { grep -E '^step' "$LOGS/$1.log" 2> /dev/null | sed -n 's/.*| loss \([0-9.]*\) | norm \([0-9.]*\).*/\1 \2/p' | tr '\n' ' '; }
+# worst_rel A B: the largest relative difference of two "loss norm loss norm ..." lists (missing: they differ in length)
+worst_rel() { awk -v a="$1" -v b="$2" 'BEGIN { n = split(a, x, " "); m = split(b, y, " "); if (n != m || n == 0) { print "missing"; exit }
+    w = 0; for (i = 1; i <= n; i++) { d = (x[i] > y[i] ? x[i] - y[i] : y[i] - x[i]) / y[i]; if (d > w) w = d }; printf "%.1e", w }'; }
+# One rank through NCCL (LLMC_COLLECTIVES=nccl: each sum an NCCL reduce-scatter / all-reduce over one rank) against
+# the same run without: the same losses and norms to the printed digit (a sum over one rank copies).
+check_nccl_one_rank() {
+    need TRAIN_GPT || return 3
+    find_nccl
+    local args=(-e d12 -b 4 -t 256 -d 2048 -x 4 -v 0 -g 0) a b rc
+    sub nccl_plain "$TRAIN_GPT" "${args[@]}" || { rc=$?; FIG="plain run: $(last_line nccl_plain)"; return $rc; }
+    sub nccl_one env LLMC_COLLECTIVES=nccl "$TRAIN_GPT" "${args[@]}" || { rc=$?; FIG="LLMC_COLLECTIVES=nccl: $(last_line nccl_one)"; return $rc; }
+    a=$(steps_of nccl_plain) b=$(steps_of nccl_one)
+    FIG="$(grep -m1 -o 'sums: NCCL [^|]*' "$LOGS/nccl_one.log" | cut -c1-90); loss norm per step: $b"
+    [ -n "$a" ] && [ "$a" = "$b" ] || { FIG="MISMATCH with the run without NCCL ($a): $FIG"; return 1; }
+}
+# Two ranks on the one GPU (-pn 2, 2 micro-batches each) against one rank of 4: through NCCL as the machine allows
+# (plain; NCCL_MULTI_RANK_GPU_ENABLE=1; LLMC_NCCL_HOSTS=split: each rank another NCCL_HOSTID, as two nodes), and
+# through host memory (LLMC_COLLECTIVES=host). Losses and norms within 1e-3 relative (test_multi_gpu's bound is
+# 1e-4 in the emulator; a GPU's atomics add their own summation order). Records which form NCCL accepted.
+check_nccl_two_ranks() {
+    need TRAIN_GPT || return 3
+    find_nccl
+    local args=(-e d12 -b 4 -t 256 -d 4096 -x 4 -v 0 -g 0) ref how="" tried="" i=0 v rc w host
+    sub nccl_ref "$TRAIN_GPT" "${args[@]}" || { rc=$?; FIG="one rank: $(last_line nccl_ref)"; return $rc; }
+    ref=$(steps_of nccl_ref)
+    for v in plain NCCL_MULTI_RANK_GPU_ENABLE=1 LLMC_NCCL_HOSTS=split; do
+        i=$((i + 1))
+        if sub "nccl_two_$i" env LLMC_COLLECTIVES=nccl ${v#plain} "$TRAIN_GPT" "${args[@]}" -pn 2; then how=$v; break; fi
+        tried="$tried; $v refused: $(grep -m1 'error' "$LOGS/nccl_two_$i.log" | cut -c1-90)"
+    done
+    sub nccl_two_host env LLMC_COLLECTIVES=host "$TRAIN_GPT" "${args[@]}" -pn 2
+    host=$(worst_rel "$(steps_of nccl_two_host)" "$ref")
+    [ -z "$how" ] && { FIG="NCCL refused two ranks on one GPU$tried; host sums: worst rel diff $host"; return 1; }
+    w=$(worst_rel "$(steps_of "nccl_two_$i")" "$ref")
+    FIG="NCCL accepted 2 ranks on 1 GPU with: $how$tried; worst rel diff of loss/norm vs 1 rank: NCCL $w, host sums $host (bound 1e-3)"
+    within "$w" 1e-3 && within "$host" 1e-3 || { FIG="MISMATCH: $FIG"; return 1; }
 }
 
 ours() {  # ours NAME SHAPE [flags...]: a timed run of train_gpt at 32K tokens per step
