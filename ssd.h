@@ -61,6 +61,8 @@ SsdReq ssd_io_fail(SsdIo* io, const char* msg);
 
 // Test hook: fail `write` chunks past `after` with err (kill = 1: SIGKILL).
 void ssd_io_set_fault(SsdIo* io, int write, int64_t after, int err, int kill);
+// Test hook: the directions of the first 4095 chunks as they started ('r', 'w'), into out. Returns the count.
+int ssd_io_started_order(SsdIo* io, char* out, int cap);
 // Bytes moved so far (for the bench and the timeline).
 void ssd_io_counters(const SsdIo* io, int64_t* bytes_read, int64_t* bytes_written);
 
@@ -130,6 +132,9 @@ typedef struct {
     // Layer updated, bf16 copy complete. May be NULL.
     void (*layer_done)(void* ctx, int layer);
     void* ctx;
+    // grads_on_disk: 1 where layer's gradients are in RAM still (grads returns them), so the round reads none
+    // of the grads file for it. May be NULL (all from the file).
+    int (*grads_in_ram)(void* ctx, int layer);
 } SsdRoundFns;
 
 // AdamW over layers[0..n) in order: 0, or -1 with err.

@@ -78,7 +78,9 @@ struct BusyLog {
 struct SsdIo {
     std::mutex mu;
     std::condition_variable cv_done, cv_work;
-    std::deque<Chunk*> pending;
+    std::deque<Chunk*> pending[2];  // [write]: reads go first (next_chunk), each direction in order
+    int inflight_dir[2] = {0, 0};
+    std::string order;  // the first chunks' directions as started, 'r' / 'w' (ssd_io_started_order)
     std::unordered_map<SsdReq, ReqState> reqs;
     SsdReq next_id = 1;
     int qd = 16;
@@ -225,28 +227,50 @@ static void transfer_result(SsdIo* io, Chunk* c, int64_t res) {
         c->buf += res;
         c->off += res;
         c->bytes -= res;
-        io->pending.push_front(c);
+        io->pending[c->write].push_front(c);
         return;
     }
     complete_chunk(io, c, 0);
 }
 
+static bool nothing_pending(const SsdIo* io) { return io->pending[0].empty() && io->pending[1].empty(); }
+
+// Under io->mu: the chunk to start next, or NULL. Reads first: a read is what someone waits on (the next
+// layer's state, -sw 1's weights), a write is behind it (write-behind). While writes wait, reads take at most
+// qd - 2 of the queue's places, so writes keep moving. Within a direction, the order of submission.
+static Chunk* next_chunk(SsdIo* io) {
+    const bool reads = !io->pending[0].empty(), writes = !io->pending[1].empty();
+    const int k = reads && (!writes || io->inflight_dir[0] < std::max(1, io->qd - 2)) ? 0 : writes ? 1 : -1;
+    if (k < 0) return NULL;
+    Chunk* c = io->pending[k].front();
+    io->pending[k].pop_front();
+    return c;
+}
+static void started(SsdIo* io, Chunk* c) {
+    io->inflight++;
+    io->inflight_dir[c->write]++;
+    if (io->order.size() < 4096) io->order += c->write ? 'w' : 'r';
+}
+static void finished(SsdIo* io, Chunk* c) {
+    io->inflight--;
+    io->inflight_dir[c->write]--;
+}
+
 // Under io->mu: start pending chunks while the ring has room.
 static void uring_pump(SsdIo* io) {
     int queued = 0;
-    while (io->inflight < io->qd && !io->pending.empty()) {
-        Chunk* c = io->pending.front();
-        io->pending.pop_front();
+    while (io->inflight < io->qd && !nothing_pending(io)) {
+        Chunk* c = next_chunk(io);
         if (!fault_check(io, c)) continue;
         struct io_uring_sqe* sqe = io_uring_get_sqe(&io->ring);
         if (!sqe) {
-            io->pending.push_front(c);
+            io->pending[c->write].push_front(c);
             break;
         }
         if (c->write) io_uring_prep_write(sqe, c->fd, c->buf, (unsigned)c->bytes, (uint64_t)c->off);
         else io_uring_prep_read(sqe, c->fd, c->buf, (unsigned)c->bytes, (uint64_t)c->off);
         io_uring_sqe_set_data(sqe, c);
-        io->inflight++;
+        started(io, c);
         queued++;
     }
     if (queued == 0) return;
@@ -283,7 +307,7 @@ static void uring_reaper(SsdIo* io) {
             if (io->quit) return;
             continue;
         }
-        io->inflight--;
+        finished(io, c);
         transfer_result(io, c, res);
         uring_pump(io);
     }
@@ -292,12 +316,11 @@ static void uring_reaper(SsdIo* io) {
 static void fallback_worker(SsdIo* io) {
     std::unique_lock<std::mutex> lock(io->mu);
     for (;;) {
-        io->cv_work.wait(lock, [io] { return io->quit || !io->pending.empty(); });
-        if (io->pending.empty()) return;  // quit
-        Chunk* c = io->pending.front();
-        io->pending.pop_front();
+        io->cv_work.wait(lock, [io] { return io->quit || !nothing_pending(io); });
+        if (nothing_pending(io)) return;  // quit
+        Chunk* c = next_chunk(io);
         if (!fault_check(io, c)) continue;
-        io->inflight++;
+        started(io, c);
         lock.unlock();
         int64_t res;
         for (;;) {
@@ -309,9 +332,9 @@ static void fallback_worker(SsdIo* io) {
         }
         if (c->logged) c->t_done = now_s();  // the busy log's completion time: exact here
         lock.lock();
-        io->inflight--;
+        finished(io, c);
         transfer_result(io, c, res);  // a short transfer goes back to the queue
-        if (!io->pending.empty()) io->cv_work.notify_one();
+        if (!nothing_pending(io)) io->cv_work.notify_one();
     }
 }
 
@@ -351,7 +374,7 @@ void ssd_io_close(SsdIo* io) {
     if (!io) return;
     {
         std::unique_lock<std::mutex> lock(io->mu);
-        io->cv_done.wait(lock, [io] { return io->inflight == 0 && io->pending.empty(); });
+        io->cv_done.wait(lock, [io] { return io->inflight == 0 && nothing_pending(io); });
         io->quit = true;
         if (io->uring) {
             struct io_uring_sqe* sqe = io_uring_get_sqe(&io->ring);
@@ -413,7 +436,7 @@ SsdReq ssd_io_submit(SsdIo* io, const SsdFile* f, int write, void* buf, int64_t 
                              offset + done,
                              f->path,
                              r.logged};
-        io->pending.push_back(c);
+        io->pending[c->write].push_back(c);
     }
     if (io->uring) uring_pump(io);
     else io->cv_work.notify_all();
@@ -434,6 +457,14 @@ int ssd_io_wait(SsdIo* io, SsdReq r, char* err, size_t errlen) {
     if (rc) snprintf(err, errlen, "%s", s->msg.c_str());
     io->reqs.erase(r);
     return rc;
+}
+
+int ssd_io_started_order(SsdIo* io, char* out, int cap) {
+    std::lock_guard<std::mutex> lock(io->mu);
+    const int n = std::min<int>(cap - 1, (int)io->order.size());
+    memcpy(out, io->order.data(), (size_t)n);
+    out[n] = 0;
+    return n;
 }
 
 int ssd_io_poll(SsdIo* io, SsdReq r) {

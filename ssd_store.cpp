@@ -37,6 +37,7 @@ struct Slot {
     float *p, *m, *v;
     uint16_t *g, *b;
     int64_t piece = -1;
+    bool grads_in_ram = false;  // this piece's gradients come from the round's grads(), not the grads file
     SsdReq rd[5], wr[5];
     int nrd = 0, nwr = 0;
 };
@@ -907,8 +908,9 @@ int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* f
             if (s->piece >= 0 && (rc = retire_upto(s->piece)) != 0) break;
             s->piece = next_read;
             const Piece& pr = pcs[(size_t)next_read];
+            s->grads_in_ram = c->grads_on_disk && fns->grads_in_ram && fns->grads_in_ram(fns->ctx, pr.layer);
             issue_read(st, s, pr, st->src[pr.layer], (1u << K_PARAMS) | (1u << K_M) | (1u << K_V),
-                       c->grads_on_disk != 0);
+                       c->grads_on_disk && !s->grads_in_ram);
             next_read++;
         }
         if (rc != 0) break;
@@ -917,14 +919,14 @@ int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* f
         const Piece& pc = pcs[(size_t)i];
         if (pc.off == 0) {
             gram = fns->grads ? fns->grads(fns->ctx, pc.layer) : NULL;
-            if (!c->grads_on_disk && !gram) {
+            if ((!c->grads_on_disk || s->grads_in_ram) && !gram) {
                 snprintf(err, errlen, "ssd_store_round: no gradients for layer %d", pc.layer);
                 rc = -1;
                 break;
             }
             bdst = c->with_bf16 ? NULL : fns->bf16_dst ? fns->bf16_dst(fns->ctx, pc.layer) : NULL;
         }
-        const uint16_t* g = c->grads_on_disk ? s->g : gram + pc.off;
+        const uint16_t* g = c->grads_on_disk && !s->grads_in_ram ? s->g : gram + pc.off;
         uint16_t* bo = c->with_bf16 ? s->b : bdst ? bdst + pc.off : NULL;
         fns->update(fns->ctx, pc.layer, pc.off, pc.cnt, s->p, g, s->m, s->v, bo);
         record_sums(st, s, pc, (int)w);

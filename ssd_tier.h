@@ -38,8 +38,11 @@ struct SsdTier {
     int queue_layer[GRAD_RING], queue_buf[GRAD_RING], queued;  // sends the writer has yet to take
     int64_t queue_pass[GRAD_RING];                             // the backward pass of each
     int64_t* written_pass;  // per layer: the backward pass the grads file holds
-    int64_t pass;           // backward passes so far
-    int64_t round_pass;     // the backward pass the next AdamW round reads
+    // The backward's last GRAD_RING sends are the next round's first layers: they stay in their buffer
+    // (busy, never written) and the round reads them from there (ssd_round_grads); it frees the buffer.
+    int held_layer[GRAD_RING];  // the layer a buffer holds for the round, -1: none
+    int64_t pass;               // backward passes so far
+    int64_t round_pass;         // the backward pass the next AdamW round reads
     bool quit;
 };
 
@@ -64,6 +67,7 @@ static SsdTier* ssd_tier_new(const GPT* g, int tier) {
         t->buf[k] = (uint16_t*)pinned_alloc_direct_io(bytes, "the gradients' ring (written to -sd)");
     t->written_pass = (int64_t*)calloc((size_t)g->config.num_layers, sizeof(int64_t));
     if (!t->written_pass) die("out of host memory");
+    for (int k = 0; k < GRAD_RING; k++) t->held_layer[k] = -1;
     return t;
 }
 
@@ -121,11 +125,18 @@ static void ssd_tier_free(GPT* g) {
     g->ssd = NULL;
 }
 
-// Each backward pass is a new generation of the grads file.
+// Each backward pass is a new generation of the grads file. Buffers still held for a round that did not run
+// (an update skipped) are free again: the forward before this pass waited for every round.
 static void ssd_tier_begin_backward(GPT* g) {
     if (!g->ssd) return;
-    std::lock_guard<std::mutex> lock(g->ssd->mu);
-    g->ssd->pass++;
+    SsdTier* t = g->ssd;
+    std::lock_guard<std::mutex> lock(t->mu);
+    t->pass++;
+    for (int k = 0; k < GRAD_RING; k++)
+        if (t->held_layer[k] >= 0) {
+            t->held_layer[k] = -1;
+            t->busy[k] = false;
+        }
 }
 
 // Layer l's gradients into a ring buffer, queued for the writer.
@@ -141,6 +152,12 @@ static void ssd_tier_send_grads(GPT* g, int l) {
     }
     stream_send_layer_grads_to(&g->stream, l, t->buf[k]);
     std::lock_guard<std::mutex> lock(t->mu);
+    if (l - g->resident_layers < GRAD_RING) {  // the round's first layers: kept here, not written
+        t->held_layer[k] = l;
+        t->written_pass[l] = t->pass;
+        t->cv.notify_all();
+        return;
+    }
     t->queue_layer[t->queued] = l;
     t->queue_buf[t->queued] = k;
     t->queue_pass[t->queued] = t->pass;
@@ -166,10 +183,28 @@ typedef struct {
 } SsdRound;
 
 // ssd.h's SsdRoundFns; store layer i is layer R + i.
+// The ring buffer holding layer l's gradients for the round (ssd_tier_send_grads), or -1: the grads file.
+static int held_buffer(GPT* g, int l) {
+    SsdTier* t = g->ssd;
+    std::lock_guard<std::mutex> lock(t->mu);
+    for (int k = 0; k < GRAD_RING; k++)
+        if (t->held_layer[k] == l) return k;
+    return -1;
+}
+static int ssd_round_grads_in_ram(void* ctx, int i) {
+    GPT* g = ((SsdRound*)ctx)->g;
+    return held_buffer(g, g->resident_layers + i) >= 0;
+}
 static const uint16_t* ssd_round_grads(void* ctx, int i) {
     SsdRound* r = (SsdRound*)ctx;
-    r->layer_t0[r->g->resident_layers + i] = timeline_now();
-    return NULL;  // grads_on_disk: all in the grads file before the round began
+    GPT* g = r->g;
+    const int l = g->resident_layers + i, k = held_buffer(g, l);
+    r->layer_t0[l] = timeline_now();
+    if (k < 0) return NULL;  // in the grads file, written before the round began
+    stream_wait_grads_on_host(&g->stream, l);
+    FAKE_CUDA_HOST_ACCESS(g->ssd->buf[k], g->layout.layer_stride * 2, false,
+                          "the CPU AdamW reading held gradients");
+    return g->ssd->buf[k];
 }
 static void ssd_round_update(void* ctx, int i, int64_t off, int64_t n, float* params, const uint16_t* grads,
                              float* m, float* v, uint16_t* bf16_out) {
@@ -186,7 +221,19 @@ static uint16_t* ssd_round_bf16_dst(void* ctx, int i) {
 }
 static void ssd_round_layer_done(void* ctx, int i) {
     SsdRound* r = (SsdRound*)ctx;
-    r->layer_done(r->g, r->g->resident_layers + i);
+    SsdTier* t = r->g->ssd;
+    const int l = r->g->resident_layers + i;
+    {
+        std::lock_guard<std::mutex> lock(t->mu);  // its held gradients are used: the buffer is free
+        for (int k = 0; k < GRAD_RING; k++)
+            if (t->held_layer[k] == l) {
+                t->held_layer[k] = -1;
+                t->busy[k] = false;
+                FAKE_CUDA_HOST_RELEASE(t);
+                t->cv.notify_all();
+            }
+    }
+    r->layer_done(r->g, l);
 }
 
 // Waits until every streamed layer's round gradients are on disk.
@@ -209,7 +256,8 @@ static void ssd_tier_round(SsdRound* round) {
     if (!layers) die_disk(g, "the SSD tier's AdamW round", "out of host memory");
     for (int i = 0; i < n; i++) layers[i] = i;
     ssd_tier_wait_grads(g);  // the round reads ahead from the grads file
-    SsdRoundFns fns = {ssd_round_grads, ssd_round_update, ssd_round_bf16_dst, ssd_round_layer_done, round};
+    SsdRoundFns fns = {ssd_round_grads, ssd_round_update,      ssd_round_bf16_dst, ssd_round_layer_done,
+                       round,           ssd_round_grads_in_ram};
     char err[1024];
     if (ssd_store_round(g->ssd->store, layers, n, &fns, err, sizeof err) != 0)
         die_disk(g, "the SSD tier's AdamW round", err);

@@ -344,20 +344,35 @@ static inline const char* llmc_flag_note(const char* flag) {
          "llm.c's recompute setting: here every layer's forward is recomputed in the backward pass (-K keeps "
          "some)"},
         {"-z",
-         "llm.c's ZeRO stage, for several GPUs: this trainer runs on one GPU and keeps the optimizer on the "
-         "host"},
+         "llm.c's ZeRO stage: train_gpt keeps the optimizer state in host RAM, once per node, and with -pn "
+         "each "
+         "GPU's CPU threads update its slice"},
         {"-w", "llm.c's master-weights switch: here the master weights are always fp32"},
         {"-f", "llm.c's TF32 switch: here the GEMMs are bf16 with fp32 accumulation"},
         {"-ge", "llm.c's GELU fusion: see -G (train_gpt)"},
         {"-lg", "llm.c's GPU logging interval: not supported"},
-        {"-pn", "llm.c's multi-process setting: this trainer runs on one GPU"},
-        {"-pr", "llm.c's multi-process setting: this trainer runs on one GPU"},
-        {"-pg", "llm.c's multi-process setting: this trainer runs on one GPU"},
-        {"-pm", "llm.c's multi-process setting: this trainer runs on one GPU"},
-        {"-ps", "llm.c's multi-process setting: this trainer runs on one GPU"},
-        {"-pp", "llm.c's multi-process setting: this trainer runs on one GPU"},
-        {"-pi", "llm.c's multi-process setting: this trainer runs on one GPU"},
-        {"-pf", "llm.c's multi-process setting: this trainer runs on one GPU"},
+        {"-pn", "train_gpt's flag (the GPUs of one node): ./train_gpt -h lists it"},
+        {"-pr",
+         "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of one node) or a launcher's RANK "
+         "and WORLD_SIZE (torchrun); several nodes are not supported yet"},
+        {"-pg",
+         "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of one node) or a launcher's RANK "
+         "and WORLD_SIZE (torchrun); several nodes are not supported yet"},
+        {"-pm",
+         "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of one node) or a launcher's RANK "
+         "and WORLD_SIZE (torchrun); several nodes are not supported yet"},
+        {"-ps",
+         "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of one node) or a launcher's RANK "
+         "and WORLD_SIZE (torchrun); several nodes are not supported yet"},
+        {"-pp",
+         "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of one node) or a launcher's RANK "
+         "and WORLD_SIZE (torchrun); several nodes are not supported yet"},
+        {"-pi",
+         "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of one node) or a launcher's RANK "
+         "and WORLD_SIZE (torchrun); several nodes are not supported yet"},
+        {"-pf",
+         "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of one node) or a launcher's RANK "
+         "and WORLD_SIZE (torchrun); several nodes are not supported yet"},
         // reached only in train_gpt_cpu: train_gpt parses these itself
         {"-P", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
         {"-R", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},

@@ -55,10 +55,14 @@ TEST_P(Both, UnknownFlag) {
     EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-i", "no\nsuch\r.bin"}), {"no\\x0asuch\\x0d.bin"}));
     // llm.c's flags that neither trainer takes say what they were for there
     EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-z", "1"}),
-                           {"unknown flag -z: llm.c's ZeRO stage", "one GPU"}));
+                           {"unknown flag -z: llm.c's ZeRO stage", "host RAM, once per node"}));
     EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-r", "1"}), {"unknown flag -r: llm.c's recompute"}));
-    EXPECT_TRUE(
-        CleanError(run_it(base_args() + Args{"-pn", "2"}), {"unknown flag -pn: llm.c's multi-process"}));
+    EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-pr", "1"}),
+                           {"unknown flag -pr: llm.c's multi-process", "-pn G", "WORLD_SIZE"}));
+    if (bin == std::string(kCpu)) {  // train_gpt takes -pn (test_multi_gpu)
+        EXPECT_TRUE(
+            CleanError(run_it(base_args() + Args{"-pn", "2"}), {"unknown flag -pn: train_gpt's flag"}));
+    }
     // llm.c's -h 1 (HellaSwag) is refused rather than read as a request for the help text
     EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-h", "1"}), {"flag -h takes no value", "HellaSwag"}));
     const Result help = run_it(Args{"-b", "4", "-h"});

@@ -126,6 +126,35 @@ TEST_P(SsdIoTest, ManyChunksInFlightRoundTrip) {
     ssd_free(r);
 }
 
+// Reads go before queued writes (someone waits on a read; writes are write-behind): one chunk in flight, a
+// write of 64 chunks, then a read: the read starts within the write's first chunks, not after all 64. In FIFO
+// order it started 65th (and this failed).
+TEST_P(SsdIoTest, ReadsOvertakeQueuedWrites) {
+    TempDir d;
+    SsdIo* io = open_io(GetParam(), 1);
+    ASSERT_NE(io, nullptr);
+    char err[1024] = "";
+    SsdFile f;
+    const int64_t bytes = (int64_t)64 << 20;  // 64 chunks of 1 MiB
+    ASSERT_EQ(ssd_file_open(&f, (d.path + "/a").c_str(), 1, 2 * bytes, 1, err, sizeof err), 0) << err;
+    uint8_t* w = (uint8_t*)ssd_alloc(bytes);
+    uint8_t* r = (uint8_t*)ssd_alloc((int64_t)1 << 20);
+    memset(w, 7, (size_t)bytes);
+    const SsdReq write = ssd_io_submit(io, &f, 1, w, bytes, 0);
+    const SsdReq read = ssd_io_submit(io, &f, 0, r, (int64_t)1 << 20, bytes);
+    EXPECT_EQ(ssd_io_wait(io, read, err, sizeof err), 0) << err;
+    EXPECT_EQ(ssd_io_wait(io, write, err, sizeof err), 0) << err;
+    char order[4096];
+    ASSERT_EQ(ssd_io_started_order(io, order, sizeof order), 65);
+    const char* at = strchr(order, 'r');
+    ASSERT_NE(at, nullptr);
+    EXPECT_LT(at - order, 8) << "the read started as chunk " << at - order + 1 << " of 65: " << order;
+    ssd_io_close(io);
+    ssd_file_close(&f);
+    ssd_free(w);
+    ssd_free(r);
+}
+
 TEST_P(SsdIoTest, BadRequestsAreOneErrorNotACrash) {
     TempDir d;
     SsdIo* io = open_io(GetParam());
@@ -361,6 +390,7 @@ struct RoundCtx {
     const RamModel* want;  // the reference after this step: layer_done checks the bf16 copy against it
     int step;
     int grads_on_disk, with_bf16;
+    int held = 0;                    // grads_on_disk: layers below this one have theirs in RAM (grads_in_ram)
     std::vector<uint16_t> grads;     // one layer's gradients in RAM
     std::vector<uint16_t> bf16_ram;  // the trainer's bf16 copy (without with_bf16)
     std::vector<int> done_order;
@@ -369,11 +399,12 @@ struct RoundCtx {
 
 static const uint16_t* ctx_grads(void* c, int layer) {
     RoundCtx* x = (RoundCtx*)c;
-    if (x->grads_on_disk) return NULL;
+    if (x->grads_on_disk && layer >= x->held) return NULL;
     x->grads.resize((size_t)kLayer);
     for (int64_t i = 0; i < kLayer; i++) x->grads[(size_t)i] = grad_value(x->step, layer, i);
     return x->grads.data();
 }
+static int ctx_grads_in_ram(void* c, int layer) { return layer < ((RoundCtx*)c)->held; }
 static void ctx_update(void* c, int layer, int64_t off, int64_t n, float* p, const uint16_t* g, float* m,
                        float* v, uint16_t* b) {
     const AdamWArgs a = step_args(((RoundCtx*)c)->step);
@@ -401,6 +432,8 @@ static void ctx_layer_done(void* c, int layer) {
 struct StoreCase {
     int fallback, with_bf16, grads_on_disk, ring;
     int64_t piece;
+    int held =
+        0;  // grads_on_disk: the first layers' gradients stay in RAM; the grads file holds garbage there
 };
 
 static SsdStoreConfig store_config(const StoreCase& c, int layers) {
@@ -426,7 +459,7 @@ static void store_step(SsdStore* st, const StoreCase& c, const RamModel& want, i
     if (c.grads_on_disk) {
         uint16_t* g = (uint16_t*)ssd_alloc(ssd_store_bf16_layer_bytes(st));
         for (int l : layers) {
-            for (int64_t i = 0; i < kLayer; i++) g[i] = grad_value(t, l, i);
+            for (int64_t i = 0; i < kLayer; i++) g[i] = l < c.held ? (uint16_t)0x7f80 : grad_value(t, l, i);
             ASSERT_EQ(ssd_store_wait(st, ssd_store_write_grads_async(st, l, g), err, sizeof err), 0) << err;
         }
         ssd_free(g);
@@ -437,8 +470,9 @@ static void store_step(SsdStore* st, const StoreCase& c, const RamModel& want, i
     x.step = t;
     x.grads_on_disk = c.grads_on_disk;
     x.with_bf16 = c.with_bf16;
+    x.held = c.held;
     x.bf16_ram.swap(*bf16_ram);
-    SsdRoundFns fns = {ctx_grads, ctx_update, ctx_bf16_dst, ctx_layer_done, &x};
+    SsdRoundFns fns = {ctx_grads, ctx_update, ctx_bf16_dst, ctx_layer_done, &x, ctx_grads_in_ram};
     ASSERT_EQ(ssd_store_round(st, layers.data(), (int)layers.size(), &fns, err, sizeof err), 0) << err;
     x.bf16_ram.swap(*bf16_ram);
     EXPECT_EQ(x.done_order, layers) << "each layer reported once, in order";
@@ -544,13 +578,17 @@ INSTANTIATE_TEST_SUITE_P(Layouts, SsdStoreTest,
                                            StoreCase{0, 1, 0, 4, 16384}, StoreCase{0, 0, 1, 4, 16384},
                                            StoreCase{0, 1, 1, 3, 16384}, StoreCase{0, 1, 1, 5, 0},
                                            StoreCase{1, 0, 0, 4, 16384}, StoreCase{1, 1, 1, 4, 16384},
-                                           StoreCase{1, 0, 1, 3, 0}),
+                                           StoreCase{1, 0, 1, 3, 0},
+                                           // the trainer's ring-held gradients (ssd_tier.h): the first 2
+                                           // layers' from RAM, +inf in the file there (a read of it fails it)
+                                           StoreCase{0, 0, 1, 4, 16384, 2}, StoreCase{1, 1, 1, 3, 0, 2}),
                          [](const ::testing::TestParamInfo<StoreCase>& i) {
                              const StoreCase& c = i.param;
                              return std::string(c.fallback ? "Fallback" : "IoUring") +
                                     (c.with_bf16 ? "_Bf16OnDisk" : "_Bf16InRam") +
                                     (c.grads_on_disk ? "_GradsOnDisk" : "_GradsInRam") + "_Ring" +
-                                    std::to_string(c.ring) + (c.piece ? "_Pieces" : "_WholeLayers");
+                                    std::to_string(c.ring) + (c.piece ? "_Pieces" : "_WholeLayers") +
+                                    (c.held ? "_FirstHeldInRam" : "");
                          });
 
 // Two checkpoints with no round between them (e.g. a step whose update was skipped): the second one copies
@@ -658,7 +696,7 @@ static void run_until_fault(const std::string& dir, int write, int64_t after, in
         x.step = 3;
         x.grads_on_disk = 0;
         x.with_bf16 = 1;
-        SsdRoundFns fns = {ctx_grads, ctx_update, NULL, NULL, &x};
+        SsdRoundFns fns = {ctx_grads, ctx_update, NULL, NULL, &x, NULL};
         if (ssd_store_round(st, all.data(), 4, &fns, err, sizeof err) != 0) {
             fprintf(stderr, "%s\n", err);
             _exit(4);
@@ -742,7 +780,7 @@ TEST(SsdStoreErrors, FailedStoreRefusesToGoOn) {
     x.grads_on_disk = 0;
     x.with_bf16 = 0;
     x.bf16_ram = bf16;
-    SsdRoundFns fns = {ctx_grads, ctx_update, ctx_bf16_dst, NULL, &x};
+    SsdRoundFns fns = {ctx_grads, ctx_update, ctx_bf16_dst, NULL, &x, NULL};
     const int twice[2] = {1, 1}, layers[2] = {0, 1};
     EXPECT_EQ(ssd_store_round(st, twice, 2, &fns, err, sizeof err),
               -1);  // bad input: an error, the store goes on

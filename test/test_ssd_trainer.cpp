@@ -129,6 +129,20 @@ TEST_F(SsdTrainer, SameTrainingAsInRam) {
     expect_same_as_ram(out2, b.out, 1);
 }
 
+// 7 streamed layers: the backward's last 3 (the round's first layers) keep their gradients in the ring, the
+// other 4 go through the grads file; the same training as in RAM, with -sd and with -sd -sw 1.
+TEST_F(SsdTrainer, GradientsPastTheRingGoThroughTheGradsFile) {
+    spec = "L8:C64:NH4:T32:V512";
+    run_in_ram();
+    for (const char* sw : {"0", "1"}) {
+        const std::string out = dir + "/sd" + sw;
+        const Result a = run_bin(kEmu, run_args(out, {"-sd", dir + "/store" + sw, "-sw", sw}));
+        ASSERT_EQ(a.code, 0) << a.cmd << "\n" << a.err << a.out;
+        EXPECT_TRUE(has(a.out, "SSD tier: 7 layers' fp32 weights")) << a.out;
+        expect_same_as_ram(out, a.out, 1);
+    }
+}
+
 TEST_F(SsdTrainer, SameTrainingAsInRamWithTheWeightsOnDisk) {
     run_in_ram();
     const std::string out = dir + "/sw";
@@ -152,9 +166,10 @@ TEST_F(SsdTrainer, SameTrainingAsInRamWithTheWeightsOnDisk) {
 // ssd_store_checkpoint, before DONE: the previous checkpoint must still be whole in DIR).
 TEST_F(SsdTrainer, KillNineThenResumeIsBitForBit) {
     run_in_ram();
-    // 3 streamed layers, whole-layer pieces: 9 chunk writes to create the store, then per step 3 of gradients
-    // and 9 in the round; per step 12 chunk reads in the round and 3 for the checkpoint's model file:
-    // writes 1..9 | 10..12, 13..21 | 22..24, 25..33 | ...; reads 1..12, 13..15 | 16..27, 28..30 | 31..42, ...
+    // 3 streamed layers, whole-layer pieces: 9 chunk writes to create the store, then per step 9 in the round
+    // (the 3 layers' gradients stay in the ring for the round: GRAD_RING, none written); per step 9 chunk
+    // reads in the round and 3 for the checkpoint's model file:
+    // writes 1..9 | 10..18 | 19..27 | ...; reads 1..9, 10..12 | 13..21, 22..24 | 25..33, 34..36
     const char* points[] = {"1,22,kill", "0,22,kill", "0,34,kill"};
     int k = 0;
     for (const char* point : points) {
@@ -182,13 +197,13 @@ TEST_F(SsdTrainer, ARunWithoutNSavesItsFinalCheckpoint) {
     EXPECT_TRUE(has(b.out, "saved checkpoint step 4")) << b.out;
 }
 
-// A disk that fails mid-run (ENOSPC on the 40th chunk written: during the third step's round): one error
+// A disk that fails mid-run (ENOSPC on the 31st chunk written: during the third step's round): one error
 // line, a non-zero exit, and the last checkpoint intact: -y 1 resumes from it and ends as the run in RAM.
 TEST_F(SsdTrainer, DiskFailureLeavesTheLastCheckpoint) {
     run_in_ram();
     const std::string out = dir + "/fail", store = dir + "/fstore";
     {
-        ScopedEnv fault("SSD_FAULT", "1,39,28");
+        ScopedEnv fault("SSD_FAULT", "1,30,28");
         const Result a = run_bin(kEmu, run_args(out, {"-sd", store}));
         EXPECT_FALSE(a.timed_out || a.signal) << a.cmd << " signal " << a.signal;
         EXPECT_EQ(a.code, 1) << a.cmd << "\n" << a.err;
@@ -262,7 +277,7 @@ TEST_F(SsdTrainer, LlamaWithTheWeightsOnDiskKilledThenResumed) {
 // checkpoint is intact"; -sd with -R -1 when every layer fits said "bad SSD store shape: 0 layers".
 TEST_F(SsdTrainer, MessagesSayWhatIsTrue) {
     {
-        ScopedEnv fault("SSD_FAULT", "1,12,28");  // the first round's first write (9 create, 3 gradients)
+        ScopedEnv fault("SSD_FAULT", "1,9,28");  // the first round's first write (after the 9 that create)
         const Result a = run_bin(kEmu, run_args(dir + "/early", {"-sd", dir + "/estore", "-n", "2"}));
         EXPECT_EQ(a.code, 1) << a.cmd << "\n" << a.err;
         const std::vector<std::string> lines = error_lines(a.err);
@@ -275,14 +290,14 @@ TEST_F(SsdTrainer, MessagesSayWhatIsTrue) {
                            {"-sd", "with -R -1: all 4 layers fit on the GPU", "drop -sd"}));
 }
 
-// -sw 1: a read of the bf16 weights that fails (EIO on the 21st chunk read: the second step's forward pass,
+// -sw 1: a read of the bf16 weights that fails (EIO on the 18th chunk read: the second step's forward pass,
 // after step 1's round and checkpoint) stops the run with one error line; -y 1 resumes from step 1 and ends
 // as the run in RAM.
 TEST_F(SsdTrainer, WeightReadFailureLeavesTheLastCheckpoint) {
     run_in_ram();
     const std::string out = dir + "/rfail", store = dir + "/rstore";
     {
-        ScopedEnv fault("SSD_FAULT", "0,20,5");
+        ScopedEnv fault("SSD_FAULT", "0,17,5");
         const Result a = run_bin(kEmu, run_args(out, {"-sd", store, "-sw", "1"}));
         EXPECT_FALSE(a.timed_out || a.signal) << a.cmd << " signal " << a.signal;
         EXPECT_EQ(a.code, 1) << a.cmd << "\n" << a.err;
