@@ -38,6 +38,9 @@ struct Slot {
     uint16_t *g, *b;
     int64_t piece = -1;
     bool grads_in_ram = false;  // this piece's gradients come from the round's grads(), not the grads file
+    // Read ahead for the next round (prefetch_next_round): this piece's p, m, v of generation pre_gen.
+    int pre_layer = -1, pre_gen = -1;
+    int64_t pre_off = 0;
     SsdReq rd[5], wr[5];
     int nrd = 0, nwr = 0;
 };
@@ -474,6 +477,7 @@ static int open_files(SsdStore* st, int create, char* err, size_t errlen) {
 }
 
 static int verify_generation(SsdStore* st, int g, char* err, size_t errlen);  // below, with the pieces
+static void drop_prefetch(SsdStore* st);                                      // below, with the round
 
 static std::string owner_text(const std::string& o) {
     return o.empty() ? "a run without -o" : "the run in " + o;
@@ -759,6 +763,7 @@ static int check_piece(SsdStore* st, const Slot* s, const Piece& pc, int g, char
 
 // Reads all of generation g (two pieces in flight), checking every piece.
 static int verify_generation(SsdStore* st, int g, char* err, size_t errlen) {
+    drop_prefetch(st);
     std::vector<Piece> pcs;
     for (int l = 0; l < st->cfg.num_layers; l++) pieces_of_layer(st, l, &pcs);
     const size_t n = pcs.size();
@@ -788,6 +793,7 @@ int ssd_store_write_layer(SsdStore* st, int layer, const float* params, const fl
         return -1;
     }
     if (mark_writing(st, err, errlen) != 0) return -1;
+    drop_prefetch(st);  // it may rewrite a prefetched layer
     std::vector<Piece> pcs;
     pieces_of_layer(st, layer, &pcs);
     Slot* s = &st->ring[0];
@@ -822,7 +828,7 @@ int ssd_store_read_layer(SsdStore* st, int layer, float* params, float* m, float
                            (bf16 ? 1u << K_BF16 : 0u);
     std::vector<Piece> pcs;
     pieces_of_layer(st, layer, &pcs);
-    Slot* s = &st->ring[0];
+    Slot* s = &st->ring.back();  // the entry prefetch_next_round leaves free
     for (const Piece& pc : pcs) {
         issue_read(st, s, pc, st->src[layer], kinds, false);
         if (wait_all(st, s->rd, &s->nrd, err, errlen) != 0) return -1;
@@ -853,6 +859,31 @@ int ssd_store_wait(SsdStore* st, SsdReq r, char* err, size_t errlen) {
 
 // ---- the round
 
+// The next round's first pieces (pcs[0 .. ring-2], what its read-ahead starts with) into ring entries 0 ..
+// ring-2, p, m, v only: a round's reads move from the next forward pass, where the forward waits for them,
+// to the time between rounds (the backward pass), where the disk is idle. Issued once this round's writes
+// are all done; the round takes a piece only if its layer's generation is still the one read.
+static void prefetch_next_round(SsdStore* st, const std::vector<Piece>& pcs) {
+    const int64_t n = std::min<int64_t>((int64_t)pcs.size(), (int64_t)st->ring.size() - 1);
+    for (int64_t j = 0; j < n; j++) {
+        Slot* s = &st->ring[(size_t)j];
+        const Piece& pc = pcs[(size_t)j];
+        issue_read(st, s, pc, st->src[pc.layer], (1u << K_PARAMS) | (1u << K_M) | (1u << K_V), false);
+        s->pre_layer = pc.layer;
+        s->pre_off = pc.off;
+        s->pre_gen = st->src[pc.layer];
+    }
+}
+// Before another use of the ring (a whole-layer transfer, a checkpoint's copy): prefetched reads end, unused.
+static void drop_prefetch(SsdStore* st) {
+    char ignore[1024];
+    for (Slot& s : st->ring)
+        if (s.pre_layer >= 0) {
+            wait_all(st, s.rd, &s.nrd, ignore, sizeof ignore);  // a failed prefetch is read again when needed
+            s.pre_layer = -1;
+        }
+}
+
 int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* fns, char* err,
                     size_t errlen) {
     if (refuse_if_failed(st, err, errlen)) return -1;
@@ -876,13 +907,28 @@ int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* f
     if (pcs.empty()) return 0;
     if (mark_writing(st, err, errlen) != 0) return -1;
     const int64_t P = (int64_t)pcs.size(), R = c->ring, w = st->wgen;
-    for (Slot& s : st->ring) {
+    int64_t next_read = 0;  // the first pieces may be read already (prefetch_next_round)
+    for (int64_t j = 0; j < std::min<int64_t>(P, R - 1); j++) {
+        Slot* s = &st->ring[(size_t)j];
+        const Piece& pc = pcs[(size_t)j];
+        if (next_read != j || s->pre_layer != pc.layer || s->pre_off != pc.off ||
+            s->pre_gen != st->src[pc.layer])
+            break;
+        s->piece = j;
+        s->pre_layer = -1;
+        s->grads_in_ram = c->grads_on_disk && fns->grads_in_ram && fns->grads_in_ram(fns->ctx, pc.layer);
+        issue_read(st, s, pc, st->src[pc.layer], 0u, c->grads_on_disk && !s->grads_in_ram);  // the gradients
+        next_read = j + 1;
+    }
+    drop_prefetch(st);  // what the round does not take
+    for (int64_t j = next_read; j < R; j++) {
+        Slot& s = st->ring[(size_t)j];
         s.piece = -1;
         s.nrd = s.nwr = 0;
     }
     std::deque<std::pair<int, int64_t>>
         done_q;  // with_bf16: layers whose last piece's writes are not yet waited
-    int64_t next_read = 0, retired = -1;
+    int64_t retired = -1;
     const uint16_t* gram = NULL;
     uint16_t* bdst = NULL;
     int rc = 0;
@@ -948,6 +994,7 @@ int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* f
         }
     }
     if (rc == 0) rc = retire_upto(P - 1);
+    if (rc == 0) prefetch_next_round(st, pcs);  // every write is done: the next round's reads may start
     if (rc != 0) {
         char ignore[1024];
         for (Slot& s : st->ring) {  // nothing may stay in flight into buffers we own
@@ -972,6 +1019,7 @@ int ssd_store_checkpoint(SsdStore* st, int64_t step, char* err, size_t errlen) {
     for (int l = 0; l < st->cfg.num_layers; l++) {
         if (st->src[l] == w) continue;
         if (mark_writing(st, err, errlen) != 0) return -1;
+        drop_prefetch(st);  // the copy uses the ring, and changes the layer's generation
         std::vector<Piece> pcs;
         pieces_of_layer(st, l, &pcs);
         Slot* s = &st->ring[0];

@@ -167,10 +167,12 @@ TEST_F(SsdTrainer, SameTrainingAsInRamWithTheWeightsOnDisk) {
 TEST_F(SsdTrainer, KillNineThenResumeIsBitForBit) {
     run_in_ram();
     // 3 streamed layers, whole-layer pieces: 9 chunk writes to create the store, then per step 9 in the round
-    // (the 3 layers' gradients stay in the ring for the round: GRAD_RING, none written); per step 9 chunk
-    // reads in the round and 3 for the checkpoint's model file:
-    // writes 1..9 | 10..18 | 19..27 | ...; reads 1..9, 10..12 | 13..21, 22..24 | 25..33, 34..36
-    const char* points[] = {"1,22,kill", "0,22,kill", "0,34,kill"};
+    // (the 3 layers' gradients stay in the ring for the round: GRAD_RING, none written); reads: the first
+    // round's 9, then after each round the next one's 9 read ahead (ring 4: 3 layers' p, m, v), and 3 for
+    // each checkpoint's model file: writes 1..9 | 10..18 | 19..27 | ...; reads 1..9, 10..18, 19..21
+    // | 22..30, 31..33 | 34..42, ... (the points: the second round's writes, its read-ahead, the second
+    // checkpoint's model file)
+    const char* points[] = {"1,22,kill", "0,22,kill", "0,31,kill"};
     int k = 0;
     for (const char* point : points) {
         SCOPED_TRACE(point);
@@ -290,14 +292,14 @@ TEST_F(SsdTrainer, MessagesSayWhatIsTrue) {
                            {"-sd", "with -R -1: all 4 layers fit on the GPU", "drop -sd"}));
 }
 
-// -sw 1: a read of the bf16 weights that fails (EIO on the 18th chunk read: the second step's forward pass,
+// -sw 1: a read of the bf16 weights that fails (EIO on the 27th chunk read: the second step's forward pass,
 // after step 1's round and checkpoint) stops the run with one error line; -y 1 resumes from step 1 and ends
 // as the run in RAM.
 TEST_F(SsdTrainer, WeightReadFailureLeavesTheLastCheckpoint) {
     run_in_ram();
     const std::string out = dir + "/rfail", store = dir + "/rstore";
     {
-        ScopedEnv fault("SSD_FAULT", "0,17,5");
+        ScopedEnv fault("SSD_FAULT", "0,26,5");
         const Result a = run_bin(kEmu, run_args(out, {"-sd", store, "-sw", "1"}));
         EXPECT_FALSE(a.timed_out || a.signal) << a.cmd << " signal " << a.signal;
         EXPECT_EQ(a.code, 1) << a.cmd << "\n" << a.err;
