@@ -762,8 +762,8 @@ static StepResult gpt_step(GPT* g, const int* inputs, const int* targets, int n_
                            const int* pos = NULL) {
     StepResult r = {};
     const int64_t tokens = (int64_t)n_micro * g->B * g->T;
-    double targets_all = (double)(pos ? count_targets(targets, tokens) : tokens);
-    comm_sum_host(g->comm, &targets_all, 1);  // several ranks: the step's targets, every rank's
+    double targets_all = (double)(pos ? count_targets(targets, tokens) : tokens * g->comm->world);
+    if (pos) comm_sum_host(g->comm, &targets_all, 1);  // several ranks: the step's targets, every rank's
     r.targets = (int64_t)targets_all;
     if (r.targets == 0) {  // nothing to learn: no forward pass, no update
         snprintf(g->skipped, sizeof g->skipped, "no target tokens in this step");

@@ -17,6 +17,7 @@
 #include <new>
 #include <unistd.h>
 #include "collectives.h"  // defines: Comm, NodeShared, MAX_RANKS
+#include "stop_signal.h"  // defines: on_stop_signals
 #include "utils.h"        // defines: die, die_rank
 
 static pid_t launch_children[MAX_RANKS];
@@ -108,13 +109,7 @@ static void rank_launch(Comm* c, int G) {
         launch_children[r] = pid;
         launch_count = r + 1;
     }
-    struct sigaction sa;
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = launch_forward_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    on_stop_signals(launch_forward_signal);
     const int status = launch_wait(node, G);
     fflush(NULL);
     _exit(status);

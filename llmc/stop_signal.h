@@ -24,16 +24,17 @@ static void stop_signal_handler(int sig) {
     if (write(2, msg, strlen(msg)) < 0) {}
 }
 
-// SA_RESTART: interrupted reads and writes resume.
-static inline void stop_signal_install(void) {
+// handler for SIGINT and SIGTERM. SA_RESTART: interrupted reads and writes resume.
+static inline void on_stop_signals(void (*handler)(int)) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = stop_signal_handler;
+    sa.sa_handler = handler;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 }
+static inline void stop_signal_install(void) { on_stop_signals(stop_signal_handler); }
 
 // The stop signal (SIGINT or SIGTERM), or 0.
 static inline int stop_signal_pending(void) { return stop_signal_received; }
