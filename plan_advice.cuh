@@ -52,6 +52,7 @@ typedef struct {
     int T, slots;
     int64_t gpu_budget, host_avail, disk_free;  // bytes; -1: unknown (no check)
     double peak_flops, disk_read_Bps, disk_write_Bps;
+    bool several;  // -pn / -pN: the advice keeps to what several GPUs run (no -E 1, no -sd yet)
 } PlanTarget;
 
 // Choice c's plan, whether it fits t, and the bounds on its step.
@@ -133,8 +134,9 @@ static std::vector<PlanEval> plan_alternatives(const PlanTarget* t, const PlanCh
     std::vector<PlanEval> out;
     const bool llama = t->llama && t->llama->num_layers;
     const int L = t->cfg->num_layers;
-    for (int tier = given.tier; tier <= TIER_SSD_WEIGHTS; tier++)
-        for (int E = given.vocab_host; E <= (llama ? 1 : given.vocab_host); E++)
+    const int last_tier = t->several ? given.tier : TIER_SSD_WEIGHTS;
+    for (int tier = given.tier; tier <= last_tier; tier++)
+        for (int E = given.vocab_host; E <= (llama && !t->several ? 1 : given.vocab_host); E++)
             for (int B = given.B; B >= 1; B--) {
                 if (given.B % B) continue;  // the same tokens per step
                 PlanChoice c = given;
@@ -348,7 +350,7 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
     const double GiB = 1073741824.0;
     PlanTarget t;
     memset(&t, 0, sizeof t);
-    t.cfg = cfg, t.llama = llama, t.T = T, t.slots = ga->num_slots;
+    t.cfg = cfg, t.llama = llama, t.T = T, t.slots = ga->num_slots, t.several = several;
     char gpu_text[96], peak_text[64];
     t.gpu_budget = plan_gpu_target(ga, no_gpu_here, gpu_text, sizeof gpu_text, &t.peak_flops, peak_text,
                                    sizeof peak_text);
@@ -413,14 +415,18 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
             host = std::min(host, (double)a.m.host_bytes);
             if (a.c.tier != TIER_RAM) disk = std::min(disk, (double)a.m.ssd_disk);
         }
-        printf(
-            "advice: nothing fits, as given or with a smaller -b, fewer -R / -K, -E 1, -sd or -sd -sw 1;\n");
+        printf(several ? "advice: nothing fits, as given or with a smaller -b or fewer -R / -K (-E 1 and -sd "
+                         "do not run "
+                         "with -pn yet);\n"
+                       : "advice: nothing fits, as given or with a smaller -b, fewer -R / -K, -E 1, -sd or "
+                         "-sd -sw 1;\n");
         printf("  the least any of them needs: GPU %.2f GiB (%.2f here), host %.2f GiB", gpu / GiB,
                t.gpu_budget / GiB, host / GiB);
         if (t.host_avail >= 0) printf(" (%.2f here)", t.host_avail / GiB);
         if (t.disk_free >= 0 && disk < 1e30)
             printf(", disk %.2f GiB (%.2f free)", disk / GiB, t.disk_free / GiB);
-        printf("\n  lower -t or -d, or choose a smaller model\n");
+        printf("\n  lower -t or -d, or choose a smaller model%s\n",
+               several ? ", or plan more GPUs (-pn, -pN)" : "");
         return PLAN_FITS_NOWHERE;
     }
     printf("advice: it does not fit %s; these do, the shortest step first:\n", missing);

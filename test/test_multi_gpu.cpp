@@ -261,6 +261,34 @@ TEST_F(MultiGpu, RanksFromTorchrunsEnvironmentTrainAsPn) {
     EXPECT_EQ(step_losses(out0), step_losses(pn.out));
 }
 
+// -P 1 for several GPUs and nodes (no GPU, no data): Llama 3 70B at 256K tokens a step, 8 H100s (a GPU's 32K
+// tokens of layer inputs do not fit 79 GiB: exit 3, advice within what -pn runs) and 2 nodes of 8 (fits:
+// 64 GiB a GPU... and 9.0 bytes a parameter a node: 12/2 + 2 + 2/2); 405B on 2 nodes of 8 prints its plan
+// too.
+TEST_F(MultiGpu, PlanForSeveralGpusAndNodes) {
+    const Args llama70 = {"-e",     "llama3-70b", "-t",   "4096", "-b", "1",  "-d",
+                          "262144", "-M",         "2000", "-V",   "79", "-P", "1"};
+    const Result one = run_bin(kEmu, llama70 + Args{"-pn", "8"});
+    EXPECT_EQ(one.code, 3) << one.err << one.out;
+    EXPECT_TRUE(has(one.out, "several GPUs: 1 node of 8 GPUs")) << one.out;
+    EXPECT_TRUE(has(one.out, "each GPU reads whole layers over its own PCIe link")) << one.out;
+    EXPECT_TRUE(has(one.out, "(-E 1 and -sd do not run with -pn yet)")) << one.out;
+    EXPECT_TRUE(has(one.out, "or plan more GPUs (-pn, -pN)")) << one.out;
+    const Result two = run_bin(kEmu, llama70 + Args{"-pn", "8", "-pN", "2"});
+    EXPECT_EQ(two.code, 0) << two.err << two.out;
+    for (const char* want :
+         {"several GPUs: 2 nodes of 8 GPUs (-pN 2 -pn 8), 262144 tokens a step", "network, node",
+          "NVLink, a GPU", "bound by compute, a GPU", "9.0 bytes a parameter",
+          "several nodes: this is the plan; training runs on one node (-pn) for now"})
+        EXPECT_TRUE(has(two.out, want)) << want << "\n" << two.out;
+    const Result big = run_bin(kEmu, Args{"-e", "llama3-405b", "-t", "4096", "-b", "1", "-d", "65536", "-M",
+                                          "9000", "-V", "79", "-P", "1", "-pn", "8", "-pN", "2"});
+    EXPECT_TRUE(plan_printed(big.code, big.out)) << big.err << big.out;
+    EXPECT_TRUE(has(big.out, "several GPUs: 2 nodes of 8 GPUs")) << big.out;
+    EXPECT_TRUE(CleanError(run_bin(kEmu, llama70 + Args{"-pn", "8", "-pN", "2", "-P", "0"}),
+                           {"-pN 2: training on several nodes is not supported yet"}));
+}
+
 // What cannot work is refused in one line, before any step.
 TEST_F(MultiGpu, BadFlagsAreOneLineErrors) {
     const char* spec = "L2:C64:NH4:T32:V512";
