@@ -263,7 +263,7 @@ TEST_F(MultiGpu, RanksFromTorchrunsEnvironmentTrainAsPn) {
 
 // -P 1 for several GPUs and nodes (no GPU, no data): Llama 3 70B at 256K tokens a step, 8 H100s (a GPU's 32K
 // tokens of layer inputs do not fit 79 GiB: exit 3, advice within what -pn runs) and 2 nodes of 8 (fits:
-// 64 GiB a GPU... and 9.0 bytes a parameter a node: 12/2 + 2 + 2/2); 405B on 2 nodes of 8 prints its plan
+// 68.3 GiB a GPU, 9.0 bytes a parameter a node: 12/2 + 2 + 2/2); 405B on 2 nodes of 8 prints its plan
 // too.
 TEST_F(MultiGpu, PlanForSeveralGpusAndNodes) {
     const Args llama70 = {"-e",     "llama3-70b", "-t",   "4096", "-b", "1",  "-d",
