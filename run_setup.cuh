@@ -378,9 +378,8 @@ static void plan_run(Run* r) {
     char ranks_text[48];
     snprintf(ranks_text, sizeof ranks_text, ga.nodes > 1 ? "-pn %d -pN %d" : "-pn %d", ga.ranks, ga.nodes);
     if (r->n_micro_all % G != 0)
-        die("%s: the step's %d micro-batches (-d %lld / (-b %d * -t %d)) do not divide among %d GPUs: make "
-            "-d "
-            "a multiple of %lld",
+        die("%s: the step's %d micro-batches (-d %lld / (-b %d * -t %d)) do not divide among %d GPUs: "
+            "make -d a multiple of %lld",
             ranks_text, r->n_micro_all, (long long)r->step_tokens, a.B, a.T, G, (long long)G * a.B * a.T);
     r->n_micro = r->n_micro_all / G;
     if (G > 1 && ga.ssd_dir) die("-pn %d with -sd: the SSD tier runs on one GPU for now; drop -pn or -sd", G);

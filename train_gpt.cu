@@ -235,7 +235,6 @@ static void vocab_free(GPT* g) {
     g->vocab = NULL;
 }
 
-// tier: where streamed layers' state lives (TIER_*). llama: cfg is its llama_gpt_config.
 static Comm single_rank;  // a run of one GPU
 
 // Streamed layers' gradient buffer: the layer, or with several ranks one slice per rank (collectives.h).
@@ -256,6 +255,7 @@ static StreamHostArrays* node_stream_arrays(GPT* g) {
     return &shared;
 }
 
+// tier: where streamed layers' state lives (TIER_*). llama: cfg is its llama_gpt_config. comm: the ranks.
 static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro, int num_slots,
                       int resident_layers, int kept_layers, const TrainArgs* args, int tier = TIER_RAM,
                       const LlamaConfig* llama = NULL, bool vocab_host = false, Comm* comm = NULL) {
