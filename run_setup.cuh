@@ -300,13 +300,17 @@ static void check_host_fit(const Run* r) {
                 ? "given by -M"
                 : "available (MemAvailable; where memory grows as it is used, -M GiB says how much)");
 }
+// Without a GPU: one line. Several ranks: rank 0 says it before the others start (rank_gate_open).
+static void require_gpu(const Run* r) {
+    if (r->no_gpu_here)
+        die("no CUDA device found: this trainer needs an NVIDIA GPU; ./train_gpt_cpu trains on the CPU");
+}
 static void check_fit(Run* r) {
     const double GiB = 1073741824.0;
     GpuArgs* ga = &r->ga;
     check_ssd_space(r);
     check_host_fit(r);
-    if (r->no_gpu_here)
-        die("no CUDA device found: this trainer needs an NVIDIA GPU; ./train_gpt_cpu trains on the CPU");
+    require_gpu(r);
     // before the context: a host thread waiting on the GPU sleeps, not spins
     cudaCheck(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
     int devices = 1;

@@ -1097,6 +1097,7 @@ int main(int argc, char** argv) {
     plan_run(&r);
     if (r.ga.plan_only) return print_plan_only(&r);
     open_data(&r);
+    if (ranks.world > 1) require_gpu(&r);  // said once, by rank 0 (one rank: after the host's fit check)
     rank_gate_open(&ranks);
     check_fit(&r);
     GPT g;

@@ -297,5 +297,9 @@ TEST_F(MultiGpu, BadFlagsAreOneLineErrors) {
     EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/b", {"-pn", "2", "-sd", dir + "/ssd"})),
                            {"-pn 2 with -sd", "one GPU for now"}));
     EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/c", {"-pn", "0"})), {"-pn"}));
+    if (have_binary(kGpu) && !gpu_present()) {  // the real trainer here: rank 0 says it once, not every rank
+        EXPECT_TRUE(
+            CleanError(run_bin(kGpu, run_args(spec, dir + "/e", {"-pn", "2"})), {"no CUDA device found"}));
+    }
     EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/d", {"-pn", "65"})), {"-pn"}));
 }
