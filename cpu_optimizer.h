@@ -57,13 +57,13 @@ static int64_t rank_progress_mark(const GPT* g, int64_t round, int layers_done) 
 }
 static void publish_progress(GPT* g, int64_t round, int layers_done) {
     if (g->comm->world == 1) return;
-    g->comm->node->progress[g->comm->rank].store(rank_progress_mark(g, round, layers_done),
-                                                 std::memory_order_release);
+    g->comm->node->progress[g->comm->local].store(rank_progress_mark(g, round, layers_done),
+                                                  std::memory_order_release);
 }
-// Has every rank reached `mark`? wait: until they have.
+// Has every rank of this node reached `mark`? wait: until they have.
 static bool ranks_reached(const GPT* g, int64_t mark, int wait) {
     const Comm* c = g->comm;
-    for (int r = 0; r < c->world; r++)
+    for (int r = 0; r < c->local_world; r++)
         for (int spins = 0; c->node->progress[r].load(std::memory_order_acquire) < mark; spins++) {
             if (!wait) return false;
             if (spins > 2000) {
@@ -72,6 +72,45 @@ static bool ranks_reached(const GPT* g, int64_t mark, int wait) {
             }
         }
     return true;
+}
+
+// Several nodes: has the node's leader exchanged the bf16 weights up to `mark`? wait: until it has.
+static bool node_exchanged(const GPT* g, int64_t mark, int wait) {
+    const Comm* c = g->comm;
+    for (int spins = 0; c->node->exchanged.load(std::memory_order_acquire) < mark; spins++) {
+        if (!wait) return false;
+        if (spins > 2000) {
+            usleep(20);
+            if (c->node->exchanged.load(std::memory_order_acquire) < mark) comm_check_alive(c);
+        }
+    }
+    return true;
+}
+
+// Several nodes, after this rank updated its slice of layer l (l = L: the round's end): once every rank of
+// the node has, the node's leader sends the node's part of the layer's new bf16 weights to every node and
+// takes theirs (net.h), then marks the layer exchanged for the node's ranks.
+static void exchange_layer(GPT* g, int64_t round, int l) {
+    Comm* c = g->comm;
+    const int L = g->config.num_layers;
+    const int64_t mark = rank_progress_mark(g, round, l + 1);
+    publish_progress(g, round, l + 1);
+    if (c->local != 0) return;
+    ranks_reached(g, mark, 1);
+    if (l < L) {
+        const ParamLayout* p = &g->layout;
+        const int64_t off = gpt_layer_offset(p, l);
+        std::vector<int64_t> lo((size_t)c->nodes), hi((size_t)c->nodes);
+        for (int n = 0; n < c->nodes; n++) {
+            comm_node_part(c, p->layer_stride, n, &lo[(size_t)n], &hi[(size_t)n]);
+            lo[(size_t)n] = (off + lo[(size_t)n]) * 2;
+            hi[(size_t)n] = (off + hi[(size_t)n]) * 2;
+        }
+        uint16_t* bf16 = g->stream.weights_host_bf16;
+        FAKE_CUDA_HOST_ACCESS(bf16 + off, p->layer_stride * 2, true, "the nodes' exchange of a layer's bf16");
+        net_gather(&c->net, NET_OPT, (char*)bf16, lo.data(), hi.data(), true);
+    }
+    c->node->exchanged.store(mark, std::memory_order_release);
 }
 
 // Layer l done: the next forward may copy it.
@@ -91,12 +130,15 @@ static void optimizer_round(GPT* g) {
         ssd_tier_round(&round);
         return;
     }
+    const int64_t round = g->opt->rounds_done + 1;  // this thread alone changes rounds_done
     for (int l = g->resident_layers; l < g->config.num_layers; l++) {
         stream_wait_grads_on_host(&g->stream, l);
         g->opt->layer_t0[l] = timeline_now();
         adamw_layer(g, l);
+        if (g->comm->nodes > 1) exchange_layer(g, round, l);
         optimizer_layer_done(g, l);
     }
+    if (g->comm->nodes > 1) exchange_layer(g, round, g->config.num_layers);  // the round's end
 }
 
 static void optimizer_thread_main(GPT* g) {
@@ -156,6 +198,7 @@ static int optimizer_layer_ready(void* ctx, int layer, int wait) {
         round = o->rounds_submitted;
     }
     if (g->comm->world == 1 || round == 0) return 1;
+    if (g->comm->nodes > 1) return node_exchanged(g, rank_progress_mark(g, round, layer + 1), wait) ? 1 : 0;
     return ranks_reached(g, rank_progress_mark(g, round, layer + 1), wait) ? 1 : 0;
 }
 static void optimizer_wait_all(GPT* g) {
@@ -167,7 +210,8 @@ static void optimizer_wait_all(GPT* g) {
         FAKE_CUDA_HOST_ACQUIRE(o);
         round = o->rounds_submitted;
     }
-    if (g->comm->world > 1 && round > 0) ranks_reached(g, rank_progress_mark(g, round + 1, 0), 1);
+    if (g->comm->nodes > 1 && round > 0) node_exchanged(g, rank_progress_mark(g, round + 1, 0), 1);
+    else if (g->comm->world > 1 && round > 0) ranks_reached(g, rank_progress_mark(g, round + 1, 0), 1);
 }
 static void optimizer_submit(GPT* g, float lr, float grad_scale) {
     optimizer_wait_all(g);  // never waits: the forward pass waited for every layer

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "llmc/args.h"   // defines: TrainArgs, train_args_defaults, train_usage, parse_train_arg, help_flag
+#include "llmc/net.h"    // defines: NetAddress, net_parse_address, NET_DEFAULT_PORT
 #include "stream.h"      // defines: MAX_SLOTS
 #include "llmc/utils.h"  // defines: die
 
@@ -40,8 +41,10 @@ typedef struct {
     int ssd_weights;      // -sw 1: with -sd, their bf16 weights there too
     float disk_read_gbs;  // -sr R[,W] the -sd disk's GB/s, for -P 1's step time. 0: assumed
     float disk_write_gbs;
-    int ranks;  // -pn GPUs of this node, one rank process each, started by this process (1: this one)
-    int nodes;  // -pN nodes: -P 1 plans for them (training runs on one node for now)
+    int ranks;      // -pn GPUs of this node, one rank process each, started by this process (1: this one)
+    int nodes;      // -pN nodes of -pn GPUs each
+    int node_rank;  // -pr this node's index, 0..nodes-1 (0: rank 0's node)
+    const char* node_address;  // -ps HOST[:PORT] of node 0 (its rank 0 listens there), for the other nodes
 } GpuArgs;
 
 static int ssd_tier(const GpuArgs* ga) {
@@ -149,13 +152,16 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "state\n"
         "              and pinned bf16 copies exist once in host RAM for all of them; gradients are summed\n"
         "              by NCCL (LLMC_COLLECTIVES=host: through host memory) (default %d)\n"
-        "  -pN <int>   nodes of -pn GPUs each, for -P 1's plan: memory per GPU and per node, each link's\n"
-        "              bytes and the step time (training runs on one node for now) (default 1)\n"
+        "  -pN <int>   nodes of -pn GPUs each: start train_gpt on each node with the same flags and its own\n"
+        "              -pr; each node keeps and updates 1/N of the fp32 weights and AdamW state; -P 1 plans\n"
+        "              memory per GPU and per node, each link's bytes and the step time (default 1)\n"
+        "  -pr <int>   this node's index, 0..N-1 (node 0 holds rank 0: it logs and saves) (default 0)\n"
+        "  -ps <host[:port]>  where node 0 listens for the other nodes (default port %d; node 0: the port)\n"
         "samples (-g, -s): none by default for a model over %.0fB parameters or with -sw 1 (each token\n"
         "  streams the whole model once); -g N still asks for them\n",
         MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->kept,
         gd->flash, gd->epilogues, gd->plan_only, gd->host_gib, gd->gpu_gib, gd->vocab_host, SW_READ_BUFFERS,
-        gd->ssd_weights, gd->ranks, SAMPLE_DEFAULT_MAX_PARAMS / 1e9);
+        gd->ssd_weights, gd->ranks, NET_DEFAULT_PORT, SAMPLE_DEFAULT_MAX_PARAMS / 1e9);
 }
 
 // -g, else SAMPLE_DEFAULT_MAX_PARAMS' rule, else args.h's.
@@ -250,6 +256,14 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         } else if (strcmp(flag, "-pN") == 0) {
             ok = parse_int_in(flag, value, 1, 4096, &v, err, sizeof err);
             ga->nodes = (int)v;
+        } else if (strcmp(flag, "-pr") == 0) {
+            ok = parse_int_in(flag, value, 0, 4095, &v, err, sizeof err);
+            ga->node_rank = (int)v;
+        } else if (strcmp(flag, "-ps") == 0) {
+            NetAddress a;
+            if (!net_parse_address(value, &a))
+                die("-ps %s: HOST or HOST:PORT (run ./train_gpt -h for the flags)", value);
+            ga->node_address = value;
         } else if (strcmp(flag, "-sw") == 0) {
             ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err);
             ga->ssd_weights = (int)v;
@@ -265,10 +279,13 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         if (!ok) die("%s (run ./train_gpt -h for the flags)", err);
     }
     if (!train_args_check(a, err, sizeof err)) die("%s (run ./train_gpt -h for the flags)", err);
-    if (ga->nodes > 1 && !ga->plan_only)
-        die("-pN %d: training on several nodes is not supported yet; -P 1 -pN %d plans it, -pn G trains on "
-            "the GPUs of one node",
-            ga->nodes, ga->nodes);
+    if (ga->node_rank >= ga->nodes)
+        die("-pr %d with -pN %d: a node's index is 0..%d (run ./train_gpt -h for the flags)", ga->node_rank,
+            ga->nodes, ga->nodes - 1);
+    if (ga->nodes > 1 && ga->node_rank > 0 && !ga->node_address && !ga->plan_only)
+        die("-pr %d: -ps HOST[:PORT] names node 0, where this node joins the run (run ./train_gpt -h for the "
+            "flags)",
+            ga->node_rank);
     if (ga->ssd_weights && !ga->ssd_dir)
         die("-sw 1 puts the bf16 weights in the SSD tier: it needs -sd DIR (run ./train_gpt -h for the "
             "flags)");

@@ -271,7 +271,7 @@ static void print_plan_table(const PlanTarget* t, const PlanEval& e, const GpuAr
 // and streams every layer over its own PCIe link; the gradients are reduce-scattered in fp32, over NVLink in
 // a node and the network between nodes; each GPU sends its slice to the host; the node's CPU AdamW updates
 // the node's share of the parameters: all of them on one node, 1/N of them on N nodes, whose updated bf16
-// weights are then all-gathered over the network (several nodes: planned, not yet run).
+// weights are then all-gathered over the network (net.h: TCP between the nodes' leaders).
 static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, int N) {
     const double GiB = 1073741824.0, ranks = (double)G * N;
     const ParamLayout p = model_layout(t->cfg, t->llama);
@@ -279,8 +279,11 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
     const double resident = (double)p.total - streamed;
     // in a node: a ring reduce-scatter sends (G-1)/G of each GPU's fp32 gradients; the prefix an all-reduce
     const double nvlink = G > 1 ? (G - 1.0) / G * (streamed * 4 + 2 * resident * 4) : 0.0;
-    // between nodes: the gradients' reduce-scatter (fp32) and the bf16 weights' all-gather, per node
-    const double network = N > 1 ? (N - 1.0) / N * (streamed * 4 + streamed * 2 + 2 * resident * 4) : 0.0;
+    // between nodes: the gradients' reduce-scatter (fp32) and the prefix's all-reduce, per node (NCCL)
+    const double network = N > 1 ? (N - 1.0) / N * (streamed * 4 + 2 * resident * 4) : 0.0;
+    // the updated bf16 weights (net.h): each node's part to node 0's leader and on to every other node, over
+    // one TCP link: node 0 takes N-1 parts and sends each of N-1 nodes the N-1 parts it lacks
+    const double exchange = N > 1 ? streamed * 2 / N * ((N - 1.0) + (N - 1.0) * (N - 1.0)) : 0.0;
     const double pcie_down = e.d2h / ranks;
     const double host_copies =
         G * e.h2d + G * pcie_down;  // every byte over PCIe is read or written on the host
@@ -295,6 +298,7 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
         {"PCIe down", pcie_down, PLAN_PCIE_BPS, "GB/s (its slice of the gradients), assumed"},
         {"NVLink, a GPU", nvlink, PLAN_NVLINK_BPS, "GB/s (fp32 gradients reduce-scattered), assumed"},
         {"network, node", network, PLAN_NETWORK_BPS * G, "GB/s (a 400 Gb/s NIC a GPU), assumed"},
+        {"bf16 exchange", exchange, PLAN_NETWORK_BPS, "GB/s (node 0's one TCP link), assumed"},
         {"host mem, node", host_copies, PLAN_HOST_MEM_BPS, "GB/s for the copies, assumed"},
         {"CPU AdamW, node", adam, PLAN_HOST_BPS, "GB/s of host memory (its share), assumed"},
     };
@@ -326,9 +330,8 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
             "all-gathering the rest over NVLink would take %.2f s + %.2f s: worth it only where GPUs share "
             "a PCIe link\n",
             e.h2d / PLAN_PCIE_BPS, G, e.h2d / G / PLAN_PCIE_BPS, e.h2d * (G - 1.0) / G / PLAN_NVLINK_BPS);
-    const double host = N == 1 ? (double)e.m.host_bytes
-                               : (double)e.m.host_bytes - e.m.master_adam * (N - 1.0) / N -
-                                     (double)t->cfg->num_layers * p.layer_stride * 2 * (N - 1.0) / N;
+    const double host =
+        N == 1 ? (double)e.m.host_bytes : (double)e.m.host_bytes - e.m.master_adam * (N - 1.0) / N;
     printf(
         "memory: each GPU %.2f GiB (the plan above, for its micro-batches); each node's host RAM %.2f GiB: ",
         e.m.gpu_bytes / GiB, host / GiB);
@@ -336,9 +339,8 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
         printf("the fp32 weights, m, v and bf16 copies once, whatever G (%.1f bytes a parameter)\n",
                host / p.total);
     else
-        printf("%.1f bytes a parameter (fp32 weights, m, v: 12/%d; bf16 weights whole: 2; gradients: 2/%d)\n",
-               host / p.total, N, N);
-    if (N > 1) printf("several nodes: this is the plan; training runs on one node (-pn) for now\n");
+        printf("%.1f bytes a parameter (fp32 weights, m, v: 12/%d; bf16 weights and gradients whole: 4)\n",
+               host / p.total, N);
 }
 
 // -P 1 after the part-by-part lines: the table, and advice where the plan does not fit. Returns the exit

@@ -165,8 +165,11 @@ static void open_output_dir(Run* r) {
         memcpy(x->header, r->resume_header, sizeof x->header);
         memcpy(x->model, r->resume_model, sizeof x->model);
         memcpy(x->state, r->resume_state, sizeof x->state);
+        if (r->comm->nodes > 1)
+            net_bcast(&r->comm->net, NET_MAIN, x, sizeof *x);  // each node reads the files
         return;
     }
+    if (r->comm->nodes > 1 && r->comm->local == 0) net_bcast(&r->comm->net, NET_MAIN, x, sizeof *x);
     if (r->bench || r->ga.plan_only || x->step < 0) return;
     r->resume_step = x->step;
     memcpy(r->resume_header, x->header, sizeof x->header);
@@ -315,9 +318,9 @@ static void check_fit(Run* r) {
     cudaCheck(cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync));
     int devices = 1;
     cudaCheck(cudaGetDeviceCount(&devices));
-    const int device = r->comm->rank % devices;  // -pn: rank r on GPU r
-    if (r->comm->world > devices && r->comm->rank == 0)
-        fprintf(stderr, "warning: -pn %d on %d GPU%s: ranks share a GPU\n", r->comm->world, devices,
+    const int device = r->comm->local % devices;  // -pn: the node's rank r on GPU r
+    if (r->comm->local_world > devices && r->comm->local == 0)
+        fprintf(stderr, "warning: -pn %d on %d GPU%s: ranks share a GPU\n", r->comm->local_world, devices,
                 devices > 1 ? "s" : "");
     cudaCheck(cudaGetDeviceProperties(&r->prop, device));
     cudaCheck(cudaSetDevice(device));
@@ -581,7 +584,7 @@ static void load_llama_weights(Run* r, GPT* g) {
 static void build_model(Run* r, GPT* g) {
     char err[4352];
     // CPU AdamW threads: every usable core but adam_threads_beside's
-    const int cores = usable_cpu_cores() / r->comm->world,
+    const int cores = usable_cpu_cores() / r->comm->local_world,
               beside = adam_threads_beside(r->ga.ssd_dir != NULL);
     r->adam_threads = r->ga.adam_threads > 0 ? r->ga.adam_threads : std::max(1, cores - beside);  // a rank's
     cpu_adam_set_threads(r->adam_threads);
@@ -594,11 +597,12 @@ static void build_model(Run* r, GPT* g) {
     gpt_build(g, &r->cfg, r->args.B, r->args.T, r->n_micro, r->ga.num_slots, r->resident, r->kept, &r->args,
               ssd_tier(&r->ga), &r->llama, r->ga.vocab_host > 0, r->comm);
     if (r->ga.ssd_dir) ssd_attach(r, g);  // either family, one layer at a time
-    else if (r->comm->rank != 0) {        // several ranks: rank 0 fills the node's host arrays
+    else if (r->comm->local != 0) {       // several ranks: the node's rank 0 fills its host arrays
     } else if (r->llama.num_layers) load_llama_weights(r, g);
     else if (r->kind == 1) gpt_init_params(&r->cfg, g->master, INIT_SEED);
     else if (!gpt_load_params(r->args.model, &r->cfg, g->master, err, sizeof err)) die("%s", err);
     gpt_weights_ready(g);
+    release_other_nodes_state(g);  // several nodes: each keeps its parts of the fp32 state
     if (r->ga.timeline) {
         timeline_init(&r->timeline, 8 * r->cfg.num_layers + 64 + (g->ssd ? 2 * TIMELINE_DISK_SPANS : 0));
         g->timeline = g->stream.timeline = &r->timeline;
@@ -703,7 +707,11 @@ static void print_config_table(const Run* r, const GPT* g) {
     table_row("GEMM epilogues", "%s",
               r->ga.epilogues ? "bias, residual, GELU fused (cuBLASLt)" : "separate kernels (-G 0)");
     table_row("device", "%s, %.1f GiB", r->prop.name, r->gpu_total / GiB);
-    if (r->comm->backend != COMM_SINGLE)
+    if (r->comm->backend != COMM_SINGLE && r->comm->nodes > 1)
+        table_row("GPUs (-pn, -pN)",
+                  "%d ranks, %d nodes of %d; a node keeps 1/%d of the fp32 state; sums: %s", r->comm->world,
+                  r->comm->nodes, r->comm->local_world, r->comm->nodes, r->comm->note);
+    else if (r->comm->backend != COMM_SINGLE)
         table_row("GPUs (-pn)", "%d ranks; host arrays once on the node; sums: %s", r->comm->world,
                   r->comm->note);
     if (r->peak_flops > 0) table_row("MFU vs", "%.0f TFLOP/s (%s)", r->peak_flops / 1e12, r->peak_label);
@@ -802,6 +810,12 @@ static void print_run_summary(const Run* r, GPT* g) {
         "peak host memory: %.3f GiB resident; GPU memory: %.2f GiB allocated by this run (%.2f GiB in use on "
         "the device of %.2f)\n",
         peak_rss_bytes() / GiB, g->gpu_bytes / GiB, (gpu_total - gpu_free) / GiB, gpu_total / GiB);
+    if (r->comm->nodes > 1) {  // each node keeps its part of the fp32 state (release_other_nodes_state)
+        double resident, share;
+        node_state_bytes(g, &resident, &share);
+        printf("node 0's RAM holds %s of the fp32 weights, m and v (its share: %s; all: %s)\n",
+               SizeText(resident).s, SizeText(share).s, SizeText(12.0 * g->host_state_count).s);
+    }
     const int first_timed = r->bench ? r->ga.bench_warmup : r->start_step + 1;  // the first is warm-up
     const int timed = r->total_steps - first_timed;
     if (timed > 0) {

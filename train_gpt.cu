@@ -247,7 +247,7 @@ static int64_t layer_grads_floats(const GPT* g) {
 // The node's pinned bf16 weights and gradients, once for all ranks (NULL: one rank, stream_init's own).
 static StreamHostArrays* node_stream_arrays(GPT* g) {
     static StreamHostArrays shared;
-    if (g->comm->world == 1) return NULL;
+    if (g->comm->local_world == 1) return NULL;
     const ParamLayout* p = &g->layout;
     const int64_t L = g->config.num_layers;
     shared.weights = (uint16_t*)node_shared_alloc(g->comm, p->total * 2, "the bf16 weights");
@@ -420,13 +420,77 @@ static void gpt_resident_state_to_host(GPT* g) {
 static void gpt_weights_ready(GPT* g) {
     uint16_t* bf16 = g->stream.weights_host_bf16;
     const int64_t n = g->host_state_count;  // -sd: the prefix only
-    if (g->comm->rank == 0) {               // several ranks: the node's one copy
+    if (g->comm->local == 0) {              // several ranks: the node's one copy
         FAKE_CUDA_HOST_ACCESS(bf16, n * 2, true, "the host writing the bf16 copy (load)");
         convert_f32_to_bf16(g->master, bf16, n);
     }
     node_barrier(g->comm);
     gpt_resident_state_to_device(g);
     stream_invalidate(&g->stream);
+}
+
+// Several nodes: node n keeps the fp32 weights, m and v of its ranks' slices of each streamed layer
+// (comm_node_part) and updates only those; the rest of its arrays is given back to the OS (shared memory:
+// MADV_REMOVE; one rank a node: MADV_DONTNEED), pages inside the node's parts kept. What is given back reads
+// as zeros, so a use of another node's part would show in the results (test_multi_gpu compares them).
+static void release_other_nodes_state(GPT* g) {
+    const Comm* c = g->comm;
+    if (c->nodes == 1 || c->local != 0) return;
+    const ParamLayout* p = &g->layout;
+    const int64_t page = sysconf(_SC_PAGESIZE);
+    auto give_back = [&](float* base, int64_t lo, int64_t hi) {  // floats [lo, hi) of base, whole pages
+        const int64_t a = ((int64_t)(base + lo) + page - 1) / page * page,
+                      b = (int64_t)(base + hi) / page * page;
+        if (b <= a) return;
+        if (madvise((void*)a, (size_t)(b - a), c->local_world > 1 ? MADV_REMOVE : MADV_DONTNEED) != 0)
+            die("cannot give back host memory of the other nodes' state: %s", strerror(errno));
+    };
+    for (int l = g->resident_layers; l < g->config.num_layers; l++) {
+        int64_t lo, hi;
+        comm_node_part(c, p->layer_stride, c->node_rank, &lo, &hi);
+        const int64_t off = gpt_layer_offset(p, l);
+        for (float* x : {g->master, g->adam_m, g->adam_v}) {
+            give_back(x, off, off + lo);
+            give_back(x, off + hi, off + p->layer_stride);
+        }
+    }
+}
+
+// Several nodes: bytes of the fp32 weights, m and v in this node's RAM (mincore), and its share: the prefix
+// whole, its parts of the streamed layers.
+static void node_state_bytes(const GPT* g, double* resident, double* share) {
+    const ParamLayout* p = &g->layout;
+    const int64_t page = sysconf(_SC_PAGESIZE), n = g->host_state_count;
+    *resident = 0;
+    *share = 0;
+    for (float* x : {g->master, g->adam_m, g->adam_v}) {
+        const int64_t a = (int64_t)x / page * page, pages = ((int64_t)(x + n) - a + page - 1) / page;
+        std::vector<unsigned char> in((size_t)pages);
+        if (mincore((void*)a, (size_t)(pages * page), in.data()) != 0) return;
+        for (unsigned char b : in) *resident += (b & 1) ? (double)page : 0.0;
+    }
+    int64_t lo, hi;
+    comm_node_part(g->comm, p->layer_stride, g->comm->node_rank, &lo, &hi);
+    const int streamed = g->config.num_layers - g->resident_layers;
+    *share = 12.0 * ((double)n - (double)streamed * p->layer_stride + (double)streamed * (hi - lo));
+}
+
+// Several nodes, before rank 0 saves: each node's parts of the fp32 weights, m and v to rank 0's arrays.
+static void gather_node_state(GPT* g) {
+    Comm* c = g->comm;
+    if (c->nodes == 1 || c->local != 0) return;
+    const ParamLayout* p = &g->layout;
+    std::vector<int64_t> lo((size_t)c->nodes), hi((size_t)c->nodes);
+    for (float* x : {g->master, g->adam_m, g->adam_v})
+        for (int l = g->resident_layers; l < g->config.num_layers; l++) {
+            const int64_t off = gpt_layer_offset(p, l);
+            for (int n = 0; n < c->nodes; n++) {
+                comm_node_part(c, p->layer_stride, n, &lo[(size_t)n], &hi[(size_t)n]);
+                lo[(size_t)n] = (off + lo[(size_t)n]) * 4;
+                hi[(size_t)n] = (off + hi[(size_t)n]) * 4;
+            }
+            net_gather(&c->net, NET_MAIN, (char*)x, lo.data(), hi.data(), false);
+        }
 }
 
 static void gpt_free(GPT* g) {
@@ -865,7 +929,7 @@ static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data
 // Loads AdamW state, step, data position. The model file loads apart.
 // Several ranks: rank 0 reads into the node's arrays and tells the others where the run stands.
 static void load_state(GPT* g, const char* path, DataLoaderState* data_state) {
-    if (g->comm->rank == 0) {
+    if (g->comm->local == 0) {  // several nodes: each node's, from the same file
         state_file_read(path, g->layout.total, g->adam_m, g->adam_v, data_state, &g->step, &g->adam_t,
                         g->ssd ? &g->host_state_count : NULL);
         if (is_llama(g) && !g->ssd)  // m, v from file order to ours (-sd: already)
@@ -880,6 +944,7 @@ static void load_state(GPT* g, const char* path, DataLoaderState* data_state) {
     g->step = at.step;
     g->adam_t = at.adam_t;
     gpt_resident_state_to_device(g);  // resident prefix's weights and moments to the GPU
+    release_other_nodes_state(g);
 }
 
 // ----------------------------------------------------------------------------
@@ -1036,10 +1101,15 @@ static void load_step_batches(Run* r) {
         fetch_batch(&r->train, r->cfg.vocab_size, "train", &r->batch, mb);
 }
 
-// Several ranks: rank 0 writes the node's state, once.
+// Several ranks: rank 0 writes the node's state, once. Several nodes: the other nodes' parts first.
 static void save_run_checkpoint(Run* r, GPT* g) {
     DataLoaderState data_state = dataloader_get_state(&r->train);
+    if (r->comm->nodes > 1 && r->comm->local == 0) {
+        optimizer_wait_all(g);  // this node's parts are the step's
+        gather_node_state(g);
+    }
     if (r->comm->rank == 0) save_checkpoint(g, r->args.output_dir, &data_state);
+    if (r->comm->rank == 0) release_other_nodes_state(g);
     g->checkpoint_step = g->step;
 }
 
@@ -1085,8 +1155,10 @@ int main(int argc, char** argv) {
     parse_args(argc, argv, &r.args, &r.ga);
     r.comm = &ranks;
     if (!r.ga.plan_only) {
-        rank_start(&ranks, r.ga.ranks);  // -pn G, or another launcher's ranks: this is one of G processes
-        r.ga.ranks = ranks.world;        // another launcher's ranks count as -pn
+        // -pn G (-pN N), or another launcher's ranks: this is one of G (x N) processes
+        rank_start(&ranks, r.ga.ranks, r.ga.nodes, r.ga.node_rank, r.ga.node_address);
+        r.ga.ranks = ranks.local_world;  // another launcher's ranks count as -pn and -pN
+        r.ga.nodes = ranks.nodes;
     }
     rank_gate_wait(&ranks);  // the other ranks: after rank 0's checks
     const TrainArgs& args = r.args;
@@ -1111,8 +1183,9 @@ int main(int argc, char** argv) {
         agree_on_stop_signal(&r);
         stop_if_signalled(steps_done, r.start_step, saved_step, r.bench ? NULL : args.output_dir, [&] {
             save_run_checkpoint(&r, &g);
-            optimizer_wait_all(&g);  // several ranks: each rank's share of the update, then rank 0's save,
-            node_barrier(r.comm);    // before any of them exits
+            optimizer_wait_all(&g);    // several ranks: each rank's share of the update, then rank 0's save,
+            node_barrier(r.comm);      // before any of them exits
+            net_finish(&r.comm->net);  // several nodes: every node's too
         });
     };
     stop_signal_install();
@@ -1150,6 +1223,7 @@ int main(int argc, char** argv) {
     }
     stop_if_asked(r.total_steps);  // a signal during the last validation or sample
     optimizer_wait_all(&g);
+    net_finish(&r.comm->net);  // several nodes: from here a node may end before another
     print_run_summary(&r, &g);
     free_run(&r, &g);
     return 0;

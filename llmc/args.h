@@ -352,27 +352,28 @@ static inline const char* llmc_flag_note(const char* flag) {
         {"-ge", "llm.c's GELU fusion: see -G (train_gpt)"},
         {"-lg", "llm.c's GPU logging interval: not supported"},
         {"-pn", "train_gpt's flag (the GPUs of one node): ./train_gpt -h lists it"},
-        {"-pr",
-         "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of one node) or a launcher's RANK "
-         "and WORLD_SIZE (torchrun); several nodes are not supported yet"},
+        {"-pr", "train_gpt's flag (this node's index, with -pN): ./train_gpt -h lists it"},
         {"-pg",
-         "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of one node) or a launcher's RANK "
-         "and WORLD_SIZE (torchrun); several nodes are not supported yet"},
+         "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of a node), -pN N -pr n -ps "
+         "HOST:PORT "
+         "(several nodes), or a launcher's RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and MASTER_ADDR (torchrun)"},
         {"-pm",
-         "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of one node) or a launcher's RANK "
-         "and WORLD_SIZE (torchrun); several nodes are not supported yet"},
-        {"-ps",
-         "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of one node) or a launcher's RANK "
-         "and WORLD_SIZE (torchrun); several nodes are not supported yet"},
+         "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of a node), -pN N -pr n -ps "
+         "HOST:PORT "
+         "(several nodes), or a launcher's RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and MASTER_ADDR (torchrun)"},
+        {"-ps", "train_gpt's flag (node 0's HOST:PORT, with -pN): ./train_gpt -h lists it"},
         {"-pp",
-         "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of one node) or a launcher's RANK "
-         "and WORLD_SIZE (torchrun); several nodes are not supported yet"},
+         "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of a node), -pN N -pr n -ps "
+         "HOST:PORT "
+         "(several nodes), or a launcher's RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and MASTER_ADDR (torchrun)"},
         {"-pi",
-         "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of one node) or a launcher's RANK "
-         "and WORLD_SIZE (torchrun); several nodes are not supported yet"},
+         "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of a node), -pN N -pr n -ps "
+         "HOST:PORT "
+         "(several nodes), or a launcher's RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and MASTER_ADDR (torchrun)"},
         {"-pf",
-         "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of one node) or a launcher's RANK "
-         "and WORLD_SIZE (torchrun); several nodes are not supported yet"},
+         "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of a node), -pN N -pr n -ps "
+         "HOST:PORT "
+         "(several nodes), or a launcher's RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and MASTER_ADDR (torchrun)"},
         // reached only in train_gpt_cpu: train_gpt parses these itself
         {"-P", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
         {"-R", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},

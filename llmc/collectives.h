@@ -1,12 +1,14 @@
-// collectives.h — the ranks of a multi-GPU run on one node (-pn G): what they share and how they sum.
-// One process per GPU, as llm.c's ranks. The node's fp32 master weights, AdamW m, v and the pinned bf16
-// weights and gradients exist ONCE, in memory every rank maps (node_shared_alloc: a memfd), so host RAM does
-// not grow with G. Sums over ranks, behind one interface with two backends:
+// collectives.h — the ranks of a multi-GPU run (-pn G GPUs a node, -pN N nodes): what the ranks of a node
+// share and how all of them sum. One process per GPU, as llm.c's ranks; rank = node * G + local. The node's
+// fp32 master weights, AdamW m, v and the pinned bf16 weights and gradients exist ONCE a node, in memory
+// every rank of it maps (node_shared_alloc: a memfd), so host RAM does not grow with G; over several nodes
+// each node updates (and keeps) only its ranks' slices of the fp32 state. Sums over all ranks, behind one
+// interface with two backends:
 //   COMM_NCCL: NCCL, loaded at run time (libnccl.so.2: LLMC_NCCL_LIB, the loader, Python wheels' nvidia/*)
-//   COMM_HOST: through the shared memory on the host, summed in rank order (the CPU emulator's backend, and
-//              the fallback where NCCL does not load: slow, but the same sums)
+//   COMM_HOST: through the node's shared memory, in rank order, then between nodes over net.h's links in node
+//              order (the CPU emulator's backend, and the fallback where NCCL does not load: slow, same sums)
 // LLMC_COLLECTIVES=host|nccl chooses; default NCCL where it loads.
-// Not here: which buffers are summed when (train_gpt.cu), starting the ranks (rank_launch.h).
+// Not here: which buffers are summed when (train_gpt.cu), starting the ranks (rank_launch.h), TCP (net.h).
 #pragma once
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -23,6 +25,7 @@
 #include <string>
 #include <vector>
 #include "cuda_common.h"  // defines: cudaCheck
+#include "net.h"          // defines: NetLinks, net_sum, net_bcast, net_gather
 #include "utils.h"        // defines: die, die_rank
 
 #define MAX_RANKS          64
@@ -39,17 +42,22 @@ struct NodeShared {
     std::atomic<int64_t> progress[MAX_RANKS];   // each rank's CPU AdamW progress (cpu_optimizer.h)
     std::atomic<int> magic;                     // NODE_SHARED_MAGIC once rank 0 set it up (rank_attach)
     std::atomic<int> attached;                  // ranks that joined rank 0's block (rank_attach)
-    int pids[MAX_RANKS];                        // each rank's process, for comm_check_alive
-    int launched;                               // 1: -pn's launcher watches the ranks (rank_launch.h)
-    int owner_pid;                              // rank 0: the memfds below are its
+    std::atomic<int64_t> exchanged;  // several nodes: the bf16 exchange's progress (cpu_optimizer.h)
+    int pids[MAX_RANKS];             // each rank's process, for comm_check_alive
+    int launched;                    // 1: -pn's launcher watches the ranks (rank_launch.h)
+    int owner_pid;                   // rank 0: the memfds below are its
     int fds[NODE_SHARED_ARRAYS];
     char nccl_id[128];
     double sums[MAX_RANKS][4];   // comm_sum_host's slots
+    double node_sums[4];         //   several nodes: the sum over all of them
     char note[NODE_NOTE_BYTES];  // comm_share's bytes from rank 0
 };
 
 struct Comm {
-    int rank = 0, world = 1;
+    int rank = 0, world = 1;         // over every node: rank = node_rank * local_world + local
+    int local = 0, local_world = 1;  // on this node (its NodeShared)
+    int node_rank = 0, nodes = 1;
+    NetLinks net;  // several nodes, the node's leader (local 0): the links (net.h)
     int backend = COMM_SINGLE;
     NodeShared* node = nullptr;
     int arrays = 0;            // node_shared_alloc calls so far (collective: same order on every rank)
@@ -68,20 +76,22 @@ struct Comm {
 // Another rank ended: -pn's launcher says so in the block; started by another launcher, its process is gone.
 static inline void comm_check_alive(const Comm* c) {
     const int f = c->node->failed_rank.load(std::memory_order_acquire);
-    if (f >= 0) die("rank %d stopped (exit status %d): this rank stops too", f, c->node->failed_code.load());
+    const int first = c->node_rank * c->local_world;  // the node's ranks, numbered over every node
+    if (f >= 0)
+        die("rank %d stopped (exit status %d): this rank stops too", first + f, c->node->failed_code.load());
     if (c->node->launched) return;
-    for (int r = 0; r < c->world; r++) {
+    for (int r = 0; r < c->local_world; r++) {
         const int pid = c->node->pids[r];
-        if (r != c->rank && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
-            die("rank %d (process %d) is gone: this rank stops too", r, pid);
+        if (r != c->local && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
+            die("rank %d (process %d) is gone: this rank stops too", first + r, pid);
     }
 }
 
 static inline void node_barrier(const Comm* c) {
-    if (c->world == 1) return;
+    if (c->local_world == 1) return;
     NodeShared* n = c->node;
     const int gen = n->generation.load(std::memory_order_acquire);
-    if (n->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == c->world) {
+    if (n->arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == c->local_world) {
         n->arrived.store(0, std::memory_order_relaxed);
         n->generation.fetch_add(1, std::memory_order_acq_rel);
         return;
@@ -176,19 +186,19 @@ static inline bool nccl_open(char* why, size_t n) {
 }
 
 // ----------------------------------------------------------------------------
-// Memory every rank of the node maps: rank 0 makes a memfd, the others open it through /proc.
-// Collective: every rank calls it, in the same order. One rank: private anonymous memory, as before.
+// Memory every rank of the node maps: its rank 0 makes a memfd, the others open it through /proc.
+// Collective: every rank of the node calls it, in the same order. One rank a node: private anonymous memory.
 
 static inline void* node_shared_alloc(Comm* c, int64_t bytes, const char* what) {
     if (bytes <= 0) return NULL;
-    if (c->world == 1) {
+    if (c->local_world == 1) {
         void* p = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         return p == MAP_FAILED ? NULL : p;
     }
     const int id = c->arrays++;
     if (id >= NODE_SHARED_ARRAYS) die("internal: more than %d node-shared arrays", NODE_SHARED_ARRAYS);
     int fd = -1;
-    if (c->rank == 0) {
+    if (c->local == 0) {
         fd = (int)syscall(SYS_memfd_create, what, 0);
         if (fd < 0 || ftruncate(fd, (off_t)bytes) != 0)
             die("cannot make %.2f GiB of node-shared memory for %s: %s", bytes / 1073741824.0, what,
@@ -197,7 +207,7 @@ static inline void* node_shared_alloc(Comm* c, int64_t bytes, const char* what) 
         c->node->fds[id] = fd;
     }
     node_barrier(c);
-    if (c->rank != 0) {
+    if (c->local != 0) {
         char path[64];
         snprintf(path, sizeof path, "/proc/%d/fd/%d", c->node->owner_pid, c->node->fds[id]);
         fd = open(path, O_RDWR);
@@ -219,6 +229,7 @@ static inline void node_shared_free(void* p, int64_t bytes) {
 
 // v[0..n) summed over the ranks, the same bits on every rank (n <= 4).
 static inline void comm_sum_host(Comm* c, double* v, int n) {
+    NodeShared* node = c->node;
     if (c->backend == COMM_SINGLE) return;
     if (c->backend == COMM_NCCL) {
         cudaCheck(cudaMemcpyAsync(c->dev_sums, v, (size_t)n * 8, cudaMemcpyHostToDevice, c->stream));
@@ -228,23 +239,34 @@ static inline void comm_sum_host(Comm* c, double* v, int n) {
         cudaCheck(cudaStreamSynchronize(c->stream));
         return;
     }
-    for (int i = 0; i < n; i++) c->node->sums[c->rank][i] = v[i];
+    for (int i = 0; i < n; i++) node->sums[c->local][i] = v[i];
     node_barrier(c);
     for (int i = 0; i < n; i++) {
         double s = 0.0;
-        for (int r = 0; r < c->world; r++) s += c->node->sums[r][i];
+        for (int r = 0; r < c->local_world; r++) s += node->sums[r][i];
         v[i] = s;
+    }
+    if (c->nodes > 1) {  // the node's leader sums the nodes' sums; the node takes them
+        node_barrier(c);
+        if (c->local == 0) {
+            net_sum(&c->net, NET_MAIN, v, n);
+            for (int i = 0; i < n; i++) node->node_sums[i] = v[i];
+        }
+        node_barrier(c);
+        for (int i = 0; i < n; i++) v[i] = node->node_sums[i];
     }
     node_barrier(c);  // the slots are free again
 }
 
-// Rank 0's `bytes` bytes at p, to every rank.
+// Rank 0's `bytes` bytes at p, to every rank (several nodes: to each node's leader, then its ranks).
 static inline void comm_share(Comm* c, void* p, size_t bytes) {
     if (c->world == 1) return;
+    if (c->nodes > 1 && c->local == 0) net_bcast(&c->net, NET_MAIN, p, (int64_t)bytes);
+    if (c->local_world == 1) return;
     if (bytes > sizeof c->node->note) die("internal: %zu bytes to share", bytes);
-    if (c->rank == 0) memcpy(c->node->note, p, bytes);
+    if (c->local == 0) memcpy(c->node->note, p, bytes);
     node_barrier(c);
-    if (c->rank != 0) memcpy(p, c->node->note, bytes);
+    if (c->local != 0) memcpy(p, c->node->note, bytes);
     node_barrier(c);
 }
 
@@ -258,21 +280,41 @@ static inline void comm_part(const Comm* c, int64_t n, int64_t* lo, int64_t* hi)
     *lo = std::min<int64_t>(n, (int64_t)c->rank * s);
     *hi = std::min<int64_t>(n, *lo + s);
 }
+// The part node `node`'s ranks own together: its G slices, [lo, hi).
+static inline void comm_node_part(const Comm* c, int64_t n, int node, int64_t* lo, int64_t* hi) {
+    const int64_t s = comm_slice(c, n) * c->local_world;
+    *lo = std::min<int64_t>(n, (int64_t)node * s);
+    *hi = std::min<int64_t>(n, *lo + s);
+}
 
-// COMM_HOST: dev[0, n) summed over the ranks chunk by chunk, in rank order; this rank keeps [keep_lo,
-// keep_hi).
+// COMM_HOST: dev[0, n) summed over the ranks chunk by chunk, in rank order (several nodes: the node's ranks
+// in order, then the nodes in order, by the node's leader); this rank keeps [keep_lo, keep_hi).
 static inline void host_sum_device(Comm* c, float* dev, int64_t n, int64_t keep_lo, int64_t keep_hi,
                                    cudaStream_t s) {
+    float* const node_sum = c->scratch + (int64_t)c->local_world * c->chunk;  // several nodes: all of them
     for (int64_t o = 0; o < n; o += c->chunk) {
         const int64_t m = std::min(c->chunk, n - o);
-        float* mine = c->scratch + (int64_t)c->rank * c->chunk;
+        float* mine = c->scratch + (int64_t)c->local * c->chunk;
         cudaCheck(cudaMemcpyAsync(mine, dev + o, (size_t)m * 4, cudaMemcpyDeviceToHost, s));
         cudaCheck(cudaStreamSynchronize(s));
         node_barrier(c);
+        if (c->nodes > 1) {
+            if (c->local == 0) {
+                for (int64_t i = 0; i < m; i++) {
+                    float sum = 0.0f;
+                    for (int r = 0; r < c->local_world; r++) sum += c->scratch[(int64_t)r * c->chunk + i];
+                    node_sum[i] = sum;
+                }
+                net_sum(&c->net, NET_MAIN, node_sum, m);
+            }
+            node_barrier(c);
+        }
         const int64_t a = std::max(o, keep_lo), b = std::min(o + m, keep_hi);
         for (int64_t i = a; i < b; i++) {
             float sum = 0.0f;
-            for (int r = 0; r < c->world; r++) sum += c->scratch[(int64_t)r * c->chunk + (i - o)];
+            if (c->nodes > 1) sum = node_sum[i - o];
+            else
+                for (int r = 0; r < c->local_world; r++) sum += c->scratch[(int64_t)r * c->chunk + (i - o)];
             c->staging[i - a] = sum;
         }
         if (a < b) {
@@ -333,12 +375,7 @@ static inline void comm_init(Comm* c) {
             setenv("NCCL_HOSTID", host, 1);
         }
         if (c->rank == 0) ncclCheck(nccl_api.get_unique_id(&id));
-        if (c->world > 1) {
-            if (c->rank == 0) memcpy(c->node->nccl_id, &id, sizeof id);
-            node_barrier(c);
-            memcpy(&id, c->node->nccl_id, sizeof id);
-            node_barrier(c);
-        }
+        comm_share(c, &id, sizeof id);  // several nodes: over net.h's link to each node's leader
         ncclCheck(nccl_api.comm_init_rank(&c->nccl, c->world, id, c->rank));
         cudaCheck(cudaMalloc((void**)&c->dev_sums, 4 * 8));
         cudaCheck(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
@@ -350,12 +387,13 @@ static inline void comm_init(Comm* c) {
         return;
     }
     c->backend = COMM_HOST;
-    c->chunk = (int64_t)1 << 20;  // 4 MiB a rank
-    c->scratch = (float*)node_shared_alloc(c, (int64_t)c->world * c->chunk * 4, "the ranks' sums");
-    cudaCheck(cudaHostRegister(c->scratch, (size_t)c->world * c->chunk * 4, cudaHostRegisterDefault));
+    c->chunk = (int64_t)1 << 20;  // 4 MiB a rank, and one for the sum over the nodes
+    const int64_t scratch_bytes = (int64_t)(c->local_world + 1) * c->chunk * 4;
+    c->scratch = (float*)node_shared_alloc(c, scratch_bytes, "the ranks' sums");
+    cudaCheck(cudaHostRegister(c->scratch, (size_t)scratch_bytes, cudaHostRegisterDefault));
     cudaCheck(cudaMallocHost((void**)&c->staging, (size_t)c->chunk * 4));
-    snprintf(c->note, sizeof c->note, "through host memory, in rank order (%s)",
-             host_asked ? "LLMC_COLLECTIVES=host" : why);
+    snprintf(c->note, sizeof c->note, "through host memory%s, in rank order (%s)",
+             c->nodes > 1 ? " and TCP" : "", host_asked ? "LLMC_COLLECTIVES=host" : why);
 }
 
 static inline void comm_free(Comm* c) {
@@ -365,7 +403,7 @@ static inline void comm_free(Comm* c) {
         cudaCheck(cudaStreamDestroy(c->stream));
     } else if (c->backend == COMM_HOST) {
         cudaCheck(cudaHostUnregister(c->scratch));
-        node_shared_free(c->scratch, (int64_t)c->world * c->chunk * 4);
+        node_shared_free(c->scratch, (int64_t)(c->local_world + 1) * c->chunk * 4);
         cudaCheck(cudaFreeHost(c->staging));
     }
     c->backend = COMM_SINGLE;

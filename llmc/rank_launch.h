@@ -3,8 +3,10 @@
 // name. It maps the node's NodeShared (collectives.h) before it forks, so every rank finds it. Each rank: its
 // own process group (a terminal's Ctrl-C reaches the launcher, which passes it on once), killed when the
 // launcher dies, stdout silent but rank 0's. A rank that fails stops the others: the launcher marks it in
-// NodeShared, which every waiting rank checks, and kills what still runs after a grace period. Not here: what
-// a rank does (train_gpt.cu), how ranks sum (collectives.h).
+// NodeShared, which every waiting rank checks, and kills what still runs after a grace period. Several nodes
+// (-pN N -pr n -ps HOST:PORT, or torchrun's / Open MPI's environment): the same on each node, ranks numbered
+// node * G + local, and each node's rank on GPU 0 links to rank 0's node (net.h). Not here: what a rank does
+// (train_gpt.cu), how ranks sum (collectives.h).
 #pragma once
 #include <signal.h>
 #include <stdio.h>
@@ -17,6 +19,7 @@
 #include <new>
 #include <unistd.h>
 #include "collectives.h"  // defines: Comm, NodeShared, MAX_RANKS
+#include "net.h"          // defines: NetAddress, net_open
 #include "stop_signal.h"  // defines: on_stop_signals
 #include "utils.h"        // defines: die, die_rank
 
@@ -31,8 +34,9 @@ static void launch_forward_signal(int sig) {
         if (launch_children[r] > 0) kill(launch_children[r], sig);
 }
 
-// The launcher's wait: returns the run's exit status once every rank has ended.
-static int launch_wait(NodeShared* node, int G) {
+// The launcher's wait: returns the run's exit status once every rank has ended. first: the node's rank 0's
+// number over every node; world: the ranks of every node.
+static int launch_wait(NodeShared* node, int G, int first, int world) {
     int status_of_run = 0, alive = G, failed = -1;
     double failed_at = 0;
     auto now = [] {
@@ -69,7 +73,8 @@ static int launch_wait(NodeShared* node, int G) {
                 snprintf(how, sizeof how, "was killed by signal %d (%s)", WTERMSIG(status),
                          strsignal(WTERMSIG(status)));
             if (node->gate_open.load())  // before: rank 0's set-up error, said once by rank 0
-                fprintf(stderr, "error: rank %d of %d %s: stopping the other ranks\n", r, G, how);
+                fprintf(stderr, "error: rank %d of %d %s: stopping the other ranks%s\n", first + r, world,
+                        how, world > G ? " of this node" : "");
         } else if (code != 0 && status_of_run == 0) {
             status_of_run = code;
         }
@@ -77,15 +82,32 @@ static int launch_wait(NodeShared* node, int G) {
     return status_of_run;
 }
 
-// Starts G ranks. Returns in each rank with c->rank, c->world and c->node set; the launcher itself never
-// returns (it exits with the run's status).
-static void rank_launch(Comm* c, int G) {
-    if (G < 2) return;
+// This process's place: its node's G ranks, `nodes` nodes, this one node `node_rank`.
+static void rank_place(Comm* c, int local, int G, int node_rank, int nodes, NodeShared* node) {
+    c->local = local;
+    c->local_world = G;
+    c->node_rank = node_rank;
+    c->nodes = nodes;
+    c->rank = node_rank * G + local;
+    c->world = G * nodes;
+    c->node = node;
+}
+
+// Starts G ranks. Returns in each rank with its place (rank_place) set; the launcher itself never returns (it
+// exits with the run's status). One rank on each of several nodes: no launcher, this process is the rank.
+static void rank_launch(Comm* c, int G, int node_rank, int nodes) {
+    if (G < 2 && nodes < 2) return;
     if (G > MAX_RANKS) die("-pn %d: at most %d ranks on one node", G, MAX_RANKS);
     void* p = mmap(NULL, sizeof(NodeShared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) die("cannot map the ranks' shared control block");
     NodeShared* node = new (p) NodeShared();
     node->failed_rank.store(-1);
+    if (G == 1) {
+        node->pids[0] = getpid();
+        rank_place(c, 0, 1, node_rank, nodes, node);
+        if (c->rank != 0) die_rank = c->rank;
+        return;
+    }
     node->launched = 1;
     fflush(NULL);
     const pid_t launcher = getpid();
@@ -98,36 +120,35 @@ static void rank_launch(Comm* c, int G) {
             setpgid(0, 0);
             signal(SIGINT, SIG_DFL);
             signal(SIGTERM, SIG_DFL);
-            if (r != 0 && !freopen("/dev/null", "w", stdout)) _exit(1);
-            c->rank = r;
-            c->world = G;
-            c->node = node;
+            if ((r != 0 || node_rank != 0) && !freopen("/dev/null", "w", stdout)) _exit(1);
+            rank_place(c, r, G, node_rank, nodes, node);
             node->pids[r] = getpid();
-            if (r != 0) die_rank = r;  // rank 0's set-up errors are the run's (rank_gate_open)
+            if (c->rank != 0) die_rank = c->rank;  // rank 0's set-up errors are the run's (rank_gate_open)
             return;
         }
         launch_children[r] = pid;
         launch_count = r + 1;
     }
     on_stop_signals(launch_forward_signal);
-    const int status = launch_wait(node, G);
+    const int status = launch_wait(node, G, node_rank * G, G * nodes);
     fflush(NULL);
     _exit(status);
 }
 
-// Bad flags or data are found by rank 0 alone, in one line: the other ranks wait here until its set-up passed
-// (and end quietly if it failed).
+// Bad flags or data are found by rank 0 alone, in one line: the other ranks of its node wait here until its
+// set-up passed (and end quietly if it failed). Other nodes: their rank on GPU 0 checks them likewise.
 static void rank_gate_wait(const Comm* c) {
-    if (c->world == 1 || c->rank == 0) return;
+    if (c->local_world == 1 || c->local == 0) return;
     while (!c->node->gate_open.load(std::memory_order_acquire)) {
         const int pid0 = c->node->pids[0];
         if (c->node->failed_rank.load() == 0 || (pid0 > 0 && kill(pid0, 0) != 0 && errno == ESRCH)) _exit(1);
         usleep(1000);
     }
 }
-static void rank_gate_open(const Comm* c) {
-    if (c->world == 1 || c->rank != 0) return;
-    die_rank = 0;
+static void rank_gate_open(Comm* c) {
+    if (c->world == 1 || c->local != 0) return;
+    if (c->rank == 0) die_rank = 0;
+    net_started(&c->net);  // several nodes: every node's set-up passed
     c->node->gate_open.store(1, std::memory_order_release);
 }
 
@@ -149,16 +170,18 @@ static bool env_ranks(int* rank, int* world, int* local_world) {
     return true;
 }
 
-// The node's block, by a name every rank derives alike: LLMC_RUN_ID, else MASTER_PORT (torchrun), else Open
-// MPI's job id. Rank 0 creates it (a stale one of a run that died is replaced); the others open it once rank
-// 0's process is alive behind it; rank 0 removes the name once all joined.
-static void rank_attach(Comm* c, int rank, int world) {
-    if (world > MAX_RANKS) die("WORLD_SIZE %d: at most %d ranks on one node", world, MAX_RANKS);
+// The node's block, by a name every rank of it derives alike: LLMC_RUN_ID, else MASTER_PORT (torchrun), else
+// Open MPI's job id, and the node's index. Its rank 0 creates it (a stale one of a run that died is
+// replaced); the others open it once that process is alive behind it; it removes the name once all joined.
+// rank, world: this process on its node.
+static void rank_attach(Comm* c, int rank, int world, int node_rank, int nodes) {
+    if (world > MAX_RANKS) die("LOCAL_WORLD_SIZE %d: at most %d ranks on one node", world, MAX_RANKS);
     const char* key = getenv("LLMC_RUN_ID");
     if (!key || !*key) key = getenv("MASTER_PORT");
     if (!key || !*key) key = getenv("OMPI_MCA_ess_base_jobid");
     char name[128];
-    snprintf(name, sizeof name, "/llmc-ranks-%d-%.60s", (int)getuid(), key && *key ? key : "default");
+    snprintf(name, sizeof name, "/llmc-ranks-%d-%.60s-%d", (int)getuid(), key && *key ? key : "default",
+             node_rank);
     for (char* p = name + 1; *p; p++)
         if (*p == '/') *p = '_';
     NodeShared* node = NULL;
@@ -191,12 +214,10 @@ static void rank_attach(Comm* c, int rank, int world) {
         if (!node) usleep(1000);
     }
     node->pids[rank] = getpid();
-    c->rank = rank;
-    c->world = world;
-    c->node = node;
+    rank_place(c, rank, world, node_rank, nodes, node);
+    if (c->rank != 0) die_rank = c->rank;
+    if (c->rank != 0 && !freopen("/dev/null", "w", stdout)) die("cannot silence stdout");
     if (rank != 0) {
-        die_rank = rank;
-        if (!freopen("/dev/null", "w", stdout)) die("cannot silence stdout");
         node->attached.fetch_add(1, std::memory_order_acq_rel);
         return;
     }
@@ -207,16 +228,40 @@ static void rank_attach(Comm* c, int rank, int world) {
     shm_unlink(name);  // every rank holds it: nothing is left behind
 }
 
-// main's choice: -pn's launcher, another launcher's environment, or one rank.
-static void rank_start(Comm* c, int G) {
+// main's choice: -pn's launcher (-pN, -pr, -ps: this node of several), another launcher's environment
+// (several nodes: WORLD_SIZE over LOCAL_WORLD_SIZE, rank 0's node at MASTER_ADDR, port LLMC_NET_PORT or
+// MASTER_PORT + 1), or one rank. Several nodes: each node's rank on GPU 0 links to rank 0's node (net.h;
+// LLMC_NODE_WAIT seconds, 600 by default, for the nodes to start).
+static void rank_start(Comm* c, int G, int nodes, int node_rank, const char* address) {
     int rank, world, local_world;
-    if (!env_ranks(&rank, &world, &local_world)) return rank_launch(c, G);
-    if (G > 1 && G != world) die("-pn %d, but the environment's WORLD_SIZE is %d", G, world);
-    const int nodes = world / std::max(local_world, 1);
-    if (local_world != world)
-        die("WORLD_SIZE %d over %d nodes (LOCAL_WORLD_SIZE %d): training on several nodes is not supported "
-            "yet; "
-            "-P 1 -pn %d -pN %d plans it",
-            world, nodes, local_world, local_world, nodes);
-    rank_attach(c, rank, world);
+    NetAddress addr = {"127.0.0.1", NET_DEFAULT_PORT};
+    if (address && !net_parse_address(address, &addr)) die("-ps %s: HOST or HOST:PORT", address);
+    if (!env_ranks(&rank, &world, &local_world)) {
+        rank_launch(c, G, node_rank, nodes);
+    } else {
+        if (G > 1 && G != local_world)
+            die("-pn %d, but the environment's LOCAL_WORLD_SIZE is %d", G, local_world);
+        if (local_world < 1 || world % local_world != 0)
+            die("WORLD_SIZE %d is not a multiple of LOCAL_WORLD_SIZE %d: every node runs as many ranks",
+                world, local_world);
+        const int env_nodes = world / local_world, node = rank / local_world;
+        if (nodes > 1 && nodes != env_nodes)
+            die("-pN %d, but the environment has %d nodes", nodes, env_nodes);
+        const char* host = getenv("MASTER_ADDR");
+        if (env_nodes > 1 && !address) {
+            if (!host || !*host)
+                die("WORLD_SIZE %d over %d nodes: MASTER_ADDR names rank 0's node", world, env_nodes);
+            snprintf(addr.host, sizeof addr.host, "%s", host);
+            const char* port = getenv("LLMC_NET_PORT");
+            const int master_port = env_int("MASTER_PORT", "MASTER_PORT");
+            addr.port = port && *port ? atoi(port) : master_port > 0 ? master_port + 1 : NET_DEFAULT_PORT;
+            if (addr.port < 1 || addr.port > 65535) die("LLMC_NET_PORT %s: a port", port);
+        }
+        rank_attach(c, rank - node * local_world, local_world, node, env_nodes);
+    }
+    if (c->nodes > 1 && c->local == 0) {
+        const char* w = getenv("LLMC_NODE_WAIT");
+        net_open(&c->net, c->nodes, c->node_rank, c->local_world, &addr, w && *w ? atoi(w) : 600);
+        net_watch(&c->net);
+    }
 }

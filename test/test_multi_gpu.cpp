@@ -86,7 +86,38 @@ class MultiGpu : public CliTest {
     // A run on G ranks against the same run on one; returns the G-rank run.
     Result expect_like_one_gpu(const Args& one, const Args& many, const std::string& one_dir,
                                const std::string& many_dir, int steps = 3) {
-        const Result a = run_bin(kEmu, one), b = run_bin(kEmu, many);
+        return compare_with_one_gpu(run_bin(kEmu, one), run_bin(kEmu, many), one_dir, many_dir, steps);
+    }
+    // Several nodes on this machine: node n is `train_gpt args -pN N -pr n -ps 127.0.0.1:PORT` (a port of
+    // its own for each run), nodes 1..N-1 in the background (their output in dir/node<n>), node 0 here.
+    // Returns node 0's run; codes: each node's exit status.
+    Result run_nodes(int N, const Args& args, std::vector<int>* codes = nullptr, const Args& node1 = {}) {
+        static int runs = 0;
+        const std::string addr = "127.0.0.1:" + std::to_string(20000 + (getpid() * 31 + 97 * runs++) % 40000);
+        setenv("LLMC_NODE_WAIT", "600", 1);  // a loaded machine may start them far apart
+        std::vector<pid_t> pids;
+        for (int n = 1; n < N; n++) {
+            const std::string scratch = dir + "/node" + std::to_string(n);
+            mkdir(scratch.c_str(), 0755);
+            const Args more = n == 1 && !node1.empty() ? node1 : Args{};
+            pids.push_back(spawn(
+                kEmu, args + more + Args{"-pN", std::to_string(N), "-pr", std::to_string(n), "-ps", addr},
+                scratch));
+        }
+        const Result r = run_bin(kEmu, args + Args{"-pN", std::to_string(N), "-pr", "0", "-ps", addr});
+        std::vector<int> all = {r.code};
+        for (pid_t pid : pids) all.push_back(wait_exit(pid, 900));
+        unsetenv("LLMC_NODE_WAIT");
+        if (codes) *codes = all;
+        else
+            for (int n = 0; n < N; n++)
+                EXPECT_EQ(all[(size_t)n], 0)
+                    << "node " << n << ": "
+                    << (n ? slurp(dir + "/node" + std::to_string(n) + "/stderr.txt") : r.err);
+        return r;
+    }
+    Result compare_with_one_gpu(const Result& a, const Result& b, const std::string& one_dir,
+                                const std::string& many_dir, int steps = 3) {
         EXPECT_EQ(a.code, 0) << a.cmd << "\n" << a.err << a.out;
         EXPECT_EQ(b.code, 0) << b.cmd << "\n" << b.err << b.out;
         const auto la = step_lines(a.out), lb = step_lines(b.out);
@@ -261,10 +292,114 @@ TEST_F(MultiGpu, RanksFromTorchrunsEnvironmentTrainAsPn) {
     EXPECT_EQ(step_losses(out0), step_losses(pn.out));
 }
 
+// "1.31 MiB", "512 bytes", "2.00 GiB" (SizeText) -> bytes
+double size_of_text(const std::string& t) {
+    const double v = std::stod(t);
+    return has(t, "GiB") ? v * 1073741824.0 : has(t, "MiB") ? v * 1048576.0 : v;
+}
+
+// Two nodes of 2 ranks (-pN 2 -pr n -ps HOST:PORT; net.h's TCP between them) train like one GPU accumulating
+// their 4 micro-batches; rank 0 alone writes stdout and the checkpoint; node 0's RAM holds its half of the
+// streamed layers' fp32 weights, m and v and the prefix (within a page at each end of each part), not all.
+TEST_F(MultiGpu, TwoNodesOfTwoRanksTrainLikeOneGpu) {
+    const char* spec = "L3:C64:NH4:T32:V512";
+    const Result one = run_bin(kEmu, run_args(spec, dir + "/one"));
+    const Result nodes = run_nodes(2, run_args(spec, dir + "/nodes", {"-pn", "2"}));
+    compare_with_one_gpu(one, nodes, dir + "/one", dir + "/nodes");
+    EXPECT_TRUE(has(nodes.out,
+                    "4 ranks, 2 nodes of 2; a node keeps 1/2 of the fp32 state; sums: through host "
+                    "memory and TCP"))
+        << nodes.out;
+    EXPECT_EQ(names_in(dir + "/nodes"), names_in(dir + "/one"));  // the same files, once
+    EXPECT_EQ(slurp(dir + "/node1/stdout.txt"), "");
+    std::smatch m;
+    ASSERT_TRUE(
+        std::regex_search(nodes.out, m,
+                          std::regex("node 0's RAM holds ([0-9.]+ [A-Za-z]+) of the fp32 weights, m and "
+                                     "v \\(its share: ([0-9.]+ [A-Za-z]+); all: ([0-9.]+ [A-Za-z]+)\\)")))
+        << nodes.out;
+    const double held = size_of_text(m[1]), share = size_of_text(m[2]), all = size_of_text(m[3]);
+    EXPECT_LE(held, share + 3 * 3 * 2 * 4096.0) << m[0];  // 3 arrays, 3 layers, a page at each end
+    EXPECT_LT(held, 0.7 * all) << m[0];
+}
+
+// The Llama family on 3 nodes of one rank each (no launcher: each node's process is its rank), a GPU-resident
+// and a kept layer, uneven slices: like one GPU.
+TEST_F(MultiGpu, LlamaOnThreeNodesOfOneRank) {
+    const char* spec = "llama:L4:C64:NH4:KV2:I128:T32:V512";
+    const Args more = {"-d", "384", "-R", "1", "-K", "1"};
+    const Result one = run_bin(kEmu, run_args(spec, dir + "/one", more));
+    const Result nodes = run_nodes(3, run_args(spec, dir + "/nodes", more));
+    compare_with_one_gpu(one, nodes, dir + "/one", dir + "/nodes");
+    EXPECT_TRUE(has(nodes.out, "3 ranks, 3 nodes of 1")) << nodes.out;
+}
+
+// Rank 3 (node 1's second) killed after step 2: node 1's launcher and rank 2 say so, node 0 sees node 1 go
+// and stops with a line from each of its ranks; both nodes exit 1. Step 1's checkpoint resumes on 2 nodes of
+// one rank and ends where one GPU's run does.
+TEST_F(MultiGpu, ANodeThatDiesEndsTheRunOnEveryNode) {
+    const char* spec = "L3:C64:NH4:T32:V512";
+    setenv("LLMC_TEST_RANK_DIES", "3:2", 1);
+    std::vector<int> codes;
+    const Result r = run_nodes(2, run_args(spec, dir + "/run", {"-pn", "2", "-n", "1"}), &codes);
+    unsetenv("LLMC_TEST_RANK_DIES");
+    const std::string err1 = slurp(dir + "/node1/stderr.txt");
+    EXPECT_EQ(codes, (std::vector<int>{1, 1})) << r.err << err1;
+    EXPECT_TRUE(has(err1,
+                    "error: rank 3 of 4 was killed by signal 9 (Killed): stopping the other ranks of "
+                    "this node"))
+        << err1;
+    EXPECT_TRUE(has(err1, "error: rank 2: rank 3 stopped (exit status 137): this rank stops too")) << err1;
+    EXPECT_TRUE(has(r.err, "error: rank 0: node 1 is gone")) << r.err;
+    EXPECT_TRUE(has(r.err, "error: rank 1: rank 0 stopped")) << r.err;
+    EXPECT_EQ(file_size(dir + "/run/DONE_00000002"), -1) << "step 2's update was not complete";
+    const Result b = run_nodes(2, run_args(spec, dir + "/run", {"-y", "1"}));
+    EXPECT_TRUE(has(b.out, "(step 1)")) << b.out;
+    const Result one = run_bin(kEmu, run_args(spec, dir + "/one"));
+    ASSERT_EQ(one.code, 0) << one.err;
+    const std::vector<float> pa = params_of(dir + "/one/model_00000003.bin"),
+                             pb = params_of(dir + "/run/model_00000003.bin");
+    ASSERT_EQ(pa.size(), pb.size());
+    int64_t over = 0;
+    EXPECT_LT(max_difference(pa, pb, &over), 0.1 * 3.6e-4);  // the bound above, 3 steps' learning rates
+    EXPECT_LE(over, (int64_t)(0.005 * pa.size()));
+}
+
+// torchrun over 2 nodes: RANK, WORLD_SIZE 4, LOCAL_WORLD_SIZE 2, MASTER_ADDR and MASTER_PORT (node 0's
+// leader listens on MASTER_PORT + 1): the run of -pn 2 -pN 2, bit for bit.
+TEST_F(MultiGpu, NodesFromTorchrunsEnvironmentTrainAsPnAndPN) {
+    const char* spec = "L3:C64:NH4:T32:V512";
+    const Result flags = run_nodes(2, run_args(spec, dir + "/flags", {"-pn", "2"}));
+    pid_t pids[4];
+    const int port = 20000 + (getpid() * 17 + 5) % 40000;
+    for (int r = 3; r >= 0; r--) {
+        const std::string scratch = dir + "/r" + std::to_string(r);
+        mkdir(scratch.c_str(), 0755);
+        setenv("RANK", std::to_string(r).c_str(), 1);
+        setenv("WORLD_SIZE", "4", 1);
+        setenv("LOCAL_WORLD_SIZE", "2", 1);
+        setenv("MASTER_ADDR", "127.0.0.1", 1);
+        setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
+        setenv("LLMC_RUN_ID", ("test-" + std::to_string(getpid())).c_str(), 1);
+        pids[r] = spawn(kEmu, run_args(spec, dir + "/env"), scratch);
+    }
+    for (const char* v :
+         {"RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LLMC_RUN_ID"})
+        unsetenv(v);
+    for (int r = 0; r < 4; r++)
+        EXPECT_EQ(wait_exit(pids[r], 900), 0) << slurp(dir + "/r" + std::to_string(r) + "/stderr.txt");
+    const std::string out0 = slurp(dir + "/r0/stdout.txt");
+    EXPECT_TRUE(has(out0, "4 ranks, 2 nodes of 2")) << out0;
+    for (int r = 1; r < 4; r++) EXPECT_EQ(slurp(dir + "/r" + std::to_string(r) + "/stdout.txt"), "");
+    EXPECT_TRUE(slurp(dir + "/env/model_00000003.bin") == slurp(dir + "/flags/model_00000003.bin"))
+        << "the environment's nodes trained otherwise than -pn 2 -pN 2";
+    EXPECT_EQ(step_losses(out0), step_losses(flags.out));
+}
+
 // -P 1 for several GPUs and nodes (no GPU, no data): Llama 3 70B at 256K tokens a step, 8 H100s (a GPU's 32K
 // tokens of layer inputs do not fit 79 GiB: exit 3, advice within what -pn runs) and 2 nodes of 8 (fits:
-// 68.3 GiB a GPU, 9.0 bytes a parameter a node: 12/2 + 2 + 2/2); 405B on 2 nodes of 8 prints its plan
-// too.
+// 68.3 GiB a GPU, 9.9 bytes a parameter a node: 12/2 + 4, and the prefix whole); 405B on 2 nodes of 8 prints
+// its plan too.
 TEST_F(MultiGpu, PlanForSeveralGpusAndNodes) {
     const Args llama70 = {"-e",     "llama3-70b", "-t",   "4096", "-b", "1",  "-d",
                           "262144", "-M",         "2000", "-V",   "79", "-P", "1"};
@@ -278,15 +413,12 @@ TEST_F(MultiGpu, PlanForSeveralGpusAndNodes) {
     EXPECT_EQ(two.code, 0) << two.err << two.out;
     for (const char* want :
          {"several GPUs: 2 nodes of 8 GPUs (-pN 2 -pn 8), 262144 tokens a step", "network, node",
-          "NVLink, a GPU", "bound by compute, a GPU", "9.0 bytes a parameter",
-          "several nodes: this is the plan; training runs on one node (-pn) for now"})
+          "NVLink, a GPU", "bf16 exchange", "bound by compute, a GPU", "9.9 bytes a parameter"})
         EXPECT_TRUE(has(two.out, want)) << want << "\n" << two.out;
     const Result big = run_bin(kEmu, Args{"-e", "llama3-405b", "-t", "4096", "-b", "1", "-d", "65536", "-M",
                                           "9000", "-V", "79", "-P", "1", "-pn", "8", "-pN", "2"});
     EXPECT_TRUE(plan_printed(big.code, big.out)) << big.err << big.out;
     EXPECT_TRUE(has(big.out, "several GPUs: 2 nodes of 8 GPUs")) << big.out;
-    EXPECT_TRUE(CleanError(run_bin(kEmu, llama70 + Args{"-pn", "8", "-pN", "2", "-P", "0"}),
-                           {"-pN 2: training on several nodes is not supported yet"}));
 }
 
 // What cannot work is refused in one line, before any step.
@@ -302,4 +434,20 @@ TEST_F(MultiGpu, BadFlagsAreOneLineErrors) {
             CleanError(run_bin(kGpu, run_args(spec, dir + "/e", {"-pn", "2"})), {"no CUDA device found"}));
     }
     EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/d", {"-pn", "65"})), {"-pn"}));
+    // several nodes: where node 0 is, which node this is, the same -pn on each, every node there in time
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/f", {"-pN", "2", "-pr", "1"})),
+                           {"-pr 1: -ps HOST[:PORT] names node 0"}));
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/g", {"-pN", "2", "-pr", "2", "-ps", "h"})),
+                           {"-pr 2 with -pN 2"}));
+    EXPECT_TRUE(
+        CleanError(run_bin(kEmu, run_args(spec, dir + "/h", {"-pN", "2", "-ps", "h:0"})), {"-ps h:0"}));
+    std::vector<int> codes;
+    const Result mixed = run_nodes(2, run_args(spec, dir + "/i", {"-pn", "2"}), &codes, {"-pn", "1"});
+    EXPECT_TRUE(CleanError(mixed, {"-pN: node 1 has 1 GPU rank, node 0 2: every node runs the same -pn"}));
+    setenv("LLMC_NODE_WAIT", "1", 1);
+    const std::string port = std::to_string(20000 + (getpid() * 13 + 7) % 40000);
+    EXPECT_TRUE(
+        CleanError(run_bin(kEmu, run_args(spec, dir + "/j", {"-pN", "2", "-ps", "127.0.0.1:" + port})),
+                   {"-pN 2: 1 of 2 nodes joined in 1 s"}));
+    unsetenv("LLMC_NODE_WAIT");
 }
