@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <vector>
 #include "dataloader.h"
 #include "llmc/model_file.h"  // defines: gpt_read_header, gpt_load_params; model.h: write_crc, model_tmp_open
 // defines: LlamaConfig, llama_is_model_file, llama_read_header, llama_save_params, llama_header
@@ -200,13 +201,17 @@ static int checkpoint_verify(const char* dir, int64_t step, int* verified, char*
     return 1;
 }
 
-// -sd: layers from first_layer on keep fp32 state on SSD.
+// -sd: layers from first_layer on keep fp32 state on SSD. Several nodes (read_moment set): their state is
+// spread over the nodes; read_layer and read_moment gather a layer's, and the state file is the usual one
+// (m and v of every parameter), written a layer at a time.
 typedef struct {
     int64_t prefix;      // parameters in the caller's arrays: embeddings + -R layers
     int64_t store_step;  // the store generation's step (= the checkpoint's)
     int first_layer;     // the first streamed layer (-R)
     int (*read_layer)(void* ctx, int layer, float* params, char* err, size_t errlen);  // from the store
     void* ctx;
+    // several nodes: layer l's AdamW m (which 1) or v (2); called for m's layers in order, then v's
+    int (*read_moment)(void* ctx, int which, int layer, float* out, char* err, size_t errlen);
 } StreamedState;
 
 // Layer l: in the prefix, or read from the store into layer.
@@ -287,6 +292,35 @@ static int llama_save_model_streamed(const char* path, const LlamaConfig* c, con
     return model_tmp_finish(f, ok, tmp, path, err, errlen);
 }
 
+// Several nodes: the state file's m, then v, of every parameter, in the family's file order (GPT-2: this
+// trainer's [embeddings | layers]; Llama: [layers | embeddings]); the prefix from m_prefix / v_prefix (this
+// trainer's order), the streamed layers through ss->read_moment.
+static int write_moments_streamed(FILE* f, const GPTConfig* cfg, const LlamaConfig* llama,
+                                  const float* m_prefix, const float* v_prefix, const StreamedState* ss,
+                                  uint32_t* crc, char* err, size_t errlen) {
+    const int L = llama ? llama->num_layers : cfg->num_layers;
+    const int64_t total = llama ? llama_layout(llama).total : gpt_layout(cfg).total;
+    const int64_t stride = llama ? llama_layout(llama).layer_stride : gpt_layout(cfg).layer_stride;
+    const int64_t embed = total - (int64_t)L * stride;
+    float* layer = (float*)malloc((size_t)stride * 4);
+    int ok = layer != NULL;
+    for (int which = 1; which <= 2 && ok; which++) {
+        const float* prefix = which == 1 ? m_prefix : v_prefix;
+        if (!llama) ok = write_crc(f, prefix, embed * 4, crc);
+        for (int l = 0; l < L && ok; l++) {
+            const float* src = prefix + embed + (int64_t)l * stride;
+            if (l >= ss->first_layer) {
+                if (!ss->read_moment(ss->ctx, which, l, layer, err, errlen)) ok = 0;
+                src = layer;
+            }
+            ok = ok && write_crc(f, src, stride * 4, crc);
+        }
+        if (llama) ok = ok && write_crc(f, prefix, embed * 4, crc);
+    }
+    free(layer);
+    return ok;
+}
+
 // Saves model, state, then DONE. Failure exits, older ones stay valid.
 // The model is written to model_N.bin.tmp and renamed after the state file: a failed state write
 // (a full disk) leaves no model_N.bin that looks like a finished checkpoint.
@@ -295,7 +329,8 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
                             int T, const DataLoaderState* data_state, const StreamedState* ss = NULL,
                             const LlamaConfig* llama = NULL) {
     const int64_t total = llama ? llama_layout(llama).total : gpt_layout(cfg).total;
-    const int64_t in_file = ss ? ss->prefix : total;  // parameters whose m, v the state file holds
+    const bool ssd = ss && !ss->read_moment;           // -sd: the store holds the streamed layers' m, v
+    const int64_t in_file = ssd ? ss->prefix : total;  // parameters whose m, v the state file holds
     char model[4200], staged[4300], path[4200], tmp[4300], done[4200], err[4352];  // -o: 4000 at most
     if (snprintf(model, sizeof model, "%s/model_%08lld.bin", dir, (long long)step) >= (int)sizeof model)
         die("checkpoint path too long in %.200s...", dir);
@@ -330,7 +365,7 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     uint32_t crc = 0;
     int64_t header[ST_HEADER_FIELDS] = {0};
     header[ST_MAGIC] = STATE_MAGIC;
-    header[ST_VERSION] = ss ? STATE_VERSION_SSD : STATE_VERSION;
+    header[ST_VERSION] = ssd ? STATE_VERSION_SSD : STATE_VERSION;
     header[ST_STEP] = step;
     header[ST_PARAMS] = total;
     header[ST_DATA_STATE_BYTES] = (int64_t)sizeof(DataLoaderState);
@@ -347,17 +382,18 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     header[ST_LR_SCHEDULE] = a->lr_schedule;
     errno = 0;
     int64_t tail[SSD_TAIL_FIELDS] = {0};
-    if (ss) {
+    if (ssd) {
         tail[SSD_TAIL_PREFIX] = ss->prefix;
         tail[SSD_TAIL_STORE_STEP] = ss->store_step;
         tail[SSD_TAIL_STREAMED_LAYERS] = (llama ? llama->num_layers : cfg->num_layers) - ss->first_layer;
     }
     int ok = write_crc(f, header, sizeof header, &crc) &&
              write_crc(f, data_state, sizeof *data_state, &crc) &&
-             (!ss || write_crc(f, tail, sizeof tail, &crc)) && write_crc(f, m, in_file * 4, &crc) &&
-             write_crc(f, v, in_file * 4, &crc);
+             (!ssd || write_crc(f, tail, sizeof tail, &crc));
+    if (ss && !ssd) ok = ok && write_moments_streamed(f, cfg, llama, m, v, ss, &crc, err, sizeof err);
+    else ok = ok && write_crc(f, m, in_file * 4, &crc) && write_crc(f, v, in_file * 4, &crc);
     sums[1].bytes =
-        (int64_t)sizeof header + (int64_t)sizeof *data_state + (ss ? (int64_t)sizeof tail : 0) + in_file * 8;
+        (int64_t)sizeof header + (int64_t)sizeof *data_state + (ssd ? (int64_t)sizeof tail : 0) + in_file * 8;
     sums[1].crc = crc;
     int why;
     if (!finish_atomic_write(f, ok, tmp, path, &why)) {
@@ -579,6 +615,34 @@ static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_st
 }
 
 // Reads m, v, data position, step and updates. Exits on failure.
+// Several nodes: only parts of m and v, [at, at + count) of the file's parameters into dst + to, each part.
+struct StatePart {
+    int64_t to, at, count;
+};
+static void state_file_read_parts(const char* path, int64_t total, float* m, float* v,
+                                  DataLoaderState* data_state, int64_t* step, int64_t* adam_t,
+                                  const std::vector<StatePart>& parts) {
+    *step = check_state_file(path, total);
+    char err[4352];
+    FILE* f = open_regular(path, "optimizer state", err, sizeof err);
+    if (!f) die("%s", err);
+    int64_t header[ST_HEADER_FIELDS];
+    int ok = read_all(f, header, sizeof header) && read_all(f, data_state, sizeof *data_state);
+    if (ok && header[ST_VERSION] == STATE_VERSION_SSD)
+        die("optimizer state %s: its streamed layers' state is in an SSD store (train_gpt -sd): resume it "
+            "with "
+            "train_gpt -sd DIR on one GPU",
+            path);
+    const off_t base = (off_t)sizeof header + (off_t)sizeof *data_state;
+    for (const StatePart& p : parts)
+        for (int which = 0; which < 2 && ok; which++)
+            ok = fseeko(f, base + (off_t)((which * total + p.at) * 4), SEEK_SET) == 0 &&
+                 read_all(f, (which ? v : m) + p.to, p.count * 4);
+    if (!ok) die("optimizer state %s: read failed", path);
+    fclose(f);
+    *adam_t = header[ST_ADAM_T] > 0 ? header[ST_ADAM_T] : *step;
+}
+
 static void state_file_read(const char* path, int64_t total, float* m, float* v, DataLoaderState* data_state,
                             int64_t* step, int64_t* adam_t, const int64_t* prefix = NULL) {
     *step = check_state_file(path, total);

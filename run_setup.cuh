@@ -508,6 +508,26 @@ static void ssd_load_layer(Run* r, const GPT* g, int l, float* layer) {
         die("%s", err);
 }
 
+// Several nodes, a node's leader: the weights from init, -e or a checkpoint, a layer at a time: the prefix
+// whole, each streamed layer's bf16 copy whole (every GPU reads whole layers) and its fp32 weights in the
+// node's part only.
+static void load_node_weights(Run* r, GPT* g) {
+    const ParamLayout* p = &g->layout;
+    ssd_load_prefix(r, g);
+    float* layer = (float*)malloc((size_t)p->layer_stride * 4);
+    if (!layer) die("out of host memory for one layer");
+    int64_t lo, hi;
+    comm_node_part(g->comm, p->layer_stride, g->comm->node_rank, &lo, &hi);
+    for (int l = g->resident_layers; l < g->config.num_layers; l++) {
+        ssd_load_layer(r, g, l, layer);
+        uint16_t* bf16 = g->stream.weights_host_bf16 + gpt_layer_offset(p, l);
+        FAKE_CUDA_HOST_ACCESS(bf16, p->layer_stride * 2, true, "the host writing the bf16 copy (load)");
+        convert_f32_to_bf16(layer, bf16, p->layer_stride);
+        memcpy(g->master + gpt_layer_offset(p, l) + lo, layer + lo, (size_t)(hi - lo) * 4);
+    }
+    free(layer);
+}
+
 // -sd: a fresh run fills a new store in DIR, a resume opens it. The prefix goes to host arrays.
 static void ssd_attach(Run* r, GPT* g) {
     const double GiB = 1073741824.0;
@@ -598,11 +618,12 @@ static void build_model(Run* r, GPT* g) {
               ssd_tier(&r->ga), &r->llama, r->ga.vocab_host > 0, r->comm);
     if (r->ga.ssd_dir) ssd_attach(r, g);  // either family, one layer at a time
     else if (r->comm->local != 0) {       // several ranks: the node's rank 0 fills its host arrays
+    } else if (r->comm->nodes > 1) {      // several nodes: its parts, a layer at a time
+        load_node_weights(r, g);
     } else if (r->llama.num_layers) load_llama_weights(r, g);
     else if (r->kind == 1) gpt_init_params(&r->cfg, g->master, INIT_SEED);
     else if (!gpt_load_params(r->args.model, &r->cfg, g->master, err, sizeof err)) die("%s", err);
     gpt_weights_ready(g);
-    release_other_nodes_state(g);  // several nodes: each keeps its parts of the fp32 state
     if (r->ga.timeline) {
         timeline_init(&r->timeline, 8 * r->cfg.num_layers + 64 + (g->ssd ? 2 * TIMELINE_DISK_SPANS : 0));
         g->timeline = g->stream.timeline = &r->timeline;
@@ -810,7 +831,7 @@ static void print_run_summary(const Run* r, GPT* g) {
         "peak host memory: %.3f GiB resident; GPU memory: %.2f GiB allocated by this run (%.2f GiB in use on "
         "the device of %.2f)\n",
         peak_rss_bytes() / GiB, g->gpu_bytes / GiB, (gpu_total - gpu_free) / GiB, gpu_total / GiB);
-    if (r->comm->nodes > 1) {  // each node keeps its part of the fp32 state (release_other_nodes_state)
+    if (r->comm->nodes > 1) {  // each node keeps its part of the fp32 state (load_node_weights)
         double resident, share;
         node_state_bytes(g, &resident, &share);
         printf("node 0's RAM holds %s of the fp32 weights, m and v (its share: %s; all: %s)\n",

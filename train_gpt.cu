@@ -419,41 +419,15 @@ static void gpt_resident_state_to_host(GPT* g) {
 // Master weights changed outside AdamW: new bf16 copy and resident prefix, empty slots.
 static void gpt_weights_ready(GPT* g) {
     uint16_t* bf16 = g->stream.weights_host_bf16;
-    const int64_t n = g->host_state_count;  // -sd: the prefix only
-    if (g->comm->local == 0) {              // several ranks: the node's one copy
+    // -sd: the prefix only; several nodes too (load_node_weights wrote the streamed layers' copies)
+    const int64_t n = g->comm->nodes > 1 ? g->resident_count : g->host_state_count;
+    if (g->comm->local == 0) {  // several ranks: the node's one copy
         FAKE_CUDA_HOST_ACCESS(bf16, n * 2, true, "the host writing the bf16 copy (load)");
         convert_f32_to_bf16(g->master, bf16, n);
     }
     node_barrier(g->comm);
     gpt_resident_state_to_device(g);
     stream_invalidate(&g->stream);
-}
-
-// Several nodes: node n keeps the fp32 weights, m and v of its ranks' slices of each streamed layer
-// (comm_node_part) and updates only those; the rest of its arrays is given back to the OS (shared memory:
-// MADV_REMOVE; one rank a node: MADV_DONTNEED), pages inside the node's parts kept. What is given back reads
-// as zeros, so a use of another node's part would show in the results (test_multi_gpu compares them).
-static void release_other_nodes_state(GPT* g) {
-    const Comm* c = g->comm;
-    if (c->nodes == 1 || c->local != 0) return;
-    const ParamLayout* p = &g->layout;
-    const int64_t page = sysconf(_SC_PAGESIZE);
-    auto give_back = [&](float* base, int64_t lo, int64_t hi) {  // floats [lo, hi) of base, whole pages
-        const int64_t a = ((int64_t)(base + lo) + page - 1) / page * page,
-                      b = (int64_t)(base + hi) / page * page;
-        if (b <= a) return;
-        if (madvise((void*)a, (size_t)(b - a), c->local_world > 1 ? MADV_REMOVE : MADV_DONTNEED) != 0)
-            die("cannot give back host memory of the other nodes' state: %s", strerror(errno));
-    };
-    for (int l = g->resident_layers; l < g->config.num_layers; l++) {
-        int64_t lo, hi;
-        comm_node_part(c, p->layer_stride, c->node_rank, &lo, &hi);
-        const int64_t off = gpt_layer_offset(p, l);
-        for (float* x : {g->master, g->adam_m, g->adam_v}) {
-            give_back(x, off, off + lo);
-            give_back(x, off + hi, off + p->layer_stride);
-        }
-    }
 }
 
 // Several nodes: bytes of the fp32 weights, m and v in this node's RAM (mincore), and its share: the prefix
@@ -475,22 +449,47 @@ static void node_state_bytes(const GPT* g, double* resident, double* share) {
     *share = 12.0 * ((double)n - (double)streamed * p->layer_stride + (double)streamed * (hi - lo));
 }
 
-// Several nodes, before rank 0 saves: each node's parts of the fp32 weights, m and v to rank 0's arrays.
+// Several nodes: node n keeps the fp32 weights, m and v of its ranks' slices of each streamed layer
+// (comm_node_part) and the prefix; the rest of its arrays is never touched, so the OS gives it no memory (and
+// it reads as zeros: a use of another node's part would show in the results, which test_multi_gpu compares).
+// Layer l's parts, layer-relative byte ranges of floats, each node's.
+static void node_layer_ranges(const GPT* g, std::vector<int64_t>* lo, std::vector<int64_t>* hi) {
+    const Comm* c = g->comm;
+    lo->resize((size_t)c->nodes);
+    hi->resize((size_t)c->nodes);
+    for (int n = 0; n < c->nodes; n++) {
+        comm_node_part(c, g->layout.layer_stride, n, &(*lo)[(size_t)n], &(*hi)[(size_t)n]);
+        (*lo)[(size_t)n] *= 4;
+        (*hi)[(size_t)n] *= 4;
+    }
+}
+// Rank 0 saving: layer l of x (the fp32 weights, m or v) whole in out, its own part from x, the other nodes'
+// from them (they send in the same order: gather_node_state).
+static int gather_layer(GPT* g, const float* x, int l, float* out) {
+    std::vector<int64_t> lo, hi;
+    node_layer_ranges(g, &lo, &hi);
+    memcpy((char*)out + lo[0], (const char*)(x + gpt_layer_offset(&g->layout, l)) + lo[0],
+           (size_t)(hi[0] - lo[0]));
+    net_gather(&g->comm->net, NET_MAIN, (char*)out, lo.data(), hi.data(), false);
+    return 1;
+}
+static int gather_layer_params(void* ctx, int l, float* out, char*, size_t) {
+    GPT* g = (GPT*)ctx;
+    return gather_layer(g, g->master, l, out);
+}
+static int gather_layer_moment(void* ctx, int which, int l, float* out, char*, size_t) {
+    GPT* g = (GPT*)ctx;
+    return gather_layer(g, which == 1 ? g->adam_m : g->adam_v, l, out);
+}
+// The other nodes' leaders while rank 0 saves: their parts, in the order it writes them (the model file's
+// layers, then m's, then v's).
 static void gather_node_state(GPT* g) {
-    Comm* c = g->comm;
-    if (c->nodes == 1 || c->local != 0) return;
-    const ParamLayout* p = &g->layout;
-    std::vector<int64_t> lo((size_t)c->nodes), hi((size_t)c->nodes);
+    std::vector<int64_t> lo, hi;
+    node_layer_ranges(g, &lo, &hi);
     for (float* x : {g->master, g->adam_m, g->adam_v})
-        for (int l = g->resident_layers; l < g->config.num_layers; l++) {
-            const int64_t off = gpt_layer_offset(p, l);
-            for (int n = 0; n < c->nodes; n++) {
-                comm_node_part(c, p->layer_stride, n, &lo[(size_t)n], &hi[(size_t)n]);
-                lo[(size_t)n] = (off + lo[(size_t)n]) * 4;
-                hi[(size_t)n] = (off + hi[(size_t)n]) * 4;
-            }
-            net_gather(&c->net, NET_MAIN, (char*)x, lo.data(), hi.data(), false);
-        }
+        for (int l = g->resident_layers; l < g->config.num_layers; l++)
+            net_gather(&g->comm->net, NET_MAIN, (char*)(x + gpt_layer_offset(&g->layout, l)), lo.data(),
+                       hi.data(), false);
 }
 
 static void gpt_free(GPT* g) {
@@ -920,6 +919,13 @@ static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data
                         g->T, data_state, &ss, llama);
         return;
     }
+    if (g->comm->nodes > 1) {  // the streamed layers gathered from the nodes, a layer at a time
+        const StreamedState ss = {g->resident_count,   g->step, g->resident_layers,
+                                  gather_layer_params, g,       gather_layer_moment};
+        checkpoint_save(dir, g->step, g->adam_t, &g->config, g->master, g->adam_m, g->adam_v, &g->args, g->B,
+                        g->T, data_state, &ss, llama);
+        return;
+    }
     if (llama) llama_state_order(g, true);
     checkpoint_save(dir, g->step, g->adam_t, &g->config, g->master, g->adam_m, g->adam_v, &g->args, g->B,
                     g->T, data_state, NULL, llama);
@@ -929,7 +935,20 @@ static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data
 // Loads AdamW state, step, data position. The model file loads apart.
 // Several ranks: rank 0 reads into the node's arrays and tells the others where the run stands.
 static void load_state(GPT* g, const char* path, DataLoaderState* data_state) {
-    if (g->comm->local == 0) {  // several nodes: each node's, from the same file
+    if (g->comm->nodes > 1 && g->comm->local == 0) {  // several nodes: the prefix and this node's parts
+        const ParamLayout* p = &g->layout;
+        const int64_t E = p->embed_count, S = p->layer_stride, L = g->config.num_layers;
+        const bool llama = is_llama(g);  // its file: [layers | embeddings]
+        int64_t lo, hi;
+        comm_node_part(g->comm, S, g->comm->node_rank, &lo, &hi);
+        std::vector<StatePart> parts = {{0, llama ? p->total - E : 0, E}};
+        for (int64_t l = 0; l < L; l++) {
+            const bool mine = l >= g->resident_layers;  // the resident layers whole, the others' node part
+            const int64_t a = mine ? lo : 0, n = mine ? hi - lo : S;
+            parts.push_back({E + l * S + a, (llama ? 0 : E) + l * S + a, n});
+        }
+        state_file_read_parts(path, p->total, g->adam_m, g->adam_v, data_state, &g->step, &g->adam_t, parts);
+    } else if (g->comm->local == 0) {
         state_file_read(path, g->layout.total, g->adam_m, g->adam_v, data_state, &g->step, &g->adam_t,
                         g->ssd ? &g->host_state_count : NULL);
         if (is_llama(g) && !g->ssd)  // m, v from file order to ours (-sd: already)
@@ -944,7 +963,6 @@ static void load_state(GPT* g, const char* path, DataLoaderState* data_state) {
     g->step = at.step;
     g->adam_t = at.adam_t;
     gpt_resident_state_to_device(g);  // resident prefix's weights and moments to the GPU
-    release_other_nodes_state(g);
 }
 
 // ----------------------------------------------------------------------------
@@ -1104,12 +1122,11 @@ static void load_step_batches(Run* r) {
 // Several ranks: rank 0 writes the node's state, once. Several nodes: the other nodes' parts first.
 static void save_run_checkpoint(Run* r, GPT* g) {
     DataLoaderState data_state = dataloader_get_state(&r->train);
-    if (r->comm->nodes > 1 && r->comm->local == 0) {
+    if (r->comm->nodes > 1 && r->comm->local == 0 && r->comm->rank != 0) {
         optimizer_wait_all(g);  // this node's parts are the step's
         gather_node_state(g);
     }
     if (r->comm->rank == 0) save_checkpoint(g, r->args.output_dir, &data_state);
-    if (r->comm->rank == 0) release_other_nodes_state(g);
     g->checkpoint_step = g->step;
 }
 

@@ -324,14 +324,30 @@ TEST_F(MultiGpu, TwoNodesOfTwoRanksTrainLikeOneGpu) {
 }
 
 // The Llama family on 3 nodes of one rank each (no launcher: each node's process is its rank), a GPU-resident
-// and a kept layer, uneven slices: like one GPU.
+// and a kept layer, uneven slices: like one GPU. Its step 2 checkpoint (each node loads its parts of the
+// files, rank 0 writes them gathered a layer at a time) resumes on 3 nodes bit for bit, and on one GPU.
 TEST_F(MultiGpu, LlamaOnThreeNodesOfOneRank) {
     const char* spec = "llama:L4:C64:NH4:KV2:I128:T32:V512";
-    const Args more = {"-d", "384", "-R", "1", "-K", "1"};
+    const Args more = {"-d", "384", "-R", "1", "-K", "1", "-n", "1"};
     const Result one = run_bin(kEmu, run_args(spec, dir + "/one", more));
     const Result nodes = run_nodes(3, run_args(spec, dir + "/nodes", more));
     compare_with_one_gpu(one, nodes, dir + "/one", dir + "/nodes");
     EXPECT_TRUE(has(nodes.out, "3 ranks, 3 nodes of 1")) << nodes.out;
+    for (const char* where : {"/again", "/on_one"}) {
+        ASSERT_EQ(system(("cp -r " + dir + "/nodes " + dir + where).c_str()), 0);
+        for (const char* name : {"model_00000003.bin", "state_00000003.bin", "DONE_00000003"})
+            remove((dir + where + "/" + name).c_str());
+    }
+    const Result again =
+        run_nodes(3, run_args(spec, dir + "/again", {"-R", "1", "-K", "1", "-d", "384", "-y", "1"}));
+    EXPECT_TRUE(has(again.out, "(step 2)")) << again.out;
+    for (const char* name : {"/model_00000003.bin", "/state_00000003.bin"})
+        EXPECT_TRUE(slurp(dir + "/again" + name) == slurp(dir + "/nodes" + name))
+            << name << " differs after the resume";
+    const Result on_one =
+        run_bin(kEmu, run_args(spec, dir + "/on_one", {"-R", "1", "-K", "1", "-d", "384", "-y", "1"}));
+    EXPECT_EQ(on_one.code, 0) << on_one.err;
+    EXPECT_EQ(step_losses(on_one.out), step_losses(again.out));
 }
 
 // Rank 3 (node 1's second) killed after step 2: node 1's launcher and rank 2 say so, node 0 sees node 1 go
