@@ -88,8 +88,8 @@ static bool node_exchanged(const GPT* g, int64_t mark, int wait) {
 }
 
 // Several nodes, after this rank updated its slice of layer l (l = L: the round's end): once every rank of
-// the node has, the node's leader sends the node's part of the layer's new bf16 weights to every node and
-// takes theirs (net.h), then marks the layer exchanged for the node's ranks.
+// the node has, the node's leader sends the node's part of the layer's new bf16 weights straight to every
+// node and takes theirs (net_exchange, over the mesh), then marks the layer exchanged for the node's ranks.
 static void exchange_layer(GPT* g, int64_t round, int l) {
     Comm* c = g->comm;
     const int L = g->config.num_layers;
@@ -108,7 +108,7 @@ static void exchange_layer(GPT* g, int64_t round, int l) {
         }
         uint16_t* bf16 = g->stream.weights_host_bf16;
         FAKE_CUDA_HOST_ACCESS(bf16 + off, p->layer_stride * 2, true, "the nodes' exchange of a layer's bf16");
-        net_gather(&c->net, NET_OPT, (char*)bf16, lo.data(), hi.data(), true);
+        net_exchange(&c->net, (char*)bf16, lo.data(), hi.data());
     }
     c->node->exchanged.store(mark, std::memory_order_release);
 }

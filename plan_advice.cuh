@@ -281,9 +281,9 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
     const double nvlink = G > 1 ? (G - 1.0) / G * (streamed * 4 + 2 * resident * 4) : 0.0;
     // between nodes: the gradients' reduce-scatter (fp32) and the prefix's all-reduce, per node (NCCL)
     const double network = N > 1 ? (N - 1.0) / N * (streamed * 4 + 2 * resident * 4) : 0.0;
-    // the updated bf16 weights (net.h): each node's part to node 0's leader and on to every other node, over
-    // one TCP link: node 0 takes N-1 parts and sends each of N-1 nodes the N-1 parts it lacks
-    const double exchange = N > 1 ? streamed * 2 / N * ((N - 1.0) + (N - 1.0) * (N - 1.0)) : 0.0;
+    // the updated bf16 weights (net.h's mesh): each node's part straight to every other node, over the node
+    // leader's TCP links: (N-1)/N of the streamed layers' bf16 bytes in, and as many out
+    const double exchange = N > 1 ? streamed * 2 * (N - 1.0) / N : 0.0;
     const double pcie_down = e.d2h / ranks;
     const double host_copies =
         G * e.h2d + G * pcie_down;  // every byte over PCIe is read or written on the host
@@ -298,7 +298,7 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
         {"PCIe down", pcie_down, PLAN_PCIE_BPS, "GB/s (its slice of the gradients), assumed"},
         {"NVLink, a GPU", nvlink, PLAN_NVLINK_BPS, "GB/s (fp32 gradients reduce-scattered), assumed"},
         {"network, node", network, PLAN_NETWORK_BPS * G, "GB/s (a 400 Gb/s NIC a GPU), assumed"},
-        {"bf16 exchange", exchange, PLAN_NETWORK_BPS, "GB/s (node 0's one TCP link), assumed"},
+        {"bf16 exchange, node", exchange, PLAN_NETWORK_BPS, "GB/s each way (a node's TCP links), assumed"},
         {"host mem, node", host_copies, PLAN_HOST_MEM_BPS, "GB/s for the copies, assumed"},
         {"CPU AdamW, node", adam, PLAN_HOST_BPS, "GB/s of host memory (its share), assumed"},
     };

@@ -1,11 +1,11 @@
-// net.h — the links between the nodes of a run over several nodes (-pN N): TCP between each node's leader
-// (its rank on GPU 0) and rank 0's node, a star. What crosses them: rank 0's notes (where the run stands, the
-// NCCL id), small sums (loss, norm, stop), the host backend's gradient sums (the CPU emulator's, and the
-// fallback where NCCL does not load), each layer's updated bf16 weights (every node's part to every node),
-// and a checkpoint's parts to rank 0. Sums run in node order, so every node gets the same bits. Two links a
-// node: one for the main thread, one for the optimizer thread's weight exchange. A peer that goes away ends
-// this process in one line. Not here: the ranks inside a node (collectives.h), when what is sent
-// (train_gpt.cu).
+// net.h — the links between the nodes of a run over several nodes (-pN N): TCP between the nodes' leaders
+// (each node's rank on GPU 0). To node 0, a star: rank 0's notes (where the run stands, the NCCL id), small
+// sums (loss, norm, stop), the host backend's gradient sums (the CPU emulator's, and the fallback where NCCL
+// does not load) and a checkpoint's parts; sums run in node order, so every node gets the same bits. Between
+// every two nodes, a mesh: each layer's updated bf16 weights, each node's part straight to every other node
+// (net_exchange). The star's main link serves the main thread; the mesh (whose links to node 0 are the star's
+// second link) the optimizer thread. A peer that goes away ends this process in one line.
+// Not here: the ranks inside a node (collectives.h), when what is sent (train_gpt.cu, cpu_optimizer.h).
 #pragma once
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -33,6 +33,7 @@
 struct NetLinks {
     int nodes = 1, node = 0;
     std::vector<int> fd[NET_LINKS];  // node 0: fd[k][n] for n = 1..nodes-1; the others: fd[k][0], to node 0
+    std::vector<int> mesh;           // mesh[n]: to node n (n != node); to node 0 it is fd[NET_OPT]
     std::atomic<int> started{0};     // every node passed its set-up (net_started)
     std::atomic<int> closing{0};     // net_finish began: peers may go
 };
@@ -87,8 +88,59 @@ static inline void net_recv(const NetLinks* L, int fd, int peer, void* p, int64_
 }
 
 struct NetHello {
-    int32_t magic, nodes, node, link, local_world;
+    int32_t magic, nodes, node, link, local_world, mesh_port;
 };
+struct NetPeer {  // where a node listens for the mesh (node 0 tells every node)
+    uint32_t ip;  // network order, as node 0 saw the node connect
+    int32_t port;
+};
+
+static inline int net_connect_to(const sockaddr_in* sa) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) die("-pN: cannot make a socket: %s", strerror(errno));
+    if (connect(fd, (const sockaddr*)sa, sizeof *sa) != 0) {
+        close(fd);
+        return -1;
+    }
+    const int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+// The mesh between nodes 1..N-1 (node 0's links are the star's NET_OPT ones): node j connects to each node
+// 1 <= i < j (its listener is in peers), then accepts one from each node above it.
+static inline void net_open_mesh(NetLinks* L, int listener, const std::vector<NetPeer>& peers) {
+    L->mesh.assign((size_t)L->nodes, -1);
+    if (L->node == 0) {
+        for (int n = 1; n < L->nodes; n++) L->mesh[(size_t)n] = L->fd[NET_OPT][(size_t)n];
+        return;
+    }
+    L->mesh[0] = L->fd[NET_OPT][0];
+    for (int i = 1; i < L->node; i++) {
+        sockaddr_in sa = {};
+        sa.sin_family = AF_INET;
+        sa.sin_addr.s_addr = peers[(size_t)i].ip;
+        sa.sin_port = htons((uint16_t)peers[(size_t)i].port);
+        const int fd = net_connect_to(&sa);
+        if (fd < 0)
+            die("-pN: node %d cannot reach node %d's mesh port %d: %s", L->node, i, peers[(size_t)i].port,
+                strerror(errno));
+        const int32_t me = L->node;
+        net_send(L, fd, i, &me, sizeof me);
+        L->mesh[(size_t)i] = fd;
+    }
+    for (int k = L->node + 1; k < L->nodes; k++) {
+        const int fd = accept(listener, NULL, NULL);
+        if (fd < 0) die("-pN: node %d: accept: %s", L->node, strerror(errno));
+        int32_t who = -1;
+        net_recv(L, fd, k, &who, sizeof who);
+        if (who <= L->node || who >= L->nodes || L->mesh[(size_t)who] >= 0)
+            die("-pN: node %d: a mesh link from an unexpected node %d", L->node, who);
+        const int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        L->mesh[(size_t)who] = fd;
+    }
+}
 
 // Node 0 listens on addr's port; the others connect (retrying while node 0 starts), each link with a hello.
 // Every node must agree on the number of nodes and GPUs a node. wait_s: how long node 0 waits for the rest.
@@ -112,6 +164,7 @@ static inline void net_open(NetLinks* L, int nodes, int node, int local_world, c
                 "port)",
                 addr->port, strerror(errno));
         int joined = 0;
+        std::vector<NetPeer> peers((size_t)nodes, NetPeer{0, 0});
         while (joined < NET_LINKS * (nodes - 1)) {
             fd_set set;
             FD_ZERO(&set);
@@ -149,11 +202,31 @@ static inline void net_open(NetLinks* L, int nodes, int node, int local_world, c
                     h.node);
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
             L->fd[h.link][h.node] = fd;
+            if (h.link == NET_MAIN) {
+                sockaddr_in from = {};
+                socklen_t len = sizeof from;
+                getpeername(fd, (sockaddr*)&from, &len);
+                peers[(size_t)h.node] = {from.sin_addr.s_addr, h.mesh_port};
+            }
             joined++;
         }
         close(ls);
+        for (int n = 1; n < nodes; n++)  // where each node listens for the mesh
+            net_send(L, L->fd[NET_MAIN][(size_t)n], n, peers.data(),
+                     (int64_t)(peers.size() * sizeof(NetPeer)));
+        net_open_mesh(L, -1, peers);
         return;
     }
+    // the mesh's listener first: its port goes to node 0 in the hello
+    const int listener = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in any = {};
+    any.sin_family = AF_INET;
+    any.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t any_len = sizeof any;
+    if (listener < 0 || bind(listener, (sockaddr*)&any, sizeof any) != 0 || listen(listener, nodes) != 0 ||
+        getsockname(listener, (sockaddr*)&any, &any_len) != 0)
+        die("-pN: node %d cannot listen for the other nodes: %s", node, strerror(errno));
+    const int mesh_port = ntohs(any.sin_port);
     addrinfo hints = {}, *res = NULL;
     hints.ai_family = AF_INET;
     hints.ai_socktype = SOCK_STREAM;
@@ -176,14 +249,21 @@ static inline void net_open(NetLinks* L, int nodes, int node, int local_world, c
         }
         const int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        const NetHello h = {NET_MAGIC, nodes, node, k, local_world};
+        const NetHello h = {NET_MAGIC, nodes, node, k, local_world, mesh_port};
         net_send(L, fd, 0, &h, sizeof h);
         L->fd[k][0] = fd;
     }
     freeaddrinfo(res);
+    std::vector<NetPeer> peers((size_t)nodes);
+    net_recv(L, L->fd[NET_MAIN][0], 0, peers.data(), (int64_t)(peers.size() * sizeof(NetPeer)));
+    net_open_mesh(L, listener, peers);
+    close(listener);
 }
 
 static inline void net_close(NetLinks* L) {
+    for (int i = 1; i < (int)L->mesh.size(); i++)  // mesh[0] and node 0's are the star's
+        if (L->node != 0 && i != L->node && L->mesh[(size_t)i] >= 0) close(L->mesh[(size_t)i]);
+    L->mesh.clear();
     for (int k = 0; k < NET_LINKS; k++)
         for (int& fd : L->fd[k])
             if (fd >= 0) {
@@ -218,6 +298,24 @@ static inline void net_sum(const NetLinks* L, int link, T* v, int64_t n) {
         net_send(L, L->fd[link][node], node, v, n * (int64_t)sizeof(T));
 }
 
+// Each node's bytes [lo[node], hi[node]) of base, to every node over the mesh: a thread sends this node's to
+// node + 1, node + 2, ... while this one takes node - 1's, node - 2's, ... (each round pairs every sender
+// with a receiver, so no two nodes wait on each other).
+static inline void net_exchange(const NetLinks* L, char* base, const int64_t* lo, const int64_t* hi) {
+    const int N = L->nodes, me = L->node;
+    std::thread sender([&] {
+        for (int t = 1; t < N; t++) {
+            const int to = (me + t) % N;
+            net_send(L, L->mesh[(size_t)to], to, base + lo[me], hi[me] - lo[me]);
+        }
+    });
+    for (int t = 1; t < N; t++) {
+        const int from = (me - t + N) % N;
+        net_recv(L, L->mesh[(size_t)from], from, base + lo[from], hi[from] - lo[from]);
+    }
+    sender.join();
+}
+
 // Each node's bytes [lo[node], hi[node]) of base, to every node (all_gather) or to node 0 (to_root).
 static inline void net_gather(const NetLinks* L, int link, char* base, const int64_t* lo, const int64_t* hi,
                               bool all_gather) {
@@ -240,12 +338,14 @@ static inline void net_gather(const NetLinks* L, int link, char* base, const int
 static inline void net_watch(NetLinks* L) {
     std::vector<pollfd> fds;
     std::vector<int> peer;
-    for (int k = 0; k < NET_LINKS; k++)
-        for (int n = 0; n < L->nodes; n++)
-            if (L->fd[k][n] >= 0) {
-                fds.push_back({L->fd[k][n], POLLRDHUP, 0});
+    for (int k = 0; k <= NET_LINKS; k++) {  // the star's links, then the mesh's own
+        const std::vector<int>& f = k < NET_LINKS ? L->fd[k] : L->mesh;
+        for (int n = 0; n < (int)f.size(); n++)
+            if (f[(size_t)n] >= 0 && (k < NET_LINKS || (n != 0 && L->node != 0))) {
+                fds.push_back({f[(size_t)n], POLLRDHUP, 0});
                 peer.push_back(n);
             }
+    }
     std::thread([L, fds, peer]() mutable {
         while (!L->closing.load()) {
             if (poll(fds.data(), fds.size(), 1000) <= 0 || !L->started.load()) continue;

@@ -57,11 +57,13 @@ TEST_P(Both, UnknownFlag) {
     EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-z", "1"}),
                            {"unknown flag -z: llm.c's ZeRO stage", "host RAM, once per node"}));
     EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-r", "1"}), {"unknown flag -r: llm.c's recompute"}));
-    EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-pr", "1"}),
-                           {"unknown flag -pr: llm.c's multi-process", "-pn G", "WORLD_SIZE"}));
-    if (bin == std::string(kCpu)) {  // train_gpt takes -pn (test_multi_gpu)
+    EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-pg", "8"}), {"unknown flag -pg: llm.c's multi-process",
+                                                                    "-pn G", "-pN N -pr n", "WORLD_SIZE"}));
+    if (bin == std::string(kCpu)) {  // train_gpt takes -pn, -pN, -pr and -ps (test_multi_gpu)
         EXPECT_TRUE(
             CleanError(run_it(base_args() + Args{"-pn", "2"}), {"unknown flag -pn: train_gpt's flag"}));
+        EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-pr", "1"}),
+                               {"unknown flag -pr: train_gpt's flag (this node's index"}));
     }
     // llm.c's -h 1 (HellaSwag) is refused rather than read as a request for the help text
     EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-h", "1"}), {"flag -h takes no value", "HellaSwag"}));
