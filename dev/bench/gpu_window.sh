@@ -66,7 +66,8 @@ tput_llama8b_fused|80|160|@code
 tput_llama8b_vocab|80|160|@code
 ssd_llama|50|130|@code ssd_io.cpp ssd_store.cpp ssd.h
 nccl_one_rank|30|90|@code
-nccl_two_ranks|70|160|@code"
+nccl_two_ranks|70|160|@code
+nccl_two_nodes|80|180|@code"
 
 # Peer figures seen on the H100 (shared/peers/README.md, 2026-11-22), tokens/s at 32K tokens per step
 PEER_13B="gpu_ckpt 47000 fsdp_offload 11900 MegaTrain 15700"
@@ -438,6 +439,40 @@ check_nccl_two_ranks() {
     [ -z "$how" ] && { FIG="NCCL refused two ranks on one GPU$tried; host sums: worst rel diff $host"; return 1; }
     w=$(worst_rel "$(steps_of "nccl_two_$i")" "$ref")
     FIG="NCCL accepted 2 ranks on 1 GPU with: $how$tried; worst rel diff of loss/norm vs 1 rank: NCCL $w, host sums $host (bound 1e-3)"
+    within "$w" 1e-3 && within "$host" 1e-3 || { FIG="MISMATCH: $FIG"; return 1; }
+}
+
+# Two nodes of one rank on the one GPU (-pN 2 -pr 0 or 1 -ps 127.0.0.1:PORT: net.h's TCP links, each node keeping
+# half the fp32 state) against one rank of 4 micro-batches: NCCL between the "nodes" in the first form it accepts
+# (LLMC_NCCL_HOSTS=split: another NCCL_HOSTID each, as two machines; NCCL_MULTI_RANK_GPU_ENABLE=1; plain), and the
+# host's sums over TCP. Losses and norms within 1e-3 relative (check_nccl_two_ranks' bound).
+two_nodes() {  # two_nodes NAME PORT ENV...: node 1 in the background, node 0 through sub; both must succeed
+    local name=$1 port=$2 pid rc; shift 2
+    timeout -k 5 $((CK_END - $(elapsed) > 1 ? CK_END - $(elapsed) : 1)) env LLMC_NODE_WAIT=60 "$@" "$TRAIN_GPT" "${NODE_ARGS[@]}" \
+        -pN 2 -pr 1 -ps "127.0.0.1:$port" > "$LOGS/${name}_node1.log" 2>&1 &
+    pid=$!
+    sub "$name" env LLMC_NODE_WAIT=60 "$@" "$TRAIN_GPT" "${NODE_ARGS[@]}" -pN 2 -pr 0 -ps "127.0.0.1:$port"; rc=$?
+    wait "$pid" || [ "$rc" -ne 0 ] || rc=1
+    return $rc
+}
+check_nccl_two_nodes() {
+    need TRAIN_GPT || return 3
+    find_nccl
+    NODE_ARGS=(-e d12 -b 4 -t 256 -d 4096 -x 4 -v 0 -g 0)
+    local ref how="" tried="" i=0 v rc w host ram
+    sub nodes_ref "$TRAIN_GPT" "${NODE_ARGS[@]}" || { rc=$?; FIG="one rank: $(last_line nodes_ref)"; return $rc; }
+    ref=$(steps_of nodes_ref)
+    for v in LLMC_NCCL_HOSTS=split NCCL_MULTI_RANK_GPU_ENABLE=1 plain; do
+        i=$((i + 1))
+        if two_nodes "nodes_nccl_$i" $((29610 + i)) LLMC_COLLECTIVES=nccl ${v#plain}; then how=$v; break; fi
+        tried="$tried; $v refused: $(grep -h -m1 'error' "$LOGS/nodes_nccl_$i.log" "$LOGS/nodes_nccl_${i}_node1.log" | head -n1 | cut -c1-90)"
+    done
+    two_nodes nodes_host 29619 LLMC_COLLECTIVES=host
+    host=$(worst_rel "$(steps_of nodes_host)" "$ref")
+    [ -z "$how" ] && { FIG="NCCL refused two nodes on one GPU$tried; host sums over TCP: worst rel diff $host"; return 1; }
+    w=$(worst_rel "$(steps_of "nodes_nccl_$i")" "$ref")
+    ram=$(grep -h -m1 -o "node 0's RAM holds [0-9.]* [A-Za-z]*" "$LOGS/nodes_nccl_$i.log")
+    FIG="2 nodes of 1 rank on 1 GPU, NCCL with: $how$tried; worst rel diff of loss/norm vs 1 rank: NCCL $w, host sums over TCP $host (bound 1e-3); $ram of the fp32 state"
     within "$w" 1e-3 && within "$host" 1e-3 || { FIG="MISMATCH: $FIG"; return 1; }
 }
 
