@@ -170,7 +170,7 @@ TEST_F(MultiGpu, LlamaWithResidentAndKeptLayersOnThreeRanks) {
 }
 
 // Chat data: a step's loss is the mean over every rank's targets (rows with 3 and 20 targets on different
-// ranks weigh by their counts), and validation splits its batches over the ranks.
+// ranks weigh by their counts), and validation splits its batches over the ranks; on 2 ranks and on 2 nodes.
 TEST_F(MultiGpu, ChatDataWeighsEveryRanksTargets) {
     const int T = 32;
     std::vector<std::vector<Tok>> rows;
@@ -196,6 +196,9 @@ TEST_F(MultiGpu, ChatDataWeighsEveryRanksTargets) {
     const Result two = expect_like_one_gpu(args(dir + "/one", {}), args(dir + "/two", {"-pn", "2"}),
                                            dir + "/one", dir + "/two", 2);
     EXPECT_TRUE(has(two.out, "| targets ")) << two.out;
+    // 2 nodes of 2: the targets summed over the nodes too (TCP)
+    const Result nodes = run_nodes(2, args(dir + "/nodes", {"-pn", "2"}));
+    compare_with_one_gpu(run_bin(kEmu, args(dir + "/one2", {})), nodes, dir + "/one2", dir + "/nodes", 2);
 }
 
 // A checkpoint of 2 ranks resumes on one GPU, and one GPU's on 2 ranks: the same files, another G.
