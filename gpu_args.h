@@ -156,7 +156,10 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "              -pr; each node keeps and updates 1/N of the fp32 weights and AdamW state; -P 1 plans\n"
         "              memory per GPU and per node, each link's bytes and the step time (default 1)\n"
         "  -pr <int>   this node's index, 0..N-1 (node 0 holds rank 0: it logs and saves) (default 0)\n"
-        "  -ps <host[:port]>  where node 0 listens for the other nodes (default port %d; node 0: the port)\n"
+        "  -ps <host[:port]>  node 0's address: the other nodes connect there, node 0 listens on its port\n"
+        "              (default port %d). LLMC_NODE_WAIT: seconds to wait for every node (default 600).\n"
+        "              torchrun / mpirun instead of -pn, -pN, -pr: RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and\n"
+        "              MASTER_ADDR; node 0 listens on MASTER_PORT + 1 (LLMC_NET_PORT sets it)\n"
         "samples (-g, -s): none by default for a model over %.0fB parameters or with -sw 1 (each token\n"
         "  streams the whole model once); -g N still asks for them\n",
         MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->kept,

@@ -236,6 +236,36 @@ static std::string open_tokenizer(Run* r) {
 
 // Data (none for a benchmark), run length, resume checks; the tokenizer, and the shards against it and
 // the model's vocabulary (dataloader_check_model), before the model is built.
+// Several nodes: a hash of what every node must run alike (net_started compares them).
+static uint64_t run_fingerprint(const Run* r) {
+    struct {
+        GPTConfig cfg;
+        LlamaConfig llama;
+        int64_t step_tokens;
+        int B, T, total_steps, warmup, schedule, resident, kept, slots;
+        float lr, weight_decay, grad_clip;
+    } x;
+    memset(&x, 0, sizeof x);
+    x.cfg = r->cfg;
+    x.llama = r->llama;
+    x.step_tokens = r->step_tokens;
+    x.B = r->args.B;
+    x.T = r->args.T;
+    x.total_steps = r->total_steps;
+    x.warmup = r->args.warmup_steps;
+    x.schedule = r->args.lr_schedule;
+    x.resident = r->ga.resident;
+    x.kept = r->ga.kept;
+    x.slots = r->ga.num_slots;
+    x.lr = r->args.lr;
+    x.weight_decay = r->args.weight_decay;
+    x.grad_clip = r->args.grad_clip;
+    uint64_t h = 1469598103934665603ull;  // FNV-1a
+    const unsigned char* b = (const unsigned char*)&x;
+    for (size_t i = 0; i < sizeof x; i++) h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
 static void open_data(Run* r) {
     char err[4352];
     TrainArgs* a = &r->args;
@@ -348,6 +378,16 @@ static void check_fit(Run* r) {
         printf(
             "vocabulary tensors: in host RAM (-E -1: they do not fit the GPU's budget with the layers')\n");
         check_host_fit(r);
+    }
+    if (r->comm->world > 1) {  // every rank the same -R and -K (-1: placed by its GPU's memory): the least
+        double rk[2] = {(double)r->resident, (double)r->kept};
+        comm_sum_host(r->comm, rk, 2, true);
+        if ((int)rk[0] != r->resident || (int)rk[1] != r->kept) {
+            r->resident = (int)rk[0];
+            r->kept = (int)rk[1];
+            r->plan = gpt_memory_plan(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, r->resident,
+                                      r->kept, ssd_tier(ga), &r->llama, ga->vocab_host > 0);
+        }
     }
     const MemoryPlan& m = r->plan;
     if (m.gpu_bytes + gpu_reserve_bytes <= r->gpu_budget) return;
@@ -474,7 +514,7 @@ static void llama_load_window(const Run* r, float* dst, int64_t lo, int64_t hi) 
     if (!ok) die("%s", err);
 }
 
-// -sd: the prefix (embeddings, layers 0..R-1) into g->master: init, -e or checkpoint.
+// -sd, and several nodes: the prefix (embeddings, layers 0..R-1) into g->master: init, -e or checkpoint.
 static void ssd_load_prefix(Run* r, GPT* g) {
     char err[4352];
     const ParamLayout* p = &g->layout;
@@ -490,7 +530,7 @@ static void ssd_load_prefix(Run* r, GPT* g) {
     } else if (is_llama(g)) {  // the file is [layers | embeddings]
         llama_load_window(r, g->master, p->total - p->embed_count, p->total);
         if (R > 0) llama_load_window(r, g->master + p->embed_count, 0, (int64_t)R * p->layer_stride);
-    } else if (!gpt_load_params(r->args.model, &r->cfg, g->master, err, sizeof err, 0, g->host_state_count)) {
+    } else if (!gpt_load_params(r->args.model, &r->cfg, g->master, err, sizeof err, 0, g->resident_count)) {
         die("%s", err);
     }
 }

@@ -110,7 +110,7 @@ static inline void node_barrier(const Comm* c) {
 typedef struct {
     char internal[128];
 } NcclUniqueId;
-enum { NCCL_FLOAT32 = 7, NCCL_FLOAT64 = 8, NCCL_SUM = 0 };
+enum { NCCL_FLOAT32 = 7, NCCL_FLOAT64 = 8, NCCL_SUM = 0, NCCL_MIN = 3 };
 struct NcclApi {
     int (*get_unique_id)(NcclUniqueId*);
     int (*comm_init_rank)(void**, int, NcclUniqueId, int);
@@ -227,14 +227,14 @@ static inline void node_shared_free(void* p, int64_t bytes) {
 // ----------------------------------------------------------------------------
 // Sums
 
-// v[0..n) summed over the ranks, the same bits on every rank (n <= 4).
-static inline void comm_sum_host(Comm* c, double* v, int n) {
+// v[0..n) summed over the ranks (min: their least), the same bits on every rank (n <= 4).
+static inline void comm_sum_host(Comm* c, double* v, int n, bool min = false) {
     NodeShared* node = c->node;
     if (c->backend == COMM_SINGLE) return;
     if (c->backend == COMM_NCCL) {
         cudaCheck(cudaMemcpyAsync(c->dev_sums, v, (size_t)n * 8, cudaMemcpyHostToDevice, c->stream));
-        ncclCheck(nccl_api.all_reduce(c->dev_sums, c->dev_sums, (size_t)n, NCCL_FLOAT64, NCCL_SUM, c->nccl,
-                                      c->stream));
+        ncclCheck(nccl_api.all_reduce(c->dev_sums, c->dev_sums, (size_t)n, NCCL_FLOAT64,
+                                      min ? NCCL_MIN : NCCL_SUM, c->nccl, c->stream));
         cudaCheck(cudaMemcpyAsync(v, c->dev_sums, (size_t)n * 8, cudaMemcpyDeviceToHost, c->stream));
         cudaCheck(cudaStreamSynchronize(c->stream));
         return;
@@ -242,14 +242,15 @@ static inline void comm_sum_host(Comm* c, double* v, int n) {
     for (int i = 0; i < n; i++) node->sums[c->local][i] = v[i];
     node_barrier(c);
     for (int i = 0; i < n; i++) {
-        double s = 0.0;
-        for (int r = 0; r < c->local_world; r++) s += node->sums[r][i];
+        double s = min ? node->sums[0][i] : 0.0;
+        for (int r = min ? 1 : 0; r < c->local_world; r++)
+            s = min ? std::min(s, node->sums[r][i]) : s + node->sums[r][i];
         v[i] = s;
     }
     if (c->nodes > 1) {  // the node's leader sums the nodes' sums; the node takes them
         node_barrier(c);
         if (c->local == 0) {
-            net_sum(&c->net, NET_MAIN, v, n);
+            net_sum(&c->net, NET_MAIN, v, n, min);
             for (int i = 0; i < n; i++) node->node_sums[i] = v[i];
         }
         node_barrier(c);

@@ -160,7 +160,8 @@ static inline void net_open(NetLinks* L, int nodes, int node, int local_world, c
         sa.sin_addr.s_addr = htonl(INADDR_ANY);
         sa.sin_port = htons((uint16_t)addr->port);
         if (bind(ls, (sockaddr*)&sa, sizeof sa) != 0 || listen(ls, 2 * nodes) != 0)
-            die("-pN: node 0 cannot listen on port %d: %s (another run there? -ps HOST:PORT chooses the "
+            die("-pN: node 0 cannot listen on port %d: %s (another run, or another node started with -pr 0? "
+                "-ps HOST:PORT chooses the "
                 "port)",
                 addr->port, strerror(errno));
         int joined = 0;
@@ -175,7 +176,7 @@ static inline void net_open(NetLinks* L, int nodes, int node, int local_world, c
                 if (time(NULL) > deadline)
                     die("-pN %d: %d of %d nodes joined in %d s (each node starts train_gpt with -pr "
                         "ITS_INDEX "
-                        "-ps THIS_HOST:%d)",
+                        "-ps NODE0_HOST:%d)",
                         nodes, 1 + joined / NET_LINKS, nodes, wait_s, addr->port);
                 continue;
             }
@@ -190,16 +191,25 @@ static inline void net_open(NetLinks* L, int nodes, int node, int local_world, c
             }
             rt = {0, 0};
             setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &rt, sizeof rt);
+            char why[256] = "";  // node 0's answer to the hello: empty, or why the node is refused
             if (h.nodes != nodes)
-                die("-pN: node %d says -pN %d, node 0 -pN %d: every node starts with the same flags", h.node,
-                    h.nodes, nodes);
-            if (h.local_world != local_world)
-                die("-pN: node %d has %d GPU rank%s, node 0 %d: every node runs the same -pn", h.node,
-                    h.local_world, h.local_world == 1 ? "" : "s", local_world);
-            if (h.node <= 0 || h.node >= nodes || h.link < 0 || h.link >= NET_LINKS ||
-                L->fd[h.link][h.node] >= 0)
-                die("-pN %d: two nodes say they are node %d (-pr): each node takes its own index", nodes,
-                    h.node);
+                snprintf(why, sizeof why,
+                         "-pN: node %d says -pN %d, node 0 -pN %d: every node starts with the same flags",
+                         h.node, h.nodes, nodes);
+            else if (h.local_world != local_world)
+                snprintf(why, sizeof why,
+                         "-pN: node %d has %d GPU rank%s, node 0 %d: every node runs the same -pn", h.node,
+                         h.local_world, h.local_world == 1 ? "" : "s", local_world);
+            else if (h.node <= 0 || h.node >= nodes || h.link < 0 || h.link >= NET_LINKS ||
+                     L->fd[h.link][h.node] >= 0)
+                snprintf(why, sizeof why,
+                         "-pN %d: two nodes say they are node %d (-pr): each node takes its own index", nodes,
+                         h.node);
+            if (send(fd, why, sizeof why, MSG_NOSIGNAL) != (ssize_t)sizeof why || why[0]) {
+                close(fd);
+                if (why[0]) die("%s", why);
+                continue;
+            }
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
             L->fd[h.link][h.node] = fd;
             if (h.link == NET_MAIN) {
@@ -251,6 +261,11 @@ static inline void net_open(NetLinks* L, int nodes, int node, int local_world, c
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         const NetHello h = {NET_MAGIC, nodes, node, k, local_world, mesh_port};
         net_send(L, fd, 0, &h, sizeof h);
+        char why[256];
+        if (recv(fd, why, sizeof why, MSG_WAITALL) != (ssize_t)sizeof why)
+            die("-pN: node 0 at %s:%d closed the connection before it answered (its error says why)",
+                addr->host, addr->port);
+        if (why[0]) die("refused by node 0: %.250s", why);
         L->fd[k][0] = fd;
     }
     freeaddrinfo(res);
@@ -279,9 +294,10 @@ static inline void net_bcast(const NetLinks* L, int link, void* p, int64_t bytes
     else net_recv(L, L->fd[link][0], 0, p, bytes);
 }
 
-// v[0, n) summed over the nodes in node order; every node gets the same bits. T: float or double.
+// v[0, n) summed over the nodes in node order (min: their least); every node gets the same bits. T: float or
+// double.
 template <typename T>
-static inline void net_sum(const NetLinks* L, int link, T* v, int64_t n) {
+static inline void net_sum(const NetLinks* L, int link, T* v, int64_t n, bool min = false) {
     if (L->node != 0) {
         net_send(L, L->fd[link][0], 0, v, n * (int64_t)sizeof(T));
         net_recv(L, L->fd[link][0], 0, v, n * (int64_t)sizeof(T));
@@ -292,7 +308,8 @@ static inline void net_sum(const NetLinks* L, int link, T* v, int64_t n) {
         for (int64_t o = 0; o < n; o += (int64_t)in.size()) {
             const int64_t m = std::min<int64_t>((int64_t)in.size(), n - o);
             net_recv(L, L->fd[link][node], node, in.data(), m * (int64_t)sizeof(T));
-            for (int64_t i = 0; i < m; i++) v[o + i] += in[(size_t)i];
+            for (int64_t i = 0; i < m; i++)
+                v[o + i] = min ? std::min(v[o + i], in[(size_t)i]) : v[o + i] + in[(size_t)i];
         }
     for (int node = 1; node < L->nodes; node++)
         net_send(L, L->fd[link][node], node, v, n * (int64_t)sizeof(T));
@@ -356,11 +373,37 @@ static inline void net_watch(NetLinks* L) {
     }).detach();
 }
 
-// Every node passed its set-up: from here a node that goes away is an error on every node.
-static inline void net_started(NetLinks* L) {
+// Every node passed its set-up: from here a node that goes away is an error on every node. flags: a hash of
+// what must be the same on every node (the model, the batch, the schedule): node 0 compares, and a node that
+// differs ends the run with a line on both sides.
+static inline void net_started(NetLinks* L, uint64_t flags) {
     if (L->nodes == 1 || L->fd[NET_MAIN].empty()) return;
-    double one = 1;
-    net_sum(L, NET_MAIN, &one, 1);
+    int32_t differs = 0;
+    if (L->node != 0) {
+        net_send(L, L->fd[NET_MAIN][0], 0, &flags, sizeof flags);
+        net_recv(L, L->fd[NET_MAIN][0], 0, &differs, sizeof differs);
+        if (differs)
+            die("node %d's flags differ from node 0's (the model, -b, -t, -d, -x, the learning rate, -R or "
+                "-K): "
+                "every node starts with the same flags but -pr",
+                L->node);
+    } else {
+        int first = 0;
+        for (int n = 1; n < L->nodes; n++) {
+            uint64_t theirs = 0;
+            net_recv(L, L->fd[NET_MAIN][(size_t)n], n, &theirs, sizeof theirs);
+            if (theirs != flags && !first) first = n;
+        }
+        for (int n = 1; n < L->nodes; n++) {
+            differs = first != 0;
+            net_send(L, L->fd[NET_MAIN][(size_t)n], n, &differs, sizeof differs);
+        }
+        if (first)
+            die("node %d's flags differ from node 0's (the model, -b, -t, -d, -x, the learning rate, -R or "
+                "-K): "
+                "every node starts with the same flags but -pr",
+                first);
+    }
     L->started.store(1);
 }
 

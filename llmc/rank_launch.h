@@ -106,6 +106,8 @@ static void rank_launch(Comm* c, int G, int node_rank, int nodes) {
         node->pids[0] = getpid();
         rank_place(c, 0, 1, node_rank, nodes, node);
         if (c->rank != 0) die_rank = c->rank;
+        if (c->rank != 0 && !freopen("/dev/null", "w", stdout))
+            die("cannot silence stdout");  // rank 0's alone
         return;
     }
     node->launched = 1;
@@ -145,10 +147,11 @@ static void rank_gate_wait(const Comm* c) {
         usleep(1000);
     }
 }
-static void rank_gate_open(Comm* c) {
+// flags: a hash of what every node must run alike (several nodes: node 0 compares them).
+static void rank_gate_open(Comm* c, uint64_t flags) {
     if (c->world == 1 || c->local != 0) return;
     if (c->rank == 0) die_rank = 0;
-    net_started(&c->net);  // several nodes: every node's set-up passed
+    net_started(&c->net, flags);  // several nodes: every node's set-up passed, with the same flags
     c->node->gate_open.store(1, std::memory_order_release);
 }
 

@@ -301,6 +301,20 @@ double size_of_text(const std::string& t) {
     return has(t, "GiB") ? v * 1073741824.0 : has(t, "MiB") ? v * 1048576.0 : v;
 }
 
+// Node 0's line "node 0's RAM holds X of the fp32 weights, m and v (its share: Y; all: Z)": X within a page
+// at each end of its part of each of `layers` streamed layers' 3 arrays, and well under all of it.
+void expect_node_share(const std::string& out, int layers) {
+    std::smatch m;
+    ASSERT_TRUE(
+        std::regex_search(out, m,
+                          std::regex("node 0's RAM holds ([0-9.]+ [A-Za-z]+) of the fp32 weights, m and "
+                                     "v \\(its share: ([0-9.]+ [A-Za-z]+); all: ([0-9.]+ [A-Za-z]+)\\)")))
+        << out;
+    const double held = size_of_text(m[1]), share = size_of_text(m[2]), all = size_of_text(m[3]);
+    EXPECT_LE(held, share + 3 * layers * 2 * 4096.0) << m[0];
+    EXPECT_LT(held, 0.7 * all) << m[0];
+}
+
 // Two nodes of 2 ranks (-pN 2 -pr n -ps HOST:PORT; net.h's TCP between them) train like one GPU accumulating
 // their 4 micro-batches; rank 0 alone writes stdout and the checkpoint; node 0's RAM holds its half of the
 // streamed layers' fp32 weights, m and v and the prefix (within a page at each end of each part), not all.
@@ -315,15 +329,7 @@ TEST_F(MultiGpu, TwoNodesOfTwoRanksTrainLikeOneGpu) {
         << nodes.out;
     EXPECT_EQ(names_in(dir + "/nodes"), names_in(dir + "/one"));  // the same files, once
     EXPECT_EQ(slurp(dir + "/node1/stdout.txt"), "");
-    std::smatch m;
-    ASSERT_TRUE(
-        std::regex_search(nodes.out, m,
-                          std::regex("node 0's RAM holds ([0-9.]+ [A-Za-z]+) of the fp32 weights, m and "
-                                     "v \\(its share: ([0-9.]+ [A-Za-z]+); all: ([0-9.]+ [A-Za-z]+)\\)")))
-        << nodes.out;
-    const double held = size_of_text(m[1]), share = size_of_text(m[2]), all = size_of_text(m[3]);
-    EXPECT_LE(held, share + 3 * 3 * 2 * 4096.0) << m[0];  // 3 arrays, 3 layers, a page at each end
-    EXPECT_LT(held, 0.7 * all) << m[0];
+    expect_node_share(nodes.out, 3);
 }
 
 // The Llama family on 3 nodes of one rank each (no launcher: each node's process is its rank), a GPU-resident
@@ -376,6 +382,8 @@ TEST_F(MultiGpu, ANodeThatDiesEndsTheRunOnEveryNode) {
     const std::string last = file_size(dir + "/run/DONE_00000002") >= 0 ? "2" : "1";
     const Result b = run_nodes(2, run_args(spec, dir + "/run", {"-y", "1"}));
     EXPECT_TRUE(has(b.out, "(step " + last + ")")) << b.out;
+    expect_node_share(b.out, 3);                      // a resume reads its parts of the files only
+    EXPECT_EQ(slurp(dir + "/node1/stdout.txt"), "");  // one rank a node: node 1's is silent too
     const Result one = run_bin(kEmu, run_args(spec, dir + "/one"));
     ASSERT_EQ(one.code, 0) << one.err;
     const std::vector<float> pa = params_of(dir + "/one/model_00000003.bin"),
@@ -455,7 +463,7 @@ TEST_F(MultiGpu, BadFlagsAreOneLineErrors) {
             CleanError(run_bin(kGpu, run_args(spec, dir + "/e", {"-pn", "2"})), {"no CUDA device found"}));
     }
     EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/d", {"-pn", "65"})), {"-pn"}));
-    // several nodes: where node 0 is, which node this is, the same -pn on each, every node there in time
+    // several nodes: where node 0 is, which node this is, the same -pn and flags on each, every node in time
     EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/f", {"-pN", "2", "-pr", "1"})),
                            {"-pr 1: -ps HOST[:PORT] names node 0"}));
     EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/g", {"-pN", "2", "-pr", "2", "-ps", "h"})),
@@ -465,6 +473,12 @@ TEST_F(MultiGpu, BadFlagsAreOneLineErrors) {
     std::vector<int> codes;
     const Result mixed = run_nodes(2, run_args(spec, dir + "/i", {"-pn", "2"}), &codes, {"-pn", "1"});
     EXPECT_TRUE(CleanError(mixed, {"-pN: node 1 has 1 GPU rank, node 0 2: every node runs the same -pn"}));
+    EXPECT_TRUE(has(slurp(dir + "/node1/stderr.txt"), "refused by node 0: -pN: node 1 has 1 GPU rank"));
+    const Result other = run_nodes(2, run_args(spec, dir + "/k", {"-pn", "2"}), &codes, {"-l", "1e-3"});
+    EXPECT_TRUE(
+        CleanError(other, {"node 1's flags differ from node 0's", "every node starts with the same flags"}));
+    EXPECT_EQ(codes, (std::vector<int>{1, 1}));
+    EXPECT_TRUE(has(slurp(dir + "/node1/stderr.txt"), "error: rank 2: node 1's flags differ"));
     setenv("LLMC_NODE_WAIT", "1", 1);
     const std::string port = std::to_string(20000 + (getpid() * 13 + 7) % 40000);
     EXPECT_TRUE(
