@@ -53,6 +53,7 @@ typedef struct {
     int64_t gpu_budget, host_avail, disk_free;  // bytes; -1: unknown (no check)
     double peak_flops, disk_read_Bps, disk_write_Bps;
     bool several;  // -pn / -pN: the advice keeps to what several GPUs run (no -E 1, no -sd yet)
+    int nodes;     // -pN: host RAM is a node's (its part of the streamed layers' fp32 state); 0 or 1: all
 } PlanTarget;
 
 // Choice c's plan, whether it fits t, and the bounds on its step.
@@ -63,6 +64,11 @@ static PlanEval plan_evaluate(const PlanTarget* t, PlanChoice c) {
     const GPTConfig* cfg = t->cfg;
     e.m = gpt_memory_plan(cfg, c.B, t->T, c.n_micro, t->slots, c.resident, c.kept, c.tier, t->llama,
                           c.vocab_host > 0);
+    if (t->nodes > 1) {  // a node holds the prefix's fp32 state whole and 1/N of the streamed layers'
+        const double streamed =
+            (double)(cfg->num_layers - c.resident) * model_layout(cfg, t->llama).layer_stride;
+        e.m.host_bytes -= (int64_t)(12.0 * streamed * (t->nodes - 1.0) / t->nodes);
+    }
     e.gpu_fits = e.m.gpu_bytes + gpu_reserve_bytes <= t->gpu_budget;
     e.host_fits = t->host_avail < 0 || e.m.host_bytes <= t->host_avail;
     e.disk_fits = c.tier == TIER_RAM || t->disk_free < 0 || e.m.ssd_disk <= t->disk_free;
@@ -224,7 +230,7 @@ static void print_plan_table(const PlanTarget* t, const PlanEval& e, const GpuAr
     if (t->host_avail >= 0)
         snprintf(have, sizeof have, "%.2f GiB %s", t->host_avail / GiB,
                  ga->host_gib > 0 ? "given by -M" : "available here (-M GiB for another)");
-    plan_row("host RAM", need, t->host_avail >= 0 ? have : "unknown",
+    plan_row(t->nodes > 1 ? "host RAM, node" : "host RAM", need, t->host_avail >= 0 ? have : "unknown",
              t->host_avail >= 0 ? fit(e.host_fits) : "");
     if (e.c.tier != TIER_RAM) {
         snprintf(need, sizeof need, "%.2f GiB", e.m.ssd_disk / GiB);
@@ -296,9 +302,9 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
         {"compute, a GPU", e.flops, t->peak_flops * PLAN_MFU, "TFLOP/s (as above), assumed"},
         {"PCIe up, a GPU", e.h2d, PLAN_PCIE_BPS, "GB/s, assumed"},
         {"PCIe down", pcie_down, PLAN_PCIE_BPS, "GB/s (its slice of the gradients), assumed"},
-        {"NVLink, a GPU", nvlink, PLAN_NVLINK_BPS, "GB/s (fp32 gradients reduce-scattered), assumed"},
+        {"NVLink, a GPU", nvlink, PLAN_NVLINK_BPS, "GB/s (fp32 gradients), assumed"},
         {"network, node", network, PLAN_NETWORK_BPS * G, "GB/s (a 400 Gb/s NIC a GPU), assumed"},
-        {"bf16 exchange, node", exchange, PLAN_NETWORK_BPS, "GB/s each way (a node's TCP links), assumed"},
+        {"exchange, node", exchange, PLAN_NETWORK_BPS, "GB/s each way (bf16 weights, TCP), assumed"},
         {"host mem, node", host_copies, PLAN_HOST_MEM_BPS, "GB/s for the copies, assumed"},
         {"CPU AdamW, node", adam, PLAN_HOST_BPS, "GB/s of host memory (its share), assumed"},
     };
@@ -330,8 +336,7 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
             "all-gathering the rest over NVLink would take %.2f s + %.2f s: worth it only where GPUs share "
             "a PCIe link\n",
             e.h2d / PLAN_PCIE_BPS, G, e.h2d / G / PLAN_PCIE_BPS, e.h2d * (G - 1.0) / G / PLAN_NVLINK_BPS);
-    const double host =
-        N == 1 ? (double)e.m.host_bytes : (double)e.m.host_bytes - e.m.master_adam * (N - 1.0) / N;
+    const double host = (double)e.m.host_bytes;  // plan_evaluate: a node's
     printf(
         "memory: each GPU %.2f GiB (the plan above, for its micro-batches); each node's host RAM %.2f GiB: ",
         e.m.gpu_bytes / GiB, host / GiB);
@@ -339,8 +344,11 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
         printf("the fp32 weights, m, v and bf16 copies once, whatever G (%.1f bytes a parameter)\n",
                host / p.total);
     else
-        printf("%.1f bytes a parameter (fp32 weights, m, v: 12/%d; bf16 weights and gradients whole: 4)\n",
-               host / p.total, N);
+        printf(
+            "%.1f bytes a parameter (fp32 weights, m, v: 12/%d of the streamed layers, the prefix whole; "
+            "bf16 "
+            "weights and gradients whole: 4)\n",
+            host / p.total, N);
 }
 
 // -P 1 after the part-by-part lines: the table, and advice where the plan does not fit. Returns the exit
@@ -352,7 +360,7 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
     const double GiB = 1073741824.0;
     PlanTarget t;
     memset(&t, 0, sizeof t);
-    t.cfg = cfg, t.llama = llama, t.T = T, t.slots = ga->num_slots, t.several = several;
+    t.cfg = cfg, t.llama = llama, t.T = T, t.slots = ga->num_slots, t.several = several, t.nodes = ga->nodes;
     char gpu_text[96], peak_text[64];
     t.gpu_budget = plan_gpu_target(ga, no_gpu_here, gpu_text, sizeof gpu_text, &t.peak_flops, peak_text,
                                    sizeof peak_text);
