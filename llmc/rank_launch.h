@@ -60,7 +60,8 @@ static int launch_wait(NodeShared* node, int G, int first, int world) {
         launch_children[r] = 0;
         alive--;
         const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        const bool stopped = launch_signal && (code == 130 || code == 143);  // a stop that was asked for
+        // a stop that was asked for: of this launcher, or of a rank or node elsewhere (the ranks agree on it)
+        const bool stopped = code == 130 || code == 143;
         if (code != 0 && !stopped && failed < 0) {
             failed = r;
             failed_at = now();

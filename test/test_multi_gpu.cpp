@@ -394,6 +394,45 @@ TEST_F(MultiGpu, ANodeThatDiesEndsTheRunOnEveryNode) {
     EXPECT_LE(over, (int64_t)(0.005 * pa.size()));
 }
 
+// Ctrl-C on node 1's launcher: the ranks of both nodes agree on it at the step's end, rank 0 saves, every
+// node exits 130 without an error line; the run resumes (here on one GPU).
+TEST_F(MultiGpu, CtrlCOnAnyNodeStopsEveryNode) {
+    const char* spec = "L3:C64:NH4:T32:V512";
+    const std::string addr = "127.0.0.1:" + std::to_string(20000 + (getpid() * 37 + 11) % 40000);
+    setenv("LLMC_NODE_WAIT", "600", 1);
+    pid_t pids[2];
+    for (int n = 1; n >= 0; n--) {
+        const std::string scratch = dir + "/node" + std::to_string(n);
+        mkdir(scratch.c_str(), 0755);
+        pids[n] = spawn(kEmu,
+                        run_args(spec, dir + "/run",
+                                 {"-pn", "2", "-x", "1000", "-n", "1000", "-pN", "2", "-pr",
+                                  std::to_string(n), "-ps", addr}),
+                        scratch);
+    }
+    unsetenv("LLMC_NODE_WAIT");
+    if (!wait_for_text(dir + "/node0/stdout.txt", "step    2/", 600, pids[0])) {
+        wait_exit(pids[0], 0), wait_exit(pids[1], 0);
+        FAIL() << "no step 2:\n" << slurp(dir + "/node0/stdout.txt") << slurp(dir + "/node0/stderr.txt");
+    }
+    kill(pids[1], SIGINT);
+    EXPECT_EQ(wait_exit(pids[0], 600), 130) << slurp(dir + "/node0/stderr.txt");
+    EXPECT_EQ(wait_exit(pids[1], 600), 130) << slurp(dir + "/node1/stderr.txt");
+    for (const char* n : {"/node0/stderr.txt", "/node1/stderr.txt"})
+        EXPECT_FALSE(has(slurp(dir + n), "error:")) << n << ": " << slurp(dir + n);
+    const std::string o = slurp(dir + "/node0/stdout.txt");
+    std::smatch m;
+    ASSERT_TRUE(
+        std::regex_search(o, m, std::regex("stopped by SIGINT after step ([0-9]+): resume with -y 1")))
+        << o;
+    const std::string stopped = m[1];
+    EXPECT_TRUE(has(o, "saved checkpoint step " + stopped)) << o;
+    const Result b = run_bin(
+        kEmu, run_args(spec, dir + "/run", {"-y", "1", "-x", std::to_string(std::stoi(stopped) + 1)}));
+    EXPECT_EQ(b.code, 0) << b.err;
+    EXPECT_TRUE(has(b.out, "(step " + stopped + ")")) << b.out;
+}
+
 // torchrun over 2 nodes: RANK, WORLD_SIZE 4, LOCAL_WORLD_SIZE 2, MASTER_ADDR and MASTER_PORT (node 0's
 // leader listens on MASTER_PORT + 1): the run of -pn 2 -pN 2, bit for bit.
 TEST_F(MultiGpu, NodesFromTorchrunsEnvironmentTrainAsPnAndPN) {
