@@ -213,24 +213,27 @@ static void alloc_step_buffers(Run* r) {
     }
 }
 
-// Samples' tokenizer: Llama's tokenizer.json, GPT-2's, or none (ids). Returns its path.
+// Samples' tokenizer: Llama's tokenizer.json, GPT-2's, or none (ids). Returns its path. Several ranks: rank
+// 0 alone warns (every rank loads it).
 static std::string open_tokenizer(Run* r) {
     char err[4352];
+    FILE* warn = r->comm->rank == 0 ? stderr : NULL;
     const bool llama = r->llama.num_layers > 0;
     const std::string json = std::string(r->args.model) + "/tokenizer.json";
     if (llama && is_dir(r->args.model) && file_exists(json)) {
-        if (!tokenizer_init_hf(&r->tok, json.c_str(), err, sizeof err, r->cfg.vocab_size))
-            fprintf(stderr, "warning: %s\n", err);
-        else if ((int64_t)r->tok.vocab_size > r->cfg.vocab_size) {
-            fprintf(stderr, "warning: %s has %u tokens, the model %d: samples are printed as token ids\n",
-                    json.c_str(), r->tok.vocab_size, r->cfg.vocab_size);
+        if (!tokenizer_init_hf(&r->tok, json.c_str(), err, sizeof err, r->cfg.vocab_size)) {
+            if (warn) fprintf(warn, "warning: %s\n", err);
+        } else if ((int64_t)r->tok.vocab_size > r->cfg.vocab_size) {
+            if (warn)
+                fprintf(warn, "warning: %s has %u tokens, the model %d: samples are printed as token ids\n",
+                        json.c_str(), r->tok.vocab_size, r->cfg.vocab_size);
             tokenizer_free(&r->tok);
         }
         return r->tok.init_ok ? json : "";
     }
     if (llama && r->cfg.vocab_size != 50257) return "";
-    if (!tokenizer_init(&r->tok, kTokenizerPath, err, sizeof err))
-        fprintf(stderr, "warning: %s; samples are printed as token ids\n", err);
+    if (!tokenizer_init(&r->tok, kTokenizerPath, err, sizeof err) && warn)
+        fprintf(warn, "warning: %s; samples are printed as token ids\n", err);
     return r->tok.init_ok ? kTokenizerPath : "";
 }
 
