@@ -353,8 +353,8 @@ static void check_fit(Run* r) {
     cudaCheck(cudaGetDeviceCount(&devices));
     const int device = r->comm->local % devices;  // -pn: the node's rank r on GPU r
     if (r->comm->local_world > devices && r->comm->local == 0)
-        fprintf(stderr, "warning: -pn %d on %d GPU%s: ranks share a GPU\n", r->comm->local_world, devices,
-                devices > 1 ? "s" : "");
+        fprintf(stderr, "warning: %d ranks on this node's %d GPU%s: ranks share a GPU\n",
+                r->comm->local_world, devices, devices > 1 ? "s" : "");
     cudaCheck(cudaGetDeviceProperties(&r->prop, device));
     cudaCheck(cudaSetDevice(device));
     comm_init(r->comm);  // NCCL's communicator, or the host's sums
