@@ -36,7 +36,8 @@ static void adamw_layer(GPT* g, int l) {
     const AdamWArgs args = optimizer_adamw_args(g);
     const ParamLayout* p = &g->layout;
     const int64_t lo = g->stream.grad_lo, n = g->stream.grad_hi - lo, off = gpt_layer_offset(p, l) + lo;
-    const uint16_t* grads = g->stream.grads_host_bf16 + (int64_t)l * p->layer_stride + lo;
+    const uint16_t* grads =
+        g->stream.grads_host_bf16 + (int64_t)l * g->stream.grads_stride + (lo - g->stream.grads_base);
     uint16_t* bf16_out = g->stream.weights_host_bf16 + off;
     if (n <= 0) return;
     FAKE_CUDA_HOST_ACCESS(grads, n * 2, false, "the CPU AdamW reading a layer's gradients");

@@ -64,10 +64,12 @@ static PlanEval plan_evaluate(const PlanTarget* t, PlanChoice c) {
     const GPTConfig* cfg = t->cfg;
     e.m = gpt_memory_plan(cfg, c.B, t->T, c.n_micro, t->slots, c.resident, c.kept, c.tier, t->llama,
                           c.vocab_host > 0);
-    if (t->nodes > 1) {  // a node holds the prefix's fp32 state whole and 1/N of the streamed layers'
-        const double streamed =
-            (double)(cfg->num_layers - c.resident) * model_layout(cfg, t->llama).layer_stride;
-        e.m.host_bytes -= (int64_t)(12.0 * streamed * (t->nodes - 1.0) / t->nodes);
+    if (t->nodes > 1) {  // a node holds the prefix's fp32 state whole and 1/N of the streamed layers', and
+                         // the bf16 gradients of its part of each layer
+        const double stride = (double)model_layout(cfg, t->llama).layer_stride,
+                     streamed = (cfg->num_layers - c.resident) * stride;
+        e.m.host_bytes -=
+            (int64_t)((12.0 * streamed + 2.0 * cfg->num_layers * stride) * (t->nodes - 1.0) / t->nodes);
     }
     e.gpu_fits = e.m.gpu_bytes + gpu_reserve_bytes <= t->gpu_budget;
     e.host_fits = t->host_avail < 0 || e.m.host_bytes <= t->host_avail;
@@ -346,9 +348,8 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
     else
         printf(
             "%.1f bytes a parameter (fp32 weights, m, v: 12/%d of the streamed layers, the prefix whole; "
-            "bf16 "
-            "weights and gradients whole: 4)\n",
-            host / p.total, N);
+            "bf16 gradients: 2/%d; bf16 weights whole: 2)\n",
+            host / p.total, N, N);
 }
 
 // -P 1 after the part-by-part lines: the table, and advice where the plan does not fit. Returns the exit

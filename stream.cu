@@ -105,9 +105,11 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
                                                cudaEventDisableTiming | cudaEventBlockingSync));
         }
     }
+    ws->grads_stride = shared ? shared->grads_stride : layer_stride;
+    ws->grads_base = shared ? shared->grads_base : 0;
     if (host_grads)
         ws->grads_host_bf16 =
-            shared ? (uint16_t*)pinned_register(shared->grads, (int64_t)num_layers * layer_stride * 2,
+            shared ? (uint16_t*)pinned_register(shared->grads, (int64_t)num_layers * ws->grads_stride * 2,
                                                 "the layer gradients")
                    : (uint16_t*)pinned_alloc((int64_t)num_layers * layer_stride * 2, "the layer gradients");
 
@@ -370,11 +372,8 @@ bf16* stream_grad_staging(WeightStream* ws) {
     return ws->grad_staging[k];
 }
 
-void stream_send_layer_grads(WeightStream* ws, int l) {
-    stream_send_layer_grads_to(ws, l, ws->grads_host_bf16 + (int64_t)l * ws->layer_stride);
-}
-
-void stream_send_layer_grads_to(WeightStream* ws, int l, uint16_t* host_dst) {
+// Layer l's gradients [grad_lo, grad_hi) to dst_lo, where element grad_lo goes.
+static void send_grads(WeightStream* ws, int l, uint16_t* dst_lo) {
     const int k = ws->staging_next;
     ws->staging_next ^= 1;
     const int64_t lo = ws->grad_lo, bytes = (ws->grad_hi - lo) * 2;  // this rank's part
@@ -382,12 +381,20 @@ void stream_send_layer_grads_to(WeightStream* ws, int l, uint16_t* host_dst) {
     cudaCheck(cudaStreamWaitEvent(ws->d2h, ws->compute_mark, 0));
     const int span = timeline_begin(ws->timeline, TRACK_D2H, "grads", l, ws->d2h);
     if (bytes > 0)
-        cudaCheck(cudaMemcpyAsync(host_dst + lo, ws->grad_staging[k] + lo, (size_t)bytes,
-                                  cudaMemcpyDeviceToHost, ws->d2h));
+        cudaCheck(cudaMemcpyAsync(dst_lo, ws->grad_staging[k] + lo, (size_t)bytes, cudaMemcpyDeviceToHost,
+                                  ws->d2h));
     timeline_end(ws->timeline, span, ws->d2h);
     cudaCheck(cudaEventRecord(ws->staging_free[k], ws->d2h));
     cudaCheck(cudaEventRecord(ws->grads_on_host[l], ws->d2h));
     ws->bytes_d2h += bytes;
+}
+
+void stream_send_layer_grads(WeightStream* ws, int l) {
+    send_grads(ws, l, ws->grads_host_bf16 + (int64_t)l * ws->grads_stride + (ws->grad_lo - ws->grads_base));
+}
+
+void stream_send_layer_grads_to(WeightStream* ws, int l, uint16_t* host_dst) {
+    send_grads(ws, l, host_dst + ws->grad_lo);
 }
 
 void stream_wait_grads_on_host(WeightStream* ws, int l) {

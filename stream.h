@@ -53,7 +53,10 @@ typedef struct {
 
     // Pinned: [embeddings | layer 0 | ... | layer L-1] (-sw 1: to first_streamed).
     uint16_t* weights_host_bf16;
-    uint16_t* grads_host_bf16;  // L * layer_stride; NULL without host_grads (stream_send_layer_grads_to)
+    uint16_t* grads_host_bf16;  // L * grads_stride; NULL without host_grads (stream_send_layer_grads_to)
+    // layer l's gradient element x at grads_host_bf16[l * grads_stride + x - grads_base]: the layer, or over
+    // several nodes the node's part of it [grads_base, grads_base + grads_stride) (StreamHostArrays)
+    int64_t grads_stride, grads_base;
 
     // GPU
     bf16* slots;                 // num_slots * layer_stride: the weights of the layers in flight
@@ -91,7 +94,8 @@ typedef struct {
 // A multi-GPU run's host arrays, shared by the node's ranks: stream_init pins them instead of allocating.
 typedef struct {
     uint16_t* weights;  // stream_host_bytes' bf16 weights
-    uint16_t* grads;    // and gradients
+    uint16_t* grads;  // and gradients: L x grads_stride, the part [grads_base, + grads_stride) of each layer
+    int64_t grads_stride, grads_base;
 } StreamHostArrays;
 
 // Allocates everything or dies. reader: -sw 1, or NULL. shared: the node's host arrays, or NULL.

@@ -245,13 +245,18 @@ static int64_t layer_grads_floats(const GPT* g) {
 }
 
 // The node's pinned bf16 weights and gradients, once for all ranks (NULL: one rank, stream_init's own).
+// Several nodes: the gradients of the node's part of each layer only (comm_node_part).
 static StreamHostArrays* node_stream_arrays(GPT* g) {
     static StreamHostArrays shared;
-    if (g->comm->local_world == 1) return NULL;
+    if (g->comm->local_world == 1 && g->comm->nodes == 1) return NULL;
     const ParamLayout* p = &g->layout;
     const int64_t L = g->config.num_layers;
+    int64_t lo, hi;
+    comm_node_part(g->comm, p->layer_stride, g->comm->node_rank, &lo, &hi);
+    shared.grads_base = lo;
+    shared.grads_stride = std::max<int64_t>(hi - lo, 1);
     shared.weights = (uint16_t*)node_shared_alloc(g->comm, p->total * 2, "the bf16 weights");
-    shared.grads = (uint16_t*)node_shared_alloc(g->comm, L * p->layer_stride * 2, "the layer gradients");
+    shared.grads = (uint16_t*)node_shared_alloc(g->comm, L * shared.grads_stride * 2, "the layer gradients");
     return &shared;
 }
 
@@ -509,7 +514,7 @@ static void gpt_free(GPT* g) {
     stream_free(&g->stream);
     if (shared) {
         node_shared_free(weights_bf16, g->layout.total * 2);
-        node_shared_free(grads_bf16, (int64_t)g->config.num_layers * g->layout.layer_stride * 2);
+        node_shared_free(grads_bf16, (int64_t)g->config.num_layers * g->stream.grads_stride * 2);
     }
     cudaCheck(cudaFree(g->resident));
     cudaCheck(cudaFree(g->resident_grads));
