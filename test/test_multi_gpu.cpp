@@ -116,6 +116,19 @@ class MultiGpu : public CliTest {
                     << (n ? slurp(dir + "/node" + std::to_string(n) + "/stderr.txt") : r.err);
         return r;
     }
+    // A run's stdout `o` after Ctrl-C: stopped after step S, S saved; -y 1 (one GPU) resumes at S.
+    void expect_stopped_and_resumed(const char* spec, const std::string& o) {
+        std::smatch m;
+        ASSERT_TRUE(
+            std::regex_search(o, m, std::regex("stopped by SIGINT after step ([0-9]+): resume with -y 1")))
+            << o;
+        const std::string stopped = m[1];
+        EXPECT_TRUE(has(o, "saved checkpoint step " + stopped)) << o;
+        const Result b = run_bin(
+            kEmu, run_args(spec, dir + "/run", {"-y", "1", "-x", std::to_string(std::stoi(stopped) + 1)}));
+        EXPECT_EQ(b.code, 0) << b.err;
+        EXPECT_TRUE(has(b.out, "(step " + stopped + ")")) << b.out;
+    }
     Result compare_with_one_gpu(const Result& a, const Result& b, const std::string& one_dir,
                                 const std::string& many_dir, int steps = 3) {
         EXPECT_EQ(a.code, 0) << a.cmd << "\n" << a.err << a.out;
@@ -255,17 +268,7 @@ TEST_F(MultiGpu, CtrlCStopsEveryRankAfterTheStep) {
     }
     kill(pid, SIGINT);
     EXPECT_EQ(wait_exit(pid, 600), 130) << slurp(dir + "/stderr.txt");
-    const std::string o = slurp(dir + "/stdout.txt");
-    std::smatch m;
-    ASSERT_TRUE(
-        std::regex_search(o, m, std::regex("stopped by SIGINT after step ([0-9]+): resume with -y 1")))
-        << o;
-    const std::string stopped = m[1];
-    EXPECT_TRUE(has(o, "saved checkpoint step " + stopped)) << o;
-    const Result b = run_bin(
-        kEmu, run_args(spec, dir + "/run", {"-y", "1", "-x", std::to_string(std::stoi(stopped) + 1)}));
-    EXPECT_EQ(b.code, 0) << b.err;
-    EXPECT_TRUE(has(b.out, "(step " + stopped + ")")) << b.out;
+    expect_stopped_and_resumed(spec, slurp(dir + "/stdout.txt"));
 }
 
 // Ranks started by another launcher (torchrun's RANK, WORLD_SIZE, LOCAL_WORLD_SIZE; LLMC_RUN_ID names the
@@ -420,17 +423,7 @@ TEST_F(MultiGpu, CtrlCOnAnyNodeStopsEveryNode) {
     EXPECT_EQ(wait_exit(pids[1], 600), 130) << slurp(dir + "/node1/stderr.txt");
     for (const char* n : {"/node0/stderr.txt", "/node1/stderr.txt"})
         EXPECT_FALSE(has(slurp(dir + n), "error:")) << n << ": " << slurp(dir + n);
-    const std::string o = slurp(dir + "/node0/stdout.txt");
-    std::smatch m;
-    ASSERT_TRUE(
-        std::regex_search(o, m, std::regex("stopped by SIGINT after step ([0-9]+): resume with -y 1")))
-        << o;
-    const std::string stopped = m[1];
-    EXPECT_TRUE(has(o, "saved checkpoint step " + stopped)) << o;
-    const Result b = run_bin(
-        kEmu, run_args(spec, dir + "/run", {"-y", "1", "-x", std::to_string(std::stoi(stopped) + 1)}));
-    EXPECT_EQ(b.code, 0) << b.err;
-    EXPECT_TRUE(has(b.out, "(step " + stopped + ")")) << b.out;
+    expect_stopped_and_resumed(spec, slurp(dir + "/node0/stdout.txt"));
 }
 
 // torchrun over 2 nodes: RANK, WORLD_SIZE 4, LOCAL_WORLD_SIZE 2, MASTER_ADDR and MASTER_PORT (node 0's
@@ -466,8 +459,8 @@ TEST_F(MultiGpu, NodesFromTorchrunsEnvironmentTrainAsPnAndPN) {
 
 // -P 1 for several GPUs and nodes (no GPU, no data): Llama 3 70B at 256K tokens a step, 8 H100s (a GPU's 32K
 // tokens of layer inputs do not fit 79 GiB: exit 3, advice within what -pn runs) and 2 nodes of 8 (fits:
-// 68.3 GiB a GPU, 9.1 bytes a parameter a node: 12/2 + 2/2 + 2, the prefix whole); 405B on 2 nodes of 8 prints
-// its plan too.
+// 68.3 GiB a GPU, 9.1 bytes a parameter a node: 12/2 + 2/2 + 2, the prefix whole); 405B on 2 nodes of 8
+// prints its plan too.
 TEST_F(MultiGpu, PlanForSeveralGpusAndNodes) {
     const Args llama70 = {"-e",     "llama3-70b", "-t",   "4096", "-b", "1",  "-d",
                           "262144", "-M",         "2000", "-V",   "79", "-P", "1"};
