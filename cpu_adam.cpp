@@ -322,3 +322,7 @@ static void convert_range(const float* __restrict in, uint16_t* __restrict out, 
 void convert_f32_to_bf16(const float* in, uint16_t* out, int64_t n) {
     for_chunks(n, [&](int, int64_t lo, int64_t hi) { convert_range(in, out, lo, hi); });
 }
+
+void copy_bf16(const uint16_t* in, uint16_t* out, int64_t n) {
+    for_chunks(n, [&](int, int64_t lo, int64_t hi) { memcpy(out + lo, in + lo, (size_t)(hi - lo) * 2); });
+}

@@ -12,8 +12,10 @@
 // Streamed layers' state: RAM, SSD (-sd), or SSD with bf16 weights too (-sw 1).
 enum { TIER_RAM = 0, TIER_SSD = 1, TIER_SSD_WEIGHTS = 2 };
 
-// -sw 1: pinned read-ahead buffers for bf16 layers (stream.h HostReader).
-#define SW_READ_BUFFERS 4
+// -sw 1: pinned read-ahead buffers for bf16 layers (stream.h HostReader), and pinned layer buffers in which
+// the AdamW round hands its bf16 output to the next forward pass (ssd_tier.h sw_lend).
+#define SW_READ_BUFFERS    4
+#define SW_HANDOFF_BUFFERS 2
 
 // Cores -A 0 leaves to other threads: main, plus -sd's gradient writer and I/O completion.
 static inline int adam_threads_beside(bool ssd) { return ssd ? 3 : 1; }
@@ -145,7 +147,8 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "  -sw <0|1>   with -sd: the streamed layers' bf16 weights live there too, read ahead into %d "
         "pinned\n"
         "              layer buffers for each pass: 2 bytes per parameter less RAM, RAM no longer grows\n"
-        "              with depth; 2 more bytes read per parameter per pass (default %d)\n"
+        "              with depth; the backward pass reads 2 more bytes per parameter (the forward takes\n"
+        "              them from the AdamW round in %d pinned handoff buffers) (default %d)\n"
         "  -sr <GB/s>[,<GB/s>]  -P 1's step time: the -sd disk's read[,write] rate (default: 6,4 assumed)\n"
         "  -pn <int>   GPUs of this node: starts one rank process per GPU, each computing its share of the\n"
         "              step's micro-batches (-d / (-b * -t) must divide by it); the fp32 weights, AdamW "
@@ -164,7 +167,7 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "  streams the whole model once); -g N still asks for them\n",
         MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->kept,
         gd->flash, gd->epilogues, gd->plan_only, gd->host_gib, gd->gpu_gib, gd->vocab_host, SW_READ_BUFFERS,
-        gd->ssd_weights, gd->ranks, NET_DEFAULT_PORT, SAMPLE_DEFAULT_MAX_PARAMS / 1e9);
+        SW_HANDOFF_BUFFERS, gd->ssd_weights, gd->ranks, NET_DEFAULT_PORT, SAMPLE_DEFAULT_MAX_PARAMS / 1e9);
 }
 
 // -g, else SAMPLE_DEFAULT_MAX_PARAMS' rule, else args.h's.

@@ -223,6 +223,7 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     m.pinned = stream_host_bytes(c->num_layers, p.layer_stride, p.embed_count, !ssd,
                                  tier == TIER_SSD_WEIGHTS ? &reader : NULL);
     if (ssd) m.pinned += GRAD_RING * grads_ring_bytes(&p);  // the gradients' ring
+    if (tier == TIER_SSD_WEIGHTS) m.pinned += sw_handoff_bytes(&p);
     if (ssd && resident_layers < c->num_layers) {
         const SsdStoreConfig sc = ssd_store_config(c, resident_layers, tier, llama);
         SsdPlanInput in;
@@ -233,7 +234,7 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
         in.piece_elems = sc.piece_elems;
         in.grads_on_disk = sc.grads_on_disk;
         in.with_bf16 = sc.with_bf16;
-        in.bf16_buffers = SW_READ_BUFFERS;
+        in.bf16_buffers = SW_READ_BUFFERS + SW_HANDOFF_BUFFERS;
         const SsdPlan sp = ssd_plan(&in);
         m.ssd_ring = sp.host_ring;
         m.ssd_disk = sp.disk_bytes;
@@ -395,8 +396,9 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
         "host %9.2f GiB: fp32 master weights and AdamW m, v %.2f%s; pinned bf16 weights and gradients %.2f%s",
         m.host_bytes / GiB, m.master_adam / GiB, ga->ssd_dir ? " (embeddings and -R layers: -sd)" : "",
         m.pinned / GiB,
-        ga->ssd_dir && ga->ssd_weights ? " (the prefix's weights, read and gradient layer buffers: -sw 1)"
-                                       : "");
+        ga->ssd_dir && ga->ssd_weights
+            ? " (the prefix's weights, read, handoff and gradient layer buffers: -sw 1)"
+            : "");
     if (ga->ssd_dir) printf("; the SSD tier's ring %.2f", m.ssd_ring / GiB);
     if (ga->vocab_host > 0)
         printf("; the vocabulary tensors' fp32 gradients %.2f (-E 1)", m.vocab_grads / GiB);

@@ -866,8 +866,12 @@ static void print_run_summary(const Run* r, GPT* g) {
         g->stream.bytes_h2d / 1e9, (long long)g->stream.layer_copies, (long long)g->stream.layer_reuses,
         g->stream.bytes_d2h / 1e9, g->opt->last_round_seconds);
     if (g->ssd && g->ssd->weights_on_disk)
-        printf("bf16 weights read from the SSD tier over the run (-sw 1): %lld layers, %.2f GB\n",
-               (long long)g->stream.reads.count, g->stream.reads.count * g->layout.layer_stride * 2 / 1e9);
+        printf(
+            "bf16 weights read from the SSD tier over the run (-sw 1): %lld layers, %.2f GB; %lld layers "
+            "taken "
+            "from the AdamW round's handoff buffers instead\n",
+            (long long)g->stream.reads.count, g->stream.reads.count * g->layout.layer_stride * 2 / 1e9,
+            (long long)g->stream.reads.lent);
     size_t gpu_free = 0, gpu_total = 0;  // all buffers exist from step 1: use now is the peak
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
     printf(

@@ -167,7 +167,7 @@ typedef struct {
     int64_t host_ring;       // the round's piece ring
     int64_t host_bytes;      // the sum, + other_host_bytes
     int64_t disk_bytes;      // both generations (+ the gradients file)
-    int64_t read_per_step;   // a step's disk reads: the round (+ -sw 1: bf16 weights, twice)
+    int64_t read_per_step;   // a step's disk reads: the round (+ -sw 1: the backward's bf16 weights)
     int64_t write_per_step;  // a step's disk writes: the round (+ gradients)
 } SsdPlan;
 SsdPlan ssd_plan(const SsdPlanInput* in);

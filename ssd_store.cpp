@@ -1069,7 +1069,8 @@ SsdPlan ssd_plan(const SsdPlanInput* in) {
     p.host_ring = n > 0 ? ssd_store_ring_bytes(&c) : 0;
     p.host_bytes = p.host_resident + p.host_bf16 + p.host_grads + p.host_ring + in->other_host_bytes;
     p.disk_bytes = ssd_store_disk_bytes(&c);
-    p.read_per_step = L * (3 * s4 + (in->grads_on_disk ? s2 : 0) + (in->with_bf16 ? 2 * s2 : 0));
+    // -sw 1: the backward pass reads the bf16 weights; the forward takes them from the round (handoff)
+    p.read_per_step = L * (3 * s4 + (in->grads_on_disk ? s2 : 0) + (in->with_bf16 ? s2 : 0));
     p.write_per_step = L * (3 * s4 + (in->with_bf16 ? s2 : 0) + (in->grads_on_disk ? s2 : 0));
     return p;
 }

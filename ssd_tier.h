@@ -44,7 +44,16 @@ struct SsdTier {
     int64_t pass;               // backward passes so far
     int64_t round_pass;         // the backward pass the next AdamW round reads
     bool quit;
+    // -sw 1: the round copies a layer's new bf16 weights into a free handoff buffer as it updates them, and
+    // the next forward pass copies the layer to the GPU from there instead of reading back what the round
+    // wrote (sw_lend). The round never waits for a buffer: without a free one, the layer is read from disk.
+    uint16_t* handoff[SW_HANDOFF_BUFFERS];  // direct_io_bytes(layer_stride * 2) each, pinned
+    int handoff_layer[SW_HANDOFF_BUFFERS];  // the layer it holds, fills or was lent for (-1: none)
+    int handoff_state[SW_HANDOFF_BUFFERS];  // HANDOFF_*
+    cudaEvent_t handoff_copied[SW_HANDOFF_BUFFERS];
+    int handoff_next;  // the round has decided layers below this one (the rest: to come); L: no round due
 };
+enum { HANDOFF_FREE, HANDOFF_FILLING, HANDOFF_FILLED, HANDOFF_LENT, HANDOFF_COPYING };
 
 // Disk errors exit at once: the main thread may be mid-step.
 static void die_disk(const GPT* g, const char* what, const char* err) {
@@ -68,6 +77,13 @@ static SsdTier* ssd_tier_new(const GPT* g, int tier) {
     t->written_pass = (int64_t*)calloc((size_t)g->config.num_layers, sizeof(int64_t));
     if (!t->written_pass) die("out of host memory");
     for (int k = 0; k < GRAD_RING; k++) t->held_layer[k] = -1;
+    t->handoff_next = g->config.num_layers;
+    for (int b = 0; t->weights_on_disk && b < SW_HANDOFF_BUFFERS; b++) {
+        t->handoff[b] = (uint16_t*)pinned_alloc_direct_io(direct_io_bytes(g->layout.layer_stride * 2),
+                                                          "the round's bf16 handoff buffers (-sw 1)");
+        t->handoff_layer[b] = -1;
+        cudaCheck(cudaEventCreateWithFlags(&t->handoff_copied[b], cudaEventDisableTiming));
+    }
     return t;
 }
 
@@ -119,6 +135,10 @@ static void ssd_tier_free(GPT* g) {
         t->thread.join();
     }
     for (int k = 0; k < GRAD_RING; k++) pinned_free_direct_io(t->buf[k]);
+    for (int b = 0; t->weights_on_disk && b < SW_HANDOFF_BUFFERS; b++) {
+        pinned_free_direct_io(t->handoff[b]);
+        cudaCheck(cudaEventDestroy(t->handoff_copied[b]));
+    }
     free(t->written_pass);
     if (t->store) ssd_store_close(t->store);
     delete t;
@@ -126,7 +146,8 @@ static void ssd_tier_free(GPT* g) {
 }
 
 // Each backward pass is a new generation of the grads file. Buffers still held for a round that did not run
-// (an update skipped) are free again: the forward before this pass waited for every round.
+// (an update skipped) are free again: the forward before this pass waited for every layer's update, and a
+// round frees each held buffer at its layer's last piece (ssd_round_update).
 static void ssd_tier_begin_backward(GPT* g) {
     if (!g->ssd) return;
     SsdTier* t = g->ssd;
@@ -165,10 +186,19 @@ static void ssd_tier_send_grads(GPT* g, int l) {
     t->cv.notify_all();
 }
 
-// This step's round reads this backward pass's gradients.
+// This step's round reads this backward pass's gradients. -sw 1: its layers are to be handed over; what the
+// last round handed and no pass took is stale.
 static void ssd_tier_submit(GPT* g) {
-    std::lock_guard<std::mutex> lock(g->ssd->mu);
-    g->ssd->round_pass = g->ssd->pass;
+    SsdTier* t = g->ssd;
+    std::lock_guard<std::mutex> lock(t->mu);
+    t->round_pass = t->pass;
+    if (!t->weights_on_disk) return;
+    t->handoff_next = g->resident_layers;
+    for (int b = 0; b < SW_HANDOFF_BUFFERS; b++)
+        if (t->handoff_state[b] == HANDOFF_FILLED) {
+            t->handoff_state[b] = HANDOFF_FREE;
+            t->handoff_layer[b] = -1;
+        }
 }
 
 // ----------------------------------------------------------------------------
@@ -180,6 +210,7 @@ typedef struct {
     AdamWArgs adamw;
     double* layer_t0;                   // the timeline's start of each layer's update
     void (*layer_done)(GPT* g, int l);  // layer l updated: the next forward may copy it
+    int handoff = -1;                   // -sw 1: the handoff buffer of the layer being updated, or -1
 } SsdRound;
 
 // ssd.h's SsdRoundFns; store layer i is layer R + i.
@@ -206,12 +237,57 @@ static const uint16_t* ssd_round_grads(void* ctx, int i) {
                           "the CPU AdamW reading held gradients");
     return g->ssd->buf[k];
 }
+// -sw 1, at layer l's first piece: a free handoff buffer for its bf16 (a lent one once its copy has run), or
+// -1. Either way layer l is decided: the pass waiting in sw_lend learns where to take it from.
+static int handoff_claim(GPT* g, int l) {
+    SsdTier* t = g->ssd;
+    std::lock_guard<std::mutex> lock(t->mu);
+    t->handoff_next = l + 1;
+    t->cv.notify_all();
+    for (int b = 0; b < SW_HANDOFF_BUFFERS; b++) {
+        if (t->handoff_state[b] == HANDOFF_COPYING) {
+            const cudaError_t e = cudaEventQuery(t->handoff_copied[b]);
+            if (e == cudaErrorNotReady) continue;
+            cudaCheck(e);
+        } else if (t->handoff_state[b] != HANDOFF_FREE) continue;
+        t->handoff_state[b] = HANDOFF_FILLING;
+        t->handoff_layer[b] = l;
+        return b;
+    }
+    return -1;
+}
 static void ssd_round_update(void* ctx, int i, int64_t off, int64_t n, float* params, const uint16_t* grads,
                              float* m, float* v, uint16_t* bf16_out) {
     SsdRound* r = (SsdRound*)ctx;
-    const ParamLayout* p = &r->g->layout;
-    adamw_tensors_window_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_is_matrix(r->g),
-                                  off, n, params, grads, m, v, bf16_out, &r->adamw);
+    GPT* g = r->g;
+    const ParamLayout* p = &g->layout;
+    adamw_tensors_window_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_is_matrix(g), off,
+                                  n, params, grads, m, v, bf16_out, &r->adamw);
+    SsdTier* t = g->ssd;
+    const int l = g->resident_layers + i;
+    // The layer's held gradients are used: the buffer is free. Now, not at layer_done: with -sw 1 the next
+    // pass may reach its backward before that.
+    if (off + n == p->layer_stride) {
+        std::lock_guard<std::mutex> lock(t->mu);
+        for (int k = 0; k < GRAD_RING; k++)
+            if (t->held_layer[k] == l) {
+                t->held_layer[k] = -1;
+                t->busy[k] = false;
+                FAKE_CUDA_HOST_RELEASE(t);
+                t->cv.notify_all();
+            }
+    }
+    if (!t->weights_on_disk) return;
+    if (off == 0) r->handoff = handoff_claim(g, l);
+    if (r->handoff < 0) return;
+    uint16_t* dst = t->handoff[r->handoff] + off;
+    FAKE_CUDA_HOST_ACCESS(dst, n * 2, true, "the CPU AdamW handing a layer's bf16 over (-sw 1)");
+    copy_bf16(bf16_out, dst, n);
+    if (off + n < p->layer_stride) return;
+    std::lock_guard<std::mutex> lock(t->mu);  // the whole layer is there: the pass may take it
+    t->handoff_state[r->handoff] = HANDOFF_FILLED;
+    FAKE_CUDA_HOST_RELEASE(t);
+    t->cv.notify_all();
 }
 static uint16_t* ssd_round_bf16_dst(void* ctx, int i) {
     GPT* g = ((SsdRound*)ctx)->g;
@@ -221,19 +297,7 @@ static uint16_t* ssd_round_bf16_dst(void* ctx, int i) {
 }
 static void ssd_round_layer_done(void* ctx, int i) {
     SsdRound* r = (SsdRound*)ctx;
-    SsdTier* t = r->g->ssd;
-    const int l = r->g->resident_layers + i;
-    {
-        std::lock_guard<std::mutex> lock(t->mu);  // its held gradients are used: the buffer is free
-        for (int k = 0; k < GRAD_RING; k++)
-            if (t->held_layer[k] == l) {
-                t->held_layer[k] = -1;
-                t->busy[k] = false;
-                FAKE_CUDA_HOST_RELEASE(t);
-                t->cv.notify_all();
-            }
-    }
-    r->layer_done(r->g, l);
+    r->layer_done(r->g, r->g->resident_layers + i);
 }
 
 // Waits until every streamed layer's round gradients are on disk.
@@ -280,11 +344,51 @@ static int sw_read_done(void* ctx, int64_t req, int wait) {
         die_disk(g, "reading the bf16 weights from the SSD tier", err);
     return 1;
 }
+// HostReader.lend: layer l from a handoff buffer (handoff_claim). buf NULL: only asks.
+static int sw_lend(void* ctx, int l, int wait, const uint16_t** buf) {
+    SsdTier* t = ((GPT*)ctx)->ssd;
+    std::unique_lock<std::mutex> lock(t->mu);
+    for (;;) {
+        int b = 0;
+        while (b < SW_HANDOFF_BUFFERS &&
+               !(t->handoff_layer[b] == l &&
+                 (t->handoff_state[b] == HANDOFF_FILLING || t->handoff_state[b] == HANDOFF_FILLED)))
+            b++;
+        if (b == SW_HANDOFF_BUFFERS && l < t->handoff_next) return -1;  // decided: from disk
+        if (b < SW_HANDOFF_BUFFERS && !buf) return 1;
+        if (b < SW_HANDOFF_BUFFERS && t->handoff_state[b] == HANDOFF_FILLED) {
+            FAKE_CUDA_HOST_ACQUIRE(t);
+            t->handoff_state[b] = HANDOFF_LENT;
+            *buf = t->handoff[b];
+            return 1;
+        }
+        if (!wait) return 0;
+        t->cv.wait(lock);
+    }
+}
+// HostReader.lent_copied: the buffer is free once the copy queued on `stream` has run.
+static void sw_lent_copied(void* ctx, int l, cudaStream_t stream) {
+    SsdTier* t = ((GPT*)ctx)->ssd;
+    std::lock_guard<std::mutex> lock(t->mu);
+    for (int b = 0; b < SW_HANDOFF_BUFFERS; b++)
+        if (t->handoff_layer[b] == l && t->handoff_state[b] == HANDOFF_LENT) {
+            cudaCheck(cudaEventRecord(t->handoff_copied[b], stream));
+            t->handoff_state[b] = HANDOFF_COPYING;
+            t->handoff_layer[b] = -1;
+            return;
+        }
+    die("internal: layer %d's handoff buffer was not lent", l);
+}
 // g may be NULL: sizes only, for the memory plan.
 static HostReader sw_reader(GPT* g, const ParamLayout* p, int resident_layers) {
     const int64_t bytes = ssd_round_up(p->layer_stride * 2, SSD_ALIGN);
-    const HostReader r = {sw_read_start, sw_read_done, g, SW_READ_BUFFERS, bytes, resident_layers};
+    const HostReader r = {sw_read_start, sw_read_done,    g,       SW_READ_BUFFERS,
+                          bytes,         resident_layers, sw_lend, sw_lent_copied};
     return r;
+}
+// -sw 1's handoff buffers, for the memory plan
+static int64_t sw_handoff_bytes(const ParamLayout* p) {
+    return SW_HANDOFF_BUFFERS * direct_io_bytes(p->layer_stride * 2);
 }
 
 // ----------------------------------------------------------------------------

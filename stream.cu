@@ -72,9 +72,10 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
         // overlap needs 2: one slot computes while the other fills
         die("weight slots must be between 2 and %d (got %d)", MAX_SLOTS, num_slots);
     }
-    if (reader && (!reader->start || !reader->done || reader->num_buffers < 1 ||
-                   reader->num_buffers > MAX_READ_BUFFERS || reader->buffer_bytes < layer_stride * 2 ||
-                   reader->first_streamed < 0 || reader->first_streamed > num_layers))
+    if (reader && (!reader->start || !reader->done || !reader->lend != !reader->lent_copied ||
+                   reader->num_buffers < 1 || reader->num_buffers > MAX_READ_BUFFERS ||
+                   reader->buffer_bytes < layer_stride * 2 || reader->first_streamed < 0 ||
+                   reader->first_streamed > num_layers))
         die("internal: a weight reader with %d buffers of %lld bytes from layer %d (layers of %lld bytes)",
             reader->num_buffers, (long long)reader->buffer_bytes, reader->first_streamed,
             (long long)(layer_stride * 2));
@@ -242,6 +243,11 @@ static void read_ahead(WeightStream* ws) {
     for (int pos = ws->schedule_next; pos < ws->schedule_len; pos++) {
         const int l = ws->schedule[pos];
         if (slot_of(ws, l) >= 0 || read_buffer_of(ws, l) >= 0) continue;
+        if (ws->reads.reader.lend) {  // a layer the round hands over is not read
+            const int lent = ws->reads.reader.lend(ws->reads.reader.ctx, l, 0, NULL);
+            if (lent == 0) return;
+            if (lent == 1) continue;
+        }
         if (!ws->host_ready(ws->host_ready_ctx, l, 0)) return;
         const int b = read_buffer_take(ws, 0);
         if (b < 0) return;
@@ -249,8 +255,18 @@ static void read_ahead(WeightStream* ws) {
     }
 }
 
-// Layer l's host weights. NULL if not ready, unless wait = 1.
-static const uint16_t* host_weights(WeightStream* ws, int l, int wait) {
+// Layer l's host weights. NULL if not ready, unless wait = 1. *lent: in the reader's buffer (lend).
+static const uint16_t* host_weights(WeightStream* ws, int l, int wait, bool* lent) {
+    *lent = false;
+    if (ws->reads.reader.lend) {
+        const uint16_t* buf = NULL;
+        const int r = ws->reads.reader.lend(ws->reads.reader.ctx, l, wait, &buf);
+        if (r == 0) return NULL;
+        if (r == 1) {
+            *lent = true;
+            return buf;
+        }
+    }
     if (!ws->host_ready(ws->host_ready_ctx, l, wait)) return NULL;
     if (!ws->reads.reader.start)
         return ws->weights_host_bf16 + ws->embed_count + (int64_t)l * ws->layer_stride;
@@ -278,7 +294,8 @@ static int request_layer(WeightStream* ws, int l, int wait) {
         }
         return 1;
     }
-    const uint16_t* src = host_weights(ws, l, wait);
+    bool lent = false;
+    const uint16_t* src = host_weights(ws, l, wait, &lent);
     if (!src) return 0;
     // Victim: the least recently used slot not in use.
     int victim = -1;
@@ -293,7 +310,10 @@ static int request_layer(WeightStream* ws, int l, int wait) {
                               cudaMemcpyHostToDevice, ws->h2d));
     timeline_end(ws->timeline, span, ws->h2d);
     cudaCheck(cudaEventRecord(ws->slot_ready[victim], ws->h2d));
-    if (ws->reads.reader.start) {  // the buffer is reused once this copy has run
+    if (lent) {
+        ws->reads.reader.lent_copied(ws->reads.reader.ctx, l, ws->h2d);
+        ws->reads.lent++;
+    } else if (ws->reads.reader.start) {  // the buffer is reused once this copy has run
         const int b = read_buffer_of(ws, l);
         ws->reads.state[b] = READ_COPYING;
         ws->reads.layer[b] = -1;

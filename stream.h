@@ -32,6 +32,13 @@ typedef struct {
     int num_buffers;       // pinned read buffers (1..MAX_READ_BUFFERS): reads in flight
     int64_t buffer_bytes;  // bytes each, >= layer_stride * 2, DIRECT_IO_ALIGNed
     int first_streamed;    // lower layers are resident, in weights_host_bf16, never read
+    // Optional (NULL: every layer is read): the round's bf16 output of a layer handed over in pinned memory,
+    // so that the next pass copies it from there instead of reading it back from disk. Returns 1: *buf
+    // holds the layer (buf NULL: it will, ask again); 0: not known yet (wait = 0; wait = 1 blocks until it
+    // is); -1: read it. A layer is lent once.
+    int (*lend)(void* ctx, int layer, int wait, const uint16_t** buf);
+    // The copy from a lent buffer is queued on `stream`: the buffer is the lender's again once it has run.
+    void (*lent_copied)(void* ctx, int layer, cudaStream_t stream);
 } HostReader;
 
 // -sw 1: read-ahead pinned buffers between disk and slots
@@ -44,6 +51,7 @@ typedef struct {
     int64_t copy_clock[MAX_READ_BUFFERS];  // when its copy was enqueued (use_clock): oldest reused first
     cudaEvent_t copied[MAX_READ_BUFFERS];
     int64_t count;  // reads started (a pass reads each layer it copies once)
+    int64_t lent;   // layers copied from the lender's buffers instead (HostReader.lend)
 } StreamReads;
 
 typedef struct {

@@ -60,3 +60,5 @@ double sumsq_bf16(const uint16_t* x, int64_t n);
 
 // out[i] = float_to_bf16(in[i]) for i < n, in parallel.
 void convert_f32_to_bf16(const float* in, uint16_t* out, int64_t n);
+// memcpy of n bf16 values, in parallel (one thread does not fill a socket's memory bandwidth).
+void copy_bf16(const uint16_t* in, uint16_t* out, int64_t n);

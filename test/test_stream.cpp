@@ -47,11 +47,30 @@ struct Driver {
         bool done;
     };
     std::vector<Read> reads;  // by id - 1
+    // HostReader.lend (ssd_tier.h's handoff): the optimizer also writes a layer's new weights into a free
+    // handoff buffer (or one whose copy has run), and the pass takes the layer from there, once.
+    enum { H_FREE, H_FILLED, H_LENT, H_COPYING };
+    std::vector<std::vector<uint16_t>> handoff;
+    std::vector<int> handoff_layer, handoff_state;
+    std::vector<cudaEvent_t> handoff_copied;
+    int64_t handed = 0;  // layers the optimizer handed over
 
-    Driver(int L_, int S_, int R_, uint32_t seed, int read_buffers = 0)
+    Driver(int L_, int S_, int R_, uint32_t seed, int read_buffers = 0, int handoffs = 0)
         : L(L_), S(S_), R(R_), rng(seed), version(L_, 0), on_disk(read_buffers > 0) {
-        const HostReader reader = {&Driver::read_start, &Driver::read_done, this,
-                                   read_buffers,        kStride * 2,        R};
+        HostReader reader = {
+            &Driver::read_start, &Driver::read_done, this, read_buffers, kStride * 2, R, NULL, NULL};
+        if (handoffs > 0) {
+            reader.lend = &Driver::lend;
+            reader.lent_copied = &Driver::lent_copied;
+        }
+        for (int b = 0; b < handoffs; b++) {
+            handoff.emplace_back(kStride);
+            handoff_layer.push_back(-1);
+            handoff_state.push_back(H_FREE);
+            handoff_copied.push_back(NULL);
+            cudaCheck(cudaEventCreate(&handoff_copied.back()));
+            fake_cuda_track(handoff.back().data(), kStride * 2, "handoff buffer " + std::to_string(b));
+        }
         stream_init(&ws, L, kStride, kEmbed, S, &Driver::ready, this, true, on_disk ? &reader : NULL);
         for (int l = 0; l < L; l++) write_stamp(l);
         for (int s = 0; s < S; s++)
@@ -70,6 +89,7 @@ struct Driver {
     }
     ~Driver() {
         stream_free(&ws);
+        for (cudaEvent_t e : handoff_copied) cudaCheck(cudaEventDestroy(e));
         for (const Read& r : reads)
             if (!r.done) errors.push_back("a read was never completed");
     }
@@ -110,7 +130,49 @@ struct Driver {
             fake_cuda_host_access(host_weights(l), kStride * 2, true,
                                   "the optimizer (weights of layer " + std::to_string(l) + ")");
         write_stamp(l);
+        for (size_t b = 0; b < handoff.size(); b++) {  // ssd_tier.h handoff_claim: never waits
+            if (handoff_state[b] == H_COPYING) {
+                const cudaError_t e = cudaEventQuery(handoff_copied[b]);
+                if (e == cudaErrorNotReady) continue;
+                cudaCheck(e);
+            } else if (handoff_state[b] != H_FREE) continue;
+            fake_cuda_host_access(handoff[b].data(), kStride * 2, true,
+                                  "the optimizer (handing layer " + std::to_string(l) + " over)");
+            for (int64_t i = 0; i < kStride; i++) handoff[b][(size_t)i] = stamp(l, version[l]);
+            handoff_state[b] = H_FILLED;
+            handoff_layer[b] = l;
+            handed++;
+            break;
+        }
         done_upto = l + 1;
+    }
+    // HostReader.lend: the optimizer moves on as in ready(); then the layer is in a handoff buffer or not.
+    static int lend(void* ctx, int l, int wait, const uint16_t** buf) {
+        Driver* d = (Driver*)ctx;
+        if (d->round_active && l >= d->done_upto) {
+            if (!wait && d->rng() % 3 == 0 && d->done_upto < d->L) d->optimizer_layer(d->done_upto);
+            if (!wait && l >= d->done_upto) return 0;
+            while (d->done_upto <= l) d->optimizer_layer(d->done_upto);
+        }
+        for (size_t b = 0; b < d->handoff.size(); b++)
+            if (d->handoff_layer[b] == l && d->handoff_state[b] == H_FILLED) {
+                if (!buf) return 1;
+                d->handoff_state[b] = H_LENT;
+                *buf = d->handoff[b].data();
+                return 1;
+            }
+        return -1;
+    }
+    static void lent_copied(void* ctx, int l, cudaStream_t stream) {
+        Driver* d = (Driver*)ctx;
+        for (size_t b = 0; b < d->handoff.size(); b++)
+            if (d->handoff_layer[b] == l && d->handoff_state[b] == H_LENT) {
+                cudaCheck(cudaEventRecord(d->handoff_copied[b], stream));
+                d->handoff_state[b] = H_COPYING;
+                d->handoff_layer[b] = -1;
+                return;
+            }
+        d->errors.push_back("lent_copied for layer " + std::to_string(l) + ", which was not lent");
     }
     // HostReadyFn: the optimizer moves on by itself now and then (wait = 0), or until layer l (wait = 1).
     static int ready(void* ctx, int l, int wait) {
@@ -183,6 +245,11 @@ struct Driver {
         if (skip_update) return;  // -sl / -sg outlier (or non-finite): no update, slots stay valid
         finish_round();           // optimizer_submit waits for the last round first
         stream_invalidate(&ws);
+        for (size_t b = 0; b < handoff.size(); b++)  // ssd_tier_submit: what no pass took is stale
+            if (handoff_state[b] == H_FILLED) {
+                handoff_state[b] = H_FREE;
+                handoff_layer[b] = -1;
+            }
         round_active = true;
         rounds++;
         round_grads = backward_passes;
@@ -190,24 +257,30 @@ struct Driver {
     }
 };
 
-void run_case(int L, int S, int R, uint32_t seed, int read_buffers = 0) {
+// Returns the layers copied from handoff buffers (handoffs > 0).
+int64_t run_case(int L, int S, int R, uint32_t seed, int read_buffers = 0, int handoffs = 0) {
     fake_cuda_reset();
     std::vector<std::string> errors;
+    int64_t lent = 0;
     {
-        Driver d(L, S, R, seed, read_buffers);
+        Driver d(L, S, R, seed, read_buffers, handoffs);
         for (int s = 0; s < 5; s++) {
             if (d.rng() % 3 == 0)
                 d.forward("validation");  // a forward-only pass, as validation and sampling do
             d.step(d.rng() % 6 == 0);
         }
+        lent = d.ws.reads.lent;
+        if (lent > d.handed) d.errors.push_back("more layers lent than handed over");
         errors = d.errors;
     }
     const std::string where = "L=" + std::to_string(L) + " slots=" + std::to_string(S) +
                               " resident=" + std::to_string(R) + " seed=" + std::to_string(seed) +
-                              " read buffers=" + std::to_string(read_buffers);
-    ASSERT_TRUE(errors.empty()) << where << ": " << errors[0];
-    ASSERT_TRUE(fake_cuda_races().empty())
+                              " read buffers=" + std::to_string(read_buffers) +
+                              " handoff buffers=" + std::to_string(handoffs);
+    EXPECT_TRUE(errors.empty()) << where << ": " << errors[0];
+    EXPECT_TRUE(fake_cuda_races().empty())
         << where << ": " << fake_cuda_races()[0] << " (" << fake_cuda_races().size() << " races)";
+    return lent;
 }
 
 TEST(StreamProtocol, NoRacesAndFreshWeightsOverEverySmallShape) {
@@ -217,7 +290,7 @@ TEST(StreamProtocol, NoRacesAndFreshWeightsOverEverySmallShape) {
             for (int R = 0; R <= L; R++)
                 for (uint32_t seed = 1; seed <= 4; seed++) {
                     run_case(L, S, R, seed);
-                    if (HasFatalFailure()) return;
+                    if (HasFailure()) return;
                     cases++;
                 }
     printf(
@@ -235,10 +308,31 @@ TEST(StreamProtocol, ReadBuffersNoRacesAndFreshWeights) {
                 for (int R = 0; R <= L; R++)
                     for (uint32_t seed = 1; seed <= 3; seed++) {
                         run_case(L, S, R, seed, B);
-                        if (HasFatalFailure()) return;
+                        if (HasFailure()) return;
                         cases++;
                     }
     printf("%d cases with read buffers: no race, every layer read its latest weights from disk\n", cases);
+}
+
+// -sw 1 with the round's handoff buffers (ssd_tier.h sw_lend): passes take layers from 1..2 buffers the
+// optimizer fills as it goes, the rest from disk; no race between the optimizer refilling a buffer and the
+// copy from it, every layer its latest weights, and the handoff is taken.
+TEST(StreamProtocol, HandoffBuffersNoRacesAndFreshWeights) {
+    int cases = 0;
+    int64_t lent = 0;
+    for (int H = 1; H <= 2; H++)
+        for (int B = 1; B <= 3; B++)
+            for (int L = 1; L <= 6; L++)
+                for (int S = 2; S <= 4; S++)
+                    for (int R = 0; R <= L; R++)
+                        for (uint32_t seed = 1; seed <= 3; seed++) {
+                            lent += run_case(L, S, R, seed, B, H);
+                            if (HasFailure()) return;
+                            cases++;
+                        }
+    EXPECT_GT(lent, cases);  // most cases take several layers from a handoff buffer
+    printf("%d cases with handoff buffers: no race, fresh weights, %lld layers taken from a handoff buffer\n",
+           cases, (long long)lent);
 }
 
 // The checker itself: a protocol with one ordering removed must be caught. Here the host rewrites a layer's

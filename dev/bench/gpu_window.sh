@@ -677,6 +677,8 @@ check_ssd_time() {
         st=$(result $n step_s)
         FIG="$FIG; ${n#time_} $st s = $(awk -v a="$st" -v b="$ram" 'BEGIN { r = a / b; printf "%.3fx RAM (%s)", r, r <= 1.10 ? "within 10%" : "MISS" }')"
     done
+    # -sw 1: layers the forward took from the round's handoff buffers, and layers read from disk
+    FIG="$FIG; sw: $(grep -o 'weights read from the SSD tier over the run (-sw 1): [0-9]* layers, [0-9.]* GB; [0-9]* layers taken' "$LOGS/time_sw.log" | sed 's/.*(-sw 1): //')"
     rm -rf "$sd"
 }
 # GPU memory flat in depth: L12 and L24 at C1024; only the per-layer inputs (bf16, every micro-batch) grow
