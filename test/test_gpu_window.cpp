@@ -121,10 +121,10 @@ TEST_F(GpuWindow, NoGpuSkipsEveryCheckAtOnceAndPrintsTheTable) {
                            "tput_1.3b_fused", "tput_5b", "memcheck_train", "kept_5b", "tput_llama8b_fused"})
         EXPECT_TRUE(has(row(out, id), "| skipped: no GPU | 0 |")) << id << "\n" << out;
     // the table is the last thing printed; the results and the archive are in OUT
-    EXPECT_TRUE(has(out.substr(out.size() - 200), "| nccl_two_nodes | skipped: no GPU")) << out;
+    EXPECT_TRUE(has(out.substr(out.size() - 200), "| wide_405b | skipped: no GPU")) << out;
     EXPECT_TRUE(has(row(out, "probe"), "cuDNN not probed (no GPU)")) << out;
     const std::string res = read_file(dir + "/out/results_1.tsv");
-    EXPECT_EQ(std::count(res.begin(), res.end(), '\n'), 37) << res;
+    EXPECT_EQ(std::count(res.begin(), res.end(), '\n'), 39) << res;
     EXPECT_EQ(access((dir + "/out/window_1.tar.gz").c_str(), F_OK), 0);
     EXPECT_LT(last_seconds, 30.0) << "with no GPU every check is skipped at once";
 }
@@ -322,6 +322,44 @@ TEST_F(GpuWindow, CarryCheckRefusesALibraryTheDeviceMayLack) {
     Shell bad = sh(check);
     EXPECT_EQ(bad.rc, 1) << bad.out;
     EXPECT_TRUE(has(bad.out, "FAIL: prog needs libextra.so")) << bad.out;
+}
+
+// Issue 42 item 4's wide checks: a layer's time and model TFLOP/s from two depths, the GPU use against the
+// layer inputs' growth, RSS and GPU use against -P 1, and the full-depth step they imply. The fake: a step is
+// 1 + 2 L s and 100 L TFLOP, RSS 10 L + 5 GiB (WIDE_RSS scales it), the device's use 20 + 2 L GiB (the
+// layer inputs of 128K tokens at C 8192 are 2 GiB a layer); the plans say so too.
+TEST_F(GpuWindow, WideChecksDeriveALayerAndCompareWithThePlan) {
+    fake_gpu();
+    write_file(dir + "/carry/bin/train_gpt", R"SH(#!/bin/bash
+L=0; plan=0; bench=0
+while [ $# -gt 0 ]; do case $1 in -h) exit 0;; -e) L=$(echo "$2" | sed 's/.*:L\([0-9]*\):.*/\1/');; -P) plan=1;; -B) bench=1;; esac; shift; done
+if [ $plan = 1 ]; then
+    echo "host     $((10 * L + 5)).00 GiB: fp32 master weights and AdamW m, v"
+    echo "GPU      $((20 + 2 * L)).00 GiB: layer-input checkpoints"
+    exit 0
+fi
+step=$((1 + 2 * L)); rss=$(awk -v r=$((10 * L + 5)) -v f="${WIDE_RSS:-1}" 'BEGIN { printf "%.3f", r * f }')
+[ $bench = 1 ] && echo 'RESULT {"mode": "stream", "step_s": '$step', "model_TFLOPs": '$(awk -v l=$L -v s=$step 'BEGIN { printf "%.4f", 100 * l / s }')'}'
+echo "peak host memory: $rss GiB resident; GPU memory: 1.00 GiB allocated by this run ($((20 + 2 * L)).00 GiB in use on the device of 80.00)"
+)SH",
+               true);
+    env += "GW_ONLY=wide_70b ";
+    std::string out = window("1");
+    const std::string r = row(out, "wide_70b");
+    EXPECT_TRUE(has(r, "| ok |")) << out;
+    EXPECT_TRUE(has(r, "llama3-70b layer: 2.00 s, 50 model TFLOP/s (target >= 450)")) << r;
+    EXPECT_TRUE(has(r,
+                    "L2/L4: RSS 25.0/45.0 GiB (plan 25.0/45.0), GPU 24.0/28.0 GiB (plan 24.0/28.0; +4.00, "
+                    "layer inputs 4.00)"))
+        << r;
+    // rest 5 - 2 x 2 = 1 s, 80 layers 160 s, the head's other 120064 rows 773.5 TFLOP at 50 TFLOP/s: 15.5 s
+    EXPECT_TRUE(has(r,
+                    "implies llama3-70b (80 layers, V 128256) at 128K tokens: 176.5 s a step, 743 tok/s; at "
+                    "1M tokens: 1411.8 s, 743 tok/s"))
+        << r;
+    out = sh(env + "WIDE_RSS=1.2 OUT=" + dir + "/out2 bash dev/bench/gpu_window.sh 2").out;
+    EXPECT_TRUE(has(row(out, "wide_70b"), "| FAIL rc=1 |")) << out;
+    EXPECT_TRUE(has(row(out, "wide_70b"), "OFF: RSS over plan (L2) RSS over plan (L4)")) << out;
 }
 
 TEST_F(GpuWindow, BadUsageAndMissingResultsSayWhy) {

@@ -67,7 +67,9 @@ tput_llama8b_vocab|80|160|@code
 ssd_llama|50|130|@code ssd_io.cpp ssd_store.cpp ssd.h
 nccl_one_rank|30|90|@code
 nccl_two_ranks|70|160|@code
-nccl_two_nodes|80|180|@code"
+nccl_two_nodes|80|180|@code
+wide_70b|150|280|@code
+wide_405b|170|300|@code"
 
 # Peer figures seen on the H100 (shared/peers/README.md, 2026-11-22), tokens/s at 32K tokens per step
 PEER_13B="gpu_ckpt 47000 fsdp_offload 11900 MegaTrain 15700"
@@ -692,6 +694,59 @@ check_mem_flat() {
     FIG="peak GPU L12 $p12 GiB, L24 $p24 GiB (growth bound 0.4375); $(grep -m1 '^GPU memory after' "$LOGS/mem_L24.log" | cut -c1-80)"
     awk -v a="$p12" -v b="$p24" 'BEGIN { exit !(a != "" && b != "" && b - a <= 0.4375) }' || { FIG="GROWS: $FIG"; return 1; }
 }
+# Issue 42 item 4, width-faithful layers: a Llama 3 70B or 405B layer (the preset's C, heads, KV heads, FF),
+# vocabulary 8192, streamed (-R 0 -K 0), at two depths that fit the machine's RAM. Figures: the model TFLOP/s of a
+# layer (the step's growth between the depths), GPU use flat in depth (it grows by the layer inputs only), peak
+# host RSS and GPU use against -P 1's plan (within 5%), and the full-depth step they imply at the preset's depth
+# and vocabulary, and at 1M tokens (compute scales with the tokens; AdamW and the copies do not grow with them).
+# wide NAME PRESET FULL_LAYERS FULL_VOCAB TOKENS L1 L2
+wide() {
+    local name=$1 preset=$2 full=$3 vocab=$4 tokens=$5 l1=$6 l2=$7 L rc a
+    need TRAIN_GPT || return 3
+    a=(-b 1 -t 4096 -d "$tokens" -R 0 -K 0 -M "$HOST_GIB" -V "$GPU_GIB")
+    for L in "$l1" "$l2"; do
+        sub "${name}_plan_L$L" "$TRAIN_GPT" -e "$preset:L$L:V8192" "${a[@]}" -P 1
+        sub "${name}_L$L" "$TRAIN_GPT" -e "$preset:L$L:V8192" "${a[@]}" -B 2 -W 1 ||
+            { rc=$?; FIG="L$L: $(last_line "${name}_L$L")"; return $rc; }
+    done
+    # per depth: step s, model TFLOP/s, peak RSS GiB, GPU in use GiB, planned host GiB, planned GPU GiB
+    local f1 f2
+    wide_figs() {
+        local log="$LOGS/$1.log" plan="$LOGS/$2.log"
+        printf '%s %s %s %s %s %s' "$(result "$1" step_s)" "$(result "$1" model_TFLOPs)" \
+            "$(grep -m1 -o 'peak host memory: [0-9.]*' "$log" | grep -o '[0-9.]*$')" \
+            "$(grep -m1 -o '([0-9.]* GiB in use on the device' "$log" | grep -o '[0-9.]*')" \
+            "$(grep -m1 '^host ' "$plan" | grep -o '[0-9.]* GiB' | head -n1 | cut -d' ' -f1)" \
+            "$(grep -m1 '^GPU ' "$plan" | grep -o '[0-9.]* GiB' | head -n1 | cut -d' ' -f1)"
+    }
+    f1=$(wide_figs "${name}_L$l1" "${name}_plan_L$l1") f2=$(wide_figs "${name}_L$l2" "${name}_plan_L$l2")
+    FIG=$(awk -v f1="$f1" -v f2="$f2" -v l1="$l1" -v l2="$l2" -v full="$full" -v V="$vocab" -v tok="$tokens" \
+        -v p="$preset" 'BEGIN {
+        n1 = split(f1, a, " "); n2 = split(f2, b, " ")
+        if (n1 < 6 || n2 < 6) { print "MISSING figures: L" l1 " [" f1 "] L" l2 " [" f2 "]"; exit 1 }
+        tl = (b[1] - a[1]) / (l2 - l1)                       # s per layer
+        fl = (b[1] * b[2] - a[1] * a[2]) / (l2 - l1)         # TFLOP per layer
+        rate = tl > 0 ? fl / tl : 0                          # model TFLOP/s of a layer
+        rest = a[1] - l1 * tl                                # embeddings, head at V 8192, AdamW tail
+        C = (p ~ /405b/) ? 16384 : 8192
+        head = 6 * (V - 8192) * C * tok / 1e12               # the real vocabulary head, TFLOP
+        t = rest + full * tl + (rate > 0 ? head / rate : 0)
+        grow = b[4] - a[4]; inputs = (l2 - l1) * tok * C * 2 / 1073741824
+        ok = 1; bad = ""
+        for (i = 0; i < 2; i++) {
+            rss = i ? b[3] : a[3]; gpu = i ? b[4] : a[4]; ph = i ? b[5] : a[5]; pg = i ? b[6] : a[6]
+            if (rss > 1.05 * ph) { ok = 0; bad = bad " RSS over plan (L" (i ? l2 : l1) ")" }
+            if (gpu > 1.05 * pg || gpu < 0.95 * pg) { ok = 0; bad = bad " GPU off plan (L" (i ? l2 : l1) ")" }
+        }
+        if (grow > inputs * 1.05 + 0.25) { ok = 0; bad = bad " GPU grows with depth" }
+        printf "%s%s layer: %.2f s, %.0f model TFLOP/s (target >= 450); L%d/L%d: RSS %.1f/%.1f GiB (plan %.1f/%.1f), " \
+            "GPU %.1f/%.1f GiB (plan %.1f/%.1f; +%.2f, layer inputs %.2f); implies %s (%d layers, V %d) at %dK tokens: %.1f s a step, " \
+            "%.0f tok/s; at 1M tokens: %.1f s, %.0f tok/s", ok ? "" : "OFF:" bad "; ", p, tl, rate, l1, l2, a[3], b[3], a[5], b[5],
+            a[4], b[4], a[6], b[6], grow, inputs, p, full, V, tok / 1024, t, tok / t, t * 1048576 / tok, 1048576 / (t * 1048576 / tok)
+        exit !ok }') || return 1
+}
+check_wide_70b() { wide wide_70b llama3-70b 80 128256 131072 2 4; }
+check_wide_405b() { wide wide_405b llama3-405b 126 128256 65536 1 2; }
 peer() {  # peer NAME MODE L C NH: the PyTorch peer at 32K tokens per step
     local name=$1 mode=$2; shift 2
     [ -f "$CARRY/peers/gpt_baseline.py" ] || { FIG="skipped: $CARRY/peers/gpt_baseline.py not carried"; return 3; }
