@@ -235,10 +235,10 @@ void adamw_update_bf16grad(float* params, const uint16_t* grads, float* m, float
     adam_any(params, grads, m, v, params_bf16_out, n, a);
 }
 
-void adamw_tensors_window_bf16grad(int count, const int64_t* offset, const int64_t* size,
-                                   const int* is_matrix, int64_t lo, int64_t n, float* params,
-                                   const uint16_t* grads, float* m, float* v, uint16_t* bf16_out,
-                                   const AdamWArgs* args) {
+template <typename Grad>
+static void adamw_tensors_window(int count, const int64_t* offset, const int64_t* size, const int* is_matrix,
+                                 int64_t lo, int64_t n, float* params, const Grad* grads, float* m, float* v,
+                                 uint16_t* bf16_out, const AdamWArgs* args) {
     const int64_t hi = lo + n;
     for (int i = 0; i < count; i++) {
         const int64_t a = offset[i] > lo ? offset[i] : lo;
@@ -247,8 +247,19 @@ void adamw_tensors_window_bf16grad(int count, const int64_t* offset, const int64
         AdamWArgs t = *args;
         if (!is_matrix[i]) t.weight_decay = 0.0f;
         const int64_t o = a - lo;
-        adamw_update_bf16grad(params + o, grads + o, m + o, v + o, bf16_out ? bf16_out + o : NULL, b - a, &t);
+        adamw_update(params + o, grads + o, m + o, v + o, bf16_out ? bf16_out + o : NULL, b - a, &t);
     }
+}
+void adamw_tensors_window_bf16grad(int count, const int64_t* offset, const int64_t* size,
+                                   const int* is_matrix, int64_t lo, int64_t n, float* params,
+                                   const uint16_t* grads, float* m, float* v, uint16_t* bf16_out,
+                                   const AdamWArgs* args) {
+    adamw_tensors_window(count, offset, size, is_matrix, lo, n, params, grads, m, v, bf16_out, args);
+}
+void adamw_tensors_window_f32grad(int count, const int64_t* offset, const int64_t* size, const int* is_matrix,
+                                  int64_t lo, int64_t n, float* params, const float* grads, float* m,
+                                  float* v, uint16_t* bf16_out, const AdamWArgs* args) {
+    adamw_tensors_window(count, offset, size, is_matrix, lo, n, params, grads, m, v, bf16_out, args);
 }
 
 // ----------------------------------------------------------------------------

@@ -13,8 +13,10 @@
 enum { TIER_RAM = 0, TIER_SSD = 1, TIER_SSD_WEIGHTS = 2 };
 
 // -sw 1: pinned read-ahead buffers for bf16 layers (stream.h HostReader), and pinned layer buffers in which
-// the AdamW round hands its bf16 output to the next forward pass (ssd_tier.h sw_lend).
-#define SW_READ_BUFFERS    4
+// the AdamW round hands its bf16 output to the next forward pass (ssd_tier.h sw_lend). Two of each: one
+// filled while the other is copied keeps the disk (or the round) busy; four layers in all, as before the
+// handoff (four read buffers), so host RAM stays where it was (405B: 128 GiB).
+#define SW_READ_BUFFERS    2
 #define SW_HANDOFF_BUFFERS 2
 
 // Cores -A 0 leaves to other threads: main, plus -sd's gradient writer and I/O completion.
@@ -292,6 +294,10 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         die("-pr %d: -ps HOST[:PORT] names node 0, where this node joins the run (run ./train_gpt -h for the "
             "flags)",
             ga->node_rank);
+    if (ga->nodes > 1 && ga->vocab_host > 0)  // before the nodes meet: one line, on every node
+        die("-pN %d with -E 1: the vocabulary in host RAM runs on the GPUs of one node for now; drop -pN or "
+            "-E 1",
+            ga->nodes);
     if (ga->ssd_weights && !ga->ssd_dir)
         die("-sw 1 puts the bf16 weights in the SSD tier: it needs -sd DIR (run ./train_gpt -h for the "
             "flags)");

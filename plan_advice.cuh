@@ -52,8 +52,9 @@ typedef struct {
     int T, slots;
     int64_t gpu_budget, host_avail, disk_free;  // bytes; -1: unknown (no check)
     double peak_flops, disk_read_Bps, disk_write_Bps;
-    bool several;  // -pn / -pN: the advice keeps to what several GPUs run (no -E 1, no -sd yet)
+    bool several;  // -pn / -pN: the advice keeps to what several GPUs run (-E 1 on one node; no -sd yet)
     int nodes;     // -pN: host RAM is a node's (its part of the streamed layers' fp32 state); 0 or 1: all
+    int ranks;     // -pn: a node's GPUs (-E 1: each its own pinned staging)
 } PlanTarget;
 
 // Choice c's plan, whether it fits t, and the bounds on its step.
@@ -71,6 +72,7 @@ static PlanEval plan_evaluate(const PlanTarget* t, PlanChoice c) {
         e.m.host_bytes -=
             (int64_t)((12.0 * streamed + 2.0 * cfg->num_layers * stride) * (t->nodes - 1.0) / t->nodes);
     }
+    if (t->ranks > 1) e.m.host_bytes += (int64_t)(t->ranks - 1) * e.m.vocab_staging;
     e.gpu_fits = e.m.gpu_bytes + gpu_reserve_bytes <= t->gpu_budget;
     e.host_fits = t->host_avail < 0 || e.m.host_bytes <= t->host_avail;
     e.disk_fits = c.tier == TIER_RAM || t->disk_free < 0 || e.m.ssd_disk <= t->disk_free;
@@ -144,7 +146,7 @@ static std::vector<PlanEval> plan_alternatives(const PlanTarget* t, const PlanCh
     const int L = t->cfg->num_layers;
     const int last_tier = t->several ? given.tier : TIER_SSD_WEIGHTS;
     for (int tier = given.tier; tier <= last_tier; tier++)
-        for (int E = given.vocab_host; E <= (llama && !t->several ? 1 : given.vocab_host); E++)
+        for (int E = given.vocab_host; E <= (llama && t->nodes <= 1 ? 1 : given.vocab_host); E++)
             for (int B = given.B; B >= 1; B--) {
                 if (given.B % B) continue;  // the same tokens per step
                 PlanChoice c = given;
@@ -362,6 +364,7 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
     PlanTarget t;
     memset(&t, 0, sizeof t);
     t.cfg = cfg, t.llama = llama, t.T = T, t.slots = ga->num_slots, t.several = several, t.nodes = ga->nodes;
+    t.ranks = ga->ranks;
     char gpu_text[96], peak_text[64];
     t.gpu_budget = plan_gpu_target(ga, no_gpu_here, gpu_text, sizeof gpu_text, &t.peak_flops, peak_text,
                                    sizeof peak_text);
@@ -426,11 +429,18 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
             host = std::min(host, (double)a.m.host_bytes);
             if (a.c.tier != TIER_RAM) disk = std::min(disk, (double)a.m.ssd_disk);
         }
-        printf(several ? "advice: nothing fits, as given or with a smaller -b or fewer -R / -K (-E 1 and -sd "
-                         "do not run "
-                         "with -pn yet);\n"
-                       : "advice: nothing fits, as given or with a smaller -b, fewer -R / -K, -E 1, -sd or "
-                         "-sd -sw 1;\n");
+        if (ga->nodes > 1)
+            printf(
+                "advice: nothing fits, as given or with a smaller -b or fewer -R / -K (-E 1 runs on one "
+                "node and -sd on one GPU, for now);\n");
+        else if (several)
+            printf(
+                "advice: nothing fits, as given or with a smaller -b, fewer -R / -K or -E 1 (-sd runs on one "
+                "GPU for now);\n");
+        else
+            printf(
+                "advice: nothing fits, as given or with a smaller -b, fewer -R / -K, -E 1, -sd or -sd -sw "
+                "1;\n");
         printf("  the least any of them needs: GPU %.2f GiB (%.2f here), host %.2f GiB", gpu / GiB,
                t.gpu_budget / GiB, host / GiB);
         if (t.host_avail >= 0) printf(" (%.2f here)", t.host_avail / GiB);

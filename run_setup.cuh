@@ -327,11 +327,13 @@ static void check_host_fit(const Run* r) {
     const double GiB = 1073741824.0;
     const GpuArgs* ga = &r->ga;
     const int64_t host_avail = host_memory_to_count_on(ga);
-    if (host_avail >= 0 && r->plan.host_bytes > host_avail)
+    // -E 1 on several ranks: each its own pinned staging; the rest once a node
+    const int64_t host_bytes = r->plan.host_bytes + (int64_t)(ga->ranks - 1) * r->plan.vocab_staging;
+    if (host_avail >= 0 && host_bytes > host_avail)
         die("host RAM too small for this config: needs %.1f GiB (fp32 weights + AdamW m, v + pinned bf16 "
             "weights and "
             "grads), %.1f GiB %s",
-            r->plan.host_bytes / GiB, host_avail / GiB,
+            host_bytes / GiB, host_avail / GiB,
             ga->host_gib > 0
                 ? "given by -M"
                 : "available (MemAvailable; where memory grows as it is used, -M GiB says how much)");
@@ -375,6 +377,11 @@ static void check_fit(Run* r) {
     const int vocab_host = ga->vocab_host;
     ga->vocab_host = vocab_host_for(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga,
                                     r->gpu_budget, &r->llama);
+    if (r->comm->world > 1 && vocab_host < 0) {  // -E -1: the same on every rank, the host if any rank's
+        double neg = -(double)ga->vocab_host;
+        comm_sum_host(r->comm, &neg, 1, true);
+        ga->vocab_host = (int)-neg;
+    }
     r->plan = place_layers(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga, r->gpu_budget,
                            &r->resident, &r->kept, &r->llama);
     if (vocab_host < 0 && ga->vocab_host > 0) {  // -E -1 chose the host: its RAM must hold them too
@@ -433,9 +440,10 @@ static void plan_run(Run* r) {
             ranks_text, r->n_micro_all, (long long)r->step_tokens, a.B, a.T, G, (long long)G * a.B * a.T);
     r->n_micro = r->n_micro_all / G;
     if (G > 1 && ga.ssd_dir) die("-pn %d with -sd: the SSD tier runs on one GPU for now; drop -pn or -sd", G);
-    if (G > 1 && ga.vocab_host > 0)
-        die("-pn %d with -E 1: the vocabulary in host RAM runs on one GPU for now; drop -pn or -E 1", G);
-    if (G > 1) r->ga.vocab_host = 0;  // -E -1: on the GPU
+    if (ga.nodes > 1 && ga.vocab_host > 0)  // nodes from a launcher's environment (gpu_args refused -pN)
+        die("%d nodes with -E 1: the vocabulary in host RAM runs on the GPUs of one node for now; drop -E 1",
+            ga.nodes);
+    if (ga.nodes > 1) r->ga.vocab_host = 0;  // -E -1: on the GPU
     if (ga.resident > r->cfg.num_layers)
         die("-R %d: the model has only %d layers", ga.resident, r->cfg.num_layers);
     if (ga.kept > r->cfg.num_layers) die("-K %d: the model has only %d layers", ga.kept, r->cfg.num_layers);

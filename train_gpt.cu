@@ -213,7 +213,7 @@ static void vocab_build(GPT* g, int64_t N, const MemoryPlan& plan) {
         cudaCheck(cudaEventCreateWithFlags(&v->dw_copied[k], cudaEventDisableTiming));
     }
     cudaCheck(cudaMallocHost(&v->rows_host, (size_t)(N * C * 2)));
-    v->grads = host_alloc_floats(g->layout.embed_count);
+    v->grads = host_alloc_floats(g->layout.embed_count, g->comm, "the vocabulary's gradients");
     if (!v->grads)
         die("out of host memory for the vocabulary's gradients (%.1f GiB)", plan.vocab_grads / 1073741824.0);
     g->vocab = v;
@@ -267,7 +267,8 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     const bool ssd = tier != TIER_RAM;
     memset(g, 0, sizeof *g);
     g->comm = comm ? comm : &single_rank;
-    if (g->comm->world > 1 && (ssd || vocab_host)) die("internal: several ranks with the SSD tier or -E 1");
+    if (g->comm->world > 1 && (ssd || (vocab_host && g->comm->nodes > 1)))
+        die("internal: several ranks with the SSD tier, or several nodes with -E 1");
     g->checkpoint_step = -1;
     g->config = *cfg;
     if (llama) g->llama = *llama;
@@ -728,9 +729,11 @@ static float read_loss_and_norm(GPT* g, cudaStream_t s) {
     cudaCheck(cudaMemcpyAsync(g->sumsq_host, g->sumsq_dev, 8, cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
     // several ranks: the sum of their squares; their losses' sum (chat: scaled by the step's targets)
-    double sums[2] = {*g->loss_host * (g->packed ? 1.0 : 1.0 / g->comm->world), *g->sumsq_host};
+    // -E 1: the host's part of the squares too (several ranks: each rank's part of it)
+    double sums[2] = {*g->loss_host * (g->packed ? 1.0 : 1.0 / g->comm->world),
+                      *g->sumsq_host + (g->vocab ? g->vocab->sumsq : 0.0)};
     comm_sum_host(g->comm, sums, 2);
-    g->last_norm = sqrt(sums[1] + (g->vocab ? g->vocab->sumsq : 0.0));  // -E 1: the host's part
+    g->last_norm = sqrt(sums[1]);
     return g->comm->world > 1 ? (float)sums[0] : *g->loss_host;
 }
 
@@ -1144,12 +1147,16 @@ static void test_rank_dies(const Run* r, int steps_done) {
 }
 
 // Several ranks stop together: a stop signal on any rank is a stop signal on all.
-static void agree_on_stop_signal(const Run* r) {
-    if (r->comm->world == 1) return;
+// The stop signal every rank acts on: any rank's (SIGINT first), or 0. A signal that reaches a rank after
+// the sum waits for the next agreement: a rank that stopped alone would leave the others in a collective.
+static int agree_on_stop_signal(const Run* r) {
     const int sig = stop_signal_pending();
+    if (r->comm->world == 1) return sig;
     double got[2] = {sig == SIGINT ? 1.0 : 0.0, sig == SIGTERM ? 1.0 : 0.0};
     comm_sum_host(r->comm, got, 2);
-    if (!sig && (got[0] > 0 || got[1] > 0)) stop_signal_received = got[0] > 0 ? SIGINT : SIGTERM;
+    const int agreed = got[0] > 0 ? SIGINT : got[1] > 0 ? SIGTERM : 0;
+    if (!sig && agreed) stop_signal_received = agreed;
+    return agreed;
 }
 
 static void free_run(Run* r, GPT* g) {
@@ -1202,13 +1209,17 @@ int main(int argc, char** argv) {
     // the training loop
     int64_t saved_step = r.resume_step;         // the step of the newest checkpoint in -o (-1: none)
     auto stop_if_asked = [&](int steps_done) {  // Ctrl-C / SIGTERM: finish the step, checkpoint, exit
-        agree_on_stop_signal(&r);
-        stop_if_signalled(steps_done, r.start_step, saved_step, r.bench ? NULL : args.output_dir, [&] {
-            save_run_checkpoint(&r, &g);
-            optimizer_wait_all(&g);    // several ranks: each rank's share of the update, then rank 0's save,
-            node_barrier(r.comm);      // before any of them exits
-            net_finish(&r.comm->net);  // several nodes: every node's too
-        });
+        const int sig = agree_on_stop_signal(&r);
+        stop_if_signalled(
+            steps_done, r.start_step, saved_step, r.bench ? NULL : args.output_dir,
+            [&] {
+                save_run_checkpoint(&r, &g);
+                optimizer_wait_all(
+                    &g);               // several ranks: each rank's share of the update, then rank 0's save,
+                node_barrier(r.comm);  // before any of them exits
+                net_finish(&r.comm->net);  // several nodes: every node's too
+            },
+            sig);
     };
     stop_signal_install();
     const double run_t0 = timeline_now();

@@ -1,6 +1,10 @@
 // vocab_host.cuh — -E 1: Llama's vocabulary tensors live in host RAM (docs/memory.md).
 // That is the embeddings, final norm and lm_head, with their AdamW state and gradients.
 // The head runs in vocabulary chunks: pass 1 a logsumexp, pass 2 the gradient.
+// Several ranks of one node (-pn): the tensors, their state and fp32 gradients exist once, in the node's
+// shared memory. Each chunk's gradient is summed over the ranks on the GPU and each rank writes its part;
+// the embedding rows are added rank after rank (the micro-batches' order, as on one GPU); each rank updates
+// its part of the tensors (vocab_part). Several nodes: not yet (run_setup.cuh refuses it).
 // Not here: sizes (memory_plan.cuh), allocation (gpt_build), the step (train_gpt.cu).
 #pragma once
 #include <math.h>
@@ -9,6 +13,7 @@
 #include "gpt.cuh"                 // defines: GPT, LayerActs, llama_embed_params, embed_is_matrix
 #include "llmc/adamw.h"            // defines: AdamWArgs
 #include "llmc/bf16.h"             // defines: bf16_to_float
+#include "llmc/collectives.h"      // defines: comm_all_reduce, node_barrier (several ranks)
 #include "llmc/cpu_adam.h"         // defines: sumsq_f32, adamw_tensors_f32grad
 #include "llmc/kernels.cuh"        // defines: block_max_sumexp, WARP
 #include "llmc/llama_kernels.cuh"  // defines: rmsnorm_forward, rmsnorm_backward
@@ -105,6 +110,14 @@ static void matmul_backward_input_f32(float* dinp, const bf16* dout, const bf16*
 // ----------------------------------------------------------------------------
 // The host's side
 
+// The part [lo, hi) of n elements this rank of the node writes and updates: all of them on one GPU.
+static void vocab_part(const GPT* g, int64_t n, int64_t* lo, int64_t* hi) {
+    const Comm* c = g->comm;
+    const int64_t slice = (n + c->local_world - 1) / c->local_world;
+    *lo = std::min<int64_t>(n, c->local * slice);
+    *hi = std::min<int64_t>(n, *lo + slice);
+}
+
 // lm_head's offset in the embeddings' arrays (tied: the embedding's).
 static int64_t vocab_head_offset(const GPT* g) {
     const ParamLayout* p = &g->layout;
@@ -183,13 +196,15 @@ static void vocab_head_forward(GPT* g, const bf16* x, const int* targets, float*
     vocab_head_loss_pass(g, &x, targets, losses, 1, s);
 }
 
-// Chunk k's gradient from dw_host[k % 2] into grads, once copied.
+// Chunk k's gradient from dw_host[k % 2] into grads, once copied. Several ranks: this rank's part of it.
 static void vocab_take_chunk_grads(GPT* g, int k, int64_t v0, int64_t n) {
     HostVocab* v = g->vocab;
     const int64_t C = g->llama.hidden_size;
+    int64_t lo, hi;
+    vocab_part(g, n * C, &lo, &hi);
     cudaCheck(cudaEventSynchronize(v->dw_copied[k % 2]));
-    FAKE_CUDA_HOST_ACCESS(v->dw_host[k % 2], n * C * 4, false, "the host reading a chunk's gradient");
-    memcpy(v->grads + vocab_head_offset(g) + v0 * C, v->dw_host[k % 2], (size_t)(n * C * 4));
+    FAKE_CUDA_HOST_ACCESS(v->dw_host[k % 2], (hi - lo) * 4, false, "the host reading a chunk's gradient");
+    memcpy(v->grads + vocab_head_offset(g) + v0 * C + lo, v->dw_host[k % 2], (size_t)((hi - lo) * 4));
 }
 
 // The step's head: losses (pass 1), then gradients into dres[mb] (pass 2).
@@ -217,8 +232,11 @@ static void vocab_head_step(GPT* g, const bf16* const* xs, const int* targets, f
             matmul_backward_weight(v->dw_chunk, logits, v->lnf + o * C, N, (int)C, n, s);
             matmul_backward_input_f32(v->dlnf + o * C, logits, v->w_chunk, N, (int)C, n, v0 ? 1.0f : 0.0f, s);
         }
-        cudaCheck(
-            cudaMemcpyAsync(v->dw_host[k % 2], v->dw_chunk, (size_t)(n * C * 4), cudaMemcpyDeviceToHost, s));
+        comm_all_reduce(g->comm, v->dw_chunk, n * C, s);  // several ranks: every rank's micro-batches
+        int64_t lo, hi;
+        vocab_part(g, n * C, &lo, &hi);
+        cudaCheck(cudaMemcpyAsync(v->dw_host[k % 2], v->dw_chunk + lo, (size_t)((hi - lo) * 4),
+                                  cudaMemcpyDeviceToHost, s));
         cudaCheck(cudaEventRecord(v->dw_copied[k % 2], s));
         // the previous chunk to grads, while the GPU computes this one
         if (k > 0) vocab_take_chunk_grads(g, k - 1, v0 - v->rows, v->rows);
@@ -237,11 +255,15 @@ static void vocab_head_step(GPT* g, const bf16* const* xs, const int* targets, f
 }
 
 // Embeddings' backward: the residual's gradient added to host rows.
-// tokens: host, n_micro x N.
+// tokens: host, n_micro x N. Several ranks: one rank after the other, in rank order.
 static void vocab_embedding_backward(GPT* g, const int* tokens, int n_micro, cudaStream_t s) {
     HostVocab* v = g->vocab;
     const int64_t N = (int64_t)g->B * g->T, C = g->llama.hidden_size;
     float* dembed = v->grads + g->layout.embed_offset[LL_EMBED];
+    Comm* c = g->comm;
+    comm_all_reduce(c, v->dfinal_norm, C, s);
+    node_barrier(c);  // every rank's part of the head gradient and zeroed rows are in place (vocab_head_step)
+    for (int r = 0; r < c->local; r++) node_barrier(c);
     for (int mb = 0; mb < n_micro; mb++) {
         cudaCheck(
             cudaMemcpyAsync(v->rows_host, dresid_at(g, mb), (size_t)(N * C * 2), cudaMemcpyDeviceToHost, s));
@@ -258,19 +280,32 @@ static void vocab_embedding_backward(GPT* g, const int* tokens, int n_micro, cud
             }
         v->touched.insert(v->touched.end(), tok, tok + N);
     }
+    for (int r = c->local; r < c->local_world; r++) node_barrier(c);  // then the next rank's turn
     float* dnorm = v->grads + g->layout.embed_offset[LL_FINAL_NORM];
-    cudaCheck(cudaMemcpyAsync(dnorm, v->dfinal_norm, (size_t)C * 4, cudaMemcpyDeviceToHost, s));
+    if (c->local == 0)
+        cudaCheck(cudaMemcpyAsync(dnorm, v->dfinal_norm, (size_t)C * 4, cudaMemcpyDeviceToHost, s));
     cudaCheck(cudaStreamSynchronize(s));
-    v->sumsq = sumsq_f32(v->grads, g->layout.embed_count);
+    node_barrier(c);
+    int64_t lo, hi;  // several ranks: each its part's squares, summed with the GPU's (read_loss_and_norm)
+    vocab_part(g, g->layout.embed_count, &lo, &hi);
+    v->sumsq = sumsq_f32(v->grads + lo, hi - lo);
 }
 
-// CPU AdamW of the vocabulary tensors. Matrices decay.
+// CPU AdamW of the vocabulary tensors. Matrices decay. Several ranks: each its part, then all are done.
 static void vocab_adamw(GPT* g, const AdamWArgs* args, cudaStream_t s) {
     const ParamLayout* p = &g->layout;
     uint16_t* bf16 = g->stream.weights_host_bf16;  // the embeddings come first
-    FAKE_CUDA_HOST_ACCESS(bf16, p->embed_count * 2, true, "the host updating the vocabulary's bf16 copy");
-    adamw_tensors_f32grad(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_is_matrix(g), g->master,
-                          g->vocab->grads, g->adam_m, g->adam_v, bf16, args);
+    int64_t lo, hi;
+    vocab_part(g, p->embed_count, &lo, &hi);
+    FAKE_CUDA_HOST_ACCESS(bf16 + lo, (hi - lo) * 2, true, "the host updating the vocabulary's bf16 copy");
+    if (g->comm->local_world == 1)
+        adamw_tensors_f32grad(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_is_matrix(g),
+                              g->master, g->vocab->grads, g->adam_m, g->adam_v, bf16, args);
+    else
+        adamw_tensors_window_f32grad(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_is_matrix(g),
+                                     lo, hi - lo, g->master + lo, g->vocab->grads + lo, g->adam_m + lo,
+                                     g->adam_v + lo, bf16 + lo, args);
+    node_barrier(g->comm);  // the next forward reads every part
     vocab_upload_final_norm(g, s);
 }
 

@@ -53,6 +53,9 @@ void adamw_tensors_window_bf16grad(int count, const int64_t* offset, const int64
                                    const int* is_matrix, int64_t lo, int64_t n, float* params,
                                    const uint16_t* grads, float* m, float* v, uint16_t* bf16_out,
                                    const AdamWArgs* args);
+void adamw_tensors_window_f32grad(int count, const int64_t* offset, const int64_t* size, const int* is_matrix,
+                                  int64_t lo, int64_t n, float* params, const float* grads, float* m,
+                                  float* v, uint16_t* bf16_out, const AdamWArgs* args);
 
 // Sum of squares in double; same bits for the same n and threads.
 double sumsq_f32(const float* x, int64_t n);

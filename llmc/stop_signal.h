@@ -39,11 +39,13 @@ static inline void stop_signal_install(void) { on_stop_signals(stop_signal_handl
 // The stop signal (SIGINT or SIGTERM), or 0.
 static inline int stop_signal_pending(void) { return stop_signal_received; }
 
-// Between steps: on a stop signal, save() (with -o), exit 128 + signal.
+// Between steps: on a stop signal, save() (with -o), exit 128 + signal. sig: the signal the ranks of a
+// multi-GPU run agreed on (0: none, even where one arrived since: the next agreement takes it); -1: this
+// process's own.
 template <typename Save>
-static void stop_if_signalled(int steps_done, int first_step, int64_t saved_step, const char* dir,
-                              Save save) {
-    const int sig = stop_signal_pending();
+static void stop_if_signalled(int steps_done, int first_step, int64_t saved_step, const char* dir, Save save,
+                              int sig = -1) {
+    if (sig < 0) sig = stop_signal_pending();
     if (!sig) return;
     const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
     if (!dir) {

@@ -463,8 +463,9 @@ TEST_F(CliTest, GpuPlanAdvisesTheSsdTierWhereHostRamIsShort) {
     EXPECT_FALSE(has(p.out, "\n  -sd DIR  ")) << "-sd alone does not fit 128 GiB\n" << p.out;
 }
 
-// Issue 41: the table bounds a step. Llama 3 405B with -sd -sw 1 moves 7.2 TB from the disk and 6.4 TB to it
-// a step: at -sr 7,5 (GB/s) that takes longer than its compute, its PCIe copies or its CPU AdamW.
+// Issue 41: the table bounds a step. Llama 3 405B with -sd -sw 1 moves 6.4 TB from the disk and 6.4 TB to it
+// a step (7.2 TB read before the round handed its bf16 output to the forward pass in pinned memory): at -sr
+// 7,5 (GB/s) that takes longer than its compute, its PCIe copies or its CPU AdamW.
 TEST_F(CliTest, GpuPlanBoundsTheStepOfLlama405bOnTheSsdTier) {
     if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
     const Result p = run_bin(kEmu, Args{"-e", "llama3-405b", "-b", "1", "-t", "4096", "-P", "1", "-sd",
@@ -479,7 +480,7 @@ TEST_F(CliTest, GpuPlanBoundsTheStepOfLlama405bOnTheSsdTier) {
     const double read = atof(m[1].str().c_str()), written = atof(m[2].str().c_str());
     const double disk_s = atof(m[3].str().c_str());
     EXPECT_NEAR(disk_s, read / 7 + written / 5, 0.01 * disk_s) << p.out;
-    EXPECT_NEAR(read, 7229.7, 1.0) << p.out;
+    EXPECT_NEAR(read, 6426.4, 1.0) << p.out;
     for (const char* row : {"\ncompute ", "\nPCIe up ", "\nPCIe down ", "\nCPU AdamW "}) {
         const size_t at = p.out.find(row);
         ASSERT_NE(at, std::string::npos) << row << "\n" << p.out;

@@ -182,6 +182,26 @@ TEST_F(MultiGpu, LlamaWithResidentAndKeptLayersOnThreeRanks) {
                         dir + "/three");
 }
 
+// -E 1 on several ranks of a node: the vocabulary tensors, their AdamW state and fp32 gradients once in host
+// RAM; each chunk's gradient summed over the ranks, the embedding rows added rank after rank, each rank
+// updating its part. Untied on 3 ranks (uneven parts) with a resident and a kept layer, tied on 2.
+TEST_F(MultiGpu, VocabularyInHostRamOnSeveralRanks) {
+    const char* spec = "llama:L4:C64:NH4:KV2:I128:T32:V512";
+    const Args more = {"-d", "384", "-R", "1", "-K", "1", "-E", "1"};
+    const Result three = expect_like_one_gpu(run_args(spec, dir + "/one", more),
+                                             run_args(spec, dir + "/three", more + Args{"-pn", "3"}),
+                                             dir + "/one", dir + "/three");
+    EXPECT_TRUE(has(three.out, "host RAM, CPU AdamW; the head in chunks")) << three.out;
+    const char* tied = "llama:L3:C64:NH4:KV2:I128:T32:V512:TIE1";
+    expect_like_one_gpu(run_args(tied, dir + "/one_tied", {"-E", "1"}),
+                        run_args(tied, dir + "/two_tied", {"-E", "1", "-pn", "2"}), dir + "/one_tied",
+                        dir + "/two_tied");
+    // and the checkpoint of 3 ranks resumes on one GPU
+    const Result resumed = run_bin(kEmu, run_args(spec, dir + "/three", more + Args{"-y", "1", "-x", "4"}));
+    EXPECT_EQ(resumed.code, 0) << resumed.err << resumed.out;
+    EXPECT_TRUE(has(resumed.out, "(step 3)")) << resumed.out;
+}
+
 // Chat data: a step's loss is the mean over every rank's targets (rows with 3 and 20 targets on different
 // ranks weigh by their counts), and validation splits its batches over the ranks; on 2 ranks and on 2 nodes.
 TEST_F(MultiGpu, ChatDataWeighsEveryRanksTargets) {
@@ -458,18 +478,25 @@ TEST_F(MultiGpu, NodesFromTorchrunsEnvironmentTrainAsPnAndPN) {
 }
 
 // -P 1 for several GPUs and nodes (no GPU, no data): Llama 3 70B at 256K tokens a step, 8 H100s (a GPU's 32K
-// tokens of layer inputs do not fit 79 GiB: exit 3, advice within what -pn runs) and 2 nodes of 8 (fits:
-// 68.3 GiB a GPU, 9.1 bytes a parameter a node: 12/2 + 2/2 + 2, the prefix whole); 405B on 2 nodes of 8
-// prints its plan too.
+// tokens of layer inputs and the vocabulary's 35 GiB do not fit 79 GiB: exit 2, -E 1 fits) and 2 nodes of 8
+// (fits: 68.3 GiB a GPU, 9.1 bytes a parameter a node: 12/2 + 2/2 + 2, the prefix whole); 405B on 2 nodes of
+// 8 prints its plan too.
 TEST_F(MultiGpu, PlanForSeveralGpusAndNodes) {
     const Args llama70 = {"-e",     "llama3-70b", "-t",   "4096", "-b", "1",  "-d",
                           "262144", "-M",         "2000", "-V",   "79", "-P", "1"};
-    const Result one = run_bin(kEmu, llama70 + Args{"-pn", "8"});
-    EXPECT_EQ(one.code, 3) << one.err << one.out;
+    const Result one = run_bin(kEmu, llama70 + Args{"-pn", "8", "-E", "0"});
+    EXPECT_EQ(one.code, 2) << one.err << one.out;
     EXPECT_TRUE(has(one.out, "several GPUs: 1 node of 8 GPUs")) << one.out;
     EXPECT_TRUE(has(one.out, "each GPU reads whole layers over its own PCIe link")) << one.out;
-    EXPECT_TRUE(has(one.out, "(-E 1 and -sd do not run with -pn yet)")) << one.out;
-    EXPECT_TRUE(has(one.out, "or plan more GPUs (-pn, -pN)")) << one.out;
+    EXPECT_TRUE(has(one.out, "advice: it does not fit the GPU; these do")) << one.out;
+    EXPECT_TRUE(std::regex_search(one.out, std::regex("\n  -E 1 +GPU 54.50 GiB, host 1059.75 GiB")))
+        << one.out;
+    // -E -1 (the default) takes the host's vocabulary on several GPUs too: 54.5 GiB a GPU, the 7.8 GiB of
+    // the vocabulary's gradients once on the node, each rank its 0.56 GiB of pinned staging
+    const Result auto_e = run_bin(kEmu, llama70 + Args{"-pn", "8"});
+    EXPECT_EQ(auto_e.code, 0) << auto_e.err << auto_e.out;
+    EXPECT_TRUE(has(auto_e.out, "vocabulary chunk buffers (-E 1)")) << auto_e.out;
+    EXPECT_TRUE(has(auto_e.out, "host RAM              1059.75 GiB")) << auto_e.out;
     const Result two = run_bin(kEmu, llama70 + Args{"-pn", "8", "-pN", "2"});
     EXPECT_EQ(two.code, 0) << two.err << two.out;
     for (const char* want : {"several GPUs: 2 nodes of 8 GPUs (-pN 2 -pn 8), 262144 tokens a step",
@@ -496,6 +523,9 @@ TEST_F(MultiGpu, BadFlagsAreOneLineErrors) {
     EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/b", {"-pn", "2", "-sd", dir + "/ssd"})),
                            {"-pn 2 with -sd", "one GPU for now"}));
     EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/c", {"-pn", "0"})), {"-pn"}));
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args("llama:L2:C64:NH4:I128:T32:V512", dir + "/e1",
+                                                  {"-pN", "2", "-ps", "h", "-E", "1"})),
+                           {"-pN 2 with -E 1", "the GPUs of one node for now"}));
     if (have_binary(kGpu) && !gpu_present()) {  // the real trainer here: rank 0 says it once, not every rank
         EXPECT_TRUE(
             CleanError(run_bin(kGpu, run_args(spec, dir + "/e", {"-pn", "2"})), {"no CUDA device found"}));
