@@ -68,6 +68,7 @@ ssd_llama|50|130|@code ssd_io.cpp ssd_store.cpp ssd.h
 nccl_one_rank|30|90|@code
 nccl_two_ranks|70|160|@code
 nccl_two_nodes|80|180|@code
+nccl_vocab|60|150|@code
 wide_70b|150|280|@code
 wide_405b|170|300|@code"
 
@@ -425,24 +426,30 @@ check_nccl_one_rank() {
 # (plain; NCCL_MULTI_RANK_GPU_ENABLE=1; LLMC_NCCL_HOSTS=split: each rank another NCCL_HOSTID, as two nodes), and
 # through host memory (LLMC_COLLECTIVES=host). Losses and norms within 1e-3 relative (test_multi_gpu's bound is
 # 1e-4 in the emulator; a GPU's atomics add their own summation order). Records which form NCCL accepted.
-check_nccl_two_ranks() {
+# nccl_pair NAME ARGS...: one rank of ARGS, then -pn 2 on the one GPU with NCCL in the first form the machine
+# accepts, and with the host's sums; losses and norms within 1e-3 relative of one rank's
+nccl_pair() {
+    local name=$1 ref how="" tried="" i=0 v rc w host; shift
+    local args=("$@")
     need TRAIN_GPT || return 3
     find_nccl
-    local args=(-e d12 -b 4 -t 256 -d 4096 -x 4 -v 0 -g 0) ref how="" tried="" i=0 v rc w host
-    sub nccl_ref "$TRAIN_GPT" "${args[@]}" || { rc=$?; FIG="one rank: $(last_line nccl_ref)"; return $rc; }
-    ref=$(steps_of nccl_ref)
+    sub "${name}_ref" "$TRAIN_GPT" "${args[@]}" || { rc=$?; FIG="one rank: $(last_line "${name}_ref")"; return $rc; }
+    ref=$(steps_of "${name}_ref")
     for v in plain NCCL_MULTI_RANK_GPU_ENABLE=1 LLMC_NCCL_HOSTS=split; do
         i=$((i + 1))
-        if sub "nccl_two_$i" env LLMC_COLLECTIVES=nccl ${v#plain} "$TRAIN_GPT" "${args[@]}" -pn 2; then how=$v; break; fi
-        tried="$tried; $v refused: $(grep -m1 'error' "$LOGS/nccl_two_$i.log" | cut -c1-90)"
+        if sub "${name}_two_$i" env LLMC_COLLECTIVES=nccl ${v#plain} "$TRAIN_GPT" "${args[@]}" -pn 2; then how=$v; break; fi
+        tried="$tried; $v refused: $(grep -m1 'error' "$LOGS/${name}_two_$i.log" | cut -c1-90)"
     done
-    sub nccl_two_host env LLMC_COLLECTIVES=host "$TRAIN_GPT" "${args[@]}" -pn 2
-    host=$(worst_rel "$(steps_of nccl_two_host)" "$ref")
+    sub "${name}_two_host" env LLMC_COLLECTIVES=host "$TRAIN_GPT" "${args[@]}" -pn 2
+    host=$(worst_rel "$(steps_of "${name}_two_host")" "$ref")
     [ -z "$how" ] && { FIG="NCCL refused two ranks on one GPU$tried; host sums: worst rel diff $host"; return 1; }
-    w=$(worst_rel "$(steps_of "nccl_two_$i")" "$ref")
+    w=$(worst_rel "$(steps_of "${name}_two_$i")" "$ref")
     FIG="NCCL accepted 2 ranks on 1 GPU with: $how$tried; worst rel diff of loss/norm vs 1 rank: NCCL $w, host sums $host (bound 1e-3)"
     within "$w" 1e-3 && within "$host" 1e-3 || { FIG="MISMATCH: $FIG"; return 1; }
 }
+check_nccl_two_ranks() { nccl_pair nccl -e d12 -b 4 -t 256 -d 4096 -x 4 -v 0 -g 0; }
+# -E 1 on two ranks: the head's chunk gradients all-reduced by NCCL, the vocabulary's state once on the host
+check_nccl_vocab() { nccl_pair nccl_vocab -e llama:L4:C512:NH8:KV4:I1536:V32000 -b 4 -t 256 -d 4096 -x 4 -v 0 -g 0 -E 1; }
 
 # Two nodes of one rank on the one GPU (-pN 2 -pr 0 or 1 -ps 127.0.0.1:PORT: net.h's TCP links, each node keeping
 # half the fp32 state) against one rank of 4 micro-batches: NCCL between the "nodes" in the first form it accepts
