@@ -294,10 +294,6 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         die("-pr %d: -ps HOST[:PORT] names node 0, where this node joins the run (run ./train_gpt -h for the "
             "flags)",
             ga->node_rank);
-    if (ga->nodes > 1 && ga->vocab_host > 0)  // before the nodes meet: one line, on every node
-        die("-pN %d with -E 1: the vocabulary in host RAM runs on the GPUs of one node for now; drop -pN or "
-            "-E 1",
-            ga->nodes);
     if (ga->ssd_weights && !ga->ssd_dir)
         die("-sw 1 puts the bf16 weights in the SSD tier: it needs -sd DIR (run ./train_gpt -h for the "
             "flags)");

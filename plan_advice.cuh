@@ -52,7 +52,7 @@ typedef struct {
     int T, slots;
     int64_t gpu_budget, host_avail, disk_free;  // bytes; -1: unknown (no check)
     double peak_flops, disk_read_Bps, disk_write_Bps;
-    bool several;  // -pn / -pN: the advice keeps to what several GPUs run (-E 1 on one node; no -sd yet)
+    bool several;  // -pn / -pN: the advice keeps to what several GPUs run (no -sd yet)
     int nodes;     // -pN: host RAM is a node's (its part of the streamed layers' fp32 state); 0 or 1: all
     int ranks;     // -pn: a node's GPUs (-E 1: each its own pinned staging)
 } PlanTarget;
@@ -146,7 +146,7 @@ static std::vector<PlanEval> plan_alternatives(const PlanTarget* t, const PlanCh
     const int L = t->cfg->num_layers;
     const int last_tier = t->several ? given.tier : TIER_SSD_WEIGHTS;
     for (int tier = given.tier; tier <= last_tier; tier++)
-        for (int E = given.vocab_host; E <= (llama && t->nodes <= 1 ? 1 : given.vocab_host); E++)
+        for (int E = given.vocab_host; E <= (llama ? 1 : given.vocab_host); E++)
             for (int B = given.B; B >= 1; B--) {
                 if (given.B % B) continue;  // the same tokens per step
                 PlanChoice c = given;
@@ -429,11 +429,7 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
             host = std::min(host, (double)a.m.host_bytes);
             if (a.c.tier != TIER_RAM) disk = std::min(disk, (double)a.m.ssd_disk);
         }
-        if (ga->nodes > 1)
-            printf(
-                "advice: nothing fits, as given or with a smaller -b or fewer -R / -K (-E 1 runs on one "
-                "node and -sd on one GPU, for now);\n");
-        else if (several)
+        if (several)
             printf(
                 "advice: nothing fits, as given or with a smaller -b, fewer -R / -K or -E 1 (-sd runs on one "
                 "GPU for now);\n");

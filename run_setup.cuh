@@ -440,10 +440,6 @@ static void plan_run(Run* r) {
             ranks_text, r->n_micro_all, (long long)r->step_tokens, a.B, a.T, G, (long long)G * a.B * a.T);
     r->n_micro = r->n_micro_all / G;
     if (G > 1 && ga.ssd_dir) die("-pn %d with -sd: the SSD tier runs on one GPU for now; drop -pn or -sd", G);
-    if (ga.nodes > 1 && ga.vocab_host > 0)  // nodes from a launcher's environment (gpu_args refused -pN)
-        die("%d nodes with -E 1: the vocabulary in host RAM runs on the GPUs of one node for now; drop -E 1",
-            ga.nodes);
-    if (ga.nodes > 1) r->ga.vocab_host = 0;  // -E -1: on the GPU
     if (ga.resident > r->cfg.num_layers)
         die("-R %d: the model has only %d layers", ga.resident, r->cfg.num_layers);
     if (ga.kept > r->cfg.num_layers) die("-K %d: the model has only %d layers", ga.kept, r->cfg.num_layers);

@@ -267,8 +267,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     const bool ssd = tier != TIER_RAM;
     memset(g, 0, sizeof *g);
     g->comm = comm ? comm : &single_rank;
-    if (g->comm->world > 1 && (ssd || (vocab_host && g->comm->nodes > 1)))
-        die("internal: several ranks with the SSD tier, or several nodes with -E 1");
+    if (g->comm->world > 1 && ssd) die("internal: several ranks with the SSD tier");
     g->checkpoint_step = -1;
     g->config = *cfg;
     if (llama) g->llama = *llama;
@@ -711,7 +710,8 @@ static void embeddings_backward(GPT* g, int n_micro, cudaStream_t s) {
     const ParamLayout* p = &g->layout;
     const int64_t N = (int64_t)g->B * g->T;
     ScopedSpan span(g->timeline, TRACK_COMPUTE, "embed bwd", -1, s);
-    if (g->vocab) vocab_embedding_backward(g, g->tokens_host, n_micro, s);  // the inputs' staging
+    if (g->vocab)
+        vocab_embedding_backward(g, g->tokens_host, g->tokens_in, n_micro, s);  // the inputs' staging
     for (int mb = 0; mb < n_micro && !g->vocab; mb++)
         if (is_llama(g)) llama_embedding_backward(g, dresid_at(g, mb), g->tokens_in + mb * N, s);
         else

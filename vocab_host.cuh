@@ -4,7 +4,9 @@
 // Several ranks of one node (-pn): the tensors, their state and fp32 gradients exist once, in the node's
 // shared memory. Each chunk's gradient is summed over the ranks on the GPU and each rank writes its part;
 // the embedding rows are added rank after rank (the micro-batches' order, as on one GPU); each rank updates
-// its part of the tensors (vocab_part). Several nodes: not yet (run_setup.cuh refuses it).
+// its part of the tensors (vocab_part). Several nodes (each holds the vocabulary whole): the embedding rows'
+// gradient is summed on the GPUs too, a chunk at a time (vocab_embedding_rows_on_gpus), so every node updates
+// its copy alike.
 // Not here: sizes (memory_plan.cuh), allocation (gpt_build), the step (train_gpt.cu).
 #pragma once
 #include <math.h>
@@ -105,6 +107,16 @@ static void matmul_backward_input_f32(float* dinp, const bf16* dout, const bf16*
     cublasCheck(cublasGemmEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_N, C, (int)N, OC, &one, w, CUDA_R_16BF, C,
                              dout, CUDA_R_16BF, OC, &beta, dinp, CUDA_R_32F, C, CUBLAS_COMPUTE_32F,
                              CUBLAS_GEMM_DEFAULT));
+}
+
+// dw (n, C) += the rows of dres (N, C) whose token is in [v0, v0 + n): fp32 atomics.
+__global__ void embedding_rows_chunk_kernel(float* dw, const bf16* dres, const int* tokens, int64_t N, int C,
+                                            int v0, int n) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < N * C;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int t = tokens[i / C] - v0;
+        if (t >= 0 && t < n) atomicAdd(&dw[(int64_t)t * C + i % C], (float)dres[i]);
+    }
 }
 
 // ----------------------------------------------------------------------------
@@ -254,16 +266,52 @@ static void vocab_head_step(GPT* g, const bf16* const* xs, const int* targets, f
     }
 }
 
+// Several nodes: the embedding rows' gradient of every rank, a vocabulary chunk at a time: scattered on the
+// GPU, summed over the ranks (comm_all_reduce), each rank's part of it to the node's gradients (tied: added
+// to the head's, the same elements this rank wrote; untied: the rows' part whole, nothing to zero).
+static void vocab_embedding_rows_on_gpus(GPT* g, const int* tokens_dev, int n_micro, cudaStream_t s) {
+    HostVocab* v = g->vocab;
+    const int64_t N = (int64_t)g->B * g->T, V = g->llama.vocab_size, C = g->llama.hidden_size;
+    const bool tied = g->layout.embed_size[LL_LM_HEAD] == 0;
+    float* dembed = v->grads + g->layout.embed_offset[LL_EMBED];
+    for (int64_t v0 = 0; v0 < V; v0 += v->rows) {
+        const int n = (int)std::min(v->rows, V - v0);
+        cudaCheck(cudaMemsetAsync(v->dw_chunk, 0, (size_t)(n * C * 4), s));
+        for (int mb = 0; mb < n_micro; mb++) {
+            embedding_rows_chunk_kernel<<<grid_for(N * C, 256), 256, 0, s>>>(
+                v->dw_chunk, dresid_at(g, mb), tokens_dev + mb * N, N, (int)C, (int)v0, n);
+            cudaCheckLaunch();
+        }
+        comm_all_reduce(g->comm, v->dw_chunk, n * C, s);
+        int64_t lo, hi;
+        vocab_part(g, n * C, &lo, &hi);
+        cudaCheck(cudaMemcpyAsync(v->dw_host[0], v->dw_chunk + lo, (size_t)((hi - lo) * 4),
+                                  cudaMemcpyDeviceToHost, s));
+        cudaCheck(cudaStreamSynchronize(s));
+        FAKE_CUDA_HOST_ACCESS(v->dw_host[0], (hi - lo) * 4, false, "the host reading a chunk's row gradient");
+        float* dst = dembed + v0 * C + lo;
+        const float* src = v->dw_host[0];
+        if (!tied) memcpy(dst, src, (size_t)((hi - lo) * 4));
+        else
+#pragma omp parallel for
+            for (int64_t i = 0; i < hi - lo; i++) dst[i] += src[i];
+    }
+}
+
 // Embeddings' backward: the residual's gradient added to host rows.
-// tokens: host, n_micro x N. Several ranks: one rank after the other, in rank order.
-static void vocab_embedding_backward(GPT* g, const int* tokens, int n_micro, cudaStream_t s) {
+// tokens: host, n_micro x N (tokens_dev: the same on the GPU). Several ranks: one rank after the other, in
+// rank order; several nodes: on the GPUs (vocab_embedding_rows_on_gpus).
+static void vocab_embedding_backward(GPT* g, const int* tokens, const int* tokens_dev, int n_micro,
+                                     cudaStream_t s) {
     HostVocab* v = g->vocab;
     const int64_t N = (int64_t)g->B * g->T, C = g->llama.hidden_size;
     float* dembed = v->grads + g->layout.embed_offset[LL_EMBED];
     Comm* c = g->comm;
     comm_all_reduce(c, v->dfinal_norm, C, s);
+    if (c->nodes > 1) vocab_embedding_rows_on_gpus(g, tokens_dev, n_micro, s);
+    if (c->nodes > 1) n_micro = 0;  // the rows are in place
     node_barrier(c);  // every rank's part of the head gradient and zeroed rows are in place (vocab_head_step)
-    for (int r = 0; r < c->local; r++) node_barrier(c);
+    for (int r = 0; r < c->local && n_micro; r++) node_barrier(c);
     for (int mb = 0; mb < n_micro; mb++) {
         cudaCheck(
             cudaMemcpyAsync(v->rows_host, dresid_at(g, mb), (size_t)(N * C * 2), cudaMemcpyDeviceToHost, s));
@@ -280,7 +328,7 @@ static void vocab_embedding_backward(GPT* g, const int* tokens, int n_micro, cud
             }
         v->touched.insert(v->touched.end(), tok, tok + N);
     }
-    for (int r = c->local; r < c->local_world; r++) node_barrier(c);  // then the next rank's turn
+    for (int r = c->local; r < c->local_world && n_micro; r++) node_barrier(c);  // then the next rank's turn
     float* dnorm = v->grads + g->layout.embed_offset[LL_FINAL_NORM];
     if (c->local == 0)
         cudaCheck(cudaMemcpyAsync(dnorm, v->dfinal_norm, (size_t)C * 4, cudaMemcpyDeviceToHost, s));
@@ -288,7 +336,7 @@ static void vocab_embedding_backward(GPT* g, const int* tokens, int n_micro, cud
     node_barrier(c);
     int64_t lo, hi;  // several ranks: each its part's squares, summed with the GPU's (read_loss_and_norm)
     vocab_part(g, g->layout.embed_count, &lo, &hi);
-    v->sumsq = sumsq_f32(v->grads + lo, hi - lo);
+    v->sumsq = c->node_rank == 0 ? sumsq_f32(v->grads + lo, hi - lo) : 0.0;  // every node holds them all
 }
 
 // CPU AdamW of the vocabulary tensors. Matrices decay. Several ranks: each its part, then all are done.
