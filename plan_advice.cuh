@@ -90,7 +90,9 @@ static PlanEval plan_evaluate(const PlanTarget* t, PlanChoice c) {
     // GPU -> host: their bf16 gradients, -E 1's fp32 head gradient and the embedding rows' gradients
     e.h2d = 2.0 * streamed * 2 + (c.vocab_host > 0 ? 2.0 * head * 2 : 0.0);
     e.d2h = streamed * 2 + (c.vocab_host > 0 ? head * 4 + tokens * cfg->channels * 2 : 0.0);
-    const double cpu_params = streamed + (c.vocab_host > 0 ? (double)p.embed_count : 0.0);
+    // a node's CPU AdamW: its 1/N of the streamed layers (several nodes), -E 1's vocabulary whole
+    const double nodes = t->nodes > 1 ? t->nodes : 1;
+    const double cpu_params = streamed / nodes + (c.vocab_host > 0 ? (double)p.embed_count : 0.0);
     e.adam_bytes = cpu_params * ADAMW_BYTES_PER_PARAM;
     e.compute_s = e.flops / (t->peak_flops * PLAN_MFU);
     e.h2d_s = e.h2d / PLAN_PCIE_BPS;
@@ -296,8 +298,8 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
     const double exchange = N > 1 ? streamed * 2 * (N - 1.0) / N : 0.0;
     const double pcie_down = e.d2h / ranks;
     const double host_copies =
-        G * e.h2d + G * pcie_down;  // every byte over PCIe is read or written on the host
-    const double adam = e.adam_bytes / N;
+        G * e.h2d + G * pcie_down;     // every byte over PCIe is read or written on the host
+    const double adam = e.adam_bytes;  // plan_evaluate: a node's share
     const struct {
         const char* what;
         double bytes, rate;
@@ -345,8 +347,8 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
         "memory: each GPU %.2f GiB (the plan above, for its micro-batches); each node's host RAM %.2f GiB: ",
         e.m.gpu_bytes / GiB, host / GiB);
     if (N == 1)
-        printf("the fp32 weights, m, v and bf16 copies once, whatever G (%.1f bytes a parameter)\n",
-               host / p.total);
+        printf("the fp32 weights, m, v and bf16 copies once, whatever G (%.1f bytes a parameter)%s\n",
+               host / p.total, e.c.vocab_host > 0 ? "; -E 1: each GPU's own pinned staging too" : "");
     else
         printf(
             "%.1f bytes a parameter (fp32 weights, m, v: 12/%d of the streamed layers, the prefix whole; "
@@ -429,14 +431,17 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
             host = std::min(host, (double)a.m.host_bytes);
             if (a.c.tier != TIER_RAM) disk = std::min(disk, (double)a.m.ssd_disk);
         }
+        const bool has_e1 = llama && llama->num_layers;  // GPT-2's vocabulary stays on the GPU
+        const char* e1 = has_e1 ? " -E 1," : "";
         if (several)
             printf(
-                "advice: nothing fits, as given or with a smaller -b, fewer -R / -K or -E 1 (-sd runs on one "
-                "GPU for now);\n");
+                "advice: nothing fits, as given or with a smaller -b, fewer -R / -K%s (-sd runs on one GPU "
+                "for now);\n",
+                has_e1 ? " or -E 1" : "");
         else
             printf(
-                "advice: nothing fits, as given or with a smaller -b, fewer -R / -K, -E 1, -sd or -sd -sw "
-                "1;\n");
+                "advice: nothing fits, as given or with a smaller -b, fewer -R / -K,%s -sd or -sd -sw 1;\n",
+                e1);
         printf("  the least any of them needs: GPU %.2f GiB (%.2f here), host %.2f GiB", gpu / GiB,
                t.gpu_budget / GiB, host / GiB);
         if (t.host_avail >= 0) printf(" (%.2f here)", t.host_avail / GiB);
