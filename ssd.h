@@ -172,6 +172,19 @@ typedef struct {
 } SsdPlan;
 SsdPlan ssd_plan(const SsdPlanInput* in);
 
+// The disk as the tier uses it (issue 42: measure first): writes alone, reads alone, then reads of one file
+// and writes of another at once through one SsdIo (its reads-first order), each phase about `seconds`, with
+// `queue_depth` chunks of 4 MiB in flight. Two files of up to max_bytes (at most a quarter of the free
+// space).
+typedef struct {
+    double read_bps, write_bps;              // alone
+    double mixed_read_bps, mixed_write_bps;  // at once
+    int direct;                              // O_DIRECT held (0: buffered, the figures are the page cache's)
+    const char* backend;                     // "io_uring" or "pread/pwrite threads"
+} SsdRates;
+int ssd_probe_rates(const char* dir, double seconds, int64_t max_bytes, int queue_depth, SsdRates* out,
+                    char* err, size_t errlen);
+
 // dir's O_DIRECT write and read bandwidth (bytes/s), in about `seconds`.
 // *direct = 0: O_DIRECT refused.
 int ssd_probe_bandwidth(const char* dir, double seconds, int64_t max_bytes, double* read_bps,

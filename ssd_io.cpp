@@ -661,3 +661,147 @@ int ssd_probe_bandwidth(const char* dir, double seconds, int64_t max_bytes, doub
     unlink(path.c_str());
     return rc;
 }
+
+// ---- ssd_probe_rates (ssd.h)
+
+namespace {
+// A stream of `block` requests over a file, two in flight, wrapping around: one phase's reads or writes.
+struct ProbeStream {
+    const SsdFile* f = NULL;
+    int write = 0;
+    char* buf[2] = {NULL, NULL};
+    SsdReq req[2] = {0, 0};
+    int64_t block = 0, size = 0, off = 0, moved = 0;
+    bool on = false;
+};
+// Waits for slot b's request (if any), then issues the next. -1 on an I/O error.
+int probe_step(SsdIo* io, ProbeStream* p, int b, bool issue, char* err, size_t errlen) {
+    if (p->req[b]) {
+        const int rc = ssd_io_wait(io, p->req[b], err, errlen);
+        p->req[b] = 0;
+        if (rc != 0) return -1;
+        p->moved += p->block;
+    }
+    if (!issue) return 0;
+    p->req[b] = ssd_io_submit(io, p->f, p->write, p->buf[b], p->block, p->off);
+    p->off = (p->off + p->block) % p->size;
+    return 0;
+}
+// Runs the streams together for about `seconds` (at least one block each), each at its own pace (a slot is
+// refilled as soon as its request completes); bytes/s of each into bps.
+int probe_phase(SsdIo* io, ProbeStream* const* s, int n, double seconds, double* bps, char* err,
+                size_t errlen) {
+    const double t0 = now_s();
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++)
+        for (int b = 0; b < 2 && rc == 0; b++) rc = probe_step(io, s[i], b, true, err, errlen);
+    while (rc == 0 && now_s() - t0 < seconds) {
+        bool moved = false;
+        for (int i = 0; i < n && rc == 0; i++)
+            for (int b = 0; b < 2 && rc == 0; b++)
+                if (s[i]->req[b] && ssd_io_poll(io, s[i]->req[b])) {
+                    rc = probe_step(io, s[i], b, true, err, errlen);
+                    moved = true;
+                }
+        if (!moved) usleep(100);
+    }
+    for (int i = 0; i < n; i++)  // drain what is left, errors included
+        for (int b = 0; b < 2; b++) {
+            char e2[256];
+            if (probe_step(io, s[i], b, false, e2, sizeof e2) != 0 && rc == 0) {
+                rc = -1;
+                snprintf(err, errlen, "%s", e2);
+            }
+        }
+    const double dt = now_s() - t0;
+    for (int i = 0; i < n; i++) bps[i] = s[i]->moved / dt;
+    return rc;
+}
+}  // namespace
+
+int ssd_probe_rates(const char* dir, double seconds, int64_t max_bytes, int queue_depth, SsdRates* out,
+                    char* err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    struct statvfs sv;
+    if (statvfs(dir, &sv) != 0) {
+        snprintf(err, errlen, "cannot measure the disk of %.600s: %s", dir, strerror(errno));
+        return -1;
+    }
+    const int64_t avail = (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
+    int64_t size = std::min<int64_t>(max_bytes > 0 ? max_bytes : (int64_t)4 << 30, avail / 8);
+    // 64 MiB requests (a piece: the round's); a small probe (tests) a quarter of its file
+    const int64_t block =
+        size >= ((int64_t)256 << 20) ? (int64_t)64 << 20 : std::max<int64_t>(size / 4 >> 20, 1) << 20;
+    size = size / block * block;
+    if (size < 2 * block) {
+        snprintf(err, errlen, "cannot measure the disk of %.600s: %s free, the probe needs 16 x %s", dir,
+                 SizeText((double)avail).s, SizeText((double)block).s);
+        return -1;
+    }
+    const std::string rpath = std::string(dir) + "/ssd_rates_r.tmp",
+                      wpath = std::string(dir) + "/ssd_rates_w.tmp";
+    SsdFile fr, fw;
+    memset(&fr, 0, sizeof fr);
+    memset(&fw, 0, sizeof fw);
+    fr.fd = fw.fd = -1;
+    SsdIoConfig ioc;
+    memset(&ioc, 0, sizeof ioc);
+    ioc.queue_depth = queue_depth;
+    SsdIo* io = NULL;
+    char* bufs[4] = {NULL, NULL, NULL, NULL};
+    int rc = 0;
+    if (ssd_file_open(&fr, rpath.c_str(), 1, size, 0, err, errlen) != 0 ||
+        ssd_file_open(&fw, wpath.c_str(), 1, size, 1, err, errlen) != 0 ||
+        !(io = ssd_io_open(&ioc, err, errlen)))
+        rc = -1;
+    for (int i = 0; i < 4 && rc == 0; i++)
+        if (!(bufs[i] = (char*)ssd_alloc(block))) {
+            snprintf(err, errlen, "out of memory for the disk probe");
+            rc = -1;
+        }
+    if (rc == 0) {
+        uint64_t x = 88172645463325252ull;  // incompressible data: some devices compress zeros
+        for (int64_t i = 0; i < block / 8; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            memcpy(bufs[0] + i * 8, &x, 8);
+        }
+        for (int i = 1; i < 4; i++) memcpy(bufs[i], bufs[0], (size_t)block);
+        out->direct = fr.direct && fw.direct;
+        out->backend = ssd_io_backend(io);
+        // the read file written whole first (it is what the read phases read), then each phase
+        ProbeStream pre, rd, wr;
+        for (ProbeStream* p : {&pre, &rd, &wr}) p->block = block, p->size = size;
+        pre.f = &fr, pre.write = 1, pre.buf[0] = bufs[0], pre.buf[1] = bufs[1];
+        wr.f = &fw, wr.write = 1, wr.buf[0] = bufs[0], wr.buf[1] = bufs[1];
+        rd.f = &fr, rd.write = 0, rd.buf[0] = bufs[2], rd.buf[1] = bufs[3];
+        double bps[2] = {0, 0};
+        ProbeStream* one[1] = {&pre};
+        for (int64_t k = 0; rc == 0 && k < size / block; k += 2)
+            for (int b = 0; b < 2 && rc == 0; b++)
+                rc = probe_step(io, &pre, b, k + b < size / block, err, errlen);
+        for (int b = 0; b < 2 && rc == 0; b++) rc = probe_step(io, &pre, b, false, err, errlen);
+        if (rc == 0) rc = ssd_file_sync(&fr, err, errlen);
+        one[0] = &wr;
+        if (rc == 0) rc = probe_phase(io, one, 1, seconds, bps, err, errlen);
+        if (rc == 0) rc = ssd_file_sync(&fw, err, errlen);
+        out->write_bps = bps[0];
+        one[0] = &rd;
+        if (rc == 0) rc = probe_phase(io, one, 1, seconds, bps, err, errlen);
+        out->read_bps = bps[0];
+        rd.moved = wr.moved = 0;
+        ProbeStream* both[2] = {&rd, &wr};
+        if (rc == 0) rc = probe_phase(io, both, 2, seconds, bps, err, errlen);
+        if (rc == 0) rc = ssd_file_sync(&fw, err, errlen);
+        out->mixed_read_bps = bps[0];
+        out->mixed_write_bps = bps[1];
+    }
+    if (io) ssd_io_close(io);
+    for (char* b : bufs) ssd_free(b);
+    if (fr.fd >= 0) ssd_file_close(&fr);
+    if (fw.fd >= 0) ssd_file_close(&fw);
+    unlink(rpath.c_str());
+    unlink(wpath.c_str());
+    return rc;
+}

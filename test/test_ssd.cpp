@@ -1143,6 +1143,27 @@ TEST(SsdProbe, MeasuresBothDirections) {
     EXPECT_TRUE(fs::is_empty(d.path)) << "the probe removes its file";
 }
 
+// Issue 42's measurement: writes alone, reads alone, and both at once through one SsdIo, at a queue depth;
+// the files removed after. A directory that is not there: one message.
+TEST(SsdProbe, RatesAloneAndAtOnce) {
+    TempDir d;
+    SsdRates r;
+    char err[1024] = "";
+    ASSERT_EQ(ssd_probe_rates(d.path.c_str(), 0.2, (int64_t)32 << 20, 8, &r, err, sizeof err), 0) << err;
+    printf("  write %.0f MB/s, read %.0f MB/s, at once read %.0f + write %.0f MB/s (%s, O_DIRECT %s)\n",
+           r.write_bps / 1e6, r.read_bps / 1e6, r.mixed_read_bps / 1e6, r.mixed_write_bps / 1e6, r.backend,
+           r.direct ? "yes" : "no");
+    EXPECT_GT(r.write_bps, 0.0);
+    EXPECT_GT(r.read_bps, 0.0);
+    EXPECT_GT(r.mixed_read_bps, 0.0);
+    EXPECT_GT(r.mixed_write_bps, 0.0);
+    ASSERT_NE(r.backend, nullptr);
+    EXPECT_TRUE(fs::is_empty(d.path)) << "the probe removes its files";
+    EXPECT_EQ(ssd_probe_rates((d.path + "/none").c_str(), 0.1, (int64_t)32 << 20, 8, &r, err, sizeof err),
+              -1);
+    EXPECT_TRUE(std::string(err).find("cannot measure the disk of") != std::string::npos) << err;
+}
+
 // A file's bytes, or "" if it cannot be read.
 static std::string file_text(const std::string& path) {
     std::ifstream in(path, std::ios::binary);

@@ -7,6 +7,11 @@
 //
 // usage: build/bench_cpu_adam [n_params=67108864] [threads=0 (OpenMP default)] [reps=5]
 //        build/bench_cpu_adam --disk DIR [n_params=67108864] [threads=0] [reps=3]
+//        build/bench_cpu_adam --io DIR [GiB=4] [seconds=3]
+// I/O mode (issue 42: measure the disk first, no fio needed): ssd_probe_rates at queue depths 4, 16 (the
+// tier's) and 32: writes alone, reads alone, and reads of one file beside writes of another through one
+// SsdIo, as the round and the gradient writer run; 64 MiB requests in 4 MiB chunks, O_DIRECT. Last line:
+// RESULT {json} (GB/s), which gpu_window.sh's disk_rates check reads.
 // Disk mode (issue 22's SSD tier, ssd.h): the AdamW round over state on disk in DIR (fp32 params, m, v read
 // and written back with O_DIRECT, 24 bytes per param; bf16 gradients from RAM, bf16 copy to RAM, as with
 // -sd), next to the in-RAM AdamW on the same n and the disk measured independently by fio (O_DIRECT
@@ -74,8 +79,48 @@ static double report(const char* name, Timing t, int64_t n, double bytes_per_par
 
 static int disk_main(int argc, char** argv);
 
+static int io_main(int argc, char** argv) {
+    if (argc < 3 || (argc > 3 && atof(argv[3]) <= 0) || (argc > 4 && atof(argv[4]) <= 0)) {
+        fprintf(stderr, "usage: %s --io DIR [GiB > 0] [seconds > 0]\n", argv[0]);
+        return 1;
+    }
+    const char* dir = argv[2];
+    const double gib = argc > 3 ? atof(argv[3]) : 4.0, seconds = argc > 4 ? atof(argv[4]) : 3.0;
+    printf(
+        "bench_cpu_adam --io %s: two files of up to %.1f GiB, %.1f s a phase, 64 MiB requests in 4 MiB "
+        "chunks\n",
+        dir, gib, seconds);
+    printf("%-12s %12s %12s %26s\n", "queue depth", "write GB/s", "read GB/s", "both at once: read + write");
+    std::string json = "RESULT {\"mode\": \"disk\"";
+    const char* backend = "";
+    int direct = 1;
+    for (int qd : {4, 16, 32}) {
+        SsdRates r;
+        char err[1024];
+        if (ssd_probe_rates(dir, seconds, (int64_t)(gib * 1073741824.0), qd, &r, err, sizeof err) != 0) {
+            fprintf(stderr, "error: %s\n", err);
+            return 1;
+        }
+        printf("%-12d %12.2f %12.2f %13.2f + %.2f = %.2f\n", qd, r.write_bps / 1e9, r.read_bps / 1e9,
+               r.mixed_read_bps / 1e9, r.mixed_write_bps / 1e9, (r.mixed_read_bps + r.mixed_write_bps) / 1e9);
+        char part[256];
+        snprintf(part, sizeof part,
+                 ", \"qd%d_write\": %.3f, \"qd%d_read\": %.3f, \"qd%d_mixed_read\": %.3f, "
+                 "\"qd%d_mixed_write\": %.3f",
+                 qd, r.write_bps / 1e9, qd, r.read_bps / 1e9, qd, r.mixed_read_bps / 1e9, qd,
+                 r.mixed_write_bps / 1e9);
+        json += part;
+        backend = r.backend;
+        direct = direct && r.direct;
+    }
+    printf("backend %s, O_DIRECT %s\n", backend, direct ? "yes" : "NO (buffered: the page cache's figures)");
+    printf("%s, \"direct\": %d, \"backend\": \"%s\"}\n", json.c_str(), direct, backend);
+    return 0;
+}
+
 int main(int argc, char** argv) {
     if (argc > 1 && strcmp(argv[1], "--disk") == 0) return disk_main(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "--io") == 0) return io_main(argc, argv);
     const int64_t n = argc > 1 ? atoll(argv[1]) : ((int64_t)1 << 26);
     const int threads = argc > 2 ? atoi(argv[2]) : 0;
     const int reps = argc > 3 ? atoi(argv[3]) : 5;
@@ -349,7 +394,7 @@ static int disk_main(int argc, char** argv) {
         ssd_io_backend(ssd_store_io(st)), cfg.ring, (long long)cfg.piece_elems,
         ssd_store_ring_bytes(&cfg) / 1048576.0);
     DiskCtx ctx = {gb, out, ne, a};
-    SsdRoundFns fns = {disk_grads, disk_update, disk_bf16, NULL, &ctx};
+    SsdRoundFns fns = {disk_grads, disk_update, disk_bf16, NULL, &ctx, NULL};
     std::vector<int> order((size_t)L);
     for (int l = 0; l < L; l++) order[(size_t)l] = l;
     int failed = 0;

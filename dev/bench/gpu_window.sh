@@ -69,6 +69,7 @@ nccl_one_rank|30|90|@code
 nccl_two_ranks|70|160|@code
 nccl_two_nodes|80|180|@code
 nccl_vocab|60|150|@code
+disk_rates|40|90|ssd_io.cpp ssd.h dev/bench/bench_cpu_adam.cpp
 wide_70b|150|280|@code
 wide_405b|170|300|@code"
 
@@ -774,6 +775,22 @@ check_peers_5b() {
     return $rc
 }
 # Gparam/s, bf16 gradients upcast, AdamW, bf16 copy written: ours in one pass against torch's fused AdamW
+# Issue 42 item 1, the disk measured first: writes alone, reads alone, and reads beside writes through one
+# SsdIo (as the round and the gradient writer run), at queue depths 4, 16 (the tier's) and 32, 64 MiB requests
+# in 4 MiB chunks, O_DIRECT (bench_cpu_adam --io: no fio needed). ssd_time's step is read against these.
+check_disk_rates() {
+    need BENCH_ADAM || return 3
+    local d="$RUN/disk_rates" rc=0 q
+    mkdir -p "$d"
+    sub disk_rates "$BENCH_ADAM" --io "$d" 4 3 || rc=$?
+    rm -rf "$d"
+    [ $rc = 0 ] || { FIG="$(last_line disk_rates)"; return $rc; }
+    FIG="GB/s"
+    for q in 4 16 32; do
+        FIG="$FIG; qd $q: write $(result disk_rates qd${q}_write), read $(result disk_rates qd${q}_read), at once $(result disk_rates qd${q}_mixed_read) + $(result disk_rates qd${q}_mixed_write)"
+    done
+    FIG="$FIG; O_DIRECT $(result disk_rates direct), $(result_str disk_rates backend)"
+}
 check_adam() {
     need BENCH_ADAM || return 3
     local rc=0
