@@ -582,6 +582,17 @@ int ssd_file_sync(SsdFile* f, char* err, size_t errlen) {
 // ============================================================================
 // Bandwidth probe
 
+// A probe's data: xorshift bytes, incompressible (some devices compress zeros).
+static void fill_incompressible(char* p, int64_t bytes) {
+    uint64_t x = 88172645463325252ull;
+    for (int64_t i = 0; i < bytes / 8; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        memcpy(p + i * 8, &x, 8);
+    }
+}
+
 int ssd_probe_bandwidth(const char* dir, double seconds, int64_t max_bytes, double* read_bps,
                         double* write_bps, int* direct, char* err, size_t errlen) {
     int64_t size = max_bytes > 0 ? max_bytes : ((int64_t)1 << 30);
@@ -614,13 +625,7 @@ int ssd_probe_bandwidth(const char* dir, double seconds, int64_t max_bytes, doub
         if (io) snprintf(err, errlen, "out of memory for the disk probe");
         rc = -1;
     } else {
-        uint64_t x = 88172645463325252ull;  // incompressible data: some devices compress zeros
-        for (int64_t i = 0; i < block / 8; i++) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            memcpy(buf[0] + i * 8, &x, 8);
-        }
+        fill_incompressible(buf[0], block);
         memcpy(buf[1], buf[0], (size_t)block);
         for (int write = 1; write >= 0 && rc == 0; write--) {
             // two blocks in flight; at least one pass over the file (the read pass then reads written data)
@@ -760,13 +765,7 @@ int ssd_probe_rates(const char* dir, double seconds, int64_t max_bytes, int queu
             rc = -1;
         }
     if (rc == 0) {
-        uint64_t x = 88172645463325252ull;  // incompressible data: some devices compress zeros
-        for (int64_t i = 0; i < block / 8; i++) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            memcpy(bufs[0] + i * 8, &x, 8);
-        }
+        fill_incompressible(bufs[0], block);
         for (int i = 1; i < 4; i++) memcpy(bufs[i], bufs[0], (size_t)block);
         out->direct = fr.direct && fw.direct;
         out->backend = ssd_io_backend(io);
