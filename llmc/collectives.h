@@ -43,6 +43,7 @@ struct NodeShared {
     std::atomic<int> magic;                     // NODE_SHARED_MAGIC once rank 0 set it up (rank_attach)
     std::atomic<int> attached;                  // ranks that joined rank 0's block (rank_attach)
     std::atomic<int64_t> exchanged;  // several nodes: the bf16 exchange's progress (cpu_optimizer.h)
+    std::atomic<int> said;           // a rank said why the run ends (utils.h die_said): the rest are quiet
     int pids[MAX_RANKS];             // each rank's process, for comm_check_alive
     int launched;                    // 1: -pn's launcher watches the ranks (rank_launch.h)
     int owner_pid;                   // rank 0: the memfds below are its
@@ -77,6 +78,7 @@ struct Comm {
 static inline void comm_check_alive(const Comm* c) {
     const int f = c->node->failed_rank.load(std::memory_order_acquire);
     const int first = c->node_rank * c->local_world;  // the node's ranks, numbered over every node
+    if (f >= 0 && c->node->said.load()) _exit(1);     // it said why itself
     if (f >= 0)
         die("rank %d stopped (exit status %d): this rank stops too", first + f, c->node->failed_code.load());
     if (c->node->launched) return;

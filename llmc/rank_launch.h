@@ -73,7 +73,9 @@ static int launch_wait(NodeShared* node, int G, int first, int world) {
             else
                 snprintf(how, sizeof how, "was killed by signal %d (%s)", WTERMSIG(status),
                          strsignal(WTERMSIG(status)));
-            if (node->gate_open.load())  // before: rank 0's set-up error, said once by rank 0
+            // before the gate: rank 0's set-up error, said once by rank 0; after it, a rank that ended with
+            // an error line of its own (die) said why
+            if (node->gate_open.load() && !(WIFEXITED(status) && code == 1 && node->said.load()))
                 fprintf(stderr, "error: rank %d of %d %s: stopping the other ranks%s\n", first + r, world,
                         how, world > G ? " of this node" : "");
         } else if (code != 0 && status_of_run == 0) {
@@ -92,6 +94,7 @@ static void rank_place(Comm* c, int local, int G, int node_rank, int nodes, Node
     c->rank = node_rank * G + local;
     c->world = G * nodes;
     c->node = node;
+    if (c->world > 1) die_said = &node->said;
 }
 
 // Starts G ranks. Returns in each rank with its place (rank_place) set; the launcher itself never returns (it

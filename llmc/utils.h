@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <atomic>
 
 // GiB, MiB or bytes for a message (never "0.00 GiB").
 struct SizeText {
@@ -24,6 +25,9 @@ struct SizeText {
 
 // A multi-GPU run's rank (collectives.h), named in its error lines; -1: one rank.
 inline int die_rank = -1;
+// Several ranks: the node's flag "a rank said why the run ends" (NodeShared.said). The first rank to die says
+// it; a rank that dies after it ends quietly (its line would repeat or follow from the first).
+inline std::atomic<int>* die_said = nullptr;
 
 // One "error: ..." line (control bytes as \xNN), exit 1. All failures end here.
 static inline void die(const char* fmt, ...) {
@@ -40,6 +44,10 @@ static inline void die(const char* fmt, ...) {
     }
     line[n++] = '\n';
     fflush(stdout);
+    if (die_said && die_said->exchange(1)) {  // another rank of the node said why first
+        fflush(NULL);
+        _exit(1);
+    }
     fwrite(line, 1, (size_t)n, stderr);  // one write: several ranks' lines do not interleave
     // _exit: exit() tears down CUDA under the optimizer thread
     fflush(NULL);
