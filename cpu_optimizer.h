@@ -215,7 +215,8 @@ static void optimizer_wait_all(GPT* g) {
     else if (g->comm->world > 1 && round > 0) ranks_reached(g, rank_progress_mark(g, round + 1, 0), 1);
 }
 static void optimizer_submit(GPT* g, float lr, float grad_scale) {
-    optimizer_wait_all(g);  // never waits: the forward pass waited for every layer
+    optimizer_wait_all(
+        g);  // the forward waited for every layer; -sw 1: the round's last writes may not be done
     if (g->ssd) ssd_tier_submit(g);
     Optimizer* o = g->opt;
     std::lock_guard<std::mutex> lock(o->mu);

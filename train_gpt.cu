@@ -804,7 +804,7 @@ static void gpt_update(GPT* g, float lr) {
 
 // -Y 1: last step's CPU AdamW ran during this forward. Add it to this timeline.
 static void timeline_add_adamw_round(GPT* g) {
-    optimizer_wait_all(g);  // already done: the forward pass waited for every layer
+    optimizer_wait_all(g);  // the forward waited for every layer (-sw 1: perhaps not the round's last writes)
     if (g->opt->rounds_done == 0 || g->skipped[0]) return;
     const Optimizer* o = g->opt;
     for (int l = g->resident_layers; l < g->config.num_layers; l++)
@@ -1149,14 +1149,14 @@ static void test_rank_dies(const Run* r, int steps_done) {
 // Several ranks stop together: a stop signal on any rank is a stop signal on all.
 // The stop signal every rank acts on: any rank's (SIGINT first), or 0. A signal that reaches a rank after
 // the sum waits for the next agreement: a rank that stopped alone would leave the others in a collective.
+// A rank that takes another's signal does not mark it as its own: its own, arriving during the save, is then
+// a first signal (the handler would take it for a second and exit without the checkpoint).
 static int agree_on_stop_signal(const Run* r) {
     const int sig = stop_signal_pending();
     if (r->comm->world == 1) return sig;
     double got[2] = {sig == SIGINT ? 1.0 : 0.0, sig == SIGTERM ? 1.0 : 0.0};
     comm_sum_host(r->comm, got, 2);
-    const int agreed = got[0] > 0 ? SIGINT : got[1] > 0 ? SIGTERM : 0;
-    if (!sig && agreed) stop_signal_received = agreed;
-    return agreed;
+    return got[0] > 0 ? SIGINT : got[1] > 0 ? SIGTERM : 0;
 }
 
 static void free_run(Run* r, GPT* g) {
