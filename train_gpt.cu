@@ -198,7 +198,12 @@ static void vocab_build(GPT* g, int64_t N, const MemoryPlan& plan) {
     HostVocab* v = new HostVocab();
     const int64_t C = g->llama.hidden_size, MN = g->max_micro * N;
     v->rows = vocab_chunk_rows(g->llama.vocab_size, C);
-    v->w_chunk = (bf16*)gpu_alloc(g, v->rows * C * 2);
+    for (int k = 0; k < 2; k++) {
+        v->w_chunk[k] = (bf16*)gpu_alloc(g, v->rows * C * 2);
+        cudaCheck(cudaEventCreateWithFlags(&v->chunk_ready[k], cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&v->chunk_free[k], cudaEventDisableTiming));
+    }
+    cudaCheck(cudaStreamCreateWithFlags(&v->copy, cudaStreamNonBlocking));
     v->dw_chunk = (float*)gpu_alloc(g, v->rows * C * 4);
     v->final_norm = (bf16*)gpu_alloc(g, C * 2);
     v->dfinal_norm = (float*)gpu_alloc(g, C * 4);
@@ -221,10 +226,16 @@ static void vocab_build(GPT* g, int64_t N, const MemoryPlan& plan) {
 static void vocab_free(GPT* g) {
     HostVocab* v = g->vocab;
     if (!v) return;
-    for (void* p :
-         {(void*)v->w_chunk, (void*)v->dw_chunk, (void*)v->final_norm, (void*)v->dfinal_norm, (void*)v->lnf,
-          (void*)v->lnf_rstd, (void*)v->dlnf, (void*)v->row_max, (void*)v->row_sum, (void*)v->row_target})
+    cudaCheck(cudaStreamSynchronize(v->copy));
+    for (void* p : {(void*)v->w_chunk[0], (void*)v->w_chunk[1], (void*)v->dw_chunk, (void*)v->final_norm,
+                    (void*)v->dfinal_norm, (void*)v->lnf, (void*)v->lnf_rstd, (void*)v->dlnf,
+                    (void*)v->row_max, (void*)v->row_sum, (void*)v->row_target})
         cudaCheck(cudaFree(p));
+    for (int k = 0; k < 2; k++) {
+        cudaCheck(cudaEventDestroy(v->chunk_ready[k]));
+        cudaCheck(cudaEventDestroy(v->chunk_free[k]));
+    }
+    cudaCheck(cudaStreamDestroy(v->copy));
     for (int k = 0; k < 2; k++) {
         cudaCheck(cudaFreeHost(v->dw_host[k]));
         cudaCheck(cudaEventDestroy(v->dw_copied[k]));

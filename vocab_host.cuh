@@ -26,16 +26,18 @@
 struct HostVocab {
     int64_t rows;  // vocabulary rows per chunk (memory_plan.cuh vocab_chunk_rows)
     // GPU
-    bf16* w_chunk;       // (rows, C): one chunk of lm_head
-    float* dw_chunk;     // (rows, C): its gradient, summed over the micro-batches
-    bf16* final_norm;    // (C): the final RMSNorm's weight
-    float* dfinal_norm;  // (C): its gradient, summed over the micro-batches
-    bf16* lnf;           // (M, N, C): the final norm's output
-    float* lnf_rstd;     // (M, N)
-    float* dlnf;         // (M, N, C): head input gradient, summed over chunks
-    float* row_max;      // (M, N): the running max, then each token's logsumexp
-    float* row_sum;      // (M, N): the running sum of exponentials
-    float* row_target;   // (M, N): the target's logit
+    bf16* w_chunk[2];   // (rows, C) each: chunk k of lm_head in w_chunk[k % 2], the next one copied meanwhile
+    cudaStream_t copy;  // the chunks' uploads, beside the compute stream
+    cudaEvent_t chunk_ready[2], chunk_free[2];  // (copy) chunk in place; (compute) its last reader queued
+    float* dw_chunk;                            // (rows, C): its gradient, summed over the micro-batches
+    bf16* final_norm;                           // (C): the final RMSNorm's weight
+    float* dfinal_norm;                         // (C): its gradient, summed over the micro-batches
+    bf16* lnf;                                  // (M, N, C): the final norm's output
+    float* lnf_rstd;                            // (M, N)
+    float* dlnf;                                // (M, N, C): head input gradient, summed over chunks
+    float* row_max;                             // (M, N): the running max, then each token's logsumexp
+    float* row_sum;                             // (M, N): the running sum of exponentials
+    float* row_target;                          // (M, N): the target's logit
     // host
     float* dw_host[2];         // pinned (rows, C) x 2: chunk gradients going to grads
     cudaEvent_t dw_copied[2];  // each one's copy from the GPU is done
@@ -136,11 +138,32 @@ static int64_t vocab_head_offset(const GPT* g) {
     return p->embed_offset[p->embed_size[LL_LM_HEAD] ? LL_LM_HEAD : LL_EMBED];
 }
 
-// lm_head rows [v0, v0 + n) to the GPU's chunk buffer.
+// lm_head rows [v0, v0 + n) to the GPU's first chunk buffer, on stream s (sampling: one chunk at a time).
 static void vocab_upload_chunk(GPT* g, int64_t v0, int64_t n, cudaStream_t s) {
     const int64_t C = g->llama.hidden_size;
     const uint16_t* src = g->stream.weights_host_bf16 + vocab_head_offset(g) + v0 * C;
-    cudaCheck(cudaMemcpyAsync(g->vocab->w_chunk, src, (size_t)(n * C * 2), cudaMemcpyHostToDevice, s));
+    cudaCheck(cudaMemcpyAsync(g->vocab->w_chunk[0], src, (size_t)(n * C * 2), cudaMemcpyHostToDevice, s));
+}
+// A pass over the chunks: chunk k's copy into w_chunk[k % 2] on the copy stream, once the compute that read
+// that buffer (chunk k - 2) is queued before it; the compute waits for the copy. So chunk k + 1 crosses PCIe
+// while chunk k computes. Start with vocab_prefetch(g, 0); per chunk: vocab_prefetch(g, k + 1),
+// vocab_chunk_wait(g, k, s), the chunk's kernels, vocab_chunk_done(g, k, s).
+static void vocab_prefetch(GPT* g, int k) {
+    HostVocab* v = g->vocab;
+    const int64_t V = g->llama.vocab_size, C = g->llama.hidden_size, v0 = k * v->rows;
+    if (v0 >= V) return;
+    const int64_t n = std::min(v->rows, V - v0);
+    const uint16_t* src = g->stream.weights_host_bf16 + vocab_head_offset(g) + v0 * C;
+    cudaCheck(cudaStreamWaitEvent(v->copy, v->chunk_free[k % 2], 0));
+    cudaCheck(cudaMemcpyAsync(v->w_chunk[k % 2], src, (size_t)(n * C * 2), cudaMemcpyHostToDevice, v->copy));
+    cudaCheck(cudaEventRecord(v->chunk_ready[k % 2], v->copy));
+}
+static const bf16* vocab_chunk_wait(GPT* g, int k, cudaStream_t s) {
+    cudaCheck(cudaStreamWaitEvent(s, g->vocab->chunk_ready[k % 2], 0));
+    return g->vocab->w_chunk[k % 2];
+}
+static void vocab_chunk_done(GPT* g, int k, cudaStream_t s) {
+    cudaCheck(cudaEventRecord(g->vocab->chunk_free[k % 2], s));
 }
 
 // Final norm weight to the GPU, after each load or update.
@@ -183,16 +206,20 @@ static void vocab_head_loss_pass(GPT* g, const bf16* const* xs, const int* targe
     const int64_t N = (int64_t)g->B * g->T, V = g->llama.vocab_size;
     const int C = g->llama.hidden_size;
     for (int mb = 0; mb < n_micro; mb++) vocab_head_norm(g, xs[mb], mb, s);
-    for (int64_t v0 = 0; v0 < V; v0 += v->rows) {
+    vocab_prefetch(g, 0);
+    int k = 0;
+    for (int64_t v0 = 0; v0 < V; v0 += v->rows, k++) {
         const int n = (int)std::min(v->rows, V - v0);
-        vocab_upload_chunk(g, v0, n, s);
+        vocab_prefetch(g, k + 1);
+        const bf16* w = vocab_chunk_wait(g, k, s);
         for (int mb = 0; mb < n_micro; mb++) {
             const int64_t o = mb * N;
-            matmul_forward(g->acts.logits, v->lnf + o * C, v->w_chunk, N, C, n, s);
+            matmul_forward(g->acts.logits, v->lnf + o * C, w, N, C, n, s);
             chunk_logsumexp_kernel<<<(unsigned)N, 1024, 0, s>>>(
                 g->acts.logits, n, (int)v0, targets + o, v->row_max + o, v->row_sum + o, v->row_target + o);
             cudaCheckLaunch();
         }
+        vocab_chunk_done(g, k, s);
     }
     for (int mb = 0; mb < n_micro; mb++) {
         const int64_t o = mb * N;
@@ -229,21 +256,24 @@ static void vocab_head_step(GPT* g, const bf16* const* xs, const int* targets, f
             memset(v->grads + g->layout.embed_offset[LL_EMBED] + t * C, 0, (size_t)C * 4);
     v->touched.clear();
     vocab_head_loss_pass(g, xs, targets, losses, n_micro, s);
+    vocab_prefetch(g, 0);
     int k = 0;
     for (int64_t v0 = 0; v0 < V; v0 += v->rows, k++) {
         const int n = (int)std::min(v->rows, V - v0);
-        vocab_upload_chunk(g, v0, n, s);
+        vocab_prefetch(g, k + 1);
+        const bf16* w = vocab_chunk_wait(g, k, s);
         cudaCheck(cudaMemsetAsync(v->dw_chunk, 0, (size_t)(n * C * 4), s));
         for (int mb = 0; mb < n_micro; mb++) {
             const int64_t o = mb * N;
             bf16* logits = g->acts.logits;
-            matmul_forward(logits, v->lnf + o * C, v->w_chunk, N, (int)C, n, s);
+            matmul_forward(logits, v->lnf + o * C, w, N, (int)C, n, s);
             chunk_dlogits_kernel<<<grid_for(N * n, 256), 256, 0, s>>>(logits, n, (int)v0, targets + o,
                                                                       v->row_max + o, dloss_scale, N);
             cudaCheckLaunch();
             matmul_backward_weight(v->dw_chunk, logits, v->lnf + o * C, N, (int)C, n, s);
-            matmul_backward_input_f32(v->dlnf + o * C, logits, v->w_chunk, N, (int)C, n, v0 ? 1.0f : 0.0f, s);
+            matmul_backward_input_f32(v->dlnf + o * C, logits, w, N, (int)C, n, v0 ? 1.0f : 0.0f, s);
         }
+        vocab_chunk_done(g, k, s);
         comm_all_reduce(g->comm, v->dw_chunk, n * C, s);  // several ranks: every rank's micro-batches
         int64_t lo, hi;
         vocab_part(g, n * C, &lo, &hi);
@@ -366,7 +396,7 @@ static void vocab_copy_logits(GPT* g, int64_t row, float* out, cudaStream_t s) {
     for (int64_t v0 = 0; v0 < V; v0 += v->rows) {
         const int n = (int)std::min(v->rows, V - v0);
         vocab_upload_chunk(g, v0, n, s);
-        matmul_forward(g->acts.logits, v->lnf + row * C, v->w_chunk, 1, C, n, s);
+        matmul_forward(g->acts.logits, v->lnf + row * C, v->w_chunk[0], 1, C, n, s);
         cudaCheck(cudaMemcpyAsync(tmp.data(), g->acts.logits, (size_t)n * 2, cudaMemcpyDeviceToHost, s));
         cudaCheck(cudaStreamSynchronize(s));
         for (int i = 0; i < n; i++) out[v0 + i] = bf16_to_float(tmp[(size_t)i]);
