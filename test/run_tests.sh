@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run_tests.sh — runs each GoogleTest binary given as an argument (optionally prefixed by VAR=value settings, or
-# followed by gtest flags), RUN_TESTS_JOBS at a time (default: one per core), then prints each one's summary in
-# the order given, sums the results and ends with the line `tests: N passed, M failed` (skipped tests, e.g. GPU
+# followed by gtest flags), RUN_TESTS_JOBS at a time (default: one per core), then prints each one's summary (and
+# each failure's message) in the order given, sums the results and ends with the line `tests: N passed, M failed` (skipped tests, e.g. GPU
 # suites without a GPU, are reported above it). A binary that crashes or fails to start counts as one failure,
 # so a broken suite can never look green. The suites use their own scratch directories, so they run side by
 # side; none has a tight time limit.
@@ -21,7 +21,10 @@ passed=0; failed=0; skipped=0; i=0
 for t in "$@"; do
     echo "=== $t"
     out="$tmp/$i.out"; rc=$(cat "$tmp/$i.rc" 2> /dev/null || echo 1)
-    grep -aE '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|^\[  FAILED  \] [A-Za-z]|SKIPPED \]|Failure|error' "$out" | head -60
+    # the summary lines, and each failure with the 6 lines after it (gtest's message: what was expected, seen)
+    awk '/^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|SKIPPED \]|error/ { print; next }
+         /Failure/ { print; after = 6; next }
+         after > 0 { print "    " substr($0, 1, 600); after-- }' "$out" | head -80
     p=$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$out" | tail -n1)
     f=$(sed -n 's/^\[  FAILED  \] \([0-9]*\) test.*/\1/p' "$out" | tail -n1)
     s=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) test.*/\1/p' "$out" | tail -n1)

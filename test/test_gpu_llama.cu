@@ -456,7 +456,8 @@ TEST(GpuLlama, StreamsOrderEveryHandOver) {
             fake_cuda_track(g.resident_master, rc * 4, "resident master weights");
             if (HostVocab* v = g.vocab) {
                 const int64_t chunk = v->rows * c.hidden_size;
-                fake_cuda_track(v->w_chunk, chunk * 2, "lm_head chunk");
+                for (int i = 0; i < 2; i++)
+                    fake_cuda_track(v->w_chunk[i], chunk * 2, "lm_head chunk buffer " + std::to_string(i));
                 fake_cuda_track(v->dw_chunk, chunk * 4, "lm_head chunk gradient");
                 for (int i = 0; i < 2; i++)
                     fake_cuda_track(v->dw_host[i], chunk * 4, "pinned chunk gradient " + std::to_string(i));
