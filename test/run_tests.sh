@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # run_tests.sh — runs each GoogleTest binary given as an argument (optionally prefixed by VAR=value settings, or
-# followed by gtest flags), RUN_TESTS_JOBS at a time (default: one per core), then prints each one's summary (and
-# each failure's message) in the order given, sums the results and ends with the line `tests: N passed, M failed` (skipped tests, e.g. GPU
-# suites without a GPU, are reported above it). A binary that crashes or fails to start counts as one failure,
-# so a broken suite can never look green. The suites use their own scratch directories, so they run side by
-# side; none has a tight time limit.
+# followed by gtest flags), RUN_TESTS_JOBS at a time (default: one per core), then prints each one's summary,
+# with each failure's message, in the order given, sums the results and ends with the line
+# `tests: N passed, M failed` (skipped tests, e.g. GPU suites without a GPU, are reported above it). A binary
+# that crashes or fails to start counts as one failure, so a broken suite can never look green. The suites use
+# their own scratch directories, so they run side by side; none has a tight time limit.
 jobs_max=${RUN_TESTS_JOBS:-$(nproc 2> /dev/null || echo 1)}
 [ "$jobs_max" -ge 1 ] 2> /dev/null || jobs_max=1
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/run_tests.XXXXXX") || exit 1
