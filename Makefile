@@ -94,7 +94,7 @@ $(BUILD)/stream.o: stream.cu stream.h llmc/timeline.h llmc/cuda_common.h | $(BUI
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 train_gpt: train_gpt.cu $(GPU_OBJS) $(HEADERS) $(wildcard *.cuh llmc/*.cuh)
-	$(NVCC) $(NVCCFLAGS) $< $(GPU_OBJS) -o $@ $(CUDA_LIBS) $(URING_LIBS)
+	$(NVCC) $(NVCCFLAGS) -I. $< $(GPU_OBJS) -o $@ $(CUDA_LIBS) $(URING_LIBS)
 
 # one translation unit for cudnn-frontend (its headers compile slowly), as llm.c's llmc/cudnn_att.cpp
 $(BUILD)/cudnn_att.o: llmc/cudnn_att.cpp llmc/cudnn_att.h | $(BUILD)

@@ -1,7 +1,7 @@
 // gpt.cuh — the streaming trainer's model as data: struct GPT, one layer's activations (LayerActs) and a
 // layer's parameters as named pointers (LayerParams), with small accessors.
 // Names follow gpt2_cpu.h, so layer_forward reads line for line against its CPU twin.
-// Not here: anything that launches work or allocates; the activations' layout (memory_plan.cuh).
+// Not here: anything that launches work or allocates; the activations' layout (llmc/memory_plan.cuh).
 #pragma once
 #include <string.h>
 #include <algorithm>           // defines: std::rotate
@@ -15,7 +15,7 @@
 
 // ----------------------------------------------------------------------------
 // Activations of ONE layer for ONE micro-batch, named as gpt2_cpu.h's Activations. N = B*T tokens.
-// A kept layer (-K) holds only the costly ones (memory_plan.cuh acts_layout).
+// A kept layer (-K) holds only the costly ones (llmc/memory_plan.cuh acts_layout).
 typedef struct {
     bf16* ln1;        // (N, C) LayerNorm 1 output
     bf16* qkv;        // (N, 3C)

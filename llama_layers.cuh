@@ -1,6 +1,6 @@
 // llama_layers.cuh — Llama 3 and Qwen2 layers, head and embeddings on the GPU.
 // Each function mirrors its fp32 twin in llama_cpu.h. GPT-2's functions defer here when is_llama.
-// Not here: kernels, the step, buffers (memory_plan.cuh), optimizers.
+// Not here: kernels, the step, buffers (llmc/memory_plan.cuh), optimizers.
 
 // N = B*T tokens, C channels, NH query and NKV key/value heads of hd.
 

@@ -17,7 +17,7 @@
 #include "checkpoint.h"     // defines: StreamedState
 #include "llmc/cpu_adam.h"  // defines: adamw_tensors_window_bf16grad
 #include "gpt.cuh"          // defines: struct GPT
-#include "gpu_args.h"       // defines: TIER_*, SW_READ_BUFFERS
+#include "llmc/gpu_args.h"  // defines: TIER_*, SW_READ_BUFFERS
 #include "ssd.h"            // defines: SsdStore, ssd_store_round, ssd_store_checkpoint, ssd_store_wait
 #include "stream.h"         // defines: HostReader, stream_send_layer_grads_to, pinned_alloc_direct_io
 

@@ -17,7 +17,7 @@
 // is_llama hands layers, head and embeddings to llama_layers.cuh.
 
 // Parts: model data (gpt.cuh), CPU AdamW thread (cpu_optimizer.h),
-// memory plan (memory_plan.cuh), flags (gpu_args.h), set-up (run_setup.cuh).
+// memory plan (llmc/memory_plan.cuh), flags (llmc/gpu_args.h), set-up (llmc/run_setup.cuh).
 // Not here: kernels (llmc/kernels.cuh), GEMMs (llmc/matmul.cuh), copies (stream.cu),
 // AdamW's math (llmc/adamw.h, for both its CPU form in cpu_adam.cpp and its GPU form).
 
@@ -70,7 +70,7 @@
 #include "vocab_host.cuh"    // defines: HostVocab, vocab_head_forward, _backward, vocab_embedding_* (-E 1)
 #include "ssd_tier.h"        // defines: ssd_tier_new, ssd_tier_begin_backward, ssd_tier_checkpoint (-sd)
 #include "cpu_optimizer.h"   // defines: optimizer_submit, optimizer_layer_ready, send_layer_grads
-#include "memory_plan.cuh"   // defines: MemoryPlan, gpt_memory_plan, place_layers, print_memory_plan
+#include "llmc/memory_plan.cuh"  // defines: MemoryPlan, gpt_memory_plan, place_layers, print_memory_plan
 
 // ----------------------------------------------------------------------------
 // Layer forward, as gpt2_cpu_forward. What the backward reads stays in a.
@@ -1060,7 +1060,7 @@ static double gpu_bf16_peak_flops(const char* device_name, const char** label) {
 #ifndef TESTING
 
 #include "llmc/rank_launch.h"  // defines: rank_start, rank_gate_wait (-pn G, or another launcher's ranks)
-#include "run_setup.cuh"  // defines: Run, plan_run, check_fit, build_model, open_data, print_config_table
+#include "llmc/run_setup.cuh"  // defines: Run, plan_run, check_fit, build_model, open_data, print_config_table
 
 // Mean loss of the first `batches` val batches, max_micro per walk. Chat: per target token.
 // Several ranks: each walk reads max_micro batches per rank, and each rank evaluates its own.

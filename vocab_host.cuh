@@ -7,7 +7,7 @@
 // its part of the tensors (vocab_part). Several nodes (each holds the vocabulary whole): the embedding rows'
 // gradient is summed on the GPUs too, a chunk at a time (vocab_embedding_rows_on_gpus), so every node updates
 // its copy alike.
-// Not here: sizes (memory_plan.cuh), allocation (gpt_build), the step (train_gpt.cu).
+// Not here: sizes (llmc/memory_plan.cuh), allocation (gpt_build), the step (train_gpt.cu).
 #pragma once
 #include <math.h>
 #include <string.h>
@@ -24,7 +24,7 @@
 
 // N = B*T tokens, C channels, M micro-batches. Chunks of `rows` vocabulary rows.
 struct HostVocab {
-    int64_t rows;  // vocabulary rows per chunk (memory_plan.cuh vocab_chunk_rows)
+    int64_t rows;  // vocabulary rows per chunk (llmc/memory_plan.cuh vocab_chunk_rows)
     // GPU
     bf16* w_chunk[2];   // (rows, C) each: chunk k of lm_head in w_chunk[k % 2], the next one copied meanwhile
     cudaStream_t copy;  // the chunks' uploads, beside the compute stream

@@ -1,7 +1,7 @@
 // attention_path.cuh — which causal attention runs, and running it: cuDNN's SDPA (cudnn_att.cpp), our fused
 // kernels (flash_attention.cuh) or cuBLAS + softmax (attention.cuh). At start: cuDNN's version, a support
 // check of the run's graphs and a numerical self-check against our kernel; any failure is one line and the
-// next path. Not here: the kernels themselves, the memory plan (memory_plan.cuh counts the workspace).
+// next path. Not here: the kernels themselves, the memory plan (llmc/memory_plan.cuh counts the workspace).
 #pragma once
 #include <math.h>
 #include <string.h>

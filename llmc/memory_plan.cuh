@@ -1,4 +1,4 @@
-// memory_plan.cuh — train_gpt's memory plan: every buffer gpt_build allocates, by name.
+// llmc/memory_plan.cuh — train_gpt's memory plan: every buffer gpt_build allocates, by name.
 // Also the activation layout, GPU budget, -R -1 / -K -1 placement, -P 1's printout.
 // gpt_build allocates from it. A new buffer: a field here, its gpu_alloc there.
 #pragma once
@@ -9,7 +9,7 @@
 #include <sys/statvfs.h>
 #include "llmc/attention_path.cuh"  // defines: cudnn_attention_ready, _workspace, ATTN_CUDNN, flash_attention_usable
 #include "gpt.cuh"                  // defines: LayerActs
-#include "gpu_args.h"               // defines: GpuArgs, ssd_tier
+#include "llmc/gpu_args.h"          // defines: GpuArgs, ssd_tier
 #include "llmc/matmul.cuh"          // defines: kCublasWorkspaceBytes
 #include "ssd.h"                    // defines: ssd_plan, SsdStoreConfig
 #include "ssd_tier.h"               // defines: GRAD_RING, grads_ring_bytes, sw_reader
@@ -372,7 +372,7 @@ static int64_t dir_free_bytes(const char* dir) {
     return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
 }
 
-// -P 1: gpt_build's allocations, part by part. Whether they fit: plan_advice.cuh.
+// -P 1: gpt_build's allocations, part by part. Whether they fit: llmc/plan_advice.cuh.
 static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int slots, int resident,
                               int kept, const GpuArgs* ga, MemoryPlan plan, bool no_gpu_here,
                               const LlamaConfig* llama = NULL) {

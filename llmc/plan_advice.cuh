@@ -1,17 +1,17 @@
-// plan_advice.cuh — -P 1's verdicts, step time and advice, after memory_plan.cuh's part-by-part lines:
-// a table of what the plan needs against what the GPU, host RAM and disk have, the time a step must
+// llmc/plan_advice.cuh — -P 1's verdicts, step time and advice, after llmc/memory_plan.cuh's part-by-part
+// lines: a table of what the plan needs against what the GPU, host RAM and disk have, the time a step must
 // take at stated rates (compute, PCIe, disk, CPU AdamW), and for a plan that does not fit, the flags
 // that make it fit (-b, -R, -K, -E, -sd, -sw), found by planning again with gpt_memory_plan.
 // -P 1 then exits PLAN_FITS, PLAN_FITS_WITH_ADVICE or PLAN_FITS_NOWHERE.
-// Not here: the plan (memory_plan.cuh), a run's own fit check (run_setup.cuh's check_fit).
+// Not here: the plan (llmc/memory_plan.cuh), a run's own fit check (llmc/run_setup.cuh's check_fit).
 // The rates are stated assumptions unless given (-sr) or read from the GPU here; nothing is measured.
-// Included by run_setup.cuh: uses train_gpt.cu's gpu_bf16_peak_flops.
+// Included by llmc/run_setup.cuh: uses train_gpt.cu's gpu_bf16_peak_flops.
 #pragma once
 #include <math.h>
 #include <algorithm>
 #include <vector>
-#include "memory_plan.cuh"  // defines: MemoryPlan, gpt_memory_plan, gpu_reserve_bytes, dir_free_bytes,
-                            // host_memory_to_count_on, gpu_memory_budget
+#include "llmc/memory_plan.cuh"  // defines: MemoryPlan, gpt_memory_plan, gpu_reserve_bytes, dir_free_bytes,
+                                 // host_memory_to_count_on, gpu_memory_budget
 
 // -P 1's exit status: scripts tell a plan that fits from one that needs other flags.
 enum { PLAN_FITS = 0, PLAN_FITS_WITH_ADVICE = 2, PLAN_FITS_NOWHERE = 3 };

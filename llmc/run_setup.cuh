@@ -1,9 +1,9 @@
-// run_setup.cuh — train_gpt.cu's set-up around the loop: -e's model, data, output directory,
+// llmc/run_setup.cuh — train_gpt.cu's set-up around the loop: -e's model, data, output directory,
 // memory plan and fit check, weights (RAM or SSD), tokenizer, printed tables.
 // Included after the step, whose gpt_build and load_state it calls.
 // Not here: the step, the loop and its lines (train_gpt.cu).
 #pragma once
-#include "plan_advice.cuh"  // defines: print_plan_verdicts, PlanChoice, PLAN_FITS, PLAN_FITS_WITH_ADVICE
+#include "llmc/plan_advice.cuh"  // defines: print_plan_verdicts, PlanChoice, PLAN_FITS, PLAN_FITS_WITH_ADVICE
 
 #define INIT_SEED      1337ull     // weights of a spec's model, as the CPU trainer's
 #define SHUFFLE_SEED   42ull       // order of the train batches

@@ -1,5 +1,5 @@
-// gpu_args.h — train_gpt's own flags: defaults, usage, parsing, TIER_*. Shared: args.h.
-// Not here: what the flags do (train_gpt.cu, memory_plan.cuh).
+// llmc/gpu_args.h — train_gpt's own flags: defaults, usage, parsing, TIER_*. Shared: args.h.
+// Not here: what the flags do (train_gpt.cu, llmc/memory_plan.cuh).
 #pragma once
 #include <stdio.h>
 #include <stdlib.h>
