@@ -9,6 +9,10 @@
 #include "stream.h"      // defines: MAX_SLOTS
 #include "llmc/utils.h"  // defines: die
 
+// -R auto / -K auto (the default): the placement with the shortest step in -P 1's model of the step, on
+// this GPU's free memory or -V's (llmc/plan_advice.cuh plan_place_layers).
+#define LAYERS_AUTO (-2)
+
 // Streamed layers' state: RAM, SSD (-sd), or SSD with bf16 weights too (-sw 1).
 enum { TIER_RAM = 0, TIER_SSD = 1, TIER_SSD_WEIGHTS = 2 };
 
@@ -33,8 +37,8 @@ typedef struct {
     int timeline;         // -Y  1: per-step timeline, -o adds DIR/trace.json
     int adam_threads;     // -A  CPU AdamW threads, 0: all cores but adam_threads_beside
     int model_given;      // -e given: with -y 1 it must match the checkpoint
-    int resident;         // -R  first layers resident with AdamW state, -1: all that fit
-    int kept;             // -K  last layers keeping activations. -1: all that fit
+    int resident;         // -R  first layers resident with AdamW state, -1: all that fit, LAYERS_AUTO
+    int kept;             // -K  last layers keeping activations. -1: all that fit, LAYERS_AUTO
     int flash;            // -F  -1: fastest that works, 2: cuDNN, 1: our fused kernels, 0: cuBLAS
     int epilogues;        // -G  1: bias / GELU as cuBLASLt epilogues
     int plan_only;        // -P  1: print the memory plan and exit, without GPU or data
@@ -72,8 +76,8 @@ static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
     ga->timeline = 0;
     ga->adam_threads = 0;
     ga->model_given = 0;
-    ga->resident = 0;
-    ga->kept = 0;
+    ga->resident = LAYERS_AUTO;
+    ga->kept = LAYERS_AUTO;
     ga->flash = -1;
     ga->epilogues = 1;
     ga->plan_only = 0;
@@ -107,12 +111,15 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "  -R <int>    keep the first N layers on the GPU with their fp32 weights and AdamW state (updated "
         "there,\n"
         "              never copied): uses GPU memory the streaming leaves free to shorten the CPU AdamW;\n"
-        "              0 = stream every layer, -1 = as many as fit (default %d)\n"
+        "              0 = stream every layer, -1 = as many as fit (default auto, below)\n"
         "  -K <int>    keep the last N layers' activations from the forward to the backward pass, which "
         "then\n"
         "              skips their recompute (a quarter of their compute); costs about 18*C*tokens-per-step\n"
         "              bytes per layer: 0 = recompute every layer, -1 = as many as fit after -R (default "
-        "%d)\n"
+        "auto)\n"
+        "              auto: the -R and -K with the shortest step in -P 1's model of it (the CPU AdamW\n"
+        "              must fit in the next forward), in the GPU's free memory or -V's; none unless that\n"
+        "              is 3%% and 10 ms a step faster. -sd: -R auto is 0\n"
         "  -F <-1..2>  attention: 2 = cuDNN's SDPA (loaded at run time, checked against our kernel at "
         "start;\n"
         "              falls back with one line), 1 = our fused tensor-core kernels (head sizes 32, 64, 80, "
@@ -167,9 +174,9 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "              MASTER_ADDR; node 0 listens on MASTER_PORT + 1 (LLMC_NET_PORT sets it)\n"
         "samples (-g, -s): none by default for a model over %.0fB parameters or with -sw 1 (each token\n"
         "  streams the whole model once); -g N still asks for them\n",
-        MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->resident, gd->kept,
-        gd->flash, gd->epilogues, gd->plan_only, gd->host_gib, gd->gpu_gib, gd->vocab_host, SW_READ_BUFFERS,
-        SW_HANDOFF_BUFFERS, gd->ssd_weights, gd->ranks, NET_DEFAULT_PORT, SAMPLE_DEFAULT_MAX_PARAMS / 1e9);
+        MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->flash, gd->epilogues,
+        gd->plan_only, gd->host_gib, gd->gpu_gib, gd->vocab_host, SW_READ_BUFFERS, SW_HANDOFF_BUFFERS,
+        gd->ssd_weights, gd->ranks, NET_DEFAULT_PORT, SAMPLE_DEFAULT_MAX_PARAMS / 1e9);
 }
 
 // -g, else SAMPLE_DEFAULT_MAX_PARAMS' rule, else args.h's.
@@ -231,12 +238,13 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         } else if (strcmp(flag, "-A") == 0) {
             ok = parse_int_in(flag, value, 0, 4096, &v, err, sizeof err);
             ga->adam_threads = (int)v;
-        } else if (strcmp(flag, "-R") == 0) {
-            ok = parse_int_in(flag, value, -1, 1 << 20, &v, err, sizeof err);
-            ga->resident = (int)v;
-        } else if (strcmp(flag, "-K") == 0) {
-            ok = parse_int_in(flag, value, -1, 1 << 20, &v, err, sizeof err);
-            ga->kept = (int)v;
+        } else if (strcmp(flag, "-R") == 0 || strcmp(flag, "-K") == 0) {
+            int* layers = flag[1] == 'R' ? &ga->resident : &ga->kept;
+            if (strcmp(value, "auto") == 0) *layers = LAYERS_AUTO;
+            else {
+                ok = parse_int_in(flag, value, -1, 1 << 20, &v, err, sizeof err);
+                *layers = (int)v;
+            }
         } else if (strcmp(flag, "-F") == 0) {
             ok = parse_int_in(flag, value, -1, 2, &v, err, sizeof err);
             ga->flash = (int)v;

@@ -338,7 +338,7 @@ static int vocab_host_for(const GPTConfig* c, int B, int T, int n_micro, int slo
     return on_gpu.gpu_bytes + gpu_reserve_bytes + gpu_margin_bytes > budget ? 1 : 0;
 }
 
-// -R -1, then -K -1: as many layers as fit. Returns the plan.
+// -R -1, then -K -1: as many layers as fit. Returns the plan. (-R auto / -K auto: plan_advice.cuh.)
 static MemoryPlan place_layers(const GPTConfig* c, int B, int T, int n_micro, int slots, const GpuArgs* ga,
                                int64_t budget, int* resident, int* kept, const LlamaConfig* llama = NULL) {
     MemoryPlan plan =
@@ -347,12 +347,12 @@ static MemoryPlan place_layers(const GPTConfig* c, int B, int T, int n_micro, in
         const int64_t spare = budget - gpu_reserve_bytes - gpu_margin_bytes - plan.gpu_bytes;
         return spare > 0 ? (int)std::min<int64_t>(spare / per_layer, c->num_layers) : 0;
     };
-    if (ga->resident < 0) {
+    if (ga->resident == -1) {
         *resident = layers_that_fit(plan.resident_layer);
         plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga), llama,
                                ga->vocab_host > 0);
     }
-    if (ga->kept < 0) {
+    if (ga->kept == -1) {
         *kept = layers_that_fit(plan.kept_layer);
         plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga), llama,
                                ga->vocab_host > 0);
@@ -425,7 +425,7 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
     printf("\neach further -R layer %.2f GiB, each further -K layer %.2f GiB%s\n", m.resident_layer / GiB,
            m.kept_layer / GiB,
            (ga->resident < 0 || ga->kept < 0) && ga->gpu_gib <= 0
-               ? " (-R -1 / -K -1 are chosen on the GPU from its free memory: 0 here; -V GiB plans them for "
+               ? " (-R / -K, auto or -1, are placed on the GPU's free memory: 0 here; -V GiB plans them for "
                  "that much)"
                : "");
 }

@@ -19,16 +19,25 @@ enum { PLAN_FITS = 0, PLAN_FITS_WITH_ADVICE = 2, PLAN_FITS_NOWHERE = 3 };
 // Without a GPU and without -V the verdict is against an H100 80GB (79 GiB usable, as -V 79).
 #define PLAN_DEFAULT_GPU_GIB 79.0
 // The rates a step's bounds assume, each printed beside its bound.
-#define PLAN_H100_PEAK_FLOPS  989.4e12  // H100 SXM dense bf16 (docs/memory.md's table)
-#define PLAN_MFU              0.45  // the kernels' share of that peak (0.33-0.41 measured, docs/status.md)
-#define PLAN_PCIE_BPS         50e9  // each way: pinned copies over PCIe 5.0 x16
-#define PLAN_DISK_READ_BPS    6e9   // one PCIe 4.0 NVMe drive, unless -sr
-#define PLAN_DISK_WRITE_BPS   4e9
-#define PLAN_HOST_BPS         125e9  // CPU AdamW: 4.48 Gparam/s on the H100 machine (docs/status.md)
-#define ADAMW_BYTES_PER_PARAM 28     // read fp32 weight, m, v, gradient; write weight, m, v
-#define PLAN_NVLINK_BPS       360e9  // each GPU's share of a ring reduce-scatter in an H100 node (NVLink 4)
-#define PLAN_NETWORK_BPS      50e9   // each GPU's 400 Gb/s NIC (InfiniBand NDR), between nodes
-#define PLAN_HOST_MEM_BPS     300e9  // a two-socket node's host memory, for the PCIe copies' reads
+#define PLAN_H100_PEAK_FLOPS 989.4e12  // H100 SXM dense bf16 (docs/memory.md's table)
+#define PLAN_MFU             0.45      // the kernels' share of that peak (0.33-0.41 measured, docs/status.md)
+// The forward alone runs faster than a step's average (no attention backward, our slowest kernel): 585
+// TFLOP/s at Llama 3 8B's shape, 25.4 ms a layer at 32K tokens (gpu_ledger.md, window 3).
+#define PLAN_FWD_MFU              0.59
+#define PLAN_PCIE_BPS             50e9  // each way: pinned copies over PCIe 5.0 x16
+#define PLAN_DISK_READ_BPS        6e9   // one PCIe 4.0 NVMe drive, unless -sr
+#define PLAN_DISK_WRITE_BPS       4e9
+#define PLAN_HOST_BPS             125e9  // CPU AdamW: 4.48 Gparam/s on the H100 machine (docs/status.md)
+#define ADAMW_BYTES_PER_PARAM     28     // read fp32 weight, m, v, gradient; write weight, m, v
+#define PLAN_NVLINK_BPS           360e9  // each GPU's share of a ring reduce-scatter in an H100 node (NVLink 4)
+#define PLAN_NETWORK_BPS          50e9    // each GPU's 400 Gb/s NIC (InfiniBand NDR), between nodes
+#define PLAN_HOST_MEM_BPS         300e9   // a two-socket node's host memory, for the PCIe copies' reads
+#define PLAN_HBM_BPS              2.5e12  // the GPU AdamW of -R layers: an H100's 3.35 TB/s HBM3 at 75%
+#define GPU_ADAMW_BYTES_PER_PARAM 30      // as the CPU's, and the bf16 copy written
+// The placement the plan chooses (-R / -K auto) differs from none only for a step at least this much faster:
+// the model leaves out each step's fixed costs (launches, syncs), which decide a small step's time.
+#define PLAN_PLACE_MIN_GAIN_S 0.010
+#define PLAN_PLACE_MIN_GAIN   0.03
 
 // The flags the advice may change. tier: TIER_RAM, TIER_SSD (-sd), TIER_SSD_WEIGHTS (-sd -sw 1).
 typedef struct {
@@ -42,6 +51,10 @@ typedef struct {
     bool gpu_fits, host_fits, disk_fits;
     double flops, h2d, d2h, adam_bytes;  // a step's work and bytes moved
     double compute_s, h2d_s, d2h_s, disk_s, adam_s, step_s;
+    // the CPU AdamW's round of a step runs during the next step's forward (fwd_s), layer by layer; -E 1's
+    // vocabulary part runs before it, the GPU idle (vocab_adam_s). The GPU waits adam_wait_s for them, and
+    // updates the -R layers itself (gpu_adam_s): gpu_s = compute_s + adam_wait_s + gpu_adam_s.
+    double fwd_s, vocab_adam_s, adam_wait_s, gpu_adam_s, gpu_s;
     const char* bound;  // which of them is step_s
 } PlanEval;
 
@@ -84,7 +97,8 @@ static PlanEval plan_evaluate(const PlanTarget* t, PlanChoice c) {
     const double streamed = (L - c.resident) * (double)p.layer_stride;  // parameters crossing the bus
     const double head = (double)cfg->vocab_size * cfg->channels;        // -E 1: lm_head in chunks
     e.flops = 6.0 * p.total * tokens + 6.0 * L * width * t->T * tokens;
-    e.flops += 2.0 * (L - c.kept) * ((double)p.layer_stride + width * t->T) * tokens;
+    const double recompute = 2.0 * (L - c.kept) * ((double)p.layer_stride + width * t->T) * tokens;
+    e.flops += recompute;
     if (c.vocab_host > 0) e.flops += 2.0 * head * tokens;  // the head's logits, again in pass 2
     // host -> GPU: bf16 weights of each streamed layer in both passes, -E 1's head chunks twice;
     // GPU -> host: their bf16 gradients, -E 1's fp32 head gradient and the embedding rows' gradients
@@ -92,23 +106,31 @@ static PlanEval plan_evaluate(const PlanTarget* t, PlanChoice c) {
     e.d2h = streamed * 2 + (c.vocab_host > 0 ? head * 4 + tokens * cfg->channels * 2 : 0.0);
     // a node's CPU AdamW: its 1/N of the streamed layers (several nodes), -E 1's vocabulary whole
     const double nodes = t->nodes > 1 ? t->nodes : 1;
-    const double cpu_params = streamed / nodes + (c.vocab_host > 0 ? (double)p.embed_count : 0.0);
+    const double vocab_params = c.vocab_host > 0 ? (double)p.embed_count : 0.0;
+    const double cpu_params = streamed / nodes + vocab_params;
     e.adam_bytes = cpu_params * ADAMW_BYTES_PER_PARAM;
-    e.compute_s = e.flops / (t->peak_flops * PLAN_MFU);
+    // the recompute is a forward: at the forward's rate
+    e.compute_s =
+        (e.flops - recompute) / (t->peak_flops * PLAN_MFU) + recompute / (t->peak_flops * PLAN_FWD_MFU);
+    // the forward alone: 2 FLOPs a parameter and token, and attention's share (a third of 6 L w T)
+    e.fwd_s = (2.0 * p.total * tokens + 2.0 * L * width * t->T * tokens) / (t->peak_flops * PLAN_FWD_MFU);
     e.h2d_s = e.h2d / PLAN_PCIE_BPS;
     e.d2h_s = e.d2h / PLAN_PCIE_BPS;
     e.disk_s = c.tier == TIER_RAM ? 0.0
                                   : e.m.ssd_read_per_step / t->disk_read_Bps +
                                         e.m.ssd_write_per_step / t->disk_write_Bps;  // one drive, both ways
     e.adam_s = e.adam_bytes / PLAN_HOST_BPS;
+    e.vocab_adam_s = vocab_params * ADAMW_BYTES_PER_PARAM / PLAN_HOST_BPS;
+    e.adam_wait_s = std::max(e.vocab_adam_s, e.adam_s - e.fwd_s);
+    e.gpu_adam_s = ((double)p.total - streamed - vocab_params) * GPU_ADAMW_BYTES_PER_PARAM / PLAN_HBM_BPS;
+    e.gpu_s = e.compute_s + e.adam_wait_s + e.gpu_adam_s;
     const struct {
         double s;
         const char* name;
-    } bounds[] = {{e.compute_s, "compute"},
+    } bounds[] = {{e.gpu_s, e.adam_wait_s > 0.01 * e.gpu_s ? "compute and the CPU AdamW" : "compute"},
                   {e.h2d_s, "PCIe, host to GPU"},
                   {e.d2h_s, "PCIe, GPU to host"},
-                  {e.disk_s, "the disk"},
-                  {e.adam_s, "the CPU AdamW"}};
+                  {e.disk_s, "the disk"}};
     e.step_s = -1;
     for (const auto& b : bounds)
         if (b.s > e.step_s) e.step_s = b.s, e.bound = b.name;
@@ -178,6 +200,59 @@ static std::vector<PlanEval> plan_alternatives(const PlanTarget* t, const PlanCh
                 }
             }
     return out;
+}
+
+// -R auto / -K auto: among the -R that fit (auto_R; else c.resident as given) with the most -K that fit
+// beside each (auto_K; else c.kept), the placement with the shortest step in plan_evaluate's model, on
+// t->gpu_budget less place_layers' margins. Where the CPU AdamW does not fit in the forward, -R layers
+// shorten its round; past that, more -R only adds GPU AdamW and takes -K's room, so the shortest step has the
+// least -R that suffices. None (the auto ones 0) unless PLAN_PLACE_MIN_GAIN and PLAN_PLACE_MIN_GAIN_S faster.
+// -sd: -R auto is 0 (the store holds the streamed layers, and a resume must find the same ones). *none: the
+// step without.
+static PlanEval plan_place_layers(const PlanTarget* t, PlanChoice c, bool auto_R, bool auto_K,
+                                  PlanEval* none) {
+    const int L = t->cfg->num_layers;
+    if (auto_R) c.resident = 0;
+    if (auto_K) c.kept = 0;
+    *none = plan_evaluate(t, c);
+    const int64_t room = t->gpu_budget - gpu_reserve_bytes - gpu_margin_bytes;
+    const int64_t spare = room - none->m.gpu_bytes;
+    if (spare <= 0 || (!auto_R && !auto_K)) return *none;
+    const int64_t per_R = std::max<int64_t>(none->m.resident_layer, 1),
+                  per_K = std::max<int64_t>(none->m.kept_layer, 1);
+    const int R_max =
+        auto_R ? (c.tier != TIER_RAM ? 0 : (int)std::min<int64_t>(spare / per_R, L)) : c.resident;
+    PlanEval best = *none;
+    for (int R = c.resident; R <= R_max; R++) {
+        PlanChoice x = c;
+        x.resident = R;
+        const int64_t left = spare - (int64_t)(R - c.resident) * per_R;
+        if (auto_K) x.kept = (int)std::min<int64_t>(std::max<int64_t>(left / per_K, 0), L);
+        PlanEval e = plan_evaluate(t, x);
+        while (auto_K && x.kept > 0 && e.m.gpu_bytes > room) {  // the per-layer figures are exact; in case
+            x.kept--;
+            e = plan_evaluate(t, x);
+        }
+        if (e.m.gpu_bytes <= room && e.step_s < best.step_s) best = e;
+    }
+    const double gain = none->step_s - best.step_s;
+    if (gain < PLAN_PLACE_MIN_GAIN_S || gain < PLAN_PLACE_MIN_GAIN * none->step_s) return *none;
+    return best;
+}
+
+// What a plan is evaluated against, but the GPU's budget and peak (the caller's): the model, -t, the slots,
+// ranks and nodes, host RAM, the disk and its rates.
+static PlanTarget plan_target(const GPTConfig* cfg, const LlamaConfig* llama, int T, const GpuArgs* ga) {
+    PlanTarget t;
+    memset(&t, 0, sizeof t);
+    t.cfg = cfg, t.llama = llama, t.T = T, t.slots = ga->num_slots, t.nodes = ga->nodes, t.ranks = ga->ranks;
+    t.several = ga->ranks * ga->nodes > 1;
+    t.host_avail = host_memory_to_count_on(ga);
+    t.disk_free = ga->ssd_dir ? dir_free_bytes(ga->ssd_dir) : -1;
+    t.disk_read_Bps = ga->disk_read_gbs > 0 ? ga->disk_read_gbs * 1e9 : PLAN_DISK_READ_BPS;
+    t.disk_write_Bps = ga->disk_write_gbs > 0 ? ga->disk_write_gbs * 1e9 : PLAN_DISK_WRITE_BPS;
+    t.peak_flops = PLAN_H100_PEAK_FLOPS;
+    return t;
 }
 
 // The GPU budget of the verdict: -V, else this GPU's free memory, else PLAN_DEFAULT_GPU_GIB. Also the
@@ -271,12 +346,27 @@ static void print_plan_table(const PlanTarget* t, const PlanEval& e, const GpuAr
     snprintf(have, sizeof have, "%.0f GB/s of host memory, assumed", PLAN_HOST_BPS / 1e9);
     plan_seconds(verdict, sizeof verdict, e.adam_s);
     plan_row("CPU AdamW", need, have, verdict);
+    char fwd[32];
+    plan_seconds(fwd, sizeof fwd, e.fwd_s);
+    if (e.vocab_adam_s > 0)
+        snprintf(have, sizeof have, "-E 1's part before the forward, then in it (%s)", fwd);
+    else snprintf(have, sizeof have, "during the next forward (%s)", fwd);
+    plan_seconds(verdict, sizeof verdict, e.adam_wait_s);
+    plan_row("GPU waits", "", have, verdict);
+    if (e.gpu_adam_s > 0) {
+        snprintf(need, sizeof need, "%.1f GB", e.gpu_adam_s * PLAN_HBM_BPS / 1e9);
+        snprintf(have, sizeof have, "%.0f GB/s of GPU memory, assumed", PLAN_HBM_BPS / 1e9);
+        plan_seconds(verdict, sizeof verdict, e.gpu_adam_s);
+        plan_row("GPU AdamW", need, have, verdict);
+    }
     const double tokens = (double)e.c.B * t->T * e.c.n_micro;
     const double rate = tokens / e.step_s;
     if (ga->ranks * ga->nodes > 1) printf("each GPU's part of the step (several GPUs: below): ");
-    printf(rate >= 100 ? "step >= %.2f s (bound by %s), <= %.0f tokens/s\n"
-                       : "step >= %.2f s (bound by %s), <= %.3g tokens/s\n",
-           e.step_s, e.bound, rate);
+    char step[32];
+    plan_seconds(step, sizeof step, e.step_s);
+    printf(rate >= 100 ? "step >= %s (bound by %s), <= %.0f tokens/s\n"
+                       : "step >= %s (bound by %s), <= %.3g tokens/s\n",
+           step, e.bound, rate);
 }
 
 // -pn G -pN N: the step on G GPUs a node, N nodes. Each GPU computes its micro-batches (e, planned for them)
@@ -363,17 +453,10 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
     const bool several = ga->ranks * ga->nodes > 1;
     const double ranks = (double)ga->ranks * ga->nodes;
     const double GiB = 1073741824.0;
-    PlanTarget t;
-    memset(&t, 0, sizeof t);
-    t.cfg = cfg, t.llama = llama, t.T = T, t.slots = ga->num_slots, t.several = several, t.nodes = ga->nodes;
-    t.ranks = ga->ranks;
+    PlanTarget t = plan_target(cfg, llama, T, ga);
     char gpu_text[96], peak_text[64];
     t.gpu_budget = plan_gpu_target(ga, no_gpu_here, gpu_text, sizeof gpu_text, &t.peak_flops, peak_text,
                                    sizeof peak_text);
-    t.host_avail = host_memory_to_count_on(ga);
-    t.disk_free = ga->ssd_dir ? dir_free_bytes(ga->ssd_dir) : -1;
-    t.disk_read_Bps = ga->disk_read_gbs > 0 ? ga->disk_read_gbs * 1e9 : PLAN_DISK_READ_BPS;
-    t.disk_write_Bps = ga->disk_write_gbs > 0 ? ga->disk_write_gbs * 1e9 : PLAN_DISK_WRITE_BPS;
     const PlanEval e = plan_evaluate(&t, given);
     printf("\n");
     if (no_gpu_here && ga->gpu_gib <= 0)
@@ -393,8 +476,12 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
             (long long)(std::max(micro, (double)given.n_micro) * given.B * T * ranks),
             (int)std::max(micro, (double)given.n_micro), given.B, T, several ? " on each GPU" : "");
     }
-    const double micro = ceil(given.n_micro * e.step_s / e.compute_s);  // -d's limit: 2^20 micro-batches
-    if (!several && e.compute_s < e.step_s && micro <= (1 << 20)) {  // the other bounds do not grow with -d
+    // more tokens a step: compute grows, the copies and the disk do not, and the forward hides more of the
+    // CPU AdamW (all but -E 1's part before it)
+    const double k = std::max({e.h2d_s / e.compute_s, e.d2h_s / e.compute_s, e.disk_s / e.compute_s,
+                               (e.adam_s - e.vocab_adam_s) / e.fwd_s});
+    const double micro = ceil(given.n_micro * k);  // -d's limit: 2^20 micro-batches
+    if (!several && k > 1 && micro <= (1 << 20)) {
         PlanChoice more = given;
         more.n_micro = (int)micro;
         const PlanEval d = plan_evaluate(&t, more);

@@ -343,6 +343,49 @@ static void require_gpu(const Run* r) {
     if (r->no_gpu_here)
         die("no CUDA device found: this trainer needs an NVIDIA GPU; ./train_gpt_cpu trains on the CPU");
 }
+// -R auto / -K auto (the default): placed by the plan's model of the step (plan_place_layers) on `budget`,
+// at `peak` FLOP/s. Returns the model's step without them (-R 0 -K 0 where auto), or 0 where neither is auto.
+static double place_layers_auto(Run* r, int64_t budget, double peak) {
+    GpuArgs* ga = &r->ga;
+    const bool auto_R = ga->resident == LAYERS_AUTO, auto_K = ga->kept == LAYERS_AUTO;
+    if (!auto_R && !auto_K) return 0;
+    PlanTarget t = plan_target(&r->cfg, &r->llama, r->args.T, ga);
+    t.gpu_budget = budget, t.peak_flops = peak;
+    const PlanChoice c = {r->args.B, r->n_micro, r->resident, r->kept, ga->vocab_host, ssd_tier(ga)};
+    PlanEval none;
+    const PlanEval e = plan_place_layers(&t, c, auto_R, auto_K, &none);
+    r->resident = e.c.resident;
+    r->kept = e.c.kept;
+    r->plan = gpt_memory_plan(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, r->resident, r->kept,
+                              ssd_tier(ga), &r->llama, ga->vocab_host > 0);
+    return none.step_s;
+}
+// The line for what -R auto / -K auto placed (nothing where they placed no layer).
+static void print_auto_placement(const Run* r, int64_t budget, double peak, double none_s) {
+    const GpuArgs* ga = &r->ga;
+    if (none_s <= 0 || (r->resident == 0 && r->kept == 0)) return;
+    PlanTarget t = plan_target(&r->cfg, &r->llama, r->args.T, ga);
+    t.gpu_budget = budget, t.peak_flops = peak;
+    const PlanChoice c = {r->args.B, r->n_micro, r->resident, r->kept, ga->vocab_host, ssd_tier(ga)};
+    const PlanEval e = plan_evaluate(&t, c);
+    char step[32], none[32], adam[32], fwd[32];
+    plan_seconds(step, sizeof step, e.step_s);
+    plan_seconds(none, sizeof none, none_s);
+    plan_seconds(adam, sizeof adam, e.adam_s);
+    plan_seconds(fwd, sizeof fwd, e.fwd_s);
+    printf(
+        "layers placed by the plan (-R %s, -K %s): -R %d -K %d, a step of %s in its model against %s with "
+        "none (the CPU AdamW's %s during a %s forward); -R 0 -K 0 streams and recomputes every layer\n",
+        ga->resident == LAYERS_AUTO ? "auto" : "given", ga->kept == LAYERS_AUTO ? "auto" : "given",
+        r->resident, r->kept, step, none, adam, fwd);
+}
+// This GPU's dense bf16 peak, or an H100's where the name is not known.
+static double plan_peak_flops(const char* gpu_name) {
+    const char* label = NULL;
+    const double peak = gpu_name ? gpu_bf16_peak_flops(gpu_name, &label) : 0;
+    return peak > 0 ? peak : PLAN_H100_PEAK_FLOPS;
+}
+
 static void check_fit(Run* r) {
     const double GiB = 1073741824.0;
     GpuArgs* ga = &r->ga;
@@ -384,12 +427,15 @@ static void check_fit(Run* r) {
     }
     r->plan = place_layers(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga, r->gpu_budget,
                            &r->resident, &r->kept, &r->llama);
+    const double peak = plan_peak_flops(r->prop.name);
+    const double none_s = place_layers_auto(r, r->gpu_budget, peak);
     if (vocab_host < 0 && ga->vocab_host > 0) {  // -E -1 chose the host: its RAM must hold them too
         printf(
             "vocabulary tensors: in host RAM (-E -1: they do not fit the GPU's budget with the layers')\n");
         check_host_fit(r);
     }
-    if (r->comm->world > 1) {  // every rank the same -R and -K (-1: placed by its GPU's memory): the least
+    if (r->comm->world >
+        1) {  // every rank the same -R and -K (-1, auto: placed by its GPU's memory): the least
         double rk[2] = {(double)r->resident, (double)r->kept};
         comm_sum_host(r->comm, rk, 2, true);
         if ((int)rk[0] != r->resident || (int)rk[1] != r->kept) {
@@ -399,6 +445,7 @@ static void check_fit(Run* r) {
                                       r->kept, ssd_tier(ga), &r->llama, ga->vocab_host > 0);
         }
     }
+    print_auto_placement(r, r->gpu_budget, peak, none_s);
     const MemoryPlan& m = r->plan;
     if (m.gpu_bytes + gpu_reserve_bytes <= r->gpu_budget) return;
     char budget_text[512];
@@ -478,11 +525,21 @@ static int print_plan_only(Run* r) {
                          : std::max(ga->vocab_host, 0);  // -E -1 without -V: on the GPU
     r->plan = gpt_memory_plan(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, r->resident, r->kept,
                               ssd_tier(ga), &r->llama, ga->vocab_host > 0);
-    if (ga->gpu_gib > 0)
-        r->plan = place_layers(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga,
-                               gpu_memory_budget(ga, INT64_MAX), &r->resident, &r->kept, &r->llama);
+    const int64_t budget = gpu_memory_budget(ga, INT64_MAX);
+    double peak = PLAN_H100_PEAK_FLOPS, none_s = 0;
+    if (ga->gpu_gib > 0) {  // -V: -R / -K, auto or -1, placed for that much
+        r->plan = place_layers(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga, budget,
+                               &r->resident, &r->kept, &r->llama);
+        cudaDeviceProp prop;
+        memset(&prop, 0, sizeof prop);
+        if (!r->no_gpu_here && cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+            peak = plan_peak_flops(prop.name);
+        cudaGetLastError();
+        none_s = place_layers_auto(r, budget, peak);
+    }
     print_memory_plan(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, r->resident, r->kept, ga,
                       r->plan, r->no_gpu_here, &r->llama);
+    print_auto_placement(r, budget, peak, none_s);
     const PlanChoice given = {r->args.B, r->n_micro, r->resident, r->kept, ga->vocab_host, ssd_tier(ga)};
     return print_plan_verdicts(&r->cfg, &r->llama, r->args.T, ga, given, r->no_gpu_here);
 }
@@ -796,7 +853,7 @@ static void print_gpu_margin(const Run* r, const GPT* g, int step) {
     cudaCheck(cudaMemGetInfo(&free_now, &total_now));
     printf(
         "GPU memory after step %d: %.2f GiB free of %.2f, this process %.2f GiB beyond its plan "
-        "(-R -1 / -K -1 leave %.2f GiB for that)\n",
+        "(-R / -K, auto or -1, leave %.2f GiB for that)\n",
         step + 1, free_now / GiB, total_now / GiB,
         ((double)(r->gpu_free_at_start - (int64_t)free_now) - (double)g->gpu_bytes) / GiB,
         (gpu_reserve_bytes + gpu_margin_bytes) / GiB);
