@@ -419,11 +419,21 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
         if (flops) snprintf(need, sizeof need, "%.2f PFLOP", r.bytes / 1e15);
         else snprintf(need, sizeof need, "%.1f GB", r.bytes / 1e9);
         snprintf(at, sizeof at, "%.0f %s", (flops ? r.rate / 1e12 : r.rate / 1e9), r.at);
-        const double s = r.bytes / r.rate;
+        const double s =
+            flops ? e.compute_s : r.bytes / r.rate;  // compute_s: the recompute at a forward's rate
         plan_seconds(takes, sizeof takes, s);
         plan_row(r.what, need, at, takes);
         if (s > step) step = s, bound = r.what;
     }
+    if (e.adam_wait_s >
+        0) {  // the node's CPU AdamW runs during each GPU's next forward: the GPUs wait for the rest
+        char during[160], takes[64];
+        plan_seconds(takes, sizeof takes, e.fwd_s);
+        snprintf(during, sizeof during, "during the next forward (%s)", takes);
+        plan_seconds(takes, sizeof takes, e.adam_wait_s);
+        plan_row("GPUs wait", "", during, takes);
+    }
+    if (e.gpu_s > step) step = e.gpu_s, bound = "compute and the CPU AdamW";
     const double tokens = ranks * e.c.B * t->T * e.c.n_micro;
     printf("step >= %.2f s (bound by %s), <= %.0f tokens/s on %d GPUs\n", step, bound, tokens / step, G * N);
     if (G > 1)  // the other way to feed G GPUs: each reads 1/G of a layer, NVLink all-gathers the rest

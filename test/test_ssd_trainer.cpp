@@ -578,7 +578,9 @@ TEST_F(SsdTrainer, PeakMemoryDropsByElevenBytesPerStreamedParameterThirteenWithS
                     "-v", "0",
                     "-g", "0",
                     "-i", train,
-                    "-j", val};
+                    "-j", val,
+                    "-R", "0",  // every layer streamed in both (-R auto would keep some on the GPU in RAM)
+                    "-K", "0"};
     const Result ram = run_bin(kEmu, a);
     ASSERT_EQ(ram.code, 0) << ram.err << ram.out;
     ScopedEnv pieces("SSD_PIECE_ELEMS", "65536");  // a ring of 3 MiB

@@ -65,6 +65,8 @@ tput_llama8b|80|160|@code
 tput_llama8b_fused|80|160|@code
 tput_llama8b_vocab|80|160|@code
 ssd_llama|50|130|@code ssd_io.cpp ssd_store.cpp ssd.h
+auto_1.3b|35|80|@code
+auto_llama8b|80|160|@code
 nccl_one_rank|30|90|@code
 nccl_two_ranks|70|160|@code
 nccl_two_nodes|80|180|@code
@@ -416,7 +418,7 @@ worst_rel() { awk -v a="$1" -v b="$2" 'BEGIN { n = split(a, x, " "); m = split(b
 check_nccl_one_rank() {
     need TRAIN_GPT || return 3
     find_nccl
-    local args=(-e d12 -b 4 -t 256 -d 2048 -x 4 -v 0 -g 0) a b rc
+    local args=(-e d12 -b 4 -t 256 -d 2048 -x 4 -v 0 -g 0 -R 0 -K 0) a b rc
     sub nccl_plain "$TRAIN_GPT" "${args[@]}" || { rc=$?; FIG="plain run: $(last_line nccl_plain)"; return $rc; }
     sub nccl_one env LLMC_COLLECTIVES=nccl "$TRAIN_GPT" "${args[@]}" || { rc=$?; FIG="LLMC_COLLECTIVES=nccl: $(last_line nccl_one)"; return $rc; }
     a=$(steps_of nccl_plain) b=$(steps_of nccl_one)
@@ -431,7 +433,7 @@ check_nccl_one_rank() {
 # accepts, and with the host's sums; losses and norms within 1e-3 relative of one rank's
 nccl_pair() {
     local name=$1 ref how="" tried="" i=0 v rc w host; shift
-    local args=("$@")
+    local args=("$@" -R 0 -K 0)  # one placement on both sides (-R auto would see two ranks' free memory)
     need TRAIN_GPT || return 3
     find_nccl
     sub "${name}_ref" "$TRAIN_GPT" "${args[@]}" || { rc=$?; FIG="one rank: $(last_line "${name}_ref")"; return $rc; }
@@ -468,7 +470,7 @@ two_nodes() {  # two_nodes NAME PORT ENV...: node 1 in the background, node 0 th
 check_nccl_two_nodes() {
     need TRAIN_GPT || return 3
     find_nccl
-    NODE_ARGS=(-e d12 -b 4 -t 256 -d 4096 -x 4 -v 0 -g 0)
+    NODE_ARGS=(-e d12 -b 4 -t 256 -d 4096 -x 4 -v 0 -g 0 -R 0 -K 0)
     local ref how="" tried="" i=0 v rc w host ram
     sub nodes_ref "$TRAIN_GPT" "${NODE_ARGS[@]}" || { rc=$?; FIG="one rank: $(last_line nodes_ref)"; return $rc; }
     ref=$(steps_of nodes_ref)
@@ -486,9 +488,10 @@ check_nccl_two_nodes() {
     within "$w" 1e-3 && within "$host" 1e-3 || { FIG="MISMATCH: $FIG"; return 1; }
 }
 
-ours() {  # ours NAME SHAPE [flags...]: a timed run of train_gpt at 32K tokens per step
+ours() {  # ours NAME SHAPE [flags...]: a timed run of train_gpt at 32K tokens per step, every layer streamed
+    # unless the flags place some (-R / -K: later flags win)
     local name=$1 shape=$2; shift 2
-    sub "$name" "$TRAIN_GPT" -e "$shape" -b 8 -t 1024 -d 32768 -W 1 -M "$HOST_GIB" -V "$GPU_GIB" -Y 1 "$@"
+    sub "$name" "$TRAIN_GPT" -e "$shape" -b 8 -t 1024 -d 32768 -W 1 -M "$HOST_GIB" -V "$GPU_GIB" -Y 1 -R 0 -K 0 "$@"
 }
 ratios() {  # ratios TOK_PER_S "peer figure peer figure...": "x peer R" for each
     local tps=$1; shift
@@ -544,6 +547,24 @@ check_tput_llama8b_vocab() {
     return 0
 }
 check_kept_5b() { local k; k=$(kept_args tput_5b); tput kept_5b L24:C4096:NH32 3 "$PEER_5B" ${k:--R 10 -K -1}; }
+# -R auto -K auto, the default (issue 40 item 5): the placement the plan's model chooses, against the streaming
+# run and the timeline-advised one of this window (kept_*): target >= 0.97x the advised placement's tok/s
+# auto_tput NAME SHAPE STEPS PEERS STREAMED KEPT (KEPT may be "")
+auto_tput() {
+    local name=$1 shape=$2 steps=$3 peers=$4 streamed=$5 kept=$6 rc a s k placed advised
+    tput "$name" "$shape" "$steps" "$peers" -R auto -K auto; rc=$?
+    [ $rc = 0 ] || return $rc
+    placed=$(grep -o 'layers placed by the plan (-R auto, -K auto): -R [0-9]* -K [0-9]*' "$LOGS/$name.log" | sed 's/.*: //')
+    advised=$(kept_args "$streamed")
+    a=$(result "$name" tok_per_s) s=$(result_any "$streamed" tok_per_s)
+    k=$([ -n "$kept" ] && result_any "$kept" tok_per_s)
+    FIG="${placed:-nothing placed}${advised:+ ($streamed's timeline advised $advised)}; $FIG"
+    [ -n "$s" ] && FIG="$FIG; $(awk -v a="$a" -v b="$s" -v n="$streamed" 'BEGIN { printf "%.3fx %s", a / b, n }')"
+    [ -n "$k" ] && FIG="$FIG; $(awk -v a="$a" -v b="$k" -v n="$kept" 'BEGIN { r = a / b; printf "%.3fx %s (%s)", r, n, r >= 0.97 ? "within 3%" : "MISS" }')"
+    return 0
+}
+check_auto_1.3b() { auto_tput auto_1.3b L24:C2048:NH16 4 "$PEER_13B" tput_1.3b kept_1.3b; }
+check_auto_llama8b() { auto_tput auto_llama8b llama3-8b 3 "" tput_llama8b ""; }
 
 # The default run (d12 on the shipped data, checkpoints at 6 and 12), then -y 1 from step 6: steps 7..12
 # have the same state and batches; only the GPU atomics' order differs, which AdamW amplifies (test_gpu's
@@ -657,6 +678,7 @@ check_micro_layer() {
 ssd_same() {
     need TRAIN_GPT || return 3
     local p=$1 sd="$RUN/sd" worst=0.0e+00 s diff n rc; shift
+    set -- -R 0 -K 0 "$@"  # every layer streamed in RAM as with -sd (-sd places no -R layer)
     sub ${p}ram6 "$TRAIN_GPT" -x 6 -v 0 -g 0 -n 0 "$@" || { rc=$?; FIG="RAM: $(last_line ${p}ram6)"; return $rc; }
     for n in ${p}sd6 ${p}sw6; do
         rm -rf "$sd"
@@ -677,7 +699,7 @@ check_ssd_same() { ssd_same ""; }
 check_ssd_llama() { ssd_same llama_ -e llama:L4:C512:NH8:KV2:I1536:V50257:T1024 -E 1; }
 check_ssd_time() {
     need TRAIN_GPT || return 3
-    local sd="$RUN/sd" a=(-e L12:C1024:NH16 -b 16 -t 1024 -d 1048576 -B 2 -W 1 -Y 1) ram st n rc
+    local sd="$RUN/sd" a=(-e L12:C1024:NH16 -b 16 -t 1024 -d 1048576 -B 2 -W 1 -Y 1 -R 0 -K 0) ram st n rc
     sub time_ram "$TRAIN_GPT" "${a[@]}" || { rc=$?; FIG="RAM: $(last_line time_ram)"; return $rc; }
     ram=$(result time_ram step_s); FIG="RAM step $ram s"
     for n in time_sd time_sw; do
@@ -694,7 +716,7 @@ check_ssd_time() {
 # GPU memory flat in depth: L12 and L24 at C1024; only the per-layer inputs (bf16, every micro-batch) grow
 check_mem_flat() {
     need TRAIN_GPT || return 3
-    local a=(-b 8 -t 1024 -d 16384 -B 2 -W 1) p12 p24 rc
+    local a=(-b 8 -t 1024 -d 16384 -B 2 -W 1 -R 0 -K 0) p12 p24 rc
     sub mem_L12 "$TRAIN_GPT" -e L12:C1024:NH16 "${a[@]}" || { rc=$?; FIG="$(last_line mem_L12)"; return $rc; }
     sub mem_L24 "$TRAIN_GPT" -e L24:C1024:NH16 "${a[@]}" || { rc=$?; FIG="$(last_line mem_L24)"; return $rc; }
     p12=$(result mem_L12 peak_gpu_GiB) p24=$(result mem_L24 peak_gpu_GiB)
