@@ -160,9 +160,9 @@ static inline LlamaEmbedParams<T> llama_embed_params(const ParamLayout* p, T* ba
 // ----------------------------------------------------------------------------
 // The model as the GPU trainer holds it
 
-struct Optimizer;  // the CPU AdamW thread (cpu_optimizer.h)
+struct Optimizer;  // the CPU AdamW thread (llmc/cpu_optimizer.h)
 struct SsdTier;    // -sd: the SSD tier (ssd_tier.h)
-struct HostVocab;  // -E 1: the vocabulary tensors in host RAM (vocab_host.cuh)
+struct HostVocab;  // -E 1: the vocabulary tensors in host RAM (llmc/vocab_host.cuh)
 struct AttnMicro;  // a micro-batch's ragged sequences for cuDNN (attention_path.cuh)
 struct Comm;       // a multi-GPU run's ranks (collectives.h)
 

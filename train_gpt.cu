@@ -16,7 +16,7 @@
 // Llama 3 and Qwen2 (llmc/llama_model.h) take the same step.
 // is_llama hands layers, head and embeddings to llama_layers.cuh.
 
-// Parts: model data (gpt.cuh), CPU AdamW thread (cpu_optimizer.h),
+// Parts: model data (gpt.cuh), CPU AdamW thread (llmc/cpu_optimizer.h),
 // memory plan (llmc/memory_plan.cuh), flags (llmc/gpu_args.h), set-up (llmc/run_setup.cuh).
 // Not here: kernels (llmc/kernels.cuh), GEMMs (llmc/matmul.cuh), copies (stream.cu),
 // AdamW's math (llmc/adamw.h, for both its CPU form in cpu_adam.cpp and its GPU form).
@@ -67,9 +67,9 @@
 #include "llmc/ragged.h"            // defines: positions_valid, ragged_sequences
 #include "gpt.cuh"                  // defines: struct GPT, LayerActs, LayerWeights, layer_params, layer_input
 #include "llama_layers.cuh"  // defines: llama_layer_forward, _backward, llama_head_forward, llama_embedding_*
-#include "vocab_host.cuh"    // defines: HostVocab, vocab_head_forward, _backward, vocab_embedding_* (-E 1)
-#include "ssd_tier.h"        // defines: ssd_tier_new, ssd_tier_begin_backward, ssd_tier_checkpoint (-sd)
-#include "cpu_optimizer.h"   // defines: optimizer_submit, optimizer_layer_ready, send_layer_grads
+#include "llmc/vocab_host.cuh"  // defines: HostVocab, vocab_head_forward, _backward, vocab_embedding_* (-E 1)
+#include "ssd_tier.h"           // defines: ssd_tier_new, ssd_tier_begin_backward, ssd_tier_checkpoint (-sd)
+#include "llmc/cpu_optimizer.h"  // defines: optimizer_submit, optimizer_layer_ready, send_layer_grads
 #include "llmc/memory_plan.cuh"  // defines: MemoryPlan, gpt_memory_plan, place_layers, print_memory_plan
 
 // ----------------------------------------------------------------------------
@@ -193,7 +193,7 @@ static void host_free_floats(float* p, int64_t n) {
     if (p) munmap(p, (size_t)n * 4);
 }
 
-// -E 1: vocab_host.cuh's buffers (plan: vocab_chunks, vocab_staging, vocab_grads).
+// -E 1: llmc/vocab_host.cuh's buffers (plan: vocab_chunks, vocab_staging, vocab_grads).
 static void vocab_build(GPT* g, int64_t N, const MemoryPlan& plan) {
     HostVocab* v = new HostVocab();
     const int64_t C = g->llama.hidden_size, MN = g->max_micro * N;
@@ -226,6 +226,7 @@ static void vocab_build(GPT* g, int64_t N, const MemoryPlan& plan) {
 static void vocab_free(GPT* g) {
     HostVocab* v = g->vocab;
     if (!v) return;
+    vocab_head_worker_stop(g);
     cudaCheck(cudaStreamSynchronize(v->copy));
     for (void* p : {(void*)v->w_chunk[0], (void*)v->w_chunk[1], (void*)v->dw_chunk, (void*)v->final_norm,
                     (void*)v->dfinal_norm, (void*)v->lnf, (void*)v->lnf_rstd, (void*)v->dlnf,
@@ -434,6 +435,7 @@ static void gpt_resident_state_to_host(GPT* g) {
 
 // Master weights changed outside AdamW: new bf16 copy and resident prefix, empty slots.
 static void gpt_weights_ready(GPT* g) {
+    vocab_head_update_wait(g);  // -E 1: no head update still writing what the load replaced
     uint16_t* bf16 = g->stream.weights_host_bf16;
     // -sd: the prefix only; several nodes too (load_node_weights wrote the streamed layers' copies)
     const int64_t n = g->comm->nodes > 1 ? g->resident_count : g->host_state_count;

@@ -1,6 +1,6 @@
 // adamw.h — AdamW's math, once: the per-element update both forms run, the clip factor, the decay rule.
 // The CPU form (OpenMP + SIMD over host arrays) is cpu_adam.h; the GPU form is kernels.cuh's adamw_gpu.
-// Not here: loops over arrays, threads, the model's tensors (gpt2_cpu.h, llama_cpu.h, cpu_optimizer.h).
+// Not here: loops over arrays, threads, the model's tensors (gpt2_cpu.h, llama_cpu.h, llmc/cpu_optimizer.h).
 #pragma once
 #include <math.h>
 #include <stdint.h>

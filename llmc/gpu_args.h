@@ -108,11 +108,11 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "              the last step; at the end, the -R / -K that the last step's timeline suggests "
         "(default %d)\n"
         "  -A <int>    CPU AdamW threads, 0 = all cores but one (-sd: but three) (default %d)\n"
-        "  -R <int>    keep the first N layers on the GPU with their fp32 weights and AdamW state (updated "
+        "  -R <N|auto> keep the first N layers on the GPU with their fp32 weights and AdamW state (updated "
         "there,\n"
         "              never copied): uses GPU memory the streaming leaves free to shorten the CPU AdamW;\n"
         "              0 = stream every layer, -1 = as many as fit (default auto, below)\n"
-        "  -K <int>    keep the last N layers' activations from the forward to the backward pass, which "
+        "  -K <N|auto> keep the last N layers' activations from the forward to the backward pass, which "
         "then\n"
         "              skips their recompute (a quarter of their compute); costs about 18*C*tokens-per-step\n"
         "              bytes per layer: 0 = recompute every layer, -1 = as many as fit after -R (default "
@@ -241,10 +241,11 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         } else if (strcmp(flag, "-R") == 0 || strcmp(flag, "-K") == 0) {
             int* layers = flag[1] == 'R' ? &ga->resident : &ga->kept;
             if (strcmp(value, "auto") == 0) *layers = LAYERS_AUTO;
-            else {
-                ok = parse_int_in(flag, value, -1, 1 << 20, &v, err, sizeof err);
-                *layers = (int)v;
-            }
+            else if (!parse_int_in(flag, value, -1, 1 << 20, &v, err, sizeof err)) {
+                ok = 0;
+                snprintf(err, sizeof err,
+                         "flag %s: '%s': want auto, -1 (as many as fit) or a number of layers", flag, value);
+            } else *layers = (int)v;
         } else if (strcmp(flag, "-F") == 0) {
             ok = parse_int_in(flag, value, -1, 2, &v, err, sizeof err);
             ga->flash = (int)v;

@@ -246,7 +246,7 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     const int64_t act = plan_mul(plan_mul(N, c->channels, inputs), 2, inputs);  // one (N, C) bf16 tensor
     m.resident_count = p.embed_count + (int64_t)resident_layers * p.layer_stride;
     m.embeddings = p.embed_count * RESIDENT_BYTES_PER_PARAM;
-    if (vocab_host) {  // vocab_host.cuh's buffers
+    if (vocab_host) {  // llmc/vocab_host.cuh's buffers
         const int64_t rows = vocab_chunk_rows(c->vocab_size, c->channels), C = c->channels;
         m.embeddings = 0;
         const int64_t tokens = plan_mul(max_micro, N, inputs);  // lnf, its rstd, dlnf (fp32), 3 row stats
@@ -352,7 +352,7 @@ static MemoryPlan place_layers(const GPTConfig* c, int B, int T, int n_micro, in
         plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga), llama,
                                ga->vocab_host > 0);
     }
-    if (ga->kept == -1) {
+    if (ga->kept == -1 && ga->resident != LAYERS_AUTO) {  // beside -R auto: plan_place_layers fills it
         *kept = layers_that_fit(plan.kept_layer);
         plan = gpt_memory_plan(c, B, T, n_micro, slots, *resident, *kept, ssd_tier(ga), llama,
                                ga->vocab_host > 0);
@@ -424,7 +424,7 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
             m.ssd_read_per_step / GiB, m.ssd_write_per_step / GiB);
     printf("\neach further -R layer %.2f GiB, each further -K layer %.2f GiB%s\n", m.resident_layer / GiB,
            m.kept_layer / GiB,
-           (ga->resident < 0 || ga->kept < 0) && ga->gpu_gib <= 0
+           (ga->resident < 0 || ga->kept < 0) && ga->gpu_gib <= 0 && no_gpu_here
                ? " (-R / -K, auto or -1, are placed on the GPU's free memory: 0 here; -V GiB plans them for "
                  "that much)"
                : "");

@@ -5,7 +5,7 @@
 // every two nodes, a mesh: each layer's updated bf16 weights, each node's part straight to every other node
 // (net_exchange). The star's main link serves the main thread; the mesh (whose links to node 0 are the star's
 // second link) the optimizer thread. A peer that goes away ends this process in one line.
-// Not here: the ranks inside a node (collectives.h), when what is sent (train_gpt.cu, cpu_optimizer.h).
+// Not here: the ranks inside a node (collectives.h), when what is sent (train_gpt.cu, llmc/cpu_optimizer.h).
 #pragma once
 #include <arpa/inet.h>
 #include <netdb.h>

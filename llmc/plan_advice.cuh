@@ -70,6 +70,13 @@ typedef struct {
     int ranks;     // -pn: a node's GPUs (-E 1: each its own pinned staging)
 } PlanTarget;
 
+// What the GPU's part of a step (gpu_s) is mostly: compute, with any wait for the CPU AdamW, or its own
+// AdamW.
+static const char* plan_gpu_bound(const PlanEval& e) {
+    if (e.adam_wait_s > 0) return "compute and the CPU AdamW";
+    return e.gpu_adam_s > e.compute_s ? "the GPU AdamW" : "compute";
+}
+
 // Choice c's plan, whether it fits t, and the bounds on its step.
 static PlanEval plan_evaluate(const PlanTarget* t, PlanChoice c) {
     PlanEval e;
@@ -120,14 +127,18 @@ static PlanEval plan_evaluate(const PlanTarget* t, PlanChoice c) {
                                   : e.m.ssd_read_per_step / t->disk_read_Bps +
                                         e.m.ssd_write_per_step / t->disk_write_Bps;  // one drive, both ways
     e.adam_s = e.adam_bytes / PLAN_HOST_BPS;
-    e.vocab_adam_s = vocab_params * ADAMW_BYTES_PER_PARAM / PLAN_HOST_BPS;
+    // -E 1 before the forward: the embeddings and final norm; an untied head too where several ranks share a
+    // node (one rank a node updates it on a thread of its own, beside the forward: vocab_head_update_submit)
+    const double head_apart = llama && t->ranks <= 1 ? (double)p.embed_size[LL_LM_HEAD] : 0.0;
+    e.vocab_adam_s =
+        (vocab_params > 0 ? vocab_params - head_apart : 0.0) * ADAMW_BYTES_PER_PARAM / PLAN_HOST_BPS;
     e.adam_wait_s = std::max(e.vocab_adam_s, e.adam_s - e.fwd_s);
     e.gpu_adam_s = ((double)p.total - streamed - vocab_params) * GPU_ADAMW_BYTES_PER_PARAM / PLAN_HBM_BPS;
     e.gpu_s = e.compute_s + e.adam_wait_s + e.gpu_adam_s;
     const struct {
         double s;
         const char* name;
-    } bounds[] = {{e.gpu_s, e.adam_wait_s > 0.01 * e.gpu_s ? "compute and the CPU AdamW" : "compute"},
+    } bounds[] = {{e.gpu_s, plan_gpu_bound(e)},
                   {e.h2d_s, "PCIe, host to GPU"},
                   {e.d2h_s, "PCIe, GPU to host"},
                   {e.disk_s, "the disk"}};
@@ -203,23 +214,27 @@ static std::vector<PlanEval> plan_alternatives(const PlanTarget* t, const PlanCh
 }
 
 // -R auto / -K auto: among the -R that fit (auto_R; else c.resident as given) with the most -K that fit
-// beside each (auto_K; else c.kept), the placement with the shortest step in plan_evaluate's model, on
-// t->gpu_budget less place_layers' margins. Where the CPU AdamW does not fit in the forward, -R layers
-// shorten its round; past that, more -R only adds GPU AdamW and takes -K's room, so the shortest step has the
-// least -R that suffices. None (the auto ones 0) unless PLAN_PLACE_MIN_GAIN and PLAN_PLACE_MIN_GAIN_S faster.
-// -sd: -R auto is 0 (the store holds the streamed layers, and a resume must find the same ones). *none: the
-// step without.
-static PlanEval plan_place_layers(const PlanTarget* t, PlanChoice c, bool auto_R, bool auto_K,
+// beside each (auto_K, or fill_K: -K -1 beside -R auto; else c.kept), the placement with the shortest step in
+// plan_evaluate's model, on t->gpu_budget less place_layers' margins. Where the CPU AdamW does not fit in the
+// forward, -R layers shorten its round; past that, more -R only adds GPU AdamW and takes -K's room, so the
+// shortest step has the least -R that suffices. None (the auto ones 0; -K -1's as many as fit) unless
+// PLAN_PLACE_MIN_GAIN and PLAN_PLACE_MIN_GAIN_S faster. -sd: -R auto is 0 (the store holds the streamed
+// layers, and a resume must find the same ones). *none: that placement and its step.
+static PlanEval plan_place_layers(const PlanTarget* t, PlanChoice c, bool auto_R, bool auto_K, bool fill_K,
                                   PlanEval* none) {
     const int L = t->cfg->num_layers;
     if (auto_R) c.resident = 0;
-    if (auto_K) c.kept = 0;
-    *none = plan_evaluate(t, c);
+    if (auto_K || fill_K) c.kept = 0;
+    const PlanEval bare = plan_evaluate(t, c);
     const int64_t room = t->gpu_budget - gpu_reserve_bytes - gpu_margin_bytes;
-    const int64_t spare = room - none->m.gpu_bytes;
-    if (spare <= 0 || (!auto_R && !auto_K)) return *none;
-    const int64_t per_R = std::max<int64_t>(none->m.resident_layer, 1),
-                  per_K = std::max<int64_t>(none->m.kept_layer, 1);
+    const int64_t spare = room - bare.m.gpu_bytes;
+    const int64_t per_R = std::max<int64_t>(bare.m.resident_layer, 1),
+                  per_K = std::max<int64_t>(bare.m.kept_layer, 1);
+    if (fill_K && spare > 0) c.kept = (int)std::min<int64_t>(spare / per_K, L);
+    *none = fill_K ? plan_evaluate(t, c) : bare;
+    if (fill_K) c.kept = 0;
+    if (spare <= 0 || (!auto_R && !auto_K && !fill_K)) return *none;
+    auto_K = auto_K || fill_K;
     const int R_max =
         auto_R ? (c.tier != TIER_RAM ? 0 : (int)std::min<int64_t>(spare / per_R, L)) : c.resident;
     PlanEval best = *none;
@@ -322,8 +337,8 @@ static void print_plan_table(const PlanTarget* t, const PlanEval& e, const GpuAr
     plan_row("a step", "moves", "at", "takes");
     if (e.flops >= 1e15) snprintf(need, sizeof need, "%.2f PFLOP", e.flops / 1e15);
     else snprintf(need, sizeof need, "%.2f TFLOP", e.flops / 1e12);
-    snprintf(have, sizeof have, "%.0f TFLOP/s: %.0f (%s) x MFU %.2f, assumed",
-             t->peak_flops * PLAN_MFU / 1e12, t->peak_flops / 1e12, peak_text, PLAN_MFU);
+    snprintf(have, sizeof have, "%.0f (%s) x MFU %.2f, recompute %.2f, assumed", t->peak_flops / 1e12,
+             peak_text, PLAN_MFU, PLAN_FWD_MFU);
     plan_seconds(verdict, sizeof verdict, e.compute_s);
     plan_row("compute", need, have, verdict);
     snprintf(need, sizeof need, "%.1f GB", e.h2d / 1e9);
@@ -433,7 +448,9 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
         plan_seconds(takes, sizeof takes, e.adam_wait_s);
         plan_row("GPUs wait", "", during, takes);
     }
-    if (e.gpu_s > step) step = e.gpu_s, bound = "compute and the CPU AdamW";
+    if (e.gpu_s > step)
+        step = e.gpu_s,
+        bound = e.adam_wait_s > 0 || e.gpu_adam_s > e.compute_s ? plan_gpu_bound(e) : "compute, a GPU";
     const double tokens = ranks * e.c.B * t->T * e.c.n_micro;
     printf("step >= %.2f s (bound by %s), <= %.0f tokens/s on %d GPUs\n", step, bound, tokens / step, G * N);
     if (G > 1)  // the other way to feed G GPUs: each reads 1/G of a layer, NVLink all-gathers the rest
@@ -474,7 +491,8 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
                PLAN_DEFAULT_GPU_GIB);
     print_plan_table(&t, e, ga, gpu_text, peak_text);
     if (several) print_multi_gpu_plan(&t, e, ga->ranks, ga->nodes);
-    if (e.c.tier != TIER_RAM && e.disk_s > 0) {  // -sd: the tokens a step at which compute covers the disk
+    if (e.c.tier != TIER_RAM &&
+        e.disk_s > 1.1 * e.compute_s) {  // -sd: the tokens a step at which compute covers the disk
         // the disk's bytes a step do not grow with -d; compute does. Within 1.10x of RAM's step: disk <= 1.1
         // x compute
         const double micro = ceil(given.n_micro * e.disk_s / (1.1 * e.compute_s));

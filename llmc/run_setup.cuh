@@ -344,40 +344,48 @@ static void require_gpu(const Run* r) {
         die("no CUDA device found: this trainer needs an NVIDIA GPU; ./train_gpt_cpu trains on the CPU");
 }
 // -R auto / -K auto (the default): placed by the plan's model of the step (plan_place_layers) on `budget`,
-// at `peak` FLOP/s. Returns the model's step without them (-R 0 -K 0 where auto), or 0 where neither is auto.
-static double place_layers_auto(Run* r, int64_t budget, double peak) {
+// at `peak` FLOP/s; -K -1 beside -R auto is filled there too. Returns the placement without what auto placed
+// (none.step_s 0 where neither is auto).
+static PlanEval place_layers_auto(Run* r, int64_t budget, double peak) {
     GpuArgs* ga = &r->ga;
-    const bool auto_R = ga->resident == LAYERS_AUTO, auto_K = ga->kept == LAYERS_AUTO;
-    if (!auto_R && !auto_K) return 0;
+    const bool auto_R = ga->resident == LAYERS_AUTO, auto_K = ga->kept == LAYERS_AUTO,
+               fill_K = auto_R && ga->kept == -1;
+    PlanEval none;
+    memset(&none, 0, sizeof none);
+    if (!auto_R && !auto_K) return none;
     PlanTarget t = plan_target(&r->cfg, &r->llama, r->args.T, ga);
     t.gpu_budget = budget, t.peak_flops = peak;
     const PlanChoice c = {r->args.B, r->n_micro, r->resident, r->kept, ga->vocab_host, ssd_tier(ga)};
-    PlanEval none;
-    const PlanEval e = plan_place_layers(&t, c, auto_R, auto_K, &none);
+    const PlanEval e = plan_place_layers(&t, c, auto_R, auto_K, fill_K, &none);
     r->resident = e.c.resident;
     r->kept = e.c.kept;
     r->plan = gpt_memory_plan(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, r->resident, r->kept,
                               ssd_tier(ga), &r->llama, ga->vocab_host > 0);
-    return none.step_s;
+    return none;
 }
-// The line for what -R auto / -K auto placed (nothing where they placed no layer).
-static void print_auto_placement(const Run* r, int64_t budget, double peak, double none_s) {
+// The line for what -R auto / -K auto placed, where they placed any layer.
+static void print_auto_placement(const Run* r, int64_t budget, double peak, const PlanEval& none) {
     const GpuArgs* ga = &r->ga;
-    if (none_s <= 0 || (r->resident == 0 && r->kept == 0)) return;
+    const bool auto_R = ga->resident == LAYERS_AUTO, auto_K = ga->kept == LAYERS_AUTO;
+    if (none.step_s <= 0 || (r->resident == none.c.resident && r->kept == none.c.kept)) return;
     PlanTarget t = plan_target(&r->cfg, &r->llama, r->args.T, ga);
     t.gpu_budget = budget, t.peak_flops = peak;
     const PlanChoice c = {r->args.B, r->n_micro, r->resident, r->kept, ga->vocab_host, ssd_tier(ga)};
     const PlanEval e = plan_evaluate(&t, c);
-    char step[32], none[32], adam[32], fwd[32];
+    char step[32], without[32], adam[32], fwd[32];
     plan_seconds(step, sizeof step, e.step_s);
-    plan_seconds(none, sizeof none, none_s);
-    plan_seconds(adam, sizeof adam, e.adam_s);
-    plan_seconds(fwd, sizeof fwd, e.fwd_s);
+    plan_seconds(without, sizeof without, none.step_s);
+    plan_seconds(adam, sizeof adam, none.adam_s);
+    plan_seconds(fwd, sizeof fwd, none.fwd_s);
     printf(
-        "layers placed by the plan (-R %s, -K %s): -R %d -K %d, a step of %s in its model against %s with "
-        "none (the CPU AdamW's %s during a %s forward); -R 0 -K 0 streams and recomputes every layer\n",
-        ga->resident == LAYERS_AUTO ? "auto" : "given", ga->kept == LAYERS_AUTO ? "auto" : "given",
-        r->resident, r->kept, step, none, adam, fwd);
+        "layers placed by the plan (-R %s, -K %s): -R %d -K %d, a step of %s in its model against %s with -R "
+        "%d "
+        "-K %d (whose CPU AdamW takes %s beside a %s forward)\n",
+        auto_R ? "auto" : "given",
+        auto_K           ? "auto"
+        : ga->kept == -1 ? "-1"
+                         : "given",
+        r->resident, r->kept, step, without, none.c.resident, none.c.kept, adam, fwd);
 }
 // This GPU's dense bf16 peak, or an H100's where the name is not known.
 static double plan_peak_flops(const char* gpu_name) {
@@ -428,7 +436,7 @@ static void check_fit(Run* r) {
     r->plan = place_layers(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga, r->gpu_budget,
                            &r->resident, &r->kept, &r->llama);
     const double peak = plan_peak_flops(r->prop.name);
-    const double none_s = place_layers_auto(r, r->gpu_budget, peak);
+    const PlanEval none = place_layers_auto(r, r->gpu_budget, peak);
     if (vocab_host < 0 && ga->vocab_host > 0) {  // -E -1 chose the host: its RAM must hold them too
         printf(
             "vocabulary tensors: in host RAM (-E -1: they do not fit the GPU's budget with the layers')\n");
@@ -445,7 +453,7 @@ static void check_fit(Run* r) {
                                       r->kept, ssd_tier(ga), &r->llama, ga->vocab_host > 0);
         }
     }
-    print_auto_placement(r, r->gpu_budget, peak, none_s);
+    print_auto_placement(r, r->gpu_budget, peak, none);
     const MemoryPlan& m = r->plan;
     if (m.gpu_bytes + gpu_reserve_bytes <= r->gpu_budget) return;
     char budget_text[512];
@@ -525,21 +533,27 @@ static int print_plan_only(Run* r) {
                          : std::max(ga->vocab_host, 0);  // -E -1 without -V: on the GPU
     r->plan = gpt_memory_plan(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, r->resident, r->kept,
                               ssd_tier(ga), &r->llama, ga->vocab_host > 0);
-    const int64_t budget = gpu_memory_budget(ga, INT64_MAX);
-    double peak = PLAN_H100_PEAK_FLOPS, none_s = 0;
-    if (ga->gpu_gib > 0) {  // -V: -R / -K, auto or -1, placed for that much
+    // -R / -K, auto or -1, placed for -V's memory, else this GPU's free memory (as the run places them)
+    int64_t budget = ga->gpu_gib > 0 ? gpu_memory_budget(ga, INT64_MAX) : -1;
+    double peak = PLAN_H100_PEAK_FLOPS;
+    PlanEval none;
+    memset(&none, 0, sizeof none);
+    cudaDeviceProp prop;
+    memset(&prop, 0, sizeof prop);
+    if (!r->no_gpu_here && cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
+        peak = plan_peak_flops(prop.name);
+        size_t free_b = 0, total_b = 0;
+        if (budget < 0 && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess) budget = (int64_t)free_b;
+    }
+    cudaGetLastError();
+    if (budget >= 0) {
         r->plan = place_layers(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga, budget,
                                &r->resident, &r->kept, &r->llama);
-        cudaDeviceProp prop;
-        memset(&prop, 0, sizeof prop);
-        if (!r->no_gpu_here && cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
-            peak = plan_peak_flops(prop.name);
-        cudaGetLastError();
-        none_s = place_layers_auto(r, budget, peak);
+        none = place_layers_auto(r, budget, peak);
     }
     print_memory_plan(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, r->resident, r->kept, ga,
                       r->plan, r->no_gpu_here, &r->llama);
-    print_auto_placement(r, budget, peak, none_s);
+    print_auto_placement(r, budget, peak, none);
     const PlanChoice given = {r->args.B, r->n_micro, r->resident, r->kept, ga->vocab_host, ssd_tier(ga)};
     return print_plan_verdicts(&r->cfg, &r->llama, r->args.T, ga, given, r->no_gpu_here);
 }
@@ -811,13 +825,16 @@ static void print_config_table(const Run* r, const GPT* g) {
         table_row("vocabulary tensors", "host RAM, CPU AdamW; the head in chunks of %lld rows (-E 1)",
                   (long long)g->vocab->rows);
     else if (r->llama.num_layers) table_row("vocabulary tensors", "GPU, with their AdamW state (-E 0)");
-    table_row("GPU-resident layers",
-              r->resident ? "%d of %d (%.2f GiB with their AdamW state)" : "%d of %d (all streamed)",
-              r->resident, cfg.num_layers, plan.resident_layers / GiB);
-    table_row(
-        "kept activations",
-        r->kept ? "last %d of %d layers (%.2f GiB; no recompute there)" : "%d of %d layers (all recomputed)",
-        r->kept, cfg.num_layers, plan.kept / GiB);
+    const char* by_R = r->ga.resident == LAYERS_AUTO ? ", by -R auto" : "";
+    const char* by_K = r->ga.kept == LAYERS_AUTO ? ", by -K auto" : "";
+    if (r->resident)
+        table_row("GPU-resident layers", "%d of %d (%.2f GiB with their AdamW state)%s", r->resident,
+                  cfg.num_layers, plan.resident_layers / GiB, by_R);
+    else table_row("GPU-resident layers", "%d of %d (all streamed)%s", r->resident, cfg.num_layers, by_R);
+    if (r->kept)
+        table_row("kept activations", "last %d of %d layers (%.2f GiB; no recompute there)%s", r->kept,
+                  cfg.num_layers, plan.kept / GiB, by_K);
+    else table_row("kept activations", "%d of %d layers (all recomputed)%s", r->kept, cfg.num_layers, by_K);
     if (g->attn_path == ATTN_CUDNN)
         table_row("attention", "%s, workspace %.1f MiB", cudnn_attention_note,
                   cudnn_attention_workspace / 1048576.0);

@@ -437,7 +437,11 @@ TEST(GpuLlama, StreamsOrderEveryHandOver) {
                 fake_cuda_track(ws->slots + s * S, S * 2, "weight slot " + std::to_string(s));
             for (int i = 0; i < 2; i++)
                 fake_cuda_track(ws->grad_staging[i], S * 2, "gradient staging " + std::to_string(i));
-            fake_cuda_track(ws->weights_host_bf16, p->embed_count * 2, "pinned bf16 embeddings");
+            for (int t = 0; t < NUM_EMBED_TENSORS;
+                 t++)  // apart: -E 1 updates the head on a thread of its own
+                if (p->embed_size[t])
+                    fake_cuda_track(ws->weights_host_bf16 + p->embed_offset[t], p->embed_size[t] * 2,
+                                    "pinned bf16 embedding tensor " + std::to_string(t));
             for (int l = 0; l < c.num_layers; l++) {
                 fake_cuda_track(ws->weights_host_bf16 + gpt_layer_offset(p, l), S * 2,
                                 "pinned bf16 weights of layer " + std::to_string(l));

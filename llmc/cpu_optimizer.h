@@ -1,4 +1,4 @@
-// cpu_optimizer.h — a CPU thread: AdamW of the streamed layers, in layer order, one round a step,
+// llmc/cpu_optimizer.h — a CPU thread: AdamW of the streamed layers, in layer order, one round a step,
 // beside the next forward pass. -sd: over the SSD store (ssd_tier.h).
 // Not here: AdamW math (cpu_adam.h), the GPU side of hand-overs (stream.cu).
 #pragma once
@@ -6,11 +6,12 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
-#include "llmc/adamw.h"        // defines: AdamWArgs, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS
-#include "llmc/cpu_adam.h"     // defines: adamw_tensors_bf16grad
-#include "gpt.cuh"             // defines: struct GPT, layer_is_matrix
-#include "llmc/collectives.h"  // defines: Comm, NodeShared (several ranks: each updates its slice)
-#include "ssd_tier.h"          // defines: ssd_tier_round, ssd_tier_submit, ssd_tier_send_grads
+#include "llmc/adamw.h"         // defines: AdamWArgs, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS
+#include "llmc/cpu_adam.h"      // defines: adamw_tensors_bf16grad
+#include "gpt.cuh"              // defines: struct GPT, layer_is_matrix
+#include "llmc/collectives.h"   // defines: Comm, NodeShared (several ranks: each updates its slice)
+#include "ssd_tier.h"           // defines: ssd_tier_round, ssd_tier_submit, ssd_tier_send_grads
+#include "llmc/vocab_host.cuh"  // defines: vocab_head_update_wait (-E 1: the head's AdamW thread)
 
 // Rounds update streamed layers R..L-1, in order.
 struct Optimizer {
@@ -203,6 +204,7 @@ static int optimizer_layer_ready(void* ctx, int layer, int wait) {
     return ranks_reached(g, rank_progress_mark(g, round, layer + 1), wait) ? 1 : 0;
 }
 static void optimizer_wait_all(GPT* g) {
+    vocab_head_update_wait(g);  // -E 1: the untied head's AdamW too
     Optimizer* o = g->opt;
     int64_t round = 0;
     {

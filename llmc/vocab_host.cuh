@@ -1,4 +1,4 @@
-// vocab_host.cuh — -E 1: Llama's vocabulary tensors live in host RAM (docs/memory.md).
+// llmc/vocab_host.cuh — -E 1: Llama's vocabulary tensors live in host RAM (docs/memory.md).
 // That is the embeddings, final norm and lm_head, with their AdamW state and gradients.
 // The head runs in vocabulary chunks: pass 1 a logsumexp, pass 2 the gradient.
 // Several ranks of one node (-pn): the tensors, their state and fp32 gradients exist once, in the node's
@@ -7,10 +7,16 @@
 // its part of the tensors (vocab_part). Several nodes (each holds the vocabulary whole): the embedding rows'
 // gradient is summed on the GPUs too, a chunk at a time (vocab_embedding_rows_on_gpus), so every node updates
 // its copy alike.
+// The CPU AdamW of the vocabulary: the embeddings and final norm before the next forward (its first kernels
+// read them); an untied lm_head on a thread of its own (VocabHeadWorker), beside the next forward, which
+// waits for it only before the head (one rank a node; several ranks update their parts before the forward).
 // Not here: sizes (llmc/memory_plan.cuh), allocation (gpt_build), the step (train_gpt.cu).
 #pragma once
 #include <math.h>
 #include <string.h>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <vector>
 #include "gpt.cuh"                 // defines: GPT, LayerActs, llama_embed_params, embed_is_matrix
 #include "llmc/adamw.h"            // defines: AdamWArgs
@@ -21,6 +27,18 @@
 #include "llmc/llama_kernels.cuh"  // defines: rmsnorm_forward, rmsnorm_backward
 #include "llmc/matmul.cuh"         // defines: matmul_forward, matmul_backward_weight, cublas_use_stream
 #include "stream.h"                // defines: WeightStream (weights_host_bf16: the bf16 copy)
+
+// The untied lm_head's CPU AdamW on a thread that lives as long as the trainer: submit hands it a step's
+// arguments, wait returns once the last submitted update is done. Every reader of the head's weights or AdamW
+// state waits first: the head's forward (vocab_head_forward), optimizer_wait_all (checkpoints, the run's
+// end), gpt_weights_ready (loads), the next submit, vocab_free.
+struct VocabHeadWorker {
+    std::thread thread;
+    std::mutex mu;
+    std::condition_variable cv;
+    bool pending = false, stop = false;
+    AdamWArgs args;
+};
 
 // N = B*T tokens, C channels, M micro-batches. Chunks of `rows` vocabulary rows.
 struct HostVocab {
@@ -45,6 +63,7 @@ struct HostVocab {
     float* grads;              // the vocabulary tensors' fp32 gradients, as the host arrays' embeddings
     std::vector<int> touched;  // tokens whose embedding rows hold gradients (untied: zeroed next step)
     double sumsq;              // squared norm of grads after the backward pass
+    VocabHeadWorker head;      // the untied head's AdamW, beside the next forward (one rank a node)
 };
 
 // ----------------------------------------------------------------------------
@@ -139,7 +158,9 @@ static int64_t vocab_head_offset(const GPT* g) {
 }
 
 // lm_head rows [v0, v0 + n) to the GPU's first chunk buffer, on stream s (sampling: one chunk at a time).
+static void vocab_head_update_wait(GPT* g);
 static void vocab_upload_chunk(GPT* g, int64_t v0, int64_t n, cudaStream_t s) {
+    vocab_head_update_wait(g);
     const int64_t C = g->llama.hidden_size;
     const uint16_t* src = g->stream.weights_host_bf16 + vocab_head_offset(g) + v0 * C;
     cudaCheck(cudaMemcpyAsync(g->vocab->w_chunk[0], src, (size_t)(n * C * 2), cudaMemcpyHostToDevice, s));
@@ -148,8 +169,10 @@ static void vocab_upload_chunk(GPT* g, int64_t v0, int64_t n, cudaStream_t s) {
 // that buffer (chunk k - 2) is queued before it; the compute waits for the copy. So chunk k + 1 crosses PCIe
 // while chunk k computes. Start with vocab_prefetch(g, 0); per chunk: vocab_prefetch(g, k + 1),
 // vocab_chunk_wait(g, k, s), the chunk's kernels, vocab_chunk_done(g, k, s).
+static void vocab_head_update_wait(GPT* g);
 static void vocab_prefetch(GPT* g, int k) {
     HostVocab* v = g->vocab;
+    if (k == 0) vocab_head_update_wait(g);  // the head's AdamW of the last step, beside this forward so far
     const int64_t V = g->llama.vocab_size, C = g->llama.hidden_size, v0 = k * v->rows;
     if (v0 >= V) return;
     const int64_t n = std::min(v->rows, V - v0);
@@ -369,20 +392,91 @@ static void vocab_embedding_backward(GPT* g, const int* tokens, const int* token
     v->sumsq = c->node_rank == 0 ? sumsq_f32(v->grads + lo, hi - lo) : 0.0;  // every node holds them all
 }
 
+// The untied head's AdamW (one tensor of the vocabulary's): on the worker's thread.
+static void vocab_head_adamw(GPT* g, const AdamWArgs* args) {
+    const ParamLayout* p = &g->layout;
+    uint16_t* bf16 = g->stream.weights_host_bf16;  // the embeddings come first
+    const int64_t o = p->embed_offset[LL_LM_HEAD], n = p->embed_size[LL_LM_HEAD];
+    FAKE_CUDA_HOST_ACCESS(bf16 + o, n * 2, true, "the head's AdamW thread updating its bf16 copy");
+    adamw_tensors_f32grad(1, &o, &n, embed_is_matrix(g) + LL_LM_HEAD, g->master, g->vocab->grads, g->adam_m,
+                          g->adam_v, bf16, args);
+}
+static void vocab_head_worker_loop(GPT* g) {
+    VocabHeadWorker* w = &g->vocab->head;
+    std::unique_lock<std::mutex> lock(w->mu);
+    for (;;) {
+        w->cv.wait(lock, [w] { return w->pending || w->stop; });
+        if (w->stop) return;
+        FAKE_CUDA_HOST_ACQUIRE(&w->args);  // after what the step did before it submitted
+        const AdamWArgs a = w->args;
+        lock.unlock();
+        vocab_head_adamw(g, &a);
+        lock.lock();
+        w->pending = false;
+        FAKE_CUDA_HOST_RELEASE(w);
+        w->cv.notify_all();
+    }
+}
+// The last submitted head update is done (no-op without one).
+static void vocab_head_update_wait(GPT* g) {
+    if (!g->vocab) return;
+    VocabHeadWorker* w = &g->vocab->head;
+    std::unique_lock<std::mutex> lock(w->mu);
+    w->cv.wait(lock, [w] { return !w->pending; });
+    FAKE_CUDA_HOST_ACQUIRE(w);
+}
+static void vocab_head_update_submit(GPT* g, const AdamWArgs* args) {
+    VocabHeadWorker* w = &g->vocab->head;
+    vocab_head_update_wait(g);
+    std::lock_guard<std::mutex> lock(w->mu);
+    if (!w->thread.joinable()) w->thread = std::thread(vocab_head_worker_loop, g);
+    w->args = *args;
+    w->pending = true;
+    FAKE_CUDA_HOST_RELEASE(&w->args);
+    w->cv.notify_all();
+}
+static void vocab_head_worker_stop(GPT* g) {
+    VocabHeadWorker* w = &g->vocab->head;
+    vocab_head_update_wait(g);
+    {
+        std::lock_guard<std::mutex> lock(w->mu);
+        w->stop = true;
+        w->cv.notify_all();
+    }
+    if (w->thread.joinable()) w->thread.join();
+}
+
 // CPU AdamW of the vocabulary tensors. Matrices decay. Several ranks: each its part, then all are done.
+// One rank a node with an untied head: the head's on the worker (vocab_head_update_submit), beside the next
+// forward. AdamW is elementwise: the same bits whichever thread updates a tensor.
 static void vocab_adamw(GPT* g, const AdamWArgs* args, cudaStream_t s) {
     const ParamLayout* p = &g->layout;
     uint16_t* bf16 = g->stream.weights_host_bf16;  // the embeddings come first
     int64_t lo, hi;
     vocab_part(g, p->embed_count, &lo, &hi);
-    FAKE_CUDA_HOST_ACCESS(bf16 + lo, (hi - lo) * 2, true, "the host updating the vocabulary's bf16 copy");
-    if (g->comm->local_world == 1)
+    vocab_head_update_wait(g);  // the last one (the forward waited for it already)
+    const bool head_apart = g->comm->local_world == 1 && p->embed_size[LL_LM_HEAD] > 0;
+    if (head_apart) {
+        int64_t size[NUM_EMBED_TENSORS];
+        memcpy(size, p->embed_size, sizeof size);
+        size[LL_LM_HEAD] = 0;
+        for (int t = 0; t < NUM_EMBED_TENSORS; t++)
+            if (size[t])
+                FAKE_CUDA_HOST_ACCESS(bf16 + p->embed_offset[t], size[t] * 2, true,
+                                      "the host updating the vocabulary's bf16 copy");
+        adamw_tensors_f32grad(NUM_EMBED_TENSORS, p->embed_offset, size, embed_is_matrix(g), g->master,
+                              g->vocab->grads, g->adam_m, g->adam_v, bf16, args);
+        vocab_head_update_submit(g, args);
+    } else if (g->comm->local_world == 1) {
+        FAKE_CUDA_HOST_ACCESS(bf16 + lo, (hi - lo) * 2, true, "the host updating the vocabulary's bf16 copy");
         adamw_tensors_f32grad(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_is_matrix(g),
                               g->master, g->vocab->grads, g->adam_m, g->adam_v, bf16, args);
-    else
+    } else {
+        FAKE_CUDA_HOST_ACCESS(bf16 + lo, (hi - lo) * 2, true, "the host updating the vocabulary's bf16 copy");
         adamw_tensors_window_f32grad(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_is_matrix(g),
                                      lo, hi - lo, g->master + lo, g->vocab->grads + lo, g->adam_m + lo,
                                      g->adam_v + lo, bf16 + lo, args);
+    }
     node_barrier(g->comm);  // the next forward reads every part
     vocab_upload_final_norm(g, s);
 }
