@@ -1225,14 +1225,12 @@ int main(int argc, char** argv) {
         const int sig = agree_on_stop_signal(&r);
         stop_if_signalled(
             steps_done, r.start_step, saved_step, r.bench ? NULL : args.output_dir,
-            [&] {
-                save_run_checkpoint(&r, &g);
-                optimizer_wait_all(
-                    &g);               // several ranks: each rank's share of the update, then rank 0's save,
-                node_barrier(r.comm);  // before any of them exits
-                net_finish(&r.comm->net);  // several nodes: every node's too
-            },
-            sig);
+            [&] { save_run_checkpoint(&r, &g); }, sig,
+            [&] {  // saved or not: each rank's share of the update, rank 0's save, then every node's end
+                optimizer_wait_all(&g);
+                node_barrier(r.comm);
+                net_finish(&r.comm->net);
+            });
     };
     stop_signal_install();
     const double run_t0 = timeline_now();

@@ -498,8 +498,9 @@ static void save_checkpoint(CpuRun* r, int steps_done) {
 
 // Ctrl-C / SIGTERM: finish the step, checkpoint (with -o), exit.
 static void stop_if_asked(CpuRun* r, int steps_done) {
-    stop_if_signalled(steps_done, r->start_step, r->saved_step, r->args.output_dir,
-                      [&] { save_checkpoint(r, steps_done); });
+    stop_if_signalled(
+        steps_done, r->start_step, r->saved_step, r->args.output_dir, [&] { save_checkpoint(r, steps_done); },
+        -1, stop_end_alone);
 }
 
 static void free_run(CpuRun* r) {

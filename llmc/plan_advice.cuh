@@ -363,8 +363,7 @@ static void print_plan_table(const PlanTarget* t, const PlanEval& e, const GpuAr
     plan_row("CPU AdamW", need, have, verdict);
     char fwd[32];
     plan_seconds(fwd, sizeof fwd, e.fwd_s);
-    if (e.vocab_adam_s > 0)
-        snprintf(have, sizeof have, "-E 1's part before the forward, then in it (%s)", fwd);
+    if (e.vocab_adam_s > 0) snprintf(have, sizeof have, "-E 1's part first, then the forward (%s)", fwd);
     else snprintf(have, sizeof have, "during the next forward (%s)", fwd);
     plan_seconds(verdict, sizeof verdict, e.adam_wait_s);
     plan_row("GPU waits", "", have, verdict);

@@ -38,13 +38,16 @@ static inline void stop_signal_install(void) { on_stop_signals(stop_signal_handl
 
 // The stop signal (SIGINT or SIGTERM), or 0.
 static inline int stop_signal_pending(void) { return stop_signal_received; }
+// For stop_if_signalled: one process, nothing to finish with others.
+static inline void stop_end_alone(void) {}
 
 // Between steps: on a stop signal, save() (with -o), exit 128 + signal. sig: the signal the ranks of a
 // multi-GPU run agreed on (0: none, even where one arrived since: the next agreement takes it); -1: this
-// process's own.
-template <typename Save>
+// process's own. end(), on every stop, saved or not, before the exit: several ranks and nodes finish together
+// there (a node that closed its links while another still sends to it would look dead to that one).
+template <typename Save, typename End>
 static void stop_if_signalled(int steps_done, int first_step, int64_t saved_step, const char* dir, Save save,
-                              int sig = -1) {
+                              int sig, End end) {
     if (sig < 0) sig = stop_signal_pending();
     if (!sig) return;
     const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
@@ -56,6 +59,7 @@ static void stop_if_signalled(int steps_done, int first_step, int64_t saved_step
         if (saved_step != steps_done) save();
         printf("stopped by %s after step %d: resume with -y 1 -o %s\n", name, steps_done, dir);
     }
+    end();
     fflush(NULL);
     _exit(128 + sig);
 }
