@@ -203,16 +203,17 @@ static int optimizer_layer_ready(void* ctx, int layer, int wait) {
     if (g->comm->nodes > 1) return node_exchanged(g, rank_progress_mark(g, round, layer + 1), wait) ? 1 : 0;
     return ranks_reached(g, rank_progress_mark(g, round, layer + 1), wait) ? 1 : 0;
 }
+// The rounds submitted so far are done; returns their count.
+static int64_t optimizer_wait_rounds(GPT* g) {
+    Optimizer* o = g->opt;
+    std::unique_lock<std::mutex> lock(o->mu);
+    o->cv.wait(lock, [o] { return o->rounds_done == o->rounds_submitted; });
+    FAKE_CUDA_HOST_ACQUIRE(o);
+    return o->rounds_submitted;
+}
 static void optimizer_wait_all(GPT* g) {
     vocab_head_update_wait(g);  // -E 1: the untied head's AdamW too
-    Optimizer* o = g->opt;
-    int64_t round = 0;
-    {
-        std::unique_lock<std::mutex> lock(o->mu);
-        o->cv.wait(lock, [o] { return o->rounds_done == o->rounds_submitted; });
-        FAKE_CUDA_HOST_ACQUIRE(o);
-        round = o->rounds_submitted;
-    }
+    const int64_t round = optimizer_wait_rounds(g);
     if (g->comm->nodes > 1 && round > 0) node_exchanged(g, rank_progress_mark(g, round + 1, 0), 1);
     else if (g->comm->world > 1 && round > 0) ranks_reached(g, rank_progress_mark(g, round + 1, 0), 1);
 }

@@ -95,11 +95,24 @@ struct NetPeer {  // where a node listens for the mesh (node 0 tells every node)
     int32_t port;
 };
 
+// A connect to a port of this host that nobody listens on yet can meet itself: where the kernel picks the
+// very port as the socket's own (a port in the ephemeral range), TCP's simultaneous open connects the socket
+// to itself, and the node would wait for its own answer. Such a connection counts as not connected.
+static inline bool net_self_connected(int fd) {
+    sockaddr_in self = {}, peer = {};
+    socklen_t a = sizeof self, b = sizeof peer;
+    return getsockname(fd, (sockaddr*)&self, &a) == 0 && getpeername(fd, (sockaddr*)&peer, &b) == 0 &&
+           self.sin_port == peer.sin_port && self.sin_addr.s_addr == peer.sin_addr.s_addr;
+}
 static inline int net_connect_to(const sockaddr_in* sa) {
     const int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) die("-pN: cannot make a socket: %s", strerror(errno));
-    if (connect(fd, (const sockaddr*)sa, sizeof *sa) != 0) {
+    int err = 0;
+    if (connect(fd, (const sockaddr*)sa, sizeof *sa) != 0) err = errno;
+    else if (net_self_connected(fd)) err = ECONNREFUSED;  // met itself: nobody listens there yet
+    if (err) {
         close(fd);
+        errno = err;
         return -1;
     }
     const int one = 1;
@@ -249,7 +262,10 @@ static inline void net_open(NetLinks* L, int nodes, int node, int local_world, c
         for (;;) {
             fd = socket(AF_INET, SOCK_STREAM, 0);
             if (fd < 0) die("-pN: cannot make a socket: %s", strerror(errno));
-            if (connect(fd, res->ai_addr, res->ai_addrlen) == 0) break;
+            if (connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+                if (!net_self_connected(fd)) break;
+                errno = ECONNREFUSED;  // met itself: node 0 does not listen yet
+            }
             const int err = errno;
             close(fd);
             if (time(NULL) > deadline)

@@ -108,6 +108,7 @@ typedef struct {
     bool no_gpu_here;
     cudaDeviceProp prop;
     int64_t gpu_free_at_start, gpu_total, gpu_budget;
+    int gpu_sharing;  // ranks of this node on this rank's GPU (1 but where -pn exceeds the GPUs)
     int adam_threads;
     double peak_flops;  // 0: a GPU not in gpu_bf16_peak_flops's table (no MFU)
     const char* peak_label;
@@ -406,7 +407,8 @@ static void check_fit(Run* r) {
     cudaCheck(cudaGetDeviceCount(&devices));
     const int device = r->comm->local % devices;  // -pn: the node's rank r on GPU r
     if (r->comm->local_world > devices && r->comm->local == 0)
-        fprintf(stderr, "warning: %d ranks on this node's %d GPU%s: ranks share a GPU\n",
+        fprintf(stderr,
+                "warning: %d ranks on this node's %d GPU%s: ranks share a GPU, each planned for its share\n",
                 r->comm->local_world, devices, devices > 1 ? "s" : "");
     cudaCheck(cudaGetDeviceProperties(&r->prop, device));
     cudaCheck(cudaSetDevice(device));
@@ -424,7 +426,22 @@ static void check_fit(Run* r) {
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
     r->gpu_free_at_start = (int64_t)gpu_free;
     r->gpu_total = (int64_t)gpu_total;
-    r->gpu_budget = gpu_memory_budget(ga, r->gpu_free_at_start);
+    // ranks sharing this GPU (-pn over fewer GPUs: tests, a trial): each plans for its share of the memory
+    // free once every rank has its context (none allocates before the agreements below), so that -R / -K,
+    // auto or -1, and the fit check do not count the same free memory twice
+    const int sharing = (r->comm->local_world - device + devices - 1) / devices;
+    r->gpu_sharing = sharing;
+    if (sharing > 1) {
+        node_barrier(r->comm);
+        cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
+        r->gpu_free_at_start = (int64_t)gpu_free;
+    }
+    r->gpu_budget = gpu_memory_budget(ga, r->gpu_free_at_start) / sharing;
+    if (r->comm->world > 1) {  // every rank plans for the least budget: the same -E, -R, -K everywhere
+        double budget = (double)r->gpu_budget;
+        comm_sum_host(r->comm, &budget, 1, true);
+        r->gpu_budget = (int64_t)budget;
+    }
     const int vocab_host = ga->vocab_host;
     ga->vocab_host = vocab_host_for(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga,
                                     r->gpu_budget, &r->llama);
@@ -457,9 +474,12 @@ static void check_fit(Run* r) {
     const MemoryPlan& m = r->plan;
     if (m.gpu_bytes + gpu_reserve_bytes <= r->gpu_budget) return;
     char budget_text[512];
-    if (r->gpu_budget < r->gpu_free_at_start)
-        snprintf(budget_text, sizeof budget_text, "%.2f GiB given by -V (%.2f GiB free on %s)",
-                 r->gpu_budget / GiB, r->gpu_free_at_start / GiB, r->prop.name);
+    if (r->gpu_budget < r->gpu_free_at_start)  // -V, a shared GPU's share, or the least of the ranks'
+        snprintf(budget_text, sizeof budget_text, "%.2f GiB %s (%.2f GiB free on %s)", r->gpu_budget / GiB,
+                 sharing > 1       ? "for this rank, its share of a GPU the node's ranks share"
+                 : ga->gpu_gib > 0 ? "given by -V"
+                                   : "for every rank, the least any rank has free",
+                 r->gpu_free_at_start / GiB, r->prop.name);
     else
         snprintf(budget_text, sizeof budget_text, "%.2f GiB free on %s", r->gpu_free_at_start / GiB,
                  r->prop.name);
@@ -868,12 +888,15 @@ static void print_gpu_margin(const Run* r, const GPT* g, int step) {
     const double GiB = 1073741824.0;
     size_t free_now = 0, total_now = 0;
     cudaCheck(cudaMemGetInfo(&free_now, &total_now));
+    const int n = std::max(r->gpu_sharing, 1);  // ranks sharing the GPU: all of their plans
+    char who[64] = "this process";
+    if (n > 1) snprintf(who, sizeof who, "the %d ranks on this GPU", n);
     printf(
-        "GPU memory after step %d: %.2f GiB free of %.2f, this process %.2f GiB beyond its plan "
+        "GPU memory after step %d: %.2f GiB free of %.2f, %s %.2f GiB beyond %s plan "
         "(-R / -K, auto or -1, leave %.2f GiB for that)\n",
-        step + 1, free_now / GiB, total_now / GiB,
-        ((double)(r->gpu_free_at_start - (int64_t)free_now) - (double)g->gpu_bytes) / GiB,
-        (gpu_reserve_bytes + gpu_margin_bytes) / GiB);
+        step + 1, free_now / GiB, total_now / GiB, who,
+        ((double)(r->gpu_free_at_start - (int64_t)free_now) - (double)g->gpu_bytes * n) / GiB,
+        n > 1 ? "their" : "its", n * (gpu_reserve_bytes + gpu_margin_bytes) / GiB);
 }
 
 // Median step time, and for a benchmark the RESULT line dev/bench reads.

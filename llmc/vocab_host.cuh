@@ -8,8 +8,9 @@
 // gradient is summed on the GPUs too, a chunk at a time (vocab_embedding_rows_on_gpus), so every node updates
 // its copy alike.
 // The CPU AdamW of the vocabulary: the embeddings and final norm before the next forward (its first kernels
-// read them); an untied lm_head on a thread of its own (VocabHeadWorker), beside the next forward, which
-// waits for it only before the head (one rank a node; several ranks update their parts before the forward).
+// read them); an untied lm_head on a thread of its own (VocabHeadWorker), after the streamed layers' round
+// and beside the next forward, which waits for it only before the head (one rank a node; several ranks update
+// their parts before the forward).
 // Not here: sizes (llmc/memory_plan.cuh), allocation (gpt_build), the step (train_gpt.cu).
 #pragma once
 #include <math.h>
@@ -401,6 +402,7 @@ static void vocab_head_adamw(GPT* g, const AdamWArgs* args) {
     adamw_tensors_f32grad(1, &o, &n, embed_is_matrix(g) + LL_LM_HEAD, g->master, g->vocab->grads, g->adam_m,
                           g->adam_v, bf16, args);
 }
+static int64_t optimizer_wait_rounds(GPT* g);  // cpu_optimizer.h
 static void vocab_head_worker_loop(GPT* g) {
     VocabHeadWorker* w = &g->vocab->head;
     std::unique_lock<std::mutex> lock(w->mu);
@@ -410,6 +412,9 @@ static void vocab_head_worker_loop(GPT* g) {
         FAKE_CUDA_HOST_ACQUIRE(&w->args);  // after what the step did before it submitted
         const AdamWArgs a = w->args;
         lock.unlock();
+        // after the streamed layers' round, which the forward needs first (the head it needs last): the two
+        // would share the host's memory bandwidth and cores, and slow the layers' updates
+        optimizer_wait_rounds(g);
         vocab_head_adamw(g, &a);
         lock.lock();
         w->pending = false;

@@ -18,6 +18,7 @@
 #include <math.h>
 #include "cli_test_common.h"
 #include "chat_test_common.h"  // defines: Tok, row, write_chat_shard
+#include "llmc/net.h"          // defines: net_self_connected
 
 namespace {
 
@@ -93,7 +94,9 @@ class MultiGpu : public CliTest {
     // Returns node 0's run; codes: each node's exit status.
     Result run_nodes(int N, const Args& args, std::vector<int>* codes = nullptr, const Args& node1 = {}) {
         static int runs = 0;
-        const std::string addr = "127.0.0.1:" + std::to_string(20000 + (getpid() * 31 + 97 * runs++) % 40000);
+        // ports below Linux's ephemeral range (32768 on), as the other tests' here: no socket gets one as its
+        // own
+        const std::string addr = "127.0.0.1:" + std::to_string(20000 + (getpid() * 31 + 97 * runs++) % 12000);
         setenv("LLMC_NODE_WAIT", "600", 1);  // a loaded machine may start them far apart
         std::vector<pid_t> pids;
         for (int n = 1; n < N; n++) {
@@ -447,7 +450,7 @@ TEST_F(MultiGpu, ANodeThatDiesEndsTheRunOnEveryNode) {
 // node exits 130 without an error line; the run resumes (here on one GPU).
 TEST_F(MultiGpu, CtrlCOnAnyNodeStopsEveryNode) {
     const char* spec = "L3:C64:NH4:T32:V512";
-    const std::string addr = "127.0.0.1:" + std::to_string(20000 + (getpid() * 37 + 11) % 40000);
+    const std::string addr = "127.0.0.1:" + std::to_string(20000 + (getpid() * 37 + 11) % 12000);
     setenv("LLMC_NODE_WAIT", "600", 1);
     pid_t pids[2];
     for (int n = 1; n >= 0; n--) {
@@ -481,7 +484,7 @@ TEST_F(MultiGpu, CtrlCWithoutOutputDirStopsEveryNodeCleanly) {
     const char* spec = "L3:C64:NH4:T32:V512";
     for (int round = 0; round < 3; round++) {
         const std::string addr =
-            "127.0.0.1:" + std::to_string(20000 + (getpid() * 37 + 101 + 7 * round) % 40000);
+            "127.0.0.1:" + std::to_string(20000 + (getpid() * 37 + 101 + 7 * round) % 12000);
         setenv("LLMC_NODE_WAIT", "600", 1);
         pid_t pids[2];
         for (int n = 1; n >= 0; n--) {
@@ -513,13 +516,45 @@ TEST_F(MultiGpu, CtrlCWithoutOutputDirStopsEveryNodeCleanly) {
     }
 }
 
+// A node that connects to node 0's port before node 0 listens can meet itself: where the kernel gives the
+// socket that very port (node 0's port in the ephemeral range, as the tests' are), TCP's simultaneous open
+// connects it to itself, and the node waited for its own answer until LLMC_NODE_WAIT ran out (seen once in
+// make test: BadFlagsAreOneLineErrors hung 10 minutes). net_self_connected tells it apart: here a socket
+// bound to a port and connected to that port, against a plain connection to a listener.
+TEST(Net, ASocketConnectedToItselfIsNotAPeer) {
+    sockaddr_in a = {};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const int self = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(self, 0);
+    ASSERT_EQ(bind(self, (sockaddr*)&a, sizeof a), 0);
+    socklen_t len = sizeof a;
+    ASSERT_EQ(getsockname(self, (sockaddr*)&a, &len), 0);
+    ASSERT_EQ(connect(self, (sockaddr*)&a, sizeof a), 0) << strerror(errno);  // the simultaneous open
+    EXPECT_TRUE(net_self_connected(self));
+    close(self);
+    sockaddr_in l = {};
+    l.sin_family = AF_INET;
+    l.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const int listener = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_EQ(bind(listener, (sockaddr*)&l, sizeof l), 0);
+    ASSERT_EQ(listen(listener, 1), 0);
+    len = sizeof l;
+    ASSERT_EQ(getsockname(listener, (sockaddr*)&l, &len), 0);
+    const int fd = net_connect_to(&l);
+    ASSERT_GE(fd, 0) << strerror(errno);
+    EXPECT_FALSE(net_self_connected(fd));
+    close(fd);
+    close(listener);
+}
+
 // torchrun over 2 nodes: RANK, WORLD_SIZE 4, LOCAL_WORLD_SIZE 2, MASTER_ADDR and MASTER_PORT (node 0's
 // leader listens on MASTER_PORT + 1): the run of -pn 2 -pN 2, bit for bit.
 TEST_F(MultiGpu, NodesFromTorchrunsEnvironmentTrainAsPnAndPN) {
     const char* spec = "L3:C64:NH4:T32:V512";
     const Result flags = run_nodes(2, run_args(spec, dir + "/flags", {"-pn", "2"}));
     pid_t pids[4];
-    const int port = 20000 + (getpid() * 17 + 5) % 40000;
+    const int port = 20000 + (getpid() * 17 + 5) % 12000;
     for (int r = 3; r >= 0; r--) {
         const std::string scratch = dir + "/r" + std::to_string(r);
         mkdir(scratch.c_str(), 0755);
@@ -631,7 +666,7 @@ TEST_F(MultiGpu, BadFlagsAreOneLineErrors) {
     EXPECT_EQ(codes, (std::vector<int>{1, 1}));
     EXPECT_TRUE(has(slurp(dir + "/node1/stderr.txt"), "error: rank 2: node 1's flags differ"));
     setenv("LLMC_NODE_WAIT", "1", 1);
-    const std::string port = std::to_string(20000 + (getpid() * 13 + 7) % 40000);
+    const std::string port = std::to_string(20000 + (getpid() * 13 + 7) % 12000);
     EXPECT_TRUE(
         CleanError(run_bin(kEmu, run_args(spec, dir + "/j", {"-pN", "2", "-ps", "127.0.0.1:" + port})),
                    {"-pN 2: 1 of 2 nodes joined in 1 s"}));
