@@ -379,15 +379,17 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
     const double GiB = 1073741824.0;
     const ParamLayout p = model_layout(c, llama);
     const MemoryPlan& m = plan;
+    const int G = ga->ranks * ga->nodes;  // several GPUs: the plan is each GPU's, for its micro-batches
+    char per_step[96];
+    snprintf(per_step, sizeof per_step, "%d x %d tokens x %d micro-batch%s per step%s", B, T, n_micro,
+             n_micro == 1 ? "" : "es", G > 1 ? " on each GPU" : "");
     if (llama && llama->num_layers)
-        printf(
-            "memory plan: Llama family L%d C%d NH%d KV%d hd%d I%d V%d, %.3f B parameters, %d x %d tokens x "
-            "%d micro-batches per step\n",
-            c->num_layers, c->channels, c->num_heads, llama->num_kv_heads, llama->head_dim,
-            llama->intermediate_size, llama->vocab_size, p.total / 1e9, B, T, n_micro);
+        printf("memory plan: Llama family L%d C%d NH%d KV%d hd%d I%d V%d, %.3f B parameters, %s\n",
+               c->num_layers, c->channels, c->num_heads, llama->num_kv_heads, llama->head_dim,
+               llama->intermediate_size, llama->vocab_size, p.total / 1e9, per_step);
     else
-        printf("memory plan: L%d C%d NH%d, %.3f B parameters, %d x %d tokens x %d micro-batches per step\n",
-               c->num_layers, c->channels, c->num_heads, gpt_num_real_params(c, &p) / 1e9, B, T, n_micro);
+        printf("memory plan: L%d C%d NH%d, %.3f B parameters, %s\n", c->num_layers, c->channels, c->num_heads,
+               gpt_num_real_params(c, &p) / 1e9, per_step);
     printf("attention: %s%s\n",
            use_cudnn_attention()           ? "cuDNN SDPA (no T x T scores stored; its workspace counted)"
            : use_flash_attention(c, llama) ? "fused kernels (no T x T scores stored)"

@@ -511,11 +511,21 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
     if (!several && k > 1 && micro <= (1 << 20)) {
         PlanChoice more = given;
         more.n_micro = (int)micro;
-        const PlanEval d = plan_evaluate(&t, more);
-        printf("-d %lld (%d micro-batches) would make compute the bound: %.0f tokens/s, GPU %.2f GiB (%s)\n",
-               (long long)more.n_micro * given.B * T, more.n_micro,
-               (double)more.n_micro * given.B * T / d.step_s, d.m.gpu_bytes / GiB,
-               d.gpu_fits ? "fits" : "does NOT fit");
+        PlanEval d = plan_evaluate(&t, more);
+        // -R / -K auto, where this plan placed them (-V, a GPU here): placed again for that -d, as a run
+        // would
+        const bool auto_R = ga->resident == LAYERS_AUTO, auto_K = ga->kept == LAYERS_AUTO;
+        char placed[64] = "";
+        if ((auto_R || auto_K) && (ga->gpu_gib > 0 || !no_gpu_here)) {
+            PlanEval none;
+            d = plan_place_layers(&t, more, auto_R, auto_K, auto_R && ga->kept == -1, &none);
+            snprintf(placed, sizeof placed, " with -R %d -K %d", d.c.resident, d.c.kept);
+        }
+        printf(
+            "-d %lld (%d micro-batches) would make compute the bound: %.0f tokens/s, GPU %.2f GiB%s (%s)\n",
+            (long long)more.n_micro * given.B * T, more.n_micro,
+            (double)more.n_micro * given.B * T / d.step_s, d.m.gpu_bytes / GiB, placed,
+            d.gpu_fits ? "fits" : "does NOT fit");
     }
     if (plan_fits(e)) return PLAN_FITS;
     // plan again with other flags: the fitting ones, fastest step first, fewer and cheaper changes first
