@@ -223,19 +223,30 @@ static void vocab_head_norm(GPT* g, const bf16* x, int mb, cudaStream_t s) {
     cudaCheck(cudaMemsetAsync(v->row_target + o, 0, (size_t)N * 4, s));
 }
 
+// A pass over the vocabulary's chunks, their uploads double-buffered (vocab_prefetch): body(k, v0, n, w) for
+// chunk k of rows [v0, v0 + n), its bf16 rows w on the GPU, queued on s; the body calls vocab_chunk_done(g,
+// k, s) once its last reader of w is queued. Returns the number of chunks.
+template <typename Body>
+static int vocab_for_chunks(GPT* g, cudaStream_t s, Body body) {
+    HostVocab* v = g->vocab;
+    const int64_t V = g->llama.vocab_size;
+    vocab_prefetch(g, 0);
+    int k = 0;
+    for (int64_t v0 = 0; v0 < V; v0 += v->rows, k++) {
+        vocab_prefetch(g, k + 1);
+        body(k, v0, (int)std::min(v->rows, V - v0), vocab_chunk_wait(g, k, s));
+    }
+    return k;
+}
+
 // Pass 1: losses (as fused_classifier's) and each token's logsumexp in row_max.
 static void vocab_head_loss_pass(GPT* g, const bf16* const* xs, const int* targets, float* losses,
                                  int n_micro, cudaStream_t s) {
     HostVocab* v = g->vocab;
-    const int64_t N = (int64_t)g->B * g->T, V = g->llama.vocab_size;
+    const int64_t N = (int64_t)g->B * g->T;
     const int C = g->llama.hidden_size;
     for (int mb = 0; mb < n_micro; mb++) vocab_head_norm(g, xs[mb], mb, s);
-    vocab_prefetch(g, 0);
-    int k = 0;
-    for (int64_t v0 = 0; v0 < V; v0 += v->rows, k++) {
-        const int n = (int)std::min(v->rows, V - v0);
-        vocab_prefetch(g, k + 1);
-        const bf16* w = vocab_chunk_wait(g, k, s);
+    vocab_for_chunks(g, s, [&](int k, int64_t v0, int n, const bf16* w) {
         for (int mb = 0; mb < n_micro; mb++) {
             const int64_t o = mb * N;
             matmul_forward(g->acts.logits, v->lnf + o * C, w, N, C, n, s);
@@ -244,7 +255,7 @@ static void vocab_head_loss_pass(GPT* g, const bf16* const* xs, const int* targe
             cudaCheckLaunch();
         }
         vocab_chunk_done(g, k, s);
-    }
+    });
     for (int mb = 0; mb < n_micro; mb++) {
         const int64_t o = mb * N;
         chunk_loss_kernel<<<grid_for(N, 256), 256, 0, s>>>(losses + o, v->row_max + o, v->row_sum + o,
@@ -280,12 +291,7 @@ static void vocab_head_step(GPT* g, const bf16* const* xs, const int* targets, f
             memset(v->grads + g->layout.embed_offset[LL_EMBED] + t * C, 0, (size_t)C * 4);
     v->touched.clear();
     vocab_head_loss_pass(g, xs, targets, losses, n_micro, s);
-    vocab_prefetch(g, 0);
-    int k = 0;
-    for (int64_t v0 = 0; v0 < V; v0 += v->rows, k++) {
-        const int n = (int)std::min(v->rows, V - v0);
-        vocab_prefetch(g, k + 1);
-        const bf16* w = vocab_chunk_wait(g, k, s);
+    const int k = vocab_for_chunks(g, s, [&](int k, int64_t v0, int n, const bf16* w) {
         cudaCheck(cudaMemsetAsync(v->dw_chunk, 0, (size_t)(n * C * 4), s));
         for (int mb = 0; mb < n_micro; mb++) {
             const int64_t o = mb * N;
@@ -306,7 +312,7 @@ static void vocab_head_step(GPT* g, const bf16* const* xs, const int* targets, f
         cudaCheck(cudaEventRecord(v->dw_copied[k % 2], s));
         // the previous chunk to grads, while the GPU computes this one
         if (k > 0) vocab_take_chunk_grads(g, k - 1, v0 - v->rows, v->rows);
-    }
+    });
     vocab_take_chunk_grads(g, k - 1, (k - 1) * v->rows, V - (k - 1) * v->rows);
     cudaCheck(cudaMemsetAsync(v->dfinal_norm, 0, (size_t)C * 4, s));
     for (int mb = 0; mb < n_micro; mb++) {
