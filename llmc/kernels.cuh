@@ -287,12 +287,84 @@ __global__ void layernorm_backward_params_kernel(float* dw, float* db, const bf1
         atomicAdd(&db[c], ab);
     }
 }
+
+// A norm's backward in one kernel (the input's gradient and the parameters' in one pass over dout and inp): a
+// block takes NORM_ROWS rows, a warp a row at a time in Pack8s, and sums the parameters' gradients of its
+// rows in shared memory (shared atomics), then adds them to the global ones, one atomic a column. The
+// parameters' NORM_SUM_FLOATS floats must hold them all: wider rows take the two kernels.
+#define NORM_ROWS       64
+#define NORM_SUM_FLOATS 8192  // 32 KiB of static shared memory
+// Column 8j + k of a sum of C columns sits at k * (C / 8) + j: the 32 lanes of a warp add to 32 banks.
+__device__ __forceinline__ int norm_sum_slot(int j, int k, int C) { return k * (C / 8) + j; }
+__device__ __forceinline__ void norm_sums_clear(float* sums, int n) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sums[i] = 0.0f;
+    __syncthreads();
+}
+// sums (C columns) added to dst (fp32, +=)
+__device__ __forceinline__ void norm_sums_flush(float* dst, const float* sums, int C) {
+    __syncthreads();
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        atomicAdd(&dst[c], sums[norm_sum_slot(c / 8, c % 8, C)]);
+}
+static inline bool norm_backward_fused_fits(int C, int sums) {
+    return C % 8 == 0 && (int64_t)C * sums <= NORM_SUM_FLOATS;
+}
+static inline unsigned norm_backward_fused_grid(int64_t N) { return (unsigned)ceil_div64(N, NORM_ROWS); }
+
+// layernorm_backward_input_kernel8 and layernorm_backward_params_kernel in one (their math, fused)
+__global__ void layernorm_backward_kernel8(bf16* dinp, float* dw, float* db, const bf16* dout,
+                                           const bf16* inp, const bf16* w, const float* mean,
+                                           const float* rstd, int64_t N, int C) {
+    __shared__ float sums[NORM_SUM_FLOATS];  // dw's C, then db's C
+    norm_sums_clear(sums, 2 * C);
+    const int warps = blockDim.x / WARP, lane = threadIdx.x % WARP;
+    const int64_t r1 = min(N, (blockIdx.x + 1) * (int64_t)NORM_ROWS);
+    for (int64_t row = blockIdx.x * (int64_t)NORM_ROWS + threadIdx.x / WARP; row < r1; row += warps) {
+        const bf16* x = inp + row * C;
+        const bf16* dy = dout + row * C;
+        const float m = mean[row], s = rstd[row];
+        float sum_dnorm = 0.0f, sum_dnorm_norm = 0.0f;
+        for (int c = lane * 8; c < C; c += WARP * 8) {
+            const Pack8 xv = load_pack8(x + c), dv = load_pack8(dy + c), wv = load_pack8(w + c);
+            for (int k = 0; k < 8; k++) {
+                float dnorm = pack8_get(wv, k) * pack8_get(dv, k);
+                sum_dnorm += dnorm;
+                sum_dnorm_norm += dnorm * (pack8_get(xv, k) - m) * s;
+            }
+        }
+        sum_dnorm = warp_sum(sum_dnorm) / C;
+        sum_dnorm_norm = warp_sum(sum_dnorm_norm) / C;
+        bf16* dx = dinp + row * C;
+        for (int c = lane * 8; c < C; c += WARP * 8) {
+            const Pack8 xv = load_pack8(x + c), dv = load_pack8(dy + c), wv = load_pack8(w + c);
+            Pack8 g = load_pack8(dx + c);
+            for (int k = 0; k < 8; k++) {
+                float norm = (pack8_get(xv, k) - m) * s;
+                float dnorm = pack8_get(wv, k) * pack8_get(dv, k);
+                pack8_set(g, k, pack8_get(g, k) + s * (dnorm - sum_dnorm - norm * sum_dnorm_norm));
+                atomicAdd(&sums[norm_sum_slot(c / 8, k, C)], pack8_get(dv, k) * norm);
+                atomicAdd(&sums[C + norm_sum_slot(c / 8, k, C)], pack8_get(dv, k));
+            }
+            store_pack8(dx + c, g);
+        }
+    }
+    norm_sums_flush(dw, sums, C);
+    norm_sums_flush(db, sums + C, C);
+}
+
 static void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dout, const bf16* inp,
                                const bf16* w, const float* mean, const float* rstd, int64_t N, int C,
                                cudaStream_t s) {
     const int block = 256, rows_per_block = block / WARP;
     const unsigned grid_rows = (unsigned)ceil_div64(N, rows_per_block);
-    if (C % 8 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w))
+    const bool aligned = aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w);
+    if (aligned && norm_backward_fused_fits(C, 2)) {
+        layernorm_backward_kernel8<<<norm_backward_fused_grid(N), block, 0, s>>>(dinp, dw, db, dout, inp, w,
+                                                                                 mean, rstd, N, C);
+        cudaCheckLaunch();
+        return;
+    }
+    if (C % 8 == 0 && aligned)
         layernorm_backward_input_kernel8<<<grid_rows, block, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
     else layernorm_backward_input_kernel<<<grid_rows, block, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
     cudaCheckLaunch();
@@ -319,9 +391,38 @@ __global__ void bias_backward_kernel(float* dbias, const bf16* dout, int64_t N, 
         atomicAdd(&dbias[c], acc);
     }
 }
+// The same in Pack8s: a thread sums 8 columns (a warp 256, 512 bytes of a row in one go). OC % 8 == 0, dout
+// 16-byte aligned.
+__global__ void bias_backward_kernel8(float* dbias, const bf16* dout, int64_t N, int OC) {
+    __shared__ float sb[8][WARP * 8 + 1];
+    const int c0 = (blockIdx.x * WARP + threadIdx.x) * 8;
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (c0 < OC)
+        for (int64_t r0 = blockIdx.y * (int64_t)ROWS_PER_TILE; r0 < N;
+             r0 += (int64_t)gridDim.y * ROWS_PER_TILE) {
+            const int64_t r1 = min(N, r0 + ROWS_PER_TILE);
+            for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+                const Pack8 v = load_pack8(dout + r * OC + c0);
+                for (int k = 0; k < 8; k++) acc[k] += pack8_get(v, k);
+            }
+        }
+    for (int k = 0; k < 8; k++) sb[threadIdx.y][k * WARP + threadIdx.x] = acc[k];  // lanes on distinct banks
+    __syncthreads();
+    if (threadIdx.y == 0 && c0 < OC)
+        for (int k = 0; k < 8; k++) {
+            float sum = acc[k];
+            for (int y = 1; y < (int)blockDim.y; y++) sum += sb[y][k * WARP + threadIdx.x];
+            atomicAdd(&dbias[c0 + k], sum);
+        }
+}
 static void bias_backward(float* dbias, const bf16* dout, int64_t N, int OC, cudaStream_t s) {
-    dim3 grid((unsigned)ceil_div64(OC, WARP), row_tiles_grid(N));
-    bias_backward_kernel<<<grid, dim3(WARP, 8), 0, s>>>(dbias, dout, N, OC);
+    if (OC % 8 == 0 && aligned16(dout)) {
+        dim3 grid((unsigned)ceil_div64(OC, WARP * 8), row_tiles_grid(N));
+        bias_backward_kernel8<<<grid, dim3(WARP, 8), 0, s>>>(dbias, dout, N, OC);
+    } else {
+        dim3 grid((unsigned)ceil_div64(OC, WARP), row_tiles_grid(N));
+        bias_backward_kernel<<<grid, dim3(WARP, 8), 0, s>>>(dbias, dout, N, OC);
+    }
     cudaCheckLaunch();
 }
 

@@ -124,11 +124,50 @@ __global__ void rmsnorm_backward_weight_kernel(float* dweight, const bf16* dout,
         atomicAdd(&dweight[c], acc);
     }
 }
+// rmsnorm_backward_input_kernel8 and rmsnorm_backward_weight_kernel in one (kernels.cuh's fused norm
+// backward)
+__global__ void rmsnorm_backward_kernel8(bf16* dinp, float* dweight, const bf16* dout, const bf16* inp,
+                                         const bf16* weight, const float* rstd, int64_t N, int C) {
+    __shared__ float sums[NORM_SUM_FLOATS];  // dweight's C
+    norm_sums_clear(sums, C);
+    const int warps = blockDim.x / WARP, lane = threadIdx.x % WARP;
+    const int64_t r1 = min(N, (blockIdx.x + 1) * (int64_t)NORM_ROWS);
+    for (int64_t row = blockIdx.x * (int64_t)NORM_ROWS + threadIdx.x / WARP; row < r1; row += warps) {
+        const bf16* x = inp + row * C;
+        const bf16* dy = dout + row * C;
+        float gx = 0.0f;
+        for (int c = lane * 8; c < C; c += WARP * 8) {
+            const Pack8 xv = load_pack8(x + c), dv = load_pack8(dy + c), wv = load_pack8(weight + c);
+            for (int k = 0; k < 8; k++) gx += pack8_get(dv, k) * pack8_get(wv, k) * pack8_get(xv, k);
+        }
+        const float gx_mean = warp_sum(gx) / C;
+        const float s = rstd[row];
+        bf16* dx = dinp + row * C;
+        for (int c = lane * 8; c < C; c += WARP * 8) {
+            const Pack8 xv = load_pack8(x + c), dv = load_pack8(dy + c), wv = load_pack8(weight + c);
+            Pack8 d = load_pack8(dx + c);
+            for (int k = 0; k < 8; k++) {
+                const float g = pack8_get(dv, k) * pack8_get(wv, k);
+                pack8_set(d, k, pack8_get(d, k) + s * (g - pack8_get(xv, k) * s * s * gx_mean));
+                atomicAdd(&sums[norm_sum_slot(c / 8, k, C)], pack8_get(dv, k) * pack8_get(xv, k) * s);
+            }
+            store_pack8(dx + c, d);
+        }
+    }
+    norm_sums_flush(dweight, sums, C);
+}
 static void rmsnorm_backward(bf16* dinp, float* dweight, const bf16* dout, const bf16* inp,
                              const bf16* weight, const float* rstd, int64_t N, int C, cudaStream_t s) {
     const int block = 256, rows_per_block = block / WARP;
     const unsigned grid_rows = (unsigned)ceil_div64(N, rows_per_block);
-    if (C % 8 == 0 && aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight))
+    const bool aligned = aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight);
+    if (aligned && norm_backward_fused_fits(C, 1)) {
+        rmsnorm_backward_kernel8<<<norm_backward_fused_grid(N), block, 0, s>>>(dinp, dweight, dout, inp,
+                                                                               weight, rstd, N, C);
+        cudaCheckLaunch();
+        return;
+    }
+    if (C % 8 == 0 && aligned)
         rmsnorm_backward_input_kernel8<<<grid_rows, block, 0, s>>>(dinp, dout, inp, weight, rstd, N, C);
     else rmsnorm_backward_input_kernel<<<grid_rows, block, 0, s>>>(dinp, dout, inp, weight, rstd, N, C);
     cudaCheckLaunch();
@@ -177,18 +216,58 @@ __global__ void rope_rotate_kernel(bf16* qkv, const float* inv_freq, int64_t N, 
         }
     }
 }
+// The same in Pack8s: one thread a (row, 8 pairs i0..i0+7), 16-byte moves of both halves of every head; each
+// pair's angle and rounding as there. hd % 16 == 0, qkv 16-byte aligned.
+__global__ void rope_rotate_kernel8(bf16* qkv, const float* inv_freq, int64_t N, int T, int NH, int NKV,
+                                    int hd, float sign, const int* pos) {
+    const int half = hd / 2, groups = half / 8;
+    const int64_t row_width = (int64_t)(NH + 2 * NKV) * hd;
+    for (int64_t idx = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; idx < N * groups;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t row = idx / groups;
+        const int i0 = (int)(idx % groups) * 8;
+        const int t = pos ? pos[row] : (int)(row % T);
+        float cs[8], sn[8];
+        for (int k = 0; k < 8; k++) {
+            double sin_d, cos_d;
+            sincos((double)((float)t * inv_freq[i0 + k]), &sin_d, &cos_d);
+            cs[k] = (float)cos_d;
+            sn[k] = sign * (float)sin_d;
+        }
+        bf16* v = qkv + row * row_width + i0;
+        for (int h = 0; h < NH + NKV; h++, v += hd) {
+            const Pack8 a = load_pack8(v), b = load_pack8(v + half);
+            Pack8 ra = a, rb = b;
+            for (int k = 0; k < 8; k++) {
+                const float x1 = pack8_get(a, k), x2 = pack8_get(b, k);
+                pack8_set(ra, k, x1 * cs[k] - x2 * sn[k]);
+                pack8_set(rb, k, x2 * cs[k] + x1 * sn[k]);
+            }
+            store_pack8(v, ra);
+            store_pack8(v + half, rb);
+        }
+    }
+}
+// sign 1: the forward; -1: the backward (the transposed rotation)
+static void rope_rotate(bf16* qkv, const float* inv_freq, int64_t N, int T, int NH, int NKV, int hd,
+                        float sign, cudaStream_t s, const int* pos) {
+    if (hd % 16 == 0 && aligned16(qkv)) {
+        const int64_t n = N * (hd / 16);
+        rope_rotate_kernel8<<<grid_for(n, 256), 256, 0, s>>>(qkv, inv_freq, N, T, NH, NKV, hd, sign, pos);
+    } else {
+        const int64_t n = N * (hd / 2);
+        rope_rotate_kernel<<<grid_for(n, 256), 256, 0, s>>>(qkv, inv_freq, N, T, NH, NKV, hd, sign, pos);
+    }
+    cudaCheckLaunch();
+}
 static void rope_forward(bf16* qkv, const float* inv_freq, int64_t N, int T, int NH, int NKV, int hd,
                          cudaStream_t s, const int* pos = nullptr) {
-    const int64_t n = N * (hd / 2);
-    rope_rotate_kernel<<<grid_for(n, 256), 256, 0, s>>>(qkv, inv_freq, N, T, NH, NKV, hd, 1.0f, pos);
-    cudaCheckLaunch();
+    rope_rotate(qkv, inv_freq, N, T, NH, NKV, hd, 1.0f, s, pos);
 }
 // in place on dq, dk. dv is untouched.
 static void rope_backward(bf16* dqkv, const float* inv_freq, int64_t N, int T, int NH, int NKV, int hd,
                           cudaStream_t s, const int* pos = nullptr) {
-    const int64_t n = N * (hd / 2);
-    rope_rotate_kernel<<<grid_for(n, 256), 256, 0, s>>>(dqkv, inv_freq, N, T, NH, NKV, hd, -1.0f, pos);
-    cudaCheckLaunch();
+    rope_rotate(dqkv, inv_freq, N, T, NH, NKV, hd, -1.0f, s, pos);
 }
 
 // ----------------------------------------------------------------------------

@@ -263,7 +263,9 @@ TEST(Kernels, LayerNormForwardMatchesCpu) {
 TEST(Kernels, LayerNormBackwardMatchesCpu) {
     REQUIRE_GPU();
     const int64_t N = kN;
-    for (int C : {kC, 60}) {
+    // kC: one fused kernel; 60: the element-wise kernels; 4104: Pack8s, but too wide to fuse (2C sums)
+    for (int C : {kC, 60, 4104}) {
+        SCOPED_TRACE("C = " + std::to_string(C));
         auto inp = rand_bf16(N * C, -2, 3, 13), w = rand_bf16(C, 0.5f, 1.5f, 14),
              b = rand_bf16(C, -0.5f, 0.5f, 15);
         auto dout = rand_bf16(N * C, -1, 1, 16);
@@ -319,7 +321,7 @@ TEST(Kernels, BiasBackwardMatchesMatmulBackwardDbias) {
     REQUIRE_GPU();
     const int64_t N = 2001;  // 8 row tiles of 256, the last one partial
     const int IC = 32;       // matmul_backward needs an input width; only its dbias is compared
-    for (int OC : {kC, 3 * kC, 4 * kC}) {
+    for (int OC : {kC, 3 * kC, 4 * kC, 100}) {  // 100: not a multiple of 8, the element-wise kernel
         auto dout = rand_bf16(N * OC, -1, 1, 30 + OC);
         DeviceMem m;
         float* db = m.zeros<float>(OC);

@@ -125,7 +125,8 @@ TEST(LlamaKernels, RmsNormForwardMatchesCpu) {
     const int64_t N = kN;
     const float eps = 1e-5f;
     uint64_t seed = 100;
-    for (int C : {96, 60, 1000}) {
+    // 96, 1000: one fused kernel; 60: the element-wise kernels; 8200: Pack8s, but too wide to fuse
+    for (int C : {96, 60, 1000, 8200}) {
         SCOPED_TRACE("C = " + std::to_string(C));
         auto inp = rand_bf16(N * C, -2, 3, seed++), w = rand_bf16(C, 0.5f, 1.5f, seed++);
         DeviceMem m;
@@ -144,7 +145,8 @@ TEST(LlamaKernels, RmsNormBackwardMatchesCpu) {
     REQUIRE_GPU();
     const int64_t N = kN;
     uint64_t seed = 200;
-    for (int C : {96, 60, 1000}) {
+    // 96, 1000: one fused kernel; 60: the element-wise kernels; 8200: Pack8s, but too wide to fuse
+    for (int C : {96, 60, 1000, 8200}) {
         SCOPED_TRACE("C = " + std::to_string(C));
         auto inp = rand_bf16(N * C, -2, 3, seed++), w = rand_bf16(C, 0.5f, 1.5f, seed++);
         auto dout = rand_bf16(N * C, -1, 1, seed++), dinp0 = rand_bf16(N * C, -1, 1, seed++);
@@ -191,7 +193,7 @@ LlamaConfig rope_config(const RopeCase& c) {
 }
 std::vector<RopeCase> rope_cases() {
     std::vector<RopeCase> cases;
-    for (int hd : {64, 128})
+    for (int hd : {64, 128, 24})   // 24: not a multiple of 16, the element-wise kernel
         for (int NKV : {8, 4, 1})  // NH, NH/2, NH/8
             for (int llama3 : {0, 1}) cases.push_back({3, kT, 8, NKV, hd, llama3});
     return cases;

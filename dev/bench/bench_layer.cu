@@ -4,8 +4,9 @@
 // layer_forward / layer_backward whole. The stages below restate those two functions' calls in order; the
 // "whole" rows time the functions themselves, so a stage list that drifted from them shows as a sum that
 // does not match; layer_backward alone is what a layer with kept activations (-K) costs in the backward pass.
-// Default shapes: one micro-batch (B 8, T 1024) of the 1.3B and 5B benchmark models. Last lines: one `RESULT
-// {json}` per shape. Not a test: it checks no numerics (make test does).
+// Default shapes: one micro-batch (B 8, T 1024) of the 1.3B and 5B benchmark models, then bench_paths: the
+// memory-bound kernels' two paths at 1.3B's and Llama 3 8B's widths. Last lines: one `RESULT {json}` per
+// shape. Not a test: it checks no numerics (make test does).
 //
 // usage: build/bench_layer [-F 0|1] [-G 0|1] [B T C NH]...   (-F: fused attention, -G: cuBLASLt epilogues)
 #define TESTING
@@ -165,6 +166,94 @@ static void bench_shape(int B, int T, int C, int NH) {
     gpt_free(&g);
 }
 
+// The memory-bound kernels whose launchers choose between two paths (issue 40 item 5: "each change measured
+// before and after; keep what pays"): the launcher's path (one fused kernel, or Pack8s) against the other
+// (the two kernels, or element-wise), on the same data. GB/s counts the bytes each must move at least.
+static void bench_paths(int64_t N, int C, int NH, int NKV, int hd) {
+    const int64_t qkv_w = (int64_t)(NH + 2 * NKV) * hd, big = std::max<int64_t>(N * 4 * C, N * qkv_w);
+    std::vector<uint16_t> host((size_t)big);
+    uint64_t rng = 777;
+    for (uint16_t& h : host) h = float_to_bf16(2.0f * random_f32(&rng) - 1.0f);
+    std::vector<float> ones((size_t)std::max<int64_t>(N, 4 * C), 1.0f);
+    bf16 *x, *dy, *dx, *w;
+    float *mean, *rstd, *dw, *db, *inv_freq;
+    for (bf16** b : {&x, &dy, &dx}) {
+        cudaCheck(cudaMalloc(b, (size_t)big * 2));
+        cudaCheck(cudaMemcpy(*b, host.data(), (size_t)big * 2, cudaMemcpyHostToDevice));
+    }
+    cudaCheck(cudaMalloc(&w, (size_t)C * 2));
+    cudaCheck(cudaMemcpy(w, host.data(), (size_t)C * 2, cudaMemcpyHostToDevice));
+    for (float** f : {&mean, &rstd, &dw, &db}) {
+        cudaCheck(cudaMalloc(f, ones.size() * sizeof(float)));
+        cudaCheck(cudaMemcpy(*f, ones.data(), ones.size() * sizeof(float), cudaMemcpyHostToDevice));
+    }
+    cudaCheck(cudaMalloc(&inv_freq, (size_t)hd / 2 * sizeof(float)));
+    cudaCheck(cudaMemcpy(inv_freq, ones.data(), (size_t)hd / 2 * sizeof(float), cudaMemcpyHostToDevice));
+    cudaCheck(cudaDeviceSynchronize());
+    cudaStream_t s;
+    cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    const int T = 2048, rows = 256 / WARP;
+    const unsigned grid_rows = (unsigned)ceil_div64(N, rows);
+    const dim3 grid_cols((unsigned)ceil_div64(C, WARP), row_tiles_grid(N));
+    struct Row {
+        const char* name;
+        double ms, other_ms, bytes;
+    };
+    const double act = 2.0 * N * C;
+    std::vector<Row> r;
+    r.push_back({"layernorm backward",
+                 median_ms([&] { layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C, s); }, s),
+                 median_ms(
+                     [&] {
+                         layernorm_backward_input_kernel8<<<grid_rows, 256, 0, s>>>(dx, dy, x, w, mean, rstd,
+                                                                                    N, C);
+                         layernorm_backward_params_kernel<<<grid_cols, dim3(WARP, 8), 0, s>>>(
+                             dw, db, dy, x, mean, rstd, N, C);
+                     },
+                     s),
+                 4 * act});
+    r.push_back({"rmsnorm backward", median_ms([&] { rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C, s); }, s),
+                 median_ms(
+                     [&] {
+                         rmsnorm_backward_input_kernel8<<<grid_rows, 256, 0, s>>>(dx, dy, x, w, rstd, N, C);
+                         rmsnorm_backward_weight_kernel<<<grid_cols, dim3(WARP, 8), 0, s>>>(dw, dy, x, rstd,
+                                                                                            N, C);
+                     },
+                     s),
+                 4 * act});
+    r.push_back({"rope forward", median_ms([&] { rope_forward(x, inv_freq, N, T, NH, NKV, hd, s); }, s),
+                 median_ms(
+                     [&] {
+                         rope_rotate_kernel<<<grid_for(N * (hd / 2), 256), 256, 0, s>>>(x, inv_freq, N, T, NH,
+                                                                                        NKV, hd, 1.0f, NULL);
+                     },
+                     s),
+                 4.0 * N * (NH + NKV) * hd});
+    const dim3 grid_bias((unsigned)ceil_div64(4 * C, WARP), row_tiles_grid(N));
+    r.push_back(
+        {"bias backward (4C)", median_ms([&] { bias_backward(db, dy, N, 4 * C, s); }, s),
+         median_ms([&] { bias_backward_kernel<<<grid_bias, dim3(WARP, 8), 0, s>>>(db, dy, N, 4 * C); }, s),
+         4 * act});
+    cudaCheckLaunch();
+    printf("N=%lld C=%d NH=%d NKV=%d hd=%d: each launcher's path against the other\n", (long long)N, C, NH,
+           NKV, hd);
+    std::string result = "RESULT {\"bench\": \"paths\", \"C\": " + std::to_string(C);
+    for (const Row& x_ : r) {
+        printf("  %-20s %8.3f ms %6.0f GB/s   other path %8.3f ms %6.0f GB/s   x%.2f\n", x_.name, x_.ms,
+               x_.bytes / x_.ms / 1e6, x_.other_ms, x_.bytes / x_.other_ms / 1e6, x_.other_ms / x_.ms);
+        std::string key = x_.name;
+        key = key.substr(0, key.find(' ')) + (key.find("backward") != std::string::npos ? "_bwd" : "_fwd");
+        char ratio[32];
+        snprintf(ratio, sizeof ratio, "%.2f", x_.other_ms / x_.ms);
+        result += ", \"" + key + "_x\": " + ratio;
+    }
+    printf("%s}\n", result.c_str());
+    for (void* ptr : {(void*)x, (void*)dy, (void*)dx, (void*)w, (void*)mean, (void*)rstd, (void*)dw,
+                      (void*)db, (void*)inv_freq})
+        cudaCheck(cudaFree(ptr));
+    cudaCheck(cudaStreamDestroy(s));
+}
+
 int main(int argc, char** argv) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
@@ -185,8 +274,10 @@ int main(int argc, char** argv) {
         return 1;
     }
     if (i == argc) {
-        bench_shape(8, 1024, 2048, 16);  // 1.3B: one micro-batch of the benchmark
-        bench_shape(8, 1024, 4096, 32);  // 5B
+        bench_shape(8, 1024, 2048, 16);            // 1.3B: one micro-batch of the benchmark
+        bench_shape(8, 1024, 4096, 32);            // 5B
+        bench_paths(8 * 1024, 2048, 16, 16, 128);  // 1.3B's width (GPT-2: no RoPE, but the same moves)
+        bench_paths(8 * 1024, 4096, 32, 8, 128);   // Llama 3 8B's
     }
     for (; i + 3 < argc; i += 4)
         bench_shape(atoi(argv[i]), atoi(argv[i + 1]), atoi(argv[i + 2]), atoi(argv[i + 3]));

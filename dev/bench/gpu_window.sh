@@ -49,7 +49,7 @@ memcheck_attention|60|100|llmc/flash_attention.cuh llmc/attention.cuh llmc/kerne
 memcheck_train|30|70|@code
 racecheck_attention|45|80|llmc/flash_attention.cuh test/test_kernels.cu
 micro_attention|70|150|llmc/flash_attention.cuh llmc/attention.cuh llmc/cudnn_att.cpp llmc/attention_path.cuh dev/bench/bench_attention.cu dev/bench/bench_sdpa.py
-micro_layer|15|45|@code dev/bench/bench_layer.cu
+micro_layer|20|50|@code dev/bench/bench_layer.cu
 ssd_same|60|130|@code ssd_io.cpp ssd_store.cpp ssd.h
 ssd_time|90|220|@code ssd_io.cpp ssd_store.cpp ssd.h
 mem_flat|40|100|@code
@@ -668,7 +668,8 @@ check_micro_attention() {  # ours (cuDNN, fused, cuBLAS), then torch's SDPA back
 check_micro_layer() {
     need BINP_L || return 3
     sub micro_layer "$BINP_L"; local rc=$?
-    FIG=$(grep '^RESULT' "$LOGS/micro_layer.log" | grep -oE '"(C|fwd_TFLOPs|recompute_bwd_TFLOPs|bwd_TFLOPs)": [^,}]*' | tr -d '"' | tr '\n' ' ' | cut -c1-200)
+    # the layer's TFLOP/s at each width, then each two-path kernel's other path's time over the launcher's
+    FIG=$(grep '^RESULT' "$LOGS/micro_layer.log" | grep -oE '"(C|fwd_TFLOPs|recompute_bwd_TFLOPs|bwd_TFLOPs|[a-z]+_[bf]wd_x)": [^,}]*' | tr -d '"' | tr '\n' ' ' | cut -c1-340)
     return $rc
 }
 
