@@ -384,7 +384,7 @@ static inline void net_watch(NetLinks* L) {
             if (poll(fds.data(), fds.size(), 1000) <= 0 || !L->started.load()) continue;
             for (size_t i = 0; i < fds.size(); i++)
                 if ((fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) && !L->closing.load())
-                    net_lost(L, peer[i], "its connection closed");
+                    net_lost(L, peer[i], "its connection closed, seen by the link watch");
         }
     }).detach();
 }
