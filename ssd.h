@@ -156,6 +156,8 @@ typedef struct {
     int64_t piece_elems;       // 0: whole layers
     int bf16_buffers;          // -sw 1: pinned bf16 layer buffers (slots + read-ahead)
     int grad_buffers;          // grads_on_disk: pinned layer-sized gradient staging buffers
+    int held_grads;            // grads_on_disk: the backward's last layers whose gradients the round reads
+                               // from their staging buffer (ssd_tier.h's GRAD_RING), never from the disk
     int64_t other_host_bytes;  // the trainer's other host RAM (tokens, logits, ...)
 } SsdPlanInput;
 
@@ -169,6 +171,10 @@ typedef struct {
     int64_t disk_bytes;      // both generations (+ the gradients file)
     int64_t read_per_step;   // a step's disk reads: the round (+ -sw 1: the backward's bf16 weights)
     int64_t write_per_step;  // a step's disk writes: the round (+ gradients)
+    // The reads the round itself waits for, during the next forward pass (the forward needs each layer's
+    // update): read_per_step less what moved to the backward (the first ring - 1 pieces' p, m, v read ahead,
+    // -sw 1's bf16 weights) and the held gradients.
+    int64_t round_reads;
 } SsdPlan;
 SsdPlan ssd_plan(const SsdPlanInput* in);
 

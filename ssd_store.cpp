@@ -1072,5 +1072,14 @@ SsdPlan ssd_plan(const SsdPlanInput* in) {
     // -sw 1: the backward pass reads the bf16 weights; the forward takes them from the round (handoff)
     p.read_per_step = L * (3 * s4 + (in->grads_on_disk ? s2 : 0) + (in->with_bf16 ? s2 : 0));
     p.write_per_step = L * (3 * s4 + (in->with_bf16 ? s2 : 0) + (in->grads_on_disk ? s2 : 0));
+    // prefetch_next_round: the round's first ring - 1 pieces, in layer order (each layer's last piece may be
+    // short); their p, m, v in whole 4 KiB blocks, as read
+    const int64_t piece = piece_elems_of(&c);
+    int64_t ahead = 0;
+    for (int64_t l = 0, k = 0; l < L && k < (int64_t)in->ring - 1; l++)
+        for (int64_t off = 0; off < n && k < (int64_t)in->ring - 1; off += piece, k++)
+            ahead += 3 * ssd_round_up(std::min(piece, n - off) * 4, SSD_ALIGN);
+    const int64_t held = in->grads_on_disk ? std::min<int64_t>(in->held_grads, L) : 0;
+    p.round_reads = L * (3 * s4 + (in->grads_on_disk ? s2 : 0)) - ahead - held * s2;
     return p;
 }

@@ -166,6 +166,7 @@ typedef struct {
     int64_t ssd_ring;     // -sd: the store's ring of piece buffers
     int64_t ssd_disk;     // -sd: the store's files in DIR (not host memory)
     int64_t ssd_read_per_step, ssd_write_per_step;  // -sd: disk traffic of one step (ssd_plan)
+    int64_t ssd_round_reads;                        // -sd: of the reads, those during the next forward
     int64_t vocab_grads;                            // -E 1: the vocabulary tensors' fp32 gradients
     int64_t vocab_staging;  // -E 1, pinned: one chunk's gradient and one micro-batch's rows
     // GPU
@@ -235,11 +236,13 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
         in.grads_on_disk = sc.grads_on_disk;
         in.with_bf16 = sc.with_bf16;
         in.bf16_buffers = SW_READ_BUFFERS + SW_HANDOFF_BUFFERS;
+        in.held_grads = GRAD_RING;
         const SsdPlan sp = ssd_plan(&in);
         m.ssd_ring = sp.host_ring;
         m.ssd_disk = sp.disk_bytes;
         m.ssd_read_per_step = sp.read_per_step;
         m.ssd_write_per_step = sp.write_per_step;
+        m.ssd_round_reads = sp.round_reads;
     }
 
     const char* inputs = "the layer-input checkpoints ((L+1) * micro-batches * B*T*C; lower -d, -b or -t)";

@@ -52,9 +52,11 @@ typedef struct {
     double flops, h2d, d2h, adam_bytes;  // a step's work and bytes moved
     double compute_s, h2d_s, d2h_s, disk_s, adam_s, step_s;
     // the CPU AdamW's round of a step runs during the next step's forward (fwd_s), layer by layer; -E 1's
-    // vocabulary part runs before it, the GPU idle (vocab_adam_s). The GPU waits adam_wait_s for them, and
-    // updates the -R layers itself (gpu_adam_s): gpu_s = compute_s + adam_wait_s + gpu_adam_s.
-    double fwd_s, vocab_adam_s, adam_wait_s, gpu_adam_s, gpu_s;
+    // vocabulary part runs before it, the GPU idle (vocab_adam_s). With -sd the round also reads what it
+    // updates, as it goes (round_read_s: its reads not moved to the backward, at the disk's read rate), so it
+    // takes the longer of the two. The GPU waits adam_wait_s for them, and updates the -R layers itself
+    // (gpu_adam_s): gpu_s = compute_s + adam_wait_s + gpu_adam_s.
+    double fwd_s, vocab_adam_s, round_read_s, adam_wait_s, gpu_adam_s, gpu_s;
     const char* bound;  // which of them is step_s
 } PlanEval;
 
@@ -73,7 +75,8 @@ typedef struct {
 // What the GPU's part of a step (gpu_s) is mostly: compute, with any wait for the CPU AdamW, or its own
 // AdamW.
 static const char* plan_gpu_bound(const PlanEval& e) {
-    if (e.adam_wait_s > 0) return "compute and the CPU AdamW";
+    if (e.adam_wait_s > 0)
+        return e.round_read_s > e.adam_s ? "compute and the round's disk reads" : "compute and the CPU AdamW";
     return e.gpu_adam_s > e.compute_s ? "the GPU AdamW" : "compute";
 }
 
@@ -132,7 +135,8 @@ static PlanEval plan_evaluate(const PlanTarget* t, PlanChoice c) {
     const double head_apart = llama && t->ranks <= 1 ? (double)p.embed_size[LL_LM_HEAD] : 0.0;
     e.vocab_adam_s =
         (vocab_params > 0 ? vocab_params - head_apart : 0.0) * ADAMW_BYTES_PER_PARAM / PLAN_HOST_BPS;
-    e.adam_wait_s = std::max(e.vocab_adam_s, e.adam_s - e.fwd_s);
+    e.round_read_s = c.tier == TIER_RAM ? 0.0 : e.m.ssd_round_reads / t->disk_read_Bps;
+    e.adam_wait_s = std::max(e.vocab_adam_s, std::max(e.adam_s, e.round_read_s) - e.fwd_s);
     e.gpu_adam_s = ((double)p.total - streamed - vocab_params) * GPU_ADAMW_BYTES_PER_PARAM / PLAN_HBM_BPS;
     e.gpu_s = e.compute_s + e.adam_wait_s + e.gpu_adam_s;
     const struct {
@@ -356,6 +360,9 @@ static void print_plan_table(const PlanTarget* t, const PlanEval& e, const GpuAr
                  given ? "given by -sr" : "assumed: -sr for yours");
         plan_seconds(verdict, sizeof verdict, e.disk_s);
         plan_row("disk r + w", need, have, verdict);
+        snprintf(need, sizeof need, "%.1f GB", e.m.ssd_round_reads / 1e9);
+        plan_seconds(verdict, sizeof verdict, e.round_read_s);
+        plan_row("  the round's", need, "of the reads, those the next forward waits for", verdict);
     }
     snprintf(need, sizeof need, "%.1f GB", e.adam_bytes / 1e9);
     snprintf(have, sizeof have, "%.0f GB/s of host memory, assumed", PLAN_HOST_BPS / 1e9);
@@ -364,6 +371,7 @@ static void print_plan_table(const PlanTarget* t, const PlanEval& e, const GpuAr
     char fwd[32];
     plan_seconds(fwd, sizeof fwd, e.fwd_s);
     if (e.vocab_adam_s > 0) snprintf(have, sizeof have, "-E 1's part first, then the forward (%s)", fwd);
+    else if (e.c.tier != TIER_RAM) snprintf(have, sizeof have, "AdamW, reads in the next forward (%s)", fwd);
     else snprintf(have, sizeof have, "during the next forward (%s)", fwd);
     plan_seconds(verdict, sizeof verdict, e.adam_wait_s);
     plan_row("GPU waits", "", have, verdict);
@@ -490,15 +498,18 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
                PLAN_DEFAULT_GPU_GIB);
     print_plan_table(&t, e, ga, gpu_text, peak_text);
     if (several) print_multi_gpu_plan(&t, e, ga->ranks, ga->nodes);
-    if (e.c.tier != TIER_RAM &&
-        e.disk_s > 1.1 * e.compute_s) {  // -sd: the tokens a step at which compute covers the disk
-        // the disk's bytes a step do not grow with -d; compute does. Within 1.10x of RAM's step: disk <= 1.1
-        // x compute
-        const double micro = ceil(given.n_micro * e.disk_s / (1.1 * e.compute_s));
+    // -sd: the tokens a step at which the disk costs at most 10% of RAM's step. Its bytes a step do not grow
+    // with -d; compute and the forward do. Both must hold: all of its reads and writes within 1.1 x compute,
+    // and the round's reads within the forward plus a tenth of the compute (what the GPU may wait).
+    const double disk_k = e.c.tier == TIER_RAM ? 0.0
+                                               : std::max(e.disk_s / (1.1 * e.compute_s),
+                                                          e.round_read_s / (e.fwd_s + 0.1 * e.compute_s));
+    if (disk_k > 1) {
+        const double micro = ceil(given.n_micro * disk_k);
         printf(
-            "the disk's %.2f s a step (at %.2f / %.2f GB/s%s) is within 1.10x of the compute from -d %lld on "
-            "(%d micro-batches of %d x %d%s)\n",
-            e.disk_s, t.disk_read_Bps / 1e9, t.disk_write_Bps / 1e9,
+            "the disk (%.2f s a step, the round's reads %.2f s, at %.2f / %.2f GB/s%s) costs at most 10%% of "
+            "the step from -d %lld on (%d micro-batches of %d x %d%s)\n",
+            e.disk_s, e.round_read_s, t.disk_read_Bps / 1e9, t.disk_write_Bps / 1e9,
             ga->disk_read_gbs > 0 ? ", -sr" : ", assumed",
             (long long)(std::max(micro, (double)given.n_micro) * given.B * T * ranks),
             (int)std::max(micro, (double)given.n_micro), given.B, T, several ? " on each GPU" : "");
@@ -506,7 +517,7 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
     // more tokens a step: compute grows, the copies and the disk do not, and the forward hides more of the
     // CPU AdamW (all but -E 1's part before it)
     const double k = std::max({e.h2d_s / e.compute_s, e.d2h_s / e.compute_s, e.disk_s / e.compute_s,
-                               (e.adam_s - e.vocab_adam_s) / e.fwd_s});
+                               (std::max(e.adam_s, e.round_read_s) - e.vocab_adam_s) / e.fwd_s});
     const double micro = ceil(given.n_micro * k);  // -d's limit: 2^20 micro-batches
     if (!several && k > 1 && micro <= (1 << 20)) {
         PlanChoice more = given;

@@ -1066,6 +1066,7 @@ static SsdPlanInput plan_input(const GPTConfig& c, int with_bf16) {
     in.piece_elems = (int64_t)1 << 26;  // 64 Mi parameters per piece: 0.9 GiB of ring per slot
     in.bf16_buffers = 6;                // GPU slots + the layers read ahead
     in.grad_buffers = 3;
+    in.held_grads = 3;
     in.other_host_bytes = (int64_t)8 * 1024 * 4 * 2;  // B*T tokens and targets (B 8, T 1024)
     return in;
 }
@@ -1126,6 +1127,41 @@ TEST(SsdPlan, HundredBillionFitsTheWorkstation) {
     sc.piece_elems = (int64_t)1 << 26;
     EXPECT_EQ(ssd_store_disk_bytes(&sc), sw.disk_bytes);
     EXPECT_EQ(ssd_store_ring_bytes(&sc), sw.host_ring);
+}
+
+// The reads a round waits for in the next forward (-P 1's "the round's" row): a step's reads less the p, m, v
+// of the first ring - 1 pieces (read ahead during the backward: prefetch_next_round), the gradients the
+// round takes from the staging buffers (the backward's last held_grads layers), and -sw 1's bf16 weights
+// (read by the backward). Whole small layers: the read-ahead spans 3 layers; 100b's layers of 1.02 G
+// parameters: 3 pieces of 64 Mi of the first layer; a layer of 1.5 pieces: its 2 pieces, then 1 of the next.
+TEST(SsdPlan, RoundReadsLeaveOutWhatTheBackwardDid) {
+    GPTConfig c;
+    char err[256] = "";
+    ASSERT_EQ(parse_model_spec("100b", &c, err, sizeof err), 1) << err;
+    const int64_t big = gpt_layout(&c).layer_stride, piece = (int64_t)1 << 26;
+    ASSERT_GT(big, 3 * piece);
+    for (int sw = 0; sw <= 1; sw++) {
+        SsdPlanInput in = plan_input(c, sw);
+        const int64_t L = in.streamed_layers, s4 = ssd_round_up(big * 4, 4096),
+                      s2 = ssd_round_up(big * 2, 4096);
+        EXPECT_EQ(ssd_plan(&in).round_reads, L * (3 * s4 + s2) - 3 * 3 * piece * 4 - 3 * s2)
+            << "100b, sw " << sw;
+        in.layer_elems = 12 * 1024 * 1024 + 100;  // d12's layer (C 1024) and a little: one piece a layer
+        const int64_t n4 = ssd_round_up(in.layer_elems * 4, 4096),
+                      n2 = ssd_round_up(in.layer_elems * 2, 4096);
+        EXPECT_EQ(ssd_plan(&in).round_reads, L * (3 * n4 + n2) - 3 * 3 * n4 - 3 * n2) << "d12, sw " << sw;
+        in.streamed_layers =
+            2;  // fewer layers than the ring and the held gradients: nothing left to wait for
+        EXPECT_EQ(ssd_plan(&in).round_reads, 0) << "2 layers, sw " << sw;
+        in.streamed_layers = L;
+        in.layer_elems = piece + piece / 2;  // pieces of 64 Mi and 32 Mi, 64 Mi of the next layer
+        const int64_t l4 = ssd_round_up(in.layer_elems * 4, 4096),
+                      l2 = ssd_round_up(in.layer_elems * 2, 4096);
+        EXPECT_EQ(ssd_plan(&in).round_reads, L * (3 * l4 + l2) - 3 * (2 * piece + piece / 2) * 4 - 3 * l2)
+            << "1.5 pieces a layer, sw " << sw;
+        in.grads_on_disk = 0;  // the gradients in RAM: none read, none held
+        EXPECT_EQ(ssd_plan(&in).round_reads, L * 3 * l4 - 3 * (2 * piece + piece / 2) * 4) << "grads in RAM";
+    }
 }
 
 TEST(SsdProbe, MeasuresBothDirections) {

@@ -543,6 +543,19 @@ TEST_F(SsdTrainer, PlanShowsTheSsdTier) {
     EXPECT_DOUBLE_EQ(number_after(sd.out, "\ndisk "), 2468.26) << sd.out;
     EXPECT_DOUBLE_EQ(number_after(sd.out, "per step "), 1329.06) << sd.out;
     EXPECT_DOUBLE_EQ(number_after(sd.out, "GiB read, "), 1329.06) << sd.out;
+    // of a step's reads, those the round waits for in the next forward (test_ssd: RoundReadsLeaveOut...), at
+    // the assumed 6 GB/s; the GPU waits for what the forward does not cover
+    EXPECT_DOUBLE_EQ(number_after(sd.out, "\n  the round's "), 1418.5) << sd.out;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(sd.out, m, std::regex("\n  the round's +1418.5 GB +.* ([0-9.]+) s\n")))
+        << sd.out;
+    const double round_s = atof(m[1].str().c_str());
+    EXPECT_NEAR(round_s, 1418.5 / 6.0, 0.01) << sd.out;
+    ASSERT_TRUE(std::regex_search(
+        sd.out, m,
+        std::regex("\nGPU waits +AdamW, reads in the next forward \\(([0-9.]+) s\\) +([0-9.]+) s\n")))
+        << sd.out;
+    EXPECT_NEAR(atof(m[2].str().c_str()), round_s - atof(m[1].str().c_str()), 0.011) << sd.out;
     EXPECT_TRUE(std::regex_search(
         sd.out, std::regex("\ndisk space +2468.26 GiB +[0-9.]+ GiB free in -sd DIR +does NOT fit\n")))
         << "2468 GiB is more than this disk has\n"
@@ -559,6 +572,8 @@ TEST_F(SsdTrainer, PlanShowsTheSsdTier) {
     EXPECT_TRUE(has(sw.out, "AdamW m and v and bf16 weights")) << sw.out;
     EXPECT_DOUBLE_EQ(number_after(sw.out, "per step "), 1518.93) << sw.out;  // 1708.80 before the handoff
     EXPECT_DOUBLE_EQ(number_after(sw.out, "GiB read, "), 1518.93) << sw.out;
+    EXPECT_DOUBLE_EQ(number_after(sw.out, "\n  the round's "), 1418.5)
+        << sw.out;  // the backward reads the bf16
     const Args run = {"-e",  "100b",     "-b", "8",        "-t", "1024", "-M", "100000",
                       "-sd", dir + "/s", "-o", dir + "/o", "-i", kTrain, "-j", kVal};
     EXPECT_TRUE(CleanError(run_bin(kEmu, run),
