@@ -596,10 +596,11 @@ static void ssd_print_bandwidth(const Run* r) {
     const MemoryPlan& m = r->plan;
     printf(
         "disk %s: read %.2f GB/s, write %.2f GB/s%s; one step moves %.2f GB from it and %.2f GB to it: "
-        "%.3f s of disk time per step at these rates (overlapped with the GPU's forward pass)\n",
+        "%.3f s of disk time per step at these rates, of which the round's reads (%.3f s) run in the next "
+        "forward pass, which waits for each layer's update\n",
         dir, rbps / 1e9, wbps / 1e9, direct ? " (O_DIRECT)" : " (buffered: the filesystem refused O_DIRECT)",
         m.ssd_read_per_step / 1e9, m.ssd_write_per_step / 1e9,
-        m.ssd_read_per_step / rbps + m.ssd_write_per_step / wbps);
+        m.ssd_read_per_step / rbps + m.ssd_write_per_step / wbps, m.ssd_round_reads / rbps);
 }
 
 // Llama: -e's parameters [lo, hi), in file order, into dst.

@@ -106,7 +106,7 @@ TEST_F(SsdTrainer, SameTrainingAsInRam) {
     const Result a = run_bin(kEmu, run_args(out, {"-sd", dir + "/store"}));
     ASSERT_EQ(a.code, 0) << a.cmd << "\n" << a.err << a.out;
     EXPECT_TRUE(has(a.out, "SSD tier: 3 layers' fp32 weights and AdamW m, v in")) << a.out;
-    EXPECT_TRUE(has(a.out, "s of disk time per step at these rates")) << a.out;
+    EXPECT_TRUE(has(a.out, "s of disk time per step at these rates, of which the round's reads (")) << a.out;
     expect_same_as_ram(out, a.out, 1);
     for (int s = 1; s <= 2; s++)
         EXPECT_TRUE(slurp(out + "/" + step_name("model_", s, ".bin")) ==

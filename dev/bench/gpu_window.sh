@@ -710,6 +710,8 @@ check_ssd_time() {
         st=$(result $n step_s)
         FIG="$FIG; ${n#time_} $st s = $(awk -v a="$st" -v b="$ram" 'BEGIN { r = a / b; printf "%.3fx RAM (%s)", r, r <= 1.10 ? "within 10%" : "MISS" }')"
     done
+    # the run's own estimate at the disk it measured: a step's disk time, and the round's reads the forward waits for
+    FIG="$FIG; sd's probe: $(grep -m1 -oE 'read [0-9.]+ GB/s, write [0-9.]+ GB/s' "$LOGS/time_sd.log"), $(grep -m1 -oE '[0-9.]+ s of disk time per step' "$LOGS/time_sd.log" | cut -d' ' -f1) s disk, round's reads $(grep -m1 -oE "round's reads \([0-9.]+ s\)" "$LOGS/time_sd.log" | grep -oE '[0-9.]+') s"
     # -sw 1: layers the forward took from the round's handoff buffers, and layers read from disk
     FIG="$FIG; sw: $(grep -o 'weights read from the SSD tier over the run (-sw 1): [0-9]* layers, [0-9.]* GB; [0-9]* layers taken' "$LOGS/time_sw.log" | sed 's/.*(-sw 1): //')"
     rm -rf "$sd"
