@@ -137,7 +137,8 @@ $(BUILD)/test_%: test/test_%.cu test/gpu_test_common.h train_gpt.cu $(GPU_OBJS) 
 # bytes per block (test/fake_cuda/emu_rewrite.sh), then compiled by the host compiler against
 # test/fake_cuda (the CUDA runtime's ordering model, cuBLAS emulated, kernels run as CPU fibers; GPU work deferred
 # until the host synchronizes with it, as on a GPU: FAKE_CUDA_DEFER=0 runs it at once instead). A smaller
-# grid cap keeps the fiber count low (the grid-stride loops loop sooner). _FORTIFY_SOURCE off: the fibers
+# grid cap keeps the fiber count low (the grid-stride loops loop sooner; NORM_BLOCKS likewise for the fused norm
+# backward's rows, so a test's few hundred rows already loop). _FORTIFY_SOURCE off: the fibers
 # switch stacks with longjmp, which its checked variant refuses.
 EMU := $(BUILD)/emu
 EMU_SOURCES := $(wildcard *.cu *.cuh *.h llmc/*.cuh llmc/*.h)
@@ -145,7 +146,7 @@ $(EMU)/.sources: $(EMU_SOURCES) test/fake_cuda/emu_rewrite.sh | $(BUILD)
 	@mkdir -p $(EMU)/llmc
 	@for f in $(EMU_SOURCES); do sh test/fake_cuda/emu_rewrite.sh $$f > $(EMU)/$$f || exit 1; done
 	@touch $@
-EMU_FLAGS := -DFAKE_CUDA_DEVICE -DGRID_FOR_CAP=64 -U_FORTIFY_SOURCE -I$(EMU) -Itest/fake_cuda -I.
+EMU_FLAGS := -DFAKE_CUDA_DEVICE -DGRID_FOR_CAP=64 -DNORM_BLOCKS=8 -U_FORTIFY_SOURCE -I$(EMU) -Itest/fake_cuda -I.
 $(BUILD)/emu_train_gpt: train_gpt.cu $(EMU)/.sources $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(wildcard test/fake_cuda/*.h) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $(EMU_FLAGS) -x c++ $(EMU)/train_gpt.cu -x c++ $(EMU)/stream.cu -x none $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ $(URING_LIBS) $(LDLIBS)
 $(BUILD)/emu_test_%: test/test_%.cu test/gpu_test_common.h $(EMU)/.sources $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(wildcard test/fake_cuda/*.h) | $(BUILD)

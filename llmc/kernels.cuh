@@ -289,10 +289,14 @@ __global__ void layernorm_backward_params_kernel(float* dw, float* db, const bf1
 }
 
 // A norm's backward in one kernel (the input's gradient and the parameters' in one pass over dout and inp): a
-// block takes NORM_ROWS rows, a warp a row at a time in Pack8s, and sums the parameters' gradients of its
-// rows in shared memory (shared atomics), then adds them to the global ones, one atomic a column. The
-// parameters' NORM_SUM_FLOATS floats must hold them all: wider rows take the two kernels.
-#define NORM_ROWS       64
+// warp takes a row at a time in Pack8s, the grid's rows in turn (at most NORM_BLOCKS blocks of 8 warps, about
+// 4 on each of an H100's 132 SMs), and a block sums the parameters' gradients of its rows in shared memory
+// (shared atomics), then adds them to the global ones, one atomic a column: the more rows a block takes, the
+// fewer global atomics. The parameters' NORM_SUM_FLOATS floats must hold them all: wider rows take the two
+// kernels.
+#ifndef NORM_BLOCKS
+#define NORM_BLOCKS 512  // the emulated tests' builds cap it lower (Makefile), so that warps loop over rows
+#endif
 #define NORM_SUM_FLOATS 8192  // 32 KiB of static shared memory
 // Column 8j + k of a sum of C columns sits at k * (C / 8) + j: the 32 lanes of a warp add to 32 banks.
 __device__ __forceinline__ int norm_sum_slot(int j, int k, int C) { return k * (C / 8) + j; }
@@ -309,7 +313,10 @@ __device__ __forceinline__ void norm_sums_flush(float* dst, const float* sums, i
 static inline bool norm_backward_fused_fits(int C, int sums) {
     return C % 8 == 0 && (int64_t)C * sums <= NORM_SUM_FLOATS;
 }
-static inline unsigned norm_backward_fused_grid(int64_t N) { return (unsigned)ceil_div64(N, NORM_ROWS); }
+static inline unsigned norm_backward_fused_grid(int64_t N) {
+    const int64_t blocks = ceil_div64(N, 8);  // 8 warps a block
+    return (unsigned)(blocks < NORM_BLOCKS ? (blocks > 0 ? blocks : 1) : NORM_BLOCKS);
+}
 
 // layernorm_backward_input_kernel8 and layernorm_backward_params_kernel in one (their math, fused)
 __global__ void layernorm_backward_kernel8(bf16* dinp, float* dw, float* db, const bf16* dout,
@@ -318,8 +325,8 @@ __global__ void layernorm_backward_kernel8(bf16* dinp, float* dw, float* db, con
     __shared__ float sums[NORM_SUM_FLOATS];  // dw's C, then db's C
     norm_sums_clear(sums, 2 * C);
     const int warps = blockDim.x / WARP, lane = threadIdx.x % WARP;
-    const int64_t r1 = min(N, (blockIdx.x + 1) * (int64_t)NORM_ROWS);
-    for (int64_t row = blockIdx.x * (int64_t)NORM_ROWS + threadIdx.x / WARP; row < r1; row += warps) {
+    for (int64_t row = blockIdx.x * (int64_t)warps + threadIdx.x / WARP; row < N;
+         row += (int64_t)gridDim.x * warps) {
         const bf16* x = inp + row * C;
         const bf16* dy = dout + row * C;
         const float m = mean[row], s = rstd[row];

@@ -131,8 +131,8 @@ __global__ void rmsnorm_backward_kernel8(bf16* dinp, float* dweight, const bf16*
     __shared__ float sums[NORM_SUM_FLOATS];  // dweight's C
     norm_sums_clear(sums, C);
     const int warps = blockDim.x / WARP, lane = threadIdx.x % WARP;
-    const int64_t r1 = min(N, (blockIdx.x + 1) * (int64_t)NORM_ROWS);
-    for (int64_t row = blockIdx.x * (int64_t)NORM_ROWS + threadIdx.x / WARP; row < r1; row += warps) {
+    for (int64_t row = blockIdx.x * (int64_t)warps + threadIdx.x / WARP; row < N;
+         row += (int64_t)gridDim.x * warps) {
         const bf16* x = inp + row * C;
         const bf16* dy = dout + row * C;
         float gx = 0.0f;
