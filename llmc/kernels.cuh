@@ -219,38 +219,6 @@ __global__ void layernorm_backward_input_kernel(bf16* dinp, const bf16* dout, co
     }
 }
 
-__global__ void layernorm_backward_input_kernel8(bf16* dinp, const bf16* dout, const bf16* inp, const bf16* w,
-                                                 const float* mean, const float* rstd, int64_t N, int C) {
-    int64_t row = blockIdx.x * (int64_t)(blockDim.x / WARP) + threadIdx.x / WARP;
-    int lane = threadIdx.x % WARP;
-    if (row >= N) return;
-    const bf16* x = inp + row * C;
-    const bf16* dy = dout + row * C;
-    const float m = mean[row], s = rstd[row];
-    float sum_dnorm = 0.0f, sum_dnorm_norm = 0.0f;
-    for (int c = lane * 8; c < C; c += WARP * 8) {
-        const Pack8 xv = load_pack8(x + c), dv = load_pack8(dy + c), wv = load_pack8(w + c);
-        for (int k = 0; k < 8; k++) {
-            float dnorm = pack8_get(wv, k) * pack8_get(dv, k);
-            sum_dnorm += dnorm;
-            sum_dnorm_norm += dnorm * (pack8_get(xv, k) - m) * s;
-        }
-    }
-    sum_dnorm = warp_sum(sum_dnorm) / C;
-    sum_dnorm_norm = warp_sum(sum_dnorm_norm) / C;
-    bf16* dx = dinp + row * C;
-    for (int c = lane * 8; c < C; c += WARP * 8) {
-        const Pack8 xv = load_pack8(x + c), dv = load_pack8(dy + c), wv = load_pack8(w + c);
-        Pack8 g = load_pack8(dx + c);
-        for (int k = 0; k < 8; k++) {
-            float norm = (pack8_get(xv, k) - m) * s;
-            float dnorm = pack8_get(wv, k) * pack8_get(dv, k);
-            pack8_set(g, k, pack8_get(g, k) + s * (dnorm - sum_dnorm - norm * sum_dnorm_norm));
-        }
-        store_pack8(dx + c, g);
-    }
-}
-
 // Column sums: a (32 x 8) block sums a tile in shared memory, then one atomic per column.
 #define ROWS_PER_TILE 256
 // gridDim.y: at most 65535; the kernels loop over the remaining tiles.
@@ -318,12 +286,12 @@ static inline unsigned norm_backward_fused_grid(int64_t N) {
     return (unsigned)(blocks < NORM_BLOCKS ? (blocks > 0 ? blocks : 1) : NORM_BLOCKS);
 }
 
-// layernorm_backward_input_kernel8 and layernorm_backward_params_kernel in one (their math, fused)
+// layernorm_backward_input_kernel's math in Pack8s; fused: layernorm_backward_params_kernel's too
 __global__ void layernorm_backward_kernel8(bf16* dinp, float* dw, float* db, const bf16* dout,
                                            const bf16* inp, const bf16* w, const float* mean,
-                                           const float* rstd, int64_t N, int C) {
+                                           const float* rstd, int64_t N, int C, bool fused) {
     __shared__ float sums[NORM_SUM_FLOATS];  // dw's C, then db's C
-    norm_sums_clear(sums, 2 * C);
+    if (fused) norm_sums_clear(sums, 2 * C);
     const int warps = blockDim.x / WARP, lane = threadIdx.x % WARP;
     for (int64_t row = blockIdx.x * (int64_t)warps + threadIdx.x / WARP; row < N;
          row += (int64_t)gridDim.x * warps) {
@@ -349,12 +317,15 @@ __global__ void layernorm_backward_kernel8(bf16* dinp, float* dw, float* db, con
                 float norm = (pack8_get(xv, k) - m) * s;
                 float dnorm = pack8_get(wv, k) * pack8_get(dv, k);
                 pack8_set(g, k, pack8_get(g, k) + s * (dnorm - sum_dnorm - norm * sum_dnorm_norm));
-                atomicAdd(&sums[norm_sum_slot(c / 8, k, C)], pack8_get(dv, k) * norm);
-                atomicAdd(&sums[C + norm_sum_slot(c / 8, k, C)], pack8_get(dv, k));
+                if (fused) {
+                    atomicAdd(&sums[norm_sum_slot(c / 8, k, C)], pack8_get(dv, k) * norm);
+                    atomicAdd(&sums[C + norm_sum_slot(c / 8, k, C)], pack8_get(dv, k));
+                }
             }
             store_pack8(dx + c, g);
         }
     }
+    if (!fused) return;
     norm_sums_flush(dw, sums, C);
     norm_sums_flush(db, sums + C, C);
 }
@@ -365,14 +336,16 @@ static void layernorm_backward(bf16* dinp, float* dw, float* db, const bf16* dou
     const int block = 256, rows_per_block = block / WARP;
     const unsigned grid_rows = (unsigned)ceil_div64(N, rows_per_block);
     const bool aligned = aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(w);
+    const unsigned grid8 = norm_backward_fused_grid(N);
     if (aligned && norm_backward_fused_fits(C, 2)) {
-        layernorm_backward_kernel8<<<norm_backward_fused_grid(N), block, 0, s>>>(dinp, dw, db, dout, inp, w,
-                                                                                 mean, rstd, N, C);
+        layernorm_backward_kernel8<<<grid8, block, 0, s>>>(dinp, dw, db, dout, inp, w, mean, rstd, N, C,
+                                                           true);
         cudaCheckLaunch();
         return;
     }
     if (C % 8 == 0 && aligned)
-        layernorm_backward_input_kernel8<<<grid_rows, block, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
+        layernorm_backward_kernel8<<<grid8, block, 0, s>>>(dinp, dw, db, dout, inp, w, mean, rstd, N, C,
+                                                           false);
     else layernorm_backward_input_kernel<<<grid_rows, block, 0, s>>>(dinp, dout, inp, w, mean, rstd, N, C);
     cudaCheckLaunch();
     dim3 grid((unsigned)ceil_div64(C, WARP), row_tiles_grid(N));
@@ -698,9 +671,10 @@ static void kernels_load() {
                              (const void*)layernorm_forward_kernel,
                              (const void*)layernorm_forward_kernel8,
                              (const void*)layernorm_backward_input_kernel,
-                             (const void*)layernorm_backward_input_kernel8,
+                             (const void*)layernorm_backward_kernel8,
                              (const void*)layernorm_backward_params_kernel,
                              (const void*)bias_backward_kernel,
+                             (const void*)bias_backward_kernel8,
                              (const void*)add_bias_kernel,
                              (const void*)add_bias_kernel8,
                              (const void*)bias_gelu_forward_kernel,

@@ -77,32 +77,6 @@ __global__ void rmsnorm_backward_input_kernel(bf16* dinp, const bf16* dout, cons
     }
 }
 
-__global__ void rmsnorm_backward_input_kernel8(bf16* dinp, const bf16* dout, const bf16* inp,
-                                               const bf16* weight, const float* rstd, int64_t N, int C) {
-    const int64_t row = blockIdx.x * (int64_t)(blockDim.x / WARP) + threadIdx.x / WARP;
-    const int lane = threadIdx.x % WARP;
-    if (row >= N) return;
-    const bf16* x = inp + row * C;
-    const bf16* dy = dout + row * C;
-    float gx = 0.0f;
-    for (int c = lane * 8; c < C; c += WARP * 8) {
-        const Pack8 xv = load_pack8(x + c), dv = load_pack8(dy + c), wv = load_pack8(weight + c);
-        for (int k = 0; k < 8; k++) gx += pack8_get(dv, k) * pack8_get(wv, k) * pack8_get(xv, k);
-    }
-    const float gx_mean = warp_sum(gx) / C;
-    const float s = rstd[row];
-    bf16* dx = dinp + row * C;
-    for (int c = lane * 8; c < C; c += WARP * 8) {
-        const Pack8 xv = load_pack8(x + c), dv = load_pack8(dy + c), wv = load_pack8(weight + c);
-        Pack8 d = load_pack8(dx + c);
-        for (int k = 0; k < 8; k++) {
-            const float g = pack8_get(dv, k) * pack8_get(wv, k);
-            pack8_set(d, k, pack8_get(d, k) + s * (g - pack8_get(xv, k) * s * s * gx_mean));
-        }
-        store_pack8(dx + c, d);
-    }
-}
-
 // dweight[c] += sum over rows of dout * x * rstd
 __global__ void rmsnorm_backward_weight_kernel(float* dweight, const bf16* dout, const bf16* inp,
                                                const float* rstd, int64_t N, int C) {
@@ -124,12 +98,13 @@ __global__ void rmsnorm_backward_weight_kernel(float* dweight, const bf16* dout,
         atomicAdd(&dweight[c], acc);
     }
 }
-// rmsnorm_backward_input_kernel8 and rmsnorm_backward_weight_kernel in one (kernels.cuh's fused norm
-// backward)
+// rmsnorm_backward_input_kernel's math in Pack8s; fused: rmsnorm_backward_weight_kernel's too (kernels.cuh's
+// fused norm backward)
 __global__ void rmsnorm_backward_kernel8(bf16* dinp, float* dweight, const bf16* dout, const bf16* inp,
-                                         const bf16* weight, const float* rstd, int64_t N, int C) {
+                                         const bf16* weight, const float* rstd, int64_t N, int C,
+                                         bool fused) {
     __shared__ float sums[NORM_SUM_FLOATS];  // dweight's C
-    norm_sums_clear(sums, C);
+    if (fused) norm_sums_clear(sums, C);
     const int warps = blockDim.x / WARP, lane = threadIdx.x % WARP;
     for (int64_t row = blockIdx.x * (int64_t)warps + threadIdx.x / WARP; row < N;
          row += (int64_t)gridDim.x * warps) {
@@ -149,26 +124,27 @@ __global__ void rmsnorm_backward_kernel8(bf16* dinp, float* dweight, const bf16*
             for (int k = 0; k < 8; k++) {
                 const float g = pack8_get(dv, k) * pack8_get(wv, k);
                 pack8_set(d, k, pack8_get(d, k) + s * (g - pack8_get(xv, k) * s * s * gx_mean));
-                atomicAdd(&sums[norm_sum_slot(c / 8, k, C)], pack8_get(dv, k) * pack8_get(xv, k) * s);
+                if (fused)
+                    atomicAdd(&sums[norm_sum_slot(c / 8, k, C)], pack8_get(dv, k) * pack8_get(xv, k) * s);
             }
             store_pack8(dx + c, d);
         }
     }
-    norm_sums_flush(dweight, sums, C);
+    if (fused) norm_sums_flush(dweight, sums, C);
 }
 static void rmsnorm_backward(bf16* dinp, float* dweight, const bf16* dout, const bf16* inp,
                              const bf16* weight, const float* rstd, int64_t N, int C, cudaStream_t s) {
     const int block = 256, rows_per_block = block / WARP;
     const unsigned grid_rows = (unsigned)ceil_div64(N, rows_per_block);
     const bool aligned = aligned16(dinp) && aligned16(dout) && aligned16(inp) && aligned16(weight);
+    const unsigned grid8 = norm_backward_fused_grid(N);
     if (aligned && norm_backward_fused_fits(C, 1)) {
-        rmsnorm_backward_kernel8<<<norm_backward_fused_grid(N), block, 0, s>>>(dinp, dweight, dout, inp,
-                                                                               weight, rstd, N, C);
+        rmsnorm_backward_kernel8<<<grid8, block, 0, s>>>(dinp, dweight, dout, inp, weight, rstd, N, C, true);
         cudaCheckLaunch();
         return;
     }
     if (C % 8 == 0 && aligned)
-        rmsnorm_backward_input_kernel8<<<grid_rows, block, 0, s>>>(dinp, dout, inp, weight, rstd, N, C);
+        rmsnorm_backward_kernel8<<<grid8, block, 0, s>>>(dinp, dweight, dout, inp, weight, rstd, N, C, false);
     else rmsnorm_backward_input_kernel<<<grid_rows, block, 0, s>>>(dinp, dout, inp, weight, rstd, N, C);
     cudaCheckLaunch();
     dim3 grid((unsigned)ceil_div64(C, WARP), row_tiles_grid(N));
@@ -341,4 +317,17 @@ static void swiglu_backward(bf16* dgate_up, const bf16* dout, const bf16* gate_u
         swiglu_backward_kernel8<<<grid_for(N * H / 8, 256), 256, 0, s>>>(dgate_up, dout, gate_up, N, H);
     else swiglu_backward_kernel<<<grid_for(N * H, 256), 256, 0, s>>>(dgate_up, dout, gate_up, N, H);
     cudaCheckLaunch();
+}
+
+// Loads the Llama family's kernels now, as kernels_load does GPT-2's.
+static void llama_kernels_load() {
+    const void* kernels[] = {
+        (const void*)rmsnorm_forward_kernel,        (const void*)rmsnorm_forward_kernel8,
+        (const void*)rmsnorm_backward_input_kernel, (const void*)rmsnorm_backward_weight_kernel,
+        (const void*)rmsnorm_backward_kernel8,      (const void*)rope_rotate_kernel,
+        (const void*)rope_rotate_kernel8,           (const void*)swiglu_forward_kernel,
+        (const void*)swiglu_forward_kernel8,        (const void*)swiglu_backward_kernel,
+        (const void*)swiglu_backward_kernel8};
+    cudaFuncAttributes attr;
+    for (const void* k : kernels) cudaCheck(cudaFuncGetAttributes(&attr, k));
 }

@@ -3,6 +3,7 @@
 // Included after the step, whose gpt_build and load_state it calls.
 // Not here: the step, the loop and its lines (train_gpt.cu).
 #pragma once
+#include "llmc/llama_kernels.cuh"  // defines: llama_kernels_load
 #include "llmc/plan_advice.cuh"  // defines: print_plan_verdicts, PlanChoice, PLAN_FITS, PLAN_FITS_WITH_ADVICE
 
 #define INIT_SEED      1337ull     // weights of a spec's model, as the CPU trainer's
@@ -417,6 +418,7 @@ static void check_fit(Run* r) {
     // cuBLAS handles and kernels first: what they take is not free for the plan
     matmul_handles_create();
     kernels_load();
+    if (r->llama.num_layers) llama_kernels_load();
     // the attention path: cuDNN if it loads, builds this shape's graphs and agrees with our kernel
     const int hs = attention_head_size(&r->cfg, &r->llama), NH = r->cfg.num_heads;
     const int NKV = r->llama.num_layers ? r->llama.num_kv_heads : NH;

@@ -192,8 +192,8 @@ static void bench_paths(int64_t N, int C, int NH, int NKV, int hd) {
     cudaCheck(cudaDeviceSynchronize());
     cudaStream_t s;
     cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    const int T = 2048, rows = 256 / WARP;
-    const unsigned grid_rows = (unsigned)ceil_div64(N, rows);
+    const int T = 2048;
+    const unsigned grid8 = norm_backward_fused_grid(N);
     const dim3 grid_cols((unsigned)ceil_div64(C, WARP), row_tiles_grid(N));
     struct Row {
         const char* name;
@@ -205,8 +205,8 @@ static void bench_paths(int64_t N, int C, int NH, int NKV, int hd) {
                  median_ms([&] { layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C, s); }, s),
                  median_ms(
                      [&] {
-                         layernorm_backward_input_kernel8<<<grid_rows, 256, 0, s>>>(dx, dy, x, w, mean, rstd,
-                                                                                    N, C);
+                         layernorm_backward_kernel8<<<grid8, 256, 0, s>>>(dx, dw, db, dy, x, w, mean, rstd, N,
+                                                                          C, false);
                          layernorm_backward_params_kernel<<<grid_cols, dim3(WARP, 8), 0, s>>>(
                              dw, db, dy, x, mean, rstd, N, C);
                      },
@@ -215,7 +215,7 @@ static void bench_paths(int64_t N, int C, int NH, int NKV, int hd) {
     r.push_back({"rmsnorm backward", median_ms([&] { rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C, s); }, s),
                  median_ms(
                      [&] {
-                         rmsnorm_backward_input_kernel8<<<grid_rows, 256, 0, s>>>(dx, dy, x, w, rstd, N, C);
+                         rmsnorm_backward_kernel8<<<grid8, 256, 0, s>>>(dx, dw, dy, x, w, rstd, N, C, false);
                          rmsnorm_backward_weight_kernel<<<grid_cols, dim3(WARP, 8), 0, s>>>(dw, dy, x, rstd,
                                                                                             N, C);
                      },
