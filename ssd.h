@@ -105,6 +105,7 @@ void ssd_store_steps(const SsdStore* st, int64_t steps[2]);
 // Disk bytes of the files, host bytes of the ring.
 int64_t ssd_store_disk_bytes(const SsdStoreConfig* cfg);
 int64_t ssd_store_ring_bytes(const SsdStoreConfig* cfg);
+int64_t ssd_store_layer_pieces(const SsdStoreConfig* cfg);  // the pieces a layer is cut into
 // Buffer size for the two _async calls: one layer's bf16.
 int64_t ssd_store_bf16_layer_bytes(const SsdStore* st);
 
@@ -171,10 +172,12 @@ typedef struct {
     int64_t disk_bytes;      // both generations (+ the gradients file)
     int64_t read_per_step;   // a step's disk reads: the round (+ -sw 1: the backward's bf16 weights)
     int64_t write_per_step;  // a step's disk writes: the round (+ gradients)
-    // The reads the round itself waits for, during the next forward pass (the forward needs each layer's
-    // update): read_per_step less what moved to the backward (the first ring - 1 pieces' p, m, v read ahead,
-    // -sw 1's bf16 weights) and the held gradients.
-    int64_t round_reads;
+    // The disk work the round itself waits for, during the next forward pass (the forward needs each layer's
+    // update): its reads, read_per_step less what moved to the backward (the first ring - 1 pieces' p, m, v
+    // read ahead, -sw 1's bf16 weights) and the held gradients; and the writes it must wait for: a ring
+    // entry is read into again only once its piece is written, so every piece's but the last ring's (with
+    // -sw 1 all: a layer is done once written). A ring of the round's pieces + 1 waits for no write.
+    int64_t round_reads, round_writes;
 } SsdPlan;
 SsdPlan ssd_plan(const SsdPlanInput* in);
 

@@ -91,6 +91,11 @@ int64_t ssd_store_ring_bytes(const SsdStoreConfig* c) {
     return (int64_t)c->ring * per;
 }
 
+int64_t ssd_store_layer_pieces(const SsdStoreConfig* c) {
+    const int64_t p = piece_elems_of(c);
+    return p > 0 ? (c->layer_elems + p - 1) / p : 0;
+}
+
 int64_t ssd_store_disk_bytes(const SsdStoreConfig* c) {
     const int64_t L = c->num_layers, s4 = ssd_round_up(c->layer_elems * 4, SSD_ALIGN),
                   s2 = ssd_round_up(c->layer_elems * 2, SSD_ALIGN);
@@ -1074,12 +1079,18 @@ SsdPlan ssd_plan(const SsdPlanInput* in) {
     p.write_per_step = L * (3 * s4 + (in->with_bf16 ? s2 : 0) + (in->grads_on_disk ? s2 : 0));
     // prefetch_next_round: the round's first ring - 1 pieces, in layer order (each layer's last piece may be
     // short); their p, m, v in whole 4 KiB blocks, as read
-    const int64_t piece = piece_elems_of(&c);
-    int64_t ahead = 0;
-    for (int64_t l = 0, k = 0; l < L && k < (int64_t)in->ring - 1; l++)
-        for (int64_t off = 0; off < n && k < (int64_t)in->ring - 1; off += piece, k++)
-            ahead += 3 * ssd_round_up(std::min(piece, n - off) * 4, SSD_ALIGN);
+    // and the writes of pieces 0 .. P - ring - 1 of the round's P (with -sw 1 all of them)
+    const int64_t piece = piece_elems_of(&c), pieces = L * ssd_store_layer_pieces(&c);
+    const int64_t waited = in->with_bf16 ? pieces : std::max<int64_t>(0, pieces - in->ring);
+    int64_t ahead = 0, written = 0, k = 0;
+    for (int64_t l = 0; l < L; l++)
+        for (int64_t off = 0; off < n; off += piece, k++) {
+            const int64_t f4 = 3 * ssd_round_up(std::min(piece, n - off) * 4, SSD_ALIGN);
+            if (k < (int64_t)in->ring - 1) ahead += f4;
+            if (k < waited) written += f4;
+        }
     const int64_t held = in->grads_on_disk ? std::min<int64_t>(in->held_grads, L) : 0;
     p.round_reads = L * (3 * s4 + (in->grads_on_disk ? s2 : 0)) - ahead - held * s2;
+    p.round_writes = written + (in->with_bf16 ? L * s2 : 0);
     return p;
 }

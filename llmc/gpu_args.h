@@ -49,6 +49,7 @@ typedef struct {
     int ssd_weights;      // -sw 1: with -sd, their bf16 weights there too
     float disk_read_gbs;  // -sr R[,W] the -sd disk's GB/s, for -P 1's step time. 0: assumed
     float disk_write_gbs;
+    float ssd_ring_gib;  // -sb host GiB for the SSD tier's ring of piece buffers, 0: 4 pieces
     int ranks;      // -pn GPUs of this node, one rank process each, started by this process (1: this one)
     int nodes;      // -pN nodes of -pn GPUs each
     int node_rank;  // -pr this node's index, 0..nodes-1 (0: rank 0's node)
@@ -87,6 +88,7 @@ static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
     ga->ssd_dir = NULL;
     ga->ssd_weights = 0;
     ga->disk_read_gbs = ga->disk_write_gbs = 0;
+    ga->ssd_ring_gib = 0;
     ga->ranks = 1;
     ga->nodes = 1;
 }
@@ -160,6 +162,10 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "              with depth; the backward pass reads 2 more bytes per parameter (the forward takes\n"
         "              them from the AdamW round in %d pinned handoff buffers) (default %d)\n"
         "  -sr <GB/s>[,<GB/s>]  -P 1's step time: the -sd disk's read[,write] rate (default: 6,4 assumed)\n"
+        "  -sb <GiB>   with -sd: host RAM for the AdamW round's ring of piece buffers (default: 4 pieces). "
+        "More\n"
+        "              reads the next round ahead during the backward and lets the round's writes trail\n"
+        "              into it, off the next forward's path; -P 1 says what each -sb costs the step\n"
         "  -pn <int>   GPUs of this node: starts one rank process per GPU, each computing its share of the\n"
         "              step's micro-batches (-d / (-b * -t) must divide by it); the fp32 weights, AdamW "
         "state\n"
@@ -268,6 +274,8 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
             ga->ssd_dir = value;
         } else if (strcmp(flag, "-sr") == 0) {
             ok = parse_disk_rates(value, ga, err, sizeof err);
+        } else if (strcmp(flag, "-sb") == 0) {
+            ok = parse_float_in(flag, value, 0.0, 1 << 24, &ga->ssd_ring_gib, err, sizeof err);
         } else if (strcmp(flag, "-pn") == 0) {
             ok = parse_int_in(flag, value, 1, 64, &v, err, sizeof err);
             ga->ranks = (int)v;
@@ -307,4 +315,6 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
     if (ga->ssd_weights && !ga->ssd_dir)
         die("-sw 1 puts the bf16 weights in the SSD tier: it needs -sd DIR (run ./train_gpt -h for the "
             "flags)");
+    if (ga->ssd_ring_gib > 0 && !ga->ssd_dir)
+        die("-sb sizes the SSD tier's ring: it needs -sd DIR (run ./train_gpt -h for the flags)");
 }

@@ -166,7 +166,7 @@ typedef struct {
     int64_t ssd_ring;     // -sd: the store's ring of piece buffers
     int64_t ssd_disk;     // -sd: the store's files in DIR (not host memory)
     int64_t ssd_read_per_step, ssd_write_per_step;  // -sd: disk traffic of one step (ssd_plan)
-    int64_t ssd_round_reads;                        // -sd: of the reads, those during the next forward
+    int64_t ssd_round_reads, ssd_round_writes;      // -sd: the round's disk work in the next forward
     int64_t vocab_grads;                            // -E 1: the vocabulary tensors' fp32 gradients
     int64_t vocab_staging;  // -E 1, pinned: one chunk's gradient and one micro-batch's rows
     // GPU
@@ -189,7 +189,13 @@ typedef struct {
     int64_t host_bytes, gpu_bytes;  // the sums
 } MemoryPlan;
 
-// -sd's store: layers R..L-1 in pieces of <= 64 Mi parameters, a ring of 4.
+// -sb: host bytes for the store's ring (0: SSD_RING_MIN pieces). One per process, set from the flags before
+// any plan, as flash_attention_flag.
+static double ssd_ring_budget_bytes = 0;
+#define SSD_RING_MIN 4
+
+// -sd's store: layers R..L-1 in pieces of <= 64 Mi parameters, a ring of SSD_RING_MIN pieces, or as many as
+// -sb's bytes hold, up to the round's pieces + 1 (the whole round read ahead, none of its writes waited for).
 static SsdStoreConfig ssd_store_config(const GPTConfig* c, int resident_layers, int tier,
                                        const LlamaConfig* llama = NULL) {
     SsdStoreConfig sc;
@@ -197,11 +203,19 @@ static SsdStoreConfig ssd_store_config(const GPTConfig* c, int resident_layers, 
     sc.num_layers = c->num_layers - resident_layers;
     sc.layer_elems = model_layout(c, llama).layer_stride;
     sc.with_bf16 = tier == TIER_SSD_WEIGHTS;
-    sc.ring = 4;
+    sc.ring = SSD_RING_MIN;
     sc.grads_on_disk = 1;  // ssd_tier.h's gradient writer
     sc.piece_elems = (int64_t)1 << 26;
     const char* e = getenv("SSD_PIECE_ELEMS");
     if (e && atoll(e) > 0) sc.piece_elems = atoll(e);  // the tests cut small layers into pieces
+    if (ssd_ring_budget_bytes > 0 && sc.num_layers > 0) {
+        SsdStoreConfig one = sc;
+        one.ring = 1;
+        const int64_t piece_bytes = ssd_store_ring_bytes(&one),
+                      pieces = sc.num_layers * ssd_store_layer_pieces(&sc);
+        const double fit = ssd_ring_budget_bytes / (double)piece_bytes;
+        sc.ring = (int)std::max<double>(SSD_RING_MIN, std::min<double>(fit, (double)pieces + 1));
+    }
     return sc;
 }
 
@@ -243,6 +257,7 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
         m.ssd_read_per_step = sp.read_per_step;
         m.ssd_write_per_step = sp.write_per_step;
         m.ssd_round_reads = sp.round_reads;
+        m.ssd_round_writes = sp.round_writes;
     }
 
     const char* inputs = "the layer-input checkpoints ((L+1) * micro-batches * B*T*C; lower -d, -b or -t)";

@@ -53,10 +53,11 @@ typedef struct {
     double compute_s, h2d_s, d2h_s, disk_s, adam_s, step_s;
     // the CPU AdamW's round of a step runs during the next step's forward (fwd_s), layer by layer; -E 1's
     // vocabulary part runs before it, the GPU idle (vocab_adam_s). With -sd the round also reads what it
-    // updates, as it goes (round_read_s: its reads not moved to the backward, at the disk's read rate), so it
-    // takes the longer of the two. The GPU waits adam_wait_s for them, and updates the -R layers itself
-    // (gpu_adam_s): gpu_s = compute_s + adam_wait_s + gpu_adam_s.
-    double fwd_s, vocab_adam_s, round_read_s, adam_wait_s, gpu_adam_s, gpu_s;
+    // updates and writes it back, as it goes (round_disk_s: its reads not moved to the backward and its
+    // writes, one after the other on the one drive), so it takes the longer of the two. The GPU waits
+    // adam_wait_s for them, and updates the -R layers itself (gpu_adam_s): gpu_s = compute_s + adam_wait_s +
+    // gpu_adam_s.
+    double fwd_s, vocab_adam_s, round_disk_s, adam_wait_s, gpu_adam_s, gpu_s;
     const char* bound;  // which of them is step_s
 } PlanEval;
 
@@ -76,7 +77,7 @@ typedef struct {
 // AdamW.
 static const char* plan_gpu_bound(const PlanEval& e) {
     if (e.adam_wait_s > 0)
-        return e.round_read_s > e.adam_s ? "compute and the round's disk reads" : "compute and the CPU AdamW";
+        return e.round_disk_s > e.adam_s ? "compute and the round's disk work" : "compute and the CPU AdamW";
     return e.gpu_adam_s > e.compute_s ? "the GPU AdamW" : "compute";
 }
 
@@ -135,8 +136,10 @@ static PlanEval plan_evaluate(const PlanTarget* t, PlanChoice c) {
     const double head_apart = llama && t->ranks <= 1 ? (double)p.embed_size[LL_LM_HEAD] : 0.0;
     e.vocab_adam_s =
         (vocab_params > 0 ? vocab_params - head_apart : 0.0) * ADAMW_BYTES_PER_PARAM / PLAN_HOST_BPS;
-    e.round_read_s = c.tier == TIER_RAM ? 0.0 : e.m.ssd_round_reads / t->disk_read_Bps;
-    e.adam_wait_s = std::max(e.vocab_adam_s, std::max(e.adam_s, e.round_read_s) - e.fwd_s);
+    e.round_disk_s = c.tier == TIER_RAM
+                         ? 0.0
+                         : e.m.ssd_round_reads / t->disk_read_Bps + e.m.ssd_round_writes / t->disk_write_Bps;
+    e.adam_wait_s = std::max(e.vocab_adam_s, std::max(e.adam_s, e.round_disk_s) - e.fwd_s);
     e.gpu_adam_s = ((double)p.total - streamed - vocab_params) * GPU_ADAMW_BYTES_PER_PARAM / PLAN_HBM_BPS;
     e.gpu_s = e.compute_s + e.adam_wait_s + e.gpu_adam_s;
     const struct {
@@ -360,9 +363,9 @@ static void print_plan_table(const PlanTarget* t, const PlanEval& e, const GpuAr
                  given ? "given by -sr" : "assumed: -sr for yours");
         plan_seconds(verdict, sizeof verdict, e.disk_s);
         plan_row("disk r + w", need, have, verdict);
-        snprintf(need, sizeof need, "%.1f GB", e.m.ssd_round_reads / 1e9);
-        plan_seconds(verdict, sizeof verdict, e.round_read_s);
-        plan_row("  the round's", need, "of the reads, those the next forward waits for", verdict);
+        snprintf(need, sizeof need, "%.1f + %.1f GB", e.m.ssd_round_reads / 1e9, e.m.ssd_round_writes / 1e9);
+        plan_seconds(verdict, sizeof verdict, e.round_disk_s);
+        plan_row("  the round's", need, "of them, what the next forward waits for", verdict);
     }
     snprintf(need, sizeof need, "%.1f GB", e.adam_bytes / 1e9);
     snprintf(have, sizeof have, "%.0f GB/s of host memory, assumed", PLAN_HOST_BPS / 1e9);
@@ -371,7 +374,7 @@ static void print_plan_table(const PlanTarget* t, const PlanEval& e, const GpuAr
     char fwd[32];
     plan_seconds(fwd, sizeof fwd, e.fwd_s);
     if (e.vocab_adam_s > 0) snprintf(have, sizeof have, "-E 1's part first, then the forward (%s)", fwd);
-    else if (e.c.tier != TIER_RAM) snprintf(have, sizeof have, "AdamW, reads in the next forward (%s)", fwd);
+    else if (e.c.tier != TIER_RAM) snprintf(have, sizeof have, "AdamW, disk in the next forward (%s)", fwd);
     else snprintf(have, sizeof have, "during the next forward (%s)", fwd);
     plan_seconds(verdict, sizeof verdict, e.adam_wait_s);
     plan_row("GPU waits", "", have, verdict);
@@ -500,24 +503,39 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
     if (several) print_multi_gpu_plan(&t, e, ga->ranks, ga->nodes);
     // -sd: the tokens a step at which the disk costs at most 10% of RAM's step. Its bytes a step do not grow
     // with -d; compute and the forward do. Both must hold: all of its reads and writes within 1.1 x compute,
-    // and the round's reads within the forward plus a tenth of the compute (what the GPU may wait).
+    // and the round's disk work within the forward plus a tenth of the compute (what the GPU may wait).
     const double disk_k = e.c.tier == TIER_RAM ? 0.0
                                                : std::max(e.disk_s / (1.1 * e.compute_s),
-                                                          e.round_read_s / (e.fwd_s + 0.1 * e.compute_s));
+                                                          e.round_disk_s / (e.fwd_s + 0.1 * e.compute_s));
     if (disk_k > 1) {
         const double micro = ceil(given.n_micro * disk_k);
         printf(
-            "the disk (%.2f s a step, the round's reads %.2f s, at %.2f / %.2f GB/s%s) costs at most 10%% of "
+            "the disk (%.2f s a step, the round's part %.2f s, at %.2f / %.2f GB/s%s) costs at most 10%% of "
             "the step from -d %lld on (%d micro-batches of %d x %d%s)\n",
-            e.disk_s, e.round_read_s, t.disk_read_Bps / 1e9, t.disk_write_Bps / 1e9,
+            e.disk_s, e.round_disk_s, t.disk_read_Bps / 1e9, t.disk_write_Bps / 1e9,
             ga->disk_read_gbs > 0 ? ", -sr" : ", assumed",
             (long long)(std::max(micro, (double)given.n_micro) * given.B * T * ranks),
             (int)std::max(micro, (double)given.n_micro), given.B, T, several ? " on each GPU" : "");
+        // or more host RAM for the ring (-sb): the whole round read ahead, none of its writes waited for
+        const double budget = ssd_ring_budget_bytes;
+        ssd_ring_budget_bytes = 1e300;
+        const PlanEval whole = plan_evaluate(&t, given);
+        ssd_ring_budget_bytes = budget;
+        if (whole.round_disk_s < e.round_disk_s && whole.host_fits) {
+            char waits[32];
+            plan_seconds(waits, sizeof waits, whole.adam_wait_s);
+            printf(
+                "-sb %.1f (the whole round in the ring: %.2f GiB of host RAM) would leave the round's part "
+                "%.2f "
+                "s and a GPU wait of %s\n",
+                ceil(whole.m.ssd_ring / 1073741824.0 * 10) / 10, whole.m.ssd_ring / 1073741824.0,
+                whole.round_disk_s, waits);
+        }
     }
     // more tokens a step: compute grows, the copies and the disk do not, and the forward hides more of the
     // CPU AdamW (all but -E 1's part before it)
     const double k = std::max({e.h2d_s / e.compute_s, e.d2h_s / e.compute_s, e.disk_s / e.compute_s,
-                               (std::max(e.adam_s, e.round_read_s) - e.vocab_adam_s) / e.fwd_s});
+                               (std::max(e.adam_s, e.round_disk_s) - e.vocab_adam_s) / e.fwd_s});
     const double micro = ceil(given.n_micro * k);  // -d's limit: 2^20 micro-batches
     if (!several && k > 1 && micro <= (1 << 20)) {
         PlanChoice more = given;

@@ -598,11 +598,12 @@ static void ssd_print_bandwidth(const Run* r) {
     const MemoryPlan& m = r->plan;
     printf(
         "disk %s: read %.2f GB/s, write %.2f GB/s%s; one step moves %.2f GB from it and %.2f GB to it: "
-        "%.3f s of disk time per step at these rates, of which the round's reads (%.3f s) run in the next "
+        "%.3f s of disk time per step at these rates, of which the round's part (%.3f s) runs in the next "
         "forward pass, which waits for each layer's update\n",
         dir, rbps / 1e9, wbps / 1e9, direct ? " (O_DIRECT)" : " (buffered: the filesystem refused O_DIRECT)",
         m.ssd_read_per_step / 1e9, m.ssd_write_per_step / 1e9,
-        m.ssd_read_per_step / rbps + m.ssd_write_per_step / wbps, m.ssd_round_reads / rbps);
+        m.ssd_read_per_step / rbps + m.ssd_write_per_step / wbps,
+        m.ssd_round_reads / rbps + m.ssd_round_writes / wbps);
 }
 
 // Llama: -e's parameters [lo, hi), in file order, into dst.
@@ -729,9 +730,13 @@ static void ssd_attach(Run* r, GPT* g) {
     char how[96] = "created";
     if (resume)
         snprintf(how, sizeof how, "resumed at its checkpoint, its checksums verified in %.1f s", verify_s);
-    printf("SSD tier: %d layers' fp32 weights and AdamW m, v%s in %s (%.2f GiB on disk, %s; %s)\n",
-           sc.num_layers, g->ssd->weights_on_disk ? " and bf16 weights" : "", dir, r->plan.ssd_disk / GiB,
-           ssd_io_backend(ssd_store_io(st)), how);
+    printf(
+        "SSD tier: %d layers' fp32 weights and AdamW m, v%s in %s (%.2f GiB on disk, %s; %s); a ring of %d "
+        "of "
+        "the round's %lld pieces in host RAM (%.2f GiB, -sb)\n",
+        sc.num_layers, g->ssd->weights_on_disk ? " and bf16 weights" : "", dir, r->plan.ssd_disk / GiB,
+        ssd_io_backend(ssd_store_io(st)), how, sc.ring,
+        (long long)(sc.num_layers * ssd_store_layer_pieces(&sc)), r->plan.ssd_ring / GiB);
 }
 
 // Llama weights into g->master, then this trainer's order.

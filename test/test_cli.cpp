@@ -1053,6 +1053,10 @@ TEST_F(CliTest, MemoryPlanExitStatusSaysWhatFits) {
     EXPECT_TRUE(CleanError(run_bin(kEmu, Args{"-e", "d12", "-P", "1", "-sr", "fast"}), {"-sr", "fast"}));
     EXPECT_TRUE(
         CleanError(run_bin(kEmu, Args{"-e", "d12", "-P", "1", "-sr", "6,0"}), {"-sr", "out of range"}));
+    EXPECT_TRUE(CleanError(run_bin(kEmu, Args{"-e", "d12", "-P", "1", "-sd", dir + "/sd", "-sb", "lots"}),
+                           {"-sb", "lots"}));
+    EXPECT_TRUE(CleanError(run_bin(kEmu, Args{"-e", "d12", "-P", "1", "-sd", dir + "/sd", "-sb", "-1"}),
+                           {"-sb", "out of range"}));
 }
 
 // Issue 40 item 5: -R auto / -K auto, the default, place layers by -P 1's model of the step, in which the CPU

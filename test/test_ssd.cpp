@@ -1129,36 +1129,54 @@ TEST(SsdPlan, HundredBillionFitsTheWorkstation) {
     EXPECT_EQ(ssd_store_ring_bytes(&sc), sw.host_ring);
 }
 
-// The reads a round waits for in the next forward (-P 1's "the round's" row): a step's reads less the p, m, v
-// of the first ring - 1 pieces (read ahead during the backward: prefetch_next_round), the gradients the
-// round takes from the staging buffers (the backward's last held_grads layers), and -sw 1's bf16 weights
-// (read by the backward). Whole small layers: the read-ahead spans 3 layers; 100b's layers of 1.02 G
-// parameters: 3 pieces of 64 Mi of the first layer; a layer of 1.5 pieces: its 2 pieces, then 1 of the next.
-TEST(SsdPlan, RoundReadsLeaveOutWhatTheBackwardDid) {
+// The disk work a round waits for in the next forward (-P 1's "the round's" row). Its reads: a step's less
+// the p, m, v of the first ring - 1 pieces (read ahead during the backward: prefetch_next_round), the
+// gradients the round takes from the staging buffers (the backward's last held_grads layers), and -sw 1's
+// bf16 weights (read by the backward). Its writes: those of every piece but the last `ring` (a ring entry is
+// read into again once its piece is written); with -sw 1 all, the bf16 weights too (a layer is done once
+// written). Whole small layers: the read-ahead spans 3 layers; 100b's layers of 1.02 G parameters: 16 pieces,
+// the last short, and the read-ahead 3 of the first layer's; a layer of 1.5 pieces: its 2 pieces, then 1 of
+// the next. A ring of every piece + 1 (-sb) reads the whole round ahead and waits for no write.
+TEST(SsdPlan, RoundDiskWorkLeavesOutWhatTheBackwardDid) {
     GPTConfig c;
     char err[256] = "";
     ASSERT_EQ(parse_model_spec("100b", &c, err, sizeof err), 1) << err;
-    const int64_t big = gpt_layout(&c).layer_stride, piece = (int64_t)1 << 26;
-    ASSERT_GT(big, 3 * piece);
+    const int64_t big = gpt_layout(&c).layer_stride, piece = (int64_t)1 << 26, last = big - 15 * piece;
+    ASSERT_TRUE(last > 0 && last < piece);
     for (int sw = 0; sw <= 1; sw++) {
+        SCOPED_TRACE("sw " + std::to_string(sw));
         SsdPlanInput in = plan_input(c, sw);
         const int64_t L = in.streamed_layers, s4 = ssd_round_up(big * 4, 4096),
                       s2 = ssd_round_up(big * 2, 4096);
-        EXPECT_EQ(ssd_plan(&in).round_reads, L * (3 * s4 + s2) - 3 * 3 * piece * 4 - 3 * s2)
-            << "100b, sw " << sw;
+        // all writes, less (sw 0) the last 4 pieces': 3 whole ones and the short one
+        auto writes = [&](int64_t w4, int64_t w2, int64_t last4) {
+            return sw ? L * (3 * w4 + w2) : L * 3 * w4 - 3 * last4;
+        };
+        SsdPlan p = ssd_plan(&in);
+        EXPECT_EQ(p.round_reads, L * (3 * s4 + s2) - 3 * 3 * piece * 4 - 3 * s2) << "100b";
+        EXPECT_EQ(p.round_writes, writes(s4, s2, 3 * piece * 4 + ssd_round_up(last * 4, 4096))) << "100b";
         in.layer_elems = 12 * 1024 * 1024 + 100;  // d12's layer (C 1024) and a little: one piece a layer
         const int64_t n4 = ssd_round_up(in.layer_elems * 4, 4096),
                       n2 = ssd_round_up(in.layer_elems * 2, 4096);
-        EXPECT_EQ(ssd_plan(&in).round_reads, L * (3 * n4 + n2) - 3 * 3 * n4 - 3 * n2) << "d12, sw " << sw;
-        in.streamed_layers =
-            2;  // fewer layers than the ring and the held gradients: nothing left to wait for
-        EXPECT_EQ(ssd_plan(&in).round_reads, 0) << "2 layers, sw " << sw;
+        p = ssd_plan(&in);
+        EXPECT_EQ(p.round_reads, L * (3 * n4 + n2) - 3 * 3 * n4 - 3 * n2) << "d12";
+        EXPECT_EQ(p.round_writes, writes(n4, n2, 4 * n4)) << "d12";
+        in.ring = (int)L + 1;  // -sb: the whole round in the ring
+        p = ssd_plan(&in);
+        EXPECT_EQ(p.round_reads, (L - 3) * n2) << "d12, a ring of every piece: its gradients alone";
+        EXPECT_EQ(p.round_writes, sw ? L * (3 * n4 + n2) : 0) << "d12, a ring of every piece";
+        in.ring = 4;
+        in.streamed_layers = 2;  // fewer layers than the ring and the held gradients: nothing to wait for
+        EXPECT_EQ(ssd_plan(&in).round_reads, 0) << "2 layers";
+        EXPECT_EQ(ssd_plan(&in).round_writes, sw ? 2 * (3 * n4 + n2) : 0) << "2 layers";
         in.streamed_layers = L;
         in.layer_elems = piece + piece / 2;  // pieces of 64 Mi and 32 Mi, 64 Mi of the next layer
         const int64_t l4 = ssd_round_up(in.layer_elems * 4, 4096),
                       l2 = ssd_round_up(in.layer_elems * 2, 4096);
-        EXPECT_EQ(ssd_plan(&in).round_reads, L * (3 * l4 + l2) - 3 * (2 * piece + piece / 2) * 4 - 3 * l2)
-            << "1.5 pieces a layer, sw " << sw;
+        p = ssd_plan(&in);
+        EXPECT_EQ(p.round_reads, L * (3 * l4 + l2) - 3 * (2 * piece + piece / 2) * 4 - 3 * l2)
+            << "1.5 pieces a layer";
+        EXPECT_EQ(p.round_writes, writes(l4, l2, 3 * piece * 4)) << "1.5 pieces a layer";
         in.grads_on_disk = 0;  // the gradients in RAM: none read, none held
         EXPECT_EQ(ssd_plan(&in).round_reads, L * 3 * l4 - 3 * (2 * piece + piece / 2) * 4) << "grads in RAM";
     }

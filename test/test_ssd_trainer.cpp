@@ -106,7 +106,7 @@ TEST_F(SsdTrainer, SameTrainingAsInRam) {
     const Result a = run_bin(kEmu, run_args(out, {"-sd", dir + "/store"}));
     ASSERT_EQ(a.code, 0) << a.cmd << "\n" << a.err << a.out;
     EXPECT_TRUE(has(a.out, "SSD tier: 3 layers' fp32 weights and AdamW m, v in")) << a.out;
-    EXPECT_TRUE(has(a.out, "s of disk time per step at these rates, of which the round's reads (")) << a.out;
+    EXPECT_TRUE(has(a.out, "s of disk time per step at these rates, of which the round's part (")) << a.out;
     expect_same_as_ram(out, a.out, 1);
     for (int s = 1; s <= 2; s++)
         EXPECT_TRUE(slurp(out + "/" + step_name("model_", s, ".bin")) ==
@@ -141,6 +141,31 @@ TEST_F(SsdTrainer, GradientsPastTheRingGoThroughTheGradsFile) {
         EXPECT_TRUE(has(a.out, "SSD tier: 7 layers' fp32 weights")) << a.out;
         expect_same_as_ram(out, a.out, 1);
     }
+}
+
+// -sb: a ring of more pieces reads more of the next round ahead and lets more of the round's writes trail;
+// the same training as in RAM, bit for bit, with -sd and -sd -sw 1, for a ring of some of the round's pieces
+// (7 layers in 13 pieces each: 91; 1 MiB holds about 18) and of all of them (the whole round read ahead).
+TEST_F(SsdTrainer, ALargerRingIsBitForBit) {
+    spec = "L8:C64:NH4:T32:V512";
+    run_in_ram();
+    ScopedEnv pieces("SSD_PIECE_ELEMS", "4096");
+    for (const char* sw : {"0", "1"})
+        for (const char* sb : {"0.001", "1"}) {
+            SCOPED_TRACE(std::string("-sw ") + sw + " -sb " + sb);
+            const std::string out = dir + "/sd" + sw + "_" + sb, store = dir + "/store" + sw + "_" + sb;
+            const Result a = run_bin(kEmu, run_args(out, {"-sd", store, "-sw", sw, "-sb", sb}));
+            ASSERT_EQ(a.code, 0) << a.cmd << "\n" << a.err << a.out;
+            std::smatch m;
+            ASSERT_TRUE(
+                std::regex_search(a.out, m, std::regex("a ring of ([0-9]+) of the round's 91 pieces")))
+                << a.out;
+            if (std::string(sb) == "1") EXPECT_EQ(std::stoi(m[1]), 92) << a.out;
+            else EXPECT_TRUE(std::stoi(m[1]) > 4 && std::stoi(m[1]) < 91) << a.out;
+            expect_same_as_ram(out, a.out, 1);
+        }
+    const Result bad = run_bin(kEmu, run_args(dir + "/nosd", {"-sb", "1"}));
+    EXPECT_TRUE(CleanError(bad, {"-sb sizes the SSD tier's ring: it needs -sd DIR"})) << bad.err;
 }
 
 TEST_F(SsdTrainer, SameTrainingAsInRamWithTheWeightsOnDisk) {
@@ -543,17 +568,19 @@ TEST_F(SsdTrainer, PlanShowsTheSsdTier) {
     EXPECT_DOUBLE_EQ(number_after(sd.out, "\ndisk "), 2468.26) << sd.out;
     EXPECT_DOUBLE_EQ(number_after(sd.out, "per step "), 1329.06) << sd.out;
     EXPECT_DOUBLE_EQ(number_after(sd.out, "GiB read, "), 1329.06) << sd.out;
-    // of a step's reads, those the round waits for in the next forward (test_ssd: RoundReadsLeaveOut...), at
-    // the assumed 6 GB/s; the GPU waits for what the forward does not cover
-    EXPECT_DOUBLE_EQ(number_after(sd.out, "\n  the round's "), 1418.5) << sd.out;
+    // of a step's reads and writes, those the round waits for in the next forward (test_ssd:
+    // RoundDiskWorkLeavesOutWhatTheBackwardDid): all but the 4 pieces' the ring reads ahead and 3 layers'
+    // held gradients, and the writes of all but the last 4 of its 1600 pieces, at the assumed 6 and 4 GB/s;
+    // the GPU waits for what the forward does not cover
     std::smatch m;
-    ASSERT_TRUE(std::regex_search(sd.out, m, std::regex("\n  the round's +1418.5 GB +.* ([0-9.]+) s\n")))
+    ASSERT_TRUE(
+        std::regex_search(sd.out, m, std::regex("\n  the round's +1418.5 \\+ 1220.6 GB +.* ([0-9.]+) s\n")))
         << sd.out;
     const double round_s = atof(m[1].str().c_str());
-    EXPECT_NEAR(round_s, 1418.5 / 6.0, 0.01) << sd.out;
+    EXPECT_NEAR(round_s, 1418.5 / 6.0 + 1220.6 / 4.0, 0.02) << sd.out;
     ASSERT_TRUE(std::regex_search(
         sd.out, m,
-        std::regex("\nGPU waits +AdamW, reads in the next forward \\(([0-9.]+) s\\) +([0-9.]+) s\n")))
+        std::regex("\nGPU waits +AdamW, disk in the next forward \\(([0-9.]+) s\\) +([0-9.]+) s\n")))
         << sd.out;
     EXPECT_NEAR(atof(m[2].str().c_str()), round_s - atof(m[1].str().c_str()), 0.011) << sd.out;
     EXPECT_TRUE(std::regex_search(
@@ -572,12 +599,55 @@ TEST_F(SsdTrainer, PlanShowsTheSsdTier) {
     EXPECT_TRUE(has(sw.out, "AdamW m and v and bf16 weights")) << sw.out;
     EXPECT_DOUBLE_EQ(number_after(sw.out, "per step "), 1518.93) << sw.out;  // 1708.80 before the handoff
     EXPECT_DOUBLE_EQ(number_after(sw.out, "GiB read, "), 1518.93) << sw.out;
-    EXPECT_DOUBLE_EQ(number_after(sw.out, "\n  the round's "), 1418.5)
-        << sw.out;  // the backward reads the bf16
+    // the backward reads the bf16 weights; the round waits for all of its writes (a layer is done once
+    // written)
+    EXPECT_TRUE(has(sw.out, "\n  the round's  1418.5 + 1427.1 GB ")) << sw.out;
     const Args run = {"-e",  "100b",     "-b", "8",        "-t", "1024", "-M", "100000",
                       "-sd", dir + "/s", "-o", dir + "/o", "-i", kTrain, "-j", kVal};
     EXPECT_TRUE(CleanError(run_bin(kEmu, run),
                            {"-sd " + dir + "/s: the optimizer state needs 2468.26 GiB on disk", "GiB free"}));
+}
+
+// -P 1 -sb: window 2's case (d12 at 1M tokens a step, its disk's 1.76 / 2.51 GB/s). With the default ring of
+// 4 pieces the round's reads and the writes of all but its last 4 pieces fall in the next forward (0.78 s at
+// the assumed rates): the GPU waits. A ring of the whole round (-sb 2.5: 13 of 176 MB) reads it all ahead
+// during the backward and lets every write trail: the gradients of 9 layers are left, and the GPU waits for
+// nothing.
+TEST_F(SsdTrainer, PlanSaysWhatALargerRingHides) {
+    const Args plan = {"-e",  "L12:C1024:NH16",
+                       "-b",  "16",
+                       "-t",  "1024",
+                       "-d",  "1048576",
+                       "-R",  "0",
+                       "-K",  "0",
+                       "-V",  "79",
+                       "-P",  "1",
+                       "-sr", "1.76,2.51",
+                       "-sd", dir + "/s",
+                       "-i",  "none",
+                       "-j",  "none"};
+    const Result a = run_bin(kEmu, plan), b = run_bin(kEmu, plan + Args{"-sb", "2.5"});
+    ASSERT_TRUE(plan_printed(a.code, a.out)) << a.err << a.out;
+    ASSERT_TRUE(plan_printed(b.code, b.out)) << b.err << b.out;
+    auto waits = [](const std::string& out) {
+        std::smatch m;
+        const std::regex re(
+            "\nGPU waits +AdamW, disk in the next forward \\([0-9.]+ s\\) +([0-9.]+) (s|ms)\n");
+        if (!std::regex_search(out, m, re)) return -1.0;
+        return atof(m[1].str().c_str()) * (m[2] == "ms" ? 1e-3 : 1.0);
+    };
+    EXPECT_GT(waits(a.out), 0.3) << a.out;
+    EXPECT_EQ(waits(b.out), 0.0) << b.out;
+    EXPECT_TRUE(has(a.out, "\n  the round's        1.6 + 1.2 GB ")) << a.out;
+    EXPECT_TRUE(has(b.out, "\n  the round's        0.2 + 0.0 GB ")) << b.out;
+    EXPECT_DOUBLE_EQ(number_after(a.out, "the SSD tier's ring "), 0.66) << a.out;  // 4 pieces
+    EXPECT_DOUBLE_EQ(number_after(b.out, "the SSD tier's ring "), 2.14) << b.out;  // 13
+    EXPECT_TRUE(has(a.out, "costs at most 10% of the step from -d")) << a.out;
+    EXPECT_TRUE(has(a.out,
+                    "\n-sb 2.2 (the whole round in the ring: 2.14 GiB of host RAM) would leave the round's "
+                    "part 0.13 s and a GPU wait of 0.00 ms\n"))
+        << a.out;
+    EXPECT_FALSE(has(b.out, "costs at most 10% of the step from -d")) << b.out;
 }
 
 // Peak resident memory, measured: the trainer's own figure (getrusage) of a run in RAM and the same run with
