@@ -220,7 +220,8 @@ __global__ void layernorm_backward_input_kernel(bf16* dinp, const bf16* dout, co
 }
 
 // Column sums: a (32 x 8) block sums a tile in shared memory, then one atomic per column.
-#define ROWS_PER_TILE 256
+#define ROWS_PER_TILE   256
+#define GPU_FILL_BLOCKS 528  // about 4 blocks on each of an H100's 132 SMs
 // gridDim.y: at most 65535; the kernels loop over the remaining tiles.
 static inline unsigned row_tiles_grid(int64_t N) {
     const int64_t tiles = ceil_div64(N, ROWS_PER_TILE);
@@ -373,14 +374,15 @@ __global__ void bias_backward_kernel(float* dbias, const bf16* dout, int64_t N, 
 }
 // The same in Pack8s: a thread sums 8 columns (a warp 256, 512 bytes of a row in one go). OC % 8 == 0, dout
 // 16-byte aligned.
-__global__ void bias_backward_kernel8(float* dbias, const bf16* dout, int64_t N, int OC) {
+// Tiles of `rows` rows (<= ROWS_PER_TILE): narrow OC gives few column blocks, so the launcher cuts the rows
+// finer until the grid fills the GPU.
+__global__ void bias_backward_kernel8(float* dbias, const bf16* dout, int64_t N, int OC, int rows) {
     __shared__ float sb[8][WARP * 8 + 1];
     const int c0 = (blockIdx.x * WARP + threadIdx.x) * 8;
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     if (c0 < OC)
-        for (int64_t r0 = blockIdx.y * (int64_t)ROWS_PER_TILE; r0 < N;
-             r0 += (int64_t)gridDim.y * ROWS_PER_TILE) {
-            const int64_t r1 = min(N, r0 + ROWS_PER_TILE);
+        for (int64_t r0 = blockIdx.y * (int64_t)rows; r0 < N; r0 += (int64_t)gridDim.y * rows) {
+            const int64_t r1 = min(N, r0 + rows);
             for (int64_t r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
                 const Pack8 v = load_pack8(dout + r * OC + c0);
                 for (int k = 0; k < 8; k++) acc[k] += pack8_get(v, k);
@@ -397,8 +399,12 @@ __global__ void bias_backward_kernel8(float* dbias, const bf16* dout, int64_t N,
 }
 static void bias_backward(float* dbias, const bf16* dout, int64_t N, int OC, cudaStream_t s) {
     if (OC % 8 == 0 && aligned16(dout)) {
-        dim3 grid((unsigned)ceil_div64(OC, WARP * 8), row_tiles_grid(N));
-        bias_backward_kernel8<<<grid, dim3(WARP, 8), 0, s>>>(dbias, dout, N, OC);
+        const int64_t cols = ceil_div64(OC, WARP * 8);
+        int rows = ROWS_PER_TILE;  // down to 32 rows (4 a warp) while the grid is under ~4 blocks an SM
+        while (rows > 32 && cols * ceil_div64(N, rows) < GPU_FILL_BLOCKS) rows /= 2;
+        const int64_t tiles = ceil_div64(N, rows);
+        dim3 grid((unsigned)cols, (unsigned)(tiles < 65535 ? (tiles > 0 ? tiles : 1) : 65535));
+        bias_backward_kernel8<<<grid, dim3(WARP, 8), 0, s>>>(dbias, dout, N, OC, rows);
     } else {
         dim3 grid((unsigned)ceil_div64(OC, WARP), row_tiles_grid(N));
         bias_backward_kernel<<<grid, dim3(WARP, 8), 0, s>>>(dbias, dout, N, OC);

@@ -193,11 +193,13 @@ static void bench_paths(int64_t N, int C, int NH, int NKV, int hd) {
     cudaStream_t s;
     cudaCheck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     const int T = 2048;
-    const unsigned grid8 = norm_backward_fused_grid(N);
+    // the other path as before the fused kernel: a warp a row (N / 8 blocks of 8 warps), then the column sums
+    const unsigned grid8 = (unsigned)ceil_div64(N, 8);
     const dim3 grid_cols((unsigned)ceil_div64(C, WARP), row_tiles_grid(N));
     struct Row {
         const char* name;
         double ms, other_ms, bytes;
+        const char* key;  // RESULT's "<key>_x": the other path's time over the launcher's
     };
     const double act = 2.0 * N * C;
     std::vector<Row> r;
@@ -211,7 +213,7 @@ static void bench_paths(int64_t N, int C, int NH, int NKV, int hd) {
                              dw, db, dy, x, mean, rstd, N, C);
                      },
                      s),
-                 4 * act});
+                 4 * act, "layernorm_bwd"});
     r.push_back({"rmsnorm backward", median_ms([&] { rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C, s); }, s),
                  median_ms(
                      [&] {
@@ -220,7 +222,7 @@ static void bench_paths(int64_t N, int C, int NH, int NKV, int hd) {
                                                                                             N, C);
                      },
                      s),
-                 4 * act});
+                 4 * act, "rmsnorm_bwd"});
     r.push_back({"rope forward", median_ms([&] { rope_forward(x, inv_freq, N, T, NH, NKV, hd, s); }, s),
                  median_ms(
                      [&] {
@@ -228,12 +230,28 @@ static void bench_paths(int64_t N, int C, int NH, int NKV, int hd) {
                                                                                         NKV, hd, 1.0f, NULL);
                      },
                      s),
-                 4.0 * N * (NH + NKV) * hd});
-    const dim3 grid_bias((unsigned)ceil_div64(4 * C, WARP), row_tiles_grid(N));
-    r.push_back(
-        {"bias backward (4C)", median_ms([&] { bias_backward(db, dy, N, 4 * C, s); }, s),
-         median_ms([&] { bias_backward_kernel<<<grid_bias, dim3(WARP, 8), 0, s>>>(db, dy, N, 4 * C); }, s),
-         4 * act});
+                 4.0 * N * (NH + NKV) * hd, "rope_fwd"});
+    for (int oc : {C, 4 * C}) {  // the attention and MLP projections' biases; the MLP's 4C
+        const dim3 grid_bias((unsigned)ceil_div64(oc, WARP), row_tiles_grid(N));
+        r.push_back(
+            {oc == C ? "bias backward (C)" : "bias backward (4C)",
+             median_ms([&] { bias_backward(db, dy, N, oc, s); }, s),
+             median_ms([&] { bias_backward_kernel<<<grid_bias, dim3(WARP, 8), 0, s>>>(db, dy, N, oc); }, s),
+             (double)N * oc * 2, oc == C ? "bias_c_bwd" : "bias_bwd"});
+    }
+    // the fused norm backward's grid (NORM_BLOCKS caps it): more blocks, more rows in flight; fewer, fewer
+    // global atomics (one a column a block)
+    int best_grid = 0;
+    double best_ms = 1e30;
+    std::string grids;
+    for (unsigned gb : {132u, 264u, 528u, 1056u, 2112u}) {
+        const double ms = median_ms(
+            [&] { rmsnorm_backward_kernel8<<<gb, 256, 0, s>>>(dx, dw, dy, x, w, rstd, N, C, true); }, s);
+        char one[48];
+        snprintf(one, sizeof one, " %u: %.3f ms", gb, ms);
+        grids += one;
+        if (ms < best_ms) best_ms = ms, best_grid = (int)gb;
+    }
     cudaCheckLaunch();
     printf("N=%lld C=%d NH=%d NKV=%d hd=%d: each launcher's path against the other\n", (long long)N, C, NH,
            NKV, hd);
@@ -241,13 +259,12 @@ static void bench_paths(int64_t N, int C, int NH, int NKV, int hd) {
     for (const Row& x_ : r) {
         printf("  %-20s %8.3f ms %6.0f GB/s   other path %8.3f ms %6.0f GB/s   x%.2f\n", x_.name, x_.ms,
                x_.bytes / x_.ms / 1e6, x_.other_ms, x_.bytes / x_.other_ms / 1e6, x_.other_ms / x_.ms);
-        std::string key = x_.name;
-        key = key.substr(0, key.find(' ')) + (key.find("backward") != std::string::npos ? "_bwd" : "_fwd");
         char ratio[32];
         snprintf(ratio, sizeof ratio, "%.2f", x_.other_ms / x_.ms);
-        result += ", \"" + key + "_x\": " + ratio;
+        result += ", \"" + std::string(x_.key) + "_x\": " + ratio;
     }
-    printf("%s}\n", result.c_str());
+    printf("  fused rmsnorm backward by grid (NORM_BLOCKS %d):%s\n", NORM_BLOCKS, grids.c_str());
+    printf("%s, \"norm_best_grid\": %d}\n", result.c_str(), best_grid);
     for (void* ptr : {(void*)x, (void*)dy, (void*)dx, (void*)w, (void*)mean, (void*)rstd, (void*)dw,
                       (void*)db, (void*)inv_freq})
         cudaCheck(cudaFree(ptr));

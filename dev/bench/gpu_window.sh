@@ -669,7 +669,7 @@ check_micro_layer() {
     need BINP_L || return 3
     sub micro_layer "$BINP_L"; local rc=$?
     # the layer's TFLOP/s at each width, then each two-path kernel's other path's time over the launcher's
-    FIG=$(grep '^RESULT' "$LOGS/micro_layer.log" | grep -oE '"(C|fwd_TFLOPs|recompute_bwd_TFLOPs|bwd_TFLOPs|[a-z]+_[bf]wd_x)": [^,}]*' | tr -d '"' | tr '\n' ' ' | cut -c1-340)
+    FIG=$(grep '^RESULT' "$LOGS/micro_layer.log" | grep -oE '"(C|fwd_TFLOPs|recompute_bwd_TFLOPs|bwd_TFLOPs|[a-z_]+_[bf]wd_x|norm_best_grid)": [^,}]*' | tr -d '"' | tr '\n' ' ' | cut -c1-420)
     return $rc
 }
 
