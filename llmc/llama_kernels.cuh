@@ -210,17 +210,23 @@ __global__ void rope_rotate_kernel8(bf16* qkv, const float* inv_freq, int64_t N,
             cs[k] = (float)cos_d;
             sn[k] = sign * (float)sin_d;
         }
-        bf16* v = qkv + row * row_width + i0;
-        for (int h = 0; h < NH + NKV; h++, v += hd) {
-            const Pack8 a = load_pack8(v), b = load_pack8(v + half);
-            Pack8 ra = a, rb = b;
-            for (int k = 0; k < 8; k++) {
-                const float x1 = pack8_get(a, k), x2 = pack8_get(b, k);
-                pack8_set(ra, k, x1 * cs[k] - x2 * sn[k]);
-                pack8_set(rb, k, x2 * cs[k] + x1 * sn[k]);
+        // HEADS heads at a time, all loads before any store: more 16-byte loads in flight a thread
+        constexpr int HEADS = 4;
+        for (int h0 = 0; h0 < NH + NKV; h0 += HEADS) {
+            bf16* v = qkv + row * row_width + (int64_t)h0 * hd + i0;
+            const int nh = min(HEADS, NH + NKV - h0);
+            Pack8 a[HEADS], b[HEADS];
+            for (int j = 0; j < nh; j++) a[j] = load_pack8(v + j * hd), b[j] = load_pack8(v + j * hd + half);
+            for (int j = 0; j < nh; j++) {
+                Pack8 ra = a[j], rb = b[j];
+                for (int k = 0; k < 8; k++) {
+                    const float x1 = pack8_get(a[j], k), x2 = pack8_get(b[j], k);
+                    pack8_set(ra, k, x1 * cs[k] - x2 * sn[k]);
+                    pack8_set(rb, k, x2 * cs[k] + x1 * sn[k]);
+                }
+                store_pack8(v + j * hd, ra);
+                store_pack8(v + j * hd + half, rb);
             }
-            store_pack8(v, ra);
-            store_pack8(v + half, rb);
         }
     }
 }
