@@ -175,8 +175,9 @@ typedef struct {
     // The disk work the round itself waits for, during the next forward pass (the forward needs each layer's
     // update): its reads, read_per_step less what moved to the backward (the first ring - 1 pieces' p, m, v
     // read ahead, -sw 1's bf16 weights) and the held gradients; and the writes it must wait for: a ring
-    // entry is read into again only once its piece is written, so every piece's but the last ring's (with
-    // -sw 1 all: a layer is done once written). A ring of the round's pieces + 1 waits for no write.
+    // entry is read into again only once its piece is written, so every piece's but the last ring's (-sw 1's
+    // forward takes each layer from the round's handoff buffers as soon as it is updated, not once written).
+    // A ring of the round's pieces + 1 waits for no write.
     int64_t round_reads, round_writes;
 } SsdPlan;
 SsdPlan ssd_plan(const SsdPlanInput* in);

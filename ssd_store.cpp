@@ -1079,18 +1079,18 @@ SsdPlan ssd_plan(const SsdPlanInput* in) {
     p.write_per_step = L * (3 * s4 + (in->with_bf16 ? s2 : 0) + (in->grads_on_disk ? s2 : 0));
     // prefetch_next_round: the round's first ring - 1 pieces, in layer order (each layer's last piece may be
     // short); their p, m, v in whole 4 KiB blocks, as read
-    // and the writes of pieces 0 .. P - ring - 1 of the round's P (with -sw 1 all of them)
+    // and the writes (p, m, v, -sw 1's bf16) of pieces 0 .. P - ring - 1 of the round's P
     const int64_t piece = piece_elems_of(&c), pieces = L * ssd_store_layer_pieces(&c);
-    const int64_t waited = in->with_bf16 ? pieces : std::max<int64_t>(0, pieces - in->ring);
+    const int64_t waited = std::max<int64_t>(0, pieces - in->ring);
     int64_t ahead = 0, written = 0, k = 0;
     for (int64_t l = 0; l < L; l++)
         for (int64_t off = 0; off < n; off += piece, k++) {
-            const int64_t f4 = 3 * ssd_round_up(std::min(piece, n - off) * 4, SSD_ALIGN);
+            const int64_t cnt = std::min(piece, n - off), f4 = 3 * ssd_round_up(cnt * 4, SSD_ALIGN);
             if (k < (int64_t)in->ring - 1) ahead += f4;
-            if (k < waited) written += f4;
+            if (k < waited) written += f4 + (in->with_bf16 ? ssd_round_up(cnt * 2, SSD_ALIGN) : 0);
         }
     const int64_t held = in->grads_on_disk ? std::min<int64_t>(in->held_grads, L) : 0;
     p.round_reads = L * (3 * s4 + (in->grads_on_disk ? s2 : 0)) - ahead - held * s2;
-    p.round_writes = written + (in->with_bf16 ? L * s2 : 0);
+    p.round_writes = written;
     return p;
 }

@@ -1132,11 +1132,11 @@ TEST(SsdPlan, HundredBillionFitsTheWorkstation) {
 // The disk work a round waits for in the next forward (-P 1's "the round's" row). Its reads: a step's less
 // the p, m, v of the first ring - 1 pieces (read ahead during the backward: prefetch_next_round), the
 // gradients the round takes from the staging buffers (the backward's last held_grads layers), and -sw 1's
-// bf16 weights (read by the backward). Its writes: those of every piece but the last `ring` (a ring entry is
-// read into again once its piece is written); with -sw 1 all, the bf16 weights too (a layer is done once
-// written). Whole small layers: the read-ahead spans 3 layers; 100b's layers of 1.02 G parameters: 16 pieces,
-// the last short, and the read-ahead 3 of the first layer's; a layer of 1.5 pieces: its 2 pieces, then 1 of
-// the next. A ring of every piece + 1 (-sb) reads the whole round ahead and waits for no write.
+// bf16 weights (read by the backward). Its writes (p, m, v; -sw 1's bf16 weights too): those of every piece
+// but the last `ring` (a ring entry is read into again once its piece is written). Whole small layers: the
+// read-ahead spans 3 layers; 100b's layers of 1.02 G parameters: 16 pieces, the last short, and the
+// read-ahead 3 of the first layer's; a layer of 1.5 pieces: its 2 pieces, then 1 of the next. A ring of every
+// piece + 1 (-sb) reads the whole round ahead and waits for no write.
 TEST(SsdPlan, RoundDiskWorkLeavesOutWhatTheBackwardDid) {
     GPTConfig c;
     char err[256] = "";
@@ -1148,27 +1148,29 @@ TEST(SsdPlan, RoundDiskWorkLeavesOutWhatTheBackwardDid) {
         SsdPlanInput in = plan_input(c, sw);
         const int64_t L = in.streamed_layers, s4 = ssd_round_up(big * 4, 4096),
                       s2 = ssd_round_up(big * 2, 4096);
-        // all writes, less (sw 0) the last 4 pieces': 3 whole ones and the short one
-        auto writes = [&](int64_t w4, int64_t w2, int64_t last4) {
-            return sw ? L * (3 * w4 + w2) : L * 3 * w4 - 3 * last4;
+        // all writes, less the last 4 pieces' (last4, last2: their fp32 and bf16 sizes)
+        auto writes = [&](int64_t w4, int64_t w2, int64_t last4, int64_t last2) {
+            return L * (3 * w4 + sw * w2) - (3 * last4 + sw * last2);
         };
         SsdPlan p = ssd_plan(&in);
         EXPECT_EQ(p.round_reads, L * (3 * s4 + s2) - 3 * 3 * piece * 4 - 3 * s2) << "100b";
-        EXPECT_EQ(p.round_writes, writes(s4, s2, 3 * piece * 4 + ssd_round_up(last * 4, 4096))) << "100b";
+        EXPECT_EQ(p.round_writes, writes(s4, s2, 3 * piece * 4 + ssd_round_up(last * 4, 4096),
+                                         3 * piece * 2 + ssd_round_up(last * 2, 4096)))
+            << "100b: 3 whole pieces and the short one";
         in.layer_elems = 12 * 1024 * 1024 + 100;  // d12's layer (C 1024) and a little: one piece a layer
         const int64_t n4 = ssd_round_up(in.layer_elems * 4, 4096),
                       n2 = ssd_round_up(in.layer_elems * 2, 4096);
         p = ssd_plan(&in);
         EXPECT_EQ(p.round_reads, L * (3 * n4 + n2) - 3 * 3 * n4 - 3 * n2) << "d12";
-        EXPECT_EQ(p.round_writes, writes(n4, n2, 4 * n4)) << "d12";
+        EXPECT_EQ(p.round_writes, writes(n4, n2, 4 * n4, 4 * n2)) << "d12";
         in.ring = (int)L + 1;  // -sb: the whole round in the ring
         p = ssd_plan(&in);
         EXPECT_EQ(p.round_reads, (L - 3) * n2) << "d12, a ring of every piece: its gradients alone";
-        EXPECT_EQ(p.round_writes, sw ? L * (3 * n4 + n2) : 0) << "d12, a ring of every piece";
+        EXPECT_EQ(p.round_writes, 0) << "d12, a ring of every piece";
         in.ring = 4;
         in.streamed_layers = 2;  // fewer layers than the ring and the held gradients: nothing to wait for
         EXPECT_EQ(ssd_plan(&in).round_reads, 0) << "2 layers";
-        EXPECT_EQ(ssd_plan(&in).round_writes, sw ? 2 * (3 * n4 + n2) : 0) << "2 layers";
+        EXPECT_EQ(ssd_plan(&in).round_writes, 0) << "2 layers";
         in.streamed_layers = L;
         in.layer_elems = piece + piece / 2;  // pieces of 64 Mi and 32 Mi, 64 Mi of the next layer
         const int64_t l4 = ssd_round_up(in.layer_elems * 4, 4096),
@@ -1176,7 +1178,7 @@ TEST(SsdPlan, RoundDiskWorkLeavesOutWhatTheBackwardDid) {
         p = ssd_plan(&in);
         EXPECT_EQ(p.round_reads, L * (3 * l4 + l2) - 3 * (2 * piece + piece / 2) * 4 - 3 * l2)
             << "1.5 pieces a layer";
-        EXPECT_EQ(p.round_writes, writes(l4, l2, 3 * piece * 4)) << "1.5 pieces a layer";
+        EXPECT_EQ(p.round_writes, writes(l4, l2, 3 * piece * 4, 3 * piece * 2)) << "1.5 pieces a layer";
         in.grads_on_disk = 0;  // the gradients in RAM: none read, none held
         EXPECT_EQ(ssd_plan(&in).round_reads, L * 3 * l4 - 3 * (2 * piece + piece / 2) * 4) << "grads in RAM";
     }
