@@ -161,11 +161,13 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "              layer buffers for each pass: 2 bytes per parameter less RAM, RAM no longer grows\n"
         "              with depth; the backward pass reads 2 more bytes per parameter (the forward takes\n"
         "              them from the AdamW round in %d pinned handoff buffers) (default %d)\n"
-        "  -sr <GB/s>[,<GB/s>]  -P 1's step time: the -sd disk's read[,write] rate (default: 6,4 assumed)\n"
-        "  -sb <GiB>   with -sd: host RAM for the AdamW round's ring of piece buffers (default: 4 pieces). "
-        "More\n"
-        "              reads the next round ahead during the backward and lets the round's writes trail\n"
-        "              into it, off the next forward's path; -P 1 says what each -sb costs the step\n"
+        "  -sr <GB/s>[,<GB/s>]  -P 1's step time: the -sd disk's read[,write] rate (R alone: both; default:\n"
+        "              6,4 assumed)\n"
+        "  -sb <GiB>   with -sd: host RAM for the CPU AdamW round's ring of piece buffers (a piece: up to\n"
+        "              64 Mi parameters' fp32 weights, m, v and bf16 gradient). Whole pieces, at least 4\n"
+        "              (0: 4), at most the round's + 1. More reads the next round ahead during the backward\n"
+        "              and lets its writes trail into it, off the next forward's path; -P 1 says the\n"
+        "              smallest that helps\n"
         "  -pn <int>   GPUs of this node: starts one rank process per GPU, each computing its share of the\n"
         "              step's micro-batches (-d / (-b * -t) must divide by it); the fp32 weights, AdamW "
         "state\n"
@@ -317,4 +319,6 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
             "flags)");
     if (ga->ssd_ring_gib > 0 && !ga->ssd_dir)
         die("-sb sizes the SSD tier's ring: it needs -sd DIR (run ./train_gpt -h for the flags)");
+    if (ga->disk_read_gbs > 0 && !ga->ssd_dir)
+        die("-sr gives -P 1 the SSD tier's disk rates: it needs -sd DIR (run ./train_gpt -h for the flags)");
 }

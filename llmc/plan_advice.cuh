@@ -365,7 +365,7 @@ static void print_plan_table(const PlanTarget* t, const PlanEval& e, const GpuAr
         plan_row("disk r + w", need, have, verdict);
         snprintf(need, sizeof need, "%.1f + %.1f GB", e.m.ssd_round_reads / 1e9, e.m.ssd_round_writes / 1e9);
         plan_seconds(verdict, sizeof verdict, e.round_disk_s);
-        plan_row("  the round's", need, "of them, what the next forward waits for", verdict);
+        plan_row("  the round's", need, "of them, the AdamW round's (the forward waits)", verdict);
     }
     snprintf(need, sizeof need, "%.1f GB", e.adam_bytes / 1e9);
     snprintf(have, sizeof have, "%.0f GB/s of host memory, assumed", PLAN_HOST_BPS / 1e9);
@@ -374,7 +374,7 @@ static void print_plan_table(const PlanTarget* t, const PlanEval& e, const GpuAr
     char fwd[32];
     plan_seconds(fwd, sizeof fwd, e.fwd_s);
     if (e.vocab_adam_s > 0) snprintf(have, sizeof have, "-E 1's part first, then the forward (%s)", fwd);
-    else if (e.c.tier != TIER_RAM) snprintf(have, sizeof have, "AdamW, disk in the next forward (%s)", fwd);
+    else if (e.c.tier != TIER_RAM) snprintf(have, sizeof have, "AdamW and disk beside a %s forward", fwd);
     else snprintf(have, sizeof have, "during the next forward (%s)", fwd);
     plan_seconds(verdict, sizeof verdict, e.adam_wait_s);
     plan_row("GPU waits", "", have, verdict);
@@ -508,28 +508,48 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
                                                : std::max(e.disk_s / (1.1 * e.compute_s),
                                                           e.round_disk_s / (e.fwd_s + 0.1 * e.compute_s));
     if (disk_k > 1) {
-        const double micro = ceil(given.n_micro * disk_k);
+        PlanChoice more = given;
+        more.n_micro = (int)std::min<double>(ceil(given.n_micro * disk_k), 1 << 20);
+        const PlanEval d = plan_evaluate(&t, more);
         printf(
             "the disk (%.2f s a step, the round's part %.2f s, at %.2f / %.2f GB/s%s) costs at most 10%% of "
-            "the step from -d %lld on (%d micro-batches of %d x %d%s)\n",
+            "the step from -d %lld on (%d micro-batches of %d x %d%s; GPU %.2f GiB, %s)\n",
             e.disk_s, e.round_disk_s, t.disk_read_Bps / 1e9, t.disk_write_Bps / 1e9,
             ga->disk_read_gbs > 0 ? ", -sr" : ", assumed",
-            (long long)(std::max(micro, (double)given.n_micro) * given.B * T * ranks),
-            (int)std::max(micro, (double)given.n_micro), given.B, T, several ? " on each GPU" : "");
-        // or more host RAM for the ring (-sb): the whole round read ahead, none of its writes waited for
-        const double budget = ssd_ring_budget_bytes;
-        ssd_ring_budget_bytes = 1e300;
-        const PlanEval whole = plan_evaluate(&t, given);
+            (long long)more.n_micro * given.B * T * (int64_t)ranks, more.n_micro, given.B, T,
+            several ? " on each GPU" : "", d.m.gpu_bytes / GiB, d.gpu_fits ? "fits" : "does NOT fit");
+        // or more host RAM for the ring (-sb): the fewest pieces whose read-ahead and trailing writes keep
+        // the round's part within the forward and a tenth of the compute, else the whole round (the most a
+        // ring can do); only where all of the disk's work fits the step and the RAM is there
+        const SsdStoreConfig sc = ssd_store_config(cfg, given.resident, given.tier, llama);
+        SsdStoreConfig one = sc;
+        one.ring = 1;
+        const double piece = (double)ssd_store_ring_bytes(&one), budget = ssd_ring_budget_bytes;
+        const int64_t most = (int64_t)sc.num_layers * ssd_store_layer_pieces(&sc) + 1;
+        auto with_ring = [&](int64_t ring) {
+            ssd_ring_budget_bytes = ((double)ring + 0.5) * piece;
+            return plan_evaluate(&t, given);
+        };
+        auto within = [&](const PlanEval& x) { return x.round_disk_s <= x.fwd_s + 0.1 * x.compute_s; };
+        const PlanEval whole = with_ring(most);
+        PlanEval best = whole;
+        int64_t ring = most;
+        if (within(whole))
+            for (int64_t lo = sc.ring + 1, hi = most; lo < hi;) {  // the smallest ring within: monotone
+                const int64_t mid = lo + (hi - lo) / 2;
+                const PlanEval x = with_ring(mid);
+                if (within(x)) hi = mid, ring = mid, best = x;
+                else lo = mid + 1;
+            }
         ssd_ring_budget_bytes = budget;
-        if (whole.round_disk_s < e.round_disk_s && whole.host_fits) {
+        if (e.disk_s <= 1.1 * e.compute_s && best.round_disk_s < e.round_disk_s && best.host_fits) {
             char waits[32];
-            plan_seconds(waits, sizeof waits, whole.adam_wait_s);
+            plan_seconds(waits, sizeof waits, best.adam_wait_s);
             printf(
-                "-sb %.1f (the whole round in the ring: %.2f GiB of host RAM) would leave the round's part "
-                "%.2f "
-                "s and a GPU wait of %s\n",
-                ceil(whole.m.ssd_ring / 1073741824.0 * 10) / 10, whole.m.ssd_ring / 1073741824.0,
-                whole.round_disk_s, waits);
+                "-sb %.2f (a ring of %lld of the round's %lld pieces, %.2f GiB of host RAM) would leave the "
+                "round's part %.2f s and a GPU wait of %s\n",
+                ceil(best.m.ssd_ring / GiB * 100) / 100, (long long)ring, (long long)(most - 1),
+                best.m.ssd_ring / GiB, best.round_disk_s, waits);
         }
     }
     // more tokens a step: compute grows, the copies and the disk do not, and the forward hides more of the

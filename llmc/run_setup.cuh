@@ -731,9 +731,8 @@ static void ssd_attach(Run* r, GPT* g) {
     if (resume)
         snprintf(how, sizeof how, "resumed at its checkpoint, its checksums verified in %.1f s", verify_s);
     printf(
-        "SSD tier: %d layers' fp32 weights and AdamW m, v%s in %s (%.2f GiB on disk, %s; %s); a ring of %d "
-        "of "
-        "the round's %lld pieces in host RAM (%.2f GiB, -sb)\n",
+        "SSD tier: %d layers' fp32 weights and AdamW m, v%s in %s (%.2f GiB on disk, %s; %s); the AdamW "
+        "round's ring: %d pieces for its %lld, %.3f GiB of host RAM (-sb)\n",
         sc.num_layers, g->ssd->weights_on_disk ? " and bf16 weights" : "", dir, r->plan.ssd_disk / GiB,
         ssd_io_backend(ssd_store_io(st)), how, sc.ring,
         (long long)(sc.num_layers * ssd_store_layer_pieces(&sc)), r->plan.ssd_ring / GiB);
