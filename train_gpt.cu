@@ -511,6 +511,10 @@ static void gather_node_state(GPT* g) {
 }
 
 static void gpt_free(GPT* g) {
+    // -E 1's head worker first: its last update waits for the optimizer's rounds and writes the host bf16
+    // copy, which optimizer_stop and stream_free end (a caller that frees right after a step did not wait for
+    // it)
+    if (g->vocab) vocab_head_worker_stop(g);
     optimizer_stop(g);
     ssd_tier_free(g);
     // cuBLAS first: its handle is bound to the compute stream, which stream_free destroys

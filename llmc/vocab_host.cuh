@@ -420,6 +420,8 @@ static void vocab_head_worker_loop(GPT* g) {
         lock.unlock();
         // after the streamed layers' round, which the forward needs first (the head it needs last): the two
         // would share the host's memory bandwidth and cores, and slow the layers' updates
+        // tests: LLMC_TEST_HEAD_DELAY_MS holds each update back (a free right after a step must wait for it)
+        if (const char* d = getenv("LLMC_TEST_HEAD_DELAY_MS")) usleep((useconds_t)atoi(d) * 1000);
         optimizer_wait_rounds(g);
         vocab_head_adamw(g, &a);
         lock.lock();
