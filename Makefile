@@ -71,27 +71,27 @@ $(BUILD):
 $(BUILD)/cpu_adam.o: cpu_adam.cpp llmc/cpu_adam.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -c $< -o $@
 
-# The SSD tier (ssd.h: direct I/O over io_uring, the optimizer state on disk). liburing from Debian's liburing-dev.
-# Its two sources (ssd_io.cpp, ssd_store.cpp) are joined into one object, ssd.o, by a relocatable link.
+# The SSD tier (llmc/ssd.h: direct I/O over io_uring, the optimizer state on disk). liburing from Debian's liburing-dev.
+# Its two sources (llmc/ssd_io.cpp, llmc/ssd_store.cpp) are joined into one object, ssd.o, by a relocatable link.
 URING_LIBS ?= -luring
-$(BUILD)/ssd_%.o: ssd_%.cpp ssd.h llmc/cpu_adam.h | $(BUILD)
-	$(CXX) $(CXXFLAGS) -c $< -o $@
+$(BUILD)/ssd_%.o: llmc/ssd_%.cpp llmc/ssd.h llmc/cpu_adam.h | $(BUILD)
+	$(CXX) $(CXXFLAGS) -I. -c $< -o $@
 $(BUILD)/ssd.o: $(BUILD)/ssd_io.o $(BUILD)/ssd_store.o
 	$(LD) -r $^ -o $@
 
 train_gpt_cpu: train_gpt_cpu.cpp $(BUILD)/cpu_adam.o $(HEADERS)
-	$(CXX) $(CXXFLAGS) $< $(BUILD)/cpu_adam.o -o $@ $(LDLIBS)
+	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(LDLIBS)
 
 # writes a model as a Hugging Face GPT-2 directory (hf.h has the format)
 export_hf: export_hf.cpp $(BUILD)/cpu_adam.o $(HEADERS)
-	$(CXX) $(CXXFLAGS) $< $(BUILD)/cpu_adam.o -o $@ $(LDLIBS)
+	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(LDLIBS)
 
 # test/hf_check.py's helper: the CPU reference's logits for a model, as the trainers load it
 $(BUILD)/hf_logits: test/hf_logits.cpp $(BUILD)/cpu_adam.o $(HEADERS) | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(LDLIBS)
 
-$(BUILD)/stream.o: stream.cu stream.h llmc/timeline.h llmc/cuda_common.h | $(BUILD)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+$(BUILD)/stream.o: stream.cu llmc/stream.h llmc/timeline.h llmc/cuda_common.h | $(BUILD)
+	$(NVCC) $(NVCCFLAGS) -I. -c $< -o $@
 
 train_gpt: train_gpt.cu $(GPU_OBJS) $(HEADERS) $(wildcard *.cuh llmc/*.cuh)
 	$(NVCC) $(NVCCFLAGS) -I. $< $(GPU_OBJS) -o $@ $(CUDA_LIBS) $(URING_LIBS)
@@ -103,7 +103,7 @@ $(BUILD)/cudnn_att.o: llmc/cudnn_att.cpp llmc/cudnn_att.h | $(BUILD)
 
 # stream.cu's protocol on the CPU: compiled by the host compiler against the CUDA ordering model in
 # test/fake_cuda (found before any real CUDA headers), so it runs in CI without a GPU or nvcc.
-$(BUILD)/test_stream: test/test_stream.cpp stream.cu stream.h llmc/timeline.h llmc/cuda_common.h $(wildcard test/fake_cuda/*.h) | $(BUILD)
+$(BUILD)/test_stream: test/test_stream.cpp stream.cu llmc/stream.h llmc/timeline.h llmc/cuda_common.h $(wildcard test/fake_cuda/*.h) | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. -Itest/fake_cuda $< -o $@ $(GTEST_LIBS) $(LDLIBS)
 
 # the cuBLAS wrappers on the CPU, against test/fake_cuda's emulation of cuBLAS
@@ -114,7 +114,7 @@ $(BUILD)/test_matmul: test/test_matmul.cpp llmc/matmul.cuh llmc/cuda_common.h $(
 $(BUILD)/test_attention: test/test_attention.cpp llmc/attention.cuh $(BUILD)/cpu_adam.o $(HEADERS) | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
 
-# the SSD tier's suite (ssd.h): its I/O layer, the store against the in-RAM AdamW, checkpoints, crashes, disk errors
+# the SSD tier's suite (llmc/ssd.h): its I/O layer, the store against the in-RAM AdamW, checkpoints, crashes, disk errors
 $(BUILD)/test_ssd: test/test_ssd.cpp $(BUILD)/ssd.o $(BUILD)/cpu_adam.o $(HEADERS) | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/ssd.o $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(URING_LIBS) $(LDLIBS)
 
@@ -160,7 +160,7 @@ $(BUILD)/bench_attention: dev/bench/bench_attention.cu dev/bench/gpu_timing.h tr
 $(BUILD)/bench_layer: dev/bench/bench_layer.cu dev/bench/gpu_timing.h train_gpt.cu $(GPU_OBJS) $(HEADERS) $(wildcard *.cuh llmc/*.cuh)
 	$(NVCC) $(NVCCFLAGS) -I. $< $(GPU_OBJS) -o $@ $(CUDA_LIBS) $(URING_LIBS)
 
-$(BUILD)/bench_cpu_adam: dev/bench/bench_cpu_adam.cpp $(BUILD)/cpu_adam.o $(BUILD)/ssd.o llmc/cpu_adam.h ssd.h llmc/crc32c.h | $(BUILD)
+$(BUILD)/bench_cpu_adam: dev/bench/bench_cpu_adam.cpp $(BUILD)/cpu_adam.o $(BUILD)/ssd.o llmc/cpu_adam.h llmc/ssd.h llmc/crc32c.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ $(URING_LIBS) $(LDLIBS)
 
 # The tokenizer tool that made the shipped shards (dev/data/README.md says how to re-make them).

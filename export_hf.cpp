@@ -20,8 +20,8 @@
 #include <algorithm>
 #include <string>
 #include <vector>
-#include "checkpoint.h"  // defines: pick_checkpoint, latest_checkpoint
-#include "llmc/hf.h"     // defines: hf_write_safetensors, hf_write_places, hf_write_config, hf_tensor_places
+#include "llmc/checkpoint.h"  // defines: pick_checkpoint, latest_checkpoint
+#include "llmc/hf.h"  // defines: hf_write_safetensors, hf_write_places, hf_write_config, hf_tensor_places
 #include "llmc/hf_tokenizer.h"  // defines: hf_special_ids, HfSpecialIds
 #include "llmc/llama_hf.h"      // defines: llama_hf_read_config, llama_hf_write_places, llama_hf_write_config
 #include "llmc/model_file.h"    // defines: gpt_read_header, gpt_layout, host_available_bytes

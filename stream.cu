@@ -1,6 +1,6 @@
 // stream.cu — host<->GPU copies: pinned buffers, weight slots, streams, events.
-// stream.h has the map. No math, no optimizer.
-#include "stream.h"
+// llmc/stream.h has the map. No math, no optimizer.
+#include "llmc/stream.h"
 #include <string.h>
 #include "llmc/timeline.h"
 
@@ -41,7 +41,7 @@ static void* device_alloc(int64_t bytes, const char* what) {
     return p;
 }
 
-enum { READ_FREE, READ_PENDING, READ_READY, READ_COPYING };  // a read buffer's states (stream.h)
+enum { READ_FREE, READ_PENDING, READ_READY, READ_COPYING };  // a read buffer's states (llmc/stream.h)
 
 int64_t stream_host_bytes(int num_layers, int64_t layer_stride, int64_t embed_count, bool host_grads,
                           const HostReader* reader) {

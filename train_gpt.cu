@@ -14,14 +14,14 @@
 //   6. AdamW on a CPU thread, layer by layer, during the next step's forward
 
 // Llama 3 and Qwen2 (llmc/llama_model.h) take the same step.
-// is_llama hands layers, head and embeddings to llama_layers.cuh.
+// is_llama hands layers, head and embeddings to llmc/llama_layers.cuh.
 
-// Parts: model data (gpt.cuh), CPU AdamW thread (llmc/cpu_optimizer.h),
+// Parts: model data (llmc/gpt.cuh), CPU AdamW thread (llmc/cpu_optimizer.h),
 // memory plan (llmc/memory_plan.cuh), flags (llmc/gpu_args.h), set-up (llmc/run_setup.cuh).
 // Not here: kernels (llmc/kernels.cuh), GEMMs (llmc/matmul.cuh), copies (stream.cu),
 // AdamW's math (llmc/adamw.h, for both its CPU form in cpu_adam.cpp and its GPU form).
 
-// -sd DIR keeps the optimizer state on SSD: ssd_tier.h, docs/ssd.md.
+// -sd DIR keeps the optimizer state on SSD: llmc/ssd_tier.h, docs/ssd.md.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -38,8 +38,8 @@
 #include "llmc/adamw.h"  // defines: AdamWArgs, adamw_tensors, clip_scale, ADAMW_BETA1, ADAMW_EPS
 // defines: Comm, comm_reduce_scatter, comm_all_reduce, comm_sum_host, node_shared_alloc, node_barrier
 #include "llmc/collectives.h"
-#include "llmc/args.h"   // defines: TrainArgs, train_args_defaults, train_usage, parse_train_arg, help_flag
-#include "checkpoint.h"  // defines: checkpoint_save, open_run_dir, check_resume_args, state_file_read
+#include "llmc/args.h"  // defines: TrainArgs, train_args_defaults, train_usage, parse_train_arg, help_flag
+#include "llmc/checkpoint.h"   // defines: checkpoint_save, open_run_dir, check_resume_args, state_file_read
 #include "llmc/cpu_adam.h"     // defines: cpu_adam_set_threads, convert_f32_to_bf16, bf16_to_float
 #include "llmc/cpu_cores.h"    // defines: usable_cpu_cores, omp_short_spin_reexec
 #include "llmc/cuda_common.h"  // defines: cudaCheck, cublasCheck, bf16
@@ -55,9 +55,9 @@
 #include "llmc/run_dir.h"      // defines: lock_output_dir
 #include "llmc/sampler.h"      // defines: random_u64, random_f32, sample_softmax, print_sample_token
 #include "llmc/schedulers.h"   // defines: learning_rate_at
-#include "ssd.h"               // defines: SsdStore, ssd_store_round, ssd_store_checkpoint, ssd_plan (-sd)
+#include "llmc/ssd.h"          // defines: SsdStore, ssd_store_round, ssd_store_checkpoint, ssd_plan (-sd)
 #include "llmc/stop_signal.h"  // defines: stop_signal_install, stop_if_signalled
-#include "stream.h"  // defines: WeightStream, stream_wait_layer, stream_release_layer, pinned_alloc_direct_io
+#include "llmc/stream.h"  // defines: WeightStream, stream_wait_layer, stream_release_layer, pinned_alloc_direct_io
 #include "llmc/timeline.h"   // defines: Timeline, timeline_begin, timeline_end, timeline_summarize (-Y 1)
 #include "llmc/tokenizer.h"  // defines: Tokenizer, tokenizer_init
 #include "llmc/utils.h"      // defines: die, SizeText, table_row, table_rule, progress_text, peak_rss_bytes
@@ -65,10 +65,10 @@
 #include "llmc/matmul.cuh"          // defines: matmul_forward, lt_matmul, matmul_handles_create
 #include "llmc/attention_path.cuh"  // defines: attention_forward_path, _backward_path, attention_path_select
 #include "llmc/ragged.h"            // defines: positions_valid, ragged_sequences
-#include "gpt.cuh"                  // defines: struct GPT, LayerActs, LayerWeights, layer_params, layer_input
-#include "llama_layers.cuh"  // defines: llama_layer_forward, _backward, llama_head_forward, llama_embedding_*
+#include "llmc/gpt.cuh"             // defines: struct GPT, LayerActs, LayerWeights, layer_params, layer_input
+#include "llmc/llama_layers.cuh"  // defines: llama_layer_forward, _backward, llama_head_forward, llama_embedding_*
 #include "llmc/vocab_host.cuh"  // defines: HostVocab, vocab_head_forward, _backward, vocab_embedding_* (-E 1)
-#include "ssd_tier.h"           // defines: ssd_tier_new, ssd_tier_begin_backward, ssd_tier_checkpoint (-sd)
+#include "llmc/ssd_tier.h"      // defines: ssd_tier_new, ssd_tier_begin_backward, ssd_tier_checkpoint (-sd)
 #include "llmc/cpu_optimizer.h"  // defines: optimizer_submit, optimizer_layer_ready, send_layer_grads
 #include "llmc/memory_plan.cuh"  // defines: MemoryPlan, gpt_memory_plan, place_layers, print_memory_plan
 
@@ -925,7 +925,7 @@ static void gpt_copy_logits(GPT* g, int b, int t, float* out) {
 }
 
 // ----------------------------------------------------------------------------
-// Checkpoints (the files: checkpoint.h)
+// Checkpoints (the files: llmc/checkpoint.h)
 
 // Llama files: [layers | embeddings], this trainer: [embeddings | layers]. Rotates in place.
 static void llama_state_order(GPT* g, bool to_file) {

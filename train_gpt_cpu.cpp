@@ -7,7 +7,7 @@
 #include <omp.h>
 #include "llmc/adamw.h"        // defines: clip_scale, ADAMW_BETA1
 #include "llmc/args.h"         // defines: TrainArgs, train_args_defaults, train_usage, parse_train_argv
-#include "checkpoint.h"        // defines: checkpoint_save, open_run_dir, check_resume_args, state_file_read
+#include "llmc/checkpoint.h"   // defines: checkpoint_save, open_run_dir, check_resume_args, state_file_read
 #include "llmc/cpu_adam.h"     // defines: cpu_adam_set_threads, cpu_adam_simd_name, sumsq_f32
 #include "llmc/cpu_cores.h"    // defines: usable_cpu_cores, omp_short_spin_reexec
 #include "dataloader.h"        // defines: DataLoader, dataloader_init, _next_batch, _check_pair

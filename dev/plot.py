@@ -66,7 +66,7 @@ def read_log(path):
 
 
 def tokens_per_step_of(log_path):
-    """Tokens per step from the header of a state_*.bin beside the log (checkpoint.h: int64 slot 6), or None."""
+    """Tokens per step from the header of a state_*.bin beside the log (llmc/checkpoint.h: int64 slot 6), or None."""
     for state in sorted(glob.glob(os.path.join(os.path.dirname(os.path.abspath(log_path)), "state_*.bin"))):
         if not is_regular(state):
             continue

@@ -8,9 +8,9 @@
 #include <thread>
 #include "llmc/adamw.h"         // defines: AdamWArgs, ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS
 #include "llmc/cpu_adam.h"      // defines: adamw_tensors_bf16grad
-#include "gpt.cuh"              // defines: struct GPT, layer_is_matrix
+#include "llmc/gpt.cuh"         // defines: struct GPT, layer_is_matrix
 #include "llmc/collectives.h"   // defines: Comm, NodeShared (several ranks: each updates its slice)
-#include "ssd_tier.h"           // defines: ssd_tier_round, ssd_tier_submit, ssd_tier_send_grads
+#include "llmc/ssd_tier.h"      // defines: ssd_tier_round, ssd_tier_submit, ssd_tier_send_grads
 #include "llmc/vocab_host.cuh"  // defines: vocab_head_update_wait (-E 1: the head's AdamW thread)
 
 // Rounds update streamed layers R..L-1, in order.

@@ -4,10 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "llmc/args.h"   // defines: TrainArgs, train_args_defaults, train_usage, parse_train_arg, help_flag
-#include "llmc/net.h"    // defines: NetAddress, net_parse_address, NET_DEFAULT_PORT
-#include "stream.h"      // defines: MAX_SLOTS
-#include "llmc/utils.h"  // defines: die
+#include "llmc/args.h"    // defines: TrainArgs, train_args_defaults, train_usage, parse_train_arg, help_flag
+#include "llmc/net.h"     // defines: NetAddress, net_parse_address, NET_DEFAULT_PORT
+#include "llmc/stream.h"  // defines: MAX_SLOTS
+#include "llmc/utils.h"   // defines: die
 
 // -R auto / -K auto (the default): the placement with the shortest step in -P 1's model of the step, on
 // this GPU's free memory or -V's (llmc/plan_advice.cuh plan_place_layers).

@@ -8,11 +8,11 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include "llmc/attention_path.cuh"  // defines: cudnn_attention_ready, _workspace, ATTN_CUDNN, flash_attention_usable
-#include "gpt.cuh"                  // defines: LayerActs
+#include "llmc/gpt.cuh"             // defines: LayerActs
 #include "llmc/gpu_args.h"          // defines: GpuArgs, ssd_tier
 #include "llmc/matmul.cuh"          // defines: kCublasWorkspaceBytes
-#include "ssd.h"                    // defines: ssd_plan, SsdStoreConfig
-#include "ssd_tier.h"               // defines: GRAD_RING, grads_ring_bytes, sw_reader
+#include "llmc/ssd.h"               // defines: ssd_plan, SsdStoreConfig
+#include "llmc/ssd_tier.h"          // defines: GRAD_RING, grads_ring_bytes, sw_reader
 #include "llmc/utils.h"             // defines: host_available_bytes
 
 // Attention (-F): -1 the fastest that works: cuDNN's SDPA where attention_path_select found it working, our

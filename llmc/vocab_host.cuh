@@ -19,7 +19,7 @@
 #include <mutex>
 #include <thread>
 #include <vector>
-#include "gpt.cuh"                 // defines: GPT, LayerActs, llama_embed_params, embed_is_matrix
+#include "llmc/gpt.cuh"            // defines: GPT, LayerActs, llama_embed_params, embed_is_matrix
 #include "llmc/adamw.h"            // defines: AdamWArgs
 #include "llmc/bf16.h"             // defines: bf16_to_float
 #include "llmc/collectives.h"      // defines: comm_all_reduce, node_barrier (several ranks)
@@ -27,7 +27,7 @@
 #include "llmc/kernels.cuh"        // defines: block_max_sumexp, WARP
 #include "llmc/llama_kernels.cuh"  // defines: rmsnorm_forward, rmsnorm_backward
 #include "llmc/matmul.cuh"         // defines: matmul_forward, matmul_backward_weight, cublas_use_stream
-#include "stream.h"                // defines: WeightStream (weights_host_bf16: the bf16 copy)
+#include "llmc/stream.h"           // defines: WeightStream (weights_host_bf16: the bf16 copy)
 
 // The untied lm_head's CPU AdamW on a thread that lives as long as the trainer: submit hands it a step's
 // arguments, wait returns once the last submitted update is done. Every reader of the head's weights or AdamW

@@ -30,7 +30,7 @@
 #include <vector>
 #include "dataloader.h"
 #include "llmc/model_file.h"  // defines: gpt_read_header, gpt_load_params, and model.h
-#include "checkpoint.h"
+#include "llmc/checkpoint.h"
 #include "llmc/args.h"
 #include "llmc/cpu_cores.h"
 #include "llmc/model_specs.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 #include "llmc/gpt2_cpu.h"
-#include "checkpoint.h"
+#include "llmc/checkpoint.h"
 #include "llmc/adamw.h"
 #include "llmc/args.h"
 #include "llmc/logger.h"

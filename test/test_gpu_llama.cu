@@ -1,13 +1,13 @@
-// test_gpu_llama.cu — the streaming GPU trainer (train_gpt.cu, llama_layers.cuh) on the Llama family, against
-// the fp32 CPU reference llama_cpu.h (itself checked against transformers): logits and loss, every gradient
-// tensor (one and two micro-batches, both attention paths, chat data's packed conversations), 8 AdamW steps
-// beside llama_cpu_adamw, -R and -K against plain streaming, a checkpoint round trip that continues bit for
-// bit and whose model file the CPU reference reads, every hand-over between the streams and the CPU AdamW
-// ordered (the emulation's race check), and the memory plan against what gpt_build allocates. Two shapes: a
-// Llama 3 (untied lm_head, GQA ratio 2, head size 64, llama3-scaled RoPE) and a Qwen2 (q/k/v biases, tied
-// embeddings, GQA ratio 4, head size 64). Not here: the CLI (test_llama_trainer.cpp), the kernels one by one
-// (test_llama_kernels.cu), GPT-2 (test_gpu.cu). Every test skips when no CUDA device is present; make's
-// emulated build (build/emu_test_gpu_llama) runs them on the CPU (test/fake_cuda).
+// test_gpu_llama.cu — the streaming GPU trainer (train_gpt.cu, llmc/llama_layers.cuh) on the Llama family,
+// against the fp32 CPU reference llama_cpu.h (itself checked against transformers): logits and loss, every
+// gradient tensor (one and two micro-batches, both attention paths, chat data's packed conversations), 8
+// AdamW steps beside llama_cpu_adamw, -R and -K against plain streaming, a checkpoint round trip that
+// continues bit for bit and whose model file the CPU reference reads, every hand-over between the streams and
+// the CPU AdamW ordered (the emulation's race check), and the memory plan against what gpt_build allocates.
+// Two shapes: a Llama 3 (untied lm_head, GQA ratio 2, head size 64, llama3-scaled RoPE) and a Qwen2 (q/k/v
+// biases, tied embeddings, GQA ratio 4, head size 64). Not here: the CLI (test_llama_trainer.cpp), the
+// kernels one by one (test_llama_kernels.cu), GPT-2 (test_gpu.cu). Every test skips when no CUDA device is
+// present; make's emulated build (build/emu_test_gpu_llama) runs them on the CPU (test/fake_cuda).
 //
 // Tolerances, and why (test_gpu.cu's, from the same numerics): the GPU computes in bf16 (relative rounding
 // 2^-9) with fp32 accumulation on bf16 copies of the fp32 weights, the reference in fp32 throughout; a few

@@ -6,7 +6,7 @@
 #include <unistd.h>
 #include <string>
 #include <vector>
-#include "checkpoint.h"        // defines: file_crc32c, StreamedState, llama_save_model_streamed
+#include "llmc/checkpoint.h"  // defines: file_crc32c, StreamedState, llama_save_model_streamed
 #include "llmc/llama_model.h"  // defines: llama_presets, parse_llama_spec, llama_init_params, llama_save_params
 
 namespace {

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "llmc/cpu_adam.h"
-#include "ssd.h"
+#include "llmc/ssd.h"
 #include "llmc/model_specs.h"  // parse_model_spec, gpt_layout: the 100b preset of the plan test
 
 namespace fs = std::filesystem;

@@ -12,8 +12,8 @@
 // tier's) and 32: writes alone, reads alone, and reads of one file beside writes of another through one
 // SsdIo, as the round and the gradient writer run; 64 MiB requests in 4 MiB chunks, O_DIRECT. Last line:
 // RESULT {json} (GB/s), which gpu_window.sh's disk_rates check reads.
-// Disk mode (issue 22's SSD tier, ssd.h): the AdamW round over state on disk in DIR (fp32 params, m, v read
-// and written back with O_DIRECT, 24 bytes per param; bf16 gradients from RAM, bf16 copy to RAM, as with
+// Disk mode (issue 22's SSD tier, llmc/ssd.h): the AdamW round over state on disk in DIR (fp32 params, m, v
+// read and written back with O_DIRECT, 24 bytes per param; bf16 gradients from RAM, bf16 copy to RAM, as with
 // -sd), next to the in-RAM AdamW on the same n and the disk measured independently by fio (O_DIRECT
 // sequential write, read, a 50/50 mix in one job, and a read and a write stream at once; 4 MiB blocks, 16 in
 // flight) and by ssd_probe_bandwidth. Target: the round reaches 85% of min(fio's better mixed bandwidth / 24
@@ -36,7 +36,7 @@
 #include <unistd.h>
 #include "llmc/cpu_adam.h"
 #include "llmc/crc32c.h"
-#include "ssd.h"
+#include "llmc/ssd.h"
 
 static double now_s(void) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -350,7 +350,7 @@ static int disk_main(int argc, char** argv) {
     const double ram_rate = nn / tram.best;
     report("adamw in RAM", tram, nn, 28);
 
-    // the disk, measured by fio (independent of the SSD tier) and by ssd_io.cpp's probe
+    // the disk, measured by fio (independent of the SSD tier) and by llmc/ssd_io.cpp's probe
     double fw_r = 0, fw_w = 0, fr_r = 0, fr_w = 0, fm_r = 0, fm_w = 0, fc_r = 0, fc_w = 0;
     const bool have_fio = run_fio(dir, "write", fio_bytes, 4, &fw_r, &fw_w) == 0 &&
                           run_fio(dir, "read", fio_bytes, 4, &fr_r, &fr_w) == 0 &&

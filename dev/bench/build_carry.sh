@@ -67,8 +67,8 @@ FAILED=0
 # job CMD...: runs CMD in the background (at most JOBS at once); its output goes to OBJ/<n>.log
 NJOB=0
 ssd_object() {  # the SSD tier's two sources as one object, as the Makefile's ssd.o
-    "$CXX" "${CXXF[@]}" -march=x86-64-v3 "${INC[@]}" -c ssd_io.cpp -o "$OBJ/ssd_io.o" &&
-        "$CXX" "${CXXF[@]}" -march=x86-64-v3 "${INC[@]}" -c ssd_store.cpp -o "$OBJ/ssd_store.o" &&
+    "$CXX" "${CXXF[@]}" -march=x86-64-v3 "${INC[@]}" -c llmc/ssd_io.cpp -o "$OBJ/ssd_io.o" &&
+        "$CXX" "${CXXF[@]}" -march=x86-64-v3 "${INC[@]}" -c llmc/ssd_store.cpp -o "$OBJ/ssd_store.o" &&
         ld -r "$OBJ/ssd_io.o" "$OBJ/ssd_store.o" -o "$OBJ/ssd.o"
 }
 job() {

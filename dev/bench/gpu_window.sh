@@ -50,8 +50,8 @@ memcheck_train|30|70|@code
 racecheck_attention|45|80|llmc/flash_attention.cuh test/test_kernels.cu
 micro_attention|70|150|llmc/flash_attention.cuh llmc/attention.cuh llmc/cudnn_att.cpp llmc/attention_path.cuh dev/bench/bench_attention.cu dev/bench/bench_sdpa.py
 micro_layer|20|50|@code dev/bench/bench_layer.cu
-ssd_same|60|130|@code ssd_io.cpp ssd_store.cpp ssd.h
-ssd_time|120|280|@code ssd_io.cpp ssd_store.cpp ssd.h
+ssd_same|60|130|@code llmc/ssd_io.cpp llmc/ssd_store.cpp llmc/ssd.h
+ssd_time|120|280|@code llmc/ssd_io.cpp llmc/ssd_store.cpp llmc/ssd.h
 mem_flat|40|100|@code
 peers_1.3b|70|140|dev/bench/gpu_window.sh
 peers_5b|125|150|dev/bench/gpu_window.sh
@@ -64,14 +64,14 @@ llama_trainer|40|120|@code test/test_gpu_llama.cu test/gpu_test_common.h
 tput_llama8b|80|160|@code
 tput_llama8b_fused|80|160|@code
 tput_llama8b_vocab|80|160|@code
-ssd_llama|50|130|@code ssd_io.cpp ssd_store.cpp ssd.h
+ssd_llama|50|130|@code llmc/ssd_io.cpp llmc/ssd_store.cpp llmc/ssd.h
 auto_1.3b|35|80|@code
 auto_llama8b|80|160|@code
 nccl_one_rank|30|90|@code
 nccl_two_ranks|70|160|@code
 nccl_two_nodes|80|180|@code
 nccl_vocab|60|150|@code
-disk_rates|40|90|ssd_io.cpp ssd.h dev/bench/bench_cpu_adam.cpp
+disk_rates|40|90|llmc/ssd_io.cpp llmc/ssd.h dev/bench/bench_cpu_adam.cpp
 wide_70b|150|280|@code
 wide_405b|170|300|@code"
 

@@ -46,7 +46,7 @@
 #include <unistd.h>
 #include <string>
 #include <vector>
-#include "checkpoint.h"
+#include "llmc/checkpoint.h"
 #include "dataloader.h"
 #include "dev/data/gpt2_bpe.h"
 #include "llmc/model_file.h"
@@ -57,7 +57,7 @@
 #include "llmc/hf.h"
 #include "llmc/llama_hf.h"
 #include "llmc/llama_model.h"
-#include "ssd.h"
+#include "llmc/ssd.h"
 
 enum {
     T_MODEL,

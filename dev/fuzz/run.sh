@@ -16,7 +16,7 @@ CLANG=${CLANG:-clang++}
 F=build/fuzz
 mkdir -p $F
 $CLANG -std=c++17 -O1 -g -I. -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    -Wall -Wno-unused-function dev/fuzz/fuzz_inputs.cpp ssd_io.cpp ssd_store.cpp cpu_adam.cpp -o $F/fuzz_inputs -luring -lpthread \
+    -Wall -Wno-unused-function dev/fuzz/fuzz_inputs.cpp llmc/ssd_io.cpp llmc/ssd_store.cpp cpu_adam.cpp -o $F/fuzz_inputs -luring -lpthread \
     || { echo "fuzz: build failed ($CLANG)"; exit 1; }
 rm -rf $F/seeds && FUZZ_SEEDS=$F/seeds $F/fuzz_inputs || exit 1
 

@@ -1,6 +1,6 @@
 // ssd_io.cpp — the SSD tier's direct I/O (io_uring, else pread/pwrite threads), its files, the disk probe.
 // Not here: the store and its round (ssd_store.cpp). ssd.h says what and why.
-#include "ssd.h"
+#include "llmc/ssd.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -13,13 +13,13 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
-#include "llmc/adamw.h"     // defines: AdamWArgs
-#include "checkpoint.h"     // defines: StreamedState
-#include "llmc/cpu_adam.h"  // defines: adamw_tensors_window_bf16grad
-#include "gpt.cuh"          // defines: struct GPT
-#include "llmc/gpu_args.h"  // defines: TIER_*, SW_READ_BUFFERS
-#include "ssd.h"            // defines: SsdStore, ssd_store_round, ssd_store_checkpoint, ssd_store_wait
-#include "stream.h"         // defines: HostReader, stream_send_layer_grads_to, pinned_alloc_direct_io
+#include "llmc/adamw.h"       // defines: AdamWArgs
+#include "llmc/checkpoint.h"  // defines: StreamedState
+#include "llmc/cpu_adam.h"    // defines: adamw_tensors_window_bf16grad
+#include "llmc/gpt.cuh"       // defines: struct GPT
+#include "llmc/gpu_args.h"    // defines: TIER_*, SW_READ_BUFFERS
+#include "llmc/ssd.h"         // defines: SsdStore, ssd_store_round, ssd_store_checkpoint, ssd_store_wait
+#include "llmc/stream.h"      // defines: HostReader, stream_send_layer_grads_to, pinned_alloc_direct_io
 
 // Pinned layer buffers for gradients on their way to disk
 #define GRAD_RING 3

@@ -1,6 +1,6 @@
 // ssd_store.cpp — the SSD tier's store: two generations of files, checksums, manifest, the AdamW round.
 // Not here: the I/O itself (ssd_io.cpp). ssd.h says what and why.
-#include "ssd.h"
+#include "llmc/ssd.h"
 
 #include <errno.h>
 #include <fcntl.h>

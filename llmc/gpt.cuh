@@ -10,7 +10,7 @@
 #include "llmc/model.h"        // defines: GPTConfig, ParamLayout, gpt_layer_offset, LN1W..FCPROJB, WTE..LNFB
 #include "llmc/llama_model.h"  // defines: LlamaConfig, llama_layout, LL_ATTN_NORM..LL_W_DOWN, LL_EMBED..LL_LM_HEAD
 #include "llmc/outliers.h"  // defines: OutlierWindow
-#include "stream.h"         // defines: WeightStream
+#include "llmc/stream.h"    // defines: WeightStream
 #include "llmc/timeline.h"  // defines: Timeline
 
 // ----------------------------------------------------------------------------

@@ -6,7 +6,7 @@
 
 // pos: chat data's positions on the GPU, or NULL: t = row % T.
 #pragma once
-#include "gpt.cuh"                  // defines: GPT, LayerActs, llama_layer_params, llama_embed_params
+#include "llmc/gpt.cuh"             // defines: GPT, LayerActs, llama_layer_params, llama_embed_params
 #include "llmc/attention_path.cuh"  // defines: attention_forward_path, attention_backward_path (GQA: NKV)
 #include "llmc/kernels.cuh"         // defines: fused_classifier, bias_backward
 #include "llmc/llama_kernels.cuh"  // defines: rmsnorm_forward, rmsnorm_backward, rope_forward, swiglu_forward
