@@ -366,8 +366,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
         g->attn_micro = (AttnMicro*)calloc((size_t)max_micro, sizeof(AttnMicro));
         if (!g->attn_micro) die("out of host memory");
         for (int mb = 0; mb < max_micro; mb++) {
-            int* d = g->attn_meta + (int64_t)mb * 4 * (N + 1);
-            g->attn_micro[mb] = {-1, {d, d + (N + 1), d + 2 * (N + 1), d + 3 * (N + 1)}};
+            g->attn_micro[mb] = {-1, ragged_meta_at(g->attn_meta + mb * ragged_meta_ints(N), N)};
         }
     }
     cudaCheck(cudaMallocHost(&g->loss_host, 4));
@@ -635,7 +634,7 @@ static void layer_grads_end(GPT* g, int l, cudaStream_t s) {
 // A micro-batch whose positions are not runs 0, 1, 2, ..., or whose bucket's graphs cannot be built, runs
 // our fused kernel (said once).
 static void attention_ragged_to_device(GPT* g, const int* pos, int n, cudaStream_t s) {
-    const int64_t N = (int64_t)g->B * g->T, each = 4 * (N + 1);
+    const int64_t N = (int64_t)g->B * g->T, each = ragged_meta_ints(N);
     const int NH = is_llama(g) ? g->llama.num_heads : g->config.num_heads;
     const int hs = is_llama(g) ? g->llama.head_dim : g->config.channels / NH;
     const int NKV = is_llama(g) ? g->llama.num_kv_heads : NH;
@@ -643,8 +642,7 @@ static void attention_ragged_to_device(GPT* g, const int* pos, int n, cudaStream
     static bool said = false;
     FAKE_CUDA_HOST_ACCESS(g->attn_meta_host, n * each * 4, true, "the ragged metadata's staging");
     for (int mb = 0; mb < n; mb++) {
-        int* h = g->attn_meta_host + mb * each;
-        const RaggedHost r = {h, h + (N + 1), h + 2 * (N + 1), h + 3 * (N + 1)};
+        const RaggedMeta r = ragged_meta_at(g->attn_meta_host + mb * each, N);
         int bucket = 0;
         const int count = ragged_sequences(pos + mb * N, g->B, g->T, ld, od, NH, r, (int)N, &bucket);
         char why[512] = "the positions are not runs of 0, 1, 2, ...";

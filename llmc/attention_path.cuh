@@ -7,9 +7,9 @@
 #include <string.h>
 #include <vector>
 #include "attention.cuh"        // defines: attention_forward, attention_backward
-#include "cudnn_att.h"          // defines: cudnn_att_open, cudnn_att_prepare, cudnn_att_forward, CudnnRagged
+#include "cudnn_att.h"          // defines: cudnn_att_open, cudnn_att_prepare, cudnn_att_forward
 #include "flash_attention.cuh"  // defines: flash_attention_forward, _backward, _usable, _load
-#include "ragged.h"             // defines: ragged_sequences, positions_valid, RaggedHost
+#include "ragged.h"             // defines: ragged_sequences, positions_valid, RaggedMeta, ragged_meta_at
 
 enum { ATTN_CUBLAS = 0, ATTN_FUSED = 1, ATTN_CUDNN = 2 };
 static const char* attention_path_name(int path) {
@@ -23,8 +23,8 @@ static char cudnn_attention_note[512] = "";    // why cuDNN does not run, or wha
 
 // One micro-batch's ragged sequences: seqs -1 when dense rows or not expressible (then our kernel).
 typedef struct AttnMicro {
-    int seqs;         // the graph's bucket
-    CudnnRagged dev;  // on the GPU
+    int seqs;        // the graph's bucket
+    RaggedMeta dev;  // on the GPU
 } AttnMicro;
 
 // Launch one path. lse: the path's own row statistics (fused: base-2, cuDNN: natural), never mixed: a
@@ -107,8 +107,8 @@ static bool attention_self_check(int NH, int NKV, int hs, bool packed, char* why
     // packed: row 0 holds conversations of 50 and 78 tokens, row 1 one of 128
     std::vector<int> pos(N);
     for (int64_t i = 0; i < N; i++) pos[i] = i < 50 ? (int)i : i < T ? (int)(i - 50) : (int)(i - T);
-    std::vector<int> meta(4 * (N + 1));
-    RaggedHost h = {meta.data(), meta.data() + (N + 1), meta.data() + 2 * (N + 1), meta.data() + 3 * (N + 1)};
+    std::vector<int> meta(ragged_meta_ints(N));
+    const RaggedMeta h = ragged_meta_at(meta.data(), N);
     int bucket = 0;
     if (packed && ragged_sequences(pos.data(), B, T, ld, od, NH, h, (int)N, &bucket) != 3)
         return snprintf(why, n, "internal: the self-check's ragged sequences"), false;
@@ -134,7 +134,7 @@ static bool attention_self_check(int NH, int NKV, int hs, bool packed, char* why
     cudaCheck(cudaMemcpy(d_dout, dout.data(), dout.size() * 2, cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(d_pos, pos.data(), N * 4, cudaMemcpyHostToDevice));
     cudaCheck(cudaMemcpy(d_meta, meta.data(), meta.size() * 4, cudaMemcpyHostToDevice));
-    AttnMicro m = {bucket, {d_meta, d_meta + (N + 1), d_meta + 2 * (N + 1), d_meta + 3 * (N + 1)}};
+    AttnMicro m = {bucket, ragged_meta_at(d_meta, N)};
 
     bool ok = true;
     for (int pass = 0; pass < (packed ? 2 : 1) && ok; pass++) {

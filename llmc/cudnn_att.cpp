@@ -29,7 +29,10 @@ static int64_t workspace_bytes = 0;
 static bool workspace_own = false;
 static int64_t workspace_need = 0;
 
-enum Uid { Q = 1, K, V, O, STATS, DO, DQ, DK, DV, SEQ_LEN, OFF_QKV, OFF_O, OFF_STATS };
+// Ragged: a tensor of its own for each role, as cudnn-frontend's samples and TransformerEngine give them (the
+// GQA backward derives its workspace offsets from dK's and dQ's apart), all bound to the same arrays.
+enum Uid { Q = 1, K, V, O, STATS, DO, DQ, DK, DV };
+enum RaggedUid { SEQ_LEN_Q = 16, SEQ_LEN_KV, OFF_Q, OFF_K, OFF_V, OFF_O, OFF_STATS };
 
 static bool fail(char* why, size_t n, const std::string& what) {
     snprintf(why, n, "%s", what.c_str());
@@ -64,17 +67,54 @@ static std::vector<std::string> cudnn_candidates() {
     return c;
 }
 
-// The frontend dlopens libcudart.so.13 or .12 by name; point it at the toolkit's when the loader cannot.
+// The frontend dlopens libcudart.so.12 first, then .13, by name: point it at CUDA 13's (ours), by name when
+// the loader knows it, else the toolkit's.
 static void point_frontend_at_cudart() {
     if (getenv("CUDNN_FRONTEND_CUDART_LIB_NAME")) return;
     void* h = dlopen("libcudart.so.13", RTLD_NOW | RTLD_NOLOAD);
     if (!h) h = dlopen("libcudart.so.13", RTLD_NOW);
-    if (h) return;  // found by name: the frontend will find it too (left loaded)
+    if (h) {
+        setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", "libcudart.so.13", 0);  // left loaded
+        return;
+    }
     for (const char* p : {"/usr/local/cuda/lib64/libcudart.so.13", "/usr/local/cuda/lib/libcudart.so.13"})
         if (file_exists(p)) {
             setenv("CUDNN_FRONTEND_CUDART_LIB_NAME", p, 0);
             return;
         }
+}
+
+static void dlopen_global(const std::string& path) {
+    if (file_exists(path)) dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);  // a failure shows in cuDNN's own
+}
+// cuDNN 9 dlopens its sub-libraries (libcudnn_graph, _engines_*, ...) and NVRTC (runtime-compiled engines) by
+// name: from a folder the loader does not search (a Python wheel's nvidia/cudnn/lib), they would not be
+// found, or another cuDNN's would. Loaded first from libcudnn.so.9's own folder (a loaded library answers to
+// its name), and NVRTC of cuDNN's CUDA major from the toolkit or a wheel beside it, as PyTorch preloads them.
+static void preload_beside(void* h, const std::string& dir) {
+    typedef size_t (*GetCudart)();
+    GetCudart cudart = (GetCudart)dlsym(h, "cudnnGetCudartVersion");
+    const int major = cudart ? (int)(cudart() / 1000) : 13;
+    const std::string nvrtc = "libnvrtc.so." + std::to_string(major);
+    if (!dlopen(nvrtc.c_str(), RTLD_NOW | RTLD_GLOBAL | RTLD_NOLOAD) &&
+        !dlopen(nvrtc.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
+        std::vector<std::string> dirs = {dir + "/../../cuda_nvrtc/lib",
+                                         dir + "/../../cu" + std::to_string(major) + "/lib",
+                                         "/usr/local/cuda/lib64"};
+        for (const std::string& d : dirs)
+            if (file_exists(d + "/" + nvrtc)) {
+                glob_t g;  // its builtins first: NVRTC dlopens them by name too
+                if (glob((d + "/libnvrtc-builtins.so." + std::to_string(major) + "*").c_str(), 0, NULL, &g) ==
+                    0)
+                    for (size_t i = 0; i < g.gl_pathc; i++) dlopen_global(g.gl_pathv[i]);
+                globfree(&g);
+                dlopen_global(d + "/" + nvrtc);
+                break;
+            }
+    }
+    for (const char* sub :
+         {"graph", "engines_precompiled", "engines_runtime_compiled", "heuristic", "ops", "cnn", "adv"})
+        dlopen_global(dir + "/libcudnn_" + sub + ".so.9");
 }
 
 bool cudnn_att_open(char* why, size_t n) {
@@ -95,8 +135,10 @@ bool cudnn_att_open(char* why, size_t n) {
             why, n,
             "no libcudnn.so.9 found (tried " + tried + "; set LLMC_CUDNN_LIB=/path/to/libcudnn.so.9)");
     char resolved[4096];
-    if (dlinfo(h, RTLD_DI_ORIGIN, resolved) == 0 && library.find('/') == std::string::npos)
-        library = std::string(resolved) + "/" + library;
+    if (dlinfo(h, RTLD_DI_ORIGIN, resolved) == 0) {
+        if (library.find('/') == std::string::npos) library = std::string(resolved) + "/" + library;
+        preload_beside(h, resolved);
+    }
     typedef size_t (*GetVersion)();
     GetVersion get_version = (GetVersion)dlsym(h, "cudnnGetVersion");
     if (!get_version) return fail(why, n, library + " has no cudnnGetVersion");
@@ -205,16 +247,28 @@ static std::shared_ptr<fe::graph::Graph> new_graph() {
 }
 
 struct Ragged {
-    std::shared_ptr<fe::graph::Tensor_attributes> seq_len, off_qkv, off_out, off_stats;
+    std::shared_ptr<fe::graph::Tensor_attributes> seq_len_q, seq_len_kv, off_q, off_k, off_v, off_out,
+        off_stats;
 };
 static Ragged ragged_tensors(fe::graph::Graph& g, const Layout& l) {
     Ragged r;
     if (!l.ragged) return r;
-    r.seq_len = index_tensor(g, "seq_len", SEQ_LEN, l.b);
-    r.off_qkv = index_tensor(g, "off_qkv", OFF_QKV, l.b + 1);
+    r.seq_len_q = index_tensor(g, "seq_len_q", SEQ_LEN_Q, l.b);
+    r.seq_len_kv = index_tensor(g, "seq_len_kv", SEQ_LEN_KV, l.b);
+    r.off_q = index_tensor(g, "off_q", OFF_Q, l.b + 1);
+    r.off_k = index_tensor(g, "off_k", OFF_K, l.b + 1);
+    r.off_v = index_tensor(g, "off_v", OFF_V, l.b + 1);
     r.off_out = index_tensor(g, "off_out", OFF_O, l.b + 1);
     r.off_stats = index_tensor(g, "off_stats", OFF_STATS, l.b + 1);
     return r;
+}
+// The ragged options of both graphs: the padding mask, the lengths, and the most tokens (the micro-batch's,
+// rounded up to 64 as cudnn-frontend's tests do: it sizes cuDNN's own buffers, whose tiles are 64 rows)
+template <typename Attributes>
+static void set_ragged_options(Attributes& opt, const Ragged& r, const CudnnAttShape* s) {
+    const int64_t most = ((int64_t)s->B * s->T + 63) / 64 * 64;
+    opt.set_padding_mask(true).set_seq_len_q(r.seq_len_q).set_seq_len_kv(r.seq_len_kv);
+    opt.set_max_total_seq_len_q(most).set_max_total_seq_len_kv(most);
 }
 
 static std::shared_ptr<fe::graph::Graph> build_forward(const CudnnAttShape* s, char* why, size_t n) {
@@ -231,11 +285,10 @@ static std::shared_ptr<fe::graph::Graph> build_forward(const CudnnAttShape* s, c
                    .set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT)
                    .set_diagonal_band_right_bound(0);  // causal
     if (l.ragged) {
-        q->set_ragged_offset(r.off_qkv);
-        k->set_ragged_offset(r.off_qkv);
-        v->set_ragged_offset(r.off_qkv);
-        opt.set_padding_mask(true).set_seq_len_q(r.seq_len).set_seq_len_kv(r.seq_len);
-        opt.set_max_total_seq_len_q((int64_t)s->B * s->T).set_max_total_seq_len_kv((int64_t)s->B * s->T);
+        q->set_ragged_offset(r.off_q);
+        k->set_ragged_offset(r.off_k);
+        v->set_ragged_offset(r.off_v);
+        set_ragged_options(opt, r, s);
     }
     auto [o, stats] = g->sdpa(q, k, v, opt);
     o->set_output(true);
@@ -275,12 +328,13 @@ static std::shared_ptr<fe::graph::Graph> build_backward(const CudnnAttShape* s, 
     const char* det = getenv("LLMC_CUDNN_DETERMINISTIC");  // 1: no atomics in dq's sum, slower
     if (det && atoi(det) == 1) opt.set_deterministic_algorithm(true);
     if (l.ragged) {
-        for (auto& t : {q, k, v}) t->set_ragged_offset(r.off_qkv);
+        q->set_ragged_offset(r.off_q);
+        k->set_ragged_offset(r.off_k);
+        v->set_ragged_offset(r.off_v);
         o->set_ragged_offset(r.off_out);
         dout->set_ragged_offset(r.off_out);
         stats->set_ragged_offset(r.off_stats);
-        opt.set_padding_mask(true).set_seq_len_q(r.seq_len).set_seq_len_kv(r.seq_len);
-        opt.set_max_total_seq_len_q((int64_t)s->B * s->T).set_max_total_seq_len_kv((int64_t)s->B * s->T);
+        set_ragged_options(opt, r, s);
     }
     auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dout, stats, opt);
     dq->set_output(true);
@@ -289,8 +343,11 @@ static std::shared_ptr<fe::graph::Graph> build_backward(const CudnnAttShape* s, 
     dq->set_uid(DQ).set_dim({l.b, l.NH, l.T, l.hs}).set_stride({l.T * l.ld, l.hs, l.ld, 1});
     dk->set_uid(DK).set_dim({l.b, l.NKV, l.T, l.hs}).set_stride({l.T * l.ld, l.hs, l.ld, 1});
     dv->set_uid(DV).set_dim({l.b, l.NKV, l.T, l.hs}).set_stride({l.T * l.ld, l.hs, l.ld, 1});
-    if (l.ragged)
-        for (auto& t : {dq, dk, dv}) t->set_ragged_offset(r.off_qkv);
+    if (l.ragged) {
+        dq->set_ragged_offset(r.off_q);
+        dk->set_ragged_offset(r.off_k);
+        dv->set_ragged_offset(r.off_v);
+    }
     if (!finish(*g, "backward", why, n)) return nullptr;
     return g;
 }
@@ -300,10 +357,17 @@ static const Graphs* graphs_for(const CudnnAttShape* s, char* why, size_t n) {
     const Key key{s->B, s->T, s->NH, s->NKV, s->hs, s->seqs};
     auto it = cache.find(key);
     if (it != cache.end()) return &it->second;
-    if (s->seqs > 0 && (int64_t)s->B * s->T * (s->NH + 2 * s->NKV) * s->hs >= ((int64_t)1 << 31))
+    if (s->seqs > 0 && version < 90600)
         return fail(why, n,
-                    "a micro-batch's qkv has 2^31 elements or more: the 32-bit ragged offsets cannot "
-                    "address it"),
+                    "cuDNN " + std::to_string(version / 10000) + "." + std::to_string(version / 100 % 100) +
+                        ": packed conversations (cuDNN's ragged layout) need cuDNN 9.6 or newer"),
+               nullptr;
+    // the GQA backward scales dK's and dV's offsets by the group (NH / NKV) for its own buffers
+    const int64_t group = s->NKV > 0 ? (s->NH + s->NKV - 1) / s->NKV : 1;
+    if (s->seqs > 0 && (int64_t)s->B * s->T * (s->NH + 2 * s->NKV) * s->hs * group >= ((int64_t)1 << 31))
+        return fail(why, n,
+                    "a micro-batch's qkv, times the heads' group, has 2^31 elements or more: the 32-bit "
+                    "ragged offsets cannot address it"),
                nullptr;
     Graphs gr;
     try {
@@ -317,8 +381,17 @@ static const Graphs* graphs_for(const CudnnAttShape* s, char* why, size_t n) {
     return &cache.emplace(key, gr).first->second;
 }
 
+static bool workspace_for(int64_t need, char* why, size_t n);  // below
+static bool planned = false;                                   // the plan's workspace is in use
 bool cudnn_att_prepare(const CudnnAttShape* s, char* why, size_t n) {
-    return graphs_for(s, why, n) != nullptr;
+    const Graphs* gr = graphs_for(s, why, n);
+    if (!gr) return false;
+    if (!planned) return true;
+    // after the plan (a new ragged bucket): its workspace now, so that a shortage falls back, not dies
+    int64_t f = 0, b = 0;
+    if (!gr->fwd->get_workspace_size(f).is_good() || !gr->bwd->get_workspace_size(b).is_good())
+        return fail(why, n, "cuDNN: a graph's workspace size");
+    return workspace_for(f > b ? f : b, why, n);
 }
 int64_t cudnn_att_workspace_need() { return workspace_need; }
 
@@ -332,6 +405,7 @@ void cudnn_att_use_workspace(void* p, int64_t bytes) {
     cudnn_att_free_own_workspace();
     workspace = p;
     workspace_bytes = bytes;
+    planned = p != nullptr;  // NULL: the trainer is freed
 }
 // Our own workspace when the plan's is too small: a shape prepared after the plan (a new ragged bucket).
 static bool workspace_for(int64_t need, char* why, size_t n) {
@@ -352,13 +426,13 @@ static bool workspace_for(int64_t need, char* why, size_t n) {
     return true;
 }
 
-static bool run(const fe::graph::Graph& g, std::unordered_map<int64_t, void*>& pack, const CudnnRagged* r,
+static bool run(const fe::graph::Graph& g, std::unordered_map<int64_t, void*>& pack, const RaggedMeta* r,
                 cudaStream_t stream, const char* what, char* why, size_t n) {
     int64_t need = 0;
     if (!g.get_workspace_size(need).is_good() || !workspace_for(need, why, n)) return false;
     if (r) {
-        pack[SEQ_LEN] = r->seq_len;
-        pack[OFF_QKV] = r->off_qkv;
+        pack[SEQ_LEN_Q] = pack[SEQ_LEN_KV] = r->seq_len;
+        pack[OFF_Q] = pack[OFF_K] = pack[OFF_V] = r->off_qkv;  // each from its own base pointer
         pack[OFF_O] = r->off_out;
         pack[OFF_STATS] = r->off_stats;
     }
@@ -371,7 +445,7 @@ static bool run(const fe::graph::Graph& g, std::unordered_map<int64_t, void*>& p
     return true;
 }
 
-bool cudnn_att_forward(void* out, float* stats, const void* qkv, const CudnnAttShape* s, const CudnnRagged* r,
+bool cudnn_att_forward(void* out, float* stats, const void* qkv, const CudnnAttShape* s, const RaggedMeta* r,
                        cudaStream_t stream, char* why, size_t n) {
     const Graphs* gr = graphs_for(s, why, n);
     if (!gr) return false;
@@ -383,7 +457,7 @@ bool cudnn_att_forward(void* out, float* stats, const void* qkv, const CudnnAttS
 }
 
 bool cudnn_att_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* stats,
-                        const CudnnAttShape* s, const CudnnRagged* r, cudaStream_t stream, char* why,
+                        const CudnnAttShape* s, const RaggedMeta* r, cudaStream_t stream, char* why,
                         size_t n) {
     const Graphs* gr = graphs_for(s, why, n);
     if (!gr) return false;

@@ -8,18 +8,13 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <cuda_runtime.h>  // defines: cudaStream_t
+#include "ragged.h"        // defines: RaggedMeta (a micro-batch's sequences on the GPU)
 
 // One attention shape. seqs 0: B dense rows of T tokens. seqs > 0: the B*T tokens as `seqs` ragged sequences
 // (a bucket: a power of two at least the micro-batch's count; unused ones have length 0), each within T.
 typedef struct {
     int B, T, NH, NKV, hs, seqs;
 } CudnnAttShape;
-
-// A micro-batch's ragged sequences on the GPU (seqs + 1 entries each, 32-bit): lengths, and each sequence's
-// first token times its row width in qkv, in the output and in the statistics (elements).
-typedef struct {
-    int *seq_len, *off_qkv, *off_out, *off_stats;
-} CudnnRagged;
 
 #ifdef ENABLE_CUDNN
 static inline bool cudnn_att_built() { return true; }
@@ -36,11 +31,11 @@ int64_t cudnn_att_workspace_need();
 void cudnn_att_use_workspace(void* p, int64_t bytes);
 void cudnn_att_free_own_workspace();
 // out (B*T, NH*hs) bf16, stats (per token and query head) fp32, qkv (B*T, (NH + 2 NKV) hs) bf16.
-bool cudnn_att_forward(void* out, float* stats, const void* qkv, const CudnnAttShape* s, const CudnnRagged* r,
+bool cudnn_att_forward(void* out, float* stats, const void* qkv, const CudnnAttShape* s, const RaggedMeta* r,
                        cudaStream_t stream, char* why, size_t n);
 // dqkv overwritten: dq, dk, dv (dk, dv summed over each kv head's query heads).
 bool cudnn_att_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* stats,
-                        const CudnnAttShape* s, const CudnnRagged* r, cudaStream_t stream, char* why,
+                        const CudnnAttShape* s, const RaggedMeta* r, cudaStream_t stream, char* why,
                         size_t n);
 #else
 static inline bool cudnn_att_built() { return false; }
@@ -57,12 +52,12 @@ static inline bool cudnn_att_prepare(const CudnnAttShape*, char* why, size_t n) 
 static inline int64_t cudnn_att_workspace_need() { return 0; }
 static inline void cudnn_att_use_workspace(void*, int64_t) {}
 static inline void cudnn_att_free_own_workspace() {}
-static inline bool cudnn_att_forward(void*, float*, const void*, const CudnnAttShape*, const CudnnRagged*,
+static inline bool cudnn_att_forward(void*, float*, const void*, const CudnnAttShape*, const RaggedMeta*,
                                      cudaStream_t, char* why, size_t n) {
     return cudnn_att_unbuilt(why, n);
 }
 static inline bool cudnn_att_backward(void*, const void*, const void*, const void*, const float*,
-                                      const CudnnAttShape*, const CudnnRagged*, cudaStream_t, char* why,
+                                      const CudnnAttShape*, const RaggedMeta*, cudaStream_t, char* why,
                                       size_t n) {
     return cudnn_att_unbuilt(why, n);
 }

@@ -205,7 +205,7 @@ struct GPT {
     int* tokens_pos;   // max_micro x N positions in their conversation (chat data)
     bool packed;       // this pass's data is chat data: tokens_pos holds positions (else t)
     AttnMicro* attn_micro;  // cuDNN path: max_micro micro-batches' ragged sequences
-    int* attn_meta;         //   their metadata on the GPU, 4 (N + 1) ints each
+    int* attn_meta;         //   their metadata on the GPU, ragged_meta_ints(N) each
     int* attn_meta_host;    //   pinned, on its way
     void* attn_workspace;   //   cuDNN's workspace (plan.attn)
     float* losses;          // max_micro x N

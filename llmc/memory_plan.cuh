@@ -31,8 +31,10 @@ static bool use_flash_attention(const GPTConfig* c, const LlamaConfig* llama = N
     return use_cudnn_attention() ||
            (flash_attention_flag && flash_attention_usable(attention_head_size(c, llama)));
 }
-// cuDNN's buffers: its workspace, and max_micro micro-batches' ragged metadata (4 (N + 1) ints each)
-static int64_t attention_meta_bytes(int64_t N, int max_micro) { return (int64_t)max_micro * 4 * (N + 1) * 4; }
+// cuDNN's buffers: its workspace, and max_micro micro-batches' ragged metadata (ragged_meta_ints(N) each)
+static int64_t attention_meta_bytes(int64_t N, int max_micro) {
+    return (int64_t)max_micro * ragged_meta_ints(N) * 4;
+}
 
 // Overflow-checked byte counts: an absurd shape dies here, not in cudaMalloc.
 static int64_t plan_mul(int64_t a, int64_t b, const char* what) {

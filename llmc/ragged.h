@@ -28,15 +28,23 @@ static int ragged_bucket(int count, int64_t N) {
     return (int)(b < N ? b : N);
 }
 
-// One array of the metadata: lengths, then each tensor's element offsets (cap + 1 entries each).
+// A micro-batch's metadata (on the host or the GPU): the sequences' lengths, then each tensor's element
+// offsets (bucket + 1 entries each), 32-bit. One block of ragged_meta_ints(N) ints holds the four arrays,
+// each on 16 bytes: cuDNN declares its tensors 16-byte aligned.
 typedef struct {
     int *seq_len, *off_qkv, *off_out, *off_stats;
-} RaggedHost;
+} RaggedMeta;
+static inline int64_t ragged_meta_stride(int64_t N) { return (N + 1 + 3) / 4 * 4; }  // N + 1 ints, rounded
+static inline int64_t ragged_meta_ints(int64_t N) { return 4 * ragged_meta_stride(N); }
+static inline RaggedMeta ragged_meta_at(int* block, int64_t N) {
+    const int64_t s = ragged_meta_stride(N);
+    return {block, block + s, block + 2 * s, block + 3 * s};
+}
 
 // B rows of T tokens with positions pos: the sequences (count returned) and their bucket's padding (length 0,
 // offsets at the end). -1: not runs of 0, 1, 2, ... (our kernel's "keys t - pos[t] .. t" serves those), or
 // more than cap sequences. ld, od, NH: qkv's row, the output's row, the statistics' row (elements).
-static int ragged_sequences(const int* pos, int B, int T, int64_t ld, int64_t od, int NH, RaggedHost h,
+static int ragged_sequences(const int* pos, int B, int T, int64_t ld, int64_t od, int NH, RaggedMeta h,
                             int cap, int* bucket) {
     const int64_t N = (int64_t)B * T;
     if (N * ld >= ((int64_t)1 << 31)) return -1;  // cuDNN's offsets here are 32-bit

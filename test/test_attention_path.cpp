@@ -25,11 +25,24 @@ TEST(Positions, EachWithinItsRowIndex) {
 
 struct Meta {
     std::vector<int> m;
-    RaggedHost h;
-    explicit Meta(int cap) : m(4 * (cap + 1), -7) {
-        h = {m.data(), m.data() + (cap + 1), m.data() + 2 * (cap + 1), m.data() + 3 * (cap + 1)};
-    }
+    RaggedMeta h;
+    explicit Meta(int N) : m(ragged_meta_ints(N), -7) { h = ragged_meta_at(m.data(), N); }
 };
+
+// cuDNN declares every tensor 16-byte aligned: each of the four arrays starts on 16 bytes of its block, and
+// a micro-batch's block is whole 16-byte units (the blocks of several micro-batches follow each other).
+TEST(Ragged, EachArrayStartsOn16Bytes) {
+    for (int64_t N : {1, 2, 3, 4, 12, 255, 256, 257, 32768}) {
+        const int64_t s = ragged_meta_stride(N);
+        EXPECT_GE(s, N + 1) << N;
+        EXPECT_LT(s, N + 5) << N;
+        EXPECT_EQ(ragged_meta_ints(N) * 4 % 16, 0) << N;
+        std::vector<int> block(ragged_meta_ints(N));
+        const RaggedMeta h = ragged_meta_at(block.data(), N);
+        for (const int* a : {h.off_qkv, h.off_out, h.off_stats}) EXPECT_EQ((a - h.seq_len) * 4 % 16, 0) << N;
+        EXPECT_LE(h.off_stats + N + 1, block.data() + block.size()) << N;
+    }
+}
 
 TEST(Ragged, ConversationsBecomeSequencesWithElementOffsets) {
     // B 2, T 6: row 0 holds conversations of 2 and 4 tokens, row 1 of 3, 1 (a piece) and 2

@@ -32,7 +32,7 @@ NVSMI=${GW_NVIDIA_SMI:-nvidia-smi}
 # The checks: id | estimate s | timeout s | sources whose change since the ok commit makes the check due
 # again (@code: every top-level source and llmc/'s sources). Their priority, status and figures live in the ledger.
 CHECKS="probe|15|60|@code
-cudnn_kernels|20|60|llmc/cudnn_att.cpp llmc/cudnn_att.h llmc/attention_path.cuh llmc/ragged.h llmc/attention.cuh llmc/flash_attention.cuh test/test_kernels.cu test/gpu_test_common.h
+cudnn_kernels|30|80|llmc/cudnn_att.cpp llmc/cudnn_att.h llmc/attention_path.cuh llmc/ragged.h llmc/attention.cuh llmc/flash_attention.cuh test/test_kernels.cu test/gpu_test_common.h
 cudnn_trainer|40|120|@code test/test_gpu.cu test/test_gpu_llama.cu test/gpu_test_common.h
 kernels|40|120|llmc/kernels.cuh llmc/flash_attention.cuh llmc/matmul.cuh llmc/attention.cuh llmc/cuda_common.h llmc/cpu_adam.h llmc/cudnn_att.cpp llmc/cudnn_att.h llmc/attention_path.cuh test/test_kernels.cu test/gpu_test_common.h
 trainer|70|150|@code test/test_gpu.cu test/gpu_test_common.h
@@ -239,6 +239,7 @@ add_lib_dir() {  # add_lib_dir DIR [first]: DIR onto LD_LIBRARY_PATH, last (or f
 CUDNN_WHY="not probed"
 find_cudnn() {
     local t out lib ver src cands f d
+    LD_BEFORE_CUDNN=${LD_LIBRARY_PATH:-}  # check_cudnn_kernels runs the binary's own loading without the folders below
     if [ -n "${LLMC_CUDNN_LIB:-}" ]; then cands=$LLMC_CUDNN_LIB
     else cands="$({ ldconfig -p 2> /dev/null || /sbin/ldconfig -p 2> /dev/null; } | awk '$1 == "libcudnn.so.9" { print $NF }' | head -n3)
         /usr/local/cuda/lib64/libcudnn.so.9 /usr/local/cuda/lib/libcudnn.so.9"; fi
@@ -368,8 +369,21 @@ cudnn_gtest() {
     FIG="$FIG${why:+; $why}"
     return $rc
 }
-# cuDNN against the CPU reference, per kernel (test_kernels: the fused kernels' shapes and bounds)
-check_cudnn_kernels() { cudnn_gtest cudnn_kernels "${BINP[test_kernels]:-}"; }
+# cuDNN against the CPU reference, per kernel (test_kernels: the fused kernels' shapes and bounds); then the
+# same test without the folders the probe put on LD_LIBRARY_PATH, as a user runs ./train_gpt: the binary's own
+# loading (LLMC_CUDNN_LIB, its sub-libraries and NVRTC preloaded from beside it) must find a working cuDNN
+check_cudnn_kernels() {
+    local rc fig bin="${BINP[test_kernels]:-}" saved=${LD_LIBRARY_PATH:-}
+    cudnn_gtest cudnn_kernels "$bin"; rc=$?
+    [ $rc = 0 ] && [ -n "${LD_BEFORE_CUDNN+x}" ] && [ "$LD_BEFORE_CUDNN" != "$saved" ] || return $rc
+    fig=$FIG
+    export LD_LIBRARY_PATH=$LD_BEFORE_CUDNN
+    cudnn_gtest cudnn_own_load "$bin"; rc=$?
+    export LD_LIBRARY_PATH=$saved
+    if [ $rc = 0 ]; then FIG="$fig; its own loading (no LD_LIBRARY_PATH): ok"
+    else FIG="$fig; ITS OWN LOADING (no LD_LIBRARY_PATH) FAILED: $FIG"; fi
+    return $rc
+}
 # the trainer on the cuDNN path against the CPU reference: GPT-2 (MHA; dense and chat rows as ragged sequences;
 # 4 whole steps against the fused path) and the Llama family (GQA, q/k/v biases, dense and chat)
 check_cudnn_trainer() {
@@ -892,7 +906,7 @@ else
     CK_END=$(scaled 60)
     probe > /dev/null; PROBE_RC=$?
     { declare -p BINP; declare -p LD_LIBRARY_PATH 2> /dev/null; declare -p LLMC_CUDNN_LIB 2> /dev/null
-      for v in TRAIN_GPT TRAIN_GPT_CPU BENCH_ADAM SAN SAN_OK SAN_WHY FIG; do declare -p $v; done
+      for v in TRAIN_GPT TRAIN_GPT_CPU BENCH_ADAM SAN SAN_OK SAN_WHY FIG LD_BEFORE_CUDNN; do declare -p $v 2> /dev/null; done
       echo "PROBE_RC1=$PROBE_RC"; } > "$STATE/probe.env"
 fi
 BINP_K=${BINP[test_kernels]:-} BINP_A=${BINP[bench_attention]:-} BINP_L=${BINP[bench_layer]:-}
