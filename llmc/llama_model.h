@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>     // defines: stat, S_ISREG
 #include "crc32c.h"       // defines: crc32c_update
 #include "model.h"        // defines: fill_normal, fill_const, read_model_header, finish_atomic_write,
                           // first_non_finite
@@ -401,6 +402,8 @@ static inline void llama_header(const LlamaConfig* c, int32_t h[256]) {
 
 // 1 if path has the Llama model magic, else 0.
 static inline int llama_is_model_file(const char* path) {
+    struct stat st;  // a FIFO would block the open: regular files only (the loader says what else it is)
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
     FILE* f = fopen(path, "rb");
     int32_t magic = 0;
     const int ok = f && fread(&magic, 4, 1, f) == 1 && magic == LLAMA_MODEL_MAGIC;

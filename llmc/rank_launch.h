@@ -34,21 +34,23 @@ static void launch_forward_signal(int sig) {
         if (launch_children[r] > 0) kill(launch_children[r], sig);
 }
 
+static double monotonic_seconds() {
+    timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+
 // The launcher's wait: returns the run's exit status once every rank has ended. first: the node's rank 0's
 // number over every node; world: the ranks of every node.
 static int launch_wait(NodeShared* node, int G, int first, int world) {
     int status_of_run = 0, alive = G, failed = -1;
     double failed_at = 0;
-    auto now = [] {
-        timespec t;
-        clock_gettime(CLOCK_MONOTONIC, &t);
-        return t.tv_sec + 1e-9 * t.tv_nsec;
-    };
     while (alive > 0) {
         int status = 0;
         const pid_t pid = waitpid(-1, &status, WNOHANG);
         if (pid <= 0) {
-            if (failed >= 0 && now() - failed_at > 30.0)  // a rank stuck in a collective: end it
+            if (failed >= 0 &&
+                monotonic_seconds() - failed_at > 30.0)  // a rank stuck in a collective: end it
                 for (int r = 0; r < G; r++)
                     if (launch_children[r] > 0) kill(launch_children[r], SIGKILL);
             usleep(50000);
@@ -64,7 +66,7 @@ static int launch_wait(NodeShared* node, int G, int first, int world) {
         const bool stopped = code == 130 || code == 143;
         if (code != 0 && !stopped && failed < 0) {
             failed = r;
-            failed_at = now();
+            failed_at = monotonic_seconds();
             status_of_run = WIFEXITED(status) ? code : 1;
             node->failed_code.store(code);
             node->failed_rank.store(r, std::memory_order_release);
@@ -177,6 +179,28 @@ static bool env_ranks(int* rank, int* world, int* local_world) {
     return true;
 }
 
+// How long ranks and nodes wait for each other to start: LLMC_NODE_WAIT seconds, 600 by default.
+static int start_wait_seconds() {
+    const char* w = getenv("LLMC_NODE_WAIT");
+    return w && *w && atoi(w) > 0 ? atoi(w) : 600;
+}
+// A wait of the start: true while it may go on. Says once, after 5 s, what it waits for (a rank that never
+// starts would otherwise leave the others silent for the whole wait).
+struct StartWait {
+    double t0 = monotonic_seconds();
+    bool said = false;
+    bool go_on(const char* what) {
+        const double t = monotonic_seconds() - t0;
+        if (t > 5 && !said) {
+            fprintf(stderr, "waiting for %s (up to %d s: LLMC_NODE_WAIT)\n", what, start_wait_seconds());
+            said = true;
+        }
+        if (t > start_wait_seconds()) return false;
+        usleep(1000);
+        return true;
+    }
+};
+
 // The node's block, by a name every rank of it derives alike: LLMC_RUN_ID, else MASTER_PORT (torchrun), else
 // Open MPI's job id, and the node's index. Its rank 0 creates it (a stale one of a run that died is
 // replaced); the others open it once that process is alive behind it; it removes the name once all joined.
@@ -205,8 +229,11 @@ static void rank_attach(Comm* c, int rank, int world, int node_rank, int nodes) 
         node->pids[0] = getpid();
         node->magic.store(NODE_SHARED_MAGIC, std::memory_order_release);
     }
-    for (int tries = 0; !node; tries++) {  // the others: up to 10 minutes for rank 0 (a slow start)
-        if (tries > 600000) die("rank 0 did not start (no %s after 10 minutes)", name);
+    StartWait wait;
+    while (!node) {  // the others: rank 0 (a slow start)
+        char what[160];
+        snprintf(what, sizeof what, "rank 0 of this node to start (this is rank %d of %d)", rank, world);
+        if (!wait.go_on(what)) die("rank 0 did not start (no %s after %d s)", name, start_wait_seconds());
         const int fd = shm_open(name, O_RDWR, 0600);
         struct stat st;
         if (fd >= 0 && fstat(fd, &st) == 0 && st.st_size >= (off_t)sizeof(NodeShared)) {
@@ -218,7 +245,6 @@ static void rank_attach(Comm* c, int rank, int world, int node_rank, int nodes) 
             else if (n) munmap(p, sizeof(NodeShared));
         }
         if (fd >= 0) close(fd);
-        if (!node) usleep(1000);
     }
     node->pids[rank] = getpid();
     rank_place(c, rank, world, node_rank, nodes, node);
@@ -228,9 +254,13 @@ static void rank_attach(Comm* c, int rank, int world, int node_rank, int nodes) 
         node->attached.fetch_add(1, std::memory_order_acq_rel);
         return;
     }
-    for (int tries = 0; node->attached.load(std::memory_order_acquire) < world - 1; tries++) {
-        if (tries > 600000) die("%d of %d ranks joined in 10 minutes", node->attached.load() + 1, world);
-        usleep(1000);
+    while (node->attached.load(std::memory_order_acquire) < world - 1) {
+        char what[160];
+        snprintf(what, sizeof what, "the other ranks of this node to start (%d of %d joined)",
+                 node->attached.load() + 1, world);
+        if (!wait.go_on(what))
+            die("%d of %d ranks of this node joined in %d s", node->attached.load() + 1, world,
+                start_wait_seconds());
     }
     shm_unlink(name);  // every rank holds it: nothing is left behind
 }
@@ -267,8 +297,7 @@ static void rank_start(Comm* c, int G, int nodes, int node_rank, const char* add
         rank_attach(c, rank - node * local_world, local_world, node, env_nodes);
     }
     if (c->nodes > 1 && c->local == 0) {
-        const char* w = getenv("LLMC_NODE_WAIT");
-        net_open(&c->net, c->nodes, c->node_rank, c->local_world, &addr, w && *w ? atoi(w) : 600);
+        net_open(&c->net, c->nodes, c->node_rank, c->local_world, &addr, start_wait_seconds());
         net_watch(&c->net);
     }
 }

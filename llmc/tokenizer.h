@@ -2,6 +2,7 @@
 // Not here: encoding (dev/data/gpt2_bpe.h).
 #pragma once
 #include <ctype.h>
+#include <sys/stat.h>  // defines: stat, S_ISREG
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,11 @@ static inline int tokenizer_init(Tokenizer* t, const char* path, char* err, size
     if (!err) {
         err = dummy;
         errlen = sizeof dummy;
+    }
+    struct stat st;  // a FIFO would block the open
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "tokenizer file %s is not a regular file", path);
+        return 0;
     }
     FILE* f = fopen(path, "rb");
     if (!f) {

@@ -346,6 +346,30 @@ TEST_F(MultiGpu, RanksFromTorchrunsEnvironmentTrainAsPn) {
     EXPECT_EQ(step_losses(out0), step_losses(pn.out));
 }
 
+// A rank whose peer never starts (torchrun's environment, rank 1 missing; then rank 1 without rank 0): after
+// 5 s it says what it waits for, and after LLMC_NODE_WAIT seconds it ends in one line (it waited 10 silent
+// minutes before).
+TEST_F(MultiGpu, ARankWhosePeerNeverStartsSaysSoAndEnds) {
+    for (int r = 0; r < 2; r++) {
+        const std::string scratch = dir + "/alone" + std::to_string(r);
+        mkdir(scratch.c_str(), 0755);
+        setenv("RANK", std::to_string(r).c_str(), 1);
+        setenv("WORLD_SIZE", "2", 1);
+        setenv("LLMC_NODE_WAIT", "7", 1);
+        setenv("LLMC_RUN_ID", ("alone-" + std::to_string(getpid()) + "-" + std::to_string(r)).c_str(), 1);
+        const pid_t pid = spawn(kEmu, run_args("L2:C64:NH2:T32:V512", dir + "/alone_run"), scratch);
+        for (const char* v : {"RANK", "WORLD_SIZE", "LLMC_NODE_WAIT", "LLMC_RUN_ID"}) unsetenv(v);
+        ASSERT_GT(pid, 0);
+        EXPECT_EQ(wait_exit(pid, 600), 1) << slurp(scratch + "/stderr.txt");
+        const std::string err = slurp(scratch + "/stderr.txt");
+        EXPECT_TRUE(has(err, r == 0 ? "waiting for the other ranks of this node to start (1 of 2 joined)"
+                                    : "waiting for rank 0 of this node to start"))
+            << err;
+        EXPECT_TRUE(has(err, r == 0 ? "error: 1 of 2 ranks of this node joined in 7 s" : "after 7 s)"))
+            << err;
+    }
+}
+
 // "1.31 MiB", "512 bytes", "2.00 GiB" (SizeText) -> bytes
 double size_of_text(const std::string& t) {
     const double v = std::stod(t);
