@@ -352,6 +352,7 @@ static void open_data(CpuRun* r) {
         die("%s", err);
     if (!dataloader_init(&r->val, a->val_data, a->B, a->T, 0, 0, err, sizeof err)) die("%s", err);
     if (!dataloader_check_pair(&r->train, &r->val, err, sizeof err)) die("%s", err);
+    run_data_tokenizer(a->output_dir, &r->train, r->resume_step >= 0, true);
     r->accum = grad_accum_steps(a);
     if (r->train.num_batches < 1)
         die("train data %s has no full batch of B*T = %lld tokens", a->train_data, (long long)a->B * a->T);

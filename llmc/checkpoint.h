@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <string>
 #include <vector>
 #include "dataloader.h"
 #include "llmc/model_file.h"  // defines: gpt_read_header, gpt_load_params; model.h: write_crc, model_tmp_open
@@ -761,6 +762,39 @@ static int64_t open_run_dir(TrainArgs* a, char* model, char* state, size_t pathl
     }
     if (a->resume) printf("no checkpoint in %s: starting from scratch\n", dir);
     return -1;
+}
+
+// Chat shards' tokenizer (the first shard's header: vocabulary and special tokens), kept in -o as
+// data_tokenizer.bin: a resume reads its model from the checkpoint, with no tokenizer to check new shards
+// against (-e's tokenizer.json is not given again), so shards of another tokenizer would train on. A fresh
+// run writes it (writer: rank 0); a resume compares, or writes it for a run from before this file.
+static void run_data_tokenizer(const char* dir, const DataLoader* train, bool resuming, bool writer) {
+    if (!dir || train->kind != DL_CHAT) return;
+    const std::string path = std::string(dir) + "/data_tokenizer.bin";
+    char err[4352];
+    if (resuming && access(path.c_str(), F_OK) == 0) {
+        FILE* f = open_regular(path.c_str(), "run file", err, sizeof err);
+        if (!f) die("%s", err);
+        int32_t saved[DATALOADER_HEADER_BYTES / 4];
+        const bool ok = read_all(f, saved, sizeof saved);
+        fclose(f);
+        if (!ok) die("run file %s: shorter than a shard's header", path.c_str());
+        if (!dl_same_tokenizer("resume", path.c_str(), saved, train->paths[train->tokenizer_shard],
+                               train->tokenizer, err, sizeof err))
+            die("%s (the first records the shards the run in %s trained on: resume on shards of its "
+                "tokenizer, "
+                "or choose another -o)",
+                err, dir);
+        return;
+    }
+    if (!writer) return;
+    const std::string tmp = path + ".tmp";
+    FILE* w = fopen(tmp.c_str(), "wb");
+    int why = 0;
+    if (!w || !finish_atomic_write(
+                  w, fwrite(train->tokenizer, 1, DATALOADER_HEADER_BYTES, w) == DATALOADER_HEADER_BYTES,
+                  tmp.c_str(), path.c_str(), &why))
+        die("cannot write %s: %s", path.c_str(), strerror(w ? why : errno));
 }
 
 // -y 1 with -e: -e's model must match the checkpoint, or die.

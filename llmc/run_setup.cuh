@@ -285,6 +285,7 @@ static void open_data(Run* r) {
             die("%s", err);
         if (!dataloader_init(val, a->val_data, a->B, a->T, 0, 0, err, sizeof err)) die("%s", err);
         if (!dataloader_check_pair(train, val, err, sizeof err)) die("%s", err);
+        run_data_tokenizer(a->output_dir, train, r->resume_step >= 0, r->comm->rank == 0);
         if (r->total_steps < 0) r->total_steps = (int)(train->num_batches / r->n_micro_all);
         if (a->max_steps < 0 && r->total_steps < 1)
             die("train data %s holds fewer than %d batches of B*T: one step needs that many", a->train_data,

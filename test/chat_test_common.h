@@ -30,8 +30,8 @@ static std::vector<Tok> row(int T, std::vector<int> lens, std::vector<int> targe
 }
 
 // A chat shard (dataloader.h's format) of these rows, at path.
-static std::string write_chat_shard(const std::string& path, const std::vector<std::vector<Tok>>& rows,
-                                    int T) {
+static std::string write_chat_shard(const std::string& path, const std::vector<std::vector<Tok>>& rows, int T,
+                                    int vocab = 50257) {
     int32_t h[256] = {0};
     int64_t targets = 0, pads = 0, starts = 0;
     for (const auto& r : rows)
@@ -45,7 +45,7 @@ static std::string write_chat_shard(const std::string& path, const std::vector<s
     h[CHAT_H_TOKEN_BYTES] = 2;
     h[CHAT_H_T] = T;
     h[CHAT_H_ROWS] = (int32_t)rows.size();
-    h[CHAT_H_VOCAB] = 50257;
+    h[CHAT_H_VOCAB] = vocab;
     h[CHAT_H_CONVS] = h[CHAT_H_SEGMENTS] = (int32_t)starts;
     h[CHAT_H_TARGETS] = (int32_t)targets;
     h[CHAT_H_PADS] = (int32_t)pads;

@@ -12,8 +12,9 @@ namespace {
 class SftTest : public CliTest {
   public:  // the helpers below take the fixture
     // A chat shard (dataloader.h's format) of these rows.
-    std::string chat_shard(const std::string& name, const std::vector<std::vector<Tok>>& rows, int T) {
-        return write_chat_shard(dir + "/" + name, rows, T);
+    std::string chat_shard(const std::string& name, const std::vector<std::vector<Tok>>& rows, int T,
+                           int vocab = 50257) {
+        return write_chat_shard(dir + "/" + name, rows, T, vocab);
     }
     Result train(const std::string& data, const std::string& val, const Args& more, const char* bin = kCpu) {
         return run_bin(bin, Args{"-e", "L2:C64:NH4:T32", "-t", "32", "-i", data, "-j", val, "-g", "0", "-l",
@@ -102,6 +103,32 @@ TEST_F(SftTest, AStepWithoutTargetsUpdatesNothing) {
         EXPECT_LE(fabs(val - trained), (bin == kCpu ? 1e-6 : 1e-5) * val) << bin << "\n" << g.out;
     }
 }
+// A resume reads its model from the checkpoint, with no tokenizer.json to hold new shards against: shards of
+// another tokenizer (here a vocabulary of 50200 ids, which the model's 50257 rows would take) trained on
+// silently (a hostile trial). The run keeps its shards' tokenizer in -o (data_tokenizer.bin); a resume on
+// other shards is refused in one line, on its own shards it goes on.
+TEST_F(SftTest, AResumeOnShardsOfAnotherTokenizerIsRefused) {
+    const int T = 32;
+    const std::string mine = chat_shard("mine.bin", {row(T, {20}, {8}, 3), row(T, {30}, {12}, 4)}, T),
+                      other =
+                          chat_shard("other.bin", {row(T, {20}, {8}, 3), row(T, {30}, {12}, 4)}, T, 50200);
+    for (const char* bin : {kCpu, kEmu}) {
+        if (bin == kEmu && !have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
+        const std::string run = dir + "/run_" + (bin == kCpu ? "cpu" : "emu");
+        const Result first = train(mine, mine, Args{"-b", "1", "-x", "2", "-v", "0", "-o", run}, bin);
+        ASSERT_EQ(first.code, 0) << first.cmd << "\n" << first.err << first.out;
+        EXPECT_TRUE(file_exists(run + "/data_tokenizer.bin"));
+        EXPECT_TRUE(
+            CleanError(train(other, other, Args{"-b", "1", "-x", "4", "-v", "0", "-o", run, "-y", "1"}, bin),
+                       {"resume: shard", "a vocabulary of 50257 ids", "50200", "choose another -o"}))
+            << bin;
+        const Result again =
+            train(mine, mine, Args{"-b", "1", "-x", "4", "-v", "0", "-o", run, "-y", "1"}, bin);
+        EXPECT_EQ(again.code, 0) << again.err;
+        EXPECT_TRUE(has(again.out, "(step 2)")) << again.out;
+    }
+}
+
 // The README's path, end to end: a Hugging Face GPT-2, the shipped chats.jsonl through chat_shards.py with
 // the plain template, a fine-tune in train_gpt_cpu (the validation loss over targets falls), export_hf with
 // the tokenizer chat_shards.py saved, then transformers loads the result, renders a question with the
