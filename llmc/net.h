@@ -400,8 +400,8 @@ static inline void net_started(NetLinks* L, uint64_t flags) {
         net_recv(L, L->fd[NET_MAIN][0], 0, &differs, sizeof differs);
         if (differs)
             die("node %d's flags differ from node 0's (the model, -b, -t, -d, -x, the learning rate, -R or "
-                "-K): "
-                "every node starts with the same flags but -pr",
+                "-K, or the data: its shards' count, tokens and kind): every node starts with the same flags "
+                "and data but -pr",
                 L->node);
     } else {
         int first = 0;
@@ -416,8 +416,8 @@ static inline void net_started(NetLinks* L, uint64_t flags) {
         }
         if (first)
             die("node %d's flags differ from node 0's (the model, -b, -t, -d, -x, the learning rate, -R or "
-                "-K): "
-                "every node starts with the same flags but -pr",
+                "-K, or the data: its shards' count, tokens and kind): every node starts with the same flags "
+                "and data but -pr",
                 first);
     }
     L->started.store(1);

@@ -249,6 +249,7 @@ static uint64_t run_fingerprint(const Run* r) {
         int64_t step_tokens;
         int B, T, total_steps, warmup, schedule, resident, kept, slots;
         float lr, weight_decay, grad_clip;
+        int64_t data[2][4];  // train and val: shards, tokens, kind and width, vocabulary (the same data)
     } x;
     memset(&x, 0, sizeof x);
     x.cfg = r->cfg;
@@ -265,6 +266,12 @@ static uint64_t run_fingerprint(const Run* r) {
     x.lr = r->args.lr;
     x.weight_decay = r->args.weight_decay;
     x.grad_clip = r->args.grad_clip;
+    const DataLoader* dl[2] = {&r->train, &r->val};  // empty for a benchmark
+    for (int i = 0; i < 2; i++) {
+        const int64_t d[4] = {dl[i]->num_shards, dl[i]->total_tokens, dl[i]->kind * 8 + dl[i]->token_bytes,
+                              dl[i]->vocab};
+        memcpy(x.data[i], d, sizeof d);
+    }
     uint64_t h = 1469598103934665603ull;  // FNV-1a
     const unsigned char* b = (const unsigned char*)&x;
     for (size_t i = 0; i < sizeof x; i++) h = (h ^ b[i]) * 1099511628211ull;

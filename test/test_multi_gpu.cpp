@@ -693,6 +693,9 @@ TEST_F(MultiGpu, BadFlagsAreOneLineErrors) {
         CleanError(other, {"node 1's flags differ from node 0's", "every node starts with the same flags"}));
     EXPECT_EQ(codes, (std::vector<int>{1, 1}));
     EXPECT_TRUE(has(slurp(dir + "/node1/stderr.txt"), "error: rank 2: node 1's flags differ"));
+    // other data on node 1 (its train data, the val shard): each node trained its own (a hostile trial)
+    const Result data = run_nodes(2, run_args(spec, dir + "/m", {"-pn", "2"}), &codes, {"-i", val});
+    EXPECT_TRUE(CleanError(data, {"node 1's flags differ from node 0's", "or the data"}));
     setenv("LLMC_NODE_WAIT", "1", 1);
     const std::string port = std::to_string(20000 + (getpid() * 13 + 7) % 12000);
     EXPECT_TRUE(
