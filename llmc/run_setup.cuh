@@ -186,6 +186,15 @@ static void open_output_dir_rank0(Run* r) {
     if (r->args.output_dir && r->bench && ga.timeline && !ga.plan_only &&
         !lock_output_dir(r->args.output_dir, err, sizeof err))
         die("%s", err);
+    if (ga.plan_only && r->args.resume && r->args.output_dir && !ga.model_given) {
+        // -P 1 -y 1: the plan of the checkpoint's model (its files neither locked nor checked here)
+        const int64_t step = latest_checkpoint(r->args.output_dir);
+        if (step >= 0) {
+            snprintf(r->resume_model, sizeof r->resume_model, "%s/model_%08lld.bin", r->args.output_dir,
+                     (long long)step);
+            r->args.model = r->resume_model;
+        }
+    }
     if (r->bench || ga.plan_only) return;
     GPTConfig ckpt;
     LlamaConfig llama_ckpt;  // num_layers 0: the checkpoint is a GPT-2

@@ -1301,6 +1301,10 @@ TEST_F(CliTest, EmulatedTrainGptTrainsCheckpointsAndResumes) {
     EXPECT_LT(atof(first.at(6).c_str()), atof(first.at(1).c_str()))
         << "6 steps on the same small data: the loss falls";
 
+    // -P 1 -y 1 without -e plans the checkpoint's model (it planned the default d12: a hostile trial)
+    const Result p = run_bin(kEmu, Args{"-b", "4", "-t", "32", "-o", out, "-y", "1", "-P", "1"});
+    EXPECT_TRUE(has(p.out, "memory plan: L2 C64 NH2")) << p.err << p.out;
+
     // resume from step 3 (the step-6 checkpoint's marker removed): steps 4..6 again, with the same losses
     ASSERT_EQ(unlink((out + "/DONE_00000006").c_str()), 0);
     const Result b = run_bin(kEmu, run + Args{"-v", "0", "-g", "0", "-n", "0", "-o", out, "-y", "1"});
