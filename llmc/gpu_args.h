@@ -216,6 +216,7 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
     *a = d;
     *ga = gd;
     char err[512];
+    bool warmup_given = false;
     for (int i = 1; i < argc; i += 2) {
         const char* flag = argv[i];
         const int help = help_flag(argc, argv, i, err, sizeof err);
@@ -241,6 +242,7 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         } else if (strcmp(flag, "-W") == 0) {
             ok = parse_int_in(flag, value, 0, 1000000, &v, err, sizeof err);
             ga->bench_warmup = (int)v;
+            warmup_given = true;
         } else if (strcmp(flag, "-Y") == 0) {
             ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err);
             ga->timeline = (int)v;
@@ -321,4 +323,11 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         die("-sb sizes the SSD tier's ring: it needs -sd DIR (run ./train_gpt -h for the flags)");
     if (ga->disk_read_gbs > 0 && !ga->ssd_dir)
         die("-sr gives -P 1 the SSD tier's disk rates: it needs -sd DIR (run ./train_gpt -h for the flags)");
+    if (ga->disk_read_gbs > 0 && !ga->plan_only)
+        die("-sr gives -P 1 the SSD tier's disk rates; a run measures its own disk: drop -sr, or add -P 1");
+    if (warmup_given && ga->bench_steps == 0)
+        die("-W sets the benchmark's warm-up steps: it needs -B N (run ./train_gpt -h for the flags)");
+    const char* world = getenv("WORLD_SIZE");
+    if (ga->node_address && ga->nodes <= 1 && !(world && atoi(world) > 1))
+        die("-ps names node 0 of several nodes: it needs -pN N (run ./train_gpt -h for the flags)");
 }

@@ -165,9 +165,14 @@ static void rank_gate_open(Comm* c, uint64_t flags) {
 // Ranks started by another launcher: torchrun's RANK / WORLD_SIZE / LOCAL_WORLD_SIZE, Open MPI's
 // OMPI_COMM_WORLD_*. false: none (or one rank); else this process's rank, world and ranks on this node.
 static int env_int(const char* a, const char* b) {
+    const char* name = a;
     const char* v = getenv(a);
-    if (!v || !*v) v = getenv(b);
-    return v && *v ? atoi(v) : -1;
+    if (!v || !*v) v = getenv(name = b);
+    if (!v || !*v) return -1;
+    char* end = NULL;
+    const long x = strtol(v, &end, 10);
+    if (*end || x < 0 || x > (1 << 20)) die("%s=%.40s: a whole number (of ranks) is needed", name, v);
+    return (int)x;
 }
 static bool env_ranks(int* rank, int* world, int* local_world) {
     *world = env_int("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE");

@@ -1051,6 +1051,11 @@ TEST_F(CliTest, MemoryPlanExitStatusSaysWhatFits) {
     EXPECT_TRUE(
         has(run_bin(kEmu, Args{"-h"}).out, "Exit status 0: fits, 2: does not fit but the advice does"));
     EXPECT_TRUE(CleanError(run_bin(kEmu, Args{"-e", "d12", "-P", "1", "-sr", "fast"}), {"-sr", "fast"}));
+    // -sr and -W where they did nothing (a hostile trial): a run measures its own disk; -W needs -B
+    EXPECT_TRUE(CleanError(run_bin(kEmu, Args{"-e", "d12", "-sd", dir + "/sr", "-sr", "1"}),
+                           {"a run measures its own disk: drop -sr, or add -P 1"}));
+    EXPECT_TRUE(
+        CleanError(run_bin(kEmu, Args{"-e", "d12", "-W", "3"}), {"-W sets the benchmark's warm-up steps"}));
     EXPECT_TRUE(
         CleanError(run_bin(kEmu, Args{"-e", "d12", "-P", "1", "-sr", "6,0"}), {"-sr", "out of range"}));
     EXPECT_TRUE(CleanError(run_bin(kEmu, Args{"-e", "d12", "-P", "1", "-sd", dir + "/sd", "-sb", "lots"}),

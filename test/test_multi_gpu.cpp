@@ -684,6 +684,13 @@ TEST_F(MultiGpu, BadFlagsAreOneLineErrors) {
                            {"-pr 2 with -pN 2"}));
     EXPECT_TRUE(
         CleanError(run_bin(kEmu, run_args(spec, dir + "/h", {"-pN", "2", "-ps", "h:0"})), {"-ps h:0"}));
+    // flags that did nothing (a hostile trial): -ps without -pN, a WORLD_SIZE that is not a number
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/n", {"-ps", "127.0.0.1:29999"})),
+                           {"-ps names node 0 of several nodes: it needs -pN N"}));
+    setenv("WORLD_SIZE", "abc", 1);
+    const Result world = run_bin(kEmu, run_args(spec, dir + "/o"));
+    unsetenv("WORLD_SIZE");
+    EXPECT_TRUE(CleanError(world, {"WORLD_SIZE=abc: a whole number"}));
     std::vector<int> codes;
     const Result mixed = run_nodes(2, run_args(spec, dir + "/i", {"-pn", "2"}), &codes, {"-pn", "1"});
     EXPECT_TRUE(CleanError(mixed, {"-pN: node 1 has 1 GPU rank, node 0 2: every node runs the same -pn"}));
