@@ -1204,7 +1204,8 @@ int main(int argc, char** argv) {
         r.ga.ranks = ranks.local_world;  // another launcher's ranks count as -pn and -pN
         r.ga.nodes = ranks.nodes;
     }
-    rank_gate_wait(&ranks);  // the other ranks: after rank 0's checks
+    rank_gate_wait(&ranks);                         // the other ranks: after rank 0's checks
+    r.args.model = model_of_run_dir(r.args.model);  // -e a run's -o: its latest checkpoint
     const TrainArgs& args = r.args;
     flash_attention_flag = r.ga.flash;  // before the memory plan: the cuBLAS path stores the scores
     cublaslt_fusion = r.ga.epilogues;

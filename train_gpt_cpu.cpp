@@ -521,6 +521,7 @@ int main(int argc, char** argv) {
     CpuRun* r = &run;
     const TrainArgs* a = &r->args;
     parse_args(r, argc, argv);
+    r->args.model = model_of_run_dir(r->args.model);  // -e a run's -o: its latest checkpoint
     open_output_dir(r, argc, argv);
     build_model(&r->model, a->model, a->B, a->T, &r->source);
     open_data(r);

@@ -797,6 +797,19 @@ static void run_data_tokenizer(const char* dir, const DataLoader* train, bool re
         die("cannot write %s: %s", path.c_str(), strerror(w ? why : errno));
 }
 
+// -e DIR where DIR is a run's -o (checkpoints, no Hugging Face model in it): its latest checkpoint's model
+// file, as export_hf -i reads a run. Any other -e as given.
+static const char* model_of_run_dir(const char* model) {
+    static char path[4200];
+    if (!model || !is_dir(model) || file_exists(std::string(model) + "/config.json")) return model;
+    const int64_t step = latest_checkpoint(model);
+    if (step < 0 ||
+        snprintf(path, sizeof path, "%s/model_%08lld.bin", model, (long long)step) >= (int)sizeof path)
+        return model;
+    printf("-e %s: the run's latest checkpoint, step %lld\n", model, (long long)step);
+    return path;
+}
+
 // -y 1 with -e: -e's model must match the checkpoint, or die.
 static void check_resume_model(const char* model, const char* output_dir, const GPTConfig* ckpt) {
     GPTConfig want;

@@ -208,12 +208,13 @@ static inline int hf_open(const char* path, HfCheckpoint* ck, char* err, size_t 
         else if (file_exists(p + "/model.safetensors.index.json"))
             index = p + "/model.safetensors.index.json";
         else {
-            snprintf(err, errlen, "%.400s holds no model.safetensors%s", path,
-                     file_exists(p + "/pytorch_model.bin")
-                         ? " (only PyTorch's pytorch_model.bin: save it with "
-                           "save_pretrained(dir, safe_serialization=True))"
-                         : " or model.safetensors.index.json (a Hugging Face model), and no checkpoint of a "
-                           "run (-o DIR)");
+            snprintf(
+                err, errlen, "%.400s holds no model.safetensors%s", path,
+                file_exists(p + "/pytorch_model.bin")
+                    ? " (only PyTorch's pytorch_model.bin: save it with "
+                      "save_pretrained(dir, safe_serialization=True))"
+                    : " or model.safetensors.index.json (a Hugging Face model), and no complete checkpoint "
+                      "of a run (-o DIR)");
             return 0;
         }
     } else {

@@ -1289,6 +1289,25 @@ TEST_F(CliTest, EmulatedValidationLossIndependentOfBatchesPerWalk) {
     EXPECT_EQ(one.out.substr(a, 20), four.out.substr(b, 20));
 }
 
+// -e a run's -o (a hostile trial: "holds no model.safetensors ... and no checkpoint of a run", while it held
+// four): the run's latest checkpoint, as export_hf -i reads it; without a complete one, the one line says so.
+TEST_F(CliTest, ModelFromARunsDirectoryIsItsLatestCheckpoint) {
+    const std::string run = dir + "/first";
+    const Args data = {"-b", "2", "-t", "32", "-i", kTrain, "-j", kVal, "-v", "0", "-g", "0"};
+    const Result a = run_bin(kCpu, Args{"-e", "L2:C64:NH2:T32", "-x", "2", "-n", "1", "-o", run} + data);
+    ASSERT_EQ(a.code, 0) << a.err;
+    for (const char* bin : {kCpu, kEmu}) {
+        if (bin == kEmu && !have_binary(kEmu)) continue;
+        const Result b = run_bin(bin, Args{"-e", run, "-x", "1"} + data);
+        EXPECT_EQ(b.code, 0) << bin << "\n" << b.err;
+        EXPECT_TRUE(has(b.out, "-e " + run + ": the run's latest checkpoint, step 2")) << bin << "\n"
+                                                                                       << b.out;
+    }
+    for (const char* f : {"/DONE_00000001", "/DONE_00000002"}) unlink((run + f).c_str());
+    EXPECT_TRUE(
+        CleanError(run_bin(kCpu, Args{"-e", run, "-x", "1"} + data), {"no complete checkpoint of a run"}));
+}
+
 TEST_F(CliTest, EmulatedTrainGptTrainsCheckpointsAndResumes) {
     if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
     const std::string out = dir + "/emu";
