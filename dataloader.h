@@ -244,6 +244,37 @@ static inline int dl_check_chat(const char* path, const int32_t* h, int64_t byte
                  path, h[CHAT_H_VOCAB], S);
         return 0;
     }
+    // the flags against the header's counts: a header that promises targets the flags do not mark would
+    // train on nothing, each step skipped (one pass over R*T bytes, read in 1 MiB pieces)
+    FILE* f = fopen(path, "rb");
+    int64_t counted[3] = {0, 0, 0};  // targets, pads, conversation pieces (starts outside padding)
+    static thread_local uint8_t piece[1 << 20];
+    bool read_ok = f && fseeko(f, (off_t)(DATALOADER_HEADER_BYTES + R * T * w), SEEK_SET) == 0;
+    for (int64_t left = R * T; read_ok && left > 0;) {
+        const size_t n = (size_t)(left < (int64_t)sizeof piece ? left : (int64_t)sizeof piece);
+        read_ok = fread(piece, 1, n, f) == n;
+        for (size_t i = 0; read_ok && i < n; i++) {
+            counted[0] += piece[i] & CHAT_TARGET;
+            counted[1] += (piece[i] & CHAT_PAD) != 0;
+            counted[2] += (piece[i] & (CHAT_START | CHAT_PAD)) == CHAT_START;
+        }
+        left -= (int64_t)n;
+    }
+    if (f) fclose(f);
+    if (!read_ok) {
+        snprintf(err, errlen, "shard %s: cannot read its flags", path);
+        return 0;
+    }
+    if (counted[0] != targets || counted[1] != dl_int64_at(h, CHAT_H_PADS) ||
+        counted[2] != h[CHAT_H_SEGMENTS]) {
+        snprintf(
+            err, errlen,
+            "shard %s: its flags mark %lld targets, %lld padding tokens and %lld conversation pieces, its "
+            "header says %lld, %lld and %d: a corrupt shard (make it again with dev/data/chat_shards.py)",
+            path, (long long)counted[0], (long long)counted[1], (long long)counted[2], (long long)targets,
+            (long long)dl_int64_at(h, CHAT_H_PADS), h[CHAT_H_SEGMENTS]);
+        return 0;
+    }
     s->kind = DL_CHAT;
     s->token_bytes = w;
     s->rows = R;
@@ -303,7 +334,8 @@ static inline int dl_check_shard(const char* path, int B, int T, DlShard* s, cha
         char fix[160];
         const int64_t fits = (n - 1) / T;  // the B that fits at this T
         if (fits > 0) snprintf(fix, sizeof fix, "use -b %lld or fewer, or a smaller -t", (long long)fits);
-        else snprintf(fix, sizeof fix, "use -b 1 and -t %lld or less", (long long)(n > 1 ? n - 1 : 1));
+        else if (n > 1) snprintf(fix, sizeof fix, "use -b 1 and -t %lld or less", (long long)(n - 1));
+        else snprintf(fix, sizeof fix, "it holds no pair of tokens to learn from");
         snprintf(err, errlen, "shard %s: too short: %lld tokens, one batch needs B*T+1 = %lld tokens: %s",
                  path, (long long)n, (long long)(BT + 1), fix);
         return 0;

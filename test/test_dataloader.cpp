@@ -543,6 +543,19 @@ TEST_F(DataLoaderTest, ChatHeaderRefusals) {
     fwrite(&rows, 4, 1, f);
     fclose(f);
     expect_has(init_error(huge, 1, 6), huge, "disagrees with the header's 2147483647 rows");
+    // a header that promises targets its flags do not mark: every step would be skipped (a hostile trial)
+    const std::string promise = write_chat(path("promise.bin"), small_chat());
+    f = fopen(promise.c_str(), "r+b");
+    int32_t targets[2];
+    fseek(f, 4 * CHAT_H_TARGETS, SEEK_SET);
+    ASSERT_EQ(fread(targets, 4, 2, f), 2u);
+    const int32_t more[2] = {targets[0] + 5, 0};
+    fseek(f, 4 * CHAT_H_TARGETS, SEEK_SET);
+    fwrite(more, 4, 2, f);
+    fclose(f);
+    expect_has(init_error(promise, 1, 6), promise,
+               "its flags mark " + std::to_string(targets[0]) + " targets");
+    expect_has(init_error(promise, 1, 6), promise, "a corrupt shard");
 }
 
 // A chat shard's vocabulary and special tokens (chat_shards.py records them): checked for sense, one glob
