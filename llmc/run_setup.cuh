@@ -343,16 +343,14 @@ static void check_ssd_space(const Run* r) {
 
 // Fit check before large allocations: host RAM, then GPU.
 static void check_host_fit(const Run* r) {
-    const double GiB = 1073741824.0;
     const GpuArgs* ga = &r->ga;
     const int64_t host_avail = host_memory_to_count_on(ga);
     // -E 1 on several ranks: each its own pinned staging; the rest once a node
     const int64_t host_bytes = r->plan.host_bytes + (int64_t)(ga->ranks - 1) * r->plan.vocab_staging;
     if (host_avail >= 0 && host_bytes > host_avail)
-        die("host RAM too small for this config: needs %.1f GiB (fp32 weights + AdamW m, v + pinned bf16 "
-            "weights and "
-            "grads), %.1f GiB %s",
-            host_bytes / GiB, host_avail / GiB,
+        die("host RAM too small for this config: needs %s (fp32 weights + AdamW m, v + pinned bf16 "
+            "weights and grads), %s %s",
+            SizeText((double)host_bytes).s, SizeText((double)host_avail).s,
             ga->host_gib > 0
                 ? "given by -M"
                 : "available (MemAvailable; where memory grows as it is used, -M GiB says how much)");
@@ -506,9 +504,9 @@ static void check_fit(Run* r) {
         "lower -d, "
         "-b or -t; %.2f GiB for %d GPU-resident layers: lower -R; %.2f GiB for %d layers' kept activations: "
         "lower "
-        "-K), %s",
+        "-K) and %.2f GiB kept free for CUDA and the libraries, %s",
         m.gpu_bytes / GiB, m.layer_inputs / GiB, m.resident_layers / GiB, r->resident, m.kept / GiB, r->kept,
-        budget_text);
+        gpu_reserve_bytes / GiB, budget_text);
 }
 
 // Model, shape checks, memory plan. -R -1 / -K -1 count as 0 here.
