@@ -392,6 +392,30 @@ static int64_t dir_free_bytes(const char* dir) {
     return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
 }
 
+// -sd DIR as a run will use it: a directory it can write in, or one it can create (mkdir: its parent must
+// exist). false with why: -P 1 refuses what the run would (it said the disk had room for a file's path).
+static bool ssd_dir_usable(const char* dir, char* why, size_t n) {
+    struct stat st;
+    if (stat(dir, &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) return snprintf(why, n, "-sd %s is not a directory", dir), false;
+        if (access(dir, W_OK | X_OK) != 0)
+            return snprintf(why, n, "-sd %s: cannot write in it: %s", dir, strerror(errno)), false;
+        return true;
+    }
+    std::string parent = dir;
+    const size_t end = parent.find_last_not_of('/'), slash = parent.find_last_of('/', end);
+    parent = slash == std::string::npos ? "." : slash == 0 ? "/" : parent.substr(0, slash);
+    const bool there = stat(parent.c_str(), &st) == 0;
+    if (!there || !S_ISDIR(st.st_mode))
+        return snprintf(why, n, "-sd %s: cannot create it: %s %s (a run creates DIR, not its parents)", dir,
+                        parent.c_str(), there ? "is not a directory" : "does not exist"),
+               false;
+    if (access(parent.c_str(), W_OK | X_OK) != 0)
+        return snprintf(why, n, "-sd %s: cannot create it in %s: %s", dir, parent.c_str(), strerror(errno)),
+               false;
+    return true;
+}
+
 // -P 1: gpt_build's allocations, part by part. Whether they fit: llmc/plan_advice.cuh.
 static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int slots, int resident,
                               int kept, const GpuArgs* ga, MemoryPlan plan, bool no_gpu_here,

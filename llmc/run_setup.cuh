@@ -564,6 +564,8 @@ static void plan_run(Run* r) {
 // With -V, -R -1 / -K -1 / -E -1 fit that budget.
 static int print_plan_only(Run* r) {
     GpuArgs* ga = &r->ga;
+    char why[4400];
+    if (ga->ssd_dir && !ssd_dir_usable(ga->ssd_dir, why, sizeof why)) die("%s", why);
     ga->vocab_host = ga->gpu_gib > 0
                          ? vocab_host_for(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga,
                                           gpu_memory_budget(ga, INT64_MAX), &r->llama)
@@ -769,6 +771,10 @@ static void build_model(Run* r, GPT* g) {
     r->adam_threads = r->ga.adam_threads > 0 ? r->ga.adam_threads : std::max(1, cores - beside);  // a rank's
     cpu_adam_set_threads(r->adam_threads);
     if (r->ga.ssd_dir) {  // the probe first: its buffers are gone before the model's arrive
+        struct stat st;   // a resume's store is there already: a wrong -sd is not made (and left behind)
+        if (r->resume_step >= 0 && stat(r->ga.ssd_dir, &st) != 0)
+            die("resume: -sd %s: %s; a resume reads the SSD store from the run's -sd DIR", r->ga.ssd_dir,
+                strerror(errno));
         if (mkdir(r->ga.ssd_dir, 0755) != 0 && errno != EEXIST)
             die("-sd %s: cannot create it: %s", r->ga.ssd_dir, strerror(errno));
         if (ssd_lock_dir(r->ga.ssd_dir, err, sizeof err) < 0) die("-sd: %s", err);  // held until exit

@@ -455,28 +455,46 @@ static SsdStore* new_store(const char* dir, const SsdStoreConfig* cfg) {
     return st;
 }
 
-// Creates at full size, or opens and checks, the store's files; -1 with err.
-static int open_files(SsdStore* st, int create, char* err, size_t errlen) {
+// Creates at full size, or opens and checks, the store's files; -1 with err. resume (>= 0, opening): the
+// generation a resume reads; the other one's files and the gradients' scratch file, missing or of another
+// size, are made again at full size (its checkpoint then gone: said once) rather than refuse the resume.
+static int open_files(SsdStore* st, int create, char* err, size_t errlen, int resume = -1) {
     const SsdStoreConfig* cfg = &st->cfg;
     st->io = ssd_io_open(&cfg->io, err, errlen);
     if (!st->io) return -1;
-    auto open_one = [&](SsdFile* f, const std::string& path, int64_t size) {
-        if (ssd_file_open(f, path.c_str(), create, size, cfg->io.quiet, err, errlen) != 0) return -1;
-        if (f->size != size) {
+    bool remade = false;
+    auto open_one = [&](SsdFile* f, const std::string& path, int64_t size, bool remake) {
+        int r = ssd_file_open(f, path.c_str(), create, size, cfg->io.quiet, err, errlen);
+        if (r == 0 && f->size != size) {
             snprintf(err, errlen, "%.600s has %lld bytes, the store's shape needs %lld", f->path,
                      (long long)f->size, (long long)size);
-            return -1;
+            r = -1;
         }
-        return 0;
+        if (r == 0 || create || !remake) return r;
+        if (!cfg->io.quiet) fprintf(stderr, "warning: %s: made again\n", err);
+        ssd_file_close(f);
+        remade = true;
+        return ssd_file_open(f, path.c_str(), 1, size, cfg->io.quiet, err, errlen);
     };
     for (int g = 0; g < 2; g++)
-        for (int k = 0; k < K_COUNT; k++)
-            if (has_kind(cfg, k) &&
-                open_one(&st->files[g][k], gen_path(st->dir, g, k),
-                         cfg->num_layers * (kKindSize[k] == 4 ? st->stride4 : st->stride2)) != 0)
-                return -1;
+        for (int k = 0; k < K_COUNT; k++) {
+            if (!has_kind(cfg, k)) continue;
+            SsdFile* f = &st->files[g][k];
+            const int64_t size = cfg->num_layers * (kKindSize[k] == 4 ? st->stride4 : st->stride2);
+            const bool remake = resume >= 0 && g != resume;
+            remade = false;
+            if (open_one(f, gen_path(st->dir, g, k), size, remake) != 0) return -1;
+            if (remade && st->step[g] >= 0) {
+                if (!cfg->io.quiet)
+                    fprintf(stderr,
+                            "warning: the SSD store's older checkpoint (step %lld) is gone; the resume "
+                            "reads step %lld\n",
+                            (long long)st->step[g], (long long)st->step[resume]);
+                st->step[g] = -1;
+            }
+        }
     if (cfg->grads_on_disk &&
-        open_one(&st->grads, st->dir + "/grads.bf16", cfg->num_layers * st->stride2) != 0)
+        open_one(&st->grads, st->dir + "/grads.bf16", cfg->num_layers * st->stride2, resume >= 0) != 0)
         return -1;
     return 0;
 }
@@ -586,11 +604,19 @@ SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t ste
             cfg->with_bf16 ? "on disk" : "in RAM", cfg->grads_on_disk ? "on disk" : "in RAM");
         return NULL;
     }
-    if (m.version == 2 && m.owner != owner_of(cfg)) {
+    struct stat owner_st;  // a run directory moved (renamed): its store follows it, said once
+    const bool owner_gone = !m.owner.empty() && *owner_of(cfg) && stat(m.owner.c_str(), &owner_st) != 0;
+    if (m.version == 2 && m.owner != owner_of(cfg) && !owner_gone) {
         snprintf(err, errlen, "the SSD store in %.600s belongs to %.600s, not to %.600s", dir,
                  owner_text(m.owner).c_str(), owner_text(owner_of(cfg)).c_str());
         return NULL;
     }
+    if (m.version == 2 && owner_gone && !cfg->io.quiet)
+        fprintf(
+            stderr,
+            "warning: the SSD store in %s belonged to the run in %s, which is gone (moved?): the run in %s "
+            "resumes it\n",
+            dir, m.owner.c_str(), owner_of(cfg));
     const int64_t* steps = m.steps;
     int g = -1;
     if (step < 0) g = steps[0] < 0 && steps[1] < 0 ? -1 : steps[0] >= steps[1] ? 0 : 1;
@@ -616,7 +642,7 @@ SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t ste
     SsdStore* st = new_store(dir, &use);
     st->step[0] = steps[0];
     st->step[1] = steps[1];
-    if (setup_ring(st, err, errlen) != 0 || open_files(st, 0, err, errlen) != 0) {
+    if (setup_ring(st, err, errlen) != 0 || open_files(st, 0, err, errlen, g) != 0) {
         ssd_store_close(st);
         return NULL;
     }

@@ -914,12 +914,22 @@ TEST_F(CliTest, BenchmarkTokensAreBelowTheVocabulary) {
 TEST_F(CliTest, MemoryPlanCreatesNoSsdDirectory) {
     for (const char* bin : {kGpu, kEmu}) {
         if (!have_binary(bin)) continue;
-        for (const std::string& sd : {dir + "/new", dir + "/new2/sub/"}) {
-            const Result r = run_bin(bin, Args{"-e", "d12", "-b", "4", "-t", "64", "-P", "1", "-sd", sd});
-            EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.err << r.out;
-            EXPECT_TRUE(has(r.out, "GiB free in -sd DIR")) << r.out;
-            EXPECT_FALSE(file_exists(dir + "/new") || file_exists(dir + "/new2")) << bin << " -sd " << sd;
-        }
+        const std::string sd = dir + "/new/";
+        const Result r = run_bin(bin, Args{"-e", "d12", "-b", "4", "-t", "64", "-P", "1", "-sd", sd});
+        EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.err << r.out;
+        EXPECT_TRUE(has(r.out, "GiB free in -sd DIR")) << r.out;
+        EXPECT_FALSE(file_exists(dir + "/new")) << bin << " -sd " << sd;
+        // what a run could not use, refused as the run refuses it (the plan said the disk had room: a
+        // hostile trial): a file, a directory under one that does not exist
+        FILE* f = fopen((dir + "/file").c_str(), "w");
+        ASSERT_NE(f, nullptr);
+        fclose(f);
+        const Args plan = {"-e", "d12", "-b", "4", "-t", "64", "-P", "1", "-sd"};
+        EXPECT_TRUE(CleanError(run_bin(bin, plan + Args{dir + "/file"}), {"/file is not a directory"}));
+        EXPECT_TRUE(
+            CleanError(run_bin(bin, plan + Args{dir + "/new2/sub"}),
+                       {"cannot create it:", "/new2 does not exist (a run creates DIR, not its parents)"}));
+        EXPECT_FALSE(file_exists(dir + "/new2"));
     }
 }
 

@@ -995,22 +995,53 @@ TEST(SsdStoreChecksums, AnEditedManifestOrSumsFileIsRefused) {
     EXPECT_NE(strstr(err, "ssd_manifest is not a regular file"), nullptr) << err;
 }
 
-TEST(SsdStoreOwner, AnotherRunsStoreIsNeitherReplacedNorResumed) {
-    TempDir d;
+// What a resume does not read cannot refuse it (a hostile trial: a truncated file of the older checkpoint,
+// or the gradients' scratch file gone, refused a resume of the intact newer one): those files are made again,
+// the older checkpoint said gone, and the resume reads step 4 as the owner's does.
+TEST(SsdStoreOwner, TheOlderCheckpointsFilesAndTheScratchDoNotBlockAResume) {
+    TempDir d, runs;
+    const std::string a = runs.path + "/a";
+    mkdir(a.c_str(), 0755);
     RamModel ram(4);
-    SsdStoreConfig cfg = checkpointed_store(d.path, "/runs/a", &ram);
+    SsdStoreConfig cfg = checkpointed_store(d.path, a.c_str(), &ram);
+    const std::string m = manifest_of(d.path);
+    const int newest = m.find("step0 4\n") != std::string::npos ? 0 : 1, older = 1 - newest;
+    ASSERT_NE(m.find("step" + std::to_string(newest) + " 4\n"), std::string::npos) << m;
+    ASSERT_EQ(truncate((d.path + "/gen" + std::to_string(older) + "/v.f32").c_str(), 4096), 0);
+    unlink((d.path + "/grads.bf16").c_str());
+    char err[2048] = "";
+    RamModel want(4);
+    for (int t = 1; t <= 4; t++) want.step(t, {0, 1, 2, 3});
+    SsdStore* st = ssd_store_open(d.path.c_str(), &cfg, -1, err, sizeof err);
+    ASSERT_NE(st, nullptr) << err;
+    expect_store_equals(st, want, 1, "the resume of step 4");
+    ssd_store_close(st);
+    // the newer checkpoint's own file damaged: refused, named
+    ASSERT_EQ(truncate((d.path + "/gen" + std::to_string(newest) + "/m.f32").c_str(), 4096), 0);
+    EXPECT_EQ(ssd_store_open(d.path.c_str(), &cfg, -1, err, sizeof err), nullptr);
+    EXPECT_NE(strstr(err, "m.f32 has 4096 bytes"), nullptr) << err;
+}
+
+TEST(SsdStoreOwner, AnotherRunsStoreIsNeitherReplacedNorResumed) {
+    TempDir d, runs;  // the owners' run directories exist: a gone one's store follows its run (below)
+    const std::string a = runs.path + "/a", b = runs.path + "/b";
+    mkdir(a.c_str(), 0755);
+    mkdir(b.c_str(), 0755);
+    RamModel ram(4);
+    SsdStoreConfig cfg = checkpointed_store(d.path, a.c_str(), &ram);
     const std::string before = manifest_of(d.path);
     char err[2048] = "";
     SsdStoreConfig other = cfg;
-    for (const char* owner : {"/runs/b", ""}) {
+    for (const char* owner : {b.c_str(), ""}) {
         other.owner = owner;
         EXPECT_EQ(ssd_store_create(d.path.c_str(), &other, err, sizeof err), nullptr) << owner;
         EXPECT_NE(
-            strstr(err, "holds the SSD store of the run in /runs/a with a checkpoint; it is left as it is"),
+            strstr(err, ("holds the SSD store of the run in " + a + " with a checkpoint; it is left as it is")
+                            .c_str()),
             nullptr)
             << err;
         EXPECT_EQ(ssd_store_open(d.path.c_str(), &other, -1, err, sizeof err), nullptr);
-        EXPECT_NE(strstr(err, "belongs to the run in /runs/a, not to"), nullptr) << err;
+        EXPECT_NE(strstr(err, ("belongs to the run in " + a + ", not to").c_str()), nullptr) << err;
     }
     EXPECT_EQ(manifest_of(d.path), before) << "the store is untouched";
     RamModel want(4);
@@ -1018,6 +1049,17 @@ TEST(SsdStoreOwner, AnotherRunsStoreIsNeitherReplacedNorResumed) {
     SsdStore* st = ssd_store_open(d.path.c_str(), &cfg, 4, err, sizeof err);  // its owner resumes it
     ASSERT_NE(st, nullptr) << err;
     expect_store_equals(st, want, 1, "the owner's resume");
+    ssd_store_close(st);
+    // the owner's directory moved (a hostile trial: the store refused the moved run, and its manifest's
+    // checksum let nobody mend it): the run in its new place resumes it; a run without -o still may not
+    const std::string moved = runs.path + "/a_moved";
+    ASSERT_EQ(rename(a.c_str(), moved.c_str()), 0);
+    other.owner = "";
+    EXPECT_EQ(ssd_store_open(d.path.c_str(), &other, -1, err, sizeof err), nullptr);
+    other.owner = moved.c_str();
+    st = ssd_store_open(d.path.c_str(), &other, 4, err, sizeof err);
+    ASSERT_NE(st, nullptr) << err;
+    expect_store_equals(st, want, 1, "the moved run's resume");
     ssd_store_close(st);
     // a store without an owner (a run without -o, which never checkpoints) may be replaced by any run
     TempDir e;

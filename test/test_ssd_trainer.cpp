@@ -498,6 +498,12 @@ TEST_F(SsdTrainer, AStoreBelongsToItsRun) {
                                {"-sd:", "is in use by another run"}));
         close(fd);
     }
+    // a resume given a -sd that does not exist: refused, and nothing made there (a hostile trial: the
+    // directory and its lock file were left behind)
+    EXPECT_TRUE(
+        CleanError(run_bin(kEmu, run_args(a, {"-x", "4", "-n", "2", "-y", "1", "-sd", dir + "/other"})),
+                   {"-sd", "/other", "a resume reads the SSD store from the run's -sd DIR"}));
+    EXPECT_FALSE(file_exists(dir + "/other"));
     const Result again = run_bin(kEmu, run_args(a, {"-x", "4", "-n", "2", "-y", "1", "-sd", store}));
     ASSERT_EQ(again.code, 0) << again.cmd << "\n" << again.err << again.out;
     EXPECT_TRUE(has(again.out, "(step 2)")) << again.out;
