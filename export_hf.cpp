@@ -220,6 +220,32 @@ int main(int argc, char** argv) {
     const bool is_llama = llama.num_layers > 0;
     if (!is_llama && !gpt_read_header(model.c_str(), &cfg, err, sizeof err)) die("%s", err);
 
+    // -t against the run's shards: a chat run keeps their tokenizer (data_tokenizer.bin, checkpoint.h); -t
+    // must be that tokenizer, or the export pairs the weights with ids they were not trained on
+    const std::string data_tok = std::string(in) + "/data_tokenizer.bin";
+    const std::string tok_json = tokenizer_dir ? std::string(tokenizer_dir) + "/tokenizer.json" : "";
+    if (tokenizer_dir && is_dir(in) && file_exists(data_tok) && file_exists(tok_json)) {
+        const int V = is_llama ? llama.vocab_size : cfg.vocab_size;
+        Tokenizer t;
+        if (!tokenizer_init_hf(&t, tok_json.c_str(), err, sizeof err)) die("-t %s: %s", tokenizer_dir, err);
+        DataLoader run_data;  // the run's shards, as far as their tokenizer goes
+        memset(&run_data, 0, sizeof run_data);
+        FILE* d = fopen(data_tok.c_str(), "rb");
+        const bool ok =
+            d && fread(run_data.tokenizer, 1, sizeof run_data.tokenizer, d) == sizeof run_data.tokenizer;
+        if (d) fclose(d);
+        if (!ok) die("cannot read %s", data_tok.c_str());
+        run_data.kind = DL_CHAT;
+        run_data.vocab = run_data.tokenizer[CHAT_H_VOCAB];
+        run_data.pattern = (char*)data_tok.c_str();
+        const int fits = dataloader_check_model(&run_data, V, in, t.token_table, t.vocab_size,
+                                                tok_json.c_str(), err, sizeof err);
+        tokenizer_free(&t);
+        if (!fits)
+            die("-t %s is not the tokenizer of the shards the run in %s trained on: %s", tokenizer_dir, in,
+                err);
+    }
+
     // the output: new or empty, so no stale files
     if (DIR* d = opendir(out)) {
         int entries = 0;

@@ -437,7 +437,7 @@ TEST_P(Both, HostRamTooSmall) {
         GTEST_SKIP() << "no MemAvailable in /proc/meminfo: the trainers cannot check";
     if (host_available_bytes() > ((int64_t)4 << 40)) GTEST_SKIP() << "more than 4 TiB of RAM: 175b fits";
     const std::regex amounts(
-        "needs [0-9]+\\.[0-9] GiB .*[0-9]+\\.[0-9] GiB available");  // (train_gpt: "... -M")
+        "needs [0-9]+\\.[0-9]+ GiB .*[0-9]+\\.[0-9]+ GiB available");  // (train_gpt: "... -M")
     const Result r = run_it(base_args() + Args{"-e", "175b"});
     EXPECT_TRUE(CleanError(r, {"host RAM too small"}));
     EXPECT_TRUE(std::regex_search(r.err, amounts)) << r.err;
@@ -992,7 +992,7 @@ TEST_F(CliTest, MemoryPlanNeedsNoGpu) {
             << tight.out;
         EXPECT_EQ(tight.code, 2) << bin << ": the advice (-sd DIR) fits\n" << tight.out;
         EXPECT_TRUE(CleanError(run_bin(bin, base_args() + Args{"-M", "0.01"}),
-                               {"host RAM too small", "0.0 GiB given by -M"}))
+                               {"host RAM too small", "needs 44.54 MiB", "10.24 MiB given by -M"}))
             << bin;
         // -V: -R -1 / -K -1 placed for that much GPU memory, as on such a GPU (79 GiB: an H100 80GB), and its
         // fit check. 5B at 8K tokens: 3.38 GiB per resident layer; 20 of 24 leave 79 - 77.28 - 0.25 < the

@@ -178,6 +178,13 @@ TEST_F(SftTest, FromHuggingFaceThroughChatShardsToTransformersChat) {
     const Result e =
         run_bin("./export_hf", Args{"-i", dir + "/sft", "-o", dir + "/sft_hf", "-t", dir + "/chat_tok"});
     ASSERT_EQ(e.code, 0) << e.cmd << "\n" << e.err << e.out;
+    // -t another tokenizer than the shards' (the run keeps theirs: data_tokenizer.bin): refused, where it
+    // exported the weights beside ids they were not trained on (a hostile trial)
+    EXPECT_TRUE(CleanError(
+        run_bin("./export_hf", Args{"-i", dir + "/sft", "-o", dir + "/sft_hf2", "-t", dir + "/tok/chatml"}),
+        {"-t " + dir + "/tok/chatml is not the tokenizer of the shards the run in " + dir +
+         "/sft trained on"}));
+    EXPECT_FALSE(file_exists(dir + "/sft_hf2"));
     const std::string chat = sh(py + " test/sft_e2e.py chat " + dir + "/sft_hf");
     EXPECT_TRUE(has(chat, "<|assistant|>\\n'")) << "the prompt ends as the plain template asks for a turn\n"
                                                 << chat;
