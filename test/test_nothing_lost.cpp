@@ -329,8 +329,14 @@ TEST_F(CliTest, SignalsFinishTheStepAndCheckpoint) {
         EXPECT_TRUE(wait_for_text(dir + "/stderr.txt", "SIGINT: finishing this step", 300, pid));
         kill(pid, SIGINT);
         EXPECT_EQ(wait_exit(pid, 300), 130) << bin_name(bin);
-        EXPECT_TRUE(has(slurp(dir + "/stderr.txt"), "SIGINT again: exiting now"))
-            << slurp(dir + "/stderr.txt");
+        // on a loaded machine the first signal's stop (the step, a save) may end the run before the second
+        // arrives (make test saw it once): then it says it stopped, as one SIGINT does
+        const bool late = has(slurp(dir + "/stdout.txt"), "stopped by SIGINT after step");
+        if (late)
+            printf("  %s: the first SIGINT's stop ended the run before the second\n", bin_name(bin).c_str());
+        EXPECT_TRUE(late || has(slurp(dir + "/stderr.txt"), "SIGINT again: exiting now"))
+            << bin_name(bin) << "\n"
+            << slurp(dir + "/stderr.txt") << slurp(dir + "/stdout.txt");
         const Result r = run_bin(bin, same_run(out, 100000) + Args{"-y", "1", "-x", "1"});
         EXPECT_TRUE(CleanError(r, {"nothing to train"})) << bin_name(bin);
         nftw(out.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
