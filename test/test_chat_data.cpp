@@ -276,6 +276,38 @@ TEST_F(ChatData, HfTokenizeTrickyTextAsGpt2BpeDoes) {
     EXPECT_EQ(header(dir + "/t_val.bin")[0], DATALOADER_MAGIC);
 }
 
+// hf_tokenize.py wrote each shard in place (a second trial): through a symbolic link (the file it pointed at
+// overwritten), and the val shard before the train one, so a failure left a new val beside the old train
+// (the trainer took the pair). Now both or neither, never through a link, the folder made (shard_files.py).
+TEST_F(ChatData, HfTokenizeWritesBothShardsOrNeither) {
+    FILE* f = fopen((dir + "/p.txt").c_str(), "wb");
+    fputs("one two three four five six seven\n\neight nine ten", f);
+    fclose(f);
+    const Args args = {"--tokenizer", tok + "/gpt2", "--input", dir + "/p.txt", "--val-tokens", "3"};
+    const std::string precious = dir + "/precious.txt";
+    f = fopen(precious.c_str(), "wb");
+    fputs("precious", f);
+    fclose(f);
+    mkdir((dir + "/link").c_str(), 0755);
+    ASSERT_EQ(symlink(precious.c_str(), (dir + "/link/h_val.bin").c_str()), 0);
+    EXPECT_TRUE(CleanError(tool("dev/data/hf_tokenize.py", args + Args{"--out-prefix", dir + "/link/h"}),
+                           {"h_val.bin is a symbolic link: refusing to write through it"}));
+    EXPECT_EQ(slurp(precious), "precious");
+    EXPECT_FALSE(file_exists(dir + "/link/h_train.bin")) << "nothing written";
+    // a train path that cannot be written (a directory): the old pair stays as it was
+    const Result first = tool("dev/data/hf_tokenize.py", args + Args{"--out-prefix", dir + "/pair/h"});
+    ASSERT_EQ(first.code, 0) << first.err;  // the folder made
+    const std::string val = slurp(dir + "/pair/h_val.bin");
+    ASSERT_EQ(unlink((dir + "/pair/h_train.bin").c_str()), 0);
+    mkdir((dir + "/pair/h_train.bin").c_str(), 0755);
+    f = fopen((dir + "/p.txt").c_str(), "wb");
+    fputs("other words entirely, so the val shard would change\n\nmore", f);
+    fclose(f);
+    EXPECT_TRUE(CleanError(tool("dev/data/hf_tokenize.py", args + Args{"--out-prefix", dir + "/pair/h"}),
+                           {"h_train.bin exists and is not a regular file"}));
+    EXPECT_EQ(slurp(dir + "/pair/h_val.bin"), val) << "the val shard of the old pair is kept";
+}
+
 TEST_F(ChatData, HfTokenizeWideVocabularyWritesUint32) {
     const std::string text = "alpha <w15999> beta\n\n<w00000>gamma";
     FILE* f = fopen((dir + "/w.txt").c_str(), "wb");

@@ -21,6 +21,9 @@ import os
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from shard_files import write_together  # noqa: E402 (this folder first)
+
 try:
     import numpy as np  # defines: the header and id arrays written to the shards
 except ImportError as e:
@@ -84,19 +87,14 @@ def vocab_size(tok):
     return max(tok.get_vocab(with_added_tokens=True).values()) + 1
 
 
-def write_shard(path, ids, vocab):
-    """One llm.c shard: uint16 ids if the vocabulary fits 65536, else uint32 (version 7)."""
+def shard_bytes(path, ids, vocab):
+    """One llm.c shard's bytes: uint16 ids if the vocabulary fits 65536, else uint32 (version 7)."""
     if len(ids) > 2**31 - 1:
         die(f"{path}: {len(ids)} tokens do not fit the header's int32 count: split the input")
     wide = vocab > 65536
     header = np.zeros(256, dtype="<i4")
     header[:3] = [LLAMA3_MAGIC, LLAMA3_VERSION, len(ids)] if wide else [GPT2_MAGIC, GPT2_VERSION, len(ids)]
-    try:
-        with open(path, "wb") as f:
-            f.write(header.tobytes())
-            f.write(np.asarray(ids, dtype="<u4" if wide else "<u2").tobytes())
-    except OSError as e:
-        die(f"cannot write {path}: {e}")
+    return header.tobytes() + np.asarray(ids, dtype="<u4" if wide else "<u2").tobytes()
 
 
 def documents(text):
@@ -142,8 +140,10 @@ def main():
         ids += enc.ids
     if a.val_tokens >= len(ids):
         die(f"{len(ids)} tokens: too few for --val-tokens {a.val_tokens} and a non-empty train split")
-    write_shard(a.out_prefix + "_val.bin", ids[:a.val_tokens], vocab)
-    write_shard(a.out_prefix + "_train.bin", ids[a.val_tokens:], vocab)
+    # both or neither: a failure (or a symlink there) leaves the old pair, not the new val beside the old train
+    write_together({a.out_prefix + "_val.bin": shard_bytes(a.out_prefix + "_val.bin", ids[:a.val_tokens], vocab),
+                    a.out_prefix + "_train.bin": shard_bytes(a.out_prefix + "_train.bin", ids[a.val_tokens:],
+                                                             vocab)})
     kind = "uint32 (version 7)" if vocab > 65536 else "uint16 (version 1)"
     print(f"{' '.join(a.input)}: {nbytes} bytes, {len(docs)} documents, {len(ids)} tokens "
           f"(incl. one delimiter per document: {delim}) in {time.time() - t0:.2f} s")
