@@ -93,8 +93,13 @@ def main():
     if args.seq_len is not None:  # the trainers' -t is the sequence length, not the tokens per step
         sys.exit(f"error: -t {args.seq_len}: plot.py has no -t (the trainers' -t is the sequence length); "
                  f"give the tokens per step as --tokens-per-step N (the run's -d, or B x T)")
-    if args.tokens_per_step < 0:
-        sys.exit(f"error: --tokens-per-step {args.tokens_per_step}: must be positive")
+    if args.tokens_per_step < 0 or args.tokens_per_step > 2**62:  # the trainers' tokens a step are int64
+        sys.exit(f"error: --tokens-per-step {args.tokens_per_step}: must be positive and at most 2^62")
+    base = os.path.basename(args.out)
+    if not base or base.startswith(".") and "." not in base[1:]:
+        sys.exit(f"error: -o {args.out!r}: an image file name is needed, such as loss.png")
+    if not os.path.splitext(base)[1] and (not os.path.exists(args.out) or os.path.isfile(args.out)):
+        args.out += ".png"  # matplotlib would add it, and we would name another file
 
     # every input is read and the output checked before matplotlib is loaded
     logs = []

@@ -582,14 +582,16 @@ static void resume_recorded_hyperparameters(const int64_t* h, TrainArgs* a) {
 }
 
 // B, T, tokens per step must match the checkpoint's. Other flags warn.
+// warn: false on all but one rank (several ranks each check; one says it)
 static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_steps, int64_t step_tokens,
-                              const char* dir) {
+                              const char* dir, bool warn = true) {
     if (h[ST_B] != a->B || h[ST_T] != a->T || h[ST_STEP_TOKENS] != step_tokens)
         die("resume: -b %d -t %d, %lld tokens per step (-d) differ from the checkpoint in %s (-b %lld -t "
             "%lld, %lld "
             "tokens per step): keep them to resume, or choose another -o",
             a->B, a->T, (long long)step_tokens, dir, (long long)h[ST_B], (long long)h[ST_T],
             (long long)h[ST_STEP_TOKENS]);
+    if (!warn) return;
     const char* sched = "the lr schedule changes from here";
     if (h[ST_TOTAL_STEPS] != total_steps)
         fprintf(stderr, "warning: resume: -x %d differs from the checkpoint's %lld: %s\n", total_steps,

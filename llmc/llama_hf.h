@@ -76,7 +76,8 @@ static inline int llama_hf_config(const HfCheckpoint* ck, LlamaConfig* cfg, char
             refuse = std::string(key) + " is set: mixture-of-experts models are not computed here";
     }
     const Json* act = set(&c, "hidden_act");
-    if (refuse.empty() && act && !(act->type == Json::STR && act->str == "silu"))
+    // transformers' ACT2FN: "swish" is SiLU too
+    if (refuse.empty() && act && !(act->type == Json::STR && (act->str == "silu" || act->str == "swish")))
         refuse = "hidden_act is not silu: this model's MLP is SwiGLU (silu(gate) * up)";
     if (refuse.empty() && flag("use_sliding_window"))
         refuse = "use_sliding_window is true: only full causal attention is computed here";

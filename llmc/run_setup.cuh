@@ -320,7 +320,8 @@ static void open_data(Run* r) {
         r->prompt_len = dataloader_chat_prompt(val, r->prompt, room);
     }
     if (r->resume_step >= 0)
-        check_resume_args(r->resume_header, a, r->total_steps, r->step_tokens, a->output_dir);
+        check_resume_args(r->resume_header, a, r->total_steps, r->step_tokens, a->output_dir,
+                          r->comm->rank == 0);
     if (r->resume_step >= r->total_steps)
         die("resume: the checkpoint in %s is at step %lld, the run ends at step %d: nothing to train (raise "
             "-x)",

@@ -7,6 +7,7 @@
 // input named by its line. The tokenizers are built offline from the shipped GPT-2 files
 // (test/make_test_tokenizers.py). It needs Python with tokenizers, transformers and jinja2 ($HF_PYTHON, else
 // .venv-hf): without them it skips, unless HF_REQUIRED=1. Run from the repo root.
+#include <fstream>              // defines: std::ifstream, std::ofstream
 #include "cli_test_common.h"    // defines: CliTest (a scratch dir), run, Result, slurp, has
 #include "dev/data/gpt2_bpe.h"  // defines: GPT2BPE, gpt2_bpe_load, gpt2_bpe_encode, gpt2_bpe_decode
 #include "llmc/json.h"          // defines: Json, json_parse
@@ -750,7 +751,29 @@ TEST_F(ChatData, MoreBadInputIsOneLineEach) {
          "gpt2",
          "--save-tokenizer " + dir + "/surrogate.jsonl: exists and is not a directory",
          {"--save-tokenizer", dir + "/surrogate.jsonl"}},
+        // a second trial: argparse's 5-line usage; --save-tokenizer failing after the shards were written;
+        // a template that does not compile blamed on every line of the data
+        {kChats, "gpt2", "argument --seq-len: invalid int value: 'abc'", {"--seq-len", "abc"}},
+        {kChats,
+         "gpt2",
+         "--save-tokenizer " + dir + "/surrogate.jsonl/sub: Not a directory",
+         {"--save-tokenizer", dir + "/surrogate.jsonl/sub"}},
+        {kChats, "syn", tok + "/syn: its chat template does not compile: TemplateSyntaxError", {}},
     };
+    mkdir((tok + "/syn").c_str(), 0755);  // chatml's tokenizer, its template broken
+    {
+        std::ifstream in(tok + "/chatml/tokenizer.json", std::ios::binary);
+        std::ofstream out(tok + "/syn/tokenizer.json", std::ios::binary);
+        out << in.rdbuf();
+        const Result r = run(py,
+                             {"-c",
+                              "import json, sys; c = json.load(open(sys.argv[1])); "
+                              "c['chat_template'] = \"{% for m in messages %}{{ m['content'] }\"; "
+                              "json.dump(c, open(sys.argv[2], 'w'))",
+                              tok + "/chatml/tokenizer_config.json", tok + "/syn/tokenizer_config.json"},
+                             ".");
+        ASSERT_EQ(r.code, 0) << r.err;
+    }
     for (const auto& k : cases) {
         const Result r = chat(k.tokenizer, k.input, 64, k.more);
         EXPECT_EQ(r.code, 1) << k.why << "\n" << r.err;

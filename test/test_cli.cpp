@@ -1245,6 +1245,16 @@ TEST_F(CliTest, PlotRefusesHostileInputInOneLine) {
     EXPECT_TRUE(CleanError(plot({dir + "/fifo", "-o", png}), {"not a regular file"}));
     EXPECT_TRUE(CleanError(plot({log, "-o", dir + "/fifo"}), {"not a regular file"}));
     EXPECT_TRUE(CleanError(plot({log, "-o", dir + "/none/p.png"}), {"no directory"}));
+    // a second trial: a traceback for a huge --tokens-per-step, a hidden ".png" for -o "", and "wrote x"
+    // where matplotlib wrote x.png
+    EXPECT_TRUE(CleanError(plot({log, "-o", png, "--tokens-per-step", "100000000000000000000000000"}),
+                           {"--tokens-per-step", "at most 2^62"}));
+    EXPECT_TRUE(CleanError(plot({log, "-o", ""}), {"an image file name is needed"}));
+    if (mpl) {
+        const Result bare = plot({log, "-o", dir + "/bare"});
+        EXPECT_TRUE(has(bare.out, "wrote " + dir + "/bare.png:")) << bare.out << bare.err;
+        EXPECT_TRUE(file_exists(dir + "/bare.png"));
+    }
 }
 
 // Issue 41: an -e that is no file and no preset lists the presets and the nearest one (before: "cannot open

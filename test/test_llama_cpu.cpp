@@ -480,6 +480,8 @@ TEST_F(LlamaHfRefusal, OtherMathInTheConfig) {
     ConfigJson c = llama_config_json();
     c["hidden_act"] = "\"gelu\"";
     expect_refused(c, tensors_for(llama), {"hidden_act is not silu"});
+    c["hidden_act"] = "\"swish\"";  // transformers computes it as SiLU (it was refused: a second trial)
+    EXPECT_EQ(load(c, tensors_for(llama)), "");
     c = llama_config_json();
     c["attention_bias"] = "true";
     expect_refused(c, tensors_for(llama), {"attention_bias is true", "o_proj"});

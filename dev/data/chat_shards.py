@@ -45,6 +45,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from shard_files import check_output, write_together  # noqa: E402 (this folder first)
@@ -396,6 +397,7 @@ def main():
                     help="how the targets are found (auto: generation markers if the template has them)")
     ap.add_argument("--save-tokenizer", metavar="DIR",
                     help="also write the tokenizer with the template used (export_hf -t DIR puts it beside the model)")
+    ap.error = lambda msg: die(f"{msg} (python3 dev/data/chat_shards.py -h for the flags)")  # one line
     a = ap.parse_args()
     if a.seq_len < 2:
         die(f"--seq-len wants T >= 2, got {a.seq_len}")
@@ -403,10 +405,24 @@ def main():
         die(f"--val-convs wants a count >= 1, got {a.val_convs} (leave it out for 10%)")
     if a.save_tokenizer and os.path.exists(a.save_tokenizer) and not os.path.isdir(a.save_tokenizer):
         die(f"--save-tokenizer {a.save_tokenizer}: exists and is not a directory")
+    if a.save_tokenizer:  # before any shard is written: the folder made, and a file written in it
+        try:
+            os.makedirs(a.save_tokenizer, exist_ok=True)
+            with tempfile.TemporaryFile(dir=a.save_tokenizer):
+                pass
+        except OSError as e:
+            die(f"--save-tokenizer {a.save_tokenizer}: {e.strerror}")
     outputs = {name: f"{a.out_prefix}_{name}.bin" for name in ("val", "train")}
     for path in outputs.values():  # before the work, as well as at the end
         check_output(path)
     tok, template = load_tokenizer(a.tokenizer, a.template)
+    try:  # a template that does not compile is the tokenizer's fault, said once (not once a line)
+        from transformers.utils.chat_template_utils import _compile_jinja_template
+        _compile_jinja_template(template)
+    except ImportError:
+        pass
+    except Exception as e:
+        die(f"{a.tokenizer}: its chat template does not compile: {type(e).__name__}: {e}")
     markers = re.search(r"\{%-?\s*generation\s*-?%\}", template) is not None
     method = a.mask if a.mask != "auto" else ("generation" if markers else "prefix")
     if method == "generation" and not markers:

@@ -27,6 +27,8 @@ def write_together(files):
     for path in files:
         check_output(path)
         d = os.path.dirname(path) or "."
+        if os.path.exists(d) and not os.path.isdir(d):
+            die(f"cannot write {path}: {d} is not a directory")
         try:
             os.makedirs(d, exist_ok=True)
         except OSError as e:
