@@ -19,6 +19,8 @@ import sys
 root = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 sources = sorted(f for ext in ("h", "cu", "cuh", "cpp") for d in ("", "llmc")
                  for f in glob.glob(os.path.join(root, d, "*." + ext)))
+if not sources or not os.path.isfile(os.path.join(root, "train_gpt.cu")):
+    sys.exit(f"error: {root}: no train_gpt.cu and llmc/ sources here: give the repository's root")
 
 
 def comment_blocks(path):
