@@ -512,7 +512,8 @@ SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err
         snprintf(err, errlen, "cannot create %.600s: %s", dir, strerror(errno));
         return NULL;
     }
-    // Only this run's store, or one with no owner, is replaced.
+    // Another run's store is replaced only if it holds no checkpoint (a run that ended before its first
+    // save, e.g. on its data, leaves nothing to resume); the lock (ssd_lock_dir) keeps out live runs.
     Manifest old;
     char why[1024];
     const int found = read_manifest(dir, &old, why, sizeof why);
@@ -521,15 +522,15 @@ SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err
                  "%.600s; this run will not replace what it cannot read: give it another -sd directory", why);
         return NULL;
     }
-    if (found == 0 && old.owner != owner_of(cfg) &&
-        (!old.owner.empty() || (old.version == 1 && (old.steps[0] >= 0 || old.steps[1] >= 0)))) {
-        snprintf(
-            err, errlen,
-            "%.600s holds the SSD store of %.600s%s; it is left as it is: give this run another -sd "
-            "directory",
-            dir,
-            old.version == 1 ? "an earlier version's run (no owner recorded)" : owner_text(old.owner).c_str(),
-            old.steps[0] >= 0 || old.steps[1] >= 0 ? " with a checkpoint" : "");
+    const bool checkpointed = old.steps[0] >= 0 || old.steps[1] >= 0;  // a run without -o saves none
+    if (found == 0 && old.owner != owner_of(cfg) && checkpointed &&
+        (!old.owner.empty() || old.version == 1)) {
+        snprintf(err, errlen,
+                 "%.600s holds the SSD store of %.600s with a checkpoint; it is left as it is: give this run "
+                 "another -sd directory",
+                 dir,
+                 old.version == 1 ? "an earlier version's run (no owner recorded)"
+                                  : owner_text(old.owner).c_str());
         return NULL;
     }
     // gen0, gen1, the manifest and grads.bf16 must be this store's own: a symbolic link there would have

@@ -1068,6 +1068,19 @@ TEST(SsdStoreOwner, AnotherRunsStoreIsNeitherReplacedNorResumed) {
     st = ssd_store_create(e.path.c_str(), &cfg, err, sizeof err);
     EXPECT_NE(st, nullptr) << err;
     ssd_store_close(st);
+    // nor is another run's store without a checkpoint (a run that ended before its first save left it:
+    // a walkthrough's next run was told to choose another -sd): b replaces what a created
+    TempDir f;
+    SsdStoreConfig fresh = cfg;
+    fresh.owner = a.c_str();
+    st = ssd_store_create(f.path.c_str(), &fresh, err, sizeof err);
+    ASSERT_NE(st, nullptr) << err;
+    ssd_store_close(st);
+    fresh.owner = b.c_str();
+    st = ssd_store_create(f.path.c_str(), &fresh, err, sizeof err);
+    EXPECT_NE(st, nullptr) << err;
+    ssd_store_close(st);
+    EXPECT_NE(manifest_of(f.path).find(b), std::string::npos) << "b's store now";
 }
 
 TEST(SsdStoreOwner, OneRunAtATimeHoldsTheDirectory) {
