@@ -1,6 +1,8 @@
 // flash_attention.cuh — causal self-attention as fused tensor-core kernels (FlashAttention-2).
 // Scores stay in registers, tile by tile. bf16 in, fp32 accumulation.
-// Not here: choosing the path (train_gpt.cu), cp.async double buffering, Hopper's wgmma.
+// Tiles cross from global to shared memory by cp.async while the previous product runs (the forward: V's
+// load behind S = q k^T, the next K's behind O += P v; the dq kernel: the next tiles double-buffered).
+// Not here: choosing the path (train_gpt.cu), Hopper's wgmma and TMA.
 #pragma once
 #include "cuda_common.h"  // defines: bf16, cudaCheck, cudaCheckLaunch, grid_for, ceil_div64
 #include "kernels.cuh"    // defines: warp_sum
@@ -85,6 +87,28 @@ __device__ __forceinline__ void copy16(bf16* dst, const bf16* src) {  // 8 eleme
     *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
 #endif
 }
+// cp.async (sm_80+): copy16 that does not hold the thread. The copy lands by cp_async_wait<N> (at most N of
+// this thread's committed groups still in flight); other threads see it after a __syncthreads behind that.
+// The emulator copies at once (a copy that has landed early is one the real order allows).
+__device__ __forceinline__ void cp_async16(bf16* dst, const bf16* src) {
+#if defined(FAKE_CUDA_DEVICE) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
+    copy16(dst, src);
+#else
+    const uint32_t address = (uint32_t)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(src));
+#endif
+}
+__device__ __forceinline__ void cp_async_commit() {
+#if !defined(FAKE_CUDA_DEVICE) && !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
+    asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+#if !defined(FAKE_CUDA_DEVICE) && !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#endif
+}
 __device__ __forceinline__ void zero16(bf16* dst) {
 #ifdef FAKE_CUDA_DEVICE
     fake_device::require_aligned(dst, 16, "zero16");
@@ -134,14 +158,15 @@ __device__ __forceinline__ int row_first_key(const int* pos_b, int r, int T) {
     return pos_b && r < T ? r - pos_b[r] : 0;
 }
 
-// A (T, HS) head's rows from row0 into a shared tile.
-template <int ROWS, int HS>
+// A (T, HS) head's rows from row0 into a shared tile; ASYNC: by cp.async (the caller commits and waits).
+template <int ROWS, int HS, bool ASYNC = false>
 __device__ __forceinline__ void load_tile(bf16 (*tile)[HS + FA_PAD], const bf16* head, int64_t ld, int row0,
                                           int T) {
     for (int i = threadIdx.x; i < ROWS * HS / 8; i += blockDim.x) {
         const int r = i / (HS / 8), c = (i % (HS / 8)) * 8;
-        if (row0 + r < T) copy16(&tile[r][c], head + (int64_t)(row0 + r) * ld + c);
-        else zero16(&tile[r][c]);
+        if (row0 + r >= T) zero16(&tile[r][c]);
+        else if (ASYNC) cp_async16(&tile[r][c], head + (int64_t)(row0 + r) * ld + c);
+        else copy16(&tile[r][c], head + (int64_t)(row0 + r) * ld + c);
     }
 }
 // A fragments of head rows r0, r1 from global memory.
@@ -181,7 +206,9 @@ __device__ __forceinline__ void b2_from_cols(uint32_t b[4], const bf16 (*tile)[W
 
 // ----------------------------------------------------------------------------
 // Forward: online softmax over key tiles. y = O / l, lse = m + log2(l).
-template <int HS>
+// ASYNC: v's tile loads while S = q k^T runs, the next k's while O += P v runs (one buffer each); else the
+// same steps with plain loads (the measured alternative: bench_attention's fused_sync).
+template <int HS, bool ASYNC>
 __global__ void __launch_bounds__(128)
     flash_attention_forward_kernel(bf16* y, float* lse, const bf16* qkv, int T, int NH, int NKV,
                                    const int* pos, float scale_log2) {
@@ -211,11 +238,13 @@ __global__ void __launch_bounds__(128)
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
 
     // key tiles up to the diagonal one (BK == BQ)
+    load_tile<BK, HS, ASYNC>(ks, k_head, ld, first_key / BK * BK, T);
+    cp_async_commit();
     for (int kt = first_key / BK; kt <= q_tile; kt++) {
-        __syncthreads();  // every warp is done with the previous tile
-        load_tile<BK, HS>(ks, k_head, ld, kt * BK, T);
-        load_tile<BK, HS>(vs, v_head, ld, kt * BK, T);
-        __syncthreads();
+        cp_async_wait<0>();
+        __syncthreads();  // k's tile is in; every warp is done with the previous v tile
+        load_tile<BK, HS, ASYNC>(vs, v_head, ld, kt * BK, T);
+        cp_async_commit();
 
         float s[BK / 8][4];
         for (int n = 0; n < BK / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
@@ -257,6 +286,10 @@ __global__ void __launch_bounds__(128)
             }
         l0 = l0 * alpha0 + sum0;
         l1 = l1 * alpha1 + sum1;
+        cp_async_wait<0>();
+        __syncthreads();  // v's tile is in; every warp is done with k's
+        if (kt < q_tile) load_tile<BK, HS, ASYNC>(ks, k_head, ld, (kt + 1) * BK, T);
+        cp_async_commit();
         for (int n = 0; n < HS / 8; n++) {  // O *= exp2(m_old - m_new)
             o[n][0] *= alpha0;
             o[n][1] *= alpha0;
@@ -312,15 +345,16 @@ __global__ void flash_attention_dsum_kernel(float* dsum, const bf16* y, const bf
     }
 }
 
-// dq: 64 queries a block, 4 warps of 16 rows.
-template <int HS>
+// dq: 64 queries a block, 4 warps of 16 rows. ASYNC: the next key tile's k and v load (cp.async) into the
+// other of two buffers while this one's products run; else plain loads, the same steps.
+template <int HS, bool ASYNC>
 __global__ void __launch_bounds__(128)
     flash_attention_backward_dq_kernel(bf16* dqkv, const bf16* qkv, const bf16* dy, const float* lse,
                                        const float* dsum, int T, int NH, int NKV, const int* pos, float scale,
                                        float scale_log2) {
     constexpr int BQ = 64, BK = 32;
-    __shared__ __align__(16) bf16 ks[BK][HS + FA_PAD];  // k rows: B of S = q k^T, dq += dS k
-    __shared__ __align__(16) bf16 vs[BK][HS + FA_PAD];  // v rows: B of dP = dy v^T
+    __shared__ __align__(16) bf16 ks[2][BK][HS + FA_PAD];  // k rows: B of S = q k^T, dq += dS k
+    __shared__ __align__(16) bf16 vs[2][BK][HS + FA_PAD];  // v rows: B of dP = dy v^T
     __shared__ int first_key_s;
     const int C = NH * HS;
     const int64_t ld = (int64_t)(NH + 2 * NKV) * HS;
@@ -347,22 +381,28 @@ __global__ void __launch_bounds__(128)
     float dq[HS / 8][4];
     for (int n = 0; n < HS / 8; n++) dq[n][0] = dq[n][1] = dq[n][2] = dq[n][3] = 0.0f;
 
-    const int last_key = min(q_tile * BQ + BQ, T) - 1;
-    for (int key_tile = first_key / BK; key_tile <= last_key / BK; key_tile++) {
-        __syncthreads();
-        load_tile<BK, HS>(ks, k_head, ld, key_tile * BK, T);
-        load_tile<BK, HS>(vs, v_head, ld, key_tile * BK, T);
-        __syncthreads();
+    const int last_tile = (min(q_tile * BQ + BQ, T) - 1) / BK;
+    load_tile<BK, HS, ASYNC>(ks[0], k_head, ld, first_key / BK * BK, T);
+    load_tile<BK, HS, ASYNC>(vs[0], v_head, ld, first_key / BK * BK, T);
+    cp_async_commit();
+    for (int key_tile = first_key / BK, buf = 0; key_tile <= last_tile; key_tile++, buf ^= 1) {
+        if (key_tile < last_tile) {  // into the buffer every warp finished with last time round
+            load_tile<BK, HS, ASYNC>(ks[buf ^ 1], k_head, ld, (key_tile + 1) * BK, T);
+            load_tile<BK, HS, ASYNC>(vs[buf ^ 1], v_head, ld, (key_tile + 1) * BK, T);
+        }
+        cp_async_commit();  // empty at the last tile: the wait below stays the same
+        cp_async_wait<1>();
+        __syncthreads();  // this tile is in
         float s[BK / 8][4], dp[BK / 8][4];
         for (int n = 0; n < BK / 8; n++)
             for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
         for (int kk = 0; kk < HS / 16; kk++)
             for (int n = 0; n < BK / 8; n += 2) {
                 uint32_t bk[4], bv[4];
-                b2_from_rows<HS>(bk, ks, n * 8, kk * 16);
+                b2_from_rows<HS>(bk, ks[buf], n * 8, kk * 16);
                 mma_bf16_16816(s[n], qf[kk], bk);  // S = q k^T
                 mma_bf16_16816(s[n + 1], qf[kk], bk + 2);
-                b2_from_rows<HS>(bv, vs, n * 8, kk * 16);
+                b2_from_rows<HS>(bv, vs[buf], n * 8, kk * 16);
                 mma_bf16_16816(dp[n], df[kk], bv);  // dP = dy v^T
                 mma_bf16_16816(dp[n + 1], df[kk], bv + 2);
             }
@@ -379,11 +419,12 @@ __global__ void __launch_bounds__(128)
             c_to_a(da, s[2 * kk], s[2 * kk + 1]);
             for (int n = 0; n < HS / 8; n += 2) {
                 uint32_t bk[4];
-                b2_from_cols<HS>(bk, ks, kk * 16, n * 8);
+                b2_from_cols<HS>(bk, ks[buf], kk * 16, n * 8);
                 mma_bf16_16816(dq[n], da, bk);
                 mma_bf16_16816(dq[n + 1], da, bk + 2);
             }
         }
+        __syncthreads();  // every warp is done with buf before the next round loads into it
     }
     bf16* dq_head = dqkv + (int64_t)b * T * ld + (int64_t)h * HS;
     for (int n = 0; n < HS / 8; n++) {
@@ -544,23 +585,35 @@ static dim3 flash_grid(int B, int NH, int T, int tile) {
     return dim3((unsigned)heads, (unsigned)tiles);
 }
 
+// Tiles by cp.async (true) or plain loads; the same arithmetic, so the same bits either way.
+// bench_attention times both (fused, fused_sync); keep the default that measures faster.
+static bool flash_attention_async = true;
+
 // Kernels for head size hs (other sizes: 128's).
 typedef void (*FlashForwardKernel)(bf16*, float*, const bf16*, int, int, int, const int*, float);
 typedef void (*FlashBackwardKernel)(bf16*, const bf16*, const bf16*, const float*, const float*, int, int,
                                     int, const int*, float, float);
-static FlashForwardKernel flash_forward_kernel_for(int hs) {
-    return hs == 32   ? flash_attention_forward_kernel<32>
-           : hs == 64 ? flash_attention_forward_kernel<64>
-           : hs == 80 ? flash_attention_forward_kernel<80>
-           : hs == 96 ? flash_attention_forward_kernel<96>
-                      : flash_attention_forward_kernel<128>;
+template <bool ASYNC>
+static FlashForwardKernel flash_forward_kernel_as(int hs) {
+    return hs == 32   ? flash_attention_forward_kernel<32, ASYNC>
+           : hs == 64 ? flash_attention_forward_kernel<64, ASYNC>
+           : hs == 80 ? flash_attention_forward_kernel<80, ASYNC>
+           : hs == 96 ? flash_attention_forward_kernel<96, ASYNC>
+                      : flash_attention_forward_kernel<128, ASYNC>;
 }
-static FlashBackwardKernel flash_dq_kernel_for(int hs) {
-    return hs == 32   ? flash_attention_backward_dq_kernel<32>
-           : hs == 64 ? flash_attention_backward_dq_kernel<64>
-           : hs == 80 ? flash_attention_backward_dq_kernel<80>
-           : hs == 96 ? flash_attention_backward_dq_kernel<96>
-                      : flash_attention_backward_dq_kernel<128>;
+template <bool ASYNC>
+static FlashBackwardKernel flash_dq_kernel_as(int hs) {
+    return hs == 32   ? flash_attention_backward_dq_kernel<32, ASYNC>
+           : hs == 64 ? flash_attention_backward_dq_kernel<64, ASYNC>
+           : hs == 80 ? flash_attention_backward_dq_kernel<80, ASYNC>
+           : hs == 96 ? flash_attention_backward_dq_kernel<96, ASYNC>
+                      : flash_attention_backward_dq_kernel<128, ASYNC>;
+}
+static FlashForwardKernel flash_forward_kernel_for(int hs, bool async) {
+    return async ? flash_forward_kernel_as<true>(hs) : flash_forward_kernel_as<false>(hs);
+}
+static FlashBackwardKernel flash_dq_kernel_for(int hs, bool async) {
+    return async ? flash_dq_kernel_as<true>(hs) : flash_dq_kernel_as<false>(hs);
 }
 static FlashBackwardKernel flash_dkdv_kernel_for(int hs) {
     return hs == 32   ? flash_attention_backward_dkdv_kernel<32>
@@ -571,8 +624,9 @@ static FlashBackwardKernel flash_dkdv_kernel_for(int hs) {
 }
 // Loads hs's kernels now (see kernels_load in kernels.cuh).
 static void flash_attention_load(int hs) {
-    const void* kernels[] = {(const void*)flash_forward_kernel_for(hs), (const void*)flash_dq_kernel_for(hs),
-                             (const void*)flash_dkdv_kernel_for(hs),
+    const bool a = flash_attention_async;
+    const void* kernels[] = {(const void*)flash_forward_kernel_for(hs, a),
+                             (const void*)flash_dq_kernel_for(hs, a), (const void*)flash_dkdv_kernel_for(hs),
                              (const void*)flash_attention_dsum_kernel};
     cudaFuncAttributes attr;
     for (const void* k : kernels) cudaCheck(cudaFuncGetAttributes(&attr, k));
@@ -596,7 +650,7 @@ static void flash_attention_forward(bf16* y, float* lse, const bf16* qkv, int B,
     const int hs = C / NH, nkv = flash_kv_heads(NH, NKV);
     flash_check_aligned(y, qkv, qkv, qkv);
     const float scale_log2 = 1.0f / sqrtf((float)hs) * 1.4426950408889634f;  // exp(x) = exp2(x * log2(e))
-    const FlashForwardKernel kernel = flash_forward_kernel_for(hs);
+    const FlashForwardKernel kernel = flash_forward_kernel_for(hs, flash_attention_async);
     kernel<<<flash_grid(B, NH, T, 64), 128, 0, s>>>(y, lse, qkv, T, NH, nkv, pos, scale_log2);
     cudaCheckLaunch();
 }
@@ -611,7 +665,8 @@ static void flash_attention_backward(bf16* dqkv, float* dsum, const bf16* dy, co
     const int64_t rows = (int64_t)B * T * NH;
     flash_attention_dsum_kernel<<<grid_for(rows * 32, 256), 256, 0, s>>>(dsum, y, dy, rows, T, NH, hs);
     cudaCheckLaunch();
-    const FlashBackwardKernel dq = flash_dq_kernel_for(hs), dkdv = flash_dkdv_kernel_for(hs);
+    const FlashBackwardKernel dq = flash_dq_kernel_for(hs, flash_attention_async),
+                              dkdv = flash_dkdv_kernel_for(hs);
     dq<<<flash_grid(B, NH, T, 64), 128, 0, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, nkv, pos, scale, scale_log2);
     cudaCheckLaunch();
     dkdv<<<flash_grid(B, nkv, T, 32), 64, 0, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, nkv, pos, scale,

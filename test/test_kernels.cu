@@ -824,14 +824,19 @@ TEST(Kernels, FlashAttentionForwardMatchesCpu) {
             cudaMemset(y_d, 0xff, (size_t)(N * C) * 2));  // NaN: an element never written fails the check
         cudaCheck(cudaMemset(lse_d, 0xff, (size_t)B * NH * T * 4));
         flash_attention_forward(y_d, lse_d, qkv_d, B, T, C, NH, kStream);
-        std::vector<float> out((size_t)(N * C)), att((size_t)B * NH * T * T);
+        std::vector<float> out((size_t)(N * C)), att((size_t)B * NH * T * T), out_got = download(y_d, N * C);
         attention_forward(out.data(), att.data(), qkv.data(), B, T, C, NH);
         // y: behind the probabilities rounded to bf16 for the second product and y's own rounding (the scores
         // stay fp32): 2 roundings of <= 2^-9 each -> 1e-2. lse: fp32 sums of exact products,
         // fast-math exp2/log2: 1e-4.
-        EXPECT_TRUE(check("flash forward y (N, C)", download(y_d, N * C), out, 1e-2));
+        EXPECT_TRUE(check("flash forward y (N, C)", out_got, out, 1e-2));
         EXPECT_TRUE(check("flash forward lse (B, NH, T)", download(lse_d, (int64_t)B * NH * T),
                           cpu_attention_lse(qkv, B, T, C, NH), 1e-4));
+        // plain loads in place of cp.async: the same arithmetic, the same bits
+        flash_attention_async = false;
+        flash_attention_forward(y_d, lse_d, qkv_d, B, T, C, NH, kStream);
+        flash_attention_async = true;
+        EXPECT_EQ(count_bit_diff(download(y_d, N * C), out_got), 0) << "plain loads change y";
     }
 }
 
@@ -860,10 +865,14 @@ TEST(Kernels, FlashAttentionBackwardMatchesCpu) {
         // ~4 roundings, as the cuBLAS path -> 2e-2
         check_dqkv_parts("flash backward", got, dqkv, N, C, 2e-2);
         // no atomics and no cuBLAS, each block sums in a fixed order: a second backward pass gives the
-        // very same bits
-        flash_attention_backward(dqkv_d, dsum_d, dy_d, y_d, qkv_d, lse_d, B, T, C, NH, kStream);
-        EXPECT_EQ(count_bit_diff(download(dqkv_d, N * 3 * C), got), 0)
-            << "the fused backward is not deterministic";
+        // very same bits, with cp.async's loads or plain ones
+        for (bool async : {true, false}) {
+            flash_attention_async = async;
+            flash_attention_backward(dqkv_d, dsum_d, dy_d, y_d, qkv_d, lse_d, B, T, C, NH, kStream);
+            EXPECT_EQ(count_bit_diff(download(dqkv_d, N * 3 * C), got), 0)
+                << "the fused backward is not deterministic" << (async ? "" : " (plain loads)");
+        }
+        flash_attention_async = true;
     }
 }
 

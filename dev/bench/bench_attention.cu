@@ -1,15 +1,16 @@
 // bench_attention.cu — the three attention paths of train_gpt.cu at the benchmark's shapes, on the GPU:
 // cuDNN's SDPA (cudnn_att.cpp, set up as the trainer does: attention_path_select, with its support check and
-// self-check), our fused kernels (flash_attention.cuh) and the cuBLAS GEMMs + softmax (attention.cuh), each
-// launched through attention_path.cuh's attention_forward_path / _backward_path. For each shape it checks
-// that cuDNN and cuBLAS give the fused path's y and dqkv (rel-L2 over every element, at the real T, beyond
-// the unit tests' small T) and times forward and backward (median of 10 after 3 warm-ups, CUDA events).
-// Causal attention FLOPs are counted as 4 * B * NH * T * T * hs / 2 forward and 2.5x that backward (the work
-// a fused kernel must do; the cuBLAS path computes the full T x T and is charged the same, so the TFLOP/s
-// compare like with like; grouped-query heads do the same FLOPs as NH full heads). One `RESULT {json}` line
-// per shape and path as soon as the shape is done (gpu_window.sh's micro_attention reads them beside
-// bench_sdpa.py's, also from a run its timeout cut short), and at the end a table of them all. Not a test: it
-// asserts nothing (make test does); a path that cannot run a shape says why and is left out.
+// self-check), our fused kernels (flash_attention.cuh; fused: tiles by cp.async, fused_sync: by plain loads,
+// the same bits) and the cuBLAS GEMMs + softmax (attention.cuh), each launched through attention_path.cuh's
+// attention_forward_path / _backward_path. For each shape it checks that cuDNN and cuBLAS give the fused
+// path's y and dqkv (rel-L2 over every element, at the real T, beyond the unit tests' small T) and times
+// forward and backward (median of 10 after 3 warm-ups, CUDA events). Causal attention FLOPs are counted as 4
+// * B * NH * T * T * hs / 2 forward and 2.5x that backward (the work a fused kernel must do; the cuBLAS path
+// computes the full T x T and is charged the same, so the TFLOP/s compare like with like; grouped-query heads
+// do the same FLOPs as NH full heads). One `RESULT {json}` line per shape and path as soon as the shape is
+// done (gpu_window.sh's micro_attention reads them beside bench_sdpa.py's, also from a run its timeout cut
+// short), and at the end a table of them all. Not a test: it asserts nothing (make test does); a path that
+// cannot run a shape says why and is left out.
 //
 // usage: build/bench_attention [B T C NH NKV]...
 //   default: the 1.3B (C 2048, 16 heads), 5B (C 4096, 32 heads) and Llama-3 8B (C 4096, 32 query heads, 8
@@ -78,10 +79,16 @@ static void bench_shape(int B, int T, int C, int NH, int NKV) {
     printf("  cuDNN: %s\n", cudnn_attention_note);
     if (!fused) printf("  fused: head size %d not built: cuDNN and cuBLAS compared with cuBLAS\n", hs);
     const int ref_path = fused ? ATTN_FUSED : ATTN_CUBLAS;
-    std::vector<int> paths;
-    if (cudnn) paths.push_back(ATTN_CUDNN);
-    if (fused) paths.push_back(ATTN_FUSED);
-    paths.push_back(ATTN_CUBLAS);
+    struct Variant {
+        int path;
+        bool async;  // the fused kernels' tiles by cp.async (fused) or plain loads (fused_sync)
+        const char* name;
+    };
+    std::vector<Variant> paths;
+    if (cudnn) paths.push_back({ATTN_CUDNN, true, "cudnn"});
+    if (fused)
+        paths.push_back({ATTN_FUSED, true, "fused"}), paths.push_back({ATTN_FUSED, false, "fused_sync"});
+    paths.push_back({ATTN_CUBLAS, true, "cublas"});
 
     bf16 *qkv, *y, *dy, *dqkv, *scores, *dscores;
     float *lse, *dsum;
@@ -117,27 +124,30 @@ static void bench_shape(int B, int T, int C, int NH, int NKV) {
     backward(ref_path);
     const std::vector<float> y_ref = download_bf16(y, N * QD), dqkv_ref = download_bf16(dqkv, N * ld);
     const double fwd_flop = 4.0 * B * NH * (double)T * T * hs / 2, bwd_flop = 2.5 * fwd_flop;
-    for (int p : paths) {
+    for (const Variant& v : paths) {
+        const int p = v.path;
+        flash_attention_async = v.async;
         double ey = -1, edqkv = -1;
-        if (p != ref_path) {
+        if (p != ref_path || !v.async) {
             cudaCheck(
                 cudaMemsetAsync(dqkv, 0xFF, (size_t)(N * ld) * 2, s));  // NaN: an unwritten gradient shows
             forward(p);
             backward(p);
             ey = rel_l2(download_bf16(y, N * QD), y_ref);
             edqkv = rel_l2(download_bf16(dqkv, N * ld), dqkv_ref);
-            printf("  %s vs %s: y rel-L2 %.2e, dqkv rel-L2 %.2e\n", attention_path_name(p),
-                   attention_path_name(ref_path), ey, edqkv);
+            printf("  %s vs %s: y rel-L2 %.2e, dqkv rel-L2 %.2e\n", v.name, attention_path_name(ref_path), ey,
+                   edqkv);
         }
         forward(p);  // the backward below reads this path's y and statistics
         const double f = median_ms([&] { forward(p); }, s);
         const double b = median_ms([&] { backward(p); }, s);
-        const char* name = p == ATTN_CUDNN ? "cudnn" : p == ATTN_FUSED ? "fused" : "cublas";
-        printf("  %-7s forward %8.3f ms (%6.1f TFLOP/s)  backward %8.3f ms (%6.1f TFLOP/s)\n", name, f,
+        const char* name = v.name;
+        printf("  %-10s forward %8.3f ms (%6.1f TFLOP/s)  backward %8.3f ms (%6.1f TFLOP/s)\n", name, f,
                fwd_flop / f / 1e9, b, bwd_flop / b / 1e9);
         rows.push_back(
             {shape, name, B, T, C, NH, NKV, f, b, fwd_flop / f / 1e9, bwd_flop / b / 1e9, ey, edqkv});
     }
+    flash_attention_async = true;
     for (size_t i = rows.size() - paths.size(); i < rows.size(); i++) {
         const Row& r = rows[i];
         char e1[16] = "null", e2[16] = "null";

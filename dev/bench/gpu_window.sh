@@ -656,6 +656,11 @@ attention_summary() {
             }
             if (n) out = out sprintf("; min %.2fx (target 0.9: %s)", min, min >= 0.9 ? "met" : "MISS")
             else out = out (("cudnn" in pseen) ? " no torch_cudnn rows" : " OUR cuDNN PATH DID NOT RUN")
+            # flash_attention_async keeps cp.async where this is above 1.00x everywhere (fused_sync: plain loads)
+            a = ""
+            for (i = 1; i <= ns; i++) if ((("fused", shapes[i]) in ms) && (("fused_sync", shapes[i]) in ms) && ms["fused", shapes[i]] > 0)
+                a = a sprintf(" %s %.2fx", shapes[i], ms["fused_sync", shapes[i]] / ms["fused", shapes[i]])
+            if (a != "") out = out "; fused cp.async speed-up (plain loads time / cp.async time):" a
             for (j = 1; j <= np; j++) {
                 p = paths[j]; out = out "; " p " fwd/bwd TFLOP/s"
                 for (i = 1; i <= ns; i++) if ((p, shapes[i]) in tf) out = out " " shapes[i] " " tf[p, shapes[i]]
