@@ -95,7 +95,7 @@ __device__ __forceinline__ void cp_async16(bf16* dst, const bf16* src) {
     copy16(dst, src);
 #else
     const uint32_t address = (uint32_t)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(src));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(address), "l"(src) : "memory");
 #endif
 }
 __device__ __forceinline__ void cp_async_commit() {
@@ -139,16 +139,22 @@ __device__ __forceinline__ void c_to_a(uint32_t a[4], const float left[4], const
 // Tile row padding keeps 16-byte alignment and spreads ldmatrix rows over banks.
 #define FA_PAD 8
 
-// The block's first key: min over its rows of t - pos[t], by the first warp (a lane per row, then a
-// butterfly; floats are exact below 2^24 > T).
-__device__ __forceinline__ int first_key_of(const int* pos_b, int row0, int rows, int T, int* shared) {
-    if (!pos_b) return 0;
+// The block's rows' first keys t - pos[t]: x the least (the first key tile to load), y the greatest (from
+// there on, no row's start masks a key). By the first warp: a lane per row, then a butterfly (floats are
+// exact below 2^24 > T).
+__device__ __forceinline__ int2 first_keys_of(const int* pos_b, int row0, int rows, int T, int2* shared) {
+    if (!pos_b) return make_int2(0, 0);
     if (threadIdx.x < 32) {
-        float lo = (float)row0;
-        for (int r = row0 + (int)threadIdx.x; r < min(row0 + rows, T); r += 32)
+        float lo = (float)row0, hi = 0.0f;
+        for (int r = row0 + (int)threadIdx.x; r < min(row0 + rows, T); r += 32) {
             lo = fminf(lo, (float)(r - pos_b[r]));
-        for (int o = 16; o > 0; o >>= 1) lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, o));
-        if (threadIdx.x == 0) *shared = (int)lo;
+            hi = fmaxf(hi, (float)(r - pos_b[r]));
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+            lo = fminf(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+            hi = fmaxf(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+        }
+        if (threadIdx.x == 0) *shared = make_int2((int)lo, (int)hi);
     }
     __syncthreads();  // so every thread must call it
     return *shared;
@@ -216,7 +222,7 @@ __global__ void __launch_bounds__(128)
     constexpr int BQ = 64, BK = 64;
     __shared__ __align__(16) bf16 ks[BK][HS + FA_PAD];  // k rows: B of S = q k^T
     __shared__ __align__(16) bf16 vs[BK][HS + FA_PAD];  // v rows: B of O += P v (ldmatrix .trans)
-    __shared__ int first_key_s;
+    __shared__ int2 first_keys_s;
     const int C = NH * HS;
     const int64_t ld = (int64_t)(NH + 2 * NKV) * HS;  // a qkv row
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
@@ -228,7 +234,8 @@ __global__ void __launch_bounds__(128)
     const int r0 = q_tile * BQ + warp * 16 + g, r1 = r0 + 8;  // this lane's two query rows
     const int* pos_b = pos ? pos + (int64_t)b * T : nullptr;
     const int lo0 = row_first_key(pos_b, r0, T), lo1 = row_first_key(pos_b, r1, T);  // their first keys
-    const int first_key = first_key_of(pos_b, q_tile * BQ, BQ, T, &first_key_s);
+    const int2 first_keys = first_keys_of(pos_b, q_tile * BQ, BQ, T, &first_keys_s);
+    const int first_key = first_keys.x;
 
     uint32_t qf[HS / 16][4];
     load_a_rows<HS>(qf, q_head, ld, r0, r1, T);
@@ -255,13 +262,22 @@ __global__ void __launch_bounds__(128)
                 mma_bf16_16816(s[n], qf[kk], bk);  // S = q k^T
                 mma_bf16_16816(s[n + 1], qf[kk], bk + 2);
             }
-        // scaled to base 2, masked; each row's max
+        // scaled to base 2, masked where a key may be hidden (the diagonal tile, a packed row's first keys;
+        // full: every row sees every key, the same for the whole block); each row's max
+        const bool full = kt < q_tile && kt * BK >= first_keys.y;
+        if (full)
+            for (int n = 0; n < BK / 8; n++)
+                for (int e = 0; e < 4; e++) s[n][e] *= scale_log2;
+        else
+            for (int n = 0; n < BK / 8; n++)
+                for (int e = 0; e < 2; e++) {
+                    const int key = kt * BK + n * 8 + 2 * t + e;
+                    s[n][e] = key <= r0 && key >= lo0 ? s[n][e] * scale_log2 : -INFINITY;
+                    s[n][2 + e] = key <= r1 && key >= lo1 ? s[n][2 + e] * scale_log2 : -INFINITY;
+                }
         float mx0 = -INFINITY, mx1 = -INFINITY;
         for (int n = 0; n < BK / 8; n++)
             for (int e = 0; e < 2; e++) {
-                const int key = kt * BK + n * 8 + 2 * t + e;
-                s[n][e] = key <= r0 && key >= lo0 ? s[n][e] * scale_log2 : -INFINITY;
-                s[n][2 + e] = key <= r1 && key >= lo1 ? s[n][2 + e] * scale_log2 : -INFINITY;
                 mx0 = fmaxf(mx0, s[n][e]);
                 mx1 = fmaxf(mx1, s[n][2 + e]);
             }
@@ -288,8 +304,10 @@ __global__ void __launch_bounds__(128)
         l1 = l1 * alpha1 + sum1;
         cp_async_wait<0>();
         __syncthreads();  // v's tile is in; every warp is done with k's
-        if (kt < q_tile) load_tile<BK, HS, ASYNC>(ks, k_head, ld, (kt + 1) * BK, T);
-        cp_async_commit();
+        if (kt < q_tile) {
+            load_tile<BK, HS, ASYNC>(ks, k_head, ld, (kt + 1) * BK, T);
+            cp_async_commit();
+        }
         for (int n = 0; n < HS / 8; n++) {  // O *= exp2(m_old - m_new)
             o[n][0] *= alpha0;
             o[n][1] *= alpha0;
@@ -355,7 +373,7 @@ __global__ void __launch_bounds__(128)
     constexpr int BQ = 64, BK = 32;
     __shared__ __align__(16) bf16 ks[2][BK][HS + FA_PAD];  // k rows: B of S = q k^T, dq += dS k
     __shared__ __align__(16) bf16 vs[2][BK][HS + FA_PAD];  // v rows: B of dP = dy v^T
-    __shared__ int first_key_s;
+    __shared__ int2 first_keys_s;
     const int C = NH * HS;
     const int64_t ld = (int64_t)(NH + 2 * NKV) * HS;
     const int bh = blockIdx.x, b = bh / NH, h = bh % NH;
@@ -368,7 +386,8 @@ __global__ void __launch_bounds__(128)
     const int r0 = q_tile * BQ + warp * 16 + g, r1 = r0 + 8;
     const int* pos_b = pos ? pos + (int64_t)b * T : nullptr;
     const int lo0 = row_first_key(pos_b, r0, T), lo1 = row_first_key(pos_b, r1, T);
-    const int first_key = first_key_of(pos_b, q_tile * BQ, BQ, T, &first_key_s);
+    const int2 first_keys = first_keys_of(pos_b, q_tile * BQ, BQ, T, &first_keys_s);
+    const int first_key = first_keys.x;
 
     uint32_t qf[HS / 16][4], df[HS / 16][4];
     load_a_rows<HS>(qf, q_head, ld, r0, r1, T);
@@ -386,13 +405,13 @@ __global__ void __launch_bounds__(128)
     load_tile<BK, HS, ASYNC>(vs[0], v_head, ld, first_key / BK * BK, T);
     cp_async_commit();
     for (int key_tile = first_key / BK, buf = 0; key_tile <= last_tile; key_tile++, buf ^= 1) {
-        if (key_tile < last_tile) {  // into the buffer every warp finished with last time round
+        cp_async_wait<0>();
+        __syncthreads();  // this tile is in; every warp is done with the other buffer (the last tile's)
+        if (key_tile < last_tile) {
             load_tile<BK, HS, ASYNC>(ks[buf ^ 1], k_head, ld, (key_tile + 1) * BK, T);
             load_tile<BK, HS, ASYNC>(vs[buf ^ 1], v_head, ld, (key_tile + 1) * BK, T);
+            cp_async_commit();
         }
-        cp_async_commit();  // empty at the last tile: the wait below stays the same
-        cp_async_wait<1>();
-        __syncthreads();  // this tile is in
         float s[BK / 8][4], dp[BK / 8][4];
         for (int n = 0; n < BK / 8; n++)
             for (int e = 0; e < 4; e++) s[n][e] = dp[n][e] = 0.0f;
@@ -406,14 +425,22 @@ __global__ void __launch_bounds__(128)
                 mma_bf16_16816(dp[n], df[kk], bv);  // dP = dy v^T
                 mma_bf16_16816(dp[n + 1], df[kk], bv + 2);
             }
-        for (int n = 0; n < BK / 8; n++)
-            for (int e = 0; e < 2; e++) {
-                const int key = key_tile * BK + n * 8 + 2 * t + e;
-                const float p0 = key <= r0 && key >= lo0 ? exp2f(s[n][e] * scale_log2 - lse0) : 0.0f;
-                const float p1 = key <= r1 && key >= lo1 ? exp2f(s[n][2 + e] * scale_log2 - lse1) : 0.0f;
-                s[n][e] = p0 * (dp[n][e] - d0);  // now dS
-                s[n][2 + e] = p1 * (dp[n][2 + e] - d1);
-            }
+        // full: every row sees every key of the tile (the same for the whole block), no mask
+        if (key_tile * BK + BK - 1 <= q_tile * BQ && key_tile * BK >= first_keys.y)
+            for (int n = 0; n < BK / 8; n++)
+                for (int e = 0; e < 2; e++) {
+                    s[n][e] = exp2f(s[n][e] * scale_log2 - lse0) * (dp[n][e] - d0);  // now dS
+                    s[n][2 + e] = exp2f(s[n][2 + e] * scale_log2 - lse1) * (dp[n][2 + e] - d1);
+                }
+        else
+            for (int n = 0; n < BK / 8; n++)
+                for (int e = 0; e < 2; e++) {
+                    const int key = key_tile * BK + n * 8 + 2 * t + e;
+                    const float p0 = key <= r0 && key >= lo0 ? exp2f(s[n][e] * scale_log2 - lse0) : 0.0f;
+                    const float p1 = key <= r1 && key >= lo1 ? exp2f(s[n][2 + e] * scale_log2 - lse1) : 0.0f;
+                    s[n][e] = p0 * (dp[n][e] - d0);
+                    s[n][2 + e] = p1 * (dp[n][2 + e] - d1);
+                }
         for (int kk = 0; kk < BK / 16; kk++) {  // dq += dS k
             uint32_t da[4];
             c_to_a(da, s[2 * kk], s[2 * kk + 1]);
@@ -424,7 +451,6 @@ __global__ void __launch_bounds__(128)
                 mma_bf16_16816(dq[n + 1], da, bk + 2);
             }
         }
-        __syncthreads();  // every warp is done with buf before the next round loads into it
     }
     bf16* dq_head = dqkv + (int64_t)b * T * ld + (int64_t)h * HS;
     for (int n = 0; n < HS / 8; n++) {
@@ -505,12 +531,15 @@ __global__ void __launch_bounds__(64)
                     mma_bf16_16816(dpt[n + 1], va, bd + 2);
                 }
             }
+            // full: every query of the tile is real and sees every key of the block (no packing: no first
+            // keys)
+            const bool full = !pos_b && qt * BQ >= key_tile * BKEY + BKEY - 1 && qt * BQ + BQ <= T;
             for (int n = 0; n < BQ / 8; n++)
                 for (int e = 0; e < 2; e++) {
                     const int qi = n * 8 + 2 * t + e, q = qt * BQ + qi;
                     const bool real = q < T;  // a padded query must add nothing to dk, dv
-                    const bool see0 = real && q >= k0 && k0 >= lo_s[qi],
-                               see1 = real && q >= k1 && k1 >= lo_s[qi];
+                    const bool see0 = full || (real && q >= k0 && k0 >= lo_s[qi]),
+                               see1 = full || (real && q >= k1 && k1 >= lo_s[qi]);
                     const float p0 = see0 ? exp2f(st[n][e] * scale_log2 - lse_s[qi]) : 0.0f;
                     const float p1 = see1 ? exp2f(st[n][2 + e] * scale_log2 - lse_s[qi]) : 0.0f;
                     st[n][e] = p0;  // now P^T

@@ -833,9 +833,10 @@ TEST(Kernels, FlashAttentionForwardMatchesCpu) {
         EXPECT_TRUE(check("flash forward lse (B, NH, T)", download(lse_d, (int64_t)B * NH * T),
                           cpu_attention_lse(qkv, B, T, C, NH), 1e-4));
         // plain loads in place of cp.async: the same arithmetic, the same bits
-        flash_attention_async = false;
+        const bool async = flash_attention_async;
+        flash_attention_async = !async;
         flash_attention_forward(y_d, lse_d, qkv_d, B, T, C, NH, kStream);
-        flash_attention_async = true;
+        flash_attention_async = async;
         EXPECT_EQ(count_bit_diff(download(y_d, N * C), out_got), 0) << "plain loads change y";
     }
 }
@@ -866,13 +867,14 @@ TEST(Kernels, FlashAttentionBackwardMatchesCpu) {
         check_dqkv_parts("flash backward", got, dqkv, N, C, 2e-2);
         // no atomics and no cuBLAS, each block sums in a fixed order: a second backward pass gives the
         // very same bits, with cp.async's loads or plain ones
-        for (bool async : {true, false}) {
+        const bool async_default = flash_attention_async;
+        for (bool async : {async_default, !async_default}) {
             flash_attention_async = async;
             flash_attention_backward(dqkv_d, dsum_d, dy_d, y_d, qkv_d, lse_d, B, T, C, NH, kStream);
             EXPECT_EQ(count_bit_diff(download(dqkv_d, N * 3 * C), got), 0)
                 << "the fused backward is not deterministic" << (async ? "" : " (plain loads)");
         }
-        flash_attention_async = true;
+        flash_attention_async = async_default;
     }
 }
 
@@ -1366,9 +1368,13 @@ TEST(Kernels, FlashAttentionGqaPackedMatchesCpu) {
         EXPECT_TRUE(check("flash gqa lse", download(lse_d, (int64_t)c.B * c.NH * c.T), r.lse, 1e-4));
         const auto got = download(dqkv_d, r.N * r.W);
         check_gqa_grads("flash gqa backward", got, r, 2e-2);
-        // dk, dv: one block per key tile sums its group's heads, no atomics: the same bits again
+        // dk, dv: one block per key tile sums its group's heads, no atomics: the same bits again, with plain
+        // loads for cp.async's too
+        const bool async = flash_attention_async;
+        flash_attention_async = false;
         flash_attention_backward(dqkv_d, dsum_d, dy_d, y_d, qkv_d, lse_d, c.B, c.T, C, c.NH, kStream, c.NKV,
                                  pos_d);
+        flash_attention_async = async;
         EXPECT_EQ(count_bit_diff(download(dqkv_d, r.N * r.W), got), 0) << "not deterministic";
     }
 }

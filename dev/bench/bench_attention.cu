@@ -120,6 +120,8 @@ static void bench_shape(int B, int T, int C, int NH, int NKV) {
 
     // agreement at this shape: every path's y and dqkv against the reference path's (y rewritten by each
     // path's forward before its backward reads it)
+    const bool async_default = flash_attention_async;
+    flash_attention_async = true;  // the reference: fused by cp.async
     forward(ref_path);
     backward(ref_path);
     const std::vector<float> y_ref = download_bf16(y, N * QD), dqkv_ref = download_bf16(dqkv, N * ld);
@@ -147,7 +149,7 @@ static void bench_shape(int B, int T, int C, int NH, int NKV) {
         rows.push_back(
             {shape, name, B, T, C, NH, NKV, f, b, fwd_flop / f / 1e9, bwd_flop / b / 1e9, ey, edqkv});
     }
-    flash_attention_async = true;
+    flash_attention_async = async_default;
     for (size_t i = rows.size() - paths.size(); i < rows.size(); i++) {
         const Row& r = rows[i];
         char e1[16] = "null", e2[16] = "null";

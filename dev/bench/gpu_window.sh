@@ -638,7 +638,7 @@ attention_summary() {
             if (!(s in seen)) { seen[s] = 1; shapes[++ns] = s }
             if (!(p in pseen)) { pseen[p] = 1; paths[++np] = p }
             tf[p, s] = sprintf("%.0f/%.0f", val($0, "fwd_TFLOPs"), val($0, "bwd_TFLOPs"))
-            ms[p, s] = val($0, "fwd_ms") + val($0, "bwd_ms")
+            ms[p, s] = val($0, "fwd_ms") + val($0, "bwd_ms"); fm[p, s] = val($0, "fwd_ms"); bm[p, s] = val($0, "bwd_ms")
             ey = val($0, "y_rel_l2"); ed = val($0, "dqkv_rel_l2")
             if (ey != "" && ey != "null") {
                 if (!((p, "y") in worst) || ey + 0 > worst[p, "y"]) worst[p, "y"] = ey + 0
@@ -658,9 +658,10 @@ attention_summary() {
             else out = out (("cudnn" in pseen) ? " no torch_cudnn rows" : " OUR cuDNN PATH DID NOT RUN")
             # flash_attention_async keeps cp.async where this is above 1.00x everywhere (fused_sync: plain loads)
             a = ""
-            for (i = 1; i <= ns; i++) if ((("fused", shapes[i]) in ms) && (("fused_sync", shapes[i]) in ms) && ms["fused", shapes[i]] > 0)
-                a = a sprintf(" %s %.2fx", shapes[i], ms["fused_sync", shapes[i]] / ms["fused", shapes[i]])
-            if (a != "") out = out "; fused cp.async speed-up (plain loads time / cp.async time):" a
+            for (i = 1; i <= ns; i++) if ((("fused", shapes[i]) in fm) && (("fused_sync", shapes[i]) in fm) && fm["fused", shapes[i]] > 0 && bm["fused", shapes[i]] > 0)
+                a = a sprintf(" %s %.2fx/%.2fx", shapes[i], fm["fused_sync", shapes[i]] / fm["fused", shapes[i]], bm["fused_sync", shapes[i]] / bm["fused", shapes[i]])
+            if (a != "") out = out "; fused cp.async speed-up fwd/bwd (plain loads time / cp.async time):" a
+            if (("fused_sync", "y") in worst && worst["fused_sync", "y"] + worst["fused_sync", "d"] > 0) out = out "; FUSED_SYNC DIFFERS from fused (must be the same bits)"
             for (j = 1; j <= np; j++) {
                 p = paths[j]; out = out "; " p " fwd/bwd TFLOP/s"
                 for (i = 1; i <= ns; i++) if ((p, shapes[i]) in tf) out = out " " shapes[i] " " tf[p, shapes[i]]

@@ -35,6 +35,10 @@ struct dim3 {
     unsigned x, y, z;
     dim3(unsigned x_ = 1, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
 };
+struct int2 {
+    int x, y;
+};
+inline int2 make_int2(int x, int y) { return int2{x, y}; }
 
 namespace fake_device {
 // A switch saves where this context is in `from` and jumps to `to`. __builtin_setjmp saves the frame, the
