@@ -1274,6 +1274,8 @@ int main(int argc, char** argv) {
     net_finish(&r.comm->net);  // several nodes: from here a node may end before another
     print_run_summary(&r, &g);
     free_run(&r, &g);
+    comm_stop_watch(
+        r.comm);  // its NCCL calls must not meet exit's teardown (the communicator: the OS frees it)
     return 0;
 }
 

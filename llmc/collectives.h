@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 #include "cuda_common.h"  // defines: cudaCheck
 #include "net.h"          // defines: NetLinks, net_sum, net_bcast, net_gather
@@ -49,9 +50,10 @@ struct NodeShared {
     int owner_pid;                   // rank 0: the memfds below are its
     int fds[NODE_SHARED_ARRAYS];
     char nccl_id[128];
-    double sums[MAX_RANKS][4];   // comm_sum_host's slots
-    double node_sums[4];         //   several nodes: the sum over all of them
-    char note[NODE_NOTE_BYTES];  // comm_share's bytes from rank 0
+    char gpu_bus[MAX_RANKS][32];  // each rank's GPU, its PCI bus id (comm_ranks_on_my_gpu)
+    double sums[MAX_RANKS][4];    // comm_sum_host's slots
+    double node_sums[4];          //   several nodes: the sum over all of them
+    char note[NODE_NOTE_BYTES];   // comm_share's bytes from rank 0
 };
 
 struct Comm {
@@ -68,25 +70,38 @@ struct Comm {
     void* nccl = nullptr;           // COMM_NCCL: the communicator
     double* dev_sums = nullptr;     //   4 doubles on the GPU for comm_sum_host
     cudaStream_t stream = nullptr;  //   comm_sum_host's stream
-    char note[256] = "";            // how the ranks sum, for the config table
+    std::thread* watch = nullptr;   //   comm_watch: NCCL's errors and dead ranks, while a wait blocks
+    std::atomic<bool> watch_stop{false};
+    char note[256] = "";  // how the ranks sum, for the config table
 };
 
 // ----------------------------------------------------------------------------
 // The host side: a barrier, small sums, bytes from rank 0. A dead rank ends the others in one line.
 
-// Another rank ended: -pn's launcher says so in the block; started by another launcher, its process is gone.
-static inline void comm_check_alive(const Comm* c) {
+// Another rank of the node ended: -pn's launcher says so in the block; started by another launcher, its
+// process is gone. True with the line to say in why ("" when that rank said why itself).
+static inline bool comm_rank_gone(const Comm* c, char* why, size_t n) {
     const int f = c->node->failed_rank.load(std::memory_order_acquire);
     const int first = c->node_rank * c->local_world;  // the node's ranks, numbered over every node
-    if (f >= 0 && c->node->said.load()) _exit(1);     // it said why itself
+    if (f >= 0 && c->node->said.load()) return snprintf(why, n, "%s", ""), true;
     if (f >= 0)
-        die("rank %d stopped (exit status %d): this rank stops too", first + f, c->node->failed_code.load());
-    if (c->node->launched) return;
+        return snprintf(why, n, "rank %d stopped (exit status %d): this rank stops too", first + f,
+                        c->node->failed_code.load()),
+               true;
+    if (c->node->launched) return false;
     for (int r = 0; r < c->local_world; r++) {
         const int pid = c->node->pids[r];
         if (r != c->local && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
-            die("rank %d (process %d) is gone: this rank stops too", first + r, pid);
+            return snprintf(why, n, "rank %d (process %d) is gone: this rank stops too", first + r, pid),
+                   true;
     }
+    return false;
+}
+static inline void comm_check_alive(const Comm* c) {
+    char why[160];
+    if (!comm_rank_gone(c, why, sizeof why)) return;
+    if (!*why) _exit(1);  // it said why itself
+    die("%s", why);
 }
 
 static inline void node_barrier(const Comm* c) {
@@ -113,6 +128,7 @@ typedef struct {
     char internal[128];
 } NcclUniqueId;
 enum { NCCL_FLOAT32 = 7, NCCL_FLOAT64 = 8, NCCL_SUM = 0, NCCL_MIN = 3 };
+enum { NCCL_IN_PROGRESS = 7 };  // ncclResult_t: ncclInProgress (0 is ncclSuccess)
 struct NcclApi {
     int (*get_unique_id)(NcclUniqueId*);
     int (*comm_init_rank)(void**, int, NcclUniqueId, int);
@@ -121,14 +137,23 @@ struct NcclApi {
     int (*comm_destroy)(void*);
     const char* (*error_string)(int);
     int (*get_version)(int*);
+    int (*get_async_error)(void*, int*);  // ncclCommGetAsyncError
+    const char* (*last_error)(void*);     // ncclGetLastError (NCCL 2.13+; NULL before): the error's detail
     std::string library;
 };
 static NcclApi nccl_api;
 
-#define ncclCheck(call)                                                                 \
-    do {                                                                                \
-        const int nccl_rc_ = (call);                                                    \
-        if (nccl_rc_ != 0) die("NCCL: %s: %s", #call, nccl_api.error_string(nccl_rc_)); \
+// NCCL's error rc as text, with its detail where NCCL has one ("Duplicate GPU detected ...").
+static inline std::string nccl_error_text(int rc) {
+    std::string t = nccl_api.error_string(rc);
+    const char* last = nccl_api.last_error ? nccl_api.last_error(NULL) : NULL;
+    if (last && *last) t += std::string(" (") + last + ")";
+    return t;
+}
+#define ncclCheck(call)                                                                   \
+    do {                                                                                  \
+        const int nccl_rc_ = (call);                                                      \
+        if (nccl_rc_ != 0) die("NCCL: %s: %s", #call, nccl_error_text(nccl_rc_).c_str()); \
     } while (0)
 
 // Where libnccl.so.2 may be: LLMC_NCCL_LIB, the loader's search, Python wheels (PyTorch's nvidia/nccl).
@@ -178,8 +203,10 @@ static inline bool nccl_open(char* why, size_t n) {
     a.comm_destroy = (int (*)(void*))dlsym(h, "ncclCommDestroy");
     a.error_string = (const char* (*)(int))dlsym(h, "ncclGetErrorString");
     a.get_version = (int (*)(int*))dlsym(h, "ncclGetVersion");
+    a.get_async_error = (int (*)(void*, int*))dlsym(h, "ncclCommGetAsyncError");
+    a.last_error = (const char* (*)(void*))dlsym(h, "ncclGetLastError");
     if (!a.get_unique_id || !a.comm_init_rank || !a.all_reduce || !a.reduce_scatter || !a.comm_destroy ||
-        !a.error_string || !a.get_version) {
+        !a.error_string || !a.get_version || !a.get_async_error) {
         snprintf(why, n, "%s lacks NCCL's functions", a.library.c_str());
         return false;
     }
@@ -351,11 +378,60 @@ static inline void comm_reduce_scatter(Comm* c, float* dev, int64_t n, cudaStrea
 }
 
 // ----------------------------------------------------------------------------
-// Set-up, after the rank chose its GPU. One rank: nothing to set up, unless LLMC_COLLECTIVES=nccl asks for
-// NCCL's one-rank sums (a check that it loads and runs). LLMC_NCCL_HOSTS=split: each rank another
-// NCCL_HOSTID, so that ranks sharing a GPU talk as two nodes would.
+// Set-up, after the rank chose its GPU.
 
-static inline void comm_init(Comm* c) {
+// How many of the node's ranks run on this rank's GPU, told apart by PCI bus id (a scheduler that gives each
+// rank its own GPU through CUDA_VISIBLE_DEVICES numbers every one of them 0); *most: the most on any GPU of
+// the node, the same on every rank. Collective over the node.
+static inline int comm_ranks_on_my_gpu(Comm* c, int device, int* most) {
+    *most = 1;
+    if (c->local_world == 1) return 1;
+    char bus[32] = "";
+    if (cudaDeviceGetPCIBusId(bus, (int)sizeof bus, device) != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(bus, sizeof bus, "device %d", device);
+    }
+    memcpy(c->node->gpu_bus[c->local], bus, sizeof bus);
+    node_barrier(c);
+    int n = 0;
+    for (int r = 0; r < c->local_world; r++) {
+        int same = 0;
+        for (int q = 0; q < c->local_world; q++)
+            same += strcmp(c->node->gpu_bus[q], c->node->gpu_bus[r]) == 0;
+        *most = std::max(*most, same);
+        if (r == c->local) n = same;
+    }
+    return n;
+}
+
+// While NCCL runs: its asynchronous errors (a network error, a node gone) and a rank of this node that ended
+// end this rank in one line, also while a wait for the GPU blocks the main thread (which would hang).
+static inline void comm_watch(Comm* c) {
+    while (!c->watch_stop.load()) {
+        usleep(100 * 1000);
+        int err = 0;
+        if (nccl_api.get_async_error(c->nccl, &err) == 0 && err != 0 && err != NCCL_IN_PROGRESS)
+            die("NCCL: %s: this rank stops", nccl_error_text(err).c_str());
+        char why[160];
+        if (c->local_world > 1 && comm_rank_gone(c, why, sizeof why)) {
+            if (!*why) _exit(1);  // it said why itself
+            die("%s", why);
+        }
+    }
+}
+static inline void comm_stop_watch(Comm* c) {
+    if (!c->watch) return;
+    c->watch_stop.store(true);
+    c->watch->join();
+    delete c->watch;
+    c->watch = nullptr;
+}
+
+// One rank: nothing to set up, unless LLMC_COLLECTIVES=nccl asks for NCCL's one-rank sums (a check that it
+// loads and runs). ranks_on_gpu > 1 (ranks share this GPU, which NCCL refuses): the host's sums, unless
+// LLMC_NCCL_HOSTS=split (each rank another NCCL_HOSTID: the ranks talk as two nodes would) or
+// LLMC_COLLECTIVES=nccl. Every rank takes the same backend (the ranks agree first).
+static inline void comm_init(Comm* c, int ranks_on_gpu = 1) {
     const char* want = getenv("LLMC_COLLECTIVES");
     if (c->world == 1 && !(want && strcmp(want, "nccl") == 0)) return;
     const bool host_asked = want && strcmp(want, "host") == 0, nccl_asked = want && strcmp(want, "nccl") == 0;
@@ -364,22 +440,45 @@ static inline void comm_init(Comm* c) {
 #ifdef FAKE_CUDA_DEVICE
     if (nccl_asked) die("LLMC_COLLECTIVES=nccl: the CPU emulator has no NCCL");
     snprintf(why, sizeof why, "the CPU emulator");
-    const bool nccl = false;
+    bool nccl = false;
 #else
-    const bool nccl = !host_asked && nccl_open(why, sizeof why);
+    bool nccl = !host_asked && nccl_open(why, sizeof why);
     if (nccl_asked && !nccl) die("LLMC_COLLECTIVES=nccl: %s", why);
 #endif
+    const char* hosts = getenv("LLMC_NCCL_HOSTS");
+    const bool split = hosts && strcmp(hosts, "split") == 0;
+    if (nccl && ranks_on_gpu > 1 && !split && !nccl_asked) {
+        nccl = false;
+        snprintf(why, sizeof why,
+                 "%d ranks share a GPU, which NCCL refuses; LLMC_NCCL_HOSTS=split: NCCL over sockets",
+                 ranks_on_gpu);
+    }
+    if (c->world > 1) {  // one rank on NCCL would wait in ncclCommInitRank for another in the host's sums
+        double usable = nccl ? 1.0 : 0.0;
+        c->backend = COMM_HOST;  // the host's sum: node memory and net.h's links, nothing of comm_init's
+        comm_sum_host(c, &usable, 1);
+        c->backend = COMM_SINGLE;
+        if (nccl && usable < c->world) {
+            if (nccl_asked)
+                die("LLMC_COLLECTIVES=nccl: NCCL is usable on %.0f of the %d ranks", usable, c->world);
+            nccl = false;
+            snprintf(why, sizeof why, "NCCL is usable on %.0f of the %d ranks", usable, c->world);
+        }
+    }
     if (nccl) {
         NcclUniqueId id;
-        const char* hosts = getenv("LLMC_NCCL_HOSTS");
-        if (hosts && strcmp(hosts, "split") == 0) {
+        if (split) {
             char host[64];
             snprintf(host, sizeof host, "llmc-rank-%d", c->rank);
             setenv("NCCL_HOSTID", host, 1);
         }
+        // NCCL's connection buffers at init (since 2.22 they come at the first collective), before the
+        // memory plan measures what is free; a user's setting stands
+        setenv("NCCL_RUNTIME_CONNECT", "0", 0);
         if (c->rank == 0) ncclCheck(nccl_api.get_unique_id(&id));
         comm_share(c, &id, sizeof id);  // several nodes: over net.h's link to each node's leader
         ncclCheck(nccl_api.comm_init_rank(&c->nccl, c->world, id, c->rank));
+        c->watch = new std::thread(comm_watch, c);
         cudaCheck(cudaMalloc((void**)&c->dev_sums, 4 * 8));
         cudaCheck(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
         int version = 0;
@@ -401,7 +500,8 @@ static inline void comm_init(Comm* c) {
 
 static inline void comm_free(Comm* c) {
     if (c->backend == COMM_NCCL) {
-        nccl_api.comm_destroy(c->nccl);
+        comm_stop_watch(c);
+        ncclCheck(nccl_api.comm_destroy(c->nccl));
         cudaCheck(cudaFree(c->dev_sums));
         cudaCheck(cudaStreamDestroy(c->stream));
     } else if (c->backend == COMM_HOST) {

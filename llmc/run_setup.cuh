@@ -423,13 +423,15 @@ static void check_fit(Run* r) {
     int devices = 1;
     cudaCheck(cudaGetDeviceCount(&devices));
     const int device = r->comm->local % devices;  // -pn: the node's rank r on GPU r
-    if (r->comm->local_world > devices && r->comm->local == 0)
+    cudaCheck(cudaGetDeviceProperties(&r->prop, device));
+    cudaCheck(cudaSetDevice(device));
+    int shared_most = 1;  // the most ranks on one GPU of this node
+    const int sharing = comm_ranks_on_my_gpu(r->comm, device, &shared_most);  // by PCI bus id
+    if (shared_most > 1 && r->comm->local == 0)
         fprintf(stderr,
                 "warning: %d ranks on this node's %d GPU%s: ranks share a GPU, each planned for its share\n",
                 r->comm->local_world, devices, devices > 1 ? "s" : "");
-    cudaCheck(cudaGetDeviceProperties(&r->prop, device));
-    cudaCheck(cudaSetDevice(device));
-    comm_init(r->comm);  // NCCL's communicator, or the host's sums
+    comm_init(r->comm, sharing);  // NCCL's communicator, or the host's sums
     r->peak_flops = gpu_bf16_peak_flops(r->prop.name, &r->peak_label) * r->comm->world;  // MFU of all GPUs
     // cuBLAS handles and kernels first: what they take is not free for the plan
     matmul_handles_create();
@@ -447,9 +449,8 @@ static void check_fit(Run* r) {
     // ranks sharing this GPU (-pn over fewer GPUs: tests, a trial): each plans for its share of the memory
     // free once every rank has its context (none allocates before the agreements below), so that -R / -K,
     // auto or -1, and the fit check do not count the same free memory twice
-    const int sharing = (r->comm->local_world - device + devices - 1) / devices;
     r->gpu_sharing = sharing;
-    if (sharing > 1) {
+    if (shared_most > 1) {  // every rank of the node, or none: a barrier
         node_barrier(r->comm);
         cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
         r->gpu_free_at_start = (int64_t)gpu_free;

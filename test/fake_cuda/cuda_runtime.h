@@ -730,6 +730,11 @@ inline cudaError_t cudaSetDevice(int) {
     FAKE_CUDA_RETURN_STICKY;
     return cudaSuccess;
 }
+inline cudaError_t cudaDeviceGetPCIBusId(char* bus, int len, int) {  // the one emulated GPU
+    FAKE_CUDA_RETURN_STICKY;
+    snprintf(bus, (size_t)len, "0000:00:00.0");
+    return cudaSuccess;
+}
 // The host's way of waiting for the device (cudaDeviceScheduleBlockingSync: sleep, not spin): recorded only.
 inline unsigned& fake_cuda_device_flags() {
     static unsigned flags = 0;
