@@ -97,7 +97,7 @@ train_gpt: train_gpt.cu $(GPU_OBJS) $(HEADERS) $(wildcard *.cuh llmc/*.cuh)
 	$(NVCC) $(NVCCFLAGS) -I. $< $(GPU_OBJS) -o $@ $(CUDA_LIBS) $(URING_LIBS)
 
 # one translation unit for cudnn-frontend (its headers compile slowly), as llm.c's llmc/cudnn_att.cpp
-$(BUILD)/cudnn_att.o: llmc/cudnn_att.cpp llmc/cudnn_att.h | $(BUILD)
+$(BUILD)/cudnn_att.o: llmc/cudnn_att.cpp llmc/cudnn_att.h llmc/wheel_libs.h | $(BUILD)
 	$(NVCC) -O2 -std=c++17 -x c++ -DENABLE_CUDNN -DNV_CUDNN_FRONTEND_USE_DYNAMIC_LOADING -I$(CUDNN_FE) \
 		-Xcompiler -Wall,-Wno-unused-function -c $< -o $@
 

@@ -12,7 +12,6 @@
 #pragma once
 #include <dlfcn.h>
 #include <fcntl.h>
-#include <glob.h>
 #include <stdint.h>
 #include <string.h>
 #include <errno.h>
@@ -28,6 +27,7 @@
 #include "cuda_common.h"  // defines: cudaCheck
 #include "net.h"          // defines: NetLinks, net_sum, net_bcast, net_gather
 #include "utils.h"        // defines: die, die_rank
+#include "wheel_libs.h"   // defines: wheel_libraries
 
 #define MAX_RANKS          64
 #define NODE_SHARED_ARRAYS 16
@@ -161,17 +161,7 @@ static inline std::vector<std::string> nccl_candidates() {
     const char* env = getenv("LLMC_NCCL_LIB");
     if (env && *env) return {env};
     std::vector<std::string> c = {"libnccl.so.2"};
-    std::vector<std::string> prefixes = {"/usr/local/lib", "/usr/lib", "/opt/conda/lib"};
-    for (const char* var : {"VIRTUAL_ENV", "CONDA_PREFIX"}) {
-        const char* v = getenv(var);
-        if (v && *v) prefixes.push_back(std::string(v) + "/lib");
-    }
-    for (const std::string& p : prefixes) {
-        glob_t g;
-        if (glob((p + "/python3*/*-packages/nvidia/nccl/lib/libnccl.so.2").c_str(), 0, NULL, &g) == 0)
-            for (size_t i = 0; i < g.gl_pathc; i++) c.push_back(g.gl_pathv[i]);
-        globfree(&g);
-    }
+    for (const std::string& w : wheel_libraries("nccl/lib/libnccl.so.2")) c.push_back(w);
     return c;
 }
 
@@ -467,6 +457,10 @@ static inline void comm_init(Comm* c, int ranks_on_gpu = 1) {
     }
     if (nccl) {
         NcclUniqueId id;
+        if (split && ranks_on_gpu == 1 && c->local_world > 1 && c->local == 0)
+            fprintf(stderr,
+                    "warning: LLMC_NCCL_HOSTS=split on ranks with a GPU each: NCCL talks over sockets, "
+                    "not NVLink or PCIe (drop it where GPUs are not shared)\n");
         if (split) {
             char host[64];
             snprintf(host, sizeof host, "llmc-rank-%d", c->rank);

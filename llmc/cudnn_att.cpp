@@ -3,6 +3,7 @@
 // cuDNN is dlopen'ed (the frontend's dynamic loading): nothing links against it, a machine without it runs.
 // Not here: which path runs, the numerical self-check (attention_path.cuh).
 #include "cudnn_att.h"
+#include "wheel_libs.h"  // defines: wheel_libraries
 #include <dlfcn.h>
 #include <glob.h>
 #include <stdlib.h>
@@ -52,18 +53,7 @@ static std::vector<std::string> cudnn_candidates() {
     c.push_back("libcudnn.so.9");
     for (const char* dir : {"/usr/local/cuda/lib64", "/usr/local/cuda/lib", "/usr/lib/x86_64-linux-gnu"})
         c.push_back(std::string(dir) + "/libcudnn.so.9");
-    std::vector<std::string> prefixes = {"/usr/local/lib", "/usr/lib", "/opt/conda/lib"};
-    for (const char* var : {"VIRTUAL_ENV", "CONDA_PREFIX", "HOME"}) {
-        const char* v = getenv(var);
-        if (v && *v) prefixes.push_back(std::string(v) + (strcmp(var, "HOME") ? "/lib" : "/.local/lib"));
-    }
-    for (const std::string& p : prefixes) {
-        const std::string pattern = p + "/python3*/*-packages/nvidia/*/lib/libcudnn.so.9";
-        glob_t g;
-        if (glob(pattern.c_str(), 0, NULL, &g) == 0)
-            for (size_t i = 0; i < g.gl_pathc; i++) c.push_back(g.gl_pathv[i]);
-        globfree(&g);
-    }
+    for (const std::string& w : wheel_libraries("*/lib/libcudnn.so.9")) c.push_back(w);
     return c;
 }
 
