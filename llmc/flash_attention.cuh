@@ -1,7 +1,8 @@
 // flash_attention.cuh — causal self-attention as fused tensor-core kernels (FlashAttention-2).
 // Scores stay in registers, tile by tile. bf16 in, fp32 accumulation.
 // Tiles cross from global to shared memory by cp.async while the previous product runs (the forward: V's
-// load behind S = q k^T, the next K's behind O += P v; the dq kernel: the next tiles double-buffered).
+// load behind S = q k^T, the next K's behind O += P v; the dq and dk/dv kernels: the next tiles
+// double-buffered, dk/dv's in dynamic shared memory). Key tiles every row sees in full skip the mask.
 // Not here: choosing the path (train_gpt.cu), Hopper's wgmma and TMA.
 #pragma once
 #include "cuda_common.h"  // defines: bf16, cudaCheck, cudaCheckLaunch, grid_for, ceil_div64
@@ -463,19 +464,35 @@ __global__ void __launch_bounds__(128)
     }
 }
 
-// dk, dv: each block owns 32 keys, so no atomics.
-template <int HS>
+// dk, dv: each block owns 32 keys, so no atomics. The query tiles (q, dy and their rows' lse, D, first key)
+// pass through two stages of dynamic shared memory (hs 128: 52 KiB with k and v, past the 48 KiB of static
+// shared memory): ASYNC loads the next tile by cp.async while this one's four products run; else by plain
+// loads, the same steps.
+#define FA_DKDV_KEYS    32
+#define FA_DKDV_QUERIES 32
+#ifdef FAKE_CUDA_DEVICE
+#define FA_DYNAMIC_SHARED(name) unsigned char* name = fake_device::dynamic_shared()
+#else
+#define FA_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
+#endif
+// The dk/dv kernel's dynamic shared memory: k, v tiles, then per stage q, dy tiles, then per stage lse, D and
+// first keys (BQ floats, floats, ints).
+static constexpr size_t flash_dkdv_shared_bytes(int hs) {
+    return (size_t)(2 * FA_DKDV_KEYS + 4 * FA_DKDV_QUERIES) * (hs + FA_PAD) * 2 + 2 * 3 * FA_DKDV_QUERIES * 4;
+}
+template <int HS, bool ASYNC>
 __global__ void __launch_bounds__(64)
     flash_attention_backward_dkdv_kernel(bf16* dqkv, const bf16* qkv, const bf16* dy, const float* lse,
                                          const float* dsum, int T, int NH, int NKV, const int* pos,
                                          float scale, float scale_log2) {
-    constexpr int BKEY = 32, BQ = 32;
-    __shared__ __align__(16) bf16 ks[BKEY][HS + FA_PAD];  // k rows: A of S^T = k q^T
-    __shared__ __align__(16) bf16 vs[BKEY][HS + FA_PAD];  // v rows: A of dP^T = v dy^T
-    __shared__ __align__(16) bf16 qs[BQ][HS + FA_PAD];    // q rows: B of S^T, dk += dS^T q
-    __shared__ __align__(16) bf16 dys[BQ][HS + FA_PAD];   // dy rows: B of dP^T, dv += P^T dy
-    __shared__ float lse_s[BQ], dsum_s[BQ];
-    __shared__ int lo_s[BQ];  // each query's first key
+    constexpr int BKEY = FA_DKDV_KEYS, BQ = FA_DKDV_QUERIES;
+    typedef bf16 Row[HS + FA_PAD];
+    FA_DYNAMIC_SHARED(smem);
+    Row* const ks = (Row*)smem;  // k rows: A of S^T = k q^T
+    Row* const vs = ks + BKEY;   // v rows: A of dP^T = v dy^T
+    Row* const qd = vs + BKEY;   // stage i: q rows at qd + 2 i BQ (B of S^T, dk += dS^T q), dy rows after
+                                 // them (B of dP^T, dv += P^T dy)
+    float* const rows_s = (float*)(qd + 4 * BQ);  // stage i at 3 i BQ: lse, D, first key (int) of each row
     const int C = NH * HS, group = NH / NKV;
     const int64_t ld = (int64_t)(NH + 2 * NKV) * HS;
     const int b = blockIdx.x / NKV, kvh = blockIdx.x % NKV;
@@ -487,33 +504,53 @@ __global__ void __launch_bounds__(64)
     const int* pos_b = pos ? pos + (int64_t)b * T : nullptr;
     const int last_key = key_tile * BKEY + BKEY - 1;
 
-    load_tile<BKEY, HS>(ks, k_head, ld, key_tile * BKEY, T);
-    load_tile<BKEY, HS>(vs, v_head, ld, key_tile * BKEY, T);
     float dk[HS / 8][4], dv[HS / 8][4];
     for (int n = 0; n < HS / 8; n++)
         for (int e = 0; e < 4; e++) dk[n][e] = dv[n][e] = 0.0f;
 
-    const int q_tiles = (T + BQ - 1) / BQ;
-    for (int h = kvh * group; h < (kvh + 1) * group; h++)          // the group's query heads
-        for (int qt = key_tile * BKEY / BQ; qt < q_tiles; qt++) {  // earlier queries see none of these keys
-            const int64_t bh = (int64_t)b * NH + h;
-            const bf16* q_head = qkv + (int64_t)b * T * ld + (int64_t)h * HS;
-            const bf16* dy_head = dy + (int64_t)b * T * C + (int64_t)h * HS;
-            if (pos_b) {  // skip tiles that miss these keys (uniform: all threads agree)
-                bool seen = false;
-                for (int q = qt * BQ; q < min(qt * BQ + BQ, T) && !seen; q++) seen = q - pos_b[q] <= last_key;
-                if (!seen) continue;
-            }
-            __syncthreads();  // previous tile consumed, or first time: ks, vs loaded
-            load_tile<BQ, HS>(qs, q_head, ld, qt * BQ, T);
-            load_tile<BQ, HS>(dys, dy_head, C, qt * BQ, T);
-            for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
-                const int q = qt * BQ + i;
-                lse_s[i] = q < T ? lse[bh * T + q] : 0.0f;
-                dsum_s[i] = q < T ? dsum[bh * T + q] : 0.0f;
-                lo_s[i] = row_first_key(pos_b, q, T);
-            }
-            __syncthreads();
+    // The work: the group's query heads h, and for each the query tiles qt from this block's keys on (earlier
+    // queries see none of them) that some query sees (packed rows: a tile whose queries all start after these
+    // keys is skipped; the same for every thread, and for every head)
+    const int q_tiles = (T + BQ - 1) / BQ, h_end = (kvh + 1) * group;
+    auto seen_from = [&](int qt) {  // the first tile from qt on that sees these keys, or q_tiles
+        for (; pos_b && qt < q_tiles; qt++) {
+            bool seen = false;
+            for (int q = qt * BQ; q < min(qt * BQ + BQ, T) && !seen; q++) seen = q - pos_b[q] <= last_key;
+            if (seen) break;
+        }
+        return qt;
+    };
+    const int first_qt = seen_from(key_tile * BKEY / BQ);
+    auto load_stage = [&](int stage, int h, int qt) {  // head h's query tile qt into a stage
+        const int64_t bh = (int64_t)b * NH + h;
+        Row* const qs = qd + 2 * stage * BQ;
+        load_tile<BQ, HS, ASYNC>(qs, qkv + (int64_t)b * T * ld + (int64_t)h * HS, ld, qt * BQ, T);
+        load_tile<BQ, HS, ASYNC>(qs + BQ, dy + (int64_t)b * T * C + (int64_t)h * HS, C, qt * BQ, T);
+        float* const r = rows_s + 3 * stage * BQ;
+        for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
+            const int q = qt * BQ + i;
+            r[i] = q < T ? lse[bh * T + q] : 0.0f;
+            r[BQ + i] = q < T ? dsum[bh * T + q] : 0.0f;
+            ((int*)r)[2 * BQ + i] = row_first_key(pos_b, q, T);
+        }
+        cp_async_commit();
+    };
+    load_tile<BKEY, HS, ASYNC>(ks, k_head, ld, key_tile * BKEY, T);
+    load_tile<BKEY, HS, ASYNC>(vs, v_head, ld, key_tile * BKEY, T);
+    if (first_qt < q_tiles) load_stage(0, kvh * group, first_qt);  // with k and v: one group
+    for (int h = kvh * group, qt = first_qt, stage = 0; qt < q_tiles; stage ^= 1) {
+        // the next tile: the next seen one of this head, else the next head's first
+        int next_h = h, next_qt = seen_from(qt + 1);
+        if (next_qt == q_tiles && h + 1 < h_end) next_h = h + 1, next_qt = first_qt;
+        cp_async_wait<0>();
+        __syncthreads();  // this stage is in; every warp is done with the other (the last tile's)
+        if (next_qt < q_tiles) load_stage(stage ^ 1, next_h, next_qt);
+        const Row* const qs = qd + 2 * stage * BQ;
+        const Row* const dys = qs + BQ;
+        const float* const lse_s = rows_s + 3 * stage * BQ;
+        const float* const dsum_s = lse_s + BQ;
+        const int* const lo_s = (const int*)(lse_s + 2 * BQ);
+        {
             float st[BQ / 8][4], dpt[BQ / 8][4];
             for (int n = 0; n < BQ / 8; n++)
                 for (int e = 0; e < 4; e++) st[n][e] = dpt[n][e] = 0.0f;
@@ -562,6 +599,11 @@ __global__ void __launch_bounds__(64)
                 }
             }
         }
+        h = next_h;
+        qt = next_qt;
+    }
+    cp_async_commit();  // nothing in flight at the end (no tile at all: k and v's)
+    cp_async_wait<0>();
     bf16* dk_head = dqkv + (int64_t)b * T * ld + (int64_t)(NH + kvh) * HS;
     bf16* dv_head = dk_head + (int64_t)NKV * HS;
     for (int n = 0; n < HS / 8; n++) {
@@ -644,19 +686,23 @@ static FlashForwardKernel flash_forward_kernel_for(int hs, bool async) {
 static FlashBackwardKernel flash_dq_kernel_for(int hs, bool async) {
     return async ? flash_dq_kernel_as<true>(hs) : flash_dq_kernel_as<false>(hs);
 }
-static FlashBackwardKernel flash_dkdv_kernel_for(int hs) {
-    return hs == 32   ? flash_attention_backward_dkdv_kernel<32>
-           : hs == 64 ? flash_attention_backward_dkdv_kernel<64>
-           : hs == 80 ? flash_attention_backward_dkdv_kernel<80>
-           : hs == 96 ? flash_attention_backward_dkdv_kernel<96>
-                      : flash_attention_backward_dkdv_kernel<128>;
+template <bool ASYNC>
+static FlashBackwardKernel flash_dkdv_kernel_as(int hs) {
+    return hs == 32   ? flash_attention_backward_dkdv_kernel<32, ASYNC>
+           : hs == 64 ? flash_attention_backward_dkdv_kernel<64, ASYNC>
+           : hs == 80 ? flash_attention_backward_dkdv_kernel<80, ASYNC>
+           : hs == 96 ? flash_attention_backward_dkdv_kernel<96, ASYNC>
+                      : flash_attention_backward_dkdv_kernel<128, ASYNC>;
+}
+static FlashBackwardKernel flash_dkdv_kernel_for(int hs, bool async) {
+    return async ? flash_dkdv_kernel_as<true>(hs) : flash_dkdv_kernel_as<false>(hs);
 }
 // Loads hs's kernels now (see kernels_load in kernels.cuh).
 static void flash_attention_load(int hs) {
     const bool a = flash_attention_async;
-    const void* kernels[] = {(const void*)flash_forward_kernel_for(hs, a),
-                             (const void*)flash_dq_kernel_for(hs, a), (const void*)flash_dkdv_kernel_for(hs),
-                             (const void*)flash_attention_dsum_kernel};
+    const void* kernels[] = {
+        (const void*)flash_forward_kernel_for(hs, a), (const void*)flash_dq_kernel_for(hs, a),
+        (const void*)flash_dkdv_kernel_for(hs, a), (const void*)flash_attention_dsum_kernel};
     cudaFuncAttributes attr;
     for (const void* k : kernels) cudaCheck(cudaFuncGetAttributes(&attr, k));
 }
@@ -695,10 +741,13 @@ static void flash_attention_backward(bf16* dqkv, float* dsum, const bf16* dy, co
     flash_attention_dsum_kernel<<<grid_for(rows * 32, 256), 256, 0, s>>>(dsum, y, dy, rows, T, NH, hs);
     cudaCheckLaunch();
     const FlashBackwardKernel dq = flash_dq_kernel_for(hs, flash_attention_async),
-                              dkdv = flash_dkdv_kernel_for(hs);
+                              dkdv = flash_dkdv_kernel_for(hs, flash_attention_async);
     dq<<<flash_grid(B, NH, T, 64), 128, 0, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, nkv, pos, scale, scale_log2);
     cudaCheckLaunch();
-    dkdv<<<flash_grid(B, nkv, T, 32), 64, 0, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, nkv, pos, scale,
-                                                  scale_log2);
+    const size_t dkdv_shared = flash_dkdv_shared_bytes(hs);  // past 48 KiB at hs 128: asked for
+    cudaCheck(cudaFuncSetAttribute((const void*)dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)dkdv_shared));
+    dkdv<<<flash_grid(B, nkv, T, FA_DKDV_KEYS), 64, dkdv_shared, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, nkv,
+                                                                      pos, scale, scale_log2);
     cudaCheckLaunch();
 }

@@ -11,9 +11,9 @@
 // __builtin_setjmp/longjmp (_setjmp/_longjmp under ASan), so this is built with _FORTIFY_SOURCE off
 // (Makefile). Math is the host's IEEE math (no --use_fast_math approximations): results can differ from a
 // GPU's in the last bits, never in meaning. Not emulated: timing, concurrency between streams (their ORDER is
-// modelled: cuda_runtime.h), memory spaces, 3D grids and blocks (refused), dynamic shared memory's contents
-// (the trainer's kernels use static shared memory only; a launch may ask for dynamic shared memory, within
-// the limit).
+// modelled: cuda_runtime.h), memory spaces, 3D grids and blocks (refused). Dynamic shared memory: a kernel
+// takes it through fake_device::dynamic_shared() (flash_attention.cuh's FA_DYNAMIC_SHARED), the launch's
+// bytes, fresh (0xFF) for each block as __shared__ arrays are.
 #pragma once
 #include <math.h>
 #include <stdint.h>
@@ -94,6 +94,11 @@ struct State {
     uint64_t block_serial = 0;  // one per block run: shared_fresh's "new block"
     std::map<const void*, uint64_t>
         shared_block_serial;  // per __shared__ array: the block that last cleared it
+    struct alignas(16) Bytes16 {
+        unsigned char b[16];
+    };
+    std::vector<Bytes16> dynamic;  // the launch's dynamic shared memory
+    size_t dynamic_bytes = 0;
 };
 inline State& st() {
     static State s;
@@ -299,6 +304,13 @@ inline void shared_fresh(void* p, size_t bytes) {
     serial = s.block_serial;
     memset(p, 0xFF, bytes);
 }
+// The launch's dynamic shared memory (extern __shared__ on a GPU), fresh for each block.
+inline unsigned char* dynamic_shared() {
+    State& s = st();
+    unsigned char* p = s.dynamic_bytes ? s.dynamic[0].b : nullptr;
+    if (p) shared_fresh(p, s.dynamic_bytes);
+    return p;
+}
 // Runs one block on the fibers. probe: fiber 0 alone first; if it finishes without a barrier, returns false
 // (the caller runs the other threads as plain calls). Else runs the whole block and returns true.
 inline bool run_block(bool probe) {
@@ -385,8 +397,10 @@ struct FlushSubnormals {
 // A launch: every block, one after the other. A fault (fake_cuda::kernel_fault, also from the SIGSEGV
 // handler) jumps back here: the fibers are abandoned mid-kernel (a fresh pool serves any later launch) and
 // the kernel ends.
-inline void launch(dim3 grid, dim3 block, void (*body)(void*), void* args) {
+inline void launch(dim3 grid, dim3 block, void (*body)(void*), void* args, size_t dynamic_bytes = 0) {
     State& s = st();
+    s.dynamic_bytes = dynamic_bytes;
+    if (s.dynamic.size() * 16 < dynamic_bytes) s.dynamic.resize((dynamic_bytes + 15) / 16);
     if (grid.z != 1 || block.z != 1) {
         fprintf(stderr, "fake_device: 3D grid or block: not emulated\n");
         abort();
@@ -532,14 +546,15 @@ struct FakeLaunch {
         std::apply([&](const P&... x) { (fake_device::note_access(accesses, x), ...); }, args->t);
         fake_cuda_device_op(stream, name, accesses.data(), (int)accesses.size());
         const dim3 g = grid, b = block;
-        fake_cuda::submit(stream, [g, b, args] {
+        const size_t dynamic_bytes = smem;
+        fake_cuda::submit(stream, [g, b, args, dynamic_bytes] {
             fake_device::launch(
                 g, b,
                 [](void* p) {
                     Args* x = (Args*)p;
                     std::apply(x->k, x->t);
                 },
-                args.get());
+                args.get(), dynamic_bytes);
         });
     }
 };
