@@ -731,19 +731,27 @@ static void flash_attention_forward(bf16* y, float* lse, const bf16* qkv, int B,
 }
 
 // Overwrites all of dqkv (B, T, qkv row). dsum (B, NH, T): scratch.
+// parts: which of its kernels run (FLASH_BWD_ALL; bench_attention times them one by one).
+enum { FLASH_BWD_DSUM = 1, FLASH_BWD_DQ = 2, FLASH_BWD_DKDV = 4, FLASH_BWD_ALL = 7 };
 static void flash_attention_backward(bf16* dqkv, float* dsum, const bf16* dy, const bf16* y, const bf16* qkv,
                                      const float* lse, int B, int T, int C, int NH, cudaStream_t s,
-                                     int NKV = 0, const int* pos = nullptr) {
+                                     int NKV = 0, const int* pos = nullptr, int parts = FLASH_BWD_ALL) {
     const int hs = C / NH, nkv = flash_kv_heads(NH, NKV);
     flash_check_aligned(dqkv, dy, y, qkv);
     const float scale = 1.0f / sqrtf((float)hs), scale_log2 = scale * 1.4426950408889634f;
     const int64_t rows = (int64_t)B * T * NH;
-    flash_attention_dsum_kernel<<<grid_for(rows * 32, 256), 256, 0, s>>>(dsum, y, dy, rows, T, NH, hs);
-    cudaCheckLaunch();
+    if (parts & FLASH_BWD_DSUM) {
+        flash_attention_dsum_kernel<<<grid_for(rows * 32, 256), 256, 0, s>>>(dsum, y, dy, rows, T, NH, hs);
+        cudaCheckLaunch();
+    }
     const FlashBackwardKernel dq = flash_dq_kernel_for(hs, flash_attention_async),
                               dkdv = flash_dkdv_kernel_for(hs, flash_attention_async);
-    dq<<<flash_grid(B, NH, T, 64), 128, 0, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, nkv, pos, scale, scale_log2);
-    cudaCheckLaunch();
+    if (parts & FLASH_BWD_DQ) {
+        dq<<<flash_grid(B, NH, T, 64), 128, 0, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, nkv, pos, scale,
+                                                    scale_log2);
+        cudaCheckLaunch();
+    }
+    if (!(parts & FLASH_BWD_DKDV)) return;
     const size_t dkdv_shared = flash_dkdv_shared_bytes(hs);  // past 48 KiB at hs 128: asked for
     cudaCheck(cudaFuncSetAttribute((const void*)dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)dkdv_shared));

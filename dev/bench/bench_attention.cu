@@ -143,6 +143,22 @@ static void bench_shape(int B, int T, int C, int NH, int NKV) {
         forward(p);  // the backward below reads this path's y and statistics
         const double f = median_ms([&] { forward(p); }, s);
         const double b = median_ms([&] { backward(p); }, s);
+        if (p == ATTN_FUSED) {  // where the fused backward's time goes: its three kernels apart
+            double part[3];
+            for (int i = 0; i < 3; i++)
+                part[i] = median_ms(
+                    [&] {
+                        flash_attention_backward(dqkv, dsum, dy, y, qkv, lse, B, T, C, NH, s, NKV, NULL,
+                                                 1 << i);
+                    },
+                    s);
+            printf("  %-10s backward's kernels: dsum %.3f ms, dq %.3f ms, dk/dv %.3f ms\n", v.name, part[0],
+                   part[1], part[2]);
+            printf(
+                "RESULT {\"bench\": \"attention_parts\", \"path\": \"%s\", \"B\": %d, \"T\": %d, \"C\": %d, "
+                "\"NH\": %d, \"NKV\": %d, \"dsum_ms\": %.4f, \"dq_ms\": %.4f, \"dkdv_ms\": %.4f}\n",
+                v.name, B, T, C, NH, NKV, part[0], part[1], part[2]);
+        }
         const char* name = v.name;
         printf("  %-10s forward %8.3f ms (%6.1f TFLOP/s)  backward %8.3f ms (%6.1f TFLOP/s)\n", name, f,
                fwd_flop / f / 1e9, b, bwd_flop / b / 1e9);

@@ -622,7 +622,7 @@ check_memcheck_train() {
 # >= 0.9x), every path's forward/backward TFLOP/s per shape (1.3B, 5B, 8B = Llama-3 8B; /1K = T 1024), and the
 # worst rel-L2 of cuDNN and cuBLAS against the fused path. Shapes are labelled by C, NH, NKV.
 attention_summary() {
-    grep -h '^RESULT' "$@" 2> /dev/null | awk '
+    grep -h '^RESULT' "$@" 2> /dev/null | grep -v '"bench": "attention_parts"' | awk '
         function val(line, key,   i, v) {
             i = index(line, "\"" key "\": "); if (!i) return ""
             v = substr(line, i + length(key) + 4); sub(/[,}].*/, "", v); gsub(/"/, "", v); return v
@@ -681,6 +681,11 @@ check_micro_attention() {  # ours (cuDNN, fused, cuBLAS), then torch's SDPA back
     CK_END=$end
     sub micro_sdpa python3 dev/bench/bench_sdpa.py
     FIG=$(attention_summary "$LOGS/micro_attention.log" "$LOGS/micro_sdpa.log")
+    # where the fused backward's time goes (its kernels apart, ms): the next kernel work's target
+    FIG="$FIG$(grep -h '"bench": "attention_parts"' "$LOGS/micro_attention.log" 2> /dev/null | awk '
+        function val(line, key,   i, v) { i = index(line, "\"" key "\": "); if (!i) return ""; v = substr(line, i + length(key) + 4); sub(/[,}].*/, "", v); gsub(/"/, "", v); return v }
+        val($0, "path") == "fused" { out = out sprintf(" C%sNH%sKV%s/%s %.2f/%.2f/%.2f", val($0, "C"), val($0, "NH"), val($0, "NKV"), val($0, "T"), val($0, "dsum_ms"), val($0, "dq_ms"), val($0, "dkdv_ms")) }
+        END { if (out != "") print "; fused backward dsum/dq/dkdv ms:" out }')"
     [ $rc = 0 ] || { FIG="bench_attention: $(last_line micro_attention); $FIG"; return $rc; }
     grep -q '^RESULT.*"path": "cudnn"' "$LOGS/micro_attention.log" || { FIG="cuDNN NOT RUN: $(grep -m1 '  cuDNN: ' "$LOGS/micro_attention.log" | cut -c10-120); $FIG"; return 1; }
     return 0
