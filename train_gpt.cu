@@ -1232,6 +1232,7 @@ int main(int argc, char** argv) {
             [&] { save_run_checkpoint(&r, &g); }, sig,
             [&] {  // saved or not: each rank's share of the update, rank 0's save, then every node's end
                 optimizer_wait_all(&g);
+                comm_stop_watch(r.comm);  // from here the ranks end each at its own time: not a failure
                 node_barrier(r.comm);
                 net_finish(&r.comm->net);
             });
@@ -1271,11 +1272,14 @@ int main(int argc, char** argv) {
     }
     stop_if_asked(r.total_steps);  // a signal during the last validation or sample
     optimizer_wait_all(&g);
+    comm_stop_watch(r.comm);   // the last collective is done: from here a rank that ended is no failure
     net_finish(&r.comm->net);  // several nodes: from here a node may end before another
     print_run_summary(&r, &g);
     free_run(&r, &g);
-    comm_stop_watch(
-        r.comm);  // its NCCL calls must not meet exit's teardown (the communicator: the OS frees it)
+    if (r.comm->backend == COMM_NCCL) {  // exit's CUDA teardown would run under NCCL's own threads
+        fflush(NULL);
+        _exit(0);
+    }
     return 0;
 }
 

@@ -50,7 +50,7 @@ struct NodeShared {
     int owner_pid;                   // rank 0: the memfds below are its
     int fds[NODE_SHARED_ARRAYS];
     char nccl_id[128];
-    char gpu_bus[MAX_RANKS][32];  // each rank's GPU, its PCI bus id (comm_ranks_on_my_gpu)
+    char gpu_bus[MAX_RANKS][40];  // each rank's GPU: its UUID or PCI bus id (comm_ranks_on_my_gpu)
     double sums[MAX_RANKS][4];    // comm_sum_host's slots
     double node_sums[4];          //   several nodes: the sum over all of them
     char note[NODE_NOTE_BYTES];   // comm_share's bytes from rank 0
@@ -71,8 +71,8 @@ struct Comm {
     double* dev_sums = nullptr;     //   4 doubles on the GPU for comm_sum_host
     cudaStream_t stream = nullptr;  //   comm_sum_host's stream
     std::thread* watch = nullptr;   //   comm_watch: NCCL's errors and dead ranks, while a wait blocks
-    std::atomic<bool> watch_stop{false};
-    char note[256] = "";  // how the ranks sum, for the config table
+    std::atomic<bool> watch_stop{false}, nccl_ready{false};  // nccl_ready: the communicator is made
+    char note[256] = "";                                     // how the ranks sum, for the config table
 };
 
 // ----------------------------------------------------------------------------
@@ -370,14 +370,19 @@ static inline void comm_reduce_scatter(Comm* c, float* dev, int64_t n, cudaStrea
 // ----------------------------------------------------------------------------
 // Set-up, after the rank chose its GPU.
 
-// How many of the node's ranks run on this rank's GPU, told apart by PCI bus id (a scheduler that gives each
-// rank its own GPU through CUDA_VISIBLE_DEVICES numbers every one of them 0); *most: the most on any GPU of
-// the node, the same on every rank. Collective over the node.
-static inline int comm_ranks_on_my_gpu(Comm* c, int device, int* most) {
+// How many of the node's ranks run on this rank's GPU, told apart by its UUID (a MIG instance has its own),
+// else its PCI bus id (a scheduler that gives each rank its own GPU through CUDA_VISIBLE_DEVICES numbers
+// every one of them 0); *most: the most on any GPU of the node, the same on every rank. Collective over the
+// node.
+static inline int comm_ranks_on_my_gpu(Comm* c, int device, const cudaDeviceProp* prop, int* most) {
     *most = 1;
     if (c->local_world == 1) return 1;
-    char bus[32] = "";
-    if (cudaDeviceGetPCIBusId(bus, (int)sizeof bus, device) != cudaSuccess) {
+    char bus[40] = "";
+    bool uuid = false;
+    for (int i = 0; i < 16; i++) uuid |= prop->uuid.bytes[i] != 0;
+    if (uuid)
+        for (int i = 0; i < 16; i++) snprintf(bus + 2 * i, 3, "%02x", (unsigned char)prop->uuid.bytes[i]);
+    else if (cudaDeviceGetPCIBusId(bus, (int)sizeof bus, device) != cudaSuccess) {
         cudaGetLastError();
         snprintf(bus, sizeof bus, "device %d", device);
     }
@@ -400,7 +405,8 @@ static inline void comm_watch(Comm* c) {
     while (!c->watch_stop.load()) {
         usleep(100 * 1000);
         int err = 0;
-        if (nccl_api.get_async_error(c->nccl, &err) == 0 && err != 0 && err != NCCL_IN_PROGRESS)
+        if (c->nccl_ready.load() && nccl_api.get_async_error(c->nccl, &err) == 0 && err != 0 &&
+            err != NCCL_IN_PROGRESS)
             die("NCCL: %s: this rank stops", nccl_error_text(err).c_str());
         char why[160];
         if (c->local_world > 1 && comm_rank_gone(c, why, sizeof why)) {
@@ -470,9 +476,10 @@ static inline void comm_init(Comm* c, int ranks_on_gpu = 1) {
         // memory plan measures what is free; a user's setting stands
         setenv("NCCL_RUNTIME_CONNECT", "0", 0);
         if (c->rank == 0) ncclCheck(nccl_api.get_unique_id(&id));
-        comm_share(c, &id, sizeof id);  // several nodes: over net.h's link to each node's leader
+        comm_share(c, &id, sizeof id);              // several nodes: over net.h's link to each node's leader
+        c->watch = new std::thread(comm_watch, c);  // a rank that dies while the others wait in the init
         ncclCheck(nccl_api.comm_init_rank(&c->nccl, c->world, id, c->rank));
-        c->watch = new std::thread(comm_watch, c);
+        c->nccl_ready.store(true);
         cudaCheck(cudaMalloc((void**)&c->dev_sums, 4 * 8));
         cudaCheck(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking));
         int version = 0;

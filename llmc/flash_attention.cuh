@@ -52,11 +52,13 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t r[4], const bf16* row, bool
     if (transpose)
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                     : "r"(address));
+                     : "r"(address)
+                     : "memory");
     else
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                      : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                     : "r"(address));
+                     : "r"(address)
+                     : "memory");
 #endif
 }
 
@@ -90,9 +92,11 @@ __device__ __forceinline__ void copy16(bf16* dst, const bf16* src) {  // 8 eleme
 }
 // cp.async (sm_80+): copy16 that does not hold the thread. The copy lands by cp_async_wait<N> (at most N of
 // this thread's committed groups still in flight); other threads see it after a __syncthreads behind that.
-// The emulator copies at once (a copy that has landed early is one the real order allows).
+// The emulator holds each copy until that wait, so a read before it sees stale bytes (fake_device.h).
 __device__ __forceinline__ void cp_async16(bf16* dst, const bf16* src) {
-#if defined(FAKE_CUDA_DEVICE) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
+#if defined(FAKE_CUDA_DEVICE)
+    fake_device::cp_async16(dst, src);  // lands at the wait
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
     copy16(dst, src);
 #else
     const uint32_t address = (uint32_t)__cvta_generic_to_shared(dst);
@@ -100,13 +104,17 @@ __device__ __forceinline__ void cp_async16(bf16* dst, const bf16* src) {
 #endif
 }
 __device__ __forceinline__ void cp_async_commit() {
-#if !defined(FAKE_CUDA_DEVICE) && !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
+#if defined(FAKE_CUDA_DEVICE)
+    fake_device::cp_async_commit();
+#elif !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
     asm volatile("cp.async.commit_group;\n" ::);
 #endif
 }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
-#if !defined(FAKE_CUDA_DEVICE) && !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
+#if defined(FAKE_CUDA_DEVICE)
+    fake_device::cp_async_wait(N);
+#elif !(defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800)
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 #endif
 }
@@ -521,30 +529,49 @@ __global__ void __launch_bounds__(64)
         return qt;
     };
     const int first_qt = seen_from(key_tile * BKEY / BQ);
-    auto load_stage = [&](int stage, int h, int qt) {  // head h's query tile qt into a stage
-        const int64_t bh = (int64_t)b * NH + h;
+    static_assert(BQ <= 64, "a thread a query row: the block's 64 threads");
+    auto load_tiles = [&](int stage, int h, int qt) {  // head h's query tile qt: q and dy into a stage
         Row* const qs = qd + 2 * stage * BQ;
         load_tile<BQ, HS, ASYNC>(qs, qkv + (int64_t)b * T * ld + (int64_t)h * HS, ld, qt * BQ, T);
         load_tile<BQ, HS, ASYNC>(qs + BQ, dy + (int64_t)b * T * C + (int64_t)h * HS, C, qt * BQ, T);
-        float* const r = rows_s + 3 * stage * BQ;
-        for (int i = threadIdx.x; i < BQ; i += blockDim.x) {
-            const int q = qt * BQ + i;
-            r[i] = q < T ? lse[bh * T + q] : 0.0f;
-            r[BQ + i] = q < T ? dsum[bh * T + q] : 0.0f;
-            ((int*)r)[2 * BQ + i] = row_first_key(pos_b, q, T);
-        }
         cp_async_commit();
+    };
+    // its rows' lse, D and first key: thread i reads row i into registers (in flight during the products),
+    // then stores them in the stage (read after the next barrier)
+    float row_lse = 0.0f, row_d = 0.0f;
+    int row_lo = 0;
+    auto fetch_rows = [&](int h, int qt) {
+        const int q = qt * BQ + (int)threadIdx.x;
+        const int64_t bh = (int64_t)b * NH + h;
+        row_lse = threadIdx.x < BQ && q < T ? lse[bh * T + q] : 0.0f;
+        row_d = threadIdx.x < BQ && q < T ? dsum[bh * T + q] : 0.0f;
+        row_lo = row_first_key(pos_b, q, T);
+    };
+    auto store_rows = [&](int stage) {
+        float* const r = rows_s + 3 * stage * BQ;
+        if (threadIdx.x < BQ) {
+            r[threadIdx.x] = row_lse;
+            r[BQ + threadIdx.x] = row_d;
+            ((int*)r)[2 * BQ + threadIdx.x] = row_lo;
+        }
     };
     load_tile<BKEY, HS, ASYNC>(ks, k_head, ld, key_tile * BKEY, T);
     load_tile<BKEY, HS, ASYNC>(vs, v_head, ld, key_tile * BKEY, T);
-    if (first_qt < q_tiles) load_stage(0, kvh * group, first_qt);  // with k and v: one group
+    if (first_qt < q_tiles) {
+        load_tiles(0, kvh * group, first_qt);  // with k and v: one group
+        fetch_rows(kvh * group, first_qt);
+        store_rows(0);
+    }
     for (int h = kvh * group, qt = first_qt, stage = 0; qt < q_tiles; stage ^= 1) {
         // the next tile: the next seen one of this head, else the next head's first
         int next_h = h, next_qt = seen_from(qt + 1);
         if (next_qt == q_tiles && h + 1 < h_end) next_h = h + 1, next_qt = first_qt;
         cp_async_wait<0>();
         __syncthreads();  // this stage is in; every warp is done with the other (the last tile's)
-        if (next_qt < q_tiles) load_stage(stage ^ 1, next_h, next_qt);
+        if (next_qt < q_tiles) {
+            load_tiles(stage ^ 1, next_h, next_qt);
+            fetch_rows(next_h, next_qt);
+        }
         const Row* const qs = qd + 2 * stage * BQ;
         const Row* const dys = qs + BQ;
         const float* const lse_s = rows_s + 3 * stage * BQ;
@@ -599,6 +626,7 @@ __global__ void __launch_bounds__(64)
                 }
             }
         }
+        if (next_qt < q_tiles) store_rows(stage ^ 1);
         h = next_h;
         qt = next_qt;
     }
@@ -641,17 +669,14 @@ static bool flash_attention_usable(int head_size) {
 // 16-byte moves need 16-byte aligned q, k, v, y, dy.
 static void flash_check_aligned(const void* a, const void* b, const void* c, const void* d) {
     if (((uintptr_t)a | (uintptr_t)b | (uintptr_t)c | (uintptr_t)d) & 15) {
-        fprintf(stderr, "error: flash attention: a tensor is not 16-byte aligned\n");
-        exit(EXIT_FAILURE);
+        die("flash attention: a tensor is not 16-byte aligned");
     }
 }
 
 static dim3 flash_grid(int B, int NH, int T, int tile) {
     const int64_t heads = (int64_t)B * NH, tiles = ceil_div64(T, tile);
     if (heads > 0x7fffffff || tiles > 65535) {
-        fprintf(stderr, "error: flash attention: B*NH = %lld or T = %d out of the kernels' grid range\n",
-                (long long)heads, T);
-        exit(EXIT_FAILURE);
+        die("flash attention: B*NH = %lld or T = %d out of the kernels' grid range", (long long)heads, T);
     }
     return dim3((unsigned)heads, (unsigned)tiles);
 }
@@ -710,10 +735,7 @@ static void flash_attention_load(int hs) {
 // Key/value heads: NKV, or NH when 0. Must divide NH.
 static int flash_kv_heads(int NH, int NKV) {
     const int nkv = NKV > 0 ? NKV : NH;
-    if (NH % nkv) {
-        fprintf(stderr, "error: flash attention: %d key/value heads do not divide %d query heads\n", nkv, NH);
-        exit(EXIT_FAILURE);
-    }
+    if (NH % nkv) { die("flash attention: %d key/value heads do not divide %d query heads", nkv, NH); }
     return nkv;
 }
 
@@ -752,7 +774,9 @@ static void flash_attention_backward(bf16* dqkv, float* dsum, const bf16* dy, co
         cudaCheckLaunch();
     }
     if (!(parts & FLASH_BWD_DKDV)) return;
-    const size_t dkdv_shared = flash_dkdv_shared_bytes(hs);  // past 48 KiB at hs 128: asked for
+    const size_t dkdv_shared =  // the built kernel's (other sizes run 128's: flash_attention_usable)
+        flash_dkdv_shared_bytes(
+            hs == 32 || hs == 64 || hs == 80 || hs == 96 ? hs : 128);  // past 48 KiB at hs 128: asked for
     cudaCheck(cudaFuncSetAttribute((const void*)dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)dkdv_shared));
     dkdv<<<flash_grid(B, nkv, T, FA_DKDV_KEYS), 64, dkdv_shared, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, nkv,

@@ -426,7 +426,7 @@ static void check_fit(Run* r) {
     cudaCheck(cudaGetDeviceProperties(&r->prop, device));
     cudaCheck(cudaSetDevice(device));
     int shared_most = 1;  // the most ranks on one GPU of this node
-    const int sharing = comm_ranks_on_my_gpu(r->comm, device, &shared_most);  // by PCI bus id
+    const int sharing = comm_ranks_on_my_gpu(r->comm, device, &r->prop, &shared_most);  // by UUID
     if (shared_most > 1 && r->comm->local == 0)
         fprintf(stderr,
                 "warning: %d ranks on this node's %d GPU%s: ranks share a GPU, each planned for its share\n",

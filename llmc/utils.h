@@ -29,8 +29,12 @@ inline int die_rank = -1;
 // it; a rank that dies after it ends quietly (its line would repeat or follow from the first).
 inline std::atomic<int>* die_said = nullptr;
 
-// One "error: ..." line (control bytes as \xNN), exit 1. All failures end here.
+// One "error: ..." line (control bytes as \xNN), exit 1. All failures end here. A second thread that dies
+// meanwhile (NCCL's watch beside the main thread) waits for the first's line and exit.
+inline std::atomic<int> die_dying{0};  // one for the program (inline: not one per translation unit)
 static inline void die(const char* fmt, ...) {
+    if (die_dying.exchange(1))
+        for (;;) pause();
     char msg[8192], line[8192 * 4 + 64];
     va_list ap;
     va_start(ap, fmt);

@@ -717,7 +717,11 @@ inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cud
 // --- the rest of the runtime the GPU suites use, for the emulated build (fake_device.h runs the kernels) ---
 #ifdef FAKE_CUDA_DEVICE
 typedef struct {
+    char bytes[16];
+} cudaUUID_t;
+typedef struct {
     char name[256];
+    cudaUUID_t uuid;  // zero: the emulated GPU has none (comm_ranks_on_my_gpu takes the PCI bus id)
     size_t totalGlobalMem;
     int major, minor;
 } cudaDeviceProp;

@@ -99,6 +99,14 @@ struct State {
     };
     std::vector<Bytes16> dynamic;  // the launch's dynamic shared memory
     size_t dynamic_bytes = 0;
+    struct CpAsync {  // a cp.async copy in flight: 16 bytes, in the thread's commit group `group`
+        void* dst;
+        const void* src;
+        uint64_t group;
+    };
+    std::vector<std::vector<CpAsync>> cp_async;  // per thread of the block (linear index)
+    std::vector<uint64_t> cp_committed;          // per thread: its commit groups so far
+    bool cp_async_any = false;                   // a copy was queued in this block
 };
 inline State& st() {
     static State s;
@@ -311,10 +319,49 @@ inline unsigned char* dynamic_shared() {
     if (p) shared_fresh(p, s.dynamic_bytes);
     return p;
 }
+// cp.async (flash_attention.cuh): a thread's copies wait in its queue until cp_async_wait lets them land, so
+// shared memory read before the wait (and its barrier) still holds the block's fresh 0xFF bytes: a missing
+// wait fails the kernel tests, as a GPU might. A block that ends with copies in flight is a fault.
+inline size_t linear_tid() {
+    State& s = st();
+    const dim3 t = thread_idx();
+    const size_t i = (size_t)t.y * s.block.x + t.x;
+    if (s.cp_async.size() <= i) s.cp_async.resize(i + 1), s.cp_committed.resize(i + 1, 0);
+    return i;
+}
+inline void cp_async16(void* dst, const void* src) {
+    require_aligned(dst, 16, "cp.async store");
+    require_aligned(src, 16, "cp.async load");
+    State& s = st();
+    const size_t i = linear_tid();
+    s.cp_async[i].push_back({dst, src, s.cp_committed[i]});
+    s.cp_async_any = true;
+}
+inline void cp_async_commit() { st().cp_committed[linear_tid()]++; }
+inline void cp_async_wait(int n) {  // the groups but the newest n land (an uncommitted copy does not)
+    State& s = st();
+    const size_t i = linear_tid();
+    std::vector<State::CpAsync>& q = s.cp_async[i];
+    size_t k = 0;
+    for (const State::CpAsync& c : q)
+        if (c.group + (uint64_t)n < s.cp_committed[i]) memcpy(c.dst, c.src, 16);
+        else q[k++] = c;
+    q.resize(k);
+}
+inline void cp_async_block_end() {  // before the next block, and at the launch's end
+    State& s = st();
+    if (!s.cp_async_any) return;
+    for (const std::vector<State::CpAsync>& q : s.cp_async)
+        if (!q.empty())
+            fake_cuda::kernel_fault(cudaErrorLaunchFailure, "cp.async copies in flight at a block's end");
+    for (uint64_t& c : s.cp_committed) c = 0;
+    s.cp_async_any = false;
+}
 // Runs one block on the fibers. probe: fiber 0 alone first; if it finishes without a barrier, returns false
 // (the caller runs the other threads as plain calls). Else runs the whole block and returns true.
 inline bool run_block(bool probe) {
     State& s = st();
+    cp_async_block_end();
     s.block_serial++;
     const int n = (int)(s.block.x * s.block.y);
     grow_pool((size_t)n);
@@ -437,12 +484,14 @@ inline void launch(dim3 grid, dim3 block, void (*body)(void*), void* args, size_
                 }
                 continue;
             }
+            cp_async_block_end();
             s.block_serial++;
             for (unsigned i = 0; i < n; i++) {
                 s.direct_tid = dim3(i % block.x, i / block.x, 0);
                 body(args);
             }
         }
+    cp_async_block_end();
     s.direct = false;
     fake_cuda::kernel_fault_jump() = outer;
 }
