@@ -650,7 +650,10 @@ __global__ void __launch_bounds__(64)
 // ----------------------------------------------------------------------------
 // Launchers
 
-// Built head sizes (80: 2.7b), compute capability >= 8.0.
+// The head size whose kernels run for hs: hs where built (80: 2.7b), else 128's (flash_attention_usable
+// refuses those).
+static int flash_built_hs(int hs) { return hs == 32 || hs == 64 || hs == 80 || hs == 96 ? hs : 128; }
+// Built head sizes, compute capability >= 8.0.
 static int flash_attention_device_major = -1;  // device's major, asked once. -P presets it for another GPU
 static bool flash_attention_usable(int head_size) {
     int& major = flash_attention_device_major;
@@ -662,8 +665,7 @@ static bool flash_attention_usable(int head_size) {
                     : 0;
         cudaGetLastError();  // no device: the trainer reports it; clear
     }
-    return major >= 8 &&
-           (head_size == 32 || head_size == 64 || head_size == 80 || head_size == 96 || head_size == 128);
+    return major >= 8 && flash_built_hs(head_size) == head_size;
 }
 
 // 16-byte moves need 16-byte aligned q, k, v, y, dy.
@@ -685,42 +687,26 @@ static dim3 flash_grid(int B, int NH, int T, int tile) {
 // bench_attention times both (fused, fused_sync); keep the default that measures faster.
 static bool flash_attention_async = true;
 
-// Kernels for head size hs (other sizes: 128's).
+// A kernel family's instance for head size hs and cp.async or not.
+#define FLASH_KERNEL_AS(kernel, hs, A) \
+    (hs == 32   ? kernel<32, A>        \
+     : hs == 64 ? kernel<64, A>        \
+     : hs == 80 ? kernel<80, A>        \
+     : hs == 96 ? kernel<96, A>        \
+                : kernel<128, A>)
+#define FLASH_KERNEL_FOR(kernel, hs, async) \
+    ((async) ? FLASH_KERNEL_AS(kernel, hs, true) : FLASH_KERNEL_AS(kernel, hs, false))
 typedef void (*FlashForwardKernel)(bf16*, float*, const bf16*, int, int, int, const int*, float);
 typedef void (*FlashBackwardKernel)(bf16*, const bf16*, const bf16*, const float*, const float*, int, int,
                                     int, const int*, float, float);
-template <bool ASYNC>
-static FlashForwardKernel flash_forward_kernel_as(int hs) {
-    return hs == 32   ? flash_attention_forward_kernel<32, ASYNC>
-           : hs == 64 ? flash_attention_forward_kernel<64, ASYNC>
-           : hs == 80 ? flash_attention_forward_kernel<80, ASYNC>
-           : hs == 96 ? flash_attention_forward_kernel<96, ASYNC>
-                      : flash_attention_forward_kernel<128, ASYNC>;
-}
-template <bool ASYNC>
-static FlashBackwardKernel flash_dq_kernel_as(int hs) {
-    return hs == 32   ? flash_attention_backward_dq_kernel<32, ASYNC>
-           : hs == 64 ? flash_attention_backward_dq_kernel<64, ASYNC>
-           : hs == 80 ? flash_attention_backward_dq_kernel<80, ASYNC>
-           : hs == 96 ? flash_attention_backward_dq_kernel<96, ASYNC>
-                      : flash_attention_backward_dq_kernel<128, ASYNC>;
-}
 static FlashForwardKernel flash_forward_kernel_for(int hs, bool async) {
-    return async ? flash_forward_kernel_as<true>(hs) : flash_forward_kernel_as<false>(hs);
+    return FLASH_KERNEL_FOR(flash_attention_forward_kernel, hs, async);
 }
 static FlashBackwardKernel flash_dq_kernel_for(int hs, bool async) {
-    return async ? flash_dq_kernel_as<true>(hs) : flash_dq_kernel_as<false>(hs);
-}
-template <bool ASYNC>
-static FlashBackwardKernel flash_dkdv_kernel_as(int hs) {
-    return hs == 32   ? flash_attention_backward_dkdv_kernel<32, ASYNC>
-           : hs == 64 ? flash_attention_backward_dkdv_kernel<64, ASYNC>
-           : hs == 80 ? flash_attention_backward_dkdv_kernel<80, ASYNC>
-           : hs == 96 ? flash_attention_backward_dkdv_kernel<96, ASYNC>
-                      : flash_attention_backward_dkdv_kernel<128, ASYNC>;
+    return FLASH_KERNEL_FOR(flash_attention_backward_dq_kernel, hs, async);
 }
 static FlashBackwardKernel flash_dkdv_kernel_for(int hs, bool async) {
-    return async ? flash_dkdv_kernel_as<true>(hs) : flash_dkdv_kernel_as<false>(hs);
+    return FLASH_KERNEL_FOR(flash_attention_backward_dkdv_kernel, hs, async);
 }
 // Loads hs's kernels now (see kernels_load in kernels.cuh).
 static void flash_attention_load(int hs) {
@@ -774,9 +760,8 @@ static void flash_attention_backward(bf16* dqkv, float* dsum, const bf16* dy, co
         cudaCheckLaunch();
     }
     if (!(parts & FLASH_BWD_DKDV)) return;
-    const size_t dkdv_shared =  // the built kernel's (other sizes run 128's: flash_attention_usable)
-        flash_dkdv_shared_bytes(
-            hs == 32 || hs == 64 || hs == 80 || hs == 96 ? hs : 128);  // past 48 KiB at hs 128: asked for
+    const size_t dkdv_shared =
+        flash_dkdv_shared_bytes(flash_built_hs(hs));  // past 48 KiB at hs 128: asked for
     cudaCheck(cudaFuncSetAttribute((const void*)dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)dkdv_shared));
     dkdv<<<flash_grid(B, nkv, T, FA_DKDV_KEYS), 64, dkdv_shared, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, nkv,
