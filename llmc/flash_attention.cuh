@@ -685,7 +685,12 @@ static dim3 flash_grid(int B, int NH, int T, int tile) {
 
 // Tiles by cp.async (true) or plain loads; the same arithmetic, so the same bits either way.
 // bench_attention times both (fused, fused_sync); keep the default that measures faster.
-static bool flash_attention_async = true;
+// LLMC_FLASH_ASYNC=0: plain loads (the GPU window's second try where the cp.async kernels fail their tests).
+static bool flash_attention_async_default() {
+    const char* e = getenv("LLMC_FLASH_ASYNC");
+    return !(e && strcmp(e, "0") == 0);
+}
+static bool flash_attention_async = flash_attention_async_default();
 
 // A kernel family's instance for head size hs and cp.async or not.
 #define FLASH_KERNEL_AS(kernel, hs, A) \
