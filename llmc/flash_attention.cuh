@@ -484,9 +484,10 @@ __global__ void __launch_bounds__(128)
 #define FA_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
 #endif
 // The dk/dv kernel's dynamic shared memory: k, v tiles, then per stage q, dy tiles, then per stage lse, D and
-// first keys (BQ floats, floats, ints).
-static constexpr size_t flash_dkdv_shared_bytes(int hs) {
-    return (size_t)(2 * FA_DKDV_KEYS + 4 * FA_DKDV_QUERIES) * (hs + FA_PAD) * 2 + 2 * 3 * FA_DKDV_QUERIES * 4;
+// first keys (BQ floats, floats, ints), then packed rows' seen bits (a bit a query tile of T).
+static constexpr size_t flash_dkdv_shared_bytes(int hs, int T) {
+    return (size_t)(2 * FA_DKDV_KEYS + 4 * FA_DKDV_QUERIES) * (hs + FA_PAD) * 2 +
+           2 * 3 * FA_DKDV_QUERIES * 4 + (size_t)((T + FA_DKDV_QUERIES - 1) / FA_DKDV_QUERIES + 31) / 32 * 4;
 }
 template <int HS, bool ASYNC>
 __global__ void __launch_bounds__(64)
@@ -520,15 +521,30 @@ __global__ void __launch_bounds__(64)
     // queries see none of them) that some query sees (packed rows: a tile whose queries all start after these
     // keys is skipped; the same for every thread, and for every head)
     const int q_tiles = (T + BQ - 1) / BQ, h_end = (kvh + 1) * group;
-    auto seen_from = [&](int qt) {  // the first tile from qt on that sees these keys, or q_tiles
-        for (; pos_b && qt < q_tiles; qt++) {
-            bool seen = false;
-            for (int q = qt * BQ; q < min(qt * BQ + BQ, T) && !seen; q++) seen = q - pos_b[q] <= last_key;
-            if (seen) break;
+    // Packed rows: which tiles see these keys, a bit each, found once for every head: a warp a word of 32
+    // tiles, a lane a query of each (BQ == 32), OR-ed across the warp
+    static_assert(BQ == 32, "a lane a query of a tile");
+    unsigned* const seen_bits = (unsigned*)(rows_s + 6 * BQ);
+    const int qt_start = key_tile * BKEY / BQ;  // earlier queries see none of these keys
+    if (pos_b) {
+        const int lane = threadIdx.x % 32;
+        for (int w = qt_start / 32 + warp; w < (q_tiles + 31) / 32; w += (int)blockDim.x / 32) {
+            unsigned bits = 0;
+            for (int i = 0; i < 32 && w * 32 + i < q_tiles; i++) {  // the same i for the whole warp
+                const int qt = w * 32 + i, q = qt * BQ + lane;
+                float seen = qt >= qt_start && q < T && q - pos_b[q] <= last_key ? 1.0f : 0.0f;
+                for (int o = 16; o > 0; o >>= 1) seen = fmaxf(seen, __shfl_xor_sync(0xffffffffu, seen, o));
+                if (seen > 0.0f) bits |= 1u << i;
+            }
+            if (lane == 0) seen_bits[w] = bits;
         }
+        __syncthreads();
+    }
+    auto seen_from = [&](int qt) {  // the first tile from qt on that sees these keys, or q_tiles
+        while (pos_b && qt < q_tiles && !((seen_bits[qt / 32] >> (qt % 32)) & 1u)) qt++;
         return qt;
     };
-    const int first_qt = seen_from(key_tile * BKEY / BQ);
+    const int first_qt = seen_from(qt_start);
     static_assert(BQ <= 64, "a thread a query row: the block's 64 threads");
     auto load_tiles = [&](int stage, int h, int qt) {  // head h's query tile qt: q and dy into a stage
         Row* const qs = qd + 2 * stage * BQ;
@@ -766,7 +782,7 @@ static void flash_attention_backward(bf16* dqkv, float* dsum, const bf16* dy, co
     }
     if (!(parts & FLASH_BWD_DKDV)) return;
     const size_t dkdv_shared =
-        flash_dkdv_shared_bytes(flash_built_hs(hs));  // past 48 KiB at hs 128: asked for
+        flash_dkdv_shared_bytes(flash_built_hs(hs), T);  // past 48 KiB at hs 128: asked for
     cudaCheck(cudaFuncSetAttribute((const void*)dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)dkdv_shared));
     dkdv<<<flash_grid(B, nkv, T, FA_DKDV_KEYS), 64, dkdv_shared, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, nkv,
