@@ -521,6 +521,9 @@ __global__ void __launch_bounds__(64)
     // queries see none of them) that some query sees (packed rows: a tile whose queries all start after these
     // keys is skipped; the same for every thread, and for every head)
     const int q_tiles = (T + BQ - 1) / BQ, h_end = (kvh + 1) * group;
+    // k and v in flight (committed with the first query tile) while the packed rows' bits are found
+    load_tile<BKEY, HS, ASYNC>(ks, k_head, ld, key_tile * BKEY, T);
+    load_tile<BKEY, HS, ASYNC>(vs, v_head, ld, key_tile * BKEY, T);
     // Packed rows: which tiles see these keys, a bit each, found once for every head: a warp a word of 32
     // tiles, a lane a query of each (BQ == 32), OR-ed across the warp
     static_assert(BQ == 32, "a lane a query of a tile");
@@ -571,8 +574,6 @@ __global__ void __launch_bounds__(64)
             ((int*)r)[2 * BQ + threadIdx.x] = row_lo;
         }
     };
-    load_tile<BKEY, HS, ASYNC>(ks, k_head, ld, key_tile * BKEY, T);
-    load_tile<BKEY, HS, ASYNC>(vs, v_head, ld, key_tile * BKEY, T);
     if (first_qt < q_tiles) {
         load_tiles(0, kvh * group, first_qt);  // with k and v: one group
         fetch_rows(kvh * group, first_qt);
@@ -781,10 +782,16 @@ static void flash_attention_backward(bf16* dqkv, float* dsum, const bf16* dy, co
         cudaCheckLaunch();
     }
     if (!(parts & FLASH_BWD_DKDV)) return;
-    const size_t dkdv_shared =
-        flash_dkdv_shared_bytes(flash_built_hs(hs), T);  // past 48 KiB at hs 128: asked for
-    cudaCheck(cudaFuncSetAttribute((const void*)dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)dkdv_shared));
+    // past 48 KiB at hs 128: asked for (once a kernel and size); the seen bits for packed rows only
+    const size_t dkdv_shared = flash_dkdv_shared_bytes(flash_built_hs(hs), pos ? T : 0);
+    static const void* asked_kernel = nullptr;
+    static size_t asked_bytes = 0;
+    if ((const void*)dkdv != asked_kernel || dkdv_shared > asked_bytes) {
+        cudaCheck(cudaFuncSetAttribute((const void*)dkdv, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)dkdv_shared));
+        asked_kernel = (const void*)dkdv;
+        asked_bytes = dkdv_shared;
+    }
     dkdv<<<flash_grid(B, nkv, T, FA_DKDV_KEYS), 64, dkdv_shared, s>>>(dqkv, qkv, dy, lse, dsum, T, NH, nkv,
                                                                       pos, scale, scale_log2);
     cudaCheckLaunch();

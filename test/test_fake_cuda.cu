@@ -6,7 +6,9 @@
 //                   fault ends the emulated context, so each runs in a child process);
 //   pageable copy — cudaMemcpy from pageable memory may land after a kernel queued on a non-blocking stream;
 //   subnormals    — kernels flush them to zero, as nvcc -ftz=true;
-//   events        — cudaEventElapsedTime on an event never recorded, or not yet completed, is an error.
+//   events        — cudaEventElapsedTime on an event never recorded, or not yet completed, is an error;
+//   cp.async      — a copy's destination holds garbage until the thread's wait; copies left in flight at a
+//                   block's end are a fault (emulator only: flash_attention.cuh's pipelines).
 // The real-GPU build (build/test_fake_cuda) runs the parts whose outcome a GPU guarantees (errors,
 // subnormals, results after a sync) and skips what is only a possibility there (stale data, a first "not
 // ready", faults). It tests the emulator, not the trainer: the trainer's kernels are tested in
@@ -50,6 +52,18 @@ __global__ void trap_kernel(float* out) {
     out[threadIdx.x] = 1.0f;
 }
 __global__ void noop_kernel(float* out) {}
+#ifdef FAKE_CUDA_DEVICE
+// A thread's cp.async of 4 floats into shared memory: read before its wait (out[2i]) and after (out[2i + 1]).
+__global__ void cp_async_kernel(float* out, const float* in, int wait) {
+    __shared__ __align__(16) float tile[32][4];
+    const int i = threadIdx.x;
+    fake_device::cp_async16(&tile[i][0], in + 4 * i);
+    fake_device::cp_async_commit();
+    out[2 * i] = tile[i][0];
+    if (wait) fake_device::cp_async_wait(0);
+    out[2 * i + 1] = tile[i][0];
+}
+#endif
 
 bool have_device() {
     int n = 0;
@@ -275,6 +289,29 @@ TEST(FakeCudaDeathTest, TrapIsAStickyLaunchFailure) {
                     cudaErrorLaunchFailure),
                 testing::ExitedWithCode(0), "__trap");
 }
+
+#ifdef FAKE_CUDA_DEVICE
+TEST(FakeCuda, CpAsyncLandsAtItsWait) {
+    float *in = device_floats(128, 2.0f), *out = device_floats(64, 0.0f);
+    LAUNCH(cp_async_kernel, 1, 32, 0, 0)(out, in, 1);
+    const std::vector<float> h = to_host(out, 64);
+    for (int i = 0; i < 32; i++) {
+        EXPECT_TRUE(std::isnan(h[2 * i])) << "thread " << i << " read its copy before the wait";
+        EXPECT_EQ(h[2 * i + 1], 2.0f) << "thread " << i;
+    }
+    cudaCheck(cudaFree(in));
+    cudaCheck(cudaFree(out));
+}
+TEST(FakeCudaDeathTest, CpAsyncInFlightAtTheBlocksEndIsAFault) {
+    EXPECT_EXIT(expect_sticky_after(
+                    [](float* d) {
+                        LAUNCH(cp_async_kernel, 1, 32, 0, 0)
+                        (d, d + 256, 0);
+                    },
+                    cudaErrorLaunchFailure),
+                testing::ExitedWithCode(0), "in flight");
+}
+#endif
 
 // ---- 3. pageable cudaMemcpy ----
 

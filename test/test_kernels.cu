@@ -1281,11 +1281,10 @@ std::vector<float> columns(const std::vector<float>& m, int64_t rows, int64_t ro
 struct GqaCase {
     int B, T, NH, NKV, hs, packed;
 };
-const GqaCase kGqaCases[] = {{2, 37, 4, 4, 64, 1},
-                             {2, 70, 4, 2, 64, 0},
-                             {1, 130, 8, 1, 64, 1},
-                             {1, 70, 4, 2, 128, 1},
-                             {1, 100, 8, 1, 128, 0}};
+const GqaCase kGqaCases[] = {
+    {2, 37, 4, 4, 64, 1},   {2, 70, 4, 2, 64, 0},  {1, 130, 8, 1, 64, 1}, {1, 70, 4, 2, 128, 1},
+    {1, 100, 8, 1, 128, 0}, {1, 1100, 2, 1, 32, 1}};  // past 32 x 32 query tiles: the dk/dv kernel's second
+                                                      // word of tiles, and blocks whose first word is not 0
 const std::vector<int> kConversations = {70, 9, 23, 41};
 
 // One case's inputs and llama_cpu.h's results.

@@ -319,9 +319,11 @@ inline unsigned char* dynamic_shared() {
     if (p) shared_fresh(p, s.dynamic_bytes);
     return p;
 }
-// cp.async (flash_attention.cuh): a thread's copies wait in its queue until cp_async_wait lets them land, so
-// shared memory read before the wait (and its barrier) still holds the block's fresh 0xFF bytes: a missing
-// wait fails the kernel tests, as a GPU might. A block that ends with copies in flight is a fault.
+// cp.async (flash_attention.cuh): a copy lands at any time between its issue and the thread's wait. Here its
+// destination turns to 0xFF bytes at the issue (as if it had landed with other data: a warp still reading
+// that buffer sees NaN) and takes the real bytes at the wait (a read before the wait and its barrier sees
+// NaN): a missing barrier or wait fails the kernel tests. A block that ends with copies in flight is a fault,
+// stricter than a GPU.
 inline size_t linear_tid() {
     State& s = st();
     const dim3 t = thread_idx();
@@ -334,6 +336,7 @@ inline void cp_async16(void* dst, const void* src) {
     require_aligned(src, 16, "cp.async load");
     State& s = st();
     const size_t i = linear_tid();
+    memset(dst, 0xFF, 16);
     s.cp_async[i].push_back({dst, src, s.cp_committed[i]});
     s.cp_async_any = true;
 }
@@ -446,8 +449,8 @@ struct FlushSubnormals {
 // the kernel ends.
 inline void launch(dim3 grid, dim3 block, void (*body)(void*), void* args, size_t dynamic_bytes = 0) {
     State& s = st();
-    s.dynamic_bytes = dynamic_bytes;
-    if (s.dynamic.size() * 16 < dynamic_bytes) s.dynamic.resize((dynamic_bytes + 15) / 16);
+    s.dynamic_bytes = dynamic_bytes;  // its own allocation of that size: ASan builds catch a read past it
+    s.dynamic = std::vector<State::Bytes16>((dynamic_bytes + 15) / 16);
     if (grid.z != 1 || block.z != 1) {
         fprintf(stderr, "fake_device: 3D grid or block: not emulated\n");
         abort();
@@ -460,6 +463,9 @@ inline void launch(dim3 grid, dim3 block, void (*body)(void*), void* args, size_
         s.pool.clear();  // leaked: their stacks hold the faulted kernel's frames
         s.direct = false;
         s.cur = nullptr;
+        s.cp_async.clear();  // the faulted block's copies in flight
+        s.cp_committed.clear();
+        s.cp_async_any = false;
         return;
     }
     fake_cuda::kernel_fault_jump() = &fault;
