@@ -1,7 +1,8 @@
 // gpu_test_common.h — what the GPU suites (test_gpu.cu, test_gpu_llama.cu, test_kernels.cu) share.
-// Top: the trainer compiled in, the no-GPU skip, relative errors, `within`'s printed margins.
-// Bottom: the trainer suites' helpers: batches, the GPU's logits and gradients, run comparisons.
-// No tests here; tolerances only in expect_same_training, which both trainer suites use.
+// Top: the trainer compiled in, the no-GPU skip, the kernel suites' random inputs and device buffers,
+// relative errors, `within`'s printed margins. Bottom: the trainer suites' helpers: batches, the GPU's logits
+// and gradients, run comparisons. No tests here; tolerances only in expect_same_training, which both trainer
+// suites use.
 #pragma once
 #define TESTING
 #include "train_gpt.cu"  // from -I. (or the emulated build's copy, see the Makefile)
@@ -24,6 +25,83 @@ static inline bool have_gpu() {
 #else
 #define SKIP_IN_EMULATION(why)
 #endif
+
+// Kernel suites' inputs and buffers (test_kernels.cu, test_llama_kernels.cu).
+// x[0..n) uniform in [lo, hi), rounded to bf16 so the bf16 GPU copy and the fp32 CPU copy are equal.
+inline void fill_bf16(float* x, int64_t n, float lo, float hi, uint64_t seed) {
+    uint64_t s = splitmix64(seed) | 1;  // xorshift needs a non-zero state
+    for (int64_t i = 0; i < n; i++) x[i] = bf16_to_float(float_to_bf16(lo + (hi - lo) * random_f32(&s)));
+}
+inline std::vector<float> rand_bf16(int64_t n, float lo, float hi, uint64_t seed) {
+    std::vector<float> v((size_t)n);
+    fill_bf16(v.data(), n, lo, hi, seed);
+    return v;
+}
+inline std::vector<int> rand_tokens(int64_t n, int V, uint64_t seed) {
+    std::vector<int> t((size_t)n);
+    uint64_t s = splitmix64(seed) | 1;
+    for (auto& x : t) x = (int)(random_u64(&s) % (uint64_t)V);
+    return t;
+}
+
+// Host -> device, then a device sync: our kernels run on non-blocking streams, which do not wait for the
+// legacy stream cudaMemcpy uses.
+inline void upload(bf16* d, const std::vector<float>& h) {
+    std::vector<uint16_t> raw(h.size());
+    for (size_t i = 0; i < h.size(); i++) raw[i] = float_to_bf16(h[i]);
+    cudaCheck(cudaMemcpy(d, raw.data(), raw.size() * 2, cudaMemcpyHostToDevice));
+    cudaCheck(cudaDeviceSynchronize());
+}
+template <typename X>
+inline void upload(X* d, const std::vector<X>& h) {
+    cudaCheck(cudaMemcpy(d, h.data(), h.size() * sizeof(X), cudaMemcpyHostToDevice));
+    cudaCheck(cudaDeviceSynchronize());
+}
+// Device -> host, after everything queued on any stream has finished.
+inline std::vector<float> download(const bf16* d, int64_t n) {
+    std::vector<uint16_t> raw((size_t)n);
+    cudaCheck(cudaDeviceSynchronize());
+    if (n == 0) return {};  // e.g. the attention scores' workspace, empty with the fused attention
+    cudaCheck(cudaMemcpy(raw.data(), d, (size_t)n * 2, cudaMemcpyDeviceToHost));
+    std::vector<float> out((size_t)n);
+    for (int64_t i = 0; i < n; i++) out[(size_t)i] = bf16_to_float(raw[(size_t)i]);
+    return out;
+}
+template <typename X>
+inline std::vector<X> download(const X* d, int64_t n) {
+    std::vector<X> out((size_t)n);
+    cudaCheck(cudaDeviceSynchronize());
+    cudaCheck(cudaMemcpy(out.data(), d, (size_t)n * sizeof(X), cudaMemcpyDeviceToHost));
+    return out;
+}
+
+// The device buffers of one test, zero-filled, freed when it ends (also when an ASSERT returns early).
+struct DeviceMem {
+    std::vector<void*> ptrs;
+    ~DeviceMem() {
+        for (void* p : ptrs) cudaCheck(cudaFree(p));
+    }
+    template <typename X>
+    X* zeros(int64_t n) {
+        void* p = nullptr;
+        cudaCheck(cudaMalloc(&p, (size_t)n * sizeof(X)));
+        cudaCheck(cudaMemset(p, 0, (size_t)n * sizeof(X)));
+        cudaCheck(cudaDeviceSynchronize());
+        ptrs.push_back(p);
+        return (X*)p;
+    }
+    bf16* bf16s(const std::vector<float>& h) {
+        bf16* d = zeros<bf16>((int64_t)h.size());
+        upload(d, h);
+        return d;
+    }
+    template <typename X>
+    X* copy(const std::vector<X>& h) {
+        X* d = zeros<X>((int64_t)h.size());
+        upload(d, h);
+        return d;
+    }
+};
 
 static inline GPTConfig tiny_config(int L, int C, int NH, int maxT, int V) {
     GPTConfig c;

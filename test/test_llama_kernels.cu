@@ -28,58 +28,7 @@
 namespace {
 
 // ----------------------------------------------------------------------------
-// Helpers: random bf16-exact inputs, device buffers, the error measure.
-
-// n values uniform in [lo, hi), rounded to bf16 so the GPU's bf16 copy and the CPU's fp32 copy are equal.
-std::vector<float> rand_bf16(int64_t n, float lo, float hi, uint64_t seed) {
-    std::vector<float> v((size_t)n);
-    uint64_t s = splitmix64(seed) | 1;  // xorshift needs a non-zero state
-    for (auto& x : v) x = bf16_to_float(float_to_bf16(lo + (hi - lo) * random_f32(&s)));
-    return v;
-}
-
-// The device buffers of one case, freed when it ends. Uploads and downloads synchronize the device.
-struct DeviceMem {
-    std::vector<void*> ptrs;
-    ~DeviceMem() {
-        for (void* p : ptrs) cudaCheck(cudaFree(p));
-    }
-    template <typename X>
-    X* alloc(int64_t n) {
-        void* p = nullptr;
-        cudaCheck(cudaMalloc(&p, (size_t)n * sizeof(X)));
-        ptrs.push_back(p);
-        return (X*)p;
-    }
-    bf16* bf16s(const std::vector<float>& h) {
-        std::vector<uint16_t> raw(h.size());
-        for (size_t i = 0; i < h.size(); i++) raw[i] = float_to_bf16(h[i]);
-        bf16* d = alloc<bf16>((int64_t)h.size());
-        cudaCheck(cudaMemcpy(d, raw.data(), raw.size() * 2, cudaMemcpyHostToDevice));
-        cudaCheck(cudaDeviceSynchronize());
-        return d;
-    }
-    float* floats(const std::vector<float>& h) {
-        float* d = alloc<float>((int64_t)h.size());
-        cudaCheck(cudaMemcpy(d, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice));
-        cudaCheck(cudaDeviceSynchronize());
-        return d;
-    }
-};
-std::vector<float> download(const bf16* d, int64_t n) {
-    std::vector<uint16_t> raw((size_t)n);
-    cudaCheck(cudaDeviceSynchronize());
-    cudaCheck(cudaMemcpy(raw.data(), d, (size_t)n * 2, cudaMemcpyDeviceToHost));
-    std::vector<float> out((size_t)n);
-    for (int64_t i = 0; i < n; i++) out[(size_t)i] = bf16_to_float(raw[(size_t)i]);
-    return out;
-}
-std::vector<float> download(const float* d, int64_t n) {
-    std::vector<float> out((size_t)n);
-    cudaCheck(cudaDeviceSynchronize());
-    cudaCheck(cudaMemcpy(out.data(), d, (size_t)n * sizeof(float), cudaMemcpyDeviceToHost));
-    return out;
-}
+// Helpers: the error measure (random inputs and device buffers: gpu_test_common.h).
 
 // max|got - ref| / max|ref| against its bound; prints the [margin] line. NaN fails.
 ::testing::AssertionResult check(const std::string& what, const std::vector<float>& got,
@@ -130,8 +79,8 @@ TEST(LlamaKernels, RmsNormForwardMatchesCpu) {
         SCOPED_TRACE("C = " + std::to_string(C));
         auto inp = rand_bf16(N * C, -2, 3, seed++), w = rand_bf16(C, 0.5f, 1.5f, seed++);
         DeviceMem m;
-        bf16* out = m.alloc<bf16>(N * C);
-        float* rstd = m.alloc<float>(N);
+        bf16* out = m.zeros<bf16>(N * C);
+        float* rstd = m.zeros<float>(N);
         rmsnorm_forward(out, rstd, m.bf16s(inp), m.bf16s(w), N, C, eps, kStream);
         std::vector<float> ref((size_t)(N * C)), ref_rstd((size_t)N);
         rmsnorm_forward(ref.data(), ref_rstd.data(), inp.data(), w.data(), N, C, eps);
@@ -154,7 +103,7 @@ TEST(LlamaKernels, RmsNormBackwardMatchesCpu) {
         rmsnorm_forward(y.data(), rstd.data(), inp.data(), w.data(), N, C, 1e-5f);
         DeviceMem m;  // both sides get the CPU's rstd
         bf16 *dinp = m.bf16s(dinp0), *d_dout = m.bf16s(dout), *d_inp = m.bf16s(inp), *d_w = m.bf16s(w);
-        float *dw = m.floats(std::vector<float>((size_t)C, 0.0f)), *d_rstd = m.floats(rstd);
+        float *dw = m.copy(std::vector<float>((size_t)C, 0.0f)), *d_rstd = m.copy(rstd);
         std::vector<float> ref_dinp = dinp0, ref_dw((size_t)C, 0.0f);
         for (int call = 1; call <= 2; call++) {
             rmsnorm_backward(dinp, dw, d_dout, d_inp, d_w, d_rstd, N, C, kStream);
@@ -209,12 +158,12 @@ void check_rope(const RopeCase& c, bool backward, uint64_t seed, const std::vect
     auto qkv = rand_bf16(N * W, -2, 2, seed);
     DeviceMem m;
     bf16* d_qkv = m.bf16s(qkv);
-    float* inv_freq = m.alloc<float>(c.hd / 2);
+    float* inv_freq = m.zeros<float>(c.hd / 2);
     rope_inv_freq_upload(inv_freq, &cfg);
     const int* p = pos.empty() ? nullptr : pos.data();
     int* d_pos = nullptr;
     if (p) {
-        d_pos = m.alloc<int>(N);
+        d_pos = m.zeros<int>(N);
         cudaCheck(cudaMemcpy(d_pos, p, (size_t)N * sizeof(int), cudaMemcpyHostToDevice));
         cudaCheck(cudaDeviceSynchronize());
     }
