@@ -4,7 +4,7 @@
 // place in qkv -> softmax_causal_* -> y written in place, attention_forward/backward on a GPT's
 // workspace), the fused attention (flash_attention.cuh: the mma.sync fragment table against an exact integer
 // matmul, the ldmatrix fragment loads, forward y and lse, backward dq/dk/dv, at head sizes 32/64/80/96/128
-// and T = 1, 37, 64, 70, 100, 130, 200), and one whole layer with either attention (layer_forward, then
+// and T = 1, 37, 64, 70, 100, 130, 200, 1024), and one whole layer with either attention (layer_forward, then
 // layer_forward(NULL) + layer_backward) are compared with the fp32 functions of gpt2_cpu.h on the same
 // inputs; both attention paths with grouped-query heads and packed sequences (pos) against llama_cpu.h's
 // gqa_attention_*, the embeddings by pos and the loss with -1 targets too (issues 31, 32). Shapes exercise
@@ -730,8 +730,9 @@ struct FlashShape {
     int B, T, C, NH;
 };
 const FlashShape kFlashShapes[] = {
-    {2, 37, 96, 3},  {1, 1, 64, 1},    {2, 200, 128, 2}, {1, 130, 256, 2},
-    {1, 64, 128, 4}, {1, 100, 160, 2}, {1, 70, 192, 2}};  // ... hs 80 (the 2.7b preset's), 96
+    {2, 37, 96, 3},   {1, 1, 64, 1},    {2, 200, 128, 2}, {1, 130, 256, 2},
+    {1, 64, 128, 4},  {1, 100, 160, 2}, {1, 70, 192, 2},  // ... hs 80 (the 2.7b preset's), 96
+    {1, 1024, 256, 2}};  // 16 key tiles a query tile: the cp.async pipelines many rounds deep
 
 TEST(Kernels, FlashAttentionForwardMatchesCpu) {
     REQUIRE_GPU();
