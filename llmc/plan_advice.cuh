@@ -622,6 +622,37 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
             printf(", disk %.2f GiB (%.2f free)", disk / GiB, t.disk_free / GiB);
         printf("\n  lower -t or -d, or choose a smaller model%s\n",
                several ? ", or plan more GPUs (-pn, -pN)" : "");
+        // the most tokens a step that fit, at this -b and -t: fewer micro-batches need fewer layer-input
+        // checkpoints, the only part of the plan that grows with -d (a binary search: fitting is monotone)
+        auto fastest_fit = [&](int n_micro, PlanEval* best) {
+            PlanChoice c = given;
+            c.n_micro = n_micro;
+            bool any = false;
+            for (const PlanEval& a : plan_alternatives(&t, c))
+                if (plan_fits(a) && (!any || a.step_s < best->step_s)) *best = a, any = true;
+            return any;
+        };
+        PlanEval most;
+        int lo = 1, hi = given.n_micro - 1, found = 0;
+        while (lo <= hi) {
+            const int mid = lo + (hi - lo) / 2;
+            PlanEval x;
+            if (fastest_fit(mid, &x)) found = mid, most = x, lo = mid + 1;
+            else hi = mid - 1;
+        }
+        if (found) {
+            char flags[256];
+            PlanChoice as_given = given;
+            as_given.n_micro = found;
+            plan_changes(as_given, most.c, T, ga->ssd_dir, flags, sizeof flags);
+            const double tokens = (double)given.B * T * found * ranks;  // -b changes keep the tokens
+            printf(
+                "  the most that fits: -d %.0f (%d micro-batches of %d x %d%s)%s%s: GPU %.2f GiB, host %.2f "
+                "GiB; step >= %.2f s (%s), <= %.0f tokens/s\n",
+                tokens, found, given.B, T, several ? " on each GPU" : "", flags[0] ? " with" : "", flags,
+                most.m.gpu_bytes / GiB, most.m.host_bytes / GiB, most.step_s, most.bound,
+                tokens / most.step_s);
+        }
         return PLAN_FITS_NOWHERE;
     }
     printf("advice: it does not fit %s; these do, the shortest step first:\n", missing);
