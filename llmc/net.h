@@ -4,7 +4,9 @@
 // does not load) and a checkpoint's parts; sums run in node order, so every node gets the same bits. Between
 // every two nodes, a mesh: each layer's updated bf16 weights, each node's part straight to every other node
 // (net_exchange). The star's main link serves the main thread; the mesh (whose links to node 0 are the star's
-// second link) the optimizer thread. A peer that goes away ends this process in one line.
+// second link) the optimizer thread; a third link carries heartbeats. A peer that goes away, or goes silent
+// (stopped, hung, or cut off by the network: LLMC_NODE_TIMEOUT seconds without a heartbeat), ends this
+// process in one line.
 // Not here: the ranks inside a node (collectives.h), when what is sent (train_gpt.cu, llmc/cpu_optimizer.h).
 #pragma once
 #include <arpa/inet.h>
@@ -25,9 +27,10 @@
 #include "utils.h"  // defines: die
 
 #define NET_MAGIC        0x6c6c6e74  // "llnt"
-#define NET_LINKS        2           // NET_MAIN, NET_OPT
+#define NET_LINKS        3           // NET_MAIN, NET_OPT, NET_BEAT
 #define NET_MAIN         0
 #define NET_OPT          1
+#define NET_BEAT         2  // heartbeats, node 0 to each node and back (net_watch)
 #define NET_DEFAULT_PORT 29600
 
 struct NetLinks {
@@ -366,25 +369,76 @@ static inline void net_gather(const NetLinks* L, int link, char* base, const int
             if (n != to) net_send(L, L->fd[link][to], to, base + lo[n], hi[n] - lo[n]);
 }
 
-// A watch on the links while the run lasts: a node that goes away (its process ended, its machine went down
-// and the connection reset) ends this one within a second, even while its threads wait in NCCL or the GPU.
+// How long a node may go without a heartbeat: LLMC_NODE_TIMEOUT seconds, 60 by default.
+static inline double net_timeout_seconds() {
+    const char* t = getenv("LLMC_NODE_TIMEOUT");
+    return t && *t && atof(t) > 0 ? atof(t) : 60.0;
+}
+
+// A watch on the links while the run lasts, on a thread of its own: a node that goes away (its process
+// ended, its machine went down and the connection reset) ends this one within a second, even while its
+// threads wait in NCCL or the GPU. A node that goes silent closes nothing (a stopped or hung process, a
+// machine that lost power, a cut network): each node and node 0 send each other a byte a second over
+// NET_BEAT, whatever the other threads do; a peer unheard for net_timeout_seconds() once the run started ends
+// this node, and its links' closing ends the rest. The beats go on after net_finish began (a node still in
+// its last step must not take a finished one for silent) until the process exits.
 static inline void net_watch(NetLinks* L) {
     std::vector<pollfd> fds;
-    std::vector<int> peer;
+    std::vector<int> peer, beat;            // beat: the index in fds of each heartbeat link
     for (int k = 0; k <= NET_LINKS; k++) {  // the star's links, then the mesh's own
         const std::vector<int>& f = k < NET_LINKS ? L->fd[k] : L->mesh;
         for (int n = 0; n < (int)f.size(); n++)
             if (f[(size_t)n] >= 0 && (k < NET_LINKS || (n != 0 && L->node != 0))) {
-                fds.push_back({f[(size_t)n], POLLRDHUP, 0});
+                if (k == NET_BEAT) beat.push_back((int)fds.size());
+                fds.push_back({f[(size_t)n], (short)(POLLRDHUP | (k == NET_BEAT ? POLLIN : 0)), 0});
                 peer.push_back(n);
             }
     }
-    std::thread([L, fds, peer]() mutable {
-        while (!L->closing.load()) {
-            if (poll(fds.data(), fds.size(), 1000) <= 0 || !L->started.load()) continue;
+    const double timeout = net_timeout_seconds();
+    std::thread([L, fds, peer, beat, timeout]() mutable {
+        auto now = [] {
+            timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            return ts.tv_sec + 1e-9 * ts.tv_nsec;
+        };
+        std::vector<double> heard(beat.size(), now());
+        double sent = 0;
+        for (;;) {
+            const double t = now();
+            if (t - sent >= 1.0) {  // a full socket buffer (the peer stopped reading) drops the beat
+                const char b = 1;
+                for (int i : beat)
+                    if (fds[(size_t)i].fd >= 0)
+                        (void)!send(fds[(size_t)i].fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+                sent = t;
+            }
+            const int ready = poll(fds.data(), fds.size(), 250);
+            const bool watching = L->started.load() && !L->closing.load();
+            for (size_t j = 0; j < beat.size(); j++) {
+                pollfd& f = fds[(size_t)beat[j]];
+                if (ready > 0 && (f.revents & POLLIN)) {
+                    char drain[256];
+                    if (recv(f.fd, drain, sizeof drain, MSG_DONTWAIT) > 0) heard[j] = now();
+                }
+                if (!watching)
+                    heard[j] = std::max(heard[j], now() - timeout / 2);  // set-up and end: no verdict
+                else if (now() - heard[j] > timeout) {
+                    char why[160];
+                    snprintf(why, sizeof why,
+                             "no heartbeat in %.0f s: its process is stopped or hung, or the network between "
+                             "is down; LLMC_NODE_TIMEOUT sets the wait",
+                             timeout);
+                    net_lost(L, peer[(size_t)beat[j]], why);
+                }
+            }
+            if (ready <= 0) continue;
             for (size_t i = 0; i < fds.size(); i++)
-                if ((fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) && !L->closing.load())
-                    net_lost(L, peer[i], "its connection closed, seen by the link watch");
+                if (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
+                    if (watching && !L->closing.load())
+                        net_lost(L, peer[i], "its connection closed, seen by the link watch");
+                    fds[i].fd =
+                        -1;  // set-up (the main thread's own reads say it) or the end: poll it no more
+                }
         }
     }).detach();
 }

@@ -470,6 +470,46 @@ TEST_F(MultiGpu, ANodeThatDiesEndsTheRunOnEveryNode) {
     EXPECT_LE(over, (int64_t)(0.005 * pa.size()));
 }
 
+// A node that goes silent closes no connection: node 1 stopped (SIGSTOP) mid-run. Node 0 hears no heartbeat
+// for LLMC_NODE_TIMEOUT seconds and ends in one line; node 1, continued, finds node 0 gone and ends too.
+// Before the heartbeats both would have waited for each other forever.
+TEST_F(MultiGpu, ANodeThatGoesSilentEndsTheRun) {
+    const char* spec = "L3:C64:NH4:T32:V512";
+    const std::string addr = "127.0.0.1:" + std::to_string(20000 + (getpid() * 41 + 13) % 12000);
+    setenv("LLMC_NODE_WAIT", "600", 1);
+    setenv("LLMC_NODE_TIMEOUT", "5", 1);
+    pid_t pids[2];
+    for (int n = 1; n >= 0; n--) {
+        const std::string scratch = dir + "/node" + std::to_string(n);
+        mkdir(scratch.c_str(), 0755);
+        pids[n] =
+            spawn(kEmu,
+                  run_args(spec, dir + "/run",
+                           {"-x", "1000", "-n", "1000", "-pN", "2", "-pr", std::to_string(n), "-ps", addr}),
+                  scratch);
+    }
+    unsetenv("LLMC_NODE_WAIT");
+    unsetenv("LLMC_NODE_TIMEOUT");
+    if (!wait_for_text(dir + "/node0/stdout.txt", "step    2/", 600, pids[0])) {
+        kill(pids[1], SIGKILL);
+        wait_exit(pids[0], 0), wait_exit(pids[1], 0);
+        FAIL() << "no step 2:\n" << slurp(dir + "/node0/stdout.txt") << slurp(dir + "/node0/stderr.txt");
+    }
+    kill(pids[1], SIGSTOP);
+    const int code0 = wait_exit(pids[0], 300);
+    kill(pids[1], SIGCONT);
+    const int code1 = wait_exit(pids[1], 300);
+    const std::string err0 = slurp(dir + "/node0/stderr.txt"), err1 = slurp(dir + "/node1/stderr.txt");
+    EXPECT_EQ(code0, 1) << err0;
+    EXPECT_TRUE(has(err0,
+                    "error: rank 0: node 1 is gone (no heartbeat in 5 s: its process is stopped or hung, or "
+                    "the network between is down; LLMC_NODE_TIMEOUT sets the wait): this rank stops too"))
+        << err0;
+    EXPECT_EQ(error_lines(err0).size(), 1u) << err0;
+    EXPECT_EQ(code1, 1) << err1;
+    EXPECT_TRUE(has(err1, "node 0 is gone")) << err1;
+}
+
 // Ctrl-C on node 1's launcher: the ranks of both nodes agree on it at the step's end, rank 0 saves, every
 // node exits 130 without an error line; the run resumes (here on one GPU).
 TEST_F(MultiGpu, CtrlCOnAnyNodeStopsEveryNode) {
