@@ -649,6 +649,7 @@ static void attention_ragged_to_device(GPT* g, const int* pos, int n, cudaStream
         const CudnnAttShape shape = {g->B, g->T, NH, NKV, hs, bucket};
         const bool ok = count > 0 && cudnn_att_prepare(&shape, why, sizeof why);
         g->attn_micro[mb].seqs = ok ? bucket : -1;
+        g->attn_ragged[ok ? 0 : 1]++;
         if (!ok && !said) {
             fprintf(stderr, "attention: a chat micro-batch runs our fused kernel, not cuDNN: %s\n", why);
             said = true;

@@ -384,6 +384,14 @@ bool cudnn_att_prepare(const CudnnAttShape* s, char* why, size_t n) {
     return workspace_for(f > b ? f : b, why, n);
 }
 int64_t cudnn_att_workspace_need() { return workspace_need; }
+int64_t cudnn_att_workspace_of(const CudnnAttShape* s, char* why, size_t n) {
+    const Graphs* gr = graphs_for(s, why, n);
+    if (!gr) return -1;
+    int64_t f = 0, b = 0;
+    if (!gr->fwd->get_workspace_size(f).is_good() || !gr->bwd->get_workspace_size(b).is_good())
+        return fail(why, n, "cuDNN: a graph's workspace size"), -1;
+    return f > b ? f : b;
+}
 
 void cudnn_att_free_own_workspace() {
     if (workspace_own && workspace) cudaFree(workspace);

@@ -27,6 +27,9 @@ long cudnn_att_version();         // e.g. 91900; 0 before cudnn_att_open succeed
 bool cudnn_att_prepare(const CudnnAttShape* s, char* why, size_t n);
 // The largest workspace of the graphs prepared so far, in bytes.
 int64_t cudnn_att_workspace_need();
+// One shape's graphs' workspace (the larger of forward and backward), preparing them; -1 with why if cuDNN
+// cannot run the shape.
+int64_t cudnn_att_workspace_of(const CudnnAttShape* s, char* why, size_t n);
 // The workspace the memory plan allocated; a larger later need allocates its own (said once).
 void cudnn_att_use_workspace(void* p, int64_t bytes);
 void cudnn_att_free_own_workspace();
@@ -50,6 +53,9 @@ static inline bool cudnn_att_prepare(const CudnnAttShape*, char* why, size_t n) 
     return cudnn_att_unbuilt(why, n);
 }
 static inline int64_t cudnn_att_workspace_need() { return 0; }
+static inline int64_t cudnn_att_workspace_of(const CudnnAttShape*, char* why, size_t n) {
+    return cudnn_att_unbuilt(why, n) ? 0 : -1;
+}
 static inline void cudnn_att_use_workspace(void*, int64_t) {}
 static inline void cudnn_att_free_own_workspace() {}
 static inline bool cudnn_att_forward(void*, float*, const void*, const CudnnAttShape*, const RaggedMeta*,

@@ -204,18 +204,19 @@ struct GPT {
     int* tokens_out;   // max_micro x N targets (-1: no loss)
     int* tokens_pos;   // max_micro x N positions in their conversation (chat data)
     bool packed;       // this pass's data is chat data: tokens_pos holds positions (else t)
-    AttnMicro* attn_micro;  // cuDNN path: max_micro micro-batches' ragged sequences
-    int* attn_meta;         //   their metadata on the GPU, ragged_meta_ints(N) each
-    int* attn_meta_host;    //   pinned, on its way
-    void* attn_workspace;   //   cuDNN's workspace (plan.attn)
-    float* losses;          // max_micro x N
-    float* loss_dev;        // mean loss (1 float)
-    double* sumsq_dev;      // squared gradient norm accumulator
-    float* loss_host;       // pinned: mean loss and
-    double* sumsq_host;     //   squared norm, read once per step
-    LayerActs acts;         // one layer, one micro-batch: recompute, backward scratch, the head's buffers
-    int kept_layers;        // K: the last K layers keep their costly activations (-K), no recompute
-    LayerActs* kept;        // [(l - (L - K)) * max_micro + mb]: acts with the kept arrays in kept_memory
+    AttnMicro* attn_micro;   // cuDNN path: max_micro micro-batches' ragged sequences
+    int* attn_meta;          //   their metadata on the GPU, ragged_meta_ints(N) each
+    int* attn_meta_host;     //   pinned, on its way
+    void* attn_workspace;    //   cuDNN's workspace (plan.attn)
+    int64_t attn_ragged[2];  //   chat micro-batches that ran cuDNN's ragged graphs [0], our fused kernel [1]
+    float* losses;           // max_micro x N
+    float* loss_dev;         // mean loss (1 float)
+    double* sumsq_dev;       // squared gradient norm accumulator
+    float* loss_host;        // pinned: mean loss and
+    double* sumsq_host;      //   squared norm, read once per step
+    LayerActs acts;          // one layer, one micro-batch: recompute, backward scratch, the head's buffers
+    int kept_layers;         // K: the last K layers keep their costly activations (-K), no recompute
+    LayerActs* kept;         // [(l - (L - K)) * max_micro + mb]: acts with the kept arrays in kept_memory
     void* kept_memory;
 
     Optimizer* opt;           // owned; separate so this struct stays plain data

@@ -1003,6 +1003,11 @@ static void print_run_summary(const Run* r, GPT* g) {
             "from the AdamW round's handoff buffers instead\n",
             (long long)g->stream.reads.count, g->stream.reads.count * g->layout.layer_stride * 2 / 1e9,
             (long long)g->stream.reads.lent);
+    if (g->attn_ragged[1])  // the run's path was cuDNN; say how much of it was not
+        printf(
+            "attention: %lld of %lld chat micro-batches ran our fused kernel, not cuDNN (the first one's "
+            "reason is above)\n",
+            (long long)g->attn_ragged[1], (long long)(g->attn_ragged[0] + g->attn_ragged[1]));
     size_t gpu_free = 0, gpu_total = 0;  // all buffers exist from step 1: use now is the peak
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
     printf(

@@ -343,14 +343,19 @@ TEST(GpuTrainer, CudnnAttentionMatchesCpuReferenceAndTrainsLikeFused) {
     gradients_match_cpu_reference(1);
     gradients_match_cpu_reference(4, true);
     auto cudnn = run_gpu(c, 4, 64, 1, 2, 4, 5);
+    // -R 1 -K 2, 2 micro-batches: cuDNN's statistics kept from the forward for the kept layers' backward,
+    // the others' recomputed, a resident layer's too (issue 40 item 1: "must work with recompute and -K")
+    auto cudnn_rk = run_gpu(c, 4, 64, 2, 2, 4, 5, 1, 2);
     flash_attention_flag = ATTN_FUSED;
     auto fused = run_gpu(c, 4, 64, 1, 2, 4, 5);
+    auto fused_rk = run_gpu(c, 4, 64, 2, 2, 4, 5, 1, 2);
     flash_attention_flag = saved;
     cudnn_attention_ready = false;  // the other tests plan without it
     for (size_t i = 0; i < fused.size(); i++) {
-        printf("%s step %zu: cudnn %.6f fused %.6f\n", i % 2 ? "norm" : "loss", i / 2 + 1, cudnn[i],
-               fused[i]);
+        printf("%s step %zu: cudnn %.6f fused %.6f; -R 1 -K 2: cudnn %.6f fused %.6f\n",
+               i % 2 ? "norm" : "loss", i / 2 + 1, cudnn[i], fused[i], cudnn_rk[i], fused_rk[i]);
         EXPECT_NEAR(cudnn[i], fused[i], 5e-3 * fabs(fused[i])) << "value " << i;
+        EXPECT_NEAR(cudnn_rk[i], fused_rk[i], 5e-3 * fabs(fused_rk[i])) << "-R 1 -K 2, value " << i;
     }
 }
 

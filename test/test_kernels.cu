@@ -1332,6 +1332,91 @@ TEST(Kernels, AttentionGqaPackedMatchesCpu) {  // the cuBLAS path (-F 0)
     }
 }
 
+// cuDNN's SDPA on the grouped-query and packed cases (issue 40 item 4: MHA, GQA and packed against the CPU
+// reference and our kernel), packed rows as ragged sequences in their bucket (ragged.h, as the trainer makes
+// them). Bounds as the fused path's, the same roundings (y 1e-2, gradients 2e-2); cuDNN against the fused
+// kernel within the two bounds' sum (y 2e-2, gradients 4e-2). A wrong stride, offset or head map is O(1).
+TEST(Kernels, CudnnAttentionGqaPackedMatchesCpuAndFused) {
+    REQUIRE_GPU();
+    char why[512];
+    if (!cudnn_att_open(why, sizeof why)) GTEST_SKIP() << "cuDNN: " << why;
+    uint64_t seed = 700;
+    for (const GqaCase& c : kGqaCases) {
+        SCOPED_TRACE(gqa_name(c));
+        printf("  %s\n", gqa_name(c).c_str());
+        const GqaReference r(c, seed += 2);
+        const int C = c.NH * c.hs;
+        int bucket = 0;
+        std::vector<int> meta;
+        if (c.packed) {
+            meta.resize((size_t)ragged_meta_ints(r.N));
+            const int count = ragged_sequences(r.pos.data(), c.B, c.T, r.W, r.QD, c.NH,
+                                               ragged_meta_at(meta.data(), r.N), (int)r.N, &bucket);
+            ASSERT_GT(count, 0) << "the packed rows are not runs of 0, 1, 2, ...";
+        }
+        const CudnnAttShape shape = {c.B, c.T, c.NH, c.NKV, c.hs, bucket};
+        if (!cudnn_att_prepare(&shape, why, sizeof why)) {
+            ADD_FAILURE() << "cuDNN cannot run this shape: " << why;
+            continue;
+        }
+        DeviceMem m;
+        const bf16 *qkv_d = m.bf16s(r.qkv), *dy_d = m.bf16s(r.dy);
+        RaggedMeta rm = {};
+        if (c.packed) rm = ragged_meta_at(m.copy(meta), r.N);
+        bf16* y_d = m.zeros<bf16>(r.N * C);
+        bf16* dqkv_d = m.zeros<bf16>(r.N * r.W);
+        float* stats_d = m.zeros<float>(r.N * c.NH);
+        cudaCheck(cudaMemset(y_d, 0xff, (size_t)(r.N * C) * 2));  // NaN: every element must be written
+        cudaCheck(cudaMemset(dqkv_d, 0xff, (size_t)(r.N * r.W) * 2));
+        ASSERT_TRUE(cudnn_att_forward(y_d, stats_d, qkv_d, &shape, c.packed ? &rm : nullptr, kStream, why,
+                                      sizeof why))
+            << why;
+        ASSERT_TRUE(cudnn_att_backward(dqkv_d, dy_d, qkv_d, y_d, stats_d, &shape, c.packed ? &rm : nullptr,
+                                       kStream, why, sizeof why))
+            << why;
+        const auto y = download(y_d, r.N * C), got = download(dqkv_d, r.N * r.W);
+        EXPECT_TRUE(check("cudnn gqa y", y, r.y, 1e-2));
+        check_gqa_grads("cudnn gqa backward", got, r, 2e-2);
+        if (!flash_attention_usable(c.hs)) continue;
+        const int* pos_d = c.packed ? m.copy(r.pos) : nullptr;
+        bf16* fy_d = m.zeros<bf16>(r.N * C);
+        bf16* fdqkv_d = m.zeros<bf16>(r.N * r.W);
+        float* lse_d = m.zeros<float>((int64_t)c.B * c.NH * c.T);
+        float* dsum_d = m.zeros<float>((int64_t)c.B * c.NH * c.T);
+        flash_attention_forward(fy_d, lse_d, qkv_d, c.B, c.T, C, c.NH, kStream, c.NKV, pos_d);
+        flash_attention_backward(fdqkv_d, dsum_d, dy_d, fy_d, qkv_d, lse_d, c.B, c.T, C, c.NH, kStream, c.NKV,
+                                 pos_d);
+        EXPECT_TRUE(check("cudnn vs fused y", y, download(fy_d, r.N * C), 2e-2));
+        EXPECT_TRUE(check("cudnn vs fused dqkv", got, download(fdqkv_d, r.N * r.W), 4e-2));
+    }
+    cudnn_att_free_own_workspace();
+}
+
+// Measured, not checked: cuDNN's workspace for a chat micro-batch's ragged graphs, by bucket (1..64
+// sequences), at Llama 3 8B's and GPT-2 1.3B's heads, 8 rows of 1024. The plan counts the bucket of B
+// sequences; a micro-batch of more conversations builds a larger bucket's graphs when first met, and falls
+// back to our kernel where their workspace is past the plan's. The window records these lines to size it.
+TEST(Kernels, CudnnRaggedWorkspaceByBucket) {
+    REQUIRE_GPU();
+    char why[512];
+    if (!cudnn_att_open(why, sizeof why)) GTEST_SKIP() << "cuDNN: " << why;
+    const CudnnAttShape heads[2] = {{8, 1024, 32, 8, 128, 0}, {8, 1024, 16, 16, 128, 0}};
+    for (const CudnnAttShape& h : heads) {
+        std::string line = "cuDNN workspace MiB, B 8 T 1024 NH " + std::to_string(h.NH) + " NKV " +
+                           std::to_string(h.NKV) + ", dense and buckets 1..64:";
+        for (int seqs : {0, 1, 2, 4, 8, 16, 32, 64}) {
+            CudnnAttShape s = h;
+            s.seqs = seqs;
+            const int64_t w = cudnn_att_workspace_of(&s, why, sizeof why);
+            ASSERT_GE(w, 0) << "bucket " << seqs << ": " << why;
+            char x[32];
+            snprintf(x, sizeof x, " %.1f", w / 1048576.0);
+            line += x;
+        }
+        printf("%s\n", line.c_str());
+    }
+}
+
 // Explicit positions 0..T-1 in every row are the plain causal case: the same bits as pos = NULL on both
 // paths (the mask adds key >= t - pos[t], which then always holds).
 TEST(Kernels, AttentionPlainPositionsSameBitsAsNoPositions) {

@@ -391,6 +391,9 @@ cudnn_gtest() {
     if [ $rc = 0 ] && ! grep -q '^\[       OK \] .*Cudnn' "$LOGS/$name.log"; then FIG="no cuDNN test ran: $FIG"; return 1; fi
     why=$(grep -m1 -o 'cuDNN [0-9][0-9.]* SDPA' "$LOGS/$name.log")
     FIG="$FIG${why:+; $why}"
+    # CudnnRaggedWorkspaceByBucket's measurements (test_kernels): what the plan should hold for chat rows
+    why=$(grep '^cuDNN workspace MiB' "$LOGS/$name.log" | sed 's/^cuDNN workspace MiB, B 8 T 1024 //' | tr '\n' ';' | sed 's/;$//')
+    FIG="$FIG${why:+; workspace MiB by bucket: $why}"
     return $rc
 }
 # cuDNN against the CPU reference, per kernel (test_kernels: the fused kernels' shapes and bounds); then the
