@@ -651,7 +651,8 @@ static void attention_ragged_to_device(GPT* g, const int* pos, int n, cudaStream
         g->attn_micro[mb].seqs = ok ? bucket : -1;
         g->attn_ragged[ok ? 0 : 1]++;
         if (!ok && !said) {
-            fprintf(stderr, "attention: a chat micro-batch runs our fused kernel, not cuDNN: %s\n", why);
+            fprintf(stderr, "attention: a chat micro-batch runs %s, not cuDNN: %s\n",
+                    flash_attention_usable(hs) ? "our fused kernel" : "cuBLAS + softmax", why);
             said = true;
         }
     }

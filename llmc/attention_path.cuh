@@ -18,6 +18,7 @@ static const char* attention_path_name(int path) {
 
 // Set by attention_path_select for this run's shape; read by the plan and gpt_build.
 static bool cudnn_attention_ready = false;
+static bool cudnn_attention_packed = false;    // chat rows: a micro-batch cuDNN cannot run takes another path
 static int64_t cudnn_attention_workspace = 0;  // bytes: the largest of the run's graphs
 static char cudnn_attention_note[512] = "";    // why cuDNN does not run, or what it is
 
@@ -38,13 +39,12 @@ static void attention_forward_path(int path, bf16* out, float* lse, bf16* att, b
         char why[512];
         if (!cudnn_att_forward(out, lse, qkv, &sh, pos ? &m->dev : NULL, s, why, sizeof why))
             die("attention: %s", why);
-    } else if (path != ATTN_CUBLAS) {
-        if (!flash_attention_usable(hs))
-            die("attention: a micro-batch's conversations are not runs of positions 0, 1, 2, ... (cuDNN's "
-                "ragged layout) and our fused kernels do not take head size %d: use -F 0",
-                hs);
+    } else if (path == ATTN_FUSED || (path == ATTN_CUDNN && flash_attention_usable(hs)))
         flash_attention_forward(out, lse, qkv, B, T, QD, NH, s, NKV, pos);
-    } else attention_forward(out, att, qkv, B, T, QD, NH, s, NKV, pos);
+    else
+        attention_forward(out, att, qkv, B, T, QD, NH, s, NKV, pos);  // cuBLAS; cuDNN's packed runs whose
+                                                                      // head size our kernel does not take
+                                                                      // plan its scores (use_flash_attention)
 }
 static void attention_backward_path(int path, bf16* dqkv, float* dsum, bf16* datt, bf16* dout, bf16* out,
                                     bf16* att, bf16* qkv, const float* lse, int B, int T, int NH, int NKV,
@@ -55,7 +55,7 @@ static void attention_backward_path(int path, bf16* dqkv, float* dsum, bf16* dat
         char why[512];
         if (!cudnn_att_backward(dqkv, dout, qkv, out, lse, &sh, pos ? &m->dev : NULL, s, why, sizeof why))
             die("attention: %s", why);
-    } else if (path != ATTN_CUBLAS)
+    } else if (path == ATTN_FUSED || (path == ATTN_CUDNN && flash_attention_usable(hs)))
         flash_attention_backward(dqkv, dsum, dout, out, qkv, lse, B, T, QD, NH, s, NKV, pos);
     else attention_backward(dqkv, datt, dout, att, qkv, B, T, QD, NH, s, NKV, pos);
 }
@@ -215,10 +215,11 @@ static bool attention_self_check(int NH, int NKV, int hs, bool packed, char* why
 
 // -F: -1 the fastest that works (cuDNN, our fused kernels, cuBLAS), 0 cuBLAS, 1 fused, 2 cuDNN first.
 // Tries cuDNN for the run's shape (B rows of T, heads NH / NKV of hs) unless -F 0 / 1; packed: the chat
-// shape's graphs too (a bucket of B sequences; other buckets build when first met). Sets the globals above.
+// shape's graphs too (a bucket of 4 B sequences; other buckets build when first met). Sets the globals above.
 // The eval micro-batch is the same shape. Prints one line when cuDNN could have run and does not.
 static void attention_path_select(int flag, int B, int T, int NH, int NKV, int hs, bool packed) {
     cudnn_attention_ready = false;
+    cudnn_attention_packed = packed;
     cudnn_attention_workspace = 0;
     cudnn_attention_note[0] = 0;
     if (flag == ATTN_CUBLAS || flag == ATTN_FUSED) return;
@@ -230,8 +231,9 @@ static void attention_path_select(int flag, int B, int T, int NH, int NKV, int h
     if (ok) {
         const CudnnAttShape dense = {B, T, NH, NKV, hs, 0};
         ok = cudnn_att_prepare(&dense, why, sizeof why);
-        if (ok && packed) {
-            const CudnnAttShape ragged = {B, T, NH, NKV, hs, ragged_bucket(B, (int64_t)B * T)};
+        if (ok && packed) {  // up to 4 conversations a row on average; more: a bucket built when first met,
+                             // run by cuDNN where the plan's workspace holds it, else by our kernel
+            const CudnnAttShape ragged = {B, T, NH, NKV, hs, ragged_bucket(4 * B, (int64_t)B * T)};
             ok = cudnn_att_prepare(&ragged, why, sizeof why);
         }
     }

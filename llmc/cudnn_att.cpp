@@ -405,14 +405,17 @@ void cudnn_att_use_workspace(void* p, int64_t bytes) {
     workspace_bytes = bytes;
     planned = p != nullptr;  // NULL: the trainer is freed
 }
-// Our own workspace when the plan's is too small: a shape prepared after the plan (a new ragged bucket).
+// Before the plan (the self-check, the tests), our own workspace as large as a shape needs. After it, the
+// plan's only: a shape prepared later (a larger ragged bucket) that needs more fails, and its micro-batch
+// runs our kernel: GPU memory stays what the plan says.
 static bool workspace_for(int64_t need, char* why, size_t n) {
     if (need <= workspace_bytes) return true;
-    if (!workspace_own && workspace)
-        fprintf(stderr,
-                "cuDNN attention: a new shape needs %.1f MiB of workspace, over the plan's %.1f MiB: "
-                "allocated apart\n",
-                need / 1048576.0, workspace_bytes / 1048576.0);
+    if (planned) {
+        char msg[160];
+        snprintf(msg, sizeof msg, "cuDNN's graphs for it need %.1f MiB of workspace, the plan holds %.1f MiB",
+                 need / 1048576.0, workspace_bytes / 1048576.0);
+        return fail(why, n, msg);
+    }
     cudnn_att_free_own_workspace();
     const cudaError_t err = cudaMalloc(&workspace, (size_t)need);
     if (err != cudaSuccess) {

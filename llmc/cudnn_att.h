@@ -2,7 +2,8 @@
 // q, k, v are strided views into the qkv buffer, dq, dk, dv written into dqkv; GQA native; packed chat rows
 // as ragged (THD) sequences. Graphs are built once per shape and cached (llm.c's llmc/cudnn_att.cpp). Not
 // here: choosing the path or checking its numbers (attention_path.cuh), our own kernels. Built without
-// cudnn-frontend's headers (or in the emulator), every call reports "not built with cuDNN".
+// cudnn-frontend's headers, every call reports "not built with cuDNN"; the emulated build (make test) has a
+// stand-in that runs the graphs' semantics, when LLMC_FAKE_CUDNN=1 (test/fake_cuda/fake_cudnn.h).
 #pragma once
 #include <stddef.h>
 #include <stdint.h>
@@ -40,6 +41,8 @@ bool cudnn_att_forward(void* out, float* stats, const void* qkv, const CudnnAttS
 bool cudnn_att_backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* stats,
                         const CudnnAttShape* s, const RaggedMeta* r, cudaStream_t stream, char* why,
                         size_t n);
+#elif defined(FAKE_CUDA_DEVICE)
+#include "fake_cudnn.h"  // the CUDA emulation's stand-in (test/fake_cuda): off unless LLMC_FAKE_CUDNN=1
 #else
 static inline bool cudnn_att_built() { return false; }
 static inline bool cudnn_att_unbuilt(char* why, size_t n) {

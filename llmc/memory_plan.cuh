@@ -26,10 +26,11 @@ static int attention_head_size(const GPTConfig* c, const LlamaConfig* llama = NU
 static bool use_cudnn_attention() {
     return cudnn_attention_ready && (flash_attention_flag == -1 || flash_attention_flag == ATTN_CUDNN);
 }
-// No T x T scores: cuDNN or the fused kernels
+// No T x T scores: cuDNN or the fused kernels. cuDNN on chat rows with a head size our kernels do not take:
+// the scores too, for the micro-batches cuDNN cannot run (attention_forward_path's cuBLAS fallback).
 static bool use_flash_attention(const GPTConfig* c, const LlamaConfig* llama = NULL) {
-    return use_cudnn_attention() ||
-           (flash_attention_flag && flash_attention_usable(attention_head_size(c, llama)));
+    const bool fused = flash_attention_usable(attention_head_size(c, llama));
+    return (use_cudnn_attention() && (fused || !cudnn_attention_packed)) || (flash_attention_flag && fused);
 }
 // cuDNN's buffers: its workspace, and max_micro micro-batches' ragged metadata (ragged_meta_ints(N) each)
 static int64_t attention_meta_bytes(int64_t N, int max_micro) {

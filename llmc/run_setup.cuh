@@ -886,8 +886,10 @@ static void print_config_table(const Run* r, const GPT* g) {
                   cfg.num_layers, plan.kept / GiB, by_K);
     else table_row("kept activations", "%d of %d layers (all recomputed)%s", r->kept, cfg.num_layers, by_K);
     if (g->attn_path == ATTN_CUDNN)
-        table_row("attention", "%s, workspace %.1f MiB", cudnn_attention_note,
-                  cudnn_attention_workspace / 1048576.0);
+        table_row(
+            "attention", "%s, workspace %.1f MiB%s", cudnn_attention_note,
+            cudnn_attention_workspace / 1048576.0,
+            g->flash ? "" : "; a chat micro-batch it cannot run: cuBLAS + softmax (T x T scores planned)");
     else
         table_row("attention", "%s%s%s",
                   g->flash ? "fused tensor-core kernels (flash_attention.cuh)"
@@ -1005,9 +1007,10 @@ static void print_run_summary(const Run* r, GPT* g) {
             (long long)g->stream.reads.lent);
     if (g->attn_ragged[1])  // the run's path was cuDNN; say how much of it was not
         printf(
-            "attention: %lld of %lld chat micro-batches ran our fused kernel, not cuDNN (the first one's "
-            "reason is above)\n",
-            (long long)g->attn_ragged[1], (long long)(g->attn_ragged[0] + g->attn_ragged[1]));
+            "attention: %lld of %lld chat micro-batches ran %s, not cuDNN (the first one's reason is "
+            "above)\n",
+            (long long)g->attn_ragged[1], (long long)(g->attn_ragged[0] + g->attn_ragged[1]),
+            g->flash ? "our fused kernel" : "cuBLAS + softmax");
     size_t gpu_free = 0, gpu_total = 0;  // all buffers exist from step 1: use now is the peak
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
     printf(

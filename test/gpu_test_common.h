@@ -22,6 +22,9 @@ static inline bool have_gpu() {
 // that measures time, or is too large to emulate in make test's time, says so and skips there.
 #ifdef FAKE_CUDA_DEVICE
 #define SKIP_IN_EMULATION(why) GTEST_SKIP() << "CPU emulation: " << why
+// The *Cudnn* tests run on the emulation's cuDNN stand-in (test/fake_cuda/fake_cudnn.h): the trainer's side
+// of the cuDNN path is checked here; cuDNN's own numbers on a GPU (the window's cudnn_* checks).
+static const int fake_cudnn_on_for_tests = setenv("LLMC_FAKE_CUDNN", "1", 0);
 #else
 #define SKIP_IN_EMULATION(why)
 #endif

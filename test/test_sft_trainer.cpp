@@ -337,3 +337,46 @@ TEST_F(SftTest, TheSampleAnswersTheFirstValPrompt) {
         EXPECT_GT(end, at + want.size()) << "an empty completion";
     }
 }
+
+// train_gpt's cuDNN path on chat rows, end to end on the emulation's cuDNN stand-in (LLMC_FAKE_CUDNN=1,
+// test/fake_cuda/fake_cudnn.h): chosen by default, each micro-batch's conversations as ragged sequences. The
+// plan holds the workspace of a bucket of 4 sequences a row; a micro-batch of more (row 1: 10 conversations
+// and its padding, a bucket of 16) would need more than the plan holds, and runs our fused kernel (head size
+// 32), or where our kernel does not take the head size (16), cuBLAS + softmax, whose scores the plan then
+// holds (before, that micro-batch ended the run): said once, counted at the end, GPU memory as planned. The
+// losses track the other path's (-F 1, or -F 0) within 5e-3 relative (test_gpu's bound for cuDNN against
+// fused: both keep scores in fp32 and round P to bf16; the cuBLAS path rounds them to bf16 too).
+TEST_F(SftTest, CudnnPathOnChatRowsFallsBackWhereThePlanEnds) {
+    if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
+    const int T = 32;
+    const std::vector<int> lens(10, 3), targets(10, 1);
+    const std::string data =
+        chat_shard("train.bin", {row(T, {12, 14}, {2, 1}, 1), row(T, lens, targets, 2)}, T);
+    for (const char* spec : {"L2:C128:NH4:T32", "L2:C64:NH4:T32"}) {
+        SCOPED_TRACE(spec);
+        const bool fused_hs = std::string(spec) == "L2:C128:NH4:T32";
+        const Args run = {"-e", spec, "-b", "1", "-d", "64", "-x", "3", "-v", "0"};
+        setenv("LLMC_FAKE_CUDNN", "1", 1);
+        const Result cudnn = train(data, data, run, kEmu);
+        const Result other = train(data, data, run + Args{"-F", fused_hs ? "1" : "0"}, kEmu);
+        unsetenv("LLMC_FAKE_CUDNN");
+        ASSERT_EQ(cudnn.code, 0) << cudnn.cmd << "\n" << cudnn.err << cudnn.out;
+        ASSERT_EQ(other.code, 0) << other.cmd << "\n" << other.err << other.out;
+        const std::string path = fused_hs ? "our fused kernel" : "cuBLAS + softmax";
+        EXPECT_TRUE(has(cudnn.out, "cuDNN 9.19.0 SDPA")) << cudnn.out;
+        EXPECT_TRUE(has(cudnn.err, "attention: a chat micro-batch runs " + path +
+                                       ", not cuDNN: cuDNN's graphs for it need "))
+            << cudnn.err;
+        EXPECT_TRUE(has(cudnn.out, "attention: 3 of 6 chat micro-batches ran " + path + ", not cuDNN"))
+            << cudnn.out;
+        EXPECT_FALSE(has(other.out + other.err, "cuDNN")) << "-F 0 / 1 try no cuDNN\n"
+                                                          << other.out << other.err;
+        const auto a = step_losses(cudnn.out), b = step_losses(other.out);
+        ASSERT_EQ(a.size(), 3u) << cudnn.out;
+        ASSERT_EQ(b.size(), 3u) << other.out;
+        for (int s = 1; s <= 3; s++) {
+            const double x = atof(a.at(s).c_str()), y = atof(b.at(s).c_str());
+            EXPECT_LE(fabs(x - y), 5e-3 * y) << "step " << s << ": cuDNN " << x << ", the other path " << y;
+        }
+    }
+}
