@@ -24,6 +24,7 @@
 #include <string>
 #include <thread>
 #include <vector>
+#include "cpu_cores.h"    // defines: usable_cpu_cores, cpu_share_of
 #include "cuda_common.h"  // defines: cudaCheck
 #include "net.h"          // defines: NetLinks, net_sum, net_bcast, net_gather
 #include "utils.h"        // defines: die, die_rank
@@ -51,6 +52,7 @@ struct NodeShared {
     int fds[NODE_SHARED_ARRAYS];
     char nccl_id[128];
     char gpu_bus[MAX_RANKS][40];  // each rank's GPU: its UUID or PCI bus id (comm_ranks_on_my_gpu)
+    cpu_set_t cpus[MAX_RANKS];    // each rank's affinity (comm_cpu_cores)
     double sums[MAX_RANKS][4];    // comm_sum_host's slots
     double node_sums[4];          //   several nodes: the sum over all of them
     char note[NODE_NOTE_BYTES];   // comm_share's bytes from rank 0
@@ -397,6 +399,25 @@ static inline int comm_ranks_on_my_gpu(Comm* c, int device, const cudaDeviceProp
         if (r == c->local) n = same;
     }
     return n;
+}
+
+// The cores this rank's CPU AdamW may take: its share of the node's (cpu_share_of over every rank's affinity,
+// so a launcher's pinning counts once), and of a cgroup quota (a node-wide cap: 1/G of it). Collective over
+// the node.
+static inline int comm_cpu_cores(Comm* c) {
+    const int usable = usable_cpu_cores();
+    if (c->local_world == 1) return usable;
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    if (sched_getaffinity(0, sizeof mine, &mine) != 0)
+        for (int i = 0; i < (int)sysconf(_SC_NPROCESSORS_ONLN) && i < CPU_SETSIZE; i++) CPU_SET(i, &mine);
+    c->node->cpus[c->local] = mine;
+    node_barrier(c);
+    const int share = cpu_share_of(c->node->cpus, c->local_world, c->local);
+    node_barrier(c);  // every rank read the masks
+    // usable < the mask's count: a cgroup quota, for the node's ranks together
+    const int quota = CPU_COUNT(&mine) > usable ? std::max(1, usable / c->local_world) : share;
+    return std::min(share, quota);
 }
 
 // While NCCL runs: its asynchronous errors (a network error, a node gone) and a rank of this node that ended

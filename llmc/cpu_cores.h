@@ -12,6 +12,20 @@ static inline int cgroup_quota_cores(const char* cpu_max) {
         return -1;
     return (int)((quota + period - 1) / period);
 }
+// A rank's share of the node's cores: each core of its affinity mask (masks[me]) counted as 1 / the number of
+// the node's n ranks whose masks hold it. Ranks that share one mask (children of one launcher) split it;
+// ranks a launcher pinned apart (mpirun's binding, srun --cpu-bind, taskset) keep theirs whole; overlaps
+// split what they share. At least 1.
+static inline int cpu_share_of(const cpu_set_t* masks, int n, int me) {
+    double share = 0;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &masks[me])) continue;
+        int holders = 0;
+        for (int r = 0; r < n; r++) holders += CPU_ISSET(cpu, &masks[r]) != 0;
+        share += 1.0 / holders;
+    }
+    return share >= 1 ? (int)(share + 1e-9) : 1;
+}
 // Affinity cores, capped by a cgroup quota (docker --cpus).
 static inline int usable_cpu_cores(void) {
     cpu_set_t allowed;

@@ -768,8 +768,7 @@ static void load_llama_weights(Run* r, GPT* g) {
 static void build_model(Run* r, GPT* g) {
     char err[4352];
     // CPU AdamW threads: every usable core but adam_threads_beside's
-    const int cores = usable_cpu_cores() / r->comm->local_world,
-              beside = adam_threads_beside(r->ga.ssd_dir != NULL);
+    const int cores = comm_cpu_cores(r->comm), beside = adam_threads_beside(r->ga.ssd_dir != NULL);
     r->adam_threads = r->ga.adam_threads > 0 ? r->ga.adam_threads : std::max(1, cores - beside);  // a rank's
     cpu_adam_set_threads(r->adam_threads);
     if (r->ga.ssd_dir) {  // the probe first: its buffers are gone before the model's arrive

@@ -42,6 +42,29 @@ TEST(CpuCores, CgroupQuota) {
     EXPECT_LE(cores, CPU_COUNT(&allowed));
 }
 
+// A rank's share of the node's cores for its CPU AdamW (issue 43): ranks of one launcher share its mask and
+// split it; ranks pinned apart keep theirs (each divided by the ranks again gave 1/G^2 of the node); overlaps
+// split what they share.
+TEST(CpuCores, ShareOfTheNodesCores) {
+    auto mask = [](int lo, int hi) {
+        cpu_set_t s;
+        CPU_ZERO(&s);
+        for (int i = lo; i < hi; i++) CPU_SET(i, &s);
+        return s;
+    };
+    const cpu_set_t shared[4] = {mask(0, 16), mask(0, 16), mask(0, 16), mask(0, 16)};
+    EXPECT_EQ(cpu_share_of(shared, 4, 0), 4);
+    EXPECT_EQ(cpu_share_of(shared, 4, 3), 4);
+    const cpu_set_t pinned[4] = {mask(0, 4), mask(4, 8), mask(8, 12), mask(12, 16)};
+    EXPECT_EQ(cpu_share_of(pinned, 4, 1), 4);
+    const cpu_set_t overlap[2] = {mask(0, 8), mask(4, 12)};  // 4 own and 4 shared each
+    EXPECT_EQ(cpu_share_of(overlap, 2, 0), 6);
+    EXPECT_EQ(cpu_share_of(overlap, 2, 1), 6);
+    const cpu_set_t crowded[3] = {mask(0, 1), mask(0, 1), mask(0, 1)};  // one core for three: at least 1
+    EXPECT_EQ(cpu_share_of(crowded, 3, 2), 1);
+    EXPECT_EQ(cpu_share_of(shared, 1, 0), 16);
+}
+
 // ----------------------------------------------------------------------------
 // Flags
 
