@@ -432,6 +432,44 @@ TEST_F(MultiGpu, LlamaOnThreeNodesOfOneRank) {
         run_bin(kEmu, run_args(spec, dir + "/on_one", {"-R", "1", "-K", "1", "-d", "384", "-y", "1"}));
     EXPECT_EQ(on_one.code, 0) << on_one.err;
     EXPECT_EQ(step_losses(on_one.out), step_losses(again.out));
+    // and one GPU's checkpoint resumes on 3 nodes (each reads its part of the files): step 3 as one GPU's
+    ASSERT_EQ(system(("cp -r " + dir + "/one " + dir + "/one_on_nodes").c_str()), 0);
+    for (const char* name : {"model_00000003.bin", "state_00000003.bin", "DONE_00000003"})
+        remove((dir + "/one_on_nodes/" + name).c_str());
+    const Result one_on_nodes =
+        run_nodes(3, run_args(spec, dir + "/one_on_nodes", {"-R", "1", "-K", "1", "-d", "384", "-y", "1"}));
+    EXPECT_TRUE(has(one_on_nodes.out, "(step 2)")) << one_on_nodes.out;
+    const auto want = step_losses(one.out), got = step_losses(one_on_nodes.out);
+    ASSERT_EQ(got.count(3), 1u) << one_on_nodes.out;
+    // compare_with_one_gpu's bound on a loss after updates (the nodes' sums run in another order)
+    EXPECT_NEAR(atof(got.at(3).c_str()), atof(want.at(3).c_str()), 1e-4 * atof(want.at(3).c_str()));
+}
+
+// The Llama family on chat data (RoPE by each conversation's positions, GQA) on 2 ranks: as one GPU
+// accumulating both ranks' micro-batches (issue 43 item 3: both families and chat data).
+TEST_F(MultiGpu, LlamaOnChatDataTrainsLikeOneGpu) {
+    const int T = 32;
+    std::vector<std::vector<Tok>> rows;
+    for (int i = 0; i < 8; i++) rows.push_back(row(T, {9, 13 + i}, {3 + i, 2}, i + 1));
+    const std::string chat = write_chat_shard(dir + "/chat.bin", rows, T);
+    auto args = [&](const std::string& out, const Args& more) {
+        return Args{"-e", "llama:L2:C64:NH4:KV2:I128:T32:V50257",
+                    "-b", "1",
+                    "-t", "32",
+                    "-d", "128",
+                    "-x", "2",
+                    "-v", "0",
+                    "-g", "0",
+                    "-l", "1e-2",
+                    "-u", "0",
+                    "-o", out,
+                    "-i", chat,
+                    "-j", chat} +
+               more;
+    };
+    const Result two = expect_like_one_gpu(args(dir + "/one", {}), args(dir + "/two", {"-pn", "2"}),
+                                           dir + "/one", dir + "/two", 2);
+    EXPECT_TRUE(has(two.out, "| targets ")) << two.out;
 }
 
 // Rank 3 (node 1's second) killed after step 2: node 1's launcher and rank 2 say so, node 0 sees node 1 go
@@ -681,6 +719,13 @@ TEST_F(MultiGpu, PlanForSeveralGpusAndNodes) {
     EXPECT_EQ(per_node.code, 0) << per_node.out;
     EXPECT_TRUE(has(per_node.out, "host RAM, node         601.16 GiB   700.00 GiB given by -M"))
         << per_node.out;
+    // 405B on one node of 8: 72.7 GiB a GPU, the node's host RAM holds every fp32 weight, m, v and bf16 copy
+    const Result node405 = run_bin(kEmu, Args{"-e", "llama3-405b", "-t", "4096", "-b", "1", "-d", "65536",
+                                              "-M", "9000", "-V", "79", "-P", "1", "-pn", "8"});
+    EXPECT_EQ(node405.code, 0) << node405.err << node405.out;
+    for (const char* want : {"several GPUs: 1 node of 8 GPUs (-pN 1 -pn 8), 65536 tokens a step",
+                             "each node's host RAM 6060.52 GiB", "(16.0 bytes a parameter)"})
+        EXPECT_TRUE(has(node405.out, want)) << want << "\n" << node405.out;
     const Result big = run_bin(kEmu, Args{"-e", "llama3-405b", "-t", "4096", "-b", "1", "-d", "65536", "-M",
                                           "9000", "-V", "79", "-P", "1", "-pn", "8", "-pN", "2"});
     EXPECT_TRUE(plan_printed(big.code, big.out)) << big.err << big.out;
