@@ -1211,7 +1211,7 @@ int main(int argc, char** argv) {
     const TrainArgs& args = r.args;
     flash_attention_flag = r.ga.flash;  // before the memory plan: the cuBLAS path stores the scores
     cublaslt_fusion = r.ga.epilogues;
-    ssd_ring_budget_bytes = r.ga.ssd_ring_gib * 1073741824.0;  // -sb: the SSD tier's ring
+    ssd_ring_budget_bytes = std::max(0.0f, r.ga.ssd_ring_gib) * 1073741824.0;  // -sb (auto: check_fit)
     r.bench = r.ga.bench_steps > 0;
     open_output_dir(&r);
     plan_run(&r);

@@ -49,7 +49,7 @@ typedef struct {
     int ssd_weights;      // -sw 1: with -sd, their bf16 weights there too
     float disk_read_gbs;  // -sr R[,W] the -sd disk's GB/s, for -P 1's step time. 0: assumed
     float disk_write_gbs;
-    float ssd_ring_gib;  // -sb host GiB for the SSD tier's ring of piece buffers, 0: 4 pieces
+    float ssd_ring_gib;  // -sb host GiB for the SSD tier's ring of piece buffers, 0: 4 pieces, -1: auto
     int ranks;      // -pn GPUs of this node, one rank process each, started by this process (1: this one)
     int nodes;      // -pN nodes of -pn GPUs each
     int node_rank;  // -pr this node's index, 0..nodes-1 (0: rank 0's node)
@@ -88,7 +88,7 @@ static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
     ga->ssd_dir = NULL;
     ga->ssd_weights = 0;
     ga->disk_read_gbs = ga->disk_write_gbs = 0;
-    ga->ssd_ring_gib = 0;
+    ga->ssd_ring_gib = -1;  // auto
     ga->ranks = 1;
     ga->nodes = 1;
 }
@@ -163,11 +163,14 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "              them from the AdamW round in %d pinned handoff buffers) (default %d)\n"
         "  -sr <GB/s>[,<GB/s>]  -P 1's step time: the -sd disk's read[,write] rate (R alone: both; default:\n"
         "              6,4 assumed)\n"
-        "  -sb <GiB>   with -sd: host RAM for the CPU AdamW round's ring of piece buffers (a piece: up to\n"
-        "              64 Mi parameters' fp32 weights, m, v and bf16 gradient). Whole pieces, at least 4\n"
-        "              (0: 4), at most the round's + 1. More reads the next round ahead during the backward\n"
-        "              and lets its writes trail into it, off the next forward's path; -P 1 says the\n"
-        "              smallest that helps\n"
+        "  -sb <GiB>|auto  with -sd: host RAM for the CPU AdamW round's ring of piece buffers (a piece:\n"
+        "              up to 64 Mi parameters' fp32 weights, m, v and bf16 gradient). Whole pieces, at "
+        "least\n"
+        "              4 (0: 4), at most the round's + 1. More reads the next round ahead during the "
+        "backward\n"
+        "              and lets its writes trail into it, off the next forward's path. auto: the smallest\n"
+        "              that keeps the round's disk work within the forward at the disk's measured rates,\n"
+        "              within half of the host RAM the plan leaves; -P 1 says it for -sr's (default auto)\n"
         "  -pn <int>   GPUs of this node: starts one rank process per GPU, each computing its share of the\n"
         "              step's micro-batches (-d / (-b * -t) must divide by it); the fp32 weights, AdamW "
         "state\n"
@@ -280,7 +283,8 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         } else if (strcmp(flag, "-sr") == 0) {
             ok = parse_disk_rates(value, ga, err, sizeof err);
         } else if (strcmp(flag, "-sb") == 0) {
-            ok = parse_float_in(flag, value, 0.0, 1 << 24, &ga->ssd_ring_gib, err, sizeof err);
+            if (strcmp(value, "auto") == 0) ga->ssd_ring_gib = -1;
+            else ok = parse_float_in(flag, value, 0.0, 1 << 24, &ga->ssd_ring_gib, err, sizeof err);
         } else if (strcmp(flag, "-pn") == 0) {
             ok = parse_int_in(flag, value, 1, 64, &v, err, sizeof err);
             ga->ranks = (int)v;

@@ -436,7 +436,10 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
         printf("memory plan: L%d C%d NH%d, %.3f B parameters, %s\n", c->num_layers, c->channels, c->num_heads,
                gpt_num_real_params(c, &p) / 1e9, per_step);
     printf("attention: %s%s\n",
-           use_cudnn_attention()           ? "cuDNN SDPA (no T x T scores stored; its workspace counted)"
+           use_cudnn_attention() && use_flash_attention(c, llama)
+               ? "cuDNN SDPA (no T x T scores stored; its workspace counted)"
+           : use_cudnn_attention() ? "cuDNN SDPA (its workspace counted), T x T scores stored for the chat "
+                                     "micro-batches it cannot run"
            : use_flash_attention(c, llama) ? "fused kernels (no T x T scores stored)"
                                            : "cuBLAS + softmax (T x T scores stored in the workspace)",
            no_gpu_here ? "; no GPU here: planned for an sm_90 one" : "");

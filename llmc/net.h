@@ -5,8 +5,9 @@
 // every two nodes, a mesh: each layer's updated bf16 weights, each node's part straight to every other node
 // (net_exchange). The star's main link serves the main thread; the mesh (whose links to node 0 are the star's
 // second link) the optimizer thread; a third link carries heartbeats. A peer that goes away, or goes silent
-// (stopped, hung, or cut off by the network: LLMC_NODE_TIMEOUT seconds without a heartbeat), ends this
-// process in one line.
+// (its process stopped, its machine or the network to it down: LLMC_NODE_TIMEOUT seconds without a
+// heartbeat), ends this process in one line. Not found: a process that hangs but beats (a deadlock, a GPU
+// hang), and a cut between two nodes other than node 0 (TCP's own retries end it, in minutes).
 // Not here: the ranks inside a node (collectives.h), when what is sent (train_gpt.cu, llmc/cpu_optimizer.h).
 #pragma once
 #include <arpa/inet.h>
@@ -39,6 +40,7 @@ struct NetLinks {
     std::vector<int> mesh;           // mesh[n]: to node n (n != node); to node 0 it is fd[NET_OPT]
     std::atomic<int> started{0};     // every node passed its set-up (net_started)
     std::atomic<int> closing{0};     // net_finish began: peers may go
+    std::atomic<int> finished{0};    // net_finish's barrier passed: every node is done
 };
 
 // Who this run's node 0 is: "host[:port]".
@@ -377,11 +379,11 @@ static inline double net_timeout_seconds() {
 
 // A watch on the links while the run lasts, on a thread of its own: a node that goes away (its process
 // ended, its machine went down and the connection reset) ends this one within a second, even while its
-// threads wait in NCCL or the GPU. A node that goes silent closes nothing (a stopped or hung process, a
-// machine that lost power, a cut network): each node and node 0 send each other a byte a second over
-// NET_BEAT, whatever the other threads do; a peer unheard for net_timeout_seconds() once the run started ends
-// this node, and its links' closing ends the rest. The beats go on after net_finish began (a node still in
-// its last step must not take a finished one for silent) until the process exits.
+// threads wait in NCCL or the GPU. A node that goes silent closes nothing (a stopped process, a machine that
+// lost power, a cut network): each node and node 0 send each other a byte a second over NET_BEAT, whatever
+// the other threads do; a peer unheard for net_timeout_seconds() from the run's start to the end of
+// net_finish's barrier ends this node, and its links' closing ends the rest. The beats go on until the
+// process exits (a node still in its last step must not take a finished one for silent).
 static inline void net_watch(NetLinks* L) {
     std::vector<pollfd> fds;
     std::vector<int> peer, beat;            // beat: the index in fds of each heartbeat link
@@ -413,7 +415,9 @@ static inline void net_watch(NetLinks* L) {
                 sent = t;
             }
             const int ready = poll(fds.data(), fds.size(), 250);
-            const bool watching = L->started.load() && !L->closing.load();
+            // silence counts from the start until every node passed net_finish's barrier (a node in it still
+            // waits for the others' last steps); a closed link only until net_finish began
+            const bool watching = L->started.load() && !L->finished.load();
             for (size_t j = 0; j < beat.size(); j++) {
                 pollfd& f = fds[(size_t)beat[j]];
                 if (ready > 0 && (f.revents & POLLIN)) {
@@ -425,8 +429,8 @@ static inline void net_watch(NetLinks* L) {
                 else if (now() - heard[j] > timeout) {
                     char why[160];
                     snprintf(why, sizeof why,
-                             "no heartbeat in %.0f s: its process is stopped or hung, or the network between "
-                             "is down; LLMC_NODE_TIMEOUT sets the wait",
+                             "no heartbeat in %.0f s: its process is stopped, or its machine or the network "
+                             "to it is down; LLMC_NODE_TIMEOUT sets the wait",
                              timeout);
                     net_lost(L, peer[(size_t)beat[j]], why);
                 }
@@ -434,7 +438,7 @@ static inline void net_watch(NetLinks* L) {
             if (ready <= 0) continue;
             for (size_t i = 0; i < fds.size(); i++)
                 if (fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) {
-                    if (watching && !L->closing.load())
+                    if (L->started.load() && !L->closing.load())
                         net_lost(L, peer[i], "its connection closed, seen by the link watch");
                     fds[i].fd =
                         -1;  // set-up (the main thread's own reads say it) or the end: poll it no more
@@ -483,4 +487,5 @@ static inline void net_finish(NetLinks* L) {
     L->closing.store(1);
     double one = 1;
     net_sum(L, NET_MAIN, &one, 1);  // a barrier: a node lost in it is said by net_send / net_recv
+    L->finished.store(1);
 }

@@ -157,16 +157,47 @@ static PlanEval plan_evaluate(const PlanTarget* t, PlanChoice c) {
 
 static bool plan_fits(const PlanEval& e) { return e.gpu_fits && e.host_fits && e.disk_fits; }
 
+// -sd: one piece's bytes in the ring (its fp32 weights, m, v and bf16 gradient).
+static double plan_ssd_piece_bytes(const PlanTarget* t, const PlanChoice& c) {
+    SsdStoreConfig one = ssd_store_config(t->cfg, c.resident, c.tier, t->llama);
+    one.ring = 1;
+    return (double)ssd_store_ring_bytes(&one);
+}
+// -sd's ring (-sb) for a plan: the fewest pieces whose read-ahead and trailing writes keep the round's disk
+// work within the forward and a tenth of the compute, else the whole round and one (*most: the most a ring
+// can do). *best: the plan with it. ssd_ring_budget_bytes is left as it was.
+static int64_t plan_ssd_ring(const PlanTarget* t, const PlanChoice& given, PlanEval* best, int64_t* most) {
+    const SsdStoreConfig sc = ssd_store_config(t->cfg, given.resident, given.tier, t->llama);
+    const double piece = plan_ssd_piece_bytes(t, given), budget = ssd_ring_budget_bytes;
+    *most = (int64_t)sc.num_layers * ssd_store_layer_pieces(&sc) + 1;
+    auto with_ring = [&](int64_t ring) {
+        ssd_ring_budget_bytes = ((double)ring + 0.5) * piece;
+        return plan_evaluate(t, given);
+    };
+    auto within = [&](const PlanEval& x) { return x.round_disk_s <= x.fwd_s + 0.1 * x.compute_s; };
+    *best = with_ring(*most);
+    int64_t ring = *most;
+    if (within(*best))
+        for (int64_t lo = SSD_RING_MIN + 1, hi = *most; lo < hi;) {  // the smallest ring within: monotone
+            const int64_t mid = lo + (hi - lo) / 2;
+            const PlanEval x = with_ring(mid);
+            if (within(x)) hi = mid, ring = mid, *best = x;
+            else lo = mid + 1;
+        }
+    ssd_ring_budget_bytes = budget;
+    return ring;
+}
+
 // The flags that differ from the given ones, cheapest first: -b, -R, -K, -E, -sd, -sw, as a command
 // line's (-b with the -d that keeps the tokens per step).
 static void plan_changes(const PlanChoice& given, const PlanChoice& c, int T, const char* dir, char* text,
-                         size_t len) {
+                         size_t len, int64_t ranks = 1) {
     int at = 0;
     text[0] = 0;
     auto add = [&](const char* fmt, auto... v) {
         at += snprintf(text + at, at < (int)len ? len - at : 0, fmt, v...);
     };
-    if (c.B != given.B) add(" -b %d -d %lld", c.B, (long long)c.B * T * c.n_micro);
+    if (c.B != given.B) add(" -b %d -d %lld", c.B, (long long)c.B * T * c.n_micro * ranks);  // every GPU's
     if (c.resident != given.resident) add(" -R %d", c.resident);
     if (c.kept != given.kept) add(" -K %d", c.kept);
     if (c.vocab_host != given.vocab_host) add(" -E %d", c.vocab_host);
@@ -518,36 +549,18 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
             ga->disk_read_gbs > 0 ? ", -sr" : ", assumed",
             (long long)more.n_micro * given.B * T * (int64_t)ranks, more.n_micro, given.B, T,
             several ? " on each GPU" : "", d.m.gpu_bytes / GiB, d.gpu_fits ? "fits" : "does NOT fit");
-        // or more host RAM for the ring (-sb): the fewest pieces whose read-ahead and trailing writes keep
-        // the round's part within the forward and a tenth of the compute, else the whole round (the most a
-        // ring can do); only where all of the disk's work fits the step and the RAM is there
-        const SsdStoreConfig sc = ssd_store_config(cfg, given.resident, given.tier, llama);
-        SsdStoreConfig one = sc;
-        one.ring = 1;
-        const double piece = (double)ssd_store_ring_bytes(&one), budget = ssd_ring_budget_bytes;
-        const int64_t most = (int64_t)sc.num_layers * ssd_store_layer_pieces(&sc) + 1;
-        auto with_ring = [&](int64_t ring) {
-            ssd_ring_budget_bytes = ((double)ring + 0.5) * piece;
-            return plan_evaluate(&t, given);
-        };
-        auto within = [&](const PlanEval& x) { return x.round_disk_s <= x.fwd_s + 0.1 * x.compute_s; };
-        const PlanEval whole = with_ring(most);
-        PlanEval best = whole;
-        int64_t ring = most;
-        if (within(whole))
-            for (int64_t lo = sc.ring + 1, hi = most; lo < hi;) {  // the smallest ring within: monotone
-                const int64_t mid = lo + (hi - lo) / 2;
-                const PlanEval x = with_ring(mid);
-                if (within(x)) hi = mid, ring = mid, best = x;
-                else lo = mid + 1;
-            }
-        ssd_ring_budget_bytes = budget;
+        // or more host RAM for the ring (-sb): only where all of the disk's work fits the step and the RAM
+        // is there
+        PlanEval best;
+        int64_t most = 0;
+        const int64_t ring = plan_ssd_ring(&t, given, &best, &most);
         if (e.disk_s <= 1.1 * e.compute_s && best.round_disk_s < e.round_disk_s && best.host_fits) {
             char waits[32];
             plan_seconds(waits, sizeof waits, best.adam_wait_s);
             printf(
                 "-sb %.2f (a ring of %lld of the round's %lld pieces, %.2f GiB of host RAM) would leave the "
-                "round's part %.2f s and a GPU wait of %s\n",
+                "round's part %.2f s and a GPU wait of %s (-sb auto, the default, takes it at the disk's "
+                "measured rates where half of the host RAM left holds it)\n",
                 ceil(best.m.ssd_ring / GiB * 100) / 100, (long long)ring, (long long)(most - 1),
                 best.m.ssd_ring / GiB, best.round_disk_s, waits);
         }
@@ -644,7 +657,7 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
             char flags[256];
             PlanChoice as_given = given;
             as_given.n_micro = found;
-            plan_changes(as_given, most.c, T, ga->ssd_dir, flags, sizeof flags);
+            plan_changes(as_given, most.c, T, ga->ssd_dir, flags, sizeof flags, (int64_t)ranks);
             const double tokens = (double)given.B * T * found * ranks;  // -b changes keep the tokens
             printf(
                 "  the most that fits: -d %.0f (%d micro-batches of %d x %d%s)%s%s: GPU %.2f GiB, host %.2f "
@@ -664,7 +677,7 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
         if (more) continue;
         shown.push_back(mask);
         char flags[256], disk[64] = "";
-        plan_changes(given, a.c, T, ga->ssd_dir, flags, sizeof flags);
+        plan_changes(given, a.c, T, ga->ssd_dir, flags, sizeof flags, (int64_t)ranks);
         if (a.c.tier != TIER_RAM) snprintf(disk, sizeof disk, ", disk %.2f GiB", a.m.ssd_disk / GiB);
         const double rate = ranks * a.c.B * T * a.c.n_micro / a.step_s;  // every GPU's tokens
         printf(rate >= 100 ? "  %-24s GPU %.2f GiB, host %.2f GiB%s; step >= %.2f s (%s), <= %.0f tokens/s\n"

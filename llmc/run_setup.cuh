@@ -116,7 +116,9 @@ typedef struct {
     int64_t resume_step;  // -1: a fresh run
     int64_t resume_header[ST_HEADER_FIELDS];
     char resume_model[4200], resume_state[4200];
-    char ssd_owner[4200];  // -sd: the store's owner, -o's absolute path ("": no checkpoints)
+    char ssd_owner[4200];         // -sd: the store's owner, -o's absolute path ("": no checkpoints)
+    double disk_rbps, disk_wbps;  // -sd: the probe's read and write rates, bytes/s (0: not measured)
+    int disk_direct;              //   the probe ran with O_DIRECT
     // the loop's
     DataLoader train, val;
     int64_t val_batches;
@@ -412,6 +414,8 @@ static double plan_peak_flops(const char* gpu_name) {
     return peak > 0 ? peak : PLAN_H100_PEAK_FLOPS;
 }
 
+static void ssd_open_dir(Run* r);
+static void ssd_ring_auto(Run* r, double peak);
 static void check_fit(Run* r) {
     const double GiB = 1073741824.0;
     GpuArgs* ga = &r->ga;
@@ -490,6 +494,10 @@ static void check_fit(Run* r) {
         }
     }
     print_auto_placement(r, r->gpu_budget, peak, none);
+    if (ga->ssd_dir) {  // the probe first (its buffers are gone before the model's arrive), then -sb auto
+        ssd_open_dir(r);
+        ssd_ring_auto(r, peak);
+    }
     const MemoryPlan& m = r->plan;
     if (m.gpu_bytes + gpu_reserve_bytes <= r->gpu_budget) return;
     char budget_text[512];
@@ -509,6 +517,47 @@ static void check_fit(Run* r) {
         "-K) and %.2f GiB kept free for CUDA and the libraries, %s",
         m.gpu_bytes / GiB, m.layer_inputs / GiB, m.resident_layers / GiB, r->resident, m.kept / GiB, r->kept,
         gpu_reserve_bytes / GiB, budget_text);
+}
+
+// -sb auto (the default with -sd): the ring plan_ssd_ring finds at the disk's probed rates (-P 1 prints the
+// same for -sr's), where it shortens the round's disk work and half of the host RAM the plan leaves holds it;
+// else as large a ring as that half holds, the default SSD_RING_MIN pieces at least. Says what it chose.
+static void ssd_ring_auto(Run* r, double peak) {
+    GpuArgs* ga = &r->ga;
+    if (!ga->ssd_dir || ga->ssd_ring_gib >= 0 || r->disk_rbps <= 0 || r->disk_wbps <= 0) return;
+    const double GiB = 1073741824.0;
+    PlanTarget t = plan_target(&r->cfg, &r->llama, r->args.T, ga);
+    t.gpu_budget = r->gpu_budget, t.peak_flops = peak;
+    t.disk_read_Bps = r->disk_rbps, t.disk_write_Bps = r->disk_wbps;
+    const PlanChoice given = {r->args.B,   r->n_micro, r->resident, r->kept, ga->vocab_host > 0 ? 1 : 0,
+                              ssd_tier(ga)};
+    ssd_ring_budget_bytes = 0;
+    const PlanEval now = plan_evaluate(&t, given);
+    PlanEval best;
+    int64_t most = 0;
+    int64_t ring = plan_ssd_ring(&t, given, &best, &most);
+    const double piece = plan_ssd_piece_bytes(&t, given);
+    const int64_t avail = host_memory_to_count_on(ga);
+    if (avail >= 0) {  // half of what the plan leaves, beside the default ring
+        const double room = 0.5 * (double)(avail - now.m.host_bytes) + (double)now.m.ssd_ring;
+        ring = std::min<int64_t>(ring, (int64_t)(room / piece));
+    }
+    if (ring <= SSD_RING_MIN) {
+        printf("SSD tier's ring (-sb auto): the default %d pieces (%s)\n", SSD_RING_MIN,
+               best.round_disk_s >= now.round_disk_s ? "a larger one would not shorten the round's disk work"
+                                                     : "half of the host RAM the plan leaves holds no more");
+        return;
+    }
+    ssd_ring_budget_bytes = ((double)ring + 0.5) * piece;
+    const PlanEval chosen = plan_evaluate(&t, given);
+    r->plan = gpt_memory_plan(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, r->resident, r->kept,
+                              ssd_tier(ga), &r->llama, ga->vocab_host > 0);
+    printf(
+        "SSD tier's ring (-sb auto): %lld of the round's %lld pieces, %.2f GiB of host RAM: the round's disk "
+        "work in the next forward %.2f s (%.2f s with the default %d), at this disk's %.2f / %.2f GB/s\n",
+        (long long)ring, (long long)(most - 1), r->plan.ssd_ring / GiB, chosen.round_disk_s, now.round_disk_s,
+        SSD_RING_MIN, r->disk_rbps / 1e9, r->disk_wbps / 1e9);
+    check_host_fit(r);
 }
 
 // Model, shape checks, memory plan. -R -1 / -K -1 count as 0 here.
@@ -601,19 +650,31 @@ static int print_plan_only(Run* r) {
 
 // -sd: disk bandwidth and disk time per step. A failed probe only warns.
 // Tests shorten it: SSD_PROBE_SECONDS, SSD_PROBE_MIB.
-static void ssd_print_bandwidth(const Run* r) {
+// -sd's directory made (a resume's must be there), locked for this run until it exits, and its disk's read
+// and write rates measured (r->disk_*; 0 where the probe failed, said in one line).
+static void ssd_open_dir(Run* r) {
     const char* dir = r->ga.ssd_dir;
+    char err[4352];
+    struct stat st;  // a resume's store is there already: a wrong -sd is not made (and left behind)
+    if (r->resume_step >= 0 && stat(dir, &st) != 0)
+        die("resume: -sd %s: %s; a resume reads the SSD store from the run's -sd DIR", dir, strerror(errno));
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) die("-sd %s: cannot create it: %s", dir, strerror(errno));
+    if (ssd_lock_dir(dir, err, sizeof err) < 0) die("-sd: %s", err);  // held until exit
     const char* sec = getenv("SSD_PROBE_SECONDS");
     const char* mib = getenv("SSD_PROBE_MIB");
     const double seconds = sec ? atof(sec) : 3.0;
     const int64_t max_bytes = mib && atoll(mib) > 0 ? atoll(mib) << 20 : (int64_t)1 << 30;
-    double rbps = 0, wbps = 0;
-    int direct = 0;
-    char err[1024];
-    if (ssd_probe_bandwidth(dir, seconds, max_bytes, &rbps, &wbps, &direct, err, sizeof err) != 0) {
+    if (ssd_probe_bandwidth(dir, seconds, max_bytes, &r->disk_rbps, &r->disk_wbps, &r->disk_direct, err,
+                            sizeof err) != 0) {
         fprintf(stderr, "warning: -sd %s: %s; the disk's part of a step is not estimated\n", dir, err);
-        return;
+        r->disk_rbps = r->disk_wbps = 0;
     }
+}
+static void ssd_print_bandwidth(const Run* r) {
+    const char* dir = r->ga.ssd_dir;
+    const double rbps = r->disk_rbps, wbps = r->disk_wbps;
+    const int direct = r->disk_direct;
+    if (rbps <= 0 || wbps <= 0) return;
     const MemoryPlan& m = r->plan;
     printf(
         "disk %s: read %.2f GB/s, write %.2f GB/s%s; one step moves %.2f GB from it and %.2f GB to it: "
@@ -771,16 +832,7 @@ static void build_model(Run* r, GPT* g) {
     const int cores = comm_cpu_cores(r->comm), beside = adam_threads_beside(r->ga.ssd_dir != NULL);
     r->adam_threads = r->ga.adam_threads > 0 ? r->ga.adam_threads : std::max(1, cores - beside);  // a rank's
     cpu_adam_set_threads(r->adam_threads);
-    if (r->ga.ssd_dir) {  // the probe first: its buffers are gone before the model's arrive
-        struct stat st;   // a resume's store is there already: a wrong -sd is not made (and left behind)
-        if (r->resume_step >= 0 && stat(r->ga.ssd_dir, &st) != 0)
-            die("resume: -sd %s: %s; a resume reads the SSD store from the run's -sd DIR", r->ga.ssd_dir,
-                strerror(errno));
-        if (mkdir(r->ga.ssd_dir, 0755) != 0 && errno != EEXIST)
-            die("-sd %s: cannot create it: %s", r->ga.ssd_dir, strerror(errno));
-        if (ssd_lock_dir(r->ga.ssd_dir, err, sizeof err) < 0) die("-sd: %s", err);  // held until exit
-        ssd_print_bandwidth(r);
-    }
+    if (r->ga.ssd_dir) ssd_print_bandwidth(r);  // measured in check_fit (ssd_open_dir)
     gpt_build(g, &r->cfg, r->args.B, r->args.T, r->n_micro, r->ga.num_slots, r->resident, r->kept, &r->args,
               ssd_tier(&r->ga), &r->llama, r->ga.vocab_host > 0, r->comm);
     if (r->ga.ssd_dir) ssd_attach(r, g);  // either family, one layer at a time

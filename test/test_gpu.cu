@@ -97,6 +97,8 @@ static void gradients_match_cpu_reference(int n_micro, bool chat = false) {
     build_gpu(&g, c, B / n_micro, T, n_micro, 2, a, 7);
     if (flash_attention_flag == ATTN_CUDNN) { EXPECT_EQ(g.attn_path, ATTN_CUDNN); }
     const StepResult step = gpt_step(&g, in.data(), tg.data(), n_micro, 0.0f, p_pos);
+    // chat rows on cuDNN: every micro-batch ran its ragged graphs (none fell back to our kernel)
+    EXPECT_EQ(g.attn_ragged[1], 0) << "micro-batches that fell back from cuDNN";
     const float loss = step.loss;
     if (chat) { EXPECT_EQ(step.targets, cpu.num_targets); }
     std::vector<float> grads = gpu_grads(&g);

@@ -648,7 +648,8 @@ TEST_F(SsdTrainer, PlanSaysWhatALargerRingHides) {
     // the smallest ring that keeps the disk within 10%: 6 pieces, 0.31 s of waiting (8.5% of 3.64 s)
     EXPECT_TRUE(has(a.out,
                     "\n-sb 0.99 (a ring of 6 of the round's 12 pieces, 0.99 GiB of host RAM) would leave "
-                    "the round's part 1.09 s and a GPU wait of 0.31 s\n"))
+                    "the round's part 1.09 s and a GPU wait of 0.31 s (-sb auto, the default, takes it at "
+                    "the disk's measured rates where half of the host RAM left holds it)\n"))
         << a.out;
     EXPECT_FALSE(has(b.out, "costs at most 10% of the step from -d")) << b.out;
 }
@@ -671,8 +672,8 @@ TEST_F(SsdTrainer, PeakMemoryDropsByElevenBytesPerStreamedParameterThirteenWithS
                     "-K", "0"};
     const Result ram = run_bin(kEmu, a);
     ASSERT_EQ(ram.code, 0) << ram.err << ram.out;
-    ScopedEnv pieces("SSD_PIECE_ELEMS", "65536");  // a ring of 3 MiB
-    const Result sd = run_bin(kEmu, a + Args{"-sd", dir + "/store"});
+    ScopedEnv pieces("SSD_PIECE_ELEMS", "65536");  // a ring of 3 MiB (-sb 0: 4 pieces, not -sb auto's)
+    const Result sd = run_bin(kEmu, a + Args{"-sd", dir + "/store", "-sb", "0"});
     ASSERT_EQ(sd.code, 0) << sd.err << sd.out;
     EXPECT_EQ(loss_and_norm(sd.out), loss_and_norm(ram.out));
     const double GiB = 1073741824.0;
@@ -686,7 +687,7 @@ TEST_F(SsdTrainer, PeakMemoryDropsByElevenBytesPerStreamedParameterThirteenWithS
         "  peak RSS: %.3f GiB in RAM, %.3f GiB with -sd: %.2f bytes less per streamed parameter (%.0f M)\n",
         peak_ram / GiB, peak_sd / GiB, (peak_ram - peak_sd) / streamed, streamed / 1e6);
     EXPECT_GE(peak_ram - peak_sd, 11.0 * streamed);
-    const Result sw = run_bin(kEmu, a + Args{"-sd", dir + "/store_sw", "-sw", "1"});
+    const Result sw = run_bin(kEmu, a + Args{"-sd", dir + "/store_sw", "-sw", "1", "-sb", "0"});
     ASSERT_EQ(sw.code, 0) << sw.err << sw.out;
     EXPECT_EQ(loss_and_norm(sw.out), loss_and_norm(ram.out));
     const double peak_sw = number_after(sw.out, "peak host memory: ") * GiB;
@@ -695,4 +696,47 @@ TEST_F(SsdTrainer, PeakMemoryDropsByElevenBytesPerStreamedParameterThirteenWithS
     EXPECT_GE(peak_ram - peak_sw, 13.0 * streamed);
 }
 
+}  // namespace
+
+namespace {
+// -sb auto, the default with -sd (issue 42 item 2): at this disk's measured rates, the window's d12 model at
+// 1M tokens a step needs more of the next round read ahead than 4 pieces hold (PlanSaysWhatALargerRingHides:
+// at 1.76 / 2.51 GB/s, 6 pieces): the run takes a larger ring and says so, before its fit check (here the
+// emulated GPU's 8 GiB end the run, the model's 31 GiB of layer inputs). Within half of the host RAM the plan
+// leaves: with -M 1.3 (the plan takes 1.13 GiB) too little is left, the default 4 pieces. -sb 0 keeps 4
+// pieces and says nothing.
+TEST_F(SsdTrainer, RingAutoTakesWhatTheDiskNeedsAndTheRamHolds) {
+    const std::string big = shard_of("big.bin", small_vocab_ids(40000, 3));  // a batch of 16 x 1024
+    const Args run = {"-e",  "L12:C1024:NH16:V512",
+                      "-b",  "16",
+                      "-t",  "1024",
+                      "-d",  "1048576",
+                      "-R",  "0",
+                      "-K",  "0",
+                      "-i",  big,
+                      "-j",  big,
+                      "-x",  "1",
+                      "-sd", dir + "/s"};
+    const Result a = run_bin(kEmu, run);
+    EXPECT_EQ(a.code, 1) << a.err << a.out;
+    EXPECT_TRUE(has(a.err, "GPU memory too small for this config")) << a.err;
+    std::smatch m;
+    ASSERT_TRUE(
+        std::regex_search(a.out, m,
+                          std::regex("SSD tier's ring \\(-sb auto\\): ([0-9]+) of the round's 12 pieces, "
+                                     "[0-9.]+ GiB of host RAM: the round's disk work in the next forward "
+                                     "([0-9.]+) s \\(([0-9.]+) s with the default 4\\)")))
+        << a.out;
+    EXPECT_GT(std::stoi(m[1]), 4) << a.out;
+    EXPECT_LE(std::stoi(m[1]), 13) << a.out;
+    EXPECT_LT(atof(m[2].str().c_str()), atof(m[3].str().c_str())) << a.out;
+    const Result tight = run_bin(kEmu, run + Args{"-M", "1.3"});
+    EXPECT_TRUE(has(tight.out,
+                    "SSD tier's ring (-sb auto): the default 4 pieces (half of the host RAM the plan "
+                    "leaves holds no more)"))
+        << tight.out << tight.err;
+    const Result fixed = run_bin(kEmu, run + Args{"-sb", "0"});
+    EXPECT_FALSE(has(fixed.out, "-sb auto")) << fixed.out;
+    EXPECT_TRUE(has(fixed.err, "GPU memory too small for this config")) << fixed.err;
+}
 }  // namespace

@@ -84,15 +84,19 @@ PEER_5B="fsdp_offload 3460 MegaTrain 4650"
 check_ids() { echo "$CHECKS" | cut -d'|' -f1; }
 check_field() { echo "$CHECKS" | awk -F'|' -v id="$1" -v f="$2" '$1 == id { print $f }'; }
 scaled() { awk -v x="$1" -v s="$SCALE" 'BEGIN { v = int(x * s + 0.999); print v < 1 ? 1 : v }'; }
-# est_of ID: the seconds a check is planned for: its estimate above, or twice its last ok run's seconds and 10 s
-# where that is less (the ledger's `s`; window 2's call 1 ran 24 checks in 355 s against ~1500 s of estimates,
-# and a check that would fit is not skipped for an estimate). The timeout stays the bound on the check.
+# est_of ID: the seconds a check is planned for: its estimate above, or, where less, from its last ok run's
+# seconds (the ledger's `s`): twice them and 10 s, or three times and 20 s where its sources changed since (the
+# check may have grown). Window 2's call 1 ran 24 checks in 355 s against ~1500 s of estimates: a check that
+# would fit is not skipped for an estimate. The timeout stays the bound on the check.
 est_of() {
-    local e s
+    local e s commit k=2 c=10
     e=$(check_field "$1" 2)
-    s=$(awk -F'|' -v id="$1" 'NF >= 10 { for (i = 2; i <= 9; i++) gsub(/^ +| +$/, "", $i)
-        if ($2 == id && $5 == "ok" && $9 ~ /^[0-9]+$/) print $9 }' "$LEDGER" | head -n1)
-    [ -n "$s" ] && [ $((2 * s + 10)) -lt "$e" ] && e=$((2 * s + 10))
+    read -r s commit <<< "$(awk -F'|' -v id="$1" 'NF >= 10 { for (i = 2; i <= 9; i++) gsub(/^ +| +$/, "", $i)
+        if ($2 == id && $5 == "ok" && $9 ~ /^[0-9]+$/) print $9, $8 }' "$LEDGER" | head -n1)"
+    [ -z "$s" ] && { echo "$e"; return; }
+    # shellcheck disable=SC2046
+    if [ -z "$commit" ] || ! git diff --quiet "${commit%-dirty}" -- $(sources_of "$1") 2> /dev/null; then k=3 c=20; fi
+    [ $((k * s + c)) -lt "$e" ] && e=$((k * s + c))
     echo "$e"
 }
 
