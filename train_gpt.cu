@@ -1202,7 +1202,7 @@ int main(int argc, char** argv) {
     r.comm = &ranks;
     if (!r.ga.plan_only) {
         // -pn G (-pN N), or another launcher's ranks: this is one of G (x N) processes
-        rank_start(&ranks, r.ga.ranks, r.ga.nodes, r.ga.node_rank, r.ga.node_address);
+        rank_start(&ranks, r.ga.ranks, r.ga.nodes, r.ga.node_rank, r.ga.node_address, r.ga.llmc_fs);
         r.ga.ranks = ranks.local_world;  // another launcher's ranks count as -pn and -pN
         r.ga.nodes = ranks.nodes;
     }

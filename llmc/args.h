@@ -355,9 +355,8 @@ static inline const char* llmc_flag_note(const char* flag) {
         {"-pn", "train_gpt's flag (the GPUs of one node): ./train_gpt -h lists it"},
         {"-pr", "train_gpt's flag (this node's index, with -pN): ./train_gpt -h lists it"},
         {"-pg",
-         "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of a node), -pN N -pr n -ps "
-         "HOST:PORT "
-         "(several nodes), or a launcher's RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and MASTER_ADDR (torchrun)"},
+         "train_gpt's flag (llm.c's way to start the processes: -pi tcp|fs|mpi, -pn, -pr, -pg, -pf, -ps): "
+         "./train_gpt -h lists it"},
         {"-pm",
          "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of a node), -pN N -pr n -ps "
          "HOST:PORT "
@@ -368,13 +367,11 @@ static inline const char* llmc_flag_note(const char* flag) {
          "HOST:PORT "
          "(several nodes), or a launcher's RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and MASTER_ADDR (torchrun)"},
         {"-pi",
-         "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of a node), -pN N -pr n -ps "
-         "HOST:PORT "
-         "(several nodes), or a launcher's RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and MASTER_ADDR (torchrun)"},
+         "train_gpt's flag (llm.c's way to start the processes: -pi tcp|fs|mpi, -pn, -pr, -pg, -pf, -ps): "
+         "./train_gpt -h lists it"},
         {"-pf",
-         "llm.c's multi-process setting: train_gpt takes -pn G (the GPUs of a node), -pN N -pr n -ps "
-         "HOST:PORT "
-         "(several nodes), or a launcher's RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and MASTER_ADDR (torchrun)"},
+         "train_gpt's flag (llm.c's way to start the processes: -pi tcp|fs|mpi, -pn, -pr, -pg, -pf, -ps): "
+         "./train_gpt -h lists it"},
         // reached only in train_gpt_cpu: train_gpt parses these itself
         {"-P", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
         {"-R", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},

@@ -54,6 +54,10 @@ typedef struct {
     int nodes;      // -pN nodes of -pn GPUs each
     int node_rank;  // -pr this node's index, 0..nodes-1 (0: rank 0's node)
     const char* node_address;  // -ps HOST[:PORT] of node 0 (its rank 0 listens there), for the other nodes
+    // llm.c's way to start the processes (-pi): then -pn is the run's processes and -pr this one's rank
+    const char* llmc_init;  // -pi tcp, fs or mpi (NULL: train_gpt's -pn / -pN / -pr)
+    const char* llmc_fs;    // -pf a folder every node shares (-pi fs)
+    int llmc_gpus;          // -pg GPUs a node (llm.c's default 8)
 } GpuArgs;
 
 static int ssd_tier(const GpuArgs* ga) {
@@ -185,6 +189,11 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "              LLMC_NODE_TIMEOUT: seconds a node may go silent before the run ends (default 60)\n"
         "              torchrun / mpirun instead of -pn, -pN, -pr: RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and\n"
         "              MASTER_ADDR; node 0 listens on MASTER_PORT + 1 (LLMC_NET_PORT sets it)\n"
+        "  -pi <tcp|fs|mpi>  llm.c's way instead: each process started by hand or a scheduler (srun) with\n"
+        "              -pn the run's processes, -pr its rank, -pg GPUs a node (default 8); tcp: -ps node "
+        "0's\n"
+        "              host; fs: -pf a folder every node shares (node 0 leaves its address there); mpi:\n"
+        "              mpirun's environment\n"
         "samples (-g, -s): none by default for a model over %.0fB parameters or with -sw 1 (each token\n"
         "  streams the whole model once); -g N still asks for them\n",
         MAX_SLOTS, gd->num_slots, gd->bench_warmup, gd->timeline, gd->adam_threads, gd->flash, gd->epilogues,
@@ -212,6 +221,56 @@ static int parse_disk_rates(const char* value, GpuArgs* ga, char* err, size_t er
     return parse_float_in("-sr", comma + 1, 0.001, 1e4, &ga->disk_write_gbs, err, errlen);
 }
 
+// llm.c's way to start the processes (its multi_gpu_config_init): each process started by hand or by a
+// scheduler (srun) with -pn (the run's processes), -pr (this one's rank), -pg (GPUs a node, 8) and -pi: tcp
+// (node 0 at -ps's host), fs (node 0's address left in -pf's folder, which every node shares), mpi (Open
+// MPI's environment, as mpirun sets it). Turned into the launcher environment train_gpt takes already (RANK,
+// WORLD_SIZE, LOCAL_WORLD_SIZE: rank_start); -pn, -pN, -pr as this process's own then mean one of each.
+static void llmc_process_flags(GpuArgs* ga, bool ranks_given, bool rank_given) {
+    const char* how = ga->llmc_init;
+    if (!how) die("-pf and -pg go with llm.c's -pi tcp|fs|mpi (run ./train_gpt -h for the flags)");
+    if (ga->nodes > 1) die("-pN is train_gpt's nodes; with llm.c's -pi the nodes are -pn / -pg");
+    if (strcmp(how, "fs") == 0 && !ga->llmc_fs) die("-pi fs: -pf names a folder every node shares");
+    const int gpus = ga->llmc_gpus > 0 ? ga->llmc_gpus : 8;
+    char v[32];
+    if (strcmp(how, "mpi") == 0) {  // rank_start reads Open MPI's OMPI_COMM_WORLD_*
+        if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("WORLD_SIZE"))
+            die("-pi mpi: no Open MPI environment (start the processes with mpirun)");
+        if (!getenv("OMPI_COMM_WORLD_LOCAL_SIZE") && !getenv("LOCAL_WORLD_SIZE")) {
+            snprintf(v, sizeof v, "%d", gpus);
+            setenv("LOCAL_WORLD_SIZE", v, 1);
+        }
+    } else {
+        if (!ranks_given || !rank_given)
+            die("-pi %s: llm.c's -pn (the run's processes) and -pr (this process's rank) are needed", how);
+        const int world = ga->ranks, rank = ga->node_rank, local = std::min(gpus, world);
+        if (rank >= world) die("-pr %d with -pn %d: a process's rank is 0..%d", rank, world, world - 1);
+        if (world % local)
+            die("-pn %d processes over nodes of -pg %d GPUs: every node runs as many (make -pn a multiple of "
+                "-pg)",
+                world, local);
+        if (world > local && strcmp(how, "tcp") == 0 && !ga->node_address)
+            die("-pi tcp over %d nodes: -ps names node 0's host (llm.c's server address)", world / local);
+        snprintf(v, sizeof v, "%d", world), setenv("WORLD_SIZE", v, 1);
+        snprintf(v, sizeof v, "%d", rank), setenv("RANK", v, 1);
+        snprintf(v, sizeof v, "%d", local), setenv("LOCAL_WORLD_SIZE", v, 1);
+        // the node's shared block and -pf's file are named by the run: a scheduler's job, else node 0's
+        // address, -pf's folder or the working folder (two runs of one node need one of them apart)
+        if (!getenv("LLMC_RUN_ID")) {
+            const char* job = getenv("SLURM_JOB_ID");
+            char id[4400], cwd[4096] = "";
+            const char* key = job && *job               ? job
+                              : ga->node_address        ? ga->node_address
+                              : ga->llmc_fs             ? ga->llmc_fs
+                              : getcwd(cwd, sizeof cwd) ? cwd
+                                                        : "run";
+            snprintf(id, sizeof id, "pi-%.200s", key);
+            setenv("LLMC_RUN_ID", id, 1);
+        }
+    }
+    ga->ranks = 1, ga->nodes = 1, ga->node_rank = 0;  // the environment's, from here (rank_start)
+}
+
 // Our flags first, then shared ones. Dies on errors.
 static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
     TrainArgs d;
@@ -220,7 +279,7 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
     *a = d;
     *ga = gd;
     char err[512];
-    bool warmup_given = false;
+    bool warmup_given = false, ranks_given = false, rank_given = false;
     for (int i = 1; i < argc; i += 2) {
         const char* flag = argv[i];
         const int help = help_flag(argc, argv, i, err, sizeof err);
@@ -285,14 +344,29 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         } else if (strcmp(flag, "-sb") == 0) {
             if (strcmp(value, "auto") == 0) ga->ssd_ring_gib = -1;
             else ok = parse_float_in(flag, value, 0.0, 1 << 24, &ga->ssd_ring_gib, err, sizeof err);
-        } else if (strcmp(flag, "-pn") == 0) {
-            ok = parse_int_in(flag, value, 1, 64, &v, err, sizeof err);
+        } else if (strcmp(flag, "-pn") == 0) {  // at most 64 a node; -pi: the run's processes
+            ok = parse_int_in(flag, value, 1, 1 << 18, &v, err, sizeof err);
             ga->ranks = (int)v;
+            ranks_given = true;
+        } else if (strcmp(flag, "-pi") == 0) {
+            if (strcmp(value, "tcp") && strcmp(value, "fs") && strcmp(value, "mpi"))
+                die("-pi %s: llm.c's ways to start the processes are tcp, fs and mpi (run ./train_gpt -h for "
+                    "the "
+                    "flags)",
+                    value);
+            ga->llmc_init = value;
+        } else if (strcmp(flag, "-pf") == 0) {
+            if (!value[0]) die("-pf needs a folder every node shares (run ./train_gpt -h for the flags)");
+            ga->llmc_fs = value;
+        } else if (strcmp(flag, "-pg") == 0) {
+            ok = parse_int_in(flag, value, 1, 64, &v, err, sizeof err);
+            ga->llmc_gpus = (int)v;
         } else if (strcmp(flag, "-pN") == 0) {
             ok = parse_int_in(flag, value, 1, 4096, &v, err, sizeof err);
             ga->nodes = (int)v;
-        } else if (strcmp(flag, "-pr") == 0) {
-            ok = parse_int_in(flag, value, 0, 4095, &v, err, sizeof err);
+        } else if (strcmp(flag, "-pr") == 0) {  // a node's index; -pi: a process's rank
+            ok = parse_int_in(flag, value, 0, (1 << 18) - 1, &v, err, sizeof err);
+            rank_given = true;
             ga->node_rank = (int)v;
         } else if (strcmp(flag, "-ps") == 0) {
             NetAddress a;
@@ -314,6 +388,9 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         if (!ok) die("%s (run ./train_gpt -h for the flags)", err);
     }
     if (!train_args_check(a, err, sizeof err)) die("%s (run ./train_gpt -h for the flags)", err);
+    if (ga->llmc_init || ga->llmc_fs || ga->llmc_gpus) llmc_process_flags(ga, ranks_given, rank_given);
+    if (ga->ranks > 64)
+        die("-pn %d: at most 64 GPUs a node (llm.c's -pn, the run's processes, goes with -pi)", ga->ranks);
     if (ga->node_rank >= ga->nodes)
         die("-pr %d with -pN %d: a node's index is 0..%d (run ./train_gpt -h for the flags)", ga->node_rank,
             ga->nodes, ga->nodes - 1);

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <new>
+#include <string>
 #include <unistd.h>
 #include "collectives.h"  // defines: Comm, NodeShared, MAX_RANKS
 #include "net.h"          // defines: NetAddress, net_open
@@ -274,9 +275,49 @@ static void rank_attach(Comm* c, int rank, int world, int node_rank, int nodes) 
 // (several nodes: WORLD_SIZE over LOCAL_WORLD_SIZE, rank 0's node at MASTER_ADDR, port LLMC_NET_PORT or
 // MASTER_PORT + 1), or one rank. Several nodes: each node's rank on GPU 0 links to rank 0's node (net.h;
 // LLMC_NODE_WAIT seconds, 600 by default, for the nodes to start).
-static void rank_start(Comm* c, int G, int nodes, int node_rank, const char* address) {
+// llm.c's -pi fs: node 0's leader leaves "HOST PORT" in the folder fs (a file named by LLMC_RUN_ID), the
+// other nodes' leaders wait for it; node 0 removes it once every node joined. Returns the file's path.
+static std::string fs_rendezvous(const char* fs, bool node0, NetAddress* addr) {
+    const char* id = getenv("LLMC_RUN_ID");
+    std::string name = std::string("llmc_node0_") + (id && *id ? id : "run");
+    for (char& ch : name)
+        if (ch == '/' || ch == ':') ch = '_';
+    const std::string path = std::string(fs) + "/" + name;
+    if (node0) {
+        char host[256] = "";
+        const char* own = getenv("LLMC_NODE0_HOST");  // where the hostname does not resolve on the others
+        if (own && *own) snprintf(host, sizeof host, "%s", own);
+        else if (gethostname(host, sizeof host) != 0) die("-pi fs: gethostname: %s", strerror(errno));
+        const std::string tmp = path + ".tmp";
+        FILE* f = fopen(tmp.c_str(), "w");
+        if (!f || fprintf(f, "%s %d\n", host, addr->port) < 0 || fclose(f) != 0 ||
+            rename(tmp.c_str(), path.c_str()) != 0)
+            die("-pf %s: cannot leave node 0's address there: %s", fs, strerror(errno));
+        return path;
+    }
+    StartWait wait;
+    for (;;) {
+        FILE* f = fopen(path.c_str(), "r");
+        int port = 0;
+        char host[256] = "";
+        const bool got = f && fscanf(f, "%255s %d", host, &port) == 2 && port > 0 && port < 65536;
+        if (f) fclose(f);
+        if (got) {
+            snprintf(addr->host, sizeof addr->host, "%s", host);
+            addr->port = port;
+            return path;
+        }
+        char what[4400];
+        snprintf(what, sizeof what, "node 0's address in %s (-pi fs)", path.c_str());
+        if (!wait.go_on(what))
+            die("-pi fs: no %s after %d s (node 0 leaves it there)", path.c_str(), start_wait_seconds());
+    }
+}
+
+static void rank_start(Comm* c, int G, int nodes, int node_rank, const char* address, const char* fs = NULL) {
     int rank, world, local_world;
     NetAddress addr = {"127.0.0.1", NET_DEFAULT_PORT};
+    std::string rendezvous;
     if (address && !net_parse_address(address, &addr)) die("-ps %s: HOST or HOST:PORT", address);
     if (!env_ranks(&rank, &world, &local_world)) {
         rank_launch(c, G, node_rank, nodes);
@@ -290,11 +331,15 @@ static void rank_start(Comm* c, int G, int nodes, int node_rank, const char* add
         if (nodes > 1 && nodes != env_nodes)
             die("-pN %d, but the environment has %d nodes", nodes, env_nodes);
         const char* host = getenv("MASTER_ADDR");
-        if (env_nodes > 1 && !address) {
+        const char* port = getenv("LLMC_NET_PORT");
+        if (env_nodes > 1 && !address && fs) {  // llm.c's -pi fs
+            addr.port = port && *port ? atoi(port) : NET_DEFAULT_PORT;
+            if (addr.port < 1 || addr.port > 65535) die("LLMC_NET_PORT %s: a port", port);
+            if (rank % local_world == 0) rendezvous = fs_rendezvous(fs, node == 0, &addr);
+        } else if (env_nodes > 1 && !address) {
             if (!host || !*host)
                 die("WORLD_SIZE %d over %d nodes: MASTER_ADDR names rank 0's node", world, env_nodes);
             snprintf(addr.host, sizeof addr.host, "%s", host);
-            const char* port = getenv("LLMC_NET_PORT");
             const int master_port = env_int("MASTER_PORT", "MASTER_PORT");
             addr.port = port && *port ? atoi(port) : master_port > 0 ? master_port + 1 : NET_DEFAULT_PORT;
             if (addr.port < 1 || addr.port > 65535) die("LLMC_NET_PORT %s: a port", port);
@@ -303,6 +348,7 @@ static void rank_start(Comm* c, int G, int nodes, int node_rank, const char* add
     }
     if (c->nodes > 1 && c->local == 0) {
         net_open(&c->net, c->nodes, c->node_rank, c->local_world, &addr, start_wait_seconds());
+        if (c->node_rank == 0 && !rendezvous.empty()) unlink(rendezvous.c_str());  // every node joined
         net_watch(&c->net);
     }
 }

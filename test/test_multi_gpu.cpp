@@ -508,6 +508,61 @@ TEST_F(MultiGpu, ANodeThatDiesEndsTheRunOnEveryNode) {
     EXPECT_LE(over, (int64_t)(0.005 * pa.size()));
 }
 
+// llm.c's way to start the processes (issue 43 item 2: "ranks started as llm.c starts them, its flags where
+// they overlap"): each process by hand (as srun does) with -pi, -pn (the run's processes), -pr (its rank) and
+// -pg (GPUs a node): -pi tcp with -ps (node 0's host) as 2 nodes of 1 GPU, -pi fs with -pf (a shared folder
+// where node 0 leaves its address) as 2 nodes of 1, and -pi tcp as 1 node of 2; each trains as one GPU
+// accumulating the run's micro-batches. A bad -pi combination is one line.
+TEST_F(MultiGpu, LlmcStyleProcessStartTrainsLikeOneGpu) {
+    const char* spec = "L3:C64:NH4:T32:V512";
+    const Result one = run_bin(kEmu, run_args(spec, dir + "/one"));
+    ASSERT_EQ(one.code, 0) << one.err;
+    mkdir((dir + "/shared").c_str(), 0755);
+    const std::string port = std::to_string(20000 + (getpid() * 43 + 7) % 12000);
+    struct Case {
+        const char* name;
+        Args how;
+        const char* gpus;
+    };
+    const Case cases[] = {{"tcp_nodes", {"-pi", "tcp", "-ps", "127.0.0.1:" + port}, "1"},
+                          {"fs_nodes", {"-pi", "fs", "-pf", dir + "/shared"}, "1"},
+                          {"tcp_node", {"-pi", "tcp"}, "2"}};
+    int k = 0;
+    for (const Case& c : cases) {
+        SCOPED_TRACE(c.name);
+        const std::string out = dir + "/" + c.name, scratch = dir + "/p1_" + c.name;
+        mkdir(scratch.c_str(), 0755);
+        setenv("LLMC_RUN_ID", (std::string("llmc-test-") + std::to_string(getpid()) + c.name).c_str(), 1);
+        setenv("LLMC_NET_PORT", std::to_string(20000 + (getpid() * 43 + 101 + k++) % 12000).c_str(), 1);
+        setenv("LLMC_NODE_WAIT", "600", 1);
+        const pid_t p1 =
+            spawn(kEmu, run_args(spec, out) + c.how + Args{"-pn", "2", "-pr", "1", "-pg", c.gpus}, scratch);
+        const Result r0 =
+            run_bin(kEmu, run_args(spec, out) + c.how + Args{"-pn", "2", "-pr", "0", "-pg", c.gpus});
+        const int code1 = wait_exit(p1, 900);
+        unsetenv("LLMC_RUN_ID"), unsetenv("LLMC_NET_PORT"), unsetenv("LLMC_NODE_WAIT");
+        ASSERT_EQ(r0.code, 0) << r0.err;
+        ASSERT_EQ(code1, 0) << slurp(scratch + "/stderr.txt");
+        EXPECT_TRUE(has(r0.out, std::string(c.gpus) == "1" ? "2 ranks, 2 nodes of 1" : "2 ranks")) << r0.out;
+        compare_with_one_gpu(one, r0, dir + "/one", out);
+    }
+    EXPECT_NE(
+        access((dir + "/shared/llmc_node0_llmc-test-" + std::to_string(getpid()) + "fs_nodes").c_str(), F_OK),
+        0)
+        << "node 0 removes its address once every node joined";
+    EXPECT_TRUE(CleanError(
+        run_bin(kEmu, run_args(spec, dir + "/bad", {"-pi", "tcp", "-pn", "4", "-pr", "1", "-pg", "2"})),
+        {"-pi tcp over 2 nodes: -ps names node 0's host"}));
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/bad", {"-pi", "fs", "-pn", "2", "-pr", "0"})),
+                           {"-pi fs: -pf names a folder every node shares"}));
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/bad", {"-pi", "udp"})),
+                           {"-pi udp: llm.c's ways to start the processes are tcp, fs and mpi"}));
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/bad", {"-pg", "8"})),
+                           {"-pf and -pg go with llm.c's -pi tcp|fs|mpi"}));
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/bad", {"-pn", "65"})),
+                           {"-pn 65: at most 64 GPUs a node"}));
+}
+
 // A node that goes silent closes no connection: node 1 stopped (SIGSTOP) mid-run. Node 0 hears no heartbeat
 // for LLMC_NODE_TIMEOUT seconds and ends in one line; node 1, continued, finds node 0 gone and ends too.
 // Before the heartbeats both would have waited for each other forever.
