@@ -771,7 +771,7 @@ TEST_F(ChatData, MoreBadInputIsOneLineEach) {
                               "c['chat_template'] = \"{% for m in messages %}{{ m['content'] }\"; "
                               "json.dump(c, open(sys.argv[2], 'w'))",
                               tok + "/chatml/tokenizer_config.json", tok + "/syn/tokenizer_config.json"},
-                             ".");
+                             dir);  // its stdout.txt / stderr.txt there, not in the repository's root
         ASSERT_EQ(r.code, 0) << r.err;
     }
     for (const auto& k : cases) {
