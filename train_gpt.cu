@@ -204,7 +204,11 @@ static void vocab_build(GPT* g, int64_t N, const MemoryPlan& plan) {
         cudaCheck(cudaEventCreateWithFlags(&v->chunk_free[k], cudaEventDisableTiming));
     }
     cudaCheck(cudaStreamCreateWithFlags(&v->copy, cudaStreamNonBlocking));
-    v->dw_chunk = (float*)gpu_alloc(g, v->rows * C * 4);
+    cudaCheck(cudaStreamCreateWithFlags(&v->copy_down, cudaStreamNonBlocking));
+    for (int k = 0; k < 2; k++) {
+        v->dw_chunk[k] = (float*)gpu_alloc(g, v->rows * C * 4);
+        cudaCheck(cudaEventCreateWithFlags(&v->dw_summed[k], cudaEventDisableTiming));
+    }
     v->final_norm = (bf16*)gpu_alloc(g, C * 2);
     v->dfinal_norm = (float*)gpu_alloc(g, C * 4);
     v->lnf = (bf16*)gpu_alloc(g, MN * C * 2);
@@ -228,15 +232,18 @@ static void vocab_free(GPT* g) {
     if (!v) return;
     vocab_head_worker_stop(g);
     cudaCheck(cudaStreamSynchronize(v->copy));
-    for (void* p : {(void*)v->w_chunk[0], (void*)v->w_chunk[1], (void*)v->dw_chunk, (void*)v->final_norm,
-                    (void*)v->dfinal_norm, (void*)v->lnf, (void*)v->lnf_rstd, (void*)v->dlnf,
-                    (void*)v->row_max, (void*)v->row_sum, (void*)v->row_target})
+    cudaCheck(cudaStreamSynchronize(v->copy_down));
+    for (void* p : {(void*)v->w_chunk[0], (void*)v->w_chunk[1], (void*)v->dw_chunk[0], (void*)v->dw_chunk[1],
+                    (void*)v->final_norm, (void*)v->dfinal_norm, (void*)v->lnf, (void*)v->lnf_rstd,
+                    (void*)v->dlnf, (void*)v->row_max, (void*)v->row_sum, (void*)v->row_target})
         cudaCheck(cudaFree(p));
     for (int k = 0; k < 2; k++) {
         cudaCheck(cudaEventDestroy(v->chunk_ready[k]));
         cudaCheck(cudaEventDestroy(v->chunk_free[k]));
     }
     cudaCheck(cudaStreamDestroy(v->copy));
+    cudaCheck(cudaStreamDestroy(v->copy_down));
+    for (int k = 0; k < 2; k++) cudaCheck(cudaEventDestroy(v->dw_summed[k]));
     for (int k = 0; k < 2; k++) {
         cudaCheck(cudaFreeHost(v->dw_host[k]));
         cudaCheck(cudaEventDestroy(v->dw_copied[k]));

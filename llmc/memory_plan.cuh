@@ -271,8 +271,8 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
         const int64_t rows = vocab_chunk_rows(c->vocab_size, c->channels), C = c->channels;
         m.embeddings = 0;
         const int64_t tokens = plan_mul(max_micro, N, inputs);  // lnf, its rstd, dlnf (fp32), 3 row stats
-        // two bf16 chunks (one computes, the next arrives) and one fp32 gradient
-        m.vocab_chunks = rows * C * (2 * 2 + 4) + C * (2 + 4) + plan_mul(tokens, C * 6 + 4 * 4, inputs);
+        // two bf16 chunks (one computes, the next arrives) and two fp32 gradients (one fills, one goes down)
+        m.vocab_chunks = rows * C * (2 * 2 + 2 * 4) + C * (2 + 4) + plan_mul(tokens, C * 6 + 4 * 4, inputs);
         m.vocab_grads = p.embed_count * 4;
         m.vocab_staging = 2 * rows * C * 4 + plan_mul(N, C * 2, inputs);  // two chunks' gradients, rows
     }

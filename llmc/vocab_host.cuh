@@ -48,18 +48,20 @@ struct HostVocab {
     bf16* w_chunk[2];   // (rows, C) each: chunk k of lm_head in w_chunk[k % 2], the next one copied meanwhile
     cudaStream_t copy;  // the chunks' uploads, beside the compute stream
     cudaEvent_t chunk_ready[2], chunk_free[2];  // (copy) chunk in place; (compute) its last reader queued
-    float* dw_chunk;                            // (rows, C): its gradient, summed over the micro-batches
-    bf16* final_norm;                           // (C): the final RMSNorm's weight
-    float* dfinal_norm;                         // (C): its gradient, summed over the micro-batches
-    bf16* lnf;                                  // (M, N, C): the final norm's output
-    float* lnf_rstd;                            // (M, N)
-    float* dlnf;                                // (M, N, C): head input gradient, summed over chunks
-    float* row_max;                             // (M, N): the running max, then each token's logsumexp
-    float* row_sum;                             // (M, N): the running sum of exponentials
-    float* row_target;                          // (M, N): the target's logit
+    float* dw_chunk[2];        // (rows, C) x 2: chunk k's gradient in [k % 2], summed over the micro-batches
+    cudaStream_t copy_down;    // their downloads, beside the compute and the uploads (PCIe both ways)
+    cudaEvent_t dw_summed[2];  // (compute) chunk k's gradient complete, summed over the ranks
+    bf16* final_norm;          // (C): the final RMSNorm's weight
+    float* dfinal_norm;        // (C): its gradient, summed over the micro-batches
+    bf16* lnf;                 // (M, N, C): the final norm's output
+    float* lnf_rstd;           // (M, N)
+    float* dlnf;               // (M, N, C): head input gradient, summed over chunks
+    float* row_max;            // (M, N): the running max, then each token's logsumexp
+    float* row_sum;            // (M, N): the running sum of exponentials
+    float* row_target;         // (M, N): the target's logit
     // host
     float* dw_host[2];         // pinned (rows, C) x 2: chunk gradients going to grads
-    cudaEvent_t dw_copied[2];  // each one's copy from the GPU is done
+    cudaEvent_t dw_copied[2];  // (copy_down) each one's copy from the GPU is done: dw_chunk[k % 2] free again
     uint16_t* rows_host;       // pinned (N, C): embedding rows up, residual gradient down
     float* grads;              // the vocabulary tensors' fp32 gradients, as the host arrays' embeddings
     std::vector<int> touched;  // tokens whose embedding rows hold gradients (untied: zeroed next step)
@@ -291,8 +293,11 @@ static void vocab_head_step(GPT* g, const bf16* const* xs, const int* targets, f
             memset(v->grads + g->layout.embed_offset[LL_EMBED] + t * C, 0, (size_t)C * 4);
     v->touched.clear();
     vocab_head_loss_pass(g, xs, targets, losses, n_micro, s);
+    // chunk k's gradient in dw_chunk[k % 2] goes down on copy_down while chunk k + 1 computes into the other
     const int k = vocab_for_chunks(g, s, [&](int k, int64_t v0, int n, const bf16* w) {
-        cudaCheck(cudaMemsetAsync(v->dw_chunk, 0, (size_t)(n * C * 4), s));
+        float* dw = v->dw_chunk[k % 2];
+        if (k >= 2) cudaCheck(cudaStreamWaitEvent(s, v->dw_copied[k % 2], 0));  // chunk k - 2's copied down
+        cudaCheck(cudaMemsetAsync(dw, 0, (size_t)(n * C * 4), s));
         for (int mb = 0; mb < n_micro; mb++) {
             const int64_t o = mb * N;
             bf16* logits = g->acts.logits;
@@ -300,16 +305,18 @@ static void vocab_head_step(GPT* g, const bf16* const* xs, const int* targets, f
             chunk_dlogits_kernel<<<grid_for(N * n, 256), 256, 0, s>>>(logits, n, (int)v0, targets + o,
                                                                       v->row_max + o, dloss_scale, N);
             cudaCheckLaunch();
-            matmul_backward_weight(v->dw_chunk, logits, v->lnf + o * C, N, (int)C, n, s);
+            matmul_backward_weight(dw, logits, v->lnf + o * C, N, (int)C, n, s);
             matmul_backward_input_f32(v->dlnf + o * C, logits, w, N, (int)C, n, v0 ? 1.0f : 0.0f, s);
         }
         vocab_chunk_done(g, k, s);
-        comm_all_reduce(g->comm, v->dw_chunk, n * C, s);  // several ranks: every rank's micro-batches
+        comm_all_reduce(g->comm, dw, n * C, s);  // several ranks: every rank's micro-batches
+        cudaCheck(cudaEventRecord(v->dw_summed[k % 2], s));
         int64_t lo, hi;
         vocab_part(g, n * C, &lo, &hi);
-        cudaCheck(cudaMemcpyAsync(v->dw_host[k % 2], v->dw_chunk + lo, (size_t)((hi - lo) * 4),
-                                  cudaMemcpyDeviceToHost, s));
-        cudaCheck(cudaEventRecord(v->dw_copied[k % 2], s));
+        cudaCheck(cudaStreamWaitEvent(v->copy_down, v->dw_summed[k % 2], 0));
+        cudaCheck(cudaMemcpyAsync(v->dw_host[k % 2], dw + lo, (size_t)((hi - lo) * 4), cudaMemcpyDeviceToHost,
+                                  v->copy_down));
+        cudaCheck(cudaEventRecord(v->dw_copied[k % 2], v->copy_down));
         // the previous chunk to grads, while the GPU computes this one
         if (k > 0) vocab_take_chunk_grads(g, k - 1, v0 - v->rows, v->rows);
     });
@@ -334,19 +341,21 @@ static void vocab_embedding_rows_on_gpus(GPT* g, const int* tokens_dev, int n_mi
     const int64_t N = (int64_t)g->B * g->T, V = g->llama.vocab_size, C = g->llama.hidden_size;
     const bool tied = g->layout.embed_size[LL_LM_HEAD] == 0;
     float* dembed = v->grads + g->layout.embed_offset[LL_EMBED];
+    float* dw = v->dw_chunk[0];
+    cudaCheck(cudaStreamWaitEvent(s, v->dw_copied[0], 0));  // the head's last download from it is done
     for (int64_t v0 = 0; v0 < V; v0 += v->rows) {
         const int n = (int)std::min(v->rows, V - v0);
-        cudaCheck(cudaMemsetAsync(v->dw_chunk, 0, (size_t)(n * C * 4), s));
+        cudaCheck(cudaMemsetAsync(dw, 0, (size_t)(n * C * 4), s));
         for (int mb = 0; mb < n_micro; mb++) {
             embedding_rows_chunk_kernel<<<grid_for(N * C, 256), 256, 0, s>>>(
-                v->dw_chunk, dresid_at(g, mb), tokens_dev + mb * N, N, (int)C, (int)v0, n);
+                dw, dresid_at(g, mb), tokens_dev + mb * N, N, (int)C, (int)v0, n);
             cudaCheckLaunch();
         }
-        comm_all_reduce(g->comm, v->dw_chunk, n * C, s);
+        comm_all_reduce(g->comm, dw, n * C, s);
         int64_t lo, hi;
         vocab_part(g, n * C, &lo, &hi);
-        cudaCheck(cudaMemcpyAsync(v->dw_host[0], v->dw_chunk + lo, (size_t)((hi - lo) * 4),
-                                  cudaMemcpyDeviceToHost, s));
+        cudaCheck(
+            cudaMemcpyAsync(v->dw_host[0], dw + lo, (size_t)((hi - lo) * 4), cudaMemcpyDeviceToHost, s));
         cudaCheck(cudaStreamSynchronize(s));
         FAKE_CUDA_HOST_ACCESS(v->dw_host[0], (hi - lo) * 4, false, "the host reading a chunk's row gradient");
         float* dst = dembed + v0 * C + lo;

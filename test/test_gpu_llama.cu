@@ -505,7 +505,8 @@ TEST(GpuLlama, StreamsOrderEveryHandOver) {
                 const int64_t chunk = v->rows * c.hidden_size;
                 for (int i = 0; i < 2; i++)
                     fake_cuda_track(v->w_chunk[i], chunk * 2, "lm_head chunk buffer " + std::to_string(i));
-                fake_cuda_track(v->dw_chunk, chunk * 4, "lm_head chunk gradient");
+                for (int i = 0; i < 2; i++)
+                    fake_cuda_track(v->dw_chunk[i], chunk * 4, "lm_head chunk gradient " + std::to_string(i));
                 for (int i = 0; i < 2; i++)
                     fake_cuda_track(v->dw_host[i], chunk * 4, "pinned chunk gradient " + std::to_string(i));
                 fake_cuda_track(v->rows_host, act * 2, "pinned embedding rows");
