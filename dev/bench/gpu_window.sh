@@ -51,7 +51,7 @@ racecheck_attention|45|80|llmc/flash_attention.cuh test/test_kernels.cu
 micro_attention|70|150|llmc/flash_attention.cuh llmc/attention.cuh llmc/cudnn_att.cpp llmc/attention_path.cuh dev/bench/bench_attention.cu dev/bench/bench_sdpa.py
 micro_layer|20|50|@code dev/bench/bench_layer.cu
 ssd_same|60|130|@code llmc/ssd_io.cpp llmc/ssd_store.cpp llmc/ssd.h
-ssd_time|120|280|@code llmc/ssd_io.cpp llmc/ssd_store.cpp llmc/ssd.h
+ssd_time|140|300|@code llmc/ssd_io.cpp llmc/ssd_store.cpp llmc/ssd.h
 mem_flat|40|100|@code
 peers_1.3b|70|140|dev/bench/gpu_window.sh
 peers_5b|125|150|dev/bench/gpu_window.sh
@@ -778,10 +778,12 @@ check_ssd_time() {
     ram=$(result time_ram step_s); FIG="RAM step $ram s"
     # time_sb / time_swsb: -sd (-sw 1) with a ring of the whole round (-sb 3: d12's 13 pieces take 2.14 GiB), the
     # plan's 1.00x. Each with its timeline: the forward's wait for weights, the disk's busy seconds a step.
-    for n in time_sd time_sw time_sb time_swsb; do
+    # time_sd0: the ring of 4 pieces (-sb 0: window 2's runs) against time_sd, -sb auto's (the default)
+    for n in time_sd time_sd0 time_sw time_sb time_swsb; do
         rm -rf "$sd"
         case $n in
             time_sd) sub $n "$TRAIN_GPT" "${a[@]}" -sd "$sd" ;;
+            time_sd0) sub $n "$TRAIN_GPT" "${a[@]}" -sd "$sd" -sb 0 ;;
             time_sw) sub $n "$TRAIN_GPT" "${a[@]}" -sd "$sd" -sw 1 ;;
             time_sb) sub $n "$TRAIN_GPT" "${a[@]}" -sd "$sd" -sb 3 ;;
             *) sub $n "$TRAIN_GPT" "${a[@]}" -sd "$sd" -sw 1 -sb 3 ;;
@@ -790,6 +792,7 @@ check_ssd_time() {
         st=$(result $n step_s)
         FIG="$FIG; ${n#time_} $st s = $(awk -v a="$st" -v b="$ram" 'BEGIN { r = a / b; printf "%.3fx RAM (%s)", r, r <= 1.10 ? "within 10%" : "MISS" }')"
         FIG="$FIG (fwd waits $(timeline $n fwd_wait_s) s, disk busy $(timeline $n disk_read_busy_s) s reading, $(timeline $n disk_write_busy_s) s writing)"
+        [ $n = time_sd ] && FIG="$FIG [$(grep -m1 -o "SSD tier's ring (-sb auto): [^:]*" "$LOGS/$n.log")]"
     done
     # the run's own estimate at the disk it measured: a step's disk time, and the round's part the forward waits for
     FIG="$FIG; sd's probe: $(grep -m1 -oE 'read [0-9.]+ GB/s, write [0-9.]+ GB/s' "$LOGS/time_sd.log"), $(grep -m1 -oE '[0-9.]+ s of disk time per step' "$LOGS/time_sd.log" | cut -d' ' -f1) s disk, round's part $(grep -m1 -oE "round's part \([0-9.]+ s\)" "$LOGS/time_sd.log" | grep -oE '[0-9.]+') s"
