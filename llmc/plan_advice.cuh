@@ -489,9 +489,18 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
         plan_seconds(takes, sizeof takes, e.adam_wait_s);
         plan_row("GPUs wait", "", during, takes);
     }
-    if (e.gpu_s > step)
-        step = e.gpu_s,
-        bound = e.adam_wait_s > 0 || e.gpu_adam_s > e.compute_s ? plan_gpu_bound(e) : "compute, a GPU";
+    // the gradient sums (NCCL) run on each GPU's compute stream, between its layers' backward passes: they
+    // add to its part of the step
+    const double sums_s = nvlink / PLAN_NVLINK_BPS + network / (PLAN_NETWORK_BPS * G);
+    if (sums_s > 0) {
+        char takes[64];
+        plan_seconds(takes, sizeof takes, e.gpu_s + sums_s);
+        plan_row("a GPU's part", "", "its compute, waits and sums (one stream)", takes);
+    }
+    if (e.gpu_s + sums_s > step)
+        step = e.gpu_s + sums_s, bound = sums_s > 0 ? "compute and the gradient sums"
+                                         : e.adam_wait_s > 0 || e.gpu_adam_s > e.compute_s ? plan_gpu_bound(e)
+                                                                                           : "compute, a GPU";
     const double tokens = ranks * e.c.B * t->T * e.c.n_micro;
     printf("step >= %.2f s (bound by %s), <= %.0f tokens/s on %d GPUs\n", step, bound, tokens / step, G * N);
     if (G > 1)  // the other way to feed G GPUs: each reads 1/G of a layer, NVLink all-gathers the rest
