@@ -1212,6 +1212,11 @@ int main(int argc, char** argv) {
         rank_start(&ranks, r.ga.ranks, r.ga.nodes, r.ga.node_rank, r.ga.node_address, r.ga.llmc_fs);
         r.ga.ranks = ranks.local_world;  // another launcher's ranks count as -pn and -pN
         r.ga.nodes = ranks.nodes;
+    } else {  // -P 1 under another launcher's environment: plan its nodes of GPUs, as -pn and -pN
+        int rank = 0, world = 1, local_world = 1;
+        if (r.ga.ranks == 1 && r.ga.nodes == 1 && env_ranks(&rank, &world, &local_world) && local_world > 0 &&
+            world % local_world == 0)
+            r.ga.ranks = local_world, r.ga.nodes = world / local_world;
     }
     rank_gate_wait(&ranks);                         // the other ranks: after rank 0's checks
     r.args.model = model_of_run_dir(r.args.model);  // -e a run's -o: its latest checkpoint

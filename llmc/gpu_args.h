@@ -234,8 +234,12 @@ static void llmc_process_flags(GpuArgs* ga, bool ranks_given, bool rank_given) {
     const int gpus = ga->llmc_gpus > 0 ? ga->llmc_gpus : 8;
     char v[32];
     if (strcmp(how, "mpi") == 0) {  // rank_start reads Open MPI's OMPI_COMM_WORLD_*
-        if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("WORLD_SIZE"))
+        if (ranks_given || rank_given)
+            die("-pi mpi: mpirun's environment numbers the processes: drop -pn and -pr (or take -pi tcp)");
+        const char* size = getenv("OMPI_COMM_WORLD_SIZE");
+        if (!size && !getenv("WORLD_SIZE"))
             die("-pi mpi: no Open MPI environment (start the processes with mpirun)");
+        if (size && !getenv("WORLD_SIZE")) setenv("WORLD_SIZE", size, 1);  // -ps over several nodes
         if (!getenv("OMPI_COMM_WORLD_LOCAL_SIZE") && !getenv("LOCAL_WORLD_SIZE")) {
             snprintf(v, sizeof v, "%d", gpus);
             setenv("LOCAL_WORLD_SIZE", v, 1);
@@ -249,8 +253,17 @@ static void llmc_process_flags(GpuArgs* ga, bool ranks_given, bool rank_given) {
             die("-pn %d processes over nodes of -pg %d GPUs: every node runs as many (make -pn a multiple of "
                 "-pg)",
                 world, local);
-        if (world > local && strcmp(how, "tcp") == 0 && !ga->node_address)
+        if (world > local && strcmp(how, "tcp") == 0 && !ga->node_address && !ga->plan_only)
             die("-pi tcp over %d nodes: -ps names node 0's host (llm.c's server address)", world / local);
+        if (world <= local && ga->node_address)
+            die("-pi %s: -ps names node 0 of several nodes: -pn (the run's processes) is not more than -pg "
+                "(GPUs "
+                "a node) here",
+                how);
+        if (ga->plan_only) {  // -P 1 plans nodes of -pg GPUs, as -pn G -pN N
+            ga->ranks = local, ga->nodes = world / local, ga->node_rank = 0;
+            return;
+        }
         snprintf(v, sizeof v, "%d", world), setenv("WORLD_SIZE", v, 1);
         snprintf(v, sizeof v, "%d", rank), setenv("RANK", v, 1);
         snprintf(v, sizeof v, "%d", local), setenv("LOCAL_WORLD_SIZE", v, 1);
@@ -371,7 +384,8 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         } else if (strcmp(flag, "-ps") == 0) {
             NetAddress a;
             if (!net_parse_address(value, &a))
-                die("-ps %s: HOST or HOST:PORT (run ./train_gpt -h for the flags)", value);
+                die("-ps %s: HOST or HOST:PORT, a port of 1..65535 (run ./train_gpt -h for the flags)",
+                    value);
             ga->node_address = value;
         } else if (strcmp(flag, "-sw") == 0) {
             ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err);
@@ -389,6 +403,7 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
     }
     if (!train_args_check(a, err, sizeof err)) die("%s (run ./train_gpt -h for the flags)", err);
     if (ga->llmc_init || ga->llmc_fs || ga->llmc_gpus) llmc_process_flags(ga, ranks_given, rank_given);
+    (void)net_timeout_seconds();  // a bad LLMC_NODE_TIMEOUT is one line now, not when the nodes have joined
     if (ga->ranks > 64)
         die("-pn %d: at most 64 GPUs a node (llm.c's -pn, the run's processes, goes with -pi)", ga->ranks);
     if (ga->node_rank >= ga->nodes)

@@ -374,7 +374,11 @@ static inline void net_gather(const NetLinks* L, int link, char* base, const int
 // How long a node may go without a heartbeat: LLMC_NODE_TIMEOUT seconds, 60 by default.
 static inline double net_timeout_seconds() {
     const char* t = getenv("LLMC_NODE_TIMEOUT");
-    return t && *t && atof(t) > 0 ? atof(t) : 60.0;
+    if (!t || !*t) return 60.0;
+    char* end = NULL;
+    const double s = strtod(t, &end);
+    if (*end || !(s > 0) || s > 1e6) die("LLMC_NODE_TIMEOUT=%.40s: seconds, above 0", t);
+    return s;
 }
 
 // A watch on the links while the run lasts, on a thread of its own: a node that goes away (its process

@@ -338,7 +338,8 @@ static void rank_start(Comm* c, int G, int nodes, int node_rank, const char* add
             if (rank % local_world == 0) rendezvous = fs_rendezvous(fs, node == 0, &addr);
         } else if (env_nodes > 1 && !address) {
             if (!host || !*host)
-                die("WORLD_SIZE %d over %d nodes: MASTER_ADDR names rank 0's node", world, env_nodes);
+                die("WORLD_SIZE %d over %d nodes: MASTER_ADDR (or -ps HOST) names rank 0's node", world,
+                    env_nodes);
             snprintf(addr.host, sizeof addr.host, "%s", host);
             const int master_port = env_int("MASTER_PORT", "MASTER_PORT");
             addr.port = port && *port ? atoi(port) : master_port > 0 ? master_port + 1 : NET_DEFAULT_PORT;

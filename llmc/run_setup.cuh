@@ -415,7 +415,7 @@ static double plan_peak_flops(const char* gpu_name) {
 }
 
 static void ssd_open_dir(Run* r);
-static void ssd_ring_auto(Run* r, double peak);
+static void ssd_ring_auto(Run* r, double peak, const char* rates_are = "this disk's");
 static void check_fit(Run* r) {
     const double GiB = 1073741824.0;
     GpuArgs* ga = &r->ga;
@@ -522,7 +522,7 @@ static void check_fit(Run* r) {
 // -sb auto (the default with -sd): the ring plan_ssd_ring finds at the disk's probed rates (-P 1 prints the
 // same for -sr's), where it shortens the round's disk work and half of the host RAM the plan leaves holds it;
 // else as large a ring as that half holds, the default SSD_RING_MIN pieces at least. Says what it chose.
-static void ssd_ring_auto(Run* r, double peak) {
+static void ssd_ring_auto(Run* r, double peak, const char* rates_are) {
     GpuArgs* ga = &r->ga;
     if (!ga->ssd_dir || ga->ssd_ring_gib >= 0 || r->disk_rbps <= 0 || r->disk_wbps <= 0) return;
     const double GiB = 1073741824.0;
@@ -554,10 +554,10 @@ static void ssd_ring_auto(Run* r, double peak) {
                               ssd_tier(ga), &r->llama, ga->vocab_host > 0);
     printf(
         "SSD tier's ring (-sb auto): %lld of the round's %lld pieces, %.2f GiB of host RAM: the round's disk "
-        "work in the next forward %.2f s (%.2f s with the default %d), at this disk's %.2f / %.2f GB/s\n",
+        "work in the next forward %.2f s (%.2f s with the default %d), at %s %.2f / %.2f GB/s\n",
         (long long)ring, (long long)(most - 1), r->plan.ssd_ring / GiB, chosen.round_disk_s, now.round_disk_s,
-        SSD_RING_MIN, r->disk_rbps / 1e9, r->disk_wbps / 1e9);
-    check_host_fit(r);
+        SSD_RING_MIN, rates_are, r->disk_rbps / 1e9, r->disk_wbps / 1e9);
+    if (!ga->plan_only) check_host_fit(r);  // -P 1 says its verdicts itself
 }
 
 // Model, shape checks, memory plan. -R -1 / -K -1 count as 0 here.
@@ -640,6 +640,12 @@ static int print_plan_only(Run* r) {
         r->plan = place_layers(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga, budget,
                                &r->resident, &r->kept, &r->llama);
         none = place_layers_auto(r, budget, peak);
+    }
+    if (ga->ssd_dir && ga->ssd_ring_gib < 0) {  // -sb auto, as a run takes it, at -sr's rates (else assumed)
+        r->disk_rbps = ga->disk_read_gbs > 0 ? ga->disk_read_gbs * 1e9 : PLAN_DISK_READ_BPS;
+        r->disk_wbps = ga->disk_write_gbs > 0 ? ga->disk_write_gbs * 1e9 : PLAN_DISK_WRITE_BPS;
+        r->gpu_budget = budget >= 0 ? budget : (int64_t)(PLAN_DEFAULT_GPU_GIB * 1073741824.0);
+        ssd_ring_auto(r, peak, ga->disk_read_gbs > 0 ? "-sr's" : "the assumed");
     }
     print_memory_plan(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, r->resident, r->kept, ga,
                       r->plan, r->no_gpu_here, &r->llama);

@@ -550,6 +550,47 @@ TEST_F(MultiGpu, LlmcStyleProcessStartTrainsLikeOneGpu) {
         access((dir + "/shared/llmc_node0_llmc-test-" + std::to_string(getpid()) + "fs_nodes").c_str(), F_OK),
         0)
         << "node 0 removes its address once every node joined";
+    // -pi mpi: mpirun's environment (Open MPI's names, set here as mpirun would) makes the ranks
+    {
+        setenv("LLMC_RUN_ID", (std::string("llmc-test-mpi-") + std::to_string(getpid())).c_str(), 1);
+        setenv("OMPI_COMM_WORLD_SIZE", "2", 1), setenv("OMPI_COMM_WORLD_LOCAL_SIZE", "2", 1);
+        setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+        const std::string scratch = dir + "/p1_mpi";
+        mkdir(scratch.c_str(), 0755);
+        const pid_t p1 = spawn(kEmu, run_args(spec, dir + "/mpi") + Args{"-pi", "mpi"}, scratch);
+        setenv("OMPI_COMM_WORLD_RANK", "0", 1);
+        const Result r0 = run_bin(kEmu, run_args(spec, dir + "/mpi") + Args{"-pi", "mpi"});
+        const int code1 = wait_exit(p1, 900);
+        for (const char* v :
+             {"LLMC_RUN_ID", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "OMPI_COMM_WORLD_RANK"})
+            unsetenv(v);
+        ASSERT_EQ(r0.code, 0) << r0.err;
+        ASSERT_EQ(code1, 0) << slurp(scratch + "/stderr.txt");
+        compare_with_one_gpu(one, r0, dir + "/one", dir + "/mpi");
+    }
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/bad", {"-pi", "mpi"})),
+                           {"-pi mpi: no Open MPI environment (start the processes with mpirun)"}));
+    EXPECT_TRUE(
+        CleanError(run_bin(kEmu, run_args(spec, dir + "/bad", {"-pi", "mpi", "-pn", "16", "-pr", "3"})),
+                   {"-pi mpi: mpirun's environment numbers the processes: drop -pn and -pr"}));
+    EXPECT_TRUE(CleanError(
+        run_bin(kEmu, run_args(spec, dir + "/bad", {"-pi", "tcp", "-pn", "1", "-pr", "0", "-ps", "node0"})),
+        {"-ps names node 0 of several nodes: -pn (the run's processes) is not more than -pg"}));
+    setenv("LLMC_NODE_TIMEOUT", "abc", 1);
+    EXPECT_TRUE(
+        CleanError(run_bin(kEmu, run_args(spec, dir + "/bad")), {"LLMC_NODE_TIMEOUT=abc: seconds, above 0"}));
+    unsetenv("LLMC_NODE_TIMEOUT");
+    // -P 1 plans the processes' nodes of -pg GPUs (no -ps needed), and a launcher's environment's likewise
+    const Args plan = {"-e",     "llama3-70b", "-b", "1",  "-t",   "4096", "-d",
+                       "262144", "-V",         "79", "-M", "2000", "-P",   "1"};
+    const Result p1 = run_bin(kEmu, plan + Args{"-pi", "tcp", "-pn", "16", "-pr", "0", "-pg", "8"});
+    EXPECT_EQ(p1.code, 0) << p1.err << p1.out;
+    EXPECT_TRUE(has(p1.out, "several GPUs: 2 nodes of 8 GPUs (-pN 2 -pn 8)")) << p1.out;
+    setenv("WORLD_SIZE", "16", 1), setenv("RANK", "0", 1), setenv("LOCAL_WORLD_SIZE", "8", 1);
+    const Result p2 = run_bin(kEmu, plan);
+    for (const char* v : {"WORLD_SIZE", "RANK", "LOCAL_WORLD_SIZE"}) unsetenv(v);
+    EXPECT_EQ(p2.code, 0) << p2.err << p2.out;
+    EXPECT_TRUE(has(p2.out, "several GPUs: 2 nodes of 8 GPUs (-pN 2 -pn 8)")) << p2.out;
     EXPECT_TRUE(CleanError(
         run_bin(kEmu, run_args(spec, dir + "/bad", {"-pi", "tcp", "-pn", "4", "-pr", "1", "-pg", "2"})),
         {"-pi tcp over 2 nodes: -ps names node 0's host"}));

@@ -629,7 +629,8 @@ TEST_F(SsdTrainer, PlanSaysWhatALargerRingHides) {
                        "-sd", dir + "/s",
                        "-i",  "none",
                        "-j",  "none"};
-    const Result a = run_bin(kEmu, plan), b = run_bin(kEmu, plan + Args{"-sb", "2.5"});
+    // -sb 0: the ring of 4 (-sb auto, the default, takes the 6 that -P 1 advises: below)
+    const Result a = run_bin(kEmu, plan + Args{"-sb", "0"}), b = run_bin(kEmu, plan + Args{"-sb", "2.5"});
     ASSERT_TRUE(plan_printed(a.code, a.out)) << a.err << a.out;
     ASSERT_TRUE(plan_printed(b.code, b.out)) << b.err << b.out;
     auto waits = [](const std::string& out) {
@@ -652,6 +653,15 @@ TEST_F(SsdTrainer, PlanSaysWhatALargerRingHides) {
                     "the disk's measured rates where half of the host RAM left holds it)\n"))
         << a.out;
     EXPECT_FALSE(has(b.out, "costs at most 10% of the step from -d")) << b.out;
+    const Result def = run_bin(kEmu, plan);
+    ASSERT_TRUE(plan_printed(def.code, def.out)) << def.err << def.out;
+    EXPECT_TRUE(has(def.out,
+                    "SSD tier's ring (-sb auto): 6 of the round's 12 pieces, 0.99 GiB of host RAM: the "
+                    "round's disk work in the next forward 1.09 s (1.38 s with the default 4), at -sr's "
+                    "1.76 / 2.51 GB/s"))
+        << def.out;
+    EXPECT_DOUBLE_EQ(number_after(def.out, "the SSD tier's ring "), 0.99) << def.out;
+    EXPECT_FALSE(has(def.out, "\n-sb 0.99")) << "the default took it already\n" << def.out;
 }
 
 // Peak resident memory, measured: the trainer's own figure (getrusage) of a run in RAM and the same run with
