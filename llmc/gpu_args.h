@@ -245,7 +245,7 @@ static void llmc_process_flags(GpuArgs* ga, bool ranks_given, bool rank_given) {
             setenv("LOCAL_WORLD_SIZE", v, 1);
         }
     } else {
-        if (!ranks_given || !rank_given)
+        if (!ranks_given || (!rank_given && !ga->plan_only))
             die("-pi %s: llm.c's -pn (the run's processes) and -pr (this process's rank) are needed", how);
         const int world = ga->ranks, rank = ga->node_rank, local = std::min(gpus, world);
         if (rank >= world) die("-pr %d with -pn %d: a process's rank is 0..%d", rank, world, world - 1);
@@ -270,14 +270,18 @@ static void llmc_process_flags(GpuArgs* ga, bool ranks_given, bool rank_given) {
         // the node's shared block and -pf's file are named by the run: a scheduler's job, else node 0's
         // address, -pf's folder or the working folder (two runs of one node need one of them apart)
         if (!getenv("LLMC_RUN_ID")) {
-            const char* job = getenv("SLURM_JOB_ID");
-            char id[4400], cwd[4096] = "";
-            const char* key = job && *job               ? job
-                              : ga->node_address        ? ga->node_address
-                              : ga->llmc_fs             ? ga->llmc_fs
-                              : getcwd(cwd, sizeof cwd) ? cwd
-                                                        : "run";
-            snprintf(id, sizeof id, "pi-%.200s", key);
+            const char *job = getenv("SLURM_JOB_ID"), *step = getenv("SLURM_STEP_ID");
+            char key[4400], cwd[4096] = "", id[64];
+            if (job && *job) snprintf(key, sizeof key, "%s.%s", job, step ? step : "");
+            else
+                snprintf(key, sizeof key, "%s",
+                         ga->node_address          ? ga->node_address
+                         : ga->llmc_fs             ? ga->llmc_fs
+                         : getcwd(cwd, sizeof cwd) ? cwd
+                                                   : "run");
+            uint64_t h = 1469598103934665603ull;  // FNV-1a: a long path's name, whole, in a short one
+            for (const char* c = key; *c; c++) h = (h ^ (unsigned char)*c) * 1099511628211ull;
+            snprintf(id, sizeof id, "pi-%016llx", (unsigned long long)h);
             setenv("LLMC_RUN_ID", id, 1);
         }
     }

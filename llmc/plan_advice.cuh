@@ -175,6 +175,12 @@ static int64_t plan_ssd_ring(const PlanTarget* t, const PlanChoice& given, PlanE
         return plan_evaluate(t, given);
     };
     auto within = [&](const PlanEval& x) { return x.round_disk_s <= x.fwd_s + 0.1 * x.compute_s; };
+    const PlanEval least = with_ring(SSD_RING_MIN);
+    if (within(least)) {  // the default ring is enough
+        *best = least;
+        ssd_ring_budget_bytes = budget;
+        return SSD_RING_MIN;
+    }
     *best = with_ring(*most);
     int64_t ring = *most;
     if (within(*best))
@@ -498,7 +504,8 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
         plan_row("a GPU's part", "", "its compute, waits and sums (one stream)", takes);
     }
     if (e.gpu_s + sums_s > step)
-        step = e.gpu_s + sums_s, bound = sums_s > 0 ? "compute and the gradient sums"
+        step = e.gpu_s + sums_s, bound = sums_s > 0 && sums_s >= e.adam_wait_s
+                                             ? "compute and the gradient sums"
                                          : e.adam_wait_s > 0 || e.gpu_adam_s > e.compute_s ? plan_gpu_bound(e)
                                                                                            : "compute, a GPU";
     const double tokens = ranks * e.c.B * t->T * e.c.n_micro;

@@ -311,6 +311,7 @@ static std::string fs_rendezvous(const char* fs, bool node0, NetAddress* addr) {
         snprintf(what, sizeof what, "node 0's address in %s (-pi fs)", path.c_str());
         if (!wait.go_on(what))
             die("-pi fs: no %s after %d s (node 0 leaves it there)", path.c_str(), start_wait_seconds());
+        usleep(200000);  // a shared file system's metadata server: 5 looks a second
     }
 }
 

@@ -524,7 +524,15 @@ static void check_fit(Run* r) {
 // else as large a ring as that half holds, the default SSD_RING_MIN pieces at least. Says what it chose.
 static void ssd_ring_auto(Run* r, double peak, const char* rates_are) {
     GpuArgs* ga = &r->ga;
-    if (!ga->ssd_dir || ga->ssd_ring_gib >= 0 || r->disk_rbps <= 0 || r->disk_wbps <= 0) return;
+    if (!ga->ssd_dir || ga->ssd_ring_gib >= 0) return;
+    const int64_t avail = host_memory_to_count_on(ga);
+    const char* why_not = r->disk_rbps <= 0 || r->disk_wbps <= 0 ? "the disk's rates were not measured"
+                          : avail < 0 ? "the host RAM it may take is unknown: -M GiB says it"
+                                      : NULL;
+    if (why_not) {
+        printf("SSD tier's ring (-sb auto): the default %d pieces (%s)\n", SSD_RING_MIN, why_not);
+        return;
+    }
     const double GiB = 1073741824.0;
     PlanTarget t = plan_target(&r->cfg, &r->llama, r->args.T, ga);
     t.gpu_budget = r->gpu_budget, t.peak_flops = peak;
@@ -537,15 +545,15 @@ static void ssd_ring_auto(Run* r, double peak, const char* rates_are) {
     int64_t most = 0;
     int64_t ring = plan_ssd_ring(&t, given, &best, &most);
     const double piece = plan_ssd_piece_bytes(&t, given);
-    const int64_t avail = host_memory_to_count_on(ga);
-    if (avail >= 0) {  // half of what the plan leaves, beside the default ring
-        const double room = 0.5 * (double)(avail - now.m.host_bytes) + (double)now.m.ssd_ring;
-        ring = std::min<int64_t>(ring, (int64_t)(room / piece));
-    }
+    const int64_t wanted = ring;  // half of what the plan leaves, beside the default ring
+    const double room = 0.5 * (double)(avail - now.m.host_bytes) + (double)now.m.ssd_ring;
+    ring = std::min<int64_t>(ring, (int64_t)(room / piece));
     if (ring <= SSD_RING_MIN) {
         printf("SSD tier's ring (-sb auto): the default %d pieces (%s)\n", SSD_RING_MIN,
-               best.round_disk_s >= now.round_disk_s ? "a larger one would not shorten the round's disk work"
-                                                     : "half of the host RAM the plan leaves holds no more");
+               wanted <= SSD_RING_MIN ? "enough at these rates"
+               : best.round_disk_s >= now.round_disk_s
+                   ? "a larger one would not shorten the round's disk work"
+                   : "half of the host RAM the plan leaves holds no more");
         return;
     }
     ssd_ring_budget_bytes = ((double)ring + 0.5) * piece;
