@@ -53,6 +53,9 @@ int ssd_file_sync(SsdFile* f, char* err, size_t errlen);  // fsync
 
 // Queues a read or write. Keep buf until the wait, which reports errors.
 SsdReq ssd_io_submit(SsdIo* io, const SsdFile* f, int write, void* buf, int64_t bytes, int64_t offset);
+// A read someone waits on now (-sw 1's weights for the backward): ahead of every queued read (the
+// read-ahead), after the urgent ones queued before it.
+SsdReq ssd_io_submit_urgent(SsdIo* io, const SsdFile* f, void* buf, int64_t bytes, int64_t offset);
 // Waits for r: 0, or -1 with err. Once per request.
 int ssd_io_wait(SsdIo* io, SsdReq r, char* err, size_t errlen);
 int ssd_io_poll(SsdIo* io, SsdReq r);  // 1 when complete (ssd_io_wait then returns at once)
@@ -61,7 +64,8 @@ SsdReq ssd_io_fail(SsdIo* io, const char* msg);
 
 // Test hook: fail `write` chunks past `after` with err (kill = 1: SIGKILL).
 void ssd_io_set_fault(SsdIo* io, int write, int64_t after, int err, int kill);
-// Test hook: the directions of the first 4095 chunks as they started ('r', 'w'), into out. Returns the count.
+// Test hook: the directions of the first 4095 chunks as they started ('r', 'w'; 'u' an urgent read), into
+// out. Returns the count.
 int ssd_io_started_order(SsdIo* io, char* out, int cap);
 // Bytes moved so far (for the bench and the timeline).
 void ssd_io_counters(const SsdIo* io, int64_t* bytes_read, int64_t* bytes_written);

@@ -57,6 +57,7 @@ struct Chunk {
     const char* path;
     bool logged = false;  // its request is in the busy log
     double t_done = 0.0;  // when its transfer completed (logged only)
+    bool urgent = false;  // a read someone waits on now (ssd_io_submit_urgent): ahead of the other reads
 };
 struct ReqState {
     int64_t chunks_left = 0;
@@ -79,6 +80,7 @@ struct SsdIo {
     std::mutex mu;
     std::condition_variable cv_done, cv_work;
     std::deque<Chunk*> pending[2];  // [write]: reads go first (next_chunk), each direction in order
+    int64_t urgent_queued = 0;      // pending[0]'s first urgent_queued chunks are urgent reads
     int inflight_dir[2] = {0, 0};
     std::string order;  // the first chunks' directions as started, 'r' / 'w' (ssd_io_started_order)
     std::unordered_map<SsdReq, ReqState> reqs;
@@ -228,6 +230,7 @@ static void transfer_result(SsdIo* io, Chunk* c, int64_t res) {
         c->off += res;
         c->bytes -= res;
         io->pending[c->write].push_front(c);
+        if (c->urgent) io->urgent_queued++;
         return;
     }
     complete_chunk(io, c, 0);
@@ -236,7 +239,8 @@ static void transfer_result(SsdIo* io, Chunk* c, int64_t res) {
 static bool nothing_pending(const SsdIo* io) { return io->pending[0].empty() && io->pending[1].empty(); }
 
 // Under io->mu: the chunk to start next, or NULL. Reads first: a read is what someone waits on (the next
-// layer's state, -sw 1's weights), a write is behind it (write-behind). While writes wait, reads take at most
+// layer's state, -sw 1's weights), a write is behind it (write-behind); among reads, the urgent ones
+// (ssd_io_submit_urgent: waited on now) ahead of the read-ahead. While writes wait, reads take at most
 // qd - 2 of the queue's places, so writes keep moving. Within a direction, the order of submission.
 static Chunk* next_chunk(SsdIo* io) {
     const bool reads = !io->pending[0].empty(), writes = !io->pending[1].empty();
@@ -244,12 +248,13 @@ static Chunk* next_chunk(SsdIo* io) {
     if (k < 0) return NULL;
     Chunk* c = io->pending[k].front();
     io->pending[k].pop_front();
+    if (k == 0 && io->urgent_queued > 0) io->urgent_queued--;
     return c;
 }
 static void started(SsdIo* io, Chunk* c) {
     io->inflight++;
     io->inflight_dir[c->write]++;
-    if (io->order.size() < 4096) io->order += c->write ? 'w' : 'r';
+    if (io->order.size() < 4096) io->order += c->write ? 'w' : c->urgent ? 'u' : 'r';
 }
 static void finished(SsdIo* io, Chunk* c) {
     io->inflight--;
@@ -265,6 +270,7 @@ static void uring_pump(SsdIo* io) {
         struct io_uring_sqe* sqe = io_uring_get_sqe(&io->ring);
         if (!sqe) {
             io->pending[c->write].push_front(c);
+            if (c->urgent) io->urgent_queued++;
             break;
         }
         if (c->write) io_uring_prep_write(sqe, c->fd, c->buf, (unsigned)c->bytes, (uint64_t)c->off);
@@ -403,7 +409,8 @@ SsdReq ssd_io_fail(SsdIo* io, const char* msg) {
     return id;
 }
 
-SsdReq ssd_io_submit(SsdIo* io, const SsdFile* f, int write, void* buf, int64_t bytes, int64_t offset) {
+static SsdReq submit(SsdIo* io, const SsdFile* f, int write, void* buf, int64_t bytes, int64_t offset,
+                     bool urgent) {
     char msg[1024];
     if (bytes <= 0 || offset < 0 || offset > f->size - bytes) {
         snprintf(msg, sizeof msg, "bad request on %.600s: %lld bytes at offset %lld of a %lld-byte file",
@@ -436,11 +443,22 @@ SsdReq ssd_io_submit(SsdIo* io, const SsdFile* f, int write, void* buf, int64_t 
                              offset + done,
                              f->path,
                              r.logged};
-        io->pending[c->write].push_back(c);
+        c->urgent = urgent && !write;
+        if (c->urgent)  // after the urgent reads queued before it, ahead of every other read
+            io->pending[0].insert(io->pending[0].begin() +
+                                      std::min<int64_t>(io->urgent_queued++, (int64_t)io->pending[0].size()),
+                                  c);
+        else io->pending[c->write].push_back(c);
     }
     if (io->uring) uring_pump(io);
     else io->cv_work.notify_all();
     return id;
+}
+SsdReq ssd_io_submit(SsdIo* io, const SsdFile* f, int write, void* buf, int64_t bytes, int64_t offset) {
+    return submit(io, f, write, buf, bytes, offset, false);
+}
+SsdReq ssd_io_submit_urgent(SsdIo* io, const SsdFile* f, void* buf, int64_t bytes, int64_t offset) {
+    return submit(io, f, 0, buf, bytes, offset, true);
 }
 
 int ssd_io_wait(SsdIo* io, SsdReq r, char* err, size_t errlen) {

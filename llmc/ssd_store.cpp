@@ -875,7 +875,9 @@ int ssd_store_read_layer(SsdStore* st, int layer, float* params, float* m, float
 SsdReq ssd_store_read_bf16_async(SsdStore* st, int layer, uint16_t* dst) {
     if (!st->cfg.with_bf16 || layer < 0 || layer >= st->cfg.num_layers)
         return ssd_io_fail(st->io, "ssd_store_read_bf16_async: the store has no bf16 copy, or no such layer");
-    return ssd_io_submit(st->io, &st->files[st->src[layer]][K_BF16], 0, dst, st->stride2, off2(st, layer, 0));
+    // the backward waits for it: ahead of the round's read-ahead (a larger -sb queues more of it)
+    return ssd_io_submit_urgent(st->io, &st->files[st->src[layer]][K_BF16], dst, st->stride2,
+                                off2(st, layer, 0));
 }
 
 SsdReq ssd_store_write_grads_async(SsdStore* st, int layer, const uint16_t* src) {

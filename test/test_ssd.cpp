@@ -155,6 +155,38 @@ TEST_P(SsdIoTest, ReadsOvertakeQueuedWrites) {
     ssd_free(r);
 }
 
+// A read someone waits on now (ssd_io_submit_urgent: -sw 1's weights for the backward) starts ahead of the
+// reads queued before it (the round's read-ahead, which -sb auto makes long), and urgent reads keep their own
+// order.
+TEST_P(SsdIoTest, UrgentReadsOvertakeQueuedReads) {
+    TempDir d;
+    SsdIo* io = open_io(GetParam(), 1);
+    ASSERT_NE(io, nullptr);
+    char err[1024] = "";
+    SsdFile f;
+    const int64_t bytes = (int64_t)64 << 20, mib = (int64_t)1 << 20;  // 64 chunks of 1 MiB
+    ASSERT_EQ(ssd_file_open(&f, (d.path + "/a").c_str(), 1, bytes + 2 * mib, 1, err, sizeof err), 0) << err;
+    uint8_t* ahead = (uint8_t*)ssd_alloc(bytes);
+    uint8_t* now = (uint8_t*)ssd_alloc(2 * mib);
+    memset(ahead, 0, (size_t)bytes);
+    const SsdReq readahead = ssd_io_submit(io, &f, 0, ahead, bytes, 0);
+    const SsdReq first = ssd_io_submit_urgent(io, &f, now, mib, bytes);
+    const SsdReq second = ssd_io_submit_urgent(io, &f, now + mib, mib, bytes + mib);
+    EXPECT_EQ(ssd_io_wait(io, first, err, sizeof err), 0) << err;
+    EXPECT_EQ(ssd_io_wait(io, second, err, sizeof err), 0) << err;
+    EXPECT_EQ(ssd_io_wait(io, readahead, err, sizeof err), 0) << err;
+    char order[4096];
+    ASSERT_EQ(ssd_io_started_order(io, order, sizeof order), 66);
+    const char* at = strchr(order, 'u');
+    ASSERT_NE(at, nullptr) << order;
+    EXPECT_LT(at - order, 8) << "the urgent read started as chunk " << at - order + 1 << " of 66: " << order;
+    EXPECT_EQ(at[1], 'u') << "the two urgent reads one after the other: " << order;
+    ssd_io_close(io);
+    ssd_file_close(&f);
+    ssd_free(ahead);
+    ssd_free(now);
+}
+
 TEST_P(SsdIoTest, BadRequestsAreOneErrorNotACrash) {
     TempDir d;
     SsdIo* io = open_io(GetParam());
