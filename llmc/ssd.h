@@ -62,6 +62,9 @@ int ssd_io_poll(SsdIo* io, SsdReq r);  // 1 when complete (ssd_io_wait then retu
 // A request whose wait fails with msg (bad arguments).
 SsdReq ssd_io_fail(SsdIo* io, const char* msg);
 
+// Test hook: hold = 1 queues requests and starts none until hold = 0 (an order test's queue, whatever the
+// timing).
+void ssd_io_hold(SsdIo* io, int hold);
 // Test hook: fail `write` chunks past `after` with err (kill = 1: SIGKILL).
 void ssd_io_set_fault(SsdIo* io, int write, int64_t after, int err, int kill);
 // Test hook: the directions of the first 4095 chunks as they started ('r', 'w'; 'u' an urgent read), into

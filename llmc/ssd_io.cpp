@@ -81,6 +81,7 @@ struct SsdIo {
     std::condition_variable cv_done, cv_work;
     std::deque<Chunk*> pending[2];  // [write]: reads go first (next_chunk), each direction in order
     int64_t urgent_queued = 0;      // pending[0]'s first urgent_queued chunks are urgent reads
+    bool held = false;              // test hook (ssd_io_hold): queue, start nothing
     int inflight_dir[2] = {0, 0};
     std::string order;  // the first chunks' directions as started, 'r' / 'w' (ssd_io_started_order)
     std::unordered_map<SsdReq, ReqState> reqs;
@@ -264,7 +265,7 @@ static void finished(SsdIo* io, Chunk* c) {
 // Under io->mu: start pending chunks while the ring has room.
 static void uring_pump(SsdIo* io) {
     int queued = 0;
-    while (io->inflight < io->qd && !nothing_pending(io)) {
+    while (!io->held && io->inflight < io->qd && !nothing_pending(io)) {
         Chunk* c = next_chunk(io);
         if (!fault_check(io, c)) continue;
         struct io_uring_sqe* sqe = io_uring_get_sqe(&io->ring);
@@ -322,7 +323,7 @@ static void uring_reaper(SsdIo* io) {
 static void fallback_worker(SsdIo* io) {
     std::unique_lock<std::mutex> lock(io->mu);
     for (;;) {
-        io->cv_work.wait(lock, [io] { return io->quit || !nothing_pending(io); });
+        io->cv_work.wait(lock, [io] { return io->quit || (!io->held && !nothing_pending(io)); });
         if (nothing_pending(io)) return;  // quit
         Chunk* c = next_chunk(io);
         if (!fault_check(io, c)) continue;
@@ -380,6 +381,11 @@ void ssd_io_close(SsdIo* io) {
     if (!io) return;
     {
         std::unique_lock<std::mutex> lock(io->mu);
+        if (io->held) {  // a test's hold left on: what is queued still runs
+            io->held = false;
+            if (io->uring) uring_pump(io);
+            else io->cv_work.notify_all();
+        }
         io->cv_done.wait(lock, [io] { return io->inflight == 0 && nothing_pending(io); });
         io->quit = true;
         if (io->uring) {
@@ -489,6 +495,14 @@ int ssd_io_poll(SsdIo* io, SsdReq r) {
     std::lock_guard<std::mutex> lock(io->mu);
     auto it = io->reqs.find(r);
     return it == io->reqs.end() || it->second.done;
+}
+
+void ssd_io_hold(SsdIo* io, int hold) {
+    std::lock_guard<std::mutex> lock(io->mu);
+    io->held = hold != 0;
+    if (io->held) return;
+    if (io->uring) uring_pump(io);
+    else io->cv_work.notify_all();
 }
 
 void ssd_io_set_fault(SsdIo* io, int write, int64_t after, int err, int kill_it) {
