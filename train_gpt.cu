@@ -600,6 +600,7 @@ static void resident_adamw(GPT* g, const AdamWArgs& args, cudaStream_t s) {
 
 // Layer l's weights: resident, or the stream slot it waits for.
 static const bf16* layer_acquire(GPT* g, int l) {
+    progress_tick();  // several ranks: the run moves on (llmc/progress_watch.h)
     return l < g->resident_layers ? resident_layer(g, l) : stream_wait_layer(&g->stream, l);
 }
 // Kernels reading layer l are queued: its slot may be reused once they ran.
@@ -1074,6 +1075,7 @@ static double gpu_bf16_peak_flops(const char* device_name, const char** label) {
 
 #include "llmc/rank_launch.h"  // defines: rank_start, rank_gate_wait (-pn G, or another launcher's ranks)
 #include "llmc/run_setup.cuh"  // defines: Run, plan_run, check_fit, build_model, open_data, print_config_table
+#include "llmc/progress_watch.h"  // defines: progress_watch_start, progress_watch_stop (several ranks)
 
 // Mean loss of the first `batches` val batches, max_micro per walk. Chat: per target token.
 // Several ranks: each walk reads max_micro batches per rank, and each rank evaluates its own.
@@ -1158,16 +1160,27 @@ static void save_run_checkpoint(Run* r, GPT* g) {
         optimizer_wait_all(g);  // this node's parts are the step's
         gather_node_state(g);
     }
-    if (r->comm->rank == 0) save_checkpoint(g, r->args.output_dir, &data_state);
+    if (r->comm->rank == 0) {
+        // tests: LLMC_TEST_SLOW_SAVE=s makes rank 0's save last s seconds longer, progressing
+        // (test_multi_gpu: a slow part one rank does alone, longer than LLMC_PROGRESS_TIMEOUT, ends no rank)
+        const char* slow = getenv("LLMC_TEST_SLOW_SAVE");
+        for (int k = 0; slow && k < 4 * atoi(slow); k++) usleep(250 * 1000), progress_tick();
+        save_checkpoint(g, r->args.output_dir, &data_state);
+    }
     g->checkpoint_step = g->step;
 }
 
-// Tests: LLMC_TEST_RANK_DIES=r:s kills rank r after step s (a rank that dies: test_multi_gpu).
+// Tests (test_multi_gpu): LLMC_TEST_RANK_DIES=r:s kills rank r after step s (a rank that dies);
+// LLMC_TEST_RANK_HANGS=r:s stops rank r's main thread there for good, its process and heartbeats alive (a
+// rank that hangs).
 static void test_rank_dies(const Run* r, int steps_done) {
     const char* e = getenv("LLMC_TEST_RANK_DIES");
     int rank = -1, step = -1;
     if (e && sscanf(e, "%d:%d", &rank, &step) == 2 && rank == r->comm->rank && step == steps_done)
         raise(SIGKILL);
+    e = getenv("LLMC_TEST_RANK_HANGS");
+    if (e && sscanf(e, "%d:%d", &rank, &step) == 2 && rank == r->comm->rank && step == steps_done)
+        for (;;) pause();
 }
 
 // Several ranks stop together: a stop signal on any rank is a stop signal on all.
@@ -1246,12 +1259,14 @@ int main(int argc, char** argv) {
             [&] { save_run_checkpoint(&r, &g); }, sig,
             [&] {  // saved or not: each rank's share of the update, rank 0's save, then every node's end
                 optimizer_wait_all(&g);
+                progress_watch_stop();
                 comm_stop_watch(r.comm);  // from here the ranks end each at its own time: not a failure
                 node_barrier(r.comm);
                 net_finish(&r.comm->net);
             });
     };
     stop_signal_install();
+    progress_watch_start(r.comm);  // several ranks: a run that no longer moves on ends in one line
     const double run_t0 = timeline_now();
     for (int step = r.start_step; step <= r.total_steps; step++) {
         stop_if_asked(step);  // a signal during validation or sampling
@@ -1286,6 +1301,7 @@ int main(int argc, char** argv) {
     }
     stop_if_asked(r.total_steps);  // a signal during the last validation or sample
     optimizer_wait_all(&g);
+    progress_watch_stop();
     comm_stop_watch(r.comm);   // the last collective is done: from here a rank that ended is no failure
     net_finish(&r.comm->net);  // several nodes: from here a node may end before another
     print_run_summary(&r, &g);

@@ -106,6 +106,7 @@ static int file_crc32c(const char* path, int64_t* bytes, uint32_t* crc, char* er
     while ((n = fread(buf, 1, chunk, f)) > 0) {
         *crc = crc32c_update(*crc, buf, n);
         *bytes += (int64_t)n;
+        progress_tick();
         if (size > 0) read_progress("checking checksum of", path, *bytes, size, &quarter);
     }
     const int ok = !ferror(f);

@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "crc32c.h"
-#include "utils.h"  // defines: fopen_regular
+#include "utils.h"  // defines: fopen_regular, progress_tick
 
 #define MODEL_MAGIC        20240326
 #define MODEL_VERSION_FP32 3
@@ -414,6 +414,7 @@ static inline FILE* model_tmp_open(const char* path, char* tmp, size_t tmplen, c
 // Writes bytes and adds them to *crc; 0 on a short write.
 static inline int write_crc(FILE* f, const void* p, int64_t bytes, uint32_t* crc) {
     *crc = crc32c_update(*crc, p, (size_t)bytes);
+    progress_tick();  // a long checkpoint write is progress (llmc/progress_watch.h)
     return (int64_t)fwrite(p, 1, (size_t)bytes, f) == bytes;
 }
 // Renames path.tmp to path (the caller fsyncs the directory); 0 with err.

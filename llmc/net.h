@@ -7,7 +7,8 @@
 // second link) the optimizer thread; a third link carries heartbeats. A peer that goes away, or goes silent
 // (its process stopped, its machine or the network to it down: LLMC_NODE_TIMEOUT seconds without a
 // heartbeat), ends this process in one line. Not found: a process that hangs but beats (a deadlock, a GPU
-// hang), and a cut between two nodes other than node 0 (TCP's own retries end it, in minutes).
+// hang), and a cut between two nodes other than node 0: the heartbeats carry whether a node progressed, and
+// llmc/progress_watch.h ends a run in which no rank progressed for LLMC_PROGRESS_TIMEOUT seconds.
 // Not here: the ranks inside a node (collectives.h), when what is sent (train_gpt.cu, llmc/cpu_optimizer.h).
 #pragma once
 #include <arpa/inet.h>
@@ -25,7 +26,7 @@
 #include <atomic>
 #include <thread>
 #include <vector>
-#include "utils.h"  // defines: die
+#include "utils.h"  // defines: die, progress_tick
 
 #define NET_MAGIC        0x6c6c6e74  // "llnt"
 #define NET_LINKS        3           // NET_MAIN, NET_OPT, NET_BEAT
@@ -41,6 +42,10 @@ struct NetLinks {
     std::atomic<int> started{0};     // every node passed its set-up (net_started)
     std::atomic<int> closing{0};     // net_finish began: peers may go
     std::atomic<int> finished{0};    // net_finish's barrier passed: every node is done
+    // progress (llmc/progress_watch.h): this node's ticks, told to node 0 with the heartbeats; node 0 tells
+    // every node of the others' (progress_elsewhere counts what a node heard)
+    std::atomic<uint64_t>* progress_here = nullptr;
+    std::atomic<uint64_t>* progress_elsewhere = nullptr;
 };
 
 // Who this run's node 0 is: "host[:port]".
@@ -79,6 +84,7 @@ static inline void net_send(const NetLinks* L, int fd, int peer, const void* p, 
         if (k <= 0) net_lost(L, peer, k < 0 ? strerror(errno) : "its connection closed");
         c += k;
         bytes -= k;
+        progress_tick();  // bytes moved: a long transfer (a checkpoint's parts) is progress
     }
 }
 static inline void net_recv(const NetLinks* L, int fd, int peer, void* p, int64_t bytes) {
@@ -89,6 +95,7 @@ static inline void net_recv(const NetLinks* L, int fd, int peer, void* p, int64_
         if (k <= 0) net_lost(L, peer, k < 0 ? strerror(errno) : "its connection closed");
         c += k;
         bytes -= k;
+        progress_tick();  // bytes moved: a long transfer (a checkpoint's parts) is progress
     }
 }
 
@@ -388,6 +395,8 @@ static inline double net_timeout_seconds() {
 // the other threads do; a peer unheard for net_timeout_seconds() from the run's start to the end of
 // net_finish's barrier ends this node, and its links' closing ends the rest. The beats go on until the
 // process exits (a node still in its last step must not take a finished one for silent).
+// A beat's byte: 1, or 3 when the sender's node ticked since its last beat (node 0: or another node told it
+// so): each node learns within a second or two whether the run moves anywhere (llmc/progress_watch.h).
 static inline void net_watch(NetLinks* L) {
     std::vector<pollfd> fds;
     std::vector<int> peer, beat;            // beat: the index in fds of each heartbeat link
@@ -408,14 +417,20 @@ static inline void net_watch(NetLinks* L) {
             return ts.tv_sec + 1e-9 * ts.tv_nsec;
         };
         std::vector<double> heard(beat.size(), now());
+        std::vector<uint64_t> told(beat.size(), L->progress_here ? L->progress_here->load() : 0);
+        std::vector<char> relay(beat.size(), 0);  // node 0: another node progressed since the last beat to j
         double sent = 0;
         for (;;) {
             const double t = now();
             if (t - sent >= 1.0) {  // a full socket buffer (the peer stopped reading) drops the beat
-                const char b = 1;
-                for (int i : beat)
-                    if (fds[(size_t)i].fd >= 0)
-                        (void)!send(fds[(size_t)i].fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+                const uint64_t here = L->progress_here ? L->progress_here->load() : 0;
+                for (size_t j = 0; j < beat.size(); j++) {
+                    const char b = (here != told[j] || relay[j]) ? 3 : 1;
+                    told[j] = here;
+                    relay[j] = 0;
+                    if (fds[(size_t)beat[j]].fd >= 0)
+                        (void)!send(fds[(size_t)beat[j]].fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+                }
                 sent = t;
             }
             const int ready = poll(fds.data(), fds.size(), 250);
@@ -426,7 +441,15 @@ static inline void net_watch(NetLinks* L) {
                 pollfd& f = fds[(size_t)beat[j]];
                 if (ready > 0 && (f.revents & POLLIN)) {
                     char drain[256];
-                    if (recv(f.fd, drain, sizeof drain, MSG_DONTWAIT) > 0) heard[j] = now();
+                    const ssize_t got = recv(f.fd, drain, sizeof drain, MSG_DONTWAIT);
+                    if (got > 0) heard[j] = now();
+                    bool moved = false;
+                    for (ssize_t i = 0; i < got; i++) moved |= (drain[i] & 2) != 0;
+                    if (moved) {  // that node progressed: this one hears of it, node 0 tells the others
+                        if (L->progress_elsewhere) L->progress_elsewhere->fetch_add(1);
+                        for (size_t k = 0; k < beat.size(); k++)
+                            if (k != j) relay[k] = 1;
+                    }
                 }
                 if (!watching)
                     heard[j] = std::max(heard[j], now() - timeout / 2);  // set-up and end: no verdict

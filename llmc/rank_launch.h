@@ -351,6 +351,8 @@ static void rank_start(Comm* c, int G, int nodes, int node_rank, const char* add
     if (c->nodes > 1 && c->local == 0) {
         net_open(&c->net, c->nodes, c->node_rank, c->local_world, &addr, start_wait_seconds());
         if (c->node_rank == 0 && !rendezvous.empty()) unlink(rendezvous.c_str());  // every node joined
+        c->net.progress_here = &c->node->progress_here;
+        c->net.progress_elsewhere = &c->node->progress_elsewhere;
         net_watch(&c->net);
     }
 }

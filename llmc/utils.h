@@ -29,6 +29,14 @@ inline int die_rank = -1;
 // it; a rank that dies after it ends quietly (its line would repeat or follow from the first).
 inline std::atomic<int>* die_said = nullptr;
 
+// A run of several ranks: the node's count of steps forward (NodeShared.progress_here), which
+// llmc/progress_watch.h watches. progress_tick: the main thread passed a layer, a rank moved bytes of a
+// checkpoint or a node's sum. Null (one rank): nothing counts.
+inline std::atomic<uint64_t>* progress_ticks = nullptr;
+static inline void progress_tick() {
+    if (progress_ticks) progress_ticks->fetch_add(1, std::memory_order_relaxed);
+}
+
 // One "error: ..." line (control bytes as \xNN), exit 1. All failures end here. A second thread that dies
 // meanwhile (NCCL's watch beside the main thread) waits for the first's line and exit.
 inline std::atomic<int> die_dying{0};  // one for the program (inline: not one per translation unit)

@@ -645,6 +645,50 @@ TEST_F(MultiGpu, ANodeThatGoesSilentEndsTheRun) {
     EXPECT_TRUE(has(err1, "node 0 is gone")) << err1;
 }
 
+// A rank that hangs while its process lives and beats (a deadlock, a GPU that stopped; a cut network between
+// two nodes looks the same from every node): no rank moves on, and LLMC_PROGRESS_TIMEOUT seconds later every
+// node ends in one line. Before it, rank 0 saves a checkpoint for longer than the timeout while node 1 waits:
+// that node hears of node 0's progress with the heartbeats and does not end.
+TEST_F(MultiGpu, ARankThatHangsEndsTheRunASlowSaveDoesNot) {
+    const char* spec = "L3:C64:NH4:T32:V512";
+    const std::string addr = "127.0.0.1:" + std::to_string(20000 + (getpid() * 43 + 17) % 12000);
+    setenv("LLMC_NODE_WAIT", "600", 1);
+    setenv("LLMC_PROGRESS_TIMEOUT", "8", 1);
+    setenv("LLMC_TEST_SLOW_SAVE", "20", 1);    // at step 2, 20 s: longer than the timeout, progressing
+    setenv("LLMC_TEST_RANK_HANGS", "1:3", 1);  // node 1's rank after step 3
+    pid_t pids[2];
+    for (int n = 1; n >= 0; n--) {
+        const std::string scratch = dir + "/node" + std::to_string(n);
+        mkdir(scratch.c_str(), 0755);
+        pids[n] =
+            spawn(kEmu,
+                  run_args(spec, dir + "/run",
+                           {"-x", "1000", "-n", "2", "-pN", "2", "-pr", std::to_string(n), "-ps", addr}),
+                  scratch);
+    }
+    for (const char* e :
+         {"LLMC_NODE_WAIT", "LLMC_PROGRESS_TIMEOUT", "LLMC_TEST_SLOW_SAVE", "LLMC_TEST_RANK_HANGS"})
+        unsetenv(e);
+    const int code0 = wait_exit(pids[0], 600), code1 = wait_exit(pids[1], 600);
+    const std::string out0 = slurp(dir + "/node0/stdout.txt");
+    const std::string err0 = slurp(dir + "/node0/stderr.txt"), err1 = slurp(dir + "/node1/stderr.txt");
+    EXPECT_TRUE(has(out0, "step    3/")) << out0 << err0 << err1;  // the slow save ended nothing
+    EXPECT_FALSE(has(out0, "step    4/")) << out0;
+    EXPECT_GE(file_size(dir + "/run/DONE_00000002"), 0) << out0 << err0;
+    EXPECT_EQ(code0, 1) << err0;
+    // each node's watch sees it (node 1 a beat later: it heard of node 0's last progress); the first to end
+    // may end the other through the closed links before its own watch does
+    const std::string line =
+        "no rank of the run moved on in 8 s: a rank hangs (a deadlock, a GPU that stopped, "
+        "a collective that never ends) or the network between two nodes is cut; "
+        "LLMC_PROGRESS_TIMEOUT sets the wait";
+    EXPECT_TRUE(has(err0 + err1, line)) << err0 << err1;
+    EXPECT_TRUE(has(err0, line) || has(err0, "node 1 is gone")) << err0;
+    EXPECT_EQ(error_lines(err0).size(), 1u) << err0;
+    EXPECT_EQ(code1, 1) << err1;
+    EXPECT_EQ(error_lines(err1).size(), 1u) << err1;
+}
+
 // Ctrl-C on node 1's launcher: the ranks of both nodes agree on it at the step's end, rank 0 saves, every
 // node exits 130 without an error line; the run resumes (here on one GPU).
 TEST_F(MultiGpu, CtrlCOnAnyNodeStopsEveryNode) {

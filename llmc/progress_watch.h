@@ -1,0 +1,72 @@
+// progress_watch.h — a run of several ranks in which no rank moves on for LLMC_PROGRESS_TIMEOUT seconds (600
+// by default, NCCL's timeout in PyTorch; 0: no watch) ends in one line on every rank. What it finds: a rank
+// that hangs while its process lives and beats (a deadlock, a GPU that stopped, a collective that never
+// completes), a cut network between two nodes (node 0's links are watched by net.h's heartbeats, which also
+// carry whether a node moved on, so a slow part that one rank does alone, rank 0's checkpoint write, keeps
+// every node's watch quiet). Progress is counted by utils.h's progress_tick: each layer the main thread takes
+// up, each block of a checkpoint written or checked, each transfer between nodes. From the first step to the
+// last collective; one rank: no watch.
+// Not here: the heartbeats (llmc/net.h), a rank or node that ends (llmc/collectives.h, llmc/net.h).
+#pragma once
+#include <time.h>
+#include <unistd.h>
+#include <atomic>
+#include <thread>
+#include "collectives.h"  // defines: Comm, NodeShared (progress_here, progress_elsewhere)
+#include "utils.h"        // defines: die, progress_ticks
+
+// LLMC_PROGRESS_TIMEOUT: seconds, 0 for no watch; 600 by default.
+static inline double progress_timeout_seconds() {
+    const char* t = getenv("LLMC_PROGRESS_TIMEOUT");
+    if (!t || !*t) return 600.0;
+    char* end = NULL;
+    const double s = strtod(t, &end);
+    if (*end || !(s >= 0) || s > 1e7) die("LLMC_PROGRESS_TIMEOUT=%.40s: seconds, 0 for no watch", t);
+    return s;
+}
+
+struct ProgressWatch {
+    std::thread thread;
+    std::atomic<bool> stop{false};
+};
+static ProgressWatch progress_watch;
+
+// From here each rank counts its progress into the node's count, and a thread of its own ends the rank when
+// neither that count nor the other nodes' (heard by the node's leader) moved in the timeout.
+static inline void progress_watch_start(Comm* c) {
+    if (c->world == 1 || !c->node) return;
+    const double timeout = progress_timeout_seconds();
+    if (timeout <= 0) return;
+    progress_ticks = &c->node->progress_here;
+    progress_tick();
+    NodeShared* node = c->node;
+    progress_watch.thread = std::thread([node, timeout] {
+        auto now = [] {
+            timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            return ts.tv_sec + 1e-9 * ts.tv_nsec;
+        };
+        uint64_t seen = ~(uint64_t)0;
+        double moved_at = now();
+        while (!progress_watch.stop.load()) {
+            usleep(250 * 1000);
+            const uint64_t count = node->progress_here.load() + node->progress_elsewhere.load();
+            if (count != seen) {
+                seen = count;
+                moved_at = now();
+            } else if (now() - moved_at > timeout) {
+                die("no rank of the run moved on in %.0f s: a rank hangs (a deadlock, a GPU that stopped, a "
+                    "collective that never ends) or the network between two nodes is cut; "
+                    "LLMC_PROGRESS_TIMEOUT sets the wait",
+                    timeout);
+            }
+        }
+    });
+}
+
+// The last collective is done: from here each rank ends at its own pace.
+static inline void progress_watch_stop() {
+    if (!progress_watch.thread.joinable()) return;
+    progress_watch.stop.store(true);
+    progress_watch.thread.join();
+}
