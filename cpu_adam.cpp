@@ -41,6 +41,14 @@
 static std::atomic<int> g_threads{0};
 
 void cpu_adam_set_threads(int n) { g_threads.store(n > 0 ? n : 0, std::memory_order_relaxed); }
+int cpu_adam_threads(void) {
+    const int t = g_threads.load(std::memory_order_relaxed);
+#ifdef _OPENMP
+    return t > 0 ? t : omp_get_max_threads();
+#else
+    return t > 0 ? t : 1;
+#endif
+}
 
 const char* cpu_adam_simd_name(void) {
 #if CPU_ADAM_VEC == 16

@@ -225,6 +225,8 @@ static void vocab_build(GPT* g, int64_t N, const MemoryPlan& plan) {
     v->grads = host_alloc_floats(g->layout.embed_count, g->comm, "the vocabulary's gradients");
     if (!v->grads)
         die("out of host memory for the vocabulary's gradients (%.1f GiB)", plan.vocab_grads / 1073741824.0);
+    v->row_state = new std::atomic<uint8_t>[(size_t)g->llama.vocab_size];  // updated: no step's AdamW pending
+    for (int64_t r = 0; r < g->llama.vocab_size; r++) v->row_state[r].store(2, std::memory_order_relaxed);
     g->vocab = v;
 }
 static void vocab_free(GPT* g) {
@@ -250,6 +252,7 @@ static void vocab_free(GPT* g) {
     }
     cudaCheck(cudaFreeHost(v->rows_host));
     host_free_floats(v->grads, g->layout.embed_count);
+    delete[] v->row_state;
     delete v;
     g->vocab = NULL;
 }
@@ -822,7 +825,7 @@ static void gpt_update(GPT* g, float lr) {
     optimizer_submit(g, lr, grad_scale);
     const AdamWArgs args = {lr,         ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, g->args.weight_decay,
                             grad_scale, g->adam_t};
-    if (g->vocab) vocab_adamw(g, &args, g->stream.compute);  // on this thread, beside the streamed layers'
+    if (g->vocab) vocab_adamw(g, &args, g->stream.compute);  // the table on its thread, beside the layers'
     ScopedSpan span(g->timeline, TRACK_COMPUTE, "resident adamw", -1, g->stream.compute);
     resident_adamw(g, args, g->stream.compute);
 }

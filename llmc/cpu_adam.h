@@ -9,6 +9,8 @@
 
 // Threads for the parallel regions below; 0 = the OpenMP default.
 void cpu_adam_set_threads(int n);
+// The threads they take (cpu_adam_set_threads', or the OpenMP default).
+int cpu_adam_threads(void);
 // The SIMD path built: "avx512", "avx2" or "scalar".
 const char* cpu_adam_simd_name(void);
 

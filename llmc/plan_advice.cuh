@@ -52,11 +52,11 @@ typedef struct {
     double flops, h2d, d2h, adam_bytes;  // a step's work and bytes moved
     double compute_s, h2d_s, d2h_s, disk_s, adam_s, step_s;
     // the CPU AdamW's round of a step runs during the next step's forward (fwd_s), layer by layer; -E 1's
-    // vocabulary part runs before it, the GPU idle (vocab_adam_s). With -sd the round also reads what it
-    // updates and writes it back, as it goes (round_disk_s: its reads not moved to the backward and its
-    // writes, one after the other on the one drive), so it takes the longer of the two. The GPU waits
-    // adam_wait_s for them, and updates the -R layers itself (gpu_adam_s): gpu_s = compute_s + adam_wait_s +
-    // gpu_adam_s.
+    // vocabulary part that the forward waits for runs before it, the GPU idle (vocab_adam_s). With -sd the
+    // round also reads what it updates and writes it back, as it goes (round_disk_s: its reads not moved to
+    // the backward and its writes, one after the other on the one drive), so it takes the longer of the two.
+    // The GPU waits adam_wait_s for them, and updates the -R layers itself (gpu_adam_s): gpu_s = compute_s +
+    // adam_wait_s + gpu_adam_s.
     double fwd_s, vocab_adam_s, round_disk_s, adam_wait_s, gpu_adam_s, gpu_s;
     const char* bound;  // which of them is step_s
 } PlanEval;
@@ -131,11 +131,12 @@ static PlanEval plan_evaluate(const PlanTarget* t, PlanChoice c) {
                                   : e.m.ssd_read_per_step / t->disk_read_Bps +
                                         e.m.ssd_write_per_step / t->disk_write_Bps;  // one drive, both ways
     e.adam_s = e.adam_bytes / PLAN_HOST_BPS;
-    // -E 1 before the forward: the embeddings and final norm; an untied head too where several ranks share a
-    // node (one rank a node updates it on a thread of its own, beside the forward: vocab_head_update_submit)
-    const double head_apart = llama && t->ranks <= 1 ? (double)p.embed_size[LL_LM_HEAD] : 0.0;
-    e.vocab_adam_s =
-        (vocab_params > 0 ? vocab_params - head_apart : 0.0) * ADAMW_BYTES_PER_PARAM / PLAN_HOST_BPS;
+    // -E 1 before the forward. One rank a node: the final norm, and the embedding rows of the first
+    // micro-batch, which its gather updates itself (the table and an untied head on a thread of their own,
+    // beside the round and the forward: vocab_head_update_submit). Several ranks a node: every tensor.
+    const double first_rows = std::min((double)cfg->vocab_size, (double)c.B * t->T) * cfg->channels;
+    const double before_forward = llama && t->ranks <= 1 ? cfg->channels + first_rows : vocab_params;
+    e.vocab_adam_s = (vocab_params > 0 ? before_forward : 0.0) * ADAMW_BYTES_PER_PARAM / PLAN_HOST_BPS;
     e.round_disk_s = c.tier == TIER_RAM
                          ? 0.0
                          : e.m.ssd_round_reads / t->disk_read_Bps + e.m.ssd_round_writes / t->disk_write_Bps;

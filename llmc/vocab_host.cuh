@@ -7,11 +7,13 @@
 // its part of the tensors (vocab_part). Several nodes (each holds the vocabulary whole): the embedding rows'
 // gradient is summed on the GPUs too, a chunk at a time (vocab_embedding_rows_on_gpus), so every node updates
 // its copy alike.
-// The CPU AdamW of the vocabulary: the embeddings and final norm before the next forward (its first kernels
-// read them); an untied lm_head on a thread of its own (VocabHeadWorker), after the streamed layers' round
-// and beside the next forward, which waits for it only before the head (one rank a node; several ranks update
-// their parts before the forward).
-// Not here: sizes (llmc/memory_plan.cuh), allocation (gpt_build), the step (train_gpt.cu).
+// The CPU AdamW of the vocabulary (one rank a node): the final norm on the main thread; the embedding table
+// on a thread of its own (VocabHeadWorker), beside the streamed layers' round and the next forward, whose
+// embedding gathers take the rows they read first (vocab_rows_ready: a row is updated once, by whichever
+// thread takes it first, so the forward waits for its own rows only, not the table); an untied lm_head on
+// that thread after the round. The forward waits for the rest before the head. Several ranks a node update
+// their parts of every tensor on the main thread, before the forward. Not here: sizes (llmc/memory_plan.cuh),
+// allocation (gpt_build), the step (train_gpt.cu).
 #pragma once
 #include <math.h>
 #include <string.h>
@@ -29,15 +31,19 @@
 #include "llmc/matmul.cuh"         // defines: matmul_forward, matmul_backward_weight, cublas_use_stream
 #include "llmc/stream.h"           // defines: WeightStream (weights_host_bf16: the bf16 copy)
 
-// The untied lm_head's CPU AdamW on a thread that lives as long as the trainer: submit hands it a step's
-// arguments, wait returns once the last submitted update is done. Every reader of the head's weights or AdamW
-// state waits first: the head's forward (vocab_head_forward), optimizer_wait_all (checkpoints, the run's
-// end), gpt_weights_ready (loads), the next submit, vocab_free.
+// The embedding table's and the untied lm_head's CPU AdamW on a thread that lives as long as the trainer:
+// submit hands it a step's arguments, wait returns once the last submitted update is done. Every reader of
+// their weights, gradients or AdamW state waits first: the head's step (vocab_head_step, vocab_prefetch),
+// optimizer_wait_all (checkpoints, the run's end), gpt_weights_ready (loads), the next submit, vocab_free;
+// but the embedding gathers, which take their rows (vocab_rows_ready).
 struct VocabHeadWorker {
     std::thread thread;
     std::mutex mu;
     std::condition_variable cv;
     bool pending = false, stop = false;
+    bool rows = false, head = false;  // this update: the embedding table's rows, the untied head
+    bool hold_updates = false;  // tests: each update waits for the gather after it, which takes its rows
+    bool held = false;          //   this one waits (set and cleared by the main thread, under mu)
     AdamWArgs args;
 };
 
@@ -66,7 +72,13 @@ struct HostVocab {
     float* grads;              // the vocabulary tensors' fp32 gradients, as the host arrays' embeddings
     std::vector<int> touched;  // tokens whose embedding rows hold gradients (untied: zeroed next step)
     double sumsq;              // squared norm of grads after the backward pass
-    VocabHeadWorker head;      // the untied head's AdamW, beside the next forward (one rank a node)
+    VocabHeadWorker
+        head;  // the embeddings' and untied head's AdamW, beside the next forward (one rank a node)
+    // each embedding row's AdamW of the step (one rank a node): 0 to do, 1 being done, 2 done; a row is
+    // updated by whichever thread takes it first (vocab_row_update)
+    std::atomic<uint8_t>* row_state;
+    AdamWArgs row_args;                       // the step's, for the rows (the table's decay)
+    std::atomic<int64_t> rows_by_forward{0};  // rows the gathers updated themselves, so far (tests)
 };
 
 // ----------------------------------------------------------------------------
@@ -199,16 +211,65 @@ static void vocab_upload_final_norm(GPT* g, cudaStream_t s) {
     cudaCheck(cudaMemcpyAsync(g->vocab->final_norm, src, bytes, cudaMemcpyHostToDevice, s));
 }
 
+// The emulated build's race check follows host threads it knows: the rows' loops run on the calling thread.
+#ifdef FAKE_CUDA_DEVICE
+static const bool kRowsInParallel = false;
+#else
+static const bool kRowsInParallel = true;
+#endif
+
+// Embedding row r's AdamW of this step, once: the thread that takes the row first updates it (the worker
+// going through the table, or a gather that needs it). wait: return only once the row is updated (a gather);
+// else leave a row another thread took. Elementwise: the same bits whichever thread updates a row.
+static void vocab_row_update(GPT* g, int64_t r, bool wait) {
+    HostVocab* v = g->vocab;
+    std::atomic<uint8_t>& state = v->row_state[r];
+    uint8_t todo = 0;
+    if (state.load(std::memory_order_acquire) == 0 &&
+        state.compare_exchange_strong(todo, 1, std::memory_order_acq_rel)) {
+        const int64_t C = g->llama.hidden_size, o = g->layout.embed_offset[LL_EMBED] + r * C;
+        uint16_t* bf16 = g->stream.weights_host_bf16;
+        FAKE_CUDA_HOST_ACCESS(bf16 + o, C * 2, true, "an embedding row's AdamW");
+        adamw_update_f32grad(g->master + o, v->grads + o, g->adam_m + o, g->adam_v + o, bf16 + o, C,
+                             &v->row_args);
+        FAKE_CUDA_HOST_RELEASE(&state);
+        state.store(2, std::memory_order_release);
+        if (wait) v->rows_by_forward.fetch_add(1, std::memory_order_relaxed);
+        return;
+    }
+    if (!wait) return;
+    while (state.load(std::memory_order_acquire) != 2) std::this_thread::yield();  // one row: microseconds
+    FAKE_CUDA_HOST_ACQUIRE(&state);
+}
+// Every row of the table (the worker), in parallel, leaving the rows a gather took.
+static void vocab_rows_update_all(GPT* g) {
+    const int64_t V = g->llama.vocab_size;
+#pragma omp parallel for schedule(dynamic, 64) num_threads(cpu_adam_threads()) if (kRowsInParallel)
+    for (int64_t r = 0; r < V; r++) vocab_row_update(g, r, false);
+}
+// The rows of tokens[0, n) updated (this step's AdamW), before a gather reads them.
+static void vocab_rows_ready(GPT* g, const int* tokens, int64_t n) {
+#pragma omp parallel for schedule(dynamic, 256) if (kRowsInParallel)
+    for (int64_t i = 0; i < n; i++) vocab_row_update(g, tokens[i], true);
+}
+
 // out (N, C) = embed[tokens], gathered on the host, one copy up.
 static void vocab_embedding_forward(GPT* g, bf16* out, const int* tokens, cudaStream_t s) {
     HostVocab* v = g->vocab;
     const int64_t N = (int64_t)g->B * g->T, C = g->llama.hidden_size;
     const uint16_t* embed = g->stream.weights_host_bf16 + g->layout.embed_offset[LL_EMBED];
-    FAKE_CUDA_HOST_ACCESS(embed, g->layout.embed_size[LL_EMBED] * 2, false, "the host reading embeddings");
+    vocab_rows_ready(g, tokens, N);  // the step's AdamW of these rows, if the worker has not got to them
+    for (int64_t i = 0; i < N && !kRowsInParallel; i++)  // the emulation: row by row, as they were ordered
+        FAKE_CUDA_HOST_ACCESS(embed + (int64_t)tokens[i] * C, C * 2, false, "the host reading embeddings");
     FAKE_CUDA_HOST_ACCESS(v->rows_host, N * C * 2, true, "the host gathering embedding rows");
 #pragma omp parallel for
     for (int64_t i = 0; i < N; i++)
         memcpy(v->rows_host + i * C, embed + (int64_t)tokens[i] * C, (size_t)C * 2);
+    if (v->head.held) {  // tests: the held worker may go on
+        std::lock_guard<std::mutex> lock(v->head.mu);
+        v->head.held = false;
+        v->head.cv.notify_all();
+    }
     cudaCheck(cudaMemcpyAsync(out, v->rows_host, (size_t)(N * C * 2), cudaMemcpyHostToDevice, s));
     cudaCheck(cudaStreamSynchronize(s));  // rows_host is free again
 }
@@ -288,6 +349,7 @@ static void vocab_head_step(GPT* g, const bf16* const* xs, const int* targets, f
                             bf16* const* dres, int n_micro, float dloss_scale, cudaStream_t s) {
     HostVocab* v = g->vocab;
     const int64_t N = (int64_t)g->B * g->T, V = g->llama.vocab_size, C = g->llama.hidden_size;
+    vocab_head_update_wait(g);             // the table's AdamW read the gradients written from here
     if (g->layout.embed_size[LL_LM_HEAD])  // untied: last step's embedding rows (tied: the head overwrites)
         for (int t : v->touched)
             memset(v->grads + g->layout.embed_offset[LL_EMBED] + t * C, 0, (size_t)C * 4);
@@ -426,13 +488,20 @@ static void vocab_head_worker_loop(GPT* g) {
         if (w->stop) return;
         FAKE_CUDA_HOST_ACQUIRE(&w->args);  // after what the step did before it submitted
         const AdamWArgs a = w->args;
+        const bool rows = w->rows, head = w->head;
+        w->cv.wait(lock, [w] { return !w->held || w->stop; });  // tests: until a gather let it go
         lock.unlock();
-        // after the streamed layers' round, which the forward needs first (the head it needs last): the two
-        // would share the host's memory bandwidth and cores, and slow the layers' updates
-        // tests: LLMC_TEST_HEAD_DELAY_MS holds each update back (a free right after a step must wait for it)
+        // tests: LLMC_TEST_HEAD_DELAY_MS holds each update back (a free right after a step must wait for it;
+        // the next forward's gathers update their rows themselves)
         if (const char* d = getenv("LLMC_TEST_HEAD_DELAY_MS")) usleep((useconds_t)atoi(d) * 1000);
-        optimizer_wait_rounds(g);
-        vocab_head_adamw(g, &a);
+        // the table beside the round, as the main thread did before it went on to the forward
+        if (rows) vocab_rows_update_all(g);
+        // the head after the streamed layers' round, which the forward needs first (the head it needs last):
+        // the two would share the host's memory bandwidth and cores, and slow the layers' updates
+        if (head) {
+            optimizer_wait_rounds(g);
+            vocab_head_adamw(g, &a);
+        }
         lock.lock();
         w->pending = false;
         FAKE_CUDA_HOST_RELEASE(w);
@@ -447,12 +516,15 @@ static void vocab_head_update_wait(GPT* g) {
     w->cv.wait(lock, [w] { return !w->pending; });
     FAKE_CUDA_HOST_ACQUIRE(w);
 }
-static void vocab_head_update_submit(GPT* g, const AdamWArgs* args) {
+static void vocab_head_update_submit(GPT* g, const AdamWArgs* args, bool rows, bool head) {
     VocabHeadWorker* w = &g->vocab->head;
     vocab_head_update_wait(g);
     std::lock_guard<std::mutex> lock(w->mu);
     if (!w->thread.joinable()) w->thread = std::thread(vocab_head_worker_loop, g);
     w->args = *args;
+    w->rows = rows;
+    w->head = head;
+    w->held = w->hold_updates;
     w->pending = true;
     FAKE_CUDA_HOST_RELEASE(&w->args);
     w->cv.notify_all();
@@ -469,30 +541,27 @@ static void vocab_head_worker_stop(GPT* g) {
 }
 
 // CPU AdamW of the vocabulary tensors. Matrices decay. Several ranks: each its part, then all are done.
-// One rank a node with an untied head: the head's on the worker (vocab_head_update_submit), beside the next
-// forward. AdamW is elementwise: the same bits whichever thread updates a tensor.
+// One rank a node: the final norm here; the embedding table and an untied head on the worker
+// (vocab_head_update_submit), beside the next forward, whose gathers take the rows they need first. AdamW is
+// elementwise: the same bits whichever thread updates a tensor or a row.
 static void vocab_adamw(GPT* g, const AdamWArgs* args, cudaStream_t s) {
     const ParamLayout* p = &g->layout;
     uint16_t* bf16 = g->stream.weights_host_bf16;  // the embeddings come first
     int64_t lo, hi;
     vocab_part(g, p->embed_count, &lo, &hi);
     vocab_head_update_wait(g);  // the last one (the forward waited for it already)
-    const bool head_apart = g->comm->local_world == 1 && p->embed_size[LL_LM_HEAD] > 0;
-    if (head_apart) {
-        int64_t size[NUM_EMBED_TENSORS];
-        memcpy(size, p->embed_size, sizeof size);
-        size[LL_LM_HEAD] = 0;
-        for (int t = 0; t < NUM_EMBED_TENSORS; t++)
-            if (size[t])
-                FAKE_CUDA_HOST_ACCESS(bf16 + p->embed_offset[t], size[t] * 2, true,
-                                      "the host updating the vocabulary's bf16 copy");
+    if (g->comm->local_world == 1) {
+        HostVocab* v = g->vocab;
+        int64_t size[NUM_EMBED_TENSORS] = {};
+        size[LL_FINAL_NORM] = p->embed_size[LL_FINAL_NORM];
+        FAKE_CUDA_HOST_ACCESS(bf16 + p->embed_offset[LL_FINAL_NORM], size[LL_FINAL_NORM] * 2, true,
+                              "the host updating the final norm's bf16 copy");
         adamw_tensors_f32grad(NUM_EMBED_TENSORS, p->embed_offset, size, embed_is_matrix(g), g->master,
-                              g->vocab->grads, g->adam_m, g->adam_v, bf16, args);
-        vocab_head_update_submit(g, args);
-    } else if (g->comm->local_world == 1) {
-        FAKE_CUDA_HOST_ACCESS(bf16 + lo, (hi - lo) * 2, true, "the host updating the vocabulary's bf16 copy");
-        adamw_tensors_f32grad(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_is_matrix(g),
-                              g->master, g->vocab->grads, g->adam_m, g->adam_v, bf16, args);
+                              v->grads, g->adam_m, g->adam_v, bf16, args);
+        v->row_args = *args;
+        if (!embed_is_matrix(g)[LL_EMBED]) v->row_args.weight_decay = 0.0f;  // adamw_tensors' rule
+        for (int64_t r = 0; r < g->llama.vocab_size; r++) v->row_state[r].store(0, std::memory_order_relaxed);
+        vocab_head_update_submit(g, args, true, p->embed_size[LL_LM_HEAD] > 0);  // releases the states too
     } else {
         FAKE_CUDA_HOST_ACCESS(bf16 + lo, (hi - lo) * 2, true, "the host updating the vocabulary's bf16 copy");
         adamw_tensors_window_f32grad(NUM_EMBED_TENSORS, p->embed_offset, p->embed_size, embed_is_matrix(g),

@@ -22,6 +22,7 @@
 // gradient, a streamed layer's the bf16 copy sent to the host): gpu_test_common.h's expect_same_training.
 // Each bound is printed with what was measured ("[margin]" lines).
 #include "gpu_test_common.h"
+#include <set>
 #include <string>
 #include <vector>
 
@@ -480,11 +481,17 @@ TEST(GpuLlama, StreamsOrderEveryHandOver) {
                 fake_cuda_track(ws->slots + s * S, S * 2, "weight slot " + std::to_string(s));
             for (int i = 0; i < 2; i++)
                 fake_cuda_track(ws->grad_staging[i], S * 2, "gradient staging " + std::to_string(i));
-            for (int t = 0; t < NUM_EMBED_TENSORS;
-                 t++)  // apart: -E 1 updates the head on a thread of its own
-                if (p->embed_size[t])
+            for (int t = 0; t < NUM_EMBED_TENSORS; t++) {  // apart: -E 1 updates them on a thread of its own
+                if (!p->embed_size[t]) continue;
+                if (k.vocab_host &&
+                    t == LL_EMBED)  // -E 1: the table's rows, which its thread and the gathers
+                    for (int64_t r = 0; r < c.vocab_size; r++)  // update, whichever takes a row first
+                        fake_cuda_track(ws->weights_host_bf16 + p->embed_offset[t] + r * c.hidden_size,
+                                        c.hidden_size * 2, "pinned bf16 embedding row " + std::to_string(r));
+                else
                     fake_cuda_track(ws->weights_host_bf16 + p->embed_offset[t], p->embed_size[t] * 2,
                                     "pinned bf16 embedding tensor " + std::to_string(t));
+            }
             for (int l = 0; l < c.num_layers; l++) {
                 fake_cuda_track(ws->weights_host_bf16 + gpt_layer_offset(p, l), S * 2,
                                 "pinned bf16 weights of layer " + std::to_string(l));
@@ -527,6 +534,7 @@ TEST(GpuLlama, StreamsOrderEveryHandOver) {
             char dir[] = "/tmp/test_gpu_llama_racesXXXXXX";
             ASSERT_TRUE(mkdtemp(dir));
             for (int step = 0; step < 3; step++) {
+                if (g.vocab) g.vocab->head.hold_updates = step == 1;  // the evaluation's gathers take rows
                 EXPECT_TRUE(isfinite(gpt_step(&g, in.data(), tg.data(), n_micro, 1e-3f).loss));
                 if (step == 1) { EXPECT_TRUE(isfinite(gpt_forward_eval(&g, in.data(), tg.data()))); }
             }
@@ -607,6 +615,42 @@ TEST(GpuLlama, VocabOnHostTrainsLikeOnGpu) {
         expect_same_training(out[1], out[0], false, what);
         EXPECT_TRUE(within(what + ": a sample's logits rel-L2",
                            rel_l2(logits[1].data(), logits[0].data(), c.vocab_size), 1e-2));
+    }
+}
+
+// -E 1: the embedding table's AdamW runs on the vocabulary's thread, beside the layers' round and the next
+// forward, whose gathers update the rows they read first (vocab_rows_ready). With the thread held until the
+// next forward's first gather, that gather updates every row it reads itself: the same bits as a run whose
+// thread went first (losses and every vocabulary weight), tied and untied.
+TEST(GpuLlama, VocabTableUpdatesBesideTheForward) {
+    REQUIRE_GPU();
+    const int B = 2, T = 32, n_micro = 2, steps = 4;
+    for (const Shape& sh : shapes()) {
+        const LlamaConfig& c = sh.c;
+        const int64_t N = (int64_t)B * T;
+        auto in = random_tokens(n_micro * N, c.vocab_size, 41),
+             tg = random_tokens(n_micro * N, c.vocab_size, 42);
+        const int64_t distinct = (int64_t)std::set<int>(in.begin(), in.begin() + N).size();  // micro-batch 0
+        std::vector<float> losses[2], vocab[2];
+        int64_t by_forward[2] = {0, 0};
+        for (int hold = 0; hold < 2; hold++) {
+            GPT g;
+            build_gpu(&g, c, B, T, n_micro, 2, test_args(), 5, 0, 0, true);
+            for (int step = 0; step < steps; step++) {
+                g.vocab->head.hold_updates =
+                    hold && step + 1 < steps;  // its update waits for the next gather
+                losses[hold].push_back(gpt_step(&g, in.data(), tg.data(), n_micro, 1e-3f).loss);
+            }
+            optimizer_wait_all(&g);
+            by_forward[hold] = g.vocab->rows_by_forward.load();
+            vocab[hold].assign(g.master, g.master + g.layout.embed_count);
+            gpt_free(&g);
+        }
+        // the last step's update waited for no gather: steps - 1 forwards took micro-batch 0's rows
+        EXPECT_GE(by_forward[1], (steps - 1) * distinct) << sh.name;
+        EXPECT_EQ(losses[1], losses[0]) << sh.name;
+        EXPECT_EQ(memcmp(vocab[1].data(), vocab[0].data(), vocab[0].size() * 4), 0)
+            << sh.name << ": the vocabulary's weights differ";
     }
 }
 
