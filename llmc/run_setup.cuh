@@ -119,6 +119,7 @@ typedef struct {
     char ssd_owner[4200];         // -sd: the store's owner, -o's absolute path ("": no checkpoints)
     double disk_rbps, disk_wbps;  // -sd: the probe's read and write rates, bytes/s (0: not measured)
     int disk_direct;              //   the probe ran with O_DIRECT
+    bool ssd_dir_made;            //   this run made the -sd directory (a run that cannot start removes it)
     // the loop's
     DataLoader train, val;
     int64_t val_batches;
@@ -414,10 +415,39 @@ static double plan_peak_flops(const char* gpu_name) {
     return peak > 0 ? peak : PLAN_H100_PEAK_FLOPS;
 }
 
+// The plan's GPU memory within the budget, else one line that says what to lower (and the -sd directory
+// goes again if this run made it: only its lock is in it yet).
+static void check_gpu_fit(const Run* r, int sharing) {
+    const double GiB = 1073741824.0;
+    const GpuArgs* ga = &r->ga;
+    const MemoryPlan& m = r->plan;
+    if (m.gpu_bytes + gpu_reserve_bytes <= r->gpu_budget) return;
+    char budget_text[512];
+    if (r->gpu_budget < r->gpu_free_at_start)  // -V, a shared GPU's share, or the least of the ranks'
+        snprintf(budget_text, sizeof budget_text, "%.2f GiB %s (%.2f GiB free on %s)", r->gpu_budget / GiB,
+                 sharing > 1       ? "for this rank, its share of a GPU the node's ranks share"
+                 : ga->gpu_gib > 0 ? "given by -V"
+                                   : "for every rank, the least any rank has free",
+                 r->gpu_free_at_start / GiB, r->prop.name);
+    else
+        snprintf(budget_text, sizeof budget_text, "%.2f GiB free on %s", r->gpu_free_at_start / GiB,
+                 r->prop.name);
+    if (r->ssd_dir_made) {
+        unlink((std::string(ga->ssd_dir) + "/ssd_lock").c_str());
+        rmdir(ga->ssd_dir);  // not empty (another's file came meanwhile): it stays
+    }
+    die("GPU memory too small for this config: needs %.2f GiB (of which %.2f GiB layer-input checkpoints: "
+        "lower -d, "
+        "-b or -t; %.2f GiB for %d GPU-resident layers: lower -R; %.2f GiB for %d layers' kept activations: "
+        "lower "
+        "-K) and %.2f GiB kept free for CUDA and the libraries, %s",
+        m.gpu_bytes / GiB, m.layer_inputs / GiB, m.resident_layers / GiB, r->resident, m.kept / GiB, r->kept,
+        gpu_reserve_bytes / GiB, budget_text);
+}
+
 static void ssd_open_dir(Run* r);
 static void ssd_ring_auto(Run* r, double peak, const char* rates_are = "this disk's");
 static void check_fit(Run* r) {
-    const double GiB = 1073741824.0;
     GpuArgs* ga = &r->ga;
     check_ssd_space(r);
     check_host_fit(r);
@@ -498,25 +528,7 @@ static void check_fit(Run* r) {
         ssd_open_dir(r);
         ssd_ring_auto(r, peak);
     }
-    const MemoryPlan& m = r->plan;
-    if (m.gpu_bytes + gpu_reserve_bytes <= r->gpu_budget) return;
-    char budget_text[512];
-    if (r->gpu_budget < r->gpu_free_at_start)  // -V, a shared GPU's share, or the least of the ranks'
-        snprintf(budget_text, sizeof budget_text, "%.2f GiB %s (%.2f GiB free on %s)", r->gpu_budget / GiB,
-                 sharing > 1       ? "for this rank, its share of a GPU the node's ranks share"
-                 : ga->gpu_gib > 0 ? "given by -V"
-                                   : "for every rank, the least any rank has free",
-                 r->gpu_free_at_start / GiB, r->prop.name);
-    else
-        snprintf(budget_text, sizeof budget_text, "%.2f GiB free on %s", r->gpu_free_at_start / GiB,
-                 r->prop.name);
-    die("GPU memory too small for this config: needs %.2f GiB (of which %.2f GiB layer-input checkpoints: "
-        "lower -d, "
-        "-b or -t; %.2f GiB for %d GPU-resident layers: lower -R; %.2f GiB for %d layers' kept activations: "
-        "lower "
-        "-K) and %.2f GiB kept free for CUDA and the libraries, %s",
-        m.gpu_bytes / GiB, m.layer_inputs / GiB, m.resident_layers / GiB, r->resident, m.kept / GiB, r->kept,
-        gpu_reserve_bytes / GiB, budget_text);
+    check_gpu_fit(r, sharing);  // a -sd directory this run made goes again
 }
 
 // -sb auto (the default with -sd): the ring plan_ssd_ring finds at the disk's probed rates (-P 1 prints the
@@ -672,7 +684,8 @@ static void ssd_open_dir(Run* r) {
     struct stat st;  // a resume's store is there already: a wrong -sd is not made (and left behind)
     if (r->resume_step >= 0 && stat(dir, &st) != 0)
         die("resume: -sd %s: %s; a resume reads the SSD store from the run's -sd DIR", dir, strerror(errno));
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) die("-sd %s: cannot create it: %s", dir, strerror(errno));
+    r->ssd_dir_made = mkdir(dir, 0755) == 0;
+    if (!r->ssd_dir_made && errno != EEXIST) die("-sd %s: cannot create it: %s", dir, strerror(errno));
     if (ssd_lock_dir(dir, err, sizeof err) < 0) die("-sd: %s", err);  // held until exit
     const char* sec = getenv("SSD_PROBE_SECONDS");
     const char* mib = getenv("SSD_PROBE_MIB");

@@ -730,6 +730,7 @@ TEST_F(SsdTrainer, RingAutoTakesWhatTheDiskNeedsAndTheRamHolds) {
     const Result a = run_bin(kEmu, run);
     EXPECT_EQ(a.code, 1) << a.err << a.out;
     EXPECT_TRUE(has(a.err, "GPU memory too small for this config")) << a.err;
+    EXPECT_EQ(file_size(dir + "/s"), -1) << "a run that cannot start leaves no -sd directory it made";
     std::smatch m;
     ASSERT_TRUE(
         std::regex_search(a.out, m,
@@ -745,8 +746,10 @@ TEST_F(SsdTrainer, RingAutoTakesWhatTheDiskNeedsAndTheRamHolds) {
                     "SSD tier's ring (-sb auto): the default 4 pieces (half of the host RAM the plan "
                     "leaves holds no more)"))
         << tight.out << tight.err;
+    mkdir((dir + "/s").c_str(), 0755);  // one that was there stays
     const Result fixed = run_bin(kEmu, run + Args{"-sb", "0"});
     EXPECT_FALSE(has(fixed.out, "-sb auto")) << fixed.out;
     EXPECT_TRUE(has(fixed.err, "GPU memory too small for this config")) << fixed.err;
+    EXPECT_GE(file_size(dir + "/s"), 0) << "the -sd directory it was given stays";
 }
 }  // namespace
