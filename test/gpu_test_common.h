@@ -78,6 +78,30 @@ inline std::vector<X> download(const X* d, int64_t n) {
     return out;
 }
 
+// Elements whose bits differ (+0 vs -0 too): for results that must be bit-identical.
+inline int64_t count_bit_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    if (a.size() != b.size()) return -1;
+    int64_t n = 0;
+    for (size_t i = 0; i < a.size(); i++) n += memcmp(&a[i], &b[i], 4) != 0;
+    return n;
+}
+// Elements that differ (for the results that must be exact).
+inline int64_t count_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    if (a.size() != b.size()) return -1;
+    int64_t n = 0;
+    for (size_t i = 0; i < a.size(); i++) n += !(a[i] == b[i]);
+    return n;
+}
+// Columns [c0, c0 + width) of each row of a (rows, row_width) matrix, as a (rows, width) one.
+inline std::vector<float> columns(const std::vector<float>& m, int64_t rows, int64_t row_width, int64_t c0,
+                                  int64_t width) {
+    std::vector<float> out((size_t)(rows * width));
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < width; c++)
+            out[(size_t)(r * width + c)] = m[(size_t)(r * row_width + c0 + c)];
+    return out;
+}
+
 // The device buffers of one test, zero-filled, freed when it ends (also when an ASSERT returns early).
 struct DeviceMem {
     std::vector<void*> ptrs;

@@ -42,7 +42,7 @@
 // order), the bound is set from the GPU's: each such difference is ~1e-6 relative, far below a
 // bf16 rounding (2^-9).
 #include "gpu_test_common.h"
-#include "llmc/llama_cpu.h"  // defines: gqa_attention_forward, gqa_attention_backward (GQA oracle)
+#include "gqa_reference.h"  // defines: GqaCase, kGqaCases, GqaReference, gqa_name, packed_positions
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -79,20 +79,6 @@ void check_dqkv_parts(const char* what, const std::vector<float>& got, const std
         const std::string name = std::string(what) + " " + part_names[part];
         EXPECT_TRUE(check(name.c_str(), g_part, r_part, tol)) << name;
     }
-}
-// Elements whose bits differ (+0 vs -0 too): for results that must be bit-identical.
-int64_t count_bit_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    if (a.size() != b.size()) return -1;
-    int64_t n = 0;
-    for (size_t i = 0; i < a.size(); i++) n += memcmp(&a[i], &b[i], 4) != 0;
-    return n;
-}
-// Elements that differ (for the results that must be exact).
-int64_t count_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    if (a.size() != b.size()) return -1;
-    int64_t n = 0;
-    for (size_t i = 0; i < a.size(); i++) n += !(a[i] == b[i]);
-    return n;
 }
 // Non-zero entries above the diagonal of (rows, T) causal score rows, row r being query t1 = r % T.
 int64_t above_diagonal_nonzeros(const std::vector<float>& att, int64_t rows, int T) {
@@ -1180,84 +1166,6 @@ TEST(Kernels, CublasLtFusesAtTheTrainersShapes) {
 // Packed rows hold conversations of 70, 9, 23 and 41 tokens in turn (each row starts at another): masked
 // key tiles are skipped (query tile 2 of the 130-token row starts its keys at 70). Bounds are the MHA
 // tests': the same bf16 rounding points per element, the mask only removes terms (see the file's top).
-
-// Positions of B rows of T packed with conversations of the given lengths, in turn.
-std::vector<int> packed_positions(int B, int T, const std::vector<int>& lengths) {
-    std::vector<int> pos((size_t)B * T);
-    for (int b = 0; b < B; b++) {
-        int k = b, p = 0;
-        for (int t = 0; t < T; t++) {
-            if (p == lengths[(size_t)k % lengths.size()]) p = 0, k++;
-            pos[(size_t)b * T + t] = p++;
-        }
-    }
-    return pos;
-}
-// Columns [c0, c0 + width) of each row of a (rows, row_width) matrix, as a (rows, width) one.
-std::vector<float> columns(const std::vector<float>& m, int64_t rows, int64_t row_width, int64_t c0,
-                           int64_t width) {
-    std::vector<float> out((size_t)(rows * width));
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < width; c++)
-            out[(size_t)(r * width + c)] = m[(size_t)(r * row_width + c0 + c)];
-    return out;
-}
-
-struct GqaCase {
-    int B, T, NH, NKV, hs, packed;
-};
-const GqaCase kGqaCases[] = {
-    {2, 37, 4, 4, 64, 1},   {2, 70, 4, 2, 64, 0},  {1, 130, 8, 1, 64, 1}, {1, 70, 4, 2, 128, 1},
-    {1, 100, 8, 1, 128, 0}, {1, 1100, 2, 1, 32, 1}};  // past 32 x 32 query tiles: the dk/dv kernel's second
-                                                      // word of tiles, and blocks whose first word is not 0
-const std::vector<int> kConversations = {70, 9, 23, 41};
-
-// One case's inputs and llama_cpu.h's results.
-struct GqaReference {
-    int64_t N, QD, KVD, W;
-    std::vector<float> qkv, dy, y, att, dq, dk, dv, lse;
-    std::vector<int> pos;
-    GqaReference(const GqaCase& c, uint64_t seed) {
-        N = (int64_t)c.B * c.T, QD = (int64_t)c.NH * c.hs, KVD = (int64_t)c.NKV * c.hs, W = QD + 2 * KVD;
-        qkv = rand_bf16(N * W, -1.5f, 1.5f, seed), dy = rand_bf16(N * QD, -1, 1, seed + 1);
-        if (c.packed) pos = packed_positions(c.B, c.T, kConversations);
-        const int* p = c.packed ? pos.data() : nullptr;
-        const auto q = columns(qkv, N, W, 0, QD), k = columns(qkv, N, W, QD, KVD),
-                   v = columns(qkv, N, W, QD + KVD, KVD);
-        y.resize((size_t)(N * QD)), att.resize((size_t)c.B * c.NH * c.T * c.T), dq.resize((size_t)(N * QD));
-        dk.resize((size_t)(N * KVD)), dv.resize((size_t)(N * KVD));
-        std::vector<float> dscore((size_t)c.B * c.NKV * c.T);
-        gqa_attention_forward(y.data(), att.data(), q.data(), k.data(), v.data(), c.B, c.T, c.NH, c.NKV, c.hs,
-                              p);
-        gqa_attention_backward(dq.data(), dk.data(), dv.data(), dscore.data(), dy.data(), q.data(), k.data(),
-                               v.data(), att.data(), c.B, c.T, c.NH, c.NKV, c.hs, p);
-        // lse: log2 of each row's sum of exp(score) over its visible keys, in double
-        lse.resize((size_t)c.B * c.NH * c.T);
-        for (int b = 0; b < c.B; b++)
-            for (int h = 0; h < c.NH; h++)
-                for (int t = 0; t < c.T; t++) {
-                    const int lo = p ? t - p[b * c.T + t] : 0, g = h / (c.NH / c.NKV);
-                    std::vector<double> sc;
-                    double mx = -INFINITY, sum = 0.0;
-                    for (int j = lo; j <= t; j++) {
-                        double dot = 0.0;
-                        for (int i = 0; i < c.hs; i++)
-                            dot += (double)q[(size_t)((b * c.T + t) * QD + h * c.hs + i)] *
-                                   k[(size_t)((b * c.T + j) * KVD + g * c.hs + i)];
-                        sc.push_back(dot / sqrt((double)c.hs));
-                        mx = std::max(mx, sc.back());
-                    }
-                    for (double s : sc) sum += exp(s - mx);
-                    lse[((size_t)b * c.NH + h) * c.T + t] = (float)((mx + log(sum)) / log(2.0));
-                }
-    }
-};
-std::string gqa_name(const GqaCase& c) {
-    char s[96];
-    snprintf(s, sizeof s, "B=%d T=%d NH=%d NKV=%d hs=%d %s", c.B, c.T, c.NH, c.NKV, c.hs,
-             c.packed ? "packed" : "plain");
-    return s;
-}
 
 // dq, dk, dv columns of a fused-row gradient against the reference, each within tol.
 void check_gqa_grads(const std::string& what, const std::vector<float>& got, const GqaReference& r,

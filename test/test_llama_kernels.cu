@@ -43,22 +43,6 @@ namespace {
     }
     return within(what + " max-diff/max-ref", mx > 0 ? diff / mx : diff, bound);
 }
-// Elements that differ (for the results that must be exact).
-int64_t count_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    if (a.size() != b.size()) return -1;
-    int64_t n = 0;
-    for (size_t i = 0; i < a.size(); i++) n += !(a[i] == b[i]);
-    return n;
-}
-// Columns [c0, c0 + width) of each row of a (rows, row_width) matrix, as a (rows, width) one.
-std::vector<float> columns(const std::vector<float>& m, int64_t rows, int64_t row_width, int64_t c0,
-                           int64_t width) {
-    std::vector<float> out((size_t)(rows * width));
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < width; c++)
-            out[(size_t)(r * width + c)] = m[(size_t)(r * row_width + c0 + c)];
-    return out;
-}
 
 const cudaStream_t kStream = 0;  // the legacy stream: nothing here needs another
 const int kB = 7, kT = 37;       // N = 259 rows
