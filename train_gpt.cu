@@ -940,6 +940,7 @@ static void gpt_copy_logits(GPT* g, int b, int t, float* out) {
 
 // Llama files: [layers | embeddings], this trainer: [embeddings | layers]. Rotates in place.
 static void llama_state_order(GPT* g, bool to_file) {
+    ProgressTicker ticker;  // three rotations of the whole state: minutes at 70B (llmc/progress_watch.h)
     for (float* x : {g->master, g->adam_m, g->adam_v})
         to_file ? llama_file_order(&g->layout, x) : llama_trainer_order(&g->layout, x);
 }
@@ -1269,6 +1270,10 @@ int main(int argc, char** argv) {
             });
     };
     stop_signal_install();
+    if (const char* e = getenv("LLMC_TEST_SLOW_START")) {  // tests: rank r's set-up takes s seconds longer
+        int rank = -1, seconds = 0;
+        if (sscanf(e, "%d:%d", &rank, &seconds) == 2 && rank == r.comm->rank) sleep((unsigned)seconds);
+    }
     progress_watch_start(r.comm);  // several ranks: a run that no longer moves on ends in one line
     const double run_t0 = timeline_now();
     for (int step = r.start_step; step <= r.total_steps; step++) {

@@ -385,6 +385,7 @@ static inline int llmc_load_params(const char* path, const GPTConfig* cfg, float
 
 // Ends an atomic save: fsync, close, rename tmp to path; 0 sets *why.
 static inline int finish_atomic_write(FILE* f, int ok, const char* tmp, const char* path, int* why) {
+    ProgressTicker ticker;  // the fsync of a large file: minutes (llmc/progress_watch.h)
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     *why = ok ? 0 : errno;
     if (fclose(f) != 0 && ok) {
@@ -413,9 +414,15 @@ static inline FILE* model_tmp_open(const char* path, char* tmp, size_t tmplen, c
 }
 // Writes bytes and adds them to *crc; 0 on a short write.
 static inline int write_crc(FILE* f, const void* p, int64_t bytes, uint32_t* crc) {
-    *crc = crc32c_update(*crc, p, (size_t)bytes);
-    progress_tick();  // a long checkpoint write is progress (llmc/progress_watch.h)
-    return (int64_t)fwrite(p, 1, (size_t)bytes, f) == bytes;
+    const char* c = (const char*)p;
+    for (int64_t at = 0; at < bytes;) {  // 256 MiB at a time, each one progress (llmc/progress_watch.h)
+        const int64_t n = bytes - at < ((int64_t)1 << 28) ? bytes - at : ((int64_t)1 << 28);
+        *crc = crc32c_update(*crc, c + at, (size_t)n);
+        if ((int64_t)fwrite(c + at, 1, (size_t)n, f) != n) return 0;
+        progress_tick();
+        at += n;
+    }
+    return 1;
 }
 // Renames path.tmp to path (the caller fsyncs the directory); 0 with err.
 static inline int model_tmp_finish(FILE* f, int ok, const char* tmp, const char* path, char* err,

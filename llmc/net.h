@@ -426,10 +426,11 @@ static inline void net_watch(NetLinks* L) {
                 const uint64_t here = L->progress_here ? L->progress_here->load() : 0;
                 for (size_t j = 0; j < beat.size(); j++) {
                     const char b = (here != told[j] || relay[j]) ? 3 : 1;
-                    told[j] = here;
-                    relay[j] = 0;
-                    if (fds[(size_t)beat[j]].fd >= 0)
-                        (void)!send(fds[(size_t)beat[j]].fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+                    const int fd = fds[(size_t)beat[j]].fd;
+                    if (fd >= 0 && send(fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL) == 1) {  // else told later
+                        told[j] = here;
+                        relay[j] = 0;
+                    }
                 }
                 sent = t;
             }

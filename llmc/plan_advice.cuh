@@ -131,10 +131,11 @@ static PlanEval plan_evaluate(const PlanTarget* t, PlanChoice c) {
                                   : e.m.ssd_read_per_step / t->disk_read_Bps +
                                         e.m.ssd_write_per_step / t->disk_write_Bps;  // one drive, both ways
     e.adam_s = e.adam_bytes / PLAN_HOST_BPS;
-    // -E 1 before the forward. One rank a node: the final norm, and the embedding rows of the first
-    // micro-batch, which its gather updates itself (the table and an untied head on a thread of their own,
-    // beside the round and the forward: vocab_head_update_submit). Several ranks a node: every tensor.
-    const double first_rows = std::min((double)cfg->vocab_size, (double)c.B * t->T) * cfg->channels;
+    // -E 1 before the forward. One rank a node: the final norm, and the embedding rows of the step's tokens,
+    // which its gathers (every micro-batch's, before layer 0) update themselves (the table and an untied head
+    // on a thread of their own, beside the round and the forward: vocab_head_update_submit); at most a row a
+    // token. Several ranks a node: every tensor.
+    const double first_rows = std::min((double)cfg->vocab_size, tokens) * cfg->channels;
     const double before_forward = llama && t->ranks <= 1 ? cfg->channels + first_rows : vocab_params;
     e.vocab_adam_s = (vocab_params > 0 ? before_forward : 0.0) * ADAMW_BYTES_PER_PARAM / PLAN_HOST_BPS;
     e.round_disk_s = c.tier == TIER_RAM

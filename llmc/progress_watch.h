@@ -25,6 +25,23 @@ static inline double progress_timeout_seconds() {
     return s;
 }
 
+// utils.h's die, without stdio: the main thread may hang inside it (a write to a stuck file system, a pipe
+// nobody reads) and hold a stream's lock that fflush would wait for.
+static inline void progress_watch_die(double timeout) {
+    char line[512];
+    int n = snprintf(line, sizeof line, "error: ");
+    if (die_rank >= 0) n += snprintf(line + n, sizeof line - (size_t)n, "rank %d: ", die_rank);
+    n +=
+        snprintf(line + n, sizeof line - (size_t)n,
+                 "no rank of the run moved on in %.0f s: a rank hangs (a deadlock, a GPU that stopped, a "
+                 "collective that never ends) or the network between two nodes is cut; LLMC_PROGRESS_TIMEOUT "
+                 "sets the wait\n",
+                 timeout);
+    die_dying.store(1);  // another thread's die from here on waits (utils.h)
+    if (!(die_said && die_said->exchange(1))) (void)!write(2, line, (size_t)n);  // the node's first says it
+    _exit(1);
+}
+
 struct ProgressWatch {
     std::thread thread;
     std::atomic<bool> stop{false};
@@ -36,9 +53,14 @@ static ProgressWatch progress_watch;
 static inline void progress_watch_start(Comm* c) {
     if (c->world == 1 || !c->node) return;
     const double timeout = progress_timeout_seconds();
-    if (timeout <= 0) return;
-    progress_ticks = &c->node->progress_here;
+    progress_ticks =
+        &c->node->progress_here;  // counted, told the other nodes, also where this one does not watch
     progress_tick();
+    // every rank is here: a fresh run's set-up (reading a 405B model on each node) takes each node its own
+    // time
+    double here = 0;
+    comm_sum_host(c, &here, 1);
+    if (timeout <= 0) return;
     NodeShared* node = c->node;
     progress_watch.thread = std::thread([node, timeout] {
         auto now = [] {
@@ -55,10 +77,7 @@ static inline void progress_watch_start(Comm* c) {
                 seen = count;
                 moved_at = now();
             } else if (now() - moved_at > timeout) {
-                die("no rank of the run moved on in %.0f s: a rank hangs (a deadlock, a GPU that stopped, a "
-                    "collective that never ends) or the network between two nodes is cut; "
-                    "LLMC_PROGRESS_TIMEOUT sets the wait",
-                    timeout);
+                progress_watch_die(timeout);
             }
         }
     });

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <atomic>
+#include <thread>
 
 // GiB, MiB or bytes for a message (never "0.00 GiB").
 struct SizeText {
@@ -36,6 +37,23 @@ inline std::atomic<uint64_t>* progress_ticks = nullptr;
 static inline void progress_tick() {
     if (progress_ticks) progress_ticks->fetch_add(1, std::memory_order_relaxed);
 }
+// While it lives, a tick every 0.2 s: around a long local step that cannot tick as it goes (an fsync, a
+// rotation of the whole state). Nothing where no watch counts. Not around anything that waits on another rank
+// or node: a hang there must stay visible.
+struct ProgressTicker {
+    std::atomic<bool> done{false};
+    std::thread thread;
+    ProgressTicker() {
+        if (progress_ticks)
+            thread = std::thread([this] {
+                while (!done.load()) progress_tick(), usleep(200 * 1000);
+            });
+    }
+    ~ProgressTicker() {
+        done.store(true);
+        if (thread.joinable()) thread.join();
+    }
+};
 
 // One "error: ..." line (control bytes as \xNN), exit 1. All failures end here. A second thread that dies
 // meanwhile (NCCL's watch beside the main thread) waits for the first's line and exit.

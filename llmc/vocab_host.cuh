@@ -249,7 +249,7 @@ static void vocab_rows_update_all(GPT* g) {
 }
 // The rows of tokens[0, n) updated (this step's AdamW), before a gather reads them.
 static void vocab_rows_ready(GPT* g, const int* tokens, int64_t n) {
-#pragma omp parallel for schedule(dynamic, 256) if (kRowsInParallel)
+#pragma omp parallel for schedule(dynamic, 256) num_threads(cpu_adam_threads()) if (kRowsInParallel)
     for (int64_t i = 0; i < n; i++) vocab_row_update(g, tokens[i], true);
 }
 
@@ -513,6 +513,10 @@ static void vocab_head_update_wait(GPT* g) {
     if (!g->vocab) return;
     VocabHeadWorker* w = &g->vocab->head;
     std::unique_lock<std::mutex> lock(w->mu);
+    if (w->held) {  // tests: whoever waits for the update will not gather first
+        w->held = false;
+        w->cv.notify_all();
+    }
     w->cv.wait(lock, [w] { return !w->pending; });
     FAKE_CUDA_HOST_ACQUIRE(w);
 }

@@ -647,15 +647,17 @@ TEST_F(MultiGpu, ANodeThatGoesSilentEndsTheRun) {
 
 // A rank that hangs while its process lives and beats (a deadlock, a GPU that stopped; a cut network between
 // two nodes looks the same from every node): no rank moves on, and LLMC_PROGRESS_TIMEOUT seconds later every
-// node ends in one line. Before it, rank 0 saves a checkpoint for longer than the timeout while node 1 waits:
+// node ends in one line. Before it, node 1's set-up takes longer than the timeout (node 0 must not watch
+// before every rank is there), and rank 0 saves a checkpoint for longer than the timeout while node 1 waits:
 // that node hears of node 0's progress with the heartbeats and does not end.
 TEST_F(MultiGpu, ARankThatHangsEndsTheRunASlowSaveDoesNot) {
     const char* spec = "L3:C64:NH4:T32:V512";
     const std::string addr = "127.0.0.1:" + std::to_string(20000 + (getpid() * 43 + 17) % 12000);
     setenv("LLMC_NODE_WAIT", "600", 1);
     setenv("LLMC_PROGRESS_TIMEOUT", "8", 1);
-    setenv("LLMC_TEST_SLOW_SAVE", "20", 1);    // at step 2, 20 s: longer than the timeout, progressing
-    setenv("LLMC_TEST_RANK_HANGS", "1:3", 1);  // node 1's rank after step 3
+    setenv("LLMC_TEST_SLOW_SAVE", "20", 1);     // at step 2, 20 s: longer than the timeout, progressing
+    setenv("LLMC_TEST_RANK_HANGS", "1:3", 1);   // node 1's rank after step 3
+    setenv("LLMC_TEST_SLOW_START", "1:12", 1);  // node 1's set-up: 12 s longer
     pid_t pids[2];
     for (int n = 1; n >= 0; n--) {
         const std::string scratch = dir + "/node" + std::to_string(n);
@@ -666,8 +668,8 @@ TEST_F(MultiGpu, ARankThatHangsEndsTheRunASlowSaveDoesNot) {
                            {"-x", "1000", "-n", "2", "-pN", "2", "-pr", std::to_string(n), "-ps", addr}),
                   scratch);
     }
-    for (const char* e :
-         {"LLMC_NODE_WAIT", "LLMC_PROGRESS_TIMEOUT", "LLMC_TEST_SLOW_SAVE", "LLMC_TEST_RANK_HANGS"})
+    for (const char* e : {"LLMC_NODE_WAIT", "LLMC_PROGRESS_TIMEOUT", "LLMC_TEST_SLOW_SAVE",
+                          "LLMC_TEST_RANK_HANGS", "LLMC_TEST_SLOW_START"})
         unsetenv(e);
     const int code0 = wait_exit(pids[0], 600), code1 = wait_exit(pids[1], 600);
     const std::string out0 = slurp(dir + "/node0/stdout.txt");
