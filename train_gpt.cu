@@ -1223,6 +1223,7 @@ int main(int argc, char** argv) {
     static Run r;                 // static: zero-initialized
     static Comm ranks;
     parse_args(argc, argv, &r.args, &r.ga);
+    progress_timeout_seconds();  // a bad LLMC_PROGRESS_TIMEOUT is refused before any work (one GPU too)
     r.comm = &ranks;
     if (!r.ga.plan_only) {
         // -pn G (-pN N), or another launcher's ranks: this is one of G (x N) processes

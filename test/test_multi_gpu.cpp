@@ -580,6 +580,10 @@ TEST_F(MultiGpu, LlmcStyleProcessStartTrainsLikeOneGpu) {
     EXPECT_TRUE(
         CleanError(run_bin(kEmu, run_args(spec, dir + "/bad")), {"LLMC_NODE_TIMEOUT=abc: seconds, above 0"}));
     unsetenv("LLMC_NODE_TIMEOUT");
+    setenv("LLMC_PROGRESS_TIMEOUT", "-5", 1);
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/bad")),
+                           {"LLMC_PROGRESS_TIMEOUT=-5: seconds, 0 for no watch"}));
+    unsetenv("LLMC_PROGRESS_TIMEOUT");
     // -P 1 plans the processes' nodes of -pg GPUs (no -ps needed), and a launcher's environment's likewise
     const Args plan = {"-e",     "llama3-70b", "-b", "1",  "-t",   "4096", "-d",
                        "262144", "-V",         "79", "-M", "2000", "-P",   "1"};
