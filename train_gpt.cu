@@ -444,7 +444,7 @@ static void gpt_resident_state_to_host(GPT* g) {
 
 // Master weights changed outside AdamW: new bf16 copy and resident prefix, empty slots.
 static void gpt_weights_ready(GPT* g) {
-    vocab_head_update_wait(g);  // -E 1: no head update still writing what the load replaced
+    vocab_head_update_wait(g);  // -E 1: no table or head update still writing what the load replaced
     uint16_t* bf16 = g->stream.weights_host_bf16;
     // -sd: the prefix only; several nodes too (load_node_weights wrote the streamed layers' copies)
     const int64_t n = g->comm->nodes > 1 ? g->resident_count : g->host_state_count;
@@ -825,7 +825,7 @@ static void gpt_update(GPT* g, float lr) {
     optimizer_submit(g, lr, grad_scale);
     const AdamWArgs args = {lr,         ADAMW_BETA1, ADAMW_BETA2, ADAMW_EPS, g->args.weight_decay,
                             grad_scale, g->adam_t};
-    if (g->vocab) vocab_adamw(g, &args, g->stream.compute);  // the table on its thread, beside the layers'
+    if (g->vocab) vocab_adamw(g, &args, g->stream.compute);  // the table on its thread (-E 1)
     ScopedSpan span(g->timeline, TRACK_COMPUTE, "resident adamw", -1, g->stream.compute);
     resident_adamw(g, args, g->stream.compute);
 }
@@ -1079,7 +1079,7 @@ static double gpu_bf16_peak_flops(const char* device_name, const char** label) {
 
 #include "llmc/rank_launch.h"  // defines: rank_start, rank_gate_wait (-pn G, or another launcher's ranks)
 #include "llmc/run_setup.cuh"  // defines: Run, plan_run, check_fit, build_model, open_data, print_config_table
-#include "llmc/progress_watch.h"  // defines: progress_watch_start, progress_watch_stop (several ranks)
+#include "llmc/progress_watch.h"  // defines: progress_timeout_seconds, progress_watch_start, progress_watch_stop
 
 // Mean loss of the first `batches` val batches, max_micro per walk. Chat: per target token.
 // Several ranks: each walk reads max_micro batches per rank, and each rank evaluates its own.

@@ -253,6 +253,7 @@ static int save_model_streamed(const char* path, const GPTConfig* cfg, const flo
             ok = fseeko(f, (off_t)off, SEEK_SET) == 0 &&
                  (int64_t)fwrite(src + (is_layer ? p.layer_offset[t] : p.embed_offset[t]), 4, (size_t)n, f) ==
                      n;
+            progress_tick();  // llmc/progress_watch.h
         }
     }
     free(layer);

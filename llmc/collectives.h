@@ -46,11 +46,12 @@ struct NodeShared {
     std::atomic<int> attached;                  // ranks that joined rank 0's block (rank_attach)
     std::atomic<int64_t> exchanged;  // several nodes: the bf16 exchange's progress (llmc/cpu_optimizer.h)
     std::atomic<int> said;           // a rank said why the run ends (utils.h die_said): the rest are quiet
-    std::atomic<uint64_t> progress_here;       // ticks of this node's ranks (utils.h progress_tick)
-    std::atomic<uint64_t> progress_elsewhere;  // several nodes: ticks heard of from other nodes (net_watch)
-    int pids[MAX_RANKS];                       // each rank's process, for comm_check_alive
-    int launched;                              // 1: -pn's launcher watches the ranks (rank_launch.h)
-    int owner_pid;                             // rank 0: the memfds below are its
+    std::atomic<uint64_t> progress_here;  // ticks of this node's ranks (utils.h progress_tick)
+    std::atomic<uint64_t>
+        progress_elsewhere;  // several nodes: beats that said another node moved on (net_watch)
+    int pids[MAX_RANKS];     // each rank's process, for comm_check_alive
+    int launched;            // 1: -pn's launcher watches the ranks (rank_launch.h)
+    int owner_pid;           // rank 0: the memfds below are its
     int fds[NODE_SHARED_ARRAYS];
     char nccl_id[128];
     char gpu_bus[MAX_RANKS][40];  // each rank's GPU: its UUID or PCI bus id (comm_ranks_on_my_gpu)

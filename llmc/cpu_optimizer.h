@@ -11,7 +11,7 @@
 #include "llmc/gpt.cuh"         // defines: struct GPT, layer_is_matrix
 #include "llmc/collectives.h"   // defines: Comm, NodeShared (several ranks: each updates its slice)
 #include "llmc/ssd_tier.h"      // defines: ssd_tier_round, ssd_tier_submit, ssd_tier_send_grads
-#include "llmc/vocab_host.cuh"  // defines: vocab_head_update_wait (-E 1: the head's AdamW thread)
+#include "llmc/vocab_host.cuh"  // defines: vocab_head_update_wait (-E 1: the table's and head's AdamW thread)
 
 // Rounds update streamed layers R..L-1, in order.
 struct Optimizer {
@@ -212,7 +212,7 @@ static int64_t optimizer_wait_rounds(GPT* g) {
     return o->rounds_submitted;
 }
 static void optimizer_wait_all(GPT* g) {
-    vocab_head_update_wait(g);  // -E 1: the untied head's AdamW too
+    vocab_head_update_wait(g);  // -E 1: the table's and the untied head's AdamW too
     const int64_t round = optimizer_wait_rounds(g);
     if (g->comm->nodes > 1 && round > 0) node_exchanged(g, rank_progress_mark(g, round + 1, 0), 1);
     else if (g->comm->world > 1 && round > 0) ranks_reached(g, rank_progress_mark(g, round + 1, 0), 1);

@@ -18,7 +18,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "crc32c.h"
-#include "utils.h"  // defines: fopen_regular, progress_tick
+#include "utils.h"  // defines: fopen_regular, progress_tick, ProgressTicker
 
 #define MODEL_MAGIC        20240326
 #define MODEL_VERSION_FP32 3

@@ -6,10 +6,10 @@
 // (net_exchange). The star's main link serves the main thread; the mesh (whose links to node 0 are the star's
 // second link) the optimizer thread; a third link carries heartbeats. A peer that goes away, or goes silent
 // (its process stopped, its machine or the network to it down: LLMC_NODE_TIMEOUT seconds without a
-// heartbeat), ends this process in one line. Not found: a process that hangs but beats (a deadlock, a GPU
-// hang), and a cut between two nodes other than node 0: the heartbeats carry whether a node progressed, and
-// llmc/progress_watch.h ends a run in which no rank progressed for LLMC_PROGRESS_TIMEOUT seconds.
-// Not here: the ranks inside a node (collectives.h), when what is sent (train_gpt.cu, llmc/cpu_optimizer.h).
+// heartbeat), ends this process in one line. Not found by the heartbeats alone: a process that hangs but
+// beats (a deadlock, a GPU hang), and a cut between two nodes other than node 0; those the progress watch
+// finds (llmc/progress_watch.h): the beats also carry whether a node moved on. Not here: the ranks inside a
+// node (collectives.h), when what is sent (train_gpt.cu, llmc/cpu_optimizer.h).
 #pragma once
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -42,8 +42,8 @@ struct NetLinks {
     std::atomic<int> started{0};     // every node passed its set-up (net_started)
     std::atomic<int> closing{0};     // net_finish began: peers may go
     std::atomic<int> finished{0};    // net_finish's barrier passed: every node is done
-    // progress (llmc/progress_watch.h): this node's ticks, told to node 0 with the heartbeats; node 0 tells
-    // every node of the others' (progress_elsewhere counts what a node heard)
+    // progress (llmc/progress_watch.h): whether this node's ticks moved, told to node 0 with the heartbeats;
+    // node 0 tells every node of its own and the others' (progress_elsewhere counts the beats that said so)
     std::atomic<uint64_t>* progress_here = nullptr;
     std::atomic<uint64_t>* progress_elsewhere = nullptr;
 };

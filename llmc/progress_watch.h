@@ -1,19 +1,19 @@
 // progress_watch.h — a run of several ranks in which no rank moves on for LLMC_PROGRESS_TIMEOUT seconds (600
-// by default, NCCL's timeout in PyTorch; 0: no watch) ends in one line on every rank. What it finds: a rank
-// that hangs while its process lives and beats (a deadlock, a GPU that stopped, a collective that never
-// completes), a cut network between two nodes (node 0's links are watched by net.h's heartbeats, which also
-// carry whether a node moved on, so a slow part that one rank does alone, rank 0's checkpoint write, keeps
-// every node's watch quiet). Progress is counted by utils.h's progress_tick: each layer the main thread takes
-// up, each block of a checkpoint written or checked, each transfer between nodes. From the first step to the
-// last collective; one rank: no watch.
-// Not here: the heartbeats (llmc/net.h), a rank or node that ends (llmc/collectives.h, llmc/net.h).
+// by default, NCCL's timeout in PyTorch; 0: no watch) ends: every rank exits, each node says why in one line.
+// What it finds: a rank that hangs while its process lives and beats (a deadlock, a GPU that stopped, a
+// collective that never completes), a cut network between two nodes (node 0's links are watched by net.h's
+// heartbeats, which also carry whether a node moved on, so a slow part that one rank does alone, rank 0's
+// checkpoint write, keeps every node's watch quiet). Progress is counted by utils.h's progress_tick: each
+// layer the main thread takes up, each block of a checkpoint written or checked, each transfer between nodes.
+// From the first step to the last collective; one rank: no watch. Not here: the heartbeats (llmc/net.h), a
+// rank or node that ends (llmc/collectives.h, llmc/net.h).
 #pragma once
 #include <time.h>
 #include <unistd.h>
 #include <atomic>
 #include <thread>
-#include "collectives.h"  // defines: Comm, NodeShared (progress_here, progress_elsewhere)
-#include "utils.h"        // defines: die, progress_ticks
+#include "collectives.h"  // defines: Comm, NodeShared (progress_here, progress_elsewhere), comm_sum_host
+#include "utils.h"        // defines: die, die_rank, die_dying, die_said, progress_ticks, progress_tick
 
 // LLMC_PROGRESS_TIMEOUT: seconds, 0 for no watch; 600 by default.
 static inline double progress_timeout_seconds() {
@@ -53,8 +53,8 @@ static ProgressWatch progress_watch;
 static inline void progress_watch_start(Comm* c) {
     if (c->world == 1 || !c->node) return;
     const double timeout = progress_timeout_seconds();
-    progress_ticks =
-        &c->node->progress_here;  // counted, told the other nodes, also where this one does not watch
+    // counted and told the other nodes, also where this one does not watch
+    progress_ticks.store(&c->node->progress_here, std::memory_order_release);
     progress_tick();
     // every rank is here: a fresh run's set-up (reading a 405B model on each node) takes each node its own
     // time

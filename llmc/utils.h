@@ -1,4 +1,5 @@
-// utils.h — die, config table rows, size and time text, peak memory, fopen_regular.
+// utils.h — die, config table rows, size and time text, peak memory, fopen_regular, the progress count
+// (progress_tick, ProgressTicker: llmc/progress_watch.h).
 // No flags, no model.
 #pragma once
 #include <errno.h>
@@ -31,20 +32,23 @@ inline int die_rank = -1;
 inline std::atomic<int>* die_said = nullptr;
 
 // A run of several ranks: the node's count of steps forward (NodeShared.progress_here), which
-// llmc/progress_watch.h watches. progress_tick: the main thread passed a layer, a rank moved bytes of a
-// checkpoint or a node's sum. Null (one rank): nothing counts.
-inline std::atomic<uint64_t>* progress_ticks = nullptr;
+// llmc/progress_watch.h watches. progress_tick: the main thread passed a layer, a rank wrote or checked a
+// block of a checkpoint, bytes moved between nodes. Null (one rank, or before progress_watch_start): nothing
+// counts.
+inline std::atomic<std::atomic<uint64_t>*> progress_ticks{nullptr};
 static inline void progress_tick() {
-    if (progress_ticks) progress_ticks->fetch_add(1, std::memory_order_relaxed);
+    if (std::atomic<uint64_t>* p = progress_ticks.load(std::memory_order_acquire))
+        p->fetch_add(1, std::memory_order_relaxed);
 }
 // While it lives, a tick every 0.2 s: around a long local step that cannot tick as it goes (an fsync, a
-// rotation of the whole state). Nothing where no watch counts. Not around anything that waits on another rank
-// or node: a hang there must stay visible.
+// rotation of the whole state). Nothing where nothing counts. Not around anything that waits on another rank
+// or node: a hang there must stay visible. (A process stuck in an fsync on a hung file system cannot be ended
+// anyway: it waits in the kernel.)
 struct ProgressTicker {
     std::atomic<bool> done{false};
     std::thread thread;
     ProgressTicker() {
-        if (progress_ticks)
+        if (progress_ticks.load())
             thread = std::thread([this] {
                 while (!done.load()) progress_tick(), usleep(200 * 1000);
             });

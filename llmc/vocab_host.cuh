@@ -21,11 +21,11 @@
 #include <mutex>
 #include <thread>
 #include <vector>
-#include "llmc/gpt.cuh"            // defines: GPT, LayerActs, llama_embed_params, embed_is_matrix
-#include "llmc/adamw.h"            // defines: AdamWArgs
-#include "llmc/bf16.h"             // defines: bf16_to_float
-#include "llmc/collectives.h"      // defines: comm_all_reduce, node_barrier (several ranks)
-#include "llmc/cpu_adam.h"         // defines: sumsq_f32, adamw_tensors_f32grad
+#include "llmc/gpt.cuh"        // defines: GPT, LayerActs, llama_embed_params, embed_is_matrix
+#include "llmc/adamw.h"        // defines: AdamWArgs
+#include "llmc/bf16.h"         // defines: bf16_to_float
+#include "llmc/collectives.h"  // defines: comm_all_reduce, node_barrier (several ranks)
+#include "llmc/cpu_adam.h"  // defines: sumsq_f32, adamw_tensors_f32grad, adamw_update_f32grad, cpu_adam_threads
 #include "llmc/kernels.cuh"        // defines: block_max_sumexp, WARP
 #include "llmc/llama_kernels.cuh"  // defines: rmsnorm_forward, rmsnorm_backward
 #include "llmc/matmul.cuh"         // defines: matmul_forward, matmul_backward_weight, cublas_use_stream
@@ -34,7 +34,8 @@
 // The embedding table's and the untied lm_head's CPU AdamW on a thread that lives as long as the trainer:
 // submit hands it a step's arguments, wait returns once the last submitted update is done. Every reader of
 // their weights, gradients or AdamW state waits first: the head's step (vocab_head_step, vocab_prefetch),
-// optimizer_wait_all (checkpoints, the run's end), gpt_weights_ready (loads), the next submit, vocab_free;
+// vocab_upload_chunk (sampling), optimizer_wait_all (checkpoints, the run's end), gpt_weights_ready (loads),
+// the next submit, vocab_free;
 // but the embedding gathers, which take their rows (vocab_rows_ready).
 struct VocabHeadWorker {
     std::thread thread;
@@ -187,7 +188,8 @@ static void vocab_upload_chunk(GPT* g, int64_t v0, int64_t n, cudaStream_t s) {
 static void vocab_head_update_wait(GPT* g);
 static void vocab_prefetch(GPT* g, int k) {
     HostVocab* v = g->vocab;
-    if (k == 0) vocab_head_update_wait(g);  // the head's AdamW of the last step, beside this forward so far
+    if (k == 0)
+        vocab_head_update_wait(g);  // the table's and head's AdamW of the last step, beside this forward
     const int64_t V = g->llama.vocab_size, C = g->llama.hidden_size, v0 = k * v->rows;
     if (v0 >= V) return;
     const int64_t n = std::min(v->rows, V - v0);

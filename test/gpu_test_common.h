@@ -1,6 +1,7 @@
-// gpu_test_common.h — what the GPU suites (test_gpu.cu, test_gpu_llama.cu, test_kernels.cu) share.
-// Top: the trainer compiled in, the no-GPU skip, the kernel suites' random inputs and device buffers,
-// relative errors, `within`'s printed margins. Bottom: the trainer suites' helpers: batches, the GPU's logits
+// gpu_test_common.h — what the GPU suites (test_gpu.cu, test_gpu_llama.cu, test_kernels.cu,
+// test_llama_kernels.cu; gqa_reference.h) share. Top: the trainer compiled in, the no-GPU skip, the kernel
+// suites' random inputs and device buffers, exact and bit differences, a matrix's columns, relative errors,
+// `within`'s printed margins. Bottom: the trainer suites' helpers: batches, the GPU's logits
 // and gradients, run comparisons. No tests here; tolerances only in expect_same_training, which both trainer
 // suites use.
 #pragma once

@@ -58,7 +58,7 @@ peers_5b|125|150|dev/bench/gpu_window.sh
 adam|30|70|cpu_adam.cpp llmc/cpu_adam.h dev/bench/bench_cpu_adam.cpp dev/bench/bench_torch_adam.py
 kept_1.3b|35|80|@code
 kept_5b|60|120|@code
-llama_kernels|20|60|llmc/llama_kernels.cuh llmc/llama_cpu.h llmc/kernels.cuh test/test_llama_kernels.cu
+llama_kernels|20|60|llmc/llama_kernels.cuh llmc/llama_cpu.h llmc/kernels.cuh test/test_llama_kernels.cu test/gpu_test_common.h
 packed_attention|20|60|llmc/flash_attention.cuh llmc/attention.cuh llmc/kernels.cuh llmc/llama_cpu.h llmc/gpt2_cpu.h test/test_kernels.cu test/gqa_reference.h
 llama_trainer|40|120|@code test/test_gpu_llama.cu test/gpu_test_common.h
 tput_llama8b|80|160|@code
