@@ -89,6 +89,14 @@ class MultiGpu : public CliTest {
                                const std::string& many_dir, int steps = 3) {
         return compare_with_one_gpu(run_bin(kEmu, one), run_bin(kEmu, many), one_dir, many_dir, steps);
     }
+    // Node n of N on this machine, in the background: `train_gpt args -pN N -pr n -ps addr`, its output in
+    // dir/node<n>.
+    pid_t spawn_node(int n, int N, const Args& args, const std::string& addr) {
+        const std::string scratch = dir + "/node" + std::to_string(n);
+        mkdir(scratch.c_str(), 0755);
+        return spawn(kEmu, args + Args{"-pN", std::to_string(N), "-pr", std::to_string(n), "-ps", addr},
+                     scratch);
+    }
     // Several nodes on this machine: node n is `train_gpt args -pN N -pr n -ps 127.0.0.1:PORT` (a port of
     // its own for each run), nodes 1..N-1 in the background (their output in dir/node<n>), node 0 here.
     // Returns node 0's run; codes: each node's exit status.
@@ -99,14 +107,7 @@ class MultiGpu : public CliTest {
         const std::string addr = "127.0.0.1:" + std::to_string(20000 + (getpid() * 31 + 97 * runs++) % 12000);
         setenv("LLMC_NODE_WAIT", "600", 1);  // a loaded machine may start them far apart
         std::vector<pid_t> pids;
-        for (int n = 1; n < N; n++) {
-            const std::string scratch = dir + "/node" + std::to_string(n);
-            mkdir(scratch.c_str(), 0755);
-            const Args more = n == 1 && !node1.empty() ? node1 : Args{};
-            pids.push_back(spawn(
-                kEmu, args + more + Args{"-pN", std::to_string(N), "-pr", std::to_string(n), "-ps", addr},
-                scratch));
-        }
+        for (int n = 1; n < N; n++) pids.push_back(spawn_node(n, N, args + (n == 1 ? node1 : Args{}), addr));
         const Result r = run_bin(kEmu, args + Args{"-pN", std::to_string(N), "-pr", "0", "-ps", addr});
         std::vector<int> all = {r.code};
         for (pid_t pid : pids) all.push_back(wait_exit(pid, 900));
@@ -617,15 +618,8 @@ TEST_F(MultiGpu, ANodeThatGoesSilentEndsTheRun) {
     setenv("LLMC_NODE_WAIT", "600", 1);
     setenv("LLMC_NODE_TIMEOUT", "5", 1);
     pid_t pids[2];
-    for (int n = 1; n >= 0; n--) {
-        const std::string scratch = dir + "/node" + std::to_string(n);
-        mkdir(scratch.c_str(), 0755);
-        pids[n] =
-            spawn(kEmu,
-                  run_args(spec, dir + "/run",
-                           {"-x", "1000", "-n", "1000", "-pN", "2", "-pr", std::to_string(n), "-ps", addr}),
-                  scratch);
-    }
+    for (int n = 1; n >= 0; n--)
+        pids[n] = spawn_node(n, 2, run_args(spec, dir + "/run", {"-x", "1000", "-n", "1000"}), addr);
     unsetenv("LLMC_NODE_WAIT");
     unsetenv("LLMC_NODE_TIMEOUT");
     if (!wait_for_text(dir + "/node0/stdout.txt", "step    2/", 600, pids[0])) {
@@ -663,15 +657,8 @@ TEST_F(MultiGpu, ARankThatHangsEndsTheRunASlowSaveDoesNot) {
     setenv("LLMC_TEST_RANK_HANGS", "1:3", 1);   // node 1's rank after step 3
     setenv("LLMC_TEST_SLOW_START", "1:12", 1);  // node 1's set-up: 12 s longer
     pid_t pids[2];
-    for (int n = 1; n >= 0; n--) {
-        const std::string scratch = dir + "/node" + std::to_string(n);
-        mkdir(scratch.c_str(), 0755);
-        pids[n] =
-            spawn(kEmu,
-                  run_args(spec, dir + "/run",
-                           {"-x", "1000", "-n", "2", "-pN", "2", "-pr", std::to_string(n), "-ps", addr}),
-                  scratch);
-    }
+    for (int n = 1; n >= 0; n--)
+        pids[n] = spawn_node(n, 2, run_args(spec, dir + "/run", {"-x", "1000", "-n", "2"}), addr);
     for (const char* e : {"LLMC_NODE_WAIT", "LLMC_PROGRESS_TIMEOUT", "LLMC_TEST_SLOW_SAVE",
                           "LLMC_TEST_RANK_HANGS", "LLMC_TEST_SLOW_START"})
         unsetenv(e);
@@ -702,15 +689,9 @@ TEST_F(MultiGpu, CtrlCOnAnyNodeStopsEveryNode) {
     const std::string addr = "127.0.0.1:" + std::to_string(20000 + (getpid() * 37 + 11) % 12000);
     setenv("LLMC_NODE_WAIT", "600", 1);
     pid_t pids[2];
-    for (int n = 1; n >= 0; n--) {
-        const std::string scratch = dir + "/node" + std::to_string(n);
-        mkdir(scratch.c_str(), 0755);
-        pids[n] = spawn(kEmu,
-                        run_args(spec, dir + "/run",
-                                 {"-pn", "2", "-x", "1000", "-n", "1000", "-pN", "2", "-pr",
-                                  std::to_string(n), "-ps", addr}),
-                        scratch);
-    }
+    for (int n = 1; n >= 0; n--)
+        pids[n] =
+            spawn_node(n, 2, run_args(spec, dir + "/run", {"-pn", "2", "-x", "1000", "-n", "1000"}), addr);
     unsetenv("LLMC_NODE_WAIT");
     if (!wait_for_text(dir + "/node0/stdout.txt", "step    2/", 600, pids[0])) {
         wait_exit(pids[0], 0), wait_exit(pids[1], 0);
