@@ -125,11 +125,11 @@ $(BUILD)/test_attention_path: test/test_attention_path.cpp llmc/ragged.h llmc/cu
 	$(NVCC) -O2 -std=c++17 -DENABLE_CUDNN -I. $< $(CUDNN_OBJ) -o $@ -lgtest -lgtest_main -ldl -lpthread
 endif
 
-$(BUILD)/test_%: test/test_%.cpp $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard dev/data/*.h) test/cli_test_common.h \
+$(BUILD)/test_%: test/test_%.cpp $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard dev/data/*.h) test/cli_test_common.h test/test_layouts.h \
 		test/hf_cases.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
 
-$(BUILD)/test_%: test/test_%.cu test/gpu_test_common.h test/gqa_reference.h train_gpt.cu $(GPU_OBJS) $(HEADERS) $(wildcard *.cuh llmc/*.cuh) | $(BUILD)
+$(BUILD)/test_%: test/test_%.cu test/gpu_test_common.h test/gqa_reference.h test/test_layouts.h train_gpt.cu $(GPU_OBJS) $(HEADERS) $(wildcard *.cuh llmc/*.cuh) | $(BUILD)
 	$(NVCC) $(NVCCFLAGS) -I. $< $(GPU_OBJS) -o $@ -lgtest -lgtest_main $(CUDA_LIBS) $(URING_LIBS)
 
 # The emulated GPU suites: the sources copied with every kernel<<<grid, block, smem, stream>>>(...) launch
@@ -149,7 +149,7 @@ $(EMU)/.sources: $(EMU_SOURCES) test/fake_cuda/emu_rewrite.sh | $(BUILD)
 EMU_FLAGS := -DFAKE_CUDA_DEVICE -DGRID_FOR_CAP=64 -DNORM_BLOCKS=8 -U_FORTIFY_SOURCE -I$(EMU) -Itest/fake_cuda -I.
 $(BUILD)/emu_train_gpt: train_gpt.cu $(EMU)/.sources $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(wildcard test/fake_cuda/*.h) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $(EMU_FLAGS) -x c++ $(EMU)/train_gpt.cu -x c++ $(EMU)/stream.cu -x none $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ $(URING_LIBS) $(LDLIBS)
-$(BUILD)/emu_test_%: test/test_%.cu test/gpu_test_common.h test/gqa_reference.h $(EMU)/.sources $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(wildcard test/fake_cuda/*.h) | $(BUILD)
+$(BUILD)/emu_test_%: test/test_%.cu test/gpu_test_common.h test/gqa_reference.h test/test_layouts.h $(EMU)/.sources $(BUILD)/cpu_adam.o $(BUILD)/ssd.o $(wildcard test/fake_cuda/*.h) | $(BUILD)
 	$(CXX) $(CXXFLAGS) $(EMU_FLAGS) -x c++ $< -x c++ $(EMU)/stream.cu -x none $(BUILD)/cpu_adam.o $(BUILD)/ssd.o -o $@ $(GTEST_LIBS) $(URING_LIBS) $(LDLIBS)
 
 # the attention paths, and one layer stage by stage, at the benchmark's shapes (GPU only; built by

@@ -1,6 +1,6 @@
 // gpu_test_common.h — what the GPU suites (test_gpu.cu, test_gpu_llama.cu, test_kernels.cu,
 // test_llama_kernels.cu; gqa_reference.h) share. Top: the trainer compiled in, the no-GPU skip, the kernel
-// suites' random inputs and device buffers, exact and bit differences, a matrix's columns, relative errors,
+// suites' random inputs and device buffers, exact and bit differences, relative errors,
 // `within`'s printed margins. Bottom: the trainer suites' helpers: batches, the GPU's logits
 // and gradients, run comparisons. No tests here; tolerances only in expect_same_training, which both trainer
 // suites use.
@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <string>
 #include <vector>
+#include "test_layouts.h"  // defines: columns (the kernel suites), packed_positions
 
 static inline bool have_gpu() {
     int n = 0;
@@ -92,15 +93,6 @@ inline int64_t count_diff(const std::vector<float>& a, const std::vector<float>&
     int64_t n = 0;
     for (size_t i = 0; i < a.size(); i++) n += !(a[i] == b[i]);
     return n;
-}
-// Columns [c0, c0 + width) of each row of a (rows, row_width) matrix, as a (rows, width) one.
-inline std::vector<float> columns(const std::vector<float>& m, int64_t rows, int64_t row_width, int64_t c0,
-                                  int64_t width) {
-    std::vector<float> out((size_t)(rows * width));
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < width; c++)
-            out[(size_t)(r * width + c)] = m[(size_t)(r * row_width + c0 + c)];
-    return out;
 }
 
 // The device buffers of one test, zero-filled, freed when it ends (also when an ASSERT returns early).

@@ -7,21 +7,9 @@
 #include <algorithm>
 #include <string>
 #include <vector>
-#include "gpu_test_common.h"  // defines: rand_bf16, columns
+#include "gpu_test_common.h"  // defines: rand_bf16
+#include "test_layouts.h"     // defines: columns, packed_positions
 #include "llmc/llama_cpu.h"   // defines: gqa_attention_forward, gqa_attention_backward (GQA oracle)
-
-// Positions of B rows of T packed with conversations of the given lengths, in turn.
-inline std::vector<int> packed_positions(int B, int T, const std::vector<int>& lengths) {
-    std::vector<int> pos((size_t)B * T);
-    for (int b = 0; b < B; b++) {
-        int k = b, p = 0;
-        for (int t = 0; t < T; t++) {
-            if (p == lengths[(size_t)k % lengths.size()]) p = 0, k++;
-            pos[(size_t)b * T + t] = p++;
-        }
-    }
-    return pos;
-}
 
 struct GqaCase {
     int B, T, NH, NKV, hs, packed;

@@ -13,6 +13,7 @@
 #include <vector>
 #include "llmc/llama_cpu.h"  // defines: gqa_attention_forward, _backward; through gpt2_cpu.h attention_forward
 #include "llmc/sampler.h"    // random_f32
+#include "test_layouts.h"    // defines: columns, packed_positions
 
 namespace {
 
@@ -124,29 +125,6 @@ TEST(AttentionLayout, ForwardAndBackwardMatchTheCpuModel) {
         EXPECT_LT(e_y, 1e-5);
         EXPECT_LT(e_dqkv, 1e-5);
     }
-}
-
-// Columns [c0, c0 + width) of each row of a (rows, row_width) matrix.
-std::vector<float> columns(const std::vector<float>& m, int64_t rows, int64_t row_width, int64_t c0,
-                           int64_t width) {
-    std::vector<float> out((size_t)(rows * width));
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t c = 0; c < width; c++)
-            out[(size_t)(r * width + c)] = m[(size_t)(r * row_width + c0 + c)];
-    return out;
-}
-
-// Positions of rows packed with conversations of the given lengths, in turn, until T is full.
-std::vector<int> packed_positions(int B, int T, const std::vector<int>& lengths) {
-    std::vector<int> pos((size_t)B * T);
-    for (int b = 0; b < B; b++) {
-        int k = b, p = 0;  // each row starts at another length
-        for (int t = 0; t < T; t++) {
-            if (p == lengths[(size_t)k % lengths.size()]) p = 0, k++;
-            pos[(size_t)b * T + t] = p++;
-        }
-    }
-    return pos;
 }
 
 struct GqaShape {

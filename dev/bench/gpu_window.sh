@@ -32,9 +32,9 @@ NVSMI=${GW_NVIDIA_SMI:-nvidia-smi}
 # The checks: id | estimate s | timeout s | sources whose change since the ok commit makes the check due
 # again (@code: every top-level source and llmc/'s sources). Their priority, status and figures live in the ledger.
 CHECKS="probe|15|60|@code
-cudnn_kernels|30|80|llmc/cudnn_att.cpp llmc/cudnn_att.h llmc/attention_path.cuh llmc/ragged.h llmc/attention.cuh llmc/flash_attention.cuh test/test_kernels.cu test/gpu_test_common.h test/gqa_reference.h
+cudnn_kernels|30|80|llmc/cudnn_att.cpp llmc/cudnn_att.h llmc/attention_path.cuh llmc/ragged.h llmc/attention.cuh llmc/flash_attention.cuh test/test_kernels.cu test/gpu_test_common.h test/gqa_reference.h test/test_layouts.h
 cudnn_trainer|40|120|@code test/test_gpu.cu test/test_gpu_llama.cu test/gpu_test_common.h
-kernels|40|120|llmc/kernels.cuh llmc/flash_attention.cuh llmc/matmul.cuh llmc/attention.cuh llmc/cuda_common.h llmc/cpu_adam.h llmc/cudnn_att.cpp llmc/cudnn_att.h llmc/attention_path.cuh test/test_kernels.cu test/gpu_test_common.h test/gqa_reference.h
+kernels|40|120|llmc/kernels.cuh llmc/flash_attention.cuh llmc/matmul.cuh llmc/attention.cuh llmc/cuda_common.h llmc/cpu_adam.h llmc/cudnn_att.cpp llmc/cudnn_att.h llmc/attention_path.cuh test/test_kernels.cu test/gpu_test_common.h test/gqa_reference.h test/test_layouts.h
 trainer|70|150|@code test/test_gpu.cu test/gpu_test_common.h
 resume_cpu|50|110|@code
 tput_1.3b|35|80|@code
@@ -58,8 +58,8 @@ peers_5b|125|150|dev/bench/gpu_window.sh
 adam|30|70|cpu_adam.cpp llmc/cpu_adam.h dev/bench/bench_cpu_adam.cpp dev/bench/bench_torch_adam.py
 kept_1.3b|35|80|@code
 kept_5b|60|120|@code
-llama_kernels|20|60|llmc/llama_kernels.cuh llmc/llama_cpu.h llmc/kernels.cuh test/test_llama_kernels.cu test/gpu_test_common.h
-packed_attention|20|60|llmc/flash_attention.cuh llmc/attention.cuh llmc/kernels.cuh llmc/llama_cpu.h llmc/gpt2_cpu.h test/test_kernels.cu test/gqa_reference.h
+llama_kernels|20|60|llmc/llama_kernels.cuh llmc/llama_cpu.h llmc/kernels.cuh test/test_llama_kernels.cu test/gpu_test_common.h test/test_layouts.h
+packed_attention|20|60|llmc/flash_attention.cuh llmc/attention.cuh llmc/kernels.cuh llmc/llama_cpu.h llmc/gpt2_cpu.h test/test_kernels.cu test/gqa_reference.h test/test_layouts.h
 llama_trainer|40|120|@code test/test_gpu_llama.cu test/gpu_test_common.h
 tput_llama8b|80|160|@code
 tput_llama8b_fused|80|160|@code
