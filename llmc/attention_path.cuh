@@ -5,6 +5,7 @@
 #pragma once
 #include <math.h>
 #include <string.h>
+#include <algorithm>
 #include <vector>
 #include "attention.cuh"        // defines: attention_forward, attention_backward
 #include "cudnn_att.h"          // defines: cudnn_att_open, cudnn_att_prepare, cudnn_att_forward
@@ -21,6 +22,9 @@ static bool cudnn_attention_ready = false;
 static bool cudnn_attention_packed = false;    // chat rows: a micro-batch cuDNN cannot run takes another path
 static int64_t cudnn_attention_workspace = 0;  // bytes: the largest of the run's graphs
 static char cudnn_attention_note[512] = "";    // why cuDNN does not run, or what it is
+static bool cudnn_attention_works = false;     // loaded, built this shape's graphs, passed the self-check
+static float attention_ms[2] = {0, 0};  // -F -1: cuDNN's and our fused kernels' time at the run's shape
+static bool attention_timed = false;    // attention_ms holds a measurement
 
 // One micro-batch's ragged sequences: seqs -1 when dense rows or not expressible (then our kernel).
 typedef struct AttnMicro {
@@ -213,12 +217,130 @@ static bool attention_self_check(int NH, int NKV, int hs, bool packed, char* why
     return ok;
 }
 
-// -F: -1 the fastest that works (cuDNN, our fused kernels, cuBLAS), 0 cuBLAS, 1 fused, 2 cuDNN first.
+// -F -1: cuDNN and our fused kernels timed at the run's shape, a micro-batch's attention forward and backward
+// (B rows of T; chat rows: 4 conversations a row, the plan's bucket), 1 run to warm up and 3 timed each, so
+// the default runs the faster. Before the plan: the GPU holds only the handles; where the run's tensors are
+// not free, or cuDNN fails at this shape, false with why. ms: cuDNN's, then ours. Tests:
+// LLMC_TEST_ATTN_MS=c,f replaces the two figures (the emulation times nothing: 0 ms each).
+static bool attention_time_paths(int B, int T, int NH, int NKV, int hs, bool packed, float ms[2], char* why,
+                                 size_t n) {
+    const int64_t N = (int64_t)B * T, ld = (int64_t)(NH + 2 * NKV) * hs, od = (int64_t)NH * hs;
+    std::vector<int> pos, meta;
+    int bucket = 0;
+    if (packed) {  // 4 conversations a row (the last takes T % 4)
+        pos.resize(N);
+        const int len = std::max(T / 4, 1);
+        for (int64_t i = 0; i < N; i++) {
+            const int t = (int)(i % T);
+            pos[i] = t < 4 * len ? t % len : t - 3 * len;
+        }
+        meta.resize(ragged_meta_ints(N));
+        if (ragged_sequences(pos.data(), B, T, ld, od, NH, ragged_meta_at(meta.data(), N), (int)N, &bucket) <=
+            0)
+            return snprintf(why, n, "internal: the timing's ragged sequences"), false;
+    }
+    void* p[8] = {};
+    const int64_t bytes[8] = {N * ld * 2, N * od * 2, N * od * 2,         N * ld * 2,
+                              N * NH * 4, N * NH * 4, packed ? N * 4 : 0, (int64_t)meta.size() * 4};
+    int64_t total = 0;
+    bool ok = true;
+    for (int k = 0; k < 8 && ok; k++) {
+        total += bytes[k];
+        if (bytes[k] && cudaMalloc(&p[k], (size_t)bytes[k]) != cudaSuccess) {
+            (void)cudaGetLastError();  // not sticky: the run goes on
+            snprintf(why, n,
+                     "untimed: the run's attention tensors (%.0f MiB) are not free on the GPU to time it",
+                     (double)(bytes[0] + bytes[1] + bytes[2] + bytes[3] + bytes[4] + bytes[5]) / 1048576.0);
+            ok = false;
+        }
+    }
+    bf16 *qkv = (bf16*)p[0], *dout = (bf16*)p[1], *out = (bf16*)p[2], *dqkv = (bf16*)p[3];
+    float *lse = (float*)p[4], *dsum = (float*)p[5];
+    int* d_pos = (int*)p[6];
+    if (ok) {
+        cudaCheck(cudaMemset(qkv, 0x3C, bytes[0]));  // bf16 0x3C3C: 0.0115, finite everywhere
+        cudaCheck(cudaMemset(dout, 0x3C, bytes[1]));
+        if (packed) {
+            cudaCheck(cudaMemcpy(d_pos, pos.data(), bytes[6], cudaMemcpyHostToDevice));
+            cudaCheck(cudaMemcpy(p[7], meta.data(), bytes[7], cudaMemcpyHostToDevice));
+        }
+    }
+    const AttnMicro m = {bucket, ragged_meta_at((int*)p[7], N)};
+    const CudnnAttShape sh = {B, T, NH, NKV, hs, bucket};
+    cudaEvent_t ev[2];
+    cudaCheck(cudaEventCreate(&ev[0]));
+    cudaCheck(cudaEventCreate(&ev[1]));
+    for (int path = 0; path < 2 && ok; path++) {
+        for (int rep = 0; rep < 4 && ok; rep++) {
+            if (rep == 1) cudaCheck(cudaEventRecord(ev[0], 0));
+            if (path == 0) {  // cuDNN; a failure at the run's shape is the self-check's kind: cuDNN not used
+                char err[512];
+                ok = cudnn_att_forward(out, lse, qkv, &sh, packed ? &m.dev : NULL, 0, err, sizeof err) &&
+                     cudnn_att_backward(dqkv, dout, qkv, out, lse, &sh, packed ? &m.dev : NULL, 0, err,
+                                        sizeof err);
+                if (!ok) snprintf(why, n, "at the run's shape: %.480s", err);
+            } else {
+                flash_attention_forward(out, lse, qkv, B, T, (int)od, NH, 0, NKV, packed ? d_pos : NULL);
+                flash_attention_backward(dqkv, dsum, dout, out, qkv, lse, B, T, (int)od, NH, 0, NKV,
+                                         packed ? d_pos : NULL);
+            }
+        }
+        if (!ok) break;
+        cudaCheck(cudaEventRecord(ev[1], 0));
+        const cudaError_t err = cudaEventSynchronize(ev[1]);
+        if (err != cudaSuccess)
+            die("attention: timing %s at the run's shape failed: %s",
+                attention_path_name(path ? ATTN_FUSED : ATTN_CUDNN), cudaGetErrorString(err));
+        cudaCheck(cudaEventElapsedTime(&ms[path], ev[0], ev[1]));
+        ms[path] /= 3;
+    }
+    cudaCheck(cudaEventDestroy(ev[0]));
+    cudaCheck(cudaEventDestroy(ev[1]));
+    for (int k = 0; k < 8; k++)
+        if (p[k]) cudaCheck(cudaFree(p[k]));
+    const char* e = getenv("LLMC_TEST_ATTN_MS");
+    if (ok && e && sscanf(e, "%f,%f", &ms[0], &ms[1]) != 2)
+        die("LLMC_TEST_ATTN_MS=%s: want two figures, c,f", e);
+    return ok;
+}
+
+// Which path runs, once cuDNN's checks and times are in (on several ranks: every rank's,
+// attention_path_agree). cuDNN runs where it works (everywhere) and, under -F -1, unless our fused kernels
+// took less than 97% of its time at the run's shape (a tie is cuDNN's). Sets cudnn_attention_ready and the
+// config table's note.
+static void attention_path_settle(int flag, bool works, bool timed, const float ms[2], int hs) {
+    cudnn_attention_ready = works;
+    if (!works) return;
+    const long v = cudnn_att_version();
+    char what[256];
+    snprintf(what, sizeof what, "cuDNN %ld.%ld.%ld SDPA (%s)", v / 10000, v / 100 % 100, v % 100,
+             cudnn_att_library());
+    if (!timed) {
+        snprintf(cudnn_attention_note, sizeof cudnn_attention_note, "%s", what);
+        return;
+    }
+    char times[200];
+    snprintf(times, sizeof times,
+             "a micro-batch's forward + backward at this shape: cuDNN %.3g ms, ours %.3g ms", ms[0], ms[1]);
+    if (flag == -1 && flash_attention_usable(hs) && ms[1] < 0.97f * ms[0]) {
+        cudnn_attention_ready = false;
+        snprintf(cudnn_attention_note, sizeof cudnn_attention_note, "%s; %s (-F 2 runs cuDNN)", what, times);
+        printf("attention: our fused kernels, faster than cuDNN here (%s; -F 2 runs cuDNN)\n", times);
+        return;
+    }
+    snprintf(cudnn_attention_note, sizeof cudnn_attention_note, "%s; %s", what, times);
+}
+
+// -F: -1 the fastest that works (cuDNN or our fused kernels, timed; else cuBLAS), 0 cuBLAS, 1 fused, 2 cuDNN
+// first.
 // Tries cuDNN for the run's shape (B rows of T, heads NH / NKV of hs) unless -F 0 / 1; packed: the chat
 // shape's graphs too (a bucket of 4 B sequences; other buckets build when first met). Sets the globals above.
-// The eval micro-batch is the same shape. Prints one line when cuDNN could have run and does not.
-static void attention_path_select(int flag, int B, int T, int NH, int NKV, int hs, bool packed) {
-    cudnn_attention_ready = false;
+// The eval micro-batch is the same shape. Prints one line when cuDNN could have run and does not. -F -1 with
+// our fused kernels usable: both timed (attention_time_paths). settle false: the ranks agree first.
+static void attention_path_select(int flag, int B, int T, int NH, int NKV, int hs, bool packed,
+                                  bool settle = true) {
+    cudnn_attention_ready = cudnn_attention_works = attention_timed = false;
+    attention_ms[0] = attention_ms[1] = 0;
     cudnn_attention_packed = packed;
     cudnn_attention_workspace = 0;
     cudnn_attention_note[0] = 0;
@@ -238,13 +360,20 @@ static void attention_path_select(int flag, int B, int T, int NH, int NKV, int h
         }
     }
     ok = ok && attention_self_check(NH, NKV, hs, packed, why, sizeof why);
-    const long v = cudnn_att_version();
+    if (ok && flag == -1 && flash_attention_usable(hs)) {
+        char untimed[512] = "";
+        attention_timed =
+            attention_time_paths(B, T, NH, NKV, hs, packed, attention_ms, untimed, sizeof untimed);
+        if (!attention_timed && strncmp(untimed, "untimed", 7)) {  // cuDNN failed at the run's shape
+            snprintf(why, sizeof why, "%s", untimed);
+            ok = false;
+        } else if (!attention_timed) printf("attention: cuDNN (%s)\n", untimed);
+    }
     if (ok) {
-        cudnn_attention_ready = true;
+        cudnn_attention_works = true;
         cudnn_attention_workspace = cudnn_att_workspace_need();
-        cudnn_att_free_own_workspace();  // the self-check's; the plan allocates the run's
-        snprintf(cudnn_attention_note, sizeof cudnn_attention_note, "cuDNN %ld.%ld.%ld SDPA (%s)", v / 10000,
-                 v / 100 % 100, v % 100, cudnn_att_library());
+        cudnn_att_free_own_workspace();  // the self-check's and the timing's; the plan allocates the run's
+        if (settle) attention_path_settle(flag, true, attention_timed, attention_ms, hs);
         return;
     }
     cudnn_att_free_own_workspace();

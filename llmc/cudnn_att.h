@@ -31,7 +31,8 @@ int64_t cudnn_att_workspace_need();
 // One shape's graphs' workspace (the larger of forward and backward), preparing them; -1 with why if cuDNN
 // cannot run the shape.
 int64_t cudnn_att_workspace_of(const CudnnAttShape* s, char* why, size_t n);
-// The workspace the memory plan allocated; a larger later need allocates its own (said once).
+// The workspace the memory plan allocated; a shape prepared later that needs more fails (its micro-batch runs
+// our kernel), so GPU memory stays what the plan says.
 void cudnn_att_use_workspace(void* p, int64_t bytes);
 void cudnn_att_free_own_workspace();
 // out (B*T, NH*hs) bf16, stats (per token and query head) fp32, qkv (B*T, (NH + 2 NKV) hs) bf16.

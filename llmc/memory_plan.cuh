@@ -15,9 +15,10 @@
 #include "llmc/ssd_tier.h"          // defines: GRAD_RING, grads_ring_bytes, sw_reader
 #include "llmc/utils.h"             // defines: host_available_bytes
 
-// Attention (-F): -1 the fastest that works: cuDNN's SDPA where attention_path_select found it working, our
-// fused kernels where the head size allows and the GPU is sm_80+, else cuBLAS + softmax (attention.cuh),
-// storing (T x T) scores. 0 cuBLAS, 1 fused (not cuDNN), 2 cuDNN first (as -1).
+// Attention (-F): -1 the fastest that works: cuDNN's SDPA where attention_path_select found it working (and
+// not slower than ours at the run's shape), our fused kernels where the head size allows and the GPU is
+// sm_80+, else cuBLAS + softmax (attention.cuh), storing (T x T) scores. 0 cuBLAS, 1 fused (not cuDNN), 2
+// cuDNN first (as -1).
 static int flash_attention_flag = -1;
 // Head size: C / NH for GPT-2, hd for Llama.
 static int attention_head_size(const GPTConfig* c, const LlamaConfig* llama = NULL) {

@@ -474,7 +474,22 @@ static void check_fit(Run* r) {
     // the attention path: cuDNN if it loads, builds this shape's graphs and agrees with our kernel
     const int hs = attention_head_size(&r->cfg, &r->llama), NH = r->cfg.num_heads;
     const int NKV = r->llama.num_layers ? r->llama.num_kv_heads : NH;
-    attention_path_select(flash_attention_flag, r->args.B, r->args.T, NH, NKV, hs, r->train.kind == DL_CHAT);
+    attention_path_select(flash_attention_flag, r->args.B, r->args.T, NH, NKV, hs, r->train.kind == DL_CHAT,
+                          r->comm->world == 1);
+    if (r->comm->world > 1) {  // one path on every rank: cuDNN where every rank can run it, by the mean times
+        double a[4] = {cudnn_attention_works ? 0.0 : 1.0, attention_timed ? 0.0 : 1.0, attention_ms[0],
+                       attention_ms[1]};
+        comm_sum_host(r->comm, a, 4);
+        const float ms[2] = {(float)(a[2] / r->comm->world), (float)(a[3] / r->comm->world)};
+        if (cudnn_attention_works && a[0] > 0)
+            snprintf(cudnn_attention_note, sizeof cudnn_attention_note, "%d of %d ranks cannot run it",
+                     (int)a[0], r->comm->world);
+        if (cudnn_attention_works && a[0] > 0 && r->comm->rank == 0)
+            fprintf(stderr, "attention: cuDNN not used: %s (their lines say why); %s instead\n",
+                    cudnn_attention_note,
+                    flash_attention_usable(hs) ? "our fused kernels" : "cuBLAS + softmax");
+        attention_path_settle(flash_attention_flag, a[0] == 0, a[1] == 0, ms, hs);
+    }
     if (flash_attention_usable(hs)) flash_attention_load(hs);
     size_t gpu_free = 0, gpu_total = 0;
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));

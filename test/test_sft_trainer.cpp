@@ -357,13 +357,16 @@ TEST_F(SftTest, CudnnPathOnChatRowsFallsBackWhereThePlanEnds) {
         const bool fused_hs = std::string(spec) == "L2:C128:NH4:T32";
         const Args run = {"-e", spec, "-b", "1", "-d", "64", "-x", "3", "-v", "0"};
         setenv("LLMC_FAKE_CUDNN", "1", 1);
+        setenv("LLMC_EMU_RACECHECK", "1", 1);  // the ragged metadata's staging and uploads ordered too
         const Result cudnn = train(data, data, run, kEmu);
+        unsetenv("LLMC_EMU_RACECHECK");
         const Result other = train(data, data, run + Args{"-F", fused_hs ? "1" : "0"}, kEmu);
         unsetenv("LLMC_FAKE_CUDNN");
         ASSERT_EQ(cudnn.code, 0) << cudnn.cmd << "\n" << cudnn.err << cudnn.out;
         ASSERT_EQ(other.code, 0) << other.cmd << "\n" << other.err << other.out;
         const std::string path = fused_hs ? "our fused kernel" : "cuBLAS + softmax";
         EXPECT_TRUE(has(cudnn.out, "cuDNN 9.19.0 SDPA")) << cudnn.out;
+        EXPECT_TRUE(has(cudnn.out, "race check: no races")) << cudnn.out;
         EXPECT_TRUE(has(cudnn.err, "attention: a chat micro-batch runs " + path +
                                        ", not cuDNN: cuDNN's graphs for it need "))
             << cudnn.err;
@@ -379,4 +382,48 @@ TEST_F(SftTest, CudnnPathOnChatRowsFallsBackWhereThePlanEnds) {
             EXPECT_LE(fabs(x - y), 5e-3 * y) << "step " << s << ": cuDNN " << x << ", the other path " << y;
         }
     }
+}
+
+// -F -1 times cuDNN against our fused kernels at the run's shape (here chat rows: the ragged graph) and runs
+// the faster; a tie within 3% is cuDNN's. The emulation times nothing (0 ms each: cuDNN), so
+// LLMC_TEST_ATTN_MS sets the two figures. Ours faster: the run says so in one line and trains bit for bit as
+// -F 1 does (the same kernels and plan); cuDNN faster, or ours within 3%: cuDNN runs and the config table has
+// both figures; -F 2 runs cuDNN untimed.
+TEST_F(SftTest, DefaultAttentionIsTheFasterOfCudnnAndOurs) {
+    if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
+    const int T = 32;
+    const std::string data = chat_shard("train.bin", {row(T, {12, 14}, {2, 1}, 1), row(T, {30}, {20}, 2)}, T);
+    const Args run = {"-e", "L2:C128:NH4:T32", "-b", "1", "-d", "64", "-x", "3", "-v", "0"};
+    auto with = [&](const char* ms, const Args& more) {
+        setenv("LLMC_FAKE_CUDNN", "1", 1);
+        setenv("LLMC_TEST_ATTN_MS", ms, 1);
+        const Result r = train(data, data, run + more, kEmu);
+        unsetenv("LLMC_FAKE_CUDNN");
+        unsetenv("LLMC_TEST_ATTN_MS");
+        EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.err << r.out;
+        return r;
+    };
+    const Result ours = with("2,1", {}), fused = train(data, data, run + Args{"-F", "1"}, kEmu);
+    ASSERT_EQ(fused.code, 0) << fused.cmd << "\n" << fused.err << fused.out;
+    EXPECT_TRUE(has(ours.out,
+                    "attention: our fused kernels, faster than cuDNN here (a micro-batch's forward + "
+                    "backward at this shape: cuDNN 2 ms, ours 1 ms; -F 2 runs cuDNN)"))
+        << ours.out;
+    EXPECT_TRUE(
+        has(ours.out, "fused tensor-core kernels (flash_attention.cuh); cuDNN not used: cuDNN 9.19.0"))
+        << ours.out;
+    const auto a = step_losses(ours.out), b = step_losses(fused.out);
+    ASSERT_EQ(a.size(), 3u) << ours.out;
+    EXPECT_EQ(a, b) << "-F -1 on our kernels against -F 1";
+    for (const char* ms : {"1,2", "1,0.98"}) {
+        SCOPED_TRACE(ms);
+        const Result cudnn = with(ms, {});
+        EXPECT_TRUE(has(cudnn.out, std::string("at this shape: cuDNN 1 ms, ours ") +
+                                       (ms[2] == '2' ? "2" : "0.98") + " ms, workspace"))
+            << cudnn.out;
+        EXPECT_FALSE(has(cudnn.out, "faster than cuDNN")) << cudnn.out;
+    }
+    const Result forced = with("2,1", {"-F", "2"});
+    EXPECT_TRUE(has(forced.out, "cuDNN 9.19.0 SDPA (")) << forced.out;
+    EXPECT_FALSE(has(forced.out, "at this shape")) << "-F 2 times nothing\n" << forced.out;
 }

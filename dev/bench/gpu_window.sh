@@ -555,12 +555,14 @@ target_verdict() {
 # must be the one that ran (the -F 1 runs: a before/after pair is no pair otherwise). TPUT_TARGET="KEY MIN":
 # issue 40's target for the row (target_verdict).
 tput() {
-    local name=$1 shape=$2 steps=$3 peers=$4 rc tps att note; shift 4
+    local name=$1 shape=$2 steps=$3 peers=$4 rc tps att note timed; shift 4
     need TRAIN_GPT || return 3
     ours "$name" "$shape" -B "$steps" "$@"; rc=$?
     tps=$(result "$name" tok_per_s) att=$(result_str "$name" attention)
     note=$(grep -m1 '^attention: cuDNN not used: ' "$LOGS/$name.log" 2> /dev/null | cut -c28-120)
-    FIG="$tps tok/s, $(result "$name" model_TFLOPs) TFLOP/s, MFU $(result "$name" mfu), peak GPU $(result "$name" peak_gpu_GiB) GiB, resident $(result "$name" resident_layers), attention ${att:-?}${note:+ (cuDNN not used: $note)}$(ratios "$tps" "$peers")"
+    # -F -1's timing at start (the config table): cuDNN's and our fused kernels' ms a micro-batch
+    timed=$(grep -o -m1 'at this shape: cuDNN [0-9.e+-]* ms, ours [0-9.e+-]* ms' "$LOGS/$name.log" 2> /dev/null | cut -c16-)
+    FIG="$tps tok/s, $(result "$name" model_TFLOPs) TFLOP/s, MFU $(result "$name" mfu), peak GPU $(result "$name" peak_gpu_GiB) GiB, resident $(result "$name" resident_layers), attention ${att:-?}${timed:+ (timed: $timed)}${note:+ (cuDNN not used: $note)}$(ratios "$tps" "$peers")"
     [ $rc = 0 ] || { FIG="$(last_line "$name")"; return $rc; }
     [ -n "${TPUT_TARGET:-}" ] && FIG="$FIG$(target_verdict "$name" "$TPUT_TARGET")"
     if [ -n "${TPUT_WANT:-}" ] && [ "$att" != "$TPUT_WANT" ]; then FIG="WRONG PATH (wanted $TPUT_WANT): $FIG"; return 1; fi
