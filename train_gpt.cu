@@ -71,6 +71,7 @@
 #include "llmc/ssd_tier.h"      // defines: ssd_tier_new, ssd_tier_begin_backward, ssd_tier_checkpoint (-sd)
 #include "llmc/cpu_optimizer.h"  // defines: optimizer_submit, optimizer_layer_ready, send_layer_grads
 #include "llmc/memory_plan.cuh"  // defines: MemoryPlan, gpt_memory_plan, place_layers, print_memory_plan
+#include "llmc/race_check.cuh"   // defines: gpt_track_buffers, race_check_begin, _end (emulated builds)
 
 // ----------------------------------------------------------------------------
 // Layer forward, as gpt2_cpu_forward. What the backward reads stays in a.
@@ -1252,6 +1253,7 @@ int main(int argc, char** argv) {
     check_fit(&r);
     GPT g;
     build_model(&r, &g);
+    race_check_begin(&g);
     open_logger(&r);
     print_config_table(&r, &g);
 
@@ -1313,6 +1315,7 @@ int main(int argc, char** argv) {
     progress_watch_stop();
     comm_stop_watch(r.comm);   // the last collective is done: from here a rank that ended is no failure
     net_finish(&r.comm->net);  // several nodes: from here a node may end before another
+    race_check_end();
     print_run_summary(&r, &g);
     free_run(&r, &g);
     if (r.comm->backend == COMM_NCCL) {  // exit's CUDA teardown would run under NCCL's own threads

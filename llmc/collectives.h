@@ -323,6 +323,7 @@ static inline void host_sum_device(Comm* c, float* dev, int64_t n, int64_t keep_
         cudaCheck(cudaMemcpyAsync(mine, dev + o, (size_t)m * 4, cudaMemcpyDeviceToHost, s));
         cudaCheck(cudaStreamSynchronize(s));
         node_barrier(c);
+        FAKE_CUDA_HOST_ACCESS(mine, m * 4, false, "the host summing the ranks' gradients");
         if (c->nodes > 1) {
             if (c->local == 0) {
                 for (int64_t i = 0; i < m; i++) {
@@ -343,6 +344,7 @@ static inline void host_sum_device(Comm* c, float* dev, int64_t n, int64_t keep_
             c->staging[i - a] = sum;
         }
         if (a < b) {
+            FAKE_CUDA_HOST_ACCESS(c->staging, (b - a) * 4, true, "the host writing the ranks' sum");
             cudaCheck(cudaMemcpyAsync(dev + a, c->staging, (size_t)(b - a) * 4, cudaMemcpyHostToDevice, s));
             cudaCheck(cudaStreamSynchronize(s));
         }

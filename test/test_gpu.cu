@@ -235,50 +235,6 @@ TEST(GpuTrainer, ResultsIndependentOfSlotCount) {
 // is wrong only when the CPU AdamW lags behind shows where it does (the C 512 case). The real build skips it:
 // it checks the emulation's model of the order, which make test runs (build/emu_test_gpu); compute-sanitizer
 // (gpu_window.sh) checks memory accesses and shared-memory hazards on the GPU, not the order across streams.
-#ifdef FAKE_CUDA_DEVICE
-static void track_trainer_buffers(GPT* g) {
-    fake_cuda_untrack_all();
-    const WeightStream* ws = &g->stream;
-    const ParamLayout* p = &g->layout;
-    const int64_t S = p->layer_stride, act = (int64_t)g->B * g->T * g->config.channels,
-                  N = (int64_t)g->B * g->T;
-    const int L = g->config.num_layers;
-    for (int s = 0; s < ws->num_slots; s++)
-        fake_cuda_track(ws->slots + s * S, S * 2, "weight slot " + std::to_string(s));
-    for (int k = 0; k < 2; k++)
-        fake_cuda_track(ws->grad_staging[k], S * 2, "gradient staging " + std::to_string(k));
-    fake_cuda_track(ws->weights_host_bf16, p->embed_count * 2, "pinned bf16 embeddings");
-    for (int l = 0; l < L; l++) {
-        fake_cuda_track(ws->weights_host_bf16 + gpt_layer_offset(p, l), S * 2,
-                        "pinned bf16 weights of layer " + std::to_string(l));
-        fake_cuda_track(ws->grads_host_bf16 + l * S, S * 2, "pinned gradients of layer " + std::to_string(l));
-    }
-    for (int l = 0; l <= L; l++)
-        for (int mb = 0; mb < g->max_micro; mb++)
-            fake_cuda_track(layer_input(g, l, mb), act * 2,
-                            "checkpoint " + std::to_string(l) + "/" + std::to_string(mb));
-    for (int mb = 0; mb < g->max_micro; mb++)
-        fake_cuda_track(dresid_at(g, mb), act * 2, "dresid " + std::to_string(mb));
-    fake_cuda_track(g->layer_grads, S * 4, "layer gradient accumulator");
-    fake_cuda_track(g->resident, g->resident_count * 2, "resident bf16 weights");
-    fake_cuda_track(g->resident_grads, g->resident_count * 4, "resident gradients");
-    fake_cuda_track(g->resident_master, g->resident_count * 4, "resident master weights");
-    fake_cuda_track(g->resident_m, g->resident_count * 4, "resident AdamW m");
-    fake_cuda_track(g->resident_v, g->resident_count * 4, "resident AdamW v");
-    fake_cuda_track(g->tokens_in, g->max_micro * N * 4, "input tokens");
-    fake_cuda_track(g->tokens_out, g->max_micro * N * 4, "target tokens");
-    fake_cuda_track(g->losses, g->max_micro * N * 4, "losses");
-    fake_cuda_track(g->loss_dev, 4, "mean loss");
-    fake_cuda_track(g->sumsq_dev, 8, "squared norm");
-    fake_cuda_track(g->loss_host, 4, "pinned mean loss");
-    fake_cuda_track(g->sumsq_host, 8, "pinned squared norm");
-    fake_cuda_track(g->acts.memory, g->acts.bytes, "workspace");
-    if (g->kept_memory)
-        fake_cuda_track(g->kept_memory,
-                        acts_bytes(&g->config, g->B, g->T, true) * g->kept_layers * g->max_micro,
-                        "kept activations");
-}
-#endif
 
 TEST(GpuTrainer, StreamsOrderEveryHandOver) {
     REQUIRE_GPU();
@@ -296,7 +252,7 @@ TEST(GpuTrainer, StreamsOrderEveryHandOver) {
         const int B = k.B, T = k.T;
         GPT g;
         build_gpu(&g, c, B, T, n_micro, k.slots, a, 21, k.resident, k.kept);
-        track_trainer_buffers(&g);
+        gpt_track_buffers(&g);  // llmc/race_check.cuh
         auto in = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 22),
              tg = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 23);
         char dir[] = "/tmp/test_gpu_racesXXXXXX";

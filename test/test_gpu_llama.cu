@@ -473,62 +473,7 @@ TEST(GpuLlama, StreamsOrderEveryHandOver) {
             const LlamaConfig& c = sh.c;
             GPT g;
             build_gpu(&g, c, B, T, n_micro, k.slots, test_args(), 21, k.resident, k.kept, k.vocab_host);
-            fake_cuda_untrack_all();
-            const WeightStream* ws = &g.stream;
-            const ParamLayout* p = &g.layout;
-            const int64_t S = p->layer_stride, act = (int64_t)B * T * c.hidden_size, N = (int64_t)B * T;
-            for (int s = 0; s < ws->num_slots; s++)
-                fake_cuda_track(ws->slots + s * S, S * 2, "weight slot " + std::to_string(s));
-            for (int i = 0; i < 2; i++)
-                fake_cuda_track(ws->grad_staging[i], S * 2, "gradient staging " + std::to_string(i));
-            for (int t = 0; t < NUM_EMBED_TENSORS; t++) {  // apart: -E 1 updates them on a thread of its own
-                if (!p->embed_size[t]) continue;
-                if (k.vocab_host &&
-                    t == LL_EMBED)  // -E 1: the table's rows, which its thread and the gathers
-                    for (int64_t r = 0; r < c.vocab_size; r++)  // update, whichever takes a row first
-                        fake_cuda_track(ws->weights_host_bf16 + p->embed_offset[t] + r * c.hidden_size,
-                                        c.hidden_size * 2, "pinned bf16 embedding row " + std::to_string(r));
-                else
-                    fake_cuda_track(ws->weights_host_bf16 + p->embed_offset[t], p->embed_size[t] * 2,
-                                    "pinned bf16 embedding tensor " + std::to_string(t));
-            }
-            for (int l = 0; l < c.num_layers; l++) {
-                fake_cuda_track(ws->weights_host_bf16 + gpt_layer_offset(p, l), S * 2,
-                                "pinned bf16 weights of layer " + std::to_string(l));
-                fake_cuda_track(ws->grads_host_bf16 + l * S, S * 2,
-                                "pinned gradients of layer " + std::to_string(l));
-            }
-            for (int l = 0; l <= c.num_layers; l++)
-                for (int mb = 0; mb < n_micro; mb++)
-                    fake_cuda_track(layer_input(&g, l, mb), act * 2,
-                                    "checkpoint " + std::to_string(l) + "/" + std::to_string(mb));
-            for (int mb = 0; mb < n_micro; mb++) fake_cuda_track(dresid_at(&g, mb), act * 2, "dresid");
-            fake_cuda_track(g.layer_grads, S * 4, "layer gradient accumulator");
-            const int64_t rc = g.resident_count - g.resident_start;
-            fake_cuda_track(g.resident, rc * 2, "resident bf16 weights");
-            fake_cuda_track(g.resident_grads, rc * 4, "resident gradients");
-            fake_cuda_track(g.resident_master, rc * 4, "resident master weights");
-            if (HostVocab* v = g.vocab) {
-                const int64_t chunk = v->rows * c.hidden_size;
-                for (int i = 0; i < 2; i++)
-                    fake_cuda_track(v->w_chunk[i], chunk * 2, "lm_head chunk buffer " + std::to_string(i));
-                for (int i = 0; i < 2; i++)
-                    fake_cuda_track(v->dw_chunk[i], chunk * 4, "lm_head chunk gradient " + std::to_string(i));
-                for (int i = 0; i < 2; i++)
-                    fake_cuda_track(v->dw_host[i], chunk * 4, "pinned chunk gradient " + std::to_string(i));
-                fake_cuda_track(v->rows_host, act * 2, "pinned embedding rows");
-                fake_cuda_track(v->final_norm, c.hidden_size * 2, "final norm");
-                fake_cuda_track(v->lnf, n_micro * act * 2, "final norm outputs");
-                fake_cuda_track(v->dlnf, n_micro * act * 4, "head input gradients");
-            }
-            fake_cuda_track(g.tokens_in, n_micro * N * 4, "input tokens");
-            fake_cuda_track(g.losses, n_micro * N * 4, "losses");
-            fake_cuda_track(g.rope_inv_freq, c.head_dim / 2 * 4, "RoPE frequencies");
-            fake_cuda_track(g.acts.memory, g.acts.bytes, "workspace");
-            if (g.kept_memory)
-                fake_cuda_track(g.kept_memory,
-                                acts_bytes(&g.config, B, T, true, &c) * g.kept_layers * g.max_micro,
-                                "kept activations");
+            gpt_track_buffers(&g);  // llmc/race_check.cuh
             auto in = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 22),
                  tg = random_tokens((int64_t)n_micro * B * T, c.vocab_size, 23);
             char dir[] = "/tmp/test_gpu_llama_racesXXXXXX";

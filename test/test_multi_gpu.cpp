@@ -3,7 +3,9 @@
 // COMM_HOST in llmc/collectives.h): G ranks of n micro-batches train like one GPU accumulating G x n, for
 // GPT-2 and a Llama (GQA, a GPU-resident and a kept layer, 3 ranks with uneven slices), on chat data; the
 // checkpoint of a G-rank run resumes on another G; a rank that dies ends the run with a line from every rank;
-// flags that cannot work yet are refused in one line.
+// flags that cannot work yet are refused in one line. Every run here has the emulation's race check on
+// (LLMC_EMU_RACECHECK=1, llmc/race_check.cuh): each rank's streams and threads must order every hand-over of
+// the trainer's buffers, or that rank ends with status 1; the comparisons check that rank 0 saw none.
 //
 // The bound. One GPU sums each gradient over its micro-batches in fp32 in one order; G ranks sum their own
 // micro-batches, then the ranks' sums. The two orders differ by fp32 rounding (~1e-7 relative) in each
@@ -70,6 +72,7 @@ class MultiGpu : public CliTest {
     void SetUp() override {
         if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
         CliTest::SetUp();
+        setenv("LLMC_EMU_RACECHECK", "1", 1);
         train = shard_of("train.bin", ids(24576, 1));
         val = shard_of("val.bin", ids(4096, 2));
     }
@@ -137,6 +140,8 @@ class MultiGpu : public CliTest {
                                 const std::string& many_dir, int steps = 3) {
         EXPECT_EQ(a.code, 0) << a.cmd << "\n" << a.err << a.out;
         EXPECT_EQ(b.code, 0) << b.cmd << "\n" << b.err << b.out;
+        EXPECT_TRUE(has(a.out, "race check: no races")) << a.out;
+        EXPECT_TRUE(has(b.out, "race check: no races")) << b.out;
         const auto la = step_lines(a.out), lb = step_lines(b.out);
         EXPECT_EQ(la.size(), (size_t)steps) << a.out;
         double lr_sum = 0;

@@ -103,8 +103,12 @@ class SsdTrainer : public CliTest {
 TEST_F(SsdTrainer, SameTrainingAsInRam) {
     run_in_ram();
     const std::string out = dir + "/sd";
-    const Result a = run_bin(kEmu, run_args(out, {"-sd", dir + "/store"}));
+    const Result a = [&] {  // with the emulation's race check
+        ScopedEnv race("LLMC_EMU_RACECHECK", "1");
+        return run_bin(kEmu, run_args(out, {"-sd", dir + "/store"}));
+    }();
     ASSERT_EQ(a.code, 0) << a.cmd << "\n" << a.err << a.out;
+    EXPECT_TRUE(has(a.out, "race check: no races")) << a.out;
     EXPECT_TRUE(has(a.out, "SSD tier: 3 layers' fp32 weights and AdamW m, v in")) << a.out;
     EXPECT_TRUE(has(a.out, "s of disk time per step at these rates, of which the round's part (")) << a.out;
     expect_same_as_ram(out, a.out, 1);
@@ -170,8 +174,12 @@ TEST_F(SsdTrainer, ALargerRingIsBitForBit) {
 TEST_F(SsdTrainer, SameTrainingAsInRamWithTheWeightsOnDisk) {
     run_in_ram();
     const std::string out = dir + "/sw";
-    const Result a = run_bin(kEmu, run_args(out, {"-sd", dir + "/store", "-sw", "1", "-v", "1"}));
+    const Result a = [&] {  // with the emulation's race check
+        ScopedEnv race("LLMC_EMU_RACECHECK", "1");
+        return run_bin(kEmu, run_args(out, {"-sd", dir + "/store", "-sw", "1", "-v", "1"}));
+    }();
     ASSERT_EQ(a.code, 0) << a.cmd << "\n" << a.err << a.out;
+    EXPECT_TRUE(has(a.out, "race check: no races")) << a.out;
     EXPECT_TRUE(has(a.out, "SSD tier: 3 layers' fp32 weights and AdamW m, v and bf16 weights in")) << a.out;
     EXPECT_TRUE(has(a.out, "SSD tier (-sd -sw 1)")) << a.out;
     EXPECT_TRUE(has(a.out, "val loss")) << a.out;
