@@ -47,9 +47,10 @@ typedef struct {
     int vocab_host;       // -E  1: Llama's vocabulary in host RAM, -1: if needed
     const char* ssd_dir;  // -sd the SsdStore's directory (fp32 weights, m, v)
     int ssd_weights;      // -sw 1: with -sd, their bf16 weights there too
-    float disk_read_gbs;  // -sr R[,W] the -sd disk's GB/s, for -P 1's step time. 0: assumed
+    float disk_read_gbs;  // -sr R[,W] the -sd disk's GB/s, for -P 1's step time. 0: measured or assumed
     float disk_write_gbs;
-    float ssd_ring_gib;  // -sb host GiB for the SSD tier's ring of piece buffers, 0: 4 pieces, -1: auto
+    int disk_rates_measured;  // -P 1: the rates above are the probe's of -sd DIR (not -sr's)
+    float ssd_ring_gib;       // -sb host GiB for the SSD tier's ring of piece buffers, 0: 4 pieces, -1: auto
     int ranks;      // -pn GPUs of this node, one rank process each, started by this process (1: this one)
     int nodes;      // -pN nodes of -pn GPUs each
     int node_rank;  // -pr this node's index, 0..nodes-1 (0: rank 0's node)
@@ -92,6 +93,7 @@ static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
     ga->ssd_dir = NULL;
     ga->ssd_weights = 0;
     ga->disk_read_gbs = ga->disk_write_gbs = 0;
+    ga->disk_rates_measured = 0;
     ga->ssd_ring_gib = -1;  // auto
     ga->ranks = 1;
     ga->nodes = 1;

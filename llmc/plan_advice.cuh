@@ -399,7 +399,9 @@ static void print_plan_table(const PlanTarget* t, const PlanEval& e, const GpuAr
         snprintf(need, sizeof need, "%.1f + %.1f GB", e.m.ssd_read_per_step / 1e9,
                  e.m.ssd_write_per_step / 1e9);
         snprintf(have, sizeof have, "%.2f / %.2f GB/s, %s", t->disk_read_Bps / 1e9, t->disk_write_Bps / 1e9,
-                 given ? "given by -sr" : "assumed: -sr for yours");
+                 ga->disk_rates_measured ? "measured on -sd DIR"
+                 : given                 ? "given by -sr"
+                                         : "assumed: -sr for yours");
         plan_seconds(verdict, sizeof verdict, e.disk_s);
         plan_row("disk r + w", need, have, verdict);
         snprintf(need, sizeof need, "%.1f + %.1f GB", e.m.ssd_round_reads / 1e9, e.m.ssd_round_writes / 1e9);
@@ -564,7 +566,9 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
             "the disk (%.2f s a step, the round's part %.2f s, at %.2f / %.2f GB/s%s) costs at most 10%% of "
             "the step from -d %lld on (%d micro-batches of %d x %d%s; GPU %.2f GiB, %s)\n",
             e.disk_s, e.round_disk_s, t.disk_read_Bps / 1e9, t.disk_write_Bps / 1e9,
-            ga->disk_read_gbs > 0 ? ", -sr" : ", assumed",
+            ga->disk_rates_measured ? ", measured"
+            : ga->disk_read_gbs > 0 ? ", -sr"
+                                    : ", assumed",
             (long long)more.n_micro * given.B * T * (int64_t)ranks, more.n_micro, given.B, T,
             several ? " on each GPU" : "", d.m.gpu_bytes / GiB, d.gpu_fits ? "fits" : "does NOT fit");
         // or more host RAM for the ring (-sb): only where all of the disk's work fits the step and the RAM

@@ -3,6 +3,8 @@
 // Included after the step, whose gpt_build and load_state it calls.
 // Not here: the step, the loop and its lines (train_gpt.cu).
 #pragma once
+#include <fcntl.h>                 // defines: open, O_RDONLY
+#include <sys/file.h>              // defines: flock
 #include "llmc/llama_kernels.cuh"  // defines: llama_kernels_load
 #include "llmc/plan_advice.cuh"  // defines: print_plan_verdicts, PlanChoice, PLAN_FITS, PLAN_FITS_WITH_ADVICE
 
@@ -648,10 +650,46 @@ static void plan_run(Run* r) {
 
 // -P 1: print the plan, its verdicts and advice; returns the exit status (PLAN_FITS ...).
 // With -V, -R -1 / -K -1 / -E -1 fit that budget.
+// The -sd disk's read and write rates (bytes/s): ssd_probe_bandwidth's, up to 1 GiB for 3 s (tests shorten
+// it: SSD_PROBE_SECONDS, SSD_PROBE_MIB). false with why.
+static bool ssd_probe_dir(const char* dir, double* rbps, double* wbps, int* direct, char* why, size_t n) {
+    const char* sec = getenv("SSD_PROBE_SECONDS");
+    const char* mib = getenv("SSD_PROBE_MIB");
+    const double seconds = sec ? atof(sec) : 3.0;
+    const int64_t max_bytes = mib && atoll(mib) > 0 ? atoll(mib) << 20 : (int64_t)1 << 30;
+    return ssd_probe_bandwidth(dir, seconds, max_bytes, rbps, wbps, direct, why, n) == 0;
+}
+// A run holds DIR's store (ssd_lock_dir's lock): -P 1 then measures nothing there. Takes no lock of its own.
+static bool ssd_dir_in_use(const char* dir) {
+    const int fd = open((std::string(dir) + "/ssd_lock").c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return false;
+    const bool busy = flock(fd, LOCK_SH | LOCK_NB) != 0;
+    close(fd);
+    return busy;
+}
+
 static int print_plan_only(Run* r) {
     GpuArgs* ga = &r->ga;
     char why[4400];
     if (ga->ssd_dir && !ssd_dir_usable(ga->ssd_dir, why, sizeof why)) die("%s", why);
+    struct stat st;  // -sd DIR there and no -sr: its disk's rates, measured as a run measures them
+    if (ga->ssd_dir && ga->disk_read_gbs <= 0 && stat(ga->ssd_dir, &st) == 0) {
+        double rbps = 0, wbps = 0;
+        int direct = 0;
+        if (ssd_dir_in_use(ga->ssd_dir)) snprintf(why, sizeof why, "a run is using it, not measured now");
+        else if (ssd_probe_dir(ga->ssd_dir, &rbps, &wbps, &direct, why, sizeof why)) {
+            ga->disk_read_gbs = (float)(rbps / 1e9);
+            ga->disk_write_gbs = (float)(wbps / 1e9);
+            ga->disk_rates_measured = 1;
+            printf(
+                "-sd %s: its disk measured at %.2f GB/s read, %.2f GB/s write%s: the plan takes these (-sr "
+                "R,W plans for another disk)\n",
+                ga->ssd_dir, rbps / 1e9, wbps / 1e9, direct ? ", direct I/O" : ", buffered (no O_DIRECT)");
+        }
+        if (!ga->disk_rates_measured)
+            fprintf(stderr, "warning: -sd %s: %s; the plan assumes a disk's rates (-sr R,W gives them)\n",
+                    ga->ssd_dir, why);
+    }
     ga->vocab_host = ga->gpu_gib > 0
                          ? vocab_host_for(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga,
                                           gpu_memory_budget(ga, INT64_MAX), &r->llama)
@@ -680,7 +718,10 @@ static int print_plan_only(Run* r) {
         r->disk_rbps = ga->disk_read_gbs > 0 ? ga->disk_read_gbs * 1e9 : PLAN_DISK_READ_BPS;
         r->disk_wbps = ga->disk_write_gbs > 0 ? ga->disk_write_gbs * 1e9 : PLAN_DISK_WRITE_BPS;
         r->gpu_budget = budget >= 0 ? budget : (int64_t)(PLAN_DEFAULT_GPU_GIB * 1073741824.0);
-        ssd_ring_auto(r, peak, ga->disk_read_gbs > 0 ? "-sr's" : "the assumed");
+        ssd_ring_auto(r, peak,
+                      ga->disk_rates_measured ? "the measured"
+                      : ga->disk_read_gbs > 0 ? "-sr's"
+                                              : "the assumed");
     }
     print_memory_plan(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, r->resident, r->kept, ga,
                       r->plan, r->no_gpu_here, &r->llama);
@@ -690,7 +731,6 @@ static int print_plan_only(Run* r) {
 }
 
 // -sd: disk bandwidth and disk time per step. A failed probe only warns.
-// Tests shorten it: SSD_PROBE_SECONDS, SSD_PROBE_MIB.
 // -sd's directory made (a resume's must be there), locked for this run until it exits, and its disk's read
 // and write rates measured (r->disk_*; 0 where the probe failed, said in one line).
 static void ssd_open_dir(Run* r) {
@@ -702,12 +742,7 @@ static void ssd_open_dir(Run* r) {
     r->ssd_dir_made = mkdir(dir, 0755) == 0;
     if (!r->ssd_dir_made && errno != EEXIST) die("-sd %s: cannot create it: %s", dir, strerror(errno));
     if (ssd_lock_dir(dir, err, sizeof err) < 0) die("-sd: %s", err);  // held until exit
-    const char* sec = getenv("SSD_PROBE_SECONDS");
-    const char* mib = getenv("SSD_PROBE_MIB");
-    const double seconds = sec ? atof(sec) : 3.0;
-    const int64_t max_bytes = mib && atoll(mib) > 0 ? atoll(mib) << 20 : (int64_t)1 << 30;
-    if (ssd_probe_bandwidth(dir, seconds, max_bytes, &r->disk_rbps, &r->disk_wbps, &r->disk_direct, err,
-                            sizeof err) != 0) {
+    if (!ssd_probe_dir(dir, &r->disk_rbps, &r->disk_wbps, &r->disk_direct, err, sizeof err)) {
         fprintf(stderr, "warning: -sd %s: %s; the disk's part of a step is not estimated\n", dir, err);
         r->disk_rbps = r->disk_wbps = 0;
     }

@@ -4,6 +4,7 @@
 // layer and the pread/pwrite fallback; kill -9 at several points then -y 1 resumes bit for bit; a disk that
 // fails mid-run gives one error line and leaves the last checkpoint intact; bad input gets one error line.
 // The scratch directories are under /tmp (ext4 here: io_uring and O_DIRECT work; elsewhere ssd.h falls back).
+#include <sys/file.h>  // defines: flock
 #include "cli_test_common.h"
 
 namespace {
@@ -617,6 +618,41 @@ TEST_F(SsdTrainer, PlanShowsTheSsdTier) {
                       "-sd", dir + "/s", "-o", dir + "/o", "-i", kTrain, "-j", kVal};
     EXPECT_TRUE(CleanError(run_bin(kEmu, run),
                            {"-sd " + dir + "/s: the optimizer state needs 2468.26 GiB on disk", "GiB free"}));
+}
+
+// -P 1 -sd DIR where DIR is there and -sr is not given: DIR's disk measured as a run measures it (issue 42
+// item 3: "-P 1 takes the disk's rate as a flag or from the probe"), and the plan at those rates; the probe's
+// file gone after. -sr's rates stand; a DIR not there, or one a run holds, is not measured: assumed rates.
+TEST_F(SsdTrainer, PlanMeasuresTheDiskOfAnExistingSdDir) {
+    const std::string there = dir + "/there";
+    ASSERT_EQ(mkdir(there.c_str(), 0755), 0);
+    const Args plan = {"-e",      "d12", "-b", "4",  "-t",   "1024", "-d",
+                       "1048576", "-P",  "1",  "-i", "none", "-j",   "none"};
+    ScopedEnv sec("SSD_PROBE_SECONDS", "0.2"), mib("SSD_PROBE_MIB", "16");
+    const Result m = run_bin(kEmu, plan + Args{"-sd", there});
+    ASSERT_TRUE(plan_printed(m.code, m.out)) << m.err << m.out;
+    EXPECT_TRUE(has(m.out, "-sd " + there + ": its disk measured at ")) << m.out;
+    EXPECT_TRUE(has(m.out, " GB/s, measured on -sd DIR ")) << m.out;
+    EXPECT_TRUE(has(m.out, ", at the measured ")) << m.out;  // -sb auto's ring
+    EXPECT_TRUE(names_in(there).empty()) << "the probe leaves nothing";
+    const Result given = run_bin(kEmu, plan + Args{"-sd", there, "-sr", "7,5"});
+    ASSERT_TRUE(plan_printed(given.code, given.out)) << given.err << given.out;
+    EXPECT_TRUE(has(given.out, "7.00 / 5.00 GB/s, given by -sr")) << given.out;
+    EXPECT_FALSE(has(given.out, "measured")) << given.out;
+    const Result missing = run_bin(kEmu, plan + Args{"-sd", dir + "/not_there"});
+    ASSERT_TRUE(plan_printed(missing.code, missing.out)) << missing.err << missing.out;
+    EXPECT_TRUE(has(missing.out, "6.00 / 4.00 GB/s, assumed: -sr for yours")) << missing.out;
+    EXPECT_FALSE(file_exists(dir + "/not_there"));
+    // a run's lock on DIR: the plan does not disturb that run's disk
+    const int fd = open((there + "/ssd_lock").c_str(), O_RDWR | O_CREAT, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(flock(fd, LOCK_EX | LOCK_NB), 0);
+    const Result busy = run_bin(kEmu, plan + Args{"-sd", there});
+    close(fd);
+    ASSERT_TRUE(plan_printed(busy.code, busy.out)) << busy.err << busy.out;
+    EXPECT_TRUE(has(busy.err, "a run is using it, not measured now; the plan assumes a disk's rates"))
+        << busy.err;
+    EXPECT_TRUE(has(busy.out, "assumed: -sr for yours")) << busy.out;
 }
 
 // -P 1 -sb: window 2's case (d12 at 1M tokens a step, its disk's 1.76 / 2.51 GB/s). With the default ring of
