@@ -1270,6 +1270,7 @@ int main(int argc, char** argv) {
                 comm_stop_watch(r.comm);  // from here the ranks end each at its own time: not a failure
                 node_barrier(r.comm);
                 net_finish(&r.comm->net);
+                race_check_end();  // the emulated tests' LLMC_EMU_RACECHECK: what the stopped run saw
             });
     };
     stop_signal_install();

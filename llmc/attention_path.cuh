@@ -23,8 +23,9 @@ static bool cudnn_attention_packed = false;    // chat rows: a micro-batch cuDNN
 static int64_t cudnn_attention_workspace = 0;  // bytes: the largest of the run's graphs
 static char cudnn_attention_note[512] = "";    // why cuDNN does not run, or what it is
 static bool cudnn_attention_works = false;     // loaded, built this shape's graphs, passed the self-check
-static float attention_ms[2] = {0, 0};  // -F -1: cuDNN's and our fused kernels' time at the run's shape
-static bool attention_timed = false;    // attention_ms holds a measurement
+static float attention_ms[2] = {0, 0};    // -F -1: cuDNN's and our fused kernels' time at the run's shape
+static bool attention_timed = false;      // attention_ms holds a measurement
+static char attention_untimed[512] = "";  // why not, where cuDNN works and -F -1 would time it
 
 // One micro-batch's ragged sequences: seqs -1 when dense rows or not expressible (then our kernel).
 typedef struct AttnMicro {
@@ -217,11 +218,13 @@ static bool attention_self_check(int NH, int NKV, int hs, bool packed, char* why
     return ok;
 }
 
-// -F -1: cuDNN and our fused kernels timed at the run's shape, a micro-batch's attention forward and backward
-// (B rows of T; chat rows: 4 conversations a row, the plan's bucket), 1 run to warm up and 3 timed each, so
-// the default runs the faster. Before the plan: the GPU holds only the handles; where the run's tensors are
-// not free, or cuDNN fails at this shape, false with why. ms: cuDNN's, then ours. Tests:
-// LLMC_TEST_ATTN_MS=c,f replaces the two figures (the emulation times nothing: 0 ms each).
+// -F -1: cuDNN and our fused kernels timed at the run's shape (B rows of T; chat rows: 4 conversations a
+// row, the plan's bucket): what a recomputed layer runs, the forward twice and the backward once. The two
+// paths take turns (after a warm-up each) until each has run 20 ms, 2 to 10 times; each keeps its fastest
+// forward and backward. Before the plan: the GPU holds the handles and cuDNN's workspace for the prepared
+// graphs (taken first). false with why: "untimed: ..." where the run's tensors are not free or the layout
+// cannot be timed, else cuDNN failed at the run's shape. ms: cuDNN's, then ours. Tests: LLMC_TEST_ATTN_MS=c,f
+// replaces the two figures (the emulation times nothing: 0 ms each).
 static bool attention_time_paths(int B, int T, int NH, int NKV, int hs, bool packed, float ms[2], char* why,
                                  size_t n) {
     const int64_t N = (int64_t)B * T, ld = (int64_t)(NH + 2 * NKV) * hs, od = (int64_t)NH * hs;
@@ -237,15 +240,15 @@ static bool attention_time_paths(int B, int T, int NH, int NKV, int hs, bool pac
         meta.resize(ragged_meta_ints(N));
         if (ragged_sequences(pos.data(), B, T, ld, od, NH, ragged_meta_at(meta.data(), N), (int)N, &bucket) <=
             0)
-            return snprintf(why, n, "internal: the timing's ragged sequences"), false;
+            return snprintf(why, n, "untimed: this chat shape's offsets pass 32 bits"), false;
     }
+    char err[512];
+    if (!cudnn_att_reserve_workspace(err, sizeof err)) return snprintf(why, n, "untimed: %.400s", err), false;
     void* p[8] = {};
     const int64_t bytes[8] = {N * ld * 2, N * od * 2, N * od * 2,         N * ld * 2,
                               N * NH * 4, N * NH * 4, packed ? N * 4 : 0, (int64_t)meta.size() * 4};
-    int64_t total = 0;
     bool ok = true;
-    for (int k = 0; k < 8 && ok; k++) {
-        total += bytes[k];
+    for (int k = 0; k < 8 && ok; k++)
         if (bytes[k] && cudaMalloc(&p[k], (size_t)bytes[k]) != cudaSuccess) {
             (void)cudaGetLastError();  // not sticky: the run goes on
             snprintf(why, n,
@@ -253,7 +256,6 @@ static bool attention_time_paths(int B, int T, int NH, int NKV, int hs, bool pac
                      (double)(bytes[0] + bytes[1] + bytes[2] + bytes[3] + bytes[4] + bytes[5]) / 1048576.0);
             ok = false;
         }
-    }
     bf16 *qkv = (bf16*)p[0], *dout = (bf16*)p[1], *out = (bf16*)p[2], *dqkv = (bf16*)p[3];
     float *lse = (float*)p[4], *dsum = (float*)p[5];
     int* d_pos = (int*)p[6];
@@ -267,45 +269,50 @@ static bool attention_time_paths(int B, int T, int NH, int NKV, int hs, bool pac
     }
     const AttnMicro m = {bucket, ragged_meta_at((int*)p[7], N)};
     const CudnnAttShape sh = {B, T, NH, NKV, hs, bucket};
-    cudaEvent_t ev[2];
-    cudaCheck(cudaEventCreate(&ev[0]));
-    cudaCheck(cudaEventCreate(&ev[1]));
-    for (int path = 0; path < 2 && ok; path++) {
-        for (int rep = 0; rep < 4 && ok; rep++) {
-            if (rep == 1) cudaCheck(cudaEventRecord(ev[0], 0));
+    cudaEvent_t ev[3];
+    for (int k = 0; k < 3; k++) cudaCheck(cudaEventCreate(&ev[k]));
+    float fwd[2] = {INFINITY, INFINITY}, bwd[2] = {INFINITY, INFINITY}, spent[2] = {0, 0};
+    for (int rep = 0; rep < 11 && ok; rep++) {  // rep 0 warms up
+        for (int path = 0; path < 2 && ok; path++) {
+            cudaCheck(cudaEventRecord(ev[0], 0));
             if (path == 0) {  // cuDNN; a failure at the run's shape is the self-check's kind: cuDNN not used
-                char err[512];
-                ok = cudnn_att_forward(out, lse, qkv, &sh, packed ? &m.dev : NULL, 0, err, sizeof err) &&
-                     cudnn_att_backward(dqkv, dout, qkv, out, lse, &sh, packed ? &m.dev : NULL, 0, err,
-                                        sizeof err);
+                ok = cudnn_att_forward(out, lse, qkv, &sh, packed ? &m.dev : NULL, 0, err, sizeof err);
+                cudaCheck(cudaEventRecord(ev[1], 0));
+                ok = ok && cudnn_att_backward(dqkv, dout, qkv, out, lse, &sh, packed ? &m.dev : NULL, 0, err,
+                                              sizeof err);
                 if (!ok) snprintf(why, n, "at the run's shape: %.480s", err);
             } else {
                 flash_attention_forward(out, lse, qkv, B, T, (int)od, NH, 0, NKV, packed ? d_pos : NULL);
+                cudaCheck(cudaEventRecord(ev[1], 0));
                 flash_attention_backward(dqkv, dsum, dout, out, qkv, lse, B, T, (int)od, NH, 0, NKV,
                                          packed ? d_pos : NULL);
             }
+            cudaCheck(cudaEventRecord(ev[2], 0));
+            const cudaError_t e = cudaEventSynchronize(ev[2]);
+            if (e != cudaSuccess)
+                die("attention: timing %s at the run's shape failed: %s",
+                    attention_path_name(path ? ATTN_FUSED : ATTN_CUDNN), cudaGetErrorString(e));
+            float f = 0, b = 0;
+            cudaCheck(cudaEventElapsedTime(&f, ev[0], ev[1]));
+            cudaCheck(cudaEventElapsedTime(&b, ev[1], ev[2]));
+            if (rep == 0) continue;
+            fwd[path] = std::min(fwd[path], f), bwd[path] = std::min(bwd[path], b), spent[path] += f + b;
         }
-        if (!ok) break;
-        cudaCheck(cudaEventRecord(ev[1], 0));
-        const cudaError_t err = cudaEventSynchronize(ev[1]);
-        if (err != cudaSuccess)
-            die("attention: timing %s at the run's shape failed: %s",
-                attention_path_name(path ? ATTN_FUSED : ATTN_CUDNN), cudaGetErrorString(err));
-        cudaCheck(cudaEventElapsedTime(&ms[path], ev[0], ev[1]));
-        ms[path] /= 3;
+        if (rep >= 2 && ((spent[0] >= 20 && spent[1] >= 20) || spent[0] + spent[1] == 0))
+            break;  // 0: emulated
     }
-    cudaCheck(cudaEventDestroy(ev[0]));
-    cudaCheck(cudaEventDestroy(ev[1]));
+    for (int k = 0; k < 3; k++) cudaCheck(cudaEventDestroy(ev[k]));
     for (int k = 0; k < 8; k++)
         if (p[k]) cudaCheck(cudaFree(p[k]));
+    for (int path = 0; path < 2; path++) ms[path] = 2 * fwd[path] + bwd[path];
     const char* e = getenv("LLMC_TEST_ATTN_MS");
     if (ok && e && sscanf(e, "%f,%f", &ms[0], &ms[1]) != 2)
         die("LLMC_TEST_ATTN_MS=%s: want two figures, c,f", e);
     return ok;
 }
 
-// Which path runs, once cuDNN's checks and times are in (on several ranks: every rank's,
-// attention_path_agree). cuDNN runs where it works (everywhere) and, under -F -1, unless our fused kernels
+// Which path runs, once cuDNN's checks and times are in (on several ranks: every rank's, summed in
+// run_setup.cuh). cuDNN runs where it works (everywhere) and, under -F -1, unless our fused kernels
 // took less than 97% of its time at the run's shape (a tie is cuDNN's). Sets cudnn_attention_ready and the
 // config table's note.
 static void attention_path_settle(int flag, bool works, bool timed, const float ms[2], int hs) {
@@ -317,11 +324,14 @@ static void attention_path_settle(int flag, bool works, bool timed, const float 
              cudnn_att_library());
     if (!timed) {
         snprintf(cudnn_attention_note, sizeof cudnn_attention_note, "%s", what);
+        if (attention_untimed[0]) printf("attention: cuDNN (%s)\n", attention_untimed);
         return;
     }
     char times[200];
     snprintf(times, sizeof times,
-             "a micro-batch's forward + backward at this shape: cuDNN %.3g ms, ours %.3g ms", ms[0], ms[1]);
+             "a micro-batch's attention (forward twice, as recomputed, and backward) at this shape: cuDNN "
+             "%.3g ms, ours %.3g ms",
+             ms[0], ms[1]);
     if (flag == -1 && flash_attention_usable(hs) && ms[1] < 0.97f * ms[0]) {
         cudnn_attention_ready = false;
         snprintf(cudnn_attention_note, sizeof cudnn_attention_note, "%s; %s (-F 2 runs cuDNN)", what, times);
@@ -341,6 +351,7 @@ static void attention_path_select(int flag, int B, int T, int NH, int NKV, int h
                                   bool settle = true) {
     cudnn_attention_ready = cudnn_attention_works = attention_timed = false;
     attention_ms[0] = attention_ms[1] = 0;
+    attention_untimed[0] = 0;
     cudnn_attention_packed = packed;
     cudnn_attention_workspace = 0;
     cudnn_attention_note[0] = 0;
@@ -367,7 +378,8 @@ static void attention_path_select(int flag, int B, int T, int NH, int NKV, int h
         if (!attention_timed && strncmp(untimed, "untimed", 7)) {  // cuDNN failed at the run's shape
             snprintf(why, sizeof why, "%s", untimed);
             ok = false;
-        } else if (!attention_timed) printf("attention: cuDNN (%s)\n", untimed);
+        } else if (!attention_timed)  // said once the path is settled (several ranks: agreed)
+            snprintf(attention_untimed, sizeof attention_untimed, "%s", untimed);
     }
     if (ok) {
         cudnn_attention_works = true;

@@ -393,6 +393,7 @@ int64_t cudnn_att_workspace_of(const CudnnAttShape* s, char* why, size_t n) {
     return f > b ? f : b;
 }
 
+bool cudnn_att_reserve_workspace(char* why, size_t n) { return workspace_for(workspace_need, why, n); }
 void cudnn_att_free_own_workspace() {
     if (workspace_own && workspace) cudaFree(workspace);
     workspace = nullptr;
@@ -419,6 +420,7 @@ static bool workspace_for(int64_t need, char* why, size_t n) {
     cudnn_att_free_own_workspace();
     const cudaError_t err = cudaMalloc(&workspace, (size_t)need);
     if (err != cudaSuccess) {
+        (void)cudaGetLastError();  // not sticky: the caller goes on without cuDNN, or without this shape
         workspace = nullptr;
         return fail(why, n, std::string("cuDNN workspace: ") + cudaGetErrorString(err));
     }

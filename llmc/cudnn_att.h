@@ -31,6 +31,8 @@ int64_t cudnn_att_workspace_need();
 // One shape's graphs' workspace (the larger of forward and backward), preparing them; -1 with why if cuDNN
 // cannot run the shape.
 int64_t cudnn_att_workspace_of(const CudnnAttShape* s, char* why, size_t n);
+// Before the plan: our own workspace as large as every graph prepared so far needs; false with why.
+bool cudnn_att_reserve_workspace(char* why, size_t n);
 // The workspace the memory plan allocated; a shape prepared later that needs more fails (its micro-batch runs
 // our kernel), so GPU memory stays what the plan says.
 void cudnn_att_use_workspace(void* p, int64_t bytes);
@@ -60,6 +62,7 @@ static inline int64_t cudnn_att_workspace_need() { return 0; }
 static inline int64_t cudnn_att_workspace_of(const CudnnAttShape*, char* why, size_t n) {
     return cudnn_att_unbuilt(why, n) ? 0 : -1;
 }
+static inline bool cudnn_att_reserve_workspace(char* why, size_t n) { return cudnn_att_unbuilt(why, n); }
 static inline void cudnn_att_use_workspace(void*, int64_t) {}
 static inline void cudnn_att_free_own_workspace() {}
 static inline bool cudnn_att_forward(void*, float*, const void*, const CudnnAttShape*, const RaggedMeta*,

@@ -4,7 +4,8 @@
 // that make it fit (-b, -R, -K, -E, -sd, -sw), found by planning again with gpt_memory_plan.
 // -P 1 then exits PLAN_FITS, PLAN_FITS_WITH_ADVICE or PLAN_FITS_NOWHERE.
 // Not here: the plan (llmc/memory_plan.cuh), a run's own fit check (llmc/run_setup.cuh's check_fit).
-// The rates are stated assumptions unless given (-sr) or read from the GPU here; nothing is measured.
+// The rates are stated assumptions unless given (-sr), measured (-sd DIR's disk, llmc/run_setup.cuh) or read
+// from the GPU here.
 // Included by llmc/run_setup.cuh: uses train_gpt.cu's gpu_bf16_peak_flops.
 #pragma once
 #include <math.h>

@@ -86,6 +86,15 @@ static void gpt_track_buffers(GPT* g) {
     fake_cuda_track(g->sumsq_host, 8, "pinned squared norm");
     if (llama) fake_cuda_track(g->rope_inv_freq, g->llama.head_dim / 2 * 4, "RoPE frequencies");
     fake_cuda_track(g->acts.memory, g->acts.bytes, "workspace");
+    if (const SsdTier* t = g->ssd) {  // -sd: the gradients' ring; -sw 1: the round's handoff buffers
+        for (int k = 0; k < GRAD_RING; k++)
+            fake_cuda_track(t->buf[k], grads_ring_bytes(p),
+                            "the gradients' ring buffer " + std::to_string(k));
+        for (int b = 0; t->weights_on_disk && b < SW_HANDOFF_BUFFERS; b++)
+            fake_cuda_track(t->handoff[b], S * 2, "the round's handoff buffer " + std::to_string(b));
+    }
+    for (int b = 0; ws->reads.reader.start && b < ws->reads.reader.num_buffers; b++)  // -sw 1: from the disk
+        fake_cuda_track(ws->reads.buf[b], S * 2, "the weights' read buffer " + std::to_string(b));
     if (g->comm->backend == COMM_HOST) {  // several ranks summing through the host: this rank's part of it
         fake_cuda_track(g->comm->scratch + (int64_t)g->comm->local * g->comm->chunk, g->comm->chunk * 4,
                         "this rank's part of the ranks' sums");

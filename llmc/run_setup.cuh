@@ -714,7 +714,7 @@ static int print_plan_only(Run* r) {
                                &r->resident, &r->kept, &r->llama);
         none = place_layers_auto(r, budget, peak);
     }
-    if (ga->ssd_dir && ga->ssd_ring_gib < 0) {  // -sb auto, as a run takes it, at -sr's rates (else assumed)
+    if (ga->ssd_dir && ga->ssd_ring_gib < 0) {  // -sb auto, as a run takes it, at the rates above
         r->disk_rbps = ga->disk_read_gbs > 0 ? ga->disk_read_gbs * 1e9 : PLAN_DISK_READ_BPS;
         r->disk_wbps = ga->disk_write_gbs > 0 ? ga->disk_write_gbs * 1e9 : PLAN_DISK_WRITE_BPS;
         r->gpu_budget = budget >= 0 ? budget : (int64_t)(PLAN_DEFAULT_GPU_GIB * 1073741824.0);

@@ -644,9 +644,12 @@ int ssd_probe_bandwidth(const char* dir, double seconds, int64_t max_bytes, doub
                  SizeText((double)avail).s, SizeText((double)block).s);
         return -1;
     }
-    const std::string path = std::string(dir) + "/ssd_probe.tmp";
+    // a name of this process's (a plan's probe beside a run's), gone from DIR once open: nothing is left
+    // behind, even by a probe that is killed
+    const std::string path = std::string(dir) + "/ssd_probe." + std::to_string((long)getpid()) + ".tmp";
     SsdFile f;
     if (ssd_file_open(&f, path.c_str(), 1, size, 0, err, errlen) != 0) return -1;
+    unlink(path.c_str());
     SsdIoConfig ioc;
     memset(&ioc, 0, sizeof ioc);
     ioc.queue_depth = 16;

@@ -1321,7 +1321,9 @@ TEST(SsdProbe, SymlinksAtItsFileNamesAreNotFollowed) {
     TempDir d, other;
     const std::string victim = other.path + "/victim";
     std::ofstream(victim) << "precious";
-    ASSERT_EQ(symlink(victim.c_str(), (d.path + "/ssd_probe.tmp").c_str()), 0);
+    const std::string probe =
+        d.path + "/ssd_probe." + std::to_string((long)getpid()) + ".tmp";  // this process's
+    ASSERT_EQ(symlink(victim.c_str(), probe.c_str()), 0);
     double r = 0, w = 0;
     int direct = -1;
     char err[1024] = "";

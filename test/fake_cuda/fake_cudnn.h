@@ -190,6 +190,7 @@ static inline bool workspace_for(int64_t need, char* why, size_t n) {
     if (st.own && st.workspace) cudaFree(st.workspace);
     st.workspace = nullptr, st.bytes = 0, st.own = false;
     if (cudaMalloc(&st.workspace, (size_t)need) != cudaSuccess) {
+        (void)cudaGetLastError();
         st.workspace = nullptr;
         return fail(why, n, "cuDNN workspace: out of memory");
     }
@@ -236,6 +237,9 @@ static inline bool cudnn_att_prepare(const CudnnAttShape* s, char* why, size_t n
 static inline int64_t cudnn_att_workspace_need() { return fake_cudnn::state().need; }
 static inline int64_t cudnn_att_workspace_of(const CudnnAttShape* s, char* why, size_t n) {
     return fake_cudnn::graphs_for(s, why, n) ? fake_cudnn::workspace_size(s) : -1;
+}
+static inline bool cudnn_att_reserve_workspace(char* why, size_t n) {
+    return fake_cudnn::workspace_for(fake_cudnn::state().need, why, n);
 }
 static inline void cudnn_att_free_own_workspace() {
     fake_cudnn::State& st = fake_cudnn::state();
