@@ -318,7 +318,7 @@ int main(int argc, char** argv) {
         fail("%s", err);
     std::vector<uint16_t> half;
     std::vector<float> tmp;
-    auto read = [&](size_t k, float* dst) {
+    auto read_tensor = [&](size_t k, float* dst) {
         const HfTensorPlace& pl = places[k];
         if (is_llama && !from_file) {  // a tensor of theirs, in our orientation already
             const StTensor& t = ck.tensors[ck.by_name.at(pl.name)];
@@ -340,6 +340,16 @@ int main(int argc, char** argv) {
         if (esize == 2)
             for (int64_t i = 0; i < pl.count; i++) dst[i] = bf16_to_float(half[(size_t)i]);
         return 1;
+    };
+    // a NaN or infinity refused, as the trainers refuse to load them (a run that diverged): not exported
+    auto read = [&](size_t k, float* dst) {
+        if (!read_tensor(k, dst)) return 0;
+        const int64_t bad = first_non_finite(dst, places[k].count);
+        if (bad < 0) return 1;
+        snprintf(err, sizeof err, "%s: %s holds %s at element %lld: not exported (a run that diverged?)",
+                 model.c_str(), places[k].name.c_str(), isnan(dst[bad]) ? "a NaN" : "an infinity",
+                 (long long)bad);
+        return 0;
     };
     const int written = is_llama
                             ? hf_write_places(staging, places, "", bf16, max_shard, read, err, sizeof err) &&

@@ -52,8 +52,19 @@ static inline int usable_cpu_cores(void) {
 
 // libgomp's idle threads spin and steal busy cores (a test ran 16x slower).
 // main re-execs once with GOMP_SPINCOUNT=10000 unless it or OMP_WAIT_POLICY is set.
+// First, OMP_NUM_THREADS: past OMP_MAX_THREADS libgomp's team start crashes or exhausts memory (100000: a
+// segfault; 5000 threads took 4.9 GiB): refused in one line.
 #define OMP_SHORT_SPINCOUNT "10000"
+#define OMP_MAX_THREADS     4096
 static inline void omp_short_spin_reexec(char** argv) {
+    if (const char* t = getenv("OMP_NUM_THREADS")) {  // a list "4,2": its first level
+        const long n = strtol(t, NULL, 10);
+        if (n > OMP_MAX_THREADS) {
+            fprintf(stderr, "error: OMP_NUM_THREADS=%.40s: at most %d threads (this machine has %d cores)\n",
+                    t, OMP_MAX_THREADS, usable_cpu_cores());
+            exit(1);
+        }
+    }
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || getenv("LLMC_OMP_REEXEC")) return;
     setenv("GOMP_SPINCOUNT", OMP_SHORT_SPINCOUNT, 1);
     setenv("LLMC_OMP_REEXEC", "1", 1);

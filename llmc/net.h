@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>  // defines: timeval (SO_RCVTIMEO)
 #include <time.h>
 #include <unistd.h>
 #include <algorithm>
@@ -269,6 +270,7 @@ static inline void net_open(NetLinks* L, int nodes, int node, int local_world, c
     snprintf(port, sizeof port, "%d", addr->port);
     const int rc = getaddrinfo(addr->host, port, &hints, &res);
     if (rc != 0 || !res) die("-ps %s: %s", addr->host, gai_strerror(rc));
+    bool said = false;
     for (int k = 0; k < NET_LINKS; k++) {
         int fd = -1;
         for (;;) {
@@ -283,16 +285,32 @@ static inline void net_open(NetLinks* L, int nodes, int node, int local_world, c
             if (time(NULL) > deadline)
                 die("-pN: node %d cannot reach node 0 at %s:%d in %d s: %s", node, addr->host, addr->port,
                     wait_s, strerror(err));
+            if (!said && time(NULL) > deadline - wait_s + 5) {  // a node 0 that never starts: not silence
+                fprintf(stderr, "waiting for node 0 at %s:%d (up to %d s: LLMC_NODE_WAIT)\n", addr->host,
+                        addr->port, wait_s);
+                said = true;
+            }
             usleep(100000);
         }
         const int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        // node 0's answer within what is left of the wait: what listens there may be something else (an
+        // sshd, a stale address), which would never answer
+        timeval left = {std::max<time_t>(deadline - time(NULL), 1), 0}, none = {0, 0};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &left, sizeof left);
         const NetHello h = {NET_MAGIC, nodes, node, k, local_world, mesh_port};
         net_send(L, fd, 0, &h, sizeof h);
         char why[256];
-        if (recv(fd, why, sizeof why, MSG_WAITALL) != (ssize_t)sizeof why)
+        const ssize_t got = recv(fd, why, sizeof why, MSG_WAITALL);
+        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
             die("-pN: node 0 at %s:%d closed the connection before it answered (its error says why)",
                 addr->host, addr->port);
+        if (got != (ssize_t)sizeof why)  // the wait ran out with less (or nothing) said
+            die("-pN: what listens at %s:%d did not answer as train_gpt's node 0 within LLMC_NODE_WAIT (%d "
+                "s): "
+                "another program, or a stale address?",
+                addr->host, addr->port, wait_s);
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof none);
         if (why[0]) die("refused by node 0: %.250s", why);
         L->fd[k][0] = fd;
     }

@@ -172,7 +172,7 @@ static int env_int(const char* a, const char* b) {
     if (!v || !*v) return -1;
     char* end = NULL;
     const long x = strtol(v, &end, 10);
-    if (*end || x < 0 || x > (1 << 20)) die("%s=%.40s: a whole number (of ranks) is needed", name, v);
+    if (*end || x < 0 || x > (1 << 20)) die("%s=%.40s: a whole number is needed", name, v);
     return (int)x;
 }
 static bool env_ranks(int* rank, int* world, int* local_world) {
@@ -188,7 +188,11 @@ static bool env_ranks(int* rank, int* world, int* local_world) {
 // How long ranks and nodes wait for each other to start: LLMC_NODE_WAIT seconds, 600 by default.
 static int start_wait_seconds() {
     const char* w = getenv("LLMC_NODE_WAIT");
-    return w && *w && atoi(w) > 0 ? atoi(w) : 600;
+    if (!w || !*w) return 600;
+    char* end = NULL;
+    const long s = strtol(w, &end, 10);
+    if (*end || s < 1 || s > 10000000) die("LLMC_NODE_WAIT=%.40s: whole seconds, 1 or more", w);
+    return (int)s;
 }
 // A wait of the start: true while it may go on. Says once, after 5 s, what it waits for (a rank that never
 // starts would otherwise leave the others silent for the whole wait).
@@ -295,6 +299,10 @@ static std::string fs_rendezvous(const char* fs, bool node0, NetAddress* addr) {
             die("-pf %s: cannot leave node 0's address there: %s", fs, strerror(errno));
         return path;
     }
+    struct stat st;  // a shared folder every node sees: not one that is not there (it would never appear)
+    if (stat(fs, &st) != 0 || !S_ISDIR(st.st_mode))
+        die("-pf %s: %s: the shared folder node 0 leaves its address in", fs,
+            stat(fs, &st) != 0 ? strerror(errno) : "not a folder");
     StartWait wait;
     for (;;) {
         FILE* f = fopen(path.c_str(), "r");
@@ -344,7 +352,12 @@ static void rank_start(Comm* c, int G, int nodes, int node_rank, const char* add
             snprintf(addr.host, sizeof addr.host, "%s", host);
             const int master_port = env_int("MASTER_PORT", "MASTER_PORT");
             addr.port = port && *port ? atoi(port) : master_port > 0 ? master_port + 1 : NET_DEFAULT_PORT;
-            if (addr.port < 1 || addr.port > 65535) die("LLMC_NET_PORT %s: a port", port);
+            if (addr.port < 1 || addr.port > 65535) {
+                if (port && *port) die("LLMC_NET_PORT %s: a port", port);
+                die("MASTER_PORT %d: node 0 listens on MASTER_PORT + 1, which must be a port (1 to 65535; "
+                    "LLMC_NET_PORT sets it)",
+                    master_port);
+            }
         }
         rank_attach(c, rank - node * local_world, local_world, node, env_nodes);
     }

@@ -531,9 +531,9 @@ int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int qu
         return -1;
     }
     snprintf(f->path, sizeof f->path, "%s", path);
-    // create: O_EXCL | O_NOFOLLOW, a symlink is never followed.
+    // O_NOFOLLOW: a symlink is never followed (create: O_EXCL too).
     // open: O_NONBLOCK, so a FIFO cannot hang it.
-    const int flags = O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_EXCL | O_NOFOLLOW : O_NONBLOCK);
+    const int flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT | O_EXCL : O_NONBLOCK);
     const bool want_direct = !env_is_1("SSD_NO_DIRECT");
     int fd = -1;
     if (create) unlink(path);

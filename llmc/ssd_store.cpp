@@ -506,6 +506,31 @@ static std::string owner_text(const std::string& o) {
     return o.empty() ? "a run without -o" : "the run in " + o;
 }
 
+// gen0, gen1, their files, the manifest and grads.bf16 must be the store's own: a symbolic link there would
+// have the store delete or overwrite files elsewhere (lstat: the link itself, not its target). false with
+// err.
+static bool store_paths_own(const char* dir, char* err, size_t errlen) {
+    std::vector<std::pair<std::string, bool>> paths;  // path, a directory
+    for (const char* name : {"gen0", "gen1", "ssd_manifest", "grads.bf16"})
+        paths.push_back({std::string(dir) + "/" + name, strncmp(name, "gen", 3) == 0});
+    for (int g = 0; g < 2; g++) {
+        for (int k = 0; k < K_COUNT; k++) paths.push_back({gen_path(dir, g, k), false});
+        paths.push_back({sums_path(dir, g), false});
+    }
+    for (const auto& [path, want_dir] : paths) {
+        struct stat sb;
+        if (lstat(path.c_str(), &sb) == 0 && (S_ISLNK(sb.st_mode) || want_dir != S_ISDIR(sb.st_mode))) {
+            snprintf(err, errlen,
+                     "%.600s is a %s, not the SSD store's own %s: the store does not write through it; "
+                     "remove it or give this run another -sd directory",
+                     path.c_str(), S_ISLNK(sb.st_mode) ? "symbolic link" : "file of another kind",
+                     want_dir ? "directory" : "file");
+            return false;
+        }
+    }
+    return true;
+}
+
 SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err, size_t errlen) {
     if (check_config(cfg, err, errlen) != 0) return NULL;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
@@ -533,21 +558,7 @@ SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err
                                   : owner_text(old.owner).c_str());
         return NULL;
     }
-    // gen0, gen1, the manifest and grads.bf16 must be this store's own: a symbolic link there would have
-    // the store delete and overwrite files elsewhere (lstat: the link itself, not its target)
-    for (const char* name : {"gen0", "gen1", "ssd_manifest", "grads.bf16"}) {
-        const std::string path = std::string(dir) + "/" + name;
-        const bool want_dir = strncmp(name, "gen", 3) == 0;
-        struct stat sb;
-        if (lstat(path.c_str(), &sb) == 0 && (S_ISLNK(sb.st_mode) || want_dir != S_ISDIR(sb.st_mode))) {
-            snprintf(err, errlen,
-                     "%.600s is a %s, not the SSD store's own %s: the store does not write through it; "
-                     "remove it or give this run another -sd directory",
-                     path.c_str(), S_ISLNK(sb.st_mode) ? "symbolic link" : "file of another kind",
-                     want_dir ? "directory" : "file");
-            return NULL;
-        }
-    }
+    if (!store_paths_own(dir, err, errlen)) return NULL;
     SsdStore* st = new_store(dir, cfg);
     // An older store here is replaced: its manifest first, then its files.
     unlink((st->dir + "/ssd_manifest").c_str());
@@ -588,6 +599,7 @@ SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err
 
 SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t step, char* err, size_t errlen) {
     if (check_config(cfg, err, errlen) != 0) return NULL;
+    if (!store_paths_own(dir, err, errlen)) return NULL;  // a resume writes into them too
     Manifest m;
     const int found = read_manifest(dir, &m, err, errlen);
     if (found == 1)

@@ -475,6 +475,17 @@ TEST_P(Both, HostRamTooSmall) {
     }
 }
 
+// OMP_NUM_THREADS past what libgomp can start (a hostile trial: 100000 crashed train_gpt_cpu in
+// GOMP_parallel; 5000 took 4.9 GiB): one line, before anything runs. A list's first level counts.
+TEST_F(CliTest, TooManyOpenMpThreadsAreOneLine) {
+    for (const char* n : {"100000", "5000,2"}) {
+        setenv("OMP_NUM_THREADS", n, 1);
+        const Result r = run_bin(kCpu, base_args());
+        unsetenv("OMP_NUM_THREADS");
+        EXPECT_TRUE(CleanError(r, {std::string("OMP_NUM_THREADS=") + n + ": at most 4096 threads"}));
+    }
+}
+
 TEST_F(CliTest, TrainGptWithoutGpu) {
     if (!have_binary(kGpu))
         GTEST_SKIP() << kGpu << " not built (train_gpt is built only where nvcc is present)";

@@ -637,8 +637,12 @@ TEST_F(HfTest, NonFiniteWeightsAreRefusedWithTheTensorNamed) {
     poke(bin, 1024 + (Vp * C + 5) * 4, NAN);
     EXPECT_FALSE(gpt_load_params(bin.c_str(), &c, p.data(), err, sizeof err));
     EXPECT_TRUE(has(err, "wpe holds a NaN at element 5")) << err;
-    // the trainers say the same in one line
+    // the trainers say the same in one line; export_hf refuses it too (a hostile trial: it exported the NaN),
+    // and leaves no -o
     EXPECT_TRUE(CleanError(run_bin(kCpu, base_args() + Args{"-e", bin}), {"wpe holds a NaN at element 5"}));
+    EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", bin, "-o", dir + "/nan_out"}),
+                           {"wpe.weight holds a NaN at element 5: not exported"}));
+    EXPECT_FALSE(file_exists(dir + "/nan_out"));
 }
 
 // export_hf writes into <dir>.tmp-<pid> and renames it when complete. Before: a failed load left an empty

@@ -20,7 +20,10 @@
 #include <math.h>
 #include "cli_test_common.h"
 #include "chat_test_common.h"  // defines: Tok, row, write_chat_shard
-#include "llmc/net.h"          // defines: net_self_connected
+#include <poll.h>
+#include <atomic>
+#include <thread>
+#include "llmc/net.h"  // defines: net_self_connected
 
 namespace {
 
@@ -374,6 +377,50 @@ TEST_F(MultiGpu, ARankWhosePeerNeverStartsSaysSoAndEnds) {
         EXPECT_TRUE(has(err, r == 0 ? "error: 1 of 2 ranks of this node joined in 7 s" : "after 7 s)"))
             << err;
     }
+}
+
+// A node started at an address where something else listens (an sshd that says its banner and waits for
+// more; a stale address): node 1 waited forever for node 0's answer. Now within LLMC_NODE_WAIT, in one line;
+// and a node 0 that never starts is said after 5 s. And LLMC_NODE_WAIT must be whole seconds.
+TEST_F(MultiGpu, ANodeAtAnAddressWhereSomethingElseListensSaysSoAndEnds) {
+    const int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(lfd, 0);
+    sockaddr_in a = {};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    ASSERT_EQ(bind(lfd, (sockaddr*)&a, sizeof a), 0);
+    ASSERT_EQ(listen(lfd, 8), 0);
+    ASSERT_EQ(getsockname(lfd, (sockaddr*)&a, &len), 0);
+    const std::string addr = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+    std::atomic<bool> stop{false};
+    std::thread sshd([&] {  // every connection: a banner, then silence
+        std::vector<int> fds;
+        while (!stop) {
+            pollfd p = {lfd, POLLIN, 0};
+            if (poll(&p, 1, 100) == 1) {
+                const int fd = accept(lfd, NULL, NULL);
+                if (fd < 0) continue;
+                const char banner[] = "SSH-2.0-OpenSSH_8.9p1\r\n";
+                if (write(fd, banner, sizeof banner - 1) < 0) {}
+                fds.push_back(fd);
+            }
+        }
+        for (int fd : fds) close(fd);
+    });
+    setenv("LLMC_NODE_WAIT", "3", 1);
+    const Result r = run_bin(
+        kEmu, run_args("L2:C64:NH2:T32:V512", dir + "/n1") + Args{"-pN", "2", "-pr", "1", "-ps", addr});
+    unsetenv("LLMC_NODE_WAIT");
+    stop = true;
+    sshd.join();
+    close(lfd);
+    EXPECT_TRUE(CleanError(r, {"did not answer as train_gpt's node 0 within LLMC_NODE_WAIT (3 s)"})) << r.err;
+    setenv("LLMC_NODE_WAIT", "abc", 1);
+    const Result bad = run_bin(kEmu, run_args("L2:C64:NH2:T32:V512", dir + "/n2") +
+                                         Args{"-pN", "2", "-pr", "1", "-ps", "127.0.0.1:9"});
+    unsetenv("LLMC_NODE_WAIT");
+    EXPECT_TRUE(CleanError(bad, {"LLMC_NODE_WAIT=abc: whole seconds, 1 or more"})) << bad.err;
 }
 
 // "1.31 MiB", "512 bytes", "2.00 GiB" (SizeText) -> bytes

@@ -480,6 +480,29 @@ TEST_F(SsdTrainer, ASymlinkInTheStoreIsNotFollowed) {
             ASSERT_EQ(mkdir(link.c_str(), 0755), 0);  // then gen1's turn
         }
     }
+    // a resume: a file of a generation replaced by a link to someone else's file of its size (a hostile
+    // trial: the resume wrote through it), then a generation's directory
+    const std::string out = dir + "/resumed", rstore = dir + "/rstore";
+    const Result first = run_bin(kEmu, run_args(out, {"-sd", rstore}));
+    ASSERT_EQ(first.code, 0) << first.err;
+    const std::string m = rstore + "/gen1/m.f32", precious = victim + "/same_size";
+    const std::string bytes = slurp(m);
+    ASSERT_GT(bytes.size(), 1000u);
+    FILE* fp = fopen(precious.c_str(), "w");
+    ASSERT_NE(fp, nullptr);
+    fwrite(std::string(bytes.size(), 'p').data(), 1, bytes.size(), fp);
+    fclose(fp);
+    ASSERT_EQ(rename(m.c_str(), (m + ".mine").c_str()), 0);
+    ASSERT_EQ(symlink(precious.c_str(), m.c_str()), 0);
+    const Args resume = {"-sd", rstore, "-y", "1", "-x", "4"};
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(out, resume)), {m + " is a symbolic link"}));
+    EXPECT_EQ(slurp(precious), std::string(bytes.size(), 'p')) << "written through the link";
+    ASSERT_EQ(unlink(m.c_str()), 0);
+    ASSERT_EQ(rename((m + ".mine").c_str(), m.c_str()), 0);
+    const std::string gen0 = rstore + "/gen0";
+    ASSERT_EQ(rename(gen0.c_str(), (gen0 + ".mine").c_str()), 0);
+    ASSERT_EQ(symlink((gen0 + ".mine").c_str(), gen0.c_str()), 0);
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(out, resume)), {gen0 + " is a symbolic link"}));
 }
 
 // Issue 33: run A (checkpoints at 2 and 4) "dies" after step 2 (its step-4 marker gone); run B, another -o,
