@@ -357,6 +357,8 @@ static void attention_path_select(int flag, int B, int T, int NH, int NKV, int h
     cudnn_attention_note[0] = 0;
     if (flag == ATTN_CUBLAS || flag == ATTN_FUSED) return;
     const char* skip = getenv("LLMC_NO_CUDNN");  // 1: as if cuDNN were absent
+    if (skip && *skip && strcmp(skip, "0") && strcmp(skip, "1"))
+        die("LLMC_NO_CUDNN=%.40s: 1 (no cuDNN) or 0", skip);
     char why[512] = "";
     bool ok = !(skip && atoi(skip) == 1);
     if (!ok) snprintf(why, sizeof why, "LLMC_NO_CUDNN=1");

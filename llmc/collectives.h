@@ -468,6 +468,7 @@ static inline void comm_init(Comm* c, int ranks_on_gpu = 1) {
     if (nccl_asked && !nccl) die("LLMC_COLLECTIVES=nccl: %s", why);
 #endif
     const char* hosts = getenv("LLMC_NCCL_HOSTS");
+    if (hosts && *hosts && strcmp(hosts, "split")) die("LLMC_NCCL_HOSTS=%.40s: split, or unset", hosts);
     const bool split = hosts && strcmp(hosts, "split") == 0;
     if (nccl && ranks_on_gpu > 1 && !split && !nccl_asked) {
         nccl = false;
