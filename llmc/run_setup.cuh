@@ -648,8 +648,6 @@ static void plan_run(Run* r) {
     }
 }
 
-// -P 1: print the plan, its verdicts and advice; returns the exit status (PLAN_FITS ...).
-// With -V, -R -1 / -K -1 / -E -1 fit that budget.
 // The -sd disk's read and write rates (bytes/s): ssd_probe_bandwidth's, up to 1 GiB for 3 s (tests shorten
 // it: SSD_PROBE_SECONDS, SSD_PROBE_MIB). false with why.
 static bool ssd_probe_dir(const char* dir, double* rbps, double* wbps, int* direct, char* why, size_t n) {
@@ -668,6 +666,8 @@ static bool ssd_dir_in_use(const char* dir) {
     return busy;
 }
 
+// -P 1: print the plan, its verdicts and advice; returns the exit status (PLAN_FITS ...).
+// With -V, -R -1 / -K -1 / -E -1 fit that budget.
 static int print_plan_only(Run* r) {
     GpuArgs* ga = &r->ga;
     char why[4400];
