@@ -619,7 +619,8 @@ static void plan_run(Run* r) {
             "make -d a multiple of %lld",
             ranks_text, r->n_micro_all, (long long)r->step_tokens, a.B, a.T, G, (long long)G * a.B * a.T);
     r->n_micro = r->n_micro_all / G;
-    if (G > 1 && ga.ssd_dir) die("-pn %d with -sd: the SSD tier runs on one GPU for now; drop -pn or -sd", G);
+    if (G > 1 && ga.ssd_dir)  // a launcher's ranks (-pn / -pN were refused with -sd in parse_args)
+        die("%d ranks with -sd: the SSD tier runs on one GPU for now; start one process, or drop -sd", G);
     if (ga.resident > r->cfg.num_layers)
         die("-R %d: the model has only %d layers", ga.resident, r->cfg.num_layers);
     if (ga.kept > r->cfg.num_layers) die("-K %d: the model has only %d layers", ga.kept, r->cfg.num_layers);

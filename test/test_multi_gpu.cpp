@@ -927,6 +927,10 @@ TEST_F(MultiGpu, BadFlagsAreOneLineErrors) {
                            {"-pn 3", "4 micro-batches", "do not divide among 3 GPUs", "multiple of 192"}));
     EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/b", {"-pn", "2", "-sd", dir + "/ssd"})),
                            {"-pn 2 with -sd", "one GPU for now"}));
+    EXPECT_TRUE(CleanError(
+        run_bin(kEmu, run_args(spec, dir + "/b2",  // at once: no node 0 is needed for it
+                               {"-pN", "2", "-pr", "1", "-ps", "127.0.0.1:9", "-sd", dir + "/ssd"})),
+        {"-pN 2 with -sd", "one GPU for now"}));
     EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/c", {"-pn", "0"})), {"-pn"}));
     {  // tokens past the vocabulary (in every batch), found mid-run by each rank that reads one: one line
         std::vector<uint16_t> bad = ids(24576, 1);
