@@ -447,11 +447,13 @@ static void gpt_resident_state_to_host(GPT* g) {
 static void gpt_weights_ready(GPT* g) {
     vocab_head_update_wait(g);  // -E 1: no table or head update still writing what the load replaced
     uint16_t* bf16 = g->stream.weights_host_bf16;
-    // -sd: the prefix only; several nodes too (load_node_weights wrote the streamed layers' copies)
+    // -sd: the prefix only; several nodes too (load_node_weights wrote the streamed layers' copies, and -E
+    // 1's vocabulary's)
     const int64_t n = g->comm->nodes > 1 ? g->resident_count : g->host_state_count;
+    const int64_t from = g->comm->nodes > 1 ? g->resident_start : 0;
     if (g->comm->local == 0) {  // several ranks: the node's one copy
-        FAKE_CUDA_HOST_ACCESS(bf16, n * 2, true, "the host writing the bf16 copy (load)");
-        convert_f32_to_bf16(g->master, bf16, n);
+        FAKE_CUDA_HOST_ACCESS(bf16 + from, (n - from) * 2, true, "the host writing the bf16 copy (load)");
+        convert_f32_to_bf16(g->master + from, bf16 + from, n - from);
     }
     node_barrier(g->comm);
     gpt_resident_state_to_device(g);
@@ -459,7 +461,7 @@ static void gpt_weights_ready(GPT* g) {
 }
 
 // Several nodes: bytes of the fp32 weights, m and v in this node's RAM (mincore), and its share: the prefix
-// whole, its parts of the streamed layers.
+// whole (-E 1: the vocabulary's part, vocab_node_part), its parts of the streamed layers.
 static void node_state_bytes(const GPT* g, double* resident, double* share) {
     const ParamLayout* p = &g->layout;
     const int64_t page = sysconf(_SC_PAGESIZE), n = g->host_state_count;
@@ -475,6 +477,10 @@ static void node_state_bytes(const GPT* g, double* resident, double* share) {
     comm_node_part(g->comm, p->layer_stride, g->comm->node_rank, &lo, &hi);
     const int streamed = g->config.num_layers - g->resident_layers;
     *share = 12.0 * ((double)n - (double)streamed * p->layer_stride + (double)streamed * (hi - lo));
+    if (g->vocab) {
+        vocab_node_part(g, g->comm->node_rank, &lo, &hi);
+        *share -= 12.0 * ((double)p->embed_count - (double)(hi - lo));
+    }
 }
 
 // Several nodes: node n keeps the fp32 weights, m and v of its ranks' slices of each streamed layer
@@ -509,9 +515,10 @@ static int gather_layer_moment(void* ctx, int which, int l, float* out, char*, s
     GPT* g = (GPT*)ctx;
     return gather_layer(g, which == 1 ? g->adam_m : g->adam_v, l, out);
 }
-// The other nodes' leaders while rank 0 saves: their parts, in the order it writes them (the model file's
-// layers, then m's, then v's).
+// The other nodes' leaders while rank 0 saves: their parts, in the order it takes them (-E 1's vocabulary
+// first, then the model file's layers, then m's, then v's).
 static void gather_node_state(GPT* g) {
+    if (g->vocab) vocab_gather_state(g);
     std::vector<int64_t> lo, hi;
     node_layer_ranges(g, &lo, &hi);
     for (float* x : {g->master, g->adam_m, g->adam_v})
@@ -958,10 +965,12 @@ static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data
         return;
     }
     if (g->comm->nodes > 1) {  // the streamed layers gathered from the nodes, a layer at a time
+        if (g->vocab) vocab_gather_state(g);  // -E 1: the vocabulary's parts first
         const StreamedState ss = {g->resident_count,   g->step, g->resident_layers,
                                   gather_layer_params, g,       gather_layer_moment};
         checkpoint_save(dir, g->step, g->adam_t, &g->config, g->master, g->adam_m, g->adam_v, &g->args, g->B,
                         g->T, data_state, &ss, llama);
+        if (g->vocab) vocab_release_others(g);
         return;
     }
     if (llama) llama_state_order(g, true);
@@ -979,7 +988,9 @@ static void load_state(GPT* g, const char* path, DataLoaderState* data_state) {
         const bool llama = is_llama(g);  // its file: [layers | embeddings]
         int64_t lo, hi;
         comm_node_part(g->comm, S, g->comm->node_rank, &lo, &hi);
-        std::vector<StatePart> parts = {{0, llama ? p->total - E : 0, E}};
+        int64_t vlo = 0, vhi = E;  // -E 1: the vocabulary's part (the GPU's embeddings: whole)
+        if (g->vocab) vocab_node_part(g, g->comm->node_rank, &vlo, &vhi);
+        std::vector<StatePart> parts = {{vlo, (llama ? p->total - E : 0) + vlo, vhi - vlo}};
         for (int64_t l = 0; l < L; l++) {
             const bool mine = l >= g->resident_layers;  // the resident layers whole, the others' node part
             const int64_t a = mine ? lo : 0, n = mine ? hi - lo : S;

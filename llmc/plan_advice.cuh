@@ -91,11 +91,13 @@ static PlanEval plan_evaluate(const PlanTarget* t, PlanChoice c) {
     e.m = gpt_memory_plan(cfg, c.B, t->T, c.n_micro, t->slots, c.resident, c.kept, c.tier, t->llama,
                           c.vocab_host > 0);
     if (t->nodes > 1) {  // a node holds the prefix's fp32 state whole and 1/N of the streamed layers', and
-                         // the bf16 gradients of its part of each layer
-        const double stride = (double)model_layout(cfg, t->llama).layer_stride,
-                     streamed = (cfg->num_layers - c.resident) * stride;
-        e.m.host_bytes -=
-            (int64_t)((12.0 * streamed + 2.0 * cfg->num_layers * stride) * (t->nodes - 1.0) / t->nodes);
+                         // the bf16 gradients of its part of each layer; -E 1: 1/N of the vocabulary's fp32
+                         // weights, m, v and gradients (llmc/vocab_host.cuh vocab_node_part)
+        const ParamLayout pl = model_layout(cfg, t->llama);
+        const double stride = (double)pl.layer_stride, streamed = (cfg->num_layers - c.resident) * stride;
+        const double vocab = c.vocab_host > 0 ? 16.0 * pl.embed_count : 0.0;
+        e.m.host_bytes -= (int64_t)((12.0 * streamed + 2.0 * cfg->num_layers * stride + vocab) *
+                                    (t->nodes - 1.0) / t->nodes);
     }
     if (t->ranks > 1) e.m.host_bytes += (int64_t)(t->ranks - 1) * e.m.vocab_staging;
     e.gpu_fits = e.m.gpu_bytes + gpu_reserve_bytes <= t->gpu_budget;
@@ -116,10 +118,10 @@ static PlanEval plan_evaluate(const PlanTarget* t, PlanChoice c) {
     // GPU -> host: their bf16 gradients, -E 1's fp32 head gradient and the embedding rows' gradients
     e.h2d = 2.0 * streamed * 2 + (c.vocab_host > 0 ? 2.0 * head * 2 : 0.0);
     e.d2h = streamed * 2 + (c.vocab_host > 0 ? head * 4 + tokens * cfg->channels * 2 : 0.0);
-    // a node's CPU AdamW: its 1/N of the streamed layers (several nodes), -E 1's vocabulary whole
+    // a node's CPU AdamW: its 1/N of the streamed layers and of -E 1's vocabulary (several nodes)
     const double nodes = t->nodes > 1 ? t->nodes : 1;
     const double vocab_params = c.vocab_host > 0 ? (double)p.embed_count : 0.0;
-    const double cpu_params = streamed / nodes + vocab_params;
+    const double cpu_params = (streamed + vocab_params) / nodes;
     e.adam_bytes = cpu_params * ADAMW_BYTES_PER_PARAM;
     // the recompute is a forward: at the forward's rate
     e.compute_s =
@@ -132,13 +134,17 @@ static PlanEval plan_evaluate(const PlanTarget* t, PlanChoice c) {
                                   : e.m.ssd_read_per_step / t->disk_read_Bps +
                                         e.m.ssd_write_per_step / t->disk_write_Bps;  // one drive, both ways
     e.adam_s = e.adam_bytes / PLAN_HOST_BPS;
-    // -E 1 before the forward. One rank a node: the final norm, and the embedding rows of the step's tokens,
-    // which its gathers (every micro-batch's, before layer 0) update themselves (the table and an untied head
-    // on a thread of their own, beside the round and the forward: vocab_head_update_submit); at most a row a
-    // token. Several ranks a node: every tensor.
+    // -E 1 before the forward. One GPU: the final norm, and the embedding rows of the step's tokens, which
+    // its gathers (every micro-batch's, before layer 0) update themselves (the table and an untied head on a
+    // thread of their own, beside the round and the forward: vocab_head_update_submit); at most a row a
+    // token. Several ranks a node: every tensor. Several nodes: the node's part of every tensor, then the
+    // exchange of the bf16 weights through node 0 (vocab_exchange_bf16: node 0 takes (N-1)/N of them and
+    // sends each other node as much).
     const double first_rows = std::min((double)cfg->vocab_size, tokens) * cfg->channels;
-    const double before_forward = llama && t->ranks <= 1 ? cfg->channels + first_rows : vocab_params;
+    const bool one_gpu = t->ranks <= 1 && nodes == 1;
+    const double before_forward = llama && one_gpu ? cfg->channels + first_rows : vocab_params / nodes;
     e.vocab_adam_s = (vocab_params > 0 ? before_forward : 0.0) * ADAMW_BYTES_PER_PARAM / PLAN_HOST_BPS;
+    if (nodes > 1) e.vocab_adam_s += vocab_params * 2.0 * (nodes - 1.0) / PLAN_NETWORK_BPS;
     e.round_disk_s = c.tier == TIER_RAM
                          ? 0.0
                          : e.m.ssd_round_reads / t->disk_read_Bps + e.m.ssd_round_writes / t->disk_write_Bps;
@@ -451,8 +457,10 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
     // between nodes: the gradients' reduce-scatter (fp32) and the prefix's all-reduce, per node (NCCL)
     const double network = N > 1 ? (N - 1.0) / N * (streamed * 4 + 2 * resident * 4) : 0.0;
     // the updated bf16 weights (net.h's mesh): each node's part straight to every other node, over the node
-    // leader's TCP links: (N-1)/N of the streamed layers' bf16 bytes in, and as many out
-    const double exchange = N > 1 ? streamed * 2 * (N - 1.0) / N : 0.0;
+    // leader's TCP links: (N-1)/N of the streamed layers' bf16 bytes in, and as many out; -E 1's vocabulary
+    // through node 0, whose link carries (N-1)/N of it in and N-1 times that out (vocab_exchange_bf16)
+    const double vocab = e.c.vocab_host > 0 ? (double)p.embed_count : 0.0;
+    const double exchange = N > 1 ? (streamed + vocab * (N - 1.0)) * 2 * (N - 1.0) / N : 0.0;
     const double pcie_down = e.d2h / ranks;
     const double host_copies =
         G * e.h2d + G * pcie_down;     // every byte over PCIe is read or written on the host
@@ -528,11 +536,15 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
     if (N == 1)
         printf("the fp32 weights, m, v and bf16 copies once, whatever G (%.1f bytes a parameter)%s\n",
                host / p.total, e.c.vocab_host > 0 ? "; -E 1: each GPU's own pinned staging too" : "");
-    else
+    else {
+        char vocab[80] = "";
+        if (e.c.vocab_host > 0)
+            snprintf(vocab, sizeof vocab, " but -E 1's vocabulary: 16/%d with its fp32 gradients", N);
         printf(
-            "%.1f bytes a parameter (fp32 weights, m, v: 12/%d of the streamed layers, the prefix whole; "
+            "%.1f bytes a parameter (fp32 weights, m, v: 12/%d of the streamed layers, the prefix whole%s; "
             "bf16 gradients: 2/%d; bf16 weights whole: 2)\n",
-            host / p.total, N, N);
+            host / p.total, N, vocab, N);
+    }
 }
 
 // -P 1 after the part-by-part lines: the table, and advice where the plan does not fit. Returns the exit

@@ -808,12 +808,42 @@ static void ssd_load_layer(Run* r, const GPT* g, int l, float* layer) {
         die("%s", err);
 }
 
+// Several nodes with -E 1: the vocabulary tensors' bf16 copy whole (every GPU reads every chunk), their fp32
+// weights in the node's part only (vocab_node_part), from -e or a checkpoint a window at a time (from init:
+// whole tensors, then the part).
+static void load_node_vocab(Run* r, GPT* g) {
+    const ParamLayout* p = &g->layout;
+    const int64_t E = p->embed_count, W = std::min<int64_t>(E, (int64_t)1 << 24);
+    int64_t lo, hi;
+    vocab_node_part(g, g->comm->node_rank, &lo, &hi);
+    uint16_t* bf16 = g->stream.weights_host_bf16;
+    FAKE_CUDA_HOST_ACCESS(bf16, E * 2, true, "the host writing the vocabulary's bf16 copy (load)");
+    const bool init = r->kind == 1 && r->resume_step < 0;
+    float* window = (float*)malloc((size_t)(init ? E : W) * 4);
+    if (!window) die("out of host memory to load the vocabulary tensors");
+    if (init) llama_init_embeddings(&r->llama, window, INIT_SEED);
+    for (int64_t a = 0; a < E; a += W) {
+        const int64_t b = std::min(E, a + W);
+        float* x = init ? window + a : window;
+        if (!init) llama_load_window(r, x, p->total - E + a, p->total - E + b);  // the file: [layers | these]
+        convert_f32_to_bf16(x, bf16 + a, b - a);
+        const int64_t from = std::max(a, lo), to = std::min(b, hi);
+        if (to > from) memcpy(g->master + from, x + (from - a), (size_t)(to - from) * 4);
+    }
+    free(window);
+}
+
 // Several nodes, a node's leader: the weights from init, -e or a checkpoint, a layer at a time: the prefix
-// whole, each streamed layer's bf16 copy whole (every GPU reads whole layers) and its fp32 weights in the
-// node's part only.
+// whole (-E 1: the vocabulary's fp32 weights in the node's part: load_node_vocab), each streamed layer's bf16
+// copy whole (every GPU reads whole layers) and its fp32 weights in the node's part only.
 static void load_node_weights(Run* r, GPT* g) {
     const ParamLayout* p = &g->layout;
-    ssd_load_prefix(r, g);
+    if (!g->vocab) ssd_load_prefix(r, g);
+    else {
+        load_node_vocab(r, g);
+        for (int l = 0; l < g->resident_layers; l++)
+            ssd_load_layer(r, g, l, g->master + gpt_layer_offset(p, l));
+    }
     float* layer = (float*)malloc((size_t)p->layer_stride * 4);
     if (!layer) die("out of host memory for one layer");
     int64_t lo, hi;

@@ -4,19 +4,22 @@
 // Several ranks of one node (-pn): the tensors, their state and fp32 gradients exist once, in the node's
 // shared memory. Each chunk's gradient is summed over the ranks on the GPU and each rank writes its part;
 // the embedding rows are added rank after rank (the micro-batches' order, as on one GPU); each rank updates
-// its part of the tensors (vocab_part). Several nodes (each holds the vocabulary whole): the embedding rows'
-// gradient is summed on the GPUs too, a chunk at a time (vocab_embedding_rows_on_gpus), so every node updates
-// its copy alike.
-// The CPU AdamW of the vocabulary (one rank a node): the final norm on the main thread; the embedding table
-// on a thread of its own (VocabHeadWorker), beside the streamed layers' round and the next forward, whose
+// its part of the tensors (vocab_rank_part). Several nodes: each keeps 1/N of the fp32 weights, AdamW state
+// and gradients (vocab_node_part) and the bf16 weights whole; the embedding rows' gradient is summed on the
+// GPUs too, a chunk at a time (vocab_embedding_rows_on_gpus); each node updates its part and the nodes
+// exchange the new bf16 weights (vocab_exchange_bf16) before the next forward.
+// The CPU AdamW of the vocabulary (one GPU): the final norm on the main thread; the embedding table on a
+// thread of its own (VocabHeadWorker), beside the streamed layers' round and the next forward, whose
 // embedding gathers take the rows they read first (vocab_rows_ready: a row is updated once, by whichever
 // thread takes it first, so the forward waits for its own rows only, not the table); an untied lm_head on
-// that thread after the round. The forward waits for the rest before the head. Several ranks a node update
+// that thread after the round. The forward waits for the rest before the head. Several ranks or nodes update
 // their parts of every tensor on the main thread, before the forward. Not here: sizes (llmc/memory_plan.cuh),
 // allocation (gpt_build), the step (train_gpt.cu).
 #pragma once
 #include <math.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -159,12 +162,26 @@ __global__ void embedding_rows_chunk_kernel(float* dw, const bf16* dres, const i
 // ----------------------------------------------------------------------------
 // The host's side
 
-// The part [lo, hi) of n elements this rank of the node writes and updates: all of them on one GPU.
-static void vocab_part(const GPT* g, int64_t n, int64_t* lo, int64_t* hi) {
+// The part [lo, hi) of the vocabulary arrays' embed_count elements whose fp32 weights, AdamW state and
+// gradients node `node` keeps: all of them on one node, its 1/N on N nodes (comm_node_part, as the streamed
+// layers'). Every node keeps the bf16 weights whole (each GPU reads every chunk).
+static void vocab_node_part(const GPT* g, int node, int64_t* lo, int64_t* hi) {
+    const int64_t E = g->layout.embed_count;
+    if (g->comm->nodes > 1) return comm_node_part(g->comm, E, node, lo, hi);
+    *lo = 0;
+    *hi = E;
+}
+// This rank's part [lo, hi) of the elements [a, b) of the vocabulary arrays: what its node keeps of them,
+// split over the node's ranks. The rank writes these gradients and updates these parameters.
+static void vocab_rank_part(const GPT* g, int64_t a, int64_t b, int64_t* lo, int64_t* hi) {
     const Comm* c = g->comm;
-    const int64_t slice = (n + c->local_world - 1) / c->local_world;
-    *lo = std::min<int64_t>(n, c->local * slice);
-    *hi = std::min<int64_t>(n, *lo + slice);
+    int64_t node_lo, node_hi;
+    vocab_node_part(g, c->node_rank, &node_lo, &node_hi);
+    a = std::max(a, node_lo);
+    b = std::max(a, std::min(b, node_hi));
+    const int64_t slice = (b - a + c->local_world - 1) / c->local_world;
+    *lo = std::min<int64_t>(b, a + c->local * slice);
+    *hi = std::min<int64_t>(b, *lo + slice);
 }
 
 // lm_head's offset in the embeddings' arrays (tied: the embedding's).
@@ -338,12 +355,12 @@ static void vocab_head_forward(GPT* g, const bf16* x, const int* targets, float*
 // Chunk k's gradient from dw_host[k % 2] into grads, once copied. Several ranks: this rank's part of it.
 static void vocab_take_chunk_grads(GPT* g, int k, int64_t v0, int64_t n) {
     HostVocab* v = g->vocab;
-    const int64_t C = g->llama.hidden_size;
+    const int64_t C = g->llama.hidden_size, base = vocab_head_offset(g) + v0 * C;
     int64_t lo, hi;
-    vocab_part(g, n * C, &lo, &hi);
+    vocab_rank_part(g, base, base + n * C, &lo, &hi);
     cudaCheck(cudaEventSynchronize(v->dw_copied[k % 2]));
     FAKE_CUDA_HOST_ACCESS(v->dw_host[k % 2], (hi - lo) * 4, false, "the host reading a chunk's gradient");
-    memcpy(v->grads + vocab_head_offset(g) + v0 * C + lo, v->dw_host[k % 2], (size_t)((hi - lo) * 4));
+    memcpy(v->grads + lo, v->dw_host[k % 2], (size_t)((hi - lo) * 4));
 }
 
 // The step's head: losses (pass 1), then gradients into dres[mb] (pass 2).
@@ -375,11 +392,12 @@ static void vocab_head_step(GPT* g, const bf16* const* xs, const int* targets, f
         vocab_chunk_done(g, k, s);
         comm_all_reduce(g->comm, dw, n * C, s);  // several ranks: every rank's micro-batches
         cudaCheck(cudaEventRecord(v->dw_summed[k % 2], s));
+        const int64_t base = vocab_head_offset(g) + v0 * C;
         int64_t lo, hi;
-        vocab_part(g, n * C, &lo, &hi);
+        vocab_rank_part(g, base, base + n * C, &lo, &hi);
         cudaCheck(cudaStreamWaitEvent(v->copy_down, v->dw_summed[k % 2], 0));
-        cudaCheck(cudaMemcpyAsync(v->dw_host[k % 2], dw + lo, (size_t)((hi - lo) * 4), cudaMemcpyDeviceToHost,
-                                  v->copy_down));
+        cudaCheck(cudaMemcpyAsync(v->dw_host[k % 2], dw + (lo - base), (size_t)((hi - lo) * 4),
+                                  cudaMemcpyDeviceToHost, v->copy_down));
         cudaCheck(cudaEventRecord(v->dw_copied[k % 2], v->copy_down));
         // the previous chunk to grads, while the GPU computes this one
         if (k > 0) vocab_take_chunk_grads(g, k - 1, v0 - v->rows, v->rows);
@@ -398,13 +416,13 @@ static void vocab_head_step(GPT* g, const bf16* const* xs, const int* targets, f
 }
 
 // Several nodes: the embedding rows' gradient of every rank, a vocabulary chunk at a time: scattered on the
-// GPU, summed over the ranks (comm_all_reduce), each rank's part of it to the node's gradients (tied: added
-// to the head's, the same elements this rank wrote; untied: the rows' part whole, nothing to zero).
+// GPU, summed over the ranks (comm_all_reduce), each rank's part of it (of its node's part) to the node's
+// gradients (tied: added to the head's, the same elements this rank wrote; untied: the rows' part whole,
+// nothing to zero).
 static void vocab_embedding_rows_on_gpus(GPT* g, const int* tokens_dev, int n_micro, cudaStream_t s) {
     HostVocab* v = g->vocab;
     const int64_t N = (int64_t)g->B * g->T, V = g->llama.vocab_size, C = g->llama.hidden_size;
     const bool tied = g->layout.embed_size[LL_LM_HEAD] == 0;
-    float* dembed = v->grads + g->layout.embed_offset[LL_EMBED];
     float* dw = v->dw_chunk[0];
     cudaCheck(cudaStreamWaitEvent(s, v->dw_copied[0], 0));  // the head's last download from it is done
     for (int64_t v0 = 0; v0 < V; v0 += v->rows) {
@@ -416,13 +434,14 @@ static void vocab_embedding_rows_on_gpus(GPT* g, const int* tokens_dev, int n_mi
             cudaCheckLaunch();
         }
         comm_all_reduce(g->comm, dw, n * C, s);
+        const int64_t base = g->layout.embed_offset[LL_EMBED] + v0 * C;
         int64_t lo, hi;
-        vocab_part(g, n * C, &lo, &hi);
-        cudaCheck(
-            cudaMemcpyAsync(v->dw_host[0], dw + lo, (size_t)((hi - lo) * 4), cudaMemcpyDeviceToHost, s));
+        vocab_rank_part(g, base, base + n * C, &lo, &hi);
+        cudaCheck(cudaMemcpyAsync(v->dw_host[0], dw + (lo - base), (size_t)((hi - lo) * 4),
+                                  cudaMemcpyDeviceToHost, s));
         cudaCheck(cudaStreamSynchronize(s));
         FAKE_CUDA_HOST_ACCESS(v->dw_host[0], (hi - lo) * 4, false, "the host reading a chunk's row gradient");
-        float* dst = dembed + v0 * C + lo;
+        float* dst = v->grads + lo;
         const float* src = v->dw_host[0];
         if (!tied) memcpy(dst, src, (size_t)((hi - lo) * 4));
         else
@@ -468,8 +487,8 @@ static void vocab_embedding_backward(GPT* g, const int* tokens, const int* token
     cudaCheck(cudaStreamSynchronize(s));
     node_barrier(c);
     int64_t lo, hi;  // several ranks: each its part's squares, summed with the GPU's (read_loss_and_norm)
-    vocab_part(g, g->layout.embed_count, &lo, &hi);
-    v->sumsq = c->node_rank == 0 ? sumsq_f32(v->grads + lo, hi - lo) : 0.0;  // every node holds them all
+    vocab_rank_part(g, 0, g->layout.embed_count, &lo, &hi);
+    v->sumsq = sumsq_f32(v->grads + lo, hi - lo);
 }
 
 // The untied head's AdamW (one tensor of the vocabulary's): on the worker's thread.
@@ -546,17 +565,68 @@ static void vocab_head_worker_stop(GPT* g) {
     if (w->thread.joinable()) w->thread.join();
 }
 
+// Several nodes, after each updated its part: every node's part of the vocabulary's new bf16 weights to
+// every node (node 0 gathers them and sends each node the others': NET_MAIN, the main thread's link; the
+// optimizer thread's mesh carries the layers' meanwhile). Each node's leader; its ranks wait at a barrier.
+static void vocab_exchange_bf16(GPT* g) {
+    const Comm* c = g->comm;
+    std::vector<int64_t> lo((size_t)c->nodes), hi((size_t)c->nodes);
+    for (int n = 0; n < c->nodes; n++) {
+        vocab_node_part(g, n, &lo[(size_t)n], &hi[(size_t)n]);
+        lo[(size_t)n] *= 2;
+        hi[(size_t)n] *= 2;
+    }
+    uint16_t* bf16 = g->stream.weights_host_bf16;  // the embeddings come first
+    FAKE_CUDA_HOST_ACCESS(bf16, g->layout.embed_count * 2, true,
+                          "the nodes' exchange of the vocabulary's bf16");
+    net_gather(&c->net, NET_MAIN, (char*)bf16, lo.data(), hi.data(), true);
+}
+
+// Several nodes, each node's leader, for rank 0's save: the vocabulary's fp32 weights, m and v whole on node
+// 0 (each node sends its part over NET_MAIN; node 0 takes them into its arrays). Node 0 gives the other
+// nodes' parts back to the OS after the save (vocab_release_others), so its RAM holds its own part again.
+static void vocab_gather_state(GPT* g) {
+    const Comm* c = g->comm;
+    std::vector<int64_t> lo((size_t)c->nodes), hi((size_t)c->nodes);
+    for (int n = 0; n < c->nodes; n++) {
+        vocab_node_part(g, n, &lo[(size_t)n], &hi[(size_t)n]);
+        lo[(size_t)n] *= 4;
+        hi[(size_t)n] *= 4;
+    }
+    for (float* x : {g->master, g->adam_m, g->adam_v})
+        net_gather(&c->net, NET_MAIN, (char*)x, lo.data(), hi.data(), false);
+}
+// The whole pages of x[a, b) to the OS: they read as zeros after (node-shared memory: MADV_REMOVE frees the
+// memfd's pages for every rank; private memory: MADV_DONTNEED).
+static void host_pages_release(float* x, int64_t a, int64_t b) {
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    const uintptr_t from = ((uintptr_t)(x + a) + page - 1) / page * page,
+                    to = (uintptr_t)(x + b) / page * page;
+    if (to <= from) return;
+    if (madvise((void*)from, to - from, MADV_REMOVE) != 0) madvise((void*)from, to - from, MADV_DONTNEED);
+}
+static void vocab_release_others(GPT* g) {
+    int64_t lo, hi;
+    vocab_node_part(g, g->comm->node_rank, &lo, &hi);
+    for (float* x : {g->master, g->adam_m, g->adam_v}) {
+        host_pages_release(x, 0, lo);
+        host_pages_release(x, hi, g->layout.embed_count);
+    }
+}
+
 // CPU AdamW of the vocabulary tensors. Matrices decay. Several ranks: each its part, then all are done.
-// One rank a node: the final norm here; the embedding table and an untied head on the worker
+// One rank on one node: the final norm here; the embedding table and an untied head on the worker
 // (vocab_head_update_submit), beside the next forward, whose gathers take the rows they need first. AdamW is
-// elementwise: the same bits whichever thread updates a tensor or a row.
+// elementwise: the same bits whichever thread updates a tensor or a row. Several nodes: each node its part
+// (its ranks theirs), then the bf16 weights are exchanged, before the forward (whose first gathers may need
+// any node's rows).
 static void vocab_adamw(GPT* g, const AdamWArgs* args, cudaStream_t s) {
     const ParamLayout* p = &g->layout;
     uint16_t* bf16 = g->stream.weights_host_bf16;  // the embeddings come first
     int64_t lo, hi;
-    vocab_part(g, p->embed_count, &lo, &hi);
+    vocab_rank_part(g, 0, p->embed_count, &lo, &hi);
     vocab_head_update_wait(g);  // the last one (the forward waited for it already)
-    if (g->comm->local_world == 1) {
+    if (g->comm->local_world == 1 && g->comm->nodes == 1) {
         HostVocab* v = g->vocab;
         int64_t size[NUM_EMBED_TENSORS] = {};
         size[LL_FINAL_NORM] = p->embed_size[LL_FINAL_NORM];
@@ -575,6 +645,10 @@ static void vocab_adamw(GPT* g, const AdamWArgs* args, cudaStream_t s) {
                                      g->adam_v + lo, bf16 + lo, args);
     }
     node_barrier(g->comm);  // the next forward reads every part
+    if (g->comm->nodes > 1) {
+        if (g->comm->local == 0) vocab_exchange_bf16(g);
+        node_barrier(g->comm);
+    }
     vocab_upload_final_norm(g, s);
 }
 
