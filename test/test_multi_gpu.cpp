@@ -20,6 +20,7 @@
 #include <math.h>
 #include "cli_test_common.h"
 #include "chat_test_common.h"  // defines: Tok, row, write_chat_shard
+#include "hf_cases.h"          // defines: hf_python
 #include <poll.h>
 #include <atomic>
 #include <thread>
@@ -250,9 +251,13 @@ TEST_F(MultiGpu, VocabularyInHostRamOnSeveralNodes) {
     expect_node_share(nodes.out, 4);
     // the 2 nodes' checkpoint resumes on 2 nodes (each loads its part of the vocabulary's state) as one GPU's
     // does
+    // (the nodes read the model file in windows of 1000 floats: windows that end inside a tensor and inside a
+    // node's part)
     const Result one4 = run_bin(kEmu, run_args(spec, dir + "/one", {"-E", "1", "-y", "1", "-x", "4"}));
+    setenv("LLMC_TEST_LOAD_WINDOW", "1000", 1);
     const Result nodes4 =
         run_nodes(2, run_args(spec, dir + "/nodes", {"-E", "1", "-pn", "2", "-y", "1", "-x", "4"}));
+    unsetenv("LLMC_TEST_LOAD_WINDOW");
     ASSERT_EQ(one4.code, 0) << one4.err;
     EXPECT_TRUE(has(nodes4.out, "(step 3)")) << nodes4.out;
     const auto a4 = step_lines(one4.out), b4 = step_lines(nodes4.out);
@@ -264,6 +269,36 @@ TEST_F(MultiGpu, VocabularyInHostRamOnSeveralNodes) {
     const Result three = run_nodes(3, run_args(tied, dir + "/three", more));
     compare_with_one_gpu(one_tied, three, dir + "/one_tied", dir + "/three");
     expect_node_share(three.out, 4);
+}
+
+// -E 1 on 2 nodes from a Hugging Face checkpoint (a Llama of GQA 2, untied, V 50257): each node reads the
+// vocabulary's tensors whole (safetensors are read a tensor at a time; the test's window of 1000 floats
+// applies to model files only) and keeps its part: the validation loss before any step and the first step's
+// loss are one GPU's.
+TEST_F(MultiGpu, VocabularyFromAHuggingFaceCheckpointOnTwoNodes) {
+    const std::string py = hf_python();
+    if (system((py + " -c 'import torch, transformers, safetensors, numpy' > /dev/null 2>&1").c_str()) != 0)
+        GTEST_SKIP() << py << " lacks torch, transformers or safetensors: .ci/run installs them in .venv-hf";
+    const std::string cmd =
+        py + " test/llama_trainer_check.py " + dir + " " + kVal + " 4 32 > /dev/null 2>&1";
+    ASSERT_EQ(system(cmd.c_str()), 0) << cmd;
+    const std::string model = dir + "/llama_gqa2/model";
+    auto args = [&](const std::string& out) {
+        return Args{"-e", model, "-b", "4", "-t", "32", "-d", "256", "-i", kTrain, "-j", kVal,
+                    "-x", "1",   "-v", "1", "-m", "1",  "-g", "0",   "-E", "1",    "-o", out};
+    };
+    const Result one = run_bin(kEmu, args(dir + "/one"));
+    ASSERT_EQ(one.code, 0) << one.err << one.out;
+    setenv("LLMC_TEST_LOAD_WINDOW", "1000", 1);
+    const Result nodes = run_nodes(2, args(dir + "/nodes"));
+    unsetenv("LLMC_TEST_LOAD_WINDOW");
+    EXPECT_TRUE(has(nodes.out, "Hugging Face checkpoint")) << nodes.out;
+    const size_t a = one.out.find("val loss "), b = nodes.out.find("val loss ");
+    ASSERT_TRUE(a != std::string::npos && b != std::string::npos) << one.out << nodes.out;
+    EXPECT_EQ(nodes.out.substr(b, 20), one.out.substr(a, 20)) << "the same weights before any step";
+    const auto la = step_lines(one.out), lb = step_lines(nodes.out);
+    ASSERT_TRUE(la.count(1) && lb.count(1)) << one.out << nodes.out;
+    EXPECT_NEAR(lb.at(1).loss, la.at(1).loss, 1e-4 * la.at(1).loss);
 }
 
 // Chat data: a step's loss is the mean over every rank's targets (rows with 3 and 20 targets on different
