@@ -266,11 +266,14 @@ static void rank_attach(Comm* c, int rank, int world, int node_rank, int nodes) 
     }
     while (node->attached.load(std::memory_order_acquire) < world - 1) {
         char what[160];
-        snprintf(what, sizeof what, "the other ranks of this node to start (%d of %d joined)",
+        snprintf(what, sizeof what,
+                 "the other ranks of this node to start (%d of %d joined; the environment's launcher starts "
+                 "them)",
                  node->attached.load() + 1, world);
         if (!wait.go_on(what))
-            die("%d of %d ranks of this node joined in %d s", node->attached.load() + 1, world,
-                start_wait_seconds());
+            die("%d of %d ranks of this node joined in %d s: the environment's RANK and WORLD_SIZE (or "
+                "OMPI_COMM_WORLD_*) say a launcher starts them; without one, unset them (-pn starts its own)",
+                node->attached.load() + 1, world, start_wait_seconds());
     }
     shm_unlink(name);  // every rank holds it: nothing is left behind
 }

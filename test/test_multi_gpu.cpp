@@ -433,10 +433,16 @@ TEST_F(MultiGpu, ARankWhosePeerNeverStartsSaysSoAndEnds) {
         ASSERT_GT(pid, 0);
         EXPECT_EQ(wait_exit(pid, 600), 1) << slurp(scratch + "/stderr.txt");
         const std::string err = slurp(scratch + "/stderr.txt");
-        EXPECT_TRUE(has(err, r == 0 ? "waiting for the other ranks of this node to start (1 of 2 joined)"
+        EXPECT_TRUE(has(err, r == 0 ? "waiting for the other ranks of this node to start (1 of 2 joined; the "
+                                      "environment's launcher starts them)"
                                     : "waiting for rank 0 of this node to start"))
             << err;
-        EXPECT_TRUE(has(err, r == 0 ? "error: 1 of 2 ranks of this node joined in 7 s" : "after 7 s)"))
+        // rank 0 alone names the variables that made it wait (RANK=0 WORLD_SIZE=2 left in a shell, say)
+        EXPECT_TRUE(has(err, r == 0
+                                 ? "error: 1 of 2 ranks of this node joined in 7 s: the environment's RANK "
+                                   "and WORLD_SIZE (or OMPI_COMM_WORLD_*) say a launcher starts them; "
+                                   "without one, unset them (-pn starts its own)"
+                                 : "after 7 s)"))
             << err;
     }
 }
