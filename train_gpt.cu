@@ -515,16 +515,24 @@ static int gather_layer_moment(void* ctx, int which, int l, float* out, char*, s
     GPT* g = (GPT*)ctx;
     return gather_layer(g, which == 1 ? g->adam_m : g->adam_v, l, out);
 }
-// The other nodes' leaders while rank 0 saves: their parts, in the order it takes them (-E 1's vocabulary
-// first, then the model file's layers, then m's, then v's).
+// -E 1: the vocabulary's [a, b) of the fp32 weights (which 0), m (1) or v (2), from the nodes' parts.
+static int gather_vocab(void* ctx, int which, int64_t a, int64_t b, float* out, char*, size_t) {
+    GPT* g = (GPT*)ctx;
+    vocab_state_window(g, which == 0 ? g->master : which == 1 ? g->adam_m : g->adam_v, a, b, out);
+    return 1;
+}
+// The other nodes' leaders while rank 0 saves: their parts, in the order it writes them (the model file's
+// layers, then m's, then v's; the Llama files: each followed by -E 1's vocabulary, a window at a time).
 static void gather_node_state(GPT* g) {
-    if (g->vocab) vocab_gather_state(g);
     std::vector<int64_t> lo, hi;
     node_layer_ranges(g, &lo, &hi);
-    for (float* x : {g->master, g->adam_m, g->adam_v})
+    const int64_t E = g->layout.embed_count, W = state_window_floats();
+    for (float* x : {g->master, g->adam_m, g->adam_v}) {
         for (int l = g->resident_layers; l < g->config.num_layers; l++)
             net_gather(&g->comm->net, NET_MAIN, (char*)(x + gpt_layer_offset(&g->layout, l)), lo.data(),
                        hi.data(), false);
+        for (int64_t a = 0; g->vocab && a < E; a += W) vocab_state_window(g, x, a, std::min(E, a + W), NULL);
+    }
 }
 
 static void gpt_free(GPT* g) {
@@ -965,12 +973,15 @@ static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data
         return;
     }
     if (g->comm->nodes > 1) {  // the streamed layers gathered from the nodes, a layer at a time
-        if (g->vocab) vocab_gather_state(g);  // -E 1: the vocabulary's parts first
-        const StreamedState ss = {g->resident_count,   g->step, g->resident_layers,
-                                  gather_layer_params, g,       gather_layer_moment};
+        const StreamedState ss = {g->resident_count,
+                                  g->step,
+                                  g->resident_layers,
+                                  gather_layer_params,
+                                  g,
+                                  gather_layer_moment,
+                                  g->vocab ? gather_vocab : NULL};
         checkpoint_save(dir, g->step, g->adam_t, &g->config, g->master, g->adam_m, g->adam_v, &g->args, g->B,
                         g->T, data_state, &ss, llama);
-        if (g->vocab) vocab_release_others(g);
         return;
     }
     if (llama) llama_state_order(g, true);

@@ -214,7 +214,31 @@ typedef struct {
     void* ctx;
     // several nodes: layer l's AdamW m (which 1) or v (2); called for m's layers in order, then v's
     int (*read_moment)(void* ctx, int which, int layer, float* out, char* err, size_t errlen);
+    // several nodes with -E 1 (Llama): the embedding block's [lo, hi) of the fp32 weights (which 0), m (1) or
+    // v (2), in state_window_floats() windows, after each one's layers (the files: [layers | embeddings]);
+    // NULL: the prefix arrays hold them
+    int (*read_vocab)(void* ctx, int which, int64_t lo, int64_t hi, float* out, char* err, size_t errlen);
 } StreamedState;
+// The windows of read_vocab, and of -E 1's loads on several nodes: 16M floats (tests:
+// LLMC_TEST_STATE_WINDOW floats, on every node alike).
+static inline int64_t state_window_floats() {
+    const char* t = getenv("LLMC_TEST_STATE_WINDOW");
+    return t && atoll(t) > 0 ? atoll(t) : (int64_t)1 << 24;
+}
+
+// The embedding block's n floats of `which` (StreamedState.read_vocab) to f, a window at a time.
+static int write_vocab_windows(FILE* f, const StreamedState* ss, int which, int64_t n, uint32_t* crc,
+                               char* err, size_t errlen) {
+    const int64_t W = state_window_floats();
+    float* w = (float*)malloc((size_t)std::min(n, W) * 4);
+    int ok = w != NULL;
+    for (int64_t a = 0; a < n && ok; a += W) {
+        const int64_t b = std::min(n, a + W);
+        ok = ss->read_vocab(ss->ctx, which, a, b, w, err, errlen) && write_crc(f, w, (b - a) * 4, crc);
+    }
+    free(w);
+    return ok;
+}
 
 // Layer l: in the prefix, or read from the store into layer.
 static const float* streamed_layer(const StreamedState* ss, int l, const float* in_prefix, float* layer,
@@ -289,7 +313,8 @@ static int llama_save_model_streamed(const char* path, const LlamaConfig* c, con
             return 0;
         }
         const int64_t n = embeddings ? embed_count : p.layer_stride;
-        ok = write_crc(f, src, n * 4, crc);
+        if (embeddings && ss->read_vocab) ok = write_vocab_windows(f, ss, 0, n, crc, err, errlen);
+        else ok = write_crc(f, src, n * 4, crc);
     }
     free(layer);
     return model_tmp_finish(f, ok, tmp, path, err, errlen);
@@ -318,7 +343,8 @@ static int write_moments_streamed(FILE* f, const GPTConfig* cfg, const LlamaConf
             }
             ok = ok && write_crc(f, src, stride * 4, crc);
         }
-        if (llama) ok = ok && write_crc(f, prefix, embed * 4, crc);
+        if (llama && ss->read_vocab) ok = ok && write_vocab_windows(f, ss, which, embed, crc, err, errlen);
+        else if (llama) ok = ok && write_crc(f, prefix, embed * 4, crc);
     }
     free(layer);
     return ok;

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>     // defines: stat, S_ISREG
+#include <algorithm>      // defines: std::max, std::min
 #include "crc32c.h"       // defines: crc32c_update
 #include "model.h"        // defines: fill_normal, fill_const, read_model_header, finish_atomic_write,
                           // first_non_finite
@@ -348,11 +349,25 @@ static inline void llama_init_layer(const LlamaConfig* c, int l, float* layer, u
 }
 
 // The embedding block (embed, final_norm, lm_head: total - embed_base floats).
+// The embedding block's elements [lo, hi) into out[0, hi - lo): the same values as the whole block's (each
+// element is a function of its index), so a node can make its part without the rest.
+static inline void llama_init_embeddings_window(const LlamaConfig* c, float* out, int64_t lo, int64_t hi,
+                                                uint64_t seed) {
+    const LlamaLayout p = llama_layout(c);
+    const struct {
+        int t;
+        uint64_t stream;  // 0: ones (the final norm)
+    } tensors[] = {{LL_EMBED, 1}, {LL_FINAL_NORM, 0}, {LL_LM_HEAD, 2}};
+    for (const auto& x : tensors) {
+        const int64_t o = p.embed_offset[x.t], a = std::max(lo, o), b = std::min(hi, o + p.embed_size[x.t]);
+        if (b <= a) continue;
+        if (x.stream) fill_normal(out + (a - lo), b - a, 0.02f, seed, x.stream, a - o);
+        else fill_const(out + (a - lo), b - a, 1.0f);
+    }
+}
 static inline void llama_init_embeddings(const LlamaConfig* c, float* e, uint64_t seed) {
     const LlamaLayout p = llama_layout(c);
-    fill_normal(e + p.embed_offset[LL_EMBED], p.embed_size[LL_EMBED], 0.02f, seed, 1);
-    fill_const(e + p.embed_offset[LL_FINAL_NORM], p.embed_size[LL_FINAL_NORM], 1.0f);
-    fill_normal(e + p.embed_offset[LL_LM_HEAD], p.embed_size[LL_LM_HEAD], 0.02f, seed, 2);
+    llama_init_embeddings_window(c, e, 0, p.total - p.embed_base, seed);
 }
 
 static inline void llama_init_params(const LlamaConfig* c, float* params, uint64_t seed) {

@@ -456,9 +456,8 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
         printf("; the vocabulary tensors' fp32 gradients %.2f (-E 1)", m.vocab_grads / GiB);
     if (ga->nodes > 1)
         printf(
-            " (the arrays of one whole copy; each node holds the bf16 weights and the prefix whole, but for "
-            "-E "
-            "1's vocabulary, and 1/N of the rest: the table's host RAM, node)");
+            " (the arrays of one whole copy; each node holds the bf16 weights whole, the prefix's fp32 state "
+            "whole (-E 1's vocabulary: 1/N) and 1/N of the rest: the table's host RAM, node)");
     else if (ga->ranks > 1 && ga->vocab_host > 0)
         printf(" (once for the node's %d GPUs; each GPU's -E 1 staging too: the table's host RAM)",
                ga->ranks);

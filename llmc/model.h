@@ -171,9 +171,11 @@ static inline float normal_at(uint64_t seed, uint64_t stream, uint64_t index) {
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
-static inline void fill_normal(float* x, int64_t n, float std, uint64_t seed, uint64_t stream) {
+// first: x[0] is the stream's element `first` (a window of a tensor)
+static inline void fill_normal(float* x, int64_t n, float std, uint64_t seed, uint64_t stream,
+                               int64_t first = 0) {
 #pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < n; i++) x[i] = std * normal_at(seed, stream, (uint64_t)i);
+    for (int64_t i = 0; i < n; i++) x[i] = std * normal_at(seed, stream, (uint64_t)(first + i));
 }
 static inline void fill_const(float* x, int64_t n, float v) {
 #pragma omp parallel for schedule(static)

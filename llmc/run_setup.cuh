@@ -809,8 +809,8 @@ static void ssd_load_layer(Run* r, const GPT* g, int l, float* layer) {
 }
 
 // Several nodes with -E 1: the vocabulary tensors' bf16 copy whole (every GPU reads every chunk), their fp32
-// weights in the node's part only (vocab_node_part). From a model file 16M floats at a time; from a Hugging
-// Face checkpoint a tensor at a time (it reads whole tensors); from init the tensors whole, then the part.
+// weights in the node's part only (vocab_node_part). From init or a model file 16M floats at a time; from a
+// Hugging Face checkpoint a tensor at a time (it reads whole tensors: Llama 3 405B's table is 8.4 GB).
 static void load_node_vocab(Run* r, GPT* g) {
     const ParamLayout* p = &g->layout;
     const int64_t E = p->embed_count;
@@ -820,25 +820,24 @@ static void load_node_vocab(Run* r, GPT* g) {
     FAKE_CUDA_HOST_ACCESS(bf16, E * 2, true, "the host writing the vocabulary's bf16 copy (load)");
     const bool init = r->kind == 1 && r->resume_step < 0;
     const bool whole_tensors = !init && !llama_is_model_file(r->args.model);
-    const char* test_window = getenv("LLMC_TEST_LOAD_WINDOW");  // tests: windows of so many floats
-    const int64_t most = test_window ? std::max(1, atoi(test_window)) : (int64_t)1 << 24;
-    int64_t window_floats = init ? E : std::min<int64_t>(E, most);
+    const int64_t most = state_window_floats();
+    int64_t window_floats = std::min<int64_t>(E, most);
     for (int t = 0; t < NUM_EMBED_TENSORS && whole_tensors; t++)
         window_floats = std::max(window_floats, p->embed_size[t]);
     float* window = (float*)malloc((size_t)window_floats * 4);
     if (!window) die("out of host memory to load the vocabulary tensors");
-    if (init) llama_init_embeddings(&r->llama, window, INIT_SEED);
     for (int t = 0; t < NUM_EMBED_TENSORS; t++) {
         const int64_t o = p->embed_offset[t], n = p->embed_size[t];
         const int64_t step = whole_tensors ? std::max<int64_t>(n, 1) : std::min(window_floats, most);
         for (int64_t a = o; a < o + n; a += step) {
             const int64_t b = std::min(o + n, a + step);
-            float* x = init ? window + a : window;
-            if (!init)
-                llama_load_window(r, x, p->total - E + a, p->total - E + b);  // the file: [layers | these]
-            convert_f32_to_bf16(x, bf16 + a, b - a);
+            if (init) llama_init_embeddings_window(&r->llama, window, a, b, INIT_SEED);
+            else
+                llama_load_window(r, window, p->total - E + a,
+                                  p->total - E + b);  // the file: [layers | these]
+            convert_f32_to_bf16(window, bf16 + a, b - a);
             const int64_t from = std::max(a, lo), to = std::min(b, hi);
-            if (to > from) memcpy(g->master + from, x + (from - a), (size_t)(to - from) * 4);
+            if (to > from) memcpy(g->master + from, window + (from - a), (size_t)(to - from) * 4);
         }
     }
     free(window);

@@ -406,7 +406,7 @@ static StreamedState ssd_tier_checkpoint(GPT* g) {
     if (ssd_store_checkpoint(g->ssd->store, g->step, err, sizeof err) != 0)
         die_disk(g, "the SSD tier's checkpoint", err);
     // what the state file and model_S.bin read
-    return {g->host_state_count, g->step, g->resident_layers, ssd_read_layer_params, g, NULL};
+    return {g->host_state_count, g->step, g->resident_layers, ssd_read_layer_params, g, NULL, NULL};
 }
 
 // Test hook: SSD_FAULT="WRITE,AFTER,ERRNO" fails chunk AFTER+1 of writes (1) or reads (0).

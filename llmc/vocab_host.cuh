@@ -18,8 +18,6 @@
 #pragma once
 #include <math.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -396,8 +394,9 @@ static void vocab_head_step(GPT* g, const bf16* const* xs, const int* targets, f
         int64_t lo, hi;
         vocab_rank_part(g, base, base + n * C, &lo, &hi);
         cudaCheck(cudaStreamWaitEvent(v->copy_down, v->dw_summed[k % 2], 0));
-        cudaCheck(cudaMemcpyAsync(v->dw_host[k % 2], dw + (lo - base), (size_t)((hi - lo) * 4),
-                                  cudaMemcpyDeviceToHost, v->copy_down));
+        if (hi > lo)  // several nodes: a chunk may lie outside this node's part
+            cudaCheck(cudaMemcpyAsync(v->dw_host[k % 2], dw + (lo - base), (size_t)((hi - lo) * 4),
+                                      cudaMemcpyDeviceToHost, v->copy_down));
         cudaCheck(cudaEventRecord(v->dw_copied[k % 2], v->copy_down));
         // the previous chunk to grads, while the GPU computes this one
         if (k > 0) vocab_take_chunk_grads(g, k - 1, v0 - v->rows, v->rows);
@@ -437,8 +436,9 @@ static void vocab_embedding_rows_on_gpus(GPT* g, const int* tokens_dev, int n_mi
         const int64_t base = g->layout.embed_offset[LL_EMBED] + v0 * C;
         int64_t lo, hi;
         vocab_rank_part(g, base, base + n * C, &lo, &hi);
-        cudaCheck(cudaMemcpyAsync(v->dw_host[0], dw + (lo - base), (size_t)((hi - lo) * 4),
-                                  cudaMemcpyDeviceToHost, s));
+        if (hi > lo)  // a chunk may lie outside this node's part
+            cudaCheck(cudaMemcpyAsync(v->dw_host[0], dw + (lo - base), (size_t)((hi - lo) * 4),
+                                      cudaMemcpyDeviceToHost, s));
         cudaCheck(cudaStreamSynchronize(s));
         FAKE_CUDA_HOST_ACCESS(v->dw_host[0], (hi - lo) * 4, false, "the host reading a chunk's row gradient");
         float* dst = v->grads + lo;
@@ -582,36 +582,25 @@ static void vocab_exchange_bf16(GPT* g) {
     net_gather(&c->net, NET_MAIN, (char*)bf16, lo.data(), hi.data(), true);
 }
 
-// Several nodes, each node's leader, for rank 0's save: the vocabulary's fp32 weights, m and v whole on node
-// 0 (each node sends its part over NET_MAIN; node 0 takes them into its arrays). Node 0 gives the other
-// nodes' parts back to the OS after the save (vocab_release_others), so its RAM holds its own part again.
-static void vocab_gather_state(GPT* g) {
+// Several nodes, each node's leader, for rank 0's save: the vocabulary's elements [a, b) of x (the fp32
+// weights, m or v). Node 0 puts each node's part of them in out[0, b - a) (its own from x, the others' as
+// they send them over NET_MAIN); every other node sends its part (out unused). Called alike on every node,
+// window after window (llmc/checkpoint.h's StreamedState.read_vocab), so node 0 never holds the others'
+// parts.
+static void vocab_state_window(GPT* g, const float* x, int64_t a, int64_t b, float* out) {
     const Comm* c = g->comm;
-    std::vector<int64_t> lo((size_t)c->nodes), hi((size_t)c->nodes);
+    std::vector<int64_t> lo((size_t)c->nodes), hi((size_t)c->nodes);  // bytes of out (from a)
     for (int n = 0; n < c->nodes; n++) {
-        vocab_node_part(g, n, &lo[(size_t)n], &hi[(size_t)n]);
-        lo[(size_t)n] *= 4;
-        hi[(size_t)n] *= 4;
+        int64_t l, h;
+        vocab_node_part(g, n, &l, &h);
+        l = std::min(std::max(l, a), b);
+        h = std::max(std::min(h, b), l);
+        lo[(size_t)n] = (l - a) * 4;
+        hi[(size_t)n] = (h - a) * 4;
     }
-    for (float* x : {g->master, g->adam_m, g->adam_v})
-        net_gather(&c->net, NET_MAIN, (char*)x, lo.data(), hi.data(), false);
-}
-// The whole pages of x[a, b) to the OS: they read as zeros after (node-shared memory: MADV_REMOVE frees the
-// memfd's pages for every rank; private memory: MADV_DONTNEED).
-static void host_pages_release(float* x, int64_t a, int64_t b) {
-    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
-    const uintptr_t from = ((uintptr_t)(x + a) + page - 1) / page * page,
-                    to = (uintptr_t)(x + b) / page * page;
-    if (to <= from) return;
-    if (madvise((void*)from, to - from, MADV_REMOVE) != 0) madvise((void*)from, to - from, MADV_DONTNEED);
-}
-static void vocab_release_others(GPT* g) {
-    int64_t lo, hi;
-    vocab_node_part(g, g->comm->node_rank, &lo, &hi);
-    for (float* x : {g->master, g->adam_m, g->adam_v}) {
-        host_pages_release(x, 0, lo);
-        host_pages_release(x, hi, g->layout.embed_count);
-    }
+    const int me = c->node_rank;
+    if (me == 0) memcpy((char*)out + lo[0], (const char*)(x + a) + lo[0], (size_t)(hi[0] - lo[0]));
+    net_gather(&c->net, NET_MAIN, me == 0 ? (char*)out : (char*)(x + a), lo.data(), hi.data(), false);
 }
 
 // CPU AdamW of the vocabulary tensors. Matrices decay. Several ranks: each its part, then all are done.

@@ -240,33 +240,38 @@ TEST_F(MultiGpu, VocabularyInHostRamOnSeveralRanks) {
 // and its bf16 weights whole; the embedding rows' gradient is summed on the GPUs too, a chunk at a time; each
 // node updates its part and the nodes exchange the bf16 weights. Untied on 2 nodes of 2 ranks, tied on 3
 // nodes of one rank, against one GPU with -E 1. Node 0's RAM holds its part of the vocabulary's state after
-// the last save, which gathered every part (4 parts: the 3 layers' and the vocabulary's). The checkpoint
-// resumes on the nodes (each reads its part) as one GPU's does.
+// the last save, which took the other nodes' parts a window at a time (4 parts: the 3 layers' and the
+// vocabulary's). The checkpoint resumes on the nodes (each reads its part) as one GPU's does, steps 4 and 5
+// (step 5's loss follows step 4's update, from the saved m and v). The nodes save and load the vocabulary in
+// windows of 1000 floats here (LLMC_TEST_STATE_WINDOW: windows that end inside a tensor and inside a node's
+// part; 16M floats in a real run), and cut it into vocabulary chunks of 200 rows (VOCAB_CHUNK_ROWS: chunks
+// across the nodes' parts, and wholly outside one).
 TEST_F(MultiGpu, VocabularyInHostRamOnSeveralNodes) {
     const char* spec = "llama:L3:C64:NH4:KV2:I128:T32:V512";
+    setenv("VOCAB_CHUNK_ROWS", "200", 1);
     const Result one = run_bin(kEmu, run_args(spec, dir + "/one", {"-E", "1"}));
+    setenv("LLMC_TEST_STATE_WINDOW", "1000", 1);
     const Result nodes = run_nodes(2, run_args(spec, dir + "/nodes", {"-E", "1", "-pn", "2"}));
     compare_with_one_gpu(one, nodes, dir + "/one", dir + "/nodes");
     EXPECT_TRUE(has(nodes.out, "host RAM, CPU AdamW; the head in chunks")) << nodes.out;
     expect_node_share(nodes.out, 4);
-    // the 2 nodes' checkpoint resumes on 2 nodes (each loads its part of the vocabulary's state) as one GPU's
-    // does
-    // (the nodes read the model file in windows of 1000 floats: windows that end inside a tensor and inside a
-    // node's part)
-    const Result one4 = run_bin(kEmu, run_args(spec, dir + "/one", {"-E", "1", "-y", "1", "-x", "4"}));
-    setenv("LLMC_TEST_LOAD_WINDOW", "1000", 1);
-    const Result nodes4 =
-        run_nodes(2, run_args(spec, dir + "/nodes", {"-E", "1", "-pn", "2", "-y", "1", "-x", "4"}));
-    unsetenv("LLMC_TEST_LOAD_WINDOW");
-    ASSERT_EQ(one4.code, 0) << one4.err;
-    EXPECT_TRUE(has(nodes4.out, "(step 3)")) << nodes4.out;
-    const auto a4 = step_lines(one4.out), b4 = step_lines(nodes4.out);
-    ASSERT_TRUE(a4.count(4) && b4.count(4)) << one4.out << nodes4.out;
-    EXPECT_NEAR(b4.at(4).loss, a4.at(4).loss, 1e-4 * a4.at(4).loss);
+    const Result nodes5 =
+        run_nodes(2, run_args(spec, dir + "/nodes", {"-E", "1", "-pn", "2", "-y", "1", "-x", "5"}));
+    unsetenv("LLMC_TEST_STATE_WINDOW");
+    const Result one5 = run_bin(kEmu, run_args(spec, dir + "/one", {"-E", "1", "-y", "1", "-x", "5"}));
+    ASSERT_EQ(one5.code, 0) << one5.err;
+    EXPECT_TRUE(has(nodes5.out, "(step 3)")) << nodes5.out;
+    const auto a5 = step_lines(one5.out), b5 = step_lines(nodes5.out);
+    for (int step : {4, 5}) {
+        ASSERT_TRUE(a5.count(step) && b5.count(step)) << one5.out << nodes5.out;
+        EXPECT_NEAR(b5.at(step).loss, a5.at(step).loss, 1e-4 * a5.at(step).loss) << "step " << step;
+        EXPECT_NEAR(b5.at(step).norm, a5.at(step).norm, 1e-4 * a5.at(step).norm) << "step " << step;
+    }
     const char* tied = "llama:L3:C64:NH4:KV2:I128:T32:V512:TIE1";
     const Args more = {"-E", "1", "-d", "384"};
     const Result one_tied = run_bin(kEmu, run_args(tied, dir + "/one_tied", more));
     const Result three = run_nodes(3, run_args(tied, dir + "/three", more));
+    unsetenv("VOCAB_CHUNK_ROWS");
     compare_with_one_gpu(one_tied, three, dir + "/one_tied", dir + "/three");
     expect_node_share(three.out, 4);
 }
@@ -289,9 +294,9 @@ TEST_F(MultiGpu, VocabularyFromAHuggingFaceCheckpointOnTwoNodes) {
     };
     const Result one = run_bin(kEmu, args(dir + "/one"));
     ASSERT_EQ(one.code, 0) << one.err << one.out;
-    setenv("LLMC_TEST_LOAD_WINDOW", "1000", 1);
+    setenv("LLMC_TEST_STATE_WINDOW", "1000", 1);
     const Result nodes = run_nodes(2, args(dir + "/nodes"));
-    unsetenv("LLMC_TEST_LOAD_WINDOW");
+    unsetenv("LLMC_TEST_STATE_WINDOW");
     EXPECT_TRUE(has(nodes.out, "Hugging Face checkpoint")) << nodes.out;
     const size_t a = one.out.find("val loss "), b = nodes.out.find("val loss ");
     ASSERT_TRUE(a != std::string::npos && b != std::string::npos) << one.out << nodes.out;
