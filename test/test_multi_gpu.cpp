@@ -244,11 +244,11 @@ TEST_F(MultiGpu, VocabularyInHostRamOnSeveralRanks) {
 // vocabulary's). The checkpoint resumes on the nodes (each reads its part) as one GPU's does, steps 4 and 5
 // (step 5's loss follows step 4's update, from the saved m and v). The nodes save and load the vocabulary in
 // windows of 1000 floats here (LLMC_TEST_STATE_WINDOW: windows that end inside a tensor and inside a node's
-// part; 16M floats in a real run), and cut it into vocabulary chunks of 200 rows (VOCAB_CHUNK_ROWS: chunks
-// across the nodes' parts, and wholly outside one).
+// part; 16M floats in a real run). On 2 nodes the embedding rows' chunk lies wholly outside node 1's part,
+// the head's crosses the two; on 3 nodes (tied) the vocabulary is cut into chunks of 200 rows
+// (VOCAB_CHUNK_ROWS): two cross the nodes' parts, the last lies wholly in node 2's.
 TEST_F(MultiGpu, VocabularyInHostRamOnSeveralNodes) {
     const char* spec = "llama:L3:C64:NH4:KV2:I128:T32:V512";
-    setenv("VOCAB_CHUNK_ROWS", "200", 1);
     const Result one = run_bin(kEmu, run_args(spec, dir + "/one", {"-E", "1"}));
     setenv("LLMC_TEST_STATE_WINDOW", "1000", 1);
     const Result nodes = run_nodes(2, run_args(spec, dir + "/nodes", {"-E", "1", "-pn", "2"}));
@@ -269,6 +269,7 @@ TEST_F(MultiGpu, VocabularyInHostRamOnSeveralNodes) {
     }
     const char* tied = "llama:L3:C64:NH4:KV2:I128:T32:V512:TIE1";
     const Args more = {"-E", "1", "-d", "384"};
+    setenv("VOCAB_CHUNK_ROWS", "200", 1);
     const Result one_tied = run_bin(kEmu, run_args(tied, dir + "/one_tied", more));
     const Result three = run_nodes(3, run_args(tied, dir + "/three", more));
     unsetenv("VOCAB_CHUNK_ROWS");
