@@ -188,7 +188,8 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "              memory per GPU and per node, each link's bytes and the step time (default 1)\n"
         "  -pr <int>   this node's index, 0..N-1 (node 0 holds rank 0: it logs and saves) (default 0)\n"
         "  -ps <host[:port]>  node 0's address: the other nodes connect there, node 0 listens on its port\n"
-        "              (default port %d). LLMC_NODE_WAIT: seconds to wait for every node (default 600);\n"
+        "              (default port %d; IPv6: [addr]:port). LLMC_NODE_WAIT: seconds to wait for every node\n"
+        "              (default 600);\n"
         "              LLMC_NODE_TIMEOUT: seconds a node may go silent before the run ends (default 60)\n"
         "              torchrun / mpirun instead of -pn, -pN, -pr: RANK, WORLD_SIZE, LOCAL_WORLD_SIZE and\n"
         "              MASTER_ADDR; node 0 listens on MASTER_PORT + 1 (LLMC_NET_PORT sets it)\n"
@@ -391,7 +392,8 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         } else if (strcmp(flag, "-ps") == 0) {
             NetAddress a;
             if (!net_parse_address(value, &a))
-                die("-ps %s: HOST or HOST:PORT, a port of 1..65535 (run ./train_gpt -h for the flags)",
+                die("-ps %s: HOST, HOST:PORT or [IPv6]:PORT, a port of 1..65535 (run ./train_gpt -h for the "
+                    "flags)",
                     value);
             ga->node_address = value;
         } else if (strcmp(flag, "-sw") == 0) {
@@ -441,5 +443,6 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         die("-W sets the benchmark's warm-up steps: it needs -B N (run ./train_gpt -h for the flags)");
     const char* world = getenv("WORLD_SIZE");
     if (ga->node_address && ga->nodes <= 1 && !(world && atoi(world) > 1))
-        die("-ps names node 0 of several nodes: it needs -pN N (run ./train_gpt -h for the flags)");
+        die("-ps names node 0 of several nodes: it needs -pN N, N of 2 or more (run ./train_gpt -h for the "
+            "flags)");
 }

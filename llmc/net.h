@@ -49,16 +49,30 @@ struct NetLinks {
     std::atomic<uint64_t>* progress_elsewhere = nullptr;
 };
 
-// Who this run's node 0 is: "host[:port]".
+// Who this run's node 0 is: "host[:port]", an IPv6 address as "[addr]:port" or "[addr]" (or bare, without
+// a port: two colons or more).
 struct NetAddress {
     char host[256];
     int port;
 };
 static inline bool net_parse_address(const char* s, NetAddress* a) {
     const char* colon = strrchr(s, ':');
-    const size_t n = colon ? (size_t)(colon - s) : strlen(s);
+    const char* host = s;
+    size_t n;
+    if (s[0] == '[') {  // [IPv6]:port
+        const char* close = strchr(s, ']');
+        if (!close || (close[1] && close[1] != ':')) return false;
+        host = s + 1;
+        n = (size_t)(close - host);
+        colon = close[1] ? close + 1 : NULL;
+    } else if (colon && strchr(s, ':') != colon) {  // a bare IPv6 address: no port
+        n = strlen(s);
+        colon = NULL;
+    } else {
+        n = colon ? (size_t)(colon - s) : strlen(s);
+    }
     if (n == 0 || n >= sizeof a->host) return false;
-    memcpy(a->host, s, n);
+    memcpy(a->host, host, n);
     a->host[n] = 0;
     a->port = NET_DEFAULT_PORT;
     if (colon) {
@@ -103,25 +117,89 @@ static inline void net_recv(const NetLinks* L, int fd, int peer, void* p, int64_
 struct NetHello {
     int32_t magic, nodes, node, link, local_world, mesh_port;
 };
-struct NetPeer {  // where a node listens for the mesh (node 0 tells every node)
-    uint32_t ip;  // network order, as node 0 saw the node connect
+struct NetPeer {  // where a node listens for the mesh (node 0 tells every node), as node 0 saw it connect
+    uint8_t addr[16];  // IPv4: the first 4 bytes (network order)
+    int32_t family;    // AF_INET or AF_INET6
     int32_t port;
 };
+
+// A socket's address of either family: its port, and whether two are the same address and port.
+static inline int net_port_of(const sockaddr_storage& a) {
+    return ntohs(a.ss_family == AF_INET6 ? ((const sockaddr_in6*)&a)->sin6_port
+                                         : ((const sockaddr_in*)&a)->sin_port);
+}
+static inline bool net_same_endpoint(const sockaddr_storage& a, const sockaddr_storage& b) {
+    if (a.ss_family != b.ss_family || net_port_of(a) != net_port_of(b)) return false;
+    if (a.ss_family == AF_INET6)
+        return memcmp(&((const sockaddr_in6*)&a)->sin6_addr, &((const sockaddr_in6*)&b)->sin6_addr, 16) == 0;
+    return ((const sockaddr_in*)&a)->sin_addr.s_addr == ((const sockaddr_in*)&b)->sin_addr.s_addr;
+}
+// The peer of a connected socket as a NetPeer listening on `port` (an IPv4 peer on a dual-stack socket, whose
+// address is IPv4-mapped: as IPv4).
+static inline NetPeer net_peer_of(int fd, int port) {
+    NetPeer p = {};
+    sockaddr_storage from = {};
+    socklen_t len = sizeof from;
+    getpeername(fd, (sockaddr*)&from, &len);
+    p.port = port;
+    if (from.ss_family == AF_INET6) {
+        const in6_addr& a = ((const sockaddr_in6*)&from)->sin6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(&a)) {
+            p.family = AF_INET;
+            memcpy(p.addr, a.s6_addr + 12, 4);
+        } else {
+            p.family = AF_INET6;
+            memcpy(p.addr, a.s6_addr, 16);
+        }
+    } else {
+        p.family = AF_INET;
+        memcpy(p.addr, &((const sockaddr_in*)&from)->sin_addr.s_addr, 4);
+    }
+    return p;
+}
+// A socket listening on `port` (0: one the kernel picks) of every address of this host: IPv6 and IPv4 where
+// the host has IPv6, else IPv4. -1 with errno where neither.
+static inline int net_listen(int port, int backlog) {
+    const int one = 1, zero = 0;
+    int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    if (fd >= 0) {
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        sockaddr_in6 sa = {};
+        sa.sin6_family = AF_INET6;
+        sa.sin6_addr = in6addr_any;
+        sa.sin6_port = htons((uint16_t)port);
+        if (bind(fd, (sockaddr*)&sa, sizeof sa) == 0 && listen(fd, backlog) == 0) return fd;
+        close(fd);
+    }
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in sa = {};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_ANY);
+    sa.sin_port = htons((uint16_t)port);
+    if (bind(fd, (sockaddr*)&sa, sizeof sa) == 0 && listen(fd, backlog) == 0) return fd;
+    const int err = errno;
+    close(fd);
+    errno = err;
+    return -1;
+}
 
 // A connect to a port of this host that nobody listens on yet can meet itself: where the kernel picks the
 // very port as the socket's own (a port in the ephemeral range), TCP's simultaneous open connects the socket
 // to itself, and the node would wait for its own answer. Such a connection counts as not connected.
 static inline bool net_self_connected(int fd) {
-    sockaddr_in self = {}, peer = {};
+    sockaddr_storage self = {}, peer = {};
     socklen_t a = sizeof self, b = sizeof peer;
     return getsockname(fd, (sockaddr*)&self, &a) == 0 && getpeername(fd, (sockaddr*)&peer, &b) == 0 &&
-           self.sin_port == peer.sin_port && self.sin_addr.s_addr == peer.sin_addr.s_addr;
+           net_same_endpoint(self, peer);
 }
-static inline int net_connect_to(const sockaddr_in* sa) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+static inline int net_connect_to(const sockaddr* sa, socklen_t len) {
+    const int fd = socket(sa->sa_family, SOCK_STREAM, 0);
     if (fd < 0) die("-pN: cannot make a socket: %s", strerror(errno));
     int err = 0;
-    if (connect(fd, (const sockaddr*)sa, sizeof *sa) != 0) err = errno;
+    if (connect(fd, sa, len) != 0) err = errno;
     else if (net_self_connected(fd)) err = ECONNREFUSED;  // met itself: nobody listens there yet
     if (err) {
         close(fd);
@@ -143,11 +221,22 @@ static inline void net_open_mesh(NetLinks* L, int listener, const std::vector<Ne
     }
     L->mesh[0] = L->fd[NET_OPT][0];
     for (int i = 1; i < L->node; i++) {
-        sockaddr_in sa = {};
-        sa.sin_family = AF_INET;
-        sa.sin_addr.s_addr = peers[(size_t)i].ip;
-        sa.sin_port = htons((uint16_t)peers[(size_t)i].port);
-        const int fd = net_connect_to(&sa);
+        const NetPeer& p = peers[(size_t)i];
+        sockaddr_storage sa = {};
+        socklen_t len = sizeof(sockaddr_in);
+        if (p.family == AF_INET6) {
+            sockaddr_in6* a = (sockaddr_in6*)&sa;
+            a->sin6_family = AF_INET6;
+            memcpy(&a->sin6_addr, p.addr, 16);
+            a->sin6_port = htons((uint16_t)p.port);
+            len = sizeof(sockaddr_in6);
+        } else {
+            sockaddr_in* a = (sockaddr_in*)&sa;
+            a->sin_family = AF_INET;
+            memcpy(&a->sin_addr.s_addr, p.addr, 4);
+            a->sin_port = htons((uint16_t)p.port);
+        }
+        const int fd = net_connect_to((const sockaddr*)&sa, len);
         if (fd < 0)
             die("-pN: node %d cannot reach node %d's mesh port %d: %s", L->node, i, peers[(size_t)i].port,
                 strerror(errno));
@@ -177,21 +266,15 @@ static inline void net_open(NetLinks* L, int nodes, int node, int local_world, c
     for (int k = 0; k < NET_LINKS; k++) L->fd[k].assign((size_t)nodes, -1);
     const time_t deadline = time(NULL) + wait_s;
     if (node == 0) {
-        const int ls = socket(AF_INET, SOCK_STREAM, 0);
-        if (ls < 0) die("-pN: cannot make a socket: %s", strerror(errno));
         const int one = 1;
-        setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        sockaddr_in sa = {};
-        sa.sin_family = AF_INET;
-        sa.sin_addr.s_addr = htonl(INADDR_ANY);
-        sa.sin_port = htons((uint16_t)addr->port);
-        if (bind(ls, (sockaddr*)&sa, sizeof sa) != 0 || listen(ls, 2 * nodes) != 0)
+        const int ls = net_listen(addr->port, 2 * nodes);
+        if (ls < 0)
             die("-pN: node 0 cannot listen on port %d: %s (another run, or another node started with -pr 0? "
                 "-ps HOST:PORT chooses the "
                 "port)",
                 addr->port, strerror(errno));
         int joined = 0;
-        std::vector<NetPeer> peers((size_t)nodes, NetPeer{0, 0});
+        std::vector<NetPeer> peers((size_t)nodes, NetPeer{});
         while (joined < NET_LINKS * (nodes - 1)) {
             fd_set set;
             FD_ZERO(&set);
@@ -238,12 +321,7 @@ static inline void net_open(NetLinks* L, int nodes, int node, int local_world, c
             }
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
             L->fd[h.link][h.node] = fd;
-            if (h.link == NET_MAIN) {
-                sockaddr_in from = {};
-                socklen_t len = sizeof from;
-                getpeername(fd, (sockaddr*)&from, &len);
-                peers[(size_t)h.node] = {from.sin_addr.s_addr, h.mesh_port};
-            }
+            if (h.link == NET_MAIN) peers[(size_t)h.node] = net_peer_of(fd, h.mesh_port);
             joined++;
         }
         close(ls);
@@ -254,17 +332,14 @@ static inline void net_open(NetLinks* L, int nodes, int node, int local_world, c
         return;
     }
     // the mesh's listener first: its port goes to node 0 in the hello
-    const int listener = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in any = {};
-    any.sin_family = AF_INET;
-    any.sin_addr.s_addr = htonl(INADDR_ANY);
+    const int listener = net_listen(0, nodes);
+    sockaddr_storage any = {};
     socklen_t any_len = sizeof any;
-    if (listener < 0 || bind(listener, (sockaddr*)&any, sizeof any) != 0 || listen(listener, nodes) != 0 ||
-        getsockname(listener, (sockaddr*)&any, &any_len) != 0)
+    if (listener < 0 || getsockname(listener, (sockaddr*)&any, &any_len) != 0)
         die("-pN: node %d cannot listen for the other nodes: %s", node, strerror(errno));
-    const int mesh_port = ntohs(any.sin_port);
+    const int mesh_port = net_port_of(any);
     addrinfo hints = {}, *res = NULL;
-    hints.ai_family = AF_INET;
+    hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     char port[16];
     snprintf(port, sizeof port, "%d", addr->port);
@@ -274,14 +349,23 @@ static inline void net_open(NetLinks* L, int nodes, int node, int local_world, c
     for (int k = 0; k < NET_LINKS; k++) {
         int fd = -1;
         for (;;) {
-            fd = socket(AF_INET, SOCK_STREAM, 0);
-            if (fd < 0) die("-pN: cannot make a socket: %s", strerror(errno));
-            if (connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
-                if (!net_self_connected(fd)) break;
-                errno = ECONNREFUSED;  // met itself: node 0 does not listen yet
+            int err = ECONNREFUSED;
+            for (const addrinfo* ai = res; ai && fd < 0; ai = ai->ai_next) {  // each of the host's addresses
+                fd = socket(ai->ai_family, SOCK_STREAM, 0);
+                if (fd < 0) {
+                    err = errno;
+                    continue;
+                }
+                if (connect(fd, ai->ai_addr, ai->ai_addrlen) == 0) {
+                    if (!net_self_connected(fd)) break;
+                    err = ECONNREFUSED;  // met itself: node 0 does not listen yet
+                } else {
+                    err = errno;
+                }
+                close(fd);
+                fd = -1;
             }
-            const int err = errno;
-            close(fd);
+            if (fd >= 0) break;
             if (time(NULL) > deadline)
                 die("-pN: node %d cannot reach node 0 at %s:%d in %d s: %s", node, addr->host, addr->port,
                     wait_s, strerror(err));
@@ -503,9 +587,10 @@ static inline void net_started(NetLinks* L, uint64_t flags) {
         net_send(L, L->fd[NET_MAIN][0], 0, &flags, sizeof flags);
         net_recv(L, L->fd[NET_MAIN][0], 0, &differs, sizeof differs);
         if (differs)
-            die("node %d's flags differ from node 0's (the model, -b, -t, -d, -x, the learning rate, -R or "
-                "-K, or the data: its shards' count, tokens and kind): every node starts with the same flags "
-                "and data but -pr",
+            die("node %d's flags differ from node 0's (the model, -b, -t, -d, -x, the learning rate and "
+                "schedule, -R, -K, -E, -F, -G, -v, -m, -n, -a, -sl, -sg, or the data: its shards' count, "
+                "tokens "
+                "and kind): every node starts with the same flags and data but -pr",
                 L->node);
     } else {
         int first = 0;
@@ -519,9 +604,10 @@ static inline void net_started(NetLinks* L, uint64_t flags) {
             net_send(L, L->fd[NET_MAIN][(size_t)n], n, &differs, sizeof differs);
         }
         if (first)
-            die("node %d's flags differ from node 0's (the model, -b, -t, -d, -x, the learning rate, -R or "
-                "-K, or the data: its shards' count, tokens and kind): every node starts with the same flags "
-                "and data but -pr",
+            die("node %d's flags differ from node 0's (the model, -b, -t, -d, -x, the learning rate and "
+                "schedule, -R, -K, -E, -F, -G, -v, -m, -n, -a, -sl, -sg, or the data: its shards' count, "
+                "tokens "
+                "and kind): every node starts with the same flags and data but -pr",
                 first);
     }
     L->started.store(1);

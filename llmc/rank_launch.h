@@ -330,7 +330,7 @@ static void rank_start(Comm* c, int G, int nodes, int node_rank, const char* add
     int rank, world, local_world;
     NetAddress addr = {"127.0.0.1", NET_DEFAULT_PORT};
     std::string rendezvous;
-    if (address && !net_parse_address(address, &addr)) die("-ps %s: HOST or HOST:PORT", address);
+    if (address && !net_parse_address(address, &addr)) die("-ps %s: HOST, HOST:PORT or [IPv6]:PORT", address);
     if (!env_ranks(&rank, &world, &local_world)) {
         rank_launch(c, G, node_rank, nodes);
     } else {

@@ -262,7 +262,9 @@ static uint64_t run_fingerprint(const Run* r) {
         LlamaConfig llama;
         int64_t step_tokens;
         int B, T, total_steps, warmup, schedule, resident, kept, slots;
-        float lr, weight_decay, grad_clip;
+        float lr, weight_decay, grad_clip, final_lr_frac, skip_loss_z, skip_grad_z;
+        // what runs when on every rank (a validation, a checkpoint: sums and barriers) and how (-E, -F, -G)
+        int val_every, val_max_batches, checkpoint_every, overfit, vocab_host, flash, epilogues;
         int64_t data[2][4];  // train and val: shards, tokens, kind and width, vocabulary (the same data)
     } x;
     memset(&x, 0, sizeof x);
@@ -280,6 +282,16 @@ static uint64_t run_fingerprint(const Run* r) {
     x.lr = r->args.lr;
     x.weight_decay = r->args.weight_decay;
     x.grad_clip = r->args.grad_clip;
+    x.final_lr_frac = r->args.final_lr_frac;
+    x.skip_loss_z = r->args.skip_loss_z;
+    x.skip_grad_z = r->args.skip_grad_z;
+    x.val_every = r->args.val_every;
+    x.val_max_batches = r->args.val_max_batches;
+    x.checkpoint_every = r->args.checkpoint_every;
+    x.overfit = r->args.overfit_single_batch;
+    x.vocab_host = r->ga.vocab_host;  // as given: check_fit, after the gate, resolves -E -1
+    x.flash = r->ga.flash;
+    x.epilogues = r->ga.epilogues;
     const DataLoader* dl[2] = {&r->train, &r->val};  // empty for a benchmark
     for (int i = 0; i < 2; i++) {
         const int64_t d[4] = {dl[i]->num_shards, dl[i]->total_tokens, dl[i]->kind * 8 + dl[i]->token_bytes,
@@ -515,10 +527,12 @@ static void check_fit(Run* r) {
     const int vocab_host = ga->vocab_host;
     ga->vocab_host = vocab_host_for(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga,
                                     r->gpu_budget, &r->llama);
-    if (r->comm->world > 1 && vocab_host < 0) {  // -E -1: the same on every rank, the host if any rank's
-        double neg = -(double)ga->vocab_host;
+    // -E -1: the same on every rank, the host if any rank's GPU needs it. Every rank sums, whatever its -E:
+    // a node whose -E differs (refused at the gate: run_fingerprint) must not wait in a sum the others skip
+    if (r->comm->world > 1) {
+        double neg = vocab_host < 0 ? -(double)ga->vocab_host : 0.0;
         comm_sum_host(r->comm, &neg, 1, true);
-        ga->vocab_host = (int)-neg;
+        if (vocab_host < 0) ga->vocab_host = (int)-neg;
     }
     r->plan = place_layers(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, ga, r->gpu_budget,
                            &r->resident, &r->kept, &r->llama);

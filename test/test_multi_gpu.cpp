@@ -107,11 +107,12 @@ class MultiGpu : public CliTest {
     // Several nodes on this machine: node n is `train_gpt args -pN N -pr n -ps 127.0.0.1:PORT` (a port of
     // its own for each run), nodes 1..N-1 in the background (their output in dir/node<n>), node 0 here.
     // Returns node 0's run; codes: each node's exit status.
-    Result run_nodes(int N, const Args& args, std::vector<int>* codes = nullptr, const Args& node1 = {}) {
+    Result run_nodes(int N, const Args& args, std::vector<int>* codes = nullptr, const Args& node1 = {},
+                     const std::string& host = "127.0.0.1") {
         static int runs = 0;
         // ports below Linux's ephemeral range (32768 on), as the other tests' here: no socket gets one as its
         // own
-        const std::string addr = "127.0.0.1:" + std::to_string(20000 + (getpid() * 31 + 97 * runs++) % 12000);
+        const std::string addr = host + ":" + std::to_string(20000 + (getpid() * 31 + 97 * runs++) % 12000);
         setenv("LLMC_NODE_WAIT", "600", 1);  // a loaded machine may start them far apart
         std::vector<pid_t> pids;
         for (int n = 1; n < N; n++) pids.push_back(spawn_node(n, N, args + (n == 1 ? node1 : Args{}), addr));
@@ -881,11 +882,70 @@ TEST(Net, ASocketConnectedToItselfIsNotAPeer) {
     ASSERT_EQ(listen(listener, 1), 0);
     len = sizeof l;
     ASSERT_EQ(getsockname(listener, (sockaddr*)&l, &len), 0);
-    const int fd = net_connect_to(&l);
+    const int fd = net_connect_to((const sockaddr*)&l, sizeof l);
     ASSERT_GE(fd, 0) << strerror(errno);
     EXPECT_FALSE(net_self_connected(fd));
     close(fd);
     close(listener);
+    // and over IPv6, where this host has it
+    sockaddr_in6 b = {};
+    b.sin6_family = AF_INET6;
+    b.sin6_addr = in6addr_loopback;
+    const int self6 = socket(AF_INET6, SOCK_STREAM, 0);
+    if (self6 < 0 || bind(self6, (sockaddr*)&b, sizeof b) != 0) {
+        if (self6 >= 0) close(self6);
+        return;
+    }
+    len = sizeof b;
+    ASSERT_EQ(getsockname(self6, (sockaddr*)&b, &len), 0);
+    ASSERT_EQ(connect(self6, (sockaddr*)&b, sizeof b), 0) << strerror(errno);
+    EXPECT_TRUE(net_self_connected(self6));
+    close(self6);
+}
+
+// -ps HOST[:PORT]: an IPv6 address in brackets, with or without a port, or bare (no port: two colons or
+// more).
+TEST(Net, ParsesNodeZerosAddress) {
+    const struct {
+        const char* text;
+        bool ok;
+        const char* host;
+        int port;
+    } cases[] = {{"node0:1234", true, "node0", 1234},
+                 {"10.0.0.1", true, "10.0.0.1", NET_DEFAULT_PORT},
+                 {"[::1]:29601", true, "::1", 29601},
+                 {"[fe80::1%eth0]", true, "fe80::1%eth0", NET_DEFAULT_PORT},
+                 {"fd00::2", true, "fd00::2", NET_DEFAULT_PORT},
+                 {"[::1", false, "", 0},
+                 {"[::1]x", false, "", 0},
+                 {"[]:1", false, "", 0},
+                 {"host:", false, "", 0},
+                 {"host:70000", false, "", 0},
+                 {":1234", false, "", 0}};
+    for (const auto& c : cases) {
+        NetAddress a = {};
+        EXPECT_EQ(net_parse_address(c.text, &a), c.ok) << c.text;
+        if (!c.ok) continue;
+        EXPECT_STREQ(a.host, c.host) << c.text;
+        EXPECT_EQ(a.port, c.port) << c.text;
+    }
+}
+
+// Two nodes whose node 0 is named by an IPv6 address (-ps [::1]:PORT): node 0 listens on IPv6 and IPv4, the
+// mesh's listeners too; like one GPU. Skipped where this host has no IPv6 loopback.
+TEST_F(MultiGpu, TwoNodesOverIpv6) {
+    sockaddr_in6 b = {};
+    b.sin6_family = AF_INET6;
+    b.sin6_addr = in6addr_loopback;
+    const int probe = socket(AF_INET6, SOCK_STREAM, 0);
+    const bool v6 = probe >= 0 && bind(probe, (sockaddr*)&b, sizeof b) == 0;
+    if (probe >= 0) close(probe);
+    if (!v6) GTEST_SKIP() << "no IPv6 loopback here";
+    const char* spec = "L2:C64:NH4:T32:V512";
+    const Result one = run_bin(kEmu, run_args(spec, dir + "/one"));
+    const Result nodes = run_nodes(2, run_args(spec, dir + "/nodes"), nullptr, {}, "[::1]");
+    compare_with_one_gpu(one, nodes, dir + "/one", dir + "/nodes");
+    EXPECT_TRUE(has(nodes.out, "2 ranks, 2 nodes of 1")) << nodes.out;
 }
 
 // torchrun over 2 nodes: RANK, WORLD_SIZE 4, LOCAL_WORLD_SIZE 2, MASTER_ADDR and MASTER_PORT (node 0's
@@ -1029,6 +1089,15 @@ TEST_F(MultiGpu, BadFlagsAreOneLineErrors) {
     // other data on node 1 (its train data, the val shard): each node trained its own (a hostile trial)
     const Result data = run_nodes(2, run_args(spec, dir + "/m", {"-pn", "2"}), &codes, {"-i", val});
     EXPECT_TRUE(CleanError(data, {"node 1's flags differ from node 0's", "or the data"}));
+    // what runs when on every rank, and how (a hostile trial: -E 1 against -E 0 or -1, -v, -n and -sg waited
+    // for 10 minutes in a sum or a barrier one node skipped; -q and -a trained each node's part otherwise)
+    const char* llama = "llama:L2:C64:NH4:KV2:I128:T32:V512";
+    for (const Args& node1 : std::vector<Args>{
+             {"-E", "0"}, {"-E", "-1"}, {"-v", "1"}, {"-n", "1"}, {"-sg", "3"}, {"-q", "0.9"}, {"-a", "1"}}) {
+        const Result r = run_nodes(2, run_args(llama, dir + "/e", {"-E", "1"}), &codes, node1);
+        EXPECT_TRUE(CleanError(r, {"node 1's flags differ from node 0's"})) << node1[0] << " " << node1[1];
+        EXPECT_EQ(codes, (std::vector<int>{1, 1})) << node1[0] << " " << node1[1];
+    }
     setenv("LLMC_NODE_WAIT", "1", 1);
     const std::string port = std::to_string(20000 + (getpid() * 13 + 7) % 12000);
     EXPECT_TRUE(
