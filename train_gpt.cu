@@ -1295,6 +1295,7 @@ int main(int argc, char** argv) {
                 race_check_end();  // the emulated tests' LLMC_EMU_RACECHECK: what the stopped run saw
             });
     };
+    stop_signal_quiet = r.comm->local != 0;  // a node's ranks: its first says what a signal does
     stop_signal_install();
     if (const char* e = getenv("LLMC_TEST_SLOW_START")) {  // tests: rank r's set-up takes s seconds longer
         int rank = -1, seconds = 0;

@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 static volatile sig_atomic_t stop_signal_received = 0;
+// Several ranks of a node, which all get the signal (-pn's launcher forwards it): only the node's first says
+// what it does, the others are quiet (the node's terminal showed the line once a rank).
+static volatile sig_atomic_t stop_signal_quiet = 0;
 
 static void stop_signal_handler(int sig) {
     const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
@@ -15,13 +18,13 @@ static void stop_signal_handler(int sig) {
     if (stop_signal_received) {  // second: async-signal-safe calls only (write, _exit)
         strcat(msg, name);
         strcat(msg, " again: exiting now, without a checkpoint\n");
-        if (write(2, msg, strlen(msg)) < 0) {}
+        if (!stop_signal_quiet && write(2, msg, strlen(msg)) < 0) {}
         _exit(128 + sig);
     }
     stop_signal_received = sig;
     strcat(msg, name);
     strcat(msg, ": finishing this step, then saving a checkpoint (with -o) and exiting; again to exit now\n");
-    if (write(2, msg, strlen(msg)) < 0) {}
+    if (!stop_signal_quiet && write(2, msg, strlen(msg)) < 0) {}
 }
 
 // handler for SIGINT and SIGTERM. SA_RESTART: interrupted reads and writes resume.

@@ -394,6 +394,11 @@ TEST_F(MultiGpu, CtrlCStopsEveryRankAfterTheStep) {
     }
     kill(pid, SIGINT);
     EXPECT_EQ(wait_exit(pid, 600), 130) << slurp(dir + "/stderr.txt");
+    // the node's ranks all take the signal; its first alone says so (a hostile trial saw the line twice)
+    const std::string err = slurp(dir + "/stderr.txt");
+    const std::string line = "SIGINT: finishing this step";
+    EXPECT_EQ(err.find(line), err.rfind(line)) << err;
+    EXPECT_NE(err.find(line), std::string::npos) << err;
     expect_stopped_and_resumed(spec, slurp(dir + "/stdout.txt"));
 }
 
