@@ -568,14 +568,26 @@ static void vocab_head_worker_stop(GPT* g) {
 // Several nodes, after each updated its part: every node's part of the vocabulary's new bf16 weights to
 // every node (node 0 gathers them and sends each node the others': NET_MAIN, the main thread's link; the
 // optimizer thread's mesh carries the layers' meanwhile). Each node's leader; its ranks wait at a barrier.
+// Each node's part of the vocabulary's elements [a, b), as byte offsets from a of `bytes`-byte elements (for
+// net.h's gathers).
+static void vocab_node_ranges(const GPT* g, int64_t a, int64_t b, int bytes, std::vector<int64_t>* lo,
+                              std::vector<int64_t>* hi) {
+    const int nodes = g->comm->nodes;
+    lo->resize((size_t)nodes);
+    hi->resize((size_t)nodes);
+    for (int n = 0; n < nodes; n++) {
+        int64_t l, h;
+        vocab_node_part(g, n, &l, &h);
+        l = std::min(std::max(l, a), b);
+        h = std::max(std::min(h, b), l);
+        (*lo)[(size_t)n] = (l - a) * bytes;
+        (*hi)[(size_t)n] = (h - a) * bytes;
+    }
+}
 static void vocab_exchange_bf16(GPT* g) {
     const Comm* c = g->comm;
-    std::vector<int64_t> lo((size_t)c->nodes), hi((size_t)c->nodes);
-    for (int n = 0; n < c->nodes; n++) {
-        vocab_node_part(g, n, &lo[(size_t)n], &hi[(size_t)n]);
-        lo[(size_t)n] *= 2;
-        hi[(size_t)n] *= 2;
-    }
+    std::vector<int64_t> lo, hi;
+    vocab_node_ranges(g, 0, g->layout.embed_count, 2, &lo, &hi);
     uint16_t* bf16 = g->stream.weights_host_bf16;  // the embeddings come first
     FAKE_CUDA_HOST_ACCESS(bf16, g->layout.embed_count * 2, true,
                           "the nodes' exchange of the vocabulary's bf16");
@@ -589,15 +601,8 @@ static void vocab_exchange_bf16(GPT* g) {
 // parts.
 static void vocab_state_window(GPT* g, const float* x, int64_t a, int64_t b, float* out) {
     const Comm* c = g->comm;
-    std::vector<int64_t> lo((size_t)c->nodes), hi((size_t)c->nodes);  // bytes of out (from a)
-    for (int n = 0; n < c->nodes; n++) {
-        int64_t l, h;
-        vocab_node_part(g, n, &l, &h);
-        l = std::min(std::max(l, a), b);
-        h = std::max(std::min(h, b), l);
-        lo[(size_t)n] = (l - a) * 4;
-        hi[(size_t)n] = (h - a) * 4;
-    }
+    std::vector<int64_t> lo, hi;  // bytes of out
+    vocab_node_ranges(g, a, b, 4, &lo, &hi);
     const int me = c->node_rank;
     if (me == 0) memcpy((char*)out + lo[0], (const char*)(x + a) + lo[0], (size_t)(hi[0] - lo[0]));
     net_gather(&c->net, NET_MAIN, me == 0 ? (char*)out : (char*)(x + a), lo.data(), hi.data(), false);
