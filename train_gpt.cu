@@ -1271,7 +1271,7 @@ int main(int argc, char** argv) {
     if (r.ga.plan_only) return print_plan_only(&r);
     open_data(&r);
     if (ranks.world > 1) require_gpu(&r);  // said once, by rank 0 (one rank: after the host's fit check)
-    rank_gate_open(&ranks, run_fingerprint(&r));  // several nodes: every node's flags alike
+    rank_gate_open(&ranks, run_fingerprint(&r));  // every rank's and node's flags alike
     check_fit(&r);
     GPT g;
     build_model(&r, &g);

@@ -41,9 +41,10 @@ struct NodeShared {
     std::atomic<int> arrived, generation;       // node_barrier
     std::atomic<int> failed_rank, failed_code;  // set by the launcher when a rank dies (-1: none)
     std::atomic<int> gate_open;                 // rank 0 passed the set-up that checks flags and data
-    std::atomic<int64_t> progress[MAX_RANKS];   // each rank's CPU AdamW progress (llmc/cpu_optimizer.h)
-    std::atomic<int> magic;                     // NODE_SHARED_MAGIC once rank 0 set it up (rank_attach)
-    std::atomic<int> attached;                  // ranks that joined rank 0's block (rank_attach)
+    std::atomic<uint64_t> flags;  // its run_fingerprint, set before gate_open: each rank's must match
+    std::atomic<int64_t> progress[MAX_RANKS];  // each rank's CPU AdamW progress (llmc/cpu_optimizer.h)
+    std::atomic<int> magic;                    // NODE_SHARED_MAGIC once rank 0 set it up (rank_attach)
+    std::atomic<int> attached;                 // ranks that joined rank 0's block (rank_attach)
     std::atomic<int64_t> exchanged;  // several nodes: the bf16 exchange's progress (llmc/cpu_optimizer.h)
     std::atomic<int> said;           // a rank said why the run ends (utils.h die_said): the rest are quiet
     std::atomic<uint64_t> progress_here;  // ticks of this node's ranks (utils.h progress_tick)

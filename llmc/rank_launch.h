@@ -154,11 +154,21 @@ static void rank_gate_wait(const Comm* c) {
         usleep(1000);
     }
 }
-// flags: a hash of what every node must run alike (several nodes: node 0 compares them).
+// flags: a hash of what every rank must run alike. Several nodes: node 0 compares the nodes'. The node's
+// other ranks compare theirs with its first's (another launcher starts each with its own command line).
 static void rank_gate_open(Comm* c, uint64_t flags) {
-    if (c->world == 1 || c->local != 0) return;
+    if (c->world == 1) return;
+    if (c->local != 0) {
+        if (c->node->flags.load(std::memory_order_acquire) != flags)
+            die("its flags differ from rank %d's (or the data they name): every rank of a run starts with "
+                "the same "
+                "flags",
+                c->rank - c->local);
+        return;
+    }
     if (c->rank == 0) die_rank = 0;
     net_started(&c->net, flags);  // several nodes: every node's set-up passed, with the same flags
+    c->node->flags.store(flags, std::memory_order_release);
     c->node->gate_open.store(1, std::memory_order_release);
 }
 

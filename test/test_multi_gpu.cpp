@@ -427,6 +427,24 @@ TEST_F(MultiGpu, RanksFromTorchrunsEnvironmentTrainAsPn) {
     EXPECT_TRUE(slurp(dir + "/env/model_00000003.bin") == slurp(dir + "/pn/model_00000003.bin"))
         << "the environment's ranks trained otherwise than -pn 2";
     EXPECT_EQ(step_losses(out0), step_losses(pn.out));
+    // each rank has its own command line there: rank 1 with another learning rate trained its part otherwise,
+    // silently (-pn's ranks share one; nodes compared theirs). Now one line, and both ranks end.
+    for (int r = 1; r >= 0; r--) {
+        setenv("RANK", std::to_string(r).c_str(), 1);
+        setenv("WORLD_SIZE", "2", 1);
+        setenv("LLMC_RUN_ID", ("other-" + std::to_string(getpid())).c_str(), 1);
+        pids[r] = spawn(kEmu, run_args(spec, dir + "/other", r ? Args{"-l", "1e-3"} : Args{}),
+                        dir + "/r" + std::to_string(r));
+    }
+    for (const char* v : {"RANK", "WORLD_SIZE", "LLMC_RUN_ID"}) unsetenv(v);
+    EXPECT_EQ(wait_exit(pids[1], 600), 1);
+    EXPECT_EQ(wait_exit(pids[0], 600), 1);
+    const std::string err1 = slurp(dir + "/r1/stderr.txt");
+    EXPECT_TRUE(has(err1,
+                    "error: rank 1: its flags differ from rank 0's (or the data they name): every rank "
+                    "of a run starts with the same flags"))
+        << err1;
+    EXPECT_FALSE(has(slurp(dir + "/r0/stderr.txt"), "error")) << slurp(dir + "/r0/stderr.txt");
 }
 
 // A rank whose peer never starts (torchrun's environment, rank 1 missing; then rank 1 without rank 0): after
