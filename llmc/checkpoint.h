@@ -13,7 +13,7 @@
 #include <unistd.h>
 #include <string>
 #include <vector>
-#include "dataloader.h"
+#include "dataloader.h"  // defines: DataLoader, DataLoaderState, dl_same_tokenizer (the top level's: llm.c's too)
 #include "llmc/model_file.h"  // defines: gpt_read_header, gpt_load_params; model.h: write_crc, model_tmp_open
 // defines: LlamaConfig, llama_is_model_file, llama_read_header, llama_save_params, llama_header
 #include "llmc/llama_model.h"

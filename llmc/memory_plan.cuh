@@ -382,21 +382,25 @@ static MemoryPlan place_layers(const GPTConfig* c, int B, int T, int n_micro, in
     return plan;
 }
 
-// Free bytes on dir's filesystem (dir may not exist yet), or -1 with errno.
+// dir's parent: "." for a bare name, "/" for one under the root
+static std::string parent_dir(const char* dir) {
+    const std::string d = dir;
+    const size_t end = d.find_last_not_of('/'), slash = d.find_last_of('/', end);
+    return slash == std::string::npos ? "." : slash == 0 ? "/" : d.substr(0, slash);
+}
+// Free bytes on dir's filesystem (dir, or its parent where a run would create it), or -1 with errno:
+// neither there (-P 1 for another machine's disk: a grandparent's disk says nothing of it).
 static int64_t dir_free_bytes(const char* dir) {
-    std::string d = dir;
     struct statvfs sv;
-    while (statvfs(d.c_str(), &sv) != 0) {
-        const size_t slash = d.find_last_of('/', d.find_last_not_of('/'));
-        if (errno != ENOENT || d == "." || d == "/") return -1;
-        d = slash == std::string::npos ? "." : slash == 0 ? "/" : d.substr(0, slash);
-    }
+    if (statvfs(dir, &sv) != 0 && (errno != ENOENT || statvfs(parent_dir(dir).c_str(), &sv) != 0)) return -1;
     return (int64_t)sv.f_bavail * (int64_t)sv.f_frsize;
 }
 
 // -sd DIR as a run will use it: a directory it can write in, or one it can create (mkdir: its parent must
-// exist). false with why: -P 1 refuses what the run would (it said the disk had room for a file's path).
-static bool ssd_dir_usable(const char* dir, char* why, size_t n) {
+// exist). false with why: -P 1 refuses what a run here would (it said the disk had room for a file's path),
+// but for a parent not there (*elsewhere: another machine's disk, planned with its free space unknown).
+static bool ssd_dir_usable(const char* dir, char* why, size_t n, bool* elsewhere = nullptr) {
+    if (elsewhere) *elsewhere = false;
     struct stat st;
     if (stat(dir, &st) == 0) {
         if (!S_ISDIR(st.st_mode)) return snprintf(why, n, "-sd %s is not a directory", dir), false;
@@ -404,10 +408,9 @@ static bool ssd_dir_usable(const char* dir, char* why, size_t n) {
             return snprintf(why, n, "-sd %s: cannot write in it: %s", dir, strerror(errno)), false;
         return true;
     }
-    std::string parent = dir;
-    const size_t end = parent.find_last_not_of('/'), slash = parent.find_last_of('/', end);
-    parent = slash == std::string::npos ? "." : slash == 0 ? "/" : parent.substr(0, slash);
+    const std::string parent = parent_dir(dir);
     const bool there = stat(parent.c_str(), &st) == 0;
+    if (elsewhere) *elsewhere = !there && errno == ENOENT;
     if (!there || !S_ISDIR(st.st_mode))
         return snprintf(why, n, "-sd %s: cannot create it: %s %s (a run creates DIR, not its parents)", dir,
                         parent.c_str(), there ? "is not a directory" : "does not exist"),

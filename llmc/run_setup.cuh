@@ -350,6 +350,8 @@ static void open_data(Run* r) {
 static void check_ssd_space(const Run* r) {
     const char* dir = r->ga.ssd_dir;
     if (!dir || r->resume_step >= 0) return;
+    char why[4400];
+    if (!ssd_dir_usable(dir, why, sizeof why)) die("%s", why);
     const int64_t avail = dir_free_bytes(dir);
     if (avail < 0) die("-sd %s: %s", dir, strerror(errno));
     if (avail < r->plan.ssd_disk)
@@ -686,7 +688,11 @@ static bool ssd_dir_in_use(const char* dir) {
 static int print_plan_only(Run* r) {
     GpuArgs* ga = &r->ga;
     char why[4400];
-    if (ga->ssd_dir && !ssd_dir_usable(ga->ssd_dir, why, sizeof why)) die("%s", why);
+    bool elsewhere = false;  // -sd under a folder not here: another machine's disk, its free space unknown
+    if (ga->ssd_dir && !ssd_dir_usable(ga->ssd_dir, why, sizeof why, &elsewhere)) {
+        if (!elsewhere) die("%s", why);
+        fprintf(stderr, "warning: %s: planned as another machine's disk, its free space unknown\n", why);
+    }
     struct stat st;  // -sd DIR there and no -sr: its disk's rates, measured as a run measures them
     if (ga->ssd_dir && ga->disk_read_gbs <= 0 && stat(ga->ssd_dir, &st) == 0) {
         double rbps = 0, wbps = 0;
