@@ -246,6 +246,18 @@ int main(int argc, char** argv) {
                 err);
     }
 
+    // -t's ids against the model's embedding rows: one past them fails in transformers (an IndexError)
+    if (tokenizer_dir) {
+        const int64_t n = hf_tokenizer_id_count(tokenizer_dir, err, sizeof err);
+        const int V = is_llama ? llama.vocab_size : cfg.vocab_size;
+        if (n < 0) die("-t %s: %s", tokenizer_dir, err);
+        if (n > V)
+            die("-t %s: its tokenizer has %lld ids, the model %d embedding rows: ids from %d on would index "
+                "past "
+                "them; -t the tokenizer the model was trained with",
+                tokenizer_dir, (long long)n, V, V);
+    }
+
     // the output: new or empty, so no stale files
     if (DIR* d = opendir(out)) {
         int entries = 0;

@@ -305,19 +305,8 @@ static void open_output_dir(CpuRun* r, int argc, char** argv) {
     for (int i = 1; i + 1 < argc; i += 2) model_given |= strcmp(argv[i], "-e") == 0;
     if (model_given) {  // -e must match the checkpoint
         LlamaConfig want;
-        const int llama_given = llama_source_kind(r->args.model, &want) != 0;
-        const int llama_saved = llama_ckpt.num_layers > 0;
-        if (llama_given != llama_saved)
-            die("-e %s is a %s, the checkpoint in %s a %s: drop -e or choose another -o", r->args.model,
-                llama_given ? "Llama-family model" : "GPT-2", r->args.output_dir,
-                llama_saved ? "Llama-family model" : "GPT-2");
-        if (llama_saved && memcmp(&want, &llama_ckpt, sizeof want) != 0)  // ints and floats, no padding
-            die("-e %s does not match the checkpoint in %s (L%d C%d NH%d NKV%d I%d V%d): drop -e or choose "
-                "another -o",
-                r->args.model, r->args.output_dir, llama_ckpt.num_layers, llama_ckpt.hidden_size,
-                llama_ckpt.num_heads, llama_ckpt.num_kv_heads, llama_ckpt.intermediate_size,
-                llama_ckpt.vocab_size);
-        if (!llama_saved) check_resume_model(r->args.model, r->args.output_dir, &ckpt);
+        const bool llama_given = llama_source_kind(r->args.model, &want) != 0;
+        check_resume_family(r->args.model, r->args.output_dir, llama_given, &want, &ckpt, &llama_ckpt);
     }
     r->args.model = r->resume_model;  // the checkpoint's model replaces -e
 }
@@ -369,8 +358,10 @@ static void open_data(CpuRun* r) {
     r->prompt_len = dataloader_chat_prompt(&r->val, r->prompt, a->T - 1);
     a->max_steps = r->total_steps;  // -x -1 resolved: checkpoints record the run's length
     const std::string tok = open_tokenizer(r);
+    const char* model = r->resume_step >= 0 ? a->model : r->model_arg;  // a resume: the checkpoint's
     for (const DataLoader* dl : {&r->train, &r->val}) {
-        const int fits = dataloader_check_model(dl, model_vocab(&r->model), r->model_arg,
+        if (dl->vocab <= model_vocab(&r->model) && model_run_trained_on(model, dl)) continue;
+        const int fits = dataloader_check_model(dl, model_vocab(&r->model), model,
                                                 r->tok.init_ok ? r->tok.token_table : NULL, r->tok.vocab_size,
                                                 tok.c_str(), err, sizeof err);
         if (!fits) die("%s", err);

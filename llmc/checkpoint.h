@@ -827,6 +827,30 @@ static void run_data_tokenizer(const char* dir, const DataLoader* train, bool re
         die("cannot write %s: %s", path.c_str(), strerror(w ? why : errno));
 }
 
+// True where the model file's run (data_tokenizer.bin in its folder) trained on shards of dl's tokenizer:
+// they were checked against the model's vocabulary when that run started, with -e's tokenizer.json. A resume,
+// or -e of a run's checkpoint, has no tokenizer.json to check them again, and the size rule alone (a
+// vocabulary at most 1/64 over the tokenizer's) refused a small model's fine-tune (1000 ids, 1024 embedding
+// rows).
+static bool model_run_trained_on(const char* model, const DataLoader* dl) {
+    if (!model || dl->kind != DL_CHAT) return false;
+    std::string dir = model;
+    if (!is_dir(model)) {
+        const size_t slash = dir.find_last_of('/');
+        dir = slash == std::string::npos ? "." : dir.substr(0, slash);
+    }
+    const std::string path = dir + "/data_tokenizer.bin";
+    char err[4352];
+    if (access(path.c_str(), F_OK) != 0) return false;
+    FILE* f = open_regular(path.c_str(), "run file", err, sizeof err);
+    if (!f) return false;
+    int32_t saved[DATALOADER_HEADER_BYTES / 4];
+    const bool ok = read_all(f, saved, sizeof saved);
+    fclose(f);
+    return ok && dl_same_tokenizer("model", path.c_str(), saved, dl->paths[dl->tokenizer_shard],
+                                   dl->tokenizer, err, sizeof err);
+}
+
 // -e DIR where DIR is a run's -o (checkpoints, no Hugging Face model in it): its latest checkpoint's model
 // file, as export_hf -i reads a run. Any other -e as given.
 static const char* model_of_run_dir(const char* model) {
@@ -847,8 +871,25 @@ static void check_resume_model(const char* model, const char* output_dir, const 
     const int kind = parse_model_spec(model, &want, err, sizeof err);
     if (kind == 0 || (kind == 2 && !gpt_read_header(model, &want, err, sizeof err))) die("%s", err);
     if (memcmp(&want, ckpt, sizeof want) != 0)  // GPTConfig is six ints, no padding
-        die("-e %s does not match the checkpoint in %s (L%d C%d NH%d maxT%d V%d): drop -e or choose another "
-            "-o",
-            model, output_dir, ckpt->num_layers, ckpt->channels, ckpt->num_heads, ckpt->max_seq_len,
+        die("-e %s does not match the checkpoint in %s (L%d C%d NH%d maxT%d V%d against its L%d C%d NH%d "
+            "maxT%d "
+            "V%d): drop -e or choose another -o",
+            model, output_dir, want.num_layers, want.channels, want.num_heads, want.max_seq_len,
+            want.vocab_size, ckpt->num_layers, ckpt->channels, ckpt->num_heads, ckpt->max_seq_len,
             ckpt->vocab_size);
+}
+// -y 1 with -e, either family: want is -e's Llama config where llama_given, llama_ckpt the checkpoint's
+// (num_layers 0: a GPT-2). Dies naming what differs (a spec cannot say rope_theta or eps: both sides printed
+// the same shape before).
+static void check_resume_family(const char* model, const char* dir, bool llama_given, const LlamaConfig* want,
+                                const GPTConfig* ckpt, const LlamaConfig* llama_ckpt) {
+    const bool llama_saved = llama_ckpt->num_layers > 0;
+    if (llama_given != llama_saved)
+        die("-e %s is a %s, the checkpoint in %s a %s: drop -e or choose another -o", model,
+            llama_given ? "Llama-family model" : "GPT-2", dir, llama_saved ? "Llama-family model" : "GPT-2");
+    if (!llama_saved) return check_resume_model(model, dir, ckpt);
+    char diff[1024];
+    if (llama_config_diff(want, llama_ckpt, diff, sizeof diff))
+        die("-e %s does not match the checkpoint in %s (-e's %s): drop -e or choose another -o", model, dir,
+            diff);
 }

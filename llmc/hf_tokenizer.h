@@ -148,6 +148,40 @@ static inline int hf_read_json(const std::string& dir, const char* name, int64_t
     return 1;
 }
 
+// The ids a tokenizer folder names, the largest + 1 (export_hf -t: none may be past the model's embedding
+// rows): tokenizer.json's vocabulary (BPE, WordPiece: an object of ids; Unigram: a list) and added tokens,
+// else vocab.json's and added_tokens.json's. 0: neither file (a SentencePiece tokenizer.model alone); -1
+// with err: one is there but unreadable.
+static inline int64_t hf_tokenizer_id_count(const std::string& dir, char* err, size_t errlen) {
+    JsonKeep keep;
+    keep.keep = hf_tokenizer_keeps;
+    keep.max_kept = (size_t)1 << 23;
+    Json j;
+    int64_t n = 0;
+    auto ids_of = [&n](const Json& object) {  // {"piece": id, ...}
+        for (const auto& m : object.members)
+            if (m.second.type == Json::NUM && m.second.is_int && m.second.i + 1 > n) n = m.second.i + 1;
+    };
+    if (!hf_read_json(dir, "tokenizer.json", (int64_t)1 << 30, keep, &j, err, errlen)) return -1;
+    if (j.type == Json::OBJ) {
+        const Json* model = j.get("model");
+        const Json* vocab = model ? model->get("vocab") : NULL;
+        if (vocab && vocab->type == Json::OBJ) ids_of(*vocab);
+        if (vocab && vocab->type == Json::ARR) n = (int64_t)vocab->items.size();
+        const Json* added = j.get("added_tokens");
+        for (size_t k = 0; added && added->type == Json::ARR && k < added->items.size(); k++) {
+            const Json* id = added->items[k].get("id");
+            if (id && id->type == Json::NUM && id->is_int && id->i + 1 > n) n = id->i + 1;
+        }
+        return n;
+    }
+    for (const char* name : {"vocab.json", "added_tokens.json"}) {
+        if (!hf_read_json(dir, name, (int64_t)1 << 30, JsonKeep(), &j, err, errlen)) return -1;
+        if (j.type == Json::OBJ) ids_of(j);
+    }
+    return n;
+}
+
 // A config's bos_token_id (an id) or eos_token_id (an id or a list): appended to ids; 0 if malformed.
 static inline int hf_read_ids(const Json& c, const char* key, std::vector<int>* ids) {
     const Json* v = c.get(key);

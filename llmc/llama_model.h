@@ -106,6 +106,37 @@ static inline int llama_config_check(const LlamaConfig* c, char* err, size_t err
     return bad == NULL;
 }
 
+// The fields where a and b differ, "name a against b" each, into out; false: none.
+static inline bool llama_config_diff(const LlamaConfig* a, const LlamaConfig* b, char* out, size_t n) {
+    const struct {
+        const char* name;
+        double a, b;
+    } f[] = {{"num_layers", (double)a->num_layers, (double)b->num_layers},
+             {"hidden_size", (double)a->hidden_size, (double)b->hidden_size},
+             {"num_heads", (double)a->num_heads, (double)b->num_heads},
+             {"num_kv_heads", (double)a->num_kv_heads, (double)b->num_kv_heads},
+             {"head_dim", (double)a->head_dim, (double)b->head_dim},
+             {"intermediate_size", (double)a->intermediate_size, (double)b->intermediate_size},
+             {"vocab_size", (double)a->vocab_size, (double)b->vocab_size},
+             {"max_position_embeddings", (double)a->max_seq_len, (double)b->max_seq_len},
+             {"rms_norm_eps", a->rms_norm_eps, b->rms_norm_eps},
+             {"rope_theta", a->rope_theta, b->rope_theta},
+             {"rope_llama3", (double)a->rope_llama3, (double)b->rope_llama3},
+             {"rope_factor", a->rope_factor, b->rope_factor},
+             {"rope_low_freq_factor", a->rope_low_freq_factor, b->rope_low_freq_factor},
+             {"rope_high_freq_factor", a->rope_high_freq_factor, b->rope_high_freq_factor},
+             {"rope_original_max_pos", (double)a->rope_original_max_pos, (double)b->rope_original_max_pos},
+             {"qkv_bias", (double)a->qkv_bias, (double)b->qkv_bias},
+             {"tied_embeddings", (double)a->tied_embeddings, (double)b->tied_embeddings}};
+    size_t used = 0;
+    out[0] = 0;
+    for (const auto& x : f)
+        if (x.a != x.b && used < n)
+            used += (size_t)snprintf(out + used, n - used, "%s%s %g against %g", used ? ", " : "", x.name,
+                                     x.a, x.b);
+    return used > 0;
+}
+
 static inline LlamaLayout llama_layout(const LlamaConfig* c) {
     LlamaLayout p;
     memset(&p, 0, sizeof p);

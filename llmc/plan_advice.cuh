@@ -384,8 +384,8 @@ static void print_plan_table(const PlanTarget* t, const PlanEval& e, const GpuAr
     if (e.c.tier != TIER_RAM) {
         snprintf(need, sizeof need, "%.2f GiB", e.m.ssd_disk / GiB);
         if (t->disk_free >= 0) snprintf(have, sizeof have, "%.2f GiB free in -sd DIR", t->disk_free / GiB);
-        plan_row("disk space", need, t->disk_free >= 0 ? have : "unknown",
-                 t->disk_free >= 0 ? fit(e.disk_fits) : "");
+        plan_row("disk space", need, t->disk_free >= 0 ? have : "unknown: -sd DIR's folder is not here",
+                 t->disk_free >= 0 ? fit(e.disk_fits) : "not checked");
     }
     plan_row("a step", "moves", "at", "takes");
     if (e.flops >= 1e15) snprintf(need, sizeof need, "%.2f PFLOP", e.flops / 1e15);

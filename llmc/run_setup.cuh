@@ -136,20 +136,12 @@ typedef struct {
     TimelineSummary last_timeline;  // of the last step
 } Run;
 
-// -y 1 with -e: -e must name the checkpoint's model, either family.
-static void check_resume_family(const char* model, const char* dir, const GPTConfig* ckpt,
-                                const LlamaConfig* llama_ckpt) {
+// -y 1 with -e: -e must name the checkpoint's model, either family (checkpoint.h).
+static void check_resume_given(const char* model, const char* dir, const GPTConfig* ckpt,
+                               const LlamaConfig* llama_ckpt) {
     LlamaConfig want;
-    const bool llama_given = llama_source_kind(model, &want) != 0, llama_saved = llama_ckpt->num_layers > 0;
-    if (llama_given != llama_saved)
-        die("-e %s is a %s, the checkpoint in %s a %s: drop -e or choose another -o", model,
-            llama_given ? "Llama-family model" : "GPT-2", dir, llama_saved ? "Llama-family model" : "GPT-2");
-    if (!llama_saved) return check_resume_model(model, dir, ckpt);
-    if (memcmp(&want, llama_ckpt, sizeof want) != 0)  // ints and floats, no padding
-        die("-e %s does not match the checkpoint in %s (L%d C%d NH%d NKV%d I%d V%d): drop -e or "
-            "choose another -o",
-            model, dir, llama_ckpt->num_layers, llama_ckpt->hidden_size, llama_ckpt->num_heads,
-            llama_ckpt->num_kv_heads, llama_ckpt->intermediate_size, llama_ckpt->vocab_size);
+    const bool llama_given = llama_source_kind(model, &want) != 0;
+    check_resume_family(model, dir, llama_given, &want, ckpt, llama_ckpt);
 }
 
 // -o: one run per directory, -y 1 resumes its newest checkpoint.
@@ -208,7 +200,7 @@ static void open_output_dir_rank0(Run* r) {
     if (r->args.output_dir && !realpath(r->args.output_dir, r->ssd_owner))
         r->ssd_owner[0] = 0;  // it exists now
     if (r->resume_step < 0) return;
-    if (ga.model_given) check_resume_family(r->args.model, r->args.output_dir, &ckpt, &llama_ckpt);
+    if (ga.model_given) check_resume_given(r->args.model, r->args.output_dir, &ckpt, &llama_ckpt);
     r->args.model = r->resume_model;
 }
 
@@ -327,6 +319,7 @@ static void open_data(Run* r) {
         a->max_steps = r->total_steps;  // -x -1 resolved: checkpoints record the run's length
         const std::string tok = open_tokenizer(r);
         for (const DataLoader* dl : {train, val}) {
+            if (dl->vocab <= r->cfg.vocab_size && model_run_trained_on(a->model, dl)) continue;
             const int fits = dataloader_check_model(dl, r->cfg.vocab_size, a->model,
                                                     r->tok.init_ok ? r->tok.token_table : NULL,
                                                     r->tok.vocab_size, tok.c_str(), err, sizeof err);
@@ -691,7 +684,11 @@ static int print_plan_only(Run* r) {
     bool elsewhere = false;  // -sd under a folder not here: another machine's disk, its free space unknown
     if (ga->ssd_dir && !ssd_dir_usable(ga->ssd_dir, why, sizeof why, &elsewhere)) {
         if (!elsewhere) die("%s", why);
-        fprintf(stderr, "warning: %s: planned as another machine's disk, its free space unknown\n", why);
+        fprintf(
+            stderr,
+            "warning: %s: planned as another machine's disk, its free space not checked (a run here refuses "
+            "it)\n",
+            why);
     }
     struct stat st;  // -sd DIR there and no -sr: its disk's rates, measured as a run measures them
     if (ga->ssd_dir && ga->disk_read_gbs <= 0 && stat(ga->ssd_dir, &st) == 0) {

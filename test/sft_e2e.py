@@ -6,7 +6,8 @@
              tokenizer's chat template and generates a greedy answer; prints the prompt's tail, the number of
              new tokens and the answer on three lines
   qwen OUT   the stand-in for the README's Qwen2.5-0.5B-Instruct: a tiny random Qwen2ForCausalLM (L2 C64 NH4
-             KV2, tied, q/k/v biases, V 50304) with, in the same directory as on the Hub, a tokenizer: GPT-2's
+             KV2, tied, q/k/v biases, V 51200: 941 rows past its tokenizer's ids, more than 1/64, as a small
+             model's padding can be) with, in the same directory as on the Hub, a tokenizer: GPT-2's
              BPE + <|im_start|> (50257) <|im_end|> (50258), eos <|im_end|>, and a Qwen2.5-style ChatML template
              that adds a default system prompt; config bos 50256, eos 50258, as Qwen2.5-Instruct's
   eos DIR    loads DIR with transformers (model, tokenizer, generation_config) and prints
@@ -48,7 +49,7 @@ def qwen(out):
     tok.add_special_tokens([AddedToken(t, special=True) for t in ("<|im_start|>", "<|im_end|>")])
     torch.manual_seed(0)
     cfg = Qwen2Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=50304, max_position_embeddings=512,
+                      num_key_value_heads=2, vocab_size=51200, max_position_embeddings=512,
                       tie_word_embeddings=True, bos_token_id=50256, eos_token_id=50258)
     Qwen2ForCausalLM(cfg).save_pretrained(out, safe_serialization=True)
     mtt.save(os.path.dirname(out) or ".", os.path.basename(out), tok,

@@ -534,6 +534,25 @@ TEST_F(HfTest, ExportToolFlagsAndRefusals) {
     EXPECT_TRUE(
         CleanError(run_bin("./export_hf", {"-i", dir + "/none.bin", "-o", dir + "/x"}), {"none.bin"}));
     EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", bin, "-o", dir}), {"is not empty"}));
+    // -t with ids past the model's 50257 rows (a hostile trial: exported, then transformers' IndexError):
+    // tokenizer.json's added token, vocab.json's entry; refused before anything is written. Ids within:
+    // taken.
+    for (const char* t : {"tj", "vj", "fits"}) mkdir((dir + "/" + t).c_str(), 0755);
+    const std::string tj =
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1}}, \"added_tokens\": "
+        "[{\"id\": ";
+    write_text(dir + "/tj/tokenizer.json", tj + "50300, \"content\": \"<|x|>\"}]}");
+    write_text(dir + "/fits/tokenizer.json", tj + "50256, \"content\": \"<|endoftext|>\"}]}");
+    write_text(dir + "/vj/vocab.json", "{\"a\": 0, \"b\": 50257}");
+    write_text(dir + "/vj/merges.txt", "#version: 0.2\n");
+    EXPECT_TRUE(
+        CleanError(run_bin("./export_hf", {"-i", bin, "-o", dir + "/t1", "-t", dir + "/tj"}),
+                   {"-t " + dir + "/tj: its tokenizer has 50301 ids, the model 50257 embedding rows"}));
+    EXPECT_TRUE(CleanError(run_bin("./export_hf", {"-i", bin, "-o", dir + "/t2", "-t", dir + "/vj"}),
+                           {"its tokenizer has 50258 ids", "-t the tokenizer the model was trained with"}));
+    EXPECT_FALSE(file_exists(dir + "/t1") || file_exists(dir + "/t2"));
+    const Result fits = run_bin("./export_hf", {"-i", bin, "-o", dir + "/t3", "-t", dir + "/fits"});
+    EXPECT_EQ(fits.code, 0) << fits.err;
     const Result ok = run_bin("./export_hf", {"-i", bin, "-o", dir + "/out", "-s", "300KB"});
     ASSERT_EQ(ok.code, 0) << ok.err;
     EXPECT_TRUE(has(ok.out, "GPT2LMHeadModel L2 C64 NH4 maxT32 V50257")) << ok.out;

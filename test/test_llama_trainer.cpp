@@ -58,7 +58,7 @@ TEST_F(CliTest, CpuTrainsALlamaSpecAndResumesWithTheSameLosses) {
     Args wider = kLlama;
     wider[1] = "llama:L2:C32:NH4:KV1:I64:V50257:T32";
     const Result d = run_bin(kCpu, wider + Args{"-x", "6", "-o", out, "-y", "1"});
-    EXPECT_TRUE(CleanError(d, {"does not match the checkpoint", "NKV2"})) << d.err;
+    EXPECT_TRUE(CleanError(d, {"does not match the checkpoint", "(-e's num_kv_heads 1 against 2)"})) << d.err;
     // the GPU trainer (emulated) resumes the CPU trainer's checkpoint of step 3: steps 4..6 within bf16's
     // numerics of the CPU's (test_gpu_llama's 2e-2 relative on a loss)
     if (have_binary(kEmu)) {  // the run above saved step 6 as it ended: step 3's is the newest once more
@@ -109,7 +109,7 @@ TEST_F(CliTest, GpuTrainsTheLlamaFamilyAndTheCpuTrainerResumesIt) {
     Args wider = kLlama;  // a resume naming another Llama shape is one error line
     wider[1] = "llama:L2:C32:NH4:KV1:I64:V50257:T32";
     EXPECT_TRUE(CleanError(run_bin(kEmu, wider + Args{"-x", "6", "-o", out, "-y", "1"}),
-                           {"does not match the checkpoint", "NKV2"}));
+                           {"does not match the checkpoint", "(-e's num_kv_heads 1 against 2)"}));
     const Result q =
         run_bin(kEmu, Args{"-e", "qwen2.5-0.5b:L1:C32:NH4:KV2:I48:T32:V50257", "-b", "2", "-t", "16", "-i",
                            kTrain, "-j", kVal, "-x", "3", "-v", "0", "-g", "0", "-l", "1e-2"});

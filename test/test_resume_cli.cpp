@@ -201,7 +201,7 @@ TEST_F(ResumeTest, ExplicitModelMustMatchCheckpoint) {
     checkpoint(2, header(2));
     EXPECT_TRUE(CleanError(resume({"-e", "L2:C128:NH4:T32", "-x", "2"}),
                            {"-e L2:C128:NH4:T32 does not match the checkpoint in " + out,
-                            "(L2 C64 NH4 maxT32 V50257)", "drop -e"}));
+                            "(L2 C128 NH4 maxT32 V50257 against its L2 C64 NH4 maxT32 V50257)", "drop -e"}));
     EXPECT_TRUE(CleanError(resume({"-e", "L2:C64:NH4:T64", "-x", "2"}), {"does not match the checkpoint"}));
     // the same model, as a spec or as the checkpoint's own file, and no -e at all, resume
     EXPECT_TRUE(

@@ -205,7 +205,10 @@ TEST_F(SftTest, FromHuggingFaceThroughChatShardsToTransformersChat) {
 //   -x N    -> -x 10, for time (the README's -x 100 takes ~25 s on 2 cores; what is checked is the same)
 // Checks: the shards are made (data/ created by chat_shards.py), the run saves its model in sft/ without -n,
 // export_hf writes sft_hf, and transformers loads sft_hf with <|im_end|> among generation_config's eos ids.
-// A README command that breaks (a -b that does not fit, a lost flag) fails this test.
+// Then the run goes on as usage.md says (-y 1, no -e: the model from the checkpoint), in train_gpt too: with
+// no tokenizer.json to check the shards against, the vocabulary rule (at most 1/64 over the ids) refused the
+// stand- in's 941 padded rows, and named the default model (a hostile trial); the run's data_tokenizer.bin
+// vouches. A README command that breaks (a -b that does not fit, a lost flag) fails this test.
 TEST_F(SftTest, ReadmeRecipeRunsAsWritten) {
     const std::string py = getenv("HF_PYTHON")                        ? getenv("HF_PYTHON")
                            : access(".venv-hf/bin/python", X_OK) == 0 ? ".venv-hf/bin/python"
@@ -288,6 +291,26 @@ TEST_F(SftTest, ReadmeRecipeRunsAsWritten) {
         << "generation stops at <|im_end|> (50258)\n"
         << e.out;
     printf("  the README's recipe, -x 10: %s", e.out.c_str());
+
+    // the fine-tune goes on: the README's train command without -e, -y 1, two steps more
+    std::string more = std::regex_replace(cmds[1], std::regex(" -e [^ ]+"), "");
+    more = std::regex_replace(more, std::regex(" -x [0-9]+"), " -x 12") + " -y 1";
+    const auto go_on = shell(more);
+    ASSERT_EQ(go_on.first, 0) << more << "\n" << go_on.second;
+    EXPECT_TRUE(has(go_on.second, "saved checkpoint step 12 to sft")) << go_on.second;
+    if (!have_binary(kEmu)) return;  // train_gpt (emulated): a run of one step, then one more from it
+    const Args emu = {"-i", work + "/data/chats_train.bin",
+                      "-j", work + "/data/chats_val.bin",
+                      "-t", "256",
+                      "-b", "2",
+                      "-v", "0",
+                      "-g", "0",
+                      "-o", work + "/sft_emu"};
+    const Result first = run_bin(kEmu, emu + Args{"-e", model, "-x", "1"});
+    ASSERT_EQ(first.code, 0) << first.err << first.out;
+    const Result resumed = run_bin(kEmu, emu + Args{"-x", "2", "-y", "1"});
+    EXPECT_EQ(resumed.code, 0) << resumed.err << resumed.out;
+    EXPECT_TRUE(has(resumed.out, "(step 1)")) << resumed.out;
 }
 
 // Issue 41: a chat shard with fewer rows than -b is refused with the -b that fits (the README's recipe gave 3
