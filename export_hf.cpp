@@ -314,8 +314,19 @@ int main(int argc, char** argv) {
         die("%s", err);
     const HfShardPlan plan = hf_plan_shards(places, bf16 ? 2 : 4, max_shard);
     remove_stale_staging(dest);
-    struct statvfs fs;  // the weights, and 64 MB for the configs and tokenizer files
-    const int64_t disk_need = plan.total_bytes + ((int64_t)64 << 20);
+    // the weights, the tokenizer files it copies (-t's, else GPT-2's) and 1 MiB for the configs (it asked a
+    // fixed 64 MB more: a 0.8 MB model "needed 64.77 MiB")
+    int64_t disk_need = plan.total_bytes + ((int64_t)1 << 20);
+    const std::string tok_from = tokenizer_dir                          ? std::string(tokenizer_dir)
+                                 : !is_llama && cfg.vocab_size >= 50257 ? exe_dir() + "/dev/data/gpt2"
+                                                                        : "";  // none copied
+    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                             "vocab.json", "merges.txt", "tokenizer.model", "encoder.json", "vocab.bpe"}) {
+        struct stat st;
+        if (!tok_from.empty() && stat((tok_from + "/" + name).c_str(), &st) == 0 && S_ISREG(st.st_mode))
+            disk_need += st.st_size;
+    }
+    struct statvfs fs;
     if (statvfs(parent.c_str(), &fs) == 0 && (int64_t)fs.f_bavail * (int64_t)fs.f_frsize < disk_need)
         die("-o %s: the export needs %s on disk, %s is free there", out, SizeText((double)disk_need).s,
             SizeText((double)fs.f_bavail * (double)fs.f_frsize).s);

@@ -960,6 +960,20 @@ TEST_F(HfTest, ExportChecksTheDiskSpaceFirst) {
     ASSERT_NE(r.code, 99) << r.err;
     EXPECT_TRUE(CleanError(r, {"the export needs", "on disk", "is free there"}));
     EXPECT_EQ(r.out, "") << "left in the file system";
+    // a model that fits there is exported there (it asked 64 MB more than the files, whatever their size)
+    LlamaConfig c;
+    char err[4352];
+    ASSERT_EQ(parse_llama_spec("llama:L1:C64:NH4:KV2:I96:V300:T32", &c, err, sizeof err), 1) << err;
+    std::vector<float> w((size_t)llama_layout(&c).total, 0.0f);
+    llama_init_params(&c, w.data(), 1);
+    const std::string tiny = dir + "/tiny.bin";
+    ASSERT_TRUE(llama_save_params(tiny.c_str(), &c, w.data(), err, sizeof err)) << err;
+    const Result fits =
+        run_bin("unshare", {"-r", "-m", "sh", "-c",
+                            "mount -t tmpfs -o size=2m tmpfs " + small + " || exit 99; ./export_hf -i " +
+                                tiny + " -o " + small + "/out && ls " + small + "/out"});
+    EXPECT_EQ(fits.code, 0) << fits.err;
+    EXPECT_TRUE(has(fits.out, "model.safetensors")) << fits.out;
 }
 
 // A killed export's staging directory stayed forever; the next export to the same -o removes it (ours by
