@@ -28,6 +28,13 @@
 #include "llmc/run_dir.h"       // defines: make_dirs, fsync_dir
 #include "llmc/utils.h"         // defines: die, SizeText
 
+// The tokenizer files -t's folder may hold (each copied when there), and the GPT-2 ones a GPT-2 export
+// writes from the shipped data without -t.
+static const std::vector<const char*> kTokenizerFiles = {
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json",
+    "merges.txt",     "tokenizer.model"};
+static const std::vector<const char*> kGpt2TokenizerFiles = {"encoder.json", "vocab.bpe"};
+
 static void usage(FILE* f) {
     fprintf(f,
             "usage: ./export_hf -i <model> -o <dir> [-d fp32|bf16] [-s <max shard size>] [-t <dir>]\n"
@@ -320,8 +327,7 @@ int main(int argc, char** argv) {
     const std::string tok_from = tokenizer_dir                          ? std::string(tokenizer_dir)
                                  : !is_llama && cfg.vocab_size >= 50257 ? exe_dir() + "/dev/data/gpt2"
                                                                         : "";  // none copied
-    for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                             "vocab.json", "merges.txt", "tokenizer.model", "encoder.json", "vocab.bpe"}) {
+    for (const char* name : tokenizer_dir ? kTokenizerFiles : kGpt2TokenizerFiles) {
         struct stat st;
         if (!tok_from.empty() && stat((tok_from + "/" + name).c_str(), &st) == 0 && S_ISREG(st.st_mode))
             disk_need += st.st_size;
@@ -387,8 +393,7 @@ int main(int argc, char** argv) {
     const char* tokenizer_note = "GPT-2 tokenizer files";
     std::string copied;
     if (tokenizer_dir) {
-        for (const char* name : {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                                 "vocab.json", "merges.txt", "tokenizer.model"}) {
+        for (const char* name : kTokenizerFiles) {
             const std::string src = std::string(tokenizer_dir) + "/" + name;
             if (!file_exists(src)) continue;
             if (!copy_file(src, staging, name, err, sizeof err)) fail("%s", err);

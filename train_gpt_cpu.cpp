@@ -341,7 +341,7 @@ static void open_data(CpuRun* r) {
         die("%s", err);
     if (!dataloader_init(&r->val, a->val_data, a->B, a->T, 0, 0, err, sizeof err)) die("%s", err);
     if (!dataloader_check_pair(&r->train, &r->val, err, sizeof err)) die("%s", err);
-    run_data_tokenizer(a->output_dir, &r->train, r->resume_step >= 0, true);
+    const bool matched = run_data_tokenizer(a->output_dir, &r->train, r->resume_step >= 0, true);
     r->accum = grad_accum_steps(a);
     if (r->train.num_batches < 1)
         die("train data %s has no full batch of B*T = %lld tokens", a->train_data, (long long)a->B * a->T);
@@ -360,7 +360,8 @@ static void open_data(CpuRun* r) {
     const std::string tok = open_tokenizer(r);
     const char* model = r->resume_step >= 0 ? a->model : r->model_arg;  // a resume: the checkpoint's
     for (const DataLoader* dl : {&r->train, &r->val}) {
-        if (dl->vocab <= model_vocab(&r->model) && model_run_trained_on(model, dl)) continue;
+        if (dl->vocab <= model_vocab(&r->model) && model_run_trained_on(model, dl, a->output_dir, matched))
+            continue;
         const int fits = dataloader_check_model(dl, model_vocab(&r->model), model,
                                                 r->tok.init_ok ? r->tok.token_table : NULL, r->tok.vocab_size,
                                                 tok.c_str(), err, sizeof err);

@@ -7,6 +7,7 @@
 // Not here: copying state off the GPU (train_gpt.cu), model files (model.h).
 #pragma once
 #include <errno.h>
+#include <limits.h>  // defines: PATH_MAX
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -798,8 +799,9 @@ static int64_t open_run_dir(TrainArgs* a, char* model, char* state, size_t pathl
 // data_tokenizer.bin: a resume reads its model from the checkpoint, with no tokenizer to check new shards
 // against (-e's tokenizer.json is not given again), so shards of another tokenizer would train on. A fresh
 // run writes it (writer: rank 0); a resume compares, or writes it for a run from before this file.
-static void run_data_tokenizer(const char* dir, const DataLoader* train, bool resuming, bool writer) {
-    if (!dir || train->kind != DL_CHAT) return;
+// True: a resume whose shards matched the record its run started with (model_run_trained_on).
+static bool run_data_tokenizer(const char* dir, const DataLoader* train, bool resuming, bool writer) {
+    if (!dir || train->kind != DL_CHAT) return false;
     const std::string path = std::string(dir) + "/data_tokenizer.bin";
     char err[4352];
     if (resuming && access(path.c_str(), F_OK) == 0) {
@@ -815,9 +817,9 @@ static void run_data_tokenizer(const char* dir, const DataLoader* train, bool re
                 "tokenizer, "
                 "or choose another -o)",
                 err, dir);
-        return;
+        return true;
     }
-    if (!writer) return;
+    if (!writer) return false;
     const std::string tmp = path + ".tmp";
     FILE* w = fopen(tmp.c_str(), "wb");
     int why = 0;
@@ -825,20 +827,24 @@ static void run_data_tokenizer(const char* dir, const DataLoader* train, bool re
                   w, fwrite(train->tokenizer, 1, DATALOADER_HEADER_BYTES, w) == DATALOADER_HEADER_BYTES,
                   tmp.c_str(), path.c_str(), &why))
         die("cannot write %s: %s", path.c_str(), strerror(w ? why : errno));
+    return false;
 }
 
 // True where the model file's run (data_tokenizer.bin in its folder) trained on shards of dl's tokenizer:
 // they were checked against the model's vocabulary when that run started, with -e's tokenizer.json. A resume,
 // or -e of a run's checkpoint, has no tokenizer.json to check them again, and the size rule alone (a
 // vocabulary at most 1/64 over the tokenizer's) refused a small model's fine-tune (1000 ids, 1024 embedding
-// rows).
-static bool model_run_trained_on(const char* model, const DataLoader* dl) {
-    if (!model || dl->kind != DL_CHAT) return false;
-    std::string dir = model;
-    if (!is_dir(model)) {
-        const size_t slash = dir.find_last_of('/');
-        dir = slash == std::string::npos ? "." : dir.substr(0, slash);
-    }
+// rows). The record must predate this run: in this run's own -o (out) it counts only where a resume compared
+// it (resumed_match: run_data_tokenizer's answer), not where this run has just written it. A spec names no
+// file.
+static bool model_run_trained_on(const char* model, const DataLoader* dl, const char* out,
+                                 bool resumed_match) {
+    struct stat st;
+    if (!model || dl->kind != DL_CHAT || stat(model, &st) != 0) return false;
+    const std::string dir = S_ISDIR(st.st_mode) ? std::string(model) : parent_dir(model);
+    char here[PATH_MAX], there[PATH_MAX];
+    if (out && realpath(out, here) && realpath(dir.c_str(), there) && strcmp(here, there) == 0)
+        return resumed_match;
     const std::string path = dir + "/data_tokenizer.bin";
     char err[4352];
     if (access(path.c_str(), F_OK) != 0) return false;

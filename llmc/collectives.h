@@ -33,7 +33,7 @@
 #define MAX_RANKS          64
 #define NODE_SHARED_ARRAYS 16
 #define NODE_NOTE_BYTES    (64 * 1024)
-#define NODE_SHARED_MAGIC  0x6c6c6d63  // "llmc"
+#define NODE_SHARED_MAGIC  0x6c6c6d64  // "llmd": NodeShared's layout (a rank of another build times out)
 enum { COMM_SINGLE = 0, COMM_HOST = 1, COMM_NCCL = 2 };
 
 // One per node, in memory the launcher maps before it starts the ranks (rank_launch.h).
@@ -90,6 +90,9 @@ static inline bool comm_rank_gone(const Comm* c, char* why, size_t n) {
     const int f = c->node->failed_rank.load(std::memory_order_acquire);
     const int first = c->node_rank * c->local_world;  // the node's ranks, numbered over every node
     if (f >= 0 && c->node->said.load()) return snprintf(why, n, "%s", ""), true;
+    // another launcher's rank that said why it ends (its flags differed, say): gone, though a launcher that
+    // has not reaped it yet leaves a zombie that kill(pid, 0) still finds
+    if (!c->node->launched && c->node->said.load()) return snprintf(why, n, "%s", ""), true;
     if (f >= 0)
         return snprintf(why, n, "rank %d stopped (exit status %d): this rank stops too", first + f,
                         c->node->failed_code.load()),

@@ -132,7 +132,7 @@ static inline bool llama_config_diff(const LlamaConfig* a, const LlamaConfig* b,
     out[0] = 0;
     for (const auto& x : f)
         if (x.a != x.b && used < n)
-            used += (size_t)snprintf(out + used, n - used, "%s%s %g against %g", used ? ", " : "", x.name,
+            used += (size_t)snprintf(out + used, n - used, "%s%s %.9g against %.9g", used ? ", " : "", x.name,
                                      x.a, x.b);
     return used > 0;
 }

@@ -10,6 +10,7 @@
 #include "llmc/attention_path.cuh"  // defines: cudnn_attention_ready, _workspace, ATTN_CUDNN, flash_attention_usable
 #include "llmc/gpt.cuh"             // defines: LayerActs
 #include "llmc/gpu_args.h"          // defines: GpuArgs, ssd_tier
+#include "llmc/run_dir.h"           // defines: parent_dir
 #include "llmc/matmul.cuh"          // defines: kCublasWorkspaceBytes
 #include "llmc/ssd.h"               // defines: ssd_plan, SsdStoreConfig
 #include "llmc/ssd_tier.h"          // defines: GRAD_RING, grads_ring_bytes, sw_reader
@@ -382,12 +383,6 @@ static MemoryPlan place_layers(const GPTConfig* c, int B, int T, int n_micro, in
     return plan;
 }
 
-// dir's parent: "." for a bare name, "/" for one under the root
-static std::string parent_dir(const char* dir) {
-    const std::string d = dir;
-    const size_t end = d.find_last_not_of('/'), slash = d.find_last_of('/', end);
-    return slash == std::string::npos ? "." : slash == 0 ? "/" : d.substr(0, slash);
-}
 // Free bytes on dir's filesystem (dir, or its parent where a run would create it), or -1 with errno:
 // neither there (-P 1 for another machine's disk: a grandparent's disk says nothing of it).
 static int64_t dir_free_bytes(const char* dir) {

@@ -150,7 +150,10 @@ static void rank_gate_wait(const Comm* c) {
     if (c->local_world == 1 || c->local == 0) return;
     while (!c->node->gate_open.load(std::memory_order_acquire)) {
         const int pid0 = c->node->pids[0];
-        if (c->node->failed_rank.load() == 0 || (pid0 > 0 && kill(pid0, 0) != 0 && errno == ESRCH)) _exit(1);
+        if (c->node->failed_rank.load() == 0 ||
+            c->node->said.load() ||  // it said why (not yet reaped, maybe)
+            (pid0 > 0 && kill(pid0, 0) != 0 && errno == ESRCH))
+            _exit(1);
         usleep(1000);
     }
 }

@@ -11,6 +11,14 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <string>
+
+// dir's parent: "." for a bare name, "/" for one under the root
+static inline std::string parent_dir(const char* dir) {
+    const std::string d = dir;
+    const size_t end = d.find_last_not_of('/'), slash = d.find_last_of('/', end);
+    return slash == std::string::npos ? "." : slash == 0 ? "/" : d.substr(0, slash);
+}
 
 // mkdir -p, mode 0755; 0 with err on failure.
 static inline int make_dirs(const char* dir, char* err, size_t errlen) {

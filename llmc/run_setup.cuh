@@ -310,7 +310,8 @@ static void open_data(Run* r) {
             die("%s", err);
         if (!dataloader_init(val, a->val_data, a->B, a->T, 0, 0, err, sizeof err)) die("%s", err);
         if (!dataloader_check_pair(train, val, err, sizeof err)) die("%s", err);
-        run_data_tokenizer(a->output_dir, train, r->resume_step >= 0, r->comm->rank == 0);
+        const bool matched =
+            run_data_tokenizer(a->output_dir, train, r->resume_step >= 0, r->comm->rank == 0);
         if (r->total_steps < 0) r->total_steps = (int)(train->num_batches / r->n_micro_all);
         if (a->max_steps < 0 && r->total_steps < 1)
             die("train data %s holds fewer than %d batches of B*T: one step needs that many", a->train_data,
@@ -319,7 +320,8 @@ static void open_data(Run* r) {
         a->max_steps = r->total_steps;  // -x -1 resolved: checkpoints record the run's length
         const std::string tok = open_tokenizer(r);
         for (const DataLoader* dl : {train, val}) {
-            if (dl->vocab <= r->cfg.vocab_size && model_run_trained_on(a->model, dl)) continue;
+            if (dl->vocab <= r->cfg.vocab_size && model_run_trained_on(a->model, dl, a->output_dir, matched))
+                continue;
             const int fits = dataloader_check_model(dl, r->cfg.vocab_size, a->model,
                                                     r->tok.init_ok ? r->tok.token_table : NULL,
                                                     r->tok.vocab_size, tok.c_str(), err, sizeof err);

@@ -440,6 +440,20 @@ TEST_F(CliTest, ShardsOfAnotherTokenizerRefused) {
             go({"-e", llama, "-i", ok, "-j", ok}),
             {"data " + ok, "a tokenizer of 50257 ids", "the model " + llama, "has a vocabulary of 128256"}))
             << trainer;
+        // a model file in the run's own fresh -o: the data_tokenizer.bin the run writes there first is no
+        // record of the model's run, which vouches for its shards on a resume (a review: it skipped the
+        // check)
+        const std::string own = dir + "/own" + std::to_string(ran);
+        ASSERT_EQ(mkdir(own.c_str(), 0755), 0);
+        LlamaConfig wide;
+        char err[4352];
+        ASSERT_EQ(parse_llama_spec("llama:L1:C64:NH4:KV2:I128:V60000:T32", &wide, err, sizeof err), 1) << err;
+        std::vector<float> w((size_t)llama_layout(&wide).total);
+        llama_init_params(&wide, w.data(), 1);
+        ASSERT_TRUE(llama_save_params((own + "/m.bin").c_str(), &wide, w.data(), err, sizeof err)) << err;
+        EXPECT_TRUE(CleanError(go({"-e", own + "/m.bin", "-o", own, "-i", ok, "-j", ok}),
+                               {"a tokenizer of 50257 ids", "has a vocabulary of 60000"}))
+            << trainer;
         Result a = go({"-i", ok, "-j", none});  // none recorded: nothing to compare
         EXPECT_EQ(a.code, 0) << trainer << "\n" << a.err;
         EXPECT_EQ(a.code, 0) << trainer << "\n" << a.err;

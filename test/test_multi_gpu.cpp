@@ -437,8 +437,9 @@ TEST_F(MultiGpu, RanksFromTorchrunsEnvironmentTrainAsPn) {
                         dir + "/r" + std::to_string(r));
     }
     for (const char* v : {"RANK", "WORLD_SIZE", "LLMC_RUN_ID"}) unsetenv(v);
-    EXPECT_EQ(wait_exit(pids[1], 600), 1);
+    // rank 0 first: rank 1, not reaped yet, is a zombie that kill(pid, 0) finds (a review: rank 0 waited)
     EXPECT_EQ(wait_exit(pids[0], 600), 1);
+    EXPECT_EQ(wait_exit(pids[1], 600), 1);
     const std::string err1 = slurp(dir + "/r1/stderr.txt");
     EXPECT_TRUE(has(err1,
                     "error: rank 1: its flags differ from rank 0's (or the data they name): every rank "

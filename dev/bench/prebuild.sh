@@ -27,9 +27,12 @@ SYSLIB=/usr/lib/x86_64-linux-gnu
 # The device takes 64 MiB with the tree (tracked files and untracked ones git does not ignore): .carry gets the
 # rest, less 4 MiB kept for the tree's growth between this build and the window. Apparent sizes, in MiB.
 apparent_mib() { du -cb "$@" 2> /dev/null | tail -n1 | awk '{ printf "%d", ($1 + 1048575) / 1048576 }'; }
-TREE_MIB=$(git ls-files -co --exclude-standard -z 2> /dev/null | du -cb --files0-from=- 2> /dev/null | tail -n1 |
-    awk '{ printf "%d", ($1 + 1048575) / 1048576 }')
-MAX_MIB=$((64 - ${TREE_MIB:-10} - 4))
+TREE_MIB=10  # where git cannot list the tree: a guess
+if files=$(git ls-files -co --exclude-standard 2> /dev/null) && [ -n "$files" ]; then
+    TREE_MIB=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2> /dev/null | tail -n1 |
+        awk '{ printf "%d", ($1 + 1048575) / 1048576 }')
+fi
+MAX_MIB=$((64 - TREE_MIB - 4))
 
 check() {
     local f bad=0 libs extra glibc mib
