@@ -151,7 +151,9 @@ static int checkpoint_write_done(const char* dir, int64_t step, const FileSum su
 }
 
 // Checks step's files' sizes, then CRC-32C, against DONE. 0 with err.
-static int checkpoint_verify(const char* dir, int64_t step, int* verified, char* err, size_t errlen) {
+// model_only: the model file alone (-e of a run's folder reads no state).
+static int checkpoint_verify(const char* dir, int64_t step, int* verified, char* err, size_t errlen,
+                             bool model_only = false) {
     char done[4200];
     snprintf(done, sizeof done, "%s/DONE_%08lld", dir, (long long)step);
     *verified = 0;
@@ -174,7 +176,7 @@ static int checkpoint_verify(const char* dir, int64_t step, int* verified, char*
         snprintf(err, errlen, "checkpoint marker %.400s: not a marker this build writes (damaged?)", done);
         return 0;
     }
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < (model_only ? 1 : 2); i++) {
         char want[64], path[4300];
         snprintf(want, sizeof want, "%s_%08lld.bin", i == 0 ? "model" : "state", (long long)step);
         if (strcmp(name[i], want) != 0) {
@@ -862,12 +864,30 @@ static bool model_run_trained_on(const char* model, const DataLoader* dl, const 
 static const char* model_of_run_dir(const char* model) {
     static char path[4200];
     if (!model || !is_dir(model) || file_exists(std::string(model) + "/config.json")) return model;
-    const int64_t step = latest_checkpoint(model);
-    if (step < 0 ||
-        snprintf(path, sizeof path, "%s/model_%08lld.bin", model, (long long)step) >= (int)sizeof path)
-        return model;
-    printf("-e %s: the run's latest checkpoint, step %lld\n", model, (long long)step);
-    return path;
+    // the newest checkpoint whose model file is whole, as -y 1 and export_hf -i take it (a damaged one
+    // trained on, silently: a hostile trial)
+    char err[4352];
+    int skipped = 0;
+    for (int64_t step = latest_checkpoint(model); step >= 0;
+         step = dir_latest_step(model, "DONE_", "", step)) {
+        if (snprintf(path, sizeof path, "%s/model_%08lld.bin", model, (long long)step) >= (int)sizeof path)
+            return model;
+        GPTConfig c;
+        LlamaConfig l;
+        int verified = 0;
+        const bool header = llama_is_model_file(path) ? llama_read_header(path, &l, err, sizeof err)
+                                                      : gpt_read_header(path, &c, err, sizeof err);
+        if (header && checkpoint_verify(model, step, &verified, err, sizeof err, true)) {
+            printf("-e %s: the run's %s checkpoint, step %lld\n", model, skipped ? "newest whole" : "latest",
+                   (long long)step);
+            return path;
+        }
+        fprintf(stderr, "warning: -e %s: skipping the checkpoint of step %lld: %s\n", model, (long long)step,
+                err);
+        skipped++;
+    }
+    if (skipped) die("-e %s: no whole checkpoint (%d with a DONE marker, all damaged)", model, skipped);
+    return model;
 }
 
 // -y 1 with -e: -e's model must match the checkpoint, or die.

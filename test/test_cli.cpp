@@ -1137,6 +1137,29 @@ TEST_F(CliTest, ModelFromARunsDirectoryIsItsLatestCheckpoint) {
         EXPECT_TRUE(has(b.out, "-e " + run + ": the run's latest checkpoint, step 2")) << bin << "\n"
                                                                                        << b.out;
     }
+    // a damaged newest model file (bytes changed in place, its size kept): step 1's, with a warning, as -y 1
+    // and export_hf -i take it (it trained on the damaged weights, silently: a hostile trial)
+    const std::string good = slurp(run + "/model_00000002.bin");
+    std::string bad = good;
+    for (size_t i = 5000; i < 6000; i++) bad[i] = 0x40;
+    FILE* f = fopen((run + "/model_00000002.bin").c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(fwrite(bad.data(), 1, bad.size(), f), bad.size());
+    fclose(f);
+    for (const char* bin : {kCpu, kEmu}) {
+        if (bin == kEmu && !have_binary(kEmu)) continue;
+        const Result c = run_bin(bin, Args{"-e", run, "-x", "1"} + data);
+        EXPECT_EQ(c.code, 0) << bin << "\n" << c.err;
+        EXPECT_TRUE(has(c.err, "warning: -e " + run + ": skipping the checkpoint of step 2: " + run +
+                                   "/model_00000002.bin: checksum mismatch"))
+            << bin << "\n"
+            << c.err;
+        EXPECT_TRUE(has(c.out, "-e " + run + ": the run's newest whole checkpoint, step 1")) << bin << "\n"
+                                                                                             << c.out;
+    }
+    unlink((run + "/DONE_00000001").c_str());
+    EXPECT_TRUE(CleanError(run_bin(kCpu, Args{"-e", run, "-x", "1"} + data),
+                           {"-e " + run + ": no whole checkpoint (1 with a DONE marker, all damaged)"}));
     for (const char* f : {"/DONE_00000001", "/DONE_00000002"}) unlink((run + f).c_str());
     EXPECT_TRUE(
         CleanError(run_bin(kCpu, Args{"-e", run, "-x", "1"} + data), {"no complete checkpoint of a run"}));
