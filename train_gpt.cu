@@ -1246,12 +1246,14 @@ int main(int argc, char** argv) {
     static Run r;                 // static: zero-initialized
     static Comm ranks;
     parse_args(argc, argv, &r.args, &r.ga);
-    progress_timeout_seconds();  // a bad LLMC_PROGRESS_TIMEOUT is refused before any work (one GPU too)
+    stop_signal_install_setup();  // until the first step: a signal ends the set-up at once, in one line
+    progress_timeout_seconds();   // a bad LLMC_PROGRESS_TIMEOUT is refused before any work (one GPU too)
     r.comm = &ranks;
     if (!r.ga.plan_only) {
         // -pn G (-pN N), or another launcher's ranks: this is one of G (x N) processes
         rank_start(&ranks, r.ga.ranks, r.ga.nodes, r.ga.node_rank, r.ga.node_address, r.ga.llmc_fs);
-        r.ga.ranks = ranks.local_world;  // another launcher's ranks count as -pn and -pN
+        r.ga.ranks = ranks.local_world;        // another launcher's ranks count as -pn and -pN
+        stop_signal_quiet = ranks.local != 0;  // a node's ranks: its first says what a signal does
         r.ga.nodes = ranks.nodes;
     } else {  // -P 1 under another launcher's environment: plan its nodes of GPUs, as -pn and -pN
         int rank = 0, world = 1, local_world = 1;
@@ -1295,7 +1297,6 @@ int main(int argc, char** argv) {
                 race_check_end();  // the emulated tests' LLMC_EMU_RACECHECK: what the stopped run saw
             });
     };
-    stop_signal_quiet = r.comm->local != 0;  // a node's ranks: its first says what a signal does
     stop_signal_install();
     if (const char* e = getenv("LLMC_TEST_SLOW_START")) {  // tests: rank r's set-up takes s seconds longer
         int rank = -1, seconds = 0;

@@ -513,6 +513,7 @@ int main(int argc, char** argv) {
     CpuRun* r = &run;
     const TrainArgs* a = &r->args;
     parse_args(r, argc, argv);
+    stop_signal_install_setup();  // until the first step: a signal ends the set-up at once, in one line
     r->args.model = model_of_run_dir(r->args.model);  // -e a run's -o: its latest checkpoint
     open_output_dir(r, argc, argv);
     build_model(&r->model, a->model, a->B, a->T, &r->source);

@@ -21,7 +21,7 @@
 #include <unistd.h>
 #include "collectives.h"  // defines: Comm, NodeShared, MAX_RANKS
 #include "net.h"          // defines: NetAddress, net_open
-#include "stop_signal.h"  // defines: on_stop_signals
+#include "stop_signal.h"  // defines: on_stop_signals, stop_signal_install_setup, stop_signal_quiet
 #include "utils.h"        // defines: die, die_rank
 
 static pid_t launch_children[MAX_RANKS];
@@ -127,8 +127,8 @@ static void rank_launch(Comm* c, int G, int node_rank, int nodes) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);  // the launcher gone: so is this rank
             if (getppid() != launcher) _exit(1);
             setpgid(0, 0);
-            signal(SIGINT, SIG_DFL);
-            signal(SIGTERM, SIG_DFL);
+            stop_signal_install_setup();  // the launcher forwards a signal: during the set-up, one line, exit
+            stop_signal_quiet = r != 0;   // (they died of it, silently, before)
             if ((r != 0 || node_rank != 0) && !freopen("/dev/null", "w", stdout)) _exit(1);
             rank_place(c, r, G, node_rank, nodes, node);
             node->pids[r] = getpid();

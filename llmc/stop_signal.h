@@ -1,5 +1,6 @@
 // stop_signal.h — Ctrl-C / SIGTERM without losing work.
-// First signal: finish the step, save, exit 128 + signal. Second: exit now.
+// First signal: finish the step, save, exit 128 + signal. Second: exit now. During the set-up, before the
+// first step: exit now, in one line (stop_signal_install_setup).
 #pragma once
 #include <signal.h>
 #include <stdint.h>
@@ -27,6 +28,17 @@ static void stop_signal_handler(int sig) {
     if (!stop_signal_quiet && write(2, msg, strlen(msg)) < 0) {}
 }
 
+// The set-up (a model's load, an SSD store's files: seconds to minutes) has nothing to finish or save, and
+// what it writes survives a kill -9 as well (the tests): the signal ends the process at once, in one line. It
+// died of the signal, silently, leaving its lock files (a hostile trial).
+static void stop_signal_setup_handler(int sig) {
+    const char* line = sig == SIGINT
+                           ? "\nSIGINT during the set-up: exiting now (nothing trained or saved yet)\n"
+                           : "\nSIGTERM during the set-up: exiting now (nothing trained or saved yet)\n";
+    if (!stop_signal_quiet && write(2, line, strlen(line)) < 0) {}
+    _exit(128 + sig);
+}
+
 // handler for SIGINT and SIGTERM. SA_RESTART: interrupted reads and writes resume.
 static inline void on_stop_signals(void (*handler)(int)) {
     struct sigaction sa;
@@ -38,6 +50,7 @@ static inline void on_stop_signals(void (*handler)(int)) {
     sigaction(SIGTERM, &sa, NULL);
 }
 static inline void stop_signal_install(void) { on_stop_signals(stop_signal_handler); }
+static inline void stop_signal_install_setup(void) { on_stop_signals(stop_signal_setup_handler); }
 
 // The stop signal (SIGINT or SIGTERM), or 0.
 static inline int stop_signal_pending(void) { return stop_signal_received; }

@@ -343,6 +343,38 @@ TEST_F(CliTest, SignalsFinishTheStepAndCheckpoint) {
     }
 }
 
+// A signal during the set-up (a model's load, an SSD store's files, -pn's ranks starting: seconds) ends the
+// run at once in one line, exit 128 + signal: the process died of it, silently, leaving its lock files (a
+// hostile trial). 0.3 s after the start is in the set-up here (-sd measures its disk for seconds first);
+// where it lands after it, on a loaded machine, the step's stop says so instead: either way one line and 130.
+// Then the same folders train.
+TEST_F(CliTest, ASignalDuringTheSetUpEndsItInOneLine) {
+    if (!have_binary(kEmu)) GTEST_SKIP() << kEmu << " not built";
+    const std::string out = dir + "/setup", sd = dir + "/setup_sd";
+    for (const Args& how : {Args{"-sd", sd}, Args{"-pn", "2", "-d", "256"}}) {
+        const Args run = Args{"-e", "L2:C64:NH4:T32", "-b", "4",  "-t", "32", "-x", "2", "-v", "0", "-g", "0",
+                              "-i", kTrain,           "-j", kVal, "-o", out} +
+                         how;
+        const pid_t pid = spawn(kEmu, run, dir);
+        ASSERT_GT(pid, 0);
+        usleep(how[0] == "-sd" ? 300000 : 50000);  // -pn's set-up is short (0.05 s: its ranks' start)
+        kill(pid, SIGINT);
+        const int code = wait_exit(pid, 300);
+        const std::string e = slurp(dir + "/stderr.txt"), o = slurp(dir + "/stdout.txt");
+        EXPECT_EQ(code, 130) << how[0] << "\n" << e << o;
+        const bool in_setup = has(e, "SIGINT during the set-up: exiting now (nothing trained or saved yet)");
+        EXPECT_TRUE(in_setup || has(e, "SIGINT: finishing this step")) << how[0] << "\n" << e << o;
+        EXPECT_EQ(e.find("SIGINT"), e.rfind("SIGINT")) << "one line, of the node's first rank\n" << e;
+        if (!in_setup) printf("  %s: the signal came after the set-up\n", how[0].c_str());
+        if (in_setup) { EXPECT_EQ(step_losses(o).size(), 0u) << o; }
+        nftw(out.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        const Result again = run_bin(kEmu, run);
+        EXPECT_EQ(again.code, 0) << how[0] << "\n" << again.err;
+        nftw(out.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        nftw(sd.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    }
+}
+
 // One behaviour in both trainers: -g N generates exactly N tokens within one sequence of -t positions, or is
 // refused with the reason (before: train_gpt stopped silently at T - 1, train_gpt_cpu slid a window for as
 // long as asked: -g 1000000 ran for minutes). By default a sample is 64 tokens, or T - 1 where T is shorter.
