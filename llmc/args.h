@@ -251,6 +251,10 @@ static inline int parse_train_arg(TrainArgs* a, const char* flag, const char* va
             break;
         case 'x':
             ok = parse_int_in(flag, value, -1, IMAX, &i, err, errlen);
+            if (ok && i == 0) {  // it ran, trained nothing and saved nothing, silently (a hostile trial)
+                snprintf(err, errlen, "flag -x 0: no step to train: -x N for N steps, or -1 for one epoch");
+                return 0;
+            }
             a->max_steps = (int)i;
             break;
         case 'v':

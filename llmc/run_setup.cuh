@@ -502,6 +502,12 @@ static void check_fit(Run* r) {
         attention_path_settle(flash_attention_flag, a[0] == 0, a[1] == 0, ms, hs);
     }
     if (flash_attention_usable(hs)) flash_attention_load(hs);
+    if (flash_attention_flag == ATTN_FUSED && !flash_attention_usable(hs) && r->comm->rank == 0)
+        fprintf(stderr,  // as -F 2's "cuDNN not used" line (the table alone said it: a hostile trial)
+                "attention: -F 1's fused kernels not used: they need head size 32, 64, 80, 96 or 128 and "
+                "sm_80 or "
+                "newer (head size %d, sm_%d%d here); cuBLAS + softmax instead\n",
+                hs, r->prop.major, r->prop.minor);
     size_t gpu_free = 0, gpu_total = 0;
     cudaCheck(cudaMemGetInfo(&gpu_free, &gpu_total));
     r->gpu_free_at_start = (int64_t)gpu_free;

@@ -129,6 +129,7 @@ TEST_P(Both, BadValues) {
         {"-k", "cos", "not an lr schedule"},
         {"-k", "1.0", "the gradient clip is -gc"},
         {"-x", "-2", "out of range"},
+        {"-x", "0", "no step to train: -x N for N steps, or -1 for one epoch"},
         {"-x", "99999999999", "out of range"},
         {"-x", "99999999999999999999999", "not an integer"},
         {"-g", "abc", "not an integer"},
@@ -1258,6 +1259,15 @@ TEST_F(CliTest, EmulatedTrainGptTrainsCheckpointsAndResumes) {
     for (int s = 1; s <= 6; s++)
         EXPECT_NEAR(atof(cublas.at(s).c_str()), atof(first.at(s).c_str()), 5e-3 * atof(first.at(s).c_str()))
             << "step " << s;
+    // -F 1 asked for where its kernels cannot run (head size 16): one line says so, as -F 2's does for cuDNN
+    // (only the config table said it: a hostile trial)
+    const Result f = run_bin(kEmu, Args{"-e", "L2:C64:NH4:T32", "-b", "4", "-t", "32", "-x", "1", "-v", "0",
+                                        "-g", "0", "-i", kTrain, "-j", kVal, "-F", "1"});
+    EXPECT_EQ(f.code, 0) << f.err;
+    EXPECT_TRUE(has(f.err,
+                    "attention: -F 1's fused kernels not used: they need head size 32, 64, 80, 96 or "
+                    "128 and sm_80 or newer (head size 16"))
+        << f.err;
 }
 
 // A long read (over 1 GiB) says how far it is, one line per quarter; a short one says nothing.
