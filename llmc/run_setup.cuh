@@ -1117,11 +1117,12 @@ static void print_gpu_margin(const Run* r, const GPT* g, int step) {
     const int n = std::max(r->gpu_sharing, 1);  // ranks sharing the GPU: all of their plans
     char who[64] = "this process";
     if (n > 1) snprintf(who, sizeof who, "the %d ranks on this GPU", n);
+    const double beyond =
+        ((double)(r->gpu_free_at_start - (int64_t)free_now) - (double)g->gpu_bytes * n) / GiB;
     printf(
-        "GPU memory after step %d: %.2f GiB free of %.2f, %s %.2f GiB beyond %s plan "
+        "GPU memory after step %d: %.2f GiB free of %.2f, %s %.2f GiB %s %s plan "
         "(-R / -K, auto or -1, leave %.2f GiB for that)\n",
-        step + 1, free_now / GiB, total_now / GiB, who,
-        ((double)(r->gpu_free_at_start - (int64_t)free_now) - (double)g->gpu_bytes * n) / GiB,
+        step + 1, free_now / GiB, total_now / GiB, who, fabs(beyond), beyond < 0 ? "within" : "beyond",
         n > 1 ? "their" : "its", n * (gpu_reserve_bytes + gpu_margin_bytes) / GiB);
 }
 
