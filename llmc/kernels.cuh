@@ -10,12 +10,20 @@
 
 template <typename Real>
 __device__ __forceinline__ Real warp_sum(Real x) {
+#ifdef FAKE_CUDA_DEVICE  // the same tree of sums in one exchange of the lanes (fake_device.h)
+    return fake_device::warp_reduce(x, [](Real a, Real b) { return a + b; });
+#else
     for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffff, x, o);
     return x;
+#endif
 }
 __device__ __forceinline__ float warp_max(float x) {
+#ifdef FAKE_CUDA_DEVICE
+    return fake_device::warp_reduce(x, [](float a, float b) { return fmaxf(a, b); });
+#else
     for (int o = 16; o > 0; o >>= 1) x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, o));
     return x;
+#endif
 }
 // Sum over a block of up to 1024 threads; every thread gets the result. `shared` holds >= 32 values.
 template <typename Real>
@@ -590,6 +598,13 @@ static void softmax_causal_backward(bf16* datt, const bf16* att, int64_t rows, i
 }
 
 // ----------------------------------------------------------------------------
+// A block a row of the vocabulary (fused_classifier, vocab_host.cuh's chunks): its threads. The emulated
+// trainer builds take fewer (Makefile): a block's threads are fibers there, each barrier a switch per thread,
+// and the tests' rows are short. The kernels take any multiple of 32 up to 1024.
+#ifndef ROW_BLOCK_THREADS
+#define ROW_BLOCK_THREADS 1024
+#endif
+
 // Softmax + cross-entropy over the first V columns: losses[row] = logsumexp - logit[target].
 // dloss_scale != 0: logits become (softmax - one_hot) * dloss_scale in place.
 
@@ -616,7 +631,8 @@ __global__ void __launch_bounds__(1024)
 }
 static void fused_classifier(bf16* logits, float* losses, const int* targets, int64_t N, int V, int Vp,
                              float dloss_scale, cudaStream_t s) {
-    fused_classifier_kernel<<<(unsigned)N, 1024, 0, s>>>(logits, losses, targets, N, V, Vp, dloss_scale);
+    fused_classifier_kernel<<<(unsigned)N, ROW_BLOCK_THREADS, 0, s>>>(logits, losses, targets, N, V, Vp,
+                                                                      dloss_scale);
     cudaCheckLaunch();
 }
 

@@ -330,7 +330,7 @@ static void vocab_head_loss_pass(GPT* g, const bf16* const* xs, const int* targe
         for (int mb = 0; mb < n_micro; mb++) {
             const int64_t o = mb * N;
             matmul_forward(g->acts.logits, v->lnf + o * C, w, N, C, n, s);
-            chunk_logsumexp_kernel<<<(unsigned)N, 1024, 0, s>>>(
+            chunk_logsumexp_kernel<<<(unsigned)N, ROW_BLOCK_THREADS, 0, s>>>(
                 g->acts.logits, n, (int)v0, targets + o, v->row_max + o, v->row_sum + o, v->row_target + o);
             cudaCheckLaunch();
         }

@@ -2,7 +2,8 @@
 // (make test): the device-side names kernels.cuh uses (__global__, threadIdx, __shared__, __syncthreads,
 // __shfl_xor_sync, atomicAdd, the _rn intrinsics; mma.sync m16n8k16 and ldmatrix for flash_attention.cuh) and
 // a launcher. A block's threads are fibers on the thread that runs the launch, so __syncthreads, warp
-// shuffles and mma.sync have their CUDA meaning; a kernel whose first thread finishes without any of them
+// shuffles and mma.sync have their CUDA meaning (kernels.cuh's warp_sum / warp_max take one exchange of the
+// lanes, warp_reduce: the five shuffles' bits); a kernel whose first thread finishes without any of them
 // runs its other threads as plain calls (fast). A launch is checked when it is made (a bad grid or block, too
 // much dynamic shared memory: cudaGetLastError's error, and the kernel does not run), then queued on its
 // stream and run when the host synchronizes with it (cuda_runtime.h). A fault while it runs (a device memory
@@ -56,9 +57,11 @@ typedef void* fiber_buf[5];
 #endif
 #define FIBER_SWITCH(from, to) \
     if (!FIBER_SAVE(from)) FIBER_JUMP(to)
+typedef std::decay_t<fiber_buf> fiber_ptr;  // where a switch jumps to
 // A pool of fibers (one per thread of a block, created once, reused by every block of every launch). The
 // first entry into a fiber goes through ucontext; every later switch is FIBER_SWITCH (no signal mask, no
-// unwinding), so a barrier costs two cheap switches per thread.
+// unwinding), so a barrier costs one cheap switch per thread in the round-robin schedule (each thread hands
+// over to the next, next_after) and two in the warp-at-a-time ones (through the scheduler).
 struct alignas(64) Fiber {  // what every switch touches first, in two cache lines
     dim3 tid;
     int warp, lane;
@@ -71,7 +74,7 @@ struct alignas(64) Fiber {  // what every switch touches first, in two cache lin
 struct Warp {
     int live = 0, arrived = 0;
     uint64_t gen = 0;
-    double xchg[32];
+    double xchg[2][32];  // shuffles: the slots of barrier generation gen % 2 (see warp_exchange)
     uint32_t mma_a[32][4], mma_b[32][2];
     const uint16_t* ldm_row[32];
     bool ldm_trans[32];
@@ -87,6 +90,10 @@ struct State {
     uint64_t block_gen = 0;
     uint64_t progress = 0;  // barrier arrivals and thread exits: a pass without any is a deadlock
     Fiber* cur = nullptr;
+    // A round-robin pass (FAKE_SCHED 0) in progress: a fiber that stops hands over to the next thread of the
+    // pass itself (live[pass_i]), keeping itself in live[0, pass_k) unless done; the last returns to sched.
+    bool chain = false;
+    size_t pass_i = 0, pass_k = 0;
     bool used_barrier = false;  // the current launch's threads met __syncthreads or a shuffle
     bool direct = false;        // threads run as plain calls: a barrier is then a fatal error
     fiber_buf sched;
@@ -108,7 +115,7 @@ struct State {
     std::vector<uint64_t> cp_committed;          // per thread: its commit groups so far
     bool cp_async_any = false;                   // a copy was queued in this block
 };
-inline State& st() {
+[[gnu::always_inline]] inline State& st() {
     static State s;
     return s;
 }
@@ -118,9 +125,21 @@ inline dim3 thread_idx() {
     State& s = st();
     return s.direct ? s.direct_tid : s.cur->tid;
 }
+// Where the current fiber f goes when it stops (at a barrier, or idle after its thread): within a round-robin
+// pass, straight to the pass's next thread (one switch, not two through the scheduler); else, and after the
+// pass's last thread, back to the scheduler.
+inline fiber_ptr next_after(Fiber* f) {
+    State& s = st();
+    if (!s.chain) return s.sched;
+    if (!f->done) s.live[s.pass_k++] = f;
+    if (++s.pass_i == s.live.size()) return s.sched;
+    s.cur = s.live[s.pass_i];
+    return s.cur->jb;
+}
 inline void yield() {
     State& s = st();
-    FIBER_SWITCH(s.cur->jb, s.sched);
+    Fiber* f = s.cur;
+    FIBER_SWITCH(f->jb, next_after(f));
 }
 inline void no_barrier_in_direct_mode(const char* what) {
     if (st().direct) {
@@ -166,21 +185,43 @@ inline void warp_barrier() {
     }
     while (w.gen == gen) yield();
 }
+// The lanes' values, handed in at one warp barrier. The slots alternate with the barrier's generation: every
+// lane writes at the same generation g (it has passed the g barriers before), reads after barrier g + 1, and
+// the slots of g's parity are written again only at generation g + 2, after every lane has reached barrier
+// g + 2 and so has read them. One barrier per exchange, not two.
 template <typename T>
-inline T shfl_xor(T x, int o) {
+inline const double* warp_exchange(T x, const char* what) {
     State& s = st();
-    no_barrier_in_direct_mode("__shfl_xor_sync");
+    no_barrier_in_direct_mode(what);
     s.used_barrier = true;
     Warp& w = s.warps[(size_t)s.cur->warp];
     if (w.live != 32) {  // a partial warp or an exited lane: the value read would be undefined on a GPU
-        fprintf(stderr, "fake_device: __shfl_xor_sync in a warp of %d live lanes: not emulated\n", w.live);
+        fprintf(stderr, "fake_device: %s in a warp of %d live lanes: not emulated\n", what, w.live);
         abort();
     }
-    w.xchg[s.cur->lane] = (double)x;
+    double* slots = w.xchg[w.gen & 1];
+    slots[s.cur->lane] = (double)x;  // exact for float and double (DAZ aside)
     warp_barrier();
-    const T y = (T)w.xchg[s.cur->lane ^ o];
-    warp_barrier();  // everyone has read before the slots are written again
-    return y;
+    return slots;
+}
+template <typename T>
+inline T shfl_xor(T x, int o) {
+    return (T)warp_exchange(x, "__shfl_xor_sync")[st().cur->lane ^ o];
+}
+// kernels.cuh's warp_sum / warp_max: x = op(x, __shfl_xor_sync(x, o)) for o = 16, 8, 4, 2, 1, in one
+// exchange: each lane then computes its own result from the 32 values by the same tree of the same
+// operations, the same bits as the five shuffles with one barrier instead of five. After the step of offset
+// o, lane k holds op(k's value, (k ^ o)'s value) of the step before; a[m] is lane (lane ^ m)'s value: the
+// steps need 16, 8, 4, 2, then 1 of them.
+template <typename T, typename Op>
+inline T warp_reduce(T x, Op op) {
+    const double* v = warp_exchange(x, "__shfl_xor_sync");
+    const int lane = st().cur->lane;
+    T a[16];
+    for (int m = 0; m < 16; m++) a[m] = op((T)v[lane ^ m], (T)v[lane ^ m ^ 16]);
+    for (int half = 8; half > 0; half >>= 1)
+        for (int m = 0; m < half; m++) a[m] = op(a[m], a[m ^ half]);
+    return a[0];
 }
 // mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32, warp-collective: every lane hands in its A and B
 // registers, then computes its own C elements from all of them, by the fragment table of the PTX ISA that
@@ -259,7 +300,8 @@ inline void fiber_main(unsigned lo, unsigned hi) {
     Fiber* f = (Fiber*)(((uintptr_t)hi << 32) | lo);
     State& s = st();
     for (;;) {
-        FIBER_SWITCH(f->jb, s.sched);  // idle until the scheduler hands it a thread
+        FIBER_SWITCH(f->jb,
+                     next_after(f));  // idle until the scheduler (or the pass's previous thread) hands it one
         s.body(s.args);
         f->done = true;
         s.progress++;
@@ -394,13 +436,16 @@ inline bool run_block(bool probe) {
         const uint64_t before = s.progress;
         if (mode == 0) {  // the threads not done, in index order; done ones leave the list
             size_t k = 0;
-            for (Fiber* f : s.live) {
-                if (f->done) continue;
-                resume(f);
-                pending = true;
+            for (Fiber* f : s.live)
                 if (!f->done) s.live[k++] = f;
-            }
             s.live.resize(k);
+            if (k == 0) break;
+            pending = true;
+            s.chain = true;  // each thread hands over to the next (next_after); the last one comes back here
+            s.pass_i = s.pass_k = 0;
+            resume(s.live[0]);
+            s.chain = false;
+            s.live.resize(s.pass_k);
         } else {
             for (int wi = 0; wi < nw; wi++) {
                 const int w = mode == 1 ? wi : nw - 1 - wi;
@@ -462,6 +507,7 @@ inline void launch(dim3 grid, dim3 block, void (*body)(void*), void* args, size_
         fake_cuda::kernel_fault_jump() = outer;
         s.pool.clear();  // leaked: their stacks hold the faulted kernel's frames
         s.direct = false;
+        s.chain = false;
         s.cur = nullptr;
         s.cp_async.clear();  // the faulted block's copies in flight
         s.cp_committed.clear();
