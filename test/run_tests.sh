@@ -2,9 +2,9 @@
 # run_tests.sh — runs each GoogleTest binary given as an argument (optionally prefixed by VAR=value settings, or
 # followed by gtest flags), RUN_TESTS_JOBS at a time (default: one per core), then prints each one's summary,
 # with each failure's message, in the order given, sums the results and ends with the line
-# `tests: N passed, M failed` (skipped tests, e.g. GPU suites without a GPU, are reported above it). A binary
-# that crashes or fails to start counts as one failure, so a broken suite can never look green. The suites use
-# their own scratch directories, so they run side by side; none has a tight time limit.
+# `tests: N passed, M failed` (skipped tests, e.g. GPU suites without a GPU, and the slowest tests are reported
+# above it). A binary that crashes or fails to start counts as one failure, so a broken suite can never look
+# green. The suites use their own scratch directories, so they run side by side; none has a tight time limit.
 jobs_max=${RUN_TESTS_JOBS:-$(nproc 2> /dev/null || echo 1)}
 [ "$jobs_max" -ge 1 ] 2> /dev/null || jobs_max=1
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/run_tests.XXXXXX") || exit 1
@@ -33,6 +33,15 @@ for t in "$@"; do
     passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
     i=$((i + 1))
 done
+# the slowest tests (wall time beside the other suites): where to look when make test grows
+echo "slowest tests (seconds, run beside other suites):"
+i=0
+for t in "$@"; do
+    b=$t
+    while [ "${b%%[ =]*}" != "${b%% *}" ]; do b=${b#* }; done  # the binary, past any VAR=value
+    sed -n 's/^\[       OK \] \([^ ]*\) (\([0-9]*\) ms)$/\2 \1/p' "$tmp/$i.out" | sed "s|\$| (${b%% *})|"
+    i=$((i + 1))
+done | sort -rn | head -n "${RUN_TESTS_SLOWEST:-8}" | awk '{ printf "  %7.1f %s %s\n", $1 / 1000, $2, $3 }'
 echo "skipped: $skipped (GPU suites skip when no CUDA device is present)"
 echo "tests: $passed passed, $failed failed"
 [ $failed -eq 0 ]
