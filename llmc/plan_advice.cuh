@@ -9,6 +9,7 @@
 // Included by llmc/run_setup.cuh: uses train_gpt.cu's gpu_bf16_peak_flops.
 #pragma once
 #include <math.h>
+#include <string.h>
 #include <algorithm>
 #include <vector>
 #include "llmc/memory_plan.cuh"  // defines: MemoryPlan, gpt_memory_plan, gpu_reserve_bytes, dir_free_bytes,
@@ -361,6 +362,17 @@ static void plan_seconds(char* text, size_t len, double s) {
     else snprintf(text, len, "%.2f ms", s * 1e3);
 }
 
+// Two sizes in GiB as text, with the decimals (2, up to 4) that tell them apart where they differ: a verdict
+// between them must not read "0.04 GiB" against "0.04 GiB" beside "does NOT fit" (-M 0.042).
+static void plan_gib_pair(char* a_text, size_t a_len, double a, char* b_text, size_t b_len, double b,
+                          const char* b_suffix) {
+    for (int d = 2;; d++) {
+        snprintf(a_text, a_len, "%.*f GiB", d, a);
+        snprintf(b_text, b_len, "%.*f GiB%s", d, b, b_suffix);
+        if (d == 4 || a == b || strncmp(a_text, b_text, strlen(a_text)) != 0) return;
+    }
+}
+
 // A row of the table: what, needed, available, verdict.
 static void plan_row(const char* what, const char* needed, const char* available, const char* verdict) {
     printf("%-14s %18s   %-46s %s\n", what, needed, available, verdict);
@@ -377,13 +389,15 @@ static void print_plan_table(const PlanTarget* t, const PlanEval& e, const GpuAr
     plan_row("GPU memory", need, gpu_text, fit(e.gpu_fits));
     snprintf(need, sizeof need, "%.2f GiB", e.m.host_bytes / GiB);
     if (t->host_avail >= 0)
-        snprintf(have, sizeof have, "%.2f GiB %s", t->host_avail / GiB,
-                 ga->host_gib > 0 ? "given by -M" : "available here (-M GiB for another)");
+        plan_gib_pair(need, sizeof need, e.m.host_bytes / GiB, have, sizeof have, t->host_avail / GiB,
+                      ga->host_gib > 0 ? " given by -M" : " available here (-M GiB for another)");
     plan_row(t->nodes > 1 ? "host RAM, node" : "host RAM", need, t->host_avail >= 0 ? have : "unknown",
              t->host_avail >= 0 ? fit(e.host_fits) : "");
     if (e.c.tier != TIER_RAM) {
         snprintf(need, sizeof need, "%.2f GiB", e.m.ssd_disk / GiB);
-        if (t->disk_free >= 0) snprintf(have, sizeof have, "%.2f GiB free in -sd DIR", t->disk_free / GiB);
+        if (t->disk_free >= 0)
+            plan_gib_pair(need, sizeof need, e.m.ssd_disk / GiB, have, sizeof have, t->disk_free / GiB,
+                          " free in -sd DIR");
         plan_row("disk space", need, t->disk_free >= 0 ? have : "unknown: -sd DIR's folder is not here",
                  t->disk_free >= 0 ? fit(e.disk_fits) : "not checked");
     }

@@ -804,6 +804,17 @@ TEST_F(CliTest, MemoryPlanNeedsNoGpu) {
             << bin << "\n"
             << tight.out;
         EXPECT_EQ(tight.code, 2) << bin << ": the advice (-sd DIR) fits\n" << tight.out;
+        // a verdict between two sizes that round alike shows the decimals that tell them apart
+        const Result close =
+            run_bin(bin, Args{"-e", "175b", "-b", "8", "-t", "1024", "-P", "1", "-M", "2600.45", "-V", "79"});
+        std::smatch cm;
+        ASSERT_TRUE(std::regex_search(
+            close.out, cm,
+            std::regex(
+                "\nhost RAM +(2600\\.45[0-9]+) GiB +(2600\\.45[0-9]+) GiB given by -M +does NOT fit\n")))
+            << bin << "\n"
+            << close.out;
+        EXPECT_NE(cm[1].str(), cm[2].str()) << close.out;
         EXPECT_TRUE(CleanError(run_bin(bin, base_args() + Args{"-M", "0.01"}),
                                {"host RAM too small", "needs 44.54 MiB", "10.24 MiB given by -M"}))
             << bin;
