@@ -471,6 +471,43 @@ static inline int dataloader_check_pair(const DataLoader* train, const DataLoade
                              val->paths[val->tokenizer_shard], val->tokenizer, err, errlen);
 }
 
+// A run's train and val data (train shuffled by seed), checked as a pair. A token shard too short for one
+// batch is named by the shortest among both: its advice (-b K) then fits the other's shards too (the train
+// shard's alone could advise a -b the val shard then refuses). 0 with err (both safe to free).
+static inline int dataloader_open_pair(DataLoader* train, const char* train_pattern, DataLoader* val,
+                                       const char* val_pattern, int B, int T, uint64_t seed, char* err,
+                                       size_t errlen) {
+    memset(train, 0, sizeof *train);
+    memset(val, 0, sizeof *val);
+    char* shortest = NULL;
+    int64_t fewest = INT64_MAX;
+    const char* patterns[2] = {train_pattern, val_pattern};
+    for (const char* pattern : patterns) {
+        glob_t g;
+        memset(&g, 0, sizeof g);
+        if (pattern && glob(pattern, 0, NULL, &g) == 0)
+            for (size_t i = 0; i < g.gl_pathc; i++) {
+                DlShard sh;
+                // a bad shard: dataloader_init below says why (err is overwritten on any failure)
+                if (dl_check_shard(g.gl_pathv[i], 1, 1, &sh, err, errlen) && sh.kind != DL_CHAT &&
+                    sh.tokens < fewest) {
+                    fewest = sh.tokens;
+                    free(shortest);
+                    shortest = strdup(g.gl_pathv[i]);
+                }
+            }
+        globfree(&g);
+    }
+    DlShard sh;
+    const int too_short = shortest && B >= 1 && T >= 1 && fewest < (int64_t)B * T + 1 &&
+                          !dl_check_shard(shortest, B, T, &sh, err, errlen);
+    free(shortest);
+    if (too_short) return 0;
+    return dataloader_init(train, train_pattern, B, T, 1, seed, err, errlen) &&
+           dataloader_init(val, val_pattern, B, T, 0, 0, err, errlen) &&
+           dataloader_check_pair(train, val, err, errlen);
+}
+
 // The shards against the model: V its vocabulary, table its tokenizer's id -> text (n ids; NULL: none
 // known, tok names it). A chat shard's vocabulary must be the tokenizer's, its special tokens the same
 // texts; with no tokenizer, V may exceed the shard's vocabulary by unused rows (Qwen2.5: 151,936 for

@@ -43,7 +43,7 @@
 #include "llmc/cpu_adam.h"     // defines: cpu_adam_set_threads, convert_f32_to_bf16, bf16_to_float
 #include "llmc/cpu_cores.h"    // defines: usable_cpu_cores, omp_short_spin_reexec
 #include "llmc/cuda_common.h"  // defines: cudaCheck, cublasCheck, bf16
-#include "dataloader.h"        // defines: DataLoader, dataloader_init, _next_batch, _check_pair
+#include "dataloader.h"        // defines: DataLoader, dataloader_open_pair, _next_batch
 // defines: layernorm_forward, gelu_forward, fused_classifier, adamw_gpu, kernels_load
 #include "llmc/kernels.cuh"
 #include "llmc/logger.h"        // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close

@@ -10,7 +10,7 @@
 #include "llmc/checkpoint.h"   // defines: checkpoint_save, open_run_dir, check_resume_args, state_file_read
 #include "llmc/cpu_adam.h"     // defines: cpu_adam_set_threads, cpu_adam_simd_name, sumsq_f32
 #include "llmc/cpu_cores.h"    // defines: usable_cpu_cores, omp_short_spin_reexec
-#include "dataloader.h"        // defines: DataLoader, dataloader_init, _next_batch, _check_pair
+#include "dataloader.h"        // defines: DataLoader, dataloader_open_pair, _next_batch
 #include "llmc/gpt2_cpu.h"     // defines: GPT2CPU, gpt2_cpu_forward, gpt2_cpu_backward, adamw_model_f32grad
 #include "llmc/llama_cpu.h"    // defines: LlamaCPU, llama_cpu_forward, llama_cpu_backward, llama_cpu_adamw
 #include "llmc/llama_hf.h"     // defines: llama_hf_load, llama_hf_read_config
@@ -337,10 +337,9 @@ static std::string open_tokenizer(CpuRun* r) {
 static void open_data(CpuRun* r) {
     TrainArgs* a = &r->args;
     char err[4352];
-    if (!dataloader_init(&r->train, a->train_data, a->B, a->T, 1, SHUFFLE_SEED, err, sizeof err))
+    if (!dataloader_open_pair(&r->train, a->train_data, &r->val, a->val_data, a->B, a->T, SHUFFLE_SEED, err,
+                              sizeof err))
         die("%s", err);
-    if (!dataloader_init(&r->val, a->val_data, a->B, a->T, 0, 0, err, sizeof err)) die("%s", err);
-    if (!dataloader_check_pair(&r->train, &r->val, err, sizeof err)) die("%s", err);
     const bool matched = run_data_tokenizer(a->output_dir, &r->train, r->resume_step >= 0, true);
     r->accum = grad_accum_steps(a);
     if (r->train.num_batches < 1)

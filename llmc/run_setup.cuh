@@ -306,10 +306,9 @@ static void open_data(Run* r) {
     r->total_steps = r->bench ? r->ga.bench_warmup + r->ga.bench_steps : a->max_steps;
     r->val_batches = 0;
     if (!r->bench) {
-        if (!dataloader_init(train, a->train_data, a->B, a->T, 1, SHUFFLE_SEED, err, sizeof err))
+        if (!dataloader_open_pair(train, a->train_data, val, a->val_data, a->B, a->T, SHUFFLE_SEED, err,
+                                  sizeof err))
             die("%s", err);
-        if (!dataloader_init(val, a->val_data, a->B, a->T, 0, 0, err, sizeof err)) die("%s", err);
-        if (!dataloader_check_pair(train, val, err, sizeof err)) die("%s", err);
         const bool matched =
             run_data_tokenizer(a->output_dir, train, r->resume_step >= 0, r->comm->rank == 0);
         if (r->total_steps < 0) r->total_steps = (int)(train->num_batches / r->n_micro_all);

@@ -332,6 +332,11 @@ TEST_P(Both, BadDataShards) {
         EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-i", c.path}), c.why)) << "train data";
         EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-j", c.path}), c.why)) << "val data";
     }
+    // both shards too short for -b 16: the shorter one (val) is named, and its -b fits the train shard too
+    // (the train shard's own advice, -b 9, the val shard would then refuse)
+    const std::string train300 = shard("train300.bin", 300), val100 = shard("val100.bin", 100);
+    EXPECT_TRUE(CleanError(run_it(base_args() + Args{"-b", "16", "-i", train300, "-j", val100}),
+                           {val100, "too short: 100 tokens", "use -b 3 or fewer"}));
     // the good shard passes the data checks: the CPU trainer trains on it
     if (bin == kCpu) {
         const Result r = run_it(base_args() + Args{"-i", good, "-j", good});
