@@ -8,12 +8,15 @@
 //   subnormals    — kernels flush them to zero, as nvcc -ftz=true;
 //   events        — cudaEventElapsedTime on an event never recorded, or not yet completed, is an error;
 //   cp.async      — a copy's destination holds garbage until the thread's wait; copies left in flight at a
-//                   block's end are a fault (emulator only: flash_attention.cuh's pipelines).
+//                   block's end are a fault (emulator only: flash_attention.cuh's pipelines);
+//   warp sums     — kernels.cuh's warp_sum / warp_max (one exchange of the lanes in the emulation) give the
+//                   bits of the five __shfl_xor_sync steps they stand for.
 // The real-GPU build (build/test_fake_cuda) runs the parts whose outcome a GPU guarantees (errors,
 // subnormals, results after a sync) and skips what is only a possibility there (stale data, a first "not
 // ready", faults). It tests the emulator, not the trainer: the trainer's kernels are tested in
 // test_kernels.cu and test_gpu.cu.
 #include "llmc/cuda_common.h"
+#include "llmc/kernels.cuh"  // defines: warp_sum, warp_max (one exchange of the lanes in the emulation)
 #include <gtest/gtest.h>
 #include <vector>
 
@@ -52,6 +55,25 @@ __global__ void trap_kernel(float* out) {
     out[threadIdx.x] = 1.0f;
 }
 __global__ void noop_kernel(float* out) {}
+// Each thread's warp sum and max of in, by the five shuffles and by kernels.cuh's warp_sum / warp_max, twice
+// per thread with a __syncthreads between (exchanges back to back, the slots reused): out[8i .. 8i + 7].
+__global__ void warp_reductions_kernel(float* out, double* out_d, const float* in) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    for (int round = 0; round < 2; round++) {
+        const float x = in[i] * (round ? -3.0f : 1.0f);
+        float s = x, m = x;
+        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffff, s, o);
+        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffff, m, o));
+        double d = (double)x * 1e-3;
+        for (int o = 16; o > 0; o >>= 1) d += __shfl_xor_sync(0xffffffff, d, o);
+        const float ws = warp_sum(x), wm = warp_max(x);
+        const double wd = warp_sum((double)x * 1e-3);
+        float* o = out + 8 * i + 4 * round;
+        o[0] = s, o[1] = ws, o[2] = m, o[3] = wm;
+        out_d[4 * i + 2 * round] = d, out_d[4 * i + 2 * round + 1] = wd;
+        __syncthreads();
+    }
+}
 #ifdef FAKE_CUDA_DEVICE
 // A thread's cp.async of 4 floats into shared memory: read before its wait (out[2i]) and after (out[2i + 1]).
 __global__ void cp_async_kernel(float* out, const float* in, int wait) {
@@ -374,6 +396,46 @@ TEST(FakeCuda, KernelsFlushSubnormalsToZero) {
     cudaCheck(cudaFree(da));
     cudaCheck(cudaFree(db));
     cudaCheck(cudaFree(dc));
+}
+
+// Every lane's warp sum (float, double) and max through warp_sum / warp_max against the shuffles, bit for
+// bit: the emulation's one exchange must compute each lane's result by the same tree in the same order
+// (values of many magnitudes: another order of the sums changes the low bits). 4 blocks of 256 threads.
+TEST(FakeCuda, WarpReductionsAreTheShufflesBits) {
+    REQUIRE_DEVICE();
+    const int n = 1024;
+    std::vector<float> h((size_t)n);
+    uint64_t seed = 12345;
+    for (float& x : h) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        x = ldexpf((float)((seed >> 40) & 0xffff) / 65536.0f - 0.5f, (int)((seed >> 20) % 24) - 12);
+    }
+    float* in = device_floats(n, 0.0f);
+    cudaCheck(cudaMemcpy(in, h.data(), (size_t)n * 4, cudaMemcpyHostToDevice));
+    float* out = device_floats(8 * n, -1.0f);
+    double* out_d = nullptr;
+    cudaCheck(cudaMalloc(&out_d, (size_t)n * 4 * sizeof(double)));
+    LAUNCH(warp_reductions_kernel, n / 256, 256, 0, 0)(out, out_d, in);
+    cudaCheckLaunch();
+    const std::vector<float> r = to_host(out, 8 * n);
+    std::vector<double> rd((size_t)n * 4);
+    cudaCheck(cudaMemcpy(rd.data(), out_d, rd.size() * sizeof(double), cudaMemcpyDeviceToHost));
+    int differ = 0, order_matters = 0;
+    for (int i = 0; i < n; i++)
+        for (int round = 0; round < 2; round++) {
+            const float* o = &r[(size_t)(8 * i + 4 * round)];
+            const double* d = &rd[(size_t)(4 * i + 2 * round)];
+            differ +=
+                memcmp(&o[0], &o[1], 4) != 0 || memcmp(&o[2], &o[3], 4) != 0 || memcmp(&d[0], &d[1], 8) != 0;
+            float seq = 0.0f;  // the warp's values summed in lane order: another order than the shuffles'
+            for (int l = i & ~31; l < (i & ~31) + 32; l++) seq += h[(size_t)l] * (round ? -3.0f : 1.0f);
+            order_matters += seq != o[0];
+        }
+    EXPECT_EQ(differ, 0) << "threads whose warp_sum / warp_max differ from the shuffles'";
+    EXPECT_GT(order_matters, 0) << "the values do not tell summation orders apart: this test cannot fail";
+    cudaCheck(cudaFree(in));
+    cudaCheck(cudaFree(out));
+    cudaCheck(cudaFree(out_d));
 }
 
 // ---- 5. event timing ----
