@@ -110,7 +110,7 @@ static void exchange_layer(GPT* g, int64_t round, int l) {
         }
         uint16_t* bf16 = g->stream.weights_host_bf16;
         FAKE_CUDA_HOST_ACCESS(bf16 + off, p->layer_stride * 2, true, "the nodes' exchange of a layer's bf16");
-        net_exchange(&c->net, (char*)bf16, lo.data(), hi.data());
+        net_exchange(&c->net, c->net.mesh, (char*)bf16, lo.data(), hi.data());
     }
     c->node->exchanged.store(mark, std::memory_order_release);
 }

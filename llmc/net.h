@@ -4,8 +4,9 @@
 // does not load) and a checkpoint's parts; sums run in node order, so every node gets the same bits. Between
 // every two nodes, a mesh: each layer's updated bf16 weights, each node's part straight to every other node
 // (net_exchange). The star's main link serves the main thread; the mesh (whose links to node 0 are the star's
-// second link) the optimizer thread; a third link carries heartbeats. A peer that goes away, or goes silent
-// (its process stopped, its machine or the network to it down: LLMC_NODE_TIMEOUT seconds without a
+// second link) the optimizer thread; a second mesh (whose links to node 0 are the main link) the main
+// thread's exchanges (-E 1's vocabulary); a third link carries heartbeats. A peer that goes away, or goes
+// silent (its process stopped, its machine or the network to it down: LLMC_NODE_TIMEOUT seconds without a
 // heartbeat), ends this process in one line. Not found by the heartbeats alone: a process that hangs but
 // beats (a deadlock, a GPU hang), and a cut between two nodes other than node 0; those the progress watch
 // finds (llmc/progress_watch.h): the beats also carry whether a node moved on. Not here: the ranks inside a
@@ -40,6 +41,7 @@ struct NetLinks {
     int nodes = 1, node = 0;
     std::vector<int> fd[NET_LINKS];  // node 0: fd[k][n] for n = 1..nodes-1; the others: fd[k][0], to node 0
     std::vector<int> mesh;           // mesh[n]: to node n (n != node); to node 0 it is fd[NET_OPT]
+    std::vector<int> mesh_main;      // the main thread's: to node 0 it is fd[NET_MAIN]
     std::atomic<int> started{0};     // every node passed its set-up (net_started)
     std::atomic<int> closing{0};     // net_finish began: peers may go
     std::atomic<int> finished{0};    // net_finish's barrier passed: every node is done
@@ -214,12 +216,15 @@ static inline int net_connect_to(const sockaddr* sa, socklen_t len) {
 // The mesh between nodes 1..N-1 (node 0's links are the star's NET_OPT ones): node j connects to each node
 // 1 <= i < j (its listener is in peers), then accepts one from each node above it.
 static inline void net_open_mesh(NetLinks* L, int listener, const std::vector<NetPeer>& peers) {
-    L->mesh.assign((size_t)L->nodes, -1);
-    if (L->node == 0) {
-        for (int n = 1; n < L->nodes; n++) L->mesh[(size_t)n] = L->fd[NET_OPT][(size_t)n];
-        return;
+    std::vector<int>* meshes[2] = {&L->mesh, &L->mesh_main};
+    const int star[2] = {NET_OPT, NET_MAIN};  // each mesh's links to node 0
+    for (int m = 0; m < 2; m++) {
+        meshes[m]->assign((size_t)L->nodes, -1);
+        if (L->node == 0)
+            for (int n = 1; n < L->nodes; n++) (*meshes[m])[(size_t)n] = L->fd[star[m]][(size_t)n];
+        else (*meshes[m])[0] = L->fd[star[m]][0];
     }
-    L->mesh[0] = L->fd[NET_OPT][0];
+    if (L->node == 0) return;
     for (int i = 1; i < L->node; i++) {
         const NetPeer& p = peers[(size_t)i];
         sockaddr_storage sa = {};
@@ -236,24 +241,27 @@ static inline void net_open_mesh(NetLinks* L, int listener, const std::vector<Ne
             memcpy(&a->sin_addr.s_addr, p.addr, 4);
             a->sin_port = htons((uint16_t)p.port);
         }
-        const int fd = net_connect_to((const sockaddr*)&sa, len);
-        if (fd < 0)
-            die("-pN: node %d cannot reach node %d's mesh port %d: %s", L->node, i, peers[(size_t)i].port,
-                strerror(errno));
-        const int32_t me = L->node;
-        net_send(L, fd, i, &me, sizeof me);
-        L->mesh[(size_t)i] = fd;
+        for (int m = 0; m < 2; m++) {
+            const int fd = net_connect_to((const sockaddr*)&sa, len);
+            if (fd < 0)
+                die("-pN: node %d cannot reach node %d's mesh port %d: %s", L->node, i, peers[(size_t)i].port,
+                    strerror(errno));
+            const int32_t hello[2] = {L->node, m};  // who, and which mesh
+            net_send(L, fd, i, hello, sizeof hello);
+            (*meshes[m])[(size_t)i] = fd;
+        }
     }
-    for (int k = L->node + 1; k < L->nodes; k++) {
+    for (int k = 0; k < 2 * (L->nodes - 1 - L->node); k++) {  // each higher node's two links
         const int fd = accept(listener, NULL, NULL);
         if (fd < 0) die("-pN: node %d: accept: %s", L->node, strerror(errno));
-        int32_t who = -1;
-        net_recv(L, fd, k, &who, sizeof who);
-        if (who <= L->node || who >= L->nodes || L->mesh[(size_t)who] >= 0)
+        int32_t hello[2] = {-1, -1};
+        net_recv(L, fd, L->node + 1, hello, sizeof hello);
+        const int who = hello[0], m = hello[1];
+        if (who <= L->node || who >= L->nodes || m < 0 || m > 1 || (*meshes[m])[(size_t)who] >= 0)
             die("-pN: node %d: a mesh link from an unexpected node %d", L->node, who);
         const int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        L->mesh[(size_t)who] = fd;
+        (*meshes[m])[(size_t)who] = fd;
     }
 }
 
@@ -332,7 +340,7 @@ static inline void net_open(NetLinks* L, int nodes, int node, int local_world, c
         return;
     }
     // the mesh's listener first: its port goes to node 0 in the hello
-    const int listener = net_listen(0, nodes);
+    const int listener = net_listen(0, 2 * nodes);  // two mesh links from each higher node
     sockaddr_storage any = {};
     socklen_t any_len = sizeof any;
     if (listener < 0 || getsockname(listener, (sockaddr*)&any, &any_len) != 0)
@@ -406,9 +414,11 @@ static inline void net_open(NetLinks* L, int nodes, int node, int local_world, c
 }
 
 static inline void net_close(NetLinks* L) {
-    for (int i = 1; i < (int)L->mesh.size(); i++)  // mesh[0] and node 0's are the star's
-        if (L->node != 0 && i != L->node && L->mesh[(size_t)i] >= 0) close(L->mesh[(size_t)i]);
-    L->mesh.clear();
+    for (std::vector<int>* mesh : {&L->mesh, &L->mesh_main}) {
+        for (int i = 1; i < (int)mesh->size(); i++)  // mesh[0] and node 0's are the star's
+            if (L->node != 0 && i != L->node && (*mesh)[(size_t)i] >= 0) close((*mesh)[(size_t)i]);
+        mesh->clear();
+    }
     for (int k = 0; k < NET_LINKS; k++)
         for (int& fd : L->fd[k])
             if (fd >= 0) {
@@ -445,20 +455,22 @@ static inline void net_sum(const NetLinks* L, int link, T* v, int64_t n, bool mi
         net_send(L, L->fd[link][node], node, v, n * (int64_t)sizeof(T));
 }
 
-// Each node's bytes [lo[node], hi[node]) of base, to every node over the mesh: a thread sends this node's to
-// node + 1, node + 2, ... while this one takes node - 1's, node - 2's, ... (each round pairs every sender
-// with a receiver, so no two nodes wait on each other).
-static inline void net_exchange(const NetLinks* L, char* base, const int64_t* lo, const int64_t* hi) {
+// Each node's bytes [lo[node], hi[node]) of base, to every node over a mesh (L->mesh: the optimizer
+// thread's; L->mesh_main: the main thread's): a thread sends this node's to node + 1, node + 2, ... while
+// this one takes node - 1's, node - 2's, ... (each round pairs every sender with a receiver, so no two nodes
+// wait on each other).
+static inline void net_exchange(const NetLinks* L, const std::vector<int>& mesh, char* base,
+                                const int64_t* lo, const int64_t* hi) {
     const int N = L->nodes, me = L->node;
     std::thread sender([&] {
         for (int t = 1; t < N; t++) {
             const int to = (me + t) % N;
-            net_send(L, L->mesh[(size_t)to], to, base + lo[me], hi[me] - lo[me]);
+            net_send(L, mesh[(size_t)to], to, base + lo[me], hi[me] - lo[me]);
         }
     });
     for (int t = 1; t < N; t++) {
         const int from = (me - t + N) % N;
-        net_recv(L, L->mesh[(size_t)from], from, base + lo[from], hi[from] - lo[from]);
+        net_recv(L, mesh[(size_t)from], from, base + lo[from], hi[from] - lo[from]);
     }
     sender.join();
 }
@@ -501,9 +513,9 @@ static inline double net_timeout_seconds() {
 // so): each node learns within a second or two whether the run moves anywhere (llmc/progress_watch.h).
 static inline void net_watch(NetLinks* L) {
     std::vector<pollfd> fds;
-    std::vector<int> peer, beat;            // beat: the index in fds of each heartbeat link
-    for (int k = 0; k <= NET_LINKS; k++) {  // the star's links, then the mesh's own
-        const std::vector<int>& f = k < NET_LINKS ? L->fd[k] : L->mesh;
+    std::vector<int> peer, beat;                // beat: the index in fds of each heartbeat link
+    for (int k = 0; k <= NET_LINKS + 1; k++) {  // the star's links, then the meshes' own
+        const std::vector<int>& f = k < NET_LINKS ? L->fd[k] : k == NET_LINKS ? L->mesh : L->mesh_main;
         for (int n = 0; n < (int)f.size(); n++)
             if (f[(size_t)n] >= 0 && (k < NET_LINKS || (n != 0 && L->node != 0))) {
                 if (k == NET_BEAT) beat.push_back((int)fds.size());

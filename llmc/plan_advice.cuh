@@ -139,13 +139,13 @@ static PlanEval plan_evaluate(const PlanTarget* t, PlanChoice c) {
     // its gathers (every micro-batch's, before layer 0) update themselves (the table and an untied head on a
     // thread of their own, beside the round and the forward: vocab_head_update_submit); at most a row a
     // token. Several ranks a node: every tensor. Several nodes: the node's part of every tensor, then the
-    // exchange of the bf16 weights through node 0 (vocab_exchange_bf16: node 0 takes (N-1)/N of them and
-    // sends each other node as much).
+    // exchange of the bf16 weights (vocab_exchange_bf16, over the main thread's mesh: each node sends its
+    // part to every other node and takes theirs, (N-1)/N of them each way).
     const double first_rows = std::min((double)cfg->vocab_size, tokens) * cfg->channels;
     const bool one_gpu = t->ranks <= 1 && nodes == 1;
     const double before_forward = llama && one_gpu ? cfg->channels + first_rows : vocab_params / nodes;
     e.vocab_adam_s = (vocab_params > 0 ? before_forward : 0.0) * ADAMW_BYTES_PER_PARAM / PLAN_HOST_BPS;
-    if (nodes > 1) e.vocab_adam_s += vocab_params * 2.0 * (nodes - 1.0) / PLAN_NETWORK_BPS;
+    if (nodes > 1) e.vocab_adam_s += vocab_params * 2.0 * (nodes - 1.0) / nodes / PLAN_NETWORK_BPS;
     e.round_disk_s = c.tier == TIER_RAM
                          ? 0.0
                          : e.m.ssd_round_reads / t->disk_read_Bps + e.m.ssd_round_writes / t->disk_write_Bps;
@@ -470,11 +470,11 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
     const double nvlink = G > 1 ? (G - 1.0) / G * (streamed * 4 + 2 * resident * 4) : 0.0;
     // between nodes: the gradients' reduce-scatter (fp32) and the prefix's all-reduce, per node (NCCL)
     const double network = N > 1 ? (N - 1.0) / N * (streamed * 4 + 2 * resident * 4) : 0.0;
-    // the updated bf16 weights (net.h's mesh): each node's part straight to every other node, over the node
+    // the updated bf16 weights (net.h's meshes): each node's part straight to every other node, over the node
     // leader's TCP links: (N-1)/N of the streamed layers' bf16 bytes in, and as many out; -E 1's vocabulary
-    // through node 0, whose link carries (N-1)/N of it in and N-1 times that out (vocab_exchange_bf16)
+    // likewise (vocab_exchange_bf16)
     const double vocab = e.c.vocab_host > 0 ? (double)p.embed_count : 0.0;
-    const double exchange = N > 1 ? (streamed + vocab * (N - 1.0)) * 2 * (N - 1.0) / N : 0.0;
+    const double exchange = N > 1 ? (streamed + vocab) * 2 * (N - 1.0) / N : 0.0;
     const double pcie_down = e.d2h / ranks;
     const double host_copies =
         G * e.h2d + G * pcie_down;     // every byte over PCIe is read or written on the host

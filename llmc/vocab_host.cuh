@@ -565,11 +565,11 @@ static void vocab_head_worker_stop(GPT* g) {
     if (w->thread.joinable()) w->thread.join();
 }
 
-// Several nodes, after each updated its part: every node's part of the vocabulary's new bf16 weights to
-// every node (node 0 gathers them and sends each node the others': NET_MAIN, the main thread's link; the
-// optimizer thread's mesh carries the layers' meanwhile). Each node's leader; its ranks wait at a barrier.
-// Each node's part of the vocabulary's elements [a, b), as byte offsets from a of `bytes`-byte elements (for
-// net.h's gathers).
+// Several nodes, after each updated its part: every node's part of the vocabulary's new bf16 weights straight
+// to every other node (net_exchange over the main thread's mesh, mesh_main: no node carries the others'
+// parts; the optimizer thread's mesh carries the layers' meanwhile). Each node's leader; its ranks wait at a
+// barrier. Each node's part of the vocabulary's elements [a, b), as byte offsets from a of `bytes`-byte
+// elements (for net.h's exchanges and gathers).
 static void vocab_node_ranges(const GPT* g, int64_t a, int64_t b, int bytes, std::vector<int64_t>* lo,
                               std::vector<int64_t>* hi) {
     const int nodes = g->comm->nodes;
@@ -591,7 +591,7 @@ static void vocab_exchange_bf16(GPT* g) {
     uint16_t* bf16 = g->stream.weights_host_bf16;  // the embeddings come first
     FAKE_CUDA_HOST_ACCESS(bf16, g->layout.embed_count * 2, true,
                           "the nodes' exchange of the vocabulary's bf16");
-    net_gather(&c->net, NET_MAIN, (char*)bf16, lo.data(), hi.data(), true);
+    net_exchange(&c->net, c->net.mesh_main, (char*)bf16, lo.data(), hi.data());
 }
 
 // Several nodes, each node's leader, for rank 0's save: the vocabulary's elements [a, b) of x (the fp32

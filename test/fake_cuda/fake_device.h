@@ -300,8 +300,8 @@ inline void fiber_main(unsigned lo, unsigned hi) {
     Fiber* f = (Fiber*)(((uintptr_t)hi << 32) | lo);
     State& s = st();
     for (;;) {
-        FIBER_SWITCH(f->jb,
-                     next_after(f));  // idle until the scheduler (or the pass's previous thread) hands it one
+        // idle until the scheduler (or the pass's previous thread) hands it a thread
+        FIBER_SWITCH(f->jb, next_after(f));
         s.body(s.args);
         f->done = true;
         s.progress++;
