@@ -504,7 +504,7 @@ static int gather_layer(GPT* g, const float* x, int l, float* out) {
     node_layer_ranges(g, &lo, &hi);
     memcpy((char*)out + lo[0], (const char*)(x + gpt_layer_offset(&g->layout, l)) + lo[0],
            (size_t)(hi[0] - lo[0]));
-    net_gather(&g->comm->net, NET_MAIN, (char*)out, lo.data(), hi.data(), false);
+    net_gather(&g->comm->net, NET_MAIN, (char*)out, lo.data(), hi.data());
     return 1;
 }
 static int gather_layer_params(void* ctx, int l, float* out, char*, size_t) {
@@ -530,7 +530,7 @@ static void gather_node_state(GPT* g) {
     for (float* x : {g->master, g->adam_m, g->adam_v}) {
         for (int l = g->resident_layers; l < g->config.num_layers; l++)
             net_gather(&g->comm->net, NET_MAIN, (char*)(x + gpt_layer_offset(&g->layout, l)), lo.data(),
-                       hi.data(), false);
+                       hi.data());
         for (int64_t a = 0; g->vocab && a < E; a += W) vocab_state_window(g, x, a, std::min(E, a + W), NULL);
     }
 }

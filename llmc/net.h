@@ -30,7 +30,7 @@
 #include <vector>
 #include "utils.h"  // defines: die, progress_tick
 
-#define NET_MAGIC        0x6c6c6e74  // "llnt"
+#define NET_MAGIC        0x6c6c6e75  // "llnu": bumped with each change of the links (two meshes)
 #define NET_LINKS        3           // NET_MAIN, NET_OPT, NET_BEAT
 #define NET_MAIN         0
 #define NET_OPT          1
@@ -213,8 +213,9 @@ static inline int net_connect_to(const sockaddr* sa, socklen_t len) {
     return fd;
 }
 
-// The mesh between nodes 1..N-1 (node 0's links are the star's NET_OPT ones): node j connects to each node
-// 1 <= i < j (its listener is in peers), then accepts one from each node above it.
+// The two meshes between nodes 1..N-1 (node 0's links are the star's: NET_OPT for the optimizer thread's
+// mesh, NET_MAIN for the main thread's): node j connects twice to each node 1 <= i < j (its listener is in
+// peers; the hello says which mesh), then accepts two from each node above it.
 static inline void net_open_mesh(NetLinks* L, int listener, const std::vector<NetPeer>& peers) {
     std::vector<int>* meshes[2] = {&L->mesh, &L->mesh_main};
     const int star[2] = {NET_OPT, NET_MAIN};  // each mesh's links to node 0
@@ -258,7 +259,8 @@ static inline void net_open_mesh(NetLinks* L, int listener, const std::vector<Ne
         net_recv(L, fd, L->node + 1, hello, sizeof hello);
         const int who = hello[0], m = hello[1];
         if (who <= L->node || who >= L->nodes || m < 0 || m > 1 || (*meshes[m])[(size_t)who] >= 0)
-            die("-pN: node %d: a mesh link from an unexpected node %d", L->node, who);
+            die("-pN: node %d: a mesh link from an unexpected node %d (mesh %d; twice, or another run's)",
+                L->node, who, m);
         const int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
         (*meshes[m])[(size_t)who] = fd;
@@ -475,21 +477,13 @@ static inline void net_exchange(const NetLinks* L, const std::vector<int>& mesh,
     sender.join();
 }
 
-// Each node's bytes [lo[node], hi[node]) of base, to every node (all_gather) or to node 0 (to_root).
-static inline void net_gather(const NetLinks* L, int link, char* base, const int64_t* lo, const int64_t* hi,
-                              bool all_gather) {
+// Each node's bytes [lo[node], hi[node]) of base, to node 0 (a save's parts; to every node: net_exchange).
+static inline void net_gather(const NetLinks* L, int link, char* base, const int64_t* lo, const int64_t* hi) {
     if (L->node != 0) {
         net_send(L, L->fd[link][0], 0, base + lo[L->node], hi[L->node] - lo[L->node]);
-        if (all_gather)
-            for (int n = 0; n < L->nodes; n++)
-                if (n != L->node) net_recv(L, L->fd[link][0], 0, base + lo[n], hi[n] - lo[n]);
         return;
     }
     for (int n = 1; n < L->nodes; n++) net_recv(L, L->fd[link][n], n, base + lo[n], hi[n] - lo[n]);
-    if (!all_gather) return;
-    for (int to = 1; to < L->nodes; to++)
-        for (int n = 0; n < L->nodes; n++)
-            if (n != to) net_send(L, L->fd[link][to], to, base + lo[n], hi[n] - lo[n]);
 }
 
 // How long a node may go without a heartbeat: LLMC_NODE_TIMEOUT seconds, 60 by default.

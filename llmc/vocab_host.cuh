@@ -605,7 +605,7 @@ static void vocab_state_window(GPT* g, const float* x, int64_t a, int64_t b, flo
     vocab_node_ranges(g, a, b, 4, &lo, &hi);
     const int me = c->node_rank;
     if (me == 0) memcpy((char*)out + lo[0], (const char*)(x + a) + lo[0], (size_t)(hi[0] - lo[0]));
-    net_gather(&c->net, NET_MAIN, me == 0 ? (char*)out : (char*)(x + a), lo.data(), hi.data(), false);
+    net_gather(&c->net, NET_MAIN, me == 0 ? (char*)out : (char*)(x + a), lo.data(), hi.data());
 }
 
 // CPU AdamW of the vocabulary tensors. Matrices decay. Several ranks: each its part, then all are done.
