@@ -215,8 +215,11 @@ static inline int net_connect_to(const sockaddr* sa, socklen_t len) {
 
 // The two meshes between nodes 1..N-1 (node 0's links are the star's: NET_OPT for the optimizer thread's
 // mesh, NET_MAIN for the main thread's): node j connects twice to each node 1 <= i < j (its listener is in
-// peers; the hello says which mesh), then accepts two from each node above it.
-static inline void net_open_mesh(NetLinks* L, int listener, const std::vector<NetPeer>& peers) {
+// peers; the hello says which mesh), then accepts two from each node above it: within wait_s seconds, while
+// node 0 is there (a node above that ended before it connected, whose end ends node 0, must not leave this
+// one waiting in accept for good). A connection that says nothing in 10 s (not a node's) is dropped.
+static inline void net_open_mesh(NetLinks* L, int listener, const std::vector<NetPeer>& peers,
+                                 int wait_s = 0) {
     std::vector<int>* meshes[2] = {&L->mesh, &L->mesh_main};
     const int star[2] = {NET_OPT, NET_MAIN};  // each mesh's links to node 0
     for (int m = 0; m < 2; m++) {
@@ -226,6 +229,8 @@ static inline void net_open_mesh(NetLinks* L, int listener, const std::vector<Ne
         else (*meshes[m])[0] = L->fd[star[m]][0];
     }
     if (L->node == 0) return;
+    const char* dies = getenv("LLMC_TEST_MESH_DIES");  // tests: this node ends before its mesh links
+    if (dies && atoi(dies) == L->node) _exit(1);
     for (int i = 1; i < L->node; i++) {
         const NetPeer& p = peers[(size_t)i];
         sockaddr_storage sa = {};
@@ -252,11 +257,31 @@ static inline void net_open_mesh(NetLinks* L, int listener, const std::vector<Ne
             (*meshes[m])[(size_t)i] = fd;
         }
     }
-    for (int k = 0; k < 2 * (L->nodes - 1 - L->node); k++) {  // each higher node's two links
+    const time_t deadline = time(NULL) + wait_s;
+    for (int k = 0; k < 2 * (L->nodes - 1 - L->node);) {  // each higher node's two links
+        pollfd p[2] = {{listener, POLLIN, 0}, {L->fd[NET_MAIN][0], POLLRDHUP, 0}};
+        const int ready = poll(p, 2, 1000);
+        if (ready < 0 && errno != EINTR) die("-pN: node %d: poll: %s", L->node, strerror(errno));
+        if (p[1].revents & (POLLRDHUP | POLLHUP | POLLERR)) net_lost(L, 0, "its connection closed");
+        if (!(p[0].revents & POLLIN)) {
+            if (time(NULL) > deadline)
+                die("-pN: node %d: the nodes above it did not open their mesh links within LLMC_NODE_WAIT "
+                    "(%d s)",
+                    L->node, wait_s);
+            continue;
+        }
         const int fd = accept(listener, NULL, NULL);
         if (fd < 0) die("-pN: node %d: accept: %s", L->node, strerror(errno));
         int32_t hello[2] = {-1, -1};
-        net_recv(L, fd, L->node + 1, hello, sizeof hello);
+        timeval tv = {10, 0};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        if (recv(fd, hello, sizeof hello, MSG_WAITALL) != (ssize_t)sizeof hello) {
+            close(fd);  // not a node: it said nothing
+            continue;
+        }
+        tv = {0, 0};
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        k++;
         const int who = hello[0], m = hello[1];
         if (who <= L->node || who >= L->nodes || m < 0 || m > 1 || (*meshes[m])[(size_t)who] >= 0)
             die("-pN: node %d: a mesh link from an unexpected node %d (mesh %d; twice, or another run's)",
@@ -411,7 +436,7 @@ static inline void net_open(NetLinks* L, int nodes, int node, int local_world, c
     freeaddrinfo(res);
     std::vector<NetPeer> peers((size_t)nodes);
     net_recv(L, L->fd[NET_MAIN][0], 0, peers.data(), (int64_t)(peers.size() * sizeof(NetPeer)));
-    net_open_mesh(L, listener, peers);
+    net_open_mesh(L, listener, peers, wait_s);
     close(listener);
 }
 

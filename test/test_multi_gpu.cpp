@@ -774,6 +774,32 @@ TEST_F(MultiGpu, ANodeThatGoesSilentEndsTheRun) {
     EXPECT_TRUE(has(err1, "node 0 is gone")) << err1;
 }
 
+// A node that ends after every node joined but before it opened its mesh links (LLMC_TEST_MESH_DIES=2 of 3):
+// node 1, waiting for node 2's mesh links, gives up after LLMC_NODE_WAIT seconds with a line (it waited for
+// good), and node 0, waiting for node 1, ends with it.
+TEST_F(MultiGpu, ANodeThatEndsBeforeItsMeshLinksEndsEveryNode) {
+    const char* spec = "L3:C64:NH4:T32:V512";
+    const std::string addr = "127.0.0.1:" + std::to_string(20000 + (getpid() * 47 + 19) % 12000);
+    setenv("LLMC_NODE_WAIT", "30", 1);
+    setenv("LLMC_TEST_MESH_DIES", "2", 1);
+    pid_t pids[3];
+    for (int n = 2; n >= 0; n--)
+        pids[n] = spawn_node(n, 3, run_args(spec, dir + "/run", {"-d", "384"}), addr);
+    unsetenv("LLMC_NODE_WAIT");
+    unsetenv("LLMC_TEST_MESH_DIES");
+    const int code1 = wait_exit(pids[1], 300), code0 = wait_exit(pids[0], 300),
+              code2 = wait_exit(pids[2], 300);
+    const std::string err0 = slurp(dir + "/node0/stderr.txt"), err1 = slurp(dir + "/node1/stderr.txt");
+    EXPECT_EQ(code2, 1);
+    EXPECT_EQ(code1, 1) << "-1: still waiting for node 2's mesh links after 300 s\n" << err1;
+    EXPECT_TRUE(
+        has(err1, "node 1: the nodes above it did not open their mesh links within LLMC_NODE_WAIT (30 s)"))
+        << err1;
+    EXPECT_EQ(error_lines(err1).size(), 1u) << err1;
+    EXPECT_EQ(code0, 1) << err0;
+    EXPECT_TRUE(has(err0, "ended before the run started")) << err0;
+}
+
 // A rank that hangs while its process lives and beats (a deadlock, a GPU that stopped; a cut network between
 // two nodes looks the same from every node): no rank moves on, and LLMC_PROGRESS_TIMEOUT seconds later every
 // node ends in one line. Before it, node 1's set-up takes longer than the timeout (node 0 must not watch
