@@ -118,6 +118,8 @@ typedef struct {
     int64_t resume_step;  // -1: a fresh run
     int64_t resume_header[ST_HEADER_FIELDS];
     char resume_model[4200], resume_state[4200];
+    GPTConfig resume_cfg;         // the checkpoint's config (rank 0 reads it; -e must match it)
+    LlamaConfig resume_llama;     //   and the family's (num_layers 0: a GPT-2)
     char ssd_owner[4200];         // -sd: the store's owner, -o's absolute path ("": no checkpoints)
     double disk_rbps, disk_wbps;  // -sd: the probe's read and write rates, bytes/s (0: not measured)
     int disk_direct;              //   the probe ran with O_DIRECT
@@ -147,10 +149,13 @@ static void check_resume_given(const char* model, const char* dir, const GPTConf
 // -o: one run per directory, -y 1 resumes its newest checkpoint.
 // A benchmark writes only trace.json there, -P 1 nothing.
 // Several ranks: rank 0 opens it and leaves what it found in NodeShared's note, where the others take it
-// once rank 0's set-up passed (rank_gate_wait).
+// once rank 0's set-up passed (rank_gate_wait). A rank with an -e of its own (another node's command line)
+// checks it against the checkpoint's config, as rank 0 checks its own.
 struct ResumeNote {
     int64_t step, header[ST_HEADER_FIELDS];
     char model[4200], state[4200];
+    GPTConfig ckpt;
+    LlamaConfig llama_ckpt;  // num_layers 0: the checkpoint is a GPT-2
 };
 static void open_output_dir_rank0(Run* r);
 static void open_output_dir(Run* r) {
@@ -164,12 +169,15 @@ static void open_output_dir(Run* r) {
         memcpy(x->header, r->resume_header, sizeof x->header);
         memcpy(x->model, r->resume_model, sizeof x->model);
         memcpy(x->state, r->resume_state, sizeof x->state);
+        x->ckpt = r->resume_cfg;
+        x->llama_ckpt = r->resume_llama;
         if (r->comm->nodes > 1)
             net_bcast(&r->comm->net, NET_MAIN, x, sizeof *x);  // each node reads the files
         return;
     }
     if (r->comm->nodes > 1 && r->comm->local == 0) net_bcast(&r->comm->net, NET_MAIN, x, sizeof *x);
     if (r->bench || r->ga.plan_only || x->step < 0) return;
+    if (r->ga.model_given) check_resume_given(r->args.model, r->args.output_dir, &x->ckpt, &x->llama_ckpt);
     r->resume_step = x->step;
     memcpy(r->resume_header, x->header, sizeof x->header);
     memcpy(r->resume_model, x->model, sizeof x->model);
@@ -193,8 +201,8 @@ static void open_output_dir_rank0(Run* r) {
         }
     }
     if (r->bench || ga.plan_only) return;
-    GPTConfig ckpt;
-    LlamaConfig llama_ckpt;  // num_layers 0: the checkpoint is a GPT-2
+    GPTConfig& ckpt = r->resume_cfg;
+    LlamaConfig& llama_ckpt = r->resume_llama;  // num_layers 0: the checkpoint is a GPT-2
     r->resume_step = open_run_dir(&r->args, r->resume_model, r->resume_state, sizeof r->resume_model, &ckpt,
                                   r->resume_header, &llama_ckpt);
     if (r->args.output_dir && !realpath(r->args.output_dir, r->ssd_owner))

@@ -1136,6 +1136,16 @@ TEST_F(MultiGpu, BadFlagsAreOneLineErrors) {
         CleanError(other, {"node 1's flags differ from node 0's", "every node starts with the same flags"}));
     EXPECT_EQ(codes, (std::vector<int>{1, 1}));
     EXPECT_TRUE(has(slurp(dir + "/node1/stderr.txt"), "error: rank 2: node 1's flags differ"));
+    // a resume where node 1's -e is another model: it trained node 0's checkpoint, silently (a hostile trial)
+    ASSERT_EQ(run_bin(kEmu, run_args(spec, dir + "/r")).code, 0);
+    const Result other_e = run_nodes(2, run_args(spec, dir + "/r", {"-y", "1", "-x", "4"}), &codes,
+                                     {"-e", "L3:C64:NH4:T32:V512"});
+    EXPECT_EQ(codes, (std::vector<int>{1, 1})) << other_e.err;
+    EXPECT_TRUE(has(slurp(dir + "/node1/stderr.txt"),
+                    "error: rank 1: -e L3:C64:NH4:T32:V512 does not match the checkpoint in " + dir +
+                        "/r (L3 C64 NH4 maxT32 V512 against its L2 C64 NH4 maxT32 V512)"))
+        << slurp(dir + "/node1/stderr.txt");
+    EXPECT_TRUE(CleanError(other_e, {"node 1 ended before the run started"}));
     // other data on node 1 (its train data, the val shard): each node trained its own (a hostile trial)
     const Result data = run_nodes(2, run_args(spec, dir + "/m", {"-pn", "2"}), &codes, {"-i", val});
     EXPECT_TRUE(CleanError(data, {"node 1's flags differ from node 0's", "or the data"}));
