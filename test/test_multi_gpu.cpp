@@ -97,22 +97,40 @@ class MultiGpu : public CliTest {
         return compare_with_one_gpu(run_bin(kEmu, one), run_bin(kEmu, many), one_dir, many_dir, steps);
     }
     // Node n of N on this machine, in the background: `train_gpt args -pN N -pr n -ps addr`, its output in
-    // dir/node<n>.
-    pid_t spawn_node(int n, int N, const Args& args, const std::string& addr) {
-        const std::string scratch = dir + "/node" + std::to_string(n);
+    // dir/<prefix><n>.
+    pid_t spawn_node(int n, int N, const Args& args, const std::string& addr,
+                     const std::string& prefix = "node") {
+        const std::string scratch = dir + "/" + prefix + std::to_string(n);
         mkdir(scratch.c_str(), 0755);
         return spawn(kEmu, args + Args{"-pN", std::to_string(N), "-pr", std::to_string(n), "-ps", addr},
                      scratch);
     }
-    // Several nodes on this machine: node n is `train_gpt args -pN N -pr n -ps 127.0.0.1:PORT` (a port of
-    // its own for each run), nodes 1..N-1 in the background (their output in dir/node<n>), node 0 here.
+    // Node 0's address for a run of several nodes: a port of its own for each run, below Linux's ephemeral
+    // range (32768 on), as the other tests' here: no socket gets one as its own.
+    static std::string node_address(const std::string& host = "127.0.0.1") {
+        static int runs = 0;
+        return host + ":" + std::to_string(20000 + (getpid() * 31 + 97 * runs++) % 12000);
+    }
+    // Nodes N-1 .. 0 of a run, all in the background (spawn_node: their output in dir/<prefix><n>), started
+    // with env's settings and LLMC_NODE_WAIT 600 (a loaded machine may start them far apart). Their pids.
+    std::vector<pid_t> spawn_nodes(int N, const Args& args,
+                                   const std::vector<std::pair<std::string, std::string>>& env = {},
+                                   const std::string& prefix = "node") {
+        const std::string addr = node_address();
+        setenv("LLMC_NODE_WAIT", "600", 1);
+        for (const auto& [name, value] : env) setenv(name.c_str(), value.c_str(), 1);
+        std::vector<pid_t> pids((size_t)N);
+        for (int n = N - 1; n >= 0; n--) pids[(size_t)n] = spawn_node(n, N, args, addr, prefix);
+        unsetenv("LLMC_NODE_WAIT");
+        for (const auto& [name, value] : env) unsetenv(name.c_str());
+        return pids;
+    }
+    // Several nodes on this machine: node n is `train_gpt args -pN N -pr n -ps 127.0.0.1:PORT`, nodes
+    // 1..N-1 in the background (their output in dir/node<n>), node 0 here.
     // Returns node 0's run; codes: each node's exit status.
     Result run_nodes(int N, const Args& args, std::vector<int>* codes = nullptr, const Args& node1 = {},
                      const std::string& host = "127.0.0.1") {
-        static int runs = 0;
-        // ports below Linux's ephemeral range (32768 on), as the other tests' here: no socket gets one as its
-        // own
-        const std::string addr = host + ":" + std::to_string(20000 + (getpid() * 31 + 97 * runs++) % 12000);
+        const std::string addr = node_address(host);
         setenv("LLMC_NODE_WAIT", "600", 1);  // a loaded machine may start them far apart
         std::vector<pid_t> pids;
         for (int n = 1; n < N; n++) pids.push_back(spawn_node(n, N, args + (n == 1 ? node1 : Args{}), addr));
@@ -745,14 +763,8 @@ TEST_F(MultiGpu, LlmcStyleProcessStartTrainsLikeOneGpu) {
 // Before the heartbeats both would have waited for each other forever.
 TEST_F(MultiGpu, ANodeThatGoesSilentEndsTheRun) {
     const char* spec = "L3:C64:NH4:T32:V512";
-    const std::string addr = "127.0.0.1:" + std::to_string(20000 + (getpid() * 41 + 13) % 12000);
-    setenv("LLMC_NODE_WAIT", "600", 1);
-    setenv("LLMC_NODE_TIMEOUT", "5", 1);
-    pid_t pids[2];
-    for (int n = 1; n >= 0; n--)
-        pids[n] = spawn_node(n, 2, run_args(spec, dir + "/run", {"-x", "1000", "-n", "1000"}), addr);
-    unsetenv("LLMC_NODE_WAIT");
-    unsetenv("LLMC_NODE_TIMEOUT");
+    const std::vector<pid_t> pids = spawn_nodes(2, run_args(spec, dir + "/run", {"-x", "1000", "-n", "1000"}),
+                                                {{"LLMC_NODE_TIMEOUT", "5"}});
     if (!wait_for_text(dir + "/node0/stdout.txt", "step    2/", 600, pids[0])) {
         kill(pids[1], SIGKILL);
         wait_exit(pids[0], 0), wait_exit(pids[1], 0);
@@ -779,14 +791,8 @@ TEST_F(MultiGpu, ANodeThatGoesSilentEndsTheRun) {
 // good), and node 0, waiting for node 1, ends with it.
 TEST_F(MultiGpu, ANodeThatEndsBeforeItsMeshLinksEndsEveryNode) {
     const char* spec = "L3:C64:NH4:T32:V512";
-    const std::string addr = "127.0.0.1:" + std::to_string(20000 + (getpid() * 47 + 19) % 12000);
-    setenv("LLMC_NODE_WAIT", "30", 1);
-    setenv("LLMC_TEST_MESH_DIES", "2", 1);
-    pid_t pids[3];
-    for (int n = 2; n >= 0; n--)
-        pids[n] = spawn_node(n, 3, run_args(spec, dir + "/run", {"-d", "384"}), addr);
-    unsetenv("LLMC_NODE_WAIT");
-    unsetenv("LLMC_TEST_MESH_DIES");
+    const std::vector<pid_t> pids = spawn_nodes(3, run_args(spec, dir + "/run", {"-d", "384"}),
+                                                {{"LLMC_NODE_WAIT", "30"}, {"LLMC_TEST_MESH_DIES", "2"}});
     const int code1 = wait_exit(pids[1], 300), code0 = wait_exit(pids[0], 300),
               code2 = wait_exit(pids[2], 300);
     const std::string err0 = slurp(dir + "/node0/stderr.txt"), err1 = slurp(dir + "/node1/stderr.txt");
@@ -807,18 +813,12 @@ TEST_F(MultiGpu, ANodeThatEndsBeforeItsMeshLinksEndsEveryNode) {
 // that node hears of node 0's progress with the heartbeats and does not end.
 TEST_F(MultiGpu, ARankThatHangsEndsTheRunASlowSaveDoesNot) {
     const char* spec = "L3:C64:NH4:T32:V512";
-    const std::string addr = "127.0.0.1:" + std::to_string(20000 + (getpid() * 43 + 17) % 12000);
-    setenv("LLMC_NODE_WAIT", "600", 1);
-    setenv("LLMC_PROGRESS_TIMEOUT", "8", 1);
-    setenv("LLMC_TEST_SLOW_SAVE", "20", 1);     // at step 2, 20 s: longer than the timeout, progressing
-    setenv("LLMC_TEST_RANK_HANGS", "1:3", 1);   // node 1's rank after step 3
-    setenv("LLMC_TEST_SLOW_START", "1:12", 1);  // node 1's set-up: 12 s longer
-    pid_t pids[2];
-    for (int n = 1; n >= 0; n--)
-        pids[n] = spawn_node(n, 2, run_args(spec, dir + "/run", {"-x", "1000", "-n", "2"}), addr);
-    for (const char* e : {"LLMC_NODE_WAIT", "LLMC_PROGRESS_TIMEOUT", "LLMC_TEST_SLOW_SAVE",
-                          "LLMC_TEST_RANK_HANGS", "LLMC_TEST_SLOW_START"})
-        unsetenv(e);
+    const std::vector<pid_t> pids =
+        spawn_nodes(2, run_args(spec, dir + "/run", {"-x", "1000", "-n", "2"}),
+                    {{"LLMC_PROGRESS_TIMEOUT", "8"},
+                     {"LLMC_TEST_SLOW_SAVE", "20"},  // at step 2, 20 s: longer than the timeout, progressing
+                     {"LLMC_TEST_RANK_HANGS", "1:3"},     // node 1's rank after step 3
+                     {"LLMC_TEST_SLOW_START", "1:12"}});  // node 1's set-up: 12 s longer
     const int code0 = wait_exit(pids[0], 600), code1 = wait_exit(pids[1], 600);
     const std::string out0 = slurp(dir + "/node0/stdout.txt");
     const std::string err0 = slurp(dir + "/node0/stderr.txt"), err1 = slurp(dir + "/node1/stderr.txt");
@@ -843,13 +843,8 @@ TEST_F(MultiGpu, ARankThatHangsEndsTheRunASlowSaveDoesNot) {
 // node exits 130 without an error line; the run resumes (here on one GPU).
 TEST_F(MultiGpu, CtrlCOnAnyNodeStopsEveryNode) {
     const char* spec = "L3:C64:NH4:T32:V512";
-    const std::string addr = "127.0.0.1:" + std::to_string(20000 + (getpid() * 37 + 11) % 12000);
-    setenv("LLMC_NODE_WAIT", "600", 1);
-    pid_t pids[2];
-    for (int n = 1; n >= 0; n--)
-        pids[n] =
-            spawn_node(n, 2, run_args(spec, dir + "/run", {"-pn", "2", "-x", "1000", "-n", "1000"}), addr);
-    unsetenv("LLMC_NODE_WAIT");
+    const std::vector<pid_t> pids =
+        spawn_nodes(2, run_args(spec, dir + "/run", {"-pn", "2", "-x", "1000", "-n", "1000"}));
     if (!wait_for_text(dir + "/node0/stdout.txt", "step    2/", 600, pids[0])) {
         wait_exit(pids[0], 0), wait_exit(pids[1], 0);
         FAIL() << "no step 2:\n" << slurp(dir + "/node0/stdout.txt") << slurp(dir + "/node0/stderr.txt");
@@ -873,20 +868,10 @@ TEST_F(MultiGpu, CtrlCOnAnyNodeStopsEveryNode) {
 TEST_F(MultiGpu, CtrlCWithoutOutputDirStopsEveryNodeCleanly) {
     const char* spec = "L3:C64:NH4:T32:V512";
     for (int round = 0; round < 3; round++) {
-        const std::string addr =
-            "127.0.0.1:" + std::to_string(20000 + (getpid() * 37 + 101 + 7 * round) % 12000);
-        setenv("LLMC_NODE_WAIT", "600", 1);
-        pid_t pids[2];
-        for (int n = 1; n >= 0; n--) {
-            const std::string scratch = dir + "/r" + std::to_string(round) + "node" + std::to_string(n);
-            mkdir(scratch.c_str(), 0755);
-            pids[n] = spawn(kEmu, Args{"-e",  spec,   "-b",  "2", "-t",  "32", "-d",  "256",
-                                       "-x",  "1000", "-v",  "0", "-g",  "0",  "-i",  train,
-                                       "-j",  val,    "-pn", "2", "-pN", "2",  "-pr", std::to_string(n),
-                                       "-ps", addr},
-                            scratch);
-        }
-        unsetenv("LLMC_NODE_WAIT");
+        const std::vector<pid_t> pids =
+            spawn_nodes(2, Args{"-e", spec, "-b", "2", "-t", "32",  "-d", "256", "-x",  "1000",
+                                "-v", "0",  "-g", "0", "-i", train, "-j", val,   "-pn", "2"},
+                        {}, "r" + std::to_string(round) + "node");
         const std::string d0 = dir + "/r" + std::to_string(round) + "node0",
                           d1 = dir + "/r" + std::to_string(round) + "node1";
         if (!wait_for_text(d0 + "/stdout.txt", "step    2/", 600, pids[0])) {
