@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <atomic>
 #include <thread>
+#include <functional>  // defines: std::function (net_open's reread)
 #include <vector>
 #include "utils.h"  // defines: die, progress_tick
 
@@ -294,8 +295,12 @@ static inline void net_open_mesh(NetLinks* L, int listener, const std::vector<Ne
 
 // Node 0 listens on addr's port; the others connect (retrying while node 0 starts), each link with a hello.
 // Every node must agree on the number of nodes and GPUs a node. wait_s: how long node 0 waits for the rest.
-static inline void net_open(NetLinks* L, int nodes, int node, int local_world, const NetAddress* addr,
-                            int wait_s) {
+// reread (may be empty): node 0's address as it stands now, asked again while nobody answers there (-pi fs:
+// the file an earlier start left can name an old address until node 0 writes its own).
+static inline void net_open(NetLinks* L, int nodes, int node, int local_world, const NetAddress* node0,
+                            int wait_s, const std::function<bool(NetAddress*)>& reread = {}) {
+    NetAddress at = *node0;  // where node 0 is: reread may move it
+    const NetAddress* addr = &at;
     L->nodes = nodes;
     L->node = node;
     for (int k = 0; k < NET_LINKS; k++) L->fd[k].assign((size_t)nodes, -1);
@@ -378,7 +383,7 @@ static inline void net_open(NetLinks* L, int nodes, int node, int local_world, c
     hints.ai_socktype = SOCK_STREAM;
     char port[16];
     snprintf(port, sizeof port, "%d", addr->port);
-    const int rc = getaddrinfo(addr->host, port, &hints, &res);
+    int rc = getaddrinfo(addr->host, port, &hints, &res);
     if (rc != 0 || !res) die("-ps %s: %s", addr->host, gai_strerror(rc));
     bool said = false;
     for (int k = 0; k < NET_LINKS; k++) {
@@ -408,6 +413,18 @@ static inline void net_open(NetLinks* L, int nodes, int node, int local_world, c
                 fprintf(stderr, "waiting for node 0 at %s:%d (up to %d s: LLMC_NODE_WAIT)\n", addr->host,
                         addr->port, wait_s);
                 said = true;
+            }
+            NetAddress now = at;
+            if (reread && reread(&now) && (strcmp(now.host, at.host) != 0 || now.port != at.port)) {
+                addrinfo* moved = NULL;
+                snprintf(port, sizeof port, "%d", now.port);
+                rc = getaddrinfo(now.host, port, &hints, &moved);
+                if (rc == 0 && moved) {  // else the old address stays, and the next look may find another
+                    freeaddrinfo(res);
+                    res = moved;
+                    at = now;
+                    said = false;
+                }
             }
             usleep(100000);
         }

@@ -20,7 +20,7 @@
 #include <string>
 #include <unistd.h>
 #include "collectives.h"  // defines: Comm, NodeShared, MAX_RANKS
-#include "net.h"          // defines: NetAddress, net_open
+#include "net.h"          // defines: NetAddress, net_open (std::function)
 #include "stop_signal.h"  // defines: on_stop_signals, stop_signal_install_setup, stop_signal_quiet
 #include "utils.h"        // defines: die, die_rank
 
@@ -295,8 +295,23 @@ static void rank_attach(Comm* c, int rank, int world, int node_rank, int nodes) 
 // (several nodes: WORLD_SIZE over LOCAL_WORLD_SIZE, rank 0's node at MASTER_ADDR, port LLMC_NET_PORT or
 // MASTER_PORT + 1), or one rank. Several nodes: each node's rank on GPU 0 links to rank 0's node (net.h;
 // LLMC_NODE_WAIT seconds, 600 by default, for the nodes to start).
+// -pi fs: node 0's "HOST PORT" from the file at path into *addr; false where it is not (yet) there.
+static bool fs_read_address(const std::string& path, NetAddress* addr) {
+    FILE* f = fopen(path.c_str(), "r");
+    int port = 0;
+    char host[256] = "";
+    const bool got = f && fscanf(f, "%255s %d", host, &port) == 2 && port > 0 && port < 65536;
+    if (f) fclose(f);
+    if (!got) return false;
+    snprintf(addr->host, sizeof addr->host, "%s", host);
+    addr->port = port;
+    return true;
+}
+
 // llm.c's -pi fs: node 0's leader leaves "HOST PORT" in the folder fs (a file named by LLMC_RUN_ID), the
-// other nodes' leaders wait for it; node 0 removes it once every node joined. Returns the file's path.
+// other nodes' leaders wait for it; node 0 removes it once every node joined. Returns the file's path. A file
+// that an earlier start left (its node 0 ended before every node joined) names an old address: the nodes
+// look at the file again while nobody answers there (net_open's reread), and node 0 writes over it.
 static std::string fs_rendezvous(const char* fs, bool node0, NetAddress* addr) {
     const char* id = getenv("LLMC_RUN_ID");
     std::string name = std::string("llmc_node0_") + (id && *id ? id : "run");
@@ -321,16 +336,7 @@ static std::string fs_rendezvous(const char* fs, bool node0, NetAddress* addr) {
             stat(fs, &st) != 0 ? strerror(errno) : "not a folder");
     StartWait wait;
     for (;;) {
-        FILE* f = fopen(path.c_str(), "r");
-        int port = 0;
-        char host[256] = "";
-        const bool got = f && fscanf(f, "%255s %d", host, &port) == 2 && port > 0 && port < 65536;
-        if (f) fclose(f);
-        if (got) {
-            snprintf(addr->host, sizeof addr->host, "%s", host);
-            addr->port = port;
-            return path;
-        }
+        if (fs_read_address(path, addr)) return path;
         char what[4400];
         snprintf(what, sizeof what, "node 0's address in %s (-pi fs)", path.c_str());
         if (!wait.go_on(what))
@@ -378,7 +384,10 @@ static void rank_start(Comm* c, int G, int nodes, int node_rank, const char* add
         rank_attach(c, rank - node * local_world, local_world, node, env_nodes);
     }
     if (c->nodes > 1 && c->local == 0) {
-        net_open(&c->net, c->nodes, c->node_rank, c->local_world, &addr, start_wait_seconds());
+        std::function<bool(NetAddress*)> reread;  // -pi fs: where the file says node 0 is now
+        if (!rendezvous.empty() && c->node_rank != 0)
+            reread = [rendezvous](NetAddress* a) { return fs_read_address(rendezvous, a); };
+        net_open(&c->net, c->nodes, c->node_rank, c->local_world, &addr, start_wait_seconds(), reread);
         if (c->node_rank == 0 && !rendezvous.empty()) unlink(rendezvous.c_str());  // every node joined
         c->net.progress_here = &c->node->progress_here;
         c->net.progress_elsewhere = &c->node->progress_elsewhere;

@@ -700,6 +700,31 @@ TEST_F(MultiGpu, LlmcStyleProcessStartTrainsLikeOneGpu) {
         access((dir + "/shared/llmc_node0_llmc-test-" + std::to_string(getpid()) + "fs_nodes").c_str(), F_OK),
         0)
         << "node 0 removes its address once every node joined";
+    // -pi fs where an earlier start left its file (its node 0 ended before every node joined): node 1 reads
+    // the old address first and looks again while nobody answers there, until node 0 writes its own. Node 1
+    // waited for the old address until LLMC_NODE_WAIT ran out before.
+    {
+        const std::string id = "llmc-test-stale-" + std::to_string(getpid()), scratch = dir + "/p1_stale";
+        const int stale = 20000 + (getpid() * 43 + 151) % 12000;  // nobody listens there
+        FILE* f = fopen((dir + "/shared/llmc_node0_" + id).c_str(), "w");
+        ASSERT_NE(f, nullptr);
+        fprintf(f, "127.0.0.1 %d\n", stale);
+        fclose(f);
+        mkdir(scratch.c_str(), 0755);
+        setenv("LLMC_RUN_ID", id.c_str(), 1);
+        setenv("LLMC_NET_PORT", std::to_string(20000 + (getpid() * 43 + 157) % 12000).c_str(), 1);
+        setenv("LLMC_NODE_WAIT", "60", 1);
+        const Args how = {"-pi", "fs", "-pf", dir + "/shared", "-pn", "2", "-pg", "1"};
+        const pid_t p1 = spawn(kEmu, run_args(spec, dir + "/stale") + how + Args{"-pr", "1"}, scratch);
+        EXPECT_TRUE(wait_for_text(scratch + "/stderr.txt",
+                                  "waiting for node 0 at 127.0.0.1:" + std::to_string(stale), 120, p1))
+            << slurp(scratch + "/stderr.txt");
+        const Result r0 = run_bin(kEmu, run_args(spec, dir + "/stale") + how + Args{"-pr", "0"});
+        const int code1 = wait_exit(p1, 300);
+        unsetenv("LLMC_RUN_ID"), unsetenv("LLMC_NET_PORT"), unsetenv("LLMC_NODE_WAIT");
+        EXPECT_EQ(r0.code, 0) << r0.err;
+        EXPECT_EQ(code1, 0) << slurp(scratch + "/stderr.txt");
+    }
     // -pi mpi: mpirun's environment (Open MPI's names, set here as mpirun would) makes the ranks
     {
         setenv("LLMC_RUN_ID", (std::string("llmc-test-mpi-") + std::to_string(getpid())).c_str(), 1);
