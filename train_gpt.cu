@@ -290,7 +290,10 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     const bool ssd = tier != TIER_RAM;
     memset(g, 0, sizeof *g);
     g->comm = comm ? comm : &single_rank;
-    if (g->comm->world > 1 && ssd) die("internal: several ranks with the SSD tier");
+    if (ssd && (g->comm->nodes > 1 || (g->comm->world > 1 && tier == TIER_SSD_WEIGHTS) ||
+                (g->comm->world > 1) != ssd_grads_in_ram))
+        die("internal: the SSD tier on %d ranks of %d nodes (tier %d)", g->comm->world, g->comm->nodes, tier);
+    g->ssd_ranks = ssd && g->comm->world > 1;
     g->checkpoint_step = -1;
     g->config = *cfg;
     if (llama) g->llama = *llama;
@@ -336,10 +339,10 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     const HostReader reader = sw_reader(g, p, resident_layers);
     const HostReader* from_disk = tier == TIER_SSD_WEIGHTS ? &reader : NULL;
     stream_init(&g->stream, c->num_layers, p->layer_stride, p->embed_count, num_slots, optimizer_layer_ready,
-                g, !ssd, from_disk, node_stream_arrays(g));
+                g, !ssd || g->ssd_ranks, from_disk, node_stream_arrays(g));
     if (g->comm->world > 1) comm_part(g->comm, p->layer_stride, &g->stream.grad_lo, &g->stream.grad_hi);
-    if (ssd) g->ssd = ssd_tier_new(g, tier);         // its store comes with ssd_attach
-    g->gpu_bytes += plan.slots + plan.grad_staging;  // stream_init's
+    if (ssd && g->comm->local == 0) g->ssd = ssd_tier_new(g, tier);  // its store comes with ssd_attach
+    g->gpu_bytes += plan.slots + plan.grad_staging;                  // stream_init's
 
     // GPU, from the plan: one allocation per field
     matmul_handles_create();                                          // unless check_fit did
@@ -1267,6 +1270,7 @@ int main(int argc, char** argv) {
     flash_attention_flag = r.ga.flash;  // before the memory plan: the cuBLAS path stores the scores
     cublaslt_fusion = r.ga.epilogues;
     ssd_ring_budget_bytes = std::max(0.0f, r.ga.ssd_ring_gib) * 1073741824.0;  // -sb (auto: check_fit)
+    ssd_grads_in_ram = r.ga.ranks * r.ga.nodes > 1;  // -sd with -pn (and -P 1's advice of -sd for -pn)
     r.bench = r.ga.bench_steps > 0;
     open_output_dir(&r);
     plan_run(&r);

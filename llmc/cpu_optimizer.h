@@ -62,10 +62,10 @@ static void publish_progress(GPT* g, int64_t round, int layers_done) {
     g->comm->node->progress[g->comm->local].store(rank_progress_mark(g, round, layers_done),
                                                   std::memory_order_release);
 }
-// Has every rank of this node reached `mark`? wait: until they have.
-static bool ranks_reached(const GPT* g, int64_t mark, int wait) {
+// Has every rank of this node (from rank `first` on) reached `mark`? wait: until they have.
+static bool ranks_reached(const GPT* g, int64_t mark, int wait, int first = 0) {
     const Comm* c = g->comm;
-    for (int r = 0; r < c->local_world; r++)
+    for (int r = first; r < c->local_world; r++)
         for (int spins = 0; c->node->progress[r].load(std::memory_order_acquire) < mark; spins++) {
             if (!wait) return false;
             if (spins > 2000) {
@@ -126,10 +126,26 @@ static void optimizer_layer_done(GPT* g, int l) {
     o->cv.notify_all();
 }
 
+// -sd on several ranks, rank 0's round: layer l's gradients from this rank's copy and every other rank's
+// (each publishes its progress past l once its slice is on the host: optimizer_round).
+static void ranks_sent_grads(GPT* g, int l) {
+    stream_wait_grads_on_host(&g->stream, l);
+    ranks_reached(g, rank_progress_mark(g, g->opt->rounds_done + 1, l + 1), 1, 1);
+}
+
 static void optimizer_round(GPT* g) {
     if (g->ssd) {
-        SsdRound round = {g, optimizer_adamw_args(g), g->opt->layer_t0, optimizer_layer_done};
+        SsdRound round = {g, optimizer_adamw_args(g), g->opt->layer_t0, optimizer_layer_done,
+                          ranks_sent_grads};
         ssd_tier_round(&round);
+        return;
+    }
+    if (g->ssd_ranks) {  // not the node's rank 0: its slices go to rank 0's round through the host arrays
+        for (int l = g->resident_layers; l < g->config.num_layers; l++) {
+            stream_wait_grads_on_host(&g->stream, l);
+            g->opt->layer_t0[l] = timeline_now();
+            optimizer_layer_done(g, l);  // its progress: rank 0 updates layer l once every rank's is there
+        }
         return;
     }
     const int64_t round = g->opt->rounds_done + 1;  // this thread alone changes rounds_done
@@ -234,6 +250,6 @@ static void optimizer_submit(GPT* g, float lr, float grad_scale) {
 
 // Layer l's gradients to host: pinned, or -sd's ring.
 static void send_layer_grads(GPT* g, int l) {
-    if (g->ssd) ssd_tier_send_grads(g, l);
+    if (g->ssd && !g->ssd_ranks) ssd_tier_send_grads(g, l);
     else stream_send_layer_grads(&g->stream, l);
 }

@@ -226,8 +226,11 @@ struct GPT {
     double last_norm;         // gradient norm of the last step
     OutlierWindow loss_window, norm_window;  // -sl / -sg
     char skipped[96];                        // why the last step updated nothing (-sl / -sg), or ""
-    int64_t gpu_bytes;         // every byte this trainer allocated on the GPU (the "peak GPU" figure)
-    SsdTier* ssd;              // -sd: the streamed layers' state on disk (NULL: in the host arrays)
+    int64_t gpu_bytes;  // every byte this trainer allocated on the GPU (the "peak GPU" figure)
+    SsdTier* ssd;       // -sd: the streamed layers' state on disk (NULL: in the host arrays)
+    // -sd on several ranks of a node: rank 0 alone holds the store (ssd) and updates whole layers; every rank
+    // sends its slice of the gradients to the node's shared host arrays (memory_plan.cuh ssd_grads_in_ram)
+    bool ssd_ranks;
     int64_t host_state_count;  // floats in master / adam_m / adam_v: all, or the prefix with -sd
     int* forward_order;        // R, R+1, ..., L-1: the streamed layers in the order of a forward pass
     int* backward_order;       // L-1, ..., R

@@ -198,6 +198,10 @@ typedef struct {
 // any plan, as flash_attention_flag.
 static double ssd_ring_budget_bytes = 0;
 #define SSD_RING_MIN 4
+// -sd on several ranks of one node (-pn): one store, the node's rank 0's, whose round updates whole layers;
+// the ranks' summed gradients wait in the node's shared host RAM (2 bytes a parameter, as in RAM), not in the
+// tier's ring and grads file. Set from the flags before any plan, as ssd_ring_budget_bytes.
+static bool ssd_grads_in_ram = false;
 
 // -sd's store: layers R..L-1 in pieces of <= 64 Mi parameters, a ring of SSD_RING_MIN pieces, or as many as
 // -sb's bytes hold, up to the round's pieces + 1 (the whole round read ahead, none of its writes waited for).
@@ -209,7 +213,7 @@ static SsdStoreConfig ssd_store_config(const GPTConfig* c, int resident_layers, 
     sc.layer_elems = model_layout(c, llama).layer_stride;
     sc.with_bf16 = tier == TIER_SSD_WEIGHTS;
     sc.ring = SSD_RING_MIN;
-    sc.grads_on_disk = 1;  // ssd_tier.h's gradient writer
+    sc.grads_on_disk = !ssd_grads_in_ram;  // ssd_tier.h's gradient writer
     sc.piece_elems = (int64_t)1 << 26;
     const char* e = getenv("SSD_PIECE_ELEMS");
     if (e && atoll(e) > 0) sc.piece_elems = atoll(e);  // the tests cut small layers into pieces
@@ -240,9 +244,9 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     const int64_t prefix = p.embed_count + (int64_t)resident_layers * p.layer_stride;
     m.master_adam = (ssd ? prefix : p.total) * 12;
     const HostReader reader = sw_reader(NULL, &p, resident_layers);
-    m.pinned = stream_host_bytes(c->num_layers, p.layer_stride, p.embed_count, !ssd,
+    m.pinned = stream_host_bytes(c->num_layers, p.layer_stride, p.embed_count, !ssd || ssd_grads_in_ram,
                                  tier == TIER_SSD_WEIGHTS ? &reader : NULL);
-    if (ssd) m.pinned += GRAD_RING * grads_ring_bytes(&p);  // the gradients' ring
+    if (ssd && !ssd_grads_in_ram) m.pinned += GRAD_RING * grads_ring_bytes(&p);  // the gradients' ring
     if (tier == TIER_SSD_WEIGHTS) m.pinned += sw_handoff_bytes(&p);
     if (ssd && resident_layers < c->num_layers) {
         const SsdStoreConfig sc = ssd_store_config(c, resident_layers, tier, llama);
@@ -470,9 +474,12 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
         m.acts / GiB, m.layer_grads / GiB, (m.dresid + 4 * m.tokens + m.scalars + m.attn) / GiB);
     if (ga->ssd_dir)
         printf(
-            "\ndisk %9.2f GiB in %s: two generations of the streamed layers' fp32 weights, AdamW m and v%s, "
-            "and their bf16 gradients; per step %.2f GiB read, %.2f GiB written",
+            "\ndisk %9.2f GiB in %s: two generations of the streamed layers' fp32 weights, AdamW m and "
+            "v%s%s; "
+            "per step %.2f GiB read, %.2f GiB written",
             m.ssd_disk / GiB, ga->ssd_dir, ga->ssd_weights ? " and bf16 weights" : "",
+            ssd_grads_in_ram ? " (several GPUs: their bf16 gradients in host RAM)"
+                             : ", and their bf16 gradients",
             m.ssd_read_per_step / GiB, m.ssd_write_per_step / GiB);
     printf("\neach further -R layer %.2f GiB, each further -K layer %.2f GiB%s\n", m.resident_layer / GiB,
            m.kept_layer / GiB,

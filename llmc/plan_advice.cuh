@@ -70,7 +70,7 @@ typedef struct {
     int T, slots;
     int64_t gpu_budget, host_avail, disk_free;  // bytes; -1: unknown (no check)
     double peak_flops, disk_read_Bps, disk_write_Bps;
-    bool several;  // -pn / -pN: the advice keeps to what several GPUs run (no -sd yet)
+    bool several;  // -pn / -pN: the advice keeps to what several GPUs run (-sd on one node, without -sw 1)
     int nodes;     // -pN: host RAM is a node's (its part of the streamed layers' fp32 state); 0 or 1: all
     int ranks;     // -pn: a node's GPUs (-E 1: each its own pinned staging)
 } PlanTarget;
@@ -233,7 +233,9 @@ static std::vector<PlanEval> plan_alternatives(const PlanTarget* t, const PlanCh
     std::vector<PlanEval> out;
     const bool llama = t->llama && t->llama->num_layers;
     const int L = t->cfg->num_layers;
-    const int last_tier = t->several ? given.tier : TIER_SSD_WEIGHTS;
+    const int last_tier = !t->several    ? TIER_SSD_WEIGHTS
+                          : t->nodes > 1 ? given.tier
+                                         : std::max(given.tier, (int)TIER_SSD);
     for (int tier = given.tier; tier <= last_tier; tier++)
         for (int E = given.vocab_host; E <= (llama ? 1 : given.vocab_host); E++)
             for (int B = given.B; B >= 1; B--) {
@@ -548,7 +550,10 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
         "memory: each GPU %.2f GiB (the plan above, for its micro-batches); each node's host RAM %.2f GiB: ",
         e.m.gpu_bytes / GiB, host / GiB);
     if (N == 1)
-        printf("the fp32 weights, m, v and bf16 copies once, whatever G (%.1f bytes a parameter)%s\n",
+        printf("%s once, whatever G (%.1f bytes a parameter)%s\n",
+               e.c.tier == TIER_RAM
+                   ? "the fp32 weights, m, v and bf16 copies"
+                   : "the bf16 weights and gradients, the -sd ring and the prefix's fp32 state",
                host / p.total, e.c.vocab_host > 0 ? "; -E 1: each GPU's own pinned staging too" : "");
     else {
         char vocab[80] = "";
@@ -668,11 +673,16 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
         }
         const bool has_e1 = llama && llama->num_layers;  // GPT-2's vocabulary stays on the GPU
         const char* e1 = has_e1 ? " -E 1," : "";
-        if (several)
+        if (several && ga->nodes > 1)
             printf(
-                "advice: nothing fits, as given or with a smaller -b, fewer -R / -K%s (-sd runs on one GPU "
+                "advice: nothing fits, as given or with a smaller -b, fewer -R / -K%s (-sd runs on one node "
                 "for now);\n",
                 has_e1 ? " or -E 1" : "");
+        else if (several)
+            printf(
+                "advice: nothing fits, as given or with a smaller -b, fewer -R / -K,%s or -sd (-sd -sw 1 "
+                "runs on one GPU for now);\n",
+                e1);
         else
             printf(
                 "advice: nothing fits, as given or with a smaller -b, fewer -R / -K,%s -sd or -sd -sw 1;\n",

@@ -565,9 +565,20 @@ static void check_fit(Run* r) {
         }
     }
     print_auto_placement(r, r->gpu_budget, peak, none);
-    if (ga->ssd_dir) {  // the probe first (its buffers are gone before the model's arrive), then -sb auto
-        ssd_open_dir(r);
+    if (ga->ssd_dir && r->comm->local == 0) {  // the probe first (its buffers are gone before the model's
+        ssd_open_dir(r);                       // arrive), then -sb auto; several ranks: rank 0's store
         ssd_ring_auto(r, peak);
+    }
+    if (ga->ssd_dir && r->comm->world > 1) {  // the other ranks plan with rank 0's ring and disk
+        struct {
+            double ring, rbps, wbps;
+            int direct;
+        } disk = {ssd_ring_budget_bytes, r->disk_rbps, r->disk_wbps, r->disk_direct};
+        comm_share(r->comm, &disk, sizeof disk);
+        ssd_ring_budget_bytes = disk.ring, r->disk_rbps = disk.rbps, r->disk_wbps = disk.wbps;
+        r->disk_direct = disk.direct;
+        r->plan = gpt_memory_plan(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, r->resident,
+                                  r->kept, ssd_tier(ga), &r->llama, ga->vocab_host > 0);
     }
     check_gpu_fit(r, sharing);  // a -sd directory this run made goes again
 }
@@ -643,8 +654,13 @@ static void plan_run(Run* r) {
             "make -d a multiple of %lld",
             ranks_text, r->n_micro_all, (long long)r->step_tokens, a.B, a.T, G, (long long)G * a.B * a.T);
     r->n_micro = r->n_micro_all / G;
-    if (G > 1 && ga.ssd_dir)  // a launcher's ranks (-pn / -pN were refused with -sd in parse_args)
-        die("%d ranks with -sd: the SSD tier runs on one GPU for now; start one process, or drop -sd", G);
+    if (ga.ssd_dir && ga.nodes > 1)  // a launcher's nodes (-pN was refused with -sd in parse_args)
+        die("%d nodes with -sd: the SSD tier runs on one node for now; drop -sd, or run on one node",
+            ga.nodes);
+    if (ga.ssd_dir && ga.ssd_weights && G > 1)  // a launcher's ranks (-pn was refused in parse_args)
+        die("-sd -sw 1 with %d ranks: every GPU would read the bf16 weights from disk; drop -sw 1 (the "
+            "bf16 weights then stay in host RAM, once for the node)",
+            G);
     if (ga.resident > r->cfg.num_layers)
         die("-R %d: the model has only %d layers", ga.resident, r->cfg.num_layers);
     if (ga.kept > r->cfg.num_layers) die("-K %d: the model has only %d layers", ga.kept, r->cfg.num_layers);
@@ -979,15 +995,17 @@ static void load_llama_weights(Run* r, GPT* g) {
 static void build_model(Run* r, GPT* g) {
     char err[4352];
     // CPU AdamW threads: every usable core but adam_threads_beside's
-    const int cores = comm_cpu_cores(r->comm), beside = adam_threads_beside(r->ga.ssd_dir != NULL);
+    const int beside = adam_threads_beside(r->ga.ssd_dir != NULL);
+    int cores = comm_cpu_cores(r->comm);                                   // a rank's share of the node's
+    if (r->ga.ssd_dir && r->comm->local == 0) cores = usable_cpu_cores();  // its round updates whole layers
     r->adam_threads = r->ga.adam_threads > 0 ? r->ga.adam_threads : std::max(1, cores - beside);  // a rank's
     cpu_adam_set_threads(r->adam_threads);
     if (r->ga.ssd_dir) ssd_print_bandwidth(r);  // measured in check_fit (ssd_open_dir)
     gpt_build(g, &r->cfg, r->args.B, r->args.T, r->n_micro, r->ga.num_slots, r->resident, r->kept, &r->args,
               ssd_tier(&r->ga), &r->llama, r->ga.vocab_host > 0, r->comm);
-    if (r->ga.ssd_dir) ssd_attach(r, g);  // either family, one layer at a time
-    else if (r->comm->local != 0) {       // several ranks: the node's rank 0 fills its host arrays
-    } else if (r->comm->nodes > 1) {      // several nodes: its parts, a layer at a time
+    if (r->ga.ssd_dir && r->comm->local == 0) ssd_attach(r, g);  // either family, one layer at a time
+    else if (r->comm->local != 0) {  // several ranks: the node's rank 0 fills its host arrays (and -sd store)
+    } else if (r->comm->nodes > 1) {  // several nodes: its parts, a layer at a time
         load_node_weights(r, g);
     } else if (r->llama.num_layers) load_llama_weights(r, g);
     else if (r->kind == 1) gpt_init_params(&r->cfg, g->master, INIT_SEED);

@@ -606,8 +606,10 @@ SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t ste
         snprintf(err, errlen, "no SSD store in %.600s: %.600s/ssd_manifest does not exist", dir, dir);
     if (found != 0) return NULL;
     const SsdStoreConfig& shape = m.shape;
+    // where the gradients wait is no part of a checkpoint (train_gpt: one GPU writes them to disk, the ranks
+    // of a node keep them in RAM), so either resumes the other's store: a grads file is made where none was
     if (shape.num_layers != cfg->num_layers || shape.layer_elems != cfg->layer_elems ||
-        !shape.with_bf16 != !cfg->with_bf16 || !shape.grads_on_disk != !cfg->grads_on_disk) {
+        !shape.with_bf16 != !cfg->with_bf16) {
         snprintf(
             err, errlen,
             "the SSD store in %.600s holds %d layers of %lld parameters (bf16 copy %s, gradients %s), not "
@@ -651,7 +653,18 @@ SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t ste
     }
     SsdStoreConfig use = *cfg;
     if (m.version == 2)
-        use.piece_elems = shape.piece_elems;  // the checksums are per piece of the writer's size
+        use.piece_elems = shape.piece_elems;           // the checksums are per piece of the writer's size
+    if (cfg->grads_on_disk && !shape.grads_on_disk) {  // the store of several ranks, on one GPU: its scratch
+        SsdFile f;
+        const std::string grads = std::string(dir) + "/grads.bf16";
+        if (ssd_file_open(&f, grads.c_str(), 1,
+                          cfg->num_layers * ssd_round_up(cfg->layer_elems * 2, SSD_ALIGN), 1, err,
+                          errlen) != 0)
+            return NULL;
+        ssd_file_close(&f);
+    }
+    if (!cfg->grads_on_disk && shape.grads_on_disk)  // one GPU's store, on several ranks: its scratch goes
+        unlink((std::string(dir) + "/grads.bf16").c_str());
     SsdStore* st = new_store(dir, &use);
     st->step[0] = steps[0];
     st->step[1] = steps[1];

@@ -72,7 +72,7 @@ static SsdTier* ssd_tier_new(const GPT* g, int tier) {
     SsdTier* t = new SsdTier();
     t->weights_on_disk = tier == TIER_SSD_WEIGHTS;
     const int64_t bytes = grads_ring_bytes(&g->layout);
-    for (int k = 0; k < GRAD_RING; k++)
+    for (int k = 0; k < GRAD_RING && !g->ssd_ranks; k++)  // several ranks: the gradients stay in host RAM
         t->buf[k] = (uint16_t*)pinned_alloc_direct_io(bytes, "the gradients' ring (written to -sd)");
     t->written_pass = (int64_t*)calloc((size_t)g->config.num_layers, sizeof(int64_t));
     if (!t->written_pass) die("out of host memory");
@@ -134,7 +134,8 @@ static void ssd_tier_free(GPT* g) {
         }
         t->thread.join();
     }
-    for (int k = 0; k < GRAD_RING; k++) pinned_free_direct_io(t->buf[k]);
+    for (int k = 0; k < GRAD_RING; k++)
+        if (t->buf[k]) pinned_free_direct_io(t->buf[k]);
     for (int b = 0; t->weights_on_disk && b < SW_HANDOFF_BUFFERS; b++) {
         pinned_free_direct_io(t->handoff[b]);
         cudaCheck(cudaEventDestroy(t->handoff_copied[b]));
@@ -210,7 +211,10 @@ typedef struct {
     AdamWArgs adamw;
     double* layer_t0;                   // the timeline's start of each layer's update
     void (*layer_done)(GPT* g, int l);  // layer l updated: the next forward may copy it
-    int handoff = -1;                   // -sw 1: the handoff buffer of the layer being updated, or -1
+    // several ranks (g->ssd_ranks): waits until every rank's slice of layer l's gradients is in the node's
+    // host arrays (stream.grads_host_bf16), which the round then reads
+    void (*grads_sent)(GPT* g, int l);
+    int handoff = -1;  // -sw 1: the handoff buffer of the layer being updated, or -1
 } SsdRound;
 
 // ssd.h's SsdRoundFns; store layer i is layer R + i.
@@ -229,7 +233,16 @@ static int ssd_round_grads_in_ram(void* ctx, int i) {
 static const uint16_t* ssd_round_grads(void* ctx, int i) {
     SsdRound* r = (SsdRound*)ctx;
     GPT* g = r->g;
-    const int l = g->resident_layers + i, k = held_buffer(g, l);
+    const int l = g->resident_layers + i;
+    if (g->ssd_ranks) {  // the store's grads_on_disk = 0: from the node's host arrays
+        r->grads_sent(g, l);
+        r->layer_t0[l] = timeline_now();
+        const uint16_t* grads = g->stream.grads_host_bf16 + (int64_t)l * g->stream.grads_stride;
+        FAKE_CUDA_HOST_ACCESS(grads, g->layout.layer_stride * 2, false,
+                              "the CPU AdamW reading a layer's gradients");
+        return grads;
+    }
+    const int k = held_buffer(g, l);
     r->layer_t0[l] = timeline_now();
     if (k < 0) return NULL;  // in the grads file, written before the round began
     stream_wait_grads_on_host(&g->stream, l);
@@ -319,7 +332,7 @@ static void ssd_tier_round(SsdRound* round) {
     int* layers = (int*)malloc(sizeof(int) * (size_t)(n > 0 ? n : 1));
     if (!layers) die_disk(g, "the SSD tier's AdamW round", "out of host memory");
     for (int i = 0; i < n; i++) layers[i] = i;
-    ssd_tier_wait_grads(g);  // the round reads ahead from the grads file
+    if (!g->ssd_ranks) ssd_tier_wait_grads(g);  // the round reads ahead from the grads file
     SsdRoundFns fns = {ssd_round_grads, ssd_round_update,      ssd_round_bf16_dst, ssd_round_layer_done,
                        round,           ssd_round_grads_in_ram};
     char err[1024];

@@ -622,6 +622,54 @@ TEST_F(MultiGpu, LlamaOnChatDataTrainsLikeOneGpu) {
     EXPECT_TRUE(has(two.out, "| targets ")) << two.out;
 }
 
+// The SSD tier on several ranks of a node (-pn 2 -sd): rank 0's store, its round over whole layers, every
+// rank's slice of the gradients through the node's host arrays. The same bits as -pn 2 in RAM (AdamW is
+// element by element: whole layers or slices, the same ops), both families (Llama with -E 1, -R 1, -K 1),
+// with the emulator's race check; the checkpoint resumes on one GPU (its store then writes the gradients to
+// disk) and again on 2 ranks, still as RAM's; the disk takes no gradients file on ranks.
+TEST_F(MultiGpu, SsdTierOnSeveralRanksTrainsAsInRam) {
+    setenv("SSD_PROBE_SECONDS", "0.2", 1);
+    setenv("SSD_PROBE_MIB", "8", 1);
+    for (const char* spec : {"L3:C64:NH4:T32:V512", "llama:L3:C64:NH4:KV2:I128:T32:V512"}) {
+        SCOPED_TRACE(spec);
+        const bool llama = strncmp(spec, "llama", 5) == 0;
+        const Args more = llama ? Args{"-E", "1", "-R", "1", "-K", "1"} : Args{};
+        const std::string ram = dir + "/ram", sd = dir + "/sd", store = dir + "/store";
+        for (const std::string& d : {ram, sd, store}) nftw(d.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        const Result a = run_bin(kEmu, run_args(spec, ram, Args{"-pn", "2"} + more));
+        const Result b = run_bin(kEmu, run_args(spec, sd, Args{"-pn", "2", "-sd", store} + more));
+        ASSERT_EQ(a.code, 0) << a.err;
+        ASSERT_EQ(b.code, 0) << b.err;
+        EXPECT_TRUE(has(b.out, "race check: no races")) << b.out;
+        EXPECT_TRUE(has(b.out, std::string("SSD tier: ") + (llama ? "2" : "3") +  // -R 1: 2 streamed
+                                   " layers' fp32 weights and AdamW m, v in"))
+            << b.out;
+        EXPECT_EQ(access((store + "/grads.bf16").c_str(), F_OK), -1) << "the ranks' gradients stay in RAM";
+        EXPECT_EQ(step_lines(a.out).size(), 3u) << a.out;
+        EXPECT_TRUE(slurp(ram + "/model_00000003.bin") == slurp(sd + "/model_00000003.bin"))
+            << "-pn 2 -sd against -pn 2 in RAM";
+        // one GPU resumes the ranks' checkpoint, then 2 ranks again: each step as RAM's resumed alike
+        int x = 3;
+        for (const Args& ranks : {Args{}, Args{"-pn", "2"}}) {
+            const std::string steps = std::to_string(++x);
+            const Result ra = run_bin(kEmu, run_args(spec, ram, ranks + more + Args{"-y", "1", "-x", steps}));
+            const Result rb =
+                run_bin(kEmu, run_args(spec, sd, ranks + more + Args{"-y", "1", "-x", steps, "-sd", store}));
+            ASSERT_EQ(ra.code, 0) << ra.err;
+            ASSERT_EQ(rb.code, 0) << rb.err;
+            EXPECT_TRUE(has(rb.out, "resumed at its checkpoint")) << rb.out;
+            EXPECT_FALSE(has(rb.err, "made again")) << rb.err;  // a store of either kind resumes quietly
+            const std::string model = "/" + step_name("model_", x, ".bin");
+            EXPECT_TRUE(slurp(ram + model) == slurp(sd + model))
+                << "step " << x << " on " << (ranks.empty() ? 1 : 2);
+        }
+        EXPECT_EQ(access((store + "/grads.bf16").c_str(), F_OK), -1)
+            << "2 ranks again: one GPU's scratch went";
+    }
+    unsetenv("SSD_PROBE_SECONDS");
+    unsetenv("SSD_PROBE_MIB");
+}
+
 // Rank 3 (node 1's second) killed after step 2: node 1's launcher and rank 2 say so, node 0 sees node 1 go
 // and stops with one line (rank 0's: the first to say why; the others end quietly); both nodes exit 1. The
 // last complete checkpoint (step 1's, or step 2's where rank 3's share of the update finished before the
@@ -1102,12 +1150,13 @@ TEST_F(MultiGpu, BadFlagsAreOneLineErrors) {
     const char* spec = "L2:C64:NH4:T32:V512";
     EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/a", {"-pn", "3"})),
                            {"-pn 3", "4 micro-batches", "do not divide among 3 GPUs", "multiple of 192"}));
-    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/b", {"-pn", "2", "-sd", dir + "/ssd"})),
-                           {"-pn 2 with -sd", "one GPU for now"}));
+    EXPECT_TRUE(
+        CleanError(run_bin(kEmu, run_args(spec, dir + "/b", {"-pn", "2", "-sd", dir + "/ssd", "-sw", "1"})),
+                   {"-pn 2 with -sd -sw 1: every GPU would read the bf16 weights from disk; drop -sw 1"}));
     EXPECT_TRUE(CleanError(
         run_bin(kEmu, run_args(spec, dir + "/b2",  // at once: no node 0 is needed for it
                                {"-pN", "2", "-pr", "1", "-ps", "127.0.0.1:9", "-sd", dir + "/ssd"})),
-        {"-pN 2 with -sd", "one GPU for now"}));
+        {"-pN 2 with -sd", "one node for now"}));
     EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/c", {"-pn", "0"})), {"-pn"}));
     {  // tokens past the vocabulary (in every batch), found mid-run by each rank that reads one: one line
         std::vector<uint16_t> bad = ids(24576, 1);
