@@ -1108,6 +1108,19 @@ TEST_F(MultiGpu, PlanForSeveralGpusAndNodes) {
     EXPECT_EQ(auto_e.code, 0) << auto_e.err << auto_e.out;
     EXPECT_TRUE(has(auto_e.out, "vocabulary chunk buffers (-E 1)")) << auto_e.out;
     EXPECT_TRUE(has(auto_e.out, "host RAM              1059.75 GiB")) << auto_e.out;
+    // -sd on one node of 8 (a disk of 6 / 4 GB/s, the default ring): the gradients in host RAM, no gradients
+    // file; where 600 GiB cannot hold RAM's 1060, the advice names -sd
+    const Result sd =
+        run_bin(kEmu, llama70 + Args{"-pn", "8", "-sd", dir + "/ssd", "-sr", "6,4", "-sb", "0"});
+    for (const char* want :
+         {"host RAM               297.73 GiB", "(several GPUs: their bf16 gradients in host RAM)",
+          "step >= 374.07 s (bound by compute and the round's disk work)",
+          "the bf16 weights and gradients, the -sd ring and the prefix's fp32 state once"})
+        EXPECT_TRUE(has(sd.out, want)) << want << "\n" << sd.out;
+    const Result small = run_bin(kEmu, llama70 + Args{"-pn", "8", "-M", "600"});
+    EXPECT_EQ(small.code, 2) << small.err << small.out;
+    EXPECT_TRUE(std::regex_search(small.out, std::regex("\n  -sd DIR +GPU 54.88 GiB, host 297.73 GiB")))
+        << small.out;
     const Result two = run_bin(kEmu, llama70 + Args{"-pn", "8", "-pN", "2"});
     EXPECT_EQ(two.code, 0) << two.err << two.out;
     for (const char* want :
