@@ -75,7 +75,8 @@ nccl_two_nodes|80|180|@code
 nccl_vocab|60|150|@code
 disk_rates|40|90|llmc/ssd_io.cpp llmc/ssd.h dev/bench/bench_cpu_adam.cpp
 wide_70b|150|280|@code
-wide_405b|170|300|@code"
+wide_405b|170|300|@code
+ssd_ranks|40|120|@code llmc/ssd_io.cpp llmc/ssd_store.cpp llmc/ssd.h"
 
 # Peer figures seen on the H100 (shared/peers/README.md, 2026-11-22), tokens/s at 32K tokens per step
 PEER_13B="gpu_ckpt 47000 fsdp_offload 11900 MegaTrain 15700"
@@ -771,6 +772,22 @@ ssd_same() {
     within "$worst" 1e-3 || { FIG="MISMATCH: $FIG"; return 1; }
 }
 check_ssd_same() { ssd_same ""; }
+# -sd on two ranks of the one GPU (the host's sums: NCCL may refuse two ranks on one GPU): rank 0's store and
+# round over whole layers, the ranks' gradients in host RAM, against the same -pn 2 in RAM: losses and norms
+# within 1e-3 (the GPU atomics' order may differ between two runs)
+check_ssd_ranks() {
+    need TRAIN_GPT || return 3
+    local sd="$RUN/sd" a=(-e d12 -b 4 -t 256 -d 4096 -x 4 -v 0 -g 0 -R 0 -K 0 -pn 2) w rc
+    sub ssd_ranks_ram env LLMC_COLLECTIVES=host "$TRAIN_GPT" "${a[@]}" ||
+        { rc=$?; FIG="RAM: $(last_line ssd_ranks_ram)"; return $rc; }
+    rm -rf "$sd"
+    sub ssd_ranks_sd env LLMC_COLLECTIVES=host "$TRAIN_GPT" "${a[@]}" -sd "$sd" ||
+        { rc=$?; FIG="-sd: $(last_line ssd_ranks_sd)"; return $rc; }
+    rm -rf "$sd"
+    w=$(worst_rel "$(steps_of ssd_ranks_sd)" "$(steps_of ssd_ranks_ram)")
+    FIG="-pn 2 -sd vs -pn 2 in RAM (host sums), 4 steps: worst rel diff of loss/norm $w (bound 1e-3)"
+    within "$w" 1e-3 || { FIG="MISMATCH: $FIG"; return 1; }
+}
 # the Llama family (GQA, untied) with its vocabulary tensors on the host (-E 1)
 check_ssd_llama() { ssd_same llama_ -e llama:L4:C512:NH8:KV2:I1536:V50257:T1024 -E 1; }
 check_ssd_time() {
