@@ -664,8 +664,7 @@ static void state_file_read_parts(const char* path, int64_t total, float* m, flo
     int ok = read_all(f, header, sizeof header) && read_all(f, data_state, sizeof *data_state);
     if (ok && header[ST_VERSION] == STATE_VERSION_SSD)
         die("optimizer state %s: its streamed layers' state is in an SSD store (train_gpt -sd): resume it "
-            "with "
-            "train_gpt -sd DIR on one GPU",
+            "with train_gpt -sd DIR on one node",
             path);
     const off_t base = (off_t)sizeof header + (off_t)sizeof *data_state;
     for (const StatePart& p : parts)

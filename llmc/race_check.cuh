@@ -87,7 +87,7 @@ static void gpt_track_buffers(GPT* g) {
     if (llama) fake_cuda_track(g->rope_inv_freq, g->llama.head_dim / 2 * 4, "RoPE frequencies");
     fake_cuda_track(g->acts.memory, g->acts.bytes, "workspace");
     if (const SsdTier* t = g->ssd) {  // -sd: the gradients' ring; -sw 1: the round's handoff buffers
-        for (int k = 0; k < GRAD_RING; k++)
+        for (int k = 0; k < GRAD_RING && t->buf[k]; k++)  // several ranks: none (the gradients stay in RAM)
             fake_cuda_track(t->buf[k], grads_ring_bytes(p),
                             "the gradients' ring buffer " + std::to_string(k));
         for (int b = 0; t->weights_on_disk && b < SW_HANDOFF_BUFFERS; b++)

@@ -358,9 +358,10 @@ static void check_ssd_space(const Run* r) {
     if (avail < 0) die("-sd %s: %s", dir, strerror(errno));
     if (avail < r->plan.ssd_disk)
         die("-sd %s: the optimizer state needs %s on disk (two generations of the fp32 weights, m and "
-            "v%s of %d streamed layers, and their gradients), the filesystem has %s free",
+            "v%s of %d streamed layers%s), the filesystem has %s free",
             dir, SizeText((double)r->plan.ssd_disk).s, r->ga.ssd_weights ? " and the bf16 weights" : "",
-            r->cfg.num_layers - r->resident, SizeText((double)avail).s);
+            r->cfg.num_layers - r->resident, ssd_grads_in_ram ? "" : ", and their gradients",
+            SizeText((double)avail).s);
 }
 
 // Fit check before large allocations: host RAM, then GPU.
@@ -972,7 +973,7 @@ static void ssd_attach(Run* r, GPT* g) {
     }
     free(layer);
     if (r->ga.timeline) ssd_io_log_busy(ssd_store_io(st), 1);  // the timeline's disk tracks
-    ssd_tier_start_writer(g);
+    if (!g->ssd_ranks) ssd_tier_start_writer(g);               // several ranks: no gradients to write
     char how[96] = "created";
     if (resume)
         snprintf(how, sizeof how, "resumed at its checkpoint, its checksums verified in %.1f s", verify_s);

@@ -21,7 +21,7 @@
 
 #include "llmc/cpu_adam.h"  // defines: convert_f32_to_bf16
 #include "llmc/crc32c.h"    // defines: crc32c_update
-#include "llmc/utils.h"     // defines: SizeText
+#include "llmc/utils.h"     // defines: SizeText, progress_tick, ProgressTicker
 
 static const double GiB = 1024.0 * 1024.0 * 1024.0;
 
@@ -612,11 +612,10 @@ SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t ste
         !shape.with_bf16 != !cfg->with_bf16) {
         snprintf(
             err, errlen,
-            "the SSD store in %.600s holds %d layers of %lld parameters (bf16 copy %s, gradients %s), not "
-            "%d of %lld (bf16 copy %s, gradients %s)",
+            "the SSD store in %.600s holds %d layers of %lld parameters (bf16 copy %s), not %d of %lld (bf16 "
+            "copy %s)",
             dir, shape.num_layers, (long long)shape.layer_elems, shape.with_bf16 ? "on disk" : "in RAM",
-            shape.grads_on_disk ? "on disk" : "in RAM", cfg->num_layers, (long long)cfg->layer_elems,
-            cfg->with_bf16 ? "on disk" : "in RAM", cfg->grads_on_disk ? "on disk" : "in RAM");
+            cfg->num_layers, (long long)cfg->layer_elems, cfg->with_bf16 ? "on disk" : "in RAM");
         return NULL;
     }
     struct stat owner_st;  // a run directory moved (renamed): its store follows it, said once
@@ -653,18 +652,21 @@ SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t ste
     }
     SsdStoreConfig use = *cfg;
     if (m.version == 2)
-        use.piece_elems = shape.piece_elems;           // the checksums are per piece of the writer's size
-    if (cfg->grads_on_disk && !shape.grads_on_disk) {  // the store of several ranks, on one GPU: its scratch
+        use.piece_elems = shape.piece_elems;  // the checksums are per piece of the writer's size
+    // the gradients' scratch file by this run's mode, not the manifest's (which a run that ended before its
+    // first checkpoint did not rewrite): made where missing (the store of several ranks, on one GPU), removed
+    // where unused (one GPU's store, on several ranks)
+    const std::string grads = std::string(dir) + "/grads.bf16";
+    struct stat grads_st;
+    if (cfg->grads_on_disk && lstat(grads.c_str(), &grads_st) != 0) {
         SsdFile f;
-        const std::string grads = std::string(dir) + "/grads.bf16";
         if (ssd_file_open(&f, grads.c_str(), 1,
                           cfg->num_layers * ssd_round_up(cfg->layer_elems * 2, SSD_ALIGN), 1, err,
                           errlen) != 0)
             return NULL;
         ssd_file_close(&f);
     }
-    if (!cfg->grads_on_disk && shape.grads_on_disk)  // one GPU's store, on several ranks: its scratch goes
-        unlink((std::string(dir) + "/grads.bf16").c_str());
+    if (!cfg->grads_on_disk) unlink(grads.c_str());
     SsdStore* st = new_store(dir, &use);
     st->step[0] = steps[0];
     st->step[1] = steps[1];
@@ -1089,12 +1091,16 @@ int ssd_store_checkpoint(SsdStore* st, int64_t step, char* err, size_t errlen) {
             record_sums(st, s, pc, w);
             issue_write(st, s, pc, w, state_kinds(st));
             if (wait_all(st, s->wr, &s->nwr, err, errlen) != 0) return fail_store(st, err);
+            progress_tick();  // several ranks wait meanwhile: a copied piece is progress (progress_watch.h)
         }
         st->src[l] = (uint8_t)w;
     }
-    for (int k = 0; k < K_COUNT; k++)
-        if (has_kind(&st->cfg, k) && ssd_file_sync(&st->files[w][k], err, errlen) != 0)
-            return fail_store(st, err);
+    {
+        ProgressTicker ticker;  // the syncs: one call each, however many bytes the cache still holds
+        for (int k = 0; k < K_COUNT; k++)
+            if (has_kind(&st->cfg, k) && ssd_file_sync(&st->files[w][k], err, errlen) != 0)
+                return fail_store(st, err);
+    }
     if (write_sums(st, w, err, errlen) != 0) return fail_store(st, err);
     st->step[w] = step;
     if (write_manifest(st, err, errlen) != 0) {
