@@ -997,8 +997,9 @@ static void build_model(Run* r, GPT* g) {
     char err[4352];
     // CPU AdamW threads: every usable core but adam_threads_beside's
     const int beside = adam_threads_beside(r->ga.ssd_dir != NULL);
-    int cores = comm_cpu_cores(r->comm);                                   // a rank's share of the node's
-    if (r->ga.ssd_dir && r->comm->local == 0) cores = usable_cpu_cores();  // its round updates whole layers
+    int cores = comm_cpu_cores(r->comm);       // a rank's share of the node's
+    if (r->ga.ssd_dir && r->comm->local == 0)  // its round updates whole layers: the node's cores but a core
+        cores = std::max(1, usable_cpu_cores() - (r->comm->local_world - 1));  // for each other rank's thread
     r->adam_threads = r->ga.adam_threads > 0 ? r->ga.adam_threads : std::max(1, cores - beside);  // a rank's
     cpu_adam_set_threads(r->adam_threads);
     if (r->ga.ssd_dir) ssd_print_bandwidth(r);  // measured in check_fit (ssd_open_dir)
