@@ -1252,6 +1252,14 @@ int main(int argc, char** argv) {
     stop_signal_install_setup();  // until the first step: a signal ends the set-up at once, in one line
     progress_timeout_seconds();   // a bad LLMC_PROGRESS_TIMEOUT is refused before any work (one GPU too)
     r.comm = &ranks;
+    int env_rank = 0, env_world = 1,
+        env_local = 1;  // -sd on another launcher's nodes: at once, not once they joined
+    if (r.ga.ssd_dir && !r.ga.plan_only && env_ranks(&env_rank, &env_world, &env_local) && env_local > 0 &&
+        env_world > env_local)
+        die("-sd with WORLD_SIZE %d over LOCAL_WORLD_SIZE %d (%d nodes): the SSD tier runs on one node for "
+            "now; "
+            "drop -sd, or run on one node",
+            env_world, env_local, env_world / env_local);
     if (!r.ga.plan_only) {
         // -pn G (-pN N), or another launcher's ranks: this is one of G (x N) processes
         rank_start(&ranks, r.ga.ranks, r.ga.nodes, r.ga.node_rank, r.ga.node_address, r.ga.llmc_fs);

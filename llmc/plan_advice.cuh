@@ -692,8 +692,10 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
         if (t.host_avail >= 0) printf(" (%.2f here)", t.host_avail / GiB);
         if (t.disk_free >= 0 && disk < 1e30)
             printf(", disk %.2f GiB (%.2f free)", disk / GiB, t.disk_free / GiB);
-        printf("\n  lower -t or -d, or choose a smaller model%s\n",
-               several ? ", or plan more GPUs (-pn, -pN)" : "");
+        printf("\n  lower -t or -d, or choose a smaller model%s\n", !several ? ""
+                                                                    : ga->ssd_dir
+                                                                        ? ", or plan more GPUs (-pn)"
+                                                                        : ", or plan more GPUs (-pn, -pN)");
         // the most tokens a step that fit, at this -b and -t: fewer micro-batches need fewer layer-input
         // checkpoints, the only part of the plan that grows with -d (a binary search: fitting is monotone)
         auto fastest_fit = [&](int n_micro, PlanEval* best) {

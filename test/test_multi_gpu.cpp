@@ -1170,6 +1170,20 @@ TEST_F(MultiGpu, BadFlagsAreOneLineErrors) {
         run_bin(kEmu, run_args(spec, dir + "/b2",  // at once: no node 0 is needed for it
                                {"-pN", "2", "-pr", "1", "-ps", "127.0.0.1:9", "-sd", dir + "/ssd"})),
         {"-pN 2 with -sd", "one node for now"}));
+    // another launcher's nodes with -sd: at once (a hostile trial: it waited for the other node first)
+    for (const auto& [name, value] : std::vector<std::pair<const char*, const char*>>{
+             {"RANK", "0"},
+             {"WORLD_SIZE", "4"},
+             {"LOCAL_WORLD_SIZE", "2"},
+             {"MASTER_ADDR", "127.0.0.1"},
+             {"LLMC_NODE_WAIT", "5"}})  // without the check: a wait, then another error
+        setenv(name, value, 1);
+    const Result env_nodes = run_bin(kEmu, run_args(spec, dir + "/b3", {"-sd", dir + "/ssd"}));
+    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "LLMC_NODE_WAIT"})
+        unsetenv(name);
+    EXPECT_TRUE(
+        CleanError(env_nodes, {"-sd with WORLD_SIZE 4 over LOCAL_WORLD_SIZE 2 (2 nodes): the SSD tier "
+                               "runs on one node for now"}));
     EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/c", {"-pn", "0"})), {"-pn"}));
     {  // tokens past the vocabulary (in every batch), found mid-run by each rank that reads one: one line
         std::vector<uint16_t> bad = ids(24576, 1);
