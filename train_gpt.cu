@@ -290,8 +290,9 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     const bool ssd = tier != TIER_RAM;
     memset(g, 0, sizeof *g);
     g->comm = comm ? comm : &single_rank;
-    if (ssd && (g->comm->nodes > 1 || (g->comm->world > 1 && tier == TIER_SSD_WEIGHTS) ||
-                (g->comm->world > 1) != ssd_grads_in_ram))
+    if (ssd &&
+        ((g->comm->world > 1 && tier == TIER_SSD_WEIGHTS) || (g->comm->world > 1) != ssd_grads_in_ram ||
+         g->comm->nodes != ssd_nodes || g->comm->local_world != ssd_node_ranks))
         die("internal: the SSD tier on %d ranks of %d nodes (tier %d)", g->comm->world, g->comm->nodes, tier);
     g->ssd_ranks = ssd && g->comm->world > 1;
     g->checkpoint_step = -1;
@@ -468,6 +469,7 @@ static void gpt_weights_ready(GPT* g) {
 static void node_state_bytes(const GPT* g, double* resident, double* share) {
     const ParamLayout* p = &g->layout;
     const int64_t page = sysconf(_SC_PAGESIZE), n = g->host_state_count;
+    const bool in_arrays = n == p->total;  // -sd: the prefix only (the streamed layers' part: the store's)
     *resident = 0;
     *share = 0;
     for (float* x : {g->master, g->adam_m, g->adam_v}) {
@@ -478,7 +480,7 @@ static void node_state_bytes(const GPT* g, double* resident, double* share) {
     }
     int64_t lo, hi;
     comm_node_part(g->comm, p->layer_stride, g->comm->node_rank, &lo, &hi);
-    const int streamed = g->config.num_layers - g->resident_layers;
+    const int streamed = in_arrays ? g->config.num_layers - g->resident_layers : 0;
     *share = 12.0 * ((double)n - (double)streamed * p->layer_stride + (double)streamed * (hi - lo));
     if (g->vocab) {
         vocab_node_part(g, g->comm->node_rank, &lo, &hi);
@@ -518,6 +520,16 @@ static int gather_layer_moment(void* ctx, int which, int l, float* out, char*, s
     GPT* g = (GPT*)ctx;
     return gather_layer(g, which == 1 ? g->adam_m : g->adam_v, l, out);
 }
+// -sd on several nodes, rank 0 saving: layer l's fp32 weights whole in out, each node's part from its store
+// (the other nodes' leaders read theirs and send it: gather_node_state).
+static int gather_store_layer(void* ctx, int l, float* out, char* err, size_t errlen) {
+    GPT* g = (GPT*)ctx;
+    if (!ssd_read_layer_params(g, l, out, err, errlen)) return 0;
+    std::vector<int64_t> lo, hi;
+    node_layer_ranges(g, &lo, &hi);
+    net_gather(&g->comm->net, NET_MAIN, (char*)out, lo.data(), hi.data());
+    return 1;
+}
 // -E 1: the vocabulary's [a, b) of the fp32 weights (which 0), m (1) or v (2), from the nodes' parts.
 static int gather_vocab(void* ctx, int which, int64_t a, int64_t b, float* out, char*, size_t) {
     GPT* g = (GPT*)ctx;
@@ -525,13 +537,21 @@ static int gather_vocab(void* ctx, int which, int64_t a, int64_t b, float* out, 
     return 1;
 }
 // The other nodes' leaders while rank 0 saves: their parts, in the order it writes them (the model file's
-// layers, then m's, then v's; the Llama files: each followed by -E 1's vocabulary, a window at a time).
+// layers, then m's, then v's; the Llama files: each followed by -E 1's vocabulary, a window at a time). -sd:
+// the model file's layers from the node's store (the state file holds m and v of the prefix only).
 static void gather_node_state(GPT* g) {
     std::vector<int64_t> lo, hi;
     node_layer_ranges(g, &lo, &hi);
     const int64_t E = g->layout.embed_count, W = state_window_floats();
+    std::vector<float> layer(g->ssd ? (size_t)g->layout.layer_stride : 0);
+    for (int l = g->resident_layers; g->ssd && l < g->config.num_layers; l++) {
+        char err[1024];
+        if (!ssd_read_layer_params(g, l, layer.data(), err, sizeof err))
+            die_disk(g, "reading the SSD tier for the checkpoint", err);
+        net_gather(&g->comm->net, NET_MAIN, (char*)layer.data(), lo.data(), hi.data());
+    }
     for (float* x : {g->master, g->adam_m, g->adam_v}) {
-        for (int l = g->resident_layers; l < g->config.num_layers; l++)
+        for (int l = g->resident_layers; !g->ssd && l < g->config.num_layers; l++)
             net_gather(&g->comm->net, NET_MAIN, (char*)(x + gpt_layer_offset(&g->layout, l)), lo.data(),
                        hi.data());
         for (int64_t a = 0; g->vocab && a < E; a += W) vocab_state_window(g, x, a, std::min(E, a + W), NULL);
@@ -970,7 +990,12 @@ static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data
     gpt_resident_state_to_host(g);  // the resident prefix's state lives on the GPU
     const LlamaConfig* llama = is_llama(g) ? &g->llama : NULL;  // llama_model.h's file: the family's order
     if (g->ssd) {
-        const StreamedState ss = ssd_tier_checkpoint(g);
+        StreamedState ss = ssd_tier_checkpoint(g);
+        if (g->comm->nodes > 1) {  // each node's store holds its part
+            ss.read_layer = gather_store_layer;
+            ss.node_part = comm_slice(g->comm, g->layout.layer_stride) * g->comm->local_world;
+            if (g->vocab) ss.read_vocab = gather_vocab;
+        }
         checkpoint_save(dir, g->step, g->adam_t, &g->config, g->master, g->adam_m, g->adam_v, &g->args, g->B,
                         g->T, data_state, &ss, llama);
         return;
@@ -982,7 +1007,8 @@ static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data
                                   gather_layer_params,
                                   g,
                                   gather_layer_moment,
-                                  g->vocab ? gather_vocab : NULL};
+                                  g->vocab ? gather_vocab : NULL,
+                                  0};
         checkpoint_save(dir, g->step, g->adam_t, &g->config, g->master, g->adam_m, g->adam_v, &g->args, g->B,
                         g->T, data_state, &ss, llama);
         return;
@@ -1004,13 +1030,15 @@ static void load_state(GPT* g, const char* path, DataLoaderState* data_state) {
         comm_node_part(g->comm, S, g->comm->node_rank, &lo, &hi);
         int64_t vlo = 0, vhi = E;  // -E 1: the vocabulary's part (the GPU's embeddings: whole)
         if (g->vocab) vocab_node_part(g, g->comm->node_rank, &vlo, &vhi);
-        std::vector<StatePart> parts = {{vlo, (llama ? p->total - E : 0) + vlo, vhi - vlo}};
-        for (int64_t l = 0; l < L; l++) {
+        const bool ssd = g->ssd != NULL;  // -sd: the file's m, v are the prefix's, in this trainer's order
+        std::vector<StatePart> parts = {{vlo, (llama && !ssd ? p->total - E : 0) + vlo, vhi - vlo}};
+        for (int64_t l = 0; l < (ssd ? g->resident_layers : L); l++) {
             const bool mine = l >= g->resident_layers;  // the resident layers whole, the others' node part
             const int64_t a = mine ? lo : 0, n = mine ? hi - lo : S;
-            parts.push_back({E + l * S + a, (llama ? 0 : E) + l * S + a, n});
+            parts.push_back({E + l * S + a, (llama && !ssd ? 0 : E) + l * S + a, n});
         }
-        state_file_read_parts(path, p->total, g->adam_m, g->adam_v, data_state, &g->step, &g->adam_t, parts);
+        state_file_read_parts(path, p->total, g->adam_m, g->adam_v, data_state, &g->step, &g->adam_t, parts,
+                              ssd);
     } else if (g->comm->local == 0) {
         state_file_read(path, g->layout.total, g->adam_m, g->adam_v, data_state, &g->step, &g->adam_t,
                         g->ssd ? &g->host_state_count : NULL);
@@ -1187,7 +1215,8 @@ static void load_step_batches(Run* r) {
 static void save_run_checkpoint(Run* r, GPT* g) {
     DataLoaderState data_state = dataloader_get_state(&r->train);
     if (r->comm->nodes > 1 && r->comm->local == 0 && r->comm->rank != 0) {
-        optimizer_wait_all(g);  // this node's parts are the step's
+        optimizer_wait_all(g);               // this node's parts are the step's
+        if (g->ssd) ssd_tier_checkpoint(g);  // -sd: its store's checkpoint, durable before its parts go
         gather_node_state(g);
     }
     if (r->comm->rank == 0) {
@@ -1252,14 +1281,12 @@ int main(int argc, char** argv) {
     stop_signal_install_setup();  // until the first step: a signal ends the set-up at once, in one line
     progress_timeout_seconds();   // a bad LLMC_PROGRESS_TIMEOUT is refused before any work (one GPU too)
     r.comm = &ranks;
-    int env_rank = 0, env_world = 1,
-        env_local = 1;  // -sd on another launcher's nodes: at once, not once they joined
-    if (r.ga.ssd_dir && !r.ga.plan_only && env_ranks(&env_rank, &env_world, &env_local) && env_local > 0 &&
-        env_world > env_local)
-        die("-sd with WORLD_SIZE %d over LOCAL_WORLD_SIZE %d (%d nodes): the SSD tier runs on one node for "
-            "now; "
-            "drop -sd, or run on one node",
-            env_world, env_local, env_world / env_local);
+    int env_rank = 0, env_world = 1, env_local = 1;  // -sd -sw 1 on another launcher's ranks: at once
+    if (r.ga.ssd_dir && r.ga.ssd_weights && !r.ga.plan_only && env_ranks(&env_rank, &env_world, &env_local) &&
+        env_world > 1)
+        die("-sd -sw 1 with WORLD_SIZE %d: every GPU would read the bf16 weights from disk; drop -sw 1 (the "
+            "bf16 weights then stay in host RAM, once for the node)",
+            env_world);
     if (!r.ga.plan_only) {
         // -pn G (-pN N), or another launcher's ranks: this is one of G (x N) processes
         rank_start(&ranks, r.ga.ranks, r.ga.nodes, r.ga.node_rank, r.ga.node_address, r.ga.llmc_fs);
@@ -1278,7 +1305,8 @@ int main(int argc, char** argv) {
     flash_attention_flag = r.ga.flash;  // before the memory plan: the cuBLAS path stores the scores
     cublaslt_fusion = r.ga.epilogues;
     ssd_ring_budget_bytes = std::max(0.0f, r.ga.ssd_ring_gib) * 1073741824.0;  // -sb (auto: check_fit)
-    ssd_grads_in_ram = r.ga.ranks * r.ga.nodes > 1;  // -sd with -pn (and -P 1's advice of -sd for -pn)
+    ssd_grads_in_ram = r.ga.ranks * r.ga.nodes > 1;       // -sd with -pn (and -P 1's advice of -sd for -pn)
+    ssd_nodes = r.ga.nodes, ssd_node_ranks = r.ga.ranks;  // -sd with -pN: each node's store, its part
     r.bench = r.ga.bench_steps > 0;
     open_output_dir(&r);
     plan_run(&r);
@@ -1286,6 +1314,7 @@ int main(int argc, char** argv) {
     open_data(&r);
     if (ranks.world > 1) require_gpu(&r);  // said once, by rank 0 (one rank: after the host's fit check)
     rank_gate_open(&ranks, run_fingerprint(&r));  // every rank's and node's flags alike
+    ssd_node_dir(&r);                             // -sd on several nodes: DIR/node<n>, each node's
     check_fit(&r);
     GPT g;
     build_model(&r, &g);

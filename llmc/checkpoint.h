@@ -27,7 +27,9 @@
 #define STATE_VERSION 2  // adds the hyperparameters. Version 1 is refused.
 // -sd: streamed layers' state is in an SsdStore (ssd.h, docs/ssd.md).
 #define STATE_VERSION_SSD 102
-enum { SSD_TAIL_PREFIX, SSD_TAIL_STORE_STEP, SSD_TAIL_STREAMED_LAYERS, SSD_TAIL_RESERVED, SSD_TAIL_FIELDS };
+// SSD_TAIL_NODE_PART: -sd on several nodes, the elements of each node's part of a layer (comm_node_part's
+// stride: node n's store holds [n * it, (n + 1) * it)); 0: one store of whole layers (one node).
+enum { SSD_TAIL_PREFIX, SSD_TAIL_STORE_STEP, SSD_TAIL_STREAMED_LAYERS, SSD_TAIL_NODE_PART, SSD_TAIL_FIELDS };
 
 // The state header: 16 int64. Floats as bits, so resume compares exactly.
 enum {
@@ -208,7 +210,8 @@ static int checkpoint_verify(const char* dir, int64_t step, int* verified, char*
 
 // -sd: layers from first_layer on keep fp32 state on SSD. Several nodes (read_moment set): their state is
 // spread over the nodes; read_layer and read_moment gather a layer's, and the state file is the usual one
-// (m and v of every parameter), written a layer at a time.
+// (m and v of every parameter), written a layer at a time. -sd on several nodes: read_layer gathers from
+// the nodes' stores, read_moment is NULL (the stores keep m and v), read_vocab as below.
 typedef struct {
     int64_t prefix;      // parameters in the caller's arrays: embeddings + -R layers
     int64_t store_step;  // the store generation's step (= the checkpoint's)
@@ -218,9 +221,10 @@ typedef struct {
     // several nodes: layer l's AdamW m (which 1) or v (2); called for m's layers in order, then v's
     int (*read_moment)(void* ctx, int which, int layer, float* out, char* err, size_t errlen);
     // several nodes with -E 1 (Llama): the embedding block's [lo, hi) of the fp32 weights (which 0), m (1) or
-    // v (2), in state_window_floats() windows, after each one's layers (the files: [layers | embeddings]);
-    // NULL: the prefix arrays hold them
+    // v (2), in state_window_floats() windows, after each one's layers (the files: [layers | embeddings];
+    // -sd's state file: the prefix's m and v, [embeddings | -R layers]); NULL: the prefix arrays hold them
     int (*read_vocab)(void* ctx, int which, int64_t lo, int64_t hi, float* out, char* err, size_t errlen);
+    int64_t node_part;  // -sd on several nodes: the state file's SSD_TAIL_NODE_PART
 } StreamedState;
 // The windows of read_vocab, and of -E 1's loads on several nodes: 16M floats (tests:
 // LLMC_TEST_STATE_WINDOW floats, on every node alike).
@@ -418,12 +422,20 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
         tail[SSD_TAIL_PREFIX] = ss->prefix;
         tail[SSD_TAIL_STORE_STEP] = ss->store_step;
         tail[SSD_TAIL_STREAMED_LAYERS] = (llama ? llama->num_layers : cfg->num_layers) - ss->first_layer;
+        tail[SSD_TAIL_NODE_PART] = ss->node_part;
     }
     int ok = write_crc(f, header, sizeof header, &crc) &&
              write_crc(f, data_state, sizeof *data_state, &crc) &&
              (!ssd || write_crc(f, tail, sizeof tail, &crc));
     if (ss && !ssd) ok = ok && write_moments_streamed(f, cfg, llama, m, v, ss, &crc, err, sizeof err);
-    else ok = ok && write_crc(f, m, in_file * 4, &crc) && write_crc(f, v, in_file * 4, &crc);
+    else if (ssd && ss->read_vocab) {  // -sd on several nodes with -E 1: the vocabulary's from the nodes
+        const int64_t E =
+            total - (int64_t)(llama ? llama->num_layers : cfg->num_layers) *
+                        (llama ? llama_layout(llama).layer_stride : gpt_layout(cfg).layer_stride);
+        for (int which = 1; which <= 2 && ok; which++)
+            ok = write_vocab_windows(f, ss, which, E, &crc, err, sizeof err) &&
+                 write_crc(f, (which == 1 ? m : v) + E, (in_file - E) * 4, &crc);
+    } else ok = ok && write_crc(f, m, in_file * 4, &crc) && write_crc(f, v, in_file * 4, &crc);
     sums[1].bytes =
         (int64_t)sizeof header + (int64_t)sizeof *data_state + (ssd ? (int64_t)sizeof tail : 0) + in_file * 8;
     sums[1].crc = crc;
@@ -650,26 +662,31 @@ static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_st
 
 // Reads m, v, data position, step and updates. Exits on failure.
 // Several nodes: only parts of m and v, [at, at + count) of the file's parameters into dst + to, each part.
+// ssd_prefix: an -sd checkpoint's file (its m, v: of the prefix only).
 struct StatePart {
     int64_t to, at, count;
 };
 static void state_file_read_parts(const char* path, int64_t total, float* m, float* v,
                                   DataLoaderState* data_state, int64_t* step, int64_t* adam_t,
-                                  const std::vector<StatePart>& parts) {
+                                  const std::vector<StatePart>& parts, bool ssd_prefix = false) {
     *step = check_state_file(path, total);
     char err[4352];
     FILE* f = open_regular(path, "optimizer state", err, sizeof err);
     if (!f) die("%s", err);
-    int64_t header[ST_HEADER_FIELDS];
+    int64_t header[ST_HEADER_FIELDS], tail[SSD_TAIL_FIELDS];
     int ok = read_all(f, header, sizeof header) && read_all(f, data_state, sizeof *data_state);
-    if (ok && header[ST_VERSION] == STATE_VERSION_SSD)
-        die("optimizer state %s: its streamed layers' state is in an SSD store (train_gpt -sd): resume it "
-            "with train_gpt -sd DIR on one node",
-            path);
-    const off_t base = (off_t)sizeof header + (off_t)sizeof *data_state;
+    const bool ssd = ok && header[ST_VERSION] == STATE_VERSION_SSD;
+    if (ssd != ssd_prefix)
+        die("optimizer state %s: %s", path,
+            ssd ? "its streamed layers' state is in an SSD store (train_gpt -sd): resume it with -sd DIR"
+                : "it holds all its state (a run without -sd): resume it without -sd");
+    int64_t in_file = total;  // -sd: the prefix's m, v only, its parts' `at` in trainer order
+    if (ssd) ok = read_all(f, tail, sizeof tail), in_file = tail[SSD_TAIL_PREFIX];
+    const off_t base = (off_t)sizeof header + (off_t)sizeof *data_state + (ssd ? (off_t)sizeof tail : 0);
     for (const StatePart& p : parts)
         for (int which = 0; which < 2 && ok; which++)
-            ok = fseeko(f, base + (off_t)((which * total + p.at) * 4), SEEK_SET) == 0 &&
+            ok = p.at >= 0 && p.at + p.count <= in_file &&
+                 fseeko(f, base + (off_t)((which * in_file + p.at) * 4), SEEK_SET) == 0 &&
                  read_all(f, (which ? v : m) + p.to, p.count * 4);
     if (!ok) die("optimizer state %s: read failed", path);
     fclose(f);

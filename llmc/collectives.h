@@ -287,10 +287,8 @@ static inline void comm_sum_host(Comm* c, double* v, int n, bool min = false) {
     node_barrier(c);  // the slots are free again
 }
 
-// Rank 0's `bytes` bytes at p, to every rank (several nodes: to each node's leader, then its ranks).
-static inline void comm_share(Comm* c, void* p, size_t bytes) {
-    if (c->world == 1) return;
-    if (c->nodes > 1 && c->local == 0) net_bcast(&c->net, NET_MAIN, p, (int64_t)bytes);
+// The node's leader's `bytes` bytes at p, to the node's ranks.
+static inline void node_share(Comm* c, void* p, size_t bytes) {
     if (c->local_world == 1) return;
     if (bytes > sizeof c->node->note) die("internal: %zu bytes to share", bytes);
     if (c->local == 0) memcpy(c->node->note, p, bytes);
@@ -298,18 +296,29 @@ static inline void comm_share(Comm* c, void* p, size_t bytes) {
     if (c->local != 0) memcpy(p, c->node->note, bytes);
     node_barrier(c);
 }
+// Rank 0's `bytes` bytes at p, to every rank (several nodes: to each node's leader, then its ranks).
+static inline void comm_share(Comm* c, void* p, size_t bytes) {
+    if (c->world == 1) return;
+    if (c->nodes > 1 && c->local == 0) net_bcast(&c->net, NET_MAIN, p, (int64_t)bytes);
+    node_share(c, p, bytes);
+}
 
 // The part of n elements that rank r owns: [lo, hi), slices of comm_slice elements (multiples of 64).
-static inline int64_t comm_slice(const Comm* c, int64_t n) {
-    const int64_t s = (n + c->world - 1) / c->world;
+static inline int64_t slice_of(int64_t n, int world) {
+    const int64_t s = (n + world - 1) / world;
     return (s + 63) / 64 * 64;
 }
+static inline int64_t comm_slice(const Comm* c, int64_t n) { return slice_of(n, c->world); }
 static inline void comm_part(const Comm* c, int64_t n, int64_t* lo, int64_t* hi) {
     const int64_t s = comm_slice(c, n);
     *lo = std::min<int64_t>(n, (int64_t)c->rank * s);
     *hi = std::min<int64_t>(n, *lo + s);
 }
 // The part node `node`'s ranks own together: its G slices, [lo, hi).
+// node_part_of: the most a node's part holds (node 0's), for N nodes of G ranks (the memory plan's, -sd).
+static inline int64_t node_part_of(int64_t n, int nodes, int ranks) {
+    return std::min<int64_t>(n, slice_of(n, nodes * ranks) * ranks);
+}
 static inline void comm_node_part(const Comm* c, int64_t n, int node, int64_t* lo, int64_t* hi) {
     const int64_t s = comm_slice(c, n) * c->local_world;
     *lo = std::min<int64_t>(n, (int64_t)node * s);

@@ -134,11 +134,20 @@ static void ranks_sent_grads(GPT* g, int l) {
     ranks_reached(g, rank_progress_mark(g, g->opt->rounds_done + 1, l + 1), 1, 1);
 }
 
+// -sd on several nodes: the node's store updated its part of layer l; the exchange, then as one node.
+static void ssd_node_layer_done(GPT* g, int l) {
+    exchange_layer(g, g->opt->rounds_done + 1, l);
+    optimizer_layer_done(g, l);
+}
+
 static void optimizer_round(GPT* g) {
+    const int64_t round = g->opt->rounds_done + 1;  // this thread alone changes rounds_done
     if (g->ssd) {
-        SsdRound round = {g, optimizer_adamw_args(g), g->opt->layer_t0, optimizer_layer_done,
-                          ranks_sent_grads};
-        ssd_tier_round(&round);
+        SsdRound round_fns = {g, optimizer_adamw_args(g), g->opt->layer_t0,
+                              g->comm->nodes > 1 ? ssd_node_layer_done : optimizer_layer_done,
+                              ranks_sent_grads};
+        ssd_tier_round(&round_fns);
+        if (g->comm->nodes > 1) exchange_layer(g, round, g->config.num_layers);  // the round's end
         return;
     }
     if (g->ssd_ranks) {  // not the node's rank 0: its slices go to rank 0's round through the host arrays
@@ -147,9 +156,9 @@ static void optimizer_round(GPT* g) {
             g->opt->layer_t0[l] = timeline_now();
             optimizer_layer_done(g, l);  // its progress: rank 0 updates layer l once every rank's is there
         }
+        if (g->comm->nodes > 1) exchange_layer(g, round, g->config.num_layers);  // the round's end
         return;
     }
-    const int64_t round = g->opt->rounds_done + 1;  // this thread alone changes rounds_done
     for (int l = g->resident_layers; l < g->config.num_layers; l++) {
         stream_wait_grads_on_host(&g->stream, l);
         g->opt->layer_t0[l] = timeline_now();

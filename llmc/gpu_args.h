@@ -424,13 +424,10 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         die("-pr %d: -ps HOST[:PORT] names node 0, where this node joins the run (run ./train_gpt -h for the "
             "flags)",
             ga->node_rank);
-    if (ga->ssd_dir && ga->nodes > 1 && !ga->llmc_init)  // before any node joins
-        die("-pN %d with -sd: the SSD tier runs on one node for now (-pn takes its GPUs); drop -pN or -sd",
-            ga->nodes);
-    if (ga->ssd_dir && ga->ssd_weights && ga->ranks > 1 && !ga->llmc_init)
-        die("-pn %d with -sd -sw 1: every GPU would read the bf16 weights from disk; drop -sw 1 (the bf16 "
+    if (ga->ssd_dir && ga->ssd_weights && ga->ranks * ga->nodes > 1 && !ga->llmc_init)  // before any joins
+        die("%s %d with -sd -sw 1: every GPU would read the bf16 weights from disk; drop -sw 1 (the bf16 "
             "weights then stay in host RAM, once for the node)",
-            ga->ranks);
+            ga->ranks > 1 ? "-pn" : "-pN", ga->ranks > 1 ? ga->ranks : ga->nodes);
     if (ga->ssd_weights && !ga->ssd_dir)
         die("-sw 1 puts the bf16 weights in the SSD tier: it needs -sd DIR (run ./train_gpt -h for the "
             "flags)");

@@ -7,6 +7,7 @@
 #include <string>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include "llmc/collectives.h"  // defines: node_part_of
 #include "llmc/attention_path.cuh"  // defines: cudnn_attention_ready, _workspace, ATTN_CUDNN, flash_attention_usable
 #include "llmc/gpt.cuh"             // defines: LayerActs
 #include "llmc/gpu_args.h"          // defines: GpuArgs, ssd_tier
@@ -202,15 +203,19 @@ static double ssd_ring_budget_bytes = 0;
 // the ranks' summed gradients wait in the node's shared host RAM (2 bytes a parameter, as in RAM), not in the
 // tier's ring and grads file. Set from the flags before any plan, as ssd_ring_budget_bytes.
 static bool ssd_grads_in_ram = false;
+// -sd on N nodes of G ranks (-pN N -pn G): each node's store holds its part of each streamed layer, the fp32
+// state its ranks' slices cover (comm_node_part); the plan counts the largest, node 0's. Set as the above.
+static int ssd_nodes = 1, ssd_node_ranks = 1;
 
-// -sd's store: layers R..L-1 in pieces of <= 64 Mi parameters, a ring of SSD_RING_MIN pieces, or as many as
-// -sb's bytes hold, up to the round's pieces + 1 (the whole round read ahead, none of its writes waited for).
+// -sd's store (several nodes: each node's, its part of each layer): layers R..L-1 in pieces of <= 64 Mi
+// parameters, a ring of SSD_RING_MIN pieces, or as many as -sb's bytes hold, up to the round's pieces + 1
+// (the whole round read ahead, none of its writes waited for).
 static SsdStoreConfig ssd_store_config(const GPTConfig* c, int resident_layers, int tier,
                                        const LlamaConfig* llama = NULL) {
     SsdStoreConfig sc;
     memset(&sc, 0, sizeof sc);
     sc.num_layers = c->num_layers - resident_layers;
-    sc.layer_elems = model_layout(c, llama).layer_stride;
+    sc.layer_elems = node_part_of(model_layout(c, llama).layer_stride, ssd_nodes, ssd_node_ranks);
     sc.with_bf16 = tier == TIER_SSD_WEIGHTS;
     sc.ring = SSD_RING_MIN;
     sc.grads_on_disk = !ssd_grads_in_ram;  // ssd_tier.h's gradient writer

@@ -91,14 +91,16 @@ static PlanEval plan_evaluate(const PlanTarget* t, PlanChoice c) {
     const GPTConfig* cfg = t->cfg;
     e.m = gpt_memory_plan(cfg, c.B, t->T, c.n_micro, t->slots, c.resident, c.kept, c.tier, t->llama,
                           c.vocab_host > 0);
-    if (t->nodes > 1) {  // a node holds the prefix's fp32 state whole and 1/N of the streamed layers', and
-                         // the bf16 gradients of its part of each layer; -E 1: 1/N of the vocabulary's fp32
-                         // weights, m, v and gradients (llmc/vocab_host.cuh vocab_node_part)
+    if (t->nodes > 1) {  // a node holds the prefix's fp32 state whole and 1/N of the streamed layers' (-sd:
+                         // in its store, whose plan is the node's already), and the bf16 gradients of its
+                         // part of each layer; -E 1: 1/N of the vocabulary's fp32 weights, m, v and gradients
+                         // (llmc/vocab_host.cuh vocab_node_part)
         const ParamLayout pl = model_layout(cfg, t->llama);
         const double stride = (double)pl.layer_stride, streamed = (cfg->num_layers - c.resident) * stride;
         const double vocab = c.vocab_host > 0 ? 16.0 * pl.embed_count : 0.0;
-        e.m.host_bytes -= (int64_t)((12.0 * streamed + 2.0 * cfg->num_layers * stride + vocab) *
-                                    (t->nodes - 1.0) / t->nodes);
+        const double in_ram = c.tier == TIER_RAM ? 12.0 * streamed : 0.0;
+        e.m.host_bytes -=
+            (int64_t)((in_ram + 2.0 * cfg->num_layers * stride + vocab) * (t->nodes - 1.0) / t->nodes);
     }
     if (t->ranks > 1) e.m.host_bytes += (int64_t)(t->ranks - 1) * e.m.vocab_staging;
     e.gpu_fits = e.m.gpu_bytes + gpu_reserve_bytes <= t->gpu_budget;
@@ -233,9 +235,7 @@ static std::vector<PlanEval> plan_alternatives(const PlanTarget* t, const PlanCh
     std::vector<PlanEval> out;
     const bool llama = t->llama && t->llama->num_layers;
     const int L = t->cfg->num_layers;
-    const int last_tier = !t->several    ? TIER_SSD_WEIGHTS
-                          : t->nodes > 1 ? given.tier
-                                         : std::max(given.tier, (int)TIER_SSD);
+    const int last_tier = !t->several ? TIER_SSD_WEIGHTS : std::max(given.tier, (int)TIER_SSD);
     for (int tier = given.tier; tier <= last_tier; tier++)
         for (int E = given.vocab_host; E <= (llama ? 1 : given.vocab_host); E++)
             for (int B = given.B; B >= 1; B--) {
@@ -673,12 +673,7 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
         }
         const bool has_e1 = llama && llama->num_layers;  // GPT-2's vocabulary stays on the GPU
         const char* e1 = has_e1 ? " -E 1," : "";
-        if (several && ga->nodes > 1)
-            printf(
-                "advice: nothing fits, as given or with a smaller -b, fewer -R / -K%s (-sd runs on one node "
-                "for now);\n",
-                has_e1 ? " or -E 1" : "");
-        else if (several)
+        if (several)
             printf(
                 "advice: nothing fits, as given or with a smaller -b, fewer -R / -K,%s or -sd (-sd -sw 1 "
                 "runs on one GPU for now);\n",

@@ -570,12 +570,12 @@ static void check_fit(Run* r) {
         ssd_open_dir(r);                       // arrive), then -sb auto; several ranks: rank 0's store
         ssd_ring_auto(r, peak);
     }
-    if (ga->ssd_dir && r->comm->world > 1) {  // the other ranks plan with rank 0's ring and disk
+    if (ga->ssd_dir && r->comm->world > 1) {  // the other ranks plan with their node's ring and disk
         struct {
             double ring, rbps, wbps;
             int direct;
         } disk = {ssd_ring_budget_bytes, r->disk_rbps, r->disk_wbps, r->disk_direct};
-        comm_share(r->comm, &disk, sizeof disk);
+        node_share(r->comm, &disk, sizeof disk);  // several nodes: each node's store, its own drive
         ssd_ring_budget_bytes = disk.ring, r->disk_rbps = disk.rbps, r->disk_wbps = disk.wbps;
         r->disk_direct = disk.direct;
         r->plan = gpt_memory_plan(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, r->resident,
@@ -655,9 +655,6 @@ static void plan_run(Run* r) {
             "make -d a multiple of %lld",
             ranks_text, r->n_micro_all, (long long)r->step_tokens, a.B, a.T, G, (long long)G * a.B * a.T);
     r->n_micro = r->n_micro_all / G;
-    if (ga.ssd_dir && ga.nodes > 1)  // a launcher's nodes (-pN was refused with -sd in parse_args)
-        die("%d nodes with -sd: the SSD tier runs on one node for now; drop -sd, or run on one node",
-            ga.nodes);
     if (ga.ssd_dir && ga.ssd_weights && G > 1)  // a launcher's ranks (-pn was refused in parse_args)
         die("-sd -sw 1 with %d ranks: every GPU would read the bf16 weights from disk; drop -sw 1 (the "
             "bf16 weights then stay in host RAM, once for the node)",
@@ -797,6 +794,18 @@ static void ssd_open_dir(Run* r) {
         r->disk_rbps = r->disk_wbps = 0;
     }
 }
+// -sd on several nodes: each node's store in DIR/node<n>, on each node's own drive (or in a folder every node
+// sees: each takes its own); DIR is made here, the node's folder by ssd_open_dir.
+static void ssd_node_dir(Run* r) {
+    static std::string node_dir;
+    const char* dir = r->ga.ssd_dir;
+    if (!dir || r->comm->nodes == 1) return;
+    char why[4352];
+    if (!ssd_dir_usable(dir, why, sizeof why)) die("%s", why);
+    if (mkdir(dir, 0755) != 0 && errno != EEXIST) die("-sd %s: cannot create it: %s", dir, strerror(errno));
+    node_dir = std::string(dir) + "/node" + std::to_string(r->comm->node_rank);
+    r->ga.ssd_dir = node_dir.c_str();
+}
 static void ssd_print_bandwidth(const Run* r) {
     const char* dir = r->ga.ssd_dir;
     const double rbps = r->disk_rbps, wbps = r->disk_wbps;
@@ -895,14 +904,16 @@ static void load_node_vocab(Run* r, GPT* g) {
 // Several nodes, a node's leader: the weights from init, -e or a checkpoint, a layer at a time: the prefix
 // whole (-E 1: the vocabulary's fp32 weights in the node's part: load_node_vocab), each streamed layer's bf16
 // copy whole (every GPU reads whole layers) and its fp32 weights in the node's part only.
+// The prefix (-E 1: the vocabulary's part, and the -R layers whole): load_node_weights' and -sd's.
+static void load_node_prefix(Run* r, GPT* g) {
+    if (!g->vocab) return ssd_load_prefix(r, g);
+    load_node_vocab(r, g);
+    for (int l = 0; l < g->resident_layers; l++)
+        ssd_load_layer(r, g, l, g->master + gpt_layer_offset(&g->layout, l));
+}
 static void load_node_weights(Run* r, GPT* g) {
     const ParamLayout* p = &g->layout;
-    if (!g->vocab) ssd_load_prefix(r, g);
-    else {
-        load_node_vocab(r, g);
-        for (int l = 0; l < g->resident_layers; l++)
-            ssd_load_layer(r, g, l, g->master + gpt_layer_offset(p, l));
-    }
+    load_node_prefix(r, g);
     float* layer = (float*)malloc((size_t)p->layer_stride * 4);
     if (!layer) die("out of host memory for one layer");
     int64_t lo, hi;
@@ -917,7 +928,9 @@ static void load_node_weights(Run* r, GPT* g) {
     free(layer);
 }
 
-// -sd: a fresh run fills a new store in DIR, a resume opens it. The prefix goes to host arrays.
+// -sd: a fresh run fills a new store in DIR, a resume opens it. The prefix goes to host arrays. Several
+// nodes: each node's leader, its store (DIR/node<n>: main) holding its part of each streamed layer; the
+// bf16 copy whole from init, -e or the checkpoint's model file, as load_node_weights.
 static void ssd_attach(Run* r, GPT* g) {
     const double GiB = 1073741824.0;
     const char* dir = r->ga.ssd_dir;
@@ -931,6 +944,12 @@ static void ssd_attach(Run* r, GPT* g) {
         die("-sd %s with -R %d: all %d layers fit on the GPU, no state is left to put on disk: drop -sd", dir,
             r->ga.resident, c->num_layers);
     sc.owner = r->ssd_owner;  // another run's store is neither replaced nor resumed
+    const bool nodes = g->comm->nodes > 1;
+    const int64_t lo = g->ssd->part_lo;
+    sc.layer_elems = g->ssd->part_n;  // the node's part (the plan's: node 0's, the largest)
+    if (sc.layer_elems < 1)
+        die("-sd on %d nodes: a layer's %lld parameters leave node %d no part: use fewer nodes",
+            g->comm->nodes, (long long)p->layer_stride, g->comm->node_rank);
     const bool resume = r->resume_step >= 0;
     double verify_s = 0;
     if (resume) {
@@ -941,6 +960,24 @@ static void ssd_attach(Run* r, GPT* g) {
                 "now): "
                 "keep -R to resume with -sd",
                 R, (long long)tail[SSD_TAIL_STREAMED_LAYERS], c->num_layers - R);
+        const int64_t S = p->layer_stride, was = tail[SSD_TAIL_NODE_PART],
+                      now = nodes ? comm_slice(g->comm, S) * g->comm->local_world : 0;
+        const char* anew = "or start a new run from its model file with -e (AdamW's moments start again)";
+        if (was != now && was == 0)
+            die("resume: the checkpoint's SSD store holds whole layers (a run on one node): resume it on one "
+                "node (any -pn), %s",
+                anew);
+        if (was != now && now == 0)
+            die("resume: the checkpoint's SSD stores hold each layer in parts of %lld parameters on %lld "
+                "nodes "
+                "(%s/node<n>): resume on as many nodes with the -pn it ran with, %s",
+                (long long)was, (long long)((S + was - 1) / was), dir, anew);
+        if (was != now)
+            die("resume: the checkpoint's SSD stores hold each layer in parts of %lld parameters on %lld "
+                "nodes; "
+                "-pN %d -pn %d would cut parts of %lld: resume with the -pN and -pn it ran with, %s",
+                (long long)was, (long long)((S + was - 1) / was), g->comm->nodes, g->comm->local_world,
+                (long long)now, anew);
         const double t0 = timeline_now();
         st = ssd_store_open(dir, &sc, r->resume_step, err, sizeof err);  // reads it once: checksums
         verify_s = timeline_now() - t0;
@@ -954,16 +991,25 @@ static void ssd_attach(Run* r, GPT* g) {
         if (!st) die("-sd %s: %s", dir, err);
     }
     ssd_set_fault_from_env(st);
-    ssd_load_prefix(r, g);
+    nodes ? load_node_prefix(r, g) : ssd_load_prefix(r, g);
     // the streamed layers, one at a time through one buffer
     float* layer = (float*)malloc((size_t)p->layer_stride * 4);
     if (!layer) die("out of host memory for one layer");
+    std::vector<float> part(nodes && resume ? (size_t)sc.layer_elems : 0);
     for (int l = R; l < c->num_layers; l++) {
         int rc = 0;
-        if (resume) rc = ssd_store_read_layer(st, l - R, layer, NULL, NULL, NULL, err, sizeof err);
-        else {
-            ssd_load_layer(r, g, l, layer);
-            rc = ssd_store_write_layer(st, l - R, layer, NULL, NULL, err, sizeof err);  // zero m, v
+        if (nodes) ssd_load_layer(r, g, l, layer);  // whole: the bf16 copy
+        if (resume) {  // several nodes: its part, which must be the checkpoint model file's
+            rc = ssd_store_read_layer(st, l - R, nodes ? part.data() : layer, NULL, NULL, NULL, err,
+                                      sizeof err);
+            if (rc == 0 && nodes && memcmp(part.data(), layer + lo, part.size() * 4) != 0)
+                die("resume: -sd %s: layer %d's weights differ from the checkpoint's model file %s: this "
+                    "store is "
+                    "another checkpoint's",
+                    dir, l, r->args.model);
+        } else {
+            if (!nodes) ssd_load_layer(r, g, l, layer);
+            rc = ssd_store_write_layer(st, l - R, layer + lo, NULL, NULL, err, sizeof err);  // zero m, v
         }
         if (rc != 0) die("-sd %s: %s", dir, err);
         if (g->ssd->weights_on_disk) continue;  // the store wrote their bf16 copy (-sw 1)
@@ -977,11 +1023,15 @@ static void ssd_attach(Run* r, GPT* g) {
     char how[96] = "created";
     if (resume)
         snprintf(how, sizeof how, "resumed at its checkpoint, its checksums verified in %.1f s", verify_s);
+    char part_text[96] = "";
+    if (nodes)
+        snprintf(part_text, sizeof part_text, " (node %d's part: %lld of each layer's %lld)",
+                 g->comm->node_rank, (long long)sc.layer_elems, (long long)p->layer_stride);
     printf(
-        "SSD tier: %d layers' fp32 weights and AdamW m, v%s in %s (%.2f GiB on disk, %s; %s); the AdamW "
+        "SSD tier: %d layers' fp32 weights and AdamW m, v%s%s in %s (%.2f GiB on disk, %s; %s); the AdamW "
         "round's ring: %d pieces for its %lld, %.3f GiB of host RAM (-sb)\n",
-        sc.num_layers, g->ssd->weights_on_disk ? " and bf16 weights" : "", dir, r->plan.ssd_disk / GiB,
-        ssd_io_backend(ssd_store_io(st)), how, sc.ring,
+        sc.num_layers, g->ssd->weights_on_disk ? " and bf16 weights" : "", part_text, dir,
+        r->plan.ssd_disk / GiB, ssd_io_backend(ssd_store_io(st)), how, sc.ring,
         (long long)(sc.num_layers * ssd_store_layer_pieces(&sc)), r->plan.ssd_ring / GiB);
 }
 

@@ -13,20 +13,24 @@
 #include <condition_variable>
 #include <mutex>
 #include <thread>
-#include "llmc/adamw.h"       // defines: AdamWArgs
-#include "llmc/checkpoint.h"  // defines: StreamedState
-#include "llmc/cpu_adam.h"    // defines: adamw_tensors_window_bf16grad
-#include "llmc/gpt.cuh"       // defines: struct GPT
-#include "llmc/gpu_args.h"    // defines: TIER_*, SW_READ_BUFFERS
-#include "llmc/ssd.h"         // defines: SsdStore, ssd_store_round, ssd_store_checkpoint, ssd_store_wait
-#include "llmc/stream.h"      // defines: HostReader, stream_send_layer_grads_to, pinned_alloc_direct_io
+#include "llmc/adamw.h"        // defines: AdamWArgs
+#include "llmc/checkpoint.h"   // defines: StreamedState
+#include "llmc/collectives.h"  // defines: comm_node_part
+#include "llmc/cpu_adam.h"     // defines: adamw_tensors_window_bf16grad
+#include "llmc/gpt.cuh"        // defines: struct GPT
+#include "llmc/gpu_args.h"     // defines: TIER_*, SW_READ_BUFFERS
+#include "llmc/ssd.h"          // defines: SsdStore, ssd_store_round, ssd_store_checkpoint, ssd_store_wait
+#include "llmc/stream.h"       // defines: HostReader, stream_send_layer_grads_to, pinned_alloc_direct_io
 
 // Pinned layer buffers for gradients on their way to disk
 #define GRAD_RING 3
 static inline int64_t grads_ring_bytes(const ParamLayout* p) { return direct_io_bytes(p->layer_stride * 2); }
 
 struct SsdTier {
-    SsdStore* store;       // layer R + i is store layer i
+    SsdStore* store;  // layer R + i is store layer i
+    // the layers' elements [part_lo, part_lo + part_n) the store holds: all of them, or on several nodes the
+    // node's part (comm_node_part); store element e is layer element part_lo + e
+    int64_t part_lo, part_n;
     bool weights_on_disk;  // -sw 1: streamed bf16 weights are in the store too
     // the writer thread drains the main thread's sends to disk
     std::thread thread;
@@ -71,6 +75,13 @@ static void die_disk(const GPT* g, const char* what, const char* err) {
 static SsdTier* ssd_tier_new(const GPT* g, int tier) {
     SsdTier* t = new SsdTier();
     t->weights_on_disk = tier == TIER_SSD_WEIGHTS;
+    t->part_lo = 0;
+    t->part_n = g->layout.layer_stride;
+    if (g->comm->nodes > 1) {
+        int64_t hi;
+        comm_node_part(g->comm, g->layout.layer_stride, g->comm->node_rank, &t->part_lo, &hi);
+        t->part_n = hi - t->part_lo;
+    }
     const int64_t bytes = grads_ring_bytes(&g->layout);
     for (int k = 0; k < GRAD_RING && !g->ssd_ranks; k++)  // several ranks: the gradients stay in host RAM
         t->buf[k] = (uint16_t*)pinned_alloc_direct_io(bytes, "the gradients' ring (written to -sd)");
@@ -237,9 +248,9 @@ static const uint16_t* ssd_round_grads(void* ctx, int i) {
     if (g->ssd_ranks) {  // the store's grads_on_disk = 0: from the node's host arrays
         r->grads_sent(g, l);
         r->layer_t0[l] = timeline_now();
+        // several nodes: the arrays hold the node's part, the store's (grads_base = part_lo)
         const uint16_t* grads = g->stream.grads_host_bf16 + (int64_t)l * g->stream.grads_stride;
-        FAKE_CUDA_HOST_ACCESS(grads, g->layout.layer_stride * 2, false,
-                              "the CPU AdamW reading a layer's gradients");
+        FAKE_CUDA_HOST_ACCESS(grads, g->ssd->part_n * 2, false, "the CPU AdamW reading a layer's gradients");
         return grads;
     }
     const int k = held_buffer(g, l);
@@ -274,13 +285,13 @@ static void ssd_round_update(void* ctx, int i, int64_t off, int64_t n, float* pa
     SsdRound* r = (SsdRound*)ctx;
     GPT* g = r->g;
     const ParamLayout* p = &g->layout;
-    adamw_tensors_window_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_is_matrix(g), off,
-                                  n, params, grads, m, v, bf16_out, &r->adamw);
     SsdTier* t = g->ssd;
+    adamw_tensors_window_bf16grad(NUM_LAYER_TENSORS, p->layer_offset, p->layer_size, layer_is_matrix(g),
+                                  t->part_lo + off, n, params, grads, m, v, bf16_out, &r->adamw);
     const int l = g->resident_layers + i;
     // The layer's held gradients are used: the buffer is free. Now, not at layer_done: with -sw 1 the next
     // pass may reach its backward before that.
-    if (off + n == p->layer_stride) {
+    if (off + n == t->part_n) {
         std::lock_guard<std::mutex> lock(t->mu);
         for (int k = 0; k < GRAD_RING; k++)
             if (t->held_layer[k] == l) {
@@ -304,8 +315,9 @@ static void ssd_round_update(void* ctx, int i, int64_t off, int64_t n, float* pa
 }
 static uint16_t* ssd_round_bf16_dst(void* ctx, int i) {
     GPT* g = ((SsdRound*)ctx)->g;
-    uint16_t* dst = g->stream.weights_host_bf16 + gpt_layer_offset(&g->layout, g->resident_layers + i);
-    FAKE_CUDA_HOST_ACCESS(dst, g->layout.layer_stride * 2, true, "the CPU AdamW writing a layer's bf16 copy");
+    uint16_t* dst =
+        g->stream.weights_host_bf16 + gpt_layer_offset(&g->layout, g->resident_layers + i) + g->ssd->part_lo;
+    FAKE_CUDA_HOST_ACCESS(dst, g->ssd->part_n * 2, true, "the CPU AdamW writing a layer's bf16 copy");
     return dst;
 }
 static void ssd_round_layer_done(void* ctx, int i) {
@@ -407,11 +419,13 @@ static int64_t sw_handoff_bytes(const ParamLayout* p) {
 // ----------------------------------------------------------------------------
 // Checkpoints, fault injection, the timeline
 
-// StreamedState's read_layer: layer l's newest fp32 weights from the store.
+// StreamedState's read_layer: layer l's newest fp32 weights from the store (several nodes: the node's part,
+// at its place in params).
 static int ssd_read_layer_params(void* ctx, int l, float* params, char* err, size_t errlen) {
     GPT* g = (GPT*)ctx;
     SsdStore* st = g->ssd->store;
-    return ssd_store_read_layer(st, l - g->resident_layers, params, NULL, NULL, NULL, err, errlen) == 0;
+    return ssd_store_read_layer(st, l - g->resident_layers, params + g->ssd->part_lo, NULL, NULL, NULL, err,
+                                errlen) == 0;
 }
 // The store's state becomes this step's checkpoint (fsync, manifest).
 static StreamedState ssd_tier_checkpoint(GPT* g) {
@@ -419,7 +433,7 @@ static StreamedState ssd_tier_checkpoint(GPT* g) {
     if (ssd_store_checkpoint(g->ssd->store, g->step, err, sizeof err) != 0)
         die_disk(g, "the SSD tier's checkpoint", err);
     // what the state file and model_S.bin read
-    return {g->host_state_count, g->step, g->resident_layers, ssd_read_layer_params, g, NULL, NULL};
+    return {g->host_state_count, g->step, g->resident_layers, ssd_read_layer_params, g, NULL, NULL, 0};
 }
 
 // Test hook: SSD_FAULT="WRITE,AFTER,ERRNO" fails chunk AFTER+1 of writes (1) or reads (0).
