@@ -477,12 +477,15 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
         ga->vocab_host > 0 ? "vocabulary chunk buffers (-E 1)" : "embeddings with their AdamW state",
         (m.embeddings + m.vocab_chunks) / GiB, resident, m.resident_layers / GiB, kept, m.kept / GiB,
         m.acts / GiB, m.layer_grads / GiB, (m.dresid + 4 * m.tokens + m.scalars + m.attn) / GiB);
+    char node_part[64] = "";  // -sd on several nodes: each node's store, its part of each layer
+    if (ga->nodes > 1) snprintf(node_part, sizeof node_part, "its 1/%d of ", ga->nodes);
     if (ga->ssd_dir)
         printf(
-            "\ndisk %9.2f GiB in %s: two generations of the streamed layers' fp32 weights, AdamW m and "
+            "\ndisk %9.2f GiB in %s%s: two generations of %sthe streamed layers' fp32 weights, AdamW m and "
             "v%s%s; "
             "per step %.2f GiB read, %.2f GiB written",
-            m.ssd_disk / GiB, ga->ssd_dir, ga->ssd_weights ? " and bf16 weights" : "",
+            m.ssd_disk / GiB, ga->ssd_dir, ga->nodes > 1 ? "/node<n> on each node" : "", node_part,
+            ga->ssd_weights ? " and bf16 weights" : "",
             ssd_grads_in_ram ? " (several GPUs: their bf16 gradients in host RAM)"
                              : ", and their bf16 gradients",
             m.ssd_read_per_step / GiB, m.ssd_write_per_step / GiB);

@@ -532,6 +532,16 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
         plan_seconds(takes, sizeof takes, e.gpu_s + sums_s);
         plan_row("a GPU's part", "", "its compute, waits and sums (one stream)", takes);
     }
+    if (e.c.tier != TIER_RAM) {  // -sd: each node's disk reads and writes its part of the state every step
+        char need[64], at[160], takes[64];
+        snprintf(need, sizeof need, "%.1f + %.1f GB", e.m.ssd_read_per_step / 1e9,
+                 e.m.ssd_write_per_step / 1e9);
+        snprintf(at, sizeof at, "%.2f / %.2f GB/s (its part of the state)", t->disk_read_Bps / 1e9,
+                 t->disk_write_Bps / 1e9);
+        plan_seconds(takes, sizeof takes, e.disk_s);
+        plan_row(N > 1 ? "disk r + w, node" : "disk r + w", need, at, takes);
+        if (e.disk_s > step) step = e.disk_s, bound = "the disk";
+    }
     if (e.gpu_s + sums_s > step)
         step = e.gpu_s + sums_s, bound = sums_s > 0 && sums_s >= e.adam_wait_s
                                              ? "compute and the gradient sums"
@@ -560,9 +570,12 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
         if (e.c.vocab_host > 0)
             snprintf(vocab, sizeof vocab, " but -E 1's vocabulary: 16/%d with its fp32 gradients", N);
         printf(
-            "%.1f bytes a parameter (fp32 weights, m, v: 12/%d of the streamed layers, the prefix whole%s; "
-            "bf16 gradients: 2/%d; bf16 weights whole: 2)\n",
-            host / p.total, N, vocab, N);
+            "%.1f bytes a parameter (fp32 weights, m, v: %s the prefix whole%s; bf16 gradients: 2/%d; bf16 "
+            "weights whole: 2%s)\n",
+            host / p.total,
+            e.c.tier == TIER_RAM ? ("12/" + std::to_string(N) + " of the streamed layers,").c_str()
+                                 : "the streamed layers' 1/N on each node's disk (-sd),",
+            vocab, N, e.c.tier == TIER_RAM ? "" : "; the -sd ring");
     }
 }
 
