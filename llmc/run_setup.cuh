@@ -633,6 +633,35 @@ static void ssd_ring_auto(Run* r, double peak, const char* rates_are) {
     if (!ga->plan_only) check_host_fit(r);  // -P 1 says its verdicts itself
 }
 
+// An -sd checkpoint's stores hold the parts of the nodes it ran on (SSD_TAIL_NODE_PART): every node refuses
+// another cut at once, in one line.
+static void check_resume_node_parts(const Run* r) {
+    char err[4352];
+    int64_t tail[SSD_TAIL_FIELDS];
+    if (!state_file_ssd_tail(r->resume_state, tail, err, sizeof err)) die("resume: %s", err);
+    const Comm* c = r->comm;
+    const int64_t S = model_layout(&r->cfg, &r->llama).layer_stride, was = tail[SSD_TAIL_NODE_PART],
+                  now = c->nodes > 1 ? comm_slice(c, S) * c->local_world : 0;
+    const char* anew = "or start a new run from its model file with -e (AdamW's moments start again)";
+    if (was == now) return;
+    if (was == 0)
+        die("resume: the checkpoint's SSD store holds whole layers (a run on one node): resume it on one "
+            "node "
+            "(any -pn), %s",
+            anew);
+    if (was < 0 || was > S)
+        die("resume: %s: a damaged SSD-tier tail (node part %lld)", r->resume_state, (long long)was);
+    const long long nodes = (S + was - 1) / was;
+    if (now == 0)
+        die("resume: the checkpoint's SSD stores hold each layer in parts of %lld parameters on %lld nodes "
+            "(%s/node<n>): resume on as many nodes with the -pn it ran with, %s",
+            (long long)was, nodes, r->ga.ssd_dir, anew);
+    die("resume: the checkpoint's SSD stores hold each layer in parts of %lld parameters on %lld nodes; -pN "
+        "%d "
+        "-pn %d would cut parts of %lld: resume with the -pN and -pn it ran with, %s",
+        (long long)was, nodes, c->nodes, c->local_world, (long long)now, anew);
+}
+
 // Model, shape checks, memory plan. -R -1 / -K -1 count as 0 here.
 static void plan_run(Run* r) {
     const TrainArgs& a = r->args;
@@ -684,6 +713,7 @@ static void plan_run(Run* r) {
             die("resume: the checkpoint of step %lld in %s holds all its state in its files (a run without "
                 "-sd): resume it without -sd",
                 (long long)r->resume_step, a.output_dir);
+        if (ckpt_ssd) check_resume_node_parts(r);
     }
 }
 
@@ -960,24 +990,6 @@ static void ssd_attach(Run* r, GPT* g) {
                 "now): "
                 "keep -R to resume with -sd",
                 R, (long long)tail[SSD_TAIL_STREAMED_LAYERS], c->num_layers - R);
-        const int64_t S = p->layer_stride, was = tail[SSD_TAIL_NODE_PART],
-                      now = nodes ? comm_slice(g->comm, S) * g->comm->local_world : 0;
-        const char* anew = "or start a new run from its model file with -e (AdamW's moments start again)";
-        if (was != now && was == 0)
-            die("resume: the checkpoint's SSD store holds whole layers (a run on one node): resume it on one "
-                "node (any -pn), %s",
-                anew);
-        if (was != now && now == 0)
-            die("resume: the checkpoint's SSD stores hold each layer in parts of %lld parameters on %lld "
-                "nodes "
-                "(%s/node<n>): resume on as many nodes with the -pn it ran with, %s",
-                (long long)was, (long long)((S + was - 1) / was), dir, anew);
-        if (was != now)
-            die("resume: the checkpoint's SSD stores hold each layer in parts of %lld parameters on %lld "
-                "nodes; "
-                "-pN %d -pn %d would cut parts of %lld: resume with the -pN and -pn it ran with, %s",
-                (long long)was, (long long)((S + was - 1) / was), g->comm->nodes, g->comm->local_world,
-                (long long)now, anew);
         const double t0 = timeline_now();
         st = ssd_store_open(dir, &sc, r->resume_step, err, sizeof err);  // reads it once: checksums
         verify_s = timeline_now() - t0;

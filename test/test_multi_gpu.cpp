@@ -670,6 +670,53 @@ TEST_F(MultiGpu, SsdTierOnSeveralRanksTrainsAsInRam) {
     unsetenv("SSD_PROBE_MIB");
 }
 
+// -sd on several nodes (-pN 2 -sd DIR): each node's store, DIR/node<n>, holds the node's part of each
+// streamed layer (its ranks' slices); its leader's round updates it and exchanges the new bf16 part with the
+// other nodes, as in RAM. The same bits as the nodes in RAM, both families (GPT-2 on 2 nodes of one rank;
+// Llama with -E 1 -R 1 -K 1 on 2 nodes of 2 ranks, the vocabulary's state in windows across the nodes'
+// parts), with the race check; each checkpoint's model file byte for byte, resumed on the same nodes byte for
+// byte; resumed on one node, or on nodes of another -pn, refused in one line (the stores hold other parts).
+TEST_F(MultiGpu, SsdTierOnSeveralNodesTrainsAsInRam) {
+    setenv("SSD_PROBE_SECONDS", "0.2", 1);
+    setenv("SSD_PROBE_MIB", "8", 1);
+    setenv("LLMC_TEST_STATE_WINDOW", "1000", 1);
+    for (const char* spec : {"L3:C64:NH4:T32:V512", "llama:L3:C64:NH4:KV2:I128:T32:V512"}) {
+        SCOPED_TRACE(spec);
+        const bool llama = strncmp(spec, "llama", 5) == 0;
+        const Args more = llama ? Args{"-pn", "2", "-E", "1", "-R", "1", "-K", "1"} : Args{};
+        const std::string ram = dir + "/ram", sd = dir + "/sd", store = dir + "/store";
+        for (const std::string& d : {ram, sd, store}) nftw(d.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        const Result a = run_nodes(2, run_args(spec, ram, more));
+        const Result b = run_nodes(2, run_args(spec, sd, more + Args{"-sd", store}));
+        EXPECT_TRUE(has(b.out, "race check: no races")) << b.out;
+        EXPECT_TRUE(has(b.out, std::string("SSD tier: ") + (llama ? "2" : "3") +
+                                   " layers' fp32 weights and AdamW m, v (node 0's part: "))
+            << b.out;
+        for (const char* n : {"/node0", "/node1"})
+            EXPECT_EQ(access((store + n + "/ssd_manifest").c_str(), F_OK), 0) << n;
+        EXPECT_EQ(access((store + "/ssd_manifest").c_str(), F_OK), -1) << "no store of whole layers";
+        EXPECT_TRUE(slurp(ram + "/model_00000003.bin") == slurp(sd + "/model_00000003.bin"))
+            << "-pN 2 -sd against -pN 2 in RAM";
+        run_nodes(2, run_args(spec, ram, more + Args{"-y", "1", "-x", "4"}));
+        const Result rb = run_nodes(2, run_args(spec, sd, more + Args{"-y", "1", "-x", "4", "-sd", store}));
+        EXPECT_TRUE(has(rb.out, "resumed at its checkpoint")) << rb.out;
+        EXPECT_TRUE(slurp(ram + "/model_00000004.bin") == slurp(sd + "/model_00000004.bin")) << "resumed";
+        const Args resume = Args{"-y", "1", "-x", "5", "-sd", store};
+        EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, sd, more + resume)),
+                               {"resume: the checkpoint's SSD stores hold each layer in parts of",
+                                "on 2 nodes", "resume on as many nodes with the -pn it ran with"}));
+        if (llama) continue;
+        std::vector<int> codes;  // 2 nodes of 2 ranks cut other parts: every node says so
+        const Result other = run_nodes(2, run_args(spec, sd, Args{"-pn", "2"} + resume), &codes);
+        EXPECT_EQ(codes, (std::vector<int>{1, 1})) << other.err;
+        EXPECT_TRUE(
+            CleanError(other, {"-pN 2 -pn 2 would cut parts of", "resume with the -pN and -pn it ran with"}));
+    }
+    unsetenv("SSD_PROBE_SECONDS");
+    unsetenv("SSD_PROBE_MIB");
+    unsetenv("LLMC_TEST_STATE_WINDOW");
+}
+
 // Rank 3 (node 1's second) killed after step 2: node 1's launcher and rank 2 say so, node 0 sees node 1 go
 // and stops with one line (rank 0's: the first to say why; the others end quietly); both nodes exit 1. The
 // last complete checkpoint (step 1's, or step 2's where rank 3's share of the update finished before the
@@ -1166,11 +1213,12 @@ TEST_F(MultiGpu, BadFlagsAreOneLineErrors) {
     EXPECT_TRUE(
         CleanError(run_bin(kEmu, run_args(spec, dir + "/b", {"-pn", "2", "-sd", dir + "/ssd", "-sw", "1"})),
                    {"-pn 2 with -sd -sw 1: every GPU would read the bf16 weights from disk; drop -sw 1"}));
-    EXPECT_TRUE(CleanError(
-        run_bin(kEmu, run_args(spec, dir + "/b2",  // at once: no node 0 is needed for it
-                               {"-pN", "2", "-pr", "1", "-ps", "127.0.0.1:9", "-sd", dir + "/ssd"})),
-        {"-pN 2 with -sd", "one node for now"}));
-    // another launcher's nodes with -sd: at once (a hostile trial: it waited for the other node first)
+    EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/b2",  // at once: no node 0 is needed for it
+                                                  {"-pN", "2", "-pr", "1", "-ps", "127.0.0.1:9", "-sd",
+                                                   dir + "/ssd", "-sw", "1"})),
+                           {"-pN 2 with -sd -sw 1: every GPU would read the bf16 weights from disk"}));
+    // another launcher's ranks with -sd -sw 1: at once (a hostile trial: its nodes waited for each other
+    // first)
     for (const auto& [name, value] : std::vector<std::pair<const char*, const char*>>{
              {"RANK", "0"},
              {"WORLD_SIZE", "4"},
@@ -1178,12 +1226,11 @@ TEST_F(MultiGpu, BadFlagsAreOneLineErrors) {
              {"MASTER_ADDR", "127.0.0.1"},
              {"LLMC_NODE_WAIT", "5"}})  // without the check: a wait, then another error
         setenv(name, value, 1);
-    const Result env_nodes = run_bin(kEmu, run_args(spec, dir + "/b3", {"-sd", dir + "/ssd"}));
+    const Result env_nodes = run_bin(kEmu, run_args(spec, dir + "/b3", {"-sd", dir + "/ssd", "-sw", "1"}));
     for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "LLMC_NODE_WAIT"})
         unsetenv(name);
     EXPECT_TRUE(
-        CleanError(env_nodes, {"-sd with WORLD_SIZE 4 over LOCAL_WORLD_SIZE 2 (2 nodes): the SSD tier "
-                               "runs on one node for now"}));
+        CleanError(env_nodes, {"-sd -sw 1 with WORLD_SIZE 4: every GPU would read the bf16 weights"}));
     EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, dir + "/c", {"-pn", "0"})), {"-pn"}));
     {  // tokens past the vocabulary (in every batch), found mid-run by each rank that reads one: one line
         std::vector<uint16_t> bad = ids(24576, 1);
