@@ -1,7 +1,8 @@
 // llmc/cpu_optimizer.h — a CPU thread: AdamW of the streamed layers, in layer order, one round a step,
 // beside the next forward pass. -sd: over the SSD store (ssd_tier.h); with several ranks, the node's rank 0
-// updates whole layers there once every rank's gradient slice is on the host, the others only hand theirs
-// over. Not here: AdamW math (cpu_adam.h), the GPU side of hand-overs (stream.cu).
+// updates whole layers there (several nodes: the node's part, then the exchange) once every rank's gradient
+// slice is on the host, the others only hand theirs over. Not here: AdamW math (cpu_adam.h), the GPU side of
+// hand-overs (stream.cu).
 #pragma once
 #include <chrono>
 #include <condition_variable>

@@ -1,5 +1,6 @@
 // ssd_tier.h — train_gpt's use of an SsdStore (-sd DIR, docs/ssd.md).
-// Streamed layers' optimizer state lives on disk.
+// Streamed layers' optimizer state lives on disk (several nodes: each node's part of each layer, in its own
+// store).
 
 // The step calls it in one line where it acts:
 //   backward pass: ssd_tier_begin_backward, and send_layer_grads -> ssd_tier_send_grads
