@@ -76,7 +76,8 @@ nccl_vocab|60|150|@code
 disk_rates|40|90|llmc/ssd_io.cpp llmc/ssd.h dev/bench/bench_cpu_adam.cpp
 wide_70b|150|280|@code
 wide_405b|170|300|@code
-ssd_ranks|40|120|@code llmc/ssd_io.cpp llmc/ssd_store.cpp llmc/ssd.h"
+ssd_ranks|40|120|@code llmc/ssd_io.cpp llmc/ssd_store.cpp llmc/ssd.h
+ssd_nodes|60|150|@code llmc/ssd_io.cpp llmc/ssd_store.cpp llmc/ssd.h"
 
 # Peer figures seen on the H100 (shared/peers/README.md, 2026-11-22), tokens/s at 32K tokens per step
 PEER_13B="gpu_ckpt 47000 fsdp_offload 11900 MegaTrain 15700"
@@ -786,6 +787,21 @@ check_ssd_ranks() {
     rm -rf "$sd"
     w=$(worst_rel "$(steps_of ssd_ranks_sd)" "$(steps_of ssd_ranks_ram)")
     FIG="-pn 2 -sd vs -pn 2 in RAM (host sums), 4 steps: worst rel diff of loss/norm $w (bound 1e-3)"
+    within "$w" 1e-3 || { FIG="MISMATCH: $FIG"; return 1; }
+}
+# -sd on two nodes of one rank on the one GPU (host sums over TCP): each node's store, DIR/node<n>, its half of
+# each layer, against the same two nodes in RAM (the emulator's test: byte for byte)
+check_ssd_nodes() {
+    need TRAIN_GPT || return 3
+    NODE_ARGS=(-e d12 -b 4 -t 256 -d 4096 -x 4 -v 0 -g 0 -R 0 -K 0)
+    local sd="$RUN/sdn" w rc
+    two_nodes ssd_nodes_ram 29630 LLMC_COLLECTIVES=host || { rc=$?; FIG="RAM: $(last_line ssd_nodes_ram)"; return $rc; }
+    rm -rf "$sd"
+    NODE_ARGS+=(-sd "$sd")
+    two_nodes ssd_nodes_sd 29631 LLMC_COLLECTIVES=host || { rc=$?; FIG="-sd: $(last_line ssd_nodes_sd)"; return $rc; }
+    rm -rf "$sd"
+    w=$(worst_rel "$(steps_of ssd_nodes_sd)" "$(steps_of ssd_nodes_ram)")
+    FIG="-pN 2 -sd vs -pN 2 in RAM (2 nodes of 1 rank on 1 GPU, host sums over TCP), 4 steps: worst rel diff of loss/norm $w (bound 1e-3)"
     within "$w" 1e-3 || { FIG="MISMATCH: $FIG"; return 1; }
 }
 # the Llama family (GQA, untied) with its vocabulary tensors on the host (-E 1)
