@@ -61,6 +61,10 @@ typedef struct {
     // adam_wait_s + gpu_adam_s.
     double fwd_s, vocab_adam_s, round_disk_s, adam_wait_s, gpu_adam_s, gpu_s;
     const char* bound;  // which of them is step_s
+    // several GPUs (-pn / -pN): step_s and bound are the several-GPU step's (plan_several); part_s and
+    // part_bound one GPU's part of it, as on one GPU
+    double part_s;
+    const char* part_bound;
 } PlanEval;
 
 // What -P 1 plans for and checks against.
@@ -81,6 +85,95 @@ static const char* plan_gpu_bound(const PlanEval& e) {
     if (e.adam_wait_s > 0)
         return e.round_disk_s > e.adam_s ? "compute and the round's disk work" : "compute and the CPU AdamW";
     return e.gpu_adam_s > e.compute_s ? "the GPU AdamW" : "compute";
+}
+
+// -pn G -pN N: the step on G GPUs a node, N nodes. Each GPU computes its micro-batches (e, planned for them)
+// and streams every layer over its own PCIe link; the gradients are reduce-scattered in fp32, over NVLink in
+// a node and the network between nodes; each GPU sends its slice to the host; the node's CPU AdamW updates
+// the node's share of the parameters: all of them on one node, 1/N of them on N nodes, whose updated bf16
+// weights are then all-gathered over the network (net.h: TCP between the nodes' leaders). -sd: each node's
+// disk reads and writes its part of the state every step. Each link's bytes and seconds, and the step they
+// bound (plan_evaluate's step_s with several GPUs; print_multi_gpu_plan prints them).
+typedef struct {
+    const char* what;
+    char need[64], at[160];
+    double s;
+} PlanLinkRow;
+typedef struct {
+    PlanLinkRow rows[10];
+    int n;
+    double nvlink, sums_s;  // the gradients' bytes over NVLink; their sums' seconds on each GPU's stream
+    double step_s;
+    const char* bound;
+} PlanSeveral;
+static PlanSeveral plan_several(const PlanTarget* t, const PlanEval& e) {
+    PlanSeveral out;
+    memset(&out, 0, sizeof out);
+    const int G = std::max(1, t->ranks), N = std::max(1, t->nodes);
+    const double ranks = (double)G * N;
+    const ParamLayout p = model_layout(t->cfg, t->llama);
+    const double streamed = (t->cfg->num_layers - e.c.resident) * (double)p.layer_stride;
+    const double resident = (double)p.total - streamed;
+    // in a node: a ring reduce-scatter sends (G-1)/G of each GPU's fp32 gradients; the prefix an all-reduce
+    const double nvlink = G > 1 ? (G - 1.0) / G * (streamed * 4 + 2 * resident * 4) : 0.0;
+    // between nodes: the gradients' reduce-scatter (fp32) and the prefix's all-reduce, per node (NCCL)
+    const double network = N > 1 ? (N - 1.0) / N * (streamed * 4 + 2 * resident * 4) : 0.0;
+    // the updated bf16 weights (net.h's meshes): each node's part straight to every other node, over the node
+    // leader's TCP links: (N-1)/N of the streamed layers' bf16 bytes in, and as many out; -E 1's vocabulary
+    // likewise (vocab_exchange_bf16)
+    const double vocab = e.c.vocab_host > 0 ? (double)p.embed_count : 0.0;
+    const double exchange = N > 1 ? (streamed + vocab) * 2 * (N - 1.0) / N : 0.0;
+    const double pcie_down = e.d2h / ranks;
+    const double host_copies =
+        G * e.h2d + G * pcie_down;     // every byte over PCIe is read or written on the host
+    const double adam = e.adam_bytes;  // plan_evaluate: a node's share
+    const struct {
+        const char* what;
+        double bytes, rate;
+        const char* at;
+    } rows[] = {
+        {"compute, a GPU", e.flops, t->peak_flops * PLAN_MFU, "TFLOP/s (as above), assumed"},
+        {"PCIe up, a GPU", e.h2d, PLAN_PCIE_BPS, "GB/s, assumed"},
+        {"PCIe down", pcie_down, PLAN_PCIE_BPS, "GB/s (its slice of the gradients), assumed"},
+        {"NVLink, a GPU", nvlink, PLAN_NVLINK_BPS, "GB/s (fp32 gradients), assumed"},
+        {"network, node", network, PLAN_NETWORK_BPS * G, "GB/s (a 400 Gb/s NIC a GPU), assumed"},
+        {"exchange, node", exchange, PLAN_NETWORK_BPS, "GB/s each way (bf16 weights, TCP), assumed"},
+        {"host mem, node", host_copies, PLAN_HOST_MEM_BPS, "GB/s for the copies, assumed"},
+        {"CPU AdamW, node", adam, PLAN_HOST_BPS, "GB/s of host memory (its share), assumed"},
+    };
+    out.step_s = 0;
+    out.bound = "";
+    for (const auto& r : rows) {
+        if (r.bytes <= 0) continue;
+        PlanLinkRow& o = out.rows[out.n++];
+        o.what = r.what;
+        const bool flops = r.what[0] == 'c';
+        if (flops) snprintf(o.need, sizeof o.need, "%.2f PFLOP", r.bytes / 1e15);
+        else snprintf(o.need, sizeof o.need, "%.1f GB", r.bytes / 1e9);
+        snprintf(o.at, sizeof o.at, "%.0f %s", (flops ? r.rate / 1e12 : r.rate / 1e9), r.at);
+        o.s = flops ? e.compute_s : r.bytes / r.rate;  // compute_s: the recompute at a forward's rate
+        if (o.s > out.step_s) out.step_s = o.s, out.bound = r.what;
+    }
+    if (e.c.tier != TIER_RAM) {  // -sd: each node's disk reads and writes its part of the state every step
+        PlanLinkRow& o = out.rows[out.n++];
+        o.what = N > 1 ? "disk r + w, node" : "disk r + w";
+        snprintf(o.need, sizeof o.need, "%.1f + %.1f GB", e.m.ssd_read_per_step / 1e9,
+                 e.m.ssd_write_per_step / 1e9);
+        snprintf(o.at, sizeof o.at, "%.2f / %.2f GB/s (its part of the state)", t->disk_read_Bps / 1e9,
+                 t->disk_write_Bps / 1e9);
+        o.s = e.disk_s;
+        if (o.s > out.step_s) out.step_s = o.s, out.bound = "the disk";
+    }
+    // the gradient sums (NCCL) run on each GPU's compute stream, between its layers' backward passes: they
+    // add to its part of the step
+    out.nvlink = nvlink;
+    out.sums_s = nvlink / PLAN_NVLINK_BPS + network / (PLAN_NETWORK_BPS * G);
+    if (e.gpu_s + out.sums_s > out.step_s)
+        out.step_s = e.gpu_s + out.sums_s,
+        out.bound = out.sums_s > 0 && out.sums_s >= e.adam_wait_s     ? "compute and the gradient sums"
+                    : e.adam_wait_s > 0 || e.gpu_adam_s > e.compute_s ? plan_gpu_bound(e)
+                                                                      : "compute, a GPU";
+    return out;
 }
 
 // Choice c's plan, whether it fits t, and the bounds on its step.
@@ -164,6 +257,11 @@ static PlanEval plan_evaluate(const PlanTarget* t, PlanChoice c) {
     e.step_s = -1;
     for (const auto& b : bounds)
         if (b.s > e.step_s) e.step_s = b.s, e.bound = b.name;
+    e.part_s = e.step_s, e.part_bound = e.bound;
+    if (t->several) {  // the advice, the placement and the table compare the several-GPU step
+        const PlanSeveral sv = plan_several(t, e);
+        e.step_s = sv.step_s, e.bound = sv.bound;
+    }
     return e;
 }
 
@@ -449,106 +547,45 @@ static void print_plan_table(const PlanTarget* t, const PlanEval& e, const GpuAr
         plan_row("GPU AdamW", need, have, verdict);
     }
     const double tokens = (double)e.c.B * t->T * e.c.n_micro;
-    const double rate = tokens / e.step_s;
+    const double rate = tokens / e.part_s;
     if (ga->ranks * ga->nodes > 1) printf("each GPU's part of the step (several GPUs: below): ");
     char step[32];
-    plan_seconds(step, sizeof step, e.step_s);
+    plan_seconds(step, sizeof step, e.part_s);
     printf(rate >= 100 ? "step >= %s (bound by %s), <= %.0f tokens/s\n"
                        : "step >= %s (bound by %s), <= %.3g tokens/s\n",
-           step, e.bound, rate);
+           step, e.part_bound, rate);
 }
 
-// -pn G -pN N: the step on G GPUs a node, N nodes. Each GPU computes its micro-batches (e, planned for them)
-// and streams every layer over its own PCIe link; the gradients are reduce-scattered in fp32, over NVLink in
-// a node and the network between nodes; each GPU sends its slice to the host; the node's CPU AdamW updates
-// the node's share of the parameters: all of them on one node, 1/N of them on N nodes, whose updated bf16
-// weights are then all-gathered over the network (net.h: TCP between the nodes' leaders).
 static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, int N) {
     const double GiB = 1073741824.0, ranks = (double)G * N;
     const ParamLayout p = model_layout(t->cfg, t->llama);
-    const double streamed = (t->cfg->num_layers - e.c.resident) * (double)p.layer_stride;
-    const double resident = (double)p.total - streamed;
-    // in a node: a ring reduce-scatter sends (G-1)/G of each GPU's fp32 gradients; the prefix an all-reduce
-    const double nvlink = G > 1 ? (G - 1.0) / G * (streamed * 4 + 2 * resident * 4) : 0.0;
-    // between nodes: the gradients' reduce-scatter (fp32) and the prefix's all-reduce, per node (NCCL)
-    const double network = N > 1 ? (N - 1.0) / N * (streamed * 4 + 2 * resident * 4) : 0.0;
-    // the updated bf16 weights (net.h's meshes): each node's part straight to every other node, over the node
-    // leader's TCP links: (N-1)/N of the streamed layers' bf16 bytes in, and as many out; -E 1's vocabulary
-    // likewise (vocab_exchange_bf16)
-    const double vocab = e.c.vocab_host > 0 ? (double)p.embed_count : 0.0;
-    const double exchange = N > 1 ? (streamed + vocab) * 2 * (N - 1.0) / N : 0.0;
-    const double pcie_down = e.d2h / ranks;
-    const double host_copies =
-        G * e.h2d + G * pcie_down;     // every byte over PCIe is read or written on the host
-    const double adam = e.adam_bytes;  // plan_evaluate: a node's share
-    const struct {
-        const char* what;
-        double bytes, rate;
-        const char* at;
-    } rows[] = {
-        {"compute, a GPU", e.flops, t->peak_flops * PLAN_MFU, "TFLOP/s (as above), assumed"},
-        {"PCIe up, a GPU", e.h2d, PLAN_PCIE_BPS, "GB/s, assumed"},
-        {"PCIe down", pcie_down, PLAN_PCIE_BPS, "GB/s (its slice of the gradients), assumed"},
-        {"NVLink, a GPU", nvlink, PLAN_NVLINK_BPS, "GB/s (fp32 gradients), assumed"},
-        {"network, node", network, PLAN_NETWORK_BPS * G, "GB/s (a 400 Gb/s NIC a GPU), assumed"},
-        {"exchange, node", exchange, PLAN_NETWORK_BPS, "GB/s each way (bf16 weights, TCP), assumed"},
-        {"host mem, node", host_copies, PLAN_HOST_MEM_BPS, "GB/s for the copies, assumed"},
-        {"CPU AdamW, node", adam, PLAN_HOST_BPS, "GB/s of host memory (its share), assumed"},
-    };
+    const PlanSeveral sv = plan_several(t, e);
     printf(
         "\nseveral GPUs: %d node%s of %d GPUs (-pN %d -pn %d), %.0f tokens a step; each GPU: %d "
         "micro-batches "
         "of %d x %d\n",
         N, N > 1 ? "s" : "", G, N, G, ranks * e.c.B * t->T * e.c.n_micro, e.c.n_micro, e.c.B, t->T);
     plan_row("", "moves", "at", "takes");
-    double step = 0;
-    const char* bound = "";
-    for (const auto& r : rows) {
-        if (r.bytes <= 0) continue;
-        char need[64], at[160], takes[64];
-        const bool flops = r.what[0] == 'c';
-        if (flops) snprintf(need, sizeof need, "%.2f PFLOP", r.bytes / 1e15);
-        else snprintf(need, sizeof need, "%.1f GB", r.bytes / 1e9);
-        snprintf(at, sizeof at, "%.0f %s", (flops ? r.rate / 1e12 : r.rate / 1e9), r.at);
-        const double s =
-            flops ? e.compute_s : r.bytes / r.rate;  // compute_s: the recompute at a forward's rate
-        plan_seconds(takes, sizeof takes, s);
-        plan_row(r.what, need, at, takes);
-        if (s > step) step = s, bound = r.what;
+    char takes[64];
+    for (int i = 0; i < sv.n; i++) {
+        plan_seconds(takes, sizeof takes, sv.rows[i].s);
+        plan_row(sv.rows[i].what, sv.rows[i].need, sv.rows[i].at, takes);
     }
     if (e.adam_wait_s >
         0) {  // the node's CPU AdamW runs during each GPU's next forward: the GPUs wait for the rest
-        char during[160], takes[64];
+        char during[160];
         plan_seconds(takes, sizeof takes, e.fwd_s);
         snprintf(during, sizeof during, "during the next forward (%s)", takes);
         plan_seconds(takes, sizeof takes, e.adam_wait_s);
         plan_row("GPUs wait", "", during, takes);
     }
-    // the gradient sums (NCCL) run on each GPU's compute stream, between its layers' backward passes: they
-    // add to its part of the step
-    const double sums_s = nvlink / PLAN_NVLINK_BPS + network / (PLAN_NETWORK_BPS * G);
-    if (sums_s > 0) {
-        char takes[64];
-        plan_seconds(takes, sizeof takes, e.gpu_s + sums_s);
+    if (sv.sums_s > 0) {
+        plan_seconds(takes, sizeof takes, e.gpu_s + sv.sums_s);
         plan_row("a GPU's part", "", "its compute, waits and sums (one stream)", takes);
     }
-    if (e.c.tier != TIER_RAM) {  // -sd: each node's disk reads and writes its part of the state every step
-        char need[64], at[160], takes[64];
-        snprintf(need, sizeof need, "%.1f + %.1f GB", e.m.ssd_read_per_step / 1e9,
-                 e.m.ssd_write_per_step / 1e9);
-        snprintf(at, sizeof at, "%.2f / %.2f GB/s (its part of the state)", t->disk_read_Bps / 1e9,
-                 t->disk_write_Bps / 1e9);
-        plan_seconds(takes, sizeof takes, e.disk_s);
-        plan_row(N > 1 ? "disk r + w, node" : "disk r + w", need, at, takes);
-        if (e.disk_s > step) step = e.disk_s, bound = "the disk";
-    }
-    if (e.gpu_s + sums_s > step)
-        step = e.gpu_s + sums_s, bound = sums_s > 0 && sums_s >= e.adam_wait_s
-                                             ? "compute and the gradient sums"
-                                         : e.adam_wait_s > 0 || e.gpu_adam_s > e.compute_s ? plan_gpu_bound(e)
-                                                                                           : "compute, a GPU";
     const double tokens = ranks * e.c.B * t->T * e.c.n_micro;
-    printf("step >= %.2f s (bound by %s), <= %.0f tokens/s on %d GPUs\n", step, bound, tokens / step, G * N);
+    printf("step >= %.2f s (bound by %s), <= %.0f tokens/s on %d GPUs\n", sv.step_s, sv.bound,
+           tokens / sv.step_s, G * N);
     if (G > 1)  // the other way to feed G GPUs: each reads 1/G of a layer, NVLink all-gathers the rest
         printf(
             "each GPU reads whole layers over its own PCIe link (%.2f s a step); reading 1/%d of each and "

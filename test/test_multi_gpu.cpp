@@ -1166,8 +1166,19 @@ TEST_F(MultiGpu, PlanForSeveralGpusAndNodes) {
         EXPECT_TRUE(has(sd.out, want)) << want << "\n" << sd.out;
     const Result small = run_bin(kEmu, llama70 + Args{"-pn", "8", "-M", "600"});
     EXPECT_EQ(small.code, 2) << small.err << small.out;
-    EXPECT_TRUE(std::regex_search(small.out, std::regex("\n  -sd DIR +GPU 54.88 GiB, host 297.73 GiB")))
+    // the advice's step is the several-GPU step (the table's above: 374.07 s), not one GPU's part (373.36 s)
+    EXPECT_TRUE(std::regex_search(small.out, std::regex("\n  -sd DIR +GPU 54.88 GiB, host 297.73 GiB, disk "
+                                                        "1530.03 GiB; step >= 374.07 s")))
         << small.out;
+    // -sd on 2 nodes of 8: each node's store holds its half of each layer, each disk moves half the bytes
+    // (under a folder not here: another machine's disk, its free space unchecked)
+    const Result sd2 = run_bin(kEmu, llama70 + Args{"-pn", "8", "-pN", "2", "-sd", "/nonexistent_llmc/ssd",
+                                                    "-sr", "6,4", "-sb", "0", "-E", "0"});
+    EXPECT_EQ(sd2.code, 0) << sd2.err << sd2.out;
+    for (const char* want : {"/ssd/node<n> on each node: two generations of its 1/2 of the streamed layers'",
+                             "host RAM, node         221.65 GiB", "disk r + w, node   410.7 + 410.7 GB",
+                             "step >= 187.20 s", "the streamed layers' 1/N on each node's disk (-sd)"})
+        EXPECT_TRUE(has(sd2.out, want)) << want << "\n" << sd2.out;
     const Result two = run_bin(kEmu, llama70 + Args{"-pn", "8", "-pN", "2"});
     EXPECT_EQ(two.code, 0) << two.err << two.out;
     for (const char* want :
