@@ -993,7 +993,7 @@ static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data
         StreamedState ss = ssd_tier_checkpoint(g);
         if (g->comm->nodes > 1) {  // each node's store holds its part
             ss.read_layer = gather_store_layer;
-            ss.node_part = comm_slice(g->comm, g->layout.layer_stride) * g->comm->local_world;
+            ss.node_part = comm_node_stride(g->comm, g->layout.layer_stride);
             if (g->vocab) ss.read_vocab = gather_vocab;
         }
         checkpoint_save(dir, g->step, g->adam_t, &g->config, g->master, g->adam_m, g->adam_v, &g->args, g->B,
@@ -1211,12 +1211,24 @@ static void load_step_batches(Run* r) {
         fetch_batch(&r->train, r->cfg.vocab_size, "train", &r->batch, mb);
 }
 
+// Tests (test_multi_gpu): LLMC_TEST_RANK_DIES=r:s:save kills rank r, another node's leader, in step s's save:
+// after its node's part is the checkpoint's (-sd: its store's), before rank 0 has it.
+static void test_rank_dies_in_save(const Run* r, int64_t step) {
+    const char* e = getenv("LLMC_TEST_RANK_DIES");
+    int rank = -1, at = -1;
+    char where[8] = "";
+    if (e && sscanf(e, "%d:%d:%7s", &rank, &at, where) == 3 && strcmp(where, "save") == 0 &&
+        rank == r->comm->rank && at == step)
+        raise(SIGKILL);
+}
+
 // Several ranks: rank 0 writes the node's state, once. Several nodes: the other nodes' parts first.
 static void save_run_checkpoint(Run* r, GPT* g) {
     DataLoaderState data_state = dataloader_get_state(&r->train);
     if (r->comm->nodes > 1 && r->comm->local == 0 && r->comm->rank != 0) {
         optimizer_wait_all(g);               // this node's parts are the step's
         if (g->ssd) ssd_tier_checkpoint(g);  // -sd: its store's checkpoint, durable before its parts go
+        test_rank_dies_in_save(r, g->step);
         gather_node_state(g);
     }
     if (r->comm->rank == 0) {
@@ -1235,7 +1247,8 @@ static void save_run_checkpoint(Run* r, GPT* g) {
 static void test_rank_dies(const Run* r, int steps_done) {
     const char* e = getenv("LLMC_TEST_RANK_DIES");
     int rank = -1, step = -1;
-    if (e && sscanf(e, "%d:%d", &rank, &step) == 2 && rank == r->comm->rank && step == steps_done)
+    if (e && !strstr(e, ":save") && sscanf(e, "%d:%d", &rank, &step) == 2 && rank == r->comm->rank &&
+        step == steps_done)
         raise(SIGKILL);
     e = getenv("LLMC_TEST_RANK_HANGS");
     if (e && sscanf(e, "%d:%d", &rank, &step) == 2 && rank == r->comm->rank && step == steps_done)

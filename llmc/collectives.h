@@ -319,8 +319,10 @@ static inline void comm_part(const Comm* c, int64_t n, int64_t* lo, int64_t* hi)
 static inline int64_t node_part_of(int64_t n, int nodes, int ranks) {
     return std::min<int64_t>(n, slice_of(n, nodes * ranks) * ranks);
 }
+// comm_node_stride: where node k's part starts, k * it (its G slices).
+static inline int64_t comm_node_stride(const Comm* c, int64_t n) { return comm_slice(c, n) * c->local_world; }
 static inline void comm_node_part(const Comm* c, int64_t n, int node, int64_t* lo, int64_t* hi) {
-    const int64_t s = comm_slice(c, n) * c->local_world;
+    const int64_t s = comm_node_stride(c, n);
     *lo = std::min<int64_t>(n, (int64_t)node * s);
     *hi = std::min<int64_t>(n, *lo + s);
 }

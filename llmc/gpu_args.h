@@ -164,7 +164,7 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "              disk at start. Resume (-y 1) with the same dir and -R, on any -pn. With -pn (not\n"
         "              -sw 1): the node's rank 0 holds it, the gradients stay in host RAM: 12 bytes per\n"
         "              parameter less RAM, 24 on disk. With -pN: each node's leader keeps its 1/N of each\n"
-        "              layer in dir/node<n> (resume on the same -pN and -pn) (default off)\n"
+        "              layer in dir/node<n> (resume with the -pN and -pn it ran with) (default off)\n"
         "  -sw <0|1>   with -sd: the streamed layers' bf16 weights live there too, read ahead into %d "
         "pinned\n"
         "              layer buffers for each pass: 2 bytes per parameter less RAM, RAM no longer grows\n"

@@ -124,6 +124,7 @@ typedef struct {
     double disk_rbps, disk_wbps;  // -sd: the probe's read and write rates, bytes/s (0: not measured)
     int disk_direct;              //   the probe ran with O_DIRECT
     bool ssd_dir_made;            //   this run made the -sd directory (a run that cannot start removes it)
+    bool ssd_parent_made;         //   several nodes: and the DIR above the node's DIR/node<n>
     // the loop's
     DataLoader train, val;
     int64_t val_batches;
@@ -455,6 +456,7 @@ static void check_gpu_fit(const Run* r, int sharing) {
         unlink((std::string(ga->ssd_dir) + "/ssd_lock").c_str());
         rmdir(ga->ssd_dir);  // not empty (another's file came meanwhile): it stays
     }
+    if (r->ssd_parent_made) rmdir(parent_dir(ga->ssd_dir).c_str());  // several nodes: DIR, if empty
     die("GPU memory too small for this config: needs %.2f GiB (of which %.2f GiB layer-input checkpoints: "
         "lower -d, "
         "-b or -t; %.2f GiB for %d GPU-resident layers: lower -R; %.2f GiB for %d layers' kept activations: "
@@ -567,7 +569,7 @@ static void check_fit(Run* r) {
     }
     print_auto_placement(r, r->gpu_budget, peak, none);
     if (ga->ssd_dir && r->comm->local == 0) {  // the probe first (its buffers are gone before the model's
-        ssd_open_dir(r);                       // arrive), then -sb auto; several ranks: rank 0's store
+        ssd_open_dir(r);  // arrive), then -sb auto; several ranks: the node's leader's store
         ssd_ring_auto(r, peak);
     }
     if (ga->ssd_dir && r->comm->world > 1) {  // the other ranks plan with their node's ring and disk
@@ -641,7 +643,7 @@ static void check_resume_node_parts(const Run* r) {
     if (!state_file_ssd_tail(r->resume_state, tail, err, sizeof err)) die("resume: %s", err);
     const Comm* c = r->comm;
     const int64_t S = model_layout(&r->cfg, &r->llama).layer_stride, was = tail[SSD_TAIL_NODE_PART],
-                  now = c->nodes > 1 ? comm_slice(c, S) * c->local_world : 0;
+                  now = c->nodes > 1 ? comm_node_stride(c, S) : 0;
     const char* anew = "or start a new run from its model file with -e (AdamW's moments start again)";
     if (was == now) return;
     if (was == 0)
@@ -714,6 +716,15 @@ static void plan_run(Run* r) {
                 "-sd): resume it without -sd",
                 (long long)r->resume_step, a.output_dir);
         if (ckpt_ssd) check_resume_node_parts(r);
+    }
+    if (ga.ssd_dir && ga.nodes > 1) {  // each node's store holds its part: every node needs one (the RAM
+        const int64_t S = model_layout(&r->cfg, &r->llama).layer_stride;  // tier takes empty parts)
+        const int64_t stride = slice_of(S, G) * ga.ranks;
+        if ((int64_t)(ga.nodes - 1) * stride >= S)
+            die("-sd on %d nodes of %d GPUs: a layer's %lld parameters, in parts of %lld, leave the last "
+                "node "
+                "none: use fewer nodes",
+                ga.nodes, ga.ranks, (long long)S, (long long)stride);
     }
 }
 
@@ -832,7 +843,9 @@ static void ssd_node_dir(Run* r) {
     if (!dir || r->comm->nodes == 1) return;
     char why[4352];
     if (!ssd_dir_usable(dir, why, sizeof why)) die("%s", why);
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) die("-sd %s: cannot create it: %s", dir, strerror(errno));
+    const bool made = mkdir(dir, 0755) == 0;  // every rank tries; the leader's removes it on a failed start
+    if (!made && errno != EEXIST) die("-sd %s: cannot create it: %s", dir, strerror(errno));
+    r->ssd_parent_made = made && r->comm->local == 0;
     node_dir = std::string(dir) + "/node" + std::to_string(r->comm->node_rank);
     r->ga.ssd_dir = node_dir.c_str();
 }
@@ -931,9 +944,6 @@ static void load_node_vocab(Run* r, GPT* g) {
     free(window);
 }
 
-// Several nodes, a node's leader: the weights from init, -e or a checkpoint, a layer at a time: the prefix
-// whole (-E 1: the vocabulary's fp32 weights in the node's part: load_node_vocab), each streamed layer's bf16
-// copy whole (every GPU reads whole layers) and its fp32 weights in the node's part only.
 // The prefix (-E 1: the vocabulary's part, and the -R layers whole): load_node_weights' and -sd's.
 static void load_node_prefix(Run* r, GPT* g) {
     if (!g->vocab) return ssd_load_prefix(r, g);
@@ -941,6 +951,9 @@ static void load_node_prefix(Run* r, GPT* g) {
     for (int l = 0; l < g->resident_layers; l++)
         ssd_load_layer(r, g, l, g->master + gpt_layer_offset(&g->layout, l));
 }
+// Several nodes, a node's leader: the weights from init, -e or a checkpoint, a layer at a time: the prefix
+// whole (-E 1: the vocabulary's fp32 weights in the node's part: load_node_vocab), each streamed layer's bf16
+// copy whole (every GPU reads whole layers) and its fp32 weights in the node's part only.
 static void load_node_weights(Run* r, GPT* g) {
     const ParamLayout* p = &g->layout;
     load_node_prefix(r, g);
@@ -976,10 +989,7 @@ static void ssd_attach(Run* r, GPT* g) {
     sc.owner = r->ssd_owner;  // another run's store is neither replaced nor resumed
     const bool nodes = g->comm->nodes > 1;
     const int64_t lo = g->ssd->part_lo;
-    sc.layer_elems = g->ssd->part_n;  // the node's part (the plan's: node 0's, the largest)
-    if (sc.layer_elems < 1)
-        die("-sd on %d nodes: a layer's %lld parameters leave node %d no part: use fewer nodes",
-            g->comm->nodes, (long long)p->layer_stride, g->comm->node_rank);
+    sc.layer_elems = g->ssd->part_n;  // the node's part (the plan's: node 0's, the largest; plan_run: > 0)
     const bool resume = r->resume_step >= 0;
     double verify_s = 0;
     if (resume) {

@@ -308,7 +308,7 @@ static void ssd_round_update(void* ctx, int i, int64_t off, int64_t n, float* pa
     uint16_t* dst = t->handoff[r->handoff] + off;
     FAKE_CUDA_HOST_ACCESS(dst, n * 2, true, "the CPU AdamW handing a layer's bf16 over (-sw 1)");
     copy_bf16(bf16_out, dst, n);
-    if (off + n < p->layer_stride) return;
+    if (off + n < t->part_n) return;
     std::lock_guard<std::mutex> lock(t->mu);  // the whole layer is there: the pass may take it
     t->handoff_state[r->handoff] = HANDOFF_FILLED;
     FAKE_CUDA_HOST_RELEASE(t);

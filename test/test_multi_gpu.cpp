@@ -675,7 +675,9 @@ TEST_F(MultiGpu, SsdTierOnSeveralRanksTrainsAsInRam) {
 // other nodes, as in RAM. The same bits as the nodes in RAM, both families (GPT-2 on 2 nodes of one rank;
 // Llama with -E 1 -R 1 -K 1 on 2 nodes of 2 ranks, the vocabulary's state in windows across the nodes'
 // parts), with the race check; each checkpoint's model file byte for byte, resumed on the same nodes byte for
-// byte; resumed on one node, or on nodes of another -pn, refused in one line (the stores hold other parts).
+// byte; resumed on one node, or on nodes of another -pn, refused in one line (the stores hold other parts); a
+// node killed between its store's checkpoint and rank 0's model file leaves the last complete checkpoint to
+// resume, bit for bit.
 TEST_F(MultiGpu, SsdTierOnSeveralNodesTrainsAsInRam) {
     setenv("SSD_PROBE_SECONDS", "0.2", 1);
     setenv("SSD_PROBE_MIB", "8", 1);
@@ -711,6 +713,19 @@ TEST_F(MultiGpu, SsdTierOnSeveralNodesTrainsAsInRam) {
         EXPECT_EQ(codes, (std::vector<int>{1, 1})) << other.err;
         EXPECT_TRUE(
             CleanError(other, {"-pN 2 -pn 2 would cut parts of", "resume with the -pN and -pn it ran with"}));
+        // node 1 killed in step 2's save, after its store took step 2 as its checkpoint and before rank 0 had
+        // its part: no DONE for step 2, node 0 ends in one line; both stores resume step 1's and end as above
+        const std::string kd = dir + "/killed", ks = dir + "/kstore";
+        setenv("LLMC_TEST_RANK_DIES", "1:2:save", 1);
+        std::vector<int> kc;
+        const Result k = run_nodes(2, run_args(spec, kd, {"-n", "1", "-sd", ks}), &kc);
+        unsetenv("LLMC_TEST_RANK_DIES");
+        EXPECT_EQ(kc, (std::vector<int>{1, 128 + SIGKILL})) << k.err;
+        EXPECT_EQ(error_lines(k.err).size(), 1u) << k.err;
+        EXPECT_EQ(file_size(kd + "/DONE_00000002"), -1) << "step 2's checkpoint lacks node 1's part";
+        const Result kr = run_nodes(2, run_args(spec, kd, {"-y", "1", "-sd", ks}));
+        EXPECT_TRUE(has(kr.out, "(step 1)")) << kr.out;
+        EXPECT_TRUE(slurp(kd + "/model_00000003.bin") == slurp(sd + "/model_00000003.bin")) << "resumed at 1";
     }
     unsetenv("SSD_PROBE_SECONDS");
     unsetenv("SSD_PROBE_MIB");
