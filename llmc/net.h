@@ -88,9 +88,10 @@ static inline bool net_parse_address(const char* s, NetAddress* a) {
 }
 
 // Before the run started a node that fails its set-up (bad flags or data) says why itself: node 0 says which
-// node ended, the others end quietly (node 0 said why).
+// node ended, the others that node 0 ended (each node's log has a line: on a cluster each is read apart).
 static inline void net_lost(const NetLinks* L, int peer, const char* what) {
-    if (!L->started.load() && L->node != 0) _exit(1);
+    if (!L->started.load() && L->node != 0)
+        die("node 0 ended before the run started (the node that failed first says why in its own output)");
     if (!L->started.load()) die("node %d ended before the run started (its own output says why)", peer);
     die("node %d is gone (%s): this rank stops too", peer, what);
 }

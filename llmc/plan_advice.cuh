@@ -721,26 +721,27 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
             host = std::min(host, (double)a.m.host_bytes);
             if (a.c.tier != TIER_RAM) disk = std::min(disk, (double)a.m.ssd_disk);
         }
-        const bool has_e1 = llama && llama->num_layers;  // GPT-2's vocabulary stays on the GPU
-        const char* e1 = has_e1 ? " -E 1," : "";
-        if (several)
-            printf(
-                "advice: nothing fits, as given or with a smaller -b, fewer -R / -K,%s or -sd (-sd -sw 1 "
-                "runs on one GPU for now);\n",
-                e1);
-        else
-            printf(
-                "advice: nothing fits, as given or with a smaller -b, fewer -R / -K,%s -sd or -sd -sw 1;\n",
-                e1);
+        // what plan_alternatives tried beside the flags as given
+        std::vector<std::string> tried = {"a smaller -b", "fewer -R / -K"};
+        if (llama && llama->num_layers) tried.push_back("-E 1");  // GPT-2's vocabulary stays on the GPU
+        if (given.tier == TIER_RAM) tried.push_back("-sd");
+        if (!several && given.tier != TIER_SSD_WEIGHTS) tried.push_back("-sd -sw 1");
+        std::string list;
+        for (size_t i = 0; i < tried.size(); i++)
+            list += (i == 0 ? "" : i + 1 == tried.size() ? ", or " : ", ") + tried[i];
+        printf("advice: nothing fits, as given or with %s%s;\n", list.c_str(),
+               several && given.tier != TIER_SSD_WEIGHTS ? " (-sd -sw 1 runs on one GPU for now)" : "");
         printf("  the least any of them needs: GPU %.2f GiB (%.2f here), host %.2f GiB", gpu / GiB,
                t.gpu_budget / GiB, host / GiB);
         if (t.host_avail >= 0) printf(" (%.2f here)", t.host_avail / GiB);
         if (t.disk_free >= 0 && disk < 1e30)
             printf(", disk %.2f GiB (%.2f free)", disk / GiB, t.disk_free / GiB);
-        printf("\n  lower -t or -d, or choose a smaller model%s\n", !several ? ""
-                                                                    : ga->ssd_dir
-                                                                        ? ", or plan more GPUs (-pn)"
-                                                                        : ", or plan more GPUs (-pn, -pN)");
+        printf("\n  lower -t or -d, or choose a smaller model%s\n",
+               !several ? ""
+               : ga->ssd_dir
+                   ? ", or plan more GPUs (-pn) or nodes (-pN: each node's host RAM and disk hold 1/N of the "
+                     "state)"
+                   : ", or plan more GPUs (-pn) or nodes (-pN: each node's host RAM holds 1/N of the state)");
         // the most tokens a step that fit, at this -b and -t: fewer micro-batches need fewer layer-input
         // checkpoints, the only part of the plan that grows with -d (a binary search: fitting is monotone)
         auto fastest_fit = [&](int n_micro, PlanEval* best) {

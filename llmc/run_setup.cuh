@@ -177,7 +177,10 @@ static void open_output_dir(Run* r) {
         return;
     }
     if (r->comm->nodes > 1 && r->comm->local == 0) net_bcast(&r->comm->net, NET_MAIN, x, sizeof *x);
-    if (r->bench || r->ga.plan_only || x->step < 0) return;
+    if (r->bench || r->ga.plan_only) return;
+    if (r->args.output_dir && !realpath(r->args.output_dir, r->ssd_owner))  // -sd's owner (several nodes:
+        r->ssd_owner[0] = 0;                                                // each leader's store), rank 0's
+    if (x->step < 0) return;
     if (r->ga.model_given) check_resume_given(r->args.model, r->args.output_dir, &x->ckpt, &x->llama_ckpt);
     r->resume_step = x->step;
     memcpy(r->resume_header, x->header, sizeof x->header);
@@ -266,6 +269,7 @@ static uint64_t run_fingerprint(const Run* r) {
         float lr, weight_decay, grad_clip, final_lr_frac, skip_loss_z, skip_grad_z;
         // what runs when on every rank (a validation, a checkpoint: sums and barriers) and how (-E, -F, -G)
         int val_every, val_max_batches, checkpoint_every, overfit, vocab_host, flash, epilogues;
+        int tier;            // -sd, -sw: every node's store takes part in the round and the checkpoints
         int64_t data[2][4];  // train and val: shards, tokens, kind and width, vocabulary (the same data)
     } x;
     memset(&x, 0, sizeof x);
@@ -293,6 +297,7 @@ static uint64_t run_fingerprint(const Run* r) {
     x.vocab_host = r->ga.vocab_host;  // as given: check_fit, after the gate, resolves -E -1
     x.flash = r->ga.flash;
     x.epilogues = r->ga.epilogues;
+    x.tier = ssd_tier(&r->ga);
     const DataLoader* dl[2] = {&r->train, &r->val};  // empty for a benchmark
     for (int i = 0; i < 2; i++) {
         const int64_t d[4] = {dl[i]->num_shards, dl[i]->total_tokens, dl[i]->kind * 8 + dl[i]->token_bytes,
@@ -1007,7 +1012,9 @@ static void ssd_attach(Run* r, GPT* g) {
             die("resume: -sd %s: %s: to resume from that one, remove %s/DONE_%08lld", dir, err,
                 r->args.output_dir, (long long)r->resume_step);
         if (!st && strstr(err, " is damaged")) die("resume: -sd %s: %s", dir, err);
-        if (!st) die("resume: -sd %s: %s (resume with the run's -R and -sw)", dir, err);
+        if (!st)
+            die("resume: -sd %s: %s (resume with the run's -R and -sw%s)", dir, err,
+                nodes ? "; each node's DIR/node<n> must be its own" : "");
     } else {
         st = ssd_store_create(dir, &sc, err, sizeof err);
         if (!st) die("-sd %s: %s", dir, err);
@@ -1026,8 +1033,9 @@ static void ssd_attach(Run* r, GPT* g) {
                                       sizeof err);
             if (rc == 0 && nodes && memcmp(part.data(), layer + lo, part.size() * 4) != 0)
                 die("resume: -sd %s: layer %d's weights differ from the checkpoint's model file %s: this "
-                    "store is "
-                    "another checkpoint's",
+                    "store holds another node's part or another checkpoint's (each node's DIR/node<n> must "
+                    "be "
+                    "its own)",
                     dir, l, r->args.model);
         } else {
             if (!nodes) ssd_load_layer(r, g, l, layer);
