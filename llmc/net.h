@@ -637,9 +637,11 @@ static inline void net_started(NetLinks* L, uint64_t flags) {
         net_recv(L, L->fd[NET_MAIN][0], 0, &differs, sizeof differs);
         if (differs)
             die("node %d's flags differ from node 0's (the model, -b, -t, -d, -x, the learning rate and "
-                "schedule, -R, -K, -E, -F, -G, -v, -m, -n, -a, -sl, -sg, or the data: its shards' count, "
-                "tokens "
-                "and kind): every node starts with the same flags and data but -pr",
+                "schedule, -R, -K, -E, -F, -G, -v, -m, -n, -a, -sl, -sg, whether -sd and -sw are given, or "
+                "the "
+                "data: its shards' count, tokens and kind): every node starts with the same flags and data "
+                "but "
+                "-pr",
                 L->node);
     } else {
         int first = 0;
@@ -654,9 +656,11 @@ static inline void net_started(NetLinks* L, uint64_t flags) {
         }
         if (first)
             die("node %d's flags differ from node 0's (the model, -b, -t, -d, -x, the learning rate and "
-                "schedule, -R, -K, -E, -F, -G, -v, -m, -n, -a, -sl, -sg, or the data: its shards' count, "
-                "tokens "
-                "and kind): every node starts with the same flags and data but -pr",
+                "schedule, -R, -K, -E, -F, -G, -v, -m, -n, -a, -sl, -sg, whether -sd and -sw are given, or "
+                "the "
+                "data: its shards' count, tokens and kind): every node starts with the same flags and data "
+                "but "
+                "-pr",
                 first);
     }
     L->started.store(1);

@@ -713,6 +713,21 @@ TEST_F(MultiGpu, SsdTierOnSeveralNodesTrainsAsInRam) {
         EXPECT_EQ(codes, (std::vector<int>{1, 1})) << other.err;
         EXPECT_TRUE(
             CleanError(other, {"-pN 2 -pn 2 would cut parts of", "resume with the -pN and -pn it ran with"}));
+        // every node's store is the run's (a hostile trial: node 1's had no owner, and another run's -o
+        // replaced it); another run is refused each store and leaves them as they are
+        char owner[4200];
+        ASSERT_NE(realpath(sd.c_str(), owner), nullptr);
+        const std::string node1_params = slurp(store + "/node1/gen0/params.f32");
+        EXPECT_TRUE(has(slurp(store + "/node1/ssd_manifest"), std::string("owner ") + owner + "\n"));
+        const Result thief = run_nodes(2, run_args(spec, dir + "/thief", {"-sd", store}), &codes);
+        EXPECT_EQ(codes, (std::vector<int>{1, 1})) << thief.err;
+        EXPECT_TRUE(CleanError(thief, {"holds the SSD store of the run in", "it is left as it is"}));
+        EXPECT_TRUE(slurp(store + "/node1/gen0/params.f32") == node1_params) << "node 1's store untouched";
+        // -sd on one node only: refused at start on both (the trial: a deadlock at the first checkpoint)
+        const Result half = run_nodes(2, run_args(spec, dir + "/half"), &codes, {"-sd", dir + "/half_store"});
+        EXPECT_EQ(codes, (std::vector<int>{1, 1})) << half.err;
+        EXPECT_TRUE(
+            CleanError(half, {"node 1's flags differ from node 0's", "whether -sd and -sw are given"}));
         // node 1 killed in step 2's save, after its store took step 2 as its checkpoint and before rank 0 had
         // its part: no DONE for step 2, node 0 ends in one line; both stores resume step 1's and end as above
         const std::string kd = dir + "/killed", ks = dir + "/kstore";
