@@ -314,13 +314,13 @@ static inline void comm_part(const Comm* c, int64_t n, int64_t* lo, int64_t* hi)
     *lo = std::min<int64_t>(n, (int64_t)c->rank * s);
     *hi = std::min<int64_t>(n, *lo + s);
 }
-// The part node `node`'s ranks own together: its G slices, [lo, hi).
 // node_part_of: the most a node's part holds (node 0's), for N nodes of G ranks (the memory plan's, -sd).
 static inline int64_t node_part_of(int64_t n, int nodes, int ranks) {
     return std::min<int64_t>(n, slice_of(n, nodes * ranks) * ranks);
 }
 // comm_node_stride: where node k's part starts, k * it (its G slices).
 static inline int64_t comm_node_stride(const Comm* c, int64_t n) { return comm_slice(c, n) * c->local_world; }
+// The part node `node`'s ranks own together: its G slices, [lo, hi).
 static inline void comm_node_part(const Comm* c, int64_t n, int node, int64_t* lo, int64_t* hi) {
     const int64_t s = comm_node_stride(c, n);
     *lo = std::min<int64_t>(n, (int64_t)node * s);
