@@ -156,7 +156,7 @@ static PlanSeveral plan_several(const PlanTarget* t, const PlanEval& e) {
     }
     if (e.c.tier != TIER_RAM) {  // -sd: each node's disk reads and writes its part of the state every step
         PlanLinkRow& o = out.rows[out.n++];
-        o.what = N > 1 ? "disk r + w, node" : "disk r + w";
+        o.what = N > 1 ? "disk r+w, node" : "disk r + w";
         snprintf(o.need, sizeof o.need, "%.1f + %.1f GB", e.m.ssd_read_per_step / 1e9,
                  e.m.ssd_write_per_step / 1e9);
         snprintf(o.at, sizeof o.at, "%.2f / %.2f GB/s (its part of the state)", t->disk_read_Bps / 1e9,

@@ -1206,7 +1206,7 @@ TEST_F(MultiGpu, PlanForSeveralGpusAndNodes) {
                                                     "-sr", "6,4", "-sb", "0", "-E", "0"});
     EXPECT_EQ(sd2.code, 0) << sd2.err << sd2.out;
     for (const char* want : {"/ssd/node<n> on each node: two generations of its 1/2 of the streamed layers'",
-                             "host RAM, node         221.65 GiB", "disk r + w, node   410.7 + 410.7 GB",
+                             "host RAM, node         221.65 GiB", "disk r+w, node   410.7 + 410.7 GB",
                              "step >= 187.20 s", "the streamed layers' 1/N on each node's disk (-sd)"})
         EXPECT_TRUE(has(sd2.out, want)) << want << "\n" << sd2.out;
     const Result two = run_bin(kEmu, llama70 + Args{"-pn", "8", "-pN", "2"});
