@@ -1021,28 +1021,29 @@ static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data
 
 // Loads AdamW state, step, data position. The model file loads apart.
 // Several ranks: rank 0 reads into the node's arrays and tells the others where the run stands.
-static void load_state(GPT* g, const char* path, DataLoaderState* data_state) {
-    if (g->comm->nodes > 1 && g->comm->local == 0) {  // several nodes: the prefix and this node's parts
+// ckpt_ssd: the checkpoint's state file is -sd's (version 102: the prefix's m, v in this trainer's order);
+// else it holds every parameter's in the family's order, which -sd takes the prefix's of (its store is filled
+// from the same file: ssd_attach).
+static void load_state(GPT* g, const char* path, DataLoaderState* data_state, bool ckpt_ssd) {
+    if ((g->comm->nodes > 1 || g->ssd) && g->comm->local == 0) {  // the prefix, and this node's parts
         const ParamLayout* p = &g->layout;
         const int64_t E = p->embed_count, S = p->layer_stride, L = g->config.num_layers;
-        const bool llama = is_llama(g);  // its file: [layers | embeddings]
+        const bool file_order = is_llama(g) && !ckpt_ssd;  // the Llama files: [layers | embeddings]
         int64_t lo, hi;
         comm_node_part(g->comm, S, g->comm->node_rank, &lo, &hi);
         int64_t vlo = 0, vhi = E;  // -E 1: the vocabulary's part (the GPU's embeddings: whole)
         if (g->vocab) vocab_node_part(g, g->comm->node_rank, &vlo, &vhi);
-        const bool ssd = g->ssd != NULL;  // -sd: the file's m, v are the prefix's, in this trainer's order
-        std::vector<StatePart> parts = {{vlo, (llama && !ssd ? p->total - E : 0) + vlo, vhi - vlo}};
-        for (int64_t l = 0; l < (ssd ? g->resident_layers : L); l++) {
+        std::vector<StatePart> parts = {{vlo, (file_order ? p->total - E : 0) + vlo, vhi - vlo}};
+        for (int64_t l = 0; l < (g->ssd ? g->resident_layers : L); l++) {  // -sd: its store has the rest
             const bool mine = l >= g->resident_layers;  // the resident layers whole, the others' node part
             const int64_t a = mine ? lo : 0, n = mine ? hi - lo : S;
-            parts.push_back({E + l * S + a, (llama && !ssd ? 0 : E) + l * S + a, n});
+            parts.push_back({E + l * S + a, (file_order ? 0 : E) + l * S + a, n});
         }
         state_file_read_parts(path, p->total, g->adam_m, g->adam_v, data_state, &g->step, &g->adam_t, parts,
-                              ssd);
+                              ckpt_ssd);
     } else if (g->comm->local == 0) {
-        state_file_read(path, g->layout.total, g->adam_m, g->adam_v, data_state, &g->step, &g->adam_t,
-                        g->ssd ? &g->host_state_count : NULL);
-        if (is_llama(g) && !g->ssd)  // m, v from file order to ours (-sd: already)
+        state_file_read(path, g->layout.total, g->adam_m, g->adam_v, data_state, &g->step, &g->adam_t);
+        if (is_llama(g))  // m, v from file order to ours
             for (float* x : {g->adam_m, g->adam_v}) llama_trainer_order(&g->layout, x);
     }
     struct {

@@ -660,6 +660,24 @@ static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_st
                     f[i].now, bits_float(h[f[i].field]), f[i].effect);
 }
 
+// A full (version 2) state file's m and v of [at, at + n) of its parameters, in its order: -sd's store filled
+// from a checkpoint of a run in RAM (the file was checked when the run directory opened). 0 with err.
+static int state_file_read_moments(const char* path, int64_t total, int64_t at, int64_t n, float* m, float* v,
+                                   char* err, size_t errlen) {
+    FILE* f = open_regular(path, "optimizer state", err, errlen);
+    if (!f) return 0;
+    const off_t base = (off_t)(ST_HEADER_FIELDS * 8) + (off_t)sizeof(DataLoaderState);
+    int ok = at >= 0 && n >= 0 && at + n <= total;
+    for (int which = 0; which < 2 && ok; which++)
+        ok = fseeko(f, base + (off_t)((which * total + at) * 4), SEEK_SET) == 0 &&
+             read_all(f, which ? v : m, n * 4);
+    fclose(f);
+    if (!ok)
+        snprintf(err, errlen, "optimizer state %.400s: reading m and v of [%lld, %lld) failed", path,
+                 (long long)at, (long long)(at + n));
+    return ok;
+}
+
 // Reads m, v, data position, step and updates. Exits on failure.
 // Several nodes: only parts of m and v, [at, at + count) of the file's parameters into dst + to, each part.
 // ssd_prefix: an -sd checkpoint's file (its m, v: of the prefix only).

@@ -138,6 +138,11 @@ typedef struct {
     Timeline timeline;              // -Y 1
     TimelineSummary last_timeline;  // of the last step
 } Run;
+// -y 1 of an -sd run's checkpoint: its store holds the streamed layers' state (one of a run in RAM fills a
+// new store from its state file: ssd_attach).
+static bool resumes_ssd_store(const Run* r) {
+    return r->resume_step >= 0 && r->resume_header[ST_VERSION] == STATE_VERSION_SSD;
+}
 
 // -y 1 with -e: -e must name the checkpoint's model, either family (checkpoint.h).
 static void check_resume_given(const char* model, const char* dir, const GPTConfig* ckpt,
@@ -357,7 +362,8 @@ static void open_data(Run* r) {
 // -sd, fresh run: DIR must hold the store, allocated at full size.
 static void check_ssd_space(const Run* r) {
     const char* dir = r->ga.ssd_dir;
-    if (!dir || r->resume_step >= 0) return;
+    // a resume opens its store; one of a run in RAM makes a new one (ssd_attach)
+    if (!dir || resumes_ssd_store(r)) return;
     char why[4400];
     if (!ssd_dir_usable(dir, why, sizeof why)) die("%s", why);
     const int64_t avail = dir_free_bytes(dir);
@@ -711,15 +717,12 @@ static void plan_run(Run* r) {
         die("-sd %s with -R %d: every layer is GPU-resident, no state is left to put on disk", ga.ssd_dir,
             ga.resident);
     if (r->resume_step >= 0) {  // streamed state: in an SSD store, or the checkpoint's files
-        const bool ckpt_ssd = r->resume_header[ST_VERSION] == STATE_VERSION_SSD;
+        const bool ckpt_ssd = resumes_ssd_store(r);
         if (ckpt_ssd && !ga.ssd_dir)
             die("resume: the checkpoint of step %lld in %s keeps its streamed layers' state in an SSD store: "
                 "resume with -sd DIR (the run's -sd directory)",
                 (long long)r->resume_step, a.output_dir);
-        if (!ckpt_ssd && ga.ssd_dir)
-            die("resume: the checkpoint of step %lld in %s holds all its state in its files (a run without "
-                "-sd): resume it without -sd",
-                (long long)r->resume_step, a.output_dir);
+        // a checkpoint of a run in RAM resumes with -sd too: its state fills a new store (ssd_attach)
         if (ckpt_ssd) check_resume_node_parts(r);
     }
     if (ga.ssd_dir && ga.nodes > 1) {  // each node's store holds its part: every node needs one (the RAM
@@ -830,7 +833,7 @@ static void ssd_open_dir(Run* r) {
     const char* dir = r->ga.ssd_dir;
     char err[4352];
     struct stat st;  // a resume's store is there already: a wrong -sd is not made (and left behind)
-    if (r->resume_step >= 0 && stat(dir, &st) != 0)
+    if (resumes_ssd_store(r) && stat(dir, &st) != 0)
         die("resume: -sd %s: %s; a resume reads the SSD store from the run's -sd DIR", dir, strerror(errno));
     r->ssd_dir_made = mkdir(dir, 0755) == 0;
     if (!r->ssd_dir_made && errno != EEXIST) die("-sd %s: cannot create it: %s", dir, strerror(errno));
@@ -995,7 +998,8 @@ static void ssd_attach(Run* r, GPT* g) {
     const bool nodes = g->comm->nodes > 1;
     const int64_t lo = g->ssd->part_lo;
     sc.layer_elems = g->ssd->part_n;  // the node's part (the plan's: node 0's, the largest; plan_run: > 0)
-    const bool resume = r->resume_step >= 0;
+    // a checkpoint of a run in RAM (its state file holds every parameter's m, v): a new store, filled from it
+    const bool resume = resumes_ssd_store(r), from_ram = r->resume_step >= 0 && !resume;
     double verify_s = 0;
     if (resume) {
         int64_t tail[SSD_TAIL_FIELDS];
@@ -1025,6 +1029,8 @@ static void ssd_attach(Run* r, GPT* g) {
     float* layer = (float*)malloc((size_t)p->layer_stride * 4);
     if (!layer) die("out of host memory for one layer");
     std::vector<float> part(nodes && resume ? (size_t)sc.layer_elems : 0);
+    std::vector<float> m(from_ram ? (size_t)sc.layer_elems : 0), v(m.size());
+    const bool file_order = r->llama.num_layers > 0;  // the Llama files: [layers | embeddings]
     for (int l = R; l < c->num_layers; l++) {
         int rc = 0;
         if (nodes) ssd_load_layer(r, g, l, layer);  // whole: the bf16 copy
@@ -1039,7 +1045,12 @@ static void ssd_attach(Run* r, GPT* g) {
                     dir, l, r->args.model);
         } else {
             if (!nodes) ssd_load_layer(r, g, l, layer);
-            rc = ssd_store_write_layer(st, l - R, layer + lo, NULL, NULL, err, sizeof err);  // zero m, v
+            const int64_t at = (file_order ? 0 : p->embed_count) + (int64_t)l * p->layer_stride + lo;
+            if (from_ram && !state_file_read_moments(r->resume_state, p->total, at, sc.layer_elems, m.data(),
+                                                     v.data(), err, sizeof err))
+                die("resume: %s", err);
+            rc = ssd_store_write_layer(st, l - R, layer + lo, from_ram ? m.data() : NULL,
+                                       from_ram ? v.data() : NULL, err, sizeof err);  // fresh: zero m, v
         }
         if (rc != 0) die("-sd %s: %s", dir, err);
         if (g->ssd->weights_on_disk) continue;  // the store wrote their bf16 copy (-sw 1)
@@ -1051,6 +1062,9 @@ static void ssd_attach(Run* r, GPT* g) {
     if (r->ga.timeline) ssd_io_log_busy(ssd_store_io(st), 1);  // the timeline's disk tracks
     if (!g->ssd_ranks) ssd_tier_start_writer(g);               // several ranks: no gradients to write
     char how[96] = "created";
+    if (from_ram)
+        snprintf(how, sizeof how, "created from step %lld's checkpoint of the run in RAM",
+                 (long long)r->resume_step);
     if (resume)
         snprintf(how, sizeof how, "resumed at its checkpoint, its checksums verified in %.1f s", verify_s);
     char part_text[96] = "";
@@ -1100,7 +1114,7 @@ static void build_model(Run* r, GPT* g) {
     r->start_step = 0;
     if (r->resume_step < 0) return;
     DataLoaderState data_state;
-    load_state(g, r->resume_state, &data_state);
+    load_state(g, r->resume_state, &data_state, resumes_ssd_store(r));
     if (!dataloader_set_state(&r->train, &data_state, err, sizeof err)) die("resume: %s", err);
     r->start_step = (int)g->step;
     g->checkpoint_step = g->step;

@@ -677,7 +677,7 @@ TEST_F(MultiGpu, SsdTierOnSeveralRanksTrainsAsInRam) {
 // parts), with the race check; each checkpoint's model file byte for byte, resumed on the same nodes byte for
 // byte; resumed on one node, or on nodes of another -pn, refused in one line (the stores hold other parts); a
 // node killed between its store's checkpoint and rank 0's model file leaves the last complete checkpoint to
-// resume, bit for bit.
+// resume, bit for bit. A checkpoint of the same nodes in RAM resumes with -sd, bit for bit.
 TEST_F(MultiGpu, SsdTierOnSeveralNodesTrainsAsInRam) {
     setenv("SSD_PROBE_SECONDS", "0.2", 1);
     setenv("SSD_PROBE_MIB", "8", 1);
@@ -707,7 +707,17 @@ TEST_F(MultiGpu, SsdTierOnSeveralNodesTrainsAsInRam) {
         EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(spec, sd, more + resume)),
                                {"resume: the checkpoint's SSD stores hold each layer in parts of",
                                 "on 2 nodes", "resume on as many nodes with the -pn it ran with"}));
-        if (llama) continue;
+        if (llama) {  // a checkpoint of the nodes in RAM resumes with -sd: each node's store filled from its
+                      // part
+            const std::string moved = dir + "/moved";
+            run_nodes(2, run_args(spec, moved, more));
+            const Result m = run_nodes(
+                2, run_args(spec, moved, more + Args{"-y", "1", "-x", "4", "-sd", dir + "/mstore"}));
+            EXPECT_TRUE(has(m.out, "created from step 3's checkpoint of the run in RAM")) << m.out;
+            EXPECT_TRUE(slurp(ram + "/model_00000004.bin") == slurp(moved + "/model_00000004.bin"))
+                << "moved to -sd";
+            continue;
+        }
         std::vector<int> codes;  // 2 nodes of 2 ranks cut other parts: every node says so
         const Result other = run_nodes(2, run_args(spec, sd, Args{"-pn", "2"} + resume), &codes);
         EXPECT_EQ(codes, (std::vector<int>{1, 1})) << other.err;

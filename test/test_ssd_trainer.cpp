@@ -94,6 +94,24 @@ class SsdTrainer : public CliTest {
         if (resumed_at >= 0) { EXPECT_EQ(std::stoi(mt[1]), resumed_at) << b.out; }
         expect_same_as_ram(out, b.out, std::stoi(mt[1]) + 1);
     }
+    // A checkpoint of a run in RAM resumed with -sd: steps 2 and 3 and the final model file as in RAM; the
+    // next resume opens the store it made as any -sd run's. more: with -sw 1 too.
+    void ram_checkpoint_resumes_with_sd(const Args& more) {
+        run_in_ram();
+        const std::string out = dir + "/moved", store = dir + "/mstore";
+        const Result a = run_bin(kEmu, run_args(out));  // in RAM, checkpoints at 1, 2, 3: back to 1
+        ASSERT_EQ(a.code, 0) << a.err;
+        for (const char* done : {"/DONE_00000002", "/DONE_00000003"}) unlink((out + done).c_str());
+        const Result b = run_bin(kEmu, run_args(out, Args{"-y", "1", "-sd", store} + more));
+        ASSERT_EQ(b.code, 0) << b.cmd << "\n" << b.err << b.out;
+        EXPECT_TRUE(has(b.out, "created from step 1's checkpoint of the run in RAM")) << b.out;
+        expect_same_as_ram(out, b.out, 2);
+        unlink((out + "/DONE_00000003").c_str());  // and from step 2, the store's own checkpoint
+        const Result c = run_bin(kEmu, run_args(out, Args{"-y", "1", "-sd", store} + more));
+        ASSERT_EQ(c.code, 0) << c.cmd << "\n" << c.err << c.out;
+        EXPECT_TRUE(has(c.out, "resumed at its checkpoint")) << c.out;
+        expect_same_as_ram(out, c.out, 3);
+    }
 };
 
 // -sd gives the run in RAM bit for bit: whole layers over io_uring (O_DIRECT), and pieces of 4096
@@ -303,6 +321,17 @@ TEST_F(SsdTrainer, LlamaSameTrainingAsInRam) {
                            {"resume: -R 2 differs from the checkpoint's"}));
 }
 
+// A checkpoint of a run in RAM resumes with -sd (on a machine with less RAM, say): its state file's m and v
+// fill a new store a layer at a time, and the run goes on as in RAM bit for bit
+// (ram_checkpoint_resumes_with_sd).
+TEST_F(SsdTrainer, ARunInRamResumesWithTheSsdTier) { ram_checkpoint_resumes_with_sd({}); }
+TEST_F(SsdTrainer, ARunInRamResumesWithTheWeightsOnDisk) { ram_checkpoint_resumes_with_sd({"-sw", "1"}); }
+TEST_F(SsdTrainer, ALlamaRunInRamResumesWithTheSsdTier) {
+    spec = kLlamaSpec;
+    flags = {"-E", "1"};
+    ram_checkpoint_resumes_with_sd({});
+}
+
 // The Llama family with -E 1 and -sd -sw 1 (the bf16 weights read from the store each pass), killed mid-run
 // (the 29th chunk written: 12 create the store, 15 are step 1's, the 29th is step 2's gradients), then -y 1
 // from step 1: steps 2 and 3 and the final model file are the run in RAM's bit for bit.
@@ -437,11 +466,11 @@ TEST_F(SsdTrainer, RefusesBadInput) {
     // another -R than the checkpoint's
     EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(out, {"-x", "3", "-y", "1", "-sd", store, "-R", "2"})),
                            {"resume: -R 2 differs from the checkpoint's"}));
-    // a checkpoint without -sd resumed with it
+    // a checkpoint without -sd resumed with it fills a new store: not another run's (ARunInRam... below)
     const Result d = run_bin(kEmu, run_args(dir + "/d", {"-x", "1"}));
     ASSERT_EQ(d.code, 0) << d.err;
     EXPECT_TRUE(CleanError(run_bin(kEmu, run_args(dir + "/d", {"-x", "2", "-y", "1", "-sd", store})),
-                           {"holds all its state in its files", "resume it without -sd"}));
+                           {"holds the SSD store of the run in", "it is left as it is"}));
     // a DIR that cannot be a directory, and every layer on the GPU
     const std::string file = dir + "/a_file";
     fclose(fopen(file.c_str(), "w"));
