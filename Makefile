@@ -205,7 +205,7 @@ SAN := -fsanitize=address,undefined -fno-sanitize-recover=undefined
 SAN_TESTS := $(patsubst $(BUILD)/%,build/asan/%,$(filter-out %/test_cli %/test_nothing_lost,$(CPU_TESTS)) $(EMU_TESTS))
 SAN_SLOW := TenSteps*:*SlotCount:*TrainAlike:*IndependentOfResidentLayers:*AccumulationSplit
 SAN_ENV := ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=print_stacktrace=1
-sanitize:
+sanitize: train_gpt_cpu export_hf $(BUILD)/hf_logits  # the plain binaries some suites run, as for `make test`
 	$(MAKE) BUILD=build/asan CXXFLAGS="-O1 -g -fno-omit-frame-pointer $(SAN) $(filter-out -O3,$(CXXFLAGS))" \
 		LDLIBS="$(LDLIBS) $(SAN)" $(SAN_TESTS) build/asan/emu_train_gpt
 	@rm -rf build/asan/run
