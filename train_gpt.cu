@@ -1024,7 +1024,7 @@ static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data
 // ckpt_ssd: the checkpoint's state file is -sd's (version 102: the prefix's m, v in this trainer's order);
 // else it holds every parameter's in the family's order, which -sd takes the prefix's of (its store is filled
 // from the same file: ssd_attach).
-static void load_state(GPT* g, const char* path, DataLoaderState* data_state, bool ckpt_ssd) {
+static void load_state(GPT* g, const char* path, DataLoaderState* data_state, bool ckpt_ssd = false) {
     if ((g->comm->nodes > 1 || g->ssd) && g->comm->local == 0) {  // the prefix, and this node's parts
         const ParamLayout* p = &g->layout;
         const int64_t E = p->embed_count, S = p->layer_stride, L = g->config.num_layers;
