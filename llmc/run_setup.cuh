@@ -851,8 +851,11 @@ static void ssd_node_dir(Run* r) {
     if (!dir || r->comm->nodes == 1) return;
     char why[4352];
     if (!ssd_dir_usable(dir, why, sizeof why)) die("%s", why);
-    const bool made = mkdir(dir, 0755) == 0;  // every rank tries; the leader's removes it on a failed start
-    if (!made && errno != EEXIST) die("-sd %s: cannot create it: %s", dir, strerror(errno));
+    // every rank tries; the leader's removes it on a failed start. A resume of the stores makes nothing: a
+    // wrong -sd is said by ssd_open_dir (DIR/node<n> is not there), not made and left behind.
+    const bool made = !resumes_ssd_store(r) && mkdir(dir, 0755) == 0;
+    if (!made && !resumes_ssd_store(r) && errno != EEXIST)
+        die("-sd %s: cannot create it: %s", dir, strerror(errno));
     r->ssd_parent_made = made && r->comm->local == 0;
     node_dir = std::string(dir) + "/node" + std::to_string(r->comm->node_rank);
     r->ga.ssd_dir = node_dir.c_str();
