@@ -711,28 +711,22 @@ static void state_file_read_parts(const char* path, int64_t total, float* m, flo
     *adam_t = header[ST_ADAM_T] > 0 ? header[ST_ADAM_T] : *step;
 }
 
+// A full state file (train_gpt's in RAM, train_gpt_cpu's): every parameter's m, v. An -sd checkpoint's
+// (version 102: the prefix's only; train_gpt reads it as parts: load_state) is refused in one line.
 static void state_file_read(const char* path, int64_t total, float* m, float* v, DataLoaderState* data_state,
-                            int64_t* step, int64_t* adam_t, const int64_t* prefix = NULL) {
+                            int64_t* step, int64_t* adam_t) {
     *step = check_state_file(path, total);
     char err[4352];
     FILE* f = open_regular(path, "optimizer state", err, sizeof err);
     if (!f) die("%s", err);
-    int64_t header[ST_HEADER_FIELDS], tail[SSD_TAIL_FIELDS];
+    int64_t header[ST_HEADER_FIELDS];
     int ok = read_all(f, header, sizeof header) && read_all(f, data_state, sizeof *data_state);
-    int64_t in_file = total;
-    if (ok && header[ST_VERSION] == STATE_VERSION_SSD) {
-        ok = read_all(f, tail, sizeof tail);
-        if (ok && !prefix)
-            die("optimizer state %s: its streamed layers' state is in an SSD store (train_gpt -sd): resume "
-                "it "
-                "with train_gpt -sd DIR",
-                path);
-        in_file = tail[SSD_TAIL_PREFIX];  // -sd: the prefix's m, v only
-    }
-    if (prefix && in_file != *prefix)
-        die("internal: state file %s holds the state of %lld parameters, %lld expected", path,
-            (long long)in_file, (long long)*prefix);
-    if (!ok || !read_all(f, m, in_file * 4) || !read_all(f, v, in_file * 4))
+    if (ok && header[ST_VERSION] == STATE_VERSION_SSD)
+        die("optimizer state %s: its streamed layers' state is in an SSD store (train_gpt -sd): resume it "
+            "with "
+            "train_gpt -sd DIR",
+            path);
+    if (!ok || !read_all(f, m, total * 4) || !read_all(f, v, total * 4))
         die("optimizer state %s: read failed", path);
     fclose(f);
     *adam_t = header[ST_ADAM_T] > 0 ? header[ST_ADAM_T] : *step;
