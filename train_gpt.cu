@@ -530,6 +530,16 @@ static int gather_store_layer(void* ctx, int l, float* out, char* err, size_t er
     net_gather(&g->comm->net, NET_MAIN, (char*)out, lo.data(), hi.data());
     return 1;
 }
+// -sd -sk 1 on several nodes, rank 0 saving: layer l's m (which 1) or v (2) whole, each node's part from its
+// store, as gather_store_layer.
+static int gather_store_moment(void* ctx, int which, int l, float* out, char* err, size_t errlen) {
+    GPT* g = (GPT*)ctx;
+    if (!ssd_read_layer_moment(g, which, l, out, err, errlen)) return 0;
+    std::vector<int64_t> lo, hi;
+    node_layer_ranges(g, &lo, &hi);
+    net_gather(&g->comm->net, NET_MAIN, (char*)out, lo.data(), hi.data());
+    return 1;
+}
 // -E 1: the vocabulary's [a, b) of the fp32 weights (which 0), m (1) or v (2), from the nodes' parts.
 static int gather_vocab(void* ctx, int which, int64_t a, int64_t b, float* out, char*, size_t) {
     GPT* g = (GPT*)ctx;
@@ -538,23 +548,31 @@ static int gather_vocab(void* ctx, int which, int64_t a, int64_t b, float* out, 
 }
 // The other nodes' leaders while rank 0 saves: their parts, in the order it writes them (the model file's
 // layers, then m's, then v's; the Llama files: each followed by -E 1's vocabulary, a window at a time). -sd:
-// the model file's layers from the node's store (the state file holds m and v of the prefix only).
+// the layers from the node's store: the model file's, and with -sk 1 m's and v's (else the state file holds m
+// and v of the prefix only).
 static void gather_node_state(GPT* g) {
     std::vector<int64_t> lo, hi;
     node_layer_ranges(g, &lo, &hi);
     const int64_t E = g->layout.embed_count, W = state_window_floats();
     std::vector<float> layer(g->ssd ? (size_t)g->layout.layer_stride : 0);
-    for (int l = g->resident_layers; g->ssd && l < g->config.num_layers; l++) {
-        char err[1024];
-        if (!ssd_read_layer_params(g, l, layer.data(), err, sizeof err))
-            die_disk(g, "reading the SSD tier for the checkpoint", err);
-        net_gather(&g->comm->net, NET_MAIN, (char*)layer.data(), lo.data(), hi.data());
-    }
+    const bool keep = g->ssd && g->ssd->keep_state;
+    int which = 0;  // 0: the fp32 weights, 1: m, 2: v
     for (float* x : {g->master, g->adam_m, g->adam_v}) {
-        for (int l = g->resident_layers; !g->ssd && l < g->config.num_layers; l++)
-            net_gather(&g->comm->net, NET_MAIN, (char*)(x + gpt_layer_offset(&g->layout, l)), lo.data(),
-                       hi.data());
+        for (int l = g->resident_layers; l < g->config.num_layers; l++) {
+            char err[1024];
+            if (!g->ssd) {
+                net_gather(&g->comm->net, NET_MAIN, (char*)(x + gpt_layer_offset(&g->layout, l)), lo.data(),
+                           hi.data());
+                continue;
+            }
+            if (which > 0 && !keep) break;
+            if (!(which == 0 ? ssd_read_layer_params(g, l, layer.data(), err, sizeof err)
+                             : ssd_read_layer_moment(g, which, l, layer.data(), err, sizeof err)))
+                die_disk(g, "reading the SSD tier for the checkpoint", err);
+            net_gather(&g->comm->net, NET_MAIN, (char*)layer.data(), lo.data(), hi.data());
+        }
         for (int64_t a = 0; g->vocab && a < E; a += W) vocab_state_window(g, x, a, std::min(E, a + W), NULL);
+        which++;
     }
 }
 
@@ -991,9 +1009,11 @@ static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data
     const LlamaConfig* llama = is_llama(g) ? &g->llama : NULL;  // llama_model.h's file: the family's order
     if (g->ssd) {
         StreamedState ss = ssd_tier_checkpoint(g);
-        if (g->comm->nodes > 1) {  // each node's store holds its part
+        if (g->ssd->keep_state) ss.read_moment = ssd_read_layer_moment;  // a state file like RAM's
+        if (g->comm->nodes > 1) {                                        // each node's store holds its part
             ss.read_layer = gather_store_layer;
-            ss.node_part = comm_node_stride(g->comm, g->layout.layer_stride);
+            if (g->ssd->keep_state) ss.read_moment = gather_store_moment;
+            else ss.node_part = comm_node_stride(g->comm, g->layout.layer_stride);
             if (g->vocab) ss.read_vocab = gather_vocab;
         }
         checkpoint_save(dir, g->step, g->adam_t, &g->config, g->master, g->adam_m, g->adam_v, &g->args, g->B,

@@ -388,6 +388,8 @@ static inline const char* llmc_flag_note(const char* flag) {
         {"-sd", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
         {"-sw", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
         {"-sr", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
+        {"-sk", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
+        {"-sb", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
         {"-Y", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
         {"-B", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},
         {"-W", "train_gpt's (the GPU trainer's) flag: ./train_gpt -h lists it; -P 1 runs without a GPU"},

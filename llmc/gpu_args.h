@@ -47,6 +47,7 @@ typedef struct {
     int vocab_host;       // -E  1: Llama's vocabulary in host RAM, -1: if needed
     const char* ssd_dir;  // -sd the SsdStore's directory (fp32 weights, m, v)
     int ssd_weights;      // -sw 1: with -sd, their bf16 weights there too
+    int ssd_keep_state;   // -sk 1: with -sd, each checkpoint's state file holds every parameter's m and v
     float disk_read_gbs;  // -sr R[,W] the -sd disk's GB/s, for -P 1's step time. 0: measured or assumed
     float disk_write_gbs;
     int disk_rates_measured;  // -P 1: the rates above are the probe's of -sd DIR (not -sr's)
@@ -92,6 +93,7 @@ static void gpu_train_defaults(TrainArgs* a, GpuArgs* ga) {
     ga->vocab_host = -1;
     ga->ssd_dir = NULL;
     ga->ssd_weights = 0;
+    ga->ssd_keep_state = 0;
     ga->disk_read_gbs = ga->disk_write_gbs = 0;
     ga->disk_rates_measured = 0;
     ga->ssd_ring_gib = -1;  // auto
@@ -172,6 +174,11 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "              layer buffers for each pass: 2 bytes per parameter less RAM, RAM no longer grows\n"
         "              with depth; the backward pass reads 2 more bytes per parameter (the forward takes\n"
         "              them from the AdamW round in %d pinned handoff buffers) (default %d)\n"
+        "  -sk <0|1>   with -sd: each checkpoint's state file holds every parameter's m and v, read from\n"
+        "              the store at the save (8 bytes per parameter more on -o's disk and that much more\n"
+        "              to read): it resumes like a run in RAM's, without -sd, on any -pn and -pN, or with\n"
+        "              -sd (where the store holds that checkpoint, from it; else it fills a new one)\n"
+        "              (default 0)\n"
         "  -sr <GB/s>[,<GB/s>]  -P 1's step time: the -sd disk's read[,write] rate (R alone: both; default:\n"
         "              -sd DIR's disk measured where DIR is there, else 6,4 assumed)\n"
         "  -sb <GiB>|auto  with -sd: host RAM for the CPU AdamW round's ring of piece buffers (a piece:\n"
@@ -404,6 +411,9 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         } else if (strcmp(flag, "-sw") == 0) {
             ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err);
             ga->ssd_weights = (int)v;
+        } else if (strcmp(flag, "-sk") == 0) {
+            ok = parse_int_in(flag, value, 0, 1, &v, err, sizeof err);
+            ga->ssd_keep_state = (int)v;
         } else {
             if (strcmp(flag, "-e") == 0) ga->model_given = 1;
             const int r = parse_train_arg(a, flag, value, err, sizeof err);
@@ -434,6 +444,9 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
     if (ga->ssd_weights && !ga->ssd_dir)
         die("-sw 1 puts the bf16 weights in the SSD tier: it needs -sd DIR (run ./train_gpt -h for the "
             "flags)");
+    if (ga->ssd_keep_state && !ga->ssd_dir)
+        die("-sk 1 puts the SSD tier's state in each checkpoint's state file: it needs -sd DIR (run "
+            "./train_gpt -h for the flags)");
     if (ga->ssd_ring_gib > 0 && !ga->ssd_dir)
         die("-sb sizes the SSD tier's ring: it needs -sd DIR (run ./train_gpt -h for the flags)");
     if (ga->disk_read_gbs > 0 && !ga->ssd_dir)

@@ -275,6 +275,7 @@ static uint64_t run_fingerprint(const Run* r) {
         // what runs when on every rank (a validation, a checkpoint: sums and barriers) and how (-E, -F, -G)
         int val_every, val_max_batches, checkpoint_every, overfit, vocab_host, flash, epilogues;
         int tier;            // -sd, -sw: every node's store takes part in the round and the checkpoints
+        int ssd_keep_state;  // -sk: what every node's leader sends rank 0 at a save
         int64_t data[2][4];  // train and val: shards, tokens, kind and width, vocabulary (the same data)
     } x;
     memset(&x, 0, sizeof x);
@@ -303,6 +304,7 @@ static uint64_t run_fingerprint(const Run* r) {
     x.flash = r->ga.flash;
     x.epilogues = r->ga.epilogues;
     x.tier = ssd_tier(&r->ga);
+    x.ssd_keep_state = r->ga.ssd_keep_state;
     const DataLoader* dl[2] = {&r->train, &r->val};  // empty for a benchmark
     for (int i = 0; i < 2; i++) {
         const int64_t d[4] = {dl[i]->num_shards, dl[i]->total_tokens, dl[i]->kind * 8 + dl[i]->token_bytes,
@@ -655,7 +657,9 @@ static void check_resume_node_parts(const Run* r) {
     const Comm* c = r->comm;
     const int64_t S = model_layout(&r->cfg, &r->llama).layer_stride, was = tail[SSD_TAIL_NODE_PART],
                   now = c->nodes > 1 ? comm_node_stride(c, S) : 0;
-    const char* anew = "or start a new run from its model file with -e (AdamW's moments start again)";
+    const char* anew =
+        "and -sk 1 to make its next checkpoints resume on any cut, or start a new run from its model file "
+        "with -e (AdamW's moments start again)";
     if (was == now) return;
     if (was == 0)
         die("resume: the checkpoint's SSD store holds whole layers (a run on one node): resume it on one "
@@ -720,7 +724,9 @@ static void plan_run(Run* r) {
         const bool ckpt_ssd = resumes_ssd_store(r);
         if (ckpt_ssd && !ga.ssd_dir)
             die("resume: the checkpoint of step %lld in %s keeps its streamed layers' state in an SSD store: "
-                "resume with -sd DIR (the run's -sd directory)",
+                "resume with -sd DIR (the run's -sd directory); with -sk 1 too, its next checkpoints hold "
+                "all "
+                "the state and resume without -sd",
                 (long long)r->resume_step, a.output_dir);
         // a checkpoint of a run in RAM resumes with -sd too: its state fills a new store (ssd_attach)
         if (ckpt_ssd) check_resume_node_parts(r);
@@ -998,6 +1004,7 @@ static void ssd_attach(Run* r, GPT* g) {
         die("-sd %s with -R %d: all %d layers fit on the GPU, no state is left to put on disk: drop -sd", dir,
             r->ga.resident, c->num_layers);
     sc.owner = r->ssd_owner;  // another run's store is neither replaced nor resumed
+    g->ssd->keep_state = r->ga.ssd_keep_state != 0;
     const bool nodes = g->comm->nodes > 1;
     const int64_t lo = g->ssd->part_lo;
     sc.layer_elems = g->ssd->part_n;  // the node's part (the plan's: node 0's, the largest; plan_run: > 0)
@@ -1064,9 +1071,9 @@ static void ssd_attach(Run* r, GPT* g) {
     free(layer);
     if (r->ga.timeline) ssd_io_log_busy(ssd_store_io(st), 1);  // the timeline's disk tracks
     if (!g->ssd_ranks) ssd_tier_start_writer(g);               // several ranks: no gradients to write
-    char how[96] = "created";
+    char how[128] = "created";
     if (from_ram)
-        snprintf(how, sizeof how, "created from step %lld's checkpoint of the run in RAM",
+        snprintf(how, sizeof how, "created from step %lld's checkpoint (its state file holds all the state)",
                  (long long)r->resume_step);
     if (resume)
         snprintf(how, sizeof how, "resumed at its checkpoint, its checksums verified in %.1f s", verify_s);

@@ -33,6 +33,7 @@ struct SsdTier {
     // node's part (comm_node_part); store element e is layer element part_lo + e
     int64_t part_lo, part_n;
     bool weights_on_disk;  // -sw 1: streamed bf16 weights are in the store too
+    bool keep_state;  // -sk 1: checkpoints' state files hold the store's m and v too (ssd_attach sets it)
     // the writer thread drains the main thread's sends to disk
     std::thread thread;
     std::mutex mu;
@@ -427,6 +428,13 @@ static int ssd_read_layer_params(void* ctx, int l, float* params, char* err, siz
     SsdStore* st = g->ssd->store;
     return ssd_store_read_layer(st, l - g->resident_layers, params + g->ssd->part_lo, NULL, NULL, NULL, err,
                                 errlen) == 0;
+}
+// -sk 1: layer l's AdamW m (which 1) or v (2), as ssd_read_layer_params.
+static int ssd_read_layer_moment(void* ctx, int which, int l, float* out, char* err, size_t errlen) {
+    GPT* g = (GPT*)ctx;
+    float* at = out + g->ssd->part_lo;
+    return ssd_store_read_layer(g->ssd->store, l - g->resident_layers, NULL, which == 1 ? at : NULL,
+                                which == 2 ? at : NULL, NULL, err, errlen) == 0;
 }
 // The store's state becomes this step's checkpoint (fsync, manifest).
 static StreamedState ssd_tier_checkpoint(GPT* g) {

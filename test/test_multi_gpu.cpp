@@ -713,7 +713,8 @@ TEST_F(MultiGpu, SsdTierOnSeveralNodesTrainsAsInRam) {
             run_nodes(2, run_args(spec, moved, more));
             const Result m = run_nodes(
                 2, run_args(spec, moved, more + Args{"-y", "1", "-x", "4", "-sd", dir + "/mstore"}));
-            EXPECT_TRUE(has(m.out, "created from step 3's checkpoint of the run in RAM")) << m.out;
+            EXPECT_TRUE(has(m.out, "created from step 3's checkpoint (its state file holds all the state)"))
+                << m.out;
             EXPECT_TRUE(slurp(ram + "/model_00000004.bin") == slurp(moved + "/model_00000004.bin"))
                 << "moved to -sd";
             continue;
@@ -757,6 +758,49 @@ TEST_F(MultiGpu, SsdTierOnSeveralNodesTrainsAsInRam) {
         const Result kr = run_nodes(2, run_args(spec, kd, {"-y", "1", "-sd", ks}));
         EXPECT_TRUE(has(kr.out, "(step 1)")) << kr.out;
         EXPECT_TRUE(slurp(kd + "/model_00000003.bin") == slurp(sd + "/model_00000003.bin")) << "resumed at 1";
+    }
+    unsetenv("SSD_PROBE_SECONDS");
+    unsetenv("SSD_PROBE_MIB");
+    unsetenv("LLMC_TEST_STATE_WINDOW");
+}
+
+// -sd -sk 1 on several nodes: each node's leader reads its part of each layer's m and v from its store at a
+// save and sends it to rank 0, so the checkpoints are the files of the same run in RAM, byte for byte (GPT-2
+// on 2 nodes of 1; Llama -E 1 on 2 nodes of 2, the vocabulary in windows of 1000 floats); such a checkpoint
+// resumes on another cut (one node of 2 ranks), with -sd (a new store filled from it) as in RAM.
+TEST_F(MultiGpu, SsdKeepStateCheckpointsResumeOnAnyCut) {
+    setenv("SSD_PROBE_SECONDS", "0.2", 1);
+    setenv("SSD_PROBE_MIB", "8", 1);
+    setenv("LLMC_TEST_STATE_WINDOW", "1000", 1);
+    for (const char* spec : {"L3:C64:NH4:T32:V512", "llama:L3:C64:NH4:KV2:I128:T32:V512"}) {
+        SCOPED_TRACE(spec);
+        const bool llama = strncmp(spec, "llama", 5) == 0;
+        const Args more =
+            llama ? Args{"-pn", "2", "-E", "1", "-R", "1", "-K", "1", "-n", "1"} : Args{"-n", "1"};
+        const std::string ram = dir + "/ram", sd = dir + "/sd", store = dir + "/store";
+        for (const std::string& d : {ram, sd, store}) nftw(d.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        run_nodes(2, run_args(spec, ram, more));
+        const Result b = run_nodes(2, run_args(spec, sd, more + Args{"-sd", store, "-sk", "1"}));
+        EXPECT_TRUE(has(b.out, "race check: no races")) << b.out;
+        for (const char* step : {"1", "2", "3"}) {
+            for (const char* kind : {"/state_0000000", "/model_0000000"}) {
+                const std::string want = slurp(ram + kind + step + ".bin");
+                ASSERT_GT(want.size(), 1024u);
+                EXPECT_TRUE(slurp(sd + kind + step + ".bin") == want) << kind << step << ".bin";
+            }
+        }
+        if (!llama) continue;
+        // step 2's checkpoint on one node of 2 ranks with -sd, against the run in RAM's checkpoint there
+        const Args one = {"-pn", "2", "-E", "1", "-R", "1", "-K", "1", "-y", "1"};
+        for (const std::string& d : {ram, sd}) unlink((d + "/DONE_00000003").c_str());
+        const Result c = run_bin(kEmu, run_args(spec, sd, one + Args{"-sd", dir + "/store1", "-sk", "1"}));
+        ASSERT_EQ(c.code, 0) << c.cmd << "\n" << c.err << c.out;
+        EXPECT_TRUE(has(c.out, "created from step 2's checkpoint (its state file holds all the state)"))
+            << c.out;
+        const Result d = run_bin(kEmu, run_args(spec, ram, one));
+        ASSERT_EQ(d.code, 0) << d.cmd << "\n" << d.err << d.out;
+        EXPECT_TRUE(slurp(sd + "/model_00000003.bin") == slurp(ram + "/model_00000003.bin"));
+        EXPECT_TRUE(slurp(sd + "/state_00000003.bin") == slurp(ram + "/state_00000003.bin"));
     }
     unsetenv("SSD_PROBE_SECONDS");
     unsetenv("SSD_PROBE_MIB");

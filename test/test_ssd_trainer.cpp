@@ -104,13 +104,53 @@ class SsdTrainer : public CliTest {
         for (const char* done : {"/DONE_00000002", "/DONE_00000003"}) unlink((out + done).c_str());
         const Result b = run_bin(kEmu, run_args(out, Args{"-y", "1", "-sd", store} + more));
         ASSERT_EQ(b.code, 0) << b.cmd << "\n" << b.err << b.out;
-        EXPECT_TRUE(has(b.out, "created from step 1's checkpoint of the run in RAM")) << b.out;
+        EXPECT_TRUE(has(b.out, "created from step 1's checkpoint (its state file holds all the state)"))
+            << b.out;
         expect_same_as_ram(out, b.out, 2);
         unlink((out + "/DONE_00000003").c_str());  // and from step 2, the store's own checkpoint
         const Result c = run_bin(kEmu, run_args(out, Args{"-y", "1", "-sd", store} + more));
         ASSERT_EQ(c.code, 0) << c.cmd << "\n" << c.err << c.out;
         EXPECT_TRUE(has(c.out, "resumed at its checkpoint")) << c.out;
         expect_same_as_ram(out, c.out, 3);
+    }
+    // -sk 1: an -sd run's checkpoints hold all the state: the files of the run in RAM, byte for byte (the
+    // store's m and v read back at each save). Step 1's resumes without -sd, step 2's with -sd in the run's
+    // own store (the state file fills it again); both end as the run in RAM. more: -sw 1 too.
+    void keep_state_resumes_anywhere(const Args& more) {
+        run_in_ram();
+        const std::string out = dir + "/kept", store = dir + "/kstore", ram_out = dir + "/kram";
+        const Result a = run_bin(kEmu, run_args(out, Args{"-sd", store, "-sk", "1"} + more));
+        ASSERT_EQ(a.code, 0) << a.cmd << "\n" << a.err << a.out;
+        for (const char* step : {"1", "2", "3"}) {
+            for (const char* kind : {"/state_0000000", "/model_0000000"}) {
+                const std::string want = slurp(dir + "/ram" + kind + step + ".bin");
+                ASSERT_GT(want.size(), 1024u);
+                EXPECT_TRUE(slurp(out + kind + step + ".bin") == want) << kind << step << ".bin";
+            }
+        }
+        ASSERT_EQ(system(("cp -r " + out + " " + ram_out).c_str()), 0);
+        for (const char* done : {"/DONE_00000002", "/DONE_00000003"}) unlink((ram_out + done).c_str());
+        const Result b = run_bin(kEmu, run_args(ram_out, Args{"-y", "1"}));  // in RAM
+        ASSERT_EQ(b.code, 0) << b.cmd << "\n" << b.err << b.out;
+        EXPECT_TRUE(has(b.out, "(step 1)")) << b.out;
+        expect_same_as_ram(ram_out, b.out, 2);
+        unlink((out + "/DONE_00000003").c_str());
+        const Result c = run_bin(kEmu, run_args(out, Args{"-y", "1", "-sd", store, "-sk", "1"} + more));
+        ASSERT_EQ(c.code, 0) << c.cmd << "\n" << c.err << c.out;
+        EXPECT_TRUE(has(c.out, "created from step 2's checkpoint (its state file holds all the state)"))
+            << c.out;
+        expect_same_as_ram(out, c.out, 3);
+        EXPECT_TRUE(slurp(out + "/state_00000003.bin") == slurp(dir + "/ram/state_00000003.bin"));
+        EXPECT_TRUE(
+            CleanError(run_bin(kEmu, run_args(dir + "/nosd", {"-sk", "1"})),
+                       {"-sk 1 puts the SSD tier's state in each checkpoint's state file: it needs -sd"}));
+        // a checkpoint without -sk 1 says how to get one that resumes without -sd
+        const std::string plain = dir + "/plain";
+        ASSERT_EQ(run_bin(kEmu, run_args(plain, Args{"-sd", dir + "/pstore", "-x", "1"} + more)).code, 0);
+        EXPECT_TRUE(
+            CleanError(run_bin(kEmu, run_args(plain, {"-y", "1", "-x", "2"})),
+                       {"keeps its streamed layers' state in an SSD store",
+                        "with -sk 1 too, its next checkpoints hold all the state and resume without -sd"}));
     }
 };
 
@@ -326,6 +366,13 @@ TEST_F(SsdTrainer, LlamaSameTrainingAsInRam) {
 // (ram_checkpoint_resumes_with_sd).
 TEST_F(SsdTrainer, ARunInRamResumesWithTheSsdTier) { ram_checkpoint_resumes_with_sd({}); }
 TEST_F(SsdTrainer, ARunInRamResumesWithTheWeightsOnDisk) { ram_checkpoint_resumes_with_sd({"-sw", "1"}); }
+TEST_F(SsdTrainer, KeepStateCheckpointsResumeWithoutTheTier) { keep_state_resumes_anywhere({}); }
+TEST_F(SsdTrainer, KeepStateCheckpointsWithTheWeightsOnDisk) { keep_state_resumes_anywhere({"-sw", "1"}); }
+TEST_F(SsdTrainer, KeepStateLlamaCheckpointsResumeWithoutTheTier) {
+    spec = kLlamaSpec;
+    flags = {"-E", "1"};
+    keep_state_resumes_anywhere({});
+}
 TEST_F(SsdTrainer, ALlamaRunInRamResumesWithTheSsdTier) {
     spec = kLlamaSpec;
     flags = {"-E", "1"};
