@@ -670,6 +670,21 @@ TEST_F(MultiGpu, SsdTierOnSeveralRanksTrainsAsInRam) {
     unsetenv("SSD_PROBE_MIB");
 }
 
+// The -sd runs on nodes below: a short disk probe, and -E 1's state in windows of 1000 floats (across the
+// nodes' parts), for the scope.
+struct SsdNodesEnv {
+    SsdNodesEnv() {
+        setenv("SSD_PROBE_SECONDS", "0.2", 1);
+        setenv("SSD_PROBE_MIB", "8", 1);
+        setenv("LLMC_TEST_STATE_WINDOW", "1000", 1);
+    }
+    ~SsdNodesEnv() {
+        unsetenv("SSD_PROBE_SECONDS");
+        unsetenv("SSD_PROBE_MIB");
+        unsetenv("LLMC_TEST_STATE_WINDOW");
+    }
+};
+
 // -sd on several nodes (-pN 2 -sd DIR): each node's store, DIR/node<n>, holds the node's part of each
 // streamed layer (its ranks' slices); its leader's round updates it and exchanges the new bf16 part with the
 // other nodes, as in RAM. The same bits as the nodes in RAM, both families (GPT-2 on 2 nodes of one rank;
@@ -679,9 +694,7 @@ TEST_F(MultiGpu, SsdTierOnSeveralRanksTrainsAsInRam) {
 // node killed between its store's checkpoint and rank 0's model file leaves the last complete checkpoint to
 // resume, bit for bit. A checkpoint of the same nodes in RAM resumes with -sd, bit for bit.
 TEST_F(MultiGpu, SsdTierOnSeveralNodesTrainsAsInRam) {
-    setenv("SSD_PROBE_SECONDS", "0.2", 1);
-    setenv("SSD_PROBE_MIB", "8", 1);
-    setenv("LLMC_TEST_STATE_WINDOW", "1000", 1);
+    const SsdNodesEnv env;
     for (const char* spec : {"L3:C64:NH4:T32:V512", "llama:L3:C64:NH4:KV2:I128:T32:V512"}) {
         SCOPED_TRACE(spec);
         const bool llama = strncmp(spec, "llama", 5) == 0;
@@ -759,19 +772,15 @@ TEST_F(MultiGpu, SsdTierOnSeveralNodesTrainsAsInRam) {
         EXPECT_TRUE(has(kr.out, "(step 1)")) << kr.out;
         EXPECT_TRUE(slurp(kd + "/model_00000003.bin") == slurp(sd + "/model_00000003.bin")) << "resumed at 1";
     }
-    unsetenv("SSD_PROBE_SECONDS");
-    unsetenv("SSD_PROBE_MIB");
-    unsetenv("LLMC_TEST_STATE_WINDOW");
 }
 
 // -sd -sk 1 on several nodes: each node's leader reads its part of each layer's m and v from its store at a
 // save and sends it to rank 0, so the checkpoints are the files of the same run in RAM, byte for byte (GPT-2
 // on 2 nodes of 1; Llama -E 1 on 2 nodes of 2, the vocabulary in windows of 1000 floats); such a checkpoint
-// resumes on another cut (one node of 2 ranks), with -sd (a new store filled from it) as in RAM.
+// resumes on the same nodes from their stores as they are, and on another cut (one node of 2 ranks) with -sd
+// (a new store filled from it) as in RAM.
 TEST_F(MultiGpu, SsdKeepStateCheckpointsResumeOnAnyCut) {
-    setenv("SSD_PROBE_SECONDS", "0.2", 1);
-    setenv("SSD_PROBE_MIB", "8", 1);
-    setenv("LLMC_TEST_STATE_WINDOW", "1000", 1);
+    const SsdNodesEnv env;
     for (const char* spec : {"L3:C64:NH4:T32:V512", "llama:L3:C64:NH4:KV2:I128:T32:V512"}) {
         SCOPED_TRACE(spec);
         const bool llama = strncmp(spec, "llama", 5) == 0;
@@ -790,7 +799,13 @@ TEST_F(MultiGpu, SsdKeepStateCheckpointsResumeOnAnyCut) {
             }
         }
         if (!llama) continue;
-        // step 2's checkpoint on one node of 2 ranks with -sd, against the run in RAM's checkpoint there
+        // step 2's checkpoint on the same nodes: each node's store holds its part as it is
+        unlink((sd + "/DONE_00000003").c_str());
+        const Result e = run_nodes(2, run_args(spec, sd, more + Args{"-y", "1", "-sd", store, "-sk", "1"}));
+        EXPECT_TRUE(has(e.out, "resumed at its checkpoint")) << e.out;
+        EXPECT_TRUE(slurp(sd + "/model_00000003.bin") == slurp(ram + "/model_00000003.bin"));
+        EXPECT_TRUE(slurp(sd + "/state_00000003.bin") == slurp(ram + "/state_00000003.bin"));
+        // and on one node of 2 ranks with -sd, against the run in RAM's checkpoint there
         const Args one = {"-pn", "2", "-E", "1", "-R", "1", "-K", "1", "-y", "1"};
         for (const std::string& d : {ram, sd}) unlink((d + "/DONE_00000003").c_str());
         const Result c = run_bin(kEmu, run_args(spec, sd, one + Args{"-sd", dir + "/store1", "-sk", "1"}));
@@ -802,9 +817,6 @@ TEST_F(MultiGpu, SsdKeepStateCheckpointsResumeOnAnyCut) {
         EXPECT_TRUE(slurp(sd + "/model_00000003.bin") == slurp(ram + "/model_00000003.bin"));
         EXPECT_TRUE(slurp(sd + "/state_00000003.bin") == slurp(ram + "/state_00000003.bin"));
     }
-    unsetenv("SSD_PROBE_SECONDS");
-    unsetenv("SSD_PROBE_MIB");
-    unsetenv("LLMC_TEST_STATE_WINDOW");
 }
 
 // Rank 3 (node 1's second) killed after step 2: node 1's launcher and rank 2 say so, node 0 sees node 1 go

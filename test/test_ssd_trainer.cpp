@@ -115,7 +115,7 @@ class SsdTrainer : public CliTest {
     }
     // -sk 1: an -sd run's checkpoints hold all the state: the files of the run in RAM, byte for byte (the
     // store's m and v read back at each save). Step 1's resumes without -sd, step 2's with -sd in the run's
-    // own store (the state file fills it again); both end as the run in RAM. more: -sw 1 too.
+    // own store, which holds it (as it is, not filled again); both end as the run in RAM. more: -sw 1 too.
     void keep_state_resumes_anywhere(const Args& more) {
         run_in_ram();
         const std::string out = dir + "/kept", store = dir + "/kstore", ram_out = dir + "/kram";
@@ -137,10 +137,27 @@ class SsdTrainer : public CliTest {
         unlink((out + "/DONE_00000003").c_str());
         const Result c = run_bin(kEmu, run_args(out, Args{"-y", "1", "-sd", store, "-sk", "1"} + more));
         ASSERT_EQ(c.code, 0) << c.cmd << "\n" << c.err << c.out;
-        EXPECT_TRUE(has(c.out, "created from step 2's checkpoint (its state file holds all the state)"))
-            << c.out;
+        EXPECT_TRUE(has(c.out, "resumed at its checkpoint")) << c.out;  // its store holds step 2 as it is
         expect_same_as_ram(out, c.out, 3);
         EXPECT_TRUE(slurp(out + "/state_00000003.bin") == slurp(dir + "/ram/state_00000003.bin"));
+        // another history reaching step 2 in the same -o (in RAM from step 1, another -l): the store's step 2
+        // is not that checkpoint's, and is filled again from its state file; then as the same resume in RAM
+        for (const char* done : {"/DONE_00000002", "/DONE_00000003"}) unlink((out + done).c_str());
+        ASSERT_EQ(run_bin(kEmu, run_args(out, Args{"-y", "1", "-x", "2", "-l", "0.002"})).code, 0);
+        const std::string twin = dir + "/twin";
+        ASSERT_EQ(system(("cp -r " + out + " " + twin).c_str()), 0);
+        const Result d =
+            run_bin(kEmu, run_args(out, Args{"-y", "1", "-x", "3", "-sd", store, "-sk", "1"} + more));
+        ASSERT_EQ(d.code, 0) << d.cmd << "\n" << d.err << d.out;
+        EXPECT_TRUE(
+            has(d.out, "its store's step 2 is not this checkpoint's (another run's history): filled again"))
+            << d.out;
+        EXPECT_TRUE(has(d.out, "created from step 2's checkpoint (its state file holds all the state)"))
+            << d.out;
+        ASSERT_EQ(run_bin(kEmu, run_args(twin, Args{"-y", "1", "-x", "3"})).code, 0);
+        EXPECT_TRUE(slurp(out + "/model_00000003.bin") == slurp(twin + "/model_00000003.bin"));
+        EXPECT_TRUE(slurp(out + "/state_00000003.bin") == slurp(twin + "/state_00000003.bin"));
+        EXPECT_FALSE(slurp(out + "/model_00000003.bin") == slurp(dir + "/ram/model_00000003.bin"));
         EXPECT_TRUE(
             CleanError(run_bin(kEmu, run_args(dir + "/nosd", {"-sk", "1"})),
                        {"-sk 1 puts the SSD tier's state in each checkpoint's state file: it needs -sd"}));
