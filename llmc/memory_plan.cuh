@@ -489,6 +489,19 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
             ssd_grads_in_ram ? " (several GPUs: their bf16 gradients in host RAM)"
                              : ", and their bf16 gradients",
             m.ssd_read_per_step / GiB, m.ssd_write_per_step / GiB);
+    // what each checkpoint writes to -o (the state file: every parameter's m and v, -sd's the prefix's unless
+    // -sk 1)
+    const double model_file = 4.0 * (double)p.total,
+                 in_state = ga->ssd_dir && !ga->ssd_keep_state
+                                ? (double)p.embed_count + (double)resident * (double)p.layer_stride
+                                : (double)p.total;
+    printf("\ncheckpoint %.2f GiB in -o each: model_N.bin %.2f, state_N.bin %.2f (%s)",
+           (model_file + 8 * in_state) / GiB, model_file / GiB, 8 * in_state / GiB,
+           !ga->ssd_dir ? "AdamW m and v"
+           : ga->ssd_keep_state
+               ? "AdamW m and v of every parameter, read from the store at the save: -sk 1"
+               : "the prefix's AdamW m and v; the store keeps the rest: resumes with -sd only, "
+                 "-sk 1 resumes anywhere");
     printf("\neach further -R layer %.2f GiB, each further -K layer %.2f GiB%s\n", m.resident_layer / GiB,
            m.kept_layer / GiB,
            (ga->resident < 0 || ga->kept < 0) && ga->gpu_gib <= 0 && no_gpu_here
