@@ -568,7 +568,7 @@ static void gather_node_state(GPT* g) {
             if (which > 0 && !keep) break;
             if (!(which == 0 ? ssd_read_layer_params(g, l, layer.data(), err, sizeof err)
                              : ssd_read_layer_moment(g, which, l, layer.data(), err, sizeof err)))
-                die_disk(g, "reading the SSD tier for the checkpoint", err);
+                die("%s", err);  // ssd_checkpoint_read_failed's line
             net_gather(&g->comm->net, NET_MAIN, (char*)layer.data(), lo.data(), hi.data());
         }
         for (int64_t a = 0; g->vocab && a < E; a += W) vocab_state_window(g, x, a, std::min(E, a + W), NULL);

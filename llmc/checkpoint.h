@@ -424,6 +424,7 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
         tail[SSD_TAIL_STREAMED_LAYERS] = (llama ? llama->num_layers : cfg->num_layers) - ss->first_layer;
         tail[SSD_TAIL_NODE_PART] = ss->node_part;
     }
+    err[0] = 0;  // a read of the streamed state that fails says why here (StreamedState's callbacks)
     int ok = write_crc(f, header, sizeof header, &crc) &&
              write_crc(f, data_state, sizeof *data_state, &crc) &&
              (!ssd || write_crc(f, tail, sizeof tail, &crc));
@@ -442,6 +443,7 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     int why;
     if (!finish_atomic_write(f, ok, tmp, path, &why)) {
         remove(staged);  // no model file without its state
+        if (err[0]) die("%s", err);
         die("failed writing %s: %s", path, why ? strerror(why) : "short write");
     }
     if (rename(staged, model) != 0) die("cannot rename %s to %s: %s", staged, model, strerror(errno));

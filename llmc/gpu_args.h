@@ -177,7 +177,7 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "  -sk <0|1>   with -sd: each checkpoint's state file holds every parameter's m and v, read from\n"
         "              the store at the save (8 bytes per parameter more on -o's disk and that much more\n"
         "              to read): it resumes like a run in RAM's, without -sd, on any -pn and -pN, or with\n"
-        "              -sd (where the store holds that checkpoint, from it; else it fills a new one)\n"
+        "              -sd (its state fills the store)\n"
         "              (default 0)\n"
         "  -sr <GB/s>[,<GB/s>]  -P 1's step time: the -sd disk's read[,write] rate (R alone: both; default:\n"
         "              -sd DIR's disk measured where DIR is there, else 6,4 assumed)\n"

@@ -988,39 +988,6 @@ static void load_node_weights(Run* r, GPT* g) {
     free(layer);
 }
 
-// A checkpoint whose state file holds all the state (-sk 1's, or a run in RAM's), resumed with -sd: the run's
-// own store holds that step's generation where the checkpoint is -sk 1's, and then resumes as it is instead
-// of being written again from the state file (a 70B store: ~1.5 TB less to write). Only if every streamed
-// layer's weights there are the checkpoint model file's: the store of another history that also reached this
-// step (e.g. a run in RAM resumed from an older checkpoint of the same -o) is filled again. NULL: fill it.
-static SsdStore* ssd_store_of_checkpoint(Run* r, GPT* g, const SsdStoreConfig* sc, double* verify_s) {
-    const char* dir = r->ga.ssd_dir;
-    char err[4352];
-    SsdStoreConfig quiet = *sc;
-    quiet.io.quiet = 1;
-    std::string manifest = std::string(dir) + "/ssd_manifest";
-    if (access(manifest.c_str(), F_OK) != 0) return NULL;
-    const double t0 = timeline_now();
-    SsdStore* st = ssd_store_open(dir, &quiet, r->resume_step, err, sizeof err);  // checksums read once
-    if (!st) return NULL;
-    const ParamLayout* p = &g->layout;
-    const int64_t lo = g->ssd->part_lo;
-    std::vector<float> layer((size_t)p->layer_stride), part((size_t)sc->layer_elems);
-    bool same = true;
-    for (int l = g->resident_layers; l < g->config.num_layers && same; l++) {
-        ssd_load_layer(r, g, l, layer.data());
-        same = ssd_store_read_layer(st, l - g->resident_layers, part.data(), NULL, NULL, NULL, err,
-                                    sizeof err) == 0 &&
-               memcmp(part.data(), layer.data() + lo, part.size() * 4) == 0;
-    }
-    *verify_s = timeline_now() - t0;
-    if (same) return st;
-    ssd_store_close(st);
-    printf("-sd %s: its store's step %lld is not this checkpoint's (another run's history): filled again\n",
-           dir, (long long)r->resume_step);
-    return NULL;
-}
-
 // -sd: a fresh run fills a new store in DIR, a resume opens it. The prefix goes to host arrays. Several
 // nodes: each node's leader, its store (DIR/node<n>: main) holding its part of each streamed layer; the
 // bf16 copy whole from init, -e or the checkpoint's model file, as load_node_weights.
@@ -1042,13 +1009,10 @@ static void ssd_attach(Run* r, GPT* g) {
     const int64_t lo = g->ssd->part_lo;
     sc.layer_elems = g->ssd->part_n;  // the node's part (the plan's: node 0's, the largest; plan_run: > 0)
     // a checkpoint of a run in RAM or -sk 1's (its state file holds every parameter's m, v): a new store,
-    // filled from it, unless the store holds it already
-    bool resume = resumes_ssd_store(r), from_ram = r->resume_step >= 0 && !resume;
+    // filled from it (the run's own store too: the file is the checkpoint, whatever the store holds)
+    const bool resume = resumes_ssd_store(r), from_ram = r->resume_step >= 0 && !resume;
     double verify_s = 0;
-    if (from_ram && (st = ssd_store_of_checkpoint(r, g, &sc, &verify_s))) {
-        from_ram = false;  // a -sk 1 checkpoint's own store: resumed as it is
-        resume = true;
-    } else if (resume) {
+    if (resume) {
         int64_t tail[SSD_TAIL_FIELDS];
         if (!state_file_ssd_tail(r->resume_state, tail, err, sizeof err)) die("resume: %s", err);
         if (tail[SSD_TAIL_PREFIX] != g->host_state_count)
@@ -1063,6 +1027,10 @@ static void ssd_attach(Run* r, GPT* g) {
             die("resume: -sd %s: %s: to resume from that one, remove %s/DONE_%08lld", dir, err,
                 r->args.output_dir, (long long)r->resume_step);
         if (!st && strstr(err, " is damaged")) die("resume: -sd %s: %s", dir, err);
+        if (!st && strstr(err, ", not of step "))  // an older checkpoint than the store's last two
+            die("resume: -sd %s: %s: a store keeps the state of its last two checkpoints only (resume one of "
+                "those; with -sk 1 each checkpoint's state file holds all of its own)",
+                dir, err);
         if (!st)
             die("resume: -sd %s: %s (resume with the run's -R and -sw%s)", dir, err,
                 nodes ? "; each node's DIR/node<n> must be its own" : "");

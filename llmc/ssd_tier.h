@@ -62,15 +62,26 @@ struct SsdTier {
 enum { HANDOFF_FREE, HANDOFF_FILLING, HANDOFF_FILLED, HANDOFF_LENT, HANDOFF_COPYING };
 
 // Disk errors exit at once: the main thread may be mid-step.
-static void die_disk(const GPT* g, const char* what, const char* err) {
-    fflush(stdout);
+static void disk_error_text(const GPT* g, const char* what, const char* err, char* out, size_t n) {
     if (g->checkpoint_step >= 0)  // rounds never write the last checkpoint's generation
-        fprintf(stderr,
-                "error: %s: %s (the last complete checkpoint is intact, step %lld: resume with -y 1)\n", what,
-                err, (long long)g->checkpoint_step);
-    else fprintf(stderr, "error: %s: %s (no checkpoint was complete yet: nothing to resume)\n", what, err);
+        snprintf(out, n, "%s: %s (the last complete checkpoint is intact, step %lld: resume with -y 1)", what,
+                 err, (long long)g->checkpoint_step);
+    else snprintf(out, n, "%s: %s (no checkpoint was complete yet: nothing to resume)", what, err);
+}
+static void die_disk(const GPT* g, const char* what, const char* err) {
+    char line[4608];
+    disk_error_text(g, what, err, line, sizeof line);
+    fflush(stdout);
+    fprintf(stderr, "error: %s\n", line);
     fflush(stderr);
     _exit(1);
+}
+// A checkpoint's read from the store failed: err becomes the line that ends the run (checkpoint_save and
+// gather_node_state say it). Returns 0.
+static int ssd_checkpoint_read_failed(const GPT* g, char* err, size_t errlen) {
+    const std::string e = err;
+    disk_error_text(g, "reading the SSD tier for the checkpoint", e.c_str(), err, errlen);
+    return 0;
 }
 
 // gpt_build's tier, before ssd_attach (train_gpt.cu) opens its store.
@@ -426,15 +437,19 @@ static int64_t sw_handoff_bytes(const ParamLayout* p) {
 static int ssd_read_layer_params(void* ctx, int l, float* params, char* err, size_t errlen) {
     GPT* g = (GPT*)ctx;
     SsdStore* st = g->ssd->store;
-    return ssd_store_read_layer(st, l - g->resident_layers, params + g->ssd->part_lo, NULL, NULL, NULL, err,
-                                errlen) == 0;
+    if (ssd_store_read_layer(st, l - g->resident_layers, params + g->ssd->part_lo, NULL, NULL, NULL, err,
+                             errlen) != 0)
+        return ssd_checkpoint_read_failed(g, err, errlen);
+    return 1;
 }
 // -sk 1: layer l's AdamW m (which 1) or v (2), as ssd_read_layer_params.
 static int ssd_read_layer_moment(void* ctx, int which, int l, float* out, char* err, size_t errlen) {
     GPT* g = (GPT*)ctx;
     float* at = out + g->ssd->part_lo;
-    return ssd_store_read_layer(g->ssd->store, l - g->resident_layers, NULL, which == 1 ? at : NULL,
-                                which == 2 ? at : NULL, NULL, err, errlen) == 0;
+    if (ssd_store_read_layer(g->ssd->store, l - g->resident_layers, NULL, which == 1 ? at : NULL,
+                             which == 2 ? at : NULL, NULL, err, errlen) != 0)
+        return ssd_checkpoint_read_failed(g, err, errlen);
+    return 1;
 }
 // The store's state becomes this step's checkpoint (fsync, manifest).
 static StreamedState ssd_tier_checkpoint(GPT* g) {

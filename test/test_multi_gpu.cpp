@@ -777,8 +777,8 @@ TEST_F(MultiGpu, SsdTierOnSeveralNodesTrainsAsInRam) {
 // -sd -sk 1 on several nodes: each node's leader reads its part of each layer's m and v from its store at a
 // save and sends it to rank 0, so the checkpoints are the files of the same run in RAM, byte for byte (GPT-2
 // on 2 nodes of 1; Llama -E 1 on 2 nodes of 2, the vocabulary in windows of 1000 floats); such a checkpoint
-// resumes on the same nodes from their stores as they are, and on another cut (one node of 2 ranks) with -sd
-// (a new store filled from it) as in RAM.
+// resumes with -sd on the same nodes (their stores filled from it) and on another cut (one node of 2 ranks),
+// as in RAM.
 TEST_F(MultiGpu, SsdKeepStateCheckpointsResumeOnAnyCut) {
     const SsdNodesEnv env;
     for (const char* spec : {"L3:C64:NH4:T32:V512", "llama:L3:C64:NH4:KV2:I128:T32:V512"}) {
@@ -799,10 +799,11 @@ TEST_F(MultiGpu, SsdKeepStateCheckpointsResumeOnAnyCut) {
             }
         }
         if (!llama) continue;
-        // step 2's checkpoint on the same nodes: each node's store holds its part as it is
+        // step 2's checkpoint on the same nodes and stores (each filled again with its part from the file)
         unlink((sd + "/DONE_00000003").c_str());
         const Result e = run_nodes(2, run_args(spec, sd, more + Args{"-y", "1", "-sd", store, "-sk", "1"}));
-        EXPECT_TRUE(has(e.out, "resumed at its checkpoint")) << e.out;
+        EXPECT_TRUE(has(e.out, "created from step 2's checkpoint (its state file holds all the state)"))
+            << e.out;
         EXPECT_TRUE(slurp(sd + "/model_00000003.bin") == slurp(ram + "/model_00000003.bin"));
         EXPECT_TRUE(slurp(sd + "/state_00000003.bin") == slurp(ram + "/state_00000003.bin"));
         // and on one node of 2 ranks with -sd, against the run in RAM's checkpoint there
