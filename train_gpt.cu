@@ -559,7 +559,7 @@ static void gather_node_state(GPT* g) {
     int which = 0;  // 0: the fp32 weights, 1: m, 2: v
     for (float* x : {g->master, g->adam_m, g->adam_v}) {
         for (int l = g->resident_layers; l < g->config.num_layers; l++) {
-            char err[1024];
+            char err[4608];
             if (!g->ssd) {
                 net_gather(&g->comm->net, NET_MAIN, (char*)(x + gpt_layer_offset(&g->layout, l)), lo.data(),
                            hi.data());

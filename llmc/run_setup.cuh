@@ -361,15 +361,17 @@ static void open_data(Run* r) {
     alloc_step_buffers(r);
 }
 
-// -sd, fresh run: DIR must hold the store, allocated at full size.
+// -sd, fresh run: DIR must hold the store, allocated at full size (a store there now is replaced first: its
+// files count as free; one of another run is refused by ssd_store_create).
 static void check_ssd_space(const Run* r) {
     const char* dir = r->ga.ssd_dir;
     // a resume opens its store; one of a run in RAM makes a new one (ssd_attach)
     if (!dir || resumes_ssd_store(r)) return;
     char why[4400];
     if (!ssd_dir_usable(dir, why, sizeof why)) die("%s", why);
-    const int64_t avail = dir_free_bytes(dir);
+    int64_t avail = dir_free_bytes(dir);
     if (avail < 0) die("-sd %s: %s", dir, strerror(errno));
+    avail += ssd_store_held_bytes(dir);
     if (avail < r->plan.ssd_disk)
         die("-sd %s: the optimizer state needs %s on disk (two generations of the fp32 weights, m and "
             "v%s of %d streamed layers%s), the filesystem has %s free",
@@ -1027,6 +1029,10 @@ static void ssd_attach(Run* r, GPT* g) {
             die("resume: -sd %s: %s: to resume from that one, remove %s/DONE_%08lld", dir, err,
                 r->args.output_dir, (long long)r->resume_step);
         if (!st && strstr(err, " is damaged")) die("resume: -sd %s: %s", dir, err);
+        if (!st && strstr(err, "holds no complete checkpoint"))  // made again since, never saved
+            die("resume: -sd %s: %s: the store was made again since and its state of step %lld is gone "
+                "(a checkpoint written with -sk 1 holds all of its own state)",
+                dir, err, (long long)r->resume_step);
         if (!st && strstr(err, ", not of step "))  // an older checkpoint than the store's last two
             die("resume: -sd %s: %s: a store keeps the state of its last two checkpoints only (resume one of "
                 "those; with -sk 1 each checkpoint's state file holds all of its own)",

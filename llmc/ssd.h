@@ -111,6 +111,8 @@ SsdIo* ssd_store_io(SsdStore* st);
 void ssd_store_steps(const SsdStore* st, int64_t steps[2]);
 // Disk bytes of the files, host bytes of the ring.
 int64_t ssd_store_disk_bytes(const SsdStoreConfig* cfg);
+// The disk a store in dir holds now (its files' allocated bytes; 0: none): what ssd_store_create frees first.
+int64_t ssd_store_held_bytes(const char* dir);
 int64_t ssd_store_ring_bytes(const SsdStoreConfig* cfg);
 int64_t ssd_store_layer_pieces(const SsdStoreConfig* cfg);  // the pieces a layer is cut into
 // Buffer size for the two _async calls: one layer's bf16.

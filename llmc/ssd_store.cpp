@@ -531,6 +531,20 @@ static bool store_paths_own(const char* dir, char* err, size_t errlen) {
     return true;
 }
 
+int64_t ssd_store_held_bytes(const char* dir) {
+    int64_t n = 0;
+    struct stat s;
+    auto add = [&](const std::string& path) {
+        if (lstat(path.c_str(), &s) == 0 && S_ISREG(s.st_mode)) n += (int64_t)s.st_blocks * 512;
+    };
+    for (int g = 0; g < 2; g++) {
+        for (int k = 0; k < K_COUNT; k++) add(gen_path(dir, g, k));
+        add(sums_path(dir, g));
+    }
+    add(std::string(dir) + "/grads.bf16");
+    return n;
+}
+
 SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err, size_t errlen) {
     if (check_config(cfg, err, errlen) != 0) return NULL;
     if (mkdir(dir, 0755) != 0 && errno != EEXIST) {
