@@ -73,6 +73,7 @@ typedef struct {
     const LlamaConfig* llama;
     int T, slots;
     int64_t gpu_budget, host_avail, disk_free;  // bytes; -1: unknown (no check)
+    int64_t disk_held;  // of disk_free: a store in -sd DIR now, which a run's store replaces (or resumes)
     double peak_flops, disk_read_Bps, disk_write_Bps;
     bool several;  // -pn / -pN: the advice keeps to what several GPUs run (-sd on one node, without -sw 1)
     int nodes;     // -pN: host RAM is a node's (its part of the streamed layers' fp32 state); 0 or 1: all
@@ -418,6 +419,8 @@ static PlanTarget plan_target(const GPTConfig* cfg, const LlamaConfig* llama, in
     t.several = ga->ranks * ga->nodes > 1;
     t.host_avail = host_memory_to_count_on(ga);
     t.disk_free = ga->ssd_dir ? dir_free_bytes(ga->ssd_dir) : -1;
+    t.disk_held = t.disk_free >= 0 ? ssd_store_held_bytes(ga->ssd_dir) : 0;
+    if (t.disk_free >= 0) t.disk_free += t.disk_held;
     t.disk_read_Bps = ga->disk_read_gbs > 0 ? ga->disk_read_gbs * 1e9 : PLAN_DISK_READ_BPS;
     t.disk_write_Bps = ga->disk_write_gbs > 0 ? ga->disk_write_gbs * 1e9 : PLAN_DISK_WRITE_BPS;
     t.peak_flops = PLAN_H100_PEAK_FLOPS;
@@ -497,7 +500,7 @@ static void print_plan_table(const PlanTarget* t, const PlanEval& e, const GpuAr
         snprintf(need, sizeof need, "%.2f GiB", e.m.ssd_disk / GiB);
         if (t->disk_free >= 0)
             plan_gib_pair(need, sizeof need, e.m.ssd_disk / GiB, have, sizeof have, t->disk_free / GiB,
-                          " free in -sd DIR");
+                          t->disk_held > 0 ? " free in -sd DIR (with its store)" : " free in -sd DIR");
         plan_row("disk space", need, t->disk_free >= 0 ? have : "unknown: -sd DIR's folder is not here",
                  t->disk_free >= 0 ? fit(e.disk_fits) : "not checked");
     }
