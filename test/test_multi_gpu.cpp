@@ -383,8 +383,9 @@ TEST_F(MultiGpu, CheckpointsResumeOnAnotherNumberOfRanks) {
     }
 }
 
-// Rank 1 killed after step 2 (LLMC_TEST_RANK_DIES), its share of step 2's update unfinished: the launcher and
-// rank 0 say so, the run fails, and step 1's checkpoint (the last complete one) resumes.
+// Rank 1 killed after step 2 (LLMC_TEST_RANK_DIES): the launcher and rank 0 say so, the run fails, and the
+// last complete checkpoint resumes: step 1's, or step 2's where rank 1's share of step 2's update finished
+// before the kill (a loaded machine: seen once in make test), never step 3's.
 TEST_F(MultiGpu, ARankThatDiesEndsTheRunOnEveryRank) {
     const char* spec = "L3:C64:NH4:T32:V512";
     setenv("LLMC_TEST_RANK_DIES", "1:2", 1);
@@ -394,10 +395,11 @@ TEST_F(MultiGpu, ARankThatDiesEndsTheRunOnEveryRank) {
     EXPECT_TRUE(has(r.err, "error: rank 1 of 2 was killed by signal 9 (Killed): stopping the other ranks"))
         << r.err;
     EXPECT_TRUE(has(r.err, "error: rank 0: rank 1 stopped (exit status 137): this rank stops too")) << r.err;
-    EXPECT_EQ(file_size(dir + "/run/DONE_00000002"), -1) << "step 2's update was not complete";
+    EXPECT_EQ(file_size(dir + "/run/DONE_00000003"), -1) << "step 3 ran";
+    const std::string last = file_size(dir + "/run/DONE_00000002") >= 0 ? "2" : "1";
     const Result b = run_bin(kEmu, run_args(spec, dir + "/run", {"-y", "1", "-pn", "2"}));
     EXPECT_EQ(b.code, 0) << b.err;
-    EXPECT_TRUE(has(b.out, "(step 1)")) << b.out;
+    EXPECT_TRUE(has(b.out, "(step " + last + ")")) << b.out;
 }
 
 // Ctrl-C to the launcher: every rank finishes the step, rank 0 saves it, the run exits 130; -y 1 goes on.
