@@ -520,14 +520,18 @@ static int gather_layer_moment(void* ctx, int which, int l, float* out, char*, s
     GPT* g = (GPT*)ctx;
     return gather_layer(g, which == 1 ? g->adam_m : g->adam_v, l, out);
 }
+// Rank 0 saving: the other nodes' parts of a layer into it (node_layer_ranges).
+static void gather_node_parts(GPT* g, float* layer) {
+    std::vector<int64_t> lo, hi;
+    node_layer_ranges(g, &lo, &hi);
+    net_gather(&g->comm->net, NET_MAIN, (char*)layer, lo.data(), hi.data());
+}
 // -sd on several nodes, rank 0 saving: layer l's fp32 weights whole in out, each node's part from its store
 // (the other nodes' leaders read theirs and send it: gather_node_state).
 static int gather_store_layer(void* ctx, int l, float* out, char* err, size_t errlen) {
     GPT* g = (GPT*)ctx;
     if (!ssd_read_layer_params(g, l, out, err, errlen)) return 0;
-    std::vector<int64_t> lo, hi;
-    node_layer_ranges(g, &lo, &hi);
-    net_gather(&g->comm->net, NET_MAIN, (char*)out, lo.data(), hi.data());
+    gather_node_parts(g, out);
     return 1;
 }
 // -sd -sk 1 on several nodes, rank 0 saving: layer l's m (which 1) or v (2) whole, each node's part from its
@@ -535,9 +539,7 @@ static int gather_store_layer(void* ctx, int l, float* out, char* err, size_t er
 static int gather_store_moment(void* ctx, int which, int l, float* out, char* err, size_t errlen) {
     GPT* g = (GPT*)ctx;
     if (!ssd_read_layer_moment(g, which, l, out, err, errlen)) return 0;
-    std::vector<int64_t> lo, hi;
-    node_layer_ranges(g, &lo, &hi);
-    net_gather(&g->comm->net, NET_MAIN, (char*)out, lo.data(), hi.data());
+    gather_node_parts(g, out);
     return 1;
 }
 // -E 1: the vocabulary's [a, b) of the fp32 weights (which 0), m (1) or v (2), from the nodes' parts.
