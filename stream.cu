@@ -89,7 +89,7 @@ void stream_init(WeightStream* ws, int num_layers, int64_t layer_stride, int64_t
     ws->grad_hi = layer_stride;
     const int64_t host_layers = reader ? reader->first_streamed : num_layers;
     const int64_t weight_bytes = (embed_count + host_layers * layer_stride) * 2;
-    if (shared && (reader || !host_grads)) die("internal: shared host arrays with the SSD tier");
+    if (shared && !host_grads) die("internal: shared host arrays without host gradients");
     ws->host_shared = shared != NULL;
     ws->weights_host_bf16 =
         shared ? (uint16_t*)pinned_register(shared->weights, weight_bytes, "the bf16 weights")

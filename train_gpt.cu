@@ -267,9 +267,17 @@ static int64_t layer_grads_floats(const GPT* g) {
                                      : g->layout.layer_stride;
 }
 
+// The host bf16 weights: every layer's, or with -sw 1 (the streamed layers' on disk) the prefix's.
+static int64_t host_weights_bytes(const GPT* g, bool on_disk) {
+    const ParamLayout* p = &g->layout;
+    return (p->embed_count +
+            (int64_t)(on_disk ? g->resident_layers : g->config.num_layers) * p->layer_stride) *
+           2;
+}
+
 // The node's pinned bf16 weights and gradients, once for all ranks (NULL: one rank, stream_init's own).
 // Several nodes: the gradients of the node's part of each layer only (comm_node_part).
-static StreamHostArrays* node_stream_arrays(GPT* g) {
+static StreamHostArrays* node_stream_arrays(GPT* g, bool weights_on_disk) {
     static StreamHostArrays shared;
     if (g->comm->local_world == 1 && g->comm->nodes == 1) return NULL;
     const ParamLayout* p = &g->layout;
@@ -278,7 +286,8 @@ static StreamHostArrays* node_stream_arrays(GPT* g) {
     comm_node_part(g->comm, p->layer_stride, g->comm->node_rank, &lo, &hi);
     shared.grads_base = lo;
     shared.grads_stride = std::max<int64_t>(hi - lo, 1);
-    shared.weights = (uint16_t*)node_shared_alloc(g->comm, p->total * 2, "the bf16 weights");
+    shared.weights =
+        (uint16_t*)node_shared_alloc(g->comm, host_weights_bytes(g, weights_on_disk), "the bf16 weights");
     shared.grads = (uint16_t*)node_shared_alloc(g->comm, L * shared.grads_stride * 2, "the layer gradients");
     return &shared;
 }
@@ -291,7 +300,7 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     memset(g, 0, sizeof *g);
     g->comm = comm ? comm : &single_rank;
     if (ssd &&
-        ((g->comm->world > 1 && tier == TIER_SSD_WEIGHTS) || (g->comm->world > 1) != ssd_grads_in_ram ||
+        ((g->comm->nodes > 1 && tier == TIER_SSD_WEIGHTS) || (g->comm->world > 1) != ssd_grads_in_ram ||
          g->comm->nodes != ssd_nodes || g->comm->local_world != ssd_node_ranks))
         die("internal: the SSD tier on %d ranks of %d nodes (tier %d)", g->comm->world, g->comm->nodes, tier);
     g->ssd_ranks = ssd && g->comm->world > 1;
@@ -340,7 +349,11 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     const HostReader reader = sw_reader(g, p, resident_layers);
     const HostReader* from_disk = tier == TIER_SSD_WEIGHTS ? &reader : NULL;
     stream_init(&g->stream, c->num_layers, p->layer_stride, p->embed_count, num_slots, optimizer_layer_ready,
-                g, !ssd || g->ssd_ranks, from_disk, node_stream_arrays(g));
+                g, !ssd || g->ssd_ranks, from_disk, node_stream_arrays(g, from_disk != NULL));
+    if (from_disk &&
+        g->comm->world > 1)  // several ranks read the store's files: rank 0 says where (ssd_tier.h)
+        g->sw_gen =
+            (std::atomic<uint8_t>*)node_shared_alloc(g->comm, streamed, "the bf16 weights' generations");
     if (g->comm->world > 1) comm_part(g->comm, p->layer_stride, &g->stream.grad_lo, &g->stream.grad_hi);
     if (ssd && g->comm->local == 0) g->ssd = ssd_tier_new(g, tier);  // its store comes with ssd_attach
     g->gpu_bytes += plan.slots + plan.grad_staging;                  // stream_init's
@@ -596,9 +609,12 @@ static void gpt_free(GPT* g) {
     cublas_stream = NULL;
     const bool shared = g->stream.host_shared;
     uint16_t *weights_bf16 = g->stream.weights_host_bf16, *grads_bf16 = g->stream.grads_host_bf16;
-    stream_free(&g->stream);
+    const bool on_disk = g->stream.reads.reader.start != NULL;
+    stream_free(&g->stream);  // its reads in flight end first
+    ssd_bf16_files_close(g->sw_files);
+    node_shared_free(g->sw_gen, g->config.num_layers - g->resident_layers);
     if (shared) {
-        node_shared_free(weights_bf16, g->layout.total * 2);
+        node_shared_free(weights_bf16, host_weights_bytes(g, on_disk));
         node_shared_free(grads_bf16, (int64_t)g->config.num_layers * g->stream.grads_stride * 2);
     }
     cudaCheck(cudaFree(g->resident));
@@ -1317,12 +1333,14 @@ int main(int argc, char** argv) {
     stop_signal_install_setup();  // until the first step: a signal ends the set-up at once, in one line
     progress_timeout_seconds();   // a bad LLMC_PROGRESS_TIMEOUT is refused before any work (one GPU too)
     r.comm = &ranks;
-    int env_rank = 0, env_world = 1, env_local = 1;  // -sd -sw 1 on another launcher's ranks: at once
+    int env_rank = 0, env_world = 1, env_local = 1;  // -sd -sw 1 on another launcher's nodes: at once
     if (r.ga.ssd_dir && r.ga.ssd_weights && !r.ga.plan_only && env_ranks(&env_rank, &env_world, &env_local) &&
-        env_world > 1)
-        die("-sd -sw 1 with WORLD_SIZE %d: every GPU would read the bf16 weights from disk; drop -sw 1 (the "
-            "bf16 weights then stay in host RAM, once for the node)",
-            env_world);
+        env_world > env_local)
+        die("-sd -sw 1 with WORLD_SIZE %d of %d a node: each node's store holds its part of each layer, not "
+            "the "
+            "whole bf16 weights each GPU reads; drop -sw 1 (the bf16 weights then stay in host RAM, once for "
+            "the node)",
+            env_world, env_local);
     if (!r.ga.plan_only) {
         // -pn G (-pN N), or another launcher's ranks: this is one of G (x N) processes
         rank_start(&ranks, r.ga.ranks, r.ga.nodes, r.ga.node_rank, r.ga.node_address, r.ga.llmc_fs);

@@ -5,6 +5,7 @@
 #pragma once
 #include <string.h>
 #include <algorithm>           // defines: std::rotate
+#include <atomic>              // defines: std::atomic
 #include "llmc/args.h"         // defines: TrainArgs
 #include "llmc/cuda_common.h"  // defines: bf16, die
 #include "llmc/model.h"        // defines: GPTConfig, ParamLayout, gpt_layer_offset, LN1W..FCPROJB, WTE..LNFB
@@ -160,11 +161,12 @@ static inline LlamaEmbedParams<T> llama_embed_params(const ParamLayout* p, T* ba
 // ----------------------------------------------------------------------------
 // The model as the GPU trainer holds it
 
-struct Optimizer;  // the CPU AdamW thread (llmc/cpu_optimizer.h)
-struct SsdTier;    // -sd: the SSD tier (ssd_tier.h)
-struct HostVocab;  // -E 1: the vocabulary tensors in host RAM (llmc/vocab_host.cuh)
-struct AttnMicro;  // a micro-batch's ragged sequences for cuDNN (attention_path.cuh)
-struct Comm;       // a multi-GPU run's ranks (collectives.h)
+struct Optimizer;     // the CPU AdamW thread (llmc/cpu_optimizer.h)
+struct SsdTier;       // -sd: the SSD tier (ssd_tier.h)
+struct SsdBf16Files;  // -sd -sw 1 on several ranks: the store's bf16 files, read-only (ssd.h)
+struct HostVocab;     // -E 1: the vocabulary tensors in host RAM (llmc/vocab_host.cuh)
+struct AttnMicro;     // a micro-batch's ragged sequences for cuDNN (attention_path.cuh)
+struct Comm;          // a multi-GPU run's ranks (collectives.h)
 
 typedef struct GPT GPT;
 struct GPT {
@@ -231,6 +233,11 @@ struct GPT {
     // -sd on several ranks of a node: rank 0 alone holds the store (ssd) and updates whole layers; every rank
     // sends its slice of the gradients to the node's shared host arrays (memory_plan.cuh ssd_grads_in_ram)
     bool ssd_ranks;
+    // -sd -sw 1 on several ranks of a node: every rank reads the bf16 weights from the store's files through
+    // the page cache (ssd_tier.h sw_read_start); sw_gen[i], in the node's shared memory, is the generation
+    // whose file holds store layer i, which rank 0 sets before each layer's progress says it is written
+    SsdBf16Files* sw_files;
+    std::atomic<uint8_t>* sw_gen;
     int64_t host_state_count;  // floats in master / adam_m / adam_v: all, or the prefix with -sd
     int* forward_order;        // R, R+1, ..., L-1: the streamed layers in the order of a forward pass
     int* backward_order;       // L-1, ..., R

@@ -165,7 +165,7 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "the\n"
         "              disk at start. Resume (-y 1) with the same dir and -R, on any -pn of one node (a\n"
         "              run in RAM's checkpoint too: its state fills a new store).\n"
-        "              With -pn (not -sw 1): the node's rank 0 holds it, the gradients stay in host RAM:\n"
+        "              With -pn: the node's rank 0 holds it, the gradients stay in host RAM:\n"
         "              12 bytes per parameter less RAM, 24 on disk. With -pN: each node's leader keeps its\n"
         "              1/N of each layer in dir/node<n> on its drive (resume with the -pN and -pn it ran\n"
         "              with, each -pr on the machine that holds its dir/node<n>) (default off)\n"
@@ -173,7 +173,9 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "pinned\n"
         "              layer buffers for each pass: 2 bytes per parameter less RAM, RAM no longer grows\n"
         "              with depth; the backward pass reads 2 more bytes per parameter (the forward takes\n"
-        "              them from the AdamW round in %d pinned handoff buffers) (default %d)\n"
+        "              them from the AdamW round in %d pinned handoff buffers). With -pn each GPU reads\n"
+        "              them through the page cache, the forward's too: one GPU's read serves the others\n"
+        "              (not with -pN: each node's store holds its part of each layer) (default %d)\n"
         "  -sk <0|1>   with -sd: each checkpoint's state file holds every parameter's m and v, read from\n"
         "              the store at the save (8 bytes per parameter more on -o's disk and that much more\n"
         "              to read): it resumes like a run in RAM's, without -sd, on any -pn and -pN, or with\n"
@@ -436,10 +438,11 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         die("-pr %d: -ps HOST[:PORT] names node 0, where this node joins the run (run ./train_gpt -h for the "
             "flags)",
             ga->node_rank);
-    if (ga->ssd_dir && ga->ssd_weights && ga->ranks * ga->nodes > 1 && !ga->llmc_init)  // before any joins
-        die("%s %d with -sd -sw 1: every GPU would read the bf16 weights from disk; drop -sw 1 (the bf16 "
-            "weights then stay in host RAM, once for the node)",
-            ga->ranks > 1 ? "-pn" : "-pN", ga->ranks > 1 ? ga->ranks : ga->nodes);
+    if (ga->ssd_dir && ga->ssd_weights && ga->nodes > 1 && !ga->llmc_init)  // before any joins
+        die("-pN %d with -sd -sw 1: each node's store holds its part of each layer, not the whole bf16 "
+            "weights "
+            "each GPU reads; drop -sw 1 (the bf16 weights then stay in host RAM, once for the node)",
+            ga->nodes);
     if (ga->ssd_weights && !ga->ssd_dir)
         die("-sw 1 puts the bf16 weights in the SSD tier: it needs -sd DIR (run ./train_gpt -h for the "
             "flags)");

@@ -253,6 +253,8 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
                                  tier == TIER_SSD_WEIGHTS ? &reader : NULL);
     if (ssd && !ssd_grads_in_ram) m.pinned += GRAD_RING * grads_ring_bytes(&p);  // the gradients' ring
     if (tier == TIER_SSD_WEIGHTS) m.pinned += sw_handoff_bytes(&p);
+    if (tier == TIER_SSD_WEIGHTS)  // the node's other ranks read the weights from disk too, each its buffers
+        m.pinned += (int64_t)(ssd_node_ranks - 1) * reader.num_buffers * direct_io_bytes(reader.buffer_bytes);
     if (ssd && resident_layers < c->num_layers) {
         const SsdStoreConfig sc = ssd_store_config(c, resident_layers, tier, llama);
         SsdPlanInput in;
@@ -264,6 +266,7 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
         in.grads_on_disk = sc.grads_on_disk;
         in.with_bf16 = sc.with_bf16;
         in.bf16_buffers = SW_READ_BUFFERS + SW_HANDOFF_BUFFERS;
+        in.bf16_forward_reads = ssd_node_ranks > 1;
         in.held_grads = GRAD_RING;
         const SsdPlan sp = ssd_plan(&in);
         m.ssd_ring = sp.host_ring;
@@ -455,9 +458,10 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
         "host %9.2f GiB: fp32 master weights and AdamW m, v %.2f%s; pinned bf16 weights and gradients %.2f%s",
         m.host_bytes / GiB, m.master_adam / GiB, ga->ssd_dir ? " (embeddings and -R layers: -sd)" : "",
         m.pinned / GiB,
-        ga->ssd_dir && ga->ssd_weights
-            ? " (the prefix's weights, read, handoff and gradient layer buffers: -sw 1)"
-            : "");
+        !ga->ssd_dir || !ga->ssd_weights ? ""
+        : ga->ranks > 1 ? " (the prefix's weights, each GPU's read and rank 0's handoff layer buffers, the "
+                          "gradients: -sw 1)"
+                        : " (the prefix's weights, read, handoff and gradient layer buffers: -sw 1)");
     if (ga->ssd_dir) printf("; the SSD tier's ring %.2f", m.ssd_ring / GiB);
     if (ga->vocab_host > 0)
         printf("; the vocabulary tensors' fp32 gradients %.2f (-E 1)", m.vocab_grads / GiB);

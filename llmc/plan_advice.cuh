@@ -75,7 +75,7 @@ typedef struct {
     int64_t gpu_budget, host_avail, disk_free;  // bytes; -1: unknown (no check)
     int64_t disk_held;  // of disk_free: a store in -sd DIR now, which a run's store replaces (or resumes)
     double peak_flops, disk_read_Bps, disk_write_Bps;
-    bool several;  // -pn / -pN: the advice keeps to what several GPUs run (-sd on one node, without -sw 1)
+    bool several;  // -pn / -pN: the advice keeps to what several GPUs run (-sd -sw 1 on one node only)
     int nodes;     // -pN: host RAM is a node's (its part of the streamed layers' fp32 state); 0 or 1: all
     int ranks;     // -pn: a node's GPUs (-E 1: each its own pinned staging)
 } PlanTarget;
@@ -334,7 +334,7 @@ static std::vector<PlanEval> plan_alternatives(const PlanTarget* t, const PlanCh
     std::vector<PlanEval> out;
     const bool llama = t->llama && t->llama->num_layers;
     const int L = t->cfg->num_layers;
-    const int last_tier = !t->several ? TIER_SSD_WEIGHTS : std::max(given.tier, (int)TIER_SSD);
+    const int last_tier = t->nodes <= 1 ? TIER_SSD_WEIGHTS : std::max(given.tier, (int)TIER_SSD);
     for (int tier = given.tier; tier <= last_tier; tier++)
         for (int E = given.vocab_host; E <= (llama ? 1 : given.vocab_host); E++)
             for (int B = given.B; B >= 1; B--) {
@@ -600,11 +600,15 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
         "memory: each GPU %.2f GiB (the plan above, for its micro-batches); each node's host RAM %.2f GiB: ",
         e.m.gpu_bytes / GiB, host / GiB);
     if (N == 1)
-        printf("%s once, whatever G (%.1f bytes a parameter)%s\n",
-               e.c.tier == TIER_RAM
-                   ? "the fp32 weights, m, v and bf16 copies"
-                   : "the bf16 weights and gradients, the -sd ring and the prefix's fp32 state",
-               host / p.total, e.c.vocab_host > 0 ? "; -E 1: each GPU's own pinned staging too" : "");
+        printf(
+            "%s once, whatever G (%.1f bytes a parameter)%s%s\n",
+            e.c.tier == TIER_RAM ? "the fp32 weights, m, v and bf16 copies"
+            : e.c.tier == TIER_SSD
+                ? "the bf16 weights and gradients, the -sd ring and the prefix's fp32 state"
+                : "the bf16 gradients, the -sd ring and the prefix's fp32 state and bf16 weights (-sw 1: the "
+                  "others' on disk)",
+            host / p.total, e.c.tier == TIER_SSD_WEIGHTS ? "; each GPU's -sw 1 read buffers too" : "",
+            e.c.vocab_host > 0 ? "; -E 1: each GPU's own pinned staging too" : "");
     else {
         char vocab[80] = "";
         if (e.c.vocab_host > 0)
@@ -728,12 +732,13 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
         std::vector<std::string> tried = {"a smaller -b", "fewer -R / -K"};
         if (llama && llama->num_layers) tried.push_back("-E 1");  // GPT-2's vocabulary stays on the GPU
         if (given.tier == TIER_RAM) tried.push_back("-sd");
-        if (!several && given.tier != TIER_SSD_WEIGHTS) tried.push_back("-sd -sw 1");
+        if (ga->nodes <= 1 && given.tier != TIER_SSD_WEIGHTS) tried.push_back("-sd -sw 1");
         std::string list;
         for (size_t i = 0; i < tried.size(); i++)
             list += (i == 0 ? "" : i + 1 == tried.size() ? ", or " : ", ") + tried[i];
-        printf("advice: nothing fits, as given or with %s%s;\n", list.c_str(),
-               several && given.tier != TIER_SSD_WEIGHTS ? " (-sd -sw 1 runs on one GPU for now)" : "");
+        printf(
+            "advice: nothing fits, as given or with %s%s;\n", list.c_str(),
+            ga->nodes > 1 && given.tier != TIER_SSD_WEIGHTS ? " (-sd -sw 1 runs on one node for now)" : "");
         printf("  the least any of them needs: GPU %.2f GiB (%.2f here), host %.2f GiB", gpu / GiB,
                t.gpu_budget / GiB, host / GiB);
         if (t.host_avail >= 0) printf(" (%.2f here)", t.host_avail / GiB);

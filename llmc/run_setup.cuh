@@ -703,10 +703,11 @@ static void plan_run(Run* r) {
             "make -d a multiple of %lld",
             ranks_text, r->n_micro_all, (long long)r->step_tokens, a.B, a.T, G, (long long)G * a.B * a.T);
     r->n_micro = r->n_micro_all / G;
-    if (ga.ssd_dir && ga.ssd_weights && G > 1)  // a launcher's ranks (-pn was refused in parse_args)
-        die("-sd -sw 1 with %d ranks: every GPU would read the bf16 weights from disk; drop -sw 1 (the "
-            "bf16 weights then stay in host RAM, once for the node)",
-            G);
+    if (ga.ssd_dir && ga.ssd_weights && ga.nodes > 1)  // a launcher's nodes (-pN was refused in parse_args)
+        die("-sd -sw 1 on %d nodes: each node's store holds its part of each layer, not the whole bf16 "
+            "weights "
+            "each GPU reads; drop -sw 1 (the bf16 weights then stay in host RAM, once for the node)",
+            ga.nodes);
     if (ga.resident > r->cfg.num_layers)
         die("-R %d: the model has only %d layers", ga.resident, r->cfg.num_layers);
     if (ga.kept > r->cfg.num_layers) die("-K %d: the model has only %d layers", ga.kept, r->cfg.num_layers);
@@ -1080,6 +1081,7 @@ static void ssd_attach(Run* r, GPT* g) {
         convert_f32_to_bf16(layer, bf16, p->layer_stride);
     }
     free(layer);
+    sw_publish_gen(g, -1);  // -sw 1 on several ranks: where they read each layer
     if (r->ga.timeline) ssd_io_log_busy(ssd_store_io(st), 1);  // the timeline's disk tracks
     if (!g->ssd_ranks) ssd_tier_start_writer(g);               // several ranks: no gradients to write
     char how[128] = "created";
@@ -1127,7 +1129,12 @@ static void build_model(Run* r, GPT* g) {
     } else if (r->llama.num_layers) load_llama_weights(r, g);
     else if (r->kind == 1) gpt_init_params(&r->cfg, g->master, INIT_SEED);
     else if (!gpt_load_params(r->args.model, &r->cfg, g->master, err, sizeof err)) die("%s", err);
-    gpt_weights_ready(g);
+    gpt_weights_ready(g);  // several ranks: rank 0 has filled its store
+    if (g->sw_gen) {       // -sw 1 on several ranks: every rank reads the store's bf16 files
+        g->sw_files = ssd_bf16_files_open(r->ga.ssd_dir, r->cfg.num_layers - g->resident_layers,
+                                          g->layout.layer_stride, err, sizeof err);
+        if (!g->sw_files) die("-sd %s -sw 1: %s", r->ga.ssd_dir, err);
+    }
     if (r->ga.timeline) {
         timeline_init(&r->timeline, 8 * r->cfg.num_layers + 64 + (g->ssd ? 2 * TIMELINE_DISK_SPANS : 0));
         g->timeline = g->stream.timeline = &r->timeline;

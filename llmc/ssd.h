@@ -48,6 +48,8 @@ typedef struct {
 // Opens with O_DIRECT, else buffered with a warning. create = 1 fallocates `size`.
 int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int quiet, char* err,
                   size_t errlen);
+// Opens an existing file read-only through the page cache: what one process reads, the next finds there.
+int ssd_file_open_cached(SsdFile* f, const char* path, char* err, size_t errlen);
 void ssd_file_close(SsdFile* f);
 int ssd_file_sync(SsdFile* f, char* err, size_t errlen);  // fsync
 
@@ -129,6 +131,19 @@ int ssd_store_read_layer(SsdStore* st, int layer, float* params, float* m, float
 SsdReq ssd_store_read_bf16_async(SsdStore* st, int layer, uint16_t* dst);
 SsdReq ssd_store_write_grads_async(SsdStore* st, int layer, const uint16_t* src);
 int ssd_store_wait(SsdStore* st, SsdReq r, char* err, size_t errlen);
+// The generation (0, 1) whose files hold layer's newest state: what ssd_bf16_files_read reads.
+int ssd_store_layer_gen(const SsdStore* st, int layer);
+
+// -sw 1 on several ranks of a node: every rank, the store's own too, reads the bf16 weights of the store in
+// dir through the page cache, so that one rank's read from disk serves the others. Read-only, no lock: the
+// store's process says which generation holds each layer, and when it is written.
+typedef struct SsdBf16Files SsdBf16Files;
+SsdBf16Files* ssd_bf16_files_open(const char* dir, int num_layers, int64_t layer_elems, char* err,
+                                  size_t errlen);
+void ssd_bf16_files_close(SsdBf16Files* b);
+SsdIo* ssd_bf16_files_io(SsdBf16Files* b);  // wait and poll the reads with it
+// Reads layer's bf16 of generation gen into dst (ssd_round_up(layer_elems * 2, SSD_ALIGN) bytes).
+SsdReq ssd_bf16_files_read(SsdBf16Files* b, int gen, int layer, uint16_t* dst);
 
 // What a round calls back (on the round's thread).
 typedef struct {
@@ -163,11 +178,13 @@ typedef struct {
     int with_bf16;           // -sw 1
     int grads_on_disk;
     int ring;
-    int64_t piece_elems;       // 0: whole layers
-    int bf16_buffers;          // -sw 1: pinned bf16 layer buffers (slots + read-ahead)
-    int grad_buffers;          // grads_on_disk: pinned layer-sized gradient staging buffers
-    int held_grads;            // grads_on_disk: the backward's last layers whose gradients the round reads
-                               // from their staging buffer (ssd_tier.h's GRAD_RING), never from the disk
+    int64_t piece_elems;     // 0: whole layers
+    int bf16_buffers;        // -sw 1: pinned bf16 layer buffers (slots + read-ahead)
+    int bf16_forward_reads;  // -sw 1 on several ranks: the forward's bf16 weights are read too (the ranks but
+                             // the store's read each layer once the round wrote it; the page cache shares it)
+    int grad_buffers;        // grads_on_disk: pinned layer-sized gradient staging buffers
+    int held_grads;          // grads_on_disk: the backward's last layers whose gradients the round reads
+                             // from their staging buffer (ssd_tier.h's GRAD_RING), never from the disk
     int64_t other_host_bytes;  // the trainer's other host RAM (tokens, logits, ...)
 } SsdPlanInput;
 
@@ -179,7 +196,8 @@ typedef struct {
     int64_t host_ring;       // the round's piece ring
     int64_t host_bytes;      // the sum, + other_host_bytes
     int64_t disk_bytes;      // both generations (+ the gradients file)
-    int64_t read_per_step;   // a step's disk reads: the round (+ -sw 1: the backward's bf16 weights)
+    int64_t read_per_step;   // a step's disk reads: the round (+ -sw 1: the backward's bf16 weights; several
+                             // ranks: the forward's too)
     int64_t write_per_step;  // a step's disk writes: the round (+ gradients)
     // The disk work the round itself waits for, during the next forward pass (the forward needs each layer's
     // update): its reads, read_per_step less what moved to the backward (the first ring - 1 pieces' p, m, v

@@ -522,6 +522,23 @@ void ssd_io_counters(const SsdIo* io, int64_t* bytes_read, int64_t* bytes_writte
 
 static std::atomic<int> g_warned_direct{0};
 
+// An opened file that exists: a regular one, blocking, its size in f.
+static int adopt_existing(SsdFile* f, const char* path, char* err, size_t errlen) {
+    struct stat st;
+    const bool stat_ok = fstat(f->fd, &st) == 0;
+    const int fl = stat_ok && S_ISREG(st.st_mode) ? fcntl(f->fd, F_GETFL) : -1;
+    // blocking again: io_uring would answer EAGAIN on an O_NONBLOCK file instead of waiting
+    if (!stat_ok || !S_ISREG(st.st_mode) || fl == -1 || fcntl(f->fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        if (stat_ok && !S_ISREG(st.st_mode)) snprintf(err, errlen, "%.600s is not a regular file", path);
+        else snprintf(err, errlen, "cannot stat %.600s: %s", path, strerror(errno));
+        close(f->fd);
+        f->fd = -1;
+        return -1;
+    }
+    f->size = (int64_t)st.st_size;
+    return 0;
+}
+
 int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int quiet, char* err,
                   size_t errlen) {
     memset(f, 0, sizeof *f);
@@ -581,21 +598,25 @@ int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int qu
             }
         }
         f->size = size;
-    } else {
-        struct stat st;
-        const bool stat_ok = fstat(fd, &st) == 0;
-        const int fl = stat_ok && S_ISREG(st.st_mode) ? fcntl(fd, F_GETFL) : -1;
-        // blocking again: io_uring would answer EAGAIN on an O_NONBLOCK file instead of waiting
-        if (!stat_ok || !S_ISREG(st.st_mode) || fl == -1 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
-            if (stat_ok && !S_ISREG(st.st_mode)) snprintf(err, errlen, "%.600s is not a regular file", path);
-            else snprintf(err, errlen, "cannot stat %.600s: %s", path, strerror(errno));
-            close(fd);
-            f->fd = -1;
-            return -1;
-        }
-        f->size = (int64_t)st.st_size;
+        return 0;
     }
-    return 0;
+    return adopt_existing(f, path, err, errlen);
+}
+
+int ssd_file_open_cached(SsdFile* f, const char* path, char* err, size_t errlen) {
+    memset(f, 0, sizeof *f);
+    f->fd = -1;
+    if (strlen(path) >= sizeof f->path) {
+        snprintf(err, errlen, "path too long: %.200s...", path);
+        return -1;
+    }
+    snprintf(f->path, sizeof f->path, "%s", path);
+    f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (f->fd < 0) {
+        snprintf(err, errlen, "cannot open %.600s: %s", path, strerror(errno));
+        return -1;
+    }
+    return adopt_existing(f, path, err, errlen);
 }
 
 void ssd_file_close(SsdFile* f) {

@@ -921,6 +921,56 @@ SsdReq ssd_store_read_bf16_async(SsdStore* st, int layer, uint16_t* dst) {
                                 off2(st, layer, 0));
 }
 
+int ssd_store_layer_gen(const SsdStore* st, int layer) { return st->src[layer]; }
+
+struct SsdBf16Files {
+    SsdIo* io = nullptr;
+    SsdFile f[2];
+    int layers = 0;
+    int64_t stride2 = 0;
+};
+
+SsdBf16Files* ssd_bf16_files_open(const char* dir, int num_layers, int64_t layer_elems, char* err,
+                                  size_t errlen) {
+    SsdBf16Files* b = new SsdBf16Files();
+    b->layers = num_layers;
+    b->stride2 = ssd_round_up(layer_elems * 2, SSD_ALIGN);
+    for (SsdFile& f : b->f) f.fd = -1;
+    SsdIoConfig ioc;
+    memset(&ioc, 0, sizeof ioc);
+    ioc.quiet = 1;
+    for (int g = 0; g < 2; g++)
+        if (ssd_file_open_cached(&b->f[g], gen_path(dir, g, K_BF16).c_str(), err, errlen) != 0) {
+            ssd_bf16_files_close(b);
+            return NULL;
+        } else if (b->f[g].size < num_layers * b->stride2) {
+            snprintf(err, errlen, "%.600s holds %lld bytes, not the %lld of %d layers' bf16 weights",
+                     b->f[g].path, (long long)b->f[g].size, (long long)(num_layers * b->stride2), num_layers);
+            ssd_bf16_files_close(b);
+            return NULL;
+        }
+    if (!(b->io = ssd_io_open(&ioc, err, errlen))) {
+        ssd_bf16_files_close(b);
+        return NULL;
+    }
+    return b;
+}
+
+void ssd_bf16_files_close(SsdBf16Files* b) {
+    if (!b) return;
+    if (b->io) ssd_io_close(b->io);  // waits for anything in flight
+    for (SsdFile& f : b->f) ssd_file_close(&f);
+    delete b;
+}
+
+SsdIo* ssd_bf16_files_io(SsdBf16Files* b) { return b->io; }
+
+SsdReq ssd_bf16_files_read(SsdBf16Files* b, int gen, int layer, uint16_t* dst) {
+    if (gen < 0 || gen > 1 || layer < 0 || layer >= b->layers)
+        return ssd_io_fail(b->io, "ssd_bf16_files_read: no such generation or layer");
+    return ssd_io_submit(b->io, &b->f[gen], 0, dst, b->stride2, (int64_t)layer * b->stride2);
+}
+
 SsdReq ssd_store_write_grads_async(SsdStore* st, int layer, const uint16_t* src) {
     if (!st->cfg.grads_on_disk || layer < 0 || layer >= st->cfg.num_layers)
         return ssd_io_fail(st->io,
@@ -1148,8 +1198,10 @@ SsdPlan ssd_plan(const SsdPlanInput* in) {
     p.host_ring = n > 0 ? ssd_store_ring_bytes(&c) : 0;
     p.host_bytes = p.host_resident + p.host_bf16 + p.host_grads + p.host_ring + in->other_host_bytes;
     p.disk_bytes = ssd_store_disk_bytes(&c);
-    // -sw 1: the backward pass reads the bf16 weights; the forward takes them from the round (handoff)
-    p.read_per_step = L * (3 * s4 + (in->grads_on_disk ? s2 : 0) + (in->with_bf16 ? s2 : 0));
+    // -sw 1: the backward pass reads the bf16 weights; the forward takes them from the round (handoff), or
+    // on several ranks reads them too, in the forward, where the round's disk work is
+    const int64_t forward_reads = in->with_bf16 && in->bf16_forward_reads ? L * s2 : 0;
+    p.read_per_step = L * (3 * s4 + (in->grads_on_disk ? s2 : 0) + (in->with_bf16 ? s2 : 0)) + forward_reads;
     p.write_per_step = L * (3 * s4 + (in->with_bf16 ? s2 : 0) + (in->grads_on_disk ? s2 : 0));
     // prefetch_next_round: the round's first ring - 1 pieces, in layer order (each layer's last piece may be
     // short); their p, m, v in whole 4 KiB blocks, as read
@@ -1164,7 +1216,7 @@ SsdPlan ssd_plan(const SsdPlanInput* in) {
             if (k < waited) written += f4 + (in->with_bf16 ? ssd_round_up(cnt * 2, SSD_ALIGN) : 0);
         }
     const int64_t held = in->grads_on_disk ? std::min<int64_t>(in->held_grads, L) : 0;
-    p.round_reads = L * (3 * s4 + (in->grads_on_disk ? s2 : 0)) - ahead - held * s2;
+    p.round_reads = L * (3 * s4 + (in->grads_on_disk ? s2 : 0)) - ahead - held * s2 + forward_reads;
     p.round_writes = written;
     return p;
 }

@@ -229,6 +229,15 @@ static void ssd_tier_submit(GPT* g) {
 // ----------------------------------------------------------------------------
 // AdamW over the store (ssd_store_round): read ahead, update, write behind
 
+// Rank 0 of several, -sw 1: the generation holding store layer i's newest bf16 (all layers: i < 0), for the
+// other ranks' reads. Before the layer's progress is published, which orders it for them.
+static void sw_publish_gen(GPT* g, int i) {
+    if (!g->sw_gen || !g->ssd) return;
+    const int n = g->config.num_layers - g->resident_layers;
+    for (int k = i < 0 ? 0 : i; k < (i < 0 ? n : i + 1); k++)
+        g->sw_gen[k].store((uint8_t)ssd_store_layer_gen(g->ssd->store, k), std::memory_order_release);
+}
+
 // The optimizer thread's inputs to a round.
 typedef struct {
     GPT* g;
@@ -335,6 +344,7 @@ static uint16_t* ssd_round_bf16_dst(void* ctx, int i) {
 }
 static void ssd_round_layer_done(void* ctx, int i) {
     SsdRound* r = (SsdRound*)ctx;
+    sw_publish_gen(r->g, i);  // -sw 1: written there
     r->layer_done(r->g, r->g->resident_layers + i);
 }
 
@@ -369,16 +379,23 @@ static void ssd_tier_round(SsdRound* round) {
 // ----------------------------------------------------------------------------
 // -sw 1: the stream's HostReader reads bf16 weights from the store
 
+// Several ranks of a node: each reads the store's files through the page cache (g->sw_files), where one
+// rank's read serves the others; the generation is the one rank 0 published with the layer's progress
+// (sw_publish_gen), which the stream's host_ready waited for.
 static int64_t sw_read_start(void* ctx, int l, uint16_t* dst) {
     GPT* g = (GPT*)ctx;
     FAKE_CUDA_HOST_ACCESS(dst, g->layout.layer_stride * 2, true, "a disk read into a weights' read buffer");
-    return ssd_store_read_bf16_async(g->ssd->store, l - g->resident_layers, dst);
+    const int i = l - g->resident_layers;
+    if (g->sw_files)
+        return ssd_bf16_files_read(g->sw_files, g->sw_gen[i].load(std::memory_order_acquire), i, dst);
+    return ssd_store_read_bf16_async(g->ssd->store, i, dst);
 }
 static int sw_read_done(void* ctx, int64_t req, int wait) {
     GPT* g = (GPT*)ctx;
-    if (!wait && !ssd_io_poll(ssd_store_io(g->ssd->store), req)) return 0;
+    SsdIo* io = g->sw_files ? ssd_bf16_files_io(g->sw_files) : ssd_store_io(g->ssd->store);
+    if (!wait && !ssd_io_poll(io, req)) return 0;
     char err[1024];
-    if (ssd_store_wait(g->ssd->store, req, err, sizeof err) != 0)
+    if (ssd_io_wait(io, req, err, sizeof err) != 0)
         die_disk(g, "reading the bf16 weights from the SSD tier", err);
     return 1;
 }
@@ -417,11 +434,18 @@ static void sw_lent_copied(void* ctx, int l, cudaStream_t stream) {
         }
     die("internal: layer %d's handoff buffer was not lent", l);
 }
-// g may be NULL: sizes only, for the memory plan.
+// g may be NULL: sizes only, for the memory plan. Several ranks: rank 0's round hands its layers to rank 0.
 static HostReader sw_reader(GPT* g, const ParamLayout* p, int resident_layers) {
     const int64_t bytes = ssd_round_up(p->layer_stride * 2, SSD_ALIGN);
-    const HostReader r = {sw_read_start, sw_read_done,    g,       SW_READ_BUFFERS,
-                          bytes,         resident_layers, sw_lend, sw_lent_copied};
+    const bool lends = !g || g->comm->local == 0;
+    const HostReader r = {sw_read_start,
+                          sw_read_done,
+                          g,
+                          SW_READ_BUFFERS,
+                          bytes,
+                          resident_layers,
+                          lends ? sw_lend : NULL,
+                          lends ? sw_lent_copied : NULL};
     return r;
 }
 // -sw 1's handoff buffers, for the memory plan
@@ -456,6 +480,7 @@ static StreamedState ssd_tier_checkpoint(GPT* g) {
     char err[1024];
     if (ssd_store_checkpoint(g->ssd->store, g->step, err, sizeof err) != 0)
         die_disk(g, "the SSD tier's checkpoint", err);
+    sw_publish_gen(g, -1);  // layers it copied to the checkpoint's generation
     // what the state file and model_S.bin read
     return {g->host_state_count, g->step, g->resident_layers, ssd_read_layer_params, g, NULL, NULL, 0};
 }
