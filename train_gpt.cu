@@ -1418,7 +1418,8 @@ int main(int argc, char** argv) {
         r.step_seconds[step] = dt;
         print_step_line(&r, &g, step, &res, lr, dt, step_end - run_t0);
         if (step == r.start_step) print_gpu_margin(&r, &g, step);
-        if (g.timeline && ran) print_timeline(&g, r.last_timeline, args.output_dir);
+        if (g.timeline && ran)  // several ranks: rank 0's trace.json, not every rank's over one another
+            print_timeline(&g, r.last_timeline, r.comm->rank == 0 ? args.output_dir : NULL);
         fflush(stdout);
         if (ran) logger_train(&r.logger, step + 1, res.loss, lr, (float)res.norm);
         const bool last = step + 1 == r.total_steps;

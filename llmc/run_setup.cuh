@@ -1134,9 +1134,11 @@ static void build_model(Run* r, GPT* g) {
         g->sw_files = ssd_bf16_files_open(r->ga.ssd_dir, r->cfg.num_layers - g->resident_layers,
                                           g->layout.layer_stride, err, sizeof err);
         if (!g->sw_files) die("-sd %s -sw 1: %s", r->ga.ssd_dir, err);
+        if (r->ga.timeline) ssd_io_log_busy(ssd_bf16_files_io(g->sw_files), 1);  // rank 0's disk tracks
     }
     if (r->ga.timeline) {
-        timeline_init(&r->timeline, 8 * r->cfg.num_layers + 64 + (g->ssd ? 2 * TIMELINE_DISK_SPANS : 0));
+        timeline_init(&r->timeline, 8 * r->cfg.num_layers + 64 +
+                                        (g->ssd ? (g->sw_files ? 3 : 2) * TIMELINE_DISK_SPANS : 0));
         g->timeline = g->stream.timeline = &r->timeline;
     }
     r->start_step = 0;

@@ -502,11 +502,15 @@ static void ssd_set_fault_from_env(SsdStore* st) {
 static void ssd_tier_timeline(GPT* g) {
     if (!g->timeline || !g->ssd) return;
     SsdBusySpan spans[TIMELINE_DISK_SPANS];
-    SsdIo* io = ssd_store_io(g->ssd->store);
-    for (int write = 0; write <= 1; write++) {
-        const int n = ssd_io_busy_spans(io, write, g->timeline->origin_host, spans, TIMELINE_DISK_SPANS);
-        const int track = write ? TRACK_DISK_WRITE : TRACK_DISK_READ;
-        for (int i = 0; i < n; i++)
-            timeline_host_span(g->timeline, track, write ? "write" : "read", -1, spans[i].t0, spans[i].t1);
-    }
+    // the store's reads and writes; -sw 1 on several ranks: this rank's bf16 reads through the page cache
+    SsdIo* const ios[2] = {ssd_store_io(g->ssd->store), g->sw_files ? ssd_bf16_files_io(g->sw_files) : NULL};
+    for (int write = 0; write <= 1; write++)
+        for (SsdIo* io : ios) {
+            if (!io) continue;
+            const int n = ssd_io_busy_spans(io, write, g->timeline->origin_host, spans, TIMELINE_DISK_SPANS);
+            const int track = write ? TRACK_DISK_WRITE : TRACK_DISK_READ;
+            for (int i = 0; i < n; i++)
+                timeline_host_span(g->timeline, track, write ? "write" : "read", -1, spans[i].t0,
+                                   spans[i].t1);
+        }
 }

@@ -687,10 +687,15 @@ TEST_F(MultiGpu, SsdTierWithWeightsOnDiskOnSeveralRanksTrainsAsInRam) {
         const std::string ram = dir + "/ram", sw = dir + "/sw", store = dir + "/store";
         for (const std::string& d : {ram, sw, store}) nftw(d.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
         const Result a = run_bin(kEmu, run_args(spec, ram, Args{"-pn", "2", "-n", "1"} + more));
-        const Result b =
-            run_bin(kEmu, run_args(spec, sw, Args{"-pn", "2", "-n", "1", "-sd", store, "-sw", "1"} + more));
+        const Result b = run_bin(
+            kEmu,
+            run_args(spec, sw, Args{"-pn", "2", "-n", "1", "-sd", store, "-sw", "1", "-Y", "1"} + more));
         ASSERT_EQ(a.code, 0) << a.err;
         ASSERT_EQ(b.code, 0) << b.err;
+        // -Y 1: rank 0's trace alone (every rank wrote it, over one another, once)
+        const std::string trace = slurp(sw + "/trace.json");
+        EXPECT_EQ(trace.find("traceEvents", trace.find("traceEvents") + 1), std::string::npos) << trace;
+        EXPECT_EQ(trace.substr(trace.size() - 3), "]}\n") << trace;
         EXPECT_TRUE(has(b.out, "race check: no races")) << b.out;
         EXPECT_TRUE(has(b.out, "AdamW m, v and bf16 weights in")) << b.out;
         EXPECT_TRUE(has(b.out, "SSD tier (-sd -sw 1)")) << b.out;
