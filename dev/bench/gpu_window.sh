@@ -76,7 +76,7 @@ nccl_vocab|60|150|@code
 disk_rates|40|90|llmc/ssd_io.cpp llmc/ssd.h dev/bench/bench_cpu_adam.cpp
 wide_70b|150|280|@code
 wide_405b|170|300|@code
-ssd_ranks|40|120|@code llmc/ssd_io.cpp llmc/ssd_store.cpp llmc/ssd.h
+ssd_ranks|60|160|@code llmc/ssd_io.cpp llmc/ssd_store.cpp llmc/ssd.h
 ssd_nodes|60|150|@code llmc/ssd_io.cpp llmc/ssd_store.cpp llmc/ssd.h"
 
 # Peer figures seen on the H100 (shared/peers/README.md, 2026-11-22), tokens/s at 32K tokens per step
@@ -775,10 +775,12 @@ ssd_same() {
 check_ssd_same() { ssd_same ""; }
 # -sd on two ranks of the one GPU (the host's sums: NCCL may refuse two ranks on one GPU): rank 0's store and
 # round over whole layers, the ranks' gradients in host RAM, against the same -pn 2 in RAM: losses and norms
-# within 1e-3 (the GPU atomics' order may differ between two runs)
+# within 1e-3 (the GPU atomics' order may differ between two runs). Then -sd -sw 1: every rank reads the bf16
+# weights from the store's files through the page cache (a checkpoint every step moves the rounds between the
+# store's generations), the same bound.
 check_ssd_ranks() {
     need TRAIN_GPT || return 3
-    local sd="$RUN/sd" a=(-e d12 -b 4 -t 256 -d 4096 -x 4 -v 0 -g 0 -R 0 -K 0 -pn 2) w rc
+    local sd="$RUN/sd" a=(-e d12 -b 4 -t 256 -d 4096 -x 4 -v 0 -g 0 -R 0 -K 0 -pn 2) w w2 rc
     sub ssd_ranks_ram env LLMC_COLLECTIVES=host "$TRAIN_GPT" "${a[@]}" ||
         { rc=$?; FIG="RAM: $(last_line ssd_ranks_ram)"; return $rc; }
     rm -rf "$sd"
@@ -788,6 +790,12 @@ check_ssd_ranks() {
     w=$(worst_rel "$(steps_of ssd_ranks_sd)" "$(steps_of ssd_ranks_ram)")
     FIG="-pn 2 -sd vs -pn 2 in RAM (host sums), 4 steps: worst rel diff of loss/norm $w (bound 1e-3)"
     within "$w" 1e-3 || { FIG="MISMATCH: $FIG"; return 1; }
+    sub ssd_ranks_sw env LLMC_COLLECTIVES=host "$TRAIN_GPT" "${a[@]}" -sd "$sd" -sw 1 -n 1 -o "$RUN/sw_out" ||
+        { rc=$?; FIG="$FIG; -sd -sw 1: $(last_line ssd_ranks_sw)"; return $rc; }
+    rm -rf "$sd" "$RUN/sw_out"
+    w2=$(worst_rel "$(steps_of ssd_ranks_sw)" "$(steps_of ssd_ranks_ram)")
+    FIG="$FIG; -pn 2 -sd -sw 1: $w2"
+    within "$w2" 1e-3 || { FIG="MISMATCH: $FIG"; return 1; }
 }
 # -sd on two nodes of one rank on the one GPU (host sums over TCP): each node's store, DIR/node<n>, its half of
 # each layer, against the same two nodes in RAM (the emulator's test: byte for byte)
