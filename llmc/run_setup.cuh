@@ -1029,7 +1029,8 @@ static void ssd_attach(Run* r, GPT* g) {
         if (!st && strstr(err, "other checkpoint, step "))  // damaged, the older checkpoint intact
             die("resume: -sd %s: %s: to resume from that one, remove %s/DONE_%08lld", dir, err,
                 r->args.output_dir, (long long)r->resume_step);
-        if (!st && strstr(err, " is damaged")) die("resume: -sd %s: %s", dir, err);
+        if (!st && (strstr(err, " is damaged") || strstr(err, " is unusable")))
+            die("resume: -sd %s: %s", dir, err);
         if (!st && strstr(err, "holds no complete checkpoint"))  // made again since, never saved
             die("resume: -sd %s: %s: the store was made again since and its state of step %lld is gone "
                 "(a checkpoint written with -sk 1 holds all of its own state)",
@@ -1038,9 +1039,11 @@ static void ssd_attach(Run* r, GPT* g) {
             die("resume: -sd %s: %s: a store keeps the state of its last two checkpoints only (resume one of "
                 "those; with -sk 1 each checkpoint's state file holds all of its own)",
                 dir, err);
-        if (!st)
+        if (!st && strstr(err, " layers of "))  // another shape: its -R, -sw (or node) differ
             die("resume: -sd %s: %s (resume with the run's -R and -sw%s)", dir, err,
                 nodes ? "; each node's DIR/node<n> must be its own" : "");
+        if (!st)
+            die("resume: -sd %s: %s%s", dir, err, nodes ? " (each node's DIR/node<n> must be its own)" : "");
     } else {
         st = ssd_store_create(dir, &sc, err, sizeof err);
         if (!st) die("-sd %s: %s", dir, err);

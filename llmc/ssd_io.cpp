@@ -553,7 +553,10 @@ int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int qu
     const int flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT | O_EXCL : O_NONBLOCK);
     const bool want_direct = !env_is_1("SSD_NO_DIRECT");
     int fd = -1;
-    if (create) unlink(path);
+    if (create && unlink(path) != 0 && errno != ENOENT) {  // (an immutable file: EPERM, not O_EXCL's EEXIST)
+        snprintf(err, errlen, "cannot remove %.600s to make it again: %s", path, strerror(errno));
+        return -1;
+    }
     if (want_direct) {
         fd = open(path, flags | O_DIRECT, 0644);
         if (fd >= 0) f->direct = 1;

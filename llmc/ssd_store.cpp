@@ -611,6 +611,37 @@ SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err
     return st;
 }
 
+// A resume's checkpoint (step) is damaged: err says so, and whether the other checkpoint (-1: none) is
+// intact.
+static void say_unusable(char* err, size_t errlen, int64_t step, int64_t other) {
+    const size_t len = strlen(err);
+    if (other >= 0)
+        snprintf(err + len, errlen - len,
+                 "; the state of step %lld is unusable, the store's other checkpoint, step %lld, is intact",
+                 (long long)step, (long long)other);
+    else
+        snprintf(err + len, errlen - len,
+                 "; the state of step %lld is unusable and the store holds no other intact checkpoint",
+                 (long long)step);
+}
+// Is generation o's checkpoint intact (its files of the right size, their checksums)? Reads, writes nothing.
+static bool other_generation_intact(const char* dir, const SsdStoreConfig* use, const Manifest& m, int o) {
+    if (m.steps[o] < 0 || !m.has_sums[o]) return false;
+    SsdStore* st = new_store(dir, use);
+    char e[2048];
+    bool ok = setup_ring(st, e, sizeof e) == 0 && (st->io = ssd_io_open(&use->io, e, sizeof e)) != NULL;
+    for (int k = 0; ok && k < K_COUNT; k++) {
+        if (!has_kind(use, k)) continue;
+        SsdFile* f = &st->files[o][k];
+        const int64_t size = use->num_layers * (kKindSize[k] == 4 ? st->stride4 : st->stride2);
+        ok = ssd_file_open(f, gen_path(dir, o, k).c_str(), 0, size, 1, e, sizeof e) == 0 && f->size == size;
+    }
+    ok =
+        ok && read_sums(st, o, m.sums_crc[o], e, sizeof e) == 0 && verify_generation(st, o, e, sizeof e) == 0;
+    ssd_store_close(st);
+    return ok;
+}
+
 SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t step, char* err, size_t errlen) {
     if (check_config(cfg, err, errlen) != 0) return NULL;
     if (!store_paths_own(dir, err, errlen)) return NULL;  // a resume writes into them too
@@ -686,6 +717,10 @@ SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t ste
     st->step[1] = steps[1];
     if (setup_ring(st, err, errlen) != 0 || open_files(st, 0, err, errlen, g) != 0) {
         ssd_store_close(st);
+        // a file of the checkpoint's generation missing or of another size: damaged, as a failed checksum
+        if (strstr(err, ("/gen" + std::to_string(g) + "/").c_str()))
+            say_unusable(err, errlen, steps[g],
+                         other_generation_intact(dir, &use, m, 1 - g) ? steps[1 - g] : -1);
         return NULL;
     }
     // the checkpoint's generation, checked once; if damaged, is the other intact?
@@ -702,17 +737,7 @@ SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t ste
         const bool other_ok = steps[o] >= 0 && m.has_sums[o] &&
                               read_sums(st, o, m.sums_crc[o], e2, sizeof e2) == 0 &&
                               verify_generation(st, o, e2, sizeof e2) == 0;
-        const size_t len = strlen(err);
-        if (other_ok)
-            snprintf(err + len, errlen - len,
-                     "; the state of step %lld is unusable, the store's other checkpoint, "
-                     "step %lld, is intact",
-                     (long long)steps[g], (long long)steps[o]);
-        else
-            snprintf(err + len, errlen - len,
-                     "; the state of step %lld is unusable and the store holds no other "
-                     "intact checkpoint",
-                     (long long)steps[g]);
+        say_unusable(err, errlen, steps[g], other_ok ? steps[o] : -1);
         ssd_store_close(st);
         return NULL;
     }
@@ -1133,8 +1158,32 @@ int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* f
 
 // ---- checkpoints
 
+// Every file of both generations is still the one the store opened: a file removed (or replaced) during the
+// run keeps taking writes through its descriptor, and the checkpoint would be one no resume can open.
+static int files_still_there(SsdStore* st, char* err, size_t errlen) {
+    for (int g = 0; g < 2; g++)
+        for (int k = 0; k < K_COUNT; k++) {
+            const SsdFile* f = &st->files[g][k];
+            if (!has_kind(&st->cfg, k) || f->fd < 0) continue;
+            struct stat open_st, path_st;
+            if (fstat(f->fd, &open_st) == 0 && stat(f->path, &path_st) == 0 && open_st.st_nlink > 0 &&
+                open_st.st_ino == path_st.st_ino && open_st.st_dev == path_st.st_dev)
+                continue;
+            const int64_t held = st->step[g];  // the checkpoint this generation holds (-1: none)
+            snprintf(err, errlen, "%.600s was removed or replaced during the run%s", f->path,
+                     held >= 0 ? "; the store's checkpoint of step " : "");
+            if (held >= 0) {
+                const size_t n = strlen(err);
+                snprintf(err + n, errlen - n, "%lld is gone with it", (long long)held);
+            }
+            return -1;
+        }
+    return 0;
+}
+
 int ssd_store_checkpoint(SsdStore* st, int64_t step, char* err, size_t errlen) {
     if (refuse_if_failed(st, err, errlen)) return -1;
+    if (files_still_there(st, err, errlen) != 0) return fail_store(st, err);
     if (step < 0) {
         snprintf(err, errlen, "ssd_store_checkpoint: step %lld < 0", (long long)step);
         return -1;

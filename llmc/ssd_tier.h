@@ -61,9 +61,15 @@ struct SsdTier {
 };
 enum { HANDOFF_FREE, HANDOFF_FILLING, HANDOFF_FILLED, HANDOFF_LENT, HANDOFF_COPYING };
 
-// Disk errors exit at once: the main thread may be mid-step.
+// Disk errors exit at once (die: one line, several ranks' too): the main thread may be mid-step.
 static void disk_error_text(const GPT* g, const char* what, const char* err, char* out, size_t n) {
-    if (g->checkpoint_step >= 0)  // rounds never write the last checkpoint's generation
+    if (strstr(err, " is gone with it"))  // a file of the last checkpoint's generation removed mid-run
+        snprintf(
+            out, n,
+            "%s: %s (no checkpoint of this store resumes; -o's model files are complete: start again from "
+            "the last with -e, its AdamW state lost)",
+            what, err);
+    else if (g->checkpoint_step >= 0)  // rounds never write the last checkpoint's generation
         snprintf(out, n, "%s: %s (the last complete checkpoint is intact, step %lld: resume with -y 1)", what,
                  err, (long long)g->checkpoint_step);
     else snprintf(out, n, "%s: %s (no checkpoint was complete yet: nothing to resume)", what, err);
@@ -71,10 +77,7 @@ static void disk_error_text(const GPT* g, const char* what, const char* err, cha
 static void die_disk(const GPT* g, const char* what, const char* err) {
     char line[4608];
     disk_error_text(g, what, err, line, sizeof line);
-    fflush(stdout);
-    fprintf(stderr, "error: %s\n", line);
-    fflush(stderr);
-    _exit(1);
+    die("%s", line);
 }
 // A checkpoint's read from the store failed: err becomes the line that ends the run (checkpoint_save and
 // gather_node_state say it). Returns 0.

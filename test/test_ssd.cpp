@@ -999,6 +999,67 @@ TEST(SsdStoreChecksums, DamageInBothGenerationsLeavesNoFallback) {
     EXPECT_NE(strstr(err, "the store holds no other intact checkpoint"), nullptr) << err;
 }
 
+// A file of the newest checkpoint cut short (a hostile trial truncated it mid-run): as damage found by the
+// checksums, the resume is refused naming the intact older checkpoint, which then resumes; both cut: none.
+TEST(SsdStoreChecksums, AShortFileOfTheNewestCheckpointNamesTheIntactOne) {
+    TempDir d;
+    RamModel ram(4);
+    const SsdStoreConfig cfg = checkpointed_store(d.path, "", &ram);
+    const int g = gen_of_step4(d.path);
+    ASSERT_EQ(truncate((d.path + "/gen" + std::to_string(g) + "/weights.bf16").c_str(), 0), 0);
+    char err[2048] = "";
+    EXPECT_EQ(ssd_store_open(d.path.c_str(), &cfg, -1, err, sizeof err), nullptr);
+    EXPECT_NE(strstr(err, "weights.bf16 has 0 bytes, the store's shape needs"), nullptr) << err;
+    EXPECT_NE(strstr(err, "the state of step 4 is unusable, the store's other checkpoint, step 2, is intact"),
+              nullptr)
+        << err;
+    SsdStore* st = ssd_store_open(d.path.c_str(), &cfg, 2, err, sizeof err);  // the fallback
+    ASSERT_NE(st, nullptr) << err;
+    ssd_store_close(st);
+    TempDir d2;
+    RamModel ram2(4);
+    checkpointed_store(d2.path, "", &ram2);
+    for (int k = 0; k < 2; k++)
+        ASSERT_EQ(truncate((d2.path + "/gen" + std::to_string(k) + "/weights.bf16").c_str(), 0), 0);
+    EXPECT_EQ(ssd_store_open(d2.path.c_str(), &cfg, -1, err, sizeof err), nullptr);
+    EXPECT_NE(strstr(err, "the state of step 4 is unusable and the store holds no other intact checkpoint"),
+              nullptr)
+        << err;
+}
+
+// A store file removed during the run (a hostile trial: both weights.bf16 files, the run went on through its
+// descriptors and said its checkpoints were saved, which no resume could open): the checkpoint fails, naming
+// the file and, where it held the last checkpoint, that it is gone.
+TEST(SsdStoreErrors, AFileRemovedDuringTheRunFailsTheCheckpoint) {
+    for (const bool of_the_checkpoint : {false, true}) {
+        SCOPED_TRACE(of_the_checkpoint ? "the last checkpoint's file" : "the generation being written");
+        TempDir d;
+        char err[2048] = "";
+        const SsdStoreConfig cfg = store_config(kCrashCase, 3);
+        RamModel ram(3);
+        SsdStore* st = ssd_store_create(d.path.c_str(), &cfg, err, sizeof err);
+        ASSERT_NE(st, nullptr) << err;
+        for (int l = 0; l < 3; l++)
+            ASSERT_EQ(ssd_store_write_layer(st, l, &ram.p[(size_t)l * kLayer], &ram.m[(size_t)l * kLayer],
+                                            &ram.v[(size_t)l * kLayer], err, sizeof err),
+                      0);
+        ASSERT_EQ(ssd_store_checkpoint(st, 1, err, sizeof err), 0) << err;
+        const int held = manifest_of(d.path).find("step0 1\n") != std::string::npos ? 0 : 1;
+        const int g = of_the_checkpoint ? held : 1 - held;
+        ASSERT_EQ(unlink((d.path + "/gen" + std::to_string(g) + "/m.f32").c_str()), 0);
+        EXPECT_NE(ssd_store_checkpoint(st, 2, err, sizeof err), 0);
+        EXPECT_NE(
+            strstr(err,
+                   ("gen" + std::to_string(g) + "/m.f32 was removed or replaced during the run").c_str()),
+            nullptr)
+            << err;
+        EXPECT_EQ(strstr(err, "the store's checkpoint of step 1 is gone with it") != nullptr,
+                  of_the_checkpoint)
+            << err;
+        ssd_store_close(st);
+    }
+}
+
 TEST(SsdStoreChecksums, AnEditedManifestOrSumsFileIsRefused) {
     TempDir d;
     RamModel ram(4);
