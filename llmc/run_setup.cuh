@@ -1048,7 +1048,7 @@ static void ssd_attach(Run* r, GPT* g) {
         st = ssd_store_create(dir, &sc, err, sizeof err);
         if (!st) die("-sd %s: %s", dir, err);
     }
-    ssd_set_fault_from_env(st);
+    ssd_set_fault_from_env(ssd_store_io(st));
     nodes ? load_node_prefix(r, g) : ssd_load_prefix(r, g);
     // the streamed layers, one at a time through one buffer
     float* layer = (float*)malloc((size_t)p->layer_stride * 4);
@@ -1138,6 +1138,7 @@ static void build_model(Run* r, GPT* g) {
                                           g->layout.layer_stride, err, sizeof err);
         if (!g->sw_files) die("-sd %s -sw 1: %s", r->ga.ssd_dir, err);
         if (r->ga.timeline) ssd_io_log_busy(ssd_bf16_files_io(g->sw_files), 1);  // rank 0's disk tracks
+        ssd_set_fault_from_env(ssd_bf16_files_io(g->sw_files));
     }
     if (r->ga.timeline) {
         timeline_init(&r->timeline, 8 * r->cfg.num_layers + 64 +

@@ -490,7 +490,8 @@ static StreamedState ssd_tier_checkpoint(GPT* g) {
 
 // Test hook: SSD_FAULT="WRITE,AFTER,ERRNO" fails chunk AFTER+1 of writes (1) or reads (0).
 // ERRNO 0: a short transfer.
-static void ssd_set_fault_from_env(SsdStore* st) {
+// -sw 1 on several ranks: each rank's reads of the bf16 weights (sw_files) count their own chunks.
+static void ssd_set_fault_from_env(SsdIo* io) {
     const char* e = getenv("SSD_FAULT");
     if (!e || !e[0]) return;
     int write = 0;
@@ -498,7 +499,7 @@ static void ssd_set_fault_from_env(SsdStore* st) {
     char what[16] = "";
     if (sscanf(e, "%d,%lld,%15s", &write, &after, what) != 3) die("SSD_FAULT=%s: want WRITE,AFTER,ERRNO", e);
     const int kill = strcmp(what, "kill") == 0;  // "kill": the process dies at that chunk
-    ssd_io_set_fault(ssd_store_io(st), write, after, kill ? 0 : atoi(what), kill);
+    ssd_io_set_fault(io, write, after, kill ? 0 : atoi(what), kill);
 }
 
 // -Y 1: disk reads and writes as timeline tracks.
