@@ -1100,8 +1100,11 @@ static void ssd_attach(Run* r, GPT* g) {
     printf(
         "SSD tier: %d layers' fp32 weights and AdamW m, v%s%s in %s (%.2f GiB on disk, %s; %s); the AdamW "
         "round's ring: %d pieces for its %lld, %.3f GiB of host RAM (-sb)\n",
-        sc.num_layers, g->ssd->weights_on_disk ? " and bf16 weights" : "", part_text, dir,
-        r->plan.ssd_disk / GiB, ssd_io_backend(ssd_store_io(st)), how, sc.ring,
+        sc.num_layers,
+        !g->ssd->weights_on_disk ? ""
+        : g->sw_gen              ? " and bf16 weights (every rank reads them through the page cache)"
+                                 : " and bf16 weights",
+        part_text, dir, r->plan.ssd_disk / GiB, ssd_io_backend(ssd_store_io(st)), how, sc.ring,
         (long long)(sc.num_layers * ssd_store_layer_pieces(&sc)), r->plan.ssd_ring / GiB);
 }
 
@@ -1350,9 +1353,9 @@ static void print_run_summary(const Run* r, GPT* g) {
         g->stream.bytes_d2h / 1e9, g->opt->last_round_seconds);
     if (g->ssd && g->ssd->weights_on_disk)
         printf(
-            "bf16 weights read from the SSD tier over the run (-sw 1): %lld layers, %.2f GB; %lld layers "
-            "taken "
-            "from the AdamW round's handoff buffers instead\n",
+            "bf16 weights read from the SSD tier over the run (-sw 1%s): %lld layers, %.2f GB; %lld layers "
+            "taken from the AdamW round's handoff buffers instead\n",
+            g->sw_files ? ", rank 0's; the other ranks read the handoff's layers too" : "",
             (long long)g->stream.reads.count, g->stream.reads.count * g->layout.layer_stride * 2 / 1e9,
             (long long)g->stream.reads.lent);
     if (g->attn_ragged[1])  // the run's path was cuDNN; say how much of it was not
