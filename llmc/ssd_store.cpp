@@ -627,6 +627,10 @@ static void say_unusable(char* err, size_t errlen, int64_t step, int64_t other) 
 // Is generation o's checkpoint intact (its files of the right size, their checksums)? Reads, writes nothing.
 static bool other_generation_intact(const char* dir, const SsdStoreConfig* use, const Manifest& m, int o) {
     if (m.steps[o] < 0 || !m.has_sums[o]) return false;
+    SsdStoreConfig one = *use;
+    one.ring = 3;  // the check reads a piece at a time
+    one.io.quiet = 1;
+    use = &one;
     SsdStore* st = new_store(dir, use);
     char e[2048];
     bool ok = setup_ring(st, e, sizeof e) == 0 && (st->io = ssd_io_open(&use->io, e, sizeof e)) != NULL;
@@ -718,7 +722,9 @@ SsdStore* ssd_store_open(const char* dir, const SsdStoreConfig* cfg, int64_t ste
     if (setup_ring(st, err, errlen) != 0 || open_files(st, 0, err, errlen, g) != 0) {
         ssd_store_close(st);
         // a file of the checkpoint's generation missing or of another size: damaged, as a failed checksum
-        if (strstr(err, ("/gen" + std::to_string(g) + "/").c_str()))
+        // (not a file it may not open: that says why, and the checkpoint may well be intact)
+        if (strstr(err, (std::string(dir) + "/gen" + std::to_string(g) + "/").c_str()) &&
+            (strstr(err, "the store's shape needs") || strstr(err, strerror(ENOENT))))
             say_unusable(err, errlen, steps[g],
                          other_generation_intact(dir, &use, m, 1 - g) ? steps[1 - g] : -1);
         return NULL;
@@ -1158,20 +1164,22 @@ int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* f
 
 // ---- checkpoints
 
-// Every file of both generations is still the one the store opened: a file removed (or replaced) during the
-// run keeps taking writes through its descriptor, and the checkpoint would be one no resume can open.
+// Every file of both generations is still the one the store opened, at its size: a file removed (or replaced)
+// during the run keeps taking writes through its descriptor, and the checkpoint would be one no resume opens.
 static int files_still_there(SsdStore* st, char* err, size_t errlen) {
     for (int g = 0; g < 2; g++)
         for (int k = 0; k < K_COUNT; k++) {
             const SsdFile* f = &st->files[g][k];
             if (!has_kind(&st->cfg, k) || f->fd < 0) continue;
             struct stat open_st, path_st;
-            if (fstat(f->fd, &open_st) == 0 && stat(f->path, &path_st) == 0 && open_st.st_nlink > 0 &&
-                open_st.st_ino == path_st.st_ino && open_st.st_dev == path_st.st_dev)
+            if (fstat(f->fd, &open_st) == 0 && lstat(f->path, &path_st) == 0 && open_st.st_nlink > 0 &&
+                open_st.st_ino == path_st.st_ino && open_st.st_dev == path_st.st_dev &&
+                open_st.st_size == f->size)
                 continue;
-            const int64_t held = st->step[g];  // the checkpoint this generation holds (-1: none)
-            snprintf(err, errlen, "%.600s was removed or replaced during the run%s", f->path,
-                     held >= 0 ? "; the store's checkpoint of step " : "");
+            // the newest checkpoint's generation (the rounds write the other one): that checkpoint is gone
+            const int64_t held = g != st->wgen ? st->step[g] : -1;
+            snprintf(err, errlen, "%.600s was removed, replaced, cut short or grown during the run%s",
+                     f->path, held >= 0 ? "; the store's checkpoint of step " : "");
             if (held >= 0) {
                 const size_t n = strlen(err);
                 snprintf(err + n, errlen - n, "%lld is gone with it", (long long)held);

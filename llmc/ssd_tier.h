@@ -232,6 +232,7 @@ static void ssd_tier_submit(GPT* g) {
 // ----------------------------------------------------------------------------
 // AdamW over the store (ssd_store_round): read ahead, update, write behind
 
+static_assert(std::atomic<uint8_t>::is_always_lock_free, "sw_gen lives in memory several processes map");
 // Rank 0 of several, -sw 1: the generation holding store layer i's newest bf16 (all layers: i < 0), for the
 // other ranks' reads. Before the layer's progress is published, which orders it for them.
 static void sw_publish_gen(GPT* g, int i) {

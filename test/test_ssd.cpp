@@ -1031,8 +1031,9 @@ TEST(SsdStoreChecksums, AShortFileOfTheNewestCheckpointNamesTheIntactOne) {
 // descriptors and said its checkpoints were saved, which no resume could open): the checkpoint fails, naming
 // the file and, where it held the last checkpoint, that it is gone.
 TEST(SsdStoreErrors, AFileRemovedDuringTheRunFailsTheCheckpoint) {
-    for (const bool of_the_checkpoint : {false, true}) {
-        SCOPED_TRACE(of_the_checkpoint ? "the last checkpoint's file" : "the generation being written");
+    enum { REMOVE_WRITTEN, REMOVE_CHECKPOINTS, CUT_CHECKPOINTS };
+    for (const int how : {REMOVE_WRITTEN, REMOVE_CHECKPOINTS, CUT_CHECKPOINTS}) {
+        SCOPED_TRACE(how);
         TempDir d;
         char err[2048] = "";
         const SsdStoreConfig cfg = store_config(kCrashCase, 3);
@@ -1045,16 +1046,15 @@ TEST(SsdStoreErrors, AFileRemovedDuringTheRunFailsTheCheckpoint) {
                       0);
         ASSERT_EQ(ssd_store_checkpoint(st, 1, err, sizeof err), 0) << err;
         const int held = manifest_of(d.path).find("step0 1\n") != std::string::npos ? 0 : 1;
-        const int g = of_the_checkpoint ? held : 1 - held;
-        ASSERT_EQ(unlink((d.path + "/gen" + std::to_string(g) + "/m.f32").c_str()), 0);
+        const int g = how == REMOVE_WRITTEN ? 1 - held : held;  // the rounds write the other generation
+        const std::string path = d.path + "/gen" + std::to_string(g) + "/m.f32";
+        ASSERT_EQ(how == CUT_CHECKPOINTS ? truncate(path.c_str(), 4096) : unlink(path.c_str()), 0);
         EXPECT_NE(ssd_store_checkpoint(st, 2, err, sizeof err), 0);
-        EXPECT_NE(
-            strstr(err,
-                   ("gen" + std::to_string(g) + "/m.f32 was removed or replaced during the run").c_str()),
-            nullptr)
+        EXPECT_NE(strstr(err, (path + " was removed, replaced, cut short or grown during the run").c_str()),
+                  nullptr)
             << err;
         EXPECT_EQ(strstr(err, "the store's checkpoint of step 1 is gone with it") != nullptr,
-                  of_the_checkpoint)
+                  how != REMOVE_WRITTEN)
             << err;
         ssd_store_close(st);
     }
