@@ -539,8 +539,8 @@ static int adopt_existing(SsdFile* f, const char* path, char* err, size_t errlen
     return 0;
 }
 
-int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int quiet, char* err,
-                  size_t errlen) {
+// f empty, named path: 0, or -1 with err (a path too long).
+static int name_file(SsdFile* f, const char* path, char* err, size_t errlen) {
     memset(f, 0, sizeof *f);
     f->fd = -1;
     if (strlen(path) >= sizeof f->path) {
@@ -548,6 +548,12 @@ int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int qu
         return -1;
     }
     snprintf(f->path, sizeof f->path, "%s", path);
+    return 0;
+}
+
+int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int quiet, char* err,
+                  size_t errlen) {
+    if (name_file(f, path, err, errlen) != 0) return -1;
     // O_NOFOLLOW: a symlink is never followed (create: O_EXCL too).
     // open: O_NONBLOCK, so a FIFO cannot hang it.
     const int flags = O_RDWR | O_CLOEXEC | O_NOFOLLOW | (create ? O_CREAT | O_EXCL : O_NONBLOCK);
@@ -607,13 +613,7 @@ int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int qu
 }
 
 int ssd_file_open_cached(SsdFile* f, const char* path, char* err, size_t errlen) {
-    memset(f, 0, sizeof *f);
-    f->fd = -1;
-    if (strlen(path) >= sizeof f->path) {
-        snprintf(err, errlen, "path too long: %.200s...", path);
-        return -1;
-    }
-    snprintf(f->path, sizeof f->path, "%s", path);
+    if (name_file(f, path, err, errlen) != 0) return -1;
     f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (f->fd < 0) {
         snprintf(err, errlen, "cannot open %.600s: %s", path, strerror(errno));

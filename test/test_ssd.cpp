@@ -627,6 +627,22 @@ INSTANTIATE_TEST_SUITE_P(Layouts, SsdStoreTest,
 
 // Two checkpoints with no round between them (e.g. a step whose update was skipped): the second one copies
 // every layer into the other generation, so both are complete checkpoints of the same state.
+// A new store in dir holding ram's first `layers` layers (p, m, v), or NULL (the failure reported).
+static SsdStore* store_with_layers(const std::string& dir, const SsdStoreConfig& cfg, const RamModel& ram,
+                                   int layers) {
+    char err[1024] = "";
+    SsdStore* st = ssd_store_create(dir.c_str(), &cfg, err, sizeof err);
+    EXPECT_NE(st, nullptr) << err;
+    for (int l = 0; st && l < layers; l++)
+        if (ssd_store_write_layer(st, l, &ram.p[(size_t)l * kLayer], &ram.m[(size_t)l * kLayer],
+                                  &ram.v[(size_t)l * kLayer], err, sizeof err) != 0) {
+            ADD_FAILURE() << err;
+            ssd_store_close(st);
+            return NULL;
+        }
+    return st;
+}
+
 TEST(SsdStore, CheckpointWithoutARoundCopiesTheState) {
     TempDir d;
     char err[1024] = "";
@@ -634,12 +650,8 @@ TEST(SsdStore, CheckpointWithoutARoundCopiesTheState) {
     const SsdStoreConfig cfg = store_config(c, 3);
     RamModel ram(3);
     std::vector<uint16_t> bf16(ram.b);
-    SsdStore* st = ssd_store_create(d.path.c_str(), &cfg, err, sizeof err);
-    ASSERT_NE(st, nullptr) << err;
-    for (int l = 0; l < 3; l++)
-        ASSERT_EQ(ssd_store_write_layer(st, l, &ram.p[(size_t)l * kLayer], &ram.m[(size_t)l * kLayer],
-                                        &ram.v[(size_t)l * kLayer], err, sizeof err),
-                  0);
+    SsdStore* st = store_with_layers(d.path, cfg, ram, 3);
+    ASSERT_NE(st, nullptr);
     ram.step(1, {0, 1, 2});
     store_step(st, c, ram, 1, {0, 1, 2}, &bf16);
     ASSERT_EQ(ssd_store_checkpoint(st, 1, err, sizeof err), 0) << err;
@@ -801,12 +813,8 @@ TEST(SsdStoreErrors, FailedStoreRefusesToGoOn) {
     const SsdStoreConfig cfg = store_config(StoreCase{1, 0, 0, 3, 16384}, 2);
     RamModel ram(2);
     std::vector<uint16_t> bf16(ram.b);
-    SsdStore* st = ssd_store_create(d.path.c_str(), &cfg, err, sizeof err);
-    ASSERT_NE(st, nullptr) << err;
-    for (int l = 0; l < 2; l++)
-        ASSERT_EQ(ssd_store_write_layer(st, l, &ram.p[(size_t)l * kLayer], &ram.m[(size_t)l * kLayer],
-                                        &ram.v[(size_t)l * kLayer], err, sizeof err),
-                  0);
+    SsdStore* st = store_with_layers(d.path, cfg, ram, 2);
+    ASSERT_NE(st, nullptr);
     RoundCtx x;
     x.st = st;
     x.want = &ram;
@@ -1038,12 +1046,8 @@ TEST(SsdStoreErrors, AFileRemovedDuringTheRunFailsTheCheckpoint) {
         char err[2048] = "";
         const SsdStoreConfig cfg = store_config(kCrashCase, 3);
         RamModel ram(3);
-        SsdStore* st = ssd_store_create(d.path.c_str(), &cfg, err, sizeof err);
-        ASSERT_NE(st, nullptr) << err;
-        for (int l = 0; l < 3; l++)
-            ASSERT_EQ(ssd_store_write_layer(st, l, &ram.p[(size_t)l * kLayer], &ram.m[(size_t)l * kLayer],
-                                            &ram.v[(size_t)l * kLayer], err, sizeof err),
-                      0);
+        SsdStore* st = store_with_layers(d.path, cfg, ram, 3);
+        ASSERT_NE(st, nullptr);
         ASSERT_EQ(ssd_store_checkpoint(st, 1, err, sizeof err), 0) << err;
         const int held = manifest_of(d.path).find("step0 1\n") != std::string::npos ? 0 : 1;
         const int g = how == REMOVE_WRITTEN ? 1 - held : held;  // the rounds write the other generation
