@@ -624,18 +624,33 @@ TEST_F(MultiGpu, LlamaOnChatDataTrainsLikeOneGpu) {
     EXPECT_TRUE(has(two.out, "| targets ")) << two.out;
 }
 
+// The -sd runs on ranks below: a short disk probe for the scope; both families (Llama with -E 1, -R 1, -K 1).
+struct SsdRanksEnv {
+    SsdRanksEnv() {
+        setenv("SSD_PROBE_SECONDS", "0.2", 1);
+        setenv("SSD_PROBE_MIB", "8", 1);
+    }
+    ~SsdRanksEnv() {
+        unsetenv("SSD_PROBE_SECONDS");
+        unsetenv("SSD_PROBE_MIB");
+    }
+};
+static const char* const kSsdRanksSpecs[] = {"L3:C64:NH4:T32:V512", "llama:L3:C64:NH4:KV2:I128:T32:V512"};
+static Args ssd_ranks_flags(const char* spec) {
+    return strncmp(spec, "llama", 5) == 0 ? Args{"-E", "1", "-R", "1", "-K", "1"} : Args{};
+}
+
 // The SSD tier on several ranks of a node (-pn 2 -sd): rank 0's store, its round over whole layers, every
 // rank's slice of the gradients through the node's host arrays. The same bits as -pn 2 in RAM (AdamW is
 // element by element: whole layers or slices, the same ops), both families (Llama with -E 1, -R 1, -K 1),
 // with the emulator's race check; the checkpoint resumes on one GPU (its store then writes the gradients to
 // disk) and again on 2 ranks, still as RAM's; the disk takes no gradients file on ranks.
 TEST_F(MultiGpu, SsdTierOnSeveralRanksTrainsAsInRam) {
-    setenv("SSD_PROBE_SECONDS", "0.2", 1);
-    setenv("SSD_PROBE_MIB", "8", 1);
-    for (const char* spec : {"L3:C64:NH4:T32:V512", "llama:L3:C64:NH4:KV2:I128:T32:V512"}) {
+    const SsdRanksEnv env;
+    for (const char* spec : kSsdRanksSpecs) {
         SCOPED_TRACE(spec);
         const bool llama = strncmp(spec, "llama", 5) == 0;
-        const Args more = llama ? Args{"-E", "1", "-R", "1", "-K", "1"} : Args{};
+        const Args more = ssd_ranks_flags(spec);
         const std::string ram = dir + "/ram", sd = dir + "/sd", store = dir + "/store";
         for (const std::string& d : {ram, sd, store}) nftw(d.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
         const Result a = run_bin(kEmu, run_args(spec, ram, Args{"-pn", "2"} + more));
@@ -668,8 +683,6 @@ TEST_F(MultiGpu, SsdTierOnSeveralRanksTrainsAsInRam) {
         EXPECT_EQ(access((store + "/grads.bf16").c_str(), F_OK), -1)
             << "2 ranks again: one GPU's scratch went";
     }
-    unsetenv("SSD_PROBE_SECONDS");
-    unsetenv("SSD_PROBE_MIB");
 }
 
 // -sd -sw 1 on the GPUs of one node: the bf16 weights live in rank 0's store, and every rank reads them from
@@ -678,12 +691,10 @@ TEST_F(MultiGpu, SsdTierOnSeveralRanksTrainsAsInRam) {
 // a checkpoint every step (each flips the generation the rounds write); resumed on one GPU and on 2 ranks
 // again, each step as RAM's.
 TEST_F(MultiGpu, SsdTierWithWeightsOnDiskOnSeveralRanksTrainsAsInRam) {
-    setenv("SSD_PROBE_SECONDS", "0.2", 1);
-    setenv("SSD_PROBE_MIB", "8", 1);
-    for (const char* spec : {"L3:C64:NH4:T32:V512", "llama:L3:C64:NH4:KV2:I128:T32:V512"}) {
+    const SsdRanksEnv env;
+    for (const char* spec : kSsdRanksSpecs) {
         SCOPED_TRACE(spec);
-        const bool llama = strncmp(spec, "llama", 5) == 0;
-        const Args more = llama ? Args{"-E", "1", "-R", "1", "-K", "1"} : Args{};
+        const Args more = ssd_ranks_flags(spec);
         const std::string ram = dir + "/ram", sw = dir + "/sw", store = dir + "/store";
         for (const std::string& d : {ram, sw, store}) nftw(d.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
         const Result a = run_bin(kEmu, run_args(spec, ram, Args{"-pn", "2", "-n", "1"} + more));
@@ -731,8 +742,6 @@ TEST_F(MultiGpu, SsdTierWithWeightsOnDiskOnSeveralRanksTrainsAsInRam) {
     EXPECT_EQ(error_lines(f.err).size(), 1u) << f.err;
     EXPECT_TRUE(has(f.err, "cannot read " + dir + "/fault_store/gen0/")) << f.err;
     EXPECT_TRUE(has(f.err, "Input/output error (no checkpoint was complete yet")) << f.err;
-    unsetenv("SSD_PROBE_SECONDS");
-    unsetenv("SSD_PROBE_MIB");
 }
 
 // The -sd runs on nodes below: a short disk probe, and -E 1's state in windows of 1000 floats (across the
