@@ -217,6 +217,7 @@ static SsdStoreConfig ssd_store_config(const GPTConfig* c, int resident_layers, 
     sc.num_layers = c->num_layers - resident_layers;
     sc.layer_elems = node_part_of(model_layout(c, llama).layer_stride, ssd_nodes, ssd_node_ranks);
     sc.with_bf16 = tier == TIER_SSD_WEIGHTS;
+    sc.bf16_cached = sc.with_bf16 && ssd_node_ranks > 1;  // ssd_tier.h's sw_read_start on several ranks
     sc.ring = SSD_RING_MIN;
     sc.grads_on_disk = !ssd_grads_in_ram;  // ssd_tier.h's gradient writer
     sc.piece_elems = (int64_t)1 << 26;
@@ -266,7 +267,6 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
         in.grads_on_disk = sc.grads_on_disk;
         in.with_bf16 = sc.with_bf16;
         in.bf16_buffers = SW_READ_BUFFERS + SW_HANDOFF_BUFFERS;
-        in.bf16_forward_reads = ssd_node_ranks > 1;
         in.held_grads = GRAD_RING;
         const SsdPlan sp = ssd_plan(&in);
         m.ssd_ring = sp.host_ring;

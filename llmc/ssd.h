@@ -50,6 +50,8 @@ int ssd_file_open(SsdFile* f, const char* path, int create, int64_t size, int qu
                   size_t errlen);
 // Opens an existing file read-only through the page cache: what one process reads, the next finds there.
 int ssd_file_open_cached(SsdFile* f, const char* path, char* err, size_t errlen);
+// Drops O_DIRECT from an open file: its writes go through the page cache, where readers find them.
+int ssd_file_buffered(SsdFile* f, char* err, size_t errlen);
 void ssd_file_close(SsdFile* f);
 int ssd_file_sync(SsdFile* f, char* err, size_t errlen);  // fsync
 
@@ -94,6 +96,9 @@ typedef struct {
     int64_t layer_elems;  // parameters of one layer
     int with_bf16;        // -sw 1: the bf16 copy lives in the store too
     int grads_on_disk;    // bf16 gradients via DIR/grads.bf16, read by the round
+    // -sw 1 on several ranks of a node: the bf16 files are written through the page cache (no O_DIRECT), so
+    // that the other ranks' reads of a layer the round just wrote find it there (ssd_bf16_files_read)
+    int bf16_cached;
     int ring;             // piece buffers (>= 3): ring - 2 read ahead, 1 updated, 1 written
     int64_t piece_elems;  // elements per piece, a multiple of 2048; 0: a layer
     SsdIoConfig io;
@@ -178,13 +183,11 @@ typedef struct {
     int with_bf16;           // -sw 1
     int grads_on_disk;
     int ring;
-    int64_t piece_elems;     // 0: whole layers
-    int bf16_buffers;        // -sw 1: pinned bf16 layer buffers (slots + read-ahead)
-    int bf16_forward_reads;  // -sw 1 on several ranks: the forward's bf16 weights are read too (the ranks but
-                             // the store's read each layer once the round wrote it; the page cache shares it)
-    int grad_buffers;        // grads_on_disk: pinned layer-sized gradient staging buffers
-    int held_grads;          // grads_on_disk: the backward's last layers whose gradients the round reads
-                             // from their staging buffer (ssd_tier.h's GRAD_RING), never from the disk
+    int64_t piece_elems;       // 0: whole layers
+    int bf16_buffers;          // -sw 1: pinned bf16 layer buffers (slots + read-ahead)
+    int grad_buffers;          // grads_on_disk: pinned layer-sized gradient staging buffers
+    int held_grads;            // grads_on_disk: the backward's last layers whose gradients the round reads
+                               // from their staging buffer (ssd_tier.h's GRAD_RING), never from the disk
     int64_t other_host_bytes;  // the trainer's other host RAM (tokens, logits, ...)
 } SsdPlanInput;
 

@@ -622,6 +622,16 @@ int ssd_file_open_cached(SsdFile* f, const char* path, char* err, size_t errlen)
     return adopt_existing(f, path, err, errlen);
 }
 
+int ssd_file_buffered(SsdFile* f, char* err, size_t errlen) {
+    const int flags = fcntl(f->fd, F_GETFL);
+    if (flags < 0 || fcntl(f->fd, F_SETFL, flags & ~O_DIRECT) != 0) {
+        snprintf(err, errlen, "cannot turn O_DIRECT off on %.600s: %s", f->path, strerror(errno));
+        return -1;
+    }
+    f->direct = 0;
+    return 0;
+}
+
 void ssd_file_close(SsdFile* f) {
     if (f->fd >= 0) close(f->fd);
     f->fd = -1;

@@ -484,6 +484,8 @@ static int open_files(SsdStore* st, int create, char* err, size_t errlen, int re
             const bool remake = resume >= 0 && g != resume;
             remade = false;
             if (open_one(f, gen_path(st->dir, g, k), size, remake) != 0) return -1;
+            if (k == K_BF16 && cfg->bf16_cached && f->direct && ssd_file_buffered(f, err, errlen) != 0)
+                return -1;
             if (remade && st->step[g] >= 0) {
                 if (!cfg->io.quiet)
                     fprintf(stderr,
@@ -1256,9 +1258,8 @@ SsdPlan ssd_plan(const SsdPlanInput* in) {
     p.host_bytes = p.host_resident + p.host_bf16 + p.host_grads + p.host_ring + in->other_host_bytes;
     p.disk_bytes = ssd_store_disk_bytes(&c);
     // -sw 1: the backward pass reads the bf16 weights; the forward takes them from the round (handoff), or
-    // on several ranks reads them too, in the forward, where the round's disk work is
-    const int64_t forward_reads = in->with_bf16 && in->bf16_forward_reads ? L * s2 : 0;
-    p.read_per_step = L * (3 * s4 + (in->grads_on_disk ? s2 : 0) + (in->with_bf16 ? s2 : 0)) + forward_reads;
+    // on several ranks from the page cache the round wrote them through (bf16_cached)
+    p.read_per_step = L * (3 * s4 + (in->grads_on_disk ? s2 : 0) + (in->with_bf16 ? s2 : 0));
     p.write_per_step = L * (3 * s4 + (in->with_bf16 ? s2 : 0) + (in->grads_on_disk ? s2 : 0));
     // prefetch_next_round: the round's first ring - 1 pieces, in layer order (each layer's last piece may be
     // short); their p, m, v in whole 4 KiB blocks, as read
@@ -1273,7 +1274,7 @@ SsdPlan ssd_plan(const SsdPlanInput* in) {
             if (k < waited) written += f4 + (in->with_bf16 ? ssd_round_up(cnt * 2, SSD_ALIGN) : 0);
         }
     const int64_t held = in->grads_on_disk ? std::min<int64_t>(in->held_grads, L) : 0;
-    p.round_reads = L * (3 * s4 + (in->grads_on_disk ? s2 : 0)) - ahead - held * s2 + forward_reads;
+    p.round_reads = L * (3 * s4 + (in->grads_on_disk ? s2 : 0)) - ahead - held * s2;
     p.round_writes = written;
     return p;
 }

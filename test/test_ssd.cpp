@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/mman.h>  // defines: mmap, mincore
 #include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/wait.h>  // defines: waitpid
@@ -666,6 +667,63 @@ TEST(SsdStore, CheckpointWithoutARoundCopiesTheState) {
         st = ssd_store_open(d.path.c_str(), &cfg, s, err, sizeof err);
         ASSERT_NE(st, nullptr) << err;
         expect_store_equals(st, ram, 1, s == 1 ? "checkpoint 1" : "checkpoint 2");
+        ssd_store_close(st);
+    }
+}
+
+// How many of path's pages are in the page cache (mincore of a read-only mapping), and of how many.
+static std::pair<int64_t, int64_t> pages_cached(const std::string& path) {
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return {-1, -1};
+    struct stat sb;
+    fstat(fd, &sb);
+    const int64_t page = sysconf(_SC_PAGESIZE), n = ((int64_t)sb.st_size + page - 1) / page;
+    void* map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (map == MAP_FAILED) return {-1, -1};
+    std::vector<unsigned char> in((size_t)n);
+    int64_t cached = -1;
+    if (mincore(map, (size_t)sb.st_size, in.data()) == 0) {
+        cached = 0;
+        for (unsigned char c : in) cached += c & 1;
+    }
+    munmap(map, (size_t)sb.st_size);
+    return {cached, n};
+}
+
+// -sw 1 on several ranks (bf16_cached): the round writes the bf16 copy through the page cache, where the
+// other ranks' reads of a layer it just wrote find it (ssd_tier.h), and the rest of the store keeps O_DIRECT;
+// the same bits as ever, the resumed store's files too.
+TEST(SsdStore, Bf16CopyWrittenThroughThePageCacheWhereAsked) {
+    char err[1024] = "";
+    const StoreCase c = {0, 1, 0, 3, 16384};
+    for (int cached : {0, 1}) {
+        TempDir d;
+        SsdStoreConfig cfg = store_config(c, 3);
+        cfg.bf16_cached = cached;
+        RamModel ram(3);
+        std::vector<uint16_t> bf16(ram.b);
+        SsdStore* st = store_with_layers(d.path, cfg, ram, 3);
+        ASSERT_NE(st, nullptr);
+        for (int t = 1; t <= 2; t++) {
+            ram.step(t, {0, 1, 2});
+            store_step(st, c, ram, t, {0, 1, 2}, &bf16);
+        }
+        const std::string bf = d.path + "/gen0/weights.bf16", params = d.path + "/gen0/params.f32";
+        const std::pair<int64_t, int64_t> b = pages_cached(bf), p = pages_cached(params);
+        ASSERT_GT(b.second, 0) << bf;
+        if (p.first > 0)
+            GTEST_SKIP() << "this filesystem refuses O_DIRECT: every file goes through the cache";
+        if (cached) EXPECT_EQ(b.first, b.second) << "every page of the round's bf16 copy in the page cache";
+        else EXPECT_EQ(b.first, 0) << "O_DIRECT: the round's bf16 copy bypasses the page cache";
+        ASSERT_EQ(ssd_store_checkpoint(st, 2, err, sizeof err), 0) << err;
+        ssd_store_close(st);
+        st = ssd_store_open(d.path.c_str(), &cfg, 2, err, sizeof err);
+        ASSERT_NE(st, nullptr) << err;
+        expect_store_equals(st, ram, 1, cached ? "cached, resumed" : "direct, resumed");
+        ram.step(3, {0, 1, 2});
+        store_step(st, c, ram, 3, {0, 1, 2}, &bf16);
+        expect_store_equals(st, ram, 1, cached ? "cached, step 3" : "direct, step 3");
         ssd_store_close(st);
     }
 }
