@@ -1277,6 +1277,8 @@ static void save_run_checkpoint(Run* r, GPT* g) {
         for (int k = 0; slow && k < 4 * atoi(slow); k++) usleep(250 * 1000), progress_tick();
         save_checkpoint(g, r->args.output_dir, &data_state);
     }
+    // the other ranks count it before rank 0's save ends, but read nothing from a disk until then: their reads
+    // start on the main thread (stream.cu), whose next call is stop_if_asked's sum, which waits for rank 0
     g->checkpoint_step = g->step;
 }
 
