@@ -126,7 +126,7 @@ $(BUILD)/test_attention_path: test/test_attention_path.cpp llmc/ragged.h llmc/cu
 endif
 
 $(BUILD)/test_%: test/test_%.cpp $(BUILD)/cpu_adam.o $(HEADERS) $(wildcard dev/data/*.h) test/cli_test_common.h test/test_layouts.h \
-		test/hf_cases.h | $(BUILD)
+		test/hf_cases.h test/multi_gpu_test_common.h | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
 
 $(BUILD)/test_%: test/test_%.cu test/gpu_test_common.h test/gqa_reference.h test/test_layouts.h train_gpt.cu $(GPU_OBJS) $(HEADERS) $(wildcard *.cuh llmc/*.cuh) | $(BUILD)
@@ -181,9 +181,9 @@ RUN_COMPARISONS := *IndependentOfSlotCount:*IndependentOfAccumulationSplit:*Accu
 # the suites run side by side (test/run_tests.sh), the longest first (seconds on this 2-core VM at 62dea6f:
 # 230, 150, 125, 100, 86, 86, 81, 69, 66, 54, 41) so that the short ones fill the end; test_ssd_trainer's
 # memory test apart. run_tests.sh prints the slowest tests.
-LONG := test_multi_gpu test_cli emu_test_gpu test_sft_trainer test_chat_data test_ssd_trainer emu_test_gpu_llama \
+LONG := test_multi_gpu test_multi_gpu_ssd test_cli emu_test_gpu test_sft_trainer test_chat_data test_ssd_trainer emu_test_gpu_llama \
 	test_nothing_lost test_llama_trainer
-LONG_TESTS := $(BUILD)/test_multi_gpu $(BUILD)/test_cli $(BUILD)/emu_test_gpu $(BUILD)/test_sft_trainer \
+LONG_TESTS := $(BUILD)/test_multi_gpu $(BUILD)/test_multi_gpu_ssd $(BUILD)/test_cli $(BUILD)/emu_test_gpu $(BUILD)/test_sft_trainer \
 	"$(BUILD)/test_ssd_trainer --gtest_filter=*PeakMemory*" $(BUILD)/test_chat_data \
 	"$(BUILD)/test_ssd_trainer --gtest_filter=-*PeakMemory*" $(BUILD)/emu_test_gpu_llama $(BUILD)/test_nothing_lost \
 	$(BUILD)/test_llama_trainer "FAKE_ATOMIC_JITTER=4 $(BUILD)/emu_test_gpu --gtest_filter='$(RUN_COMPARISONS)'" \
