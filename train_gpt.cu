@@ -299,9 +299,8 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     const bool ssd = tier != TIER_RAM;
     memset(g, 0, sizeof *g);
     g->comm = comm ? comm : &single_rank;
-    if (ssd &&
-        ((g->comm->nodes > 1 && tier == TIER_SSD_WEIGHTS) || (g->comm->world > 1) != ssd_grads_in_ram ||
-         g->comm->nodes != ssd_nodes || g->comm->local_world != ssd_node_ranks))
+    if (ssd && ((g->comm->world > 1) != ssd_grads_in_ram || g->comm->nodes != ssd_nodes ||
+                g->comm->local_world != ssd_node_ranks))
         die("internal: the SSD tier on %d ranks of %d nodes (tier %d)", g->comm->world, g->comm->nodes, tier);
     g->ssd_ranks = ssd && g->comm->world > 1;
     g->checkpoint_step = -1;
@@ -350,8 +349,9 @@ static void gpt_build(GPT* g, const GPTConfig* cfg, int B, int T, int max_micro,
     const HostReader* from_disk = tier == TIER_SSD_WEIGHTS ? &reader : NULL;
     stream_init(&g->stream, c->num_layers, p->layer_stride, p->embed_count, num_slots, optimizer_layer_ready,
                 g, !ssd || g->ssd_ranks, from_disk, node_stream_arrays(g, from_disk != NULL));
-    if (from_disk &&
-        g->comm->world > 1)  // several ranks read the store's files: rank 0 says where (ssd_tier.h)
+    // several ranks of one node read the store's files: rank 0 says which generation (ssd_tier.h); several
+    // nodes' ranks read each node's store's file of whole layers, of no generation
+    if (from_disk && g->comm->world > 1 && g->comm->nodes == 1)
         g->sw_gen =
             (std::atomic<uint8_t>*)node_shared_alloc(g->comm, streamed, "the bf16 weights' generations");
     if (g->comm->world > 1) comm_part(g->comm, p->layer_stride, &g->stream.grad_lo, &g->stream.grad_hi);
@@ -1277,8 +1277,9 @@ static void save_run_checkpoint(Run* r, GPT* g) {
         for (int k = 0; slow && k < 4 * atoi(slow); k++) usleep(250 * 1000), progress_tick();
         save_checkpoint(g, r->args.output_dir, &data_state);
     }
-    // the other ranks count it before rank 0's save ends, but read nothing from a disk until then: their reads
-    // start on the main thread (stream.cu), whose next call is stop_if_asked's sum, which waits for rank 0
+    // the other ranks count it before rank 0's save ends, but read nothing from a disk until then: their
+    // reads start on the main thread (stream.cu), whose next call is stop_if_asked's sum, which waits for
+    // rank 0
     g->checkpoint_step = g->step;
 }
 
@@ -1335,14 +1336,6 @@ int main(int argc, char** argv) {
     stop_signal_install_setup();  // until the first step: a signal ends the set-up at once, in one line
     progress_timeout_seconds();   // a bad LLMC_PROGRESS_TIMEOUT is refused before any work (one GPU too)
     r.comm = &ranks;
-    int env_rank = 0, env_world = 1, env_local = 1;  // -sd -sw 1 on another launcher's nodes: at once
-    if (r.ga.ssd_dir && r.ga.ssd_weights && !r.ga.plan_only && env_ranks(&env_rank, &env_world, &env_local) &&
-        env_world > env_local)
-        die("-sd -sw 1 with WORLD_SIZE %d of %d a node: each node's store holds its part of each layer, not "
-            "the "
-            "whole bf16 weights each GPU reads; drop -sw 1 (the bf16 weights then stay in host RAM, once for "
-            "the node)",
-            env_world, env_local);
     if (!r.ga.plan_only) {
         // -pn G (-pN N), or another launcher's ranks: this is one of G (x N) processes
         rank_start(&ranks, r.ga.ranks, r.ga.nodes, r.ga.node_rank, r.ga.node_address, r.ga.llmc_fs);

@@ -94,6 +94,7 @@ static bool node_exchanged(const GPT* g, int64_t mark, int wait) {
 // Several nodes, after this rank updated its slice of layer l (l = L: the round's end): once every rank of
 // the node has, the node's leader sends the node's part of the layer's new bf16 weights straight to every
 // node and takes theirs (net_exchange, over the mesh), then marks the layer exchanged for the node's ranks.
+// -sd -sw 1: the layer is the tier's one-layer buffer, which then goes to the store's whole-layer file.
 static void exchange_layer(GPT* g, int64_t round, int l) {
     Comm* c = g->comm;
     const int L = g->config.num_layers;
@@ -103,16 +104,18 @@ static void exchange_layer(GPT* g, int64_t round, int l) {
     ranks_reached(g, mark, 1);
     if (l < L) {
         const ParamLayout* p = &g->layout;
-        const int64_t off = gpt_layer_offset(p, l);
+        uint16_t* whole = g->ssd ? g->ssd->whole : NULL;
+        const int64_t off = whole ? 0 : gpt_layer_offset(p, l);
         std::vector<int64_t> lo((size_t)c->nodes), hi((size_t)c->nodes);
         for (int n = 0; n < c->nodes; n++) {
             comm_node_part(c, p->layer_stride, n, &lo[(size_t)n], &hi[(size_t)n]);
             lo[(size_t)n] = (off + lo[(size_t)n]) * 2;
             hi[(size_t)n] = (off + hi[(size_t)n]) * 2;
         }
-        uint16_t* bf16 = g->stream.weights_host_bf16;
+        uint16_t* bf16 = whole ? whole : g->stream.weights_host_bf16;
         FAKE_CUDA_HOST_ACCESS(bf16 + off, p->layer_stride * 2, true, "the nodes' exchange of a layer's bf16");
         net_exchange(&c->net, c->net.mesh, (char*)bf16, lo.data(), hi.data());
+        if (whole) ssd_tier_write_whole(g, l);
     }
     c->node->exchanged.store(mark, std::memory_order_release);
 }

@@ -175,8 +175,9 @@ static void gpu_usage(const TrainArgs* d, const GpuArgs* gd) {
         "              with depth (one GPU; -pn keeps the gradients in RAM); the backward pass reads 2 more\n"
         "              bytes per parameter, 4 more on disk (the forward takes them from the AdamW round\n"
         "              in %d pinned handoff buffers). With -pn each GPU reads them through the page\n"
-        "              cache, the forward's too: one GPU's read serves the others (not with -pN: each\n"
-        "              node's store holds its part of each layer) (default %d)\n"
+        "              cache, the forward's too: one GPU's read serves the others. With -pN each node's\n"
+        "              dir/node<n>/layers.bf16 holds whole layers, its ranks reading them the same way\n"
+        "              (2 more bytes per parameter on each node's disk) (default %d)\n"
         "  -sk <0|1>   with -sd: each checkpoint's state file holds every parameter's m and v, read from\n"
         "              the store at the save (8 bytes per parameter more on -o's disk and that much more\n"
         "              to read): it resumes like a run in RAM's, without -sd, on any -pn and -pN, or with\n"
@@ -439,11 +440,6 @@ static void parse_args(int argc, char** argv, TrainArgs* a, GpuArgs* ga) {
         die("-pr %d: -ps HOST[:PORT] names node 0, where this node joins the run (run ./train_gpt -h for the "
             "flags)",
             ga->node_rank);
-    if (ga->ssd_dir && ga->ssd_weights && ga->nodes > 1 && !ga->llmc_init)  // before any joins
-        die("-pN %d with -sd -sw 1: each node's store holds its part of each layer, not the whole bf16 "
-            "weights "
-            "each GPU reads; drop -sw 1 (the bf16 weights then stay in host RAM, once for the node)",
-            ga->nodes);
     if (ga->ssd_weights && !ga->ssd_dir)
         die("-sw 1 puts the bf16 weights in the SSD tier: it needs -sd DIR (run ./train_gpt -h for the "
             "flags)");

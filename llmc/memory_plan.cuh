@@ -216,8 +216,11 @@ static SsdStoreConfig ssd_store_config(const GPTConfig* c, int resident_layers, 
     memset(&sc, 0, sizeof sc);
     sc.num_layers = c->num_layers - resident_layers;
     sc.layer_elems = node_part_of(model_layout(c, llama).layer_stride, ssd_nodes, ssd_node_ranks);
-    sc.with_bf16 = tier == TIER_SSD_WEIGHTS;
+    // -sw 1: in the store's generations; on several nodes (whose stores hold their part) whole layers in its
+    // scratch file, layers.bf16
+    sc.with_bf16 = tier == TIER_SSD_WEIGHTS && ssd_nodes == 1;
     sc.bf16_cached = sc.with_bf16 && ssd_node_ranks > 1;  // ssd_tier.h's sw_read_start on several ranks
+    sc.whole_bf16_elems = tier == TIER_SSD_WEIGHTS && ssd_nodes > 1 ? model_layout(c, llama).layer_stride : 0;
     sc.ring = SSD_RING_MIN;
     sc.grads_on_disk = !ssd_grads_in_ram;  // ssd_tier.h's gradient writer
     sc.piece_elems = (int64_t)1 << 26;
@@ -253,7 +256,8 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
     m.pinned = stream_host_bytes(c->num_layers, p.layer_stride, p.embed_count, !ssd || ssd_grads_in_ram,
                                  tier == TIER_SSD_WEIGHTS ? &reader : NULL);
     if (ssd && !ssd_grads_in_ram) m.pinned += GRAD_RING * grads_ring_bytes(&p);  // the gradients' ring
-    if (tier == TIER_SSD_WEIGHTS) m.pinned += sw_handoff_bytes(&p);
+    if (tier == TIER_SSD_WEIGHTS)  // several nodes: one layer the nodes' exchange completes (SsdTier.whole)
+        m.pinned += ssd_nodes > 1 ? direct_io_bytes(p.layer_stride * 2) : sw_handoff_bytes(&p);
     if (tier == TIER_SSD_WEIGHTS)  // the node's other ranks read the weights from disk too, each its buffers
         m.pinned += (int64_t)(ssd_node_ranks - 1) * reader.num_buffers * direct_io_bytes(reader.buffer_bytes);
     if (ssd && resident_layers < c->num_layers) {
@@ -266,6 +270,7 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
         in.piece_elems = sc.piece_elems;
         in.grads_on_disk = sc.grads_on_disk;
         in.with_bf16 = sc.with_bf16;
+        in.whole_bf16_elems = sc.whole_bf16_elems;
         in.bf16_buffers = SW_READ_BUFFERS + SW_HANDOFF_BUFFERS;
         in.held_grads = GRAD_RING;
         const SsdPlan sp = ssd_plan(&in);
@@ -459,6 +464,9 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
         m.host_bytes / GiB, m.master_adam / GiB, ga->ssd_dir ? " (embeddings and -R layers: -sd)" : "",
         m.pinned / GiB,
         !ga->ssd_dir || !ga->ssd_weights ? ""
+        : ga->nodes > 1
+            ? " (the prefix's weights, each GPU's read buffers, a layer the nodes' exchange completes, "
+              "the gradients: -sw 1)"
         : ga->ranks > 1 ? " (the prefix's weights, each GPU's read and rank 0's handoff layer buffers, the "
                           "gradients: -sw 1)"
                         : " (the prefix's weights, read, handoff and gradient layer buffers: -sw 1)");
@@ -467,8 +475,10 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
         printf("; the vocabulary tensors' fp32 gradients %.2f (-E 1)", m.vocab_grads / GiB);
     if (ga->nodes > 1)
         printf(
-            " (the arrays of one whole copy; each node holds the bf16 weights whole, the prefix's fp32 state "
-            "whole (-E 1's vocabulary: 1/N) and 1/N of the rest: the table's host RAM, node)");
+            " (the arrays of one whole copy; each node holds the bf16 weights whole%s, the prefix's fp32 "
+            "state "
+            "whole (-E 1's vocabulary: 1/N) and 1/N of the rest: the table's host RAM, node)",
+            ga->ssd_dir && ga->ssd_weights ? " (-sw 1: the prefix's, the layers' on its disk)" : "");
     else if (ga->ranks > 1 && ga->vocab_host > 0)
         printf(" (once for the node's %d GPUs; each GPU's -E 1 staging too: the table's host RAM)",
                ga->ranks);
@@ -489,7 +499,9 @@ static void print_memory_plan(const GPTConfig* c, int B, int T, int n_micro, int
             "v%s%s; "
             "per step %.2f GiB read, %.2f GiB written",
             m.ssd_disk / GiB, ga->ssd_dir, ga->nodes > 1 ? "/node<n> on each node" : "", node_part,
-            ga->ssd_weights ? " and bf16 weights" : "",
+            !ga->ssd_weights ? ""
+            : ga->nodes > 1  ? " (-sw 1: and each layer's bf16 weights whole, once, in layers.bf16)"
+                             : " and bf16 weights",
             ssd_grads_in_ram ? " (several GPUs: their bf16 gradients in host RAM)"
                              : ", and their bf16 gradients",
             m.ssd_read_per_step / GiB, m.ssd_write_per_step / GiB);

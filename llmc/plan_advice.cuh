@@ -75,7 +75,7 @@ typedef struct {
     int64_t gpu_budget, host_avail, disk_free;  // bytes; -1: unknown (no check)
     int64_t disk_held;  // of disk_free: a store in -sd DIR now, which a run's store replaces (or resumes)
     double peak_flops, disk_read_Bps, disk_write_Bps;
-    bool several;  // -pn / -pN: the advice keeps to what several GPUs run (-sd -sw 1 on one node only)
+    bool several;  // -pn / -pN: the advice and the table compare the several-GPU step
     int nodes;     // -pN: host RAM is a node's (its part of the streamed layers' fp32 state); 0 or 1: all
     int ranks;     // -pn: a node's GPUs (-E 1: each its own pinned staging)
 } PlanTarget;
@@ -334,8 +334,7 @@ static std::vector<PlanEval> plan_alternatives(const PlanTarget* t, const PlanCh
     std::vector<PlanEval> out;
     const bool llama = t->llama && t->llama->num_layers;
     const int L = t->cfg->num_layers;
-    const int last_tier = t->nodes <= 1 ? TIER_SSD_WEIGHTS : std::max(given.tier, (int)TIER_SSD);
-    for (int tier = given.tier; tier <= last_tier; tier++)
+    for (int tier = given.tier; tier <= TIER_SSD_WEIGHTS; tier++)
         for (int E = given.vocab_host; E <= (llama ? 1 : given.vocab_host); E++)
             for (int B = given.B; B >= 1; B--) {
                 if (given.B % B) continue;  // the same tokens per step
@@ -615,11 +614,13 @@ static void print_multi_gpu_plan(const PlanTarget* t, const PlanEval& e, int G, 
             snprintf(vocab, sizeof vocab, " but -E 1's vocabulary: 16/%d with its fp32 gradients", N);
         printf(
             "%.1f bytes a parameter (fp32 weights, m, v: %s the prefix whole%s; bf16 gradients: 2/%d; bf16 "
-            "weights whole: 2%s)\n",
+            "weights whole: %s%s)\n",
             host / p.total,
             e.c.tier == TIER_RAM ? ("12/" + std::to_string(N) + " of the streamed layers,").c_str()
                                  : "the streamed layers' 1/N on each node's disk (-sd),",
-            vocab, N, e.c.tier == TIER_RAM ? "" : "; the -sd ring");
+            vocab, N,
+            e.c.tier == TIER_SSD_WEIGHTS ? "the prefix's 2, the layers' on each node's disk (-sw 1)" : "2",
+            e.c.tier == TIER_RAM ? "" : "; the -sd ring");
     }
 }
 
@@ -732,13 +733,11 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
         std::vector<std::string> tried = {"a smaller -b", "fewer -R / -K"};
         if (llama && llama->num_layers) tried.push_back("-E 1");  // GPT-2's vocabulary stays on the GPU
         if (given.tier == TIER_RAM) tried.push_back("-sd");
-        if (ga->nodes <= 1 && given.tier != TIER_SSD_WEIGHTS) tried.push_back("-sd -sw 1");
+        if (given.tier != TIER_SSD_WEIGHTS) tried.push_back("-sd -sw 1");
         std::string list;
         for (size_t i = 0; i < tried.size(); i++)
             list += (i == 0 ? "" : i + 1 == tried.size() ? ", or " : ", ") + tried[i];
-        printf(
-            "advice: nothing fits, as given or with %s%s;\n", list.c_str(),
-            ga->nodes > 1 && given.tier != TIER_SSD_WEIGHTS ? " (-sd -sw 1 runs on one node for now)" : "");
+        printf("advice: nothing fits, as given or with %s;\n", list.c_str());
         printf("  the least any of them needs: GPU %.2f GiB (%.2f here), host %.2f GiB", gpu / GiB,
                t.gpu_budget / GiB, host / GiB);
         if (t.host_avail >= 0) printf(" (%.2f here)", t.host_avail / GiB);

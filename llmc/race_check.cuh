@@ -90,7 +90,8 @@ static void gpt_track_buffers(GPT* g) {
         for (int k = 0; k < GRAD_RING && t->buf[k]; k++)  // several ranks: none (the gradients stay in RAM)
             fake_cuda_track(t->buf[k], grads_ring_bytes(p),
                             "the gradients' ring buffer " + std::to_string(k));
-        for (int b = 0; t->weights_on_disk && b < SW_HANDOFF_BUFFERS; b++)
+        if (t->whole) fake_cuda_track(t->whole, S * 2, "a layer's bf16 weights, the nodes' parts");
+        for (int b = 0; t->hands_over && b < SW_HANDOFF_BUFFERS; b++)
             fake_cuda_track(t->handoff[b], S * 2, "the round's handoff buffer " + std::to_string(b));
     }
     for (int b = 0; ws->reads.reader.start && b < ws->reads.reader.num_buffers; b++)  // -sw 1: from the disk

@@ -703,11 +703,6 @@ static void plan_run(Run* r) {
             "make -d a multiple of %lld",
             ranks_text, r->n_micro_all, (long long)r->step_tokens, a.B, a.T, G, (long long)G * a.B * a.T);
     r->n_micro = r->n_micro_all / G;
-    if (ga.ssd_dir && ga.ssd_weights && ga.nodes > 1)  // a launcher's nodes (-pN was refused in parse_args)
-        die("-sd -sw 1 on %d nodes: each node's store holds its part of each layer, not the whole bf16 "
-            "weights "
-            "each GPU reads; drop -sw 1 (the bf16 weights then stay in host RAM, once for the node)",
-            ga.nodes);
     if (ga.resident > r->cfg.num_layers)
         die("-R %d: the model has only %d layers", ga.resident, r->cfg.num_layers);
     if (ga.kept > r->cfg.num_layers) die("-K %d: the model has only %d layers", ga.kept, r->cfg.num_layers);
@@ -1078,6 +1073,12 @@ static void ssd_attach(Run* r, GPT* g) {
                                        from_ram ? v.data() : NULL, err, sizeof err);  // fresh: zero m, v
         }
         if (rc != 0) die("-sd %s: %s", dir, err);
+        if (g->ssd->whole) {  // -sw 1 on several nodes: the whole layer to the store's layers.bf16
+            FAKE_CUDA_HOST_ACCESS(g->ssd->whole, p->layer_stride * 2, true,
+                                  "the host writing the bf16 copy (load)");
+            convert_f32_to_bf16(layer, g->ssd->whole, p->layer_stride);
+            ssd_tier_write_whole(g, l);
+        }
         if (g->ssd->weights_on_disk) continue;  // the store wrote their bf16 copy (-sw 1)
         uint16_t* bf16 = g->stream.weights_host_bf16 + gpt_layer_offset(p, l);
         FAKE_CUDA_HOST_ACCESS(bf16, p->layer_stride * 2, true, "the host writing the bf16 copy (load)");
@@ -1098,13 +1099,17 @@ static void ssd_attach(Run* r, GPT* g) {
         snprintf(part_text, sizeof part_text, " (node %d's part: %lld of each layer's %lld)",
                  g->comm->node_rank, (long long)sc.layer_elems, (long long)p->layer_stride);
     printf(
-        "SSD tier: %d layers' fp32 weights and AdamW m, v%s%s in %s (%.2f GiB on disk, %s; %s); the AdamW "
+        "SSD tier: %d layers' fp32 weights and AdamW m, v%s%s%s in %s (%.2f GiB on disk, %s; %s); the AdamW "
         "round's ring: %d pieces for its %lld, %.3f GiB of host RAM (-sb)\n",
         sc.num_layers,
-        !g->ssd->weights_on_disk ? ""
-        : g->sw_gen              ? " and bf16 weights (every rank reads them through the page cache)"
-                                 : " and bf16 weights",
-        part_text, dir, r->plan.ssd_disk / GiB, ssd_io_backend(ssd_store_io(st)), how, sc.ring,
+        !g->ssd->weights_on_disk || g->ssd->whole ? ""
+        : g->sw_gen ? " and bf16 weights (every rank reads them through the page cache)"
+                    : " and bf16 weights",
+        part_text,
+        g->ssd->whole
+            ? " and their bf16 weights whole, in layers.bf16 (every rank reads them through the page cache)"
+            : "",
+        dir, r->plan.ssd_disk / GiB, ssd_io_backend(ssd_store_io(st)), how, sc.ring,
         (long long)(sc.num_layers * ssd_store_layer_pieces(&sc)), r->plan.ssd_ring / GiB);
 }
 
@@ -1136,9 +1141,10 @@ static void build_model(Run* r, GPT* g) {
     else if (r->kind == 1) gpt_init_params(&r->cfg, g->master, INIT_SEED);
     else if (!gpt_load_params(r->args.model, &r->cfg, g->master, err, sizeof err)) die("%s", err);
     gpt_weights_ready(g);  // several ranks: rank 0 has filled its store
-    if (g->sw_gen) {       // -sw 1 on several ranks: every rank reads the store's bf16 files
+    if (g->sw_gen || (ssd_tier(&r->ga) == TIER_SSD_WEIGHTS && r->comm->nodes > 1)) {
+        // -sw 1 on several ranks: every rank reads the store's bf16 files (several nodes: its whole layers')
         g->sw_files = ssd_bf16_files_open(r->ga.ssd_dir, r->cfg.num_layers - g->resident_layers,
-                                          g->layout.layer_stride, err, sizeof err);
+                                          g->layout.layer_stride, r->comm->nodes > 1, err, sizeof err);
         if (!g->sw_files) die("-sd %s -sw 1: %s", r->ga.ssd_dir, err);
         if (r->ga.timeline) ssd_io_log_busy(ssd_bf16_files_io(g->sw_files), 1);  // rank 0's disk tracks
         ssd_set_fault_from_env(ssd_bf16_files_io(g->sw_files));
@@ -1355,7 +1361,9 @@ static void print_run_summary(const Run* r, GPT* g) {
         printf(
             "bf16 weights read from the SSD tier over the run (-sw 1%s): %lld layers, %.2f GB; %lld layers "
             "taken from the AdamW round's handoff buffers instead\n",
-            g->sw_files ? ", rank 0's; the other ranks read the handoff's layers too" : "",
+            g->ssd->whole ? ", this rank's, from the node's whole layers: no handoff on several nodes"
+            : g->sw_files ? ", rank 0's; the other ranks read the handoff's layers too"
+                          : "",
             (long long)g->stream.reads.count, g->stream.reads.count * g->layout.layer_stride * 2 / 1e9,
             (long long)g->stream.reads.lent);
     if (g->attn_ragged[1])  // the run's path was cuDNN; say how much of it was not

@@ -99,6 +99,11 @@ typedef struct {
     // -sw 1 on several ranks of a node: the bf16 files are written through the page cache (no O_DIRECT), so
     // that the other ranks' reads of a layer the round just wrote find it there (ssd_bf16_files_read)
     int bf16_cached;
+    // -sw 1 on several nodes: DIR/layers.bf16 holds each streamed layer's whole bf16 weights
+    // (whole_bf16_elems of them; the store's state is its part, layer_elems). A scratch file as grads.bf16 is
+    // (rewritten at every start, in no checkpoint), written through the page cache
+    // (ssd_store_write_whole_bf16), read by every rank of the node (ssd_bf16_files_open). 0: none.
+    int64_t whole_bf16_elems;
     int ring;             // piece buffers (>= 3): ring - 2 read ahead, 1 updated, 1 written
     int64_t piece_elems;  // elements per piece, a multiple of 2048; 0: a layer
     SsdIoConfig io;
@@ -135,15 +140,18 @@ int ssd_store_read_layer(SsdStore* st, int layer, float* params, float* m, float
 // One layer's bf16 to or from 4096-aligned memory. Wait with ssd_store_wait.
 SsdReq ssd_store_read_bf16_async(SsdStore* st, int layer, uint16_t* dst);
 SsdReq ssd_store_write_grads_async(SsdStore* st, int layer, const uint16_t* src);
+// whole_bf16_elems: layer's whole bf16 weights (whole_bf16_elems) into DIR/layers.bf16, waited; -1 with err.
+int ssd_store_write_whole_bf16(SsdStore* st, int layer, const uint16_t* src, char* err, size_t errlen);
 int ssd_store_wait(SsdStore* st, SsdReq r, char* err, size_t errlen);
 // The generation (0, 1) whose files hold layer's newest state: what ssd_bf16_files_read reads.
 int ssd_store_layer_gen(const SsdStore* st, int layer);
 
 // -sw 1 on several ranks of a node: every rank, the store's own too, reads the bf16 weights of the store in
 // dir through the page cache, so that one rank's read from disk serves the others. Read-only, no lock: the
-// store's process says which generation holds each layer, and when it is written.
+// store's process says which generation holds each layer, and when it is written. whole: the store's
+// DIR/layers.bf16 instead (several nodes: whole_bf16_elems = layer_elems), one file, the generation ignored.
 typedef struct SsdBf16Files SsdBf16Files;
-SsdBf16Files* ssd_bf16_files_open(const char* dir, int num_layers, int64_t layer_elems, char* err,
+SsdBf16Files* ssd_bf16_files_open(const char* dir, int num_layers, int64_t layer_elems, int whole, char* err,
                                   size_t errlen);
 void ssd_bf16_files_close(SsdBf16Files* b);
 SsdIo* ssd_bf16_files_io(SsdBf16Files* b);  // wait and poll the reads with it
@@ -185,6 +193,7 @@ typedef struct {
     int ring;
     int64_t piece_elems;       // 0: whole layers
     int bf16_buffers;          // -sw 1: pinned bf16 layer buffers (slots + read-ahead)
+    int64_t whole_bf16_elems;  // -sw 1 on several nodes: SsdStoreConfig's (with_bf16 = 0 then)
     int grad_buffers;          // grads_on_disk: pinned layer-sized gradient staging buffers
     int held_grads;            // grads_on_disk: the backward's last layers whose gradients the round reads
                                // from their staging buffer (ssd_tier.h's GRAD_RING), never from the disk

@@ -32,6 +32,7 @@ namespace {
 enum { K_PARAMS, K_M, K_V, K_BF16, K_COUNT };
 const char* const kKindFile[K_COUNT] = {"params.f32", "m.f32", "v.f32", "weights.bf16"};
 const int kKindSize[K_COUNT] = {4, 4, 4, 2};
+const char* const kWholeBf16 = "layers.bf16";  // whole_bf16_elems' scratch file
 
 struct Slot {
     float *p, *m, *v;
@@ -57,6 +58,8 @@ struct SsdStore {
     SsdIo* io = NULL;
     SsdFile files[2][K_COUNT];
     SsdFile grads;
+    SsdFile whole;  // DIR/layers.bf16 (whole_bf16_elems), stride_whole bytes a layer
+    int64_t stride_whole = 0;
     int64_t step[2] = {-1, -1};
     int wgen = 0;
     std::unique_ptr<std::atomic<uint8_t>[]> src;  // generation holding each layer's newest state
@@ -99,7 +102,8 @@ int64_t ssd_store_layer_pieces(const SsdStoreConfig* c) {
 int64_t ssd_store_disk_bytes(const SsdStoreConfig* c) {
     const int64_t L = c->num_layers, s4 = ssd_round_up(c->layer_elems * 4, SSD_ALIGN),
                   s2 = ssd_round_up(c->layer_elems * 2, SSD_ALIGN);
-    return 2 * L * (3 * s4 + (c->with_bf16 ? s2 : 0)) + (c->grads_on_disk ? L * s2 : 0);
+    return 2 * L * (3 * s4 + (c->with_bf16 ? s2 : 0)) + (c->grads_on_disk ? L * s2 : 0) +
+           L * ssd_round_up(c->whole_bf16_elems * 2, SSD_ALIGN);
 }
 
 int64_t ssd_store_bf16_layer_bytes(const SsdStore* st) { return st->stride2; }
@@ -439,6 +443,7 @@ void ssd_store_close(SsdStore* st) {
     for (int g = 0; g < 2; g++)
         for (int k = 0; k < K_COUNT; k++) ssd_file_close(&st->files[g][k]);
     ssd_file_close(&st->grads);
+    ssd_file_close(&st->whole);
     ssd_free(st->ring_mem);
     delete st;
 }
@@ -451,7 +456,8 @@ static SsdStore* new_store(const char* dir, const SsdStoreConfig* cfg) {
     st->cfg.owner = NULL;  // st->owner holds it
     for (int g = 0; g < 2; g++)
         for (int k = 0; k < K_COUNT; k++) st->files[g][k].fd = -1;
-    st->grads.fd = -1;
+    st->grads.fd = st->whole.fd = -1;
+    st->stride_whole = ssd_round_up(cfg->whole_bf16_elems * 2, SSD_ALIGN);
     return st;
 }
 
@@ -498,6 +504,11 @@ static int open_files(SsdStore* st, int create, char* err, size_t errlen, int re
     if (cfg->grads_on_disk &&
         open_one(&st->grads, st->dir + "/grads.bf16", cfg->num_layers * st->stride2, resume >= 0) != 0)
         return -1;
+    if (cfg->whole_bf16_elems > 0 &&  // a scratch file: made again where missing or of another size
+        (open_one(&st->whole, st->dir + "/" + kWholeBf16, cfg->num_layers * st->stride_whole, resume >= 0) !=
+             0 ||
+         (st->whole.direct && ssd_file_buffered(&st->whole, err, errlen) != 0)))
+        return -1;
     return 0;
 }
 
@@ -508,12 +519,12 @@ static std::string owner_text(const std::string& o) {
     return o.empty() ? "a run without -o" : "the run in " + o;
 }
 
-// gen0, gen1, their files, the manifest and grads.bf16 must be the store's own: a symbolic link there would
-// have the store delete or overwrite files elsewhere (lstat: the link itself, not its target). false with
-// err.
+// gen0, gen1, their files, the manifest, grads.bf16 and layers.bf16 must be the store's own: a symbolic link
+// there would have the store delete or overwrite files elsewhere (lstat: the link itself, not its target).
+// false with err.
 static bool store_paths_own(const char* dir, char* err, size_t errlen) {
     std::vector<std::pair<std::string, bool>> paths;  // path, a directory
-    for (const char* name : {"gen0", "gen1", "ssd_manifest", "grads.bf16"})
+    for (const char* name : {"gen0", "gen1", "ssd_manifest", "grads.bf16", kWholeBf16})
         paths.push_back({std::string(dir) + "/" + name, strncmp(name, "gen", 3) == 0});
     for (int g = 0; g < 2; g++) {
         for (int k = 0; k < K_COUNT; k++) paths.push_back({gen_path(dir, g, k), false});
@@ -544,6 +555,7 @@ int64_t ssd_store_held_bytes(const char* dir) {
         add(sums_path(dir, g));
     }
     add(std::string(dir) + "/grads.bf16");
+    add(std::string(dir) + "/" + kWholeBf16);
     return n;
 }
 
@@ -589,6 +601,7 @@ SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err
         }
     }
     unlink((st->dir + "/grads.bf16").c_str());
+    unlink((st->dir + "/" + kWholeBf16).c_str());
     struct statvfs sv;
     const int64_t need = ssd_store_disk_bytes(cfg);
     if (statvfs(dir, &sv) == 0 && (double)sv.f_bavail * (double)sv.f_frsize < (double)need) {
@@ -961,19 +974,23 @@ struct SsdBf16Files {
     SsdFile f[2];
     int layers = 0;
     int64_t stride2 = 0;
+    bool whole = false;  // DIR/layers.bf16 in f[0]
 };
 
-SsdBf16Files* ssd_bf16_files_open(const char* dir, int num_layers, int64_t layer_elems, char* err,
+SsdBf16Files* ssd_bf16_files_open(const char* dir, int num_layers, int64_t layer_elems, int whole, char* err,
                                   size_t errlen) {
     SsdBf16Files* b = new SsdBf16Files();
     b->layers = num_layers;
     b->stride2 = ssd_round_up(layer_elems * 2, SSD_ALIGN);
+    b->whole = whole != 0;
     for (SsdFile& f : b->f) f.fd = -1;
     SsdIoConfig ioc;
     memset(&ioc, 0, sizeof ioc);
     ioc.quiet = 1;
-    for (int g = 0; g < 2; g++)
-        if (ssd_file_open_cached(&b->f[g], gen_path(dir, g, K_BF16).c_str(), err, errlen) != 0) {
+    for (int g = 0; g < (whole ? 1 : 2); g++)
+        if (ssd_file_open_cached(
+                &b->f[g], (whole ? std::string(dir) + "/" + kWholeBf16 : gen_path(dir, g, K_BF16)).c_str(),
+                err, errlen) != 0) {
             ssd_bf16_files_close(b);
             return NULL;
         } else if (b->f[g].size < num_layers * b->stride2) {
@@ -1001,7 +1018,7 @@ SsdIo* ssd_bf16_files_io(SsdBf16Files* b) { return b->io; }
 SsdReq ssd_bf16_files_read(SsdBf16Files* b, int gen, int layer, uint16_t* dst) {
     if (gen < 0 || gen > 1 || layer < 0 || layer >= b->layers)
         return ssd_io_fail(b->io, "ssd_bf16_files_read: no such generation or layer");
-    return ssd_io_submit(b->io, &b->f[gen], 0, dst, b->stride2, (int64_t)layer * b->stride2);
+    return ssd_io_submit(b->io, &b->f[b->whole ? 0 : gen], 0, dst, b->stride2, (int64_t)layer * b->stride2);
 }
 
 SsdReq ssd_store_write_grads_async(SsdStore* st, int layer, const uint16_t* src) {
@@ -1009,6 +1026,17 @@ SsdReq ssd_store_write_grads_async(SsdStore* st, int layer, const uint16_t* src)
         return ssd_io_fail(st->io,
                            "ssd_store_write_grads_async: the store keeps no gradients, or no such layer");
     return ssd_io_submit(st->io, &st->grads, 1, (void*)src, st->stride2, off2(st, layer, 0));
+}
+
+int ssd_store_write_whole_bf16(SsdStore* st, int layer, const uint16_t* src, char* err, size_t errlen) {
+    if (st->cfg.whole_bf16_elems <= 0 || layer < 0 || layer >= st->cfg.num_layers) {
+        snprintf(err, errlen, "ssd_store_write_whole_bf16: the store keeps no whole layers, or no layer %d",
+                 layer);
+        return -1;
+    }
+    const SsdReq r = ssd_io_submit(st->io, &st->whole, 1, (void*)src, st->cfg.whole_bf16_elems * 2,
+                                   (int64_t)layer * st->stride_whole);
+    return ssd_store_wait(st, r, err, errlen);
 }
 
 int ssd_store_wait(SsdStore* st, SsdReq r, char* err, size_t errlen) {
@@ -1244,13 +1272,17 @@ SsdPlan ssd_plan(const SsdPlanInput* in) {
     const int64_t L = in->streamed_layers, n = in->layer_elems;
     const int64_t s4 = ssd_round_up(n * 4, SSD_ALIGN), s2 = ssd_round_up(n * 2, SSD_ALIGN);
     p.host_resident = in->resident_elems * 14;
-    p.host_bf16 = in->with_bf16 ? (int64_t)in->bf16_buffers * s2 : L * n * 2;
+    const int64_t sw = ssd_round_up(in->whole_bf16_elems * 2, SSD_ALIGN);  // several nodes, -sw 1: a layer
+    p.host_bf16 = in->with_bf16 ? (int64_t)in->bf16_buffers * s2
+                  : sw          ? (int64_t)in->bf16_buffers * sw
+                                : L * n * 2;
     p.host_grads = in->grads_on_disk ? (int64_t)in->grad_buffers * s2 : L * n * 2;
     SsdStoreConfig c;
     memset(&c, 0, sizeof c);
     c.num_layers = (int)L;
     c.layer_elems = n;
     c.with_bf16 = in->with_bf16;
+    c.whole_bf16_elems = in->whole_bf16_elems;
     c.grads_on_disk = in->grads_on_disk;
     c.ring = in->ring;
     c.piece_elems = in->piece_elems;
@@ -1259,8 +1291,10 @@ SsdPlan ssd_plan(const SsdPlanInput* in) {
     p.disk_bytes = ssd_store_disk_bytes(&c);
     // -sw 1: the backward pass reads the bf16 weights; the forward takes them from the round (handoff), or
     // on several ranks from the page cache the round wrote them through (bf16_cached)
-    p.read_per_step = L * (3 * s4 + (in->grads_on_disk ? s2 : 0) + (in->with_bf16 ? s2 : 0));
-    p.write_per_step = L * (3 * s4 + (in->with_bf16 ? s2 : 0) + (in->grads_on_disk ? s2 : 0));
+    // several nodes: the whole layers' file, written through the page cache as the round goes (the kernel
+    // writes it back) and read back in the backward pass
+    p.read_per_step = L * (3 * s4 + (in->grads_on_disk ? s2 : 0) + (in->with_bf16 ? s2 : 0) + sw);
+    p.write_per_step = L * (3 * s4 + (in->with_bf16 ? s2 : 0) + (in->grads_on_disk ? s2 : 0) + sw);
     // prefetch_next_round: the round's first ring - 1 pieces, in layer order (each layer's last piece may be
     // short); their p, m, v in whole 4 KiB blocks, as read
     // and the writes (p, m, v, -sw 1's bf16) of pieces 0 .. P - ring - 1 of the round's P

@@ -33,6 +33,11 @@ struct SsdTier {
     // node's part (comm_node_part); store element e is layer element part_lo + e
     int64_t part_lo, part_n;
     bool weights_on_disk;  // -sw 1: streamed bf16 weights are in the store too
+    bool hands_over;       // -sw 1 on one node: the round hands its layers to the forward (handoff, below)
+    // -sw 1 on several nodes: the store's DIR/layers.bf16 holds whole layers (whole_bf16_elems); the round
+    // writes its part of layer l's new bf16 weights here, the nodes' exchange the others', then the store the
+    // layer (ssd_tier_write_whole). Pinned, one layer.
+    uint16_t* whole;
     bool keep_state;  // -sk 1: checkpoints' state files hold the store's m and v too (ssd_attach sets it)
     // the writer thread drains the main thread's sends to disk
     std::thread thread;
@@ -91,6 +96,7 @@ static int ssd_checkpoint_read_failed(const GPT* g, char* err, size_t errlen) {
 static SsdTier* ssd_tier_new(const GPT* g, int tier) {
     SsdTier* t = new SsdTier();
     t->weights_on_disk = tier == TIER_SSD_WEIGHTS;
+    t->hands_over = t->weights_on_disk && g->comm->nodes == 1;
     t->part_lo = 0;
     t->part_n = g->layout.layer_stride;
     if (g->comm->nodes > 1) {
@@ -105,7 +111,10 @@ static SsdTier* ssd_tier_new(const GPT* g, int tier) {
     if (!t->written_pass) die("out of host memory");
     for (int k = 0; k < GRAD_RING; k++) t->held_layer[k] = -1;
     t->handoff_next = g->config.num_layers;
-    for (int b = 0; t->weights_on_disk && b < SW_HANDOFF_BUFFERS; b++) {
+    if (t->weights_on_disk && !t->hands_over)
+        t->whole = (uint16_t*)pinned_alloc_direct_io(direct_io_bytes(g->layout.layer_stride * 2),
+                                                     "a layer's bf16 weights, the nodes' parts (-sw 1)");
+    for (int b = 0; t->hands_over && b < SW_HANDOFF_BUFFERS; b++) {
         t->handoff[b] = (uint16_t*)pinned_alloc_direct_io(direct_io_bytes(g->layout.layer_stride * 2),
                                                           "the round's bf16 handoff buffers (-sw 1)");
         t->handoff_layer[b] = -1;
@@ -163,7 +172,8 @@ static void ssd_tier_free(GPT* g) {
     }
     for (int k = 0; k < GRAD_RING; k++)
         if (t->buf[k]) pinned_free_direct_io(t->buf[k]);
-    for (int b = 0; t->weights_on_disk && b < SW_HANDOFF_BUFFERS; b++) {
+    if (t->whole) pinned_free_direct_io(t->whole);
+    for (int b = 0; t->hands_over && b < SW_HANDOFF_BUFFERS; b++) {
         pinned_free_direct_io(t->handoff[b]);
         cudaCheck(cudaEventDestroy(t->handoff_copied[b]));
     }
@@ -220,7 +230,7 @@ static void ssd_tier_submit(GPT* g) {
     SsdTier* t = g->ssd;
     std::lock_guard<std::mutex> lock(t->mu);
     t->round_pass = t->pass;
-    if (!t->weights_on_disk) return;
+    if (!t->hands_over) return;
     t->handoff_next = g->resident_layers;
     for (int b = 0; b < SW_HANDOFF_BUFFERS; b++)
         if (t->handoff_state[b] == HANDOFF_FILLED) {
@@ -327,7 +337,7 @@ static void ssd_round_update(void* ctx, int i, int64_t off, int64_t n, float* pa
                 t->cv.notify_all();
             }
     }
-    if (!t->weights_on_disk) return;
+    if (!t->hands_over) return;
     if (off == 0) r->handoff = handoff_claim(g, l);
     if (r->handoff < 0) return;
     uint16_t* dst = t->handoff[r->handoff] + off;
@@ -339,10 +349,14 @@ static void ssd_round_update(void* ctx, int i, int64_t off, int64_t n, float* pa
     FAKE_CUDA_HOST_RELEASE(t);
     t->cv.notify_all();
 }
+// Where the round writes its part of store layer i's new bf16 weights, the store holding none (several
+// nodes): the node's host copy, or with -sw 1 the layer the nodes' exchange completes (ssd_tier_write_whole).
 static uint16_t* ssd_round_bf16_dst(void* ctx, int i) {
     GPT* g = ((SsdRound*)ctx)->g;
     uint16_t* dst =
-        g->stream.weights_host_bf16 + gpt_layer_offset(&g->layout, g->resident_layers + i) + g->ssd->part_lo;
+        (g->ssd->whole ? g->ssd->whole
+                       : g->stream.weights_host_bf16 + gpt_layer_offset(&g->layout, g->resident_layers + i)) +
+        g->ssd->part_lo;
     FAKE_CUDA_HOST_ACCESS(dst, g->ssd->part_n * 2, true, "the CPU AdamW writing a layer's bf16 copy");
     return dst;
 }
@@ -350,6 +364,16 @@ static void ssd_round_layer_done(void* ctx, int i) {
     SsdRound* r = (SsdRound*)ctx;
     sw_publish_gen(r->g, i);  // -sw 1: written there
     r->layer_done(r->g, r->g->resident_layers + i);
+}
+
+// -sw 1 on several nodes: layer l's bf16 weights, whole in g->ssd->whole (load, or the round and the nodes'
+// exchange), into the store's DIR/layers.bf16, through the page cache, where the node's ranks read it.
+static void ssd_tier_write_whole(GPT* g, int l) {
+    char err[1024];
+    FAKE_CUDA_HOST_ACCESS(g->ssd->whole, g->layout.layer_stride * 2, false, "writing a layer's whole bf16");
+    if (ssd_store_write_whole_bf16(g->ssd->store, l - g->resident_layers, g->ssd->whole, err, sizeof err) !=
+        0)
+        die_disk(g, "writing the bf16 weights to the SSD tier", err);
 }
 
 // Waits until every streamed layer's round gradients are on disk.
@@ -390,8 +414,9 @@ static int64_t sw_read_start(void* ctx, int l, uint16_t* dst) {
     GPT* g = (GPT*)ctx;
     FAKE_CUDA_HOST_ACCESS(dst, g->layout.layer_stride * 2, true, "a disk read into a weights' read buffer");
     const int i = l - g->resident_layers;
-    if (g->sw_files)
-        return ssd_bf16_files_read(g->sw_files, g->sw_gen[i].load(std::memory_order_acquire), i, dst);
+    if (g->sw_files)  // several nodes: one file, no generations
+        return ssd_bf16_files_read(g->sw_files, g->sw_gen ? g->sw_gen[i].load(std::memory_order_acquire) : 0,
+                                   i, dst);
     return ssd_store_read_bf16_async(g->ssd->store, i, dst);
 }
 static int sw_read_done(void* ctx, int64_t req, int wait) {
@@ -438,10 +463,11 @@ static void sw_lent_copied(void* ctx, int l, cudaStream_t stream) {
         }
     die("internal: layer %d's handoff buffer was not lent", l);
 }
-// g may be NULL: sizes only, for the memory plan. Several ranks: rank 0's round hands its layers to rank 0.
+// g may be NULL: sizes only, for the memory plan. Several ranks: rank 0's round hands its layers to rank 0;
+// several nodes: to none (each node's round has its part).
 static HostReader sw_reader(GPT* g, const ParamLayout* p, int resident_layers) {
     const int64_t bytes = ssd_round_up(p->layer_stride * 2, SSD_ALIGN);
-    const bool lends = !g || g->comm->local == 0;
+    const bool lends = !g || (g->comm->local == 0 && g->comm->nodes == 1);
     const HostReader r = {sw_read_start,
                           sw_read_done,
                           g,

@@ -272,3 +272,41 @@ TEST_F(MultiGpu, SsdKeepStateCheckpointsResumeOnAnyCut) {
         EXPECT_TRUE(slurp(sd + "/state_00000003.bin") == slurp(ram + "/state_00000003.bin"));
     }
 }
+// -sd -sw 1 on several nodes: each node's store holds its part of each layer's fp32 state and, in its
+// layers.bf16, every streamed layer's bf16 weights whole, which its leader writes (through the page cache)
+// once the nodes have exchanged the layer's parts, and its ranks read back in both passes. The same bits as
+// the nodes in RAM, both families (GPT-2 on 2 nodes of one rank; Llama -E 1 -R 1 -K 1 on 2 nodes of 2), with
+// the race check. The stores' state is that of -sd alone (layers.bf16 is scratch, in no checkpoint): the
+// checkpoint resumes without -sw 1 on the same stores, and that one's with -sw 1 again (layers.bf16 filled
+// from the model file), each as RAM's.
+TEST_F(MultiGpu, SsdTierWithWeightsOnDiskOnSeveralNodesTrainsAsInRam) {
+    const SsdNodesEnv env;
+    for (const char* spec : kSsdRanksSpecs) {
+        SCOPED_TRACE(spec);
+        const bool llama = strncmp(spec, "llama", 5) == 0;
+        const Args more = llama ? Args{"-pn", "2"} + ssd_ranks_flags(spec) : Args{};
+        const std::string ram = dir + "/ram", sd = dir + "/sd", store = dir + "/store";
+        for (const std::string& d : {ram, sd, store}) nftw(d.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+        run_nodes(2, run_args(spec, ram, more));
+        const Result b = run_nodes(2, run_args(spec, sd, more + Args{"-sd", store, "-sw", "1"}));
+        EXPECT_TRUE(has(b.out, "race check: no races")) << b.out;
+        EXPECT_TRUE(has(b.out, "and their bf16 weights whole, in layers.bf16 (every rank reads them"))
+            << b.out;
+        for (const char* n : {"/node0", "/node1"}) {
+            EXPECT_GT(file_size(store + n + "/layers.bf16"), 0) << n;
+            EXPECT_EQ(file_size(store + n + "/gen0/weights.bf16"), -1) << n << ": no bf16 part in the store";
+        }
+        EXPECT_TRUE(slurp(ram + "/model_00000003.bin") == slurp(sd + "/model_00000003.bin"))
+            << "-pN 2 -sd -sw 1 against -pN 2 in RAM";
+        for (const char* x : {"4", "5"}) {
+            SCOPED_TRACE(x);
+            const Args resume =
+                Args{"-y", "1", "-x", x, "-sd", store} + (x[0] == '5' ? Args{"-sw", "1"} : Args{});
+            run_nodes(2, run_args(spec, ram, more + Args{"-y", "1", "-x", x}));
+            const Result r = run_nodes(2, run_args(spec, sd, more + resume));
+            EXPECT_TRUE(has(r.out, "resumed at its checkpoint")) << r.out;
+            const std::string model = std::string("/model_0000000") + x + ".bin";
+            EXPECT_TRUE(slurp(ram + model) == slurp(sd + model)) << "resumed";
+        }
+    }
+}
