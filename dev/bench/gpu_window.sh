@@ -77,7 +77,7 @@ disk_rates|40|90|llmc/ssd_io.cpp llmc/ssd.h dev/bench/bench_cpu_adam.cpp
 wide_70b|150|280|@code
 wide_405b|170|300|@code
 ssd_ranks|60|160|@code llmc/ssd_io.cpp llmc/ssd_store.cpp llmc/ssd.h
-ssd_nodes|60|150|@code llmc/ssd_io.cpp llmc/ssd_store.cpp llmc/ssd.h"
+ssd_nodes|80|200|@code llmc/ssd_io.cpp llmc/ssd_store.cpp llmc/ssd.h"
 
 # Peer figures seen on the H100 (shared/peers/README.md, 2026-11-22), tokens/s at 32K tokens per step
 PEER_13B="gpu_ckpt 47000 fsdp_offload 11900 MegaTrain 15700"
@@ -798,7 +798,8 @@ check_ssd_ranks() {
     within "$w2" 1e-3 || { FIG="MISMATCH: $FIG"; return 1; }
 }
 # -sd on two nodes of one rank on the one GPU (host sums over TCP): each node's store, DIR/node<n>, its half of
-# each layer, against the same two nodes in RAM (the emulator's test: byte for byte)
+# each layer, against the same two nodes in RAM (the emulator's test: byte for byte); then -sw 1 (each store's
+# layers.bf16 holds the layers' bf16 weights whole, read by the node's ranks through the page cache)
 check_ssd_nodes() {
     need TRAIN_GPT || return 3
     NODE_ARGS=(-e d12 -b 4 -t 256 -d 4096 -x 4 -v 0 -g 0 -R 0 -K 0)
@@ -810,6 +811,12 @@ check_ssd_nodes() {
     rm -rf "$sd"
     w=$(worst_rel "$(steps_of ssd_nodes_sd)" "$(steps_of ssd_nodes_ram)")
     FIG="-pN 2 -sd vs -pN 2 in RAM (2 nodes of 1 rank on 1 GPU, host sums over TCP), 4 steps: worst rel diff of loss/norm $w (bound 1e-3)"
+    within "$w" 1e-3 || { FIG="MISMATCH: $FIG"; return 1; }
+    NODE_ARGS+=(-sw 1)
+    two_nodes ssd_nodes_sw 29632 LLMC_COLLECTIVES=host || { rc=$?; FIG="$FIG; -sd -sw 1: $(last_line ssd_nodes_sw)"; return $rc; }
+    rm -rf "$sd"
+    w=$(worst_rel "$(steps_of ssd_nodes_sw)" "$(steps_of ssd_nodes_ram)")
+    FIG="$FIG; -pN 2 -sd -sw 1: $w"
     within "$w" 1e-3 || { FIG="MISMATCH: $FIG"; return 1; }
 }
 # the Llama family (GQA, untied) with its vocabulary tensors on the host (-E 1)
