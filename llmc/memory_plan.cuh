@@ -271,7 +271,7 @@ static MemoryPlan gpt_memory_plan(const GPTConfig* c, int B, int T, int max_micr
         in.grads_on_disk = sc.grads_on_disk;
         in.with_bf16 = sc.with_bf16;
         in.whole_bf16_elems = sc.whole_bf16_elems;
-        in.bf16_buffers = SW_READ_BUFFERS + SW_HANDOFF_BUFFERS;
+        in.bf16_buffers = SW_READ_BUFFERS + (ssd_nodes > 1 ? 1 : SW_HANDOFF_BUFFERS);  // nodes: SsdTier.whole
         in.held_grads = GRAD_RING;
         const SsdPlan sp = ssd_plan(&in);
         m.ssd_ring = sp.host_ring;

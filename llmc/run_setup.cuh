@@ -1035,8 +1035,8 @@ static void ssd_attach(Run* r, GPT* g) {
                 "those; with -sk 1 each checkpoint's state file holds all of its own)",
                 dir, err);
         if (!st && strstr(err, " layers of "))  // another shape: its -R, -sw (or node) differ
-            die("resume: -sd %s: %s (resume with the run's -R and -sw%s)", dir, err,
-                nodes ? "; each node's DIR/node<n> must be its own" : "");
+            die("resume: -sd %s: %s (resume with the run's -R%s)", dir, err,
+                nodes ? "; each node's DIR/node<n> must be its own" : " and -sw");
         if (!st)
             die("resume: -sd %s: %s%s", dir, err, nodes ? " (each node's DIR/node<n> must be its own)" : "");
     } else {
@@ -1077,7 +1077,8 @@ static void ssd_attach(Run* r, GPT* g) {
             FAKE_CUDA_HOST_ACCESS(g->ssd->whole, p->layer_stride * 2, true,
                                   "the host writing the bf16 copy (load)");
             convert_f32_to_bf16(layer, g->ssd->whole, p->layer_stride);
-            ssd_tier_write_whole(g, l);
+            if (ssd_store_write_whole_bf16(st, l - R, g->ssd->whole, err, sizeof err) != 0)
+                die("-sd %s: %s", dir, err);
         }
         if (g->ssd->weights_on_disk) continue;  // the store wrote their bf16 copy (-sw 1)
         uint16_t* bf16 = g->stream.weights_host_bf16 + gpt_layer_offset(p, l);

@@ -140,8 +140,10 @@ int ssd_store_read_layer(SsdStore* st, int layer, float* params, float* m, float
 // One layer's bf16 to or from 4096-aligned memory. Wait with ssd_store_wait.
 SsdReq ssd_store_read_bf16_async(SsdStore* st, int layer, uint16_t* dst);
 SsdReq ssd_store_write_grads_async(SsdStore* st, int layer, const uint16_t* src);
-// whole_bf16_elems: layer's whole bf16 weights (whole_bf16_elems) into DIR/layers.bf16, waited; -1 with err.
+// whole_bf16_elems: layer's whole bf16 weights (whole_bf16_elems) into DIR/layers.bf16 (the page cache);
+// -1 with err. ssd_store_sync_whole: every such write on the disk (fdatasync), or -1 with err.
 int ssd_store_write_whole_bf16(SsdStore* st, int layer, const uint16_t* src, char* err, size_t errlen);
+int ssd_store_sync_whole(SsdStore* st, char* err, size_t errlen);
 int ssd_store_wait(SsdStore* st, SsdReq r, char* err, size_t errlen);
 // The generation (0, 1) whose files hold layer's newest state: what ssd_bf16_files_read reads.
 int ssd_store_layer_gen(const SsdStore* st, int layer);

@@ -504,12 +504,18 @@ static int open_files(SsdStore* st, int create, char* err, size_t errlen, int re
     if (cfg->grads_on_disk &&
         open_one(&st->grads, st->dir + "/grads.bf16", cfg->num_layers * st->stride2, resume >= 0) != 0)
         return -1;
-    if (cfg->whole_bf16_elems > 0 &&  // a scratch file: made again where missing or of another size
-        (open_one(&st->whole, st->dir + "/" + kWholeBf16, cfg->num_layers * st->stride_whole, resume >= 0) !=
-             0 ||
-         (st->whole.direct && ssd_file_buffered(&st->whole, err, errlen) != 0)))
-        return -1;
-    return 0;
+    // layers.bf16, a scratch file: made (again) at its size without a word; a store opened without -sw 1
+    // (several nodes) removes one an earlier run left (the whole model's bf16 weights)
+    const std::string whole = st->dir + "/" + kWholeBf16;
+    if (cfg->whole_bf16_elems <= 0) {
+        if (!create) unlink(whole.c_str());
+        return 0;
+    }
+    const int64_t size = cfg->num_layers * st->stride_whole;
+    struct stat sb;
+    const bool keep = !create && lstat(whole.c_str(), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == size;
+    if (ssd_file_open(&st->whole, whole.c_str(), !keep, size, cfg->io.quiet, err, errlen) != 0) return -1;
+    return st->whole.direct ? ssd_file_buffered(&st->whole, err, errlen) : 0;
 }
 
 static int verify_generation(SsdStore* st, int g, char* err, size_t errlen);  // below, with the pieces
@@ -607,8 +613,9 @@ SsdStore* ssd_store_create(const char* dir, const SsdStoreConfig* cfg, char* err
     if (statvfs(dir, &sv) == 0 && (double)sv.f_bavail * (double)sv.f_frsize < (double)need) {
         snprintf(err, errlen,
                  "not enough space in %.600s for the SSD store: it needs %s (two generations of the "
-                 "state%s), the filesystem has %s free",
+                 "state%s%s), the filesystem has %s free",
                  dir, SizeText((double)need).s, cfg->grads_on_disk ? " and the gradients" : "",
+                 cfg->whole_bf16_elems > 0 ? " and the layers' bf16 weights whole" : "",
                  SizeText((double)sv.f_bavail * (double)sv.f_frsize).s);
         ssd_store_close(st);
         return NULL;
@@ -1028,15 +1035,32 @@ SsdReq ssd_store_write_grads_async(SsdStore* st, int layer, const uint16_t* src)
     return ssd_io_submit(st->io, &st->grads, 1, (void*)src, st->stride2, off2(st, layer, 0));
 }
 
+// Not through the store's queue: a copy into the page cache (the file is buffered), not behind the round's
+// writes; the kernel's write-back starts at once (sync_file_range), ssd_store_sync_whole waits for it.
 int ssd_store_write_whole_bf16(SsdStore* st, int layer, const uint16_t* src, char* err, size_t errlen) {
     if (st->cfg.whole_bf16_elems <= 0 || layer < 0 || layer >= st->cfg.num_layers) {
         snprintf(err, errlen, "ssd_store_write_whole_bf16: the store keeps no whole layers, or no layer %d",
                  layer);
         return -1;
     }
-    const SsdReq r = ssd_io_submit(st->io, &st->whole, 1, (void*)src, st->cfg.whole_bf16_elems * 2,
-                                   (int64_t)layer * st->stride_whole);
-    return ssd_store_wait(st, r, err, errlen);
+    const int64_t bytes = st->cfg.whole_bf16_elems * 2, at = (int64_t)layer * st->stride_whole;
+    for (int64_t done = 0; done < bytes;) {
+        const ssize_t w =
+            pwrite(st->whole.fd, (const char*)src + done, (size_t)(bytes - done), (off_t)(at + done));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            snprintf(err, errlen, "cannot write %.600s: %s", st->whole.path,
+                     w < 0 ? strerror(errno) : "no space");
+            return -1;
+        }
+        done += w;
+    }
+    sync_file_range(st->whole.fd, (off_t)at, (off_t)bytes, SYNC_FILE_RANGE_WRITE);  // a hint: errors below
+    return 0;
+}
+
+int ssd_store_sync_whole(SsdStore* st, char* err, size_t errlen) {
+    return st->whole.fd >= 0 ? ssd_file_sync(&st->whole, err, errlen) : 0;
 }
 
 int ssd_store_wait(SsdStore* st, SsdReq r, char* err, size_t errlen) {
@@ -1181,6 +1205,9 @@ int ssd_store_round(SsdStore* st, const int* layers, int n, const SsdRoundFns* f
     }
     if (rc == 0) rc = retire_upto(P - 1);
     if (rc == 0) prefetch_next_round(st, pcs);  // every write is done: the next round's reads may start
+    // bf16_cached: the round's bf16 writes went to the page cache; the kernel's write-back of them fails
+    // here, in one line, not in a later read of older bytes
+    if (rc == 0 && c->bf16_cached) rc = ssd_file_sync(&st->files[w][K_BF16], err, errlen);
     if (rc != 0) {
         char ignore[1024];
         for (Slot& s : st->ring) {  // nothing may stay in flight into buffers we own

@@ -401,6 +401,10 @@ static void ssd_tier_round(SsdRound* round) {
     char err[1024];
     if (ssd_store_round(g->ssd->store, layers, n, &fns, err, sizeof err) != 0)
         die_disk(g, "the SSD tier's AdamW round", err);
+    // several nodes, -sw 1: the round's layers.bf16 on the disk (its write-back's errors said here, once a
+    // round)
+    if (ssd_store_sync_whole(g->ssd->store, err, sizeof err) != 0)
+        die_disk(g, "writing the bf16 weights to the SSD tier", err);
     free(layers);
 }
 

@@ -671,6 +671,12 @@ TEST(SsdStore, CheckpointWithoutARoundCopiesTheState) {
     }
 }
 
+// A file's size in bytes, or -1 if there is none.
+static int64_t file_size_of(const std::string& path) {
+    struct stat sb;
+    return stat(path.c_str(), &sb) == 0 ? (int64_t)sb.st_size : -1;
+}
+
 // How many of path's pages are in the page cache (mincore of a read-only mapping), and of how many.
 static std::pair<int64_t, int64_t> pages_cached(const std::string& path) {
     const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -726,6 +732,59 @@ TEST(SsdStore, Bf16CopyWrittenThroughThePageCacheWhereAsked) {
         expect_store_equals(st, ram, 1, cached ? "cached, step 3" : "direct, step 3");
         ssd_store_close(st);
     }
+}
+
+// -sw 1 on several nodes (whole_bf16_elems): the store's layers.bf16 holds whole layers (longer than the
+// store's part), written through the page cache and read back by ssd_bf16_files_open(whole = 1); a scratch
+// file: kept by a resume with it, removed by one without it (a -sd run's), made again without a word.
+TEST(SsdStore, WholeLayersFileOfSeveralNodes) {
+    TempDir d;
+    char err[1024] = "";
+    const StoreCase c = {0, 0, 0, 3, 16384};
+    SsdStoreConfig cfg = store_config(c, 3);
+    cfg.whole_bf16_elems = 2 * kLayer + 5;  // a node's part is about half of a layer
+    RamModel ram(3);
+    SsdStore* st = store_with_layers(d.path, cfg, ram, 3);
+    ASSERT_NE(st, nullptr);
+    const int64_t n = cfg.whole_bf16_elems;
+    std::vector<uint16_t> layers((size_t)(3 * n));
+    for (size_t i = 0; i < layers.size(); i++) layers[i] = (uint16_t)(i * 2654435761u >> 7);
+    for (int l = 0; l < 3; l++)
+        ASSERT_EQ(ssd_store_write_whole_bf16(st, l, &layers[(size_t)(l * n)], err, sizeof err), 0) << err;
+    EXPECT_NE(ssd_store_write_whole_bf16(st, 3, layers.data(), err, sizeof err), 0) << "no layer 3";
+    ASSERT_EQ(ssd_store_sync_whole(st, err, sizeof err), 0) << err;
+    const std::string file = d.path + "/layers.bf16";
+    const std::pair<int64_t, int64_t> cached = pages_cached(file);
+    EXPECT_EQ(cached.first, cached.second) << "written through the page cache";
+    SsdBf16Files* b = ssd_bf16_files_open(d.path.c_str(), 3, n, 1, err, sizeof err);
+    ASSERT_NE(b, nullptr) << err;
+    uint16_t* buf = (uint16_t*)ssd_alloc(ssd_round_up(n * 2, SSD_ALIGN));
+    for (int l = 2; l >= 0; l--) {
+        ASSERT_EQ(ssd_io_wait(ssd_bf16_files_io(b), ssd_bf16_files_read(b, 1, l, buf), err, sizeof err), 0)
+            << err;
+        EXPECT_EQ(memcmp(buf, &layers[(size_t)(l * n)], (size_t)n * 2), 0)
+            << "layer " << l << ", any generation";
+    }
+    ssd_free(buf);
+    ssd_bf16_files_close(b);
+    ASSERT_EQ(ssd_store_checkpoint(st, 1, err, sizeof err), 0) << err;
+    ssd_store_close(st);
+    const int64_t size = file_size_of(file);
+    st = ssd_store_open(d.path.c_str(), &cfg, 1, err, sizeof err);  // kept
+    ASSERT_NE(st, nullptr) << err;
+    ssd_store_close(st);
+    EXPECT_EQ(file_size_of(file), size);
+    cfg.whole_bf16_elems = 0;  // a resume without -sw 1: the store's state is the same, the scratch goes
+    st = ssd_store_open(d.path.c_str(), &cfg, 1, err, sizeof err);
+    ASSERT_NE(st, nullptr) << err;
+    expect_store_equals(st, ram, 0, "without layers.bf16");
+    ssd_store_close(st);
+    EXPECT_EQ(file_size_of(file), -1) << "removed";
+    cfg.whole_bf16_elems = n;
+    st = ssd_store_open(d.path.c_str(), &cfg, 1, err, sizeof err);
+    ASSERT_NE(st, nullptr) << err;
+    ssd_store_close(st);
+    EXPECT_EQ(file_size_of(file), size) << "made again at its size";
 }
 
 TEST(SsdStore, BadShapesAndMismatchedReopenAreRefused) {
