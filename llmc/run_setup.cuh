@@ -1037,8 +1037,9 @@ static void ssd_attach(Run* r, GPT* g) {
         if (!st && strstr(err, " layers of "))  // another shape: its -R, -sw (or node) differ
             die("resume: -sd %s: %s (resume with the run's -R%s)", dir, err,
                 nodes ? "; each node's DIR/node<n> must be its own" : " and -sw");
-        if (!st)
-            die("resume: -sd %s: %s%s", dir, err, nodes ? " (each node's DIR/node<n> must be its own)" : "");
+        if (!st)  // a store of another node's (not an error of the system's, "cannot ...")
+            die("resume: -sd %s: %s%s", dir, err,
+                nodes && !strstr(err, "cannot ") ? " (each node's DIR/node<n> must be its own)" : "");
     } else {
         st = ssd_store_create(dir, &sc, err, sizeof err);
         if (!st) die("-sd %s: %s", dir, err);

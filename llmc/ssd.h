@@ -71,6 +71,9 @@ SsdReq ssd_io_fail(SsdIo* io, const char* msg);
 void ssd_io_hold(SsdIo* io, int hold);
 // Test hook: fail `write` chunks past `after` with err (kill = 1: SIGKILL).
 void ssd_io_set_fault(SsdIo* io, int write, int64_t after, int err, int kill);
+// The fault above for one transfer made beside the queue (a chunk of its count): 0 none, an errno, or -1 a
+// short transfer; "kill" kills the process.
+int ssd_io_fault_take(SsdIo* io, int write);
 // Test hook: the directions of the first 4095 chunks as they started ('r', 'w'; 'u' an urgent read), into
 // out. Returns the count.
 int ssd_io_started_order(SsdIo* io, char* out, int cap);

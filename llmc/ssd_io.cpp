@@ -513,6 +513,18 @@ void ssd_io_set_fault(SsdIo* io, int write, int64_t after, int err, int kill_it)
     io->fault_kill[k] = kill_it;
 }
 
+int ssd_io_fault_take(SsdIo* io, int write) {
+    std::lock_guard<std::mutex> lock(io->mu);
+    const int k = write ? 1 : 0;
+    if (io->fault_after[k] < 0) return 0;
+    if (io->fault_after[k] > 0) {
+        io->fault_after[k]--;
+        return 0;
+    }
+    if (io->fault_kill[k]) kill(getpid(), SIGKILL);
+    return io->fault_err[k] ? io->fault_err[k] : -1;
+}
+
 void ssd_io_counters(const SsdIo* io, int64_t* bytes_read, int64_t* bytes_written) {
     if (bytes_read) *bytes_read = io->bytes_read.load();
     if (bytes_written) *bytes_written = io->bytes_written.load();

@@ -1044,6 +1044,11 @@ int ssd_store_write_whole_bf16(SsdStore* st, int layer, const uint16_t* src, cha
         return -1;
     }
     const int64_t bytes = st->cfg.whole_bf16_elems * 2, at = (int64_t)layer * st->stride_whole;
+    if (const int fault = ssd_io_fault_take(st->io, 1)) {  // SSD_FAULT (tests): as a transfer failing here
+        snprintf(err, errlen, "cannot write %.600s: %s", st->whole.path,
+                 fault > 0 ? strerror(fault) : "no space");
+        return -1;
+    }
     for (int64_t done = 0; done < bytes;) {
         const ssize_t w =
             pwrite(st->whole.fd, (const char*)src + done, (size_t)(bytes - done), (off_t)(at + done));

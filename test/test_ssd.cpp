@@ -752,6 +752,11 @@ TEST(SsdStore, WholeLayersFileOfSeveralNodes) {
     for (int l = 0; l < 3; l++)
         ASSERT_EQ(ssd_store_write_whole_bf16(st, l, &layers[(size_t)(l * n)], err, sizeof err), 0) << err;
     EXPECT_NE(ssd_store_write_whole_bf16(st, 3, layers.data(), err, sizeof err), 0) << "no layer 3";
+    ssd_io_set_fault(ssd_store_io(st), 1, 1, ENOSPC, 0);  // SSD_FAULT: the second write from here fails
+    EXPECT_EQ(ssd_store_write_whole_bf16(st, 0, layers.data(), err, sizeof err), 0) << err;
+    EXPECT_NE(ssd_store_write_whole_bf16(st, 0, layers.data(), err, sizeof err), 0);
+    EXPECT_TRUE(strstr(err, "layers.bf16: No space left on device")) << err;
+    ssd_io_set_fault(ssd_store_io(st), 1, -1, 0, 0);
     ASSERT_EQ(ssd_store_sync_whole(st, err, sizeof err), 0) << err;
     const std::string file = d.path + "/layers.bf16";
     const std::pair<int64_t, int64_t> cached = pages_cached(file);
