@@ -731,7 +731,8 @@ static int print_plan_verdicts(const GPTConfig* cfg, const LlamaConfig* llama, i
         }
         // what plan_alternatives tried beside the flags as given
         std::vector<std::string> tried = {"a smaller -b", "fewer -R / -K"};
-        if (llama && llama->num_layers) tried.push_back("-E 1");  // GPT-2's vocabulary stays on the GPU
+        if (llama && llama->num_layers && !given.vocab_host)
+            tried.push_back("-E 1");  // GPT-2's stays on the GPU
         if (given.tier == TIER_RAM) tried.push_back("-sd");
         if (given.tier != TIER_SSD_WEIGHTS) tried.push_back("-sd -sw 1");
         std::string list;

@@ -603,7 +603,9 @@ static void check_fit(Run* r) {
 
 // -sb auto (the default with -sd): the ring plan_ssd_ring finds at the disk's probed rates (-P 1 prints the
 // same for -sr's), where it shortens the round's disk work and half of the host RAM the plan leaves holds it;
-// else as large a ring as that half holds, the default SSD_RING_MIN pieces at least. Says what it chose.
+// else as large a ring as that half holds, the default SSD_RING_MIN pieces at least. Not where that does not
+// shorten the step: a ring moves the round's disk work into the backward, where the disk's reads and writes
+// may bound the step anyway. Says what it chose.
 static void ssd_ring_auto(Run* r, double peak, const char* rates_are) {
     GpuArgs* ga = &r->ga;
     if (!ga->ssd_dir || ga->ssd_ring_gib >= 0) return;
@@ -640,6 +642,15 @@ static void ssd_ring_auto(Run* r, double peak, const char* rates_are) {
     }
     ssd_ring_budget_bytes = ((double)ring + 0.5) * piece;
     const PlanEval chosen = plan_evaluate(&t, given);
+    if (chosen.step_s > 0.99 * now.step_s) {  // the disk's reads and writes bound the step anyway
+        ssd_ring_budget_bytes = 0;
+        printf(
+            "SSD tier's ring (-sb auto): the default %d pieces (a ring of %lld would not shorten the step, "
+            "%.2f s: the disk's %.2f s a step bound it at %s %.2f / %.2f GB/s)\n",
+            SSD_RING_MIN, (long long)ring, now.step_s, now.disk_s, rates_are, r->disk_rbps / 1e9,
+            r->disk_wbps / 1e9);
+        return;
+    }
     r->plan = gpt_memory_plan(&r->cfg, r->args.B, r->args.T, r->n_micro, ga->num_slots, r->resident, r->kept,
                               ssd_tier(ga), &r->llama, ga->vocab_host > 0);
     printf(

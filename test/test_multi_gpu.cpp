@@ -911,6 +911,13 @@ TEST_F(MultiGpu, PlanForSeveralGpusAndNodes) {
                              "host RAM, node         121.24 GiB", "disk r+w, node   547.6 + 547.6 GB",
                              "step >= 228.17 s", "the layers' on each node's disk (-sw 1)"})
         EXPECT_TRUE(has(sw2.out, want)) << want << "\n" << sw2.out;
+    // -sb auto there (the default) takes no larger ring: the disk's 228.17 s bound the step with any ring (a
+    // newcomer's read: it took 406 GiB of host RAM a node for nothing)
+    const Result auto2 = run_bin(kEmu, llama70 + Args{"-pn", "8", "-pN", "2", "-sd", "/nonexistent_llmc/ssd",
+                                                      "-sr", "6,4", "-E", "0", "-sw", "1"});
+    for (const char* want : {"the default 4 pieces (a ring of 541 would not shorten the step, 228.17 s",
+                             "host RAM, node         121.24 GiB"})
+        EXPECT_TRUE(has(auto2.out, want)) << want << "\n" << auto2.out;
     const Result two = run_bin(kEmu, llama70 + Args{"-pn", "8", "-pN", "2"});
     EXPECT_EQ(two.code, 0) << two.err << two.out;
     for (const char* want :
