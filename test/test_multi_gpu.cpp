@@ -895,29 +895,28 @@ TEST_F(MultiGpu, PlanForSeveralGpusAndNodes) {
         << small.out;
     // -sd on 2 nodes of 8: each node's store holds its half of each layer, each disk moves half the bytes
     // (under a folder not here: another machine's disk, its free space unchecked)
-    const Result sd2 = run_bin(kEmu, llama70 + Args{"-pn", "8", "-pN", "2", "-sd", "/nonexistent_llmc/ssd",
-                                                    "-sr", "6,4", "-sb", "0", "-E", "0"});
-    EXPECT_EQ(sd2.code, 0) << sd2.err << sd2.out;
-    for (const char* want : {"/ssd/node<n> on each node: two generations of its 1/2 of the streamed layers'",
-                             "host RAM, node         221.65 GiB", "disk r+w, node   410.7 + 410.7 GB",
-                             "step >= 187.20 s", "the streamed layers' 1/N on each node's disk (-sd)"})
-        EXPECT_TRUE(has(sd2.out, want)) << want << "\n" << sd2.out;
+    const auto two_nodes_sd = [&](const Args& more, std::initializer_list<const char*> wants) {
+        const Result r = run_bin(
+            kEmu, llama70 +
+                      Args{"-pn", "8", "-pN", "2", "-sd", "/nonexistent_llmc/ssd", "-sr", "6,4", "-E", "0"} +
+                      more);
+        EXPECT_EQ(r.code, 0) << r.err << r.out;
+        for (const char* want : wants) EXPECT_TRUE(has(r.out, want)) << want << "\n" << r.out;
+    };
+    two_nodes_sd({"-sb", "0"},
+                 {"/ssd/node<n> on each node: two generations of its 1/2 of the streamed layers'",
+                  "host RAM, node         221.65 GiB", "disk r+w, node   410.7 + 410.7 GB",
+                  "step >= 187.20 s", "the streamed layers' 1/N on each node's disk (-sd)"});
     // -sw 1 there: each node's layers.bf16 holds the layers' bf16 weights whole (221.65 -> 121.24 GiB of host
     // RAM a node; 2 bytes a parameter more on each disk, read in the backward and written by each round)
-    const Result sw2 = run_bin(kEmu, llama70 + Args{"-pn", "8", "-pN", "2", "-sd", "/nonexistent_llmc/ssd",
-                                                    "-sr", "6,4", "-sb", "0", "-E", "0", "-sw", "1"});
-    EXPECT_EQ(sw2.code, 0) << sw2.err << sw2.out;
-    for (const char* want : {"(-sw 1: and each layer's bf16 weights whole, once, in layers.bf16)",
-                             "host RAM, node         121.24 GiB", "disk r+w, node   547.6 + 547.6 GB",
-                             "step >= 228.17 s", "the layers' on each node's disk (-sw 1)"})
-        EXPECT_TRUE(has(sw2.out, want)) << want << "\n" << sw2.out;
+    two_nodes_sd({"-sb", "0", "-sw", "1"},
+                 {"(-sw 1: and each layer's bf16 weights whole, once, in layers.bf16)",
+                  "host RAM, node         121.24 GiB", "disk r+w, node   547.6 + 547.6 GB",
+                  "step >= 228.17 s", "the layers' on each node's disk (-sw 1)"});
     // -sb auto there (the default) takes no larger ring: the disk's 228.17 s bound the step with any ring (a
     // newcomer's read: it took 406 GiB of host RAM a node for nothing)
-    const Result auto2 = run_bin(kEmu, llama70 + Args{"-pn", "8", "-pN", "2", "-sd", "/nonexistent_llmc/ssd",
-                                                      "-sr", "6,4", "-E", "0", "-sw", "1"});
-    for (const char* want : {"the default 4 pieces (a ring of 541 would not shorten the step, 228.17 s",
-                             "host RAM, node         121.24 GiB"})
-        EXPECT_TRUE(has(auto2.out, want)) << want << "\n" << auto2.out;
+    two_nodes_sd({"-sw", "1"}, {"the default 4 pieces (a ring of 541 would not shorten the step, 228.17 s",
+                                "host RAM, node         121.24 GiB"});
     const Result two = run_bin(kEmu, llama70 + Args{"-pn", "8", "-pN", "2"});
     EXPECT_EQ(two.code, 0) << two.err << two.out;
     for (const char* want :
