@@ -114,8 +114,9 @@ $(BUILD)/test_matmul: test/test_matmul.cpp llmc/matmul.cuh llmc/cuda_common.h $(
 $(BUILD)/test_attention: test/test_attention.cpp llmc/attention.cuh $(BUILD)/cpu_adam.o $(HEADERS) | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(LDLIBS)
 
-# the SSD tier's suite (llmc/ssd.h): its I/O layer, the store against the in-RAM AdamW, checkpoints, crashes, disk errors
-$(BUILD)/test_ssd: test/test_ssd.cpp $(BUILD)/ssd.o $(BUILD)/cpu_adam.o $(HEADERS) | $(BUILD)
+# the SSD tier's suites (llmc/ssd.h): its I/O layer (test_ssd_io); the store against the in-RAM AdamW,
+# checkpoints, crashes, disk errors, the plan and the probe (test_ssd)
+$(BUILD)/test_ssd $(BUILD)/test_ssd_io: $(BUILD)/test_%: test/test_%.cpp test/ssd_test_common.h $(BUILD)/ssd.o $(BUILD)/cpu_adam.o $(HEADERS) | $(BUILD)
 	$(CXX) $(CXXFLAGS) -I. $< $(BUILD)/ssd.o $(BUILD)/cpu_adam.o -o $@ $(GTEST_LIBS) $(URING_LIBS) $(LDLIBS)
 
 # the cuDNN path's host side; with cudnn-frontend's headers, its loader too (linked by nvcc: cudnn_att.o
