@@ -62,67 +62,74 @@ TEST_P(SsdIoTest, ManyChunksInFlightRoundTrip) {
     ssd_free(r);
 }
 
+// The queue-order tests' set-up: one chunk of 1 MiB in flight, a file of 64 MiB + 2 MiB, a 64 MiB buffer
+// (big, filled with 7s) and a 2 MiB one (small); all freed at the end.
+struct OneChunkQueue {
+    static constexpr int64_t kMiB = (int64_t)1 << 20, kBytes = 64 * kMiB;  // 64 chunks
+    TempDir d;
+    SsdIo* io = NULL;
+    SsdFile f;
+    uint8_t *big = NULL, *small = NULL;
+    char err[1024] = "";
+    explicit OneChunkQueue(int fallback) {
+        f.fd = -1;
+        io = open_io(fallback, 1);
+        if (!io) return;
+        if (ssd_file_open(&f, (d.path + "/a").c_str(), 1, kBytes + 2 * kMiB, 1, err, sizeof err) != 0) {
+            ADD_FAILURE() << err;
+            return;
+        }
+        big = (uint8_t*)ssd_alloc(kBytes);
+        small = (uint8_t*)ssd_alloc(2 * kMiB);
+        memset(big, 7, (size_t)kBytes);
+    }
+    bool ok() const { return io && f.fd >= 0; }
+    ~OneChunkQueue() {
+        if (io) ssd_io_close(io);  // waits for what is in flight first
+        ssd_file_close(&f);
+        ssd_free(big);
+        ssd_free(small);
+    }
+};
+
 // Reads go before queued writes (someone waits on a read; writes are write-behind): one chunk in flight, a
 // write of 64 chunks, then a read: the read starts within the write's first chunks, not after all 64. In FIFO
 // order it started 65th (and this failed).
 TEST_P(SsdIoTest, ReadsOvertakeQueuedWrites) {
-    TempDir d;
-    SsdIo* io = open_io(GetParam(), 1);
-    ASSERT_NE(io, nullptr);
-    char err[1024] = "";
-    SsdFile f;
-    const int64_t bytes = (int64_t)64 << 20;  // 64 chunks of 1 MiB
-    ASSERT_EQ(ssd_file_open(&f, (d.path + "/a").c_str(), 1, 2 * bytes, 1, err, sizeof err), 0) << err;
-    uint8_t* w = (uint8_t*)ssd_alloc(bytes);
-    uint8_t* r = (uint8_t*)ssd_alloc((int64_t)1 << 20);
-    memset(w, 7, (size_t)bytes);
-    const SsdReq write = ssd_io_submit(io, &f, 1, w, bytes, 0);
-    const SsdReq read = ssd_io_submit(io, &f, 0, r, (int64_t)1 << 20, bytes);
-    EXPECT_EQ(ssd_io_wait(io, read, err, sizeof err), 0) << err;
-    EXPECT_EQ(ssd_io_wait(io, write, err, sizeof err), 0) << err;
+    OneChunkQueue q(GetParam());
+    ASSERT_TRUE(q.ok());
+    const SsdReq write = ssd_io_submit(q.io, &q.f, 1, q.big, q.kBytes, 0);
+    const SsdReq read = ssd_io_submit(q.io, &q.f, 0, q.small, q.kMiB, q.kBytes);
+    EXPECT_EQ(ssd_io_wait(q.io, read, q.err, sizeof q.err), 0) << q.err;
+    EXPECT_EQ(ssd_io_wait(q.io, write, q.err, sizeof q.err), 0) << q.err;
     char order[4096];
-    ASSERT_EQ(ssd_io_started_order(io, order, sizeof order), 65);
+    ASSERT_EQ(ssd_io_started_order(q.io, order, sizeof order), 65);
     const char* at = strchr(order, 'r');
     ASSERT_NE(at, nullptr);
     EXPECT_LT(at - order, 8) << "the read started as chunk " << at - order + 1 << " of 65: " << order;
-    ssd_io_close(io);
-    ssd_file_close(&f);
-    ssd_free(w);
-    ssd_free(r);
 }
 
 // A read someone waits on now (ssd_io_submit_urgent: -sw 1's weights for the backward) starts ahead of the
 // reads queued before it (the round's read-ahead, which -sb auto makes long), and urgent reads keep their own
 // order.
 TEST_P(SsdIoTest, UrgentReadsOvertakeQueuedReads) {
-    TempDir d;
-    SsdIo* io = open_io(GetParam(), 1);
-    ASSERT_NE(io, nullptr);
-    char err[1024] = "";
-    SsdFile f;
-    const int64_t bytes = (int64_t)64 << 20, mib = (int64_t)1 << 20;  // 64 chunks of 1 MiB
-    ASSERT_EQ(ssd_file_open(&f, (d.path + "/a").c_str(), 1, bytes + 2 * mib, 1, err, sizeof err), 0) << err;
-    uint8_t* ahead = (uint8_t*)ssd_alloc(bytes);
-    uint8_t* now = (uint8_t*)ssd_alloc(2 * mib);
-    memset(ahead, 0, (size_t)bytes);
-    ssd_io_hold(io, 1);  // all three queued before any starts (a loaded machine's timing aside)
-    const SsdReq readahead = ssd_io_submit(io, &f, 0, ahead, bytes, 0);
-    const SsdReq first = ssd_io_submit_urgent(io, &f, now, mib, bytes);
-    const SsdReq second = ssd_io_submit_urgent(io, &f, now + mib, mib, bytes + mib);
-    ssd_io_hold(io, 0);
-    EXPECT_EQ(ssd_io_wait(io, first, err, sizeof err), 0) << err;
-    EXPECT_EQ(ssd_io_wait(io, second, err, sizeof err), 0) << err;
-    EXPECT_EQ(ssd_io_wait(io, readahead, err, sizeof err), 0) << err;
+    OneChunkQueue q(GetParam());
+    ASSERT_TRUE(q.ok());
+    const int64_t bytes = q.kBytes, mib = q.kMiB;
+    ssd_io_hold(q.io, 1);  // all three queued before any starts (a loaded machine's timing aside)
+    const SsdReq readahead = ssd_io_submit(q.io, &q.f, 0, q.big, bytes, 0);
+    const SsdReq first = ssd_io_submit_urgent(q.io, &q.f, q.small, mib, bytes);
+    const SsdReq second = ssd_io_submit_urgent(q.io, &q.f, q.small + mib, mib, bytes + mib);
+    ssd_io_hold(q.io, 0);
+    EXPECT_EQ(ssd_io_wait(q.io, first, q.err, sizeof q.err), 0) << q.err;
+    EXPECT_EQ(ssd_io_wait(q.io, second, q.err, sizeof q.err), 0) << q.err;
+    EXPECT_EQ(ssd_io_wait(q.io, readahead, q.err, sizeof q.err), 0) << q.err;
     char order[4096];
-    ASSERT_EQ(ssd_io_started_order(io, order, sizeof order), 66);
+    ASSERT_EQ(ssd_io_started_order(q.io, order, sizeof order), 66);
     const char* at = strchr(order, 'u');
     ASSERT_NE(at, nullptr) << order;
     EXPECT_EQ(at - order, 0) << "the urgent read started as chunk " << at - order + 1 << " of 66: " << order;
     EXPECT_EQ(at[1], 'u') << "the two urgent reads one after the other: " << order;
-    ssd_io_close(io);
-    ssd_file_close(&f);
-    ssd_free(ahead);
-    ssd_free(now);
 }
 
 TEST_P(SsdIoTest, BadRequestsAreOneErrorNotACrash) {
