@@ -1,6 +1,7 @@
 // llmc/run_setup.cuh — train_gpt.cu's set-up around the loop: -e's model, data, output directory,
 // memory plan and fit check, weights (RAM or SSD), tokenizer, printed tables.
-// Included after the step, whose gpt_build and load_state it calls.
+// Included after the step (train_gpt.cu), which it runs; gpt_build and load_state come from
+// llmc/gpt_build.cuh and llmc/gpt_checkpoint.cuh.
 // Not here: the step, the loop and its lines (train_gpt.cu).
 #pragma once
 #include <fcntl.h>                 // defines: open, O_RDONLY

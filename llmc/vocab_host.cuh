@@ -14,7 +14,7 @@
 // thread takes it first, so the forward waits for its own rows only, not the table); an untied lm_head on
 // that thread after the round. The forward waits for the rest before the head. Several ranks or nodes update
 // their parts of every tensor on the main thread, before the forward. Not here: sizes (llmc/memory_plan.cuh),
-// allocation (gpt_build), the step (train_gpt.cu).
+// allocation (llmc/gpt_build.cuh), the step (train_gpt.cu).
 #pragma once
 #include <math.h>
 #include <string.h>
