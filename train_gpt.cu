@@ -37,7 +37,7 @@
 #include "dataloader.h"        // defines: DataLoader, dataloader_open_pair, _next_batch
 // defines: layernorm_forward, gelu_forward, fused_classifier, adamw_gpu, kernels_load
 #include "llmc/kernels.cuh"
-#include "llmc/logger.h"        // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
+#include "llmc/logger.h"        // defines: TrainLogger, logger_open, logger_train, logger_val, logger_eval
 #include "llmc/hf_tokenizer.h"  // defines: tokenizer_init_hf (a Llama-family checkpoint's samples)
 #include "llmc/llama_hf.h"      // defines: llama_hf_read_config, llama_hf_load_window (Hugging Face Llamas)
 #include "llmc/model_file.h"  // defines: GPTConfig, ParamLayout, gpt_layout, gpt_init_params, gpt_load_params
@@ -627,6 +627,35 @@ static float validation_loss(GPT* g, DataLoader* val, int64_t batches, StepToken
     return (float)(sum / targets);
 }
 
+// -h: the examples of the eval file the model answers right. Each round of the walk is max_micro batches a
+// rank, B / 4 examples a batch (llmc/evalloader.h); the ranks sum their counts.
+static int eval_correct(GPT* g, const EvalSet* set) {
+    const int B = g->B, T = g->T, per = B / EVAL_CHOICES, M = g->max_micro;
+    const int64_t N = (int64_t)B * T, examples = (int64_t)set->examples.size();
+    const int64_t batches = (examples + per - 1) / per, walk = (int64_t)M * g->comm->world;
+    std::vector<int> inputs((size_t)(M * N)), targets((size_t)(M * N)), labels((size_t)(M * B)),
+        held((size_t)M);
+    std::vector<float> losses((size_t)(M * N)), means((size_t)M);
+    double correct = 0;
+    for (int64_t done = 0; done < batches; done += walk) {
+        const int all = (int)std::min<int64_t>(walk, batches - done), first = g->comm->rank * M;
+        const int n = std::max(0, std::min(M, all - first));  // this rank's
+        for (int i = 0; i < n; i++)
+            held[(size_t)i] = evalset_batch(set, (done + first + i) * per, B, T, inputs.data() + i * N,
+                                            targets.data() + i * N, labels.data() + i * B);
+        if (n == 0) continue;
+        gpt_forward_eval_batches(g, inputs.data(), targets.data(), n, means.data());
+        cudaStream_t s = g->stream.compute;  // the forward's losses, each token's
+        cudaCheck(cudaMemcpyAsync(losses.data(), g->losses, (size_t)(n * N) * 4, cudaMemcpyDeviceToHost, s));
+        cudaCheck(cudaStreamSynchronize(s));
+        for (int i = 0; i < n; i++)
+            correct += evalset_correct(losses.data() + i * N, targets.data() + i * N, labels.data() + i * B,
+                                       held[(size_t)i], T);
+    }
+    comm_sum_host(g->comm, &correct, 1);
+    return (int)correct;
+}
+
 // Prints the step's line. Chat data adds "| targets N".
 static void print_step_line(const Run* r, const GPT* g, int step, const StepResult* res, float lr, double dt,
                             double elapsed) {
@@ -658,6 +687,11 @@ static void evaluate(Run* r, GPT* g, int step) {
         const float vl = validation_loss(g, &r->val, r->val_batches, &r->batch);
         printf("val loss %.6f\n", vl);
         logger_val(&r->logger, step, vl);
+    }
+    if (!r->bench && a.hellaswag && ((a.val_every > 0 && step % a.val_every == 0) || last)) {
+        const int n = (int)r->eval.examples.size(), right = eval_correct(g, &r->eval);
+        printf("HellaSwag: %d/%d = %.6f\n", right, n, (double)right / n);
+        logger_eval(&r->logger, step, (float)right / (float)n);
     }
     if (sample_now && g->comm->rank == 0)  // several ranks: rank 0's
         gpt_sample(g, &r->tok, r->sample_tokens, &r->sample_rng, r->prompt, r->prompt_len);

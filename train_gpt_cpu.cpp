@@ -11,12 +11,13 @@
 #include "llmc/cpu_adam.h"     // defines: cpu_adam_set_threads, cpu_adam_simd_name, sumsq_f32
 #include "llmc/cpu_cores.h"    // defines: usable_cpu_cores, omp_short_spin_reexec
 #include "dataloader.h"        // defines: DataLoader, dataloader_open_pair, _next_batch
+#include "llmc/evalloader.h"   // defines: EvalSet, evalset_read, evalset_batch, evalset_correct (-h)
 #include "llmc/gpt2_cpu.h"     // defines: GPT2CPU, gpt2_cpu_forward, gpt2_cpu_backward, adamw_model_f32grad
 #include "llmc/llama_cpu.h"    // defines: LlamaCPU, llama_cpu_forward, llama_cpu_backward, llama_cpu_adamw
 #include "llmc/llama_hf.h"     // defines: llama_hf_load, llama_hf_read_config
 #include "llmc/llama_model.h"  // defines: LlamaConfig, parse_llama_spec, llama_init_params, llama_read_header
 #include "llmc/hf_tokenizer.h"  // defines: tokenizer_init_hf
-#include "llmc/logger.h"        // defines: TrainLogger, logger_open, logger_train, logger_val, logger_close
+#include "llmc/logger.h"        // defines: TrainLogger, logger_open, logger_train, logger_val, logger_eval
 #include "llmc/model_file.h"    // defines: GPTConfig, ParamLayout, gpt_init_params, gpt_load_params
 #include "llmc/model_specs.h"   // defines: parse_model_spec
 #include "llmc/outliers.h"      // defines: OutlierWindow, outlier_skip, training_diverged, die_diverged
@@ -90,6 +91,10 @@ static void model_forward(CpuModel* m, const int* inputs, const int* targets, in
     const int ok = m->llama ? llama_cpu_forward(&m->ll, inputs, targets, B, T, pos)
                             : gpt2_cpu_forward(&m->gpt, inputs, targets, B, T, pos);
     if (!ok) die("%s", model_error(m));
+}
+// The last forward's loss at each of its B x T positions (0 where no target).
+static const float* model_token_losses(const CpuModel* m) {
+    return m->llama ? m->ll.acts.losses : m->gpt.acts.losses;
 }
 static int64_t model_num_targets(const CpuModel* m) {
     return m->llama ? m->ll.num_targets : m->gpt.num_targets;
@@ -224,6 +229,18 @@ static float validation_loss(CpuModel* model, DataLoader* val, int64_t batches) 
     return (float)(sum / (chat ? targets : (double)batches));
 }
 
+// -h: the examples the model answers right (llmc/evalloader.h), B / 4 a forward pass.
+static int eval_correct(CpuModel* model, const EvalSet* set, int B, int T) {
+    std::vector<int> inputs((size_t)B * T), targets((size_t)B * T), labels((size_t)B);
+    int correct = 0;
+    for (int64_t first = 0; first < (int64_t)set->examples.size(); first += B / EVAL_CHOICES) {
+        const int n = evalset_batch(set, first, B, T, inputs.data(), targets.data(), labels.data());
+        model_forward(model, inputs.data(), targets.data(), B, T);
+        correct += evalset_correct(model_token_losses(model), targets.data(), labels.data(), n, T);
+    }
+    return correct;
+}
+
 // Prints n sampled tokens after <|endoftext|>, or after a chat run's prompt (its P tokens, then at most
 // T - P). Each: a B=1 forward over the last maxT.
 static void generate(CpuModel* model, const Tokenizer* tok, int n, uint64_t* rng, const int* prompt = NULL,
@@ -263,6 +280,7 @@ typedef struct {
     DataLoader train, val;
     int accum, total_steps;  // micro-batches per step, the last step
     int64_t val_batches;
+    EvalSet eval;         // -h: the multiple-choice eval file
     int64_t resume_step;  // the checkpoint resumed from, -1: a fresh run
     int64_t resume_header[ST_HEADER_FIELDS];
     char resume_model[4200], resume_state[4200];
@@ -352,6 +370,9 @@ static void open_data(CpuRun* r) {
         die("train data %s holds %lld batches of B*T, fewer than the %d one step needs (-d)", a->train_data,
             (long long)r->train.num_batches, r->accum);
     r->val_batches = dataloader_eval_batches(&r->val, a->val_max_batches);
+    if (a->hellaswag && (!evalset_read(a->hellaswag, &r->eval, err, sizeof err) ||
+                         !evalset_check_fit(&r->eval, a->B, a->T, model_vocab(&r->model), err, sizeof err)))
+        die("%s", err);
     r->prompt = (int*)malloc(sizeof(int) * (size_t)a->T);  // a chat run samples after a prompt
     if (!r->prompt) die("out of memory");
     r->prompt_len = dataloader_chat_prompt(&r->val, r->prompt, a->T - 1);
@@ -435,6 +456,9 @@ static void print_config_table(const CpuRun* r) {
     table_row("steps", "%d", r->total_steps);
     table_row("train / val batches", "%lld / %lld (val uses %lld)", (long long)r->train.num_batches,
               (long long)r->val.num_batches, (long long)r->val_batches);
+    if (a->hellaswag)
+        table_row("HellaSwag (-h)", "%s: %zu examples, %d a batch", a->hellaswag, r->eval.examples.size(),
+                  a->B / EVAL_CHOICES);
     table_row("host memory", "%.1f MiB params+grads+adam, %.1f MiB acts",
               4.0 * model_total(&r->model) * 4 * mib, (double)model_act_floats(&r->model) * 4 * mib);
     table_row("threads", "%d", omp_get_max_threads());
@@ -533,6 +557,11 @@ int main(int argc, char** argv) {
             const float vl = validation_loss(&r->model, &r->val, r->val_batches);
             printf("val loss %.6f\n", vl);
             logger_val(&r->logger, step, vl);
+        }
+        if (a->hellaswag && ((a->val_every > 0 && step % a->val_every == 0) || last)) {
+            const int n = (int)r->eval.examples.size(), right = eval_correct(&r->model, &r->eval, a->B, a->T);
+            printf("HellaSwag: %d/%d = %.6f\n", right, n, (double)right / n);
+            logger_eval(&r->logger, step, (float)right / (float)n);
         }
         if (sample_tokens(a) > 0 &&
             ((a->sample_every > 0 && step > 0 && step % a->sample_every == 0) || last))

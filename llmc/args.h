@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define OUTLIER_WINDOW 128  // -sl / -sg window: the previous N steps
+#define OUTLIER_WINDOW    128                                     // -sl / -sg window: the previous N steps
+#define EVAL_DEFAULT_PATH "dev/data/hellaswag/hellaswag_val.bin"  // -h 1: llm.c's HellaSwag file
 
 // -k values, saved in checkpoints: fixed, cosine 0 as in older files.
 enum { LR_COSINE = 0, LR_LINEAR = 1, LR_CONSTANT = 2, LR_WSD = 3, LR_SCHEDULES };
@@ -44,6 +45,7 @@ typedef struct {
     int overfit_single_batch;    // -a  1 = every step trains on the first step's tokens (loss -> 0)
     float skip_loss_z;           // -sl skip an update whose loss z-score exceeds this; 0 = off
     float skip_grad_z;           // -sg the same for the gradient norm; 0 = off
+    const char* hellaswag;       // -h  multiple-choice eval file (llmc/evalloader.h), NULL = none
     unsigned given;              // GIVEN_* bits: flags on the command line (-y 1 takes the rest from the run)
 } TrainArgs;
 // The hyperparameters a checkpoint records, as bits of TrainArgs.given.
@@ -126,7 +128,11 @@ static inline void train_usage(FILE* f, const TrainArgs* d = NULL) {
         "  -sl <float> skip the update of a step whose loss is more than this many standard deviations\n"
         "              above the mean of the last %d steps' (a loss spike), 0 = off (default %g)\n"
         "  -sg <float> the same for the gradient norm, 0 = off (default %g)\n"
-        "  -h          this help\n",
+        "  -h <0|1|file> HellaSwag accuracy at each validation and at the end: 1 reads\n"
+        "              " EVAL_DEFAULT_PATH
+        " (llm.c's; dev/data/hellaswag.py makes it), a file\n"
+        "              path reads that file, 0 = none (default 0)\n"
+        "  -h          alone: this help\n",
         d->train_data, d->val_data, d->model, d->B, d->T, d->lr, d->warmup_steps, d->final_lr_frac,
         lr_schedule_name(d->lr_schedule), d->weight_decay, d->grad_clip, d->max_steps, d->val_every,
         d->val_max_batches, d->sample_every, d->checkpoint_every, d->keep_checkpoints,
@@ -285,6 +291,15 @@ static inline int parse_train_arg(TrainArgs* a, const char* flag, const char* va
             ok = parse_int_in(flag, value, 0, 1, &i, err, errlen);
             a->overfit_single_batch = (int)i;
             break;
+        case 'h':  // 0, 1 (llm.c's file) or a file
+            if (!*value) {
+                snprintf(err, errlen, "flag -h: 0, 1 or an eval file (empty given)");
+                return 0;
+            }
+            a->hellaswag = strcmp(value, "0") == 0   ? NULL
+                           : strcmp(value, "1") == 0 ? EVAL_DEFAULT_PATH
+                                                     : value;
+            break;
         default: return -1;
     }
     return ok;
@@ -400,13 +415,12 @@ static inline const char* llmc_flag_note(const char* flag) {
         if (strcmp(flag, notes[i].flag) == 0) return notes[i].note;
     return NULL;
 }
-// -h alone is the help; llm.c's "-h 1" (HellaSwag) is refused.
+// -h alone (or before another flag) is the help; -h with a value is llm.c's HellaSwag flag (parse_train_arg).
 static inline int help_flag(int argc, char** argv, int i, char* err, size_t errlen) {
     if (strcmp(argv[i], "-h") != 0 && strcmp(argv[i], "--help") != 0) return 0;
     if (i + 1 < argc && argv[i + 1][0] != '-') {
-        snprintf(err, errlen,
-                 "flag %s takes no value (llm.c's -h %.20s, its HellaSwag evaluation, is not supported here)",
-                 argv[i], argv[i + 1]);
+        if (strcmp(argv[i], "-h") == 0) return 0;  // -h 0, -h 1, -h FILE
+        snprintf(err, errlen, "flag %s takes no value", argv[i]);
         return -1;
     }
     return 1;

@@ -76,6 +76,10 @@ static inline void logger_train(TrainLogger* lg, int step, float loss, float lr,
 static inline void logger_val(TrainLogger* lg, int step, float loss) {
     logger_line(lg, step, "tel", loss, "");
 }
+// -h: the multiple-choice accuracy (llm.c's "eval" lines)
+static inline void logger_eval(TrainLogger* lg, int step, float accuracy) {
+    logger_line(lg, step, "eval", accuracy, "");
+}
 static inline void logger_close(TrainLogger* lg) {
     if (lg->f) fclose(lg->f);
     lg->f = NULL;

@@ -6,6 +6,7 @@
 #pragma once
 #include <fcntl.h>                 // defines: open, O_RDONLY
 #include <sys/file.h>              // defines: flock
+#include "llmc/evalloader.h"       // defines: EvalSet, evalset_read, evalset_check_fit (-h)
 #include "llmc/llama_kernels.cuh"  // defines: llama_kernels_load
 #include "llmc/plan_advice.cuh"  // defines: print_plan_verdicts, PlanChoice, PLAN_FITS, PLAN_FITS_WITH_ADVICE
 
@@ -129,6 +130,7 @@ typedef struct {
     // the loop's
     DataLoader train, val;
     int64_t val_batches;
+    EvalSet eval;  // -h: the multiple-choice eval file (every rank reads it)
     Tokenizer tok;
     TrainLogger logger;
     StepTokens batch;      // one step's tokens
@@ -338,6 +340,9 @@ static void open_data(Run* r) {
             die("train data %s holds fewer than %d batches of B*T: one step needs that many", a->train_data,
                 r->n_micro_all);
         r->val_batches = dataloader_eval_batches(val, a->val_max_batches);
+        if (a->hellaswag && (!evalset_read(a->hellaswag, &r->eval, err, sizeof err) ||
+                             !evalset_check_fit(&r->eval, a->B, a->T, r->cfg.vocab_size, err, sizeof err)))
+            die("%s", err);
         a->max_steps = r->total_steps;  // -x -1 resolved: checkpoints record the run's length
         const std::string tok = open_tokenizer(r);
         for (const DataLoader* dl : {train, val}) {
@@ -1229,6 +1234,9 @@ static void print_config_table(const Run* r, const GPT* g) {
     table_row("weight decay / clip", "%.2f / %.2f", args.weight_decay, args.grad_clip);
     table_row("steps", r->bench ? "%d (benchmark: %d warm-up + %d timed)" : "%d", r->total_steps,
               r->ga.bench_warmup, r->ga.bench_steps);
+    if (args.hellaswag && !r->bench)
+        table_row("HellaSwag (-h)", "%s: %zu examples, %d a batch", args.hellaswag, r->eval.examples.size(),
+                  args.B / EVAL_CHOICES);
     if (r->ga.ssd_dir)
         table_row("host memory",
                   "%.2f GiB (fp32 master+m+v of the prefix %.2f, pinned bf16 %.2f, SSD ring %.2f)",

@@ -4,12 +4,15 @@
 // dev/data/chats.jsonl: the ids against an independent encoding, exactly the assistant turns as targets (by
 // decoding), positions, packing, splitting, the summary's counts, the special tokens in the header, the two
 // shards replaced together (never through a symlink), the prefix method's bounded renders, and every bad
-// input named by its line. The tokenizers are built offline from the shipped GPT-2 files
-// (test/make_test_tokenizers.py). It needs Python with tokenizers, transformers and jinja2 ($HF_PYTHON, else
-// .venv-hf): without them it skips, unless HF_REQUIRED=1. Run from the repo root.
+// input named by its line; dev/data/hellaswag.py's eval files as llmc/evalloader.h reads them (GPT-2's BPE
+// from the shipped files and from a tokenizer.json, a vocabulary past 65536 as uint32). The tokenizers are
+// built offline from the shipped GPT-2 files (test/make_test_tokenizers.py). It needs Python with tokenizers,
+// transformers and jinja2 ($HF_PYTHON, else .venv-hf): without them it skips, unless HF_REQUIRED=1. Run from
+// the repo root.
 #include <fstream>              // defines: std::ifstream, std::ofstream
 #include "cli_test_common.h"    // defines: CliTest (a scratch dir), run, Result, slurp, has
 #include "dev/data/gpt2_bpe.h"  // defines: GPT2BPE, gpt2_bpe_load, gpt2_bpe_encode, gpt2_bpe_decode
+#include "llmc/evalloader.h"    // defines: EvalSet, evalset_read (hellaswag.py's files)
 #include "llmc/json.h"          // defines: Json, json_parse
 
 static const char* const kChats = "dev/data/chats.jsonl";
@@ -307,6 +310,65 @@ TEST_F(ChatData, HfTokenizeWritesBothShardsOrNeither) {
     EXPECT_TRUE(CleanError(tool("dev/data/hf_tokenize.py", args + Args{"--out-prefix", dir + "/pair/h"}),
                            {"h_train.bin exists and is not a regular file"}));
     EXPECT_EQ(slurp(dir + "/pair/h_val.bin"), val) << "the val shard of the old pair is kept";
+}
+
+// hellaswag.py: each context as gpt2_bpe.h encodes it, each ending with one space before it (llm.c's rule);
+// the shipped GPT-2 files and the same tokenizer as a tokenizer.json write the same bytes; a vocabulary past
+// 65536 ids writes uint32 ids; a line that is not HellaSwag's is one error naming it.
+TEST_F(ChatData, HellaswagPyWritesWhatTheEvalLoaderReads) {
+    const std::vector<std::string> ctx = {"A man is sitting on a roof. he",
+                                          "It's 2026; d\xc3\xa9j\xc3\xa0 vu  <w15999>"};
+    const std::vector<std::vector<std::string>> ends = {
+        {"is using wrap to wrap a pair of skis.", "is ripping level tiles off.", "starts pulling up roofing.",
+         "x"},
+        {"a", "b c", "  two spaces", "<|endoftext|> stays text"}};
+    std::string jsonl;
+    for (int e = 0; e < 2; e++) {
+        jsonl += "{\"ind\": " + std::to_string(e) + ", \"ctx\": \"" + ctx[(size_t)e] + "\", \"endings\": [";
+        for (int c = 0; c < 4; c++)
+            jsonl += std::string(c ? ", " : "") + "\"" + ends[(size_t)e][(size_t)c] + "\"";
+        jsonl += "], \"label\": " + std::to_string(3 - e) + "}\n";
+    }
+    FILE* f = fopen((dir + "/hs.jsonl").c_str(), "wb");
+    fwrite(jsonl.data(), 1, jsonl.size(), f);
+    fclose(f);
+    for (const std::string& t : {std::string("gpt2"), tok + "/gpt2"}) {
+        const std::string out = dir + "/hs_" + std::to_string(t.size()) + ".bin";
+        const Result r =
+            tool("dev/data/hellaswag.py", {"--input", dir + "/hs.jsonl", "--tokenizer", t, "--out", out});
+        ASSERT_EQ(r.code, 0) << r.err;
+        EXPECT_TRUE(has(r.out, "2 examples, uint16 ids")) << r.out;
+        EvalSet set;
+        char err[1024];
+        ASSERT_TRUE(evalset_read(out.c_str(), &set, err, sizeof err)) << err;
+        ASSERT_EQ(set.examples.size(), 2u);
+        for (int e = 0; e < 2; e++) {
+            EXPECT_EQ(set.examples[(size_t)e].label, 3 - e);
+            EXPECT_EQ(set.examples[(size_t)e].context, enc(ctx[(size_t)e]));
+            for (int c = 0; c < 4; c++)
+                EXPECT_EQ(set.examples[(size_t)e].completion[c], enc(" " + ends[(size_t)e][(size_t)c]))
+                    << e << c;
+        }
+    }
+    EXPECT_TRUE(slurp(dir + "/hs_4.bin") ==
+                slurp(dir + "/hs_" + std::to_string((tok + "/gpt2").size()) + ".bin"));
+    // a vocabulary past 65536: uint32 ids, <w15999> one id
+    const Result big = tool("dev/data/hellaswag.py", {"--input", dir + "/hs.jsonl", "--tokenizer",
+                                                      tok + "/big", "--out", dir + "/w.bin"});
+    ASSERT_EQ(big.code, 0) << big.err;
+    EXPECT_TRUE(has(big.out, "2 examples, uint32 ids")) << big.out;
+    EvalSet set;
+    char err[1024];
+    ASSERT_TRUE(evalset_read((dir + "/w.bin").c_str(), &set, err, sizeof err)) << err;
+    EXPECT_EQ(set.examples[1].context.back(), 50257 + 15999);
+    EXPECT_EQ(header(dir + "/w.bin")[0], EVAL_MAGIC_U32);
+    // not HellaSwag's: one line naming the line
+    f = fopen((dir + "/bad.jsonl").c_str(), "wb");
+    fputs("{\"ctx\": \"a\", \"endings\": [\"b\", \"c\"], \"label\": 0}\n", f);
+    fclose(f);
+    EXPECT_TRUE(
+        CleanError(tool("dev/data/hellaswag.py", {"--input", dir + "/bad.jsonl", "--out", dir + "/b.bin"}),
+                   {"bad.jsonl:1: want a string ctx, 4 string endings and a label 0..3"}));
 }
 
 TEST_F(ChatData, HfTokenizeWideVocabularyWritesUint32) {

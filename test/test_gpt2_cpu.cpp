@@ -713,9 +713,14 @@ TEST(TrainArgs, ArgvLoop) {
     EXPECT_EQ(parse_train_argv(2, (char**)help, &a, e, sizeof e), 2);
     const char* help_then_flags[] = {"prog", "-h", "-b", "2"};
     EXPECT_EQ(parse_train_argv(4, (char**)help_then_flags, &a, e, sizeof e), 2);
-    const char* hellaswag[] = {"prog", "-h", "1"};  // llm.c's HellaSwag switch: refused, not the help
-    EXPECT_EQ(parse_train_argv(3, (char**)hellaswag, &a, e, sizeof e), 0);
-    EXPECT_NE(strstr(e, "HellaSwag"), nullptr) << e;
+    const char* hellaswag[] = {"prog", "-h", "1"};  // llm.c's HellaSwag switch (its file), not the help
+    EXPECT_EQ(parse_train_argv(3, (char**)hellaswag, &a, e, sizeof e), 1) << e;
+    EXPECT_STREQ(a.hellaswag, EVAL_DEFAULT_PATH);
+    const char* eval_file[] = {"prog", "-h", "my.bin", "-h", "0"};  // a file, then none (later flags win)
+    EXPECT_EQ(parse_train_argv(3, (char**)eval_file, &a, e, sizeof e), 1) << e;
+    EXPECT_STREQ(a.hellaswag, "my.bin");
+    EXPECT_EQ(parse_train_argv(5, (char**)eval_file, &a, e, sizeof e), 1) << e;
+    EXPECT_EQ(a.hellaswag, nullptr);
     const char* missing[] = {"prog", "-b"};
     EXPECT_EQ(parse_train_argv(2, (char**)missing, &a, e, sizeof e), 0);
     EXPECT_NE(strstr(e, "needs a value"), nullptr) << e;

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""hellaswag.py — HellaSwag's JSONL -> the eval file the trainers' -h reads (llmc/evalloader.h), as llm.c's
+dev/data/hellaswag.py writes it. Not here: the download (no network at run time): fetch
+hellaswag_val.jsonl yourself, e.g. from https://github.com/rowanz/hellaswag (data/hellaswag_val.jsonl).
+
+Each line: {"ctx": "...", "endings": [4 strings], "label": 0..3} (HellaSwag's fields; other fields are
+ignored). The context is encoded as it is, each ending with one space before it (" " + ending), as llm.c.
+Tokenizer: `gpt2` (the default: dev/data/gpt2's vocabulary and merges, GPT-2's BPE) or a model's
+tokenizer.json / its directory (Llama 3, Qwen2.5). Special-token text in the data is encoded as text. A vocabulary of at most 65536 ids gives uint16 ids
+(magic 20240522, version 1: llm.c's file), a larger one uint32 ids (magic 20240802, version 7).
+
+usage: python dev/data/hellaswag.py --input hellaswag_val.jsonl
+           [--out dev/data/hellaswag/hellaswag_val.bin] [--tokenizer gpt2|DIR|tokenizer.json] [--limit N]
+"""
+import argparse
+import json
+import os
+import struct
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+U16 = (20240522, 1)  # llmc/evalloader.h: EVAL_MAGIC_U16, EVAL_VERSION_U16
+U32 = (20240802, 7)  # EVAL_MAGIC_U32, EVAL_VERSION_U32
+
+
+def die(msg):
+    print(f"error: {msg}", file=sys.stderr)
+    sys.exit(1)
+
+
+def load_tokenizer(name):
+    """encode(text) -> ids, and the vocabulary's size (largest id + 1)."""
+    try:
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # defines: the BPE pieces
+    except ImportError as e:
+        die(f"hellaswag.py needs the tokenizers module ({e}): pip install tokenizers")
+    if name == "gpt2":  # GPT-2's byte-level BPE from the vendored files, as transformers' GPT2TokenizerFast
+        tok = Tokenizer(models.BPE.from_file(os.path.join(HERE, "gpt2", "encoder.json"),
+                                             os.path.join(HERE, "gpt2", "vocab.bpe")))
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+    else:
+        file = os.path.join(name, "tokenizer.json") if os.path.isdir(name) else name
+        if not os.path.isfile(file):
+            die(f"no tokenizer.json at {name} (or pass --tokenizer gpt2)")
+        try:
+            tok = Tokenizer.from_file(file)
+        except Exception as e:  # the library's own message says what is wrong
+            die(f"{file}: not a tokenizer.json the `tokenizers` library reads: {e}")
+    tok.encode_special_tokens = True  # "<|endoftext|>" in the text is text, as hf_tokenize.py
+    vocab = max(tok.get_vocab(with_added_tokens=True).values()) + 1
+    return (lambda text: tok.encode(text, add_special_tokens=False).ids), vocab
+
+
+def examples(path, limit):
+    """(ctx, endings, label) of each line, checked."""
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError as e:
+        die(f"cannot open {path}: {e.strerror}")
+    with f:
+        for n, line in enumerate(f, 1):
+            if limit is not None and n > limit:
+                return
+            if not line.strip():
+                continue
+            try:
+                ex = json.loads(line)
+                ctx, endings, label = ex["ctx"], ex["endings"], int(ex["label"])
+            except (ValueError, KeyError, TypeError) as e:
+                die(f"{path}:{n}: not a HellaSwag line ({e.__class__.__name__}: {e})")
+            if not isinstance(ctx, str) or not isinstance(endings, list) or len(endings) != 4 \
+                    or not all(isinstance(x, str) for x in endings) or not 0 <= label < 4:
+                die(f"{path}:{n}: want a string ctx, 4 string endings and a label 0..3")
+            yield ctx, endings, label
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--input", required=True, help="HellaSwag JSONL (e.g. hellaswag_val.jsonl)")
+    ap.add_argument("--out", default="dev/data/hellaswag/hellaswag_val.bin")
+    ap.add_argument("--tokenizer", default="gpt2", help="gpt2, or a model's tokenizer.json or its directory")
+    ap.add_argument("--limit", type=int, default=None, help="the first N examples only")
+    args = ap.parse_args()
+    encode, vocab = load_tokenizer(args.tokenizer)
+    (magic, version), fmt, top = (U16, "<H", 0xFFFF) if vocab <= 65536 else (U32, "<I", 0xFFFFFFFF)
+    width = struct.calcsize(fmt)
+    body, longest, count = [], 0, 0
+    for i, (ctx, endings, label) in enumerate(examples(args.input, args.limit)):
+        parts = [encode(ctx)] + [encode(" " + e) for e in endings]
+        if any(len(p) == 0 for p in parts):
+            die(f"{args.input}: example {i}: an empty context or ending")
+        words = [top, 0, i, label, 4]
+        for p in parts:
+            words += [len(p)] + p
+        words[1] = len(words) * width
+        if words[1] > top:
+            die(f"{args.input}: example {i}: {words[1]} bytes do not fit its byte count")
+        longest = max(longest, words[1])
+        body.append(struct.pack(f"<{len(words)}{fmt[1]}", *words))
+        count = i + 1
+    if count == 0:
+        die(f"{args.input}: no examples")
+    header = struct.pack("<256i", magic, version, count, longest, *([0] * 252))
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    tmp = args.out + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(header)
+        for b in body:
+            f.write(b)
+    os.replace(tmp, args.out)
+    print(f"{args.out}: {count} examples, {'uint16' if width == 2 else 'uint32'} ids, longest example "
+          f"{longest} bytes")
+
+
+if __name__ == "__main__":
+    main()
