@@ -628,7 +628,8 @@ static float validation_loss(GPT* g, DataLoader* val, int64_t batches, StepToken
 }
 
 // -h: the examples of the eval file the model answers right. Each round of the walk is max_micro batches a
-// rank, B / 4 examples a batch (llmc/evalloader.h); the ranks sum their counts.
+// rank, B / 4 examples a batch (llmc/evalloader.h); the ranks sum their counts. -1: a stop signal cut it
+// short on some rank (each rank still sums once).
 static int eval_correct(GPT* g, const EvalSet* set) {
     const int B = g->B, T = g->T, per = B / EVAL_CHOICES, M = g->max_micro;
     const int64_t N = (int64_t)B * T, examples = (int64_t)set->examples.size();
@@ -636,8 +637,12 @@ static int eval_correct(GPT* g, const EvalSet* set) {
     std::vector<int> inputs((size_t)(M * N)), targets((size_t)(M * N)), labels((size_t)(M * B)),
         held((size_t)M);
     std::vector<float> losses((size_t)(M * N)), means((size_t)M);
-    double correct = 0;
+    double sums[2] = {0, 0};  // correct, ranks cut short
     for (int64_t done = 0; done < batches; done += walk) {
+        if (stop_signal_pending()) {
+            sums[1] = 1;
+            break;
+        }
         const int all = (int)std::min<int64_t>(walk, batches - done), first = g->comm->rank * M;
         const int n = std::max(0, std::min(M, all - first));  // this rank's
         for (int i = 0; i < n; i++)
@@ -649,11 +654,11 @@ static int eval_correct(GPT* g, const EvalSet* set) {
         cudaCheck(cudaMemcpyAsync(losses.data(), g->losses, (size_t)(n * N) * 4, cudaMemcpyDeviceToHost, s));
         cudaCheck(cudaStreamSynchronize(s));
         for (int i = 0; i < n; i++)
-            correct += evalset_correct(losses.data() + i * N, targets.data() + i * N, labels.data() + i * B,
+            sums[0] += evalset_correct(losses.data() + i * N, targets.data() + i * N, labels.data() + i * B,
                                        held[(size_t)i], T);
     }
-    comm_sum_host(g->comm, &correct, 1);
-    return (int)correct;
+    comm_sum_host(g->comm, sums, 2);
+    return sums[1] > 0 ? -1 : (int)sums[0];
 }
 
 // Prints the step's line. Chat data adds "| targets N".
@@ -688,10 +693,11 @@ static void evaluate(Run* r, GPT* g, int step) {
         printf("val loss %.6f\n", vl);
         logger_val(&r->logger, step, vl);
     }
-    if (!r->bench && a.hellaswag && ((a.val_every > 0 && step % a.val_every == 0) || last)) {
+    if (!r->bench && a.hellaswag && ((a.val_every > 0 && step > 0 && step % a.val_every == 0) || last)) {
         const int n = (int)r->eval.examples.size(), right = eval_correct(g, &r->eval);
-        printf("HellaSwag: %d/%d = %.6f\n", right, n, (double)right / n);
-        logger_eval(&r->logger, step, (float)right / (float)n);
+        if (right < 0) printf("HellaSwag: cut short by the stop signal\n");
+        else printf("HellaSwag: %d/%d = %.6f\n", right, n, (double)right / n);
+        if (right >= 0) logger_eval(&r->logger, step, (float)right / (float)n);
     }
     if (sample_now && g->comm->rank == 0)  // several ranks: rank 0's
         gpt_sample(g, &r->tok, r->sample_tokens, &r->sample_rng, r->prompt, r->prompt_len);

@@ -229,11 +229,13 @@ static float validation_loss(CpuModel* model, DataLoader* val, int64_t batches) 
     return (float)(sum / (chat ? targets : (double)batches));
 }
 
-// -h: the examples the model answers right (llmc/evalloader.h), B / 4 a forward pass.
+// -h: the examples the model answers right (llmc/evalloader.h), B / 4 a forward pass; -1: a stop signal cut
+// it short (a whole HellaSwag pass of a large model takes minutes).
 static int eval_correct(CpuModel* model, const EvalSet* set, int B, int T) {
     std::vector<int> inputs((size_t)B * T), targets((size_t)B * T), labels((size_t)B);
     int correct = 0;
     for (int64_t first = 0; first < (int64_t)set->examples.size(); first += B / EVAL_CHOICES) {
+        if (stop_signal_pending()) return -1;
         const int n = evalset_batch(set, first, B, T, inputs.data(), targets.data(), labels.data());
         model_forward(model, inputs.data(), targets.data(), B, T);
         correct += evalset_correct(model_token_losses(model), targets.data(), labels.data(), n, T);
@@ -558,10 +560,11 @@ int main(int argc, char** argv) {
             printf("val loss %.6f\n", vl);
             logger_val(&r->logger, step, vl);
         }
-        if (a->hellaswag && ((a->val_every > 0 && step % a->val_every == 0) || last)) {
+        if (a->hellaswag && ((a->val_every > 0 && step > 0 && step % a->val_every == 0) || last)) {
             const int n = (int)r->eval.examples.size(), right = eval_correct(&r->model, &r->eval, a->B, a->T);
-            printf("HellaSwag: %d/%d = %.6f\n", right, n, (double)right / n);
-            logger_eval(&r->logger, step, (float)right / (float)n);
+            if (right < 0) printf("HellaSwag: cut short by the stop signal\n");
+            else printf("HellaSwag: %d/%d = %.6f\n", right, n, (double)right / n);
+            if (right >= 0) logger_eval(&r->logger, step, (float)right / (float)n);
         }
         if (sample_tokens(a) > 0 &&
             ((a->sample_every > 0 && step > 0 && step % a->sample_every == 0) || last))

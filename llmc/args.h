@@ -418,7 +418,12 @@ static inline const char* llmc_flag_note(const char* flag) {
 // -h alone (or before another flag) is the help; -h with a value is llm.c's HellaSwag flag (parse_train_arg).
 static inline int help_flag(int argc, char** argv, int i, char* err, size_t errlen) {
     if (strcmp(argv[i], "-h") != 0 && strcmp(argv[i], "--help") != 0) return 0;
-    if (i + 1 < argc && argv[i + 1][0] != '-') {
+    const char* next = i + 1 < argc ? argv[i + 1] : NULL;
+    if (next && strcmp(argv[i], "-h") == 0 && next[0] == '-' && isdigit((unsigned char)next[1])) {
+        snprintf(err, errlen, "flag -h: 0, 1 or an eval file (%.20s given)", next);
+        return -1;
+    }
+    if (next && next[0] != '-') {
         if (strcmp(argv[i], "-h") == 0) return 0;  // -h 0, -h 1, -h FILE
         snprintf(err, errlen, "flag %s takes no value", argv[i]);
         return -1;

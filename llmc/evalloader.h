@@ -5,15 +5,16 @@
 // mean loss is lowest is the model's answer (the first on a tie), as llm.c's evalloader_stat_losses.
 // The file: 256 int32 header slots {magic, version, examples, longest example's bytes}, then each example as
 // a run of ids: <delimiter> <bytes of the example> <index> <label> <completions (4)> <n> <context: n ids>,
-// then <n> <completion: n ids> four times. GPT-2's (llm.c's dev/data/hellaswag.py): magic 20240522, version
-// 1, uint16 ids, delimiter 65535. Vocabularies past 65536 ids (Llama 3): magic 20240802, version 7, uint32
-// ids, delimiter 2^32 - 1, as llm.c's Llama 3 forks write them. dev/data/hellaswag.py makes either. Not here:
-// the forward passes (the trainers), the data download (the user's: docs/usage.md).
+// then <n> <completion: n ids> four times. GPT-2's (llm.c's dev/data/hellaswag.py): magic 20240522,
+// version 1, uint16 ids, delimiter 65535. Vocabularies past 65535 ids (Llama 3, Qwen2.5): this project's
+// uint32 variant, magic 20240802, version 7, delimiter 2^32 - 1. dev/data/hellaswag.py makes either.
+// Not here: the forward passes (the trainers), the data download (the user's: docs/usage.md).
 #pragma once
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -22,7 +23,8 @@
 #define EVAL_VERSION_U16 1
 #define EVAL_MAGIC_U32   20240802
 #define EVAL_VERSION_U32 7
-#define EVAL_CHOICES     4  // completions an example: rows of a batch it takes
+#define EVAL_CHOICES     4                   // completions an example: rows of a batch it takes
+#define EVAL_MAX_BYTES   ((int64_t)1 << 30)  // HellaSwag's validation set is ~2 MB: larger is not an eval file
 
 struct EvalExample {
     int label;                                  // the right completion, 0..3
@@ -32,8 +34,10 @@ struct EvalExample {
 struct EvalSet {
     std::string path;
     std::vector<EvalExample> examples;
-    int longest;  // the most ids a row needs: context + its longest completion
-    int max_id;   // the largest id in the file
+    int longest;    // the most ids a row needs: context + its longest completion
+    int max_id;     // the largest id in the file
+    int width;      // bytes an id: 2 (llm.c's GPT-2 files) or 4
+    uint64_t hash;  // FNV-1a of the file's bytes (several nodes compare it)
 };
 
 // Reads and checks the whole file (HellaSwag's validation set: 10,042 examples, ~2 MB). 0 with a one-line
@@ -43,20 +47,31 @@ static inline int evalset_read(const char* path, EvalSet* set, char* err, size_t
     set->examples.clear();
     set->longest = 0;
     set->max_id = 0;
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        snprintf(err, errlen, "cannot open the eval file %.600s: %s", path, strerror(errno));
+        return 0;
+    }
+    if (!S_ISREG(st.st_mode) || (int64_t)st.st_size > EVAL_MAX_BYTES) {
+        snprintf(err, errlen, "eval file %.600s: %s", path,
+                 S_ISREG(st.st_mode) ? "larger than 1 GiB: not an eval file" : "not a regular file");
+        return 0;
+    }
     FILE* f = fopen(path, "rb");
     if (!f) {
         snprintf(err, errlen, "cannot open the eval file %.600s: %s", path, strerror(errno));
         return 0;
     }
-    std::vector<unsigned char> bytes;
-    unsigned char chunk[1 << 16];
-    for (size_t n; (n = fread(chunk, 1, sizeof chunk, f)) > 0;) bytes.insert(bytes.end(), chunk, chunk + n);
-    const bool read_error = ferror(f) != 0;
+    std::vector<unsigned char> bytes((size_t)st.st_size);
+    const size_t got = bytes.empty() ? 0 : fread(bytes.data(), 1, bytes.size(), f);
+    const bool read_error = ferror(f) != 0 || got != bytes.size();
     fclose(f);
     if (read_error) {
-        snprintf(err, errlen, "cannot read the eval file %.600s", path);
+        snprintf(err, errlen, "cannot read the eval file %.600s (it changed while read?)", path);
         return 0;
     }
+    set->hash = 1469598103934665603ull;
+    for (unsigned char b : bytes) set->hash = (set->hash ^ b) * 1099511628211ull;
     int32_t header[256];
     if (bytes.size() < sizeof header) {
         snprintf(err, errlen, "eval file %.600s: %zu bytes, shorter than its 1024-byte header", path,
@@ -75,6 +90,7 @@ static inline int evalset_read(const char* path, EvalSet* set, char* err, size_t
                  EVAL_VERSION_U32);
         return 0;
     }
+    set->width = width;
     const int64_t count = header[2];
     const uint32_t delimiter = width == 2 ? 0xFFFFu : 0xFFFFFFFFu;
     const int64_t words = (int64_t)(bytes.size() - sizeof header) / width;
@@ -121,7 +137,7 @@ static inline int evalset_read(const char* path, EvalSet* set, char* err, size_t
             std::vector<int>& ids = part == 0 ? ex.context : ex.completion[part - 1];
             for (int64_t i = 0; i < n; i++) {
                 const uint32_t id = word(at + i);
-                if (id == delimiter || id > 0x7FFFFFFFu) return fail("an id is the delimiter");
+                if (id == delimiter || id > 0x7FFFFFFFu) return fail("an id is the delimiter or past 2^31");
                 ids.push_back((int)id);
                 if ((int)id > set->max_id) set->max_id = (int)id;
             }
@@ -152,6 +168,15 @@ static inline int evalset_check_fit(const EvalSet* set, int B, int T, int V, cha
     if (set->longest > T) {
         snprintf(err, errlen, "-h: eval file %.600s has rows of %d tokens, longer than -t %d",
                  set->path.c_str(), set->longest, T);
+        return 0;
+    }
+    if (set->width == 2 && V > 65536) {  // hellaswag.py writes uint32 ids for such a tokenizer
+        snprintf(
+            err, errlen,
+            "-h: eval file %.600s holds uint16 ids, made with a tokenizer of at most 65535 ids, and the "
+            "model's "
+            "vocabulary is %d: make it with the model's tokenizer (dev/data/hellaswag.py --tokenizer DIR)",
+            set->path.c_str(), V);
         return 0;
     }
     if (set->max_id >= V) {

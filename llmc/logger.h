@@ -1,4 +1,4 @@
-// logger.h — DIR/main.log in llm.c's format: "s:STEP trl:LOSS ...", "s:STEP tel:LOSS".
+// logger.h — DIR/main.log in llm.c's format: "s:STEP trl:LOSS ...", "s:STEP tel:LOSS", "s:STEP eval:ACC".
 #pragma once
 #include <errno.h>
 #include <stdio.h>
@@ -23,7 +23,7 @@ static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_s
     char tmp[4300];
     char* path = lg->path;
     snprintf(path, sizeof lg->path, "%s/main.log", dir);
-    if (resume_step >= 0) {  // keep lines before resume_step, and its trl: no step twice
+    if (resume_step >= 0) {  // keep lines before resume_step, and its trl: no step twice (tel, eval: again)
         FILE* in = fopen(path, "r");
         if (in) {
             snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -33,11 +33,12 @@ static inline int logger_open(TrainLogger* lg, const char* dir, int64_t resume_s
                 snprintf(err, errlen, "cannot write %.160s: %.60s", tmp, strerror(errno));
                 return 0;
             }
-            char line[512], kind[4] = "";
+            char line[512], kind[8] = "";
             long long step;
             while (fgets(line, sizeof line, in)) {
-                if (sscanf(line, "s:%lld %3[a-z]", &step, kind) != 2) continue;
-                if (strcmp(kind, "tel") == 0 ? step < resume_step : step <= resume_step) fputs(line, out);
+                if (sscanf(line, "s:%lld %7[a-z]", &step, kind) != 2) continue;
+                const bool redone = strcmp(kind, "tel") == 0 || strcmp(kind, "eval") == 0;  // at resume_step
+                if (redone ? step < resume_step : step <= resume_step) fputs(line, out);
             }
             fclose(in);
             // fsync before rename: a crash leaves one whole log

@@ -626,6 +626,12 @@ static inline void net_watch(NetLinks* L) {
     }).detach();
 }
 
+// What a node's flags hash (run_fingerprint) covers, for the line that refuses a node whose hash differs.
+#define NET_FLAGS_DIFFER                                                                                    \
+    "node %d's flags differ from node 0's (the model, -b, -t, -d, -x, the learning rate and schedule, -R, " \
+    "-K, -E, -F, -G, -v, -m, -n, -a, -sl, -sg, -h and its file, whether -sd and -sw are given, or the "     \
+    "data: its shards' count, tokens and kind): every node starts with the same flags and data but -pr"
+
 // Every node passed its set-up: from here a node that goes away is an error on every node. flags: a hash of
 // what must be the same on every node (the model, the batch, the schedule): node 0 compares, and a node that
 // differs ends the run with a line on both sides.
@@ -635,14 +641,7 @@ static inline void net_started(NetLinks* L, uint64_t flags) {
     if (L->node != 0) {
         net_send(L, L->fd[NET_MAIN][0], 0, &flags, sizeof flags);
         net_recv(L, L->fd[NET_MAIN][0], 0, &differs, sizeof differs);
-        if (differs)
-            die("node %d's flags differ from node 0's (the model, -b, -t, -d, -x, the learning rate and "
-                "schedule, -R, -K, -E, -F, -G, -v, -m, -n, -a, -sl, -sg, whether -sd and -sw are given, or "
-                "the "
-                "data: its shards' count, tokens and kind): every node starts with the same flags and data "
-                "but "
-                "-pr",
-                L->node);
+        if (differs) die(NET_FLAGS_DIFFER, L->node);
     } else {
         int first = 0;
         for (int n = 1; n < L->nodes; n++) {
@@ -654,14 +653,7 @@ static inline void net_started(NetLinks* L, uint64_t flags) {
             differs = first != 0;
             net_send(L, L->fd[NET_MAIN][(size_t)n], n, &differs, sizeof differs);
         }
-        if (first)
-            die("node %d's flags differ from node 0's (the model, -b, -t, -d, -x, the learning rate and "
-                "schedule, -R, -K, -E, -F, -G, -v, -m, -n, -a, -sl, -sg, whether -sd and -sw are given, or "
-                "the "
-                "data: its shards' count, tokens and kind): every node starts with the same flags and data "
-                "but "
-                "-pr",
-                first);
+        if (first) die(NET_FLAGS_DIFFER, first);
     }
     L->started.store(1);
 }

@@ -280,6 +280,7 @@ static uint64_t run_fingerprint(const Run* r) {
         int tier;            // -sd, -sw: every node's store takes part in the round and the checkpoints
         int ssd_keep_state;  // -sk: what every node's leader sends rank 0 at a save
         int64_t data[2][4];  // train and val: shards, tokens, kind and width, vocabulary (the same data)
+        uint64_t eval_hash;  // -h: every rank sums its count at the same steps, of the same file
     } x;
     memset(&x, 0, sizeof x);
     x.cfg = r->cfg;
@@ -314,6 +315,7 @@ static uint64_t run_fingerprint(const Run* r) {
                               dl[i]->vocab};
         memcpy(x.data[i], d, sizeof d);
     }
+    x.eval_hash = r->args.hellaswag ? r->eval.hash : 0;
     uint64_t h = 1469598103934665603ull;  // FNV-1a
     const unsigned char* b = (const unsigned char*)&x;
     for (size_t i = 0; i < sizeof x; i++) h = (h ^ b[i]) * 1099511628211ull;

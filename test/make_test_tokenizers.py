@@ -12,6 +12,8 @@ writes OUT_DIR/<name>/tokenizer.json (+ tokenizer_config.json):
             not fetch each message where that message's text begins (chat_shards.py's slow prefix path)
   llama3    gpt2 + <|begin_of_text|> <|start_header_id|> <|end_header_id|> <|eot_id|> (50257..50260), a
             Llama 3 style template (BOS, header tokens, trimmed content) with no generation markers
+  bos       llama3 whose post-processor puts <|begin_of_text|> before every text, as Llama 3's own
+            tokenizer.json (hellaswag.py's --bos auto)
 """
 import json
 import os
@@ -69,7 +71,11 @@ def main():
     llama3.add_special_tokens([AddedToken(t, special=True) for t in names])
     config = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>", "chat_template": LLAMA3}
     save(out, "llama3", llama3, config)
-    print(f"tokenizers in {out}: gpt2 big chatml strict scan llama3")
+    llama3.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A", special_tokens=[("<|begin_of_text|>", 50257)])])
+    save(out, "bos", llama3, config)
+    print(f"tokenizers in {out}: gpt2 big chatml strict scan llama3 bos")
 
 
 if __name__ == "__main__":

@@ -362,6 +362,19 @@ TEST_F(ChatData, HellaswagPyWritesWhatTheEvalLoaderReads) {
     ASSERT_TRUE(evalset_read((dir + "/w.bin").c_str(), &set, err, sizeof err)) << err;
     EXPECT_EQ(set.examples[1].context.back(), 50257 + 15999);
     EXPECT_EQ(header(dir + "/w.bin")[0], EVAL_MAGIC_U32);
+    // --bos auto: what the tokenizer puts before a text (Llama 3's <|begin_of_text|>), before each context
+    // only
+    for (const char* how : {"auto", "none"}) {
+        const Result r =
+            tool("dev/data/hellaswag.py", {"--input", dir + "/hs.jsonl", "--tokenizer", tok + "/bos", "--bos",
+                                           how, "--out", dir + "/bos.bin"});
+        ASSERT_EQ(r.code, 0) << r.err;
+        ASSERT_TRUE(evalset_read((dir + "/bos.bin").c_str(), &set, err, sizeof err)) << err;
+        std::vector<int> want = enc(ctx[0]);
+        if (std::string(how) == "auto") want.insert(want.begin(), 50257);
+        EXPECT_EQ(set.examples[0].context, want) << how;
+        EXPECT_EQ(set.examples[0].completion[0], enc(" " + ends[0][0])) << how;
+    }
     // not HellaSwag's: one line naming the line
     f = fopen((dir + "/bad.jsonl").c_str(), "wb");
     fputs("{\"ctx\": \"a\", \"endings\": [\"b\", \"c\"], \"label\": 0}\n", f);
@@ -369,6 +382,20 @@ TEST_F(ChatData, HellaswagPyWritesWhatTheEvalLoaderReads) {
     EXPECT_TRUE(
         CleanError(tool("dev/data/hellaswag.py", {"--input", dir + "/bad.jsonl", "--out", dir + "/b.bin"}),
                    {"bad.jsonl:1: want a string ctx, 4 string endings and a label 0..3"}));
+    auto bad = [&](const char* line) {
+        FILE* b = fopen((dir + "/bad.jsonl").c_str(), "wb");
+        fputs(line, b);
+        fclose(b);
+        return tool("dev/data/hellaswag.py", {"--input", dir + "/bad.jsonl", "--out", dir + "/b.bin"});
+    };
+    EXPECT_TRUE(
+        CleanError(bad("{\"ctx\": \"a\", \"endings\": [\"b\", \"c\", \"d\", \"e\"], \"label\": 1.7}\n"),
+                   {"bad.jsonl:1: want a string ctx"}));  // a label that is not a whole number
+    EXPECT_TRUE(CleanError(bad("\n{\"ctx\": \"a\", \"endings\": [\"b\", \"c\", \"d\", \"e\"]}\n"),
+                           {"bad.jsonl:2: not a HellaSwag line: no 'label'", "test split has no labels"}));
+    EXPECT_TRUE(CleanError(tool("dev/data/hellaswag.py", {"--input", dir + "/hs.jsonl", "--out", dir}),
+                           {"a directory; name the file"}));
+    EXPECT_EQ(access((dir + ".tmp").c_str(), F_OK), -1) << "no stray file beside --out";
 }
 
 TEST_F(ChatData, HfTokenizeWideVocabularyWritesUint32) {

@@ -2,9 +2,9 @@
 // written here (both id widths; every malformed field one error line naming the example), its batches
 // (rows, targets, the rows past the set's end) and its scoring (the mean loss over a completion's targets,
 // the first lowest on a tie); then the trainers as subprocesses: train_gpt_cpu and the emulated train_gpt
-// learn a repeating text and score an eval set built from it, in which 9 of 12 labels are right and 3 point
-// at a wrong completion, 9/12 at the end, on the step lines and in main.log; several emulated ranks, and -E 1
-// with 4 micro-batches a step (4 batches a forward pass), the same; a bad file or shape is one error line.
+// learn a repeating text and score an eval set built from it, in which 10 of 13 labels are right and 3 point
+// at a wrong completion, 10/13 at the end, on the step lines and in main.log; several emulated ranks, and -E
+// 1 with 4 micro-batches a step (4 batches a forward pass), the same; a bad file or shape is one error line.
 // Not here: the data script (test_chat_data runs dev/data/hellaswag.py), real HellaSwag (no download at test
 // time).
 #include "cli_test_common.h"
@@ -75,13 +75,18 @@ TEST(EvalLoader, ReadsBothWidthsAndBatches) {
         EXPECT_EQ(set.examples[2].completion[3], (std::vector<int>{4, 5}));
         EXPECT_EQ(set.longest, 5);  // 1 2 3 | 4 5
         EXPECT_EQ(set.max_id, width == 2 ? 700 : 70000);
-        EXPECT_TRUE(evalset_check_fit(&set, 4, 5, 70001, err, sizeof err)) << err;
-        EXPECT_FALSE(evalset_check_fit(&set, 4, 4, 70001, err, sizeof err));
+        const int V = width == 2 ? 65536 : 70001;  // uint16 ids: a vocabulary of at most 65536
+        EXPECT_TRUE(evalset_check_fit(&set, 4, 5, V, err, sizeof err)) << err;
+        EXPECT_FALSE(evalset_check_fit(&set, 4, 4, V, err, sizeof err));
         EXPECT_TRUE(has(err, "rows of 5 tokens, longer than -t 4")) << err;
-        EXPECT_FALSE(evalset_check_fit(&set, 3, 8, 70001, err, sizeof err));
+        EXPECT_FALSE(evalset_check_fit(&set, 3, 8, V, err, sizeof err));
         EXPECT_TRUE(has(err, "-b 3 is too small")) << err;
         EXPECT_FALSE(evalset_check_fit(&set, 4, 8, set.max_id, err, sizeof err));
         EXPECT_TRUE(has(err, "past the model's vocabulary")) << err;
+        if (width == 2) {  // a uint16 file on a vocabulary past 65536: another tokenizer's
+            EXPECT_FALSE(evalset_check_fit(&set, 4, 8, 65537, err, sizeof err));
+            EXPECT_TRUE(has(err, "holds uint16 ids")) << err;
+        }
 
         // B 8: two examples a batch; the second batch holds one, its other rows empty
         const int B = 8, T = 6;
@@ -185,8 +190,8 @@ TEST(EvalLoader, ScoresByMeanLossOverTheCompletion) {
 
 // ----------------------------------------------------------------------------
 // The trainers: a repeating text of 6 sentences ("<s> c_j n_j is here ."), learned in a few steps; the eval
-// set asks which noun follows each colour, 12 examples, the last 3 labelled wrong: a model that learned it
-// scores 9/12 exactly (its margins are far wider than bf16's rounding).
+// set asks which noun follows each colour, 13 examples, 3 of them (9-11) labelled wrong: a model that learned
+// it scores 10/13 exactly (its margins are far wider than bf16's rounding).
 
 class EvalRun : public CliTest {
   protected:
@@ -201,19 +206,20 @@ class EvalRun : public CliTest {
         train = shard_of("train.bin", text);
         val = shard_of("val.bin", std::vector<uint16_t>(text.begin(), text.begin() + 4096));
         std::vector<std::vector<uint32_t>> words;
-        for (int k = 0; k < 12; k++) {
+        for (int k = 0; k < 13; k++) {
             const int j = k % 6, right = k % 4;
             Ex e;
             e.ctx = {50256, 464, 1000 + j};
             for (int c = 0, d = 1; c < 4; c++)
                 e.comp[c] = {c == right ? 2000 + j : 2000 + (j + d++) % 6, 318, 994, 13};
-            e.label = k >= 9 ? (right + 1) % 4 : right;
+            e.label = k >= 9 && k <= 11 ? (right + 1) % 4 : right;
             words.push_back(example_words(e, k, 2));
         }
         eval = dir + "/eval.bin";
         write_eval(eval, words, 2);
     }
-    // 60 steps at a constant 3e-3: both families' val loss ~0.2 by then, 9/12 from step 30 on (train_gpt_cpu)
+    // 60 steps at a constant 3e-3: both families' val loss ~0.2 by then, 10/13 from step 30 on
+    // (train_gpt_cpu)
     Args args(const std::string& model, bool out = true) {
         Args a = {"-e", model, "-i",       train, "-j",   val,  "-b", "4",  "-t", "32", "-x", "60", "-u",
                   "0",  "-k",  "constant", "-l",  "3e-3", "-v", "30", "-m", "2",  "-g", "0",  "-h", eval};
@@ -236,26 +242,50 @@ TEST_F(EvalRun, BothTrainersScoreWhatTheyLearned) {
             system(("rm -rf " + dir + "/out").c_str());
             const Result r = run_bin(bin, args(model));
             ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.err;
-            EXPECT_TRUE(has(r.out, "eval.bin: 12 examples, 1 a batch")) << r.out;
+            EXPECT_TRUE(has(r.out, "eval.bin: 13 examples, 1 a batch")) << r.out;
             const std::vector<std::string> s = scores(r.out);
-            ASSERT_EQ(s.size(), 3u) << r.out;  // steps 0, 30, 60
-            EXPECT_EQ(s[2], "9/12") << bin << " " << model << "\n" << r.out;
-            EXPECT_TRUE(has(slurp(dir + "/out/main.log"), "s:60 eval:0.750000"))
+            ASSERT_EQ(s.size(), 2u) << r.out;  // steps 30 and 60 (llm.c's: not step 0)
+            EXPECT_EQ(s[1], "10/13") << bin << " " << model << "\n" << r.out;
+            EXPECT_TRUE(has(slurp(dir + "/out/main.log"), "s:60 eval:0.769231"))
                 << slurp(dir + "/out/main.log");
         }
     }
 }
 
+// Several ranks: the model one rank learned, scored by 2 ranks at -b 12 (3 examples a batch, 5 batches, the
+// last holding one), 2 batches a rank a forward pass: the second round's one batch is rank 0's, rank 1 scores
+// nothing there. -l 0 keeps the weights of the step before the score. -E 1: 4 batches a forward pass.
 TEST_F(EvalRun, RanksAndTheVocabularyOnTheHostScoreTheSame) {
     if (!have_binary(kEmu)) GTEST_SKIP() << "no emulated train_gpt";
-    for (const Args& extra : {Args{"-e", "L2:C64:NH4", "-pn", "2", "-d", "256", "-b", "4", "-t", "32"},
-                              Args{"-e", "llama:L2:C64:NH4:KV2:I128:V50257", "-E", "1", "-d", "512"}}) {
-        system(("rm -rf " + dir + "/out").c_str());
-        const Result r = run_bin(kEmu, args("L2:C64:NH4") + extra);
-        ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.err;
-        const std::vector<std::string> s = scores(r.out);
-        ASSERT_EQ(s.size(), 3u) << r.out;
-        EXPECT_EQ(s[2], "9/12") << r.cmd << "\n" << r.out;
+    Result r = run_bin(kEmu, args("L2:C64:NH4"));
+    ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.err;
+    ASSERT_EQ(scores(r.out).back(), "10/13") << r.out;
+    r = run_bin(kEmu,
+                args(dir + "/out", false) + Args{"-pn", "2", "-b", "12", "-d", "1536", "-x", "1", "-l", "0"});
+    ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.err;
+    EXPECT_TRUE(has(r.out, "eval.bin: 13 examples, 3 a batch")) << r.out;
+    EXPECT_EQ(scores(r.out), std::vector<std::string>{"10/13"}) << r.cmd << "\n" << r.out;
+    system(("rm -rf " + dir + "/out").c_str());
+    r = run_bin(kEmu, args("llama:L2:C64:NH4:KV2:I128:V50257") + Args{"-E", "1", "-d", "512"});
+    ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.err;
+    const std::vector<std::string> s = scores(r.out);
+    ASSERT_EQ(s.size(), 2u) << r.out;
+    EXPECT_EQ(s[1], "10/13") << r.cmd << "\n" << r.out;
+}
+
+// A resume scores its first step again: main.log keeps one eval line a step (as its tel lines).
+TEST_F(EvalRun, AResumeWritesEachStepsScoreOnce) {
+    const Args a = args("L2:C64:NH4") + Args{"-v", "2", "-m", "1"};
+    Result r = run_bin(kCpu, a + Args{"-x", "4"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    r = run_bin(kCpu, a + Args{"-x", "6", "-y", "1"});
+    ASSERT_EQ(r.code, 0) << r.err;
+    EXPECT_EQ(scores(r.out).size(), 2u) << r.out;  // steps 4 (again) and 6
+    const std::string log = slurp(dir + "/out/main.log");
+    for (const char* step : {"s:2 eval:", "s:4 eval:", "s:6 eval:"}) {
+        const size_t at = log.find(step);
+        EXPECT_NE(at, std::string::npos) << step << "\n" << log;
+        EXPECT_EQ(log.find(step, at + 1), std::string::npos) << step << " twice\n" << log;
     }
 }
 
@@ -266,6 +296,10 @@ TEST_F(EvalRun, BadEvalInputIsOneErrorLine) {
         EXPECT_TRUE(
             CleanError(run_bin(bin, base + Args{"-h", dir + "/none.bin"}), {"cannot open the eval file"}));
         EXPECT_TRUE(CleanError(run_bin(bin, base + Args{"-h", train}), {"not an eval file"}));
+        EXPECT_TRUE(CleanError(run_bin(bin, base + Args{"-h", "/dev/zero"}), {"not a regular file"}));
+        // a uint16 file (at most 65535 ids) on a larger vocabulary: made with another tokenizer
+        EXPECT_TRUE(CleanError(run_bin(bin, base + Args{"-e", "llama:L2:C64:NH4:KV2:I128:V70000"}),
+                               {"holds uint16 ids", "vocabulary is 70000"}));
         EXPECT_TRUE(CleanError(run_bin(bin, base + Args{"-b", "2"}), {"-b 2 is too small"}));
         EXPECT_TRUE(
             CleanError(run_bin(bin, base + Args{"-t", "4", "-e", "L2:C64:NH4:T4"}), {"longer than -t 4"}));

@@ -721,6 +721,9 @@ TEST(TrainArgs, ArgvLoop) {
     EXPECT_STREQ(a.hellaswag, "my.bin");
     EXPECT_EQ(parse_train_argv(5, (char**)eval_file, &a, e, sizeof e), 1) << e;
     EXPECT_EQ(a.hellaswag, nullptr);
+    const char* negative[] = {"prog", "-h", "-1"};  // a value that looks like a flag: an error, not the help
+    EXPECT_EQ(parse_train_argv(3, (char**)negative, &a, e, sizeof e), 0);
+    EXPECT_NE(strstr(e, "flag -h: 0, 1 or an eval file"), nullptr) << e;
     const char* missing[] = {"prog", "-b"};
     EXPECT_EQ(parse_train_argv(2, (char**)missing, &a, e, sizeof e), 0);
     EXPECT_NE(strstr(e, "needs a value"), nullptr) << e;
