@@ -36,7 +36,7 @@ def load_tokenizer(name):
     """encode(text) -> ids, the vocabulary's size (largest id + 1), and the ids the tokenizer puts before a
     text (its post-processor's, e.g. Llama 3's <|begin_of_text|>; [] if it puts none or puts them elsewhere)."""
     try:
-        from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # defines: the BPE pieces
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers  # defines: GPT-2's BPE pieces
     except ImportError as e:
         die(f"hellaswag.py needs the tokenizers module ({e}): pip install tokenizers")
     if name == "gpt2":  # GPT-2's byte-level BPE from the vendored files, as transformers' GPT2TokenizerFast
@@ -44,14 +44,10 @@ def load_tokenizer(name):
                                              os.path.join(HERE, "gpt2", "vocab.bpe")))
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
         tok.decoder = decoders.ByteLevel()
-    else:
-        file = os.path.join(name, "tokenizer.json") if os.path.isdir(name) else name
-        if not os.path.isfile(file):
-            die(f"no tokenizer.json at {name} (or pass --tokenizer gpt2)")
-        try:
-            tok = Tokenizer.from_file(file)
-        except Exception as e:  # the library's own message says what is wrong
-            die(f"{file}: not a tokenizer.json the `tokenizers` library reads: {e}")
+    else:  # a model's tokenizer.json, read and checked as hf_tokenize.py reads it
+        sys.path.insert(0, HERE)
+        from hf_tokenize import load_tokenizer as load_tokenizer_json  # defines: (Tokenizer, config) of a path
+        tok = load_tokenizer_json(name)[0]
     tok.encode_special_tokens = True  # "<|endoftext|>" in the text is text, as hf_tokenize.py
     vocab = max(tok.get_vocab(with_added_tokens=True).values()) + 1
     encode = lambda text: tok.encode(text, add_special_tokens=False).ids  # noqa: E731
