@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """plot.py — the loss curves of one or more runs from their main.log files (llm.c's format, as both trainers
-write it: "s:STEP trl:LOSS lr:LR norm:NORM" and "s:STEP tel:LOSS").
+write it: "s:STEP trl:LOSS lr:LR norm:NORM", "s:STEP tel:LOSS" and, with -h, "s:STEP eval:ACCURACY").
 
 Left: train loss (thin) and validation loss (dots) against the step, the learning rate on a second axis
 (dashed). Right: the gradient norm against the step (log scale), which every run logs, however short; where
 the tokens per step are known (--tokens-per-step, or a checkpoint's state file, state_*.bin, beside the log),
-both panels get a "tokens seen" axis on top. Several logs are overlaid, one colour each, to compare runs. It
+both panels get a "tokens seen" axis on top. Where a log has HellaSwag's accuracy (the trainers' -h), a third
+panel draws it against the step, chance (25%) dashed, as llm.c's notebook does. Several logs are overlaid, one colour each, to compare runs. It
 trains nothing and reads nothing else.
 
 usage: python3 dev/plot.py log/main.log [other/main.log ...] [-o loss.png] [--tokens-per-step N] [--title T]
@@ -29,9 +30,10 @@ def is_regular(path):
 
 
 def read_log(path):
-    """(train, val) lists of (step, loss, lr, norm) / (step, loss) from one main.log. A last line without its
-    newline (a run still writing, or killed) is skipped; a loss that is not finite (inf, nan) is left out."""
-    train, val = [], []
+    """(train, val, evals) lists of (step, loss, lr, norm) / (step, loss) / (step, accuracy) from one main.log.
+    A last line without its newline (a run still writing, or killed) is skipped; a loss that is not finite
+    (inf, nan) is left out."""
+    train, val, evals = [], [], []
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -54,6 +56,8 @@ def read_log(path):
                 train.append((step, float(value), float(fields.get("lr", "nan")), float(fields.get("norm", "nan"))))
             elif kind == "tel":
                 val.append((step, float(value)))
+            elif kind == "eval":
+                evals.append((step, float(value)))
         except (ValueError, IndexError):
             if n == len(lines):  # the last line, cut short
                 print(f"warning: {path}:{n}: an incomplete last line, skipped", file=sys.stderr)
@@ -62,7 +66,7 @@ def read_log(path):
     dropped = sum(not math.isfinite(t[1]) for t in train) + sum(not math.isfinite(v[1]) for v in val)
     if dropped:
         print(f"warning: {path}: {dropped} losses that are not finite (inf, nan) left out", file=sys.stderr)
-    return [t for t in train if math.isfinite(t[1])], [v for v in val if math.isfinite(v[1])]
+    return [t for t in train if math.isfinite(t[1])], [v for v in val if math.isfinite(v[1])], evals
 
 
 def tokens_per_step_of(log_path):
@@ -110,10 +114,10 @@ def main():
             sys.exit(f"error: {path}: no such file")
         if not is_regular(path):
             sys.exit(f"error: {path}: not a regular file")
-        train, val = read_log(path)
+        train, val, evals = read_log(path)
         if not train and not val:
             sys.exit(f"error: {path}: no train or validation lines")
-        logs.append((path, train, val))
+        logs.append((path, train, val, evals))
     if os.path.exists(args.out) and not is_regular(args.out):
         sys.exit(f"error: -o {args.out}: exists and is not a regular file")
     out_dir = os.path.dirname(os.path.abspath(args.out))
@@ -127,10 +131,12 @@ def main():
     except ImportError as e:
         sys.exit(f"error: plot.py needs matplotlib ({e}): pip install matplotlib (or python3-matplotlib)")
 
-    fig, (ax_step, ax_norm) = plt.subplots(1, 2, figsize=(13, 4.8))
+    with_eval = any(log[3] for log in logs)
+    fig, axes = plt.subplots(1, 3 if with_eval else 2, figsize=(19 if with_eval else 13, 4.8))
+    ax_step, ax_norm = axes[0], axes[1]
     ax_lr = ax_step.twinx()
     tokens = set()  # the tokens per step of each log, where known
-    for i, (path, train, val) in enumerate(logs):
+    for i, (path, train, val, evals) in enumerate(logs):
         color = f"C{i}"
         name = os.path.basename(os.path.dirname(os.path.abspath(path))) + " " if len(args.logs) > 1 else ""
         tps = args.tokens_per_step or tokens_per_step_of(path)
@@ -147,6 +153,9 @@ def main():
         if val:
             ax_step.plot([v[0] for v in val], [v[1] for v in val], "o-", color=color, ms=4, lw=1.5,
                          label=f"{name}val")
+        if evals:
+            axes[2].plot([e[0] for e in evals], [e[1] for e in evals], "o-", color=color, ms=4, lw=1.5,
+                         label=f"{name}HellaSwag")
     ax_step.set_xlabel("step")
     ax_step.set_ylabel("loss")
     ax_lr.set_ylabel("learning rate (dashed)")
@@ -161,6 +170,12 @@ def main():
     else:
         ax_norm.text(0.5, 0.5, "no train lines with a gradient norm", ha="center", va="center",
                      transform=ax_norm.transAxes)
+    if with_eval:
+        axes[2].axhline(0.25, color="gray", ls="--", lw=1.0, label="chance (25%)")
+        axes[2].set_xlabel("step")
+        axes[2].set_ylabel("HellaSwag accuracy (-h)")
+        axes[2].grid(alpha=0.3)
+        axes[2].legend(loc="lower right")
     # one tokens-per-step for every log: a tokens axis on top of both panels
     tps = tokens.pop() if len(tokens) == 1 else None
     if tps:
@@ -175,6 +190,7 @@ def main():
     except (OSError, ValueError) as e:  # unwritable, or an extension matplotlib has no format for
         sys.exit(f"error: -o {args.out}: {e}")
     print(f"wrote {args.out}: loss and learning rate by step, gradient norm by step"
+          + (", HellaSwag accuracy by step" if with_eval else "")
           + (f", tokens seen on top ({tps:,} a step)" if tps else " (tokens per step unknown: --tokens-per-step N)"))
 
 

@@ -1315,6 +1315,7 @@ TEST_F(CliTest, PlotDrawsTheLog) {
         for (int s = 0; s <= 40; s++) {
             if (s % 10 == 0) fprintf(f, "s:%d tel:%.6f\n", s, 10.0 - 0.1 * s);
             if (s > 0) fprintf(f, "s:%d trl:%.6f lr:%.4e norm:%.4f\n", s, 10.5 - 0.1 * s, 1e-3 * s / 40, 1.5);
+            if (s % 20 == 0 && s > 0 && d == run1) fprintf(f, "s:%d eval:%.6f\n", s, 0.25 + 0.002 * s);  // -h
         }
         fclose(f);
     }
@@ -1336,12 +1337,14 @@ TEST_F(CliTest, PlotDrawsTheLog) {
     // where the tokens per step are known (before: the right panel stayed empty without a state file);
     // the tokens per step is --tokens-per-step, not -t, the trainers' sequence length
     EXPECT_TRUE(has(r.out, "gradient norm by step")) << r.out;
+    EXPECT_TRUE(has(r.out, "HellaSwag accuracy by step")) << r.out;  // run1's -h lines: a third panel
     const Result one = run_bin("/usr/bin/env", {"python3", "dev/plot.py", run1 + "/main.log", "-o", png});
     ASSERT_EQ(one.code, 0) << one.err << one.out;
     EXPECT_TRUE(has(one.out, "tokens seen on top (8,192 a step)")) << one.out;
     const Result given = run_bin("/usr/bin/env", {"python3", "dev/plot.py", run2 + "/main.log", "-o", png,
                                                   "--tokens-per-step", "4096"});
     ASSERT_EQ(given.code, 0) << given.err << given.out;
+    EXPECT_FALSE(has(given.out, "HellaSwag")) << given.out;  // no eval lines: two panels
     EXPECT_TRUE(has(given.out, "tokens seen on top (4,096 a step)")) << given.out;
     EXPECT_TRUE(CleanError(
         run_bin("/usr/bin/env", {"python3", "dev/plot.py", run2 + "/main.log", "-o", png, "-t", "64"}),
