@@ -1019,6 +1019,20 @@ TEST_F(MultiGpu, BadFlagsAreOneLineErrors) {
         EXPECT_TRUE(CleanError(r, {"node 1's flags differ from node 0's"})) << node1[0] << " " << node1[1];
         EXPECT_EQ(codes, (std::vector<int>{1, 1})) << node1[0] << " " << node1[1];
     }
+    // -h on one node only: its ranks would have summed their scores against the other's loss sums
+    const std::string eval = dir + "/eval.bin";  // one example (llmc/evalloader.h): ids 1..6
+    {
+        const int32_t h[256] = {20240522, 1, 1, 32};
+        const uint16_t ex[16] = {65535, 32, 0, 0, 4, 2, 1, 2, 1, 3, 1, 4, 1, 5, 1, 6};
+        FILE* f = fopen(eval.c_str(), "wb");
+        ASSERT_NE(f, nullptr);
+        fwrite(h, sizeof h, 1, f);
+        fwrite(ex, sizeof ex, 1, f);
+        fclose(f);
+    }
+    const Result eval_one = run_nodes(2, run_args(llama, dir + "/f", {"-b", "4"}), &codes, {"-h", eval});
+    EXPECT_TRUE(CleanError(eval_one, {"node 1's flags differ from node 0's", "-h and its file"}));
+    EXPECT_EQ(codes, (std::vector<int>{1, 1}));
     setenv("LLMC_NODE_WAIT", "1", 1);
     const std::string port = std::to_string(20000 + (getpid() * 13 + 7) % 12000);
     EXPECT_TRUE(
