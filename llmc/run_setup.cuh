@@ -641,8 +641,11 @@ static void ssd_ring_auto(Run* r, double peak, const char* rates_are) {
     const double room = 0.5 * (double)(avail - now.m.host_bytes) + (double)now.m.ssd_ring;
     ring = std::min<int64_t>(ring, (int64_t)(room / piece));
     if (ring <= SSD_RING_MIN) {
+        char enough[128];  // the rates, whichever way it went: a fast disk takes this branch
+        snprintf(enough, sizeof enough, "enough at %s %.2f / %.2f GB/s", rates_are, r->disk_rbps / 1e9,
+                 r->disk_wbps / 1e9);
         printf("SSD tier's ring (-sb auto): the default %d pieces (%s)\n", SSD_RING_MIN,
-               wanted <= SSD_RING_MIN ? "enough at these rates"
+               wanted <= SSD_RING_MIN ? enough
                : best.round_disk_s >= now.round_disk_s
                    ? "a larger one would not shorten the round's disk work"
                    : "half of the host RAM the plan leaves holds no more");

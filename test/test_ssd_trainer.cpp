@@ -806,7 +806,8 @@ TEST_F(SsdTrainer, PlanMeasuresTheDiskOfAnExistingSdDir) {
     ASSERT_TRUE(plan_printed(m.code, m.out)) << m.err << m.out;
     EXPECT_TRUE(has(m.out, "-sd " + there + ": its disk measured at ")) << m.out;
     EXPECT_TRUE(has(m.out, " GB/s, measured on -sd DIR ")) << m.out;
-    EXPECT_TRUE(has(m.out, ", at the measured ")) << m.out;  // -sb auto's ring
+    // -sb auto's ring at those rates, whether it grows or the default suffices (a fast disk, an idle machine)
+    EXPECT_TRUE(has(m.out, " at the measured ")) << m.out;
     EXPECT_TRUE(names_in(there).empty()) << "the probe leaves nothing";
     const Result given = run_bin(kEmu, plan + Args{"-sd", there, "-sr", "7,5"});
     ASSERT_TRUE(plan_printed(given.code, given.out)) << given.err << given.out;
