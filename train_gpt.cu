@@ -591,8 +591,10 @@ static double gpu_bf16_peak_flops(const char* device_name, const char** label) {
 
 #ifndef TESTING
 
-#include "llmc/rank_launch.h"  // defines: rank_start, rank_gate_wait (-pn G, or another launcher's ranks)
-#include "llmc/run_setup.cuh"  // defines: Run, plan_run, check_fit, build_model, open_data, print_config_table
+#include "llmc/rank_launch.h"    // defines: rank_start, rank_gate_wait (-pn G, or another launcher's ranks)
+#include "llmc/run_setup.cuh"    // defines: Run, open_data, open_logger, print_config_table
+#include "llmc/run_fit.cuh"      // defines: plan_run, check_fit, print_plan_only
+#include "llmc/run_weights.cuh"  // defines: ssd_node_dir, build_model
 #include "llmc/progress_watch.h"  // defines: progress_timeout_seconds, progress_watch_start, progress_watch_stop
 
 // Mean loss of the first `batches` val batches, max_micro per walk. Chat: per target token.

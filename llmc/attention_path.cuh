@@ -312,7 +312,7 @@ static bool attention_time_paths(int B, int T, int NH, int NKV, int hs, bool pac
 }
 
 // Which path runs, once cuDNN's checks and times are in (on several ranks: every rank's, summed in
-// run_setup.cuh). cuDNN runs where it works (everywhere) and, under -F -1, unless our fused kernels
+// run_fit.cuh). cuDNN runs where it works (everywhere) and, under -F -1, unless our fused kernels
 // took less than 97% of its time at the run's shape (a tie is cuDNN's). Sets cudnn_attention_ready and the
 // config table's note.
 static void attention_path_settle(int flag, bool works, bool timed, const float ms[2], int hs) {

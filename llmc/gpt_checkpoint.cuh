@@ -3,7 +3,7 @@
 // and the other nodes. load_state reads the AdamW state and the data position back.
 // Several nodes: rank 0 writes; the other nodes' leaders send their parts in the order it writes them
 // (gather_node_state).
-// Not here: the files' format (llmc/checkpoint.h), the model file's load (llmc/run_setup.cuh).
+// Not here: the files' format (llmc/checkpoint.h), the model file's load (llmc/run_weights.cuh).
 #pragma once
 #include <string.h>
 #include <vector>

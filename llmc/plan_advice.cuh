@@ -3,10 +3,10 @@
 // take at stated rates (compute, PCIe, disk, CPU AdamW), and for a plan that does not fit, the flags
 // that make it fit (-b, -R, -K, -E, -sd, -sw), found by planning again with gpt_memory_plan.
 // -P 1 then exits PLAN_FITS, PLAN_FITS_WITH_ADVICE or PLAN_FITS_NOWHERE.
-// Not here: the plan (llmc/memory_plan.cuh), a run's own fit check (llmc/run_setup.cuh's check_fit).
-// The rates are stated assumptions unless given (-sr), measured (-sd DIR's disk, llmc/run_setup.cuh) or read
+// Not here: the plan (llmc/memory_plan.cuh), a run's own fit check (llmc/run_fit.cuh's check_fit).
+// The rates are stated assumptions unless given (-sr), measured (-sd DIR's disk, llmc/run_fit.cuh) or read
 // from the GPU here.
-// Included by llmc/run_setup.cuh: uses train_gpt.cu's gpu_bf16_peak_flops.
+// Included by llmc/run_setup.cuh (llmc/run_fit.cuh prints it): uses train_gpt.cu's gpu_bf16_peak_flops.
 #pragma once
 #include <math.h>
 #include <string.h>

@@ -92,7 +92,7 @@ static int ssd_checkpoint_read_failed(const GPT* g, char* err, size_t errlen) {
     return 0;
 }
 
-// gpt_build's tier, before ssd_attach (llmc/run_setup.cuh) opens its store.
+// gpt_build's tier, before ssd_attach (llmc/run_weights.cuh) opens its store.
 static SsdTier* ssd_tier_new(const GPT* g, int tier) {
     SsdTier* t = new SsdTier();
     t->weights_on_disk = tier == TIER_SSD_WEIGHTS;
