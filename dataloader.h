@@ -223,12 +223,12 @@ static inline int dl_check_chat(const char* path, const int32_t* h, int64_t byte
         char fix[160];
         if (R > 0)
             snprintf(fix, sizeof fix,
-                     "use -b %lld or fewer, or re-make the shards with a smaller --seq-len (a val shard: a "
-                     "larger --val-convs)",
-                     (long long)R);
+                     "use -b %lld%s, or re-make the shards with a smaller --seq-len (a val shard: a larger "
+                     "--val-convs)",
+                     (long long)R, R > 1 ? " or fewer" : "");
         else snprintf(fix, sizeof fix, "re-make it with a smaller --seq-len or more conversations");
-        snprintf(err, errlen, "shard %s: too short: %lld rows, one batch needs B = %d rows: %s", path,
-                 (long long)R, B, fix);
+        snprintf(err, errlen, "shard %s: too short: %lld row%s, one batch needs B = %d rows: %s", path,
+                 (long long)R, R == 1 ? "" : "s", B, fix);
         return 0;
     }
     const int S = h[CHAT_H_SPECIALS];
@@ -333,7 +333,9 @@ static inline int dl_check_shard(const char* path, int B, int T, DlShard* s, cha
     if (n < BT + 1) {
         char fix[160];
         const int64_t fits = (n - 1) / T;  // the B that fits at this T
-        if (fits > 0) snprintf(fix, sizeof fix, "use -b %lld or fewer, or a smaller -t", (long long)fits);
+        if (fits > 0)
+            snprintf(fix, sizeof fix, "use -b %lld%s, or a smaller -t", (long long)fits,
+                     fits > 1 ? " or fewer" : "");
         else if (n > 1) snprintf(fix, sizeof fix, "use -b 1 and -t %lld or less", (long long)(n - 1));
         else snprintf(fix, sizeof fix, "it holds no pair of tokens to learn from");
         snprintf(err, errlen, "shard %s: too short: %lld tokens, one batch needs B*T+1 = %lld tokens: %s",
@@ -717,8 +719,9 @@ static inline int dataloader_set_state(DataLoader* dl, const DataLoaderState* s,
     }
     if (s->num_shards != dl->num_shards || s->total_tokens != dl->total_tokens) {
         snprintf(err, errlen,
-                 "data %s: saved state is for %lld shards / %lld tokens, found %lld shards / %lld tokens",
-                 dl->pattern, (long long)s->num_shards, (long long)s->total_tokens, (long long)dl->num_shards,
+                 "data %s: saved state is for %lld shard%s / %lld tokens, found %lld shard%s / %lld tokens",
+                 dl->pattern, (long long)s->num_shards, s->num_shards == 1 ? "" : "s",
+                 (long long)s->total_tokens, (long long)dl->num_shards, dl->num_shards == 1 ? "" : "s",
                  (long long)dl->total_tokens);
         return 0;
     }

@@ -839,7 +839,7 @@ int main(int argc, char** argv) {
     auto stop_if_asked = [&](int steps_done) {  // Ctrl-C / SIGTERM: finish the step, checkpoint, exit
         const int sig = agree_on_stop_signal(&r);
         stop_if_signalled(
-            steps_done, r.start_step, saved_step, r.bench ? NULL : args.output_dir,
+            steps_done, r.start_step, r.total_steps, saved_step, r.bench ? NULL : args.output_dir,
             [&] { save_run_checkpoint(&r, &g); }, sig,
             [&] {  // saved or not: each rank's share of the update, rank 0's save, then every node's end
                 optimizer_wait_all(&g);

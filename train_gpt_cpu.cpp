@@ -285,6 +285,7 @@ typedef struct {
     EvalSet eval;         // -h: the multiple-choice eval file
     int64_t resume_step;  // the checkpoint resumed from, -1: a fresh run
     int64_t resume_header[ST_HEADER_FIELDS];
+    RunTail resume_tail;  // its -a, -sl, -sg and their windows
     char resume_model[4200], resume_state[4200];
     Tokenizer tok;
     int* prompt;  // chat data: the samples' prompt (dataloader_chat_prompt), prompt_len tokens
@@ -318,7 +319,7 @@ static void open_output_dir(CpuRun* r, int argc, char** argv) {
     GPTConfig ckpt;
     LlamaConfig llama_ckpt;  // num_layers 0: the checkpoint is a GPT-2
     r->resume_step = open_run_dir(&r->args, r->resume_model, r->resume_state, sizeof r->resume_model, &ckpt,
-                                  r->resume_header, &llama_ckpt);
+                                  r->resume_header, &r->resume_tail, &llama_ckpt);
     r->saved_step = r->resume_step;
     if (r->resume_step < 0) return;
     bool model_given = false;
@@ -391,7 +392,8 @@ static void open_data(CpuRun* r) {
         if (fits == 2 && dl == &r->train) fprintf(stderr, "warning: %s\n", err);
     }
     if (r->resume_step < 0) return;
-    check_resume_args(r->resume_header, a, r->total_steps, (int64_t)r->accum * a->B * a->T, a->output_dir);
+    check_resume_args(r->resume_header, a, r->total_steps, (int64_t)r->accum * a->B * a->T, a->output_dir,
+                      &r->resume_tail);
     if (r->resume_step >= r->total_steps)
         die("resume: the checkpoint in %s is at step %lld, the run ends at step %d: nothing to train "
             "(raise -x)",
@@ -410,6 +412,7 @@ static void init_optimizer_state(CpuRun* r) {
     int64_t step = 0;
     char err[600];
     state_file_read(r->resume_state, total, r->adam_m, r->adam_v, &data_state, &step, &r->adam_t);
+    run_tail_windows(&r->resume_tail, &r->loss_window, &r->norm_window);  // -sl / -sg go on as they were
     if (!dataloader_set_state(&r->train, &data_state, err, sizeof err)) die("resume: %s", err);
     r->start_step = (int)step;
     printf("resumed from %s (step %d)\n", r->resume_model, r->start_step);
@@ -454,7 +457,7 @@ static void print_config_table(const CpuRun* r) {
               (long long)r->accum * a->B * a->T);
     table_row("lr / warmup / schedule", "%.2e / %d / %s to %.2f x lr", a->lr, a->warmup_steps,
               lr_schedule_name(a->lr_schedule), a->final_lr_frac);
-    table_row("weight decay / clip", "%.2f / %.2f", a->weight_decay, a->grad_clip);
+    table_row("weight decay / clip", "%g / %g", a->weight_decay, a->grad_clip);
     table_row("steps", "%d", r->total_steps);
     table_row("train / val batches", "%lld / %lld (val uses %lld)", (long long)r->train.num_batches,
               (long long)r->val.num_batches, (long long)r->val_batches);
@@ -510,15 +513,15 @@ static void save_checkpoint(CpuRun* r, int steps_done) {
     const CpuModel* m = &r->model;
     checkpoint_save(r->args.output_dir, steps_done, r->adam_t, m->llama ? NULL : &m->gpt.config,
                     model_params(&r->model), r->adam_m, r->adam_v, &r->args, r->args.B, r->args.T,
-                    &data_state, NULL, m->llama ? &m->ll.config : NULL);
+                    &data_state, &r->loss_window, &r->norm_window, NULL, m->llama ? &m->ll.config : NULL);
     r->saved_step = steps_done;
 }
 
 // Ctrl-C / SIGTERM: finish the step, checkpoint (with -o), exit.
 static void stop_if_asked(CpuRun* r, int steps_done) {
     stop_if_signalled(
-        steps_done, r->start_step, r->saved_step, r->args.output_dir, [&] { save_checkpoint(r, steps_done); },
-        -1, stop_end_alone);
+        steps_done, r->start_step, r->total_steps, r->saved_step, r->args.output_dir,
+        [&] { save_checkpoint(r, steps_done); }, -1, stop_end_alone);
 }
 
 static void free_run(CpuRun* r) {

@@ -49,7 +49,18 @@ typedef struct {
     unsigned given;              // GIVEN_* bits: flags on the command line (-y 1 takes the rest from the run)
 } TrainArgs;
 // The hyperparameters a checkpoint records, as bits of TrainArgs.given.
-enum { GIVEN_X = 1, GIVEN_L = 2, GIVEN_U = 4, GIVEN_Q = 8, GIVEN_K = 16, GIVEN_C = 32, GIVEN_GC = 64 };
+enum {
+    GIVEN_X = 1,
+    GIVEN_L = 2,
+    GIVEN_U = 4,
+    GIVEN_Q = 8,
+    GIVEN_K = 16,
+    GIVEN_C = 32,
+    GIVEN_GC = 64,
+    GIVEN_A = 128,
+    GIVEN_SL = 256,
+    GIVEN_SG = 512
+};
 
 // llm.c's defaults; a trainer changes its own before parsing.
 static inline void train_args_defaults(TrainArgs* a) {
@@ -203,6 +214,7 @@ static inline int parse_train_arg(TrainArgs* a, const char* flag, const char* va
             snprintf(err, errlen, "flag %s needs a value", flag);
             return 0;
         }
+        a->given |= flag[2] == 'l' ? GIVEN_SL : GIVEN_SG;
         return parse_float_in(flag, value, 0.0, 1e30, flag[2] == 'l' ? &a->skip_loss_z : &a->skip_grad_z, err,
                               errlen);
     }
@@ -288,6 +300,7 @@ static inline int parse_train_arg(TrainArgs* a, const char* flag, const char* va
             a->resume = (int)i;
             break;
         case 'a':
+            a->given |= GIVEN_A;
             ok = parse_int_in(flag, value, 0, 1, &i, err, errlen);
             a->overfit_single_batch = (int)i;
             break;

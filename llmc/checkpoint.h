@@ -1,6 +1,6 @@
 // checkpoint.h — both trainers' checkpoints, three files a step:
 //   DIR/model_STEP.bin  fp32 master weights, llm.c's format (Llama: llama_model.h's)
-//   DIR/state_STEP.bin  AdamW m, v, step, updates, data position, hyperparameters
+//   DIR/state_STEP.bin  AdamW m, v, step, updates, data position, hyperparameters, -sl / -sg windows
 //   DIR/DONE_STEP       written last, after fsyncing both: no DONE, no resume
 
 // Here: the state format, saving, checks, the resume point.
@@ -20,13 +20,18 @@
 #include "llmc/llama_model.h"
 #include "llmc/model_specs.h"  // defines: parse_model_spec
 #include "llmc/args.h"         // defines: TrainArgs, lr_schedule_name
+#include "llmc/outliers.h"     // defines: OutlierWindow
 #include "llmc/run_dir.h"      // defines: lock_output_dir, fsync_dir, dir_latest_step, prune_checkpoints
 #include "llmc/utils.h"        // defines: die
 
 #define STATE_MAGIC   20241122
-#define STATE_VERSION 2  // adds the hyperparameters. Version 1 is refused.
-// -sd: streamed layers' state is in an SsdStore (ssd.h, docs/ssd.md).
-#define STATE_VERSION_SSD 102
+#define STATE_VERSION 3  // 2 added the hyperparameters (version 1 is refused), 3 the run tail (2 is read)
+// -sd: streamed layers' state is in an SsdStore (ssd.h, docs/ssd.md). 102: before the run tail.
+#define STATE_VERSION_SSD 103
+static inline bool state_version_ssd(int64_t v) { return v == STATE_VERSION_SSD || v == 102; }
+static inline bool state_version_known(int64_t v) {
+    return v == STATE_VERSION || v == 2 || state_version_ssd(v);
+}
 // SSD_TAIL_NODE_PART: -sd on several nodes, the elements of each node's part of a layer (comm_node_part's
 // stride: node n's store holds [n * it, (n + 1) * it)); 0: one store of whole layers (one node).
 enum { SSD_TAIL_PREFIX, SSD_TAIL_STORE_STEP, SSD_TAIL_STREAMED_LAYERS, SSD_TAIL_NODE_PART, SSD_TAIL_FIELDS };
@@ -52,6 +57,7 @@ enum {
     ST_HEADER_FIELDS = 16
 };
 static_assert(ST_LR_SCHEDULE < ST_HEADER_FIELDS, "the state header is full");
+
 static int64_t float_bits(float x) {
     uint32_t u;
     memcpy(&u, &x, 4);
@@ -62,6 +68,46 @@ static float bits_float(int64_t b) {
     float x;
     memcpy(&x, &u, 4);
     return x;
+}
+
+// The run tail (version 3 / 103): the state file's last bytes. What a resume needs besides the header's
+// hyperparameters: -a, -sl, -sg, and the -sl / -sg windows, so that a resumed run skips the steps the
+// uninterrupted run would have (without them it skipped none for OUTLIER_WINDOW steps).
+typedef struct {
+    int64_t present;            // 1 (0: a file from before the tail, the rest zero)
+    int64_t overfit;            // -a
+    int64_t skip_z_bits[2];     // -sl, -sg (float bits)
+    int64_t count[2], next[2];  // the windows, losses then norms: OutlierWindow's
+    double values[2][OUTLIER_WINDOW];
+} RunTail;
+static inline int64_t state_run_tail_bytes(int64_t version) {
+    return version == STATE_VERSION || version == STATE_VERSION_SSD ? (int64_t)sizeof(RunTail) : 0;
+}
+// The run tail of a, losses and norms (NULL: empty windows).
+static RunTail run_tail_of(const TrainArgs* a, const OutlierWindow* losses, const OutlierWindow* norms) {
+    RunTail t;
+    memset(&t, 0, sizeof t);
+    t.present = 1;
+    t.overfit = a->overfit_single_batch;
+    t.skip_z_bits[0] = float_bits(a->skip_loss_z);
+    t.skip_z_bits[1] = float_bits(a->skip_grad_z);
+    const OutlierWindow* w[2] = {losses, norms};
+    for (int i = 0; i < 2; i++)
+        if (w[i]) {
+            t.count[i] = w[i]->count, t.next[i] = w[i]->next;
+            memcpy(t.values[i], w[i]->values, sizeof t.values[i]);
+        }
+    return t;
+}
+// The windows a checkpoint's tail holds (none before the tail: left empty, to fill again).
+static void run_tail_windows(const RunTail* t, OutlierWindow* losses, OutlierWindow* norms) {
+    OutlierWindow* w[2] = {losses, norms};
+    for (int i = 0; i < 2; i++) {
+        memset(w[i], 0, sizeof *w[i]);
+        if (!t->present) continue;
+        w[i]->count = (int)t->count[i], w[i]->next = (int)t->next[i];
+        memcpy(w[i]->values, t->values[i], sizeof t->values[i]);
+    }
 }
 
 static int read_all(FILE* f, void* p, int64_t bytes) {
@@ -357,12 +403,16 @@ static int write_moments_streamed(FILE* f, const GPTConfig* cfg, const LlamaConf
     return ok;
 }
 
+// A checkpoint's files, its marker first (-nk's removals, a resume's clean-up).
+static const CheckpointFile kCheckpointFiles[] = {{"DONE_", ""}, {"model_", ".bin"}, {"state_", ".bin"}};
+
 // Saves model, state, then DONE. Failure exits, older ones stay valid.
 // The model is written to model_N.bin.tmp and renamed after the state file: a failed state write
 // (a full disk) leaves no model_N.bin that looks like a finished checkpoint.
 static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const GPTConfig* cfg,
                             const float* master, const float* m, const float* v, const TrainArgs* a, int B,
-                            int T, const DataLoaderState* data_state, const StreamedState* ss = NULL,
+                            int T, const DataLoaderState* data_state, const OutlierWindow* losses,
+                            const OutlierWindow* norms, const StreamedState* ss = NULL,
                             const LlamaConfig* llama = NULL) {
     const int64_t total = llama ? llama_layout(llama).total : gpt_layout(cfg).total;
     const bool ssd = ss && !ss->read_moment;           // -sd: the store holds the streamed layers' m, v
@@ -437,8 +487,10 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
             ok = write_vocab_windows(f, ss, which, E, &crc, err, sizeof err) &&
                  write_crc(f, (which == 1 ? m : v) + E, (in_file - E) * 4, &crc);
     } else ok = ok && write_crc(f, m, in_file * 4, &crc) && write_crc(f, v, in_file * 4, &crc);
-    sums[1].bytes =
-        (int64_t)sizeof header + (int64_t)sizeof *data_state + (ssd ? (int64_t)sizeof tail : 0) + in_file * 8;
+    const RunTail run = run_tail_of(a, losses, norms);
+    ok = ok && write_crc(f, &run, sizeof run, &crc);
+    sums[1].bytes = (int64_t)sizeof header + (int64_t)sizeof *data_state + (ssd ? (int64_t)sizeof tail : 0) +
+                    in_file * 8 + (int64_t)sizeof run;
     sums[1].crc = crc;
     int why;
     if (!finish_atomic_write(f, ok, tmp, path, &why)) {
@@ -453,9 +505,8 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     if (!fsync_dir(dir, err, sizeof err)) die("%s", err);
     printf("saved checkpoint step %lld to %s\n", (long long)step, dir);
     // -nk / -nm prune older checkpoints
-    static const CheckpointFile files[] = {{"DONE_", ""}, {"model_", ".bin"}, {"state_", ".bin"}};
-    if (!prune_checkpoints(dir, step, a->keep_checkpoints, a->major_checkpoint_every, files, 3, err,
-                           sizeof err))
+    if (!prune_checkpoints(dir, step, a->keep_checkpoints, a->major_checkpoint_every, kCheckpointFiles, 3,
+                           err, sizeof err))
         die("%s", err);
 }
 
@@ -495,7 +546,7 @@ static int state_file_check(const char* path, int64_t total, int64_t header[ST_H
                  path, STATE_VERSION);
         return 0;
     }
-    if (header[ST_VERSION] != STATE_VERSION && header[ST_VERSION] != STATE_VERSION_SSD) {
+    if (!state_version_known(header[ST_VERSION])) {
         snprintf(err, errlen, "optimizer state %.400s: bad header (version %lld, want %d)", path,
                  (long long)header[ST_VERSION], STATE_VERSION);
         return 0;
@@ -527,7 +578,7 @@ static int state_file_check(const char* path, int64_t total, int64_t header[ST_H
         return 0;
     }
     int64_t in_file = total, tail_bytes = 0;
-    if (header[ST_VERSION] == STATE_VERSION_SSD) {
+    if (state_version_ssd(header[ST_VERSION])) {
         int64_t tail[SSD_TAIL_FIELDS];
         if (!state_file_ssd_tail(path, tail, err, errlen)) return 0;
         in_file = tail[SSD_TAIL_PREFIX];
@@ -538,10 +589,37 @@ static int state_file_check(const char* path, int64_t total, int64_t header[ST_H
             return 0;
         }
     }
-    const int64_t want = ST_HEADER_FIELDS * 8 + data_bytes + tail_bytes + in_file * 8;
+    const int64_t want = ST_HEADER_FIELDS * 8 + data_bytes + tail_bytes + in_file * 8 +
+                         state_run_tail_bytes(header[ST_VERSION]);
     if (size != want) {
         snprintf(err, errlen, "optimizer state %.400s: %lld bytes, expected %lld (truncated or too long)",
                  path, (long long)size, (long long)want);
+        return 0;
+    }
+    return 1;
+}
+
+// A checked state file's run tail (its last bytes); present 0 in a file from before it. 0 with err: a tail
+// no save writes (a damaged file whose marker is of an older build: DONE's checksums catch the rest).
+static int state_file_run_tail(const char* path, const int64_t header[ST_HEADER_FIELDS], RunTail* t,
+                               char* err, size_t errlen) {
+    memset(t, 0, sizeof *t);
+    if (state_run_tail_bytes(header[ST_VERSION]) == 0) return 1;
+    FILE* f = open_regular(path, "optimizer state", err, errlen);
+    if (!f) return 0;
+    const int ok = fseeko(f, -(off_t)sizeof *t, SEEK_END) == 0 && read_all(f, t, sizeof *t);
+    fclose(f);
+    bool good = ok && t->present == 1 && (t->overfit == 0 || t->overfit == 1);
+    for (int i = 0; i < 2 && good; i++) {
+        const float z = bits_float(t->skip_z_bits[i]);
+        good = t->skip_z_bits[i] >= 0 && t->skip_z_bits[i] <= 0xFFFFFFFFll && isfinite(z) && z >= 0 &&
+               t->count[i] >= 0 && t->count[i] <= OUTLIER_WINDOW && t->next[i] >= 0 &&
+               t->next[i] < OUTLIER_WINDOW;
+        for (int64_t k = 0; k < t->count[i] && good; k++) good = isfinite(t->values[i][k]);
+    }
+    if (!good) {
+        snprintf(err, errlen, "optimizer state %.400s: %s", path,
+                 ok ? "a damaged run tail (-a, -sl, -sg and their windows)" : "reading its run tail failed");
         return 0;
     }
     return 1;
@@ -601,7 +679,8 @@ static int64_t pick_checkpoint(const char* dir, char* model, char* state, size_t
 
 // -y 1: the hyperparameters not on the command line come from the checkpoint, not from this trainer's
 // defaults (train_gpt's and train_gpt_cpu's differ: a run moving between them keeps its own).
-static void resume_recorded_hyperparameters(const int64_t* h, TrainArgs* a) {
+// The run tail's -a, -sl, -sg too (files from before it: the command line's).
+static void resume_recorded_hyperparameters(const int64_t* h, const RunTail* t, TrainArgs* a) {
     char taken[300] = "";
     auto take_int = [&](unsigned bit, const char* flag, int* x, int64_t v) {
         if (!(a->given & bit) && *x != v)
@@ -623,13 +702,19 @@ static void resume_recorded_hyperparameters(const int64_t* h, TrainArgs* a) {
     if (!(a->given & GIVEN_K)) a->lr_schedule = (int)h[ST_LR_SCHEDULE];
     take_float(GIVEN_C, "-c", &a->weight_decay, h[ST_WEIGHT_DECAY]);
     take_float(GIVEN_GC, "-gc", &a->grad_clip, h[ST_GRAD_CLIP]);
+    if (t->present) {
+        take_int(GIVEN_A, "-a", &a->overfit_single_batch, t->overfit);
+        take_float(GIVEN_SL, "-sl", &a->skip_loss_z, t->skip_z_bits[0]);
+        take_float(GIVEN_SG, "-sg", &a->skip_grad_z, t->skip_z_bits[1]);
+    }
     if (taken[0]) printf("resume: the checkpoint's%s (flags given here override them)\n", taken);
 }
 
 // B, T, tokens per step must match the checkpoint's. Other flags warn.
 // warn: false on all but one rank (several ranks each check; one says it)
+// t: the checkpoint's run tail (NULL or not present: from before it, nothing to compare).
 static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_steps, int64_t step_tokens,
-                              const char* dir, bool warn = true) {
+                              const char* dir, const RunTail* t = NULL, bool warn = true) {
     if (h[ST_B] != a->B || h[ST_T] != a->T || h[ST_STEP_TOKENS] != step_tokens)
         die("resume: -b %d -t %d, %lld tokens per step (-d) differ from the checkpoint in %s (-b %lld -t "
             "%lld, %lld "
@@ -660,6 +745,19 @@ static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_st
         if (float_bits(f[i].now) != h[f[i].field])
             fprintf(stderr, "warning: resume: %s %g differs from the checkpoint's %g: %s\n", f[i].flag,
                     f[i].now, bits_float(h[f[i].field]), f[i].effect);
+    if (!t || !t->present) return;
+    if (t->overfit != a->overfit_single_batch)
+        fprintf(stderr, "warning: resume: -a %d differs from the checkpoint's %lld: %s\n",
+                a->overfit_single_batch, (long long)t->overfit,
+                a->overfit_single_batch ? "every step trains on the data's first tokens from here"
+                                        : "the steps train on the data from here, no longer one batch");
+    const float z[2] = {a->skip_loss_z, a->skip_grad_z};
+    const char* flags[2] = {"-sl", "-sg"};
+    for (int i = 0; i < 2; i++)
+        if (float_bits(z[i]) != t->skip_z_bits[i])
+            fprintf(stderr,
+                    "warning: resume: %s %g differs from the checkpoint's %g: the skips change from here\n",
+                    flags[i], z[i], bits_float(t->skip_z_bits[i]));
 }
 
 // A full (version 2) state file's m and v of [at, at + n) of its parameters, in its order: -sd's store filled
@@ -695,7 +793,7 @@ static void state_file_read_parts(const char* path, int64_t total, float* m, flo
     if (!f) die("%s", err);
     int64_t header[ST_HEADER_FIELDS], tail[SSD_TAIL_FIELDS];
     int ok = read_all(f, header, sizeof header) && read_all(f, data_state, sizeof *data_state);
-    const bool ssd = ok && header[ST_VERSION] == STATE_VERSION_SSD;
+    const bool ssd = ok && state_version_ssd(header[ST_VERSION]);
     if (ssd != ssd_prefix)
         die("optimizer state %s: %s", path,
             ssd ? "its streamed layers' state is in an SSD store (train_gpt -sd): resume it with -sd DIR"
@@ -714,7 +812,7 @@ static void state_file_read_parts(const char* path, int64_t total, float* m, flo
 }
 
 // A full state file (train_gpt's in RAM, train_gpt_cpu's): every parameter's m, v. An -sd checkpoint's
-// (version 102: the prefix's only; train_gpt reads it as parts: load_state) is refused in one line.
+// (version 102 / 103: the prefix's only; train_gpt reads it as parts: load_state) is refused in one line.
 static void state_file_read(const char* path, int64_t total, float* m, float* v, DataLoaderState* data_state,
                             int64_t* step, int64_t* adam_t) {
     *step = check_state_file(path, total);
@@ -723,7 +821,7 @@ static void state_file_read(const char* path, int64_t total, float* m, float* v,
     if (!f) die("%s", err);
     int64_t header[ST_HEADER_FIELDS];
     int ok = read_all(f, header, sizeof header) && read_all(f, data_state, sizeof *data_state);
-    if (ok && header[ST_VERSION] == STATE_VERSION_SSD)
+    if (ok && state_version_ssd(header[ST_VERSION]))
         die("optimizer state %s: its streamed layers' state is in an SSD store (train_gpt -sd): resume it "
             "with "
             "train_gpt -sd DIR",
@@ -790,11 +888,12 @@ static int dir_run_files(const char* dir, char* found, size_t len) {
     return count;
 }
 
-// Makes and locks -o. Returns the step to resume (-y 1), or -1.
+// Makes and locks -o. Returns the step to resume (-y 1), or -1; its state file's header and run tail.
 // Dies before overwriting a run's files.
 static int64_t open_run_dir(TrainArgs* a, char* model, char* state, size_t pathlen, GPTConfig* cfg,
-                            int64_t header[ST_HEADER_FIELDS], LlamaConfig* llama = NULL) {
+                            int64_t header[ST_HEADER_FIELDS], RunTail* tail, LlamaConfig* llama = NULL) {
     if (llama) memset(llama, 0, sizeof *llama);
+    memset(tail, 0, sizeof *tail);
     if (!a->output_dir) return -1;
     const char* dir = a->output_dir;
     char err[4352];
@@ -805,7 +904,9 @@ static int64_t open_run_dir(TrainArgs* a, char* model, char* state, size_t pathl
         const int64_t step =
             pick_checkpoint(dir, model, state, pathlen, cfg, header, llama);  // dies if none is valid
         if (step >= 0) {
-            resume_recorded_hyperparameters(header, a);
+            remove_unfinished_checkpoints(dir, kCheckpointFiles, 3);
+            if (!state_file_run_tail(state, header, tail, err, sizeof err)) die("%s", err);
+            resume_recorded_hyperparameters(header, tail, a);
             return step;
         }
     } else if (latest >= 0) {

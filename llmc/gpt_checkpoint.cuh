@@ -128,7 +128,7 @@ static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data
             if (g->vocab) ss.read_vocab = gather_vocab;
         }
         checkpoint_save(dir, g->step, g->adam_t, &g->config, g->master, g->adam_m, g->adam_v, &g->args, g->B,
-                        g->T, data_state, &ss, llama);
+                        g->T, data_state, &g->loss_window, &g->norm_window, &ss, llama);
         return;
     }
     if (g->comm->nodes > 1) {  // the streamed layers gathered from the nodes, a layer at a time
@@ -141,20 +141,20 @@ static void save_checkpoint(GPT* g, const char* dir, const DataLoaderState* data
                                   g->vocab ? gather_vocab : NULL,
                                   0};
         checkpoint_save(dir, g->step, g->adam_t, &g->config, g->master, g->adam_m, g->adam_v, &g->args, g->B,
-                        g->T, data_state, &ss, llama);
+                        g->T, data_state, &g->loss_window, &g->norm_window, &ss, llama);
         return;
     }
     if (llama) llama_state_order(g, true);
     checkpoint_save(dir, g->step, g->adam_t, &g->config, g->master, g->adam_m, g->adam_v, &g->args, g->B,
-                    g->T, data_state, NULL, llama);
+                    g->T, data_state, &g->loss_window, &g->norm_window, NULL, llama);
     if (llama) llama_state_order(g, false);
 }
 
 // Loads AdamW state, step, data position. The model file loads apart.
 // Several ranks: rank 0 reads into the node's arrays and tells the others where the run stands.
-// ckpt_ssd: the checkpoint's state file is -sd's (version 102: the prefix's m, v in this trainer's order);
-// else it holds every parameter's in the family's order, which -sd takes the prefix's of (its store is filled
-// from the same file: ssd_attach).
+// ckpt_ssd: the checkpoint's state file is -sd's (version 102 / 103: the prefix's m, v in this trainer's
+// order); else it holds every parameter's in the family's order, which -sd takes the prefix's of (its store
+// is filled from the same file: ssd_attach).
 static void load_state(GPT* g, const char* path, DataLoaderState* data_state, bool ckpt_ssd = false) {
     if ((g->comm->nodes > 1 || g->ssd) && g->comm->local == 0) {  // the prefix, and this node's parts
         const ParamLayout* p = &g->layout;

@@ -11,7 +11,9 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <set>
 #include <string>
+#include <vector>
 
 // dir's parent: "." for a bare name, "/" for one under the root
 static inline std::string parent_dir(const char* dir) {
@@ -127,6 +129,39 @@ typedef struct {
     const char* prefix;
     const char* suffix;
 } CheckpointFile;
+
+// A resume (the caller holds -o's lock): removes the files of checkpoints without their marker (files[0]):
+// a save a stop cut short before its marker, or an -nk removal cut short after it. No marker, no resume: no
+// run reads them, and the next saves of those steps may never come (another -n). Our names only (8 digits).
+static inline void remove_unfinished_checkpoints(const char* dir, const CheckpointFile* files, int n_files) {
+    DIR* d = opendir(dir);
+    if (!d) return;
+    std::vector<std::string> gone;
+    std::set<int64_t> steps;
+    struct dirent* e;
+    while ((e = readdir(d)))
+        for (int i = 1; i < n_files; i++) {
+            const int64_t s = checkpoint_name_step(e->d_name, files[i].prefix, files[i].suffix);
+            char ours[64], marker[4200];
+            snprintf(ours, sizeof ours, "%s%08lld%s", files[i].prefix, (long long)s, files[i].suffix);
+            snprintf(marker, sizeof marker, "%s/%s%08lld%s", dir, files[0].prefix, (long long)s,
+                     files[0].suffix);
+            if (s < 0 || strcmp(ours, e->d_name) != 0 || access(marker, F_OK) == 0 || errno != ENOENT)
+                continue;
+            gone.push_back(std::string(dir) + "/" + e->d_name);
+            steps.insert(s);
+        }
+    closedir(d);
+    int removed = 0;
+    for (const std::string& path : gone) removed += unlink(path.c_str()) == 0;
+    if (removed == 0) return;
+    std::string which;
+    for (int64_t s : steps) which += (which.empty() ? "" : ", ") + std::to_string(s);
+    printf(
+        "removed %d file%s of unfinished checkpoints in %s (step%s %s: no DONE marker, a save or -nk's "
+        "removal was cut short)\n",
+        removed, removed > 1 ? "s" : "", dir, steps.size() > 1 ? "s" : "", which.c_str());
+}
 
 // -nk / -nm: removes all but the `keep` newest checkpoints (multiples of major_every stay).
 static inline int prune_checkpoints(const char* dir, int64_t newest, int keep, int major_every,

@@ -116,6 +116,7 @@ typedef struct {
     const char* peak_label;
     int64_t resume_step;  // -1: a fresh run
     int64_t resume_header[ST_HEADER_FIELDS];
+    RunTail resume_tail;  // its -a, -sl, -sg and their windows
     char resume_model[4200], resume_state[4200];
     GPTConfig resume_cfg;         // the checkpoint's config (rank 0 reads it; -e must match it)
     LlamaConfig resume_llama;     //   and the family's (num_layers 0: a GPT-2)
@@ -141,7 +142,7 @@ typedef struct {
 // -y 1 of an -sd run's checkpoint: its store holds the streamed layers' state (one of a run in RAM fills a
 // new store from its state file: ssd_attach).
 static bool resumes_ssd_store(const Run* r) {
-    return r->resume_step >= 0 && r->resume_header[ST_VERSION] == STATE_VERSION_SSD;
+    return r->resume_step >= 0 && state_version_ssd(r->resume_header[ST_VERSION]);
 }
 
 // -y 1 with -e: -e must name the checkpoint's model, either family (checkpoint.h).
@@ -159,6 +160,7 @@ static void check_resume_given(const char* model, const char* dir, const GPTConf
 // checks it against the checkpoint's config, as rank 0 checks its own.
 struct ResumeNote {
     int64_t step, header[ST_HEADER_FIELDS];
+    RunTail tail;
     char model[4200], state[4200];
     GPTConfig ckpt;
     LlamaConfig llama_ckpt;  // num_layers 0: the checkpoint is a GPT-2
@@ -173,6 +175,7 @@ static void open_output_dir(Run* r) {
         open_output_dir_rank0(r);
         x->step = r->resume_step;
         memcpy(x->header, r->resume_header, sizeof x->header);
+        x->tail = r->resume_tail;
         memcpy(x->model, r->resume_model, sizeof x->model);
         memcpy(x->state, r->resume_state, sizeof x->state);
         x->ckpt = r->resume_cfg;
@@ -189,9 +192,10 @@ static void open_output_dir(Run* r) {
     if (r->ga.model_given) check_resume_given(r->args.model, r->args.output_dir, &x->ckpt, &x->llama_ckpt);
     r->resume_step = x->step;
     memcpy(r->resume_header, x->header, sizeof x->header);
+    r->resume_tail = x->tail;
     memcpy(r->resume_model, x->model, sizeof x->model);
     memcpy(r->resume_state, x->state, sizeof x->state);
-    resume_recorded_hyperparameters(r->resume_header, &r->args);
+    resume_recorded_hyperparameters(r->resume_header, &r->resume_tail, &r->args);
     r->args.model = r->resume_model;
 }
 static void open_output_dir_rank0(Run* r) {
@@ -213,7 +217,7 @@ static void open_output_dir_rank0(Run* r) {
     GPTConfig& ckpt = r->resume_cfg;
     LlamaConfig& llama_ckpt = r->resume_llama;  // num_layers 0: the checkpoint is a GPT-2
     r->resume_step = open_run_dir(&r->args, r->resume_model, r->resume_state, sizeof r->resume_model, &ckpt,
-                                  r->resume_header, &llama_ckpt);
+                                  r->resume_header, &r->resume_tail, &llama_ckpt);
     if (r->args.output_dir && !realpath(r->args.output_dir, r->ssd_owner))
         r->ssd_owner[0] = 0;  // it exists now
     if (r->resume_step < 0) return;
@@ -357,7 +361,7 @@ static void open_data(Run* r) {
         r->prompt_len = dataloader_chat_prompt(val, r->prompt, room);
     }
     if (r->resume_step >= 0)
-        check_resume_args(r->resume_header, a, r->total_steps, r->step_tokens, a->output_dir,
+        check_resume_args(r->resume_header, a, r->total_steps, r->step_tokens, a->output_dir, &r->resume_tail,
                           r->comm->rank == 0);
     if (r->resume_step >= r->total_steps)
         die("resume: the checkpoint in %s is at step %lld, the run ends at step %d: nothing to train (raise "
@@ -414,7 +418,7 @@ static void print_config_table(const Run* r, const GPT* g) {
                   (long long)r->step_tokens);
     table_row("lr / warmup / schedule", "%.2e / %d / %s to %.2f x lr", args.lr, args.warmup_steps,
               lr_schedule_name(args.lr_schedule), args.final_lr_frac);
-    table_row("weight decay / clip", "%.2f / %.2f", args.weight_decay, args.grad_clip);
+    table_row("weight decay / clip", "%g / %g", args.weight_decay, args.grad_clip);
     table_row("steps", r->bench ? "%d (benchmark: %d warm-up + %d timed)" : "%d", r->total_steps,
               r->ga.bench_warmup, r->ga.bench_steps);
     if (args.hellaswag && !r->bench)

@@ -336,6 +336,7 @@ static void build_model(Run* r, GPT* g) {
     if (r->resume_step < 0) return;
     DataLoaderState data_state;
     load_state(g, r->resume_state, &data_state, resumes_ssd_store(r));
+    run_tail_windows(&r->resume_tail, &g->loss_window, &g->norm_window);  // every rank's: the note's
     if (!dataloader_set_state(&r->train, &data_state, err, sizeof err)) die("resume: %s", err);
     r->start_step = (int)g->step;
     g->checkpoint_step = g->step;

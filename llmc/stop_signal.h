@@ -62,8 +62,8 @@ static inline void stop_end_alone(void) {}
 // process's own. end(), on every stop, saved or not, before the exit: several ranks and nodes finish together
 // there (a node that closed its links while another still sends to it would look dead to that one).
 template <typename Save, typename End>
-static void stop_if_signalled(int steps_done, int first_step, int64_t saved_step, const char* dir, Save save,
-                              int sig, End end) {
+static void stop_if_signalled(int steps_done, int first_step, int last_step, int64_t saved_step,
+                              const char* dir, Save save, int sig, End end) {
     if (sig < 0) sig = stop_signal_pending();
     if (!sig) return;
     const char* name = sig == SIGINT ? "SIGINT" : "SIGTERM";
@@ -73,7 +73,12 @@ static void stop_if_signalled(int steps_done, int first_step, int64_t saved_step
         printf("stopped by %s before the first step: nothing to save\n", name);
     } else {
         if (saved_step != steps_done) save();
-        printf("stopped by %s after step %d: resume with -y 1 -o %s\n", name, steps_done, dir);
+        if (steps_done >= last_step)  // during the last step's validation or sample: the run is complete
+            printf(
+                "stopped by %s after the run's last step, %d: its checkpoint is in %s, nothing is left to "
+                "resume\n",
+                name, steps_done, dir);
+        else printf("stopped by %s after step %d: resume with -y 1 -o %s\n", name, steps_done, dir);
     }
     end();
     fflush(NULL);

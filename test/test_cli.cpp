@@ -652,6 +652,80 @@ TEST_F(CliTest, CpuKeepsTheNewestCheckpoints) {
     EXPECT_TRUE(CleanError(run_bin(kCpu, base_args() + Args{"-nk", "2"}), {"-nk and -nm", "-n"}));
 }
 
+// A stop (kill -9) can leave a checkpoint's files without their DONE marker: one between a save's files and
+// its marker, one within -nk's removal (marker first, then the files). No run reads them; a resume removes
+// them, so a run stopped now and then does not fill its disk with them. Not ours (a marker-less name of
+// other digits) and a complete checkpoint stay.
+TEST_F(CliTest, CpuResumeRemovesUnfinishedCheckpoints) {
+    if (!have_binary(kCpu)) GTEST_SKIP() << kCpu << " not built";
+    const std::string out = dir + "/unfinished";
+    const Result r = run_bin(kCpu, base_args() + Args{"-x", "4", "-o", out, "-n", "1"});
+    ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.err;
+    auto there = [&](const char* name) { return access((out + "/" + name).c_str(), F_OK) == 0; };
+    ASSERT_EQ(unlink((out + "/DONE_00000004").c_str()), 0);  // step 4's save, cut before its marker
+    ASSERT_EQ(unlink((out + "/DONE_00000001").c_str()), 0);  // -nk's removal of step 1, cut after the marker
+    ASSERT_EQ(unlink((out + "/model_00000001.bin").c_str()), 0);
+    FILE* f = fopen((out + "/model_7.bin").c_str(), "w");  // not a name of ours
+    ASSERT_NE(f, nullptr);
+    fclose(f);
+    const Result r2 = run_bin(kCpu, base_args() + Args{"-x", "6", "-o", out, "-n", "5", "-y", "1"});
+    ASSERT_EQ(r2.code, 0) << r2.cmd << "\n" << r2.err;
+    EXPECT_NE(
+        r2.out.find("removed 3 files of unfinished checkpoints in " + out + " (steps 1, 4: no DONE marker"),
+        std::string::npos)
+        << r2.out;
+    EXPECT_NE(r2.out.find("(step 3)"), std::string::npos) << r2.out;  // the newest complete one
+    EXPECT_FALSE(there("state_00000001.bin"));
+    EXPECT_FALSE(there("model_00000004.bin"));
+    EXPECT_FALSE(there("state_00000004.bin"));
+    for (const char* kept : {"model_7.bin", "DONE_00000003", "model_00000003.bin", "DONE_00000002",
+                             "model_00000006.bin", "DONE_00000006"})
+        EXPECT_TRUE(there(kept)) << kept;
+}
+
+// The step lines of steps [from, to] of a run's output, without their times: loss, norm, lr, and the skip.
+static std::string step_lines(const std::string& out, int from, int to) {
+    std::string got;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) {
+        int step = 0;
+        if (sscanf(line.c_str(), "step %d/", &step) != 1 || step < from || step > to) continue;
+        const size_t ms = line.find(" | ms "), skip = line.find(" | update skipped");
+        got += line.substr(0, ms) + (skip == std::string::npos ? "" : line.substr(skip)) + "\n";
+    }
+    return got;
+}
+
+// -sl / -sg decide on the 128 steps before (llm.c's window): the checkpoint keeps the windows, -a, -sl and
+// -sg (the state file's run tail), so a run resumed at step 180 skips the updates the uninterrupted one
+// skipped, with the same losses, flags not given again (without the windows it skipped none for 128 steps).
+// Both trainers (the emulated train_gpt where built); a tiny model whose skips start near step 160.
+TEST_F(CliTest, ResumeSkipsTheStepsTheUninterruptedRunSkipped) {
+    for (const char* bin : {kCpu, kEmu}) {
+        if (!have_binary(bin)) continue;
+        const std::string out = dir + "/skips" + (bin == kCpu ? "_cpu" : "_emu");
+        const Args run = {"-e", "L1:C32:NH2:T16", "-b", "2",  "-t", "16",  "-v", "0", "-g", "0",
+                          "-i", kTrain,           "-j", kVal, "-x", "200", "-o", out};
+        const Result a = run_bin(bin, run + Args{"-n", "180", "-sl", "0.5", "-sg", "0.5"});
+        ASSERT_EQ(a.code, 0) << a.cmd << "\n" << a.err;
+        const std::string uninterrupted = step_lines(a.out, 181, 200), log = slurp(out + "/main.log");
+        ASSERT_TRUE(has(uninterrupted, "update skipped: ")) << bin << "\n"
+                                                            << uninterrupted;  // the test's point
+        for (const char* f : {"/DONE_00000200", "/model_00000200.bin", "/state_00000200.bin"})
+            ASSERT_EQ(unlink((out + f).c_str()), 0) << f;
+        const Result b = run_bin(bin, run + Args{"-y", "1"});
+        ASSERT_EQ(b.code, 0) << b.cmd << "\n" << b.err;
+        EXPECT_TRUE(has(b.out, "resume: the checkpoint's -sl 0.5 -sg 0.5")) << b.out;
+        EXPECT_EQ(step_lines(b.out, 181, 200), uninterrupted) << bin;
+        EXPECT_EQ(slurp(out + "/main.log"), log) << bin;
+        // -sg given again, otherwise: a warning (the skips change from here)
+        const Result c = run_bin(bin, run + Args{"-y", "1", "-x", "201", "-sg", "0"});
+        ASSERT_EQ(c.code, 0) << c.cmd << "\n" << c.err;
+        EXPECT_TRUE(has(c.err, "warning: resume: -sg 0 differs from the checkpoint's 0.5: the skips change"))
+            << c.err;
+    }
+}
+
 // A checkpoint that cannot be written (here: no file may exceed 1 MB, the model file is 13 MB) ends the run
 // with one error line that says why, leaves no half-written file and no marker behind, and an earlier
 // checkpoint stays whole: train_gpt resumes from it. The trainers are the CPU one and, where built,

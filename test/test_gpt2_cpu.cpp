@@ -1008,7 +1008,14 @@ TEST(Checkpoints, SaveThenResumeRoundTrip) {
     ds.B = 2;
     ds.T = 32;
     ASSERT_EQ(mkdir(dir.c_str(), 0755), 0);
-    checkpoint_save(dir.c_str(), 7, 5, &cfg, master.data(), m.data(), v.data(), &a, 2, 32, &ds);
+    a.skip_grad_z = 3.0f;  // the run tail: -a, -sl, -sg and the windows (130 values: full, wrapped)
+    a.overfit_single_batch = 1;
+    OutlierWindow losses, norms;
+    memset(&losses, 0, sizeof losses);
+    memset(&norms, 0, sizeof norms);
+    for (int i = 0; i < 130; i++) outlier_z(&losses, 3.0 + 0.01 * i), outlier_z(&norms, 1.0 / (i + 1));
+    checkpoint_save(dir.c_str(), 7, 5, &cfg, master.data(), m.data(), v.data(), &a, 2, 32, &ds, &losses,
+                    &norms);
 
     char model[4200], state[4200];
     GPTConfig got_cfg;
@@ -1028,10 +1035,23 @@ TEST(Checkpoints, SaveThenResumeRoundTrip) {
     EXPECT_EQ(memcmp(m2.data(), m.data(), (size_t)n * 4), 0);
     EXPECT_EQ(memcmp(v2.data(), v.data(), (size_t)n * 4), 0);
     EXPECT_EQ(memcmp(&ds2, &ds, sizeof ds), 0);
+    RunTail tail;
+    ASSERT_TRUE(state_file_run_tail(state, header, &tail, err, sizeof err)) << err;
+    OutlierWindow losses2, norms2;
+    run_tail_windows(&tail, &losses2, &norms2);
+    EXPECT_EQ(memcmp(&losses2, &losses, sizeof losses), 0);
+    EXPECT_EQ(memcmp(&norms2, &norms, sizeof norms), 0);
+    EXPECT_EQ(tail.overfit, 1);
 
     testing::internal::CaptureStderr();
-    check_resume_args(header, &a, 20, 128, dir.c_str());
+    check_resume_args(header, &a, 20, 128, dir.c_str(), &tail);
     EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+    a.skip_grad_z = 0.0f;
+    testing::internal::CaptureStderr();
+    check_resume_args(header, &a, 20, 128, dir.c_str(), &tail);
+    EXPECT_EQ(testing::internal::GetCapturedStderr(),
+              "warning: resume: -sg 0 differs from the checkpoint's 3: the skips change from here\n");
+    a.skip_grad_z = 3.0f;
     a.lr = 2e-3f;
     testing::internal::CaptureStderr();
     check_resume_args(header, &a, 20, 128, dir.c_str());

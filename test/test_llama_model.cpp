@@ -175,7 +175,7 @@ TEST(LlamaModel, StreamedSaveWritesTheSameModelFile) {
         memcpy(params, st->w + l * st->stride, (size_t)st->stride * 4);
         return 1;
     };
-    const StreamedState ss = {(int64_t)prefix.size(), 1, 1, read_layer, &store, nullptr, nullptr};
+    const StreamedState ss = {(int64_t)prefix.size(), 1, 1, read_layer, &store, nullptr, nullptr, 0};
     ASSERT_TRUE(llama_save_model_streamed(streamed.c_str(), &c, prefix.data(), &ss, &crc2, err, sizeof err))
         << err;
     EXPECT_EQ(crc2, crc);

@@ -7,6 +7,7 @@
 // train_gpt is checked only where it refuses before touching a GPU. Not here: checkpoint file checks of one
 // trainer (test_cli's ResumeTest), training math.
 #include "cli_test_common.h"
+#include "llmc/stop_signal.h"  // defines: stop_if_signalled
 
 INSTANTIATE_TEST_SUITE_P(Trainers, Both, ::testing::Values(kCpu, kGpu),
                          [](const ::testing::TestParamInfo<const char*>& i) {
@@ -280,6 +281,34 @@ TEST_F(CliTest, ResumeVerifiesChecksums) {
         const Result c = run_bin(bin, same_run(out, 4) + Args{"-y", "1", "-x", "2"});
         EXPECT_TRUE(has(c.err, "skipping the checkpoint of step 4: checkpoint marker")) << c.err;
         nftw(out.c_str(), rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+    }
+}
+
+// A stop signal that arrives during the last step's validation or sample: the run's last checkpoint is
+// saved, and the line says the run is complete (it said "resume with -y 1", which then found nothing to
+// train); before the last step it says how to resume. stop_if_signalled exits: it runs in a child.
+TEST(StopSignal, AfterTheLastStepTheRunIsComplete) {
+    for (int last : {5, 3}) {
+        char path[] = "/tmp/stop_signal_XXXXXX";
+        const int fd = mkstemp(path);
+        ASSERT_GE(fd, 0);
+        const pid_t pid = fork();
+        if (pid == 0) {
+            dup2(fd, 1);
+            stop_if_signalled(
+                3, 0, last, 2, "out", [] { printf("save\n"); }, SIGINT, stop_end_alone);
+            _exit(1);  // not reached
+        }
+        int status = 0;
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 130) << status;
+        const std::string o = slurp(path);
+        unlink(path);
+        close(fd);
+        EXPECT_EQ(o, last == 3
+                         ? "save\nstopped by SIGINT after the run's last step, 3: its checkpoint is in out, "
+                           "nothing is left to resume\n"
+                         : "save\nstopped by SIGINT after step 3: resume with -y 1 -o out\n");
     }
 }
 

@@ -326,7 +326,7 @@ TEST_F(SftTest, TooFewRowsSaysWhichBatchSizeFits) {
             CleanError(train(data, val, Args{"-b", "4", "-x", "1"}, bin),
                        {data, "3 rows, one batch needs B = 4 rows: use -b 3 or fewer", "smaller --seq-len"}));
         EXPECT_TRUE(CleanError(train(data, val, Args{"-b", "2", "-x", "1"}, bin),
-                               {val, "1 rows, one batch needs B = 2 rows: use -b 1 or fewer"}));
+                               {val, "1 row, one batch needs B = 2 rows: use -b 1, or re-make"}));
     }
 }
 

@@ -193,8 +193,9 @@ TEST_F(SsdTrainer, SameTrainingAsInRam) {
     char err[4352];
     ASSERT_EQ(parse_model_spec(kSpec, &c, err, sizeof err), 1) << err;
     const ParamLayout p = gpt_layout(&c);
-    EXPECT_EQ(file_size(out + "/state_00000003.bin"),
-              16 * 8 + (int64_t)sizeof(DataLoaderState) + 4 * 8 + (p.embed_count + p.layer_stride) * 8);
+    EXPECT_EQ(file_size(out + "/state_00000003.bin"), 16 * 8 + (int64_t)sizeof(DataLoaderState) + 4 * 8 +
+                                                          (p.embed_count + p.layer_stride) * 8 +
+                                                          (int64_t)sizeof(RunTail));
 
     ScopedEnv fallback("SSD_IO_FALLBACK", "1"), buffered("SSD_NO_DIRECT", "1"),
         pieces("SSD_PIECE_ELEMS", "4096");
@@ -360,7 +361,8 @@ TEST_F(SsdTrainer, LlamaSameTrainingAsInRam) {
     const LlamaLayout p = llama_layout(&c);
     EXPECT_EQ(p.layer_stride, 36992);
     EXPECT_EQ(file_size(out + "/state_00000003.bin"), 16 * 8 + (int64_t)sizeof(DataLoaderState) + 4 * 8 +
-                                                          (p.total - p.embed_base + p.layer_stride) * 8);
+                                                          (p.total - p.embed_base + p.layer_stride) * 8 +
+                                                          (int64_t)sizeof(RunTail));
     // a fresh -sd run from a model file (read a layer at a time): the same as one in RAM from it
     const Args from_file = {"-e", dir + "/ram/model_00000001.bin", "-x", "1"};
     const Result f = run_bin(kEmu, run_args(dir + "/f_ram", from_file));

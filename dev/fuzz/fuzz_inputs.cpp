@@ -274,11 +274,23 @@ static void fuzz_shard(const uint8_t* data, size_t n) {
 static void fuzz_state(const uint8_t* data, size_t n) {
     const std::string path = scratch("state.bin");
     write_file(path.c_str(), data, n);
-    const int64_t rest = (int64_t)n - ST_HEADER_FIELDS * 8 - (int64_t)sizeof(DataLoaderState);
+    int64_t version = 0;  // version 3 / 103: the run tail at the end
+    if (n >= 16) memcpy(&version, data + 8, 8);
+    const int64_t rest =
+        (int64_t)n - ST_HEADER_FIELDS * 8 - (int64_t)sizeof(DataLoaderState) - state_run_tail_bytes(version);
     const int64_t total = rest > 0 ? rest / 8 : 1;
     int64_t header[ST_HEADER_FIELDS];
     char err[4400];
     if (!state_file_check(path.c_str(), total, header, err, sizeof err)) return;
+    RunTail tail;
+    if (state_file_run_tail(path.c_str(), header, &tail, err, sizeof err)) {
+        OutlierWindow w[2];
+        run_tail_windows(&tail, &w[0], &w[1]);  // a window that outlier_z may take
+        for (int i = 0; i < 2; i++)
+            REQUIRE(w[i].count >= 0 && w[i].count <= OUTLIER_WINDOW && w[i].next >= 0 &&
+                        w[i].next < OUTLIER_WINDOW,
+                    "bad window accepted");
+    }
     REQUIRE(header[ST_STEP] >= 1 && header[ST_ADAM_T] >= 0 && header[ST_ADAM_T] <= header[ST_STEP],
             "bad step accepted");
     REQUIRE(header[ST_LR_SCHEDULE] >= 0 && header[ST_LR_SCHEDULE] < LR_SCHEDULES, "bad schedule accepted");
@@ -626,7 +638,7 @@ static void write_seeds(const char* root) {
     }
     put(r + "/shard", "chat", chat.data(), chat.size());
     // state: a header the check accepts for 4 parameters
-    std::vector<uint8_t> state(ST_HEADER_FIELDS * 8 + sizeof(DataLoaderState) + 4 * 8, 0);
+    std::vector<uint8_t> state(ST_HEADER_FIELDS * 8 + sizeof(DataLoaderState) + 4 * 8 + sizeof(RunTail), 0);
     int64_t sh[ST_HEADER_FIELDS] = {0};
     sh[ST_MAGIC] = STATE_MAGIC;
     sh[ST_VERSION] = STATE_VERSION;
@@ -635,6 +647,10 @@ static void write_seeds(const char* root) {
     sh[ST_DATA_STATE_BYTES] = sizeof(DataLoaderState);
     sh[ST_ADAM_T] = 3;
     memcpy(state.data(), sh, sizeof sh);
+    TrainArgs defaults;
+    train_args_defaults(&defaults);
+    const RunTail run = run_tail_of(&defaults, NULL, NULL);
+    memcpy(state.data() + state.size() - sizeof run, &run, sizeof run);
     put(r + "/state", "ok", state.data(), state.size());
     // tokenizer: the shipped one is large; a 3-token version 2 file
     std::vector<uint8_t> tok(1024, 0);
