@@ -508,6 +508,7 @@ static void checkpoint_save(const char* dir, int64_t step, int64_t adam_t, const
     if (!prune_checkpoints(dir, step, a->keep_checkpoints, a->major_checkpoint_every, kCheckpointFiles, 3,
                            err, sizeof err))
         die("%s", err);
+    if (a->keep_checkpoints > 0) unfinished_checkpoints(dir, kCheckpointFiles, 3, step, false);
 }
 
 // Latest step with a DONE_<digits> marker in dir, or -1.
@@ -660,6 +661,8 @@ static int64_t pick_checkpoint(const char* dir, char* model, char* state, size_t
         }
         int verified = 0;
         if (ok) ok = checkpoint_verify(dir, step, &verified, err, sizeof err);
+        RunTail tail;  // checked here too: an unverified marker's bad tail falls back as a bad file would
+        if (ok) ok = state_file_run_tail(state, header, &tail, err, sizeof err);
         if (ok) {
             if (!verified)
                 fprintf(stderr,
@@ -904,7 +907,7 @@ static int64_t open_run_dir(TrainArgs* a, char* model, char* state, size_t pathl
         const int64_t step =
             pick_checkpoint(dir, model, state, pathlen, cfg, header, llama);  // dies if none is valid
         if (step >= 0) {
-            remove_unfinished_checkpoints(dir, kCheckpointFiles, 3);
+            unfinished_checkpoints(dir, kCheckpointFiles, 3, 0, true);  // said, not removed: see -nk
             if (!state_file_run_tail(state, header, tail, err, sizeof err)) die("%s", err);
             resume_recorded_hyperparameters(header, tail, a);
             return step;

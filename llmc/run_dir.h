@@ -130,14 +130,16 @@ typedef struct {
     const char* suffix;
 } CheckpointFile;
 
-// A resume (the caller holds -o's lock): removes the files of checkpoints without their marker (files[0]):
-// a save a stop cut short before its marker, or an -nk removal cut short after it. No marker, no resume: no
-// run reads them, and the next saves of those steps may never come (another -n). Our names only (8 digits).
-static inline void remove_unfinished_checkpoints(const char* dir, const CheckpointFile* files, int n_files) {
+// Files of checkpoints without their marker (files[0]): a save a stop cut short before its marker, an -nk
+// removal cut short after it, or a marker removed by hand to resume an older checkpoint. No run reads them.
+// Those of steps below remove_below go (-nk after a save: every step below it is superseded; the caller holds
+// -o's lock); the rest stay, and note says so. Our names only (8 digits).
+static inline void unfinished_checkpoints(const char* dir, const CheckpointFile* files, int n_files,
+                                          int64_t remove_below, bool note) {
     DIR* d = opendir(dir);
     if (!d) return;
     std::vector<std::string> gone;
-    std::set<int64_t> steps;
+    std::set<int64_t> removed_steps, kept_steps;
     struct dirent* e;
     while ((e = readdir(d)))
         for (int i = 1; i < n_files; i++) {
@@ -148,19 +150,26 @@ static inline void remove_unfinished_checkpoints(const char* dir, const Checkpoi
                      files[0].suffix);
             if (s < 0 || strcmp(ours, e->d_name) != 0 || access(marker, F_OK) == 0 || errno != ENOENT)
                 continue;
-            gone.push_back(std::string(dir) + "/" + e->d_name);
-            steps.insert(s);
+            if (s < remove_below) gone.push_back(std::string(dir) + "/" + e->d_name), removed_steps.insert(s);
+            else kept_steps.insert(s);
         }
     closedir(d);
+    auto list = [](const std::set<int64_t>& steps) {
+        std::string t;
+        for (int64_t s : steps) t += (t.empty() ? "" : ", ") + std::to_string(s);
+        return t;
+    };
     int removed = 0;
     for (const std::string& path : gone) removed += unlink(path.c_str()) == 0;
-    if (removed == 0) return;
-    std::string which;
-    for (int64_t s : steps) which += (which.empty() ? "" : ", ") + std::to_string(s);
-    printf(
-        "removed %d file%s of unfinished checkpoints in %s (step%s %s: no DONE marker, a save or -nk's "
-        "removal was cut short)\n",
-        removed, removed > 1 ? "s" : "", dir, steps.size() > 1 ? "s" : "", which.c_str());
+    if (removed)
+        printf("removed %d file%s of unfinished checkpoints in %s (step%s %s: no DONE marker)\n", removed,
+               removed > 1 ? "s" : "", dir, removed_steps.size() > 1 ? "s" : "", list(removed_steps).c_str());
+    if (note && !kept_steps.empty())
+        printf(
+            "note: %s holds checkpoint files without a DONE marker (step%s %s: a save or an -nk removal that "
+            "a stop cut short, or a DONE removed by hand); no run reads them, and with -nk each goes at the "
+            "first save past its step\n",
+            dir, kept_steps.size() > 1 ? "s" : "", list(kept_steps).c_str());
 }
 
 // -nk / -nm: removes all but the `keep` newest checkpoints (multiples of major_every stay).

@@ -653,10 +653,11 @@ TEST_F(CliTest, CpuKeepsTheNewestCheckpoints) {
 }
 
 // A stop (kill -9) can leave a checkpoint's files without their DONE marker: one between a save's files and
-// its marker, one within -nk's removal (marker first, then the files). No run reads them; a resume removes
-// them, so a run stopped now and then does not fill its disk with them. Not ours (a marker-less name of
-// other digits) and a complete checkpoint stay.
-TEST_F(CliTest, CpuResumeRemovesUnfinishedCheckpoints) {
+// its marker, one within -nk's removal (marker first, then the files). No run reads them. A resume says so
+// and removes nothing (a DONE removed by hand, to resume an older checkpoint, leaves the newer files whole,
+// even where the resume is then refused); with -nk a save removes those of the steps below its own, so a run
+// stopped now and then does not fill its disk with them. A name of ours with other digits stays.
+TEST_F(CliTest, CpuUnfinishedCheckpointsGoWithNk) {
     if (!have_binary(kCpu)) GTEST_SKIP() << kCpu << " not built";
     const std::string out = dir + "/unfinished";
     const Result r = run_bin(kCpu, base_args() + Args{"-x", "4", "-o", out, "-n", "1"});
@@ -668,18 +669,24 @@ TEST_F(CliTest, CpuResumeRemovesUnfinishedCheckpoints) {
     FILE* f = fopen((out + "/model_7.bin").c_str(), "w");  // not a name of ours
     ASSERT_NE(f, nullptr);
     fclose(f);
-    const Result r2 = run_bin(kCpu, base_args() + Args{"-x", "6", "-o", out, "-n", "5", "-y", "1"});
+    const std::string note = "note: " + out + " holds checkpoint files without a DONE marker (steps 1, 4: ";
+    const Result refused = run_bin(kCpu, base_args() + Args{"-x", "6", "-o", out, "-y", "1", "-b", "2"});
+    EXPECT_TRUE(CleanError(refused, {"resume: -b 2"})) << refused.out;
+    EXPECT_TRUE(has(refused.out, note)) << refused.out;
+    for (const char* kept : {"state_00000001.bin", "model_00000004.bin", "state_00000004.bin"})
+        EXPECT_TRUE(there(kept)) << kept << ": a resume removes nothing";
+    const Result r2 =
+        run_bin(kCpu, base_args() + Args{"-x", "6", "-o", out, "-n", "5", "-nk", "2", "-y", "1"});
     ASSERT_EQ(r2.code, 0) << r2.cmd << "\n" << r2.err;
-    EXPECT_NE(
-        r2.out.find("removed 3 files of unfinished checkpoints in " + out + " (steps 1, 4: no DONE marker"),
-        std::string::npos)
+    EXPECT_TRUE(has(r2.out, "(step 3)")) << r2.out;  // the newest complete one
+    EXPECT_TRUE(has(r2.out, note)) << r2.out;
+    EXPECT_TRUE(
+        has(r2.out, "removed 3 files of unfinished checkpoints in " + out + " (steps 1, 4: no DONE marker)"))
         << r2.out;
-    EXPECT_NE(r2.out.find("(step 3)"), std::string::npos) << r2.out;  // the newest complete one
-    EXPECT_FALSE(there("state_00000001.bin"));
-    EXPECT_FALSE(there("model_00000004.bin"));
-    EXPECT_FALSE(there("state_00000004.bin"));
-    for (const char* kept : {"model_7.bin", "DONE_00000003", "model_00000003.bin", "DONE_00000002",
-                             "model_00000006.bin", "DONE_00000006"})
+    for (const char* gone : {"state_00000001.bin", "model_00000004.bin", "state_00000004.bin",
+                             "DONE_00000003", "model_00000003.bin"})
+        EXPECT_FALSE(there(gone)) << gone;
+    for (const char* kept : {"model_7.bin", "DONE_00000005", "model_00000006.bin", "DONE_00000006"})
         EXPECT_TRUE(there(kept)) << kept;
 }
 

@@ -47,8 +47,10 @@ class ResumeTest : public CliTest {
     }
     std::string state_path(int64_t step) const { return out + "/" + step_name("state_", step, ".bin"); }
     std::string model_path(int64_t step) const { return out + "/" + step_name("model_", step, ".bin"); }
-    // header h, a zero data position, then body_floats floats (m and v: 2 * params by default)
-    void write_state(int64_t step, const std::vector<int64_t>& h, int64_t body_floats = -1) {
+    // header h, a zero data position, then body_floats floats (m and v: 2 * params by default), then the run
+    // tail where given (version 3)
+    void write_state(int64_t step, const std::vector<int64_t>& h, int64_t body_floats = -1,
+                     const RunTail* tail = nullptr) {
         if (body_floats < 0) body_floats = 2 * gpt_layout(&cfg).total;
         FILE* f = fopen(state_path(step).c_str(), "wb");
         ASSERT_NE(f, nullptr);
@@ -58,6 +60,7 @@ class ResumeTest : public CliTest {
         fwrite(&ds, sizeof ds, 1, f);
         std::vector<float> zeros((size_t)body_floats, 0.0f);
         fwrite(zeros.data(), 4, zeros.size(), f);
+        if (tail) fwrite(tail, sizeof *tail, 1, f);
         fclose(f);
         if (access((out + "/" + step_name("DONE_", step, "")).c_str(), F_OK) == 0) mark_done(step);
     }
@@ -103,7 +106,8 @@ TEST_F(ResumeTest, ChecksStateFile) {
     const Case cases[] = {
         {ST_MAGIC, 12345, {"bad header"}},
         {ST_VERSION, 1, {"version 1", "not supported"}},
-        {ST_VERSION, 3, {"bad header", "version 3"}},
+        {ST_VERSION, 4, {"bad header", "version 4"}},
+        {ST_VERSION, 3, {"optimizer state", "truncated"}},  // version 3 without its run tail
         {ST_PARAMS, total + 1, {"holds " + std::to_string(total + 1) + " parameters"}},
         {ST_DATA_STATE_BYTES, (int64_t)sizeof(DataLoaderState) + 8, {"data-loader position is"}},
         {ST_STEP, 3, {"does not hold step 2"}},
@@ -122,6 +126,21 @@ TEST_F(ResumeTest, ChecksStateFile) {
     }
     write_state(2, header(2), 2 * total - 1);
     EXPECT_TRUE(CleanError(resume({}), {"optimizer state", "truncated"}));
+    // version 3: its run tail checked (a damaged one, as a damaged file: no valid checkpoint), then taken
+    std::vector<int64_t> v3 = header(2);
+    v3[ST_VERSION] = 3;
+    TrainArgs a;
+    train_args_defaults(&a);
+    a.skip_loss_z = 2.5f;
+    RunTail tail = run_tail_of(&a, nullptr, nullptr);
+    tail.count[1] = OUTLIER_WINDOW + 1;
+    write_state(2, v3, -1, &tail);
+    EXPECT_TRUE(CleanError(resume({}), {"no valid checkpoint", "a damaged run tail"}));
+    tail.count[1] = 0;
+    write_state(2, v3, -1, &tail);
+    const Result v3_ok = resume({"-x", "2"});
+    EXPECT_TRUE(CleanError(v3_ok, {"is at step 2", "nothing to train"}));
+    EXPECT_TRUE(has(v3_ok.out, "resume: the checkpoint's -sl 2.5")) << v3_ok.out;
     write_state(2, header(2));
     const Result ok = resume({"-x", "2"});
     EXPECT_TRUE(CleanError(ok, {"the checkpoint in " + out + " is at step 2", "nothing to train"}));
