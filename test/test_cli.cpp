@@ -706,13 +706,21 @@ static std::string step_lines(const std::string& out, int from, int to) {
 // -sl / -sg decide on the 128 steps before (llm.c's window): the checkpoint keeps the windows, -a, -sl and
 // -sg (the state file's run tail), so a run resumed at step 180 skips the updates the uninterrupted one
 // skipped, with the same losses, flags not given again (without the windows it skipped none for 128 steps).
-// Both trainers (the emulated train_gpt where built); a tiny model whose skips start near step 160.
+// Both trainers (the emulated train_gpt where built; also on 2 ranks, whose others take the windows from rank
+// 0's resume note); a tiny model whose skips start near step 160.
 TEST_F(CliTest, ResumeSkipsTheStepsTheUninterruptedRunSkipped) {
-    for (const char* bin : {kCpu, kEmu}) {
+    const struct {
+        const char* bin;
+        Args ranks;
+    } runs[] = {{kCpu, {}}, {kEmu, {}}, {kEmu, {"-pn", "2", "-d", "64"}}};
+    for (const auto& w : runs) {
+        const char* bin = w.bin;
         if (!have_binary(bin)) continue;
-        const std::string out = dir + "/skips" + (bin == kCpu ? "_cpu" : "_emu");
-        const Args run = {"-e", "L1:C32:NH2:T16", "-b", "2",  "-t", "16",  "-v", "0", "-g", "0",
-                          "-i", kTrain,           "-j", kVal, "-x", "200", "-o", out};
+        const std::string out =
+            dir + "/skips" + (bin == kCpu ? "_cpu" : "_emu") + std::to_string(w.ranks.size());
+        const Args run = Args{"-e", "L1:C32:NH2:T16", "-b", "2",  "-t", "16",  "-v", "0", "-g", "0",
+                              "-i", kTrain,           "-j", kVal, "-x", "200", "-o", out} +
+                         w.ranks;
         const Result a = run_bin(bin, run + Args{"-n", "180", "-sl", "0.5", "-sg", "0.5"});
         ASSERT_EQ(a.code, 0) << a.cmd << "\n" << a.err;
         const std::string uninterrupted = step_lines(a.out, 181, 200), log = slurp(out + "/main.log");
