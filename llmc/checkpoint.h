@@ -763,8 +763,8 @@ static void check_resume_args(const int64_t* h, const TrainArgs* a, int total_st
                     flags[i], z[i], bits_float(t->skip_z_bits[i]));
 }
 
-// A full (version 2) state file's m and v of [at, at + n) of its parameters, in its order: -sd's store filled
-// from a checkpoint of a run in RAM (the file was checked when the run directory opened). 0 with err.
+// A full (version 2 / 3) state file's m and v of [at, at + n) of its parameters, in its order: -sd's store
+// filled from a checkpoint of a run in RAM (the file was checked when the run directory opened). 0 with err.
 static int state_file_read_moments(const char* path, int64_t total, int64_t at, int64_t n, float* m, float* v,
                                    char* err, size_t errlen) {
     FILE* f = open_regular(path, "optimizer state", err, errlen);
