@@ -775,6 +775,15 @@ static inline int dataloader_chat_prompt(DataLoader* dl, int* prompt, int max_le
     return n;
 }
 
+// Chat: the rows past each shard's last full batch of B, which no step or validation reads (as llm.c leaves
+// a token shard's tail); 0 for token shards.
+static inline int64_t dataloader_rows_left_out(const DataLoader* dl) {
+    int64_t n = 0;
+    for (int64_t i = 0; dl->kind == DL_CHAT && i < dl->num_shards; i++)
+        n += dl->shard_rows[i] - dl->shard_batches[i] * dl->B;
+    return n;
+}
+
 // Batches per validation pass (unshuffled loader, reset first): all, or at most max_batches > 0.
 static inline int64_t dataloader_eval_batches(const DataLoader* dl, int64_t max_batches) {
     return max_batches > 0 && max_batches < dl->num_batches ? max_batches : dl->num_batches;

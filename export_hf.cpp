@@ -228,10 +228,12 @@ int main(int argc, char** argv) {
     if (!is_llama && !gpt_read_header(model.c_str(), &cfg, err, sizeof err)) die("%s", err);
 
     // -t against the run's shards: a chat run keeps their tokenizer (data_tokenizer.bin, checkpoint.h); -t
-    // must be that tokenizer, or the export pairs the weights with ids they were not trained on
-    const std::string data_tok = std::string(in) + "/data_tokenizer.bin";
+    // must be that tokenizer, or the export pairs the weights with ids they were not trained on. -i a run's
+    // directory, or one of its model files.
+    const std::string run_dir = is_dir(in) ? std::string(in) : parent_dir(in);
+    const std::string data_tok = run_dir + "/data_tokenizer.bin";
     const std::string tok_json = tokenizer_dir ? std::string(tokenizer_dir) + "/tokenizer.json" : "";
-    if (tokenizer_dir && is_dir(in) && file_exists(data_tok) && file_exists(tok_json)) {
+    if (tokenizer_dir && file_exists(data_tok) && file_exists(tok_json)) {
         const int V = is_llama ? llama.vocab_size : cfg.vocab_size;
         Tokenizer t;
         if (!tokenizer_init_hf(&t, tok_json.c_str(), err, sizeof err)) die("-t %s: %s", tokenizer_dir, err);
@@ -249,8 +251,8 @@ int main(int argc, char** argv) {
                                                 tok_json.c_str(), err, sizeof err);
         tokenizer_free(&t);
         if (!fits)
-            die("-t %s is not the tokenizer of the shards the run in %s trained on: %s", tokenizer_dir, in,
-                err);
+            die("-t %s is not the tokenizer of the shards the run in %s trained on: %s", tokenizer_dir,
+                run_dir.c_str(), err);
     }
 
     // -t's ids against the model's embedding rows: one past them fails in transformers (an IndexError)
@@ -299,10 +301,12 @@ int main(int argc, char** argv) {
         die("%s", err);
     }
 
-    // the ids generation starts with and stops at: the input's and -t's configs, else their tokenizer
+    // the ids generation starts with and stops at: those of the tokenizer the export holds: -t's configs and
+    // tokenizer where given (an input's ids are its own tokenizer's: with another -t they name other tokens),
+    // else the input's
     std::vector<std::string> id_dirs;
-    if (!from_file) id_dirs.push_back(ck.dir);
     if (tokenizer_dir) id_dirs.push_back(tokenizer_dir);
+    else if (!from_file) id_dirs.push_back(ck.dir);
     HfSpecialIds ids;
     std::string ids_from;
     if (!hf_special_ids(id_dirs, is_llama ? llama.vocab_size : cfg.vocab_size, &ids, &ids_from, err,

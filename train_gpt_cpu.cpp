@@ -336,8 +336,8 @@ static void open_output_dir(CpuRun* r, int argc, char** argv) {
 static std::string open_tokenizer(CpuRun* r) {
     char err[4352];
     const int V = model_vocab(&r->model);
-    const std::string json = std::string(r->model_arg) + "/tokenizer.json";
-    if (r->model.llama && is_dir(r->model_arg) && file_exists(json)) {
+    const std::string json = hf_tokenizer_json_of(r->model_arg);
+    if (r->model.llama && !json.empty()) {
         if (!tokenizer_init_hf(&r->tok, json.c_str(), err, sizeof err, V))
             fprintf(stderr, "warning: %s\n", err);
         else if ((int64_t)r->tok.vocab_size > V) {
@@ -383,8 +383,9 @@ static void open_data(CpuRun* r) {
     const std::string tok = open_tokenizer(r);
     const char* model = r->resume_step >= 0 ? a->model : r->model_arg;  // a resume: the checkpoint's
     for (const DataLoader* dl : {&r->train, &r->val}) {
-        if (dl->vocab <= model_vocab(&r->model) && model_run_trained_on(model, dl, a->output_dir, matched))
-            continue;
+        const int record = model_run_trained_on(model, dl, a->output_dir, matched, err, sizeof err);
+        if (record < 0) die("%s", err);
+        if (dl->vocab <= model_vocab(&r->model) && record > 0) continue;
         const int fits = dataloader_check_model(dl, model_vocab(&r->model), model,
                                                 r->tok.init_ok ? r->tok.token_table : NULL, r->tok.vocab_size,
                                                 tok.c_str(), err, sizeof err);
@@ -461,6 +462,10 @@ static void print_config_table(const CpuRun* r) {
     table_row("steps", "%d", r->total_steps);
     table_row("train / val batches", "%lld / %lld (val uses %lld)", (long long)r->train.num_batches,
               (long long)r->val.num_batches, (long long)r->val_batches);
+    const int64_t left[2] = {dataloader_rows_left_out(&r->train), dataloader_rows_left_out(&r->val)};
+    if (left[0] || left[1])
+        table_row("chat rows unused", "%lld train, %lld val (past each shard's last full batch of -b %d)",
+                  (long long)left[0], (long long)left[1], a->B);
     if (a->hellaswag)
         table_row("HellaSwag (-h)", "%s: %zu examples, %d a batch", a->hellaswag, r->eval.examples.size(),
                   a->B / EVAL_CHOICES);

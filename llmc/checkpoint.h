@@ -966,31 +966,39 @@ static bool run_data_tokenizer(const char* dir, const DataLoader* train, bool re
     return false;
 }
 
-// True where the model file's run (data_tokenizer.bin in its folder) trained on shards of dl's tokenizer:
+// 1 where the model file's run (data_tokenizer.bin in its folder) trained on shards of dl's tokenizer:
 // they were checked against the model's vocabulary when that run started, with -e's tokenizer.json. A resume,
 // or -e of a run's checkpoint, has no tokenizer.json to check them again, and the size rule alone (a
 // vocabulary at most 1/64 over the tokenizer's) refused a small model's fine-tune (1000 ids, 1024 embedding
 // rows). The record must predate this run: in this run's own -o (out) it counts only where a resume compared
 // it (resumed_match: run_data_tokenizer's answer), not where this run has just written it. A spec names no
-// file.
-static bool model_run_trained_on(const char* model, const DataLoader* dl, const char* out,
-                                 bool resumed_match) {
+// file. 0: no record; -1 with err: the record is of another tokenizer (the model's ids are not the shards').
+static int model_run_trained_on(const char* model, const DataLoader* dl, const char* out, bool resumed_match,
+                                char* err, size_t errlen) {
     struct stat st;
-    if (!model || dl->kind != DL_CHAT || stat(model, &st) != 0) return false;
+    if (!model || dl->kind != DL_CHAT || stat(model, &st) != 0) return 0;
     const std::string dir = S_ISDIR(st.st_mode) ? std::string(model) : parent_dir(model);
     char here[PATH_MAX], there[PATH_MAX];
     if (out && realpath(out, here) && realpath(dir.c_str(), there) && strcmp(here, there) == 0)
-        return resumed_match;
+        return resumed_match ? 1 : 0;  // a resume's own record: run_data_tokenizer compared it
     const std::string path = dir + "/data_tokenizer.bin";
-    char err[4352];
-    if (access(path.c_str(), F_OK) != 0) return false;
-    FILE* f = open_regular(path.c_str(), "run file", err, sizeof err);
-    if (!f) return false;
+    if (access(path.c_str(), F_OK) != 0) return 0;
+    FILE* f = open_regular(path.c_str(), "run file", err, errlen);
+    if (!f) return 0;
     int32_t saved[DATALOADER_HEADER_BYTES / 4];
     const bool ok = read_all(f, saved, sizeof saved);
     fclose(f);
-    return ok && dl_same_tokenizer("model", path.c_str(), saved, dl->paths[dl->tokenizer_shard],
-                                   dl->tokenizer, err, sizeof err);
+    if (!ok) return 0;
+    char why[4352];
+    if (dl_same_tokenizer("model", path.c_str(), saved, dl->paths[dl->tokenizer_shard], dl->tokenizer, why,
+                          sizeof why))
+        return 1;
+    snprintf(
+        err, errlen,
+        "%.3000s (the first records the shards the run that made -e %.400s trained on: the model's ids are "
+        "that tokenizer's; make the shards with it)",
+        why, model);
+    return -1;
 }
 
 // -e DIR where DIR is a run's -o (checkpoints, no Hugging Face model in it): its latest checkpoint's model

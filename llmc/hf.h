@@ -177,6 +177,18 @@ static inline int hf_is_checkpoint(const char* path) {
     return is_dir(path) || ends_with(s, ".safetensors") || ends_with(s, ".json");
 }
 
+// The tokenizer.json of a Hugging Face checkpoint given as -e: in the directory, or beside its .safetensors
+// file or index .json. "" where there is none (an llm.c model file, a run's checkpoint, a spec).
+static inline std::string hf_tokenizer_json_of(const char* model) {
+    if (!model || !hf_is_checkpoint(model)) return "";
+    const std::string s(model),
+        dir = is_dir(model)
+                  ? s
+                  : (s.rfind('/') == std::string::npos ? std::string(".") : s.substr(0, s.rfind('/')));
+    const std::string json = dir + "/tokenizer.json";
+    return file_exists(json) && !is_dir(json.c_str()) ? json : "";
+}
+
 // config.json's size limit: real ones are a few kB (id2label maps included).
 #define HF_CONFIG_MAX_BYTES (4 << 20)
 

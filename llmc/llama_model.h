@@ -321,8 +321,11 @@ static inline int parse_llama_spec(const char* spec, LlamaConfig* cfg, char* err
         if (spec_key_repeated(spec, keys[k].key, k, &seen, err, errlen)) return 0;
     }
     if (family && (c.num_layers < 1 || c.hidden_size < 1 || c.num_heads < 1 || c.intermediate_size < 1)) {
-        snprintf(err, errlen, "model spec '%.200s': a %.*s shape needs L<n>:C<n>:NH<n>:I<n>", spec,
-                 (int)strcspn(spec, ":"), spec);
+        struct stat st;  // `-e llama` meant a folder of that name: a spec's name comes first
+        const bool here = stat(spec, &st) == 0;
+        snprintf(err, errlen, "model spec '%.200s': a %.*s shape needs L<n>:C<n>:NH<n>:I<n>%s%.200s%s", spec,
+                 (int)strcspn(spec, ":"), spec, here ? " (for the folder of that name here, give ./" : "",
+                 here ? spec : "", here ? ")" : "");
         return 0;
     }
     if (c.num_heads < 1) {

@@ -101,6 +101,7 @@ typedef struct {
     GPTConfig cfg;                                // GPT-2's, or the Llama family's llama_gpt_config
     LlamaConfig llama;                            // the Llama family's config (num_layers 0: GPT-2)
     int kind;                                     // 1: spec (seeded init), 2: model file or checkpoint
+    const char* model_arg;                        // -e as given (its tokenizer.json for samples and checks)
     int bench, n_micro, total_steps, start_step;  // n_micro: this rank's micro-batches per step
     int n_micro_all;                              // every rank's (-pn G: G x n_micro)
     int64_t step_tokens;                          // every rank's
@@ -167,6 +168,7 @@ struct ResumeNote {
 };
 static void open_output_dir_rank0(Run* r);
 static void open_output_dir(Run* r) {
+    r->model_arg = r->args.model;  // -e as given (a resume replaces args.model with its checkpoint's)
     r->resume_step = -1;
     if (r->comm->world == 1) return open_output_dir_rank0(r);
     static_assert(sizeof(ResumeNote) <= NODE_NOTE_BYTES, "the note holds it");
@@ -248,8 +250,8 @@ static std::string open_tokenizer(Run* r) {
     char err[4352];
     FILE* warn = r->comm->rank == 0 ? stderr : NULL;
     const bool llama = r->llama.num_layers > 0;
-    const std::string json = std::string(r->args.model) + "/tokenizer.json";
-    if (llama && is_dir(r->args.model) && file_exists(json)) {
+    const std::string json = hf_tokenizer_json_of(r->model_arg);  // a resume's -e: the one given, if any
+    if (llama && !json.empty()) {
         if (!tokenizer_init_hf(&r->tok, json.c_str(), err, sizeof err, r->cfg.vocab_size)) {
             if (warn) fprintf(warn, "warning: %s\n", err);
         } else if ((int64_t)r->tok.vocab_size > r->cfg.vocab_size) {
@@ -349,8 +351,9 @@ static void open_data(Run* r) {
         a->max_steps = r->total_steps;  // -x -1 resolved: checkpoints record the run's length
         const std::string tok = open_tokenizer(r);
         for (const DataLoader* dl : {train, val}) {
-            if (dl->vocab <= r->cfg.vocab_size && model_run_trained_on(a->model, dl, a->output_dir, matched))
-                continue;
+            const int record = model_run_trained_on(a->model, dl, a->output_dir, matched, err, sizeof err);
+            if (record < 0) die("%s", err);
+            if (dl->vocab <= r->cfg.vocab_size && record > 0) continue;
             const int fits = dataloader_check_model(dl, r->cfg.vocab_size, a->model,
                                                     r->tok.init_ok ? r->tok.token_table : NULL,
                                                     r->tok.vocab_size, tok.c_str(), err, sizeof err);
@@ -421,6 +424,10 @@ static void print_config_table(const Run* r, const GPT* g) {
     table_row("weight decay / clip", "%g / %g", args.weight_decay, args.grad_clip);
     table_row("steps", r->bench ? "%d (benchmark: %d warm-up + %d timed)" : "%d", r->total_steps,
               r->ga.bench_warmup, r->ga.bench_steps);
+    const int64_t left[2] = {dataloader_rows_left_out(&r->train), dataloader_rows_left_out(&r->val)};
+    if ((left[0] || left[1]) && !r->bench)
+        table_row("chat rows unused", "%lld train, %lld val (past each shard's last full batch of -b %d)",
+                  (long long)left[0], (long long)left[1], args.B);
     if (args.hellaswag && !r->bench)
         table_row("HellaSwag (-h)", "%s: %zu examples, %d a batch", args.hellaswag, r->eval.examples.size(),
                   args.B / EVAL_CHOICES);

@@ -16,6 +16,7 @@
 // lost across trainers, checksums and signals: test_nothing_lost.cpp. Scratch files live in a mkdtemp
 // directory under /tmp, removed at the end.
 #include "cli_test_common.h"
+#include "llmc/hf.h"  // defines: hf_tokenizer_json_of
 
 INSTANTIATE_TEST_SUITE_P(Trainers, Both, ::testing::Values(kCpu, kGpu),
                          [](const ::testing::TestParamInfo<const char*>& i) {
@@ -462,6 +463,16 @@ TEST_F(CliTest, ShardsOfAnotherTokenizerRefused) {
         EXPECT_TRUE(CleanError(go({"-e", own + "/m.bin", "-o", own, "-i", ok, "-j", ok}),
                                {"a tokenizer of 50257 ids", "has a vocabulary of 60000"}))
             << trainer;
+        // a model file of another run whose record (data_tokenizer.bin) is of other shards' tokenizer: its
+        // ids are not these shards' (the record was read only to vouch, and the check passed on the size
+        // rule)
+        const std::string other_run = dir + "/other_run" + std::to_string(ran);
+        ASSERT_EQ(mkdir(other_run.c_str(), 0755), 0);
+        ASSERT_EQ(system(("head -c 1024 " + ok + " > " + other_run + "/data_tokenizer.bin").c_str()), 0);
+        ASSERT_EQ(system(("cp " + own + "/m.bin " + other_run + "/m.bin").c_str()), 0);
+        EXPECT_TRUE(CleanError(go({"-e", other_run + "/m.bin", "-i", eot, "-j", eot}),
+                               {"the run that made -e " + other_run + "/m.bin trained on"}))
+            << trainer;
         Result a = go({"-i", ok, "-j", none});  // none recorded: nothing to compare
         EXPECT_EQ(a.code, 0) << trainer << "\n" << a.err;
         EXPECT_EQ(a.code, 0) << trainer << "\n" << a.err;
@@ -475,6 +486,23 @@ TEST_F(CliTest, ShardsOfAnotherTokenizerRefused) {
             << trainer;
     }
     if (!ran) GTEST_SKIP() << "neither trainer is built";
+}
+
+// The tokenizer.json the trainers check chat shards against (and decode samples with): beside -e, whether a
+// Hugging Face folder, its .safetensors file or its index; none for a model file of ours or a spec.
+TEST_F(CliTest, TokenizerOfEveryFormOfAHuggingFaceModel) {
+    const std::string hf = dir + "/hf";
+    ASSERT_EQ(mkdir(hf.c_str(), 0755), 0);
+    for (const char* name :
+         {"config.json", "tokenizer.json", "model.safetensors", "model.safetensors.index.json"})
+        fclose(fopen((hf + "/" + name).c_str(), "w"));
+    for (const std::string& e : {hf, hf + "/model.safetensors", hf + "/model.safetensors.index.json"})
+        EXPECT_EQ(hf_tokenizer_json_of(e.c_str()), hf + "/tokenizer.json") << e;
+    fclose(fopen((hf + "/model_00000001.bin").c_str(), "w"));
+    EXPECT_EQ(hf_tokenizer_json_of((hf + "/model_00000001.bin").c_str()), "");
+    EXPECT_EQ(hf_tokenizer_json_of("llama:L1:C64:NH4:I128"), "");
+    unlink((hf + "/tokenizer.json").c_str());
+    EXPECT_EQ(hf_tokenizer_json_of(hf.c_str()), "");
 }
 
 // ----------------------------------------------------------------------------

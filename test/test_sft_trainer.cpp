@@ -185,6 +185,10 @@ TEST_F(SftTest, FromHuggingFaceThroughChatShardsToTransformersChat) {
         {"-t " + dir + "/tok/chatml is not the tokenizer of the shards the run in " + dir +
          "/sft trained on"}));
     EXPECT_FALSE(file_exists(dir + "/sft_hf2"));
+    // -i one of the run's model files: the same check (it exported them, silently)
+    EXPECT_TRUE(CleanError(run_bin("./export_hf", Args{"-i", dir + "/sft/model_00000030.bin", "-o",
+                                                       dir + "/sft_hf2", "-t", dir + "/tok/chatml"}),
+                           {"is not the tokenizer of the shards the run in " + dir + "/sft trained on"}));
     const std::string chat = sh(py + " test/sft_e2e.py chat " + dir + "/sft_hf");
     EXPECT_TRUE(has(chat, "<|assistant|>\\n'")) << "the prompt ends as the plain template asks for a turn\n"
                                                 << chat;
