@@ -35,6 +35,15 @@ static const std::vector<const char*> kTokenizerFiles = {
     "merges.txt",     "tokenizer.model"};
 static const std::vector<const char*> kGpt2TokenizerFiles = {"encoder.json", "vocab.bpe"};
 
+// Both files are there and hold other bytes (two tokenizers).
+static bool files_differ(const std::string& a, const std::string& b) {
+    if (!file_exists(a) || !file_exists(b)) return false;
+    std::string x, y;
+    char err[600];
+    return !read_whole_file(a.c_str(), (int64_t)1 << 30, &x, err, sizeof err) ||
+           !read_whole_file(b.c_str(), (int64_t)1 << 30, &y, err, sizeof err) || x != y;
+}
+
 static void usage(FILE* f) {
     fprintf(f,
             "usage: ./export_hf -i <model> -o <dir> [-d fp32|bf16] [-s <max shard size>] [-t <dir>]\n"
@@ -301,12 +310,14 @@ int main(int argc, char** argv) {
         die("%s", err);
     }
 
-    // the ids generation starts with and stops at: those of the tokenizer the export holds: -t's configs and
-    // tokenizer where given (an input's ids are its own tokenizer's: with another -t they name other tokens),
-    // else the input's
+    // the ids generation starts with and stops at: the input's and -t's configs, else their tokenizer. An
+    // input whose tokenizer.json is not -t's: -t's alone (the input's ids name other tokens in -t's
+    // tokenizer)
     std::vector<std::string> id_dirs;
+    if (!from_file && !(tokenizer_dir && files_differ(ck.dir + "/tokenizer.json",
+                                                      std::string(tokenizer_dir) + "/tokenizer.json")))
+        id_dirs.push_back(ck.dir);
     if (tokenizer_dir) id_dirs.push_back(tokenizer_dir);
-    else if (!from_file) id_dirs.push_back(ck.dir);
     HfSpecialIds ids;
     std::string ids_from;
     if (!hf_special_ids(id_dirs, is_llama ? llama.vocab_size : cfg.vocab_size, &ids, &ids_from, err,
