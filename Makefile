@@ -183,11 +183,11 @@ RUN_COMPARISONS := *IndependentOfSlotCount:*IndependentOfAccumulationSplit:*Accu
 # 230, 150, 125, 100, 86, 86, 81, 69, 66, 54, 41) so that the short ones fill the end; test_ssd_trainer's
 # memory test apart. run_tests.sh prints the slowest tests.
 LONG := test_multi_gpu test_multi_gpu_ssd test_cli emu_test_gpu test_sft_trainer test_chat_data test_ssd_trainer emu_test_gpu_llama \
-	test_nothing_lost test_llama_trainer test_eval
+	test_nothing_lost test_llama_trainer test_eval test_resume_cli
 LONG_TESTS := $(BUILD)/test_multi_gpu $(BUILD)/test_multi_gpu_ssd $(BUILD)/test_cli $(BUILD)/emu_test_gpu $(BUILD)/test_sft_trainer \
 	"$(BUILD)/test_ssd_trainer --gtest_filter=*PeakMemory*" $(BUILD)/test_chat_data \
 	"$(BUILD)/test_ssd_trainer --gtest_filter=-*PeakMemory*" $(BUILD)/emu_test_gpu_llama $(BUILD)/test_nothing_lost \
-	$(BUILD)/test_llama_trainer $(BUILD)/test_eval "FAKE_ATOMIC_JITTER=4 $(BUILD)/emu_test_gpu --gtest_filter='$(RUN_COMPARISONS)'" \
+	$(BUILD)/test_llama_trainer $(BUILD)/test_eval $(BUILD)/test_resume_cli "FAKE_ATOMIC_JITTER=4 $(BUILD)/emu_test_gpu --gtest_filter='$(RUN_COMPARISONS)'" \
 	"LLMC_TEST_HEAD_DELAY_MS=300 $(BUILD)/emu_test_gpu_llama --gtest_filter=*VocabOnHostTrainsLikeOnGpu"
 test: tests train_gpt_cpu export_hf $(BUILD)/hf_logits $(if $(NVCC),train_gpt,) $(EMU_TESTS) $(BUILD)/emu_train_gpt
 	@$(MAKE) --no-print-directory format-check

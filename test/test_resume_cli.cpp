@@ -1,8 +1,10 @@
 // test_resume_cli.cpp — train_gpt's checkpoints and resume as the trainers see them from the command line
 // (moved from test_cli.cpp, which runs the rest of the flags and files): a fresh run refuses an -o with
 // checkpoints, a resume picks the newest valid checkpoint, refuses a changed B/T/-d or -e and warns about
-// other changed hyperparameters. Every train_gpt run here is refused before the GPU is touched. Not here: a
-// resume that trains (test_cli's emulated run, test_nothing_lost, test_ssd_trainer).
+// other changed hyperparameters. Every train_gpt run in ResumeTest is refused before the GPU is touched. At
+// the end, resumes that train (the CPU trainer and the emulated train_gpt): checkpoints without their marker,
+// and the -sl / -sg windows a resume carries on. Elsewhere: test_cli's emulated run, test_nothing_lost,
+// test_ssd_trainer.
 #include "cli_test_common.h"
 
 // ----------------------------------------------------------------------------
@@ -278,4 +280,96 @@ TEST_F(CliTest, CpuRefusesDirWithCheckpoints) {
     }
     const Result r = run_bin(kCpu, base_args() + Args{"-o", out});
     EXPECT_EQ(r.code, 0) << r.cmd << "\n" << r.err;
+}
+
+// ----------------------------------------------------------------------------
+// Resumes that train
+
+// A stop (kill -9) can leave a checkpoint's files without their DONE marker: one between a save's files and
+// its marker, one within -nk's removal (marker first, then the files). No run reads them. A resume says so
+// and removes nothing (a DONE removed by hand, to resume an older checkpoint, leaves the newer files whole,
+// even where the resume is then refused); with -nk a save removes those of the steps below its own, so a run
+// stopped now and then does not fill its disk with them. A name of ours with other digits stays.
+TEST_F(CliTest, CpuUnfinishedCheckpointsGoWithNk) {
+    if (!have_binary(kCpu)) GTEST_SKIP() << kCpu << " not built";
+    const std::string out = dir + "/unfinished";
+    const Result r = run_bin(kCpu, base_args() + Args{"-x", "4", "-o", out, "-n", "1"});
+    ASSERT_EQ(r.code, 0) << r.cmd << "\n" << r.err;
+    auto there = [&](const char* name) { return access((out + "/" + name).c_str(), F_OK) == 0; };
+    ASSERT_EQ(unlink((out + "/DONE_00000004").c_str()), 0);  // step 4's save, cut before its marker
+    ASSERT_EQ(unlink((out + "/DONE_00000001").c_str()), 0);  // -nk's removal of step 1, cut after the marker
+    ASSERT_EQ(unlink((out + "/model_00000001.bin").c_str()), 0);
+    FILE* f = fopen((out + "/model_7.bin").c_str(), "w");  // not a name of ours
+    ASSERT_NE(f, nullptr);
+    fclose(f);
+    const std::string note = "note: " + out + " holds checkpoint files without a DONE marker (steps 1, 4: ";
+    const Result refused = run_bin(kCpu, base_args() + Args{"-x", "6", "-o", out, "-y", "1", "-b", "2"});
+    EXPECT_TRUE(CleanError(refused, {"resume: -b 2"})) << refused.out;
+    EXPECT_TRUE(has(refused.out, note)) << refused.out;
+    for (const char* kept : {"state_00000001.bin", "model_00000004.bin", "state_00000004.bin"})
+        EXPECT_TRUE(there(kept)) << kept << ": a resume removes nothing";
+    const Result r2 =
+        run_bin(kCpu, base_args() + Args{"-x", "6", "-o", out, "-n", "5", "-nk", "2", "-y", "1"});
+    ASSERT_EQ(r2.code, 0) << r2.cmd << "\n" << r2.err;
+    EXPECT_TRUE(has(r2.out, "(step 3)")) << r2.out;  // the newest complete one
+    EXPECT_TRUE(has(r2.out, note)) << r2.out;
+    EXPECT_TRUE(
+        has(r2.out, "removed 3 files of unfinished checkpoints in " + out + " (steps 1, 4: no DONE marker)"))
+        << r2.out;
+    for (const char* gone : {"state_00000001.bin", "model_00000004.bin", "state_00000004.bin",
+                             "DONE_00000003", "model_00000003.bin"})
+        EXPECT_FALSE(there(gone)) << gone;
+    for (const char* kept : {"model_7.bin", "DONE_00000005", "model_00000006.bin", "DONE_00000006"})
+        EXPECT_TRUE(there(kept)) << kept;
+}
+
+// The step lines of steps [from, to] of a run's output, without their times: loss, norm, lr, and the skip.
+static std::string step_lines(const std::string& out, int from, int to) {
+    std::string got;
+    std::istringstream in(out);
+    for (std::string line; std::getline(in, line);) {
+        int step = 0;
+        if (sscanf(line.c_str(), "step %d/", &step) != 1 || step < from || step > to) continue;
+        const size_t ms = line.find(" | ms "), skip = line.find(" | update skipped");
+        got += line.substr(0, ms) + (skip == std::string::npos ? "" : line.substr(skip)) + "\n";
+    }
+    return got;
+}
+
+// -sl / -sg decide on the 128 steps before (llm.c's window): the checkpoint keeps the windows, -a, -sl and
+// -sg (the state file's run tail), so a run resumed at step 180 skips the updates the uninterrupted one
+// skipped, with the same losses, flags not given again (without the windows it skipped none for 128 steps).
+// Both trainers (the emulated train_gpt where built; also on 2 ranks, whose others take the windows from rank
+// 0's resume note); a tiny model whose skips start near step 160.
+TEST_F(CliTest, ResumeSkipsTheStepsTheUninterruptedRunSkipped) {
+    const struct {
+        const char* bin;
+        Args ranks;
+    } runs[] = {{kCpu, {}}, {kEmu, {}}, {kEmu, {"-pn", "2", "-d", "64"}}};
+    for (const auto& w : runs) {
+        const char* bin = w.bin;
+        if (!have_binary(bin)) continue;
+        const std::string out =
+            dir + "/skips" + (bin == kCpu ? "_cpu" : "_emu") + std::to_string(w.ranks.size());
+        const Args run = Args{"-e", "L1:C32:NH2:T16", "-b", "2",  "-t", "16",  "-v", "0", "-g", "0",
+                              "-i", kTrain,           "-j", kVal, "-x", "200", "-o", out} +
+                         w.ranks;
+        const Result a = run_bin(bin, run + Args{"-n", "180", "-sl", "0.5", "-sg", "0.5"});
+        ASSERT_EQ(a.code, 0) << a.cmd << "\n" << a.err;
+        const std::string uninterrupted = step_lines(a.out, 181, 200), log = slurp(out + "/main.log");
+        ASSERT_TRUE(has(uninterrupted, "update skipped: ")) << bin << "\n"
+                                                            << uninterrupted;  // the test's point
+        for (const char* f : {"/DONE_00000200", "/model_00000200.bin", "/state_00000200.bin"})
+            ASSERT_EQ(unlink((out + f).c_str()), 0) << f;
+        const Result b = run_bin(bin, run + Args{"-y", "1"});
+        ASSERT_EQ(b.code, 0) << b.cmd << "\n" << b.err;
+        EXPECT_TRUE(has(b.out, "resume: the checkpoint's -sl 0.5 -sg 0.5")) << b.out;
+        EXPECT_EQ(step_lines(b.out, 181, 200), uninterrupted) << bin;
+        EXPECT_EQ(slurp(out + "/main.log"), log) << bin;
+        // -sg given again, otherwise: a warning (the skips change from here)
+        const Result c = run_bin(bin, run + Args{"-y", "1", "-x", "201", "-sg", "0"});
+        ASSERT_EQ(c.code, 0) << c.cmd << "\n" << c.err;
+        EXPECT_TRUE(has(c.err, "warning: resume: -sg 0 differs from the checkpoint's 0.5: the skips change"))
+            << c.err;
+    }
 }
